@@ -1,0 +1,626 @@
+/* coloctl: the user's client for colod.
+ *
+ * Exit codes: 0 success; 1 the coordinator is unreachable or refused the request (the reason is
+ * printed on one line); 2 bad usage.
+ */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/error.h"
+#include "../common/jobspec.h"
+#include "../common/pbcodec.h"
+#include "../proto/rpc.h"
+#include "colo/v1/cluster.pb-c.h"
+#include "output.h"
+
+#define DEFAULT_SERVER "127.0.0.1:7070"
+#define EXIT_FAIL      1
+#define EXIT_USAGE     2
+
+typedef struct {
+  const char *server;
+  int json;
+  uint64_t timeout_ms;
+  colo_rpc_client_t *cli;
+} ctl_t;
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: coloctl [--server ADDR] [--json] [--timeout MS] COMMAND [ARGS]\n"
+          "\n"
+          "commands:\n"
+          "  submit FILE [--token T] [--dry-run]  submit a job file (YAML or JSON); prints its id\n"
+          "  status [JOB]                         the cluster and its jobs, or one job in detail\n"
+          "  list [--state S]... [--limit N]      jobs, oldest first\n"
+          "  cancel JOB [--reason TEXT]           cancel a job\n"
+          "  resume JOB [--from-step N]           resume a failed or cancelled job\n"
+          "  watch JOB                            follow a job's state changes until it ends\n"
+          "  hosts                                hosts and their devices\n"
+          "\n"
+          "options:\n"
+          "  -s, --server ADDR   coordinator address (default $COLO_SERVER or " DEFAULT_SERVER ")\n"
+          "  -j, --json          machine-readable output\n"
+          "  -t, --timeout MS    per-call deadline in ms (default 10000; watch has none)\n"
+          "  -h, --help          this help\n"
+          "      --version       print the version\n"
+          "\n"
+          "Job files are documented in docs/job-file.md; examples/ has one to start from.\n"
+          "exit codes: 0 success, 1 the coordinator is unreachable or refused, 2 bad usage\n");
+}
+
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int usage_error(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "coloctl: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "; try 'coloctl --help'\n");
+  va_end(ap);
+  return EXIT_USAGE;
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int parse_id(const char *s, uint64_t *id) {
+  char *end;
+  if (!s || !*s || *s == '-') return -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (*end || v == 0) return -1;
+  *id = v;
+  return 0;
+}
+
+static int connect_ctl(ctl_t *c) {
+  char err[256];
+  if (colo_rpc_client_open(c->server, NULL, &c->cli, err, sizeof err) < 0) {
+    fprintf(stderr, "coloctl: %s\n", err);
+    return EXIT_FAIL;
+  }
+  return 0;
+}
+
+/* One line on stderr for a failed call; distinguishes an unreachable coordinator. */
+static int call_failed(ctl_t *c, const colo_rpc_status_t *st) {
+  if (st->code == GRPC_STATUS_UNAVAILABLE || st->code == GRPC_STATUS_DEADLINE_EXCEEDED)
+    fprintf(stderr, "coloctl: cannot reach the coordinator at %s: %s\n", c->server, st->message);
+  else
+    fprintf(stderr, "coloctl: %s: %s\n", colo_rpc_status_name(st->code), st->message);
+  return EXIT_FAIL;
+}
+
+static int call(ctl_t *c, const char *method, const ProtobufCMessage *req,
+                const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp) {
+  colo_rpc_status_t st;
+  char path[128];
+  snprintf(path, sizeof path, "/colo.v1.Cluster/%s", method);
+  if (colo_rpc_call(c->cli, path, req, resp_desc, c->timeout_ms, resp, &st) < 0)
+    return call_failed(c, &st);
+  return 0;
+}
+
+static void print_json(const ProtobufCMessage *m) {
+  cJSON *j = colo_pb_to_json(m);
+  char *s = cJSON_PrintUnformatted(j);
+  printf("%s\n", s);
+  cJSON_free(s);
+  cJSON_Delete(j);
+}
+
+static const char *state_name(int s) {
+  static const char *names[] = {"UNKNOWN",   "PENDING", "RUNNING",  "RESTARTING",
+                                "SUCCEEDED", "FAILED",  "CANCELLED"};
+  return (s >= 0 && s <= 6) ? names[s] : "UNKNOWN";
+}
+
+static unsigned long long world_of(const Colo__V1__Job *j) {
+  if (!j->spec || !j->spec->parallel) return 0;
+  return (unsigned long long)j->spec->parallel->dp * j->spec->parallel->tp * j->spec->parallel->pp;
+}
+
+/* ---- submit ---- */
+
+static int cmd_submit(ctl_t *c, int argc, char **argv) {
+  const char *file = NULL, *token = NULL;
+  int dry = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--token") && i + 1 < argc)
+      token = argv[++i];
+    else if (!strcmp(argv[i], "--dry-run"))
+      dry = 1;
+    else if (argv[i][0] == '-')
+      return usage_error("submit: unknown option '%s'", argv[i]);
+    else if (!file)
+      file = argv[i];
+    else
+      return usage_error("submit takes one job file");
+  }
+  if (!file) return usage_error("submit needs a job file");
+  char err[1024];
+  Colo__V1__JobSpec *spec;
+  if (colo_pb_from_yaml_file(file, &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&spec, err,
+                             sizeof err) < 0) {
+    fprintf(stderr, "coloctl: %s\n", err);
+    return EXIT_FAIL;
+  }
+  if (dry) { /* check locally with the coordinator's rules, send nothing */
+    int rc = colo_jobspec_fill_defaults(spec);
+    if (rc == 0) rc = colo_jobspec_validate(spec, err, sizeof err);
+    if (rc < 0)
+      fprintf(stderr, "coloctl: %s: %s\n", file, err);
+    else if (c->json)
+      print_json(&spec->base);
+    else
+      printf("%s: valid (world %llu)\n", file, colo_jobspec_world(spec));
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return rc < 0 ? EXIT_FAIL : 0;
+  }
+  int rc = connect_ctl(c);
+  if (rc) {
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return rc;
+  }
+  Colo__V1__SubmitJobRequest req = COLO__V1__SUBMIT_JOB_REQUEST__INIT;
+  req.spec = spec;
+  req.client_token = (char *)token;
+  Colo__V1__SubmitJobResponse *resp = NULL;
+  rc = call(c, "SubmitJob", &req.base, &colo__v1__submit_job_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  colo__v1__job_spec__free_unpacked(spec, NULL);
+  if (rc) return rc;
+  if (c->json)
+    print_json(&resp->job->base);
+  else
+    printf("%llu\n", (unsigned long long)resp->job->id);
+  colo__v1__submit_job_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
+/* ---- status / list ---- */
+
+static void job_row(table_t *t, const Colo__V1__Job *j, int64_t now) {
+  char id[24], att[16], world[24], steps[48], age[32];
+  snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
+  snprintf(att, sizeof att, "%u", j->attempt);
+  snprintf(world, sizeof world, "%llu", world_of(j));
+  unsigned total = j->spec && j->spec->train ? j->spec->train->steps : 0;
+  if (j->progress && j->progress->has_step)
+    snprintf(steps, sizeof steps, "%llu/%u", (unsigned long long)j->progress->step, total);
+  else
+    snprintf(steps, sizeof steps, "-/%u", total);
+  fmt_age(now - j->created_ms, age, sizeof age);
+  table_row(t, id, j->name ? j->name : "", state_name(j->state), att, world, steps, age,
+            j->message ? j->message : "");
+}
+
+static const char *const JOB_HEADERS[] = {"ID",    "NAME", "STATE",   "ATTEMPT", "WORLD",
+                                          "STEPS", "AGE",  "MESSAGE", NULL};
+
+/* Fetches every job matching states (all pages). The caller frees each response. */
+typedef struct {
+  Colo__V1__ListJobsResponse **pages;
+  size_t n;
+} pages_t;
+
+static int fetch_jobs(ctl_t *c, Colo__V1__JobState *states, size_t n_states, uint32_t max,
+                      pages_t *out) {
+  uint64_t after = 0;
+  uint32_t got = 0;
+  out->pages = NULL;
+  out->n = 0;
+  for (;;) {
+    Colo__V1__ListJobsRequest req = COLO__V1__LIST_JOBS_REQUEST__INIT;
+    req.n_states = n_states;
+    req.states = states;
+    req.has_limit = 1;
+    req.limit = max - got < 1000 ? max - got : 1000;
+    req.has_after_id = 1;
+    req.after_id = after;
+    Colo__V1__ListJobsResponse *resp = NULL;
+    int rc = call(c, "ListJobs", &req.base, &colo__v1__list_jobs_response__descriptor,
+                  (ProtobufCMessage **)&resp);
+    if (rc) return rc;
+    out->pages = realloc(out->pages, (out->n + 1) * sizeof *out->pages);
+    out->pages[out->n++] = resp;
+    got += (uint32_t)resp->n_jobs;
+    if (!resp->next_after_id || got >= max) return 0;
+    after = resp->next_after_id;
+  }
+}
+
+static void free_pages(pages_t *p) {
+  for (size_t i = 0; i < p->n; i++)
+    colo__v1__list_jobs_response__free_unpacked(p->pages[i], NULL);
+  free(p->pages);
+}
+
+static void print_jobs(ctl_t *c, pages_t *p) {
+  if (c->json) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < p->n; i++)
+      for (size_t k = 0; k < p->pages[i]->n_jobs; k++)
+        cJSON_AddItemToArray(arr, colo_pb_to_json(&p->pages[i]->jobs[k]->base));
+    char *s = cJSON_PrintUnformatted(arr);
+    printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(arr);
+    return;
+  }
+  table_t *t = table_new(JOB_HEADERS);
+  int64_t now = now_ms();
+  for (size_t i = 0; i < p->n; i++)
+    for (size_t k = 0; k < p->pages[i]->n_jobs; k++)
+      job_row(t, p->pages[i]->jobs[k], now);
+  table_print(t, stdout);
+  table_free(t);
+}
+
+static int parse_state(const char *s, Colo__V1__JobState *out) {
+  for (int i = 1; i <= 6; i++)
+    if (!strcasecmp(s, state_name(i))) {
+      *out = (Colo__V1__JobState)i;
+      return 0;
+    }
+  return -1;
+}
+
+static int cmd_list(ctl_t *c, int argc, char **argv) {
+  Colo__V1__JobState states[8];
+  size_t n_states = 0;
+  uint32_t limit = 100000;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--state") && i + 1 < argc) {
+      if (n_states == 8 || parse_state(argv[++i], &states[n_states]) < 0)
+        return usage_error("list: --state must be one of pending, running, restarting, "
+                           "succeeded, failed, cancelled");
+      n_states++;
+    } else if (!strcmp(argv[i], "--limit") && i + 1 < argc) {
+      uint64_t v;
+      if (parse_id(argv[++i], &v) < 0 || v > 100000)
+        return usage_error("list: --limit must be between 1 and 100000");
+      limit = (uint32_t)v;
+    } else {
+      return usage_error("list: unexpected argument '%s'", argv[i]);
+    }
+  }
+  int rc = connect_ctl(c);
+  if (rc) return rc;
+  pages_t p;
+  rc = fetch_jobs(c, states, n_states, limit, &p);
+  if (rc == 0) print_jobs(c, &p);
+  free_pages(&p);
+  return rc;
+}
+
+static void print_job_detail(const Colo__V1__Job *j) {
+  char age[32], buf[64];
+  const Colo__V1__JobSpec *s = j->spec;
+  fmt_age(now_ms() - j->created_ms, age, sizeof age);
+  printf("job %llu \"%s\"\n", (unsigned long long)j->id, j->name ? j->name : "");
+  printf("  state      %s (%s)\n", state_name(j->state), j->message ? j->message : "");
+  printf("  attempt    %u, restarts %u of %u\n", j->attempt, j->restarts, s ? s->max_restarts : 0);
+  printf("  submitted  %s ago\n", age);
+  if (j->progress && j->progress->has_step)
+    printf("  progress   step %llu/%llu, loss %.4f, %.0f tokens/s\n",
+           (unsigned long long)j->progress->step, (unsigned long long)j->progress->total_steps,
+           (double)j->progress->loss, (double)j->progress->tokens_per_s);
+  if (!s || !s->model || !s->parallel || !s->train || !s->optimizer || !s->data) return;
+  printf("  model      %u layers, %u heads, %u wide, block %u, vocab %u\n", s->model->n_layer,
+         s->model->n_head, s->model->n_embd, s->model->block_size, s->model->vocab_size);
+  printf("  layout     dp=%u tp=%u pp=%u (world %llu), zero %u%s, %u micro-batches\n",
+         s->parallel->dp, s->parallel->tp, s->parallel->pp, world_of(j), s->parallel->zero_stage,
+         s->parallel->sequence_parallel ? ", sequence parallel" : "", s->parallel->micro_batches);
+  printf(
+      "  training   %u steps, batch %u × accum %u, %s, lr %g (%s)\n", s->train->steps,
+      s->train->batch_size, s->train->grad_accum,
+      colo_pb_enum_short(&colo__v1__precision__descriptor, s->train->precision, buf, sizeof buf),
+      (double)s->optimizer->lr,
+      colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age, sizeof age));
+  printf("  data       train %s%s%s\n", s->data->train_path ? s->data->train_path : "-",
+         s->data->val_path ? ", val " : "", s->data->val_path ? s->data->val_path : "");
+  if (j->resume_step) printf("  resume     from step %llu\n", (unsigned long long)j->resume_step);
+}
+
+static int cmd_status(ctl_t *c, int argc, char **argv) {
+  if (argc > 1) return usage_error("status takes at most one job id");
+  uint64_t id = 0;
+  if (argc == 1 && parse_id(argv[0], &id) < 0)
+    return usage_error("status: '%s' is not a job id", argv[0]);
+  int rc = connect_ctl(c);
+  if (rc) return rc;
+  if (id) {
+    Colo__V1__GetJobRequest req = COLO__V1__GET_JOB_REQUEST__INIT;
+    req.has_id = 1;
+    req.id = id;
+    Colo__V1__GetJobResponse *resp = NULL;
+    rc = call(c, "GetJob", &req.base, &colo__v1__get_job_response__descriptor,
+              (ProtobufCMessage **)&resp);
+    if (rc) return rc;
+    if (c->json)
+      print_json(&resp->job->base);
+    else
+      print_job_detail(resp->job);
+    colo__v1__get_job_response__free_unpacked(resp, NULL);
+    return 0;
+  }
+  Colo__V1__GetClusterStatusRequest creq = COLO__V1__GET_CLUSTER_STATUS_REQUEST__INIT;
+  Colo__V1__GetClusterStatusResponse *cs = NULL;
+  rc = call(c, "GetClusterStatus", &creq.base, &colo__v1__get_cluster_status_response__descriptor,
+            (ProtobufCMessage **)&cs);
+  if (rc) return rc;
+  /* active jobs, then the most recent finished ones */
+  Colo__V1__JobState active[] = {COLO__V1__JOB_STATE__JOB_STATE_PENDING,
+                                 COLO__V1__JOB_STATE__JOB_STATE_RUNNING,
+                                 COLO__V1__JOB_STATE__JOB_STATE_RESTARTING};
+  pages_t p;
+  rc = fetch_jobs(c, active, 3, 100000, &p);
+  if (rc) {
+    colo__v1__get_cluster_status_response__free_unpacked(cs, NULL);
+    free_pages(&p);
+    return rc;
+  }
+  if (c->json) {
+    cJSON *o = colo_pb_to_json(&cs->base);
+    cJSON *arr = cJSON_AddArrayToObject(o, "active_jobs");
+    for (size_t i = 0; i < p.n; i++)
+      for (size_t k = 0; k < p.pages[i]->n_jobs; k++)
+        cJSON_AddItemToArray(arr, colo_pb_to_json(&p.pages[i]->jobs[k]->base));
+    char *s = cJSON_PrintUnformatted(o);
+    printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(o);
+  } else {
+    char up[32];
+    fmt_age(now_ms() - cs->started_ms, up, sizeof up);
+    printf("coordinator %s  colo %s  up %s\n", c->server, cs->version ? cs->version : "?", up);
+    printf("hosts       %u up, %u down; devices %u used of %u\n", cs->hosts_up, cs->hosts_down,
+           cs->devices_used, cs->devices_total);
+    printf("jobs        %u pending, %u running, %u restarting, %u succeeded, %u failed, "
+           "%u cancelled\n\n",
+           cs->jobs_pending, cs->jobs_running, cs->jobs_restarting, cs->jobs_succeeded,
+           cs->jobs_failed, cs->jobs_cancelled);
+    size_t n = 0;
+    for (size_t i = 0; i < p.n; i++)
+      n += p.pages[i]->n_jobs;
+    if (n == 0)
+      printf("no active jobs (coloctl list shows every job)\n");
+    else
+      print_jobs(c, &p);
+  }
+  free_pages(&p);
+  colo__v1__get_cluster_status_response__free_unpacked(cs, NULL);
+  return 0;
+}
+
+/* ---- cancel / resume ---- */
+
+static int cmd_cancel(ctl_t *c, int argc, char **argv) {
+  uint64_t id = 0;
+  const char *reason = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--reason") && i + 1 < argc)
+      reason = argv[++i];
+    else if (!id && parse_id(argv[i], &id) == 0)
+      continue;
+    else
+      return usage_error("cancel: unexpected argument '%s'", argv[i]);
+  }
+  if (!id) return usage_error("cancel needs a job id");
+  int rc = connect_ctl(c);
+  if (rc) return rc;
+  Colo__V1__CancelJobRequest req = COLO__V1__CANCEL_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.id = id;
+  req.reason = (char *)reason;
+  Colo__V1__CancelJobResponse *resp = NULL;
+  rc = call(c, "CancelJob", &req.base, &colo__v1__cancel_job_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  if (rc) return rc;
+  if (c->json)
+    print_json(&resp->job->base);
+  else
+    printf("job %llu %s\n", (unsigned long long)id, state_name(resp->job->state));
+  colo__v1__cancel_job_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
+static int cmd_resume(ctl_t *c, int argc, char **argv) {
+  uint64_t id = 0, step = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--from-step") && i + 1 < argc) {
+      if (parse_id(argv[++i], &step) < 0)
+        return usage_error("resume: --from-step must be a positive step number");
+    } else if (!id && parse_id(argv[i], &id) == 0) {
+      continue;
+    } else {
+      return usage_error("resume: unexpected argument '%s'", argv[i]);
+    }
+  }
+  if (!id) return usage_error("resume needs a job id");
+  int rc = connect_ctl(c);
+  if (rc) return rc;
+  Colo__V1__ResumeJobRequest req = COLO__V1__RESUME_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.id = id;
+  req.has_from_step = step > 0;
+  req.from_step = step;
+  Colo__V1__ResumeJobResponse *resp = NULL;
+  rc = call(c, "ResumeJob", &req.base, &colo__v1__resume_job_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  if (rc) return rc;
+  if (c->json)
+    print_json(&resp->job->base);
+  else
+    printf("job %llu %s (%s)\n", (unsigned long long)id, state_name(resp->job->state),
+           resp->job->message ? resp->job->message : "");
+  colo__v1__resume_job_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
+/* ---- watch ---- */
+
+static int on_event(const ProtobufCMessage *m, void *data) {
+  ctl_t *c = data;
+  const Colo__V1__JobEvent *ev = (const void *)m;
+  if (c->json) {
+    print_json(m);
+  } else {
+    time_t t = (time_t)(ev->time_ms / 1000);
+    struct tm tm;
+    char ts[32];
+    localtime_r(&t, &tm);
+    strftime(ts, sizeof ts, "%H:%M:%S", &tm);
+    if (ev->progress && ev->progress->has_step)
+      printf("%s  job %llu  step %llu/%llu  loss %.4f  %.0f tok/s\n", ts,
+             (unsigned long long)ev->job_id, (unsigned long long)ev->progress->step,
+             (unsigned long long)ev->progress->total_steps, (double)ev->progress->loss,
+             (double)ev->progress->tokens_per_s);
+    else
+      printf("%s  job %llu  %-10s  %s\n", ts, (unsigned long long)ev->job_id, state_name(ev->state),
+             ev->message ? ev->message : "");
+  }
+  fflush(stdout);
+  return 0;
+}
+
+static int cmd_watch(ctl_t *c, int argc, char **argv) {
+  uint64_t id;
+  if (argc != 1 || parse_id(argv[0], &id) < 0) return usage_error("watch needs one job id");
+  int rc = connect_ctl(c);
+  if (rc) return rc;
+  Colo__V1__WatchJobRequest req = COLO__V1__WATCH_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.id = id;
+  colo_rpc_status_t st;
+  if (colo_rpc_call_stream(c->cli, "/colo.v1.Cluster/WatchJob", &req.base,
+                           &colo__v1__job_event__descriptor, 0, on_event, c, &st) < 0)
+    return call_failed(c, &st);
+  return 0;
+}
+
+/* ---- hosts ---- */
+
+static int cmd_hosts(ctl_t *c, int argc, char **argv) {
+  (void)argv;
+  if (argc) return usage_error("hosts takes no arguments");
+  int rc = connect_ctl(c);
+  if (rc) return rc;
+  Colo__V1__ListHostsRequest req = COLO__V1__LIST_HOSTS_REQUEST__INIT;
+  Colo__V1__ListHostsResponse *resp = NULL;
+  rc = call(c, "ListHosts", &req.base, &colo__v1__list_hosts_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  if (rc) return rc;
+  if (c->json) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < resp->n_hosts; i++)
+      cJSON_AddItemToArray(arr, colo_pb_to_json(&resp->hosts[i]->base));
+    char *s = cJSON_PrintUnformatted(arr);
+    printf("%s\n", s);
+    cJSON_free(s);
+    cJSON_Delete(arr);
+  } else if (resp->n_hosts == 0) {
+    printf("no hosts have registered\n");
+  } else {
+    static const char *const H[] = {"NAME", "ADDRESS", "STATE",     "DEVICES", "USED",
+                                    "CPUS", "MEMORY",  "LAST SEEN", NULL};
+    table_t *t = table_new(H);
+    int64_t now = now_ms();
+    for (size_t i = 0; i < resp->n_hosts; i++) {
+      const Colo__V1__Host *h = resp->hosts[i];
+      char devs[128] = "", used[16], cpus[16], mem[32], seen[40], kind[16];
+      if (h->n_devices)
+        snprintf(devs, sizeof devs, "%zu × %s", h->n_devices,
+                 colo_pb_enum_short(&colo__v1__device_kind__descriptor, h->devices[0]->kind, kind,
+                                    sizeof kind));
+      else
+        snprintf(devs, sizeof devs, "0");
+      snprintf(used, sizeof used, "%u", h->devices_used);
+      snprintf(cpus, sizeof cpus, "%u", h->cpu_count);
+      fmt_bytes(h->memory_bytes, mem, sizeof mem);
+      fmt_age(now - h->last_seen_ms, seen, sizeof seen);
+      strncat(seen, " ago", sizeof seen - strlen(seen) - 1);
+      table_row(t, h->name, h->address,
+                h->state == COLO__V1__HOST_STATE__HOST_STATE_UP ? "UP" : "DOWN", devs, used, cpus,
+                mem, seen);
+    }
+    table_print(t, stdout);
+    table_free(t);
+  }
+  colo__v1__list_hosts_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  ctl_t c = {0};
+  c.server = getenv("COLO_SERVER");
+  if (!c.server || !*c.server) c.server = DEFAULT_SERVER;
+  c.timeout_ms = 10000;
+  enum { OPT_VERSION = 256 };
+  static const struct option opts[] = {
+      {"server", required_argument, 0, 's'},    {"json", no_argument, 0, 'j'},
+      {"timeout", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, OPT_VERSION}, {0, 0, 0, 0}};
+  int o;
+  /* "+" stops at the command: options after it belong to the command */
+  while ((o = getopt_long(argc, argv, "+s:jt:h", opts, NULL)) != -1) {
+    switch (o) {
+    case 's':
+      c.server = optarg;
+      break;
+    case 'j':
+      c.json = 1;
+      break;
+    case 't': {
+      uint64_t v;
+      if (parse_id(optarg, &v) < 0)
+        return usage_error("--timeout must be a positive number of milliseconds");
+      c.timeout_ms = v;
+      break;
+    }
+    case 'h':
+      usage(stdout);
+      return 0;
+    case OPT_VERSION:
+      printf("coloctl %s\n", COLO_VERSION);
+      return 0;
+    default:
+      fprintf(stderr, "coloctl: try 'coloctl --help'\n");
+      return EXIT_USAGE;
+    }
+  }
+  if (optind >= argc) {
+    usage(stderr);
+    return EXIT_USAGE;
+  }
+  const char *cmd = argv[optind];
+  int sub_argc = argc - optind - 1;
+  char **sub_argv = argv + optind + 1;
+  /* --json is accepted after the command too */
+  int k = 0;
+  for (int i = 0; i < sub_argc; i++) {
+    if (!strcmp(sub_argv[i], "--json") || !strcmp(sub_argv[i], "-j"))
+      c.json = 1;
+    else
+      sub_argv[k++] = sub_argv[i];
+  }
+  sub_argc = k;
+  static const struct {
+    const char *name;
+    int (*fn)(ctl_t *, int, char **);
+  } cmds[] = {{"submit", cmd_submit}, {"status", cmd_status}, {"list", cmd_list},
+              {"cancel", cmd_cancel}, {"resume", cmd_resume}, {"watch", cmd_watch},
+              {"hosts", cmd_hosts}};
+  int rc = -1;
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    if (!strcmp(cmd, cmds[i].name)) rc = cmds[i].fn(&c, sub_argc, sub_argv);
+  if (rc < 0) rc = usage_error("unknown command '%s'", cmd);
+  colo_rpc_client_close(c.cli);
+  return rc;
+}

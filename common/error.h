@@ -1,0 +1,41 @@
+/* colo error codes: negative ints from one list, as libuv does. 0 is success. */
+#ifndef COLO_ERROR_H
+#define COLO_ERROR_H
+
+#define COLO_ERRNO_MAP(XX)                                                                         \
+  XX(EINVAL, -1, "invalid argument")                                                               \
+  XX(ENOMEM, -2, "out of memory")                                                                  \
+  XX(ENOENT, -3, "not found")                                                                      \
+  XX(EEXIST, -4, "already exists")                                                                 \
+  XX(ESTATE, -5, "not allowed in the current state")                                               \
+  XX(EIO, -6, "input/output error")                                                                \
+  XX(EDB, -7, "database error")                                                                    \
+  XX(ETIMEDOUT, -8, "timed out")                                                                   \
+  XX(EUNAVAIL, -9, "service unavailable")                                                          \
+  XX(ECANCELED, -10, "cancelled")                                                                  \
+  XX(ETOOBIG, -11, "too large")                                                                    \
+  XX(ENOSYS, -12, "not supported")                                                                 \
+  XX(EPROTO, -13, "protocol error")                                                                \
+  XX(EINTERNAL, -14, "internal error")                                                             \
+  XX(EPARSE, -15, "parse error")                                                                   \
+  XX(EBUSY, -16, "busy")
+
+typedef enum {
+#define XX(name, code, text) COLO_##name = code,
+  COLO_ERRNO_MAP(XX)
+#undef XX
+} colo_errno_t;
+
+/* Human text for an error code; "unknown error" for codes not in the list. Never NULL. */
+const char *colo_strerror(int err);
+/* The code's name ("EINVAL"); "UNKNOWN" for codes not in the list. Never NULL. */
+const char *colo_err_name(int err);
+
+/* Jump to `label` with `rc` set when `call` returns a negative code. */
+#define CHECK_GOTO(call, rc, label)                                                                \
+  do {                                                                                             \
+    (rc) = (call);                                                                                 \
+    if ((rc) < 0) goto label;                                                                      \
+  } while (0)
+
+#endif

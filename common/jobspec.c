@@ -1,0 +1,253 @@
+/* Job specification defaults and validation. Each rule produces one exact message naming the
+ * fields involved with their values, so a user can fix the job file without reading code. */
+#include "jobspec.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+#include "pbcodec.h"
+
+int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec) {
+  return colo_pb_fill_defaults(&spec->base);
+}
+
+unsigned long long colo_jobspec_world(const Colo__V1__JobSpec *s) {
+  return (unsigned long long)s->parallel->dp * s->parallel->tp * s->parallel->pp;
+}
+
+int colo_path_is_contained(const char *p) {
+  if (!p || !*p || p[0] == '/' || strlen(p) > COLO_MAX_PATH) return 0;
+  for (const char *c = p; *c; c++)
+    if ((unsigned char)*c < 0x20 || *c == 0x7f || *c == '\\') return 0;
+  const char *seg = p;
+  for (;;) {
+    const char *end = strchr(seg, '/');
+    size_t n = end ? (size_t)(end - seg) : strlen(seg);
+    if (n == 2 && seg[0] == '.' && seg[1] == '.') return 0;
+    if (!end) return 1;
+    seg = end + 1;
+  }
+}
+
+static int bad(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int bad(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return COLO_EINVAL;
+}
+
+static int name_ok(const char *n) {
+  size_t len = strlen(n);
+  if (len == 0 || len > COLO_MAX_NAME) return 0;
+  for (const char *c = n; *c; c++) {
+    int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+             *c == '-' || *c == '_' || *c == '.';
+    if (!ok) return 0;
+  }
+  return 1;
+}
+
+/* %g without trailing noise, for floats in messages */
+static const char *fmt_float(float v, char *buf, size_t n) {
+  snprintf(buf, n, "%g", (double)v);
+  return buf;
+}
+
+int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) {
+  char a[32], b[32];
+  if (!s->model || !s->data || !s->parallel || !s->memory || !s->optimizer || !s->train ||
+      !s->checkpoint || !s->resources)
+    return bad(err, errlen, "internal: validate needs a spec with defaults filled");
+  const Colo__V1__ModelSpec *m = s->model;
+  const Colo__V1__ParallelSpec *p = s->parallel;
+  const Colo__V1__MemorySpec *mem = s->memory;
+  const Colo__V1__OptimizerSpec *o = s->optimizer;
+  const Colo__V1__TrainSpec *t = s->train;
+  const Colo__V1__CheckpointSpec *ck = s->checkpoint;
+  const Colo__V1__ResourceSpec *r = s->resources;
+
+  /* name */
+  if (!s->name || !s->name[0]) return bad(err, errlen, "name must be set");
+  if (!name_ok(s->name))
+    return bad(err, errlen,
+               "name \"%.80s\" must be 1 to %d characters of letters, digits, '-', '_' and '.'",
+               s->name, COLO_MAX_NAME);
+
+  /* model */
+  if (m->n_layer < 1 || m->n_layer > 1024)
+    return bad(err, errlen, "model.n_layer=%u must be between 1 and 1024", m->n_layer);
+  if (m->n_head < 1 || m->n_head > 1024)
+    return bad(err, errlen, "model.n_head=%u must be between 1 and 1024", m->n_head);
+  if (m->n_embd < 1 || m->n_embd > 65536)
+    return bad(err, errlen, "model.n_embd=%u must be between 1 and 65536", m->n_embd);
+  if (m->n_embd % m->n_head)
+    return bad(err, errlen, "model.n_head=%u does not divide model.n_embd=%u", m->n_head,
+               m->n_embd);
+  if (m->block_size < 1 || m->block_size > (1u << 20))
+    return bad(err, errlen, "model.block_size=%u must be between 1 and 1048576", m->block_size);
+  if (m->vocab_size < 1)
+    return bad(err, errlen, "model.vocab_size=%u must be at least 1", m->vocab_size);
+  if (m->vocab_size > 65536)
+    return bad(err, errlen,
+               "model.vocab_size=%u exceeds 65536, the most a uint16 token shard can address",
+               m->vocab_size);
+
+  /* data */
+  if (!s->data->train_path || !s->data->train_path[0])
+    return bad(err, errlen, "data.train_path must be set");
+  if (!colo_path_is_contained(s->data->train_path))
+    return bad(
+        err, errlen,
+        "data.train_path \"%.200s\" must be a path relative to the data root, without \"..\"",
+        s->data->train_path);
+  if (s->data->val_path && s->data->val_path[0] && !colo_path_is_contained(s->data->val_path))
+    return bad(err, errlen,
+               "data.val_path \"%.200s\" must be a path relative to the data root, without \"..\"",
+               s->data->val_path);
+
+  /* parallel layout */
+  if (p->dp < 1) return bad(err, errlen, "parallel.dp=%u must be at least 1", p->dp);
+  if (p->tp < 1) return bad(err, errlen, "parallel.tp=%u must be at least 1", p->tp);
+  if (p->pp < 1) return bad(err, errlen, "parallel.pp=%u must be at least 1", p->pp);
+  unsigned long long world = colo_jobspec_world(s);
+  if (world > COLO_MAX_WORLD)
+    return bad(err, errlen, "parallel.dp×tp×pp=%llu exceeds the limit of %d ranks", world,
+               COLO_MAX_WORLD);
+  if (m->n_head % p->tp)
+    return bad(err, errlen, "parallel.tp=%u does not divide model.n_head=%u", p->tp, m->n_head);
+  if (p->pp > m->n_layer)
+    return bad(err, errlen, "parallel.pp=%u exceeds model.n_layer=%u: every stage needs a layer",
+               p->pp, m->n_layer);
+  if (p->zero_stage > 3)
+    return bad(err, errlen, "parallel.zero_stage=%u must be 0, 1, 2 or 3", p->zero_stage);
+  if (p->zero_stage >= 2 && p->pp > 1)
+    return bad(err, errlen,
+               "parallel.zero_stage=%u cannot be combined with parallel.pp=%u: use stage 0 or 1",
+               p->zero_stage, p->pp);
+  if (p->sequence_parallel && p->tp < 2)
+    return bad(err, errlen, "parallel.sequence_parallel needs parallel.tp > 1 (it is %u)", p->tp);
+  if (p->sequence_parallel && m->block_size % p->tp)
+    return bad(err, errlen,
+               "parallel.tp=%u does not divide model.block_size=%u, as sequence parallelism needs",
+               p->tp, m->block_size);
+  if (p->micro_batches < 1)
+    return bad(err, errlen, "parallel.micro_batches=%u must be at least 1", p->micro_batches);
+
+  /* memory */
+  if (mem->placement == COLO__V1__PLACEMENT__PLACEMENT_UNSPECIFIED)
+    return bad(err, errlen, "memory.placement must be device, static or auto");
+  if (!(mem->param_device_fraction >= 0 && mem->param_device_fraction <= 1))
+    return bad(err, errlen, "memory.param_device_fraction=%s must be between 0 and 1",
+               fmt_float(mem->param_device_fraction, a, sizeof a));
+  if (!(mem->optim_device_fraction >= 0 && mem->optim_device_fraction <= 1))
+    return bad(err, errlen, "memory.optim_device_fraction=%s must be between 0 and 1",
+               fmt_float(mem->optim_device_fraction, a, sizeof a));
+  if (!(mem->optim_nvme_fraction >= 0 && mem->optim_nvme_fraction <= 1))
+    return bad(err, errlen, "memory.optim_nvme_fraction=%s must be between 0 and 1",
+               fmt_float(mem->optim_nvme_fraction, a, sizeof a));
+  if (mem->optim_device_fraction + mem->optim_nvme_fraction > 1.0f + 1e-6f)
+    return bad(err, errlen,
+               "memory.optim_device_fraction=%s plus memory.optim_nvme_fraction=%s exceeds 1",
+               fmt_float(mem->optim_device_fraction, a, sizeof a),
+               fmt_float(mem->optim_nvme_fraction, b, sizeof b));
+  if (mem->placement != COLO__V1__PLACEMENT__PLACEMENT_STATIC &&
+      (mem->param_device_fraction != 1.0f || mem->optim_device_fraction != 1.0f ||
+       mem->optim_nvme_fraction != 0.0f))
+    return bad(err, errlen, "memory fractions need memory.placement=static");
+  if (mem->optim_nvme_fraction > 0 && (!mem->nvme_dir || !mem->nvme_dir[0]))
+    return bad(err, errlen, "memory.optim_nvme_fraction=%s needs memory.nvme_dir",
+               fmt_float(mem->optim_nvme_fraction, a, sizeof a));
+  if (mem->nvme_dir && mem->nvme_dir[0] && !colo_path_is_contained(mem->nvme_dir))
+    return bad(
+        err, errlen,
+        "memory.nvme_dir \"%.200s\" must be a path relative to the NVMe root, without \"..\"",
+        mem->nvme_dir);
+  if (mem->chunk_mib > 4096)
+    return bad(err, errlen, "memory.chunk_mib=%u exceeds 4096", mem->chunk_mib);
+  if (mem->placement != COLO__V1__PLACEMENT__PLACEMENT_DEVICE &&
+      r->device != COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
+    return bad(err, errlen, "memory.placement=static or auto needs resources.device=gpu");
+
+  /* optimizer and schedule */
+  if (!(o->lr > 0) || !isfinite(o->lr))
+    return bad(err, errlen, "optimizer.lr=%s must be positive", fmt_float(o->lr, a, sizeof a));
+  if (!(o->min_lr >= 0) || o->min_lr > o->lr)
+    return bad(err, errlen, "optimizer.min_lr=%s must be between 0 and optimizer.lr=%s",
+               fmt_float(o->min_lr, a, sizeof a), fmt_float(o->lr, b, sizeof b));
+  if (!(o->beta1 >= 0 && o->beta1 < 1))
+    return bad(err, errlen, "optimizer.beta1=%s must be in [0, 1)",
+               fmt_float(o->beta1, a, sizeof a));
+  if (!(o->beta2 >= 0 && o->beta2 < 1))
+    return bad(err, errlen, "optimizer.beta2=%s must be in [0, 1)",
+               fmt_float(o->beta2, a, sizeof a));
+  if (!(o->eps > 0))
+    return bad(err, errlen, "optimizer.eps=%s must be positive", fmt_float(o->eps, a, sizeof a));
+  if (!(o->weight_decay >= 0))
+    return bad(err, errlen, "optimizer.weight_decay=%s must not be negative",
+               fmt_float(o->weight_decay, a, sizeof a));
+  if (!(o->grad_clip >= 0))
+    return bad(err, errlen, "optimizer.grad_clip=%s must not be negative (0 disables clipping)",
+               fmt_float(o->grad_clip, a, sizeof a));
+  if (o->schedule == COLO__V1__SCHEDULE__SCHEDULE_UNSPECIFIED)
+    return bad(err, errlen, "optimizer.schedule must be cosine, linear or constant");
+
+  /* training */
+  if (t->steps < 1) return bad(err, errlen, "train.steps=%u must be at least 1", t->steps);
+  if (o->warmup_steps > t->steps)
+    return bad(err, errlen, "optimizer.warmup_steps=%u exceeds train.steps=%u", o->warmup_steps,
+               t->steps);
+  if (t->batch_size < 1)
+    return bad(err, errlen, "train.batch_size=%u must be at least 1", t->batch_size);
+  if (t->batch_size % p->micro_batches)
+    return bad(err, errlen, "parallel.micro_batches=%u does not divide train.batch_size=%u",
+               p->micro_batches, t->batch_size);
+  if (t->grad_accum < 1)
+    return bad(err, errlen, "train.grad_accum=%u must be at least 1", t->grad_accum);
+  if (t->precision == COLO__V1__PRECISION__PRECISION_UNSPECIFIED)
+    return bad(err, errlen, "train.precision must be fp32, bf16 or fp16");
+  if (t->precision != COLO__V1__PRECISION__PRECISION_FP32 &&
+      r->device != COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
+    return bad(err, errlen,
+               "train.precision=%s needs resources.device=gpu: the CPU backend is fp32",
+               t->precision == COLO__V1__PRECISION__PRECISION_BF16 ? "bf16" : "fp16");
+  if (t->eval_interval > 0 && t->eval_batches < 1)
+    return bad(err, errlen, "train.eval_batches=%u must be at least 1 when train.eval_interval=%u",
+               t->eval_batches, t->eval_interval);
+  if (t->eval_interval > 0 && (!s->data->val_path || !s->data->val_path[0]))
+    return bad(err, errlen, "train.eval_interval=%u needs data.val_path (0 disables evaluation)",
+               t->eval_interval);
+
+  /* checkpoints */
+  if (ck->interval > t->steps)
+    return bad(err, errlen, "checkpoint.interval=%u exceeds train.steps=%u", ck->interval,
+               t->steps);
+  if (ck->dir && ck->dir[0] && !colo_path_is_contained(ck->dir))
+    return bad(err, errlen,
+               "checkpoint.dir \"%.200s\" must be a path relative to the checkpoint root, "
+               "without \"..\"",
+               ck->dir);
+  if (ck->keep < 1) return bad(err, errlen, "checkpoint.keep=%u must be at least 1", ck->keep);
+
+  /* resources and restarts */
+  if (r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_UNSPECIFIED)
+    return bad(err, errlen, "resources.device must be cpu or gpu");
+  if (r->devices_per_node > 0 && p->tp > r->devices_per_node)
+    return bad(err, errlen,
+               "parallel.tp=%u exceeds resources.devices_per_node=%u: a tensor-parallel group "
+               "must fit in one node",
+               p->tp, r->devices_per_node);
+  if (r->devices_per_node > 0 && r->devices_per_node % p->tp)
+    return bad(err, errlen,
+               "parallel.tp=%u does not divide resources.devices_per_node=%u: tensor-parallel "
+               "groups would straddle nodes",
+               p->tp, r->devices_per_node);
+  if (s->max_restarts > COLO_MAX_RESTARTS)
+    return bad(err, errlen, "max_restarts=%u exceeds %d", s->max_restarts, COLO_MAX_RESTARTS);
+  return 0;
+}

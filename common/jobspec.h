@@ -1,0 +1,31 @@
+/* The job specification: defaults, validation with exact messages, and the path rules that keep
+ * request paths inside their configured roots. Shared by colod (the authority) and coloctl
+ * (early feedback). */
+#ifndef COLO_JOBSPEC_H
+#define COLO_JOBSPEC_H
+
+#include <stddef.h>
+
+#include "colo/v1/cluster.pb-c.h"
+
+/* Largest world (dp × tp × pp) a job may ask for. */
+#define COLO_MAX_WORLD    65536
+#define COLO_MAX_RESTARTS 100
+#define COLO_MAX_NAME     64
+#define COLO_MAX_PATH     1024
+
+/* Fills every unset field with its default (see cluster.proto). */
+int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec);
+
+/* Checks a spec whose defaults are filled. Returns 0, or COLO_EINVAL with the first problem in
+ * err, worded as `parallel.tp=3 does not divide model.n_head=8`. */
+int colo_jobspec_validate(const Colo__V1__JobSpec *spec, char *err, size_t errlen);
+
+/* 1 when p is a non-empty relative path without ".." components, control characters or a
+ * leading "/", at most COLO_MAX_PATH bytes: safe to join under a configured root. */
+int colo_path_is_contained(const char *p);
+
+/* dp × tp × pp of a filled spec. */
+unsigned long long colo_jobspec_world(const Colo__V1__JobSpec *spec);
+
+#endif

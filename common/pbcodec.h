@@ -1,0 +1,37 @@
+/* Protobuf-c messages to and from documents, driven by the message descriptors: YAML (and so
+ * JSON, which YAML 1.2 reads) into a message, a message into a cJSON tree. Field names are the
+ * .proto names; enum values are written lower-case without their type prefix
+ * (PRECISION_BF16 -> "bf16"), and the full upper-case name is accepted too.
+ *
+ * Supports scalar, string, enum, nested-message and repeated fields.
+ */
+#ifndef COLO_PBCODEC_H
+#define COLO_PBCODEC_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+#include <protobuf-c/protobuf-c.h>
+
+/* Parses a YAML or JSON document into a new message of type `desc`. On failure returns a
+ * negative colo code with "FILE:LINE: why" in err (for example
+ * `job.yaml:7: unknown field "parallel.tpp"`) and leaves *out untouched. Free the message with
+ * protobuf_c_message_free_unpacked(msg, NULL). */
+int colo_pb_from_yaml(const char *text, size_t len, const char *source,
+                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out, char *err,
+                      size_t errlen);
+int colo_pb_from_yaml_file(const char *path, const ProtobufCMessageDescriptor *desc,
+                           ProtobufCMessage **out, char *err, size_t errlen);
+
+/* Fills every optional field that is not present with its default and allocates every missing
+ * nested message, recursively, so readers never meet NULL or an unset field. */
+int colo_pb_fill_defaults(ProtobufCMessage *msg);
+
+/* A cJSON object with every present field of msg (enums as names, 64-bit integers as numbers). */
+cJSON *colo_pb_to_json(const ProtobufCMessage *msg);
+
+/* Lower-case short name of an enum value ("bf16") into buf; "?" when unknown. Returns buf. */
+const char *colo_pb_enum_short(const ProtobufCEnumDescriptor *desc, int value, char *buf,
+                               size_t len);
+
+#endif

@@ -1,0 +1,737 @@
+/* colod's gRPC handlers: the method table of colo.v1.Cluster. Every request is validated
+ * before it touches state; failures answer INVALID_ARGUMENT (bad input), NOT_FOUND,
+ * FAILED_PRECONDITION (wrong state) or INTERNAL, each with an exact message. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/error.h"
+#include "../common/jobspec.h"
+#include "../common/log.h"
+#include "colo/v1/cluster.pb-c.h"
+#include "colod.h"
+
+#define MAX_LIST      1000
+#define MAX_TOKEN     128
+#define MAX_HOST_NAME 64
+#define MAX_ADDRESS   128
+#define MAX_DEVICES   1024
+#define MAX_HB_RANKS  4096
+
+struct colod_watch_s {
+  colod_t *d;
+  colo_rpc_call_t *call;
+  uint64_t job_id;
+  int progress;
+  colod_watch_t *prev, *next;
+};
+
+/* ---- conversions ---- */
+
+/* Fills msg from a job row. The spec is unpacked into *spec_out (free it after use), or left out
+ * when with_spec is 0. */
+static int job_to_msg(const colo_job_t *j, int with_spec, Colo__V1__Job *msg,
+                      Colo__V1__JobSpec **spec_out) {
+  colo__v1__job__init(msg);
+  msg->has_id = 1;
+  msg->id = j->id;
+  msg->name = (char *)j->name;
+  msg->has_state = 1;
+  msg->state = (Colo__V1__JobState)j->state;
+  msg->has_attempt = 1;
+  msg->attempt = j->attempt;
+  msg->has_restarts = 1;
+  msg->restarts = j->restarts;
+  msg->has_created_ms = 1;
+  msg->created_ms = j->created_ms;
+  msg->has_updated_ms = 1;
+  msg->updated_ms = j->updated_ms;
+  msg->message = (char *)j->message;
+  msg->has_resume_step = 1;
+  msg->resume_step = j->resume_step;
+  *spec_out = NULL;
+  if (with_spec) {
+    *spec_out = colo__v1__job_spec__unpack(NULL, j->spec_len, j->spec);
+    if (!*spec_out) return COLO_EINTERNAL;
+    msg->spec = *spec_out;
+  }
+  return 0;
+}
+
+static void reply_job(colo_rpc_call_t *call, const colo_job_t *j, int kind) {
+  Colo__V1__Job msg;
+  Colo__V1__JobSpec *spec;
+  if (job_to_msg(j, 1, &msg, &spec) < 0) {
+    colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "job %llu has an unreadable spec",
+                  (unsigned long long)j->id);
+    return;
+  }
+  switch (kind) {
+  case 0: {
+    Colo__V1__SubmitJobResponse r = COLO__V1__SUBMIT_JOB_RESPONSE__INIT;
+    r.job = &msg;
+    colo_rpc_reply(call, &r.base);
+    break;
+  }
+  case 1: {
+    Colo__V1__GetJobResponse r = COLO__V1__GET_JOB_RESPONSE__INIT;
+    r.job = &msg;
+    colo_rpc_reply(call, &r.base);
+    break;
+  }
+  case 2: {
+    Colo__V1__CancelJobResponse r = COLO__V1__CANCEL_JOB_RESPONSE__INIT;
+    r.job = &msg;
+    colo_rpc_reply(call, &r.base);
+    break;
+  }
+  default: {
+    Colo__V1__ResumeJobResponse r = COLO__V1__RESUME_JOB_RESPONSE__INIT;
+    r.job = &msg;
+    colo_rpc_reply(call, &r.base);
+    break;
+  }
+  }
+  colo__v1__job_spec__free_unpacked(spec, NULL);
+}
+
+static void fail_store(colod_t *d, colo_rpc_call_t *call, int rc) {
+  const char *msg = colo_store_errmsg(d->store);
+  if (rc == COLO_ENOENT || rc == COLO_ESTATE || rc == COLO_EINVAL) {
+    colo_rpc_fail_err(call, rc, msg);
+    return;
+  }
+  colo_log(COLO_LOG_ERROR, "api", "%s: store error: %s", colo_rpc_call_method(call)->path, msg);
+  colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "coordinator storage error");
+}
+
+static int bounded_str(const char *s, size_t max) {
+  return s && strnlen(s, max + 1) <= max;
+}
+
+/* ---- jobs ---- */
+
+static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__SubmitJobRequest *req = (const void *)m;
+  char err[512];
+  if (d->draining) {
+    colo_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "colod is shutting down");
+    return;
+  }
+  if (!req->spec) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "spec must be set");
+    return;
+  }
+  if (req->client_token && !bounded_str(req->client_token, MAX_TOKEN)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "client_token is longer than %d bytes",
+                  MAX_TOKEN);
+    return;
+  }
+  /* work on a private copy: defaults are filled in and the filled spec is what is stored */
+  size_t len = colo__v1__job_spec__get_packed_size(req->spec);
+  uint8_t *buf = malloc(len ? len : 1);
+  Colo__V1__JobSpec *spec = NULL;
+  if (buf) {
+    colo__v1__job_spec__pack(req->spec, buf);
+    spec = colo__v1__job_spec__unpack(NULL, len, buf);
+  }
+  free(buf);
+  if (!spec || colo_jobspec_fill_defaults(spec) < 0) {
+    if (spec) colo__v1__job_spec__free_unpacked(spec, NULL);
+    colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  if (colo_jobspec_validate(spec, err, sizeof err) < 0) {
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
+    return;
+  }
+  len = colo__v1__job_spec__get_packed_size(spec);
+  buf = malloc(len ? len : 1);
+  if (!buf) {
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  colo__v1__job_spec__pack(spec, buf);
+  colo_job_t job;
+  int rc = colo_store_job_insert(d->store, spec->name, buf, len, spec->max_restarts,
+                                 req->client_token, colod_now_ms(), &job);
+  free(buf);
+  colo__v1__job_spec__free_unpacked(spec, NULL);
+  if (rc == COLO_EEXIST) { /* a retried submit: answer with the job it created */
+    reply_job(call, &job, 0);
+    colo_job_clear(&job);
+    return;
+  }
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  colo_log(COLO_LOG_INFO, "api", "job %llu \"%s\" submitted", (unsigned long long)job.id, job.name);
+  reply_job(call, &job, 0);
+  colo_job_clear(&job);
+}
+
+static int need_id(colo_rpc_call_t *call, protobuf_c_boolean has, uint64_t id) {
+  if (!has || id == 0) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "id must be set");
+    return 0;
+  }
+  return 1;
+}
+
+static void h_get(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__GetJobRequest *req = (const void *)m;
+  if (!need_id(call, req->has_id, req->id)) return;
+  colo_job_t job;
+  int rc = colo_store_job_get(d->store, req->id, &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  reply_job(call, &job, 1);
+  colo_job_clear(&job);
+}
+
+typedef struct {
+  Colo__V1__Job *msgs;
+  Colo__V1__JobSpec **specs;
+  colo_job_t *rows;
+  size_t n;
+  int err;
+} list_acc_t;
+
+static int list_cb(const colo_job_t *j, void *data) {
+  list_acc_t *a = data;
+  colo_job_t *row = &a->rows[a->n];
+  *row = *j;
+  row->spec = malloc(j->spec_len ? j->spec_len : 1);
+  if (!row->spec) {
+    a->err = COLO_ENOMEM;
+    return 1;
+  }
+  memcpy(row->spec, j->spec, j->spec_len);
+  if (job_to_msg(row, 1, &a->msgs[a->n], &a->specs[a->n]) < 0) {
+    free(row->spec);
+    a->err = COLO_EINTERNAL;
+    return 1;
+  }
+  a->n++;
+  return 0;
+}
+
+static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__ListJobsRequest *req = (const void *)m;
+  uint32_t limit = req->has_limit ? req->limit : 100;
+  if (limit == 0 || limit > MAX_LIST) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "limit=%u must be between 1 and %d", limit,
+                  MAX_LIST);
+    return;
+  }
+  uint32_t mask = 0;
+  for (size_t i = 0; i < req->n_states; i++) {
+    int s = (int)req->states[i];
+    if (s < COLO_JOB_PENDING || s > COLO_JOB_STATE_MAX) {
+      colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "states[%zu]=%d is not a job state", i, s);
+      return;
+    }
+    mask |= 1u << s;
+  }
+  list_acc_t a = {0};
+  /* one extra row tells whether another page follows */
+  a.msgs = calloc(limit + 1, sizeof *a.msgs);
+  a.specs = calloc(limit + 1, sizeof *a.specs);
+  a.rows = calloc(limit + 1, sizeof *a.rows);
+  int rc = COLO_ENOMEM;
+  if (a.msgs && a.specs && a.rows)
+    rc = colo_store_job_list(d->store, mask, req->has_after_id ? req->after_id : 0, limit + 1,
+                             list_cb, &a);
+  if (rc == 0) rc = a.err;
+  if (rc < 0) {
+    fail_store(d, call, rc);
+  } else {
+    Colo__V1__ListJobsResponse r = COLO__V1__LIST_JOBS_RESPONSE__INIT;
+    size_t n = a.n > limit ? limit : a.n;
+    Colo__V1__Job **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+    if (!ptrs) {
+      colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    } else {
+      for (size_t i = 0; i < n; i++)
+        ptrs[i] = &a.msgs[i];
+      r.n_jobs = n;
+      r.jobs = ptrs;
+      r.has_next_after_id = 1;
+      r.next_after_id = a.n > limit ? a.rows[limit - 1].id : 0;
+      colo_rpc_reply(call, &r.base);
+      free(ptrs);
+    }
+  }
+  for (size_t i = 0; i < a.n; i++) {
+    colo__v1__job_spec__free_unpacked(a.specs[i], NULL);
+    free(a.rows[i].spec);
+  }
+  free(a.msgs);
+  free(a.specs);
+  free(a.rows);
+}
+
+static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__CancelJobRequest *req = (const void *)m;
+  if (!need_id(call, req->has_id, req->id)) return;
+  if (req->reason && !bounded_str(req->reason, 200)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason is longer than 200 bytes");
+    return;
+  }
+  char msg[256];
+  snprintf(msg, sizeof msg, "cancelled%s%s", req->reason && req->reason[0] ? ": " : "",
+           req->reason ? req->reason : "");
+  colo_job_t job;
+  int rc = colo_store_job_transition(d->store, req->id, COLO_JOB_CANCELLED, msg, 0, colod_now_ms(),
+                                     &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  colo_log(COLO_LOG_INFO, "api", "job %llu cancelled", (unsigned long long)job.id);
+  colod_watch_notify(d, &job);
+  reply_job(call, &job, 2);
+  colo_job_clear(&job);
+}
+
+typedef struct {
+  uint64_t step;
+  int found;
+} ck_find_t;
+
+static int ck_find_cb(const colo_checkpoint_t *ck, void *data) {
+  ck_find_t *f = data;
+  if (ck->step == f->step) {
+    f->found = 1;
+    return 1;
+  }
+  return 0;
+}
+
+static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__ResumeJobRequest *req = (const void *)m;
+  if (!need_id(call, req->has_id, req->id)) return;
+  uint64_t step = req->has_from_step ? req->from_step : 0;
+  if (step > 0) {
+    ck_find_t f = {step, 0};
+    int rc = colo_store_checkpoint_list(d->store, req->id, ck_find_cb, &f);
+    if (rc < 0) {
+      fail_store(d, call, rc);
+      return;
+    }
+    if (!f.found) {
+      colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                    "job %llu has no complete checkpoint at step %llu", (unsigned long long)req->id,
+                    (unsigned long long)step);
+      return;
+    }
+  }
+  char msg[128];
+  if (step)
+    snprintf(msg, sizeof msg, "resumed from step %llu", (unsigned long long)step);
+  else
+    snprintf(msg, sizeof msg, "resumed from the newest checkpoint");
+  colo_job_t job;
+  int rc = colo_store_job_transition(d->store, req->id, COLO_JOB_PENDING, msg, step, colod_now_ms(),
+                                     &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  colod_watch_notify(d, &job);
+  reply_job(call, &job, 3);
+  colo_job_clear(&job);
+}
+
+/* ---- watches ---- */
+
+static void watch_free(colod_t *d, colod_watch_t *w) {
+  if (w->prev)
+    w->prev->next = w->next;
+  else
+    d->watches = w->next;
+  if (w->next) w->next->prev = w->prev;
+  d->n_watches--;
+  free(w);
+}
+
+static void watch_cancelled(colo_rpc_call_t *call, void *data) {
+  colod_watch_t *w = data;
+  colod_t *d = w->d;
+  colo_rpc_stream_end(call, GRPC_STATUS_CANCELLED, "watcher went away");
+  watch_free(d, w);
+}
+
+static void send_state(colo_rpc_call_t *call, const colo_job_t *j) {
+  Colo__V1__JobEvent ev = COLO__V1__JOB_EVENT__INIT;
+  ev.has_job_id = 1;
+  ev.job_id = j->id;
+  ev.has_state = 1;
+  ev.state = (Colo__V1__JobState)j->state;
+  ev.message = (char *)j->message;
+  ev.has_time_ms = 1;
+  ev.time_ms = j->updated_ms;
+  colo_rpc_stream_send(call, &ev.base);
+}
+
+void colod_watch_notify(colod_t *d, const colo_job_t *job) {
+  colod_watch_t *w = d->watches;
+  while (w) {
+    colod_watch_t *next = w->next;
+    if (w->job_id == job->id) {
+      send_state(w->call, job);
+      if (colo_job_state_terminal(job->state)) {
+        colo_rpc_stream_end(w->call, GRPC_STATUS_OK, NULL);
+        watch_free(d, w);
+      }
+    }
+    w = next;
+  }
+}
+
+void colod_watch_close_all(colod_t *d, const char *why) {
+  while (d->watches) {
+    colo_rpc_stream_end(d->watches->call, GRPC_STATUS_UNAVAILABLE, why);
+    watch_free(d, d->watches);
+  }
+}
+
+static void h_watch(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__WatchJobRequest *req = (const void *)m;
+  if (!need_id(call, req->has_id, req->id)) return;
+  if (d->draining) {
+    colo_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "colod is shutting down");
+    return;
+  }
+  colo_job_t job;
+  int rc = colo_store_job_get(d->store, req->id, &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  send_state(call, &job);
+  if (colo_job_state_terminal(job.state)) {
+    colo_job_clear(&job);
+    colo_rpc_stream_end(call, GRPC_STATUS_OK, NULL);
+    return;
+  }
+  colo_job_clear(&job);
+  if (d->n_watches >= d->cfg.max_watchers) {
+    colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "too many watchers (max_watchers=%u)",
+                  d->cfg.max_watchers);
+    return;
+  }
+  colod_watch_t *w = calloc(1, sizeof *w);
+  if (!w) {
+    colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  w->d = d;
+  w->call = call;
+  w->job_id = req->id;
+  w->progress = req->has_progress ? req->progress : 1;
+  w->next = d->watches;
+  if (d->watches) d->watches->prev = w;
+  d->watches = w;
+  d->n_watches++;
+  colo_rpc_call_on_cancel(call, watch_cancelled, w);
+}
+
+/* ---- hosts ---- */
+
+static colod_host_live_t *host_live(colod_t *d, uint64_t id) {
+  for (size_t i = 0; i < d->n_hosts; i++)
+    if (d->hosts[i].id == id) return &d->hosts[i];
+  return NULL;
+}
+
+static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
+  colod_host_live_t *h = host_live(d, id);
+  if (h) return h;
+  if (d->n_hosts == d->cap_hosts) {
+    size_t cap = d->cap_hosts ? d->cap_hosts * 2 : 16;
+    colod_host_live_t *n = realloc(d->hosts, cap * sizeof *n);
+    if (!n) return NULL;
+    d->hosts = n;
+    d->cap_hosts = cap;
+  }
+  h = &d->hosts[d->n_hosts++];
+  memset(h, 0, sizeof *h);
+  h->id = id;
+  return h;
+}
+
+static int load_host_cb(const colo_host_t *h, void *data) {
+  colod_t *d = data;
+  colod_host_live_t *l = host_live_add(d, h->id);
+  if (!l) return 1;
+  l->session = h->session;
+  l->state = h->state;
+  l->last_seen_ms = h->last_seen_ms;
+  l->last_seen_mono_ms = colod_mono_ms(d); /* a restarted colod gives every host a full timeout */
+  return 0;
+}
+
+int colod_hosts_load(colod_t *d) {
+  return colo_store_host_list(d->store, load_host_cb, d);
+}
+
+void colod_hosts_check(colod_t *d) {
+  uint64_t now = colod_mono_ms(d);
+  for (size_t i = 0; i < d->n_hosts; i++) {
+    colod_host_live_t *h = &d->hosts[i];
+    if (h->state != COLO_HOST_UP || now - h->last_seen_mono_ms < d->cfg.host_timeout_ms) continue;
+    if (colo_store_host_set_state(d->store, h->id, COLO_HOST_DOWN, h->last_seen_ms) < 0) {
+      colo_log(COLO_LOG_ERROR, "hosts", "cannot mark host %llu DOWN: %s", (unsigned long long)h->id,
+               colo_store_errmsg(d->store));
+      continue;
+    }
+    h->state = COLO_HOST_DOWN;
+    colo_log(COLO_LOG_WARN, "hosts", "host %llu is DOWN: no heartbeat for %llu ms",
+             (unsigned long long)h->id, (unsigned long long)(now - h->last_seen_mono_ms));
+  }
+}
+
+static int host_name_ok(const char *n) {
+  if (!n || !*n || strlen(n) > MAX_HOST_NAME) return 0;
+  for (const char *c = n; *c; c++)
+    if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+          *c == '-' || *c == '_' || *c == '.'))
+      return 0;
+  return 1;
+}
+
+static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__RegisterHostRequest *req = (const void *)m;
+  if (!host_name_ok(req->name)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "name must be 1 to %d characters of letters, digits, '-', '_' and '.'",
+                  MAX_HOST_NAME);
+    return;
+  }
+  if (!req->address || !req->address[0] || !bounded_str(req->address, MAX_ADDRESS)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "address must be 1 to %d bytes", MAX_ADDRESS);
+    return;
+  }
+  if (req->n_devices > MAX_DEVICES) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%zu devices exceed the limit of %d",
+                  req->n_devices, MAX_DEVICES);
+    return;
+  }
+  /* devices are stored as a packed Host message holding only them */
+  Colo__V1__Host hm = COLO__V1__HOST__INIT;
+  hm.n_devices = req->n_devices;
+  hm.devices = req->devices;
+  size_t len = colo__v1__host__get_packed_size(&hm);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf) {
+    colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  colo__v1__host__pack(&hm, buf);
+  colo_host_t h;
+  int rc = colo_store_host_register(d->store, req->name, req->address, buf, len, req->memory_bytes,
+                                    req->cpu_count, colod_now_ms(), &h);
+  free(buf);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  colod_host_live_t *l = host_live_add(d, h.id);
+  if (l) {
+    l->session = h.session;
+    l->state = COLO_HOST_UP;
+    l->last_seen_ms = h.last_seen_ms;
+    l->last_seen_mono_ms = colod_mono_ms(d);
+  }
+  colo_log(COLO_LOG_INFO, "hosts", "host %s (%llu) registered from %s, %zu devices, session %llu",
+           h.name, (unsigned long long)h.id, colo_rpc_call_peer(call), req->n_devices,
+           (unsigned long long)h.session);
+  Colo__V1__RegisterHostResponse r = COLO__V1__REGISTER_HOST_RESPONSE__INIT;
+  r.has_host_id = r.has_session = r.has_heartbeat_interval_ms = 1;
+  r.host_id = h.id;
+  r.session = h.session;
+  r.heartbeat_interval_ms = d->cfg.heartbeat_ms;
+  colo_rpc_reply(call, &r.base);
+  colo_host_clear(&h);
+}
+
+/* Liveness only, for now: the desired state (rank launches) comes with the scheduler. */
+static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__HeartbeatRequest *req = (const void *)m;
+  Colo__V1__HeartbeatResponse r = COLO__V1__HEARTBEAT_RESPONSE__INIT;
+  r.has_heartbeat_interval_ms = 1;
+  r.heartbeat_interval_ms = d->cfg.heartbeat_ms;
+  if (req->n_ranks > MAX_HB_RANKS) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%zu ranks exceed the limit of %d",
+                  req->n_ranks, MAX_HB_RANKS);
+    return;
+  }
+  colod_host_live_t *l = req->has_host_id ? host_live(d, req->host_id) : NULL;
+  if (!l || !req->has_session || l->session != req->session) {
+    r.has_reregister = 1;
+    r.reregister = 1;
+    colo_rpc_reply(call, &r.base);
+    return;
+  }
+  l->last_seen_mono_ms = colod_mono_ms(d);
+  l->last_seen_ms = colod_now_ms();
+  if (l->state != COLO_HOST_UP) {
+    if (colo_store_host_set_state(d->store, l->id, COLO_HOST_UP, l->last_seen_ms) == 0) {
+      l->state = COLO_HOST_UP;
+      colo_log(COLO_LOG_INFO, "hosts", "host %llu is UP again", (unsigned long long)l->id);
+    }
+  }
+  colo_rpc_reply(call, &r.base);
+}
+
+typedef struct {
+  colod_t *d;
+  Colo__V1__Host *hosts;
+  Colo__V1__Host **ptrs;
+  size_t n, cap;
+  int err;
+} hosts_acc_t;
+
+static int hosts_cb(const colo_host_t *h, void *data) {
+  hosts_acc_t *a = data;
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 16;
+    Colo__V1__Host *nh = realloc(a->hosts, cap * sizeof *nh);
+    if (!nh) {
+      a->err = COLO_ENOMEM;
+      return 1;
+    }
+    a->hosts = nh;
+    a->cap = cap;
+  }
+  Colo__V1__Host *m = &a->hosts[a->n];
+  Colo__V1__Host *dev = colo__v1__host__unpack(NULL, h->devices_len, h->devices);
+  colo__v1__host__init(m);
+  m->has_id = m->has_state = m->has_memory_bytes = m->has_cpu_count = 1;
+  m->has_registered_ms = m->has_last_seen_ms = m->has_devices_used = 1;
+  m->id = h->id;
+  m->name = strdup(h->name);
+  m->address = strdup(h->address);
+  colod_host_live_t *l = host_live(a->d, h->id);
+  m->state = (Colo__V1__HostState)(l ? l->state : h->state);
+  m->memory_bytes = h->memory_bytes;
+  m->cpu_count = h->cpu_count;
+  m->registered_ms = h->registered_ms;
+  m->last_seen_ms = l && l->last_seen_ms > h->last_seen_ms ? l->last_seen_ms : h->last_seen_ms;
+  m->devices_used = 0; /* no ranks are placed before the scheduler exists */
+  if (dev) {           /* take the devices over from the unpacked message */
+    m->n_devices = dev->n_devices;
+    m->devices = dev->devices;
+    dev->n_devices = 0;
+    dev->devices = NULL;
+    colo__v1__host__free_unpacked(dev, NULL);
+  }
+  a->n++;
+  return 0;
+}
+
+static void hosts_acc_free(hosts_acc_t *a) {
+  for (size_t i = 0; i < a->n; i++) {
+    Colo__V1__Host *m = &a->hosts[i];
+    free(m->name);
+    free(m->address);
+    for (size_t k = 0; k < m->n_devices; k++)
+      colo__v1__device__free_unpacked(m->devices[k], NULL);
+    free(m->devices);
+  }
+  free(a->hosts);
+  free(a->ptrs);
+}
+
+static void h_hosts(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  (void)m;
+  hosts_acc_t a = {.d = d};
+  int rc = colo_store_host_list(d->store, hosts_cb, &a);
+  if (rc == 0) rc = a.err;
+  if (rc == 0) {
+    a.ptrs = calloc(a.n ? a.n : 1, sizeof *a.ptrs);
+    if (!a.ptrs) rc = COLO_ENOMEM;
+  }
+  if (rc < 0) {
+    fail_store(d, call, rc);
+  } else {
+    for (size_t i = 0; i < a.n; i++)
+      a.ptrs[i] = &a.hosts[i];
+    Colo__V1__ListHostsResponse r = COLO__V1__LIST_HOSTS_RESPONSE__INIT;
+    r.n_hosts = a.n;
+    r.hosts = a.ptrs;
+    colo_rpc_reply(call, &r.base);
+  }
+  hosts_acc_free(&a);
+}
+
+static void h_cluster(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  (void)m;
+  uint32_t counts[COLO_JOB_STATE_MAX + 1];
+  hosts_acc_t a = {.d = d};
+  int rc = colo_store_job_counts(d->store, counts);
+  if (rc == 0) rc = colo_store_host_list(d->store, hosts_cb, &a);
+  if (rc == 0) rc = a.err;
+  if (rc < 0) {
+    hosts_acc_free(&a);
+    fail_store(d, call, rc);
+    return;
+  }
+  Colo__V1__GetClusterStatusResponse r = COLO__V1__GET_CLUSTER_STATUS_RESPONSE__INIT;
+  r.has_hosts_up = r.has_hosts_down = r.has_devices_total = r.has_devices_used = 1;
+  for (size_t i = 0; i < a.n; i++) {
+    if (a.hosts[i].state == COLO__V1__HOST_STATE__HOST_STATE_UP) {
+      r.hosts_up++;
+      r.devices_total += (uint32_t)a.hosts[i].n_devices;
+      r.devices_used += a.hosts[i].devices_used;
+    } else {
+      r.hosts_down++;
+    }
+  }
+  hosts_acc_free(&a);
+  r.has_jobs_pending = r.has_jobs_running = r.has_jobs_restarting = 1;
+  r.has_jobs_succeeded = r.has_jobs_failed = r.has_jobs_cancelled = 1;
+  r.jobs_pending = counts[COLO_JOB_PENDING];
+  r.jobs_running = counts[COLO_JOB_RUNNING];
+  r.jobs_restarting = counts[COLO_JOB_RESTARTING];
+  r.jobs_succeeded = counts[COLO_JOB_SUCCEEDED];
+  r.jobs_failed = counts[COLO_JOB_FAILED];
+  r.jobs_cancelled = counts[COLO_JOB_CANCELLED];
+  r.version = COLO_VERSION;
+  r.has_started_ms = 1;
+  r.started_ms = d->started_ms;
+  colo_rpc_reply(call, &r.base);
+}
+
+#define M(name, req, stream, fn)                                                                   \
+  { "/colo.v1.Cluster/" name, &colo__v1__##req##__descriptor, stream, fn }
+
+const colo_rpc_method_t colod_methods[] = {
+    M("SubmitJob", submit_job_request, 0, h_submit),
+    M("GetJob", get_job_request, 0, h_get),
+    M("ListJobs", list_jobs_request, 0, h_list),
+    M("CancelJob", cancel_job_request, 0, h_cancel),
+    M("ResumeJob", resume_job_request, 0, h_resume),
+    M("ListHosts", list_hosts_request, 0, h_hosts),
+    M("GetClusterStatus", get_cluster_status_request, 0, h_cluster),
+    M("WatchJob", watch_job_request, 1, h_watch),
+    M("RegisterHost", register_host_request, 0, h_register),
+    M("Heartbeat", heartbeat_request, 0, h_heartbeat),
+};
+const size_t colod_n_methods = sizeof colod_methods / sizeof colod_methods[0];

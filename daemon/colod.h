@@ -1,0 +1,61 @@
+/* colod: the coordinator's one context, passed everywhere. No other mutable globals. */
+#ifndef COLOD_H
+#define COLOD_H
+
+#include <stdint.h>
+
+#include <uv.h>
+
+#include "../proto/rpc.h"
+#include "../storage/store.h"
+#include "config.h"
+
+typedef struct colod_watch_s colod_watch_t;
+
+/* A host's liveness, kept in memory: heartbeats do not write to the database; only a change
+ * between UP and DOWN does. */
+typedef struct {
+  uint64_t id;
+  uint64_t session;
+  uint64_t last_seen_mono_ms;
+  int64_t last_seen_ms;
+  int state;
+} colod_host_live_t;
+
+typedef struct colod_s {
+  uv_loop_t *loop;
+  colod_config_t cfg;
+  const char *config_path; /* NULL: defaults and flags only */
+  char **overrides;        /* --set and flag settings, re-applied on reload */
+  int n_overrides;
+  colo_store_t *store;
+  colo_rpc_server_t *rpc;
+  uv_signal_t sig_term, sig_int, sig_hup;
+  uv_timer_t tick;
+  int64_t started_ms;
+  uint64_t watchdog_usec; /* 0: no systemd watchdog */
+  uint64_t last_watchdog_mono_ms;
+  colod_watch_t *watches;
+  uint32_t n_watches;
+  colod_host_live_t *hosts;
+  size_t n_hosts, cap_hosts;
+  int draining;
+  int exit_code;
+} colod_t;
+
+int64_t colod_now_ms(void);         /* wall clock, ms since the epoch */
+uint64_t colod_mono_ms(colod_t *d); /* loop time */
+
+/* api.c */
+extern const colo_rpc_method_t colod_methods[];
+extern const size_t colod_n_methods;
+/* Sends a job's state change to its watchers; ends their streams when it is terminal. */
+void colod_watch_notify(colod_t *d, const colo_job_t *job);
+/* Ends every watch stream (on shutdown). */
+void colod_watch_close_all(colod_t *d, const char *why);
+/* Loads host liveness from the store at start-up: every UP host gets a full host_timeout. */
+int colod_hosts_load(colod_t *d);
+/* Marks hosts DOWN whose heartbeats stopped for host_timeout. */
+void colod_hosts_check(colod_t *d);
+
+#endif

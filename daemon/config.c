@@ -1,0 +1,269 @@
+/* The config table and its YAML reader (libyaml). */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <yaml.h>
+
+#include "../common/error.h"
+#include "../common/log.h"
+
+typedef enum { T_STRING, T_DURATION, T_UINT, T_LOGLEVEL } ctype_t;
+
+typedef struct {
+  const char *name;
+  ctype_t type;
+  size_t offset;
+  size_t size; /* for strings */
+  uint64_t min, max;
+  const char *def;
+  int reloadable;
+  const char *help;
+} centry_t;
+
+#define F(field) offsetof(colod_config_t, field), sizeof(((colod_config_t *)0)->field)
+
+static const centry_t TABLE[] = {
+    {"listen", T_STRING, F(listen), 1, 0, "127.0.0.1:7070", 0,
+     "gRPC listen address, host:port (port 0 picks a free one)"},
+    {"state_dir", T_STRING, F(state_dir), 1, 0, "/var/lib/colo", 0,
+     "directory for colod.db (SQLite, WAL)"},
+    {"log_level", T_LOGLEVEL, F(log_level), 0, 3, "info", 1, "error, warn, info or debug"},
+    {"host_timeout", T_DURATION, F(host_timeout_ms), 1000, 600000, "10s", 1,
+     "a host whose heartbeats stop this long is DOWN"},
+    {"heartbeat_interval", T_DURATION, F(heartbeat_ms), 100, 60000, "1s", 1,
+     "how often workers heartbeat"},
+    {"drain_timeout", T_DURATION, F(drain_timeout_ms), 0, 300000, "10s", 1,
+     "on SIGTERM, how long in-flight calls may take before they are cancelled"},
+    {"max_message_kib", T_UINT, F(max_message_kib), 4, 65536, "4096", 0,
+     "largest request accepted, KiB"},
+    {"max_watchers", T_UINT, F(max_watchers), 1, 100000, "1024", 1, "concurrent WatchJob streams"},
+};
+#define N_TABLE (sizeof TABLE / sizeof TABLE[0])
+
+static const centry_t *find(const char *name) {
+  for (size_t i = 0; i < N_TABLE; i++)
+    if (strcmp(TABLE[i].name, name) == 0) return &TABLE[i];
+  return NULL;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t errlen, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(err, errlen, fmt, ap);
+  va_end(ap);
+  return COLO_EINVAL;
+}
+
+/* "10s", "500ms", "2m", "1h" or a plain number of milliseconds */
+static int parse_duration(const char *s, uint64_t *ms) {
+  char *end;
+  errno = 0;
+  if (!*s || *s == '-') return -1;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s) return -1;
+  uint64_t mul;
+  if (!*end || !strcmp(end, "ms"))
+    mul = 1;
+  else if (!strcmp(end, "s"))
+    mul = 1000;
+  else if (!strcmp(end, "m"))
+    mul = 60000;
+  else if (!strcmp(end, "h"))
+    mul = 3600000;
+  else
+    return -1;
+  if (v > UINT64_MAX / mul) return -1;
+  *ms = v * mul;
+  return 0;
+}
+
+static void fmt_duration(uint64_t ms, char *buf, size_t n) {
+  if (ms % 3600000 == 0 && ms)
+    snprintf(buf, n, "%lluh", (unsigned long long)(ms / 3600000));
+  else if (ms % 60000 == 0 && ms)
+    snprintf(buf, n, "%llum", (unsigned long long)(ms / 60000));
+  else if (ms % 1000 == 0 && ms)
+    snprintf(buf, n, "%llus", (unsigned long long)(ms / 1000));
+  else
+    snprintf(buf, n, "%llums", (unsigned long long)ms);
+}
+
+static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char *err,
+                 size_t errlen) {
+  char *field = (char *)cfg + e->offset;
+  char a[32], b[32];
+  switch (e->type) {
+  case T_STRING:
+    if (strlen(value) < e->min) return fail(err, errlen, "%s must not be empty", e->name);
+    if (strlen(value) >= e->size)
+      return fail(err, errlen, "%s is longer than %zu characters", e->name, e->size - 1);
+    memcpy(field, value, strlen(value) + 1);
+    return 0;
+  case T_LOGLEVEL: {
+    int lvl = colo_log_level_parse(value);
+    if (lvl < 0)
+      return fail(err, errlen, "log_level \"%s\" must be error, warn, info or debug", value);
+    *(int *)field = lvl;
+    return 0;
+  }
+  case T_DURATION: {
+    uint64_t ms;
+    if (parse_duration(value, &ms) < 0)
+      return fail(err, errlen, "%s \"%s\" is not a duration (like 10s, 500ms, 2m)", e->name, value);
+    if (ms < e->min || ms > e->max) {
+      fmt_duration(e->min, a, sizeof a);
+      fmt_duration(e->max, b, sizeof b);
+      return fail(err, errlen, "%s=%s must be between %s and %s", e->name, value, a, b);
+    }
+    *(uint32_t *)field = (uint32_t)ms;
+    return 0;
+  }
+  case T_UINT: {
+    char *end;
+    errno = 0;
+    unsigned long long v = *value == '-' ? 0 : strtoull(value, &end, 10);
+    if (*value == '-' || errno || !*value || *end)
+      return fail(err, errlen, "%s \"%s\" is not a non-negative integer", e->name, value);
+    if (v < e->min || v > e->max)
+      return fail(err, errlen, "%s=%llu must be between %llu and %llu", e->name, v,
+                  (unsigned long long)e->min, (unsigned long long)e->max);
+    *(uint32_t *)field = (uint32_t)v;
+    return 0;
+  }
+  }
+  return COLO_EINTERNAL;
+}
+
+void colod_config_defaults(colod_config_t *cfg) {
+  char err[256];
+  memset(cfg, 0, sizeof *cfg);
+  for (size_t i = 0; i < N_TABLE; i++)
+    if (apply(&TABLE[i], cfg, TABLE[i].def, err, sizeof err) < 0)
+      abort(); /* a bad default is a programming error caught by every test */
+}
+
+int colod_config_set(colod_config_t *cfg, const char *name, const char *value, char *err,
+                     size_t errlen) {
+  char namebuf[64];
+  if (!value) {
+    const char *eq = strchr(name, '=');
+    if (!eq || (size_t)(eq - name) >= sizeof namebuf)
+      return fail(err, errlen, "setting \"%s\" must look like name=value", name);
+    memcpy(namebuf, name, (size_t)(eq - name));
+    namebuf[eq - name] = '\0';
+    name = namebuf;
+    value = eq + 1;
+  }
+  const centry_t *e = find(name);
+  if (!e) return fail(err, errlen, "unknown setting \"%s\"", name);
+  colod_config_t tmp = *cfg;
+  int rc = apply(e, &tmp, value, err, errlen);
+  if (rc == 0) *cfg = tmp;
+  return rc;
+}
+
+int colod_config_load(colod_config_t *cfg, const char *path, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fail(err, errlen, "%s: %s", path, strerror(errno));
+    return COLO_EIO;
+  }
+  yaml_parser_t parser;
+  yaml_document_t doc;
+  yaml_parser_initialize(&parser);
+  yaml_parser_set_input_file(&parser, f);
+  if (!yaml_parser_load(&parser, &doc)) {
+    fail(err, errlen, "%s:%zu: %s", path, parser.problem_mark.line + 1,
+         parser.problem ? parser.problem : "invalid YAML");
+    yaml_parser_delete(&parser);
+    fclose(f);
+    return COLO_EPARSE;
+  }
+  yaml_parser_delete(&parser);
+  fclose(f);
+  colod_config_t tmp = *cfg;
+  int rc = 0;
+  yaml_node_t *root = yaml_document_get_root_node(&doc);
+  if (!root) {
+    /* an empty file is a valid, empty configuration */
+  } else if (root->type != YAML_MAPPING_NODE) {
+    rc = fail(err, errlen, "%s:%zu: expected a mapping of settings", path,
+              root->start_mark.line + 1);
+  } else {
+    for (yaml_node_pair_t *p = root->data.mapping.pairs.start;
+         rc == 0 && p < root->data.mapping.pairs.top; p++) {
+      yaml_node_t *k = yaml_document_get_node(&doc, p->key);
+      yaml_node_t *v = yaml_document_get_node(&doc, p->value);
+      if (!k || !v || k->type != YAML_SCALAR_NODE || v->type != YAML_SCALAR_NODE) {
+        rc = fail(err, errlen, "%s:%zu: settings must be name: value", path,
+                  (k ? k->start_mark.line : 0) + 1);
+        break;
+      }
+      char why[512];
+      const char *name = (const char *)k->data.scalar.value;
+      const centry_t *e = find(name);
+      if (!e)
+        rc =
+            fail(err, errlen, "%s:%zu: unknown setting \"%s\"", path, k->start_mark.line + 1, name);
+      else if (apply(e, &tmp, (const char *)v->data.scalar.value, why, sizeof why) < 0)
+        rc = fail(err, errlen, "%s:%zu: %s", path, v->start_mark.line + 1, why);
+    }
+  }
+  yaml_document_delete(&doc);
+  if (rc == 0) *cfg = tmp;
+  return rc;
+}
+
+static void value_str(const centry_t *e, const colod_config_t *cfg, char *buf, size_t n) {
+  const char *field = (const char *)cfg + e->offset;
+  switch (e->type) {
+  case T_STRING:
+    snprintf(buf, n, "%s", field);
+    break;
+  case T_LOGLEVEL:
+    snprintf(buf, n, "%s", colo_log_level_name((colo_log_level_t) * (const int *)field));
+    break;
+  case T_DURATION:
+    fmt_duration(*(const uint32_t *)field, buf, n);
+    break;
+  case T_UINT:
+    snprintf(buf, n, "%u", *(const uint32_t *)field);
+    break;
+  }
+}
+
+void colod_config_print(const colod_config_t *cfg, FILE *out) {
+  for (size_t i = 0; i < N_TABLE; i++) {
+    char v[1100];
+    value_str(&TABLE[i], cfg, v, sizeof v);
+    fprintf(out, "# %s (default %s%s)\n%s: \"%s\"\n", TABLE[i].help, TABLE[i].def,
+            TABLE[i].reloadable ? "; SIGHUP reloads it" : "; needs a restart", TABLE[i].name, v);
+  }
+}
+
+int colod_config_reload(colod_config_t *cur, const colod_config_t *next) {
+  int applied = 0;
+  for (size_t i = 0; i < N_TABLE; i++) {
+    const centry_t *e = &TABLE[i];
+    char *a = (char *)cur + e->offset;
+    const char *b = (const char *)next + e->offset;
+    size_t sz = e->type == T_STRING ? e->size : (e->type == T_LOGLEVEL ? sizeof(int) : 4);
+    if (memcmp(a, b, sz) == 0) continue;
+    char v[1100];
+    value_str(e, next, v, sizeof v);
+    if (e->reloadable) {
+      memcpy(a, b, sz);
+      applied++;
+      colo_log(COLO_LOG_INFO, "config", "reloaded %s = %s", e->name, v);
+    } else {
+      colo_log(COLO_LOG_WARN, "config", "%s changed to %s; restart colod to apply it", e->name, v);
+    }
+  }
+  return applied;
+}

@@ -1,0 +1,40 @@
+/* colod configuration: one table drives the YAML config file, --set overrides, validation
+ * messages, SIGHUP reloads and --print-config. */
+#ifndef COLOD_CONFIG_H
+#define COLOD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+typedef struct {
+  char listen[256];          /* gRPC listen address */
+  char state_dir[1024];      /* SQLite database and other state */
+  int log_level;             /* colo_log_level_t */
+  uint32_t host_timeout_ms;  /* a host silent this long is DOWN */
+  uint32_t heartbeat_ms;     /* interval told to workers */
+  uint32_t drain_timeout_ms; /* SIGTERM: how long in-flight calls may take */
+  uint32_t max_message_kib;  /* largest request accepted */
+  uint32_t max_watchers;     /* concurrent WatchJob streams */
+} colod_config_t;
+
+/* Defaults from the table. */
+void colod_config_defaults(colod_config_t *cfg);
+
+/* Applies one "name=value" (or name and value) setting. Returns 0 or COLO_EINVAL with an exact
+ * message in err, leaving cfg untouched. */
+int colod_config_set(colod_config_t *cfg, const char *name, const char *value, char *err,
+                     size_t errlen);
+
+/* Reads a YAML mapping of settings from path on top of cfg. All or nothing: on error cfg is
+ * untouched and err says "FILE:LINE: why". */
+int colod_config_load(colod_config_t *cfg, const char *path, char *err, size_t errlen);
+
+/* Prints every setting with its value and help, as a valid config file. */
+void colod_config_print(const colod_config_t *cfg, FILE *out);
+
+/* Copies the settings that may change at run time from `next` into `cur` and logs, for each
+ * setting that changed but needs a restart, a warning. Returns how many were applied. */
+int colod_config_reload(colod_config_t *cur, const colod_config_t *next);
+
+#endif

@@ -1,0 +1,285 @@
+/* colod: the coordinator. Parses flags and the config file, opens the store, serves the gRPC
+ * API on a libuv loop, talks to systemd (READY, WATCHDOG, STOPPING), drains on SIGTERM and
+ * reloads its config on SIGHUP. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include <systemd/sd-daemon.h>
+
+#include "../common/error.h"
+#include "../common/log.h"
+#include "colod.h"
+
+#define TICK_MS 250
+
+int64_t colod_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t colod_mono_ms(colod_t *d) {
+  uv_update_time(d->loop);
+  return uv_now(d->loop);
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: colod [options]\n"
+          "\n"
+          "The colo coordinator: tracks hosts and jobs in SQLite and serves the colo.v1.Cluster\n"
+          "gRPC API.\n"
+          "\n"
+          "options:\n"
+          "  -c, --config FILE      YAML config file (see --print-config for every setting)\n"
+          "  -l, --listen ADDR      listen address (default 127.0.0.1:7070)\n"
+          "  -s, --state-dir DIR    state directory holding colod.db (default /var/lib/colo)\n"
+          "      --log-level LEVEL  error, warn, info or debug (default info)\n"
+          "      --set NAME=VALUE   override any setting\n"
+          "      --print-config     print the effective configuration and exit\n"
+          "  -h, --help             this help\n"
+          "      --version          print the version\n"
+          "\n"
+          "signals: SIGTERM/SIGINT drain in-flight calls and exit 0; SIGHUP reloads the config\n"
+          "file (settings marked reloadable in --print-config).\n");
+}
+
+/* The effective config: defaults, then the file, then overrides in order. */
+static int build_config(colod_t *d, colod_config_t *cfg, char *err, size_t errlen) {
+  colod_config_defaults(cfg);
+  if (d->config_path) {
+    int rc = colod_config_load(cfg, d->config_path, err, errlen);
+    if (rc < 0) return rc;
+  }
+  for (int i = 0; i < d->n_overrides; i++) {
+    int rc = colod_config_set(cfg, d->overrides[i], NULL, err, errlen);
+    if (rc < 0) return rc;
+  }
+  return 0;
+}
+
+static void on_closed_handle(uv_handle_t *h) {
+  (void)h;
+}
+
+static void on_rpc_closed(colo_rpc_server_t *srv, void *data) {
+  colod_t *d = data;
+  (void)srv;
+  d->rpc = NULL;
+  uv_close((uv_handle_t *)&d->tick, on_closed_handle);
+  uv_close((uv_handle_t *)&d->sig_term, on_closed_handle);
+  uv_close((uv_handle_t *)&d->sig_int, on_closed_handle);
+  uv_close((uv_handle_t *)&d->sig_hup, on_closed_handle);
+  colo_log(COLO_LOG_INFO, "main", "stopped");
+}
+
+static void begin_drain(colod_t *d, const char *why) {
+  if (d->draining) return;
+  d->draining = 1;
+  sd_notify(0, "STOPPING=1\nSTATUS=draining");
+  colo_log(COLO_LOG_INFO, "main", "%s: draining %zu in-flight calls (up to %u ms)", why,
+           colo_rpc_server_live_calls(d->rpc), d->cfg.drain_timeout_ms);
+  colod_watch_close_all(d, "colod is shutting down");
+  colo_rpc_server_shutdown(d->rpc, d->cfg.drain_timeout_ms, on_rpc_closed, d);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+  colod_t *d = s->data;
+  if (signum == SIGHUP) {
+    colod_config_t next;
+    char err[512];
+    if (build_config(d, &next, err, sizeof err) < 0) {
+      colo_log(COLO_LOG_ERROR, "config", "reload failed, keeping the running config: %s", err);
+      return;
+    }
+    int n = colod_config_reload(&d->cfg, &next);
+    colo_log_set_level((colo_log_level_t)d->cfg.log_level);
+    colo_log(COLO_LOG_INFO, "config", "reloaded %s: %d settings changed",
+             d->config_path ? d->config_path : "(no config file)", n);
+    return;
+  }
+  begin_drain(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");
+}
+
+static void on_tick(uv_timer_t *t) {
+  colod_t *d = t->data;
+  uint64_t now = colod_mono_ms(d);
+  if (d->watchdog_usec && (now - d->last_watchdog_mono_ms) * 1000 >= d->watchdog_usec / 2) {
+    sd_notify(0, "WATCHDOG=1");
+    d->last_watchdog_mono_ms = now;
+  }
+  if (!d->draining) colod_hosts_check(d);
+}
+
+static int ensure_dir(const char *path, char *err, size_t errlen) {
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    if (!S_ISDIR(sb.st_mode)) {
+      snprintf(err, errlen, "state_dir %s is not a directory", path);
+      return COLO_EINVAL;
+    }
+    return 0;
+  }
+  if (mkdir(path, 0750) != 0) {
+    snprintf(err, errlen, "cannot create state_dir %s: %s", path, strerror(errno));
+    return COLO_EIO;
+  }
+  return 0;
+}
+
+static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
+  colod_t d = *dp;
+  int print_config = 0;
+  enum { OPT_LOG = 256, OPT_SET, OPT_PRINT, OPT_VERSION };
+  static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                       {"listen", required_argument, 0, 'l'},
+                                       {"state-dir", required_argument, 0, 's'},
+                                       {"log-level", required_argument, 0, OPT_LOG},
+                                       {"set", required_argument, 0, OPT_SET},
+                                       {"print-config", no_argument, 0, OPT_PRINT},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, OPT_VERSION},
+                                       {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "c:l:s:h", opts, NULL)) != -1) {
+    const char *name = NULL;
+    switch (c) {
+    case 'c':
+      d.config_path = optarg;
+      break;
+    case 'l':
+      name = "listen";
+      break;
+    case 's':
+      name = "state_dir";
+      break;
+    case OPT_LOG:
+      name = "log_level";
+      break;
+    case OPT_SET:
+      d.overrides[d.n_overrides++] = optarg;
+      break;
+    case OPT_PRINT:
+      print_config = 1;
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    case OPT_VERSION:
+      printf("colod %s\n", COLO_VERSION);
+      return 0;
+    default:
+      fprintf(stderr, "colod: try 'colod --help'\n");
+      return 2;
+    }
+    if (name) {
+      snprintf(flagbuf[d.n_overrides], sizeof flagbuf[0], "%s=%s", name, optarg);
+      d.overrides[d.n_overrides] = flagbuf[d.n_overrides];
+      d.n_overrides++;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "colod: unexpected argument '%s'; try 'colod --help'\n", argv[optind]);
+    return 2;
+  }
+
+  char err[1024];
+  if (build_config(&d, &d.cfg, err, sizeof err) < 0) {
+    fprintf(stderr, "colod: %s\n", err);
+    return 2;
+  }
+  if (print_config) {
+    colod_config_print(&d.cfg, stdout);
+    return 0;
+  }
+  colo_log_set_prefix("colod");
+  colo_log_set_level((colo_log_level_t)d.cfg.log_level);
+
+  if (ensure_dir(d.cfg.state_dir, err, sizeof err) < 0) {
+    colo_log(COLO_LOG_ERROR, "main", "%s", err);
+    return 1;
+  }
+  char dbpath[1100];
+  snprintf(dbpath, sizeof dbpath, "%s/colod.db", d.cfg.state_dir);
+  if (colo_store_open(dbpath, &d.store, err, sizeof err) < 0) {
+    colo_log(COLO_LOG_ERROR, "main", "%s", err);
+    return 1;
+  }
+  if (colo_store_integrity_check(d.store) < 0) {
+    colo_log(COLO_LOG_ERROR, "main", "database %s fails its integrity check: %s", dbpath,
+             colo_store_errmsg(d.store));
+    colo_store_close(d.store);
+    return 1;
+  }
+
+  d.loop = uv_default_loop();
+  d.started_ms = colod_now_ms();
+  if (colod_hosts_load(&d) < 0) {
+    colo_log(COLO_LOG_ERROR, "main", "cannot load hosts: %s", colo_store_errmsg(d.store));
+    colo_store_close(d.store);
+    return 1;
+  }
+  colo_rpc_server_opts_t ro = {0};
+  ro.listen = d.cfg.listen;
+  ro.max_message_bytes = (size_t)d.cfg.max_message_kib * 1024;
+  if (colo_rpc_server_start(d.loop, &ro, colod_methods, colod_n_methods, &d, &d.rpc, err,
+                            sizeof err) < 0) {
+    colo_log(COLO_LOG_ERROR, "main", "%s", err);
+    colo_store_close(d.store);
+    return 1;
+  }
+
+  uv_signal_init(d.loop, &d.sig_term);
+  uv_signal_init(d.loop, &d.sig_int);
+  uv_signal_init(d.loop, &d.sig_hup);
+  d.sig_term.data = d.sig_int.data = d.sig_hup.data = &d;
+  uv_signal_start(&d.sig_term, on_signal, SIGTERM);
+  uv_signal_start(&d.sig_int, on_signal, SIGINT);
+  uv_signal_start(&d.sig_hup, on_signal, SIGHUP);
+  uv_timer_init(d.loop, &d.tick);
+  d.tick.data = &d;
+  uv_timer_start(&d.tick, on_tick, TICK_MS, TICK_MS);
+  if (sd_watchdog_enabled(0, &d.watchdog_usec) <= 0) d.watchdog_usec = 0;
+
+  char host[300];
+  snprintf(host, sizeof host, "%s", d.cfg.listen);
+  char *colon = strrchr(host, ':');
+  if (colon) *colon = '\0';
+  colo_log(COLO_LOG_INFO, "main", "colod %s listening on %s:%d, state in %s", COLO_VERSION, host,
+           colo_rpc_server_port(d.rpc), dbpath);
+  /* scripts read the bound port from this line when they ask for port 0 */
+  printf("colod listening on %s:%d\n", host, colo_rpc_server_port(d.rpc));
+  fflush(stdout);
+  sd_notifyf(0, "READY=1\nSTATUS=listening on %s:%d", host, colo_rpc_server_port(d.rpc));
+  if (d.watchdog_usec) {
+    sd_notify(0, "WATCHDOG=1");
+    d.last_watchdog_mono_ms = colod_mono_ms(&d);
+  }
+
+  uv_run(d.loop, UV_RUN_DEFAULT);
+
+  colo_store_close(d.store);
+  uv_loop_close(d.loop);
+  free(d.hosts);
+  return d.exit_code;
+}
+
+int main(int argc, char **argv) {
+  colod_t d;
+  memset(&d, 0, sizeof d);
+  d.overrides = calloc((size_t)argc + 1, sizeof *d.overrides);
+  char(*flagbuf)[1200] = calloc((size_t)argc + 1, sizeof *flagbuf);
+  int rc = 1;
+  if (d.overrides && flagbuf)
+    rc = run(argc, argv, &d, flagbuf);
+  else
+    fprintf(stderr, "colod: out of memory\n");
+  free(d.overrides);
+  free(flagbuf);
+  return rc;
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of colo from Debian's packages.
+# Idempotent and non-interactive: packages already present are left alone.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config git ca-certificates curl
+  libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
+  libsqlite3-dev sqlite3 libsystemd-dev systemd libyaml-dev libcjson-dev
+  libopenblas-dev
+  # tests: a third-party gRPC client, protoc for its Python messages
+  python3 python3-grpcio python3-protobuf protobuf-compiler
+  procps iproute2 clang-format
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+    missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,829 @@
+/* colo_store: SQLite schema, migrations and the typed store API. Every statement is prepared
+ * once (the STMTS table below) and reset after use. */
+#include "store.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "../common/error.h"
+
+/* ---- schema: one entry per version, applied in order inside one transaction each ---- */
+
+static const char *const MIGRATIONS[] = {
+    /* 1: hosts, jobs and their events */
+    "CREATE TABLE hosts ("
+    "  id INTEGER PRIMARY KEY,"
+    "  name TEXT NOT NULL UNIQUE,"
+    "  address TEXT NOT NULL,"
+    "  state INTEGER NOT NULL,"
+    "  session INTEGER NOT NULL DEFAULT 0,"
+    "  devices BLOB NOT NULL DEFAULT x'',"
+    "  memory_bytes INTEGER NOT NULL DEFAULT 0,"
+    "  cpu_count INTEGER NOT NULL DEFAULT 0,"
+    "  registered_ms INTEGER NOT NULL,"
+    "  last_seen_ms INTEGER NOT NULL);"
+    "CREATE TABLE jobs ("
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
+    "  name TEXT NOT NULL,"
+    "  state INTEGER NOT NULL CHECK (state BETWEEN 1 AND 6),"
+    "  spec BLOB NOT NULL,"
+    "  attempt INTEGER NOT NULL DEFAULT 0,"
+    "  restarts INTEGER NOT NULL DEFAULT 0,"
+    "  max_restarts INTEGER NOT NULL,"
+    "  message TEXT NOT NULL DEFAULT '',"
+    "  created_ms INTEGER NOT NULL,"
+    "  updated_ms INTEGER NOT NULL);"
+    "CREATE INDEX jobs_state ON jobs(state);"
+    "CREATE TABLE job_events ("
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  seq INTEGER NOT NULL,"
+    "  state INTEGER NOT NULL,"
+    "  message TEXT NOT NULL,"
+    "  time_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, seq));",
+
+    /* 2: attempts with their ranks, checkpoints, idempotent submits, chosen resume step */
+    "ALTER TABLE jobs ADD COLUMN client_token TEXT;"
+    "CREATE UNIQUE INDEX jobs_client_token ON jobs(client_token) WHERE client_token IS NOT NULL;"
+    "ALTER TABLE jobs ADD COLUMN resume_step INTEGER NOT NULL DEFAULT 0;"
+    "CREATE TABLE job_attempts ("
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  attempt INTEGER NOT NULL,"
+    "  state INTEGER NOT NULL,"
+    "  resume_step INTEGER NOT NULL DEFAULT 0,"
+    "  started_ms INTEGER NOT NULL,"
+    "  ended_ms INTEGER,"
+    "  end_message TEXT NOT NULL DEFAULT '',"
+    "  PRIMARY KEY (job_id, attempt));"
+    "CREATE TABLE ranks ("
+    "  job_id INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  rank INTEGER NOT NULL,"
+    "  host_id INTEGER NOT NULL REFERENCES hosts(id),"
+    "  device_index INTEGER NOT NULL,"
+    "  dp_idx INTEGER NOT NULL,"
+    "  tp_idx INTEGER NOT NULL,"
+    "  pp_idx INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, attempt, rank),"
+    "  FOREIGN KEY (job_id, attempt) REFERENCES job_attempts(job_id, attempt) ON DELETE CASCADE);"
+    "CREATE INDEX ranks_host ON ranks(host_id);"
+    "CREATE TABLE checkpoints ("
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  step INTEGER NOT NULL,"
+    "  attempt INTEGER NOT NULL,"
+    "  path TEXT NOT NULL,"
+    "  manifest_sha256 TEXT NOT NULL,"
+    "  bytes INTEGER NOT NULL,"
+    "  created_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, step));",
+};
+#define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
+_Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
+
+/* ---- prepared statements ---- */
+
+#define JOB_COLS                                                                                   \
+  "id, name, state, attempt, restarts, max_restarts, created_ms, updated_ms, message, "            \
+  "resume_step, coalesce(client_token, ''), spec"
+
+#define HOST_COLS                                                                                  \
+  "id, name, address, state, session, memory_bytes, cpu_count, registered_ms, last_seen_ms, "      \
+  "devices"
+
+#define STMTS(XX)                                                                                  \
+  XX(BEGIN, "BEGIN IMMEDIATE")                                                                     \
+  XX(COMMIT, "COMMIT")                                                                             \
+  XX(ROLLBACK, "ROLLBACK")                                                                         \
+  XX(JOB_INSERT, "INSERT INTO jobs (name, state, spec, max_restarts, created_ms, updated_ms, "     \
+                 "message, client_token) VALUES (?1, 1, ?2, ?3, ?4, ?4, 'submitted', ?5)")         \
+  XX(JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                       \
+  XX(JOB_BY_TOKEN, "SELECT " JOB_COLS " FROM jobs WHERE client_token = ?1")                        \
+  XX(JOB_LIST, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 AND (?2 = 0 OR ((?2 >> state) & 1)) "  \
+               "ORDER BY id LIMIT ?3")                                                             \
+  XX(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                                \
+  XX(JOB_UPDATE, "UPDATE jobs SET state = ?2, attempt = ?3, restarts = ?4, message = ?5, "         \
+                 "updated_ms = ?6, resume_step = ?7 WHERE id = ?1")                                \
+  XX(EVENT_INSERT, "INSERT INTO job_events (job_id, seq, state, message, time_ms) "                \
+                   "VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events "                \
+                   "WHERE job_id = ?1), ?2, ?3, ?4)")                                              \
+  XX(EVENT_LIST, "SELECT job_id, seq, state, message, time_ms FROM job_events "                    \
+                 "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq")                                    \
+  XX(ATTEMPT_INSERT, "INSERT INTO job_attempts (job_id, attempt, state, resume_step, started_ms) " \
+                     "VALUES (?1, ?2, 2, ?3, ?4)")                                                 \
+  XX(ATTEMPT_END, "UPDATE job_attempts SET state = ?3, ended_ms = ?4, end_message = ?5 "           \
+                  "WHERE job_id = ?1 AND attempt = ?2 AND ended_ms IS NULL")                       \
+  XX(RANK_INSERT, "INSERT INTO ranks (job_id, attempt, rank, host_id, device_index, dp_idx, "      \
+                  "tp_idx, pp_idx) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                       \
+  XX(RANK_LIST, "SELECT rank, host_id, device_index, dp_idx, tp_idx, pp_idx FROM ranks "           \
+                "WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank")                                \
+  XX(HOST_UPSERT, "INSERT INTO hosts (name, address, state, session, devices, memory_bytes, "      \
+                  "cpu_count, registered_ms, last_seen_ms) VALUES (?1, ?2, 1, 1, ?3, ?4, ?5, ?6, " \
+                  "?6) ON CONFLICT(name) DO UPDATE SET address = excluded.address, state = 1, "    \
+                  "session = session + 1, devices = excluded.devices, "                            \
+                  "memory_bytes = excluded.memory_bytes, cpu_count = excluded.cpu_count, "         \
+                  "registered_ms = excluded.registered_ms, last_seen_ms = excluded.last_seen_ms")  \
+  XX(HOST_BY_NAME, "SELECT " HOST_COLS " FROM hosts WHERE name = ?1")                              \
+  XX(HOST_GET, "SELECT " HOST_COLS " FROM hosts WHERE id = ?1")                                    \
+  XX(HOST_LIST, "SELECT " HOST_COLS " FROM hosts ORDER BY name")                                   \
+  XX(HOST_STATE,                                                                                   \
+     "UPDATE hosts SET state = ?2, last_seen_ms = max(last_seen_ms, ?3) WHERE id = ?1")            \
+  XX(HOST_TOUCH, "UPDATE hosts SET last_seen_ms = ?2 WHERE id = ?1")                               \
+  XX(CKPT_INSERT, "INSERT INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, " \
+                  "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")                               \
+  XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms "          \
+                "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")
+
+enum {
+#define XX(name, sql) S_##name,
+  STMTS(XX)
+#undef XX
+      N_STMTS
+};
+
+static const char *const STMT_SQL[] = {
+#define XX(name, sql) sql,
+    STMTS(XX)
+#undef XX
+};
+
+struct colo_store_s {
+  sqlite3 *db;
+  sqlite3_stmt *stmt[N_STMTS];
+  char errmsg[512];
+};
+
+/* ---- small helpers ---- */
+
+static int db_fail(colo_store_t *st, int rc, const char *what) {
+  snprintf(st->errmsg, sizeof st->errmsg, "%s: %s", what, sqlite3_errmsg(st->db));
+  if (rc == SQLITE_CONSTRAINT) return COLO_EEXIST;
+  if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) return COLO_EBUSY;
+  return COLO_EDB;
+}
+
+static sqlite3_stmt *stmt(colo_store_t *st, int which) {
+  sqlite3_stmt *s = st->stmt[which];
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+  return s;
+}
+
+static void copy_text(char *dst, size_t cap, sqlite3_stmt *s, int col) {
+  const unsigned char *t = sqlite3_column_text(s, col);
+  snprintf(dst, cap, "%s", t ? (const char *)t : "");
+}
+
+static int step_done(colo_store_t *st, sqlite3_stmt *s, const char *what) {
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return db_fail(st, rc, what);
+  return 0;
+}
+
+static int begin(colo_store_t *st) {
+  return step_done(st, stmt(st, S_BEGIN), "begin");
+}
+
+static int commit(colo_store_t *st) {
+  return step_done(st, stmt(st, S_COMMIT), "commit");
+}
+
+static void rollback(colo_store_t *st) {
+  if (!sqlite3_get_autocommit(st->db)) {
+    sqlite3_step(stmt(st, S_ROLLBACK));
+    sqlite3_reset(st->stmt[S_ROLLBACK]);
+  }
+}
+
+static void *dup_blob(const void *p, size_t n) {
+  void *d = malloc(n ? n : 1);
+  if (d && n) memcpy(d, p, n);
+  return d;
+}
+
+/* ---- states ---- */
+
+const char *colo_job_state_name(int state) {
+  static const char *names[] = {"UNKNOWN",   "PENDING", "RUNNING",  "RESTARTING",
+                                "SUCCEEDED", "FAILED",  "CANCELLED"};
+  return (state >= 1 && state <= COLO_JOB_STATE_MAX) ? names[state] : names[0];
+}
+
+int colo_job_state_terminal(int state) {
+  return state == COLO_JOB_SUCCEEDED || state == COLO_JOB_FAILED || state == COLO_JOB_CANCELLED;
+}
+
+int colo_job_transition_allowed(int from, int to) {
+  /* allowed[from] is a bit set of target states */
+#define B(s) (1u << (s))
+  static const unsigned allowed[COLO_JOB_STATE_MAX + 1] = {
+      [COLO_JOB_PENDING] = B(COLO_JOB_RUNNING) | B(COLO_JOB_CANCELLED) | B(COLO_JOB_FAILED),
+      [COLO_JOB_RUNNING] = B(COLO_JOB_SUCCEEDED) | B(COLO_JOB_FAILED) | B(COLO_JOB_RESTARTING) |
+                           B(COLO_JOB_CANCELLED),
+      [COLO_JOB_RESTARTING] = B(COLO_JOB_RUNNING) | B(COLO_JOB_FAILED) | B(COLO_JOB_CANCELLED),
+      [COLO_JOB_FAILED] = B(COLO_JOB_PENDING),
+      [COLO_JOB_CANCELLED] = B(COLO_JOB_PENDING),
+  };
+#undef B
+  if (from < 1 || from > COLO_JOB_STATE_MAX || to < 1 || to > COLO_JOB_STATE_MAX) return 0;
+  return (allowed[from] >> to) & 1u;
+}
+
+/* ---- open, migrate, close ---- */
+
+static int exec(colo_store_t *st, const char *sql, const char *what) {
+  char *msg = NULL;
+  int rc = sqlite3_exec(st->db, sql, NULL, NULL, &msg);
+  if (rc != SQLITE_OK) {
+    snprintf(st->errmsg, sizeof st->errmsg, "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
+    sqlite3_free(msg);
+    return COLO_EDB;
+  }
+  return 0;
+}
+
+static int user_version(colo_store_t *st) {
+  sqlite3_stmt *s;
+  int v = -1;
+  if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK) {
+    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int(s, 0);
+    sqlite3_finalize(s);
+  }
+  return v;
+}
+
+static int migrate(colo_store_t *st, int target) {
+  int v = user_version(st);
+  if (v < 0) {
+    snprintf(st->errmsg, sizeof st->errmsg, "cannot read the schema version: %s",
+             sqlite3_errmsg(st->db));
+    return COLO_EDB;
+  }
+  if (v > N_MIGRATIONS) {
+    snprintf(st->errmsg, sizeof st->errmsg,
+             "database schema version %d is newer than this build supports (%d)", v, N_MIGRATIONS);
+    return COLO_ESTATE;
+  }
+  for (; v < target; v++) {
+    char what[64], bump[64];
+    snprintf(what, sizeof what, "migration to schema version %d", v + 1);
+    snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v + 1);
+    int rc = exec(st, "BEGIN IMMEDIATE", what);
+    if (rc == 0) rc = exec(st, MIGRATIONS[v], what);
+    if (rc == 0) rc = exec(st, bump, what);
+    if (rc == 0) rc = exec(st, "COMMIT", what);
+    if (rc < 0) {
+      char keep[512];
+      snprintf(keep, sizeof keep, "%s", st->errmsg);
+      exec(st, "ROLLBACK", "rollback");
+      snprintf(st->errmsg, sizeof st->errmsg, "%s", keep);
+      return rc;
+    }
+  }
+  return 0;
+}
+
+int colo_store_open_at(const char *path, int version, colo_store_t **out, char *err,
+                       size_t errlen) {
+  colo_store_t *st = calloc(1, sizeof *st);
+  if (!st) {
+    snprintf(err, errlen, "out of memory");
+    return COLO_ENOMEM;
+  }
+  int rc = sqlite3_open_v2(path, &st->db,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL);
+  if (rc != SQLITE_OK) {
+    snprintf(err, errlen, "cannot open database %s: %s", path,
+             st->db ? sqlite3_errmsg(st->db) : sqlite3_errstr(rc));
+    sqlite3_close(st->db);
+    free(st);
+    return COLO_EDB;
+  }
+  sqlite3_busy_timeout(st->db, 5000);
+  int err_rc = exec(st, "PRAGMA journal_mode = WAL", "enable WAL");
+  if (err_rc == 0) err_rc = exec(st, "PRAGMA synchronous = FULL", "set synchronous");
+  if (err_rc == 0) err_rc = exec(st, "PRAGMA foreign_keys = ON", "enable foreign keys");
+  if (err_rc == 0) err_rc = migrate(st, version);
+  if (err_rc == 0 && version == N_MIGRATIONS) {
+    for (int i = 0; i < N_STMTS; i++) {
+      if (sqlite3_prepare_v3(st->db, STMT_SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
+                             NULL) != SQLITE_OK) {
+        snprintf(st->errmsg, sizeof st->errmsg, "prepare statement %d: %s", i,
+                 sqlite3_errmsg(st->db));
+        err_rc = COLO_EDB;
+        break;
+      }
+    }
+  }
+  if (err_rc < 0) {
+    snprintf(err, errlen, "%s: %s", path, st->errmsg);
+    colo_store_close(st);
+    return err_rc;
+  }
+  *out = st;
+  return 0;
+}
+
+int colo_store_open(const char *path, colo_store_t **out, char *err, size_t errlen) {
+  return colo_store_open_at(path, COLO_STORE_SCHEMA_VERSION, out, err, errlen);
+}
+
+void colo_store_close(colo_store_t *st) {
+  if (!st) return;
+  for (int i = 0; i < N_STMTS; i++)
+    sqlite3_finalize(st->stmt[i]);
+  sqlite3_close(st->db);
+  free(st);
+}
+
+const char *colo_store_errmsg(const colo_store_t *st) {
+  return st->errmsg;
+}
+
+int colo_store_schema_version(colo_store_t *st) {
+  return user_version(st);
+}
+
+int colo_store_integrity_check(colo_store_t *st) {
+  sqlite3_stmt *s;
+  int rc = COLO_EDB;
+  if (sqlite3_prepare_v2(st->db, "PRAGMA integrity_check", -1, &s, NULL) != SQLITE_OK)
+    return db_fail(st, SQLITE_ERROR, "integrity_check");
+  if (sqlite3_step(s) == SQLITE_ROW) {
+    const unsigned char *t = sqlite3_column_text(s, 0);
+    if (t && strcmp((const char *)t, "ok") == 0)
+      rc = 0;
+    else
+      snprintf(st->errmsg, sizeof st->errmsg, "integrity_check: %s", t ? (const char *)t : "?");
+  }
+  sqlite3_finalize(s);
+  return rc;
+}
+
+/* ---- jobs ---- */
+
+void colo_job_clear(colo_job_t *job) {
+  free(job->spec);
+  memset(job, 0, sizeof *job);
+}
+
+static int read_job(sqlite3_stmt *s, colo_job_t *j) {
+  memset(j, 0, sizeof *j);
+  j->id = (uint64_t)sqlite3_column_int64(s, 0);
+  copy_text(j->name, sizeof j->name, s, 1);
+  j->state = sqlite3_column_int(s, 2);
+  j->attempt = (uint32_t)sqlite3_column_int64(s, 3);
+  j->restarts = (uint32_t)sqlite3_column_int64(s, 4);
+  j->max_restarts = (uint32_t)sqlite3_column_int64(s, 5);
+  j->created_ms = sqlite3_column_int64(s, 6);
+  j->updated_ms = sqlite3_column_int64(s, 7);
+  copy_text(j->message, sizeof j->message, s, 8);
+  j->resume_step = (uint64_t)sqlite3_column_int64(s, 9);
+  copy_text(j->client_token, sizeof j->client_token, s, 10);
+  j->spec_len = (size_t)sqlite3_column_bytes(s, 11);
+  j->spec = dup_blob(sqlite3_column_blob(s, 11), j->spec_len);
+  return j->spec ? 0 : COLO_ENOMEM;
+}
+
+static int job_get_in(colo_store_t *st, uint64_t id, colo_job_t *out) {
+  sqlite3_stmt *s = stmt(st, S_JOB_GET);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    rc = read_job(s, out);
+    sqlite3_reset(s);
+    return rc;
+  }
+  sqlite3_reset(s);
+  if (rc == SQLITE_DONE) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu not found", (unsigned long long)id);
+    return COLO_ENOENT;
+  }
+  return db_fail(st, rc, "get job");
+}
+
+int colo_store_job_get(colo_store_t *st, uint64_t id, colo_job_t *out) {
+  return job_get_in(st, id, out);
+}
+
+static int add_event(colo_store_t *st, uint64_t job_id, int state, const char *msg, int64_t now) {
+  sqlite3_stmt *s = stmt(st, S_EVENT_INSERT);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int(s, 2, state);
+  sqlite3_bind_text(s, 3, msg ? msg : "", -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 4, now);
+  return step_done(st, s, "insert job event");
+}
+
+int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
+                          uint32_t max_restarts, const char *client_token, int64_t now_ms,
+                          colo_job_t *out) {
+  int rc;
+  colo_job_t tmp;
+  CHECK_GOTO(begin(st), rc, fail);
+  if (client_token && client_token[0]) {
+    sqlite3_stmt *s = stmt(st, S_JOB_BY_TOKEN);
+    sqlite3_bind_text(s, 1, client_token, -1, SQLITE_STATIC);
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW) {
+      rc = read_job(s, &tmp);
+      sqlite3_reset(s);
+      rollback(st);
+      if (rc == 0) {
+        *out = tmp;
+        rc = COLO_EEXIST;
+        snprintf(st->errmsg, sizeof st->errmsg, "client_token already used by job %llu",
+                 (unsigned long long)tmp.id);
+      }
+      return rc;
+    }
+    sqlite3_reset(s);
+    if (r != SQLITE_DONE) {
+      rc = db_fail(st, r, "look up client_token");
+      goto fail;
+    }
+  }
+  sqlite3_stmt *s = stmt(st, S_JOB_INSERT);
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(s, 2, spec, (int)spec_len, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 3, max_restarts);
+  sqlite3_bind_int64(s, 4, now_ms);
+  if (client_token && client_token[0])
+    sqlite3_bind_text(s, 5, client_token, -1, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(s, 5);
+  CHECK_GOTO(step_done(st, s, "insert job"), rc, fail);
+  uint64_t id = (uint64_t)sqlite3_last_insert_rowid(st->db);
+  CHECK_GOTO(add_event(st, id, COLO_JOB_PENDING, "submitted", now_ms), rc, fail);
+  CHECK_GOTO(job_get_in(st, id, &tmp), rc, fail);
+  rc = commit(st);
+  if (rc < 0) {
+    colo_job_clear(&tmp);
+    goto fail;
+  }
+  *out = tmp;
+  return 0;
+fail:
+  rollback(st);
+  return rc;
+}
+
+int colo_store_job_list(colo_store_t *st, uint32_t state_mask, uint64_t after_id, uint32_t limit,
+                        colo_store_job_cb cb, void *data) {
+  sqlite3_stmt *s = stmt(st, S_JOB_LIST);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)after_id);
+  sqlite3_bind_int64(s, 2, state_mask);
+  sqlite3_bind_int64(s, 3, limit);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    colo_job_t j;
+    if (read_job(s, &j) < 0) {
+      sqlite3_reset(s);
+      return COLO_ENOMEM;
+    }
+    int stop = cb(&j, data);
+    colo_job_clear(&j);
+    if (stop) break;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(st, rc, "list jobs");
+  return 0;
+}
+
+int colo_store_job_counts(colo_store_t *st, uint32_t *counts) {
+  sqlite3_stmt *s = stmt(st, S_JOB_COUNTS);
+  uint32_t tmp[COLO_JOB_STATE_MAX + 1] = {0};
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    int state = sqlite3_column_int(s, 0);
+    if (state >= 1 && state <= COLO_JOB_STATE_MAX)
+      tmp[state] = (uint32_t)sqlite3_column_int64(s, 1);
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return db_fail(st, rc, "count jobs");
+  memcpy(counts, tmp, sizeof tmp);
+  return 0;
+}
+
+static int update_job(colo_store_t *st, const colo_job_t *j) {
+  sqlite3_stmt *s = stmt(st, S_JOB_UPDATE);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)j->id);
+  sqlite3_bind_int(s, 2, j->state);
+  sqlite3_bind_int64(s, 3, j->attempt);
+  sqlite3_bind_int64(s, 4, j->restarts);
+  sqlite3_bind_text(s, 5, j->message, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 6, j->updated_ms);
+  sqlite3_bind_int64(s, 7, (sqlite3_int64)j->resume_step);
+  return step_done(st, s, "update job");
+}
+
+int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char *message,
+                              uint64_t resume_step, int64_t now_ms, colo_job_t *out) {
+  colo_job_t j;
+  int rc;
+  if (to == COLO_JOB_RUNNING) {
+    snprintf(st->errmsg, sizeof st->errmsg, "entering RUNNING needs colo_store_attempt_begin");
+    return COLO_EINVAL;
+  }
+  CHECK_GOTO(begin(st), rc, fail_nojob);
+  CHECK_GOTO(job_get_in(st, id, &j), rc, fail_nojob);
+  if (j.state == to) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu is already %s", (unsigned long long)id,
+             colo_job_state_name(to));
+    rc = COLO_ESTATE;
+    goto fail;
+  }
+  if (!colo_job_transition_allowed(j.state, to)) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu is %s; it cannot become %s",
+             (unsigned long long)id, colo_job_state_name(j.state), colo_job_state_name(to));
+    rc = COLO_ESTATE;
+    goto fail;
+  }
+  if (j.state == COLO_JOB_RUNNING && j.attempt > 0) {
+    sqlite3_stmt *s = stmt(st, S_ATTEMPT_END);
+    int attempt_state = to == COLO_JOB_RESTARTING ? COLO_JOB_FAILED : to;
+    sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+    sqlite3_bind_int64(s, 2, j.attempt);
+    sqlite3_bind_int(s, 3, attempt_state);
+    sqlite3_bind_int64(s, 4, now_ms);
+    sqlite3_bind_text(s, 5, message ? message : "", -1, SQLITE_STATIC);
+    CHECK_GOTO(step_done(st, s, "end attempt"), rc, fail);
+  }
+  if (to == COLO_JOB_RESTARTING) j.restarts++;
+  if (to == COLO_JOB_PENDING) { /* a resume */
+    j.restarts = 0;
+    j.resume_step = resume_step;
+  }
+  j.state = to;
+  snprintf(j.message, sizeof j.message, "%s", message ? message : "");
+  j.updated_ms = now_ms;
+  CHECK_GOTO(update_job(st, &j), rc, fail);
+  CHECK_GOTO(add_event(st, id, to, j.message, now_ms), rc, fail);
+  CHECK_GOTO(commit(st), rc, fail);
+  if (out)
+    *out = j;
+  else
+    colo_job_clear(&j);
+  return 0;
+fail:
+  colo_job_clear(&j);
+fail_nojob:
+  rollback(st);
+  return rc;
+}
+
+int colo_store_attempt_begin(colo_store_t *st, uint64_t job_id, const colo_rank_place_t *ranks,
+                             size_t n_ranks, uint64_t resume_step, int64_t now_ms,
+                             colo_job_t *out) {
+  colo_job_t j;
+  int rc;
+  CHECK_GOTO(begin(st), rc, fail_nojob);
+  CHECK_GOTO(job_get_in(st, job_id, &j), rc, fail_nojob);
+  if (!colo_job_transition_allowed(j.state, COLO_JOB_RUNNING)) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu is %s; it cannot become RUNNING",
+             (unsigned long long)job_id, colo_job_state_name(j.state));
+    rc = COLO_ESTATE;
+    goto fail;
+  }
+  j.attempt++;
+  sqlite3_stmt *s = stmt(st, S_ATTEMPT_INSERT);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, j.attempt);
+  sqlite3_bind_int64(s, 3, (sqlite3_int64)resume_step);
+  sqlite3_bind_int64(s, 4, now_ms);
+  CHECK_GOTO(step_done(st, s, "insert attempt"), rc, fail);
+  for (size_t i = 0; i < n_ranks; i++) {
+    s = stmt(st, S_RANK_INSERT);
+    sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+    sqlite3_bind_int64(s, 2, j.attempt);
+    sqlite3_bind_int64(s, 3, ranks[i].rank);
+    sqlite3_bind_int64(s, 4, (sqlite3_int64)ranks[i].host_id);
+    sqlite3_bind_int64(s, 5, ranks[i].device_index);
+    sqlite3_bind_int64(s, 6, ranks[i].dp_idx);
+    sqlite3_bind_int64(s, 7, ranks[i].tp_idx);
+    sqlite3_bind_int64(s, 8, ranks[i].pp_idx);
+    CHECK_GOTO(step_done(st, s, "insert rank"), rc, fail);
+  }
+  j.state = COLO_JOB_RUNNING;
+  snprintf(j.message, sizeof j.message, "attempt %u started", j.attempt);
+  j.updated_ms = now_ms;
+  j.resume_step = resume_step;
+  CHECK_GOTO(update_job(st, &j), rc, fail);
+  CHECK_GOTO(add_event(st, job_id, COLO_JOB_RUNNING, j.message, now_ms), rc, fail);
+  CHECK_GOTO(commit(st), rc, fail);
+  if (out)
+    *out = j;
+  else
+    colo_job_clear(&j);
+  return 0;
+fail:
+  colo_job_clear(&j);
+fail_nojob:
+  rollback(st);
+  return rc;
+}
+
+int colo_store_attempt_ranks(colo_store_t *st, uint64_t job_id, uint32_t attempt,
+                             colo_rank_place_t *ranks, size_t cap, size_t *n) {
+  sqlite3_stmt *s = stmt(st, S_RANK_LIST);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, attempt);
+  size_t k = 0;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    if (k < cap) {
+      ranks[k].rank = (uint32_t)sqlite3_column_int64(s, 0);
+      ranks[k].host_id = (uint64_t)sqlite3_column_int64(s, 1);
+      ranks[k].device_index = (uint32_t)sqlite3_column_int64(s, 2);
+      ranks[k].dp_idx = (uint32_t)sqlite3_column_int64(s, 3);
+      ranks[k].tp_idx = (uint32_t)sqlite3_column_int64(s, 4);
+      ranks[k].pp_idx = (uint32_t)sqlite3_column_int64(s, 5);
+    }
+    k++;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) return db_fail(st, rc, "list ranks");
+  *n = k;
+  return k > cap ? COLO_ETOOBIG : 0;
+}
+
+int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,
+                          colo_store_event_cb cb, void *data) {
+  sqlite3_stmt *s = stmt(st, S_EVENT_LIST);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)after_seq);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    colo_job_event_t ev;
+    ev.job_id = (uint64_t)sqlite3_column_int64(s, 0);
+    ev.seq = (uint64_t)sqlite3_column_int64(s, 1);
+    ev.state = sqlite3_column_int(s, 2);
+    copy_text(ev.message, sizeof ev.message, s, 3);
+    ev.time_ms = sqlite3_column_int64(s, 4);
+    if (cb(&ev, data)) break;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(st, rc, "list events");
+  return 0;
+}
+
+/* ---- hosts ---- */
+
+void colo_host_clear(colo_host_t *host) {
+  free(host->devices);
+  memset(host, 0, sizeof *host);
+}
+
+static int read_host(sqlite3_stmt *s, colo_host_t *h) {
+  memset(h, 0, sizeof *h);
+  h->id = (uint64_t)sqlite3_column_int64(s, 0);
+  copy_text(h->name, sizeof h->name, s, 1);
+  copy_text(h->address, sizeof h->address, s, 2);
+  h->state = sqlite3_column_int(s, 3);
+  h->session = (uint64_t)sqlite3_column_int64(s, 4);
+  h->memory_bytes = (uint64_t)sqlite3_column_int64(s, 5);
+  h->cpu_count = (uint32_t)sqlite3_column_int64(s, 6);
+  h->registered_ms = sqlite3_column_int64(s, 7);
+  h->last_seen_ms = sqlite3_column_int64(s, 8);
+  h->devices_len = (size_t)sqlite3_column_bytes(s, 9);
+  h->devices = dup_blob(sqlite3_column_blob(s, 9), h->devices_len);
+  return h->devices ? 0 : COLO_ENOMEM;
+}
+
+static int host_fetch(colo_store_t *st, sqlite3_stmt *s, colo_host_t *out, const char *what) {
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW) {
+    rc = read_host(s, out);
+    sqlite3_reset(s);
+    return rc;
+  }
+  sqlite3_reset(s);
+  if (rc == SQLITE_DONE) {
+    snprintf(st->errmsg, sizeof st->errmsg, "%s: host not found", what);
+    return COLO_ENOENT;
+  }
+  return db_fail(st, rc, what);
+}
+
+int colo_store_host_register(colo_store_t *st, const char *name, const char *address,
+                             const uint8_t *devices, size_t devices_len, uint64_t memory_bytes,
+                             uint32_t cpu_count, int64_t now_ms, colo_host_t *out) {
+  int rc;
+  colo_host_t h;
+  CHECK_GOTO(begin(st), rc, fail);
+  sqlite3_stmt *s = stmt(st, S_HOST_UPSERT);
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 2, address, -1, SQLITE_STATIC);
+  sqlite3_bind_blob(s, 3, devices ? (const void *)devices : "", (int)devices_len, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 4, (sqlite3_int64)memory_bytes);
+  sqlite3_bind_int64(s, 5, cpu_count);
+  sqlite3_bind_int64(s, 6, now_ms);
+  CHECK_GOTO(step_done(st, s, "register host"), rc, fail);
+  s = stmt(st, S_HOST_BY_NAME);
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+  CHECK_GOTO(host_fetch(st, s, &h, "register host"), rc, fail);
+  rc = commit(st);
+  if (rc < 0) {
+    colo_host_clear(&h);
+    goto fail;
+  }
+  if (out)
+    *out = h;
+  else
+    colo_host_clear(&h);
+  return 0;
+fail:
+  rollback(st);
+  return rc;
+}
+
+int colo_store_host_get(colo_store_t *st, uint64_t id, colo_host_t *out) {
+  sqlite3_stmt *s = stmt(st, S_HOST_GET);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  return host_fetch(st, s, out, "get host");
+}
+
+static int host_update(colo_store_t *st, sqlite3_stmt *s, uint64_t id, const char *what) {
+  int rc = step_done(st, s, what);
+  if (rc == 0 && sqlite3_changes(st->db) == 0) {
+    snprintf(st->errmsg, sizeof st->errmsg, "%s: host %llu not found", what,
+             (unsigned long long)id);
+    return COLO_ENOENT;
+  }
+  return rc;
+}
+
+int colo_store_host_set_state(colo_store_t *st, uint64_t id, int state, int64_t now_ms) {
+  if (state != COLO_HOST_UP && state != COLO_HOST_DOWN) {
+    snprintf(st->errmsg, sizeof st->errmsg, "bad host state %d", state);
+    return COLO_EINVAL;
+  }
+  sqlite3_stmt *s = stmt(st, S_HOST_STATE);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  sqlite3_bind_int(s, 2, state);
+  sqlite3_bind_int64(s, 3, now_ms);
+  return host_update(st, s, id, "set host state");
+}
+
+int colo_store_host_touch(colo_store_t *st, uint64_t id, int64_t now_ms) {
+  sqlite3_stmt *s = stmt(st, S_HOST_TOUCH);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  sqlite3_bind_int64(s, 2, now_ms);
+  return host_update(st, s, id, "touch host");
+}
+
+int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data) {
+  sqlite3_stmt *s = stmt(st, S_HOST_LIST);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    colo_host_t h;
+    if (read_host(s, &h) < 0) {
+      sqlite3_reset(s);
+      return COLO_ENOMEM;
+    }
+    int stop = cb(&h, data);
+    colo_host_clear(&h);
+    if (stop) break;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(st, rc, "list hosts");
+  return 0;
+}
+
+/* ---- checkpoints ---- */
+
+int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck) {
+  sqlite3_stmt *s = stmt(st, S_CKPT_INSERT);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)ck->job_id);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)ck->step);
+  sqlite3_bind_int64(s, 3, ck->attempt);
+  sqlite3_bind_text(s, 4, ck->path, -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 5, ck->manifest_sha256, -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 6, (sqlite3_int64)ck->bytes);
+  sqlite3_bind_int64(s, 7, ck->created_ms);
+  return step_done(st, s, "add checkpoint");
+}
+
+int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_checkpoint_cb cb,
+                               void *data) {
+  sqlite3_stmt *s = stmt(st, S_CKPT_LIST);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    colo_checkpoint_t ck;
+    ck.job_id = (uint64_t)sqlite3_column_int64(s, 0);
+    ck.step = (uint64_t)sqlite3_column_int64(s, 1);
+    ck.attempt = (uint32_t)sqlite3_column_int64(s, 2);
+    copy_text(ck.path, sizeof ck.path, s, 3);
+    copy_text(ck.manifest_sha256, sizeof ck.manifest_sha256, s, 4);
+    ck.bytes = (uint64_t)sqlite3_column_int64(s, 5);
+    ck.created_ms = sqlite3_column_int64(s, 6);
+    if (cb(&ck, data)) break;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(st, rc, "list checkpoints");
+  return 0;
+}

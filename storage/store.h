@@ -1,0 +1,146 @@
+/* colo_store: colod's state in SQLite (WAL, foreign keys, busy timeout, synchronous=FULL so an
+ * acknowledged write survives a crash). Only prepared statements touch the database. Every job
+ * state transition is one transaction that also appends one row to job_events.
+ *
+ * Not thread-safe: colod uses one store from its loop thread. Functions return 0 or a negative
+ * colo code; on failure outputs are untouched and colo_store_errmsg() says why.
+ */
+#ifndef COLO_STORE_H
+#define COLO_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct colo_store_s colo_store_t;
+
+/* The schema version this build migrates to. */
+#define COLO_STORE_SCHEMA_VERSION 2
+
+/* Job states; the numbers equal colo.v1.JobState. */
+enum {
+  COLO_JOB_PENDING = 1,
+  COLO_JOB_RUNNING = 2,
+  COLO_JOB_RESTARTING = 3,
+  COLO_JOB_SUCCEEDED = 4,
+  COLO_JOB_FAILED = 5,
+  COLO_JOB_CANCELLED = 6,
+};
+#define COLO_JOB_STATE_MAX 6
+const char *colo_job_state_name(int state); /* "PENDING", ...; "UNKNOWN" otherwise */
+int colo_job_state_terminal(int state);
+/* 1 if the state machine allows from -> to. */
+int colo_job_transition_allowed(int from, int to);
+
+enum { COLO_HOST_UP = 1, COLO_HOST_DOWN = 2 };
+
+typedef struct {
+  uint64_t id;
+  char name[129];
+  int state;
+  uint32_t attempt, restarts, max_restarts;
+  int64_t created_ms, updated_ms;
+  char message[257];
+  uint64_t resume_step;
+  char client_token[129];
+  uint8_t *spec; /* packed colo.v1.JobSpec, owned; free with colo_job_clear */
+  size_t spec_len;
+} colo_job_t;
+void colo_job_clear(colo_job_t *job);
+
+typedef struct {
+  uint64_t job_id, seq;
+  int state;
+  char message[257];
+  int64_t time_ms;
+} colo_job_event_t;
+
+typedef struct {
+  uint64_t id;
+  char name[129];
+  char address[129];
+  int state;
+  uint64_t session;
+  uint64_t memory_bytes;
+  uint32_t cpu_count;
+  int64_t registered_ms, last_seen_ms;
+  uint8_t *devices; /* packed repeated colo.v1.Device (a Host message's devices), owned */
+  size_t devices_len;
+} colo_host_t;
+void colo_host_clear(colo_host_t *host);
+
+typedef struct {
+  uint32_t rank;
+  uint64_t host_id;
+  uint32_t device_index;
+  uint32_t dp_idx, tp_idx, pp_idx;
+} colo_rank_place_t;
+
+typedef struct {
+  uint64_t job_id, step;
+  uint32_t attempt;
+  char path[513];
+  char manifest_sha256[65];
+  uint64_t bytes;
+  int64_t created_ms;
+} colo_checkpoint_t;
+
+/* Opens (creating if needed) and migrates to COLO_STORE_SCHEMA_VERSION. */
+int colo_store_open(const char *path, colo_store_t **out, char *err, size_t errlen);
+/* Opens and migrates only up to `version` (tests build older schemas with it). */
+int colo_store_open_at(const char *path, int version, colo_store_t **out, char *err, size_t errlen);
+void colo_store_close(colo_store_t *st);
+const char *colo_store_errmsg(const colo_store_t *st);
+int colo_store_schema_version(colo_store_t *st);
+/* Runs PRAGMA integrity_check; 0 when it answers "ok". */
+int colo_store_integrity_check(colo_store_t *st);
+
+/* Jobs. insert stores a PENDING job and its first event. With a client_token that is already
+ * known, returns COLO_EEXIST and fills *out with the existing job (caller clears it). */
+int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
+                          uint32_t max_restarts, const char *client_token, int64_t now_ms,
+                          colo_job_t *out);
+int colo_store_job_get(colo_store_t *st, uint64_t id, colo_job_t *out);
+/* Calls cb for jobs with id > after_id whose state bit (1 << state) is in state_mask (0: all),
+ * in id order, at most `limit`. cb returns non-zero to stop. The job is cleared after cb. */
+typedef int (*colo_store_job_cb)(const colo_job_t *job, void *data);
+int colo_store_job_list(colo_store_t *st, uint32_t state_mask, uint64_t after_id, uint32_t limit,
+                        colo_store_job_cb cb, void *data);
+/* counts[state] for every state 1..COLO_JOB_STATE_MAX; counts has COLO_JOB_STATE_MAX+1 slots. */
+int colo_store_job_counts(colo_store_t *st, uint32_t *counts);
+
+/* One state change in one transaction: checks the state machine (COLO_ESTATE when the edge is
+ * not allowed), updates the job, closes its current attempt when leaving RUNNING, counts a
+ * restart when entering RESTARTING, records resume_step and resets restarts when entering
+ * PENDING again (a resume), and appends an event. Entering RUNNING goes through
+ * colo_store_attempt_begin. On success fills *out (may be NULL). */
+int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char *message,
+                              uint64_t resume_step, int64_t now_ms, colo_job_t *out);
+
+/* PENDING or RESTARTING -> RUNNING: a new attempt with its rank placement, in one transaction. */
+int colo_store_attempt_begin(colo_store_t *st, uint64_t job_id, const colo_rank_place_t *ranks,
+                             size_t n_ranks, uint64_t resume_step, int64_t now_ms, colo_job_t *out);
+int colo_store_attempt_ranks(colo_store_t *st, uint64_t job_id, uint32_t attempt,
+                             colo_rank_place_t *ranks, size_t cap, size_t *n);
+
+typedef int (*colo_store_event_cb)(const colo_job_event_t *ev, void *data);
+int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,
+                          colo_store_event_cb cb, void *data);
+
+/* Hosts. register inserts or replaces by name, marks it UP and starts a new session. */
+int colo_store_host_register(colo_store_t *st, const char *name, const char *address,
+                             const uint8_t *devices, size_t devices_len, uint64_t memory_bytes,
+                             uint32_t cpu_count, int64_t now_ms, colo_host_t *out);
+int colo_store_host_get(colo_store_t *st, uint64_t id, colo_host_t *out);
+int colo_store_host_set_state(colo_store_t *st, uint64_t id, int state, int64_t now_ms);
+int colo_store_host_touch(colo_store_t *st, uint64_t id, int64_t now_ms);
+typedef int (*colo_store_host_cb)(const colo_host_t *host, void *data);
+int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data);
+
+/* Checkpoints: a row exists only for a complete checkpoint. */
+int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck);
+typedef int (*colo_store_checkpoint_cb)(const colo_checkpoint_t *ck, void *data);
+/* Newest first. */
+int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_checkpoint_cb cb,
+                               void *data);
+
+#endif
