@@ -71,9 +71,11 @@ static int64_t now_ms(void) {
 
 static int parse_id(const char *s, uint64_t *id) {
   char *end;
-  if (!s || !*s || *s == '-') return -1;
+  if (!s || !*s || *s == '-')
+    return -1;
   unsigned long long v = strtoull(s, &end, 10);
-  if (*end || v == 0) return -1;
+  if (*end || v == 0)
+    return -1;
   *id = v;
   return 0;
 }
@@ -121,7 +123,8 @@ static const char *state_name(int s) {
 }
 
 static unsigned long long world_of(const Colo__V1__Job *j) {
-  if (!j->spec || !j->spec->parallel) return 0;
+  if (!j->spec || !j->spec->parallel)
+    return 0;
   return (unsigned long long)j->spec->parallel->dp * j->spec->parallel->tp * j->spec->parallel->pp;
 }
 
@@ -142,7 +145,8 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
     else
       return usage_error("submit takes one job file");
   }
-  if (!file) return usage_error("submit needs a job file");
+  if (!file)
+    return usage_error("submit needs a job file");
   char err[1024];
   Colo__V1__JobSpec *spec;
   if (colo_pb_from_yaml_file(file, &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&spec, err,
@@ -152,7 +156,8 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
   }
   if (dry) { /* check locally with the coordinator's rules, send nothing */
     int rc = colo_jobspec_fill_defaults(spec);
-    if (rc == 0) rc = colo_jobspec_validate(spec, err, sizeof err);
+    if (rc == 0)
+      rc = colo_jobspec_validate(spec, err, sizeof err);
     if (rc < 0)
       fprintf(stderr, "coloctl: %s: %s\n", file, err);
     else if (c->json)
@@ -174,7 +179,8 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
   rc = call(c, "SubmitJob", &req.base, &colo__v1__submit_job_response__descriptor,
             (ProtobufCMessage **)&resp);
   colo__v1__job_spec__free_unpacked(spec, NULL);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (c->json)
     print_json(&resp->job->base);
   else
@@ -226,11 +232,13 @@ static int fetch_jobs(ctl_t *c, Colo__V1__JobState *states, size_t n_states, uin
     Colo__V1__ListJobsResponse *resp = NULL;
     int rc = call(c, "ListJobs", &req.base, &colo__v1__list_jobs_response__descriptor,
                   (ProtobufCMessage **)&resp);
-    if (rc) return rc;
+    if (rc)
+      return rc;
     out->pages = realloc(out->pages, (out->n + 1) * sizeof *out->pages);
     out->pages[out->n++] = resp;
     got += (uint32_t)resp->n_jobs;
-    if (!resp->next_after_id || got >= max) return 0;
+    if (!resp->next_after_id || got >= max)
+      return 0;
     after = resp->next_after_id;
   }
 }
@@ -291,10 +299,12 @@ static int cmd_list(ctl_t *c, int argc, char **argv) {
     }
   }
   int rc = connect_ctl(c);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   pages_t p;
   rc = fetch_jobs(c, states, n_states, limit, &p);
-  if (rc == 0) print_jobs(c, &p);
+  if (rc == 0)
+    print_jobs(c, &p);
   free_pages(&p);
   return rc;
 }
@@ -311,7 +321,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  progress   step %llu/%llu, loss %.4f, %.0f tokens/s\n",
            (unsigned long long)j->progress->step, (unsigned long long)j->progress->total_steps,
            (double)j->progress->loss, (double)j->progress->tokens_per_s);
-  if (!s || !s->model || !s->parallel || !s->train || !s->optimizer || !s->data) return;
+  if (!s || !s->model || !s->parallel || !s->train || !s->optimizer || !s->data)
+    return;
   printf("  model      %u layers, %u heads, %u wide, block %u, vocab %u\n", s->model->n_layer,
          s->model->n_head, s->model->n_embd, s->model->block_size, s->model->vocab_size);
   printf("  layout     dp=%u tp=%u pp=%u (world %llu), zero %u%s, %u micro-batches\n",
@@ -325,16 +336,19 @@ static void print_job_detail(const Colo__V1__Job *j) {
       colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age, sizeof age));
   printf("  data       train %s%s%s\n", s->data->train_path ? s->data->train_path : "-",
          s->data->val_path ? ", val " : "", s->data->val_path ? s->data->val_path : "");
-  if (j->resume_step) printf("  resume     from step %llu\n", (unsigned long long)j->resume_step);
+  if (j->resume_step)
+    printf("  resume     from step %llu\n", (unsigned long long)j->resume_step);
 }
 
 static int cmd_status(ctl_t *c, int argc, char **argv) {
-  if (argc > 1) return usage_error("status takes at most one job id");
+  if (argc > 1)
+    return usage_error("status takes at most one job id");
   uint64_t id = 0;
   if (argc == 1 && parse_id(argv[0], &id) < 0)
     return usage_error("status: '%s' is not a job id", argv[0]);
   int rc = connect_ctl(c);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (id) {
     Colo__V1__GetJobRequest req = COLO__V1__GET_JOB_REQUEST__INIT;
     req.has_id = 1;
@@ -342,7 +356,8 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
     Colo__V1__GetJobResponse *resp = NULL;
     rc = call(c, "GetJob", &req.base, &colo__v1__get_job_response__descriptor,
               (ProtobufCMessage **)&resp);
-    if (rc) return rc;
+    if (rc)
+      return rc;
     if (c->json)
       print_json(&resp->job->base);
     else
@@ -354,7 +369,8 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
   Colo__V1__GetClusterStatusResponse *cs = NULL;
   rc = call(c, "GetClusterStatus", &creq.base, &colo__v1__get_cluster_status_response__descriptor,
             (ProtobufCMessage **)&cs);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   /* active jobs, then the most recent finished ones */
   Colo__V1__JobState active[] = {COLO__V1__JOB_STATE__JOB_STATE_PENDING,
                                  COLO__V1__JOB_STATE__JOB_STATE_RUNNING,
@@ -412,9 +428,11 @@ static int cmd_cancel(ctl_t *c, int argc, char **argv) {
     else
       return usage_error("cancel: unexpected argument '%s'", argv[i]);
   }
-  if (!id) return usage_error("cancel needs a job id");
+  if (!id)
+    return usage_error("cancel needs a job id");
   int rc = connect_ctl(c);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   Colo__V1__CancelJobRequest req = COLO__V1__CANCEL_JOB_REQUEST__INIT;
   req.has_id = 1;
   req.id = id;
@@ -422,7 +440,8 @@ static int cmd_cancel(ctl_t *c, int argc, char **argv) {
   Colo__V1__CancelJobResponse *resp = NULL;
   rc = call(c, "CancelJob", &req.base, &colo__v1__cancel_job_response__descriptor,
             (ProtobufCMessage **)&resp);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (c->json)
     print_json(&resp->job->base);
   else
@@ -443,9 +462,11 @@ static int cmd_resume(ctl_t *c, int argc, char **argv) {
       return usage_error("resume: unexpected argument '%s'", argv[i]);
     }
   }
-  if (!id) return usage_error("resume needs a job id");
+  if (!id)
+    return usage_error("resume needs a job id");
   int rc = connect_ctl(c);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   Colo__V1__ResumeJobRequest req = COLO__V1__RESUME_JOB_REQUEST__INIT;
   req.has_id = 1;
   req.id = id;
@@ -454,7 +475,8 @@ static int cmd_resume(ctl_t *c, int argc, char **argv) {
   Colo__V1__ResumeJobResponse *resp = NULL;
   rc = call(c, "ResumeJob", &req.base, &colo__v1__resume_job_response__descriptor,
             (ProtobufCMessage **)&resp);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (c->json)
     print_json(&resp->job->base);
   else
@@ -492,9 +514,11 @@ static int on_event(const ProtobufCMessage *m, void *data) {
 
 static int cmd_watch(ctl_t *c, int argc, char **argv) {
   uint64_t id;
-  if (argc != 1 || parse_id(argv[0], &id) < 0) return usage_error("watch needs one job id");
+  if (argc != 1 || parse_id(argv[0], &id) < 0)
+    return usage_error("watch needs one job id");
   int rc = connect_ctl(c);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   Colo__V1__WatchJobRequest req = COLO__V1__WATCH_JOB_REQUEST__INIT;
   req.has_id = 1;
   req.id = id;
@@ -509,14 +533,17 @@ static int cmd_watch(ctl_t *c, int argc, char **argv) {
 
 static int cmd_hosts(ctl_t *c, int argc, char **argv) {
   (void)argv;
-  if (argc) return usage_error("hosts takes no arguments");
+  if (argc)
+    return usage_error("hosts takes no arguments");
   int rc = connect_ctl(c);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   Colo__V1__ListHostsRequest req = COLO__V1__LIST_HOSTS_REQUEST__INIT;
   Colo__V1__ListHostsResponse *resp = NULL;
   rc = call(c, "ListHosts", &req.base, &colo__v1__list_hosts_response__descriptor,
             (ProtobufCMessage **)&resp);
-  if (rc) return rc;
+  if (rc)
+    return rc;
   if (c->json) {
     cJSON *arr = cJSON_CreateArray();
     for (size_t i = 0; i < resp->n_hosts; i++)
@@ -560,7 +587,8 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
 int main(int argc, char **argv) {
   ctl_t c = {0};
   c.server = getenv("COLO_SERVER");
-  if (!c.server || !*c.server) c.server = DEFAULT_SERVER;
+  if (!c.server || !*c.server)
+    c.server = DEFAULT_SERVER;
   c.timeout_ms = 10000;
   enum { OPT_VERSION = 256 };
   static const struct option opts[] = {
@@ -619,8 +647,10 @@ int main(int argc, char **argv) {
               {"hosts", cmd_hosts}};
   int rc = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-    if (!strcmp(cmd, cmds[i].name)) rc = cmds[i].fn(&c, sub_argc, sub_argv);
-  if (rc < 0) rc = usage_error("unknown command '%s'", cmd);
+    if (!strcmp(cmd, cmds[i].name))
+      rc = cmds[i].fn(&c, sub_argc, sub_argv);
+  if (rc < 0)
+    rc = usage_error("unknown command '%s'", cmd);
   colo_rpc_client_close(c.cli);
   return rc;
 }

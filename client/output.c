@@ -13,7 +13,8 @@ struct table_s {
 
 table_t *table_new(const char *const *headers) {
   table_t *t = calloc(1, sizeof *t);
-  if (!t) return NULL;
+  if (!t)
+    return NULL;
   while (headers[t->cols])
     t->cols++;
   t->cap = 16;
@@ -44,7 +45,8 @@ void table_print(const table_t *t, FILE *out) {
   for (size_t r = 0; r < t->rows; r++)
     for (size_t c = 0; c < t->cols; c++) {
       size_t n = strlen(t->cells[r * t->cols + c]);
-      if (n > w[c]) w[c] = n;
+      if (n > w[c])
+        w[c] = n;
     }
   for (size_t r = 0; r < t->rows; r++) {
     for (size_t c = 0; c < t->cols; c++) {
@@ -60,7 +62,8 @@ void table_print(const table_t *t, FILE *out) {
 }
 
 void table_free(table_t *t) {
-  if (!t) return;
+  if (!t)
+    return;
   for (size_t i = 0; i < t->rows * t->cols; i++)
     free(t->cells[i]);
   free(t->cells);
@@ -68,7 +71,8 @@ void table_free(table_t *t) {
 }
 
 void fmt_age(int64_t ms, char *buf, size_t n) {
-  if (ms < 0) ms = 0;
+  if (ms < 0)
+    ms = 0;
   int64_t s = ms / 1000;
   if (s < 60)
     snprintf(buf, n, "%llds", (long long)s);

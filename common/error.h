@@ -35,7 +35,8 @@ const char *colo_err_name(int err);
 #define CHECK_GOTO(call, rc, label)                                                                \
   do {                                                                                             \
     (rc) = (call);                                                                                 \
-    if ((rc) < 0) goto label;                                                                      \
+    if ((rc) < 0)                                                                                  \
+      goto label;                                                                                  \
   } while (0)
 
 #endif

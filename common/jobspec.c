@@ -19,15 +19,19 @@ unsigned long long colo_jobspec_world(const Colo__V1__JobSpec *s) {
 }
 
 int colo_path_is_contained(const char *p) {
-  if (!p || !*p || p[0] == '/' || strlen(p) > COLO_MAX_PATH) return 0;
+  if (!p || !*p || p[0] == '/' || strlen(p) > COLO_MAX_PATH)
+    return 0;
   for (const char *c = p; *c; c++)
-    if ((unsigned char)*c < 0x20 || *c == 0x7f || *c == '\\') return 0;
+    if ((unsigned char)*c < 0x20 || *c == 0x7f || *c == '\\')
+      return 0;
   const char *seg = p;
   for (;;) {
     const char *end = strchr(seg, '/');
     size_t n = end ? (size_t)(end - seg) : strlen(seg);
-    if (n == 2 && seg[0] == '.' && seg[1] == '.') return 0;
-    if (!end) return 1;
+    if (n == 2 && seg[0] == '.' && seg[1] == '.')
+      return 0;
+    if (!end)
+      return 1;
     seg = end + 1;
   }
 }
@@ -44,11 +48,13 @@ static int bad(char *err, size_t errlen, const char *fmt, ...) {
 
 static int name_ok(const char *n) {
   size_t len = strlen(n);
-  if (len == 0 || len > COLO_MAX_NAME) return 0;
+  if (len == 0 || len > COLO_MAX_NAME)
+    return 0;
   for (const char *c = n; *c; c++) {
     int ok = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
              *c == '-' || *c == '_' || *c == '.';
-    if (!ok) return 0;
+    if (!ok)
+      return 0;
   }
   return 1;
 }
@@ -73,7 +79,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   const Colo__V1__ResourceSpec *r = s->resources;
 
   /* name */
-  if (!s->name || !s->name[0]) return bad(err, errlen, "name must be set");
+  if (!s->name || !s->name[0])
+    return bad(err, errlen, "name must be set");
   if (!name_ok(s->name))
     return bad(err, errlen,
                "name \"%.80s\" must be 1 to %d characters of letters, digits, '-', '_' and '.'",
@@ -112,9 +119,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                s->data->val_path);
 
   /* parallel layout */
-  if (p->dp < 1) return bad(err, errlen, "parallel.dp=%u must be at least 1", p->dp);
-  if (p->tp < 1) return bad(err, errlen, "parallel.tp=%u must be at least 1", p->tp);
-  if (p->pp < 1) return bad(err, errlen, "parallel.pp=%u must be at least 1", p->pp);
+  if (p->dp < 1)
+    return bad(err, errlen, "parallel.dp=%u must be at least 1", p->dp);
+  if (p->tp < 1)
+    return bad(err, errlen, "parallel.tp=%u must be at least 1", p->tp);
+  if (p->pp < 1)
+    return bad(err, errlen, "parallel.pp=%u must be at least 1", p->pp);
   unsigned long long world = colo_jobspec_world(s);
   if (world > COLO_MAX_WORLD)
     return bad(err, errlen, "parallel.dp×tp×pp=%llu exceeds the limit of %d ranks", world,
@@ -198,7 +208,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "optimizer.schedule must be cosine, linear or constant");
 
   /* training */
-  if (t->steps < 1) return bad(err, errlen, "train.steps=%u must be at least 1", t->steps);
+  if (t->steps < 1)
+    return bad(err, errlen, "train.steps=%u must be at least 1", t->steps);
   if (o->warmup_steps > t->steps)
     return bad(err, errlen, "optimizer.warmup_steps=%u exceeds train.steps=%u", o->warmup_steps,
                t->steps);
@@ -232,7 +243,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "checkpoint.dir \"%.200s\" must be a path relative to the checkpoint root, "
                "without \"..\"",
                ck->dir);
-  if (ck->keep < 1) return bad(err, errlen, "checkpoint.keep=%u must be at least 1", ck->keep);
+  if (ck->keep < 1)
+    return bad(err, errlen, "checkpoint.keep=%u must be at least 1", ck->keep);
 
   /* resources and restarts */
   if (r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_UNSPECIFIED)

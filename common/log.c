@@ -18,7 +18,8 @@ void colo_log_set_level(colo_log_level_t level) {
 
 int colo_log_level_parse(const char *name) {
   for (int i = 0; i < 4; i++)
-    if (strcmp(name, level_names[i]) == 0) return i;
+    if (strcmp(name, level_names[i]) == 0)
+      return i;
   return -1;
 }
 
@@ -43,9 +44,11 @@ void colo_log_write(colo_log_level_t level, const char *subsys, const char *file
                    ts.tv_nsec / 1000000, log_prefix, colo_log_level_name(level), subsys);
   va_list ap;
   va_start(ap, fmt);
-  if (n > 0 && (size_t)n < sizeof buf) n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
+  if (n > 0 && (size_t)n < sizeof buf)
+    n += vsnprintf(buf + n, sizeof buf - (size_t)n, fmt, ap);
   va_end(ap);
-  if (n >= (int)sizeof buf - 64) n = (int)sizeof buf - 64;
+  if (n >= (int)sizeof buf - 64)
+    n = (int)sizeof buf - 64;
   if (level <= COLO_LOG_WARN) {
     const char *base = strrchr(file, '/');
     n += snprintf(buf + n, sizeof buf - (size_t)n, " (%s:%d)", base ? base + 1 : file, line);

@@ -28,7 +28,8 @@ static int fail_at(yctx_t *y, const yaml_node_t *n, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 static int fail_at(yctx_t *y, const yaml_node_t *n, const char *fmt, ...) {
   int k = snprintf(y->err, y->errlen, "%s:%zu: ", y->source, n ? n->start_mark.line + 1 : 0);
-  if (k < 0 || (size_t)k >= y->errlen) return COLO_EPARSE;
+  if (k < 0 || (size_t)k >= y->errlen)
+    return COLO_EPARSE;
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(y->err + k, y->errlen - (size_t)k, fmt, ap);
@@ -42,7 +43,8 @@ static int fail_at(yctx_t *y, const yaml_node_t *n, const char *fmt, ...) {
 static void enum_prefix(const ProtobufCEnumDescriptor *d, char *buf, size_t len) {
   size_t k = 0;
   for (const char *p = d->short_name; *p && k + 2 < len; p++) {
-    if (isupper((unsigned char)*p) && p != d->short_name) buf[k++] = '_';
+    if (isupper((unsigned char)*p) && p != d->short_name)
+      buf[k++] = '_';
     buf[k++] = (char)toupper((unsigned char)*p);
   }
   buf[k++] = '_';
@@ -60,7 +62,8 @@ const char *colo_pb_enum_short(const ProtobufCEnumDescriptor *desc, int value, c
   enum_prefix(desc, prefix, sizeof prefix);
   const char *name = v->name;
   size_t pl = strlen(prefix);
-  if (strncmp(name, prefix, pl) == 0) name += pl;
+  if (strncmp(name, prefix, pl) == 0)
+    name += pl;
   size_t k = 0;
   for (; name[k] && k + 1 < len; k++)
     buf[k] = (char)tolower((unsigned char)name[k]);
@@ -78,7 +81,8 @@ static int enum_lookup(const ProtobufCEnumDescriptor *d, const char *s, int *out
     const char *name = d->values[i].name;
     if (strcmp(name, full) == 0 ||
         (strncmp(name, prefix, strlen(prefix)) == 0 && strcmp(name + strlen(prefix), full) == 0)) {
-      if (d->values[i].value == 0) return COLO_EINVAL; /* *_UNSPECIFIED is never a valid choice */
+      if (d->values[i].value == 0)
+        return COLO_EINVAL; /* *_UNSPECIFIED is never a valid choice */
       *out = d->values[i].value;
       return 0;
     }
@@ -90,11 +94,13 @@ static void enum_choices(const ProtobufCEnumDescriptor *d, char *buf, size_t len
   size_t k = 0;
   buf[0] = '\0';
   for (unsigned i = 0; i < d->n_values; i++) {
-    if (d->values[i].value == 0) continue;
+    if (d->values[i].value == 0)
+      continue;
     char s[64];
     colo_pb_enum_short(d, d->values[i].value, s, sizeof s);
     int w = snprintf(buf + k, len - k, "%s%s", k ? ", " : "", s);
-    if (w < 0 || (size_t)w >= len - k) break;
+    if (w < 0 || (size_t)w >= len - k)
+      break;
     k += (size_t)w;
   }
 }
@@ -136,17 +142,20 @@ static int parse_into(yctx_t *y, const ProtobufCMessageDescriptor *desc, Protobu
 static int set_value(yctx_t *y, const ProtobufCFieldDescriptor *f, yaml_node_t *n, void *slot,
                      const char *path, int depth) {
   if (f->type == PROTOBUF_C_TYPE_MESSAGE) {
-    if (n->type != YAML_MAPPING_NODE) return fail_at(y, n, "%s: expected a mapping", path);
+    if (n->type != YAML_MAPPING_NODE)
+      return fail_at(y, n, "%s: expected a mapping", path);
     const ProtobufCMessageDescriptor *md = f->descriptor;
     ProtobufCMessage **pm = slot;
     if (!*pm) {
       *pm = malloc(md->sizeof_message);
-      if (!*pm) return COLO_ENOMEM;
+      if (!*pm)
+        return COLO_ENOMEM;
       md->message_init(*pm);
     }
     return parse_into(y, md, *pm, n, path, depth + 1);
   }
-  if (n->type != YAML_SCALAR_NODE) return fail_at(y, n, "%s: expected a single value", path);
+  if (n->type != YAML_SCALAR_NODE)
+    return fail_at(y, n, "%s: expected a single value", path);
   const char *s = (const char *)n->data.scalar.value;
   char *end = NULL;
   errno = 0;
@@ -158,7 +167,8 @@ static int set_value(yctx_t *y, const ProtobufCFieldDescriptor *f, yaml_node_t *
   case PROTOBUF_C_TYPE_SINT64:
   case PROTOBUF_C_TYPE_SFIXED64: {
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno) return fail_at(y, n, "%s: \"%s\" is not an integer", path, s);
+    if (!*s || *end || errno)
+      return fail_at(y, n, "%s: \"%s\" is not an integer", path, s);
     int is32 = elem_size(f->type) == 4;
     if (is32 && (v < INT32_MIN || v > INT32_MAX))
       return fail_at(y, n, "%s: %s is out of range", path, s);
@@ -172,11 +182,14 @@ static int set_value(yctx_t *y, const ProtobufCFieldDescriptor *f, yaml_node_t *
   case PROTOBUF_C_TYPE_FIXED32:
   case PROTOBUF_C_TYPE_UINT64:
   case PROTOBUF_C_TYPE_FIXED64: {
-    if (*s == '-') return fail_at(y, n, "%s: %s must not be negative", path, s);
+    if (*s == '-')
+      return fail_at(y, n, "%s: %s must not be negative", path, s);
     unsigned long long v = strtoull(s, &end, 10);
-    if (!*s || *end || errno) return fail_at(y, n, "%s: \"%s\" is not an integer", path, s);
+    if (!*s || *end || errno)
+      return fail_at(y, n, "%s: \"%s\" is not an integer", path, s);
     if (elem_size(f->type) == 4) {
-      if (v > UINT32_MAX) return fail_at(y, n, "%s: %s is out of range", path, s);
+      if (v > UINT32_MAX)
+        return fail_at(y, n, "%s: %s is out of range", path, s);
       *(uint32_t *)slot = (uint32_t)v;
     } else {
       *(uint64_t *)slot = (uint64_t)v;
@@ -215,8 +228,10 @@ static int set_value(yctx_t *y, const ProtobufCFieldDescriptor *f, yaml_node_t *
   case PROTOBUF_C_TYPE_STRING: {
     char **ps = slot;
     char *d = strdup(s);
-    if (!d) return COLO_ENOMEM;
-    if (*ps && *ps != (const char *)f->default_value) free(*ps);
+    if (!d)
+      return COLO_ENOMEM;
+    if (*ps && *ps != (const char *)f->default_value)
+      free(*ps);
     *ps = d;
     return 0;
   }
@@ -227,23 +242,27 @@ static int set_value(yctx_t *y, const ProtobufCFieldDescriptor *f, yaml_node_t *
 
 static int parse_into(yctx_t *y, const ProtobufCMessageDescriptor *desc, ProtobufCMessage *msg,
                       yaml_node_t *map, const char *path, int depth) {
-  if (depth > MAX_DEPTH) return fail_at(y, map, "%s: nested too deeply", path);
+  if (depth > MAX_DEPTH)
+    return fail_at(y, map, "%s: nested too deeply", path);
   if (map->type != YAML_MAPPING_NODE)
     return fail_at(y, map, "%s: expected a mapping", path[0] ? path : "document");
   unsigned char seen[256] = {0};
   for (yaml_node_pair_t *p = map->data.mapping.pairs.start; p < map->data.mapping.pairs.top; p++) {
     yaml_node_t *k = yaml_document_get_node(y->doc, p->key);
     yaml_node_t *v = yaml_document_get_node(y->doc, p->value);
-    if (!k || !v) return fail_at(y, map, "malformed document");
+    if (!k || !v)
+      return fail_at(y, map, "malformed document");
     if (k->type != YAML_SCALAR_NODE)
       return fail_at(y, k, "%s: keys must be plain names", path[0] ? path : "document");
     const char *key = (const char *)k->data.scalar.value;
     char sub[256];
     snprintf(sub, sizeof sub, "%s%s%s", path, path[0] ? "." : "", key);
     const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(desc, key);
-    if (!f) return fail_at(y, k, "unknown field \"%s\"", sub);
+    if (!f)
+      return fail_at(y, k, "unknown field \"%s\"", sub);
     size_t fi = (size_t)(f - desc->fields);
-    if (fi < sizeof seen && seen[fi]++) return fail_at(y, k, "field \"%s\" given twice", sub);
+    if (fi < sizeof seen && seen[fi]++)
+      return fail_at(y, k, "field \"%s\" given twice", sub);
     /* an empty value (`key:` or `~`) leaves the field unset */
     if (v->type == YAML_SCALAR_NODE && v->data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
         (v->data.scalar.length == 0 || !strcmp((char *)v->data.scalar.value, "~") ||
@@ -252,28 +271,34 @@ static int parse_into(yctx_t *y, const ProtobufCMessageDescriptor *desc, Protobu
     char *base = (char *)msg;
     int rc;
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-      if (v->type != YAML_SEQUENCE_NODE) return fail_at(y, v, "%s: expected a list", sub);
+      if (v->type != YAML_SEQUENCE_NODE)
+        return fail_at(y, v, "%s: expected a list", sub);
       size_t count = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
       size_t es = elem_size(f->type);
       size_t *pn = (size_t *)(base + f->quantifier_offset);
       void **parr = (void **)(base + f->offset);
-      if (*pn) return fail_at(y, v, "%s: list given twice", sub);
+      if (*pn)
+        return fail_at(y, v, "%s: list given twice", sub);
       char *arr = calloc(count ? count : 1, es);
-      if (!arr) return COLO_ENOMEM;
+      if (!arr)
+        return COLO_ENOMEM;
       *parr = arr;
       for (size_t i = 0; i < count; i++) {
         yaml_node_t *item = yaml_document_get_node(y->doc, v->data.sequence.items.start[i]);
         char ipath[300];
         snprintf(ipath, sizeof ipath, "%s[%zu]", sub, i);
-        if (!item) return fail_at(y, v, "malformed document");
+        if (!item)
+          return fail_at(y, v, "malformed document");
         rc = set_value(y, f, item, arr + i * es, ipath, depth);
         *pn = i + 1; /* count what is owned, so free_unpacked frees exactly that */
-        if (rc < 0) return rc;
+        if (rc < 0)
+          return rc;
       }
       continue;
     }
     rc = set_value(y, f, v, base + f->offset, sub, depth);
-    if (rc < 0) return rc;
+    if (rc < 0)
+      return rc;
     if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type != PROTOBUF_C_TYPE_MESSAGE &&
         f->type != PROTOBUF_C_TYPE_STRING)
       *(protobuf_c_boolean *)(base + f->quantifier_offset) = 1;
@@ -319,7 +344,8 @@ int colo_pb_from_yaml(const char *text, size_t len, const char *source,
     rc = parse_into(&y, desc, msg, root, "", 0);
   yaml_document_delete(&doc);
   if (rc < 0) {
-    if (rc == COLO_ENOMEM) snprintf(err, errlen, "out of memory");
+    if (rc == COLO_ENOMEM)
+      snprintf(err, errlen, "out of memory");
     protobuf_c_message_free_unpacked(msg, NULL);
     return rc;
   }
@@ -366,7 +392,8 @@ int colo_pb_fill_defaults(ProtobufCMessage *msg) {
         size_t n = *(size_t *)(base + f->quantifier_offset);
         ProtobufCMessage **arr = *(ProtobufCMessage ***)(base + f->offset);
         for (size_t k = 0; k < n; k++)
-          if (colo_pb_fill_defaults(arr[k]) < 0) return COLO_ENOMEM;
+          if (colo_pb_fill_defaults(arr[k]) < 0)
+            return COLO_ENOMEM;
       }
       continue;
     }
@@ -375,13 +402,16 @@ int colo_pb_fill_defaults(ProtobufCMessage *msg) {
       if (!*pm) {
         const ProtobufCMessageDescriptor *md = f->descriptor;
         *pm = malloc(md->sizeof_message);
-        if (!*pm) return COLO_ENOMEM;
+        if (!*pm)
+          return COLO_ENOMEM;
         md->message_init(*pm);
       }
-      if (colo_pb_fill_defaults(*pm) < 0) return COLO_ENOMEM;
+      if (colo_pb_fill_defaults(*pm) < 0)
+        return COLO_ENOMEM;
       continue;
     }
-    if (f->type == PROTOBUF_C_TYPE_STRING) continue; /* NULL stays "absent" */
+    if (f->type == PROTOBUF_C_TYPE_STRING)
+      continue; /* NULL stays "absent" */
     if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset)
       *(protobuf_c_boolean *)(base + f->quantifier_offset) = 1;
   }
@@ -411,7 +441,8 @@ static cJSON *value_json(const ProtobufCFieldDescriptor *f, const void *slot) {
     /* print the float's shortest round-trip decimal, not the widened double's */
     for (int p = 1; p <= 9; p++) {
       snprintf(buf, sizeof buf, "%.*g", p, (double)*(const float *)slot);
-      if (strtof(buf, NULL) == *(const float *)slot) break;
+      if (strtof(buf, NULL) == *(const float *)slot)
+        break;
     }
     return cJSON_CreateRaw(buf);
   }
@@ -434,7 +465,8 @@ static cJSON *value_json(const ProtobufCFieldDescriptor *f, const void *slot) {
 
 cJSON *colo_pb_to_json(const ProtobufCMessage *msg) {
   cJSON *o = cJSON_CreateObject();
-  if (!o || !msg) return o;
+  if (!o || !msg)
+    return o;
   const ProtobufCMessageDescriptor *d = msg->descriptor;
   const char *base = (const char *)msg;
   for (unsigned i = 0; i < d->n_fields; i++) {
@@ -449,7 +481,8 @@ cJSON *colo_pb_to_json(const ProtobufCMessage *msg) {
       continue;
     }
     if (f->type == PROTOBUF_C_TYPE_MESSAGE || f->type == PROTOBUF_C_TYPE_STRING) {
-      if (!*(void *const *)slot) continue;
+      if (!*(void *const *)slot)
+        continue;
     } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->quantifier_offset &&
                !*(const protobuf_c_boolean *)(base + f->quantifier_offset)) {
       continue;

@@ -52,7 +52,8 @@ static int job_to_msg(const colo_job_t *j, int with_spec, Colo__V1__Job *msg,
   *spec_out = NULL;
   if (with_spec) {
     *spec_out = colo__v1__job_spec__unpack(NULL, j->spec_len, j->spec);
-    if (!*spec_out) return COLO_EINTERNAL;
+    if (!*spec_out)
+      return COLO_EINTERNAL;
     msg->spec = *spec_out;
   }
   return 0;
@@ -138,7 +139,8 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   }
   free(buf);
   if (!spec || colo_jobspec_fill_defaults(spec) < 0) {
-    if (spec) colo__v1__job_spec__free_unpacked(spec, NULL);
+    if (spec)
+      colo__v1__job_spec__free_unpacked(spec, NULL);
     colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
@@ -185,7 +187,8 @@ static int need_id(colo_rpc_call_t *call, protobuf_c_boolean has, uint64_t id) {
 static void h_get(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__GetJobRequest *req = (const void *)m;
-  if (!need_id(call, req->has_id, req->id)) return;
+  if (!need_id(call, req->has_id, req->id))
+    return;
   colo_job_t job;
   int rc = colo_store_job_get(d->store, req->id, &job);
   if (rc < 0) {
@@ -250,7 +253,8 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
   if (a.msgs && a.specs && a.rows)
     rc = colo_store_job_list(d->store, mask, req->has_after_id ? req->after_id : 0, limit + 1,
                              list_cb, &a);
-  if (rc == 0) rc = a.err;
+  if (rc == 0)
+    rc = a.err;
   if (rc < 0) {
     fail_store(d, call, rc);
   } else {
@@ -282,7 +286,8 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
 static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__CancelJobRequest *req = (const void *)m;
-  if (!need_id(call, req->has_id, req->id)) return;
+  if (!need_id(call, req->has_id, req->id))
+    return;
   if (req->reason && !bounded_str(req->reason, 200)) {
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason is longer than 200 bytes");
     return;
@@ -320,8 +325,23 @@ static int ck_find_cb(const colo_checkpoint_t *ck, void *data) {
 static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__ResumeJobRequest *req = (const void *)m;
-  if (!need_id(call, req->has_id, req->id)) return;
+  if (!need_id(call, req->has_id, req->id))
+    return;
   uint64_t step = req->has_from_step ? req->from_step : 0;
+  colo_job_t cur;
+  int grc = colo_store_job_get(d->store, req->id, &cur);
+  if (grc < 0) {
+    fail_store(d, call, grc);
+    return;
+  }
+  int cur_state = cur.state;
+  colo_job_clear(&cur);
+  if (cur_state != COLO_JOB_FAILED && cur_state != COLO_JOB_CANCELLED) {
+    colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
+                  "job %llu is %s; only a FAILED or CANCELLED job can be resumed",
+                  (unsigned long long)req->id, colo_job_state_name(cur_state));
+    return;
+  }
   if (step > 0) {
     ck_find_t f = {step, 0};
     int rc = colo_store_checkpoint_list(d->store, req->id, ck_find_cb, &f);
@@ -360,7 +380,8 @@ static void watch_free(colod_t *d, colod_watch_t *w) {
     w->prev->next = w->next;
   else
     d->watches = w->next;
-  if (w->next) w->next->prev = w->prev;
+  if (w->next)
+    w->next->prev = w->prev;
   d->n_watches--;
   free(w);
 }
@@ -409,7 +430,8 @@ void colod_watch_close_all(colod_t *d, const char *why) {
 static void h_watch(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__WatchJobRequest *req = (const void *)m;
-  if (!need_id(call, req->has_id, req->id)) return;
+  if (!need_id(call, req->has_id, req->id))
+    return;
   if (d->draining) {
     colo_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "colod is shutting down");
     return;
@@ -442,7 +464,8 @@ static void h_watch(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data
   w->job_id = req->id;
   w->progress = req->has_progress ? req->progress : 1;
   w->next = d->watches;
-  if (d->watches) d->watches->prev = w;
+  if (d->watches)
+    d->watches->prev = w;
   d->watches = w;
   d->n_watches++;
   colo_rpc_call_on_cancel(call, watch_cancelled, w);
@@ -452,17 +475,20 @@ static void h_watch(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data
 
 static colod_host_live_t *host_live(colod_t *d, uint64_t id) {
   for (size_t i = 0; i < d->n_hosts; i++)
-    if (d->hosts[i].id == id) return &d->hosts[i];
+    if (d->hosts[i].id == id)
+      return &d->hosts[i];
   return NULL;
 }
 
 static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
   colod_host_live_t *h = host_live(d, id);
-  if (h) return h;
+  if (h)
+    return h;
   if (d->n_hosts == d->cap_hosts) {
     size_t cap = d->cap_hosts ? d->cap_hosts * 2 : 16;
     colod_host_live_t *n = realloc(d->hosts, cap * sizeof *n);
-    if (!n) return NULL;
+    if (!n)
+      return NULL;
     d->hosts = n;
     d->cap_hosts = cap;
   }
@@ -475,7 +501,8 @@ static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
 static int load_host_cb(const colo_host_t *h, void *data) {
   colod_t *d = data;
   colod_host_live_t *l = host_live_add(d, h->id);
-  if (!l) return 1;
+  if (!l)
+    return 1;
   l->session = h->session;
   l->state = h->state;
   l->last_seen_ms = h->last_seen_ms;
@@ -491,7 +518,8 @@ void colod_hosts_check(colod_t *d) {
   uint64_t now = colod_mono_ms(d);
   for (size_t i = 0; i < d->n_hosts; i++) {
     colod_host_live_t *h = &d->hosts[i];
-    if (h->state != COLO_HOST_UP || now - h->last_seen_mono_ms < d->cfg.host_timeout_ms) continue;
+    if (h->state != COLO_HOST_UP || now - h->last_seen_mono_ms < d->cfg.host_timeout_ms)
+      continue;
     if (colo_store_host_set_state(d->store, h->id, COLO_HOST_DOWN, h->last_seen_ms) < 0) {
       colo_log(COLO_LOG_ERROR, "hosts", "cannot mark host %llu DOWN: %s", (unsigned long long)h->id,
                colo_store_errmsg(d->store));
@@ -504,7 +532,8 @@ void colod_hosts_check(colod_t *d) {
 }
 
 static int host_name_ok(const char *n) {
-  if (!n || !*n || strlen(n) > MAX_HOST_NAME) return 0;
+  if (!n || !*n || strlen(n) > MAX_HOST_NAME)
+    return 0;
   for (const char *c = n; *c; c++)
     if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
           *c == '-' || *c == '_' || *c == '.'))
@@ -662,10 +691,12 @@ static void h_hosts(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data
   (void)m;
   hosts_acc_t a = {.d = d};
   int rc = colo_store_host_list(d->store, hosts_cb, &a);
-  if (rc == 0) rc = a.err;
+  if (rc == 0)
+    rc = a.err;
   if (rc == 0) {
     a.ptrs = calloc(a.n ? a.n : 1, sizeof *a.ptrs);
-    if (!a.ptrs) rc = COLO_ENOMEM;
+    if (!a.ptrs)
+      rc = COLO_ENOMEM;
   }
   if (rc < 0) {
     fail_store(d, call, rc);
@@ -686,8 +717,10 @@ static void h_cluster(colo_rpc_call_t *call, const ProtobufCMessage *m, void *da
   uint32_t counts[COLO_JOB_STATE_MAX + 1];
   hosts_acc_t a = {.d = d};
   int rc = colo_store_job_counts(d->store, counts);
-  if (rc == 0) rc = colo_store_host_list(d->store, hosts_cb, &a);
-  if (rc == 0) rc = a.err;
+  if (rc == 0)
+    rc = colo_store_host_list(d->store, hosts_cb, &a);
+  if (rc == 0)
+    rc = a.err;
   if (rc < 0) {
     hosts_acc_free(&a);
     fail_store(d, call, rc);

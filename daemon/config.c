@@ -46,7 +46,8 @@ static const centry_t TABLE[] = {
 
 static const centry_t *find(const char *name) {
   for (size_t i = 0; i < N_TABLE; i++)
-    if (strcmp(TABLE[i].name, name) == 0) return &TABLE[i];
+    if (strcmp(TABLE[i].name, name) == 0)
+      return &TABLE[i];
   return NULL;
 }
 
@@ -64,9 +65,11 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
 static int parse_duration(const char *s, uint64_t *ms) {
   char *end;
   errno = 0;
-  if (!*s || *s == '-') return -1;
+  if (!*s || *s == '-')
+    return -1;
   unsigned long long v = strtoull(s, &end, 10);
-  if (errno || end == s) return -1;
+  if (errno || end == s)
+    return -1;
   uint64_t mul;
   if (!*end || !strcmp(end, "ms"))
     mul = 1;
@@ -78,7 +81,8 @@ static int parse_duration(const char *s, uint64_t *ms) {
     mul = 3600000;
   else
     return -1;
-  if (v > UINT64_MAX / mul) return -1;
+  if (v > UINT64_MAX / mul)
+    return -1;
   *ms = v * mul;
   return 0;
 }
@@ -100,7 +104,8 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
   char a[32], b[32];
   switch (e->type) {
   case T_STRING:
-    if (strlen(value) < e->min) return fail(err, errlen, "%s must not be empty", e->name);
+    if (strlen(value) < e->min)
+      return fail(err, errlen, "%s must not be empty", e->name);
     if (strlen(value) >= e->size)
       return fail(err, errlen, "%s is longer than %zu characters", e->name, e->size - 1);
     memcpy(field, value, strlen(value) + 1);
@@ -161,10 +166,12 @@ int colod_config_set(colod_config_t *cfg, const char *name, const char *value, c
     value = eq + 1;
   }
   const centry_t *e = find(name);
-  if (!e) return fail(err, errlen, "unknown setting \"%s\"", name);
+  if (!e)
+    return fail(err, errlen, "unknown setting \"%s\"", name);
   colod_config_t tmp = *cfg;
   int rc = apply(e, &tmp, value, err, errlen);
-  if (rc == 0) *cfg = tmp;
+  if (rc == 0)
+    *cfg = tmp;
   return rc;
 }
 
@@ -216,7 +223,8 @@ int colod_config_load(colod_config_t *cfg, const char *path, char *err, size_t e
     }
   }
   yaml_document_delete(&doc);
-  if (rc == 0) *cfg = tmp;
+  if (rc == 0)
+    *cfg = tmp;
   return rc;
 }
 
@@ -254,7 +262,8 @@ int colod_config_reload(colod_config_t *cur, const colod_config_t *next) {
     char *a = (char *)cur + e->offset;
     const char *b = (const char *)next + e->offset;
     size_t sz = e->type == T_STRING ? e->size : (e->type == T_LOGLEVEL ? sizeof(int) : 4);
-    if (memcmp(a, b, sz) == 0) continue;
+    if (memcmp(a, b, sz) == 0)
+      continue;
     char v[1100];
     value_str(e, next, v, sizeof v);
     if (e->reloadable) {

@@ -54,11 +54,13 @@ static int build_config(colod_t *d, colod_config_t *cfg, char *err, size_t errle
   colod_config_defaults(cfg);
   if (d->config_path) {
     int rc = colod_config_load(cfg, d->config_path, err, errlen);
-    if (rc < 0) return rc;
+    if (rc < 0)
+      return rc;
   }
   for (int i = 0; i < d->n_overrides; i++) {
     int rc = colod_config_set(cfg, d->overrides[i], NULL, err, errlen);
-    if (rc < 0) return rc;
+    if (rc < 0)
+      return rc;
   }
   return 0;
 }
@@ -79,7 +81,8 @@ static void on_rpc_closed(colo_rpc_server_t *srv, void *data) {
 }
 
 static void begin_drain(colod_t *d, const char *why) {
-  if (d->draining) return;
+  if (d->draining)
+    return;
   d->draining = 1;
   sd_notify(0, "STOPPING=1\nSTATUS=draining");
   colo_log(COLO_LOG_INFO, "main", "%s: draining %zu in-flight calls (up to %u ms)", why,
@@ -113,7 +116,8 @@ static void on_tick(uv_timer_t *t) {
     sd_notify(0, "WATCHDOG=1");
     d->last_watchdog_mono_ms = now;
   }
-  if (!d->draining) colod_hosts_check(d);
+  if (!d->draining)
+    colod_hosts_check(d);
 }
 
 static int ensure_dir(const char *path, char *err, size_t errlen) {
@@ -244,12 +248,14 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   uv_timer_init(d.loop, &d.tick);
   d.tick.data = &d;
   uv_timer_start(&d.tick, on_tick, TICK_MS, TICK_MS);
-  if (sd_watchdog_enabled(0, &d.watchdog_usec) <= 0) d.watchdog_usec = 0;
+  if (sd_watchdog_enabled(0, &d.watchdog_usec) <= 0)
+    d.watchdog_usec = 0;
 
   char host[300];
   snprintf(host, sizeof host, "%s", d.cfg.listen);
   char *colon = strrchr(host, ':');
-  if (colon) *colon = '\0';
+  if (colon)
+    *colon = '\0';
   colo_log(COLO_LOG_INFO, "main", "colod %s listening on %s:%d, state in %s", COLO_VERSION, host,
            colo_rpc_server_port(d.rpc), dbpath);
   /* scripts read the bound port from this line when they ask for port 0 */

@@ -35,9 +35,11 @@ int colo_rpc_client_open(const char *target, const colo_rpc_client_opts_t *opts,
   grpc_channel_args cargs = {1, args};
   grpc_channel_credentials *creds = opts ? opts->channel_creds : NULL;
   grpc_channel_credentials *own = NULL;
-  if (!creds) creds = own = grpc_insecure_credentials_create();
+  if (!creds)
+    creds = own = grpc_insecure_credentials_create();
   cli->channel = grpc_channel_create(target, creds, &cargs);
-  if (own) grpc_channel_credentials_release(own);
+  if (own)
+    grpc_channel_credentials_release(own);
   if (!cli->channel) {
     snprintf(err, errlen, "cannot create a channel to %s", target);
     free(cli);
@@ -50,7 +52,8 @@ int colo_rpc_client_open(const char *target, const colo_rpc_client_opts_t *opts,
 }
 
 void colo_rpc_client_close(colo_rpc_client_t *cli) {
-  if (!cli) return;
+  if (!cli)
+    return;
   grpc_channel_destroy(cli->channel);
   grpc_completion_queue_shutdown(cli->cq);
   grpc_completion_queue_destroy(cli->cq);
@@ -59,16 +62,19 @@ void colo_rpc_client_close(colo_rpc_client_t *cli) {
 }
 
 static gpr_timespec deadline_of(uint64_t timeout_ms) {
-  if (timeout_ms == 0) return gpr_inf_future(GPR_CLOCK_REALTIME);
+  if (timeout_ms == 0)
+    return gpr_inf_future(GPR_CLOCK_REALTIME);
   return gpr_time_add(gpr_now(GPR_CLOCK_REALTIME),
                       gpr_time_from_millis((int64_t)timeout_ms, GPR_TIMESPAN));
 }
 
 static void set_status(colo_rpc_status_t *st, grpc_status_code code, grpc_slice details) {
-  if (!st) return;
+  if (!st)
+    return;
   st->code = code;
   size_t n = GRPC_SLICE_LENGTH(details);
-  if (n >= sizeof st->message) n = sizeof st->message - 1;
+  if (n >= sizeof st->message)
+    n = sizeof st->message - 1;
   memcpy(st->message, GRPC_SLICE_START_PTR(details), n);
   st->message[n] = '\0';
   if (n == 0 && code != GRPC_STATUS_OK)
@@ -77,7 +83,8 @@ static void set_status(colo_rpc_status_t *st, grpc_status_code code, grpc_slice 
 
 static ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
   grpc_byte_buffer_reader r;
-  if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
+  if (!grpc_byte_buffer_reader_init(&r, bb))
+    return NULL;
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
   grpc_byte_buffer_reader_destroy(&r);
   ProtobufCMessage *m =
@@ -97,7 +104,8 @@ static grpc_byte_buffer *pack(const ProtobufCMessage *msg) {
 
 static int run_batch(colo_rpc_client_t *cli, grpc_call *call, const grpc_op *ops, size_t n,
                      void *tag) {
-  if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK) return COLO_EINTERNAL;
+  if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK)
+    return COLO_EINTERNAL;
   grpc_event ev =
       grpc_completion_queue_pluck(cli->cq, tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
   return ev.success ? 0 : COLO_EPROTO;
@@ -151,7 +159,8 @@ int colo_rpc_call(colo_rpc_client_t *cli, const char *path, const ProtobufCMessa
     st->code = GRPC_STATUS_INTERNAL;
     snprintf(st->message, sizeof st->message, "call failed in the transport");
   }
-  if (recv) grpc_byte_buffer_destroy(recv);
+  if (recv)
+    grpc_byte_buffer_destroy(recv);
   grpc_byte_buffer_destroy(send);
   grpc_slice_unref(details);
   grpc_metadata_array_destroy(&md_init);
@@ -190,7 +199,8 @@ int colo_rpc_call_stream(colo_rpc_client_t *cli, const char *path, const Protobu
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &recv;
-    if (run_batch(cli, call, &op, 1, call) < 0 || !recv) break;
+    if (run_batch(cli, call, &op, 1, call) < 0 || !recv)
+      break;
     ProtobufCMessage *m = unpack(recv, resp_desc);
     grpc_byte_buffer_destroy(recv);
     if (!m) {

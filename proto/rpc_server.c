@@ -44,6 +44,8 @@ struct colo_rpc_call_s {
   gpr_timespec deadline;
   grpc_metadata_array md;
   grpc_byte_buffer *payload;
+  grpc_call_details details; /* generic accepts only: calls to methods not in the table */
+  int generic;
   rpc_tag_t t_request, t_send, t_close;
   int refs;
   int accepted;        /* handed to the handler */
@@ -94,6 +96,7 @@ struct colo_rpc_server_s {
 
 static void call_unref(colo_rpc_call_t *c);
 static int post_request(colo_rpc_server_t *srv, size_t method_idx);
+static int post_generic(colo_rpc_server_t *srv);
 static void start_next_send(colo_rpc_call_t *c);
 
 /* ---- status mapping ---- */
@@ -176,7 +179,8 @@ const char *colo_rpc_status_name(grpc_status_code code) {
                                 "UNAVAILABLE",
                                 "DATA_LOSS",
                                 "UNAUTHENTICATED"};
-  if ((int)code >= 0 && (size_t)code < sizeof names / sizeof names[0]) return names[code];
+  if ((int)code >= 0 && (size_t)code < sizeof names / sizeof names[0])
+    return names[code];
   return "UNKNOWN";
 }
 
@@ -191,20 +195,23 @@ static void cq_thread(void *arg) {
     if (srv->n_events == srv->cap_events) {
       size_t cap = srv->cap_events ? srv->cap_events * 2 : 64;
       rpc_event_t *ne = realloc(srv->events, cap * sizeof *ne);
-      if (!ne) abort(); /* the completion cannot be dropped: the call would leak forever */
+      if (!ne)
+        abort(); /* the completion cannot be dropped: the call would leak forever */
       srv->events = ne;
       srv->cap_events = cap;
     }
     srv->events[srv->n_events++] = (rpc_event_t){done ? NULL : ev.tag, ev.success};
     uv_mutex_unlock(&srv->mu);
     uv_async_send(&srv->async);
-    if (done) return;
+    if (done)
+      return;
   }
 }
 
 static void handle_closed(uv_handle_t *h) {
   colo_rpc_server_t *srv = h->data;
-  if (--srv->handles_open > 0) return;
+  if (--srv->handles_open > 0)
+    return;
   colo_rpc_closed_cb cb = srv->closed_cb;
   void *data = srv->closed_data;
   uv_mutex_destroy(&srv->mu);
@@ -212,7 +219,8 @@ static void handle_closed(uv_handle_t *h) {
   free(srv->spare);
   free(srv->registered);
   free(srv);
-  if (cb) cb(NULL, data);
+  if (cb)
+    cb(NULL, data);
 }
 
 static void finish_shutdown(colo_rpc_server_t *srv) {
@@ -285,7 +293,8 @@ static void live_remove(colo_rpc_call_t *c) {
     c->prev->next = c->next;
   else if (srv->live == c)
     srv->live = c->next;
-  if (c->next) c->next->prev = c->prev;
+  if (c->next)
+    c->next->prev = c->prev;
   c->prev = c->next = NULL;
 }
 
@@ -297,16 +306,22 @@ static void call_free(colo_rpc_call_t *c) {
   for (size_t i = 0; i < c->q_len; i++)
     grpc_byte_buffer_destroy(c->queue[(c->q_head + i) % c->q_cap]);
   free(c->queue);
-  if (c->payload) grpc_byte_buffer_destroy(c->payload);
+  if (c->payload)
+    grpc_byte_buffer_destroy(c->payload);
   grpc_metadata_array_destroy(&c->md);
-  if (c->call) grpc_call_unref(c->call);
-  if (c->peer) gpr_free(c->peer);
+  if (c->generic)
+    grpc_call_details_destroy(&c->details);
+  if (c->call)
+    grpc_call_unref(c->call);
+  if (c->peer)
+    gpr_free(c->peer);
   free(c->status_msg);
   free(c);
 }
 
 static void call_unref(colo_rpc_call_t *c) {
-  if (--c->refs == 0) call_free(c);
+  if (--c->refs == 0)
+    call_free(c);
 }
 
 static grpc_byte_buffer *pack_message(const ProtobufCMessage *msg) {
@@ -322,7 +337,8 @@ static grpc_byte_buffer *pack_message(const ProtobufCMessage *msg) {
 static ProtobufCMessage *unpack_message(grpc_byte_buffer *bb,
                                         const ProtobufCMessageDescriptor *desc) {
   grpc_byte_buffer_reader r;
-  if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
+  if (!grpc_byte_buffer_reader_init(&r, bb))
+    return NULL;
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
   grpc_byte_buffer_reader_destroy(&r);
   ProtobufCMessage *m =
@@ -341,13 +357,15 @@ static void on_send_done(rpc_tag_t *t, int ok) {
     c->q_len = 0;
     c->cancelled = 1;
   }
-  if (!c->status_started) start_next_send(c);
+  if (!c->status_started)
+    start_next_send(c);
   call_unref(c);
 }
 
 /* Starts the next queued message, or the final status when nothing is queued. */
 static void start_next_send(colo_rpc_call_t *c) {
-  if (c->send_inflight || c->status_started) return;
+  if (c->send_inflight || c->status_started)
+    return;
   grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
@@ -378,8 +396,10 @@ static void start_next_send(colo_rpc_call_t *c) {
   c->send_inflight = 1;
   c->refs++;
   grpc_call_error e = grpc_call_start_batch(c->call, ops, n, &c->t_send, NULL);
-  if (c->status_started) grpc_slice_unref(details);
-  if (bb) grpc_byte_buffer_destroy(bb); /* gRPC took its own reference to the slices */
+  if (c->status_started)
+    grpc_slice_unref(details);
+  if (bb)
+    grpc_byte_buffer_destroy(bb); /* gRPC took its own reference to the slices */
   if (e != GRPC_CALL_OK) {
     colo_log(COLO_LOG_WARN, "rpc", "start_batch failed: %d", (int)e);
     c->send_inflight = 0;
@@ -392,7 +412,8 @@ static void on_close_done(rpc_tag_t *t, int ok) {
   colo_rpc_call_t *c = CALL_OF(t, t_close);
   (void)ok;
   c->closed = 1;
-  if (!c->finished) c->cancelled = 1;
+  if (!c->finished)
+    c->cancelled = 1;
   if (c->cancelled && !c->finished && c->on_cancel) {
     colo_rpc_cancel_cb cb = c->on_cancel;
     c->on_cancel = NULL;
@@ -408,12 +429,18 @@ static void on_request_done(rpc_tag_t *t, int ok) {
     call_unref(c);
     return;
   }
-  if (!srv->shutting_down) post_request(srv, (size_t)(c->method - srv->methods));
+  if (!srv->shutting_down) {
+    if (c->generic)
+      post_generic(srv);
+    else
+      post_request(srv, (size_t)(c->method - srv->methods));
+  }
 
   c->accepted = 1;
   c->prev = NULL;
   c->next = srv->live;
-  if (srv->live) srv->live->prev = c;
+  if (srv->live)
+    srv->live->prev = c;
   srv->live = c;
   srv->n_live++;
 
@@ -423,10 +450,17 @@ static void on_request_done(rpc_tag_t *t, int ok) {
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &c->close_cancelled;
   c->refs++; /* the close tag */
-  if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) c->refs--;
+  if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK)
+    c->refs--;
   /* The request tag's reference becomes the owner's reference. */
 
   ProtobufCMessage *req = NULL;
+  if (c->generic) {
+    colo_rpc_fail(c, GRPC_STATUS_UNIMPLEMENTED, "method %.*s is not served here",
+                  (int)GRPC_SLICE_LENGTH(c->details.method),
+                  (const char *)GRPC_SLICE_START_PTR(c->details.method));
+    return;
+  }
   if (!c->payload) {
     colo_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "missing request message");
     return;
@@ -451,7 +485,8 @@ static void on_request_done(rpc_tag_t *t, int ok) {
 
 static int post_request(colo_rpc_server_t *srv, size_t idx) {
   colo_rpc_call_t *c = calloc(1, sizeof *c);
-  if (!c) return COLO_ENOMEM;
+  if (!c)
+    return COLO_ENOMEM;
   c->srv = srv;
   c->method = &srv->methods[idx];
   c->registered = srv->registered[idx];
@@ -471,10 +506,36 @@ static int post_request(colo_rpc_server_t *srv, size_t idx) {
   return 0;
 }
 
+/* Accepts a call to any method not in the table, to answer it UNIMPLEMENTED at once rather
+ * than leave the client waiting for its deadline. */
+static int post_generic(colo_rpc_server_t *srv) {
+  colo_rpc_call_t *c = calloc(1, sizeof *c);
+  if (!c)
+    return COLO_ENOMEM;
+  c->srv = srv;
+  c->generic = 1;
+  c->t_request.fn = on_request_done;
+  c->t_send.fn = on_send_done;
+  c->t_close.fn = on_close_done;
+  c->refs = 1;
+  grpc_metadata_array_init(&c->md);
+  grpc_call_details_init(&c->details);
+  grpc_call_error e = grpc_server_request_call(srv->server, &c->call, &c->details, &c->md, srv->cq,
+                                               srv->cq, &c->t_request);
+  if (e != GRPC_CALL_OK) {
+    grpc_call_details_destroy(&c->details);
+    grpc_metadata_array_destroy(&c->md);
+    free(c);
+    return COLO_EINTERNAL;
+  }
+  return 0;
+}
+
 /* ---- public call API ---- */
 
 static int finish(colo_rpc_call_t *c, grpc_status_code code, const char *msg) {
-  if (c->finished) return COLO_ESTATE;
+  if (c->finished)
+    return COLO_ESTATE;
   c->finished = 1;
   c->status_queued = 1;
   c->status_code = code;
@@ -485,9 +546,11 @@ static int finish(colo_rpc_call_t *c, grpc_status_code code, const char *msg) {
 }
 
 int colo_rpc_reply(colo_rpc_call_t *c, const ProtobufCMessage *resp) {
-  if (c->finished) return COLO_ESTATE;
+  if (c->finished)
+    return COLO_ESTATE;
   int rc = colo_rpc_stream_send(c, resp);
-  if (rc < 0 && rc != COLO_ECANCELED) return rc;
+  if (rc < 0 && rc != COLO_ECANCELED)
+    return rc;
   return finish(c, GRPC_STATUS_OK, NULL);
 }
 
@@ -505,8 +568,10 @@ int colo_rpc_fail_err(colo_rpc_call_t *c, int err, const char *msg) {
 }
 
 int colo_rpc_stream_send(colo_rpc_call_t *c, const ProtobufCMessage *msg) {
-  if (c->finished) return COLO_ESTATE;
-  if (c->cancelled) return COLO_ECANCELED;
+  if (c->finished)
+    return COLO_ESTATE;
+  if (c->cancelled)
+    return COLO_ECANCELED;
   if (c->q_len >= c->srv->max_stream_queue) {
     finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "client reads too slowly: stream queue full");
     return COLO_ETOOBIG;
@@ -514,7 +579,8 @@ int colo_rpc_stream_send(colo_rpc_call_t *c, const ProtobufCMessage *msg) {
   if (c->q_len == c->q_cap) {
     size_t cap = c->q_cap ? c->q_cap * 2 : 4;
     grpc_byte_buffer **nq = malloc(cap * sizeof *nq);
-    if (!nq) return COLO_ENOMEM;
+    if (!nq)
+      return COLO_ENOMEM;
     for (size_t i = 0; i < c->q_len; i++)
       nq[i] = c->queue[(c->q_head + i) % c->q_cap];
     free(c->queue);
@@ -538,7 +604,8 @@ void colo_rpc_call_on_cancel(colo_rpc_call_t *c, colo_rpc_cancel_cb cb, void *da
 }
 
 const char *colo_rpc_call_peer(colo_rpc_call_t *c) {
-  if (!c->peer) c->peer = grpc_call_get_peer(c->call);
+  if (!c->peer)
+    c->peer = grpc_call_get_peer(c->call);
   return c->peer;
 }
 
@@ -592,9 +659,11 @@ int colo_rpc_server_start(uv_loop_t *loop, const colo_rpc_server_opts_t *opts,
   }
   grpc_server_credentials *creds = opts->server_creds;
   grpc_server_credentials *own = NULL;
-  if (!creds) creds = own = grpc_insecure_server_credentials_create();
+  if (!creds)
+    creds = own = grpc_insecure_server_credentials_create();
   srv->port = grpc_server_add_http2_port(srv->server, opts->listen, creds);
-  if (own) grpc_server_credentials_release(own);
+  if (own)
+    grpc_server_credentials_release(own);
   if (srv->port == 0) {
     snprintf(err, errlen, "cannot listen on %s (address in use or invalid)", opts->listen);
     goto fail;
@@ -616,6 +685,8 @@ int colo_rpc_server_start(uv_loop_t *loop, const colo_rpc_server_opts_t *opts,
   for (size_t i = 0; i < n_methods; i++)
     for (int k = 0; k < per; k++)
       post_request(srv, i);
+  for (int k = 0; k < 2; k++)
+    post_generic(srv);
   *out = srv;
   return 0;
 
@@ -657,7 +728,8 @@ static void on_grace_expired(uv_timer_t *tm) {
 
 void colo_rpc_server_shutdown(colo_rpc_server_t *srv, uint64_t grace_ms, colo_rpc_closed_cb cb,
                               void *data) {
-  if (srv->shutting_down) return;
+  if (srv->shutting_down)
+    return;
   srv->shutting_down = 1;
   srv->closed_cb = cb;
   srv->closed_data = data;

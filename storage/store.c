@@ -159,8 +159,10 @@ struct colo_store_s {
 
 static int db_fail(colo_store_t *st, int rc, const char *what) {
   snprintf(st->errmsg, sizeof st->errmsg, "%s: %s", what, sqlite3_errmsg(st->db));
-  if (rc == SQLITE_CONSTRAINT) return COLO_EEXIST;
-  if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) return COLO_EBUSY;
+  if (rc == SQLITE_CONSTRAINT)
+    return COLO_EEXIST;
+  if (rc == SQLITE_BUSY || rc == SQLITE_LOCKED)
+    return COLO_EBUSY;
   return COLO_EDB;
 }
 
@@ -179,7 +181,8 @@ static void copy_text(char *dst, size_t cap, sqlite3_stmt *s, int col) {
 static int step_done(colo_store_t *st, sqlite3_stmt *s, const char *what) {
   int rc = sqlite3_step(s);
   sqlite3_reset(s);
-  if (rc != SQLITE_DONE) return db_fail(st, rc, what);
+  if (rc != SQLITE_DONE)
+    return db_fail(st, rc, what);
   return 0;
 }
 
@@ -200,7 +203,8 @@ static void rollback(colo_store_t *st) {
 
 static void *dup_blob(const void *p, size_t n) {
   void *d = malloc(n ? n : 1);
-  if (d && n) memcpy(d, p, n);
+  if (d && n)
+    memcpy(d, p, n);
   return d;
 }
 
@@ -228,7 +232,8 @@ int colo_job_transition_allowed(int from, int to) {
       [COLO_JOB_CANCELLED] = B(COLO_JOB_PENDING),
   };
 #undef B
-  if (from < 1 || from > COLO_JOB_STATE_MAX || to < 1 || to > COLO_JOB_STATE_MAX) return 0;
+  if (from < 1 || from > COLO_JOB_STATE_MAX || to < 1 || to > COLO_JOB_STATE_MAX)
+    return 0;
   return (allowed[from] >> to) & 1u;
 }
 
@@ -249,7 +254,8 @@ static int user_version(colo_store_t *st) {
   sqlite3_stmt *s;
   int v = -1;
   if (sqlite3_prepare_v2(st->db, "PRAGMA user_version", -1, &s, NULL) == SQLITE_OK) {
-    if (sqlite3_step(s) == SQLITE_ROW) v = sqlite3_column_int(s, 0);
+    if (sqlite3_step(s) == SQLITE_ROW)
+      v = sqlite3_column_int(s, 0);
     sqlite3_finalize(s);
   }
   return v;
@@ -272,9 +278,12 @@ static int migrate(colo_store_t *st, int target) {
     snprintf(what, sizeof what, "migration to schema version %d", v + 1);
     snprintf(bump, sizeof bump, "PRAGMA user_version = %d", v + 1);
     int rc = exec(st, "BEGIN IMMEDIATE", what);
-    if (rc == 0) rc = exec(st, MIGRATIONS[v], what);
-    if (rc == 0) rc = exec(st, bump, what);
-    if (rc == 0) rc = exec(st, "COMMIT", what);
+    if (rc == 0)
+      rc = exec(st, MIGRATIONS[v], what);
+    if (rc == 0)
+      rc = exec(st, bump, what);
+    if (rc == 0)
+      rc = exec(st, "COMMIT", what);
     if (rc < 0) {
       char keep[512];
       snprintf(keep, sizeof keep, "%s", st->errmsg);
@@ -304,9 +313,12 @@ int colo_store_open_at(const char *path, int version, colo_store_t **out, char *
   }
   sqlite3_busy_timeout(st->db, 5000);
   int err_rc = exec(st, "PRAGMA journal_mode = WAL", "enable WAL");
-  if (err_rc == 0) err_rc = exec(st, "PRAGMA synchronous = FULL", "set synchronous");
-  if (err_rc == 0) err_rc = exec(st, "PRAGMA foreign_keys = ON", "enable foreign keys");
-  if (err_rc == 0) err_rc = migrate(st, version);
+  if (err_rc == 0)
+    err_rc = exec(st, "PRAGMA synchronous = FULL", "set synchronous");
+  if (err_rc == 0)
+    err_rc = exec(st, "PRAGMA foreign_keys = ON", "enable foreign keys");
+  if (err_rc == 0)
+    err_rc = migrate(st, version);
   if (err_rc == 0 && version == N_MIGRATIONS) {
     for (int i = 0; i < N_STMTS; i++) {
       if (sqlite3_prepare_v3(st->db, STMT_SQL[i], -1, SQLITE_PREPARE_PERSISTENT, &st->stmt[i],
@@ -332,7 +344,8 @@ int colo_store_open(const char *path, colo_store_t **out, char *err, size_t errl
 }
 
 void colo_store_close(colo_store_t *st) {
-  if (!st) return;
+  if (!st)
+    return;
   for (int i = 0; i < N_STMTS; i++)
     sqlite3_finalize(st->stmt[i]);
   sqlite3_close(st->db);
@@ -486,10 +499,12 @@ int colo_store_job_list(colo_store_t *st, uint32_t state_mask, uint64_t after_id
     }
     int stop = cb(&j, data);
     colo_job_clear(&j);
-    if (stop) break;
+    if (stop)
+      break;
   }
   sqlite3_reset(s);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(st, rc, "list jobs");
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_fail(st, rc, "list jobs");
   return 0;
 }
 
@@ -503,7 +518,8 @@ int colo_store_job_counts(colo_store_t *st, uint32_t *counts) {
       tmp[state] = (uint32_t)sqlite3_column_int64(s, 1);
   }
   sqlite3_reset(s);
-  if (rc != SQLITE_DONE) return db_fail(st, rc, "count jobs");
+  if (rc != SQLITE_DONE)
+    return db_fail(st, rc, "count jobs");
   memcpy(counts, tmp, sizeof tmp);
   return 0;
 }
@@ -552,7 +568,8 @@ int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char 
     sqlite3_bind_text(s, 5, message ? message : "", -1, SQLITE_STATIC);
     CHECK_GOTO(step_done(st, s, "end attempt"), rc, fail);
   }
-  if (to == COLO_JOB_RESTARTING) j.restarts++;
+  if (to == COLO_JOB_RESTARTING)
+    j.restarts++;
   if (to == COLO_JOB_PENDING) { /* a resume */
     j.restarts = 0;
     j.resume_step = resume_step;
@@ -645,7 +662,8 @@ int colo_store_attempt_ranks(colo_store_t *st, uint64_t job_id, uint32_t attempt
     k++;
   }
   sqlite3_reset(s);
-  if (rc != SQLITE_DONE) return db_fail(st, rc, "list ranks");
+  if (rc != SQLITE_DONE)
+    return db_fail(st, rc, "list ranks");
   *n = k;
   return k > cap ? COLO_ETOOBIG : 0;
 }
@@ -663,10 +681,12 @@ int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,
     ev.state = sqlite3_column_int(s, 2);
     copy_text(ev.message, sizeof ev.message, s, 3);
     ev.time_ms = sqlite3_column_int64(s, 4);
-    if (cb(&ev, data)) break;
+    if (cb(&ev, data))
+      break;
   }
   sqlite3_reset(s);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(st, rc, "list events");
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_fail(st, rc, "list events");
   return 0;
 }
 
@@ -786,10 +806,12 @@ int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data) {
     }
     int stop = cb(&h, data);
     colo_host_clear(&h);
-    if (stop) break;
+    if (stop)
+      break;
   }
   sqlite3_reset(s);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(st, rc, "list hosts");
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_fail(st, rc, "list hosts");
   return 0;
 }
 
@@ -821,9 +843,11 @@ int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_che
     copy_text(ck.manifest_sha256, sizeof ck.manifest_sha256, s, 4);
     ck.bytes = (uint64_t)sqlite3_column_int64(s, 5);
     ck.created_ms = sqlite3_column_int64(s, 6);
-    if (cb(&ck, data)) break;
+    if (cb(&ck, data))
+      break;
   }
   sqlite3_reset(s);
-  if (rc != SQLITE_ROW && rc != SQLITE_DONE) return db_fail(st, rc, "list checkpoints");
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_fail(st, rc, "list checkpoints");
   return 0;
 }

@@ -1,0 +1,87 @@
+# Helpers for integration tests: start the real colod on a free loopback port, run coloctl
+# against it, clean up whatever happens. Source it; COLO_BIN points at build/bin.
+set -euo pipefail
+: "${COLO_BIN:?COLO_BIN must point at build/bin}"
+COLOD="$COLO_BIN/colod"
+COLOCTL="$COLO_BIN/coloctl"
+TMP=$(mktemp -d /tmp/colo-it-XXXXXX)
+COLOD_PID=""
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
+
+cleanup() {
+  if [ -n "$COLOD_PID" ] && kill -0 "$COLOD_PID" 2>/dev/null; then
+    kill -KILL "$COLOD_PID" 2>/dev/null || true
+  fi
+  jobs -p | xargs -r kill -KILL 2>/dev/null || true
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*" >&2
+  if [ -f "$TMP/colod.log" ]; then
+    echo "--- colod log (last 30 lines) ---" >&2
+    tail -30 "$TMP/colod.log" >&2
+  fi
+  exit 1
+}
+
+# start_colod STATE_DIR [extra args...]: starts colod on 127.0.0.1:0, sets COLOD_PID and
+# COLO_SERVER from the "colod listening on" line.
+start_colod() {
+  local state=$1
+  shift
+  : >"$TMP/colod.out"
+  "$COLOD" --listen 127.0.0.1:0 --state-dir "$state" "$@" >"$TMP/colod.out" 2>>"$TMP/colod.log" &
+  COLOD_PID=$!
+  for _ in $(seq 1 100); do
+    if grep -q "colod listening on" "$TMP/colod.out" 2>/dev/null; then
+      COLO_SERVER=$(sed -n 's/^colod listening on //p' "$TMP/colod.out" | head -1)
+      export COLO_SERVER
+      return 0
+    fi
+    kill -0 "$COLOD_PID" 2>/dev/null || fail "colod exited during start-up"
+    sleep 0.1
+  done
+  fail "colod did not start within 10 s"
+}
+
+# stop_colod: SIGTERM, expect exit 0 within 15 s
+stop_colod() {
+  kill -TERM "$COLOD_PID"
+  local rc=0
+  for _ in $(seq 1 150); do
+    kill -0 "$COLOD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$COLOD_PID" 2>/dev/null && fail "colod did not exit within 15 s of SIGTERM"
+  wait "$COLOD_PID" || rc=$?
+  [ "$rc" -eq 0 ] || fail "colod exited $rc after SIGTERM"
+  COLOD_PID=""
+}
+
+# expect_rc WANT CMD...: runs CMD, captures stdout/stderr in $OUT/$ERR, checks the exit code
+expect_rc() {
+  local want=$1
+  shift
+  local rc=0
+  "$@" >"$TMP/out" 2>"$TMP/err" || rc=$?
+  OUT=$(cat "$TMP/out")
+  ERR=$(cat "$TMP/err")
+  [ "$rc" -eq "$want" ] || fail "'$*' exited $rc, expected $want; stdout: $OUT; stderr: $ERR"
+}
+
+expect_eq() {
+  [ "$1" = "$2" ] || fail "expected [$2], got [$1] ${3:-}"
+}
+
+expect_contains() {
+  case "$1" in
+  *"$2"*) ;;
+  *) fail "expected output to contain [$2], got [$1]" ;;
+  esac
+}
+
+db_count() {
+  sqlite3 "$1/colod.db" "SELECT count(*) FROM jobs"
+}

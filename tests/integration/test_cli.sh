@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# coloctl against a real colod on loopback: submit, get, list, cancel, resume, watch, hosts;
+# bad requests get INVALID_ARGUMENT with their message and leave no row; exit codes.
+source "$(dirname "$0")/lib.sh"
+EX="$COLO_SRC/examples/tinyshakespeare.yaml"
+STATE="$TMP/state"
+start_colod "$STATE"
+
+# --help on every program
+for p in colod coloctl colo-workerd; do
+  expect_rc 0 "$COLO_BIN/$p" --help
+  expect_contains "$OUT" "usage: $p"
+done
+
+# submit prints the id; status and list show it
+expect_rc 0 "$COLOCTL" submit "$EX"
+expect_eq "$OUT" "1"
+expect_rc 0 "$COLOCTL" status 1
+expect_contains "$OUT" 'job 1 "tiny-shakespeare"'
+expect_contains "$OUT" "state      PENDING (submitted)"
+expect_contains "$OUT" "layout     dp=2 tp=1 pp=1 (world 2), zero 1"
+expect_rc 0 "$COLOCTL" --json status 1
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["state"], j["spec"]["parallel"]["dp"], j["spec"]["optimizer"]["beta2"])')" "pending 2 0.95"
+expect_rc 0 "$COLOCTL" submit "$EX" --json
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')" "2"
+expect_rc 0 "$COLOCTL" list
+expect_eq "$(echo "$OUT" | head -1 | tr -s ' ')" "ID NAME STATE ATTEMPT WORLD STEPS AGE MESSAGE"
+expect_eq "$(echo "$OUT" | wc -l)" "3"
+expect_rc 0 "$COLOCTL" status
+expect_contains "$OUT" "jobs        2 pending, 0 running"
+expect_rc 0 "$COLOCTL" list --json
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" "2"
+
+# a JSON job file works the same
+python3 - "$EX" >"$TMP/job.json" <<'PY'
+import json, sys
+print(json.dumps({"name": "from-json", "data": {"train_path": "d/t.bin"}, "train": {"eval_interval": 0, "steps": 10}}))
+PY
+expect_rc 0 "$COLOCTL" submit "$TMP/job.json"
+expect_eq "$OUT" "3"
+
+# bad specs: INVALID_ARGUMENT with the exact message, and no row written
+before=$(db_count "$STATE")
+bad() { # yaml, expected message
+  printf '%s\n' "$1" >"$TMP/bad.yaml"
+  expect_rc 1 "$COLOCTL" submit "$TMP/bad.yaml"
+  expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: $2"
+}
+bad $'name: t\ndata: {train_path: a, val_path: b}\nparallel: {tp: 3}\nmodel: {n_head: 8}' \
+  "parallel.tp=3 does not divide model.n_head=8"
+bad $'name: t\ndata: {train_path: ../../etc/shadow}\ntrain: {eval_interval: 0}' \
+  'data.train_path "../../etc/shadow" must be a path relative to the data root, without ".."'
+bad $'name: t\ndata: {train_path: a}\ntrain: {eval_interval: 0, precision: fp16}' \
+  "train.precision=fp16 needs resources.device=gpu: the CPU backend is fp32"
+expect_eq "$(db_count "$STATE")" "$before" "(rejected jobs must leave no row)"
+# a file that does not parse never reaches the server
+printf 'name: t\nparalel: {}\n' >"$TMP/typo.yaml"
+expect_rc 1 "$COLOCTL" submit "$TMP/typo.yaml"
+expect_eq "$ERR" "coloctl: $TMP/typo.yaml:2: unknown field \"paralel\""
+# --dry-run checks locally and sends nothing
+expect_rc 0 "$COLOCTL" submit --dry-run "$EX"
+expect_eq "$OUT" "$EX: valid (world 2)"
+expect_eq "$(db_count "$STATE")" "$before"
+
+# get: not found
+expect_rc 1 "$COLOCTL" status 99
+expect_eq "$ERR" "coloctl: NOT_FOUND: job 99 not found"
+
+# watch: follows state changes and ends when the job does
+"$COLOCTL" watch 2 >"$TMP/watch.out" 2>"$TMP/watch.err" &
+WATCH=$!
+for _ in $(seq 1 50); do grep -q PENDING "$TMP/watch.out" 2>/dev/null && break; sleep 0.1; done
+expect_rc 0 "$COLOCTL" cancel 2 --reason "integration test"
+expect_eq "$OUT" "job 2 CANCELLED"
+for _ in $(seq 1 50); do kill -0 $WATCH 2>/dev/null || break; sleep 0.1; done
+kill -0 $WATCH 2>/dev/null && fail "watch did not end after the job was cancelled"
+wait $WATCH || fail "watch exited non-zero: $(cat "$TMP/watch.err")"
+expect_eq "$(wc -l <"$TMP/watch.out")" "2"
+expect_contains "$(sed -n 1p "$TMP/watch.out")" "job 2  PENDING     submitted"
+expect_contains "$(sed -n 2p "$TMP/watch.out")" "job 2  CANCELLED   cancelled: integration test"
+# watching a finished job prints its state and returns at once
+expect_rc 0 "$COLOCTL" --json watch 2
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" "cancelled"
+
+# cancel twice, resume, resume from a step without a checkpoint
+expect_rc 1 "$COLOCTL" cancel 2
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 2 is already CANCELLED"
+expect_rc 0 "$COLOCTL" resume 2
+expect_eq "$OUT" "job 2 PENDING (resumed from the newest checkpoint)"
+expect_rc 1 "$COLOCTL" resume 1
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 1 is PENDING; only a FAILED or CANCELLED job can be resumed"
+expect_rc 0 "$COLOCTL" cancel 1
+expect_rc 1 "$COLOCTL" resume 1 --from-step 200
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 1 has no complete checkpoint at step 200"
+expect_rc 0 "$COLOCTL" list --state cancelled --json
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print([j["id"] for j in json.load(sys.stdin)])')" "[1]"
+
+# hosts
+expect_rc 0 "$COLOCTL" hosts
+expect_eq "$OUT" "no hosts have registered"
+expect_rc 0 "$COLOCTL" hosts --json
+expect_eq "$OUT" "[]"
+
+# usage errors exit 2; an unreachable coordinator exits 1 with one line
+expect_rc 2 "$COLOCTL"
+expect_rc 2 "$COLOCTL" frobnicate
+expect_eq "$ERR" "coloctl: unknown command 'frobnicate'; try 'coloctl --help'"
+expect_rc 2 "$COLOCTL" status abc
+expect_rc 2 "$COLOCTL" submit
+expect_rc 2 "$COLOCTL" cancel
+expect_rc 1 "$COLOCTL" --server 127.0.0.1:1 status
+expect_eq "$(echo "$ERR" | wc -l)" "1"
+expect_contains "$ERR" "coloctl: cannot reach the coordinator at 127.0.0.1:1:"
+expect_rc 1 env COLO_SERVER=127.0.0.1:1 "$COLOCTL" list
+expect_contains "$ERR" "cannot reach the coordinator at 127.0.0.1:1"
+
+# colod refuses a bad config with the file's line, and bad flags
+printf 'host_timeout: forever\n' >"$TMP/bad.conf"
+expect_rc 2 "$COLOD" -c "$TMP/bad.conf"
+expect_eq "$ERR" "colod: $TMP/bad.conf:1: host_timeout \"forever\" is not a duration (like 10s, 500ms, 2m)"
+expect_rc 2 "$COLOD" --bogus
+
+stop_colod
+echo "integration_cli: all checks passed"

@@ -1,0 +1,153 @@
+/* colod configuration: defaults, the YAML file, overrides, exact error messages, reload rules. */
+#include <stdlib.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "daemon/config.h"
+#include "test.h"
+
+static const char *write_file(const char *text) {
+  static char path[64];
+  snprintf(path, sizeof path, "/tmp/colo-test-config-XXXXXX");
+  int fd = mkstemp(path);
+  ASSERT(fd >= 0);
+  ASSERT_EQ_INT(write(fd, text, strlen(text)), (long long)strlen(text));
+  close(fd);
+  return path;
+}
+
+TEST(defaults) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  ASSERT_EQ_STR(c.listen, "127.0.0.1:7070");
+  ASSERT_EQ_STR(c.state_dir, "/var/lib/colo");
+  ASSERT_EQ_INT(c.host_timeout_ms, 10000);
+  ASSERT_EQ_INT(c.heartbeat_ms, 1000);
+  ASSERT_EQ_INT(c.log_level, COLO_LOG_INFO);
+  ASSERT_EQ_INT(c.max_message_kib, 4096);
+}
+
+TEST(file_and_units) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[512];
+  const char *p = write_file("# a comment\nlisten: 0.0.0.0:9000\nhost_timeout: 30s\n"
+                             "heartbeat_interval: 500ms\ndrain_timeout: 2m\nlog_level: debug\n");
+  int rc = colod_config_load(&c, p, err, sizeof err);
+  unlink(p);
+  if (rc)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_STR(c.listen, "0.0.0.0:9000");
+  ASSERT_EQ_INT(c.host_timeout_ms, 30000);
+  ASSERT_EQ_INT(c.heartbeat_ms, 500);
+  ASSERT_EQ_INT(c.drain_timeout_ms, 120000);
+  ASSERT_EQ_INT(c.log_level, COLO_LOG_DEBUG);
+  ASSERT_EQ_STR(c.state_dir, "/var/lib/colo"); /* untouched */
+}
+
+TEST(empty_file_is_valid) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  const char *p = write_file("");
+  ASSERT_EQ_INT(colod_config_load(&c, p, err, sizeof err), 0);
+  unlink(p);
+  ASSERT_EQ_INT(c.host_timeout_ms, 10000);
+}
+
+static const struct {
+  const char *file;
+  const char *msg; /* after "PATH:" */
+} FILE_ERRORS[] = {
+    {"listn: 1.2.3.4:5\n", "1: unknown setting \"listn\""},
+    {"listen: a:1\nhost_timeout: soon\n",
+     "2: host_timeout \"soon\" is not a duration (like 10s, 500ms, 2m)"},
+    {"host_timeout: 5ms\n", "1: host_timeout=5ms must be between 1s and 10m"},
+    {"heartbeat_interval: 2m\n", "1: heartbeat_interval=2m must be between 100ms and 1m"},
+    {"max_message_kib: -3\n", "1: max_message_kib \"-3\" is not a non-negative integer"},
+    {"max_message_kib: 1\n", "1: max_message_kib=1 must be between 4 and 65536"},
+    {"log_level: loud\n", "1: log_level \"loud\" must be error, warn, info or debug"},
+    {"listen: \"\"\n", "1: listen must not be empty"},
+    {"- listen\n", "1: expected a mapping of settings"},
+    {"listen: [a, b]\n", "1: settings must be name: value"},
+    {"listen: 'unclosed\n", "2: found unexpected end of stream"},
+};
+
+TEST(file_errors_are_exact_and_atomic) {
+  for (size_t i = 0; i < sizeof FILE_ERRORS / sizeof FILE_ERRORS[0]; i++) {
+    colod_config_t c, before;
+    colod_config_defaults(&c);
+    before = c;
+    char err[512], want[600];
+    const char *p = write_file(FILE_ERRORS[i].file);
+    int rc = colod_config_load(&c, p, err, sizeof err);
+    snprintf(want, sizeof want, "%s:%s", p, FILE_ERRORS[i].msg);
+    unlink(p);
+    if (rc >= 0)
+      FAIL_AT("case %zu loaded but should not", i);
+    ASSERT_EQ_STR(err, want);
+    /* nothing of a bad file is applied, not even its good lines */
+    ASSERT(memcmp(&c, &before, sizeof c) == 0);
+  }
+}
+
+TEST(missing_file) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_INT(colod_config_load(&c, "/nonexistent/colod.yaml", err, sizeof err), COLO_EIO);
+  ASSERT_EQ_STR(err, "/nonexistent/colod.yaml: No such file or directory");
+}
+
+TEST(overrides) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_INT(colod_config_set(&c, "state_dir=/tmp/x", NULL, err, sizeof err), 0);
+  ASSERT_EQ_STR(c.state_dir, "/tmp/x");
+  ASSERT_EQ_INT(colod_config_set(&c, "host_timeout", "20s", err, sizeof err), 0);
+  ASSERT_EQ_INT(c.host_timeout_ms, 20000);
+  ASSERT_EQ_INT(colod_config_set(&c, "nope=1", NULL, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "unknown setting \"nope\"");
+  ASSERT_EQ_INT(colod_config_set(&c, "novalue", NULL, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "setting \"novalue\" must look like name=value");
+  ASSERT_EQ_INT(colod_config_set(&c, "host_timeout=0", NULL, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "host_timeout=0 must be between 1s and 10m");
+  ASSERT_EQ_INT(c.host_timeout_ms, 20000);
+}
+
+TEST(print_config_is_a_valid_file) {
+  colod_config_t c, back;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_INT(colod_config_set(&c, "host_timeout=45s", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(colod_config_set(&c, "listen=[::1]:7000", NULL, err, sizeof err), 0);
+  char path[] = "/tmp/colo-test-print-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fdopen(fd, "w");
+  colod_config_print(&c, f);
+  fclose(f);
+  colod_config_defaults(&back);
+  int rc = colod_config_load(&back, path, err, sizeof err);
+  unlink(path);
+  if (rc)
+    FAIL_AT("%s", err);
+  ASSERT(memcmp(&c, &back, sizeof c) == 0);
+}
+
+TEST(reload_applies_only_reloadable) {
+  colod_config_t cur, next;
+  colod_config_defaults(&cur);
+  next = cur;
+  char err[256];
+  ASSERT_EQ_INT(colod_config_set(&next, "host_timeout=3s", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(colod_config_set(&next, "log_level=debug", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(colod_config_set(&next, "listen=127.0.0.1:9999", NULL, err, sizeof err), 0);
+  colo_log_set_level(COLO_LOG_ERROR); /* keep the reload's log lines out of the test output */
+  ASSERT_EQ_INT(colod_config_reload(&cur, &next), 2);
+  ASSERT_EQ_INT(cur.host_timeout_ms, 3000);
+  ASSERT_EQ_INT(cur.log_level, COLO_LOG_DEBUG);
+  ASSERT_EQ_STR(cur.listen, "127.0.0.1:7070"); /* needs a restart */
+}
+
+TEST_MAIN()

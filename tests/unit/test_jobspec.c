@@ -1,0 +1,257 @@
+/* Job files and job validation: every bad spec gets its exact message; parse errors name the
+ * file and line; YAML and JSON read the same; the shipped example is valid. */
+#include "common/error.h"
+#include "common/jobspec.h"
+#include "common/pbcodec.h"
+#include "test.h"
+
+/* a valid base: every case below adds to it */
+#define BASE "name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\n"
+
+static Colo__V1__JobSpec *parse(const char *yaml, char *err, size_t errlen, int *rc) {
+  Colo__V1__JobSpec *s = NULL;
+  *rc = colo_pb_from_yaml(yaml, strlen(yaml), "job.yaml", &colo__v1__job_spec__descriptor,
+                          (ProtobufCMessage **)&s, err, errlen);
+  return s;
+}
+
+/* Parses, fills defaults, validates: the first error message, or "" when valid. */
+static void check(const char *yaml, char *err, size_t errlen) {
+  int rc;
+  err[0] = '\0';
+  Colo__V1__JobSpec *s = parse(yaml, err, errlen, &rc);
+  if (rc < 0)
+    return;
+  ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
+  rc = colo_jobspec_validate(s, err, errlen);
+  if (rc == 0)
+    err[0] = '\0';
+  else
+    ASSERT_EQ_INT(rc, COLO_EINVAL);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+static const struct {
+  const char *yaml;
+  const char *msg;
+} BAD[] = {
+    {"data: {train_path: a}\n", "name must be set"},
+    {"name: 'bad name!'\ndata: {train_path: a}\n",
+     "name \"bad name!\" must be 1 to 64 characters of letters, digits, '-', '_' and '.'"},
+    {BASE "model: {n_layer: 0}\n", "model.n_layer=0 must be between 1 and 1024"},
+    {BASE "model: {n_head: 5, n_embd: 128}\n", "model.n_head=5 does not divide model.n_embd=128"},
+    {BASE "model: {vocab_size: 70000}\n",
+     "model.vocab_size=70000 exceeds 65536, the most a uint16 token shard can address"},
+    {"name: t\n", "data.train_path must be set"},
+    {"name: t\ndata: {train_path: /etc/passwd}\n",
+     "data.train_path \"/etc/passwd\" must be a path relative to the data root, without \"..\""},
+    {"name: t\ndata: {train_path: a, val_path: ../../secret}\n",
+     "data.val_path \"../../secret\" must be a path relative to the data root, without \"..\""},
+    {BASE "parallel: {tp: 3}\nmodel: {n_head: 8, n_embd: 128}\n",
+     "parallel.tp=3 does not divide model.n_head=8"},
+    {BASE "parallel: {pp: 8}\nmodel: {n_layer: 4}\n",
+     "parallel.pp=8 exceeds model.n_layer=4: every stage needs a layer"},
+    {BASE "parallel: {zero_stage: 4}\n", "parallel.zero_stage=4 must be 0, 1, 2 or 3"},
+    {BASE "parallel: {zero_stage: 3, pp: 2}\n",
+     "parallel.zero_stage=3 cannot be combined with parallel.pp=2: use stage 0 or 1"},
+    {BASE "parallel: {sequence_parallel: true}\n",
+     "parallel.sequence_parallel needs parallel.tp > 1 (it is 1)"},
+    {BASE "parallel: {sequence_parallel: true, tp: 2}\nmodel: {block_size: 63}\n",
+     "parallel.tp=2 does not divide model.block_size=63, as sequence parallelism needs"},
+    {BASE "parallel: {dp: 0}\n", "parallel.dp=0 must be at least 1"},
+    {BASE "parallel: {dp: 300, tp: 4, pp: 64}\nmodel: {n_layer: 64}\n",
+     "parallel.dp×tp×pp=76800 exceeds the limit of 65536 ranks"},
+    {BASE "parallel: {micro_batches: 5}\ntrain: {batch_size: 12}\n",
+     "parallel.micro_batches=5 does not divide train.batch_size=12"},
+    {BASE "optimizer: {lr: 0}\n", "optimizer.lr=0 must be positive"},
+    {BASE "optimizer: {beta1: 1}\n", "optimizer.beta1=1 must be in [0, 1)"},
+    {BASE "optimizer: {lr: 0.01, min_lr: 0.1}\n",
+     "optimizer.min_lr=0.1 must be between 0 and optimizer.lr=0.01"},
+    {BASE "optimizer: {warmup_steps: 500}\ntrain: {steps: 100}\n",
+     "optimizer.warmup_steps=500 exceeds train.steps=100"},
+    {BASE "optimizer: {grad_clip: -1}\n",
+     "optimizer.grad_clip=-1 must not be negative (0 disables clipping)"},
+    {BASE "train: {precision: bf16}\n",
+     "train.precision=bf16 needs resources.device=gpu: the CPU backend is fp32"},
+    {BASE "train: {steps: 0}\n", "train.steps=0 must be at least 1"},
+    {"name: t\ndata: {train_path: a}\n",
+     "train.eval_interval=100 needs data.val_path (0 disables evaluation)"},
+    {BASE "memory: {placement: static}\n",
+     "memory.placement=static or auto needs resources.device=gpu"},
+    {BASE "memory: {param_device_fraction: 0.5}\nresources: {device: gpu}\n",
+     "memory fractions need memory.placement=static"},
+    {BASE "memory: {placement: static, param_device_fraction: 1.5}\nresources: {device: gpu}\n",
+     "memory.param_device_fraction=1.5 must be between 0 and 1"},
+    {BASE "memory: {placement: static, optim_device_fraction: 0.5, optim_nvme_fraction: 0.5}\n"
+          "resources: {device: gpu}\n",
+     "memory.optim_nvme_fraction=0.5 needs memory.nvme_dir"},
+    {BASE "memory: {placement: static, optim_device_fraction: 0.8, optim_nvme_fraction: 0.5, "
+          "nvme_dir: nv}\nresources: {device: gpu}\n",
+     "memory.optim_device_fraction=0.8 plus memory.optim_nvme_fraction=0.5 exceeds 1"},
+    {BASE "checkpoint: {interval: 500}\ntrain: {steps: 100}\n",
+     "checkpoint.interval=500 exceeds train.steps=100"},
+    {BASE "checkpoint: {dir: a/../../etc}\n",
+     "checkpoint.dir \"a/../../etc\" must be a path relative to the checkpoint root, without "
+     "\"..\""},
+    {BASE "parallel: {tp: 16}\nmodel: {n_head: 16}\nresources: {devices_per_node: 8}\n",
+     "parallel.tp=16 exceeds resources.devices_per_node=8: a tensor-parallel group must fit in "
+     "one node"},
+    {BASE "parallel: {tp: 4}\nresources: {devices_per_node: 6}\n",
+     "parallel.tp=4 does not divide resources.devices_per_node=6: tensor-parallel groups would "
+     "straddle nodes"},
+    {BASE "max_restarts: 1000\n", "max_restarts=1000 exceeds 100"},
+};
+
+TEST(bad_specs_have_exact_messages) {
+  char err[512];
+  size_t n = sizeof BAD / sizeof BAD[0];
+  ASSERT(n >= 15);
+  for (size_t i = 0; i < n; i++) {
+    check(BAD[i].yaml, err, sizeof err);
+    if (strcmp(err, BAD[i].msg) != 0)
+      FAIL_AT("case %zu:\n%s\n    got:      \"%s\"\n    expected: \"%s\"", i, BAD[i].yaml, err,
+              BAD[i].msg);
+  }
+  printf("  %zu bad specs, each with its exact message\n", n);
+}
+
+static const struct {
+  const char *yaml;
+  const char *msg;
+} PARSE_ERRORS[] = {
+    {BASE "parallel: {tpp: 2}\n", "job.yaml:3: unknown field \"parallel.tpp\""},
+    {BASE "train:\n  precision: fp8\n",
+     "job.yaml:4: train.precision: \"fp8\" must be one of fp32, bf16, fp16"},
+    {BASE "train: {precision: unspecified}\n",
+     "job.yaml:3: train.precision: \"unspecified\" must be one of fp32, bf16, fp16"},
+    {BASE "parallel: {tp: two}\n", "job.yaml:3: parallel.tp: \"two\" is not an integer"},
+    {BASE "train: {steps: -5}\n", "job.yaml:3: train.steps: -5 must not be negative"},
+    {BASE "train: {steps: 99999999999}\n", "job.yaml:3: train.steps: 99999999999 is out of range"},
+    {BASE "optimizer: {lr: nan}\n", "job.yaml:3: optimizer.lr: \"nan\" is not a finite number"},
+    {BASE "parallel: {sequence_parallel: maybe}\n",
+     "job.yaml:3: parallel.sequence_parallel: \"maybe\" is not true or false"},
+    {BASE "model: 5\n", "job.yaml:3: model: expected a mapping"},
+    {BASE "name: again\n", "job.yaml:3: field \"name\" given twice"},
+    {"- a\n- b\n", "job.yaml:1: document: expected a mapping"},
+    {"name: [unclosed\n", "job.yaml:2: did not find expected ',' or ']'"},
+    {"", "job.yaml:0: the document is empty"},
+};
+
+TEST(parse_errors_name_file_and_line) {
+  char err[512];
+  for (size_t i = 0; i < sizeof PARSE_ERRORS / sizeof PARSE_ERRORS[0]; i++) {
+    int rc;
+    Colo__V1__JobSpec *s = parse(PARSE_ERRORS[i].yaml, err, sizeof err, &rc);
+    if (rc >= 0) {
+      colo__v1__job_spec__free_unpacked(s, NULL);
+      FAIL_AT("case %zu parsed but should not:\n%s", i, PARSE_ERRORS[i].yaml);
+    }
+    if (strcmp(err, PARSE_ERRORS[i].msg) != 0)
+      FAIL_AT("case %zu:\n    got:      \"%s\"\n    expected: \"%s\"", i, err, PARSE_ERRORS[i].msg);
+  }
+}
+
+TEST(yaml_and_json_read_the_same) {
+  const char *yaml = "name: same\n"
+                     "data:\n  train_path: x/train.bin\n  val_path: x/val.bin\n"
+                     "parallel:\n  dp: 2\n  tp: 2\n  zero_stage: 1\n"
+                     "optimizer: {lr: 3.0e-4, schedule: linear}\n"
+                     "train: {steps: 50, precision: FP32, seed: 7}\n";
+  const char *json = "{\"name\": \"same\", \"data\": {\"train_path\": \"x/train.bin\", "
+                     "\"val_path\": \"x/val.bin\"}, \"parallel\": {\"dp\": 2, \"tp\": 2, "
+                     "\"zero_stage\": 1}, \"optimizer\": {\"lr\": 0.0003, \"schedule\": "
+                     "\"SCHEDULE_LINEAR\"}, \"train\": {\"steps\": 50, \"precision\": \"fp32\", "
+                     "\"seed\": 7}}";
+  char err[256];
+  int rc;
+  Colo__V1__JobSpec *a = parse(yaml, err, sizeof err, &rc);
+  ASSERT_EQ_INT(rc, 0);
+  Colo__V1__JobSpec *b = parse(json, err, sizeof err, &rc);
+  if (rc != 0)
+    FAIL_AT("json: %s", err);
+  size_t la = colo__v1__job_spec__get_packed_size(a), lb = colo__v1__job_spec__get_packed_size(b);
+  ASSERT_EQ_INT(la, lb);
+  uint8_t *pa = malloc(la), *pb = malloc(lb);
+  colo__v1__job_spec__pack(a, pa);
+  colo__v1__job_spec__pack(b, pb);
+  ASSERT(memcmp(pa, pb, la) == 0);
+  ASSERT_EQ_INT(a->parallel->dp, 2);
+  ASSERT_EQ_INT(a->optimizer->schedule, COLO__V1__SCHEDULE__SCHEDULE_LINEAR);
+  ASSERT(a->optimizer->lr == 3.0e-4f);
+  free(pa);
+  free(pb);
+  colo__v1__job_spec__free_unpacked(a, NULL);
+  colo__v1__job_spec__free_unpacked(b, NULL);
+}
+
+TEST(defaults_are_filled) {
+  char err[256];
+  int rc;
+  Colo__V1__JobSpec *s = parse(BASE, err, sizeof err, &rc);
+  ASSERT_EQ_INT(rc, 0);
+  ASSERT(s->parallel == NULL);
+  ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
+  ASSERT_EQ_INT(s->parallel->has_dp, 1);
+  ASSERT_EQ_INT(s->parallel->dp, 1);
+  ASSERT_EQ_INT(s->model->n_embd, 128);
+  ASSERT_EQ_INT(s->train->precision, COLO__V1__PRECISION__PRECISION_FP32);
+  ASSERT_EQ_INT(s->max_restarts, 3);
+  ASSERT(s->optimizer->weight_decay == 0.1f);
+  ASSERT_EQ_INT(colo_jobspec_validate(s, err, sizeof err), 0);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+TEST(example_job_is_valid) {
+  Colo__V1__JobSpec *s;
+  char err[512];
+  int rc = colo_pb_from_yaml_file(COLO_SOURCE_DIR "/examples/tinyshakespeare.yaml",
+                                  &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&s, err,
+                                  sizeof err);
+  if (rc != 0)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
+  rc = colo_jobspec_validate(s, err, sizeof err);
+  if (rc != 0)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(colo_jobspec_world(s), 2);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+TEST(missing_file_is_named) {
+  Colo__V1__JobSpec *s = NULL;
+  char err[512];
+  ASSERT_EQ_INT(colo_pb_from_yaml_file("/nonexistent/job.yaml", &colo__v1__job_spec__descriptor,
+                                       (ProtobufCMessage **)&s, err, sizeof err),
+                COLO_EIO);
+  ASSERT_EQ_STR(err, "/nonexistent/job.yaml: No such file or directory");
+  ASSERT(s == NULL);
+}
+
+TEST(path_containment) {
+  ASSERT(colo_path_is_contained("a/b.bin"));
+  ASSERT(colo_path_is_contained("a..b/c"));
+  ASSERT(colo_path_is_contained("./a"));
+  ASSERT(!colo_path_is_contained(""));
+  ASSERT(!colo_path_is_contained("/abs"));
+  ASSERT(!colo_path_is_contained(".."));
+  ASSERT(!colo_path_is_contained("a/../../b"));
+  ASSERT(!colo_path_is_contained("a/.."));
+  ASSERT(!colo_path_is_contained("a\\..\\b"));
+  ASSERT(!colo_path_is_contained("a\nb"));
+}
+
+TEST(json_output_round_trips_enums) {
+  char err[256];
+  int rc;
+  Colo__V1__JobSpec *s = parse(BASE "train: {precision: fp16}\n", err, sizeof err, &rc);
+  ASSERT_EQ_INT(rc, 0);
+  cJSON *j = colo_pb_to_json(&s->base);
+  char *txt = cJSON_PrintUnformatted(j);
+  ASSERT_EQ_STR(txt, "{\"name\":\"t\",\"data\":{\"train_path\":\"d/train.bin\",\"val_path\":"
+                     "\"d/val.bin\"},\"train\":{\"precision\":\"fp16\"}}");
+  cJSON_free(txt);
+  cJSON_Delete(j);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+TEST_MAIN()

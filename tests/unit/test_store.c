@@ -1,0 +1,415 @@
+/* colo_store: migrations (from empty and from schema 1), the job state machine (every allowed
+ * edge, every forbidden one), attempts and ranks, events, hosts, checkpoints, idempotent
+ * submits, and crash safety of committed writes. */
+#include <sqlite3.h>
+#include <stdint.h>
+
+#include "common/error.h"
+#include "storage/store.h"
+#include "test.h"
+
+static char dir[256];
+
+static const char *db_path(void) {
+  static char p[300];
+  if (!dir[0]) {
+    snprintf(dir, sizeof dir, "/tmp/colo-test-store-XXXXXX");
+    if (!mkdtemp(dir))
+      FAIL_AT("mkdtemp failed");
+  }
+  snprintf(p, sizeof p, "%s/colod.db", dir);
+  return p;
+}
+
+static colo_store_t *open_fresh(void) {
+  colo_store_t *st;
+  char err[512];
+  int rc = colo_store_open(db_path(), &st, err, sizeof err);
+  if (rc != 0)
+    FAIL_AT("open: %s", err);
+  return st;
+}
+
+static uint64_t submit(colo_store_t *st, const char *name) {
+  colo_job_t j;
+  const uint8_t spec[] = {0x0a, 0x03, 'a', 'b', 'c'};
+  ASSERT_EQ_INT(colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL, 1000, &j), 0);
+  uint64_t id = j.id;
+  colo_job_clear(&j);
+  return id;
+}
+
+static int job_state(colo_store_t *st, uint64_t id) {
+  colo_job_t j;
+  ASSERT_EQ_INT(colo_store_job_get(st, id, &j), 0);
+  int s = j.state;
+  colo_job_clear(&j);
+  return s;
+}
+
+static int count_events(colo_store_t *st, uint64_t id);
+
+static int count_cb(const colo_job_event_t *ev, void *data) {
+  (void)ev;
+  (*(int *)data)++;
+  return 0;
+}
+
+static int count_events(colo_store_t *st, uint64_t id) {
+  int n = 0;
+  ASSERT_EQ_INT(colo_store_job_events(st, id, 0, count_cb, &n), 0);
+  return n;
+}
+
+static void run_sql(const char *sql) {
+  sqlite3 *db;
+  ASSERT_EQ_INT(sqlite3_open(db_path(), &db), SQLITE_OK);
+  char *msg = NULL;
+  if (sqlite3_exec(db, sql, NULL, NULL, &msg) != SQLITE_OK)
+    FAIL_AT("sql failed: %s", msg);
+  sqlite3_close(db);
+}
+
+static long long sql_int(const char *sql) {
+  sqlite3 *db;
+  sqlite3_stmt *s;
+  ASSERT_EQ_INT(sqlite3_open(db_path(), &db), SQLITE_OK);
+  ASSERT_EQ_INT(sqlite3_prepare_v2(db, sql, -1, &s, NULL), SQLITE_OK);
+  ASSERT_EQ_INT(sqlite3_step(s), SQLITE_ROW);
+  long long v = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return v;
+}
+
+TEST(migrate_from_empty) {
+  colo_store_t *st = open_fresh();
+  ASSERT_EQ_INT(colo_store_schema_version(st), COLO_STORE_SCHEMA_VERSION);
+  ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
+  colo_store_close(st);
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN "
+                        "('hosts','jobs','job_events','job_attempts','ranks','checkpoints')"),
+                6);
+  /* WAL and foreign keys are on */
+  ASSERT_EQ_INT(sql_int("SELECT journal_mode = 'wal' FROM pragma_journal_mode"), 1);
+  /* reopening an up-to-date database changes nothing */
+  st = open_fresh();
+  ASSERT_EQ_INT(colo_store_schema_version(st), COLO_STORE_SCHEMA_VERSION);
+  colo_store_close(st);
+}
+
+TEST(migrate_from_v1_keeps_data) {
+  colo_store_t *st;
+  char err[512];
+  ASSERT_EQ_INT(colo_store_open_at(db_path(), 1, &st, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_store_schema_version(st), 1);
+  colo_store_close(st);
+  /* rows as a version-1 colod wrote them */
+  run_sql("INSERT INTO jobs (name, state, spec, max_restarts, created_ms, updated_ms, message) "
+          "VALUES ('old-job', 5, x'0a0161', 2, 10, 20, 'rank 3 exited 1');"
+          "INSERT INTO job_events (job_id, seq, state, message, time_ms) VALUES "
+          "(1, 1, 1, 'submitted', 10), (1, 2, 5, 'rank 3 exited 1', 20);"
+          "INSERT INTO hosts (name, address, state, registered_ms, last_seen_ms) "
+          "VALUES ('node-a', '10.0.0.1:7071', 1, 5, 6);");
+  st = open_fresh();
+  ASSERT_EQ_INT(colo_store_schema_version(st), 2);
+  colo_job_t j;
+  ASSERT_EQ_INT(colo_store_job_get(st, 1, &j), 0);
+  ASSERT_EQ_STR(j.name, "old-job");
+  ASSERT_EQ_INT(j.state, COLO_JOB_FAILED);
+  ASSERT_EQ_INT(j.max_restarts, 2);
+  ASSERT_EQ_INT(j.resume_step, 0);   /* new column, default */
+  ASSERT_EQ_STR(j.client_token, ""); /* new column, NULL */
+  ASSERT_EQ_INT(j.spec_len, 3);
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(count_events(st, 1), 2);
+  /* the migrated job can go on through the v2 state machine */
+  ASSERT_EQ_INT(colo_store_job_transition(st, 1, COLO_JOB_PENDING, "resumed", 200, 30, &j), 0);
+  ASSERT_EQ_INT(j.resume_step, 200);
+  colo_job_clear(&j);
+  colo_rank_place_t r = {0, 1, 0, 0, 0, 0};
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, 1, &r, 1, 200, 40, NULL), 0);
+  ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
+  colo_store_close(st);
+}
+
+TEST(refuses_newer_schema) {
+  colo_store_t *st = open_fresh();
+  colo_store_close(st);
+  run_sql("PRAGMA user_version = 99");
+  char err[512];
+  ASSERT_EQ_INT(colo_store_open(db_path(), &st, err, sizeof err), COLO_ESTATE);
+  ASSERT(strstr(err, "schema version 99 is newer than this build supports (2)") != NULL);
+}
+
+TEST(insert_get_list) {
+  colo_store_t *st = open_fresh();
+  for (int i = 0; i < 5; i++)
+    submit(st, "job");
+  colo_job_t j;
+  ASSERT_EQ_INT(colo_store_job_get(st, 3, &j), 0);
+  ASSERT_EQ_INT(j.id, 3);
+  ASSERT_EQ_INT(j.state, COLO_JOB_PENDING);
+  ASSERT_EQ_INT(j.spec_len, 5);
+  ASSERT(memcmp(j.spec,
+                "\x0a\x03"
+                "abc",
+                5) == 0);
+  ASSERT_EQ_INT(j.created_ms, 1000);
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(colo_store_job_get(st, 99, &j), COLO_ENOENT);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "job 99 not found");
+  ASSERT_EQ_INT(count_events(st, 3), 1);
+  uint32_t counts[COLO_JOB_STATE_MAX + 1];
+  ASSERT_EQ_INT(colo_store_job_counts(st, counts), 0);
+  ASSERT_EQ_INT(counts[COLO_JOB_PENDING], 5);
+  colo_store_close(st);
+}
+
+static int collect_ids(const colo_job_t *j, void *data) {
+  uint64_t *ids = data;
+  ids[++ids[0]] = j->id;
+  return 0;
+}
+
+TEST(list_pages_and_filters) {
+  colo_store_t *st = open_fresh();
+  for (int i = 0; i < 6; i++)
+    submit(st, "job");
+  ASSERT_EQ_INT(colo_store_job_transition(st, 2, COLO_JOB_CANCELLED, "x", 0, 2000, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_transition(st, 5, COLO_JOB_CANCELLED, "x", 0, 2000, NULL), 0);
+  uint64_t ids[16] = {0};
+  ASSERT_EQ_INT(colo_store_job_list(st, 0, 0, 4, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 4);
+  ASSERT_EQ_INT(ids[4], 4);
+  memset(ids, 0, sizeof ids);
+  ASSERT_EQ_INT(colo_store_job_list(st, 0, 4, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 2);
+  ASSERT_EQ_INT(ids[1], 5);
+  memset(ids, 0, sizeof ids);
+  ASSERT_EQ_INT(colo_store_job_list(st, 1u << COLO_JOB_CANCELLED, 0, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 2);
+  ASSERT_EQ_INT(ids[1], 2);
+  ASSERT_EQ_INT(ids[2], 5);
+  colo_store_close(st);
+}
+
+/* Drives a job into `state` through allowed edges. */
+static uint64_t job_in_state(colo_store_t *st, int state) {
+  uint64_t id = submit(st, "j");
+  colo_rank_place_t r = {0, 1, 0, 0, 0, 0};
+  switch (state) {
+  case COLO_JOB_PENDING:
+    break;
+  case COLO_JOB_RUNNING:
+    ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 2000, NULL), 0);
+    break;
+  case COLO_JOB_RESTARTING:
+  case COLO_JOB_SUCCEEDED:
+  case COLO_JOB_FAILED:
+    ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 2000, NULL), 0);
+    ASSERT_EQ_INT(colo_store_job_transition(st, id, state, "t", 0, 3000, NULL), 0);
+    break;
+  case COLO_JOB_CANCELLED:
+    ASSERT_EQ_INT(colo_store_job_transition(st, id, state, "t", 0, 3000, NULL), 0);
+    break;
+  }
+  ASSERT_EQ_INT(job_state(st, id), state);
+  return id;
+}
+
+static void ensure_host(colo_store_t *st) {
+  colo_host_t h;
+  ASSERT_EQ_INT(colo_store_host_register(st, "h1", "127.0.0.1:1", NULL, 0, 0, 1, 1, &h), 0);
+  colo_host_clear(&h);
+}
+
+TEST(every_transition) {
+  colo_store_t *st = open_fresh();
+  ensure_host(st);
+  int allowed_seen = 0, refused_seen = 0;
+  for (int from = 1; from <= COLO_JOB_STATE_MAX; from++) {
+    for (int to = 1; to <= COLO_JOB_STATE_MAX; to++) {
+      uint64_t id = job_in_state(st, from);
+      int events_before = count_events(st, id);
+      int rc;
+      if (to == COLO_JOB_RUNNING) {
+        colo_rank_place_t r[2] = {{0, 1, 0, 0, 0, 0}, {1, 1, 1, 1, 0, 0}};
+        rc = colo_store_attempt_begin(st, id, r, 2, 0, 5000, NULL);
+      } else {
+        rc = colo_store_job_transition(st, id, to, "edge", 0, 5000, NULL);
+      }
+      int expect = colo_job_transition_allowed(from, to);
+      if (expect) {
+        if (rc != 0)
+          FAIL_AT("%s -> %s should be allowed, got %d (%s)", colo_job_state_name(from),
+                  colo_job_state_name(to), rc, colo_store_errmsg(st));
+        ASSERT_EQ_INT(job_state(st, id), to);
+        ASSERT_EQ_INT(count_events(st, id), events_before + 1);
+        allowed_seen++;
+      } else {
+        if (rc != COLO_ESTATE)
+          FAIL_AT("%s -> %s should be refused with ESTATE, got %d", colo_job_state_name(from),
+                  colo_job_state_name(to), rc);
+        ASSERT_EQ_INT(job_state(st, id), from);             /* unchanged */
+        ASSERT_EQ_INT(count_events(st, id), events_before); /* no event */
+        refused_seen++;
+      }
+    }
+  }
+  /* the state machine of docs/architecture.md: 12 edges */
+  ASSERT_EQ_INT(allowed_seen, 12);
+  ASSERT_EQ_INT(refused_seen, 36 - 12);
+  colo_store_close(st);
+}
+
+TEST(transition_messages) {
+  colo_store_t *st = open_fresh();
+  uint64_t id = job_in_state(st, COLO_JOB_CANCELLED);
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_CANCELLED, "x", 0, 1, NULL),
+                COLO_ESTATE);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "job 1 is already CANCELLED");
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_SUCCEEDED, "x", 0, 1, NULL),
+                COLO_ESTATE);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "job 1 is CANCELLED; it cannot become SUCCEEDED");
+  ASSERT_EQ_INT(colo_store_job_transition(st, 42, COLO_JOB_CANCELLED, "x", 0, 1, NULL),
+                COLO_ENOENT);
+  colo_store_close(st);
+}
+
+TEST(attempts_restarts_and_resume) {
+  colo_store_t *st = open_fresh();
+  ensure_host(st);
+  uint64_t id = submit(st, "j");
+  colo_rank_place_t r[4];
+  for (uint32_t i = 0; i < 4; i++)
+    r[i] = (colo_rank_place_t){i, 1, i, i / 2, i % 2, 0};
+  colo_job_t j;
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, id, r, 4, 0, 10, &j), 0);
+  ASSERT_EQ_INT(j.attempt, 1);
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_RESTARTING, "rank 2 died", 0, 20, &j),
+                0);
+  ASSERT_EQ_INT(j.restarts, 1);
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, id, r, 2, 100, 30, &j), 0);
+  ASSERT_EQ_INT(j.attempt, 2);
+  ASSERT_EQ_INT(j.resume_step, 100);
+  colo_job_clear(&j);
+  colo_rank_place_t got[8];
+  size_t n;
+  ASSERT_EQ_INT(colo_store_attempt_ranks(st, id, 1, got, 8, &n), 0);
+  ASSERT_EQ_INT(n, 4);
+  ASSERT_EQ_INT(got[3].dp_idx, 1);
+  ASSERT_EQ_INT(got[3].tp_idx, 1);
+  ASSERT_EQ_INT(colo_store_attempt_ranks(st, id, 2, got, 8, &n), 0);
+  ASSERT_EQ_INT(n, 2);
+  /* attempt 1 is closed as FAILED, attempt 2 still open */
+  ASSERT_EQ_INT(sql_int("SELECT state FROM job_attempts WHERE attempt = 1"), COLO_JOB_FAILED);
+  ASSERT_EQ_INT(sql_int("SELECT ended_ms IS NULL FROM job_attempts WHERE attempt = 2"), 1);
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_FAILED, "out of restarts", 0, 40, NULL),
+                0);
+  ASSERT_EQ_INT(sql_int("SELECT ended_ms FROM job_attempts WHERE attempt = 2"), 40);
+  /* a resume clears the restart count and records the chosen step */
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_PENDING, "resumed", 400, 50, &j), 0);
+  ASSERT_EQ_INT(j.restarts, 0);
+  ASSERT_EQ_INT(j.resume_step, 400);
+  ASSERT_EQ_INT(j.attempt, 2);
+  colo_job_clear(&j);
+  /* a rank on an unknown host violates the foreign key and nothing of the attempt is kept */
+  colo_rank_place_t bad = {0, 999, 0, 0, 0, 0};
+  ASSERT(colo_store_attempt_begin(st, id, &bad, 1, 0, 60, NULL) < 0);
+  ASSERT_EQ_INT(job_state(st, id), COLO_JOB_PENDING);
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM job_attempts"), 2);
+  colo_store_close(st);
+}
+
+TEST(client_token_is_idempotent) {
+  colo_store_t *st = open_fresh();
+  colo_job_t a, b;
+  const uint8_t spec[] = {1, 2, 3};
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", 5, &a), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", 6, &b), COLO_EEXIST);
+  ASSERT_EQ_INT(a.id, b.id);
+  ASSERT_EQ_INT(b.created_ms, 5);
+  colo_job_clear(&a);
+  colo_job_clear(&b);
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs"), 1);
+  colo_store_close(st);
+}
+
+TEST(hosts_register_and_state) {
+  colo_store_t *st = open_fresh();
+  colo_host_t h;
+  const uint8_t dev[] = {0x2a, 0x00};
+  ASSERT_EQ_INT(
+      colo_store_host_register(st, "node-a", "10.1.1.1:7071", dev, 2, 1 << 30, 16, 100, &h), 0);
+  ASSERT_EQ_INT(h.session, 1);
+  ASSERT_EQ_INT(h.state, COLO_HOST_UP);
+  uint64_t id = h.id;
+  colo_host_clear(&h);
+  ASSERT_EQ_INT(colo_store_host_set_state(st, id, COLO_HOST_DOWN, 200), 0);
+  ASSERT_EQ_INT(colo_store_host_get(st, id, &h), 0);
+  ASSERT_EQ_INT(h.state, COLO_HOST_DOWN);
+  colo_host_clear(&h);
+  /* registering again keeps the id, bumps the session, marks it UP */
+  ASSERT_EQ_INT(colo_store_host_register(st, "node-a", "10.1.1.2:7071", NULL, 0, 0, 8, 300, &h), 0);
+  ASSERT_EQ_INT(h.id, id);
+  ASSERT_EQ_INT(h.session, 2);
+  ASSERT_EQ_INT(h.state, COLO_HOST_UP);
+  ASSERT_EQ_STR(h.address, "10.1.1.2:7071");
+  colo_host_clear(&h);
+  ASSERT_EQ_INT(colo_store_host_set_state(st, 77, COLO_HOST_DOWN, 1), COLO_ENOENT);
+  ASSERT_EQ_INT(colo_store_host_set_state(st, id, 9, 1), COLO_EINVAL);
+  colo_store_close(st);
+}
+
+static int ck_cb(const colo_checkpoint_t *ck, void *data) {
+  uint64_t *steps = data;
+  steps[++steps[0]] = ck->step;
+  return 0;
+}
+
+TEST(checkpoints_newest_first) {
+  colo_store_t *st = open_fresh();
+  uint64_t id = submit(st, "j");
+  for (uint64_t s = 100; s <= 300; s += 100) {
+    colo_checkpoint_t ck = {
+        .job_id = id, .step = s, .attempt = 1, .bytes = s * 10, .created_ms = 1};
+    snprintf(ck.path, sizeof ck.path, "1/step_%08llu", (unsigned long long)s);
+    snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%064d", 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_add(st, &ck), 0);
+  }
+  colo_checkpoint_t dup = {.job_id = id, .step = 200, .attempt = 1};
+  ASSERT_EQ_INT(colo_store_checkpoint_add(st, &dup), COLO_EEXIST);
+  uint64_t steps[8] = {0};
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
+  ASSERT_EQ_INT(steps[0], 3);
+  ASSERT_EQ_INT(steps[1], 300);
+  ASSERT_EQ_INT(steps[3], 100);
+  colo_store_close(st);
+}
+
+TEST(committed_write_survives_crash) {
+  /* a child commits and dies without closing; the parent finds the row and a sound database */
+  colo_store_t *st = open_fresh();
+  colo_store_close(st);
+  pid_t pid = fork();
+  if (pid == 0) {
+    colo_store_t *c = open_fresh();
+    submit(c, "survivor");
+    _exit(0); /* no close, no checkpoint of the WAL */
+  }
+  int status;
+  waitpid(pid, &status, 0);
+  ASSERT_EQ_INT(WEXITSTATUS(status), 0);
+  st = open_fresh();
+  colo_job_t j;
+  ASSERT_EQ_INT(colo_store_job_get(st, 1, &j), 0);
+  ASSERT_EQ_STR(j.name, "survivor");
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
+  colo_store_close(st);
+}
+
+TEST_MAIN()
