@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The quick start: install dependencies, build, start a local coordinator, submit the example
+# job and show the cluster's status.
+#   bash deploy/quickstart.sh        start (or reuse) the local coordinator and submit a job
+#   bash deploy/quickstart.sh stop   stop it
+# Everything it writes stays under .colo-quickstart/ in this checkout.
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+QS="$SRC/.colo-quickstart"
+PORT=${COLO_QUICKSTART_PORT:-7070}
+export COLO_SERVER="127.0.0.1:$PORT"
+mkdir -p "$QS"
+
+if [ "${1:-}" = "stop" ]; then
+  if [ -f "$QS/colod.pid" ] && kill -0 "$(cat "$QS/colod.pid")" 2>/dev/null; then
+    kill -TERM "$(cat "$QS/colod.pid")"
+    echo "quickstart: colod stopped"
+  else
+    echo "quickstart: colod is not running"
+  fi
+  rm -f "$QS/colod.pid"
+  exit 0
+fi
+
+echo "== 1/5 dependencies"
+bash "$SRC/deploy/install-deps.sh"
+echo "== 2/5 build"
+cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$SRC/build" -j"$(nproc)" >/dev/null
+BIN="$SRC/build/bin"
+echo "== 3/5 data"
+bash "$SRC/deploy/fetch-data.sh" "$QS/data"
+echo "== 4/5 coordinator"
+if [ -f "$QS/colod.pid" ] && kill -0 "$(cat "$QS/colod.pid")" 2>/dev/null; then
+  echo "quickstart: colod already running (pid $(cat "$QS/colod.pid")) on $COLO_SERVER"
+else
+  nohup "$BIN/colod" --listen "$COLO_SERVER" --state-dir "$QS/state" >"$QS/colod.out" 2>"$QS/colod.log" &
+  echo $! >"$QS/colod.pid"
+  for _ in $(seq 1 50); do
+    grep -q "listening" "$QS/colod.out" 2>/dev/null && break
+    if ! kill -0 "$(cat "$QS/colod.pid")" 2>/dev/null; then
+      echo "quickstart: colod failed to start:" >&2
+      cat "$QS/colod.log" >&2
+      exit 1
+    fi
+    sleep 0.1
+  done
+  echo "quickstart: colod (pid $(cat "$QS/colod.pid")) listening on $COLO_SERVER, log in $QS/colod.log"
+fi
+echo "== 5/5 submit and status"
+ID=$("$BIN/coloctl" submit "$SRC/examples/tinyshakespeare.yaml")
+echo "quickstart: submitted job $ID"
+"$BIN/coloctl" status
+echo
+"$BIN/coloctl" status "$ID"
+cat <<MSG
+
+The job stays PENDING: this build has the coordinator but not yet the worker (colo-workerd)
+or the training engine that would run it. Try:
+  export COLO_SERVER=$COLO_SERVER
+  $BIN/coloctl list
+  $BIN/coloctl watch $ID        # in one terminal
+  $BIN/coloctl cancel $ID       # in another
+  bash deploy/quickstart.sh stop
+MSG
