@@ -32,9 +32,16 @@ start_colod() {
   local state=$1
   shift
   : >"$TMP/colod.out"
-  "$COLOD" --listen 127.0.0.1:0 --state-dir "$state" "$@" >"$TMP/colod.out" 2>>"$TMP/colod.log" &
+  local wrap=()
+  # COLO_VALGRIND=1 runs colod under valgrind (use a build without sanitizers); any memory
+  # error or definite leak makes colod exit 99, which stop_colod reports
+  if [ "${COLO_VALGRIND:-0}" = 1 ]; then
+    wrap=(valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
+      --log-file="$TMP/valgrind.%p.log")
+  fi
+  "${wrap[@]}" "$COLOD" --listen 127.0.0.1:0 --state-dir "$state" "$@" >"$TMP/colod.out" 2>>"$TMP/colod.log" &
   COLOD_PID=$!
-  for _ in $(seq 1 100); do
+  for _ in $(seq 1 300); do
     if grep -q "colod listening on" "$TMP/colod.out" 2>/dev/null; then
       COLO_SERVER=$(sed -n 's/^colod listening on //p' "$TMP/colod.out" | head -1)
       export COLO_SERVER
@@ -43,7 +50,7 @@ start_colod() {
     kill -0 "$COLOD_PID" 2>/dev/null || fail "colod exited during start-up"
     sleep 0.1
   done
-  fail "colod did not start within 10 s"
+  fail "colod did not start within 30 s"
 }
 
 # stop_colod: SIGTERM, expect exit 0 within 15 s
@@ -56,7 +63,10 @@ stop_colod() {
   done
   kill -0 "$COLOD_PID" 2>/dev/null && fail "colod did not exit within 15 s of SIGTERM"
   wait "$COLOD_PID" || rc=$?
-  [ "$rc" -eq 0 ] || fail "colod exited $rc after SIGTERM"
+  if [ "$rc" -ne 0 ]; then
+    cat "$TMP"/valgrind.*.log >&2 2>/dev/null || true
+    fail "colod exited $rc after SIGTERM"
+  fi
   COLOD_PID=""
 }
 
