@@ -17,7 +17,11 @@ if [ -f "$SRC/../shared/data/tinyshakespeare.txt" ]; then
   cp "$SRC/../shared/data/tinyshakespeare.txt" "$OUT.tmp"
 else
   echo "fetch-data: downloading $URL"
-  curl -fsSL --retry 3 -o "$OUT.tmp" "$URL"
+  if ! curl -fsSL --retry 2 -o "$OUT.tmp" "$URL"; then
+    rm -f "$OUT.tmp"
+    echo "fetch-data: cannot download $URL" >&2
+    exit 1
+  fi
 fi
 if ! echo "$SHA  $OUT.tmp" | sha256sum -c --status; then
   rm -f "$OUT.tmp"
