@@ -1,5 +1,6 @@
 /* Blocking gRPC client calls on the gRPC C core: one channel and one pluck queue per client. */
 #include "rpc.h"
+#include "rpc_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,27 +82,6 @@ static void set_status(colo_rpc_status_t *st, grpc_status_code code, grpc_slice 
     snprintf(st->message, sizeof st->message, "%s", colo_rpc_status_name(code));
 }
 
-static ProtobufCMessage *unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc) {
-  grpc_byte_buffer_reader r;
-  if (!grpc_byte_buffer_reader_init(&r, bb))
-    return NULL;
-  grpc_slice s = grpc_byte_buffer_reader_readall(&r);
-  grpc_byte_buffer_reader_destroy(&r);
-  ProtobufCMessage *m =
-      protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
-  grpc_slice_unref(s);
-  return m;
-}
-
-static grpc_byte_buffer *pack(const ProtobufCMessage *msg) {
-  size_t len = protobuf_c_message_get_packed_size(msg);
-  grpc_slice s = grpc_slice_malloc(len);
-  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
-}
-
 static int run_batch(colo_rpc_client_t *cli, grpc_call *call, const grpc_op *ops, size_t n,
                      void *tag) {
   if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK)
@@ -117,7 +97,7 @@ int colo_rpc_call(colo_rpc_client_t *cli, const char *path, const ProtobufCMessa
   grpc_slice method = grpc_slice_from_static_string(path);
   grpc_call *call = grpc_channel_create_call(cli->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cli->cq,
                                              method, NULL, deadline_of(timeout_ms), NULL);
-  grpc_byte_buffer *send = pack(req), *recv = NULL;
+  grpc_byte_buffer *send = colo_rpc_pack(req), *recv = NULL;
   grpc_metadata_array md_init, md_trail;
   grpc_metadata_array_init(&md_init);
   grpc_metadata_array_init(&md_trail);
@@ -143,7 +123,7 @@ int colo_rpc_call(colo_rpc_client_t *cli, const char *path, const ProtobufCMessa
     set_status(st, code, details);
     rc = colo_rpc_status_to_err(code);
     if (rc == 0) {
-      ProtobufCMessage *m = recv ? unpack(recv, resp_desc) : NULL;
+      ProtobufCMessage *m = recv ? colo_rpc_unpack(recv, resp_desc) : NULL;
       if (!m) {
         rc = COLO_EPROTO;
         if (st) {
@@ -175,7 +155,7 @@ int colo_rpc_call_stream(colo_rpc_client_t *cli, const char *path, const Protobu
   grpc_slice method = grpc_slice_from_static_string(path);
   grpc_call *call = grpc_channel_create_call(cli->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cli->cq,
                                              method, NULL, deadline_of(timeout_ms), NULL);
-  grpc_byte_buffer *send = pack(req);
+  grpc_byte_buffer *send = colo_rpc_pack(req);
   grpc_metadata_array md_init, md_trail;
   grpc_metadata_array_init(&md_init);
   grpc_metadata_array_init(&md_trail);
@@ -201,7 +181,7 @@ int colo_rpc_call_stream(colo_rpc_client_t *cli, const char *path, const Protobu
     op.data.recv_message.recv_message = &recv;
     if (run_batch(cli, call, &op, 1, call) < 0 || !recv)
       break;
-    ProtobufCMessage *m = unpack(recv, resp_desc);
+    ProtobufCMessage *m = colo_rpc_unpack(recv, resp_desc);
     grpc_byte_buffer_destroy(recv);
     if (!m) {
       grpc_call_cancel_with_status(call, GRPC_STATUS_INTERNAL, "bad message", NULL);

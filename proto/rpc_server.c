@@ -9,6 +9,7 @@
  * it is freed when the count reaches zero.
  */
 #include "rpc.h"
+#include "rpc_internal.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -324,29 +325,6 @@ static void call_unref(colo_rpc_call_t *c) {
     call_free(c);
 }
 
-static grpc_byte_buffer *pack_message(const ProtobufCMessage *msg) {
-  size_t len = protobuf_c_message_get_packed_size(msg);
-  grpc_slice s = grpc_slice_malloc(len);
-  protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-  grpc_slice_unref(s);
-  return bb;
-}
-
-/* Decodes a received byte buffer; NULL when it is not a valid `desc` message. */
-static ProtobufCMessage *unpack_message(grpc_byte_buffer *bb,
-                                        const ProtobufCMessageDescriptor *desc) {
-  grpc_byte_buffer_reader r;
-  if (!grpc_byte_buffer_reader_init(&r, bb))
-    return NULL;
-  grpc_slice s = grpc_byte_buffer_reader_readall(&r);
-  grpc_byte_buffer_reader_destroy(&r);
-  ProtobufCMessage *m =
-      protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
-  grpc_slice_unref(s);
-  return m;
-}
-
 static void on_send_done(rpc_tag_t *t, int ok) {
   colo_rpc_call_t *c = CALL_OF(t, t_send);
   c->send_inflight = 0;
@@ -471,7 +449,7 @@ static void on_request_done(rpc_tag_t *t, int ok) {
                   grpc_byte_buffer_length(c->payload), srv->max_message_bytes);
     return;
   }
-  req = unpack_message(c->payload, c->method->request);
+  req = colo_rpc_unpack(c->payload, c->method->request);
   grpc_byte_buffer_destroy(c->payload);
   c->payload = NULL;
   if (!req) {
@@ -588,7 +566,7 @@ int colo_rpc_stream_send(colo_rpc_call_t *c, const ProtobufCMessage *msg) {
     c->q_cap = cap;
     c->q_head = 0;
   }
-  c->queue[(c->q_head + c->q_len) % c->q_cap] = pack_message(msg);
+  c->queue[(c->q_head + c->q_len) % c->q_cap] = colo_rpc_pack(msg);
   c->q_len++;
   start_next_send(c);
   return 0;
