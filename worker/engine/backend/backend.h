@@ -1,0 +1,76 @@
+/* The operation table: every computation the model and optimizer do, behind function pointers,
+ * so a CUDA table can stand beside the CPU one. Model code never calls BLAS or CUDA directly.
+ *
+ * Shapes: N = B·T rows. Weights use HuggingFace GPT-2's Conv1D layout, w[C_in][C_out], so
+ * checkpoints load into HF unchanged. Every *_bwd ACCUMULATES into its outputs (dinp, dw, db);
+ * callers zero what must start from zero. Any output pointer of a *_bwd may be NULL to skip it.
+ */
+#ifndef COLO_BACKEND_H
+#define COLO_BACKEND_H
+
+#include <stddef.h>
+
+typedef struct colo_backend_s {
+  const char *name;
+
+  /* out[N][OC] = inp[N][C] · w[C][OC] + b[OC]   (b may be NULL) */
+  void (*matmul_fwd)(float *out, const float *inp, const float *w, const float *b, int N, int C,
+                     int OC);
+  /* dinp += dout · wᵀ;  dw += inpᵀ · dout;  db += Σ_rows dout */
+  void (*matmul_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                     const float *w, int N, int C, int OC);
+  /* the tied LM head: out[N][V] = inp[N][C] · wte[V][C]ᵀ */
+  void (*lmhead_fwd)(float *out, const float *inp, const float *wte, int N, int C, int V);
+  /* dinp += dout · wte;  dwte += doutᵀ · inp */
+  void (*lmhead_bwd)(float *dinp, float *dwte, const float *dout, const float *inp,
+                     const float *wte, int N, int C, int V);
+
+  /* out[b][t] = wte[tokens[b][t]] + wpe[t] */
+  void (*encoder_fwd)(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                      int T, int C);
+  void (*encoder_bwd)(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+                      int C);
+
+  /* LayerNorm with eps 1e-5; mean and rstd [N] are saved for the backward */
+  void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                        const float *b, int N, int C);
+  void (*layernorm_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                        const float *w, const float *mean, const float *rstd, int N, int C);
+
+  /* GELU, tanh approximation (HF "gelu_new") */
+  void (*gelu_fwd)(float *out, const float *inp, size_t n);
+  void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
+
+  /* causal self-attention over qkv[B][T][3C] (q, k, v, heads inside each); att[B][NH][T][T]
+   * keeps the softmax probabilities for the backward; out[B][T][C] */
+  void (*attention_fwd)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+  void (*attention_bwd)(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                        int T, int C, int NH);
+
+  /* out = a + b */
+  void (*add)(float *out, const float *a, const float *b, size_t n);
+
+  /* softmax cross-entropy: probs[N][V] = softmax(logits), losses[N] = -log probs[target] */
+  void (*crossentropy_fwd)(float *losses, float *probs, const float *logits, const int *targets,
+                           int N, int V);
+  /* dlogits[N][V] = (probs - onehot(target)) · dloss (dlogits may alias probs) */
+  void (*crossentropy_bwd)(float *dlogits, const float *probs, const int *targets, float dloss,
+                           int N, int V);
+
+  /* PyTorch AdamW, step t ≥ 1: p *= 1 - lr·wd; m, v moments of g·grad_scale; bias-corrected
+   * update */
+  void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                float beta2, float eps, float wd, float grad_scale, int t);
+  /* Σ x², accumulated in double in a fixed order, so the result does not depend on threads */
+  double (*sumsq)(const float *x, size_t n);
+  void (*scale)(float *x, float s, size_t n);
+} colo_backend_t;
+
+/* fp32 on the host: OpenBLAS for matrix products, OpenMP for the rest. */
+const colo_backend_t *colo_backend_cpu(void);
+
+/* Sets the threads OpenMP and OpenBLAS use (0: leave as the environment says). */
+void colo_backend_cpu_set_threads(int n);
+int colo_backend_cpu_threads(void);
+
+#endif

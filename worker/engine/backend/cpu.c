@@ -1,0 +1,474 @@
+/* The CPU backend: fp32, OpenBLAS for matrix products, OpenMP for everything else.
+ *
+ * Determinism: for a given thread count every result is the same from run to run. Parallel
+ * loops write disjoint outputs; reductions over rows (bias and LayerNorm weight gradients, the
+ * squared norm) sum fixed-size blocks independently and then add the blocks in order, so they do
+ * not even depend on the thread count.
+ */
+#include "backend.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+#include <omp.h>
+
+#define REDUCE_BLOCKS 32 /* fixed: results must not depend on the number of threads */
+
+void colo_backend_cpu_set_threads(int n) {
+  openblas_set_num_threads(1); /* the GEMM wrappers below parallelise with OpenMP */
+  if (n > 0)
+    omp_set_num_threads(n);
+}
+
+int colo_backend_cpu_threads(void) {
+  return omp_get_max_threads();
+}
+
+/* ---- matrix products ----
+ * OpenBLAS runs single-threaded; each product is split into column or row blocks that OpenMP
+ * threads compute with one sgemm each. One thread pool, no spinning pools fighting over the cores,
+ * and every output element is computed by exactly one sgemm call whatever the thread count. */
+
+#define GEMM_BLOCKS 8 /* fixed split: results must not depend on the number of threads */
+
+static void block_range(int total, int blk, int nblk, int align, int *lo, int *hi) {
+  int per = (total + nblk - 1) / nblk;
+  per = (per + align - 1) / align * align;
+  *lo = blk * per < total ? blk * per : total;
+  *hi = *lo + per < total ? *lo + per : total;
+}
+
+/* C[M][Nc] (ldc) = alpha·op(A)·op(B) + beta·C, split over the columns of C */
+static void gemm_cols(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int M, int Nc, int K, const float *A,
+                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < GEMM_BLOCKS; blk++) {
+    int lo, hi;
+    block_range(Nc, blk, GEMM_BLOCKS, 16, &lo, &hi);
+    if (hi <= lo)
+      continue;
+    const float *Bb = tb == CblasNoTrans ? B + lo : B + (size_t)lo * ldb;
+    cblas_sgemm(CblasRowMajor, ta, tb, M, hi - lo, K, 1.0f, A, lda, Bb, ldb, beta, C + lo, ldc);
+  }
+}
+
+/* the same, split over the rows of C (A is not transposed) */
+static void gemm_rows(CBLAS_TRANSPOSE tb, int M, int Nc, int K, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < GEMM_BLOCKS; blk++) {
+    int lo, hi;
+    block_range(M, blk, GEMM_BLOCKS, 4, &lo, &hi);
+    if (hi <= lo)
+      continue;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, hi - lo, Nc, K, 1.0f, A + (size_t)lo * lda, lda, B,
+                ldb, beta, C + (size_t)lo * ldc, ldc);
+  }
+}
+
+static void matmul_fwd(float *out, const float *inp, const float *w, const float *b, int N, int C,
+                       int OC) {
+  if (b) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++)
+      memcpy(out + (size_t)n * OC, b, (size_t)OC * sizeof(float));
+  }
+  gemm_rows(CblasNoTrans, N, OC, C, inp, C, w, OC, b ? 1.0f : 0.0f, out, OC);
+}
+
+/* dst[OC] += Σ_n src[n][OC], in REDUCE_BLOCKS row blocks summed in order */
+static void sum_rows_into(float *dst, const float *src, int N, int OC) {
+  float *part = calloc((size_t)REDUCE_BLOCKS * OC, sizeof(float));
+  int per = (N + REDUCE_BLOCKS - 1) / REDUCE_BLOCKS;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < REDUCE_BLOCKS; blk++) {
+    float *p = part + (size_t)blk * OC;
+    int lo = blk * per, hi = lo + per < N ? lo + per : N;
+    for (int n = lo; n < hi; n++) {
+      const float *row = src + (size_t)n * OC;
+#pragma omp simd
+      for (int o = 0; o < OC; o++)
+        p[o] += row[o];
+    }
+  }
+  for (int blk = 0; blk < REDUCE_BLOCKS; blk++) {
+    const float *p = part + (size_t)blk * OC;
+    for (int o = 0; o < OC; o++)
+      dst[o] += p[o];
+  }
+  free(part);
+}
+
+static void matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, int N, int C, int OC) {
+  if (dinp) /* dinp[N][C] += dout[N][OC] · w[C][OC]ᵀ */
+    gemm_rows(CblasTrans, N, C, OC, dout, OC, w, OC, 1.0f, dinp, C);
+  if (dw) /* dw[C][OC] += inp[N][C]ᵀ · dout[N][OC] */
+    gemm_cols(CblasTrans, CblasNoTrans, C, OC, N, inp, C, dout, OC, 1.0f, dw, OC);
+  if (db)
+    sum_rows_into(db, dout, N, OC);
+}
+
+static void lmhead_fwd(float *out, const float *inp, const float *wte, int N, int C, int V) {
+  gemm_rows(CblasTrans, N, V, C, inp, C, wte, C, 0.0f, out, V);
+}
+
+static void lmhead_bwd(float *dinp, float *dwte, const float *dout, const float *inp,
+                       const float *wte, int N, int C, int V) {
+  if (dinp) /* dinp[N][C] += dout[N][V] · wte[V][C] */
+    gemm_rows(CblasNoTrans, N, C, V, dout, V, wte, C, 1.0f, dinp, C);
+  if (dwte) /* dwte[V][C] += dout[N][V]ᵀ · inp[N][C] */
+    gemm_cols(CblasTrans, CblasNoTrans, V, C, N, dout, V, inp, C, 1.0f, dwte, C);
+}
+
+/* ---- embeddings ---- */
+
+static void encoder_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+                        int T, int C) {
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int t = 0; t < T; t++) {
+      float *o = out + ((size_t)b * T + t) * C;
+      const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)t * C;
+#pragma omp simd
+      for (int i = 0; i < C; i++)
+        o[i] = e[i] + p[i];
+    }
+}
+
+static void encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+                        int T, int C) {
+  /* rows that share a token must be added in a fixed order: serial over (b, t), parallel over
+   * channels */
+#pragma omp parallel for schedule(static)
+  for (int i0 = 0; i0 < C; i0 += 16) {
+    int i1 = i0 + 16 < C ? i0 + 16 : C;
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        const float *d = dout + ((size_t)b * T + t) * C;
+        float *e = dwte ? dwte + (size_t)tokens[b * T + t] * C : NULL;
+        float *p = dwpe ? dwpe + (size_t)t * C : NULL;
+        for (int i = i0; i < i1; i++) {
+          if (e)
+            e[i] += d[i];
+          if (p)
+            p[i] += d[i];
+        }
+      }
+  }
+}
+
+/* ---- LayerNorm ---- */
+
+static void layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                          const float *b, int N, int C) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C;
+    float m = 0.0f;
+#pragma omp simd reduction(+ : m)
+    for (int i = 0; i < C; i++)
+      m += x[i];
+    m /= (float)C;
+    float v = 0.0f;
+#pragma omp simd reduction(+ : v)
+    for (int i = 0; i < C; i++) {
+      float d = x[i] - m;
+      v += d * d;
+    }
+    v /= (float)C;
+    float s = 1.0f / sqrtf(v + 1e-5f);
+    float *o = out + (size_t)n * C;
+#pragma omp simd
+    for (int i = 0; i < C; i++)
+      o[i] = (x[i] - m) * s * w[i] + b[i];
+    mean[n] = m;
+    rstd[n] = s;
+  }
+}
+
+static void layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                          const float *w, const float *mean, const float *rstd, int N, int C) {
+  float *part = (dw || db) ? calloc((size_t)REDUCE_BLOCKS * 2 * C, sizeof(float)) : NULL;
+  int per = (N + REDUCE_BLOCKS - 1) / REDUCE_BLOCKS;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < REDUCE_BLOCKS; blk++) {
+    float *pw = part ? part + (size_t)blk * 2 * C : NULL, *pb = pw ? pw + C : NULL;
+    int lo = blk * per, hi = lo + per < N ? lo + per : N;
+    for (int n = lo; n < hi; n++) {
+      const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+      float m = mean[n], s = rstd[n];
+      float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
+#pragma omp simd reduction(+ : dnorm_mean, dnorm_norm_mean)
+      for (int i = 0; i < C; i++) {
+        float xh = (x[i] - m) * s;
+        float dn = w[i] * d[i];
+        dnorm_mean += dn;
+        dnorm_norm_mean += dn * xh;
+      }
+      dnorm_mean /= (float)C;
+      dnorm_norm_mean /= (float)C;
+      if (pw) {
+#pragma omp simd
+        for (int i = 0; i < C; i++) {
+          float xh = (x[i] - m) * s;
+          pb[i] += d[i];
+          pw[i] += xh * d[i];
+        }
+      }
+      if (dinp) {
+        float *di = dinp + (size_t)n * C;
+#pragma omp simd
+        for (int i = 0; i < C; i++) {
+          float xh = (x[i] - m) * s;
+          float dn = w[i] * d[i];
+          di[i] += (dn - dnorm_mean - xh * dnorm_norm_mean) * s;
+        }
+      }
+    }
+  }
+  if (part) {
+    for (int blk = 0; blk < REDUCE_BLOCKS; blk++) {
+      const float *pw = part + (size_t)blk * 2 * C, *pb = pw + C;
+      for (int i = 0; i < C; i++) {
+        if (dw)
+          dw[i] += pw[i];
+        if (db)
+          db[i] += pb[i];
+      }
+    }
+    free(part);
+  }
+}
+
+/* ---- GELU (tanh) ---- */
+
+#define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+
+/* tanh(u) = 1 - 2/(e^{2u} + 1): expf vectorises (glibc's libmvec), tanhf does not. GELU only
+ * uses 1 + tanh and 1 - tanh², where this form's absolute error (~1e-7) is what matters. The
+ * argument is clamped where tanh is ±1 in float anyway, so e^{2u} never overflows. */
+static inline float fast_tanh(float u) {
+  u = u > 15.0f ? 15.0f : (u < -15.0f ? -15.0f : u);
+  return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
+}
+
+static void gelu_fwd(float *out, const float *inp, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + fast_tanh(GELU_K * (x + 0.044715f * x * x * x)));
+  }
+}
+
+static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = GELU_K * (x + 0.044715f * x * x * x);
+    float th = fast_tanh(u);
+    float sech2 = 1.0f - th * th;
+    float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    dinp[i] += g * dout[i];
+  }
+}
+
+/* ---- attention ---- */
+
+static void attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+  int hs = C / NH, C3 = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for collapse(3) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++)
+      for (int t = 0; t < T; t++) {
+        const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+        float *a = att + (((size_t)b * NH + h) * T + t) * T;
+        float maxv = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int i = 0; i < hs; i++)
+            s += q[i] * k[i];
+          s *= scale;
+          a[t2] = s;
+          if (s > maxv)
+            maxv = s;
+        }
+        float sum = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+          float e = expf(a[t2] - maxv);
+          a[t2] = e;
+          sum += e;
+        }
+        float inv = 1.0f / sum;
+        for (int t2 = 0; t2 <= t; t2++)
+          a[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++)
+          a[t2] = 0.0f;
+        float *o = out + ((size_t)b * T + t) * C + h * hs;
+        for (int i = 0; i < hs; i++)
+          o[i] = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+          float p = a[t2];
+#pragma omp simd
+          for (int i = 0; i < hs; i++)
+            o[i] += p * v[i];
+        }
+      }
+}
+
+static void attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                          int T, int C, int NH) {
+  int hs = C / NH, C3 = 3 * C;
+  float scale = 1.0f / sqrtf((float)hs);
+  /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      float *datt = malloc((size_t)T * sizeof(float));
+      for (int t = 0; t < T; t++) {
+        const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+        const float *d = dout + ((size_t)b * T + t) * C + h * hs;
+        const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+        float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
+        /* through the weighted sum of values */
+        float dot_ad = 0.0f;
+        for (int t2 = 0; t2 <= t; t2++) {
+          const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+          float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int i = 0; i < hs; i++) {
+            s += d[i] * v[i];
+            dv[i] += a[t2] * d[i];
+          }
+          datt[t2] = s;
+          dot_ad += a[t2] * s;
+        }
+        /* through the softmax, then the scaled dot products */
+        for (int t2 = 0; t2 <= t; t2++) {
+          float dpre = a[t2] * (datt[t2] - dot_ad) * scale;
+          const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+          float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+#pragma omp simd
+          for (int i = 0; i < hs; i++) {
+            dq[i] += dpre * k[i];
+            dk[i] += dpre * q[i];
+          }
+        }
+      }
+      free(datt);
+    }
+}
+
+/* ---- elementwise, loss, optimizer ---- */
+
+static void add(float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++)
+    out[i] = a[i] + b[i];
+}
+
+static void crossentropy_fwd(float *losses, float *probs, const float *logits, const int *targets,
+                             int N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * V;
+    float *p = probs + (size_t)n * V;
+    float maxv = -INFINITY;
+    for (int v = 0; v < V; v++)
+      if (l[v] > maxv)
+        maxv = l[v];
+    float sum = 0.0f;
+    for (int v = 0; v < V; v++) {
+      p[v] = expf(l[v] - maxv);
+      sum += p[v];
+    }
+    float inv = 1.0f / sum;
+    for (int v = 0; v < V; v++)
+      p[v] *= inv;
+    if (losses)
+      losses[n] = -logf(p[targets[n]]);
+  }
+}
+
+static void crossentropy_bwd(float *dlogits, const float *probs, const int *targets, float dloss,
+                             int N, int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *p = probs + (size_t)n * V;
+    float *d = dlogits + (size_t)n * V;
+    for (int v = 0; v < V; v++)
+      d[v] = (p[v] - (v == targets[n] ? 1.0f : 0.0f)) * dloss;
+  }
+}
+
+static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                  float beta2, float eps, float wd, float grad_scale, int t) {
+  float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
+  float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2), decay = 1.0f - lr * wd;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * grad_scale;
+    float mi = m[i] + (gi - m[i]) * (1.0f - beta1); /* torch's lerp */
+    float vi = v[i] * beta2 + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    float pi = p[i] * decay;
+    p[i] = pi - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+  }
+}
+
+static double sumsq(const float *x, size_t n) {
+  double part[REDUCE_BLOCKS] = {0};
+  size_t per = (n + REDUCE_BLOCKS - 1) / REDUCE_BLOCKS;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < REDUCE_BLOCKS; blk++) {
+    size_t lo = (size_t)blk * per, hi = lo + per < n ? lo + per : n;
+    double s = 0.0;
+    for (size_t i = lo; i < hi; i++)
+      s += (double)x[i] * (double)x[i];
+    part[blk] = s;
+  }
+  double s = 0.0;
+  for (int blk = 0; blk < REDUCE_BLOCKS; blk++)
+    s += part[blk];
+  return s;
+}
+
+static void scale(float *x, float s, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++)
+    x[i] *= s;
+}
+
+static const colo_backend_t CPU = {
+    .name = "cpu",
+    .matmul_fwd = matmul_fwd,
+    .matmul_bwd = matmul_bwd,
+    .lmhead_fwd = lmhead_fwd,
+    .lmhead_bwd = lmhead_bwd,
+    .encoder_fwd = encoder_fwd,
+    .encoder_bwd = encoder_bwd,
+    .layernorm_fwd = layernorm_fwd,
+    .layernorm_bwd = layernorm_bwd,
+    .gelu_fwd = gelu_fwd,
+    .gelu_bwd = gelu_bwd,
+    .attention_fwd = attention_fwd,
+    .attention_bwd = attention_bwd,
+    .add = add,
+    .crossentropy_fwd = crossentropy_fwd,
+    .crossentropy_bwd = crossentropy_bwd,
+    .adamw = adamw,
+    .sumsq = sumsq,
+    .scale = scale,
+};
+
+const colo_backend_t *colo_backend_cpu(void) {
+  return &CPU;
+}

@@ -1,0 +1,493 @@
+/* colo-train: one training process. Runs standalone (no daemons) for a single-node run or a
+ * test; the worker starts it the same way.
+ *
+ *   colo-train prepare --input TEXT --out DIR [--val-fraction F]
+ *   colo-train train   [--job FILE] [--data-root DIR] [--ckpt-dir DIR] [flags]
+ *   colo-train eval    --checkpoint DIR --data FILE [--batches N] [--batch-size B]
+ *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
+ *                      [--prompt TEXT]
+ *
+ * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../common/error.h"
+#include "../../common/jobspec.h"
+#include "../../common/pbcodec.h"
+#include "backend/backend.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/train.h"
+
+static int usage_error(const char *cmd, const char *msg) {
+  fprintf(stderr, "colo-train%s%s: %s; try 'colo-train %s--help'\n", cmd ? " " : "", cmd ? cmd : "",
+          msg, cmd ? cmd : "");
+  if (cmd)
+    fputc(' ', stderr);
+  return 2;
+}
+
+static void usage(FILE *out) {
+  fprintf(out, "usage: colo-train COMMAND [options]\n"
+               "\n"
+               "commands:\n"
+               "  prepare   turn a text file into train and val token shards (byte-level)\n"
+               "  train     train a GPT-2 model from a job file and/or flags\n"
+               "  eval      validation loss of a checkpoint on a shard\n"
+               "  sample    generate text from a checkpoint\n"
+               "\n"
+               "'colo-train COMMAND --help' lists a command's options.\n");
+}
+
+/* ---- prepare ---- */
+
+static int cmd_prepare(int argc, char **argv) {
+  const char *input = NULL, *out = NULL;
+  double frac = 0.1;
+  static const struct option o[] = {{"input", required_argument, 0, 'i'},
+                                    {"out", required_argument, 0, 'o'},
+                                    {"val-fraction", required_argument, 0, 'v'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "i:o:v:h", o, NULL)) != -1) {
+    switch (c) {
+    case 'i':
+      input = optarg;
+      break;
+    case 'o':
+      out = optarg;
+      break;
+    case 'v':
+      frac = atof(optarg);
+      break;
+    case 'h':
+      printf("usage: colo-train prepare --input TEXT --out DIR [--val-fraction F (0.1)]\n"
+             "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format, one token per byte;\n"
+             "the last F of the text is the validation split.\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (!input || !out)
+    return usage_error("prepare", "--input and --out are required");
+  char err[1024];
+  size_t nt, nv;
+  if (colo_prepare_text(input, out, frac, &nt, &nv, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-train prepare: %s\n", err);
+    return 1;
+  }
+  printf("%s/train.bin: %zu tokens\n%s/val.bin: %zu tokens\n", out, nt, out, nv);
+  return 0;
+}
+
+/* ---- train ---- */
+
+static void train_usage(void) {
+  printf(
+      "usage: colo-train train [--job FILE] [options]\n"
+      "\n"
+      "A job file (docs/job-file.md) gives the model, data, optimizer and schedule; the flags\n"
+      "below override it. Without a job file the defaults of cluster.proto apply.\n"
+      "\n"
+      "  --job FILE            job file (YAML or JSON)\n"
+      "  --data-root DIR       where data paths are resolved (default .)\n"
+      "  --train-data PATH     train shard, relative to the data root\n"
+      "  --val-data PATH       val shard, relative to the data root\n"
+      "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
+      "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
+      "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
+      "  --n-layer N --n-head N --n-embd N --block-size N --vocab-size N\n"
+      "  --batch-size B --grad-accum N --steps N --seed S\n"
+      "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
+      "  --schedule cosine|linear|constant\n"
+      "  --eval-interval N --eval-batches N --ckpt-interval N --recompute\n"
+      "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
+      "  --memory-limit MIB    capacity of the memory pool\n"
+      "  --progress FILE       JSON lines of progress ('-' for stdout)\n"
+      "  --progress-fd N       JSON lines of progress to an inherited descriptor\n"
+      "  --quiet               no per-step line\n"
+      "  --dump-reference FILE tensors for reference tests (batches, grads, weights)\n");
+}
+
+/* Applies one --flag value onto the spec. Returns 0, 1 when the flag is not a spec flag, or
+ * -1 on a bad value. */
+static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
+  static const struct {
+    const char *flag;
+    const char *yaml; /* section: {field: %s} */
+  } MAP[] = {
+      {"n-layer", "model: {n_layer: %s}"},
+      {"n-head", "model: {n_head: %s}"},
+      {"n-embd", "model: {n_embd: %s}"},
+      {"block-size", "model: {block_size: %s}"},
+      {"vocab-size", "model: {vocab_size: %s}"},
+      {"batch-size", "train: {batch_size: %s}"},
+      {"grad-accum", "train: {grad_accum: %s}"},
+      {"steps", "train: {steps: %s}"},
+      {"seed", "train: {seed: %s}"},
+      {"eval-interval", "train: {eval_interval: %s}"},
+      {"eval-batches", "train: {eval_batches: %s}"},
+      {"lr", "optimizer: {lr: %s}"},
+      {"min-lr", "optimizer: {min_lr: %s}"},
+      {"warmup", "optimizer: {warmup_steps: %s}"},
+      {"weight-decay", "optimizer: {weight_decay: %s}"},
+      {"grad-clip", "optimizer: {grad_clip: %s}"},
+      {"beta2", "optimizer: {beta2: %s}"},
+      {"schedule", "optimizer: {schedule: %s}"},
+      {"ckpt-interval", "checkpoint: {interval: %s}"},
+      {"train-data", "data: {train_path: '%s'}"},
+      {"val-data", "data: {val_path: '%s'}"},
+  };
+  for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++) {
+    if (strcmp(MAP[i].flag, flag) != 0)
+      continue;
+    if (strchr(val, '\'') || strchr(val, '\n')) {
+      fprintf(stderr, "colo-train train: --%s: bad value\n", flag);
+      return -1;
+    }
+    char doc[1200], err[512];
+    snprintf(doc, sizeof doc, MAP[i].yaml, val);
+    Colo__V1__JobSpec *one;
+    char src[64];
+    snprintf(src, sizeof src, "--%s", flag);
+    if (colo_pb_from_yaml(doc, strlen(doc), src, &colo__v1__job_spec__descriptor,
+                          (ProtobufCMessage **)&one, err, sizeof err) < 0) {
+      fprintf(stderr, "colo-train train: %s\n", err);
+      return -1;
+    }
+    /* merge: pack both, concatenated protobuf messages merge field by field */
+    size_t la = colo__v1__job_spec__get_packed_size(s),
+           lb = colo__v1__job_spec__get_packed_size(one);
+    uint8_t *buf = malloc(la + lb);
+    colo__v1__job_spec__pack(s, buf);
+    colo__v1__job_spec__pack(one, buf + la);
+    colo__v1__job_spec__free_unpacked(one, NULL);
+    Colo__V1__JobSpec *merged = colo__v1__job_spec__unpack(NULL, la + lb, buf);
+    free(buf);
+    if (!merged)
+      return -1;
+    /* swap contents: the caller keeps its pointer */
+    Colo__V1__JobSpec tmp = *s;
+    *s = *merged;
+    *merged = tmp;
+    colo__v1__job_spec__free_unpacked(merged, NULL);
+    return 0;
+  }
+  return 1;
+}
+
+static int cmd_train(int argc, char **argv) {
+  const char *job = NULL, *data_root = ".", *ckpt_dir = NULL, *resume = NULL, *progress = NULL;
+  const char *dump = NULL;
+  int threads = 0, stop_at = 0, quiet = 0, recompute = -1, progress_fd = -1;
+  long memory_mib = 0;
+  char err[2048];
+  Colo__V1__JobSpec *spec = malloc(sizeof *spec);
+  colo__v1__job_spec__init(spec);
+  spec->name = strdup("colo-train");
+  /* first pass: the job file, so flags apply on top of it in any order */
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      train_usage();
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return 0;
+    }
+    if (!strcmp(argv[i], "--job") && i + 1 < argc) {
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      if (colo_pb_from_yaml_file(argv[i + 1], &colo__v1__job_spec__descriptor,
+                                 (ProtobufCMessage **)&spec, err, sizeof err) < 0) {
+        fprintf(stderr, "colo-train train: %s\n", err);
+        return 1;
+      }
+      job = argv[i + 1];
+    }
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (strncmp(a, "--", 2) != 0) {
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return usage_error("train", "unexpected argument");
+    }
+    const char *flag = a + 2;
+    int has_val = i + 1 < argc;
+    const char *val = has_val ? argv[i + 1] : NULL;
+    int used = 1;
+    if (!strcmp(flag, "job"))
+      ;
+    else if (!strcmp(flag, "data-root"))
+      data_root = val;
+    else if (!strcmp(flag, "ckpt-dir"))
+      ckpt_dir = val;
+    else if (!strcmp(flag, "resume"))
+      resume = val;
+    else if (!strcmp(flag, "stop-at"))
+      stop_at = val ? atoi(val) : 0;
+    else if (!strcmp(flag, "threads"))
+      threads = val ? atoi(val) : 0;
+    else if (!strcmp(flag, "memory-limit"))
+      memory_mib = val ? atol(val) : 0;
+    else if (!strcmp(flag, "progress"))
+      progress = val;
+    else if (!strcmp(flag, "progress-fd"))
+      progress_fd = val ? atoi(val) : -1;
+    else if (!strcmp(flag, "dump-reference"))
+      dump = val;
+    else if (!strcmp(flag, "quiet")) {
+      quiet = 1;
+      used = 0;
+    } else if (!strcmp(flag, "recompute")) {
+      recompute = 1;
+      used = 0;
+    } else {
+      if (!has_val) {
+        colo__v1__job_spec__free_unpacked(spec, NULL);
+        fprintf(stderr, "colo-train train: --%s needs a value\n", flag);
+        return 2;
+      }
+      int r = spec_flag(spec, flag, val);
+      if (r != 0) {
+        colo__v1__job_spec__free_unpacked(spec, NULL);
+        if (r > 0)
+          fprintf(stderr, "colo-train train: unknown option '%s'; try 'colo-train train --help'\n",
+                  a);
+        return 2;
+      }
+    }
+    if (used) {
+      if (!has_val) {
+        colo__v1__job_spec__free_unpacked(spec, NULL);
+        fprintf(stderr, "colo-train train: %s needs a value\n", a);
+        return 2;
+      }
+      i++;
+    }
+  }
+  (void)job;
+  colo_jobspec_fill_defaults(spec);
+  if (recompute == 1)
+    spec->train->recompute = 1;
+  if (colo_jobspec_validate(spec, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-train train: %s\n", err);
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return 1;
+  }
+  if (colo_jobspec_world(spec) != 1) {
+    fprintf(stderr, "colo-train train: parallel.dp×tp×pp=%llu: this build trains one rank\n",
+            colo_jobspec_world(spec));
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return 1;
+  }
+  char train_path[2100], val_path[2100];
+  snprintf(train_path, sizeof train_path, "%s/%s", data_root, spec->data->train_path);
+  snprintf(val_path, sizeof val_path, "%s/%s", data_root,
+           spec->data->val_path ? spec->data->val_path : "");
+  colo_train_config_t cfg = {0};
+  cfg.model = (colo_gpt_config_t){(int)spec->model->vocab_size, (int)spec->model->block_size,
+                                  (int)spec->model->n_layer, (int)spec->model->n_head,
+                                  (int)spec->model->n_embd};
+  const Colo__V1__OptimizerSpec *o = spec->optimizer;
+  cfg.optim = (colo_adamw_config_t){o->lr,
+                                    o->min_lr,
+                                    o->beta1,
+                                    o->beta2,
+                                    o->eps,
+                                    o->weight_decay,
+                                    o->grad_clip,
+                                    (int)o->warmup_steps,
+                                    (int)spec->train->steps,
+                                    (int)o->schedule};
+  cfg.batch_size = (int)spec->train->batch_size;
+  cfg.grad_accum = (int)spec->train->grad_accum;
+  cfg.steps = (int)spec->train->steps;
+  cfg.eval_interval = (int)spec->train->eval_interval;
+  cfg.eval_batches = (int)spec->train->eval_batches;
+  cfg.ckpt_interval = (int)spec->checkpoint->interval;
+  cfg.recompute = spec->train->recompute;
+  cfg.seed = spec->train->seed;
+  cfg.train_path = train_path;
+  cfg.val_path = val_path;
+  cfg.ckpt_dir = ckpt_dir;
+  cfg.resume = resume;
+  cfg.stop_at = stop_at;
+  cfg.memory_limit = (size_t)memory_mib << 20;
+  cfg.quiet = quiet;
+  cfg.dump_path = dump;
+  if (resume && !strcmp(resume, "auto") && !ckpt_dir) {
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return usage_error("train", "--resume auto needs --ckpt-dir");
+  }
+  FILE *pf = NULL;
+  if (progress && !strcmp(progress, "-"))
+    pf = stdout;
+  else if (progress)
+    pf = fopen(progress, "a");
+  else if (progress_fd >= 0)
+    pf = fdopen(progress_fd, "a");
+  if ((progress || progress_fd >= 0) && !pf) {
+    fprintf(stderr, "colo-train train: cannot open the progress stream: %s\n", strerror(errno));
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return 1;
+  }
+  cfg.progress = pf;
+  colo_backend_cpu_set_threads(threads);
+  float loss, val;
+  int rc = colo_train_run(&cfg, &loss, &val, err, sizeof err);
+  if (pf && pf != stdout)
+    fclose(pf);
+  colo__v1__job_spec__free_unpacked(spec, NULL);
+  if (rc < 0) {
+    fprintf(stderr, "colo-train train: %s\n", err);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- eval / sample ---- */
+
+static int cmd_eval(int argc, char **argv) {
+  const char *ckpt = NULL, *data = NULL;
+  int batches = 20, bs = 12, threads = 0;
+  unsigned long long seed = 1337;
+  static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
+                                    {"data", required_argument, 0, 'd'},
+                                    {"batches", required_argument, 0, 'n'},
+                                    {"batch-size", required_argument, 0, 'b'},
+                                    {"seed", required_argument, 0, 's'},
+                                    {"threads", required_argument, 0, 't'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:h", o, NULL)) != -1) {
+    switch (c) {
+    case 'c':
+      ckpt = optarg;
+      break;
+    case 'd':
+      data = optarg;
+      break;
+    case 'n':
+      batches = atoi(optarg);
+      break;
+    case 'b':
+      bs = atoi(optarg);
+      break;
+    case 's':
+      seed = strtoull(optarg, NULL, 10);
+      break;
+    case 't':
+      threads = atoi(optarg);
+      break;
+    case 'h':
+      printf("usage: colo-train eval --checkpoint DIR --data SHARD [--batches N (20)] "
+             "[--batch-size B (12)] [--seed S (1337)]\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (!ckpt || !data || batches < 1 || bs < 1)
+    return usage_error("eval", "--checkpoint and --data are required");
+  colo_backend_cpu_set_threads(threads);
+  char err[1024];
+  float loss;
+  if (colo_eval_checkpoint(ckpt, data, batches, bs, seed, &loss, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-train eval: %s\n", err);
+    return 1;
+  }
+  printf("val loss %.4f (%d batches of %d)\n", (double)loss, batches, bs);
+  return 0;
+}
+
+static int cmd_sample(int argc, char **argv) {
+  const char *ckpt = NULL, *prompt = "";
+  int n = 200, top_k = 0, threads = 0;
+  float temp = 1.0f;
+  unsigned long long seed = 42;
+  static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
+                                    {"tokens", required_argument, 0, 'n'},
+                                    {"temperature", required_argument, 0, 'T'},
+                                    {"top-k", required_argument, 0, 'k'},
+                                    {"seed", required_argument, 0, 's'},
+                                    {"prompt", required_argument, 0, 'p'},
+                                    {"threads", required_argument, 0, 't'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:h", o, NULL)) != -1) {
+    switch (c) {
+    case 'c':
+      ckpt = optarg;
+      break;
+    case 'n':
+      n = atoi(optarg);
+      break;
+    case 'T':
+      temp = (float)atof(optarg);
+      break;
+    case 'k':
+      top_k = atoi(optarg);
+      break;
+    case 's':
+      seed = strtoull(optarg, NULL, 10);
+      break;
+    case 'p':
+      prompt = optarg;
+      break;
+    case 't':
+      threads = atoi(optarg);
+      break;
+    case 'h':
+      printf("usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
+             "greedy)] [--top-k K (0: all)] [--seed S (42)] [--prompt TEXT]\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (!ckpt || n < 0)
+    return usage_error("sample", "--checkpoint is required");
+  colo_backend_cpu_set_threads(threads);
+  char err[1024];
+  fputs(prompt, stdout);
+  if (colo_sample_checkpoint(ckpt, prompt, n, temp, top_k, seed, stdout, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-train sample: %s\n", err);
+    return 1;
+  }
+  putchar('\n');
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  const char *cmd = argv[1];
+  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(cmd, "--version")) {
+    printf("colo-train %s\n", COLO_VERSION);
+    return 0;
+  }
+  optind = 1;
+  if (!strcmp(cmd, "prepare"))
+    return cmd_prepare(argc - 1, argv + 1);
+  if (!strcmp(cmd, "train"))
+    return cmd_train(argc - 1, argv + 1);
+  if (!strcmp(cmd, "eval"))
+    return cmd_eval(argc - 1, argv + 1);
+  if (!strcmp(cmd, "sample"))
+    return cmd_sample(argc - 1, argv + 1);
+  fprintf(stderr, "colo-train: unknown command '%s'; try 'colo-train --help'\n", cmd);
+  return 2;
+}

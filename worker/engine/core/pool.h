@@ -1,0 +1,25 @@
+/* Memory pools with a capacity: every engine allocation of a device's memory goes through one,
+ * so a run that would exceed its budget fails with a clear message instead of swapping, and the
+ * peak is known. The CPU pool hands out 64-byte aligned host memory. */
+#ifndef COLO_POOL_H
+#define COLO_POOL_H
+
+#include <stddef.h>
+
+typedef struct colo_pool_s colo_pool_t;
+
+/* capacity 0: unlimited. name appears in messages ("cpu"). */
+colo_pool_t *colo_pool_create(const char *name, size_t capacity);
+void colo_pool_destroy(colo_pool_t *pool);
+
+/* Zeroed, 64-byte aligned. NULL when the capacity would be exceeded or the system has no
+ * memory; colo_pool_error() then says which and how much. */
+void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what);
+void colo_pool_free(colo_pool_t *pool, void *p);
+
+size_t colo_pool_used(const colo_pool_t *pool);
+size_t colo_pool_peak(const colo_pool_t *pool);
+size_t colo_pool_capacity(const colo_pool_t *pool);
+const char *colo_pool_error(const colo_pool_t *pool);
+
+#endif

@@ -1,0 +1,23 @@
+/* Deterministic random numbers: xoshiro256** seeded through splitmix64, and a stateless hash
+ * for values that must depend only on their coordinates (data sampling by seed, step, rank).
+ * Same seed, same sequence, on every machine and thread count. */
+#ifndef COLO_RNG_H
+#define COLO_RNG_H
+
+#include <stdint.h>
+
+typedef struct {
+  uint64_t s[4];
+} colo_rng_t;
+
+void colo_rng_seed(colo_rng_t *r, uint64_t seed);
+uint64_t colo_rng_u64(colo_rng_t *r);
+/* uniform in [0, 1) with 24 random bits */
+float colo_rng_uniform(colo_rng_t *r);
+/* standard normal (Box–Muller, both values used in turn would need state: one per call) */
+float colo_rng_normal(colo_rng_t *r);
+
+/* A well-mixed 64-bit function of four words (splitmix64 finaliser chained). */
+uint64_t colo_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
+
+#endif

@@ -1,0 +1,383 @@
+/* GPT-2 forward and backward on the operation table. */
+#include "gpt.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../common/error.h"
+#include "../core/rng.h"
+
+/* per-layer tensor indices, in buffer order */
+enum {
+  P_LN1W,
+  P_LN1B,
+  P_QKVW,
+  P_QKVB,
+  P_ATTPROJW,
+  P_ATTPROJB,
+  P_LN2W,
+  P_LN2B,
+  P_FCW,
+  P_FCB,
+  P_FCPROJW,
+  P_FCPROJB,
+  P_PER_LAYER
+};
+_Static_assert(P_PER_LAYER == COLO_GPT_TENSORS_PER_LAYER, "the layer layout has 12 tensors");
+
+/* one block's activations */
+typedef struct {
+  float *ln1, *ln1_mean, *ln1_rstd; /* [N][C], [N], [N] */
+  float *qkv;                       /* [N][3C] */
+  float *att;                       /* [B][NH][T][T] */
+  float *atty;                      /* [N][C] */
+  float *res2;                      /* [N][C]: input + attention */
+  float *ln2, *ln2_mean, *ln2_rstd;
+  float *fch, *fch_gelu; /* [N][4C] */
+  float *tmp;            /* [N][C]: projection outputs before the residual add */
+} layer_acts_t;
+
+struct colo_gpt_s {
+  colo_gpt_config_t cfg;
+  const colo_backend_t *be;
+  colo_pool_t *pool;
+  int max_B, recompute;
+  colo_param_t *table;
+  size_t n_tensors, n_params;
+  float *params, *grads;
+  /* activations */
+  float *encoded;       /* [N][C] */
+  float **resid;        /* L+1 entries: resid[l] is block l's input, resid[L] the last output */
+  layer_acts_t *layers; /* L entries, or 1 when recomputing */
+  float *lnf, *lnf_mean, *lnf_rstd;
+  float *logits; /* [N][V]; holds probs after a forward with targets, then dlogits */
+  float *losses; /* [N] */
+  int *targets;  /* copy of the last forward's targets */
+  int *inputs;
+  int B, T, have_targets;
+  /* gradient scratch for one block */
+  float *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dtmp;
+};
+
+static float *P(colo_gpt_t *m, int layer, int which) {
+  return m->params + m->table[2 + (size_t)layer * P_PER_LAYER + which].offset;
+}
+static float *G(colo_gpt_t *m, int layer, int which) {
+  return m->grads + m->table[2 + (size_t)layer * P_PER_LAYER + which].offset;
+}
+#define WTE(m)   ((m)->params + (m)->table[0].offset)
+#define WPE(m)   ((m)->params + (m)->table[1].offset)
+#define LNFW(m)  ((m)->params + (m)->table[(m)->n_tensors - 2].offset)
+#define LNFB(m)  ((m)->params + (m)->table[(m)->n_tensors - 1].offset)
+#define DWTE(m)  ((m)->grads + (m)->table[0].offset)
+#define DWPE(m)  ((m)->grads + (m)->table[1].offset)
+#define DLNFW(m) ((m)->grads + (m)->table[(m)->n_tensors - 2].offset)
+#define DLNFB(m) ((m)->grads + (m)->table[(m)->n_tensors - 1].offset)
+
+static void add_tensor(colo_gpt_t *m, size_t *k, const char *name, int d0, int d1, int decay) {
+  colo_param_t *p = &m->table[(*k)++];
+  snprintf(p->name, sizeof p->name, "%s", name);
+  p->ndim = d1 ? 2 : 1;
+  p->shape[0] = d0;
+  p->shape[1] = d1;
+  p->numel = (size_t)d0 * (d1 ? (size_t)d1 : 1);
+  p->offset = m->n_params;
+  p->decay = decay;
+  m->n_params += p->numel;
+}
+
+static void build_table(colo_gpt_t *m) {
+  int C = m->cfg.n_embd, L = m->cfg.n_layer;
+  size_t k = 0;
+  char name[64];
+  add_tensor(m, &k, "transformer.wte.weight", m->cfg.vocab_size, C, 1);
+  add_tensor(m, &k, "transformer.wpe.weight", m->cfg.block_size, C, 1);
+  static const struct {
+    const char *suffix;
+    int rows, cols; /* in units of C; 0 cols: a vector */
+    int decay;
+  } layer[P_PER_LAYER] = {
+      {"ln_1.weight", 1, 0, 0},        {"ln_1.bias", 1, 0, 0},
+      {"attn.c_attn.weight", 1, 3, 1}, {"attn.c_attn.bias", 3, 0, 0},
+      {"attn.c_proj.weight", 1, 1, 1}, {"attn.c_proj.bias", 1, 0, 0},
+      {"ln_2.weight", 1, 0, 0},        {"ln_2.bias", 1, 0, 0},
+      {"mlp.c_fc.weight", 1, 4, 1},    {"mlp.c_fc.bias", 4, 0, 0},
+      {"mlp.c_proj.weight", 4, 1, 1},  {"mlp.c_proj.bias", 1, 0, 0},
+  };
+  for (int l = 0; l < L; l++)
+    for (int i = 0; i < P_PER_LAYER; i++) {
+      snprintf(name, sizeof name, "transformer.h.%d.%s", l, layer[i].suffix);
+      add_tensor(m, &k, name, layer[i].rows * C, layer[i].cols * C, layer[i].decay);
+    }
+  add_tensor(m, &k, "transformer.ln_f.weight", C, 0, 0);
+  add_tensor(m, &k, "transformer.ln_f.bias", C, 0, 0);
+  m->n_tensors = k;
+}
+
+static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) {
+  size_t N = (size_t)m->max_B * m->cfg.block_size, C = (size_t)m->cfg.n_embd;
+  size_t T = (size_t)m->cfg.block_size;
+  struct {
+    float **p;
+    size_t n;
+  } want[] = {
+      {&a->ln1, N * C},
+      {&a->ln1_mean, N},
+      {&a->ln1_rstd, N},
+      {&a->qkv, N * 3 * C},
+      {&a->att, (size_t)m->max_B * m->cfg.n_head * T * T},
+      {&a->atty, N * C},
+      {&a->res2, N * C},
+      {&a->ln2, N * C},
+      {&a->ln2_mean, N},
+      {&a->ln2_rstd, N},
+      {&a->fch, N * 4 * C},
+      {&a->fch_gelu, N * 4 * C},
+      {&a->tmp, N * C},
+  };
+  for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    *want[i].p = colo_pool_alloc(m->pool, want[i].n * sizeof(float), "activations");
+    if (!*want[i].p) {
+      snprintf(err, errlen, "%s", colo_pool_error(m->pool));
+      return COLO_ENOMEM;
+    }
+  }
+  return 0;
+}
+
+int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
+                    const colo_backend_t *be, colo_pool_t *pool, colo_gpt_t **out, char *err,
+                    size_t errlen) {
+  if (cfg->n_layer < 1 || cfg->n_head < 1 || cfg->n_embd % cfg->n_head || cfg->vocab_size < 1 ||
+      cfg->block_size < 1 || max_B < 1) {
+    snprintf(err, errlen, "bad model shape: n_layer=%d n_head=%d n_embd=%d vocab=%d block=%d B=%d",
+             cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->block_size, max_B);
+    return COLO_EINVAL;
+  }
+  colo_gpt_t *m = calloc(1, sizeof *m);
+  if (!m) {
+    snprintf(err, errlen, "out of memory");
+    return COLO_ENOMEM;
+  }
+  m->cfg = *cfg;
+  m->be = be;
+  m->pool = pool;
+  m->max_B = max_B;
+  m->recompute = recompute;
+  int L = cfg->n_layer;
+  size_t N = (size_t)max_B * cfg->block_size, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
+  m->table = calloc(2 + (size_t)L * P_PER_LAYER + 2, sizeof *m->table);
+  m->resid = calloc((size_t)L + 1, sizeof *m->resid);
+  int nl = recompute ? 1 : L;
+  m->layers = calloc((size_t)nl, sizeof *m->layers);
+  m->targets = calloc(N, sizeof *m->targets);
+  m->inputs = calloc(N, sizeof *m->inputs);
+  if (!m->table || !m->resid || !m->layers || !m->targets || !m->inputs) {
+    snprintf(err, errlen, "out of memory");
+    colo_gpt_destroy(m);
+    return COLO_ENOMEM;
+  }
+  build_table(m);
+  int rc = 0;
+  float **bufs[] = {&m->params, &m->grads};
+  const char *what[] = {"parameters", "gradients"};
+  for (int i = 0; i < 2 && rc == 0; i++) {
+    *bufs[i] = colo_pool_alloc(pool, m->n_params * sizeof(float), what[i]);
+    if (!*bufs[i])
+      rc = COLO_ENOMEM;
+  }
+  for (int l = 0; l <= L && rc == 0; l++)
+    if (!(m->resid[l] = colo_pool_alloc(pool, N * C * sizeof(float), "activations")))
+      rc = COLO_ENOMEM;
+  m->encoded = m->resid[0];
+  struct {
+    float **p;
+    size_t n;
+  } rest[] = {
+      {&m->lnf, N * C},   {&m->lnf_mean, N},     {&m->lnf_rstd, N},          {&m->logits, N * V},
+      {&m->losses, N},    {&m->dres, N * C},     {&m->dln, N * C},           {&m->dqkv, N * 3 * C},
+      {&m->datty, N * C}, {&m->dfch, N * 4 * C}, {&m->dfch_gelu, N * 4 * C}, {&m->dtmp, N * C}};
+  for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
+    if (!(*rest[i].p = colo_pool_alloc(pool, rest[i].n * sizeof(float), "activations")))
+      rc = COLO_ENOMEM;
+  if (rc < 0) {
+    snprintf(err, errlen, "%s", colo_pool_error(pool));
+    colo_gpt_destroy(m);
+    return rc;
+  }
+  for (int l = 0; l < nl; l++)
+    if ((rc = alloc_acts(m, &m->layers[l], err, errlen)) < 0) {
+      colo_gpt_destroy(m);
+      return rc;
+    }
+  *out = m;
+  return 0;
+}
+
+void colo_gpt_destroy(colo_gpt_t *m) {
+  if (!m)
+    return;
+  colo_pool_t *p = m->pool;
+  colo_pool_free(p, m->params);
+  colo_pool_free(p, m->grads);
+  if (m->resid)
+    for (int l = 0; l <= m->cfg.n_layer; l++)
+      colo_pool_free(p, m->resid[l]);
+  float *rest[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
+                   m->dln, m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp};
+  for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
+    colo_pool_free(p, rest[i]);
+  if (m->layers) {
+    int nl = m->recompute ? 1 : m->cfg.n_layer;
+    for (int l = 0; l < nl; l++) {
+      layer_acts_t *a = &m->layers[l];
+      float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att,      a->atty, a->res2,
+                       a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->tmp};
+      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        colo_pool_free(p, bufs[i]);
+    }
+  }
+  free(m->layers);
+  free(m->resid);
+  free(m->table);
+  free(m->targets);
+  free(m->inputs);
+  free(m);
+}
+
+const colo_gpt_config_t *colo_gpt_config(const colo_gpt_t *m) {
+  return &m->cfg;
+}
+const colo_param_t *colo_gpt_params_table(const colo_gpt_t *m, size_t *n) {
+  *n = m->n_tensors;
+  return m->table;
+}
+float *colo_gpt_params(colo_gpt_t *m) {
+  return m->params;
+}
+float *colo_gpt_grads(colo_gpt_t *m) {
+  return m->grads;
+}
+size_t colo_gpt_num_params(const colo_gpt_t *m) {
+  return m->n_params;
+}
+
+void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
+  colo_rng_t rng;
+  colo_rng_seed(&rng, seed);
+  float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
+  for (size_t i = 0; i < m->n_tensors; i++) {
+    const colo_param_t *p = &m->table[i];
+    float *x = m->params + p->offset;
+    const char *n = p->name;
+    size_t len = strlen(n);
+    int is_ln_weight = strstr(n, ".ln_") && len > 7 && !strcmp(n + len - 7, ".weight");
+    int is_bias = len > 5 && !strcmp(n + len - 5, ".bias");
+    if (is_ln_weight) {
+      for (size_t k = 0; k < p->numel; k++)
+        x[k] = 1.0f;
+    } else if (is_bias) {
+      memset(x, 0, p->numel * sizeof(float));
+    } else {
+      float std = strstr(n, "c_proj.weight") ? proj_std : 0.02f;
+      for (size_t k = 0; k < p->numel; k++)
+        x[k] = std * colo_rng_normal(&rng);
+    }
+  }
+}
+
+/* One block forward: out = block(in), activations into a. */
+static void block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const float *in, float *out) {
+  const colo_backend_t *be = m->be;
+  int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+  be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), N, C);
+  be->matmul_fwd(a->qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), N, C, 3 * C);
+  be->attention_fwd(a->atty, a->att, a->qkv, B, T, C, NH);
+  be->matmul_fwd(a->tmp, a->atty, P(m, l, P_ATTPROJW), P(m, l, P_ATTPROJB), N, C, C);
+  be->add(a->res2, in, a->tmp, (size_t)N * C);
+  be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), N,
+                    C);
+  be->matmul_fwd(a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), N, C, 4 * C);
+  be->gelu_fwd(a->fch_gelu, a->fch, (size_t)N * 4 * C);
+  be->matmul_fwd(a->tmp, a->fch_gelu, P(m, l, P_FCPROJW), P(m, l, P_FCPROJB), N, 4 * C, C);
+  be->add(out, a->res2, a->tmp, (size_t)N * C);
+}
+
+float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T) {
+  const colo_backend_t *be = m->be;
+  int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = B * T;
+  m->B = B;
+  m->T = T;
+  memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+  be->encoder_fwd(m->encoded, inputs, WTE(m), WPE(m), B, T, C);
+  for (int l = 0; l < L; l++)
+    block_forward(m, l, &m->layers[m->recompute ? 0 : l], m->resid[l], m->resid[l + 1]);
+  be->layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], LNFW(m), LNFB(m), N, C);
+  be->lmhead_fwd(m->logits, m->lnf, WTE(m), N, C, V);
+  m->have_targets = targets != NULL;
+  if (!targets)
+    return 0.0f;
+  memcpy(m->targets, targets, (size_t)N * sizeof(int));
+  be->crossentropy_fwd(m->losses, m->logits, m->logits, targets, N, V);
+  /* mean in double, in order: the loss a test compares must not depend on threads */
+  double s = 0.0;
+  for (int n = 0; n < N; n++)
+    s += m->losses[n];
+  return (float)(s / N);
+}
+
+const float *colo_gpt_probs(const colo_gpt_t *m) {
+  return m->logits;
+}
+const float *colo_gpt_logits(const colo_gpt_t *m) {
+  return m->logits;
+}
+
+void colo_gpt_zero_grad(colo_gpt_t *m) {
+  memset(m->grads, 0, m->n_params * sizeof(float));
+}
+
+void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
+  const colo_backend_t *be = m->be;
+  int B = m->B, T = m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer;
+  int NH = m->cfg.n_head, N = B * T;
+  size_t NC = (size_t)N * C;
+  /* loss -> logits (in place over the probabilities) -> final LayerNorm */
+  be->crossentropy_bwd(m->logits, m->logits, m->targets, loss_scale / (float)N, N, V);
+  memset(m->dln, 0, NC * sizeof(float));
+  be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, WTE(m), N, C, V);
+  memset(m->dres, 0, NC * sizeof(float));
+  be->layernorm_bwd(m->dres, DLNFW(m), DLNFB(m), m->dln, m->resid[L], LNFW(m), m->lnf_mean,
+                    m->lnf_rstd, N, C);
+  /* dres is the gradient of the residual stream, carried down through the blocks */
+  for (int l = L - 1; l >= 0; l--) {
+    layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
+    if (m->recompute) /* the same forward again: bit-identical activations */
+      block_forward(m, l, a, m->resid[l], m->dtmp);
+    /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    memset(m->dfch_gelu, 0, NC * 4 * sizeof(float));
+    be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), m->dres, a->fch_gelu,
+                   P(m, l, P_FCPROJW), N, 4 * C, C);
+    memset(m->dfch, 0, NC * 4 * sizeof(float));
+    be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, NC * 4);
+    memset(m->dln, 0, NC * sizeof(float));
+    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, a->ln2, P(m, l, P_FCW), N, C,
+                   4 * C);
+    be->layernorm_bwd(m->dres, G(m, l, P_LN2W), G(m, l, P_LN2B), m->dln, a->res2, P(m, l, P_LN2W),
+                      a->ln2_mean, a->ln2_rstd, N, C);
+    /* attention: res2 = in + attproj(attn(qkv(ln1(in)))) */
+    memset(m->datty, 0, NC * sizeof(float));
+    be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), m->dres, a->atty,
+                   P(m, l, P_ATTPROJW), N, C, C);
+    memset(m->dqkv, 0, NC * 3 * sizeof(float));
+    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att, B, T, C, NH);
+    memset(m->dln, 0, NC * sizeof(float));
+    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, P(m, l, P_QKVW), N, C,
+                   3 * C);
+    be->layernorm_bwd(m->dres, G(m, l, P_LN1W), G(m, l, P_LN1B), m->dln, m->resid[l],
+                      P(m, l, P_LN1W), a->ln1_mean, a->ln1_rstd, N, C);
+  }
+  be->encoder_bwd(DWTE(m), DWPE(m), m->dres, m->inputs, B, T, C);
+}

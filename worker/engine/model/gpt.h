@@ -1,0 +1,75 @@
+/* GPT-2 as HuggingFace computes it: pre-LayerNorm blocks (eps 1e-5), learned positions,
+ * GELU-tanh MLP, causal attention, biases everywhere, the LM head tied to the token embedding.
+ *
+ * Parameters live in one allocation sliced by a size table, in layer-major order and
+ * HuggingFace's names and layouts (Conv1D weights are [in][out]), so a checkpoint is the
+ * allocation written tensor by tensor. Gradients mirror the parameters.
+ *
+ * All computation goes through a colo_backend_t. Not thread-safe; one model per rank.
+ */
+#ifndef COLO_GPT_H
+#define COLO_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../backend/backend.h"
+#include "../core/pool.h"
+
+typedef struct {
+  int vocab_size; /* V */
+  int block_size; /* maximum T */
+  int n_layer;    /* L */
+  int n_head;     /* NH */
+  int n_embd;     /* C */
+} colo_gpt_config_t;
+
+/* One parameter tensor: its HF name, shape, place in the flat buffer, and whether AdamW decays
+ * it (matrices and embeddings yes; biases and LayerNorm no). */
+typedef struct {
+  char name[64];
+  int ndim;
+  int shape[2];
+  size_t offset, numel;
+  int decay;
+} colo_param_t;
+
+/* per block: ln_1.{weight,bias}, attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias},
+ * ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} */
+#define COLO_GPT_TENSORS_PER_LAYER 12
+
+typedef struct colo_gpt_s colo_gpt_t;
+
+/* Allocates parameters, gradients and activations for batches of up to max_B sequences of up
+ * to block_size tokens, from `pool`. recompute: keep only each block's input and recompute the
+ * block in backward (same results, less memory). */
+int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
+                    const colo_backend_t *be, colo_pool_t *pool, colo_gpt_t **out, char *err,
+                    size_t errlen);
+void colo_gpt_destroy(colo_gpt_t *m);
+
+const colo_gpt_config_t *colo_gpt_config(const colo_gpt_t *m);
+/* The parameter table, in buffer order. */
+const colo_param_t *colo_gpt_params_table(const colo_gpt_t *m, size_t *n);
+float *colo_gpt_params(colo_gpt_t *m);
+float *colo_gpt_grads(colo_gpt_t *m);
+size_t colo_gpt_num_params(const colo_gpt_t *m);
+
+/* GPT-2 initialisation: N(0, 0.02) for weights and embeddings, residual projections
+ * (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2·n_layer)), biases 0, LayerNorm 1 and 0. */
+void colo_gpt_init(colo_gpt_t *m, uint64_t seed);
+
+/* Forward over inputs[B][T]; with targets returns the mean cross-entropy, else 0. B ≤ max_B,
+ * T ≤ block_size. */
+float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T);
+/* Probabilities of the last forward, probs[B][T][V]. */
+const float *colo_gpt_probs(const colo_gpt_t *m);
+/* Logits of the last forward without targets, logits[B][T][V]. */
+const float *colo_gpt_logits(const colo_gpt_t *m);
+
+void colo_gpt_zero_grad(colo_gpt_t *m);
+/* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must
+ * have had targets. */
+void colo_gpt_backward(colo_gpt_t *m, float loss_scale);
+
+#endif

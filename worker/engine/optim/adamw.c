@@ -1,0 +1,69 @@
+/* AdamW, the schedule and gradient clipping. */
+#include "adamw.h"
+
+#include <math.h>
+#include <stdio.h>
+
+#include "../../../common/error.h"
+
+int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_params,
+                    colo_pool_t *pool, char *err, size_t errlen) {
+  opt->cfg = *cfg;
+  opt->n = n_params;
+  opt->t = 0;
+  opt->pool = pool;
+  opt->m = colo_pool_alloc(pool, n_params * sizeof(float), "optimizer state");
+  opt->v = opt->m ? colo_pool_alloc(pool, n_params * sizeof(float), "optimizer state") : NULL;
+  if (!opt->v) {
+    snprintf(err, errlen, "%s", colo_pool_error(pool));
+    colo_pool_free(pool, opt->m);
+    opt->m = NULL;
+    return COLO_ENOMEM;
+  }
+  return 0;
+}
+
+void colo_adamw_free(colo_adamw_t *opt) {
+  colo_pool_free(opt->pool, opt->m);
+  colo_pool_free(opt->pool, opt->v);
+  opt->m = opt->v = NULL;
+}
+
+float colo_lr_at(const colo_adamw_config_t *c, int step) {
+  if (step < c->warmup_steps)
+    return c->lr * (float)(step + 1) / (float)(c->warmup_steps + 1);
+  if (c->schedule == 3 || c->total_steps <= c->warmup_steps)
+    return c->lr;
+  float ratio = (float)(step - c->warmup_steps) / (float)(c->total_steps - c->warmup_steps);
+  if (ratio > 1.0f)
+    ratio = 1.0f;
+  float coeff = c->schedule == 2 ? 1.0f - ratio : 0.5f * (1.0f + cosf((float)M_PI * ratio));
+  return c->min_lr + coeff * (c->lr - c->min_lr);
+}
+
+float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, float clip,
+                     float *scale_out) {
+  float norm = (float)sqrt(be->sumsq(grads, n));
+  float scale = 1.0f;
+  if (clip > 0.0f) {
+    float coef = clip / (norm + 1e-6f);
+    if (coef < 1.0f)
+      scale = coef;
+  }
+  *scale_out = scale;
+  return norm;
+}
+
+void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
+                     float grad_scale) {
+  size_t nt;
+  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  float *p = colo_gpt_params(model), *g = colo_gpt_grads(model);
+  const colo_adamw_config_t *c = &opt->cfg;
+  opt->t++;
+  for (size_t i = 0; i < nt; i++) {
+    size_t o = table[i].offset;
+    be->adamw(p + o, g + o, opt->m + o, opt->v + o, table[i].numel, lr, c->beta1, c->beta2, c->eps,
+              table[i].decay ? c->weight_decay : 0.0f, grad_scale, opt->t);
+  }
+}

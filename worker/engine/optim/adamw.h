@@ -1,0 +1,43 @@
+/* AdamW over a model's flat parameter buffer: moments m and v beside the parameters, weight
+ * decay only on tensors marked to decay, clipping by the global gradient norm, and the learning
+ * rate schedule (linear warm-up, then cosine, linear or constant). */
+#ifndef COLO_ADAMW_H
+#define COLO_ADAMW_H
+
+#include <stddef.h>
+
+#include "../backend/backend.h"
+#include "../core/pool.h"
+#include "../model/gpt.h"
+
+typedef struct {
+  float lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
+  int warmup_steps, total_steps;
+  int schedule; /* colo.v1.Schedule: 1 cosine, 2 linear, 3 constant */
+} colo_adamw_config_t;
+
+typedef struct {
+  colo_adamw_config_t cfg;
+  float *m, *v; /* [n_params] */
+  size_t n;
+  int t; /* updates done */
+  colo_pool_t *pool;
+} colo_adamw_t;
+
+int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_params,
+                    colo_pool_t *pool, char *err, size_t errlen);
+void colo_adamw_free(colo_adamw_t *opt);
+
+/* The learning rate for step (0-based) under the schedule. */
+float colo_lr_at(const colo_adamw_config_t *cfg, int step);
+
+/* The global L2 norm of the gradients and the factor clipping applies (min(1, clip/(norm+1e-6)),
+ * as torch.nn.utils.clip_grad_norm_). */
+float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, float clip,
+                     float *scale_out);
+
+/* One update with learning rate lr; gradients are multiplied by grad_scale first. */
+void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
+                     float grad_scale);
+
+#endif

@@ -1,0 +1,173 @@
+/* Shards, the byte tokenizer, and deterministic sampling. */
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../../common/error.h"
+#include "../core/rng.h"
+
+int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    return COLO_EIO;
+  }
+  int32_t hdr[COLO_SHARD_HEADER_INTS];
+  int rc = 0;
+  colo_shard_t s = {0};
+  if (fread(hdr, sizeof hdr, 1, f) != 1) {
+    snprintf(err, errlen, "%s: shorter than the 1024-byte shard header", path);
+    rc = COLO_EPARSE;
+  } else if (hdr[0] != COLO_SHARD_MAGIC) {
+    snprintf(err, errlen, "%s: not a token shard (magic %d, expected %d)", path, hdr[0],
+             COLO_SHARD_MAGIC);
+    rc = COLO_EPARSE;
+  } else if (hdr[1] != COLO_SHARD_VERSION) {
+    snprintf(err, errlen, "%s: shard version %d is not supported (expected %d: uint16 tokens)",
+             path, hdr[1], COLO_SHARD_VERSION);
+    rc = COLO_EPARSE;
+  } else if (hdr[2] < 0) {
+    snprintf(err, errlen, "%s: negative token count %d", path, hdr[2]);
+    rc = COLO_EPARSE;
+  } else {
+    s.n = (size_t)hdr[2];
+    s.tokens = malloc(s.n ? s.n * sizeof(uint16_t) : 1);
+    if (!s.tokens) {
+      snprintf(err, errlen, "%s: out of memory for %zu tokens", path, s.n);
+      rc = COLO_ENOMEM;
+    } else if (s.n && fread(s.tokens, sizeof(uint16_t), s.n, f) != s.n) {
+      snprintf(err, errlen, "%s: truncated: the header says %zu tokens", path, s.n);
+      rc = COLO_EPARSE;
+    }
+  }
+  fclose(f);
+  if (rc < 0) {
+    free(s.tokens);
+    return rc;
+  }
+  snprintf(s.path, sizeof s.path, "%s", path);
+  *out = s;
+  return 0;
+}
+
+void colo_shard_free(colo_shard_t *s) {
+  free(s->tokens);
+  s->tokens = NULL;
+  s->n = 0;
+}
+
+int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen) {
+  if (n > INT32_MAX) {
+    snprintf(err, errlen, "%s: %zu tokens do not fit one shard", path, n);
+    return COLO_ETOOBIG;
+  }
+  char tmp[1100];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    snprintf(err, errlen, "%s: %s", tmp, strerror(errno));
+    return COLO_EIO;
+  }
+  int32_t hdr[COLO_SHARD_HEADER_INTS] = {COLO_SHARD_MAGIC, COLO_SHARD_VERSION, (int32_t)n};
+  FILE *f = fdopen(fd, "wb");
+  int ok = f && fwrite(hdr, sizeof hdr, 1, f) == 1 &&
+           (n == 0 || fwrite(tokens, sizeof(uint16_t), n, f) == n) && fflush(f) == 0 &&
+           fsync(fd) == 0;
+  if (f)
+    fclose(f);
+  else
+    close(fd);
+  if (!ok || rename(tmp, path) != 0) {
+    snprintf(err, errlen, "%s: %s", path, strerror(errno));
+    unlink(tmp);
+    return COLO_EIO;
+  }
+  return 0;
+}
+
+int colo_prepare_text(const char *input, const char *out_dir, double val_fraction, size_t *n_train,
+                      size_t *n_val, char *err, size_t errlen) {
+  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
+    snprintf(err, errlen, "--val-fraction %g must be in [0, 1)", val_fraction);
+    return COLO_EINVAL;
+  }
+  FILE *f = fopen(input, "rb");
+  if (!f) {
+    snprintf(err, errlen, "%s: %s", input, strerror(errno));
+    return COLO_EIO;
+  }
+  struct stat sb;
+  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    fclose(f);
+    snprintf(err, errlen, "%s: not a regular file", input);
+    return COLO_EINVAL;
+  }
+  size_t n = (size_t)sb.st_size;
+  unsigned char *text = malloc(n ? n : 1);
+  uint16_t *tok = malloc((n ? n : 1) * sizeof(uint16_t));
+  int rc = 0;
+  if (!text || !tok) {
+    snprintf(err, errlen, "out of memory for %zu bytes", n);
+    rc = COLO_ENOMEM;
+  } else if (fread(text, 1, n, f) != n) {
+    snprintf(err, errlen, "%s: read error", input);
+    rc = COLO_EIO;
+  }
+  fclose(f);
+  if (rc == 0) {
+    for (size_t i = 0; i < n; i++)
+      tok[i] = text[i]; /* the byte-level tokenizer: token = byte */
+    size_t nv = (size_t)((double)n * val_fraction), nt = n - nv;
+    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
+      snprintf(err, errlen, "%s: %s", out_dir, strerror(errno));
+      rc = COLO_EIO;
+    }
+    char path[1100];
+    if (rc == 0) {
+      snprintf(path, sizeof path, "%s/train.bin", out_dir);
+      rc = colo_shard_write(path, tok, nt, err, errlen);
+    }
+    if (rc == 0) {
+      snprintf(path, sizeof path, "%s/val.bin", out_dir);
+      rc = colo_shard_write(path, tok + nt, nv, err, errlen);
+    }
+    if (rc == 0) {
+      *n_train = nt;
+      *n_val = nv;
+    }
+  }
+  free(text);
+  free(tok);
+  return rc;
+}
+
+static void window(const colo_shard_t *s, uint64_t h, int T, int *in, int *tg) {
+  size_t start = (size_t)(h % (uint64_t)(s->n - (size_t)T));
+  for (int t = 0; t < T; t++) {
+    in[t] = s->tokens[start + (size_t)t];
+    tg[t] = s->tokens[start + (size_t)t + 1];
+  }
+}
+
+void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
+                       int world, int B, int T, int *inputs, int *targets) {
+  for (int b = 0; b < B; b++) {
+    uint64_t global =
+        ((uint64_t)micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)B + (uint64_t)b;
+    window(s, colo_hash4(seed, step, global, 0x7472616eull /* "tran" */), T, inputs + (size_t)b * T,
+           targets + (size_t)b * T);
+  }
+}
+
+void colo_sample_eval_batch(const colo_shard_t *s, uint64_t seed, int i, int B, int T, int *inputs,
+                            int *targets) {
+  for (int b = 0; b < B; b++)
+    window(s, colo_hash4(seed, (uint64_t)i, (uint64_t)b, 0x6576616cull /* "eval" */), T,
+           inputs + (size_t)b * T, targets + (size_t)b * T);
+}

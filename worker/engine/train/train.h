@@ -1,0 +1,43 @@
+/* The training loop and the other colo-train commands (eval, sample), as library calls. */
+#ifndef COLO_TRAIN_H
+#define COLO_TRAIN_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../model/gpt.h"
+#include "../optim/adamw.h"
+
+typedef struct {
+  colo_gpt_config_t model;
+  colo_adamw_config_t optim;
+  int batch_size, grad_accum, steps;
+  int eval_interval, eval_batches;
+  int ckpt_interval;
+  int recompute;
+  uint64_t seed;
+  const char *train_path, *val_path; /* resolved paths */
+  const char *ckpt_dir;              /* NULL: no checkpoints */
+  const char *resume;                /* NULL, "auto" (newest valid in ckpt_dir) or a directory */
+  int stop_at;                       /* >0: save a checkpoint and stop after this many steps */
+  size_t memory_limit;               /* bytes for the CPU pool, 0: unlimited */
+  FILE *progress;                    /* JSON lines, or NULL */
+  int quiet;                         /* no per-step line on stdout */
+  const char *dump_path;             /* reference dump for tests, or NULL */
+} colo_train_config_t;
+
+/* Trains as configured. Returns 0 or a negative colo code with the reason in err. The final
+ * train loss and last validation loss are written to *final_loss / *final_val (may be NULL;
+ * val is NaN when there was no evaluation). */
+int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
+                   size_t errlen);
+
+/* Mean loss of a checkpoint over n_batches fixed windows of a shard. */
+int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
+                         uint64_t seed, float *loss, char *err, size_t errlen);
+
+/* Generates n tokens from a checkpoint, byte-level: prompt bytes in, bytes out to `out`. */
+int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float temperature,
+                           int top_k, uint64_t seed, FILE *out, char *err, size_t errlen);
+
+#endif
