@@ -1,0 +1,560 @@
+/* The CPU engine against independent references: every operation's backward and the whole
+ * model's gradients against central finite differences; AdamW, the norm and the schedule
+ * against scalar double-precision formulas; recomputation and thread counts against plain runs.
+ *
+ * Finite differences: for an op f and a fixed random R, L(x) = Σ R ⊙ f(x) (accumulated in double);
+ * the analytic gradient is the op's backward with dout = R, the numeric one
+ * (L(x+h) - L(x-h)) / 2h with h = 1e-3. A coordinate passes when
+ * |num - ana| ≤ 1e-3 + 1e-2·|ana|; the test prints the worst relative error it saw. */
+#include <math.h>
+
+#include "backend/backend.h"
+#include "core/pool.h"
+#include "core/rng.h"
+#include "model/gpt.h"
+#include "optim/adamw.h"
+#include "test.h"
+
+static const colo_backend_t *be;
+static colo_rng_t rng;
+
+/* every allocation of a test is released at exit, so LeakSanitizer sees only library leaks */
+static void *owned[256];
+static int n_owned;
+static colo_gpt_t *models[8];
+static colo_pool_t *pools[8];
+static int n_models, n_pools;
+
+static void release_all(void) {
+  for (int i = 0; i < n_models; i++)
+    colo_gpt_destroy(models[i]);
+  for (int i = 0; i < n_pools; i++)
+    colo_pool_destroy(pools[i]);
+  for (int i = 0; i < n_owned; i++)
+    free(owned[i]);
+}
+
+static void *own(void *p) {
+  ASSERT(p != NULL && n_owned < 256);
+  owned[n_owned++] = p;
+  return p;
+}
+
+static float *zeros(size_t n) {
+  return own(calloc(n, sizeof(float)));
+}
+
+static colo_pool_t *new_pool(size_t cap) {
+  colo_pool_t *p = colo_pool_create("cpu", cap);
+  pools[n_pools++] = p;
+  return p;
+}
+
+static float *randv(size_t n, float scale) {
+  float *x = own(malloc(n * sizeof *x));
+  for (size_t i = 0; i < n; i++)
+    x[i] = scale * colo_rng_normal(&rng);
+  return x;
+}
+
+static double dotd(const float *a, const float *b, size_t n) {
+  double s = 0;
+  for (size_t i = 0; i < n; i++)
+    s += (double)a[i] * (double)b[i];
+  return s;
+}
+
+typedef double (*loss_fn)(void *ctx);
+
+static double worst_rel, worst_abs;
+
+/* Checks ana[i] = dL/dx[i] for every i by central differences of fn, which reads x. */
+static void fd_check(const char *what, float *x, const float *ana, size_t n, loss_fn fn,
+                     void *ctx) {
+  const float h = 1e-3f;
+  for (size_t i = 0; i < n; i++) {
+    float keep = x[i];
+    x[i] = keep + h;
+    double lp = fn(ctx);
+    x[i] = keep - h;
+    double lm = fn(ctx);
+    x[i] = keep;
+    double num = (lp - lm) / (2.0 * (double)h);
+    double diff = fabs(num - (double)ana[i]);
+    if (diff > 1e-3 + 1e-2 * fabs((double)ana[i]))
+      FAIL_AT("%s: d/dx[%zu]: analytic %.6g, numeric %.6g", what, i, (double)ana[i], num);
+    double mag = fmax(fabs(num), fabs((double)ana[i]));
+    if (mag > 1e-2 && diff / mag > worst_rel)
+      worst_rel = diff / mag;
+    if (diff > worst_abs)
+      worst_abs = diff;
+  }
+}
+
+static void setup(void) {
+  be = colo_backend_cpu();
+  colo_rng_seed(&rng, 1234);
+  worst_rel = worst_abs = 0;
+  atexit(release_all); /* runs before LeakSanitizer's check, which was registered first */
+}
+
+/* ---- matmul ---- */
+
+typedef struct {
+  int N, C, OC;
+  float *inp, *w, *b, *out, *R;
+} mm_t;
+
+static double mm_loss(void *p) {
+  mm_t *m = p;
+  be->matmul_fwd(m->out, m->inp, m->w, m->b, m->N, m->C, m->OC);
+  return dotd(m->out, m->R, (size_t)m->N * m->OC);
+}
+
+TEST(matmul_grad) {
+  setup();
+  mm_t m = {7, 5, 6};
+  m.inp = randv(35, 1), m.w = randv(30, 1), m.b = randv(6, 1), m.out = randv(42, 1);
+  m.R = randv(42, 1);
+  float *di = zeros(35), *dw = zeros(30), *db = zeros(6);
+  mm_loss(&m);
+  be->matmul_bwd(di, dw, db, m.R, m.inp, m.w, m.N, m.C, m.OC);
+  fd_check("matmul dinp", m.inp, di, 35, mm_loss, &m);
+  fd_check("matmul dw", m.w, dw, 30, mm_loss, &m);
+  fd_check("matmul db", m.b, db, 6, mm_loss, &m);
+  mm_loss(&m); /* the checks leave the last output perturbed */
+  /* against a plain triple loop */
+  for (int n = 0; n < m.N; n++)
+    for (int o = 0; o < m.OC; o++) {
+      double s = m.b[o];
+      for (int c = 0; c < m.C; c++)
+        s += (double)m.inp[n * m.C + c] * m.w[c * m.OC + o];
+      ASSERT(fabs(s - m.out[n * m.OC + o]) < 1e-5);
+    }
+  printf("  worst error: %.2e relative (where |grad| > 1e-2), %.2e absolute\n", worst_rel,
+         worst_abs);
+}
+
+TEST(matmul_large_matches_loops) {
+  /* big enough that every GEMM block is used, odd sizes to hit the edges */
+  setup();
+  int N = 67, C = 45, OC = 131;
+  float *inp = randv((size_t)N * C, 1), *w = randv((size_t)C * OC, 1),
+        *out = randv((size_t)N * OC, 1);
+  be->matmul_fwd(out, inp, w, NULL, N, C, OC);
+  float *dout = randv((size_t)N * OC, 1), *di = zeros((size_t)N * C), *dw = zeros((size_t)C * OC);
+  be->matmul_bwd(di, dw, NULL, dout, inp, w, N, C, OC);
+  double worst = 0;
+  for (int n = 0; n < N; n++)
+    for (int o = 0; o < OC; o++) {
+      double s = 0;
+      for (int c = 0; c < C; c++)
+        s += (double)inp[n * C + c] * w[c * OC + o];
+      worst = fmax(worst, fabs(s - out[n * OC + o]));
+    }
+  for (int c = 0; c < C; c++)
+    for (int o = 0; o < OC; o++) {
+      double s = 0;
+      for (int n = 0; n < N; n++)
+        s += (double)inp[n * C + c] * dout[n * OC + o];
+      worst = fmax(worst, fabs(s - dw[c * OC + o]));
+    }
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      double s = 0;
+      for (int o = 0; o < OC; o++)
+        s += (double)dout[n * OC + o] * w[c * OC + o];
+      worst = fmax(worst, fabs(s - di[n * C + c]));
+    }
+  if (worst > 1e-4)
+    FAIL_AT("max abs difference from the loops %.3g", worst);
+}
+
+/* ---- LM head ---- */
+
+typedef struct {
+  int N, C, V;
+  float *inp, *wte, *out, *R;
+} lm_t;
+
+static double lm_loss(void *p) {
+  lm_t *m = p;
+  be->lmhead_fwd(m->out, m->inp, m->wte, m->N, m->C, m->V);
+  return dotd(m->out, m->R, (size_t)m->N * m->V);
+}
+
+TEST(lmhead_grad) {
+  setup();
+  lm_t m = {6, 4, 9};
+  m.inp = randv(24, 1), m.wte = randv(36, 1), m.out = randv(54, 1), m.R = randv(54, 1);
+  float *di = zeros(24), *dw = zeros(36);
+  lm_loss(&m);
+  be->lmhead_bwd(di, dw, m.R, m.inp, m.wte, m.N, m.C, m.V);
+  fd_check("lmhead dinp", m.inp, di, 24, lm_loss, &m);
+  fd_check("lmhead dwte", m.wte, dw, 36, lm_loss, &m);
+}
+
+/* ---- encoder ---- */
+
+typedef struct {
+  int B, T, C;
+  int *tok;
+  float *wte, *wpe, *out, *R;
+} enc_t;
+
+static double enc_loss(void *p) {
+  enc_t *m = p;
+  be->encoder_fwd(m->out, m->tok, m->wte, m->wpe, m->B, m->T, m->C);
+  return dotd(m->out, m->R, (size_t)m->B * m->T * m->C);
+}
+
+TEST(encoder_grad) {
+  setup();
+  int tok[6] = {2, 0, 2, 1, 3, 2}; /* repeated tokens accumulate */
+  enc_t m = {2, 3, 4, tok};
+  m.wte = randv(16, 1), m.wpe = randv(12, 1), m.out = randv(24, 1), m.R = randv(24, 1);
+  float *dwte = zeros(16), *dwpe = zeros(12);
+  be->encoder_bwd(dwte, dwpe, m.R, tok, 2, 3, 4);
+  fd_check("encoder dwte", m.wte, dwte, 16, enc_loss, &m);
+  fd_check("encoder dwpe", m.wpe, dwpe, 12, enc_loss, &m);
+}
+
+/* ---- LayerNorm ---- */
+
+typedef struct {
+  int N, C;
+  float *inp, *w, *b, *out, *mean, *rstd, *R;
+} ln_t;
+
+static double ln_loss(void *p) {
+  ln_t *m = p;
+  be->layernorm_fwd(m->out, m->mean, m->rstd, m->inp, m->w, m->b, m->N, m->C);
+  return dotd(m->out, m->R, (size_t)m->N * m->C);
+}
+
+TEST(layernorm_grad_and_values) {
+  setup();
+  ln_t m = {5, 8};
+  m.inp = randv(40, 2), m.w = randv(8, 1), m.b = randv(8, 1), m.out = randv(40, 1);
+  m.mean = zeros(5), m.rstd = zeros(5), m.R = randv(40, 1);
+  ln_loss(&m);
+  /* against the definition, in double, with eps 1e-5 */
+  for (int n = 0; n < 5; n++) {
+    double mu = 0, var = 0;
+    for (int i = 0; i < 8; i++)
+      mu += m.inp[n * 8 + i] / 8.0;
+    for (int i = 0; i < 8; i++)
+      var += (m.inp[n * 8 + i] - mu) * (m.inp[n * 8 + i] - mu) / 8.0;
+    for (int i = 0; i < 8; i++) {
+      double y = (m.inp[n * 8 + i] - mu) / sqrt(var + 1e-5) * m.w[i] + m.b[i];
+      ASSERT(fabs(y - m.out[n * 8 + i]) < 1e-5);
+    }
+  }
+  float *di = zeros(40), *dw = zeros(8), *db = zeros(8);
+  be->layernorm_bwd(di, dw, db, m.R, m.inp, m.w, m.mean, m.rstd, 5, 8);
+  fd_check("layernorm dinp", m.inp, di, 40, ln_loss, &m);
+  fd_check("layernorm dw", m.w, dw, 8, ln_loss, &m);
+  fd_check("layernorm db", m.b, db, 8, ln_loss, &m);
+}
+
+/* ---- GELU ---- */
+
+typedef struct {
+  size_t n;
+  float *inp, *out, *R;
+} gelu_t;
+
+static double gelu_loss(void *p) {
+  gelu_t *m = p;
+  be->gelu_fwd(m->out, m->inp, m->n);
+  return dotd(m->out, m->R, m->n);
+}
+
+TEST(gelu_grad_and_values) {
+  setup();
+  gelu_t m = {64};
+  m.inp = randv(64, 3), m.out = zeros(64), m.R = randv(64, 1);
+  m.inp[0] = 0;
+  m.inp[1] = 20;
+  m.inp[2] = -20;
+  gelu_loss(&m);
+  for (int i = 0; i < 64; i++) {
+    double x = m.inp[i];
+    double y = 0.5 * x * (1 + tanh(sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+    if (fabs(y - m.out[i]) > 1e-6 + 1e-6 * fabs(y))
+      FAIL_AT("gelu(%g) = %.9g, expected %.9g", x, (double)m.out[i], y);
+  }
+  float *di = zeros(64);
+  be->gelu_bwd(di, m.inp, m.R, 64);
+  fd_check("gelu", m.inp, di, 64, gelu_loss, &m);
+}
+
+/* ---- attention ---- */
+
+typedef struct {
+  int B, T, C, NH;
+  float *qkv, *out, *att, *R;
+} att_t;
+
+static double att_loss(void *p) {
+  att_t *m = p;
+  be->attention_fwd(m->out, m->att, m->qkv, m->B, m->T, m->C, m->NH);
+  return dotd(m->out, m->R, (size_t)m->B * m->T * m->C);
+}
+
+TEST(attention_grad_and_causality) {
+  setup();
+  att_t m = {2, 5, 6, 2};
+  size_t nq = 2 * 5 * 18, no = 2 * 5 * 6;
+  m.qkv = randv(nq, 1), m.out = zeros(no), m.att = zeros(2 * 2 * 25), m.R = randv(no, 1);
+  att_loss(&m);
+  /* rows of att sum to 1 and are zero above the diagonal */
+  for (int r = 0; r < 2 * 2 * 5; r++) {
+    int t = r % 5;
+    double s = 0;
+    for (int t2 = 0; t2 < 5; t2++) {
+      s += m.att[r * 5 + t2];
+      if (t2 > t)
+        ASSERT(m.att[r * 5 + t2] == 0.0f);
+    }
+    ASSERT(fabs(s - 1.0) < 1e-6);
+  }
+  /* the first position attends only to itself: its output is its own value */
+  for (int h = 0; h < 2; h++)
+    for (int i = 0; i < 3; i++)
+      ASSERT(fabs(m.out[h * 3 + i] - m.qkv[12 + h * 3 + i]) < 1e-6);
+  float *dqkv = zeros(nq);
+  be->attention_bwd(dqkv, m.R, m.qkv, m.att, 2, 5, 6, 2);
+  fd_check("attention dqkv", m.qkv, dqkv, nq, att_loss, &m);
+  printf("  worst error: %.2e relative (where |grad| > 1e-2), %.2e absolute\n", worst_rel,
+         worst_abs);
+}
+
+/* ---- cross-entropy ---- */
+
+typedef struct {
+  int N, V;
+  float *logits, *probs, *losses;
+  int *tg;
+} ce_t;
+
+static double ce_loss(void *p) {
+  ce_t *m = p;
+  be->crossentropy_fwd(m->losses, m->probs, m->logits, m->tg, m->N, m->V);
+  double s = 0;
+  for (int n = 0; n < m->N; n++)
+    s += m->losses[n];
+  return s;
+}
+
+TEST(crossentropy_grad_and_values) {
+  setup();
+  int tg[4] = {0, 3, 6, 3};
+  ce_t m = {4, 7};
+  m.logits = randv(28, 2), m.probs = zeros(28), m.losses = zeros(4), m.tg = tg;
+  ce_loss(&m);
+  for (int n = 0; n < 4; n++) {
+    double mx = -1e30, s = 0;
+    for (int v = 0; v < 7; v++)
+      mx = fmax(mx, m.logits[n * 7 + v]);
+    for (int v = 0; v < 7; v++)
+      s += exp(m.logits[n * 7 + v] - mx);
+    double want = -(m.logits[n * 7 + tg[n]] - mx - log(s));
+    ASSERT(fabs(want - m.losses[n]) < 1e-5);
+  }
+  float *d = zeros(28);
+  be->crossentropy_bwd(d, m.probs, tg, 1.0f, 4, 7);
+  fd_check("crossentropy", m.logits, d, 28, ce_loss, &m);
+}
+
+/* ---- AdamW, norm ---- */
+
+TEST(adamw_matches_scalar_reference) {
+  setup();
+  size_t n = 100;
+  float *p = randv(n, 1), *g = randv(n, 1), *m = zeros(n), *v = zeros(n);
+  double *P = own(malloc(n * 8)), *M = own(calloc(n, 8)), *Vv = own(calloc(n, 8));
+  for (size_t i = 0; i < n; i++)
+    P[i] = p[i];
+  float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, gs = 0.5f;
+  for (int t = 1; t <= 5; t++) {
+    be->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, gs, t);
+    for (size_t i = 0; i < n; i++) {
+      double gi = (double)g[i] * gs;
+      P[i] *= 1 - (double)lr * wd;
+      M[i] = b1 * M[i] + (1 - b1) * gi;
+      Vv[i] = b2 * Vv[i] + (1 - b2) * gi * gi;
+      double mh = M[i] / (1 - pow(b1, t)), vh = Vv[i] / (1 - pow(b2, t));
+      P[i] -= lr * mh / (sqrt(vh) + eps);
+    }
+  }
+  for (size_t i = 0; i < n; i++)
+    if (fabs(P[i] - p[i]) > 1e-6)
+      FAIL_AT("p[%zu]: %.9g vs reference %.9g", i, (double)p[i], P[i]);
+}
+
+TEST(sumsq_and_schedule) {
+  setup();
+  size_t n = 100003;
+  float *x = randv(n, 1);
+  double ref = 0;
+  for (size_t i = 0; i < n; i++)
+    ref += (double)x[i] * x[i];
+  ASSERT(fabs(be->sumsq(x, n) - ref) < 1e-9 * ref);
+  colo_adamw_config_t c = {
+      .lr = 1e-3f, .min_lr = 1e-4f, .warmup_steps = 10, .total_steps = 110, .schedule = 1};
+  ASSERT(fabsf(colo_lr_at(&c, 0) - 1e-3f / 11) < 1e-9f);
+  ASSERT(fabsf(colo_lr_at(&c, 9) - 1e-3f * 10 / 11) < 1e-9f);
+  ASSERT(fabsf(colo_lr_at(&c, 10) - 1e-3f) < 1e-9f);
+  ASSERT(fabsf(colo_lr_at(&c, 60) - 5.5e-4f) < 1e-8f); /* half way: the mean of lr and min_lr */
+  ASSERT(fabsf(colo_lr_at(&c, 110) - 1e-4f) < 1e-9f);
+  c.schedule = 2;
+  ASSERT(fabsf(colo_lr_at(&c, 35) - (1e-3f - 0.25f * 9e-4f)) < 1e-8f);
+  c.schedule = 3;
+  ASSERT(colo_lr_at(&c, 100) == 1e-3f);
+  float scale;
+  float g[2] = {3, 4};
+  ASSERT(fabsf(colo_grad_norm(be, g, 2, 1.0f, &scale) - 5) < 1e-6f);
+  ASSERT(fabsf(scale - 1.0f / (5 + 1e-6f)) < 1e-7f);
+  colo_grad_norm(be, g, 2, 10.0f, &scale);
+  ASSERT(scale == 1.0f);
+}
+
+/* ---- the whole model ---- */
+
+static colo_gpt_t *tiny_model(colo_pool_t *pool, int recompute) {
+  colo_gpt_config_t cfg = {
+      .vocab_size = 11, .block_size = 5, .n_layer = 2, .n_head = 2, .n_embd = 8};
+  colo_gpt_t *m;
+  char err[256];
+  if (colo_gpt_create(&cfg, 2, recompute, be, pool, &m, err, sizeof err) < 0)
+    FAIL_AT("%s", err);
+  models[n_models++] = m;
+  colo_gpt_init(m, 7);
+  /* larger weights than GPT-2's init, so every path carries a sizeable gradient */
+  float *p = colo_gpt_params(m);
+  colo_rng_t r;
+  colo_rng_seed(&r, 99);
+  for (size_t i = 0; i < colo_gpt_num_params(m); i++)
+    p[i] += 0.3f * colo_rng_normal(&r);
+  return m;
+}
+
+static const int IN[10] = {1, 4, 2, 9, 0, 3, 3, 7, 10, 5};
+static const int TG[10] = {4, 2, 9, 0, 6, 3, 7, 10, 5, 1};
+
+static double model_loss(void *p) {
+  return colo_gpt_forward(p, IN, TG, 2, 5);
+}
+
+TEST(model_grad_finite_differences) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_t *m = tiny_model(pool, 0);
+  colo_gpt_zero_grad(m);
+  colo_gpt_forward(m, IN, TG, 2, 5);
+  colo_gpt_backward(m, 1.0f);
+  size_t nt, np = colo_gpt_num_params(m);
+  const colo_param_t *tab = colo_gpt_params_table(m, &nt);
+  float *g = own(malloc(np * 4));
+  memcpy(g, colo_gpt_grads(m), np * 4);
+  ASSERT_EQ_INT(nt, 2 + 2 * COLO_GPT_TENSORS_PER_LAYER + 2);
+  /* every coordinate of every tensor */
+  size_t checked = 0;
+  for (size_t i = 0; i < nt; i++) {
+    char what[96];
+    snprintf(what, sizeof what, "model %s", tab[i].name);
+    fd_check(what, colo_gpt_params(m) + tab[i].offset, g + tab[i].offset, tab[i].numel, model_loss,
+             m);
+    checked += tab[i].numel;
+  }
+  ASSERT_EQ_INT(checked, np);
+  printf("  %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
+         "1e-2), %.2e absolute\n",
+         np, nt, worst_rel, worst_abs);
+}
+
+TEST(recompute_is_bit_identical) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_t *a = tiny_model(pool, 0), *b = tiny_model(pool, 1);
+  size_t np = colo_gpt_num_params(a);
+  for (int k = 0; k < 2; k++) {
+    colo_gpt_t *m = k ? b : a;
+    colo_gpt_zero_grad(m);
+    colo_gpt_forward(m, IN, TG, 2, 5);
+    colo_gpt_backward(m, 1.0f);
+  }
+  ASSERT(memcmp(colo_gpt_grads(a), colo_gpt_grads(b), np * 4) == 0);
+  ASSERT(colo_gpt_forward(a, IN, TG, 2, 5) == colo_gpt_forward(b, IN, TG, 2, 5));
+}
+
+TEST(recompute_uses_less_memory) {
+  setup();
+  colo_gpt_config_t cfg = {256, 64, 6, 4, 128};
+  size_t used[2];
+  for (int r = 0; r < 2; r++) {
+    colo_pool_t *pool = colo_pool_create("cpu", 0);
+    colo_gpt_t *m;
+    char err[256];
+    ASSERT_EQ_INT(colo_gpt_create(&cfg, 8, r, be, pool, &m, err, sizeof err), 0);
+    used[r] = colo_pool_used(pool);
+    colo_gpt_destroy(m);
+    ASSERT_EQ_INT(colo_pool_used(pool), 0);
+    colo_pool_destroy(pool);
+  }
+  printf("  6 layers: %.1f MiB without recomputation, %.1f MiB with\n", used[0] / 1048576.0,
+         used[1] / 1048576.0);
+  ASSERT(used[1] * 2 < used[0]);
+}
+
+TEST(pool_capacity_is_enforced) {
+  setup();
+  colo_pool_t *pool = new_pool(100000);
+  colo_gpt_config_t cfg = {256, 64, 4, 4, 128};
+  colo_gpt_t *m = NULL;
+  char err[256];
+  ASSERT_EQ_INT(colo_gpt_create(&cfg, 12, 0, be, pool, &m, err, sizeof err), -2);
+  ASSERT(m == NULL);
+  ASSERT(strstr(err, "cpu memory pool: parameters needs") != NULL);
+  ASSERT_EQ_INT(colo_pool_used(pool), 0); /* nothing leaked into the pool */
+}
+
+TEST(gpt2_init_statistics) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_config_t cfg = {256, 64, 8, 4, 128};
+  colo_gpt_t *m;
+  char err[256];
+  ASSERT_EQ_INT(colo_gpt_create(&cfg, 1, 0, be, pool, &m, err, sizeof err), 0);
+  models[n_models++] = m;
+  colo_gpt_init(m, 1);
+  size_t nt;
+  const colo_param_t *tab = colo_gpt_params_table(m, &nt);
+  for (size_t i = 0; i < nt; i++) {
+    const float *x = colo_gpt_params(m) + tab[i].offset;
+    double s = 0, s2 = 0;
+    for (size_t k = 0; k < tab[i].numel; k++) {
+      s += x[k];
+      s2 += (double)x[k] * x[k];
+    }
+    double mean = s / tab[i].numel, sd = sqrt(s2 / tab[i].numel - mean * mean);
+    const char *n = tab[i].name;
+    if (strstr(n, "ln_") && strstr(n, ".weight"))
+      ASSERT(mean == 1.0 && sd == 0.0);
+    else if (strstr(n, ".bias"))
+      ASSERT(mean == 0.0 && sd == 0.0);
+    else {
+      double want = strstr(n, "c_proj.weight") ? 0.02 / sqrt(16.0) : 0.02;
+      if (fabs(sd - want) > 0.1 * want)
+        FAIL_AT("%s: std %.5f, expected %.5f", n, sd, want);
+    }
+    ASSERT_EQ_INT(tab[i].decay, tab[i].ndim == 2);
+  }
+  ASSERT_EQ_STR(tab[2].name, "transformer.h.0.ln_1.weight");
+  ASSERT_EQ_STR(tab[4].name, "transformer.h.0.attn.c_attn.weight");
+  ASSERT_EQ_INT(tab[4].shape[0], 128);
+  ASSERT_EQ_INT(tab[4].shape[1], 384);
+}
+
+TEST_MAIN()
