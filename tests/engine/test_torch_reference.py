@@ -22,7 +22,9 @@ import tempfile
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt2 import GPT2  # noqa: E402
 
 BIN = os.environ["COLO_BIN"]
 torch.set_num_threads(1)
@@ -46,54 +48,6 @@ def read_safetensors(path):
         b, e = meta["data_offsets"]
         out[name] = torch.from_numpy(np.frombuffer(data[b:e], dtype=np.float32).copy()).reshape(meta["shape"])
     return out
-
-
-class GPT2(torch.nn.Module):
-    """GPT-2 as HuggingFace computes it; Conv1D weights are [in, out]."""
-
-    def __init__(self):
-        super().__init__()
-        p = torch.nn.ParameterDict()
-        z = lambda *s: torch.nn.Parameter(torch.zeros(*s))
-        self.names = ["transformer.wte.weight", "transformer.wpe.weight"]
-        shapes = {"transformer.wte.weight": (V, C), "transformer.wpe.weight": (T, C)}
-        for l in range(L):
-            h = "transformer.h.%d." % l
-            for n, s in [("ln_1.weight", (C,)), ("ln_1.bias", (C,)),
-                         ("attn.c_attn.weight", (C, 3 * C)), ("attn.c_attn.bias", (3 * C,)),
-                         ("attn.c_proj.weight", (C, C)), ("attn.c_proj.bias", (C,)),
-                         ("ln_2.weight", (C,)), ("ln_2.bias", (C,)),
-                         ("mlp.c_fc.weight", (C, 4 * C)), ("mlp.c_fc.bias", (4 * C,)),
-                         ("mlp.c_proj.weight", (4 * C, C)), ("mlp.c_proj.bias", (C,))]:
-                self.names.append(h + n)
-                shapes[h + n] = s
-        self.names += ["transformer.ln_f.weight", "transformer.ln_f.bias"]
-        shapes["transformer.ln_f.weight"] = shapes["transformer.ln_f.bias"] = (C,)
-        self.p = {n: z(*shapes[n]) for n in self.names}
-        for i, n in enumerate(self.names):
-            self.register_parameter("p%d" % i, self.p[n])
-
-    def forward(self, idx, targets):
-        p = self.p
-        x = p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][: idx.shape[1]]
-        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
-        for l in range(L):
-            h = "transformer.h.%d." % l
-            a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
-            qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
-            q, k, v = qkv.split(C, dim=2)
-            heads = lambda t: t.view(t.shape[0], T, NH, C // NH).transpose(1, 2)
-            q, k, v = heads(q), heads(k), heads(v)
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
-            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(x.shape)
-            x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
-            m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
-            m = F.gelu(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
-            x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
-        x = F.layer_norm(x, (C,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], 1e-5)
-        logits = x @ p["transformer.wte.weight"].t()
-        return F.cross_entropy(logits.view(-1, V), targets.reshape(-1))
 
 
 def lr_at(step):
@@ -123,14 +77,11 @@ def main():
                     "--seed", "1234", "--threads", "2", "--quiet", "--dump-reference", dump], check=True)
     ref = read_safetensors(dump)
 
-    model = GPT2()
+    model = GPT2(L, NH, C, T, V)
     with torch.no_grad():
         for n in model.names:
             model.p[n].copy_(ref["init." + n])
-    decay = [model.p[n] for n in model.names if model.p[n].dim() == 2]
-    no_decay = [model.p[n] for n in model.names if model.p[n].dim() == 1]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=(B1, B2), eps=EPS)
+    opt = torch.optim.AdamW(model.param_groups(WD), lr=LR, betas=(B1, B2), eps=EPS)
     failures = []
 
     def check(what, ok, detail):
