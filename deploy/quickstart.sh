@@ -22,18 +22,18 @@ if [ "${1:-}" = "stop" ]; then
   exit 0
 fi
 
-echo "== 1/5 dependencies"
+echo "== 1/6 dependencies"
 bash "$SRC/deploy/install-deps.sh"
-echo "== 2/5 build"
+echo "== 2/6 build"
 cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$SRC/build" -j"$(nproc)" >/dev/null
 BIN="$SRC/build/bin"
-echo "== 3/5 data"
+echo "== 3/6 data"
 if ! bash "$SRC/deploy/fetch-data.sh" "$QS/data"; then
   # nothing in this build reads the data yet (no worker or engine), so go on without it
   echo "quickstart: warning: could not get tinyshakespeare.txt; jobs will have no data to train on" >&2
 fi
-echo "== 4/5 coordinator"
+echo "== 4/6 coordinator"
 if [ -f "$QS/colod.pid" ] && kill -0 "$(cat "$QS/colod.pid")" 2>/dev/null; then
   echo "quickstart: colod already running (pid $(cat "$QS/colod.pid")) on $COLO_SERVER"
 else
@@ -50,16 +50,26 @@ else
   done
   echo "quickstart: colod (pid $(cat "$QS/colod.pid")) listening on $COLO_SERVER, log in $QS/colod.log"
 fi
-echo "== 5/5 submit and status"
+echo "== 5/6 submit and status"
 ID=$("$BIN/coloctl" submit "$SRC/examples/tinyshakespeare.yaml")
 echo "quickstart: submitted job $ID"
 "$BIN/coloctl" status
 echo
 "$BIN/coloctl" status "$ID"
+echo "== 6/6 the engine, standalone"
+if [ -f "$QS/data/tinyshakespeare.txt" ]; then
+  "$BIN/colo-train" prepare --input "$QS/data/tinyshakespeare.txt" --out "$QS/data/tinyshakespeare"
+  "$BIN/colo-train" train --job "$SRC/examples/tinyshakespeare.yaml" --data-root "$QS/data" \
+    --dp 1 --steps 300 --warmup 30 --eval-interval 100 --ckpt-dir "$QS/ckpt" --resume auto |
+    awk '/val loss/ || /step +[0-9]+\/300/ && ($2 % 50 == 0) || /checkpoint/'
+  echo "-- a sample from the checkpoint:"
+  "$BIN/colo-train" sample --checkpoint "$QS/ckpt/step_00000300" --tokens 200 --top-k 40 \
+    --temperature 0.8 --prompt "ROMEO:"
+fi
 cat <<MSG
 
-The job stays PENDING: this build has the coordinator but not yet the worker (colo-workerd)
-or the training engine that would run it. Try:
+The job submitted to colod stays PENDING: the worker (colo-workerd) that would run it on this
+node comes with the next issues; step 6 ran the same model with colo-train directly. Try:
   export COLO_SERVER=$COLO_SERVER
   $BIN/coloctl list
   $BIN/coloctl watch $ID        # in one terminal

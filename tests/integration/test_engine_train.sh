@@ -44,6 +44,15 @@ PY
 cmp "$TMP/a/step_00000040/rank_00000.safetensors" "$TMP/b/step_00000040/rank_00000.safetensors" ||
   fail "final weights differ after resume"
 
+# the same run on 1 and on 2 threads gives the same weights, bit for bit: matrix products are
+# split into fixed blocks and reductions sum fixed blocks in order
+for t in 1 2; do
+  OMP_NUM_THREADS=$t expect_rc 0 "$CT" train "${MODEL[@]}" --steps 6 --eval-interval 0 --threads $t \
+    --ckpt-dir "$TMP/threads$t"
+done
+cmp "$TMP/threads1/step_00000006/rank_00000.safetensors" "$TMP/threads2/step_00000006/rank_00000.safetensors" ||
+  fail "1 and 2 threads gave different weights"
+
 # corrupted checkpoints are refused, naming the file
 cp -r "$TMP/a" "$TMP/c"
 F="$TMP/c/step_00000040/rank_00000.safetensors"
