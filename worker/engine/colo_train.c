@@ -145,6 +145,9 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"ckpt-interval", "checkpoint: {interval: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
+      {"dp", "parallel: {dp: %s}"},
+      {"tp", "parallel: {tp: %s}"},
+      {"pp", "parallel: {pp: %s}"},
   };
   for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++) {
     if (strcmp(MAP[i].flag, flag) != 0)
