@@ -1,6 +1,15 @@
-/* The communicator seam: the operations ranks use to train together. This build has the
- * single-rank implementation (every collective is the identity); the NCCL and CPU (shared
- * memory, TCP) implementations come with the 3-D parallel issue and plug in here. */
+/* Communicators: how ranks train together. One interface, several implementations:
+ *   - single: a world of one (every collective is the identity);
+ *   - tcp: CPU ranks over TCP sockets, on one host or many (works across network namespaces);
+ *   - nccl: GPUs (with the CUDA issue).
+ * A group communicator (a data-, tensor- or pipeline-parallel group) is made from the world one
+ * with colo_comm_group.
+ *
+ * Every call has a deadline (the communicator's timeout). A peer that dies or stops answering
+ * ends the call with an error naming it (COLO_EIO or COLO_ETIMEDOUT, message in
+ * colo_comm_error), never a hang; after an error the communicator is aborted and every later call
+ * fails at once. Calls are blocking and must be made in the same order by every member.
+ */
 #ifndef COLO_COMM_H
 #define COLO_COMM_H
 
@@ -10,19 +19,52 @@ typedef struct colo_comm_s colo_comm_t;
 
 typedef struct {
   const char *name;
-  int (*rank)(const colo_comm_t *c);
-  int (*size)(const colo_comm_t *c);
-  /* in-place sum over all ranks; 0 or a negative colo code (a dead peer: an error, not a hang) */
+  /* in-place sum over the group */
   int (*allreduce_sum)(colo_comm_t *c, float *buf, size_t n);
+  /* buf holds size × n floats; afterwards this rank's n-float slice (at rank × n) holds the sum
+   * of everyone's slice; the rest of buf is scratch */
+  int (*reduce_scatter_sum)(colo_comm_t *c, float *buf, size_t n);
+  /* buf holds size × n floats; this rank's slice (at rank × n) is sent to all; afterwards
+   * every slice holds its owner's data */
+  int (*all_gather)(colo_comm_t *c, float *buf, size_t n);
+  int (*broadcast)(colo_comm_t *c, float *buf, size_t n, int root);
+  int (*send)(colo_comm_t *c, const float *buf, size_t n, int peer);
+  int (*recv)(colo_comm_t *c, float *buf, size_t n, int peer);
   int (*barrier)(colo_comm_t *c);
+  /* closes every connection: peers' calls fail at once; later calls on c fail */
+  void (*abort)(colo_comm_t *c);
   void (*destroy)(colo_comm_t *c);
 } colo_comm_ops_t;
 
 struct colo_comm_s {
   const colo_comm_ops_t *ops;
+  int rank, size;
+  char error[256];
 };
+
+static inline int colo_comm_rank(const colo_comm_t *c) {
+  return c->rank;
+}
+static inline int colo_comm_size(const colo_comm_t *c) {
+  return c->size;
+}
+static inline const char *colo_comm_error(const colo_comm_t *c) {
+  return c->error;
+}
 
 /* A communicator for a world of one. */
 colo_comm_t *colo_comm_single(void);
+
+/* A world communicator over TCP. Rank 0 serves the rendezvous store at store_addr
+ * ("host:port"); every rank listens on bind_host (port chosen by the kernel), publishes its
+ * address in the store, and connects to every other rank. timeout_ms bounds every later call
+ * and the set-up itself. */
+int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char *bind_host,
+                         int timeout_ms, colo_comm_t **out, char *err, size_t errlen);
+
+/* A group made of the world ranks ranks[0..n) (this rank must be one of them); it shares the
+ * world's connections, so it must not outlive it. Group rank i is world rank ranks[i]. */
+int colo_comm_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
+                    size_t errlen);
 
 #endif

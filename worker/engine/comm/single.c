@@ -3,33 +3,54 @@
 
 #include <stdlib.h>
 
-static int rank(const colo_comm_t *c) {
-  (void)c;
-  return 0;
-}
-static int size(const colo_comm_t *c) {
-  (void)c;
-  return 1;
-}
-static int allreduce_sum(colo_comm_t *c, float *buf, size_t n) {
+#include "../../../common/error.h"
+
+static int identity(colo_comm_t *c, float *buf, size_t n) {
   (void)c;
   (void)buf;
   (void)n;
   return 0;
 }
+static int bcast(colo_comm_t *c, float *buf, size_t n, int root) {
+  (void)c;
+  (void)buf;
+  (void)n;
+  return root == 0 ? 0 : COLO_EINVAL;
+}
+static int no_peer_send(colo_comm_t *c, const float *buf, size_t n, int peer) {
+  (void)c;
+  (void)buf;
+  (void)n;
+  (void)peer;
+  return COLO_EINVAL; /* a world of one has no peer */
+}
+static int no_peer_recv(colo_comm_t *c, float *buf, size_t n, int peer) {
+  (void)c;
+  (void)buf;
+  (void)n;
+  (void)peer;
+  return COLO_EINVAL;
+}
 static int barrier(colo_comm_t *c) {
   (void)c;
   return 0;
+}
+static void abort_(colo_comm_t *c) {
+  (void)c;
 }
 static void destroy(colo_comm_t *c) {
   free(c);
 }
 
-static const colo_comm_ops_t SINGLE = {"single", rank, size, allreduce_sum, barrier, destroy};
+static const colo_comm_ops_t SINGLE = {"single",     identity,     identity, identity, bcast,
+                                       no_peer_send, no_peer_recv, barrier,  abort_,   destroy};
 
 colo_comm_t *colo_comm_single(void) {
-  colo_comm_t *c = malloc(sizeof *c);
-  if (c)
+  colo_comm_t *c = calloc(1, sizeof *c);
+  if (c) {
     c->ops = &SINGLE;
+    c->rank = 0;
+    c->size = 1;
+  }
   return c;
 }

@@ -211,8 +211,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_gpt_zero_grad(model);
     double loss = 0.0;
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
-      colo_sample_batch(&train, cfg->seed, (uint64_t)step, micro, comm->ops->rank(comm),
-                        comm->ops->size(comm), B, T, in, tg);
+      colo_sample_batch(&train, cfg->seed, (uint64_t)step, micro, colo_comm_rank(comm),
+                        colo_comm_size(comm), B, T, in, tg);
       if (cfg->dump_path) {
         float *fb = malloc((size_t)B * T * 2 * sizeof(float));
         for (int i = 0; i < B * T; i++) {
