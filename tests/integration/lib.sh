@@ -13,6 +13,7 @@ cleanup() {
     kill -KILL "$COLOD_PID" 2>/dev/null || true
   fi
   jobs -p | xargs -r kill -KILL 2>/dev/null || true
+  pkill -KILL -f "$TMP" 2>/dev/null || true # anything still running on this test's files
   rm -rf "$TMP"
 }
 trap cleanup EXIT

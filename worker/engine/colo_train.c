@@ -14,13 +14,18 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../common/error.h"
 #include "../../common/jobspec.h"
 #include "../../common/pbcodec.h"
 #include "backend/backend.h"
+#include "comm/store.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/train.h"
@@ -145,6 +150,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"ckpt-interval", "checkpoint: {interval: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
+      {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
       {"pp", "parallel: {pp: %s}"},
@@ -187,10 +193,93 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
   return 1;
 }
 
+/* The local launcher: forks `world` ranks with COLO_RANK, COLO_WORLD and COLO_STORE set, then
+ * waits. In a child it returns -(rank + 1); in the parent the exit status for the whole run:
+ * 0 when every rank succeeded; otherwise 1, naming the rank that failed first. After a failure
+ * the other ranks get the communicator timeout (plus 5 s) to notice and exit with their own
+ * message; then SIGTERM, and SIGKILL 10 s later. */
+static int launch(int world, int comm_timeout_ms) {
+  char err[256], addr[64];
+  int port;
+  int fd = colo_tcp_listen("127.0.0.1", 0, &port, err, sizeof err);
+  if (fd < 0) {
+    fprintf(stderr, "colo-train train: %s\n", err);
+    return 1;
+  }
+  close(fd); /* rank 0 binds it again for the store */
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+  fflush(stdout);
+  pid_t *pids = calloc((size_t)world, sizeof *pids);
+  for (int r = 0; r < world; r++) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      char v[32];
+      /* no orphans: a rank dies with its launcher; and it shows as colo-rank<N> in ps */
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() == 1)
+        _exit(1);
+      snprintf(v, sizeof v, "colo-rank%d", r);
+      prctl(PR_SET_NAME, v);
+      snprintf(v, sizeof v, "%d", r);
+      setenv("COLO_RANK", v, 1);
+      snprintf(v, sizeof v, "%d", world);
+      setenv("COLO_WORLD", v, 1);
+      setenv("COLO_STORE", addr, 1);
+      free(pids);
+      return -(r + 1);
+    }
+    pids[r] = pid;
+  }
+  int failed = -1, status = 0, left = world, phase = 0;
+  time_t deadline = 0;
+  while (left > 0) {
+    int st;
+    pid_t pid = waitpid(-1, &st, deadline ? WNOHANG : 0);
+    if (pid == 0) { /* waiting for the other ranks after a failure */
+      if (time(NULL) >= deadline) {
+        for (int r = 0; r < world; r++)
+          if (pids[r] > 0)
+            kill(pids[r], phase == 0 ? SIGTERM : SIGKILL);
+        phase++;
+        deadline = time(NULL) + 10;
+      }
+      usleep(50000);
+      continue;
+    }
+    if (pid < 0)
+      break;
+    int r = 0;
+    while (r < world && pids[r] != pid)
+      r++;
+    if (r == world)
+      continue;
+    pids[r] = -1;
+    left--;
+    int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (!ok && failed < 0) {
+      failed = r;
+      status = st;
+      deadline = time(NULL) + comm_timeout_ms / 1000 + 5;
+    }
+  }
+  free(pids);
+  if (failed >= 0) {
+    if (WIFSIGNALED(status))
+      fprintf(stderr, "colo-train train: rank %d was killed by signal %d; the run stopped\n",
+              failed, WTERMSIG(status));
+    else
+      fprintf(stderr, "colo-train train: rank %d exited with status %d; the run stopped\n", failed,
+              WEXITSTATUS(status));
+    return 1;
+  }
+  return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
   const char *job = NULL, *data_root = ".", *ckpt_dir = NULL, *resume = NULL, *progress = NULL;
   const char *dump = NULL;
-  int threads = 0, stop_at = 0, quiet = 0, recompute = -1, progress_fd = -1;
+  int threads = 0, stop_at = 0, quiet = 0, recompute = -1, progress_fd = -1, nproc = 1;
+  int comm_timeout = 60000;
   long memory_mib = 0;
   char err[2048];
   Colo__V1__JobSpec *spec = malloc(sizeof *spec);
@@ -243,6 +332,10 @@ static int cmd_train(int argc, char **argv) {
       progress_fd = val ? atoi(val) : -1;
     else if (!strcmp(flag, "dump-reference"))
       dump = val;
+    else if (!strcmp(flag, "nproc"))
+      nproc = val ? atoi(val) : 0;
+    else if (!strcmp(flag, "comm-timeout"))
+      comm_timeout = val ? atoi(val) : 0;
     else if (!strcmp(flag, "quiet")) {
       quiet = 1;
       used = 0;
@@ -282,11 +375,35 @@ static int cmd_train(int argc, char **argv) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 1;
   }
-  if (colo_jobspec_world(spec) != 1) {
-    fprintf(stderr, "colo-train train: parallel.dp×tp×pp=%llu: this build trains one rank\n",
-            colo_jobspec_world(spec));
+  if (spec->parallel->tp > 1 || spec->parallel->pp > 1) {
+    fprintf(stderr,
+            "colo-train train: parallel.tp=%u parallel.pp=%u: this build implements data "
+            "parallelism only\n",
+            spec->parallel->tp, spec->parallel->pp);
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 1;
+  }
+  /* where this process stands: launched by a launcher, launching, or alone */
+  const char *env_rank = getenv("COLO_RANK"), *env_world = getenv("COLO_WORLD");
+  int world = env_world ? atoi(env_world) : nproc, rank = env_rank ? atoi(env_rank) : 0;
+  if ((unsigned long long)world != colo_jobspec_world(spec)) {
+    fprintf(stderr,
+            "colo-train train: parallel.dp×tp×pp=%llu but %d processes: give --nproc %llu\n",
+            colo_jobspec_world(spec), world, colo_jobspec_world(spec));
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return 2;
+  }
+  if (world > 1 && !env_rank) {
+    int rc = launch(world, comm_timeout);
+    if (rc >= 0) { /* the launcher's own exit status */
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return rc;
+    }
+    rank = -rc - 1; /* a child: this rank */
+    if (threads == 0) {
+      long n = sysconf(_SC_NPROCESSORS_ONLN) / world;
+      threads = n > 0 ? (int)n : 1;
+    }
   }
   char train_path[2100], val_path[2100];
   snprintf(train_path, sizeof train_path, "%s/%s", data_root, spec->data->train_path);
@@ -323,6 +440,17 @@ static int cmd_train(int argc, char **argv) {
   cfg.memory_limit = (size_t)memory_mib << 20;
   cfg.quiet = quiet;
   cfg.dump_path = dump;
+  cfg.world = world;
+  cfg.rank = rank;
+  cfg.store_addr = getenv("COLO_STORE");
+  cfg.bind_host = getenv("COLO_BIND") ? getenv("COLO_BIND") : "127.0.0.1";
+  cfg.comm_timeout_ms =
+      getenv("COLO_COMM_TIMEOUT_MS") ? atoi(getenv("COLO_COMM_TIMEOUT_MS")) : comm_timeout;
+  cfg.zero_stage = (int)spec->parallel->zero_stage;
+  if (world > 1 && !cfg.store_addr) {
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return usage_error("train", "COLO_WORLD is set but COLO_STORE is not");
+  }
   if (resume && !strcmp(resume, "auto") && !ckpt_dir) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return usage_error("train", "--resume auto needs --ckpt-dir");
@@ -347,7 +475,10 @@ static int cmd_train(int argc, char **argv) {
     fclose(pf);
   colo__v1__job_spec__free_unpacked(spec, NULL);
   if (rc < 0) {
-    fprintf(stderr, "colo-train train: %s\n", err);
+    if (world > 1)
+      fprintf(stderr, "colo-train train: rank %d: %s\n", rank, err);
+    else
+      fprintf(stderr, "colo-train train: %s\n", err);
     return 1;
   }
   return 0;

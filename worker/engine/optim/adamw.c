@@ -67,3 +67,19 @@ void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *mo
               table[i].decay ? c->weight_decay : 0.0f, grad_scale, opt->t);
   }
 }
+
+void colo_adamw_step_range(const colo_adamw_config_t *c, int t, const colo_backend_t *be,
+                           colo_gpt_t *model, size_t lo, size_t hi, float *m, float *v, float lr,
+                           float grad_scale) {
+  size_t nt;
+  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  float *p = colo_gpt_params(model), *g = colo_gpt_grads(model);
+  for (size_t i = 0; i < nt && lo < hi; i++) {
+    size_t a = table[i].offset, b = a + table[i].numel;
+    if (b <= lo || a >= hi)
+      continue;
+    size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+    be->adamw(p + x, g + x, m + (x - lo), v + (x - lo), y - x, lr, c->beta1, c->beta2, c->eps,
+              table[i].decay ? c->weight_decay : 0.0f, grad_scale, t);
+  }
+}

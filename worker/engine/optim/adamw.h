@@ -40,4 +40,10 @@ float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, flo
 void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
                      float grad_scale);
 
+/* AdamW on the flat parameter range [lo, hi) only, with moments m[0..hi-lo) for that range and
+ * update number t (ZeRO: a rank updates the piece it owns). */
+void colo_adamw_step_range(const colo_adamw_config_t *cfg, int t, const colo_backend_t *be,
+                           colo_gpt_t *model, size_t lo, size_t hi, float *m, float *v, float lr,
+                           float grad_scale);
+
 #endif

@@ -35,8 +35,10 @@ int colo_prepare_text(const char *input, const char *out_dir, double val_fractio
 void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
                        int world, int B, int T, int *inputs, int *targets);
 
-/* The fixed windows of evaluation batch i (the same at every evaluation). */
-void colo_sample_eval_batch(const colo_shard_t *s, uint64_t seed, int i, int B, int T, int *inputs,
-                            int *targets);
+/* The fixed windows of evaluation batch i (the same at every evaluation): this rank's B of the
+ * world × B sequences of the batch, so a data-parallel evaluation covers exactly the sequences a
+ * single process with batch world × B does. */
+void colo_sample_eval_batch(const colo_shard_t *s, uint64_t seed, int i, int rank, int world, int B,
+                            int T, int *inputs, int *targets);
 
 #endif

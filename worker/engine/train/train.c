@@ -13,6 +13,7 @@
 #include "../comm/comm.h"
 #include "../core/pool.h"
 #include "../core/rng.h"
+#include "../parallel/zero.h"
 #include "checkpoint.h"
 #include "data.h"
 
@@ -74,14 +75,49 @@ static void dump_free(dump_t *d) {
 
 /* ---- evaluation ---- */
 
-static float evaluate(colo_gpt_t *m, const colo_shard_t *val, uint64_t seed, int batches, int B,
-                      int T, int *in, int *tg) {
+/* The mean loss over `batches` fixed batches; with a data-parallel group each rank takes its
+ * share of every batch and the means are averaged over the group. NaN when the group fails. */
+static float evaluate(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val, uint64_t seed,
+                      int batches, int B, int T, int *in, int *tg) {
   double s = 0.0;
+  int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1;
   for (int i = 0; i < batches; i++) {
-    colo_sample_eval_batch(val, seed, i, B, T, in, tg);
+    colo_sample_eval_batch(val, seed, i, rank, world, B, T, in, tg);
     s += colo_gpt_forward(m, in, tg, B, T);
   }
-  return (float)(s / batches);
+  float mean = (float)(s / batches);
+  if (world > 1) {
+    if (comm->ops->allreduce_sum(comm, &mean, 1) < 0)
+      return NAN;
+    mean /= (float)world;
+  }
+  return mean;
+}
+
+/* A checkpoint of the whole state, written by rank 0. ZeRO-1 moments are gathered first (every
+ * rank takes part), so the checkpoint is the same whatever the layout and resumes under any. */
+static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
+                colo_adamw_t *opt, colo_zero_t *zero, float *full_m, float *full_v, int lead,
+                char *path, size_t path_len, char *err, size_t errlen) {
+  colo_adamw_t whole = *opt;
+  meta->adam_t = opt->t;
+  if (full_m) {
+    if (colo_zero_gather_moments(zero, opt, full_m, full_v) < 0) {
+      snprintf(err, errlen, "gathering the optimizer state: %s", colo_comm_error(zero->comm));
+      return COLO_EIO;
+    }
+    whole.m = full_m;
+    whole.v = full_v;
+  }
+  int rc = 0;
+  if (lead)
+    rc = colo_ckpt_save(cfg->ckpt_dir, meta, model, &whole, 0, path, path_len, err, errlen);
+  /* nobody goes on (or stops) before the checkpoint is on disk */
+  if (zero->dp > 1 && zero->comm->ops->barrier(zero->comm) < 0 && rc == 0) {
+    snprintf(err, errlen, "after the checkpoint: %s", colo_comm_error(zero->comm));
+    rc = COLO_EIO;
+  }
+  return rc;
 }
 
 int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
@@ -92,10 +128,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_pool_t *pool = NULL;
   colo_gpt_t *model = NULL;
   colo_adamw_t opt = {0};
-  colo_comm_t *comm = colo_comm_single();
+  colo_comm_t *comm = NULL;
+  colo_zero_t zero = {0};
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
   float last_loss = NAN, last_val = NAN;
+  float *full_m = NULL, *full_v = NULL; /* ZeRO-1: consolidated moments for checkpoints */
+  int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
+  int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
 
   if (cfg->seed >= (1ull << 53)) {
     snprintf(err, errlen,
@@ -126,11 +166,24 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
   }
+  if (world > 1) {
+    CHECK_GOTO(colo_comm_tcp_create(cfg->store_addr, me, world, cfg->bind_host,
+                                    cfg->comm_timeout_ms, &comm, err, errlen),
+               rc, out);
+  } else {
+    comm = colo_comm_single();
+  }
   pool = colo_pool_create("cpu", cfg->memory_limit);
   CHECK_GOTO(colo_gpt_create(&cfg->model, B, cfg->recompute, be, pool, &model, err, errlen), rc,
              out);
-  CHECK_GOTO(colo_adamw_init(&opt, &cfg->optim, colo_gpt_num_params(model), pool, err, errlen), rc,
-             out);
+  CHECK_GOTO(colo_zero_init(&zero, comm, cfg->zero_stage, model, err, errlen), rc, out);
+  CHECK_GOTO(
+      colo_adamw_init(&opt, &cfg->optim, colo_zero_optim_numel(&zero, model), pool, err, errlen),
+      rc, out);
+  if (cfg->zero_stage == 1) {
+    full_m = malloc(colo_gpt_num_params(model) * sizeof(float));
+    full_v = malloc(colo_gpt_num_params(model) * sizeof(float));
+  }
   in = malloc((size_t)B * T * sizeof *in);
   tg = malloc((size_t)B * T * sizeof *tg);
 
@@ -149,7 +202,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (dir[0]) {
       colo_ckpt_meta_t meta;
-      CHECK_GOTO(colo_ckpt_load(dir, &meta, model, &opt, 0, err, errlen), rc, out);
+      colo_adamw_t full = opt;
+      if (full_m) { /* the checkpoint holds whole moments; this rank keeps its pieces */
+        full.m = full_m;
+        full.v = full_v;
+      }
+      CHECK_GOTO(colo_ckpt_load(dir, &meta, model, &full, 0, err, errlen), rc, out);
+      opt.t = full.t;
+      if (full_m)
+        colo_zero_take_moments(&zero, &opt, full_m, full_v);
       if (meta.seed != cfg->seed) {
         snprintf(err, errlen, "checkpoint %s was trained with seed %llu, this run has %llu", dir,
                  (unsigned long long)meta.seed, (unsigned long long)cfg->seed);
@@ -158,7 +219,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       start = (int)meta.step;
       snprintf(ckpt_path, sizeof ckpt_path, "%s", dir);
-      if (!cfg->quiet)
+      if (!cfg->quiet && lead)
         printf("resumed from %s at step %d\n", dir, start);
     }
   }
@@ -166,43 +227,47 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_gpt_init(model, cfg->seed);
 
   size_t n_params = colo_gpt_num_params(model);
-  if (!cfg->quiet)
+  if (!cfg->quiet && lead && world > 1)
+    printf("data parallel: %d ranks, ZeRO stage %d, %zu chunks of %zu floats (%zu padding)\n",
+           world, cfg->zero_stage, zero.chunks.n, zero.chunks.capacity, zero.chunks.waste);
+  if (!cfg->quiet && lead)
     printf("model: %d layers, %d heads, %d wide, block %d, vocab %d: %zu parameters; batch %d x "
            "accum %d x %d tokens; %d threads; memory %.1f MiB\n",
            cfg->model.n_layer, cfg->model.n_head, cfg->model.n_embd, T, cfg->model.vocab_size,
            n_params, B, cfg->grad_accum, T, colo_backend_cpu_threads(),
            (double)colo_pool_used(pool) / (1 << 20));
-  if (cfg->dump_path)
+  const char *dump_path = lead ? cfg->dump_path : NULL;
+  if (dump_path)
     dump_model(&dump, "init.", model, colo_gpt_params(model));
-  float *dump_losses = cfg->dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
-  float *dump_norms = cfg->dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
+  float *dump_losses = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
+  float *dump_norms = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
+  FILE *progress = lead ? cfg->progress : NULL;
+  int quiet = cfg->quiet || !lead;
 
   colo_ckpt_meta_t meta = {.seed = cfg->seed,
                            .loss_scale = 1.0f,
                            .model = cfg->model,
-                           .dp = 1,
+                           .dp = world,
                            .tp = 1,
                            .pp = 1,
-                           .world = 1};
+                           .world = world};
   int step = start;
   for (; step < cfg->steps; step++) {
     if (cfg->eval_interval > 0 && step % cfg->eval_interval == 0) {
-      last_val = evaluate(model, &val, cfg->seed, cfg->eval_batches, B, T, in, tg);
-      if (!cfg->quiet)
+      last_val = evaluate(model, comm, &val, cfg->seed, cfg->eval_batches, B, T, in, tg);
+      if (!quiet)
         printf("step %6d | val loss %.4f\n", step, (double)last_val);
-      if (cfg->progress)
-        fprintf(cfg->progress,
-                "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld}\n", step,
-                (double)last_val, (long long)wall_ms());
+      if (progress)
+        fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld}\n",
+                step, (double)last_val, (long long)wall_ms());
     }
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
       meta.step = (uint64_t)step;
-      meta.adam_t = opt.t;
-      CHECK_GOTO(colo_ckpt_save(cfg->ckpt_dir, &meta, model, &opt, 0, ckpt_path, sizeof ckpt_path,
-                                err, errlen),
+      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, lead, ckpt_path,
+                      sizeof ckpt_path, err, errlen),
                  rc, out);
-      if (cfg->progress)
-        fprintf(cfg->progress, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}\n", step,
+      if (progress)
+        fprintf(progress, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}\n", step,
                 ckpt_path);
     }
     if (cfg->stop_at > 0 && step == cfg->stop_at)
@@ -213,7 +278,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
       colo_sample_batch(&train, cfg->seed, (uint64_t)step, micro, colo_comm_rank(comm),
                         colo_comm_size(comm), B, T, in, tg);
-      if (cfg->dump_path) {
+      if (dump_path) {
         float *fb = malloc((size_t)B * T * 2 * sizeof(float));
         for (int i = 0; i < B * T; i++) {
           fb[i] = (float)in[i];
@@ -225,16 +290,29 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         free(fb);
       }
       loss += colo_gpt_forward(model, in, tg, B, T);
-      colo_gpt_backward(model, 1.0f / (float)cfg->grad_accum);
+      /* the mean over every rank's tokens: gradients are summed over the group below */
+      colo_gpt_backward(model, 1.0f / (float)(cfg->grad_accum * world));
     }
     loss /= cfg->grad_accum;
-    CHECK_GOTO(comm->ops->allreduce_sum(comm, colo_gpt_grads(model), n_params), rc, out);
-    if (cfg->dump_path && step == start)
+    if (world > 1) {
+      float l = (float)loss;
+      if (comm->ops->allreduce_sum(comm, &l, 1) < 0 || colo_zero_reduce_grads(&zero, model) < 0) {
+        snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
+        rc = COLO_EIO;
+        goto out;
+      }
+      loss = (double)l / world;
+    }
+    if (dump_path && step == start)
       dump_model(&dump, "grad.", model, colo_gpt_grads(model));
     float gscale;
     float norm = colo_grad_norm(be, colo_gpt_grads(model), n_params, cfg->optim.grad_clip, &gscale);
     float lr = colo_lr_at(&cfg->optim, step);
-    colo_adamw_step(&opt, be, model, lr, gscale);
+    if (colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
+      snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
+      rc = COLO_EIO;
+      goto out;
+    }
     double dt = now_s() - t0;
     last_loss = (float)loss;
     if (!isfinite(last_loss)) {
@@ -247,56 +325,59 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       dump_norms[step] = norm;
     }
     double tok_s = (double)B * T * cfg->grad_accum / dt;
-    if (!cfg->quiet)
+    if (!quiet)
       printf("step %6d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1,
              cfg->steps, loss, (double)lr, (double)norm, dt * 1e3, tok_s);
-    if (cfg->progress) {
-      fprintf(cfg->progress,
+    if (progress) {
+      fprintf(progress,
               "{\"event\":\"step\",\"step\":%d,\"total_steps\":%d,\"loss\":%.6f,\"lr\":%.6e,"
               "\"grad_norm\":%.6f,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"memory_bytes\":%zu,"
               "\"time_ms\":%lld}\n",
               step + 1, cfg->steps, loss, (double)lr, (double)norm, dt * 1e3, tok_s,
               colo_pool_peak(pool), (long long)wall_ms());
-      fflush(cfg->progress);
+      fflush(progress);
     }
   }
   if (step == cfg->steps && cfg->eval_interval > 0) {
-    last_val = evaluate(model, &val, cfg->seed, cfg->eval_batches, B, T, in, tg);
-    if (!cfg->quiet)
+    last_val = evaluate(model, comm, &val, cfg->seed, cfg->eval_batches, B, T, in, tg);
+    if (!quiet)
       printf("step %6d | val loss %.4f\n", step, (double)last_val);
-    if (cfg->progress)
-      fprintf(cfg->progress,
-              "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld}\n", step,
-              (double)last_val, (long long)wall_ms());
+    if (progress)
+      fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld}\n",
+              step, (double)last_val, (long long)wall_ms());
   }
   /* the last checkpoint: at the end, or where the run was told to stop */
   if (cfg->ckpt_dir && step > start) {
     meta.step = (uint64_t)step;
-    meta.adam_t = opt.t;
-    CHECK_GOTO(colo_ckpt_save(cfg->ckpt_dir, &meta, model, &opt, 0, ckpt_path, sizeof ckpt_path,
-                              err, errlen),
+    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, lead, ckpt_path,
+                    sizeof ckpt_path, err, errlen),
                rc, out);
-    if (!cfg->quiet)
+    if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
-    if (cfg->progress)
-      fprintf(cfg->progress, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}\n", step,
+    if (progress)
+      fprintf(progress, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}\n", step,
               ckpt_path);
   }
-  if (cfg->dump_path) {
+  if (dump_path) {
     dump_model(&dump, "final.", model, colo_gpt_params(model));
     dump_add(&dump, "losses", dump_losses, cfg->steps, 0);
     dump_add(&dump, "grad_norms", dump_norms, cfg->steps, 0);
-    CHECK_GOTO(colo_safetensors_write(cfg->dump_path, dump.t, dump.n, err, errlen), rc, out);
+    CHECK_GOTO(colo_safetensors_write(dump_path, dump.t, dump.n, err, errlen), rc, out);
   }
   free(dump_losses);
   free(dump_norms);
-  if (cfg->progress)
-    fflush(cfg->progress);
+  if (progress)
+    fflush(progress);
   if (final_loss)
     *final_loss = last_loss;
   if (final_val)
     *final_val = last_val;
 out:
+  if (rc < 0 && comm && world > 1)
+    comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
+  free(full_m);
+  free(full_v);
+  colo_zero_free(&zero);
   dump_free(&dump);
   free(in);
   free(tg);
@@ -306,7 +387,8 @@ out:
   colo_pool_destroy(pool);
   colo_shard_free(&train);
   colo_shard_free(&val);
-  comm->ops->destroy(comm);
+  if (comm)
+    comm->ops->destroy(comm);
   return rc;
 }
 
@@ -347,7 +429,7 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
     } else {
       int *in = malloc((size_t)batch_size * T * sizeof *in),
           *tg = malloc((size_t)batch_size * T * sizeof *tg);
-      *loss = evaluate(model, &val, seed, batches, batch_size, T, in, tg);
+      *loss = evaluate(model, NULL, &val, seed, batches, batch_size, T, in, tg);
       free(in);
       free(tg);
     }

@@ -24,6 +24,12 @@ typedef struct {
   FILE *progress;                    /* JSON lines, or NULL */
   int quiet;                         /* no per-step line on stdout */
   const char *dump_path;             /* reference dump for tests, or NULL */
+  /* data parallelism: world > 1 joins a TCP communicator through the store rank 0 serves */
+  int world, rank;
+  const char *store_addr; /* "host:port" */
+  const char *bind_host;  /* this rank's address for its peers */
+  int comm_timeout_ms;
+  int zero_stage;
 } colo_train_config_t;
 
 /* Trains as configured. Returns 0 or a negative colo code with the reason in err. The final

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Data parallelism on the CPU over TCP, launched with colo-train --nproc:
+#   - equivalence: dp=2 with ZeRO 0 and 1, and dp=4 with ZeRO 1, against one process with the
+#     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
+#   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, and one saved at dp=1 resumes
+#     at dp=2, with the losses of a run that never stopped;
+#   - fault: kill -9 of one rank mid-training; every other rank exits non-zero within the
+#     communicator timeout (5 s here), naming the dead rank;
+#   - memory: ZeRO-1 holds 1/dp of the AdamW moments.
+source "$(dirname "$0")/lib.sh"
+CT="$COLO_BIN/colo-train"
+PY=/usr/bin/python3
+TEXT="$COLO_SRC/../shared/data/tinyshakespeare.txt"
+if [ ! -f "$TEXT" ]; then
+  TEXT="$TMP/text.txt"
+  $PY -c 'import random; random.seed(3); w=["the","king","and","queen","of","night","shall","speak","to","my","lord","good"]; print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(20000)))' >"$TEXT"
+fi
+"$CT" prepare --input "$TEXT" --out "$TMP/data" >/dev/null
+M=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 2 --n-head 2
+  --n-embd 64 --block-size 32 --steps 10 --eval-interval 5 --eval-batches 2 --warmup 2 --lr 3e-3
+  --quiet --threads 1)
+GLOBAL_B=8
+
+compare() { # reference-dir other-dir label
+  $PY - "$1" "$2" "$3" <<'PYEOF'
+import json, struct, sys
+import numpy as np
+def losses(d):
+    out, seen = [], set()
+    for r in map(json.loads, open(d + "/progress.jsonl")):
+        # a resumed run evaluates again at the step it resumed from: keep the first
+        if r["event"] in ("step", "eval") and (r["event"], r["step"]) not in seen:
+            seen.add((r["event"], r["step"]))
+            out.append((r["event"], r["step"], r.get("loss", r.get("val_loss"))))
+    return out
+def weights(d, step):
+    b = open("%s/ckpt/step_%08d/rank_00000.safetensors" % (d, step), "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); data = b[8 + n:]
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
+            for k, v in h.items() if k != "__metadata__" and not k.startswith("optimizer.")}
+a, b = losses(sys.argv[1]), losses(sys.argv[2])
+assert [x[:2] for x in a] == [x[:2] for x in b], "different events"
+worst = max(abs(x[2] - y[2]) / abs(x[2]) for x, y in zip(a, b))
+wa, wb = weights(sys.argv[1], 10), weights(sys.argv[2], 10)
+wworst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
+print("%-28s %d losses, worst rel diff %.2e; final weights, worst abs diff %.2e" % (sys.argv[3], len(a), worst, wworst))
+sys.exit(0 if worst <= 1e-5 and wworst <= 1e-4 else 1)
+PYEOF
+}
+
+run() { # dir then args
+  local d=$1
+  shift
+  mkdir -p "$d"
+  "$CT" train "${M[@]}" --ckpt-dir "$d/ckpt" --progress "$d/progress.jsonl" "$@" 2>"$d/err" ||
+    fail "colo-train $* failed: $(cat "$d/err")"
+}
+
+run "$TMP/single" --batch-size $GLOBAL_B
+run "$TMP/dp2z0" --nproc 2 --dp 2 --zero 0 --batch-size $((GLOBAL_B / 2))
+run "$TMP/dp2z1" --nproc 2 --dp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
+run "$TMP/dp4z1" --nproc 4 --dp 4 --zero 1 --batch-size $((GLOBAL_B / 4))
+compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0" || fail "dp=2 ZeRO-0 differs"
+compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1" || fail "dp=2 ZeRO-1 differs"
+compare "$TMP/single" "$TMP/dp4z1" "dp=4 ZeRO-1" || fail "dp=4 ZeRO-1 differs"
+
+# reshard: stop at 5 under one layout, resume under the other
+run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5
+run "$TMP/re1" --batch-size 8 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re1" "dp=2 -> dp=1 resume" || fail "dp=2 -> dp=1 resume differs"
+run "$TMP/re2" --batch-size 8 --ckpt-interval 5 --stop-at 5
+run "$TMP/re2" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re2" "dp=1 -> dp=2 resume" || fail "dp=1 -> dp=2 resume differs"
+
+# memory: the pool peak of rank 0 at ZeRO-0 and ZeRO-1 for the same run
+read -r m0 m1 np <<<"$($PY -c '
+import json, sys
+peak = lambda d: max(r.get("memory_bytes", 0) for r in map(json.loads, open(d + "/progress.jsonl")))
+print(peak(sys.argv[1]), peak(sys.argv[2]), 0)' "$TMP/dp2z0" "$TMP/dp2z1")"
+nparams=$($PY -c '
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+print(sum((v["data_offsets"][1] - v["data_offsets"][0]) // 4 for k, v in h.items() if k != "__metadata__" and not k.startswith("optimizer.")))' "$TMP/single/ckpt/step_00000010/rank_00000.safetensors")
+echo "peak memory of rank 0 at dp=2: ZeRO-0 $m0 bytes, ZeRO-1 $m1 bytes; saved $((m0 - m1)) = 4 bytes x 2 moments x $nparams parameters / 2 = $((4 * nparams))"
+[ $((m0 - m1)) -eq $((4 * nparams)) ] || fail "ZeRO-1 should save exactly half of the fp32 moments"
+
+# fault: kill -9 rank 1 of 3 after a few steps
+mkdir -p "$TMP/fault"
+"$CT" train "${M[@]}" --steps 100000 --eval-interval 0 --nproc 3 --dp 3 --batch-size 2 \
+  --comm-timeout 5000 --progress "$TMP/fault/progress.jsonl" 2>"$TMP/fault/err" &
+LAUNCHER=$!
+for _ in $(seq 1 300); do
+  n=$(grep -c '"step"' "$TMP/fault/progress.jsonl" 2>/dev/null || true)
+  [ "${n:-0}" -ge 3 ] && break
+  sleep 0.1
+done
+victim=$(pgrep -P $LAUNCHER -x colo-rank1 || true)
+[ -n "$victim" ] || fail "could not find rank 1 (colo-rank1)"
+t0=$(date +%s%N)
+kill -KILL "$victim"
+rc=0
+wait $LAUNCHER || rc=$?
+ms=$((($(date +%s%N) - t0) / 1000000))
+expect_eq "$rc" "1"
+errs=$(cat "$TMP/fault/err")
+expect_contains "$errs" "colo-train train: rank 1 was killed by signal 9; the run stopped"
+for r in 0 2; do
+  line=$(grep "^colo-train train: rank $r: " "$TMP/fault/err" || true)
+  [ -n "$line" ] || fail "rank $r left no message: $errs"
+  case "$line" in
+  *"rank 1 closed its connection"*) ;;
+  *) fail "rank $r does not name rank 1: $line" ;;
+  esac
+done
+[ "$ms" -lt 5000 ] || fail "the ranks took $ms ms to stop, more than the 5 s timeout"
+echo "fault: rank 1 killed; ranks 0 and 2 stopped, naming it, within $ms ms"
+echo "integration_parallel: all checks passed"
