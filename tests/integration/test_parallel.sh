@@ -81,8 +81,12 @@ nparams=$($PY -c '
 import json, struct, sys
 b = open(sys.argv[1], "rb").read(); h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
 print(sum((v["data_offsets"][1] - v["data_offsets"][0]) // 4 for k, v in h.items() if k != "__metadata__" and not k.startswith("optimizer.")))' "$TMP/single/ckpt/step_00000010/rank_00000.safetensors")
-echo "peak memory of rank 0 at dp=2: ZeRO-0 $m0 bytes, ZeRO-1 $m1 bytes; saved $((m0 - m1)) = 4 bytes x 2 moments x $nparams parameters / 2 = $((4 * nparams))"
-[ $((m0 - m1)) -eq $((4 * nparams)) ] || fail "ZeRO-1 should save exactly half of the fp32 moments"
+saved=$((m0 - m1))
+echo "peak memory of rank 0 at dp=2: ZeRO-0 $m0 bytes, ZeRO-1 $m1 bytes: saved $saved bytes;" \
+  "half of the fp32 moments is 4 x $nparams = $((4 * nparams)) (the difference is chunk padding)"
+# half the moments, less the padding of the chunks (which the shards carry), within 1%
+[ "$saved" -le $((4 * nparams)) ] && [ "$saved" -ge $((4 * nparams * 99 / 100)) ] ||
+  fail "ZeRO-1 should save half of the fp32 moments: saved $saved, expected about $((4 * nparams))"
 
 # fault: kill -9 rank 1 of 3 after a few steps
 mkdir -p "$TMP/fault"
