@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Two ranks on two "hosts": network namespaces joined by a veth pair, each rank bound to its own
 # address, train together over TCP, and compute what one process with their global batch does.
-# Needs root (ip netns); without it the test is skipped (exit 77) with the reason.
+# Needs root (ip netns); without it the test is skipped (exit 77) with the reason. The two
+# namespaces share one kernel, which colo would otherwise use for shared memory: COLO_COMM_SHM=0
+# makes them talk TCP as two machines do.
 source "$(dirname "$0")/lib.sh"
 CT="$COLO_BIN/colo-train"
 PY=/usr/bin/python3

@@ -55,7 +55,11 @@ static int run_world(int world, int timeout_ms, rank_fn fn) {
     }                                                                                              \
   } while (0)
 
+static int expect_shm = 1;
+
 static int collectives(colo_comm_t *c, int rank, int world) {
+  /* on one host every peer is reached through shared memory, unless COLO_COMM_SHM=0 */
+  CHECKR(c->shm_peers == (expect_shm ? world - 1 : 0));
   /* allreduce of sizes that do and do not split evenly, including fewer elements than ranks */
   size_t sizes[] = {1, 3, 1000, 12345, 1 << 20};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -132,6 +136,12 @@ TEST(collectives_on_2_3_and_4_ranks) {
   ASSERT_EQ_INT(run_world(4, 10000, collectives), 4);
 }
 
+TEST(collectives_over_tcp_only) {
+  setenv("COLO_COMM_SHM", "0", 1);
+  expect_shm = 0;
+  ASSERT_EQ_INT(run_world(3, 10000, collectives), 3);
+}
+
 /* rank 1 dies (SIGKILL) in the middle of a large all-reduce loop; the others must fail fast
  * with a message naming it */
 static int victim(colo_comm_t *c, int rank, int world) {
@@ -163,7 +173,15 @@ static int victim(colo_comm_t *c, int rank, int world) {
   return 1;
 }
 
+static void dead_peer(void);
 TEST(dead_peer_ends_collectives_with_an_error) {
+  dead_peer(); /* through shared memory */
+}
+TEST(dead_peer_over_tcp) {
+  setenv("COLO_COMM_SHM", "0", 1);
+  dead_peer();
+}
+static void dead_peer(void) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
   int world = 3;

@@ -39,6 +39,7 @@ typedef struct {
 struct colo_comm_s {
   const colo_comm_ops_t *ops;
   int rank, size;
+  int shm_peers; /* members reached through shared memory (same host) */
   char error[256];
 };
 

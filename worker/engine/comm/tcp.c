@@ -16,13 +16,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../../../common/error.h"
 #include "comm.h"
+#include "ring.h"
 #include "store.h"
+
+#define RING_BYTES (4u << 20) /* per direction, per pair of ranks on one host */
 
 typedef struct tcp_world_s tcp_world_t;
 
@@ -37,6 +42,11 @@ typedef struct {
 
 struct tcp_world_s {
   int *fds; /* by world rank; -1 for self */
+  /* ranks on the same host: shared-memory rings by world rank (NULL: data goes over TCP, whose
+   * socket then only tells whether the peer is alive) */
+  colo_ring_t **out, **in;
+  void **maps;
+  size_t map_len;
   int world, rank;
   int timeout_ms;
   int aborted;
@@ -57,7 +67,7 @@ static int comm_fail(tcp_comm_t *c, int rc, const char *fmt, ...)
 static void world_abort(tcp_world_t *w) {
   if (w->aborted)
     return;
-  w->aborted = 1;
+  w->aborted = 1; /* rings stay mapped until destroy: a peer may still be copying */
   for (int i = 0; i < w->world; i++)
     if (w->fds[i] >= 0) {
       shutdown(w->fds[i], SHUT_RDWR);
@@ -92,8 +102,19 @@ static int comm_fail(tcp_comm_t *c, int rc, const char *fmt, ...) {
   return rc;
 }
 
+/* A peer reached through shared memory sends nothing on its socket after the set-up: anything
+ * readable there (EOF, reset) means it is gone. */
+static int peer_gone(tcp_world_t *w, int peer) {
+  struct pollfd pf = {w->fds[peer], POLLIN, 0};
+  if (poll(&pf, 1, 0) <= 0)
+    return 0;
+  char b;
+  ssize_t k = recv(w->fds[peer], &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR);
+}
+
 /* Sends sbytes to world rank sp and receives rbytes from world rank rp, together (either may be
- * -1 or zero bytes). */
+ * -1 or zero bytes), each over shared memory or TCP. */
 static int xfer(tcp_comm_t *c, int sp, const void *sbuf, size_t sbytes, int rp, void *rbuf,
                 size_t rbytes) {
   tcp_world_t *w = c->w;
@@ -106,50 +127,93 @@ static int xfer(tcp_comm_t *c, int sp, const void *sbuf, size_t sbytes, int rp, 
     sbytes = 0;
   if (rp < 0)
     rbytes = 0;
+  int s_shm = sbytes > 0 && w->out[sp], r_shm = rbytes > 0 && w->in[rp];
+  unsigned idle = 0;
   while (sbytes > 0 || rbytes > 0) {
-    struct pollfd pf[2];
-    int n = 0, si = -1, ri = -1;
-    if (sbytes > 0) {
-      pf[n] = (struct pollfd){w->fds[sp], POLLOUT, 0};
-      si = n++;
+    int progressed = 0;
+    if (sbytes > 0 && s_shm) {
+      size_t k = colo_ring_write(w->out[sp], sp_, sbytes);
+      sp_ += k;
+      sbytes -= k;
+      progressed |= k > 0;
     }
-    if (rbytes > 0) {
-      if (si >= 0 && rp == sp) { /* the same socket both ways */
-        pf[si].events |= POLLIN;
-        ri = si;
-      } else {
-        pf[n] = (struct pollfd){w->fds[rp], POLLIN, 0};
-        ri = n++;
+    if (rbytes > 0 && r_shm) {
+      size_t k = colo_ring_read(w->in[rp], rp_, rbytes);
+      rp_ += k;
+      rbytes -= k;
+      progressed |= k > 0;
+    }
+    int tcp_s = sbytes > 0 && !s_shm, tcp_r = rbytes > 0 && !r_shm;
+    if (tcp_s || tcp_r) {
+      struct pollfd pf[2];
+      int n = 0, si = -1, ri = -1;
+      if (tcp_s) {
+        pf[n] = (struct pollfd){w->fds[sp], POLLOUT, 0};
+        si = n++;
       }
+      if (tcp_r) {
+        if (si >= 0 && rp == sp) { /* the same socket both ways */
+          pf[si].events |= POLLIN;
+          ri = si;
+        } else {
+          pf[n] = (struct pollfd){w->fds[rp], POLLIN, 0};
+          ri = n++;
+        }
+      }
+      int64_t left = deadline - mono_ms();
+      if (left <= 0)
+        return comm_fail(c, COLO_ETIMEDOUT, "timed out after %d ms waiting for rank %d",
+                         w->timeout_ms, rbytes > 0 ? rp : sp);
+      /* while a shared-memory part is pending, only look at the sockets */
+      int wait = (sbytes > 0 && s_shm) || (rbytes > 0 && r_shm) ? 0 : (int)left;
+      int r = poll(pf, (nfds_t)n, wait);
+      if (r < 0 && errno != EINTR)
+        return comm_fail(c, COLO_EIO, "poll: %s", strerror(errno));
+      if (r > 0 && ri >= 0 && (pf[ri].revents & (POLLIN | POLLHUP | POLLERR))) {
+        ssize_t k = recv(w->fds[rp], rp_, rbytes, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
+          return comm_fail(c, COLO_EIO, "rank %d closed its connection: it exited or died", rp);
+        if (k > 0) {
+          rp_ += k;
+          rbytes -= (size_t)k;
+          progressed = 1;
+        }
+      }
+      if (r > 0 && si >= 0 && sbytes > 0 && (pf[si].revents & (POLLOUT | POLLHUP | POLLERR))) {
+        ssize_t k = send(w->fds[sp], sp_, sbytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k < 0 && errno != EAGAIN && errno != EINTR)
+          return comm_fail(c, COLO_EIO, "rank %d closed its connection: it exited or died", sp);
+        if (k > 0) {
+          sp_ += k;
+          sbytes -= (size_t)k;
+          progressed = 1;
+        }
+      }
+      if (wait > 0)
+        continue; /* a blocking poll: no shared memory involved */
     }
-    int64_t left = deadline - mono_ms();
-    if (left <= 0)
-      return comm_fail(c, COLO_ETIMEDOUT, "timed out after %d ms waiting for rank %d",
-                       w->timeout_ms, rbytes > 0 ? rp : sp);
-    int r = poll(pf, (nfds_t)n, (int)left);
-    if (r < 0 && errno == EINTR)
+    if (sbytes == 0 && rbytes == 0)
+      break;
+    if (progressed) {
+      idle = 0;
       continue;
-    if (r < 0)
-      return comm_fail(c, COLO_EIO, "poll: %s", strerror(errno));
-    if (r == 0)
-      continue; /* the deadline check above reports it */
-    if (ri >= 0 && (pf[ri].revents & (POLLIN | POLLHUP | POLLERR))) {
-      ssize_t k = recv(w->fds[rp], rp_, rbytes, MSG_DONTWAIT);
-      if (k == 0 || (k < 0 && errno != EAGAIN && errno != EINTR))
-        return comm_fail(c, COLO_EIO, "rank %d closed its connection: it exited or died", rp);
-      if (k > 0) {
-        rp_ += k;
-        rbytes -= (size_t)k;
-      }
     }
-    if (si >= 0 && sbytes > 0 && (pf[si].revents & (POLLOUT | POLLHUP | POLLERR))) {
-      ssize_t k = send(w->fds[sp], sp_, sbytes, MSG_DONTWAIT | MSG_NOSIGNAL);
-      if (k < 0 && errno != EAGAIN && errno != EINTR)
-        return comm_fail(c, COLO_EIO, "rank %d closed its connection: it exited or died", sp);
-      if (k > 0) {
-        sp_ += k;
-        sbytes -= (size_t)k;
-      }
+    /* waiting on shared memory: yield first, then sleep a little longer each time, so a
+     * waiting rank leaves the cores to ranks still computing */
+    idle++;
+    if ((idle & 63) == 0) {
+      if (mono_ms() >= deadline)
+        return comm_fail(c, COLO_ETIMEDOUT, "timed out after %d ms waiting for rank %d",
+                         w->timeout_ms, rbytes > 0 ? rp : sp);
+      int peer = rbytes > 0 && r_shm ? rp : sp;
+      if (peer_gone(w, peer))
+        return comm_fail(c, COLO_EIO, "rank %d closed its connection: it exited or died", peer);
+    }
+    if (idle < 256) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, (long)(idle < 2256 ? (idle - 255) * 100 : 200000)};
+      nanosleep(&ts, NULL);
     }
   }
   return 0;
@@ -277,6 +341,12 @@ static void destroy(colo_comm_t *cm) {
     tcp_world_t *w = c->w;
     world_abort(w);
     colo_rdzv_server_stop(w->store);
+    for (int i = 0; i < w->world; i++)
+      if (w->maps && w->maps[i])
+        munmap(w->maps[i], w->map_len);
+    free(w->maps);
+    free(w->out);
+    free(w->in);
     free(w->fds);
     free(w);
   }
@@ -297,6 +367,100 @@ static void set_socket(int fd) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
 }
 
+/* one byte over a pair's socket, with a deadline */
+static int hs_send(int fd, char b) {
+  return send(fd, &b, 1, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+static int hs_recv(int fd, int timeout_ms) {
+  struct pollfd pf = {fd, POLLIN, 0};
+  char b;
+  if (poll(&pf, 1, timeout_ms) <= 0 || recv(fd, &b, 1, 0) != 1)
+    return -1;
+  return b;
+}
+
+/* Ranks on the same machine (same boot id) talk through shared memory: for each such pair the
+ * lower rank creates a segment with one ring per direction, says 'S' over the socket, the higher
+ * maps it and answers 'A', and the name is unlinked. Any failure answers 'N' and the pair keeps
+ * TCP. Every rank handles its pairs in the same global order (by lower rank, then higher), so
+ * the handshakes cannot deadlock. COLO_COMM_SHM=0 turns this off. */
+static void shm_setup(tcp_world_t *w, int timeout_ms) {
+  const char *env = getenv("COLO_COMM_SHM");
+  if (env && !strcmp(env, "0"))
+    return;
+  char boot[64] = "", key[64], err[128], token[64], other[64];
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (!f || !fgets(boot, sizeof boot, f)) {
+    if (f)
+      fclose(f);
+    return;
+  }
+  fclose(f);
+  boot[strcspn(boot, "\n")] = '\0';
+  snprintf(key, sizeof key, "boot/%d", w->rank);
+  if (colo_rdzv_set(w->store_addr, key, boot, timeout_ms, err, sizeof err) < 0)
+    return;
+  if (w->rank == 0) {
+    snprintf(token, sizeof token, "%d-%lld", (int)getpid(), (long long)mono_ms());
+    colo_rdzv_set(w->store_addr, "shm/token", token, timeout_ms, err, sizeof err);
+  } else if (colo_rdzv_get(w->store_addr, "shm/token", token, sizeof token, timeout_ms, err,
+                           sizeof err) < 0) {
+    return;
+  }
+  size_t half = colo_ring_size(RING_BYTES);
+  for (int j = 0; j < w->world; j++) {
+    if (j == w->rank)
+      continue;
+    snprintf(key, sizeof key, "boot/%d", j);
+    if (colo_rdzv_get(w->store_addr, key, other, sizeof other, timeout_ms, err, sizeof err) < 0 ||
+        strcmp(other, boot) != 0)
+      continue; /* another machine (both ends see the same ids, so both skip) */
+    int lo = w->rank < j ? w->rank : j, hi = w->rank < j ? j : w->rank, fd = w->fds[j];
+    char name[96];
+    snprintf(name, sizeof name, "/colo-%s-%d-%d", token, lo, hi);
+    void *map = NULL;
+    if (w->rank == lo) {
+      int sfd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (sfd >= 0 && ftruncate(sfd, (off_t)(2 * half)) == 0)
+        map = mmap(NULL, 2 * half, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+      if (sfd >= 0)
+        close(sfd);
+      if (map == MAP_FAILED)
+        map = NULL;
+      if (map) {
+        colo_ring_init((colo_ring_t *)map, RING_BYTES);
+        colo_ring_init((colo_ring_t *)((char *)map + half), RING_BYTES);
+      }
+      int reply = hs_send(fd, map ? 'S' : 'N') == 0 ? hs_recv(fd, timeout_ms) : -1;
+      shm_unlink(name);
+      if (reply != 'A' && map) {
+        munmap(map, 2 * half);
+        map = NULL;
+      }
+    } else {
+      int said = hs_recv(fd, timeout_ms);
+      if (said == 'S') {
+        int sfd = shm_open(name, O_RDWR, 0);
+        if (sfd >= 0) {
+          map = mmap(NULL, 2 * half, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
+          close(sfd);
+          if (map == MAP_FAILED)
+            map = NULL;
+        }
+        hs_send(fd, map ? 'A' : 'N');
+      }
+    }
+    if (!map)
+      continue;
+    /* the first ring carries lo -> hi, the second hi -> lo */
+    colo_ring_t *r0 = map, *r1 = (colo_ring_t *)((char *)map + half);
+    w->maps[j] = map;
+    w->out[j] = w->rank == lo ? r0 : r1;
+    w->in[j] = w->rank == lo ? r1 : r0;
+    w->self->base.shm_peers++;
+  }
+}
+
 int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char *bind_host,
                          int timeout_ms, colo_comm_t **out, char *err, size_t errlen) {
   if (world < 1 || rank < 0 || rank >= world) {
@@ -306,6 +470,10 @@ int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char
   tcp_world_t *w = calloc(1, sizeof *w);
   tcp_comm_t *c = calloc(1, sizeof *c);
   w->fds = malloc((size_t)world * sizeof *w->fds);
+  w->out = calloc((size_t)world, sizeof *w->out);
+  w->in = calloc((size_t)world, sizeof *w->in);
+  w->maps = calloc((size_t)world, sizeof *w->maps);
+  w->map_len = 2 * colo_ring_size(RING_BYTES);
   c->members = malloc((size_t)world * sizeof *c->members);
   for (int i = 0; i < world; i++) {
     w->fds[i] = -1;
@@ -378,6 +546,7 @@ int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char
   }
   close(lfd);
   lfd = -1;
+  shm_setup(w, timeout_ms);
   /* everyone is connected before anyone relies on it (rank 0 may then stop the store) */
   if (barrier(&c->base) < 0) {
     snprintf(err, errlen, "%s", c->base.error);
@@ -424,6 +593,8 @@ int colo_comm_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **o
   c->base.ops = &TCP;
   c->base.rank = me;
   c->base.size = n;
+  for (int i = 0; i < n; i++)
+    c->base.shm_peers += i != me && wc->w->out[ranks[i]] != NULL;
   *out = &c->base;
   return 0;
 }
