@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism on the CPU over TCP, launched with colo-train --nproc:
-#   - equivalence: dp=2 with ZeRO 0 and 1, and dp=4 with ZeRO 1, against one process with the
+#   - equivalence: dp=2 with ZeRO 0, 1 and 2, dp=4 with ZeRO 1 and 2, and ZeRO-2 on one rank,
+#     against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, and one saved at dp=1 resumes
 #     at dp=2, with the losses of a run that never stopped;
@@ -60,9 +61,15 @@ run "$TMP/single" --batch-size $GLOBAL_B
 run "$TMP/dp2z0" --nproc 2 --dp 2 --zero 0 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp2z1" --nproc 2 --dp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp4z1" --nproc 4 --dp 4 --zero 1 --batch-size $((GLOBAL_B / 4))
+run "$TMP/dp2z2" --nproc 2 --dp 2 --zero 2 --batch-size $((GLOBAL_B / 2))
+run "$TMP/dp4z2" --nproc 4 --dp 4 --zero 2 --batch-size $((GLOBAL_B / 4))
+run "$TMP/dp1z2" --zero 2 --batch-size $GLOBAL_B
 compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0" || fail "dp=2 ZeRO-0 differs"
 compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1" || fail "dp=2 ZeRO-1 differs"
 compare "$TMP/single" "$TMP/dp4z1" "dp=4 ZeRO-1" || fail "dp=4 ZeRO-1 differs"
+compare "$TMP/single" "$TMP/dp2z2" "dp=2 ZeRO-2" || fail "dp=2 ZeRO-2 differs"
+compare "$TMP/single" "$TMP/dp4z2" "dp=4 ZeRO-2" || fail "dp=4 ZeRO-2 differs"
+compare "$TMP/single" "$TMP/dp1z2" "dp=1 ZeRO-2 (hooks alone)" || fail "dp=1 ZeRO-2 differs"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5

@@ -47,6 +47,11 @@ struct colo_gpt_s {
   colo_param_t *table;
   size_t n_tensors, n_params;
   float *params, *grads;
+  float **gt; /* per tensor: where its gradients go */
+  const colo_gpt_hooks_t *hooks;
+  void *hook_ctx;
+  int hook_error;
+  size_t act_bytes;
   /* activations */
   float *encoded;       /* [N][C] */
   float **resid;        /* L+1 entries: resid[l] is block l's input, resid[L] the last output */
@@ -65,16 +70,16 @@ static float *P(colo_gpt_t *m, int layer, int which) {
   return m->params + m->table[2 + (size_t)layer * P_PER_LAYER + which].offset;
 }
 static float *G(colo_gpt_t *m, int layer, int which) {
-  return m->grads + m->table[2 + (size_t)layer * P_PER_LAYER + which].offset;
+  return m->gt[2 + (size_t)layer * P_PER_LAYER + which];
 }
 #define WTE(m)   ((m)->params + (m)->table[0].offset)
 #define WPE(m)   ((m)->params + (m)->table[1].offset)
 #define LNFW(m)  ((m)->params + (m)->table[(m)->n_tensors - 2].offset)
 #define LNFB(m)  ((m)->params + (m)->table[(m)->n_tensors - 1].offset)
-#define DWTE(m)  ((m)->grads + (m)->table[0].offset)
-#define DWPE(m)  ((m)->grads + (m)->table[1].offset)
-#define DLNFW(m) ((m)->grads + (m)->table[(m)->n_tensors - 2].offset)
-#define DLNFB(m) ((m)->grads + (m)->table[(m)->n_tensors - 1].offset)
+#define DWTE(m)  ((m)->gt[0])
+#define DWPE(m)  ((m)->gt[1])
+#define DLNFW(m) ((m)->gt[(m)->n_tensors - 2])
+#define DLNFB(m) ((m)->gt[(m)->n_tensors - 1])
 
 static void add_tensor(colo_gpt_t *m, size_t *k, const char *name, int d0, int d1, int decay) {
   colo_param_t *p = &m->table[(*k)++];
@@ -180,6 +185,12 @@ int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
     return COLO_ENOMEM;
   }
   build_table(m);
+  m->gt = calloc(m->n_tensors, sizeof *m->gt);
+  if (!m->gt) {
+    snprintf(err, errlen, "out of memory");
+    colo_gpt_destroy(m);
+    return COLO_ENOMEM;
+  }
   int rc = 0;
   float **bufs[] = {&m->params, &m->grads};
   const char *what[] = {"parameters", "gradients"};
@@ -212,6 +223,9 @@ int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
       colo_gpt_destroy(m);
       return rc;
     }
+  for (size_t i = 0; i < m->n_tensors; i++)
+    m->gt[i] = m->grads + m->table[i].offset;
+  m->act_bytes = colo_pool_used(pool) - 2 * m->n_params * sizeof(float);
   *out = m;
   return 0;
 }
@@ -242,6 +256,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   free(m->layers);
   free(m->resid);
   free(m->table);
+  free(m->gt);
   free(m->targets);
   free(m->inputs);
   free(m);
@@ -336,7 +351,48 @@ const float *colo_gpt_logits(const colo_gpt_t *m) {
 }
 
 void colo_gpt_zero_grad(colo_gpt_t *m) {
-  memset(m->grads, 0, m->n_params * sizeof(float));
+  if (m->grads)
+    memset(m->grads, 0, m->n_params * sizeof(float));
+  m->hook_error = 0;
+}
+
+void colo_gpt_set_hooks(colo_gpt_t *m, const colo_gpt_hooks_t *hooks, void *ctx) {
+  m->hooks = hooks;
+  m->hook_ctx = ctx;
+  colo_pool_free(m->pool, m->grads);
+  m->grads = NULL;
+  for (size_t i = 0; i < m->n_tensors; i++)
+    m->gt[i] = NULL;
+}
+
+int colo_gpt_hook_error(const colo_gpt_t *m) {
+  return m->hook_error;
+}
+
+size_t colo_gpt_activation_bytes(const colo_gpt_t *m) {
+  return m->act_bytes;
+}
+
+/* the hooks around the tensors [first, first + n) */
+static int grads_begin(colo_gpt_t *m, size_t first, size_t n) {
+  if (!m->hooks || m->hook_error)
+    return m->hook_error;
+  for (size_t i = first; i < first + n; i++)
+    if (!(m->gt[i] = m->hooks->grads_begin(m->hook_ctx, i)))
+      return m->hook_error = COLO_EIO;
+  return 0;
+}
+
+static int grads_ready(colo_gpt_t *m, size_t first, size_t n) {
+  if (!m->hooks || m->hook_error)
+    return m->hook_error;
+  for (size_t i = first; i < first + n; i++) {
+    int rc = m->hooks->grads_ready(m->hook_ctx, i);
+    m->gt[i] = NULL;
+    if (rc < 0)
+      return m->hook_error = rc;
+  }
+  return 0;
 }
 
 void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
@@ -345,17 +401,26 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
   int NH = m->cfg.n_head, N = B * T;
   size_t NC = (size_t)N * C;
   /* loss -> logits (in place over the probabilities) -> final LayerNorm */
+  size_t nt = m->n_tensors;
   be->crossentropy_bwd(m->logits, m->logits, m->targets, loss_scale / (float)N, N, V);
+  /* the embedding's gradients stay open until the encoder's backward, at the very end */
+  if (grads_begin(m, 0, 2) < 0 || grads_begin(m, nt - 2, 2) < 0)
+    return;
   memset(m->dln, 0, NC * sizeof(float));
   be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, WTE(m), N, C, V);
   memset(m->dres, 0, NC * sizeof(float));
   be->layernorm_bwd(m->dres, DLNFW(m), DLNFB(m), m->dln, m->resid[L], LNFW(m), m->lnf_mean,
                     m->lnf_rstd, N, C);
+  if (grads_ready(m, nt - 2, 2) < 0)
+    return;
   /* dres is the gradient of the residual stream, carried down through the blocks */
   for (int l = L - 1; l >= 0; l--) {
     layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
     if (m->recompute) /* the same forward again: bit-identical activations */
       block_forward(m, l, a, m->resid[l], m->dtmp);
+    size_t first = 2 + (size_t)l * P_PER_LAYER;
+    if (grads_begin(m, first, P_PER_LAYER) < 0)
+      return;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
     memset(m->dfch_gelu, 0, NC * 4 * sizeof(float));
     be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), m->dres, a->fch_gelu,
@@ -378,6 +443,9 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
                    3 * C);
     be->layernorm_bwd(m->dres, G(m, l, P_LN1W), G(m, l, P_LN1B), m->dln, m->resid[l],
                       P(m, l, P_LN1W), a->ln1_mean, a->ln1_rstd, N, C);
+    if (grads_ready(m, first, P_PER_LAYER) < 0)
+      return;
   }
   be->encoder_bwd(DWTE(m), DWPE(m), m->dres, m->inputs, B, T, C);
+  grads_ready(m, 0, 2);
 }

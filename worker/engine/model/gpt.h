@@ -67,6 +67,25 @@ const float *colo_gpt_probs(const colo_gpt_t *m);
 /* Logits of the last forward without targets, logits[B][T][V]. */
 const float *colo_gpt_logits(const colo_gpt_t *m);
 
+/* Gradient hooks, for ZeRO stage 2: with them set, the model holds no gradient buffer of its
+ * own. Before the backward writes a tensor's gradients it calls grads_begin for it, which must
+ * return where they go (zeroed, valid until grads_ready); once they are final for this backward
+ * it calls grads_ready. Each is called once per tensor per backward, in an order that is the same
+ * on every rank: the LM head and final LayerNorm, the blocks from last to first, the
+ * embeddings. A negative return stops the backward and is kept in colo_gpt_hook_error. */
+typedef struct {
+  float *(*grads_begin)(void *ctx, size_t tensor);
+  int (*grads_ready)(void *ctx, size_t tensor);
+} colo_gpt_hooks_t;
+
+/* Installs hooks (and frees the model's own gradient buffer); colo_gpt_grads then returns
+ * NULL. */
+void colo_gpt_set_hooks(colo_gpt_t *m, const colo_gpt_hooks_t *hooks, void *ctx);
+int colo_gpt_hook_error(const colo_gpt_t *m);
+/* Bytes of activations and scratch the model allocated (everything but parameters and
+ * gradients). */
+size_t colo_gpt_activation_bytes(const colo_gpt_t *m);
+
 void colo_gpt_zero_grad(colo_gpt_t *m);
 /* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must
  * have had targets. */

@@ -1,20 +1,27 @@
 /* ZeRO stages 0 and 1 over chunks. */
 #include "zero.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../../common/error.h"
 
-int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model, char *err,
-                   size_t errlen) {
+static float *hook_begin(void *ctx, size_t t);
+static int hook_ready(void *ctx, size_t t);
+static const colo_gpt_hooks_t HOOKS = {hook_begin, hook_ready};
+
+int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
+                   colo_pool_t *pool, char *err, size_t errlen) {
   memset(z, 0, sizeof *z);
-  if (stage < 0 || stage > 1) {
-    snprintf(err, errlen, "parallel.zero_stage=%d: this build implements ZeRO stages 0 and 1",
+  if (stage < 0 || stage > 2) {
+    snprintf(err, errlen, "parallel.zero_stage=%d: this build implements ZeRO stages 0, 1 and 2",
              stage);
     return COLO_ENOSYS;
   }
+  z->model = model;
+  z->pool = pool;
   z->comm = comm;
   z->stage = stage;
   z->rank = colo_comm_rank(comm);
@@ -42,10 +49,102 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
+  if (stage == 2) {
+    z->grad_full = calloc(z->chunks.n, sizeof *z->grad_full);
+    z->ready = calloc(z->chunks.n, sizeof *z->ready);
+    z->n_in = calloc(z->chunks.n, sizeof *z->n_in);
+    z->chunk_of = calloc(nt, sizeof *z->chunk_of);
+    z->grad_piece = colo_pool_alloc(pool, z->shard_n * sizeof(float), "gradient pieces");
+    if (!z->grad_full || !z->ready || !z->n_in || !z->chunk_of || !z->grad_piece) {
+      snprintf(err, errlen, "%s", z->grad_piece ? "out of memory" : colo_pool_error(pool));
+      colo_zero_free(z);
+      return COLO_ENOMEM;
+    }
+    for (size_t i = 0, k = 0; i < nt; i++) {
+      while (table[i].offset >= z->chunks.chunks[k].hi)
+        k++;
+      z->chunk_of[i] = k;
+      z->n_in[k]++;
+    }
+    colo_gpt_set_hooks(model, &HOOKS, z);
+  }
+  return 0;
+}
+
+void colo_zero_zero_grads(colo_zero_t *z) {
+  if (z->grad_piece)
+    memset(z->grad_piece, 0, z->shard_n * sizeof(float));
+}
+
+/* stage 2: the buffer of the tensor's chunk, allocated (zeroed) on first use in a backward */
+static float *hook_begin(void *ctx, size_t t) {
+  colo_zero_t *z = ctx;
+  size_t k = z->chunk_of[t];
+  const colo_chunk_t *c = &z->chunks.chunks[k];
+  if (!z->grad_full[k] &&
+      !(z->grad_full[k] = colo_pool_alloc(z->pool, c->capacity * sizeof(float), "gradients")))
+    return NULL;
+  size_t nt;
+  const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+  return z->grad_full[k] + (table[t].offset - c->lo);
+}
+
+/* stage 2: when the chunk's last tensor is final, reduce-scatter it into this rank's piece */
+static int hook_ready(void *ctx, size_t t) {
+  colo_zero_t *z = ctx;
+  size_t k = z->chunk_of[t];
+  if (++z->ready[k] < z->n_in[k])
+    return 0;
+  z->ready[k] = 0;
+  const colo_chunk_t *c = &z->chunks.chunks[k];
+  size_t piece = c->capacity / (size_t)z->dp;
+  float *g = z->grad_full[k];
+  int rc = z->dp > 1 ? z->comm->ops->reduce_scatter_sum(z->comm, g, piece) : 0;
+  if (rc == 0) {
+    float *dst = z->grad_piece + z->shard_off[k];
+    const float *src = g + (size_t)z->rank * piece;
+    for (size_t i = 0; i < piece; i++)
+      dst[i] += src[i];
+  }
+  colo_pool_free(z->pool, g);
+  z->grad_full[k] = NULL;
+  return rc;
+}
+
+int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float clip, float *norm,
+                        float *scale) {
+  if (z->stage < 2) {
+    *norm =
+        colo_grad_norm(be, colo_gpt_grads(z->model), colo_gpt_num_params(z->model), clip, scale);
+    return 0;
+  }
+  float sq = (float)be->sumsq(z->grad_piece, z->shard_n);
+  if (z->dp > 1) {
+    int rc = z->comm->ops->allreduce_sum(z->comm, &sq, 1);
+    if (rc < 0)
+      return rc;
+  }
+  *norm = sqrtf(sq);
+  *scale = 1.0f;
+  if (clip > 0.0f && clip / (*norm + 1e-6f) < 1.0f)
+    *scale = clip / (*norm + 1e-6f);
   return 0;
 }
 
 void colo_zero_free(colo_zero_t *z) {
+  if (z->grad_full)
+    for (size_t k = 0; k < z->chunks.n; k++)
+      colo_pool_free(z->pool, z->grad_full[k]);
+  if (z->grad_piece)
+    colo_pool_free(z->pool, z->grad_piece);
+  free(z->grad_full);
+  free(z->ready);
+  free(z->n_in);
+  free(z->chunk_of);
+  z->grad_full = NULL;
+  z->grad_piece = NULL;
+  z->ready = z->n_in = NULL;
+  z->chunk_of = NULL;
   colo_chunks_free(&z->chunks);
   free(z->shard_off);
   free(z->staging);
@@ -58,7 +157,7 @@ size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model) {
 }
 
 int colo_zero_reduce_grads(colo_zero_t *z, colo_gpt_t *model) {
-  if (z->dp == 1)
+  if (z->dp == 1 || z->stage == 2) /* stage 2 reduced each chunk during the backward */
     return 0;
   float *g = colo_gpt_grads(model);
   for (size_t k = 0; k < z->chunks.n; k++) {
@@ -92,11 +191,26 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
   }
   opt->t++;
   float *p = colo_gpt_params(model);
+  size_t nt;
+  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  const colo_adamw_config_t *cf = &opt->cfg;
   for (size_t k = 0; k < z->chunks.n; k++) {
     size_t lo, hi, piece;
     colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-    colo_adamw_step_range(&opt->cfg, opt->t, be, model, lo, hi, opt->m + z->shard_off[k],
-                          opt->v + z->shard_off[k], lr, grad_scale);
+    if (z->stage == 1) {
+      colo_adamw_step_range(cf, opt->t, be, model, lo, hi, opt->m + z->shard_off[k],
+                            opt->v + z->shard_off[k], lr, grad_scale);
+      continue;
+    }
+    /* stage 2: the gradients are this rank's piece */
+    for (size_t i = 0; i < nt; i++) {
+      size_t a = table[i].offset, b = a + table[i].numel;
+      if (b <= lo || a >= hi)
+        continue;
+      size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = z->shard_off[k] + (x - lo);
+      be->adamw(p + x, z->grad_piece + o, opt->m + o, opt->v + o, y - x, lr, cf->beta1, cf->beta2,
+                cf->eps, table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
+    }
   }
   if (z->dp == 1)
     return 0;

@@ -1,8 +1,11 @@
 /* Data parallelism with ZeRO over chunks (colo_chunks_t):
  *   stage 0: gradients are all-reduced chunk by chunk; every rank updates everything;
  *   stage 1: the AdamW moments are sharded: each rank keeps and updates only its piece of every
- *            chunk (1/dp of the optimizer state), then the pieces are all-gathered.
- * Stages 2 and 3 (gradients and then parameters sharded) come next; they are refused for now.
+ *            chunk (1/dp of the optimizer state), then the pieces are all-gathered;
+ *   stage 2: the gradients too: the model writes them into a chunk's buffer through hooks; as
+ *            soon as every tensor of the chunk is final the chunk is reduce-scattered into this
+ *            rank's piece and its buffer freed, so at most a few chunks of full gradients exist.
+ * Stage 3 (parameters sharded too) comes next and is refused for now.
  * Gradients are averaged over the group (callers scale the loss by 1/dp). */
 #ifndef COLO_ZERO_H
 #define COLO_ZERO_H
@@ -22,10 +25,25 @@ typedef struct {
   size_t *shard_off; /* where chunk k's piece starts in the sharded moments */
   size_t shard_n;    /* Σ pieces */
   float *staging;    /* one chunk's capacity */
+  /* stage 2 */
+  colo_gpt_t *model;
+  colo_pool_t *pool;
+  float *grad_piece; /* this rank's summed gradients, shard_n floats */
+  float **grad_full; /* per chunk: its gradient buffer while the backward fills it */
+  int *ready, *n_in; /* per chunk: tensors final in this backward, tensors it holds */
+  size_t *chunk_of;  /* per tensor: its chunk */
 } colo_zero_t;
 
-int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model, char *err,
-                   size_t errlen);
+/* pool: where stage 2 allocates gradient pieces and chunk buffers (their bytes count there). */
+int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
+                   colo_pool_t *pool, char *err, size_t errlen);
+
+/* Before each step's first backward: clears the stage 2 gradient pieces. */
+void colo_zero_zero_grads(colo_zero_t *z);
+
+/* The global gradient norm and the clipping factor (as colo_grad_norm), over the group. */
+int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float clip, float *norm,
+                        float *scale);
 void colo_zero_free(colo_zero_t *z);
 
 /* How many floats each of the optimizer's m and v holds on this rank. */

@@ -176,11 +176,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   pool = colo_pool_create("cpu", cfg->memory_limit);
   CHECK_GOTO(colo_gpt_create(&cfg->model, B, cfg->recompute, be, pool, &model, err, errlen), rc,
              out);
-  CHECK_GOTO(colo_zero_init(&zero, comm, cfg->zero_stage, model, err, errlen), rc, out);
+  CHECK_GOTO(colo_zero_init(&zero, comm, cfg->zero_stage, model, pool, err, errlen), rc, out);
   CHECK_GOTO(
       colo_adamw_init(&opt, &cfg->optim, colo_zero_optim_numel(&zero, model), pool, err, errlen),
       rc, out);
-  if (cfg->zero_stage == 1) {
+  if (cfg->zero_stage >= 1) {
     full_m = malloc(colo_gpt_num_params(model) * sizeof(float));
     full_v = malloc(colo_gpt_num_params(model) * sizeof(float));
   }
@@ -274,6 +274,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       break;
     double t0 = now_s();
     colo_gpt_zero_grad(model);
+    colo_zero_zero_grads(&zero);
     double loss = 0.0;
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
       colo_sample_batch(&train, cfg->seed, (uint64_t)step, micro, colo_comm_rank(comm),
@@ -292,6 +293,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       loss += colo_gpt_forward(model, in, tg, B, T);
       /* the mean over every rank's tokens: gradients are summed over the group below */
       colo_gpt_backward(model, 1.0f / (float)(cfg->grad_accum * world));
+      if (colo_gpt_hook_error(model) < 0) {
+        snprintf(err, errlen, "rank %d: reducing gradients: %s", me,
+                 colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
+        rc = COLO_EIO;
+        goto out;
+      }
     }
     loss /= cfg->grad_accum;
     if (world > 1) {
@@ -303,10 +310,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       loss = (double)l / world;
     }
-    if (dump_path && step == start)
+    if (dump_path && step == start && colo_gpt_grads(model))
       dump_model(&dump, "grad.", model, colo_gpt_grads(model));
-    float gscale;
-    float norm = colo_grad_norm(be, colo_gpt_grads(model), n_params, cfg->optim.grad_clip, &gscale);
+    float gscale, norm;
+    if (colo_zero_grad_norm(&zero, be, cfg->optim.grad_clip, &norm, &gscale) < 0) {
+      snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
+      rc = COLO_EIO;
+      goto out;
+    }
     float lr = colo_lr_at(&cfg->optim, step);
     if (colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
