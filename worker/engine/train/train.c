@@ -343,9 +343,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       fprintf(progress,
               "{\"event\":\"step\",\"step\":%d,\"total_steps\":%d,\"loss\":%.6f,\"lr\":%.6e,"
               "\"grad_norm\":%.6f,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"memory_bytes\":%zu,"
-              "\"time_ms\":%lld}\n",
+              "\"activation_bytes\":%zu,\"time_ms\":%lld}\n",
               step + 1, cfg->steps, loss, (double)lr, (double)norm, dt * 1e3, tok_s,
-              colo_pool_peak(pool), (long long)wall_ms());
+              colo_pool_peak(pool), colo_gpt_activation_bytes(model), (long long)wall_ms());
       fflush(progress);
     }
   }
