@@ -113,13 +113,21 @@ static void train_usage(void) {
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant\n"
+      "  --dp N --tp N --pp N  parallel layout (this build: data parallelism, tp = pp = 1)\n"
+      "  --zero Z              ZeRO stage: 0, 1 or 2\n"
+      "  --nproc N             start N local ranks (dp x tp x pp = N), as torchrun does\n"
+      "  --comm-timeout MS     deadline of every collective (default 60000)\n"
       "  --eval-interval N --eval-batches N --ckpt-interval N --recompute\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
       "  --memory-limit MIB    capacity of the memory pool\n"
       "  --progress FILE       JSON lines of progress ('-' for stdout)\n"
       "  --progress-fd N       JSON lines of progress to an inherited descriptor\n"
       "  --quiet               no per-step line\n"
-      "  --dump-reference FILE tensors for reference tests (batches, grads, weights)\n");
+      "  --dump-reference FILE tensors for reference tests (batches, grads, weights)\n"
+      "\n"
+      "A rank started by another launcher finds its place in COLO_RANK, COLO_WORLD, COLO_STORE\n"
+      "(host:port of the rendezvous store rank 0 serves) and COLO_BIND (its own address);\n"
+      "COLO_COMM_SHM=0 keeps ranks of one host on TCP.\n");
 }
 
 /* Applies one --flag value onto the spec. Returns 0, 1 when the flag is not a spec flag, or
