@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Data parallelism on the CPU over TCP, launched with colo-train --nproc:
-#   - equivalence: dp=2 with ZeRO 0, 1 and 2, dp=4 with ZeRO 1 and 2, and ZeRO-2 on one rank,
+#   - equivalence: dp=2 with ZeRO 0-3, dp=4 with ZeRO 1-3, and ZeRO 2 and 3 on one rank,
 #     against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
-#   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, and one saved at dp=1 resumes
-#     at dp=2, with the losses of a run that never stopped;
+#   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
+#     dp=2, and one saved under ZeRO-3 resumes under ZeRO-1, with the losses of a run that never
+#     stopped;
 #   - fault: kill -9 of one rank mid-training; every other rank exits non-zero within the
 #     communicator timeout (5 s here), naming the dead rank;
 #   - memory: ZeRO-1 holds 1/dp of the AdamW moments.
@@ -64,17 +65,26 @@ run "$TMP/dp4z1" --nproc 4 --dp 4 --zero 1 --batch-size $((GLOBAL_B / 4))
 run "$TMP/dp2z2" --nproc 2 --dp 2 --zero 2 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp4z2" --nproc 4 --dp 4 --zero 2 --batch-size $((GLOBAL_B / 4))
 run "$TMP/dp1z2" --zero 2 --batch-size $GLOBAL_B
+run "$TMP/dp2z3" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/dp4z3" --nproc 4 --dp 4 --zero 3 --batch-size $((GLOBAL_B / 4))
+run "$TMP/dp1z3" --zero 3 --batch-size $GLOBAL_B
 compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0" || fail "dp=2 ZeRO-0 differs"
 compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1" || fail "dp=2 ZeRO-1 differs"
 compare "$TMP/single" "$TMP/dp4z1" "dp=4 ZeRO-1" || fail "dp=4 ZeRO-1 differs"
 compare "$TMP/single" "$TMP/dp2z2" "dp=2 ZeRO-2" || fail "dp=2 ZeRO-2 differs"
 compare "$TMP/single" "$TMP/dp4z2" "dp=4 ZeRO-2" || fail "dp=4 ZeRO-2 differs"
 compare "$TMP/single" "$TMP/dp1z2" "dp=1 ZeRO-2 (hooks alone)" || fail "dp=1 ZeRO-2 differs"
+compare "$TMP/single" "$TMP/dp2z3" "dp=2 ZeRO-3" || fail "dp=2 ZeRO-3 differs"
+compare "$TMP/single" "$TMP/dp4z3" "dp=4 ZeRO-3" || fail "dp=4 ZeRO-3 differs"
+compare "$TMP/single" "$TMP/dp1z3" "dp=1 ZeRO-3 (hooks alone)" || fail "dp=1 ZeRO-3 differs"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5
 run "$TMP/re1" --batch-size 8 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re1" "dp=2 -> dp=1 resume" || fail "dp=2 -> dp=1 resume differs"
+run "$TMP/re3" --nproc 2 --dp 2 --zero 3 --batch-size 4 --ckpt-interval 5 --stop-at 5
+run "$TMP/re3" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re3" "ZeRO-3 -> ZeRO-1 resume" || fail "ZeRO-3 -> ZeRO-1 resume differs"
 run "$TMP/re2" --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re2" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re2" "dp=1 -> dp=2 resume" || fail "dp=1 -> dp=2 resume differs"

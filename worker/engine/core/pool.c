@@ -60,6 +60,9 @@ void colo_pool_free(colo_pool_t *pool, void *p) {
 size_t colo_pool_used(const colo_pool_t *pool) {
   return pool->used;
 }
+void colo_pool_reset_peak(colo_pool_t *pool) {
+  pool->peak = pool->used;
+}
 size_t colo_pool_peak(const colo_pool_t *pool) {
   return pool->peak;
 }

@@ -18,6 +18,8 @@ void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what);
 void colo_pool_free(colo_pool_t *pool, void *p);
 
 size_t colo_pool_used(const colo_pool_t *pool);
+/* Starts measuring the peak again from what is in use now. */
+void colo_pool_reset_peak(colo_pool_t *pool);
 size_t colo_pool_peak(const colo_pool_t *pool);
 size_t colo_pool_capacity(const colo_pool_t *pool);
 const char *colo_pool_error(const colo_pool_t *pool);

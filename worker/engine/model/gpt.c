@@ -48,6 +48,7 @@ struct colo_gpt_s {
   size_t n_tensors, n_params;
   float *params, *grads;
   float **gt; /* per tensor: where its gradients go */
+  float **pt; /* per tensor: its values (NULL while released, under ZeRO-3) */
   const colo_gpt_hooks_t *hooks;
   void *hook_ctx;
   int hook_error;
@@ -67,15 +68,15 @@ struct colo_gpt_s {
 };
 
 static float *P(colo_gpt_t *m, int layer, int which) {
-  return m->params + m->table[2 + (size_t)layer * P_PER_LAYER + which].offset;
+  return m->pt[2 + (size_t)layer * P_PER_LAYER + which];
 }
 static float *G(colo_gpt_t *m, int layer, int which) {
   return m->gt[2 + (size_t)layer * P_PER_LAYER + which];
 }
-#define WTE(m)   ((m)->params + (m)->table[0].offset)
-#define WPE(m)   ((m)->params + (m)->table[1].offset)
-#define LNFW(m)  ((m)->params + (m)->table[(m)->n_tensors - 2].offset)
-#define LNFB(m)  ((m)->params + (m)->table[(m)->n_tensors - 1].offset)
+#define WTE(m)   ((m)->pt[0])
+#define WPE(m)   ((m)->pt[1])
+#define LNFW(m)  ((m)->pt[(m)->n_tensors - 2])
+#define LNFB(m)  ((m)->pt[(m)->n_tensors - 1])
 #define DWTE(m)  ((m)->gt[0])
 #define DWPE(m)  ((m)->gt[1])
 #define DLNFW(m) ((m)->gt[(m)->n_tensors - 2])
@@ -186,7 +187,8 @@ int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
   }
   build_table(m);
   m->gt = calloc(m->n_tensors, sizeof *m->gt);
-  if (!m->gt) {
+  m->pt = calloc(m->n_tensors, sizeof *m->pt);
+  if (!m->gt || !m->pt) {
     snprintf(err, errlen, "out of memory");
     colo_gpt_destroy(m);
     return COLO_ENOMEM;
@@ -223,8 +225,10 @@ int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
       colo_gpt_destroy(m);
       return rc;
     }
-  for (size_t i = 0; i < m->n_tensors; i++)
+  for (size_t i = 0; i < m->n_tensors; i++) {
     m->gt[i] = m->grads + m->table[i].offset;
+    m->pt[i] = m->params + m->table[i].offset;
+  }
   m->act_bytes = colo_pool_used(pool) - 2 * m->n_params * sizeof(float);
   *out = m;
   return 0;
@@ -257,6 +261,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   free(m->resid);
   free(m->table);
   free(m->gt);
+  free(m->pt);
   free(m->targets);
   free(m->inputs);
   free(m);
@@ -303,6 +308,9 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
   }
 }
 
+static int fetch(colo_gpt_t *m, size_t first, size_t n);
+static void release(colo_gpt_t *m, size_t first, size_t n);
+
 /* One block forward: out = block(in), activations into a. */
 static void block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const float *in, float *out) {
   const colo_backend_t *be = m->be;
@@ -323,14 +331,27 @@ static void block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const float *in
 float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T) {
   const colo_backend_t *be = m->be;
   int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = B * T;
+  size_t nt = m->n_tensors;
   m->B = B;
   m->T = T;
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+  if (fetch(m, 0, 2) < 0)
+    return NAN;
   be->encoder_fwd(m->encoded, inputs, WTE(m), WPE(m), B, T, C);
-  for (int l = 0; l < L; l++)
+  release(m, 0, 2);
+  for (int l = 0; l < L; l++) {
+    size_t first = 2 + (size_t)l * P_PER_LAYER;
+    if (fetch(m, first, P_PER_LAYER) < 0)
+      return NAN;
     block_forward(m, l, &m->layers[m->recompute ? 0 : l], m->resid[l], m->resid[l + 1]);
+    release(m, first, P_PER_LAYER);
+  }
+  if (fetch(m, nt - 2, 2) < 0 || fetch(m, 0, 1) < 0)
+    return NAN;
   be->layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], LNFW(m), LNFB(m), N, C);
   be->lmhead_fwd(m->logits, m->lnf, WTE(m), N, C, V);
+  release(m, nt - 2, 2);
+  release(m, 0, 1);
   m->have_targets = targets != NULL;
   if (!targets)
     return 0.0f;
@@ -363,6 +384,32 @@ void colo_gpt_set_hooks(colo_gpt_t *m, const colo_gpt_hooks_t *hooks, void *ctx)
   m->grads = NULL;
   for (size_t i = 0; i < m->n_tensors; i++)
     m->gt[i] = NULL;
+  if (hooks->params_fetch) {
+    colo_pool_free(m->pool, m->params);
+    m->params = NULL;
+    for (size_t i = 0; i < m->n_tensors; i++)
+      m->pt[i] = NULL;
+  }
+}
+
+/* ZeRO-3: values of the tensors [first, first + n) are there between fetch and release */
+static int fetch(colo_gpt_t *m, size_t first, size_t n) {
+  if (!m->hooks || !m->hooks->params_fetch || m->hook_error)
+    return m->hook_error;
+  for (size_t i = first; i < first + n; i++)
+    if (!(m->pt[i] = (float *)m->hooks->params_fetch(m->hook_ctx, i)))
+      return m->hook_error = COLO_EIO;
+  return 0;
+}
+
+static void release(colo_gpt_t *m, size_t first, size_t n) {
+  if (!m->hooks || !m->hooks->params_release)
+    return;
+  for (size_t i = first; i < first + n; i++)
+    if (m->pt[i]) {
+      m->hooks->params_release(m->hook_ctx, i);
+      m->pt[i] = NULL;
+    }
 }
 
 int colo_gpt_hook_error(const colo_gpt_t *m) {
@@ -404,21 +451,26 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
   size_t nt = m->n_tensors;
   be->crossentropy_bwd(m->logits, m->logits, m->targets, loss_scale / (float)N, N, V);
   /* the embedding's gradients stay open until the encoder's backward, at the very end */
-  if (grads_begin(m, 0, 2) < 0 || grads_begin(m, nt - 2, 2) < 0)
+  if (grads_begin(m, 0, 2) < 0 || grads_begin(m, nt - 2, 2) < 0 || fetch(m, 0, 1) < 0 ||
+      fetch(m, nt - 2, 2) < 0)
     return;
   memset(m->dln, 0, NC * sizeof(float));
   be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, WTE(m), N, C, V);
   memset(m->dres, 0, NC * sizeof(float));
   be->layernorm_bwd(m->dres, DLNFW(m), DLNFB(m), m->dln, m->resid[L], LNFW(m), m->lnf_mean,
                     m->lnf_rstd, N, C);
+  release(m, nt - 2, 2);
+  release(m, 0, 1);
   if (grads_ready(m, nt - 2, 2) < 0)
     return;
   /* dres is the gradient of the residual stream, carried down through the blocks */
   for (int l = L - 1; l >= 0; l--) {
     layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
+    size_t first = 2 + (size_t)l * P_PER_LAYER;
+    if (fetch(m, first, P_PER_LAYER) < 0)
+      return;
     if (m->recompute) /* the same forward again: bit-identical activations */
       block_forward(m, l, a, m->resid[l], m->dtmp);
-    size_t first = 2 + (size_t)l * P_PER_LAYER;
     if (grads_begin(m, first, P_PER_LAYER) < 0)
       return;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
@@ -443,6 +495,7 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
                    3 * C);
     be->layernorm_bwd(m->dres, G(m, l, P_LN1W), G(m, l, P_LN1B), m->dln, m->resid[l],
                       P(m, l, P_LN1W), a->ln1_mean, a->ln1_rstd, N, C);
+    release(m, first, P_PER_LAYER);
     if (grads_ready(m, first, P_PER_LAYER) < 0)
       return;
   }

@@ -76,10 +76,16 @@ const float *colo_gpt_logits(const colo_gpt_t *m);
 typedef struct {
   float *(*grads_begin)(void *ctx, size_t tensor);
   int (*grads_ready)(void *ctx, size_t tensor);
+  /* ZeRO stage 3 (may be NULL): the model holds no parameters of its own either; it fetches a
+   * tensor's values before it uses them (forward, and again in backward) and releases them
+   * after, also in an order the same on every rank. */
+  const float *(*params_fetch)(void *ctx, size_t tensor);
+  void (*params_release)(void *ctx, size_t tensor);
 } colo_gpt_hooks_t;
 
-/* Installs hooks (and frees the model's own gradient buffer); colo_gpt_grads then returns
- * NULL. */
+/* Installs hooks and frees the model's own gradient buffer (and, with params_fetch, its
+ * parameter buffer: initialise and copy parameters out before); colo_gpt_grads (and
+ * colo_gpt_params) then return NULL. */
 void colo_gpt_set_hooks(colo_gpt_t *m, const colo_gpt_hooks_t *hooks, void *ctx);
 int colo_gpt_hook_error(const colo_gpt_t *m);
 /* Bytes of activations and scratch the model allocated (everything but parameters and

@@ -8,17 +8,20 @@
 
 #include "../../../common/error.h"
 
+static int gather_chunk(colo_zero_t *z, size_t k, const float *piece_src, float *dst);
 static float *hook_begin(void *ctx, size_t t);
 static int hook_ready(void *ctx, size_t t);
-static const colo_gpt_hooks_t HOOKS = {hook_begin, hook_ready};
+static const float *hook_fetch(void *ctx, size_t t);
+static void hook_release(void *ctx, size_t t);
+static const colo_gpt_hooks_t HOOKS2 = {hook_begin, hook_ready, NULL, NULL};
+static const colo_gpt_hooks_t HOOKS3 = {hook_begin, hook_ready, hook_fetch, hook_release};
 
 int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
                    colo_pool_t *pool, char *err, size_t errlen) {
   memset(z, 0, sizeof *z);
-  if (stage < 0 || stage > 2) {
-    snprintf(err, errlen, "parallel.zero_stage=%d: this build implements ZeRO stages 0, 1 and 2",
-             stage);
-    return COLO_ENOSYS;
+  if (stage < 0 || stage > 3) {
+    snprintf(err, errlen, "parallel.zero_stage=%d must be 0, 1, 2 or 3", stage);
+    return COLO_EINVAL;
   }
   z->model = model;
   z->pool = pool;
@@ -49,7 +52,7 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
-  if (stage == 2) {
+  if (stage >= 2) {
     z->grad_full = calloc(z->chunks.n, sizeof *z->grad_full);
     z->ready = calloc(z->chunks.n, sizeof *z->ready);
     z->n_in = calloc(z->chunks.n, sizeof *z->n_in);
@@ -66,7 +69,75 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
       z->chunk_of[i] = k;
       z->n_in[k]++;
     }
-    colo_gpt_set_hooks(model, &HOOKS, z);
+  }
+  if (stage == 3) {
+    z->param_full = calloc(z->chunks.n, sizeof *z->param_full);
+    z->fetched = calloc(z->chunks.n, sizeof *z->fetched);
+    z->param_piece = colo_pool_alloc(pool, z->shard_n * sizeof(float), "parameter pieces");
+    if (!z->param_full || !z->fetched || !z->param_piece) {
+      snprintf(err, errlen, "%s", z->param_piece ? "out of memory" : colo_pool_error(pool));
+      colo_zero_free(z);
+      return COLO_ENOMEM;
+    }
+  }
+  return 0;
+}
+
+int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
+  (void)err;
+  (void)errlen;
+  if (z->stage < 2)
+    return 0;
+  if (z->stage == 3) { /* keep this rank's pieces of the parameters */
+    const float *p = colo_gpt_params(z->model);
+    for (size_t k = 0; k < z->chunks.n; k++) {
+      size_t lo, hi, piece;
+      colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+      memset(z->param_piece + z->shard_off[k], 0, piece * sizeof(float));
+      memcpy(z->param_piece + z->shard_off[k], p + lo, (hi - lo) * sizeof(float));
+    }
+  }
+  colo_gpt_set_hooks(z->model, z->stage == 3 ? &HOOKS3 : &HOOKS2, z);
+  return 0;
+}
+
+/* stage 3: a tensor's values, its chunk gathered on the first fetch */
+static const float *hook_fetch(void *ctx, size_t t) {
+  colo_zero_t *z = ctx;
+  size_t k = z->chunk_of[t];
+  const colo_chunk_t *c = &z->chunks.chunks[k];
+  if (!z->param_full[k]) {
+    size_t piece = c->capacity / (size_t)z->dp;
+    float *full = colo_pool_alloc(z->pool, c->capacity * sizeof(float), "parameters");
+    if (!full)
+      return NULL;
+    memcpy(full + (size_t)z->rank * piece, z->param_piece + z->shard_off[k], piece * sizeof(float));
+    if (z->dp > 1 && z->comm->ops->all_gather(z->comm, full, piece) < 0) {
+      colo_pool_free(z->pool, full);
+      return NULL;
+    }
+    z->param_full[k] = full;
+  }
+  z->fetched[k]++;
+  size_t nt;
+  const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+  return z->param_full[k] + (table[t].offset - c->lo);
+}
+
+static void hook_release(void *ctx, size_t t) {
+  colo_zero_t *z = ctx;
+  size_t k = z->chunk_of[t];
+  if (--z->fetched[k] == 0) {
+    colo_pool_free(z->pool, z->param_full[k]);
+    z->param_full[k] = NULL;
+  }
+}
+
+int colo_zero_gather_params(colo_zero_t *z, float *flat) {
+  for (size_t k = 0; k < z->chunks.n; k++) {
+    int rc = gather_chunk(z, k, z->param_piece + z->shard_off[k], flat);
+    if (rc < 0)
+      return rc;
   }
   return 0;
 }
@@ -137,6 +208,16 @@ void colo_zero_free(colo_zero_t *z) {
       colo_pool_free(z->pool, z->grad_full[k]);
   if (z->grad_piece)
     colo_pool_free(z->pool, z->grad_piece);
+  if (z->param_full)
+    for (size_t k = 0; k < z->chunks.n; k++)
+      colo_pool_free(z->pool, z->param_full[k]);
+  if (z->param_piece)
+    colo_pool_free(z->pool, z->param_piece);
+  free(z->param_full);
+  free(z->fetched);
+  z->param_full = NULL;
+  z->param_piece = NULL;
+  z->fetched = NULL;
   free(z->grad_full);
   free(z->ready);
   free(z->n_in);
@@ -157,7 +238,7 @@ size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model) {
 }
 
 int colo_zero_reduce_grads(colo_zero_t *z, colo_gpt_t *model) {
-  if (z->dp == 1 || z->stage == 2) /* stage 2 reduced each chunk during the backward */
+  if (z->dp == 1 || z->stage >= 2) /* stages 2 and 3 reduced each chunk in the backward */
     return 0;
   float *g = colo_gpt_grads(model);
   for (size_t k = 0; k < z->chunks.n; k++) {
@@ -202,16 +283,19 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
                             opt->v + z->shard_off[k], lr, grad_scale);
       continue;
     }
-    /* stage 2: the gradients are this rank's piece */
+    /* stages 2 and 3: the gradients (and at 3 the parameters) are this rank's piece */
     for (size_t i = 0; i < nt; i++) {
       size_t a = table[i].offset, b = a + table[i].numel;
       if (b <= lo || a >= hi)
         continue;
       size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = z->shard_off[k] + (x - lo);
-      be->adamw(p + x, z->grad_piece + o, opt->m + o, opt->v + o, y - x, lr, cf->beta1, cf->beta2,
+      float *pp = z->stage == 3 ? z->param_piece + o : p + x;
+      be->adamw(pp, z->grad_piece + o, opt->m + o, opt->v + o, y - x, lr, cf->beta1, cf->beta2,
                 cf->eps, table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
     }
   }
+  if (z->stage == 3)
+    return 0; /* gathered again when next fetched */
   if (z->dp == 1)
     return 0;
   for (size_t k = 0; k < z->chunks.n; k++) {

@@ -5,7 +5,9 @@
  *   stage 2: the gradients too: the model writes them into a chunk's buffer through hooks; as
  *            soon as every tensor of the chunk is final the chunk is reduce-scattered into this
  *            rank's piece and its buffer freed, so at most a few chunks of full gradients exist.
- * Stage 3 (parameters sharded too) comes next and is refused for now.
+ *   stage 3: the parameters too: each rank keeps its pieces; a chunk is all-gathered when the
+ *            model fetches one of its tensors and freed when the last is released, so at most a
+ *            few chunks of full parameters exist.
  * Gradients are averaged over the group (callers scale the loss by 1/dp). */
 #ifndef COLO_ZERO_H
 #define COLO_ZERO_H
@@ -32,11 +34,22 @@ typedef struct {
   float **grad_full; /* per chunk: its gradient buffer while the backward fills it */
   int *ready, *n_in; /* per chunk: tensors final in this backward, tensors it holds */
   size_t *chunk_of;  /* per tensor: its chunk */
+  /* stage 3 */
+  float *param_piece; /* this rank's parameters, shard_n floats */
+  float **param_full; /* per chunk: the gathered chunk while fetched */
+  int *fetched;       /* per chunk: tensors fetched and not yet released */
 } colo_zero_t;
 
 /* pool: where stage 2 allocates gradient pieces and chunk buffers (their bytes count there). */
 int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
                    colo_pool_t *pool, char *err, size_t errlen);
+
+/* Stages 2 and 3: installs the model hooks, once the parameters are initialised or loaded
+ * (stage 3 takes its pieces from them and frees the model's full copy). */
+int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen);
+
+/* Stage 3: all ranks gather the full parameters into `flat` (for a checkpoint). */
+int colo_zero_gather_params(colo_zero_t *z, float *flat);
 
 /* Before each step's first backward: clears the stage 2 gradient pieces. */
 void colo_zero_zero_grads(colo_zero_t *z);

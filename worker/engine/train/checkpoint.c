@@ -312,8 +312,8 @@ static void remove_dir(const char *path) {
 }
 
 int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *model,
-                   const colo_adamw_t *opt, int rank, char *path_out, size_t path_len, char *err,
-                   size_t errlen) {
+                   const float *params_in, const colo_adamw_t *opt, int rank, char *path_out,
+                   size_t path_len, char *err, size_t errlen) {
   if (mkdir(root, 0755) != 0 && errno != EEXIST)
     return fail(err, errlen, COLO_EIO, "%s: %s", root, strerror(errno));
   char final[1100], tmp[1200], file[1300], fname[64];
@@ -327,7 +327,7 @@ int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *m
   size_t n = opt ? 3 * nt : nt;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
-  const float *params = colo_gpt_params(model);
+  const float *params = params_in ? params_in : colo_gpt_params(model);
   for (size_t i = 0; i < nt; i++) {
     for (int k = 0; k < (opt ? 3 : 1); k++) {
       colo_st_tensor_t *t = &ts[k * nt + i];

@@ -26,10 +26,11 @@ typedef struct {
   int dp, tp, pp, world;
 } colo_ckpt_meta_t;
 
-/* Saves into root/step_NNNNNNNN (root is created if needed); path_out gets that directory. */
+/* Saves into root/step_NNNNNNNN (root is created if needed); path_out gets that directory.
+ * params: the flat parameters to write, NULL for the model's own. */
 int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *model,
-                   const colo_adamw_t *opt, int rank, char *path_out, size_t path_len, char *err,
-                   size_t errlen);
+                   const float *params, const colo_adamw_t *opt, int rank, char *path_out,
+                   size_t path_len, char *err, size_t errlen);
 
 /* Reads and checks manifest.json only. */
 int colo_ckpt_read_meta(const char *dir, colo_ckpt_meta_t *meta, char *err, size_t errlen);

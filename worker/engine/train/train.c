@@ -97,10 +97,14 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val,
 /* A checkpoint of the whole state, written by rank 0. ZeRO-1 moments are gathered first (every
  * rank takes part), so the checkpoint is the same whatever the layout and resumes under any. */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
-                colo_adamw_t *opt, colo_zero_t *zero, float *full_m, float *full_v, int lead,
-                char *path, size_t path_len, char *err, size_t errlen) {
+                colo_adamw_t *opt, colo_zero_t *zero, float *full_m, float *full_v, float *full_p,
+                int lead, char *path, size_t path_len, char *err, size_t errlen) {
   colo_adamw_t whole = *opt;
   meta->adam_t = opt->t;
+  if (full_p && colo_zero_gather_params(zero, full_p) < 0) {
+    snprintf(err, errlen, "gathering the parameters: %s", colo_comm_error(zero->comm));
+    return COLO_EIO;
+  }
   if (full_m) {
     if (colo_zero_gather_moments(zero, opt, full_m, full_v) < 0) {
       snprintf(err, errlen, "gathering the optimizer state: %s", colo_comm_error(zero->comm));
@@ -111,7 +115,7 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
   }
   int rc = 0;
   if (lead)
-    rc = colo_ckpt_save(cfg->ckpt_dir, meta, model, &whole, 0, path, path_len, err, errlen);
+    rc = colo_ckpt_save(cfg->ckpt_dir, meta, model, full_p, &whole, 0, path, path_len, err, errlen);
   /* nobody goes on (or stops) before the checkpoint is on disk */
   if (zero->dp > 1 && zero->comm->ops->barrier(zero->comm) < 0 && rc == 0) {
     snprintf(err, errlen, "after the checkpoint: %s", colo_comm_error(zero->comm));
@@ -133,7 +137,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
   float last_loss = NAN, last_val = NAN;
-  float *full_m = NULL, *full_v = NULL; /* ZeRO-1: consolidated moments for checkpoints */
+  /* ZeRO 1-3: consolidated moments (and at 3 parameters) for checkpoints */
+  float *full_m = NULL, *full_v = NULL, *full_p = NULL;
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
 
@@ -180,6 +185,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   CHECK_GOTO(
       colo_adamw_init(&opt, &cfg->optim, colo_zero_optim_numel(&zero, model), pool, err, errlen),
       rc, out);
+  if (cfg->zero_stage == 3)
+    full_p = malloc(colo_gpt_num_params(model) * sizeof(float));
   if (cfg->zero_stage >= 1) {
     full_m = malloc(colo_gpt_num_params(model) * sizeof(float));
     full_v = malloc(colo_gpt_num_params(model) * sizeof(float));
@@ -225,6 +232,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (!ckpt_path[0])
     colo_gpt_init(model, cfg->seed);
+  CHECK_GOTO(colo_zero_attach(&zero, err, errlen), rc, out);
+  /* the reported peak is that of training; set-up briefly holds full parameters and gradients */
+  colo_pool_reset_peak(pool);
 
   size_t n_params = colo_gpt_num_params(model);
   if (!cfg->quiet && lead && world > 1)
@@ -263,7 +273,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
       meta.step = (uint64_t)step;
-      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, lead, ckpt_path,
+      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, lead, ckpt_path,
                       sizeof ckpt_path, err, errlen),
                  rc, out);
       if (progress)
@@ -360,7 +370,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   /* the last checkpoint: at the end, or where the run was told to stop */
   if (cfg->ckpt_dir && step > start) {
     meta.step = (uint64_t)step;
-    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, lead, ckpt_path,
+    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, lead, ckpt_path,
                     sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
@@ -369,7 +379,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       fprintf(progress, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}\n", step,
               ckpt_path);
   }
-  if (dump_path) {
+  if (dump_path && colo_gpt_params(model)) {
     dump_model(&dump, "final.", model, colo_gpt_params(model));
     dump_add(&dump, "losses", dump_losses, cfg->steps, 0);
     dump_add(&dump, "grad_norms", dump_norms, cfg->steps, 0);
@@ -388,6 +398,7 @@ out:
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
   free(full_m);
   free(full_v);
+  free(full_p);
   colo_zero_free(&zero);
   dump_free(&dump);
   free(in);
