@@ -114,7 +114,7 @@ static void train_usage(void) {
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant\n"
       "  --dp N --tp N --pp N  parallel layout (this build: data parallelism, tp = pp = 1)\n"
-      "  --zero Z              ZeRO stage: 0, 1 or 2\n"
+      "  --zero Z              ZeRO stage: 0, 1, 2 or 3\n"
       "  --nproc N             start N local ranks (dp x tp x pp = N), as torchrun does\n"
       "  --comm-timeout MS     deadline of every collective (default 60000)\n"
       "  --eval-interval N --eval-batches N --ckpt-interval N --recompute\n"
