@@ -7,13 +7,9 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 THREADS=${1:-$(nproc)}
-BUILD="$SRC/build-bench"
-cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target colo-train >/dev/null
-TMP=$(mktemp -d /tmp/colo-learn-XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-bash "$SRC/deploy/fetch-data.sh" "$TMP/text" >/dev/null
-"$BUILD/bin/colo-train" prepare --input "$TMP/text/tinyshakespeare.txt" --out "$TMP/data" >/dev/null
+source "$SRC/bench/lib.sh"
+bench_setup colo-train
+bench_data
 start=$(date +%s)
 "$BUILD/bin/colo-train" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin \
   --n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps 2000 \

@@ -7,13 +7,9 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 THREADS=${1:-$(nproc)}
-BUILD="$SRC/build-bench"
-cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target colo-train >/dev/null
-TMP=$(mktemp -d /tmp/colo-bench-engine-XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-bash "$SRC/deploy/fetch-data.sh" "$TMP/text" >/dev/null
-"$BUILD/bin/colo-train" prepare --input "$TMP/text/tinyshakespeare.txt" --out "$TMP/data" >/dev/null
+source "$SRC/bench/lib.sh"
+bench_setup colo-train
+bench_data
 export OMP_NUM_THREADS=$THREADS
 : >"$TMP/results.jsonl"
 # name layers heads width block batch steps warm-up

@@ -6,13 +6,9 @@
 # stage 3. Writes bench/results/memory_zero.md.   bash bench/memory_zero/run.sh
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
-BUILD="$SRC/build-bench"
-cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target colo-train >/dev/null
-TMP=$(mktemp -d /tmp/colo-mem-XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
-bash "$SRC/deploy/fetch-data.sh" "$TMP/text" >/dev/null
-"$BUILD/bin/colo-train" prepare --input "$TMP/text/tinyshakespeare.txt" --out "$TMP/data" >/dev/null
+source "$SRC/bench/lib.sh"
+bench_setup colo-train
+bench_data
 for z in 0 1 2 3; do
   "$BUILD/bin/colo-train" train --data-root "$TMP/data" --train-data train.bin --eval-interval 0 \
     --n-layer 12 --n-head 8 --n-embd 600 --block-size 64 --batch-size 1 --steps 2 \

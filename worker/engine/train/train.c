@@ -94,6 +94,20 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val,
   return mean;
 }
 
+/* Evaluates at `step` and reports it on stdout and in the progress stream. */
+static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, const colo_shard_t *val,
+                             const colo_train_config_t *cfg, int step, int quiet, FILE *progress,
+                             int *in, int *tg) {
+  float v = evaluate(model, comm, val, cfg->seed, cfg->eval_batches, cfg->batch_size,
+                     cfg->model.block_size, in, tg);
+  if (!quiet)
+    printf("step %6d | val loss %.4f\n", step, (double)v);
+  if (progress)
+    fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld}\n", step,
+            (double)v, (long long)wall_ms());
+  return v;
+}
+
 /* A checkpoint of the whole state, written by rank 0. ZeRO-1 moments are gathered first (every
  * rank takes part), so the checkpoint is the same whatever the layout and resumes under any. */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
@@ -263,14 +277,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .world = world};
   int step = start;
   for (; step < cfg->steps; step++) {
-    if (cfg->eval_interval > 0 && step % cfg->eval_interval == 0) {
-      last_val = evaluate(model, comm, &val, cfg->seed, cfg->eval_batches, B, T, in, tg);
-      if (!quiet)
-        printf("step %6d | val loss %.4f\n", step, (double)last_val);
-      if (progress)
-        fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld}\n",
-                step, (double)last_val, (long long)wall_ms());
-    }
+    if (cfg->eval_interval > 0 && step % cfg->eval_interval == 0)
+      last_val = eval_and_report(model, comm, &val, cfg, step, quiet, progress, in, tg);
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
       meta.step = (uint64_t)step;
       CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, lead, ckpt_path,
@@ -359,14 +367,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       fflush(progress);
     }
   }
-  if (step == cfg->steps && cfg->eval_interval > 0) {
-    last_val = evaluate(model, comm, &val, cfg->seed, cfg->eval_batches, B, T, in, tg);
-    if (!quiet)
-      printf("step %6d | val loss %.4f\n", step, (double)last_val);
-    if (progress)
-      fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld}\n",
-              step, (double)last_val, (long long)wall_ms());
-  }
+  if (step == cfg->steps && cfg->eval_interval > 0)
+    last_val = eval_and_report(model, comm, &val, cfg, step, quiet, progress, in, tg);
   /* the last checkpoint: at the end, or where the run was told to stop */
   if (cfg->ckpt_dir && step > start) {
     meta.step = (uint64_t)step;
