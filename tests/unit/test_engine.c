@@ -204,7 +204,7 @@ typedef struct {
 
 static double enc_loss(void *p) {
   enc_t *m = p;
-  be->encoder_fwd(m->out, m->tok, m->wte, m->wpe, m->B, m->T, m->C);
+  be->encoder_fwd(m->out, m->tok, m->wte, m->wpe, m->B, m->T, m->C, 0, 4);
   return dotd(m->out, m->R, (size_t)m->B * m->T * m->C);
 }
 
@@ -214,7 +214,7 @@ TEST(encoder_grad) {
   enc_t m = {2, 3, 4, tok};
   m.wte = randv(16, 1), m.wpe = randv(12, 1), m.out = randv(24, 1), m.R = randv(24, 1);
   float *dwte = zeros(16), *dwpe = zeros(12);
-  be->encoder_bwd(dwte, dwpe, m.R, tok, 2, 3, 4);
+  be->encoder_bwd(dwte, dwpe, m.R, tok, 2, 3, 4, 0, 4);
   fd_check("encoder dwte", m.wte, dwte, 16, enc_loss, &m);
   fd_check("encoder dwpe", m.wpe, dwpe, 12, enc_loss, &m);
 }
@@ -365,6 +365,56 @@ TEST(crossentropy_grad_and_values) {
   float *d = zeros(28);
   be->crossentropy_bwd(d, m.probs, tg, 1.0f, 4, 7);
   fd_check("crossentropy", m.logits, d, 28, ce_loss, &m);
+}
+
+TEST(vocab_parallel_crossentropy_matches_full) {
+  /* two shards of a 10-token vocabulary, combined as tensor-parallel ranks combine them */
+  setup();
+  int N = 6, V = 10, h = 5, tg[6] = {0, 4, 5, 9, 2, 7};
+  float *logits = randv((size_t)N * V, 3), *probs = zeros((size_t)N * V), *loss = zeros(N);
+  be->crossentropy_fwd(loss, probs, logits, tg, N, V);
+  float *shard[2], *mx[2], *sm[2], *tl[2], gmax[6], gsum[6];
+  for (int k = 0; k < 2; k++) {
+    shard[k] = zeros((size_t)N * h);
+    for (int n = 0; n < N; n++)
+      memcpy(shard[k] + n * h, logits + n * V + k * h, h * sizeof(float));
+    mx[k] = zeros(N), sm[k] = zeros(N), tl[k] = zeros(N);
+    be->vocab_max(mx[k], shard[k], N, h);
+  }
+  for (int n = 0; n < N; n++)
+    gmax[n] = fmaxf(mx[0][n], mx[1][n]);
+  for (int k = 0; k < 2; k++) {
+    be->vocab_sumexp(sm[k], shard[k], gmax, N, h);
+    be->vocab_target(tl[k], shard[k], tg, k * h, N, h);
+  }
+  for (int n = 0; n < N; n++) {
+    gsum[n] = sm[0][n] + sm[1][n];
+    float l = logf(gsum[n]) + gmax[n] - (tl[0][n] + tl[1][n]);
+    if (fabsf(l - loss[n]) > 1e-5f)
+      FAIL_AT("row %d: vocab-parallel loss %.7f, full %.7f", n, (double)l, (double)loss[n]);
+  }
+  float *dfull = zeros((size_t)N * V);
+  be->crossentropy_bwd(dfull, probs, tg, 0.5f, N, V);
+  for (int k = 0; k < 2; k++) {
+    float *d = zeros((size_t)N * h);
+    be->vocab_ce_bwd(d, shard[k], gmax, gsum, tg, k * h, 0.5f, N, h);
+    for (int n = 0; n < N; n++)
+      for (int v = 0; v < h; v++)
+        ASSERT(fabsf(d[n * h + v] - dfull[n * V + k * h + v]) < 1e-6f);
+  }
+}
+
+TEST(vocab_parallel_embedding_matches_full) {
+  setup();
+  int B = 2, T = 3, C = 4, V = 6, tok[6] = {5, 0, 2, 3, 3, 1};
+  float *wte = randv((size_t)V * C, 1), *wpe = randv((size_t)T * C, 1);
+  float *full = zeros((size_t)B * T * C), *a = zeros((size_t)B * T * C),
+        *b = zeros((size_t)B * T * C);
+  be->encoder_fwd(full, tok, wte, wpe, B, T, C, 0, V);
+  be->encoder_fwd(a, tok, wte, wpe, B, T, C, 0, 3);          /* shard 0 adds the positions */
+  be->encoder_fwd(b, tok, wte + 3 * C, NULL, B, T, C, 3, 6); /* shard 1 does not */
+  for (int i = 0; i < B * T * C; i++)
+    ASSERT(a[i] + b[i] == full[i]);
 }
 
 /* ---- AdamW, norm ---- */

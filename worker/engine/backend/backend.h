@@ -25,11 +25,12 @@ typedef struct colo_backend_s {
   void (*lmhead_bwd)(float *dinp, float *dwte, const float *dout, const float *inp,
                      const float *wte, int N, int C, int V);
 
-  /* out[b][t] = wte[tokens[b][t]] + wpe[t] */
+  /* out[b][t] = wte[tokens[b][t] − v0] (0 when the token is outside [v0, v1): a vocab-parallel
+   * shard) + wpe[t] (when wpe is not NULL) */
   void (*encoder_fwd)(float *out, const int *tokens, const float *wte, const float *wpe, int B,
-                      int T, int C);
+                      int T, int C, int v0, int v1);
   void (*encoder_bwd)(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
-                      int C);
+                      int C, int v0, int v1);
 
   /* LayerNorm with eps 1e-5; mean and rstd [N] are saved for the backward */
   void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w,
@@ -56,6 +57,16 @@ typedef struct colo_backend_s {
   /* dlogits[N][V] = (probs - onehot(target)) · dloss (dlogits may alias probs) */
   void (*crossentropy_bwd)(float *dlogits, const float *probs, const int *targets, float dloss,
                            int N, int V);
+
+  /* Vocab-parallel cross-entropy over a shard logits[N][Vl] of the vocabulary starting at v0:
+   * the row maxima, the sums of exp(logit − gmax), the target's logit (0 when another shard has
+   * it), and the gradient (softmax − onehot) · dloss from the global max and sum. */
+  void (*vocab_max)(float *rowmax, const float *logits, int N, int Vl);
+  void (*vocab_sumexp)(float *sum, const float *logits, const float *gmax, int N, int Vl);
+  void (*vocab_target)(float *tlogit, const float *logits, const int *targets, int v0, int N,
+                       int Vl);
+  void (*vocab_ce_bwd)(float *dlogits, const float *logits, const float *gmax, const float *gsum,
+                       const int *targets, int v0, float dloss, int N, int Vl);
 
   /* PyTorch AdamW, step t ≥ 1: p *= 1 - lr·wd; m, v moments of g·grad_scale; bias-corrected
    * update */

@@ -126,20 +126,22 @@ static void lmhead_bwd(float *dinp, float *dwte, const float *dout, const float 
 /* ---- embeddings ---- */
 
 static void encoder_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B,
-                        int T, int C) {
+                        int T, int C, int v0, int v1) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       float *o = out + ((size_t)b * T + t) * C;
-      const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)t * C;
+      int tok = tokens[b * T + t];
+      const float *e = tok >= v0 && tok < v1 ? wte + (size_t)(tok - v0) * C : NULL;
+      const float *p = wpe ? wpe + (size_t)t * C : NULL;
 #pragma omp simd
       for (int i = 0; i < C; i++)
-        o[i] = e[i] + p[i];
+        o[i] = (e ? e[i] : 0.0f) + (p ? p[i] : 0.0f);
     }
 }
 
 static void encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
-                        int T, int C) {
+                        int T, int C, int v0, int v1) {
   /* rows that share a token must be added in a fixed order: serial over (b, t), parallel over
    * channels */
 #pragma omp parallel for schedule(static)
@@ -148,7 +150,8 @@ static void encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *
     for (int b = 0; b < B; b++)
       for (int t = 0; t < T; t++) {
         const float *d = dout + ((size_t)b * T + t) * C;
-        float *e = dwte ? dwte + (size_t)tokens[b * T + t] * C : NULL;
+        int tok = tokens[b * T + t];
+        float *e = dwte && tok >= v0 && tok < v1 ? dwte + (size_t)(tok - v0) * C : NULL;
         float *p = dwpe ? dwpe + (size_t)t * C : NULL;
         for (int i = i0; i < i1; i++) {
           if (e)
@@ -408,6 +411,49 @@ static void crossentropy_bwd(float *dlogits, const float *probs, const int *targ
   }
 }
 
+static void vocab_max(float *rowmax, const float *logits, int N, int Vl) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * Vl;
+    float m = -INFINITY;
+    for (int v = 0; v < Vl; v++)
+      m = l[v] > m ? l[v] : m;
+    rowmax[n] = m;
+  }
+}
+
+static void vocab_sumexp(float *sum, const float *logits, const float *gmax, int N, int Vl) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * Vl;
+    float s = 0.0f;
+    for (int v = 0; v < Vl; v++)
+      s += expf(l[v] - gmax[n]);
+    sum[n] = s;
+  }
+}
+
+static void vocab_target(float *tlogit, const float *logits, const int *targets, int v0, int N,
+                         int Vl) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    int t = targets[n] - v0;
+    tlogit[n] = t >= 0 && t < Vl ? logits[(size_t)n * Vl + t] : 0.0f;
+  }
+}
+
+static void vocab_ce_bwd(float *dlogits, const float *logits, const float *gmax, const float *gsum,
+                         const int *targets, int v0, float dloss, int N, int Vl) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *l = logits + (size_t)n * Vl;
+    float *d = dlogits + (size_t)n * Vl, inv = 1.0f / gsum[n];
+    int t = targets[n] - v0;
+    for (int v = 0; v < Vl; v++)
+      d[v] = (expf(l[v] - gmax[n]) * inv - (v == t ? 1.0f : 0.0f)) * dloss;
+  }
+}
+
 static void adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, float grad_scale, int t) {
   float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
@@ -464,6 +510,10 @@ static const colo_backend_t CPU = {
     .add = add,
     .crossentropy_fwd = crossentropy_fwd,
     .crossentropy_bwd = crossentropy_bwd,
+    .vocab_max = vocab_max,
+    .vocab_sumexp = vocab_sumexp,
+    .vocab_target = vocab_target,
+    .vocab_ce_bwd = vocab_ce_bwd,
     .adamw = adamw,
     .sumsq = sumsq,
     .scale = scale,

@@ -337,7 +337,7 @@ float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
   if (fetch(m, 0, 2) < 0)
     return NAN;
-  be->encoder_fwd(m->encoded, inputs, WTE(m), WPE(m), B, T, C);
+  be->encoder_fwd(m->encoded, inputs, WTE(m), WPE(m), B, T, C, 0, m->cfg.vocab_size);
   release(m, 0, 2);
   for (int l = 0; l < L; l++) {
     size_t first = 2 + (size_t)l * P_PER_LAYER;
@@ -499,6 +499,6 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
     if (grads_ready(m, first, P_PER_LAYER) < 0)
       return;
   }
-  be->encoder_bwd(DWTE(m), DWPE(m), m->dres, m->inputs, B, T, C);
+  be->encoder_bwd(DWTE(m), DWPE(m), m->dres, m->inputs, B, T, C, 0, m->cfg.vocab_size);
   grads_ready(m, 0, 2);
 }
