@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Data parallelism on the CPU over TCP, launched with colo-train --nproc:
-#   - equivalence: dp=2 with ZeRO 0-3, dp=4 with ZeRO 1-3, and ZeRO 2 and 3 on one rank,
-#     against one process with the
+#   - equivalence: dp=2 with ZeRO 0-3, dp=4 with ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 and
+#     dp=2 x tp=2, against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
-#     dp=2, and one saved under ZeRO-3 resumes under ZeRO-1, with the losses of a run that never
-#     stopped;
+#     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and one saved at tp=2 resumes at dp=4,
+#     with the losses of a run that never stopped;
 #   - fault: kill -9 of one rank mid-training; every other rank exits non-zero within the
 #     communicator timeout (5 s here), naming the dead rank;
 #   - memory: ZeRO-1 holds 1/dp of the AdamW moments.
@@ -68,6 +68,8 @@ run "$TMP/dp1z2" --zero 2 --batch-size $GLOBAL_B
 run "$TMP/dp2z3" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp4z3" --nproc 4 --dp 4 --zero 3 --batch-size $((GLOBAL_B / 4))
 run "$TMP/dp1z3" --zero 3 --batch-size $GLOBAL_B
+run "$TMP/tp2" --nproc 2 --tp 2 --batch-size $GLOBAL_B
+run "$TMP/dp2tp2" --nproc 4 --dp 2 --tp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0" || fail "dp=2 ZeRO-0 differs"
 compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1" || fail "dp=2 ZeRO-1 differs"
 compare "$TMP/single" "$TMP/dp4z1" "dp=4 ZeRO-1" || fail "dp=4 ZeRO-1 differs"
@@ -77,6 +79,8 @@ compare "$TMP/single" "$TMP/dp1z2" "dp=1 ZeRO-2 (hooks alone)" || fail "dp=1 ZeR
 compare "$TMP/single" "$TMP/dp2z3" "dp=2 ZeRO-3" || fail "dp=2 ZeRO-3 differs"
 compare "$TMP/single" "$TMP/dp4z3" "dp=4 ZeRO-3" || fail "dp=4 ZeRO-3 differs"
 compare "$TMP/single" "$TMP/dp1z3" "dp=1 ZeRO-3 (hooks alone)" || fail "dp=1 ZeRO-3 differs"
+compare "$TMP/single" "$TMP/tp2" "tp=2" || fail "tp=2 differs"
+compare "$TMP/single" "$TMP/dp2tp2" "dp=2 x tp=2 ZeRO-1" || fail "dp=2 x tp=2 differs"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5
@@ -85,6 +89,9 @@ compare "$TMP/single" "$TMP/re1" "dp=2 -> dp=1 resume" || fail "dp=2 -> dp=1 res
 run "$TMP/re3" --nproc 2 --dp 2 --zero 3 --batch-size 4 --ckpt-interval 5 --stop-at 5
 run "$TMP/re3" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re3" "ZeRO-3 -> ZeRO-1 resume" || fail "ZeRO-3 -> ZeRO-1 resume differs"
+run "$TMP/re4" --nproc 2 --tp 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
+run "$TMP/re4" --nproc 4 --dp 4 --zero 1 --batch-size 2 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re4" "tp=2 -> dp=4 resume" || fail "tp=2 -> dp=4 resume differs"
 run "$TMP/re2" --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re2" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re2" "dp=1 -> dp=2 resume" || fail "dp=1 -> dp=2 resume differs"

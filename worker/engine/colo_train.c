@@ -113,7 +113,7 @@ static void train_usage(void) {
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant\n"
-      "  --dp N --tp N --pp N  parallel layout (this build: data parallelism, tp = pp = 1)\n"
+      "  --dp N --tp N --pp N  parallel layout (this build: data and tensor parallelism, pp = 1)\n"
       "  --zero Z              ZeRO stage: 0, 1, 2 or 3\n"
       "  --nproc N             start N local ranks (dp x tp x pp = N), as torchrun does\n"
       "  --comm-timeout MS     deadline of every collective (default 60000)\n"
@@ -383,11 +383,11 @@ static int cmd_train(int argc, char **argv) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 1;
   }
-  if (spec->parallel->tp > 1 || spec->parallel->pp > 1) {
+  if (spec->parallel->pp > 1 || spec->parallel->sequence_parallel) {
     fprintf(stderr,
-            "colo-train train: parallel.tp=%u parallel.pp=%u: this build implements data "
-            "parallelism only\n",
-            spec->parallel->tp, spec->parallel->pp);
+            "colo-train train: parallel.pp=%u%s: this build implements data and tensor "
+            "parallelism; pipeline and sequence parallelism come next\n",
+            spec->parallel->pp, spec->parallel->sequence_parallel ? " with sequence_parallel" : "");
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 1;
   }
@@ -455,6 +455,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.comm_timeout_ms =
       getenv("COLO_COMM_TIMEOUT_MS") ? atoi(getenv("COLO_COMM_TIMEOUT_MS")) : comm_timeout;
   cfg.zero_stage = (int)spec->parallel->zero_stage;
+  cfg.tp = (int)spec->parallel->tp;
   if (world > 1 && !cfg.store_addr) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return usage_error("train", "COLO_WORLD is set but COLO_STORE is not");

@@ -44,8 +44,13 @@ struct colo_gpt_s {
   const colo_backend_t *be;
   colo_pool_t *pool;
   int max_B, recompute;
-  colo_param_t *table;
-  size_t n_tensors, n_params;
+  colo_param_t *table, *full_table;
+  size_t n_tensors, n_params, full_params;
+  /* tensor parallelism: the group, its size and this rank's place; local widths */
+  colo_comm_t *tp_comm;
+  int tp, tpr;
+  int Cq, NHl, Cf, Vl, v0; /* C/tp (attention), NH/tp, 4C/tp, V/tp, first token of the shard */
+  float *gmax, *gsum, *tlogit, *gather; /* vocab-parallel loss: [N] each, gather [tp][N] */
   float *params, *grads;
   float **gt; /* per tensor: where its gradients go */
   float **pt; /* per tensor: its values (NULL while released, under ZeRO-3) */
@@ -82,44 +87,91 @@ static float *G(colo_gpt_t *m, int layer, int which) {
 #define DLNFW(m) ((m)->gt[(m)->n_tensors - 2])
 #define DLNFB(m) ((m)->gt[(m)->n_tensors - 1])
 
-static void add_tensor(colo_gpt_t *m, size_t *k, const char *name, int d0, int d1, int decay) {
+static void add_tensor(colo_gpt_t *m, size_t *k, const char *name, int d0, int d1, int decay,
+                       int split) {
   colo_param_t *p = &m->table[(*k)++];
+  int tp = m->tp;
   snprintf(p->name, sizeof p->name, "%s", name);
   p->ndim = d1 ? 2 : 1;
-  p->shape[0] = d0;
-  p->shape[1] = d1;
-  p->numel = (size_t)d0 * (d1 ? (size_t)d1 : 1);
+  p->full_shape[0] = d0;
+  p->full_shape[1] = d1;
+  p->full_numel = (size_t)d0 * (d1 ? (size_t)d1 : 1);
+  p->full_offset = m->full_params;
+  p->split = split;
+  /* the split dimension: rows for vocab and row-parallel, else the last */
+  int rows = split == COLO_SPLIT_VOCAB || split == COLO_SPLIT_ROWS;
+  p->shape[0] = rows ? d0 / tp : (d1 || split == COLO_SPLIT_NONE ? d0 : d0 / tp);
+  p->shape[1] = d1 && !rows && split != COLO_SPLIT_NONE ? d1 / tp : d1;
+  p->numel = (size_t)p->shape[0] * (d1 ? (size_t)p->shape[1] : 1);
   p->offset = m->n_params;
   p->decay = decay;
   m->n_params += p->numel;
+  m->full_params += p->full_numel;
+}
+
+size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li) {
+  int d1 = p->full_shape[1];
+  size_t w = d1 ? (size_t)p->shape[1] : p->numel; /* local row width (or length) */
+  size_t r = d1 ? li / w : 0, j = d1 ? li % w : li;
+  switch (p->split) {
+  case COLO_SPLIT_VOCAB:
+  case COLO_SPLIT_ROWS: /* whole rows: shard t holds rows [t·R, (t+1)·R) */
+    return (size_t)t * p->numel + li;
+  case COLO_SPLIT_COLS: /* columns [t·w, (t+1)·w) of each row (or of the vector) */
+    return d1 ? r * (size_t)d1 + (size_t)t * w + j : (size_t)t * w + j;
+  case COLO_SPLIT_QKV: { /* q, k and v each split: local [q_t | k_t | v_t] */
+    size_t third = w / 3, s = j / third, jj = j % third, full_third = third * (size_t)tp;
+    size_t col = s * full_third + (size_t)t * third + jj;
+    return d1 ? r * (size_t)d1 + col : col;
+  }
+  default:
+    (void)tp;
+    return li;
+  }
 }
 
 static void build_table(colo_gpt_t *m) {
   int C = m->cfg.n_embd, L = m->cfg.n_layer;
   size_t k = 0;
   char name[64];
-  add_tensor(m, &k, "transformer.wte.weight", m->cfg.vocab_size, C, 1);
-  add_tensor(m, &k, "transformer.wpe.weight", m->cfg.block_size, C, 1);
+  add_tensor(m, &k, "transformer.wte.weight", m->cfg.vocab_size, C, 1, COLO_SPLIT_VOCAB);
+  add_tensor(m, &k, "transformer.wpe.weight", m->cfg.block_size, C, 1, COLO_SPLIT_NONE);
   static const struct {
     const char *suffix;
     int rows, cols; /* in units of C; 0 cols: a vector */
-    int decay;
+    int decay, split;
   } layer[P_PER_LAYER] = {
-      {"ln_1.weight", 1, 0, 0},        {"ln_1.bias", 1, 0, 0},
-      {"attn.c_attn.weight", 1, 3, 1}, {"attn.c_attn.bias", 3, 0, 0},
-      {"attn.c_proj.weight", 1, 1, 1}, {"attn.c_proj.bias", 1, 0, 0},
-      {"ln_2.weight", 1, 0, 0},        {"ln_2.bias", 1, 0, 0},
-      {"mlp.c_fc.weight", 1, 4, 1},    {"mlp.c_fc.bias", 4, 0, 0},
-      {"mlp.c_proj.weight", 4, 1, 1},  {"mlp.c_proj.bias", 1, 0, 0},
+      {"ln_1.weight", 1, 0, 0, COLO_SPLIT_NONE},
+      {"ln_1.bias", 1, 0, 0, COLO_SPLIT_NONE},
+      {"attn.c_attn.weight", 1, 3, 1, COLO_SPLIT_QKV},
+      {"attn.c_attn.bias", 3, 0, 0, COLO_SPLIT_QKV},
+      {"attn.c_proj.weight", 1, 1, 1, COLO_SPLIT_ROWS},
+      {"attn.c_proj.bias", 1, 0, 0, COLO_SPLIT_NONE},
+      {"ln_2.weight", 1, 0, 0, COLO_SPLIT_NONE},
+      {"ln_2.bias", 1, 0, 0, COLO_SPLIT_NONE},
+      {"mlp.c_fc.weight", 1, 4, 1, COLO_SPLIT_COLS},
+      {"mlp.c_fc.bias", 4, 0, 0, COLO_SPLIT_COLS},
+      {"mlp.c_proj.weight", 4, 1, 1, COLO_SPLIT_ROWS},
+      {"mlp.c_proj.bias", 1, 0, 0, COLO_SPLIT_NONE},
   };
   for (int l = 0; l < L; l++)
     for (int i = 0; i < P_PER_LAYER; i++) {
       snprintf(name, sizeof name, "transformer.h.%d.%s", l, layer[i].suffix);
-      add_tensor(m, &k, name, layer[i].rows * C, layer[i].cols * C, layer[i].decay);
+      add_tensor(m, &k, name, layer[i].rows * C, layer[i].cols * C, layer[i].decay, layer[i].split);
     }
-  add_tensor(m, &k, "transformer.ln_f.weight", C, 0, 0);
-  add_tensor(m, &k, "transformer.ln_f.bias", C, 0, 0);
+  add_tensor(m, &k, "transformer.ln_f.weight", C, 0, 0, COLO_SPLIT_NONE);
+  add_tensor(m, &k, "transformer.ln_f.bias", C, 0, 0, COLO_SPLIT_NONE);
   m->n_tensors = k;
+  /* the whole model's view of the same tensors, for checkpoints */
+  for (size_t i = 0; i < k; i++) {
+    colo_param_t f = m->table[i];
+    f.shape[0] = f.full_shape[0];
+    f.shape[1] = f.full_shape[1];
+    f.numel = f.full_numel;
+    f.offset = f.full_offset;
+    f.split = COLO_SPLIT_NONE;
+    m->full_table[i] = f;
+  }
 }
 
 static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) {
@@ -132,15 +184,15 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) 
       {&a->ln1, N * C},
       {&a->ln1_mean, N},
       {&a->ln1_rstd, N},
-      {&a->qkv, N * 3 * C},
-      {&a->att, (size_t)m->max_B * m->cfg.n_head * T * T},
-      {&a->atty, N * C},
+      {&a->qkv, N * 3 * (size_t)m->Cq},
+      {&a->att, (size_t)m->max_B * (size_t)m->NHl * T * T},
+      {&a->atty, N * (size_t)m->Cq},
       {&a->res2, N * C},
       {&a->ln2, N * C},
       {&a->ln2_mean, N},
       {&a->ln2_rstd, N},
-      {&a->fch, N * 4 * C},
-      {&a->fch_gelu, N * 4 * C},
+      {&a->fch, N * (size_t)m->Cf},
+      {&a->fch_gelu, N * (size_t)m->Cf},
       {&a->tmp, N * C},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -156,10 +208,41 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) 
 int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
                     const colo_backend_t *be, colo_pool_t *pool, colo_gpt_t **out, char *err,
                     size_t errlen) {
+  return colo_gpt_create_tp(cfg, max_B, recompute, be, NULL, pool, out, err, errlen);
+}
+
+size_t colo_gpt_full_numel(const colo_gpt_t *m) {
+  return m->full_params;
+}
+
+const colo_param_t *colo_gpt_full_table(const colo_gpt_t *m, size_t *n) {
+  *n = m->n_tensors;
+  return m->full_table;
+}
+
+int colo_gpt_tp_rank(const colo_gpt_t *m) {
+  return m->tpr;
+}
+
+int colo_gpt_tp_size(const colo_gpt_t *m) {
+  return m->tp;
+}
+
+int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
+                       const colo_backend_t *be, colo_comm_t *tp_comm, colo_pool_t *pool,
+                       colo_gpt_t **out, char *err, size_t errlen) {
   if (cfg->n_layer < 1 || cfg->n_head < 1 || cfg->n_embd % cfg->n_head || cfg->vocab_size < 1 ||
       cfg->block_size < 1 || max_B < 1) {
     snprintf(err, errlen, "bad model shape: n_layer=%d n_head=%d n_embd=%d vocab=%d block=%d B=%d",
              cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->block_size, max_B);
+    return COLO_EINVAL;
+  }
+  int tp = tp_comm ? colo_comm_size(tp_comm) : 1;
+  if (cfg->n_head % tp || cfg->vocab_size % tp) {
+    snprintf(err, errlen,
+             "tensor parallelism over %d ranks needs n_head=%d and vocab_size=%d to "
+             "divide by it",
+             tp, cfg->n_head, cfg->vocab_size);
     return COLO_EINVAL;
   }
   colo_gpt_t *m = calloc(1, sizeof *m);
@@ -167,20 +250,29 @@ int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
+  m->tp = tp;
+  m->tp_comm = tp > 1 ? tp_comm : NULL;
+  m->tpr = tp > 1 ? colo_comm_rank(tp_comm) : 0;
+  m->Cq = cfg->n_embd / tp;
+  m->NHl = cfg->n_head / tp;
+  m->Cf = 4 * cfg->n_embd / tp;
+  m->Vl = cfg->vocab_size / tp;
+  m->v0 = m->tpr * m->Vl;
   m->cfg = *cfg;
   m->be = be;
   m->pool = pool;
   m->max_B = max_B;
   m->recompute = recompute;
   int L = cfg->n_layer;
-  size_t N = (size_t)max_B * cfg->block_size, C = (size_t)cfg->n_embd, V = (size_t)cfg->vocab_size;
+  size_t N = (size_t)max_B * cfg->block_size, C = (size_t)cfg->n_embd;
   m->table = calloc(2 + (size_t)L * P_PER_LAYER + 2, sizeof *m->table);
+  m->full_table = calloc(2 + (size_t)L * P_PER_LAYER + 2, sizeof *m->full_table);
   m->resid = calloc((size_t)L + 1, sizeof *m->resid);
   int nl = recompute ? 1 : L;
   m->layers = calloc((size_t)nl, sizeof *m->layers);
   m->targets = calloc(N, sizeof *m->targets);
   m->inputs = calloc(N, sizeof *m->inputs);
-  if (!m->table || !m->resid || !m->layers || !m->targets || !m->inputs) {
+  if (!m->table || !m->full_table || !m->resid || !m->layers || !m->targets || !m->inputs) {
     snprintf(err, errlen, "out of memory");
     colo_gpt_destroy(m);
     return COLO_ENOMEM;
@@ -208,10 +300,22 @@ int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
   struct {
     float **p;
     size_t n;
-  } rest[] = {
-      {&m->lnf, N * C},   {&m->lnf_mean, N},     {&m->lnf_rstd, N},          {&m->logits, N * V},
-      {&m->losses, N},    {&m->dres, N * C},     {&m->dln, N * C},           {&m->dqkv, N * 3 * C},
-      {&m->datty, N * C}, {&m->dfch, N * 4 * C}, {&m->dfch_gelu, N * 4 * C}, {&m->dtmp, N * C}};
+  } rest[] = {{&m->lnf, N * C},
+              {&m->lnf_mean, N},
+              {&m->lnf_rstd, N},
+              {&m->logits, N * (size_t)m->Vl},
+              {&m->losses, N},
+              {&m->dres, N * C},
+              {&m->dln, N * C},
+              {&m->dqkv, N * 3 * (size_t)m->Cq},
+              {&m->datty, N * (size_t)m->Cq},
+              {&m->dfch, N * (size_t)m->Cf},
+              {&m->dfch_gelu, N * (size_t)m->Cf},
+              {&m->dtmp, N * C},
+              {&m->gmax, N},
+              {&m->gsum, N},
+              {&m->tlogit, N},
+              {&m->gather, N * (size_t)m->tp}};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (!(*rest[i].p = colo_pool_alloc(pool, rest[i].n * sizeof(float), "activations")))
       rc = COLO_ENOMEM;
@@ -243,8 +347,9 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   if (m->resid)
     for (int l = 0; l <= m->cfg.n_layer; l++)
       colo_pool_free(p, m->resid[l]);
-  float *rest[] = {m->lnf, m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
-                   m->dln, m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp};
+  float *rest[] = {m->lnf,  m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
+                   m->dln,  m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
+                   m->gmax, m->gsum,     m->tlogit,   m->gather};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -260,6 +365,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   free(m->layers);
   free(m->resid);
   free(m->table);
+  free(m->full_table);
   free(m->gt);
   free(m->pt);
   free(m->targets);
@@ -285,78 +391,133 @@ size_t colo_gpt_num_params(const colo_gpt_t *m) {
 }
 
 void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
+  /* every rank draws the whole model's values in the single-process order and keeps its shard,
+   * so a tensor-parallel run starts from the weights one process would */
   colo_rng_t rng;
   colo_rng_seed(&rng, seed);
   float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
+  size_t biggest = 0;
+  for (size_t i = 0; i < m->n_tensors; i++)
+    if (m->table[i].full_numel > biggest)
+      biggest = m->table[i].full_numel;
+  float *full = malloc(biggest * sizeof *full);
   for (size_t i = 0; i < m->n_tensors; i++) {
     const colo_param_t *p = &m->table[i];
-    float *x = m->params + p->offset;
     const char *n = p->name;
     size_t len = strlen(n);
     int is_ln_weight = strstr(n, ".ln_") && len > 7 && !strcmp(n + len - 7, ".weight");
     int is_bias = len > 5 && !strcmp(n + len - 5, ".bias");
-    if (is_ln_weight) {
-      for (size_t k = 0; k < p->numel; k++)
-        x[k] = 1.0f;
-    } else if (is_bias) {
-      memset(x, 0, p->numel * sizeof(float));
-    } else {
-      float std = strstr(n, "c_proj.weight") ? proj_std : 0.02f;
-      for (size_t k = 0; k < p->numel; k++)
-        x[k] = std * colo_rng_normal(&rng);
-    }
+    float std = strstr(n, "c_proj.weight") ? proj_std : 0.02f;
+    for (size_t k = 0; k < p->full_numel; k++)
+      full[k] = is_ln_weight ? 1.0f : is_bias ? 0.0f : std * colo_rng_normal(&rng);
+    float *x = m->params + p->offset;
+    for (size_t k = 0; k < p->numel; k++)
+      x[k] = full[colo_param_full_index(p, m->tpr, m->tp, k)];
   }
+  free(full);
 }
 
+/* sum over the tensor-parallel group; a failure stops the pass (kept in hook_error) */
+static int tp_sum(colo_gpt_t *m, float *buf, size_t n) {
+  if (!m->tp_comm || m->hook_error)
+    return m->hook_error;
+  int rc = m->tp_comm->ops->allreduce_sum(m->tp_comm, buf, n);
+  if (rc < 0)
+    m->hook_error = rc;
+  return rc;
+}
+
+/* One block forward: out = block(in), activations into a. */
 static int fetch(colo_gpt_t *m, size_t first, size_t n);
 static void release(colo_gpt_t *m, size_t first, size_t n);
 
-/* One block forward: out = block(in), activations into a. */
 static void block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const float *in, float *out) {
   const colo_backend_t *be = m->be;
-  int B = m->B, T = m->T, C = m->cfg.n_embd, NH = m->cfg.n_head, N = B * T;
+  int B = m->B, T = m->T, C = m->cfg.n_embd, N = B * T, Cq = m->Cq, Cf = m->Cf;
+  /* under tensor parallelism the row-parallel products give partial sums: the group adds them,
+   * and only its first rank adds the (replicated) bias */
+  const float *apb = m->tpr == 0 ? P(m, l, P_ATTPROJB) : NULL;
+  const float *fpb = m->tpr == 0 ? P(m, l, P_FCPROJB) : NULL;
   be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), N, C);
-  be->matmul_fwd(a->qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), N, C, 3 * C);
-  be->attention_fwd(a->atty, a->att, a->qkv, B, T, C, NH);
-  be->matmul_fwd(a->tmp, a->atty, P(m, l, P_ATTPROJW), P(m, l, P_ATTPROJB), N, C, C);
+  be->matmul_fwd(a->qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), N, C, 3 * Cq);
+  be->attention_fwd(a->atty, a->att, a->qkv, B, T, Cq, m->NHl);
+  be->matmul_fwd(a->tmp, a->atty, P(m, l, P_ATTPROJW), apb, N, Cq, C);
+  tp_sum(m, a->tmp, (size_t)N * C);
   be->add(a->res2, in, a->tmp, (size_t)N * C);
   be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), N,
                     C);
-  be->matmul_fwd(a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), N, C, 4 * C);
-  be->gelu_fwd(a->fch_gelu, a->fch, (size_t)N * 4 * C);
-  be->matmul_fwd(a->tmp, a->fch_gelu, P(m, l, P_FCPROJW), P(m, l, P_FCPROJB), N, 4 * C, C);
+  be->matmul_fwd(a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), N, C, Cf);
+  be->gelu_fwd(a->fch_gelu, a->fch, (size_t)N * Cf);
+  be->matmul_fwd(a->tmp, a->fch_gelu, P(m, l, P_FCPROJW), fpb, N, Cf, C);
+  tp_sum(m, a->tmp, (size_t)N * C);
   be->add(out, a->res2, a->tmp, (size_t)N * C);
+}
+
+/* The loss over a vocab-parallel shard of logits: the global row max (all-gathered maxima), the
+ * sum of exponentials and the target logit (summed over the group). */
+static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
+  const colo_backend_t *be = m->be;
+  int tp = m->tp, Vl = m->Vl;
+  be->vocab_max(m->gather + (size_t)m->tpr * N, m->logits, N, Vl);
+  if (m->tp_comm->ops->all_gather(m->tp_comm, m->gather, (size_t)N) < 0) {
+    m->hook_error = COLO_EIO;
+    return;
+  }
+  for (int n = 0; n < N; n++) {
+    float g = m->gather[n];
+    for (int t = 1; t < tp; t++)
+      g = fmaxf(g, m->gather[(size_t)t * N + n]);
+    m->gmax[n] = g;
+  }
+  be->vocab_sumexp(m->gsum, m->logits, m->gmax, N, Vl);
+  be->vocab_target(m->tlogit, m->logits, targets, m->v0, N, Vl);
+  if (tp_sum(m, m->gsum, (size_t)N) < 0 || tp_sum(m, m->tlogit, (size_t)N) < 0)
+    return;
+  for (int n = 0; n < N; n++)
+    m->losses[n] = logf(m->gsum[n]) + m->gmax[n] - m->tlogit[n];
 }
 
 float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T) {
   const colo_backend_t *be = m->be;
-  int C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer, N = B * T;
+  int C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T, Vl = m->Vl;
   size_t nt = m->n_tensors;
   m->B = B;
   m->T = T;
   memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
   if (fetch(m, 0, 2) < 0)
     return NAN;
-  be->encoder_fwd(m->encoded, inputs, WTE(m), WPE(m), B, T, C, 0, m->cfg.vocab_size);
+  /* vocab-parallel embedding: each shard adds its rows, the first also the positions */
+  be->encoder_fwd(m->encoded, inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
+                  m->v0 + Vl);
   release(m, 0, 2);
+  if (tp_sum(m, m->encoded, (size_t)N * C) < 0)
+    return NAN;
   for (int l = 0; l < L; l++) {
     size_t first = 2 + (size_t)l * P_PER_LAYER;
     if (fetch(m, first, P_PER_LAYER) < 0)
       return NAN;
     block_forward(m, l, &m->layers[m->recompute ? 0 : l], m->resid[l], m->resid[l + 1]);
     release(m, first, P_PER_LAYER);
+    if (m->hook_error)
+      return NAN;
   }
   if (fetch(m, nt - 2, 2) < 0 || fetch(m, 0, 1) < 0)
     return NAN;
   be->layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], LNFW(m), LNFB(m), N, C);
-  be->lmhead_fwd(m->logits, m->lnf, WTE(m), N, C, V);
+  be->lmhead_fwd(m->logits, m->lnf, WTE(m), N, C, Vl);
   release(m, nt - 2, 2);
   release(m, 0, 1);
   m->have_targets = targets != NULL;
   if (!targets)
     return 0.0f;
   memcpy(m->targets, targets, (size_t)N * sizeof(int));
-  be->crossentropy_fwd(m->losses, m->logits, m->logits, targets, N, V);
+  if (m->tp_comm) {
+    vocab_parallel_loss(m, targets, N);
+    if (m->hook_error)
+      return NAN;
+  } else {
+    be->crossentropy_fwd(m->losses, m->logits, m->logits, targets, N, Vl);
+  }
   /* mean in double, in order: the loss a test compares must not depend on threads */
   double s = 0.0;
   for (int n = 0; n < N; n++)
@@ -444,18 +605,25 @@ static int grads_ready(colo_gpt_t *m, size_t first, size_t n) {
 
 void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
   const colo_backend_t *be = m->be;
-  int B = m->B, T = m->T, C = m->cfg.n_embd, V = m->cfg.vocab_size, L = m->cfg.n_layer;
-  int NH = m->cfg.n_head, N = B * T;
+  int B = m->B, T = m->T, C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T;
+  int Cq = m->Cq, Cf = m->Cf, Vl = m->Vl;
   size_t NC = (size_t)N * C;
-  /* loss -> logits (in place over the probabilities) -> final LayerNorm */
+  /* loss -> logits (in place) -> final LayerNorm */
   size_t nt = m->n_tensors;
-  be->crossentropy_bwd(m->logits, m->logits, m->targets, loss_scale / (float)N, N, V);
+  if (m->tp_comm)
+    be->vocab_ce_bwd(m->logits, m->logits, m->gmax, m->gsum, m->targets, m->v0,
+                     loss_scale / (float)N, N, Vl);
+  else
+    be->crossentropy_bwd(m->logits, m->logits, m->targets, loss_scale / (float)N, N, Vl);
   /* the embedding's gradients stay open until the encoder's backward, at the very end */
   if (grads_begin(m, 0, 2) < 0 || grads_begin(m, nt - 2, 2) < 0 || fetch(m, 0, 1) < 0 ||
       fetch(m, nt - 2, 2) < 0)
     return;
+  /* a column-parallel product's input gradient is a partial sum: the group adds them */
   memset(m->dln, 0, NC * sizeof(float));
-  be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, WTE(m), N, C, V);
+  be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, WTE(m), N, C, Vl);
+  if (tp_sum(m, m->dln, NC) < 0)
+    return;
   memset(m->dres, 0, NC * sizeof(float));
   be->layernorm_bwd(m->dres, DLNFW(m), DLNFB(m), m->dln, m->resid[L], LNFW(m), m->lnf_mean,
                     m->lnf_rstd, N, C);
@@ -463,7 +631,8 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
   release(m, 0, 1);
   if (grads_ready(m, nt - 2, 2) < 0)
     return;
-  /* dres is the gradient of the residual stream, carried down through the blocks */
+  /* dres is the gradient of the residual stream, carried down through the blocks; it is the
+   * same on every rank of a tensor-parallel group, and so are the replicated parameters' */
   for (int l = L - 1; l >= 0; l--) {
     layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
     size_t first = 2 + (size_t)l * P_PER_LAYER;
@@ -474,31 +643,35 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
     if (grads_begin(m, first, P_PER_LAYER) < 0)
       return;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
-    memset(m->dfch_gelu, 0, NC * 4 * sizeof(float));
+    memset(m->dfch_gelu, 0, (size_t)N * Cf * sizeof(float));
     be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), m->dres, a->fch_gelu,
-                   P(m, l, P_FCPROJW), N, 4 * C, C);
-    memset(m->dfch, 0, NC * 4 * sizeof(float));
-    be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, NC * 4);
+                   P(m, l, P_FCPROJW), N, Cf, C);
+    memset(m->dfch, 0, (size_t)N * Cf * sizeof(float));
+    be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, (size_t)N * Cf);
     memset(m->dln, 0, NC * sizeof(float));
     be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, a->ln2, P(m, l, P_FCW), N, C,
-                   4 * C);
+                   Cf);
+    if (tp_sum(m, m->dln, NC) < 0)
+      return;
     be->layernorm_bwd(m->dres, G(m, l, P_LN2W), G(m, l, P_LN2B), m->dln, a->res2, P(m, l, P_LN2W),
                       a->ln2_mean, a->ln2_rstd, N, C);
     /* attention: res2 = in + attproj(attn(qkv(ln1(in)))) */
-    memset(m->datty, 0, NC * sizeof(float));
+    memset(m->datty, 0, (size_t)N * Cq * sizeof(float));
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), m->dres, a->atty,
-                   P(m, l, P_ATTPROJW), N, C, C);
-    memset(m->dqkv, 0, NC * 3 * sizeof(float));
-    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att, B, T, C, NH);
+                   P(m, l, P_ATTPROJW), N, Cq, C);
+    memset(m->dqkv, 0, (size_t)N * 3 * Cq * sizeof(float));
+    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att, B, T, Cq, m->NHl);
     memset(m->dln, 0, NC * sizeof(float));
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, P(m, l, P_QKVW), N, C,
-                   3 * C);
+                   3 * Cq);
+    if (tp_sum(m, m->dln, NC) < 0)
+      return;
     be->layernorm_bwd(m->dres, G(m, l, P_LN1W), G(m, l, P_LN1B), m->dln, m->resid[l],
                       P(m, l, P_LN1W), a->ln1_mean, a->ln1_rstd, N, C);
     release(m, first, P_PER_LAYER);
     if (grads_ready(m, first, P_PER_LAYER) < 0)
       return;
   }
-  be->encoder_bwd(DWTE(m), DWPE(m), m->dres, m->inputs, B, T, C, 0, m->cfg.vocab_size);
+  be->encoder_bwd(DWTE(m), DWPE(m), m->dres, m->inputs, B, T, C, m->v0, m->v0 + Vl);
   grads_ready(m, 0, 2);
 }

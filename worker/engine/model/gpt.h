@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../backend/backend.h"
+#include "../comm/comm.h"
 #include "../core/pool.h"
 
 typedef struct {
@@ -24,15 +25,31 @@ typedef struct {
   int n_embd;     /* C */
 } colo_gpt_config_t;
 
-/* One parameter tensor: its HF name, shape, place in the flat buffer, and whether AdamW decays
- * it (matrices and embeddings yes; biases and LayerNorm no). */
+/* How a tensor is split over a tensor-parallel group (Megatron 1-D). */
+enum {
+  COLO_SPLIT_NONE = 0, /* replicated: LayerNorm, positions, row-parallel biases */
+  COLO_SPLIT_VOCAB,    /* rows of the token embedding / LM head */
+  COLO_SPLIT_COLS,     /* column-parallel: the output columns (c_fc weight and bias) */
+  COLO_SPLIT_QKV,      /* column-parallel by heads within each of q, k, v (c_attn) */
+  COLO_SPLIT_ROWS,     /* row-parallel: the input rows (c_proj weights) */
+};
+
+/* One parameter tensor: its HF name, this rank's shape and place in the flat buffer, the full
+ * tensor's shape and place in the full model, its split, and whether AdamW decays it (matrices
+ * and embeddings yes; biases and LayerNorm no). */
 typedef struct {
   char name[64];
   int ndim;
   int shape[2];
   size_t offset, numel;
+  int full_shape[2];
+  size_t full_offset, full_numel;
+  int split;
   int decay;
 } colo_param_t;
+
+/* Where element li of rank t's shard of p sits in the full tensor. */
+size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li);
 
 /* per block: ln_1.{weight,bias}, attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias},
  * ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} */
@@ -46,6 +63,20 @@ typedef struct colo_gpt_s colo_gpt_t;
 int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
                     const colo_backend_t *be, colo_pool_t *pool, colo_gpt_t **out, char *err,
                     size_t errlen);
+/* The same with tensor parallelism over the group tp (NULL or a group of one: none). This rank
+ * holds its shard of every split tensor; n_head and vocab_size must divide by the group size.
+ * Activations stay replicated across the group; the three collectives of Megatron's layers
+ * (after the row-parallel products, before the column-parallel backward, and the vocab-parallel
+ * loss) go through tp. */
+int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
+                       const colo_backend_t *be, colo_comm_t *tp, colo_pool_t *pool,
+                       colo_gpt_t **out, char *err, size_t errlen);
+/* Parameters of the whole (unsplit) model, and its table (full shapes and offsets). */
+size_t colo_gpt_full_numel(const colo_gpt_t *m);
+const colo_param_t *colo_gpt_full_table(const colo_gpt_t *m, size_t *n);
+/* The tensor-parallel rank and group size. */
+int colo_gpt_tp_rank(const colo_gpt_t *m);
+int colo_gpt_tp_size(const colo_gpt_t *m);
 void colo_gpt_destroy(colo_gpt_t *m);
 
 const colo_gpt_config_t *colo_gpt_config(const colo_gpt_t *m);

@@ -323,7 +323,7 @@ int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *m
   if (mkdir(tmp, 0755) != 0)
     return fail(err, errlen, COLO_EIO, "%s: %s", tmp, strerror(errno));
   size_t nt;
-  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  const colo_param_t *table = colo_gpt_full_table(model, &nt);
   size_t n = opt ? 3 * nt : nt;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
@@ -420,8 +420,8 @@ int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *m
 
 /* ---- load ---- */
 
-int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, colo_adamw_t *opt,
-                   int rank, char *err, size_t errlen) {
+int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
+                   colo_adamw_t *opt, int rank, char *err, size_t errlen) {
   cJSON *files, *root;
   colo_ckpt_meta_t t;
   int rc = parse_manifest(dir, &t, &files, &root, err, errlen);
@@ -445,9 +445,9 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, c
   if ((rc = read_safetensors(path, &f, err, errlen)) < 0)
     return rc;
   size_t nt;
-  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  const colo_param_t *table = colo_gpt_full_table(model, &nt);
   /* load into scratch first: a failure halfway leaves the model and optimizer untouched */
-  size_t np = colo_gpt_num_params(model);
+  size_t np = colo_gpt_full_numel(model);
   float *scratch = malloc(np * sizeof(float) * (opt ? 3 : 1));
   if (!scratch)
     rc = fail(err, errlen, COLO_ENOMEM, "out of memory loading %s", path);
@@ -460,7 +460,7 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, c
                   scratch + (size_t)k * np + table[i].offset, err, errlen);
     }
   if (rc == 0) {
-    memcpy(colo_gpt_params(model), scratch, np * sizeof(float));
+    memcpy(params ? params : colo_gpt_params(model), scratch, np * sizeof(float));
     if (opt) {
       memcpy(opt->m, scratch + np, np * sizeof(float));
       memcpy(opt->v, scratch + 2 * np, np * sizeof(float));

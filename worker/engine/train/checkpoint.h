@@ -27,7 +27,9 @@ typedef struct {
 } colo_ckpt_meta_t;
 
 /* Saves into root/step_NNNNNNNN (root is created if needed); path_out gets that directory.
- * params: the flat parameters to write, NULL for the model's own. */
+ * Tensors are written whole, in the model's full table (colo_gpt_full_table): params and the
+ * optimizer's m and v are flat buffers of the whole model (params NULL: the model's own, which
+ * is whole when it is not split). */
 int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *model,
                    const float *params, const colo_adamw_t *opt, int rank, char *path_out,
                    size_t path_len, char *err, size_t errlen);
@@ -35,10 +37,11 @@ int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *m
 /* Reads and checks manifest.json only. */
 int colo_ckpt_read_meta(const char *dir, colo_ckpt_meta_t *meta, char *err, size_t errlen);
 
-/* Verifies every file, then loads rank's parameters into model and, when opt is not NULL, its
- * moments and step. The model's shape must match the manifest. */
-int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, colo_adamw_t *opt,
-                   int rank, char *err, size_t errlen);
+/* Verifies every file, then loads the whole model's parameters into params (NULL: the model's
+ * own buffer, for a model that is not split) and, when opt is not NULL, whole moments into its m
+ * and v, and its step. The model's shape must match the manifest. */
+int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
+                   colo_adamw_t *opt, int rank, char *err, size_t errlen);
 
 /* The newest checkpoint under root that verifies; the ones that do not are skipped and named
  * in `skipped` (may be NULL). COLO_ENOENT when there is none. */

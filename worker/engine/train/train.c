@@ -94,6 +94,65 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val,
   return mean;
 }
 
+/* ---- tensor parallelism: whole tensors from shards and back ---- */
+
+/* whole[full layout] from every rank's local[local layout] (all ranks take part) */
+static int tp_gather(colo_gpt_t *m, colo_comm_t *tpc, const float *local, float *whole) {
+  size_t nt;
+  const colo_param_t *tab = colo_gpt_params_table(m, &nt);
+  int tp = colo_comm_size(tpc), me = colo_comm_rank(tpc);
+  size_t biggest = 0;
+  for (size_t i = 0; i < nt; i++)
+    biggest = tab[i].numel > biggest ? tab[i].numel : biggest;
+  float *buf = malloc(biggest * (size_t)tp * sizeof *buf);
+  if (!buf)
+    return COLO_ENOMEM;
+  int rc = 0;
+  for (size_t i = 0; i < nt && rc == 0; i++) {
+    const colo_param_t *p = &tab[i];
+    memcpy(buf + (size_t)me * p->numel, local + p->offset, p->numel * sizeof(float));
+    rc = tpc->ops->all_gather(tpc, buf, p->numel);
+    for (int t = 0; rc == 0 && t < tp; t++)
+      for (size_t li = 0; li < p->numel; li++)
+        whole[p->full_offset + colo_param_full_index(p, t, tp, li)] =
+            buf[(size_t)t * p->numel + li];
+  }
+  free(buf);
+  return rc;
+}
+
+/* this rank's local[local layout] from whole[full layout] */
+static void tp_shard(colo_gpt_t *m, const float *whole, float *local) {
+  size_t nt;
+  const colo_param_t *tab = colo_gpt_params_table(m, &nt);
+  int tp = colo_gpt_tp_size(m), me = colo_gpt_tp_rank(m);
+  for (size_t i = 0; i < nt; i++)
+    for (size_t li = 0; li < tab[i].numel; li++)
+      local[tab[i].offset + li] =
+          whole[tab[i].full_offset + colo_param_full_index(&tab[i], me, tp, li)];
+}
+
+/* The global gradient norm under tensor parallelism (ZeRO 0 and 1): split tensors count on
+ * every rank, replicated ones once (a tp-th on each), summed over the group. */
+static int tp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tpc, float clip,
+                        float *norm, float *scale) {
+  size_t nt;
+  const colo_param_t *tab = colo_gpt_params_table(m, &nt);
+  const float *g = colo_gpt_grads(m);
+  double sq = 0.0;
+  for (size_t i = 0; i < nt; i++) {
+    double s = be->sumsq(g + tab[i].offset, tab[i].numel);
+    sq += tab[i].split == COLO_SPLIT_NONE ? s / colo_comm_size(tpc) : s;
+  }
+  float f = (float)sq;
+  int rc = tpc->ops->allreduce_sum(tpc, &f, 1);
+  if (rc < 0)
+    return rc;
+  *norm = sqrtf(f);
+  *scale = clip > 0.0f && clip / (*norm + 1e-6f) < 1.0f ? clip / (*norm + 1e-6f) : 1.0f;
+  return 0;
+}
+
 /* Evaluates at `step` and reports it on stdout and in the progress stream. */
 static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, const colo_shard_t *val,
                              const colo_train_config_t *cfg, int step, int quiet, FILE *progress,
@@ -112,8 +171,9 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, const colo_sh
  * rank takes part), so the checkpoint is the same whatever the layout and resumes under any. */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
                 colo_adamw_t *opt, colo_zero_t *zero, float *full_m, float *full_v, float *full_p,
-                int lead, char *path, size_t path_len, char *err, size_t errlen) {
-  colo_adamw_t whole = *opt;
+                colo_comm_t *tpc, float **whole, int lead, char *path, size_t path_len, char *err,
+                size_t errlen) {
+  colo_adamw_t whole_opt = *opt;
   meta->adam_t = opt->t;
   if (full_p && colo_zero_gather_params(zero, full_p) < 0) {
     snprintf(err, errlen, "gathering the parameters: %s", colo_comm_error(zero->comm));
@@ -124,12 +184,25 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
       snprintf(err, errlen, "gathering the optimizer state: %s", colo_comm_error(zero->comm));
       return COLO_EIO;
     }
-    whole.m = full_m;
-    whole.v = full_v;
+    whole_opt.m = full_m;
+    whole_opt.v = full_v;
+  }
+  const float *params = full_p;
+  if (tpc) { /* whole tensors from the tensor-parallel shards */
+    const float *src[3] = {full_p ? full_p : colo_gpt_params(model), whole_opt.m, whole_opt.v};
+    for (int k = 0; k < 3; k++)
+      if (tp_gather(model, tpc, src[k], whole[k]) < 0) {
+        snprintf(err, errlen, "gathering tensor-parallel shards: %s", colo_comm_error(tpc));
+        return COLO_EIO;
+      }
+    params = whole[0];
+    whole_opt.m = whole[1];
+    whole_opt.v = whole[2];
   }
   int rc = 0;
   if (lead)
-    rc = colo_ckpt_save(cfg->ckpt_dir, meta, model, full_p, &whole, 0, path, path_len, err, errlen);
+    rc = colo_ckpt_save(cfg->ckpt_dir, meta, model, params, &whole_opt, 0, path, path_len, err,
+                        errlen);
   /* nobody goes on (or stops) before the checkpoint is on disk */
   if (zero->dp > 1 && zero->comm->ops->barrier(zero->comm) < 0 && rc == 0) {
     snprintf(err, errlen, "after the checkpoint: %s", colo_comm_error(zero->comm));
@@ -146,7 +219,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_pool_t *pool = NULL;
   colo_gpt_t *model = NULL;
   colo_adamw_t opt = {0};
-  colo_comm_t *comm = NULL;
+  colo_comm_t *comm = NULL;    /* the world */
+  colo_comm_t *dp_comm = NULL; /* this rank's data-parallel group (the world when tp = 1) */
+  colo_comm_t *tpc = NULL;     /* its tensor-parallel group, NULL when tp = 1 */
+  float *whole[3] = {NULL, NULL, NULL}; /* tp > 1: whole parameters and moments for checkpoints */
   colo_zero_t zero = {0};
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
@@ -155,6 +231,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   float *full_m = NULL, *full_v = NULL, *full_p = NULL;
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
+  /* the mesh: rank = dp_idx × tp + tp_idx, tensor-parallel ranks adjacent (one host, one NVLink
+   * domain) */
+  int tp = cfg->tp > 1 ? cfg->tp : 1, dp = world / tp, tp_idx = me % tp, dp_idx = me / tp;
 
   if (cfg->seed >= (1ull << 53)) {
     snprintf(err, errlen,
@@ -192,10 +271,46 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   } else {
     comm = colo_comm_single();
   }
+  if (world % tp) {
+    snprintf(err, errlen, "a world of %d ranks does not split into tensor-parallel groups of %d",
+             world, tp);
+    rc = COLO_EINVAL;
+    goto out;
+  }
+  if (tp > 1) {
+    if (cfg->zero_stage >= 2) {
+      snprintf(err, errlen,
+               "parallel.zero_stage=%d with parallel.tp=%d: this build combines tensor "
+               "parallelism with ZeRO 0 and 1",
+               cfg->zero_stage, tp);
+      rc = COLO_ENOSYS;
+      goto out;
+    }
+    int *members = malloc((size_t)(tp > dp ? tp : dp) * sizeof *members);
+    for (int t = 0; t < tp; t++)
+      members[t] = dp_idx * tp + t;
+    rc = colo_comm_group(comm, members, tp, &tpc, err, errlen);
+    for (int d = 0; rc == 0 && d < dp; d++)
+      members[d] = d * tp + tp_idx;
+    if (rc == 0)
+      rc = colo_comm_group(comm, members, dp, &dp_comm, err, errlen);
+    free(members);
+    if (rc < 0)
+      goto out;
+  } else {
+    dp_comm = comm;
+  }
   pool = colo_pool_create("cpu", cfg->memory_limit);
-  CHECK_GOTO(colo_gpt_create(&cfg->model, B, cfg->recompute, be, pool, &model, err, errlen), rc,
-             out);
-  CHECK_GOTO(colo_zero_init(&zero, comm, cfg->zero_stage, model, pool, err, errlen), rc, out);
+  CHECK_GOTO(colo_gpt_create_tp(&cfg->model, B, cfg->recompute, be, tpc, pool, &model, err, errlen),
+             rc, out);
+  CHECK_GOTO(colo_zero_init(&zero, dp_comm, cfg->zero_stage, model, pool, err, errlen), rc, out);
+  if (tpc)
+    for (int k = 0; k < 3; k++)
+      if (!(whole[k] = malloc(colo_gpt_full_numel(model) * sizeof(float)))) {
+        snprintf(err, errlen, "out of memory");
+        rc = COLO_ENOMEM;
+        goto out;
+      }
   CHECK_GOTO(
       colo_adamw_init(&opt, &cfg->optim, colo_zero_optim_numel(&zero, model), pool, err, errlen),
       rc, out);
@@ -228,7 +343,18 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         full.m = full_m;
         full.v = full_v;
       }
-      CHECK_GOTO(colo_ckpt_load(dir, &meta, model, &full, 0, err, errlen), rc, out);
+      if (tpc) { /* whole tensors in, this rank's shards out */
+        colo_adamw_t w = full;
+        w.m = whole[1];
+        w.v = whole[2];
+        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, whole[0], &w, 0, err, errlen), rc, out);
+        tp_shard(model, whole[0], colo_gpt_params(model));
+        tp_shard(model, whole[1], full.m);
+        tp_shard(model, whole[2], full.v);
+        full.t = w.t;
+      } else {
+        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, NULL, &full, 0, err, errlen), rc, out);
+      }
       opt.t = full.t;
       if (full_m)
         colo_zero_take_moments(&zero, &opt, full_m, full_v);
@@ -271,18 +397,18 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_ckpt_meta_t meta = {.seed = cfg->seed,
                            .loss_scale = 1.0f,
                            .model = cfg->model,
-                           .dp = world,
-                           .tp = 1,
+                           .dp = dp,
+                           .tp = tp,
                            .pp = 1,
                            .world = world};
   int step = start;
   for (; step < cfg->steps; step++) {
     if (cfg->eval_interval > 0 && step % cfg->eval_interval == 0)
-      last_val = eval_and_report(model, comm, &val, cfg, step, quiet, progress, in, tg);
+      last_val = eval_and_report(model, dp_comm, &val, cfg, step, quiet, progress, in, tg);
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
       meta.step = (uint64_t)step;
-      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, lead, ckpt_path,
-                      sizeof ckpt_path, err, errlen),
+      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, whole, lead,
+                      ckpt_path, sizeof ckpt_path, err, errlen),
                  rc, out);
       if (progress)
         fprintf(progress, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}\n", step,
@@ -295,8 +421,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_zero_zero_grads(&zero);
     double loss = 0.0;
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
-      colo_sample_batch(&train, cfg->seed, (uint64_t)step, micro, colo_comm_rank(comm),
-                        colo_comm_size(comm), B, T, in, tg);
+      /* the ranks of a tensor-parallel group see the same batch */
+      colo_sample_batch(&train, cfg->seed, (uint64_t)step, micro, dp_idx, dp, B, T, in, tg);
       if (dump_path) {
         float *fb = malloc((size_t)B * T * 2 * sizeof(float));
         for (int i = 0; i < B * T; i++) {
@@ -310,7 +436,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       loss += colo_gpt_forward(model, in, tg, B, T);
       /* the mean over every rank's tokens: gradients are summed over the group below */
-      colo_gpt_backward(model, 1.0f / (float)(cfg->grad_accum * world));
+      colo_gpt_backward(model, 1.0f / (float)(cfg->grad_accum * dp));
       if (colo_gpt_hook_error(model) < 0) {
         snprintf(err, errlen, "rank %d: reducing gradients: %s", me,
                  colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
@@ -319,19 +445,21 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
     }
     loss /= cfg->grad_accum;
-    if (world > 1) {
+    if (dp > 1) {
       float l = (float)loss;
-      if (comm->ops->allreduce_sum(comm, &l, 1) < 0 || colo_zero_reduce_grads(&zero, model) < 0) {
-        snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
+      if (dp_comm->ops->allreduce_sum(dp_comm, &l, 1) < 0 ||
+          colo_zero_reduce_grads(&zero, model) < 0) {
+        snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(dp_comm));
         rc = COLO_EIO;
         goto out;
       }
-      loss = (double)l / world;
+      loss = (double)l / dp;
     }
     if (dump_path && step == start && colo_gpt_grads(model))
       dump_model(&dump, "grad.", model, colo_gpt_grads(model));
     float gscale, norm;
-    if (colo_zero_grad_norm(&zero, be, cfg->optim.grad_clip, &norm, &gscale) < 0) {
+    if (tpc ? tp_grad_norm(be, model, tpc, cfg->optim.grad_clip, &norm, &gscale) < 0
+            : colo_zero_grad_norm(&zero, be, cfg->optim.grad_clip, &norm, &gscale) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
       rc = COLO_EIO;
       goto out;
@@ -368,12 +496,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   }
   if (step == cfg->steps && cfg->eval_interval > 0)
-    last_val = eval_and_report(model, comm, &val, cfg, step, quiet, progress, in, tg);
+    last_val = eval_and_report(model, dp_comm, &val, cfg, step, quiet, progress, in, tg);
   /* the last checkpoint: at the end, or where the run was told to stop */
   if (cfg->ckpt_dir && step > start) {
     meta.step = (uint64_t)step;
-    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, lead, ckpt_path,
-                    sizeof ckpt_path, err, errlen),
+    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, whole, lead,
+                    ckpt_path, sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
@@ -398,6 +526,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 out:
   if (rc < 0 && comm && world > 1)
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
+  for (int k = 0; k < 3; k++)
+    free(whole[k]);
+  if (tpc)
+    tpc->ops->destroy(tpc);
+  if (dp_comm && dp_comm != comm)
+    dp_comm->ops->destroy(dp_comm);
   free(full_m);
   free(full_v);
   free(full_p);
@@ -426,7 +560,7 @@ static int open_checkpoint(const char *ckpt, int B, colo_pool_t **pool, colo_gpt
   *pool = colo_pool_create("cpu", 0);
   rc = colo_gpt_create(&meta->model, B, 0, colo_backend_cpu(), *pool, model, err, errlen);
   if (rc == 0)
-    rc = colo_ckpt_load(ckpt, meta, *model, NULL, 0, err, errlen);
+    rc = colo_ckpt_load(ckpt, meta, *model, NULL, NULL, 0, err, errlen);
   if (rc < 0) {
     colo_gpt_destroy(*model);
     *model = NULL;

@@ -30,6 +30,7 @@ typedef struct {
   const char *bind_host;  /* this rank's address for its peers */
   int comm_timeout_ms;
   int zero_stage;
+  int tp; /* tensor-parallel degree: world = dp × tp, tensor-parallel ranks adjacent */
 } colo_train_config_t;
 
 /* Trains as configured. Returns 0 or a negative colo code with the reason in err. The final
