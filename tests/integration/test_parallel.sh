@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data parallelism on the CPU over TCP, launched with colo-train --nproc:
-#   - equivalence: dp=2 with ZeRO 0-3, dp=4 with ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 and
-#     dp=2 x tp=2, against one process with the
+#   - equivalence: dp=2 with ZeRO 0-3, dp=4 with ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 with
+#     and without sequence parallelism, and dp=2 x tp=2, against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and one saved at tp=2 resumes at dp=4,
@@ -69,6 +69,9 @@ run "$TMP/dp2z3" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp4z3" --nproc 4 --dp 4 --zero 3 --batch-size $((GLOBAL_B / 4))
 run "$TMP/dp1z3" --zero 3 --batch-size $GLOBAL_B
 run "$TMP/tp2" --nproc 2 --tp 2 --batch-size $GLOBAL_B
+run "$TMP/tp2sp" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+run "$TMP/single_acc" --batch-size $GLOBAL_B --grad-accum 2
+run "$TMP/tp2sp_acc" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B --grad-accum 2
 run "$TMP/dp2tp2" --nproc 4 --dp 2 --tp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0" || fail "dp=2 ZeRO-0 differs"
 compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1" || fail "dp=2 ZeRO-1 differs"
@@ -80,6 +83,14 @@ compare "$TMP/single" "$TMP/dp2z3" "dp=2 ZeRO-3" || fail "dp=2 ZeRO-3 differs"
 compare "$TMP/single" "$TMP/dp4z3" "dp=4 ZeRO-3" || fail "dp=4 ZeRO-3 differs"
 compare "$TMP/single" "$TMP/dp1z3" "dp=1 ZeRO-3 (hooks alone)" || fail "dp=1 ZeRO-3 differs"
 compare "$TMP/single" "$TMP/tp2" "tp=2" || fail "tp=2 differs"
+compare "$TMP/single" "$TMP/tp2sp" "tp=2 sequence parallel" || fail "tp=2 with sp differs"
+compare "$TMP/single_acc" "$TMP/tp2sp_acc" "tp=2 sp, grad accum 2" || fail "tp=2 sp with accumulation differs"
+# the run says which layout it used (printed without --quiet)
+loud=()
+for a in "${M[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
+"$CT" train "${loud[@]}" --steps 2 --eval-interval 0 --nproc 2 --tp 2 --sp true \
+  --batch-size $GLOBAL_B >"$TMP/mesh.out" 2>&1 || fail "the sp run failed: $(cat "$TMP/mesh.out")"
+expect_contains "$(head -1 "$TMP/mesh.out")" "tp=2 with sequence parallelism"
 compare "$TMP/single" "$TMP/dp2tp2" "dp=2 x tp=2 ZeRO-1" || fail "dp=2 x tp=2 differs"
 
 # reshard: stop at 5 under one layout, resume under the other

@@ -114,6 +114,7 @@ static void train_usage(void) {
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant\n"
       "  --dp N --tp N --pp N  parallel layout (this build: data and tensor parallelism, pp = 1)\n"
+      "  --sp true|false       Megatron sequence parallelism (needs tp > 1)\n"
       "  --zero Z              ZeRO stage: 0, 1, 2 or 3\n"
       "  --nproc N             start N local ranks (dp x tp x pp = N), as torchrun does\n"
       "  --comm-timeout MS     deadline of every collective (default 60000)\n"
@@ -162,6 +163,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
       {"pp", "parallel: {pp: %s}"},
+      {"sp", "parallel: {sequence_parallel: %s}"},
   };
   for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++) {
     if (strcmp(MAP[i].flag, flag) != 0)
@@ -383,11 +385,11 @@ static int cmd_train(int argc, char **argv) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 1;
   }
-  if (spec->parallel->pp > 1 || spec->parallel->sequence_parallel) {
+  if (spec->parallel->pp > 1) {
     fprintf(stderr,
-            "colo-train train: parallel.pp=%u%s: this build implements data and tensor "
-            "parallelism; pipeline and sequence parallelism come next\n",
-            spec->parallel->pp, spec->parallel->sequence_parallel ? " with sequence_parallel" : "");
+            "colo-train train: parallel.pp=%u: this build implements data, tensor and sequence "
+            "parallelism; the pipeline comes next\n",
+            spec->parallel->pp);
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 1;
   }
@@ -456,6 +458,7 @@ static int cmd_train(int argc, char **argv) {
       getenv("COLO_COMM_TIMEOUT_MS") ? atoi(getenv("COLO_COMM_TIMEOUT_MS")) : comm_timeout;
   cfg.zero_stage = (int)spec->parallel->zero_stage;
   cfg.tp = (int)spec->parallel->tp;
+  cfg.sequence_parallel = spec->parallel->sequence_parallel;
   if (world > 1 && !cfg.store_addr) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return usage_error("train", "COLO_WORLD is set but COLO_STORE is not");

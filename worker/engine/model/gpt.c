@@ -51,6 +51,9 @@ struct colo_gpt_s {
   int tp, tpr;
   int Cq, NHl, Cf, Vl, v0; /* C/tp (attention), NH/tp, 4C/tp, V/tp, first token of the shard */
   float *gmax, *gsum, *tlogit, *gather; /* vocab-parallel loss: [N] each, gather [tp][N] */
+  int sp;                               /* sequence parallelism */
+  float *dfull;                         /* sp: the residual gradient gathered, [N][C] */
+  float *lnscratch;                     /* sp: [2C] LayerNorm gradients before their sum */
   float *params, *grads;
   float **gt; /* per tensor: where its gradients go */
   float **pt; /* per tensor: its values (NULL while released, under ZeRO-3) */
@@ -315,7 +318,9 @@ int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
               {&m->gmax, N},
               {&m->gsum, N},
               {&m->tlogit, N},
-              {&m->gather, N * (size_t)m->tp}};
+              {&m->gather, N * (size_t)m->tp},
+              {&m->dfull, N * C},
+              {&m->lnscratch, 2 * C}};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (!(*rest[i].p = colo_pool_alloc(pool, rest[i].n * sizeof(float), "activations")))
       rc = COLO_ENOMEM;
@@ -349,7 +354,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
       colo_pool_free(p, m->resid[l]);
   float *rest[] = {m->lnf,  m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
                    m->dln,  m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
-                   m->gmax, m->gsum,     m->tlogit,   m->gather};
+                   m->gmax, m->gsum,     m->tlogit,   m->gather, m->dfull,     m->lnscratch};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -417,6 +422,33 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
   free(full);
 }
 
+void colo_gpt_set_sequence_parallel(colo_gpt_t *m, int on) {
+  m->sp = on && m->tp_comm != NULL;
+}
+
+int colo_gpt_sequence_parallel(const colo_gpt_t *m) {
+  return m->sp;
+}
+
+/* sp: rows [r0, r0 + N/tp) of an [N][C] buffer are this rank's; these move whole rows */
+static int rows_gather(colo_gpt_t *m, float *buf, size_t row_floats) {
+  if (m->hook_error)
+    return m->hook_error;
+  int rc = m->tp_comm->ops->all_gather(m->tp_comm, buf, row_floats);
+  if (rc < 0)
+    m->hook_error = rc;
+  return rc;
+}
+
+static int rows_reduce_scatter(colo_gpt_t *m, float *buf, size_t row_floats) {
+  if (m->hook_error)
+    return m->hook_error;
+  int rc = m->tp_comm->ops->reduce_scatter_sum(m->tp_comm, buf, row_floats);
+  if (rc < 0)
+    m->hook_error = rc;
+  return rc;
+}
+
 /* sum over the tensor-parallel group; a failure stops the pass (kept in hook_error) */
 static int tp_sum(colo_gpt_t *m, float *buf, size_t n) {
   if (!m->tp_comm || m->hook_error)
@@ -438,19 +470,33 @@ static void block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const float *in
    * and only its first rank adds the (replicated) bias */
   const float *apb = m->tpr == 0 ? P(m, l, P_ATTPROJB) : NULL;
   const float *fpb = m->tpr == 0 ? P(m, l, P_FCPROJB) : NULL;
-  be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), N, C);
+  /* sequence parallel: LayerNorms and residual adds on this rank's rows only */
+  int Nl = m->sp ? N / m->tp : N;
+  size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
+  be->layernorm_fwd(a->ln1 + off, a->ln1_mean + r0, a->ln1_rstd + r0, in + off, P(m, l, P_LN1W),
+                    P(m, l, P_LN1B), Nl, C);
+  if (m->sp)
+    rows_gather(m, a->ln1, rowf);
   be->matmul_fwd(a->qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), N, C, 3 * Cq);
   be->attention_fwd(a->atty, a->att, a->qkv, B, T, Cq, m->NHl);
   be->matmul_fwd(a->tmp, a->atty, P(m, l, P_ATTPROJW), apb, N, Cq, C);
-  tp_sum(m, a->tmp, (size_t)N * C);
-  be->add(a->res2, in, a->tmp, (size_t)N * C);
-  be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), N,
-                    C);
+  if (m->sp)
+    rows_reduce_scatter(m, a->tmp, rowf);
+  else
+    tp_sum(m, a->tmp, (size_t)N * C);
+  be->add(a->res2 + off, in + off, a->tmp + off, rowf);
+  be->layernorm_fwd(a->ln2 + off, a->ln2_mean + r0, a->ln2_rstd + r0, a->res2 + off,
+                    P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
+  if (m->sp)
+    rows_gather(m, a->ln2, rowf);
   be->matmul_fwd(a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), N, C, Cf);
   be->gelu_fwd(a->fch_gelu, a->fch, (size_t)N * Cf);
   be->matmul_fwd(a->tmp, a->fch_gelu, P(m, l, P_FCPROJW), fpb, N, Cf, C);
-  tp_sum(m, a->tmp, (size_t)N * C);
-  be->add(out, a->res2, a->tmp, (size_t)N * C);
+  if (m->sp)
+    rows_reduce_scatter(m, a->tmp, rowf);
+  else
+    tp_sum(m, a->tmp, (size_t)N * C);
+  be->add(out + off, a->res2 + off, a->tmp + off, rowf);
 }
 
 /* The loss over a vocab-parallel shard of logits: the global row max (all-gathered maxima), the
@@ -490,7 +536,9 @@ float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int
   be->encoder_fwd(m->encoded, inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
                   m->v0 + Vl);
   release(m, 0, 2);
-  if (tp_sum(m, m->encoded, (size_t)N * C) < 0)
+  int Nl = m->sp ? N / m->tp : N;
+  size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
+  if ((m->sp ? rows_reduce_scatter(m, m->encoded, rowf) : tp_sum(m, m->encoded, (size_t)N * C)) < 0)
     return NAN;
   for (int l = 0; l < L; l++) {
     size_t first = 2 + (size_t)l * P_PER_LAYER;
@@ -503,7 +551,10 @@ float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int
   }
   if (fetch(m, nt - 2, 2) < 0 || fetch(m, 0, 1) < 0)
     return NAN;
-  be->layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], LNFW(m), LNFB(m), N, C);
+  be->layernorm_fwd(m->lnf + off, m->lnf_mean + r0, m->lnf_rstd + r0, m->resid[L] + off, LNFW(m),
+                    LNFB(m), Nl, C);
+  if (m->sp && rows_gather(m, m->lnf, rowf) < 0)
+    return NAN;
   be->lmhead_fwd(m->logits, m->lnf, WTE(m), N, C, Vl);
   release(m, nt - 2, 2);
   release(m, 0, 1);
@@ -603,11 +654,48 @@ static int grads_ready(colo_gpt_t *m, size_t first, size_t n) {
   return 0;
 }
 
+/* A LayerNorm backward on this rank's rows. With sequence parallelism its weight and bias
+ * gradients come from those rows only: they are summed over the group in a scratch buffer first,
+ * so that gradients accumulated from earlier micro-batches are not summed again. */
+static void ln_bwd_rows(colo_gpt_t *m, float *dinp, float *dw, float *db, const float *dout,
+                        const float *inp, const float *w, const float *mean, const float *rstd,
+                        int rows, int C) {
+  if (!m->sp) {
+    m->be->layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+    return;
+  }
+  memset(m->lnscratch, 0, 2 * (size_t)C * sizeof(float));
+  m->be->layernorm_bwd(dinp, m->lnscratch, m->lnscratch + C, dout, inp, w, mean, rstd, rows, C);
+  if (tp_sum(m, m->lnscratch, 2 * (size_t)C) < 0)
+    return;
+  for (int i = 0; i < C; i++) {
+    dw[i] += m->lnscratch[i];
+    db[i] += m->lnscratch[C + i];
+  }
+}
+
+/* The residual gradient as the products' backward needs it: all rows (gathered under sequence
+ * parallelism, where dres holds only this rank's). */
+static const float *full_rows(colo_gpt_t *m, size_t off, size_t rowf) {
+  if (!m->sp)
+    return m->dres;
+  memcpy(m->dfull + off, m->dres + off, rowf * sizeof(float));
+  rows_gather(m, m->dfull, rowf);
+  return m->dfull;
+}
+
+/* the sum of a column-parallel product's input gradient: whole (tp) or by rows (sp) */
+static int reduce_dln(colo_gpt_t *m, size_t rowf, size_t NC) {
+  return m->sp ? rows_reduce_scatter(m, m->dln, rowf) : tp_sum(m, m->dln, NC);
+}
+
 void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
   const colo_backend_t *be = m->be;
   int B = m->B, T = m->T, C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T;
   int Cq = m->Cq, Cf = m->Cf, Vl = m->Vl;
   size_t NC = (size_t)N * C;
+  int Nl = m->sp ? N / m->tp : N;
+  size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   /* loss -> logits (in place) -> final LayerNorm */
   size_t nt = m->n_tensors;
   if (m->tp_comm)
@@ -622,17 +710,18 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
   /* a column-parallel product's input gradient is a partial sum: the group adds them */
   memset(m->dln, 0, NC * sizeof(float));
   be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, WTE(m), N, C, Vl);
-  if (tp_sum(m, m->dln, NC) < 0)
+  if (reduce_dln(m, rowf, NC) < 0)
     return;
   memset(m->dres, 0, NC * sizeof(float));
-  be->layernorm_bwd(m->dres, DLNFW(m), DLNFB(m), m->dln, m->resid[L], LNFW(m), m->lnf_mean,
-                    m->lnf_rstd, N, C);
+  ln_bwd_rows(m, m->dres + off, DLNFW(m), DLNFB(m), m->dln + off, m->resid[L] + off, LNFW(m),
+              m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
   release(m, nt - 2, 2);
   release(m, 0, 1);
   if (grads_ready(m, nt - 2, 2) < 0)
     return;
   /* dres is the gradient of the residual stream, carried down through the blocks; it is the
-   * same on every rank of a tensor-parallel group, and so are the replicated parameters' */
+   * same on every rank of a tensor-parallel group (its own rows of it under sequence
+   * parallelism), and so are the replicated parameters' gradients */
   for (int l = L - 1; l >= 0; l--) {
     layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
     size_t first = 2 + (size_t)l * P_PER_LAYER;
@@ -643,35 +732,38 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
     if (grads_begin(m, first, P_PER_LAYER) < 0)
       return;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
+    const float *dout = full_rows(m, off, rowf);
     memset(m->dfch_gelu, 0, (size_t)N * Cf * sizeof(float));
-    be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), m->dres, a->fch_gelu,
+    be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, a->fch_gelu,
                    P(m, l, P_FCPROJW), N, Cf, C);
     memset(m->dfch, 0, (size_t)N * Cf * sizeof(float));
     be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, (size_t)N * Cf);
     memset(m->dln, 0, NC * sizeof(float));
     be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, a->ln2, P(m, l, P_FCW), N, C,
                    Cf);
-    if (tp_sum(m, m->dln, NC) < 0)
+    if (reduce_dln(m, rowf, NC) < 0)
       return;
-    be->layernorm_bwd(m->dres, G(m, l, P_LN2W), G(m, l, P_LN2B), m->dln, a->res2, P(m, l, P_LN2W),
-                      a->ln2_mean, a->ln2_rstd, N, C);
+    ln_bwd_rows(m, m->dres + off, G(m, l, P_LN2W), G(m, l, P_LN2B), m->dln + off, a->res2 + off,
+                P(m, l, P_LN2W), a->ln2_mean + r0, a->ln2_rstd + r0, Nl, C);
     /* attention: res2 = in + attproj(attn(qkv(ln1(in)))) */
+    dout = full_rows(m, off, rowf);
     memset(m->datty, 0, (size_t)N * Cq * sizeof(float));
-    be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), m->dres, a->atty,
+    be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty,
                    P(m, l, P_ATTPROJW), N, Cq, C);
     memset(m->dqkv, 0, (size_t)N * 3 * Cq * sizeof(float));
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att, B, T, Cq, m->NHl);
     memset(m->dln, 0, NC * sizeof(float));
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, P(m, l, P_QKVW), N, C,
                    3 * Cq);
-    if (tp_sum(m, m->dln, NC) < 0)
+    if (reduce_dln(m, rowf, NC) < 0)
       return;
-    be->layernorm_bwd(m->dres, G(m, l, P_LN1W), G(m, l, P_LN1B), m->dln, m->resid[l],
-                      P(m, l, P_LN1W), a->ln1_mean, a->ln1_rstd, N, C);
+    ln_bwd_rows(m, m->dres + off, G(m, l, P_LN1W), G(m, l, P_LN1B), m->dln + off, m->resid[l] + off,
+                P(m, l, P_LN1W), a->ln1_mean + r0, a->ln1_rstd + r0, Nl, C);
     release(m, first, P_PER_LAYER);
-    if (grads_ready(m, first, P_PER_LAYER) < 0)
+    if (m->hook_error || grads_ready(m, first, P_PER_LAYER) < 0)
       return;
   }
-  be->encoder_bwd(DWTE(m), DWPE(m), m->dres, m->inputs, B, T, C, m->v0, m->v0 + Vl);
+  const float *dout = full_rows(m, off, rowf);
+  be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl);
   grads_ready(m, 0, 2);
 }

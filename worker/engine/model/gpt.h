@@ -71,6 +71,12 @@ int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
 int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
                        const colo_backend_t *be, colo_comm_t *tp, colo_pool_t *pool,
                        colo_gpt_t **out, char *err, size_t errlen);
+/* Megatron sequence parallelism on top of tensor parallelism: each rank of the group keeps
+ * N/tp rows of the residual stream (B·T must divide by tp) and runs the LayerNorms and residual
+ * adds on them; an all-gather replaces the all-reduce before the column-parallel products and a
+ * reduce-scatter the one after the row-parallel products. Call after create, before use. */
+void colo_gpt_set_sequence_parallel(colo_gpt_t *m, int on);
+int colo_gpt_sequence_parallel(const colo_gpt_t *m);
 /* Parameters of the whole (unsplit) model, and its table (full shapes and offsets). */
 size_t colo_gpt_full_numel(const colo_gpt_t *m);
 const colo_param_t *colo_gpt_full_table(const colo_gpt_t *m, size_t *n);

@@ -303,6 +303,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   pool = colo_pool_create("cpu", cfg->memory_limit);
   CHECK_GOTO(colo_gpt_create_tp(&cfg->model, B, cfg->recompute, be, tpc, pool, &model, err, errlen),
              rc, out);
+  if (cfg->sequence_parallel) {
+    if (!tpc || (B * T) % tp) {
+      snprintf(err, errlen, "sequence parallelism needs tp > 1 dividing batch_size × block_size");
+      rc = COLO_EINVAL;
+      goto out;
+    }
+    colo_gpt_set_sequence_parallel(model, 1);
+  }
   CHECK_GOTO(colo_zero_init(&zero, dp_comm, cfg->zero_stage, model, pool, err, errlen), rc, out);
   if (tpc)
     for (int k = 0; k < 3; k++)
@@ -378,8 +386,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 
   size_t n_params = colo_gpt_num_params(model);
   if (!cfg->quiet && lead && world > 1)
-    printf("data parallel: %d ranks, ZeRO stage %d, %zu chunks of %zu floats (%zu padding)\n",
-           world, cfg->zero_stage, zero.chunks.n, zero.chunks.capacity, zero.chunks.waste);
+    printf("mesh: dp=%d x tp=%d%s; ZeRO stage %d over %zu chunks of %zu floats (%zu padding)\n", dp,
+           tp, colo_gpt_sequence_parallel(model) ? " with sequence parallelism" : "",
+           cfg->zero_stage, zero.chunks.n, zero.chunks.capacity, zero.chunks.waste);
   if (!cfg->quiet && lead)
     printf("model: %d layers, %d heads, %d wide, block %d, vocab %d: %zu parameters; batch %d x "
            "accum %d x %d tokens; %d threads; memory %.1f MiB\n",

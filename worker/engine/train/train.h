@@ -31,6 +31,7 @@ typedef struct {
   int comm_timeout_ms;
   int zero_stage;
   int tp; /* tensor-parallel degree: world = dp × tp, tensor-parallel ranks adjacent */
+  int sequence_parallel;
 } colo_train_config_t;
 
 /* Trains as configured. Returns 0 or a negative colo code with the reason in err. The final
