@@ -73,6 +73,8 @@ run "$TMP/tp2sp" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
 run "$TMP/single_acc" --batch-size $GLOBAL_B --grad-accum 2
 run "$TMP/tp2sp_acc" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B --grad-accum 2
 run "$TMP/dp2tp2" --nproc 4 --dp 2 --tp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
+run "$TMP/dp2tp2z2" --nproc 4 --dp 2 --tp 2 --zero 2 --batch-size $((GLOBAL_B / 2))
+run "$TMP/dp2tp2z3" --nproc 4 --dp 2 --tp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0" || fail "dp=2 ZeRO-0 differs"
 compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1" || fail "dp=2 ZeRO-1 differs"
 compare "$TMP/single" "$TMP/dp4z1" "dp=4 ZeRO-1" || fail "dp=4 ZeRO-1 differs"
@@ -92,6 +94,8 @@ for a in "${M[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
   --batch-size $GLOBAL_B >"$TMP/mesh.out" 2>&1 || fail "the sp run failed: $(cat "$TMP/mesh.out")"
 expect_contains "$(head -1 "$TMP/mesh.out")" "tp=2 with sequence parallelism"
 compare "$TMP/single" "$TMP/dp2tp2" "dp=2 x tp=2 ZeRO-1" || fail "dp=2 x tp=2 differs"
+compare "$TMP/single" "$TMP/dp2tp2z2" "dp=2 x tp=2 ZeRO-2" || fail "dp=2 x tp=2 ZeRO-2 differs"
+compare "$TMP/single" "$TMP/dp2tp2z3" "dp=2 x tp=2 ZeRO-3" || fail "dp=2 x tp=2 ZeRO-3 differs"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5

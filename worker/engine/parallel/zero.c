@@ -142,6 +142,10 @@ int colo_zero_gather_params(colo_zero_t *z, float *flat) {
   return 0;
 }
 
+void colo_zero_set_tp(colo_zero_t *z, colo_comm_t *tp) {
+  z->tp = tp;
+}
+
 void colo_zero_zero_grads(colo_zero_t *z) {
   if (z->grad_piece)
     memset(z->grad_piece, 0, z->shard_n * sizeof(float));
@@ -189,9 +193,34 @@ int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float clip, fl
         colo_grad_norm(be, colo_gpt_grads(z->model), colo_gpt_num_params(z->model), clip, scale);
     return 0;
   }
-  float sq = (float)be->sumsq(z->grad_piece, z->shard_n);
+  float sq;
+  if (!z->tp) {
+    sq = (float)be->sumsq(z->grad_piece, z->shard_n);
+  } else { /* replicated tensors are on every rank of the tensor-parallel group: a tp-th each */
+    size_t nt;
+    const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+    double acc = 0.0, inv_tp = 1.0 / colo_comm_size(z->tp);
+    for (size_t k = 0; k < z->chunks.n; k++) {
+      size_t lo, hi, piece;
+      colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+      for (size_t i = 0; i < nt; i++) {
+        size_t a = table[i].offset, b = a + table[i].numel;
+        if (b <= lo || a >= hi)
+          continue;
+        size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+        double s = be->sumsq(z->grad_piece + z->shard_off[k] + (x - lo), y - x);
+        acc += table[i].split == COLO_SPLIT_NONE ? s * inv_tp : s;
+      }
+    }
+    sq = (float)acc;
+  }
   if (z->dp > 1) {
     int rc = z->comm->ops->allreduce_sum(z->comm, &sq, 1);
+    if (rc < 0)
+      return rc;
+  }
+  if (z->tp) {
+    int rc = z->tp->ops->allreduce_sum(z->tp, &sq, 1);
     if (rc < 0)
       return rc;
   }

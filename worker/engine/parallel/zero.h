@@ -38,6 +38,7 @@ typedef struct {
   float *param_piece; /* this rank's parameters, shard_n floats */
   float **param_full; /* per chunk: the gathered chunk while fetched */
   int *fetched;       /* per chunk: tensors fetched and not yet released */
+  colo_comm_t *tp;    /* tensor-parallel group (replicated tensors count once in the norm) */
 } colo_zero_t;
 
 /* pool: where stage 2 allocates gradient pieces and chunk buffers (their bytes count there). */
@@ -53,6 +54,10 @@ int colo_zero_gather_params(colo_zero_t *z, float *flat);
 
 /* Before each step's first backward: clears the stage 2 gradient pieces. */
 void colo_zero_zero_grads(colo_zero_t *z);
+
+/* Under tensor parallelism: the group over which split tensors' norms are summed (replicated
+ * tensors count once). */
+void colo_zero_set_tp(colo_zero_t *z, colo_comm_t *tp);
 
 /* The global gradient norm and the clipping factor (as colo_grad_norm), over the group. */
 int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float clip, float *norm,

@@ -278,14 +278,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     goto out;
   }
   if (tp > 1) {
-    if (cfg->zero_stage >= 2) {
-      snprintf(err, errlen,
-               "parallel.zero_stage=%d with parallel.tp=%d: this build combines tensor "
-               "parallelism with ZeRO 0 and 1",
-               cfg->zero_stage, tp);
-      rc = COLO_ENOSYS;
-      goto out;
-    }
     int *members = malloc((size_t)(tp > dp ? tp : dp) * sizeof *members);
     for (int t = 0; t < tp; t++)
       members[t] = dp_idx * tp + t;
@@ -312,6 +304,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_gpt_set_sequence_parallel(model, 1);
   }
   CHECK_GOTO(colo_zero_init(&zero, dp_comm, cfg->zero_stage, model, pool, err, errlen), rc, out);
+  if (tpc && cfg->zero_stage >= 2)
+    colo_zero_set_tp(&zero, tpc);
   if (tpc)
     for (int k = 0; k < 3; k++)
       if (!(whole[k] = malloc(colo_gpt_full_numel(model) * sizeof(float)))) {
@@ -467,7 +461,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (dump_path && step == start && colo_gpt_grads(model))
       dump_model(&dump, "grad.", model, colo_gpt_grads(model));
     float gscale, norm;
-    if (tpc ? tp_grad_norm(be, model, tpc, cfg->optim.grad_clip, &norm, &gscale) < 0
+    if (tpc && cfg->zero_stage < 2
+            ? tp_grad_norm(be, model, tpc, cfg->optim.grad_clip, &norm, &gscale) < 0
             : colo_zero_grad_norm(&zero, be, cfg->optim.grad_clip, &norm, &gscale) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
       rc = COLO_EIO;
