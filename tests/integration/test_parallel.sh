@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data parallelism on the CPU over TCP, launched with colo-train --nproc:
 #   - equivalence: dp=2 with ZeRO 0-3, dp=4 with ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 with
-#     and without sequence parallelism, and dp=2 x tp=2, against one process with the
+#     and without sequence parallelism, dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
+#     (1F1B), pp=2 x tp=2 and pp=2 x dp=2 x tp=2 (8 ranks), against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and one saved at tp=2 resumes at dp=4,
@@ -75,6 +76,9 @@ run "$TMP/tp2sp_acc" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B --grad-ac
 run "$TMP/dp2tp2" --nproc 4 --dp 2 --tp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp2tp2z2" --nproc 4 --dp 2 --tp 2 --zero 2 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp2tp2z3" --nproc 4 --dp 2 --tp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/pp2" --nproc 2 --pp 2 --micro-batches 4 --batch-size $GLOBAL_B
+run "$TMP/pp2tp2" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
+run "$TMP/pp2dp2tp2" --nproc 8 --pp 2 --dp 2 --tp 2 --zero 1 --micro-batches 2 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0" || fail "dp=2 ZeRO-0 differs"
 compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1" || fail "dp=2 ZeRO-1 differs"
 compare "$TMP/single" "$TMP/dp4z1" "dp=4 ZeRO-1" || fail "dp=4 ZeRO-1 differs"
@@ -96,6 +100,9 @@ expect_contains "$(head -1 "$TMP/mesh.out")" "tp=2 with sequence parallelism"
 compare "$TMP/single" "$TMP/dp2tp2" "dp=2 x tp=2 ZeRO-1" || fail "dp=2 x tp=2 differs"
 compare "$TMP/single" "$TMP/dp2tp2z2" "dp=2 x tp=2 ZeRO-2" || fail "dp=2 x tp=2 ZeRO-2 differs"
 compare "$TMP/single" "$TMP/dp2tp2z3" "dp=2 x tp=2 ZeRO-3" || fail "dp=2 x tp=2 ZeRO-3 differs"
+compare "$TMP/single" "$TMP/pp2" "pp=2, 4 micro-batches" || fail "pp=2 differs"
+compare "$TMP/single" "$TMP/pp2tp2" "pp=2 x tp=2" || fail "pp=2 x tp=2 differs"
+compare "$TMP/single" "$TMP/pp2dp2tp2" "pp=2 x dp=2 x tp=2 (8 ranks)" || fail "pp=2 x dp=2 x tp=2 differs"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5

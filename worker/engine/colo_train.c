@@ -164,6 +164,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"tp", "parallel: {tp: %s}"},
       {"pp", "parallel: {pp: %s}"},
       {"sp", "parallel: {sequence_parallel: %s}"},
+      {"micro-batches", "parallel: {micro_batches: %s}"},
   };
   for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++) {
     if (strcmp(MAP[i].flag, flag) != 0)
@@ -385,14 +386,7 @@ static int cmd_train(int argc, char **argv) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 1;
   }
-  if (spec->parallel->pp > 1) {
-    fprintf(stderr,
-            "colo-train train: parallel.pp=%u: this build implements data, tensor and sequence "
-            "parallelism; the pipeline comes next\n",
-            spec->parallel->pp);
-    colo__v1__job_spec__free_unpacked(spec, NULL);
-    return 1;
-  }
+
   /* where this process stands: launched by a launcher, launching, or alone */
   const char *env_rank = getenv("COLO_RANK"), *env_world = getenv("COLO_WORLD");
   int world = env_world ? atoi(env_world) : nproc, rank = env_rank ? atoi(env_rank) : 0;
@@ -459,6 +453,8 @@ static int cmd_train(int argc, char **argv) {
   cfg.zero_stage = (int)spec->parallel->zero_stage;
   cfg.tp = (int)spec->parallel->tp;
   cfg.sequence_parallel = spec->parallel->sequence_parallel;
+  cfg.pp = (int)spec->parallel->pp;
+  cfg.micro_batches = (int)spec->parallel->micro_batches;
   if (world > 1 && !cfg.store_addr) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return usage_error("train", "COLO_WORLD is set but COLO_STORE is not");

@@ -52,6 +52,7 @@ struct colo_gpt_s {
   int Cq, NHl, Cf, Vl, v0; /* C/tp (attention), NH/tp, 4C/tp, V/tp, first token of the shard */
   float *gmax, *gsum, *tlogit, *gather; /* vocab-parallel loss: [N] each, gather [tp][N] */
   int sp;                               /* sequence parallelism */
+  int l_lo, l_hi, first, last;          /* pipeline stage: blocks [l_lo, l_hi) */
   float *dfull;                         /* sp: the residual gradient gathered, [N][C] */
   float *lnscratch;                     /* sp: [2C] LayerNorm gradients before their sum */
   float *params, *grads;
@@ -262,6 +263,9 @@ int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
   m->Vl = cfg->vocab_size / tp;
   m->v0 = m->tpr * m->Vl;
   m->cfg = *cfg;
+  m->l_lo = 0;
+  m->l_hi = cfg->n_layer;
+  m->first = m->last = 1;
   m->be = be;
   m->pool = pool;
   m->max_B = max_B;
@@ -523,24 +527,56 @@ static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
     m->losses[n] = logf(m->gsum[n]) + m->gmax[n] - m->tlogit[n];
 }
 
+void colo_gpt_set_stage(colo_gpt_t *m, int lo, int hi, int first, int last) {
+  m->l_lo = lo;
+  m->l_hi = hi;
+  m->first = first;
+  m->last = last;
+}
+
+const float *colo_gpt_stage_output(const colo_gpt_t *m) {
+  return m->resid[m->l_hi];
+}
+
+const float *colo_gpt_stage_input_grad(const colo_gpt_t *m) {
+  return m->dres;
+}
+
+void colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T, size_t *off, size_t *count) {
+  int N = B * T, Nl = m->sp ? N / m->tp : N;
+  *off = (m->sp ? (size_t)m->tpr * Nl : 0) * (size_t)m->cfg.n_embd;
+  *count = (size_t)Nl * m->cfg.n_embd;
+}
+
 float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T) {
+  return colo_gpt_forward_stage(m, inputs, NULL, targets, B, T);
+}
+
+float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in,
+                             const int *targets, int B, int T) {
   const colo_backend_t *be = m->be;
   int C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T, Vl = m->Vl;
   size_t nt = m->n_tensors;
   m->B = B;
   m->T = T;
-  memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
-  if (fetch(m, 0, 2) < 0)
-    return NAN;
-  /* vocab-parallel embedding: each shard adds its rows, the first also the positions */
-  be->encoder_fwd(m->encoded, inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
-                  m->v0 + Vl);
-  release(m, 0, 2);
+  if (inputs)
+    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
-  if ((m->sp ? rows_reduce_scatter(m, m->encoded, rowf) : tp_sum(m, m->encoded, (size_t)N * C)) < 0)
-    return NAN;
-  for (int l = 0; l < L; l++) {
+  if (m->first) {
+    if (fetch(m, 0, 2) < 0)
+      return NAN;
+    /* vocab-parallel embedding: each shard adds its rows, the first also the positions */
+    be->encoder_fwd(m->encoded, inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
+                    m->v0 + Vl);
+    release(m, 0, 2);
+    if ((m->sp ? rows_reduce_scatter(m, m->encoded, rowf) : tp_sum(m, m->encoded, (size_t)N * C)) <
+        0)
+      return NAN;
+  } else { /* the previous stage's output */
+    memcpy(m->resid[m->l_lo] + off, x_in + off, rowf * sizeof(float));
+  }
+  for (int l = m->l_lo; l < m->l_hi; l++) {
     size_t first = 2 + (size_t)l * P_PER_LAYER;
     if (fetch(m, first, P_PER_LAYER) < 0)
       return NAN;
@@ -549,6 +585,8 @@ float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int
     if (m->hook_error)
       return NAN;
   }
+  if (!m->last)
+    return 0.0f;
   if (fetch(m, nt - 2, 2) < 0 || fetch(m, 0, 1) < 0)
     return NAN;
   be->layernorm_fwd(m->lnf + off, m->lnf_mean + r0, m->lnf_rstd + r0, m->resid[L] + off, LNFW(m),
@@ -690,14 +728,23 @@ static int reduce_dln(colo_gpt_t *m, size_t rowf, size_t NC) {
 }
 
 void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
+  colo_gpt_backward_stage(m, loss_scale, NULL);
+}
+
+void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out) {
   const colo_backend_t *be = m->be;
   int B = m->B, T = m->T, C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T;
   int Cq = m->Cq, Cf = m->Cf, Vl = m->Vl;
   size_t NC = (size_t)N * C;
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
-  /* loss -> logits (in place) -> final LayerNorm */
   size_t nt = m->n_tensors;
+  if (!m->last) { /* the gradient of this stage's output, from the next stage */
+    memset(m->dres, 0, NC * sizeof(float));
+    memcpy(m->dres + off, d_out + off, rowf * sizeof(float));
+    goto blocks;
+  }
+  /* loss -> logits (in place) -> final LayerNorm */
   if (m->tp_comm)
     be->vocab_ce_bwd(m->logits, m->logits, m->gmax, m->gsum, m->targets, m->v0,
                      loss_scale / (float)N, N, Vl);
@@ -722,7 +769,8 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
   /* dres is the gradient of the residual stream, carried down through the blocks; it is the
    * same on every rank of a tensor-parallel group (its own rows of it under sequence
    * parallelism), and so are the replicated parameters' gradients */
-  for (int l = L - 1; l >= 0; l--) {
+blocks:
+  for (int l = m->l_hi - 1; l >= m->l_lo; l--) {
     layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
     size_t first = 2 + (size_t)l * P_PER_LAYER;
     if (fetch(m, first, P_PER_LAYER) < 0)
@@ -763,7 +811,10 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
     if (m->hook_error || grads_ready(m, first, P_PER_LAYER) < 0)
       return;
   }
+  if (!m->first)
+    return; /* dres is the gradient for the previous stage */
   const float *dout = full_rows(m, off, rowf);
   be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl);
   grads_ready(m, 0, 2);
+  (void)L;
 }

@@ -129,6 +129,22 @@ int colo_gpt_hook_error(const colo_gpt_t *m);
  * gradients). */
 size_t colo_gpt_activation_bytes(const colo_gpt_t *m);
 
+/* Pipeline stages: this model computes only blocks [lo, hi), with the embedding when first and
+ * the final LayerNorm, head and loss when last (defaults: all blocks, first and last). */
+void colo_gpt_set_stage(colo_gpt_t *m, int lo, int hi, int first, int last);
+/* A stage's forward: from tokens (first stage) or from x_in, the previous stage's output (its
+ * rows under sequence parallelism, see colo_gpt_stage_rows). Returns the mean loss on the last
+ * stage with targets, else 0; the output for the next stage is colo_gpt_stage_output. */
+float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in,
+                             const int *targets, int B, int T);
+const float *colo_gpt_stage_output(const colo_gpt_t *m);
+/* A stage's backward: from the loss (last stage) or from d_out, the next stage's input gradient.
+ * The gradient for the previous stage is colo_gpt_stage_input_grad. */
+void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out);
+const float *colo_gpt_stage_input_grad(const colo_gpt_t *m);
+/* The part of a [B·T][C] boundary tensor this rank sends and receives: offset and floats. */
+void colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T, size_t *off, size_t *count);
+
 void colo_gpt_zero_grad(colo_gpt_t *m);
 /* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must
  * have had targets. */

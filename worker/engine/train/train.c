@@ -75,17 +75,107 @@ static void dump_free(dump_t *d) {
 
 /* ---- evaluation ---- */
 
+/* ---- the pipeline: 1F1B over micro-batches ---- */
+
+typedef struct {
+  colo_gpt_t *model;
+  colo_comm_t *pp; /* the stages of this data/tensor position; group rank = stage */
+  int stage, stages;
+  int M, Bm, T;
+  size_t nc;      /* floats of a micro-batch boundary tensor, [Bm·T][C] */
+  float *x_store; /* M boundary inputs kept for the recomputation before each backward */
+  float *dy;      /* the gradient received from the next stage */
+} pipe_t;
+
+static int pipe_fwd(pipe_t *p, int j, const int *in, const int *tg, double *loss) {
+  colo_gpt_t *m = p->model;
+  size_t off, cnt;
+  colo_gpt_stage_rows(m, p->Bm, p->T, &off, &cnt);
+  float *x = p->x_store + (size_t)j * p->nc;
+  const int *ij = in + (size_t)j * p->Bm * p->T, *tj = tg + (size_t)j * p->Bm * p->T;
+  if (p->stage > 0 && p->pp->ops->recv(p->pp, x + off, cnt, p->stage - 1) < 0)
+    return COLO_EIO;
+  float l = colo_gpt_forward_stage(m, ij, x, tj, p->Bm, p->T);
+  if (colo_gpt_hook_error(m) < 0)
+    return COLO_EIO;
+  if (p->stage == p->stages - 1)
+    *loss += l;
+  else if (p->pp->ops->send(p->pp, colo_gpt_stage_output(m) + off, cnt, p->stage + 1) < 0)
+    return COLO_EIO;
+  return 0;
+}
+
+static int pipe_bwd(pipe_t *p, int j, const int *in, const int *tg, float scale) {
+  colo_gpt_t *m = p->model;
+  size_t off, cnt;
+  colo_gpt_stage_rows(m, p->Bm, p->T, &off, &cnt);
+  int last = p->stage == p->stages - 1;
+  if (!last && p->pp->ops->recv(p->pp, p->dy + off, cnt, p->stage + 1) < 0)
+    return COLO_EIO;
+  /* the activations of micro-batch j again (bit-identical), then its backward */
+  const int *ij = in + (size_t)j * p->Bm * p->T, *tj = tg + (size_t)j * p->Bm * p->T;
+  colo_gpt_forward_stage(m, ij, p->x_store + (size_t)j * p->nc, tj, p->Bm, p->T);
+  colo_gpt_backward_stage(m, scale, last ? NULL : p->dy);
+  if (colo_gpt_hook_error(m) < 0)
+    return COLO_EIO;
+  if (p->stage > 0 &&
+      p->pp->ops->send(p->pp, colo_gpt_stage_input_grad(m) + off, cnt, p->stage - 1) < 0)
+    return COLO_EIO;
+  return 0;
+}
+
+/* One batch of M micro-batches through the stages, 1F1B: stage s runs stages − s − 1 forwards
+ * to fill the pipeline, then alternates one forward and one backward, then drains. The loss
+ * (the sum of the micro-batch means, on the last stage) is added to *loss. */
+static int pipe_step(pipe_t *p, const int *in, const int *tg, float scale, double *loss) {
+  int warm = p->stages - p->stage - 1;
+  if (warm > p->M)
+    warm = p->M;
+  int f = 0, b = 0, rc = 0;
+  while (rc == 0 && f < warm)
+    rc = pipe_fwd(p, f++, in, tg, loss);
+  while (rc == 0 && f < p->M) {
+    rc = pipe_fwd(p, f++, in, tg, loss);
+    if (rc == 0)
+      rc = pipe_bwd(p, b++, in, tg, scale);
+  }
+  while (rc == 0 && b < p->M)
+    rc = pipe_bwd(p, b++, in, tg, scale);
+  return rc;
+}
+
+/* Forward only, for evaluation: the loss sum of the micro-batches (last stage). */
+static int pipe_eval(pipe_t *p, const int *in, const int *tg, double *loss) {
+  for (int j = 0; j < p->M; j++) {
+    int rc = pipe_fwd(p, j, in, tg, loss);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
 /* The mean loss over `batches` fixed batches; with a data-parallel group each rank takes its
  * share of every batch and the means are averaged over the group. NaN when the group fails. */
-static float evaluate(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val, uint64_t seed,
-                      int batches, int B, int T, int *in, int *tg) {
+static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo_shard_t *val,
+                      uint64_t seed, int batches, int B, int T, int *in, int *tg) {
   double s = 0.0;
   int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1;
   for (int i = 0; i < batches; i++) {
     colo_sample_eval_batch(val, seed, i, rank, world, B, T, in, tg);
-    s += colo_gpt_forward(m, in, tg, B, T);
+    if (!pipe) {
+      s += colo_gpt_forward(m, in, tg, B, T);
+      continue;
+    }
+    double l = 0.0;
+    if (pipe_eval(pipe, in, tg, &l) < 0)
+      return NAN;
+    s += l / pipe->M;
   }
   float mean = (float)(s / batches);
+  if (pipe) { /* the last stage has it: sum over the stages */
+    if (pipe->pp->ops->allreduce_sum(pipe->pp, &mean, 1) < 0)
+      return NAN;
+  }
   if (world > 1) {
     if (comm->ops->allreduce_sum(comm, &mean, 1) < 0)
       return NAN;
@@ -154,10 +244,10 @@ static int tp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
 }
 
 /* Evaluates at `step` and reports it on stdout and in the progress stream. */
-static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, const colo_shard_t *val,
-                             const colo_train_config_t *cfg, int step, int quiet, FILE *progress,
-                             int *in, int *tg) {
-  float v = evaluate(model, comm, val, cfg->seed, cfg->eval_batches, cfg->batch_size,
+static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
+                             const colo_shard_t *val, const colo_train_config_t *cfg, int step,
+                             int quiet, FILE *progress, int *in, int *tg) {
+  float v = evaluate(model, comm, pipe, val, cfg->seed, cfg->eval_batches, cfg->batch_size,
                      cfg->model.block_size, in, tg);
   if (!quiet)
     printf("step %6d | val loss %.4f\n", step, (double)v);
@@ -233,7 +323,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
   /* the mesh: rank = dp_idx × tp + tp_idx, tensor-parallel ranks adjacent (one host, one NVLink
    * domain) */
-  int tp = cfg->tp > 1 ? cfg->tp : 1, dp = world / tp, tp_idx = me % tp, dp_idx = me / tp;
+  int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1, dp = world / (tp * pp);
+  int tp_idx = me % tp, dp_idx = (me / tp) % (dp > 0 ? dp : 1),
+      pp_idx = me / (tp * (dp > 0 ? dp : 1));
+  colo_comm_t *ppc = NULL; /* this rank's pipeline: the stages at its data/tensor position */
+  pipe_t pipe_s = {0}, *pipe = NULL;
+  int M = pp > 1 && cfg->micro_batches > 1 ? cfg->micro_batches : 1;
 
   if (cfg->seed >= (1ull << 53)) {
     snprintf(err, errlen,
@@ -271,21 +366,37 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   } else {
     comm = colo_comm_single();
   }
-  if (world % tp) {
-    snprintf(err, errlen, "a world of %d ranks does not split into tensor-parallel groups of %d",
-             world, tp);
+  if (dp < 1 || world % (tp * pp)) {
+    snprintf(err, errlen, "a world of %d ranks does not split into pp=%d × tp=%d", world, pp, tp);
     rc = COLO_EINVAL;
     goto out;
   }
-  if (tp > 1) {
-    int *members = malloc((size_t)(tp > dp ? tp : dp) * sizeof *members);
-    for (int t = 0; t < tp; t++)
-      members[t] = dp_idx * tp + t;
-    rc = colo_comm_group(comm, members, tp, &tpc, err, errlen);
+  if (B % M || cfg->model.n_layer < pp) {
+    snprintf(err, errlen,
+             "%d micro-batches must divide the batch of %d, and %d stages need as "
+             "many layers",
+             M, B, pp);
+    rc = COLO_EINVAL;
+    goto out;
+  }
+  /* the mesh: rank = (pp_idx × dp + dp_idx) × tp + tp_idx: tensor-parallel ranks adjacent (one
+   * host), pipeline stages outermost */
+  if (tp > 1 || pp > 1) {
+    int n = tp > dp ? tp : dp;
+    n = n > pp ? n : pp;
+    int *members = malloc((size_t)n * sizeof *members);
+    for (int t = 0; rc == 0 && t < tp && tp > 1; t++)
+      members[t] = (pp_idx * dp + dp_idx) * tp + t;
+    if (tp > 1)
+      rc = colo_comm_group(comm, members, tp, &tpc, err, errlen);
     for (int d = 0; rc == 0 && d < dp; d++)
-      members[d] = d * tp + tp_idx;
+      members[d] = (pp_idx * dp + d) * tp + tp_idx;
     if (rc == 0)
       rc = colo_comm_group(comm, members, dp, &dp_comm, err, errlen);
+    for (int st = 0; rc == 0 && pp > 1 && st < pp; st++)
+      members[st] = (st * dp + dp_idx) * tp + tp_idx;
+    if (rc == 0 && pp > 1)
+      rc = colo_comm_group(comm, members, pp, &ppc, err, errlen);
     free(members);
     if (rc < 0)
       goto out;
@@ -293,10 +404,26 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dp_comm = comm;
   }
   pool = colo_pool_create("cpu", cfg->memory_limit);
-  CHECK_GOTO(colo_gpt_create_tp(&cfg->model, B, cfg->recompute, be, tpc, pool, &model, err, errlen),
-             rc, out);
+  CHECK_GOTO(
+      colo_gpt_create_tp(&cfg->model, B / M, cfg->recompute, be, tpc, pool, &model, err, errlen),
+      rc, out);
+  if (pp > 1) {
+    int L = cfg->model.n_layer;
+    colo_gpt_set_stage(model, pp_idx * L / pp, (pp_idx + 1) * L / pp, pp_idx == 0,
+                       pp_idx == pp - 1);
+    pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, (size_t)(B / M) * T * cfg->model.n_embd,
+                      NULL,  NULL};
+    pipe_s.x_store = calloc((size_t)M * pipe_s.nc, sizeof(float));
+    pipe_s.dy = calloc(pipe_s.nc, sizeof(float));
+    if (!pipe_s.x_store || !pipe_s.dy) {
+      snprintf(err, errlen, "out of memory");
+      rc = COLO_ENOMEM;
+      goto out;
+    }
+    pipe = &pipe_s;
+  }
   if (cfg->sequence_parallel) {
-    if (!tpc || (B * T) % tp) {
+    if (!tpc || ((B / M) * T) % tp) {
       snprintf(err, errlen, "sequence parallelism needs tp > 1 dividing batch_size × block_size");
       rc = COLO_EINVAL;
       goto out;
@@ -402,12 +529,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .model = cfg->model,
                            .dp = dp,
                            .tp = tp,
-                           .pp = 1,
+                           .pp = pp,
                            .world = world};
   int step = start;
   for (; step < cfg->steps; step++) {
     if (cfg->eval_interval > 0 && step % cfg->eval_interval == 0)
-      last_val = eval_and_report(model, dp_comm, &val, cfg, step, quiet, progress, in, tg);
+      last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
       meta.step = (uint64_t)step;
       CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, whole, lead,
@@ -424,7 +551,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_zero_zero_grads(&zero);
     double loss = 0.0;
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
-      /* the ranks of a tensor-parallel group see the same batch */
+      /* the ranks of a tensor-parallel group, and the stages of a pipeline, see the same batch */
       colo_sample_batch(&train, cfg->seed, (uint64_t)step, micro, dp_idx, dp, B, T, in, tg);
       if (dump_path) {
         float *fb = malloc((size_t)B * T * 2 * sizeof(float));
@@ -437,6 +564,19 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         dump_add(&dump, name, fb, 2 * B, T);
         free(fb);
       }
+      if (pipe) {
+        double l = 0.0;
+        /* each micro-batch's mean is 1/M of the batch's */
+        if (pipe_step(pipe, in, tg, 1.0f / (float)(M * cfg->grad_accum * dp), &l) < 0) {
+          snprintf(err, errlen, "rank %d: pipeline: %s", me,
+                   colo_comm_error(ppc)[0] ? colo_comm_error(ppc)
+                                           : (tpc ? colo_comm_error(tpc) : "a collective failed"));
+          rc = COLO_EIO;
+          goto out;
+        }
+        loss += l / M;
+        continue;
+      }
       loss += colo_gpt_forward(model, in, tg, B, T);
       /* the mean over every rank's tokens: gradients are summed over the group below */
       colo_gpt_backward(model, 1.0f / (float)(cfg->grad_accum * dp));
@@ -446,6 +586,19 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         rc = COLO_EIO;
         goto out;
       }
+    }
+    if (pipe) {
+      /* every stage holds every parameter for now: the stages' gradients add up (the tied
+       * embedding's from the first and the last stage among them), and so does the loss, which
+       * only the last stage computed */
+      float l = (float)loss;
+      if (ppc->ops->allreduce_sum(ppc, colo_gpt_grads(model), n_params) < 0 ||
+          ppc->ops->allreduce_sum(ppc, &l, 1) < 0) {
+        snprintf(err, errlen, "rank %d: pipeline: %s", me, colo_comm_error(ppc));
+        rc = COLO_EIO;
+        goto out;
+      }
+      loss = l;
     }
     loss /= cfg->grad_accum;
     if (dp > 1) {
@@ -500,7 +653,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   }
   if (step == cfg->steps && cfg->eval_interval > 0)
-    last_val = eval_and_report(model, dp_comm, &val, cfg, step, quiet, progress, in, tg);
+    last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
   /* the last checkpoint: at the end, or where the run was told to stop */
   if (cfg->ckpt_dir && step > start) {
     meta.step = (uint64_t)step;
@@ -534,6 +687,10 @@ out:
     free(whole[k]);
   if (tpc)
     tpc->ops->destroy(tpc);
+  if (ppc)
+    ppc->ops->destroy(ppc);
+  free(pipe_s.x_store);
+  free(pipe_s.dy);
   if (dp_comm && dp_comm != comm)
     dp_comm->ops->destroy(dp_comm);
   free(full_m);
@@ -591,7 +748,7 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
     } else {
       int *in = malloc((size_t)batch_size * T * sizeof *in),
           *tg = malloc((size_t)batch_size * T * sizeof *tg);
-      *loss = evaluate(model, NULL, &val, seed, batches, batch_size, T, in, tg);
+      *loss = evaluate(model, NULL, NULL, &val, seed, batches, batch_size, T, in, tg);
       free(in);
       free(tg);
     }

@@ -32,6 +32,8 @@ typedef struct {
   int zero_stage;
   int tp; /* tensor-parallel degree: world = dp × tp, tensor-parallel ranks adjacent */
   int sequence_parallel;
+  int pp;            /* pipeline stages: world = pp × dp × tp */
+  int micro_batches; /* per step, through the pipeline (1F1B) */
 } colo_train_config_t;
 
 /* Trains as configured. Returns 0 or a negative colo code with the reason in err. The final
