@@ -5,8 +5,8 @@
 #     (1F1B), pp=2 x tp=2 and pp=2 x dp=2 x tp=2 (8 ranks), against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
-#     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and one saved at tp=2 resumes at dp=4,
-#     with the losses of a run that never stopped;
+#     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and ones saved at tp=2 and at
+#     pp=2 x tp=2 resume at dp=4, with the losses of a run that never stopped;
 #   - fault: kill -9 of one rank mid-training; every other rank exits non-zero within the
 #     communicator timeout (5 s here), naming the dead rank;
 #   - memory: ZeRO-1 holds 1/dp of the AdamW moments.
@@ -114,6 +114,9 @@ compare "$TMP/single" "$TMP/re3" "ZeRO-3 -> ZeRO-1 resume" || fail "ZeRO-3 -> Ze
 run "$TMP/re4" --nproc 2 --tp 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re4" --nproc 4 --dp 4 --zero 1 --batch-size 2 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re4" "tp=2 -> dp=4 resume" || fail "tp=2 -> dp=4 resume differs"
+run "$TMP/re5" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
+run "$TMP/re5" --nproc 4 --dp 4 --zero 1 --batch-size 2 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re5" "pp=2 x tp=2 -> dp=4 resume" || fail "pp=2 x tp=2 -> dp=4 resume differs"
 run "$TMP/re2" --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re2" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re2" "dp=1 -> dp=2 resume" || fail "dp=1 -> dp=2 resume differs"
