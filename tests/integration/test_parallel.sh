@@ -103,6 +103,15 @@ compare "$TMP/single" "$TMP/dp2tp2z3" "dp=2 x tp=2 ZeRO-3" || fail "dp=2 x tp=2 
 compare "$TMP/single" "$TMP/pp2" "pp=2, 4 micro-batches" || fail "pp=2 differs"
 compare "$TMP/single" "$TMP/pp2tp2" "pp=2 x tp=2" || fail "pp=2 x tp=2 differs"
 compare "$TMP/single" "$TMP/pp2dp2tp2" "pp=2 x dp=2 x tp=2 (8 ranks)" || fail "pp=2 x dp=2 x tp=2 differs"
+# a stage holds only its parameters: model states (pool peak less activations) of stage 0
+read -r s1 s2 <<<"$($PY -c '
+import json, sys
+def states(d):
+    r = [x for x in map(json.loads, open(d + "/progress.jsonl")) if x["event"] == "step"][-1]
+    return r["memory_bytes"] - r["activation_bytes"]
+print(states(sys.argv[1]), states(sys.argv[2]))' "$TMP/single" "$TMP/pp2")"
+echo "model states: one process $s1 bytes, pipeline stage 0 of 2 $s2 bytes"
+[ "$s2" -lt $((s1 * 3 / 4)) ] || fail "stage 0 holds $s2 bytes of model states, not much less than $s1"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5

@@ -53,6 +53,8 @@ struct colo_gpt_s {
   float *gmax, *gsum, *tlogit, *gather; /* vocab-parallel loss: [N] each, gather [tp][N] */
   int sp;                               /* sequence parallelism */
   int l_lo, l_hi, first, last;          /* pipeline stage: blocks [l_lo, l_hi) */
+  int i_wte, i_wpe, i_l0, i_lnf;        /* table indices (-1: not on this stage) */
+  size_t n_full;                        /* tensors of the whole model */
   float *dfull;                         /* sp: the residual gradient gathered, [N][C] */
   float *lnscratch;                     /* sp: [2C] LayerNorm gradients before their sum */
   float *params, *grads;
@@ -77,40 +79,33 @@ struct colo_gpt_s {
 };
 
 static float *P(colo_gpt_t *m, int layer, int which) {
-  return m->pt[2 + (size_t)layer * P_PER_LAYER + which];
+  return m->pt[(size_t)m->i_l0 + (size_t)(layer - m->l_lo) * P_PER_LAYER + which];
 }
 static float *G(colo_gpt_t *m, int layer, int which) {
-  return m->gt[2 + (size_t)layer * P_PER_LAYER + which];
+  return m->gt[(size_t)m->i_l0 + (size_t)(layer - m->l_lo) * P_PER_LAYER + which];
 }
-#define WTE(m)   ((m)->pt[0])
-#define WPE(m)   ((m)->pt[1])
-#define LNFW(m)  ((m)->pt[(m)->n_tensors - 2])
-#define LNFB(m)  ((m)->pt[(m)->n_tensors - 1])
-#define DWTE(m)  ((m)->gt[0])
-#define DWPE(m)  ((m)->gt[1])
-#define DLNFW(m) ((m)->gt[(m)->n_tensors - 2])
-#define DLNFB(m) ((m)->gt[(m)->n_tensors - 1])
+#define WTE(m)   ((m)->pt[(m)->i_wte])
+#define WPE(m)   ((m)->pt[(m)->i_wpe])
+#define LNFW(m)  ((m)->pt[(m)->i_lnf])
+#define LNFB(m)  ((m)->pt[(m)->i_lnf + 1])
+#define DWTE(m)  ((m)->gt[(m)->i_wte])
+#define DWPE(m)  ((m)->gt[(m)->i_wpe])
+#define DLNFW(m) ((m)->gt[(m)->i_lnf])
+#define DLNFB(m) ((m)->gt[(m)->i_lnf + 1])
 
-static void add_tensor(colo_gpt_t *m, size_t *k, const char *name, int d0, int d1, int decay,
-                       int split) {
+/* Adds whole-model tensor f to this stage's table, with this rank's shard shape. */
+static void add_tensor(colo_gpt_t *m, size_t *k, const colo_param_t *f) {
   colo_param_t *p = &m->table[(*k)++];
-  int tp = m->tp;
-  snprintf(p->name, sizeof p->name, "%s", name);
-  p->ndim = d1 ? 2 : 1;
-  p->full_shape[0] = d0;
-  p->full_shape[1] = d1;
-  p->full_numel = (size_t)d0 * (d1 ? (size_t)d1 : 1);
-  p->full_offset = m->full_params;
-  p->split = split;
+  int tp = m->tp, d0 = f->full_shape[0], d1 = f->full_shape[1], split = f->split;
+  *p = *f;
   /* the split dimension: rows for vocab and row-parallel, else the last */
   int rows = split == COLO_SPLIT_VOCAB || split == COLO_SPLIT_ROWS;
   p->shape[0] = rows ? d0 / tp : (d1 || split == COLO_SPLIT_NONE ? d0 : d0 / tp);
   p->shape[1] = d1 && !rows && split != COLO_SPLIT_NONE ? d1 / tp : d1;
   p->numel = (size_t)p->shape[0] * (d1 ? (size_t)p->shape[1] : 1);
+  p->full_offset = f->offset;
   p->offset = m->n_params;
-  p->decay = decay;
   m->n_params += p->numel;
-  m->full_params += p->full_numel;
 }
 
 size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li) {
@@ -134,12 +129,29 @@ size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li) {
   }
 }
 
+static void add_full(colo_gpt_t *m, size_t *k, size_t *g, const char *name, int d0, int d1,
+                     int decay, int split) {
+  colo_param_t *f = &m->full_table[(*k)++];
+  memset(f, 0, sizeof *f);
+  snprintf(f->name, sizeof f->name, "%s", name);
+  f->ndim = d1 ? 2 : 1;
+  f->shape[0] = f->full_shape[0] = d0;
+  f->shape[1] = f->full_shape[1] = d1;
+  f->numel = f->full_numel = (size_t)d0 * (d1 ? (size_t)d1 : 1);
+  f->offset = f->full_offset = *g;
+  f->split = split;
+  f->decay = decay;
+  *g += f->numel;
+}
+
+/* The whole model's tensors in execution order (full_table: checkpoints and initialisation),
+ * then this stage's, with this rank's shard shapes (table). */
 static void build_table(colo_gpt_t *m) {
   int C = m->cfg.n_embd, L = m->cfg.n_layer;
-  size_t k = 0;
+  size_t k = 0, g = 0;
   char name[64];
-  add_tensor(m, &k, "transformer.wte.weight", m->cfg.vocab_size, C, 1, COLO_SPLIT_VOCAB);
-  add_tensor(m, &k, "transformer.wpe.weight", m->cfg.block_size, C, 1, COLO_SPLIT_NONE);
+  add_full(m, &k, &g, "transformer.wte.weight", m->cfg.vocab_size, C, 1, COLO_SPLIT_VOCAB);
+  add_full(m, &k, &g, "transformer.wpe.weight", m->cfg.block_size, C, 1, COLO_SPLIT_NONE);
   static const struct {
     const char *suffix;
     int rows, cols; /* in units of C; 0 cols: a vector */
@@ -161,21 +173,35 @@ static void build_table(colo_gpt_t *m) {
   for (int l = 0; l < L; l++)
     for (int i = 0; i < P_PER_LAYER; i++) {
       snprintf(name, sizeof name, "transformer.h.%d.%s", l, layer[i].suffix);
-      add_tensor(m, &k, name, layer[i].rows * C, layer[i].cols * C, layer[i].decay, layer[i].split);
+      add_full(m, &k, &g, name, layer[i].rows * C, layer[i].cols * C, layer[i].decay,
+               layer[i].split);
     }
-  add_tensor(m, &k, "transformer.ln_f.weight", C, 0, 0, COLO_SPLIT_NONE);
-  add_tensor(m, &k, "transformer.ln_f.bias", C, 0, 0, COLO_SPLIT_NONE);
-  m->n_tensors = k;
-  /* the whole model's view of the same tensors, for checkpoints */
-  for (size_t i = 0; i < k; i++) {
-    colo_param_t f = m->table[i];
-    f.shape[0] = f.full_shape[0];
-    f.shape[1] = f.full_shape[1];
-    f.numel = f.full_numel;
-    f.offset = f.full_offset;
-    f.split = COLO_SPLIT_NONE;
-    m->full_table[i] = f;
+  add_full(m, &k, &g, "transformer.ln_f.weight", C, 0, 0, COLO_SPLIT_NONE);
+  add_full(m, &k, &g, "transformer.ln_f.bias", C, 0, 0, COLO_SPLIT_NONE);
+  m->n_full = k;
+  m->full_params = g;
+  /* this stage's tensors */
+  size_t n = 0, l0 = 2 + (size_t)m->l_lo * P_PER_LAYER, l1 = 2 + (size_t)m->l_hi * P_PER_LAYER;
+  m->i_wte = m->i_wpe = m->i_lnf = -1;
+  for (size_t gi = 0; gi < k; gi++) {
+    int own = gi < 2 ? m->first : gi >= k - 2 ? m->last : gi >= l0 && gi < l1;
+    if (!own)
+      continue;
+    if (gi == 0)
+      m->i_wte = (int)n;
+    if (gi == 1)
+      m->i_wpe = (int)n;
+    if (gi == l0)
+      m->i_l0 = (int)n;
+    if (gi == k - 2)
+      m->i_lnf = (int)n;
+    add_tensor(m, &n, &m->full_table[gi]);
   }
+  if (m->last && !m->first) { /* the head's tied copy of the token embedding */
+    m->i_wte = (int)n;
+    add_tensor(m, &n, &m->full_table[0]);
+  }
+  m->n_tensors = n;
 }
 
 static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) {
@@ -220,7 +246,7 @@ size_t colo_gpt_full_numel(const colo_gpt_t *m) {
 }
 
 const colo_param_t *colo_gpt_full_table(const colo_gpt_t *m, size_t *n) {
-  *n = m->n_tensors;
+  *n = m->n_full;
   return m->full_table;
 }
 
@@ -235,6 +261,23 @@ int colo_gpt_tp_size(const colo_gpt_t *m) {
 int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
                        const colo_backend_t *be, colo_comm_t *tp_comm, colo_pool_t *pool,
                        colo_gpt_t **out, char *err, size_t errlen) {
+  return colo_gpt_create_stage(cfg, max_B, recompute, be, tp_comm, NULL, pool, out, err, errlen);
+}
+
+int colo_gpt_wte_index(const colo_gpt_t *m, int *tied_copy) {
+  *tied_copy = m->last && !m->first;
+  return m->i_wte;
+}
+
+int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute,
+                          const colo_backend_t *be, colo_comm_t *tp_comm,
+                          const colo_gpt_stage_t *stage, colo_pool_t *pool, colo_gpt_t **out,
+                          char *err, size_t errlen) {
+  if (stage && (stage->lo < 0 || stage->hi > cfg->n_layer || stage->lo >= stage->hi)) {
+    snprintf(err, errlen, "bad pipeline stage: blocks [%d, %d) of %d", stage ? stage->lo : 0,
+             stage ? stage->hi : 0, cfg->n_layer);
+    return COLO_EINVAL;
+  }
   if (cfg->n_layer < 1 || cfg->n_head < 1 || cfg->n_embd % cfg->n_head || cfg->vocab_size < 1 ||
       cfg->block_size < 1 || max_B < 1) {
     snprintf(err, errlen, "bad model shape: n_layer=%d n_head=%d n_embd=%d vocab=%d block=%d B=%d",
@@ -263,19 +306,20 @@ int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
   m->Vl = cfg->vocab_size / tp;
   m->v0 = m->tpr * m->Vl;
   m->cfg = *cfg;
-  m->l_lo = 0;
-  m->l_hi = cfg->n_layer;
-  m->first = m->last = 1;
+  m->l_lo = stage ? stage->lo : 0;
+  m->l_hi = stage ? stage->hi : cfg->n_layer;
+  m->first = stage ? stage->first : 1;
+  m->last = stage ? stage->last : 1;
   m->be = be;
   m->pool = pool;
   m->max_B = max_B;
   m->recompute = recompute;
   int L = cfg->n_layer;
   size_t N = (size_t)max_B * cfg->block_size, C = (size_t)cfg->n_embd;
-  m->table = calloc(2 + (size_t)L * P_PER_LAYER + 2, sizeof *m->table);
+  m->table = calloc(2 + (size_t)L * P_PER_LAYER + 3, sizeof *m->table);
   m->full_table = calloc(2 + (size_t)L * P_PER_LAYER + 2, sizeof *m->full_table);
   m->resid = calloc((size_t)L + 1, sizeof *m->resid);
-  int nl = recompute ? 1 : L;
+  int nl = recompute ? 1 : m->l_hi - m->l_lo;
   m->layers = calloc((size_t)nl, sizeof *m->layers);
   m->targets = calloc(N, sizeof *m->targets);
   m->inputs = calloc(N, sizeof *m->inputs);
@@ -300,7 +344,7 @@ int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
     if (!*bufs[i])
       rc = COLO_ENOMEM;
   }
-  for (int l = 0; l <= L && rc == 0; l++)
+  for (int l = m->l_lo; l <= m->l_hi && rc == 0; l++) /* this stage's blocks' inputs and output */
     if (!(m->resid[l] = colo_pool_alloc(pool, N * C * sizeof(float), "activations")))
       rc = COLO_ENOMEM;
   m->encoded = m->resid[0];
@@ -362,7 +406,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
-    int nl = m->recompute ? 1 : m->cfg.n_layer;
+    int nl = m->recompute ? 1 : m->l_hi - m->l_lo;
     for (int l = 0; l < nl; l++) {
       layer_acts_t *a = &m->layers[l];
       float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att,      a->atty, a->res2,
@@ -400,28 +444,33 @@ size_t colo_gpt_num_params(const colo_gpt_t *m) {
 }
 
 void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
-  /* every rank draws the whole model's values in the single-process order and keeps its shard,
-   * so a tensor-parallel run starts from the weights one process would */
+  /* every rank draws the whole model's values in the single-process order and keeps its
+   * tensors' shards, so any layout starts from the weights one process would */
   colo_rng_t rng;
   colo_rng_seed(&rng, seed);
   float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
   size_t biggest = 0;
-  for (size_t i = 0; i < m->n_tensors; i++)
-    if (m->table[i].full_numel > biggest)
-      biggest = m->table[i].full_numel;
+  for (size_t i = 0; i < m->n_full; i++)
+    if (m->full_table[i].numel > biggest)
+      biggest = m->full_table[i].numel;
   float *full = malloc(biggest * sizeof *full);
-  for (size_t i = 0; i < m->n_tensors; i++) {
-    const colo_param_t *p = &m->table[i];
-    const char *n = p->name;
+  for (size_t gi = 0; gi < m->n_full; gi++) {
+    const colo_param_t *f = &m->full_table[gi];
+    const char *n = f->name;
     size_t len = strlen(n);
     int is_ln_weight = strstr(n, ".ln_") && len > 7 && !strcmp(n + len - 7, ".weight");
     int is_bias = len > 5 && !strcmp(n + len - 5, ".bias");
     float std = strstr(n, "c_proj.weight") ? proj_std : 0.02f;
-    for (size_t k = 0; k < p->full_numel; k++)
+    for (size_t k = 0; k < f->numel; k++)
       full[k] = is_ln_weight ? 1.0f : is_bias ? 0.0f : std * colo_rng_normal(&rng);
-    float *x = m->params + p->offset;
-    for (size_t k = 0; k < p->numel; k++)
-      x[k] = full[colo_param_full_index(p, m->tpr, m->tp, k)];
+    for (size_t i = 0; i < m->n_tensors; i++) {
+      const colo_param_t *p = &m->table[i];
+      if (p->full_offset != f->offset)
+        continue;
+      float *x = m->params + p->offset;
+      for (size_t k = 0; k < p->numel; k++)
+        x[k] = full[colo_param_full_index(p, m->tpr, m->tp, k)];
+    }
   }
   free(full);
 }
@@ -527,13 +576,6 @@ static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
     m->losses[n] = logf(m->gsum[n]) + m->gmax[n] - m->tlogit[n];
 }
 
-void colo_gpt_set_stage(colo_gpt_t *m, int lo, int hi, int first, int last) {
-  m->l_lo = lo;
-  m->l_hi = hi;
-  m->first = first;
-  m->last = last;
-}
-
 const float *colo_gpt_stage_output(const colo_gpt_t *m) {
   return m->resid[m->l_hi];
 }
@@ -556,7 +598,6 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
                              const int *targets, int B, int T) {
   const colo_backend_t *be = m->be;
   int C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T, Vl = m->Vl;
-  size_t nt = m->n_tensors;
   m->B = B;
   m->T = T;
   if (inputs)
@@ -564,12 +605,12 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (m->first) {
-    if (fetch(m, 0, 2) < 0)
+    if (fetch(m, (size_t)m->i_wte, 2) < 0) /* wte and wpe, adjacent on the first stage */
       return NAN;
     /* vocab-parallel embedding: each shard adds its rows, the first also the positions */
     be->encoder_fwd(m->encoded, inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
                     m->v0 + Vl);
-    release(m, 0, 2);
+    release(m, (size_t)m->i_wte, 2);
     if ((m->sp ? rows_reduce_scatter(m, m->encoded, rowf) : tp_sum(m, m->encoded, (size_t)N * C)) <
         0)
       return NAN;
@@ -577,25 +618,25 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     memcpy(m->resid[m->l_lo] + off, x_in + off, rowf * sizeof(float));
   }
   for (int l = m->l_lo; l < m->l_hi; l++) {
-    size_t first = 2 + (size_t)l * P_PER_LAYER;
+    size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
     if (fetch(m, first, P_PER_LAYER) < 0)
       return NAN;
-    block_forward(m, l, &m->layers[m->recompute ? 0 : l], m->resid[l], m->resid[l + 1]);
+    block_forward(m, l, &m->layers[m->recompute ? 0 : l - m->l_lo], m->resid[l], m->resid[l + 1]);
     release(m, first, P_PER_LAYER);
     if (m->hook_error)
       return NAN;
   }
   if (!m->last)
     return 0.0f;
-  if (fetch(m, nt - 2, 2) < 0 || fetch(m, 0, 1) < 0)
+  if (fetch(m, (size_t)m->i_lnf, 2) < 0 || fetch(m, (size_t)m->i_wte, 1) < 0)
     return NAN;
   be->layernorm_fwd(m->lnf + off, m->lnf_mean + r0, m->lnf_rstd + r0, m->resid[L] + off, LNFW(m),
                     LNFB(m), Nl, C);
   if (m->sp && rows_gather(m, m->lnf, rowf) < 0)
     return NAN;
   be->lmhead_fwd(m->logits, m->lnf, WTE(m), N, C, Vl);
-  release(m, nt - 2, 2);
-  release(m, 0, 1);
+  release(m, (size_t)m->i_lnf, 2);
+  release(m, (size_t)m->i_wte, 1);
   m->have_targets = targets != NULL;
   if (!targets)
     return 0.0f;
@@ -738,7 +779,6 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   size_t NC = (size_t)N * C;
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
-  size_t nt = m->n_tensors;
   if (!m->last) { /* the gradient of this stage's output, from the next stage */
     memset(m->dres, 0, NC * sizeof(float));
     memcpy(m->dres + off, d_out + off, rowf * sizeof(float));
@@ -751,8 +791,9 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   else
     be->crossentropy_bwd(m->logits, m->logits, m->targets, loss_scale / (float)N, N, Vl);
   /* the embedding's gradients stay open until the encoder's backward, at the very end */
-  if (grads_begin(m, 0, 2) < 0 || grads_begin(m, nt - 2, 2) < 0 || fetch(m, 0, 1) < 0 ||
-      fetch(m, nt - 2, 2) < 0)
+  size_t iw = (size_t)m->i_wte, il = (size_t)m->i_lnf;
+  if (grads_begin(m, iw, 1) < 0 || (m->first && grads_begin(m, (size_t)m->i_wpe, 1) < 0) ||
+      grads_begin(m, il, 2) < 0 || fetch(m, iw, 1) < 0 || fetch(m, il, 2) < 0)
     return;
   /* a column-parallel product's input gradient is a partial sum: the group adds them */
   memset(m->dln, 0, NC * sizeof(float));
@@ -762,17 +803,17 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   memset(m->dres, 0, NC * sizeof(float));
   ln_bwd_rows(m, m->dres + off, DLNFW(m), DLNFB(m), m->dln + off, m->resid[L] + off, LNFW(m),
               m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
-  release(m, nt - 2, 2);
-  release(m, 0, 1);
-  if (grads_ready(m, nt - 2, 2) < 0)
+  release(m, il, 2);
+  release(m, iw, 1);
+  if (grads_ready(m, il, 2) < 0)
     return;
   /* dres is the gradient of the residual stream, carried down through the blocks; it is the
    * same on every rank of a tensor-parallel group (its own rows of it under sequence
    * parallelism), and so are the replicated parameters' gradients */
 blocks:
   for (int l = m->l_hi - 1; l >= m->l_lo; l--) {
-    layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
-    size_t first = 2 + (size_t)l * P_PER_LAYER;
+    layer_acts_t *a = &m->layers[m->recompute ? 0 : l - m->l_lo];
+    size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
     if (fetch(m, first, P_PER_LAYER) < 0)
       return;
     if (m->recompute) /* the same forward again: bit-identical activations */
@@ -811,10 +852,17 @@ blocks:
     if (m->hook_error || grads_ready(m, first, P_PER_LAYER) < 0)
       return;
   }
-  if (!m->first)
-    return; /* dres is the gradient for the previous stage */
+  if (!m->first) { /* dres is the gradient for the previous stage */
+    if (m->last)
+      grads_ready(m, (size_t)m->i_wte, 1); /* the head's tied copy */
+    return;
+  }
+  if (!m->last &&
+      (grads_begin(m, (size_t)m->i_wte, 1) < 0 || grads_begin(m, (size_t)m->i_wpe, 1) < 0))
+    return;
   const float *dout = full_rows(m, off, rowf);
   be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl);
-  grads_ready(m, 0, 2);
+  grads_ready(m, (size_t)m->i_wte, 1);
+  grads_ready(m, (size_t)m->i_wpe, 1);
   (void)L;
 }

@@ -129,9 +129,20 @@ int colo_gpt_hook_error(const colo_gpt_t *m);
  * gradients). */
 size_t colo_gpt_activation_bytes(const colo_gpt_t *m);
 
-/* Pipeline stages: this model computes only blocks [lo, hi), with the embedding when first and
- * the final LayerNorm, head and loss when last (defaults: all blocks, first and last). */
-void colo_gpt_set_stage(colo_gpt_t *m, int lo, int hi, int first, int last);
+/* A pipeline stage: blocks [lo, hi), with the embedding when first and the final LayerNorm,
+ * head and loss when last. A stage's model holds only its own tensors (the last stage also a
+ * copy of the tied token embedding). */
+typedef struct {
+  int lo, hi, first, last;
+} colo_gpt_stage_t;
+
+/* colo_gpt_create_tp for one pipeline stage (stage NULL: the whole model). */
+int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute,
+                          const colo_backend_t *be, colo_comm_t *tp, const colo_gpt_stage_t *stage,
+                          colo_pool_t *pool, colo_gpt_t **out, char *err, size_t errlen);
+/* The index in the parameter table of the stage's token embedding (-1: none), and whether it is
+ * the last stage's tied copy (its gradient must be added to the first stage's). */
+int colo_gpt_wte_index(const colo_gpt_t *m, int *tied_copy);
 /* A stage's forward: from tokens (first stage) or from x_in, the previous stage's output (its
  * rows under sequence parallelism, see colo_gpt_stage_rows). Returns the mean loss on the last
  * stage with targets, else 0; the output for the next stage is colo_gpt_stage_output. */

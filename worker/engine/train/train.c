@@ -190,7 +190,8 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
 static int tp_gather(colo_gpt_t *m, colo_comm_t *tpc, const float *local, float *whole) {
   size_t nt;
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
-  int tp = colo_comm_size(tpc), me = colo_comm_rank(tpc);
+  int tp = tpc ? colo_comm_size(tpc) : 1, me = tpc ? colo_comm_rank(tpc) : 0;
+  int tied, iw = colo_gpt_wte_index(m, &tied);
   size_t biggest = 0;
   for (size_t i = 0; i < nt; i++)
     biggest = tab[i].numel > biggest ? tab[i].numel : biggest;
@@ -200,8 +201,10 @@ static int tp_gather(colo_gpt_t *m, colo_comm_t *tpc, const float *local, float 
   int rc = 0;
   for (size_t i = 0; i < nt && rc == 0; i++) {
     const colo_param_t *p = &tab[i];
+    if (tied && (int)i == iw)
+      continue; /* the first stage's copy is the one written */
     memcpy(buf + (size_t)me * p->numel, local + p->offset, p->numel * sizeof(float));
-    rc = tpc->ops->all_gather(tpc, buf, p->numel);
+    rc = tpc ? tpc->ops->all_gather(tpc, buf, p->numel) : 0;
     for (int t = 0; rc == 0 && t < tp; t++)
       for (size_t li = 0; li < p->numel; li++)
         whole[p->full_offset + colo_param_full_index(p, t, tp, li)] =
@@ -243,6 +246,30 @@ static int tp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
   return 0;
 }
 
+/* The global gradient norm of a pipeline (ZeRO 0 and 1): each stage sums its tensors (the last
+ * stage leaves out its tied copy of the embedding; replicated tensors count a tp-th on each
+ * tensor-parallel rank), then the stages and the tensor-parallel group add up. */
+static int pp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tpc, colo_comm_t *ppc,
+                        float clip, float *norm, float *scale) {
+  size_t nt;
+  const colo_param_t *tab = colo_gpt_params_table(m, &nt);
+  const float *g = colo_gpt_grads(m);
+  int tied, iw = colo_gpt_wte_index(m, &tied), tp = tpc ? colo_comm_size(tpc) : 1;
+  double sq = 0.0;
+  for (size_t i = 0; i < nt; i++) {
+    if (tied && (int)i == iw)
+      continue;
+    double s = be->sumsq(g + tab[i].offset, tab[i].numel);
+    sq += tab[i].split == COLO_SPLIT_NONE ? s / tp : s;
+  }
+  float f = (float)sq;
+  if ((tpc && tpc->ops->allreduce_sum(tpc, &f, 1) < 0) || ppc->ops->allreduce_sum(ppc, &f, 1) < 0)
+    return COLO_EIO;
+  *norm = sqrtf(f);
+  *scale = clip > 0.0f && clip / (*norm + 1e-6f) < 1.0f ? clip / (*norm + 1e-6f) : 1.0f;
+  return 0;
+}
+
 /* Evaluates at `step` and reports it on stdout and in the progress stream. */
 static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
                              const colo_shard_t *val, const colo_train_config_t *cfg, int step,
@@ -261,8 +288,8 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
  * rank takes part), so the checkpoint is the same whatever the layout and resumes under any. */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
                 colo_adamw_t *opt, colo_zero_t *zero, float *full_m, float *full_v, float *full_p,
-                colo_comm_t *tpc, float **whole, int lead, char *path, size_t path_len, char *err,
-                size_t errlen) {
+                colo_comm_t *tpc, colo_comm_t *ppc, float **whole, int lead, char *path,
+                size_t path_len, char *err, size_t errlen) {
   colo_adamw_t whole_opt = *opt;
   meta->adam_t = opt->t;
   if (full_p && colo_zero_gather_params(zero, full_p) < 0) {
@@ -278,13 +305,19 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
     whole_opt.v = full_v;
   }
   const float *params = full_p;
-  if (tpc) { /* whole tensors from the tensor-parallel shards */
+  if (whole[0]) { /* whole tensors from the tensor-parallel shards and the pipeline stages */
     const float *src[3] = {full_p ? full_p : colo_gpt_params(model), whole_opt.m, whole_opt.v};
-    for (int k = 0; k < 3; k++)
-      if (tp_gather(model, tpc, src[k], whole[k]) < 0) {
-        snprintf(err, errlen, "gathering tensor-parallel shards: %s", colo_comm_error(tpc));
+    size_t nfull = colo_gpt_full_numel(model);
+    for (int k = 0; k < 3; k++) {
+      memset(whole[k], 0, nfull * sizeof(float));
+      if (tp_gather(model, tpc, src[k], whole[k]) < 0 ||
+          (ppc && ppc->ops->allreduce_sum(ppc, whole[k], nfull) < 0)) {
+        snprintf(err, errlen, "gathering the shards: %s",
+                 tpc && colo_comm_error(tpc)[0] ? colo_comm_error(tpc)
+                                                : (ppc ? colo_comm_error(ppc) : ""));
         return COLO_EIO;
       }
+    }
     params = whole[0];
     whole_opt.m = whole[1];
     whole_opt.v = whole[2];
@@ -326,7 +359,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1, dp = world / (tp * pp);
   int tp_idx = me % tp, dp_idx = (me / tp) % (dp > 0 ? dp : 1),
       pp_idx = me / (tp * (dp > 0 ? dp : 1));
-  colo_comm_t *ppc = NULL; /* this rank's pipeline: the stages at its data/tensor position */
+  colo_comm_t *ppc = NULL;  /* this rank's pipeline: the stages at its data/tensor position */
+  colo_comm_t *embc = NULL; /* first and last stage: the tied embedding */
   pipe_t pipe_s = {0}, *pipe = NULL;
   int M = pp > 1 && cfg->micro_batches > 1 ? cfg->micro_batches : 1;
 
@@ -397,6 +431,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       members[st] = (st * dp + dp_idx) * tp + tp_idx;
     if (rc == 0 && pp > 1)
       rc = colo_comm_group(comm, members, pp, &ppc, err, errlen);
+    /* the first and last stage share the tied token embedding: its gradients add up */
+    if (rc == 0 && pp > 1 && (pp_idx == 0 || pp_idx == pp - 1)) {
+      members[0] = (0 * dp + dp_idx) * tp + tp_idx;
+      members[1] = ((pp - 1) * dp + dp_idx) * tp + tp_idx;
+      rc = colo_comm_group(comm, members, 2, &embc, err, errlen);
+    }
     free(members);
     if (rc < 0)
       goto out;
@@ -404,13 +444,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dp_comm = comm;
   }
   pool = colo_pool_create("cpu", cfg->memory_limit);
-  CHECK_GOTO(
-      colo_gpt_create_tp(&cfg->model, B / M, cfg->recompute, be, tpc, pool, &model, err, errlen),
-      rc, out);
+  colo_gpt_stage_t stage = {pp_idx * cfg->model.n_layer / pp,
+                            (pp_idx + 1) * cfg->model.n_layer / pp, pp_idx == 0, pp_idx == pp - 1};
+  CHECK_GOTO(colo_gpt_create_stage(&cfg->model, B / M, cfg->recompute, be, tpc,
+                                   pp > 1 ? &stage : NULL, pool, &model, err, errlen),
+             rc, out);
   if (pp > 1) {
-    int L = cfg->model.n_layer;
-    colo_gpt_set_stage(model, pp_idx * L / pp, (pp_idx + 1) * L / pp, pp_idx == 0,
-                       pp_idx == pp - 1);
     pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, (size_t)(B / M) * T * cfg->model.n_embd,
                       NULL,  NULL};
     pipe_s.x_store = calloc((size_t)M * pipe_s.nc, sizeof(float));
@@ -433,7 +472,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   CHECK_GOTO(colo_zero_init(&zero, dp_comm, cfg->zero_stage, model, pool, err, errlen), rc, out);
   if (tpc && cfg->zero_stage >= 2)
     colo_zero_set_tp(&zero, tpc);
-  if (tpc)
+  if (tpc || ppc)
     for (int k = 0; k < 3; k++)
       if (!(whole[k] = malloc(colo_gpt_full_numel(model) * sizeof(float)))) {
         snprintf(err, errlen, "out of memory");
@@ -472,7 +511,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         full.m = full_m;
         full.v = full_v;
       }
-      if (tpc) { /* whole tensors in, this rank's shards out */
+      if (whole[0]) { /* whole tensors in, this rank's shards out */
         colo_adamw_t w = full;
         w.m = whole[1];
         w.v = whole[2];
@@ -510,6 +549,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     printf("mesh: dp=%d x tp=%d%s; ZeRO stage %d over %zu chunks of %zu floats (%zu padding)\n", dp,
            tp, colo_gpt_sequence_parallel(model) ? " with sequence parallelism" : "",
            cfg->zero_stage, zero.chunks.n, zero.chunks.capacity, zero.chunks.waste);
+  if (!cfg->quiet && lead && pp > 1)
+    printf("pipeline: %d stages; stage 0 holds blocks [0, %d) and %zu of the model's %zu "
+           "parameters\n",
+           pp, cfg->model.n_layer / pp, n_params, colo_gpt_full_numel(model));
   if (!cfg->quiet && lead)
     printf("model: %d layers, %d heads, %d wide, block %d, vocab %d: %zu parameters; batch %d x "
            "accum %d x %d tokens; %d threads; memory %.1f MiB\n",
@@ -537,7 +580,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
       meta.step = (uint64_t)step;
-      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, whole, lead,
+      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, lead,
                       ckpt_path, sizeof ckpt_path, err, errlen),
                  rc, out);
       if (progress)
@@ -588,11 +631,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
     }
     if (pipe) {
-      /* every stage holds every parameter for now: the stages' gradients add up (the tied
-       * embedding's from the first and the last stage among them), and so does the loss, which
-       * only the last stage computed */
+      /* the tied embedding's gradient is the sum of the first stage's (embedding) and the last
+       * stage's (head); the loss, which only the last stage computed, goes to every stage */
       float l = (float)loss;
-      if (ppc->ops->allreduce_sum(ppc, colo_gpt_grads(model), n_params) < 0 ||
+      int tied, iw = colo_gpt_wte_index(model, &tied);
+      size_t nt_;
+      const colo_param_t *tab = colo_gpt_params_table(model, &nt_);
+      if ((embc && embc->ops->allreduce_sum(embc, colo_gpt_grads(model) + tab[iw].offset,
+                                            tab[iw].numel) < 0) ||
           ppc->ops->allreduce_sum(ppc, &l, 1) < 0) {
         snprintf(err, errlen, "rank %d: pipeline: %s", me, colo_comm_error(ppc));
         rc = COLO_EIO;
@@ -614,7 +660,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (dump_path && step == start && colo_gpt_grads(model))
       dump_model(&dump, "grad.", model, colo_gpt_grads(model));
     float gscale, norm;
-    if (tpc && cfg->zero_stage < 2
+    if (ppc ? pp_grad_norm(be, model, tpc, ppc, cfg->optim.grad_clip, &norm, &gscale) < 0
+        : tpc && cfg->zero_stage < 2
             ? tp_grad_norm(be, model, tpc, cfg->optim.grad_clip, &norm, &gscale) < 0
             : colo_zero_grad_norm(&zero, be, cfg->optim.grad_clip, &norm, &gscale) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
@@ -657,7 +704,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   /* the last checkpoint: at the end, or where the run was told to stop */
   if (cfg->ckpt_dir && step > start) {
     meta.step = (uint64_t)step;
-    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, whole, lead,
+    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, lead,
                     ckpt_path, sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
@@ -689,6 +736,8 @@ out:
     tpc->ops->destroy(tpc);
   if (ppc)
     ppc->ops->destroy(ppc);
+  if (embc)
+    embc->ops->destroy(embc);
   free(pipe_s.x_store);
   free(pipe_s.dy);
   if (dp_comm && dp_comm != comm)
