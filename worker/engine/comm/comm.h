@@ -34,6 +34,9 @@ typedef struct {
   /* closes every connection: peers' calls fail at once; later calls on c fail */
   void (*abort)(colo_comm_t *c);
   void (*destroy)(colo_comm_t *c);
+  /* a sub-group; called by its members only (see colo_comm_group) */
+  int (*group)(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
+               size_t errlen);
 } colo_comm_ops_t;
 
 struct colo_comm_s {
@@ -63,9 +66,17 @@ colo_comm_t *colo_comm_single(void);
 int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char *bind_host,
                          int timeout_ms, colo_comm_t **out, char *err, size_t errlen);
 
-/* A group made of the world ranks ranks[0..n) (this rank must be one of them); it shares the
- * world's connections, so it must not outlive it. Group rank i is world rank ranks[i]. */
+/* A group made of the world ranks ranks[0..n) (this rank must be one of them), created by its
+ * members only; it must not outlive the world. Group rank i is world rank ranks[i]. */
 int colo_comm_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
                     size_t errlen);
+
+/* NCCL, for GPUs (built when CUDA and NCCL are found: COLO_HAVE_NCCL). Buffers are device
+ * pointers on `device`. Rank 0 serves the rendezvous store at store_addr, through which the
+ * NCCL ids travel (rank 0 of each group calls ncclGetUniqueId and puts it). Communicators are
+ * nonblocking: every call is polled against the deadline and aborted (ncclCommAbort) when it
+ * passes, so a dead peer ends a call with an error, never a hang. */
+int colo_comm_nccl_create(const char *store_addr, int rank, int world, int device, int timeout_ms,
+                          colo_comm_t **out, char *err, size_t errlen);
 
 #endif

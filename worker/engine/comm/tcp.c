@@ -355,9 +355,12 @@ static void destroy(colo_comm_t *cm) {
   free(c);
 }
 
+static int tcp_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
+                     size_t errlen);
+
 static const colo_comm_ops_t TCP = {
     "tcp",  allreduce_sum, reduce_scatter_sum, all_gather, broadcast, send_, recv_, barrier,
-    abort_, destroy};
+    abort_, destroy,       tcp_group};
 
 static void set_socket(int fd) {
   int one = 1;
@@ -564,14 +567,11 @@ fail:
 
 int colo_comm_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
                     size_t errlen) {
-  if (world->ops != &TCP) {
-    if (n == 1 && ranks[0] == world->rank) {
-      *out = colo_comm_single();
-      return *out ? 0 : COLO_ENOMEM;
-    }
-    snprintf(err, errlen, "groups need a tcp world communicator");
-    return COLO_EINVAL;
-  }
+  return world->ops->group(world, ranks, n, out, err, errlen);
+}
+
+static int tcp_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
+                     size_t errlen) {
   tcp_comm_t *wc = TC(world);
   int me = -1;
   for (int i = 0; i < n; i++) {

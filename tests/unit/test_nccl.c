@@ -1,0 +1,110 @@
+/* The NCCL communicator, on real GPUs: every collective against the values it must produce, on
+ * one rank per device (2 ranks when the machine has 2 GPUs, else 1). Without a CUDA device the
+ * test is skipped (exit 77) with the reason; CI compiles it and skips. */
+#include <cuda_runtime.h>
+
+#include "comm/comm.h"
+#include "comm/store.h"
+#include "test.h"
+
+static int free_port(void) {
+  char err[128];
+  int port, fd = colo_tcp_listen("127.0.0.1", 0, &port, err, sizeof err);
+  close(fd);
+  return port;
+}
+
+#define CHECKR(cond)                                                                               \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "rank %d: %s:%d: %s\n", rank, __FILE__, __LINE__, #cond);                    \
+      return 1;                                                                                    \
+    }                                                                                              \
+  } while (0)
+
+static int rank_main(const char *addr, int rank, int world) {
+  colo_comm_t *c;
+  char err[256];
+  if (colo_comm_nccl_create(addr, rank, world, rank, 20000, &c, err, sizeof err) < 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, err);
+    return 1;
+  }
+  size_t n = 1000003; /* odd, and large enough for NCCL's ring algorithms */
+  float *h = malloc(n * world * sizeof *h), *d;
+  CHECKR(cudaMalloc((void **)&d, n * world * sizeof *d) == cudaSuccess);
+  for (size_t i = 0; i < n; i++)
+    h[i] = (float)(rank + 1) * (float)(i % 97);
+  cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice);
+  CHECKR(c->ops->allreduce_sum(c, d, n) == 0);
+  cudaMemcpy(h, d, n * sizeof *h, cudaMemcpyDeviceToHost);
+  float tri = (float)(world * (world + 1) / 2);
+  for (size_t i = 0; i < n; i++)
+    CHECKR(h[i] == tri * (float)(i % 97));
+  /* reduce-scatter, all-gather, broadcast */
+  for (size_t i = 0; i < n * world; i++)
+    h[i] = (float)rank + (float)(i % 1000);
+  cudaMemcpy(d, h, n * world * sizeof *h, cudaMemcpyHostToDevice);
+  CHECKR(c->ops->reduce_scatter_sum(c, d, n) == 0);
+  cudaMemcpy(h, d, n * world * sizeof *h, cudaMemcpyDeviceToHost);
+  for (size_t i = 0; i < n; i++) {
+    size_t g = (size_t)rank * n + i;
+    CHECKR(h[g] == (float)(world * (world - 1) / 2) + (float)world * (float)(g % 1000));
+  }
+  for (size_t i = 0; i < n; i++)
+    h[(size_t)rank * n + i] = (float)(rank * 7) + (float)(i % 13);
+  cudaMemcpy(d, h, n * world * sizeof *h, cudaMemcpyHostToDevice);
+  CHECKR(c->ops->all_gather(c, d, n) == 0);
+  cudaMemcpy(h, d, n * world * sizeof *h, cudaMemcpyDeviceToHost);
+  for (int r = 0; r < world; r++)
+    for (size_t i = 0; i < n; i++)
+      CHECKR(h[(size_t)r * n + i] == (float)(r * 7) + (float)(i % 13));
+  h[0] = rank == 0 ? 42.0f : 0.0f;
+  cudaMemcpy(d, h, sizeof *h, cudaMemcpyHostToDevice);
+  CHECKR(c->ops->broadcast(c, d, 1, 0) == 0);
+  cudaMemcpy(h, d, sizeof *h, cudaMemcpyDeviceToHost);
+  CHECKR(h[0] == 42.0f);
+  if (world == 2) { /* point to point */
+    h[0] = (float)(10 + rank);
+    cudaMemcpy(d, h, sizeof *h, cudaMemcpyHostToDevice);
+    if (rank == 0)
+      CHECKR(c->ops->send(c, d, 1, 1) == 0);
+    else
+      CHECKR(c->ops->recv(c, d + 1, 1, 0) == 0);
+    if (rank == 1) {
+      cudaMemcpy(h, d + 1, sizeof *h, cudaMemcpyDeviceToHost);
+      CHECKR(h[0] == 10.0f);
+    }
+  }
+  CHECKR(c->ops->barrier(c) == 0);
+  cudaFree(d);
+  free(h);
+  c->ops->destroy(c);
+  return 0;
+}
+
+int main(void) {
+  int devices = 0;
+  cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices < 1) {
+    printf("SKIP: no CUDA device here (%s): the NCCL communicator is compiled, not run\n",
+           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+    return 77;
+  }
+  int world = devices >= 2 ? 2 : 1;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", free_port());
+  fflush(stdout);
+  pid_t pids[2];
+  for (int r = 0; r < world; r++)
+    if ((pids[r] = fork()) == 0)
+      _exit(rank_main(addr, r, world));
+  int ok = 0;
+  for (int r = 0; r < world; r++) {
+    int st;
+    waitpid(pids[r], &st, 0);
+    ok += WIFEXITED(st) && WEXITSTATUS(st) == 0;
+  }
+  printf("%d passed, %d failed (NCCL collectives on %d GPU rank%s)\n", ok == world, ok != world,
+         world, world > 1 ? "s" : "");
+  return ok == world ? 0 : 1;
+}
