@@ -546,8 +546,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 
   size_t n_params = colo_gpt_num_params(model);
   if (!cfg->quiet && lead && world > 1)
-    printf("mesh: dp=%d x tp=%d%s; ZeRO stage %d over %zu chunks of %zu floats (%zu padding)\n", dp,
-           tp, colo_gpt_sequence_parallel(model) ? " with sequence parallelism" : "",
+    printf("mesh: pp=%d (%d micro-batches) x dp=%d x tp=%d%s; ZeRO stage %d over %zu chunks of "
+           "%zu floats (%zu padding)\n",
+           pp, M, dp, tp, colo_gpt_sequence_parallel(model) ? " with sequence parallelism" : "",
            cfg->zero_stage, zero.chunks.n, zero.chunks.capacity, zero.chunks.waste);
   if (!cfg->quiet && lead && pp > 1)
     printf("pipeline: %d stages; stage 0 holds blocks [0, %d) and %zu of the model's %zu "
