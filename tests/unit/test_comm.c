@@ -6,16 +6,7 @@
 
 #include "comm/comm.h"
 #include "comm/store.h"
-#include "test.h"
-
-static int free_port(void) {
-  char err[128];
-  int port;
-  int fd = colo_tcp_listen("127.0.0.1", 0, &port, err, sizeof err);
-  ASSERT(fd >= 0);
-  close(fd);
-  return port;
-}
+#include "comm_test.h"
 
 typedef int (*rank_fn)(colo_comm_t *c, int rank, int world);
 
@@ -46,14 +37,6 @@ static int run_world(int world, int timeout_ms, rank_fn fn) {
   }
   return ok;
 }
-
-#define CHECKR(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "rank %d: %s:%d: %s\n", rank, __FILE__, __LINE__, #cond);                    \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
 
 static int expect_shm = 1;
 

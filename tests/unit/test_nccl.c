@@ -5,22 +5,7 @@
 
 #include "comm/comm.h"
 #include "comm/store.h"
-#include "test.h"
-
-static int free_port(void) {
-  char err[128];
-  int port, fd = colo_tcp_listen("127.0.0.1", 0, &port, err, sizeof err);
-  close(fd);
-  return port;
-}
-
-#define CHECKR(cond)                                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      fprintf(stderr, "rank %d: %s:%d: %s\n", rank, __FILE__, __LINE__, #cond);                    \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
+#include "comm_test.h"
 
 static int rank_main(const char *addr, int rank, int world) {
   colo_comm_t *c;
