@@ -563,7 +563,7 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
       const Colo__V1__Host *h = resp->hosts[i];
       char devs[128] = "", used[16], cpus[16], mem[32], seen[40], kind[16];
       if (h->n_devices)
-        snprintf(devs, sizeof devs, "%zu × %s", h->n_devices,
+        snprintf(devs, sizeof devs, "%zu %s", h->n_devices,
                  colo_pb_enum_short(&colo__v1__device_kind__descriptor, h->devices[0]->kind, kind,
                                     sizeof kind));
       else

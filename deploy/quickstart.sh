@@ -12,13 +12,15 @@ export COLO_SERVER="127.0.0.1:$PORT"
 mkdir -p "$QS"
 
 if [ "${1:-}" = "stop" ]; then
-  if [ -f "$QS/colod.pid" ] && kill -0 "$(cat "$QS/colod.pid")" 2>/dev/null; then
-    kill -TERM "$(cat "$QS/colod.pid")"
-    echo "quickstart: colod stopped"
-  else
-    echo "quickstart: colod is not running"
-  fi
-  rm -f "$QS/colod.pid"
+  for d in workerd colod; do
+    if [ -f "$QS/$d.pid" ] && kill -0 "$(cat "$QS/$d.pid")" 2>/dev/null; then
+      kill -TERM "$(cat "$QS/$d.pid")"
+      echo "quickstart: $d stopped"
+    else
+      echo "quickstart: $d is not running"
+    fi
+    rm -f "$QS/$d.pid"
+  done
   exit 0
 fi
 
@@ -33,7 +35,7 @@ if ! bash "$SRC/deploy/fetch-data.sh" "$QS/data"; then
   # nothing in this build reads the data yet (no worker or engine), so go on without it
   echo "quickstart: warning: could not get tinyshakespeare.txt; jobs will have no data to train on" >&2
 fi
-echo "== 4/6 coordinator"
+echo "== 4/6 coordinator and worker"
 if [ -f "$QS/colod.pid" ] && kill -0 "$(cat "$QS/colod.pid")" 2>/dev/null; then
   echo "quickstart: colod already running (pid $(cat "$QS/colod.pid")) on $COLO_SERVER"
 else
@@ -49,6 +51,15 @@ else
     sleep 0.1
   done
   echo "quickstart: colod (pid $(cat "$QS/colod.pid")) listening on $COLO_SERVER, log in $QS/colod.log"
+fi
+if [ -f "$QS/workerd.pid" ] && kill -0 "$(cat "$QS/workerd.pid")" 2>/dev/null; then
+  echo "quickstart: colo-workerd already running (pid $(cat "$QS/workerd.pid"))"
+else
+  nohup "$BIN/colo-workerd" --coordinator "$COLO_SERVER" --name quickstart-node \
+    >"$QS/workerd.log" 2>&1 &
+  echo $! >"$QS/workerd.pid"
+  for _ in $(seq 1 50); do grep -q "registered" "$QS/workerd.log" 2>/dev/null && break; sleep 0.1; done
+  echo "quickstart: colo-workerd (pid $(cat "$QS/workerd.pid")) registered this node's CPU slots"
 fi
 echo "== 5/6 submit and status"
 ID=$("$BIN/coloctl" submit "$SRC/examples/tinyshakespeare.yaml")
@@ -68,9 +79,11 @@ if [ -f "$QS/data/tinyshakespeare.txt" ]; then
 fi
 cat <<MSG
 
-The job submitted to colod stays PENDING: the worker (colo-workerd) that would run it on this
-node comes with the next issues; step 6 ran the same model with colo-train directly. Try:
+The job submitted to colod stays PENDING: colo-workerd has registered this node and heartbeats,
+but colod's scheduler, which would place the job's ranks on it, comes with the next issue; step 6
+ran the same model with colo-train directly. Try:
   export COLO_SERVER=$COLO_SERVER
+  $BIN/coloctl hosts
   $BIN/coloctl list
   $BIN/coloctl watch $ID        # in one terminal
   $BIN/coloctl cancel $ID       # in another

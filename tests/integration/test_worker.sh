@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# colo-workerd against a real colod: it registers its CPU slots and heartbeats; its host goes
+# DOWN within host_timeout after a kill -9 and UP again when it comes back; a restarted colod
+# keeps it UP without a new registration; SIGTERM exits 0; bad configuration exits 2.
+source "$(dirname "$0")/lib.sh"
+WD="$COLO_BIN/colo-workerd"
+start_colod "$TMP/state" --set host_timeout=2s
+
+start_worker() {
+  "$WD" --coordinator "$COLO_SERVER" --name w1 --cpu-slots 3 >>"$TMP/worker.log" 2>&1 &
+  WPID=$!
+}
+host_state() {
+  "$COLOCTL" hosts --json | python3 -c 'import json,sys; h=[x for x in json.load(sys.stdin) if x["name"]=="w1"]; print(h[0]["state"] if h else "none", len(h[0]["devices"]) if h else 0)'
+}
+wait_state() { # want, seconds
+  for _ in $(seq 1 $(($2 * 10))); do
+    [ "$(host_state | cut -d' ' -f1)" = "$1" ] && return 0
+    sleep 0.1
+  done
+  fail "host w1 did not become $1 within $2 s (now $(host_state)); worker log: $(cat "$TMP/worker.log")"
+}
+
+start_worker
+wait_state up 5
+expect_eq "$(host_state)" "up 3"
+
+# kill -9: DOWN within host_timeout (2 s) and one tick
+kill -KILL $WPID
+wait $WPID 2>/dev/null || true
+t0=$(date +%s%N)
+wait_state down 5
+down_ms=$((($(date +%s%N) - t0) / 1000000))
+
+# back: UP again, as a new session
+start_worker
+wait_state up 5
+expect_contains "$(cat "$TMP/worker.log")" "session 2"
+
+# colod restarts: the worker keeps heartbeating its session; the host stays UP, no new session
+kill -KILL "$COLOD_PID"
+wait "$COLOD_PID" 2>/dev/null || true
+COLOD_PID=""
+sed -i "s|^.*colod listening.*$||" "$TMP/colod.out"
+port=${COLO_SERVER##*:}
+start_colod "$TMP/state" --set host_timeout=2s --listen "127.0.0.1:$port"
+sleep 3
+expect_eq "$(host_state)" "up 3"
+[ "$(grep -c 'registered with' "$TMP/worker.log")" = 2 ] || fail "the worker registered again after the colod restart"
+
+# SIGTERM: exit 0
+kill -TERM $WPID
+rc=0
+wait $WPID || rc=$?
+expect_eq "$rc" "0"
+
+# bad configuration
+printf 'coordinator: 127.0.0.1:1\ncpu_slot: 4\n' >"$TMP/w.yaml"
+expect_rc 2 "$WD" -c "$TMP/w.yaml"
+expect_eq "$ERR" "colo-workerd: $TMP/w.yaml:2: unknown field \"cpu_slot\""
+expect_rc 2 "$WD" --cpu-slots many
+expect_eq "$ERR" "colo-workerd: flag:1: cpu_slots: \"many\" is not an integer
+colo-workerd: try 'colo-workerd --help'"
+stop_colod
+echo "integration_worker: registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"
