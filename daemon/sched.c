@@ -1,0 +1,83 @@
+/* Gang placement with tensor-parallel groups inside one host. */
+#include "sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/error.h"
+
+typedef struct {
+  size_t idx;    /* into hosts */
+  uint32_t free; /* devices this placement may still use */
+} slot_t;
+
+static int by_free_desc(const void *a, const void *b) {
+  const slot_t *x = a, *y = b;
+  if (x->free != y->free)
+    return x->free > y->free ? -1 : 1;
+  return x->idx < y->idx ? -1 : x->idx > y->idx; /* stable: the order given */
+}
+
+int colo_sched_place(const colo_sched_host_t *hosts, size_t n_hosts, uint32_t pp, uint32_t dp,
+                     uint32_t tp, uint32_t per_node, colo_rank_place_t *out, char *why,
+                     size_t whylen) {
+  if (pp < 1 || dp < 1 || tp < 1) {
+    snprintf(why, whylen, "bad mesh pp=%u dp=%u tp=%u", pp, dp, tp);
+    return COLO_EINVAL;
+  }
+  uint64_t world = (uint64_t)pp * dp * tp, groups = (uint64_t)pp * dp;
+  slot_t *slots = calloc(n_hosts ? n_hosts : 1, sizeof *slots);
+  colo_rank_place_t *tmp = calloc(world, sizeof *tmp);
+  uint32_t *next = calloc(n_hosts ? n_hosts : 1, sizeof *next); /* lowest device not yet tried */
+  if (!slots || !tmp || !next) {
+    free(slots);
+    free(tmp);
+    free(next);
+    snprintf(why, whylen, "out of memory");
+    return COLO_ENOMEM;
+  }
+  uint64_t total_free = 0;
+  for (size_t h = 0; h < n_hosts; h++) {
+    uint32_t f = 0;
+    for (uint32_t d = 0; d < hosts[h].n_devices; d++)
+      f += !hosts[h].busy[d];
+    if (per_node && f > per_node)
+      f = per_node;
+    slots[h] = (slot_t){h, f};
+    total_free += f;
+  }
+  qsort(slots, n_hosts, sizeof *slots, by_free_desc);
+  size_t cur = 0;
+  int rc = 0;
+  for (uint64_t g = 0; g < groups && rc == 0; g++) {
+    /* the current host while it fits a whole group, else the next that does */
+    while (cur < n_hosts && slots[cur].free < tp)
+      cur++;
+    if (cur == n_hosts) {
+      snprintf(why, whylen,
+               "no room: %llu of %llu tensor-parallel groups of %u devices placed; %llu devices "
+               "free in all, but a group must fit in one host",
+               (unsigned long long)g, (unsigned long long)groups, tp,
+               (unsigned long long)total_free);
+      rc = COLO_EBUSY;
+      break;
+    }
+    slot_t *s = &slots[cur];
+    const colo_sched_host_t *h = &hosts[s->idx];
+    uint32_t pp_idx = (uint32_t)(g / dp), dp_idx = (uint32_t)(g % dp);
+    for (uint32_t t = 0; t < tp; t++) {
+      while (h->busy[next[s->idx]])
+        next[s->idx]++;
+      uint32_t rank = (uint32_t)(g * tp + t);
+      tmp[rank] = (colo_rank_place_t){rank, h->host_id, next[s->idx]++, dp_idx, t, pp_idx};
+    }
+    s->free -= tp;
+  }
+  if (rc == 0)
+    memcpy(out, tmp, world * sizeof *tmp);
+  free(slots);
+  free(tmp);
+  free(next);
+  return rc;
+}
