@@ -24,8 +24,8 @@ M=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 2
   --quiet --threads 1)
 GLOBAL_B=8
 
-compare() { # reference-dir other-dir label
-  $PY - "$1" "$2" "$3" <<'PYEOF'
+compare() { # reference-dir other-dir label; fails the test when they differ
+  $PY - "$1" "$2" "$3" <<'PYEOF' || fail "$3 differs"
 import json, struct, sys
 import numpy as np
 def losses(d):
@@ -79,30 +79,30 @@ run "$TMP/dp2tp2z3" --nproc 4 --dp 2 --tp 2 --zero 3 --batch-size $((GLOBAL_B / 
 run "$TMP/pp2" --nproc 2 --pp 2 --micro-batches 4 --batch-size $GLOBAL_B
 run "$TMP/pp2tp2" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
 run "$TMP/pp2dp2tp2" --nproc 8 --pp 2 --dp 2 --tp 2 --zero 1 --micro-batches 2 --batch-size $((GLOBAL_B / 2))
-compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0" || fail "dp=2 ZeRO-0 differs"
-compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1" || fail "dp=2 ZeRO-1 differs"
-compare "$TMP/single" "$TMP/dp4z1" "dp=4 ZeRO-1" || fail "dp=4 ZeRO-1 differs"
-compare "$TMP/single" "$TMP/dp2z2" "dp=2 ZeRO-2" || fail "dp=2 ZeRO-2 differs"
-compare "$TMP/single" "$TMP/dp4z2" "dp=4 ZeRO-2" || fail "dp=4 ZeRO-2 differs"
-compare "$TMP/single" "$TMP/dp1z2" "dp=1 ZeRO-2 (hooks alone)" || fail "dp=1 ZeRO-2 differs"
-compare "$TMP/single" "$TMP/dp2z3" "dp=2 ZeRO-3" || fail "dp=2 ZeRO-3 differs"
-compare "$TMP/single" "$TMP/dp4z3" "dp=4 ZeRO-3" || fail "dp=4 ZeRO-3 differs"
-compare "$TMP/single" "$TMP/dp1z3" "dp=1 ZeRO-3 (hooks alone)" || fail "dp=1 ZeRO-3 differs"
-compare "$TMP/single" "$TMP/tp2" "tp=2" || fail "tp=2 differs"
-compare "$TMP/single" "$TMP/tp2sp" "tp=2 sequence parallel" || fail "tp=2 with sp differs"
-compare "$TMP/single_acc" "$TMP/tp2sp_acc" "tp=2 sp, grad accum 2" || fail "tp=2 sp with accumulation differs"
+compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0"
+compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1"
+compare "$TMP/single" "$TMP/dp4z1" "dp=4 ZeRO-1"
+compare "$TMP/single" "$TMP/dp2z2" "dp=2 ZeRO-2"
+compare "$TMP/single" "$TMP/dp4z2" "dp=4 ZeRO-2"
+compare "$TMP/single" "$TMP/dp1z2" "dp=1 ZeRO-2 (hooks alone)"
+compare "$TMP/single" "$TMP/dp2z3" "dp=2 ZeRO-3"
+compare "$TMP/single" "$TMP/dp4z3" "dp=4 ZeRO-3"
+compare "$TMP/single" "$TMP/dp1z3" "dp=1 ZeRO-3 (hooks alone)"
+compare "$TMP/single" "$TMP/tp2" "tp=2"
+compare "$TMP/single" "$TMP/tp2sp" "tp=2 sequence parallel"
+compare "$TMP/single_acc" "$TMP/tp2sp_acc" "tp=2 sp, grad accum 2"
 # the run says which layout it used (printed without --quiet)
 loud=()
 for a in "${M[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
 "$CT" train "${loud[@]}" --steps 2 --eval-interval 0 --nproc 2 --tp 2 --sp true \
   --batch-size $GLOBAL_B >"$TMP/mesh.out" 2>&1 || fail "the sp run failed: $(cat "$TMP/mesh.out")"
 expect_contains "$(head -1 "$TMP/mesh.out")" "tp=2 with sequence parallelism"
-compare "$TMP/single" "$TMP/dp2tp2" "dp=2 x tp=2 ZeRO-1" || fail "dp=2 x tp=2 differs"
-compare "$TMP/single" "$TMP/dp2tp2z2" "dp=2 x tp=2 ZeRO-2" || fail "dp=2 x tp=2 ZeRO-2 differs"
-compare "$TMP/single" "$TMP/dp2tp2z3" "dp=2 x tp=2 ZeRO-3" || fail "dp=2 x tp=2 ZeRO-3 differs"
-compare "$TMP/single" "$TMP/pp2" "pp=2, 4 micro-batches" || fail "pp=2 differs"
-compare "$TMP/single" "$TMP/pp2tp2" "pp=2 x tp=2" || fail "pp=2 x tp=2 differs"
-compare "$TMP/single" "$TMP/pp2dp2tp2" "pp=2 x dp=2 x tp=2 (8 ranks)" || fail "pp=2 x dp=2 x tp=2 differs"
+compare "$TMP/single" "$TMP/dp2tp2" "dp=2 x tp=2 ZeRO-1"
+compare "$TMP/single" "$TMP/dp2tp2z2" "dp=2 x tp=2 ZeRO-2"
+compare "$TMP/single" "$TMP/dp2tp2z3" "dp=2 x tp=2 ZeRO-3"
+compare "$TMP/single" "$TMP/pp2" "pp=2, 4 micro-batches"
+compare "$TMP/single" "$TMP/pp2tp2" "pp=2 x tp=2"
+compare "$TMP/single" "$TMP/pp2dp2tp2" "pp=2 x dp=2 x tp=2 (8 ranks)"
 # a stage holds only its parameters: model states (pool peak less activations) of stage 0
 read -r s1 s2 <<<"$($PY -c '
 import json, sys
@@ -116,19 +116,19 @@ echo "model states: one process $s1 bytes, pipeline stage 0 of 2 $s2 bytes"
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5
 run "$TMP/re1" --batch-size 8 --ckpt-interval 5 --resume auto
-compare "$TMP/single" "$TMP/re1" "dp=2 -> dp=1 resume" || fail "dp=2 -> dp=1 resume differs"
+compare "$TMP/single" "$TMP/re1" "dp=2 -> dp=1 resume"
 run "$TMP/re3" --nproc 2 --dp 2 --zero 3 --batch-size 4 --ckpt-interval 5 --stop-at 5
 run "$TMP/re3" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
-compare "$TMP/single" "$TMP/re3" "ZeRO-3 -> ZeRO-1 resume" || fail "ZeRO-3 -> ZeRO-1 resume differs"
+compare "$TMP/single" "$TMP/re3" "ZeRO-3 -> ZeRO-1 resume"
 run "$TMP/re4" --nproc 2 --tp 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re4" --nproc 4 --dp 4 --zero 1 --batch-size 2 --ckpt-interval 5 --resume auto
-compare "$TMP/single" "$TMP/re4" "tp=2 -> dp=4 resume" || fail "tp=2 -> dp=4 resume differs"
+compare "$TMP/single" "$TMP/re4" "tp=2 -> dp=4 resume"
 run "$TMP/re5" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re5" --nproc 4 --dp 4 --zero 1 --batch-size 2 --ckpt-interval 5 --resume auto
-compare "$TMP/single" "$TMP/re5" "pp=2 x tp=2 -> dp=4 resume" || fail "pp=2 x tp=2 -> dp=4 resume differs"
+compare "$TMP/single" "$TMP/re5" "pp=2 x tp=2 -> dp=4 resume"
 run "$TMP/re2" --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re2" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
-compare "$TMP/single" "$TMP/re2" "dp=1 -> dp=2 resume" || fail "dp=1 -> dp=2 resume differs"
+compare "$TMP/single" "$TMP/re2" "dp=1 -> dp=2 resume"
 
 # memory: the pool peak of rank 0 at ZeRO-0 and ZeRO-1 for the same run
 read -r m0 m1 np <<<"$($PY -c '
