@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../common/error.h"
 #include "../common/jobspec.h"
@@ -34,12 +36,20 @@ static void usage(FILE *out) {
           "\n"
           "commands:\n"
           "  submit FILE [--token T] [--dry-run]  submit a job file (YAML or JSON); prints its id\n"
-          "  status [JOB]                         the cluster and its jobs, or one job in detail\n"
+          "  status [JOB] [--watch] [--interval MS]\n"
+          "                                       the cluster and its jobs, or one job in detail;\n"
+          "                                       --watch redraws it in place until interrupted\n"
+          "                                       (or until JOB ends)\n"
           "  list [--state S]... [--limit N]      jobs, oldest first\n"
           "  cancel JOB [--reason TEXT]           cancel a job\n"
           "  resume JOB [--from-step N]           resume a failed or cancelled job\n"
           "  watch JOB                            follow a job's state changes until it ends\n"
           "  hosts                                hosts and their devices\n"
+          "  logs JOB [--rank N] [--attempt A] [--tail BYTES] [-f]\n"
+          "                                       a rank's output (default rank 0, the newest\n"
+          "                                       attempt); -f follows it across attempts until\n"
+          "                                       the job ends\n"
+          "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
           "\n"
           "options:\n"
           "  -s, --server ADDR   coordinator address (default $COLO_SERVER or " DEFAULT_SERVER ")\n"
@@ -191,23 +201,57 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
 
 /* ---- status / list ---- */
 
+/* Time per step from a progress record: the record's tokens/s is rank 0's, which processes
+ * batch × block × accumulation tokens a step. 0 when unknown. */
+static double step_seconds(const Colo__V1__Job *j) {
+  const Colo__V1__Progress *p = j->progress;
+  const Colo__V1__JobSpec *s = j->spec;
+  if (!p || !p->has_tokens_per_s || p->tokens_per_s <= 0 || !s || !s->train || !s->model)
+    return 0;
+  return (double)s->train->batch_size * s->model->block_size * s->train->grad_accum /
+         (double)p->tokens_per_s;
+}
+
+static void fmt_eta(const Colo__V1__Job *j, char *buf, size_t n) {
+  double per = step_seconds(j);
+  const Colo__V1__Progress *p = j->progress;
+  if (j->state != COLO__V1__JOB_STATE__JOB_STATE_RUNNING || per <= 0 || !p->has_total_steps ||
+      p->step > p->total_steps) {
+    snprintf(buf, n, "-");
+    return;
+  }
+  fmt_age((int64_t)((double)(p->total_steps - p->step) * per * 1000.0), buf, n);
+}
+
 static void job_row(table_t *t, const Colo__V1__Job *j, int64_t now) {
-  char id[24], att[16], world[24], steps[48], age[32];
+  char id[24], att[16], world[24], steps[48], age[32], loss[24], tok[24], eta[32], ck[24];
   snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
   snprintf(att, sizeof att, "%u", j->attempt);
   snprintf(world, sizeof world, "%llu", world_of(j));
   unsigned total = j->spec && j->spec->train ? j->spec->train->steps : 0;
-  if (j->progress && j->progress->has_step)
-    snprintf(steps, sizeof steps, "%llu/%u", (unsigned long long)j->progress->step, total);
+  const Colo__V1__Progress *p = j->progress;
+  if (p && p->has_step)
+    snprintf(steps, sizeof steps, "%llu/%u", (unsigned long long)p->step, total);
   else
     snprintf(steps, sizeof steps, "-/%u", total);
+  snprintf(loss, sizeof loss, p && p->has_loss ? "%.4f" : "-", p ? (double)p->loss : 0.0);
+  /* the job's rate: rank 0's tokens times the data-parallel degree */
+  unsigned dp = j->spec && j->spec->parallel ? j->spec->parallel->dp : 1;
+  snprintf(tok, sizeof tok, p && p->has_tokens_per_s ? "%.0f" : "-",
+           p ? (double)p->tokens_per_s * dp : 0.0);
+  fmt_eta(j, eta, sizeof eta);
+  if (j->newest_checkpoint)
+    snprintf(ck, sizeof ck, "%llu", (unsigned long long)j->newest_checkpoint->step);
+  else
+    snprintf(ck, sizeof ck, "-");
   fmt_age(now - j->created_ms, age, sizeof age);
-  table_row(t, id, j->name ? j->name : "", state_name(j->state), att, world, steps, age,
-            j->message ? j->message : "");
+  table_row(t, id, j->name ? j->name : "", state_name(j->state), att, world, steps, loss, tok, eta,
+            ck, age, j->message ? j->message : "");
 }
 
-static const char *const JOB_HEADERS[] = {"ID",    "NAME", "STATE",   "ATTEMPT", "WORLD",
-                                          "STEPS", "AGE",  "MESSAGE", NULL};
+static const char *const JOB_HEADERS[] = {"ID",   "NAME",    "STATE", "ATTEMPT", "WORLD",
+                                          "STEP", "LOSS",    "TOK/S", "ETA",     "CKPT",
+                                          "AGE",  "MESSAGE", NULL};
 
 /* Fetches every job matching states (all pages). The caller frees each response. */
 typedef struct {
@@ -317,10 +361,21 @@ static void print_job_detail(const Colo__V1__Job *j) {
   printf("  state      %s (%s)\n", state_name(j->state), j->message ? j->message : "");
   printf("  attempt    %u, restarts %u of %u\n", j->attempt, j->restarts, s ? s->max_restarts : 0);
   printf("  submitted  %s ago\n", age);
-  if (j->progress && j->progress->has_step)
-    printf("  progress   step %llu/%llu, loss %.4f, %.0f tokens/s\n",
+  if (j->progress && j->progress->has_step) {
+    char eta[32];
+    fmt_eta(j, eta, sizeof eta);
+    unsigned dp = s && s->parallel ? s->parallel->dp : 1;
+    printf("  progress   step %llu/%llu, loss %.4f, lr %.2e, %.0f tokens/s, ETA %s\n",
            (unsigned long long)j->progress->step, (unsigned long long)j->progress->total_steps,
-           (double)j->progress->loss, (double)j->progress->tokens_per_s);
+           (double)j->progress->loss, (double)j->progress->lr,
+           (double)j->progress->tokens_per_s * dp, eta);
+  }
+  if (j->newest_checkpoint) {
+    char ckage[32];
+    fmt_age(now_ms() - j->newest_checkpoint->created_ms, ckage, sizeof ckage);
+    printf("  checkpoint step %llu, %s ago (%s)\n", (unsigned long long)j->newest_checkpoint->step,
+           ckage, j->newest_checkpoint->path ? j->newest_checkpoint->path : "");
+  }
   if (!s || !s->model || !s->parallel || !s->train || !s->optimizer || !s->data)
     return;
   printf("  model      %u layers, %u heads, %u wide, block %u, vocab %u\n", s->model->n_layer,
@@ -340,15 +395,9 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  resume     from step %llu\n", (unsigned long long)j->resume_step);
 }
 
-static int cmd_status(ctl_t *c, int argc, char **argv) {
-  if (argc > 1)
-    return usage_error("status takes at most one job id");
-  uint64_t id = 0;
-  if (argc == 1 && parse_id(argv[0], &id) < 0)
-    return usage_error("status: '%s' is not a job id", argv[0]);
-  int rc = connect_ctl(c);
-  if (rc)
-    return rc;
+/* One status report; *state gets the job's state when id is set. */
+static int status_once(ctl_t *c, uint64_t id, int *state) {
+  int rc;
   if (id) {
     Colo__V1__GetJobRequest req = COLO__V1__GET_JOB_REQUEST__INIT;
     req.has_id = 1;
@@ -362,6 +411,7 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
       print_json(&resp->job->base);
     else
       print_job_detail(resp->job);
+    *state = resp->job->state;
     colo__v1__get_job_response__free_unpacked(resp, NULL);
     return 0;
   }
@@ -413,6 +463,54 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
   free_pages(&p);
   colo__v1__get_cluster_status_response__free_unpacked(cs, NULL);
   return 0;
+}
+
+static volatile sig_atomic_t interrupted;
+static void on_interrupt(int sig) {
+  (void)sig;
+  interrupted = 1;
+}
+
+static int cmd_status(ctl_t *c, int argc, char **argv) {
+  uint64_t id = 0, interval = 1000;
+  int watch = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--watch") || !strcmp(argv[i], "-w")) {
+      watch = 1;
+    } else if (!strcmp(argv[i], "--interval") && i + 1 < argc) {
+      if (parse_id(argv[++i], &interval) < 0 || interval < 100)
+        return usage_error("status: --interval must be at least 100 ms");
+    } else if (!id && parse_id(argv[i], &id) == 0) {
+      continue;
+    } else {
+      return usage_error("status: unexpected argument '%s'", argv[i]);
+    }
+  }
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  if (!watch) {
+    int state = 0;
+    return status_once(c, id, &state);
+  }
+  /* the live view: redraw in place on a terminal, one report after another otherwise */
+  int tty = isatty(STDOUT_FILENO) && !c->json;
+  signal(SIGINT, on_interrupt);
+  signal(SIGTERM, on_interrupt);
+  while (!interrupted) {
+    if (tty)
+      printf("\033[H\033[J");
+    int state = 0;
+    rc = status_once(c, id, &state);
+    if (!tty && !c->json)
+      printf("\n");
+    fflush(stdout);
+    if (rc || (id && state >= COLO__V1__JOB_STATE__JOB_STATE_SUCCEEDED))
+      break;
+    struct timespec ts = {(time_t)(interval / 1000), (long)(interval % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return rc;
 }
 
 /* ---- cancel / resume ---- */
@@ -555,13 +653,13 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
   } else if (resp->n_hosts == 0) {
     printf("no hosts have registered\n");
   } else {
-    static const char *const H[] = {"NAME", "ADDRESS", "STATE",     "DEVICES", "USED",
-                                    "CPUS", "MEMORY",  "LAST SEEN", NULL};
+    static const char *const H[] = {"NAME", "ADDRESS", "STATE",  "DEVICES",   "USED",
+                                    "FREE", "CPUS",    "MEMORY", "LAST SEEN", NULL};
     table_t *t = table_new(H);
     int64_t now = now_ms();
     for (size_t i = 0; i < resp->n_hosts; i++) {
       const Colo__V1__Host *h = resp->hosts[i];
-      char devs[128] = "", used[16], cpus[16], mem[32], seen[40], kind[16];
+      char devs[128] = "", used[16], freed[16], cpus[16], mem[32], seen[40], kind[16];
       if (h->n_devices)
         snprintf(devs, sizeof devs, "%zu %s", h->n_devices,
                  colo_pb_enum_short(&colo__v1__device_kind__descriptor, h->devices[0]->kind, kind,
@@ -569,18 +667,174 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
       else
         snprintf(devs, sizeof devs, "0");
       snprintf(used, sizeof used, "%u", h->devices_used);
+      snprintf(freed, sizeof freed, "%zu",
+               h->state == COLO__V1__HOST_STATE__HOST_STATE_UP && h->n_devices > h->devices_used
+                   ? h->n_devices - h->devices_used
+                   : 0);
       snprintf(cpus, sizeof cpus, "%u", h->cpu_count);
       fmt_bytes(h->memory_bytes, mem, sizeof mem);
       fmt_age(now - h->last_seen_ms, seen, sizeof seen);
       strncat(seen, " ago", sizeof seen - strlen(seen) - 1);
       table_row(t, h->name, h->address,
-                h->state == COLO__V1__HOST_STATE__HOST_STATE_UP ? "UP" : "DOWN", devs, used, cpus,
-                mem, seen);
+                h->state == COLO__V1__HOST_STATE__HOST_STATE_UP ? "UP" : "DOWN", devs, used, freed,
+                cpus, mem, seen);
     }
     table_print(t, stdout);
     table_free(t);
   }
   colo__v1__list_hosts_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
+/* ---- logs ---- */
+
+typedef struct {
+  ctl_t *c;
+  uint32_t attempt; /* the attempt being read; 0: the server's choice, not known yet */
+  uint64_t offset;  /* its next byte */
+} logs_t;
+
+static int on_log(const ProtobufCMessage *m, void *data) {
+  logs_t *l = data;
+  const Colo__V1__LogChunk *ch = (const void *)m;
+  if (l->c->json) {
+    print_json(m);
+  } else {
+    fwrite(ch->data.data, 1, ch->data.len, stdout);
+    fflush(stdout);
+  }
+  l->attempt = ch->attempt;
+  l->offset = ch->offset + ch->data.len;
+  return interrupted ? 1 : 0;
+}
+
+static int get_job(ctl_t *c, uint64_t id, Colo__V1__GetJobResponse **out) {
+  Colo__V1__GetJobRequest req = COLO__V1__GET_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.id = id;
+  return call(c, "GetJob", &req.base, &colo__v1__get_job_response__descriptor,
+              (ProtobufCMessage **)out);
+}
+
+static int cmd_logs(ctl_t *c, int argc, char **argv) {
+  uint64_t id = 0, rank = 0, attempt = 0, tail = 0;
+  int follow = 0;
+  for (int i = 0; i < argc; i++) {
+    uint64_t *num = NULL;
+    if (!strcmp(argv[i], "-f") || !strcmp(argv[i], "--follow"))
+      follow = 1;
+    else if (!strcmp(argv[i], "--rank"))
+      num = &rank;
+    else if (!strcmp(argv[i], "--attempt"))
+      num = &attempt;
+    else if (!strcmp(argv[i], "--tail"))
+      num = &tail;
+    else if (!id && parse_id(argv[i], &id) == 0)
+      continue;
+    else
+      return usage_error("logs: unexpected argument '%s'", argv[i]);
+    if (num) {
+      char *end;
+      if (i + 1 >= argc || !argv[i + 1][0] || argv[i + 1][0] == '-')
+        return usage_error("logs: %s needs a number", argv[i]);
+      *num = strtoull(argv[++i], &end, 10);
+      if (*end || *num > UINT32_MAX)
+        return usage_error("logs: %s needs a number", argv[i - 1]);
+    }
+  }
+  if (!id)
+    return usage_error("logs needs a job id");
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  signal(SIGINT, on_interrupt);
+  logs_t l = {c, (uint32_t)attempt, 0};
+  int first = 1;
+  while (!interrupted) {
+    Colo__V1__ReadLogsRequest req = COLO__V1__READ_LOGS_REQUEST__INIT;
+    req.has_job_id = req.has_rank = req.has_attempt = req.has_offset = req.has_follow = 1;
+    req.job_id = id;
+    req.rank = (uint32_t)rank;
+    req.attempt = l.attempt;
+    req.offset = l.offset;
+    req.follow = follow;
+    if (first && tail) {
+      req.has_tail_bytes = 1;
+      req.tail_bytes = (uint32_t)tail;
+    }
+    first = 0;
+    colo_rpc_status_t st;
+    if (colo_rpc_call_stream(c->cli, "/colo.v1.Cluster/ReadLogs", &req.base,
+                             &colo__v1__log_chunk__descriptor, 0, on_log, &l, &st) < 0) {
+      /* a job that has not started has no logs yet: -f waits for its first attempt */
+      if (!(follow && st.code == GRPC_STATUS_FAILED_PRECONDITION))
+        return call_failed(c, &st);
+    }
+    if (!follow || interrupted)
+      break;
+    /* the stream ends with its attempt: go on with the next one, until the job ends */
+    Colo__V1__GetJobResponse *resp = NULL;
+    if ((rc = get_job(c, id, &resp)))
+      return rc;
+    int done = resp->job->state >= COLO__V1__JOB_STATE__JOB_STATE_SUCCEEDED;
+    uint32_t att = resp->job->attempt;
+    colo__v1__get_job_response__free_unpacked(resp, NULL);
+    if (l.attempt == 0 && att > 0)
+      l.attempt = att;
+    if (att > l.attempt) {
+      fprintf(stderr, "coloctl: attempt %u ended; following attempt %u\n", l.attempt, att);
+      l.attempt = att;
+      l.offset = 0;
+      continue;
+    }
+    if (done)
+      break;
+    struct timespec ts = {0, 300 * 1000000L};
+    nanosleep(&ts, NULL);
+  }
+  return 0;
+}
+
+/* ---- checkpoints ---- */
+
+static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
+  uint64_t id;
+  if (argc != 1 || parse_id(argv[0], &id) < 0)
+    return usage_error("checkpoints needs one job id");
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  Colo__V1__ListCheckpointsRequest req = COLO__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+  req.has_job_id = 1;
+  req.job_id = id;
+  Colo__V1__ListCheckpointsResponse *resp = NULL;
+  rc = call(c, "ListCheckpoints", &req.base, &colo__v1__list_checkpoints_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  if (c->json) {
+    print_json(&resp->base);
+  } else if (resp->n_checkpoints == 0) {
+    printf("job %llu has no complete checkpoint\n", (unsigned long long)id);
+  } else {
+    static const char *const H[] = {"STEP", "ATTEMPT", "SIZE", "AGE", "MANIFEST SHA256",
+                                    "PATH", NULL};
+    table_t *t = table_new(H);
+    int64_t now = now_ms();
+    for (size_t i = 0; i < resp->n_checkpoints; i++) {
+      const Colo__V1__Checkpoint *k = resp->checkpoints[i];
+      char step[24], att[16], size[32], age[32], sha[20];
+      snprintf(step, sizeof step, "%llu", (unsigned long long)k->step);
+      snprintf(att, sizeof att, "%u", k->attempt);
+      fmt_bytes(k->bytes, size, sizeof size);
+      fmt_age(now - k->created_ms, age, sizeof age);
+      snprintf(sha, sizeof sha, "%.12s", k->manifest_sha256 ? k->manifest_sha256 : "");
+      table_row(t, step, att, size, age, sha, k->path ? k->path : "");
+    }
+    table_print(t, stdout);
+    table_free(t);
+  }
+  colo__v1__list_checkpoints_response__free_unpacked(resp, NULL);
   return 0;
 }
 
@@ -644,7 +898,7 @@ int main(int argc, char **argv) {
     int (*fn)(ctl_t *, int, char **);
   } cmds[] = {{"submit", cmd_submit}, {"status", cmd_status}, {"list", cmd_list},
               {"cancel", cmd_cancel}, {"resume", cmd_resume}, {"watch", cmd_watch},
-              {"hosts", cmd_hosts}};
+              {"hosts", cmd_hosts},   {"logs", cmd_logs},     {"checkpoints", cmd_checkpoints}};
   int rc = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (!strcmp(cmd, cmds[i].name))

@@ -10,6 +10,8 @@
 #include "../common/log.h"
 #include "colo/v1/cluster.pb-c.h"
 #include "colod.h"
+#include "jobs.h"
+#include "logs.h"
 
 #define MAX_LIST      1000
 #define MAX_TOKEN     128
@@ -30,7 +32,41 @@ struct colod_watch_s {
 
 /* Fills msg from a job row. The spec is unpacked into *spec_out (free it after use), or left out
  * when with_spec is 0. */
-static int job_to_msg(const colo_job_t *j, int with_spec, Colo__V1__Job *msg,
+static int newest_ck_cb(const colo_checkpoint_t *ck, void *data) {
+  Colo__V1__Checkpoint *c = malloc(sizeof *c);
+  if (c) {
+    colo__v1__checkpoint__init(c);
+    c->has_job_id = c->has_attempt = c->has_step = c->has_bytes = c->has_created_ms = 1;
+    c->job_id = ck->job_id;
+    c->attempt = ck->attempt;
+    c->step = ck->step;
+    c->bytes = ck->bytes;
+    c->created_ms = ck->created_ms;
+    c->path = strdup(ck->path);
+    c->manifest_sha256 = strdup(ck->manifest_sha256);
+  }
+  *(Colo__V1__Checkpoint **)data = c;
+  return 1; /* newest first */
+}
+
+static void checkpoint_msg_free(Colo__V1__Checkpoint *c) {
+  if (!c)
+    return;
+  free(c->path);
+  free(c->manifest_sha256);
+  free(c);
+}
+
+/* Frees what job_to_msg allocated besides the spec. */
+static void job_msg_clear(Colo__V1__Job *msg) {
+  checkpoint_msg_free(msg->newest_checkpoint);
+  msg->newest_checkpoint = NULL;
+}
+
+/* Fills msg from a job row, with the newest progress record colod holds and the newest
+ * checkpoint (clear it with job_msg_clear). The spec is unpacked into *spec_out (free it after
+ * use), or left out when with_spec is 0. */
+static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__Job *msg,
                       Colo__V1__JobSpec **spec_out) {
   colo__v1__job__init(msg);
   msg->has_id = 1;
@@ -49,20 +85,24 @@ static int job_to_msg(const colo_job_t *j, int with_spec, Colo__V1__Job *msg,
   msg->message = (char *)j->message;
   msg->has_resume_step = 1;
   msg->resume_step = j->resume_step;
+  msg->progress = (Colo__V1__Progress *)colod_jobs_progress(d, j->id);
+  colo_store_checkpoint_list(d->store, j->id, newest_ck_cb, &msg->newest_checkpoint);
   *spec_out = NULL;
   if (with_spec) {
     *spec_out = colo__v1__job_spec__unpack(NULL, j->spec_len, j->spec);
-    if (!*spec_out)
+    if (!*spec_out) {
+      job_msg_clear(msg);
       return COLO_EINTERNAL;
+    }
     msg->spec = *spec_out;
   }
   return 0;
 }
 
-static void reply_job(colo_rpc_call_t *call, const colo_job_t *j, int kind) {
+static void reply_job(colod_t *d, colo_rpc_call_t *call, const colo_job_t *j, int kind) {
   Colo__V1__Job msg;
   Colo__V1__JobSpec *spec;
-  if (job_to_msg(j, 1, &msg, &spec) < 0) {
+  if (job_to_msg(d, j, 1, &msg, &spec) < 0) {
     colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "job %llu has an unreadable spec",
                   (unsigned long long)j->id);
     return;
@@ -94,6 +134,7 @@ static void reply_job(colo_rpc_call_t *call, const colo_job_t *j, int kind) {
   }
   }
   colo__v1__job_spec__free_unpacked(spec, NULL);
+  job_msg_clear(&msg);
 }
 
 static void fail_store(colod_t *d, colo_rpc_call_t *call, int rc) {
@@ -163,7 +204,7 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   free(buf);
   colo__v1__job_spec__free_unpacked(spec, NULL);
   if (rc == COLO_EEXIST) { /* a retried submit: answer with the job it created */
-    reply_job(call, &job, 0);
+    reply_job(d, call, &job, 0);
     colo_job_clear(&job);
     return;
   }
@@ -172,7 +213,7 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   colo_log(COLO_LOG_INFO, "api", "job %llu \"%s\" submitted", (unsigned long long)job.id, job.name);
-  reply_job(call, &job, 0);
+  reply_job(d, call, &job, 0);
   colo_job_clear(&job);
 }
 
@@ -195,11 +236,12 @@ static void h_get(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) 
     fail_store(d, call, rc);
     return;
   }
-  reply_job(call, &job, 1);
+  reply_job(d, call, &job, 1);
   colo_job_clear(&job);
 }
 
 typedef struct {
+  colod_t *d;
   Colo__V1__Job *msgs;
   Colo__V1__JobSpec **specs;
   colo_job_t *rows;
@@ -217,7 +259,7 @@ static int list_cb(const colo_job_t *j, void *data) {
     return 1;
   }
   memcpy(row->spec, j->spec, j->spec_len);
-  if (job_to_msg(row, 1, &a->msgs[a->n], &a->specs[a->n]) < 0) {
+  if (job_to_msg(a->d, row, 1, &a->msgs[a->n], &a->specs[a->n]) < 0) {
     free(row->spec);
     a->err = COLO_EINTERNAL;
     return 1;
@@ -244,7 +286,7 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
     }
     mask |= 1u << s;
   }
-  list_acc_t a = {0};
+  list_acc_t a = {.d = d};
   /* one extra row tells whether another page follows */
   a.msgs = calloc(limit + 1, sizeof *a.msgs);
   a.specs = calloc(limit + 1, sizeof *a.specs);
@@ -276,6 +318,7 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
   }
   for (size_t i = 0; i < a.n; i++) {
     colo__v1__job_spec__free_unpacked(a.specs[i], NULL);
+    job_msg_clear(&a.msgs[i]);
     free(a.rows[i].spec);
   }
   free(a.msgs);
@@ -304,7 +347,7 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   }
   colo_log(COLO_LOG_INFO, "api", "job %llu cancelled", (unsigned long long)job.id);
   colod_watch_notify(d, &job);
-  reply_job(call, &job, 2);
+  reply_job(d, call, &job, 2);
   colo_job_clear(&job);
 }
 
@@ -369,7 +412,7 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   colod_watch_notify(d, &job);
-  reply_job(call, &job, 3);
+  reply_job(d, call, &job, 3);
   colo_job_clear(&job);
 }
 
@@ -417,6 +460,21 @@ void colod_watch_notify(colod_t *d, const colo_job_t *job) {
       }
     }
     w = next;
+  }
+}
+
+void colod_watch_progress(colod_t *d, uint64_t job_id, int state, const Colo__V1__Progress *p) {
+  for (colod_watch_t *w = d->watches; w; w = w->next) {
+    if (w->job_id != job_id || !w->progress)
+      continue;
+    Colo__V1__JobEvent ev = COLO__V1__JOB_EVENT__INIT;
+    ev.has_job_id = ev.has_seq = ev.has_state = ev.has_time_ms = 1;
+    ev.job_id = job_id;
+    ev.seq = 0;
+    ev.state = (Colo__V1__JobState)state;
+    ev.time_ms = p->has_time_ms ? p->time_ms : colod_now_ms();
+    ev.progress = (Colo__V1__Progress *)p;
+    colo_rpc_stream_send(w->call, &ev.base);
   }
 }
 
@@ -473,7 +531,7 @@ static void h_watch(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data
 
 /* ---- hosts ---- */
 
-static colod_host_live_t *host_live(colod_t *d, uint64_t id) {
+colod_host_live_t *colod_host_live(colod_t *d, uint64_t id) {
   for (size_t i = 0; i < d->n_hosts; i++)
     if (d->hosts[i].id == id)
       return &d->hosts[i];
@@ -481,7 +539,7 @@ static colod_host_live_t *host_live(colod_t *d, uint64_t id) {
 }
 
 static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
-  colod_host_live_t *h = host_live(d, id);
+  colod_host_live_t *h = colod_host_live(d, id);
   if (h)
     return h;
   if (d->n_hosts == d->cap_hosts) {
@@ -498,11 +556,23 @@ static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
   return h;
 }
 
+/* Device count, kind and address of a host, kept with its liveness for the scheduler. */
+static void host_live_devices(colod_host_live_t *l, const char *address, Colo__V1__Device **devs,
+                              size_t n) {
+  l->n_devices = (uint32_t)n;
+  l->device_kind = n ? (int)devs[0]->kind : 0;
+  snprintf(l->address, sizeof l->address, "%s", address);
+}
+
 static int load_host_cb(const colo_host_t *h, void *data) {
   colod_t *d = data;
   colod_host_live_t *l = host_live_add(d, h->id);
   if (!l)
     return 1;
+  Colo__V1__Host *dev = colo__v1__host__unpack(NULL, h->devices_len, h->devices);
+  host_live_devices(l, h->address, dev ? dev->devices : NULL, dev ? dev->n_devices : 0);
+  if (dev)
+    colo__v1__host__free_unpacked(dev, NULL);
   l->session = h->session;
   l->state = h->state;
   l->last_seen_ms = h->last_seen_ms;
@@ -584,6 +654,7 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
     l->state = COLO_HOST_UP;
     l->last_seen_ms = h.last_seen_ms;
     l->last_seen_mono_ms = colod_mono_ms(d);
+    host_live_devices(l, req->address, req->devices, req->n_devices);
   }
   colo_log(COLO_LOG_INFO, "hosts", "host %s (%llu) registered from %s, %zu devices, session %llu",
            h.name, (unsigned long long)h.id, colo_rpc_call_peer(call), req->n_devices,
@@ -597,7 +668,7 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
   colo_host_clear(&h);
 }
 
-/* Liveness only, for now: the desired state (rank launches) comes with the scheduler. */
+/* Liveness, the ranks' actual state in, their desired state out (jobs.c). */
 static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__HeartbeatRequest *req = (const void *)m;
@@ -609,7 +680,7 @@ static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *
                   req->n_ranks, MAX_HB_RANKS);
     return;
   }
-  colod_host_live_t *l = req->has_host_id ? host_live(d, req->host_id) : NULL;
+  colod_host_live_t *l = req->has_host_id ? colod_host_live(d, req->host_id) : NULL;
   if (!l || !req->has_session || l->session != req->session) {
     r.has_reregister = 1;
     r.reregister = 1;
@@ -624,7 +695,9 @@ static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *
       colo_log(COLO_LOG_INFO, "hosts", "host %llu is UP again", (unsigned long long)l->id);
     }
   }
+  colod_jobs_heartbeat(d, l->id, req, &r);
   colo_rpc_reply(call, &r.base);
+  colod_jobs_reply_done(&r);
 }
 
 typedef struct {
@@ -655,14 +728,14 @@ static int hosts_cb(const colo_host_t *h, void *data) {
   m->id = h->id;
   m->name = strdup(h->name);
   m->address = strdup(h->address);
-  colod_host_live_t *l = host_live(a->d, h->id);
+  colod_host_live_t *l = colod_host_live(a->d, h->id);
   m->state = (Colo__V1__HostState)(l ? l->state : h->state);
   m->memory_bytes = h->memory_bytes;
   m->cpu_count = h->cpu_count;
   m->registered_ms = h->registered_ms;
   m->last_seen_ms = l && l->last_seen_ms > h->last_seen_ms ? l->last_seen_ms : h->last_seen_ms;
-  m->devices_used = 0; /* no ranks are placed before the scheduler exists */
-  if (dev) {           /* take the devices over from the unpacked message */
+  m->devices_used = colod_jobs_devices_used(a->d, h->id);
+  if (dev) { /* take the devices over from the unpacked message */
     m->n_devices = dev->n_devices;
     m->devices = dev->devices;
     dev->n_devices = 0;
@@ -752,6 +825,117 @@ static void h_cluster(colo_rpc_call_t *call, const ProtobufCMessage *m, void *da
   colo_rpc_reply(call, &r.base);
 }
 
+/* ---- checkpoints and logs ---- */
+
+typedef struct {
+  Colo__V1__Checkpoint *msgs;
+  Colo__V1__Checkpoint **ptrs;
+  size_t n, cap;
+} ck_acc_t;
+
+static int ck_list_cb(const colo_checkpoint_t *ck, void *data) {
+  ck_acc_t *a = data;
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 16;
+    Colo__V1__Checkpoint *n = realloc(a->msgs, cap * sizeof *n);
+    if (!n)
+      return 1;
+    a->msgs = n;
+    a->cap = cap;
+  }
+  Colo__V1__Checkpoint *c = &a->msgs[a->n++];
+  colo__v1__checkpoint__init(c);
+  c->has_job_id = c->has_attempt = c->has_step = c->has_bytes = c->has_created_ms = 1;
+  c->job_id = ck->job_id;
+  c->attempt = ck->attempt;
+  c->step = ck->step;
+  c->bytes = ck->bytes;
+  c->created_ms = ck->created_ms;
+  c->path = strdup(ck->path);
+  c->manifest_sha256 = strdup(ck->manifest_sha256);
+  return 0;
+}
+
+static void h_checkpoints(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__ListCheckpointsRequest *req = (const void *)m;
+  if (!need_id(call, req->has_job_id, req->job_id))
+    return;
+  colo_job_t job;
+  int rc = colo_store_job_get(d->store, req->job_id, &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  colo_job_clear(&job);
+  ck_acc_t a = {0};
+  rc = colo_store_checkpoint_list(d->store, req->job_id, ck_list_cb, &a);
+  a.ptrs = calloc(a.n ? a.n : 1, sizeof *a.ptrs);
+  if (rc < 0 || !a.ptrs) {
+    fail_store(d, call, rc < 0 ? rc : COLO_ENOMEM);
+  } else {
+    for (size_t i = 0; i < a.n; i++)
+      a.ptrs[i] = &a.msgs[i];
+    Colo__V1__ListCheckpointsResponse r = COLO__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
+    r.n_checkpoints = a.n;
+    r.checkpoints = a.ptrs;
+    colo_rpc_reply(call, &r.base);
+  }
+  for (size_t i = 0; i < a.n; i++) {
+    free(a.msgs[i].path);
+    free(a.msgs[i].manifest_sha256);
+  }
+  free(a.msgs);
+  free(a.ptrs);
+}
+
+static void h_logs(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__ReadLogsRequest *req = (const void *)m;
+  if (!need_id(call, req->has_job_id, req->job_id))
+    return;
+  if (d->draining) {
+    colo_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "colod is shutting down");
+    return;
+  }
+  colo_job_t job;
+  int rc = colo_store_job_get(d->store, req->job_id, &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, job.spec_len, job.spec);
+  uint32_t attempt = req->has_attempt && req->attempt ? req->attempt : job.attempt;
+  uint32_t last = job.attempt;
+  colo_job_clear(&job);
+  if (!spec) {
+    colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "job %llu has an unreadable spec",
+                  (unsigned long long)req->job_id);
+    return;
+  }
+  colo_jobspec_fill_defaults(spec);
+  unsigned long long world = colo_jobspec_world(spec);
+  colo__v1__job_spec__free_unpacked(spec, NULL);
+  uint32_t rank = req->has_rank ? req->rank : 0;
+  if (rank >= world) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "rank %u is not in the job's world of %llu",
+                  rank, world);
+    return;
+  }
+  if (last == 0) {
+    colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job %llu has not started yet: no logs",
+                  (unsigned long long)req->job_id);
+    return;
+  }
+  if (attempt > last) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "job %llu has no attempt %u (the last is %u)",
+                  (unsigned long long)req->job_id, attempt, last);
+    return;
+  }
+  colod_logs_start(d, call, req->job_id, attempt, rank, req->has_offset ? req->offset : 0,
+                   req->has_tail_bytes ? req->tail_bytes : 0, req->has_follow && req->follow);
+}
+
 #define M(name, req, stream, fn)                                                                   \
   { "/colo.v1.Cluster/" name, &colo__v1__##req##__descriptor, stream, fn }
 
@@ -764,6 +948,8 @@ const colo_rpc_method_t colod_methods[] = {
     M("ListHosts", list_hosts_request, 0, h_hosts),
     M("GetClusterStatus", get_cluster_status_request, 0, h_cluster),
     M("WatchJob", watch_job_request, 1, h_watch),
+    M("ListCheckpoints", list_checkpoints_request, 0, h_checkpoints),
+    M("ReadLogs", read_logs_request, 1, h_logs),
     M("RegisterHost", register_host_request, 0, h_register),
     M("Heartbeat", heartbeat_request, 0, h_heartbeat),
 };

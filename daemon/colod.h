@@ -8,9 +8,12 @@
 
 #include "../proto/rpc.h"
 #include "../storage/store.h"
+#include "colo/v1/cluster.pb-c.h"
 #include "config.h"
 
 typedef struct colod_watch_s colod_watch_t;
+typedef struct colod_job_live_s colod_job_live_t;
+typedef struct colod_log_reader_s colod_log_reader_t;
 
 /* A host's liveness, kept in memory: heartbeats do not write to the database; only a change
  * between UP and DOWN does. */
@@ -20,6 +23,10 @@ typedef struct {
   uint64_t last_seen_mono_ms;
   int64_t last_seen_ms;
   int state;
+  uint32_t n_devices;
+  int device_kind;   /* of its devices (colo.v1.DeviceKind) */
+  char address[129]; /* where its ranks are reached */
+  uint32_t draining; /* ranks of ended attempts still running there (last heartbeat) */
 } colod_host_live_t;
 
 typedef struct colod_s {
@@ -39,6 +46,8 @@ typedef struct colod_s {
   uint32_t n_watches;
   colod_host_live_t *hosts;
   size_t n_hosts, cap_hosts;
+  colod_job_live_t *jobs;          /* jobs.c: every job that is not finished, in id order */
+  colod_log_reader_t *log_readers; /* logs.c: ReadLogs streams */
   int draining;
   int exit_code;
 } colod_t;
@@ -57,5 +66,8 @@ void colod_watch_close_all(colod_t *d, const char *why);
 int colod_hosts_load(colod_t *d);
 /* Marks hosts DOWN whose heartbeats stopped for host_timeout. */
 void colod_hosts_check(colod_t *d);
+colod_host_live_t *colod_host_live(colod_t *d, uint64_t id);
+/* Sends a progress record to the job's watchers that asked for them. */
+void colod_watch_progress(colod_t *d, uint64_t job_id, int state, const Colo__V1__Progress *p);
 
 #endif

@@ -41,6 +41,12 @@ static const centry_t TABLE[] = {
     {"max_message_kib", T_UINT, F(max_message_kib), 4, 65536, "4096", 0,
      "largest request accepted, KiB"},
     {"max_watchers", T_UINT, F(max_watchers), 1, 100000, "1024", 1, "concurrent WatchJob streams"},
+    {"restart_backoff", T_DURATION, F(restart_backoff_ms), 0, 600000, "1s", 1,
+     "wait before a failed job's next attempt; doubles with each restart, at most 60 times it"},
+    {"rendezvous_port_base", T_UINT, F(rdzv_port_base), 1024, 64535, "29500", 0,
+     "rank 0 of an attempt serves its rendezvous store on a port from this one to +999"},
+    {"rank_log_max_mib", T_UINT, F(log_max_mib), 1, 1048576, "64", 1,
+     "largest rank log colod keeps, MiB; output past it is dropped and counted"},
 };
 #define N_TABLE (sizeof TABLE / sizeof TABLE[0])
 

@@ -8,14 +8,17 @@
 #include <stdio.h>
 
 typedef struct {
-  char listen[256];          /* gRPC listen address */
-  char state_dir[1024];      /* SQLite database and other state */
-  int log_level;             /* colo_log_level_t */
-  uint32_t host_timeout_ms;  /* a host silent this long is DOWN */
-  uint32_t heartbeat_ms;     /* interval told to workers */
-  uint32_t drain_timeout_ms; /* SIGTERM: how long in-flight calls may take */
-  uint32_t max_message_kib;  /* largest request accepted */
-  uint32_t max_watchers;     /* concurrent WatchJob streams */
+  char listen[256];            /* gRPC listen address */
+  char state_dir[1024];        /* SQLite database and other state */
+  int log_level;               /* colo_log_level_t */
+  uint32_t host_timeout_ms;    /* a host silent this long is DOWN */
+  uint32_t heartbeat_ms;       /* interval told to workers */
+  uint32_t drain_timeout_ms;   /* SIGTERM: how long in-flight calls may take */
+  uint32_t max_message_kib;    /* largest request accepted */
+  uint32_t max_watchers;       /* concurrent WatchJob streams */
+  uint32_t restart_backoff_ms; /* before a failed job's next attempt, doubling per restart */
+  uint32_t rdzv_port_base;     /* rendezvous ports: base .. base + 999 */
+  uint32_t log_max_mib;        /* per rank log kept by colod */
 } colod_config_t;
 
 /* Defaults from the table. */

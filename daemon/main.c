@@ -14,6 +14,8 @@
 #include "../common/error.h"
 #include "../common/log.h"
 #include "colod.h"
+#include "jobs.h"
+#include "logs.h"
 
 #define TICK_MS 250
 
@@ -88,6 +90,7 @@ static void begin_drain(colod_t *d, const char *why) {
   colo_log(COLO_LOG_INFO, "main", "%s: draining %zu in-flight calls (up to %u ms)", why,
            colo_rpc_server_live_calls(d->rpc), d->cfg.drain_timeout_ms);
   colod_watch_close_all(d, "colod is shutting down");
+  colod_logs_close_all(d, "colod is shutting down");
   colo_rpc_server_shutdown(d->rpc, d->cfg.drain_timeout_ms, on_rpc_closed, d);
 }
 
@@ -116,8 +119,11 @@ static void on_tick(uv_timer_t *t) {
     sd_notify(0, "WATCHDOG=1");
     d->last_watchdog_mono_ms = now;
   }
-  if (!d->draining)
+  if (!d->draining) {
     colod_hosts_check(d);
+    colod_jobs_tick(d);
+    colod_logs_tick(d);
+  }
 }
 
 static int ensure_dir(const char *path, char *err, size_t errlen) {
@@ -272,6 +278,7 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   colo_store_close(d.store);
   uv_loop_close(d.loop);
   free(d.hosts);
+  colod_jobs_free(&d);
   return d.exit_code;
 }
 

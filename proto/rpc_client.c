@@ -29,11 +29,23 @@ int colo_rpc_client_open(const char *target, const colo_rpc_client_opts_t *opts,
   }
   grpc_init();
   cli->max_message_bytes = opts && opts->max_message_bytes ? opts->max_message_bytes : 64u << 20;
-  grpc_arg args[1];
+  /* Reconnect within a second of the server coming back: gRPC's default back-off grows to two
+   * minutes, far longer than a host timeout, so a worker would be marked DOWN by a coordinator
+   * that restarted and is answering again. */
+  grpc_arg args[4];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = (int)cli->max_message_bytes;
-  grpc_channel_args cargs = {1, args};
+  args[1].type = GRPC_ARG_INTEGER;
+  args[1].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
+  args[1].value.integer = 200;
+  args[2].type = GRPC_ARG_INTEGER;
+  args[2].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
+  args[2].value.integer = 200;
+  args[3].type = GRPC_ARG_INTEGER;
+  args[3].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
+  args[3].value.integer = 1000;
+  grpc_channel_args cargs = {4, args};
   grpc_channel_credentials *creds = opts ? opts->channel_creds : NULL;
   grpc_channel_credentials *own = NULL;
   if (!creds)

@@ -131,8 +131,9 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(HOST_STATE,                                                                                   \
      "UPDATE hosts SET state = ?2, last_seen_ms = max(last_seen_ms, ?3) WHERE id = ?1")            \
   XX(HOST_TOUCH, "UPDATE hosts SET last_seen_ms = ?2 WHERE id = ?1")                               \
-  XX(CKPT_INSERT, "INSERT INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, " \
-                  "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")                               \
+  XX(CKPT_INSERT,                                                                                  \
+     "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, "   \
+     "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")                                            \
   XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms "          \
                 "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")
 

@@ -136,7 +136,8 @@ int colo_store_host_touch(colo_store_t *st, uint64_t id, int64_t now_ms);
 typedef int (*colo_store_host_cb)(const colo_host_t *host, void *data);
 int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data);
 
-/* Checkpoints: a row exists only for a complete checkpoint. */
+/* Checkpoints: a row exists only for a complete checkpoint. Adding a step that has a row
+ * replaces it (a later attempt wrote that step again). */
 int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck);
 typedef int (*colo_store_checkpoint_cb)(const colo_checkpoint_t *ck, void *data);
 /* Newest first. */

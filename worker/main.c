@@ -1,11 +1,13 @@
-/* colo-workerd: one per node. This build registers the node's devices (CPU slots) with colod,
- * heartbeats at the interval colod sets, registers again when colod does not know its session
- * (a colod that lost it, or a first contact after colod was away), and talks to systemd
- * (READY, WATCHDOG, STOPPING). Starting and stopping ranks (the reconcile half of the
- * heartbeat) comes with the scheduler: colod sends no desired ranks yet.
+/* colo-workerd: one per node. It registers the node's devices (CPU slots) with colod,
+ * heartbeats at the interval colod sets with the actual state of its ranks, and reconciles them
+ * with the desired state in each reply (ranks.c). It registers again when colod does not know
+ * its session (a colod that lost it, or a first contact after colod was away); its ranks keep
+ * running meanwhile. It talks to systemd (READY, WATCHDOG, STOPPING). On SIGTERM it stops its
+ * ranks (SIGTERM, then SIGKILL after stop_grace_ms) and exits.
  *
  * Exit codes: 0 after SIGTERM/SIGINT, 1 when it cannot start, 2 for bad usage.
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +24,7 @@
 #include "common/log.h"
 #include "common/pbcodec.h"
 #include "proto/rpc.h"
+#include "ranks.h"
 
 typedef struct {
   uv_loop_t *loop;
@@ -34,26 +37,34 @@ typedef struct {
   uint32_t interval_ms;
   int registered, ready_sent, was_unreachable;
   uint64_t watchdog_usec;
+  uint32_t slots;
+  colo_ranks_t ranks;
+  int stopping;
 } workerd_t;
 
 static void usage(FILE *out) {
   fprintf(out, "usage: colo-workerd [options]\n"
                "\n"
-               "The colo worker daemon: registers this node's devices with colod and heartbeats.\n"
+               "The colo worker daemon: registers this node's devices with colod, heartbeats, and\n"
+               "starts and stops the ranks colod places here.\n"
                "\n"
                "options:\n"
-               "  -c, --config FILE        YAML config (coordinator, name, address, cpu_slots,\n"
-               "                           log_level, call_timeout_ms)\n"
+               "  -c, --config FILE        YAML config (every field of WorkerConfig in\n"
+               "                           proto/colo/v1/worker_config.proto)\n"
                "  -C, --coordinator ADDR   colod's address (default 127.0.0.1:7070)\n"
                "  -n, --name NAME          this node's name (default: the hostname)\n"
                "  -a, --address ADDR       where other nodes reach this one (default 127.0.0.1)\n"
                "      --cpu-slots N        rank slots on a CPU node (default: the core count)\n"
+               "      --run-dir DIR        rank files and logs (default /var/lib/colo-worker)\n"
+               "      --data-root DIR      where job data paths are resolved\n"
+               "      --checkpoint-root DIR  where job checkpoint directories are made\n"
+               "      --colo-train PATH    the engine binary (default: colo-train in PATH)\n"
                "      --log-level LEVEL    error, warn, info or debug\n"
                "  -h, --help               this help\n"
                "      --version            print the version\n"
                "\n"
-               "This build registers and heartbeats; it does not start ranks yet (colod has no\n"
-               "scheduler in this build).\n");
+               "Ranks run in RUN_DIR/job-J/attempt-A/ with their job file, log and progress\n"
+               "records; their output is also shipped to colod ('coloctl logs').\n");
 }
 
 static Colo__V1__Device **make_devices(uint32_t n) {
@@ -70,11 +81,7 @@ static Colo__V1__Device **make_devices(uint32_t n) {
 }
 
 static int do_register(workerd_t *w) {
-  uint32_t slots = w->cfg->cpu_slots;
-  if (slots == 0) {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    slots = n > 0 ? (uint32_t)n : 1;
-  }
+  uint32_t slots = w->slots;
   Colo__V1__RegisterHostRequest req = COLO__V1__REGISTER_HOST_REQUEST__INIT;
   req.name = w->name;
   req.address = w->cfg->address;
@@ -124,6 +131,8 @@ static void on_tick(uv_timer_t *t) {
   workerd_t *w = t->data;
   if (w->watchdog_usec)
     sd_notify(0, "WATCHDOG=1");
+  if (w->stopping)
+    return;
   if (!w->registered) {
     do_register(w);
     return;
@@ -132,11 +141,15 @@ static void on_tick(uv_timer_t *t) {
   req.has_host_id = req.has_session = 1;
   req.host_id = w->host_id;
   req.session = w->session;
+  req.n_ranks = colo_ranks_status(&w->ranks, &req.ranks);
   Colo__V1__HeartbeatResponse *resp = NULL;
   colo_rpc_status_t st;
-  if (colo_rpc_call(w->cli, "/colo.v1.Cluster/Heartbeat", &req.base,
-                    &colo__v1__heartbeat_response__descriptor, w->cfg->call_timeout_ms,
-                    (ProtobufCMessage **)&resp, &st) < 0) {
+  int rc = colo_rpc_call(w->cli, "/colo.v1.Cluster/Heartbeat", &req.base,
+                         &colo__v1__heartbeat_response__descriptor, w->cfg->call_timeout_ms,
+                         (ProtobufCMessage **)&resp, &st);
+  colo_ranks_status_done(&w->ranks, rc == 0);
+  if (rc < 0) {
+    /* colod away: the ranks keep running; the next heartbeat that gets through converges */
     if (!w->was_unreachable)
       colo_log(COLO_LOG_WARN, "worker", "heartbeat to %s failed: %s: %s (retrying)",
                w->cfg->coordinator, colo_rpc_status_name(st.code), st.message);
@@ -152,6 +165,8 @@ static void on_tick(uv_timer_t *t) {
     w->interval_ms = resp->heartbeat_interval_ms;
     uv_timer_set_repeat(&w->tick, w->interval_ms);
   }
+  if (!again)
+    colo_ranks_reconcile(&w->ranks, resp->desired, resp->n_desired);
   colo__v1__heartbeat_response__free_unpacked(resp, NULL);
   if (again) { /* colod does not know this session: level-triggered, just register again */
     colo_log(COLO_LOG_INFO, "worker", "%s asks to register again", w->cfg->coordinator);
@@ -160,17 +175,33 @@ static void on_tick(uv_timer_t *t) {
   }
 }
 
+/* A rank exited: heartbeat now, so that colod can end its attempt without waiting. */
+static void on_rank_exited(void *data) {
+  workerd_t *w = data;
+  if (!w->stopping && w->registered)
+    uv_timer_start(&w->tick, on_tick, 0, w->interval_ms);
+}
+
 static void on_closed(uv_handle_t *h) {
   (void)h;
 }
 
-static void on_signal(uv_signal_t *s, int signum) {
-  workerd_t *w = s->data;
-  colo_log(COLO_LOG_INFO, "worker", "%s: stopping", signum == SIGTERM ? "SIGTERM" : "SIGINT");
-  sd_notify(0, "STOPPING=1");
+static void on_ranks_stopped(void *data) {
+  workerd_t *w = data;
   uv_close((uv_handle_t *)&w->tick, on_closed);
   uv_close((uv_handle_t *)&w->sig_term, on_closed);
   uv_close((uv_handle_t *)&w->sig_int, on_closed);
+}
+
+static void on_signal(uv_signal_t *s, int signum) {
+  workerd_t *w = s->data;
+  if (w->stopping)
+    return;
+  w->stopping = 1;
+  colo_log(COLO_LOG_INFO, "worker", "%s: stopping %zu ranks",
+           signum == SIGTERM ? "SIGTERM" : "SIGINT", colo_ranks_count(&w->ranks));
+  sd_notify(0, "STOPPING=1");
+  colo_ranks_stop_all(&w->ranks, on_ranks_stopped, w);
 }
 
 /* one "--flag value" onto the config, through the same YAML codec as the file */
@@ -201,14 +232,40 @@ static int set_flag(Colo__V1__WorkerConfig **cfg, const char *field, const char 
   return merged ? 0 : -1;
 }
 
+/* A relative path in the config is taken from the current directory. The field's string is
+ * replaced by one the message owns (freed with it, as any string that is not the default). */
+static int absolute(Colo__V1__WorkerConfig *cfg, const char *field) {
+  const ProtobufCFieldDescriptor *fd =
+      protobuf_c_message_descriptor_get_field_by_name(&colo__v1__worker_config__descriptor, field);
+  char **path = (char **)((char *)cfg + fd->offset);
+  if (!*path || (*path)[0] == '/')
+    return 0;
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof cwd))
+    return -1;
+  size_t n = strlen(cwd) + strlen(*path) + 2;
+  char *abs = malloc(n);
+  if (!abs)
+    return -1;
+  snprintf(abs, n, "%s/%s", cwd, *path);
+  if (*path != fd->default_value)
+    free(*path);
+  *path = abs;
+  return 0;
+}
+
 int main(int argc, char **argv) {
-  enum { OPT_SLOTS = 256, OPT_LOG, OPT_VERSION };
+  enum { OPT_SLOTS = 256, OPT_LOG, OPT_VERSION, OPT_RUN, OPT_DATA, OPT_CKPT, OPT_TRAIN };
   static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                        {"coordinator", required_argument, 0, 'C'},
                                        {"name", required_argument, 0, 'n'},
                                        {"address", required_argument, 0, 'a'},
                                        {"cpu-slots", required_argument, 0, OPT_SLOTS},
                                        {"log-level", required_argument, 0, OPT_LOG},
+                                       {"run-dir", required_argument, 0, OPT_RUN},
+                                       {"data-root", required_argument, 0, OPT_DATA},
+                                       {"checkpoint-root", required_argument, 0, OPT_CKPT},
+                                       {"colo-train", required_argument, 0, OPT_TRAIN},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, OPT_VERSION},
                                        {0, 0, 0, 0}};
@@ -258,6 +315,18 @@ int main(int argc, char **argv) {
     case OPT_LOG:
       rc = set_flag(&cfg, "log_level", optarg);
       break;
+    case OPT_RUN:
+      rc = set_flag(&cfg, "run_dir", optarg);
+      break;
+    case OPT_DATA:
+      rc = set_flag(&cfg, "data_root", optarg);
+      break;
+    case OPT_CKPT:
+      rc = set_flag(&cfg, "checkpoint_root", optarg);
+      break;
+    case OPT_TRAIN:
+      rc = set_flag(&cfg, "colo_train", optarg);
+      break;
     default:
       rc = -1;
     }
@@ -270,6 +339,14 @@ int main(int argc, char **argv) {
     return 2;
   }
   colo_pb_fill_defaults(&cfg->base);
+  /* ranks run in their own directory: every configured path becomes absolute */
+  if (absolute(cfg, "run_dir") < 0 || absolute(cfg, "data_root") < 0 ||
+      absolute(cfg, "checkpoint_root") < 0 ||
+      (strchr(cfg->colo_train, '/') && absolute(cfg, "colo_train") < 0)) {
+    fprintf(stderr, "colo-workerd: cannot resolve the configured paths: %s\n", strerror(errno));
+    colo__v1__worker_config__free_unpacked(cfg, NULL);
+    return 2;
+  }
   int lvl = colo_log_level_parse(cfg->log_level);
   if (lvl < 0) {
     fprintf(stderr, "colo-workerd: log_level \"%s\" must be error, warn, info or debug\n",
@@ -294,6 +371,20 @@ int main(int argc, char **argv) {
   }
   w.loop = uv_default_loop();
   w.interval_ms = 1000;
+  w.slots = cfg->cpu_slots;
+  if (w.slots == 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    w.slots = n > 0 ? (uint32_t)n : 1;
+  }
+  if (colo_ranks_init(&w.ranks, w.loop, cfg, w.slots, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-workerd: %s\n", err);
+    colo_rpc_client_close(w.cli);
+    colo__v1__worker_config__free_unpacked(cfg, NULL);
+    return 1;
+  }
+  colo_ranks_reap_orphans(&w.ranks);
+  w.ranks.on_exit = on_rank_exited;
+  w.ranks.on_exit_data = &w;
   uv_timer_init(w.loop, &w.tick);
   w.tick.data = &w;
   uv_signal_init(w.loop, &w.sig_term);

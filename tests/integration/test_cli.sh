@@ -24,7 +24,7 @@ expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; j=json.load(sys.stdin); 
 expect_rc 0 "$COLOCTL" submit "$EX" --json
 expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')" "2"
 expect_rc 0 "$COLOCTL" list
-expect_eq "$(echo "$OUT" | head -1 | tr -s ' ')" "ID NAME STATE ATTEMPT WORLD STEPS AGE MESSAGE"
+expect_eq "$(echo "$OUT" | head -1 | tr -s ' ')" "ID NAME STATE ATTEMPT WORLD STEP LOSS TOK/S ETA CKPT AGE MESSAGE"
 expect_eq "$(echo "$OUT" | wc -l)" "3"
 expect_rc 0 "$COLOCTL" status
 expect_contains "$OUT" "jobs        2 pending, 0 running"

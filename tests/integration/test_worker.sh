@@ -7,7 +7,7 @@ WD="$COLO_BIN/colo-workerd"
 start_colod "$TMP/state" --set host_timeout=2s
 
 start_worker() {
-  "$WD" --coordinator "$COLO_SERVER" --name w1 --cpu-slots 3 >>"$TMP/worker.log" 2>&1 &
+  "$WD" --coordinator "$COLO_SERVER" --name w1 --cpu-slots 3 --run-dir "$TMP/run" >>"$TMP/worker.log" 2>&1 &
   WPID=$!
 }
 host_state() {

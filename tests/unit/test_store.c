@@ -380,8 +380,12 @@ TEST(checkpoints_newest_first) {
     snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%064d", 0);
     ASSERT_EQ_INT(colo_store_checkpoint_add(st, &ck), 0);
   }
-  colo_checkpoint_t dup = {.job_id = id, .step = 200, .attempt = 1};
-  ASSERT_EQ_INT(colo_store_checkpoint_add(st, &dup), COLO_EEXIST);
+  /* a later attempt that writes the same step again (it resumed from an earlier one) replaces
+   * the row: one row per step, the newest files */
+  colo_checkpoint_t dup = {.job_id = id, .step = 200, .attempt = 2, .bytes = 7, .created_ms = 2};
+  snprintf(dup.path, sizeof dup.path, "1/step_00000200");
+  snprintf(dup.manifest_sha256, sizeof dup.manifest_sha256, "%064d", 1);
+  ASSERT_EQ_INT(colo_store_checkpoint_add(st, &dup), 0);
   uint64_t steps[8] = {0};
   ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
   ASSERT_EQ_INT(steps[0], 3);

@@ -128,7 +128,8 @@ static void train_usage(void) {
       "\n"
       "A rank started by another launcher finds its place in COLO_RANK, COLO_WORLD, COLO_STORE\n"
       "(host:port of the rendezvous store rank 0 serves) and COLO_BIND (its own address);\n"
-      "COLO_COMM_SHM=0 keeps ranks of one host on TCP.\n");
+      "COLO_COMM_SHM=0 keeps ranks of one host on TCP; with COLO_WORKER_PID set, the rank stops\n"
+      "when that process (its worker) is no longer its parent.\n");
 }
 
 /* Applies one --flag value onto the spec. Returns 0, 1 when the flag is not a spec flag, or
@@ -447,6 +448,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.world = world;
   cfg.rank = rank;
   cfg.store_addr = getenv("COLO_STORE");
+  cfg.parent_pid = getenv("COLO_WORKER_PID") ? atoi(getenv("COLO_WORKER_PID")) : 0;
   cfg.bind_host = getenv("COLO_BIND") ? getenv("COLO_BIND") : "127.0.0.1";
   cfg.comm_timeout_ms =
       getenv("COLO_COMM_TIMEOUT_MS") ? atoi(getenv("COLO_COMM_TIMEOUT_MS")) : comm_timeout;

@@ -2,11 +2,14 @@
  * world of one here), clip, AdamW, evaluate, checkpoint, report. */
 #include "train.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../../../common/error.h"
 #include "../backend/backend.h"
@@ -268,6 +271,33 @@ static int pp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
   *norm = sqrtf(f);
   *scale = clip > 0.0f && clip / (*norm + 1e-6f) < 1.0f ? clip / (*norm + 1e-6f) : 1.0f;
   return 0;
+}
+
+/* A complete checkpoint in the progress stream: its directory, the manifest's sha256 and the
+ * bytes of all its files, so that the worker can report it to colod as it is. */
+static void report_checkpoint(FILE *progress, int step, const char *dir) {
+  if (!progress)
+    return;
+  char path[1200], hex[65] = "";
+  uint64_t bytes = 0, total = 0;
+  snprintf(path, sizeof path, "%s/manifest.json", dir);
+  if (colo_sha256_file(path, hex, &bytes) < 0)
+    hex[0] = '\0';
+  DIR *dd = opendir(dir);
+  struct dirent *e;
+  struct stat sb;
+  while (dd && (e = readdir(dd))) {
+    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+    if (e->d_name[0] != '.' && stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+      total += (uint64_t)sb.st_size;
+  }
+  if (dd)
+    closedir(dd);
+  fprintf(progress,
+          "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\",\"manifest_sha256\":\"%s\","
+          "\"bytes\":%llu,\"time_ms\":%lld}\n",
+          step, dir, hex, (unsigned long long)total, (long long)wall_ms());
+  fflush(progress);
 }
 
 /* Evaluates at `step` and reports it on stdout and in the progress stream. */
@@ -577,6 +607,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .world = world};
   int step = start;
   for (; step < cfg->steps; step++) {
+    /* a rank started by colo-workerd ends with it: a new worker ends leftovers too, but a rank
+     * that notices first does not train on alone */
+    if (cfg->parent_pid > 0 && getppid() != cfg->parent_pid) {
+      snprintf(err, errlen,
+               "the worker that started this rank (pid %d) is gone; stopping at step %d",
+               cfg->parent_pid, step);
+      rc = COLO_ECANCELED;
+      goto out;
+    }
     if (cfg->eval_interval > 0 && step % cfg->eval_interval == 0)
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
@@ -584,9 +623,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, lead,
                       ckpt_path, sizeof ckpt_path, err, errlen),
                  rc, out);
-      if (progress)
-        fprintf(progress, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}\n", step,
-                ckpt_path);
+      report_checkpoint(progress, step, ckpt_path);
     }
     if (cfg->stop_at > 0 && step == cfg->stop_at)
       break;
@@ -710,9 +747,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
-    if (progress)
-      fprintf(progress, "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\"}\n", step,
-              ckpt_path);
+    report_checkpoint(progress, step, ckpt_path);
   }
   if (dump_path && colo_gpt_params(model)) {
     dump_model(&dump, "final.", model, colo_gpt_params(model));

@@ -34,6 +34,7 @@ typedef struct {
   int sequence_parallel;
   int pp;            /* pipeline stages: world = pp × dp × tp */
   int micro_batches; /* per step, through the pipeline (1F1B) */
+  int parent_pid;    /* >0: stop when the parent is no longer this process (COLO_WORKER_PID) */
 } colo_train_config_t;
 
 /* Trains as configured. Returns 0 or a negative colo code with the reason in err. The final

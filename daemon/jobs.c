@@ -1,0 +1,539 @@
+/* The job manager: placement, desired ranks, rank reports, the attempt state machine. */
+#include "jobs.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/error.h"
+#include "../common/jobspec.h"
+#include "../common/log.h"
+#include "colod.h"
+#include "logs.h"
+#include "sched.h"
+
+struct colod_job_live_s {
+  colod_job_live_t *next;
+  uint64_t id;
+  int state;
+  uint32_t attempt, restarts, max_restarts;
+  uint64_t resume_step;
+  int seen;
+  Colo__V1__JobSpec *spec;
+  uint32_t world, dp, tp, pp;
+  /* the current attempt, while RUNNING */
+  uint32_t placed_attempt; /* 0: none loaded */
+  colo_rank_place_t *place;
+  int *phase, *exit_code, *sig;
+  char rendezvous[160];
+  uint64_t launch_resume_step;
+  /* reports */
+  Colo__V1__Progress progress;
+  int has_progress;
+  uint64_t ck_step;
+  /* placement */
+  uint64_t not_before_mono_ms;
+  char wait_why[256];
+};
+
+/* ---- the live table, from the store ---- */
+
+static void live_clear_attempt(colod_job_live_t *j) {
+  free(j->place);
+  free(j->phase);
+  free(j->exit_code);
+  free(j->sig);
+  j->place = NULL;
+  j->phase = j->exit_code = j->sig = NULL;
+  j->placed_attempt = 0;
+  j->rendezvous[0] = '\0';
+}
+
+static void live_free(colod_job_live_t *j) {
+  live_clear_attempt(j);
+  if (j->spec)
+    colo__v1__job_spec__free_unpacked(j->spec, NULL);
+  free(j);
+}
+
+static colod_job_live_t *live_find(colod_t *d, uint64_t id) {
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if (j->id == id)
+      return j;
+  return NULL;
+}
+
+/* The rendezvous of an attempt: rank 0 serves it on its host, on a port that the job and attempt
+ * pick from the configured range (so that a restarted colod computes the same one). */
+static void make_rendezvous(colod_t *d, colod_job_live_t *j) {
+  colod_host_live_t *h = colod_host_live(d, j->place[0].host_id);
+  uint32_t port = d->cfg.rdzv_port_base + (uint32_t)((j->id * 7919u + j->attempt * 131u) % 1000u);
+  snprintf(j->rendezvous, sizeof j->rendezvous, "%s:%u", h ? h->address : "127.0.0.1", port);
+}
+
+static int load_attempt(colod_t *d, colod_job_live_t *j) {
+  live_clear_attempt(j);
+  j->place = calloc(j->world, sizeof *j->place);
+  j->phase = calloc(j->world, sizeof *j->phase);
+  j->exit_code = calloc(j->world, sizeof *j->exit_code);
+  j->sig = calloc(j->world, sizeof *j->sig);
+  size_t n = 0;
+  if (!j->place || !j->phase || !j->exit_code || !j->sig ||
+      colo_store_attempt_ranks(d->store, j->id, j->attempt, j->place, j->world, &n) < 0 ||
+      n != j->world) {
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot load its %u ranks (%zu found)",
+             (unsigned long long)j->id, j->attempt, j->world, n);
+    live_clear_attempt(j);
+    return COLO_EINTERNAL;
+  }
+  j->placed_attempt = j->attempt;
+  make_rendezvous(d, j);
+  return 0;
+}
+
+typedef struct {
+  colod_t *d;
+  uint64_t last_id;
+  uint32_t count;
+} sync_t;
+
+static int newest_ck_cb(const colo_checkpoint_t *ck, void *data) {
+  *(uint64_t *)data = ck->step;
+  return 1; /* newest first: the first is enough */
+}
+
+static int sync_cb(const colo_job_t *row, void *data) {
+  sync_t *s = data;
+  colod_t *d = s->d;
+  colod_job_live_t *j = live_find(d, row->id);
+  if (!j) {
+    j = calloc(1, sizeof *j);
+    if (!j)
+      return 1;
+    j->id = row->id;
+    j->spec = colo__v1__job_spec__unpack(NULL, row->spec_len, row->spec);
+    if (!j->spec) {
+      colo_log(COLO_LOG_ERROR, "jobs", "job %llu has an unreadable spec",
+               (unsigned long long)row->id);
+      free(j);
+      return 0;
+    }
+    colo_jobspec_fill_defaults(j->spec);
+    j->dp = j->spec->parallel->dp;
+    j->tp = j->spec->parallel->tp;
+    j->pp = j->spec->parallel->pp;
+    j->world = j->dp * j->tp * j->pp;
+    colo__v1__progress__init(&j->progress);
+    /* the newest checkpoint already known, so that a report of it is not a new row */
+    colo_store_checkpoint_list(d->store, j->id, newest_ck_cb, &j->ck_step);
+    colod_job_live_t **pp = &d->jobs;
+    while (*pp && (*pp)->id < j->id)
+      pp = &(*pp)->next;
+    j->next = *pp;
+    *pp = j;
+  }
+  int was = j->state;
+  j->state = row->state;
+  j->attempt = row->attempt;
+  j->restarts = row->restarts;
+  j->max_restarts = row->max_restarts;
+  j->resume_step = row->resume_step;
+  j->seen = 1;
+  if (j->state == COLO_JOB_RUNNING && j->placed_attempt != j->attempt) {
+    load_attempt(d, j);
+    /* after a colod restart: the attempt's first launch resumed as chosen */
+    j->launch_resume_step = j->restarts == 0 ? j->resume_step : 0;
+  } else if (j->state != COLO_JOB_RUNNING && j->placed_attempt) {
+    live_clear_attempt(j);
+  }
+  if (was == COLO_JOB_RUNNING && j->state != COLO_JOB_RUNNING)
+    j->has_progress = 0;
+  s->last_id = row->id;
+  s->count++;
+  return 0;
+}
+
+/* Brings the table in line with the store: new jobs in, finished (or cancelled) jobs out. */
+static void sync_jobs(colod_t *d) {
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    j->seen = 0;
+  uint32_t mask = (1u << COLO_JOB_PENDING) | (1u << COLO_JOB_RUNNING) | (1u << COLO_JOB_RESTARTING);
+  sync_t s = {d, 0, 0};
+  do {
+    s.count = 0;
+    if (colo_store_job_list(d->store, mask, s.last_id, 1000, sync_cb, &s) < 0) {
+      colo_log(COLO_LOG_ERROR, "jobs", "cannot list jobs: %s", colo_store_errmsg(d->store));
+      for (colod_job_live_t *j = d->jobs; j; j = j->next)
+        j->seen = 1; /* keep everything as it is until the store answers */
+      return;
+    }
+  } while (s.count == 1000);
+  for (colod_job_live_t **pp = &d->jobs; *pp;) {
+    colod_job_live_t *j = *pp;
+    if (!j->seen) {
+      *pp = j->next;
+      live_free(j);
+    } else {
+      pp = &j->next;
+    }
+  }
+}
+
+/* ---- state changes ---- */
+
+static int transition(colod_t *d, colod_job_live_t *j, int to, const char *msg) {
+  colo_job_t row;
+  int rc = colo_store_job_transition(d->store, j->id, to, msg, 0, colod_now_ms(), &row);
+  if (rc < 0) {
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot go to %s: %s", (unsigned long long)j->id,
+             colo_job_state_name(to), colo_store_errmsg(d->store));
+    return rc;
+  }
+  colo_log(to == COLO_JOB_SUCCEEDED ? COLO_LOG_INFO : COLO_LOG_WARN, "jobs", "job %llu: %s: %s",
+           (unsigned long long)j->id, colo_job_state_name(to), msg);
+  j->state = row.state;
+  j->restarts = row.restarts;
+  colod_watch_notify(d, &row);
+  colo_job_clear(&row);
+  if (to != COLO_JOB_RUNNING)
+    live_clear_attempt(j);
+  return 0;
+}
+
+static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why) {
+  char msg[256];
+  if (j->restarts < j->max_restarts) {
+    uint64_t backoff = d->cfg.restart_backoff_ms;
+    for (uint32_t i = 0; i < j->restarts && backoff < 60ull * d->cfg.restart_backoff_ms; i++)
+      backoff *= 2;
+    snprintf(msg, sizeof msg, "%s; restart %u of %u in %llu ms", why, j->restarts + 1,
+             j->max_restarts, (unsigned long long)backoff);
+    if (transition(d, j, COLO_JOB_RESTARTING, msg) == 0)
+      j->not_before_mono_ms = colod_mono_ms(d) + backoff;
+  } else {
+    snprintf(msg, sizeof msg, "%s; no restarts left (max_restarts=%u)", why, j->max_restarts);
+    transition(d, j, COLO_JOB_FAILED, msg);
+  }
+}
+
+/* A RUNNING attempt: done, failed, or still going. */
+static void check_attempt(colod_t *d, colod_job_live_t *j) {
+  char why[200] = "";
+  uint32_t done = 0;
+  for (uint32_t r = 0; r < j->world && !why[0]; r++) {
+    colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
+    if (j->phase[r] == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
+      if (j->sig[r])
+        snprintf(why, sizeof why, "rank %u was killed by signal %d", r, j->sig[r]);
+      else if (j->exit_code[r])
+        snprintf(why, sizeof why, "rank %u exited with code %d", r, j->exit_code[r]);
+      else
+        done++;
+    } else if (!h || h->state != COLO_HOST_UP) {
+      snprintf(why, sizeof why, "host %llu of rank %u is down",
+               (unsigned long long)j->place[r].host_id, r);
+    }
+  }
+  if (why[0]) {
+    end_attempt(d, j, why);
+  } else if (done == j->world) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "all %u ranks exited 0", j->world);
+    transition(d, j, COLO_JOB_SUCCEEDED, msg);
+  }
+}
+
+/* ---- placement ---- */
+
+static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uint8_t *busy,
+                  size_t n_hosts) {
+  colo_rank_place_t *out = calloc(j->world, sizeof *out);
+  if (!out)
+    return;
+  char why[256];
+  int rc = colo_sched_place(hosts, n_hosts, j->pp, j->dp, j->tp,
+                            j->spec->resources->devices_per_node, out, why, sizeof why);
+  if (rc < 0) {
+    if (strcmp(why, j->wait_why) != 0)
+      colo_log(COLO_LOG_INFO, "jobs", "job %llu waits: %s", (unsigned long long)j->id, why);
+    snprintf(j->wait_why, sizeof j->wait_why, "%s", why);
+    free(out);
+    return;
+  }
+  j->wait_why[0] = '\0';
+  uint64_t resume = j->state == COLO_JOB_PENDING ? j->resume_step : 0;
+  colo_job_t row;
+  rc = colo_store_attempt_begin(d->store, j->id, out, j->world, resume, colod_now_ms(), &row);
+  free(out);
+  if (rc < 0) {
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot begin an attempt: %s",
+             (unsigned long long)j->id, colo_store_errmsg(d->store));
+    return;
+  }
+  j->state = row.state;
+  j->attempt = row.attempt;
+  colod_watch_notify(d, &row);
+  colo_job_clear(&row);
+  if (load_attempt(d, j) < 0)
+    return;
+  j->launch_resume_step = resume;
+  j->has_progress = 0;
+  if (resume) /* a new line of checkpoints from the chosen one */
+    j->ck_step = resume;
+  /* the devices are taken for the jobs placed after this one */
+  for (uint32_t r = 0; r < j->world; r++)
+    for (size_t h = 0; h < n_hosts; h++)
+      if (hosts[h].host_id == j->place[r].host_id && j->place[r].device_index < hosts[h].n_devices)
+        ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
+  (void)busy;
+  colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: %u ranks placed, rendezvous %s%s",
+           (unsigned long long)j->id, j->attempt, j->world, j->rendezvous,
+           resume ? ", resuming from a chosen step" : "");
+}
+
+static void schedule(colod_t *d) {
+  uint64_t now = colod_mono_ms(d);
+  int any = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if ((j->state == COLO_JOB_PENDING ||
+         (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)))
+      any = 1;
+  if (!any)
+    return;
+  /* a snapshot of the hosts that can take ranks: UP, and done stopping earlier attempts */
+  size_t total = 0;
+  for (size_t i = 0; i < d->n_hosts; i++)
+    total += d->hosts[i].n_devices;
+  colo_sched_host_t *hosts = calloc(d->n_hosts ? d->n_hosts : 1, sizeof *hosts);
+  uint8_t *busy = calloc(total ? total : 1, 1);
+  if (!hosts || !busy) {
+    free(hosts);
+    free(busy);
+    return;
+  }
+  size_t n = 0, off = 0;
+  for (size_t i = 0; i < d->n_hosts; i++) {
+    colod_host_live_t *h = &d->hosts[i];
+    uint8_t *b = busy + off;
+    off += h->n_devices;
+    if (h->state != COLO_HOST_UP || h->draining > 0 || h->n_devices == 0)
+      continue;
+    hosts[n].host_id = h->id;
+    hosts[n].n_devices = h->n_devices;
+    hosts[n].busy = b;
+    n++;
+  }
+  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
+    if (j->state != COLO_JOB_RUNNING || !j->place)
+      continue;
+    for (uint32_t r = 0; r < j->world; r++)
+      for (size_t h = 0; h < n; h++)
+        if (hosts[h].host_id == j->place[r].host_id &&
+            j->place[r].device_index < hosts[h].n_devices)
+          ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
+  }
+  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
+    if (j->state == COLO_JOB_PENDING ||
+        (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)) {
+      /* only hosts of the kind of device the job asks for */
+      int kind = (int)j->spec->resources->device;
+      colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
+      size_t nf = 0;
+      for (size_t h = 0; fit && h < n; h++) {
+        colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
+        if (hl && hl->device_kind == kind)
+          fit[nf++] = hosts[h];
+      }
+      if (fit)
+        place(d, j, fit, busy, nf);
+      free(fit);
+    }
+  }
+  free(hosts);
+  free(busy);
+}
+
+void colod_jobs_tick(colod_t *d) {
+  sync_jobs(d);
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if (j->state == COLO_JOB_RUNNING && j->place)
+      check_attempt(d, j);
+  schedule(d);
+}
+
+void colod_jobs_free(colod_t *d) {
+  while (d->jobs) {
+    colod_job_live_t *j = d->jobs;
+    d->jobs = j->next;
+    live_free(j);
+  }
+}
+
+/* ---- heartbeats ---- */
+
+static void take_checkpoint(colod_t *d, colod_job_live_t *j, const Colo__V1__Checkpoint *c) {
+  if (!c->has_step || c->step == 0 || c->step <= j->ck_step || !c->path || !c->path[0] ||
+      strlen(c->path) >= sizeof(((colo_checkpoint_t *)0)->path))
+    return;
+  const char *sha = c->manifest_sha256 ? c->manifest_sha256 : "";
+  if (strlen(sha) != 64 || strspn(sha, "0123456789abcdef") != 64) {
+    colo_log(COLO_LOG_WARN, "jobs",
+             "job %llu: checkpoint at step %llu reported without a valid "
+             "manifest sha256; not registered",
+             (unsigned long long)j->id, (unsigned long long)c->step);
+    j->ck_step = c->step;
+    return;
+  }
+  colo_checkpoint_t ck;
+  memset(&ck, 0, sizeof ck);
+  ck.job_id = j->id;
+  ck.step = c->step;
+  ck.attempt = j->attempt;
+  snprintf(ck.path, sizeof ck.path, "%s", c->path);
+  snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%s", sha);
+  ck.bytes = c->bytes;
+  ck.created_ms = c->has_created_ms && c->created_ms > 0 ? c->created_ms : colod_now_ms();
+  if (colo_store_checkpoint_add(d->store, &ck) < 0) {
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot register checkpoint %llu: %s",
+             (unsigned long long)j->id, (unsigned long long)c->step, colo_store_errmsg(d->store));
+    return;
+  }
+  j->ck_step = c->step;
+  colo_log(COLO_LOG_INFO, "jobs", "job %llu: checkpoint at step %llu registered (%s)",
+           (unsigned long long)j->id, (unsigned long long)c->step, ck.path);
+}
+
+static void take_progress(colod_t *d, colod_job_live_t *j, const Colo__V1__Progress *p) {
+  if (!p->has_step || (j->has_progress && p->step <= j->progress.step))
+    return;
+  Colo__V1__Progress q = COLO__V1__PROGRESS__INIT;
+  q.has_step = 1;
+  q.step = p->step;
+  q.has_total_steps = p->has_total_steps;
+  q.total_steps = p->total_steps;
+  q.has_loss = p->has_loss;
+  q.loss = p->loss;
+  q.has_lr = p->has_lr;
+  q.lr = p->lr;
+  q.has_tokens_per_s = p->has_tokens_per_s;
+  q.tokens_per_s = p->tokens_per_s;
+  q.has_memory_bytes = p->has_memory_bytes;
+  q.memory_bytes = p->memory_bytes;
+  q.has_time_ms = p->has_time_ms;
+  q.time_ms = p->time_ms;
+  j->progress = q;
+  j->has_progress = 1;
+  colod_watch_progress(d, j->id, j->state, &j->progress);
+}
+
+void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__HeartbeatRequest *req,
+                          Colo__V1__HeartbeatResponse *resp) {
+  uint32_t draining = 0;
+  for (size_t i = 0; i < req->n_ranks; i++) {
+    const Colo__V1__RankStatus *s = req->ranks[i];
+    if (!s->has_job_id || !s->has_attempt || !s->has_rank)
+      continue;
+    colod_job_live_t *j = live_find(d, s->job_id);
+    if (s->has_log && s->log.len > 0 && s->has_log_offset)
+      colod_logs_append(d, s->job_id, s->attempt, s->rank, s->log_offset, s->log.data, s->log.len,
+                        j != NULL);
+    int current = j && j->state == COLO_JOB_RUNNING && j->place && s->attempt == j->attempt &&
+                  s->rank < j->world && j->place[s->rank].host_id == host_id;
+    if (!current) {
+      if (s->phase != COLO__V1__RANK_PHASE__RANK_PHASE_EXITED)
+        draining++;
+      continue;
+    }
+    if (s->has_phase && s->phase >= COLO__V1__RANK_PHASE__RANK_PHASE_STARTING &&
+        s->phase <= COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
+      j->phase[s->rank] = s->phase;
+      j->exit_code[s->rank] = s->has_exit_code ? s->exit_code : 0;
+      j->sig[s->rank] = s->has_signal ? s->signal : 0;
+      if (s->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED && s->message && s->message[0])
+        colo_log(COLO_LOG_WARN, "jobs", "job %llu rank %u: %.200s", (unsigned long long)j->id,
+                 s->rank, s->message);
+    }
+    if (s->progress)
+      take_progress(d, j, s->progress);
+    for (size_t c = 0; c < s->n_checkpoints && s->rank == 0; c++)
+      take_checkpoint(d, j, s->checkpoints[c]);
+  }
+  colod_host_live_t *h = colod_host_live(d, host_id);
+  if (h)
+    h->draining = draining;
+  /* the desired state of this host */
+  size_t n = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if (j->state == COLO_JOB_RUNNING && j->place)
+      for (uint32_t r = 0; r < j->world; r++)
+        n += j->place[r].host_id == host_id;
+  if (n == 0)
+    return;
+  Colo__V1__RankLaunch *l = calloc(n, sizeof *l);
+  resp->desired = calloc(n, sizeof *resp->desired);
+  if (!l || !resp->desired) {
+    free(l);
+    free(resp->desired);
+    resp->desired = NULL;
+    return;
+  }
+  size_t k = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
+    if (j->state != COLO_JOB_RUNNING || !j->place)
+      continue;
+    for (uint32_t r = 0; r < j->world; r++) {
+      const colo_rank_place_t *p = &j->place[r];
+      if (p->host_id != host_id)
+        continue;
+      colo__v1__rank_launch__init(&l[k]);
+      l[k].has_job_id = l[k].has_attempt = l[k].has_rank = l[k].has_world = 1;
+      l[k].has_dp_idx = l[k].has_tp_idx = l[k].has_pp_idx = l[k].has_device_index = 1;
+      l[k].has_resume_step = 1;
+      l[k].job_id = j->id;
+      l[k].attempt = j->attempt;
+      l[k].rank = r;
+      l[k].world = j->world;
+      l[k].dp_idx = p->dp_idx;
+      l[k].tp_idx = p->tp_idx;
+      l[k].pp_idx = p->pp_idx;
+      l[k].device_index = p->device_index;
+      l[k].spec = j->spec;
+      l[k].rendezvous = j->rendezvous;
+      l[k].resume_step = j->launch_resume_step;
+      resp->desired[k] = &l[k];
+      k++;
+    }
+  }
+  resp->n_desired = k;
+}
+
+void colod_jobs_reply_done(Colo__V1__HeartbeatResponse *resp) {
+  if (resp->n_desired)
+    free(resp->desired[0]);
+  free(resp->desired);
+  resp->desired = NULL;
+  resp->n_desired = 0;
+}
+
+const Colo__V1__Progress *colod_jobs_progress(colod_t *d, uint64_t job_id) {
+  colod_job_live_t *j = live_find(d, job_id);
+  return j && j->has_progress ? &j->progress : NULL;
+}
+
+int colod_jobs_attempt(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t *world) {
+  colod_job_live_t *j = live_find(d, job_id);
+  if (!j || j->state != COLO_JOB_RUNNING)
+    return 0;
+  *attempt = j->attempt;
+  *world = j->world;
+  return 1;
+}
+
+uint32_t colod_jobs_devices_used(colod_t *d, uint64_t host_id) {
+  uint32_t n = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if (j->state == COLO_JOB_RUNNING && j->place)
+      for (uint32_t r = 0; r < j->world; r++)
+        n += j->place[r].host_id == host_id;
+  return n;
+}

@@ -1,0 +1,46 @@
+/* The job manager of colod: places pending jobs, tells workers which ranks to run, follows what
+ * they report, and drives each job's state machine from it.
+ *
+ * The store is the truth; this module keeps, for every job that is not finished, what is only
+ * worth keeping in memory: the current attempt's placement (loaded from the store), each rank's
+ * last reported phase, the newest progress record, the back-off before the next attempt. A
+ * restarted colod rebuilds it from the store and from the next heartbeat of each worker, so a
+ * running attempt goes on undisturbed.
+ *
+ * Each tick (colod_jobs_tick):
+ *   - a RUNNING attempt whose ranks all exited 0 makes the job SUCCEEDED;
+ *   - one whose rank failed, or whose host is DOWN, ends: RESTARTING while restarts remain
+ *     (the next attempt resumes from the newest checkpoint that verifies, after a back-off
+ *     doubling per restart), FAILED otherwise. Its ranks are withdrawn: workers stop them;
+ *   - PENDING and RESTARTING jobs are placed in id order, all ranks or none, on hosts that have
+ *     finished stopping the ranks of earlier attempts.
+ */
+#ifndef COLOD_JOBS_H
+#define COLOD_JOBS_H
+
+#include <stdint.h>
+
+#include "colo/v1/cluster.pb-c.h"
+
+struct colod_s;
+typedef struct colod_job_live_s colod_job_live_t;
+
+void colod_jobs_tick(struct colod_s *d);
+void colod_jobs_free(struct colod_s *d);
+
+/* The heartbeat of a known host session: takes in its rank statuses and fills resp->desired
+ * (pointing into colod's memory: valid until the next tick; free with colod_jobs_reply_done). */
+void colod_jobs_heartbeat(struct colod_s *d, uint64_t host_id,
+                          const Colo__V1__HeartbeatRequest *req, Colo__V1__HeartbeatResponse *resp);
+void colod_jobs_reply_done(Colo__V1__HeartbeatResponse *resp);
+
+/* The newest progress record of a job, or NULL. */
+const Colo__V1__Progress *colod_jobs_progress(struct colod_s *d, uint64_t job_id);
+
+/* Devices of a host that ranks of running attempts hold. */
+uint32_t colod_jobs_devices_used(struct colod_s *d, uint64_t host_id);
+
+/* The current attempt of a live job: 1 and *attempt, *world set when it is RUNNING. */
+int colod_jobs_attempt(struct colod_s *d, uint64_t job_id, uint32_t *attempt, uint32_t *world);
+
+#endif

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Jobs end to end on one machine: colod and colo-workerd place, run and watch a 2-rank
+# data-parallel job on tinyshakespeare, and every fault below ends with the job SUCCEEDED and a
+# final loss bit-identical to the same job run standalone with `colo-train --nproc 2`:
+#   (a) kill -9 of a rank mid-training: a new attempt resumes from the newest checkpoint; the
+#       time from the kill to training again is measured;
+#   (b) kill -9 of the worker: its host goes DOWN within host_timeout, the job goes RESTARTING;
+#       when the worker comes back it ends the ranks the dead one left, and the job resumes;
+#   (c) kill -9 of colod: the restarted colod picks the job up, its ranks are not restarted;
+#   (d) the newest checkpoint is corrupted before a rank dies: the resume uses the one before;
+#   (e) coloctl cancel: every rank is gone within 5 s.
+# Also: coloctl logs (whole, -f across attempts), checkpoints, status --watch.
+# Figures go to stdout as "figure: ..." lines.
+source "$(dirname "$0")/lib.sh"
+WD="$COLO_BIN/colo-workerd"
+TRAIN="$COLO_BIN/colo-train"
+DATA_SRC="$COLO_SRC/../shared/data/tinyshakespeare.txt"
+[ -f "$DATA_SRC" ] || fail "no training text at $DATA_SRC"
+mkdir -p "$TMP/data" "$TMP/run" "$TMP/ckpt"
+"$TRAIN" prepare --input "$DATA_SRC" --out "$TMP/data/ts" >/dev/null
+STEPS=1200
+cat >"$TMP/job.yaml" <<EOF
+name: faults
+model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
+data: {train_path: ts/train.bin, val_path: ts/val.bin}
+parallel: {dp: 2}
+train: {steps: $STEPS, batch_size: 4, eval_interval: 400, eval_batches: 2}
+checkpoint: {interval: 100}
+resources: {device: cpu}
+max_restarts: 3
+EOF
+
+# the reference: the same job, standalone
+"$TRAIN" train --job "$TMP/job.yaml" --data-root "$TMP/data" --nproc 2 >"$TMP/ref.txt" 2>&1 ||
+  fail "standalone reference run failed: $(tail -5 "$TMP/ref.txt")"
+REF=$(grep -E "^step +$STEPS/$STEPS " "$TMP/ref.txt" | sed 's/.*| loss \([0-9.]*\) |.*/\1/')
+[ -n "$REF" ] || fail "no final loss in the reference run"
+echo "figure: reference final loss (colo-train --nproc 2) $REF"
+
+COLOD_ARGS=(--set host_timeout=2s --set restart_backoff=200ms)
+start_colod "$TMP/state" "${COLOD_ARGS[@]}"
+PORT=${COLO_SERVER##*:}
+WPID=""
+start_worker() {
+  "$WD" --coordinator "$COLO_SERVER" --name w1 --cpu-slots 2 --run-dir "$TMP/run" \
+    --data-root "$TMP/data" --checkpoint-root "$TMP/ckpt" --colo-train "$TRAIN" \
+    >>"$TMP/worker.log" 2>&1 &
+  WPID=$!
+}
+start_worker
+
+jf() { # job id, python expression over the job object j
+  "$COLOCTL" status "$1" --json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
+}
+wait_until() { # seconds, description, command...
+  local secs=$1 what=$2
+  shift 2
+  for _ in $(seq 1 $((secs * 10))); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  fail "$what did not happen within $secs s; worker log: $(tail -20 "$TMP/worker.log")"
+}
+is_state() { [ "$(jf "$1" 'j["state"]')" = "$2" ]; }
+ckpt_at_least() { [ "$(jf "$1" 'j.get("newest_checkpoint",{}).get("step",0)')" -ge "$2" ]; }
+rank_pid() { # job attempt rank -> pid from the worker's pid files
+  grep -lx "$1.$2.$3" "$TMP"/run/pids/* 2>/dev/null | head -1 | xargs -r basename
+}
+final_loss() { # the final loss in rank 0's log of the job's last attempt, as colod has it
+  "$COLOCTL" logs "$1" | grep -E "^step +$STEPS/$STEPS " | sed 's/.*| loss \([0-9.]*\) |.*/\1/'
+}
+expect_same_loss() {
+  local got
+  got=$(final_loss "$1")
+  [ "$got" = "$REF" ] || fail "job $1: final loss $got, standalone $REF"
+  echo "figure: job $1 ($2): final loss $got = standalone $REF, attempts $(jf "$1" 'j["attempt"]')"
+}
+submit() { "$COLOCTL" submit "$TMP/job.yaml"; }
+
+# ---- an uninterrupted job, watched with logs -f ----
+J=$(submit)
+"$COLOCTL" logs "$J" -f >"$TMP/follow.txt" 2>"$TMP/follow.err" &
+FOLLOW=$!
+wait_until 60 "job $J success" is_state "$J" succeeded
+wait_until 10 "logs -f to end" bash -c "! kill -0 $FOLLOW 2>/dev/null"
+expect_same_loss "$J" "no fault"
+grep -qE "^step +$STEPS/$STEPS " "$TMP/follow.txt" || fail "logs -f did not show the last step"
+[ "$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["checkpoints"]))')" = $((STEPS / 100)) ] ||
+  fail "expected $((STEPS / 100)) checkpoints: $("$COLOCTL" checkpoints "$J")"
+"$COLOCTL" status --watch --interval 200 "$J" >"$TMP/watch.txt"
+expect_contains "$(cat "$TMP/watch.txt")" "SUCCEEDED"
+
+# ---- (a) kill -9 of a rank ----
+J=$(submit)
+wait_until 60 "a checkpoint at step 300 of job $J" ckpt_at_least "$J" 300
+P=$(rank_pid "$J" 1 1)
+[ -n "$P" ] || fail "no pid file for job $J rank 1"
+t0=$(date +%s%N)
+kill -KILL "$P"
+wait_until 30 "attempt 2 of job $J training" \
+  python3 -c "import json,subprocess,sys; j=json.loads(subprocess.check_output(['$COLOCTL','status','$J','--json'])); sys.exit(0 if j.get('attempt')==2 and j.get('progress',{}).get('step',0)>0 else 1)"
+recover_ms=$((($(date +%s%N) - t0) / 1000000))
+echo "figure: (a) from kill -9 of rank 1 to attempt 2 training (a progress record): $recover_ms ms (restart_backoff 200 ms, heartbeat 1 s)"
+wait_until 60 "job $J success after the rank kill" is_state "$J" succeeded
+expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from"
+expect_same_loss "$J" "(a) rank killed"
+
+# ---- (d) the newest checkpoint corrupted, then a rank dies ----
+J=$(submit)
+wait_until 60 "a checkpoint at step 400 of job $J" ckpt_at_least "$J" 400
+# pause both ranks, so that the newest checkpoint on disk stays the newest while it is spoiled
+P0=$(rank_pid "$J" 1 0)
+P1=$(rank_pid "$J" 1 1)
+kill -STOP "$P0" "$P1"
+CK=$(ls -d "$TMP/ckpt/job-$J"/step_* | sort | tail -1)
+CKSTEP=$((10#${CK##*step_}))
+python3 - "$CK/rank_00000.safetensors" <<'EOF'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-64, 2)
+    b = f.read(8)
+    f.seek(-64, 2)
+    f.write(bytes(x ^ 0xFF for x in b))
+EOF
+kill -KILL "$P0"
+kill -CONT "$P1"
+wait_until 60 "job $J success after the corrupted checkpoint" is_state "$J" succeeded
+LOG2=$("$COLOCTL" logs "$J" --attempt 2)
+RESUMED=$(echo "$LOG2" | sed -n 's/^resumed from .*step_0*\([0-9]*\) at step.*/\1/p' | head -1)
+[ -n "$RESUMED" ] && [ "$RESUMED" -lt "$CKSTEP" ] ||
+  fail "(d) attempt 2 resumed from [$RESUMED], expected before the corrupted step $CKSTEP: $(echo "$LOG2" | head -5)"
+echo "figure: (d) step $CKSTEP corrupted; attempt 2 resumed from step $RESUMED"
+expect_same_loss "$J" "(d) corrupted newest checkpoint"
+
+# ---- (c) kill -9 of colod ----
+J=$(submit)
+wait_until 60 "a checkpoint at step 200 of job $J" ckpt_at_least "$J" 200
+P0=$(rank_pid "$J" 1 0)
+P1=$(rank_pid "$J" 1 1)
+kill -KILL "$COLOD_PID"
+wait "$COLOD_PID" 2>/dev/null || true
+COLOD_PID=""
+sleep 1
+start_colod "$TMP/state" "${COLOD_ARGS[@]}" --listen "127.0.0.1:$PORT"
+wait_until 60 "job $J success after the colod restart" is_state "$J" succeeded
+[ "$(jf "$J" 'j["attempt"]')" = 1 ] || fail "(c) the job took a new attempt after colod restarted"
+grep -q "job $J attempt 1 rank 0 (pid $P0) exited with code 0" "$TMP/worker.log" &&
+  grep -q "job $J attempt 1 rank 1 (pid $P1) exited with code 0" "$TMP/worker.log" ||
+  fail "(c) the ranks $P0 $P1 did not run on to the end"
+expect_same_loss "$J" "(c) colod killed"
+
+# ---- (b) kill -9 of the worker ----
+J=$(submit)
+wait_until 60 "a checkpoint at step 200 of job $J" ckpt_at_least "$J" 200
+P0=$(rank_pid "$J" 1 0)
+kill -KILL "$WPID"
+wait "$WPID" 2>/dev/null || true
+t0=$(date +%s%N)
+wait_until 10 "host w1 DOWN" bash -c "'$COLOCTL' hosts | grep -q ' DOWN '"
+down_ms=$((($(date +%s%N) - t0) / 1000000))
+wait_until 10 "job $J RESTARTING" is_state "$J" restarting
+echo "figure: (b) host DOWN $down_ms ms after kill -9 of its worker (host_timeout 2 s); job: $(jf "$J" 'j["message"]')"
+start_worker
+wait_until 60 "job $J success after the worker came back" is_state "$J" succeeded
+kill -0 "$P0" 2>/dev/null && fail "(b) rank pid $P0 of the dead worker survived"
+grep -q "left by an earlier worker" "$TMP/worker.log" || echo "note: (b) the old ranks had ended before the worker came back"
+expect_same_loss "$J" "(b) worker killed"
+
+# ---- (e) cancel ----
+J=$(submit)
+wait_until 60 "job $J training" ckpt_at_least "$J" 100
+P0=$(rank_pid "$J" 1 0)
+P1=$(rank_pid "$J" 1 1)
+t0=$(date +%s%N)
+"$COLOCTL" cancel "$J" >/dev/null
+gone() { ! kill -0 "$P0" 2>/dev/null && ! kill -0 "$P1" 2>/dev/null; }
+wait_until 5 "every rank of job $J gone after cancel" gone
+cancel_ms=$((($(date +%s%N) - t0) / 1000000))
+echo "figure: (e) every rank gone $cancel_ms ms after coloctl cancel"
+is_state "$J" cancelled || fail "job $J is $(jf "$J" 'j["state"]') after cancel"
+
+kill -TERM "$WPID"
+wait "$WPID" || fail "the worker did not exit 0 on SIGTERM"
+stop_colod
+echo "PASS"

@@ -1,0 +1,655 @@
+#include "ranks.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/error.h"
+#include "common/jobspec.h"
+#include "common/log.h"
+#include "common/pbcodec.h"
+#include "launch.h"
+
+#define PATH_CAP 1200
+#define CK_QUEUE 8
+
+struct colo_wrank_s {
+  colo_wrank_t *next;
+  colo_ranks_t *rs;
+  uint64_t job_id;
+  uint32_t attempt, rank;
+  int phase; /* COLO__V1__RANK_PHASE__* */
+  int exit_code, signal;
+  int desired; /* in the last reconcile */
+  int stopping;
+  char message[256];
+  colo_rank_proc_t proc;
+  char log_path[PATH_CAP], progress_path[PATH_CAP], pid_path[PATH_CAP];
+  /* progress file: bytes consumed, the newest step record and checkpoint */
+  uint64_t progress_off;
+  int has_progress;
+  Colo__V1__Progress progress;
+  /* checkpoints written and not yet delivered to colod, oldest first */
+  Colo__V1__Checkpoint ck[CK_QUEUE], *ck_ptr[CK_QUEUE];
+  char ck_path[CK_QUEUE][PATH_CAP], ck_sha[CK_QUEUE][65];
+  size_t n_ck, n_ck_sent;
+  /* log shipping: bytes of the current file sent, and of everything sent */
+  uint64_t ship_off, shipped_total;
+  uint8_t *chunk;
+  size_t chunk_len;
+};
+
+/* ---- helpers ---- */
+
+static int mkdirs(const char *path) {
+  char buf[PATH_CAP];
+  snprintf(buf, sizeof buf, "%s", path);
+  for (char *p = buf + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(buf, 0750) != 0 && errno != EEXIST)
+      return -1;
+    *p = '/';
+  }
+  return mkdir(buf, 0750) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+static colo_wrank_t *find(colo_ranks_t *rs, uint64_t job, uint32_t attempt, uint32_t rank) {
+  for (colo_wrank_t *r = rs->head; r; r = r->next)
+    if (r->job_id == job && r->attempt == attempt && r->rank == rank)
+      return r;
+  return NULL;
+}
+
+static void unlink_rank(colo_ranks_t *rs, colo_wrank_t *r) {
+  for (colo_wrank_t **pp = &rs->head; *pp; pp = &(*pp)->next)
+    if (*pp == r) {
+      *pp = r->next;
+      rs->n--;
+      return;
+    }
+}
+
+static void check_all_stopped(colo_ranks_t *rs) {
+  if (!rs->all_stopped)
+    return;
+  for (colo_wrank_t *r = rs->head; r; r = r->next)
+    if (r->proc.running)
+      return;
+  void (*cb)(void *) = rs->all_stopped;
+  rs->all_stopped = NULL;
+  cb(rs->all_stopped_data);
+}
+
+static void free_rank(colo_wrank_t *r) {
+  free(r->chunk);
+  free(r);
+}
+
+static void on_rank_exit(colo_rank_proc_t *p, int64_t exit_status, int term_signal) {
+  colo_wrank_t *r = p->data;
+  colo_ranks_t *rs = r->rs;
+  r->phase = COLO__V1__RANK_PHASE__RANK_PHASE_EXITED;
+  r->exit_code = (int)exit_status;
+  r->signal = term_signal;
+  unlink(r->pid_path);
+  if (term_signal)
+    colo_log(COLO_LOG_INFO, "ranks", "job %llu attempt %u rank %u (pid %d) ended by signal %d%s",
+             (unsigned long long)r->job_id, r->attempt, r->rank, p->pid, term_signal,
+             r->stopping ? " (stopped)" : "");
+  else
+    colo_log(exit_status == 0 ? COLO_LOG_INFO : COLO_LOG_WARN, "ranks",
+             "job %llu attempt %u rank %u (pid %d) exited with code %d",
+             (unsigned long long)r->job_id, r->attempt, r->rank, p->pid, (int)exit_status);
+  if (!r->desired) { /* nobody wants to hear about it any more */
+    int in_status = 0;
+    for (size_t i = 0; i < rs->n_st; i++)
+      if (rs->st_rank[i] == r)
+        in_status = 1;
+    if (!in_status) {
+      unlink_rank(rs, r);
+      free_rank(r);
+    }
+  }
+  check_all_stopped(rs);
+  if (rs->on_exit)
+    rs->on_exit(rs->on_exit_data);
+}
+
+/* ---- starting a rank ---- */
+
+static void envf(char **env, size_t *n, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void envf(char **env, size_t *n, const char *fmt, ...) {
+  char buf[PATH_CAP + 64];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  env[(*n)++] = strdup(buf);
+}
+
+static int write_job_file(const char *path, const Colo__V1__JobSpec *spec, char *why, size_t n) {
+  cJSON *j = colo_pb_to_json(&spec->base);
+  char *text = j ? cJSON_Print(j) : NULL;
+  cJSON_Delete(j);
+  char tmp[PATH_CAP + 8];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = text ? fopen(tmp, "w") : NULL;
+  int ok = f && fputs(text, f) >= 0 && fputc('\n', f) != EOF;
+  if (f && fclose(f) != 0)
+    ok = 0;
+  free(text);
+  if (!ok || rename(tmp, path) != 0) {
+    snprintf(why, n, "cannot write %s: %s", path, strerror(errno));
+    unlink(tmp);
+    return COLO_EIO;
+  }
+  return 0;
+}
+
+/* Checks what came over the network before anything is written or started. */
+static int check_launch(const Colo__V1__RankLaunch *l, Colo__V1__JobSpec *spec, char *why,
+                        size_t n) {
+  if (!l->has_job_id || !l->has_attempt || !l->has_rank || !l->has_world || !spec) {
+    snprintf(why, n, "launch without job, attempt, rank, world or spec");
+    return COLO_EINVAL;
+  }
+  colo_jobspec_fill_defaults(spec);
+  if (colo_jobspec_validate(spec, why, n) < 0)
+    return COLO_EINVAL;
+  if (colo_jobspec_world(spec) != l->world || l->rank >= l->world) {
+    snprintf(why, n, "rank %u of world %u does not fit the spec's world %llu", l->rank, l->world,
+             colo_jobspec_world(spec));
+    return COLO_EINVAL;
+  }
+  if (!l->rendezvous || !l->rendezvous[0] || strlen(l->rendezvous) > 255 ||
+      strchr(l->rendezvous, '/')) {
+    snprintf(why, n, "bad rendezvous address");
+    return COLO_EINVAL;
+  }
+  return 0;
+}
+
+static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLaunch *l, char *why,
+                      size_t whylen) {
+  const Colo__V1__WorkerConfig *cfg = rs->cfg;
+  Colo__V1__JobSpec *spec = l->spec;
+  int rc = check_launch(l, spec, why, whylen);
+  if (rc < 0)
+    return rc;
+  char dir[PATH_CAP], job_file[PATH_CAP + 16], ckpt_dir[PATH_CAP], resume[PATH_CAP + 32];
+  snprintf(dir, sizeof dir, "%s/job-%llu/attempt-%u", cfg->run_dir, (unsigned long long)l->job_id,
+           l->attempt);
+  if (mkdirs(dir) < 0) {
+    snprintf(why, whylen, "cannot create %s: %s", dir, strerror(errno));
+    return COLO_EIO;
+  }
+  snprintf(job_file, sizeof job_file, "%s/job.json", dir);
+  if ((rc = write_job_file(job_file, spec, why, whylen)) < 0)
+    return rc;
+  if (spec->checkpoint->dir && spec->checkpoint->dir[0])
+    snprintf(ckpt_dir, sizeof ckpt_dir, "%s/%s", cfg->checkpoint_root, spec->checkpoint->dir);
+  else
+    snprintf(ckpt_dir, sizeof ckpt_dir, "%s/job-%llu", cfg->checkpoint_root,
+             (unsigned long long)l->job_id);
+  if (mkdirs(ckpt_dir) < 0) {
+    snprintf(why, whylen, "cannot create %s: %s", ckpt_dir, strerror(errno));
+    return COLO_EIO;
+  }
+  if (l->has_resume_step && l->resume_step > 0)
+    snprintf(resume, sizeof resume, "%s/step_%08llu", ckpt_dir, (unsigned long long)l->resume_step);
+  else
+    snprintf(resume, sizeof resume, "auto");
+  snprintf(r->log_path, sizeof r->log_path, "%s/rank-%u.log", dir, l->rank);
+  snprintf(r->progress_path, sizeof r->progress_path, "%s/rank-%u.progress", dir, l->rank);
+  unlink(r->progress_path); /* a record of an earlier start must not count for this one */
+  char threads[16];
+  snprintf(threads, sizeof threads, "%u", rs->threads);
+  char *argv[] = {(char *)cfg->colo_train,
+                  "train",
+                  "--job",
+                  job_file,
+                  "--data-root",
+                  (char *)cfg->data_root,
+                  "--ckpt-dir",
+                  ckpt_dir,
+                  "--resume",
+                  resume,
+                  "--progress",
+                  r->progress_path,
+                  "--threads",
+                  threads,
+                  NULL};
+  char *env[32];
+  size_t ne = 0;
+  envf(env, &ne, "COLO_JOB_ID=%llu", (unsigned long long)l->job_id);
+  envf(env, &ne, "COLO_ATTEMPT=%u", l->attempt);
+  envf(env, &ne, "COLO_RANK=%u", l->rank);
+  envf(env, &ne, "COLO_WORLD=%u", l->world);
+  envf(env, &ne, "COLO_DP_IDX=%u", l->dp_idx);
+  envf(env, &ne, "COLO_TP_IDX=%u", l->tp_idx);
+  envf(env, &ne, "COLO_PP_IDX=%u", l->pp_idx);
+  envf(env, &ne, "COLO_DEVICE=%u", l->device_index);
+  envf(env, &ne, "COLO_STORE=%s", l->rendezvous);
+  envf(env, &ne, "COLO_BIND=%s", cfg->address);
+  envf(env, &ne, "COLO_WORKER_PID=%d", (int)getpid());
+  envf(env, &ne, "COLO_RANK_ID=%llu.%u.%u", (unsigned long long)l->job_id, l->attempt, l->rank);
+  envf(env, &ne, "OMP_NUM_THREADS=%u", rs->threads);
+  envf(env, &ne, "OPENBLAS_NUM_THREADS=%u", rs->threads);
+  if (spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
+    envf(env, &ne, "CUDA_VISIBLE_DEVICES=%u", l->device_index);
+  /* what a rank needs from the worker's own environment, and nothing else */
+  static const char *const PASS[] = {"PATH",         "LD_LIBRARY_PATH", "HOME",
+                                     "TMPDIR",       "ASAN_OPTIONS",    "UBSAN_OPTIONS",
+                                     "LSAN_OPTIONS", "COLO_COMM_SHM",   "COLO_COMM_TIMEOUT_MS"};
+  for (size_t i = 0; i < sizeof PASS / sizeof PASS[0]; i++) {
+    const char *v = getenv(PASS[i]);
+    if (v && strlen(v) < PATH_CAP)
+      envf(env, &ne, "%s=%s", PASS[i], v);
+  }
+  env[ne] = NULL;
+  r->proc.data = r;
+  rc = colo_rank_start(rs->loop, &r->proc, argv, env, dir, r->log_path, on_rank_exit, why, whylen);
+  for (size_t i = 0; i < ne; i++)
+    free(env[i]);
+  if (rc < 0)
+    return rc;
+  snprintf(r->pid_path, sizeof r->pid_path, "%s/pids/%d", cfg->run_dir, r->proc.pid);
+  FILE *pf = fopen(r->pid_path, "w");
+  if (pf) {
+    fprintf(pf, "%llu.%u.%u\n", (unsigned long long)l->job_id, l->attempt, l->rank);
+    fclose(pf);
+  }
+  colo_log(COLO_LOG_INFO, "ranks", "job %llu attempt %u rank %u/%u started (pid %d, log %s)",
+           (unsigned long long)l->job_id, l->attempt, l->rank, l->world, r->proc.pid, r->log_path);
+  return 0;
+}
+
+int colo_ranks_init(colo_ranks_t *rs, uv_loop_t *loop, const Colo__V1__WorkerConfig *cfg,
+                    uint32_t slots, char *err, size_t errlen) {
+  memset(rs, 0, sizeof *rs);
+  rs->loop = loop;
+  rs->cfg = cfg;
+  rs->threads = cfg->rank_threads;
+  if (rs->threads == 0) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    rs->threads = cores > 0 && slots > 0 ? (uint32_t)cores / slots : 1;
+    if (rs->threads == 0)
+      rs->threads = 1;
+  }
+  char pids[PATH_CAP];
+  snprintf(pids, sizeof pids, "%s/pids", cfg->run_dir);
+  if (mkdirs(pids) < 0) {
+    snprintf(err, errlen, "cannot create %s: %s", pids, strerror(errno));
+    return COLO_EIO;
+  }
+  return 0;
+}
+
+void colo_ranks_reconcile(colo_ranks_t *rs, Colo__V1__RankLaunch *const *desired, size_t n) {
+  for (colo_wrank_t *r = rs->head; r; r = r->next)
+    r->desired = 0;
+  for (size_t i = 0; i < n; i++) {
+    const Colo__V1__RankLaunch *l = desired[i];
+    colo_wrank_t *r = find(rs, l->job_id, l->attempt, l->rank);
+    if (r) {
+      r->desired = 1;
+      continue;
+    }
+    r = calloc(1, sizeof *r);
+    if (!r)
+      continue;
+    r->rs = rs;
+    r->job_id = l->job_id;
+    r->attempt = l->attempt;
+    r->rank = l->rank;
+    r->desired = 1;
+    r->phase = COLO__V1__RANK_PHASE__RANK_PHASE_STARTING;
+    colo__v1__progress__init(&r->progress);
+    r->next = rs->head;
+    rs->head = r;
+    rs->n++;
+    if (start_rank(rs, r, l, r->message, sizeof r->message) < 0) {
+      colo_log(COLO_LOG_WARN, "ranks", "job %llu attempt %u rank %u cannot start: %s",
+               (unsigned long long)l->job_id, l->attempt, l->rank, r->message);
+      r->phase = COLO__V1__RANK_PHASE__RANK_PHASE_EXITED;
+      r->exit_code = 127;
+    }
+  }
+  colo_wrank_t *next;
+  for (colo_wrank_t *r = rs->head; r; r = next) {
+    next = r->next;
+    if (r->desired)
+      continue;
+    if (r->proc.running) {
+      if (!r->stopping)
+        colo_log(COLO_LOG_INFO, "ranks",
+                 "job %llu attempt %u rank %u is no longer wanted: stopping",
+                 (unsigned long long)r->job_id, r->attempt, r->rank);
+      r->stopping = 1;
+      colo_rank_stop(&r->proc, rs->cfg->stop_grace_ms);
+    } else if (rs->n_st == 0) {
+      unlink_rank(rs, r);
+      free_rank(r);
+    }
+  }
+}
+
+/* ---- progress records ---- */
+
+static void apply_record(colo_wrank_t *r, const char *line) {
+  cJSON *j = cJSON_Parse(line);
+  if (!j)
+    return;
+  const char *ev = cJSON_GetStringValue(cJSON_GetObjectItem(j, "event"));
+  double step = cJSON_GetNumberValue(cJSON_GetObjectItem(j, "step"));
+  if (ev && !strcmp(ev, "step") && step >= 0) {
+    Colo__V1__Progress *p = &r->progress;
+    p->has_step = p->has_total_steps = p->has_loss = p->has_lr = 1;
+    p->has_tokens_per_s = p->has_memory_bytes = p->has_time_ms = 1;
+    p->step = (uint64_t)step;
+    p->total_steps = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "total_steps"));
+    p->loss = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "loss"));
+    p->lr = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "lr"));
+    p->tokens_per_s = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "tokens_per_s"));
+    p->memory_bytes = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes"));
+    p->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
+    r->has_progress = 1;
+  } else if (ev && !strcmp(ev, "checkpoint") && step >= 0) {
+    const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(j, "path"));
+    const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(j, "manifest_sha256"));
+    if (path && strlen(path) < PATH_CAP) {
+      if (r->n_ck == CK_QUEUE) { /* colod away for long: the oldest unsent one is dropped */
+        memmove(&r->ck_path[0], &r->ck_path[1], (CK_QUEUE - 1) * sizeof r->ck_path[0]);
+        memmove(&r->ck_sha[0], &r->ck_sha[1], (CK_QUEUE - 1) * sizeof r->ck_sha[0]);
+        memmove(&r->ck[0], &r->ck[1], (CK_QUEUE - 1) * sizeof r->ck[0]);
+        r->n_ck--;
+      }
+      size_t k = r->n_ck++;
+      Colo__V1__Checkpoint *c = &r->ck[k];
+      colo__v1__checkpoint__init(c);
+      snprintf(r->ck_path[k], PATH_CAP, "%s", path);
+      snprintf(r->ck_sha[k], 65, "%s", sha ? sha : "");
+      c->has_job_id = c->has_attempt = c->has_step = c->has_bytes = c->has_created_ms = 1;
+      c->job_id = r->job_id;
+      c->attempt = r->attempt;
+      c->step = (uint64_t)step;
+      c->bytes = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "bytes"));
+      c->created_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
+    }
+  }
+  cJSON_Delete(j);
+}
+
+/* Reads the complete lines added to the progress file since the last call. */
+static void read_progress(colo_wrank_t *r) {
+  int fd = open(r->progress_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  char buf[8192];
+  for (;;) {
+    ssize_t got = pread(fd, buf, sizeof buf - 1, (off_t)r->progress_off);
+    if (got <= 0)
+      break;
+    buf[got] = '\0';
+    char *start = buf, *nl;
+    while ((nl = strchr(start, '\n'))) {
+      *nl = '\0';
+      apply_record(r, start);
+      start = nl + 1;
+    }
+    size_t used = (size_t)(start - buf);
+    if (used == 0) { /* a line longer than the buffer: skip it */
+      used = (size_t)got;
+    }
+    r->progress_off += used;
+    if ((size_t)got < sizeof buf - 1)
+      break;
+  }
+  close(fd);
+  if (r->has_progress && r->phase == COLO__V1__RANK_PHASE__RANK_PHASE_STARTING)
+    r->phase = COLO__V1__RANK_PHASE__RANK_PHASE_RUNNING;
+}
+
+/* ---- logs: rotation and shipping ---- */
+
+static void rotate_log(colo_wrank_t *r) {
+  const Colo__V1__WorkerConfig *cfg = r->rs->cfg;
+  char from[PATH_CAP + 16], to[PATH_CAP + 16];
+  for (uint32_t k = cfg->log_keep; k >= 1; k--) {
+    snprintf(from, sizeof from, "%s.%u", r->log_path, k - 1);
+    snprintf(to, sizeof to, "%s.%u", r->log_path, k);
+    if (k == 1)
+      snprintf(from, sizeof from, "%s", r->log_path);
+    if (k == 1) {
+      /* copy, then truncate: the rank keeps writing to its O_APPEND descriptor */
+      int in = open(from, O_RDONLY | O_CLOEXEC);
+      int out = in >= 0 ? open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640) : -1;
+      char buf[65536];
+      ssize_t got;
+      while (out >= 0 && (got = read(in, buf, sizeof buf)) > 0)
+        if (write(out, buf, (size_t)got) != got)
+          break;
+      if (in >= 0)
+        close(in);
+      if (out >= 0) {
+        close(out);
+        if (truncate(from, 0) != 0)
+          colo_log(COLO_LOG_WARN, "ranks", "cannot truncate %s: %s", from, strerror(errno));
+      }
+    } else {
+      rename(from, to);
+    }
+  }
+  r->ship_off = 0;
+}
+
+static void read_log_chunk(colo_wrank_t *r) {
+  const Colo__V1__WorkerConfig *cfg = r->rs->cfg;
+  struct stat sb;
+  free(r->chunk);
+  r->chunk = NULL;
+  r->chunk_len = 0;
+  if (stat(r->log_path, &sb) != 0)
+    return;
+  uint64_t size = (uint64_t)sb.st_size;
+  if (size < r->ship_off) /* truncated behind our back */
+    r->ship_off = 0;
+  /* rotate once everything is shipped, or when colod has been away for long */
+  if (cfg->log_max_bytes > 0 &&
+      ((size > cfg->log_max_bytes && r->ship_off == size) || size > 2 * cfg->log_max_bytes)) {
+    rotate_log(r);
+    return;
+  }
+  uint64_t want = size - r->ship_off;
+  if (want > cfg->log_ship_bytes)
+    want = cfg->log_ship_bytes;
+  if (want == 0)
+    return;
+  int fd = open(r->log_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  r->chunk = malloc(want);
+  ssize_t got = r->chunk ? pread(fd, r->chunk, want, (off_t)r->ship_off) : -1;
+  close(fd);
+  r->chunk_len = got > 0 ? (size_t)got : 0;
+}
+
+/* ---- heartbeat status ---- */
+
+static void free_statuses(colo_ranks_t *rs) {
+  for (size_t i = 0; i < rs->n_st; i++)
+    free(rs->st[i]);
+  free(rs->st);
+  free(rs->st_rank);
+  rs->st = NULL;
+  rs->st_rank = NULL;
+  rs->n_st = 0;
+}
+
+size_t colo_ranks_status(colo_ranks_t *rs, Colo__V1__RankStatus ***out) {
+  free_statuses(rs);
+  rs->st = calloc(rs->n ? rs->n : 1, sizeof *rs->st);
+  rs->st_rank = calloc(rs->n ? rs->n : 1, sizeof *rs->st_rank);
+  size_t k = 0;
+  for (colo_wrank_t *r = rs->head; r && rs->st && rs->st_rank; r = r->next) {
+    if (r->progress_path[0])
+      read_progress(r);
+    if (r->log_path[0])
+      read_log_chunk(r);
+    Colo__V1__RankStatus *s = malloc(sizeof *s);
+    if (!s)
+      break;
+    colo__v1__rank_status__init(s);
+    s->has_job_id = s->has_attempt = s->has_rank = s->has_phase = 1;
+    s->job_id = r->job_id;
+    s->attempt = r->attempt;
+    s->rank = r->rank;
+    s->phase = r->phase;
+    if (r->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
+      s->has_exit_code = s->has_signal = 1;
+      s->exit_code = r->exit_code;
+      s->signal = r->signal;
+    }
+    if (r->proc.pid > 0) {
+      s->has_pid = 1;
+      s->pid = (uint32_t)r->proc.pid;
+    }
+    if (r->message[0])
+      s->message = r->message;
+    if (r->has_progress)
+      s->progress = &r->progress;
+    for (size_t c = 0; c < r->n_ck; c++) { /* strings re-pointed: the queue may have moved */
+      r->ck[c].path = r->ck_path[c];
+      r->ck[c].manifest_sha256 = r->ck_sha[c];
+      r->ck_ptr[c] = &r->ck[c];
+    }
+    s->n_checkpoints = r->n_ck;
+    s->checkpoints = r->n_ck ? r->ck_ptr : NULL;
+    r->n_ck_sent = r->n_ck;
+    if (r->log_path[0]) {
+      s->has_log_offset = 1;
+      s->log_offset = r->shipped_total;
+      if (r->chunk_len) {
+        s->has_log = 1;
+        s->log.data = r->chunk;
+        s->log.len = r->chunk_len;
+      }
+    }
+    rs->st[k] = s;
+    rs->st_rank[k] = r;
+    k++;
+  }
+  rs->n_st = k;
+  *out = rs->st;
+  return k;
+}
+
+void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
+  colo_wrank_t **seen = rs->st_rank;
+  size_t n = rs->n_st;
+  for (size_t i = 0; i < n && delivered; i++) {
+    colo_wrank_t *r = seen[i];
+    r->ship_off += r->chunk_len;
+    r->shipped_total += r->chunk_len;
+    /* delivered checkpoints leave the queue */
+    size_t sent = r->n_ck_sent < r->n_ck ? r->n_ck_sent : r->n_ck;
+    memmove(&r->ck_path[0], &r->ck_path[sent], (r->n_ck - sent) * sizeof r->ck_path[0]);
+    memmove(&r->ck_sha[0], &r->ck_sha[sent], (r->n_ck - sent) * sizeof r->ck_sha[0]);
+    memmove(&r->ck[0], &r->ck[sent], (r->n_ck - sent) * sizeof r->ck[0]);
+    r->n_ck -= sent;
+  }
+  for (colo_wrank_t *r = rs->head; r; r = r->next)
+    r->n_ck_sent = 0;
+  for (colo_wrank_t *r = rs->head; r; r = r->next) {
+    free(r->chunk);
+    r->chunk = NULL;
+    r->chunk_len = 0;
+  }
+  free_statuses(rs);
+  /* exited ranks that are no longer wanted and were held only for this status */
+  colo_wrank_t *next;
+  for (colo_wrank_t *r = rs->head; r; r = next) {
+    next = r->next;
+    if (!r->desired && !r->proc.running && r->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
+      unlink_rank(rs, r);
+      free_rank(r);
+    }
+  }
+}
+
+void colo_ranks_stop_all(colo_ranks_t *rs, void (*done)(void *data), void *data) {
+  rs->all_stopped = done;
+  rs->all_stopped_data = data;
+  for (colo_wrank_t *r = rs->head; r; r = r->next) {
+    r->desired = 0;
+    if (r->proc.running) {
+      r->stopping = 1;
+      colo_rank_stop(&r->proc, rs->cfg->stop_grace_ms);
+    }
+  }
+  check_all_stopped(rs);
+}
+
+int colo_ranks_reap_orphans(colo_ranks_t *rs) {
+  char dirp[PATH_CAP];
+  snprintf(dirp, sizeof dirp, "%s/pids", rs->cfg->run_dir);
+  DIR *d = opendir(dirp);
+  if (!d)
+    return 0;
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    char *end;
+    long pid = strtol(e->d_name, &end, 10);
+    if (e->d_name[0] == '.' || *end || pid <= 1)
+      continue;
+    char path[PATH_CAP + 300], id[64] = "", want[96];
+    snprintf(path, sizeof path, "%s/%s", dirp, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (f) {
+      if (!fgets(id, sizeof id, f))
+        id[0] = '\0';
+      fclose(f);
+    }
+    id[strcspn(id, "\n")] = '\0';
+    /* only a process that is still that rank: its environment names it */
+    snprintf(want, sizeof want, "COLO_RANK_ID=%s", id);
+    char envp[64];
+    snprintf(envp, sizeof envp, "/proc/%ld/environ", pid);
+    int match = 0;
+    FILE *ef = id[0] ? fopen(envp, "r") : NULL;
+    if (ef) {
+      char buf[8192];
+      size_t got = fread(buf, 1, sizeof buf - 1, ef);
+      fclose(ef);
+      for (size_t off = 0; off < got; off += strlen(buf + off) + 1) {
+        buf[got] = '\0';
+        if (!strcmp(buf + off, want))
+          match = 1;
+      }
+    }
+    if (match && kill(-(pid_t)pid, SIGKILL) == 0) {
+      colo_log(COLO_LOG_WARN, "ranks", "ended rank %s (pid %ld) left by an earlier worker", id,
+               pid);
+      n++;
+    }
+    unlink(path);
+  }
+  closedir(d);
+  return n;
+}
+
+size_t colo_ranks_count(const colo_ranks_t *rs) {
+  return rs->n;
+}
