@@ -31,35 +31,38 @@ typedef struct {
 } ctl_t;
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: coloctl [--server ADDR] [--json] [--timeout MS] COMMAND [ARGS]\n"
-          "\n"
-          "commands:\n"
-          "  submit FILE [--token T] [--dry-run]  submit a job file (YAML or JSON); prints its id\n"
-          "  status [JOB] [--watch] [--interval MS]\n"
-          "                                       the cluster and its jobs, or one job in detail;\n"
-          "                                       --watch redraws it in place until interrupted\n"
-          "                                       (or until JOB ends)\n"
-          "  list [--state S]... [--limit N]      jobs, oldest first\n"
-          "  cancel JOB [--reason TEXT]           cancel a job\n"
-          "  resume JOB [--from-step N]           resume a failed or cancelled job\n"
-          "  watch JOB                            follow a job's state changes until it ends\n"
-          "  hosts                                hosts and their devices\n"
-          "  logs JOB [--rank N] [--attempt A] [--tail BYTES] [-f]\n"
-          "                                       a rank's output (default rank 0, the newest\n"
-          "                                       attempt); -f follows it across attempts until\n"
-          "                                       the job ends\n"
-          "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
-          "\n"
-          "options:\n"
-          "  -s, --server ADDR   coordinator address (default $COLO_SERVER or " DEFAULT_SERVER ")\n"
-          "  -j, --json          machine-readable output\n"
-          "  -t, --timeout MS    per-call deadline in ms (default 10000; watch has none)\n"
-          "  -h, --help          this help\n"
-          "      --version       print the version\n"
-          "\n"
-          "Job files are documented in docs/job-file.md; examples/ has one to start from.\n"
-          "exit codes: 0 success, 1 the coordinator is unreachable or refused, 2 bad usage\n");
+  fprintf(
+      out,
+      "usage: coloctl [--server ADDR] [--json] [--timeout MS] COMMAND [ARGS]\n"
+      "\n"
+      "commands:\n"
+      "  submit FILE [--set F=V]... [--token T] [--dry-run]\n"
+      "                                       submit a job file (YAML or JSON), with fields\n"
+      "                                       set on top (--set train.steps=600); prints its id\n"
+      "  status [JOB] [--watch] [--interval MS]\n"
+      "                                       the cluster and its jobs, or one job in detail;\n"
+      "                                       --watch redraws it in place until interrupted\n"
+      "                                       (or until JOB ends)\n"
+      "  list [--state S]... [--limit N]      jobs, oldest first\n"
+      "  cancel JOB [--reason TEXT]           cancel a job\n"
+      "  resume JOB [--from-step N]           resume a failed or cancelled job\n"
+      "  watch JOB                            follow a job's state changes until it ends\n"
+      "  hosts                                hosts and their devices\n"
+      "  logs JOB [--rank N] [--attempt A] [--tail BYTES] [-f]\n"
+      "                                       a rank's output (default rank 0, the newest\n"
+      "                                       attempt); -f follows it across attempts until\n"
+      "                                       the job ends\n"
+      "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
+      "\n"
+      "options:\n"
+      "  -s, --server ADDR   coordinator address (default $COLO_SERVER or " DEFAULT_SERVER ")\n"
+      "  -j, --json          machine-readable output\n"
+      "  -t, --timeout MS    per-call deadline in ms (default 10000; watch has none)\n"
+      "  -h, --help          this help\n"
+      "      --version       print the version\n"
+      "\n"
+      "Job files are documented in docs/job-file.md; examples/ has one to start from.\n"
+      "exit codes: 0 success, 1 the coordinator is unreachable or refused, 2 bad usage\n");
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -142,10 +145,13 @@ static unsigned long long world_of(const Colo__V1__Job *j) {
 
 static int cmd_submit(ctl_t *c, int argc, char **argv) {
   const char *file = NULL, *token = NULL;
-  int dry = 0;
+  const char *sets[64];
+  int dry = 0, n_sets = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--token") && i + 1 < argc)
       token = argv[++i];
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < 64)
+      sets[n_sets++] = argv[++i];
     else if (!strcmp(argv[i], "--dry-run"))
       dry = 1;
     else if (argv[i][0] == '-')
@@ -164,6 +170,13 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
     fprintf(stderr, "coloctl: %s\n", err);
     return EXIT_FAIL;
   }
+  for (int i = 0; i < n_sets; i++)
+    if (colo_pb_set((ProtobufCMessage **)&spec, &colo__v1__job_spec__descriptor, sets[i], err,
+                    sizeof err) < 0) {
+      fprintf(stderr, "coloctl: %s\n", err);
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return EXIT_USAGE;
+    }
   if (dry) { /* check locally with the coordinator's rules, send nothing */
     int rc = colo_jobspec_fill_defaults(spec);
     if (rc == 0)

@@ -491,3 +491,57 @@ cJSON *colo_pb_to_json(const ProtobufCMessage *msg) {
   }
   return o;
 }
+
+int colo_pb_set(ProtobufCMessage **msg, const ProtobufCMessageDescriptor *desc,
+                const char *assignment, char *err, size_t errlen) {
+  const char *eq = strchr(assignment, '=');
+  size_t klen = eq ? (size_t)(eq - assignment) : 0;
+  if (!eq || klen == 0 || klen > 200 || strlen(eq + 1) > 1000 || strchr(eq + 1, '\n') ||
+      strchr(eq + 1, '\'')) {
+    snprintf(err, errlen, "--set %.200s: expected FIELD=VALUE, e.g. train.steps=600", assignment);
+    return COLO_EINVAL;
+  }
+  /* "a.b.c=v" -> "a: {b: {c: 'v'}}"; the quotes keep the value a string until the field's
+   * type reads it */
+  char doc[1600], src[256];
+  size_t n = 0, depth = 0;
+  for (size_t i = 0; i < klen && n < 600; i++) {
+    char ch = assignment[i];
+    if (ch == '.') {
+      n += (size_t)snprintf(doc + n, sizeof doc - n, ": {");
+      depth++;
+    } else if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') || ch == '_') {
+      doc[n++] = ch;
+    } else {
+      snprintf(err, errlen, "--set %.200s: bad field name", assignment);
+      return COLO_EINVAL;
+    }
+  }
+  n += (size_t)snprintf(doc + n, sizeof doc - n, ": '%s'", eq + 1);
+  for (size_t i = 0; i < depth; i++)
+    n += (size_t)snprintf(doc + n, sizeof doc - n, "}");
+  snprintf(src, sizeof src, "--set %.*s", (int)klen, assignment);
+  ProtobufCMessage *one;
+  int rc = colo_pb_from_yaml(doc, n, src, desc, &one, err, errlen);
+  if (rc < 0)
+    return rc;
+  size_t la = protobuf_c_message_get_packed_size(*msg),
+         lb = protobuf_c_message_get_packed_size(one);
+  uint8_t *buf = malloc(la + lb + 1);
+  if (!buf) {
+    protobuf_c_message_free_unpacked(one, NULL);
+    return COLO_ENOMEM;
+  }
+  protobuf_c_message_pack(*msg, buf);
+  protobuf_c_message_pack(one, buf + la);
+  protobuf_c_message_free_unpacked(one, NULL);
+  ProtobufCMessage *merged = protobuf_c_message_unpack(desc, NULL, la + lb, buf);
+  free(buf);
+  if (!merged) {
+    snprintf(err, errlen, "%s: cannot merge", src);
+    return COLO_EINTERNAL;
+  }
+  protobuf_c_message_free_unpacked(*msg, NULL);
+  *msg = merged;
+  return 0;
+}

@@ -23,6 +23,13 @@ int colo_pb_from_yaml(const char *text, size_t len, const char *source,
 int colo_pb_from_yaml_file(const char *path, const ProtobufCMessageDescriptor *desc,
                            ProtobufCMessage **out, char *err, size_t errlen);
 
+/* Applies "a.b.c=value" onto *msg (a message of type desc): the value is read as YAML into
+ * that field, and the result merged as protobuf merges (scalars replace, repeated fields
+ * append). *msg is replaced by the merged message. On failure returns a negative colo code
+ * with err set ("--set train.stepz=3: unknown field ...") and leaves *msg as it was. */
+int colo_pb_set(ProtobufCMessage **msg, const ProtobufCMessageDescriptor *desc,
+                const char *assignment, char *err, size_t errlen);
+
 /* Fills every optional field that is not present with its default and allocates every missing
  * nested message, recursively, so readers never meet NULL or an unset field. */
 int colo_pb_fill_defaults(ProtobufCMessage *msg);

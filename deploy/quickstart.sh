@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The quick start: install dependencies, build, start a local coordinator, submit the example
-# job and show the cluster's status.
-#   bash deploy/quickstart.sh        start (or reuse) the local coordinator and submit a job
-#   bash deploy/quickstart.sh stop   stop it
+# The quick start: install dependencies, build, start a local coordinator and a worker with two
+# CPU slots, submit a 2-rank data-parallel job on tinyshakespeare, show its live status, and
+# print a sample of generated text when it ends.
+#   bash deploy/quickstart.sh        start (or reuse) the local coordinator and worker, run a job
+#   bash deploy/quickstart.sh stop   stop them
+# COLO_QUICKSTART_STEPS sets the job's steps (default 600, about a minute on two cores).
 # Everything it writes stays under .colo-quickstart/ in this checkout.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 QS="$SRC/.colo-quickstart"
 PORT=${COLO_QUICKSTART_PORT:-7070}
+STEPS=${COLO_QUICKSTART_STEPS:-600}
 export COLO_SERVER="127.0.0.1:$PORT"
 mkdir -p "$QS"
 
@@ -32,8 +35,11 @@ cmake --build "$SRC/build" -j"$(nproc)" >/dev/null
 BIN="$SRC/build/bin"
 echo "== 3/6 data"
 if ! bash "$SRC/deploy/fetch-data.sh" "$QS/data"; then
-  # nothing in this build reads the data yet (no worker or engine), so go on without it
-  echo "quickstart: warning: could not get tinyshakespeare.txt; jobs will have no data to train on" >&2
+  echo "quickstart: cannot get tinyshakespeare.txt (see deploy/fetch-data.sh); the job needs it" >&2
+  exit 1
+fi
+if [ ! -f "$QS/data/tinyshakespeare/val.bin" ]; then
+  "$BIN/colo-train" prepare --input "$QS/data/tinyshakespeare.txt" --out "$QS/data/tinyshakespeare"
 fi
 echo "== 4/6 coordinator and worker"
 if [ -f "$QS/colod.pid" ] && kill -0 "$(cat "$QS/colod.pid")" 2>/dev/null; then
@@ -55,37 +61,45 @@ fi
 if [ -f "$QS/workerd.pid" ] && kill -0 "$(cat "$QS/workerd.pid")" 2>/dev/null; then
   echo "quickstart: colo-workerd already running (pid $(cat "$QS/workerd.pid"))"
 else
-  nohup "$BIN/colo-workerd" --coordinator "$COLO_SERVER" --name quickstart-node \
-    >"$QS/workerd.log" 2>&1 &
+  nohup "$BIN/colo-workerd" --coordinator "$COLO_SERVER" --name quickstart-node --cpu-slots 2 \
+    --run-dir "$QS/run" --data-root "$QS/data" --checkpoint-root "$QS/ckpt" \
+    --colo-train "$BIN/colo-train" >"$QS/workerd.log" 2>&1 &
   echo $! >"$QS/workerd.pid"
   for _ in $(seq 1 50); do grep -q "registered" "$QS/workerd.log" 2>/dev/null && break; sleep 0.1; done
-  echo "quickstart: colo-workerd (pid $(cat "$QS/workerd.pid")) registered this node's CPU slots"
+  echo "quickstart: colo-workerd (pid $(cat "$QS/workerd.pid")) registered this node with 2 CPU slots"
 fi
-echo "== 5/6 submit and status"
-ID=$("$BIN/coloctl" submit "$SRC/examples/tinyshakespeare.yaml")
+"$BIN/coloctl" hosts
+echo "== 5/6 submit a 2-rank data-parallel job ($STEPS steps)"
+ID=$("$BIN/coloctl" submit "$SRC/examples/tinyshakespeare.yaml" --set "train.steps=$STEPS" \
+  --set optimizer.warmup_steps=$((STEPS / 10)) --set train.eval_interval=$((STEPS / 3)) \
+  --set checkpoint.interval=$((STEPS / 3)))
 echo "quickstart: submitted job $ID"
-"$BIN/coloctl" status
-echo
-"$BIN/coloctl" status "$ID"
-echo "== 6/6 the engine, standalone"
-if [ -f "$QS/data/tinyshakespeare.txt" ]; then
-  "$BIN/colo-train" prepare --input "$QS/data/tinyshakespeare.txt" --out "$QS/data/tinyshakespeare"
-  "$BIN/colo-train" train --job "$SRC/examples/tinyshakespeare.yaml" --data-root "$QS/data" \
-    --dp 1 --steps 300 --warmup 30 --eval-interval 100 --ckpt-dir "$QS/ckpt" --resume auto |
-    awk '/val loss/ || /step +[0-9]+\/300/ && ($2 % 50 == 0) || /checkpoint/'
-  echo "-- a sample from the checkpoint:"
-  "$BIN/colo-train" sample --checkpoint "$QS/ckpt/step_00000300" --tokens 200 --top-k 40 \
-    --temperature 0.8 --prompt "ROMEO:"
+echo "== 6/6 its live status, until it ends"
+if [ -t 1 ]; then
+  "$BIN/coloctl" status "$ID" --watch --interval 1000
+else
+  "$BIN/coloctl" watch "$ID"
 fi
+"$BIN/coloctl" status "$ID"
+STATE=$("$BIN/coloctl" status "$ID" --json | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p')
+if [ "$STATE" != succeeded ]; then
+  echo "quickstart: job $ID ended $STATE; its log: coloctl logs $ID (COLO_SERVER=$COLO_SERVER)" >&2
+  exit 1
+fi
+echo "-- the last lines of rank 0's log:"
+"$BIN/coloctl" logs "$ID" --tail 400
+echo "-- a sample from its last checkpoint:"
+"$BIN/colo-train" sample --checkpoint "$QS/ckpt/job-$ID/$(printf 'step_%08d' "$STEPS")" --tokens 200 \
+  --top-k 40 --temperature 0.8 --prompt "ROMEO:"
 cat <<MSG
 
-The job submitted to colod stays PENDING: colo-workerd has registered this node and heartbeats,
-but colod's scheduler, which would place the job's ranks on it, comes with the next issue; step 6
-ran the same model with colo-train directly. Try:
+Job $ID trained on this machine's two CPU slots, placed by colod and run by colo-workerd. Try:
   export COLO_SERVER=$COLO_SERVER
-  $BIN/coloctl hosts
-  $BIN/coloctl list
-  $BIN/coloctl watch $ID        # in one terminal
-  $BIN/coloctl cancel $ID       # in another
+  $BIN/coloctl status                     # the cluster and its jobs
+  $BIN/coloctl checkpoints $ID             # its complete checkpoints
+  $BIN/coloctl logs $ID --rank 1           # a rank's output
+  $BIN/coloctl submit examples/tinyshakespeare.yaml      # the full 2000 steps
+  $BIN/coloctl logs <JOB> -f                # in one terminal, and in another:
+  $BIN/coloctl cancel <JOB>
   bash deploy/quickstart.sh stop
 MSG
