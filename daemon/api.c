@@ -12,6 +12,7 @@
 #include "colod.h"
 #include "jobs.h"
 #include "logs.h"
+#include "rdzv.h"
 
 #define MAX_LIST      1000
 #define MAX_TOKEN     128
@@ -936,6 +937,14 @@ static void h_logs(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
                    req->has_tail_bytes ? req->tail_bytes : 0, req->has_follow && req->follow);
 }
 
+static void h_rdzv_put(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_rdzv_put(data, call, (const Colo__V1__RendezvousPutRequest *)m);
+}
+
+static void h_rdzv_get(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_rdzv_get(data, call, (const Colo__V1__RendezvousGetRequest *)m);
+}
+
 #define M(name, req, stream, fn)                                                                   \
   { "/colo.v1.Cluster/" name, &colo__v1__##req##__descriptor, stream, fn }
 
@@ -950,6 +959,8 @@ const colo_rpc_method_t colod_methods[] = {
     M("WatchJob", watch_job_request, 1, h_watch),
     M("ListCheckpoints", list_checkpoints_request, 0, h_checkpoints),
     M("ReadLogs", read_logs_request, 1, h_logs),
+    M("RendezvousPut", rendezvous_put_request, 0, h_rdzv_put),
+    M("RendezvousGet", rendezvous_get_request, 0, h_rdzv_get),
     M("RegisterHost", register_host_request, 0, h_register),
     M("Heartbeat", heartbeat_request, 0, h_heartbeat),
 };

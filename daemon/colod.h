@@ -14,6 +14,7 @@
 typedef struct colod_watch_s colod_watch_t;
 typedef struct colod_job_live_s colod_job_live_t;
 typedef struct colod_log_reader_s colod_log_reader_t;
+typedef struct colod_rdzv_s colod_rdzv_t;
 
 /* A host's liveness, kept in memory: heartbeats do not write to the database; only a change
  * between UP and DOWN does. */
@@ -48,6 +49,7 @@ typedef struct colod_s {
   size_t n_hosts, cap_hosts;
   colod_job_live_t *jobs;          /* jobs.c: every job that is not finished, in id order */
   colod_log_reader_t *log_readers; /* logs.c: ReadLogs streams */
+  colod_rdzv_t *rdzv;              /* rdzv.c: rendezvous keys and waiting gets */
   int draining;
   int exit_code;
 } colod_t;

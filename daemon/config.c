@@ -43,8 +43,11 @@ static const centry_t TABLE[] = {
     {"max_watchers", T_UINT, F(max_watchers), 1, 100000, "1024", 1, "concurrent WatchJob streams"},
     {"restart_backoff", T_DURATION, F(restart_backoff_ms), 0, 600000, "1s", 1,
      "wait before a failed job's next attempt; doubles with each restart, at most 60 times it"},
+    {"rendezvous", T_STRING, F(rdzv_mode), 1, 0, "colod", 0,
+     "who serves an attempt's rendezvous store: colod, or rank0 (on its host, at a port from "
+     "rendezvous_port_base)"},
     {"rendezvous_port_base", T_UINT, F(rdzv_port_base), 1024, 64535, "29500", 0,
-     "rank 0 of an attempt serves its rendezvous store on a port from this one to +999"},
+     "with rendezvous: rank0, ports from this one to +999"},
     {"rank_log_max_mib", T_UINT, F(log_max_mib), 1, 1048576, "64", 1,
      "largest rank log colod keeps, MiB; output past it is dropped and counted"},
 };
@@ -114,6 +117,8 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
       return fail(err, errlen, "%s must not be empty", e->name);
     if (strlen(value) >= e->size)
       return fail(err, errlen, "%s is longer than %zu characters", e->name, e->size - 1);
+    if (!strcmp(e->name, "rendezvous") && strcmp(value, "colod") && strcmp(value, "rank0"))
+      return fail(err, errlen, "rendezvous \"%s\" must be colod or rank0", value);
     memcpy(field, value, strlen(value) + 1);
     return 0;
   case T_LOGLEVEL: {

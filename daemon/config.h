@@ -17,7 +17,8 @@ typedef struct {
   uint32_t max_message_kib;    /* largest request accepted */
   uint32_t max_watchers;       /* concurrent WatchJob streams */
   uint32_t restart_backoff_ms; /* before a failed job's next attempt, doubling per restart */
-  uint32_t rdzv_port_base;     /* rendezvous ports: base .. base + 999 */
+  char rdzv_mode[16];          /* "colod" or "rank0" */
+  uint32_t rdzv_port_base;     /* rank0 rendezvous ports: base .. base + 999 */
   uint32_t log_max_mib;        /* per rank log kept by colod */
 } colod_config_t;
 

@@ -63,9 +63,14 @@ static colod_job_live_t *live_find(colod_t *d, uint64_t id) {
   return NULL;
 }
 
-/* The rendezvous of an attempt: rank 0 serves it on its host, on a port that the job and attempt
- * pick from the configured range (so that a restarted colod computes the same one). */
+/* The rendezvous of an attempt: colod's own store ("colod"), or, with rendezvous: rank0, one that
+ * rank 0 serves on its host, on a port that the job and attempt pick from the configured range
+ * (so that a restarted colod computes the same one). */
 static void make_rendezvous(colod_t *d, colod_job_live_t *j) {
+  if (strcmp(d->cfg.rdzv_mode, "rank0") != 0) {
+    snprintf(j->rendezvous, sizeof j->rendezvous, "colod");
+    return;
+  }
   colod_host_live_t *h = colod_host_live(d, j->place[0].host_id);
   uint32_t port = d->cfg.rdzv_port_base + (uint32_t)((j->id * 7919u + j->attempt * 131u) % 1000u);
   snprintf(j->rendezvous, sizeof j->rendezvous, "%s:%u", h ? h->address : "127.0.0.1", port);

@@ -16,6 +16,7 @@
 #include "colod.h"
 #include "jobs.h"
 #include "logs.h"
+#include "rdzv.h"
 
 #define TICK_MS 250
 
@@ -91,6 +92,7 @@ static void begin_drain(colod_t *d, const char *why) {
            colo_rpc_server_live_calls(d->rpc), d->cfg.drain_timeout_ms);
   colod_watch_close_all(d, "colod is shutting down");
   colod_logs_close_all(d, "colod is shutting down");
+  colod_rdzv_close_all(d, "colod is shutting down");
   colo_rpc_server_shutdown(d->rpc, d->cfg.drain_timeout_ms, on_rpc_closed, d);
 }
 
@@ -123,6 +125,7 @@ static void on_tick(uv_timer_t *t) {
     colod_hosts_check(d);
     colod_jobs_tick(d);
     colod_logs_tick(d);
+    colod_rdzv_tick(d);
   }
 }
 

@@ -87,7 +87,7 @@ if [ "$STATE" != succeeded ]; then
   exit 1
 fi
 echo "-- the last lines of rank 0's log:"
-"$BIN/coloctl" logs "$ID" --tail 400
+"$BIN/coloctl" logs "$ID" | tail -4
 echo "-- a sample from its last checkpoint:"
 "$BIN/colo-train" sample --checkpoint "$QS/ckpt/job-$ID/$(printf 'step_%08d' "$STEPS")" --tokens 200 \
   --top-k 40 --temperature 0.8 --prompt "ROMEO:"

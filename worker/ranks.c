@@ -173,7 +173,7 @@ static int check_launch(const Colo__V1__RankLaunch *l, Colo__V1__JobSpec *spec, 
     return COLO_EINVAL;
   }
   if (!l->rendezvous || !l->rendezvous[0] || strlen(l->rendezvous) > 255 ||
-      strchr(l->rendezvous, '/')) {
+      strchr(l->rendezvous, '/') || strchr(l->rendezvous, '=')) {
     snprintf(why, n, "bad rendezvous address");
     return COLO_EINVAL;
   }
@@ -240,7 +240,11 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
   envf(env, &ne, "COLO_TP_IDX=%u", l->tp_idx);
   envf(env, &ne, "COLO_PP_IDX=%u", l->pp_idx);
   envf(env, &ne, "COLO_DEVICE=%u", l->device_index);
-  envf(env, &ne, "COLO_STORE=%s", l->rendezvous);
+  if (!strcmp(l->rendezvous, "colod")) /* colod's store, where this worker reaches colod */
+    envf(env, &ne, "COLO_STORE=colod://%s/%llu/%u", cfg->coordinator, (unsigned long long)l->job_id,
+         l->attempt);
+  else
+    envf(env, &ne, "COLO_STORE=%s", l->rendezvous);
   envf(env, &ne, "COLO_BIND=%s", cfg->address);
   envf(env, &ne, "COLO_WORKER_PID=%d", (int)getpid());
   envf(env, &ne, "COLO_RANK_ID=%llu.%u.%u", (unsigned long long)l->job_id, l->attempt, l->rank);

@@ -26,6 +26,7 @@
 #include "../../common/pbcodec.h"
 #include "backend/backend.h"
 #include "comm/store.h"
+#include "rdzv_colod.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/train.h"
@@ -127,7 +128,8 @@ static void train_usage(void) {
       "  --dump-reference FILE tensors for reference tests (batches, grads, weights)\n"
       "\n"
       "A rank started by another launcher finds its place in COLO_RANK, COLO_WORLD, COLO_STORE\n"
-      "(host:port of the rendezvous store rank 0 serves) and COLO_BIND (its own address);\n"
+      "(host:port of the rendezvous store rank 0 serves, or colod://HOST:PORT/JOB/ATTEMPT for\n"
+      "colod's) and COLO_BIND (its own address);\n"
       "COLO_COMM_SHM=0 keeps ranks of one host on TCP; with COLO_WORKER_PID set, the rank stops\n"
       "when that process (its worker) is no longer its parent.\n");
 }
@@ -610,6 +612,7 @@ static int cmd_sample(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  colo_rdzv_colod_register();
   if (argc < 2) {
     usage(stderr);
     return 2;

@@ -252,7 +252,7 @@ int colo_comm_nccl_create(const char *store_addr, int rank, int world, int devic
   for (int i = 0; i < world; i++)
     c->members[i] = i;
   int rc = device_setup(c, err, errlen);
-  if (rc == 0 && rank == 0)
+  if (rc == 0 && rank == 0 && colo_rdzv_served_by_rank0(store_addr))
     rc = colo_rdzv_server_start(store_addr, &c->store, err, errlen);
   if (rc == 0)
     rc = join(c, c->members, world, rank, err, errlen);

@@ -340,12 +340,35 @@ static int request(const char *addr, unsigned char op, const char *key, const ch
   return rc;
 }
 
+#define COLOD_PREFIX "colod://"
+
+static colo_rdzv_remote_t remote_impl;
+
+void colo_rdzv_set_remote(const colo_rdzv_remote_t *remote) {
+  remote_impl = *remote;
+}
+
+int colo_rdzv_served_by_rank0(const char *addr) {
+  return strncmp(addr, COLOD_PREFIX, strlen(COLOD_PREFIX)) != 0;
+}
+
+static int no_remote(const char *addr, char *err, size_t errlen) {
+  snprintf(err, errlen, "rendezvous %s: this program cannot reach colod's store", addr);
+  return COLO_ENOSYS;
+}
+
 int colo_rdzv_set(const char *addr, const char *key, const char *value, int timeout_ms, char *err,
                   size_t errlen) {
+  if (!colo_rdzv_served_by_rank0(addr))
+    return remote_impl.set ? remote_impl.set(addr, key, value, timeout_ms, err, errlen)
+                           : no_remote(addr, err, errlen);
   return request(addr, 'S', key, value, NULL, 0, timeout_ms, err, errlen);
 }
 
 int colo_rdzv_get(const char *addr, const char *key, char *value, size_t cap, int timeout_ms,
                   char *err, size_t errlen) {
+  if (!colo_rdzv_served_by_rank0(addr))
+    return remote_impl.get ? remote_impl.get(addr, key, value, cap, timeout_ms, err, errlen)
+                           : no_remote(addr, err, errlen);
   return request(addr, 'G', key, NULL, value, cap, timeout_ms, err, errlen);
 }

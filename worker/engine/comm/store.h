@@ -12,6 +12,19 @@ typedef struct colo_rdzv_server_s colo_rdzv_server_t;
 int colo_rdzv_server_start(const char *addr, colo_rdzv_server_t **out, char *err, size_t errlen);
 void colo_rdzv_server_stop(colo_rdzv_server_t *s);
 
+/* The second implementation: a store that colod serves, named "colod://HOST:PORT/JOB/ATTEMPT".
+ * The engine does not speak gRPC; colo-train registers these calls (worker/engine/rdzv_colod.c)
+ * and colo_rdzv_set/get hand such addresses to them. */
+typedef struct {
+  int (*set)(const char *addr, const char *key, const char *value, int timeout_ms, char *err,
+             size_t errlen);
+  int (*get)(const char *addr, const char *key, char *value, size_t cap, int timeout_ms, char *err,
+             size_t errlen);
+} colo_rdzv_remote_t;
+void colo_rdzv_set_remote(const colo_rdzv_remote_t *remote);
+/* 1 when rank 0 must serve the store at addr itself (a "host:port"), 0 for colod's. */
+int colo_rdzv_served_by_rank0(const char *addr);
+
 /* Client calls: connect (retrying until timeout_ms), set, get-with-wait. */
 int colo_rdzv_set(const char *addr, const char *key, const char *value, int timeout_ms, char *err,
                   size_t errlen);

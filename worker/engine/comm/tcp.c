@@ -493,7 +493,8 @@ int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char
   c->base.size = world;
   w->self = c;
   int rc = 0, lfd = -1, port = 0;
-  if (rank == 0 && (rc = colo_rdzv_server_start(store_addr, &w->store, err, errlen)) < 0)
+  if (rank == 0 && colo_rdzv_served_by_rank0(store_addr) &&
+      (rc = colo_rdzv_server_start(store_addr, &w->store, err, errlen)) < 0)
     goto fail;
   lfd = colo_tcp_listen(bind_host, 0, &port, err, errlen);
   if (lfd < 0) {
