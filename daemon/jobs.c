@@ -256,6 +256,7 @@ static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uin
   if (!out)
     return;
   char why[256];
+  uint64_t t0 = uv_hrtime();
   int rc = colo_sched_place(hosts, n_hosts, j->pp, j->dp, j->tp,
                             j->spec->resources->devices_per_node, out, why, sizeof why);
   if (rc < 0) {
@@ -291,9 +292,10 @@ static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uin
       if (hosts[h].host_id == j->place[r].host_id && j->place[r].device_index < hosts[h].n_devices)
         ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
   (void)busy;
-  colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: %u ranks placed, rendezvous %s%s",
-           (unsigned long long)j->id, j->attempt, j->world, j->rendezvous,
-           resume ? ", resuming from a chosen step" : "");
+  colo_log(COLO_LOG_INFO, "jobs",
+           "job %llu attempt %u: %u ranks placed in %.3f ms (stored), rendezvous %s%s",
+           (unsigned long long)j->id, j->attempt, j->world, (double)(uv_hrtime() - t0) / 1e6,
+           j->rendezvous, resume ? ", resuming from a chosen step" : "");
 }
 
 static void schedule(colod_t *d) {
