@@ -406,6 +406,10 @@ static void take_checkpoint(colod_t *d, colod_job_live_t *j, const Colo__V1__Che
     return;
   }
   j->ck_step = c->step;
+  /* the engine keeps the newest `keep` on disk; the rows follow */
+  if (colo_store_checkpoint_prune(d->store, j->id, j->spec->checkpoint->keep) < 0)
+    colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot prune checkpoint rows: %s",
+             (unsigned long long)j->id, colo_store_errmsg(d->store));
   colo_log(COLO_LOG_INFO, "jobs", "job %llu: checkpoint at step %llu registered (%s)",
            (unsigned long long)j->id, (unsigned long long)c->step, ck.path);
 }

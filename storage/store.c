@@ -134,6 +134,8 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(CKPT_INSERT,                                                                                  \
      "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, "   \
      "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")                                            \
+  XX(CKPT_PRUNE, "DELETE FROM checkpoints WHERE job_id = ?1 AND step NOT IN (SELECT step FROM "    \
+                 "checkpoints WHERE job_id = ?1 ORDER BY step DESC LIMIT ?2)")                     \
   XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms "          \
                 "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")
 
@@ -828,6 +830,15 @@ int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck) {
   sqlite3_bind_int64(s, 6, (sqlite3_int64)ck->bytes);
   sqlite3_bind_int64(s, 7, ck->created_ms);
   return step_done(st, s, "add checkpoint");
+}
+
+int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep) {
+  if (keep == 0)
+    return 0;
+  sqlite3_stmt *s = stmt(st, S_CKPT_PRUNE);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, keep);
+  return step_done(st, s, "prune checkpoints");
 }
 
 int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_checkpoint_cb cb,

@@ -139,6 +139,8 @@ int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data);
 /* Checkpoints: a row exists only for a complete checkpoint. Adding a step that has a row
  * replaces it (a later attempt wrote that step again). */
 int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck);
+/* Keeps the rows of the `keep` newest steps of a job (0: all), as the engine keeps their files. */
+int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep);
 typedef int (*colo_store_checkpoint_cb)(const colo_checkpoint_t *ck, void *data);
 /* Newest first. */
 int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_checkpoint_cb cb,

@@ -25,7 +25,7 @@ model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
 data: {train_path: ts/train.bin, val_path: ts/val.bin}
 parallel: {dp: 2}
 train: {steps: $STEPS, batch_size: 4, eval_interval: 400, eval_batches: 2}
-checkpoint: {interval: 100}
+checkpoint: {interval: 100, keep: 3}
 resources: {device: cpu}
 max_restarts: 3
 EOF
@@ -85,8 +85,10 @@ wait_until 60 "job $J success" is_state "$J" succeeded
 wait_until 10 "logs -f to end" bash -c "! kill -0 $FOLLOW 2>/dev/null"
 expect_same_loss "$J" "no fault"
 grep -qE "^step +$STEPS/$STEPS " "$TMP/follow.txt" || fail "logs -f did not show the last step"
-[ "$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["checkpoints"]))')" = $((STEPS / 100)) ] ||
-  fail "expected $((STEPS / 100)) checkpoints: $("$COLOCTL" checkpoints "$J")"
+# checkpoint.keep: 3 newest kept, on disk and in colod
+[ "$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(" ".join(str(c["step"]) for c in json.load(sys.stdin)["checkpoints"]))')" = "$STEPS $((STEPS - 100)) $((STEPS - 200))" ] ||
+  fail "expected the 3 newest checkpoints: $("$COLOCTL" checkpoints "$J")"
+[ "$(ls "$TMP/ckpt/job-$J" | grep -c '^step_')" = 3 ] || fail "expected 3 checkpoint directories: $(ls "$TMP/ckpt/job-$J")"
 "$COLOCTL" status --watch --interval 200 "$J" >"$TMP/watch.txt"
 expect_contains "$(cat "$TMP/watch.txt")" "SUCCEEDED"
 

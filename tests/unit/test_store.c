@@ -391,6 +391,17 @@ TEST(checkpoints_newest_first) {
   ASSERT_EQ_INT(steps[0], 3);
   ASSERT_EQ_INT(steps[1], 300);
   ASSERT_EQ_INT(steps[3], 100);
+  /* keep 2: the oldest row goes; keep 0 keeps everything */
+  ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 0), 0);
+  memset(steps, 0, sizeof steps);
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
+  ASSERT_EQ_INT(steps[0], 3);
+  ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2), 0);
+  memset(steps, 0, sizeof steps);
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
+  ASSERT_EQ_INT(steps[0], 2);
+  ASSERT_EQ_INT(steps[1], 300);
+  ASSERT_EQ_INT(steps[2], 200);
   colo_store_close(st);
 }
 

@@ -120,6 +120,7 @@ static void train_usage(void) {
       "  --nproc N             start N local ranks (dp x tp x pp = N), as torchrun does\n"
       "  --comm-timeout MS     deadline of every collective (default 60000)\n"
       "  --eval-interval N --eval-batches N --ckpt-interval N --recompute\n"
+      "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
       "  --memory-limit MIB    capacity of the memory pool\n"
       "  --progress FILE       JSON lines of progress ('-' for stdout)\n"
@@ -160,6 +161,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"beta2", "optimizer: {beta2: %s}"},
       {"schedule", "optimizer: {schedule: %s}"},
       {"ckpt-interval", "checkpoint: {interval: %s}"},
+      {"ckpt-keep", "checkpoint: {keep: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
       {"zero", "parallel: {zero_stage: %s}"},
@@ -437,6 +439,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.eval_interval = (int)spec->train->eval_interval;
   cfg.eval_batches = (int)spec->train->eval_batches;
   cfg.ckpt_interval = (int)spec->checkpoint->interval;
+  cfg.ckpt_keep = (int)spec->checkpoint->keep;
   cfg.recompute = spec->train->recompute;
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;

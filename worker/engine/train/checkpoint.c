@@ -519,3 +519,47 @@ int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *ski
     }
   }
 }
+
+static int cmp_desc(const void *a, const void *b) {
+  unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+  return x > y ? -1 : x < y;
+}
+
+int colo_ckpt_prune(const char *root, int keep, int *removed) {
+  *removed = 0;
+  if (keep <= 0)
+    return 0;
+  DIR *d = opendir(root);
+  if (!d)
+    return COLO_ENOENT;
+  unsigned long long steps[4096];
+  size_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < 4096) {
+    unsigned long long s;
+    char tail;
+    if (sscanf(e->d_name, "step_%llu%c", &s, &tail) == 1 && strlen(e->d_name) == 13)
+      steps[n++] = s;
+  }
+  closedir(d);
+  qsort(steps, n, sizeof steps[0], cmp_desc);
+  int complete = 0;
+  for (size_t i = 0; i < n; i++) {
+    char dir[1200], err[256];
+    snprintf(dir, sizeof dir, "%s/step_%08llu", root, steps[i]);
+    if (complete < keep) {
+      colo_ckpt_meta_t meta;
+      cJSON *files, *rootj;
+      if (parse_manifest(dir, &meta, &files, &rootj, err, sizeof err) == 0) {
+        cJSON_Delete(rootj);
+        complete++;
+      }
+      continue;
+    }
+    remove_dir(dir);
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+      (*removed)++;
+  }
+  return 0;
+}

@@ -48,6 +48,10 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
 int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
                           size_t skipped_len);
 
+/* Keeps the `keep` newest checkpoints under root that have a manifest (and anything newer than
+ * the oldest of them) and removes the older ones; *removed says how many. keep <= 0 keeps all. */
+int colo_ckpt_prune(const char *root, int keep, int *removed);
+
 /* One F32 tensor for colo_safetensors_write. */
 typedef struct {
   const char *name;

@@ -356,6 +356,9 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
   if (lead)
     rc = colo_ckpt_save(cfg->ckpt_dir, meta, model, params, &whole_opt, 0, path, path_len, err,
                         errlen);
+  int removed = 0;
+  if (lead && rc == 0 && cfg->ckpt_keep > 0)
+    colo_ckpt_prune(cfg->ckpt_dir, cfg->ckpt_keep, &removed);
   /* nobody goes on (or stops) before the checkpoint is on disk */
   if (zero->dp > 1 && zero->comm->ops->barrier(zero->comm) < 0 && rc == 0) {
     snprintf(err, errlen, "after the checkpoint: %s", colo_comm_error(zero->comm));
