@@ -61,7 +61,7 @@ fi
 if [ -f "$QS/workerd.pid" ] && kill -0 "$(cat "$QS/workerd.pid")" 2>/dev/null; then
   echo "quickstart: colo-workerd already running (pid $(cat "$QS/workerd.pid"))"
 else
-  nohup "$BIN/colo-workerd" --coordinator "$COLO_SERVER" --name quickstart-node --cpu-slots 2 \
+  nohup "$BIN/colo-workerd" --coordinator "$COLO_SERVER" --name quickstart-node --devices cpu --cpu-slots 2 \
     --run-dir "$QS/run" --data-root "$QS/data" --checkpoint-root "$QS/ckpt" \
     --colo-train "$BIN/colo-train" >"$QS/workerd.log" 2>&1 &
   echo $! >"$QS/workerd.pid"

@@ -24,6 +24,7 @@
 #include "common/log.h"
 #include "common/pbcodec.h"
 #include "proto/rpc.h"
+#include "devices.h"
 #include "ranks.h"
 
 typedef struct {
@@ -38,6 +39,7 @@ typedef struct {
   int registered, ready_sent, was_unreachable;
   uint64_t watchdog_usec;
   uint32_t slots;
+  colo_devices_t devs;
   colo_ranks_t ranks;
   int stopping;
 } workerd_t;
@@ -54,6 +56,7 @@ static void usage(FILE *out) {
                "  -C, --coordinator ADDR   colod's address (default 127.0.0.1:7070)\n"
                "  -n, --name NAME          this node's name (default: the hostname)\n"
                "  -a, --address ADDR       where other nodes reach this one (default 127.0.0.1)\n"
+               "      --devices auto|gpu|cpu  GPUs through NVML, else CPU slots (default auto)\n"
                "      --cpu-slots N        rank slots on a CPU node (default: the core count)\n"
                "      --run-dir DIR        rank files and logs (default /var/lib/colo-worker)\n"
                "      --data-root DIR      where job data paths are resolved\n"
@@ -67,26 +70,31 @@ static void usage(FILE *out) {
                "records; their output is also shipped to colod ('coloctl logs').\n");
 }
 
-static Colo__V1__Device **make_devices(uint32_t n) {
-  Colo__V1__Device **d = calloc(n ? n : 1, sizeof *d);
-  for (uint32_t i = 0; i < n; i++) {
+static Colo__V1__Device **make_devices(const colo_devices_t *devs) {
+  Colo__V1__Device **d = calloc(devs->n ? devs->n : 1, sizeof *d);
+  for (size_t i = 0; i < devs->n; i++) {
+    const colo_device_info_t *x = &devs->dev[i];
     d[i] = malloc(sizeof **d);
     colo__v1__device__init(d[i]);
     d[i]->has_index = d[i]->has_kind = 1;
-    d[i]->index = i;
-    d[i]->kind = COLO__V1__DEVICE_KIND__DEVICE_KIND_CPU;
-    d[i]->name = "cpu";
+    d[i]->index = x->index;
+    d[i]->kind = (Colo__V1__DeviceKind)x->kind;
+    d[i]->name = (char *)x->name;
+    if (x->uuid[0])
+      d[i]->uuid = (char *)x->uuid;
+    d[i]->has_memory_bytes = x->memory_bytes > 0;
+    d[i]->memory_bytes = x->memory_bytes;
   }
   return d;
 }
 
 static int do_register(workerd_t *w) {
-  uint32_t slots = w->slots;
+  uint32_t slots = (uint32_t)w->devs.n;
   Colo__V1__RegisterHostRequest req = COLO__V1__REGISTER_HOST_REQUEST__INIT;
   req.name = w->name;
   req.address = w->cfg->address;
   req.n_devices = slots;
-  req.devices = make_devices(slots);
+  req.devices = make_devices(&w->devs);
   req.has_cpu_count = 1;
   req.cpu_count = (uint32_t)sysconf(_SC_NPROCESSORS_ONLN);
   long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
@@ -117,9 +125,10 @@ static int do_register(workerd_t *w) {
   colo__v1__register_host_response__free_unpacked(resp, NULL);
   w->registered = 1;
   w->was_unreachable = 0;
-  colo_log(COLO_LOG_INFO, "worker", "registered with %s as %s (host %llu, session %llu), %u slots",
+  colo_log(COLO_LOG_INFO, "worker", "registered with %s as %s (host %llu, session %llu), %u %s",
            w->cfg->coordinator, w->name, (unsigned long long)w->host_id,
-           (unsigned long long)w->session, slots);
+           (unsigned long long)w->session, slots,
+           slots && w->devs.dev[0].kind == COLO_DEVICE_GPU ? "GPUs" : "slots");
   if (!w->ready_sent) {
     sd_notify(0, "READY=1");
     w->ready_sent = 1;
@@ -255,12 +264,13 @@ static int absolute(Colo__V1__WorkerConfig *cfg, const char *field) {
 }
 
 int main(int argc, char **argv) {
-  enum { OPT_SLOTS = 256, OPT_LOG, OPT_VERSION, OPT_RUN, OPT_DATA, OPT_CKPT, OPT_TRAIN };
+  enum { OPT_SLOTS = 256, OPT_LOG, OPT_VERSION, OPT_RUN, OPT_DATA, OPT_CKPT, OPT_TRAIN, OPT_DEV };
   static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                        {"coordinator", required_argument, 0, 'C'},
                                        {"name", required_argument, 0, 'n'},
                                        {"address", required_argument, 0, 'a'},
                                        {"cpu-slots", required_argument, 0, OPT_SLOTS},
+                                       {"devices", required_argument, 0, OPT_DEV},
                                        {"log-level", required_argument, 0, OPT_LOG},
                                        {"run-dir", required_argument, 0, OPT_RUN},
                                        {"data-root", required_argument, 0, OPT_DATA},
@@ -311,6 +321,9 @@ int main(int argc, char **argv) {
       break;
     case OPT_SLOTS:
       rc = set_flag(&cfg, "cpu_slots", optarg);
+      break;
+    case OPT_DEV:
+      rc = set_flag(&cfg, "devices", optarg);
       break;
     case OPT_LOG:
       rc = set_flag(&cfg, "log_level", optarg);
@@ -376,6 +389,16 @@ int main(int argc, char **argv) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     w.slots = n > 0 ? (uint32_t)n : 1;
   }
+  char why[256];
+  if (colo_devices_discover(cfg->devices, cfg->nvml_library, w.slots, &w.devs, why, sizeof why) <
+      0) {
+    fprintf(stderr, "colo-workerd: %s\n", why);
+    colo_rpc_client_close(w.cli);
+    colo__v1__worker_config__free_unpacked(cfg, NULL);
+    return 1;
+  }
+  colo_log(COLO_LOG_INFO, "worker", "devices: %s", why);
+  w.slots = (uint32_t)w.devs.n;
   if (colo_ranks_init(&w.ranks, w.loop, cfg, w.slots, err, sizeof err) < 0) {
     fprintf(stderr, "colo-workerd: %s\n", err);
     colo_rpc_client_close(w.cli);

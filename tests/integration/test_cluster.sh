@@ -66,7 +66,7 @@ ctl() { ip netns exec "$NS_C" "$COLOCTL" --server "$IP_C:7070" "$@"; }
 for h in A B; do
   eval "ns=\$NS_$h ip=\$IP_$h"
   ip netns exec "$ns" env COLO_COMM_SHM=0 "$WD" --coordinator "$IP_C:7070" --name "host-$h" \
-    --address "$ip" --cpu-slots 2 --run-dir "$TMP/run-$h" --data-root "$TMP/data" \
+    --address "$ip" --devices cpu --cpu-slots 2 --run-dir "$TMP/run-$h" --data-root "$TMP/data" \
     --checkpoint-root "$TMP/ckpt" --colo-train "$CT" >"$TMP/worker-$h.log" 2>&1 &
 done
 for _ in $(seq 1 100); do [ "$(ctl hosts | grep -c ' UP ')" = 2 ] && break; sleep 0.1; done

@@ -42,7 +42,7 @@ start_colod "$TMP/state" "${COLOD_ARGS[@]}"
 PORT=${COLO_SERVER##*:}
 WPID=""
 start_worker() {
-  "$WD" --coordinator "$COLO_SERVER" --name w1 --cpu-slots 2 --run-dir "$TMP/run" \
+  "$WD" --coordinator "$COLO_SERVER" --name w1 --devices cpu --cpu-slots 2 --run-dir "$TMP/run" \
     --data-root "$TMP/data" --checkpoint-root "$TMP/ckpt" --colo-train "$TRAIN" \
     >>"$TMP/worker.log" 2>&1 &
   WPID=$!

@@ -7,7 +7,7 @@ WD="$COLO_BIN/colo-workerd"
 start_colod "$TMP/state" --set host_timeout=2s
 
 start_worker() {
-  "$WD" --coordinator "$COLO_SERVER" --name w1 --cpu-slots 3 --run-dir "$TMP/run" >>"$TMP/worker.log" 2>&1 &
+  "$WD" --coordinator "$COLO_SERVER" --name w1 --devices cpu --cpu-slots 3 --run-dir "$TMP/run" >>"$TMP/worker.log" 2>&1 &
   WPID=$!
 }
 host_state() {
@@ -53,6 +53,23 @@ kill -TERM $WPID
 rc=0
 wait $WPID || rc=$?
 expect_eq "$rc" "0"
+
+# GPU discovery through NVML: a stand-in library with two GPUs
+printf 'nvml_library: %s\ndevices: gpu\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
+"$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 --run-dir "$TMP/run-g" \
+  >>"$TMP/gpu.log" 2>&1 &
+GPID=$!
+gpus() {
+  "$COLOCTL" hosts --json | python3 -c 'import json,sys; h=[x for x in json.load(sys.stdin) if x["name"]=="g1"]; print(" ".join("%s/%s/%s/%d" % (d["kind"], d["name"].replace(" ", "_"), d.get("uuid",""), d.get("memory_bytes",0) >> 30) for d in h[0]["devices"]) if h else "none")'
+}
+for _ in $(seq 1 50); do [ "$(gpus)" != none ] && break; sleep 0.1; done
+expect_eq "$(gpus)" "gpu/Fake_H100_0/GPU-fake-0/80 gpu/Fake_H100_1/GPU-fake-1/80"
+kill -TERM $GPID
+wait $GPID || fail "the GPU worker did not exit 0"
+# asked for GPUs where there is no NVML: refuses to start, saying why
+printf 'nvml_library: /nonexistent/libnvidia-ml.so.1\n' >"$TMP/nogpu.yaml"
+expect_rc 1 "$WD" -c "$TMP/nogpu.yaml" --devices gpu --coordinator "$COLO_SERVER" --run-dir "$TMP/run-n"
+expect_eq "$ERR" "colo-workerd: no GPUs: cannot load /nonexistent/libnvidia-ml.so.1"
 
 # bad configuration
 printf 'coordinator: 127.0.0.1:1\ncpu_slot: 4\n' >"$TMP/w.yaml"

@@ -1,0 +1,29 @@
+/* The devices a worker offers: GPUs found through NVML (dlopen'd, so one binary runs on nodes
+ * without a driver), or CPU slots. */
+#ifndef COLO_WORKER_DEVICES_H
+#define COLO_WORKER_DEVICES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define COLO_MAX_NODE_DEVICES 256
+enum { COLO_DEVICE_CPU = 1, COLO_DEVICE_GPU = 2 }; /* colo.v1.DeviceKind */
+
+typedef struct {
+  uint32_t index, kind;
+  char name[96], uuid[96];
+  uint64_t memory_bytes;
+} colo_device_info_t;
+
+typedef struct {
+  colo_device_info_t dev[COLO_MAX_NODE_DEVICES];
+  size_t n;
+} colo_devices_t;
+
+/* mode "auto": the GPUs NVML reports, or cpu_slots CPU slots when there are none; "gpu": GPUs
+ * or an error; "cpu": CPU slots. nvml_lib: the library to dlopen ("libnvidia-ml.so.1").
+ * Returns 0 with `why` saying what was found, or -1 with `why` saying what is wrong. */
+int colo_devices_discover(const char *mode, const char *nvml_lib, uint32_t cpu_slots,
+                          colo_devices_t *out, char *why, size_t whylen);
+
+#endif
