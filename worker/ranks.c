@@ -46,6 +46,9 @@ struct colo_wrank_s {
   uint64_t ship_off, shipped_total;
   uint8_t *chunk;
   size_t chunk_len;
+  int chunk_is_carry; /* the chunk is the tail of a rotated-away file, not of the current one */
+  uint8_t *carry;     /* that tail, until a heartbeat delivers it */
+  size_t carry_len;
 };
 
 /* ---- helpers ---- */
@@ -91,8 +94,17 @@ static void check_all_stopped(colo_ranks_t *rs) {
   cb(rs->all_stopped_data);
 }
 
+/* Everything the rank wrote has reached colod (or its log is gone). */
+static int log_drained(const colo_wrank_t *r) {
+  struct stat sb;
+  if (r->carry_len > 0)
+    return 0;
+  return !r->log_path[0] || stat(r->log_path, &sb) != 0 || (uint64_t)sb.st_size <= r->ship_off;
+}
+
 static void free_rank(colo_wrank_t *r) {
   free(r->chunk);
+  free(r->carry);
   free(r);
 }
 
@@ -111,16 +123,7 @@ static void on_rank_exit(colo_rank_proc_t *p, int64_t exit_status, int term_sign
     colo_log(exit_status == 0 ? COLO_LOG_INFO : COLO_LOG_WARN, "ranks",
              "job %llu attempt %u rank %u (pid %d) exited with code %d",
              (unsigned long long)r->job_id, r->attempt, r->rank, p->pid, (int)exit_status);
-  if (!r->desired) { /* nobody wants to hear about it any more */
-    int in_status = 0;
-    for (size_t i = 0; i < rs->n_st; i++)
-      if (rs->st_rank[i] == r)
-        in_status = 1;
-    if (!in_status) {
-      unlink_rank(rs, r);
-      free_rank(r);
-    }
-  }
+  /* an unwanted rank is forgotten by colo_ranks_status_done once its log is shipped */
   check_all_stopped(rs);
   if (rs->on_exit)
     rs->on_exit(rs->on_exit_data);
@@ -342,7 +345,7 @@ void colo_ranks_reconcile(colo_ranks_t *rs, Colo__V1__RankLaunch *const *desired
                  (unsigned long long)r->job_id, r->attempt, r->rank);
       r->stopping = 1;
       colo_rank_stop(&r->proc, rs->cfg->stop_grace_ms);
-    } else if (rs->n_st == 0) {
+    } else if (rs->n_st == 0 && log_drained(r)) {
       unlink_rank(rs, r);
       free_rank(r);
     }
@@ -427,33 +430,46 @@ static void read_progress(colo_wrank_t *r) {
 
 /* ---- logs: rotation and shipping ---- */
 
+/* Rotates by copy and truncate: the rank keeps writing to its O_APPEND descriptor, so the file
+ * cannot be renamed from under it. The bytes of the copy not yet shipped become the carry,
+ * shipped before anything of the new file. Only what the rank writes between the end of the
+ * copy and the truncate (microseconds) is lost. */
 static void rotate_log(colo_wrank_t *r) {
   const Colo__V1__WorkerConfig *cfg = r->rs->cfg;
   char from[PATH_CAP + 16], to[PATH_CAP + 16];
-  for (uint32_t k = cfg->log_keep; k >= 1; k--) {
+  for (uint32_t k = cfg->log_keep; k >= 2; k--) {
     snprintf(from, sizeof from, "%s.%u", r->log_path, k - 1);
     snprintf(to, sizeof to, "%s.%u", r->log_path, k);
-    if (k == 1)
-      snprintf(from, sizeof from, "%s", r->log_path);
-    if (k == 1) {
-      /* copy, then truncate: the rank keeps writing to its O_APPEND descriptor */
-      int in = open(from, O_RDONLY | O_CLOEXEC);
-      int out = in >= 0 ? open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640) : -1;
-      char buf[65536];
-      ssize_t got;
-      while (out >= 0 && (got = read(in, buf, sizeof buf)) > 0)
-        if (write(out, buf, (size_t)got) != got)
-          break;
-      if (in >= 0)
-        close(in);
-      if (out >= 0) {
-        close(out);
-        if (truncate(from, 0) != 0)
-          colo_log(COLO_LOG_WARN, "ranks", "cannot truncate %s: %s", from, strerror(errno));
+    rename(from, to);
+  }
+  snprintf(to, sizeof to, "%s.1", r->log_path);
+  int in = open(r->log_path, O_RDONLY | O_CLOEXEC);
+  int out =
+      in >= 0 && cfg->log_keep > 0 ? open(to, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640) : -1;
+  char buf[65536];
+  ssize_t got;
+  uint64_t copied = 0;
+  while (in >= 0 && (got = read(in, buf, sizeof buf)) > 0) {
+    if (out >= 0 && write(out, buf, (size_t)got) != got)
+      break;
+    if (copied + (uint64_t)got > r->ship_off) { /* the part not shipped yet */
+      uint64_t from_off = copied > r->ship_off ? 0 : r->ship_off - copied;
+      size_t add = (size_t)((uint64_t)got - from_off);
+      uint8_t *c = realloc(r->carry, r->carry_len + add);
+      if (c) {
+        memcpy(c + r->carry_len, buf + from_off, add);
+        r->carry = c;
+        r->carry_len += add;
       }
-    } else {
-      rename(from, to);
     }
+    copied += (uint64_t)got;
+  }
+  if (out >= 0)
+    close(out);
+  if (in >= 0) {
+    close(in);
+    if (truncate(r->log_path, 0) != 0)
+      colo_log(COLO_LOG_WARN, "ranks", "cannot truncate %s: %s", r->log_path, strerror(errno));
   }
   r->ship_off = 0;
 }
@@ -464,18 +480,29 @@ static void read_log_chunk(colo_wrank_t *r) {
   free(r->chunk);
   r->chunk = NULL;
   r->chunk_len = 0;
+  r->chunk_is_carry = 0;
+  if (r->carry_len == 0 && stat(r->log_path, &sb) == 0) {
+    uint64_t size = (uint64_t)sb.st_size;
+    if (size < r->ship_off) /* truncated behind our back */
+      r->ship_off = 0;
+    /* rotate once everything is shipped, or when colod has been away for long */
+    if (cfg->log_max_bytes > 0 &&
+        ((size > cfg->log_max_bytes && r->ship_off == size) || size > 2 * cfg->log_max_bytes))
+      rotate_log(r);
+  }
+  if (r->carry_len > 0) { /* the rotated-away tail goes first, on its own */
+    r->chunk = malloc(r->carry_len);
+    if (r->chunk) {
+      memcpy(r->chunk, r->carry, r->carry_len);
+      r->chunk_len = r->carry_len;
+      r->chunk_is_carry = 1;
+    }
+    return;
+  }
   if (stat(r->log_path, &sb) != 0)
     return;
   uint64_t size = (uint64_t)sb.st_size;
-  if (size < r->ship_off) /* truncated behind our back */
-    r->ship_off = 0;
-  /* rotate once everything is shipped, or when colod has been away for long */
-  if (cfg->log_max_bytes > 0 &&
-      ((size > cfg->log_max_bytes && r->ship_off == size) || size > 2 * cfg->log_max_bytes)) {
-    rotate_log(r);
-    return;
-  }
-  uint64_t want = size - r->ship_off;
+  uint64_t want = size > r->ship_off ? size - r->ship_off : 0;
   if (want > cfg->log_ship_bytes)
     want = cfg->log_ship_bytes;
   if (want == 0)
@@ -564,7 +591,13 @@ void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
   size_t n = rs->n_st;
   for (size_t i = 0; i < n && delivered; i++) {
     colo_wrank_t *r = seen[i];
-    r->ship_off += r->chunk_len;
+    if (r->chunk_is_carry) {
+      free(r->carry);
+      r->carry = NULL;
+      r->carry_len = 0;
+    } else {
+      r->ship_off += r->chunk_len;
+    }
     r->shipped_total += r->chunk_len;
     /* delivered checkpoints leave the queue */
     size_t sent = r->n_ck_sent < r->n_ck ? r->n_ck_sent : r->n_ck;
@@ -585,7 +618,8 @@ void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
   colo_wrank_t *next;
   for (colo_wrank_t *r = rs->head; r; r = next) {
     next = r->next;
-    if (!r->desired && !r->proc.running && r->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
+    if (!r->desired && !r->proc.running && r->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED &&
+        (log_drained(r) || r->rs->all_stopped)) {
       unlink_rank(rs, r);
       free_rank(r);
     }

@@ -41,8 +41,10 @@ COLOD_ARGS=(--set host_timeout=2s --set restart_backoff=200ms)
 start_colod "$TMP/state" "${COLOD_ARGS[@]}"
 PORT=${COLO_SERVER##*:}
 WPID=""
+# small rank logs, so that they rotate while colod gets every byte
+printf 'log_max_bytes: 20000\nlog_keep: 2\n' >"$TMP/worker.yaml"
 start_worker() {
-  "$WD" --coordinator "$COLO_SERVER" --name w1 --devices cpu --cpu-slots 2 --run-dir "$TMP/run" \
+  "$WD" -c "$TMP/worker.yaml" --coordinator "$COLO_SERVER" --name w1 --devices cpu --cpu-slots 2 --run-dir "$TMP/run" \
     --data-root "$TMP/data" --checkpoint-root "$TMP/ckpt" --colo-train "$TRAIN" \
     >>"$TMP/worker.log" 2>&1 &
   WPID=$!
@@ -85,6 +87,15 @@ wait_until 60 "job $J success" is_state "$J" succeeded
 wait_until 10 "logs -f to end" bash -c "! kill -0 $FOLLOW 2>/dev/null"
 expect_same_loss "$J" "no fault"
 grep -qE "^step +$STEPS/$STEPS " "$TMP/follow.txt" || fail "logs -f did not show the last step"
+# the worker rotated rank 0's log (20 kB files, 2 kept); colod has the whole output. Copy and
+# truncate may lose what the rank writes between the copy's end and the truncate: at most a line
+# a rotation.
+[ -f "$TMP/run/job-$J/attempt-1/rank-0.log.1" ] || fail "rank 0's log was not rotated"
+[ ! -f "$TMP/run/job-$J/attempt-1/rank-0.log.3" ] || fail "more rotated logs than log_keep"
+LINES=$("$COLOCTL" logs "$J" | grep -cE '^step +[0-9]+/')
+LOCAL=$(cat "$TMP/run/job-$J/attempt-1/rank-0.log"* | wc -c)
+echo "figure: rank 0 wrote $STEPS step lines; colod has $LINES of them; the worker keeps $LOCAL bytes in rank-0.log, .1, .2"
+[ "$LINES" -ge $((STEPS - 8)) ] || fail "colod has $LINES of the $STEPS step lines"
 # checkpoint.keep: 3 newest kept, on disk and in colod
 [ "$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(" ".join(str(c["step"]) for c in json.load(sys.stdin)["checkpoints"]))')" = "$STEPS $((STEPS - 100)) $((STEPS - 200))" ] ||
   fail "expected the 3 newest checkpoints: $("$COLOCTL" checkpoints "$J")"
