@@ -254,6 +254,11 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   uv_signal_start(&d.sig_term, on_signal, SIGTERM);
   uv_signal_start(&d.sig_int, on_signal, SIGINT);
   uv_signal_start(&d.sig_hup, on_signal, SIGHUP);
+  /* every host's full host_timeout starts now that colod answers, not when the store was read
+   * (start-up can be slow: a large database, valgrind) */
+  uv_update_time(d.loop);
+  for (size_t i = 0; i < d.n_hosts; i++)
+    d.hosts[i].last_seen_mono_ms = colod_mono_ms(&d);
   uv_timer_init(d.loop, &d.tick);
   d.tick.data = &d;
   uv_timer_start(&d.tick, on_tick, TICK_MS, TICK_MS);

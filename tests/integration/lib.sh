@@ -27,6 +27,18 @@ fail() {
   exit 1
 }
 
+# valgrind_wrap ARRAY_NAME: with COLO_VALGRIND=1 (use a build without sanitizers), fills the
+# array with a valgrind command line to put before a daemon's: any memory error or definite leak
+# makes the daemon exit 99, which the tests report. Children (ranks) are not traced.
+valgrind_wrap() {
+  local -n _w=$1
+  _w=()
+  if [ "${COLO_VALGRIND:-0}" = 1 ]; then
+    _w=(valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
+      --log-file="$TMP/valgrind.%p.log")
+  fi
+}
+
 # start_colod STATE_DIR [extra args...]: starts colod on 127.0.0.1:0, sets COLOD_PID and
 # COLO_SERVER from the "colod listening on" line.
 start_colod() {
@@ -34,12 +46,7 @@ start_colod() {
   shift
   : >"$TMP/colod.out"
   local wrap=()
-  # COLO_VALGRIND=1 runs colod under valgrind (use a build without sanitizers); any memory
-  # error or definite leak makes colod exit 99, which stop_colod reports
-  if [ "${COLO_VALGRIND:-0}" = 1 ]; then
-    wrap=(valgrind --quiet --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
-      --log-file="$TMP/valgrind.%p.log")
-  fi
+  valgrind_wrap wrap
   "${wrap[@]}" "$COLOD" --listen 127.0.0.1:0 --state-dir "$state" "$@" >"$TMP/colod.out" 2>>"$TMP/colod.log" &
   COLOD_PID=$!
   for _ in $(seq 1 300); do
