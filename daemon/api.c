@@ -486,21 +486,29 @@ void colod_watch_close_all(colod_t *d, const char *why) {
   }
 }
 
+/* The job a new stream is about: fails the call (and returns -1) for a missing id, a colod that
+ * is shutting down, or an unknown job. */
+static int stream_job(colod_t *d, colo_rpc_call_t *call, int has_id, uint64_t id, colo_job_t *job) {
+  if (!need_id(call, has_id, id))
+    return -1;
+  if (d->draining) {
+    colo_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "colod is shutting down");
+    return -1;
+  }
+  int rc = colo_store_job_get(d->store, id, job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return -1;
+  }
+  return 0;
+}
+
 static void h_watch(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__WatchJobRequest *req = (const void *)m;
-  if (!need_id(call, req->has_id, req->id))
-    return;
-  if (d->draining) {
-    colo_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "colod is shutting down");
-    return;
-  }
   colo_job_t job;
-  int rc = colo_store_job_get(d->store, req->id, &job);
-  if (rc < 0) {
-    fail_store(d, call, rc);
+  if (stream_job(d, call, req->has_id, req->id, &job) < 0)
     return;
-  }
   send_state(call, &job);
   if (colo_job_state_terminal(job.state)) {
     colo_job_clear(&job);
@@ -893,18 +901,9 @@ static void h_checkpoints(colo_rpc_call_t *call, const ProtobufCMessage *m, void
 static void h_logs(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__ReadLogsRequest *req = (const void *)m;
-  if (!need_id(call, req->has_job_id, req->job_id))
-    return;
-  if (d->draining) {
-    colo_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "colod is shutting down");
-    return;
-  }
   colo_job_t job;
-  int rc = colo_store_job_get(d->store, req->job_id, &job);
-  if (rc < 0) {
-    fail_store(d, call, rc);
+  if (stream_job(d, call, req->has_job_id, req->job_id, &job) < 0)
     return;
-  }
   Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, job.spec_len, job.spec);
   uint32_t attempt = req->has_attempt && req->attempt ? req->attempt : job.attempt;
   uint32_t last = job.attempt;

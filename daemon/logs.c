@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../common/fs.h"
 #include "../common/jobspec.h"
 #include "../common/log.h"
 #include "colod.h"
@@ -33,18 +34,15 @@ void colod_logs_path(colod_t *d, uint64_t job_id, uint32_t attempt, uint32_t ran
            (unsigned long long)job_id, attempt, rank);
 }
 
+/* Creates the directory a file goes in. */
 static int mkdirs_for(const char *file) {
-  char buf[1200];
-  snprintf(buf, sizeof buf, "%s", file);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(buf, 0750) != 0 && errno != EEXIST)
-      return -1;
-    *p = '/';
-  }
-  return 0;
+  char dir[1200];
+  snprintf(dir, sizeof dir, "%s", file);
+  char *slash = strrchr(dir, '/');
+  if (!slash || slash == dir)
+    return 0;
+  *slash = '\0';
+  return colo_mkdirs(dir, 0750);
 }
 
 void colod_logs_append(colod_t *d, uint64_t job_id, uint32_t attempt, uint32_t rank,

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "common/error.h"
+#include "common/fs.h"
 #include "common/jobspec.h"
 #include "common/log.h"
 #include "common/pbcodec.h"
@@ -52,20 +53,6 @@ struct colo_wrank_s {
 };
 
 /* ---- helpers ---- */
-
-static int mkdirs(const char *path) {
-  char buf[PATH_CAP];
-  snprintf(buf, sizeof buf, "%s", path);
-  for (char *p = buf + 1; *p; p++) {
-    if (*p != '/')
-      continue;
-    *p = '\0';
-    if (mkdir(buf, 0750) != 0 && errno != EEXIST)
-      return -1;
-    *p = '/';
-  }
-  return mkdir(buf, 0750) != 0 && errno != EEXIST ? -1 : 0;
-}
 
 static colo_wrank_t *find(colo_ranks_t *rs, uint64_t job, uint32_t attempt, uint32_t rank) {
   for (colo_wrank_t *r = rs->head; r; r = r->next)
@@ -193,7 +180,7 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
   char dir[PATH_CAP], job_file[PATH_CAP + 16], ckpt_dir[PATH_CAP], resume[PATH_CAP + 32];
   snprintf(dir, sizeof dir, "%s/job-%llu/attempt-%u", cfg->run_dir, (unsigned long long)l->job_id,
            l->attempt);
-  if (mkdirs(dir) < 0) {
+  if (colo_mkdirs(dir, 0750) < 0) {
     snprintf(why, whylen, "cannot create %s: %s", dir, strerror(errno));
     return COLO_EIO;
   }
@@ -205,7 +192,7 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
   else
     snprintf(ckpt_dir, sizeof ckpt_dir, "%s/job-%llu", cfg->checkpoint_root,
              (unsigned long long)l->job_id);
-  if (mkdirs(ckpt_dir) < 0) {
+  if (colo_mkdirs(ckpt_dir, 0750) < 0) {
     snprintf(why, whylen, "cannot create %s: %s", ckpt_dir, strerror(errno));
     return COLO_EIO;
   }
@@ -296,7 +283,7 @@ int colo_ranks_init(colo_ranks_t *rs, uv_loop_t *loop, const Colo__V1__WorkerCon
   }
   char pids[PATH_CAP];
   snprintf(pids, sizeof pids, "%s/pids", cfg->run_dir);
-  if (mkdirs(pids) < 0) {
+  if (colo_mkdirs(pids, 0750) < 0) {
     snprintf(err, errlen, "cannot create %s: %s", pids, strerror(errno));
     return COLO_EIO;
   }

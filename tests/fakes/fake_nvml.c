@@ -5,7 +5,7 @@
 
 typedef struct fake_dev {
   int index;
-} *nvml_device_t;
+} * nvml_device_t;
 typedef struct {
   unsigned long long total, free, used;
 } nvml_memory_t;

@@ -474,21 +474,29 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
   return rc;
 }
 
-int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
-                          size_t skipped_len) {
+/* The steps of the step_NNNNNNNN directories under root (at most cap), in directory order. */
+static int list_steps(const char *root, unsigned long long *steps, size_t cap, size_t *n) {
   DIR *d = opendir(root);
+  *n = 0;
   if (!d)
     return COLO_ENOENT;
-  unsigned long long steps[4096];
-  size_t n = 0;
   struct dirent *e;
-  while ((e = readdir(d)) && n < 4096) {
+  while ((e = readdir(d)) && *n < cap) {
     unsigned long long s;
     char tail;
     if (sscanf(e->d_name, "step_%llu%c", &s, &tail) == 1 && strlen(e->d_name) == 13)
-      steps[n++] = s;
+      steps[(*n)++] = s;
   }
   closedir(d);
+  return 0;
+}
+
+int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
+                          size_t skipped_len) {
+  unsigned long long steps[4096];
+  size_t n;
+  if (list_steps(root, steps, 4096, &n) < 0)
+    return COLO_ENOENT;
   if (skipped && skipped_len)
     skipped[0] = '\0';
   /* newest first */
@@ -529,19 +537,10 @@ int colo_ckpt_prune(const char *root, int keep, int *removed) {
   *removed = 0;
   if (keep <= 0)
     return 0;
-  DIR *d = opendir(root);
-  if (!d)
-    return COLO_ENOENT;
   unsigned long long steps[4096];
-  size_t n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) && n < 4096) {
-    unsigned long long s;
-    char tail;
-    if (sscanf(e->d_name, "step_%llu%c", &s, &tail) == 1 && strlen(e->d_name) == 13)
-      steps[n++] = s;
-  }
-  closedir(d);
+  size_t n;
+  if (list_steps(root, steps, 4096, &n) < 0)
+    return COLO_ENOENT;
   qsort(steps, n, sizeof steps[0], cmp_desc);
   int complete = 0;
   for (size_t i = 0; i < n; i++) {
