@@ -40,7 +40,7 @@ echo "figure: reference final loss (colo-train --nproc 2) $REF"
 
 # under valgrind the daemons answer slowly: a longer host timeout keeps a slow heartbeat from
 # counting as a dead host
-HOST_TIMEOUT=2s
+HOST_TIMEOUT=3s
 [ "${COLO_VALGRIND:-0}" = 1 ] && HOST_TIMEOUT=6s
 COLOD_ARGS=(--set host_timeout=$HOST_TIMEOUT --set restart_backoff=200ms)
 start_colod "$TMP/state" "${COLOD_ARGS[@]}"
@@ -172,7 +172,7 @@ wait_until 60 "job $J success after the colod restart" is_state "$J" succeeded
 [ "$(jf "$J" 'j["attempt"]')" = 1 ] || fail "(c) the job took a new attempt after colod restarted"
 grep -q "job $J attempt 1 rank 0 (pid $P0) exited with code 0" "$TMP/worker.log" &&
   grep -q "job $J attempt 1 rank 1 (pid $P1) exited with code 0" "$TMP/worker.log" ||
-  fail "(c) the ranks $P0 $P1 did not run on to the end"
+  fail "(c) the ranks $P0 $P1 did not run on to the end: $(grep "job $J " "$TMP/worker.log")"
 expect_same_loss "$J" "(c) colod killed"
 
 # ---- (b) kill -9 of the worker ----
@@ -194,7 +194,7 @@ expect_same_loss "$J" "(b) worker killed"
 
 # ---- (e) cancel ----
 J=$(submit)
-wait_until 60 "job $J training" ckpt_at_least "$J" 100
+wait_until 60 "job $J training, with two checkpoints" ckpt_at_least "$J" 200
 P0=$(rank_pid "$J" 1 0)
 P1=$(rank_pid "$J" 1 1)
 t0=$(date +%s%N)
