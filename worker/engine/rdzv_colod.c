@@ -86,7 +86,12 @@ static int call(const char *addr, const char *method, const ProtobufCMessage *re
     if (rc == 0)
       return 0;
     if (st.code == GRPC_STATUS_UNAVAILABLE && mono_ms() + 200 < deadline) {
-      pause_ms(200); /* colod restarting: try again */
+      /* colod restarting: try again, on a new channel (a failed one backs off for seconds) */
+      pause_ms(200);
+      colo_rpc_client_close(tls_cli);
+      tls_cli = NULL;
+      if (!(cli = client(a.target, err, errlen)))
+        return COLO_EUNAVAIL;
       continue;
     }
     snprintf(err, errlen, "rendezvous at colod %s: %s %s: %s", a.target, method,
