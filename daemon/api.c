@@ -214,6 +214,7 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   colo_log(COLO_LOG_INFO, "api", "job %llu \"%s\" submitted", (unsigned long long)job.id, job.name);
+  colod_jobs_kick(d);
   reply_job(d, call, &job, 0);
   colo_job_clear(&job);
 }
@@ -348,6 +349,7 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   }
   colo_log(COLO_LOG_INFO, "api", "job %llu cancelled", (unsigned long long)job.id);
   colod_watch_notify(d, &job);
+  colod_jobs_kick(d); /* its ranks are withdrawn at once */
   reply_job(d, call, &job, 2);
   colo_job_clear(&job);
 }
@@ -413,6 +415,7 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   colod_watch_notify(d, &job);
+  colod_jobs_kick(d);
   reply_job(d, call, &job, 3);
   colo_job_clear(&job);
 }

@@ -27,6 +27,7 @@ struct colod_job_live_s {
   int *phase, *exit_code, *sig;
   char rendezvous[160];
   uint64_t launch_resume_step;
+  int resume_seen; /* rank 0's resumed_step of this attempt was taken */
   /* reports */
   Colo__V1__Progress progress;
   int has_progress;
@@ -92,6 +93,7 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
     return COLO_EINTERNAL;
   }
   j->placed_attempt = j->attempt;
+  j->resume_seen = 0;
   make_rendezvous(d, j);
   return 0;
 }
@@ -368,6 +370,17 @@ void colod_jobs_tick(colod_t *d) {
   schedule(d);
 }
 
+static void on_kick(uv_timer_t *t) {
+  colod_t *d = t->data;
+  if (!d->draining)
+    colod_jobs_tick(d);
+}
+
+void colod_jobs_kick(colod_t *d) {
+  if (!d->draining && !uv_is_active((uv_handle_t *)&d->kick))
+    uv_timer_start(&d->kick, on_kick, 0, 0);
+}
+
 void colod_jobs_free(colod_t *d) {
   while (d->jobs) {
     colod_job_live_t *j = d->jobs;
@@ -457,12 +470,23 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
     }
     if (s->has_phase && s->phase >= COLO__V1__RANK_PHASE__RANK_PHASE_STARTING &&
         s->phase <= COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
+      if (s->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED &&
+          j->phase[s->rank] != COLO__V1__RANK_PHASE__RANK_PHASE_EXITED)
+        colod_jobs_kick(d); /* the attempt may be over */
       j->phase[s->rank] = s->phase;
       j->exit_code[s->rank] = s->has_exit_code ? s->exit_code : 0;
       j->sig[s->rank] = s->has_signal ? s->signal : 0;
       if (s->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED && s->message && s->message[0])
         colo_log(COLO_LOG_WARN, "jobs", "job %llu rank %u: %.200s", (unsigned long long)j->id,
                  s->rank, s->message);
+    }
+    if (s->rank == 0 && s->has_resumed_step && !j->resume_seen) {
+      /* rank 0 removed the checkpoints after the one it resumed from: so do the rows */
+      j->resume_seen = 1;
+      if (colo_store_checkpoint_drop_after(d->store, j->id, s->resumed_step) < 0)
+        colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot drop checkpoint rows: %s",
+                 (unsigned long long)j->id, colo_store_errmsg(d->store));
+      j->ck_step = s->resumed_step;
     }
     if (s->progress)
       take_progress(d, j, s->progress);

@@ -26,6 +26,9 @@ struct colod_s;
 typedef struct colod_job_live_s colod_job_live_t;
 
 void colod_jobs_tick(struct colod_s *d);
+/* Runs colod_jobs_tick on the next loop iteration, rather than at the next tick: after a submit,
+ * a resume or a rank that exited, so that placement and failover do not wait up to 250 ms. */
+void colod_jobs_kick(struct colod_s *d);
 void colod_jobs_free(struct colod_s *d);
 
 /* The heartbeat of a known host session: takes in its rank statuses and fills resp->desired

@@ -77,6 +77,7 @@ static void on_rpc_closed(colo_rpc_server_t *srv, void *data) {
   (void)srv;
   d->rpc = NULL;
   uv_close((uv_handle_t *)&d->tick, on_closed_handle);
+  uv_close((uv_handle_t *)&d->kick, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_term, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_int, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_hup, on_closed_handle);
@@ -261,6 +262,8 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
     d.hosts[i].last_seen_mono_ms = colod_mono_ms(&d);
   uv_timer_init(d.loop, &d.tick);
   d.tick.data = &d;
+  uv_timer_init(d.loop, &d.kick);
+  d.kick.data = &d;
   uv_timer_start(&d.tick, on_tick, TICK_MS, TICK_MS);
   if (sd_watchdog_enabled(0, &d.watchdog_usec) <= 0)
     d.watchdog_usec = 0;

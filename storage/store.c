@@ -136,6 +136,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
      "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")                                            \
   XX(CKPT_PRUNE, "DELETE FROM checkpoints WHERE job_id = ?1 AND step NOT IN (SELECT step FROM "    \
                  "checkpoints WHERE job_id = ?1 ORDER BY step DESC LIMIT ?2)")                     \
+  XX(CKPT_DROP_AFTER, "DELETE FROM checkpoints WHERE job_id = ?1 AND step > ?2")                   \
   XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms "          \
                 "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")
 
@@ -839,6 +840,13 @@ int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep
   sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
   sqlite3_bind_int64(s, 2, keep);
   return step_done(st, s, "prune checkpoints");
+}
+
+int colo_store_checkpoint_drop_after(colo_store_t *st, uint64_t job_id, uint64_t step) {
+  sqlite3_stmt *s = stmt(st, S_CKPT_DROP_AFTER);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)step);
+  return step_done(st, s, "drop checkpoints");
 }
 
 int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_checkpoint_cb cb,

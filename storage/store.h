@@ -141,6 +141,8 @@ int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data);
 int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck);
 /* Keeps the rows of the `keep` newest steps of a job (0: all), as the engine keeps their files. */
 int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep);
+/* Removes the rows of steps after `step` (a resume from `step` removed their files). */
+int colo_store_checkpoint_drop_after(colo_store_t *st, uint64_t job_id, uint64_t step);
 typedef int (*colo_store_checkpoint_cb)(const colo_checkpoint_t *ck, void *data);
 /* Newest first. */
 int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_checkpoint_cb cb,

@@ -39,6 +39,8 @@ struct colo_wrank_s {
   uint64_t progress_off;
   int has_progress;
   Colo__V1__Progress progress;
+  int has_resumed, resumed_sent; /* the resume record, until a heartbeat delivers it */
+  uint64_t resumed_step;
   /* checkpoints written and not yet delivered to colod, oldest first */
   Colo__V1__Checkpoint ck[CK_QUEUE], *ck_ptr[CK_QUEUE];
   char ck_path[CK_QUEUE][PATH_CAP], ck_sha[CK_QUEUE][65];
@@ -359,6 +361,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     p->memory_bytes = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes"));
     p->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
     r->has_progress = 1;
+  } else if (ev && !strcmp(ev, "resumed") && step >= 0) {
+    r->has_resumed = 1;
+    r->resumed_step = (uint64_t)step;
   } else if (ev && !strcmp(ev, "checkpoint") && step >= 0) {
     const char *path = cJSON_GetStringValue(cJSON_GetObjectItem(j, "path"));
     const char *sha = cJSON_GetStringValue(cJSON_GetObjectItem(j, "manifest_sha256"));
@@ -547,6 +552,9 @@ size_t colo_ranks_status(colo_ranks_t *rs, Colo__V1__RankStatus ***out) {
       s->message = r->message;
     if (r->has_progress)
       s->progress = &r->progress;
+    s->has_resumed_step = r->has_resumed;
+    s->resumed_step = r->resumed_step;
+    r->resumed_sent = r->has_resumed;
     for (size_t c = 0; c < r->n_ck; c++) { /* strings re-pointed: the queue may have moved */
       r->ck[c].path = r->ck_path[c];
       r->ck[c].manifest_sha256 = r->ck_sha[c];
@@ -578,6 +586,8 @@ void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
   size_t n = rs->n_st;
   for (size_t i = 0; i < n && delivered; i++) {
     colo_wrank_t *r = seen[i];
+    if (r->resumed_sent)
+      r->has_resumed = 0;
     if (r->chunk_is_carry) {
       free(r->carry);
       r->carry = NULL;

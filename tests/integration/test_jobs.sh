@@ -155,7 +155,9 @@ LOG2=$("$COLOCTL" logs "$J" --attempt 2)
 RESUMED=$(echo "$LOG2" | sed -n 's/^resumed from .*step_0*\([0-9]*\) at step.*/\1/p' | head -1)
 [ -n "$RESUMED" ] && [ "$RESUMED" -lt "$CKSTEP" ] ||
   fail "(d) attempt 2 resumed from [$RESUMED], expected before the corrupted step $CKSTEP: $(echo "$LOG2" | head -5)"
-echo "figure: (d) step $CKSTEP corrupted; attempt 2 resumed from step $RESUMED"
+echo "$LOG2" | grep -q "removed checkpoints newer than step $RESUMED: .*$(printf step_%08d "$CKSTEP")" ||
+  fail "(d) the corrupted step $CKSTEP was not removed at the resume"
+echo "figure: (d) step $CKSTEP corrupted; attempt 2 resumed from step $RESUMED and removed it"
 expect_same_loss "$J" "(d) corrupted newest checkpoint"
 
 # ---- (c) kill -9 of colod ----
@@ -210,6 +212,7 @@ FROM=$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(j
 "$COLOCTL" resume "$J" --from-step "$FROM" >/dev/null
 wait_until 60 "job $J success after resume --from-step $FROM" is_state "$J" succeeded
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $TMP/ckpt/job-$J/$(printf step_%08d "$FROM") at step $FROM"
+expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "removed checkpoints newer than step $FROM"
 expect_same_loss "$J" "cancelled, then resumed from step $FROM"
 
 kill -TERM "$WPID"

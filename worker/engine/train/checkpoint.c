@@ -562,3 +562,25 @@ int colo_ckpt_prune(const char *root, int keep, int *removed) {
   }
   return 0;
 }
+
+int colo_ckpt_drop_after(const char *root, uint64_t step, char *removed, size_t removed_len) {
+  unsigned long long steps[4096];
+  size_t n;
+  if (removed_len)
+    removed[0] = '\0';
+  if (list_steps(root, steps, 4096, &n) < 0)
+    return 0;
+  int count = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (steps[i] <= step)
+      continue;
+    char dir[1200];
+    snprintf(dir, sizeof dir, "%s/step_%08llu", root, steps[i]);
+    remove_dir(dir);
+    size_t k = strlen(removed);
+    if (k + 20 < removed_len)
+      snprintf(removed + k, removed_len - k, "%sstep_%08llu", k ? ", " : "", steps[i]);
+    count++;
+  }
+  return count;
+}

@@ -52,6 +52,11 @@ int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *ski
  * the oldest of them) and removes the older ones; *removed says how many. keep <= 0 keeps all. */
 int colo_ckpt_prune(const char *root, int keep, int *removed);
 
+/* Removes the checkpoints under root newer than `step`: after a resume from `step` they belong
+ * to a line of training that will not continue (or did not verify). Returns how many, named in
+ * `removed`. */
+int colo_ckpt_drop_after(const char *root, uint64_t step, char *removed, size_t removed_len);
+
 /* One F32 tensor for colo_safetensors_write. */
 typedef struct {
   const char *name;

@@ -569,6 +569,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       snprintf(ckpt_path, sizeof ckpt_path, "%s", dir);
       if (!cfg->quiet && lead)
         printf("resumed from %s at step %d\n", dir, start);
+      /* newer checkpoints are of a line of training that ends here (or did not verify): left
+       * there, keep-pruning would count them and remove the ones this line writes */
+      char dropped[1024];
+      if (lead && cfg->ckpt_dir &&
+          colo_ckpt_drop_after(cfg->ckpt_dir, (uint64_t)start, dropped, sizeof dropped) > 0)
+        printf("removed checkpoints newer than step %d: %s\n", start, dropped);
+      if (lead && cfg->progress) {
+        fprintf(cfg->progress, "{\"event\":\"resumed\",\"step\":%d,\"path\":\"%s\"}\n", start, dir);
+        fflush(cfg->progress);
+      }
     }
   }
   if (!ckpt_path[0])
