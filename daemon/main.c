@@ -264,6 +264,9 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   d.tick.data = &d;
   uv_timer_init(d.loop, &d.kick);
   d.kick.data = &d;
+  /* the jobs and their placements before the first heartbeat is answered: a worker told that
+   * nothing should run on its host would stop the ranks of running jobs */
+  colod_jobs_tick(&d);
   uv_timer_start(&d.tick, on_tick, TICK_MS, TICK_MS);
   if (sd_watchdog_enabled(0, &d.watchdog_usec) <= 0)
     d.watchdog_usec = 0;
