@@ -391,8 +391,11 @@ void colod_jobs_free(colod_t *d) {
 
 /* ---- heartbeats ---- */
 
-static void take_checkpoint(colod_t *d, colod_job_live_t *j, const Colo__V1__Checkpoint *c) {
-  if (!c->has_step || c->step == 0 || c->step <= j->ck_step || !c->path || !c->path[0] ||
+/* Registers a checkpoint that rank 0 of attempt `attempt` finished, newer than *ck_step, and
+ * prunes the rows to `keep` as the engine prunes the directories. */
+static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt, uint32_t keep,
+                                uint64_t *ck_step, const Colo__V1__Checkpoint *c) {
+  if (!c->has_step || c->step == 0 || c->step <= *ck_step || !c->path || !c->path[0] ||
       strlen(c->path) >= sizeof(((colo_checkpoint_t *)0)->path))
     return;
   const char *sha = c->manifest_sha256 ? c->manifest_sha256 : "";
@@ -400,31 +403,56 @@ static void take_checkpoint(colod_t *d, colod_job_live_t *j, const Colo__V1__Che
     colo_log(COLO_LOG_WARN, "jobs",
              "job %llu: checkpoint at step %llu reported without a valid "
              "manifest sha256; not registered",
-             (unsigned long long)j->id, (unsigned long long)c->step);
-    j->ck_step = c->step;
+             (unsigned long long)job_id, (unsigned long long)c->step);
+    *ck_step = c->step;
     return;
   }
   colo_checkpoint_t ck;
   memset(&ck, 0, sizeof ck);
-  ck.job_id = j->id;
+  ck.job_id = job_id;
   ck.step = c->step;
-  ck.attempt = j->attempt;
+  ck.attempt = attempt;
   snprintf(ck.path, sizeof ck.path, "%s", c->path);
   snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%s", sha);
   ck.bytes = c->bytes;
   ck.created_ms = c->has_created_ms && c->created_ms > 0 ? c->created_ms : colod_now_ms();
   if (colo_store_checkpoint_add(d->store, &ck) < 0) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot register checkpoint %llu: %s",
-             (unsigned long long)j->id, (unsigned long long)c->step, colo_store_errmsg(d->store));
+             (unsigned long long)job_id, (unsigned long long)c->step, colo_store_errmsg(d->store));
     return;
   }
-  j->ck_step = c->step;
-  /* the engine keeps the newest `keep` on disk; the rows follow */
-  if (colo_store_checkpoint_prune(d->store, j->id, j->spec->checkpoint->keep) < 0)
+  *ck_step = c->step;
+  if (colo_store_checkpoint_prune(d->store, job_id, keep) < 0)
     colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot prune checkpoint rows: %s",
-             (unsigned long long)j->id, colo_store_errmsg(d->store));
+             (unsigned long long)job_id, colo_store_errmsg(d->store));
   colo_log(COLO_LOG_INFO, "jobs", "job %llu: checkpoint at step %llu registered (%s)",
-           (unsigned long long)j->id, (unsigned long long)c->step, ck.path);
+           (unsigned long long)job_id, (unsigned long long)c->step, ck.path);
+}
+
+static void take_checkpoint(colod_t *d, colod_job_live_t *j, const Colo__V1__Checkpoint *c) {
+  register_checkpoint(d, j->id, j->attempt, j->spec->checkpoint->keep, &j->ck_step, c);
+}
+
+/* Checkpoints that rank 0 of a job's last attempt finished after the attempt ended (it was
+ * cancelled or failed, and its ranks were still stopping). They are on disk, and the engine
+ * pruned older ones for them: the rows must follow, or a resume could choose a step that is
+ * gone. Rare, so the job is read from the store. */
+static void take_late_checkpoints(colod_t *d, const Colo__V1__RankStatus *s) {
+  colo_job_t row;
+  if (colo_store_job_get(d->store, s->job_id, &row) < 0)
+    return;
+  Colo__V1__JobSpec *spec =
+      row.attempt == s->attempt ? colo__v1__job_spec__unpack(NULL, row.spec_len, row.spec) : NULL;
+  colo_job_clear(&row);
+  if (!spec)
+    return;
+  colo_jobspec_fill_defaults(spec);
+  uint64_t ck_step = 0;
+  colo_store_checkpoint_list(d->store, s->job_id, newest_ck_cb, &ck_step);
+  for (size_t c = 0; c < s->n_checkpoints; c++)
+    register_checkpoint(d, s->job_id, s->attempt, spec->checkpoint->keep, &ck_step,
+                        s->checkpoints[c]);
+  colo__v1__job_spec__free_unpacked(spec, NULL);
 }
 
 static void take_progress(colod_t *d, colod_job_live_t *j, const Colo__V1__Progress *p) {
@@ -466,6 +494,8 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
     if (!current) {
       if (s->phase != COLO__V1__RANK_PHASE__RANK_PHASE_EXITED)
         draining++;
+      if (s->rank == 0 && s->n_checkpoints > 0 && !(j && j->attempt > s->attempt))
+        take_late_checkpoints(d, s);
       continue;
     }
     if (s->has_phase && s->phase >= COLO__V1__RANK_PHASE__RANK_PHASE_STARTING &&

@@ -86,7 +86,7 @@ static void check_all_stopped(colo_ranks_t *rs) {
 /* Everything the rank wrote has reached colod (or its log is gone). */
 static int log_drained(const colo_wrank_t *r) {
   struct stat sb;
-  if (r->carry_len > 0)
+  if (r->carry_len > 0 || r->n_ck > 0) /* checkpoints not yet reported count too */
     return 0;
   return !r->log_path[0] || stat(r->log_path, &sb) != 0 || (uint64_t)sb.st_size <= r->ship_off;
 }

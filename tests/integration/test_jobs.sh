@@ -208,9 +208,17 @@ echo "figure: (e) every rank gone $cancel_ms ms after coloctl cancel"
 is_state "$J" cancelled || fail "job $J is $(jf "$J" 'j["state"]') after cancel"
 
 # ---- ResumeJob: the cancelled job, from a chosen checkpoint (the newest but one) ----
+# the stopping ranks may have written (and pruned for) checkpoints after the cancel; the worker
+# reports them with the ranks' exit, and colod registers them: its rows match the disk
+sleep 1
+ROWS=$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(" ".join("step_%08d" % c["step"] for c in json.load(sys.stdin)["checkpoints"]))')
+DISK=$(ls "$TMP/ckpt/job-$J" | grep '^step_' | sort -r | tr '\n' ' ' | sed 's/ $//')
+expect_eq "$ROWS" "$DISK" "(colod's checkpoint rows against the directories after the cancel)"
 FROM=$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["checkpoints"][1]["step"])')
+ls -la "$TMP/ckpt/job-$J" >"$TMP/ckpt-before-resume.txt" 2>&1
 "$COLOCTL" resume "$J" --from-step "$FROM" >/dev/null
 wait_until 60 "job $J success after resume --from-step $FROM" is_state "$J" succeeded
+[ "$(jf "$J" 'j["attempt"]')" = 2 ] || fail "the resume of job $J took $(jf "$J" 'j["attempt"]') attempts; checkpoints before it: $(cat "$TMP/ckpt-before-resume.txt"); attempt 2: $("$COLOCTL" logs "$J" --attempt 2 | head -3); worker: $(grep "job $J " "$TMP/worker.log" | cut -c12-200)"
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $TMP/ckpt/job-$J/$(printf step_%08d "$FROM") at step $FROM"
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "removed checkpoints newer than step $FROM"
 expect_same_loss "$J" "cancelled, then resumed from step $FROM"
