@@ -62,6 +62,23 @@ static void checkpoint_msg_free(Colo__V1__Checkpoint *c) {
 static void job_msg_clear(Colo__V1__Job *msg) {
   checkpoint_msg_free(msg->newest_checkpoint);
   msg->newest_checkpoint = NULL;
+  if (msg->progress)
+    colo__v1__progress__free_unpacked(msg->progress, NULL);
+  msg->progress = NULL;
+}
+
+/* A copy of the job's newest progress record: the live one colod holds, or the one kept in the
+ * store when the attempt ended. NULL when there is none. */
+static Colo__V1__Progress *progress_copy(colod_t *d, const colo_job_t *j) {
+  const Colo__V1__Progress *live = colod_jobs_progress(d, j->id);
+  if (!live)
+    return j->progress_len ? colo__v1__progress__unpack(NULL, j->progress_len, j->progress) : NULL;
+  uint8_t buf[256];
+  size_t n = colo__v1__progress__get_packed_size(live);
+  if (n > sizeof buf)
+    return NULL;
+  colo__v1__progress__pack(live, buf);
+  return colo__v1__progress__unpack(NULL, n, buf);
 }
 
 /* Fills msg from a job row, with the newest progress record colod holds and the newest
@@ -86,7 +103,7 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   msg->message = (char *)j->message;
   msg->has_resume_step = 1;
   msg->resume_step = j->resume_step;
-  msg->progress = (Colo__V1__Progress *)colod_jobs_progress(d, j->id);
+  msg->progress = progress_copy(d, j);
   colo_store_checkpoint_list(d->store, j->id, newest_ck_cb, &msg->newest_checkpoint);
   *spec_out = NULL;
   if (with_spec) {
@@ -340,6 +357,7 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   char msg[256];
   snprintf(msg, sizeof msg, "cancelled%s%s", req->reason && req->reason[0] ? ": " : "",
            req->reason ? req->reason : "");
+  colod_jobs_keep_progress(d, req->id);
   colo_job_t job;
   int rc = colo_store_job_transition(d->store, req->id, COLO_JOB_CANCELLED, msg, 0, colod_now_ms(),
                                      &job);

@@ -190,6 +190,8 @@ static void sync_jobs(colod_t *d) {
 
 static int transition(colod_t *d, colod_job_live_t *j, int to, const char *msg) {
   colo_job_t row;
+  if (j->state == COLO_JOB_RUNNING)
+    colod_jobs_keep_progress(d, j->id);
   int rc = colo_store_job_transition(d->store, j->id, to, msg, 0, colod_now_ms(), &row);
   if (rc < 0) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot go to %s: %s", (unsigned long long)j->id,
@@ -578,6 +580,20 @@ void colod_jobs_reply_done(Colo__V1__HeartbeatResponse *resp) {
   free(resp->desired);
   resp->desired = NULL;
   resp->n_desired = 0;
+}
+
+void colod_jobs_keep_progress(colod_t *d, uint64_t job_id) {
+  colod_job_live_t *j = live_find(d, job_id);
+  if (!j || !j->has_progress)
+    return;
+  uint8_t buf[256];
+  size_t n = colo__v1__progress__get_packed_size(&j->progress);
+  if (n > sizeof buf)
+    return;
+  colo__v1__progress__pack(&j->progress, buf);
+  if (colo_store_job_set_progress(d->store, job_id, buf, n) < 0)
+    colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot keep its progress: %s",
+             (unsigned long long)job_id, colo_store_errmsg(d->store));
 }
 
 const Colo__V1__Progress *colod_jobs_progress(colod_t *d, uint64_t job_id) {

@@ -37,6 +37,9 @@ void colod_jobs_heartbeat(struct colod_s *d, uint64_t host_id,
                           const Colo__V1__HeartbeatRequest *req, Colo__V1__HeartbeatResponse *resp);
 void colod_jobs_reply_done(Colo__V1__HeartbeatResponse *resp);
 
+/* Writes the job's newest progress record to the store (when its attempt ends). */
+void colod_jobs_keep_progress(struct colod_s *d, uint64_t job_id);
+
 /* The newest progress record of a job, or NULL. */
 const Colo__V1__Progress *colod_jobs_progress(struct colod_s *d, uint64_t job_id);
 

@@ -79,6 +79,9 @@ static const char *const MIGRATIONS[] = {
     "  bytes INTEGER NOT NULL,"
     "  created_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (job_id, step));",
+
+    /* 3: the newest progress record of a job (packed colo.v1.Progress), kept when it ends */
+    "ALTER TABLE jobs ADD COLUMN progress BLOB;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -87,7 +90,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
 
 #define JOB_COLS                                                                                   \
   "id, name, state, attempt, restarts, max_restarts, created_ms, updated_ms, message, "            \
-  "resume_step, coalesce(client_token, ''), spec"
+  "resume_step, coalesce(client_token, ''), spec, progress"
 
 #define HOST_COLS                                                                                  \
   "id, name, address, state, session, memory_bytes, cpu_count, registered_ms, last_seen_ms, "      \
@@ -136,6 +139,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
      "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")                                            \
   XX(CKPT_PRUNE, "DELETE FROM checkpoints WHERE job_id = ?1 AND step NOT IN (SELECT step FROM "    \
                  "checkpoints WHERE job_id = ?1 ORDER BY step DESC LIMIT ?2)")                     \
+  XX(JOB_PROGRESS, "UPDATE jobs SET progress = ?2 WHERE id = ?1")                                  \
   XX(CKPT_DROP_AFTER, "DELETE FROM checkpoints WHERE job_id = ?1 AND step > ?2")                   \
   XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms "          \
                 "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")
@@ -384,6 +388,7 @@ int colo_store_integrity_check(colo_store_t *st) {
 
 void colo_job_clear(colo_job_t *job) {
   free(job->spec);
+  free(job->progress);
   memset(job, 0, sizeof *job);
 }
 
@@ -402,6 +407,12 @@ static int read_job(sqlite3_stmt *s, colo_job_t *j) {
   copy_text(j->client_token, sizeof j->client_token, s, 10);
   j->spec_len = (size_t)sqlite3_column_bytes(s, 11);
   j->spec = dup_blob(sqlite3_column_blob(s, 11), j->spec_len);
+  j->progress_len = (size_t)sqlite3_column_bytes(s, 12);
+  j->progress = j->progress_len ? dup_blob(sqlite3_column_blob(s, 12), j->progress_len) : NULL;
+  if (j->progress_len && !j->progress) {
+    free(j->spec);
+    j->spec = NULL;
+  }
   return j->spec ? 0 : COLO_ENOMEM;
 }
 
@@ -840,6 +851,14 @@ int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep
   sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
   sqlite3_bind_int64(s, 2, keep);
   return step_done(st, s, "prune checkpoints");
+}
+
+int colo_store_job_set_progress(colo_store_t *st, uint64_t id, const uint8_t *progress,
+                                size_t len) {
+  sqlite3_stmt *s = stmt(st, S_JOB_PROGRESS);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  sqlite3_bind_blob(s, 2, progress, (int)len, SQLITE_STATIC);
+  return step_done(st, s, "set progress");
 }
 
 int colo_store_checkpoint_drop_after(colo_store_t *st, uint64_t job_id, uint64_t step) {

@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 2
+#define COLO_STORE_SCHEMA_VERSION 3
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -44,6 +44,8 @@ typedef struct {
   char client_token[129];
   uint8_t *spec; /* packed colo.v1.JobSpec, owned; free with colo_job_clear */
   size_t spec_len;
+  uint8_t *progress; /* packed colo.v1.Progress, the newest kept (NULL: none), owned */
+  size_t progress_len;
 } colo_job_t;
 void colo_job_clear(colo_job_t *job);
 
@@ -107,6 +109,10 @@ int colo_store_job_list(colo_store_t *st, uint32_t state_mask, uint64_t after_id
                         colo_store_job_cb cb, void *data);
 /* counts[state] for every state 1..COLO_JOB_STATE_MAX; counts has COLO_JOB_STATE_MAX+1 slots. */
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts);
+
+/* Keeps a job's newest progress record (packed colo.v1.Progress). colod writes it when an
+ * attempt ends, so a finished job still shows where it got to. */
+int colo_store_job_set_progress(colo_store_t *st, uint64_t id, const uint8_t *progress, size_t len);
 
 /* One state change in one transaction: checks the state machine (COLO_ESTATE when the edge is
  * not allowed), updates the job, closes its current attempt when leaving RUNNING, counts a

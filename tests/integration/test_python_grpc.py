@@ -308,6 +308,8 @@ class ColodTest(unittest.TestCase):
                 break
             time.sleep(0.1)
         self.assertEqual(j.state, pb.JOB_STATE_SUCCEEDED)
+        self.assertEqual(j.progress.step, 7)  # where it got to, kept after it ended
+        self.assertAlmostEqual(j.progress.loss, 3.5)
         self.assertEqual([d for d in beat().desired if d.job_id == job.id], [])
         # a finished attempt has no store any more
         with self.assertRaises(grpc.RpcError) as cm:

@@ -112,7 +112,7 @@ TEST(migrate_from_v1_keeps_data) {
           "INSERT INTO hosts (name, address, state, registered_ms, last_seen_ms) "
           "VALUES ('node-a', '10.0.0.1:7071', 1, 5, 6);");
   st = open_fresh();
-  ASSERT_EQ_INT(colo_store_schema_version(st), 2);
+  ASSERT_EQ_INT(colo_store_schema_version(st), COLO_STORE_SCHEMA_VERSION);
   colo_job_t j;
   ASSERT_EQ_INT(colo_store_job_get(st, 1, &j), 0);
   ASSERT_EQ_STR(j.name, "old-job");
@@ -120,6 +120,7 @@ TEST(migrate_from_v1_keeps_data) {
   ASSERT_EQ_INT(j.max_restarts, 2);
   ASSERT_EQ_INT(j.resume_step, 0);   /* new column, default */
   ASSERT_EQ_STR(j.client_token, ""); /* new column, NULL */
+  ASSERT(j.progress == NULL);        /* v3 column, NULL */
   ASSERT_EQ_INT(j.spec_len, 3);
   colo_job_clear(&j);
   ASSERT_EQ_INT(count_events(st, 1), 2);
@@ -129,6 +130,13 @@ TEST(migrate_from_v1_keeps_data) {
   colo_job_clear(&j);
   colo_rank_place_t r = {0, 1, 0, 0, 0, 0};
   ASSERT_EQ_INT(colo_store_attempt_begin(st, 1, &r, 1, 200, 40, NULL), 0);
+  /* and keep a progress record (v3) */
+  const uint8_t rec[] = {0x08, 0x2a};
+  ASSERT_EQ_INT(colo_store_job_set_progress(st, 1, rec, sizeof rec), 0);
+  ASSERT_EQ_INT(colo_store_job_get(st, 1, &j), 0);
+  ASSERT_EQ_INT(j.progress_len, 2);
+  ASSERT(j.progress && j.progress[1] == 0x2a);
+  colo_job_clear(&j);
   ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
   colo_store_close(st);
 }
@@ -139,7 +147,7 @@ TEST(refuses_newer_schema) {
   run_sql("PRAGMA user_version = 99");
   char err[512];
   ASSERT_EQ_INT(colo_store_open(db_path(), &st, err, sizeof err), COLO_ESTATE);
-  ASSERT(strstr(err, "schema version 99 is newer than this build supports (2)") != NULL);
+  ASSERT(strstr(err, "schema version 99 is newer than this build supports (3)") != NULL);
 }
 
 TEST(insert_get_list) {
