@@ -67,10 +67,13 @@ static void job_msg_clear(Colo__V1__Job *msg) {
   msg->progress = NULL;
 }
 
-/* A copy of the job's newest progress record: the live one colod holds, or the one kept in the
- * store when the attempt ended. NULL when there is none. */
+/* A copy of the job's newest progress record: for a running attempt the one colod holds (none
+ * before the attempt's first), otherwise the one kept in the store when the last attempt ended.
+ * NULL when there is none. */
 static Colo__V1__Progress *progress_copy(colod_t *d, const colo_job_t *j) {
   const Colo__V1__Progress *live = colod_jobs_progress(d, j->id);
+  if (!live && j->state == COLO_JOB_RUNNING)
+    return NULL;
   if (!live)
     return j->progress_len ? colo__v1__progress__unpack(NULL, j->progress_len, j->progress) : NULL;
   uint8_t buf[256];

@@ -26,6 +26,7 @@ struct colod_log_reader_s {
   uint64_t offset;
   int follow;
   int gone;
+  uint64_t over_since_mono_ms; /* when its attempt was first seen over; 0: running */
 };
 
 void colod_logs_path(colod_t *d, uint64_t job_id, uint32_t attempt, uint32_t rank, char *out,
@@ -165,7 +166,12 @@ static int reader_step(colod_t *d, colod_log_reader_t *r) {
     return 0;
   uint32_t attempt, world;
   int live = colod_jobs_attempt(d, r->job_id, &attempt, &world) && attempt == r->attempt;
-  if (!r->follow || !live) {
+  if (!live && r->follow && !r->over_since_mono_ms)
+    r->over_since_mono_ms = colod_mono_ms(d);
+  /* an attempt's last output can come a heartbeat or two after its ranks' exit: a follower
+   * stays for two intervals more */
+  if (!r->follow ||
+      (!live && colod_mono_ms(d) - r->over_since_mono_ms >= 2ull * d->cfg.heartbeat_ms)) {
     colo_rpc_stream_end(r->call, GRPC_STATUS_OK, NULL);
     return 1;
   }

@@ -49,7 +49,7 @@ struct colo_wrank_s {
   uint64_t ship_off, shipped_total;
   uint8_t *chunk;
   size_t chunk_len;
-  int chunk_is_carry; /* the chunk is the tail of a rotated-away file, not of the current one */
+  size_t chunk_carry; /* the chunk's first bytes are the carry, the rest is the current file's */
   uint8_t *carry;     /* that tail, until a heartbeat delivers it */
   size_t carry_len;
 };
@@ -472,7 +472,7 @@ static void read_log_chunk(colo_wrank_t *r) {
   free(r->chunk);
   r->chunk = NULL;
   r->chunk_len = 0;
-  r->chunk_is_carry = 0;
+  r->chunk_carry = 0;
   if (r->carry_len == 0 && stat(r->log_path, &sb) == 0) {
     uint64_t size = (uint64_t)sb.st_size;
     if (size < r->ship_off) /* truncated behind our back */
@@ -482,30 +482,26 @@ static void read_log_chunk(colo_wrank_t *r) {
         ((size > cfg->log_max_bytes && r->ship_off == size) || size > 2 * cfg->log_max_bytes))
       rotate_log(r);
   }
-  if (r->carry_len > 0) { /* the rotated-away tail goes first, on its own */
-    r->chunk = malloc(r->carry_len);
-    if (r->chunk) {
-      memcpy(r->chunk, r->carry, r->carry_len);
-      r->chunk_len = r->carry_len;
-      r->chunk_is_carry = 1;
-    }
-    return;
-  }
-  if (stat(r->log_path, &sb) != 0)
-    return;
-  uint64_t size = (uint64_t)sb.st_size;
+  /* the rotated-away tail first, then the new file from its start */
+  uint64_t size = stat(r->log_path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
   uint64_t want = size > r->ship_off ? size - r->ship_off : 0;
-  if (want > cfg->log_ship_bytes)
-    want = cfg->log_ship_bytes;
-  if (want == 0)
+  if (r->carry_len + want > cfg->log_ship_bytes)
+    want = r->carry_len < cfg->log_ship_bytes ? cfg->log_ship_bytes - r->carry_len : 0;
+  if (r->carry_len + want == 0)
     return;
-  int fd = open(r->log_path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  r->chunk = malloc(r->carry_len + want);
+  if (!r->chunk)
     return;
-  r->chunk = malloc(want);
-  ssize_t got = r->chunk ? pread(fd, r->chunk, want, (off_t)r->ship_off) : -1;
-  close(fd);
-  r->chunk_len = got > 0 ? (size_t)got : 0;
+  if (r->carry_len)
+    memcpy(r->chunk, r->carry, r->carry_len);
+  r->chunk_carry = r->carry_len;
+  ssize_t got = 0;
+  int fd = want ? open(r->log_path, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd >= 0) {
+    got = pread(fd, r->chunk + r->carry_len, want, (off_t)r->ship_off);
+    close(fd);
+  }
+  r->chunk_len = r->carry_len + (got > 0 ? (size_t)got : 0);
 }
 
 /* ---- heartbeat status ---- */
@@ -588,13 +584,12 @@ void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
     colo_wrank_t *r = seen[i];
     if (r->resumed_sent)
       r->has_resumed = 0;
-    if (r->chunk_is_carry) {
+    if (r->chunk_carry) {
       free(r->carry);
       r->carry = NULL;
       r->carry_len = 0;
-    } else {
-      r->ship_off += r->chunk_len;
     }
+    r->ship_off += r->chunk_len - r->chunk_carry;
     r->shipped_total += r->chunk_len;
     /* delivered checkpoints leave the queue */
     size_t sent = r->n_ck_sent < r->n_ck ? r->n_ck_sent : r->n_ck;

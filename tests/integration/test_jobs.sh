@@ -99,7 +99,8 @@ FOLLOW=$!
 wait_until 60 "job $J success" is_state "$J" succeeded
 wait_until 10 "logs -f to end" bash -c "! kill -0 $FOLLOW 2>/dev/null"
 expect_same_loss "$J" "no fault"
-grep -qE "^step +$STEPS/$STEPS " "$TMP/follow.txt" || fail "logs -f did not show the last step"
+grep -qE "^step +$STEPS/$STEPS " "$TMP/follow.txt" ||
+  fail "logs -f did not show the last step: $(tail -c 300 "$TMP/follow.txt"); stderr: $(cat "$TMP/follow.err"); colod has: $(tail -c 200 "$TMP/state/logs/job-$J/attempt-1/rank-0.log")"
 # the worker rotated rank 0's log (20 kB files, 2 kept); colod has the whole output. Copy and
 # truncate may lose what the rank writes between the copy's end and the truncate: at most a line
 # a rotation.
@@ -124,9 +125,9 @@ P=$(rank_pid "$J" 1 1)
 t0=$(date +%s%N)
 kill -KILL "$P"
 wait_until 30 "attempt 2 of job $J training" \
-  python3 -c "import json,subprocess,sys; j=json.loads(subprocess.check_output(['$COLOCTL','status','$J','--json'])); sys.exit(0 if j.get('attempt')==2 and j.get('progress',{}).get('step',0)>0 else 1)"
+  python3 -c "import json,subprocess,sys; j=json.loads(subprocess.check_output(['$COLOCTL','status','$J','--json'])); p=j.get('progress',{}); sys.exit(0 if j.get('attempt')==2 and int(p.get('time_ms',0))>$((t0 / 1000000)) else 1)"
 recover_ms=$((($(date +%s%N) - t0) / 1000000))
-echo "figure: (a) from kill -9 of rank 1 to attempt 2 training (a progress record): $recover_ms ms (restart_backoff 200 ms, heartbeat 1 s)"
+echo "figure: (a) from kill -9 of rank 1 to attempt 2 training (its first progress record at colod): $recover_ms ms (restart_backoff 200 ms, heartbeat 1 s)"
 wait_until 60 "job $J success after the rank kill" is_state "$J" succeeded
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from"
 expect_same_loss "$J" "(a) rank killed"
