@@ -30,7 +30,7 @@ fi
 echo "== 1/6 dependencies"
 bash "$SRC/deploy/install-deps.sh"
 echo "== 2/6 build"
-cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S "$SRC" -B "$SRC/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOLO_SANITIZE=OFF >/dev/null
 cmake --build "$SRC/build" -j"$(nproc)" >/dev/null
 BIN="$SRC/build/bin"
 echo "== 3/6 data"
