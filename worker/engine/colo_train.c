@@ -616,6 +616,9 @@ static int cmd_sample(int argc, char **argv) {
 
 int main(int argc, char **argv) {
   colo_rdzv_colod_register();
+  /* a line at a time even into a file: a rank's log is followed live (coloctl logs -f), and the
+   * lines before a crash are the ones that matter */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
     usage(stderr);
     return 2;
