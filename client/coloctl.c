@@ -121,6 +121,19 @@ static int call(ctl_t *c, const char *method, const ProtobufCMessage *req,
   return 0;
 }
 
+static int get_job(ctl_t *c, uint64_t id, Colo__V1__GetJobResponse **out) {
+  Colo__V1__GetJobRequest req = COLO__V1__GET_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.id = id;
+  return call(c, "GetJob", &req.base, &colo__v1__get_job_response__descriptor,
+              (ProtobufCMessage **)out);
+}
+
+static void sleep_ms(uint64_t ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
 static void print_json(const ProtobufCMessage *m) {
   cJSON *j = colo_pb_to_json(m);
   char *s = cJSON_PrintUnformatted(j);
@@ -412,13 +425,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
 static int status_once(ctl_t *c, uint64_t id, int *state) {
   int rc;
   if (id) {
-    Colo__V1__GetJobRequest req = COLO__V1__GET_JOB_REQUEST__INIT;
-    req.has_id = 1;
-    req.id = id;
     Colo__V1__GetJobResponse *resp = NULL;
-    rc = call(c, "GetJob", &req.base, &colo__v1__get_job_response__descriptor,
-              (ProtobufCMessage **)&resp);
-    if (rc)
+    if ((rc = get_job(c, id, &resp)))
       return rc;
     if (c->json)
       print_json(&resp->job->base);
@@ -520,8 +528,7 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
     fflush(stdout);
     if (rc || (id && state >= COLO__V1__JOB_STATE__JOB_STATE_SUCCEEDED))
       break;
-    struct timespec ts = {(time_t)(interval / 1000), (long)(interval % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    sleep_ms(interval);
   }
   return rc;
 }
@@ -721,14 +728,6 @@ static int on_log(const ProtobufCMessage *m, void *data) {
   return interrupted ? 1 : 0;
 }
 
-static int get_job(ctl_t *c, uint64_t id, Colo__V1__GetJobResponse **out) {
-  Colo__V1__GetJobRequest req = COLO__V1__GET_JOB_REQUEST__INIT;
-  req.has_id = 1;
-  req.id = id;
-  return call(c, "GetJob", &req.base, &colo__v1__get_job_response__descriptor,
-              (ProtobufCMessage **)out);
-}
-
 static int cmd_logs(ctl_t *c, int argc, char **argv) {
   uint64_t id = 0, rank = 0, attempt = 0, tail = 0;
   int follow = 0;
@@ -802,8 +801,7 @@ static int cmd_logs(ctl_t *c, int argc, char **argv) {
     }
     if (done)
       break;
-    struct timespec ts = {0, 300 * 1000000L};
-    nanosleep(&ts, NULL);
+    sleep_ms(300);
   }
   return 0;
 }

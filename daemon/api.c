@@ -33,19 +33,28 @@ struct colod_watch_s {
 
 /* Fills msg from a job row. The spec is unpacked into *spec_out (free it after use), or left out
  * when with_spec is 0. */
+/* A checkpoint row as a message; its strings are copies (freed by checkpoint_msg_strings_free). */
+static void checkpoint_to_msg(const colo_checkpoint_t *ck, Colo__V1__Checkpoint *c) {
+  colo__v1__checkpoint__init(c);
+  c->has_job_id = c->has_attempt = c->has_step = c->has_bytes = c->has_created_ms = 1;
+  c->job_id = ck->job_id;
+  c->attempt = ck->attempt;
+  c->step = ck->step;
+  c->bytes = ck->bytes;
+  c->created_ms = ck->created_ms;
+  c->path = strdup(ck->path);
+  c->manifest_sha256 = strdup(ck->manifest_sha256);
+}
+
+static void checkpoint_msg_strings_free(Colo__V1__Checkpoint *c) {
+  free(c->path);
+  free(c->manifest_sha256);
+}
+
 static int newest_ck_cb(const colo_checkpoint_t *ck, void *data) {
   Colo__V1__Checkpoint *c = malloc(sizeof *c);
-  if (c) {
-    colo__v1__checkpoint__init(c);
-    c->has_job_id = c->has_attempt = c->has_step = c->has_bytes = c->has_created_ms = 1;
-    c->job_id = ck->job_id;
-    c->attempt = ck->attempt;
-    c->step = ck->step;
-    c->bytes = ck->bytes;
-    c->created_ms = ck->created_ms;
-    c->path = strdup(ck->path);
-    c->manifest_sha256 = strdup(ck->manifest_sha256);
-  }
+  if (c)
+    checkpoint_to_msg(ck, c);
   *(Colo__V1__Checkpoint **)data = c;
   return 1; /* newest first */
 }
@@ -53,8 +62,7 @@ static int newest_ck_cb(const colo_checkpoint_t *ck, void *data) {
 static void checkpoint_msg_free(Colo__V1__Checkpoint *c) {
   if (!c)
     return;
-  free(c->path);
-  free(c->manifest_sha256);
+  checkpoint_msg_strings_free(c);
   free(c);
 }
 
@@ -876,16 +884,7 @@ static int ck_list_cb(const colo_checkpoint_t *ck, void *data) {
     a->msgs = n;
     a->cap = cap;
   }
-  Colo__V1__Checkpoint *c = &a->msgs[a->n++];
-  colo__v1__checkpoint__init(c);
-  c->has_job_id = c->has_attempt = c->has_step = c->has_bytes = c->has_created_ms = 1;
-  c->job_id = ck->job_id;
-  c->attempt = ck->attempt;
-  c->step = ck->step;
-  c->bytes = ck->bytes;
-  c->created_ms = ck->created_ms;
-  c->path = strdup(ck->path);
-  c->manifest_sha256 = strdup(ck->manifest_sha256);
+  checkpoint_to_msg(ck, &a->msgs[a->n++]);
   return 0;
 }
 
@@ -914,10 +913,8 @@ static void h_checkpoints(colo_rpc_call_t *call, const ProtobufCMessage *m, void
     r.checkpoints = a.ptrs;
     colo_rpc_reply(call, &r.base);
   }
-  for (size_t i = 0; i < a.n; i++) {
-    free(a.msgs[i].path);
-    free(a.msgs[i].manifest_sha256);
-  }
+  for (size_t i = 0; i < a.n; i++)
+    checkpoint_msg_strings_free(&a.msgs[i]);
   free(a.msgs);
   free(a.ptrs);
 }

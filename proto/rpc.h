@@ -6,6 +6,8 @@
  * call state is touched only on the loop thread.
  *
  * Client: blocking calls with deadlines, for coloctl, workers and tests. One client per thread.
+ * A call that finds the server unavailable gives the client a new channel for the next one, so
+ * a server that restarts is reached again at once rather than after gRPC's reconnect back-off.
  *
  * Messages are size-bounded (max_message_bytes) and decoded before a handler sees them; handlers
  * validate fields. Transport is insecure by default; TLS plugs in through `server_creds` and

@@ -18,43 +18,54 @@ struct colo_rpc_client_s {
   grpc_channel *channel;
   grpc_completion_queue *cq;
   size_t max_message_bytes;
+  char *target;
+  grpc_channel_credentials *creds; /* the caller's (not owned), or NULL: insecure */
 };
+
+static grpc_channel *new_channel(const colo_rpc_client_t *cli) {
+  grpc_arg arg;
+  arg.type = GRPC_ARG_INTEGER;
+  arg.key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  arg.value.integer = (int)cli->max_message_bytes;
+  grpc_channel_args cargs = {1, &arg};
+  grpc_channel_credentials *creds = cli->creds, *own = NULL;
+  if (!creds)
+    creds = own = grpc_insecure_credentials_create();
+  grpc_channel *ch = grpc_channel_create(cli->target, creds, &cargs);
+  if (own)
+    grpc_channel_credentials_release(own);
+  return ch;
+}
+
+/* A call that found the server unreachable leaves its channel backing off for seconds before
+ * it tries to connect again, whatever the back-off arguments say; a server that restarted
+ * (a coordinator that must hear from its workers within host_timeout) would then wait for
+ * nothing. The next call gets a new channel, which connects at once. */
+static void renew_channel_after(colo_rpc_client_t *cli, int rc) {
+  if (rc != COLO_EUNAVAIL)
+    return;
+  grpc_channel *ch = new_channel(cli);
+  if (!ch)
+    return; /* keep the old one */
+  grpc_channel_destroy(cli->channel);
+  cli->channel = ch;
+}
 
 int colo_rpc_client_open(const char *target, const colo_rpc_client_opts_t *opts,
                          colo_rpc_client_t **out, char *err, size_t errlen) {
   colo_rpc_client_t *cli = calloc(1, sizeof *cli);
-  if (!cli) {
+  if (!cli || !(cli->target = strdup(target))) {
+    free(cli);
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
   grpc_init();
   cli->max_message_bytes = opts && opts->max_message_bytes ? opts->max_message_bytes : 64u << 20;
-  /* Reconnect within a second of the server coming back: gRPC's default back-off grows to two
-   * minutes, far longer than a host timeout, so a worker would be marked DOWN by a coordinator
-   * that restarted and is answering again. */
-  grpc_arg args[4];
-  args[0].type = GRPC_ARG_INTEGER;
-  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = (int)cli->max_message_bytes;
-  args[1].type = GRPC_ARG_INTEGER;
-  args[1].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
-  args[1].value.integer = 200;
-  args[2].type = GRPC_ARG_INTEGER;
-  args[2].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
-  args[2].value.integer = 200;
-  args[3].type = GRPC_ARG_INTEGER;
-  args[3].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
-  args[3].value.integer = 1000;
-  grpc_channel_args cargs = {4, args};
-  grpc_channel_credentials *creds = opts ? opts->channel_creds : NULL;
-  grpc_channel_credentials *own = NULL;
-  if (!creds)
-    creds = own = grpc_insecure_credentials_create();
-  cli->channel = grpc_channel_create(target, creds, &cargs);
-  if (own)
-    grpc_channel_credentials_release(own);
+  cli->creds = opts ? opts->channel_creds : NULL;
+  cli->channel = new_channel(cli);
   if (!cli->channel) {
     snprintf(err, errlen, "cannot create a channel to %s", target);
+    free(cli->target);
     free(cli);
     grpc_shutdown();
     return COLO_EINVAL;
@@ -70,6 +81,7 @@ void colo_rpc_client_close(colo_rpc_client_t *cli) {
   grpc_channel_destroy(cli->channel);
   grpc_completion_queue_shutdown(cli->cq);
   grpc_completion_queue_destroy(cli->cq);
+  free(cli->target);
   free(cli);
   grpc_shutdown();
 }
@@ -158,6 +170,7 @@ int colo_rpc_call(colo_rpc_client_t *cli, const char *path, const ProtobufCMessa
   grpc_metadata_array_destroy(&md_init);
   grpc_metadata_array_destroy(&md_trail);
   grpc_call_unref(call);
+  renew_channel_after(cli, rc);
   return rc;
 }
 
@@ -229,5 +242,6 @@ int colo_rpc_call_stream(colo_rpc_client_t *cli, const char *path, const Protobu
   grpc_metadata_array_destroy(&md_init);
   grpc_metadata_array_destroy(&md_trail);
   grpc_call_unref(call);
+  renew_channel_after(cli, rc);
   return rc;
 }

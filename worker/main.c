@@ -88,18 +88,6 @@ static Colo__V1__Device **make_devices(const colo_devices_t *devs) {
   return d;
 }
 
-/* A channel that failed to connect backs off for seconds, whatever its settings say; a
- * restarted colod must hear from this worker within its host_timeout, so the next heartbeat
- * gets a new channel, which connects at once. */
-static void fresh_channel(workerd_t *w) {
-  colo_rpc_client_t *cli;
-  char err[256];
-  if (colo_rpc_client_open(w->cfg->coordinator, NULL, &cli, err, sizeof err) < 0)
-    return; /* keep the old one */
-  colo_rpc_client_close(w->cli);
-  w->cli = cli;
-}
-
 static int do_register(workerd_t *w) {
   uint32_t slots = (uint32_t)w->devs.n;
   Colo__V1__RegisterHostRequest req = COLO__V1__REGISTER_HOST_REQUEST__INIT;
@@ -126,8 +114,6 @@ static int do_register(workerd_t *w) {
       colo_log(COLO_LOG_WARN, "worker", "cannot register with %s: %s: %s (retrying)",
                w->cfg->coordinator, colo_rpc_status_name(st.code), st.message);
     w->was_unreachable = 1;
-    if (st.code == GRPC_STATUS_UNAVAILABLE)
-      fresh_channel(w);
     return rc;
   }
   w->host_id = resp->host_id;
@@ -177,8 +163,6 @@ static void on_tick(uv_timer_t *t) {
       colo_log(COLO_LOG_WARN, "worker", "heartbeat to %s failed: %s: %s (retrying)",
                w->cfg->coordinator, colo_rpc_status_name(st.code), st.message);
     w->was_unreachable = 1;
-    if (st.code == GRPC_STATUS_UNAVAILABLE)
-      fresh_channel(w);
     return;
   }
   if (w->was_unreachable)

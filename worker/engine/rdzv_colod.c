@@ -65,14 +65,11 @@ static void pause_ms(int ms) {
 }
 
 /* One call, retried while colod is unreachable, until timeout_ms has passed. */
-static int call(const char *addr, const char *method, const ProtobufCMessage *req,
+static int call(const colod_addr_t *a, const char *method, const ProtobufCMessage *req,
                 const ProtobufCMessageDescriptor *resp_desc, int timeout_ms, uint32_t wait_ms,
                 ProtobufCMessage **resp, char *err, size_t errlen) {
-  colod_addr_t a;
-  int rc = parse(addr, &a, err, errlen);
-  if (rc < 0)
-    return rc;
-  colo_rpc_client_t *cli = client(a.target, err, errlen);
+  int rc;
+  colo_rpc_client_t *cli = client(a->target, err, errlen);
   if (!cli)
     return COLO_EUNAVAIL;
   char path[96];
@@ -86,15 +83,10 @@ static int call(const char *addr, const char *method, const ProtobufCMessage *re
     if (rc == 0)
       return 0;
     if (st.code == GRPC_STATUS_UNAVAILABLE && mono_ms() + 200 < deadline) {
-      /* colod restarting: try again, on a new channel (a failed one backs off for seconds) */
-      pause_ms(200);
-      colo_rpc_client_close(tls_cli);
-      tls_cli = NULL;
-      if (!(cli = client(a.target, err, errlen)))
-        return COLO_EUNAVAIL;
+      pause_ms(200); /* colod restarting: try again (the client renews its channel) */
       continue;
     }
-    snprintf(err, errlen, "rendezvous at colod %s: %s %s: %s", a.target, method,
+    snprintf(err, errlen, "rendezvous at colod %s: %s %s: %s", a->target, method,
              colo_rpc_status_name(st.code), st.message);
     return st.code == GRPC_STATUS_DEADLINE_EXCEEDED ? COLO_ETIMEDOUT : rc;
   }
@@ -114,7 +106,7 @@ static int colod_set(const char *addr, const char *key, const char *value, int t
   req.value.data = (uint8_t *)value;
   req.value.len = strlen(value);
   ProtobufCMessage *resp = NULL;
-  rc = call(addr, "RendezvousPut", &req.base, &colo__v1__rendezvous_put_response__descriptor,
+  rc = call(&a, "RendezvousPut", &req.base, &colo__v1__rendezvous_put_response__descriptor,
             timeout_ms, 0, &resp, err, errlen);
   if (resp)
     protobuf_c_message_free_unpacked(resp, NULL);
@@ -134,7 +126,7 @@ static int colod_get(const char *addr, const char *key, char *value, size_t cap,
   req.key = (char *)key;
   req.wait_ms = timeout_ms > 0 ? (uint32_t)timeout_ms : 60000;
   Colo__V1__RendezvousGetResponse *resp = NULL;
-  rc = call(addr, "RendezvousGet", &req.base, &colo__v1__rendezvous_get_response__descriptor,
+  rc = call(&a, "RendezvousGet", &req.base, &colo__v1__rendezvous_get_response__descriptor,
             timeout_ms, req.wait_ms, (ProtobufCMessage **)&resp, err, errlen);
   if (rc < 0)
     return rc;
