@@ -227,6 +227,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "train.precision=%s needs resources.device=gpu: the CPU backend is fp32",
                t->precision == COLO__V1__PRECISION__PRECISION_BF16 ? "bf16" : "fp16");
+  if (!(t->loss_scale_init >= 1.0f && t->loss_scale_init <= 16777216.0f))
+    return bad(err, errlen, "train.loss_scale_init=%s must be in [1, 16777216]",
+               fmt_float(t->loss_scale_init, a, sizeof a));
+  if (t->loss_scale_window < 1)
+    return bad(err, errlen, "train.loss_scale_window=%u must be at least 1", t->loss_scale_window);
   if (t->eval_interval > 0 && t->eval_batches < 1)
     return bad(err, errlen, "train.eval_batches=%u must be at least 1 when train.eval_interval=%u",
                t->eval_batches, t->eval_interval);

@@ -11,6 +11,13 @@ the same learning-rate schedule and torch.nn.utils.clip_grad_norm_, and compares
   - every gradient tensor within 1e-4 (max |diff| / max |grad| of the tensor);
   - the gradient norms and losses of all 10 steps within 1e-4 relative;
   - the final weights after 10 AdamW steps within 1e-4 absolute.
+
+A second run adds dynamic loss scaling (fp16's scheme, here on fp32) with overflows planted at
+steps 2, 3 and 7: colo-train makes its gradients inf there. The replay follows
+torch.cuda.amp.GradScaler's documented rule, written out here because Debian's torch runs
+GradScaler on CUDA only: a step with a non-finite gradient is skipped (no optimizer.step) and
+halves the scale; after `growth_interval` clean steps the scale doubles. It compares the scale
+of every step exactly, and losses, norms and final weights as above.
 """
 import json
 import math
@@ -67,14 +74,51 @@ def main():
         f.write(text)
     subprocess.run([os.path.join(BIN, "colo-train"), "prepare", "--input", os.path.join(tmp, "text.txt"),
                     "--out", tmp], check=True, stdout=subprocess.DEVNULL)
-    dump = os.path.join(tmp, "dump.safetensors")
+    failures = []
+
+    def check(what, ok, detail):
+        print("%-52s %s  %s" % (what, "ok  " if ok else "FAIL", detail))
+        if not ok:
+            failures.append(what)
+
+    replay(tmp, check, None)
+    replay(tmp, check, {"init": 1024.0, "window": 3, "planted": [2, 3, 7]})
+    print("%d failed" % len(failures))
+    sys.exit(1 if failures else 0)
+
+
+class ScalerRef:
+    """torch.cuda.amp.GradScaler's update rule (growth 2, backoff 0.5)."""
+
+    def __init__(self, init, interval):
+        self.scale, self.interval, self.good = init, interval, 0
+
+    def update(self, found_inf):
+        if found_inf:
+            self.scale *= 0.5
+            self.good = 0
+        else:
+            self.good += 1
+            if self.good == self.interval:
+                self.scale *= 2.0
+                self.good = 0
+
+
+def replay(tmp, check, ls):
+    tag = "" if ls is None else "[loss scaling] "
+    dump = os.path.join(tmp, "dump%s.safetensors" % ("" if ls is None else "-ls"))
+    extra = [] if ls is None else [
+        "--loss-scaling", "dynamic", "--loss-scale-init", str(ls["init"]),
+        "--loss-scale-window", str(ls["window"]),
+        "--plant-overflow", ",".join(str(x) for x in ls["planted"])]
     subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", tmp,
                     "--train-data", "train.bin", "--val-data", "val.bin", "--eval-interval", "0",
                     "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
                     "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
                     "--lr", str(LR), "--min-lr", str(MIN_LR), "--warmup", str(WARMUP),
                     "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
-                    "--seed", "1234", "--threads", "2", "--quiet", "--dump-reference", dump], check=True)
+                    "--seed", "1234", "--threads", "2", "--quiet", "--dump-reference", dump] + extra,
+                   check=True)
     ref = read_safetensors(dump)
 
     model = GPT2(L, NH, C, T, V)
@@ -82,50 +126,65 @@ def main():
         for n in model.names:
             model.p[n].copy_(ref["init." + n])
     opt = torch.optim.AdamW(model.param_groups(WD), lr=LR, betas=(B1, B2), eps=EPS)
-    failures = []
+    scaler = None if ls is None else ScalerRef(ls["init"], ls["window"])
 
-    def check(what, ok, detail):
-        print("%-44s %s  %s" % (what, "ok  " if ok else "FAIL", detail))
-        if not ok:
-            failures.append(what)
-
-    worst_grad, worst_loss, worst_norm = 0.0, 0.0, 0.0
+    worst_grad, worst_loss, worst_norm, scales_ok, skipped = 0.0, 0.0, 0.0, True, 0
     for step in range(STEPS):
         opt.zero_grad(set_to_none=False)
+        scale = 1.0 if scaler is None else scaler.scale
         loss_sum = 0.0
         for micro in range(ACCUM):
             batch = ref["batch.%d.%d" % (step, micro)].long()
             idx, tg = batch[:B], batch[B:]
             loss = model(idx, tg)
-            (loss / ACCUM).backward()
+            (loss * scale / ACCUM).backward()
             loss_sum += loss.item() / ACCUM
         colo_loss = ref["losses"][step].item()
         rel = abs(loss_sum - colo_loss) / abs(loss_sum)
         worst_loss = max(worst_loss, rel)
         if step == 0:
-            check("first loss (rel 1e-5)", rel <= 1e-5, "torch %.7f colo %.7f rel %.2e" % (loss_sum, colo_loss, rel))
+            check(tag + "first loss (rel 1e-5)", rel <= 1e-5, "torch %.7f colo %.7f rel %.2e" % (loss_sum, colo_loss, rel))
             for n in model.names:
-                g, cg = model.p[n].grad, ref["grad." + n]
+                g, cg = model.p[n].grad / scale, ref["grad." + n] / scale
                 err = (g - cg).abs().max().item() / max(g.abs().max().item(), 1e-12)
                 worst_grad = max(worst_grad, err)
                 if err > 1e-4:
-                    check("gradient " + n, False, "rel %.2e" % err)
-            check("gradients, %d tensors (1e-4 of max |grad|)" % len(model.names), worst_grad <= 1e-4,
+                    check(tag + "gradient " + n, False, "rel %.2e" % err)
+            check(tag + "gradients, %d tensors (1e-4 of max |grad|)" % len(model.names), worst_grad <= 1e-4,
                   "worst %.2e" % worst_grad)
+        if scaler is not None:
+            if ref["loss_scales"][step].item() != scale:
+                scales_ok = False
+                print("step %d: colo's scale %g, torch's %g" % (step + 1, ref["loss_scales"][step].item(), scale))
+            if step + 1 in ls["planted"]:  # the fault colo-train planted
+                with torch.no_grad():
+                    model.p[model.names[0]].grad.view(-1)[0] = float("inf")
+            found_inf = any(not torch.isfinite(model.p[n].grad).all() for n in model.names)
+            scaler.update(found_inf)
+            if found_inf:
+                skipped += 1
+                continue
+            with torch.no_grad():
+                for n in model.names:
+                    model.p[n].grad.div_(scale)  # GradScaler.unscale_
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP).item()
         nrel = abs(norm - ref["grad_norms"][step].item()) / norm
         worst_norm = max(worst_norm, nrel)
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         opt.step()
-    check("losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4, "worst %.2e" % worst_loss)
-    check("gradient norms of %d steps (rel 1e-4)" % STEPS, worst_norm <= 1e-4, "worst %.2e" % worst_norm)
+    check(tag + "losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4, "worst %.2e" % worst_loss)
+    check(tag + "gradient norms of %d taken steps (rel 1e-4)" % (STEPS - skipped), worst_norm <= 1e-4,
+          "worst %.2e" % worst_norm)
+    if scaler is not None:
+        check(tag + "the scale of every step (exact)", scales_ok,
+              "%s" % " ".join("%g" % x for x in ref["loss_scales"].tolist()))
+        check(tag + "steps skipped", skipped == len(ls["planted"]), "%d" % skipped)
     worst_w = max((model.p[n].detach() - ref["final." + n]).abs().max().item() for n in model.names)
-    check("weights after %d AdamW steps (abs 1e-4)" % STEPS, worst_w <= 1e-4, "worst %.2e" % worst_w)
+    check(tag + "weights after %d AdamW steps (abs 1e-4)" % (STEPS - skipped), worst_w <= 1e-4,
+          "worst %.2e" % worst_w)
     moved = max((model.p[n].detach() - ref["init." + n]).abs().max().item() for n in model.names)
-    check("the weights did move", moved > 1e-3, "max change %.2e" % moved)
-    print("%d passed, %d failed" % (6 - len(failures), len(failures)))
-    sys.exit(1 if failures else 0)
+    check(tag + "the weights did move", moved > 1e-3, "max change %.2e" % moved)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@
 #include "core/rng.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "optim/loss_scale.h"
 #include "test.h"
 
 static const colo_backend_t *be;
@@ -441,6 +442,33 @@ TEST(adamw_matches_scalar_reference) {
   for (size_t i = 0; i < n; i++)
     if (fabs(P[i] - p[i]) > 1e-6)
       FAIL_AT("p[%zu]: %.9g vs reference %.9g", i, (double)p[i], P[i]);
+}
+
+TEST(loss_scaler_rule) {
+  colo_loss_scaler_t s;
+  colo_loss_scaler_init(&s, 0.0f, 5);
+  ASSERT(!s.enabled && colo_loss_scaler_factor(&s) == 1.0f);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, 2.0f), 1);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, INFINITY), -1); /* unscaled: an overflow is fatal */
+  colo_loss_scaler_init(&s, 1000.0f, 2);                    /* rounded down to a power of two */
+  ASSERT(s.enabled && colo_loss_scaler_factor(&s) == 512.0f);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, NAN), 0); /* skipped, halved */
+  ASSERT(s.scale == 256.0f && s.skipped == 1);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, 3.0f), 1);
+  ASSERT(s.scale == 256.0f && s.good_steps == 1);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, 3.0f), 1); /* the window of 2: doubled */
+  ASSERT(s.scale == 512.0f && s.good_steps == 0);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, 3.0f), 1);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, -INFINITY), 0); /* an overflow restarts the window */
+  ASSERT(s.scale == 256.0f && s.good_steps == 0);
+  colo_loss_scaler_init(&s, 3e7f, 1); /* capped at 2^24, and stays there */
+  ASSERT(s.scale == COLO_LOSS_SCALE_MAX);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, 1.0f), 1);
+  ASSERT(s.scale == COLO_LOSS_SCALE_MAX);
+  colo_loss_scaler_init(&s, 2.0f, 10); /* overflow at 2 halves to 1; at 1 the run cannot go on */
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, INFINITY), 0);
+  ASSERT(s.scale == 1.0f);
+  ASSERT_EQ_INT(colo_loss_scaler_update(&s, INFINITY), -1);
 }
 
 TEST(sumsq_and_schedule) {

@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -114,6 +115,10 @@ static void train_usage(void) {
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant\n"
+      "  --loss-scaling auto|none|dynamic   dynamic loss scaling (auto: on under fp16)\n"
+      "  --loss-scale-init X --loss-scale-window N   its first scale and doubling window\n"
+      "  --plant-overflow S[,S...]  fault injection for tests: the last rank's gradients of\n"
+      "                        these steps (1-based) become inf, as an fp16 overflow would\n"
       "  --dp N --tp N --pp N  parallel layout (this build: data and tensor parallelism, pp = 1)\n"
       "  --sp true|false       Megatron sequence parallelism (needs tp > 1)\n"
       "  --zero Z              ZeRO stage: 0, 1, 2 or 3\n"
@@ -160,6 +165,9 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"grad-clip", "optimizer: {grad_clip: %s}"},
       {"beta2", "optimizer: {beta2: %s}"},
       {"schedule", "optimizer: {schedule: %s}"},
+      {"loss-scaling", "train: {loss_scaling: %s}"},
+      {"loss-scale-init", "train: {loss_scale_init: %s}"},
+      {"loss-scale-window", "train: {loss_scale_window: %s}"},
       {"ckpt-interval", "checkpoint: {interval: %s}"},
       {"ckpt-keep", "checkpoint: {keep: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
@@ -293,7 +301,7 @@ static int launch(int world, int comm_timeout_ms) {
 
 static int cmd_train(int argc, char **argv) {
   const char *job = NULL, *data_root = ".", *ckpt_dir = NULL, *resume = NULL, *progress = NULL;
-  const char *dump = NULL;
+  const char *dump = NULL, *plant = NULL;
   int threads = 0, stop_at = 0, quiet = 0, recompute = -1, progress_fd = -1, nproc = 1;
   int comm_timeout = 60000;
   long memory_mib = 0;
@@ -348,6 +356,8 @@ static int cmd_train(int argc, char **argv) {
       progress_fd = val ? atoi(val) : -1;
     else if (!strcmp(flag, "dump-reference"))
       dump = val;
+    else if (!strcmp(flag, "plant-overflow"))
+      plant = val;
     else if (!strcmp(flag, "nproc"))
       nproc = val ? atoi(val) : 0;
     else if (!strcmp(flag, "comm-timeout"))
@@ -462,6 +472,28 @@ static int cmd_train(int argc, char **argv) {
   cfg.sequence_parallel = spec->parallel->sequence_parallel;
   cfg.pp = (int)spec->parallel->pp;
   cfg.micro_batches = (int)spec->parallel->micro_batches;
+  const Colo__V1__TrainSpec *ts = spec->train;
+  int scaling = ts->loss_scaling == COLO__V1__LOSS_SCALING__LOSS_SCALING_DYNAMIC ||
+                (ts->loss_scaling == COLO__V1__LOSS_SCALING__LOSS_SCALING_AUTO &&
+                 ts->precision == COLO__V1__PRECISION__PRECISION_FP16);
+  cfg.loss_scale_init = scaling ? ts->loss_scale_init : 0.0f;
+  cfg.loss_scale_window = (int)ts->loss_scale_window;
+  int planted[64];
+  if (plant) {
+    const char *q = plant;
+    while (*q) {
+      char *end;
+      long v = strtol(q, &end, 10);
+      if (end == q || v < 1 || v > INT_MAX || (*end && *end != ',') ||
+          cfg.n_plant == (int)(sizeof planted / sizeof planted[0])) {
+        colo__v1__job_spec__free_unpacked(spec, NULL);
+        return usage_error("train", "--plant-overflow wants up to 64 step numbers, like 3,7");
+      }
+      planted[cfg.n_plant++] = (int)v;
+      q = *end ? end + 1 : end;
+    }
+    cfg.plant_steps = planted;
+  }
   if (world > 1 && !cfg.store_addr) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return usage_error("train", "COLO_WORLD is set but COLO_STORE is not");

@@ -244,6 +244,10 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     t.pp = (int)v[10];
     t.world = (int)v[11];
     t.loss_scale = (float)ls->valuedouble;
+    cJSON *lg = cJSON_GetObjectItem(root, "loss_scale_good_steps"); /* absent in older manifests */
+    t.loss_scale_good = cJSON_IsNumber(lg) && lg->valuedouble >= 0 && lg->valuedouble < 1e9
+                            ? (int)lg->valuedouble
+                            : 0;
   }
   if (bad) {
     cJSON_Delete(root);
@@ -378,6 +382,7 @@ int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *m
     cJSON_AddStringToObject(o, "kind", "adamw");
     cJSON_AddNumberToObject(o, "t", meta->adam_t);
     cJSON_AddNumberToObject(m, "loss_scale", meta->loss_scale);
+    cJSON_AddNumberToObject(m, "loss_scale_good_steps", meta->loss_scale_good);
     cJSON *files = cJSON_AddArrayToObject(m, "files");
     cJSON *fe = cJSON_CreateObject();
     cJSON_AddStringToObject(fe, "name", fname);

@@ -18,10 +18,11 @@
 #include "../optim/adamw.h"
 
 typedef struct {
-  uint64_t step;    /* optimizer steps done */
-  uint64_t seed;    /* data sampling and initialisation seed */
-  int adam_t;       /* AdamW updates done */
-  float loss_scale; /* fp16 dynamic loss scale; 1 in fp32 */
+  uint64_t step;       /* optimizer steps done */
+  uint64_t seed;       /* data sampling and initialisation seed */
+  int adam_t;          /* AdamW updates done */
+  float loss_scale;    /* the dynamic loss scale; 1 without loss scaling */
+  int loss_scale_good; /* clean steps since the scale last changed */
   colo_gpt_config_t model;
   int dp, tp, pp, world;
 } colo_ckpt_meta_t;

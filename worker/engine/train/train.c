@@ -16,6 +16,7 @@
 #include "../comm/comm.h"
 #include "../core/pool.h"
 #include "../core/rng.h"
+#include "../optim/loss_scale.h"
 #include "../parallel/zero.h"
 #include "checkpoint.h"
 #include "data.h"
@@ -226,6 +227,19 @@ static void tp_shard(colo_gpt_t *m, const float *whole, float *local) {
     for (size_t li = 0; li < tab[i].numel; li++)
       local[tab[i].offset + li] =
           whole[tab[i].full_offset + colo_param_full_index(&tab[i], me, tp, li)];
+}
+
+/* torch.nn.utils.clip_grad_norm_'s factor: min(1, clip / (norm + 1e-6)); clip 0 disables */
+static float clip_coef(float clip, float norm) {
+  return clip > 0.0f && clip / (norm + 1e-6f) < 1.0f ? clip / (norm + 1e-6f) : 1.0f;
+}
+
+/* whether the tests planted an overflow at this step (1-based) */
+static int planted(const colo_train_config_t *cfg, int step) {
+  for (int i = 0; i < cfg->n_plant; i++)
+    if (cfg->plant_steps[i] == step)
+      return 1;
+  return 0;
 }
 
 /* The global gradient norm under tensor parallelism (ZeRO 0 and 1): split tensors count on
@@ -526,6 +540,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 
   int start = 0;
   char ckpt_path[1200] = "";
+  colo_loss_scaler_t scaler;
+  colo_loss_scaler_init(&scaler, cfg->loss_scale_init, cfg->loss_scale_window);
   if (cfg->resume) {
     char dir[1200], skipped[2048] = "";
     if (!strcmp(cfg->resume, "auto")) {
@@ -557,6 +573,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         CHECK_GOTO(colo_ckpt_load(dir, &meta, model, NULL, &full, 0, err, errlen), rc, out);
       }
       opt.t = full.t;
+      if (scaler.enabled && meta.loss_scale > 1.0f) { /* the scale and window carry on */
+        scaler.scale = meta.loss_scale;
+        scaler.good_steps = meta.loss_scale_good;
+      }
       if (full_m)
         colo_zero_take_moments(&zero, &opt, full_m, full_v);
       if (meta.seed != cfg->seed) {
@@ -608,6 +628,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dump_model(&dump, "init.", model, colo_gpt_params(model));
   float *dump_losses = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
   float *dump_norms = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
+  float *dump_scales = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
   FILE *progress = lead ? cfg->progress : NULL;
   int quiet = cfg->quiet || !lead;
 
@@ -633,6 +654,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
       meta.step = (uint64_t)step;
+      meta.loss_scale = scaler.scale;
+      meta.loss_scale_good = scaler.good_steps;
       CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, lead,
                       ckpt_path, sizeof ckpt_path, err, errlen),
                  rc, out);
@@ -641,6 +664,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (cfg->stop_at > 0 && step == cfg->stop_at)
       break;
     double t0 = now_s();
+    /* fp16: the loss is scaled up so small gradients survive; a planted overflow (tests) makes
+     * the last rank's gradients inf */
+    float S = colo_loss_scaler_factor(&scaler);
+    float bscale = planted(cfg, step + 1) && me == world - 1 ? INFINITY : S;
     colo_gpt_zero_grad(model);
     colo_zero_zero_grads(&zero);
     double loss = 0.0;
@@ -661,7 +688,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       if (pipe) {
         double l = 0.0;
         /* each micro-batch's mean is 1/M of the batch's */
-        if (pipe_step(pipe, in, tg, 1.0f / (float)(M * cfg->grad_accum * dp), &l) < 0) {
+        if (pipe_step(pipe, in, tg, bscale / (float)(M * cfg->grad_accum * dp), &l) < 0) {
           snprintf(err, errlen, "rank %d: pipeline: %s", me,
                    colo_comm_error(ppc)[0] ? colo_comm_error(ppc)
                                            : (tpc ? colo_comm_error(tpc) : "a collective failed"));
@@ -673,7 +700,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       loss += colo_gpt_forward(model, in, tg, B, T);
       /* the mean over every rank's tokens: gradients are summed over the group below */
-      colo_gpt_backward(model, 1.0f / (float)(cfg->grad_accum * dp));
+      colo_gpt_backward(model, bscale / (float)(cfg->grad_accum * dp));
       if (colo_gpt_hook_error(model) < 0) {
         snprintf(err, errlen, "rank %d: reducing gradients: %s", me,
                  colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
@@ -719,8 +746,25 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_EIO;
       goto out;
     }
+    /* the norm of the scaled gradients: an overflow shows as inf or NaN on every rank alike.
+     * Unscaling by a power of two is exact: the step is the one an unscaled run takes. */
+    float used_scale = S;
+    norm /= S;
+    gscale = clip_coef(cfg->optim.grad_clip, norm) / S;
+    int take = colo_loss_scaler_update(&scaler, norm);
+    if (take < 0) {
+      if (scaler.enabled)
+        snprintf(err, errlen,
+                 "the gradients overflowed at step %d at the smallest loss scale (1): they are "
+                 "not finite at any scale",
+                 step + 1);
+      else
+        snprintf(err, errlen, "the gradient norm became %f at step %d", (double)norm, step + 1);
+      rc = COLO_EINTERNAL;
+      goto out;
+    }
     float lr = colo_lr_at(&cfg->optim, step);
-    if (colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
+    if (take && colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
       rc = COLO_EIO;
       goto out;
@@ -734,19 +778,28 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (dump_losses) {
       dump_losses[step] = last_loss;
-      dump_norms[step] = norm;
+      dump_norms[step] = take ? norm : NAN;
+      dump_scales[step] = used_scale;
     }
     double tok_s = (double)B * T * cfg->grad_accum / dt;
-    if (!quiet)
+    if (!quiet && take)
       printf("step %6d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1,
              cfg->steps, loss, (double)lr, (double)norm, dt * 1e3, tok_s);
+    else if (!quiet)
+      printf("step %6d/%d | loss %.6f | gradients overflowed at loss scale %g: step skipped, "
+             "scale now %g\n",
+             step + 1, cfg->steps, loss, (double)used_scale, (double)scaler.scale);
     if (progress) {
       fprintf(progress,
               "{\"event\":\"step\",\"step\":%d,\"total_steps\":%d,\"loss\":%.6f,\"lr\":%.6e,"
               "\"grad_norm\":%.6f,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"memory_bytes\":%zu,"
-              "\"activation_bytes\":%zu,\"time_ms\":%lld}\n",
-              step + 1, cfg->steps, loss, (double)lr, (double)norm, dt * 1e3, tok_s,
+              "\"activation_bytes\":%zu,\"time_ms\":%lld",
+              step + 1, cfg->steps, loss, (double)lr, take ? (double)norm : 0.0, dt * 1e3, tok_s,
               colo_pool_peak(pool), colo_gpt_activation_bytes(model), (long long)wall_ms());
+      if (scaler.enabled)
+        fprintf(progress, ",\"loss_scale\":%g,\"skipped\":%s", (double)used_scale,
+                take ? "false" : "true");
+      fputs("}\n", progress);
       fflush(progress);
     }
   }
@@ -755,6 +808,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   /* the last checkpoint: at the end, or where the run was told to stop */
   if (cfg->ckpt_dir && step > start) {
     meta.step = (uint64_t)step;
+    meta.loss_scale = scaler.scale;
+    meta.loss_scale_good = scaler.good_steps;
     CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, lead,
                     ckpt_path, sizeof ckpt_path, err, errlen),
                rc, out);
@@ -766,10 +821,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dump_model(&dump, "final.", model, colo_gpt_params(model));
     dump_add(&dump, "losses", dump_losses, cfg->steps, 0);
     dump_add(&dump, "grad_norms", dump_norms, cfg->steps, 0);
+    dump_add(&dump, "loss_scales", dump_scales, cfg->steps, 0);
     CHECK_GOTO(colo_safetensors_write(dump_path, dump.t, dump.n, err, errlen), rc, out);
   }
   free(dump_losses);
   free(dump_norms);
+  free(dump_scales);
   if (progress)
     fflush(progress);
   if (final_loss)

@@ -33,9 +33,13 @@ typedef struct {
   int zero_stage;
   int tp; /* tensor-parallel degree: world = dp × tp, tensor-parallel ranks adjacent */
   int sequence_parallel;
-  int pp;            /* pipeline stages: world = pp × dp × tp */
-  int micro_batches; /* per step, through the pipeline (1F1B) */
-  int parent_pid;    /* >0: stop when the parent is no longer this process (COLO_WORKER_PID) */
+  int pp;                 /* pipeline stages: world = pp × dp × tp */
+  int micro_batches;      /* per step, through the pipeline (1F1B) */
+  float loss_scale_init;  /* > 0: dynamic loss scaling from this scale; 0: none */
+  int loss_scale_window;  /* clean steps before the scale doubles */
+  const int *plant_steps; /* tests: steps (1-based) whose gradients the last rank makes inf */
+  int n_plant;
+  int parent_pid; /* >0: stop when the parent is no longer this process (COLO_WORKER_PID) */
 } colo_train_config_t;
 
 /* Trains as configured. Returns 0 or a negative colo code with the reason in err. The final
