@@ -227,6 +227,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "train.precision=%s needs resources.device=gpu: the CPU backend is fp32",
                t->precision == COLO__V1__PRECISION__PRECISION_BF16 ? "bf16" : "fp16");
+  if (t->loss_scaling == COLO__V1__LOSS_SCALING__LOSS_SCALING_UNSPECIFIED)
+    return bad(err, errlen, "train.loss_scaling must be auto, none or dynamic");
   if (!(t->loss_scale_init >= 1.0f && t->loss_scale_init <= 16777216.0f))
     return bad(err, errlen, "train.loss_scale_init=%s must be in [1, 16777216]",
                fmt_float(t->loss_scale_init, a, sizeof a));

@@ -14,7 +14,7 @@ cleanup() {
   fi
   jobs -p | xargs -r kill -KILL 2>/dev/null || true
   pkill -KILL -f "$TMP" 2>/dev/null || true # anything still running on this test's files
-  rm -rf "$TMP"
+  [ -n "${COLO_KEEP_TMP:-}" ] || rm -rf "$TMP" # COLO_KEEP_TMP=1 keeps it, to look into
 }
 trap cleanup EXIT
 
@@ -102,4 +102,14 @@ expect_contains() {
 
 db_count() {
   sqlite3 "$1/colod.db" "SELECT count(*) FROM jobs"
+}
+
+# training_text: sets TEXT to the real text where this checkout has it (../shared/data), else to
+# a generated one in $TMP
+training_text() {
+  TEXT="$COLO_SRC/../shared/data/tinyshakespeare.txt"
+  if [ ! -f "$TEXT" ]; then
+    TEXT="$TMP/text.txt"
+    python3 -c 'import random; random.seed(3); w=["the","king","and","queen","of","night","shall","speak","to","my","lord","good"]; print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(20000)))' >"$TEXT"
+  fi
 }

@@ -78,7 +78,7 @@ for _ in $(seq 1 1200); do
   case $st in succeeded | failed | cancelled) break ;; esac
   sleep 0.1
 done
-[ "$st" = succeeded ] || fail "job $J ended $st: $(ctl status "$J"); $(tail -20 "$TMP"/worker-*.log)"
+[ "$st" = succeeded ] || fail "job $J ended $st: $(ctl status "$J"); $(tail -n 20 "$TMP"/worker-*.log)"
 # placement: each tensor-parallel group (ranks 0-1, 2-3) on one host, the two groups apart
 for r in 0 1 2 3; do
   eval "H$r=$(grep -l "job $J attempt 1 rank $r/4 started" "$TMP"/worker-*.log | sed 's/.*worker-\(.\).log/\1/')"

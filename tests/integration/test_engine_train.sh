@@ -6,12 +6,7 @@ source "$(dirname "$0")/lib.sh"
 CT="$COLO_BIN/colo-train"
 export OMP_NUM_THREADS=2
 
-# data: the real text where this checkout has it, else a generated one
-TEXT="$COLO_SRC/../shared/data/tinyshakespeare.txt"
-if [ ! -f "$TEXT" ]; then
-  TEXT="$TMP/text.txt"
-  python3 -c 'import random; random.seed(3); w=["the","king","and","queen","of","night","shall","speak","to","my","lord","good"]; print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(20000)))' >"$TEXT"
-fi
+training_text
 expect_rc 0 "$CT" prepare --input "$TEXT" --out "$TMP/data"
 expect_contains "$OUT" "$TMP/data/train.bin:"
 

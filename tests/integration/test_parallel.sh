@@ -13,11 +13,7 @@
 source "$(dirname "$0")/lib.sh"
 CT="$COLO_BIN/colo-train"
 PY=/usr/bin/python3
-TEXT="$COLO_SRC/../shared/data/tinyshakespeare.txt"
-if [ ! -f "$TEXT" ]; then
-  TEXT="$TMP/text.txt"
-  $PY -c 'import random; random.seed(3); w=["the","king","and","queen","of","night","shall","speak","to","my","lord","good"]; print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(20000)))' >"$TEXT"
-fi
+training_text
 "$CT" prepare --input "$TEXT" --out "$TMP/data" >/dev/null
 M=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 2 --n-head 2
   --n-embd 64 --block-size 32 --steps 10 --eval-interval 5 --eval-batches 2 --warmup 2 --lr 3e-3

@@ -586,6 +586,38 @@ TEST(recompute_uses_less_memory) {
   ASSERT(used[1] * 2 < used[0]);
 }
 
+/* a stand-in for device memory: counts what is live */
+static int fake_live;
+static void *fake_alloc(size_t bytes) {
+  fake_live++;
+  return calloc(1, bytes);
+}
+static void fake_free(void *p) {
+  fake_live--;
+  free(p);
+}
+
+TEST(pool_over_another_allocator) {
+  static const colo_allocator_t fake = {fake_alloc, fake_free};
+  colo_pool_t *pool = colo_pool_create_with("gpu0", 1000, &fake);
+  float *a = colo_pool_alloc(pool, 400, "a"), *b = colo_pool_alloc(pool, 500, "b");
+  ASSERT(a && b && fake_live == 2);
+  ASSERT(a[99] == 0.0f); /* zeroed */
+  ASSERT_EQ_INT(colo_pool_used(pool), 900);
+  ASSERT(colo_pool_alloc(pool, 101, "c") == NULL);
+  ASSERT_EQ_STR(colo_pool_error(pool),
+                "gpu0 memory pool: c needs 101 bytes but only 100 of 1000 are free");
+  colo_pool_free(pool, a);
+  ASSERT_EQ_INT(colo_pool_used(pool), 500);
+  ASSERT_EQ_INT(colo_pool_peak(pool), 900);
+  ASSERT(fake_live == 1);
+  int x;
+  colo_pool_free(pool, &x); /* not the pool's: ignored, not freed */
+  ASSERT_EQ_INT(colo_pool_used(pool), 500);
+  colo_pool_destroy(pool); /* frees what is left */
+  ASSERT(fake_live == 0);
+}
+
 TEST(pool_capacity_is_enforced) {
   setup();
   colo_pool_t *pool = new_pool(100000);

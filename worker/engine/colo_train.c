@@ -115,6 +115,9 @@ static void train_usage(void) {
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant\n"
+      "  --device cpu|gpu      the CPU backend, or the CUDA one (one GPU: world 1, ZeRO 0)\n"
+      "  --gpu N               which GPU (default 0; a worker sets CUDA_VISIBLE_DEVICES)\n"
+      "  --tf32 true|false     GPU: TF32 tensor cores for the matrix products (default false)\n"
       "  --loss-scaling auto|none|dynamic   dynamic loss scaling (auto: on under fp16)\n"
       "  --loss-scale-init X --loss-scale-window N   its first scale and doubling window\n"
       "  --plant-overflow S[,S...]  fault injection for tests: the last rank's gradients of\n"
@@ -166,6 +169,8 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"beta2", "optimizer: {beta2: %s}"},
       {"schedule", "optimizer: {schedule: %s}"},
       {"loss-scaling", "train: {loss_scaling: %s}"},
+      {"device", "resources: {device: %s}"},
+      {"tf32", "train: {tf32: %s}"},
       {"loss-scale-init", "train: {loss_scale_init: %s}"},
       {"loss-scale-window", "train: {loss_scale_window: %s}"},
       {"ckpt-interval", "checkpoint: {interval: %s}"},
@@ -302,6 +307,7 @@ static int launch(int world, int comm_timeout_ms) {
 static int cmd_train(int argc, char **argv) {
   const char *job = NULL, *data_root = ".", *ckpt_dir = NULL, *resume = NULL, *progress = NULL;
   const char *dump = NULL, *plant = NULL;
+  int gpu = 0;
   int threads = 0, stop_at = 0, quiet = 0, recompute = -1, progress_fd = -1, nproc = 1;
   int comm_timeout = 60000;
   long memory_mib = 0;
@@ -358,6 +364,8 @@ static int cmd_train(int argc, char **argv) {
       dump = val;
     else if (!strcmp(flag, "plant-overflow"))
       plant = val;
+    else if (!strcmp(flag, "gpu"))
+      gpu = val ? atoi(val) : 0;
     else if (!strcmp(flag, "nproc"))
       nproc = val ? atoi(val) : 0;
     else if (!strcmp(flag, "comm-timeout"))
@@ -473,6 +481,17 @@ static int cmd_train(int argc, char **argv) {
   cfg.pp = (int)spec->parallel->pp;
   cfg.micro_batches = (int)spec->parallel->micro_batches;
   const Colo__V1__TrainSpec *ts = spec->train;
+  cfg.device = spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU;
+  cfg.gpu = gpu;
+  cfg.tf32 = ts->tf32;
+  if (cfg.device && ts->precision != COLO__V1__PRECISION__PRECISION_FP32) {
+    fprintf(stderr,
+            "colo-train train: train.precision=%s: this build's CUDA backend computes in fp32 "
+            "(with train.tf32 for TF32 products); bf16 and fp16 are not built yet\n",
+            ts->precision == COLO__V1__PRECISION__PRECISION_BF16 ? "bf16" : "fp16");
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return 1;
+  }
   int scaling = ts->loss_scaling == COLO__V1__LOSS_SCALING__LOSS_SCALING_DYNAMIC ||
                 (ts->loss_scaling == COLO__V1__LOSS_SCALING__LOSS_SCALING_AUTO &&
                  ts->precision == COLO__V1__PRECISION__PRECISION_FP16);

@@ -4,14 +4,27 @@
  * Shapes: N = B·T rows. Weights use HuggingFace GPT-2's Conv1D layout, w[C_in][C_out], so
  * checkpoints load into HF unchanged. Every *_bwd ACCUMULATES into its outputs (dinp, dw, db);
  * callers zero what must start from zero. Any output pointer of a *_bwd may be NULL to skip it.
+ * Token and target arrays (int) live in the backend's memory like the rest.
  */
 #ifndef COLO_BACKEND_H
 #define COLO_BACKEND_H
 
 #include <stddef.h>
 
+#include "../core/pool.h"
+
 typedef struct colo_backend_s {
   const char *name;
+
+  /* Where the pointers below live. device 0: host memory, the process's own pointers (the CPU
+   * backend). device 1: the backend's memory (a GPU); the model and the loop reach it only
+   * through these four and allocate it from a pool made with `allocator`. */
+  int device;
+  const colo_allocator_t *allocator; /* NULL: the host pool's */
+  void (*zero)(void *p, size_t bytes);
+  void (*copy)(void *dst, const void *src, size_t bytes);      /* within the backend's memory */
+  void (*to_host)(void *dst, const void *src, size_t bytes);   /* backend memory → host */
+  void (*from_host)(void *dst, const void *src, size_t bytes); /* host → backend memory */
 
   /* out[N][OC] = inp[N][C] · w[C][OC] + b[OC]   (b may be NULL) */
   void (*matmul_fwd)(float *out, const float *inp, const float *w, const float *b, int N, int C,
@@ -79,6 +92,14 @@ typedef struct colo_backend_s {
 
 /* fp32 on the host: OpenBLAS for matrix products, OpenMP for the rest. */
 const colo_backend_t *colo_backend_cpu(void);
+
+/* The CUDA backend on GPU `ordinal`: fp32 storage and accumulation, cuBLAS for the products
+ * (TF32 tensor cores when tf32 is set), kernels of our own for the rest. NULL when this build
+ * has no CUDA or the GPU cannot be used; err says why. One GPU per process: later calls return
+ * the first one's table (and set its TF32 mode). */
+const colo_backend_t *colo_backend_cuda(int ordinal, int tf32, char *err, size_t errlen);
+/* Whether this build has the CUDA backend (1) or not (0). */
+int colo_backend_cuda_built(void);
 
 /* Sets the threads OpenMP and OpenBLAS use (0: leave as the environment says). */
 void colo_backend_cpu_set_threads(int n);

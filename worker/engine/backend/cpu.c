@@ -493,8 +493,24 @@ static void scale(float *x, float s, size_t n) {
     x[i] *= s;
 }
 
+/* ---- memory: the host's ---- */
+
+static void zero(void *p, size_t bytes) {
+  memset(p, 0, bytes);
+}
+
+static void copy(void *dst, const void *src, size_t bytes) {
+  memmove(dst, src, bytes);
+}
+
 static const colo_backend_t CPU = {
     .name = "cpu",
+    .device = 0,
+    .allocator = NULL,
+    .zero = zero,
+    .copy = copy,
+    .to_host = copy,
+    .from_host = copy,
     .matmul_fwd = matmul_fwd,
     .matmul_bwd = matmul_bwd,
     .lmhead_fwd = lmhead_fwd,

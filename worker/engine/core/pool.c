@@ -1,5 +1,6 @@
-/* The CPU memory pool: aligned host allocations with a capacity and a peak counter. Each block
- * carries a 64-byte header recording its size, so frees are exact. */
+/* Memory pools: allocations with a capacity and a peak counter. A host block carries a 64-byte
+ * header recording its size, so frees are exact; another allocator's blocks (device memory, which
+ * the host cannot write a header into) are recorded in a table instead. */
 #include "pool.h"
 
 #include <stdio.h>
@@ -8,23 +9,63 @@
 
 #define ALIGN 64
 
+typedef struct {
+  void *p;
+  size_t bytes;
+} block_t;
+
 struct colo_pool_s {
   char name[32];
   size_t capacity, used, peak;
   char error[256];
+  const colo_allocator_t *a; /* NULL: host memory with headers */
+  block_t *blocks;           /* another allocator's live blocks (a few hundred per model) */
+  size_t n_blocks, cap_blocks;
 };
 
 colo_pool_t *colo_pool_create(const char *name, size_t capacity) {
+  return colo_pool_create_with(name, capacity, NULL);
+}
+
+colo_pool_t *colo_pool_create_with(const char *name, size_t capacity, const colo_allocator_t *a) {
   colo_pool_t *p = calloc(1, sizeof *p);
   if (!p)
     return NULL;
   snprintf(p->name, sizeof p->name, "%s", name);
   p->capacity = capacity;
+  p->a = a;
   return p;
 }
 
 void colo_pool_destroy(colo_pool_t *pool) {
+  if (!pool)
+    return;
+  for (size_t i = 0; i < pool->n_blocks; i++)
+    pool->a->free(pool->blocks[i].p);
+  free(pool->blocks);
   free(pool);
+}
+
+static void *alloc_other(colo_pool_t *pool, size_t bytes, const char *what) {
+  if (pool->n_blocks == pool->cap_blocks) {
+    size_t cap = pool->cap_blocks ? 2 * pool->cap_blocks : 256;
+    block_t *b = realloc(pool->blocks, cap * sizeof *b);
+    if (!b) {
+      snprintf(pool->error, sizeof pool->error, "%s memory pool: no host memory to record %s",
+               pool->name, what);
+      return NULL;
+    }
+    pool->blocks = b;
+    pool->cap_blocks = cap;
+  }
+  void *p = pool->a->alloc(bytes ? bytes : 1);
+  if (!p) {
+    snprintf(pool->error, sizeof pool->error, "%s memory pool: the device has no %zu bytes for %s",
+             pool->name, bytes, what);
+    return NULL;
+  }
+  pool->blocks[pool->n_blocks++] = (block_t){p, bytes};
+  return p;
 }
 
 void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what) {
@@ -33,6 +74,15 @@ void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what) {
              "%s memory pool: %s needs %zu bytes but only %zu of %zu are free", pool->name, what,
              bytes, pool->capacity - pool->used, pool->capacity);
     return NULL;
+  }
+  if (pool->a) {
+    void *p = alloc_other(pool, bytes, what);
+    if (p) {
+      pool->used += bytes;
+      if (pool->used > pool->peak)
+        pool->peak = pool->used;
+    }
+    return p;
   }
   size_t total = ALIGN + ((bytes + ALIGN - 1) / ALIGN) * ALIGN;
   char *base = aligned_alloc(ALIGN, total);
@@ -52,6 +102,16 @@ void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what) {
 void colo_pool_free(colo_pool_t *pool, void *p) {
   if (!p)
     return;
+  if (pool->a) {
+    for (size_t i = pool->n_blocks; i-- > 0;) /* newest first: frees mostly mirror allocations */
+      if (pool->blocks[i].p == p) {
+        pool->used -= pool->blocks[i].bytes;
+        pool->a->free(p);
+        pool->blocks[i] = pool->blocks[--pool->n_blocks];
+        return;
+      }
+    return; /* not this pool's: a caller bug, but never a double free */
+  }
   char *base = (char *)p - ALIGN;
   pool->used -= *(size_t *)base;
   free(base);

@@ -8,12 +8,21 @@
 
 typedef struct colo_pool_s colo_pool_t;
 
+/* Memory other than the host's (a GPU's): alloc returns zeroed memory or NULL. */
+typedef struct {
+  void *(*alloc)(size_t bytes);
+  void (*free)(void *p);
+} colo_allocator_t;
+
 /* capacity 0: unlimited. name appears in messages ("cpu"). */
 colo_pool_t *colo_pool_create(const char *name, size_t capacity);
+/* A pool over another allocator (NULL: the host's); its blocks are recorded in a table, since
+ * their memory cannot carry a header. */
+colo_pool_t *colo_pool_create_with(const char *name, size_t capacity, const colo_allocator_t *a);
 void colo_pool_destroy(colo_pool_t *pool);
 
-/* Zeroed, 64-byte aligned. NULL when the capacity would be exceeded or the system has no
- * memory; colo_pool_error() then says which and how much. */
+/* Zeroed, 64-byte aligned (the allocator's alignment for another allocator). NULL when the capacity
+ * would be exceeded or the system has no memory; colo_pool_error() then says which and how much. */
 void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what);
 void colo_pool_free(colo_pool_t *pool, void *p);
 

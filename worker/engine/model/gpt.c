@@ -71,8 +71,9 @@ struct colo_gpt_s {
   float *lnf, *lnf_mean, *lnf_rstd;
   float *logits; /* [N][V]; holds probs after a forward with targets, then dlogits */
   float *losses; /* [N] */
-  int *targets;  /* copy of the last forward's targets */
-  int *inputs;
+  int *targets;  /* copy of the last forward's targets, in the backend's memory */
+  int *inputs;   /* and of its inputs */
+  float *host; /* host scratch for the loss: [N] losses, then gmax, gsum, tlogit, gather [tp][N] */
   int B, T, have_targets;
   /* gradient scratch for one block */
   float *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dtmp;
@@ -321,9 +322,8 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->resid = calloc((size_t)L + 1, sizeof *m->resid);
   int nl = recompute ? 1 : m->l_hi - m->l_lo;
   m->layers = calloc((size_t)nl, sizeof *m->layers);
-  m->targets = calloc(N, sizeof *m->targets);
-  m->inputs = calloc(N, sizeof *m->inputs);
-  if (!m->table || !m->full_table || !m->resid || !m->layers || !m->targets || !m->inputs) {
+  m->host = calloc(N * ((size_t)tp + 4), sizeof *m->host);
+  if (!m->table || !m->full_table || !m->resid || !m->layers || !m->host) {
     snprintf(err, errlen, "out of memory");
     colo_gpt_destroy(m);
     return COLO_ENOMEM;
@@ -372,6 +372,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (!(*rest[i].p = colo_pool_alloc(pool, rest[i].n * sizeof(float), "activations")))
       rc = COLO_ENOMEM;
+  if (rc == 0 && (!(m->inputs = colo_pool_alloc(pool, N * sizeof(int), "tokens")) ||
+                  !(m->targets = colo_pool_alloc(pool, N * sizeof(int), "tokens"))))
+    rc = COLO_ENOMEM;
   if (rc < 0) {
     snprintf(err, errlen, "%s", colo_pool_error(pool));
     colo_gpt_destroy(m);
@@ -421,8 +424,9 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   free(m->full_table);
   free(m->gt);
   free(m->pt);
-  free(m->targets);
-  free(m->inputs);
+  colo_pool_free(p, m->targets);
+  colo_pool_free(p, m->inputs);
+  free(m->host);
   free(m);
 }
 
@@ -454,6 +458,8 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
     if (m->full_table[i].numel > biggest)
       biggest = m->full_table[i].numel;
   float *full = malloc(biggest * sizeof *full);
+  /* device memory is written from host staging, a tensor at a time */
+  float *stage = m->be->device ? malloc(biggest * sizeof *stage) : NULL;
   for (size_t gi = 0; gi < m->n_full; gi++) {
     const colo_param_t *f = &m->full_table[gi];
     const char *n = f->name;
@@ -467,12 +473,15 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
       const colo_param_t *p = &m->table[i];
       if (p->full_offset != f->offset)
         continue;
-      float *x = m->params + p->offset;
+      float *x = stage ? stage : m->params + p->offset;
       for (size_t k = 0; k < p->numel; k++)
         x[k] = full[colo_param_full_index(p, m->tpr, m->tp, k)];
+      if (stage)
+        m->be->from_host(m->params + p->offset, stage, p->numel * sizeof(float));
     }
   }
   free(full);
+  free(stage);
 }
 
 void colo_gpt_set_sequence_parallel(colo_gpt_t *m, int on) {
@@ -557,23 +566,29 @@ static void block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const float *in
 static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
   const colo_backend_t *be = m->be;
   int tp = m->tp, Vl = m->Vl;
+  float *losses = m->host, *gmax = losses + N, *gsum = gmax + N, *tlogit = gsum + N,
+        *gather = tlogit + N;
   be->vocab_max(m->gather + (size_t)m->tpr * N, m->logits, N, Vl);
   if (m->tp_comm->ops->all_gather(m->tp_comm, m->gather, (size_t)N) < 0) {
     m->hook_error = COLO_EIO;
     return;
   }
+  be->to_host(gather, m->gather, (size_t)tp * N * sizeof(float));
   for (int n = 0; n < N; n++) {
-    float g = m->gather[n];
+    float g = gather[n];
     for (int t = 1; t < tp; t++)
-      g = fmaxf(g, m->gather[(size_t)t * N + n]);
-    m->gmax[n] = g;
+      g = fmaxf(g, gather[(size_t)t * N + n]);
+    gmax[n] = g;
   }
+  be->from_host(m->gmax, gmax, (size_t)N * sizeof(float));
   be->vocab_sumexp(m->gsum, m->logits, m->gmax, N, Vl);
   be->vocab_target(m->tlogit, m->logits, targets, m->v0, N, Vl);
   if (tp_sum(m, m->gsum, (size_t)N) < 0 || tp_sum(m, m->tlogit, (size_t)N) < 0)
     return;
-  for (int n = 0; n < N; n++)
-    m->losses[n] = logf(m->gsum[n]) + m->gmax[n] - m->tlogit[n];
+  be->to_host(gsum, m->gsum, (size_t)N * sizeof(float));
+  be->to_host(tlogit, m->tlogit, (size_t)N * sizeof(float));
+  for (int n = 0; n < N; n++) /* into host scratch: the caller takes the mean there */
+    losses[n] = logf(gsum[n]) + gmax[n] - tlogit[n];
 }
 
 const float *colo_gpt_stage_output(const colo_gpt_t *m) {
@@ -601,21 +616,21 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   m->B = B;
   m->T = T;
   if (inputs)
-    memcpy(m->inputs, inputs, (size_t)N * sizeof(int));
+    be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (m->first) {
     if (fetch(m, (size_t)m->i_wte, 2) < 0) /* wte and wpe, adjacent on the first stage */
       return NAN;
     /* vocab-parallel embedding: each shard adds its rows, the first also the positions */
-    be->encoder_fwd(m->encoded, inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
+    be->encoder_fwd(m->encoded, m->inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
                     m->v0 + Vl);
     release(m, (size_t)m->i_wte, 2);
     if ((m->sp ? rows_reduce_scatter(m, m->encoded, rowf) : tp_sum(m, m->encoded, (size_t)N * C)) <
         0)
       return NAN;
   } else { /* the previous stage's output */
-    memcpy(m->resid[m->l_lo] + off, x_in + off, rowf * sizeof(float));
+    be->copy(m->resid[m->l_lo] + off, x_in + off, rowf * sizeof(float));
   }
   for (int l = m->l_lo; l < m->l_hi; l++) {
     size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
@@ -640,18 +655,19 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   m->have_targets = targets != NULL;
   if (!targets)
     return 0.0f;
-  memcpy(m->targets, targets, (size_t)N * sizeof(int));
+  be->from_host(m->targets, targets, (size_t)N * sizeof(int));
   if (m->tp_comm) {
-    vocab_parallel_loss(m, targets, N);
+    vocab_parallel_loss(m, m->targets, N); /* the losses into m->host */
     if (m->hook_error)
       return NAN;
   } else {
-    be->crossentropy_fwd(m->losses, m->logits, m->logits, targets, N, Vl);
+    be->crossentropy_fwd(m->losses, m->logits, m->logits, m->targets, N, Vl);
+    be->to_host(m->host, m->losses, (size_t)N * sizeof(float));
   }
   /* mean in double, in order: the loss a test compares must not depend on threads */
   double s = 0.0;
   for (int n = 0; n < N; n++)
-    s += m->losses[n];
+    s += m->host[n];
   return (float)(s / N);
 }
 
@@ -664,7 +680,7 @@ const float *colo_gpt_logits(const colo_gpt_t *m) {
 
 void colo_gpt_zero_grad(colo_gpt_t *m) {
   if (m->grads)
-    memset(m->grads, 0, m->n_params * sizeof(float));
+    m->be->zero(m->grads, m->n_params * sizeof(float));
   m->hook_error = 0;
 }
 
@@ -743,14 +759,12 @@ static void ln_bwd_rows(colo_gpt_t *m, float *dinp, float *dw, float *db, const 
     m->be->layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
     return;
   }
-  memset(m->lnscratch, 0, 2 * (size_t)C * sizeof(float));
+  m->be->zero(m->lnscratch, 2 * (size_t)C * sizeof(float));
   m->be->layernorm_bwd(dinp, m->lnscratch, m->lnscratch + C, dout, inp, w, mean, rstd, rows, C);
   if (tp_sum(m, m->lnscratch, 2 * (size_t)C) < 0)
     return;
-  for (int i = 0; i < C; i++) {
-    dw[i] += m->lnscratch[i];
-    db[i] += m->lnscratch[C + i];
-  }
+  m->be->add(dw, dw, m->lnscratch, (size_t)C);
+  m->be->add(db, db, m->lnscratch + C, (size_t)C);
 }
 
 /* The residual gradient as the products' backward needs it: all rows (gathered under sequence
@@ -758,7 +772,7 @@ static void ln_bwd_rows(colo_gpt_t *m, float *dinp, float *dw, float *db, const 
 static const float *full_rows(colo_gpt_t *m, size_t off, size_t rowf) {
   if (!m->sp)
     return m->dres;
-  memcpy(m->dfull + off, m->dres + off, rowf * sizeof(float));
+  m->be->copy(m->dfull + off, m->dres + off, rowf * sizeof(float));
   rows_gather(m, m->dfull, rowf);
   return m->dfull;
 }
@@ -780,8 +794,8 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (!m->last) { /* the gradient of this stage's output, from the next stage */
-    memset(m->dres, 0, NC * sizeof(float));
-    memcpy(m->dres + off, d_out + off, rowf * sizeof(float));
+    be->zero(m->dres, NC * sizeof(float));
+    be->copy(m->dres + off, d_out + off, rowf * sizeof(float));
     goto blocks;
   }
   /* loss -> logits (in place) -> final LayerNorm */
@@ -796,11 +810,11 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
       grads_begin(m, il, 2) < 0 || fetch(m, iw, 1) < 0 || fetch(m, il, 2) < 0)
     return;
   /* a column-parallel product's input gradient is a partial sum: the group adds them */
-  memset(m->dln, 0, NC * sizeof(float));
+  be->zero(m->dln, NC * sizeof(float));
   be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, WTE(m), N, C, Vl);
   if (reduce_dln(m, rowf, NC) < 0)
     return;
-  memset(m->dres, 0, NC * sizeof(float));
+  be->zero(m->dres, NC * sizeof(float));
   ln_bwd_rows(m, m->dres + off, DLNFW(m), DLNFB(m), m->dln + off, m->resid[L] + off, LNFW(m),
               m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
   release(m, il, 2);
@@ -822,12 +836,12 @@ blocks:
       return;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
     const float *dout = full_rows(m, off, rowf);
-    memset(m->dfch_gelu, 0, (size_t)N * Cf * sizeof(float));
+    be->zero(m->dfch_gelu, (size_t)N * Cf * sizeof(float));
     be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, a->fch_gelu,
                    P(m, l, P_FCPROJW), N, Cf, C);
-    memset(m->dfch, 0, (size_t)N * Cf * sizeof(float));
+    be->zero(m->dfch, (size_t)N * Cf * sizeof(float));
     be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, (size_t)N * Cf);
-    memset(m->dln, 0, NC * sizeof(float));
+    be->zero(m->dln, NC * sizeof(float));
     be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, a->ln2, P(m, l, P_FCW), N, C,
                    Cf);
     if (reduce_dln(m, rowf, NC) < 0)
@@ -836,12 +850,12 @@ blocks:
                 P(m, l, P_LN2W), a->ln2_mean + r0, a->ln2_rstd + r0, Nl, C);
     /* attention: res2 = in + attproj(attn(qkv(ln1(in)))) */
     dout = full_rows(m, off, rowf);
-    memset(m->datty, 0, (size_t)N * Cq * sizeof(float));
+    be->zero(m->datty, (size_t)N * Cq * sizeof(float));
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty,
                    P(m, l, P_ATTPROJW), N, Cq, C);
-    memset(m->dqkv, 0, (size_t)N * 3 * Cq * sizeof(float));
+    be->zero(m->dqkv, (size_t)N * 3 * Cq * sizeof(float));
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att, B, T, Cq, m->NHl);
-    memset(m->dln, 0, NC * sizeof(float));
+    be->zero(m->dln, NC * sizeof(float));
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, P(m, l, P_QKVW), N, C,
                    3 * Cq);
     if (reduce_dln(m, rowf, NC) < 0)

@@ -99,9 +99,9 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed);
 /* Forward over inputs[B][T]; with targets returns the mean cross-entropy, else 0. B ≤ max_B,
  * T ≤ block_size. */
 float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T);
-/* Probabilities of the last forward, probs[B][T][V]. */
+/* Probabilities of the last forward, probs[B][T][V], in the backend's memory. */
 const float *colo_gpt_probs(const colo_gpt_t *m);
-/* Logits of the last forward without targets, logits[B][T][V]. */
+/* Logits of the last forward without targets, logits[B][T][V], in the backend's memory. */
 const float *colo_gpt_logits(const colo_gpt_t *m);
 
 /* Gradient hooks, for ZeRO stage 2: with them set, the model holds no gradient buffer of its

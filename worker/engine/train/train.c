@@ -57,9 +57,15 @@ static void dump_add(dump_t *d, const char *name, const float *data, int d0, int
   d->n++;
 }
 
-static void dump_model(dump_t *d, const char *prefix, colo_gpt_t *m, const float *base) {
+/* host: the model's buffers when they are in device memory (NULL on the CPU backend) */
+static void dump_model(dump_t *d, const char *prefix, colo_gpt_t *m, const float *base,
+                       const colo_backend_t *be, float *host) {
   size_t nt;
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
+  if (be->device) {
+    be->to_host(host, base, colo_gpt_num_params(m) * sizeof(float));
+    base = host;
+  }
   for (size_t i = 0; i < nt; i++) {
     char name[160];
     snprintf(name, sizeof name, "%s%s", prefix, tab[i].name);
@@ -332,10 +338,19 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
  * rank takes part), so the checkpoint is the same whatever the layout and resumes under any. */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
                 colo_adamw_t *opt, colo_zero_t *zero, float *full_m, float *full_v, float *full_p,
-                colo_comm_t *tpc, colo_comm_t *ppc, float **whole, int lead, char *path,
-                size_t path_len, char *err, size_t errlen) {
+                colo_comm_t *tpc, colo_comm_t *ppc, float **whole, const colo_backend_t *be,
+                float **host, int lead, char *path, size_t path_len, char *err, size_t errlen) {
   colo_adamw_t whole_opt = *opt;
   meta->adam_t = opt->t;
+  if (be->device) { /* one GPU, no sharding (checked at the start): copy the state out */
+    size_t bytes = colo_gpt_num_params(model) * sizeof(float);
+    be->to_host(host[0], colo_gpt_params(model), bytes);
+    be->to_host(host[1], opt->m, bytes);
+    be->to_host(host[2], opt->v, bytes);
+    full_p = host[0];
+    whole_opt.m = host[1];
+    whole_opt.v = host[2];
+  }
   if (full_p && colo_zero_gather_params(zero, full_p) < 0) {
     snprintf(err, errlen, "gathering the parameters: %s", colo_comm_error(zero->comm));
     return COLO_EIO;
@@ -384,6 +399,7 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
 int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
                    size_t errlen) {
   const colo_backend_t *be = colo_backend_cpu();
+  float *hostbuf[3] = {NULL, NULL, NULL}; /* GPU: host copies of parameters and moments */
   int B = cfg->batch_size, T = cfg->model.block_size, rc = 0;
   colo_shard_t train = {0}, val = {0};
   colo_pool_t *pool = NULL;
@@ -411,6 +427,24 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   pipe_t pipe_s = {0}, *pipe = NULL;
   int M = pp > 1 && cfg->micro_batches > 1 ? cfg->micro_batches : 1;
 
+  if (cfg->device) {
+    /* one GPU per rank; this build's loop keeps the state on it only without sharding */
+    if ((cfg->world > 1 ? cfg->world : 1) > 1 || cfg->zero_stage > 0) {
+      snprintf(err, errlen,
+               "the CUDA backend trains on one GPU in this build: dp×tp×pp must be 1 and "
+               "zero_stage 0 (this job has %d ranks, ZeRO stage %d)",
+               cfg->world > 1 ? cfg->world : 1, cfg->zero_stage);
+      rc = COLO_EINVAL;
+      goto out;
+    }
+    char why[256];
+    if (!(be = colo_backend_cuda(cfg->gpu, cfg->tf32, why, sizeof why))) {
+      snprintf(err, errlen, "resources.device=gpu: %s", why);
+      be = colo_backend_cpu();
+      rc = COLO_EINVAL;
+      goto out;
+    }
+  }
   if (cfg->seed >= (1ull << 53)) {
     snprintf(err, errlen,
              "train.seed=%llu must be below 2^53 (checkpoints store it as a JSON "
@@ -490,7 +524,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   } else {
     dp_comm = comm;
   }
-  pool = colo_pool_create("cpu", cfg->memory_limit);
+  pool = colo_pool_create_with(be->device ? "gpu" : "cpu", cfg->memory_limit, be->allocator);
   colo_gpt_stage_t stage = {pp_idx * cfg->model.n_layer / pp,
                             (pp_idx + 1) * cfg->model.n_layer / pp, pp_idx == 0, pp_idx == pp - 1};
   CHECK_GOTO(colo_gpt_create_stage(&cfg->model, B / M, cfg->recompute, be, tpc,
@@ -537,6 +571,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   in = malloc((size_t)B * T * sizeof *in);
   tg = malloc((size_t)B * T * sizeof *tg);
+  for (int k = 0; k < 3 && be->device; k++)
+    if (!(hostbuf[k] = malloc(colo_gpt_num_params(model) * sizeof(float)))) {
+      snprintf(err, errlen, "no host memory to stage checkpoints of %zu parameters",
+               colo_gpt_num_params(model));
+      rc = COLO_ENOMEM;
+      goto out;
+    }
 
   int start = 0;
   char ckpt_path[1200] = "";
@@ -569,6 +610,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         tp_shard(model, whole[1], full.m);
         tp_shard(model, whole[2], full.v);
         full.t = w.t;
+      } else if (be->device) { /* into host memory, then onto the GPU */
+        colo_adamw_t h = full;
+        h.m = hostbuf[1];
+        h.v = hostbuf[2];
+        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, hostbuf[0], &h, 0, err, errlen), rc, out);
+        size_t bytes = colo_gpt_num_params(model) * sizeof(float);
+        be->from_host(colo_gpt_params(model), hostbuf[0], bytes);
+        be->from_host(full.m, hostbuf[1], bytes);
+        be->from_host(full.v, hostbuf[2], bytes);
+        full.t = h.t;
       } else {
         CHECK_GOTO(colo_ckpt_load(dir, &meta, model, NULL, &full, 0, err, errlen), rc, out);
       }
@@ -617,15 +668,21 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     printf("pipeline: %d stages; stage 0 holds blocks [0, %d) and %zu of the model's %zu "
            "parameters\n",
            pp, cfg->model.n_layer / pp, n_params, colo_gpt_full_numel(model));
+  char threads_or_gpu[64];
+  if (be->device)
+    snprintf(threads_or_gpu, sizeof threads_or_gpu, "GPU %d (fp32%s)", cfg->gpu,
+             cfg->tf32 ? ", TF32 products" : "");
+  else
+    snprintf(threads_or_gpu, sizeof threads_or_gpu, "%d threads", colo_backend_cpu_threads());
   if (!cfg->quiet && lead)
     printf("model: %d layers, %d heads, %d wide, block %d, vocab %d: %zu parameters; batch %d x "
-           "accum %d x %d tokens; %d threads; memory %.1f MiB\n",
+           "accum %d x %d tokens; %s; %s memory %.1f MiB\n",
            cfg->model.n_layer, cfg->model.n_head, cfg->model.n_embd, T, cfg->model.vocab_size,
-           n_params, B, cfg->grad_accum, T, colo_backend_cpu_threads(),
+           n_params, B, cfg->grad_accum, T, threads_or_gpu, be->device ? "GPU" : "host",
            (double)colo_pool_used(pool) / (1 << 20));
   const char *dump_path = lead ? cfg->dump_path : NULL;
   if (dump_path)
-    dump_model(&dump, "init.", model, colo_gpt_params(model));
+    dump_model(&dump, "init.", model, colo_gpt_params(model), be, hostbuf[0]);
   float *dump_losses = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
   float *dump_norms = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
   float *dump_scales = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
@@ -656,8 +713,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       meta.step = (uint64_t)step;
       meta.loss_scale = scaler.scale;
       meta.loss_scale_good = scaler.good_steps;
-      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, lead,
-                      ckpt_path, sizeof ckpt_path, err, errlen),
+      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, be,
+                      hostbuf, lead, ckpt_path, sizeof ckpt_path, err, errlen),
                  rc, out);
       report_checkpoint(progress, step, ckpt_path);
     }
@@ -736,7 +793,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       loss = (double)l / dp;
     }
     if (dump_path && step == start && colo_gpt_grads(model))
-      dump_model(&dump, "grad.", model, colo_gpt_grads(model));
+      dump_model(&dump, "grad.", model, colo_gpt_grads(model), be, hostbuf[0]);
     float gscale, norm;
     if (ppc ? pp_grad_norm(be, model, tpc, ppc, cfg->optim.grad_clip, &norm, &gscale) < 0
         : tpc && cfg->zero_stage < 2
@@ -810,15 +867,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     meta.step = (uint64_t)step;
     meta.loss_scale = scaler.scale;
     meta.loss_scale_good = scaler.good_steps;
-    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, lead,
-                    ckpt_path, sizeof ckpt_path, err, errlen),
+    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, be,
+                    hostbuf, lead, ckpt_path, sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
     report_checkpoint(progress, step, ckpt_path);
   }
   if (dump_path && colo_gpt_params(model)) {
-    dump_model(&dump, "final.", model, colo_gpt_params(model));
+    dump_model(&dump, "final.", model, colo_gpt_params(model), be, hostbuf[0]);
     dump_add(&dump, "losses", dump_losses, cfg->steps, 0);
     dump_add(&dump, "grad_norms", dump_norms, cfg->steps, 0);
     dump_add(&dump, "loss_scales", dump_scales, cfg->steps, 0);
@@ -836,8 +893,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 out:
   if (rc < 0 && comm && world > 1)
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
-  for (int k = 0; k < 3; k++)
+  for (int k = 0; k < 3; k++) {
     free(whole[k]);
+    free(hostbuf[k]);
+  }
   if (tpc)
     tpc->ops->destroy(tpc);
   if (ppc)

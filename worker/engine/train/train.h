@@ -21,7 +21,9 @@ typedef struct {
   const char *ckpt_dir;              /* NULL: no checkpoints */
   const char *resume;                /* NULL, "auto" (newest valid in ckpt_dir) or a directory */
   int stop_at;                       /* >0: save a checkpoint and stop after this many steps */
-  size_t memory_limit;               /* bytes for the CPU pool, 0: unlimited */
+  size_t memory_limit;               /* bytes for the memory pool, 0: unlimited */
+  int device;                        /* 0: the CPU backend; 1: the CUDA backend on GPU `gpu` */
+  int gpu, tf32;                     /* tf32: TF32 tensor cores for the products */
   FILE *progress;                    /* JSON lines, or NULL */
   int quiet;                         /* no per-step line on stdout */
   const char *dump_path;             /* reference dump for tests, or NULL */

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# bench/engine_gpu: colo-train on one GPU. Needs a GPU; run it where one is at hand:
+#   bash bench/engine_gpu/run.sh [STEPS]
+# Writes bench/results/engine_gpu.md (with the GPU named) and engine_gpu_tests.log:
+#   1. the CUDA test suite (test_cuda: every operation against the CPU one, the whole model);
+#   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps: tokens/s and MFU
+#      (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU, same
+#      model (tests/engine/torch_gpt2.py), side by side in this run, as a ratio;
+#   3. a 350M model (24L/16H/1024, T=1024) with recomputation: peak pool memory next to
+#      16Φ + activations;
+#   4. correctness: 1,000 steps on tinyshakespeare on the GPU and on the CPU, validation losses.
+# Token data for 2 and 3 is random over GPT-2's 50257 tokens: throughput does not depend on it.
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+STEPS=${1:-30}
+source "$SRC/bench/lib.sh"
+bench_setup colo-train test_cuda
+RES="$SRC/bench/results"
+GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
+[ -n "$GPU" ] || GPU="unknown GPU (nvidia-smi did not answer)"
+export ASAN_OPTIONS=protect_shadow_gap=0
+
+echo "== 1. CUDA tests on $GPU"
+{
+  echo "# test_cuda on $GPU, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$SRC" rev-parse --short HEAD)"
+  "$BUILD/bin/test_cuda"
+} 2>&1 | tee "$RES/engine_gpu_tests.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || echo "test_cuda failed: see $RES/engine_gpu_tests.log"
+
+python3 - "$TMP/gpt2" <<'PY'
+import os, sys, numpy as np
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(0)
+for name, n in (("train.bin", 8 << 20), ("val.bin", 1 << 20)):
+    hdr = np.zeros(256, dtype=np.int32); hdr[0], hdr[1], hdr[2] = 20240520, 1, n
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(hdr.tobytes()); f.write(rng.integers(0, 50257, n, dtype=np.uint16).tobytes())
+PY
+
+# colo: median step over the steps after a warm-up of 5; the model line and peak memory
+colo_run() { # name L H C T B extra...
+  local name=$1 L=$2 H=$3 C=$4 T=$5 B=$6
+  shift 6
+  "$CT" train --data-root "$TMP/gpt2" --train-data train.bin --eval-interval 0 --n-layer "$L" \
+    --n-head "$H" --n-embd "$C" --block-size "$T" --vocab-size 50304 --batch-size "$B" \
+    --steps "$STEPS" --lr 1e-4 --device gpu --quiet --progress "$TMP/$name.jsonl" "$@" ||
+    echo "{\"event\":\"error\",\"name\":\"$name\"}" >>"$TMP/$name.jsonl"
+}
+echo "== 2. GPT-2 124M"
+colo_run c124 12 12 768 1024 8 --tf32 true
+colo_run c124fp32 12 12 768 1024 8
+for dt in bf16 tf32; do
+  /usr/bin/python3 "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer 12 --n-head 12 --n-embd 768 \
+    --block-size 1024 --batch-size 8 --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
+    --data "$TMP/gpt2/train.bin" --dtype "$dt" >"$TMP/torch-$dt.json" 2>"$TMP/torch-$dt.err" ||
+    echo "{\"impl\":\"pytorch\",\"error\":\"$(tail -1 "$TMP/torch-$dt.err" | tr -d '"')\"}" >"$TMP/torch-$dt.json"
+done
+echo "== 3. 350M with recomputation"
+colo_run c350 24 16 1024 1024 8 --tf32 true --recompute
+
+echo "== 4. 1,000 steps on tinyshakespeare, GPU and CPU"
+bench_data
+for dev in gpu cpu; do
+  "$CT" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 \
+    --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps 1000 --lr 1e-3 --warmup 100 \
+    --eval-interval 1000 --eval-batches 20 --device "$dev" --quiet --progress "$TMP/ts-$dev.jsonl" ||
+    echo '{"event":"error"}' >>"$TMP/ts-$dev.jsonl"
+done
+
+python3 - "$TMP" "$GPU" "$STEPS" "$RES/engine_gpu.md" "$(git -C "$SRC" rev-parse --short HEAD)" <<'PY'
+import json, sys, datetime
+tmp, gpu, steps, out, commit = sys.argv[1:6]
+def recs(name):
+    return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
+def colo(name, L, C, T, V=50304):
+    r = recs(name)
+    if any(x["event"] == "error" for x in r):
+        return None
+    st = [x for x in r if x["event"] == "step"][5:]
+    ms = sorted(x["ms"] for x in st)[len(st) // 2]
+    N = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
+    tok = st[0]["tokens_per_s"] * st[0]["ms"] / ms  # tokens per step / median time
+    return {"ms": ms, "tok_s": tok, "N": N, "mfu": tok * (6 * N + 6 * L * C * T) / 989e12,
+            "peak": max(x["memory_bytes"] for x in st), "act": st[0]["activation_bytes"]}
+def torch(dt):
+    return json.load(open("%s/torch-%s.json" % (tmp, dt)))
+a, f32, big = colo("c124", 12, 768, 1024), colo("c124fp32", 12, 768, 1024), colo("c350", 24, 1024, 1024)
+tb, tt = torch("bf16"), torch("tf32")
+L = []
+L.append("# bench/engine_gpu: colo-train on one GPU\n")
+L.append("Measured %s on **%s**, commit %s, command `bash bench/engine_gpu/run.sh %s`. Median step "
+         "after 5 warm-up steps; full training steps (forward, backward, clipping, AdamW).\n"
+         % (datetime.date.today(), gpu, commit, steps))
+L.append("## GPT-2 124M (12L/12H/768, T=1024, B=8, vocab 50304)\n")
+L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
+L.append("|---|---|---|---|")
+for name, r in (("colo, fp32 storage, TF32 products", a), ("colo, fp32", f32)):
+    L.append("| %s | %s |" % (name, "failed" if r is None else "%.1f | %.0f | %.1f%%" % (r["ms"], r["tok_s"], 100 * r["mfu"])))
+for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb), ("PyTorch %s, TF32" % tt.get("torch", ""), tt)):
+    if "error" in t:
+        L.append("| %s | %s | | |" % (name, t["error"]))
+    else:
+        N = a["N"] if a else 1
+        L.append("| %s | %.1f | %.0f | %.1f%% |" % (name, t["median_ms"], t["tokens_per_s"],
+                 100 * t["tokens_per_s"] * (6 * N + 6 * 12 * 768 * 1024) / 989e12))
+if a and "error" not in tt:
+    L.append("\nRatio colo (TF32) / PyTorch (TF32): **%.2f×**." % (a["tok_s"] / tt["tokens_per_s"]))
+if a and "error" not in tb:
+    L.append("Ratio colo (TF32) / PyTorch (bf16): **%.2f×**." % (a["tok_s"] / tb["tokens_per_s"]))
+L.append("\n## 350M (24L/16H/1024, T=1024, B=8) with recomputation\n")
+if big:
+    phi = big["N"]
+    L.append("Φ = %d parameters. Peak pool memory **%.2f GiB**; 16Φ (fp32 parameters, gradients, "
+             "two moments) = %.2f GiB, activations and scratch the model allocated = %.2f GiB, sum "
+             "%.2f GiB. Tokens/s %.0f, MFU %.1f%%. (The backend's attention scratch, NH·T·T floats, "
+             "is outside the pool.)" % (phi, big["peak"] / 2**30, 16 * phi / 2**30, big["act"] / 2**30,
+             (16 * phi + big["act"]) / 2**30, big["tok_s"], 100 * big["mfu"]))
+else:
+    L.append("failed: see the run's output")
+L.append("\n## Correctness: 1,000 steps on tinyshakespeare (4L/4H/128, T=64, B=12)\n")
+v = {}
+for dev in ("gpu", "cpu"):
+    ev = [x for x in recs("ts-" + dev) if x["event"] == "eval"]
+    v[dev] = ev[-1]["val_loss"] if ev else float("nan")
+rel = abs(v["gpu"] - v["cpu"]) / v["cpu"]
+L.append("Validation loss at step 1000: GPU %.4f, CPU %.4f, relative difference %.2e (target: within 1%%: %s)."
+         % (v["gpu"], v["cpu"], rel, "met" if rel <= 0.01 else "NOT met"))
+open(out, "w").write("\n".join(L) + "\n")
+print("\n".join(L))
+print("wrote", out)
+PY
