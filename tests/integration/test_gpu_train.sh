@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # colo-train on the CUDA backend. Everywhere: the refusals that come before any GPU is touched
-# (a GPU job of more than one rank, bf16/fp16 not built yet) and, without a GPU, the exact
-# message. With a GPU (test_cuda does not skip), end to end against the CPU engine:
+# (a GPU job of more than one rank, bf16 on the CPU) and, without a GPU, the exact message. With a GPU (test_cuda does not skip), end to end against the CPU engine:
 #   - 200 steps of a small model on tinyshakespeare: the same losses within 1e-3 relative at
 #     every step and the same validation loss within 1%;
 #   - stop at 100 and resume equals the straight run, bit for bit (the kernels are deterministic);
-#   - dynamic loss scaling with overflows planted at steps 5 and 6 skips exactly those steps.
+#   - bf16 and fp16 (with dynamic loss scaling) products: the validation loss within 2% of fp32;
+#   - overflows planted at steps 5 and 6 are skipped.
 source "$(dirname "$0")/lib.sh"
 CT="$COLO_BIN/colo-train"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}:protect_shadow_gap=0"
@@ -19,9 +19,8 @@ M=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 2
 # refusals before any GPU is touched
 expect_rc 1 "$CT" train "${M[@]}" --steps 2 --device gpu --dp 2 --nproc 2
 expect_contains "$ERR" "the CUDA backend trains on one GPU in this build: dp×tp×pp must be 1 and zero_stage 0 (this job has 2 ranks, ZeRO stage 0)"
-printf 'name: bf16\ntrain: {precision: bf16}\nresources: {device: gpu}\n' >"$TMP/bf16.yaml"
-expect_rc 1 "$CT" train --job "$TMP/bf16.yaml" "${M[@]}" --steps 2
-expect_eq "$ERR" "colo-train train: train.precision=bf16: this build's CUDA backend computes in fp32 (with train.tf32 for TF32 products); bf16 and fp16 are not built yet"
+expect_rc 1 "$CT" train "${M[@]}" --steps 2 --precision bf16
+expect_eq "$ERR" "colo-train train: train.precision=bf16 needs resources.device=gpu: the CPU backend is fp32"
 
 gpu_rc=0
 "$COLO_BIN/test_cuda" >"$TMP/probe" 2>&1 || gpu_rc=$?
@@ -68,6 +67,19 @@ expect_rc 0 "$CT" train "${M[@]}" --steps 200 --warmup 10 --eval-interval 0 --de
 expect_rc 0 "$CT" train "${M[@]}" --steps 200 --warmup 10 --eval-interval 0 --device gpu --ckpt-dir "$TMP/r" --resume auto --quiet
 cmp "$TMP/gpu/step_00000200/rank_00000.safetensors" "$TMP/r/step_00000200/rank_00000.safetensors" ||
   fail "GPU: stop at 100 and resume differs from the straight run"
+
+# bf16 and fp16 products: the same training within 2% at the end
+for p in bf16 fp16; do
+  expect_rc 0 "$CT" train "${M[@]}" --steps 200 --warmup 10 --eval-interval 200 --device gpu \
+    --precision "$p" --progress "$TMP/$p.jsonl" --quiet
+  python3 - "$TMP/gpu.jsonl" "$TMP/$p.jsonl" "$p" <<'PY' || fail "$p training differs from fp32"
+import json, sys
+val = lambda f: [r for r in map(json.loads, open(f)) if r["event"] == "eval"][-1]["val_loss"]
+a, b = val(sys.argv[1]), val(sys.argv[2])
+print("%s products: val loss %.4f against fp32 %.4f (%.2e)" % (sys.argv[3], b, a, abs(a - b) / a))
+assert abs(a - b) <= 0.02 * a
+PY
+done
 
 # loss scaling with planted overflows
 expect_rc 0 "$CT" train "${M[@]}" --steps 8 --eval-interval 0 --device gpu --loss-scaling dynamic \

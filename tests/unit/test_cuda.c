@@ -2,8 +2,8 @@
  * inputs, forward and backward, then the whole model's loss and gradients, then the device pool.
  *
  * Tolerances are relative errors against the fp32 CPU result, max|gpu − cpu| / max|cpu| over
- * each output: 1e-5 for fp32 (5e-5 where a long reduction or a transcendental sits in between),
- * 3e-4 for the matrix products again with TF32 tensor cores. A NaN or inf in a GPU output never
+ * each output: 1e-5 for fp32, and for the products again on tensor cores 3e-4 (TF32), 3e-3
+ * (fp16) and 1e-2 (bf16). A NaN or inf in a GPU output never
  * passes. Outputs that accumulate (every *_bwd) start from the same random values on both sides.
  *
  * It needs a GPU: without one (CI), or in a build without the CUDA backend, it prints one line
@@ -400,7 +400,7 @@ int main(void) {
     return 77;
   }
   cpu = colo_backend_cpu();
-  gpu = colo_backend_cuda(0, 0, err, sizeof err);
+  gpu = colo_backend_cuda(0, COLO_MATH_FP32, err, sizeof err);
   if (!gpu) {
     printf("SKIP: %s\n", err);
     return 77;
@@ -416,11 +416,21 @@ int main(void) {
   test_losses();
   test_optimizer();
   test_model();
-  /* the products again on TF32 tensor cores */
-  gpu = colo_backend_cuda(0, 1, err, sizeof err);
-  test_matmul(3e-4, " (tf32)");
-  test_attention(3e-4, " (tf32)");
-  gpu = colo_backend_cuda(0, 0, err, sizeof err);
+  /* the products again on tensor cores: inputs rounded to TF32 (10-bit mantissa), fp16 (10) and
+   * bf16 (7), accumulated in fp32 */
+  static const struct {
+    int math;
+    double tol;
+    const char *tag;
+  } modes[] = {{COLO_MATH_TF32, 3e-4, " (tf32)"},
+               {COLO_MATH_FP16, 3e-3, " (fp16)"},
+               {COLO_MATH_BF16, 1e-2, " (bf16)"}};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    gpu = colo_backend_cuda(0, modes[i].math, err, sizeof err);
+    test_matmul(modes[i].tol, modes[i].tag);
+    test_attention(modes[i].tol, modes[i].tag);
+  }
+  gpu = colo_backend_cuda(0, COLO_MATH_FP32, err, sizeof err);
   printf("%d checks, %d failed\n", checks, failures);
   colo_pool_destroy(dpool);
   return failures ? 1 : 0;

@@ -117,7 +117,9 @@ static void train_usage(void) {
       "  --schedule cosine|linear|constant\n"
       "  --device cpu|gpu      the CPU backend, or the CUDA one (one GPU: world 1, ZeRO 0)\n"
       "  --gpu N               which GPU (default 0; a worker sets CUDA_VISIBLE_DEVICES)\n"
-      "  --tf32 true|false     GPU: TF32 tensor cores for the matrix products (default false)\n"
+      "  --precision fp32|bf16|fp16  GPU: how the matrix products multiply (bf16, fp16: tensor\n"
+      "                        cores, fp32 storage and accumulation; fp16 scales the loss)\n"
+      "  --tf32 true|false     GPU, fp32: TF32 tensor cores for the products (default false)\n"
       "  --loss-scaling auto|none|dynamic   dynamic loss scaling (auto: on under fp16)\n"
       "  --loss-scale-init X --loss-scale-window N   its first scale and doubling window\n"
       "  --plant-overflow S[,S...]  fault injection for tests: the last rank's gradients of\n"
@@ -171,6 +173,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"loss-scaling", "train: {loss_scaling: %s}"},
       {"device", "resources: {device: %s}"},
       {"tf32", "train: {tf32: %s}"},
+      {"precision", "train: {precision: %s}"},
       {"loss-scale-init", "train: {loss_scale_init: %s}"},
       {"loss-scale-window", "train: {loss_scale_window: %s}"},
       {"ckpt-interval", "checkpoint: {interval: %s}"},
@@ -483,15 +486,11 @@ static int cmd_train(int argc, char **argv) {
   const Colo__V1__TrainSpec *ts = spec->train;
   cfg.device = spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU;
   cfg.gpu = gpu;
-  cfg.tf32 = ts->tf32;
-  if (cfg.device && ts->precision != COLO__V1__PRECISION__PRECISION_FP32) {
-    fprintf(stderr,
-            "colo-train train: train.precision=%s: this build's CUDA backend computes in fp32 "
-            "(with train.tf32 for TF32 products); bf16 and fp16 are not built yet\n",
-            ts->precision == COLO__V1__PRECISION__PRECISION_BF16 ? "bf16" : "fp16");
-    colo__v1__job_spec__free_unpacked(spec, NULL);
-    return 1;
-  }
+  /* the GPU's products: bf16 and fp16 on tensor cores, fp32 with or without TF32 */
+  cfg.math = ts->precision == COLO__V1__PRECISION__PRECISION_BF16   ? COLO_MATH_BF16
+             : ts->precision == COLO__V1__PRECISION__PRECISION_FP16 ? COLO_MATH_FP16
+             : ts->tf32                                             ? COLO_MATH_TF32
+                                                                    : COLO_MATH_FP32;
   int scaling = ts->loss_scaling == COLO__V1__LOSS_SCALING__LOSS_SCALING_DYNAMIC ||
                 (ts->loss_scaling == COLO__V1__LOSS_SCALING__LOSS_SCALING_AUTO &&
                  ts->precision == COLO__V1__PRECISION__PRECISION_FP16);

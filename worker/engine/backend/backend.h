@@ -93,11 +93,16 @@ typedef struct colo_backend_s {
 /* fp32 on the host: OpenBLAS for matrix products, OpenMP for the rest. */
 const colo_backend_t *colo_backend_cpu(void);
 
+/* How the CUDA backend's matrix products multiply: fp32, or tensor cores with the inputs rounded
+ * to TF32, bf16 or fp16 (accumulation, storage and master weights stay fp32). */
+enum { COLO_MATH_FP32 = 0, COLO_MATH_TF32, COLO_MATH_BF16, COLO_MATH_FP16 };
+
 /* The CUDA backend on GPU `ordinal`: fp32 storage and accumulation, cuBLAS for the products
- * (TF32 tensor cores when tf32 is set), kernels of our own for the rest. NULL when this build
- * has no CUDA or the GPU cannot be used; err says why. One GPU per process: later calls return
- * the first one's table (and set its TF32 mode). */
-const colo_backend_t *colo_backend_cuda(int ordinal, int tf32, char *err, size_t errlen);
+ * (multiplying as `math` says), kernels of our own for the rest. It is a library of its own
+ * (libcolo_cuda.so), loaded on the first call. NULL when this build has no CUDA or the GPU
+ * cannot be used; err says why. One GPU per process: later calls return the first one's table
+ * (and set its math). */
+const colo_backend_t *colo_backend_cuda(int ordinal, int math, char *err, size_t errlen);
 /* Whether this build has the CUDA backend (1) or not (0). */
 int colo_backend_cuda_built(void);
 

@@ -1,10 +1,12 @@
 /* The CUDA backend: the operation table on one GPU, fp32 storage and fp32 accumulation.
  *
- * Matrix products, and attention's four products per head, go through cuBLAS (TF32 tensor cores
- * when asked). The rest are kernels of our own, each the CPU entry's arithmetic in the same
- * order where that order is cheap to keep: reductions over rows (bias and LayerNorm weight
- * gradients, the squared norm, the embedding's gradient) sum fixed blocks in a fixed order, so
- * every result is the same from run to run. Everything runs on one stream; to_host waits for it.
+ * Matrix products, and attention's four products per head, go through cuBLAS: fp32, or on
+ * tensor cores with inputs rounded to TF32, bf16 or fp16 and fp32 accumulation (the run's
+ * precision; storage stays fp32, and so do the master weights). The rest are kernels of our own,
+ * each the CPU entry's arithmetic in the same order where that order is cheap to keep: reductions
+ * over rows (bias and LayerNorm weight gradients, the squared norm, the embedding's gradient) sum
+ * fixed blocks in a fixed order, so every result is the same from run to run. Everything runs on
+ * one stream; to_host waits for it.
  *
  * It is a shared library of its own, libcolo_cuda.so, that colo-train loads only for a GPU run
  * (cuda_loader.c). A CUDA or cuBLAS error ends the process with a message naming the call: the
@@ -57,7 +59,8 @@ static struct {
   int ready;
   cudaStream_t stream;
   cublasHandle_t blas;
-  float *scratch; /* attention's per-sequence [NH][T][T], and column-sum partials */
+  cublasComputeType_t compute; /* how products multiply: fp32, or tensor cores (COLO_MATH_*) */
+  float *scratch;              /* attention's per-sequence [NH][T][T], and column-sum partials */
   size_t scratch_bytes;
   double *part; /* sumsq: one double per block */
 } g;
@@ -167,20 +170,23 @@ template <class Op> __device__ static float block_reduce(float v) {
 
 /* ---- matrix products ---- */
 
-/* row-major C[M][N] (ldc) = alpha·op(A)·op(B) + beta·C, op(A) M×K, op(B) K×N */
+/* row-major C[M][N] (ldc) = alpha·op(A)·op(B) + beta·C, op(A) M×K, op(B) K×N; fp32 in and out,
+ * multiplied as g.compute allows (fp32, or TF32/bf16/fp16 tensor cores with fp32 accumulation) */
 static void gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
                     const float *B, int ldb, float beta, float *C, int ldc) {
-  CKB(cublasSgemm(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                  &alpha, B, ldb, A, lda, &beta, C, ldc));
+  CKB(cublasGemmEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                   &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
+                   g.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 /* the same for `batch` products whose operands start sa, sb, sc elements apart */
 static void gemm_rm_batched(int ta, int tb, int M, int N, int K, float alpha, const float *A,
                             int lda, long long sa, const float *B, int ldb, long long sb,
                             float beta, float *C, int ldc, long long sc, int batch) {
-  CKB(cublasSgemmStridedBatched(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, sb, A, lda,
-                                sa, &beta, C, ldc, sc, batch));
+  CKB(cublasGemmStridedBatchedEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
+                                 ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F, ldc, sc,
+                                 batch, g.compute, CUBLAS_GEMM_DEFAULT));
 }
 
 __global__ static void rows_set_kernel(float *out, const float *b, int N, int OC) {
@@ -717,13 +723,25 @@ static const colo_backend_t CUDA = {
     .scale = scale,
 };
 
+static cublasComputeType_t compute_type(int math) {
+  switch (math) {
+  case COLO_MATH_TF32:
+    return CUBLAS_COMPUTE_32F_FAST_TF32;
+  case COLO_MATH_BF16:
+    return CUBLAS_COMPUTE_32F_FAST_16BF;
+  case COLO_MATH_FP16:
+    return CUBLAS_COMPUTE_32F_FAST_16F;
+  default:
+    return CUBLAS_COMPUTE_32F;
+  }
+}
+
 /* The library's one entry point; colo_backend_cuda (cuda_loader.c) finds it with dlsym. */
 extern "C" __attribute__((visibility("default"))) const colo_backend_t *
-colo_backend_cuda_open(int ordinal, int tf32, char *err, size_t errlen) {
-  if (g.ready) {
-    CKB(cublasSetMathMode(g.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
+  g.compute = compute_type(math);
+  if (g.ready)
     return &CUDA;
-  }
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
@@ -752,7 +770,6 @@ colo_backend_cuda_open(int ordinal, int tf32, char *err, size_t errlen) {
     return NULL;
   }
   CKB(cublasSetStream(g.blas, g.stream));
-  CKB(cublasSetMathMode(g.blas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
   g.ready = 1;
   return &CUDA;
 }

@@ -17,7 +17,7 @@
 #define COLO_HAVE_CUDA 0
 #endif
 
-typedef const colo_backend_t *(*open_fn)(int ordinal, int tf32, char *err, size_t errlen);
+typedef const colo_backend_t *(*open_fn)(int ordinal, int math, char *err, size_t errlen);
 
 int colo_backend_cuda_built(void) {
   return COLO_HAVE_CUDA;
@@ -54,7 +54,7 @@ static void *load(char *why, size_t whylen) {
   return h;
 }
 
-const colo_backend_t *colo_backend_cuda(int ordinal, int tf32, char *err, size_t errlen) {
+const colo_backend_t *colo_backend_cuda(int ordinal, int math, char *err, size_t errlen) {
   static open_fn open_backend;
   if (!COLO_HAVE_CUDA) {
     snprintf(err, errlen,
@@ -77,5 +77,5 @@ const colo_backend_t *colo_backend_cuda(int ordinal, int tf32, char *err, size_t
       return NULL;
     }
   }
-  return open_backend(ordinal, tf32, err, errlen);
+  return open_backend(ordinal, math, err, errlen);
 }

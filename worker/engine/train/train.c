@@ -438,7 +438,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
     char why[256];
-    if (!(be = colo_backend_cuda(cfg->gpu, cfg->tf32, why, sizeof why))) {
+    if (!(be = colo_backend_cuda(cfg->gpu, cfg->math, why, sizeof why))) {
       snprintf(err, errlen, "resources.device=gpu: %s", why);
       be = colo_backend_cpu();
       rc = COLO_EINVAL;
@@ -670,8 +670,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            pp, cfg->model.n_layer / pp, n_params, colo_gpt_full_numel(model));
   char threads_or_gpu[64];
   if (be->device)
-    snprintf(threads_or_gpu, sizeof threads_or_gpu, "GPU %d (fp32%s)", cfg->gpu,
-             cfg->tf32 ? ", TF32 products" : "");
+    snprintf(threads_or_gpu, sizeof threads_or_gpu, "GPU %d (fp32 storage, %s products)", cfg->gpu,
+             (const char *[]){"fp32", "TF32", "bf16", "fp16"}[cfg->math & 3]);
   else
     snprintf(threads_or_gpu, sizeof threads_or_gpu, "%d threads", colo_backend_cpu_threads());
   if (!cfg->quiet && lead)

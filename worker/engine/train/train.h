@@ -23,10 +23,11 @@ typedef struct {
   int stop_at;                       /* >0: save a checkpoint and stop after this many steps */
   size_t memory_limit;               /* bytes for the memory pool, 0: unlimited */
   int device;                        /* 0: the CPU backend; 1: the CUDA backend on GPU `gpu` */
-  int gpu, tf32;                     /* tf32: TF32 tensor cores for the products */
-  FILE *progress;                    /* JSON lines, or NULL */
-  int quiet;                         /* no per-step line on stdout */
-  const char *dump_path;             /* reference dump for tests, or NULL */
+  int gpu;                           /* which GPU */
+  int math;              /* GPU products: COLO_MATH_FP32, _TF32, _BF16 or _FP16 (backend.h) */
+  FILE *progress;        /* JSON lines, or NULL */
+  int quiet;             /* no per-step line on stdout */
+  const char *dump_path; /* reference dump for tests, or NULL */
   /* data parallelism: world > 1 joins a TCP communicator through the store rank 0 serves */
   int world, rank;
   const char *store_addr; /* "host:port" */
