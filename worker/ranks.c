@@ -34,6 +34,7 @@ struct colo_wrank_s {
   int stopping;
   char message[256];
   colo_rank_proc_t proc;
+  char dir[PATH_CAP]; /* run_dir/job-J/attempt-A */
   char log_path[PATH_CAP], progress_path[PATH_CAP], pid_path[PATH_CAP];
   /* progress file: bytes consumed, the newest step record and checkpoint */
   uint64_t progress_off;
@@ -91,10 +92,39 @@ static int log_drained(const colo_wrank_t *r) {
   return !r->log_path[0] || stat(r->log_path, &sb) != 0 || (uint64_t)sb.st_size <= r->ship_off;
 }
 
+/* An attempt's directory goes once the last of its ranks here is gone (their logs are at colod),
+ * and the job's with it when no other attempt is left in it. */
+static void remove_attempt_dir(colo_ranks_t *rs, const char *dir) {
+  if (!dir[0])
+    return;
+  for (colo_wrank_t *o = rs->head; o; o = o->next)
+    if (!strcmp(o->dir, dir))
+      return;
+  if (colo_rmtree(dir) < 0) {
+    colo_log(COLO_LOG_WARN, "ranks", "cannot remove %s: %s", dir, strerror(errno));
+    return;
+  }
+  char job[PATH_CAP];
+  snprintf(job, sizeof job, "%s", dir);
+  char *slash = strrchr(job, '/');
+  if (slash) {
+    *slash = '\0';
+    rmdir(job); /* fails, as it should, while another attempt's directory is in it */
+  }
+}
+
 static void free_rank(colo_wrank_t *r) {
   free(r->chunk);
   free(r->carry);
   free(r);
+}
+
+/* An ended rank leaves the table, and its attempt's directory with the last of them. */
+static void drop_rank(colo_ranks_t *rs, colo_wrank_t *r) {
+  unlink_rank(rs, r);
+  if (!rs->cfg->keep_run_dirs)
+    remove_attempt_dir(rs, r->dir);
+  free_rank(r);
 }
 
 static void on_rank_exit(colo_rank_proc_t *p, int64_t exit_status, int term_signal) {
@@ -186,6 +216,7 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
     snprintf(why, whylen, "cannot create %s: %s", dir, strerror(errno));
     return COLO_EIO;
   }
+  snprintf(r->dir, sizeof r->dir, "%s", dir);
   snprintf(job_file, sizeof job_file, "%s/job.json", dir);
   if ((rc = write_job_file(job_file, spec, why, whylen)) < 0)
     return rc;
@@ -335,8 +366,7 @@ void colo_ranks_reconcile(colo_ranks_t *rs, Colo__V1__RankLaunch *const *desired
       r->stopping = 1;
       colo_rank_stop(&r->proc, rs->cfg->stop_grace_ms);
     } else if (rs->n_st == 0 && log_drained(r)) {
-      unlink_rank(rs, r);
-      free_rank(r);
+      drop_rank(rs, r);
     }
   }
 }
@@ -612,8 +642,7 @@ void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
     next = r->next;
     if (!r->desired && !r->proc.running && r->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED &&
         (log_drained(r) || r->rs->all_stopped)) {
-      unlink_rank(rs, r);
-      free_rank(r);
+      drop_rank(rs, r);
     }
   }
 }

@@ -95,4 +95,11 @@ print("figure: dp=2 x tp=2 over two hosts: final loss %s, standalone --nproc 4 %
 sys.exit(0 if rel <= 1e-6 else 1)
 EOF
 echo "figure: ranks 0,1 on host $H0 and ranks 2,3 on host $H2; $(ctl checkpoints "$J" | tail -n +2 | wc -l) checkpoints"
+# the workers remove the job's run directories once its ranks ended and their logs reached colod
+for _ in $(seq 1 50); do
+  [ ! -e "$TMP/run-A/job-$J" ] && [ ! -e "$TMP/run-B/job-$J" ] && break
+  sleep 0.1
+done
+[ ! -e "$TMP/run-A/job-$J" ] && [ ! -e "$TMP/run-B/job-$J" ] ||
+  fail "run directories left behind: $(ls -R "$TMP"/run-*/job-* 2>&1 | head)"
 echo "PASS"

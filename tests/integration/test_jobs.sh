@@ -47,7 +47,8 @@ start_colod "$TMP/state" "${COLOD_ARGS[@]}"
 PORT=${COLO_SERVER##*:}
 WPID=""
 # small rank logs, so that they rotate while colod gets every byte
-printf 'log_max_bytes: 20000\nlog_keep: 2\n' >"$TMP/worker.yaml"
+# keep_run_dirs: the log checks below read the rotated files in the worker's run directory
+printf 'log_max_bytes: 20000\nlog_keep: 2\nkeep_run_dirs: true\n' >"$TMP/worker.yaml"
 start_worker() {
   local vg
   valgrind_wrap vg
