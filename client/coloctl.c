@@ -53,6 +53,9 @@ static void usage(FILE *out) {
       "                                       attempt); -f follows it across attempts until\n"
       "                                       the job ends\n"
       "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
+      "  history JOB [--rows N]               the training curve: a line of the loss, then N\n"
+      "                                       evenly spaced steps (default 20) and every\n"
+      "                                       evaluation; --json gives every sample\n"
       "\n"
       "options:\n"
       "  -s, --server ADDR   coordinator address (default $COLO_SERVER or " DEFAULT_SERVER ")\n"
@@ -849,6 +852,119 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
   return 0;
 }
 
+/* ---- history ---- */
+
+/* the loss curve in one line of block characters, `width` buckets averaged */
+static void print_sparkline(Colo__V1__ProgressSample **smp, size_t n, size_t width) {
+  static const char *const BAR[] = {"▁", "▂", "▃", "▄", "▅", "▆", "▇", "█"};
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    m += smp[i]->has_loss;
+  if (m == 0)
+    return;
+  if (width > m)
+    width = m;
+  double *col = calloc(width, sizeof *col), lo = 1e300, hi = -1e300;
+  size_t *cnt = calloc(width, sizeof *cnt), k = 0;
+  uint64_t first = 0, last = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (!smp[i]->has_loss)
+      continue;
+    if (k == 0)
+      first = smp[i]->step;
+    last = smp[i]->step;
+    size_t b = k++ * width / m;
+    col[b] += smp[i]->loss;
+    cnt[b]++;
+  }
+  for (size_t b = 0; b < width; b++) {
+    col[b] /= (double)cnt[b];
+    lo = col[b] < lo ? col[b] : lo;
+    hi = col[b] > hi ? col[b] : hi;
+  }
+  printf("loss %.4f ", col[0]);
+  for (size_t b = 0; b < width; b++) {
+    int level = hi > lo ? (int)((col[b] - lo) / (hi - lo) * 7.0 + 0.5) : 0;
+    fputs(BAR[level], stdout);
+  }
+  printf(" %.4f  (steps %llu to %llu, %zu points; range %.4f to %.4f)\n", col[width - 1],
+         (unsigned long long)first, (unsigned long long)last, m, lo, hi);
+  free(col);
+  free(cnt);
+}
+
+static int cmd_history(ctl_t *c, int argc, char **argv) {
+  uint64_t id = 0;
+  long rows = 20;
+  int have_id = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--rows") && i + 1 < argc) {
+      char *end;
+      rows = strtol(argv[++i], &end, 10);
+      if (*end || rows < 1 || rows > 100000)
+        return usage_error("--rows wants a number from 1 to 100000");
+    } else if (!have_id && parse_id(argv[i], &id) == 0) {
+      have_id = 1;
+    } else {
+      return usage_error("history needs one job id (and optionally --rows N)");
+    }
+  }
+  if (!have_id)
+    return usage_error("history needs one job id (and optionally --rows N)");
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  Colo__V1__GetJobHistoryRequest req = COLO__V1__GET_JOB_HISTORY_REQUEST__INIT;
+  req.has_job_id = 1;
+  req.job_id = id;
+  Colo__V1__GetJobHistoryResponse *resp = NULL;
+  rc = call(c, "GetJobHistory", &req.base, &colo__v1__get_job_history_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  if (c->json) {
+    print_json(&resp->base);
+  } else if (resp->n_samples == 0) {
+    printf("job %llu has no progress yet\n", (unsigned long long)id);
+  } else {
+    print_sparkline(resp->samples, resp->n_samples, 60);
+    /* `rows` training points evenly spaced (the first and the last among them), and every
+     * evaluation */
+    size_t n = resp->n_samples, m = 0, k = 0;
+    for (size_t i = 0; i < n; i++)
+      m += resp->samples[i]->has_loss;
+    char *pick = calloc(m ? m : 1, 1);
+    size_t want = (size_t)rows < m ? (size_t)rows : m;
+    for (size_t j = 0; j < want; j++) /* the j-th of want: point round(j·(m-1)/(want-1)) */
+      pick[want > 1 ? (j * (m - 1) * 2 + (want - 1)) / ((want - 1) * 2) : 0] = 1;
+    static const char *const H[] = {"ATTEMPT", "STEP", "LOSS", "VAL LOSS", "LR", "TOK/S", NULL};
+    table_t *t = table_new(H);
+    for (size_t i = 0; i < n; i++) {
+      const Colo__V1__ProgressSample *x = resp->samples[i];
+      int show = x->has_val_loss || (x->has_loss && pick[k]);
+      k += x->has_loss;
+      if (!show)
+        continue;
+      char att[16], step[24], loss[24] = "", val[24] = "", lr[24] = "", tok[24] = "";
+      snprintf(att, sizeof att, "%u", x->attempt);
+      snprintf(step, sizeof step, "%llu", (unsigned long long)x->step);
+      if (x->has_loss) {
+        snprintf(loss, sizeof loss, "%.4f", (double)x->loss);
+        snprintf(lr, sizeof lr, "%.2e", (double)x->lr);
+        snprintf(tok, sizeof tok, "%.0f", (double)x->tokens_per_s);
+      }
+      if (x->has_val_loss)
+        snprintf(val, sizeof val, "%.4f", (double)x->val_loss);
+      table_row(t, att, step, loss, val, lr, tok);
+    }
+    table_print(t, stdout);
+    table_free(t);
+    free(pick);
+  }
+  colo__v1__get_job_history_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   ctl_t c = {0};
   c.server = getenv("COLO_SERVER");
@@ -907,9 +1023,10 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(ctl_t *, int, char **);
-  } cmds[] = {{"submit", cmd_submit}, {"status", cmd_status}, {"list", cmd_list},
-              {"cancel", cmd_cancel}, {"resume", cmd_resume}, {"watch", cmd_watch},
-              {"hosts", cmd_hosts},   {"logs", cmd_logs},     {"checkpoints", cmd_checkpoints}};
+  } cmds[] = {{"submit", cmd_submit},  {"status", cmd_status}, {"list", cmd_list},
+              {"cancel", cmd_cancel},  {"resume", cmd_resume}, {"watch", cmd_watch},
+              {"hosts", cmd_hosts},    {"logs", cmd_logs},     {"checkpoints", cmd_checkpoints},
+              {"history", cmd_history}};
   int rc = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (!strcmp(cmd, cmds[i].name))

@@ -919,6 +919,65 @@ static void h_checkpoints(colo_rpc_call_t *call, const ProtobufCMessage *m, void
   free(a.ptrs);
 }
 
+typedef struct {
+  Colo__V1__ProgressSample *msgs, **ptrs;
+  size_t n, cap;
+} sample_acc_t;
+
+static int sample_list_cb(const colo_progress_sample_t *p, void *data) {
+  sample_acc_t *a = data;
+  if (a->n == a->cap) {
+    size_t cap = a->cap ? a->cap * 2 : 256;
+    Colo__V1__ProgressSample *n = realloc(a->msgs, cap * sizeof *n);
+    if (!n)
+      return 1;
+    a->msgs = n;
+    a->cap = cap;
+  }
+  Colo__V1__ProgressSample *x = &a->msgs[a->n++];
+  colo__v1__progress_sample__init(x);
+  x->has_attempt = x->has_step = x->has_time_ms = 1;
+  x->attempt = p->attempt;
+  x->step = p->step;
+  x->time_ms = p->time_ms;
+  x->has_loss = x->has_lr = x->has_tokens_per_s = p->has_loss;
+  x->loss = p->loss;
+  x->lr = p->lr;
+  x->tokens_per_s = p->tokens_per_s;
+  x->has_val_loss = p->has_val;
+  x->val_loss = p->val_loss;
+  return 0;
+}
+
+static void h_history(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__GetJobHistoryRequest *req = (const void *)m;
+  if (!need_id(call, req->has_job_id, req->job_id))
+    return;
+  colo_job_t job;
+  int rc = colo_store_job_get(d->store, req->job_id, &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  colo_job_clear(&job);
+  sample_acc_t a = {0};
+  rc = colo_store_sample_list(d->store, req->job_id, sample_list_cb, &a);
+  a.ptrs = calloc(a.n ? a.n : 1, sizeof *a.ptrs);
+  if (rc < 0 || !a.ptrs) {
+    fail_store(d, call, rc < 0 ? rc : COLO_ENOMEM);
+  } else {
+    for (size_t i = 0; i < a.n; i++)
+      a.ptrs[i] = &a.msgs[i];
+    Colo__V1__GetJobHistoryResponse r = COLO__V1__GET_JOB_HISTORY_RESPONSE__INIT;
+    r.n_samples = a.n;
+    r.samples = a.ptrs;
+    colo_rpc_reply(call, &r.base);
+  }
+  free(a.msgs);
+  free(a.ptrs);
+}
+
 static void h_logs(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__ReadLogsRequest *req = (const void *)m;
@@ -978,6 +1037,7 @@ const colo_rpc_method_t colod_methods[] = {
     M("GetClusterStatus", get_cluster_status_request, 0, h_cluster),
     M("WatchJob", watch_job_request, 1, h_watch),
     M("ListCheckpoints", list_checkpoints_request, 0, h_checkpoints),
+    M("GetJobHistory", get_job_history_request, 0, h_history),
     M("ReadLogs", read_logs_request, 1, h_logs),
     M("RendezvousPut", rendezvous_put_request, 0, h_rdzv_put),
     M("RendezvousGet", rendezvous_get_request, 0, h_rdzv_get),

@@ -32,6 +32,9 @@ struct colod_job_live_s {
   Colo__V1__Progress progress;
   int has_progress;
   uint64_t ck_step;
+  /* the training curve: the attempt being sampled and the step of its next sample */
+  uint32_t sample_attempt;
+  uint64_t next_sample;
   /* placement */
   uint64_t not_before_mono_ms;
   char wait_why[256];
@@ -457,26 +460,72 @@ static void take_late_checkpoints(colod_t *d, const Colo__V1__RankStatus *s) {
   colo__v1__job_spec__free_unpacked(spec, NULL);
 }
 
-static void take_progress(colod_t *d, colod_job_live_t *j, const Colo__V1__Progress *p) {
-  if (!p->has_step || (j->has_progress && p->step <= j->progress.step))
+/* A point of the training curve into the store (a failure is logged: the curve is advisory). */
+static void add_sample(colod_t *d, colod_job_live_t *j, uint64_t step, const Colo__V1__Progress *p,
+                       int train, int val) {
+  colo_progress_sample_t smp = {.job_id = j->id,
+                                .attempt = j->sample_attempt,
+                                .step = step,
+                                .has_loss = train,
+                                .loss = p->loss,
+                                .lr = p->lr,
+                                .tokens_per_s = p->tokens_per_s,
+                                .has_val = val,
+                                .val_loss = p->val_loss,
+                                .time_ms = p->has_time_ms ? p->time_ms : colod_now_ms()};
+  if (colo_store_sample_add(d->store, &smp) < 0)
+    colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot keep a progress sample: %s",
+             (unsigned long long)j->id, colo_store_errmsg(d->store));
+}
+
+/* Rank 0's newest record of the running attempt: kept in memory for GetJob and WatchJob, and
+ * sampled into the store, about 500 points over train.steps plus every evaluation. */
+static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
+                          const Colo__V1__Progress *p) {
+  int new_step = p->has_step && !(j->has_progress && p->step <= j->progress.step);
+  int new_val =
+      p->has_val_step && p->has_val_loss &&
+      !(j->has_progress && j->progress.has_val_step && p->val_step <= j->progress.val_step);
+  if (!new_step && !new_val)
     return;
   Colo__V1__Progress q = COLO__V1__PROGRESS__INIT;
-  q.has_step = 1;
-  q.step = p->step;
-  q.has_total_steps = p->has_total_steps;
-  q.total_steps = p->total_steps;
-  q.has_loss = p->has_loss;
-  q.loss = p->loss;
-  q.has_lr = p->has_lr;
-  q.lr = p->lr;
-  q.has_tokens_per_s = p->has_tokens_per_s;
-  q.tokens_per_s = p->tokens_per_s;
-  q.has_memory_bytes = p->has_memory_bytes;
-  q.memory_bytes = p->memory_bytes;
-  q.has_time_ms = p->has_time_ms;
-  q.time_ms = p->time_ms;
+  if (j->has_progress)
+    q = j->progress;
+  if (new_step) {
+    q.has_step = 1;
+    q.step = p->step;
+    q.has_total_steps = p->has_total_steps;
+    q.total_steps = p->total_steps;
+    q.has_loss = p->has_loss;
+    q.loss = p->loss;
+    q.has_lr = p->has_lr;
+    q.lr = p->lr;
+    q.has_tokens_per_s = p->has_tokens_per_s;
+    q.tokens_per_s = p->tokens_per_s;
+    q.has_memory_bytes = p->has_memory_bytes;
+    q.memory_bytes = p->memory_bytes;
+    q.has_time_ms = p->has_time_ms;
+    q.time_ms = p->time_ms;
+  }
+  if (new_val) {
+    q.has_val_loss = q.has_val_step = 1;
+    q.val_loss = p->val_loss;
+    q.val_step = p->val_step;
+  }
   j->progress = q;
   j->has_progress = 1;
+  if (j->sample_attempt != attempt) {
+    j->sample_attempt = attempt;
+    j->next_sample = 0;
+  }
+  uint64_t total = q.has_total_steps && q.total_steps ? q.total_steps : 1;
+  uint64_t stride = (total + 499) / 500;
+  if (new_step && q.step >= j->next_sample) {
+    add_sample(d, j, q.step, &q, 1, 0);
+    j->next_sample = q.step + stride;
+  }
+  if (new_val)
+    add_sample(d, j, q.val_step, &q, 0, 1);
   colod_watch_progress(d, j->id, j->state, &j->progress);
 }
 
@@ -521,7 +570,7 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
       j->ck_step = s->resumed_step;
     }
     if (s->progress)
-      take_progress(d, j, s->progress);
+      take_progress(d, j, s->attempt, s->progress);
     for (size_t c = 0; c < s->n_checkpoints && s->rank == 0; c++)
       take_checkpoint(d, j, s->checkpoints[c]);
   }
@@ -594,6 +643,9 @@ void colod_jobs_keep_progress(colod_t *d, uint64_t job_id) {
   if (colo_store_job_set_progress(d->store, job_id, buf, n) < 0)
     colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot keep its progress: %s",
              (unsigned long long)job_id, colo_store_errmsg(d->store));
+  /* the attempt's last step ends its curve, whatever the stride */
+  if (j->sample_attempt && j->progress.has_step && j->progress.has_loss)
+    add_sample(d, j, j->progress.step, &j->progress, 1, 0);
 }
 
 const Colo__V1__Progress *colod_jobs_progress(colod_t *d, uint64_t job_id) {

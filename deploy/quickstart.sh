@@ -86,6 +86,8 @@ if [ "$STATE" != succeeded ]; then
   echo "quickstart: job $ID ended $STATE; its log: coloctl logs $ID (COLO_SERVER=$COLO_SERVER)" >&2
   exit 1
 fi
+echo "-- its training curve, as colod sampled it:"
+"$BIN/coloctl" history "$ID" --rows 6
 echo "-- the last lines of rank 0's log:"
 "$BIN/coloctl" logs "$ID" | tail -4
 echo "-- a sample from its last checkpoint:"
@@ -97,6 +99,7 @@ Job $ID trained on this machine's two CPU slots, placed by colod and run by colo
   export COLO_SERVER=$COLO_SERVER
   $BIN/coloctl status                     # the cluster and its jobs
   $BIN/coloctl checkpoints $ID             # its complete checkpoints
+  $BIN/coloctl history $ID                 # its loss curve
   $BIN/coloctl logs $ID --rank 1           # a rank's output
   $BIN/coloctl submit examples/tinyshakespeare.yaml      # the full 2000 steps
   $BIN/coloctl logs <JOB> -f                # in one terminal, and in another:

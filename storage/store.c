@@ -82,6 +82,18 @@ static const char *const MIGRATIONS[] = {
 
     /* 3: the newest progress record of a job (packed colo.v1.Progress), kept when it ends */
     "ALTER TABLE jobs ADD COLUMN progress BLOB;",
+
+    /* 4: sampled training curves */
+    "CREATE TABLE progress_samples ("
+    "  job_id INTEGER NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,"
+    "  attempt INTEGER NOT NULL,"
+    "  step INTEGER NOT NULL,"
+    "  loss REAL,"
+    "  lr REAL,"
+    "  tokens_per_s REAL,"
+    "  val_loss REAL,"
+    "  time_ms INTEGER NOT NULL,"
+    "  PRIMARY KEY (job_id, attempt, step));",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -134,6 +146,14 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(HOST_STATE,                                                                                   \
      "UPDATE hosts SET state = ?2, last_seen_ms = max(last_seen_ms, ?3) WHERE id = ?1")            \
   XX(HOST_TOUCH, "UPDATE hosts SET last_seen_ms = ?2 WHERE id = ?1")                               \
+  XX(SAMPLE_INSERT,                                                                                \
+     "INSERT INTO progress_samples (job_id, attempt, step, loss, lr, tokens_per_s, val_loss, "     \
+     "time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(job_id, attempt, step) DO "     \
+     "UPDATE SET loss = coalesce(excluded.loss, loss), lr = coalesce(excluded.lr, lr), "           \
+     "tokens_per_s = coalesce(excluded.tokens_per_s, tokens_per_s), "                              \
+     "val_loss = coalesce(excluded.val_loss, val_loss)")                                           \
+  XX(SAMPLE_LIST, "SELECT attempt, step, loss, lr, tokens_per_s, val_loss, time_ms FROM "          \
+                  "progress_samples WHERE job_id = ?1 ORDER BY attempt, step")                     \
   XX(CKPT_INSERT,                                                                                  \
      "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, "   \
      "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")                                            \
@@ -888,5 +908,50 @@ int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_che
   sqlite3_reset(s);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return db_fail(st, rc, "list checkpoints");
+  return 0;
+}
+
+int colo_store_sample_add(colo_store_t *st, const colo_progress_sample_t *p) {
+  sqlite3_stmt *s = stmt(st, S_SAMPLE_INSERT);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)p->job_id);
+  sqlite3_bind_int64(s, 2, p->attempt);
+  sqlite3_bind_int64(s, 3, (sqlite3_int64)p->step);
+  if (p->has_loss) {
+    sqlite3_bind_double(s, 4, p->loss);
+    sqlite3_bind_double(s, 5, p->lr);
+    sqlite3_bind_double(s, 6, p->tokens_per_s);
+  } else {
+    for (int i = 4; i <= 6; i++)
+      sqlite3_bind_null(s, i);
+  }
+  if (p->has_val)
+    sqlite3_bind_double(s, 7, p->val_loss);
+  else
+    sqlite3_bind_null(s, 7);
+  sqlite3_bind_int64(s, 8, p->time_ms);
+  return step_done(st, s, "add a progress sample");
+}
+
+int colo_store_sample_list(colo_store_t *st, uint64_t job_id, colo_store_sample_cb cb, void *data) {
+  sqlite3_stmt *s = stmt(st, S_SAMPLE_LIST);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    colo_progress_sample_t p = {.job_id = job_id};
+    p.attempt = (uint32_t)sqlite3_column_int64(s, 0);
+    p.step = (uint64_t)sqlite3_column_int64(s, 1);
+    p.has_loss = sqlite3_column_type(s, 2) != SQLITE_NULL;
+    p.loss = (float)sqlite3_column_double(s, 2);
+    p.lr = (float)sqlite3_column_double(s, 3);
+    p.tokens_per_s = (float)sqlite3_column_double(s, 4);
+    p.has_val = sqlite3_column_type(s, 5) != SQLITE_NULL;
+    p.val_loss = (float)sqlite3_column_double(s, 5);
+    p.time_ms = sqlite3_column_int64(s, 6);
+    if (cb(&p, data))
+      break;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_fail(st, rc, "list progress samples");
   return 0;
 }

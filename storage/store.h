@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 3
+#define COLO_STORE_SCHEMA_VERSION 4
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -153,5 +153,22 @@ typedef int (*colo_store_checkpoint_cb)(const colo_checkpoint_t *ck, void *data)
 /* Newest first. */
 int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_checkpoint_cb cb,
                                void *data);
+
+/* A point of a job's training curve (colo.v1.ProgressSample); has_* say which values it has. */
+typedef struct {
+  uint64_t job_id;
+  uint32_t attempt;
+  uint64_t step;
+  int has_loss, has_val;
+  float loss, lr, tokens_per_s, val_loss;
+  int64_t time_ms;
+} colo_progress_sample_t;
+
+/* Adds a point; one at the same (job, attempt, step) is merged (an evaluation joins the step's
+ * training values). */
+int colo_store_sample_add(colo_store_t *st, const colo_progress_sample_t *p);
+typedef int (*colo_store_sample_cb)(const colo_progress_sample_t *p, void *data);
+/* By attempt, then step. */
+int colo_store_sample_list(colo_store_t *st, uint64_t job_id, colo_store_sample_cb cb, void *data);
 
 #endif

@@ -391,6 +391,12 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     p->memory_bytes = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes"));
     p->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
     r->has_progress = 1;
+  } else if (ev && !strcmp(ev, "eval") && step >= 0) {
+    Colo__V1__Progress *p = &r->progress;
+    p->has_val_loss = p->has_val_step = 1;
+    p->val_loss = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "val_loss"));
+    p->val_step = (uint64_t)step;
+    r->has_progress = 1;
   } else if (ev && !strcmp(ev, "resumed") && step >= 0) {
     r->has_resumed = 1;
     r->resumed_step = (uint64_t)step;

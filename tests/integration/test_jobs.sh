@@ -10,7 +10,7 @@
 #   (d) the newest checkpoint is corrupted before a rank dies: the resume uses the one before;
 #   (e) coloctl cancel: every rank is gone within 5 s; then coloctl resume --from-step N
 #       finishes it from that checkpoint.
-# Also: coloctl logs (whole, -f across attempts), checkpoints, status --watch.
+# Also: coloctl logs (whole, -f across attempts), checkpoints, status --watch, history.
 # Figures go to stdout as "figure: ..." lines.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
@@ -117,6 +117,25 @@ echo "figure: rank 0 wrote $STEPS step lines; colod has $LINES of them; the work
 [ "$(ls "$TMP/ckpt/job-$J" | grep -c '^step_')" = 3 ] || fail "expected 3 checkpoint directories: $(ls "$TMP/ckpt/job-$J")"
 "$COLOCTL" status --watch --interval 200 "$J" >"$TMP/watch.txt"
 expect_contains "$(cat "$TMP/watch.txt")" "SUCCEEDED"
+# the training curve colod sampled: steps rising, the last one the final loss, the evaluations
+"$COLOCTL" history "$J" --json >"$TMP/history.json"
+python3 - "$TMP/history.json" "$STEPS" "$REF" <<'PY' || fail "history of job $J: $(head -c 600 "$TMP/history.json")"
+import json, sys
+s = json.load(open(sys.argv[1]))["samples"]
+steps, ref = int(sys.argv[2]), float(sys.argv[3])
+train = [x for x in s if "loss" in x]
+vals = [int(x["step"]) for x in s if "val_loss" in x]
+assert all(x["attempt"] == 1 for x in s), s[:3]
+st = [int(x["step"]) for x in s]
+assert st == sorted(set(st)), st
+assert 3 <= len(train) <= 505 and int(train[-1]["step"]) == steps, (len(train), train[-1])
+assert abs(train[-1]["loss"] - ref) <= 1e-6 * ref, (train[-1], ref)
+assert steps in vals and len(vals) >= 3, vals
+print("figure: history: %d training points from step %s to %d, evaluations at %s" % (len(train), train[0]["step"], steps, vals))
+PY
+"$COLOCTL" history "$J" --rows 5 >"$TMP/history.txt"
+expect_contains "$(cat "$TMP/history.txt")" "VAL LOSS"
+expect_contains "$(head -1 "$TMP/history.txt")" "loss "
 
 # ---- (a) kill -9 of a rank ----
 J=$(submit)
@@ -132,6 +151,9 @@ echo "figure: (a) from kill -9 of rank 1 to attempt 2 training (its first progre
 wait_until 60 "job $J success after the rank kill" is_state "$J" succeeded
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from"
 expect_same_loss "$J" "(a) rank killed"
+# the curve has both attempts, the second from where it resumed
+[ "$("$COLOCTL" history "$J" --json | python3 -c 'import json,sys; print(sorted({x["attempt"] for x in json.load(sys.stdin)["samples"]}))')" = "[1, 2]" ] ||
+  fail "history of job $J does not have both attempts"
 
 # ---- (d) the newest checkpoint corrupted, then a rank dies ----
 J=$(submit)

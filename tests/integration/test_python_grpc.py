@@ -51,6 +51,8 @@ class Cluster:
                                    pb.RendezvousGetResponse)
         self.ListCheckpoints = unary("ListCheckpoints", pb.ListCheckpointsRequest,
                                      pb.ListCheckpointsResponse)
+        self.GetJobHistory = unary("GetJobHistory", pb.GetJobHistoryRequest,
+                                   pb.GetJobHistoryResponse)
         self.ReadLogs = channel.unary_stream("/colo.v1.Cluster/ReadLogs",
                                              request_serializer=pb.ReadLogsRequest.SerializeToString,
                                              response_deserializer=pb.LogChunk.FromString)
@@ -284,7 +286,7 @@ class ColodTest(unittest.TestCase):
         running = [pb.RankStatus(job_id=job.id, attempt=1, rank=k, phase=pb.RANK_PHASE_RUNNING,
                                  pid=1000 + k) for k in range(2)]
         running[0].progress.CopyFrom(pb.Progress(step=7, total_steps=10, loss=3.5,
-                                                 tokens_per_s=1000.0))
+                                                 tokens_per_s=1000.0, val_loss=3.75, val_step=5))
         running[0].checkpoints.add(job_id=job.id, attempt=1, step=5, path="/ck/step_00000005",
                                    manifest_sha256=sha, bytes=123)
         running[0].log_offset = 0
@@ -310,6 +312,15 @@ class ColodTest(unittest.TestCase):
         self.assertEqual(j.state, pb.JOB_STATE_SUCCEEDED)
         self.assertEqual(j.progress.step, 7)  # where it got to, kept after it ended
         self.assertAlmostEqual(j.progress.loss, 3.5)
+        # the training curve: the step and the evaluation reported, by step
+        h = self.api.GetJobHistory(pb.GetJobHistoryRequest(job_id=job.id), timeout=5).samples
+        self.assertEqual([(x.attempt, x.step, x.HasField("loss"), x.HasField("val_loss")) for x in h],
+                         [(1, 5, False, True), (1, 7, True, False)])
+        self.assertAlmostEqual(h[0].val_loss, 3.75)
+        self.assertAlmostEqual(h[1].loss, 3.5)
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.GetJobHistory(pb.GetJobHistoryRequest(job_id=9999), timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
         self.assertEqual([d for d in beat().desired if d.job_id == job.id], [])
         # a finished attempt has no store any more
         with self.assertRaises(grpc.RpcError) as cm:

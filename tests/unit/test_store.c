@@ -137,7 +137,51 @@ TEST(migrate_from_v1_keeps_data) {
   ASSERT_EQ_INT(j.progress_len, 2);
   ASSERT(j.progress && j.progress[1] == 0x2a);
   colo_job_clear(&j);
+  /* and a training curve (v4) */
+  colo_progress_sample_t smp = {.job_id = 1, .attempt = 1, .step = 7, .has_loss = 1, .loss = 2.5f};
+  ASSERT_EQ_INT(colo_store_sample_add(st, &smp), 0);
   ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
+  colo_store_close(st);
+}
+
+static int collect_samples(const colo_progress_sample_t *p, void *data) {
+  colo_progress_sample_t *out = data;
+  for (int i = 0; i < 8; i++)
+    if (out[i].step == 0 && out[i].attempt == 0) {
+      out[i] = *p;
+      return 0;
+    }
+  return 1;
+}
+
+TEST(progress_samples_merge_and_order) {
+  colo_store_t *st = open_fresh();
+  submit(st, "curve");
+  colo_progress_sample_t
+      a = {.job_id = 1,
+           .attempt = 2,
+           .step = 10,
+           .has_loss = 1,
+           .loss = 3.0f,
+           .lr = 1e-3f,
+           .tokens_per_s = 500.0f,
+           .time_ms = 5},
+      b = {.job_id = 1, .attempt = 1, .step = 50, .has_loss = 1, .loss = 4.0f, .time_ms = 4},
+      v = {.job_id = 1, .attempt = 2, .step = 10, .has_val = 1, .val_loss = 3.25f, .time_ms = 6};
+  ASSERT_EQ_INT(colo_store_sample_add(st, &a), 0);
+  ASSERT_EQ_INT(colo_store_sample_add(st, &b), 0);
+  ASSERT_EQ_INT(colo_store_sample_add(st, &v), 0); /* an evaluation at the same step: merged */
+  colo_progress_sample_t got[8] = {0};
+  ASSERT_EQ_INT(colo_store_sample_list(st, 1, collect_samples, got), 0);
+  ASSERT_EQ_INT(got[0].attempt, 1); /* by attempt, then step */
+  ASSERT_EQ_INT(got[0].step, 50);
+  ASSERT(got[0].has_loss && !got[0].has_val && got[0].loss == 4.0f);
+  ASSERT_EQ_INT(got[1].attempt, 2);
+  ASSERT(got[1].has_loss && got[1].loss == 3.0f && got[1].lr == 1e-3f);
+  ASSERT(got[1].tokens_per_s == 500.0f);
+  ASSERT(got[1].has_val && got[1].val_loss == 3.25f);
+  ASSERT_EQ_INT(got[2].step, 0); /* nothing more */
+  ASSERT_EQ_INT(got[2].attempt, 0);
   colo_store_close(st);
 }
 
@@ -147,7 +191,7 @@ TEST(refuses_newer_schema) {
   run_sql("PRAGMA user_version = 99");
   char err[512];
   ASSERT_EQ_INT(colo_store_open(db_path(), &st, err, sizeof err), COLO_ESTATE);
-  ASSERT(strstr(err, "schema version 99 is newer than this build supports (3)") != NULL);
+  ASSERT(strstr(err, "schema version 99 is newer than this build supports (4)") != NULL);
 }
 
 TEST(insert_get_list) {
