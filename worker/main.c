@@ -184,8 +184,9 @@ static void on_tick(uv_timer_t *t) {
   }
 }
 
-/* A rank exited: heartbeat now, so that colod can end its attempt without waiting. */
-static void on_rank_exited(void *data) {
+/* A rank exited, or started training: heartbeat now, so that colod can end its attempt, or
+ * count it as training, without waiting for the interval. */
+static void on_rank_news(void *data) {
   workerd_t *w = data;
   if (!w->stopping && w->registered)
     uv_timer_start(&w->tick, on_tick, 0, w->interval_ms);
@@ -406,7 +407,8 @@ int main(int argc, char **argv) {
     return 1;
   }
   colo_ranks_reap_orphans(&w.ranks);
-  w.ranks.on_exit = on_rank_exited;
+  w.ranks.on_exit = on_rank_news;
+  w.ranks.on_started = on_rank_news;
   w.ranks.on_exit_data = &w;
   uv_timer_init(w.loop, &w.tick);
   w.tick.data = &w;

@@ -113,6 +113,8 @@ static void remove_attempt_dir(colo_ranks_t *rs, const char *dir) {
   }
 }
 
+static void read_progress(colo_wrank_t *r);
+
 static void free_rank(colo_wrank_t *r) {
   free(r->chunk);
   free(r->carry);
@@ -302,10 +304,36 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
   return 0;
 }
 
+#define PROBE_MS 100
+
+/* A new rank's first progress record (it is training) goes to colod at once: the probe reads
+ * the progress files of STARTING ranks until none is left. */
+static void on_probe(uv_timer_t *t) {
+  colo_ranks_t *rs = t->data;
+  int started = 0, starting = 0;
+  for (colo_wrank_t *r = rs->head; r; r = r->next) {
+    if (r->phase != COLO__V1__RANK_PHASE__RANK_PHASE_STARTING || !r->proc.running)
+      continue;
+    read_progress(r);
+    if (r->phase == COLO__V1__RANK_PHASE__RANK_PHASE_RUNNING)
+      started = 1;
+    else
+      starting = 1;
+  }
+  if (!starting) {
+    uv_timer_stop(&rs->probe);
+    rs->probe_on = 0;
+  }
+  if (started && rs->on_started)
+    rs->on_started(rs->on_exit_data);
+}
+
 int colo_ranks_init(colo_ranks_t *rs, uv_loop_t *loop, const Colo__V1__WorkerConfig *cfg,
                     uint32_t slots, char *err, size_t errlen) {
   memset(rs, 0, sizeof *rs);
   rs->loop = loop;
+  uv_timer_init(loop, &rs->probe);
+  rs->probe.data = rs;
   rs->cfg = cfg;
   rs->threads = cfg->rank_threads;
   if (rs->threads == 0) {
@@ -369,6 +397,13 @@ void colo_ranks_reconcile(colo_ranks_t *rs, Colo__V1__RankLaunch *const *desired
       drop_rank(rs, r);
     }
   }
+  if (!rs->probe_on && !rs->closing)
+    for (colo_wrank_t *r = rs->head; r; r = r->next)
+      if (r->phase == COLO__V1__RANK_PHASE__RANK_PHASE_STARTING && r->proc.running) {
+        uv_timer_start(&rs->probe, on_probe, PROBE_MS, PROBE_MS);
+        rs->probe_on = 1;
+        break;
+      }
 }
 
 /* ---- progress records ---- */
@@ -656,6 +691,10 @@ void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
 void colo_ranks_stop_all(colo_ranks_t *rs, void (*done)(void *data), void *data) {
   rs->all_stopped = done;
   rs->all_stopped_data = data;
+  if (!rs->closing) {
+    rs->closing = 1;
+    uv_close((uv_handle_t *)&rs->probe, NULL);
+  }
   for (colo_wrank_t *r = rs->head; r; r = r->next) {
     r->desired = 0;
     if (r->proc.running) {

@@ -34,9 +34,14 @@ typedef struct {
   size_t n_st;
   void (*all_stopped)(void *data);
   void *all_stopped_data;
-  /* a rank exited: colod should hear of it now rather than at the next interval */
+  /* a rank exited, or a new one wrote its first progress record: colod should hear of it now
+   * rather than at the next interval */
   void (*on_exit)(void *data);
+  void (*on_started)(void *data);
   void *on_exit_data;
+  /* while a rank is STARTING, its progress file is read every PROBE_MS for its first record */
+  uv_timer_t probe;
+  int probe_on, closing;
 } colo_ranks_t;
 
 /* cfg must outlive rs. slots: this node's rank slots (for the default thread count). */
