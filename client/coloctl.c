@@ -399,6 +399,10 @@ static void print_job_detail(const Colo__V1__Job *j) {
            (double)j->progress->loss, (double)j->progress->lr,
            (double)j->progress->tokens_per_s * dp, eta);
   }
+  if (j->progress && j->progress->has_val_loss)
+    printf("  eval       val loss %.4f at step %llu (coloctl history %llu: the curve)\n",
+           (double)j->progress->val_loss, (unsigned long long)j->progress->val_step,
+           (unsigned long long)j->id);
   if (j->newest_checkpoint) {
     char ckage[32];
     fmt_age(now_ms() - j->newest_checkpoint->created_ms, ckage, sizeof ckage);

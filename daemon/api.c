@@ -625,21 +625,42 @@ int colod_hosts_load(colod_t *d) {
   return colo_store_host_list(d->store, load_host_cb, d);
 }
 
+static void on_host_deadline(uv_timer_t *t) {
+  colod_t *d = t->data;
+  if (d->draining)
+    return;
+  uv_update_time(d->loop);
+  colod_hosts_check(d);
+}
+
+/* Marks DOWN every UP host silent for host_timeout, and arms a timer for the next host that
+ * would be: a host goes DOWN when its timeout runs out, not at the next tick after. */
 void colod_hosts_check(colod_t *d) {
-  uint64_t now = colod_mono_ms(d);
+  uint64_t now = colod_mono_ms(d), next = UINT64_MAX;
+  int downs = 0;
   for (size_t i = 0; i < d->n_hosts; i++) {
     colod_host_live_t *h = &d->hosts[i];
-    if (h->state != COLO_HOST_UP || now - h->last_seen_mono_ms < d->cfg.host_timeout_ms)
+    if (h->state != COLO_HOST_UP)
       continue;
+    uint64_t deadline = h->last_seen_mono_ms + d->cfg.host_timeout_ms;
+    if (now < deadline) {
+      next = deadline < next ? deadline : next;
+      continue;
+    }
     if (colo_store_host_set_state(d->store, h->id, COLO_HOST_DOWN, h->last_seen_ms) < 0) {
       colo_log(COLO_LOG_ERROR, "hosts", "cannot mark host %llu DOWN: %s", (unsigned long long)h->id,
                colo_store_errmsg(d->store));
       continue;
     }
     h->state = COLO_HOST_DOWN;
+    downs++;
     colo_log(COLO_LOG_WARN, "hosts", "host %llu is DOWN: no heartbeat for %llu ms",
              (unsigned long long)h->id, (unsigned long long)(now - h->last_seen_mono_ms));
   }
+  if (downs)
+    colod_jobs_kick(d); /* their jobs' attempts end now */
+  if (next != UINT64_MAX && !d->draining && d->host_deadline.data)
+    uv_timer_start(&d->host_deadline, on_host_deadline, next - now, 0);
 }
 
 static int host_name_ok(const char *n) {

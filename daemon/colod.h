@@ -40,7 +40,8 @@ typedef struct colod_s {
   colo_rpc_server_t *rpc;
   uv_signal_t sig_term, sig_int, sig_hup;
   uv_timer_t tick;
-  uv_timer_t kick; /* jobs.c: runs the job manager soon after an event, between ticks */
+  uv_timer_t kick;          /* jobs.c: runs the job manager soon after an event, between ticks */
+  uv_timer_t host_deadline; /* api.c: fires when the first UP host's host_timeout runs out */
   int64_t started_ms;
   uint64_t watchdog_usec; /* 0: no systemd watchdog */
   uint64_t last_watchdog_mono_ms;

@@ -78,6 +78,7 @@ static void on_rpc_closed(colo_rpc_server_t *srv, void *data) {
   d->rpc = NULL;
   uv_close((uv_handle_t *)&d->tick, on_closed_handle);
   uv_close((uv_handle_t *)&d->kick, on_closed_handle);
+  uv_close((uv_handle_t *)&d->host_deadline, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_term, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_int, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_hup, on_closed_handle);
@@ -264,6 +265,8 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   d.tick.data = &d;
   uv_timer_init(d.loop, &d.kick);
   d.kick.data = &d;
+  uv_timer_init(d.loop, &d.host_deadline);
+  d.host_deadline.data = &d;
   /* the jobs and their placements before the first heartbeat is answered: a worker told that
    * nothing should run on its host would stop the ranks of running jobs */
   colod_jobs_tick(&d);
