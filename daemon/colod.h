@@ -42,6 +42,7 @@ typedef struct colod_s {
   uv_timer_t tick;
   uv_timer_t kick;          /* jobs.c: runs the job manager soon after an event, between ticks */
   uv_timer_t host_deadline; /* api.c: fires when the first UP host's host_timeout runs out */
+  uv_timer_t restart;       /* jobs.c: runs it when the soonest restart back-off ends */
   int64_t started_ms;
   uint64_t watchdog_usec; /* 0: no systemd watchdog */
   uint64_t last_watchdog_mono_ms;

@@ -212,6 +212,8 @@ static int transition(colod_t *d, colod_job_live_t *j, int to, const char *msg) 
   return 0;
 }
 
+static void on_kick(uv_timer_t *t);
+
 static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why) {
   char msg[256];
   if (j->restarts < j->max_restarts) {
@@ -220,8 +222,13 @@ static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why) {
       backoff *= 2;
     snprintf(msg, sizeof msg, "%s; restart %u of %u in %llu ms", why, j->restarts + 1,
              j->max_restarts, (unsigned long long)backoff);
-    if (transition(d, j, COLO_JOB_RESTARTING, msg) == 0)
+    if (transition(d, j, COLO_JOB_RESTARTING, msg) == 0) {
       j->not_before_mono_ms = colod_mono_ms(d) + backoff;
+      /* place it when the back-off ends, not at the tick after (the soonest such end) */
+      if (!d->draining && d->restart.data &&
+          (!uv_is_active((uv_handle_t *)&d->restart) || uv_timer_get_due_in(&d->restart) > backoff))
+        uv_timer_start(&d->restart, on_kick, backoff, 0);
+    }
   } else {
     snprintf(msg, sizeof msg, "%s; no restarts left (max_restarts=%u)", why, j->max_restarts);
     transition(d, j, COLO_JOB_FAILED, msg);
@@ -374,6 +381,10 @@ void colod_jobs_tick(colod_t *d) {
       check_attempt(d, j);
   schedule(d);
 }
+
+/* how long after a restart's back-off ends the workers beat again: placement takes about a
+ * millisecond (bench/coordinator_scale), the margin covers timer slack */
+#define NEXT_BEAT_SLACK_MS 50
 
 static void on_kick(uv_timer_t *t) {
   colod_t *d = t->data;
@@ -577,6 +588,17 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
   colod_host_live_t *h = colod_host_live(d, host_id);
   if (h)
     h->draining = draining;
+  /* a job restarting within the interval: every worker beats again just after it is placed,
+   * so that the one that gets its ranks starts them at once */
+  uint64_t now = colod_mono_ms(d), soonest = UINT64_MAX;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if (j->state == COLO_JOB_RESTARTING && j->not_before_mono_ms > now &&
+        j->not_before_mono_ms - now < soonest)
+      soonest = j->not_before_mono_ms - now;
+  if (soonest != UINT64_MAX && soonest + NEXT_BEAT_SLACK_MS < d->cfg.heartbeat_ms) {
+    resp->has_next_beat_ms = 1;
+    resp->next_beat_ms = (uint32_t)(soonest + NEXT_BEAT_SLACK_MS);
+  }
   /* the desired state of this host */
   size_t n = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next)

@@ -78,6 +78,7 @@ static void on_rpc_closed(colo_rpc_server_t *srv, void *data) {
   d->rpc = NULL;
   uv_close((uv_handle_t *)&d->tick, on_closed_handle);
   uv_close((uv_handle_t *)&d->kick, on_closed_handle);
+  uv_close((uv_handle_t *)&d->restart, on_closed_handle);
   uv_close((uv_handle_t *)&d->host_deadline, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_term, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_int, on_closed_handle);
@@ -265,6 +266,8 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   d.tick.data = &d;
   uv_timer_init(d.loop, &d.kick);
   d.kick.data = &d;
+  uv_timer_init(d.loop, &d.restart);
+  d.restart.data = &d;
   uv_timer_init(d.loop, &d.host_deadline);
   d.host_deadline.data = &d;
   /* the jobs and their placements before the first heartbeat is answered: a worker told that

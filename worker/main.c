@@ -176,6 +176,9 @@ static void on_tick(uv_timer_t *t) {
   }
   if (!again)
     colo_ranks_reconcile(&w->ranks, resp->desired, resp->n_desired);
+  /* colod expects to place a restarting job soon: beat again then, once */
+  if (!again && resp->has_next_beat_ms && resp->next_beat_ms < w->interval_ms)
+    uv_timer_start(&w->tick, on_tick, resp->next_beat_ms, w->interval_ms);
   colo__v1__heartbeat_response__free_unpacked(resp, NULL);
   if (again) { /* colod does not know this session: level-triggered, just register again */
     colo_log(COLO_LOG_INFO, "worker", "%s asks to register again", w->cfg->coordinator);
