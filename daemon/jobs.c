@@ -1,6 +1,7 @@
 /* The job manager: placement, desired ranks, rank reports, the attempt state machine. */
 #include "jobs.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -540,6 +541,22 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
   colod_watch_progress(d, j->id, j->state, &j->progress);
 }
 
+/* An evaluation rank 0 finished: a point of the curve (each one, however close together). */
+static void take_eval(colod_t *d, colod_job_live_t *j, uint32_t attempt,
+                      const Colo__V1__ProgressSample *e) {
+  if (!e->has_step || !e->has_val_loss || !isfinite(e->val_loss))
+    return;
+  if (j->sample_attempt != attempt) {
+    j->sample_attempt = attempt;
+    j->next_sample = 0;
+  }
+  Colo__V1__Progress p = COLO__V1__PROGRESS__INIT;
+  p.val_loss = e->val_loss;
+  p.has_time_ms = e->has_time_ms;
+  p.time_ms = e->time_ms;
+  add_sample(d, j, e->step, &p, 0, 1);
+}
+
 void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__HeartbeatRequest *req,
                           Colo__V1__HeartbeatResponse *resp) {
   uint32_t draining = 0;
@@ -582,6 +599,8 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
     }
     if (s->progress)
       take_progress(d, j, s->attempt, s->progress);
+    for (size_t e = 0; e < s->n_evals && s->rank == 0; e++)
+      take_eval(d, j, s->attempt, s->evals[e]);
     for (size_t c = 0; c < s->n_checkpoints && s->rank == 0; c++)
       take_checkpoint(d, j, s->checkpoints[c]);
   }

@@ -20,8 +20,9 @@
 #include "common/pbcodec.h"
 #include "launch.h"
 
-#define PATH_CAP 1200
-#define CK_QUEUE 8
+#define PATH_CAP   1200
+#define CK_QUEUE   8
+#define EVAL_QUEUE 16
 
 struct colo_wrank_s {
   colo_wrank_t *next;
@@ -46,6 +47,9 @@ struct colo_wrank_s {
   Colo__V1__Checkpoint ck[CK_QUEUE], *ck_ptr[CK_QUEUE];
   char ck_path[CK_QUEUE][PATH_CAP], ck_sha[CK_QUEUE][65];
   size_t n_ck, n_ck_sent;
+  /* evaluations not yet delivered to colod, oldest first */
+  Colo__V1__ProgressSample ev[EVAL_QUEUE], *ev_ptr[EVAL_QUEUE];
+  size_t n_ev, n_ev_sent;
   /* log shipping: bytes of the current file sent, and of everything sent */
   uint64_t ship_off, shipped_total;
   uint8_t *chunk;
@@ -432,6 +436,17 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     p->val_loss = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "val_loss"));
     p->val_step = (uint64_t)step;
     r->has_progress = 1;
+    if (r->n_ev == EVAL_QUEUE) { /* colod away for long: the oldest unsent one is dropped */
+      memmove(&r->ev[0], &r->ev[1], (EVAL_QUEUE - 1) * sizeof r->ev[0]);
+      r->n_ev--;
+    }
+    Colo__V1__ProgressSample *e = &r->ev[r->n_ev++];
+    colo__v1__progress_sample__init(e);
+    e->has_attempt = e->has_step = e->has_val_loss = e->has_time_ms = 1;
+    e->attempt = r->attempt;
+    e->step = (uint64_t)step;
+    e->val_loss = p->val_loss;
+    e->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
   } else if (ev && !strcmp(ev, "resumed") && step >= 0) {
     r->has_resumed = 1;
     r->resumed_step = (uint64_t)step;
@@ -630,6 +645,11 @@ size_t colo_ranks_status(colo_ranks_t *rs, Colo__V1__RankStatus ***out) {
     s->n_checkpoints = r->n_ck;
     s->checkpoints = r->n_ck ? r->ck_ptr : NULL;
     r->n_ck_sent = r->n_ck;
+    for (size_t e = 0; e < r->n_ev; e++)
+      r->ev_ptr[e] = &r->ev[e];
+    s->n_evals = r->n_ev;
+    s->evals = r->n_ev ? r->ev_ptr : NULL;
+    r->n_ev_sent = r->n_ev;
     if (r->log_path[0]) {
       s->has_log_offset = 1;
       s->log_offset = r->shipped_total;
@@ -668,9 +688,12 @@ void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
     memmove(&r->ck_sha[0], &r->ck_sha[sent], (r->n_ck - sent) * sizeof r->ck_sha[0]);
     memmove(&r->ck[0], &r->ck[sent], (r->n_ck - sent) * sizeof r->ck[0]);
     r->n_ck -= sent;
+    size_t evs = r->n_ev_sent < r->n_ev ? r->n_ev_sent : r->n_ev;
+    memmove(&r->ev[0], &r->ev[evs], (r->n_ev - evs) * sizeof r->ev[0]);
+    r->n_ev -= evs;
   }
   for (colo_wrank_t *r = rs->head; r; r = r->next)
-    r->n_ck_sent = 0;
+    r->n_ck_sent = r->n_ev_sent = 0;
   for (colo_wrank_t *r = rs->head; r; r = r->next) {
     free(r->chunk);
     r->chunk = NULL;

@@ -287,6 +287,9 @@ class ColodTest(unittest.TestCase):
                                  pid=1000 + k) for k in range(2)]
         running[0].progress.CopyFrom(pb.Progress(step=7, total_steps=10, loss=3.5,
                                                  tokens_per_s=1000.0, val_loss=3.75, val_step=5))
+        # two evaluations queued since the last beat: each is a point of the curve
+        running[0].evals.add(attempt=1, step=2, val_loss=4.0, time_ms=1)
+        running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2)
         running[0].checkpoints.add(job_id=job.id, attempt=1, step=5, path="/ck/step_00000005",
                                    manifest_sha256=sha, bytes=123)
         running[0].log_offset = 0
@@ -315,9 +318,11 @@ class ColodTest(unittest.TestCase):
         # the training curve: the step and the evaluation reported, by step
         h = self.api.GetJobHistory(pb.GetJobHistoryRequest(job_id=job.id), timeout=5).samples
         self.assertEqual([(x.attempt, x.step, x.HasField("loss"), x.HasField("val_loss")) for x in h],
-                         [(1, 5, False, True), (1, 7, True, False)])
-        self.assertAlmostEqual(h[0].val_loss, 3.75)
-        self.assertAlmostEqual(h[1].loss, 3.5)
+                         [(1, 2, False, True), (1, 4, False, True), (1, 5, False, True),
+                          (1, 7, True, False)])
+        self.assertAlmostEqual(h[1].val_loss, 3.9, places=6)  # a float
+        self.assertAlmostEqual(h[2].val_loss, 3.75)
+        self.assertAlmostEqual(h[3].loss, 3.5)
         with self.assertRaises(grpc.RpcError) as cm:
             self.api.GetJobHistory(pb.GetJobHistoryRequest(job_id=9999), timeout=5)
         self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
