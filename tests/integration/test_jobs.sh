@@ -220,11 +220,20 @@ expect_same_loss "$J" "(b) worker killed"
 
 # ---- (e) cancel ----
 J=$(submit)
-wait_until 60 "job $J training, with two checkpoints" ckpt_at_least "$J" 200
+# the ranks are paused once a checkpoint from step 200 is on disk, so that a fast build cannot finish
+# the job before colod has heard of it and the cancel comes; they go on as the cancel is sent
+disk_ckpt() { # job: a complete checkpoint of step 200 to 1100 on disk
+  compgen -G "$TMP/ckpt/job-$1/step_00000[2-9]00/manifest.json" >/dev/null ||
+    compgen -G "$TMP/ckpt/job-$1/step_00001[01]00/manifest.json" >/dev/null
+}
+wait_until 60 "a checkpoint of job $J from step 200 on disk" disk_ckpt "$J"
 P0=$(rank_pid "$J" 1 0)
 P1=$(rank_pid "$J" 1 1)
+kill -STOP "$P0" "$P1"
+wait_until 30 "colod to know job $J's checkpoint 200" ckpt_at_least "$J" 200
 t0=$(date +%s%N)
 "$COLOCTL" cancel "$J" >/dev/null
+kill -CONT "$P0" "$P1"
 gone() { ! kill -0 "$P0" 2>/dev/null && ! kill -0 "$P1" 2>/dev/null; }
 wait_until 5 "every rank of job $J gone after cancel" gone
 cancel_ms=$((($(date +%s%N) - t0) / 1000000))
