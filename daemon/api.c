@@ -659,7 +659,7 @@ void colod_hosts_check(colod_t *d) {
   }
   if (downs)
     colod_jobs_kick(d); /* their jobs' attempts end now */
-  if (next != UINT64_MAX && !d->draining && d->host_deadline.data)
+  if (next != UINT64_MAX && !d->draining)
     uv_timer_start(&d->host_deadline, on_host_deadline, next - now, 0);
 }
 
@@ -909,20 +909,28 @@ static int ck_list_cb(const colo_checkpoint_t *ck, void *data) {
   return 0;
 }
 
+/* For the calls that list something of a job: the id is given and the job exists, or the call
+ * is answered with why not (INVALID_ARGUMENT, NOT_FOUND). */
+static int job_known(colod_t *d, colo_rpc_call_t *call, int has_id, uint64_t id) {
+  if (!need_id(call, has_id, id))
+    return 0;
+  colo_job_t job;
+  int rc = colo_store_job_get(d->store, id, &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return 0;
+  }
+  colo_job_clear(&job);
+  return 1;
+}
+
 static void h_checkpoints(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__ListCheckpointsRequest *req = (const void *)m;
-  if (!need_id(call, req->has_job_id, req->job_id))
+  if (!job_known(d, call, req->has_job_id, req->job_id))
     return;
-  colo_job_t job;
-  int rc = colo_store_job_get(d->store, req->job_id, &job);
-  if (rc < 0) {
-    fail_store(d, call, rc);
-    return;
-  }
-  colo_job_clear(&job);
   ck_acc_t a = {0};
-  rc = colo_store_checkpoint_list(d->store, req->job_id, ck_list_cb, &a);
+  int rc = colo_store_checkpoint_list(d->store, req->job_id, ck_list_cb, &a);
   a.ptrs = calloc(a.n ? a.n : 1, sizeof *a.ptrs);
   if (rc < 0 || !a.ptrs) {
     fail_store(d, call, rc < 0 ? rc : COLO_ENOMEM);
@@ -973,17 +981,10 @@ static int sample_list_cb(const colo_progress_sample_t *p, void *data) {
 static void h_history(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__GetJobHistoryRequest *req = (const void *)m;
-  if (!need_id(call, req->has_job_id, req->job_id))
+  if (!job_known(d, call, req->has_job_id, req->job_id))
     return;
-  colo_job_t job;
-  int rc = colo_store_job_get(d->store, req->job_id, &job);
-  if (rc < 0) {
-    fail_store(d, call, rc);
-    return;
-  }
-  colo_job_clear(&job);
   sample_acc_t a = {0};
-  rc = colo_store_sample_list(d->store, req->job_id, sample_list_cb, &a);
+  int rc = colo_store_sample_list(d->store, req->job_id, sample_list_cb, &a);
   a.ptrs = calloc(a.n ? a.n : 1, sizeof *a.ptrs);
   if (rc < 0 || !a.ptrs) {
     fail_store(d, call, rc < 0 ? rc : COLO_ENOMEM);

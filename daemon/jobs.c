@@ -226,7 +226,7 @@ static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why) {
     if (transition(d, j, COLO_JOB_RESTARTING, msg) == 0) {
       j->not_before_mono_ms = colod_mono_ms(d) + backoff;
       /* place it when the back-off ends, not at the tick after (the soonest such end) */
-      if (!d->draining && d->restart.data &&
+      if (!d->draining &&
           (!uv_is_active((uv_handle_t *)&d->restart) || uv_timer_get_due_in(&d->restart) > backoff))
         uv_timer_start(&d->restart, on_kick, backoff, 0);
     }
@@ -472,6 +472,14 @@ static void take_late_checkpoints(colod_t *d, const Colo__V1__RankStatus *s) {
   colo__v1__job_spec__free_unpacked(spec, NULL);
 }
 
+/* The curve being sampled is this attempt's (a new attempt starts its own). */
+static void curve_attempt(colod_job_live_t *j, uint32_t attempt) {
+  if (j->sample_attempt != attempt) {
+    j->sample_attempt = attempt;
+    j->next_sample = 0;
+  }
+}
+
 /* A point of the training curve into the store (a failure is logged: the curve is advisory). */
 static void add_sample(colod_t *d, colod_job_live_t *j, uint64_t step, const Colo__V1__Progress *p,
                        int train, int val) {
@@ -491,9 +499,10 @@ static void add_sample(colod_t *d, colod_job_live_t *j, uint64_t step, const Col
 }
 
 /* Rank 0's newest record of the running attempt: kept in memory for GetJob and WatchJob, and
- * sampled into the store, about 500 points over train.steps plus every evaluation. */
+ * sampled into the store, about 500 points over train.steps plus every evaluation. val_queued:
+ * its evaluation also came in the status's queue (take_eval keeps that one). */
 static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
-                          const Colo__V1__Progress *p) {
+                          const Colo__V1__Progress *p, int val_queued) {
   int new_step = p->has_step && !(j->has_progress && p->step <= j->progress.step);
   int new_val =
       p->has_val_step && p->has_val_loss &&
@@ -526,17 +535,14 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
   }
   j->progress = q;
   j->has_progress = 1;
-  if (j->sample_attempt != attempt) {
-    j->sample_attempt = attempt;
-    j->next_sample = 0;
-  }
+  curve_attempt(j, attempt);
   uint64_t total = q.has_total_steps && q.total_steps ? q.total_steps : 1;
   uint64_t stride = (total + 499) / 500;
   if (new_step && q.step >= j->next_sample) {
     add_sample(d, j, q.step, &q, 1, 0);
     j->next_sample = q.step + stride;
   }
-  if (new_val)
+  if (new_val && !val_queued)
     add_sample(d, j, q.val_step, &q, 0, 1);
   colod_watch_progress(d, j->id, j->state, &j->progress);
 }
@@ -546,10 +552,7 @@ static void take_eval(colod_t *d, colod_job_live_t *j, uint32_t attempt,
                       const Colo__V1__ProgressSample *e) {
   if (!e->has_step || !e->has_val_loss || !isfinite(e->val_loss))
     return;
-  if (j->sample_attempt != attempt) {
-    j->sample_attempt = attempt;
-    j->next_sample = 0;
-  }
+  curve_attempt(j, attempt);
   Colo__V1__Progress p = COLO__V1__PROGRESS__INIT;
   p.val_loss = e->val_loss;
   p.has_time_ms = e->has_time_ms;
@@ -597,8 +600,12 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
                  (unsigned long long)j->id, colo_store_errmsg(d->store));
       j->ck_step = s->resumed_step;
     }
-    if (s->progress)
-      take_progress(d, j, s->attempt, s->progress);
+    if (s->progress) {
+      int queued = 0;
+      for (size_t e = 0; e < s->n_evals && s->progress->has_val_step; e++)
+        queued |= s->evals[e]->has_step && s->evals[e]->step == s->progress->val_step;
+      take_progress(d, j, s->attempt, s->progress, queued);
+    }
     for (size_t e = 0; e < s->n_evals && s->rank == 0; e++)
       take_eval(d, j, s->attempt, s->evals[e]);
     for (size_t c = 0; c < s->n_checkpoints && s->rank == 0; c++)
