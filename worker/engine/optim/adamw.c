@@ -41,16 +41,14 @@ float colo_lr_at(const colo_adamw_config_t *c, int step) {
   return c->min_lr + coeff * (c->lr - c->min_lr);
 }
 
+float colo_clip_factor(float clip, float norm) {
+  return clip > 0.0f && clip / (norm + 1e-6f) < 1.0f ? clip / (norm + 1e-6f) : 1.0f;
+}
+
 float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, float clip,
                      float *scale_out) {
   float norm = (float)sqrt(be->sumsq(grads, n));
-  float scale = 1.0f;
-  if (clip > 0.0f) {
-    float coef = clip / (norm + 1e-6f);
-    if (coef < 1.0f)
-      scale = coef;
-  }
-  *scale_out = scale;
+  *scale_out = colo_clip_factor(clip, norm);
   return norm;
 }
 

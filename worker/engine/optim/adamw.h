@@ -31,8 +31,11 @@ void colo_adamw_free(colo_adamw_t *opt);
 /* The learning rate for step (0-based) under the schedule. */
 float colo_lr_at(const colo_adamw_config_t *cfg, int step);
 
-/* The global L2 norm of the gradients and the factor clipping applies (min(1, clip/(norm+1e-6)),
- * as torch.nn.utils.clip_grad_norm_). */
+/* The factor clipping applies for a global gradient norm: min(1, clip/(norm+1e-6)), as
+ * torch.nn.utils.clip_grad_norm_; clip 0 disables it (1). */
+float colo_clip_factor(float clip, float norm);
+
+/* The global L2 norm of the gradients and the factor clipping applies (colo_clip_factor). */
 float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, float clip,
                      float *scale_out);
 

@@ -186,11 +186,9 @@ static int hook_ready(void *ctx, size_t t) {
   return rc;
 }
 
-int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float clip, float *norm,
-                        float *scale) {
+int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float *norm) {
   if (z->stage < 2) {
-    *norm =
-        colo_grad_norm(be, colo_gpt_grads(z->model), colo_gpt_num_params(z->model), clip, scale);
+    *norm = (float)sqrt(be->sumsq(colo_gpt_grads(z->model), colo_gpt_num_params(z->model)));
     return 0;
   }
   float sq;
@@ -225,9 +223,6 @@ int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float clip, fl
       return rc;
   }
   *norm = sqrtf(sq);
-  *scale = 1.0f;
-  if (clip > 0.0f && clip / (*norm + 1e-6f) < 1.0f)
-    *scale = clip / (*norm + 1e-6f);
   return 0;
 }
 

@@ -59,9 +59,8 @@ void colo_zero_zero_grads(colo_zero_t *z);
  * tensors count once). */
 void colo_zero_set_tp(colo_zero_t *z, colo_comm_t *tp);
 
-/* The global gradient norm and the clipping factor (as colo_grad_norm), over the group. */
-int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float clip, float *norm,
-                        float *scale);
+/* The global gradient norm, over the group (the clipping factor is colo_clip_factor's). */
+int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float *norm);
 void colo_zero_free(colo_zero_t *z);
 
 /* How many floats each of the optimizer's m and v holds on this rank. */

@@ -235,11 +235,6 @@ static void tp_shard(colo_gpt_t *m, const float *whole, float *local) {
           whole[tab[i].full_offset + colo_param_full_index(&tab[i], me, tp, li)];
 }
 
-/* torch.nn.utils.clip_grad_norm_'s factor: min(1, clip / (norm + 1e-6)); clip 0 disables */
-static float clip_coef(float clip, float norm) {
-  return clip > 0.0f && clip / (norm + 1e-6f) < 1.0f ? clip / (norm + 1e-6f) : 1.0f;
-}
-
 /* whether the tests planted an overflow at this step (1-based) */
 static int planted(const colo_train_config_t *cfg, int step) {
   for (int i = 0; i < cfg->n_plant; i++)
@@ -250,8 +245,7 @@ static int planted(const colo_train_config_t *cfg, int step) {
 
 /* The global gradient norm under tensor parallelism (ZeRO 0 and 1): split tensors count on
  * every rank, replicated ones once (a tp-th on each), summed over the group. */
-static int tp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tpc, float clip,
-                        float *norm, float *scale) {
+static int tp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tpc, float *norm) {
   size_t nt;
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
   const float *g = colo_gpt_grads(m);
@@ -265,7 +259,6 @@ static int tp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
   if (rc < 0)
     return rc;
   *norm = sqrtf(f);
-  *scale = clip > 0.0f && clip / (*norm + 1e-6f) < 1.0f ? clip / (*norm + 1e-6f) : 1.0f;
   return 0;
 }
 
@@ -273,7 +266,7 @@ static int tp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
  * stage leaves out its tied copy of the embedding; replicated tensors count a tp-th on each
  * tensor-parallel rank), then the stages and the tensor-parallel group add up. */
 static int pp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tpc, colo_comm_t *ppc,
-                        float clip, float *norm, float *scale) {
+                        float *norm) {
   size_t nt;
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
   const float *g = colo_gpt_grads(m);
@@ -289,7 +282,6 @@ static int pp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
   if ((tpc && tpc->ops->allreduce_sum(tpc, &f, 1) < 0) || ppc->ops->allreduce_sum(ppc, &f, 1) < 0)
     return COLO_EIO;
   *norm = sqrtf(f);
-  *scale = clip > 0.0f && clip / (*norm + 1e-6f) < 1.0f ? clip / (*norm + 1e-6f) : 1.0f;
   return 0;
 }
 
@@ -794,11 +786,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (dump_path && step == start && colo_gpt_grads(model))
       dump_model(&dump, "grad.", model, colo_gpt_grads(model), be, hostbuf[0]);
-    float gscale, norm;
-    if (ppc ? pp_grad_norm(be, model, tpc, ppc, cfg->optim.grad_clip, &norm, &gscale) < 0
-        : tpc && cfg->zero_stage < 2
-            ? tp_grad_norm(be, model, tpc, cfg->optim.grad_clip, &norm, &gscale) < 0
-            : colo_zero_grad_norm(&zero, be, cfg->optim.grad_clip, &norm, &gscale) < 0) {
+    float norm;
+    if (ppc                          ? pp_grad_norm(be, model, tpc, ppc, &norm) < 0
+        : tpc && cfg->zero_stage < 2 ? tp_grad_norm(be, model, tpc, &norm) < 0
+                                     : colo_zero_grad_norm(&zero, be, &norm) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
       rc = COLO_EIO;
       goto out;
@@ -807,7 +798,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
      * Unscaling by a power of two is exact: the step is the one an unscaled run takes. */
     float used_scale = S;
     norm /= S;
-    gscale = clip_coef(cfg->optim.grad_clip, norm) / S;
+    float gscale = colo_clip_factor(cfg->optim.grad_clip, norm) / S;
     int take = colo_loss_scaler_update(&scaler, norm);
     if (take < 0) {
       if (scaler.enabled)
