@@ -11,7 +11,14 @@
 #include "pbcodec.h"
 
 int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec) {
-  return colo_pb_fill_defaults(&spec->base);
+  /* a GPU job's precision defaults to bf16; any other's to the proto's fp32 */
+  int gpu = spec->resources && spec->resources->has_device &&
+            spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU;
+  int unset = !spec->train || !spec->train->has_precision;
+  int rc = colo_pb_fill_defaults(&spec->base);
+  if (rc == 0 && gpu && unset)
+    spec->train->precision = COLO__V1__PRECISION__PRECISION_BF16;
+  return rc;
 }
 
 unsigned long long colo_jobspec_world(const Colo__V1__JobSpec *s) {
@@ -222,10 +229,16 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "train.grad_accum=%u must be at least 1", t->grad_accum);
   if (t->precision == COLO__V1__PRECISION__PRECISION_UNSPECIFIED)
     return bad(err, errlen, "train.precision must be fp32, bf16 or fp16");
-  if (t->precision != COLO__V1__PRECISION__PRECISION_FP32 &&
-      r->device != COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
+  if (t->precision != COLO__V1__PRECISION__PRECISION_FP32 && (p->tp > 1 || p->pp > 1))
     return bad(err, errlen,
-               "train.precision=%s needs resources.device=gpu: the CPU backend is fp32",
+               "train.precision=%s needs parallel.tp=1 and parallel.pp=1 (this job has tp=%u, "
+               "pp=%u): tensor and pipeline parallelism exchange fp32 activations",
+               t->precision == COLO__V1__PRECISION__PRECISION_BF16 ? "bf16" : "fp16", p->tp, p->pp);
+  if (t->tf32 && r->device != COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
+    return bad(err, errlen,
+               "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode");
+  if (t->tf32 && t->precision != COLO__V1__PRECISION__PRECISION_FP32)
+    return bad(err, errlen, "train.tf32 applies to train.precision=fp32 only, not %s",
                t->precision == COLO__V1__PRECISION__PRECISION_BF16 ? "bf16" : "fp16");
   if (t->loss_scaling == COLO__V1__LOSS_SCALING__LOSS_SCALING_UNSPECIFIED)
     return bad(err, errlen, "train.loss_scaling must be auto, none or dynamic");

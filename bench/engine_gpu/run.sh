@@ -3,13 +3,14 @@
 #   bash bench/engine_gpu/run.sh [STEPS]
 # Writes bench/results/engine_gpu.md (with the GPU named) and engine_gpu_tests.log:
 #   1. the CUDA test suite (test_cuda: every operation against the CPU one, the whole model);
-#   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps with bf16, TF32
-#      and fp32 products: tokens/s and MFU (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s),
-#      and PyTorch on the same GPU, same model (tests/engine/torch_gpt2.py), bf16 autocast and
+#   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps in bf16 (activations
+#      and products), and in fp32 with TF32 and with fp32 products: tokens/s and MFU (6N + 6·L·C·T
+#      FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU, same model (tests/engine/torch_gpt2.py), bf16 autocast and
 #      TF32, side by side in this run, as ratios;
-#   3. a 350M model (24L/16H/1024, T=1024) with bf16 products and recomputation: peak pool
+#   3. a 350M model (24L/16H/1024, T=1024) in bf16 with recomputation: peak pool
 #      memory next to 16Φ + activations;
-#   4. correctness: 1,000 steps on tinyshakespeare on the GPU and on the CPU, validation losses.
+#   4. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
+#      (fp32), validation losses.
 # Token data for 2 and 3 is random over GPT-2's 50257 tokens: throughput does not depend on it.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -49,8 +50,8 @@ colo_run() { # name L H C T B extra...
 }
 echo "== 2. GPT-2 124M"
 colo_run c124bf16 12 12 768 1024 8 --precision bf16
-colo_run c124 12 12 768 1024 8 --tf32 true
-colo_run c124fp32 12 12 768 1024 8
+colo_run c124 12 12 768 1024 8 --precision fp32 --tf32 true
+colo_run c124fp32 12 12 768 1024 8 --precision fp32
 for dt in bf16 tf32; do
   /usr/bin/python3 "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer 12 --n-head 12 --n-embd 768 \
     --block-size 1024 --batch-size 8 --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
@@ -97,7 +98,7 @@ L.append("Measured %s on **%s**, commit %s, command `bash bench/engine_gpu/run.s
 L.append("## GPT-2 124M (12L/12H/768, T=1024, B=8, vocab 50304)\n")
 L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
-for name, r in (("colo, fp32 storage, bf16 products", b16), ("colo, fp32 storage, TF32 products", a),
+for name, r in (("colo, bf16 activations and products", b16), ("colo, fp32, TF32 products", a),
                 ("colo, fp32", f32)):
     L.append("| %s | %s |" % (name, "failed" if r is None else "%.1f | %.0f | %.1f%%" % (r["ms"], r["tok_s"], 100 * r["mfu"])))
 for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb), ("PyTorch %s, TF32" % tt.get("torch", ""), tt)):
@@ -110,9 +111,9 @@ for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb), ("PyTor
 if a and "error" not in tt:
     L.append("\nRatio colo (TF32) / PyTorch (TF32): **%.2f×**." % (a["tok_s"] / tt["tokens_per_s"]))
 if b16 and "error" not in tb:
-    L.append("Ratio colo (bf16 products) / PyTorch (bf16 autocast): **%.2f×** (target ≥ 1.0×; MFU target ≥ 45%%)."
+    L.append("Ratio colo (bf16) / PyTorch (bf16 autocast): **%.2f×** (target ≥ 1.0×; MFU target ≥ 45%%)."
              % (b16["tok_s"] / tb["tokens_per_s"]))
-L.append("\n## 350M (24L/16H/1024, T=1024, B=8), bf16 products, with recomputation\n")
+L.append("\n## 350M (24L/16H/1024, T=1024, B=8), bf16, with recomputation\n")
 if big:
     phi = big["N"]
     L.append("Φ = %d parameters. Peak pool memory **%.2f GiB**; 16Φ (fp32 parameters, gradients, "

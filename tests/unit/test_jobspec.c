@@ -71,8 +71,16 @@ static const struct {
      "optimizer.warmup_steps=500 exceeds train.steps=100"},
     {BASE "optimizer: {grad_clip: -1}\n",
      "optimizer.grad_clip=-1 must not be negative (0 disables clipping)"},
-    {BASE "train: {precision: bf16}\n",
-     "train.precision=bf16 needs resources.device=gpu: the CPU backend is fp32"},
+    {BASE "train: {precision: bf16}\nparallel: {tp: 2}\n",
+     "train.precision=bf16 needs parallel.tp=1 and parallel.pp=1 (this job has tp=2, pp=1): "
+     "tensor and pipeline parallelism exchange fp32 activations"},
+    {BASE "train: {precision: fp16}\nparallel: {pp: 2}\nmodel: {n_layer: 2}\n",
+     "train.precision=fp16 needs parallel.tp=1 and parallel.pp=1 (this job has tp=1, pp=2): "
+     "tensor and pipeline parallelism exchange fp32 activations"},
+    {BASE "train: {tf32: true}\n",
+     "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode"},
+    {BASE "train: {tf32: true, precision: bf16}\nresources: {device: gpu}\n",
+     "train.tf32 applies to train.precision=fp32 only, not bf16"},
     {BASE "train: {steps: 0}\n", "train.steps=0 must be at least 1"},
     {"name: t\ndata: {train_path: a}\n",
      "train.eval_interval=100 needs data.val_path (0 disables evaluation)"},
@@ -238,6 +246,38 @@ TEST(path_containment) {
   ASSERT(!colo_path_is_contained("a/.."));
   ASSERT(!colo_path_is_contained("a\\..\\b"));
   ASSERT(!colo_path_is_contained("a\nb"));
+}
+
+/* bf16 on a GPU unless the job says otherwise; fp32 elsewhere; bf16 on the CPU is valid */
+TEST(precision_defaults_by_device) {
+  static const struct {
+    const char *yaml;
+    int precision;
+  } cases[] = {
+      {BASE "resources: {device: gpu}\n", COLO__V1__PRECISION__PRECISION_BF16},
+      {BASE "resources: {device: gpu}\ntrain: {steps: 5}\n", COLO__V1__PRECISION__PRECISION_BF16},
+      {BASE "resources: {device: gpu}\ntrain: {precision: fp32}\n",
+       COLO__V1__PRECISION__PRECISION_FP32},
+      {BASE "resources: {device: gpu}\ntrain: {precision: fp16}\n",
+       COLO__V1__PRECISION__PRECISION_FP16},
+      {BASE, COLO__V1__PRECISION__PRECISION_FP32},
+      {BASE "train: {precision: bf16}\n", COLO__V1__PRECISION__PRECISION_BF16},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    char err[256];
+    int rc;
+    Colo__V1__JobSpec *s = parse(cases[i].yaml, err, sizeof err, &rc);
+    ASSERT_EQ_INT(rc, 0);
+    ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
+    if ((int)s->train->precision != cases[i].precision)
+      FAIL_AT("case %zu: precision %d, expected %d", i, (int)s->train->precision,
+              cases[i].precision);
+    ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0); /* filling again changes nothing */
+    ASSERT_EQ_INT(s->train->precision, cases[i].precision);
+    if (colo_jobspec_validate(s, err, sizeof err) != 0)
+      FAIL_AT("case %zu: %s", i, err);
+    colo__v1__job_spec__free_unpacked(s, NULL);
+  }
 }
 
 TEST(json_output_round_trips_enums) {

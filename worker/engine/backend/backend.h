@@ -5,12 +5,19 @@
  * checkpoints load into HF unchanged. Every *_bwd ACCUMULATES into its outputs (dinp, dw, db);
  * callers zero what must start from zero. Any output pointer of a *_bwd may be NULL to skip it.
  * Token and target arrays (int) live in the backend's memory like the rest.
+ *
+ * Types: a `void *` argument is an activation, or an activation's gradient, stored in the table's
+ * act_dtype (fp32, bf16 or fp16; core/dtype.h); so are the matrix weights the products read (the
+ * model's compute copies, made with to_act). A `float *` is fp32 whatever act_dtype is:
+ * parameters, their gradients, optimizer state, LayerNorm statistics, losses. Arithmetic is fp32
+ * throughout; a lower-precision value is rounded once, when it is stored.
  */
 #ifndef COLO_BACKEND_H
 #define COLO_BACKEND_H
 
 #include <stddef.h>
 
+#include "../core/dtype.h"
 #include "../core/pool.h"
 
 typedef struct colo_backend_s {
@@ -26,59 +33,65 @@ typedef struct colo_backend_s {
   void (*to_host)(void *dst, const void *src, size_t bytes);   /* backend memory → host */
   void (*from_host)(void *dst, const void *src, size_t bytes); /* host → backend memory */
 
+  colo_dtype_t act_dtype; /* how activations are stored */
+  size_t act_size;        /* and their bytes per element */
+  /* dst[n] (act_dtype) = src[n] (fp32), rounded: a weight's compute copy. Within backend memory. */
+  void (*to_act)(void *dst, const float *src, size_t n);
+
   /* out[N][OC] = inp[N][C] · w[C][OC] + b[OC]   (b may be NULL) */
-  void (*matmul_fwd)(float *out, const float *inp, const float *w, const float *b, int N, int C,
+  void (*matmul_fwd)(void *out, const void *inp, const void *w, const float *b, int N, int C,
                      int OC);
   /* dinp += dout · wᵀ;  dw += inpᵀ · dout;  db += Σ_rows dout */
-  void (*matmul_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                     const float *w, int N, int C, int OC);
+  void (*matmul_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                     const void *w, int N, int C, int OC);
   /* the tied LM head: out[N][V] = inp[N][C] · wte[V][C]ᵀ */
-  void (*lmhead_fwd)(float *out, const float *inp, const float *wte, int N, int C, int V);
+  void (*lmhead_fwd)(void *out, const void *inp, const void *wte, int N, int C, int V);
   /* dinp += dout · wte;  dwte += doutᵀ · inp */
-  void (*lmhead_bwd)(float *dinp, float *dwte, const float *dout, const float *inp,
-                     const float *wte, int N, int C, int V);
+  void (*lmhead_bwd)(void *dinp, float *dwte, const void *dout, const void *inp, const void *wte,
+                     int N, int C, int V);
 
   /* out[b][t] = wte[tokens[b][t] − v0] (0 when the token is outside [v0, v1): a vocab-parallel
    * shard) + wpe[t] (when wpe is not NULL) */
-  void (*encoder_fwd)(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+  void (*encoder_fwd)(void *out, const int *tokens, const float *wte, const float *wpe, int B,
                       int T, int C, int v0, int v1);
-  void (*encoder_bwd)(float *dwte, float *dwpe, const float *dout, const int *tokens, int B, int T,
+  void (*encoder_bwd)(float *dwte, float *dwpe, const void *dout, const int *tokens, int B, int T,
                       int C, int v0, int v1);
 
   /* LayerNorm with eps 1e-5; mean and rstd [N] are saved for the backward */
-  void (*layernorm_fwd)(float *out, float *mean, float *rstd, const float *inp, const float *w,
+  void (*layernorm_fwd)(void *out, float *mean, float *rstd, const void *inp, const float *w,
                         const float *b, int N, int C);
-  void (*layernorm_bwd)(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+  void (*layernorm_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                         const float *w, const float *mean, const float *rstd, int N, int C);
 
   /* GELU, tanh approximation (HF "gelu_new") */
-  void (*gelu_fwd)(float *out, const float *inp, size_t n);
-  void (*gelu_bwd)(float *dinp, const float *inp, const float *dout, size_t n);
+  void (*gelu_fwd)(void *out, const void *inp, size_t n);
+  void (*gelu_bwd)(void *dinp, const void *inp, const void *dout, size_t n);
 
   /* causal self-attention over qkv[B][T][3C] (q, k, v, heads inside each); att[B][NH][T][T]
    * keeps the softmax probabilities for the backward; out[B][T][C] */
-  void (*attention_fwd)(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-  void (*attention_bwd)(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+  void (*attention_fwd)(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
+  void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *att, int B,
                         int T, int C, int NH);
 
-  /* out = a + b */
-  void (*add)(float *out, const float *a, const float *b, size_t n);
+  /* out = a + b (activations) */
+  void (*add)(void *out, const void *a, const void *b, size_t n);
 
-  /* softmax cross-entropy: probs[N][V] = softmax(logits), losses[N] = -log probs[target] */
-  void (*crossentropy_fwd)(float *losses, float *probs, const float *logits, const int *targets,
+  /* softmax cross-entropy: probs[N][V] = softmax(logits) (probs may alias logits); losses[N] =
+   * −log probs[target], from the fp32 probability, before it is stored as act_dtype */
+  void (*crossentropy_fwd)(float *losses, void *probs, const void *logits, const int *targets,
                            int N, int V);
   /* dlogits[N][V] = (probs - onehot(target)) · dloss (dlogits may alias probs) */
-  void (*crossentropy_bwd)(float *dlogits, const float *probs, const int *targets, float dloss,
-                           int N, int V);
+  void (*crossentropy_bwd)(void *dlogits, const void *probs, const int *targets, float dloss, int N,
+                           int V);
 
   /* Vocab-parallel cross-entropy over a shard logits[N][Vl] of the vocabulary starting at v0:
    * the row maxima, the sums of exp(logit − gmax), the target's logit (0 when another shard has
    * it), and the gradient (softmax − onehot) · dloss from the global max and sum. */
-  void (*vocab_max)(float *rowmax, const float *logits, int N, int Vl);
-  void (*vocab_sumexp)(float *sum, const float *logits, const float *gmax, int N, int Vl);
-  void (*vocab_target)(float *tlogit, const float *logits, const int *targets, int v0, int N,
+  void (*vocab_max)(float *rowmax, const void *logits, int N, int Vl);
+  void (*vocab_sumexp)(float *sum, const void *logits, const float *gmax, int N, int Vl);
+  void (*vocab_target)(float *tlogit, const void *logits, const int *targets, int v0, int N,
                        int Vl);
-  void (*vocab_ce_bwd)(float *dlogits, const float *logits, const float *gmax, const float *gsum,
+  void (*vocab_ce_bwd)(void *dlogits, const void *logits, const float *gmax, const float *gsum,
                        const int *targets, int v0, float dloss, int N, int Vl);
 
   /* PyTorch AdamW, step t ≥ 1: p *= 1 - lr·wd; m, v moments of g·grad_scale; bias-corrected
@@ -92,16 +105,23 @@ typedef struct colo_backend_s {
 
 /* fp32 on the host: OpenBLAS for matrix products, OpenMP for the rest. */
 const colo_backend_t *colo_backend_cpu(void);
+/* The CPU backend with activations stored as `t` (bf16 or fp16; fp32 gives colo_backend_cpu): each
+ * operation widens its inputs, runs the fp32 operation and rounds what it stores. Slower than
+ * fp32; the reference the GPU's reduced-precision operations are tested against. */
+const colo_backend_t *colo_backend_cpu_dtype(colo_dtype_t t);
 
-/* How the CUDA backend's matrix products multiply: fp32, or tensor cores with the inputs rounded
- * to TF32, bf16 or fp16 (accumulation, storage and master weights stay fp32). */
+/* A run's precision. FP32: fp32 storage, fp32 products. TF32: fp32 storage, products on tensor
+ * cores with inputs rounded to TF32 (GPU only). BF16, FP16: activations and the weights' compute
+ * copies stored as bf16 / fp16, products on tensor cores; accumulation, master weights, gradients
+ * and optimizer state stay fp32. */
 enum { COLO_MATH_FP32 = 0, COLO_MATH_TF32, COLO_MATH_BF16, COLO_MATH_FP16 };
+/* The activation storage type of a precision. */
+colo_dtype_t colo_math_dtype(int math);
 
-/* The CUDA backend on GPU `ordinal`: fp32 storage and accumulation, cuBLAS for the products
- * (multiplying as `math` says), kernels of our own for the rest. It is a library of its own
- * (libcolo_cuda.so), loaded on the first call. NULL when this build has no CUDA or the GPU
- * cannot be used; err says why. One GPU per process: later calls return the first one's table
- * (and set its math). */
+/* The CUDA backend on GPU `ordinal` at precision `math`: cuBLAS for the products, kernels of our
+ * own for the rest. It is a library of its own (libcolo_cuda.so), loaded on the first call. NULL
+ * when this build has no CUDA or the GPU cannot be used; err says why. One GPU per process: later
+ * calls must name the same GPU, and may ask another precision (test_cuda does). */
 const colo_backend_t *colo_backend_cuda(int ordinal, int math, char *err, size_t errlen);
 /* Whether this build has the CUDA backend (1) or not (0). */
 int colo_backend_cuda_built(void);

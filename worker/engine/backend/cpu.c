@@ -68,8 +68,10 @@ static void gemm_rows(CBLAS_TRANSPOSE tb, int M, int Nc, int K, const float *A, 
   }
 }
 
-static void matmul_fwd(float *out, const float *inp, const float *w, const float *b, int N, int C,
+static void matmul_fwd(void *out_, const void *inp_, const void *w_, const float *b, int N, int C,
                        int OC) {
+  float *out = out_;
+  const float *inp = inp_, *w = w_;
   if (b) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++)
@@ -101,8 +103,10 @@ static void sum_rows_into(float *dst, const float *src, int N, int OC) {
   free(part);
 }
 
-static void matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, int N, int C, int OC) {
+static void matmul_bwd(void *dinp_, float *dw, float *db, const void *dout_, const void *inp_,
+                       const void *w_, int N, int C, int OC) {
+  float *dinp = dinp_;
+  const float *dout = dout_, *inp = inp_, *w = w_;
   if (dinp) /* dinp[N][C] += dout[N][OC] · w[C][OC]ᵀ */
     gemm_rows(CblasTrans, N, C, OC, dout, OC, w, OC, 1.0f, dinp, C);
   if (dw) /* dw[C][OC] += inp[N][C]ᵀ · dout[N][OC] */
@@ -111,12 +115,12 @@ static void matmul_bwd(float *dinp, float *dw, float *db, const float *dout, con
     sum_rows_into(db, dout, N, OC);
 }
 
-static void lmhead_fwd(float *out, const float *inp, const float *wte, int N, int C, int V) {
+static void lmhead_fwd(void *out, const void *inp, const void *wte, int N, int C, int V) {
   gemm_rows(CblasTrans, N, V, C, inp, C, wte, C, 0.0f, out, V);
 }
 
-static void lmhead_bwd(float *dinp, float *dwte, const float *dout, const float *inp,
-                       const float *wte, int N, int C, int V) {
+static void lmhead_bwd(void *dinp, float *dwte, const void *dout, const void *inp, const void *wte,
+                       int N, int C, int V) {
   if (dinp) /* dinp[N][C] += dout[N][V] · wte[V][C] */
     gemm_rows(CblasNoTrans, N, C, V, dout, V, wte, C, 1.0f, dinp, C);
   if (dwte) /* dwte[V][C] += dout[N][V]ᵀ · inp[N][C] */
@@ -125,8 +129,9 @@ static void lmhead_bwd(float *dinp, float *dwte, const float *dout, const float 
 
 /* ---- embeddings ---- */
 
-static void encoder_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B,
+static void encoder_fwd(void *out_, const int *tokens, const float *wte, const float *wpe, int B,
                         int T, int C, int v0, int v1) {
+  float *out = out_;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
@@ -140,8 +145,9 @@ static void encoder_fwd(float *out, const int *tokens, const float *wte, const f
     }
 }
 
-static void encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
+static void encoder_bwd(float *dwte, float *dwpe, const void *dout_, const int *tokens, int B,
                         int T, int C, int v0, int v1) {
+  const float *dout = dout_;
   /* rows that share a token must be added in a fixed order: serial over (b, t), parallel over
    * channels */
 #pragma omp parallel for schedule(static)
@@ -165,8 +171,10 @@ static void encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *
 
 /* ---- LayerNorm ---- */
 
-static void layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+static void layernorm_fwd(void *out_, float *mean, float *rstd, const void *inp_, const float *w,
                           const float *b, int N, int C) {
+  float *out = out_;
+  const float *inp = inp_;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *x = inp + (size_t)n * C;
@@ -192,8 +200,10 @@ static void layernorm_fwd(float *out, float *mean, float *rstd, const float *inp
   }
 }
 
-static void layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+static void layernorm_bwd(void *dinp_, float *dw, float *db, const void *dout_, const void *inp_,
                           const float *w, const float *mean, const float *rstd, int N, int C) {
+  float *dinp = dinp_;
+  const float *dout = dout_, *inp = inp_;
   float *part = (dw || db) ? calloc((size_t)REDUCE_BLOCKS * 2 * C, sizeof(float)) : NULL;
   int per = (N + REDUCE_BLOCKS - 1) / REDUCE_BLOCKS;
 #pragma omp parallel for schedule(static)
@@ -258,7 +268,9 @@ static inline float fast_tanh(float u) {
   return 1.0f - 2.0f / (expf(2.0f * u) + 1.0f);
 }
 
-static void gelu_fwd(float *out, const float *inp, size_t n) {
+static void gelu_fwd(void *out_, const void *inp_, size_t n) {
+  float *out = out_;
+  const float *inp = inp_;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];
@@ -266,7 +278,9 @@ static void gelu_fwd(float *out, const float *inp, size_t n) {
   }
 }
 
-static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
+static void gelu_bwd(void *dinp_, const void *inp_, const void *dout_, size_t n) {
+  float *dinp = dinp_;
+  const float *inp = inp_, *dout = dout_;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++) {
     float x = inp[i];
@@ -280,7 +294,9 @@ static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
 
 /* ---- attention ---- */
 
-static void attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
+static void attention_fwd(void *out_, void *att_, const void *qkv_, int B, int T, int C, int NH) {
+  float *out = out_, *att = att_;
+  const float *qkv = qkv_;
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for collapse(3) schedule(static)
@@ -325,8 +341,10 @@ static void attention_fwd(float *out, float *att, const float *qkv, int B, int T
       }
 }
 
-static void attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *att_, int B,
                           int T, int C, int NH) {
+  float *dqkv = dqkv_;
+  const float *dout = dout_, *qkv = qkv_, *att = att_;
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
   /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
@@ -371,14 +389,18 @@ static void attention_bwd(float *dqkv, const float *dout, const float *qkv, cons
 
 /* ---- elementwise, loss, optimizer ---- */
 
-static void add(float *out, const float *a, const float *b, size_t n) {
+static void add(void *out_, const void *a_, const void *b_, size_t n) {
+  float *out = out_;
+  const float *a = a_, *b = b_;
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++)
     out[i] = a[i] + b[i];
 }
 
-static void crossentropy_fwd(float *losses, float *probs, const float *logits, const int *targets,
+static void crossentropy_fwd(float *losses, void *probs_, const void *logits_, const int *targets,
                              int N, int V) {
+  float *probs = probs_;
+  const float *logits = logits_;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * V;
@@ -400,8 +422,10 @@ static void crossentropy_fwd(float *losses, float *probs, const float *logits, c
   }
 }
 
-static void crossentropy_bwd(float *dlogits, const float *probs, const int *targets, float dloss,
+static void crossentropy_bwd(void *dlogits_, const void *probs_, const int *targets, float dloss,
                              int N, int V) {
+  float *dlogits = dlogits_;
+  const float *probs = probs_;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *p = probs + (size_t)n * V;
@@ -411,7 +435,8 @@ static void crossentropy_bwd(float *dlogits, const float *probs, const int *targ
   }
 }
 
-static void vocab_max(float *rowmax, const float *logits, int N, int Vl) {
+static void vocab_max(float *rowmax, const void *logits_, int N, int Vl) {
+  const float *logits = logits_;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * Vl;
@@ -422,7 +447,8 @@ static void vocab_max(float *rowmax, const float *logits, int N, int Vl) {
   }
 }
 
-static void vocab_sumexp(float *sum, const float *logits, const float *gmax, int N, int Vl) {
+static void vocab_sumexp(float *sum, const void *logits_, const float *gmax, int N, int Vl) {
+  const float *logits = logits_;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * Vl;
@@ -433,8 +459,9 @@ static void vocab_sumexp(float *sum, const float *logits, const float *gmax, int
   }
 }
 
-static void vocab_target(float *tlogit, const float *logits, const int *targets, int v0, int N,
+static void vocab_target(float *tlogit, const void *logits_, const int *targets, int v0, int N,
                          int Vl) {
+  const float *logits = logits_;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     int t = targets[n] - v0;
@@ -442,8 +469,10 @@ static void vocab_target(float *tlogit, const float *logits, const int *targets,
   }
 }
 
-static void vocab_ce_bwd(float *dlogits, const float *logits, const float *gmax, const float *gsum,
+static void vocab_ce_bwd(void *dlogits_, const void *logits_, const float *gmax, const float *gsum,
                          const int *targets, int v0, float dloss, int N, int Vl) {
+  float *dlogits = dlogits_;
+  const float *logits = logits_;
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * Vl;
@@ -503,6 +532,10 @@ static void copy(void *dst, const void *src, size_t bytes) {
   memmove(dst, src, bytes);
 }
 
+static void to_act(void *dst, const float *src, size_t n) {
+  memmove(dst, src, n * sizeof(float));
+}
+
 static const colo_backend_t CPU = {
     .name = "cpu",
     .device = 0,
@@ -511,6 +544,9 @@ static const colo_backend_t CPU = {
     .copy = copy,
     .to_host = copy,
     .from_host = copy,
+    .act_dtype = COLO_DTYPE_F32,
+    .act_size = sizeof(float),
+    .to_act = to_act,
     .matmul_fwd = matmul_fwd,
     .matmul_bwd = matmul_bwd,
     .lmhead_fwd = lmhead_fwd,

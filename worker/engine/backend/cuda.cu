@@ -1,11 +1,17 @@
-/* The CUDA backend: the operation table on one GPU, fp32 storage and fp32 accumulation.
+/* The CUDA backend: the operation table on one GPU, in three storage types.
  *
- * Matrix products, and attention's four products per head, go through cuBLAS: fp32, or on
- * tensor cores with inputs rounded to TF32, bf16 or fp16 and fp32 accumulation (the run's
- * precision; storage stays fp32, and so do the master weights). The rest are kernels of our own,
- * each the CPU entry's arithmetic in the same order where that order is cheap to keep: reductions
- * over rows (bias and LayerNorm weight gradients, the squared norm, the embedding's gradient) sum
- * fixed blocks in a fixed order, so every result is the same from run to run. Everything runs on
+ * Activations (and the matrices' compute copies) are stored as fp32, bf16 or fp16 (the run's
+ * precision); every kernel loads them into fp32, computes in fp32 and rounds once when it stores,
+ * as the CPU backend's reduced-precision tables do (cpu_lowp.c), which test_cuda checks them
+ * against. Parameters, gradients, optimizer state, LayerNorm statistics and losses are fp32.
+ *
+ * Matrix products, and attention's four products per head, go through cuBLAS with fp32
+ * accumulation: in fp32 (or TF32 tensor cores, on request) for fp32 storage, on bf16 / fp16
+ * tensor cores for those. A weight gradient is accumulated in fp32 straight from the 16-bit
+ * operands. The rest are kernels of our own, each the CPU entry's arithmetic in the same order
+ * where that order is cheap to keep: reductions over rows (bias and LayerNorm weight gradients,
+ * the squared norm, the embedding's gradient) sum in a fixed order, so every result is the same
+ * from run to run, and the fp32 embedding gradient is the CPU's bit for bit. Everything runs on
  * one stream; to_host waits for it.
  *
  * It is a shared library of its own, libcolo_cuda.so, that colo-train loads only for a GPU run
@@ -13,11 +19,13 @@
  * table's entries return nothing, and a rank whose GPU failed cannot go on (its worker reports the
  * exit).
  *
- * Layouts are the CPU backend's (backend.h): row-major, weights w[in][out]. gemm_rm below maps a
+ * Layouts are the CPU backend's (backend.h): row-major, weights w[in][out]. gemm below maps a
  * row-major product onto column-major cuBLAS by swapping the operands: C = op(A)·op(B) row-major
  * is Cᵀ = op(B)ᵀ·op(A)ᵀ column-major, and a row-major matrix read column-major is its transpose.
  */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <math.h>
@@ -53,27 +61,70 @@ static void die_cuda(cudaError_t e, const char *what, const char *file, int line
   } while (0)
 #define LAUNCHED() CK(cudaGetLastError())
 
+/* ---- storage types: load into fp32, store rounded to nearest even ---- */
+
+typedef __nv_bfloat16 bf16;
+typedef __half fp16;
+
+__device__ __forceinline__ static float ld(float x) {
+  return x;
+}
+__device__ __forceinline__ static float ld(bf16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ static float ld(fp16 x) {
+  return __half2float(x);
+}
+
+template <class T> __device__ __forceinline__ static T st(float x);
+template <> __device__ __forceinline__ float st<float>(float x) {
+  return x;
+}
+template <> __device__ __forceinline__ bf16 st<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ fp16 st<fp16>(float x) {
+  return __float2half_rn(x);
+}
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> {
+  static const cudaDataType_t cuda = CUDA_R_32F;
+  static const colo_dtype_t colo = COLO_DTYPE_F32;
+};
+template <> struct dtype_of<bf16> {
+  static const cudaDataType_t cuda = CUDA_R_16BF;
+  static const colo_dtype_t colo = COLO_DTYPE_BF16;
+};
+template <> struct dtype_of<fp16> {
+  static const cudaDataType_t cuda = CUDA_R_16F;
+  static const colo_dtype_t colo = COLO_DTYPE_F16;
+};
+
 /* ---- the one GPU this process uses ---- */
 
+/* scratch buffers, each grown on demand; an operation uses each slot at most once at a time */
+enum { S_F32, S_ACT, S_PART, S_INT, S_SLOTS };
+
 static struct {
-  int ready;
+  int ready, ordinal;
   cudaStream_t stream;
   cublasHandle_t blas;
-  cublasComputeType_t compute; /* how products multiply: fp32, or tensor cores (COLO_MATH_*) */
-  float *scratch;              /* attention's per-sequence [NH][T][T], and column-sum partials */
-  size_t scratch_bytes;
+  cublasComputeType_t compute; /* fp32 storage's products: fp32, or TF32 tensor cores */
+  void *scratch[S_SLOTS];
+  size_t scratch_bytes[S_SLOTS];
   double *part; /* sumsq: one double per block */
 } g;
 
-static float *scratch(size_t bytes) {
-  if (bytes > g.scratch_bytes) {
+static void *scratch(int slot, size_t bytes) {
+  if (bytes > g.scratch_bytes[slot]) {
     CK(cudaStreamSynchronize(g.stream)); /* queued kernels may still use the old one */
-    if (g.scratch)
-      CK(cudaFree(g.scratch));
-    CK(cudaMalloc(&g.scratch, bytes));
-    g.scratch_bytes = bytes;
+    if (g.scratch[slot])
+      CK(cudaFree(g.scratch[slot]));
+    CK(cudaMalloc(&g.scratch[slot], bytes));
+    g.scratch_bytes[slot] = bytes;
   }
-  return g.scratch;
+  return g.scratch[slot];
 }
 
 static int blocks_for(size_t n, int threads) {
@@ -170,35 +221,37 @@ template <class Op> __device__ static float block_reduce(float v) {
 
 /* ---- matrix products ---- */
 
-/* row-major C[M][N] (ldc) = alpha·op(A)·op(B) + beta·C, op(A) M×K, op(B) K×N; fp32 in and out,
- * multiplied as g.compute allows (fp32, or TF32/bf16/fp16 tensor cores with fp32 accumulation) */
-static void gemm_rm(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-                    const float *B, int ldb, float beta, float *C, int ldc) {
+/* row-major C[M][N] (ldc) = alpha·op(A)·op(B) + beta·C, op(A) M×K, op(B) K×N, with fp32
+ * accumulation: fp32 operands multiply as g.compute says, 16-bit ones on tensor cores */
+static void gemm(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                 const void *B, int ldb, cudaDataType_t ab, float beta, void *C, int ldc,
+                 cudaDataType_t c) {
+  cublasComputeType_t ct = ab == CUDA_R_32F ? g.compute : CUBLAS_COMPUTE_32F;
   CKB(cublasGemmEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                   &alpha, B, CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc,
-                   g.compute, CUBLAS_GEMM_DEFAULT));
+                   &alpha, B, ab, ldb, A, ab, lda, &beta, C, c, ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
 /* the same for `batch` products whose operands start sa, sb, sc elements apart */
-static void gemm_rm_batched(int ta, int tb, int M, int N, int K, float alpha, const float *A,
-                            int lda, long long sa, const float *B, int ldb, long long sb,
-                            float beta, float *C, int ldc, long long sc, int batch) {
-  CKB(cublasGemmStridedBatchedEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
-                                 ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, CUDA_R_32F,
-                                 ldb, sb, A, CUDA_R_32F, lda, sa, &beta, C, CUDA_R_32F, ldc, sc,
-                                 batch, g.compute, CUBLAS_GEMM_DEFAULT));
+static void gemm_batched(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
+                         long long sa, const void *B, int ldb, long long sb, cudaDataType_t ab,
+                         float beta, void *C, int ldc, long long sc, cudaDataType_t c, int batch) {
+  cublasComputeType_t ct = ab == CUDA_R_32F ? g.compute : CUBLAS_COMPUTE_32F;
+  CKB(cublasGemmStridedBatchedEx(
+      g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+      ab, ldb, sb, A, ab, lda, sa, &beta, C, c, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT));
 }
 
-__global__ static void rows_set_kernel(float *out, const float *b, int N, int OC) {
+template <class T> __global__ static void rows_set_kernel(T *out, const float *b, int N, int OC) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * OC;
   for (; i < n; i += (size_t)gridDim.x * blockDim.x)
-    out[i] = b[i % OC];
+    out[i] = st<T>(b[i % OC]);
 }
 
 /* Column sums in a fixed order: partial[y][c] sums rows [y·per, (y+1)·per) of column c, with
  * optional weights xhat = (inp - mean)·rstd (LayerNorm's weight gradient) */
 #define COL_PARTS 32
-__global__ static void colsum_part_kernel(float *partial, const float *src, const float *inp,
+template <class T>
+__global__ static void colsum_part_kernel(float *partial, const T *src, const T *inp,
                                           const float *mean, const float *rstd, int N, int C) {
   __shared__ float s[8][33];
   int c = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y;
@@ -206,8 +259,8 @@ __global__ static void colsum_part_kernel(float *partial, const float *src, cons
   float acc = 0.0f;
   if (c < C)
     for (int n = lo + threadIdx.y; n < hi; n += 8) {
-      float d = src[(size_t)n * C + c];
-      acc += inp ? d * (inp[(size_t)n * C + c] - mean[n]) * rstd[n] : d;
+      float d = ld(src[(size_t)n * C + c]);
+      acc += inp ? d * (ld(inp[(size_t)n * C + c]) - mean[n]) * rstd[n] : d;
     }
   s[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -230,290 +283,385 @@ __global__ static void colsum_finish_kernel(float *dst, const float *partial, in
 }
 
 /* dst[C] += Σ_n src[n][C] (weighted by LayerNorm's xhat when inp is given) */
-static void colsum_into(float *dst, const float *src, const float *inp, const float *mean,
+template <class T>
+static void colsum_into(float *dst, const T *src, const T *inp, const float *mean,
                         const float *rstd, int N, int C) {
-  float *partial = scratch((size_t)COL_PARTS * C * sizeof(float));
+  float *partial = (float *)scratch(S_PART, (size_t)COL_PARTS * C * sizeof(float));
   dim3 grid((C + 31) / 32, COL_PARTS), block(32, 8);
-  colsum_part_kernel<<<grid, block, 0, g.stream>>>(partial, src, inp, mean, rstd, N, C);
+  colsum_part_kernel<T><<<grid, block, 0, g.stream>>>(partial, src, inp, mean, rstd, N, C);
   LAUNCHED();
   colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g.stream>>>(dst, partial, C);
   LAUNCHED();
 }
 
-static void matmul_fwd(float *out, const float *inp, const float *w, const float *b, int N, int C,
+template <class T>
+static void matmul_fwd(void *out, const void *inp, const void *w, const float *b, int N, int C,
                        int OC) {
+  const cudaDataType_t t = dtype_of<T>::cuda;
   if (b) {
-    rows_set_kernel<<<blocks_for((size_t)N * OC, 256), 256, 0, g.stream>>>(out, b, N, OC);
+    rows_set_kernel<T><<<blocks_for((size_t)N * OC, 256), 256, 0, g.stream>>>((T *)out, b, N, OC);
     LAUNCHED();
   }
-  gemm_rm(0, 0, N, OC, C, 1.0f, inp, C, w, OC, b ? 1.0f : 0.0f, out, OC);
+  gemm(0, 0, N, OC, C, 1.0f, inp, C, w, OC, t, b ? 1.0f : 0.0f, out, OC, t);
 }
 
-static void matmul_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, int N, int C, int OC) {
+template <class T>
+static void matmul_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                       const void *w, int N, int C, int OC) {
+  const cudaDataType_t t = dtype_of<T>::cuda;
   if (dinp) /* dinp[N][C] += dout[N][OC] · w[C][OC]ᵀ */
-    gemm_rm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, 1.0f, dinp, C);
-  if (dw) /* dw[C][OC] += inp[N][C]ᵀ · dout[N][OC] */
-    gemm_rm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, 1.0f, dw, OC);
+    gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, t, 1.0f, dinp, C, t);
+  if (dw) /* dw[C][OC] += inp[N][C]ᵀ · dout[N][OC], accumulated in fp32 */
+    gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, t, 1.0f, dw, OC, CUDA_R_32F);
   if (db)
-    colsum_into(db, dout, NULL, NULL, NULL, N, OC);
+    colsum_into<T>(db, (const T *)dout, NULL, NULL, NULL, N, OC);
 }
 
-static void lmhead_fwd(float *out, const float *inp, const float *wte, int N, int C, int V) {
-  gemm_rm(0, 1, N, V, C, 1.0f, inp, C, wte, C, 0.0f, out, V);
+template <class T>
+static void lmhead_fwd(void *out, const void *inp, const void *wte, int N, int C, int V) {
+  const cudaDataType_t t = dtype_of<T>::cuda;
+  gemm(0, 1, N, V, C, 1.0f, inp, C, wte, C, t, 0.0f, out, V, t);
 }
 
-static void lmhead_bwd(float *dinp, float *dwte, const float *dout, const float *inp,
-                       const float *wte, int N, int C, int V) {
+template <class T>
+static void lmhead_bwd(void *dinp, float *dwte, const void *dout, const void *inp, const void *wte,
+                       int N, int C, int V) {
+  const cudaDataType_t t = dtype_of<T>::cuda;
   if (dinp) /* dinp[N][C] += dout[N][V] · wte[V][C] */
-    gemm_rm(0, 0, N, C, V, 1.0f, dout, V, wte, C, 1.0f, dinp, C);
+    gemm(0, 0, N, C, V, 1.0f, dout, V, wte, C, t, 1.0f, dinp, C, t);
   if (dwte) /* dwte[V][C] += dout[N][V]ᵀ · inp[N][C] */
-    gemm_rm(1, 0, V, C, N, 1.0f, dout, V, inp, C, 1.0f, dwte, C);
+    gemm(1, 0, V, C, N, 1.0f, dout, V, inp, C, t, 1.0f, dwte, C, CUDA_R_32F);
+}
+
+template <class T> __global__ static void to_act_kernel(T *dst, const float *src, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = st<T>(src[i]);
+}
+
+template <class T> static void to_act(void *dst, const float *src, size_t n) {
+  to_act_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)dst, src, n);
+  LAUNCHED();
 }
 
 /* ---- embeddings ---- */
 
-__global__ static void encoder_fwd_kernel(float *out, const int *tokens, const float *wte,
-                                          const float *wpe, int N, int T, int C, int v0, int v1) {
+template <class T>
+__global__ static void encoder_fwd_kernel(T *out, const int *tokens, const float *wte,
+                                          const float *wpe, int N, int T_, int C, int v0, int v1) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
   for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
     int row = (int)(i / C), c = (int)(i % C), tok = tokens[row];
     float e = tok >= v0 && tok < v1 ? wte[(size_t)(tok - v0) * C + c] : 0.0f;
-    out[i] = e + (wpe ? wpe[(size_t)(row % T) * C + c] : 0.0f);
+    out[i] = st<T>(e + (wpe ? wpe[(size_t)(row % T_) * C + c] : 0.0f));
   }
 }
 
-static void encoder_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B,
-                        int T, int C, int v0, int v1) {
-  size_t n = (size_t)B * T * C;
-  encoder_fwd_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(out, tokens, wte, wpe, B * T, T, C,
-                                                               v0, v1);
+template <class T>
+static void encoder_fwd(void *out, const int *tokens, const float *wte, const float *wpe, int B,
+                        int T_, int C, int v0, int v1) {
+  size_t n = (size_t)B * T_ * C;
+  encoder_fwd_kernel<T>
+      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, tokens, wte, wpe, B * T_, T_, C, v0, v1);
   LAUNCHED();
 }
 
-/* One thread per channel, rows in order: rows that share a token are added in the CPU's order,
- * so the result is the CPU's bit for bit. Slow for long batches (B·T serial steps); a sorted,
- * parallel version is the next step when it shows in a profile. */
-__global__ static void encoder_bwd_kernel(float *dwte, float *dwpe, const float *dout,
-                                          const int *tokens, int N, int T, int C, int v0, int v1) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C)
+/* dwte: a block per distinct token of the batch, its threads over channels, adding that token's
+ * rows in increasing order (rows[first[k] .. first[k+1])), which is the CPU's order: the fp32
+ * result is the CPU's bit for bit. */
+template <class T>
+__global__ static void encoder_bwd_wte_kernel(float *dwte, const T *dout, const int *tok_of,
+                                              const int *first, const int *rows, int C) {
+  int k = blockIdx.x, tok = tok_of[k];
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    float acc = dwte[(size_t)tok * C + c];
+    for (int r = first[k]; r < first[k + 1]; r++)
+      acc += ld(dout[(size_t)rows[r] * C + c]);
+    dwte[(size_t)tok * C + c] = acc;
+  }
+}
+
+/* dwpe[t][c]: the B rows of position t in order of b, as the CPU adds them */
+template <class T>
+__global__ static void encoder_bwd_wpe_kernel(float *dwpe, const T *dout, int B, int T_, int C) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)T_ * C;
+  for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    float acc = dwpe[i];
+    for (int b = 0; b < B; b++)
+      acc += ld(dout[(size_t)b * T_ * C + i]);
+    dwpe[i] = acc;
+  }
+}
+
+/* The rows grouped by token on the host (a counting sort of B·T tokens), then the two kernels. */
+template <class T>
+static void encoder_bwd(float *dwte, float *dwpe, const void *dout, const int *tokens, int B,
+                        int T_, int C, int v0, int v1) {
+  int N = B * T_;
+  if (dwpe) {
+    encoder_bwd_wpe_kernel<T>
+        <<<blocks_for((size_t)T_ * C, 256), 256, 0, g.stream>>>(dwpe, (const T *)dout, B, T_, C);
+    LAUNCHED();
+  }
+  if (!dwte || v1 <= v0)
     return;
-  for (int row = 0; row < N; row++) {
-    float d = dout[(size_t)row * C + c];
-    int tok = tokens[row];
-    if (dwte && tok >= v0 && tok < v1)
-      dwte[(size_t)(tok - v0) * C + c] += d;
-    if (dwpe)
-      dwpe[(size_t)(row % T) * C + c] += d;
+  int V = v1 - v0;
+  /* host: [N] tokens, [V+1] counts, then the device image: [K] tokens, [K+1] firsts, [N] rows */
+  int *h = (int *)malloc(((size_t)3 * N + 2 * (size_t)V + 2) * sizeof(int));
+  if (!h) {
+    fprintf(stderr, "colo-train: out of host memory for the embedding gradient\n");
+    exit(1);
   }
-}
-
-static void encoder_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, int B,
-                        int T, int C, int v0, int v1) {
-  encoder_bwd_kernel<<<(C + 63) / 64, 64, 0, g.stream>>>(dwte, dwpe, dout, tokens, B * T, T, C, v0,
-                                                         v1);
-  LAUNCHED();
+  int *tok = h, *count = tok + N, *img = count + V + 1;
+  to_host(tok, tokens, (size_t)N * sizeof(int));
+  memset(count, 0, ((size_t)V + 1) * sizeof(int));
+  for (int n = 0; n < N; n++)
+    if (tok[n] >= v0 && tok[n] < v1)
+      count[tok[n] - v0]++;
+  int K = 0, total = 0;
+  for (int v = 0; v < V; v++)
+    K += count[v] > 0;
+  int *tok_of = img, *first = tok_of + K, *rows = first + K + 1;
+  for (int v = 0, k = 0; v < V; v++) /* count[v] becomes where v's rows start */
+    if (count[v]) {
+      tok_of[k] = v;
+      first[k++] = total;
+      int c = count[v];
+      count[v] = total;
+      total += c;
+    }
+  first[K] = total;
+  for (int n = 0; n < N; n++) /* rows in increasing order within each token */
+    if (tok[n] >= v0 && tok[n] < v1)
+      rows[count[tok[n] - v0]++] = n;
+  if (K > 0) {
+    size_t bytes = ((size_t)2 * K + 1 + (size_t)total) * sizeof(int);
+    int *d = (int *)scratch(S_INT, bytes);
+    from_host(d, img, bytes);
+    encoder_bwd_wte_kernel<T>
+        <<<K, 256, 0, g.stream>>>(dwte, (const T *)dout, d, d + K, d + 2 * K + 1, C);
+    LAUNCHED();
+  }
+  free(h);
 }
 
 /* ---- LayerNorm: a warp per row ---- */
 
-__global__ static void layernorm_fwd_kernel(float *out, float *mean, float *rstd, const float *inp,
+template <class T>
+__global__ static void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp,
                                             const float *w, const float *b, int N, int C) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return;
-  const float *x = inp + (size_t)row * C;
+  const T *x = inp + (size_t)row * C;
   float s = 0.0f;
   for (int i = lane; i < C; i += 32)
-    s += x[i];
+    s += ld(x[i]);
   float m = warp_sum(s) / (float)C;
   float v = 0.0f;
   for (int i = lane; i < C; i += 32) {
-    float d = x[i] - m;
+    float d = ld(x[i]) - m;
     v += d * d;
   }
   v = warp_sum(v) / (float)C;
   float r = 1.0f / sqrtf(v + 1e-5f);
-  float *o = out + (size_t)row * C;
+  T *o = out + (size_t)row * C;
   for (int i = lane; i < C; i += 32)
-    o[i] = (x[i] - m) * r * w[i] + b[i];
+    o[i] = st<T>((ld(x[i]) - m) * r * w[i] + b[i]);
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
   }
 }
 
-static void layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+template <class T>
+static void layernorm_fwd(void *out, float *mean, float *rstd, const void *inp, const float *w,
                           const float *b, int N, int C) {
-  layernorm_fwd_kernel<<<(N + 7) / 8, 256, 0, g.stream>>>(out, mean, rstd, inp, w, b, N, C);
+  layernorm_fwd_kernel<T>
+      <<<(N + 7) / 8, 256, 0, g.stream>>>((T *)out, mean, rstd, (const T *)inp, w, b, N, C);
   LAUNCHED();
 }
 
-__global__ static void layernorm_bwd_kernel(float *dinp, const float *dout, const float *inp,
-                                            const float *w, const float *mean, const float *rstd,
-                                            int N, int C) {
+template <class T>
+__global__ static void layernorm_bwd_kernel(T *dinp, const T *dout, const T *inp, const float *w,
+                                            const float *mean, const float *rstd, int N, int C) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return;
-  const float *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+  const T *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
   float m = mean[row], r = rstd[row], dm = 0.0f, dnm = 0.0f;
   for (int i = lane; i < C; i += 32) {
-    float xh = (x[i] - m) * r, dn = w[i] * d[i];
+    float xh = (ld(x[i]) - m) * r, dn = w[i] * ld(d[i]);
     dm += dn;
     dnm += dn * xh;
   }
   dm = warp_sum(dm) / (float)C;
   dnm = warp_sum(dnm) / (float)C;
-  float *di = dinp + (size_t)row * C;
+  T *di = dinp + (size_t)row * C;
   for (int i = lane; i < C; i += 32) {
-    float xh = (x[i] - m) * r, dn = w[i] * d[i];
-    di[i] += (dn - dm - xh * dnm) * r;
+    float xh = (ld(x[i]) - m) * r, dn = w[i] * ld(d[i]);
+    di[i] = st<T>(ld(di[i]) + (dn - dm - xh * dnm) * r);
   }
 }
 
-static void layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+template <class T>
+static void layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C) {
   if (dinp) {
-    layernorm_bwd_kernel<<<(N + 7) / 8, 256, 0, g.stream>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    layernorm_bwd_kernel<T><<<(N + 7) / 8, 256, 0, g.stream>>>((T *)dinp, (const T *)dout,
+                                                               (const T *)inp, w, mean, rstd, N, C);
     LAUNCHED();
   }
   if (dw)
-    colsum_into(dw, dout, inp, mean, rstd, N, C);
+    colsum_into<T>(dw, (const T *)dout, (const T *)inp, mean, rstd, N, C);
   if (db)
-    colsum_into(db, dout, NULL, NULL, NULL, N, C);
+    colsum_into<T>(db, (const T *)dout, NULL, NULL, NULL, N, C);
 }
 
 /* ---- GELU (tanh) ---- */
 
 #define GELU_K 0.7978845608028654f
 
-__global__ static void gelu_fwd_kernel(float *out, const float *inp, size_t n) {
+template <class T> __global__ static void gelu_fwd_kernel(T *out, const T *inp, size_t n) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+    float x = ld(inp[i]);
+    out[i] = st<T>(0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
   }
 }
 
-__global__ static void gelu_bwd_kernel(float *dinp, const float *inp, const float *dout, size_t n) {
+template <class T>
+__global__ static void gelu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float x = inp[i];
+    float x = ld(inp[i]);
     float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
     float sech2 = 1.0f - th * th;
     float gr = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += gr * dout[i];
+    dinp[i] = st<T>(ld(dinp[i]) + gr * ld(dout[i]));
   }
 }
 
-static void gelu_fwd(float *out, const float *inp, size_t n) {
-  gelu_fwd_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(out, inp, n);
+template <class T> static void gelu_fwd(void *out, const void *inp, size_t n) {
+  gelu_fwd_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, n);
   LAUNCHED();
 }
 
-static void gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n) {
-  gelu_bwd_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(dinp, inp, dout, n);
+template <class T> static void gelu_bwd(void *dinp, const void *inp, const void *dout, size_t n) {
+  gelu_bwd_kernel<T>
+      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)dinp, (const T *)inp, (const T *)dout, n);
   LAUNCHED();
 }
 
 /* ---- attention: per sequence, the heads' products batched through cuBLAS ----
  * q, k, v of head h start at columns h·hs, C + h·hs, 2C + h·hs of qkv's rows (stride 3C), so the
- * heads of one sequence are `NH` matrices hs elements apart: one strided-batched call each. */
+ * heads of one sequence are `NH` matrices hs elements apart: one strided-batched call each. The
+ * scores and their gradient are fp32 (a scratch [NH][T][T] per sequence); the probabilities are
+ * stored as T. */
 
-/* causal softmax over rows of att[rows][T] in place, row r is query t = r % T; a warp per row */
-__global__ static void causal_softmax_kernel(float *att, int rows, int T) {
+/* causal softmax of fp32 scores into probabilities att[rows][T], row r is query t = r % T; a warp
+ * per row */
+template <class T>
+__global__ static void causal_softmax_kernel(T *att, const float *score, int rows, int T_) {
   int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows)
     return;
-  int t = r % T;
-  float *a = att + (size_t)r * T;
+  int t = r % T_;
+  const float *s_ = score + (size_t)r * T_;
+  T *a = att + (size_t)r * T_;
   float mx = -INFINITY;
   for (int j = lane; j <= t; j += 32)
-    mx = fmaxf(mx, a[j]);
+    mx = fmaxf(mx, s_[j]);
   mx = warp_max(mx);
   float s = 0.0f;
-  for (int j = lane; j <= t; j += 32) {
-    float e = expf(a[j] - mx);
-    a[j] = e;
-    s += e;
-  }
+  for (int j = lane; j <= t; j += 32)
+    s += expf(s_[j] - mx);
   float inv = 1.0f / warp_sum(s);
-  for (int j = lane; j < T; j += 32)
-    a[j] = j <= t ? a[j] * inv : 0.0f;
+  for (int j = lane; j < T_; j += 32)
+    a[j] = st<T>(j <= t ? expf(s_[j] - mx) * inv : 0.0f);
 }
 
-/* datt → the gradient of the scaled scores, in place: att·(datt − Σ att·datt)·scale */
-__global__ static void softmax_bwd_kernel(float *datt, const float *att, int rows, int T,
-                                          float scale) {
+/* the gradient of the scaled scores from that of the probabilities (fp32):
+ * dpre = att·(datt − Σ att·datt)·scale */
+template <class T>
+__global__ static void softmax_bwd_kernel(T *dpre, const float *datt, const T *att, int rows,
+                                          int T_, float scale) {
   int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows)
     return;
-  int t = r % T;
-  const float *a = att + (size_t)r * T;
-  float *d = datt + (size_t)r * T;
+  int t = r % T_;
+  const T *a = att + (size_t)r * T_;
+  const float *d = datt + (size_t)r * T_;
+  T *o = dpre + (size_t)r * T_;
   float dot = 0.0f;
   for (int j = lane; j <= t; j += 32)
-    dot += a[j] * d[j];
+    dot += ld(a[j]) * d[j];
   dot = warp_sum(dot);
-  for (int j = lane; j < T; j += 32)
-    d[j] = j <= t ? a[j] * (d[j] - dot) * scale : 0.0f;
+  for (int j = lane; j < T_; j += 32)
+    o[j] = st<T>(j <= t ? ld(a[j]) * (d[j] - dot) * scale : 0.0f);
 }
 
-static void attention_fwd(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
-  int hs = C / NH, C3 = 3 * C;
+template <class T>
+static void attention_fwd(void *out_, void *att_, const void *qkv_, int B, int T_, int C, int NH) {
+  const cudaDataType_t t = dtype_of<T>::cuda;
+  T *out = (T *)out_, *att = (T *)att_;
+  const T *qkv = (const T *)qkv_;
+  int hs = C / NH, C3 = 3 * C, rows = NH * T_;
   float scale = 1.0f / sqrtf((float)hs);
-  long long TT = (long long)T * T;
+  long long TT = (long long)T_ * T_;
+  float *score = (float *)scratch(S_F32, (size_t)NH * TT * sizeof(float));
   for (int b = 0; b < B; b++) {
-    const float *q = qkv + (size_t)b * T * C3, *k = q + C;
-    float *a = att + (size_t)b * NH * TT;
-    /* scores[t][t2] = scale · q[t]·k[t2] */
-    gemm_rm_batched(0, 1, T, T, hs, scale, q, C3, hs, k, C3, hs, 0.0f, a, T, TT, NH);
-  }
-  int rows = B * NH * T;
-  causal_softmax_kernel<<<(rows + 7) / 8, 256, 0, g.stream>>>(att, rows, T);
-  LAUNCHED();
-  for (int b = 0; b < B; b++) {
-    const float *v = qkv + (size_t)b * T * C3 + 2 * C;
+    const T *q = qkv + (size_t)b * T_ * C3, *k = q + C, *v = q + 2 * C;
+    T *a = att + (size_t)b * NH * TT;
+    /* score[h][t][t2] = scale · q[t]·k[t2] */
+    gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, score, T_, TT, CUDA_R_32F,
+                 NH);
+    causal_softmax_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(a, score, rows, T_);
+    LAUNCHED();
     /* out[t][h·hs + i] = Σ_t2 att[t][t2] · v[t2][i] */
-    gemm_rm_batched(0, 0, T, hs, T, 1.0f, att + (size_t)b * NH * TT, T, TT, v, C3, hs, 0.0f,
-                    out + (size_t)b * T * C, C, hs, NH);
+    gemm_batched(0, 0, T_, hs, T_, 1.0f, a, T_, TT, v, C3, hs, t, 0.0f, out + (size_t)b * T_ * C, C,
+                 hs, t, NH);
   }
 }
 
-static void attention_bwd(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
-                          int T, int C, int NH) {
-  int hs = C / NH, C3 = 3 * C;
+template <class T>
+static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *att_, int B,
+                          int T_, int C, int NH) {
+  const cudaDataType_t t = dtype_of<T>::cuda;
+  T *dqkv = (T *)dqkv_;
+  const T *dout = (const T *)dout_, *qkv = (const T *)qkv_, *att = (const T *)att_;
+  int hs = C / NH, C3 = 3 * C, rows = NH * T_;
   float scale = 1.0f / sqrtf((float)hs);
-  long long TT = (long long)T * T;
-  float *datt = scratch((size_t)NH * TT * sizeof(float));
+  long long TT = (long long)T_ * T_;
+  float *datt = (float *)scratch(S_F32, (size_t)NH * TT * sizeof(float));
+  T *dpre = (T *)scratch(S_ACT, (size_t)NH * TT * sizeof(T));
   for (int b = 0; b < B; b++) {
-    const float *q = qkv + (size_t)b * T * C3, *k = q + C, *v = q + 2 * C;
-    const float *a = att + (size_t)b * NH * TT, *d = dout + (size_t)b * T * C;
-    float *dq = dqkv + (size_t)b * T * C3, *dk = dq + C, *dv = dq + 2 * C;
+    const T *q = qkv + (size_t)b * T_ * C3, *k = q + C, *v = q + 2 * C;
+    const T *a = att + (size_t)b * NH * TT, *d = dout + (size_t)b * T_ * C;
+    T *dq = dqkv + (size_t)b * T_ * C3, *dk = dq + C, *dv = dq + 2 * C;
     /* datt[t][t2] = dout[t]·v[t2] */
-    gemm_rm_batched(0, 1, T, T, hs, 1.0f, d, C, hs, v, C3, hs, 0.0f, datt, T, TT, NH);
+    gemm_batched(0, 1, T_, T_, hs, 1.0f, d, C, hs, v, C3, hs, t, 0.0f, datt, T_, TT, CUDA_R_32F,
+                 NH);
     /* dv[t2] += Σ_t att[t][t2] · dout[t] */
-    gemm_rm_batched(1, 0, T, hs, T, 1.0f, a, T, TT, d, C, hs, 1.0f, dv, C3, hs, NH);
-    int rows = NH * T;
-    softmax_bwd_kernel<<<(rows + 7) / 8, 256, 0, g.stream>>>(datt, a, rows, T, scale);
+    gemm_batched(1, 0, T_, hs, T_, 1.0f, a, T_, TT, d, C, hs, t, 1.0f, dv, C3, hs, t, NH);
+    softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(dpre, datt, a, rows, T_, scale);
     LAUNCHED();
     /* dq[t] += Σ_t2 dpre[t][t2] · k[t2];  dk[t2] += Σ_t dpre[t][t2] · q[t] */
-    gemm_rm_batched(0, 0, T, hs, T, 1.0f, datt, T, TT, k, C3, hs, 1.0f, dq, C3, hs, NH);
-    gemm_rm_batched(1, 0, T, hs, T, 1.0f, datt, T, TT, q, C3, hs, 1.0f, dk, C3, hs, NH);
+    gemm_batched(0, 0, T_, hs, T_, 1.0f, dpre, T_, TT, k, C3, hs, t, 1.0f, dq, C3, hs, t, NH);
+    gemm_batched(1, 0, T_, hs, T_, 1.0f, dpre, T_, TT, q, C3, hs, t, 1.0f, dk, C3, hs, t, NH);
   }
 }
 
 /* ---- elementwise ---- */
 
-__global__ static void add_kernel(float *out, const float *a, const float *b, size_t n) {
+template <class T> __global__ static void add_kernel(T *out, const T *a, const T *b, size_t n) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x)
-    out[i] = a[i] + b[i];
+    out[i] = st<T>(ld(a[i]) + ld(b[i]));
 }
 
-static void add(float *out, const float *a, const float *b, size_t n) {
-  add_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(out, a, b, n);
+template <class T> static void add(void *out, const void *a, const void *b, size_t n) {
+  add_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)a, (const T *)b, n);
   LAUNCHED();
 }
 
@@ -530,110 +678,122 @@ static void scale(float *x, float s, size_t n) {
 
 /* ---- losses: a block per row ---- */
 
-__global__ static void crossentropy_fwd_kernel(float *losses, float *probs, const float *logits,
+template <class T>
+__global__ static void crossentropy_fwd_kernel(float *losses, T *probs, const T *logits,
                                                const int *targets, int V) {
   int n = blockIdx.x;
-  const float *l = logits + (size_t)n * V;
-  float *p = probs + (size_t)n * V;
+  const T *l = logits + (size_t)n * V;
+  T *p = probs + (size_t)n * V;
   float mx = -INFINITY;
   for (int v = threadIdx.x; v < V; v += blockDim.x)
-    mx = fmaxf(mx, l[v]);
+    mx = fmaxf(mx, ld(l[v]));
   mx = block_max(mx);
   float s = 0.0f;
   for (int v = threadIdx.x; v < V; v += blockDim.x)
-    s += expf(l[v] - mx);
+    s += expf(ld(l[v]) - mx);
   s = block_sum(s);
   float inv = 1.0f / s;
-  for (int v = threadIdx.x; v < V; v += blockDim.x) /* in place when probs is logits */
-    p[v] = expf(l[v] - mx) * inv;
-  __syncthreads();
+  /* the loss from the fp32 probability, read before the row is overwritten (in place) */
   if (threadIdx.x == 0 && losses)
-    losses[n] = -logf(p[targets[n]]);
+    losses[n] = -logf(expf(ld(l[targets[n]]) - mx) * inv);
+  __syncthreads();
+  for (int v = threadIdx.x; v < V; v += blockDim.x)
+    p[v] = st<T>(expf(ld(l[v]) - mx) * inv);
 }
 
-static void crossentropy_fwd(float *losses, float *probs, const float *logits, const int *targets,
+template <class T>
+static void crossentropy_fwd(float *losses, void *probs, const void *logits, const int *targets,
                              int N, int V) {
-  crossentropy_fwd_kernel<<<N, 512, 0, g.stream>>>(losses, probs, logits, targets, V);
+  crossentropy_fwd_kernel<T>
+      <<<N, 512, 0, g.stream>>>(losses, (T *)probs, (const T *)logits, targets, V);
   LAUNCHED();
 }
 
-__global__ static void crossentropy_bwd_kernel(float *dlogits, const float *probs,
-                                               const int *targets, float dloss, int N, int V) {
+template <class T>
+__global__ static void crossentropy_bwd_kernel(T *dlogits, const T *probs, const int *targets,
+                                               float dloss, int N, int V) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)N * V;
   for (; i < total; i += (size_t)gridDim.x * blockDim.x) {
     int n = (int)(i / V), v = (int)(i % V);
-    dlogits[i] = (probs[i] - (v == targets[n] ? 1.0f : 0.0f)) * dloss;
+    dlogits[i] = st<T>((ld(probs[i]) - (v == targets[n] ? 1.0f : 0.0f)) * dloss);
   }
 }
 
-static void crossentropy_bwd(float *dlogits, const float *probs, const int *targets, float dloss,
+template <class T>
+static void crossentropy_bwd(void *dlogits, const void *probs, const int *targets, float dloss,
                              int N, int V) {
-  crossentropy_bwd_kernel<<<blocks_for((size_t)N * V, 256), 256, 0, g.stream>>>(
-      dlogits, probs, targets, dloss, N, V);
+  crossentropy_bwd_kernel<T><<<blocks_for((size_t)N * V, 256), 256, 0, g.stream>>>(
+      (T *)dlogits, (const T *)probs, targets, dloss, N, V);
   LAUNCHED();
 }
 
-__global__ static void vocab_max_kernel(float *rowmax, const float *logits, int Vl) {
-  const float *l = logits + (size_t)blockIdx.x * Vl;
+template <class T> __global__ static void vocab_max_kernel(float *rowmax, const T *logits, int Vl) {
+  const T *l = logits + (size_t)blockIdx.x * Vl;
   float m = -INFINITY;
   for (int v = threadIdx.x; v < Vl; v += blockDim.x)
-    m = fmaxf(m, l[v]);
+    m = fmaxf(m, ld(l[v]));
   m = block_max(m);
   if (threadIdx.x == 0)
     rowmax[blockIdx.x] = m;
 }
 
-static void vocab_max(float *rowmax, const float *logits, int N, int Vl) {
-  vocab_max_kernel<<<N, 256, 0, g.stream>>>(rowmax, logits, Vl);
+template <class T> static void vocab_max(float *rowmax, const void *logits, int N, int Vl) {
+  vocab_max_kernel<T><<<N, 256, 0, g.stream>>>(rowmax, (const T *)logits, Vl);
   LAUNCHED();
 }
 
-__global__ static void vocab_sumexp_kernel(float *sum, const float *logits, const float *gmax,
-                                           int Vl) {
-  const float *l = logits + (size_t)blockIdx.x * Vl;
+template <class T>
+__global__ static void vocab_sumexp_kernel(float *sum, const T *logits, const float *gmax, int Vl) {
+  const T *l = logits + (size_t)blockIdx.x * Vl;
   float mx = gmax[blockIdx.x], s = 0.0f;
   for (int v = threadIdx.x; v < Vl; v += blockDim.x)
-    s += expf(l[v] - mx);
+    s += expf(ld(l[v]) - mx);
   s = block_sum(s);
   if (threadIdx.x == 0)
     sum[blockIdx.x] = s;
 }
 
-static void vocab_sumexp(float *sum, const float *logits, const float *gmax, int N, int Vl) {
-  vocab_sumexp_kernel<<<N, 256, 0, g.stream>>>(sum, logits, gmax, Vl);
+template <class T>
+static void vocab_sumexp(float *sum, const void *logits, const float *gmax, int N, int Vl) {
+  vocab_sumexp_kernel<T><<<N, 256, 0, g.stream>>>(sum, (const T *)logits, gmax, Vl);
   LAUNCHED();
 }
 
-__global__ static void vocab_target_kernel(float *tlogit, const float *logits, const int *targets,
+template <class T>
+__global__ static void vocab_target_kernel(float *tlogit, const T *logits, const int *targets,
                                            int v0, int N, int Vl) {
   int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N)
     return;
   int t = targets[n] - v0;
-  tlogit[n] = t >= 0 && t < Vl ? logits[(size_t)n * Vl + t] : 0.0f;
+  tlogit[n] = t >= 0 && t < Vl ? ld(logits[(size_t)n * Vl + t]) : 0.0f;
 }
 
-static void vocab_target(float *tlogit, const float *logits, const int *targets, int v0, int N,
+template <class T>
+static void vocab_target(float *tlogit, const void *logits, const int *targets, int v0, int N,
                          int Vl) {
-  vocab_target_kernel<<<(N + 255) / 256, 256, 0, g.stream>>>(tlogit, logits, targets, v0, N, Vl);
+  vocab_target_kernel<T>
+      <<<(N + 255) / 256, 256, 0, g.stream>>>(tlogit, (const T *)logits, targets, v0, N, Vl);
   LAUNCHED();
 }
 
-__global__ static void vocab_ce_bwd_kernel(float *dlogits, const float *logits, const float *gmax,
+template <class T>
+__global__ static void vocab_ce_bwd_kernel(T *dlogits, const T *logits, const float *gmax,
                                            const float *gsum, const int *targets, int v0,
                                            float dloss, int N, int Vl) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)N * Vl;
   for (; i < total; i += (size_t)gridDim.x * blockDim.x) {
     int n = (int)(i / Vl), v = (int)(i % Vl);
-    float p = expf(logits[i] - gmax[n]) / gsum[n];
-    dlogits[i] = (p - (v == targets[n] - v0 ? 1.0f : 0.0f)) * dloss;
+    float p = expf(ld(logits[i]) - gmax[n]) / gsum[n];
+    dlogits[i] = st<T>((p - (v == targets[n] - v0 ? 1.0f : 0.0f)) * dloss);
   }
 }
 
-static void vocab_ce_bwd(float *dlogits, const float *logits, const float *gmax, const float *gsum,
+template <class T>
+static void vocab_ce_bwd(void *dlogits, const void *logits, const float *gmax, const float *gsum,
                          const int *targets, int v0, float dloss, int N, int Vl) {
-  vocab_ce_bwd_kernel<<<blocks_for((size_t)N * Vl, 256), 256, 0, g.stream>>>(
-      dlogits, logits, gmax, gsum, targets, v0, dloss, N, Vl);
+  vocab_ce_bwd_kernel<T><<<blocks_for((size_t)N * Vl, 256), 256, 0, g.stream>>>(
+      (T *)dlogits, (const T *)logits, gmax, gsum, targets, v0, dloss, N, Vl);
   LAUNCHED();
 }
 
@@ -691,57 +851,68 @@ static double sumsq(const float *x, size_t n) {
   return s;
 }
 
-static const colo_backend_t CUDA = {
-    .name = "cuda",
-    .device = 1,
-    .allocator = &DEVICE_ALLOCATOR,
-    .zero = zero,
-    .copy = copy,
-    .to_host = to_host,
-    .from_host = from_host,
-    .matmul_fwd = matmul_fwd,
-    .matmul_bwd = matmul_bwd,
-    .lmhead_fwd = lmhead_fwd,
-    .lmhead_bwd = lmhead_bwd,
-    .encoder_fwd = encoder_fwd,
-    .encoder_bwd = encoder_bwd,
-    .layernorm_fwd = layernorm_fwd,
-    .layernorm_bwd = layernorm_bwd,
-    .gelu_fwd = gelu_fwd,
-    .gelu_bwd = gelu_bwd,
-    .attention_fwd = attention_fwd,
-    .attention_bwd = attention_bwd,
-    .add = add,
-    .crossentropy_fwd = crossentropy_fwd,
-    .crossentropy_bwd = crossentropy_bwd,
-    .vocab_max = vocab_max,
-    .vocab_sumexp = vocab_sumexp,
-    .vocab_target = vocab_target,
-    .vocab_ce_bwd = vocab_ce_bwd,
-    .adamw = adamw,
-    .sumsq = sumsq,
-    .scale = scale,
-};
+/* ---- the tables: one per storage type ---- */
 
+template <class T> static colo_backend_t make_table(const char *name) {
+  colo_backend_t b;
+  memset(&b, 0, sizeof b);
+  b.name = name;
+  b.device = 1;
+  b.allocator = &DEVICE_ALLOCATOR;
+  b.zero = zero;
+  b.copy = copy;
+  b.to_host = to_host;
+  b.from_host = from_host;
+  b.act_dtype = dtype_of<T>::colo;
+  b.act_size = sizeof(T);
+  b.to_act = to_act<T>;
+  b.matmul_fwd = matmul_fwd<T>;
+  b.matmul_bwd = matmul_bwd<T>;
+  b.lmhead_fwd = lmhead_fwd<T>;
+  b.lmhead_bwd = lmhead_bwd<T>;
+  b.encoder_fwd = encoder_fwd<T>;
+  b.encoder_bwd = encoder_bwd<T>;
+  b.layernorm_fwd = layernorm_fwd<T>;
+  b.layernorm_bwd = layernorm_bwd<T>;
+  b.gelu_fwd = gelu_fwd<T>;
+  b.gelu_bwd = gelu_bwd<T>;
+  b.attention_fwd = attention_fwd<T>;
+  b.attention_bwd = attention_bwd<T>;
+  b.add = add<T>;
+  b.crossentropy_fwd = crossentropy_fwd<T>;
+  b.crossentropy_bwd = crossentropy_bwd<T>;
+  b.vocab_max = vocab_max<T>;
+  b.vocab_sumexp = vocab_sumexp<T>;
+  b.vocab_target = vocab_target<T>;
+  b.vocab_ce_bwd = vocab_ce_bwd<T>;
+  b.adamw = adamw;
+  b.sumsq = sumsq;
+  b.scale = scale;
+  return b;
+}
+
+static colo_backend_t TABLE_F32, TABLE_BF16, TABLE_F16;
+
+/* fp32 storage's products: TF32 tensor cores on request (16-bit storage multiplies on tensor
+ * cores whatever this says) */
 static cublasComputeType_t compute_type(int math) {
-  switch (math) {
-  case COLO_MATH_TF32:
-    return CUBLAS_COMPUTE_32F_FAST_TF32;
-  case COLO_MATH_BF16:
-    return CUBLAS_COMPUTE_32F_FAST_16BF;
-  case COLO_MATH_FP16:
-    return CUBLAS_COMPUTE_32F_FAST_16F;
-  default:
-    return CUBLAS_COMPUTE_32F;
-  }
+  return math == COLO_MATH_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 /* The library's one entry point; colo_backend_cuda (cuda_loader.c) finds it with dlsym. */
 extern "C" __attribute__((visibility("default"))) const colo_backend_t *
 colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   g.compute = compute_type(math);
-  if (g.ready)
-    return &CUDA;
+  const colo_backend_t *table = math == COLO_MATH_BF16   ? &TABLE_BF16
+                                : math == COLO_MATH_FP16 ? &TABLE_F16
+                                                         : &TABLE_F32;
+  if (g.ready) {
+    if (ordinal != g.ordinal) {
+      snprintf(err, errlen, "this process already uses CUDA device %d, not %d", g.ordinal, ordinal);
+      return NULL;
+    }
+    return table;
+  }
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess || n == 0) {
@@ -770,6 +941,10 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
     return NULL;
   }
   CKB(cublasSetStream(g.blas, g.stream));
+  TABLE_F32 = make_table<float>("cuda");
+  TABLE_BF16 = make_table<bf16>("cuda-bf16");
+  TABLE_F16 = make_table<fp16>("cuda-fp16");
+  g.ordinal = ordinal;
   g.ready = 1;
-  return &CUDA;
+  return table;
 }

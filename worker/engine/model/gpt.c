@@ -27,16 +27,18 @@ enum {
 };
 _Static_assert(P_PER_LAYER == COLO_GPT_TENSORS_PER_LAYER, "the layer layout has 12 tensors");
 
-/* one block's activations */
+/* one block's activations (void *: stored as the backend's act_dtype; float *: fp32) */
 typedef struct {
-  float *ln1, *ln1_mean, *ln1_rstd; /* [N][C], [N], [N] */
-  float *qkv;                       /* [N][3C] */
-  float *att;                       /* [B][NH][T][T] */
-  float *atty;                      /* [N][C] */
-  float *res2;                      /* [N][C]: input + attention */
-  float *ln2, *ln2_mean, *ln2_rstd;
-  float *fch, *fch_gelu; /* [N][4C] */
-  float *tmp;            /* [N][C]: projection outputs before the residual add */
+  void *ln1;                  /* [N][C] */
+  float *ln1_mean, *ln1_rstd; /* [N], [N] */
+  void *qkv;                  /* [N][3C] */
+  void *att;                  /* [B][NH][T][T] */
+  void *atty;                 /* [N][C] */
+  void *res2;                 /* [N][C]: input + attention */
+  void *ln2;
+  float *ln2_mean, *ln2_rstd;
+  void *fch, *fch_gelu; /* [N][4C] */
+  void *tmp;            /* [N][C]: projection outputs before the residual add */
 } layer_acts_t;
 
 struct colo_gpt_s {
@@ -55,7 +57,7 @@ struct colo_gpt_s {
   int l_lo, l_hi, first, last;          /* pipeline stage: blocks [l_lo, l_hi) */
   int i_wte, i_wpe, i_l0, i_lnf;        /* table indices (-1: not on this stage) */
   size_t n_full;                        /* tensors of the whole model */
-  float *dfull;                         /* sp: the residual gradient gathered, [N][C] */
+  void *dfull;                          /* sp: the residual gradient gathered, [N][C] */
   float *lnscratch;                     /* sp: [2C] LayerNorm gradients before their sum */
   float *params, *grads;
   float **gt; /* per tensor: where its gradients go */
@@ -64,20 +66,31 @@ struct colo_gpt_s {
   void *hook_ctx;
   int hook_error;
   size_t act_bytes;
-  /* activations */
-  float *encoded;       /* [N][C] */
-  float **resid;        /* L+1 entries: resid[l] is block l's input, resid[L] the last output */
+  size_t asz; /* bytes per activation element (the backend's act_size) */
+  /* activations, stored as the backend's act_dtype */
+  void *encoded;        /* [N][C] */
+  void **resid;         /* L+1 entries: resid[l] is block l's input, resid[L] the last output */
   layer_acts_t *layers; /* L entries, or 1 when recomputing */
-  float *lnf, *lnf_mean, *lnf_rstd;
-  float *logits; /* [N][V]; holds probs after a forward with targets, then dlogits */
+  void *lnf;
+  float *lnf_mean, *lnf_rstd;
+  void *logits;  /* [N][V]; holds probs after a forward with targets, then dlogits */
   float *losses; /* [N] */
-  int *targets;  /* copy of the last forward's targets, in the backend's memory */
-  int *inputs;   /* and of its inputs */
-  float *host; /* host scratch for the loss: [N] losses, then gmax, gsum, tlogit, gather [tp][N] */
+  /* the matrices' compute copies in act_dtype, when it is not fp32 (else the parameters
+   * themselves): one block's four, and the token embedding for the head */
+  void *wblock, *wte_act;
+  size_t wq_off, wap_off, wfc_off, wfp_off; /* elements into wblock */
+  int *targets; /* copy of the last forward's targets, in the backend's memory */
+  int *inputs;  /* and of its inputs */
+  float *host;  /* host scratch for the loss: [N] losses, then gmax, gsum, tlogit, gather [tp][N] */
   int B, T, have_targets;
-  /* gradient scratch for one block */
-  float *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dtmp;
+  /* gradient scratch for one block, in act_dtype */
+  void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dtmp;
 };
+
+/* element i of an activation buffer */
+static inline void *at(const colo_gpt_t *m, const void *p, size_t i) {
+  return (char *)p + i * m->asz;
+}
 
 static float *P(colo_gpt_t *m, int layer, int which) {
   return m->pt[(size_t)m->i_l0 + (size_t)(layer - m->l_lo) * P_PER_LAYER + which];
@@ -208,26 +221,27 @@ static void build_table(colo_gpt_t *m) {
 static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) {
   size_t N = (size_t)m->max_B * m->cfg.block_size, C = (size_t)m->cfg.n_embd;
   size_t T = (size_t)m->cfg.block_size;
+  size_t A = m->asz, F = sizeof(float);
   struct {
-    float **p;
-    size_t n;
+    void **p;
+    size_t bytes;
   } want[] = {
-      {&a->ln1, N * C},
-      {&a->ln1_mean, N},
-      {&a->ln1_rstd, N},
-      {&a->qkv, N * 3 * (size_t)m->Cq},
-      {&a->att, (size_t)m->max_B * (size_t)m->NHl * T * T},
-      {&a->atty, N * (size_t)m->Cq},
-      {&a->res2, N * C},
-      {&a->ln2, N * C},
-      {&a->ln2_mean, N},
-      {&a->ln2_rstd, N},
-      {&a->fch, N * (size_t)m->Cf},
-      {&a->fch_gelu, N * (size_t)m->Cf},
-      {&a->tmp, N * C},
+      {&a->ln1, N * C * A},
+      {(void **)&a->ln1_mean, N * F},
+      {(void **)&a->ln1_rstd, N * F},
+      {&a->qkv, N * 3 * (size_t)m->Cq * A},
+      {&a->att, (size_t)m->max_B * (size_t)m->NHl * T * T * A},
+      {&a->atty, N * (size_t)m->Cq * A},
+      {&a->res2, N * C * A},
+      {&a->ln2, N * C * A},
+      {(void **)&a->ln2_mean, N * F},
+      {(void **)&a->ln2_rstd, N * F},
+      {&a->fch, N * (size_t)m->Cf * A},
+      {&a->fch_gelu, N * (size_t)m->Cf * A},
+      {&a->tmp, N * C * A},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    *want[i].p = colo_pool_alloc(m->pool, want[i].n * sizeof(float), "activations");
+    *want[i].p = colo_pool_alloc(m->pool, want[i].bytes, "activations");
     if (!*want[i].p) {
       snprintf(err, errlen, "%s", colo_pool_error(m->pool));
       return COLO_ENOMEM;
@@ -286,6 +300,13 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     return COLO_EINVAL;
   }
   int tp = tp_comm ? colo_comm_size(tp_comm) : 1;
+  if (be->act_dtype != COLO_DTYPE_F32 && (tp > 1 || (stage && !(stage->first && stage->last)))) {
+    snprintf(err, errlen,
+             "%s activations need tp=1 and pp=1: tensor and pipeline parallelism exchange fp32 "
+             "activations",
+             colo_dtype_name(be->act_dtype));
+    return COLO_EINVAL;
+  }
   if (cfg->n_head % tp || cfg->vocab_size % tp) {
     snprintf(err, errlen,
              "tensor parallelism over %d ranks needs n_head=%d and vocab_size=%d to "
@@ -312,6 +333,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->first = stage ? stage->first : 1;
   m->last = stage ? stage->last : 1;
   m->be = be;
+  m->asz = be->act_size;
   m->pool = pool;
   m->max_B = max_B;
   m->recompute = recompute;
@@ -344,33 +366,44 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     if (!*bufs[i])
       rc = COLO_ENOMEM;
   }
+  size_t A = m->asz, F = sizeof(float);
   for (int l = m->l_lo; l <= m->l_hi && rc == 0; l++) /* this stage's blocks' inputs and output */
-    if (!(m->resid[l] = colo_pool_alloc(pool, N * C * sizeof(float), "activations")))
+    if (!(m->resid[l] = colo_pool_alloc(pool, N * C * A, "activations")))
       rc = COLO_ENOMEM;
   m->encoded = m->resid[0];
+  /* the compute copies: one block's matrices, laid out q, attention projection, fc, fc projection
+   */
+  size_t Cq = (size_t)m->Cq, Cf = (size_t)m->Cf;
+  m->wq_off = 0;
+  m->wap_off = C * 3 * Cq;
+  m->wfc_off = m->wap_off + Cq * C;
+  m->wfp_off = m->wfc_off + C * Cf;
+  int lowp = be->act_dtype != COLO_DTYPE_F32;
   struct {
-    float **p;
-    size_t n;
-  } rest[] = {{&m->lnf, N * C},
-              {&m->lnf_mean, N},
-              {&m->lnf_rstd, N},
-              {&m->logits, N * (size_t)m->Vl},
-              {&m->losses, N},
-              {&m->dres, N * C},
-              {&m->dln, N * C},
-              {&m->dqkv, N * 3 * (size_t)m->Cq},
-              {&m->datty, N * (size_t)m->Cq},
-              {&m->dfch, N * (size_t)m->Cf},
-              {&m->dfch_gelu, N * (size_t)m->Cf},
-              {&m->dtmp, N * C},
-              {&m->gmax, N},
-              {&m->gsum, N},
-              {&m->tlogit, N},
-              {&m->gather, N * (size_t)m->tp},
-              {&m->dfull, N * C},
-              {&m->lnscratch, 2 * C}};
+    void **p;
+    size_t bytes;
+  } rest[] = {{&m->lnf, N * C * A},
+              {(void **)&m->lnf_mean, N * F},
+              {(void **)&m->lnf_rstd, N * F},
+              {&m->logits, N * (size_t)m->Vl * A},
+              {(void **)&m->losses, N * F},
+              {&m->dres, N * C * A},
+              {&m->dln, N * C * A},
+              {&m->dqkv, N * 3 * Cq * A},
+              {&m->datty, N * Cq * A},
+              {&m->dfch, N * Cf * A},
+              {&m->dfch_gelu, N * Cf * A},
+              {&m->dtmp, N * C * A},
+              {(void **)&m->gmax, N * F},
+              {(void **)&m->gsum, N * F},
+              {(void **)&m->tlogit, N * F},
+              {(void **)&m->gather, N * (size_t)m->tp * F},
+              {&m->dfull, N * C * A},
+              {(void **)&m->lnscratch, 2 * C * F},
+              {&m->wblock, lowp && m->l_hi > m->l_lo ? (m->wfp_off + Cf * C) * A : 0},
+              {&m->wte_act, lowp && m->last ? (size_t)m->Vl * C * A : 0}};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
-    if (!(*rest[i].p = colo_pool_alloc(pool, rest[i].n * sizeof(float), "activations")))
+    if (rest[i].bytes && !(*rest[i].p = colo_pool_alloc(pool, rest[i].bytes, "activations")))
       rc = COLO_ENOMEM;
   if (rc == 0 && (!(m->inputs = colo_pool_alloc(pool, N * sizeof(int), "tokens")) ||
                   !(m->targets = colo_pool_alloc(pool, N * sizeof(int), "tokens"))))
@@ -403,17 +436,17 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   if (m->resid)
     for (int l = 0; l <= m->cfg.n_layer; l++)
       colo_pool_free(p, m->resid[l]);
-  float *rest[] = {m->lnf,  m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
-                   m->dln,  m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
-                   m->gmax, m->gsum,     m->tlogit,   m->gather, m->dfull,     m->lnscratch};
+  void *rest[] = {m->lnf,    m->lnf_mean, m->lnf_rstd, m->logits,    m->losses, m->dres,   m->dln,
+                  m->dqkv,   m->datty,    m->dfch,     m->dfch_gelu, m->dtmp,   m->gmax,   m->gsum,
+                  m->tlogit, m->gather,   m->dfull,    m->lnscratch, m->wblock, m->wte_act};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
     int nl = m->recompute ? 1 : m->l_hi - m->l_lo;
     for (int l = 0; l < nl; l++) {
       layer_acts_t *a = &m->layers[l];
-      float *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att,      a->atty, a->res2,
-                       a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->tmp};
+      void *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att,      a->atty, a->res2,
+                      a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->tmp};
       for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         colo_pool_free(p, bufs[i]);
     }
@@ -525,8 +558,38 @@ static int tp_sum(colo_gpt_t *m, float *buf, size_t n) {
 static int fetch(colo_gpt_t *m, size_t first, size_t n);
 static void release(colo_gpt_t *m, size_t first, size_t n);
 
-static void block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const float *in, float *out) {
+/* The matrices a block's products read: the parameters themselves when activations are fp32,
+ * else their compute copies, made here from the (fetched) fp32 parameters. */
+typedef struct {
+  const void *qkv, *attproj, *fc, *fcproj;
+} block_w_t;
+
+static block_w_t block_weights(colo_gpt_t *m, int l) {
+  if (!m->wblock)
+    return (block_w_t){P(m, l, P_QKVW), P(m, l, P_ATTPROJW), P(m, l, P_FCW), P(m, l, P_FCPROJW)};
   const colo_backend_t *be = m->be;
+  size_t C = (size_t)m->cfg.n_embd, Cq = (size_t)m->Cq, Cf = (size_t)m->Cf;
+  block_w_t w = {at(m, m->wblock, m->wq_off), at(m, m->wblock, m->wap_off),
+                 at(m, m->wblock, m->wfc_off), at(m, m->wblock, m->wfp_off)};
+  be->to_act((void *)w.qkv, P(m, l, P_QKVW), C * 3 * Cq);
+  be->to_act((void *)w.attproj, P(m, l, P_ATTPROJW), Cq * C);
+  be->to_act((void *)w.fc, P(m, l, P_FCW), C * Cf);
+  be->to_act((void *)w.fcproj, P(m, l, P_FCPROJW), Cf * C);
+  return w;
+}
+
+/* the same for the head's tied token embedding */
+static const void *head_weights(colo_gpt_t *m) {
+  if (!m->wte_act)
+    return WTE(m);
+  m->be->to_act(m->wte_act, WTE(m), (size_t)m->Vl * m->cfg.n_embd);
+  return m->wte_act;
+}
+
+/* returns the matrices it used */
+static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void *in, void *out) {
+  const colo_backend_t *be = m->be;
+  block_w_t w = block_weights(m, l);
   int B = m->B, T = m->T, C = m->cfg.n_embd, N = B * T, Cq = m->Cq, Cf = m->Cf;
   /* under tensor parallelism the row-parallel products give partial sums: the group adds them,
    * and only its first rank adds the (replicated) bias */
@@ -535,30 +598,31 @@ static void block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const float *in
   /* sequence parallel: LayerNorms and residual adds on this rank's rows only */
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
-  be->layernorm_fwd(a->ln1 + off, a->ln1_mean + r0, a->ln1_rstd + r0, in + off, P(m, l, P_LN1W),
-                    P(m, l, P_LN1B), Nl, C);
+  be->layernorm_fwd(at(m, a->ln1, off), a->ln1_mean + r0, a->ln1_rstd + r0, at(m, in, off),
+                    P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
   if (m->sp)
     rows_gather(m, a->ln1, rowf);
-  be->matmul_fwd(a->qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), N, C, 3 * Cq);
+  be->matmul_fwd(a->qkv, a->ln1, w.qkv, P(m, l, P_QKVB), N, C, 3 * Cq);
   be->attention_fwd(a->atty, a->att, a->qkv, B, T, Cq, m->NHl);
-  be->matmul_fwd(a->tmp, a->atty, P(m, l, P_ATTPROJW), apb, N, Cq, C);
+  be->matmul_fwd(a->tmp, a->atty, w.attproj, apb, N, Cq, C);
   if (m->sp)
     rows_reduce_scatter(m, a->tmp, rowf);
   else
     tp_sum(m, a->tmp, (size_t)N * C);
-  be->add(a->res2 + off, in + off, a->tmp + off, rowf);
-  be->layernorm_fwd(a->ln2 + off, a->ln2_mean + r0, a->ln2_rstd + r0, a->res2 + off,
+  be->add(at(m, a->res2, off), at(m, in, off), at(m, a->tmp, off), rowf);
+  be->layernorm_fwd(at(m, a->ln2, off), a->ln2_mean + r0, a->ln2_rstd + r0, at(m, a->res2, off),
                     P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
   if (m->sp)
     rows_gather(m, a->ln2, rowf);
-  be->matmul_fwd(a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), N, C, Cf);
+  be->matmul_fwd(a->fch, a->ln2, w.fc, P(m, l, P_FCB), N, C, Cf);
   be->gelu_fwd(a->fch_gelu, a->fch, (size_t)N * Cf);
-  be->matmul_fwd(a->tmp, a->fch_gelu, P(m, l, P_FCPROJW), fpb, N, Cf, C);
+  be->matmul_fwd(a->tmp, a->fch_gelu, w.fcproj, fpb, N, Cf, C);
   if (m->sp)
     rows_reduce_scatter(m, a->tmp, rowf);
   else
     tp_sum(m, a->tmp, (size_t)N * C);
-  be->add(out + off, a->res2 + off, a->tmp + off, rowf);
+  be->add(at(m, out, off), at(m, a->res2, off), at(m, a->tmp, off), rowf);
+  return w;
 }
 
 /* The loss over a vocab-parallel shard of logits: the global row max (all-gathered maxima), the
@@ -592,7 +656,7 @@ static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
 }
 
 const float *colo_gpt_stage_output(const colo_gpt_t *m) {
-  return m->resid[m->l_hi];
+  return m->resid[m->l_hi]; /* fp32: pipelines need fp32 activations */
 }
 
 const float *colo_gpt_stage_input_grad(const colo_gpt_t *m) {
@@ -630,7 +694,7 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
         0)
       return NAN;
   } else { /* the previous stage's output */
-    be->copy(m->resid[m->l_lo] + off, x_in + off, rowf * sizeof(float));
+    be->copy(at(m, m->resid[m->l_lo], off), x_in + off, rowf * sizeof(float));
   }
   for (int l = m->l_lo; l < m->l_hi; l++) {
     size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
@@ -645,11 +709,11 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     return 0.0f;
   if (fetch(m, (size_t)m->i_lnf, 2) < 0 || fetch(m, (size_t)m->i_wte, 1) < 0)
     return NAN;
-  be->layernorm_fwd(m->lnf + off, m->lnf_mean + r0, m->lnf_rstd + r0, m->resid[L] + off, LNFW(m),
-                    LNFB(m), Nl, C);
+  be->layernorm_fwd(at(m, m->lnf, off), m->lnf_mean + r0, m->lnf_rstd + r0, at(m, m->resid[L], off),
+                    LNFW(m), LNFB(m), Nl, C);
   if (m->sp && rows_gather(m, m->lnf, rowf) < 0)
     return NAN;
-  be->lmhead_fwd(m->logits, m->lnf, WTE(m), N, C, Vl);
+  be->lmhead_fwd(m->logits, m->lnf, head_weights(m), N, C, Vl);
   release(m, (size_t)m->i_lnf, 2);
   release(m, (size_t)m->i_wte, 1);
   m->have_targets = targets != NULL;
@@ -671,11 +735,21 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   return (float)(s / N);
 }
 
-const float *colo_gpt_probs(const colo_gpt_t *m) {
-  return m->logits;
-}
-const float *colo_gpt_logits(const colo_gpt_t *m) {
-  return m->logits;
+void colo_gpt_read_logits(const colo_gpt_t *m, size_t row, float *dst) {
+  size_t V = (size_t)m->Vl;
+  if (m->be->act_dtype == COLO_DTYPE_F32) {
+    m->be->to_host(dst, at(m, m->logits, row * V), V * sizeof(float));
+    return;
+  }
+  uint16_t *h = malloc(V * m->asz);
+  if (!h) { /* a row of the vocabulary: at most 128 KiB */
+    for (size_t v = 0; v < V; v++)
+      dst[v] = NAN;
+    return;
+  }
+  m->be->to_host(h, at(m, m->logits, row * V), V * m->asz);
+  colo_dtype_to_float(dst, h, V, m->be->act_dtype);
+  free(h);
 }
 
 void colo_gpt_zero_grad(colo_gpt_t *m) {
@@ -752,8 +826,8 @@ static int grads_ready(colo_gpt_t *m, size_t first, size_t n) {
 /* A LayerNorm backward on this rank's rows. With sequence parallelism its weight and bias
  * gradients come from those rows only: they are summed over the group in a scratch buffer first,
  * so that gradients accumulated from earlier micro-batches are not summed again. */
-static void ln_bwd_rows(colo_gpt_t *m, float *dinp, float *dw, float *db, const float *dout,
-                        const float *inp, const float *w, const float *mean, const float *rstd,
+static void ln_bwd_rows(colo_gpt_t *m, void *dinp, float *dw, float *db, const void *dout,
+                        const void *inp, const float *w, const float *mean, const float *rstd,
                         int rows, int C) {
   if (!m->sp) {
     m->be->layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
@@ -763,16 +837,16 @@ static void ln_bwd_rows(colo_gpt_t *m, float *dinp, float *dw, float *db, const 
   m->be->layernorm_bwd(dinp, m->lnscratch, m->lnscratch + C, dout, inp, w, mean, rstd, rows, C);
   if (tp_sum(m, m->lnscratch, 2 * (size_t)C) < 0)
     return;
-  m->be->add(dw, dw, m->lnscratch, (size_t)C);
+  m->be->add(dw, dw, m->lnscratch, (size_t)C); /* fp32 here: sp runs only with fp32 activations */
   m->be->add(db, db, m->lnscratch + C, (size_t)C);
 }
 
 /* The residual gradient as the products' backward needs it: all rows (gathered under sequence
  * parallelism, where dres holds only this rank's). */
-static const float *full_rows(colo_gpt_t *m, size_t off, size_t rowf) {
+static const void *full_rows(colo_gpt_t *m, size_t off, size_t rowf) {
   if (!m->sp)
     return m->dres;
-  m->be->copy(m->dfull + off, m->dres + off, rowf * sizeof(float));
+  m->be->copy(at(m, m->dfull, off), at(m, m->dres, off), rowf * m->asz);
   rows_gather(m, m->dfull, rowf);
   return m->dfull;
 }
@@ -794,8 +868,8 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (!m->last) { /* the gradient of this stage's output, from the next stage */
-    be->zero(m->dres, NC * sizeof(float));
-    be->copy(m->dres + off, d_out + off, rowf * sizeof(float));
+    be->zero(m->dres, NC * m->asz);
+    be->copy(at(m, m->dres, off), d_out + off, rowf * sizeof(float)); /* fp32: see create */
     goto blocks;
   }
   /* loss -> logits (in place) -> final LayerNorm */
@@ -810,13 +884,13 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
       grads_begin(m, il, 2) < 0 || fetch(m, iw, 1) < 0 || fetch(m, il, 2) < 0)
     return;
   /* a column-parallel product's input gradient is a partial sum: the group adds them */
-  be->zero(m->dln, NC * sizeof(float));
-  be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, WTE(m), N, C, Vl);
+  be->zero(m->dln, NC * m->asz);
+  be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, head_weights(m), N, C, Vl);
   if (reduce_dln(m, rowf, NC) < 0)
     return;
-  be->zero(m->dres, NC * sizeof(float));
-  ln_bwd_rows(m, m->dres + off, DLNFW(m), DLNFB(m), m->dln + off, m->resid[L] + off, LNFW(m),
-              m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
+  be->zero(m->dres, NC * m->asz);
+  ln_bwd_rows(m, at(m, m->dres, off), DLNFW(m), DLNFB(m), at(m, m->dln, off),
+              at(m, m->resid[L], off), LNFW(m), m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
   release(m, il, 2);
   release(m, iw, 1);
   if (grads_ready(m, il, 2) < 0)
@@ -830,38 +904,38 @@ blocks:
     size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
     if (fetch(m, first, P_PER_LAYER) < 0)
       return;
-    if (m->recompute) /* the same forward again: bit-identical activations */
-      block_forward(m, l, a, m->resid[l], m->dtmp);
+    /* recomputing: the same forward again (bit-identical activations, and the compute copies) */
+    block_w_t w = m->recompute ? block_forward(m, l, a, m->resid[l], m->dtmp) : block_weights(m, l);
     if (grads_begin(m, first, P_PER_LAYER) < 0)
       return;
+    size_t A = m->asz;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
-    const float *dout = full_rows(m, off, rowf);
-    be->zero(m->dfch_gelu, (size_t)N * Cf * sizeof(float));
+    const void *dout = full_rows(m, off, rowf);
+    be->zero(m->dfch_gelu, (size_t)N * Cf * A);
     be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, a->fch_gelu,
-                   P(m, l, P_FCPROJW), N, Cf, C);
-    be->zero(m->dfch, (size_t)N * Cf * sizeof(float));
+                   w.fcproj, N, Cf, C);
+    be->zero(m->dfch, (size_t)N * Cf * A);
     be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, (size_t)N * Cf);
-    be->zero(m->dln, NC * sizeof(float));
-    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, a->ln2, P(m, l, P_FCW), N, C,
-                   Cf);
+    be->zero(m->dln, NC * A);
+    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, a->ln2, w.fc, N, C, Cf);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
-    ln_bwd_rows(m, m->dres + off, G(m, l, P_LN2W), G(m, l, P_LN2B), m->dln + off, a->res2 + off,
-                P(m, l, P_LN2W), a->ln2_mean + r0, a->ln2_rstd + r0, Nl, C);
+    ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN2W), G(m, l, P_LN2B), at(m, m->dln, off),
+                at(m, a->res2, off), P(m, l, P_LN2W), a->ln2_mean + r0, a->ln2_rstd + r0, Nl, C);
     /* attention: res2 = in + attproj(attn(qkv(ln1(in)))) */
     dout = full_rows(m, off, rowf);
-    be->zero(m->datty, (size_t)N * Cq * sizeof(float));
-    be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty,
-                   P(m, l, P_ATTPROJW), N, Cq, C);
-    be->zero(m->dqkv, (size_t)N * 3 * Cq * sizeof(float));
+    be->zero(m->datty, (size_t)N * Cq * A);
+    be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty, w.attproj, N,
+                   Cq, C);
+    be->zero(m->dqkv, (size_t)N * 3 * Cq * A);
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att, B, T, Cq, m->NHl);
-    be->zero(m->dln, NC * sizeof(float));
-    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, P(m, l, P_QKVW), N, C,
-                   3 * Cq);
+    be->zero(m->dln, NC * A);
+    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, w.qkv, N, C, 3 * Cq);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
-    ln_bwd_rows(m, m->dres + off, G(m, l, P_LN1W), G(m, l, P_LN1B), m->dln + off, m->resid[l] + off,
-                P(m, l, P_LN1W), a->ln1_mean + r0, a->ln1_rstd + r0, Nl, C);
+    ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN1W), G(m, l, P_LN1B), at(m, m->dln, off),
+                at(m, m->resid[l], off), P(m, l, P_LN1W), a->ln1_mean + r0, a->ln1_rstd + r0, Nl,
+                C);
     release(m, first, P_PER_LAYER);
     if (m->hook_error || grads_ready(m, first, P_PER_LAYER) < 0)
       return;
@@ -874,7 +948,7 @@ blocks:
   if (!m->last &&
       (grads_begin(m, (size_t)m->i_wte, 1) < 0 || grads_begin(m, (size_t)m->i_wpe, 1) < 0))
     return;
-  const float *dout = full_rows(m, off, rowf);
+  const void *dout = full_rows(m, off, rowf);
   be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl);
   grads_ready(m, (size_t)m->i_wte, 1);
   grads_ready(m, (size_t)m->i_wpe, 1);

@@ -5,7 +5,10 @@
  * HuggingFace's names and layouts (Conv1D weights are [in][out]), so a checkpoint is the
  * allocation written tensor by tensor. Gradients mirror the parameters.
  *
- * All computation goes through a colo_backend_t. Not thread-safe; one model per rank.
+ * All computation goes through a colo_backend_t. Activations are stored as its act_dtype; with
+ * bf16 or fp16 the products read compute copies of the matrices, rounded from the fp32 parameters
+ * as each block runs, and tensor and pipeline parallelism are refused (their collectives move
+ * fp32 activations). Not thread-safe; one model per rank.
  */
 #ifndef COLO_GPT_H
 #define COLO_GPT_H
@@ -99,10 +102,9 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed);
 /* Forward over inputs[B][T]; with targets returns the mean cross-entropy, else 0. B ≤ max_B,
  * T ≤ block_size. */
 float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T);
-/* Probabilities of the last forward, probs[B][T][V], in the backend's memory. */
-const float *colo_gpt_probs(const colo_gpt_t *m);
-/* Logits of the last forward without targets, logits[B][T][V], in the backend's memory. */
-const float *colo_gpt_logits(const colo_gpt_t *m);
+/* Row `row` (= b·T + t) of the last forward's logits (without targets; probabilities after one
+ * with targets) as V fp32 values in host memory. */
+void colo_gpt_read_logits(const colo_gpt_t *m, size_t row, float *dst);
 
 /* Gradient hooks, for ZeRO stage 2: with them set, the model holds no gradient buffer of its
  * own. Before the backward writes a tensor's gradients it calls grads_begin for it, which must

@@ -436,6 +436,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_EINVAL;
       goto out;
     }
+  } else if (cfg->math == COLO_MATH_TF32) {
+    snprintf(err, errlen,
+             "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode");
+    rc = COLO_EINVAL;
+    goto out;
+  } else { /* bf16 and fp16 storage, emulated: rounded as the GPU rounds */
+    be = colo_backend_cpu_dtype(colo_math_dtype(cfg->math));
   }
   if (cfg->seed >= (1ull << 53)) {
     snprintf(err, errlen,
@@ -660,12 +667,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     printf("pipeline: %d stages; stage 0 holds blocks [0, %d) and %zu of the model's %zu "
            "parameters\n",
            pp, cfg->model.n_layer / pp, n_params, colo_gpt_full_numel(model));
-  char threads_or_gpu[64];
+  char threads_or_gpu[96];
   if (be->device)
-    snprintf(threads_or_gpu, sizeof threads_or_gpu, "GPU %d (fp32 storage, %s products)", cfg->gpu,
+    snprintf(threads_or_gpu, sizeof threads_or_gpu, "GPU %d (%s activations, %s products)",
+             cfg->gpu, colo_dtype_name(be->act_dtype),
              (const char *[]){"fp32", "TF32", "bf16", "fp16"}[cfg->math & 3]);
   else
-    snprintf(threads_or_gpu, sizeof threads_or_gpu, "%d threads", colo_backend_cpu_threads());
+    snprintf(threads_or_gpu, sizeof threads_or_gpu, "%d threads%s", colo_backend_cpu_threads(),
+             be->act_dtype == COLO_DTYPE_BF16  ? ", bf16 activations (emulated)"
+             : be->act_dtype == COLO_DTYPE_F16 ? ", fp16 activations (emulated)"
+                                               : "");
   if (!cfg->quiet && lead)
     printf("model: %d layers, %d heads, %d wide, block %d, vocab %d: %zu parameters; batch %d x "
            "accum %d x %d tokens; %s; %s memory %.1f MiB\n",
@@ -988,11 +999,11 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
   for (int k = 0; k < n; k++) {
     int from = len > T ? len - T : 0, t = len - from;
     colo_gpt_forward(model, ctx + from, NULL, 1, t);
-    const float *logits = colo_gpt_logits(model) + (size_t)(t - 1) * V;
+    colo_gpt_read_logits(model, (size_t)(t - 1), p);
     /* temperature, then top-k, then softmax */
     float maxv = -INFINITY;
     for (int v = 0; v < V; v++) {
-      p[v] = logits[v] / (temperature > 0 ? temperature : 1.0f);
+      p[v] /= temperature > 0 ? temperature : 1.0f;
       idx[v] = v;
       if (p[v] > maxv)
         maxv = p[v];

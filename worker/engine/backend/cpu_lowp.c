@@ -1,0 +1,346 @@
+/* The CPU backend with activations stored in bf16 or fp16: each operation widens its inputs to
+ * fp32, runs the fp32 CPU operation, and rounds what it stores (nearest, ties to even). It is the
+ * arithmetic the CUDA backend's bf16 and fp16 tables do (compute in fp32, round on store), so
+ * test_cuda checks them against it, and colo-train can train with it (`--precision bf16` on the
+ * CPU) to show what reduced-precision storage does to a run without a GPU. It converts on every
+ * call and is several times slower than fp32; parameters, gradients and optimizer state are the
+ * fp32 table's, untouched. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "backend.h"
+
+static const colo_backend_t *f32(void) {
+  return colo_backend_cpu();
+}
+
+static void *xmalloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    fprintf(stderr, "colo-train: out of memory converting activations (%zu bytes)\n", bytes);
+    exit(1);
+  }
+  return p;
+}
+
+/* an fp32 copy of n stored values (NULL for NULL) */
+static float *widen(colo_dtype_t t, const void *src, size_t n) {
+  if (!src)
+    return NULL;
+  float *f = xmalloc(n * sizeof(float));
+  colo_dtype_to_float(f, src, n, t);
+  return f;
+}
+
+/* stores n fp32 values rounded and frees them (nothing for a NULL dst) */
+static void narrow(colo_dtype_t t, void *dst, float *f, size_t n) {
+  if (dst)
+    colo_dtype_from_float(dst, f, n, t);
+  free(f);
+}
+
+static float *fresh(size_t n) {
+  return xmalloc(n * sizeof(float));
+}
+
+/* ---- the operations, for storage type t ---- */
+
+static void matmul_fwd_t(colo_dtype_t t, void *out, const void *inp, const void *w, const float *b,
+                         int N, int C, int OC) {
+  float *fi = widen(t, inp, (size_t)N * C), *fw = widen(t, w, (size_t)C * OC);
+  float *fo = fresh((size_t)N * OC);
+  f32()->matmul_fwd(fo, fi, fw, b, N, C, OC);
+  narrow(t, out, fo, (size_t)N * OC);
+  free(fi);
+  free(fw);
+}
+
+static void matmul_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, const void *dout,
+                         const void *inp, const void *w, int N, int C, int OC) {
+  float *fd = widen(t, dout, (size_t)N * OC);
+  float *fi = dw ? widen(t, inp, (size_t)N * C) : NULL;
+  float *fw = dinp ? widen(t, w, (size_t)C * OC) : NULL;
+  float *fdi = widen(t, dinp, (size_t)N * C);
+  f32()->matmul_bwd(fdi, dw, db, fd, fi, fw, N, C, OC);
+  narrow(t, dinp, fdi, (size_t)N * C);
+  free(fd);
+  free(fi);
+  free(fw);
+}
+
+static void lmhead_fwd_t(colo_dtype_t t, void *out, const void *inp, const void *wte, int N, int C,
+                         int V) {
+  float *fi = widen(t, inp, (size_t)N * C), *fw = widen(t, wte, (size_t)V * C);
+  float *fo = fresh((size_t)N * V);
+  f32()->lmhead_fwd(fo, fi, fw, N, C, V);
+  narrow(t, out, fo, (size_t)N * V);
+  free(fi);
+  free(fw);
+}
+
+static void lmhead_bwd_t(colo_dtype_t t, void *dinp, float *dwte, const void *dout, const void *inp,
+                         const void *wte, int N, int C, int V) {
+  float *fd = widen(t, dout, (size_t)N * V);
+  float *fi = dwte ? widen(t, inp, (size_t)N * C) : NULL;
+  float *fw = dinp ? widen(t, wte, (size_t)V * C) : NULL;
+  float *fdi = widen(t, dinp, (size_t)N * C);
+  f32()->lmhead_bwd(fdi, dwte, fd, fi, fw, N, C, V);
+  narrow(t, dinp, fdi, (size_t)N * C);
+  free(fd);
+  free(fi);
+  free(fw);
+}
+
+static void encoder_fwd_t(colo_dtype_t t, void *out, const int *tokens, const float *wte,
+                          const float *wpe, int B, int T, int C, int v0, int v1) {
+  float *fo = fresh((size_t)B * T * C);
+  f32()->encoder_fwd(fo, tokens, wte, wpe, B, T, C, v0, v1);
+  narrow(t, out, fo, (size_t)B * T * C);
+}
+
+static void encoder_bwd_t(colo_dtype_t t, float *dwte, float *dwpe, const void *dout,
+                          const int *tokens, int B, int T, int C, int v0, int v1) {
+  float *fd = widen(t, dout, (size_t)B * T * C);
+  f32()->encoder_bwd(dwte, dwpe, fd, tokens, B, T, C, v0, v1);
+  free(fd);
+}
+
+static void layernorm_fwd_t(colo_dtype_t t, void *out, float *mean, float *rstd, const void *inp,
+                            const float *w, const float *b, int N, int C) {
+  float *fi = widen(t, inp, (size_t)N * C), *fo = fresh((size_t)N * C);
+  f32()->layernorm_fwd(fo, mean, rstd, fi, w, b, N, C);
+  narrow(t, out, fo, (size_t)N * C);
+  free(fi);
+}
+
+static void layernorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, const void *dout,
+                            const void *inp, const float *w, const float *mean, const float *rstd,
+                            int N, int C) {
+  size_t n = (size_t)N * C;
+  float *fd = widen(t, dout, n), *fi = widen(t, inp, n), *fdi = widen(t, dinp, n);
+  f32()->layernorm_bwd(fdi, dw, db, fd, fi, w, mean, rstd, N, C);
+  narrow(t, dinp, fdi, n);
+  free(fd);
+  free(fi);
+}
+
+static void gelu_fwd_t(colo_dtype_t t, void *out, const void *inp, size_t n) {
+  float *fi = widen(t, inp, n), *fo = fresh(n);
+  f32()->gelu_fwd(fo, fi, n);
+  narrow(t, out, fo, n);
+  free(fi);
+}
+
+static void gelu_bwd_t(colo_dtype_t t, void *dinp, const void *inp, const void *dout, size_t n) {
+  float *fi = widen(t, inp, n), *fd = widen(t, dout, n), *fdi = widen(t, dinp, n);
+  f32()->gelu_bwd(fdi, fi, fd, n);
+  narrow(t, dinp, fdi, n);
+  free(fi);
+  free(fd);
+}
+
+static void attention_fwd_t(colo_dtype_t t, void *out, void *att, const void *qkv, int B, int T,
+                            int C, int NH) {
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  float *fq = widen(t, qkv, nq), *fo = fresh(no), *fa = fresh(na);
+  f32()->attention_fwd(fo, fa, fq, B, T, C, NH);
+  narrow(t, out, fo, no);
+  narrow(t, att, fa, na);
+  free(fq);
+}
+
+static void attention_bwd_t(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
+                            const void *att, int B, int T, int C, int NH) {
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+  float *fdq = widen(t, dqkv, nq), *fd = widen(t, dout, no), *fq = widen(t, qkv, nq);
+  float *fa = widen(t, att, na);
+  f32()->attention_bwd(fdq, fd, fq, fa, B, T, C, NH);
+  narrow(t, dqkv, fdq, nq);
+  free(fd);
+  free(fq);
+  free(fa);
+}
+
+static void add_t(colo_dtype_t t, void *out, const void *a, const void *b, size_t n) {
+  float *fa = widen(t, a, n), *fb = widen(t, b, n), *fo = fresh(n);
+  f32()->add(fo, fa, fb, n);
+  narrow(t, out, fo, n);
+  free(fa);
+  free(fb);
+}
+
+static void crossentropy_fwd_t(colo_dtype_t t, float *losses, void *probs, const void *logits,
+                               const int *targets, int N, int V) {
+  size_t n = (size_t)N * V;
+  float *f = widen(t, logits, n);
+  f32()->crossentropy_fwd(losses, f, f, targets, N, V); /* the losses from fp32 probabilities */
+  narrow(t, probs, f, n);
+}
+
+static void crossentropy_bwd_t(colo_dtype_t t, void *dlogits, const void *probs, const int *targets,
+                               float dloss, int N, int V) {
+  size_t n = (size_t)N * V;
+  float *f = widen(t, probs, n);
+  f32()->crossentropy_bwd(f, f, targets, dloss, N, V);
+  narrow(t, dlogits, f, n);
+}
+
+static void vocab_max_t(colo_dtype_t t, float *rowmax, const void *logits, int N, int Vl) {
+  float *f = widen(t, logits, (size_t)N * Vl);
+  f32()->vocab_max(rowmax, f, N, Vl);
+  free(f);
+}
+
+static void vocab_sumexp_t(colo_dtype_t t, float *sum, const void *logits, const float *gmax, int N,
+                           int Vl) {
+  float *f = widen(t, logits, (size_t)N * Vl);
+  f32()->vocab_sumexp(sum, f, gmax, N, Vl);
+  free(f);
+}
+
+static void vocab_target_t(colo_dtype_t t, float *tlogit, const void *logits, const int *targets,
+                           int v0, int N, int Vl) {
+  float *f = widen(t, logits, (size_t)N * Vl);
+  f32()->vocab_target(tlogit, f, targets, v0, N, Vl);
+  free(f);
+}
+
+static void vocab_ce_bwd_t(colo_dtype_t t, void *dlogits, const void *logits, const float *gmax,
+                           const float *gsum, const int *targets, int v0, float dloss, int N,
+                           int Vl) {
+  size_t n = (size_t)N * Vl;
+  float *f = widen(t, logits, n);
+  f32()->vocab_ce_bwd(f, f, gmax, gsum, targets, v0, dloss, N, Vl);
+  narrow(t, dlogits, f, n);
+}
+
+static void to_act_t(colo_dtype_t t, void *dst, const float *src, size_t n) {
+  colo_dtype_from_float(dst, src, n, t);
+}
+
+/* ---- a table per storage type: entries that name their type and call the above ---- */
+
+#define LOWP_TABLE(sfx, T)                                                                         \
+  static void matmul_fwd_##sfx(void *o, const void *i, const void *w, const float *b, int N,       \
+                               int C, int OC) {                                                    \
+    matmul_fwd_t(T, o, i, w, b, N, C, OC);                                                         \
+  }                                                                                                \
+  static void matmul_bwd_##sfx(void *di, float *dw, float *db, const void *d, const void *i,       \
+                               const void *w, int N, int C, int OC) {                              \
+    matmul_bwd_t(T, di, dw, db, d, i, w, N, C, OC);                                                \
+  }                                                                                                \
+  static void lmhead_fwd_##sfx(void *o, const void *i, const void *w, int N, int C, int V) {       \
+    lmhead_fwd_t(T, o, i, w, N, C, V);                                                             \
+  }                                                                                                \
+  static void lmhead_bwd_##sfx(void *di, float *dw, const void *d, const void *i, const void *w,   \
+                               int N, int C, int V) {                                              \
+    lmhead_bwd_t(T, di, dw, d, i, w, N, C, V);                                                     \
+  }                                                                                                \
+  static void encoder_fwd_##sfx(void *o, const int *tok, const float *wte, const float *wpe,       \
+                                int B, int Tt, int C, int v0, int v1) {                            \
+    encoder_fwd_t(T, o, tok, wte, wpe, B, Tt, C, v0, v1);                                          \
+  }                                                                                                \
+  static void encoder_bwd_##sfx(float *dwte, float *dwpe, const void *d, const int *tok, int B,    \
+                                int Tt, int C, int v0, int v1) {                                   \
+    encoder_bwd_t(T, dwte, dwpe, d, tok, B, Tt, C, v0, v1);                                        \
+  }                                                                                                \
+  static void layernorm_fwd_##sfx(void *o, float *mean, float *rstd, const void *i,                \
+                                  const float *w, const float *b, int N, int C) {                  \
+    layernorm_fwd_t(T, o, mean, rstd, i, w, b, N, C);                                              \
+  }                                                                                                \
+  static void layernorm_bwd_##sfx(void *di, float *dw, float *db, const void *d, const void *i,    \
+                                  const float *w, const float *mean, const float *rstd, int N,     \
+                                  int C) {                                                         \
+    layernorm_bwd_t(T, di, dw, db, d, i, w, mean, rstd, N, C);                                     \
+  }                                                                                                \
+  static void gelu_fwd_##sfx(void *o, const void *i, size_t n) {                                   \
+    gelu_fwd_t(T, o, i, n);                                                                        \
+  }                                                                                                \
+  static void gelu_bwd_##sfx(void *di, const void *i, const void *d, size_t n) {                   \
+    gelu_bwd_t(T, di, i, d, n);                                                                    \
+  }                                                                                                \
+  static void attention_fwd_##sfx(void *o, void *a, const void *q, int B, int Tt, int C, int NH) { \
+    attention_fwd_t(T, o, a, q, B, Tt, C, NH);                                                     \
+  }                                                                                                \
+  static void attention_bwd_##sfx(void *dq, const void *d, const void *q, const void *a, int B,    \
+                                  int Tt, int C, int NH) {                                         \
+    attention_bwd_t(T, dq, d, q, a, B, Tt, C, NH);                                                 \
+  }                                                                                                \
+  static void add_##sfx(void *o, const void *a, const void *b, size_t n) {                         \
+    add_t(T, o, a, b, n);                                                                          \
+  }                                                                                                \
+  static void crossentropy_fwd_##sfx(float *l, void *p, const void *lg, const int *tg, int N,      \
+                                     int V) {                                                      \
+    crossentropy_fwd_t(T, l, p, lg, tg, N, V);                                                     \
+  }                                                                                                \
+  static void crossentropy_bwd_##sfx(void *dl, const void *p, const int *tg, float s, int N,       \
+                                     int V) {                                                      \
+    crossentropy_bwd_t(T, dl, p, tg, s, N, V);                                                     \
+  }                                                                                                \
+  static void vocab_max_##sfx(float *m, const void *lg, int N, int Vl) {                           \
+    vocab_max_t(T, m, lg, N, Vl);                                                                  \
+  }                                                                                                \
+  static void vocab_sumexp_##sfx(float *s, const void *lg, const float *gm, int N, int Vl) {       \
+    vocab_sumexp_t(T, s, lg, gm, N, Vl);                                                           \
+  }                                                                                                \
+  static void vocab_target_##sfx(float *tl, const void *lg, const int *tg, int v0, int N,          \
+                                 int Vl) {                                                         \
+    vocab_target_t(T, tl, lg, tg, v0, N, Vl);                                                      \
+  }                                                                                                \
+  static void vocab_ce_bwd_##sfx(void *dl, const void *lg, const float *gm, const float *gs,       \
+                                 const int *tg, int v0, float s, int N, int Vl) {                  \
+    vocab_ce_bwd_t(T, dl, lg, gm, gs, tg, v0, s, N, Vl);                                           \
+  }                                                                                                \
+  static void to_act_##sfx(void *d, const float *s, size_t n) {                                    \
+    to_act_t(T, d, s, n);                                                                          \
+  }                                                                                                \
+  static colo_backend_t table_##sfx(void) {                                                        \
+    colo_backend_t b = *f32(); /* memory, the optimizer and the norms: the fp32 table's */         \
+    b.name = "cpu-" #sfx;                                                                          \
+    b.act_dtype = T;                                                                               \
+    b.act_size = 2;                                                                                \
+    b.to_act = to_act_##sfx;                                                                       \
+    b.matmul_fwd = matmul_fwd_##sfx;                                                               \
+    b.matmul_bwd = matmul_bwd_##sfx;                                                               \
+    b.lmhead_fwd = lmhead_fwd_##sfx;                                                               \
+    b.lmhead_bwd = lmhead_bwd_##sfx;                                                               \
+    b.encoder_fwd = encoder_fwd_##sfx;                                                             \
+    b.encoder_bwd = encoder_bwd_##sfx;                                                             \
+    b.layernorm_fwd = layernorm_fwd_##sfx;                                                         \
+    b.layernorm_bwd = layernorm_bwd_##sfx;                                                         \
+    b.gelu_fwd = gelu_fwd_##sfx;                                                                   \
+    b.gelu_bwd = gelu_bwd_##sfx;                                                                   \
+    b.attention_fwd = attention_fwd_##sfx;                                                         \
+    b.attention_bwd = attention_bwd_##sfx;                                                         \
+    b.add = add_##sfx;                                                                             \
+    b.crossentropy_fwd = crossentropy_fwd_##sfx;                                                   \
+    b.crossentropy_bwd = crossentropy_bwd_##sfx;                                                   \
+    b.vocab_max = vocab_max_##sfx;                                                                 \
+    b.vocab_sumexp = vocab_sumexp_##sfx;                                                           \
+    b.vocab_target = vocab_target_##sfx;                                                           \
+    b.vocab_ce_bwd = vocab_ce_bwd_##sfx;                                                           \
+    return b;                                                                                      \
+  }
+
+LOWP_TABLE(bf16, COLO_DTYPE_BF16)
+LOWP_TABLE(fp16, COLO_DTYPE_F16)
+
+static colo_backend_t BF16, FP16;
+static pthread_once_t made = PTHREAD_ONCE_INIT;
+
+static void make_tables(void) {
+  BF16 = table_bf16();
+  FP16 = table_fp16();
+}
+
+const colo_backend_t *colo_backend_cpu_dtype(colo_dtype_t t) {
+  pthread_once(&made, make_tables);
+  return t == COLO_DTYPE_BF16 ? &BF16 : t == COLO_DTYPE_F16 ? &FP16 : colo_backend_cpu();
+}
+
+colo_dtype_t colo_math_dtype(int math) {
+  return math == COLO_MATH_BF16   ? COLO_DTYPE_BF16
+         : math == COLO_MATH_FP16 ? COLO_DTYPE_F16
+                                  : COLO_DTYPE_F32;
+}
