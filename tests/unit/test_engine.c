@@ -294,12 +294,12 @@ TEST(gelu_grad_and_values) {
 
 typedef struct {
   int B, T, C, NH;
-  float *qkv, *out, *att, *R;
+  float *qkv, *out, *lse, *R;
 } att_t;
 
 static double att_loss(void *p) {
   att_t *m = p;
-  be->attention_fwd(m->out, m->att, m->qkv, m->B, m->T, m->C, m->NH);
+  be->attention_fwd(m->out, m->lse, m->qkv, m->B, m->T, m->C, m->NH);
   return dotd(m->out, m->R, (size_t)m->B * m->T * m->C);
 }
 
@@ -307,25 +307,39 @@ TEST(attention_grad_and_causality) {
   setup();
   att_t m = {2, 5, 6, 2};
   size_t nq = 2 * 5 * 18, no = 2 * 5 * 6;
-  m.qkv = randv(nq, 1), m.out = zeros(no), m.att = zeros(2 * 2 * 25), m.R = randv(no, 1);
+  m.qkv = randv(nq, 1), m.out = zeros(no), m.lse = zeros(2 * 2 * 5), m.R = randv(no, 1);
   att_loss(&m);
-  /* rows of att sum to 1 and are zero above the diagonal */
-  for (int r = 0; r < 2 * 2 * 5; r++) {
-    int t = r % 5;
-    double s = 0;
-    for (int t2 = 0; t2 < 5; t2++) {
-      s += m.att[r * 5 + t2];
-      if (t2 > t)
-        ASSERT(m.att[r * 5 + t2] == 0.0f);
-    }
-    ASSERT(fabs(s - 1.0) < 1e-6);
-  }
+  /* the log-sum-exp of each query's scaled scores over keys 0..t, in double */
+  for (int b = 0; b < 2; b++)
+    for (int h = 0; h < 2; h++)
+      for (int t = 0; t < 5; t++) {
+        double s = 0;
+        for (int t2 = 0; t2 <= t; t2++) {
+          double d = 0;
+          for (int i = 0; i < 3; i++)
+            d += (double)m.qkv[(b * 5 + t) * 18 + h * 3 + i] *
+                 m.qkv[(b * 5 + t2) * 18 + 6 + h * 3 + i];
+          s += exp(d / sqrt(3.0));
+        }
+        ASSERT(fabs(m.lse[(b * 2 + h) * 5 + t] - log(s)) < 1e-5);
+      }
   /* the first position attends only to itself: its output is its own value */
   for (int h = 0; h < 2; h++)
     for (int i = 0; i < 3; i++)
       ASSERT(fabs(m.out[h * 3 + i] - m.qkv[12 + h * 3 + i]) < 1e-6);
+  /* causal: changing position 3's q, k and v changes no output before it */
+  float *before = own(malloc(no * sizeof(float)));
+  memcpy(before, m.out, no * sizeof(float));
+  for (int i = 0; i < 18; i++)
+    m.qkv[3 * 18 + i] += 1.0f;
+  att_loss(&m);
+  ASSERT(memcmp(before, m.out, 3 * 6 * sizeof(float)) == 0);
+  ASSERT(memcmp(before + 3 * 6, m.out + 3 * 6, 6 * sizeof(float)) != 0);
+  for (int i = 0; i < 18; i++)
+    m.qkv[3 * 18 + i] -= 1.0f;
+  att_loss(&m);
   float *dqkv = zeros(nq);
-  be->attention_bwd(dqkv, m.R, m.qkv, m.att, 2, 5, 6, 2);
+  be->attention_bwd(dqkv, m.R, m.qkv, m.lse, 2, 5, 6, 2);
   fd_check("attention dqkv", m.qkv, dqkv, nq, att_loss, &m);
   printf("  worst error: %.2e relative (where |grad| > 1e-2), %.2e absolute\n", worst_rel,
          worst_abs);

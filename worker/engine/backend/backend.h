@@ -67,10 +67,12 @@ typedef struct colo_backend_s {
   void (*gelu_fwd)(void *out, const void *inp, size_t n);
   void (*gelu_bwd)(void *dinp, const void *inp, const void *dout, size_t n);
 
-  /* causal self-attention over qkv[B][T][3C] (q, k, v, heads inside each); att[B][NH][T][T]
-   * keeps the softmax probabilities for the backward; out[B][T][C] */
-  void (*attention_fwd)(void *out, void *att, const void *qkv, int B, int T, int C, int NH);
-  void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *att, int B,
+  /* causal self-attention over qkv[B][T][3C] (q, k, v, heads inside each) into out[B][T][C].
+   * No T×T matrix is kept: lse[B][NH][T] (fp32) saves each query's log-sum-exp of its scaled
+   * scores, and the backward recomputes the probabilities from q, k (and lse, or the row's own
+   * max and sum, as a backend prefers) */
+  void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int C, int NH);
+  void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const float *lse, int B,
                         int T, int C, int NH);
 
   /* out = a + b (activations) */

@@ -294,66 +294,80 @@ static void gelu_bwd(void *dinp_, const void *inp_, const void *dout_, size_t n)
 
 /* ---- attention ---- */
 
-static void attention_fwd(void *out_, void *att_, const void *qkv_, int B, int T, int C, int NH) {
-  float *out = out_, *att = att_;
+/* The softmax probabilities of query t of head h against keys 0..t, into a[0..t]; returns the
+ * log-sum-exp of the scaled scores. The forward and the backward both call it, so the backward's
+ * probabilities are the forward's bit for bit. */
+static float attention_row(float *a, const float *qkv, int b, int h, int t, int T, int C, int hs,
+                           float scale) {
+  int C3 = 3 * C;
+  const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
+  float maxv = -INFINITY;
+  for (int t2 = 0; t2 <= t; t2++) {
+    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int i = 0; i < hs; i++)
+      s += q[i] * k[i];
+    s *= scale;
+    a[t2] = s;
+    if (s > maxv)
+      maxv = s;
+  }
+  float sum = 0.0f;
+  for (int t2 = 0; t2 <= t; t2++) {
+    float e = expf(a[t2] - maxv);
+    a[t2] = e;
+    sum += e;
+  }
+  float inv = 1.0f / sum;
+  for (int t2 = 0; t2 <= t; t2++)
+    a[t2] *= inv;
+  return maxv + logf(sum);
+}
+
+static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T, int C, int NH) {
+  float *out = out_;
   const float *qkv = qkv_;
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3) schedule(static)
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++)
-      for (int t = 0; t < T; t++) {
-        const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-        float *a = att + (((size_t)b * NH + h) * T + t) * T;
-        float maxv = -INFINITY;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
+#pragma omp parallel
+  {
+    float *a = malloc((size_t)T * sizeof *a); /* one row of probabilities per thread */
+#pragma omp for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++)
+        for (int t = 0; t < T; t++) {
+          lse[((size_t)b * NH + h) * T + t] = attention_row(a, qkv, b, h, t, T, C, hs, scale);
+          float *o = out + ((size_t)b * T + t) * C + h * hs;
           for (int i = 0; i < hs; i++)
-            s += q[i] * k[i];
-          s *= scale;
-          a[t2] = s;
-          if (s > maxv)
-            maxv = s;
-        }
-        float sum = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
-          float e = expf(a[t2] - maxv);
-          a[t2] = e;
-          sum += e;
-        }
-        float inv = 1.0f / sum;
-        for (int t2 = 0; t2 <= t; t2++)
-          a[t2] *= inv;
-        for (int t2 = t + 1; t2 < T; t2++)
-          a[t2] = 0.0f;
-        float *o = out + ((size_t)b * T + t) * C + h * hs;
-        for (int i = 0; i < hs; i++)
-          o[i] = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-          float p = a[t2];
+            o[i] = 0.0f;
+          for (int t2 = 0; t2 <= t; t2++) {
+            const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
+            float p = a[t2];
 #pragma omp simd
-          for (int i = 0; i < hs; i++)
-            o[i] += p * v[i];
+            for (int i = 0; i < hs; i++)
+              o[i] += p * v[i];
+          }
         }
-      }
+    free(a);
+  }
 }
 
-static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *att_, int B,
+/* The probabilities of each row are recomputed (attention_row; lse is not needed here). */
+static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const float *lse, int B,
                           int T, int C, int NH) {
   float *dqkv = dqkv_;
-  const float *dout = dout_, *qkv = qkv_, *att = att_;
+  const float *dout = dout_, *qkv = qkv_;
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
+  (void)lse;
   /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {
-      float *datt = malloc((size_t)T * sizeof(float));
+      float *datt = malloc((size_t)T * sizeof(float)), *a = malloc((size_t)T * sizeof(float));
       for (int t = 0; t < T; t++) {
-        const float *a = att + (((size_t)b * NH + h) * T + t) * T;
+        attention_row(a, qkv, b, h, t, T, C, hs, scale);
         const float *d = dout + ((size_t)b * T + t) * C + h * hs;
         const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
         float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
@@ -384,6 +398,7 @@ static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, cons
         }
       }
       free(datt);
+      free(a);
     }
 }
 

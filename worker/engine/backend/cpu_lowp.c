@@ -140,26 +140,23 @@ static void gelu_bwd_t(colo_dtype_t t, void *dinp, const void *inp, const void *
   free(fd);
 }
 
-static void attention_fwd_t(colo_dtype_t t, void *out, void *att, const void *qkv, int B, int T,
+static void attention_fwd_t(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T,
                             int C, int NH) {
-  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
-  float *fq = widen(t, qkv, nq), *fo = fresh(no), *fa = fresh(na);
-  f32()->attention_fwd(fo, fa, fq, B, T, C, NH);
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
+  float *fq = widen(t, qkv, nq), *fo = fresh(no);
+  f32()->attention_fwd(fo, lse, fq, B, T, C, NH);
   narrow(t, out, fo, no);
-  narrow(t, att, fa, na);
   free(fq);
 }
 
 static void attention_bwd_t(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
-                            const void *att, int B, int T, int C, int NH) {
-  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C, na = (size_t)B * NH * T * T;
+                            const float *lse, int B, int T, int C, int NH) {
+  size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
   float *fdq = widen(t, dqkv, nq), *fd = widen(t, dout, no), *fq = widen(t, qkv, nq);
-  float *fa = widen(t, att, na);
-  f32()->attention_bwd(fdq, fd, fq, fa, B, T, C, NH);
+  f32()->attention_bwd(fdq, fd, fq, lse, B, T, C, NH);
   narrow(t, dqkv, fdq, nq);
   free(fd);
   free(fq);
-  free(fa);
 }
 
 static void add_t(colo_dtype_t t, void *out, const void *a, const void *b, size_t n) {
@@ -260,12 +257,13 @@ static void to_act_t(colo_dtype_t t, void *dst, const float *src, size_t n) {
   static void gelu_bwd_##sfx(void *di, const void *i, const void *d, size_t n) {                   \
     gelu_bwd_t(T, di, i, d, n);                                                                    \
   }                                                                                                \
-  static void attention_fwd_##sfx(void *o, void *a, const void *q, int B, int Tt, int C, int NH) { \
-    attention_fwd_t(T, o, a, q, B, Tt, C, NH);                                                     \
+  static void attention_fwd_##sfx(void *o, float *lse, const void *q, int B, int Tt, int C,        \
+                                  int NH) {                                                        \
+    attention_fwd_t(T, o, lse, q, B, Tt, C, NH);                                                   \
   }                                                                                                \
-  static void attention_bwd_##sfx(void *dq, const void *d, const void *q, const void *a, int B,    \
+  static void attention_bwd_##sfx(void *dq, const void *d, const void *q, const float *lse, int B, \
                                   int Tt, int C, int NH) {                                         \
-    attention_bwd_t(T, dq, d, q, a, B, Tt, C, NH);                                                 \
+    attention_bwd_t(T, dq, d, q, lse, B, Tt, C, NH);                                               \
   }                                                                                                \
   static void add_##sfx(void *o, const void *a, const void *b, size_t n) {                         \
     add_t(T, o, a, b, n);                                                                          \

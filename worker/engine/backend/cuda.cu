@@ -5,7 +5,7 @@
  * as the CPU backend's reduced-precision tables do (cpu_lowp.c), which test_cuda checks them
  * against. Parameters, gradients, optimizer state, LayerNorm statistics and losses are fp32.
  *
- * Matrix products, and attention's four products per head, go through cuBLAS with fp32
+ * Matrix products, and attention's products per head, go through cuBLAS with fp32
  * accumulation: in fp32 (or TF32 tensor cores, on request) for fp32 storage, on bf16 / fp16
  * tensor cores for those. A weight gradient is accumulated in fp32 straight from the 16-bit
  * operands. The rest are kernels of our own, each the CPU entry's arithmetic in the same order
@@ -555,20 +555,22 @@ template <class T> static void gelu_bwd(void *dinp, const void *inp, const void 
 
 /* ---- attention: per sequence, the heads' products batched through cuBLAS ----
  * q, k, v of head h start at columns h·hs, C + h·hs, 2C + h·hs of qkv's rows (stride 3C), so the
- * heads of one sequence are `NH` matrices hs elements apart: one strided-batched call each. The
- * scores and their gradient are fp32 (a scratch [NH][T][T] per sequence); the probabilities are
- * stored as T. */
+ * heads of one sequence are `NH` matrices hs elements apart: one strided-batched call each. One
+ * sequence's scores (and then their gradient) are fp32 scratch [NH][T][T], its probabilities a
+ * scratch of the storage type; nothing T×T outlives the call. The forward saves each query's
+ * log-sum-exp, from which the backward recomputes the probabilities after a fresh q·kᵀ. */
 
-/* causal softmax of fp32 scores into probabilities att[rows][T], row r is query t = r % T; a warp
- * per row */
+/* causal softmax of fp32 scores into probabilities p[rows][T] and the rows' log-sum-exp; row r
+ * is query t = r % T; a warp per row */
 template <class T>
-__global__ static void causal_softmax_kernel(T *att, const float *score, int rows, int T_) {
+__global__ static void causal_softmax_kernel(T *p, float *lse, const float *score, int rows,
+                                             int T_) {
   int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows)
     return;
   int t = r % T_;
   const float *s_ = score + (size_t)r * T_;
-  T *a = att + (size_t)r * T_;
+  T *a = p + (size_t)r * T_;
   float mx = -INFINITY;
   for (int j = lane; j <= t; j += 32)
     mx = fmaxf(mx, s_[j]);
@@ -576,79 +578,100 @@ __global__ static void causal_softmax_kernel(T *att, const float *score, int row
   float s = 0.0f;
   for (int j = lane; j <= t; j += 32)
     s += expf(s_[j] - mx);
-  float inv = 1.0f / warp_sum(s);
+  s = warp_sum(s);
+  float inv = 1.0f / s;
   for (int j = lane; j < T_; j += 32)
     a[j] = st<T>(j <= t ? expf(s_[j] - mx) * inv : 0.0f);
+  if (lane == 0)
+    lse[r] = mx + logf(s);
 }
 
-/* the gradient of the scaled scores from that of the probabilities (fp32):
- * dpre = att·(datt − Σ att·datt)·scale */
+/* the probabilities again from the scores and the saved log-sum-exp */
 template <class T>
-__global__ static void softmax_bwd_kernel(T *dpre, const float *datt, const T *att, int rows,
-                                          int T_, float scale) {
+__global__ static void causal_probs_kernel(T *p, const float *score, const float *lse, int rows,
+                                           int T_) {
   int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows)
     return;
   int t = r % T_;
-  const T *a = att + (size_t)r * T_;
+  const float *s_ = score + (size_t)r * T_;
+  float l = lse[r];
+  T *a = p + (size_t)r * T_;
+  for (int j = lane; j < T_; j += 32)
+    a[j] = st<T>(j <= t ? expf(s_[j] - l) : 0.0f);
+}
+
+/* the gradient of the scaled scores from that of the probabilities (fp32), in place of the
+ * probabilities: p·(datt − Σ p·datt)·scale (each lane reads its elements before it writes) */
+template <class T>
+__global__ static void softmax_bwd_kernel(T *p, const float *datt, int rows, int T_, float scale) {
+  int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (r >= rows)
+    return;
+  int t = r % T_;
+  T *a = p + (size_t)r * T_;
   const float *d = datt + (size_t)r * T_;
-  T *o = dpre + (size_t)r * T_;
   float dot = 0.0f;
   for (int j = lane; j <= t; j += 32)
     dot += ld(a[j]) * d[j];
   dot = warp_sum(dot);
   for (int j = lane; j < T_; j += 32)
-    o[j] = st<T>(j <= t ? ld(a[j]) * (d[j] - dot) * scale : 0.0f);
+    a[j] = st<T>(j <= t ? ld(a[j]) * (d[j] - dot) * scale : 0.0f);
 }
 
 template <class T>
-static void attention_fwd(void *out_, void *att_, const void *qkv_, int B, int T_, int C, int NH) {
+static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T_, int C, int NH) {
   const cudaDataType_t t = dtype_of<T>::cuda;
-  T *out = (T *)out_, *att = (T *)att_;
+  T *out = (T *)out_;
   const T *qkv = (const T *)qkv_;
   int hs = C / NH, C3 = 3 * C, rows = NH * T_;
   float scale = 1.0f / sqrtf((float)hs);
   long long TT = (long long)T_ * T_;
   float *score = (float *)scratch(S_F32, (size_t)NH * TT * sizeof(float));
+  T *p = (T *)scratch(S_ACT, (size_t)NH * TT * sizeof(T));
   for (int b = 0; b < B; b++) {
     const T *q = qkv + (size_t)b * T_ * C3, *k = q + C, *v = q + 2 * C;
-    T *a = att + (size_t)b * NH * TT;
     /* score[h][t][t2] = scale · q[t]·k[t2] */
     gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, score, T_, TT, CUDA_R_32F,
                  NH);
-    causal_softmax_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(a, score, rows, T_);
+    causal_softmax_kernel<T>
+        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, lse + (size_t)b * rows, score, rows, T_);
     LAUNCHED();
-    /* out[t][h·hs + i] = Σ_t2 att[t][t2] · v[t2][i] */
-    gemm_batched(0, 0, T_, hs, T_, 1.0f, a, T_, TT, v, C3, hs, t, 0.0f, out + (size_t)b * T_ * C, C,
+    /* out[t][h·hs + i] = Σ_t2 p[t][t2] · v[t2][i] */
+    gemm_batched(0, 0, T_, hs, T_, 1.0f, p, T_, TT, v, C3, hs, t, 0.0f, out + (size_t)b * T_ * C, C,
                  hs, t, NH);
   }
 }
 
 template <class T>
-static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *att_, int B,
+static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const float *lse, int B,
                           int T_, int C, int NH) {
   const cudaDataType_t t = dtype_of<T>::cuda;
   T *dqkv = (T *)dqkv_;
-  const T *dout = (const T *)dout_, *qkv = (const T *)qkv_, *att = (const T *)att_;
+  const T *dout = (const T *)dout_, *qkv = (const T *)qkv_;
   int hs = C / NH, C3 = 3 * C, rows = NH * T_;
   float scale = 1.0f / sqrtf((float)hs);
   long long TT = (long long)T_ * T_;
-  float *datt = (float *)scratch(S_F32, (size_t)NH * TT * sizeof(float));
-  T *dpre = (T *)scratch(S_ACT, (size_t)NH * TT * sizeof(T));
+  float *s = (float *)scratch(S_F32, (size_t)NH * TT * sizeof(float));
+  T *p = (T *)scratch(S_ACT, (size_t)NH * TT * sizeof(T));
   for (int b = 0; b < B; b++) {
     const T *q = qkv + (size_t)b * T_ * C3, *k = q + C, *v = q + 2 * C;
-    const T *a = att + (size_t)b * NH * TT, *d = dout + (size_t)b * T_ * C;
+    const T *d = dout + (size_t)b * T_ * C;
     T *dq = dqkv + (size_t)b * T_ * C3, *dk = dq + C, *dv = dq + 2 * C;
-    /* datt[t][t2] = dout[t]·v[t2] */
-    gemm_batched(0, 1, T_, T_, hs, 1.0f, d, C, hs, v, C3, hs, t, 0.0f, datt, T_, TT, CUDA_R_32F,
-                 NH);
-    /* dv[t2] += Σ_t att[t][t2] · dout[t] */
-    gemm_batched(1, 0, T_, hs, T_, 1.0f, a, T_, TT, d, C, hs, t, 1.0f, dv, C3, hs, t, NH);
-    softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(dpre, datt, a, rows, T_, scale);
+    /* the probabilities again: scores, then exp(score − lse) */
+    gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, s, T_, TT, CUDA_R_32F, NH);
+    causal_probs_kernel<T>
+        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, lse + (size_t)b * rows, rows, T_);
+    LAUNCHED();
+    /* dv[t2] += Σ_t p[t][t2] · dout[t] */
+    gemm_batched(1, 0, T_, hs, T_, 1.0f, p, T_, TT, d, C, hs, t, 1.0f, dv, C3, hs, t, NH);
+    /* datt[t][t2] = dout[t]·v[t2], over the scores (no longer needed) */
+    gemm_batched(0, 1, T_, T_, hs, 1.0f, d, C, hs, v, C3, hs, t, 0.0f, s, T_, TT, CUDA_R_32F, NH);
+    softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, rows, T_, scale);
     LAUNCHED();
     /* dq[t] += Σ_t2 dpre[t][t2] · k[t2];  dk[t2] += Σ_t dpre[t][t2] · q[t] */
-    gemm_batched(0, 0, T_, hs, T_, 1.0f, dpre, T_, TT, k, C3, hs, t, 1.0f, dq, C3, hs, t, NH);
-    gemm_batched(1, 0, T_, hs, T_, 1.0f, dpre, T_, TT, q, C3, hs, t, 1.0f, dk, C3, hs, t, NH);
+    gemm_batched(0, 0, T_, hs, T_, 1.0f, p, T_, TT, k, C3, hs, t, 1.0f, dq, C3, hs, t, NH);
+    gemm_batched(1, 0, T_, hs, T_, 1.0f, p, T_, TT, q, C3, hs, t, 1.0f, dk, C3, hs, t, NH);
   }
 }
 

@@ -32,7 +32,7 @@ typedef struct {
   void *ln1;                  /* [N][C] */
   float *ln1_mean, *ln1_rstd; /* [N], [N] */
   void *qkv;                  /* [N][3C] */
-  void *att;                  /* [B][NH][T][T] */
+  float *att_lse;             /* [B][NH][T]: attention's log-sum-exp per query */
   void *atty;                 /* [N][C] */
   void *res2;                 /* [N][C]: input + attention */
   void *ln2;
@@ -230,7 +230,7 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) 
       {(void **)&a->ln1_mean, N * F},
       {(void **)&a->ln1_rstd, N * F},
       {&a->qkv, N * 3 * (size_t)m->Cq * A},
-      {&a->att, (size_t)m->max_B * (size_t)m->NHl * T * T * A},
+      {(void **)&a->att_lse, (size_t)m->max_B * (size_t)m->NHl * T * F},
       {&a->atty, N * (size_t)m->Cq * A},
       {&a->res2, N * C * A},
       {&a->ln2, N * C * A},
@@ -445,7 +445,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
     int nl = m->recompute ? 1 : m->l_hi - m->l_lo;
     for (int l = 0; l < nl; l++) {
       layer_acts_t *a = &m->layers[l];
-      void *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att,      a->atty, a->res2,
+      void *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att_lse,  a->atty, a->res2,
                       a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->tmp};
       for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         colo_pool_free(p, bufs[i]);
@@ -603,7 +603,7 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   if (m->sp)
     rows_gather(m, a->ln1, rowf);
   be->matmul_fwd(a->qkv, a->ln1, w.qkv, P(m, l, P_QKVB), N, C, 3 * Cq);
-  be->attention_fwd(a->atty, a->att, a->qkv, B, T, Cq, m->NHl);
+  be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl);
   be->matmul_fwd(a->tmp, a->atty, w.attproj, apb, N, Cq, C);
   if (m->sp)
     rows_reduce_scatter(m, a->tmp, rowf);
@@ -928,7 +928,7 @@ blocks:
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty, w.attproj, N,
                    Cq, C);
     be->zero(m->dqkv, (size_t)N * 3 * Cq * A);
-    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att, B, T, Cq, m->NHl);
+    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att_lse, B, T, Cq, m->NHl);
     be->zero(m->dln, NC * A);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, w.qkv, N, C, 3 * Cq);
     if (reduce_dln(m, rowf, NC) < 0)
