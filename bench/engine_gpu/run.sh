@@ -114,13 +114,25 @@ if b16 and "error" not in tb:
     L.append("Ratio colo (bf16) / PyTorch (bf16 autocast): **%.2f×** (target ≥ 1.0×; MFU target ≥ 45%%)."
              % (b16["tok_s"] / tb["tokens_per_s"]))
 L.append("\n## 350M (24L/16H/1024, T=1024, B=8), bf16, with recomputation\n")
+def act_bytes(L_, C, T, B, V, NH, a):
+    """what a recomputing model must hold besides 16Φ, from the architecture: each block's input
+    (L+1 of them), one block's activations (16C a token) and its gradients (16C), the final
+    LayerNorm's output and the logits, the matrices' compute copies (one block's 12C², the
+    embedding's VC), in a bytes an element; LayerNorm statistics, losses, the loss's row scratch
+    and the attention log-sum-exp in fp32"""
+    N = B * T
+    return (a * ((L_ + 1) * N * C + 16 * N * C + 16 * N * C + N * C + N * V + 12 * C * C + V * C)
+            + 4 * (13 * N + B * NH * T + 2 * C))  # and the token ids, 2N ints
 if big:
     phi = big["N"]
-    L.append("Φ = %d parameters. Peak pool memory **%.2f GiB**; 16Φ (fp32 parameters, gradients, "
-             "two moments) = %.2f GiB, activations and scratch the model allocated = %.2f GiB, sum "
-             "%.2f GiB. Tokens/s %.0f, MFU %.1f%%. (The backend's attention scratch, NH·T·T floats, "
-             "is outside the pool.)" % (phi, big["peak"] / 2**30, 16 * phi / 2**30, big["act"] / 2**30,
-             (16 * phi + big["act"]) / 2**30, big["tok_s"], 100 * big["mfu"]))
+    arith = act_bytes(24, 1024, 1024, 8, 50304, 16, 2)
+    L.append("Φ = %d parameters. Peak pool memory **%.2f GiB**, against the arithmetic 16Φ (fp32 "
+             "parameters, gradients, two moments) = %.2f GiB plus activations = %.2f GiB, sum %.2f "
+             "GiB. The model's own count of its activations: %.2f GiB. Tokens/s %.0f, MFU %.1f%%. "
+             "(The backend's per-sequence attention scratch, NH·T·T·(4 + 2) bytes = %.0f MiB, is "
+             "outside the pool.)" % (phi, big["peak"] / 2**30, 16 * phi / 2**30, arith / 2**30,
+             (16 * phi + arith) / 2**30, big["act"] / 2**30, big["tok_s"], 100 * big["mfu"],
+             16 * 1024 * 1024 * 6 / 2**20))
 else:
     L.append("failed: see the run's output")
 L.append("\n## Correctness: 1,000 steps on tinyshakespeare (4L/4H/128, T=64, B=12)\n")

@@ -93,6 +93,8 @@ expect_rc 2 "$CT"
 expect_rc 2 "$CT" frobnicate
 expect_rc 2 "$CT" train --no-such-flag 1
 expect_eq "$ERR" "colo-train train: unknown option '--no-such-flag'; try 'colo-train train --help'"
+expect_rc 2 "$CT" train --recompute true
+expect_eq "$ERR" "colo-train train: unexpected argument 'true' (after --recompute); try 'colo-train train --help'"
 expect_rc 1 "$CT" train "${MODEL[@]}" --n-head 3
 expect_eq "$ERR" "colo-train train: model.n_head=3 does not divide model.n_embd=64"
 expect_rc 2 "$CT" train "${MODEL[@]}" --steps many

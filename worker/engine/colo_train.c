@@ -33,10 +33,8 @@
 #include "train/train.h"
 
 static int usage_error(const char *cmd, const char *msg) {
-  fprintf(stderr, "colo-train%s%s: %s; try 'colo-train %s--help'\n", cmd ? " " : "", cmd ? cmd : "",
-          msg, cmd ? cmd : "");
-  if (cmd)
-    fputc(' ', stderr);
+  fprintf(stderr, "colo-train%s%s: %s; try 'colo-train %s%s--help'\n", cmd ? " " : "",
+          cmd ? cmd : "", msg, cmd ? cmd : "", cmd ? " " : "");
   return 2;
 }
 
@@ -340,8 +338,11 @@ static int cmd_train(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i];
     if (strncmp(a, "--", 2) != 0) {
+      char msg[160];
+      snprintf(msg, sizeof msg, "unexpected argument '%.100s' (after %.40s)", a,
+               i > 1 ? argv[i - 1] : "train");
       colo__v1__job_spec__free_unpacked(spec, NULL);
-      return usage_error("train", "unexpected argument");
+      return usage_error("train", msg);
     }
     const char *flag = a + 2;
     int has_val = i + 1 < argc;
