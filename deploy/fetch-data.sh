@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Puts tinyshakespeare.txt into DIR (default .colo-quickstart/data): copied from ../shared/data
-# when this checkout has it, else downloaded from its public location; the sha256 is checked
-# either way and a mismatch leaves nothing behind.
+# when this checkout has it, or from .colo-quickstart/data (the quick start's copy, which a
+# machine without a network can be given), else downloaded from its public location; the sha256
+# is checked either way and a mismatch leaves nothing behind.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 DIR=${1:-$SRC/.colo-quickstart/data}
@@ -15,6 +16,8 @@ if [ -f "$OUT" ] && echo "$SHA  $OUT" | sha256sum -c --status; then
 fi
 if [ -f "$SRC/../shared/data/tinyshakespeare.txt" ]; then
   cp "$SRC/../shared/data/tinyshakespeare.txt" "$OUT.tmp"
+elif [ -f "$SRC/.colo-quickstart/data/tinyshakespeare.txt" ]; then
+  cp "$SRC/.colo-quickstart/data/tinyshakespeare.txt" "$OUT.tmp"
 else
   echo "fetch-data: downloading $URL"
   if ! curl -fsSL --retry 2 -o "$OUT.tmp" "$URL"; then

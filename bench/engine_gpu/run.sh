@@ -12,12 +12,21 @@
 #   4. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
 #      (fp32), validation losses.
 # Token data for 2 and 3 is random over GPT-2's 50257 tokens: throughput does not depend on it.
+# COLO_BENCH_DRY=1 runs the whole script on the CPU with small shapes and writes its report into
+# the temporary folder: a check of the script itself where there is no GPU.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 STEPS=${1:-30}
 source "$SRC/bench/lib.sh"
 bench_setup colo-train test_cuda
 RES="$SRC/bench/results"
+if [ "${COLO_BENCH_DRY:-0}" = 1 ]; then
+  DEV=cpu M124=(2 2 64 64 2) M350=(2 4 64 64 2) TS_STEPS=30 TF32=() SELF=(--self)
+  RES="$TMP/results"
+  mkdir -p "$RES"
+else
+  DEV=gpu M124=(12 12 768 1024 8) M350=(24 16 1024 1024 8) TS_STEPS=1000 TF32=(--tf32 true) SELF=()
+fi
 GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
 [ -n "$GPU" ] || GPU="unknown GPU (nvidia-smi did not answer)"
 export ASAN_OPTIONS=protect_shadow_gap=0
@@ -25,11 +34,11 @@ export ASAN_OPTIONS=protect_shadow_gap=0
 echo "== 1. CUDA tests on $GPU"
 {
   echo "# test_cuda on $GPU, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$SRC" rev-parse --short HEAD)"
-  "$BUILD/bin/test_cuda"
+  "$BUILD/bin/test_cuda" "${SELF[@]}"
 } 2>&1 | tee "$RES/engine_gpu_tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || echo "test_cuda failed: see $RES/engine_gpu_tests.log"
 
-python3 - "$TMP/gpt2" <<'PY'
+/usr/bin/python3 - "$TMP/gpt2" <<'PY'
 import os, sys, numpy as np
 d = sys.argv[1]; os.makedirs(d, exist_ok=True)
 rng = np.random.default_rng(0)
@@ -45,34 +54,40 @@ colo_run() { # name L H C T B extra...
   shift 6
   "$CT" train --data-root "$TMP/gpt2" --train-data train.bin --eval-interval 0 --n-layer "$L" \
     --n-head "$H" --n-embd "$C" --block-size "$T" --vocab-size 50304 --batch-size "$B" \
-    --steps "$STEPS" --lr 1e-4 --device gpu --quiet --progress "$TMP/$name.jsonl" "$@" ||
+    --steps "$STEPS" --lr 1e-4 --device "$DEV" --quiet --progress "$TMP/$name.jsonl" "$@" ||
     echo "{\"event\":\"error\",\"name\":\"$name\"}" >>"$TMP/$name.jsonl"
 }
 echo "== 2. GPT-2 124M"
-colo_run c124bf16 12 12 768 1024 8 --precision bf16
-colo_run c124 12 12 768 1024 8 --precision fp32 --tf32 true
-colo_run c124fp32 12 12 768 1024 8 --precision fp32
+colo_run c124bf16 "${M124[@]}" --precision bf16
+colo_run c124 "${M124[@]}" --precision fp32 "${TF32[@]}"
+colo_run c124fp32 "${M124[@]}" --precision fp32
 for dt in bf16 tf32; do
-  /usr/bin/python3 "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer 12 --n-head 12 --n-embd 768 \
-    --block-size 1024 --batch-size 8 --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
+  /usr/bin/python3 "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer "${M124[0]}" \
+    --n-head "${M124[1]}" --n-embd "${M124[2]}" --block-size "${M124[3]}" \
+    --batch-size "${M124[4]}" --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
     --data "$TMP/gpt2/train.bin" --dtype "$dt" >"$TMP/torch-$dt.json" 2>"$TMP/torch-$dt.err" ||
     echo "{\"impl\":\"pytorch\",\"error\":\"$(tail -1 "$TMP/torch-$dt.err" | tr -d '"')\"}" >"$TMP/torch-$dt.json"
 done
 echo "== 3. 350M with recomputation"
-colo_run c350 24 16 1024 1024 8 --precision bf16 --recompute
+colo_run c350 "${M350[@]}" --precision bf16 --recompute
 
-echo "== 4. 1,000 steps on tinyshakespeare, GPU and CPU"
+echo "== 4. $TS_STEPS steps on tinyshakespeare, GPU and CPU"
 bench_data
-for dev in gpu cpu; do
+for side in run ref; do # the GPU in bf16, its default; the CPU engine in fp32
+  if [ "$side" = run ]; then dev=$DEV p=bf16; else dev=cpu p=fp32; fi
   "$CT" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 \
-    --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps 1000 --lr 1e-3 --warmup 100 \
-    --eval-interval 1000 --eval-batches 20 --device "$dev" --quiet --progress "$TMP/ts-$dev.jsonl" ||
-    echo '{"event":"error"}' >>"$TMP/ts-$dev.jsonl"
+    --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps "$TS_STEPS" --lr 1e-3 \
+    --warmup $((TS_STEPS / 10)) --eval-interval "$TS_STEPS" --eval-batches 20 --device "$dev" \
+    --precision "$p" --quiet --progress "$TMP/ts-$side.jsonl" ||
+    echo '{"event":"error"}' >>"$TMP/ts-$side.jsonl"
 done
 
-python3 - "$TMP" "$GPU" "$STEPS" "$RES/engine_gpu.md" "$(git -C "$SRC" rev-parse --short HEAD)" <<'PY'
+python3 - "$TMP" "$GPU" "$STEPS" "$RES/engine_gpu.md" "$(git -C "$SRC" rev-parse --short HEAD)" \
+  "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" <<'PY'
 import json, sys, datetime
 tmp, gpu, steps, out, commit = sys.argv[1:6]
+m124, m350 = [list(map(int, a.split())) for a in sys.argv[6:8]]
+ts_steps, dry = int(sys.argv[8]), sys.argv[9] == "1"
 def recs(name):
     return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
 def colo(name, L, C, T, V=50304):
@@ -87,11 +102,12 @@ def colo(name, L, C, T, V=50304):
             "peak": max(x["memory_bytes"] for x in st), "act": st[0]["activation_bytes"]}
 def torch(dt):
     return json.load(open("%s/torch-%s.json" % (tmp, dt)))
-b16, a, f32 = colo("c124bf16", 12, 768, 1024), colo("c124", 12, 768, 1024), colo("c124fp32", 12, 768, 1024)
-big = colo("c350", 24, 1024, 1024)
+b16, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124", "c124fp32"))
+big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
 L = []
-L.append("# bench/engine_gpu: colo-train on one GPU\n")
+L.append("# bench/engine_gpu: colo-train on one GPU%s\n"
+         % (" — DRY RUN on the CPU with small shapes (COLO_BENCH_DRY=1): not a result" if dry else ""))
 L.append("Measured %s on **%s**, commit %s, command `bash bench/engine_gpu/run.sh %s`. Median step "
          "after 5 warm-up steps; full training steps (forward, backward, clipping, AdamW).\n"
          % (datetime.date.today(), gpu, commit, steps))
@@ -107,7 +123,7 @@ for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb), ("PyTor
     else:
         N = (b16 or a or f32 or {"N": 1})["N"]
         L.append("| %s | %.1f | %.0f | %.1f%% |" % (name, t["median_ms"], t["tokens_per_s"],
-                 100 * t["tokens_per_s"] * (6 * N + 6 * 12 * 768 * 1024) / 989e12))
+                 100 * t["tokens_per_s"] * (6 * N + 6 * m124[0] * m124[2] * m124[3]) / 989e12))
 if a and "error" not in tt:
     L.append("\nRatio colo (TF32) / PyTorch (TF32): **%.2f×**." % (a["tok_s"] / tt["tokens_per_s"]))
 if b16 and "error" not in tb:
@@ -125,24 +141,25 @@ def act_bytes(L_, C, T, B, V, NH, a):
             + 4 * (13 * N + B * NH * T + 2 * C))  # and the token ids, 2N ints
 if big:
     phi = big["N"]
-    arith = act_bytes(24, 1024, 1024, 8, 50304, 16, 2)
+    arith = act_bytes(m350[0], m350[2], m350[3], m350[4], 50304, m350[1], 2)
     L.append("Φ = %d parameters. Peak pool memory **%.2f GiB**, against the arithmetic 16Φ (fp32 "
              "parameters, gradients, two moments) = %.2f GiB plus activations = %.2f GiB, sum %.2f "
              "GiB. The model's own count of its activations: %.2f GiB. Tokens/s %.0f, MFU %.1f%%. "
              "(The backend's per-sequence attention scratch, NH·T·T·(4 + 2) bytes = %.0f MiB, is "
              "outside the pool.)" % (phi, big["peak"] / 2**30, 16 * phi / 2**30, arith / 2**30,
              (16 * phi + arith) / 2**30, big["act"] / 2**30, big["tok_s"], 100 * big["mfu"],
-             16 * 1024 * 1024 * 6 / 2**20))
+             m350[1] * m350[3] ** 2 * 6 / 2**20))
 else:
     L.append("failed: see the run's output")
-L.append("\n## Correctness: 1,000 steps on tinyshakespeare (4L/4H/128, T=64, B=12)\n")
+L.append("\n## Correctness: %d steps on tinyshakespeare (4L/4H/128, T=64, B=12)\n" % ts_steps)
 v = {}
-for dev in ("gpu", "cpu"):
-    ev = [x for x in recs("ts-" + dev) if x["event"] == "eval"]
-    v[dev] = ev[-1]["val_loss"] if ev else float("nan")
-rel = abs(v["gpu"] - v["cpu"]) / v["cpu"]
-L.append("Validation loss at step 1000: GPU %.4f, CPU %.4f, relative difference %.2e (target: within 1%%: %s)."
-         % (v["gpu"], v["cpu"], rel, "met" if rel <= 0.01 else "NOT met"))
+for side in ("run", "ref"):
+    ev = [x for x in recs("ts-" + side) if x["event"] == "eval"]
+    v[side] = ev[-1]["val_loss"] if ev else float("nan")
+rel = abs(v["run"] - v["ref"]) / v["ref"]
+L.append("Validation loss at step %d: GPU (bf16, its default) %.4f, CPU (fp32) %.4f, relative "
+         "difference %.2e (target: within 1%%: %s)."
+         % (ts_steps, v["run"], v["ref"], rel, "met" if rel <= 0.01 else "NOT met"))
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 print("wrote", out)
