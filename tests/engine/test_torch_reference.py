@@ -18,6 +18,12 @@ torch.cuda.amp.GradScaler's documented rule, written out here because Debian's t
 GradScaler on CUDA only: a step with a non-finite gradient is skipped (no optimizer.step) and
 halves the scale; after `growth_interval` clean steps the scale doubles. It compares the scale
 of every step exactly, and losses, norms and final weights as above.
+
+A third run stores activations in bf16 (`--precision bf16`, emulated on the CPU). The replay
+rounds to bf16 at the places colo says it stores (every operation's output and the matrices the
+products read, with the gradients rounded on the way back): colo's first gradients must be within
+2e-2 of it and closer to it than to the fp32 replay; the losses within 1e-3, and the weights'
+movement over the 10 steps within 5e-2.
 """
 import json
 import math
@@ -83,6 +89,7 @@ def main():
 
     replay(tmp, check, None)
     replay(tmp, check, {"init": 1024.0, "window": 3, "planted": [2, 3, 7]})
+    replay_bf16(tmp, check)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 
@@ -185,6 +192,83 @@ def replay(tmp, check, ls):
           "worst %.2e" % worst_w)
     moved = max((model.p[n].detach() - ref["init." + n]).abs().max().item() for n in model.names)
     check(tag + "the weights did move", moved > 1e-3, "max change %.2e" % moved)
+
+
+class RoundBF16(torch.autograd.Function):
+    """a stored activation: rounded to bf16 (nearest, ties to even) on the way forward, and its
+    gradient on the way back"""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.to(torch.bfloat16).float()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to(torch.bfloat16).float()
+
+
+def grad_err(model, ref):
+    return max((model.p[n].grad - ref["grad." + n]).abs().max().item() /
+               max(model.p[n].grad.abs().max().item(), 1e-12) for n in model.names)
+
+
+def replay_bf16(tmp, check):
+    """colo-train with bf16 activations against this GPT-2 with bf16 rounding at the same places
+    (RoundBF16 on every operation's output and on the matrices the products read), and against
+    it in fp32: the first gradients must be closer to the bf16 replay than to the fp32 one, so
+    the rounding is where colo says it is; the losses of the 10 steps and the weights' movement
+    match the bf16 replay."""
+    tag = "[bf16 activations] "
+    dump = os.path.join(tmp, "dump-bf16.safetensors")
+    subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", tmp,
+                    "--train-data", "train.bin", "--val-data", "val.bin", "--eval-interval", "0",
+                    "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
+                    "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
+                    "--lr", str(LR), "--min-lr", str(MIN_LR), "--warmup", str(WARMUP),
+                    "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
+                    "--seed", "1234", "--threads", "2", "--quiet", "--precision", "bf16",
+                    "--dump-reference", dump], check=True)
+    ref = read_safetensors(dump)
+    models = {}
+    for kind in ("bf16", "fp32"):
+        m = GPT2(L, NH, C, T, V)
+        with torch.no_grad():
+            for n in m.names:
+                m.p[n].copy_(ref["init." + n])
+        models[kind] = m
+    store = {"bf16": RoundBF16.apply, "fp32": None}
+    opts = {k: torch.optim.AdamW(models[k].param_groups(WD), lr=LR, betas=(B1, B2), eps=EPS)
+            for k in models}
+    worst_loss = 0.0
+    for step in range(STEPS):
+        for kind in ("bf16", "fp32"):
+            models[kind].zero_grad(set_to_none=False)
+            loss_sum = 0.0
+            for micro in range(ACCUM):
+                batch = ref["batch.%d.%d" % (step, micro)].long()
+                loss = models[kind](batch[:B], batch[B:], store[kind])
+                (loss / ACCUM).backward()
+                loss_sum += loss.item() / ACCUM
+            if kind == "bf16":
+                worst_loss = max(worst_loss, abs(loss_sum - ref["losses"][step].item()) / loss_sum)
+        if step == 0:
+            e16, e32 = grad_err(models["bf16"], ref), grad_err(models["fp32"], ref)
+            check(tag + "gradients: against torch bf16 (2e-2), < fp32's", e16 <= 2e-2 and e16 < e32,
+                  "worst %.2e; against torch fp32 %.2e" % (e16, e32))
+        for kind in ("bf16", "fp32"):
+            torch.nn.utils.clip_grad_norm_(models[kind].parameters(), CLIP)
+            for g in opts[kind].param_groups:
+                g["lr"] = lr_at(step)
+            opts[kind].step()
+    check(tag + "losses of %d steps (rel 1e-3)" % STEPS, worst_loss <= 1e-3, "worst %.2e" % worst_loss)
+
+    def moved_err(m):  # |Δw_torch − Δw_colo| / |Δw_colo| over all weights
+        d = sum(((m.p[n].detach() - ref["final." + n]) ** 2).sum().item() for n in m.names)
+        w = sum(((ref["final." + n] - ref["init." + n]) ** 2).sum().item() for n in m.names)
+        return math.sqrt(d / w)
+    e16, e32 = moved_err(models["bf16"]), moved_err(models["fp32"])
+    check(tag + "weights' movement in %d steps (rel 5e-2)" % STEPS, e16 <= 5e-2,
+          "rel %.2e (against the fp32 replay: %.2e)" % (e16, e32))
 
 
 if __name__ == "__main__":

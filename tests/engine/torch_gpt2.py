@@ -34,25 +34,28 @@ class GPT2(torch.nn.Module):
             self.register_parameter("p%d" % i, self.p[n])
         self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
 
-    def forward(self, idx, targets):
+    def forward(self, idx, targets, store=None):
+        """store, when given, is applied to every tensor a 16-bit engine would store (each
+        operation's output, and the matrices the products read): bf16 rounding, for example"""
         p, L, NH, C, T, V = self.p, self.L, self.NH, self.C, self.T, self.V
-        x = p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][: idx.shape[1]]
+        s = store or (lambda t: t)
+        x = s(p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][: idx.shape[1]])
         for l in range(L):
             h = "transformer.h.%d." % l
-            a = F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
-            qkv = a @ p[h + "attn.c_attn.weight"] + p[h + "attn.c_attn.bias"]
+            a = s(F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5))
+            qkv = s(a @ s(p[h + "attn.c_attn.weight"]) + p[h + "attn.c_attn.bias"])
             q, k, v = qkv.split(C, dim=2)
             heads = lambda t: t.view(t.shape[0], T, NH, C // NH).transpose(1, 2)
             q, k, v = heads(q), heads(k), heads(v)
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
             att = att.masked_fill(~self.mask[: idx.shape[1], : idx.shape[1]], float("-inf")).softmax(dim=-1)
-            y = (att @ v).transpose(1, 2).reshape(x.shape)
-            x = x + y @ p[h + "attn.c_proj.weight"] + p[h + "attn.c_proj.bias"]
-            m = F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
-            m = F.gelu(m @ p[h + "mlp.c_fc.weight"] + p[h + "mlp.c_fc.bias"], approximate="tanh")
-            x = x + m @ p[h + "mlp.c_proj.weight"] + p[h + "mlp.c_proj.bias"]
-        x = F.layer_norm(x, (C,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], 1e-5)
-        logits = x @ p["transformer.wte.weight"].t()
+            y = s((att @ v).transpose(1, 2).reshape(x.shape))
+            x = s(x + s(y @ s(p[h + "attn.c_proj.weight"]) + p[h + "attn.c_proj.bias"]))
+            m = s(F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5))
+            m = s(F.gelu(s(m @ s(p[h + "mlp.c_fc.weight"]) + p[h + "mlp.c_fc.bias"]), approximate="tanh"))
+            x = s(x + s(m @ s(p[h + "mlp.c_proj.weight"]) + p[h + "mlp.c_proj.bias"]))
+        x = s(F.layer_norm(x, (C,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], 1e-5))
+        logits = s(x @ s(p["transformer.wte.weight"]).t())
         return F.cross_entropy(logits.view(-1, V), targets.reshape(-1))
 
     def init_gpt2(self, seed):
