@@ -229,11 +229,6 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "train.grad_accum=%u must be at least 1", t->grad_accum);
   if (t->precision == COLO__V1__PRECISION__PRECISION_UNSPECIFIED)
     return bad(err, errlen, "train.precision must be fp32, bf16 or fp16");
-  if (t->precision != COLO__V1__PRECISION__PRECISION_FP32 && (p->tp > 1 || p->pp > 1))
-    return bad(err, errlen,
-               "train.precision=%s needs parallel.tp=1 and parallel.pp=1 (this job has tp=%u, "
-               "pp=%u): tensor and pipeline parallelism exchange fp32 activations",
-               t->precision == COLO__V1__PRECISION__PRECISION_BF16 ? "bf16" : "fp16", p->tp, p->pp);
   if (t->tf32 && r->device != COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
     return bad(err, errlen,
                "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode");

@@ -50,8 +50,8 @@ bad $'name: t\ndata: {train_path: a, val_path: b}\nparallel: {tp: 3}\nmodel: {n_
   "parallel.tp=3 does not divide model.n_head=8"
 bad $'name: t\ndata: {train_path: ../../etc/shadow}\ntrain: {eval_interval: 0}' \
   'data.train_path "../../etc/shadow" must be a path relative to the data root, without ".."'
-bad $'name: t\ndata: {train_path: a}\ntrain: {eval_interval: 0, precision: fp16}\nparallel: {tp: 2}' \
-  "train.precision=fp16 needs parallel.tp=1 and parallel.pp=1 (this job has tp=2, pp=1): tensor and pipeline parallelism exchange fp32 activations"
+bad $'name: t\ndata: {train_path: a}\ntrain: {eval_interval: 0, tf32: true}' \
+  "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode"
 expect_eq "$(db_count "$STATE")" "$before" "(rejected jobs must leave no row)"
 # a file that does not parse never reaches the server
 printf 'name: t\nparalel: {}\n' >"$TMP/typo.yaml"

@@ -143,9 +143,6 @@ class ColodTest(unittest.TestCase):
                                "'-', '_' and '.'"),
             (spec(checkpoint__dir="/etc"), "checkpoint.dir \"/etc\" must be a path relative to "
                                            "the checkpoint root, without \"..\""),
-            (spec(train__precision=pb.PRECISION_BF16, parallel__tp=2),
-             "train.precision=bf16 needs parallel.tp=1 and parallel.pp=1 (this job has tp=2, "
-             "pp=1): tensor and pipeline parallelism exchange fp32 activations"),
             (spec(train__tf32=True),
              "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode"),
         ]

@@ -71,12 +71,6 @@ static const struct {
      "optimizer.warmup_steps=500 exceeds train.steps=100"},
     {BASE "optimizer: {grad_clip: -1}\n",
      "optimizer.grad_clip=-1 must not be negative (0 disables clipping)"},
-    {BASE "train: {precision: bf16}\nparallel: {tp: 2}\n",
-     "train.precision=bf16 needs parallel.tp=1 and parallel.pp=1 (this job has tp=2, pp=1): "
-     "tensor and pipeline parallelism exchange fp32 activations"},
-    {BASE "train: {precision: fp16}\nparallel: {pp: 2}\nmodel: {n_layer: 2}\n",
-     "train.precision=fp16 needs parallel.tp=1 and parallel.pp=1 (this job has tp=1, pp=2): "
-     "tensor and pipeline parallelism exchange fp32 activations"},
     {BASE "train: {tf32: true}\n",
      "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode"},
     {BASE "train: {tf32: true, precision: bf16}\nresources: {device: gpu}\n",

@@ -35,8 +35,11 @@ typedef struct colo_backend_s {
 
   colo_dtype_t act_dtype; /* how activations are stored */
   size_t act_size;        /* and their bytes per element */
-  /* dst[n] (act_dtype) = src[n] (fp32), rounded: a weight's compute copy. Within backend memory. */
+  /* dst[n] (act_dtype) = src[n] (fp32), rounded: a weight's compute copy, and activations back
+   * from a communicator. Within backend memory. */
   void (*to_act)(void *dst, const float *src, size_t n);
+  /* dst[n] (fp32) = src[n] (act_dtype), exactly: activations on their way to a communicator */
+  void (*to_f32)(float *dst, const void *src, size_t n);
 
   /* out[N][OC] = inp[N][C] · w[C][OC] + b[OC]   (b may be NULL) */
   void (*matmul_fwd)(void *out, const void *inp, const void *w, const float *b, int N, int C,
@@ -103,6 +106,8 @@ typedef struct colo_backend_s {
   /* Σ x², accumulated in double in a fixed order, so the result does not depend on threads */
   double (*sumsq)(const float *x, size_t n);
   void (*scale)(float *x, float s, size_t n);
+  /* dst += src, fp32 (gradients) */
+  void (*accumulate)(float *dst, const float *src, size_t n);
 } colo_backend_t;
 
 /* fp32 on the host: OpenBLAS for matrix products, OpenMP for the rest. */

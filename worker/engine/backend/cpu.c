@@ -551,6 +551,16 @@ static void to_act(void *dst, const float *src, size_t n) {
   memmove(dst, src, n * sizeof(float));
 }
 
+static void to_f32(float *dst, const void *src, size_t n) {
+  memmove(dst, src, n * sizeof(float));
+}
+
+static void accumulate(float *dst, const float *src, size_t n) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++)
+    dst[i] += src[i];
+}
+
 static const colo_backend_t CPU = {
     .name = "cpu",
     .device = 0,
@@ -562,6 +572,7 @@ static const colo_backend_t CPU = {
     .act_dtype = COLO_DTYPE_F32,
     .act_size = sizeof(float),
     .to_act = to_act,
+    .to_f32 = to_f32,
     .matmul_fwd = matmul_fwd,
     .matmul_bwd = matmul_bwd,
     .lmhead_fwd = lmhead_fwd,
@@ -584,6 +595,7 @@ static const colo_backend_t CPU = {
     .adamw = adamw,
     .sumsq = sumsq,
     .scale = scale,
+    .accumulate = accumulate,
 };
 
 const colo_backend_t *colo_backend_cpu(void) {

@@ -216,6 +216,10 @@ static void to_act_t(colo_dtype_t t, void *dst, const float *src, size_t n) {
   colo_dtype_from_float(dst, src, n, t);
 }
 
+static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
+  colo_dtype_to_float(dst, src, n, t);
+}
+
 /* ---- a table per storage type: entries that name their type and call the above ---- */
 
 #define LOWP_TABLE(sfx, T)                                                                         \
@@ -293,12 +297,16 @@ static void to_act_t(colo_dtype_t t, void *dst, const float *src, size_t n) {
   static void to_act_##sfx(void *d, const float *s, size_t n) {                                    \
     to_act_t(T, d, s, n);                                                                          \
   }                                                                                                \
+  static void to_f32_##sfx(float *d, const void *s, size_t n) {                                    \
+    to_f32_t(T, d, s, n);                                                                          \
+  }                                                                                                \
   static colo_backend_t table_##sfx(void) {                                                        \
     colo_backend_t b = *f32(); /* memory, the optimizer and the norms: the fp32 table's */         \
     b.name = "cpu-" #sfx;                                                                          \
     b.act_dtype = T;                                                                               \
     b.act_size = 2;                                                                                \
     b.to_act = to_act_##sfx;                                                                       \
+    b.to_f32 = to_f32_##sfx;                                                                       \
     b.matmul_fwd = matmul_fwd_##sfx;                                                               \
     b.matmul_bwd = matmul_bwd_##sfx;                                                               \
     b.lmhead_fwd = lmhead_fwd_##sfx;                                                               \

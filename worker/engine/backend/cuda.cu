@@ -344,6 +344,17 @@ template <class T> static void to_act(void *dst, const float *src, size_t n) {
   LAUNCHED();
 }
 
+template <class T> __global__ static void to_f32_kernel(float *dst, const T *src, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] = ld(src[i]);
+}
+
+template <class T> static void to_f32(float *dst, const void *src, size_t n) {
+  to_f32_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>(dst, (const T *)src, n);
+  LAUNCHED();
+}
+
 /* ---- embeddings ---- */
 
 template <class T>
@@ -699,6 +710,17 @@ static void scale(float *x, float s, size_t n) {
   LAUNCHED();
 }
 
+__global__ static void accumulate_kernel(float *dst, const float *src, size_t n) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    dst[i] += src[i];
+}
+
+static void accumulate(float *dst, const float *src, size_t n) {
+  accumulate_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(dst, src, n);
+  LAUNCHED();
+}
+
 /* ---- losses: a block per row ---- */
 
 template <class T>
@@ -889,6 +911,7 @@ template <class T> static colo_backend_t make_table(const char *name) {
   b.act_dtype = dtype_of<T>::colo;
   b.act_size = sizeof(T);
   b.to_act = to_act<T>;
+  b.to_f32 = to_f32<T>;
   b.matmul_fwd = matmul_fwd<T>;
   b.matmul_bwd = matmul_bwd<T>;
   b.lmhead_fwd = lmhead_fwd<T>;
@@ -911,6 +934,7 @@ template <class T> static colo_backend_t make_table(const char *name) {
   b.adamw = adamw;
   b.sumsq = sumsq;
   b.scale = scale;
+  b.accumulate = accumulate;
   return b;
 }
 

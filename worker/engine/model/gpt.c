@@ -78,6 +78,7 @@ struct colo_gpt_s {
   /* the matrices' compute copies in act_dtype, when it is not fp32 (else the parameters
    * themselves): one block's four, and the token embedding for the head */
   void *wblock, *wte_act;
+  float *xfer; /* fp32 [N][C]: 16-bit activations on their way through a communicator */
   size_t wq_off, wap_off, wfc_off, wfp_off; /* elements into wblock */
   int *targets; /* copy of the last forward's targets, in the backend's memory */
   int *inputs;  /* and of its inputs */
@@ -300,13 +301,6 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     return COLO_EINVAL;
   }
   int tp = tp_comm ? colo_comm_size(tp_comm) : 1;
-  if (be->act_dtype != COLO_DTYPE_F32 && (tp > 1 || (stage && !(stage->first && stage->last)))) {
-    snprintf(err, errlen,
-             "%s activations need tp=1 and pp=1: tensor and pipeline parallelism exchange fp32 "
-             "activations",
-             colo_dtype_name(be->act_dtype));
-    return COLO_EINVAL;
-  }
   if (cfg->n_head % tp || cfg->vocab_size % tp) {
     snprintf(err, errlen,
              "tensor parallelism over %d ranks needs n_head=%d and vocab_size=%d to "
@@ -401,6 +395,8 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {&m->dfull, N * C * A},
               {(void **)&m->lnscratch, 2 * C * F},
               {&m->wblock, lowp && m->l_hi > m->l_lo ? (m->wfp_off + Cf * C) * A : 0},
+              /* fp32 scratch for collectives and pipeline boundaries on 16-bit activations */
+              {(void **)&m->xfer, lowp && (tp > 1 || !(m->first && m->last)) ? N * C * F : 0},
               {&m->wte_act, lowp && m->last ? (size_t)m->Vl * C * A : 0}};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (rest[i].bytes && !(*rest[i].p = colo_pool_alloc(pool, rest[i].bytes, "activations")))
@@ -436,9 +432,10 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   if (m->resid)
     for (int l = 0; l <= m->cfg.n_layer; l++)
       colo_pool_free(p, m->resid[l]);
-  void *rest[] = {m->lnf,    m->lnf_mean, m->lnf_rstd, m->logits,    m->losses, m->dres,   m->dln,
-                  m->dqkv,   m->datty,    m->dfch,     m->dfch_gelu, m->dtmp,   m->gmax,   m->gsum,
-                  m->tlogit, m->gather,   m->dfull,    m->lnscratch, m->wblock, m->wte_act};
+  void *rest[] = {m->lnf,    m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
+                  m->dln,    m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
+                  m->gmax,   m->gsum,     m->tlogit,   m->gather, m->dfull,     m->lnscratch,
+                  m->wblock, m->wte_act,  m->xfer};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -525,26 +522,43 @@ int colo_gpt_sequence_parallel(const colo_gpt_t *m) {
   return m->sp;
 }
 
+/* Collectives over the tensor-parallel group on an activation buffer. Communicators move fp32:
+ * a 16-bit buffer is widened into the fp32 scratch xfer, reduced or gathered there, and rounded
+ * back once. A failure stops the pass (kept in hook_error). */
+enum { ACT_SUM, ACT_GATHER, ACT_SCATTER };
+static int act_collective(colo_gpt_t *m, void *buf, size_t n, int op) {
+  if (m->hook_error)
+    return m->hook_error;
+  colo_comm_t *c = m->tp_comm;
+  size_t total = op == ACT_SUM ? n : n * (size_t)m->tp; /* the whole buffer */
+  float *f = m->xfer ? m->xfer : buf;
+  if (m->xfer)
+    m->be->to_f32(f, buf, total);
+  int rc = op == ACT_SUM      ? c->ops->allreduce_sum(c, f, n)
+           : op == ACT_GATHER ? c->ops->all_gather(c, f, n)
+                              : c->ops->reduce_scatter_sum(c, f, n);
+  if (rc < 0)
+    return m->hook_error = rc;
+  if (m->xfer)
+    m->be->to_act(buf, f, total);
+  return 0;
+}
+
 /* sp: rows [r0, r0 + N/tp) of an [N][C] buffer are this rank's; these move whole rows */
-static int rows_gather(colo_gpt_t *m, float *buf, size_t row_floats) {
-  if (m->hook_error)
-    return m->hook_error;
-  int rc = m->tp_comm->ops->all_gather(m->tp_comm, buf, row_floats);
-  if (rc < 0)
-    m->hook_error = rc;
-  return rc;
+static int rows_gather(colo_gpt_t *m, void *buf, size_t row_elems) {
+  return act_collective(m, buf, row_elems, ACT_GATHER);
 }
 
-static int rows_reduce_scatter(colo_gpt_t *m, float *buf, size_t row_floats) {
-  if (m->hook_error)
-    return m->hook_error;
-  int rc = m->tp_comm->ops->reduce_scatter_sum(m->tp_comm, buf, row_floats);
-  if (rc < 0)
-    m->hook_error = rc;
-  return rc;
+static int rows_reduce_scatter(colo_gpt_t *m, void *buf, size_t row_elems) {
+  return act_collective(m, buf, row_elems, ACT_SCATTER);
 }
 
-/* sum over the tensor-parallel group; a failure stops the pass (kept in hook_error) */
+/* an activation summed over the group (nothing without tensor parallelism) */
+static int act_sum(colo_gpt_t *m, void *buf, size_t n) {
+  return m->tp_comm ? act_collective(m, buf, n, ACT_SUM) : m->hook_error;
+}
+
+/* an fp32 buffer summed over the tensor-parallel group; a failure stops the pass */
 static int tp_sum(colo_gpt_t *m, float *buf, size_t n) {
   if (!m->tp_comm || m->hook_error)
     return m->hook_error;
@@ -608,7 +622,7 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   if (m->sp)
     rows_reduce_scatter(m, a->tmp, rowf);
   else
-    tp_sum(m, a->tmp, (size_t)N * C);
+    act_sum(m, a->tmp, (size_t)N * C);
   be->add(at(m, a->res2, off), at(m, in, off), at(m, a->tmp, off), rowf);
   be->layernorm_fwd(at(m, a->ln2, off), a->ln2_mean + r0, a->ln2_rstd + r0, at(m, a->res2, off),
                     P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
@@ -620,7 +634,7 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   if (m->sp)
     rows_reduce_scatter(m, a->tmp, rowf);
   else
-    tp_sum(m, a->tmp, (size_t)N * C);
+    act_sum(m, a->tmp, (size_t)N * C);
   be->add(at(m, out, off), at(m, a->res2, off), at(m, a->tmp, off), rowf);
   return w;
 }
@@ -655,12 +669,28 @@ static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
     losses[n] = logf(gsum[n]) + gmax[n] - tlogit[n];
 }
 
-const float *colo_gpt_stage_output(const colo_gpt_t *m) {
-  return m->resid[m->l_hi]; /* fp32: pipelines need fp32 activations */
+/* a boundary tensor in fp32, as the pipeline's send and recv move it */
+static const float *boundary_f32(colo_gpt_t *m, const void *act) {
+  if (!m->xfer)
+    return act;
+  m->be->to_f32(m->xfer, act, (size_t)m->B * m->T * m->cfg.n_embd);
+  return m->xfer;
 }
 
-const float *colo_gpt_stage_input_grad(const colo_gpt_t *m) {
-  return m->dres;
+const float *colo_gpt_stage_output(colo_gpt_t *m) {
+  return boundary_f32(m, m->resid[m->l_hi]);
+}
+
+const float *colo_gpt_stage_input_grad(colo_gpt_t *m) {
+  return boundary_f32(m, m->dres);
+}
+
+/* rows [off, off + rowf) of an fp32 boundary tensor into an activation buffer */
+static void boundary_in(colo_gpt_t *m, void *act, const float *f, size_t off, size_t rowf) {
+  if (m->xfer)
+    m->be->to_act(at(m, act, off), f + off, rowf);
+  else
+    m->be->copy(at(m, act, off), f + off, rowf * sizeof(float));
 }
 
 void colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T, size_t *off, size_t *count) {
@@ -690,11 +720,11 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     be->encoder_fwd(m->encoded, m->inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
                     m->v0 + Vl);
     release(m, (size_t)m->i_wte, 2);
-    if ((m->sp ? rows_reduce_scatter(m, m->encoded, rowf) : tp_sum(m, m->encoded, (size_t)N * C)) <
+    if ((m->sp ? rows_reduce_scatter(m, m->encoded, rowf) : act_sum(m, m->encoded, (size_t)N * C)) <
         0)
       return NAN;
   } else { /* the previous stage's output */
-    be->copy(at(m, m->resid[m->l_lo], off), x_in + off, rowf * sizeof(float));
+    boundary_in(m, m->resid[m->l_lo], x_in, off, rowf);
   }
   for (int l = m->l_lo; l < m->l_hi; l++) {
     size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
@@ -837,8 +867,8 @@ static void ln_bwd_rows(colo_gpt_t *m, void *dinp, float *dw, float *db, const v
   m->be->layernorm_bwd(dinp, m->lnscratch, m->lnscratch + C, dout, inp, w, mean, rstd, rows, C);
   if (tp_sum(m, m->lnscratch, 2 * (size_t)C) < 0)
     return;
-  m->be->add(dw, dw, m->lnscratch, (size_t)C); /* fp32 here: sp runs only with fp32 activations */
-  m->be->add(db, db, m->lnscratch + C, (size_t)C);
+  m->be->accumulate(dw, m->lnscratch, (size_t)C);
+  m->be->accumulate(db, m->lnscratch + C, (size_t)C);
 }
 
 /* The residual gradient as the products' backward needs it: all rows (gathered under sequence
@@ -853,7 +883,7 @@ static const void *full_rows(colo_gpt_t *m, size_t off, size_t rowf) {
 
 /* the sum of a column-parallel product's input gradient: whole (tp) or by rows (sp) */
 static int reduce_dln(colo_gpt_t *m, size_t rowf, size_t NC) {
-  return m->sp ? rows_reduce_scatter(m, m->dln, rowf) : tp_sum(m, m->dln, NC);
+  return m->sp ? rows_reduce_scatter(m, m->dln, rowf) : act_sum(m, m->dln, NC);
 }
 
 void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
@@ -869,7 +899,7 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (!m->last) { /* the gradient of this stage's output, from the next stage */
     be->zero(m->dres, NC * m->asz);
-    be->copy(at(m, m->dres, off), d_out + off, rowf * sizeof(float)); /* fp32: see create */
+    boundary_in(m, m->dres, d_out, off, rowf);
     goto blocks;
   }
   /* loss -> logits (in place) -> final LayerNorm */

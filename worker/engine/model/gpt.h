@@ -7,8 +7,8 @@
  *
  * All computation goes through a colo_backend_t. Activations are stored as its act_dtype; with
  * bf16 or fp16 the products read compute copies of the matrices, rounded from the fp32 parameters
- * as each block runs, and tensor and pipeline parallelism are refused (their collectives move
- * fp32 activations). Not thread-safe; one model per rank.
+ * as each block runs; tensor-parallel collectives and pipeline boundaries widen them to fp32 on
+ * the way through (the communicators move fp32). Not thread-safe; one model per rank.
  */
 #ifndef COLO_GPT_H
 #define COLO_GPT_H
@@ -150,11 +150,11 @@ int colo_gpt_wte_index(const colo_gpt_t *m, int *tied_copy);
  * stage with targets, else 0; the output for the next stage is colo_gpt_stage_output. */
 float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in,
                              const int *targets, int B, int T);
-const float *colo_gpt_stage_output(const colo_gpt_t *m);
+const float *colo_gpt_stage_output(colo_gpt_t *m);
 /* A stage's backward: from the loss (last stage) or from d_out, the next stage's input gradient.
  * The gradient for the previous stage is colo_gpt_stage_input_grad. */
 void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out);
-const float *colo_gpt_stage_input_grad(const colo_gpt_t *m);
+const float *colo_gpt_stage_input_grad(colo_gpt_t *m);
 /* The part of a [B·T][C] boundary tensor this rank sends and receives: offset and floats. */
 void colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T, size_t *off, size_t *count);
 
