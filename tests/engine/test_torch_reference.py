@@ -63,6 +63,19 @@ def read_safetensors(path):
     return out
 
 
+def colo_train(tmp, dump, extra):
+    """colo-train's 10 steps with the reference dump; returns the dump's tensors"""
+    subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", tmp,
+                    "--train-data", "train.bin", "--val-data", "val.bin", "--eval-interval", "0",
+                    "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
+                    "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
+                    "--lr", str(LR), "--min-lr", str(MIN_LR), "--warmup", str(WARMUP),
+                    "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
+                    "--seed", "1234", "--threads", "2", "--quiet", "--dump-reference", dump] + extra,
+                   check=True)
+    return read_safetensors(dump)
+
+
 def lr_at(step):
     if step < WARMUP:
         return LR * (step + 1) / (WARMUP + 1)
@@ -118,15 +131,7 @@ def replay(tmp, check, ls):
         "--loss-scaling", "dynamic", "--loss-scale-init", str(ls["init"]),
         "--loss-scale-window", str(ls["window"]),
         "--plant-overflow", ",".join(str(x) for x in ls["planted"])]
-    subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", tmp,
-                    "--train-data", "train.bin", "--val-data", "val.bin", "--eval-interval", "0",
-                    "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
-                    "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
-                    "--lr", str(LR), "--min-lr", str(MIN_LR), "--warmup", str(WARMUP),
-                    "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
-                    "--seed", "1234", "--threads", "2", "--quiet", "--dump-reference", dump] + extra,
-                   check=True)
-    ref = read_safetensors(dump)
+    ref = colo_train(tmp, dump, extra)
 
     model = GPT2(L, NH, C, T, V)
     with torch.no_grad():
@@ -220,15 +225,7 @@ def replay_bf16(tmp, check):
     match the bf16 replay."""
     tag = "[bf16 activations] "
     dump = os.path.join(tmp, "dump-bf16.safetensors")
-    subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", tmp,
-                    "--train-data", "train.bin", "--val-data", "val.bin", "--eval-interval", "0",
-                    "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
-                    "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
-                    "--lr", str(LR), "--min-lr", str(MIN_LR), "--warmup", str(WARMUP),
-                    "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
-                    "--seed", "1234", "--threads", "2", "--quiet", "--precision", "bf16",
-                    "--dump-reference", dump], check=True)
-    ref = read_safetensors(dump)
+    ref = colo_train(tmp, dump, ["--precision", "bf16"])
     models = {}
     for kind in ("bf16", "fp32"):
         m = GPT2(L, NH, C, T, V)
