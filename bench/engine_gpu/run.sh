@@ -59,6 +59,8 @@ colo_run() { # name L H C T B extra...
 }
 echo "== 2. GPT-2 124M"
 colo_run c124bf16 "${M124[@]}" --precision bf16
+# attention's scratch for all of a sequence's heads at once, against the default L2-sized groups
+COLO_CUDA_ATTENTION_MIB=100000 colo_run c124bf16w "${M124[@]}" --precision bf16
 colo_run c124 "${M124[@]}" --precision fp32 "${TF32[@]}"
 colo_run c124fp32 "${M124[@]}" --precision fp32
 for dt in bf16 tf32; do
@@ -102,7 +104,7 @@ def colo(name, L, C, T, V=50304):
             "peak": max(x["memory_bytes"] for x in st), "act": st[0]["activation_bytes"]}
 def torch(dt):
     return json.load(open("%s/torch-%s.json" % (tmp, dt)))
-b16, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124", "c124fp32"))
+b16, b16w, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124bf16w", "c124", "c124fp32"))
 big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
 L = []
@@ -114,7 +116,9 @@ L.append("Measured %s on **%s**, commit %s, command `bash bench/engine_gpu/run.s
 L.append("## GPT-2 124M (12L/12H/768, T=1024, B=8, vocab 50304)\n")
 L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
-for name, r in (("colo, bf16 activations and products", b16), ("colo, fp32, TF32 products", a),
+for name, r in (("colo, bf16 activations and products", b16),
+                ("colo, bf16, attention over all heads of a sequence at once", b16w),
+                ("colo, fp32, TF32 products", a),
                 ("colo, fp32", f32)):
     L.append("| %s | %s |" % (name, "failed" if r is None else "%.1f | %.0f | %.1f%%" % (r["ms"], r["tok_s"], 100 * r["mfu"])))
 for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb), ("PyTorch %s, TF32" % tt.get("torch", ""), tt)):

@@ -113,7 +113,8 @@ static struct {
   cublasComputeType_t compute; /* fp32 storage's products: fp32, or TF32 tensor cores */
   void *scratch[S_SLOTS];
   size_t scratch_bytes[S_SLOTS];
-  double *part; /* sumsq: one double per block */
+  double *part;      /* sumsq: one double per block */
+  size_t att_budget; /* attention's scratch for one group of heads (head_group) */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -564,12 +565,13 @@ template <class T> static void gelu_bwd(void *dinp, const void *inp, const void 
   LAUNCHED();
 }
 
-/* ---- attention: per sequence, the heads' products batched through cuBLAS ----
- * q, k, v of head h start at columns h·hs, C + h·hs, 2C + h·hs of qkv's rows (stride 3C), so the
- * heads of one sequence are `NH` matrices hs elements apart: one strided-batched call each. One
- * sequence's scores (and then their gradient) are fp32 scratch [NH][T][T], its probabilities a
- * scratch of the storage type; nothing T×T outlives the call. The forward saves each query's
- * log-sum-exp, from which the backward recomputes the probabilities after a fresh q·kᵀ. */
+/* ---- attention: per sequence and group of heads, the heads' products batched through cuBLAS ----
+ * q, k, v of head h start at columns h·hs, C + h·hs, 2C + h·hs of qkv's rows (stride 3C), so a
+ * sequence's heads are matrices hs elements apart: one strided-batched call for a group of them.
+ * A group's scores (and then their gradient) are fp32 scratch [heads][T][T], its probabilities a
+ * scratch of the storage type, sized to stay in L2 (head_group); nothing T×T outlives the call.
+ * The forward saves each query's log-sum-exp, from which the backward recomputes the
+ * probabilities after a fresh q·kᵀ. */
 
 /* causal softmax of fp32 scores into probabilities p[rows][T] and the rows' log-sum-exp; row r
  * is query t = r % T; a warp per row */
@@ -630,28 +632,38 @@ __global__ static void softmax_bwd_kernel(T *p, const float *datt, int rows, int
     a[j] = st<T>(j <= t ? ld(a[j]) * (d[j] - dot) * scale : 0.0f);
 }
 
+/* Heads per group: as many as keep a group's scores and probabilities, T·T·(4 + sizeof(T)) bytes
+ * a head, within g.att_budget (24 MiB by default, so that they stay in the GPU's L2 cache between
+ * the product that writes them and the kernel that reads them; COLO_CUDA_ATTENTION_MIB sets it). */
+static int head_group(int NH, int T_, size_t elem) {
+  size_t per = (size_t)T_ * T_ * (4 + elem), hg = g.att_budget / per;
+  return hg < 1 ? 1 : hg > (size_t)NH ? NH : (int)hg;
+}
+
 template <class T>
 static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T_, int C, int NH) {
   const cudaDataType_t t = dtype_of<T>::cuda;
   T *out = (T *)out_;
   const T *qkv = (const T *)qkv_;
-  int hs = C / NH, C3 = 3 * C, rows = NH * T_;
+  int hs = C / NH, C3 = 3 * C, hg = head_group(NH, T_, sizeof(T));
   float scale = 1.0f / sqrtf((float)hs);
   long long TT = (long long)T_ * T_;
-  float *score = (float *)scratch(S_F32, (size_t)NH * TT * sizeof(float));
-  T *p = (T *)scratch(S_ACT, (size_t)NH * TT * sizeof(T));
-  for (int b = 0; b < B; b++) {
-    const T *q = qkv + (size_t)b * T_ * C3, *k = q + C, *v = q + 2 * C;
-    /* score[h][t][t2] = scale · q[t]·k[t2] */
-    gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, score, T_, TT, CUDA_R_32F,
-                 NH);
-    causal_softmax_kernel<T>
-        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, lse + (size_t)b * rows, score, rows, T_);
-    LAUNCHED();
-    /* out[t][h·hs + i] = Σ_t2 p[t][t2] · v[t2][i] */
-    gemm_batched(0, 0, T_, hs, T_, 1.0f, p, T_, TT, v, C3, hs, t, 0.0f, out + (size_t)b * T_ * C, C,
-                 hs, t, NH);
-  }
+  float *score = (float *)scratch(S_F32, (size_t)hg * TT * sizeof(float));
+  T *p = (T *)scratch(S_ACT, (size_t)hg * TT * sizeof(T));
+  for (int b = 0; b < B; b++)
+    for (int h0 = 0; h0 < NH; h0 += hg) { /* heads [h0, h0 + nh) of sequence b */
+      int nh = NH - h0 < hg ? NH - h0 : hg, rows = nh * T_;
+      const T *q = qkv + (size_t)b * T_ * C3 + (size_t)h0 * hs, *k = q + C, *v = q + 2 * C;
+      /* score[h][t][t2] = scale · q[t]·k[t2] */
+      gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, score, T_, TT,
+                   CUDA_R_32F, nh);
+      causal_softmax_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(
+          p, lse + ((size_t)b * NH + h0) * T_, score, rows, T_);
+      LAUNCHED();
+      /* out[t][h·hs + i] = Σ_t2 p[t][t2] · v[t2][i] */
+      gemm_batched(0, 0, T_, hs, T_, 1.0f, p, T_, TT, v, C3, hs, t, 0.0f,
+                   out + (size_t)b * T_ * C + (size_t)h0 * hs, C, hs, t, nh);
+    }
 }
 
 template <class T>
@@ -660,30 +672,34 @@ static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, cons
   const cudaDataType_t t = dtype_of<T>::cuda;
   T *dqkv = (T *)dqkv_;
   const T *dout = (const T *)dout_, *qkv = (const T *)qkv_;
-  int hs = C / NH, C3 = 3 * C, rows = NH * T_;
+  int hs = C / NH, C3 = 3 * C, hg = head_group(NH, T_, sizeof(T));
   float scale = 1.0f / sqrtf((float)hs);
   long long TT = (long long)T_ * T_;
-  float *s = (float *)scratch(S_F32, (size_t)NH * TT * sizeof(float));
-  T *p = (T *)scratch(S_ACT, (size_t)NH * TT * sizeof(T));
-  for (int b = 0; b < B; b++) {
-    const T *q = qkv + (size_t)b * T_ * C3, *k = q + C, *v = q + 2 * C;
-    const T *d = dout + (size_t)b * T_ * C;
-    T *dq = dqkv + (size_t)b * T_ * C3, *dk = dq + C, *dv = dq + 2 * C;
-    /* the probabilities again: scores, then exp(score − lse) */
-    gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, s, T_, TT, CUDA_R_32F, NH);
-    causal_probs_kernel<T>
-        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, lse + (size_t)b * rows, rows, T_);
-    LAUNCHED();
-    /* dv[t2] += Σ_t p[t][t2] · dout[t] */
-    gemm_batched(1, 0, T_, hs, T_, 1.0f, p, T_, TT, d, C, hs, t, 1.0f, dv, C3, hs, t, NH);
-    /* datt[t][t2] = dout[t]·v[t2], over the scores (no longer needed) */
-    gemm_batched(0, 1, T_, T_, hs, 1.0f, d, C, hs, v, C3, hs, t, 0.0f, s, T_, TT, CUDA_R_32F, NH);
-    softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, rows, T_, scale);
-    LAUNCHED();
-    /* dq[t] += Σ_t2 dpre[t][t2] · k[t2];  dk[t2] += Σ_t dpre[t][t2] · q[t] */
-    gemm_batched(0, 0, T_, hs, T_, 1.0f, p, T_, TT, k, C3, hs, t, 1.0f, dq, C3, hs, t, NH);
-    gemm_batched(1, 0, T_, hs, T_, 1.0f, p, T_, TT, q, C3, hs, t, 1.0f, dk, C3, hs, t, NH);
-  }
+  float *s = (float *)scratch(S_F32, (size_t)hg * TT * sizeof(float));
+  T *p = (T *)scratch(S_ACT, (size_t)hg * TT * sizeof(T));
+  for (int b = 0; b < B; b++)
+    for (int h0 = 0; h0 < NH; h0 += hg) {
+      int nh = NH - h0 < hg ? NH - h0 : hg, rows = nh * T_;
+      size_t ho = (size_t)h0 * hs;
+      const T *q = qkv + (size_t)b * T_ * C3 + ho, *k = q + C, *v = q + 2 * C;
+      const T *d = dout + (size_t)b * T_ * C + ho;
+      T *dq = dqkv + (size_t)b * T_ * C3 + ho, *dk = dq + C, *dv = dq + 2 * C;
+      /* the probabilities again: scores, then exp(score − lse) */
+      gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, s, T_, TT, CUDA_R_32F,
+                   nh);
+      causal_probs_kernel<T>
+          <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, lse + ((size_t)b * NH + h0) * T_, rows, T_);
+      LAUNCHED();
+      /* dv[t2] += Σ_t p[t][t2] · dout[t] */
+      gemm_batched(1, 0, T_, hs, T_, 1.0f, p, T_, TT, d, C, hs, t, 1.0f, dv, C3, hs, t, nh);
+      /* datt[t][t2] = dout[t]·v[t2], over the scores (no longer needed) */
+      gemm_batched(0, 1, T_, T_, hs, 1.0f, d, C, hs, v, C3, hs, t, 0.0f, s, T_, TT, CUDA_R_32F, nh);
+      softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, rows, T_, scale);
+      LAUNCHED();
+      /* dq[t] += Σ_t2 dpre[t][t2] · k[t2];  dk[t2] += Σ_t dpre[t][t2] · q[t] */
+      gemm_batched(0, 0, T_, hs, T_, 1.0f, p, T_, TT, k, C3, hs, t, 1.0f, dq, C3, hs, t, nh);
+      gemm_batched(1, 0, T_, hs, T_, 1.0f, p, T_, TT, q, C3, hs, t, 1.0f, dk, C3, hs, t, nh);
+    }
 }
 
 /* ---- elementwise ---- */
@@ -988,6 +1004,8 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
     return NULL;
   }
   CKB(cublasSetStream(g.blas, g.stream));
+  const char *mib = getenv("COLO_CUDA_ATTENTION_MIB");
+  g.att_budget = (size_t)((mib && atof(mib) > 0 ? atof(mib) : 24.0) * 1048576.0);
   TABLE_F32 = make_table<float>("cuda");
   TABLE_BF16 = make_table<bf16>("cuda-bf16");
   TABLE_F16 = make_table<fp16>("cuda-fp16");
