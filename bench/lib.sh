@@ -1,13 +1,19 @@
 # Shared by the engine benchmarks: a Release build without sanitizers in build-bench/, a
 # temporary folder removed on exit, and tiny-shakespeare prepared into $TMP/data.
-# Source it after setting SRC; it sets BUILD, TMP and CT (the colo-train program).
+# Source it after setting SRC; it sets BIN (the programs' folder), TMP and CT (colo-train).
+# COLO_BENCH_BIN names a folder of programs built elsewhere (deploy/gpu-pack.sh's), for a
+# machine that cannot build: nothing is built then.
 bench_setup() { # targets...
-  BUILD="$SRC/build-bench"
-  cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF >/dev/null
-  cmake --build "$BUILD" -j"$(nproc)" --target "$@" >/dev/null
+  if [ -n "${COLO_BENCH_BIN:-}" ]; then
+    BIN=$COLO_BENCH_BIN
+  else
+    BIN="$SRC/build-bench/bin"
+    cmake -S "$SRC" -B "$SRC/build-bench" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF >/dev/null
+    cmake --build "$SRC/build-bench" -j"$(nproc)" --target "$@" >/dev/null
+  fi
   TMP=$(mktemp -d /tmp/colo-bench-XXXXXX)
   trap 'rm -rf "$TMP"' EXIT
-  CT="$BUILD/bin/colo-train"
+  CT="$BIN/colo-train"
 }
 
 bench_data() {

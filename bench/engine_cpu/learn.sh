@@ -11,13 +11,13 @@ source "$SRC/bench/lib.sh"
 bench_setup colo-train
 bench_data
 start=$(date +%s)
-"$BUILD/bin/colo-train" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin \
+"$CT" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin \
   --n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps 2000 \
   --lr 1e-3 --min-lr 1e-4 --warmup 100 --beta2 0.99 --weight-decay 0.1 --grad-clip 1.0 \
   --eval-interval 250 --eval-batches 100 --threads "$THREADS" --ckpt-dir "$TMP/ckpt" \
   --quiet --progress "$TMP/progress.jsonl"
 secs=$(($(date +%s) - start))
-"$BUILD/bin/colo-train" sample --checkpoint "$TMP/ckpt/step_00002000" --tokens 300 --top-k 40 \
+"$CT" sample --checkpoint "$TMP/ckpt/step_00002000" --tokens 300 --top-k 40 \
   --temperature 0.8 --seed 7 --prompt "ROMEO:" >"$TMP/sample.txt"
 python3 - "$TMP/progress.jsonl" "$TMP/sample.txt" "$secs" "$THREADS" "$SRC/bench/results/engine_cpu_learning.md" <<'PY'
 import json, sys, datetime, subprocess

@@ -15,7 +15,7 @@ export OMP_NUM_THREADS=$THREADS
 # name layers heads width block batch steps warm-up
 for cfg in "tiny 4 4 128 64 12 60 10" "small 6 6 384 256 8 12 2"; do
   read -r name L H C T Bs steps warm <<<"$cfg"
-  "$BUILD/bin/colo-train" train --data-root "$TMP/data" --train-data train.bin --eval-interval 0 \
+  "$CT" train --data-root "$TMP/data" --train-data train.bin --eval-interval 0 \
     --n-layer "$L" --n-head "$H" --n-embd "$C" --block-size "$T" --batch-size "$Bs" \
     --steps "$steps" --threads "$THREADS" --quiet --progress "$TMP/colo-$name.jsonl"
   python3 - "$TMP/colo-$name.jsonl" "$warm" "$Bs" "$T" "$name" >>"$TMP/results.jsonl" <<'PY'

@@ -19,6 +19,10 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 STEPS=${1:-30}
 source "$SRC/bench/lib.sh"
 bench_setup colo-train test_cuda
+# a Python with numpy and PyTorch: the GPU machine's python3 (whose PyTorch has CUDA), else
+# Debian's /usr/bin/python3
+PY=python3
+"$PY" -c "import numpy, torch" 2>/dev/null || PY=/usr/bin/python3
 RES="$SRC/bench/results"
 if [ "${COLO_BENCH_DRY:-0}" = 1 ]; then
   DEV=cpu M124=(2 2 64 64 2) M350=(2 4 64 64 2) TS_STEPS=30 TF32=() SELF=(--self)
@@ -34,11 +38,11 @@ export ASAN_OPTIONS=protect_shadow_gap=0
 echo "== 1. CUDA tests on $GPU"
 {
   echo "# test_cuda on $GPU, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$SRC" rev-parse --short HEAD)"
-  "$BUILD/bin/test_cuda" "${SELF[@]}"
+  "$BIN/test_cuda" "${SELF[@]}"
 } 2>&1 | tee "$RES/engine_gpu_tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || echo "test_cuda failed: see $RES/engine_gpu_tests.log"
 
-/usr/bin/python3 - "$TMP/gpt2" <<'PY'
+"$PY" - "$TMP/gpt2" <<'PY'
 import os, sys, numpy as np
 d = sys.argv[1]; os.makedirs(d, exist_ok=True)
 rng = np.random.default_rng(0)
@@ -64,7 +68,7 @@ COLO_CUDA_ATTENTION_MIB=100000 colo_run c124bf16w "${M124[@]}" --precision bf16
 colo_run c124 "${M124[@]}" --precision fp32 "${TF32[@]}"
 colo_run c124fp32 "${M124[@]}" --precision fp32
 for dt in bf16 tf32; do
-  /usr/bin/python3 "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer "${M124[0]}" \
+  "$PY" "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer "${M124[0]}" \
     --n-head "${M124[1]}" --n-embd "${M124[2]}" --block-size "${M124[3]}" \
     --batch-size "${M124[4]}" --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
     --data "$TMP/gpt2/train.bin" --dtype "$dt" >"$TMP/torch-$dt.json" 2>"$TMP/torch-$dt.err" ||

@@ -10,7 +10,7 @@ source "$SRC/bench/lib.sh"
 bench_setup colo-train
 bench_data
 for z in 0 1 2 3; do
-  "$BUILD/bin/colo-train" train --data-root "$TMP/data" --train-data train.bin --eval-interval 0 \
+  "$CT" train --data-root "$TMP/data" --train-data train.bin --eval-interval 0 \
     --n-layer 12 --n-head 8 --n-embd 600 --block-size 64 --batch-size 1 --steps 2 \
     --nproc 2 --dp 2 --zero $z --threads 1 --quiet --progress "$TMP/z$z.jsonl"
 done

@@ -104,10 +104,11 @@ db_count() {
   sqlite3 "$1/colod.db" "SELECT count(*) FROM jobs"
 }
 
-# training_text: sets TEXT to the real text where this checkout has it (../shared/data), else to
-# a generated one in $TMP
+# training_text: sets TEXT to the real text where this checkout has it (../shared/data, or the
+# quick start's copy), else to a generated one in $TMP
 training_text() {
   TEXT="$COLO_SRC/../shared/data/tinyshakespeare.txt"
+  [ -f "$TEXT" ] || TEXT="$COLO_SRC/.colo-quickstart/data/tinyshakespeare.txt"
   if [ ! -f "$TEXT" ]; then
     TEXT="$TMP/text.txt"
     python3 -c 'import random; random.seed(3); w=["the","king","and","queen","of","night","shall","speak","to","my","lord","good"]; print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(20000)))' >"$TEXT"

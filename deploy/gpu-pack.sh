@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Packs colo-train, test_cuda and the CUDA backend, built here, with the shared libraries they
+# need that a bare GPU machine may lack (gRPC, protobuf-c, libuv, OpenBLAS, OpenSSL, …), into
+# .gpu-pack/colo-gpu.tar.xz inside the checkout (ignored by git), for a machine that can build
+# nothing and fetch nothing: the device tool carries it (carry: [".gpu-pack"]). glibc, libstdc++,
+# libgcc and CUDA's own libraries are left to that machine.
+#
+# It also puts tinyshakespeare.txt into .colo-quickstart/data (ignored), where fetch-data.sh and
+# the tests find it on a machine without ../shared: carry that too.
+# There:  tar -xJf .gpu-pack/colo-gpu.tar.xz -C /tmp && export COLO_BIN=/tmp/colo-gpu/bin
+#         COLO_BENCH_BIN=/tmp/colo-gpu/bin bash bench/engine_gpu/run.sh
+# bin/ holds small wrappers that put the packed libraries first on LD_LIBRARY_PATH for colo's
+# programs only (the machine's Python and PyTorch keep their own), and CUDA's after them.
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/.." && pwd)
+BUILD="$SRC/build-bench"
+OUT="$SRC/.gpu-pack"
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target colo-train test_cuda colo_cuda >/dev/null
+[ -f "$BUILD/bin/libcolo_cuda.so" ] || { echo "gpu-pack: no CUDA backend was built (is nvcc there?)" >&2; exit 1; }
+STAGE=$(mktemp -d /tmp/colo-gpu-pack-XXXXXX)
+trap 'rm -rf "$STAGE"' EXIT
+P="$STAGE/colo-gpu"
+mkdir -p "$P/bin" "$P/libexec" "$P/lib"
+cp "$BUILD/bin/colo-train" "$BUILD/bin/test_cuda" "$BUILD/bin/libcolo_cuda.so" "$P/libexec/"
+# every library the three resolve to, but the C runtime, the C++ runtime and CUDA's
+ldd "$P/libexec/colo-train" "$P/libexec/test_cuda" "$P/libexec/libcolo_cuda.so" |
+  awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
+  grep -Ev '/(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so|/cuda' |
+  while read -r lib; do cp -L "$lib" "$P/lib/"; done
+for prog in colo-train test_cuda; do
+  cat >"$P/bin/$prog" <<WRAP
+#!/bin/sh
+here=\$(cd "\$(dirname "\$0")/.." && pwd)
+LD_LIBRARY_PATH="\$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:\${LD_LIBRARY_PATH:-}" exec "\$here/libexec/$prog" "\$@"
+WRAP
+  chmod +x "$P/bin/$prog"
+done
+(cd "$SRC" && git rev-parse --short HEAD) >"$P/COMMIT"
+mkdir -p "$OUT"
+tar -C "$STAGE" -cJf "$OUT/colo-gpu.tar.xz" colo-gpu
+echo "gpu-pack: $OUT/colo-gpu.tar.xz ($(du -k "$OUT/colo-gpu.tar.xz" | cut -f1) KiB; $(ls "$P/lib" | wc -l) libraries; commit $(cat "$P/COMMIT"))"
+# the training text too, where fetch-data and the tests look for it on a machine without ../shared
+bash "$SRC/deploy/fetch-data.sh" >/dev/null
+echo "gpu-pack: carry .gpu-pack and .colo-quickstart/data"
