@@ -37,8 +37,8 @@ typedef struct {
   void *res2;                 /* [N][C]: input + attention */
   void *ln2;
   float *ln2_mean, *ln2_rstd;
-  void *fch, *fch_gelu; /* [N][4C] */
-  void *tmp;            /* [N][C]: projection outputs before the residual add */
+  void *fch; /* [N][4C]: GELU's input; its output is recomputed for the backward */
+  void *tmp; /* [N][C]: projection outputs before the residual add */
 } layer_acts_t;
 
 struct colo_gpt_s {
@@ -86,6 +86,7 @@ struct colo_gpt_s {
   int B, T, have_targets;
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dtmp;
+  void *gelu; /* [N][4C]: the GELU output of the block at hand, forward and backward */
 };
 
 /* element i of an activation buffer */
@@ -238,7 +239,6 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) 
       {(void **)&a->ln2_mean, N * F},
       {(void **)&a->ln2_rstd, N * F},
       {&a->fch, N * (size_t)m->Cf * A},
-      {&a->fch_gelu, N * (size_t)m->Cf * A},
       {&a->tmp, N * C * A},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -387,6 +387,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {&m->datty, N * Cq * A},
               {&m->dfch, N * Cf * A},
               {&m->dfch_gelu, N * Cf * A},
+              {&m->gelu, N * Cf * A},
               {&m->dtmp, N * C * A},
               {(void **)&m->gmax, N * F},
               {(void **)&m->gsum, N * F},
@@ -432,18 +433,18 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   if (m->resid)
     for (int l = 0; l <= m->cfg.n_layer; l++)
       colo_pool_free(p, m->resid[l]);
-  void *rest[] = {m->lnf,    m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
-                  m->dln,    m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
-                  m->gmax,   m->gsum,     m->tlogit,   m->gather, m->dfull,     m->lnscratch,
-                  m->wblock, m->wte_act,  m->xfer};
+  void *rest[] = {m->lnf,       m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
+                  m->dln,       m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
+                  m->gelu,      m->gmax,     m->gsum,     m->tlogit, m->gather,    m->dfull,
+                  m->lnscratch, m->wblock,   m->wte_act,  m->xfer};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
     int nl = m->recompute ? 1 : m->l_hi - m->l_lo;
     for (int l = 0; l < nl; l++) {
       layer_acts_t *a = &m->layers[l];
-      void *bufs[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->qkv, a->att_lse,  a->atty, a->res2,
-                      a->ln2, a->ln2_mean, a->ln2_rstd, a->fch, a->fch_gelu, a->tmp};
+      void *bufs[] = {a->ln1,  a->ln1_mean, a->ln1_rstd, a->qkv,      a->att_lse, a->atty,
+                      a->res2, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fch,     a->tmp};
       for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         colo_pool_free(p, bufs[i]);
     }
@@ -629,8 +630,8 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   if (m->sp)
     rows_gather(m, a->ln2, rowf);
   be->matmul_fwd(a->fch, a->ln2, w.fc, P(m, l, P_FCB), N, C, Cf);
-  be->gelu_fwd(a->fch_gelu, a->fch, (size_t)N * Cf);
-  be->matmul_fwd(a->tmp, a->fch_gelu, w.fcproj, fpb, N, Cf, C);
+  be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
+  be->matmul_fwd(a->tmp, m->gelu, w.fcproj, fpb, N, Cf, C);
   if (m->sp)
     rows_reduce_scatter(m, a->tmp, rowf);
   else
@@ -941,9 +942,11 @@ blocks:
     size_t A = m->asz;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
     const void *dout = full_rows(m, off, rowf);
+    if (!m->recompute) /* GELU's output again (the recomputed forward just made it) */
+      be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
     be->zero(m->dfch_gelu, (size_t)N * Cf * A);
-    be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, a->fch_gelu,
-                   w.fcproj, N, Cf, C);
+    be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj, N,
+                   Cf, C);
     be->zero(m->dfch, (size_t)N * Cf * A);
     be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, (size_t)N * Cf);
     be->zero(m->dln, NC * A);
