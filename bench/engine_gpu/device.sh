@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The GPU session's runs, on the GPU machine (the device tool), from the pack that
+# deploy/gpu-pack.sh made here (carry: [".gpu-pack", ".colo-quickstart/data"]):
+#   bash bench/engine_gpu/device.sh tests   # test_cuda, then integration_gpu_train
+#   bash bench/engine_gpu/device.sh bench   # bench/engine_gpu/run.sh
+# Each writes its logs and results into $OUT (the device tool brings them back), with
+# nvidia-smi's view of the machine.
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$SRC/bench/results}
+what=${1:-}
+case "$what" in tests | bench) ;; *) echo "usage: device.sh tests|bench" >&2 && exit 2 ;; esac
+[ -f "$SRC/.gpu-pack/colo-gpu.tar.xz" ] || { echo "device.sh: no .gpu-pack/colo-gpu.tar.xz: run deploy/gpu-pack.sh and carry .gpu-pack" >&2; exit 1; }
+RUN=$(mktemp -d /tmp/colo-gpu-run-XXXXXX)
+tar -xJf "$SRC/.gpu-pack/colo-gpu.tar.xz" -C "$RUN"
+BIN="$RUN/colo-gpu/bin"
+echo "pack built from commit $(cat "$RUN/colo-gpu/COMMIT"); checkout at $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo '?')"
+mkdir -p "$OUT"
+nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
+if [ "$what" = tests ]; then
+  rc=0
+  "$BIN/test_cuda" >"$OUT/test_cuda.log" 2>&1 || rc=$?
+  tail -3 "$OUT/test_cuda.log"
+  grep FAIL "$OUT/test_cuda.log" | head -20 || true
+  echo "test_cuda: rc $rc"
+  rc=0
+  COLO_BIN="$BIN" COLO_SRC="$SRC" bash "$SRC/tests/integration/test_gpu_train.sh" >"$OUT/gpu_train.log" 2>&1 || rc=$?
+  grep -v '^step\|^checkpoint' "$OUT/gpu_train.log" | tail -15
+  echo "integration_gpu_train: rc $rc"
+else
+  COLO_BENCH_BIN="$BIN" bash "$SRC/bench/engine_gpu/run.sh" 2>&1 | tail -40
+  cp "$SRC/bench/results/engine_gpu.md" "$SRC/bench/results/engine_gpu_tests.log" "$OUT/" 2>/dev/null || true
+fi
