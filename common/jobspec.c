@@ -11,10 +11,12 @@
 #include "pbcodec.h"
 
 int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec) {
-  /* a GPU job's precision defaults to bf16; any other's to the proto's fp32 */
+  /* a GPU job's precision defaults to bf16, unless it asks for TF32 (an fp32 mode); any other's
+   * to the proto's fp32 */
   int gpu = spec->resources && spec->resources->has_device &&
             spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU;
-  int unset = !spec->train || !spec->train->has_precision;
+  int unset = !spec->train ||
+              (!spec->train->has_precision && !(spec->train->has_tf32 && spec->train->tf32));
   int rc = colo_pb_fill_defaults(&spec->base);
   if (rc == 0 && gpu && unset)
     spec->train->precision = COLO__V1__PRECISION__PRECISION_BF16;

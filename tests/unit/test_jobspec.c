@@ -254,6 +254,8 @@ TEST(precision_defaults_by_device) {
        COLO__V1__PRECISION__PRECISION_FP32},
       {BASE "resources: {device: gpu}\ntrain: {precision: fp16}\n",
        COLO__V1__PRECISION__PRECISION_FP16},
+      {BASE "resources: {device: gpu}\ntrain: {tf32: true}\n", /* TF32 is an fp32 mode */
+       COLO__V1__PRECISION__PRECISION_FP32},
       {BASE, COLO__V1__PRECISION__PRECISION_FP32},
       {BASE "train: {precision: bf16}\n", COLO__V1__PRECISION__PRECISION_BF16},
   };
