@@ -457,9 +457,10 @@ int main(int argc, char **argv) {
                {COLO_MATH_BF16, 1e-2, 1e-2, 1e-1, " (bf16)"}};
   colo_backend_cpu_set_threads(0);
   colo_rng_seed(&rng, 7);
-  /* attention's scratch for a group of heads: 48 KiB, so that the test's 4 heads of T = 64 run
-   * in groups of one or two (the default 24 MiB would take them all at once) */
-  setenv("COLO_CUDA_ATTENTION_MIB", "0.047", 0);
+  /* attention's scratch for a group of (sequence, head) pairs: 72 KiB, so that the test's 16
+   * pairs of T = 64 run in groups of two (fp32) or three (16-bit), some spanning two sequences
+   * (the default 24 MiB would take them all at once) */
+  setenv("COLO_CUDA_ATTENTION_MIB", "0.0703", 0);
   for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
     if (self && modes[i].math == COLO_MATH_TF32)
       continue; /* the CPU has no TF32 */

@@ -104,7 +104,7 @@ template <> struct dtype_of<fp16> {
 /* ---- the one GPU this process uses ---- */
 
 /* scratch buffers, each grown on demand; an operation uses each slot at most once at a time */
-enum { S_F32, S_ACT, S_PART, S_INT, S_SLOTS };
+enum { S_F32, S_ACT, S_PART, S_INT, S_PTR, S_SLOTS };
 
 static struct {
   int ready, ordinal;
@@ -232,14 +232,14 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const void *A
                    &alpha, B, ab, ldb, A, ab, lda, &beta, C, c, ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
-/* the same for `batch` products whose operands start sa, sb, sc elements apart */
-static void gemm_batched(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
-                         long long sa, const void *B, int ldb, long long sb, cudaDataType_t ab,
-                         float beta, void *C, int ldc, long long sc, cudaDataType_t c, int batch) {
+/* the same for `batch` products whose operands are listed in device arrays of pointers */
+static void gemm_batched(int ta, int tb, int M, int N, int K, float alpha, void *const *A, int lda,
+                         void *const *B, int ldb, cudaDataType_t ab, float beta, void *const *C,
+                         int ldc, cudaDataType_t c, int batch) {
   cublasComputeType_t ct = ab == CUDA_R_32F ? g.compute : CUBLAS_COMPUTE_32F;
-  CKB(cublasGemmStridedBatchedEx(
-      g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
-      ab, ldb, sb, A, ab, lda, sa, &beta, C, c, ldc, sc, batch, ct, CUBLAS_GEMM_DEFAULT));
+  CKB(cublasGemmBatchedEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N,
+                          M, K, &alpha, (const void *const *)B, ab, ldb, (const void *const *)A, ab,
+                          lda, &beta, C, c, ldc, batch, ct, CUBLAS_GEMM_DEFAULT));
 }
 
 template <class T> __global__ static void rows_set_kernel(T *out, const float *b, int N, int OC) {
@@ -565,13 +565,16 @@ template <class T> static void gelu_bwd(void *dinp, const void *inp, const void 
   LAUNCHED();
 }
 
-/* ---- attention: per sequence and group of heads, the heads' products batched through cuBLAS ----
- * q, k, v of head h start at columns h·hs, C + h·hs, 2C + h·hs of qkv's rows (stride 3C), so a
- * sequence's heads are matrices hs elements apart: one strided-batched call for a group of them.
- * A group's scores (and then their gradient) are fp32 scratch [heads][T][T], its probabilities a
- * scratch of the storage type, sized to stay in L2 (head_group); nothing T×T outlives the call.
- * The forward saves each query's log-sum-exp, from which the backward recomputes the
- * probabilities after a fresh q·kᵀ. */
+/* ---- attention: the (sequence, head) pairs in groups, their products batched through cuBLAS ----
+ * Pair p = b·NH + h is head h of sequence b: its q, k and v start at row b·T, columns h·hs,
+ * C + h·hs, 2C + h·hs of qkv (stride 3C), its output at row b·T, column h·hs of out, and its
+ * log-sum-exp rows at lse + p·T. A group of consecutive pairs (it may span sequences) runs as a
+ * handful of batched products over arrays of pointers, around the softmax kernels. The group's
+ * scores (and then their gradient) are fp32 scratch [pairs][T][T], its probabilities a scratch of
+ * the storage type; how many pairs a group holds is set by a scratch budget (pair_group), so
+ * that it stays in L2 or, with a large budget, so that a layer's attention is a few calls. Nothing
+ * T×T outlives the call: the forward saves each query's log-sum-exp, from which the backward
+ * recomputes the probabilities after a fresh q·kᵀ. */
 
 /* causal softmax of fp32 scores into probabilities p[rows][T] and the rows' log-sum-exp; row r
  * is query t = r % T; a warp per row */
@@ -632,74 +635,114 @@ __global__ static void softmax_bwd_kernel(T *p, const float *datt, int rows, int
     a[j] = st<T>(j <= t ? ld(a[j]) * (d[j] - dot) * scale : 0.0f);
 }
 
-/* Heads per group: as many as keep a group's scores and probabilities, T·T·(4 + sizeof(T)) bytes
- * a head, within g.att_budget (24 MiB by default, so that they stay in the GPU's L2 cache between
+/* Pairs per group: as many as keep a group's scores and probabilities, T·T·(4 + sizeof(T)) bytes
+ * a pair, within g.att_budget (24 MiB by default, so that they stay in the GPU's L2 cache between
  * the product that writes them and the kernel that reads them; COLO_CUDA_ATTENTION_MIB sets it). */
-static int head_group(int NH, int T_, size_t elem) {
-  size_t per = (size_t)T_ * T_ * (4 + elem), hg = g.att_budget / per;
-  return hg < 1 ? 1 : hg > (size_t)NH ? NH : (int)hg;
+static int pair_group(int pairs, int T_, size_t elem) {
+  size_t per = (size_t)T_ * T_ * (4 + elem), n = g.att_budget / per;
+  return n < 1 ? 1 : n > (size_t)pairs ? pairs : (int)n;
+}
+
+/* Where each pair of a group starts in one tensor: base + b·sb + h·sh bytes for pair p0 + i =
+ * b·NH + h, or base + i·si bytes for a group scratch (si > 0). */
+struct pair_at {
+  char *base;
+  size_t sb, sh, si;
+};
+enum { PA_MAX = 10 };
+struct pair_ats {
+  pair_at a[PA_MAX];
+};
+
+__global__ static void pair_ptrs_kernel(void **out, pair_ats d, int na, int n, int p0, int NH) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n)
+    return;
+  int b = (p0 + i) / NH, h = (p0 + i) % NH;
+  for (int j = 0; j < na; j++) {
+    const pair_at &x = d.a[j];
+    out[(size_t)j * n + i] = x.si ? x.base + (size_t)i * x.si : x.base + b * x.sb + h * x.sh;
+  }
+}
+
+/* na arrays of n pointers each, for pairs [p0, p0 + n), in the pointer scratch */
+static void **pair_ptrs(const pair_ats &d, int na, int n, int p0, int NH) {
+  void **out = (void **)scratch(S_PTR, (size_t)PA_MAX * n * sizeof(void *));
+  pair_ptrs_kernel<<<(n + 127) / 128, 128, 0, g.stream>>>(out, d, na, n, p0, NH);
+  LAUNCHED();
+  return out;
 }
 
 template <class T>
-static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T_, int C, int NH) {
+static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH) {
   const cudaDataType_t t = dtype_of<T>::cuda;
-  T *out = (T *)out_;
-  const T *qkv = (const T *)qkv_;
-  int hs = C / NH, C3 = 3 * C, hg = head_group(NH, T_, sizeof(T));
+  int hs = C / NH, C3 = 3 * C, pairs = B * NH, pg = pair_group(pairs, T_, sizeof(T));
   float scale = 1.0f / sqrtf((float)hs);
-  long long TT = (long long)T_ * T_;
-  float *score = (float *)scratch(S_F32, (size_t)hg * TT * sizeof(float));
-  T *p = (T *)scratch(S_ACT, (size_t)hg * TT * sizeof(T));
-  for (int b = 0; b < B; b++)
-    for (int h0 = 0; h0 < NH; h0 += hg) { /* heads [h0, h0 + nh) of sequence b */
-      int nh = NH - h0 < hg ? NH - h0 : hg, rows = nh * T_;
-      const T *q = qkv + (size_t)b * T_ * C3 + (size_t)h0 * hs, *k = q + C, *v = q + 2 * C;
-      /* score[h][t][t2] = scale · q[t]·k[t2] */
-      gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, score, T_, TT,
-                   CUDA_R_32F, nh);
-      causal_softmax_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(
-          p, lse + ((size_t)b * NH + h0) * T_, score, rows, T_);
-      LAUNCHED();
-      /* out[t][h·hs + i] = Σ_t2 p[t][t2] · v[t2][i] */
-      gemm_batched(0, 0, T_, hs, T_, 1.0f, p, T_, TT, v, C3, hs, t, 0.0f,
-                   out + (size_t)b * T_ * C + (size_t)h0 * hs, C, hs, t, nh);
-    }
+  size_t TT = (size_t)T_ * T_, z = sizeof(T), row3 = (size_t)T_ * C3 * z, row = (size_t)T_ * C * z;
+  float *score = (float *)scratch(S_F32, (size_t)pg * TT * sizeof(float));
+  T *p = (T *)scratch(S_ACT, (size_t)pg * TT * z);
+  char *q = (char *)qkv;
+  /* the pointer arrays: q, k, v, out, score, probabilities */
+  pair_ats d = {{{q, row3, hs * z, 0},
+                 {q + C * z, row3, hs * z, 0},
+                 {q + 2 * C * z, row3, hs * z, 0},
+                 {(char *)out, row, hs * z, 0},
+                 {(char *)score, 0, 0, TT * sizeof(float)},
+                 {(char *)p, 0, 0, TT * z}}};
+  for (int p0 = 0; p0 < pairs; p0 += pg) {
+    int n = pairs - p0 < pg ? pairs - p0 : pg, rows = n * T_;
+    void **a = pair_ptrs(d, 6, n, p0, NH);
+    void **Q = a, **K = a + n, **V = a + 2 * n, **O = a + 3 * n, **S = a + 4 * n, **P = a + 5 * n;
+    /* score[t][t2] = scale · q[t]·k[t2] */
+    gemm_batched(0, 1, T_, T_, hs, scale, Q, C3, K, C3, t, 0.0f, S, T_, CUDA_R_32F, n);
+    causal_softmax_kernel<T>
+        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, lse + (size_t)p0 * T_, score, rows, T_);
+    LAUNCHED();
+    /* out[t][i] = Σ_t2 p[t][t2] · v[t2][i] */
+    gemm_batched(0, 0, T_, hs, T_, 1.0f, P, T_, V, C3, t, 0.0f, O, C, t, n);
+  }
 }
 
 template <class T>
-static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const float *lse, int B,
+static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const float *lse, int B,
                           int T_, int C, int NH) {
   const cudaDataType_t t = dtype_of<T>::cuda;
-  T *dqkv = (T *)dqkv_;
-  const T *dout = (const T *)dout_, *qkv = (const T *)qkv_;
-  int hs = C / NH, C3 = 3 * C, hg = head_group(NH, T_, sizeof(T));
+  int hs = C / NH, C3 = 3 * C, pairs = B * NH, pg = pair_group(pairs, T_, sizeof(T));
   float scale = 1.0f / sqrtf((float)hs);
-  long long TT = (long long)T_ * T_;
-  float *s = (float *)scratch(S_F32, (size_t)hg * TT * sizeof(float));
-  T *p = (T *)scratch(S_ACT, (size_t)hg * TT * sizeof(T));
-  for (int b = 0; b < B; b++)
-    for (int h0 = 0; h0 < NH; h0 += hg) {
-      int nh = NH - h0 < hg ? NH - h0 : hg, rows = nh * T_;
-      size_t ho = (size_t)h0 * hs;
-      const T *q = qkv + (size_t)b * T_ * C3 + ho, *k = q + C, *v = q + 2 * C;
-      const T *d = dout + (size_t)b * T_ * C + ho;
-      T *dq = dqkv + (size_t)b * T_ * C3 + ho, *dk = dq + C, *dv = dq + 2 * C;
-      /* the probabilities again: scores, then exp(score − lse) */
-      gemm_batched(0, 1, T_, T_, hs, scale, q, C3, hs, k, C3, hs, t, 0.0f, s, T_, TT, CUDA_R_32F,
-                   nh);
-      causal_probs_kernel<T>
-          <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, lse + ((size_t)b * NH + h0) * T_, rows, T_);
-      LAUNCHED();
-      /* dv[t2] += Σ_t p[t][t2] · dout[t] */
-      gemm_batched(1, 0, T_, hs, T_, 1.0f, p, T_, TT, d, C, hs, t, 1.0f, dv, C3, hs, t, nh);
-      /* datt[t][t2] = dout[t]·v[t2], over the scores (no longer needed) */
-      gemm_batched(0, 1, T_, T_, hs, 1.0f, d, C, hs, v, C3, hs, t, 0.0f, s, T_, TT, CUDA_R_32F, nh);
-      softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, rows, T_, scale);
-      LAUNCHED();
-      /* dq[t] += Σ_t2 dpre[t][t2] · k[t2];  dk[t2] += Σ_t dpre[t][t2] · q[t] */
-      gemm_batched(0, 0, T_, hs, T_, 1.0f, p, T_, TT, k, C3, hs, t, 1.0f, dq, C3, hs, t, nh);
-      gemm_batched(1, 0, T_, hs, T_, 1.0f, p, T_, TT, q, C3, hs, t, 1.0f, dk, C3, hs, t, nh);
-    }
+  size_t TT = (size_t)T_ * T_, z = sizeof(T), row3 = (size_t)T_ * C3 * z, row = (size_t)T_ * C * z;
+  float *s = (float *)scratch(S_F32, (size_t)pg * TT * sizeof(float));
+  T *p = (T *)scratch(S_ACT, (size_t)pg * TT * z);
+  char *q = (char *)qkv, *dq = (char *)dqkv;
+  /* q, k, v, dout, dq, dk, dv, scores, probabilities */
+  pair_ats d = {{{q, row3, hs * z, 0},
+                 {q + C * z, row3, hs * z, 0},
+                 {q + 2 * C * z, row3, hs * z, 0},
+                 {(char *)dout, row, hs * z, 0},
+                 {dq, row3, hs * z, 0},
+                 {dq + C * z, row3, hs * z, 0},
+                 {dq + 2 * C * z, row3, hs * z, 0},
+                 {(char *)s, 0, 0, TT * sizeof(float)},
+                 {(char *)p, 0, 0, TT * z}}};
+  for (int p0 = 0; p0 < pairs; p0 += pg) {
+    int n = pairs - p0 < pg ? pairs - p0 : pg, rows = n * T_;
+    void **a = pair_ptrs(d, 9, n, p0, NH);
+    void **Q = a, **K = a + n, **V = a + 2 * n, **D = a + 3 * n, **DQ = a + 4 * n, **DK = a + 5 * n,
+         **DV = a + 6 * n, **S = a + 7 * n, **P = a + 8 * n;
+    /* the probabilities again: scores, then exp(score − lse) */
+    gemm_batched(0, 1, T_, T_, hs, scale, Q, C3, K, C3, t, 0.0f, S, T_, CUDA_R_32F, n);
+    causal_probs_kernel<T>
+        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, lse + (size_t)p0 * T_, rows, T_);
+    LAUNCHED();
+    /* dv[t2] += Σ_t p[t][t2] · dout[t] */
+    gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, D, C, t, 1.0f, DV, C3, t, n);
+    /* datt[t][t2] = dout[t]·v[t2], over the scores (no longer needed) */
+    gemm_batched(0, 1, T_, T_, hs, 1.0f, D, C, V, C3, t, 0.0f, S, T_, CUDA_R_32F, n);
+    softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, rows, T_, scale);
+    LAUNCHED();
+    /* dq[t] += Σ_t2 dpre[t][t2] · k[t2];  dk[t2] += Σ_t dpre[t][t2] · q[t] */
+    gemm_batched(0, 0, T_, hs, T_, 1.0f, P, T_, K, C3, t, 1.0f, DQ, C3, t, n);
+    gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, Q, C3, t, 1.0f, DK, C3, t, n);
+  }
 }
 
 /* ---- elementwise ---- */
