@@ -576,42 +576,31 @@ template <class T> static void gelu_bwd(void *dinp, const void *inp, const void 
  * T×T outlives the call: the forward saves each query's log-sum-exp, from which the backward
  * recomputes the probabilities after a fresh q·kᵀ. */
 
-/* causal softmax of fp32 scores into probabilities p[rows][T] and the rows' log-sum-exp; row r
- * is query t = r % T; a warp per row */
+/* Causal softmax of fp32 scores into probabilities p[rows][T], row r being query t = r % T, a
+ * warp per row: p = exp(score − lse). The forward computes each row's log-sum-exp and saves it
+ * (saved 0); the backward reads it back (saved 1) after recomputing the scores. */
 template <class T>
-__global__ static void causal_softmax_kernel(T *p, float *lse, const float *score, int rows,
-                                             int T_) {
+__global__ static void causal_probs_kernel(T *p, float *lse, const float *score, int rows, int T_,
+                                           int saved) {
   int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows)
     return;
   int t = r % T_;
   const float *s_ = score + (size_t)r * T_;
-  T *a = p + (size_t)r * T_;
-  float mx = -INFINITY;
-  for (int j = lane; j <= t; j += 32)
-    mx = fmaxf(mx, s_[j]);
-  mx = warp_max(mx);
-  float s = 0.0f;
-  for (int j = lane; j <= t; j += 32)
-    s += expf(s_[j] - mx);
-  s = warp_sum(s);
-  float inv = 1.0f / s;
-  for (int j = lane; j < T_; j += 32)
-    a[j] = st<T>(j <= t ? expf(s_[j] - mx) * inv : 0.0f);
-  if (lane == 0)
-    lse[r] = mx + logf(s);
-}
-
-/* the probabilities again from the scores and the saved log-sum-exp */
-template <class T>
-__global__ static void causal_probs_kernel(T *p, const float *score, const float *lse, int rows,
-                                           int T_) {
-  int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (r >= rows)
-    return;
-  int t = r % T_;
-  const float *s_ = score + (size_t)r * T_;
-  float l = lse[r];
+  float l;
+  if (saved) {
+    l = lse[r];
+  } else {
+    float mx = -INFINITY, s = 0.0f;
+    for (int j = lane; j <= t; j += 32)
+      mx = fmaxf(mx, s_[j]);
+    mx = warp_max(mx);
+    for (int j = lane; j <= t; j += 32)
+      s += expf(s_[j] - mx);
+    l = mx + logf(warp_sum(s));
+    if (lane == 0)
+      lse[r] = l;
+  }
   T *a = p + (size_t)r * T_;
   for (int j = lane; j < T_; j += 32)
     a[j] = st<T>(j <= t ? expf(s_[j] - l) : 0.0f);
@@ -643,32 +632,34 @@ static int pair_group(int pairs, int T_, size_t elem) {
   return n < 1 ? 1 : n > (size_t)pairs ? pairs : (int)n;
 }
 
-/* Where each pair of a group starts in one tensor: base + b·sb + h·sh bytes for pair p0 + i =
- * b·NH + h, or base + i·si bytes for a group scratch (si > 0). */
+/* Where each pair starts in one tensor: base + b·sb + h·sh bytes for pair i = b·NH + h, or, in a
+ * group's scratch (si > 0), base + (i mod the group size)·si bytes. */
 struct pair_at {
   char *base;
   size_t sb, sh, si;
 };
-enum { PA_MAX = 10 };
+enum { PA_MAX = 9 }; /* the backward's nine tensors */
 struct pair_ats {
   pair_at a[PA_MAX];
 };
 
-__global__ static void pair_ptrs_kernel(void **out, pair_ats d, int na, int n, int p0, int NH) {
+__global__ static void pair_ptrs_kernel(void **out, pair_ats d, int na, int n, int NH, int group) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n)
     return;
-  int b = (p0 + i) / NH, h = (p0 + i) % NH;
+  int b = i / NH, h = i % NH;
   for (int j = 0; j < na; j++) {
     const pair_at &x = d.a[j];
-    out[(size_t)j * n + i] = x.si ? x.base + (size_t)i * x.si : x.base + b * x.sb + h * x.sh;
+    out[(size_t)j * n + i] =
+        x.si ? x.base + (size_t)(i % group) * x.si : x.base + b * x.sb + h * x.sh;
   }
 }
 
-/* na arrays of n pointers each, for pairs [p0, p0 + n), in the pointer scratch */
-static void **pair_ptrs(const pair_ats &d, int na, int n, int p0, int NH) {
-  void **out = (void **)scratch(S_PTR, (size_t)PA_MAX * n * sizeof(void *));
-  pair_ptrs_kernel<<<(n + 127) / 128, 128, 0, g.stream>>>(out, d, na, n, p0, NH);
+/* na arrays of a pointer per pair, for all n pairs, in the pointer scratch, built once a call:
+ * array j of the group that starts at pair p0 is at out + j·n + p0 */
+static void **pair_ptrs(const pair_ats &d, int na, int n, int NH, int group) {
+  void **out = (void **)scratch(S_PTR, (size_t)na * n * sizeof(void *));
+  pair_ptrs_kernel<<<(n + 127) / 128, 128, 0, g.stream>>>(out, d, na, n, NH, group);
   LAUNCHED();
   return out;
 }
@@ -689,14 +680,15 @@ static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_,
                  {(char *)out, row, hs * z, 0},
                  {(char *)score, 0, 0, TT * sizeof(float)},
                  {(char *)p, 0, 0, TT * z}}};
+  void **a = pair_ptrs(d, 6, pairs, NH, pg);
   for (int p0 = 0; p0 < pairs; p0 += pg) {
     int n = pairs - p0 < pg ? pairs - p0 : pg, rows = n * T_;
-    void **a = pair_ptrs(d, 6, n, p0, NH);
-    void **Q = a, **K = a + n, **V = a + 2 * n, **O = a + 3 * n, **S = a + 4 * n, **P = a + 5 * n;
+    void **Q = a + p0, **K = Q + pairs, **V = K + pairs, **O = V + pairs, **S = O + pairs,
+         **P = S + pairs;
     /* score[t][t2] = scale · q[t]·k[t2] */
     gemm_batched(0, 1, T_, T_, hs, scale, Q, C3, K, C3, t, 0.0f, S, T_, CUDA_R_32F, n);
-    causal_softmax_kernel<T>
-        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, lse + (size_t)p0 * T_, score, rows, T_);
+    causal_probs_kernel<T>
+        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, lse + (size_t)p0 * T_, score, rows, T_, 0);
     LAUNCHED();
     /* out[t][i] = Σ_t2 p[t][t2] · v[t2][i] */
     gemm_batched(0, 0, T_, hs, T_, 1.0f, P, T_, V, C3, t, 0.0f, O, C, t, n);
@@ -723,15 +715,15 @@ static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const f
                  {dq + 2 * C * z, row3, hs * z, 0},
                  {(char *)s, 0, 0, TT * sizeof(float)},
                  {(char *)p, 0, 0, TT * z}}};
+  void **a = pair_ptrs(d, 9, pairs, NH, pg);
   for (int p0 = 0; p0 < pairs; p0 += pg) {
     int n = pairs - p0 < pg ? pairs - p0 : pg, rows = n * T_;
-    void **a = pair_ptrs(d, 9, n, p0, NH);
-    void **Q = a, **K = a + n, **V = a + 2 * n, **D = a + 3 * n, **DQ = a + 4 * n, **DK = a + 5 * n,
-         **DV = a + 6 * n, **S = a + 7 * n, **P = a + 8 * n;
+    void **Q = a + p0, **K = Q + pairs, **V = K + pairs, **D = V + pairs, **DQ = D + pairs,
+         **DK = DQ + pairs, **DV = DK + pairs, **S = DV + pairs, **P = S + pairs;
     /* the probabilities again: scores, then exp(score − lse) */
     gemm_batched(0, 1, T_, T_, hs, scale, Q, C3, K, C3, t, 0.0f, S, T_, CUDA_R_32F, n);
-    causal_probs_kernel<T>
-        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, lse + (size_t)p0 * T_, rows, T_);
+    causal_probs_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, (float *)lse + (size_t)p0 * T_,
+                                                                 s, rows, T_, 1); /* read only */
     LAUNCHED();
     /* dv[t2] += Σ_t p[t][t2] · dout[t] */
     gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, D, C, t, 1.0f, DV, C3, t, n);
