@@ -264,24 +264,33 @@ static void test_layernorm_gelu(double tol) {
     free(hfrees[i]);
 }
 
-static void test_attention(double tol) {
-  size_t nq = (size_t)N * 3 * C, nl = (size_t)B * NH * T, no = (size_t)N * C;
+/* attention of B sequences of T tokens, C channels in NH heads. In 16-bit storage the GPU fuses
+ * it (cuda_flash.cu) for head sizes 32, 64 and 128 and runs batched products otherwise (as in
+ * fp32), so the shapes below take both paths, with sequences that end inside a 64-row tile. */
+static void test_attention(double tol, int B, int T, int C, int NH) {
+  size_t N = (size_t)B * T, nq = N * 3 * C, nl = (size_t)B * NH * T, no = N * C;
+  char what[96];
   float *qkv = randv(nq, 1.0f), *lse = calloc(nl, sizeof(float));
   void *h_qkv = hact(qkv, nq), *out = calloc(no, asz);
   void *d_qkv = upa(qkv, nq), *d_out = up(out, no, asz);
   float *d_lse = upf(lse, nl);
   cpu->attention_fwd(out, lse, h_qkv, B, T, C, NH);
   gpu->attention_fwd(d_out, d_lse, d_qkv, B, T, C, NH);
-  check_a(named("attention_fwd out"), d_out, out, no, tol);
-  check(named("attention_fwd log-sum-exp (fp32)"), d_lse, lse, nl, tol);
-  d_lse = upf(lse, nl); /* the CPU's on both sides */
+  snprintf(what, sizeof what, "attention_fwd out, hs %d T %d", C / NH, T);
+  check_a(named(what), d_out, out, no, tol);
+  snprintf(what, sizeof what, "attention_fwd log-sum-exp (fp32), hs %d T %d", C / NH, T);
+  check(named(what), d_lse, lse, nl, tol);
+  d_out = up(out, no, asz); /* the CPU's out and lse on both sides */
+  d_lse = upf(lse, nl);
   float *dout = randv(no, 1.0f), *dqkv = randv(nq, 1.0f);
   void *h_dout = hact(dout, no), *h_dqkv = hact(dqkv, nq);
   void *d_dout = upa(dout, no), *d_dqkv = upa(dqkv, nq);
-  cpu->attention_bwd(h_dqkv, h_dout, h_qkv, lse, B, T, C, NH);
-  gpu->attention_bwd(d_dqkv, d_dout, d_qkv, d_lse, B, T, C, NH);
-  check_a(named("attention_bwd dqkv"), d_dqkv, h_dqkv, nq, tol);
+  cpu->attention_bwd(h_dqkv, h_dout, h_qkv, out, lse, B, T, C, NH);
+  gpu->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
+  snprintf(what, sizeof what, "attention_bwd dqkv, hs %d T %d", C / NH, T);
+  check_a(named(what), d_dqkv, h_dqkv, nq, tol);
   colo_pool_free(dpool, d_qkv), colo_pool_free(dpool, d_lse), colo_pool_free(dpool, d_dout);
+  colo_pool_free(dpool, d_out);
   free(qkv), free(lse), free(h_qkv), free(out), free(dout), free(dqkv), free(h_dout);
   free(h_dqkv);
 }
@@ -356,9 +365,10 @@ static void test_optimizer(void) {
 }
 
 /* The whole model on both sides from the same initial weights (recomputing on the GPU side): the
- * loss, every gradient, and the loss after two AdamW steps. */
+ * loss, every gradient, and the loss after two AdamW steps. Three heads of 32: the GPU's fused
+ * attention in 16-bit storage. */
 static void test_model(double loss_tol, double grad_tol) {
-  colo_gpt_config_t cfg = {V, T, 2, NH, C};
+  colo_gpt_config_t cfg = {V, T, 2, 3, C};
   colo_pool_t *hp = colo_pool_create("cpu", 0);
   colo_gpt_t *mc = NULL, *mg = NULL;
   char err[256];
@@ -483,7 +493,10 @@ int main(int argc, char **argv) {
       test_optimizer();
     }
     test_matmul(modes[i].tol);
-    test_attention(modes[i].tol);
+    test_attention(modes[i].tol, B, T, C, NH); /* head size 24 */
+    test_attention(modes[i].tol, 2, 100, 128, 2);
+    test_attention(modes[i].tol, 3, 64, 64, 2);
+    test_attention(modes[i].tol, 1, 130, 256, 2);
     if (modes[i].math != COLO_MATH_TF32) { /* TF32 changes the products only */
       test_encoder();
       test_layernorm_gelu(modes[i].tol);

@@ -339,7 +339,7 @@ TEST(attention_grad_and_causality) {
     m.qkv[3 * 18 + i] -= 1.0f;
   att_loss(&m);
   float *dqkv = zeros(nq);
-  be->attention_bwd(dqkv, m.R, m.qkv, m.lse, 2, 5, 6, 2);
+  be->attention_bwd(dqkv, m.R, m.qkv, m.out, m.lse, 2, 5, 6, 2);
   fd_check("attention dqkv", m.qkv, dqkv, nq, att_loss, &m);
   printf("  worst error: %.2e relative (where |grad| > 1e-2), %.2e absolute\n", worst_rel,
          worst_abs);

@@ -73,10 +73,11 @@ typedef struct colo_backend_s {
   /* causal self-attention over qkv[B][T][3C] (q, k, v, heads inside each) into out[B][T][C].
    * No T×T matrix is kept: lse[B][NH][T] (fp32) saves each query's log-sum-exp of its scaled
    * scores, and the backward recomputes the probabilities from q, k (and lse, or the row's own
-   * max and sum, as a backend prefers) */
+   * max and sum, as a backend prefers). The backward also gets the forward's out, from which a
+   * fused kernel takes each row's Σ dout·out (the CPU does not need it). */
   void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int C, int NH);
-  void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const float *lse, int B,
-                        int T, int C, int NH);
+  void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,
+                        const float *lse, int B, int T, int C, int NH);
 
   /* out = a + b (activations) */
   void (*add)(void *out, const void *a, const void *b, size_t n);

@@ -354,13 +354,13 @@ static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T
 }
 
 /* The probabilities of each row are recomputed (attention_row; lse is not needed here). */
-static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const float *lse, int B,
-                          int T, int C, int NH) {
+static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *out,
+                          const float *lse, int B, int T, int C, int NH) {
   float *dqkv = dqkv_;
   const float *dout = dout_, *qkv = qkv_;
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
-  (void)lse;
+  (void)out, (void)lse;
   /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)

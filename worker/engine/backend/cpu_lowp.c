@@ -151,9 +151,10 @@ static void attention_fwd_t(colo_dtype_t t, void *out, float *lse, const void *q
 
 static void attention_bwd_t(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
                             const float *lse, int B, int T, int C, int NH) {
+  /* the fp32 table recomputes the probabilities and needs neither out nor lse */
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
   float *fdq = widen(t, dqkv, nq), *fd = widen(t, dout, no), *fq = widen(t, qkv, nq);
-  f32()->attention_bwd(fdq, fd, fq, lse, B, T, C, NH);
+  f32()->attention_bwd(fdq, fd, fq, NULL, lse, B, T, C, NH);
   narrow(t, dqkv, fdq, nq);
   free(fd);
   free(fq);
@@ -265,8 +266,9 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
                                   int NH) {                                                        \
     attention_fwd_t(T, o, lse, q, B, Tt, C, NH);                                                   \
   }                                                                                                \
-  static void attention_bwd_##sfx(void *dq, const void *d, const void *q, const float *lse, int B, \
-                                  int Tt, int C, int NH) {                                         \
+  static void attention_bwd_##sfx(void *dq, const void *d, const void *q, const void *o,           \
+                                  const float *lse, int B, int Tt, int C, int NH) {                \
+    (void)o;                                                                                       \
     attention_bwd_t(T, dq, d, q, lse, B, Tt, C, NH);                                               \
   }                                                                                                \
   static void add_##sfx(void *o, const void *a, const void *b, size_t n) {                         \

@@ -5,9 +5,10 @@
  * as the CPU backend's reduced-precision tables do (cpu_lowp.c), which test_cuda checks them
  * against. Parameters, gradients, optimizer state, LayerNorm statistics and losses are fp32.
  *
- * Matrix products, and attention's products per head, go through cuBLAS with fp32
- * accumulation: in fp32 (or TF32 tensor cores, on request) for fp32 storage, on bf16 / fp16
- * tensor cores for those. A weight gradient is accumulated in fp32 straight from the 16-bit
+ * Matrix products go through cuBLAS with fp32 accumulation: in fp32 (or TF32 tensor cores, on
+ * request) for fp32 storage, on bf16 / fp16 tensor cores for those. Attention in 16-bit storage is
+ * fused (cuda_flash.cu); in fp32, or with COLO_CUDA_ATTENTION=gemm, its products per head go
+ * through cuBLAS too. A weight gradient is accumulated in fp32 straight from the 16-bit
  * operands. The rest are kernels of our own, each the CPU entry's arithmetic in the same order
  * where that order is cheap to keep: reductions over rows (bias and LayerNorm weight gradients,
  * the squared norm, the embedding's gradient) sum in a fixed order, so every result is the same
@@ -24,82 +25,11 @@
  * is Cᵀ = op(B)ᵀ·op(A)ᵀ column-major, and a row-major matrix read column-major is its transpose.
  */
 #include <cublas_v2.h>
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_runtime.h>
 
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-extern "C" {
-#include "backend.h"
-}
-
-/* ---- errors ---- */
-
-static void die_cuda(cudaError_t e, const char *what, const char *file, int line) {
-  fprintf(stderr, "colo-train: CUDA error in %s: %s (%s:%d)\n", what, cudaGetErrorString(e), file,
-          line);
-  exit(1);
-}
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess)                                                                         \
-      die_cuda(e_, #x, __FILE__, __LINE__);                                                        \
-  } while (0)
-#define CKB(x)                                                                                     \
-  do {                                                                                             \
-    cublasStatus_t s_ = (x);                                                                       \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
-      fprintf(stderr, "colo-train: cuBLAS error in %s: %s (%s:%d)\n", #x,                          \
-              cublasGetStatusString(s_), __FILE__, __LINE__);                                      \
-      exit(1);                                                                                     \
-    }                                                                                              \
-  } while (0)
-#define LAUNCHED() CK(cudaGetLastError())
-
-/* ---- storage types: load into fp32, store rounded to nearest even ---- */
-
-typedef __nv_bfloat16 bf16;
-typedef __half fp16;
-
-__device__ __forceinline__ static float ld(float x) {
-  return x;
-}
-__device__ __forceinline__ static float ld(bf16 x) {
-  return __bfloat162float(x);
-}
-__device__ __forceinline__ static float ld(fp16 x) {
-  return __half2float(x);
-}
-
-template <class T> __device__ __forceinline__ static T st(float x);
-template <> __device__ __forceinline__ float st<float>(float x) {
-  return x;
-}
-template <> __device__ __forceinline__ bf16 st<bf16>(float x) {
-  return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ fp16 st<fp16>(float x) {
-  return __float2half_rn(x);
-}
-
-template <class T> struct dtype_of;
-template <> struct dtype_of<float> {
-  static const cudaDataType_t cuda = CUDA_R_32F;
-  static const colo_dtype_t colo = COLO_DTYPE_F32;
-};
-template <> struct dtype_of<bf16> {
-  static const cudaDataType_t cuda = CUDA_R_16BF;
-  static const colo_dtype_t colo = COLO_DTYPE_BF16;
-};
-template <> struct dtype_of<fp16> {
-  static const cudaDataType_t cuda = CUDA_R_16F;
-  static const colo_dtype_t colo = COLO_DTYPE_F16;
-};
+#include "cuda_common.cuh"
 
 /* ---- the one GPU this process uses ---- */
 
@@ -115,6 +45,7 @@ static struct {
   size_t scratch_bytes[S_SLOTS];
   double *part;      /* sumsq: one double per block */
   size_t att_budget; /* attention's scratch for one group of heads (head_group) */
+  int flash;         /* the fused attention where it applies (COLO_CUDA_ATTENTION=flash) */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -665,7 +596,8 @@ static void **pair_ptrs(const pair_ats &d, int na, int n, int NH, int group) {
 }
 
 template <class T>
-static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH) {
+static void attention_gemm_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C,
+                               int NH) {
   const cudaDataType_t t = dtype_of<T>::cuda;
   int hs = C / NH, C3 = 3 * C, pairs = B * NH, pg = pair_group(pairs, T_, sizeof(T));
   float scale = 1.0f / sqrtf((float)hs);
@@ -696,8 +628,8 @@ static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_,
 }
 
 template <class T>
-static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const float *lse, int B,
-                          int T_, int C, int NH) {
+static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, const float *lse,
+                               int B, int T_, int C, int NH) {
   const cudaDataType_t t = dtype_of<T>::cuda;
   int hs = C / NH, C3 = 3 * C, pairs = B * NH, pg = pair_group(pairs, T_, sizeof(T));
   float scale = 1.0f / sqrtf((float)hs);
@@ -735,6 +667,26 @@ static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const f
     gemm_batched(0, 0, T_, hs, T_, 1.0f, P, T_, K, C3, t, 1.0f, DQ, C3, t, n);
     gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, Q, C3, t, 1.0f, DK, C3, t, n);
   }
+}
+
+/* The fused kernels (cuda_flash.cu) where they apply and are not turned off, else the batched
+ * products above. */
+template <class T>
+static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH) {
+  if (!g.flash || !flash_attention_fwd(dtype_of<T>::colo, out, lse, qkv, B, T_, C, NH, g.stream))
+    attention_gemm_fwd<T>(out, lse, qkv, B, T_, C, NH);
+}
+
+template <class T>
+static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
+                          const float *lse, int B, int T_, int C, int NH) {
+  if (g.flash) {
+    float *dsum = (float *)scratch(S_F32, (size_t)B * NH * T_ * sizeof(float));
+    if (flash_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH,
+                            g.stream))
+      return;
+  }
+  attention_gemm_bwd<T>(dqkv, dout, qkv, lse, B, T_, C, NH);
 }
 
 /* ---- elementwise ---- */
@@ -1039,6 +991,12 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
     return NULL;
   }
   CKB(cublasSetStream(g.blas, g.stream));
+  const char *att = getenv("COLO_CUDA_ATTENTION");
+  if (att && *att && strcmp(att, "flash") && strcmp(att, "gemm")) {
+    snprintf(err, errlen, "COLO_CUDA_ATTENTION must be flash or gemm, not '%s'", att);
+    return NULL;
+  }
+  g.flash = !(att && !strcmp(att, "gemm"));
   const char *mib = getenv("COLO_CUDA_ATTENTION_MIB");
   g.att_budget = (size_t)((mib && atof(mib) > 0 ? atof(mib) : 24.0) * 1048576.0);
   TABLE_F32 = make_table<float>("cuda");

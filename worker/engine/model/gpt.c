@@ -961,7 +961,7 @@ blocks:
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty, w.attproj, N,
                    Cq, C);
     be->zero(m->dqkv, (size_t)N * 3 * Cq * A);
-    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->att_lse, B, T, Cq, m->NHl);
+    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl);
     be->zero(m->dln, NC * A);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, w.qkv, N, C, 3 * Cq);
     if (reduce_dln(m, rowf, NC) < 0)

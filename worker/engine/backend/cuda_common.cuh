@@ -1,0 +1,94 @@
+/* What the CUDA backend's files share: error checks, the storage types' loads and stores, and the
+ * fused attention's entry points (cuda_flash.cu). Internal to libcolo_cuda.so. */
+#ifndef COLO_CUDA_COMMON_CUH
+#define COLO_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <library_types.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "backend.h"
+}
+
+/* ---- errors ---- */
+
+static inline void die_cuda(cudaError_t e, const char *what, const char *file, int line) {
+  fprintf(stderr, "colo-train: CUDA error in %s: %s (%s:%d)\n", what, cudaGetErrorString(e), file,
+          line);
+  exit(1);
+}
+#define CK(x)                                                                                      \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess)                                                                         \
+      die_cuda(e_, #x, __FILE__, __LINE__);                                                        \
+  } while (0)
+#define CKB(x)                                                                                     \
+  do {                                                                                             \
+    cublasStatus_t s_ = (x);                                                                       \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
+      fprintf(stderr, "colo-train: cuBLAS error in %s: %s (%s:%d)\n", #x,                          \
+              cublasGetStatusString(s_), __FILE__, __LINE__);                                      \
+      exit(1);                                                                                     \
+    }                                                                                              \
+  } while (0)
+#define LAUNCHED() CK(cudaGetLastError())
+
+/* ---- storage types: load into fp32, store rounded to nearest even ---- */
+
+typedef __nv_bfloat16 bf16;
+typedef __half fp16;
+
+__device__ __forceinline__ static float ld(float x) {
+  return x;
+}
+__device__ __forceinline__ static float ld(bf16 x) {
+  return __bfloat162float(x);
+}
+__device__ __forceinline__ static float ld(fp16 x) {
+  return __half2float(x);
+}
+
+template <class T> __device__ __forceinline__ static T st(float x);
+template <> __device__ __forceinline__ float st<float>(float x) {
+  return x;
+}
+template <> __device__ __forceinline__ bf16 st<bf16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+template <> __device__ __forceinline__ fp16 st<fp16>(float x) {
+  return __float2half_rn(x);
+}
+
+template <class T> struct dtype_of;
+template <> struct dtype_of<float> {
+  static const cudaDataType_t cuda = CUDA_R_32F;
+  static const colo_dtype_t colo = COLO_DTYPE_F32;
+};
+template <> struct dtype_of<bf16> {
+  static const cudaDataType_t cuda = CUDA_R_16BF;
+  static const colo_dtype_t colo = COLO_DTYPE_BF16;
+};
+template <> struct dtype_of<fp16> {
+  static const cudaDataType_t cuda = CUDA_R_16F;
+  static const colo_dtype_t colo = COLO_DTYPE_F16;
+};
+
+/* ---- fused attention (cuda_flash.cu) ----
+ * FlashAttention-2's schedule on the tensor cores (WMMA) for 16-bit storage: no T×T matrix, not
+ * even per group. Each returns 0, having done nothing, when it does not handle the case (fp32
+ * storage, a head size other than 32, 64 or 128, rows not 16-byte aligned); the caller then
+ * runs the batched-product attention. */
+int flash_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T, int C,
+                        int NH, cudaStream_t stream);
+/* dsum: fp32 scratch of B·NH·T (each query's Σ dout·out) */
+int flash_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
+                        const void *out, const float *lse, float *dsum, int B, int T, int C, int NH,
+                        cudaStream_t stream);
+
+#endif
