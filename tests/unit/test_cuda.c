@@ -313,6 +313,14 @@ static void test_losses(double tol) {
   cpu->crossentropy_bwd(probs, probs, tg, 0.125f, N, V);
   gpu->crossentropy_bwd(p_gpu, p_gpu, d_tg, 0.125f, N, V);
   check_a(named("crossentropy_bwd (in place)"), p_gpu, probs, nl, dt ? 0.0 : 1e-6);
+  /* both at once, as a training step calls them */
+  void *fused = hact(logits, nl), *d_fused = upa(logits, nl);
+  float *d_fl = upf(logits, N);
+  cpu->crossentropy_fused(losses, fused, tg, 0.125f, N, V);
+  gpu->crossentropy_fused(d_fl, d_fused, d_tg, 0.125f, N, V);
+  check(named("crossentropy_fused losses (fp32)"), d_fl, losses, N, 1e-5);
+  check_a(named("crossentropy_fused gradient (in place)"), d_fused, fused, nl, dt ? tol : 1e-5);
+  free(fused);
   /* vocab-parallel pieces over a shard of 400 columns starting at 300 */
   int Vl = 400, v0 = 300;
   size_t ns = (size_t)N * Vl;

@@ -581,6 +581,31 @@ TEST(recompute_is_bit_identical) {
   ASSERT(colo_gpt_forward(a, IN, TG, 2, 5) == colo_gpt_forward(b, IN, TG, 2, 5));
 }
 
+/* colo_gpt_forward_train computes the loss's gradient with the loss (crossentropy_fused): in fp32
+ * the same loss and gradients, bit for bit, as a forward and a backward */
+TEST(fused_loss_gradient_is_bit_identical) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_t *a = tiny_model(pool, 0), *b = tiny_model(pool, 0);
+  size_t np = colo_gpt_num_params(a);
+  colo_gpt_zero_grad(a);
+  colo_gpt_zero_grad(b);
+  float la = colo_gpt_forward(a, IN, TG, 2, 5);
+  colo_gpt_backward(a, 0.37f);
+  float lb = colo_gpt_forward_train(b, IN, TG, 2, 5, 0.37f);
+  colo_gpt_backward(b, 0.37f);
+  ASSERT(la == lb && isfinite(la));
+  ASSERT(memcmp(colo_gpt_grads(a), colo_gpt_grads(b), np * 4) == 0);
+  /* and a later plain forward and backward are plain again */
+  colo_gpt_zero_grad(a);
+  colo_gpt_zero_grad(b);
+  colo_gpt_forward(a, IN, TG, 2, 5);
+  colo_gpt_backward(a, 1.0f);
+  colo_gpt_forward(b, IN, TG, 2, 5);
+  colo_gpt_backward(b, 1.0f);
+  ASSERT(memcmp(colo_gpt_grads(a), colo_gpt_grads(b), np * 4) == 0);
+}
+
 TEST(recompute_uses_less_memory) {
   setup();
   colo_gpt_config_t cfg = {256, 64, 6, 4, 128};

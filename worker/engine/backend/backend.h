@@ -89,6 +89,12 @@ typedef struct colo_backend_s {
   /* dlogits[N][V] = (probs - onehot(target)) · dloss (dlogits may alias probs) */
   void (*crossentropy_bwd)(void *dlogits, const void *probs, const int *targets, float dloss, int N,
                            int V);
+  /* The two at once, for a training step whose loss scale is known before its forward: losses as
+   * crossentropy_fwd, and the logits overwritten by (softmax − onehot(target))·dloss, from the fp32
+   * probabilities, rounded once. One pass over the logits where the pair makes two and stores the
+   * probabilities between them. */
+  void (*crossentropy_fused)(float *losses, void *logits, const int *targets, float dloss, int N,
+                             int V);
 
   /* Vocab-parallel cross-entropy over a shard logits[N][Vl] of the vocabulary starting at v0:
    * the row maxima, the sums of exp(logit − gmax), the target's logit (0 when another shard has

@@ -450,6 +450,13 @@ static void crossentropy_bwd(void *dlogits_, const void *probs_, const int *targ
   }
 }
 
+/* the pair above, so that fp32 results are theirs bit for bit */
+static void crossentropy_fused(float *losses, void *logits, const int *targets, float dloss, int N,
+                               int V) {
+  crossentropy_fwd(losses, logits, logits, targets, N, V);
+  crossentropy_bwd(logits, logits, targets, dloss, N, V);
+}
+
 static void vocab_max(float *rowmax, const void *logits_, int N, int Vl) {
   const float *logits = logits_;
 #pragma omp parallel for schedule(static)
@@ -588,6 +595,7 @@ static const colo_backend_t CPU = {
     .add = add,
     .crossentropy_fwd = crossentropy_fwd,
     .crossentropy_bwd = crossentropy_bwd,
+    .crossentropy_fused = crossentropy_fused,
     .vocab_max = vocab_max,
     .vocab_sumexp = vocab_sumexp,
     .vocab_target = vocab_target,

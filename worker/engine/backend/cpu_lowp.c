@@ -184,6 +184,14 @@ static void crossentropy_bwd_t(colo_dtype_t t, void *dlogits, const void *probs,
   narrow(t, dlogits, f, n);
 }
 
+static void crossentropy_fused_t(colo_dtype_t t, float *losses, void *logits, const int *targets,
+                                 float dloss, int N, int V) {
+  size_t n = (size_t)N * V;
+  float *f = widen(t, logits, n);
+  f32()->crossentropy_fused(losses, f, targets, dloss, N, V); /* no rounding in between */
+  narrow(t, logits, f, n);
+}
+
 static void vocab_max_t(colo_dtype_t t, float *rowmax, const void *logits, int N, int Vl) {
   float *f = widen(t, logits, (size_t)N * Vl);
   f32()->vocab_max(rowmax, f, N, Vl);
@@ -282,6 +290,9 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
                                      int V) {                                                      \
     crossentropy_bwd_t(T, dl, p, tg, s, N, V);                                                     \
   }                                                                                                \
+  static void crossentropy_fused_##sfx(float *l, void *lg, const int *tg, float s, int N, int V) { \
+    crossentropy_fused_t(T, l, lg, tg, s, N, V);                                                   \
+  }                                                                                                \
   static void vocab_max_##sfx(float *m, const void *lg, int N, int Vl) {                           \
     vocab_max_t(T, m, lg, N, Vl);                                                                  \
   }                                                                                                \
@@ -324,6 +335,7 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
     b.add = add_##sfx;                                                                             \
     b.crossentropy_fwd = crossentropy_fwd_##sfx;                                                   \
     b.crossentropy_bwd = crossentropy_bwd_##sfx;                                                   \
+    b.crossentropy_fused = crossentropy_fused_##sfx;                                               \
     b.vocab_max = vocab_max_##sfx;                                                                 \
     b.vocab_sumexp = vocab_sumexp_##sfx;                                                           \
     b.vocab_target = vocab_target_##sfx;                                                           \

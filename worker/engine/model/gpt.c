@@ -84,6 +84,10 @@ struct colo_gpt_s {
   int *inputs;  /* and of its inputs */
   float *host;  /* host scratch for the loss: [N] losses, then gmax, gsum, tlogit, gather [tp][N] */
   int B, T, have_targets;
+  /* colo_gpt_forward_train: the loss's gradient for loss scale fuse_scale is computed with the
+   * loss (fuse_next), and the logits then hold it (logits_grad) */
+  int fuse_next, logits_grad;
+  float fuse_scale;
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dtmp;
   void *gelu; /* [N][4C]: the GELU output of the block at hand, forward and backward */
@@ -704,12 +708,22 @@ float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int
   return colo_gpt_forward_stage(m, inputs, NULL, targets, B, T);
 }
 
+float colo_gpt_forward_train(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T,
+                             float loss_scale) {
+  m->fuse_next = 1;
+  m->fuse_scale = loss_scale;
+  float loss = colo_gpt_forward_stage(m, inputs, NULL, targets, B, T);
+  m->fuse_next = 0;
+  return loss;
+}
+
 float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in,
                              const int *targets, int B, int T) {
   const colo_backend_t *be = m->be;
   int C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T, Vl = m->Vl;
   m->B = B;
   m->T = T;
+  m->logits_grad = 0;
   if (inputs)
     be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
   int Nl = m->sp ? N / m->tp : N;
@@ -756,7 +770,12 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     if (m->hook_error)
       return NAN;
   } else {
-    be->crossentropy_fwd(m->losses, m->logits, m->logits, m->targets, N, Vl);
+    if (m->fuse_next) {
+      be->crossentropy_fused(m->losses, m->logits, m->targets, m->fuse_scale / (float)N, N, Vl);
+      m->logits_grad = 1;
+    } else {
+      be->crossentropy_fwd(m->losses, m->logits, m->logits, m->targets, N, Vl);
+    }
     be->to_host(m->host, m->losses, (size_t)N * sizeof(float));
   }
   /* mean in double, in order: the loss a test compares must not depend on threads */
@@ -907,8 +926,16 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   if (m->tp_comm)
     be->vocab_ce_bwd(m->logits, m->logits, m->gmax, m->gsum, m->targets, m->v0,
                      loss_scale / (float)N, N, Vl);
-  else
+  else if (!m->logits_grad)
     be->crossentropy_bwd(m->logits, m->logits, m->targets, loss_scale / (float)N, N, Vl);
+  else if (loss_scale != m->fuse_scale) { /* the caller's error: the gradient is for another */
+    fprintf(stderr,
+            "colo_gpt_backward: loss scale %g, but the forward computed the loss's "
+            "gradient for %g\n",
+            loss_scale, m->fuse_scale);
+    abort();
+  }
+  m->logits_grad = 0;
   /* the embedding's gradients stay open until the encoder's backward, at the very end */
   size_t iw = (size_t)m->i_wte, il = (size_t)m->i_lnf;
   if (grads_begin(m, iw, 1) < 0 || (m->first && grads_begin(m, (size_t)m->i_wpe, 1) < 0) ||

@@ -102,8 +102,16 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed);
 /* Forward over inputs[B][T]; with targets returns the mean cross-entropy, else 0. B ≤ max_B,
  * T ≤ block_size. */
 float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T);
+/* A training step's forward: colo_gpt_forward with targets, computing the loss's gradient for
+ * colo_gpt_backward(m, loss_scale) with the loss, in one pass over the logits instead of two
+ * (crossentropy_fused). The backward that follows must get the same loss_scale. Gradients are
+ * those of colo_gpt_forward and colo_gpt_backward: the same bit for bit in fp32; in 16-bit
+ * storage the probabilities are no longer rounded before the gradient is taken from them. */
+float colo_gpt_forward_train(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T,
+                             float loss_scale);
 /* Row `row` (= b·T + t) of the last forward's logits (without targets; probabilities after one
- * with targets) as V fp32 values in host memory. */
+ * with targets, the loss's gradient after colo_gpt_forward_train) as V fp32 values in host
+ * memory. */
 void colo_gpt_read_logits(const colo_gpt_t *m, size_t row, float *dst);
 
 /* Gradient hooks, for ZeRO stage 2: with them set, the model holds no gradient buffer of its

@@ -758,9 +758,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         loss += l / M;
         continue;
       }
-      loss += colo_gpt_forward(model, in, tg, B, T);
       /* the mean over every rank's tokens: gradients are summed over the group below */
-      colo_gpt_backward(model, bscale / (float)(cfg->grad_accum * dp));
+      float ls = bscale / (float)(cfg->grad_accum * dp);
+      loss += colo_gpt_forward_train(model, in, tg, B, T, ls);
+      colo_gpt_backward(model, ls);
       if (colo_gpt_hook_error(model) < 0) {
         snprintf(err, errlen, "rank %d: reducing gradients: %s", me,
                  colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
