@@ -65,6 +65,8 @@ echo "== 2. GPT-2 124M"
 colo_run c124bf16 "${M124[@]}" --precision bf16
 # the fused attention (the default) against batched products over L2-sized groups of heads
 COLO_CUDA_ATTENTION=gemm colo_run c124bf16g "${M124[@]}" --precision bf16
+# and without cuBLASLt's bias epilogues (a pass of their own over each product's output)
+COLO_CUDA_EPILOGUES=0 colo_run c124bf16e "${M124[@]}" --precision bf16
 colo_run c124 "${M124[@]}" --precision fp32 "${TF32[@]}"
 colo_run c124fp32 "${M124[@]}" --precision fp32
 for dt in bf16 tf32; do
@@ -108,7 +110,7 @@ def colo(name, L, C, T, V=50304):
             "peak": max(x["memory_bytes"] for x in st), "act": st[0]["activation_bytes"]}
 def torch(dt):
     return json.load(open("%s/torch-%s.json" % (tmp, dt)))
-b16, b16g, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124bf16g", "c124", "c124fp32"))
+b16, b16g, b16e, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124bf16g", "c124bf16e", "c124", "c124fp32"))
 big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
 L = []
@@ -122,6 +124,7 @@ L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
 for name, r in (("colo, bf16 activations and products, fused attention", b16),
                 ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", b16g),
+                ("colo, bf16, biases without cuBLASLt epilogues (COLO_CUDA_EPILOGUES=0)", b16e),
                 ("colo, fp32, TF32 products", a),
                 ("colo, fp32", f32)):
     L.append("| %s | %s |" % (name, "failed" if r is None else "%.1f | %.0f | %.1f%%" % (r["ms"], r["tok_s"], 100 * r["mfu"])))

@@ -6,7 +6,9 @@
  * against. Parameters, gradients, optimizer state, LayerNorm statistics and losses are fp32.
  *
  * Matrix products go through cuBLAS with fp32 accumulation: in fp32 (or TF32 tensor cores, on
- * request) for fp32 storage, on bf16 / fp16 tensor cores for those. Attention in 16-bit storage is
+ * request) for fp32 storage, on bf16 / fp16 tensor cores for those. A product's bias, and its bias
+ * gradient, are cuBLASLt epilogues where cuBLASLt has them for the shape
+ * (COLO_CUDA_EPILOGUES=0: never). Attention in 16-bit storage is
  * fused (cuda_flash.cu); in fp32, or with COLO_CUDA_ATTENTION=gemm, its products per head go
  * through cuBLAS too. A weight gradient is accumulated in fp32 straight from the 16-bit
  * operands. The rest are kernels of our own, each the CPU entry's arithmetic in the same order
@@ -24,9 +26,11 @@
  * row-major product onto column-major cuBLAS by swapping the operands: C = op(A)·op(B) row-major
  * is Cᵀ = op(B)ᵀ·op(A)ᵀ column-major, and a row-major matrix read column-major is its transpose.
  */
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "cuda_common.cuh"
@@ -34,7 +38,7 @@
 /* ---- the one GPU this process uses ---- */
 
 /* scratch buffers, each grown on demand; an operation uses each slot at most once at a time */
-enum { S_F32, S_ACT, S_PART, S_INT, S_PTR, S_SLOTS };
+enum { S_F32, S_ACT, S_PART, S_INT, S_PTR, S_BIAS, S_SLOTS };
 
 static struct {
   int ready, ordinal;
@@ -43,9 +47,12 @@ static struct {
   cublasComputeType_t compute; /* fp32 storage's products: fp32, or TF32 tensor cores */
   void *scratch[S_SLOTS];
   size_t scratch_bytes[S_SLOTS];
-  double *part;      /* sumsq: one double per block */
-  size_t att_budget; /* attention's scratch for one group of heads (head_group) */
-  int flash;         /* the fused attention where it applies (COLO_CUDA_ATTENTION=flash) */
+  double *part;        /* sumsq: one double per block */
+  cublasLtHandle_t lt; /* products with a bias, or a bias gradient, in their epilogue */
+  void *lt_work;       /* its workspace, LT_WORK bytes */
+  int lt_off;          /* COLO_CUDA_EPILOGUES=0: without them */
+  size_t att_budget;   /* attention's scratch for one group of heads (head_group) */
+  int flash;           /* the fused attention where it applies (COLO_CUDA_ATTENTION=flash) */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -58,6 +65,9 @@ static void *scratch(int slot, size_t bytes) {
   }
   return g.scratch[slot];
 }
+
+template <class T> static void to_act(void *dst, const float *src, size_t n);
+static void accumulate(float *dst, const float *src, size_t n);
 
 static int blocks_for(size_t n, int threads) {
   size_t b = (n + (size_t)threads - 1) / (size_t)threads;
@@ -163,6 +173,111 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const void *A
                    &alpha, B, ab, ldb, A, ab, lda, &beta, C, c, ldc, ct, CUBLAS_GEMM_DEFAULT));
 }
 
+/* ---- cuBLASLt: products that add a bias, or take a bias gradient, in their epilogue ----
+ * A product with a bias otherwise writes the bias rows first and adds the product onto them, and
+ * a bias gradient is a column sum of its own: a pass over the output each. A plan per shape holds
+ * cuBLASLt's descriptors and the algorithm its heuristic chose; when the heuristic has none (an
+ * epilogue this cuBLASLt does not support for the shape), lt_gemm returns 0 and the caller does
+ * without. The operands map as in gemm: row-major op(A)·op(B) is column-major op(B)ᵀ·op(A)ᵀ, so
+ * in cuBLASLt's terms its matrix A is our B; a bias is added along our columns (its D's rows) and
+ * BGRADA sums our B over the product's inner dimension. */
+enum { LT_BIAS = 1, LT_BGRAD, LT_PLANS = 64 };
+static const size_t LT_WORK = 32u << 20;
+
+struct lt_plan {
+  int kind, ta, tb, M, N, K, lda, ldb, ldc, align, ok;
+  cudaDataType_t ab, c;
+  cublasComputeType_t ct;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t la, lb, lc;
+  cublasLtMatmulAlgo_t algo;
+};
+static lt_plan lt_plans[LT_PLANS];
+static int lt_nplans;
+
+/* the largest power of two up to 256 that divides the address */
+static int align_of(const void *p) {
+  int a = 256;
+  while (a > 1 && (uintptr_t)p % (uintptr_t)a)
+    a /= 2;
+  return a;
+}
+
+template <class V>
+static void lt_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, const V &v) {
+  CKB(cublasLtMatmulDescSetAttribute(d, a, &v, sizeof v));
+}
+
+static lt_plan *lt_plan_for(int kind, int ta, int tb, int M, int N, int K, int lda, int ldb,
+                            int ldc, cudaDataType_t ab, cudaDataType_t c, int align,
+                            const void *bias) {
+  cublasComputeType_t ct = ab == CUDA_R_32F ? g.compute : CUBLAS_COMPUTE_32F;
+  for (int i = 0; i < lt_nplans; i++) {
+    lt_plan *p = &lt_plans[i];
+    if (p->kind == kind && p->ta == ta && p->tb == tb && p->M == M && p->N == N && p->K == K &&
+        p->lda == lda && p->ldb == ldb && p->ldc == ldc && p->ab == ab && p->c == c &&
+        p->ct == ct && p->align == align)
+      return p;
+  }
+  if (lt_nplans == LT_PLANS)
+    return NULL; /* more shapes than a model has: the rest go without */
+  lt_plan *p = &lt_plans[lt_nplans++];
+  memset(p, 0, sizeof *p);
+  p->kind = kind, p->ta = ta, p->tb = tb, p->M = M, p->N = N, p->K = K;
+  p->lda = lda, p->ldb = ldb, p->ldc = ldc, p->align = align, p->ab = ab, p->c = c, p->ct = ct;
+  CKB(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F));
+  lt_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
+  lt_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
+  lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+         kind == LT_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADA);
+  lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias); /* the heuristic reads its alignment */
+  CKB(cublasLtMatrixLayoutCreate(&p->la, ab, tb ? K : N, tb ? N : K, ldb));
+  CKB(cublasLtMatrixLayoutCreate(&p->lb, ab, ta ? M : K, ta ? K : M, lda));
+  CKB(cublasLtMatrixLayoutCreate(&p->lc, c, N, M, ldc));
+  cublasLtMatmulPreference_t pref;
+  CKB(cublasLtMatmulPreferenceCreate(&pref));
+  uint64_t work = LT_WORK;
+  uint32_t al = (uint32_t)align;
+  CKB(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &work,
+                                           sizeof work));
+  cublasLtMatmulPreferenceAttributes_t aligns[] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++)
+    CKB(cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &al, sizeof al));
+  cublasLtMatmulHeuristicResult_t res;
+  int found = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(g.lt, p->desc, p->la, p->lb, p->lc, p->lc,
+                                                     pref, 1, &res, &found);
+  CKB(cublasLtMatmulPreferenceDestroy(pref));
+  if (st == CUBLAS_STATUS_SUCCESS && found > 0) {
+    p->algo = res.algo;
+    p->ok = 1;
+  }
+  return p;
+}
+
+/* gemm's product with an epilogue: LT_BIAS adds bias[N] (of C's type) to every row of C; LT_BGRAD
+ * also writes Σ_k op(B)[k][n] into bias[N] (fp32; C must be fp32). 0: not done, do without. */
+static int lt_gemm(int kind, const void *bias, int ta, int tb, int M, int N, int K, const void *A,
+                   int lda, const void *B, int ldb, cudaDataType_t ab, float beta, void *C, int ldc,
+                   cudaDataType_t c) {
+  if (g.lt_off)
+    return 0;
+  int align = align_of(A);
+  const void *ptrs[] = {B, C, bias};
+  for (int i = 0; i < 3; i++)
+    align = align_of(ptrs[i]) < align ? align_of(ptrs[i]) : align;
+  lt_plan *p = lt_plan_for(kind, ta, tb, M, N, K, lda, ldb, ldc, ab, c, align, bias);
+  if (!p || !p->ok)
+    return 0;
+  lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  float alpha = 1.0f;
+  CKB(cublasLtMatmul(g.lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
+                     g.lt_work, LT_WORK, g.stream));
+  return 1;
+}
+
 /* the same for `batch` products whose operands are listed in device arrays of pointers */
 static void gemm_batched(int ta, int tb, int M, int N, int K, float alpha, void *const *A, int lda,
                          void *const *B, int ldb, cudaDataType_t ab, float beta, void *const *C,
@@ -230,7 +345,14 @@ template <class T>
 static void matmul_fwd(void *out, const void *inp, const void *w, const float *b, int N, int C,
                        int OC) {
   const cudaDataType_t t = dtype_of<T>::cuda;
-  if (b) {
+  if (b) { /* the epilogue's bias is of the output's type: rounded as the rows below would be */
+    const void *bt = b;
+    if (sizeof(T) != sizeof(float)) {
+      bt = scratch(S_BIAS, (size_t)OC * sizeof(T));
+      to_act<T>((void *)bt, b, (size_t)OC);
+    }
+    if (lt_gemm(LT_BIAS, bt, 0, 0, N, OC, C, inp, C, w, OC, t, 0.0f, out, OC, t))
+      return;
     rows_set_kernel<T><<<blocks_for((size_t)N * OC, 256), 256, 0, g.stream>>>((T *)out, b, N, OC);
     LAUNCHED();
   }
@@ -243,6 +365,13 @@ static void matmul_bwd(void *dinp, float *dw, float *db, const void *dout, const
   const cudaDataType_t t = dtype_of<T>::cuda;
   if (dinp) /* dinp[N][C] += dout[N][OC] · w[C][OC]ᵀ */
     gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, t, 1.0f, dinp, C, t);
+  if (dw && db) { /* and db[OC] += Σ_rows dout, in the product's epilogue */
+    float *part = (float *)scratch(S_BIAS, (size_t)OC * sizeof(float));
+    if (lt_gemm(LT_BGRAD, part, 1, 0, C, OC, N, inp, C, dout, OC, t, 1.0f, dw, OC, CUDA_R_32F)) {
+      accumulate(db, part, (size_t)OC);
+      return;
+    }
+  }
   if (dw) /* dw[C][OC] += inp[N][C]ᵀ · dout[N][OC], accumulated in fp32 */
     gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, t, 1.0f, dw, OC, CUDA_R_32F);
   if (db)
@@ -1018,10 +1147,18 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
     return NULL;
   }
   cublasStatus_t s = cublasCreate(&g.blas);
+  if (s == CUBLAS_STATUS_SUCCESS)
+    s = cublasLtCreate(&g.lt);
   if (s != CUBLAS_STATUS_SUCCESS) {
     snprintf(err, errlen, "cuBLAS on device %d: %s", ordinal, cublasGetStatusString(s));
     return NULL;
   }
+  if ((e = cudaMalloc(&g.lt_work, LT_WORK)) != cudaSuccess) {
+    snprintf(err, errlen, "CUDA device %d: %s", ordinal, cudaGetErrorString(e));
+    return NULL;
+  }
+  const char *epi = getenv("COLO_CUDA_EPILOGUES");
+  g.lt_off = epi && !strcmp(epi, "0");
   CKB(cublasSetStream(g.blas, g.stream));
   const char *att = getenv("COLO_CUDA_ATTENTION");
   if (att && *att && strcmp(att, "flash") && strcmp(att, "gemm")) {
