@@ -273,8 +273,13 @@ static int lt_gemm(int kind, const void *bias, int ta, int tb, int M, int N, int
     return 0;
   lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
   float alpha = 1.0f;
-  CKB(cublasLtMatmul(g.lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C, p->lc, &p->algo,
-                     g.lt_work, LT_WORK, g.stream));
+  cublasStatus_t st = cublasLtMatmul(g.lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C,
+                                     p->lc, &p->algo, g.lt_work, LT_WORK, g.stream);
+  if (st == CUBLAS_STATUS_NOT_SUPPORTED) { /* the heuristic offered what the call refuses */
+    p->ok = 0;
+    return 0;
+  }
+  CKB(st);
   return 1;
 }
 
