@@ -524,27 +524,67 @@ static void encoder_bwd(float *dwte, float *dwpe, const void *dout, const int *t
 
 /* ---- LayerNorm: a warp per row ---- */
 
+/* f(i, x[i], y[i]) for each value of a row that thread `lane` of `nt` owns (y may be NULL: 0 is
+ * passed): 16-byte packs when vec, else one at a time */
+template <class T, class F>
+__device__ __forceinline__ static void lane_each(const T *x, const T *y, int C, int lane, int nt,
+                                                 int vec, F f) {
+  constexpr int P = pack<T>::n;
+  if (vec) {
+    for (int i = lane * P; i < C; i += nt * P) {
+      pack<T> a = ldp(x + i), b;
+      if (y)
+        b = ldp(y + i);
+#pragma unroll
+      for (int k = 0; k < P; k++)
+        f(i + k, ld(a.v[k]), y ? ld(b.v[k]) : 0.0f);
+    }
+  } else {
+    for (int i = lane; i < C; i += nt)
+      f(i, ld(x[i]), y ? ld(y[i]) : 0.0f);
+  }
+}
+
+/* dst[i] = f(i, x[i], y[i], dst[i]) over this lane's values of a row (y may be NULL; dst's old
+ * values are read only when old is set; dst may be x) */
+template <class T, class F>
+__device__ __forceinline__ static void lane_map(T *dst, const T *x, const T *y, int old, int C,
+                                                int lane, int nt, int vec, F f) {
+  constexpr int P = pack<T>::n;
+  if (vec) {
+    for (int i = lane * P; i < C; i += nt * P) {
+      pack<T> a = ldp(x + i), b, o;
+      if (y)
+        b = ldp(y + i);
+      if (old)
+        o = ldp(dst + i);
+#pragma unroll
+      for (int k = 0; k < P; k++)
+        o.v[k] = st<T>(f(i + k, ld(a.v[k]), y ? ld(b.v[k]) : 0.0f, old ? ld(o.v[k]) : 0.0f));
+      stp(dst + i, o);
+    }
+  } else {
+    for (int i = lane; i < C; i += nt)
+      dst[i] = st<T>(f(i, ld(x[i]), y ? ld(y[i]) : 0.0f, old ? ld(dst[i]) : 0.0f));
+  }
+}
+
 template <class T>
 __global__ static void layernorm_fwd_kernel(T *out, float *mean, float *rstd, const T *inp,
-                                            const float *w, const float *b, int N, int C) {
+                                            const float *w, const float *b, int N, int C, int vec) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return;
   const T *x = inp + (size_t)row * C;
   float s = 0.0f;
-  for (int i = lane; i < C; i += 32)
-    s += ld(x[i]);
-  float m = warp_sum(s) / (float)C;
-  float v = 0.0f;
-  for (int i = lane; i < C; i += 32) {
-    float d = ld(x[i]) - m;
-    v += d * d;
-  }
+  const T *none = NULL;
+  lane_each(x, none, C, lane, 32, vec, [&](int, float xi, float) { s += xi; });
+  float m = warp_sum(s) / (float)C, v = 0.0f;
+  lane_each(x, none, C, lane, 32, vec, [&](int, float xi, float) { v += (xi - m) * (xi - m); });
   v = warp_sum(v) / (float)C;
   float r = 1.0f / sqrtf(v + 1e-5f);
-  T *o = out + (size_t)row * C;
-  for (int i = lane; i < C; i += 32)
-    o[i] = st<T>((ld(x[i]) - m) * r * w[i] + b[i]);
+  lane_map(out + (size_t)row * C, x, none, 0, C, lane, 32, vec,
+           [&](int i, float xi, float, float) { return (xi - m) * r * w[i] + b[i]; });
   if (lane == 0) {
     mean[row] = m;
     rstd[row] = r;
@@ -554,39 +594,41 @@ __global__ static void layernorm_fwd_kernel(T *out, float *mean, float *rstd, co
 template <class T>
 static void layernorm_fwd(void *out, float *mean, float *rstd, const void *inp, const float *w,
                           const float *b, int N, int C) {
-  layernorm_fwd_kernel<T>
-      <<<(N + 7) / 8, 256, 0, g.stream>>>((T *)out, mean, rstd, (const T *)inp, w, b, N, C);
+  layernorm_fwd_kernel<T><<<(N + 7) / 8, 256, 0, g.stream>>>(
+      (T *)out, mean, rstd, (const T *)inp, w, b, N, C, vec_ok<T>((size_t)C, out, inp));
   LAUNCHED();
 }
 
 template <class T>
 __global__ static void layernorm_bwd_kernel(T *dinp, const T *dout, const T *inp, const float *w,
-                                            const float *mean, const float *rstd, int N, int C) {
+                                            const float *mean, const float *rstd, int N, int C,
+                                            int vec) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return;
   const T *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
   float m = mean[row], r = rstd[row], dm = 0.0f, dnm = 0.0f;
-  for (int i = lane; i < C; i += 32) {
-    float xh = (ld(x[i]) - m) * r, dn = w[i] * ld(d[i]);
+  lane_each(x, d, C, lane, 32, vec, [&](int i, float xi, float di) {
+    float xh = (xi - m) * r, dn = w[i] * di;
     dm += dn;
     dnm += dn * xh;
-  }
+  });
   dm = warp_sum(dm) / (float)C;
   dnm = warp_sum(dnm) / (float)C;
-  T *di = dinp + (size_t)row * C;
-  for (int i = lane; i < C; i += 32) {
-    float xh = (ld(x[i]) - m) * r, dn = w[i] * ld(d[i]);
-    di[i] = st<T>(ld(di[i]) + (dn - dm - xh * dnm) * r);
-  }
+  lane_map(dinp + (size_t)row * C, x, d, 1, C, lane, 32, vec,
+           [&](int i, float xi, float di, float old) {
+             float xh = (xi - m) * r, dn = w[i] * di;
+             return old + (dn - dm - xh * dnm) * r;
+           });
 }
 
 template <class T>
 static void layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C) {
   if (dinp) {
-    layernorm_bwd_kernel<T><<<(N + 7) / 8, 256, 0, g.stream>>>((T *)dinp, (const T *)dout,
-                                                               (const T *)inp, w, mean, rstd, N, C);
+    layernorm_bwd_kernel<T>
+        <<<(N + 7) / 8, 256, 0, g.stream>>>((T *)dinp, (const T *)dout, (const T *)inp, w, mean,
+                                            rstd, N, C, vec_ok<T>((size_t)C, dinp, dout, inp));
     LAUNCHED();
   }
   if (dw)
@@ -599,35 +641,71 @@ static void layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, co
 
 #define GELU_K 0.7978845608028654f
 
-template <class T> __global__ static void gelu_fwd_kernel(T *out, const T *inp, size_t n) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float x = ld(inp[i]);
-    out[i] = st<T>(0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x))));
+/* out[i] = Op::f(a[i], b[i], out[i]) over n values, in 16-byte packs when every pointer allows
+ * (vec), the values past the last whole pack one at a time; out may be a or b */
+template <class T, class Op>
+__global__ static void map_kernel(T *out, const T *a, const T *b, size_t n, int vec) {
+  constexpr int P = pack<T>::n;
+  size_t tid = (size_t)blockIdx.x * blockDim.x + threadIdx.x,
+         stride = (size_t)gridDim.x * blockDim.x;
+  size_t packs = vec ? n / P : 0;
+  for (size_t i = tid; i < packs; i += stride) {
+    pack<T> x = ldp(a + i * P), y, o;
+    if (Op::uses_b)
+      y = ldp(b + i * P);
+    if (Op::uses_out)
+      o = ldp(out + i * P);
+#pragma unroll
+    for (int k = 0; k < P; k++)
+      o.v[k] = st<T>(
+          Op::f(ld(x.v[k]), Op::uses_b ? ld(y.v[k]) : 0.0f, Op::uses_out ? ld(o.v[k]) : 0.0f));
+    stp(out + i * P, o);
   }
+  for (size_t i = packs * P + tid; i < n; i += stride)
+    out[i] = st<T>(Op::f(ld(a[i]), Op::uses_b ? ld(b[i]) : 0.0f, Op::uses_out ? ld(out[i]) : 0.0f));
 }
 
-template <class T>
-__global__ static void gelu_bwd_kernel(T *dinp, const T *inp, const T *dout, size_t n) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x) {
-    float x = ld(inp[i]);
+template <class T, class Op> static void map(void *out, const void *a, const void *b, size_t n) {
+  int vec = vec_ok<T>(0, out, a, b);
+  map_kernel<T, Op><<<blocks_for(vec ? n / pack<T>::n + 1 : n, 256), 256, 0, g.stream>>>(
+      (T *)out, (const T *)a, (const T *)b, n, vec);
+  LAUNCHED();
+}
+
+#define GELU_K 0.7978845608028654f
+
+/* GELU, tanh approximation: out = gelu(x) */
+struct gelu_op {
+  static const bool uses_b = false, uses_out = false;
+  __device__ static float f(float x, float, float) {
+    return 0.5f * x * (1.0f + tanhf(GELU_K * (x + 0.044715f * x * x * x)));
+  }
+};
+
+/* its backward: dinp += gelu'(x)·dout */
+struct gelu_bwd_op {
+  static const bool uses_b = true, uses_out = true;
+  __device__ static float f(float x, float d, float old) {
     float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
     float sech2 = 1.0f - th * th;
     float gr = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = st<T>(ld(dinp[i]) + gr * ld(dout[i]));
+    return old + gr * d;
   }
-}
+};
+
+struct add_op {
+  static const bool uses_b = true, uses_out = false;
+  __device__ static float f(float a, float b, float) {
+    return a + b;
+  }
+};
 
 template <class T> static void gelu_fwd(void *out, const void *inp, size_t n) {
-  gelu_fwd_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, n);
-  LAUNCHED();
+  map<T, gelu_op>(out, inp, NULL, n);
 }
 
 template <class T> static void gelu_bwd(void *dinp, const void *inp, const void *dout, size_t n) {
-  gelu_bwd_kernel<T>
-      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)dinp, (const T *)inp, (const T *)dout, n);
-  LAUNCHED();
+  map<T, gelu_bwd_op>(dinp, inp, dout, n);
 }
 
 /* ---- attention: the (sequence, head) pairs in groups, their products batched through cuBLAS ----
@@ -825,15 +903,8 @@ static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const v
 
 /* ---- elementwise ---- */
 
-template <class T> __global__ static void add_kernel(T *out, const T *a, const T *b, size_t n) {
-  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
-    out[i] = st<T>(ld(a[i]) + ld(b[i]));
-}
-
 template <class T> static void add(void *out, const void *a, const void *b, size_t n) {
-  add_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)a, (const T *)b, n);
-  LAUNCHED();
+  map<T, add_op>(out, a, b, n);
 }
 
 __global__ static void scale_kernel(float *x, float s, size_t n) {
@@ -914,29 +985,30 @@ static void crossentropy_bwd(void *dlogits, const void *probs, const int *target
  * bf16 values is 98 KiB) */
 template <class T>
 __global__ static void crossentropy_fused_kernel(float *losses, T *logits, const int *targets,
-                                                 float dloss, int V) {
-  int n = blockIdx.x, tg = targets[n];
+                                                 float dloss, int V, int vec) {
+  int n = blockIdx.x, tg = targets[n], t = threadIdx.x, nt = blockDim.x;
   T *l = logits + (size_t)n * V;
+  const T *none = NULL;
   float mx = -INFINITY;
-  for (int v = threadIdx.x; v < V; v += blockDim.x)
-    mx = fmaxf(mx, ld(l[v]));
+  lane_each(l, none, V, t, nt, vec, [&](int, float x, float) { mx = fmaxf(mx, x); });
   mx = block_max(mx);
   float s = 0.0f;
-  for (int v = threadIdx.x; v < V; v += blockDim.x)
-    s += expf(ld(l[v]) - mx);
+  lane_each(l, none, V, t, nt, vec, [&](int, float x, float) { s += expf(x - mx); });
   s = block_sum(s);
   float inv = 1.0f / s;
-  if (threadIdx.x == 0)
+  if (t == 0)
     losses[n] = -logf(expf(ld(l[tg]) - mx) * inv);
   __syncthreads(); /* the target's logit is read before it is overwritten */
-  for (int v = threadIdx.x; v < V; v += blockDim.x)
-    l[v] = st<T>((expf(ld(l[v]) - mx) * inv - (v == tg ? 1.0f : 0.0f)) * dloss);
+  lane_map(l, l, none, 0, V, t, nt, vec, [&](int v, float x, float, float) {
+    return (expf(x - mx) * inv - (v == tg ? 1.0f : 0.0f)) * dloss;
+  });
 }
 
 template <class T>
 static void crossentropy_fused(float *losses, void *logits, const int *targets, float dloss, int N,
                                int V) {
-  crossentropy_fused_kernel<T><<<N, 512, 0, g.stream>>>(losses, (T *)logits, targets, dloss, V);
+  crossentropy_fused_kernel<T>
+      <<<N, 512, 0, g.stream>>>(losses, (T *)logits, targets, dloss, V, vec_ok<T>(V, logits));
   LAUNCHED();
 }
 

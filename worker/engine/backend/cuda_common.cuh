@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <library_types.h>
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -63,6 +64,27 @@ template <> __device__ __forceinline__ bf16 st<bf16>(float x) {
 }
 template <> __device__ __forceinline__ fp16 st<fp16>(float x) {
   return __float2half_rn(x);
+}
+
+/* 16 bytes of the storage type (8 bf16 or fp16 values, 4 floats), loaded and stored as one
+ * 128-bit access: memory-bound kernels reach the GPU's bandwidth with them, not with 2-byte
+ * accesses. p must be 16-byte aligned (vec_ok). */
+template <class T> struct alignas(16) pack {
+  static constexpr int n = 16 / (int)sizeof(T);
+  T v[16 / sizeof(T)];
+};
+template <class T> __device__ __forceinline__ static pack<T> ldp(const T *p) {
+  pack<T> r;
+  *reinterpret_cast<uint4 *>(&r) = *reinterpret_cast<const uint4 *>(p);
+  return r;
+}
+template <class T> __device__ __forceinline__ static void stp(T *p, const pack<T> &r) {
+  *reinterpret_cast<uint4 *>(p) = *reinterpret_cast<const uint4 *>(&r);
+}
+/* whether rows of `len` values of T starting at each pointer can be read in packs */
+template <class T>
+static inline int vec_ok(size_t len, const void *a, const void *b = NULL, const void *c = NULL) {
+  return len % pack<T>::n == 0 && (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16) == 0;
 }
 
 template <class T> struct dtype_of;
