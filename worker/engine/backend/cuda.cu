@@ -299,34 +299,38 @@ template <class T> __global__ static void rows_set_kernel(T *out, const float *b
     out[i] = st<T>(b[i % OC]);
 }
 
-/* Column sums in a fixed order: partial[y][c] sums rows [y·per, (y+1)·per) of column c, with
- * optional weights xhat = (inp - mean)·rstd (LayerNorm's weight gradient) */
+/* Column sums in a fixed order: partial[y][c] sums rows [y·per, (y+1)·per) of column c, and,
+ * when inp is given, partial[COL_PARTS + y][c] the same rows weighted by xhat = (inp − mean)·rstd
+ * (LayerNorm's weight gradient, beside its bias gradient: one pass over src for both) */
 #define COL_PARTS 32
 template <class T>
 __global__ static void colsum_part_kernel(float *partial, const T *src, const T *inp,
                                           const float *mean, const float *rstd, int N, int C) {
-  __shared__ float s[8][33];
+  __shared__ float s[2][8][33];
   int c = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y;
   int per = (N + COL_PARTS - 1) / COL_PARTS, lo = y * per, hi = min(lo + per, N);
-  float acc = 0.0f;
+  float acc = 0.0f, accw = 0.0f;
   if (c < C)
     for (int n = lo + threadIdx.y; n < hi; n += 8) {
       float d = ld(src[(size_t)n * C + c]);
-      acc += inp ? d * (ld(inp[(size_t)n * C + c]) - mean[n]) * rstd[n] : d;
+      acc += d;
+      if (inp)
+        accw += d * (ld(inp[(size_t)n * C + c]) - mean[n]) * rstd[n];
     }
-  s[threadIdx.y][threadIdx.x] = acc;
+  s[0][threadIdx.y][threadIdx.x] = acc;
+  s[1][threadIdx.y][threadIdx.x] = accw;
   __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
+  if (threadIdx.y < 2 && c < C && (threadIdx.y == 0 || inp)) {
     float t = 0.0f;
     for (int k = 0; k < 8; k++)
-      t += s[k][threadIdx.x];
-    partial[(size_t)y * C + c] = t;
+      t += s[threadIdx.y][k][threadIdx.x];
+    partial[((size_t)threadIdx.y * COL_PARTS + y) * C + c] = t;
   }
 }
 
 __global__ static void colsum_finish_kernel(float *dst, const float *partial, int C) {
   int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C)
+  if (c >= C || !dst)
     return;
   float t = 0.0f;
   for (int y = 0; y < COL_PARTS; y++)
@@ -334,16 +338,22 @@ __global__ static void colsum_finish_kernel(float *dst, const float *partial, in
   dst[c] += t;
 }
 
-/* dst[C] += Σ_n src[n][C] (weighted by LayerNorm's xhat when inp is given) */
+/* dst[C] += Σ_n src[n][C], and, when inp is given, wdst[C] += the same weighted by LayerNorm's
+ * xhat (either destination may be NULL) */
 template <class T>
-static void colsum_into(float *dst, const T *src, const T *inp, const float *mean,
+static void colsum_into(float *dst, float *wdst, const T *src, const T *inp, const float *mean,
                         const float *rstd, int N, int C) {
-  float *partial = (float *)scratch(S_PART, (size_t)COL_PARTS * C * sizeof(float));
+  float *partial = (float *)scratch(S_PART, (size_t)2 * COL_PARTS * C * sizeof(float));
   dim3 grid((C + 31) / 32, COL_PARTS), block(32, 8);
   colsum_part_kernel<T><<<grid, block, 0, g.stream>>>(partial, src, inp, mean, rstd, N, C);
   LAUNCHED();
   colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g.stream>>>(dst, partial, C);
   LAUNCHED();
+  if (inp && wdst) {
+    colsum_finish_kernel<<<(C + 255) / 256, 256, 0, g.stream>>>(wdst,
+                                                                partial + (size_t)COL_PARTS * C, C);
+    LAUNCHED();
+  }
 }
 
 template <class T>
@@ -380,7 +390,7 @@ static void matmul_bwd(void *dinp, float *dw, float *db, const void *dout, const
   if (dw) /* dw[C][OC] += inp[N][C]ᵀ · dout[N][OC], accumulated in fp32 */
     gemm(1, 0, C, OC, N, 1.0f, inp, C, dout, OC, t, 1.0f, dw, OC, CUDA_R_32F);
   if (db)
-    colsum_into<T>(db, (const T *)dout, NULL, NULL, NULL, N, OC);
+    colsum_into<T>(db, NULL, (const T *)dout, NULL, NULL, NULL, N, OC);
 }
 
 template <class T>
@@ -631,10 +641,8 @@ static void layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, co
                                             rstd, N, C, vec_ok<T>((size_t)C, dinp, dout, inp));
     LAUNCHED();
   }
-  if (dw)
-    colsum_into<T>(dw, (const T *)dout, (const T *)inp, mean, rstd, N, C);
-  if (db)
-    colsum_into<T>(db, (const T *)dout, NULL, NULL, NULL, N, C);
+  if (dw || db)
+    colsum_into<T>(db, dw, (const T *)dout, dw ? (const T *)inp : NULL, mean, rstd, N, C);
 }
 
 /* ---- GELU (tanh) ---- */
