@@ -67,6 +67,9 @@ colo_run c124bf16 "${M124[@]}" --precision bf16
 COLO_CUDA_ATTENTION=gemm colo_run c124bf16g "${M124[@]}" --precision bf16
 # and without cuBLASLt's bias epilogues (a pass of their own over each product's output)
 COLO_CUDA_EPILOGUES=0 colo_run c124bf16e "${M124[@]}" --precision bf16
+# where the bf16 step's time goes: GPU time per operation (a run of its own: events cost a little)
+COLO_CUDA_PROFILE=1 colo_run c124prof "${M124[@]}" --precision bf16 2>"$TMP/profile.txt"
+cat "$TMP/profile.txt"
 colo_run c124 "${M124[@]}" --precision fp32 "${TF32[@]}"
 colo_run c124fp32 "${M124[@]}" --precision fp32
 for dt in bf16 tf32; do
@@ -135,6 +138,13 @@ for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb), ("PyTor
         N = (b16 or a or f32 or {"N": 1})["N"]
         L.append("| %s | %.1f | %.0f | %.1f%% |" % (name, t["median_ms"], t["tokens_per_s"],
                  100 * t["tokens_per_s"] * (6 * N + 6 * m124[0] * m124[2] * m124[3]) / 989e12))
+try:
+    prof = [l for l in open("%s/profile.txt" % tmp).read().splitlines() if l.startswith(" ") or l.startswith("colo cuda profile")]
+except OSError:
+    prof = []
+if prof:
+    L.append("\nWhere the bf16 step's time goes (`COLO_CUDA_PROFILE=1`, %d steps including warm-up; "
+             "a run of its own):\n\n```\n%s\n```\n" % (int(steps), "\n".join(prof)))
 if a and "error" not in tt:
     L.append("\nRatio colo (TF32) / PyTorch (TF32): **%.2f×**." % (a["tok_s"] / tt["tokens_per_s"]))
 if b16 and "error" not in tb:

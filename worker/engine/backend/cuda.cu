@@ -1144,6 +1144,108 @@ static double sumsq(const float *x, size_t n) {
   return s;
 }
 
+/* ---- the profile: with COLO_CUDA_PROFILE=1 every table entry is timed on the GPU (a pair of
+ * events around it on the stream), and the totals go to stderr when the process exits: where a
+ * step's time goes, and how much of the span from the first operation to the last the GPU spent
+ * in operations at all (the rest is the host: launches, synchronisation, data). ---- */
+#define TEMPLATE_OPS(X)                                                                            \
+  X(to_act)                                                                                        \
+  X(to_f32) X(matmul_fwd) X(matmul_bwd) X(lmhead_fwd) X(lmhead_bwd) X(encoder_fwd) X(encoder_bwd)  \
+      X(layernorm_fwd) X(layernorm_bwd) X(gelu_fwd) X(gelu_bwd) X(attention_fwd) X(attention_bwd)  \
+          X(add) X(crossentropy_fwd) X(crossentropy_bwd) X(crossentropy_fused) X(vocab_max)        \
+              X(vocab_sumexp) X(vocab_target) X(vocab_ce_bwd)
+#define PLAIN_OPS(X)                                                                               \
+  X(zero) X(copy) X(to_host) X(from_host) X(adamw) X(sumsq) X(scale) X(accumulate)
+enum {
+#define X(n) P_##n,
+  TEMPLATE_OPS(X) PLAIN_OPS(X)
+#undef X
+      P_COUNT
+};
+static const char *const prof_names[P_COUNT] = {
+#define X(n) #n,
+    TEMPLATE_OPS(X) PLAIN_OPS(X)
+#undef X
+};
+enum { PROF_RING = 2048 };
+static struct {
+  int on, n, started;
+  cudaEvent_t t0, a[PROF_RING], b[PROF_RING];
+  int op[PROF_RING];
+  double ms[P_COUNT], span;
+  long calls[P_COUNT];
+} prof;
+
+static void prof_drain(void) {
+  for (int i = 0; i < prof.n; i++) {
+    float ms = 0.0f;
+    CK(cudaEventSynchronize(prof.b[i]));
+    CK(cudaEventElapsedTime(&ms, prof.a[i], prof.b[i]));
+    prof.ms[prof.op[i]] += ms;
+    prof.calls[prof.op[i]]++;
+  }
+  if (prof.n) {
+    float span = 0.0f;
+    CK(cudaEventElapsedTime(&span, prof.t0, prof.b[prof.n - 1]));
+    prof.span = span;
+  }
+  prof.n = 0;
+}
+
+struct prof_scope {
+  int i;
+  explicit prof_scope(int op) {
+    if (prof.n == PROF_RING)
+      prof_drain();
+    i = prof.n++;
+    prof.op[i] = op;
+    CK(cudaEventRecord(prof.a[i], g.stream));
+    if (!prof.started) {
+      CK(cudaEventRecord(prof.t0, g.stream));
+      prof.started = 1;
+    }
+  }
+  ~prof_scope() {
+    CK(cudaEventRecord(prof.b[i], g.stream));
+  }
+};
+
+/* an entry's function, timed: PROFILED(op, fn) has fn's signature */
+template <int OP, class R, class... A> struct profiled {
+  template <R (*fn)(A...)> static R call(A... a) {
+    prof_scope s(OP);
+    return fn(a...);
+  }
+};
+template <int OP, class R, class... A> static profiled<OP, R, A...> profiled_for(R (*)(A...)) {
+  return profiled<OP, R, A...>();
+}
+#define PROFILED(op, f) (decltype(profiled_for<op>(f))::template call<f>)
+
+static void prof_report(void) {
+  prof_drain();
+  double total = 0.0;
+  int order[P_COUNT];
+  for (int i = 0; i < P_COUNT; i++)
+    total += prof.ms[i], order[i] = i;
+  for (int i = 1; i < P_COUNT; i++) /* by time, largest first */
+    for (int j = i; j > 0 && prof.ms[order[j]] > prof.ms[order[j - 1]]; j--) {
+      int t = order[j];
+      order[j] = order[j - 1], order[j - 1] = t;
+    }
+  fprintf(stderr,
+          "colo cuda profile: %.1f ms in operations, over a span of %.1f ms from the first to the "
+          "last (%.0f%% busy)\n  %-20s %8s %11s %10s %6s\n",
+          total, prof.span, prof.span > 0 ? 100.0 * total / prof.span : 0.0, "operation", "calls",
+          "total ms", "ms/call", "share");
+  for (int k = 0; k < P_COUNT; k++) {
+    int i = order[k];
+    if (prof.calls[i])
+      fprintf(stderr, "  %-20s %8ld %11.2f %10.4f %5.1f%%\n", prof_names[i], prof.calls[i],
+              prof.ms[i], prof.ms[i] / (double)prof.calls[i], 100.0 * prof.ms[i] / total);
+  }
+}
+
 /* ---- the tables: one per storage type ---- */
 
 template <class T> static colo_backend_t make_table(const char *name) {
@@ -1152,38 +1254,14 @@ template <class T> static colo_backend_t make_table(const char *name) {
   b.name = name;
   b.device = 1;
   b.allocator = &DEVICE_ALLOCATOR;
-  b.zero = zero;
-  b.copy = copy;
-  b.to_host = to_host;
-  b.from_host = from_host;
   b.act_dtype = dtype_of<T>::colo;
   b.act_size = sizeof(T);
-  b.to_act = to_act<T>;
-  b.to_f32 = to_f32<T>;
-  b.matmul_fwd = matmul_fwd<T>;
-  b.matmul_bwd = matmul_bwd<T>;
-  b.lmhead_fwd = lmhead_fwd<T>;
-  b.lmhead_bwd = lmhead_bwd<T>;
-  b.encoder_fwd = encoder_fwd<T>;
-  b.encoder_bwd = encoder_bwd<T>;
-  b.layernorm_fwd = layernorm_fwd<T>;
-  b.layernorm_bwd = layernorm_bwd<T>;
-  b.gelu_fwd = gelu_fwd<T>;
-  b.gelu_bwd = gelu_bwd<T>;
-  b.attention_fwd = attention_fwd<T>;
-  b.attention_bwd = attention_bwd<T>;
-  b.add = add<T>;
-  b.crossentropy_fwd = crossentropy_fwd<T>;
-  b.crossentropy_bwd = crossentropy_bwd<T>;
-  b.crossentropy_fused = crossentropy_fused<T>;
-  b.vocab_max = vocab_max<T>;
-  b.vocab_sumexp = vocab_sumexp<T>;
-  b.vocab_target = vocab_target<T>;
-  b.vocab_ce_bwd = vocab_ce_bwd<T>;
-  b.adamw = adamw;
-  b.sumsq = sumsq;
-  b.scale = scale;
-  b.accumulate = accumulate;
+#define SET_T(n) b.n = prof.on ? PROFILED(P_##n, n<T>) : n<T>;
+#define SET_P(n) b.n = prof.on ? PROFILED(P_##n, n) : n;
+  TEMPLATE_OPS(SET_T)
+  PLAIN_OPS(SET_P)
+#undef SET_T
+#undef SET_P
   return b;
 }
 
@@ -1241,6 +1319,16 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   if ((e = cudaMalloc(&g.lt_work, LT_WORK)) != cudaSuccess) {
     snprintf(err, errlen, "CUDA device %d: %s", ordinal, cudaGetErrorString(e));
     return NULL;
+  }
+  const char *pr = getenv("COLO_CUDA_PROFILE");
+  prof.on = pr && !strcmp(pr, "1");
+  if (prof.on) {
+    CK(cudaEventCreate(&prof.t0));
+    for (int i = 0; i < PROF_RING; i++) {
+      CK(cudaEventCreate(&prof.a[i]));
+      CK(cudaEventCreate(&prof.b[i]));
+    }
+    atexit(prof_report); /* after the CUDA runtime's own, so before its teardown */
   }
   const char *epi = getenv("COLO_CUDA_EPILOGUES");
   g.lt_off = epi && !strcmp(epi, "0");
