@@ -10,10 +10,11 @@
  * Outputs that accumulate (every *_bwd) start from the same random values on both sides.
  *
  * It needs a GPU: without one (CI), or in a build without the CUDA backend, it prints one line
- * saying why and exits 77, which ctest reports as skipped. `test_cuda --self` runs every check
- * with the CPU tables in the GPU's place, so that CI runs this harness too: every check must then
- * be exact. It runs sequentially in one process (no fork per test: a CUDA context does not
- * survive fork).
+ * saying why and exits 77, which ctest reports as skipped. With COLO_CUDA_EMULATE=1 the "GPU" is
+ * the CPU dressed as one (backend/cpu_device.c: device memory that only the table may touch, and
+ * checked pointers), so that CI runs this harness and its device paths too: every check must
+ * then be exact. `test_cuda --self` puts the plain CPU tables in the GPU's place. It runs
+ * sequentially in one process (no fork per test: a CUDA context does not survive fork).
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,8 +30,8 @@
 static const colo_backend_t *cpu, *gpu; /* the same storage type */
 static colo_pool_t *dpool;              /* the "GPU"'s memory for the test's tensors */
 static colo_rng_t rng;
-static int failures, checks, self;
-static colo_dtype_t dt; /* the storage type under test */
+static int failures, checks, self, exact; /* exact: the GPU's table computes the CPU's bits */
+static colo_dtype_t dt;                   /* the storage type under test */
 static size_t asz;
 
 static float *randv(size_t n, float scale) {
@@ -70,8 +71,8 @@ static void *upa(const float *x, size_t n) {
 }
 
 static void verdict(const char *what, double rel, double tol, int finite) {
-  if (self)
-    tol = 0.0; /* the same table on both sides */
+  if (exact)
+    tol = 0.0; /* the CPU's arithmetic on both sides */
   int ok = finite && rel <= tol;
   checks++;
   failures += !ok;
@@ -459,7 +460,8 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: test_cuda [--self]\n");
     return 2;
   }
-  if (!self && !colo_backend_cuda_built()) {
+  exact = self || colo_backend_cuda_emulated();
+  if (!self && !colo_backend_cuda_built() && !colo_backend_cuda_emulated()) {
     printf("SKIP: this build has no CUDA backend\n");
     return 77;
   }
@@ -514,6 +516,8 @@ int main(int argc, char **argv) {
     colo_pool_destroy(dpool);
   }
   printf("%d checks, %d failed%s\n", checks, failures,
-         self ? " (--self: the CPU tables in the GPU's place)" : "");
+         self                           ? " (--self: the CPU tables in the GPU's place)"
+         : colo_backend_cuda_emulated() ? " (COLO_CUDA_EMULATE=1: the CPU dressed as a GPU)"
+                                        : "");
   return failures ? 1 : 0;
 }

@@ -6,7 +6,11 @@
  * the analytic gradient is the op's backward with dout = R, the numeric one
  * (L(x+h) - L(x-h)) / 2h with h = 1e-3. A coordinate passes when
  * |num - ana| ≤ 1e-3 + 1e-2·|ana|; the test prints the worst relative error it saw. */
+#include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "core/pool.h"
@@ -634,6 +638,49 @@ static void *fake_alloc(size_t bytes) {
 static void fake_free(void *p) {
   fake_live--;
   free(p);
+}
+
+/* whether fn(arg), run in a child, dies (a signal, or a sanitizer's non-zero exit) */
+static int dies(void (*fn)(void *), void *arg) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0)
+      dup2(devnull, 2); /* the report is expected */
+    fn(arg);
+    _exit(0);
+  }
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFSIGNALED(st) || (WIFEXITED(st) && WEXITSTATUS(st) != 0);
+}
+
+static void host_reads(void *p) {
+  volatile float x = ((float *)p)[1];
+  (void)x;
+}
+
+static void entry_gets_host_memory(void *p) {
+  float h[4] = {1, 2, 3, 4};
+  ((const colo_backend_t *)p)->scale(h, 2.0f, 4);
+}
+
+/* the CPU dressed as a GPU (COLO_CUDA_EMULATE=1): its memory is reachable through the table only,
+ * and its entries take its memory only */
+TEST(emulated_gpu_memory_is_the_tables_only) {
+  const colo_backend_t *e = colo_backend_cpu_device(COLO_DTYPE_F32);
+  ASSERT(e->device == 1 && e->allocator);
+  float *d = e->allocator->alloc(4 * sizeof(float)), h[4] = {1, 2, 3, 4}, back[4];
+  ASSERT(d);
+  e->from_host(d, h, sizeof h);
+  e->scale(d, 2.0f, 4);
+  e->to_host(back, d, sizeof back);
+  ASSERT(back[0] == 2.0f && back[3] == 8.0f);
+  ASSERT(dies(host_reads, d));
+  ASSERT(dies(entry_gets_host_memory, (void *)e));
+  ASSERT(!dies(host_reads, h)); /* the check itself: host memory reads fine */
+  e->allocator->free(d);
 }
 
 TEST(pool_over_another_allocator) {

@@ -139,6 +139,14 @@ colo_dtype_t colo_math_dtype(int math);
 const colo_backend_t *colo_backend_cuda(int ordinal, int math, char *err, size_t errlen);
 /* Whether this build has the CUDA backend (1) or not (0). */
 int colo_backend_cuda_built(void);
+/* Whether COLO_CUDA_EMULATE=1 is set: colo_backend_cuda then returns colo_backend_cpu_device,
+ * in any build, with or without a GPU. */
+int colo_backend_cuda_emulated(void);
+/* The CPU table of storage type t dressed as a device backend (device 1), for tests: its memory
+ * is reachable only through the table (host access faults), and every pointer an entry gets must
+ * be its memory. Computes what colo_backend_cpu_dtype(t) computes, bit for bit; TF32 runs as
+ * fp32 (cpu_device.c). */
+const colo_backend_t *colo_backend_cpu_device(colo_dtype_t t);
 
 /* Sets the threads OpenMP and OpenBLAS use (0: leave as the environment says). */
 void colo_backend_cpu_set_threads(int n);

@@ -1148,14 +1148,15 @@ static double sumsq(const float *x, size_t n) {
  * events around it on the stream), and the totals go to stderr when the process exits: where a
  * step's time goes, and how much of the span from the first operation to the last the GPU spent
  * in operations at all (the rest is the host: launches, synchronisation, data). ---- */
+/* clang-format off */
 #define TEMPLATE_OPS(X)                                                                            \
-  X(to_act)                                                                                        \
-  X(to_f32) X(matmul_fwd) X(matmul_bwd) X(lmhead_fwd) X(lmhead_bwd) X(encoder_fwd) X(encoder_bwd)  \
-      X(layernorm_fwd) X(layernorm_bwd) X(gelu_fwd) X(gelu_bwd) X(attention_fwd) X(attention_bwd)  \
-          X(add) X(crossentropy_fwd) X(crossentropy_bwd) X(crossentropy_fused) X(vocab_max)        \
-              X(vocab_sumexp) X(vocab_target) X(vocab_ce_bwd)
+  X(to_act) X(to_f32) X(matmul_fwd) X(matmul_bwd) X(lmhead_fwd) X(lmhead_bwd)                    \
+  X(encoder_fwd) X(encoder_bwd) X(layernorm_fwd) X(layernorm_bwd) X(gelu_fwd) X(gelu_bwd)        \
+  X(attention_fwd) X(attention_bwd) X(add) X(crossentropy_fwd) X(crossentropy_bwd)               \
+  X(crossentropy_fused) X(vocab_max) X(vocab_sumexp) X(vocab_target) X(vocab_ce_bwd)
 #define PLAIN_OPS(X)                                                                               \
   X(zero) X(copy) X(to_host) X(from_host) X(adamw) X(sumsq) X(scale) X(accumulate)
+/* clang-format on */
 enum {
 #define X(n) P_##n,
   TEMPLATE_OPS(X) PLAIN_OPS(X)

@@ -23,6 +23,11 @@ int colo_backend_cuda_built(void) {
   return COLO_HAVE_CUDA;
 }
 
+int colo_backend_cuda_emulated(void) {
+  const char *e = getenv("COLO_CUDA_EMULATE");
+  return e && !strcmp(e, "1");
+}
+
 static void *load(char *why, size_t whylen) {
   const char *env = getenv("COLO_CUDA_LIBRARY");
   if (env && env[0]) {
@@ -56,6 +61,13 @@ static void *load(char *why, size_t whylen) {
 
 const colo_backend_t *colo_backend_cuda(int ordinal, int math, char *err, size_t errlen) {
   static open_fn open_backend;
+  if (colo_backend_cuda_emulated()) { /* the CPU dressed as a GPU: for tests (cpu_device.c) */
+    if (ordinal != 0) {
+      snprintf(err, errlen, "CUDA device %d does not exist: the emulated GPU is device 0", ordinal);
+      return NULL;
+    }
+    return colo_backend_cpu_device(colo_math_dtype(math));
+  }
   if (!COLO_HAVE_CUDA) {
     snprintf(err, errlen,
              "this colo-train was built without the CUDA backend (no nvcc was found, or it was "

@@ -334,12 +334,13 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
                 float **host, int lead, char *path, size_t path_len, char *err, size_t errlen) {
   colo_adamw_t whole_opt = *opt;
   meta->adam_t = opt->t;
+  const float *params = full_p; /* NULL: the model's own, in host memory */
   if (be->device) { /* one GPU, no sharding (checked at the start): copy the state out */
     size_t bytes = colo_gpt_num_params(model) * sizeof(float);
     be->to_host(host[0], colo_gpt_params(model), bytes);
     be->to_host(host[1], opt->m, bytes);
     be->to_host(host[2], opt->v, bytes);
-    full_p = host[0];
+    params = host[0];
     whole_opt.m = host[1];
     whole_opt.v = host[2];
   }
@@ -355,9 +356,8 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
     whole_opt.m = full_m;
     whole_opt.v = full_v;
   }
-  const float *params = full_p;
   if (whole[0]) { /* whole tensors from the tensor-parallel shards and the pipeline stages */
-    const float *src[3] = {full_p ? full_p : colo_gpt_params(model), whole_opt.m, whole_opt.v};
+    const float *src[3] = {params ? params : colo_gpt_params(model), whole_opt.m, whole_opt.v};
     size_t nfull = colo_gpt_full_numel(model);
     for (int k = 0; k < 3; k++) {
       memset(whole[k], 0, nfull * sizeof(float));
