@@ -281,10 +281,23 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
   envf(env, &ne, "OPENBLAS_NUM_THREADS=%u", rs->threads);
   if (spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
     envf(env, &ne, "CUDA_VISIBLE_DEVICES=%u", l->device_index);
-  /* what a rank needs from the worker's own environment, and nothing else */
-  static const char *const PASS[] = {"PATH",         "LD_LIBRARY_PATH", "HOME",
-                                     "TMPDIR",       "ASAN_OPTIONS",    "UBSAN_OPTIONS",
-                                     "LSAN_OPTIONS", "COLO_COMM_SHM",   "COLO_COMM_TIMEOUT_MS"};
+  /* what a rank needs from the worker's own environment, and nothing else: the CUDA backend's
+   * settings (its library, attention, epilogues, profile, the emulated GPU) among it */
+  static const char *const PASS[] = {"PATH",
+                                     "LD_LIBRARY_PATH",
+                                     "HOME",
+                                     "TMPDIR",
+                                     "ASAN_OPTIONS",
+                                     "UBSAN_OPTIONS",
+                                     "LSAN_OPTIONS",
+                                     "COLO_COMM_SHM",
+                                     "COLO_COMM_TIMEOUT_MS",
+                                     "COLO_CUDA_LIBRARY",
+                                     "COLO_CUDA_ATTENTION",
+                                     "COLO_CUDA_ATTENTION_MIB",
+                                     "COLO_CUDA_EPILOGUES",
+                                     "COLO_CUDA_PROFILE",
+                                     "COLO_CUDA_EMULATE"};
   for (size_t i = 0; i < sizeof PASS / sizeof PASS[0]; i++) {
     const char *v = getenv(PASS[i]);
     if (v && strlen(v) < PATH_CAP)

@@ -54,16 +54,43 @@ rc=0
 wait $WPID || rc=$?
 expect_eq "$rc" "0"
 
-# GPU discovery through NVML: a stand-in library with two GPUs
+# GPU discovery through NVML: a stand-in library with two GPUs. The worker's ranks train on the
+# emulated GPU (COLO_CUDA_EMULATE=1, which the worker passes on to them)
+training_text
+mkdir -p "$TMP/gdata" "$TMP/gckpt"
+"$COLO_BIN/colo-train" prepare --input "$TEXT" --out "$TMP/gdata/ts" >/dev/null
 printf 'nvml_library: %s\ndevices: gpu\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
-"$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 --run-dir "$TMP/run-g" \
-  >>"$TMP/gpu.log" 2>&1 &
+COLO_CUDA_EMULATE=1 "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
+  --run-dir "$TMP/run-g" --data-root "$TMP/gdata" --checkpoint-root "$TMP/gckpt" \
+  --colo-train "$COLO_BIN/colo-train" >>"$TMP/gpu.log" 2>&1 &
 GPID=$!
 gpus() {
   "$COLOCTL" hosts --json | python3 -c 'import json,sys; h=[x for x in json.load(sys.stdin) if x["name"]=="g1"]; print(" ".join("%s/%s/%s/%d" % (d["kind"], d["name"].replace(" ", "_"), d.get("uuid",""), d.get("memory_bytes",0) >> 30) for d in h[0]["devices"]) if h else "none")'
 }
 for _ in $(seq 1 50); do [ "$(gpus)" != none ] && break; sleep 0.1; done
 expect_eq "$(gpus)" "gpu/Fake_H100_0/GPU-fake-0/80 gpu/Fake_H100_1/GPU-fake-1/80"
+# a GPU job end to end: placed on one of g1's GPUs, trained through colo-train's GPU paths,
+# checkpointed, SUCCEEDED
+cat >"$TMP/gjob.yaml" <<JOB
+name: on-a-gpu
+model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
+data: {train_path: ts/train.bin, val_path: ts/val.bin}
+train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2}
+checkpoint: {interval: 10}
+resources: {device: gpu}
+JOB
+GJ=$("$COLOCTL" submit "$TMP/gjob.yaml")
+gstate() { "$COLOCTL" status "$GJ" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+for _ in $(seq 1 600); do
+  case "$(gstate)" in succeeded | failed | cancelled) break ;; esac
+  sleep 0.1
+done
+expect_eq "$(gstate)" "succeeded"
+GLOG=$("$COLOCTL" logs "$GJ")
+expect_contains "$GLOG" "GPU 0 emulated on the CPU (bf16 activations, bf16 products)"
+expect_contains "$GLOG" "step     20 | val loss"
+[ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||
+  fail "the GPU job's checkpoints: $("$COLOCTL" checkpoints "$GJ")"
 kill -TERM $GPID
 wait $GPID || fail "the GPU worker did not exit 0"
 # asked for GPUs where there is no NVML: refuses to start, saying why
@@ -79,4 +106,4 @@ expect_rc 2 "$WD" --cpu-slots many
 expect_eq "$ERR" "colo-workerd: flag:1: cpu_slots: \"many\" is not an integer
 colo-workerd: try 'colo-workerd --help'"
 stop_colod
-echo "integration_worker: registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"
+echo "integration_worker: a GPU job SUCCEEDED on the emulated GPU; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"

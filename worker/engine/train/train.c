@@ -669,8 +669,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            pp, cfg->model.n_layer / pp, n_params, colo_gpt_full_numel(model));
   char threads_or_gpu[96];
   if (be->device)
-    snprintf(threads_or_gpu, sizeof threads_or_gpu, "GPU %d (%s activations, %s products)",
-             cfg->gpu, colo_dtype_name(be->act_dtype),
+    snprintf(threads_or_gpu, sizeof threads_or_gpu, "GPU %d%s (%s activations, %s products)",
+             cfg->gpu, colo_backend_cuda_emulated() ? " emulated on the CPU" : "",
+             colo_dtype_name(be->act_dtype),
              (const char *[]){"fp32", "TF32", "bf16", "fp16"}[cfg->math & 3]);
   else
     snprintf(threads_or_gpu, sizeof threads_or_gpu, "%d threads%s", colo_backend_cpu_threads(),
