@@ -3,15 +3,19 @@
 #   bash bench/engine_gpu/run.sh [STEPS]
 # Writes bench/results/engine_gpu.md (with the GPU named) and engine_gpu_tests.log:
 #   1. the CUDA test suite (test_cuda: every operation against the CPU one, the whole model);
-#   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps in bf16 (activations
-#      and products), and in fp32 with TF32 and with fp32 products: tokens/s and MFU (6N + 6·L·C·T
-#      FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU, same model (tests/engine/torch_gpt2.py), bf16 autocast and
-#      TF32, side by side in this run, as ratios;
-#   3. a 350M model (24L/16H/1024, T=1024) in bf16 with recomputation: peak pool
-#      memory next to 16Φ + activations;
-#   4. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
-#      (fp32), validation losses.
-# Token data for 2 and 3 is random over GPT-2's 50257 tokens: throughput does not depend on it.
+#   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps in bf16: tokens/s
+#      and MFU (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU,
+#      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio;
+#   3. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
+#      (fp32), validation losses;
+#   4. a 350M model (24L/16H/1024, T=1024) in bf16 with recomputation: peak pool memory next to
+#      16Φ + activations;
+#   5. the 124M bf16 step's GPU time per operation (COLO_CUDA_PROFILE=1), the step with attention
+#      as batched products and without cuBLASLt's bias epilogues, and in fp32 with TF32 and with
+#      fp32 products (PyTorch TF32 beside them).
+# COLO_BENCH_BUDGET_S caps the whole run (later runs are reported as skipped) and
+# COLO_BENCH_RUN_LIMIT_S each run (240 s).
+# Token data for 2, 4 and 5 is random over GPT-2's 50257 tokens: throughput does not depend on it.
 # COLO_BENCH_DRY=1 runs the whole script on the CPU with small shapes and writes its report into
 # the temporary folder: a check of the script itself where there is no GPU.
 set -euo pipefail
@@ -53,45 +57,66 @@ for name, n in (("train.bin", 8 << 20), ("val.bin", 1 << 20)):
 PY
 
 # colo: median step over the steps after a warm-up of 5; the model line and peak memory
+# A time budget for the whole run (COLO_BENCH_BUDGET_S seconds; device.sh sets one under the
+# GPU machine's per-command limit) and a limit for each run: what does not fit is reported as
+# skipped, and the report is written whatever happened. The runs go in order of importance.
+BUDGET=${COLO_BENCH_BUDGET_S:-0}
+RUN_LIMIT=${COLO_BENCH_RUN_LIMIT_S:-240}
+over_budget() { [ "$BUDGET" -gt 0 ] && [ "$SECONDS" -ge "$BUDGET" ]; }
 colo_run() { # name L H C T B extra...
   local name=$1 L=$2 H=$3 C=$4 T=$5 B=$6
   shift 6
-  "$CT" train --data-root "$TMP/gpt2" --train-data train.bin --eval-interval 0 --n-layer "$L" \
-    --n-head "$H" --n-embd "$C" --block-size "$T" --vocab-size 50304 --batch-size "$B" \
-    --steps "$STEPS" --lr 1e-4 --device "$DEV" --quiet --progress "$TMP/$name.jsonl" "$@" ||
+  if over_budget; then
+    echo "{\"event\":\"error\",\"name\":\"$name\",\"why\":\"skipped: over the time budget\"}" >>"$TMP/$name.jsonl"
+    return
+  fi
+  timeout "$RUN_LIMIT" "$CT" train --data-root "$TMP/gpt2" --train-data train.bin --eval-interval 0 \
+    --n-layer "$L" --n-head "$H" --n-embd "$C" --block-size "$T" --vocab-size 50304 \
+    --batch-size "$B" --steps "$STEPS" --lr 1e-4 --device "$DEV" --quiet \
+    --progress "$TMP/$name.jsonl" "$@" ||
     echo "{\"event\":\"error\",\"name\":\"$name\"}" >>"$TMP/$name.jsonl"
 }
-echo "== 2. GPT-2 124M"
+torch_run() { # dtype
+  if over_budget; then
+    echo "{\"impl\":\"pytorch\",\"error\":\"skipped: over the time budget\"}" >"$TMP/torch-$1.json"
+    return
+  fi
+  timeout "$RUN_LIMIT" "$PY" "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer "${M124[0]}" \
+    --n-head "${M124[1]}" --n-embd "${M124[2]}" --block-size "${M124[3]}" \
+    --batch-size "${M124[4]}" --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
+    --data "$TMP/gpt2/train.bin" --dtype "$1" >"$TMP/torch-$1.json" 2>"$TMP/torch-$1.err" ||
+    echo "{\"impl\":\"pytorch\",\"error\":\"$(tail -1 "$TMP/torch-$1.err" | tr -d '"')\"}" >"$TMP/torch-$1.json"
+}
+echo "== 2. GPT-2 124M in bf16, colo and PyTorch"
 colo_run c124bf16 "${M124[@]}" --precision bf16
+torch_run bf16
+
+echo "== 3. $TS_STEPS steps on tinyshakespeare, GPU and CPU"
+bench_data
+for side in run ref; do # the GPU in bf16, its default; the CPU engine in fp32
+  if [ "$side" = run ]; then dev=$DEV p=bf16; else dev=cpu p=fp32; fi
+  over_budget && continue
+  timeout "$RUN_LIMIT" "$CT" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin \
+    --n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps "$TS_STEPS" \
+    --lr 1e-3 --warmup $((TS_STEPS / 10)) --eval-interval "$TS_STEPS" --eval-batches 20 \
+    --device "$dev" --precision "$p" --quiet --progress "$TMP/ts-$side.jsonl" ||
+    echo '{"event":"error"}' >>"$TMP/ts-$side.jsonl"
+done
+
+echo "== 4. 350M with recomputation"
+colo_run c350 "${M350[@]}" --precision bf16 --recompute
+
+echo "== 5. where the 124M bf16 step's time goes, and the alternatives"
+# GPU time per operation (a run of its own: the events cost a little)
+COLO_CUDA_PROFILE=1 colo_run c124prof "${M124[@]}" --precision bf16 2>"$TMP/profile.txt"
+cat "$TMP/profile.txt"
 # the fused attention (the default) against batched products over L2-sized groups of heads
 COLO_CUDA_ATTENTION=gemm colo_run c124bf16g "${M124[@]}" --precision bf16
 # and without cuBLASLt's bias epilogues (a pass of their own over each product's output)
 COLO_CUDA_EPILOGUES=0 colo_run c124bf16e "${M124[@]}" --precision bf16
-# where the bf16 step's time goes: GPU time per operation (a run of its own: events cost a little)
-COLO_CUDA_PROFILE=1 colo_run c124prof "${M124[@]}" --precision bf16 2>"$TMP/profile.txt"
-cat "$TMP/profile.txt"
 colo_run c124 "${M124[@]}" --precision fp32 "${TF32[@]}"
+torch_run tf32
 colo_run c124fp32 "${M124[@]}" --precision fp32
-for dt in bf16 tf32; do
-  "$PY" "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer "${M124[0]}" \
-    --n-head "${M124[1]}" --n-embd "${M124[2]}" --block-size "${M124[3]}" \
-    --batch-size "${M124[4]}" --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
-    --data "$TMP/gpt2/train.bin" --dtype "$dt" >"$TMP/torch-$dt.json" 2>"$TMP/torch-$dt.err" ||
-    echo "{\"impl\":\"pytorch\",\"error\":\"$(tail -1 "$TMP/torch-$dt.err" | tr -d '"')\"}" >"$TMP/torch-$dt.json"
-done
-echo "== 3. 350M with recomputation"
-colo_run c350 "${M350[@]}" --precision bf16 --recompute
-
-echo "== 4. $TS_STEPS steps on tinyshakespeare, GPU and CPU"
-bench_data
-for side in run ref; do # the GPU in bf16, its default; the CPU engine in fp32
-  if [ "$side" = run ]; then dev=$DEV p=bf16; else dev=cpu p=fp32; fi
-  "$CT" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 \
-    --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps "$TS_STEPS" --lr 1e-3 \
-    --warmup $((TS_STEPS / 10)) --eval-interval "$TS_STEPS" --eval-batches 20 --device "$dev" \
-    --precision "$p" --quiet --progress "$TMP/ts-$side.jsonl" ||
-    echo '{"event":"error"}' >>"$TMP/ts-$side.jsonl"
-done
 
 python3 - "$TMP" "$GPU" "$STEPS" "$RES/engine_gpu.md" "$(git -C "$SRC" rev-parse --short HEAD)" \
   "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" <<'PY'
@@ -100,19 +125,28 @@ tmp, gpu, steps, out, commit = sys.argv[1:6]
 m124, m350 = [list(map(int, a.split())) for a in sys.argv[6:8]]
 ts_steps, dry = int(sys.argv[8]), sys.argv[9] == "1"
 def recs(name):
-    return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
+    try:
+        return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
+    except OSError:
+        return [{"event": "error", "why": "not run"}]
+why = {}  # a run that gave no figures: why
 def colo(name, L, C, T, V=50304):
     r = recs(name)
-    if any(x["event"] == "error" for x in r):
-        return None
+    errs = [x for x in r if x["event"] == "error"]
     st = [x for x in r if x["event"] == "step"][5:]
+    if errs or not st:
+        why[name] = errs[-1].get("why", "failed: see the run's output") if errs else "no steps"
+        return None
     ms = sorted(x["ms"] for x in st)[len(st) // 2]
     N = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
     tok = st[0]["tokens_per_s"] * st[0]["ms"] / ms  # tokens per step / median time
     return {"ms": ms, "tok_s": tok, "N": N, "mfu": tok * (6 * N + 6 * L * C * T) / 989e12,
             "peak": max(x["memory_bytes"] for x in st), "act": st[0]["activation_bytes"]}
 def torch(dt):
-    return json.load(open("%s/torch-%s.json" % (tmp, dt)))
+    try:
+        return json.load(open("%s/torch-%s.json" % (tmp, dt)))
+    except (OSError, ValueError):
+        return {"error": "not run"}
 b16, b16g, b16e, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124bf16g", "c124bf16e", "c124", "c124fp32"))
 big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
@@ -125,12 +159,12 @@ L.append("Measured %s on **%s**, commit %s, command `bash bench/engine_gpu/run.s
 L.append("## GPT-2 124M (12L/12H/768, T=1024, B=8, vocab 50304)\n")
 L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
-for name, r in (("colo, bf16 activations and products, fused attention", b16),
-                ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", b16g),
-                ("colo, bf16, biases without cuBLASLt epilogues (COLO_CUDA_EPILOGUES=0)", b16e),
-                ("colo, fp32, TF32 products", a),
-                ("colo, fp32", f32)):
-    L.append("| %s | %s |" % (name, "failed" if r is None else "%.1f | %.0f | %.1f%%" % (r["ms"], r["tok_s"], 100 * r["mfu"])))
+for name, run, r in (("colo, bf16 activations and products, fused attention", "c124bf16", b16),
+                     ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", "c124bf16g", b16g),
+                     ("colo, bf16, biases without cuBLASLt epilogues (COLO_CUDA_EPILOGUES=0)", "c124bf16e", b16e),
+                     ("colo, fp32, TF32 products", "c124", a),
+                     ("colo, fp32", "c124fp32", f32)):
+    L.append("| %s | %s |" % (name, why.get(run, "") + " | | " if r is None else "%.1f | %.0f | %.1f%%" % (r["ms"], r["tok_s"], 100 * r["mfu"])))
 for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb), ("PyTorch %s, TF32" % tt.get("torch", ""), tt)):
     if "error" in t:
         L.append("| %s | %s | | |" % (name, t["error"]))
@@ -171,7 +205,7 @@ if big:
              (16 * phi + arith) / 2**30, big["act"] / 2**30, big["tok_s"], 100 * big["mfu"],
              m350[4] * m350[1] * m350[3] * 4 / 2**20))
 else:
-    L.append("failed: see the run's output")
+    L.append(why.get("c350", "failed: see the run's output"))
 L.append("\n## Correctness: %d steps on tinyshakespeare (4L/4H/128, T=64, B=12)\n" % ts_steps)
 v = {}
 for side in ("run", "ref"):
