@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # colo-train on the CUDA backend. Everywhere: the refusals that come before any GPU is touched
-# (a GPU job of more than one rank) and, without a GPU, the exact message. With a GPU (test_cuda
+# (a GPU job with tensor or pipeline parallelism, or ZeRO) and, without a GPU, the exact message. With a GPU (test_cuda
 # does not skip), end to end against the CPU engine:
 #   - 200 steps of a small model on tinyshakespeare in fp32: the same losses within 1e-3 relative
 #     at every step and the same validation loss within 1%;
 #   - stop at 100 and resume equals the straight run, bit for bit (the kernels are deterministic);
+#   - data parallel over two GPU ranks (both on GPU 0) matches two CPU ranks;
 #   - bf16 (the GPU's default) and fp16 (with dynamic loss scaling) activations: the validation
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
 #   - overflows planted at steps 5 and 6 are skipped.
@@ -23,8 +24,10 @@ M=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 2
   --n-embd 128 --block-size 64 --batch-size 8 --eval-batches 8 --lr 1e-3 --threads 2)
 
 # refusals before any GPU is touched
-expect_rc 1 "$CT" train "${M[@]}" --steps 2 --device gpu --dp 2 --nproc 2
-expect_contains "$ERR" "the CUDA backend trains on one GPU in this build: dp×tp×pp must be 1 and zero_stage 0 (this job has 2 ranks, ZeRO stage 0)"
+expect_rc 1 "$CT" train "${M[@]}" --steps 2 --device gpu --tp 2 --nproc 2
+expect_contains "$ERR" "the CUDA backend trains data parallel only in this build: tp×pp must be 1 and zero_stage 0 (this job has tp=2, pp=1, ZeRO stage 0)"
+expect_rc 1 "$CT" train "${M[@]}" --steps 2 --device gpu --dp 2 --zero 1 --nproc 2
+expect_contains "$ERR" "(this job has tp=1, pp=1, ZeRO stage 1)"
 
 gpu_rc=0
 GPU=gpu
@@ -83,6 +86,25 @@ expect_rc 0 "$CT" train "${M[@]}" --steps "$S" --warmup 10 --eval-interval 0 --d
 last=$(printf 'step_%08d' "$S")
 cmp "$TMP/gpu/$last/rank_00000.safetensors" "$TMP/r/$last/rank_00000.safetensors" ||
   fail "GPU: stop at $((S / 2)) and resume differs from the straight run"
+
+# data parallel: two GPU ranks (both on GPU 0, so that one GPU does) through the host
+# communicator, against two CPU ranks
+D=$((S / 4))
+for dev in cpu gpu; do
+  expect_rc 0 "$CT" train "${M[@]}" --steps "$D" --warmup 5 --eval-interval "$D" --device "$dev" \
+    --gpu 0 --precision fp32 --dp 2 --nproc 2 --progress "$TMP/dp-$dev.jsonl" --quiet
+done
+python3 - "$TMP/dp-cpu.jsonl" "$TMP/dp-gpu.jsonl" <<'PY' || fail "data-parallel GPU and CPU training differ"
+import json, sys
+recs = lambda f: [r for r in map(json.loads, open(f)) if r["event"] in ("step", "eval")]
+c, g = recs(sys.argv[1]), recs(sys.argv[2])
+assert len(c) == len(g) > 0, (len(c), len(g))
+worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(c, g) if a["event"] == "step")
+vc, vg = c[-1]["val_loss"], g[-1]["val_loss"]
+print("data parallel, 2 GPU ranks vs 2 CPU ranks: worst step-loss difference %.2e; val loss %.4f and %.4f"
+      % (worst, vg, vc))
+assert worst <= 1e-3 and abs(vc - vg) <= 0.01 * vc
+PY
 
 # bf16 and fp16 activations: the same training within 2% of fp32 at the end, and within 1% of
 # the CPU's emulation of the same storage

@@ -113,8 +113,9 @@ static void train_usage(void) {
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant\n"
-      "  --device cpu|gpu      the CPU backend, or the CUDA one (one GPU: world 1, ZeRO 0)\n"
-      "  --gpu N               which GPU (default 0; a worker sets CUDA_VISIBLE_DEVICES)\n"
+      "  --device cpu|gpu      the CPU backend, or the CUDA one (a GPU per rank; dp only, ZeRO 0)\n"
+      "  --gpu N               which GPU (default 0, or the rank under --nproc; a worker sets\n"
+      "                        CUDA_VISIBLE_DEVICES)\n"
       "  --precision fp32|bf16|fp16  how activations are stored (fp32 arithmetic and master\n"
       "                        weights always; bf16, fp16: tensor-core products on a GPU, where\n"
       "                        bf16 is the default; emulated and slower on the CPU; fp16 scales\n"
@@ -310,7 +311,7 @@ static int launch(int world, int comm_timeout_ms) {
 static int cmd_train(int argc, char **argv) {
   const char *job = NULL, *data_root = ".", *ckpt_dir = NULL, *resume = NULL, *progress = NULL;
   const char *dump = NULL, *plant = NULL;
-  int gpu = 0;
+  int gpu = 0, gpu_given = 0;
   int threads = 0, stop_at = 0, quiet = 0, recompute = -1, progress_fd = -1, nproc = 1;
   int comm_timeout = 60000;
   long memory_mib = 0;
@@ -371,7 +372,7 @@ static int cmd_train(int argc, char **argv) {
     else if (!strcmp(flag, "plant-overflow"))
       plant = val;
     else if (!strcmp(flag, "gpu"))
-      gpu = val ? atoi(val) : 0;
+      gpu = val ? atoi(val) : 0, gpu_given = 1;
     else if (!strcmp(flag, "nproc"))
       nproc = val ? atoi(val) : 0;
     else if (!strcmp(flag, "comm-timeout"))
@@ -433,6 +434,8 @@ static int cmd_train(int argc, char **argv) {
       return rc;
     }
     rank = -rc - 1; /* a child: this rank */
+    if (!gpu_given)
+      gpu = rank; /* a GPU each, as torchrun's LOCAL_RANK */
     if (threads == 0) {
       long n = sysconf(_SC_NPROCESSORS_ONLN) / world;
       threads = n > 0 ? (int)n : 1;

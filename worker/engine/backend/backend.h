@@ -32,6 +32,8 @@ typedef struct colo_backend_s {
   void (*copy)(void *dst, const void *src, size_t bytes);      /* within the backend's memory */
   void (*to_host)(void *dst, const void *src, size_t bytes);   /* backend memory → host */
   void (*from_host)(void *dst, const void *src, size_t bytes); /* host → backend memory */
+  /* whether p is the backend's memory (device 1; the CPU backend's is NULL) */
+  int (*owns)(const void *p);
 
   colo_dtype_t act_dtype; /* how activations are stored */
   size_t act_size;        /* and their bytes per element */

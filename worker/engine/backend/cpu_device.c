@@ -164,6 +164,10 @@ static void dev_free(void *p) {
 
 static const colo_allocator_t ALLOCATOR = {dev_alloc, dev_free};
 
+static int owns(const void *p) {
+  return p && find(p, 1) != NULL;
+}
+
 /* ---- the memory entries ---- */
 
 static void zero(void *p, size_t bytes) {
@@ -331,6 +335,7 @@ static void from_host(void *dst, const void *src, size_t bytes) {
     b.copy = copy;                                                                                 \
     b.to_host = to_host;                                                                           \
     b.from_host = from_host;                                                                       \
+    b.owns = owns;                                                                                 \
     b.to_act = to_act_##sfx;                                                                       \
     b.to_f32 = to_f32_##sfx;                                                                       \
     b.matmul_fwd = matmul_fwd_##sfx;                                                               \

@@ -94,6 +94,15 @@ static void dev_free(void *p) {
 
 static const colo_allocator_t DEVICE_ALLOCATOR = {dev_alloc, dev_free};
 
+static int owns(const void *p) {
+  cudaPointerAttributes a;
+  if (!p || cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
 static void zero(void *p, size_t bytes) {
   CK(cudaMemsetAsync(p, 0, bytes, g.stream));
 }
@@ -1255,6 +1264,7 @@ template <class T> static colo_backend_t make_table(const char *name) {
   b.name = name;
   b.device = 1;
   b.allocator = &DEVICE_ALLOCATOR;
+  b.owns = owns;
   b.act_dtype = dtype_of<T>::colo;
   b.act_size = sizeof(T);
 #define SET_T(n) b.n = prof.on ? PROFILED(P_##n, n<T>) : n<T>;

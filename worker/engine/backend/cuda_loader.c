@@ -62,11 +62,11 @@ static void *load(char *why, size_t whylen) {
 const colo_backend_t *colo_backend_cuda(int ordinal, int math, char *err, size_t errlen) {
   static open_fn open_backend;
   if (colo_backend_cuda_emulated()) { /* the CPU dressed as a GPU: for tests (cpu_device.c) */
-    if (ordinal != 0) {
-      snprintf(err, errlen, "CUDA device %d does not exist: the emulated GPU is device 0", ordinal);
+    if (ordinal < 0) {
+      snprintf(err, errlen, "CUDA device %d does not exist", ordinal);
       return NULL;
     }
-    return colo_backend_cpu_device(colo_math_dtype(math));
+    return colo_backend_cpu_device(colo_math_dtype(math)); /* as many GPUs as asked for */
   }
   if (!COLO_HAVE_CUDA) {
     snprintf(err, errlen,

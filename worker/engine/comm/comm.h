@@ -71,6 +71,12 @@ int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char
 int colo_comm_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
                     size_t errlen);
 
+/* A host communicator (inner) for the ranks of a device backend `be`: buffers that are the
+ * backend's memory (be->owns) are copied to the host around each call, host buffers pass
+ * through. It takes over inner (destroys it) and stages the groups made from it (staged.c). */
+struct colo_backend_s;
+colo_comm_t *colo_comm_staged(colo_comm_t *inner, const struct colo_backend_s *be);
+
 /* NCCL, for GPUs (built when CUDA and NCCL are found: COLO_HAVE_NCCL). Buffers are device
  * pointers on `device`. Rank 0 serves the rendezvous store at store_addr, through which the
  * NCCL ids travel (rank 0 of each group calls ncclGetUniqueId and puts it). Communicators are

@@ -420,12 +420,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   int M = pp > 1 && cfg->micro_batches > 1 ? cfg->micro_batches : 1;
 
   if (cfg->device) {
-    /* one GPU per rank; this build's loop keeps the state on it only without sharding */
-    if ((cfg->world > 1 ? cfg->world : 1) > 1 || cfg->zero_stage > 0) {
+    /* one GPU per rank; this build's loop keeps the whole state on each GPU: data parallel
+     * without sharding */
+    if (tp * pp > 1 || cfg->zero_stage > 0) {
       snprintf(err, errlen,
-               "the CUDA backend trains on one GPU in this build: dp×tp×pp must be 1 and "
-               "zero_stage 0 (this job has %d ranks, ZeRO stage %d)",
-               cfg->world > 1 ? cfg->world : 1, cfg->zero_stage);
+               "the CUDA backend trains data parallel only in this build: tp×pp must be 1 and "
+               "zero_stage 0 (this job has tp=%d, pp=%d, ZeRO stage %d)",
+               tp, pp, cfg->zero_stage);
       rc = COLO_EINVAL;
       goto out;
     }
@@ -477,6 +478,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     CHECK_GOTO(colo_comm_tcp_create(cfg->store_addr, me, world, cfg->bind_host,
                                     cfg->comm_timeout_ms, &comm, err, errlen),
                rc, out);
+    if (be->device) { /* GPU ranks over a host communicator: device buffers through the host */
+      colo_comm_t *staged = colo_comm_staged(comm, be);
+      if (!staged) {
+        snprintf(err, errlen, "a staged communicator: out of memory");
+        rc = COLO_ENOMEM;
+        goto out;
+      }
+      comm = staged;
+    }
   } else {
     comm = colo_comm_single();
   }

@@ -1,0 +1,161 @@
+/* A host communicator for a device backend's ranks: the collectives of a GPU run whose
+ * communicator moves host memory (tcp, with shared memory on one host). Every buffer a call gets
+ * that is the backend's memory (be->owns) goes through a host scratch: copied out, moved by the
+ * inner communicator, copied back. Host buffers (a loss, a norm) pass straight through. It is
+ * correct on any GPU and any network, and slow by two copies over PCIe a call: NCCL, which
+ * moves device memory itself, is the fast path. Groups made from it are staged too. */
+#include "comm.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../common/error.h"
+#include "../backend/backend.h"
+
+typedef struct {
+  colo_comm_t base;
+  colo_comm_t *inner;
+  const colo_backend_t *be;
+  float *host; /* scratch, grown on demand */
+  size_t cap;
+} staged_t;
+
+#define ST(c) ((staged_t *)(c))
+
+static const colo_comm_ops_t STAGED;
+
+/* the host copy of n floats at buf (NULL: out of memory), filled from the device when `in` */
+static float *out_of(staged_t *s, const float *buf, size_t n, int in) {
+  if (n > s->cap) {
+    float *h = realloc(s->host, n * sizeof(float));
+    if (!h) {
+      snprintf(s->base.error, sizeof s->base.error, "staging %zu floats: out of memory", n);
+      return NULL;
+    }
+    s->host = h, s->cap = n;
+  }
+  if (in)
+    s->be->to_host(s->host, buf, n * sizeof(float));
+  return s->host;
+}
+
+static int done(staged_t *s, int rc) {
+  if (rc < 0)
+    snprintf(s->base.error, sizeof s->base.error, "%s", colo_comm_error(s->inner));
+  return rc;
+}
+
+/* a call that reads and writes `total` floats of buf */
+#define INOUT(call_on)                                                                             \
+  do {                                                                                             \
+    if (!s->be->owns(buf))                                                                         \
+      return done(s, call_on(buf));                                                                \
+    float *h = out_of(s, buf, total, 1);                                                           \
+    if (!h)                                                                                        \
+      return COLO_ENOMEM;                                                                          \
+    int rc = call_on(h);                                                                           \
+    if (rc == 0)                                                                                   \
+      s->be->from_host(buf, h, total * sizeof(float));                                             \
+    return done(s, rc);                                                                            \
+  } while (0)
+
+static int allreduce_sum(colo_comm_t *c, float *buf, size_t n) {
+  staged_t *s = ST(c);
+  size_t total = n;
+#define CALL(p) s->inner->ops->allreduce_sum(s->inner, p, n)
+  INOUT(CALL);
+#undef CALL
+}
+
+static int reduce_scatter_sum(colo_comm_t *c, float *buf, size_t n) {
+  staged_t *s = ST(c);
+  size_t total = n * (size_t)c->size;
+#define CALL(p) s->inner->ops->reduce_scatter_sum(s->inner, p, n)
+  INOUT(CALL);
+#undef CALL
+}
+
+static int all_gather(colo_comm_t *c, float *buf, size_t n) {
+  staged_t *s = ST(c);
+  size_t total = n * (size_t)c->size;
+#define CALL(p) s->inner->ops->all_gather(s->inner, p, n)
+  INOUT(CALL);
+#undef CALL
+}
+
+static int broadcast(colo_comm_t *c, float *buf, size_t n, int root) {
+  staged_t *s = ST(c);
+  size_t total = n;
+#define CALL(p) s->inner->ops->broadcast(s->inner, p, n, root)
+  INOUT(CALL);
+#undef CALL
+}
+
+static int staged_send(colo_comm_t *c, const float *buf, size_t n, int peer) {
+  staged_t *s = ST(c);
+  if (!s->be->owns(buf))
+    return done(s, s->inner->ops->send(s->inner, buf, n, peer));
+  float *h = out_of(s, buf, n, 1);
+  return h ? done(s, s->inner->ops->send(s->inner, h, n, peer)) : COLO_ENOMEM;
+}
+
+static int staged_recv(colo_comm_t *c, float *buf, size_t n, int peer) {
+  staged_t *s = ST(c);
+  if (!s->be->owns(buf))
+    return done(s, s->inner->ops->recv(s->inner, buf, n, peer));
+  float *h = out_of(s, buf, n, 0);
+  if (!h)
+    return COLO_ENOMEM;
+  int rc = s->inner->ops->recv(s->inner, h, n, peer);
+  if (rc == 0)
+    s->be->from_host(buf, h, n * sizeof(float));
+  return done(s, rc);
+}
+
+static int barrier(colo_comm_t *c) {
+  return done(ST(c), ST(c)->inner->ops->barrier(ST(c)->inner));
+}
+
+static void abort_(colo_comm_t *c) {
+  ST(c)->inner->ops->abort(ST(c)->inner);
+}
+
+static void destroy(colo_comm_t *c) {
+  staged_t *s = ST(c);
+  s->inner->ops->destroy(s->inner);
+  free(s->host);
+  free(s);
+}
+
+static int group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
+                 size_t errlen) {
+  colo_comm_t *inner = NULL;
+  int rc = colo_comm_group(ST(world)->inner, ranks, n, &inner, err, errlen);
+  if (rc < 0)
+    return rc;
+  if (!(*out = colo_comm_staged(inner, ST(world)->be))) {
+    inner->ops->destroy(inner);
+    snprintf(err, errlen, "a staged group: out of memory");
+    return COLO_ENOMEM;
+  }
+  return 0;
+}
+
+static const colo_comm_ops_t STAGED = {"staged",    allreduce_sum, reduce_scatter_sum,
+                                       all_gather,  broadcast,     staged_send,
+                                       staged_recv, barrier,       abort_,
+                                       destroy,     group};
+
+colo_comm_t *colo_comm_staged(colo_comm_t *inner, const colo_backend_t *be) {
+  staged_t *s = calloc(1, sizeof *s);
+  if (!s)
+    return NULL;
+  s->base.ops = &STAGED;
+  s->base.rank = inner->rank;
+  s->base.size = inner->size;
+  s->base.shm_peers = inner->shm_peers;
+  s->inner = inner;
+  s->be = be;
+  return &s->base;
+}
