@@ -69,12 +69,13 @@ gpus() {
 }
 for _ in $(seq 1 50); do [ "$(gpus)" != none ] && break; sleep 0.1; done
 expect_eq "$(gpus)" "gpu/Fake_H100_0/GPU-fake-0/80 gpu/Fake_H100_1/GPU-fake-1/80"
-# a GPU job end to end: placed on one of g1's GPUs, trained through colo-train's GPU paths,
-# checkpointed, SUCCEEDED
+# a GPU job end to end: two data-parallel ranks placed on g1's two GPUs, trained through
+# colo-train's GPU paths (gradients through the host), checkpointed, SUCCEEDED
 cat >"$TMP/gjob.yaml" <<JOB
-name: on-a-gpu
+name: on-gpus
 model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
 data: {train_path: ts/train.bin, val_path: ts/val.bin}
+parallel: {dp: 2}
 train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2}
 checkpoint: {interval: 10}
 resources: {device: gpu}
@@ -86,6 +87,7 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 expect_eq "$(gstate)" "succeeded"
+expect_eq "$("$COLOCTL" status "$GJ" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["message"])')" "all 2 ranks exited 0"
 GLOG=$("$COLOCTL" logs "$GJ")
 expect_contains "$GLOG" "GPU 0 emulated on the CPU (bf16 activations, bf16 products)"
 expect_contains "$GLOG" "step     20 | val loss"
@@ -106,4 +108,4 @@ expect_rc 2 "$WD" --cpu-slots many
 expect_eq "$ERR" "colo-workerd: flag:1: cpu_slots: \"many\" is not an integer
 colo-workerd: try 'colo-workerd --help'"
 stop_colod
-echo "integration_worker: a GPU job SUCCEEDED on the emulated GPU; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"
+echo "integration_worker: a 2-GPU data-parallel job SUCCEEDED on emulated GPUs; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"
