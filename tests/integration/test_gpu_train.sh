@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # colo-train on the CUDA backend. Everywhere: the refusals that come before any GPU is touched
-# (a GPU job with tensor or pipeline parallelism, or ZeRO) and, without a GPU, the exact message. With a GPU (test_cuda
+# (a GPU job with tensor or pipeline parallelism) and, without a GPU, the exact message. With a GPU (test_cuda
 # does not skip), end to end against the CPU engine:
 #   - 200 steps of a small model on tinyshakespeare in fp32: the same losses within 1e-3 relative
 #     at every step and the same validation loss within 1%;
 #   - stop at 100 and resume equals the straight run, bit for bit (the kernels are deterministic);
-#   - data parallel over two GPU ranks (both on GPU 0) matches two CPU ranks;
+#   - data parallel over two GPU ranks (both on GPU 0), at ZeRO stages 0 to 3, matches two CPU
+#     ranks, and resumes exactly under ZeRO-3;
 #   - bf16 (the GPU's default) and fp16 (with dynamic loss scaling) activations: the validation
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
 #   - overflows planted at steps 5 and 6 are skipped.
@@ -25,9 +26,9 @@ M=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 2
 
 # refusals before any GPU is touched
 expect_rc 1 "$CT" train "${M[@]}" --steps 2 --device gpu --tp 2 --nproc 2
-expect_contains "$ERR" "the CUDA backend trains data parallel only in this build: tp×pp must be 1 and zero_stage 0 (this job has tp=2, pp=1, ZeRO stage 0)"
-expect_rc 1 "$CT" train "${M[@]}" --steps 2 --device gpu --dp 2 --zero 1 --nproc 2
-expect_contains "$ERR" "(this job has tp=1, pp=1, ZeRO stage 1)"
+expect_contains "$ERR" "the CUDA backend trains data parallel only in this build: tp×pp must be 1 (this job has tp=2, pp=1)"
+expect_rc 1 "$CT" train "${M[@]}" --steps 2 --device gpu --pp 2 --nproc 2
+expect_contains "$ERR" "(this job has tp=1, pp=2)"
 
 gpu_rc=0
 GPU=gpu
@@ -88,23 +89,36 @@ cmp "$TMP/gpu/$last/rank_00000.safetensors" "$TMP/r/$last/rank_00000.safetensors
   fail "GPU: stop at $((S / 2)) and resume differs from the straight run"
 
 # data parallel: two GPU ranks (both on GPU 0, so that one GPU does) through the host
-# communicator, against two CPU ranks
+# communicator, without ZeRO and at each ZeRO stage, against two CPU ranks; then stop and resume
+# under ZeRO-3 equals the straight run
 D=$((S / 4))
-for dev in cpu gpu; do
+dp_run() { # name device zero extra...
+  local name=$1 dev=$2 z=$3
+  shift 3
   expect_rc 0 "$CT" train "${M[@]}" --steps "$D" --warmup 5 --eval-interval "$D" --device "$dev" \
-    --gpu 0 --precision fp32 --dp 2 --nproc 2 --progress "$TMP/dp-$dev.jsonl" --quiet
-done
-python3 - "$TMP/dp-cpu.jsonl" "$TMP/dp-gpu.jsonl" <<'PY' || fail "data-parallel GPU and CPU training differ"
+    --gpu 0 --precision fp32 --dp 2 --nproc 2 --zero "$z" --ckpt-dir "$TMP/$name" \
+    --ckpt-interval $((D / 2)) --progress "$TMP/$name.jsonl" --quiet "$@"
+}
+dp_run dp-cpu cpu 0
+for z in 0 1 2 3; do
+  dp_run "dp-gpu$z" gpu "$z"
+  python3 - "$TMP/dp-cpu.jsonl" "$TMP/dp-gpu$z.jsonl" "$z" <<'PY' || fail "data-parallel GPU (ZeRO $z) and CPU training differ"
 import json, sys
 recs = lambda f: [r for r in map(json.loads, open(f)) if r["event"] in ("step", "eval")]
 c, g = recs(sys.argv[1]), recs(sys.argv[2])
 assert len(c) == len(g) > 0, (len(c), len(g))
 worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(c, g) if a["event"] == "step")
 vc, vg = c[-1]["val_loss"], g[-1]["val_loss"]
-print("data parallel, 2 GPU ranks vs 2 CPU ranks: worst step-loss difference %.2e; val loss %.4f and %.4f"
-      % (worst, vg, vc))
+print("data parallel, 2 GPU ranks (ZeRO %s) vs 2 CPU ranks: worst step-loss difference %.2e; val loss %.4f and %.4f"
+      % (sys.argv[3], worst, vg, vc))
 assert worst <= 1e-3 and abs(vc - vg) <= 0.01 * vc
 PY
+done
+dp_run dp-r3 gpu 3 --stop-at $((D / 2))
+dp_run dp-r3 gpu 3 --resume auto
+dlast=$(printf 'step_%08d' "$D")
+cmp "$TMP/dp-gpu3/$dlast/rank_00000.safetensors" "$TMP/dp-r3/$dlast/rank_00000.safetensors" ||
+  fail "GPU, ZeRO-3: stop at $((D / 2)) and resume differs from the straight run"
 
 # bf16 and fp16 activations: the same training within 2% of fp32 at the end, and within 1% of
 # the CPU's emulation of the same storage

@@ -468,6 +468,9 @@ void colo_gpt_destroy(colo_gpt_t *m) {
 const colo_gpt_config_t *colo_gpt_config(const colo_gpt_t *m) {
   return &m->cfg;
 }
+const colo_backend_t *colo_gpt_backend(const colo_gpt_t *m) {
+  return m->be;
+}
 const colo_param_t *colo_gpt_params_table(const colo_gpt_t *m, size_t *n) {
   *n = m->n_tensors;
   return m->table;

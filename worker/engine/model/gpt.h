@@ -91,6 +91,8 @@ void colo_gpt_destroy(colo_gpt_t *m);
 const colo_gpt_config_t *colo_gpt_config(const colo_gpt_t *m);
 /* The parameter table, in buffer order. */
 const colo_param_t *colo_gpt_params_table(const colo_gpt_t *m, size_t *n);
+/* the operation table the model runs on */
+const colo_backend_t *colo_gpt_backend(const colo_gpt_t *m);
 float *colo_gpt_params(colo_gpt_t *m);
 float *colo_gpt_grads(colo_gpt_t *m);
 size_t colo_gpt_num_params(const colo_gpt_t *m);

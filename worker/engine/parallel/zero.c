@@ -1,4 +1,7 @@
-/* ZeRO stages 0 and 1 over chunks. */
+/* ZeRO stages 0 to 3 over chunks. Every buffer of parameters, gradients and moments is the
+ * backend's memory (a GPU's on a device backend), so it is moved with xcopy and cleared with
+ * xzero, which use the backend's copies where a side is its memory and plain memory operations
+ * where both are the host's (a checkpoint's whole moments are host memory). */
 #include "zero.h"
 
 #include <math.h>
@@ -16,6 +19,33 @@ static void hook_release(void *ctx, size_t t);
 static const colo_gpt_hooks_t HOOKS2 = {hook_begin, hook_ready, NULL, NULL};
 static const colo_gpt_hooks_t HOOKS3 = {hook_begin, hook_ready, hook_fetch, hook_release};
 
+static int owned(const colo_zero_t *z, const void *p) {
+  return z->be->owns && z->be->owns(p);
+}
+
+static void xcopy(const colo_zero_t *z, void *dst, const void *src, size_t bytes) {
+  if (!bytes)
+    return;
+  int d = owned(z, dst), s = owned(z, src);
+  if (d && s)
+    z->be->copy(dst, src, bytes);
+  else if (d)
+    z->be->from_host(dst, src, bytes);
+  else if (s)
+    z->be->to_host(dst, src, bytes);
+  else
+    memcpy(dst, src, bytes);
+}
+
+static void xzero(const colo_zero_t *z, void *p, size_t bytes) {
+  if (!bytes)
+    return;
+  if (owned(z, p))
+    z->be->zero(p, bytes);
+  else
+    memset(p, 0, bytes);
+}
+
 int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
                    colo_pool_t *pool, char *err, size_t errlen) {
   memset(z, 0, sizeof *z);
@@ -24,6 +54,7 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
     return COLO_EINVAL;
   }
   z->model = model;
+  z->be = colo_gpt_backend(model);
   z->pool = pool;
   z->comm = comm;
   z->stage = stage;
@@ -46,7 +77,9 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
     if (z->chunks.chunks[k].capacity > maxcap)
       maxcap = z->chunks.chunks[k].capacity;
   }
-  z->staging = calloc(maxcap ? maxcap : 1, sizeof(float));
+  z->staging = z->be->device
+                   ? colo_pool_alloc(pool, (maxcap ? maxcap : 1) * sizeof(float), "staging")
+                   : calloc(maxcap ? maxcap : 1, sizeof(float));
   if (!z->shard_off || !z->staging) {
     colo_zero_free(z);
     snprintf(err, errlen, "out of memory");
@@ -93,8 +126,8 @@ int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
     for (size_t k = 0; k < z->chunks.n; k++) {
       size_t lo, hi, piece;
       colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-      memset(z->param_piece + z->shard_off[k], 0, piece * sizeof(float));
-      memcpy(z->param_piece + z->shard_off[k], p + lo, (hi - lo) * sizeof(float));
+      xzero(z, z->param_piece + z->shard_off[k], piece * sizeof(float));
+      xcopy(z, z->param_piece + z->shard_off[k], p + lo, (hi - lo) * sizeof(float));
     }
   }
   colo_gpt_set_hooks(z->model, z->stage == 3 ? &HOOKS3 : &HOOKS2, z);
@@ -111,7 +144,8 @@ static const float *hook_fetch(void *ctx, size_t t) {
     float *full = colo_pool_alloc(z->pool, c->capacity * sizeof(float), "parameters");
     if (!full)
       return NULL;
-    memcpy(full + (size_t)z->rank * piece, z->param_piece + z->shard_off[k], piece * sizeof(float));
+    xcopy(z, full + (size_t)z->rank * piece, z->param_piece + z->shard_off[k],
+          piece * sizeof(float));
     if (z->dp > 1 && z->comm->ops->all_gather(z->comm, full, piece) < 0) {
       colo_pool_free(z->pool, full);
       return NULL;
@@ -148,7 +182,7 @@ void colo_zero_set_tp(colo_zero_t *z, colo_comm_t *tp) {
 
 void colo_zero_zero_grads(colo_zero_t *z) {
   if (z->grad_piece)
-    memset(z->grad_piece, 0, z->shard_n * sizeof(float));
+    xzero(z, z->grad_piece, z->shard_n * sizeof(float));
 }
 
 /* stage 2: the buffer of the tensor's chunk, allocated (zeroed) on first use in a backward */
@@ -176,10 +210,7 @@ static int hook_ready(void *ctx, size_t t) {
   float *g = z->grad_full[k];
   int rc = z->dp > 1 ? z->comm->ops->reduce_scatter_sum(z->comm, g, piece) : 0;
   if (rc == 0) {
-    float *dst = z->grad_piece + z->shard_off[k];
-    const float *src = g + (size_t)z->rank * piece;
-    for (size_t i = 0; i < piece; i++)
-      dst[i] += src[i];
+    z->be->accumulate(z->grad_piece + z->shard_off[k], g + (size_t)z->rank * piece, piece);
   }
   colo_pool_free(z->pool, g);
   z->grad_full[k] = NULL;
@@ -252,7 +283,10 @@ void colo_zero_free(colo_zero_t *z) {
   z->chunk_of = NULL;
   colo_chunks_free(&z->chunks);
   free(z->shard_off);
-  free(z->staging);
+  if (z->be && z->be->device)
+    colo_pool_free(z->pool, z->staging);
+  else
+    free(z->staging);
   z->shard_off = NULL;
   z->staging = NULL;
 }
@@ -280,11 +314,11 @@ static int gather_chunk(colo_zero_t *z, size_t k, const float *piece_src, float 
   const colo_chunk_t *c = &z->chunks.chunks[k];
   size_t lo, hi, piece;
   colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-  memset(z->staging + (size_t)z->rank * piece, 0, piece * sizeof(float));
-  memcpy(z->staging + (size_t)z->rank * piece, piece_src, (hi - lo) * sizeof(float));
+  xzero(z, z->staging + (size_t)z->rank * piece, piece * sizeof(float));
+  xcopy(z, z->staging + (size_t)z->rank * piece, piece_src, (hi - lo) * sizeof(float));
   int rc = z->comm->ops->all_gather(z->comm, z->staging, piece);
   if (rc == 0)
-    memcpy(dst + c->lo, z->staging, (c->hi - c->lo) * sizeof(float));
+    xcopy(z, dst + c->lo, z->staging, (c->hi - c->lo) * sizeof(float));
   return rc;
 }
 
@@ -349,9 +383,9 @@ void colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full
   for (size_t k = 0; k < z->chunks.n; k++) {
     size_t lo, hi, piece;
     colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-    memset(opt->m + z->shard_off[k], 0, piece * sizeof(float));
-    memset(opt->v + z->shard_off[k], 0, piece * sizeof(float));
-    memcpy(opt->m + z->shard_off[k], full_m + lo, (hi - lo) * sizeof(float));
-    memcpy(opt->v + z->shard_off[k], full_v + lo, (hi - lo) * sizeof(float));
+    xzero(z, opt->m + z->shard_off[k], piece * sizeof(float));
+    xzero(z, opt->v + z->shard_off[k], piece * sizeof(float));
+    xcopy(z, opt->m + z->shard_off[k], full_m + lo, (hi - lo) * sizeof(float));
+    xcopy(z, opt->v + z->shard_off[k], full_v + lo, (hi - lo) * sizeof(float));
   }
 }

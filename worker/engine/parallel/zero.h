@@ -24,9 +24,10 @@ typedef struct {
   colo_comm_t *comm; /* the data-parallel group */
   int stage, rank, dp;
   colo_chunks_t chunks;
-  size_t *shard_off; /* where chunk k's piece starts in the sharded moments */
-  size_t shard_n;    /* Σ pieces */
-  float *staging;    /* one chunk's capacity */
+  size_t *shard_off;        /* where chunk k's piece starts in the sharded moments */
+  size_t shard_n;           /* Σ pieces */
+  float *staging;           /* one chunk's capacity, in the backend's memory */
+  const colo_backend_t *be; /* the model's: on a GPU every buffer here is device memory */
   /* stage 2 */
   colo_gpt_t *model;
   colo_pool_t *pool;

@@ -335,14 +335,18 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
   colo_adamw_t whole_opt = *opt;
   meta->adam_t = opt->t;
   const float *params = full_p; /* NULL: the model's own, in host memory */
-  if (be->device) { /* one GPU, no sharding (checked at the start): copy the state out */
+  if (be->device) { /* GPU memory: what ZeRO does not gather into host memory, copied out */
     size_t bytes = colo_gpt_num_params(model) * sizeof(float);
-    be->to_host(host[0], colo_gpt_params(model), bytes);
-    be->to_host(host[1], opt->m, bytes);
-    be->to_host(host[2], opt->v, bytes);
-    params = host[0];
-    whole_opt.m = host[1];
-    whole_opt.v = host[2];
+    if (!full_p) {
+      be->to_host(host[0], colo_gpt_params(model), bytes);
+      params = host[0];
+    }
+    if (!full_m) {
+      be->to_host(host[1], opt->m, bytes);
+      be->to_host(host[2], opt->v, bytes);
+      whole_opt.m = host[1];
+      whole_opt.v = host[2];
+    }
   }
   if (full_p && colo_zero_gather_params(zero, full_p) < 0) {
     snprintf(err, errlen, "gathering the parameters: %s", colo_comm_error(zero->comm));
@@ -422,11 +426,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->device) {
     /* one GPU per rank; this build's loop keeps the whole state on each GPU: data parallel
      * without sharding */
-    if (tp * pp > 1 || cfg->zero_stage > 0) {
+    if (tp * pp > 1) {
       snprintf(err, errlen,
-               "the CUDA backend trains data parallel only in this build: tp×pp must be 1 and "
-               "zero_stage 0 (this job has tp=%d, pp=%d, ZeRO stage %d)",
-               tp, pp, cfg->zero_stage);
+               "the CUDA backend trains data parallel only in this build: tp×pp must be 1 (this "
+               "job has tp=%d, pp=%d)",
+               tp, pp);
       rc = COLO_EINVAL;
       goto out;
     }
@@ -619,15 +623,19 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         tp_shard(model, whole[1], full.m);
         tp_shard(model, whole[2], full.v);
         full.t = w.t;
-      } else if (be->device) { /* into host memory, then onto the GPU */
+      } else if (be->device) { /* into host memory, then onto the GPU (ZeRO: its pieces below) */
         colo_adamw_t h = full;
-        h.m = hostbuf[1];
-        h.v = hostbuf[2];
+        if (!full_m) {
+          h.m = hostbuf[1];
+          h.v = hostbuf[2];
+        }
         CHECK_GOTO(colo_ckpt_load(dir, &meta, model, hostbuf[0], &h, 0, err, errlen), rc, out);
         size_t bytes = colo_gpt_num_params(model) * sizeof(float);
         be->from_host(colo_gpt_params(model), hostbuf[0], bytes);
-        be->from_host(full.m, hostbuf[1], bytes);
-        be->from_host(full.v, hostbuf[2], bytes);
+        if (!full_m) {
+          be->from_host(opt.m, hostbuf[1], bytes);
+          be->from_host(opt.v, hostbuf[2], bytes);
+        }
         full.t = h.t;
       } else {
         CHECK_GOTO(colo_ckpt_load(dir, &meta, model, NULL, &full, 0, err, errlen), rc, out);
