@@ -423,17 +423,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   pipe_t pipe_s = {0}, *pipe = NULL;
   int M = pp > 1 && cfg->micro_batches > 1 ? cfg->micro_batches : 1;
 
-  if (cfg->device) {
-    /* one GPU per rank; this build's loop keeps the whole state on each GPU: data parallel
-     * without sharding */
-    if (tp * pp > 1) {
-      snprintf(err, errlen,
-               "the CUDA backend trains data parallel only in this build: tp×pp must be 1 (this "
-               "job has tp=%d, pp=%d)",
-               tp, pp);
-      rc = COLO_EINVAL;
-      goto out;
-    }
+  if (cfg->device) { /* a GPU per rank, any layout: collectives through the host (staged.c) */
     char why[256];
     if (!(be = colo_backend_cuda(cfg->gpu, cfg->math, why, sizeof why))) {
       snprintf(err, errlen, "resources.device=gpu: %s", why);
@@ -546,10 +536,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (pp > 1) {
     pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, (size_t)(B / M) * T * cfg->model.n_embd,
                       NULL,  NULL};
-    pipe_s.x_store = calloc((size_t)M * pipe_s.nc, sizeof(float));
-    pipe_s.dy = calloc(pipe_s.nc, sizeof(float));
+    /* on a GPU they are its memory: the communicator stages them, the model copies from them */
+    if (be->device) {
+      pipe_s.x_store = colo_pool_alloc(pool, (size_t)M * pipe_s.nc * sizeof(float), "boundaries");
+      pipe_s.dy = colo_pool_alloc(pool, pipe_s.nc * sizeof(float), "boundary gradient");
+    } else {
+      pipe_s.x_store = calloc((size_t)M * pipe_s.nc, sizeof(float));
+      pipe_s.dy = calloc(pipe_s.nc, sizeof(float));
+    }
     if (!pipe_s.x_store || !pipe_s.dy) {
-      snprintf(err, errlen, "out of memory");
+      snprintf(err, errlen, "%s", be->device ? colo_pool_error(pool) : "out of memory");
       rc = COLO_ENOMEM;
       goto out;
     }
@@ -925,8 +921,13 @@ out:
     ppc->ops->destroy(ppc);
   if (embc)
     embc->ops->destroy(embc);
-  free(pipe_s.x_store);
-  free(pipe_s.dy);
+  if (be->device) {
+    colo_pool_free(pool, pipe_s.x_store);
+    colo_pool_free(pool, pipe_s.dy);
+  } else {
+    free(pipe_s.x_store);
+    free(pipe_s.dy);
+  }
   if (dp_comm && dp_comm != comm)
     dp_comm->ops->destroy(dp_comm);
   free(full_m);
