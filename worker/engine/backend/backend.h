@@ -119,6 +119,20 @@ typedef struct colo_backend_s {
   void (*accumulate)(float *dst, const float *src, size_t n);
 } colo_backend_t;
 
+/* The table's entries by kind, for the tables that fill or wrap them all alike (cpu_lowp.c,
+ * cpu_device.c, the CUDA profile): X(entry, arg) for each. COLO_ACT_OPS: the entries whose
+ * activations are stored in act_dtype; COLO_F32_OPS: the optimizer's and the norms', fp32 only. */
+/* clang-format off */
+#define COLO_ACT_OPS(X, a)                                                                         \
+  X(to_act, a) X(to_f32, a) X(matmul_fwd, a) X(matmul_bwd, a)                                      \
+  X(lmhead_fwd, a) X(lmhead_bwd, a) X(encoder_fwd, a) X(encoder_bwd, a)                            \
+  X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
+  X(attention_fwd, a) X(attention_bwd, a) X(add, a) X(crossentropy_fwd, a)                         \
+  X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
+  X(vocab_target, a) X(vocab_ce_bwd, a)
+#define COLO_F32_OPS(X, a) X(adamw, a) X(sumsq, a) X(scale, a) X(accumulate, a)
+/* clang-format on */
+
 /* fp32 on the host: OpenBLAS for matrix products, OpenMP for the rest. */
 const colo_backend_t *colo_backend_cpu(void);
 /* The CPU backend with activations stored as `t` (bf16 or fp16; fp32 gives colo_backend_cpu): each

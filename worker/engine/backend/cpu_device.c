@@ -221,6 +221,9 @@ static void from_host(void *dst, const void *src, size_t bytes) {
     ops_end();                                                                                     \
   } while (0)
 
+/* b.entry = entry_sfx, for each entry of a list */
+#define SET_OP(n, sfx) b.n = n##_##sfx;
+
 #define EMU_TABLE(sfx, DT)                                                                         \
   static const colo_backend_t *base_##sfx(void) {                                                  \
     return colo_backend_cpu_dtype(DT);                                                             \
@@ -336,32 +339,8 @@ static void from_host(void *dst, const void *src, size_t bytes) {
     b.to_host = to_host;                                                                           \
     b.from_host = from_host;                                                                       \
     b.owns = owns;                                                                                 \
-    b.to_act = to_act_##sfx;                                                                       \
-    b.to_f32 = to_f32_##sfx;                                                                       \
-    b.matmul_fwd = matmul_fwd_##sfx;                                                               \
-    b.matmul_bwd = matmul_bwd_##sfx;                                                               \
-    b.lmhead_fwd = lmhead_fwd_##sfx;                                                               \
-    b.lmhead_bwd = lmhead_bwd_##sfx;                                                               \
-    b.encoder_fwd = encoder_fwd_##sfx;                                                             \
-    b.encoder_bwd = encoder_bwd_##sfx;                                                             \
-    b.layernorm_fwd = layernorm_fwd_##sfx;                                                         \
-    b.layernorm_bwd = layernorm_bwd_##sfx;                                                         \
-    b.gelu_fwd = gelu_fwd_##sfx;                                                                   \
-    b.gelu_bwd = gelu_bwd_##sfx;                                                                   \
-    b.attention_fwd = attention_fwd_##sfx;                                                         \
-    b.attention_bwd = attention_bwd_##sfx;                                                         \
-    b.add = add_##sfx;                                                                             \
-    b.crossentropy_fwd = crossentropy_fwd_##sfx;                                                   \
-    b.crossentropy_bwd = crossentropy_bwd_##sfx;                                                   \
-    b.crossentropy_fused = crossentropy_fused_##sfx;                                               \
-    b.vocab_max = vocab_max_##sfx;                                                                 \
-    b.vocab_sumexp = vocab_sumexp_##sfx;                                                           \
-    b.vocab_target = vocab_target_##sfx;                                                           \
-    b.vocab_ce_bwd = vocab_ce_bwd_##sfx;                                                           \
-    b.adamw = adamw_##sfx;                                                                         \
-    b.sumsq = sumsq_##sfx;                                                                         \
-    b.scale = scale_##sfx;                                                                         \
-    b.accumulate = accumulate_##sfx;                                                               \
+    COLO_ACT_OPS(SET_OP, sfx)                                                                      \
+    COLO_F32_OPS(SET_OP, sfx)                                                                      \
     return b;                                                                                      \
   }
 

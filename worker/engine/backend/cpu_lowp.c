@@ -231,6 +231,9 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
 
 /* ---- a table per storage type: entries that name their type and call the above ---- */
 
+/* b.entry = entry_sfx, for each entry of a list */
+#define SET_OP(n, sfx) b.n = n##_##sfx;
+
 #define LOWP_TABLE(sfx, T)                                                                         \
   static void matmul_fwd_##sfx(void *o, const void *i, const void *w, const float *b, int N,       \
                                int C, int OC) {                                                    \
@@ -318,28 +321,7 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
     b.name = "cpu-" #sfx;                                                                          \
     b.act_dtype = T;                                                                               \
     b.act_size = 2;                                                                                \
-    b.to_act = to_act_##sfx;                                                                       \
-    b.to_f32 = to_f32_##sfx;                                                                       \
-    b.matmul_fwd = matmul_fwd_##sfx;                                                               \
-    b.matmul_bwd = matmul_bwd_##sfx;                                                               \
-    b.lmhead_fwd = lmhead_fwd_##sfx;                                                               \
-    b.lmhead_bwd = lmhead_bwd_##sfx;                                                               \
-    b.encoder_fwd = encoder_fwd_##sfx;                                                             \
-    b.encoder_bwd = encoder_bwd_##sfx;                                                             \
-    b.layernorm_fwd = layernorm_fwd_##sfx;                                                         \
-    b.layernorm_bwd = layernorm_bwd_##sfx;                                                         \
-    b.gelu_fwd = gelu_fwd_##sfx;                                                                   \
-    b.gelu_bwd = gelu_bwd_##sfx;                                                                   \
-    b.attention_fwd = attention_fwd_##sfx;                                                         \
-    b.attention_bwd = attention_bwd_##sfx;                                                         \
-    b.add = add_##sfx;                                                                             \
-    b.crossentropy_fwd = crossentropy_fwd_##sfx;                                                   \
-    b.crossentropy_bwd = crossentropy_bwd_##sfx;                                                   \
-    b.crossentropy_fused = crossentropy_fused_##sfx;                                               \
-    b.vocab_max = vocab_max_##sfx;                                                                 \
-    b.vocab_sumexp = vocab_sumexp_##sfx;                                                           \
-    b.vocab_target = vocab_target_##sfx;                                                           \
-    b.vocab_ce_bwd = vocab_ce_bwd_##sfx;                                                           \
+    COLO_ACT_OPS(SET_OP, sfx)                                                                      \
     return b;                                                                                      \
   }
 

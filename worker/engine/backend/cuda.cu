@@ -1157,23 +1157,17 @@ static double sumsq(const float *x, size_t n) {
  * events around it on the stream), and the totals go to stderr when the process exits: where a
  * step's time goes, and how much of the span from the first operation to the last the GPU spent
  * in operations at all (the rest is the host: launches, synchronisation, data). ---- */
-/* clang-format off */
-#define TEMPLATE_OPS(X)                                                                            \
-  X(to_act) X(to_f32) X(matmul_fwd) X(matmul_bwd) X(lmhead_fwd) X(lmhead_bwd)                    \
-  X(encoder_fwd) X(encoder_bwd) X(layernorm_fwd) X(layernorm_bwd) X(gelu_fwd) X(gelu_bwd)        \
-  X(attention_fwd) X(attention_bwd) X(add) X(crossentropy_fwd) X(crossentropy_bwd)               \
-  X(crossentropy_fused) X(vocab_max) X(vocab_sumexp) X(vocab_target) X(vocab_ce_bwd)
-#define PLAIN_OPS(X)                                                                               \
-  X(zero) X(copy) X(to_host) X(from_host) X(adamw) X(sumsq) X(scale) X(accumulate)
-/* clang-format on */
+/* the entries templated over the storage type, and the others */
+#define TEMPLATE_OPS(X) COLO_ACT_OPS(X, _)
+#define PLAIN_OPS(X)    X(zero, _) X(copy, _) X(to_host, _) X(from_host, _) COLO_F32_OPS(X, _)
 enum {
-#define X(n) P_##n,
+#define X(n, _) P_##n,
   TEMPLATE_OPS(X) PLAIN_OPS(X)
 #undef X
       P_COUNT
 };
 static const char *const prof_names[P_COUNT] = {
-#define X(n) #n,
+#define X(n, _) #n,
     TEMPLATE_OPS(X) PLAIN_OPS(X)
 #undef X
 };
@@ -1267,8 +1261,8 @@ template <class T> static colo_backend_t make_table(const char *name) {
   b.owns = owns;
   b.act_dtype = dtype_of<T>::colo;
   b.act_size = sizeof(T);
-#define SET_T(n) b.n = prof.on ? PROFILED(P_##n, n<T>) : n<T>;
-#define SET_P(n) b.n = prof.on ? PROFILED(P_##n, n) : n;
+#define SET_T(n, _) b.n = prof.on ? PROFILED(P_##n, n<T>) : n<T>;
+#define SET_P(n, _) b.n = prof.on ? PROFILED(P_##n, n) : n;
   TEMPLATE_OPS(SET_T)
   PLAIN_OPS(SET_P)
 #undef SET_T
