@@ -192,6 +192,22 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (mem->placement != COLO__V1__PLACEMENT__PLACEMENT_DEVICE &&
       r->device != COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
     return bad(err, errlen, "memory.placement=static or auto needs resources.device=gpu");
+  if (mem->placement == COLO__V1__PLACEMENT__PLACEMENT_AUTO)
+    return bad(err, errlen,
+               "memory.placement=auto is not built yet: use device, or static with fractions");
+  /* the chunks that leave the device are ZeRO's: parameters only as stage-3 pieces, optimizer
+   * state as the pieces of stage 1 and up (as in Colossal-AI's Gemini and DeepSpeed's offload) */
+  if (mem->param_device_fraction < 1.0f && p->zero_stage != 3)
+    return bad(err, errlen,
+               "memory.param_device_fraction=%s needs parallel.zero_stage=3 (it is %u): "
+               "parameters leave the device as ZeRO-3 pieces",
+               fmt_float(mem->param_device_fraction, a, sizeof a), p->zero_stage);
+  if ((mem->optim_device_fraction < 1.0f || mem->optim_nvme_fraction > 0.0f) && p->zero_stage < 1)
+    return bad(err, errlen,
+               "memory.optim_device_fraction=%s and memory.optim_nvme_fraction=%s need "
+               "parallel.zero_stage of 1 or more: optimizer state leaves the device as ZeRO pieces",
+               fmt_float(mem->optim_device_fraction, a, sizeof a),
+               fmt_float(mem->optim_nvme_fraction, b, sizeof b));
 
   /* optimizer and schedule */
   if (!(o->lr > 0) || !isfinite(o->lr))

@@ -61,6 +61,7 @@ static void usage(FILE *out) {
                "      --run-dir DIR        rank files and logs (default /var/lib/colo-worker)\n"
                "      --data-root DIR      where job data paths are resolved\n"
                "      --checkpoint-root DIR  where job checkpoint directories are made\n"
+               "      --nvme-root DIR      where a job's memory.nvme_dir is resolved (local disk)\n"
                "      --colo-train PATH    the engine binary (default: colo-train in PATH)\n"
                "      --log-level LEVEL    error, warn, info or debug\n"
                "  -h, --help               this help\n"
@@ -268,7 +269,17 @@ static int absolute(Colo__V1__WorkerConfig *cfg, const char *field) {
 }
 
 int main(int argc, char **argv) {
-  enum { OPT_SLOTS = 256, OPT_LOG, OPT_VERSION, OPT_RUN, OPT_DATA, OPT_CKPT, OPT_TRAIN, OPT_DEV };
+  enum {
+    OPT_SLOTS = 256,
+    OPT_LOG,
+    OPT_VERSION,
+    OPT_RUN,
+    OPT_DATA,
+    OPT_CKPT,
+    OPT_NVME,
+    OPT_TRAIN,
+    OPT_DEV
+  };
   static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                        {"coordinator", required_argument, 0, 'C'},
                                        {"name", required_argument, 0, 'n'},
@@ -279,6 +290,7 @@ int main(int argc, char **argv) {
                                        {"run-dir", required_argument, 0, OPT_RUN},
                                        {"data-root", required_argument, 0, OPT_DATA},
                                        {"checkpoint-root", required_argument, 0, OPT_CKPT},
+                                       {"nvme-root", required_argument, 0, OPT_NVME},
                                        {"colo-train", required_argument, 0, OPT_TRAIN},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, OPT_VERSION},
@@ -341,6 +353,9 @@ int main(int argc, char **argv) {
     case OPT_CKPT:
       rc = set_flag(&cfg, "checkpoint_root", optarg);
       break;
+    case OPT_NVME:
+      rc = set_flag(&cfg, "nvme_root", optarg);
+      break;
     case OPT_TRAIN:
       rc = set_flag(&cfg, "colo_train", optarg);
       break;
@@ -358,7 +373,7 @@ int main(int argc, char **argv) {
   colo_pb_fill_defaults(&cfg->base);
   /* ranks run in their own directory: every configured path becomes absolute */
   if (absolute(cfg, "run_dir") < 0 || absolute(cfg, "data_root") < 0 ||
-      absolute(cfg, "checkpoint_root") < 0 ||
+      absolute(cfg, "checkpoint_root") < 0 || absolute(cfg, "nvme_root") < 0 ||
       (strchr(cfg->colo_train, '/') && absolute(cfg, "colo_train") < 0)) {
     fprintf(stderr, "colo-workerd: cannot resolve the configured paths: %s\n", strerror(errno));
     colo__v1__worker_config__free_unpacked(cfg, NULL);

@@ -252,6 +252,8 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
                   (char *)cfg->data_root,
                   "--ckpt-dir",
                   ckpt_dir,
+                  "--nvme-root",
+                  (char *)cfg->nvme_root,
                   "--resume",
                   resume,
                   "--progress",

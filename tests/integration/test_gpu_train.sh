@@ -9,7 +9,9 @@
 #     parallelism in bf16;
 #   - bf16 (the GPU's default) and fp16 (with dynamic loss scaling) activations: the validation
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
-#   - overflows planted at steps 5 and 6 are skipped.
+#   - overflows planted at steps 5 and 6 are skipped;
+#   - static placement (parameters and optimizer state in host memory and on NVMe) trains as
+#     everything on the GPU does, with less GPU memory, and resumes exactly.
 # COLO_GPU_TEST_DRY=1 runs those GPU checks on the CPU dressed as a GPU (COLO_CUDA_EMULATE=1,
 # backend/cpu_device.c): colo-train's GPU paths, with device memory only the backend may touch,
 # where there is no GPU (ctest integration_gpu_train_emulated); every comparison is then exact or
@@ -94,8 +96,8 @@ dp_run() { # name device zero extra...
     --gpu 0 --precision fp32 --dp 2 --nproc 2 --zero "$z" --ckpt-dir "$TMP/$name" \
     --ckpt-interval $((D / 2)) --progress "$TMP/$name.jsonl" --quiet "$@"
 }
-# two ranks' progress: every step's loss within `tol` relative, the final validation loss within
-# 1% (what, cpu.jsonl, gpu.jsonl, tol)
+# two runs' progress: every step's loss within `tol` relative, the final validation loss within
+# 1% (what, reference.jsonl, other.jsonl, tol)
 same_training() {
   python3 - "$@" <<'PY' || fail "$1: GPU and CPU training differ"
 import json, sys
@@ -105,7 +107,7 @@ c, g = recs(sys.argv[2]), recs(sys.argv[3])
 assert len(c) == len(g) > 0, (len(c), len(g))
 worst = max(abs(a["loss"] - b["loss"]) / a["loss"] for a, b in zip(c, g) if a["event"] == "step")
 vc, vg = c[-1]["val_loss"], g[-1]["val_loss"]
-print("%s, 2 GPU ranks vs 2 CPU ranks: worst step-loss difference %.2e; val loss %.4f and %.4f"
+print("%s: worst step-loss difference %.2e; val loss %.4f and %.4f"
       % (what, worst, vg, vc))
 assert worst <= tol and abs(vc - vg) <= 0.01 * vc
 PY
@@ -113,7 +115,7 @@ PY
 dp_run dp-cpu cpu 0
 for z in 0 1 2 3; do
   dp_run "dp-gpu$z" gpu "$z"
-  same_training "data parallel (ZeRO $z)" "$TMP/dp-cpu.jsonl" "$TMP/dp-gpu$z.jsonl" 1e-3
+  same_training "data parallel (ZeRO $z), 2 GPU ranks vs 2 CPU ranks" "$TMP/dp-cpu.jsonl" "$TMP/dp-gpu$z.jsonl" 1e-3
 done
 # tensor parallel with sequence parallelism, and a pipeline, in bf16: two GPU ranks against two
 # CPU ranks with the same storage (bit for bit where the GPU is emulated)
@@ -124,7 +126,7 @@ for layout in "tp:--tp 2 --sp true" "pp:--pp 2 --micro-batches 2"; do
     expect_rc 0 "$CT" train "${M[@]}" --steps "$D" --warmup 5 --eval-interval "$D" --device "$dev" \
       --gpu 0 --precision bf16 --nproc 2 ${layout#*:} --progress "$TMP/$name-$dev.jsonl" --quiet
   done
-  same_training "$name in bf16" "$TMP/$name-cpu.jsonl" "$TMP/$name-gpu.jsonl" 1e-2
+  same_training "$name in bf16, 2 GPU ranks vs 2 CPU ranks" "$TMP/$name-cpu.jsonl" "$TMP/$name-gpu.jsonl" 1e-2
 done
 
 dp_run dp-r3 gpu 3 --stop-at $((D / 2))
@@ -132,6 +134,37 @@ dp_run dp-r3 gpu 3 --resume auto
 dlast=$(printf 'step_%08d' "$D")
 cmp "$TMP/dp-gpu3/$dlast/rank_00000.safetensors" "$TMP/dp-r3/$dlast/rank_00000.safetensors" ||
   fail "GPU, ZeRO-3: stop at $((D / 2)) and resume differs from the straight run"
+
+# static placement (Gemini's): under ZeRO-3, parameter pieces in host memory and optimizer state
+# in host memory and in a file on NVMe, updated by the CPU's AdamW; under ZeRO-1 the optimizer
+# state only. The same training as everything on the GPU (bit for bit where the GPU is emulated,
+# whose AdamW is the CPU's), with less GPU memory; resume is exact; the NVMe file is gone.
+PL=(--placement static --optim-device-fraction 0.25 --optim-nvme-fraction 0.25 --nvme-root "$TMP"
+  --nvme-dir nvme)
+dp_run pl3 gpu 3 "${PL[@]}" --param-device-fraction 0.5
+dp_run pl1 gpu 1 "${PL[@]}"
+dp_run pl3r gpu 3 "${PL[@]}" --param-device-fraction 0.5 --stop-at $((D / 2))
+dp_run pl3r gpu 3 "${PL[@]}" --param-device-fraction 0.5 --resume auto
+cmp "$TMP/pl3/$dlast/rank_00000.safetensors" "$TMP/pl3r/$dlast/rank_00000.safetensors" ||
+  fail "static placement: stop at $((D / 2)) and resume differs from the straight run"
+[ -d "$TMP/nvme" ] && [ -z "$(ls -A "$TMP/nvme")" ] || fail "the NVMe files outlived their ranks"
+for z in 1 3; do
+  if [ "$DRY" = 1 ]; then
+    cmp "$TMP/dp-gpu$z/$dlast/rank_00000.safetensors" "$TMP/pl$z/$dlast/rank_00000.safetensors" ||
+      fail "ZeRO-$z: static placement trained otherwise than everything on the GPU"
+  fi
+  same_training "ZeRO $z, 2 GPU ranks, static placement vs everything on the GPU" "$TMP/dp-gpu$z.jsonl" "$TMP/pl$z.jsonl" 1e-3
+  python3 - "$TMP/dp-gpu$z.jsonl" "$TMP/pl$z.jsonl" "$z" <<'PY' || fail "ZeRO-$z: placement saved no GPU memory"
+import json, sys
+last = lambda f: [r for r in map(json.loads, open(f)) if r["event"] == "step"][-1]
+a, b = last(sys.argv[1]), last(sys.argv[2])
+print("ZeRO-%s, rank 0's peak GPU memory: %d bytes with everything on the GPU, %d with static "
+      "placement (%.2fx), which keeps %d bytes in host memory and %d on NVMe"
+      % (sys.argv[3], a["memory_bytes"], b["memory_bytes"], b["memory_bytes"] / a["memory_bytes"],
+         b["host_bytes"], b["nvme_bytes"]))
+assert b["memory_bytes"] < a["memory_bytes"] and b["host_bytes"] > 0 and b["nvme_bytes"] > 0
+PY
+done
 
 # bf16 and fp16 activations: the same training within 2% of fp32 at the end, and within 1% of
 # the CPU's emulation of the same storage

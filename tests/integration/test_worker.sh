@@ -62,7 +62,7 @@ mkdir -p "$TMP/gdata" "$TMP/gckpt"
 printf 'nvml_library: %s\ndevices: gpu\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
 COLO_CUDA_EMULATE=1 "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
   --run-dir "$TMP/run-g" --data-root "$TMP/gdata" --checkpoint-root "$TMP/gckpt" \
-  --colo-train "$COLO_BIN/colo-train" >>"$TMP/gpu.log" 2>&1 &
+  --nvme-root "$TMP/gnvme" --colo-train "$COLO_BIN/colo-train" >>"$TMP/gpu.log" 2>&1 &
 GPID=$!
 gpus() {
   "$COLOCTL" hosts --json | python3 -c 'import json,sys; h=[x for x in json.load(sys.stdin) if x["name"]=="g1"]; print(" ".join("%s/%s/%s/%d" % (d["kind"], d["name"].replace(" ", "_"), d.get("uuid",""), d.get("memory_bytes",0) >> 30) for d in h[0]["devices"]) if h else "none")'
@@ -70,15 +70,18 @@ gpus() {
 for _ in $(seq 1 50); do [ "$(gpus)" != none ] && break; sleep 0.1; done
 expect_eq "$(gpus)" "gpu/Fake_H100_0/GPU-fake-0/80 gpu/Fake_H100_1/GPU-fake-1/80"
 # a GPU job end to end: two data-parallel ranks placed on g1's two GPUs, trained through
-# colo-train's GPU paths (gradients through the host), checkpointed, SUCCEEDED
+# colo-train's GPU paths (gradients through the host) under ZeRO-3 with static placement (half
+# the parameter pieces in host memory, half the optimizer state in a file under the worker's
+# NVMe root, unlinked as soon as it is made), checkpointed, SUCCEEDED
 cat >"$TMP/gjob.yaml" <<JOB
 name: on-gpus
 model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
 data: {train_path: ts/train.bin, val_path: ts/val.bin}
-parallel: {dp: 2}
+parallel: {dp: 2, zero_stage: 3}
 train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2}
 checkpoint: {interval: 10}
 resources: {device: gpu}
+memory: {placement: static, param_device_fraction: 0.5, optim_device_fraction: 0.25, optim_nvme_fraction: 0.5, nvme_dir: scratch/on-gpus}
 JOB
 GJ=$("$COLOCTL" submit "$TMP/gjob.yaml")
 gstate() { "$COLOCTL" status "$GJ" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
@@ -91,6 +94,9 @@ expect_eq "$("$COLOCTL" status "$GJ" --json | python3 -c 'import json,sys; print
 GLOG=$("$COLOCTL" logs "$GJ")
 expect_contains "$GLOG" "GPU 0 emulated on the CPU (bf16 activations, bf16 products)"
 expect_contains "$GLOG" "step     20 | val loss"
+expect_contains "$GLOG" "in $TMP/gnvme/scratch/on-gpus"
+[ -d "$TMP/gnvme/scratch/on-gpus" ] && [ -z "$(ls -A "$TMP/gnvme/scratch/on-gpus")" ] ||
+  fail "the NVMe directory should exist and hold nothing once the ranks are gone"
 [ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||
   fail "the GPU job's checkpoints: $("$COLOCTL" checkpoints "$GJ")"
 kill -TERM $GPID

@@ -90,6 +90,16 @@ static const struct {
     {BASE "memory: {placement: static, optim_device_fraction: 0.8, optim_nvme_fraction: 0.5, "
           "nvme_dir: nv}\nresources: {device: gpu}\n",
      "memory.optim_device_fraction=0.8 plus memory.optim_nvme_fraction=0.5 exceeds 1"},
+    {BASE "memory: {placement: auto}\nresources: {device: gpu}\n",
+     "memory.placement=auto is not built yet: use device, or static with fractions"},
+    {BASE "memory: {placement: static, param_device_fraction: 0.5}\nresources: {device: gpu}\n"
+          "parallel: {zero_stage: 1}\n",
+     "memory.param_device_fraction=0.5 needs parallel.zero_stage=3 (it is 1): parameters leave "
+     "the device as ZeRO-3 pieces"},
+    {BASE "memory: {placement: static, optim_nvme_fraction: 0.25, optim_device_fraction: 0.5, "
+          "nvme_dir: nv}\nresources: {device: gpu}\n",
+     "memory.optim_device_fraction=0.5 and memory.optim_nvme_fraction=0.25 need "
+     "parallel.zero_stage of 1 or more: optimizer state leaves the device as ZeRO pieces"},
     {BASE "checkpoint: {interval: 500}\ntrain: {steps: 100}\n",
      "checkpoint.interval=500 exceeds train.steps=100"},
     {BASE "checkpoint: {dir: a/../../etc}\n",

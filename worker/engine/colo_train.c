@@ -104,6 +104,7 @@ static void train_usage(void) {
       "\n"
       "  --job FILE            job file (YAML or JSON)\n"
       "  --data-root DIR       where data paths are resolved (default .)\n"
+      "  --nvme-root DIR       where memory.nvme_dir is resolved (default .)\n"
       "  --train-data PATH     train shard, relative to the data root\n"
       "  --val-data PATH       val shard, relative to the data root\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
@@ -134,6 +135,12 @@ static void train_usage(void) {
       "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
       "  --memory-limit MIB    capacity of the memory pool\n"
+      "  --placement device|static  where a GPU run's chunks live: all on the GPU, or (static)\n"
+      "                        the fractions below on it and the rest in host memory or NVMe\n"
+      "  --param-device-fraction F  parameter pieces kept on the GPU (needs --zero 3)\n"
+      "  --optim-device-fraction F  optimizer-state pieces kept on the GPU (--zero 1 and up)\n"
+      "  --optim-nvme-fraction F    optimizer-state pieces in a file under --nvme-dir\n"
+      "  --nvme-dir DIR        relative to --nvme-root, made if missing\n"
       "  --progress FILE       JSON lines of progress ('-' for stdout)\n"
       "  --progress-fd N       JSON lines of progress to an inherited descriptor\n"
       "  --quiet               no per-step line\n"
@@ -173,6 +180,11 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"schedule", "optimizer: {schedule: %s}"},
       {"loss-scaling", "train: {loss_scaling: %s}"},
       {"device", "resources: {device: %s}"},
+      {"placement", "memory: {placement: %s}"},
+      {"param-device-fraction", "memory: {param_device_fraction: %s}"},
+      {"optim-device-fraction", "memory: {optim_device_fraction: %s}"},
+      {"optim-nvme-fraction", "memory: {optim_nvme_fraction: %s}"},
+      {"nvme-dir", "memory: {nvme_dir: %s}"},
       {"tf32", "train: {tf32: %s}"},
       {"precision", "train: {precision: %s}"},
       {"loss-scale-init", "train: {loss_scale_init: %s}"},
@@ -310,6 +322,7 @@ static int launch(int world, int comm_timeout_ms) {
 
 static int cmd_train(int argc, char **argv) {
   const char *job = NULL, *data_root = ".", *ckpt_dir = NULL, *resume = NULL, *progress = NULL;
+  const char *nvme_root = ".";
   const char *dump = NULL, *plant = NULL;
   int gpu = 0, gpu_given = 0;
   int threads = 0, stop_at = 0, quiet = 0, recompute = -1, progress_fd = -1, nproc = 1;
@@ -355,6 +368,8 @@ static int cmd_train(int argc, char **argv) {
       data_root = val;
     else if (!strcmp(flag, "ckpt-dir"))
       ckpt_dir = val;
+    else if (!strcmp(flag, "nvme-root"))
+      nvme_root = val;
     else if (!strcmp(flag, "resume"))
       resume = val;
     else if (!strcmp(flag, "stop-at"))
@@ -502,6 +517,18 @@ static int cmd_train(int argc, char **argv) {
                  ts->precision == COLO__V1__PRECISION__PRECISION_FP16);
   cfg.loss_scale_init = scaling ? ts->loss_scale_init : 0.0f;
   cfg.loss_scale_window = (int)ts->loss_scale_window;
+  const Colo__V1__MemorySpec *mem = spec->memory;
+  char nvme_dir[2100] = "";
+  if (mem->placement == COLO__V1__PLACEMENT__PLACEMENT_STATIC) {
+    cfg.placement_static = 1;
+    cfg.param_device_fraction = mem->param_device_fraction;
+    cfg.optim_device_fraction = mem->optim_device_fraction;
+    cfg.optim_nvme_fraction = mem->optim_nvme_fraction;
+    if (mem->nvme_dir && mem->nvme_dir[0]) {
+      snprintf(nvme_dir, sizeof nvme_dir, "%s/%s", nvme_root, mem->nvme_dir);
+      cfg.nvme_dir = nvme_dir;
+    }
+  }
   int planted[64];
   if (plant) {
     const char *q = plant;

@@ -4,12 +4,16 @@
  * where both are the host's (a checkpoint's whole moments are host memory). */
 #include "zero.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../../common/error.h"
+#include "../../../common/fs.h"
 
 static int gather_chunk(colo_zero_t *z, size_t k, const float *piece_src, float *dst);
 static float *hook_begin(void *ctx, size_t t);
@@ -46,9 +50,64 @@ static void xzero(const colo_zero_t *z, void *p, size_t bytes) {
     memset(p, 0, bytes);
 }
 
+/* chunk k's parameter piece (stage 3), wherever it lives */
+static float *param_at(const colo_zero_t *z, size_t k) {
+  return (z->param_home[k] == COLO_HOME_HOST ? z->param_host : z->param_piece) + z->param_off[k];
+}
+
+/* whole reads and writes of the NVMe file at a byte offset */
+static int nvme_io(colo_zero_t *z, void *buf, size_t bytes, off_t off, int write) {
+  char *b = buf;
+  while (bytes) {
+    ssize_t r = write ? pwrite(z->nvme_fd, b, bytes, off) : pread(z->nvme_fd, b, bytes, off);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0) {
+      snprintf(z->error, sizeof z->error, "%s the optimizer state in %s: %s",
+               write ? "writing" : "reading", z->nvme_path, r < 0 ? strerror(errno) : "short read");
+      return COLO_EIO;
+    }
+    b += r;
+    bytes -= (size_t)r;
+    off += r;
+  }
+  return 0;
+}
+
+/* chunk k's moments on NVMe: n floats of m and of v, at the start of its region */
+static int nvme_moments(colo_zero_t *z, size_t k, float *m, float *v, size_t n, int write) {
+  size_t piece = z->chunks.chunks[k].capacity / (size_t)z->dp;
+  off_t at = (off_t)(z->optim_off[k] * 2 * sizeof(float));
+  int rc = nvme_io(z, m, n * sizeof(float), at, write);
+  return rc ? rc : nvme_io(z, v, n * sizeof(float), at + (off_t)(piece * sizeof(float)), write);
+}
+
+/* chunk k's moments: on the device or in host memory where they live, read from NVMe into the
+ * scratch (m, v of max_piece floats each) otherwise; n: the floats that matter */
+static int moments_at(colo_zero_t *z, const colo_adamw_t *opt, size_t k, size_t n, float **m,
+                      float **v) {
+  size_t o = z->optim_off[k];
+  switch (z->optim_home[k]) {
+  case COLO_HOME_DEVICE:
+    *m = opt->m + o, *v = opt->v + o;
+    return 0;
+  case COLO_HOME_HOST:
+    *m = z->host_m + o, *v = z->host_v + o;
+    return 0;
+  default:
+    *m = z->scratch + 2 * z->max_piece, *v = z->scratch + 3 * z->max_piece;
+    return nvme_moments(z, k, *m, *v, n, 0);
+  }
+}
+
+const char *colo_zero_error(const colo_zero_t *z) {
+  return z->error[0] ? z->error : colo_comm_error(z->comm);
+}
+
 int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
                    colo_pool_t *pool, char *err, size_t errlen) {
   memset(z, 0, sizeof *z);
+  z->nvme_fd = -1;
   if (stage < 0 || stage > 3) {
     snprintf(err, errlen, "parallel.zero_stage=%d must be 0, 1, 2 or 3", stage);
     return COLO_EINVAL;
@@ -80,11 +139,21 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
   z->staging = z->be->device
                    ? colo_pool_alloc(pool, (maxcap ? maxcap : 1) * sizeof(float), "staging")
                    : calloc(maxcap ? maxcap : 1, sizeof(float));
-  if (!z->shard_off || !z->staging) {
+  z->max_piece = maxcap / (size_t)z->dp;
+  /* everything on the device until colo_zero_place says otherwise */
+  z->param_home = calloc(z->chunks.n ? z->chunks.n : 1, 1);
+  z->optim_home = calloc(z->chunks.n ? z->chunks.n : 1, 1);
+  z->param_off = calloc(z->chunks.n ? z->chunks.n : 1, sizeof *z->param_off);
+  z->optim_off = calloc(z->chunks.n ? z->chunks.n : 1, sizeof *z->optim_off);
+  if (!z->shard_off || !z->staging || !z->param_home || !z->optim_home || !z->param_off ||
+      !z->optim_off) {
     colo_zero_free(z);
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
+  for (size_t k = 0; k < z->chunks.n; k++)
+    z->param_off[k] = z->optim_off[k] = z->shard_off[k];
+  z->optim_n[COLO_HOME_DEVICE] = z->param_n[COLO_HOME_DEVICE] = z->shard_n;
   if (stage >= 2) {
     z->grad_full = calloc(z->chunks.n, sizeof *z->grad_full);
     z->ready = calloc(z->chunks.n, sizeof *z->ready);
@@ -116,6 +185,96 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
   return 0;
 }
 
+/* the chunks [from, end) whose pieces make up `frac` of this rank's floats, to the nearest
+ * chunk: one is in when at least half of it fits */
+static size_t take_chunks(const colo_zero_t *z, size_t from, float frac) {
+  double budget = (double)frac * (double)z->shard_n, acc = 0.0;
+  size_t k = from;
+  for (; k < z->chunks.n; k++) {
+    double piece = (double)(z->chunks.chunks[k].capacity / (size_t)z->dp);
+    if (acc + piece / 2 >= budget)
+      break;
+    acc += piece;
+  }
+  return k;
+}
+
+int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_t errlen) {
+  if (!pl || (pl->param_device >= 1.0f && pl->optim_device >= 1.0f && pl->optim_nvme <= 0.0f))
+    return 0;
+  if (pl->param_device < 1.0f && z->stage != 3) {
+    snprintf(err, errlen,
+             "parameters leave the device only as ZeRO-3 pieces, and this run has ZeRO stage %d",
+             z->stage);
+    return COLO_EINVAL;
+  }
+  if (z->stage < 1 || !z->be->device) {
+    snprintf(err, errlen, "%s",
+             z->stage < 1 ? "optimizer state leaves the device only as ZeRO pieces (stage 1 and up)"
+                          : "placing chunks off the device needs a device (resources.device=gpu)");
+    return COLO_EINVAL;
+  }
+  size_t n = z->chunks.n;
+  size_t kp = z->stage == 3 ? take_chunks(z, 0, pl->param_device) : n;
+  size_t kd = take_chunks(z, 0, pl->optim_device);
+  kd = kd < kp ? kd : kp; /* host parameters are updated on the host */
+  size_t kn = pl->optim_nvme > 0.0f ? take_chunks(z, kd, pl->optim_nvme) : kd;
+  memset(z->optim_n, 0, sizeof z->optim_n);
+  memset(z->param_n, 0, sizeof z->param_n);
+  for (size_t k = 0; k < n; k++) {
+    size_t piece = z->chunks.chunks[k].capacity / (size_t)z->dp;
+    int ph = k < kp ? COLO_HOME_DEVICE : COLO_HOME_HOST;
+    int oh = k < kd ? COLO_HOME_DEVICE : k < kn ? COLO_HOME_NVME : COLO_HOME_HOST;
+    z->param_home[k] = (unsigned char)ph;
+    z->param_off[k] = z->param_n[ph];
+    z->param_n[ph] += piece;
+    z->optim_home[k] = (unsigned char)oh;
+    z->optim_off[k] = z->optim_n[oh];
+    z->optim_n[oh] += piece;
+  }
+  if (z->stage == 3) { /* the device keeps only its share of the pieces */
+    colo_pool_free(z->pool, z->param_piece);
+    z->param_piece = colo_pool_alloc(
+        z->pool, (z->param_n[COLO_HOME_DEVICE] ? z->param_n[COLO_HOME_DEVICE] : 1) * sizeof(float),
+        "parameter pieces");
+    if (!z->param_piece) {
+      snprintf(err, errlen, "%s", colo_pool_error(z->pool));
+      return COLO_ENOMEM;
+    }
+  }
+  size_t nh = z->optim_n[COLO_HOME_HOST] ? z->optim_n[COLO_HOME_HOST] : 1;
+  z->host_m = calloc(nh, sizeof(float));
+  z->host_v = calloc(nh, sizeof(float));
+  z->param_host =
+      calloc(z->param_n[COLO_HOME_HOST] ? z->param_n[COLO_HOME_HOST] : 1, sizeof(float));
+  z->scratch = calloc(4 * (z->max_piece ? z->max_piece : 1), sizeof(float));
+  if (!z->host_m || !z->host_v || !z->param_host || !z->scratch) {
+    snprintf(err, errlen, "no host memory for the chunks placed off the device");
+    return COLO_ENOMEM;
+  }
+  if (z->optim_n[COLO_HOME_NVME]) {
+    const char *dir = pl->nvme_dir && pl->nvme_dir[0] ? pl->nvme_dir : NULL;
+    if (!dir) {
+      snprintf(err, errlen, "optimizer state on NVMe needs a directory (memory.nvme_dir)");
+      return COLO_EINVAL;
+    }
+    snprintf(z->nvme_path, sizeof z->nvme_path, "%s/colo-optim-%d-rank%d.bin", dir, (int)getpid(),
+             z->rank);
+    off_t bytes = (off_t)(2 * z->optim_n[COLO_HOME_NVME] * sizeof(float));
+    int prc = 0;
+    if (colo_mkdirs(dir, 0700) < 0 ||
+        (z->nvme_fd = open(z->nvme_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
+        unlink(z->nvme_path) < 0 || ftruncate(z->nvme_fd, bytes) < 0 ||
+        ((prc = posix_fallocate(z->nvme_fd, 0, bytes)) != 0 && prc != EOPNOTSUPP &&
+         prc != EINVAL)) {
+      snprintf(err, errlen, "optimizer state on NVMe: %s (%.1f MiB): %s", z->nvme_path,
+               (double)bytes / (1 << 20), strerror(prc ? prc : errno));
+      return COLO_EIO;
+    }
+  }
+  return 0;
+}
+
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
   (void)err;
   (void)errlen;
@@ -126,8 +285,8 @@ int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
     for (size_t k = 0; k < z->chunks.n; k++) {
       size_t lo, hi, piece;
       colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-      xzero(z, z->param_piece + z->shard_off[k], piece * sizeof(float));
-      xcopy(z, z->param_piece + z->shard_off[k], p + lo, (hi - lo) * sizeof(float));
+      xzero(z, param_at(z, k), piece * sizeof(float));
+      xcopy(z, param_at(z, k), p + lo, (hi - lo) * sizeof(float));
     }
   }
   colo_gpt_set_hooks(z->model, z->stage == 3 ? &HOOKS3 : &HOOKS2, z);
@@ -144,8 +303,7 @@ static const float *hook_fetch(void *ctx, size_t t) {
     float *full = colo_pool_alloc(z->pool, c->capacity * sizeof(float), "parameters");
     if (!full)
       return NULL;
-    xcopy(z, full + (size_t)z->rank * piece, z->param_piece + z->shard_off[k],
-          piece * sizeof(float));
+    xcopy(z, full + (size_t)z->rank * piece, param_at(z, k), piece * sizeof(float));
     if (z->dp > 1 && z->comm->ops->all_gather(z->comm, full, piece) < 0) {
       colo_pool_free(z->pool, full);
       return NULL;
@@ -169,7 +327,7 @@ static void hook_release(void *ctx, size_t t) {
 
 int colo_zero_gather_params(colo_zero_t *z, float *flat) {
   for (size_t k = 0; k < z->chunks.n; k++) {
-    int rc = gather_chunk(z, k, z->param_piece + z->shard_off[k], flat);
+    int rc = gather_chunk(z, k, param_at(z, k), flat);
     if (rc < 0)
       return rc;
   }
@@ -281,6 +439,20 @@ void colo_zero_free(colo_zero_t *z) {
   z->grad_piece = NULL;
   z->ready = z->n_in = NULL;
   z->chunk_of = NULL;
+  free(z->param_home);
+  free(z->optim_home);
+  free(z->param_off);
+  free(z->optim_off);
+  free(z->host_m);
+  free(z->host_v);
+  free(z->param_host);
+  free(z->scratch);
+  z->param_home = z->optim_home = NULL;
+  z->param_off = z->optim_off = NULL;
+  z->host_m = z->host_v = z->param_host = z->scratch = NULL;
+  if (z->nvme_fd >= 0)
+    close(z->nvme_fd);
+  z->nvme_fd = -1;
   colo_chunks_free(&z->chunks);
   free(z->shard_off);
   if (z->be && z->be->device)
@@ -292,7 +464,7 @@ void colo_zero_free(colo_zero_t *z) {
 }
 
 size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model) {
-  return z->stage == 0 ? colo_gpt_num_params(model) : z->shard_n;
+  return z->stage == 0 ? colo_gpt_num_params(model) : z->optim_n[COLO_HOME_DEVICE];
 }
 
 int colo_zero_reduce_grads(colo_zero_t *z, colo_gpt_t *model) {
@@ -322,6 +494,41 @@ static int gather_chunk(colo_zero_t *z, size_t k, const float *piece_src, float 
   return rc;
 }
 
+/* chunk k's update on the host, by the CPU's AdamW: its moments there or read from NVMe, its
+ * gradients copied out, and its parameters too where they live on the device */
+static int host_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, size_t lo, size_t hi, float lr,
+                     float grad_scale) {
+  size_t n = hi - lo, nt;
+  if (!n)
+    return 0;
+  const colo_backend_t *cpu = colo_backend_cpu();
+  const colo_adamw_config_t *cf = &opt->cfg;
+  const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+  float *g = z->scratch, *p = z->scratch + z->max_piece, *m, *v;
+  xcopy(z, g, z->stage == 1 ? colo_gpt_grads(z->model) + lo : z->grad_piece + z->shard_off[k],
+        n * sizeof(float));
+  float *home = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + lo;
+  int in_place = !owned(z, home);
+  if (in_place)
+    p = home;
+  else
+    xcopy(z, p, home, n * sizeof(float));
+  int rc = moments_at(z, opt, k, n, &m, &v);
+  if (rc < 0)
+    return rc;
+  for (size_t i = 0; i < nt; i++) {
+    size_t a = table[i].offset, b = a + table[i].numel;
+    if (b <= lo || a >= hi)
+      continue;
+    size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
+    cpu->adamw(p + o, g + o, m + o, v + o, y - x, lr, cf->beta1, cf->beta2, cf->eps,
+               table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
+  }
+  if (!in_place)
+    xcopy(z, home, p, n * sizeof(float));
+  return z->optim_home[k] == COLO_HOME_NVME ? nvme_moments(z, k, m, v, n, 1) : 0;
+}
+
 int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model,
                    float lr, float grad_scale) {
   if (z->stage == 0) {
@@ -336,9 +543,15 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
   for (size_t k = 0; k < z->chunks.n; k++) {
     size_t lo, hi, piece;
     colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+    if (z->optim_home[k] != COLO_HOME_DEVICE) {
+      int rc = host_step(z, opt, k, lo, hi, lr, grad_scale);
+      if (rc < 0)
+        return rc;
+      continue;
+    }
+    float *m = opt->m + z->optim_off[k], *v = opt->v + z->optim_off[k];
     if (z->stage == 1) {
-      colo_adamw_step_range(cf, opt->t, be, model, lo, hi, opt->m + z->shard_off[k],
-                            opt->v + z->shard_off[k], lr, grad_scale);
+      colo_adamw_step_range(cf, opt->t, be, model, lo, hi, m, v, lr, grad_scale);
       continue;
     }
     /* stages 2 and 3: the gradients (and at 3 the parameters) are this rank's piece */
@@ -346,10 +559,10 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
       size_t a = table[i].offset, b = a + table[i].numel;
       if (b <= lo || a >= hi)
         continue;
-      size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = z->shard_off[k] + (x - lo);
-      float *pp = z->stage == 3 ? z->param_piece + o : p + x;
-      be->adamw(pp, z->grad_piece + o, opt->m + o, opt->v + o, y - x, lr, cf->beta1, cf->beta2,
-                cf->eps, table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
+      size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
+      float *pp = z->stage == 3 ? param_at(z, k) + o : p + x;
+      be->adamw(pp, z->grad_piece + z->shard_off[k] + o, m + o, v + o, y - x, lr, cf->beta1,
+                cf->beta2, cf->eps, table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
     }
   }
   if (z->stage == 3)
@@ -369,23 +582,38 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
 int colo_zero_gather_moments(colo_zero_t *z, const colo_adamw_t *opt, float *full_m,
                              float *full_v) {
   for (size_t k = 0; k < z->chunks.n; k++) {
-    int rc = gather_chunk(z, k, opt->m + z->shard_off[k], full_m);
+    size_t lo, hi, piece;
+    float *m, *v;
+    colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+    int rc = moments_at(z, opt, k, hi - lo, &m, &v);
     if (rc == 0)
-      rc = gather_chunk(z, k, opt->v + z->shard_off[k], full_v);
+      rc = gather_chunk(z, k, m, full_m);
+    if (rc == 0)
+      rc = gather_chunk(z, k, v, full_v);
     if (rc < 0)
       return rc;
   }
   return 0;
 }
 
-void colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_m,
-                            const float *full_v) {
+int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_m,
+                           const float *full_v) {
   for (size_t k = 0; k < z->chunks.n; k++) {
-    size_t lo, hi, piece;
+    size_t lo, hi, piece, o = z->optim_off[k];
     colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-    xzero(z, opt->m + z->shard_off[k], piece * sizeof(float));
-    xzero(z, opt->v + z->shard_off[k], piece * sizeof(float));
-    xcopy(z, opt->m + z->shard_off[k], full_m + lo, (hi - lo) * sizeof(float));
-    xcopy(z, opt->v + z->shard_off[k], full_v + lo, (hi - lo) * sizeof(float));
+    int home = z->optim_home[k];
+    float *m = home == COLO_HOME_DEVICE ? opt->m + o
+               : home == COLO_HOME_HOST ? z->host_m + o
+                                        : z->scratch + 2 * z->max_piece;
+    float *v = home == COLO_HOME_DEVICE ? opt->v + o
+               : home == COLO_HOME_HOST ? z->host_v + o
+                                        : z->scratch + 3 * z->max_piece;
+    xzero(z, m, piece * sizeof(float));
+    xzero(z, v, piece * sizeof(float));
+    xcopy(z, m, full_m + lo, (hi - lo) * sizeof(float));
+    xcopy(z, v, full_v + lo, (hi - lo) * sizeof(float));
+    if (home == COLO_HOME_NVME && nvme_moments(z, k, m, v, piece, 1) < 0)
+      return COLO_EIO;
   }
+  return 0;
 }

@@ -20,6 +20,22 @@
 #include "../optim/adamw.h"
 #include "chunks.h"
 
+/* Static placement, as Colossal-AI's Gemini places chunks: this rank's pieces taken in execution
+ * order, the first ones kept on the device up to a fraction of its floats, the rest in host
+ * memory, and optimizer pieces also in a file on NVMe. Parameters leave the device only as
+ * ZeRO-3 pieces (fetched to the device when the model asks for them), optimizer state as the
+ * pieces of stage 1 and up; the optimizer state of a piece whose parameters are in host memory
+ * is never on the device. A piece off the device is updated there by the CPU's AdamW (its
+ * gradients copied out, and its parameters when they live on the device). */
+typedef struct {
+  float param_device; /* fraction of parameter pieces kept on the device (stage 3) */
+  float optim_device; /* of optimizer pieces on the device (stage 1 and up) */
+  float optim_nvme;   /* of optimizer pieces in a file under nvme_dir */
+  const char *nvme_dir;
+} colo_placement_t;
+
+enum { COLO_HOME_DEVICE, COLO_HOME_HOST, COLO_HOME_NVME };
+
 typedef struct {
   colo_comm_t *comm; /* the data-parallel group */
   int stage, rank, dp;
@@ -40,11 +56,27 @@ typedef struct {
   float **param_full; /* per chunk: the gathered chunk while fetched */
   int *fetched;       /* per chunk: tensors fetched and not yet released */
   colo_comm_t *tp;    /* tensor-parallel group (replicated tensors count once in the norm) */
+  /* placement (colo_zero_place): per chunk, where its pieces live and their offset there */
+  unsigned char *param_home, *optim_home; /* COLO_HOME_* */
+  size_t *param_off, *optim_off;
+  size_t optim_n[3], param_n[2]; /* floats of pieces by home (optimizer: each of m and v) */
+  float *host_m, *host_v;        /* optimizer pieces in host memory */
+  float *param_host;             /* stage 3: parameter pieces in host memory */
+  float *scratch;                /* host: one piece each of gradients, parameters, m and v */
+  size_t max_piece;
+  int nvme_fd; /* optimizer pieces on NVMe: m then v, per chunk; -1: none */
+  char nvme_path[1024];
+  char error[1200]; /* the last failure that was not the communicator's */
 } colo_zero_t;
 
 /* pool: where stage 2 allocates gradient pieces and chunk buffers (their bytes count there). */
 int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
                    colo_pool_t *pool, char *err, size_t errlen);
+
+/* Places the pieces (after init, before the optimizer is made: its moments on the device are
+ * colo_zero_optim_numel's). NULL, or every fraction 1 and NVMe 0: everything on the device.
+ * The NVMe file is made and unlinked at once, so a rank that dies leaves nothing behind. */
+int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_t errlen);
 
 /* Stages 2 and 3: installs the model hooks, once the parameters are initialised or loaded
  * (stage 3 takes its pieces from them and frees the model's full copy). */
@@ -64,7 +96,8 @@ void colo_zero_set_tp(colo_zero_t *z, colo_comm_t *tp);
 int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float *norm);
 void colo_zero_free(colo_zero_t *z);
 
-/* How many floats each of the optimizer's m and v holds on this rank. */
+/* How many floats each of the optimizer's m and v holds on this rank, in the backend's memory
+ * (pieces placed in host memory or on NVMe are the placement's). */
 size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model);
 
 /* Sums the gradients over the group, chunk by chunk. */
@@ -77,7 +110,10 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
 /* Full-size moments from the shards (every rank takes part; all end with the full copy), and
  * the reverse: keep this rank's pieces of full moments. */
 int colo_zero_gather_moments(colo_zero_t *z, const colo_adamw_t *opt, float *full_m, float *full_v);
-void colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_m,
-                            const float *full_v);
+int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_m,
+                           const float *full_v);
+
+/* Why the last call that failed did: the NVMe file's error, or the communicator's. */
+const char *colo_zero_error(const colo_zero_t *z);
 
 #endif

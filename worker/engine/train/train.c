@@ -354,7 +354,7 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
   }
   if (full_m) {
     if (colo_zero_gather_moments(zero, opt, full_m, full_v) < 0) {
-      snprintf(err, errlen, "gathering the optimizer state: %s", colo_comm_error(zero->comm));
+      snprintf(err, errlen, "gathering the optimizer state: %s", colo_zero_error(zero));
       return COLO_EIO;
     }
     whole_opt.m = full_m;
@@ -560,6 +560,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_gpt_set_sequence_parallel(model, 1);
   }
   CHECK_GOTO(colo_zero_init(&zero, dp_comm, cfg->zero_stage, model, pool, err, errlen), rc, out);
+  if (cfg->placement_static) {
+    colo_placement_t pl = {cfg->param_device_fraction, cfg->optim_device_fraction,
+                           cfg->optim_nvme_fraction, cfg->nvme_dir};
+    CHECK_GOTO(colo_zero_place(&zero, &pl, err, errlen), rc, out);
+  }
   if (tpc && cfg->zero_stage >= 2)
     colo_zero_set_tp(&zero, tpc);
   if (tpc || ppc)
@@ -641,8 +646,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         scaler.scale = meta.loss_scale;
         scaler.good_steps = meta.loss_scale_good;
       }
-      if (full_m)
-        colo_zero_take_moments(&zero, &opt, full_m, full_v);
+      if (full_m && colo_zero_take_moments(&zero, &opt, full_m, full_v) < 0) {
+        snprintf(err, errlen, "%s", colo_zero_error(&zero));
+        rc = COLO_EIO;
+        goto out;
+      }
       if (meta.seed != cfg->seed) {
         snprintf(err, errlen, "checkpoint %s was trained with seed %llu, this run has %llu", dir,
                  (unsigned long long)meta.seed, (unsigned long long)cfg->seed);
@@ -698,6 +706,25 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->model.n_layer, cfg->model.n_head, cfg->model.n_embd, T, cfg->model.vocab_size,
            n_params, B, cfg->grad_accum, T, threads_or_gpu, be->device ? "GPU" : "host",
            (double)colo_pool_used(pool) / (1 << 20));
+  /* what the placement keeps off the device: pieces of parameters and moments */
+  size_t host_bytes =
+             (zero.param_n[COLO_HOME_HOST] + 2 * zero.optim_n[COLO_HOME_HOST]) * sizeof(float),
+         nvme_bytes = 2 * zero.optim_n[COLO_HOME_NVME] * sizeof(float);
+  if (!cfg->quiet && lead && cfg->placement_static) {
+    size_t np = 0, nd = 0, nn = 0;
+    for (size_t k = 0; k < zero.chunks.n; k++) {
+      np += zero.param_home[k] == COLO_HOME_DEVICE;
+      nd += zero.optim_home[k] == COLO_HOME_DEVICE;
+      nn += zero.optim_home[k] == COLO_HOME_NVME;
+    }
+    printf("placement: of %zu chunks, parameters of %zu on the GPU and %zu in host memory; "
+           "optimizer state of %zu on the GPU, %zu in host memory, %zu on NVMe; off the GPU: "
+           "%.1f MiB in host memory, %.1f MiB in %s\n",
+           zero.chunks.n, cfg->zero_stage == 3 ? np : zero.chunks.n,
+           cfg->zero_stage == 3 ? zero.chunks.n - np : 0, nd, zero.chunks.n - nd - nn, nn,
+           (double)host_bytes / (1 << 20), (double)nvme_bytes / (1 << 20),
+           nn ? cfg->nvme_dir : "no NVMe file");
+  }
   const char *dump_path = lead ? cfg->dump_path : NULL;
   if (dump_path)
     dump_model(&dump, "init.", model, colo_gpt_params(model), be, hostbuf[0]);
@@ -840,7 +867,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     float lr = colo_lr_at(&cfg->optim, step);
     if (take && colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
-      snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
+      snprintf(err, errlen, "rank %d: %s", me, zero.error[0] ? zero.error : colo_comm_error(comm));
       rc = COLO_EIO;
       goto out;
     }
@@ -871,6 +898,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
               "\"activation_bytes\":%zu,\"time_ms\":%lld",
               step + 1, cfg->steps, loss, (double)lr, take ? (double)norm : 0.0, dt * 1e3, tok_s,
               colo_pool_peak(pool), colo_gpt_activation_bytes(model), (long long)wall_ms());
+      if (cfg->placement_static)
+        fprintf(progress, ",\"host_bytes\":%zu,\"nvme_bytes\":%zu", host_bytes, nvme_bytes);
       if (scaler.enabled)
         fprintf(progress, ",\"loss_scale\":%g,\"skipped\":%s", (double)used_scale,
                 take ? "false" : "true");

@@ -36,10 +36,16 @@ typedef struct {
   int zero_stage;
   int tp; /* tensor-parallel degree: world = dp × tp, tensor-parallel ranks adjacent */
   int sequence_parallel;
-  int pp;                 /* pipeline stages: world = pp × dp × tp */
-  int micro_batches;      /* per step, through the pipeline (1F1B) */
-  float loss_scale_init;  /* > 0: dynamic loss scaling from this scale; 0: none */
-  int loss_scale_window;  /* clean steps before the scale doubles */
+  int pp;                /* pipeline stages: world = pp × dp × tp */
+  int micro_batches;     /* per step, through the pipeline (1F1B) */
+  float loss_scale_init; /* > 0: dynamic loss scaling from this scale; 0: none */
+  int loss_scale_window; /* clean steps before the scale doubles */
+  /* memory.placement=static (GPU, ZeRO stage 1 and up; parallel/zero.h): the fractions of this
+   * rank's pieces kept on the device, the rest in host memory, and of optimizer pieces in a
+   * file under nvme_dir. 0: everything on the device, the fractions unread. */
+  int placement_static;
+  float param_device_fraction, optim_device_fraction, optim_nvme_fraction;
+  const char *nvme_dir;
   const int *plant_steps; /* tests: steps (1-based) whose gradients the last rank makes inf */
   int n_plant;
   int parent_pid; /* >0: stop when the parent is no longer this process (COLO_WORKER_PID) */
