@@ -192,9 +192,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (mem->placement != COLO__V1__PLACEMENT__PLACEMENT_DEVICE &&
       r->device != COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
     return bad(err, errlen, "memory.placement=static or auto needs resources.device=gpu");
-  if (mem->placement == COLO__V1__PLACEMENT__PLACEMENT_AUTO)
+  if (mem->placement == COLO__V1__PLACEMENT__PLACEMENT_AUTO && p->zero_stage < 1)
     return bad(err, errlen,
-               "memory.placement=auto is not built yet: use device, or static with fractions");
+               "memory.placement=auto needs parallel.zero_stage of 1 or more: pieces leave the "
+               "device as ZeRO pieces");
   /* the chunks that leave the device are ZeRO's: parameters only as stage-3 pieces, optimizer
    * state as the pieces of stage 1 and up (as in Colossal-AI's Gemini and DeepSpeed's offload) */
   if (mem->param_device_fraction < 1.0f && p->zero_stage != 3)

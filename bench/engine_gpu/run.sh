@@ -12,7 +12,10 @@
 #      16Φ + activations;
 #   5. the 124M bf16 step's GPU time per operation (COLO_CUDA_PROFILE=1), the step with attention
 #      as batched products and without cuBLASLt's bias epilogues, and in fp32 with TF32 and with
-#      fp32 products (PyTorch TF32 beside them).
+#      fp32 products (PyTorch TF32 beside them);
+#   6. the 350M model under ZeRO-3 with everything on the GPU, with static placement (half the
+#      parameters and all optimizer state in host memory) and with automatic placement under
+#      60% of the first's peak (75% in the dry run): peak GPU memory, host memory and tokens/s.
 # COLO_BENCH_BUDGET_S caps the whole run (later runs are reported as skipped) and
 # COLO_BENCH_RUN_LIMIT_S each run (240 s).
 # Token data for 2, 4 and 5 is random over GPT-2's 50257 tokens: throughput does not depend on it.
@@ -118,12 +121,34 @@ colo_run c124 "${M124[@]}" --precision fp32 "${TF32[@]}"
 torch_run tf32
 colo_run c124fp32 "${M124[@]}" --precision fp32
 
+echo "== 6. 350M under ZeRO-3 with Gemini-style placement"
+# everything on the GPU; static (half the parameter pieces and all optimizer state in host
+# memory, updated by the CPU's AdamW); auto under 60% of the first run's peak. The dry run puts
+# them on the emulated GPU, whose small model has two chunks, the embedding's most of it: its
+# gathered copy leaves less to move, so auto gets 75% there.
+PL=(--device gpu --precision bf16 --recompute --zero 3)
+PCT=60
+[ "${COLO_BENCH_DRY:-0}" = 1 ] && export COLO_CUDA_EMULATE=1 && PCT=75
+colo_run c350z3 "${M350[@]}" "${PL[@]}"
+colo_run c350st "${M350[@]}" "${PL[@]}" --placement static --param-device-fraction 0.5 \
+  --optim-device-fraction 0
+LIM=$(python3 -c 'import json,sys
+s=[r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "step"]
+print(max(1, int(max(r["memory_bytes"] for r in s) * int(sys.argv[2]) / 100) >> 20) if s else "")' \
+  "$TMP/c350z3.jsonl" "$PCT" 2>/dev/null || true)
+if [ -n "$LIM" ]; then
+  colo_run c350au "${M350[@]}" "${PL[@]}" --placement auto --memory-limit "$LIM"
+else
+  echo '{"event":"error","why":"skipped: the all-GPU run gave no peak to take a share of"}' >>"$TMP/c350au.jsonl"
+fi
+unset COLO_CUDA_EMULATE
+
 python3 - "$TMP" "$GPU" "$STEPS" "$RES/engine_gpu.md" "$(git -C "$SRC" rev-parse --short HEAD)" \
-  "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" <<'PY'
+  "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" "${PCT:-60}" <<'PY'
 import json, sys, datetime
 tmp, gpu, steps, out, commit = sys.argv[1:6]
 m124, m350 = [list(map(int, a.split())) for a in sys.argv[6:8]]
-ts_steps, dry = int(sys.argv[8]), sys.argv[9] == "1"
+ts_steps, dry, pct = int(sys.argv[8]), sys.argv[9] == "1", sys.argv[10]
 def recs(name):
     try:
         return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
@@ -206,6 +231,21 @@ if big:
              m350[4] * m350[1] * m350[3] * 4 / 2**20))
 else:
     L.append(why.get("c350", "failed: see the run's output"))
+L.append("\n## 350M under ZeRO-3 with placement (bf16, recomputation)\n")
+L.append("| run | peak GPU pool memory | host memory for pieces | tokens/s | vs everything on the GPU |")
+L.append("|---|---|---|---|---|")
+base = colo("c350z3", m350[0], m350[2], m350[3])
+for name, what in (("c350z3", "everything on the GPU"),
+                   ("c350st", "static: half the parameters, all optimizer state in host memory"),
+                   ("c350au", "auto, under %s%% of the first run's peak" % pct)):
+    r = colo(name, m350[0], m350[2], m350[3])
+    if not r:
+        L.append("| %s | %s | | | |" % (what, why.get(name, "failed")))
+        continue
+    host = [x.get("host_bytes", 0) for x in recs(name) if x["event"] == "step"]
+    L.append("| %s | %.2f GiB | %.2f GiB | %.0f | %s |"
+             % (what, r["peak"] / 2**30, (host[-1] if host else 0) / 2**30, r["tok_s"],
+                "%.2f×" % (r["tok_s"] / base["tok_s"]) if base else "—"))
 L.append("\n## Correctness: %d steps on tinyshakespeare (4L/4H/128, T=64, B=12)\n" % ts_steps)
 v = {}
 for side in ("run", "ref"):

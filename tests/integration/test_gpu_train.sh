@@ -11,7 +11,8 @@
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
 #   - overflows planted at steps 5 and 6 are skipped;
 #   - static placement (parameters and optimizer state in host memory and on NVMe) trains as
-#     everything on the GPU does, with less GPU memory, and resumes exactly.
+#     everything on the GPU does, with less GPU memory, and resumes exactly; automatic placement
+#     trains the same under a memory limit that everything on the GPU exceeds.
 # COLO_GPU_TEST_DRY=1 runs those GPU checks on the CPU dressed as a GPU (COLO_CUDA_EMULATE=1,
 # backend/cpu_device.c): colo-train's GPU paths, with device memory only the backend may touch,
 # where there is no GPU (ctest integration_gpu_train_emulated); every comparison is then exact or
@@ -164,6 +165,57 @@ print("ZeRO-%s, rank 0's peak GPU memory: %d bytes with everything on the GPU, %
          b["host_bytes"], b["nvme_bytes"]))
 assert b["memory_bytes"] < a["memory_bytes"] and b["host_bytes"] > 0 and b["nvme_bytes"] > 0
 PY
+done
+
+# automatic placement on a GPU with less memory than the run needs with everything on it (a
+# --memory-limit below that run's measured peak): everything on the GPU fails at the limit; auto
+# trains a warm-up step with what may move off the GPU in host memory, then moves onto it what
+# fits the room the step's peak left. ZeRO-3 at 60% of the peak moves parameters back (some
+# stay off), ZeRO-1 at 90% optimizer state; the same training, under the limit.
+A=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 --n-head 4
+  --n-embd 256 --block-size 64 --batch-size 4 --eval-batches 4 --lr 1e-3 --threads 2 --device gpu
+  --precision bf16 --steps 6 --warmup 2 --eval-interval 6 --quiet)
+for zf in 3:60 1:90; do
+  z=${zf%:*}
+  expect_rc 0 "$CT" train "${A[@]}" --zero "$z" --ckpt-dir "$TMP/au-dev$z" --progress "$TMP/au-dev$z.jsonl"
+  peak=$(python3 -c 'import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "step"][-1]["memory_bytes"])' "$TMP/au-dev$z.jsonl")
+  lim=$((peak * ${zf#*:} / 100 / 1048576))
+  expect_rc 1 "$CT" train "${A[@]}" --zero "$z" --memory-limit "$lim"
+  expect_contains "$ERR" "colo-train train: gpu memory pool: "
+  expect_rc 0 "$CT" train "${A[@]}" --zero "$z" --memory-limit "$lim" --placement auto \
+    --ckpt-dir "$TMP/au$z" --progress "$TMP/au$z.jsonl"
+  if [ "$DRY" = 1 ]; then
+    cmp "$TMP/au-dev$z/step_00000006/rank_00000.safetensors" "$TMP/au$z/step_00000006/rank_00000.safetensors" ||
+      fail "ZeRO-$z: automatic placement trained otherwise than everything on the GPU"
+  fi
+  same_training "ZeRO $z, automatic placement under $lim MiB vs everything on the GPU" \
+    "$TMP/au-dev$z.jsonl" "$TMP/au$z.jsonl" 1e-3
+  python3 - "$TMP/au$z.jsonl" "$z" "$peak" "$lim" <<'PY' || fail "ZeRO-$z: automatic placement"
+import json, sys
+recs = list(map(json.loads, open(sys.argv[1])))
+z, peak, lim = int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]) << 20
+p = [r for r in recs if r["event"] == "placement"]
+last = [r for r in recs if r["event"] == "step"][-1]
+assert len(p) == 1 and p[0]["step"] == 1 and p[0]["capacity_bytes"] == lim, p
+print("ZeRO-%d: everything on the GPU peaks at %d bytes; under a limit of %d, auto's warm-up step "
+      "peaked at %d, then %d of %d chunks' parameters and %d of their optimizer state went onto "
+      "the GPU, and training peaked at %d with %d bytes in host memory"
+      % (z, peak, lim, p[0]["warmup_peak_bytes"], p[0]["param_chunks_on_device"], p[0]["chunks"],
+         p[0]["optim_chunks_on_device"], last["memory_bytes"], last["host_bytes"]))
+assert last["memory_bytes"] <= lim and last["host_bytes"] > 0
+assert p[0]["optim_chunks_on_device"] < p[0]["chunks"]
+if z == 3:
+    assert 0 < p[0]["param_chunks_on_device"] < p[0]["chunks"]  # some parameters stayed off
+else:
+    assert p[0]["optim_chunks_on_device"] > 0
+PY
+  [ "$z" = 3 ] || continue # stop and resume (a warm-up step again) equals the straight run
+  expect_rc 0 "$CT" train "${A[@]}" --zero 3 --memory-limit "$lim" --placement auto \
+    --ckpt-dir "$TMP/au3r" --stop-at 3
+  expect_rc 0 "$CT" train "${A[@]}" --zero 3 --memory-limit "$lim" --placement auto \
+    --ckpt-dir "$TMP/au3r" --resume auto
+  cmp "$TMP/au3/step_00000006/rank_00000.safetensors" "$TMP/au3r/step_00000006/rank_00000.safetensors" ||
+    fail "automatic placement: stop at 3 and resume differs from the straight run"
 done
 
 # bf16 and fp16 activations: the same training within 2% of fp32 at the end, and within 1% of

@@ -91,7 +91,8 @@ static const struct {
           "nvme_dir: nv}\nresources: {device: gpu}\n",
      "memory.optim_device_fraction=0.8 plus memory.optim_nvme_fraction=0.5 exceeds 1"},
     {BASE "memory: {placement: auto}\nresources: {device: gpu}\n",
-     "memory.placement=auto is not built yet: use device, or static with fractions"},
+     "memory.placement=auto needs parallel.zero_stage of 1 or more: pieces leave the device as "
+     "ZeRO pieces"},
     {BASE "memory: {placement: static, param_device_fraction: 0.5}\nresources: {device: gpu}\n"
           "parallel: {zero_stage: 1}\n",
      "memory.param_device_fraction=0.5 needs parallel.zero_stage=3 (it is 1): parameters leave "
@@ -226,6 +227,23 @@ TEST(example_job_is_valid) {
   if (rc != 0)
     FAIL_AT("%s", err);
   ASSERT_EQ_INT(colo_jobspec_world(s), 2);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+TEST(gpu_example_job_is_valid) {
+  Colo__V1__JobSpec *s;
+  char err[512];
+  int rc = colo_pb_from_yaml_file(COLO_SOURCE_DIR "/examples/gpt-300m-one-gpu.yaml",
+                                  &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&s, err,
+                                  sizeof err);
+  if (rc != 0)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
+  rc = colo_jobspec_validate(s, err, sizeof err);
+  if (rc != 0)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(s->memory->placement, COLO__V1__PLACEMENT__PLACEMENT_AUTO);
+  ASSERT_EQ_INT(s->resources->device, COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU);
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 

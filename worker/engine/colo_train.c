@@ -135,8 +135,10 @@ static void train_usage(void) {
       "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
       "  --memory-limit MIB    capacity of the memory pool\n"
-      "  --placement device|static  where a GPU run's chunks live: all on the GPU, or (static)\n"
-      "                        the fractions below on it and the rest in host memory or NVMe\n"
+      "  --placement device|static|auto  where a GPU run's chunks live: all on the GPU; the\n"
+      "                        fractions below on it and the rest in host memory or NVMe; or\n"
+      "                        what fits after a warm-up step (auto, ZeRO 1 and up; the GPU's\n"
+      "                        free memory or --memory-limit)\n"
       "  --param-device-fraction F  parameter pieces kept on the GPU (needs --zero 3)\n"
       "  --optim-device-fraction F  optimizer-state pieces kept on the GPU (--zero 1 and up)\n"
       "  --optim-nvme-fraction F    optimizer-state pieces in a file under --nvme-dir\n"
@@ -519,6 +521,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.loss_scale_window = (int)ts->loss_scale_window;
   const Colo__V1__MemorySpec *mem = spec->memory;
   char nvme_dir[2100] = "";
+  cfg.placement_auto = mem->placement == COLO__V1__PLACEMENT__PLACEMENT_AUTO;
   if (mem->placement == COLO__V1__PLACEMENT__PLACEMENT_STATIC) {
     cfg.placement_static = 1;
     cfg.param_device_fraction = mem->param_device_fraction;

@@ -34,6 +34,11 @@ typedef struct colo_backend_s {
   void (*from_host)(void *dst, const void *src, size_t bytes); /* host → backend memory */
   /* whether p is the backend's memory (device 1; the CPU backend's is NULL) */
   int (*owns)(const void *p);
+  /* host memory the device copies fastest from and to (page-locked), or NULL: malloc's */
+  void *(*host_alloc)(size_t bytes);
+  void (*host_free)(void *p);
+  /* the device's free and total memory (NULL, or nonzero: unknown) */
+  int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
 
   colo_dtype_t act_dtype; /* how activations are stored */
   size_t act_size;        /* and their bytes per element */

@@ -224,6 +224,24 @@ static void from_host(void *dst, const void *src, size_t bytes) {
 /* b.entry = entry_sfx, for each entry of a list */
 #define SET_OP(n, sfx) b.n = n##_##sfx;
 
+/* "page-locked" host memory: a mapping of its own with its length in front, so that a free()
+ * of it (or a host_free of malloc's) is an error the sanitizers and glibc report, as mixing
+ * cudaFreeHost and free would be on a GPU */
+static void *host_alloc(size_t bytes) {
+  size_t len = bytes + 64;
+  char *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return NULL;
+  memcpy(p, &len, sizeof len);
+  return p + 64;
+}
+
+static void host_free(void *p) {
+  size_t len;
+  memcpy(&len, (char *)p - 64, sizeof len);
+  munmap((char *)p - 64, len);
+}
+
 #define EMU_TABLE(sfx, DT)                                                                         \
   static const colo_backend_t *base_##sfx(void) {                                                  \
     return colo_backend_cpu_dtype(DT);                                                             \
@@ -339,6 +357,8 @@ static void from_host(void *dst, const void *src, size_t bytes) {
     b.to_host = to_host;                                                                           \
     b.from_host = from_host;                                                                       \
     b.owns = owns;                                                                                 \
+    b.host_alloc = host_alloc;                                                                     \
+    b.host_free = host_free;                                                                       \
     COLO_ACT_OPS(SET_OP, sfx)                                                                      \
     COLO_F32_OPS(SET_OP, sfx)                                                                      \
     return b;                                                                                      \

@@ -1252,6 +1252,19 @@ static void prof_report(void) {
 
 /* ---- the tables: one per storage type ---- */
 
+static void *host_alloc(size_t bytes) {
+  void *p = NULL;
+  return cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess ? p : NULL;
+}
+
+static void host_free(void *p) {
+  cudaFreeHost(p);
+}
+
+static int mem_info(size_t *free_bytes, size_t *total_bytes) {
+  return cudaMemGetInfo(free_bytes, total_bytes) == cudaSuccess ? 0 : -1;
+}
+
 template <class T> static colo_backend_t make_table(const char *name) {
   colo_backend_t b;
   memset(&b, 0, sizeof b);
@@ -1259,6 +1272,9 @@ template <class T> static colo_backend_t make_table(const char *name) {
   b.device = 1;
   b.allocator = &DEVICE_ALLOCATOR;
   b.owns = owns;
+  b.mem_info = mem_info;
+  b.host_alloc = host_alloc;
+  b.host_free = host_free;
   b.act_dtype = dtype_of<T>::colo;
   b.act_size = sizeof(T);
 #define SET_T(n, _) b.n = prof.on ? PROFILED(P_##n, n<T>) : n<T>;

@@ -104,6 +104,23 @@ const char *colo_zero_error(const colo_zero_t *z) {
   return z->error[0] ? z->error : colo_comm_error(z->comm);
 }
 
+/* host memory for pieces placed off the device and the host update's scratch: the backend's
+ * (page-locked on a GPU, so that copies run at the bus's speed), zeroed */
+static float *host_floats(const colo_zero_t *z, size_t n) {
+  size_t bytes = (n ? n : 1) * sizeof(float);
+  float *p = z->be->host_alloc ? z->be->host_alloc(bytes) : malloc(bytes);
+  if (p)
+    memset(p, 0, bytes);
+  return p;
+}
+
+static void host_free(const colo_zero_t *z, void *p) {
+  if (p && z->be && z->be->host_free)
+    z->be->host_free(p);
+  else
+    free(p);
+}
+
 int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
                    colo_pool_t *pool, char *err, size_t errlen) {
   memset(z, 0, sizeof *z);
@@ -159,9 +176,8 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
     z->ready = calloc(z->chunks.n, sizeof *z->ready);
     z->n_in = calloc(z->chunks.n, sizeof *z->n_in);
     z->chunk_of = calloc(nt, sizeof *z->chunk_of);
-    z->grad_piece = colo_pool_alloc(pool, z->shard_n * sizeof(float), "gradient pieces");
-    if (!z->grad_full || !z->ready || !z->n_in || !z->chunk_of || !z->grad_piece) {
-      snprintf(err, errlen, "%s", z->grad_piece ? "out of memory" : colo_pool_error(pool));
+    if (!z->grad_full || !z->ready || !z->n_in || !z->chunk_of) {
+      snprintf(err, errlen, "out of memory");
       colo_zero_free(z);
       return COLO_ENOMEM;
     }
@@ -175,9 +191,8 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
   if (stage == 3) {
     z->param_full = calloc(z->chunks.n, sizeof *z->param_full);
     z->fetched = calloc(z->chunks.n, sizeof *z->fetched);
-    z->param_piece = colo_pool_alloc(pool, z->shard_n * sizeof(float), "parameter pieces");
-    if (!z->param_full || !z->fetched || !z->param_piece) {
-      snprintf(err, errlen, "%s", z->param_piece ? "out of memory" : colo_pool_error(pool));
+    if (!z->param_full || !z->fetched) {
+      snprintf(err, errlen, "out of memory");
       colo_zero_free(z);
       return COLO_ENOMEM;
     }
@@ -197,6 +212,19 @@ static size_t take_chunks(const colo_zero_t *z, size_t from, float frac) {
     acc += piece;
   }
   return k;
+}
+
+/* each piece's offset in its home, from the homes, and the floats each home holds */
+static void index_homes(colo_zero_t *z) {
+  memset(z->optim_n, 0, sizeof z->optim_n);
+  memset(z->param_n, 0, sizeof z->param_n);
+  for (size_t k = 0; k < z->chunks.n; k++) {
+    size_t piece = z->chunks.chunks[k].capacity / (size_t)z->dp;
+    z->param_off[k] = z->param_n[z->param_home[k]];
+    z->param_n[z->param_home[k]] += piece;
+    z->optim_off[k] = z->optim_n[z->optim_home[k]];
+    z->optim_n[z->optim_home[k]] += piece;
+  }
 }
 
 int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_t errlen) {
@@ -219,35 +247,16 @@ int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_
   size_t kd = take_chunks(z, 0, pl->optim_device);
   kd = kd < kp ? kd : kp; /* host parameters are updated on the host */
   size_t kn = pl->optim_nvme > 0.0f ? take_chunks(z, kd, pl->optim_nvme) : kd;
-  memset(z->optim_n, 0, sizeof z->optim_n);
-  memset(z->param_n, 0, sizeof z->param_n);
   for (size_t k = 0; k < n; k++) {
-    size_t piece = z->chunks.chunks[k].capacity / (size_t)z->dp;
-    int ph = k < kp ? COLO_HOME_DEVICE : COLO_HOME_HOST;
-    int oh = k < kd ? COLO_HOME_DEVICE : k < kn ? COLO_HOME_NVME : COLO_HOME_HOST;
-    z->param_home[k] = (unsigned char)ph;
-    z->param_off[k] = z->param_n[ph];
-    z->param_n[ph] += piece;
-    z->optim_home[k] = (unsigned char)oh;
-    z->optim_off[k] = z->optim_n[oh];
-    z->optim_n[oh] += piece;
+    z->param_home[k] = k < kp ? COLO_HOME_DEVICE : COLO_HOME_HOST;
+    z->optim_home[k] = k < kd ? COLO_HOME_DEVICE : k < kn ? COLO_HOME_NVME : COLO_HOME_HOST;
   }
-  if (z->stage == 3) { /* the device keeps only its share of the pieces */
-    colo_pool_free(z->pool, z->param_piece);
-    z->param_piece = colo_pool_alloc(
-        z->pool, (z->param_n[COLO_HOME_DEVICE] ? z->param_n[COLO_HOME_DEVICE] : 1) * sizeof(float),
-        "parameter pieces");
-    if (!z->param_piece) {
-      snprintf(err, errlen, "%s", colo_pool_error(z->pool));
-      return COLO_ENOMEM;
-    }
-  }
+  index_homes(z);
   size_t nh = z->optim_n[COLO_HOME_HOST] ? z->optim_n[COLO_HOME_HOST] : 1;
-  z->host_m = calloc(nh, sizeof(float));
-  z->host_v = calloc(nh, sizeof(float));
-  z->param_host =
-      calloc(z->param_n[COLO_HOME_HOST] ? z->param_n[COLO_HOME_HOST] : 1, sizeof(float));
-  z->scratch = calloc(4 * (z->max_piece ? z->max_piece : 1), sizeof(float));
+  z->host_m = host_floats(z, nh);
+  z->host_v = host_floats(z, nh);
+  z->param_host = host_floats(z, z->param_n[COLO_HOME_HOST]);
+  z->scratch = host_floats(z, 4 * z->max_piece);
   if (!z->host_m || !z->host_v || !z->param_host || !z->scratch) {
     snprintf(err, errlen, "no host memory for the chunks placed off the device");
     return COLO_ENOMEM;
@@ -275,12 +284,122 @@ int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_
   return 0;
 }
 
+/* Moves every piece to the homes ph, oh (the device or host memory: NVMe pieces stay where they
+ * are), keeping its values: new arrays are made, the pieces copied over, the old ones freed. */
+static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
+                  const unsigned char *oh, char *err, size_t errlen) {
+  size_t n = z->chunks.n;
+  for (size_t k = 0; k < n; k++)
+    if ((z->optim_home[k] == COLO_HOME_NVME) != (oh[k] == COLO_HOME_NVME)) {
+      snprintf(err, errlen, "optimizer pieces do not move to or from NVMe");
+      return COLO_EINVAL;
+    }
+  colo_zero_t old = *z;
+  size_t nn = n ? n : 1;
+  z->param_home = malloc(nn), z->optim_home = malloc(nn);
+  z->param_off = malloc(nn * sizeof(size_t)), z->optim_off = malloc(nn * sizeof(size_t));
+  if (!z->param_home || !z->optim_home || !z->param_off || !z->optim_off) {
+    free(z->param_home), free(z->optim_home), free(z->param_off), free(z->optim_off);
+    *z = old;
+    snprintf(err, errlen, "out of memory");
+    return COLO_ENOMEM;
+  }
+  memcpy(z->param_home, ph, n);
+  memcpy(z->optim_home, oh, n);
+  index_homes(z);
+  size_t pd = z->param_n[COLO_HOME_DEVICE], ph_n = z->param_n[COLO_HOME_HOST];
+  size_t od = z->optim_n[COLO_HOME_DEVICE], oh_n = z->optim_n[COLO_HOME_HOST];
+  int s3 = z->stage == 3;
+  z->param_piece =
+      s3 ? colo_pool_alloc(z->pool, (pd ? pd : 1) * sizeof(float), "parameter pieces") : NULL;
+  float *m = colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state");
+  float *v = m ? colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state") : NULL;
+  z->param_host = host_floats(z, ph_n);
+  z->host_m = host_floats(z, oh_n);
+  z->host_v = host_floats(z, oh_n);
+  if ((s3 && !z->param_piece) || !v || !z->param_host || !z->host_m || !z->host_v) {
+    snprintf(err, errlen, "moving pieces: %s",
+             (s3 && !z->param_piece) || !v ? colo_pool_error(z->pool) : "no host memory");
+    if (s3)
+      colo_pool_free(z->pool, z->param_piece);
+    colo_pool_free(z->pool, m);
+    colo_pool_free(z->pool, v);
+    host_free(z, z->param_host), host_free(z, z->host_m), host_free(z, z->host_v);
+    free(z->param_home), free(z->optim_home), free(z->param_off), free(z->optim_off);
+    *z = old; /* as it was */
+    return COLO_ENOMEM;
+  }
+  for (size_t k = 0; k < n; k++) {
+    size_t bytes = z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
+    if (s3)
+      xcopy(z, param_at(z, k), param_at(&old, k), bytes);
+    if (oh[k] == COLO_HOME_NVME)
+      continue;
+    int was = old.optim_home[k];
+    size_t o = old.optim_off[k], o2 = z->optim_off[k];
+    xcopy(z, (oh[k] == COLO_HOME_DEVICE ? m : z->host_m) + o2,
+          (was == COLO_HOME_DEVICE ? opt->m : old.host_m) + o, bytes);
+    xcopy(z, (oh[k] == COLO_HOME_DEVICE ? v : z->host_v) + o2,
+          (was == COLO_HOME_DEVICE ? opt->v : old.host_v) + o, bytes);
+  }
+  if (s3)
+    colo_pool_free(z->pool, old.param_piece);
+  colo_pool_free(opt->pool, opt->m);
+  colo_pool_free(opt->pool, opt->v);
+  opt->m = m, opt->v = v, opt->n = od;
+  host_free(z, old.param_host), host_free(z, old.host_m), host_free(z, old.host_v);
+  free(old.param_home), free(old.optim_home), free(old.param_off), free(old.optim_off);
+  return 0;
+}
+
+int colo_zero_place_auto(colo_zero_t *z, colo_adamw_t *opt, size_t room, char *err, size_t errlen) {
+  size_t n = z->chunks.n, used = 0;
+  unsigned char *ph = malloc(2 * (n ? n : 1)), *oh = ph ? ph + n : NULL;
+  if (!ph) {
+    snprintf(err, errlen, "out of memory");
+    return COLO_ENOMEM;
+  }
+  /* parameters first: a piece is read twice a step (forward and backward) and written once;
+   * its optimizer state once */
+  int full = 1;
+  for (size_t k = 0; k < n; k++) {
+    size_t bytes = z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
+    ph[k] = z->param_home[k];
+    if (z->stage == 3 && ph[k] != COLO_HOME_DEVICE) {
+      if (full && used + bytes <= room)
+        ph[k] = COLO_HOME_DEVICE, used += bytes;
+      else
+        full = 0;
+    }
+  }
+  full = 1;
+  for (size_t k = 0; k < n; k++) {
+    size_t bytes = 2 * z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
+    oh[k] = z->optim_home[k];
+    if (oh[k] == COLO_HOME_HOST && ph[k] == COLO_HOME_DEVICE) {
+      if (full && used + bytes <= room)
+        oh[k] = COLO_HOME_DEVICE, used += bytes;
+      else
+        full = 0;
+    }
+  }
+  int rc = rehome(z, opt, ph, oh, err, errlen);
+  free(ph);
+  return rc;
+}
+
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
-  (void)err;
-  (void)errlen;
   if (z->stage < 2)
     return 0;
+  /* the pieces are made only now, so that they never share the device with the model's own
+   * full parameters and gradients for longer than the copy (set-up's peak) */
   if (z->stage == 3) { /* keep this rank's pieces of the parameters */
+    size_t pd = z->param_n[COLO_HOME_DEVICE];
+    if (!(z->param_piece =
+              colo_pool_alloc(z->pool, (pd ? pd : 1) * sizeof(float), "parameter pieces"))) {
+      snprintf(err, errlen, "%s", colo_pool_error(z->pool));
+      return COLO_ENOMEM;
+    }
     const float *p = colo_gpt_params(z->model);
     for (size_t k = 0; k < z->chunks.n; k++) {
       size_t lo, hi, piece;
@@ -289,7 +408,12 @@ int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
       xcopy(z, param_at(z, k), p + lo, (hi - lo) * sizeof(float));
     }
   }
-  colo_gpt_set_hooks(z->model, z->stage == 3 ? &HOOKS3 : &HOOKS2, z);
+  colo_gpt_set_hooks(z->model, z->stage == 3 ? &HOOKS3 : &HOOKS2, z); /* frees the model's */
+  if (!(z->grad_piece = colo_pool_alloc(z->pool, (z->shard_n ? z->shard_n : 1) * sizeof(float),
+                                        "gradient pieces"))) {
+    snprintf(err, errlen, "%s", colo_pool_error(z->pool));
+    return COLO_ENOMEM;
+  }
   return 0;
 }
 
@@ -443,10 +567,10 @@ void colo_zero_free(colo_zero_t *z) {
   free(z->optim_home);
   free(z->param_off);
   free(z->optim_off);
-  free(z->host_m);
-  free(z->host_v);
-  free(z->param_host);
-  free(z->scratch);
+  host_free(z, z->host_m);
+  host_free(z, z->host_v);
+  host_free(z, z->param_host);
+  host_free(z, z->scratch);
   z->param_home = z->optim_home = NULL;
   z->param_off = z->optim_off = NULL;
   z->host_m = z->host_v = z->param_host = z->scratch = NULL;

@@ -78,6 +78,12 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
  * The NVMe file is made and unlinked at once, so a rank that dies leaves nothing behind. */
 int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_t errlen);
 
+/* Automatic placement (memory.placement=auto): a run starts with everything it may move off
+ * the device (colo_zero_place with fractions 0), trains a warm-up step, and then gives this the
+ * room its measured peak left on the device: pieces move onto it in execution order, the
+ * parameters' first (read twice a step), then the optimizer state's, as long as they fit. */
+int colo_zero_place_auto(colo_zero_t *z, colo_adamw_t *opt, size_t room, char *err, size_t errlen);
+
 /* Stages 2 and 3: installs the model hooks, once the parameters are initialised or loaded
  * (stage 3 takes its pieces from them and frees the model's full copy). */
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen);

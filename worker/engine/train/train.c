@@ -326,6 +326,68 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   return v;
 }
 
+/* What a placement keeps off the device: pieces of parameters and moments. */
+static size_t placed_host_bytes(const colo_zero_t *z) {
+  return (z->param_n[COLO_HOME_HOST] + 2 * z->optim_n[COLO_HOME_HOST]) * sizeof(float);
+}
+static size_t placed_nvme_bytes(const colo_zero_t *z) {
+  return 2 * z->optim_n[COLO_HOME_NVME] * sizeof(float);
+}
+
+/* Where this rank's pieces are. */
+static void print_placement(const colo_zero_t *z, const char *how, const char *nvme_dir) {
+  size_t np = 0, nd = 0, nn = 0, n = z->chunks.n;
+  for (size_t k = 0; k < n; k++) {
+    np += z->param_home[k] == COLO_HOME_DEVICE;
+    nd += z->optim_home[k] == COLO_HOME_DEVICE;
+    nn += z->optim_home[k] == COLO_HOME_NVME;
+  }
+  printf("placement (%s): of %zu chunks, parameters of %zu on the GPU and %zu in host memory; "
+         "optimizer state of %zu on the GPU, %zu in host memory, %zu on NVMe; off the GPU: %.1f "
+         "MiB in host memory, %.1f MiB in %s\n",
+         how, n, np, n - np, nd, n - nd - nn, nn, (double)placed_host_bytes(z) / (1 << 20),
+         (double)placed_nvme_bytes(z) / (1 << 20), nn ? nvme_dir : "no NVMe file");
+}
+
+/* After an automatic placement's warm-up step: the room its peak left on the device (all of it
+ * when neither a --memory-limit nor the device says how much there is), less a twentieth of the
+ * capacity kept back for what the pool does not see, then the pieces moved into it. */
+static int place_after_warmup(colo_zero_t *z, colo_adamw_t *opt, colo_pool_t *pool,
+                              const colo_backend_t *be, int step, int lead, int quiet,
+                              FILE *progress, char *err, size_t errlen) {
+  size_t cap = colo_pool_capacity(pool), peak = colo_pool_peak(pool), fb = 0, tb = 0;
+  if (!cap && be->mem_info && be->mem_info(&fb, &tb) == 0)
+    cap = colo_pool_used(pool) + fb;
+  size_t reserve = cap / 20;
+  size_t room = !cap ? SIZE_MAX : peak + reserve < cap ? cap - peak - reserve : 0;
+  int rc = colo_zero_place_auto(z, opt, room, err, errlen);
+  if (rc < 0)
+    return rc;
+  if (!quiet && lead) {
+    char how[160];
+    if (cap)
+      snprintf(how, sizeof how, "auto, after the warm-up step's peak of %.1f MiB of %.1f MiB",
+               (double)peak / (1 << 20), (double)cap / (1 << 20));
+    else
+      snprintf(how, sizeof how, "auto, with no limit on the GPU's memory");
+    print_placement(z, how, NULL);
+  }
+  if (progress) {
+    size_t np = 0, nd = 0;
+    for (size_t k = 0; k < z->chunks.n; k++) {
+      np += z->param_home[k] == COLO_HOME_DEVICE;
+      nd += z->optim_home[k] == COLO_HOME_DEVICE;
+    }
+    fprintf(progress,
+            "{\"event\":\"placement\",\"step\":%d,\"warmup_peak_bytes\":%zu,"
+            "\"capacity_bytes\":%zu,\"chunks\":%zu,\"param_chunks_on_device\":%zu,"
+            "\"optim_chunks_on_device\":%zu,\"host_bytes\":%zu,\"time_ms\":%lld}\n",
+            step, peak, cap, z->chunks.n, np, nd, placed_host_bytes(z), (long long)wall_ms());
+    fflush(progress);
+  }
+  return 0;
+}
+
 /* A checkpoint of the whole state, written by rank 0. ZeRO-1 moments are gathered first (every
  * rank takes part), so the checkpoint is the same whatever the layout and resumes under any. */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
@@ -411,6 +473,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   float last_loss = NAN, last_val = NAN;
   /* ZeRO 1-3: consolidated moments (and at 3 parameters) for checkpoints */
   float *full_m = NULL, *full_v = NULL, *full_p = NULL;
+  int auto_pending = 0; /* memory.placement=auto, in its warm-up step */
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
   /* the mesh: rank = dp_idx × tp + tp_idx, tensor-parallel ranks adjacent (one host, one NVLink
@@ -564,6 +627,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_placement_t pl = {cfg->param_device_fraction, cfg->optim_device_fraction,
                            cfg->optim_nvme_fraction, cfg->nvme_dir};
     CHECK_GOTO(colo_zero_place(&zero, &pl, err, errlen), rc, out);
+  } else if (cfg->placement_auto) { /* the warm-up step with everything that may move off */
+    colo_placement_t pl = {cfg->zero_stage == 3 ? 0.0f : 1.0f, 0.0f, 0.0f, NULL};
+    CHECK_GOTO(colo_zero_place(&zero, &pl, err, errlen), rc, out);
   }
   if (tpc && cfg->zero_stage >= 2)
     colo_zero_set_tp(&zero, tpc);
@@ -706,25 +772,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->model.n_layer, cfg->model.n_head, cfg->model.n_embd, T, cfg->model.vocab_size,
            n_params, B, cfg->grad_accum, T, threads_or_gpu, be->device ? "GPU" : "host",
            (double)colo_pool_used(pool) / (1 << 20));
-  /* what the placement keeps off the device: pieces of parameters and moments */
-  size_t host_bytes =
-             (zero.param_n[COLO_HOME_HOST] + 2 * zero.optim_n[COLO_HOME_HOST]) * sizeof(float),
-         nvme_bytes = 2 * zero.optim_n[COLO_HOME_NVME] * sizeof(float);
-  if (!cfg->quiet && lead && cfg->placement_static) {
-    size_t np = 0, nd = 0, nn = 0;
-    for (size_t k = 0; k < zero.chunks.n; k++) {
-      np += zero.param_home[k] == COLO_HOME_DEVICE;
-      nd += zero.optim_home[k] == COLO_HOME_DEVICE;
-      nn += zero.optim_home[k] == COLO_HOME_NVME;
-    }
-    printf("placement: of %zu chunks, parameters of %zu on the GPU and %zu in host memory; "
-           "optimizer state of %zu on the GPU, %zu in host memory, %zu on NVMe; off the GPU: "
-           "%.1f MiB in host memory, %.1f MiB in %s\n",
-           zero.chunks.n, cfg->zero_stage == 3 ? np : zero.chunks.n,
-           cfg->zero_stage == 3 ? zero.chunks.n - np : 0, nd, zero.chunks.n - nd - nn, nn,
-           (double)host_bytes / (1 << 20), (double)nvme_bytes / (1 << 20),
-           nn ? cfg->nvme_dir : "no NVMe file");
-  }
+  if (!cfg->quiet && lead && cfg->placement_static)
+    print_placement(&zero, "static", cfg->nvme_dir);
+  else if (!cfg->quiet && lead && cfg->placement_auto)
+    print_placement(&zero, "auto, for the warm-up step", NULL);
+  auto_pending = cfg->placement_auto;
   const char *dump_path = lead ? cfg->dump_path : NULL;
   if (dump_path)
     dump_model(&dump, "init.", model, colo_gpt_params(model), be, hostbuf[0]);
@@ -871,6 +923,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_EIO;
       goto out;
     }
+    if (auto_pending) {
+      auto_pending = 0;
+      CHECK_GOTO(
+          place_after_warmup(&zero, &opt, pool, be, step + 1, lead, quiet, progress, err, errlen),
+          rc, out);
+    }
     double dt = now_s() - t0;
     last_loss = (float)loss;
     if (!isfinite(last_loss)) {
@@ -898,8 +956,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
               "\"activation_bytes\":%zu,\"time_ms\":%lld",
               step + 1, cfg->steps, loss, (double)lr, take ? (double)norm : 0.0, dt * 1e3, tok_s,
               colo_pool_peak(pool), colo_gpt_activation_bytes(model), (long long)wall_ms());
-      if (cfg->placement_static)
-        fprintf(progress, ",\"host_bytes\":%zu,\"nvme_bytes\":%zu", host_bytes, nvme_bytes);
+      if (cfg->placement_static || cfg->placement_auto)
+        fprintf(progress, ",\"host_bytes\":%zu,\"nvme_bytes\":%zu", placed_host_bytes(&zero),
+                placed_nvme_bytes(&zero));
       if (scaler.enabled)
         fprintf(progress, ",\"loss_scale\":%g,\"skipped\":%s", (double)used_scale,
                 take ? "false" : "true");
@@ -938,6 +997,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (final_val)
     *final_val = last_val;
 out:
+  if (rc < 0 && auto_pending && strstr(err, "memory pool")) {
+    size_t l = strlen(err);
+    snprintf(err + l, errlen - l,
+             "; this was automatic placement's warm-up step, which already keeps all that may "
+             "leave the GPU in host memory: a smaller batch, recomputation or more GPUs would fit");
+  }
   if (rc < 0 && comm && world > 1)
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
   for (int k = 0; k < 3; k++) {

@@ -44,6 +44,9 @@ typedef struct {
    * rank's pieces kept on the device, the rest in host memory, and of optimizer pieces in a
    * file under nvme_dir. 0: everything on the device, the fractions unread. */
   int placement_static;
+  /* memory.placement=auto: a warm-up step with everything off the device that may be, then the
+   * pieces that fit in the room its peak left moved onto it (colo_zero_place_auto) */
+  int placement_auto;
   float param_device_fraction, optim_device_fraction, optim_nvme_fraction;
   const char *nvme_dir;
   const int *plant_steps; /* tests: steps (1-based) whose gradients the last rank makes inf */
