@@ -214,33 +214,34 @@ TEST(defaults_are_filled) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+/* An example job file, parsed, given its defaults and validated; NULL with the reason in err. */
+static Colo__V1__JobSpec *example(const char *file, char *err, size_t errlen) {
+  char path[512];
+  snprintf(path, sizeof path, "%s/examples/%s", COLO_SOURCE_DIR, file);
+  Colo__V1__JobSpec *s = NULL;
+  if (colo_pb_from_yaml_file(path, &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&s, err,
+                             errlen) != 0)
+    return NULL;
+  if (colo_jobspec_fill_defaults(s) != 0 || colo_jobspec_validate(s, err, errlen) != 0) {
+    colo__v1__job_spec__free_unpacked(s, NULL);
+    return NULL;
+  }
+  return s;
+}
+
 TEST(example_job_is_valid) {
-  Colo__V1__JobSpec *s;
   char err[512];
-  int rc = colo_pb_from_yaml_file(COLO_SOURCE_DIR "/examples/tinyshakespeare.yaml",
-                                  &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&s, err,
-                                  sizeof err);
-  if (rc != 0)
-    FAIL_AT("%s", err);
-  ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
-  rc = colo_jobspec_validate(s, err, sizeof err);
-  if (rc != 0)
+  Colo__V1__JobSpec *s = example("tinyshakespeare.yaml", err, sizeof err);
+  if (!s)
     FAIL_AT("%s", err);
   ASSERT_EQ_INT(colo_jobspec_world(s), 2);
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
 TEST(gpu_example_job_is_valid) {
-  Colo__V1__JobSpec *s;
   char err[512];
-  int rc = colo_pb_from_yaml_file(COLO_SOURCE_DIR "/examples/gpt-300m-one-gpu.yaml",
-                                  &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&s, err,
-                                  sizeof err);
-  if (rc != 0)
-    FAIL_AT("%s", err);
-  ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
-  rc = colo_jobspec_validate(s, err, sizeof err);
-  if (rc != 0)
+  Colo__V1__JobSpec *s = example("gpt-300m-one-gpu.yaml", err, sizeof err);
+  if (!s)
     FAIL_AT("%s", err);
   ASSERT_EQ_INT(s->memory->placement, COLO__V1__PLACEMENT__PLACEMENT_AUTO);
   ASSERT_EQ_INT(s->resources->device, COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU);
