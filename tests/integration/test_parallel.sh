@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Data parallelism on the CPU over TCP, launched with colo-train --nproc:
-#   - equivalence: dp=2 with ZeRO 0-3, dp=4 with ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 with
-#     and without sequence parallelism, dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
+#   - equivalence: dp=2 with ZeRO 0-3 (ZeRO-3 also in one chunk of memory.chunk_mib), dp=4 with
+#     ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 with and without sequence parallelism,
+#     dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
 #     (1F1B), pp=2 x tp=2 and pp=2 x dp=2 x tp=2 (8 ranks), against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
@@ -65,6 +66,7 @@ run "$TMP/dp1z2" --zero 2 --batch-size $GLOBAL_B
 run "$TMP/dp2z3" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp4z3" --nproc 4 --dp 4 --zero 3 --batch-size $((GLOBAL_B / 4))
 run "$TMP/dp1z3" --zero 3 --batch-size $GLOBAL_B
+run "$TMP/dp2z3c" --nproc 2 --dp 2 --zero 3 --chunk-mib 1 --batch-size $((GLOBAL_B / 2))
 run "$TMP/tp2" --nproc 2 --tp 2 --batch-size $GLOBAL_B
 run "$TMP/tp2sp" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
 run "$TMP/single_acc" --batch-size $GLOBAL_B --grad-accum 2
@@ -84,6 +86,7 @@ compare "$TMP/single" "$TMP/dp1z2" "dp=1 ZeRO-2 (hooks alone)"
 compare "$TMP/single" "$TMP/dp2z3" "dp=2 ZeRO-3"
 compare "$TMP/single" "$TMP/dp4z3" "dp=4 ZeRO-3"
 compare "$TMP/single" "$TMP/dp1z3" "dp=1 ZeRO-3 (hooks alone)"
+compare "$TMP/single" "$TMP/dp2z3c" "dp=2 ZeRO-3 in chunks of memory.chunk_mib=1"
 compare "$TMP/single" "$TMP/tp2" "tp=2"
 compare "$TMP/single" "$TMP/tp2sp" "tp=2 sequence parallel"
 compare "$TMP/single_acc" "$TMP/tp2sp_acc" "tp=2 sp, grad accum 2"
@@ -93,6 +96,9 @@ for a in "${M[@]}"; do [ "$a" = --quiet ] || loud+=("$a"); done
 "$CT" train "${loud[@]}" --steps 2 --eval-interval 0 --nproc 2 --tp 2 --sp true \
   --batch-size $GLOBAL_B >"$TMP/mesh.out" 2>&1 || fail "the sp run failed: $(cat "$TMP/mesh.out")"
 expect_contains "$(head -1 "$TMP/mesh.out")" "tp=2 with sequence parallelism"
+"$CT" train "${loud[@]}" --steps 2 --eval-interval 0 --nproc 2 --dp 2 --zero 3 --chunk-mib 1 \
+  --batch-size 4 >"$TMP/mesh.out" 2>&1 || fail "the chunk-mib run failed: $(cat "$TMP/mesh.out")"
+expect_contains "$(head -1 "$TMP/mesh.out")" "ZeRO stage 3 over 1 chunks of 262144 floats"
 compare "$TMP/single" "$TMP/dp2tp2" "dp=2 x tp=2 ZeRO-1"
 compare "$TMP/single" "$TMP/dp2tp2z2" "dp=2 x tp=2 ZeRO-2"
 compare "$TMP/single" "$TMP/dp2tp2z3" "dp=2 x tp=2 ZeRO-3"

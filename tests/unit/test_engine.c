@@ -18,6 +18,7 @@
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
+#include "parallel/chunks.h"
 #include "test.h"
 
 static const colo_backend_t *be;
@@ -534,6 +535,48 @@ static colo_gpt_t *tiny_model(colo_pool_t *pool, int recompute) {
   for (size_t i = 0; i < colo_gpt_num_params(m); i++)
     p[i] += 0.3f * colo_rng_normal(&r);
   return m;
+}
+
+/* ZeRO's chunks, searched (capacity 0) or of a given capacity (memory.chunk_mib): in order,
+ * covering every parameter once, no tensor across two, capacities multiples of dp that hold
+ * what they cover; a given capacity is kept, except by a tensor larger than it */
+TEST(chunks_cover_the_parameters_at_any_capacity) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_t *m = tiny_model(pool, 0);
+  size_t nt;
+  const colo_param_t *t = colo_gpt_params_table(m, &nt);
+  size_t total = t[nt - 1].offset + t[nt - 1].numel, biggest = 0;
+  for (size_t i = 0; i < nt; i++)
+    biggest = t[i].numel > biggest ? t[i].numel : biggest;
+  const size_t caps[] = {0, 7, 40, 100, 1000};
+  size_t searched = 0;
+  for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+    colo_chunks_t ch;
+    ASSERT_EQ_INT(colo_chunks_plan(t, nt, 3, caps[c], &ch), 0);
+    size_t at = 0, waste = 0;
+    for (size_t k = 0; k < ch.n; k++) {
+      const colo_chunk_t *x = &ch.chunks[k];
+      ASSERT(x->lo == at && x->hi > x->lo && x->capacity % 3 == 0);
+      ASSERT(x->hi - x->lo <= x->capacity);
+      if (caps[c])
+        ASSERT(x->capacity == (caps[c] + 2) / 3 * 3 || x->hi - x->lo > caps[c]);
+      for (size_t i = 0; i < nt; i++) /* a tensor starting here ends here */
+        if (t[i].offset >= x->lo && t[i].offset < x->hi)
+          ASSERT(t[i].offset + t[i].numel <= x->hi);
+      waste += x->capacity - (x->hi - x->lo);
+      at = x->hi;
+    }
+    ASSERT(at == total && waste == ch.waste);
+    if (caps[c] == 7) /* smaller than every weight matrix: a chunk per tensor */
+      ASSERT_EQ_INT((int)ch.n, (int)nt);
+    if (caps[c] >= total) /* one chunk holds everything */
+      ASSERT_EQ_INT((int)ch.n, 1);
+    if (!caps[c])
+      searched = ch.n;
+    colo_chunks_free(&ch);
+  }
+  ASSERT(searched > 1 && biggest < 1000);
 }
 
 static const int IN[10] = {1, 4, 2, 9, 0, 3, 3, 7, 10, 5};

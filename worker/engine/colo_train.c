@@ -129,6 +129,7 @@ static void train_usage(void) {
       "  --dp N --tp N --pp N  parallel layout (this build: data and tensor parallelism, pp = 1)\n"
       "  --sp true|false       Megatron sequence parallelism (needs tp > 1)\n"
       "  --zero Z              ZeRO stage: 0, 1, 2 or 3\n"
+      "  --chunk-mib N         ZeRO's chunk size (default 0: searched for the least padding)\n"
       "  --nproc N             start N local ranks (dp x tp x pp = N), as torchrun does\n"
       "  --comm-timeout MS     deadline of every collective (default 60000)\n"
       "  --eval-interval N --eval-batches N --ckpt-interval N --recompute\n"
@@ -187,6 +188,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"optim-device-fraction", "memory: {optim_device_fraction: %s}"},
       {"optim-nvme-fraction", "memory: {optim_nvme_fraction: %s}"},
       {"nvme-dir", "memory: {nvme_dir: %s}"},
+      {"chunk-mib", "memory: {chunk_mib: %s}"},
       {"tf32", "train: {tf32: %s}"},
       {"precision", "train: {precision: %s}"},
       {"loss-scale-init", "train: {loss_scale_init: %s}"},
@@ -502,6 +504,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.comm_timeout_ms =
       getenv("COLO_COMM_TIMEOUT_MS") ? atoi(getenv("COLO_COMM_TIMEOUT_MS")) : comm_timeout;
   cfg.zero_stage = (int)spec->parallel->zero_stage;
+  cfg.chunk_floats = (size_t)spec->memory->chunk_mib << 18; /* MiB of fp32 */
   cfg.tp = (int)spec->parallel->tp;
   cfg.sequence_parallel = spec->parallel->sequence_parallel;
   cfg.pp = (int)spec->parallel->pp;

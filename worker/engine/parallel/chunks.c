@@ -42,7 +42,8 @@ static size_t pack(const colo_param_t *t, size_t nt, size_t cs, int dp, colo_chu
   return n;
 }
 
-int colo_chunks_plan(const colo_param_t *table, size_t nt, int dp, colo_chunks_t *out) {
+int colo_chunks_plan(const colo_param_t *table, size_t nt, int dp, size_t capacity,
+                     colo_chunks_t *out) {
   if (nt == 0 || dp < 1)
     return COLO_EINVAL;
   size_t biggest = 0;
@@ -54,7 +55,9 @@ int colo_chunks_plan(const colo_param_t *table, size_t nt, int dp, colo_chunks_t
   colo_chunk_t *tmp = malloc((nt + 1) * sizeof *tmp);
   if (!tmp)
     return COLO_ENOMEM;
-  for (size_t cs = biggest; cs >= step && cs >= biggest / 64; cs -= step) {
+  if (capacity) /* given: no search */
+    best_cs = capacity;
+  for (size_t cs = biggest; !capacity && cs >= step && cs >= biggest / 64; cs -= step) {
     size_t waste;
     pack(table, nt, cs, dp, tmp, &waste); /* with out: big tensors counted exactly */
     if (waste < best_waste) {

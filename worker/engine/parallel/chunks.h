@@ -26,7 +26,10 @@ typedef struct {
   int dp;
 } colo_chunks_t;
 
-int colo_chunks_plan(const colo_param_t *table, size_t nt, int dp, colo_chunks_t *out);
+/* capacity > 0: chunks of that many floats (memory.chunk_mib), rounded up to a multiple of dp,
+ * with no search; a larger tensor still gets a chunk of its own. */
+int colo_chunks_plan(const colo_param_t *table, size_t nt, int dp, size_t capacity,
+                     colo_chunks_t *out);
 void colo_chunks_free(colo_chunks_t *c);
 
 /* This rank's piece of chunk k: the flat range [lo, hi) it owns (possibly empty where the piece

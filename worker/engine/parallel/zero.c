@@ -121,8 +121,8 @@ static void host_free(const colo_zero_t *z, void *p) {
     free(p);
 }
 
-int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
-                   colo_pool_t *pool, char *err, size_t errlen) {
+int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_floats,
+                   colo_gpt_t *model, colo_pool_t *pool, char *err, size_t errlen) {
   memset(z, 0, sizeof *z);
   z->nvme_fd = -1;
   if (stage < 0 || stage > 3) {
@@ -138,7 +138,7 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *mod
   z->dp = colo_comm_size(comm);
   size_t nt;
   const colo_param_t *table = colo_gpt_params_table(model, &nt);
-  int rc = colo_chunks_plan(table, nt, z->dp, &z->chunks);
+  int rc = colo_chunks_plan(table, nt, z->dp, chunk_floats, &z->chunks);
   if (rc < 0) {
     snprintf(err, errlen, "cannot plan chunks");
     return rc;

@@ -69,9 +69,10 @@ typedef struct {
   char error[1200]; /* the last failure that was not the communicator's */
 } colo_zero_t;
 
-/* pool: where stage 2 allocates gradient pieces and chunk buffers (their bytes count there). */
-int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, colo_gpt_t *model,
-                   colo_pool_t *pool, char *err, size_t errlen);
+/* chunk_floats: the chunks' capacity (memory.chunk_mib), 0 to search for the least padding.
+ * pool: where stage 2 allocates gradient pieces and chunk buffers (their bytes count there). */
+int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_floats,
+                   colo_gpt_t *model, colo_pool_t *pool, char *err, size_t errlen);
 
 /* Places the pieces (after init, before the optimizer is made: its moments on the device are
  * colo_zero_optim_numel's). NULL, or every fraction 1 and NVMe 0: everything on the device.

@@ -622,7 +622,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     colo_gpt_set_sequence_parallel(model, 1);
   }
-  CHECK_GOTO(colo_zero_init(&zero, dp_comm, cfg->zero_stage, model, pool, err, errlen), rc, out);
+  CHECK_GOTO(
+      colo_zero_init(&zero, dp_comm, cfg->zero_stage, cfg->chunk_floats, model, pool, err, errlen),
+      rc, out);
   if (cfg->placement_static) {
     colo_placement_t pl = {cfg->param_device_fraction, cfg->optim_device_fraction,
                            cfg->optim_nvme_fraction, cfg->nvme_dir};

@@ -34,6 +34,7 @@ typedef struct {
   const char *bind_host;  /* this rank's address for its peers */
   int comm_timeout_ms;
   int zero_stage;
+  size_t chunk_floats; /* ZeRO's chunk capacity (memory.chunk_mib); 0: searched */
   int tp; /* tensor-parallel degree: world = dp × tp, tensor-parallel ranks adjacent */
   int sequence_parallel;
   int pp;                /* pipeline stages: world = pp × dp × tp */
