@@ -283,6 +283,9 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   /* resources and restarts */
   if (r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_UNSPECIFIED)
     return bad(err, errlen, "resources.device must be cpu or gpu");
+  if (r->host_memory_mib > (1ull << 30))
+    return bad(err, errlen, "resources.host_memory_mib=%llu exceeds 1073741824 (1 PiB)",
+               (unsigned long long)r->host_memory_mib);
   if (r->devices_per_node > 0 && p->tp > r->devices_per_node)
     return bad(err, errlen,
                "parallel.tp=%u exceeds resources.devices_per_node=%u: a tensor-parallel group "

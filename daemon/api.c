@@ -66,8 +66,11 @@ static void checkpoint_msg_free(Colo__V1__Checkpoint *c) {
   free(c);
 }
 
-/* Frees what job_to_msg allocated besides the spec. */
-static void job_msg_clear(Colo__V1__Job *msg) {
+/* Frees what job_to_msg allocated for the row j besides the spec. */
+static void job_msg_clear(Colo__V1__Job *msg, const colo_job_t *j) {
+  if (msg->message != j->message)
+    free(msg->message);
+  msg->message = NULL;
   checkpoint_msg_free(msg->newest_checkpoint);
   msg->newest_checkpoint = NULL;
   if (msg->progress)
@@ -112,6 +115,15 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   msg->has_updated_ms = 1;
   msg->updated_ms = j->updated_ms;
   msg->message = (char *)j->message;
+  const char *waiting = colod_jobs_waiting(d, j->id); /* the scheduler's reason, while it waits */
+  if (waiting && j->state == COLO_JOB_PENDING) {
+    size_t n = strlen(j->message) + strlen(waiting) + 3;
+    char *m = malloc(n);
+    if (m) {
+      snprintf(m, n, "%s; %s", j->message, waiting);
+      msg->message = m;
+    }
+  }
   msg->has_resume_step = 1;
   msg->resume_step = j->resume_step;
   msg->progress = progress_copy(d, j);
@@ -120,7 +132,7 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   if (with_spec) {
     *spec_out = colo__v1__job_spec__unpack(NULL, j->spec_len, j->spec);
     if (!*spec_out) {
-      job_msg_clear(msg);
+      job_msg_clear(msg, j);
       return COLO_EINTERNAL;
     }
     msg->spec = *spec_out;
@@ -163,7 +175,7 @@ static void reply_job(colod_t *d, colo_rpc_call_t *call, const colo_job_t *j, in
   }
   }
   colo__v1__job_spec__free_unpacked(spec, NULL);
-  job_msg_clear(&msg);
+  job_msg_clear(&msg, j);
 }
 
 static void fail_store(colod_t *d, colo_rpc_call_t *call, int rc) {
@@ -348,7 +360,7 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
   }
   for (size_t i = 0; i < a.n; i++) {
     colo__v1__job_spec__free_unpacked(a.specs[i], NULL);
-    job_msg_clear(&a.msgs[i]);
+    job_msg_clear(&a.msgs[i], &a.rows[i]);
     free(a.rows[i].spec);
   }
   free(a.msgs);
@@ -612,6 +624,7 @@ static int load_host_cb(const colo_host_t *h, void *data) {
     return 1;
   Colo__V1__Host *dev = colo__v1__host__unpack(NULL, h->devices_len, h->devices);
   host_live_devices(l, h->address, dev ? dev->devices : NULL, dev ? dev->n_devices : 0);
+  l->memory_bytes = h->memory_bytes;
   if (dev)
     colo__v1__host__free_unpacked(dev, NULL);
   l->session = h->session;
@@ -717,6 +730,7 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
     l->last_seen_ms = h.last_seen_ms;
     l->last_seen_mono_ms = colod_mono_ms(d);
     host_live_devices(l, req->address, req->devices, req->n_devices);
+    l->memory_bytes = req->has_memory_bytes ? req->memory_bytes : 0;
   }
   colo_log(COLO_LOG_INFO, "hosts", "host %s (%llu) registered from %s, %zu devices, session %llu",
            h.name, (unsigned long long)h.id, colo_rpc_call_peer(call), req->n_devices,

@@ -25,9 +25,10 @@ typedef struct {
   int64_t last_seen_ms;
   int state;
   uint32_t n_devices;
-  int device_kind;   /* of its devices (colo.v1.DeviceKind) */
-  char address[129]; /* where its ranks are reached */
-  uint32_t draining; /* ranks of ended attempts still running there (last heartbeat) */
+  int device_kind;       /* of its devices (colo.v1.DeviceKind) */
+  char address[129];     /* where its ranks are reached */
+  uint32_t draining;     /* ranks of ended attempts still running there (last heartbeat) */
+  uint64_t memory_bytes; /* host memory it registered with; 0: not said */
 } colod_host_live_t;
 
 typedef struct colod_s {

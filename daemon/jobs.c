@@ -38,7 +38,7 @@ struct colod_job_live_s {
   uint64_t next_sample;
   /* placement */
   uint64_t not_before_mono_ms;
-  char wait_why[256];
+  char wait_why[512];
 };
 
 /* ---- the live table, from the store ---- */
@@ -144,6 +144,8 @@ static int sync_cb(const colo_job_t *row, void *data) {
     *pp = j;
   }
   int was = j->state;
+  if (was != (int)row->state) /* moved by a call (cancel, resume): its wait is another */
+    j->wait_why[0] = '\0';
   j->state = row->state;
   j->attempt = row->attempt;
   j->restarts = row->restarts;
@@ -196,6 +198,7 @@ static int transition(colod_t *d, colod_job_live_t *j, int to, const char *msg) 
   colo_job_t row;
   if (j->state == COLO_JOB_RUNNING)
     colod_jobs_keep_progress(d, j->id);
+  j->wait_why[0] = '\0'; /* a new state: the scheduler says again why, if it waits */
   int rc = colo_store_job_transition(d->store, j->id, to, msg, 0, colod_now_ms(), &row);
   if (rc < 0) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot go to %s: %s", (unsigned long long)j->id,
@@ -265,15 +268,29 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
 
 /* ---- placement ---- */
 
+/* the host memory each of a job's ranks claims (resources.host_memory_mib), in bytes */
+static uint64_t rank_mem(const colod_job_live_t *j) {
+  return j->spec->resources->host_memory_mib << 20;
+}
+
+/* what a placed or running job's ranks claim of their hosts' memory, taken off the snapshot */
+static void claim_memory(const colod_job_live_t *j, colo_sched_host_t *hosts, size_t n) {
+  for (uint32_t r = 0; r < j->world && rank_mem(j); r++)
+    for (size_t h = 0; h < n; h++)
+      if (hosts[h].host_id == j->place[r].host_id && hosts[h].mem_free != UINT64_MAX)
+        hosts[h].mem_free -= hosts[h].mem_free < rank_mem(j) ? hosts[h].mem_free : rank_mem(j);
+}
+
 static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uint8_t *busy,
                   size_t n_hosts) {
   colo_rank_place_t *out = calloc(j->world, sizeof *out);
   if (!out)
     return;
-  char why[256];
+  char why[512];
   uint64_t t0 = uv_hrtime();
-  int rc = colo_sched_place(hosts, n_hosts, j->pp, j->dp, j->tp,
-                            j->spec->resources->devices_per_node, out, why, sizeof why);
+  int rc =
+      colo_sched_place(hosts, n_hosts, j->pp, j->dp, j->tp, j->spec->resources->devices_per_node,
+                       rank_mem(j), out, why, sizeof why);
   if (rc < 0) {
     if (strcmp(why, j->wait_why) != 0)
       colo_log(COLO_LOG_INFO, "jobs", "job %llu waits: %s", (unsigned long long)j->id, why);
@@ -343,6 +360,7 @@ static void schedule(colod_t *d) {
     hosts[n].host_id = h->id;
     hosts[n].n_devices = h->n_devices;
     hosts[n].busy = b;
+    hosts[n].mem_free = h->memory_bytes ? h->memory_bytes : UINT64_MAX;
     n++;
   }
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
@@ -353,6 +371,7 @@ static void schedule(colod_t *d) {
         if (hosts[h].host_id == j->place[r].host_id &&
             j->place[r].device_index < hosts[h].n_devices)
           ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
+    claim_memory(j, hosts, n);
   }
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
     if (j->state == COLO_JOB_PENDING ||
@@ -369,6 +388,8 @@ static void schedule(colod_t *d) {
       if (fit)
         place(d, j, fit, busy, nf);
       free(fit);
+      if (j->state == COLO_JOB_RUNNING && j->place) /* for the jobs placed after it */
+        claim_memory(j, hosts, n);
     }
   }
   free(hosts);
@@ -699,6 +720,13 @@ void colod_jobs_keep_progress(colod_t *d, uint64_t job_id) {
 const Colo__V1__Progress *colod_jobs_progress(colod_t *d, uint64_t job_id) {
   colod_job_live_t *j = live_find(d, job_id);
   return j && j->has_progress ? &j->progress : NULL;
+}
+
+const char *colod_jobs_waiting(colod_t *d, uint64_t job_id) {
+  colod_job_live_t *j = live_find(d, job_id);
+  return j && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) && j->wait_why[0]
+             ? j->wait_why
+             : NULL;
 }
 
 int colod_jobs_attempt(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t *world) {

@@ -43,6 +43,10 @@ void colod_jobs_keep_progress(struct colod_s *d, uint64_t job_id);
 /* The newest progress record of a job, or NULL. */
 const Colo__V1__Progress *colod_jobs_progress(struct colod_s *d, uint64_t job_id);
 
+/* Why a job waiting to be placed (PENDING, or RESTARTING after its back-off) is not placed yet,
+ * as the last placement attempt said ("no room: ..."); NULL when it is not waiting for room. */
+const char *colod_jobs_waiting(struct colod_s *d, uint64_t job_id);
+
 /* Devices of a host that ranks of running attempts hold. */
 uint32_t colod_jobs_devices_used(struct colod_s *d, uint64_t host_id);
 

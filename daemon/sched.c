@@ -20,8 +20,8 @@ static int by_free_desc(const void *a, const void *b) {
 }
 
 int colo_sched_place(const colo_sched_host_t *hosts, size_t n_hosts, uint32_t pp, uint32_t dp,
-                     uint32_t tp, uint32_t per_node, colo_rank_place_t *out, char *why,
-                     size_t whylen) {
+                     uint32_t tp, uint32_t per_node, uint64_t rank_mem, colo_rank_place_t *out,
+                     char *why, size_t whylen) {
   if (pp < 1 || dp < 1 || tp < 1) {
     snprintf(why, whylen, "bad mesh pp=%u dp=%u tp=%u", pp, dp, tp);
     return COLO_EINVAL;
@@ -38,12 +38,17 @@ int colo_sched_place(const colo_sched_host_t *hosts, size_t n_hosts, uint32_t pp
     return COLO_ENOMEM;
   }
   uint64_t total_free = 0;
+  int mem_bound = 0; /* some host has devices its memory cannot feed */
   for (size_t h = 0; h < n_hosts; h++) {
     uint32_t f = 0;
     for (uint32_t d = 0; d < hosts[h].n_devices; d++)
       f += !hosts[h].busy[d];
     if (per_node && f > per_node)
       f = per_node;
+    if (rank_mem && hosts[h].mem_free / rank_mem < f) {
+      f = (uint32_t)(hosts[h].mem_free / rank_mem);
+      mem_bound = 1;
+    }
     slots[h] = (slot_t){h, f};
     total_free += f;
   }
@@ -55,11 +60,22 @@ int colo_sched_place(const colo_sched_host_t *hosts, size_t n_hosts, uint32_t pp
     while (cur < n_hosts && slots[cur].free < tp)
       cur++;
     if (cur == n_hosts) {
-      snprintf(why, whylen,
-               "no room: %llu of %llu tensor-parallel groups of %u devices placed; %llu devices "
-               "free in all, but a group must fit in one host",
-               (unsigned long long)g, (unsigned long long)groups, tp,
-               (unsigned long long)total_free);
+      int n = total_free < world
+                  ? snprintf(why, whylen,
+                             "no room: %llu of %llu tensor-parallel groups of %u devices placed; "
+                             "%llu devices free in all, %llu needed",
+                             (unsigned long long)g, (unsigned long long)groups, tp,
+                             (unsigned long long)total_free, (unsigned long long)world)
+                  : snprintf(why, whylen,
+                             "no room: %llu of %llu tensor-parallel groups of %u devices placed; "
+                             "%llu devices free in all, but a group must fit in one host",
+                             (unsigned long long)g, (unsigned long long)groups, tp,
+                             (unsigned long long)total_free);
+      if (mem_bound && n > 0 && (size_t)n < whylen)
+        snprintf(why + n, whylen - (size_t)n,
+                 " (counting only the devices whose hosts have resources.host_memory_mib=%llu "
+                 "free for each)",
+                 (unsigned long long)(rank_mem >> 20));
       rc = COLO_EBUSY;
       break;
     }

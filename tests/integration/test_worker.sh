@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # colo-workerd against a real colod: it registers its CPU slots and heartbeats; its host goes
 # DOWN within host_timeout after a kill -9 and UP again when it comes back; a restarted colod
-# keeps it UP without a new registration; SIGTERM exits 0; bad configuration exits 2.
+# keeps it UP without a new registration; a job claiming more host memory per rank than the host
+# has waits with the reason; SIGTERM exits 0; bad configuration exits 2.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
 start_colod "$TMP/state" --set host_timeout=2s
@@ -47,6 +48,18 @@ start_colod "$TMP/state" --set host_timeout=2s --listen "127.0.0.1:$port"
 sleep 3
 expect_eq "$(host_state)" "up 3"
 [ "$(grep -c 'registered with' "$TMP/worker.log")" = 2 ] || fail "the worker registered again after the colod restart"
+
+# a job whose ranks each claim more host memory than the host registered waits, saying why
+# (the host's memory came back from the store with the restarted colod)
+printf 'name: big\ndata: {train_path: x.bin}\ntrain: {eval_interval: 0}\nresources: {host_memory_mib: 1073741824}\n' >"$TMP/big.yaml"
+BJ=$("$COLOCTL" submit "$TMP/big.yaml")
+for _ in $(seq 1 30); do
+  "$COLOCTL" status "$BJ" | grep -q "no room" && break
+  sleep 0.1
+done
+expect_rc 0 "$COLOCTL" status "$BJ"
+expect_contains "$OUT" "state      PENDING (submitted; no room: 0 of 1 tensor-parallel groups of 1 devices placed; 0 devices free in all, 1 needed (counting only the devices whose hosts have resources.host_memory_mib=1073741824 free for each))"
+expect_rc 0 "$COLOCTL" cancel "$BJ"
 
 # SIGTERM: exit 0
 kill -TERM $WPID

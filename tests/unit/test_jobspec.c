@@ -113,6 +113,8 @@ static const struct {
      "parallel.tp=4 does not divide resources.devices_per_node=6: tensor-parallel groups would "
      "straddle nodes"},
     {BASE "max_restarts: 1000\n", "max_restarts=1000 exceeds 100"},
+    {BASE "resources: {host_memory_mib: 2000000000}\n",
+     "resources.host_memory_mib=2000000000 exceeds 1073741824 (1 PiB)"},
 };
 
 TEST(bad_specs_have_exact_messages) {

@@ -8,7 +8,7 @@
 #include "test.h"
 
 static colo_sched_host_t host(uint64_t id, uint32_t n, const uint8_t *busy) {
-  return (colo_sched_host_t){id, n, busy};
+  return (colo_sched_host_t){id, n, busy, UINT64_MAX};
 }
 
 TEST(mesh_and_tp_groups_inside_hosts) {
@@ -17,7 +17,7 @@ TEST(mesh_and_tp_groups_inside_hosts) {
   colo_rank_place_t p[8];
   char why[256];
   /* pp=2 × dp=2 × tp=2: 4 groups of 2 */
-  ASSERT_EQ_INT(colo_sched_place(h, 2, 2, 2, 2, 0, p, why, sizeof why), 0);
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 2, 2, 2, 0, 0, p, why, sizeof why), 0);
   for (uint32_t r = 0; r < 8; r++) {
     ASSERT_EQ_INT(p[r].rank, r);
     ASSERT_EQ_INT(p[r].tp_idx, r % 2);
@@ -40,7 +40,7 @@ TEST(busy_devices_are_skipped_and_fullest_free_first) {
   colo_rank_place_t p[6];
   char why[256];
   /* host 2 has more free devices: it is filled first; then host 1's free devices 1 and 3 */
-  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 3, 2, 0, p, why, sizeof why), 0);
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 3, 2, 0, 0, p, why, sizeof why), 0);
   ASSERT_EQ_INT(p[0].host_id, 2);
   ASSERT_EQ_INT(p[3].host_id, 2);
   ASSERT_EQ_INT(p[4].host_id, 1);
@@ -56,7 +56,7 @@ TEST(a_tp_group_never_straddles_hosts) {
   memcpy(before, p, sizeof p);
   char why[256];
   /* 4 devices are free, but the second group of 2 would need host 1's last and host 2's only */
-  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 2, 2, 0, p, why, sizeof why), COLO_EBUSY);
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 2, 2, 0, 0, p, why, sizeof why), COLO_EBUSY);
   ASSERT_EQ_STR(why, "no room: 1 of 2 tensor-parallel groups of 2 devices placed; 4 devices "
                      "free in all, but a group must fit in one host");
   ASSERT(memcmp(p, before, sizeof p) == 0); /* all or nothing */
@@ -67,10 +67,32 @@ TEST(per_node_limit) {
   colo_sched_host_t h[2] = {host(1, 8, f8), host(2, 8, f8)};
   colo_rank_place_t p[8];
   char why[256];
-  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 4, 2, 4, p, why, sizeof why), 0);
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 4, 2, 4, 0, p, why, sizeof why), 0);
   ASSERT_EQ_INT(p[3].host_id, 1);
   ASSERT_EQ_INT(p[4].host_id, 2); /* at most 4 on host 1 */
-  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 1, 8, 4, p, why, sizeof why), COLO_EBUSY);
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 1, 8, 4, 0, p, why, sizeof why), COLO_EBUSY);
+}
+
+TEST(host_memory_per_rank_limits_a_host) {
+  uint8_t f4[4] = {0};
+  colo_sched_host_t h[2] = {host(1, 4, f4), host(2, 4, f4)};
+  h[0].mem_free = 5ull << 30; /* room for two ranks of 2 GiB, with four devices free */
+  h[1].mem_free = 8ull << 30;
+  colo_rank_place_t p[8];
+  char why[512];
+  /* host 2 can feed all four devices, host 1 only two: it fills host 2 first */
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 6, 1, 0, 2ull << 30, p, why, sizeof why), 0);
+  for (int r = 0; r < 4; r++)
+    ASSERT_EQ_INT(p[r].host_id, 2);
+  ASSERT_EQ_INT(p[4].host_id, 1);
+  ASSERT_EQ_INT(p[5].host_id, 1);
+  /* a seventh rank does not fit, though a device is free: the reason says why */
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 7, 1, 0, 2ull << 30, p, why, sizeof why), COLO_EBUSY);
+  ASSERT_EQ_STR(why, "no room: 6 of 7 tensor-parallel groups of 1 devices placed; 6 devices free "
+                     "in all, 7 needed (counting only the devices whose hosts have "
+                     "resources.host_memory_mib=2048 free for each)");
+  /* no claim: every device */
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 8, 1, 0, 0, p, why, sizeof why), 0);
 }
 
 TEST(place_512_ranks_on_1000_hosts_quickly) {
@@ -86,7 +108,7 @@ TEST(place_512_ranks_on_1000_hosts_quickly) {
   char why[256];
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  ASSERT_EQ_INT(colo_sched_place(h, n, 4, 16, 8, 0, p, why, sizeof why), 0);
+  ASSERT_EQ_INT(colo_sched_place(h, n, 4, 16, 8, 0, 0, p, why, sizeof why), 0);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
   printf("  512 ranks (pp=4 dp=16 tp=8) on 1000 hosts of 8 devices: %.3f ms\n", ms);
