@@ -399,6 +399,16 @@ static void print_job_detail(const Colo__V1__Job *j) {
            (double)j->progress->loss, (double)j->progress->lr,
            (double)j->progress->tokens_per_s * dp, eta);
   }
+  if (j->progress && j->progress->has_memory_bytes && j->progress->memory_bytes) {
+    char dev[32], host[32];
+    int gpu = s && s->resources && s->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU;
+    fmt_bytes(j->progress->memory_bytes, dev, sizeof dev);
+    fmt_bytes(j->progress->host_memory_bytes, host, sizeof host);
+    printf("  memory     rank 0: peak %s of %s memory%s%s%s\n", dev, gpu ? "GPU" : "host",
+           j->progress->has_host_memory_bytes ? ", and " : "",
+           j->progress->has_host_memory_bytes ? host : "",
+           j->progress->has_host_memory_bytes ? " of pieces placed in host memory" : "");
+  }
   if (j->progress && j->progress->has_val_loss)
     printf("  eval       val loss %.4f at step %llu (coloctl history %llu: the curve)\n",
            (double)j->progress->val_loss, (unsigned long long)j->progress->val_step,

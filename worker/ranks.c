@@ -444,6 +444,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     p->tokens_per_s = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "tokens_per_s"));
     p->memory_bytes = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes"));
     p->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
+    const cJSON *hb = cJSON_GetObjectItem(j, "host_bytes"); /* placement off the device */
+    p->has_host_memory_bytes = cJSON_IsNumber(hb);
+    p->host_memory_bytes = cJSON_IsNumber(hb) ? (uint64_t)cJSON_GetNumberValue(hb) : 0;
     r->has_progress = 1;
   } else if (ev && !strcmp(ev, "eval") && step >= 0) {
     Colo__V1__Progress *p = &r->progress;

@@ -108,6 +108,11 @@ GLOG=$("$COLOCTL" logs "$GJ")
 expect_contains "$GLOG" "GPU 0 emulated on the CPU (bf16 activations, bf16 products)"
 expect_contains "$GLOG" "step     20 | val loss"
 expect_contains "$GLOG" "in $TMP/gnvme/scratch/on-gpus"
+# the status shows rank 0's memory: its GPU pool's peak and the pieces placed in host memory
+expect_rc 0 "$COLOCTL" status "$GJ"
+expect_contains "$OUT" "  memory     rank 0: peak "
+expect_contains "$OUT" " of GPU memory, and "
+expect_contains "$OUT" " of pieces placed in host memory"
 [ -d "$TMP/gnvme/scratch/on-gpus" ] && [ -z "$(ls -A "$TMP/gnvme/scratch/on-gpus")" ] ||
   fail "the NVMe directory should exist and hold nothing once the ranks are gone"
 [ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||
