@@ -417,11 +417,18 @@ int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
   return 0;
 }
 
-/* stage 3: a tensor's values, its chunk gathered on the first fetch */
+/* stage 3: a tensor's values, its chunk gathered on the first fetch (one rank whose piece is on
+ * the device: the piece itself, nothing copied) */
 static const float *hook_fetch(void *ctx, size_t t) {
   colo_zero_t *z = ctx;
   size_t k = z->chunk_of[t];
   const colo_chunk_t *c = &z->chunks.chunks[k];
+  size_t nt;
+  const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+  if (z->dp == 1 && z->param_home[k] == COLO_HOME_DEVICE) { /* the piece is the whole chunk */
+    z->fetched[k]++;
+    return param_at(z, k) + (table[t].offset - c->lo);
+  }
   if (!z->param_full[k]) {
     size_t piece = c->capacity / (size_t)z->dp;
     float *full = colo_pool_alloc(z->pool, c->capacity * sizeof(float), "parameters");
@@ -435,15 +442,13 @@ static const float *hook_fetch(void *ctx, size_t t) {
     z->param_full[k] = full;
   }
   z->fetched[k]++;
-  size_t nt;
-  const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
   return z->param_full[k] + (table[t].offset - c->lo);
 }
 
 static void hook_release(void *ctx, size_t t) {
   colo_zero_t *z = ctx;
   size_t k = z->chunk_of[t];
-  if (--z->fetched[k] == 0) {
+  if (--z->fetched[k] == 0 && z->param_full[k]) {
     colo_pool_free(z->pool, z->param_full[k]);
     z->param_full[k] = NULL;
   }
