@@ -388,6 +388,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
   fmt_age(now_ms() - j->created_ms, age, sizeof age);
   printf("job %llu \"%s\"\n", (unsigned long long)j->id, j->name ? j->name : "");
   printf("  state      %s (%s)\n", state_name(j->state), j->message ? j->message : "");
+  if (j->waiting && j->waiting[0])
+    printf("  waiting    %s\n", j->waiting);
   printf("  attempt    %u, restarts %u of %u\n", j->attempt, j->restarts, s ? s->max_restarts : 0);
   printf("  submitted  %s ago\n", age);
   if (j->progress && j->progress->has_step) {

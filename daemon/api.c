@@ -66,11 +66,8 @@ static void checkpoint_msg_free(Colo__V1__Checkpoint *c) {
   free(c);
 }
 
-/* Frees what job_to_msg allocated for the row j besides the spec. */
-static void job_msg_clear(Colo__V1__Job *msg, const colo_job_t *j) {
-  if (msg->message != j->message)
-    free(msg->message);
-  msg->message = NULL;
+/* Frees what job_to_msg allocated besides the spec. */
+static void job_msg_clear(Colo__V1__Job *msg) {
   checkpoint_msg_free(msg->newest_checkpoint);
   msg->newest_checkpoint = NULL;
   if (msg->progress)
@@ -115,15 +112,10 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   msg->has_updated_ms = 1;
   msg->updated_ms = j->updated_ms;
   msg->message = (char *)j->message;
-  const char *waiting = colod_jobs_waiting(d, j->id); /* the scheduler's reason, while it waits */
-  if (waiting && j->state == COLO_JOB_PENDING) {
-    size_t n = strlen(j->message) + strlen(waiting) + 3;
-    char *m = malloc(n);
-    if (m) {
-      snprintf(m, n, "%s; %s", j->message, waiting);
-      msg->message = m;
-    }
-  }
+  /* the scheduler's live reason, which stays put until this reply is packed (one loop) */
+  const char *waiting = colod_jobs_waiting(d, j->id);
+  if (waiting && j->state == COLO_JOB_PENDING)
+    msg->waiting = (char *)waiting;
   msg->has_resume_step = 1;
   msg->resume_step = j->resume_step;
   msg->progress = progress_copy(d, j);
@@ -132,7 +124,7 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   if (with_spec) {
     *spec_out = colo__v1__job_spec__unpack(NULL, j->spec_len, j->spec);
     if (!*spec_out) {
-      job_msg_clear(msg, j);
+      job_msg_clear(msg);
       return COLO_EINTERNAL;
     }
     msg->spec = *spec_out;
@@ -175,7 +167,7 @@ static void reply_job(colod_t *d, colo_rpc_call_t *call, const colo_job_t *j, in
   }
   }
   colo__v1__job_spec__free_unpacked(spec, NULL);
-  job_msg_clear(&msg, j);
+  job_msg_clear(&msg);
 }
 
 static void fail_store(colod_t *d, colo_rpc_call_t *call, int rc) {
@@ -360,7 +352,7 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
   }
   for (size_t i = 0; i < a.n; i++) {
     colo__v1__job_spec__free_unpacked(a.specs[i], NULL);
-    job_msg_clear(&a.msgs[i], &a.rows[i]);
+    job_msg_clear(&a.msgs[i]);
     free(a.rows[i].spec);
   }
   free(a.msgs);

@@ -58,7 +58,8 @@ for _ in $(seq 1 30); do
   sleep 0.1
 done
 expect_rc 0 "$COLOCTL" status "$BJ"
-expect_contains "$OUT" "state      PENDING (submitted; no room: 0 of 1 tensor-parallel groups of 1 devices placed; 0 devices free in all, 1 needed (counting only the devices whose hosts have resources.host_memory_mib=1073741824 free for each))"
+expect_contains "$OUT" "state      PENDING (submitted)"
+expect_contains "$OUT" "waiting    no room: 0 of 1 tensor-parallel groups of 1 devices placed; 0 devices free in all, 1 needed (counting only the devices whose hosts have resources.host_memory_mib=1073741824 free for each)"
 expect_rc 0 "$COLOCTL" cancel "$BJ"
 
 # SIGTERM: exit 0
