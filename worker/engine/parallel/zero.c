@@ -1,11 +1,8 @@
 /* ZeRO stages 0 to 3 over chunks. Every buffer of parameters, gradients and moments is the
- * backend's memory (a GPU's on a device backend), so it is moved with xcopy and cleared with
- * xzero, which use the backend's copies where a side is its memory and plain memory operations
- * where both are the host's (a checkpoint's whole moments are host memory). */
+ * backend's memory (a GPU's on a device backend) or, placed off it (placement.c), host memory or
+ * NVMe; zero_mem.h moves them. */
 #include "zero.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +10,7 @@
 #include <unistd.h>
 
 #include "../../../common/error.h"
-#include "../../../common/fs.h"
+#include "zero_mem.h"
 
 static int gather_chunk(colo_zero_t *z, size_t k, const float *piece_src, float *dst);
 static float *hook_begin(void *ctx, size_t t);
@@ -22,65 +19,6 @@ static const float *hook_fetch(void *ctx, size_t t);
 static void hook_release(void *ctx, size_t t);
 static const colo_gpt_hooks_t HOOKS2 = {hook_begin, hook_ready, NULL, NULL};
 static const colo_gpt_hooks_t HOOKS3 = {hook_begin, hook_ready, hook_fetch, hook_release};
-
-static int owned(const colo_zero_t *z, const void *p) {
-  return z->be->owns && z->be->owns(p);
-}
-
-static void xcopy(const colo_zero_t *z, void *dst, const void *src, size_t bytes) {
-  if (!bytes)
-    return;
-  int d = owned(z, dst), s = owned(z, src);
-  if (d && s)
-    z->be->copy(dst, src, bytes);
-  else if (d)
-    z->be->from_host(dst, src, bytes);
-  else if (s)
-    z->be->to_host(dst, src, bytes);
-  else
-    memcpy(dst, src, bytes);
-}
-
-static void xzero(const colo_zero_t *z, void *p, size_t bytes) {
-  if (!bytes)
-    return;
-  if (owned(z, p))
-    z->be->zero(p, bytes);
-  else
-    memset(p, 0, bytes);
-}
-
-/* chunk k's parameter piece (stage 3), wherever it lives */
-static float *param_at(const colo_zero_t *z, size_t k) {
-  return (z->param_home[k] == COLO_HOME_HOST ? z->param_host : z->param_piece) + z->param_off[k];
-}
-
-/* whole reads and writes of the NVMe file at a byte offset */
-static int nvme_io(colo_zero_t *z, void *buf, size_t bytes, off_t off, int write) {
-  char *b = buf;
-  while (bytes) {
-    ssize_t r = write ? pwrite(z->nvme_fd, b, bytes, off) : pread(z->nvme_fd, b, bytes, off);
-    if (r < 0 && errno == EINTR)
-      continue;
-    if (r <= 0) {
-      snprintf(z->error, sizeof z->error, "%s the optimizer state in %s: %s",
-               write ? "writing" : "reading", z->nvme_path, r < 0 ? strerror(errno) : "short read");
-      return COLO_EIO;
-    }
-    b += r;
-    bytes -= (size_t)r;
-    off += r;
-  }
-  return 0;
-}
-
-/* chunk k's moments on NVMe: n floats of m and of v, at the start of its region */
-static int nvme_moments(colo_zero_t *z, size_t k, float *m, float *v, size_t n, int write) {
-  size_t piece = z->chunks.chunks[k].capacity / (size_t)z->dp;
-  off_t at = (off_t)(z->optim_off[k] * 2 * sizeof(float));
-  int rc = nvme_io(z, m, n * sizeof(float), at, write);
-  return rc ? rc : nvme_io(z, v, n * sizeof(float), at + (off_t)(piece * sizeof(float)), write);
-}
 
 /* chunk k's moments: on the device or in host memory where they live, read from NVMe into the
  * scratch (m, v of max_piece floats each) otherwise; n: the floats that matter */
@@ -96,29 +34,12 @@ static int moments_at(colo_zero_t *z, const colo_adamw_t *opt, size_t k, size_t 
     return 0;
   default:
     *m = z->scratch + 2 * z->max_piece, *v = z->scratch + 3 * z->max_piece;
-    return nvme_moments(z, k, *m, *v, n, 0);
+    return colo_zero_nvme_moments(z, k, *m, *v, n, 0);
   }
 }
 
 const char *colo_zero_error(const colo_zero_t *z) {
   return z->error[0] ? z->error : colo_comm_error(z->comm);
-}
-
-/* host memory for pieces placed off the device and the host update's scratch: the backend's
- * (page-locked on a GPU, so that copies run at the bus's speed), zeroed */
-static float *host_floats(const colo_zero_t *z, size_t n) {
-  size_t bytes = (n ? n : 1) * sizeof(float);
-  float *p = z->be->host_alloc ? z->be->host_alloc(bytes) : malloc(bytes);
-  if (p)
-    memset(p, 0, bytes);
-  return p;
-}
-
-static void host_free(const colo_zero_t *z, void *p) {
-  if (p && z->be && z->be->host_free)
-    z->be->host_free(p);
-  else
-    free(p);
 }
 
 int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_floats,
@@ -198,194 +119,6 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
     }
   }
   return 0;
-}
-
-/* the chunks [from, end) whose pieces make up `frac` of this rank's floats, to the nearest
- * chunk: one is in when at least half of it fits */
-static size_t take_chunks(const colo_zero_t *z, size_t from, float frac) {
-  double budget = (double)frac * (double)z->shard_n, acc = 0.0;
-  size_t k = from;
-  for (; k < z->chunks.n; k++) {
-    double piece = (double)(z->chunks.chunks[k].capacity / (size_t)z->dp);
-    if (acc + piece / 2 >= budget)
-      break;
-    acc += piece;
-  }
-  return k;
-}
-
-/* each piece's offset in its home, from the homes, and the floats each home holds */
-static void index_homes(colo_zero_t *z) {
-  memset(z->optim_n, 0, sizeof z->optim_n);
-  memset(z->param_n, 0, sizeof z->param_n);
-  for (size_t k = 0; k < z->chunks.n; k++) {
-    size_t piece = z->chunks.chunks[k].capacity / (size_t)z->dp;
-    z->param_off[k] = z->param_n[z->param_home[k]];
-    z->param_n[z->param_home[k]] += piece;
-    z->optim_off[k] = z->optim_n[z->optim_home[k]];
-    z->optim_n[z->optim_home[k]] += piece;
-  }
-}
-
-int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_t errlen) {
-  if (!pl || (pl->param_device >= 1.0f && pl->optim_device >= 1.0f && pl->optim_nvme <= 0.0f))
-    return 0;
-  if (pl->param_device < 1.0f && z->stage != 3) {
-    snprintf(err, errlen,
-             "parameters leave the device only as ZeRO-3 pieces, and this run has ZeRO stage %d",
-             z->stage);
-    return COLO_EINVAL;
-  }
-  if (z->stage < 1 || !z->be->device) {
-    snprintf(err, errlen, "%s",
-             z->stage < 1 ? "optimizer state leaves the device only as ZeRO pieces (stage 1 and up)"
-                          : "placing chunks off the device needs a device (resources.device=gpu)");
-    return COLO_EINVAL;
-  }
-  size_t n = z->chunks.n;
-  size_t kp = z->stage == 3 ? take_chunks(z, 0, pl->param_device) : n;
-  size_t kd = take_chunks(z, 0, pl->optim_device);
-  kd = kd < kp ? kd : kp; /* host parameters are updated on the host */
-  size_t kn = pl->optim_nvme > 0.0f ? take_chunks(z, kd, pl->optim_nvme) : kd;
-  for (size_t k = 0; k < n; k++) {
-    z->param_home[k] = k < kp ? COLO_HOME_DEVICE : COLO_HOME_HOST;
-    z->optim_home[k] = k < kd ? COLO_HOME_DEVICE : k < kn ? COLO_HOME_NVME : COLO_HOME_HOST;
-  }
-  index_homes(z);
-  size_t nh = z->optim_n[COLO_HOME_HOST] ? z->optim_n[COLO_HOME_HOST] : 1;
-  z->host_m = host_floats(z, nh);
-  z->host_v = host_floats(z, nh);
-  z->param_host = host_floats(z, z->param_n[COLO_HOME_HOST]);
-  z->scratch = host_floats(z, 4 * z->max_piece);
-  if (!z->host_m || !z->host_v || !z->param_host || !z->scratch) {
-    snprintf(err, errlen, "no host memory for the chunks placed off the device");
-    return COLO_ENOMEM;
-  }
-  if (z->optim_n[COLO_HOME_NVME]) {
-    const char *dir = pl->nvme_dir && pl->nvme_dir[0] ? pl->nvme_dir : NULL;
-    if (!dir) {
-      snprintf(err, errlen, "optimizer state on NVMe needs a directory (memory.nvme_dir)");
-      return COLO_EINVAL;
-    }
-    snprintf(z->nvme_path, sizeof z->nvme_path, "%s/colo-optim-%d-rank%d.bin", dir, (int)getpid(),
-             z->rank);
-    off_t bytes = (off_t)(2 * z->optim_n[COLO_HOME_NVME] * sizeof(float));
-    int prc = 0;
-    if (colo_mkdirs(dir, 0700) < 0 ||
-        (z->nvme_fd = open(z->nvme_path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)) < 0 ||
-        unlink(z->nvme_path) < 0 || ftruncate(z->nvme_fd, bytes) < 0 ||
-        ((prc = posix_fallocate(z->nvme_fd, 0, bytes)) != 0 && prc != EOPNOTSUPP &&
-         prc != EINVAL)) {
-      snprintf(err, errlen, "optimizer state on NVMe: %s (%.1f MiB): %s", z->nvme_path,
-               (double)bytes / (1 << 20), strerror(prc ? prc : errno));
-      return COLO_EIO;
-    }
-  }
-  return 0;
-}
-
-/* Moves every piece to the homes ph, oh (the device or host memory: NVMe pieces stay where they
- * are), keeping its values: new arrays are made, the pieces copied over, the old ones freed. */
-static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
-                  const unsigned char *oh, char *err, size_t errlen) {
-  size_t n = z->chunks.n;
-  for (size_t k = 0; k < n; k++)
-    if ((z->optim_home[k] == COLO_HOME_NVME) != (oh[k] == COLO_HOME_NVME)) {
-      snprintf(err, errlen, "optimizer pieces do not move to or from NVMe");
-      return COLO_EINVAL;
-    }
-  colo_zero_t old = *z;
-  size_t nn = n ? n : 1;
-  z->param_home = malloc(nn), z->optim_home = malloc(nn);
-  z->param_off = malloc(nn * sizeof(size_t)), z->optim_off = malloc(nn * sizeof(size_t));
-  if (!z->param_home || !z->optim_home || !z->param_off || !z->optim_off) {
-    free(z->param_home), free(z->optim_home), free(z->param_off), free(z->optim_off);
-    *z = old;
-    snprintf(err, errlen, "out of memory");
-    return COLO_ENOMEM;
-  }
-  memcpy(z->param_home, ph, n);
-  memcpy(z->optim_home, oh, n);
-  index_homes(z);
-  size_t pd = z->param_n[COLO_HOME_DEVICE], ph_n = z->param_n[COLO_HOME_HOST];
-  size_t od = z->optim_n[COLO_HOME_DEVICE], oh_n = z->optim_n[COLO_HOME_HOST];
-  int s3 = z->stage == 3;
-  z->param_piece =
-      s3 ? colo_pool_alloc(z->pool, (pd ? pd : 1) * sizeof(float), "parameter pieces") : NULL;
-  float *m = colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state");
-  float *v = m ? colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state") : NULL;
-  z->param_host = host_floats(z, ph_n);
-  z->host_m = host_floats(z, oh_n);
-  z->host_v = host_floats(z, oh_n);
-  if ((s3 && !z->param_piece) || !v || !z->param_host || !z->host_m || !z->host_v) {
-    snprintf(err, errlen, "moving pieces: %s",
-             (s3 && !z->param_piece) || !v ? colo_pool_error(z->pool) : "no host memory");
-    if (s3)
-      colo_pool_free(z->pool, z->param_piece);
-    colo_pool_free(z->pool, m);
-    colo_pool_free(z->pool, v);
-    host_free(z, z->param_host), host_free(z, z->host_m), host_free(z, z->host_v);
-    free(z->param_home), free(z->optim_home), free(z->param_off), free(z->optim_off);
-    *z = old; /* as it was */
-    return COLO_ENOMEM;
-  }
-  for (size_t k = 0; k < n; k++) {
-    size_t bytes = z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
-    if (s3)
-      xcopy(z, param_at(z, k), param_at(&old, k), bytes);
-    if (oh[k] == COLO_HOME_NVME)
-      continue;
-    int was = old.optim_home[k];
-    size_t o = old.optim_off[k], o2 = z->optim_off[k];
-    xcopy(z, (oh[k] == COLO_HOME_DEVICE ? m : z->host_m) + o2,
-          (was == COLO_HOME_DEVICE ? opt->m : old.host_m) + o, bytes);
-    xcopy(z, (oh[k] == COLO_HOME_DEVICE ? v : z->host_v) + o2,
-          (was == COLO_HOME_DEVICE ? opt->v : old.host_v) + o, bytes);
-  }
-  if (s3)
-    colo_pool_free(z->pool, old.param_piece);
-  colo_pool_free(opt->pool, opt->m);
-  colo_pool_free(opt->pool, opt->v);
-  opt->m = m, opt->v = v, opt->n = od;
-  host_free(z, old.param_host), host_free(z, old.host_m), host_free(z, old.host_v);
-  free(old.param_home), free(old.optim_home), free(old.param_off), free(old.optim_off);
-  return 0;
-}
-
-int colo_zero_place_auto(colo_zero_t *z, colo_adamw_t *opt, size_t room, char *err, size_t errlen) {
-  size_t n = z->chunks.n, used = 0;
-  unsigned char *ph = malloc(2 * (n ? n : 1)), *oh = ph ? ph + n : NULL;
-  if (!ph) {
-    snprintf(err, errlen, "out of memory");
-    return COLO_ENOMEM;
-  }
-  /* parameters first: a piece is read twice a step (forward and backward) and written once;
-   * its optimizer state once */
-  int full = 1;
-  for (size_t k = 0; k < n; k++) {
-    size_t bytes = z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
-    ph[k] = z->param_home[k];
-    if (z->stage == 3 && ph[k] != COLO_HOME_DEVICE) {
-      if (full && used + bytes <= room)
-        ph[k] = COLO_HOME_DEVICE, used += bytes;
-      else
-        full = 0;
-    }
-  }
-  full = 1;
-  for (size_t k = 0; k < n; k++) {
-    size_t bytes = 2 * z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
-    oh[k] = z->optim_home[k];
-    if (oh[k] == COLO_HOME_HOST && ph[k] == COLO_HOME_DEVICE) {
-      if (full && used + bytes <= room)
-        oh[k] = COLO_HOME_DEVICE, used += bytes;
-      else
-        full = 0;
-    }
-  }
-  int rc = rehome(z, opt, ph, oh, err, errlen);
-  free(ph);
-  return rc;
 }
 
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
@@ -655,7 +388,7 @@ static int host_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, size_t lo, siz
   }
   if (!in_place)
     xcopy(z, home, p, n * sizeof(float));
-  return z->optim_home[k] == COLO_HOME_NVME ? nvme_moments(z, k, m, v, n, 1) : 0;
+  return z->optim_home[k] == COLO_HOME_NVME ? colo_zero_nvme_moments(z, k, m, v, n, 1) : 0;
 }
 
 int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model,
@@ -741,7 +474,7 @@ int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_
     xzero(z, v, piece * sizeof(float));
     xcopy(z, m, full_m + lo, (hi - lo) * sizeof(float));
     xcopy(z, v, full_v + lo, (hi - lo) * sizeof(float));
-    if (home == COLO_HOME_NVME && nvme_moments(z, k, m, v, piece, 1) < 0)
+    if (home == COLO_HOME_NVME && colo_zero_nvme_moments(z, k, m, v, piece, 1) < 0)
       return COLO_EIO;
   }
   return 0;

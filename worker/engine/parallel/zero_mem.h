@@ -1,0 +1,65 @@
+/* Private to parallel/zero.c and parallel/placement.c: moving and finding the pieces, wherever
+ * they live. xcopy and xzero use the backend's copies where a side is its memory and plain
+ * memory operations where both are the host's. */
+#ifndef COLO_ZERO_MEM_H
+#define COLO_ZERO_MEM_H
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "zero.h"
+
+static inline int owned(const colo_zero_t *z, const void *p) {
+  return z->be->owns && z->be->owns(p);
+}
+
+static inline void xcopy(const colo_zero_t *z, void *dst, const void *src, size_t bytes) {
+  if (!bytes)
+    return;
+  int d = owned(z, dst), s = owned(z, src);
+  if (d && s)
+    z->be->copy(dst, src, bytes);
+  else if (d)
+    z->be->from_host(dst, src, bytes);
+  else if (s)
+    z->be->to_host(dst, src, bytes);
+  else
+    memcpy(dst, src, bytes);
+}
+
+static inline void xzero(const colo_zero_t *z, void *p, size_t bytes) {
+  if (!bytes)
+    return;
+  if (owned(z, p))
+    z->be->zero(p, bytes);
+  else
+    memset(p, 0, bytes);
+}
+
+/* chunk k's parameter piece (stage 3), wherever it lives */
+static inline float *param_at(const colo_zero_t *z, size_t k) {
+  return (z->param_home[k] == COLO_HOME_HOST ? z->param_host : z->param_piece) + z->param_off[k];
+}
+
+/* host memory for pieces placed off the device and the host update's scratch: the backend's
+ * (page-locked on a GPU, so that copies run at the bus's speed), zeroed */
+static inline float *host_floats(const colo_zero_t *z, size_t n) {
+  size_t bytes = (n ? n : 1) * sizeof(float);
+  float *p = z->be->host_alloc ? z->be->host_alloc(bytes) : malloc(bytes);
+  if (p)
+    memset(p, 0, bytes);
+  return p;
+}
+
+static inline void host_free(const colo_zero_t *z, void *p) {
+  if (p && z->be && z->be->host_free)
+    z->be->host_free(p);
+  else
+    free(p);
+}
+
+/* chunk k's moments on NVMe: n floats of m and of v, at the start of its region, read (write 0)
+ * or written; a failure is said in z->error (placement.c) */
+int colo_zero_nvme_moments(colo_zero_t *z, size_t k, float *m, float *v, size_t n, int write);
+
+#endif
