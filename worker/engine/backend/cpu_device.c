@@ -189,22 +189,25 @@ static void copy(void *dst, const void *src, size_t bytes) {
   ops_end();
 }
 
-static void to_host(void *dst, const void *src, size_t bytes) {
-  if (!find(src, bytes) || find(dst, 1))
-    die("to_host", ": the source must be device memory and the destination host memory");
-  open_arg(src, bytes, "to_host");
+/* a copy between device memory `dev` and host memory `host` (one of them dst, the other src) */
+static void host_copy(void *dst, const void *src, size_t bytes, const void *dev, const void *host,
+                      const char *what, const char *why) {
+  if (!find(dev, bytes) || find(host, 1))
+    die(what, why);
+  open_arg(dev, bytes, what);
   ops_begin();
   memcpy(dst, src, bytes);
   ops_end();
 }
 
+static void to_host(void *dst, const void *src, size_t bytes) {
+  host_copy(dst, src, bytes, src, dst, "to_host",
+            ": the source must be device memory and the destination host memory");
+}
+
 static void from_host(void *dst, const void *src, size_t bytes) {
-  if (!find(dst, bytes) || find(src, 1))
-    die("from_host", ": the destination must be device memory and the source host memory");
-  open_arg(dst, bytes, "from_host");
-  ops_begin();
-  memcpy(dst, src, bytes);
-  ops_end();
+  host_copy(dst, src, bytes, dst, src, "from_host",
+            ": the destination must be device memory and the source host memory");
 }
 
 /* ---- the compute entries: the CPU table's, with their pointers checked and the memory open ----

@@ -41,6 +41,18 @@ int colo_zero_nvme_moments(colo_zero_t *z, size_t k, float *m, float *v, size_t 
   return rc ? rc : nvme_io(z, v, n * sizeof(float), at + (off_t)(piece * sizeof(float)), write);
 }
 
+void colo_zero_placed(const colo_zero_t *z, colo_placed_t *out) {
+  memset(out, 0, sizeof *out);
+  out->chunks = z->chunks.n;
+  for (size_t k = 0; k < z->chunks.n; k++) {
+    out->param_device += z->param_home[k] == COLO_HOME_DEVICE;
+    out->optim_device += z->optim_home[k] == COLO_HOME_DEVICE;
+    out->optim_nvme += z->optim_home[k] == COLO_HOME_NVME;
+  }
+  out->host_bytes = (z->param_n[COLO_HOME_HOST] + 2 * z->optim_n[COLO_HOME_HOST]) * sizeof(float);
+  out->nvme_bytes = 2 * z->optim_n[COLO_HOME_NVME] * sizeof(float);
+}
+
 /* the chunks [from, end) whose pieces make up `frac` of this rank's floats, to the nearest
  * chunk: one is in when at least half of it fits */
 static size_t take_chunks(const colo_zero_t *z, size_t from, float frac) {

@@ -20,8 +20,9 @@ static void hook_release(void *ctx, size_t t);
 static const colo_gpt_hooks_t HOOKS2 = {hook_begin, hook_ready, NULL, NULL};
 static const colo_gpt_hooks_t HOOKS3 = {hook_begin, hook_ready, hook_fetch, hook_release};
 
-/* chunk k's moments: on the device or in host memory where they live, read from NVMe into the
- * scratch (m, v of max_piece floats each) otherwise; n: the floats that matter */
+/* chunk k's moments: on the device or in host memory where they live, else the scratch (m, v of
+ * max_piece floats each) with n floats of each read from NVMe (0: none, for a piece about to be
+ * overwritten) */
 static int moments_at(colo_zero_t *z, const colo_adamw_t *opt, size_t k, size_t n, float **m,
                       float **v) {
   size_t o = z->optim_off[k];
@@ -461,20 +462,15 @@ int colo_zero_gather_moments(colo_zero_t *z, const colo_adamw_t *opt, float *ful
 int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_m,
                            const float *full_v) {
   for (size_t k = 0; k < z->chunks.n; k++) {
-    size_t lo, hi, piece, o = z->optim_off[k];
+    size_t lo, hi, piece;
+    float *m, *v;
     colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-    int home = z->optim_home[k];
-    float *m = home == COLO_HOME_DEVICE ? opt->m + o
-               : home == COLO_HOME_HOST ? z->host_m + o
-                                        : z->scratch + 2 * z->max_piece;
-    float *v = home == COLO_HOME_DEVICE ? opt->v + o
-               : home == COLO_HOME_HOST ? z->host_v + o
-                                        : z->scratch + 3 * z->max_piece;
+    moments_at(z, opt, k, 0, &m, &v); /* reads nothing */
     xzero(z, m, piece * sizeof(float));
     xzero(z, v, piece * sizeof(float));
     xcopy(z, m, full_m + lo, (hi - lo) * sizeof(float));
     xcopy(z, v, full_v + lo, (hi - lo) * sizeof(float));
-    if (home == COLO_HOME_NVME && colo_zero_nvme_moments(z, k, m, v, piece, 1) < 0)
+    if (z->optim_home[k] == COLO_HOME_NVME && colo_zero_nvme_moments(z, k, m, v, piece, 1) < 0)
       return COLO_EIO;
   }
   return 0;

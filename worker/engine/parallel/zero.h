@@ -79,6 +79,13 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
  * The NVMe file is made and unlinked at once, so a rank that dies leaves nothing behind. */
 int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_t errlen);
 
+/* Where this rank's pieces are, counted: chunks by home, and the bytes off the device. */
+typedef struct {
+  size_t chunks, param_device, optim_device, optim_nvme; /* chunks whose pieces are there */
+  size_t host_bytes, nvme_bytes; /* parameter and moment pieces in host memory, on NVMe */
+} colo_placed_t;
+void colo_zero_placed(const colo_zero_t *z, colo_placed_t *out);
+
 /* Automatic placement (memory.placement=auto): a run starts with everything it may move off
  * the device (colo_zero_place with fractions 0), trains a warm-up step, and then gives this the
  * room its measured peak left on the device: pieces move onto it in execution order, the

@@ -326,27 +326,16 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   return v;
 }
 
-/* What a placement keeps off the device: pieces of parameters and moments. */
-static size_t placed_host_bytes(const colo_zero_t *z) {
-  return (z->param_n[COLO_HOME_HOST] + 2 * z->optim_n[COLO_HOME_HOST]) * sizeof(float);
-}
-static size_t placed_nvme_bytes(const colo_zero_t *z) {
-  return 2 * z->optim_n[COLO_HOME_NVME] * sizeof(float);
-}
-
 /* Where this rank's pieces are. */
 static void print_placement(const colo_zero_t *z, const char *how, const char *nvme_dir) {
-  size_t np = 0, nd = 0, nn = 0, n = z->chunks.n;
-  for (size_t k = 0; k < n; k++) {
-    np += z->param_home[k] == COLO_HOME_DEVICE;
-    nd += z->optim_home[k] == COLO_HOME_DEVICE;
-    nn += z->optim_home[k] == COLO_HOME_NVME;
-  }
+  colo_placed_t p;
+  colo_zero_placed(z, &p);
   printf("placement (%s): of %zu chunks, parameters of %zu on the GPU and %zu in host memory; "
          "optimizer state of %zu on the GPU, %zu in host memory, %zu on NVMe; off the GPU: %.1f "
          "MiB in host memory, %.1f MiB in %s\n",
-         how, n, np, n - np, nd, n - nd - nn, nn, (double)placed_host_bytes(z) / (1 << 20),
-         (double)placed_nvme_bytes(z) / (1 << 20), nn ? nvme_dir : "no NVMe file");
+         how, p.chunks, p.param_device, p.chunks - p.param_device, p.optim_device,
+         p.chunks - p.optim_device - p.optim_nvme, p.optim_nvme, (double)p.host_bytes / (1 << 20),
+         (double)p.nvme_bytes / (1 << 20), p.optim_nvme ? nvme_dir : "no NVMe file");
 }
 
 /* After an automatic placement's warm-up step: the room its peak left on the device (all of it
@@ -373,16 +362,14 @@ static int place_after_warmup(colo_zero_t *z, colo_adamw_t *opt, colo_pool_t *po
     print_placement(z, how, NULL);
   }
   if (progress) {
-    size_t np = 0, nd = 0;
-    for (size_t k = 0; k < z->chunks.n; k++) {
-      np += z->param_home[k] == COLO_HOME_DEVICE;
-      nd += z->optim_home[k] == COLO_HOME_DEVICE;
-    }
+    colo_placed_t p;
+    colo_zero_placed(z, &p);
     fprintf(progress,
             "{\"event\":\"placement\",\"step\":%d,\"warmup_peak_bytes\":%zu,"
             "\"capacity_bytes\":%zu,\"chunks\":%zu,\"param_chunks_on_device\":%zu,"
             "\"optim_chunks_on_device\":%zu,\"host_bytes\":%zu,\"time_ms\":%lld}\n",
-            step, peak, cap, z->chunks.n, np, nd, placed_host_bytes(z), (long long)wall_ms());
+            step, peak, cap, p.chunks, p.param_device, p.optim_device, p.host_bytes,
+            (long long)wall_ms());
     fflush(progress);
   }
   return 0;
@@ -958,9 +945,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
               "\"activation_bytes\":%zu,\"time_ms\":%lld",
               step + 1, cfg->steps, loss, (double)lr, take ? (double)norm : 0.0, dt * 1e3, tok_s,
               colo_pool_peak(pool), colo_gpt_activation_bytes(model), (long long)wall_ms());
-      if (cfg->placement_static || cfg->placement_auto)
-        fprintf(progress, ",\"host_bytes\":%zu,\"nvme_bytes\":%zu", placed_host_bytes(&zero),
-                placed_nvme_bytes(&zero));
+      if (cfg->placement_static || cfg->placement_auto) {
+        colo_placed_t p;
+        colo_zero_placed(&zero, &p);
+        fprintf(progress, ",\"host_bytes\":%zu,\"nvme_bytes\":%zu", p.host_bytes, p.nvme_bytes);
+      }
       if (scaler.enabled)
         fprintf(progress, ",\"loss_scale\":%g,\"skipped\":%s", (double)used_scale,
                 take ? "false" : "true");
