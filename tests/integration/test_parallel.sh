@@ -5,6 +5,7 @@
 #     dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
 #     (1F1B), pp=2 x tp=2 and pp=2 x dp=2 x tp=2 (8 ranks), against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
+#     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and ones saved at tp=2 and at
 #     pp=2 x tp=2 resume at dp=4, with the losses of a run that never stopped;
@@ -21,8 +22,8 @@ M=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 2
   --quiet --threads 1)
 GLOBAL_B=8
 
-compare() { # reference-dir other-dir label; fails the test when they differ
-  $PY - "$1" "$2" "$3" <<'PYEOF' || fail "$3 differs"
+compare() { # reference-dir other-dir label [final step, 10]; fails the test when they differ
+  $PY - "$1" "$2" "$3" "${4:-10}" <<'PYEOF' || fail "$3 differs"
 import json, struct, sys
 import numpy as np
 def losses(d):
@@ -41,7 +42,7 @@ def weights(d, step):
 a, b = losses(sys.argv[1]), losses(sys.argv[2])
 assert [x[:2] for x in a] == [x[:2] for x in b], "different events"
 worst = max(abs(x[2] - y[2]) / abs(x[2]) for x, y in zip(a, b))
-wa, wb = weights(sys.argv[1], 10), weights(sys.argv[2], 10)
+wa, wb = weights(sys.argv[1], int(sys.argv[4])), weights(sys.argv[2], int(sys.argv[4]))
 wworst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
 print("%-28s %d losses, worst rel diff %.2e; final weights, worst abs diff %.2e" % (sys.argv[3], len(a), worst, wworst))
 sys.exit(0 if worst <= 1e-5 and wworst <= 1e-4 else 1)
@@ -114,6 +115,13 @@ def states(d):
 print(states(sys.argv[1]), states(sys.argv[2]))' "$TMP/single" "$TMP/pp2")"
 echo "model states: one process $s1 bytes, pipeline stage 0 of 2 $s2 bytes"
 [ "$s2" -lt $((s1 * 3 / 4)) ] || fail "stage 0 holds $s2 bytes of model states, not much less than $s1"
+
+# boundary tensors larger than the shared-memory ring (4 MiB): 300 sequences x 128 x 32 floats
+# = 4.9 MB a micro-batch, where two stages each sending theirs would wait for the other forever
+BIG=(--n-layer 2 --n-head 2 --n-embd 32 --block-size 128 --steps 3 --eval-interval 0 --batch-size 600)
+run "$TMP/big1" "${BIG[@]}"
+run "$TMP/bigpp2" "${BIG[@]}" --nproc 2 --pp 2 --micro-batches 2 --comm-timeout 30000
+compare "$TMP/big1" "$TMP/bigpp2" "pp=2, 4.9 MB boundaries" 3
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include "common/error.h"
 #include "comm/comm.h"
 #include "comm/store.h"
 #include "comm_test.h"
@@ -123,6 +124,47 @@ TEST(collectives_over_tcp_only) {
   setenv("COLO_COMM_SHM", "0", 1);
   expect_shm = 0;
   ASSERT_EQ_INT(run_world(3, 10000, collectives), 3);
+}
+
+/* Neighbours exchanging tensors far larger than the 4 MiB shared-memory ring and the socket
+ * buffers, both ways at once, as pipeline stages do: a send on each side would wait for the
+ * other forever; sendrecv moves both. Then one-sided calls (a peer of -1), and a ring shift
+ * where every rank sends to one peer and receives from another. */
+static int exchange(colo_comm_t *c, int rank, int world) {
+  size_t n = 6u << 20; /* 24 MiB */
+  float *out = malloc(n * sizeof *out), *in = malloc(n * sizeof *in);
+  CHECKR(out && in);
+  for (size_t i = 0; i < n; i++)
+    out[i] = (float)(rank * 7 + (int)(i % 1013));
+  int peer = rank ^ 1;
+  if (peer < world) {
+    CHECKR(c->ops->sendrecv(c, out, n, peer, in, n, peer) == 0);
+    for (size_t i = 0; i < n; i++)
+      CHECKR(in[i] == (float)(peer * 7 + (int)(i % 1013)));
+    /* one way: the even rank sends, the odd one receives */
+    memset(in, 0, n * sizeof *in);
+    if (rank % 2 == 0)
+      CHECKR(c->ops->sendrecv(c, out, n, peer, NULL, 0, -1) == 0);
+    else
+      CHECKR(c->ops->sendrecv(c, NULL, 0, -1, in, n, peer) == 0);
+    for (size_t i = 0; rank % 2 == 1 && i < n; i++)
+      CHECKR(in[i] == (float)(peer * 7 + (int)(i % 1013)));
+  }
+  int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  CHECKR(c->ops->sendrecv(c, out, n, next, in, n, prev) == 0);
+  for (size_t i = 0; i < n; i++)
+    CHECKR(in[i] == (float)(prev * 7 + (int)(i % 1013)));
+  CHECKR(c->ops->sendrecv(c, out, 1, rank, in, 1, prev) == COLO_EINVAL);
+  free(out);
+  free(in);
+  return 0;
+}
+
+TEST(sendrecv_moves_tensors_larger_than_the_buffers_both_ways) {
+  ASSERT_EQ_INT(run_world(2, 10000, exchange), 2);
+  ASSERT_EQ_INT(run_world(3, 10000, exchange), 3);
+  setenv("COLO_COMM_SHM", "0", 1); /* each test runs in its own process */
+  ASSERT_EQ_INT(run_world(2, 10000, exchange), 2);
 }
 
 /* rank 1 dies (SIGKILL) in the middle of a large all-reduce loop; the others must fail fast

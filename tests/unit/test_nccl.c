@@ -59,6 +59,14 @@ static int rank_main(const char *addr, int rank, int world) {
       cudaMemcpy(h, d + 1, sizeof *h, cudaMemcpyDeviceToHost);
       CHECKR(h[0] == 10.0f);
     }
+    /* both ways at once, n floats each (the pipeline's exchange) */
+    for (size_t i = 0; i < n; i++)
+      h[i] = (float)(rank * 100) + (float)(i % 31);
+    cudaMemcpy(d, h, n * sizeof *h, cudaMemcpyHostToDevice);
+    CHECKR(c->ops->sendrecv(c, d, n, 1 - rank, d + n, n, 1 - rank) == 0);
+    cudaMemcpy(h, d + n, n * sizeof *h, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < n; i++)
+      CHECKR(h[i] == (float)((1 - rank) * 100) + (float)(i % 31));
   }
   CHECKR(c->ops->barrier(c) == 0);
   cudaFree(d);

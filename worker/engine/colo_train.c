@@ -126,7 +126,7 @@ static void train_usage(void) {
       "  --loss-scale-init X --loss-scale-window N   its first scale and doubling window\n"
       "  --plant-overflow S[,S...]  fault injection for tests: the last rank's gradients of\n"
       "                        these steps (1-based) become inf, as an fp16 overflow would\n"
-      "  --dp N --tp N --pp N  parallel layout (this build: data and tensor parallelism, pp = 1)\n"
+      "  --dp N --tp N --pp N  parallel layout: data, tensor and pipeline parallel sizes\n"
       "  --sp true|false       Megatron sequence parallelism (needs tp > 1)\n"
       "  --zero Z              ZeRO stage: 0, 1, 2 or 3\n"
       "  --chunk-mib N         ZeRO's chunk size (default 0: searched for the least padding)\n"

@@ -30,6 +30,11 @@ typedef struct {
   int (*broadcast)(colo_comm_t *c, float *buf, size_t n, int root);
   int (*send)(colo_comm_t *c, const float *buf, size_t n, int peer);
   int (*recv)(colo_comm_t *c, float *buf, size_t n, int peer);
+  /* sends sn floats to speer and receives rn floats from rpeer, both at once (a peer of -1
+   * leaves that direction out): two ranks that exchange tensors larger than the transport's
+   * buffers must use this, where a send on each side would wait for the other forever */
+  int (*sendrecv)(colo_comm_t *c, const float *sbuf, size_t sn, int speer, float *rbuf, size_t rn,
+                  int rpeer);
   int (*barrier)(colo_comm_t *c);
   /* closes every connection: peers' calls fail at once; later calls on c fail */
   void (*abort)(colo_comm_t *c);

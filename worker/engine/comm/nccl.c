@@ -112,6 +112,19 @@ static int broadcast(colo_comm_t *cm, float *buf, size_t n, int root) {
   RUN(c, "broadcast", ncclBroadcast(buf, buf, n, ncclFloat, root, c->comm, c->stream));
 }
 
+static ncclResult_t group_sendrecv(nccl_comm_t *c, const float *sbuf, size_t sn, int speer,
+                                   float *rbuf, size_t rn, int rpeer) {
+  ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess)
+    return r;
+  if (speer >= 0)
+    r = ncclSend(sbuf, sn, ncclFloat, speer, c->comm, c->stream);
+  if ((r == ncclSuccess || r == ncclInProgress) && rpeer >= 0)
+    r = ncclRecv(rbuf, rn, ncclFloat, rpeer, c->comm, c->stream);
+  ncclResult_t e = ncclGroupEnd();
+  return r != ncclSuccess && r != ncclInProgress ? r : e;
+}
+
 static int send_(colo_comm_t *cm, const float *buf, size_t n, int peer) {
   nccl_comm_t *c = NC(cm);
   RUN(c, "send", ncclSend(buf, n, ncclFloat, peer, c->comm, c->stream));
@@ -120,6 +133,15 @@ static int send_(colo_comm_t *cm, const float *buf, size_t n, int peer) {
 static int recv_(colo_comm_t *cm, float *buf, size_t n, int peer) {
   nccl_comm_t *c = NC(cm);
   RUN(c, "recv", ncclRecv(buf, n, ncclFloat, peer, c->comm, c->stream));
+}
+
+/* both in one NCCL group, so neither waits for the other */
+static int sendrecv(colo_comm_t *cm, const float *sbuf, size_t sn, int speer, float *rbuf,
+                    size_t rn, int rpeer) {
+  nccl_comm_t *c = NC(cm);
+  if (speer < 0 && rpeer < 0)
+    return 0;
+  RUN(c, "sendrecv", group_sendrecv(c, sbuf, sn, speer, rbuf, rn, rpeer));
 }
 
 static int barrier(colo_comm_t *cm) {
@@ -151,9 +173,18 @@ static void destroy(colo_comm_t *cm) {
 static int nccl_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
                       size_t errlen);
 
-static const colo_comm_ops_t NCCL = {
-    "nccl", allreduce_sum, reduce_scatter_sum, all_gather, broadcast, send_, recv_, barrier,
-    abort_, destroy,       nccl_group};
+static const colo_comm_ops_t NCCL = {.name = "nccl",
+                                     .allreduce_sum = allreduce_sum,
+                                     .reduce_scatter_sum = reduce_scatter_sum,
+                                     .all_gather = all_gather,
+                                     .broadcast = broadcast,
+                                     .send = send_,
+                                     .recv = recv_,
+                                     .sendrecv = sendrecv,
+                                     .barrier = barrier,
+                                     .abort = abort_,
+                                     .destroy = destroy,
+                                     .group = nccl_group};
 
 /* The id of the communicator whose members are `members`: the first makes it, the rest read it
  * from the store; then every member joins, nonblocking, within the deadline. */

@@ -32,6 +32,15 @@ static int no_peer_recv(colo_comm_t *c, float *buf, size_t n, int peer) {
   (void)peer;
   return COLO_EINVAL;
 }
+static int no_peer_sendrecv(colo_comm_t *c, const float *sbuf, size_t sn, int speer, float *rbuf,
+                            size_t rn, int rpeer) {
+  (void)c;
+  (void)sbuf;
+  (void)sn;
+  (void)rbuf;
+  (void)rn;
+  return speer < 0 && rpeer < 0 ? 0 : COLO_EINVAL;
+}
 static int barrier(colo_comm_t *c) {
   (void)c;
   return 0;
@@ -43,8 +52,17 @@ static void destroy(colo_comm_t *c) {
   free(c);
 }
 
-static const colo_comm_ops_t SINGLE = {"single",     identity,     identity, identity, bcast,
-                                       no_peer_send, no_peer_recv, barrier,  abort_,   destroy};
+static const colo_comm_ops_t SINGLE = {.name = "single",
+                                       .allreduce_sum = identity,
+                                       .reduce_scatter_sum = identity,
+                                       .all_gather = identity,
+                                       .broadcast = bcast,
+                                       .send = no_peer_send,
+                                       .recv = no_peer_recv,
+                                       .sendrecv = no_peer_sendrecv,
+                                       .barrier = barrier,
+                                       .abort = abort_,
+                                       .destroy = destroy};
 
 colo_comm_t *colo_comm_single(void) {
   colo_comm_t *c = calloc(1, sizeof *c);

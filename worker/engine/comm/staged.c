@@ -17,24 +17,31 @@ typedef struct {
   colo_comm_t base;
   colo_comm_t *inner;
   const colo_backend_t *be;
-  float *host; /* scratch, grown on demand */
-  size_t cap;
+  float *host, *host2; /* scratch, grown on demand (host2: sendrecv's receive side) */
+  size_t cap, cap2;
 } staged_t;
 
 #define ST(c) ((staged_t *)(c))
 
 static const colo_comm_ops_t STAGED;
 
-/* the host copy of n floats at buf (NULL: out of memory), filled from the device when `in` */
-static float *out_of(staged_t *s, const float *buf, size_t n, int in) {
-  if (n > s->cap) {
-    float *h = realloc(s->host, n * sizeof(float));
-    if (!h) {
+/* scratch *h of at least n floats (NULL: out of memory) */
+static float *grow(staged_t *s, float **h, size_t *cap, size_t n) {
+  if (n > *cap) {
+    float *g = realloc(*h, n * sizeof(float));
+    if (!g) {
       snprintf(s->base.error, sizeof s->base.error, "staging %zu floats: out of memory", n);
       return NULL;
     }
-    s->host = h, s->cap = n;
+    *h = g, *cap = n;
   }
+  return *h;
+}
+
+/* the host copy of n floats at buf (NULL: out of memory), filled from the device when `in` */
+static float *out_of(staged_t *s, const float *buf, size_t n, int in) {
+  if (!grow(s, &s->host, &s->cap, n))
+    return NULL;
   if (in)
     s->be->to_host(s->host, buf, n * sizeof(float));
   return s->host;
@@ -113,6 +120,22 @@ static int staged_recv(colo_comm_t *c, float *buf, size_t n, int peer) {
   return done(s, rc);
 }
 
+static int staged_sendrecv(colo_comm_t *c, const float *sbuf, size_t sn, int speer, float *rbuf,
+                           size_t rn, int rpeer) {
+  staged_t *s = ST(c);
+  const float *hs = sbuf;
+  float *hr = rbuf;
+  if (speer >= 0 && s->be->owns(sbuf) && !(hs = out_of(s, sbuf, sn, 1)))
+    return COLO_ENOMEM;
+  int rdev = rpeer >= 0 && s->be->owns(rbuf);
+  if (rdev && !(hr = grow(s, &s->host2, &s->cap2, rn)))
+    return COLO_ENOMEM;
+  int rc = s->inner->ops->sendrecv(s->inner, hs, sn, speer, hr, rn, rpeer);
+  if (rc == 0 && rdev)
+    s->be->from_host(rbuf, hr, rn * sizeof(float));
+  return done(s, rc);
+}
+
 static int barrier(colo_comm_t *c) {
   return done(ST(c), ST(c)->inner->ops->barrier(ST(c)->inner));
 }
@@ -125,6 +148,7 @@ static void destroy(colo_comm_t *c) {
   staged_t *s = ST(c);
   s->inner->ops->destroy(s->inner);
   free(s->host);
+  free(s->host2);
   free(s);
 }
 
@@ -142,10 +166,18 @@ static int group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out,
   return 0;
 }
 
-static const colo_comm_ops_t STAGED = {"staged",    allreduce_sum, reduce_scatter_sum,
-                                       all_gather,  broadcast,     staged_send,
-                                       staged_recv, barrier,       abort_,
-                                       destroy,     group};
+static const colo_comm_ops_t STAGED = {.name = "staged",
+                                       .allreduce_sum = allreduce_sum,
+                                       .reduce_scatter_sum = reduce_scatter_sum,
+                                       .all_gather = all_gather,
+                                       .broadcast = broadcast,
+                                       .send = staged_send,
+                                       .recv = staged_recv,
+                                       .sendrecv = staged_sendrecv,
+                                       .barrier = barrier,
+                                       .abort = abort_,
+                                       .destroy = destroy,
+                                       .group = group};
 
 colo_comm_t *colo_comm_staged(colo_comm_t *inner, const colo_backend_t *be) {
   staged_t *s = calloc(1, sizeof *s);

@@ -323,6 +323,16 @@ static int recv_(colo_comm_t *cm, float *buf, size_t n, int peer) {
   return xfer(c, -1, NULL, 0, c->members[peer], buf, n * sizeof(float));
 }
 
+static int sendrecv(colo_comm_t *cm, const float *sbuf, size_t sn, int speer, float *rbuf,
+                    size_t rn, int rpeer) {
+  tcp_comm_t *c = TC(cm);
+  int p = c->base.size, me = c->base.rank;
+  if (speer < -1 || speer >= p || speer == me || rpeer < -1 || rpeer >= p || rpeer == me)
+    return comm_fail(c, COLO_EINVAL, "sendrecv with %d and %d in a group of %d", speer, rpeer, p);
+  return xfer(c, speer < 0 ? -1 : c->members[speer], sbuf, sn * sizeof(float),
+              rpeer < 0 ? -1 : c->members[rpeer], rbuf, rn * sizeof(float));
+}
+
 static int barrier(colo_comm_t *cm) {
   float one = 1.0f;
   int rc = allreduce_sum(cm, &one, 1);
@@ -358,9 +368,18 @@ static void destroy(colo_comm_t *cm) {
 static int tcp_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
                      size_t errlen);
 
-static const colo_comm_ops_t TCP = {
-    "tcp",  allreduce_sum, reduce_scatter_sum, all_gather, broadcast, send_, recv_, barrier,
-    abort_, destroy,       tcp_group};
+static const colo_comm_ops_t TCP = {.name = "tcp",
+                                    .allreduce_sum = allreduce_sum,
+                                    .reduce_scatter_sum = reduce_scatter_sum,
+                                    .all_gather = all_gather,
+                                    .broadcast = broadcast,
+                                    .send = send_,
+                                    .recv = recv_,
+                                    .sendrecv = sendrecv,
+                                    .barrier = barrier,
+                                    .abort = abort_,
+                                    .destroy = destroy,
+                                    .group = tcp_group};
 
 static void set_socket(int fd) {
   int one = 1;

@@ -97,67 +97,86 @@ typedef struct {
   float *dy;      /* the gradient received from the next stage */
 } pipe_t;
 
-static int pipe_fwd(pipe_t *p, int j, const int *in, const int *tg, double *loss) {
-  colo_gpt_t *m = p->model;
+/* Moves this stage's rows of `send` to stage `peer` and of `recv` from it, at once (NULL:
+ * nothing that way; a peer outside the pipeline: nothing at all). Two neighbours always call it
+ * together, one's send matching the other's receive, so tensors larger than the transport's
+ * buffers cannot leave both waiting to send. */
+static int pipe_xchg(pipe_t *p, int peer, const float *send, float *recv) {
+  if (peer < 0 || peer >= p->stages || (!send && !recv))
+    return 0;
   size_t off, cnt;
-  colo_gpt_stage_rows(m, p->Bm, p->T, &off, &cnt);
-  float *x = p->x_store + (size_t)j * p->nc;
+  colo_gpt_stage_rows(p->model, p->Bm, p->T, &off, &cnt);
+  int rc = p->pp->ops->sendrecv(p->pp, send ? send + off : NULL, send ? cnt : 0, send ? peer : -1,
+                                recv ? recv + off : NULL, recv ? cnt : 0, recv ? peer : -1);
+  return rc < 0 ? COLO_EIO : 0;
+}
+
+/* the boundary input of micro-batch j, kept for its recomputation */
+static float *pipe_x(pipe_t *p, int j) {
+  return p->x_store + (size_t)j * p->nc;
+}
+
+/* micro-batch j's forward on this stage, its input already received */
+static int pipe_fwd(pipe_t *p, int j, const int *in, const int *tg, double *loss) {
   const int *ij = in + (size_t)j * p->Bm * p->T, *tj = tg + (size_t)j * p->Bm * p->T;
-  if (p->stage > 0 && p->pp->ops->recv(p->pp, x + off, cnt, p->stage - 1) < 0)
-    return COLO_EIO;
-  float l = colo_gpt_forward_stage(m, ij, x, tj, p->Bm, p->T);
-  if (colo_gpt_hook_error(m) < 0)
+  float l = colo_gpt_forward_stage(p->model, ij, pipe_x(p, j), tj, p->Bm, p->T);
+  if (colo_gpt_hook_error(p->model) < 0)
     return COLO_EIO;
   if (p->stage == p->stages - 1)
     *loss += l;
-  else if (p->pp->ops->send(p->pp, colo_gpt_stage_output(m) + off, cnt, p->stage + 1) < 0)
-    return COLO_EIO;
   return 0;
 }
 
+/* micro-batch j's backward, the next stage's gradient already in dy: its activations again
+ * (bit-identical), then the backward */
 static int pipe_bwd(pipe_t *p, int j, const int *in, const int *tg, float scale) {
   colo_gpt_t *m = p->model;
-  size_t off, cnt;
-  colo_gpt_stage_rows(m, p->Bm, p->T, &off, &cnt);
   int last = p->stage == p->stages - 1;
-  if (!last && p->pp->ops->recv(p->pp, p->dy + off, cnt, p->stage + 1) < 0)
-    return COLO_EIO;
-  /* the activations of micro-batch j again (bit-identical), then its backward */
   const int *ij = in + (size_t)j * p->Bm * p->T, *tj = tg + (size_t)j * p->Bm * p->T;
-  colo_gpt_forward_stage(m, ij, p->x_store + (size_t)j * p->nc, tj, p->Bm, p->T);
+  colo_gpt_forward_stage(m, ij, pipe_x(p, j), tj, p->Bm, p->T);
   colo_gpt_backward_stage(m, scale, last ? NULL : p->dy);
-  if (colo_gpt_hook_error(m) < 0)
-    return COLO_EIO;
-  if (p->stage > 0 &&
-      p->pp->ops->send(p->pp, colo_gpt_stage_input_grad(m) + off, cnt, p->stage - 1) < 0)
-    return COLO_EIO;
-  return 0;
+  return colo_gpt_hook_error(m) < 0 ? COLO_EIO : 0;
 }
 
 /* One batch of M micro-batches through the stages, 1F1B: stage s runs stages − s − 1 forwards
- * to fill the pipeline, then alternates one forward and one backward, then drains. The loss
- * (the sum of the micro-batch means, on the last stage) is added to *loss. */
+ * to fill the pipeline, then alternates one forward and one backward, then drains. In the
+ * steady state a forward's output goes to the next stage as that stage's gradient comes back,
+ * and a backward's gradient goes to the previous stage as its next input comes in (Megatron's
+ * pairing). The loss (the sum of the micro-batch means, on the last stage) is added to *loss. */
 static int pipe_step(pipe_t *p, const int *in, const int *tg, float scale, double *loss) {
+  colo_gpt_t *m = p->model;
+  int prev = p->stage - 1, next = p->stage + 1;
   int warm = p->stages - p->stage - 1;
   if (warm > p->M)
     warm = p->M;
   int f = 0, b = 0, rc = 0;
-  while (rc == 0 && f < warm)
-    rc = pipe_fwd(p, f++, in, tg, loss);
+  for (; rc == 0 && f < warm; f++) {
+    rc = pipe_xchg(p, prev, NULL, pipe_x(p, f));
+    rc = rc ? rc : pipe_fwd(p, f, in, tg, loss);
+    rc = rc ? rc : pipe_xchg(p, next, colo_gpt_stage_output(m), NULL);
+  }
+  if (rc == 0 && f < p->M)
+    rc = pipe_xchg(p, prev, NULL, pipe_x(p, f));
   while (rc == 0 && f < p->M) {
     rc = pipe_fwd(p, f++, in, tg, loss);
-    if (rc == 0)
-      rc = pipe_bwd(p, b++, in, tg, scale);
+    rc = rc ? rc : pipe_xchg(p, next, colo_gpt_stage_output(m), p->dy);
+    rc = rc ? rc : pipe_bwd(p, b++, in, tg, scale);
+    rc = rc ? rc : pipe_xchg(p, prev, colo_gpt_stage_input_grad(m), f < p->M ? pipe_x(p, f) : NULL);
   }
-  while (rc == 0 && b < p->M)
-    rc = pipe_bwd(p, b++, in, tg, scale);
+  for (; rc == 0 && b < p->M; b++) {
+    rc = pipe_xchg(p, next, NULL, p->dy);
+    rc = rc ? rc : pipe_bwd(p, b, in, tg, scale);
+    rc = rc ? rc : pipe_xchg(p, prev, colo_gpt_stage_input_grad(m), NULL);
+  }
   return rc;
 }
 
 /* Forward only, for evaluation: the loss sum of the micro-batches (last stage). */
 static int pipe_eval(pipe_t *p, const int *in, const int *tg, double *loss) {
   for (int j = 0; j < p->M; j++) {
-    int rc = pipe_fwd(p, j, in, tg, loss);
+    int rc = pipe_xchg(p, p->stage - 1, NULL, pipe_x(p, j));
+    rc = rc ? rc : pipe_fwd(p, j, in, tg, loss);
+    rc = rc ? rc : pipe_xchg(p, p->stage + 1, colo_gpt_stage_output(p->model), NULL);
     if (rc < 0)
       return rc;
   }
