@@ -436,6 +436,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
       colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age, sizeof age));
   printf("  data       train %s%s%s\n", s->data->train_path ? s->data->train_path : "-",
          s->data->val_path ? ", val " : "", s->data->val_path ? s->data->val_path : "");
+  if (s->train->init_from && s->train->init_from[0])
+    printf("  weights    from %s\n", s->train->init_from);
   if (j->resume_step)
     printf("  resume     from step %llu\n", (unsigned long long)j->resume_step);
 }

@@ -127,6 +127,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "data.val_path \"%.200s\" must be a path relative to the data root, without \"..\"",
                s->data->val_path);
 
+  if (s->train->init_from && s->train->init_from[0] && !colo_path_is_contained(s->train->init_from))
+    return bad(
+        err, errlen,
+        "train.init_from \"%.200s\" must be a path relative to the data root, without \"..\"",
+        s->train->init_from);
+
   /* parallel layout */
   if (p->dp < 1)
     return bad(err, errlen, "parallel.dp=%u must be at least 1", p->dp);

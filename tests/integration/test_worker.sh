@@ -86,13 +86,19 @@ expect_eq "$(gpus)" "gpu/Fake_H100_0/GPU-fake-0/80 gpu/Fake_H100_1/GPU-fake-1/80
 # a GPU job end to end: two data-parallel ranks placed on g1's two GPUs, trained through
 # colo-train's GPU paths (gradients through the host) under ZeRO-3 with static placement (half
 # the parameter pieces in host memory, half the optimizer state in a file under the worker's
-# NVMe root, unlinked as soon as it is made), checkpointed, SUCCEEDED
+# NVMe root, unlinked as soon as it is made), from weights under the data root
+# (train.init_from), checkpointed, SUCCEEDED
+"$COLO_BIN/colo-train" train --data-root "$TMP/gdata" --train-data ts/train.bin --n-layer 1 \
+  --n-head 2 --n-embd 32 --block-size 32 --steps 5 --eval-interval 0 --quiet --threads 1 \
+  --ckpt-dir "$TMP/pre" || fail "training the initial weights failed"
+mkdir -p "$TMP/gdata/pre"
+cp "$TMP/pre/step_00000005/rank_00000.safetensors" "$TMP/gdata/pre/gpt.safetensors"
 cat >"$TMP/gjob.yaml" <<JOB
 name: on-gpus
 model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
 data: {train_path: ts/train.bin, val_path: ts/val.bin}
 parallel: {dp: 2, zero_stage: 3}
-train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2}
+train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2, init_from: pre/gpt.safetensors}
 checkpoint: {interval: 10}
 resources: {device: gpu}
 memory: {placement: static, param_device_fraction: 0.5, optim_device_fraction: 0.25, optim_nvme_fraction: 0.5, nvme_dir: scratch/on-gpus}
@@ -109,11 +115,13 @@ GLOG=$("$COLOCTL" logs "$GJ")
 expect_contains "$GLOG" "GPU 0 emulated on the CPU (bf16 activations, bf16 products)"
 expect_contains "$GLOG" "step     20 | val loss"
 expect_contains "$GLOG" "in $TMP/gnvme/scratch/on-gpus"
+expect_contains "$GLOG" "initial weights from $TMP/gdata/pre/gpt.safetensors"
 # the status shows rank 0's memory: its GPU pool's peak and the pieces placed in host memory
 expect_rc 0 "$COLOCTL" status "$GJ"
 expect_contains "$OUT" "  memory     rank 0: peak "
 expect_contains "$OUT" " of GPU memory, and "
 expect_contains "$OUT" " of pieces placed in host memory"
+expect_contains "$OUT" "  weights    from pre/gpt.safetensors"
 [ -d "$TMP/gnvme/scratch/on-gpus" ] && [ -z "$(ls -A "$TMP/gnvme/scratch/on-gpus")" ] ||
   fail "the NVMe directory should exist and hold nothing once the ranks are gone"
 [ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||

@@ -47,6 +47,9 @@ static const struct {
      "data.train_path \"/etc/passwd\" must be a path relative to the data root, without \"..\""},
     {"name: t\ndata: {train_path: a, val_path: ../../secret}\n",
      "data.val_path \"../../secret\" must be a path relative to the data root, without \"..\""},
+    {BASE "train: {init_from: /models/gpt2.safetensors}\n",
+     "train.init_from \"/models/gpt2.safetensors\" must be a path relative to the data root, "
+     "without \"..\""},
     {BASE "parallel: {tp: 3}\nmodel: {n_head: 8, n_embd: 128}\n",
      "parallel.tp=3 does not divide model.n_head=8"},
     {BASE "parallel: {pp: 8}\nmodel: {n_layer: 4}\n",

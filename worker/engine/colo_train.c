@@ -107,6 +107,8 @@ static void train_usage(void) {
       "  --nvme-root DIR       where memory.nvme_dir is resolved (default .)\n"
       "  --train-data PATH     train shard, relative to the data root\n"
       "  --val-data PATH       val shard, relative to the data root\n"
+      "  --init-from PATH      start from these weights, relative to the data root: GPT-2 in a\n"
+      "                        safetensors file under HuggingFace's names, or a checkpoint\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
@@ -197,6 +199,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"ckpt-keep", "checkpoint: {keep: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
+      {"init-from", "train: {init_from: '%s'}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -464,6 +467,9 @@ static int cmd_train(int argc, char **argv) {
   snprintf(train_path, sizeof train_path, "%s/%s", data_root, spec->data->train_path);
   snprintf(val_path, sizeof val_path, "%s/%s", data_root,
            spec->data->val_path ? spec->data->val_path : "");
+  char init_from[2100] = "";
+  if (spec->train->init_from && spec->train->init_from[0])
+    snprintf(init_from, sizeof init_from, "%s/%s", data_root, spec->train->init_from);
   colo_train_config_t cfg = {0};
   cfg.model = (colo_gpt_config_t){(int)spec->model->vocab_size, (int)spec->model->block_size,
                                   (int)spec->model->n_layer, (int)spec->model->n_head,
@@ -490,6 +496,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;
   cfg.val_path = val_path;
+  cfg.init_from = init_from[0] ? init_from : NULL;
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;
   cfg.stop_at = stop_at;

@@ -16,6 +16,7 @@
 #include <openssl/evp.h>
 
 #include "../../../common/error.h"
+#include "../core/dtype.h"
 
 #define MANIFEST   "manifest.json"
 #define FORMAT     "colo-checkpoint"
@@ -148,34 +149,94 @@ static int read_safetensors(const char *path, st_file_t *out, char *err, size_t 
   return 0;
 }
 
-/* Copies tensor `name` of shape (ndim, shape) into dst. */
-static int st_get(const st_file_t *f, const char *path, const char *name, int ndim,
-                  const int *shape, float *dst, char *err, size_t errlen) {
+/* The dtype, shape (ndim ≤ 2) and bytes of tensor `name`; -1 when it is not a well-formed
+ * entry of f. */
+static int st_entry(const st_file_t *f, const char *name, const char **dtype, int *ndim,
+                    long shape[2], const char **data, size_t *bytes) {
   cJSON *o = cJSON_GetObjectItemCaseSensitive(f->hdr, name);
   if (!o)
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is missing", path, name);
+    return -1;
   cJSON *dt = cJSON_GetObjectItem(o, "dtype"), *sh = cJSON_GetObjectItem(o, "shape"),
         *off = cJSON_GetObjectItem(o, "data_offsets");
-  if (!cJSON_IsString(dt) || strcmp(dt->valuestring, "F32"))
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is not F32", path, name);
-  int ok = cJSON_IsArray(sh) && cJSON_GetArraySize(sh) == ndim;
-  size_t numel = 1;
-  for (int d = 0; ok && d < ndim; d++) {
+  if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || cJSON_GetArraySize(sh) > 2 ||
+      !cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
+    return -1;
+  *dtype = dt->valuestring;
+  *ndim = cJSON_GetArraySize(sh);
+  for (int d = 0; d < *ndim; d++) {
     cJSON *x = cJSON_GetArrayItem(sh, d);
-    ok = cJSON_IsNumber(x) && x->valuedouble == shape[d];
+    if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e12)
+      return -1;
+    shape[d] = (long)x->valuedouble;
+  }
+  double b = cJSON_GetArrayItem(off, 0)->valuedouble, e = cJSON_GetArrayItem(off, 1)->valuedouble;
+  if (!(b >= 0 && e >= b && f->data_start + (size_t)e <= f->len))
+    return -1;
+  *data = f->buf + f->data_start + (size_t)b;
+  *bytes = (size_t)(e - b);
+  return 0;
+}
+
+static void shape_str(char *out, size_t len, int ndim, const long *shape) {
+  if (ndim == 1)
+    snprintf(out, len, "[%ld]", shape[0]);
+  else if (ndim == 2)
+    snprintf(out, len, "[%ld, %ld]", shape[0], shape[1]);
+  else
+    snprintf(out, len, "[]");
+}
+
+/* Copies tensor `name` of shape (ndim, shape) into dst as fp32: F32 only, or also F16 and BF16
+ * (converted) when any_float. */
+static int st_get(const st_file_t *f, const char *path, const char *name, int ndim,
+                  const int *shape, float *dst, int any_float, char *err, size_t errlen) {
+  const char *dtype, *data;
+  int nd;
+  long sh[2];
+  size_t bytes;
+  if (!cJSON_GetObjectItemCaseSensitive(f->hdr, name))
+    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is missing", path, name);
+  if (st_entry(f, name, &dtype, &nd, sh, &data, &bytes) < 0)
+    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s has a malformed entry", path, name);
+  colo_dtype_t t = COLO_DTYPE_F32;
+  if (!strcmp(dtype, "F32"))
+    t = COLO_DTYPE_F32;
+  else if (any_float && !strcmp(dtype, "F16"))
+    t = COLO_DTYPE_F16;
+  else if (any_float && !strcmp(dtype, "BF16"))
+    t = COLO_DTYPE_BF16;
+  else
+    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is %s, not %s", path, name, dtype,
+                any_float ? "F32, F16 or BF16" : "F32");
+  int ok = nd == ndim;
+  size_t numel = 1;
+  for (int d = 0; d < ndim; d++) {
+    ok = ok && sh[d] == shape[d];
     numel *= (size_t)shape[d];
   }
-  if (!ok)
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s has the wrong shape for this model", path,
-                name);
-  double b = -1, e = -1;
-  if (cJSON_IsArray(off) && cJSON_GetArraySize(off) == 2) {
-    b = cJSON_GetArrayItem(off, 0)->valuedouble;
-    e = cJSON_GetArrayItem(off, 1)->valuedouble;
+  if (!ok) {
+    char got[48], want[48];
+    long w[2] = {shape[0], ndim > 1 ? shape[1] : 0};
+    shape_str(got, sizeof got, nd, sh);
+    shape_str(want, sizeof want, ndim, w);
+    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is %s; this model's is %s", path, name,
+                got, want);
   }
-  if (b < 0 || e - b != (double)(numel * sizeof(float)) || f->data_start + (size_t)e > f->len)
+  if (bytes != numel * colo_dtype_size(t))
     return fail(err, errlen, COLO_EPARSE, "%s: tensor %s has bad data offsets", path, name);
-  memcpy(dst, f->buf + f->data_start + (size_t)b, numel * sizeof(float));
+  if (t == COLO_DTYPE_F32 || ((uintptr_t)data & 1) == 0) {
+    if (t == COLO_DTYPE_F32)
+      memcpy(dst, data, bytes);
+    else
+      colo_dtype_to_float(dst, data, numel, t);
+    return 0;
+  }
+  void *aligned = malloc(bytes); /* 16-bit data at an odd address */
+  if (!aligned)
+    return fail(err, errlen, COLO_ENOMEM, "out of memory reading %s", path);
+  memcpy(aligned, data, bytes);
+  colo_dtype_to_float(dst, aligned, numel, t);
+  free(aligned);
   return 0;
 }
 
@@ -462,7 +523,7 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
       char name[128];
       snprintf(name, sizeof name, "%s%s", prefix[k], table[i].name);
       rc = st_get(&f, path, name, table[i].ndim, table[i].shape,
-                  scratch + (size_t)k * np + table[i].offset, err, errlen);
+                  scratch + (size_t)k * np + table[i].offset, 0, err, errlen);
     }
   if (rc == 0) {
     memcpy(params ? params : colo_gpt_params(model), scratch, np * sizeof(float));
@@ -473,6 +534,128 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
     }
     *meta = t;
   }
+  free(scratch);
+  cJSON_Delete(f.hdr);
+  free(f.buf);
+  return rc;
+}
+
+/* ---- initial weights (train.init_from) ---- */
+
+static const char *const BLOCK_TENSORS[] = {
+    "ln_1.weight",        "ln_1.bias",        "attn.c_attn.weight", "attn.c_attn.bias",
+    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight",        "ln_2.bias",
+    "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias"};
+
+/* What a GPT-2 file's tensor `n` (its "transformer." prefix removed) is: 1 a parameter (of
+ * block *layer, or -1 outside the blocks), 2 an attention-mask buffer that older files carry
+ * (skipped), 0 not part of GPT-2. */
+static int gpt2_kind(const char *n, long *layer) {
+  *layer = -1;
+  if (!strcmp(n, "wte.weight") || !strcmp(n, "wpe.weight") || !strcmp(n, "ln_f.weight") ||
+      !strcmp(n, "ln_f.bias"))
+    return 1;
+  if (strncmp(n, "h.", 2) != 0 || n[2] < '0' || n[2] > '9')
+    return 0;
+  char *end;
+  *layer = strtol(n + 2, &end, 10);
+  if (*end != '.' || *layer > 100000)
+    return 0;
+  const char *t = end + 1;
+  if (!strcmp(t, "attn.bias") || !strcmp(t, "attn.masked_bias"))
+    return 2;
+  for (size_t i = 0; i < sizeof BLOCK_TENSORS / sizeof BLOCK_TENSORS[0]; i++)
+    if (!strcmp(t, BLOCK_TENSORS[i]))
+      return 1;
+  return 0;
+}
+
+/* The file's model against this one: its layers (one past the highest block), the embedding's
+ * [vocab, width] and the positions' rows. */
+static int gpt2_check_shape(const st_file_t *f, const char *path, const char *pre,
+                            const colo_gpt_config_t *c, char *err, size_t errlen) {
+  long layers = 0;
+  int has_lm_head = 0;
+  for (cJSON *it = f->hdr->child; it; it = it->next) {
+    const char *n = it->string;
+    if (!strcmp(n, "__metadata__") || !strncmp(n, "optimizer.", 10))
+      continue; /* colo's own checkpoints carry the moments: not taken */
+    if (!strcmp(n, "lm_head.weight")) {
+      has_lm_head = 1;
+      continue;
+    }
+    size_t pl = strlen(pre);
+    long layer;
+    if (strncmp(n, pre, pl) != 0 || !gpt2_kind(n + pl, &layer))
+      return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is not part of a GPT-2 model", path, n);
+    layers = layer + 1 > layers ? layer + 1 : layers;
+  }
+  char name[96];
+  const char *dt, *data;
+  int nd;
+  long wte[2] = {0, 0}, wpe[2] = {0, 0};
+  size_t bytes;
+  snprintf(name, sizeof name, "%swte.weight", pre);
+  int ok = st_entry(f, name, &dt, &nd, wte, &data, &bytes) == 0 && nd == 2;
+  snprintf(name, sizeof name, "%swpe.weight", pre);
+  ok = ok && st_entry(f, name, &dt, &nd, wpe, &data, &bytes) == 0 && nd == 2;
+  if (!ok)
+    return fail(err, errlen, COLO_EPARSE, "%s: wte.weight or wpe.weight is missing or malformed",
+                path);
+  if (layers != c->n_layer || wte[0] != c->vocab_size || wte[1] != c->n_embd ||
+      wpe[0] != c->block_size)
+    return fail(err, errlen, COLO_EINVAL,
+                "%s holds a GPT-2 of %ld layers, width %ld, vocab %ld and block %ld; this run's "
+                "model has %d, %d, %d and %d (model.n_layer, n_embd, vocab_size, block_size)",
+                path, layers, wte[1], wte[0], wpe[0], c->n_layer, c->n_embd, c->vocab_size,
+                c->block_size);
+  if (has_lm_head) { /* GPT-2 ties the head to the token embedding: a file must too */
+    const char *hd, *hdata, *edata;
+    long hs[2];
+    size_t hbytes, ebytes;
+    snprintf(name, sizeof name, "%swte.weight", pre);
+    st_entry(f, name, &dt, &nd, wte, &edata, &ebytes);
+    if (st_entry(f, "lm_head.weight", &hd, &nd, hs, &hdata, &hbytes) < 0 || strcmp(hd, dt) ||
+        hbytes != ebytes || memcmp(hdata, edata, ebytes) != 0)
+      return fail(err, errlen, COLO_EINVAL,
+                  "%s: lm_head.weight differs from wte.weight; colo's GPT-2 ties the two", path);
+  }
+  return 0;
+}
+
+int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, char *err,
+                           size_t errlen) {
+  struct stat sb;
+  if (stat(path, &sb) < 0)
+    return fail(err, errlen, COLO_ENOENT, "%s: %s", path, strerror(errno));
+  if (S_ISDIR(sb.st_mode)) { /* a checkpoint: verified, its parameters only */
+    colo_ckpt_meta_t meta;
+    return colo_ckpt_load(path, &meta, model, params, NULL, 0, err, errlen);
+  }
+  st_file_t f = {0};
+  int rc = read_safetensors(path, &f, err, errlen);
+  if (rc < 0)
+    return rc;
+  const char *pre =
+      cJSON_GetObjectItemCaseSensitive(f.hdr, "transformer.wte.weight") ? "transformer." : "";
+  const colo_gpt_config_t *c = colo_gpt_config(model);
+  rc = gpt2_check_shape(&f, path, pre, c, err, errlen);
+  size_t nt, np = colo_gpt_full_numel(model);
+  const colo_param_t *table = colo_gpt_full_table(model, &nt);
+  float *scratch = rc == 0 ? malloc(np * sizeof(float)) : NULL;
+  if (rc == 0 && !scratch)
+    rc = fail(err, errlen, COLO_ENOMEM, "out of memory loading %s", path);
+  for (size_t i = 0; rc == 0 && i < nt; i++) {
+    const char *n = table[i].name;
+    char name[128];
+    if (!strncmp(n, "transformer.", 12))
+      n += 12;
+    snprintf(name, sizeof name, "%s%s", pre, n);
+    rc = st_get(&f, path, name, table[i].ndim, table[i].shape, scratch + table[i].offset, 1, err,
+                errlen);
+  }
+  if (rc == 0)
+    memcpy(params ? params : colo_gpt_params(model), scratch, np * sizeof(float));
   free(scratch);
   cJSON_Delete(f.hdr);
   free(f.buf);

@@ -44,6 +44,16 @@ int colo_ckpt_read_meta(const char *dir, colo_ckpt_meta_t *meta, char *err, size
 int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
                    colo_adamw_t *opt, int rank, char *err, size_t errlen);
 
+/* Initial weights for a fresh run (train.init_from), into params as colo_ckpt_load does:
+ *   - a checkpoint directory: its parameters, verified (not its moments, step or data position);
+ *   - a safetensors file of GPT-2 under HuggingFace's names, with or without the "transformer."
+ *     prefix (GPT2Model's file as the Hub has it, GPT2LMHeadModel's, or colo's own), in F32,
+ *     F16 or BF16. Its model must be this one (layers, width, vocab and block; the head count is
+ *     not in the file), lm_head.weight if present must equal wte.weight (GPT-2 ties them), and
+ *     the attention-mask buffers of older files are skipped; any other tensor is an error. */
+int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, char *err,
+                           size_t errlen);
+
 /* The newest checkpoint under root that verifies; the ones that do not are skipped and named
  * in `skipped` (may be NULL). COLO_ENOENT when there is none. */
 int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,

@@ -304,12 +304,29 @@ static int pp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
   return 0;
 }
 
+/* s as the inside of a JSON string (quotes, backslashes and control characters escaped; cut to
+ * fit out) */
+static const char *json_str(char *out, size_t len, const char *s) {
+  size_t k = 0;
+  for (; *s && k + 7 < len; s++) {
+    unsigned char ch = (unsigned char)*s;
+    if (ch == '"' || ch == '\\')
+      k += (size_t)snprintf(out + k, len - k, "\\%c", ch);
+    else if (ch < 0x20)
+      k += (size_t)snprintf(out + k, len - k, "\\u%04x", ch);
+    else
+      out[k++] = (char)ch;
+  }
+  out[k] = '\0';
+  return out;
+}
+
 /* A complete checkpoint in the progress stream: its directory, the manifest's sha256 and the
  * bytes of all its files, so that the worker can report it to colod as it is. */
 static void report_checkpoint(FILE *progress, int step, const char *dir) {
   if (!progress)
     return;
-  char path[1200], hex[65] = "";
+  char path[1200], js[2500], hex[65] = "";
   uint64_t bytes = 0, total = 0;
   snprintf(path, sizeof path, "%s/manifest.json", dir);
   if (colo_sha256_file(path, hex, &bytes) < 0)
@@ -327,7 +344,7 @@ static void report_checkpoint(FILE *progress, int step, const char *dir) {
   fprintf(progress,
           "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\",\"manifest_sha256\":\"%s\","
           "\"bytes\":%llu,\"time_ms\":%lld}\n",
-          step, dir, hex, (unsigned long long)total, (long long)wall_ms());
+          step, json_str(js, sizeof js, dir), hex, (unsigned long long)total, (long long)wall_ms());
   fflush(progress);
 }
 
@@ -742,13 +759,31 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
           colo_ckpt_drop_after(cfg->ckpt_dir, (uint64_t)start, dropped, sizeof dropped) > 0)
         printf("removed checkpoints newer than step %d: %s\n", start, dropped);
       if (lead && cfg->progress) {
-        fprintf(cfg->progress, "{\"event\":\"resumed\",\"step\":%d,\"path\":\"%s\"}\n", start, dir);
+        char js[2500];
+        fprintf(cfg->progress, "{\"event\":\"resumed\",\"step\":%d,\"path\":\"%s\"}\n", start,
+                json_str(js, sizeof js, dir));
         fflush(cfg->progress);
       }
     }
   }
-  if (!ckpt_path[0])
+  if (!ckpt_path[0] && cfg->init_from) { /* given weights, as a resume takes a checkpoint's */
+    float *dst = whole[0] ? whole[0] : be->device ? hostbuf[0] : NULL;
+    CHECK_GOTO(colo_ckpt_load_weights(cfg->init_from, model, dst, err, errlen), rc, out);
+    if (whole[0])
+      tp_shard(model, whole[0], colo_gpt_params(model));
+    else if (be->device)
+      be->from_host(colo_gpt_params(model), hostbuf[0], colo_gpt_num_params(model) * sizeof(float));
+    if (!cfg->quiet && lead)
+      printf("initial weights from %s\n", cfg->init_from);
+    if (lead && cfg->progress) {
+      char js[2500];
+      fprintf(cfg->progress, "{\"event\":\"init_from\",\"path\":\"%s\"}\n",
+              json_str(js, sizeof js, cfg->init_from));
+      fflush(cfg->progress);
+    }
+  } else if (!ckpt_path[0]) {
     colo_gpt_init(model, cfg->seed);
+  }
   CHECK_GOTO(colo_zero_attach(&zero, err, errlen), rc, out);
   /* the reported peak is that of training; set-up briefly holds full parameters and gradients */
   colo_pool_reset_peak(pool);

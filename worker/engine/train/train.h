@@ -18,12 +18,13 @@ typedef struct {
   int recompute;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
-  const char *ckpt_dir;              /* NULL: no checkpoints */
-  const char *resume;                /* NULL, "auto" (newest valid in ckpt_dir) or a directory */
-  int stop_at;                       /* >0: save a checkpoint and stop after this many steps */
-  size_t memory_limit;               /* bytes for the memory pool, 0: unlimited */
-  int device;                        /* 0: the CPU backend; 1: the CUDA backend on GPU `gpu` */
-  int gpu;                           /* which GPU */
+  const char *init_from; /* weights to start from (colo_ckpt_load_weights), or NULL: random */
+  const char *ckpt_dir;  /* NULL: no checkpoints */
+  const char *resume;    /* NULL, "auto" (newest valid in ckpt_dir) or a directory */
+  int stop_at;           /* >0: save a checkpoint and stop after this many steps */
+  size_t memory_limit;   /* bytes for the memory pool, 0: unlimited */
+  int device;            /* 0: the CPU backend; 1: the CUDA backend on GPU `gpu` */
+  int gpu;               /* which GPU */
   int math;              /* GPU products: COLO_MATH_FP32, _TF32, _BF16 or _FP16 (backend.h) */
   FILE *progress;        /* JSON lines, or NULL */
   int quiet;             /* no per-step line on stdout */

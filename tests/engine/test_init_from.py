@@ -1,0 +1,199 @@
+#!/usr/bin/python3
+"""train.init_from: colo-train starts from GPT-2 weights in HuggingFace's safetensors layout.
+
+The weights are drawn here, in PyTorch, and written as the files people bring:
+
+  - the Hub's GPT2Model file: names without a prefix, F32, with the attention-mask buffers
+    (h.N.attn.bias) that older exports carry;
+  - a GPT2LMHeadModel file: "transformer." names and lm_head.weight (tied), in BF16;
+  - the same in F16.
+
+For each, colo-train trains one step with --init-from and a reference dump, and the test checks:
+
+  - the weights it started from are the file's, converted to fp32, bit for bit;
+  - its first loss equals the loss PyTorch's GPT-2 (tests/engine/torch_gpt2.py, HF's
+    computation and Conv1D layout) computes from those weights on the same batch, within 1e-5
+    relative: colo reads the file as HuggingFace does;
+  - tp=2 and pp=2 runs from the same file report the same first loss as one process (1e-5);
+  - a colo checkpoint directory works as init_from too: its validation loss at step 0 is the one
+    the checkpoint's own run measured.
+
+And files that must be refused, with the message: another model's shape, an untied lm_head, a
+tensor GPT-2 does not have, a path that leaves the data root. Nothing is trained from them.
+"""
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_gpt2 import GPT2  # noqa: E402
+
+BIN = os.environ["COLO_BIN"]
+torch.set_num_threads(1)
+L, NH, C, T, V, B = 2, 2, 32, 16, 256, 4
+failures = []
+
+
+def check(what, ok, detail):
+    print("%-58s %s  %s" % (what, "ok  " if ok else "FAIL", detail))
+    if not ok:
+        failures.append(what)
+
+
+def write_safetensors(path, tensors):
+    """tensors: name -> (dtype string, numpy array of that dtype's bytes)"""
+    hdr, blobs, off = {}, [], 0
+    for name, (dt, arr) in tensors.items():
+        b = arr.tobytes()
+        hdr[name] = {"dtype": dt, "shape": list(arr.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(hdr).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        hdr = json.loads(f.read(n))
+        data = f.read()
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], np.float32).reshape(v["shape"])
+            for k, v in hdr.items() if k != "__metadata__"}
+
+
+def encode(t, dtype):
+    """a float32 torch tensor as (safetensors dtype, numpy array) and its value back in fp32"""
+    if dtype == "F32":
+        return ("F32", t.numpy().astype(np.float32)), t.clone()
+    if dtype == "F16":
+        h = t.to(torch.float16)
+        return ("F16", h.numpy()), h.float()
+    h = t.to(torch.bfloat16)
+    return ("BF16", h.view(torch.int16).numpy()), h.float()
+
+
+def colo(tmp, init, extra=(), check_rc=True):
+    args = [os.path.join(BIN, "colo-train"), "train", "--data-root", tmp, "--train-data", "train.bin",
+            "--val-data", "val.bin", "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C),
+            "--block-size", str(T), "--vocab-size", str(V), "--batch-size", str(B), "--steps", "1",
+            "--eval-interval", "0", "--threads", "1", "--quiet", "--init-from", init] + list(extra)
+    r = subprocess.run(args, capture_output=True, text=True)
+    if check_rc and r.returncode != 0:
+        raise SystemExit("colo-train failed: %s\n%s" % (" ".join(args), r.stderr))
+    return r
+
+
+def first_loss(progress):
+    return [json.loads(x) for x in open(progress) if '"event":"step"' in x][0]["loss"]
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="colo-init-")
+    rng = np.random.default_rng(11)
+    words = ["".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(1, 8))) for _ in range(200)]
+    with open(os.path.join(tmp, "text.txt"), "w") as f:
+        f.write(" ".join(words[i] for i in rng.integers(0, 200, 4000)) + "\n")
+    subprocess.run([os.path.join(BIN, "colo-train"), "prepare", "--input", os.path.join(tmp, "text.txt"),
+                    "--out", tmp], check=True, stdout=subprocess.DEVNULL)
+
+    # weights unlike colo's own initialisation: every tensor random, LayerNorms included
+    torch.manual_seed(3)
+    ref = GPT2(L, NH, C, T, V)
+    w = {n: torch.randn(ref.p[n].shape) * (0.3 if "ln_" in n else 0.05) + (1.0 if n.endswith("ln_1.weight") or
+         n.endswith("ln_2.weight") or n.endswith("ln_f.weight") else 0.0) for n in ref.names}
+
+    files = {}
+    for label, dtype, hub in [("hub-f32", "F32", True), ("lmhead-bf16", "BF16", False), ("lmhead-f16", "F16", False)]:
+        tensors, values = {}, {}
+        for n in ref.names:
+            enc, val = encode(w[n], dtype)
+            tensors[n[len("transformer."):] if hub else n] = enc
+            values[n] = val
+        if hub:  # the mask buffers of older exports
+            for l in range(L):
+                tensors["h.%d.attn.bias" % l] = ("F32", np.tril(np.ones((T, T), np.float32)).reshape(1, 1, T, T))
+        else:
+            tensors["lm_head.weight"] = tensors["transformer.wte.weight"]
+        write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
+        files[label] = values
+
+    for label, values in files.items():
+        dump, prog = os.path.join(tmp, label + ".dump"), os.path.join(tmp, label + ".jsonl")
+        colo(tmp, label + ".safetensors", ["--dump-reference", dump, "--progress", prog])
+        d = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(dump).items()}
+        same = all(torch.equal(d["init." + n], values[n]) for n in ref.names)
+        check("%s: the initial weights are the file's, bit for bit" % label, same, "%d tensors" % len(ref.names))
+        with torch.no_grad():
+            for n in ref.names:
+                ref.p[n].copy_(values[n])
+            batch = d["batch.0.0"].long()
+            tl = ref(batch[:B], batch[B:]).item()
+        cl = d["losses"][0].item()
+        rel = abs(tl - cl) / abs(tl)
+        check("%s: first loss against PyTorch (rel 1e-5)" % label, rel <= 1e-5,
+              "torch %.7f colo %.7f rel %.2e" % (tl, cl, rel))
+        if label == "lmhead-bf16":
+            base = first_loss(prog)
+            for lay, extra in [("tp=2", ["--nproc", "2", "--tp", "2"]),
+                               ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"])]:
+                p2 = os.path.join(tmp, "%s-%s.jsonl" % (label, lay[:2]))
+                colo(tmp, label + ".safetensors", extra + ["--progress", p2])
+                l2 = first_loss(p2)
+                rel = abs(l2 - base) / abs(base)
+                check("%s: %s first loss against one process (rel 1e-5)" % (label, lay), rel <= 1e-5,
+                      "%.7f vs %.7f rel %.2e" % (l2, base, rel))
+
+    # a checkpoint directory: trained here for 20 steps, then the start of a new run
+    ck = os.path.join(tmp, "ck")
+    subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", tmp, "--train-data", "train.bin",
+                    "--val-data", "val.bin", "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C),
+                    "--block-size", str(T), "--batch-size", str(B), "--steps", "20", "--eval-interval", "20",
+                    "--threads", "1", "--quiet", "--ckpt-dir", ck, "--progress", os.path.join(tmp, "ck.jsonl")],
+                   check=True)
+    os.symlink(os.path.join(ck, "step_00000020"), os.path.join(tmp, "pretrained"))
+    before = [json.loads(x) for x in open(os.path.join(tmp, "ck.jsonl")) if '"eval"' in x][-1]["val_loss"]
+    colo(tmp, "pretrained", ["--eval-interval", "1", "--progress", os.path.join(tmp, "again.jsonl")])
+    after = [json.loads(x) for x in open(os.path.join(tmp, "again.jsonl")) if '"eval"' in x][0]
+    check("checkpoint directory: validation loss at step 0 is its run's", after["step"] == 0 and
+          after["val_loss"] == before, "%.6f, its run measured %.6f" % (after["val_loss"], before))
+
+    # refused, with the reason
+    good = {n[len("transformer."):]: encode(w[n], "F32")[0] for n in ref.names}
+    bad = {
+        "untied": dict(good, **{"lm_head.weight": ("F32", np.ones((V, C), np.float32))}),
+        "extra": dict(good, **{"h.0.attn.rotary": ("F32", np.ones((4,), np.float32))}),
+        "deeper": dict(good, **{"h.2." + k[4:]: v for k, v in good.items() if k.startswith("h.1.")}),
+        "f64": dict(good, **{"wpe.weight": ("F64", w["transformer.wpe.weight"].double().numpy())}),
+    }
+    want = {
+        "untied": "untied.safetensors: lm_head.weight differs from wte.weight; colo's GPT-2 ties the two",
+        "extra": "extra.safetensors: tensor h.0.attn.rotary is not part of a GPT-2 model",
+        "deeper": "deeper.safetensors holds a GPT-2 of 3 layers, width 32, vocab 256 and block 16; this "
+                  "run's model has 2, 32, 256 and 16 (model.n_layer, n_embd, vocab_size, block_size)",
+        "f64": "f64.safetensors: tensor wpe.weight is F64, not F32, F16 or BF16",
+    }
+    for label, tensors in bad.items():
+        write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
+        prog = os.path.join(tmp, label + ".jsonl")
+        r = colo(tmp, label + ".safetensors", ["--progress", prog], check_rc=False)
+        steps = sum('"event":"step"' in x for x in open(prog)) if os.path.exists(prog) else 0
+        check("refused: %s" % label, r.returncode != 0 and want[label] in r.stderr and steps == 0,
+              "rc %d: %s" % (r.returncode, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""))
+    r = colo(tmp, "../hub-f32.safetensors", check_rc=False)
+    check("refused: a path outside the data root", r.returncode != 0 and
+          'train.init_from "../hub-f32.safetensors" must be a path relative to the data root' in r.stderr,
+          r.stderr.strip())
+    print("%d failed" % len(failures))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
