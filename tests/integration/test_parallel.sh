@@ -3,7 +3,8 @@
 #   - equivalence: dp=2 with ZeRO 0-3 (ZeRO-3 also in one chunk of memory.chunk_mib), dp=4 with
 #     ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 with and without sequence parallelism,
 #     dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
-#     (1F1B), pp=2 x tp=2 and pp=2 x dp=2 x tp=2 (8 ranks), against one process with the
+#     (1F1B), pp=2 x tp=2 (also sequence parallel) and pp=2 x dp=2 x tp=2 (8 ranks), against one
+#     process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
@@ -11,7 +12,8 @@
 #     pp=2 x tp=2 resume at dp=4, with the losses of a run that never stopped;
 #   - fault: kill -9 of one rank mid-training; every other rank exits non-zero within the
 #     communicator timeout (5 s here), naming the dead rank;
-#   - memory: ZeRO-1 holds 1/dp of the AdamW moments.
+#   - memory: ZeRO-1 holds 1/dp of the AdamW moments; sequence parallelism halves the activations
+#     tensor parallelism does not split (by the bytes the row buffers save).
 source "$(dirname "$0")/lib.sh"
 CT="$COLO_BIN/colo-train"
 PY=/usr/bin/python3
@@ -77,6 +79,7 @@ run "$TMP/dp2tp2z2" --nproc 4 --dp 2 --tp 2 --zero 2 --batch-size $((GLOBAL_B / 
 run "$TMP/dp2tp2z3" --nproc 4 --dp 2 --tp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 run "$TMP/pp2" --nproc 2 --pp 2 --micro-batches 4 --batch-size $GLOBAL_B
 run "$TMP/pp2tp2" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
+run "$TMP/pp2tp2sp" --nproc 4 --pp 2 --tp 2 --sp true --micro-batches 2 --batch-size $GLOBAL_B
 run "$TMP/pp2dp2tp2" --nproc 8 --pp 2 --dp 2 --tp 2 --zero 1 --micro-batches 2 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/single" "$TMP/dp2z0" "dp=2 ZeRO-0"
 compare "$TMP/single" "$TMP/dp2z1" "dp=2 ZeRO-1"
@@ -105,6 +108,7 @@ compare "$TMP/single" "$TMP/dp2tp2z2" "dp=2 x tp=2 ZeRO-2"
 compare "$TMP/single" "$TMP/dp2tp2z3" "dp=2 x tp=2 ZeRO-3"
 compare "$TMP/single" "$TMP/pp2" "pp=2, 4 micro-batches"
 compare "$TMP/single" "$TMP/pp2tp2" "pp=2 x tp=2"
+compare "$TMP/single" "$TMP/pp2tp2sp" "pp=2 x tp=2 sequence parallel"
 compare "$TMP/single" "$TMP/pp2dp2tp2" "pp=2 x dp=2 x tp=2 (8 ranks)"
 # a stage holds only its parameters: model states (pool peak less activations) of stage 0
 read -r s1 s2 <<<"$($PY -c '
@@ -155,6 +159,19 @@ echo "peak memory of rank 0 at dp=2: ZeRO-0 $m0 bytes, ZeRO-1 $m1 bytes: saved $
 # half the moments, less the padding of the chunks (which the shards carry), within 1%
 [ "$saved" -le $((4 * nparams)) ] && [ "$saved" -ge $((4 * nparams * 99 / 100)) ] ||
   fail "ZeRO-1 should save half of the fp32 moments: saved $saved, expected about $((4 * nparams))"
+
+# sequence parallelism keeps the activations not split by tensor parallelism by rows: each block's
+# two LayerNorm outputs and statistics and its residual, and the stage's residual stream, at half
+# their size on each of tp=2 ranks, for one full-size buffer the LayerNorm outputs are gathered in
+read -r a_tp a_sp <<<"$($PY -c '
+import json, sys
+act = lambda d: [r for r in map(json.loads, open(d + "/progress.jsonl")) if r["event"] == "step"][-1]["activation_bytes"]
+print(act(sys.argv[1]), act(sys.argv[2]))' "$TMP/tp2" "$TMP/tp2sp")"
+NC4=$((GLOBAL_B * 32 * 64 * 4)) # N x C fp32 bytes (block 32, width 64), N = B x T
+want=$((2 * (3 * NC4 / 2 + 2 * GLOBAL_B * 32 * 4) + 3 * NC4 / 2 - NC4))
+echo "activations of rank 0 at tp=2: $a_tp bytes; with sequence parallelism $a_sp bytes: saved" \
+  "$((a_tp - a_sp)), the row buffers' halves less the gather buffer are $want"
+expect_eq "$((a_tp - a_sp))" "$want"
 
 # fault: kill -9 rank 1 of 3 after a few steps
 mkdir -p "$TMP/fault"

@@ -27,18 +27,19 @@ enum {
 };
 _Static_assert(P_PER_LAYER == COLO_GPT_TENSORS_PER_LAYER, "the layer layout has 12 tensors");
 
-/* one block's activations (void *: stored as the backend's act_dtype; float *: fp32) */
+/* one block's activations (void *: stored as the backend's act_dtype; float *: fp32). The
+ * row buffers hold R rows: all N = B·T, or under sequence parallelism this rank's N/tp (the
+ * products' inputs are gathered from them when needed, forward and backward) */
 typedef struct {
-  void *ln1;                  /* [N][C] */
-  float *ln1_mean, *ln1_rstd; /* [N], [N] */
-  void *qkv;                  /* [N][3C] */
-  float *att_lse;             /* [B][NH][T]: attention's log-sum-exp per query */
-  void *atty;                 /* [N][C] */
-  void *res2;                 /* [N][C]: input + attention */
-  void *ln2;
-  float *ln2_mean, *ln2_rstd;
-  void *fch; /* [N][4C]: GELU's input; its output is recomputed for the backward */
-  void *tmp; /* [N][C]: projection outputs before the residual add */
+  void *ln1;                  /* [R][C] */
+  float *ln1_mean, *ln1_rstd; /* [R], [R] */
+  void *qkv;                  /* [N][3C/tp] */
+  float *att_lse;             /* [B][NH/tp][T]: attention's log-sum-exp per query */
+  void *atty;                 /* [N][C/tp] */
+  void *res2;                 /* [R][C]: input + attention */
+  void *ln2;                  /* [R][C] */
+  float *ln2_mean, *ln2_rstd; /* [R], [R] */
+  void *fch;                  /* [N][4C/tp]: GELU's input; its output is recomputed */
 } layer_acts_t;
 
 struct colo_gpt_s {
@@ -58,6 +59,7 @@ struct colo_gpt_s {
   int i_wte, i_wpe, i_l0, i_lnf;        /* table indices (-1: not on this stage) */
   size_t n_full;                        /* tensors of the whole model */
   void *dfull;                          /* sp: the residual gradient gathered, [N][C] */
+  void *lnfull;                         /* sp: a LayerNorm's output gathered, [N][C] */
   float *lnscratch;                     /* sp: [2C] LayerNorm gradients before their sum */
   float *params, *grads;
   float **gt; /* per tensor: where its gradients go */
@@ -68,8 +70,8 @@ struct colo_gpt_s {
   size_t act_bytes;
   size_t asz; /* bytes per activation element (the backend's act_size) */
   /* activations, stored as the backend's act_dtype */
-  void *encoded;        /* [N][C] */
-  void **resid;         /* L+1 entries: resid[l] is block l's input, resid[L] the last output */
+  void *encoded;        /* [N][C]: the embedding, before its sum over the group */
+  void **resid;         /* L+1 row buffers: resid[l] is block l's input, resid[L] the output */
   layer_acts_t *layers; /* L entries, or 1 when recomputing */
   void *lnf;
   float *lnf_mean, *lnf_rstd;
@@ -91,6 +93,7 @@ struct colo_gpt_s {
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dtmp;
   void *gelu; /* [N][4C]: the GELU output of the block at hand, forward and backward */
+  void *proj; /* [N][C]: a row-parallel product's output before its sum (forward scratch) */
 };
 
 /* element i of an activation buffer */
@@ -224,28 +227,37 @@ static void build_table(colo_gpt_t *m) {
   m->n_tensors = n;
 }
 
-static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) {
+/* the rows a row buffer holds (at the largest batch) */
+static size_t row_count(const colo_gpt_t *m) {
+  size_t N = (size_t)m->max_B * m->cfg.block_size;
+  return m->sp ? N / (size_t)m->tp : N;
+}
+
+/* Allocates a block's row buffers (rows), or its other activations. */
+static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_t errlen) {
   size_t N = (size_t)m->max_B * m->cfg.block_size, C = (size_t)m->cfg.n_embd;
-  size_t T = (size_t)m->cfg.block_size;
+  size_t T = (size_t)m->cfg.block_size, R = row_count(m);
   size_t A = m->asz, F = sizeof(float);
   struct {
     void **p;
     size_t bytes;
+    int row;
   } want[] = {
-      {&a->ln1, N * C * A},
-      {(void **)&a->ln1_mean, N * F},
-      {(void **)&a->ln1_rstd, N * F},
-      {&a->qkv, N * 3 * (size_t)m->Cq * A},
-      {(void **)&a->att_lse, (size_t)m->max_B * (size_t)m->NHl * T * F},
-      {&a->atty, N * (size_t)m->Cq * A},
-      {&a->res2, N * C * A},
-      {&a->ln2, N * C * A},
-      {(void **)&a->ln2_mean, N * F},
-      {(void **)&a->ln2_rstd, N * F},
-      {&a->fch, N * (size_t)m->Cf * A},
-      {&a->tmp, N * C * A},
+      {&a->ln1, R * C * A, 1},
+      {(void **)&a->ln1_mean, R * F, 1},
+      {(void **)&a->ln1_rstd, R * F, 1},
+      {&a->qkv, N * 3 * (size_t)m->Cq * A, 0},
+      {(void **)&a->att_lse, (size_t)m->max_B * (size_t)m->NHl * T * F, 0},
+      {&a->atty, N * (size_t)m->Cq * A, 0},
+      {&a->res2, R * C * A, 1},
+      {&a->ln2, R * C * A, 1},
+      {(void **)&a->ln2_mean, R * F, 1},
+      {(void **)&a->ln2_rstd, R * F, 1},
+      {&a->fch, N * (size_t)m->Cf * A, 0},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+    if (want[i].row != rows)
+      continue;
     *want[i].p = colo_pool_alloc(m->pool, want[i].bytes, "activations");
     if (!*want[i].p) {
       snprintf(err, errlen, "%s", colo_pool_error(m->pool));
@@ -253,6 +265,51 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, char *err, size_t errlen) 
     }
   }
   return 0;
+}
+
+/* Frees a block's row buffers (rows), or its other activations. */
+static void free_acts(colo_gpt_t *m, layer_acts_t *a, int rows) {
+  void *row[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd};
+  void *rest[] = {a->qkv, a->att_lse, a->atty, a->fch};
+  for (size_t i = 0; rows && i < sizeof row / sizeof row[0]; i++)
+    colo_pool_free(m->pool, row[i]);
+  for (size_t i = 0; !rows && i < sizeof rest / sizeof rest[0]; i++)
+    colo_pool_free(m->pool, rest[i]);
+}
+
+/* The row buffers: every block's, and this stage's residual stream (block inputs and output). On
+ * the first stage with sequence parallelism the embedding is summed in the full-size proj
+ * scratch and its rows copied into resid[0]; otherwise it is summed in resid[0] itself. */
+static int alloc_rows(colo_gpt_t *m, char *err, size_t errlen) {
+  size_t R = row_count(m), C = (size_t)m->cfg.n_embd;
+  int nl = m->recompute ? 1 : m->l_hi - m->l_lo;
+  for (int l = m->l_lo; l <= m->l_hi; l++)
+    if (!(m->resid[l] = colo_pool_alloc(m->pool, R * C * m->asz, "activations"))) {
+      snprintf(err, errlen, "%s", colo_pool_error(m->pool));
+      return COLO_ENOMEM;
+    }
+  m->encoded = m->sp ? m->proj : m->resid[0];
+  for (int l = 0; l < nl; l++) {
+    int rc = alloc_acts(m, &m->layers[l], 1, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+static void free_rows(colo_gpt_t *m) {
+  if (m->resid)
+    for (int l = 0; l <= m->cfg.n_layer; l++) {
+      colo_pool_free(m->pool, m->resid[l]);
+      m->resid[l] = NULL;
+    }
+  int nl = m->recompute ? 1 : m->l_hi - m->l_lo;
+  for (int l = 0; m->layers && l < nl; l++) {
+    layer_acts_t *a = &m->layers[l];
+    free_acts(m, a, 1);
+    a->ln1 = a->res2 = a->ln2 = NULL;
+    a->ln1_mean = a->ln1_rstd = a->ln2_mean = a->ln2_rstd = NULL;
+  }
 }
 
 int colo_gpt_create(const colo_gpt_config_t *cfg, int max_B, int recompute,
@@ -365,10 +422,6 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
       rc = COLO_ENOMEM;
   }
   size_t A = m->asz, F = sizeof(float);
-  for (int l = m->l_lo; l <= m->l_hi && rc == 0; l++) /* this stage's blocks' inputs and output */
-    if (!(m->resid[l] = colo_pool_alloc(pool, N * C * A, "activations")))
-      rc = COLO_ENOMEM;
-  m->encoded = m->resid[0];
   /* the compute copies: one block's matrices, laid out q, attention projection, fc, fc projection
    */
   size_t Cq = (size_t)m->Cq, Cf = (size_t)m->Cf;
@@ -393,6 +446,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {&m->dfch_gelu, N * Cf * A},
               {&m->gelu, N * Cf * A},
               {&m->dtmp, N * C * A},
+              {&m->proj, N * C * A},
               {(void **)&m->gmax, N * F},
               {(void **)&m->gsum, N * F},
               {(void **)&m->tlogit, N * F},
@@ -414,11 +468,14 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     colo_gpt_destroy(m);
     return rc;
   }
-  for (int l = 0; l < nl; l++)
-    if ((rc = alloc_acts(m, &m->layers[l], err, errlen)) < 0) {
-      colo_gpt_destroy(m);
-      return rc;
-    }
+  for (int l = 0; l < nl && rc == 0; l++)
+    rc = alloc_acts(m, &m->layers[l], 0, err, errlen);
+  if (rc == 0)
+    rc = alloc_rows(m, err, errlen);
+  if (rc < 0) {
+    colo_gpt_destroy(m);
+    return rc;
+  }
   for (size_t i = 0; i < m->n_tensors; i++) {
     m->gt[i] = m->grads + m->table[i].offset;
     m->pt[i] = m->params + m->table[i].offset;
@@ -434,24 +491,17 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_t *p = m->pool;
   colo_pool_free(p, m->params);
   colo_pool_free(p, m->grads);
-  if (m->resid)
-    for (int l = 0; l <= m->cfg.n_layer; l++)
-      colo_pool_free(p, m->resid[l]);
+  free_rows(m);
   void *rest[] = {m->lnf,       m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
                   m->dln,       m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
                   m->gelu,      m->gmax,     m->gsum,     m->tlogit, m->gather,    m->dfull,
-                  m->lnscratch, m->wblock,   m->wte_act,  m->xfer};
+                  m->lnscratch, m->wblock,   m->wte_act,  m->xfer,   m->proj,      m->lnfull};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
     int nl = m->recompute ? 1 : m->l_hi - m->l_lo;
-    for (int l = 0; l < nl; l++) {
-      layer_acts_t *a = &m->layers[l];
-      void *bufs[] = {a->ln1,  a->ln1_mean, a->ln1_rstd, a->qkv,      a->att_lse, a->atty,
-                      a->res2, a->ln2,      a->ln2_mean, a->ln2_rstd, a->fch,     a->tmp};
-      for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        colo_pool_free(p, bufs[i]);
-    }
+    for (int l = 0; l < nl; l++)
+      free_acts(m, &m->layers[l], 0);
   }
   free(m->layers);
   free(m->resid);
@@ -522,8 +572,28 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
   free(stage);
 }
 
-void colo_gpt_set_sequence_parallel(colo_gpt_t *m, int on) {
-  m->sp = on && m->tp_comm != NULL;
+int colo_gpt_set_sequence_parallel(colo_gpt_t *m, int on, char *err, size_t errlen) {
+  on = on && m->tp_comm != NULL;
+  if (on == m->sp)
+    return 0;
+  size_t N = (size_t)m->max_B * m->cfg.block_size;
+  if (on && N % (size_t)m->tp) {
+    snprintf(err, errlen, "sequence parallelism over %d ranks needs B·T=%zu to divide by it", m->tp,
+             N);
+    return COLO_EINVAL;
+  }
+  /* the row buffers again, at their new size (before any training: nothing to keep) */
+  size_t before = colo_pool_used(m->pool);
+  free_rows(m);
+  m->sp = on;
+  int rc = alloc_rows(m, err, errlen);
+  if (rc == 0 && on && !m->lnfull &&
+      !(m->lnfull = colo_pool_alloc(m->pool, N * m->cfg.n_embd * m->asz, "activations"))) {
+    snprintf(err, errlen, "%s", colo_pool_error(m->pool));
+    rc = COLO_ENOMEM;
+  }
+  m->act_bytes = m->act_bytes + colo_pool_used(m->pool) - before;
+  return rc;
 }
 
 int colo_gpt_sequence_parallel(const colo_gpt_t *m) {
@@ -561,9 +631,32 @@ static int rows_reduce_scatter(colo_gpt_t *m, void *buf, size_t row_elems) {
   return act_collective(m, buf, row_elems, ACT_SCATTER);
 }
 
+/* A LayerNorm's output `rows` (this rank's) as the column-parallel products read it: itself, or
+ * under sequence parallelism all the group's rows, gathered into lnfull (off, rowf: this rank's
+ * place and size in it). */
+static const void *ln_full(colo_gpt_t *m, const void *rows, size_t off, size_t rowf) {
+  if (!m->sp)
+    return rows;
+  m->be->copy(at(m, m->lnfull, off), rows, rowf * m->asz);
+  rows_gather(m, m->lnfull, rowf);
+  return m->lnfull;
+}
+
+/* A row-parallel product's partial output in proj, summed over the group: whole (tp), or only
+ * this rank's rows, at off (sp). Returns this rank's rows of the sum. */
+static const void *proj_sum(colo_gpt_t *m, size_t off, size_t rowf, size_t NC);
+
 /* an activation summed over the group (nothing without tensor parallelism) */
 static int act_sum(colo_gpt_t *m, void *buf, size_t n) {
   return m->tp_comm ? act_collective(m, buf, n, ACT_SUM) : m->hook_error;
+}
+
+static const void *proj_sum(colo_gpt_t *m, size_t off, size_t rowf, size_t NC) {
+  if (m->sp)
+    rows_reduce_scatter(m, m->proj, rowf);
+  else
+    act_sum(m, m->proj, NC);
+  return at(m, m->proj, off);
 }
 
 /* an fp32 buffer summed over the tensor-parallel group; a failure stops the pass */
@@ -617,33 +710,21 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
    * and only its first rank adds the (replicated) bias */
   const float *apb = m->tpr == 0 ? P(m, l, P_ATTPROJB) : NULL;
   const float *fpb = m->tpr == 0 ? P(m, l, P_FCPROJB) : NULL;
-  /* sequence parallel: LayerNorms and residual adds on this rank's rows only */
+  /* sequence parallel: LayerNorms and residual adds on this rank's rows only (in, out and the
+   * row buffers hold just those) */
   int Nl = m->sp ? N / m->tp : N;
-  size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
-  be->layernorm_fwd(at(m, a->ln1, off), a->ln1_mean + r0, a->ln1_rstd + r0, at(m, in, off),
-                    P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
-  if (m->sp)
-    rows_gather(m, a->ln1, rowf);
-  be->matmul_fwd(a->qkv, a->ln1, w.qkv, P(m, l, P_QKVB), N, C, 3 * Cq);
+  size_t off = (m->sp ? (size_t)m->tpr * Nl : 0) * C, rowf = (size_t)Nl * C, NC = (size_t)N * C;
+  be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
+  be->matmul_fwd(a->qkv, ln_full(m, a->ln1, off, rowf), w.qkv, P(m, l, P_QKVB), N, C, 3 * Cq);
   be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl);
-  be->matmul_fwd(a->tmp, a->atty, w.attproj, apb, N, Cq, C);
-  if (m->sp)
-    rows_reduce_scatter(m, a->tmp, rowf);
-  else
-    act_sum(m, a->tmp, (size_t)N * C);
-  be->add(at(m, a->res2, off), at(m, in, off), at(m, a->tmp, off), rowf);
-  be->layernorm_fwd(at(m, a->ln2, off), a->ln2_mean + r0, a->ln2_rstd + r0, at(m, a->res2, off),
-                    P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
-  if (m->sp)
-    rows_gather(m, a->ln2, rowf);
-  be->matmul_fwd(a->fch, a->ln2, w.fc, P(m, l, P_FCB), N, C, Cf);
+  be->matmul_fwd(m->proj, a->atty, w.attproj, apb, N, Cq, C);
+  be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
+  be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl,
+                    C);
+  be->matmul_fwd(a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C, Cf);
   be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
-  be->matmul_fwd(a->tmp, m->gelu, w.fcproj, fpb, N, Cf, C);
-  if (m->sp)
-    rows_reduce_scatter(m, a->tmp, rowf);
-  else
-    act_sum(m, a->tmp, (size_t)N * C);
-  be->add(at(m, out, off), at(m, a->res2, off), at(m, a->tmp, off), rowf);
+  be->matmul_fwd(m->proj, m->gelu, w.fcproj, fpb, N, Cf, C);
+  be->add(out, a->res2, proj_sum(m, off, rowf, NC), rowf);
   return w;
 }
 
@@ -677,11 +758,16 @@ static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
     losses[n] = logf(gsum[n]) + gmax[n] - tlogit[n];
 }
 
-/* a boundary tensor in fp32, as the pipeline's send and recv move it */
+size_t colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T) {
+  int N = B * T, Nl = m->sp ? N / m->tp : N;
+  return (size_t)Nl * m->cfg.n_embd;
+}
+
+/* this rank's rows of a boundary tensor in fp32, as the pipeline moves them */
 static const float *boundary_f32(colo_gpt_t *m, const void *act) {
   if (!m->xfer)
     return act;
-  m->be->to_f32(m->xfer, act, (size_t)m->B * m->T * m->cfg.n_embd);
+  m->be->to_f32(m->xfer, act, colo_gpt_stage_rows(m, m->B, m->T));
   return m->xfer;
 }
 
@@ -690,21 +776,16 @@ const float *colo_gpt_stage_output(colo_gpt_t *m) {
 }
 
 const float *colo_gpt_stage_input_grad(colo_gpt_t *m) {
-  return boundary_f32(m, m->dres);
+  size_t rowf = colo_gpt_stage_rows(m, m->B, m->T);
+  return boundary_f32(m, at(m, m->dres, m->sp ? (size_t)m->tpr * rowf : 0));
 }
 
-/* rows [off, off + rowf) of an fp32 boundary tensor into an activation buffer */
-static void boundary_in(colo_gpt_t *m, void *act, const float *f, size_t off, size_t rowf) {
+/* rowf floats of a boundary tensor (this rank's rows) into an activation buffer */
+static void boundary_in(colo_gpt_t *m, void *act, const float *f, size_t rowf) {
   if (m->xfer)
-    m->be->to_act(at(m, act, off), f + off, rowf);
+    m->be->to_act(act, f, rowf);
   else
-    m->be->copy(at(m, act, off), f + off, rowf * sizeof(float));
-}
-
-void colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T, size_t *off, size_t *count) {
-  int N = B * T, Nl = m->sp ? N / m->tp : N;
-  *off = (m->sp ? (size_t)m->tpr * Nl : 0) * (size_t)m->cfg.n_embd;
-  *count = (size_t)Nl * m->cfg.n_embd;
+    m->be->copy(act, f, rowf * sizeof(float));
 }
 
 float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T) {
@@ -738,11 +819,15 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     be->encoder_fwd(m->encoded, m->inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
                     m->v0 + Vl);
     release(m, (size_t)m->i_wte, 2);
-    if ((m->sp ? rows_reduce_scatter(m, m->encoded, rowf) : act_sum(m, m->encoded, (size_t)N * C)) <
-        0)
+    if (m->sp) { /* summed by rows, this rank's into its residual stream */
+      if (rows_reduce_scatter(m, m->encoded, rowf) < 0)
+        return NAN;
+      be->copy(m->resid[0], at(m, m->encoded, off), rowf * m->asz);
+    } else if (act_sum(m, m->encoded, (size_t)N * C) < 0) {
       return NAN;
+    }
   } else { /* the previous stage's output */
-    boundary_in(m, m->resid[m->l_lo], x_in, off, rowf);
+    boundary_in(m, m->resid[m->l_lo], x_in, rowf);
   }
   for (int l = m->l_lo; l < m->l_hi; l++) {
     size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
@@ -757,8 +842,8 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     return 0.0f;
   if (fetch(m, (size_t)m->i_lnf, 2) < 0 || fetch(m, (size_t)m->i_wte, 1) < 0)
     return NAN;
-  be->layernorm_fwd(at(m, m->lnf, off), m->lnf_mean + r0, m->lnf_rstd + r0, at(m, m->resid[L], off),
-                    LNFW(m), LNFB(m), Nl, C);
+  be->layernorm_fwd(at(m, m->lnf, off), m->lnf_mean + r0, m->lnf_rstd + r0, m->resid[L], LNFW(m),
+                    LNFB(m), Nl, C);
   if (m->sp && rows_gather(m, m->lnf, rowf) < 0)
     return NAN;
   be->lmhead_fwd(m->logits, m->lnf, head_weights(m), N, C, Vl);
@@ -922,7 +1007,7 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (!m->last) { /* the gradient of this stage's output, from the next stage */
     be->zero(m->dres, NC * m->asz);
-    boundary_in(m, m->dres, d_out, off, rowf);
+    boundary_in(m, at(m, m->dres, off), d_out, rowf);
     goto blocks;
   }
   /* loss -> logits (in place) -> final LayerNorm */
@@ -950,8 +1035,8 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   if (reduce_dln(m, rowf, NC) < 0)
     return;
   be->zero(m->dres, NC * m->asz);
-  ln_bwd_rows(m, at(m, m->dres, off), DLNFW(m), DLNFB(m), at(m, m->dln, off),
-              at(m, m->resid[L], off), LNFW(m), m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
+  ln_bwd_rows(m, at(m, m->dres, off), DLNFW(m), DLNFB(m), at(m, m->dln, off), m->resid[L], LNFW(m),
+              m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
   release(m, il, 2);
   release(m, iw, 1);
   if (grads_ready(m, il, 2) < 0)
@@ -980,11 +1065,12 @@ blocks:
     be->zero(m->dfch, (size_t)N * Cf * A);
     be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, (size_t)N * Cf);
     be->zero(m->dln, NC * A);
-    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, a->ln2, w.fc, N, C, Cf);
+    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, ln_full(m, a->ln2, off, rowf),
+                   w.fc, N, C, Cf);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN2W), G(m, l, P_LN2B), at(m, m->dln, off),
-                at(m, a->res2, off), P(m, l, P_LN2W), a->ln2_mean + r0, a->ln2_rstd + r0, Nl, C);
+                a->res2, P(m, l, P_LN2W), a->ln2_mean, a->ln2_rstd, Nl, C);
     /* attention: res2 = in + attproj(attn(qkv(ln1(in)))) */
     dout = full_rows(m, off, rowf);
     be->zero(m->datty, (size_t)N * Cq * A);
@@ -993,12 +1079,12 @@ blocks:
     be->zero(m->dqkv, (size_t)N * 3 * Cq * A);
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl);
     be->zero(m->dln, NC * A);
-    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, a->ln1, w.qkv, N, C, 3 * Cq);
+    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, ln_full(m, a->ln1, off, rowf),
+                   w.qkv, N, C, 3 * Cq);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN1W), G(m, l, P_LN1B), at(m, m->dln, off),
-                at(m, m->resid[l], off), P(m, l, P_LN1W), a->ln1_mean + r0, a->ln1_rstd + r0, Nl,
-                C);
+                m->resid[l], P(m, l, P_LN1W), a->ln1_mean, a->ln1_rstd, Nl, C);
     release(m, first, P_PER_LAYER);
     if (m->hook_error || grads_ready(m, first, P_PER_LAYER) < 0)
       return;

@@ -76,9 +76,13 @@ int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
                        colo_gpt_t **out, char *err, size_t errlen);
 /* Megatron sequence parallelism on top of tensor parallelism: each rank of the group keeps
  * N/tp rows of the residual stream (B·T must divide by tp) and runs the LayerNorms and residual
- * adds on them; an all-gather replaces the all-reduce before the column-parallel products and a
- * reduce-scatter the one after the row-parallel products. Call after create, before use. */
-void colo_gpt_set_sequence_parallel(colo_gpt_t *m, int on);
+ * adds on them; the LayerNorm outputs are all-gathered before the column-parallel products (again
+ * in the backward, for their weight gradients) and the row-parallel products' outputs
+ * reduce-scattered where plain tensor parallelism all-reduces them. The activations kept per
+ * block for the backward that are not split by tensor parallelism (the LayerNorms' outputs and
+ * statistics, the residual stream) shrink to those rows. Call after create, before use: it
+ * allocates them again at their new size (COLO_ENOMEM, COLO_EINVAL with the reason in err). */
+int colo_gpt_set_sequence_parallel(colo_gpt_t *m, int on, char *err, size_t errlen);
 int colo_gpt_sequence_parallel(const colo_gpt_t *m);
 /* Parameters of the whole (unsplit) model, and its table (full shapes and offsets). */
 size_t colo_gpt_full_numel(const colo_gpt_t *m);
@@ -155,9 +159,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
 /* The index in the parameter table of the stage's token embedding (-1: none), and whether it is
  * the last stage's tied copy (its gradient must be added to the first stage's). */
 int colo_gpt_wte_index(const colo_gpt_t *m, int *tied_copy);
-/* A stage's forward: from tokens (first stage) or from x_in, the previous stage's output (its
- * rows under sequence parallelism, see colo_gpt_stage_rows). Returns the mean loss on the last
- * stage with targets, else 0; the output for the next stage is colo_gpt_stage_output. */
+/* A stage's forward: from tokens (first stage) or from x_in, the previous stage's output (this
+ * rank's rows under sequence parallelism, see colo_gpt_stage_rows). Returns the mean loss on the
+ * last stage with targets, else 0; the output for the next stage is colo_gpt_stage_output. */
 float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in,
                              const int *targets, int B, int T);
 const float *colo_gpt_stage_output(colo_gpt_t *m);
@@ -165,8 +169,9 @@ const float *colo_gpt_stage_output(colo_gpt_t *m);
  * The gradient for the previous stage is colo_gpt_stage_input_grad. */
 void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out);
 const float *colo_gpt_stage_input_grad(colo_gpt_t *m);
-/* The part of a [B·T][C] boundary tensor this rank sends and receives: offset and floats. */
-void colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T, size_t *off, size_t *count);
+/* The floats of a [B·T][C] boundary tensor this rank sends and receives: all of it, or under
+ * sequence parallelism its rows (x_in, d_out, the stage output and input gradient hold them). */
+size_t colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T);
 
 void colo_gpt_zero_grad(colo_gpt_t *m);
 /* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must

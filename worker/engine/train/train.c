@@ -92,7 +92,7 @@ typedef struct {
   colo_comm_t *pp; /* the stages of this data/tensor position; group rank = stage */
   int stage, stages;
   int M, Bm, T;
-  size_t nc;      /* floats of a micro-batch boundary tensor, [Bm·T][C] */
+  size_t nc;      /* floats of a micro-batch boundary tensor, [Bm·T][C] (sp: this rank's rows) */
   float *x_store; /* M boundary inputs kept for the recomputation before each backward */
   float *dy;      /* the gradient received from the next stage */
 } pipe_t;
@@ -104,10 +104,9 @@ typedef struct {
 static int pipe_xchg(pipe_t *p, int peer, const float *send, float *recv) {
   if (peer < 0 || peer >= p->stages || (!send && !recv))
     return 0;
-  size_t off, cnt;
-  colo_gpt_stage_rows(p->model, p->Bm, p->T, &off, &cnt);
-  int rc = p->pp->ops->sendrecv(p->pp, send ? send + off : NULL, send ? cnt : 0, send ? peer : -1,
-                                recv ? recv + off : NULL, recv ? cnt : 0, recv ? peer : -1);
+  size_t cnt = colo_gpt_stage_rows(p->model, p->Bm, p->T);
+  int rc = p->pp->ops->sendrecv(p->pp, send, send ? cnt : 0, send ? peer : -1, recv, recv ? cnt : 0,
+                                recv ? peer : -1);
   return rc < 0 ? COLO_EIO : 0;
 }
 
@@ -619,8 +618,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   CHECK_GOTO(colo_gpt_create_stage(&cfg->model, B / M, cfg->recompute, be, tpc,
                                    pp > 1 ? &stage : NULL, pool, &model, err, errlen),
              rc, out);
-  if (pp > 1) {
-    pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, (size_t)(B / M) * T * cfg->model.n_embd,
+  if (cfg->sequence_parallel) {
+    if (!tpc || ((B / M) * T) % tp) {
+      snprintf(err, errlen, "sequence parallelism needs tp > 1 dividing batch_size × block_size");
+      rc = COLO_EINVAL;
+      goto out;
+    }
+    CHECK_GOTO(colo_gpt_set_sequence_parallel(model, 1, err, errlen), rc, out);
+  }
+  if (pp > 1) { /* boundary tensors: this rank's rows */
+    pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
                       NULL,  NULL};
     /* on a GPU they are its memory: the communicator stages them, the model copies from them */
     if (be->device) {
@@ -636,14 +643,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
     pipe = &pipe_s;
-  }
-  if (cfg->sequence_parallel) {
-    if (!tpc || ((B / M) * T) % tp) {
-      snprintf(err, errlen, "sequence parallelism needs tp > 1 dividing batch_size × block_size");
-      rc = COLO_EINVAL;
-      goto out;
-    }
-    colo_gpt_set_sequence_parallel(model, 1);
   }
   CHECK_GOTO(
       colo_zero_init(&zero, dp_comm, cfg->zero_stage, cfg->chunk_floats, model, pool, err, errlen),
