@@ -26,6 +26,11 @@ typedef enum {
 #undef XX
 } colo_errno_t;
 
+/* The exit status of a rank whose error another attempt would meet again: a job it cannot run
+ * as written (a missing or malformed data file or weights, a model that does not fit them, a
+ * layout the model does not allow). sysexits.h's EX_CONFIG; colod does not restart the job. */
+#define COLO_EXIT_CONFIG 78
+
 /* Human text for an error code; "unknown error" for codes not in the list. Never NULL. */
 const char *colo_strerror(int err);
 /* The code's name ("EINVAL"); "UNKNOWN" for codes not in the list. Never NULL. */

@@ -26,6 +26,7 @@ struct colod_job_live_s {
   uint32_t placed_attempt; /* 0: none loaded */
   colo_rank_place_t *place;
   int *phase, *exit_code, *sig;
+  char (*why)[160]; /* what an exited rank said last (its worker read it from its log) */
   char rendezvous[160];
   uint64_t launch_resume_step;
   int resume_seen; /* rank 0's resumed_step of this attempt was taken */
@@ -48,8 +49,10 @@ static void live_clear_attempt(colod_job_live_t *j) {
   free(j->phase);
   free(j->exit_code);
   free(j->sig);
+  free(j->why);
   j->place = NULL;
   j->phase = j->exit_code = j->sig = NULL;
+  j->why = NULL;
   j->placed_attempt = 0;
   j->rendezvous[0] = '\0';
 }
@@ -87,8 +90,9 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
   j->phase = calloc(j->world, sizeof *j->phase);
   j->exit_code = calloc(j->world, sizeof *j->exit_code);
   j->sig = calloc(j->world, sizeof *j->sig);
+  j->why = calloc(j->world, sizeof *j->why);
   size_t n = 0;
-  if (!j->place || !j->phase || !j->exit_code || !j->sig ||
+  if (!j->place || !j->phase || !j->exit_code || !j->sig || !j->why ||
       colo_store_attempt_ranks(d->store, j->id, j->attempt, j->place, j->world, &n) < 0 ||
       n != j->world) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot load its %u ranks (%zu found)",
@@ -218,9 +222,12 @@ static int transition(colod_t *d, colod_job_live_t *j, int to, const char *msg) 
 
 static void on_kick(uv_timer_t *t);
 
-static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why) {
-  char msg[256];
-  if (j->restarts < j->max_restarts) {
+static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why, int config) {
+  char msg[512];
+  if (config) { /* the job as written cannot run: another attempt would fail the same way */
+    snprintf(msg, sizeof msg, "%s; not restarted: the job cannot run as written", why);
+    transition(d, j, COLO_JOB_FAILED, msg);
+  } else if (j->restarts < j->max_restarts) {
     uint64_t backoff = d->cfg.restart_backoff_ms;
     for (uint32_t i = 0; i < j->restarts && backoff < 60ull * d->cfg.restart_backoff_ms; i++)
       backoff *= 2;
@@ -241,15 +248,24 @@ static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why) {
 
 /* A RUNNING attempt: done, failed, or still going. */
 static void check_attempt(colod_t *d, colod_job_live_t *j) {
-  char why[200] = "";
+  char why[400] = "";
   uint32_t done = 0;
+  /* a rank that failed on the job itself (COLO_EXIT_CONFIG) is the reason, whichever exited */
+  int config = 0;
+  for (uint32_t r = 0; r < j->world && !config; r++)
+    if (j->phase[r] == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED &&
+        j->exit_code[r] == COLO_EXIT_CONFIG) {
+      config = 1;
+      snprintf(why, sizeof why, "rank %u exited with code %d: %s", r, j->exit_code[r], j->why[r]);
+    }
   for (uint32_t r = 0; r < j->world && !why[0]; r++) {
     colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
     if (j->phase[r] == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
       if (j->sig[r])
         snprintf(why, sizeof why, "rank %u was killed by signal %d", r, j->sig[r]);
       else if (j->exit_code[r])
-        snprintf(why, sizeof why, "rank %u exited with code %d", r, j->exit_code[r]);
+        snprintf(why, sizeof why, "rank %u exited with code %d%s%s", r, j->exit_code[r],
+                 j->why[r][0] ? ": " : "", j->why[r]);
       else
         done++;
     } else if (!h || h->state != COLO_HOST_UP) {
@@ -258,7 +274,7 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
     }
   }
   if (why[0]) {
-    end_attempt(d, j, why);
+    end_attempt(d, j, why, config);
   } else if (done == j->world) {
     char msg[128];
     snprintf(msg, sizeof msg, "all %u ranks exited 0", j->world);
@@ -611,9 +627,11 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
       j->phase[s->rank] = s->phase;
       j->exit_code[s->rank] = s->has_exit_code ? s->exit_code : 0;
       j->sig[s->rank] = s->has_signal ? s->signal : 0;
-      if (s->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED && s->message && s->message[0])
+      if (s->phase == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED && s->message && s->message[0]) {
         colo_log(COLO_LOG_WARN, "jobs", "job %llu rank %u: %.200s", (unsigned long long)j->id,
                  s->rank, s->message);
+        snprintf(j->why[s->rank], sizeof j->why[s->rank], "%s", s->message);
+      }
     }
     if (s->rank == 0 && s->has_resumed_step && !j->resume_seen) {
       /* rank 0 removed the checkpoints after the one it resumed from: so do the rows */

@@ -133,6 +133,52 @@ static void drop_rank(colo_ranks_t *rs, colo_wrank_t *r) {
   free_rank(r);
 }
 
+/* Why a rank that exited non-zero failed, as it said last: the last line of its log that
+ * colo-train wrote its error on ("colo-train ...: reason"), else the last line; into r->message
+ * (tabs and control characters as spaces, at most its size). */
+static void exit_reason(colo_wrank_t *r) {
+  int fd = r->log_path[0] ? open(r->log_path, O_RDONLY | O_CLOEXEC) : -1;
+  if (fd < 0)
+    return;
+  char buf[4096];
+  struct stat sb;
+  off_t at = fstat(fd, &sb) == 0 && sb.st_size > (off_t)sizeof buf - 1
+                 ? sb.st_size - (off_t)sizeof buf + 1
+                 : 0;
+  ssize_t n = pread(fd, buf, sizeof buf - 1, at);
+  close(fd);
+  if (n <= 0)
+    return;
+  buf[n] = '\0';
+  const char *pick = NULL, *last = NULL;
+  for (char *line = buf, *nl; line && *line; line = nl ? nl + 1 : NULL) {
+    nl = strchr(line, '\n');
+    if (nl)
+      *nl = '\0';
+    if (line == buf && at > 0)
+      continue; /* the tail of a line cut by the window */
+    if (*line)
+      last = line;
+    if (!strncmp(line, "colo-train", 10))
+      pick = line;
+  }
+  if (!pick)
+    pick = last;
+  if (!pick)
+    return;
+  /* "colo-train train: rank 3: reason" says no more than "reason" where the rank is known */
+  if (!strncmp(pick, "colo-train train: ", 18))
+    pick += 18;
+  unsigned rk;
+  int used = 0;
+  if (sscanf(pick, "rank %u: %n", &rk, &used) == 1 && used > 0)
+    pick += used;
+  size_t k = 0;
+  for (; pick[k] && k + 1 < sizeof r->message; k++)
+    r->message[k] = (unsigned char)pick[k] < 0x20 ? ' ' : pick[k];
+  r->message[k] = '\0';
+}
+
 static void on_rank_exit(colo_rank_proc_t *p, int64_t exit_status, int term_signal) {
   colo_wrank_t *r = p->data;
   colo_ranks_t *rs = r->rs;
@@ -140,6 +186,8 @@ static void on_rank_exit(colo_rank_proc_t *p, int64_t exit_status, int term_sign
   r->exit_code = (int)exit_status;
   r->signal = term_signal;
   unlink(r->pid_path);
+  if (exit_status != 0 && !term_signal && !r->message[0])
+    exit_reason(r);
   if (term_signal)
     colo_log(COLO_LOG_INFO, "ranks", "job %llu attempt %u rank %u (pid %d) ended by signal %d%s",
              (unsigned long long)r->job_id, r->attempt, r->rank, p->pid, term_signal,

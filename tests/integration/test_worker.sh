@@ -2,7 +2,8 @@
 # colo-workerd against a real colod: it registers its CPU slots and heartbeats; its host goes
 # DOWN within host_timeout after a kill -9 and UP again when it comes back; a restarted colod
 # keeps it UP without a new registration; a job claiming more host memory per rank than the host
-# has waits with the reason; SIGTERM exits 0; bad configuration exits 2.
+# has waits with the reason; SIGTERM exits 0; bad configuration exits 2. A GPU job (emulated)
+# trains from given weights; one whose weights are missing fails at once with the reason.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
 start_colod "$TMP/state" --set host_timeout=2s
@@ -126,6 +127,19 @@ expect_contains "$OUT" "  weights    from pre/gpt.safetensors"
   fail "the NVMe directory should exist and hold nothing once the ranks are gone"
 [ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||
   fail "the GPU job's checkpoints: $("$COLOCTL" checkpoints "$GJ")"
+# a job that cannot run as written (its weights are not there) fails at once, saying why in its
+# status, and spends none of its restarts: another attempt would fail the same way
+sed -e 's|name: on-gpus|name: no-weights|' -e 's|init_from: pre/gpt.safetensors|init_from: pre/none.safetensors|' \
+  "$TMP/gjob.yaml" >"$TMP/nojob.yaml"
+NJ=$("$COLOCTL" submit "$TMP/nojob.yaml")
+njstate() { "$COLOCTL" status "$NJ" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["state"], j.get("restarts", 0), j.get("attempt", 0))'; }
+for _ in $(seq 1 100); do
+  case "$(njstate)" in failed*) break ;; esac
+  sleep 0.1
+done
+expect_eq "$(njstate)" "failed 0 1"
+expect_rc 0 "$COLOCTL" status "$NJ"
+expect_contains "$OUT" "exited with code 78: $TMP/gdata/pre/none.safetensors: No such file or directory; not restarted: the job cannot run as written"
 kill -TERM $GPID
 wait $GPID || fail "the GPU worker did not exit 0"
 # asked for GPUs where there is no NVML: refuses to start, saying why

@@ -7,7 +7,9 @@
  *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
  *                      [--prompt TEXT]
  *
- * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage.
+ * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage, 78
+ * (COLO_EXIT_CONFIG) train failed on what the job asks for (a missing data file, weights that
+ * do not fit the model): another attempt would fail the same way.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -155,7 +157,11 @@ static void train_usage(void) {
       "(host:port of the rendezvous store rank 0 serves, or colod://HOST:PORT/JOB/ATTEMPT for\n"
       "colod's) and COLO_BIND (its own address);\n"
       "COLO_COMM_SHM=0 keeps ranks of one host on TCP; with COLO_WORKER_PID set, the rank stops\n"
-      "when that process (its worker) is no longer its parent.\n");
+      "when that process (its worker) is no longer its parent.\n"
+      "\n"
+      "Exit status: 0 done; 1 failed; 2 bad usage; 78 failed on what the job asks for (a\n"
+      "missing or malformed data file or weights, a model they do not fit), which another\n"
+      "attempt would meet again: colod does not restart such a job.\n");
 }
 
 /* Applies one --flag value onto the spec. Returns 0, 1 when the flag is not a spec flag, or
@@ -247,7 +253,8 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
 
 /* The local launcher: forks `world` ranks with COLO_RANK, COLO_WORLD and COLO_STORE set, then
  * waits. In a child it returns -(rank + 1); in the parent the exit status for the whole run:
- * 0 when every rank succeeded; otherwise 1, naming the rank that failed first. After a failure
+ * 0 when every rank succeeded; otherwise 1 (COLO_EXIT_CONFIG when the rank that failed first
+ * exited with it), naming that rank. After a failure
  * the other ranks get the communicator timeout (plus 5 s) to notice and exit with their own
  * message; then SIGTERM, and SIGKILL 10 s later. */
 static int launch(int world, int comm_timeout_ms) {
@@ -322,7 +329,7 @@ static int launch(int world, int comm_timeout_ms) {
     else
       fprintf(stderr, "colo-train train: rank %d exited with status %d; the run stopped\n", failed,
               WEXITSTATUS(status));
-    return 1;
+    return WIFEXITED(status) && WEXITSTATUS(status) == COLO_EXIT_CONFIG ? COLO_EXIT_CONFIG : 1;
   }
   return 0;
 }
@@ -590,7 +597,8 @@ static int cmd_train(int argc, char **argv) {
       fprintf(stderr, "colo-train train: rank %d: %s\n", rank, err);
     else
       fprintf(stderr, "colo-train train: %s\n", err);
-    return 1;
+    /* what the job asks for cannot be done: running it again would fail the same way */
+    return rc == COLO_EINVAL || rc == COLO_ENOENT || rc == COLO_EPARSE ? COLO_EXIT_CONFIG : 1;
   }
   return 0;
 }

@@ -627,7 +627,8 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
                            size_t errlen) {
   struct stat sb;
   if (stat(path, &sb) < 0)
-    return fail(err, errlen, COLO_ENOENT, "%s: %s", path, strerror(errno));
+    return fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                strerror(errno));
   if (S_ISDIR(sb.st_mode)) { /* a checkpoint: verified, its parameters only */
     colo_ckpt_meta_t meta;
     return colo_ckpt_load(path, &meta, model, params, NULL, 0, err, errlen);

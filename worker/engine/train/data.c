@@ -16,7 +16,7 @@ int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errle
   FILE *f = fopen(path, "rb");
   if (!f) {
     snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return COLO_EIO;
+    return errno == ENOENT ? COLO_ENOENT : COLO_EIO;
   }
   int32_t hdr[COLO_SHARD_HEADER_INTS];
   int rc = 0;
