@@ -52,7 +52,7 @@ cmp "$TMP/threads1/step_00000006/rank_00000.safetensors" "$TMP/threads2/step_000
 cp -r "$TMP/a" "$TMP/c"
 F="$TMP/c/step_00000040/rank_00000.safetensors"
 printf '\x01' | dd of="$F" bs=1 seek=5000 conv=notrunc status=none
-expect_rc 1 "$CT" train "${run40[@]}" --ckpt-dir "$TMP/c" --resume "$TMP/c/step_00000040"
+expect_rc 78 "$CT" train "${run40[@]}" --ckpt-dir "$TMP/c" --resume "$TMP/c/step_00000040"
 expect_eq "$ERR" "colo-train train: checkpoint $TMP/c/step_00000040: rank_00000.safetensors does not match its sha256 in the manifest: altered"
 truncate -s 4000 "$F"
 expect_rc 1 "$CT" eval --checkpoint "$TMP/c/step_00000040" --data "$TMP/data/val.bin"
@@ -95,11 +95,11 @@ expect_rc 2 "$CT" train --no-such-flag 1
 expect_eq "$ERR" "colo-train train: unknown option '--no-such-flag'; try 'colo-train train --help'"
 expect_rc 2 "$CT" train --recompute true
 expect_eq "$ERR" "colo-train train: unexpected argument 'true' (after --recompute); try 'colo-train train --help'"
-expect_rc 1 "$CT" train "${MODEL[@]}" --n-head 3
+expect_rc 78 "$CT" train "${MODEL[@]}" --n-head 3
 expect_eq "$ERR" "colo-train train: model.n_head=3 does not divide model.n_embd=64"
 expect_rc 2 "$CT" train "${MODEL[@]}" --steps many
 expect_eq "$ERR" "colo-train train: --steps:1: train.steps: \"many\" is not an integer"
-expect_rc 1 "$CT" train --data-root "$TMP/data" --train-data nope.bin --eval-interval 0
+expect_rc 78 "$CT" train --data-root "$TMP/data" --train-data nope.bin --eval-interval 0
 expect_eq "$ERR" "colo-train train: $TMP/data/nope.bin: No such file or directory"
 printf 'not a shard' >"$TMP/bad.bin"
 expect_rc 1 "$CT" eval --checkpoint "$TMP/learn/step_00000150" --data "$TMP/bad.bin"

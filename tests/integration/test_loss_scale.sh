@@ -71,9 +71,9 @@ cmp "$TMP/s/step_00000012/rank_00000.safetensors" "$TMP/r/step_00000012/rank_000
   fail "stop at 5 and resume differs from the straight run"
 
 # 4. bad input and overflows that cannot be scaled away
-expect_rc 1 "$CT" train "${M[@]}" --loss-scale-init 0.5
+expect_rc 78 "$CT" train "${M[@]}" --loss-scale-init 0.5
 expect_eq "$ERR" "colo-train train: train.loss_scale_init=0.5 must be in [1, 16777216]"
-expect_rc 1 "$CT" train "${M[@]}" --loss-scale-window 0
+expect_rc 78 "$CT" train "${M[@]}" --loss-scale-window 0
 expect_eq "$ERR" "colo-train train: train.loss_scale_window=0 must be at least 1"
 expect_rc 2 "$CT" train "${M[@]}" --plant-overflow 3,x
 expect_contains "$ERR" "--plant-overflow wants up to 64 step numbers, like 3,7"

@@ -15,7 +15,7 @@
 #   - memory: ZeRO-1 holds 1/dp of the AdamW moments; sequence parallelism halves the activations
 #     tensor parallelism does not split (by the bytes the row buffers save).
 source "$(dirname "$0")/lib.sh"
-CT="$COLO_BIN/colo-train"
+export CT="$COLO_BIN/colo-train"
 PY=/usr/bin/python3
 training_text
 "$CT" prepare --input "$TEXT" --out "$TMP/data" >/dev/null
@@ -26,7 +26,7 @@ GLOBAL_B=8
 
 compare() { # reference-dir other-dir label [final step, 10]; fails the test when they differ
   $PY - "$1" "$2" "$3" "${4:-10}" <<'PYEOF' || fail "$3 differs"
-import json, struct, sys
+import json, os, struct, subprocess, sys
 import numpy as np
 def losses(d):
     out, seen = [], set()
@@ -36,8 +36,11 @@ def losses(d):
             seen.add((r["event"], r["step"]))
             out.append((r["event"], r["step"], r.get("loss", r.get("val_loss"))))
     return out
-def weights(d, step):
-    b = open("%s/ckpt/step_%08d/rank_00000.safetensors" % (d, step), "rb").read()
+def weights(d, step): # whole tensors, whatever the layout's shards: colo-train export
+    out = "%s/export-%d.safetensors" % (d, step)
+    subprocess.run([os.environ["CT"], "export", "--checkpoint", "%s/ckpt/step_%08d" % (d, step),
+                    "--out", out], check=True)
+    b = open(out, "rb").read()
     n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); data = b[8 + n:]
     return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
             for k, v in h.items() if k != "__metadata__" and not k.startswith("optimizer.")}
@@ -140,6 +143,36 @@ compare "$TMP/single" "$TMP/re4" "tp=2 -> dp=4 resume"
 run "$TMP/re5" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re5" --nproc 4 --dp 4 --zero 1 --batch-size 2 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re5" "pp=2 x tp=2 -> dp=4 resume"
+# sharded checkpoints: a shard per stage and tensor-parallel rank, resumed under other splits
+python3 - "$TMP/re5/ckpt/step_00000005/manifest.json" <<'PYEOF' || fail "pp=2 x tp=2 should write 4 shards"
+import json, sys
+m = json.load(open(sys.argv[1]))
+got = sorted((f["name"], f["pp"], f["tp"]) for f in m["files"])
+want = [("rank_00000.safetensors", 0, 0), ("rank_00001.safetensors", 0, 1),
+        ("rank_00002.safetensors", 1, 0), ("rank_00003.safetensors", 1, 1)]
+print("pp=2 x tp=2 checkpoint:", got)
+sys.exit(0 if m["version"] == 2 and got == want else 1)
+PYEOF
+run "$TMP/re6" --nproc 2 --tp 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
+run "$TMP/re6" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re6" "tp=2 -> pp=2 x tp=2 resume"
+run "$TMP/re7" --nproc 8 --pp 2 --dp 2 --tp 2 --zero 1 --micro-batches 2 --batch-size 4 --ckpt-interval 5 --stop-at 5
+run "$TMP/re7" --nproc 2 --pp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re7" "pp=2 x dp=2 x tp=2 -> pp=2 resume"
+# a checkpoint of the first format (version 1: one file of whole tensors, no mesh places) resumes
+run "$TMP/re8" --batch-size 8 --ckpt-interval 5 --stop-at 5
+python3 - "$TMP/re8/ckpt/step_00000005/manifest.json" <<'PYEOF'
+import json, sys
+m = json.load(open(sys.argv[1]))
+m["version"] = 1
+for f in m["files"]:
+    f.pop("pp", None)
+    f.pop("tp", None)
+json.dump(m, open(sys.argv[1], "w"))
+PYEOF
+run "$TMP/re8" --nproc 2 --tp 2 --batch-size 8 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re8" "version-1 checkpoint -> tp=2 resume"
+
 run "$TMP/re2" --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re2" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re2" "dp=1 -> dp=2 resume"

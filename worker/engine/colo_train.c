@@ -6,6 +6,7 @@
  *   colo-train eval    --checkpoint DIR --data FILE [--batches N] [--batch-size B]
  *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
  *                      [--prompt TEXT]
+ *   colo-train export  --checkpoint DIR --out FILE
  *
  * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage, 78
  * (COLO_EXIT_CONFIG) train failed on what the job asks for (a missing data file, weights that
@@ -48,6 +49,7 @@ static void usage(FILE *out) {
                "  train     train a GPT-2 model from a job file and/or flags\n"
                "  eval      validation loss of a checkpoint on a shard\n"
                "  sample    generate text from a checkpoint\n"
+               "  export    a checkpoint of any layout as one HuggingFace GPT-2 safetensors file\n"
                "\n"
                "'colo-train COMMAND --help' lists a command's options.\n");
 }
@@ -443,7 +445,7 @@ static int cmd_train(int argc, char **argv) {
   if (colo_jobspec_validate(spec, err, sizeof err) < 0) {
     fprintf(stderr, "colo-train train: %s\n", err);
     colo__v1__job_spec__free_unpacked(spec, NULL);
-    return 1;
+    return COLO_EXIT_CONFIG; /* the job as written */
   }
 
   /* where this process stands: launched by a launcher, launching, or alone */
@@ -718,6 +720,40 @@ static int cmd_sample(int argc, char **argv) {
   return 0;
 }
 
+static int cmd_export(int argc, char **argv) {
+  const char *ckpt = NULL, *out = NULL;
+  static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
+                                    {"out", required_argument, 0, 'o'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "c:o:h", o, NULL)) != -1) {
+    switch (c) {
+    case 'c':
+      ckpt = optarg;
+      break;
+    case 'o':
+      out = optarg;
+      break;
+    case 'h':
+      printf("usage: colo-train export --checkpoint DIR --out FILE\n"
+             "Writes the checkpoint's parameters, whatever layout trained them, as one\n"
+             "safetensors file of whole tensors under HuggingFace GPT2LMHeadModel's names.\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (!ckpt || !out || optind < argc)
+    return usage_error("export", "--checkpoint and --out are required");
+  char err[1024];
+  if (colo_export_checkpoint(ckpt, out, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-train export: %s\n", err);
+    return 1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   colo_rdzv_colod_register();
   /* a line at a time even into a file: a rank's log is followed live (coloctl logs -f), and the
@@ -745,6 +781,8 @@ int main(int argc, char **argv) {
     return cmd_eval(argc - 1, argv + 1);
   if (!strcmp(cmd, "sample"))
     return cmd_sample(argc - 1, argv + 1);
+  if (!strcmp(cmd, "export"))
+    return cmd_export(argc - 1, argv + 1);
   fprintf(stderr, "colo-train: unknown command '%s'; try 'colo-train --help'\n", cmd);
   return 2;
 }

@@ -116,17 +116,21 @@ static float *G(colo_gpt_t *m, int layer, int which) {
 #define DLNFW(m) ((m)->gt[(m)->i_lnf])
 #define DLNFB(m) ((m)->gt[(m)->i_lnf + 1])
 
-/* Adds whole-model tensor f to this stage's table, with this rank's shard shape. */
-static void add_tensor(colo_gpt_t *m, size_t *k, const colo_param_t *f) {
-  colo_param_t *p = &m->table[(*k)++];
-  int tp = m->tp, d0 = f->full_shape[0], d1 = f->full_shape[1], split = f->split;
+void colo_param_shard(const colo_param_t *f, int tp, colo_param_t *p) {
+  int d0 = f->full_shape[0], d1 = f->full_shape[1], split = f->split;
   *p = *f;
   /* the split dimension: rows for vocab and row-parallel, else the last */
   int rows = split == COLO_SPLIT_VOCAB || split == COLO_SPLIT_ROWS;
   p->shape[0] = rows ? d0 / tp : (d1 || split == COLO_SPLIT_NONE ? d0 : d0 / tp);
   p->shape[1] = d1 && !rows && split != COLO_SPLIT_NONE ? d1 / tp : d1;
   p->numel = (size_t)p->shape[0] * (d1 ? (size_t)p->shape[1] : 1);
-  p->full_offset = f->offset;
+  p->full_offset = f->full_offset;
+}
+
+/* Adds whole-model tensor f to this stage's table, with this rank's shard shape. */
+static void add_tensor(colo_gpt_t *m, size_t *k, const colo_param_t *f) {
+  colo_param_t *p = &m->table[(*k)++];
+  colo_param_shard(f, m->tp, p);
   p->offset = m->n_params;
   m->n_params += p->numel;
 }

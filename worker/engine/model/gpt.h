@@ -51,6 +51,9 @@ typedef struct {
   int decay;
 } colo_param_t;
 
+/* p: whole-model tensor f (of a full table) as each of tp ranks holds it: its shard's shape and
+ * numel (offset as f's). */
+void colo_param_shard(const colo_param_t *f, int tp, colo_param_t *p);
 /* Where element li of rank t's shard of p sits in the full tensor. */
 size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li);
 

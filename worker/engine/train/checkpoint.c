@@ -16,11 +16,10 @@
 #include <openssl/evp.h>
 
 #include "../../../common/error.h"
-#include "../core/dtype.h"
+#include "safetensors.h"
 
-#define MANIFEST   "manifest.json"
-#define FORMAT     "colo-checkpoint"
-#define MAX_HEADER (64u << 20)
+#define MANIFEST "manifest.json"
+#define FORMAT   "colo-checkpoint"
 
 static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
@@ -66,178 +65,6 @@ static int fsync_path(const char *path, int dir) {
   int rc = fsync(fd);
   close(fd);
   return rc;
-}
-
-/* ---- safetensors ---- */
-
-int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n, char *err,
-                           size_t errlen) {
-  cJSON *hdr = cJSON_CreateObject();
-  cJSON *meta = cJSON_AddObjectToObject(hdr, "__metadata__");
-  cJSON_AddStringToObject(meta, "format", "pt");
-  size_t off = 0;
-  for (size_t i = 0; i < n; i++) {
-    cJSON *o = cJSON_AddObjectToObject(hdr, t[i].name);
-    cJSON_AddStringToObject(o, "dtype", "F32");
-    cJSON *shape = cJSON_AddArrayToObject(o, "shape");
-    for (int d = 0; d < t[i].ndim; d++)
-      cJSON_AddItemToArray(shape, cJSON_CreateNumber(t[i].shape[d]));
-    cJSON *offs = cJSON_AddArrayToObject(o, "data_offsets");
-    cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-    off += t[i].numel * sizeof(float);
-    cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
-  }
-  char *json = cJSON_PrintUnformatted(hdr);
-  cJSON_Delete(hdr);
-  size_t jl = strlen(json), padded = (jl + 7) / 8 * 8; /* data starts 8-byte aligned */
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    cJSON_free(json);
-    return fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
-  }
-  FILE *f = fdopen(fd, "wb");
-  uint64_t hl = padded; /* little-endian on every machine colo runs on */
-  int ok = f && fwrite(&hl, 8, 1, f) == 1 && fwrite(json, 1, jl, f) == jl;
-  for (size_t i = jl; ok && i < padded; i++)
-    ok = fputc(' ', f) != EOF;
-  for (size_t i = 0; ok && i < n; i++)
-    ok = fwrite(t[i].data, sizeof(float), t[i].numel, f) == t[i].numel;
-  ok = ok && fflush(f) == 0 && fsync(fd) == 0;
-  cJSON_free(json);
-  if (f)
-    fclose(f);
-  else
-    close(fd);
-  return ok ? 0 : fail(err, errlen, COLO_EIO, "%s: write failed: %s", path, strerror(errno));
-}
-
-typedef struct {
-  char *buf; /* whole file */
-  size_t len, data_start;
-  cJSON *hdr;
-} st_file_t;
-
-static int read_safetensors(const char *path, st_file_t *out, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
-  struct stat sb;
-  fstat(fileno(f), &sb);
-  size_t len = (size_t)sb.st_size;
-  char *buf = malloc(len ? len : 1);
-  if (!buf || fread(buf, 1, len, f) != len) {
-    fclose(f);
-    free(buf);
-    return fail(err, errlen, COLO_EIO, "%s: read failed", path);
-  }
-  fclose(f);
-  uint64_t hl;
-  if (len < 8 || (memcpy(&hl, buf, 8), hl > MAX_HEADER) || 8 + hl > len) {
-    free(buf);
-    return fail(err, errlen, COLO_EPARSE, "%s: not a safetensors file (bad header length)", path);
-  }
-  cJSON *hdr = cJSON_ParseWithLength(buf + 8, (size_t)hl);
-  if (!hdr || !cJSON_IsObject(hdr)) {
-    cJSON_Delete(hdr);
-    free(buf);
-    return fail(err, errlen, COLO_EPARSE, "%s: the safetensors header is not valid JSON", path);
-  }
-  out->buf = buf;
-  out->len = len;
-  out->data_start = 8 + (size_t)hl;
-  out->hdr = hdr;
-  return 0;
-}
-
-/* The dtype, shape (ndim ≤ 2) and bytes of tensor `name`; -1 when it is not a well-formed
- * entry of f. */
-static int st_entry(const st_file_t *f, const char *name, const char **dtype, int *ndim,
-                    long shape[2], const char **data, size_t *bytes) {
-  cJSON *o = cJSON_GetObjectItemCaseSensitive(f->hdr, name);
-  if (!o)
-    return -1;
-  cJSON *dt = cJSON_GetObjectItem(o, "dtype"), *sh = cJSON_GetObjectItem(o, "shape"),
-        *off = cJSON_GetObjectItem(o, "data_offsets");
-  if (!cJSON_IsString(dt) || !cJSON_IsArray(sh) || cJSON_GetArraySize(sh) > 2 ||
-      !cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2)
-    return -1;
-  *dtype = dt->valuestring;
-  *ndim = cJSON_GetArraySize(sh);
-  for (int d = 0; d < *ndim; d++) {
-    cJSON *x = cJSON_GetArrayItem(sh, d);
-    if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e12)
-      return -1;
-    shape[d] = (long)x->valuedouble;
-  }
-  double b = cJSON_GetArrayItem(off, 0)->valuedouble, e = cJSON_GetArrayItem(off, 1)->valuedouble;
-  if (!(b >= 0 && e >= b && f->data_start + (size_t)e <= f->len))
-    return -1;
-  *data = f->buf + f->data_start + (size_t)b;
-  *bytes = (size_t)(e - b);
-  return 0;
-}
-
-static void shape_str(char *out, size_t len, int ndim, const long *shape) {
-  if (ndim == 1)
-    snprintf(out, len, "[%ld]", shape[0]);
-  else if (ndim == 2)
-    snprintf(out, len, "[%ld, %ld]", shape[0], shape[1]);
-  else
-    snprintf(out, len, "[]");
-}
-
-/* Copies tensor `name` of shape (ndim, shape) into dst as fp32: F32 only, or also F16 and BF16
- * (converted) when any_float. */
-static int st_get(const st_file_t *f, const char *path, const char *name, int ndim,
-                  const int *shape, float *dst, int any_float, char *err, size_t errlen) {
-  const char *dtype, *data;
-  int nd;
-  long sh[2];
-  size_t bytes;
-  if (!cJSON_GetObjectItemCaseSensitive(f->hdr, name))
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is missing", path, name);
-  if (st_entry(f, name, &dtype, &nd, sh, &data, &bytes) < 0)
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s has a malformed entry", path, name);
-  colo_dtype_t t = COLO_DTYPE_F32;
-  if (!strcmp(dtype, "F32"))
-    t = COLO_DTYPE_F32;
-  else if (any_float && !strcmp(dtype, "F16"))
-    t = COLO_DTYPE_F16;
-  else if (any_float && !strcmp(dtype, "BF16"))
-    t = COLO_DTYPE_BF16;
-  else
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is %s, not %s", path, name, dtype,
-                any_float ? "F32, F16 or BF16" : "F32");
-  int ok = nd == ndim;
-  size_t numel = 1;
-  for (int d = 0; d < ndim; d++) {
-    ok = ok && sh[d] == shape[d];
-    numel *= (size_t)shape[d];
-  }
-  if (!ok) {
-    char got[48], want[48];
-    long w[2] = {shape[0], ndim > 1 ? shape[1] : 0};
-    shape_str(got, sizeof got, nd, sh);
-    shape_str(want, sizeof want, ndim, w);
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is %s; this model's is %s", path, name,
-                got, want);
-  }
-  if (bytes != numel * colo_dtype_size(t))
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s has bad data offsets", path, name);
-  if (t == COLO_DTYPE_F32 || ((uintptr_t)data & 1) == 0) {
-    if (t == COLO_DTYPE_F32)
-      memcpy(dst, data, bytes);
-    else
-      colo_dtype_to_float(dst, data, numel, t);
-    return 0;
-  }
-  void *aligned = malloc(bytes); /* 16-bit data at an odd address */
-  if (!aligned)
-    return fail(err, errlen, COLO_ENOMEM, "out of memory reading %s", path);
-  memcpy(aligned, data, bytes);
-  colo_dtype_to_float(dst, aligned, numel, t);
-  free(aligned);
-  return 0;
 }
 
 /* ---- manifest ---- */
@@ -376,92 +203,129 @@ static void remove_dir(const char *path) {
   rmdir(path);
 }
 
-int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *model,
-                   const float *params_in, const colo_adamw_t *opt, int rank, char *path_out,
-                   size_t path_len, char *err, size_t errlen) {
+static void tmp_dir(const char *root, uint64_t step, char *out, size_t len) {
+  snprintf(out, len, "%s/.step_%08llu.tmp", root, (unsigned long long)step);
+}
+
+int colo_ckpt_begin(const char *root, uint64_t step, char *err, size_t errlen) {
   if (mkdir(root, 0755) != 0 && errno != EEXIST)
     return fail(err, errlen, COLO_EIO, "%s: %s", root, strerror(errno));
-  char final[1100], tmp[1200], file[1300], fname[64];
-  snprintf(final, sizeof final, "%s/step_%08llu", root, (unsigned long long)meta->step);
-  snprintf(tmp, sizeof tmp, "%s/.step_%08llu.tmp-%d", root, (unsigned long long)meta->step,
-           (int)getpid());
+  char tmp[1200];
+  tmp_dir(root, step, tmp, sizeof tmp);
+  remove_dir(tmp); /* a dead attempt's */
   if (mkdir(tmp, 0755) != 0)
     return fail(err, errlen, COLO_EIO, "%s: %s", tmp, strerror(errno));
+  return 0;
+}
+
+int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, const float *params,
+                          const float *m, const float *v, int rank, char *err, size_t errlen) {
   size_t nt;
-  const colo_param_t *table = colo_gpt_full_table(model, &nt);
-  size_t n = opt ? 3 * nt : nt;
+  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  int tied, iw = colo_gpt_wte_index(model, &tied);
+  size_t n = (m ? 3 : 1) * nt, k = 0;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
-  const float *params = params_in ? params_in : colo_gpt_params(model);
-  for (size_t i = 0; i < nt; i++) {
-    for (int k = 0; k < (opt ? 3 : 1); k++) {
-      colo_st_tensor_t *t = &ts[k * nt + i];
-      static const char *prefix[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
-      snprintf(names[k * nt + i], sizeof names[0], "%s%s", prefix[k], table[i].name);
-      t->name = names[k * nt + i];
-      const float *base = k == 0 ? params : k == 1 ? opt->m : opt->v;
-      t->data = base + table[i].offset;
-      t->ndim = table[i].ndim;
-      t->shape[0] = table[i].shape[0];
-      t->shape[1] = table[i].shape[1];
-      t->numel = table[i].numel;
-    }
+  if (!ts || !names) {
+    free(ts);
+    free(names);
+    return fail(err, errlen, COLO_ENOMEM, "out of memory");
   }
-  snprintf(fname, sizeof fname, "rank_%05d.safetensors", rank);
-  snprintf(file, sizeof file, "%s/%s", tmp, fname);
-  int rc = colo_safetensors_write(file, ts, n, err, errlen);
+  if (!params)
+    params = colo_gpt_params(model);
+  for (int j = 0; j < (m ? 3 : 1); j++)
+    for (size_t i = 0; i < nt; i++) {
+      if (tied && (int)i == iw)
+        continue; /* the last stage's copy of the embedding: the first stage's is written */
+      static const char *prefix[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+      const float *base = j == 0 ? params : j == 1 ? m : v;
+      snprintf(names[k], sizeof names[0], "%s%s", prefix[j], table[i].name);
+      ts[k] = (colo_st_tensor_t){names[k],
+                                 base + table[i].offset,
+                                 table[i].ndim,
+                                 {table[i].shape[0], table[i].shape[1]},
+                                 table[i].numel};
+      k++;
+    }
+  char tmp[1200], file[1300];
+  tmp_dir(root, step, tmp, sizeof tmp);
+  snprintf(file, sizeof file, "%s/rank_%05d.safetensors", tmp, rank);
+  int rc = colo_safetensors_write(file, ts, k, err, errlen);
   free(ts);
   free(names);
-  char hex[65];
-  uint64_t bytes = 0;
-  if (rc == 0 && colo_sha256_file(file, hex, &bytes) < 0)
-    rc = fail(err, errlen, COLO_EIO, "%s: cannot read back", file);
+  return rc;
+}
+
+/* the world rank that writes the shard of pipeline stage s, tensor-parallel rank t */
+static int shard_writer(const colo_ckpt_meta_t *meta, int s, int t) {
+  return (s * meta->dp) * meta->tp + t;
+}
+
+int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_out,
+                     size_t path_len, char *err, size_t errlen) {
+  char final[1100], tmp[1200], file[1300];
+  snprintf(final, sizeof final, "%s/step_%08llu", root, (unsigned long long)meta->step);
+  tmp_dir(root, meta->step, tmp, sizeof tmp);
+  cJSON *m = cJSON_CreateObject();
+  cJSON_AddStringToObject(m, "format", FORMAT);
+  cJSON_AddNumberToObject(m, "version", 2);
+  cJSON_AddNumberToObject(m, "step", (double)meta->step);
+  cJSON *mo = cJSON_AddObjectToObject(m, "model");
+  cJSON_AddStringToObject(mo, "architecture", "gpt2");
+  cJSON_AddNumberToObject(mo, "n_layer", meta->model.n_layer);
+  cJSON_AddNumberToObject(mo, "n_head", meta->model.n_head);
+  cJSON_AddNumberToObject(mo, "n_embd", meta->model.n_embd);
+  cJSON_AddNumberToObject(mo, "block_size", meta->model.block_size);
+  cJSON_AddNumberToObject(mo, "vocab_size", meta->model.vocab_size);
+  cJSON *mesh = cJSON_AddObjectToObject(m, "mesh");
+  cJSON_AddNumberToObject(mesh, "dp", meta->dp);
+  cJSON_AddNumberToObject(mesh, "tp", meta->tp);
+  cJSON_AddNumberToObject(mesh, "pp", meta->pp);
+  cJSON_AddNumberToObject(mesh, "world", meta->world);
+  /* sampling is a function of (seed, step): the data position is the step */
+  cJSON *data = cJSON_AddObjectToObject(m, "data");
+  cJSON_AddNumberToObject(data, "seed", (double)meta->seed);
+  cJSON_AddNumberToObject(data, "next_step", (double)meta->step);
+  cJSON *rng = cJSON_AddObjectToObject(m, "rng");
+  cJSON_AddStringToObject(rng, "kind", "stateless: hash(seed, step, sequence)");
+  cJSON *o = cJSON_AddObjectToObject(m, "optimizer");
+  cJSON_AddStringToObject(o, "kind", "adamw");
+  cJSON_AddNumberToObject(o, "t", meta->adam_t);
+  cJSON_AddNumberToObject(m, "loss_scale", meta->loss_scale);
+  cJSON_AddNumberToObject(m, "loss_scale_good_steps", meta->loss_scale_good);
+  cJSON *files = cJSON_AddArrayToObject(m, "files");
+  int rc = 0;
+  for (int st = 0; st < meta->pp && rc == 0; st++)
+    for (int t = 0; t < meta->tp && rc == 0; t++) {
+      char fname[64], hex[65];
+      uint64_t bytes = 0;
+      snprintf(fname, sizeof fname, "rank_%05d.safetensors", shard_writer(meta, st, t));
+      snprintf(file, sizeof file, "%s/%s", tmp, fname);
+      if (colo_sha256_file(file, hex, &bytes) < 0 || fsync_path(file, 0) != 0) {
+        rc = fail(err, errlen, COLO_EIO, "%s: missing or unreadable", file);
+        break;
+      }
+      cJSON *fe = cJSON_CreateObject();
+      cJSON_AddStringToObject(fe, "name", fname);
+      cJSON_AddNumberToObject(fe, "bytes", (double)bytes);
+      cJSON_AddStringToObject(fe, "sha256", hex);
+      cJSON_AddNumberToObject(fe, "pp", st);
+      cJSON_AddNumberToObject(fe, "tp", t);
+      cJSON_AddItemToArray(files, fe);
+    }
+  char *txt = rc == 0 ? cJSON_Print(m) : NULL;
+  cJSON_Delete(m);
   if (rc == 0) {
-    cJSON *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(m, "format", FORMAT);
-    cJSON_AddNumberToObject(m, "version", 1);
-    cJSON_AddNumberToObject(m, "step", (double)meta->step);
-    cJSON *mo = cJSON_AddObjectToObject(m, "model");
-    cJSON_AddStringToObject(mo, "architecture", "gpt2");
-    cJSON_AddNumberToObject(mo, "n_layer", meta->model.n_layer);
-    cJSON_AddNumberToObject(mo, "n_head", meta->model.n_head);
-    cJSON_AddNumberToObject(mo, "n_embd", meta->model.n_embd);
-    cJSON_AddNumberToObject(mo, "block_size", meta->model.block_size);
-    cJSON_AddNumberToObject(mo, "vocab_size", meta->model.vocab_size);
-    cJSON *mesh = cJSON_AddObjectToObject(m, "mesh");
-    cJSON_AddNumberToObject(mesh, "dp", meta->dp);
-    cJSON_AddNumberToObject(mesh, "tp", meta->tp);
-    cJSON_AddNumberToObject(mesh, "pp", meta->pp);
-    cJSON_AddNumberToObject(mesh, "world", meta->world);
-    /* sampling is a function of (seed, step): the data position is the step */
-    cJSON *data = cJSON_AddObjectToObject(m, "data");
-    cJSON_AddNumberToObject(data, "seed", (double)meta->seed);
-    cJSON_AddNumberToObject(data, "next_step", (double)meta->step);
-    cJSON *rng = cJSON_AddObjectToObject(m, "rng");
-    cJSON_AddStringToObject(rng, "kind", "stateless: hash(seed, step, sequence)");
-    cJSON *o = cJSON_AddObjectToObject(m, "optimizer");
-    cJSON_AddStringToObject(o, "kind", "adamw");
-    cJSON_AddNumberToObject(o, "t", meta->adam_t);
-    cJSON_AddNumberToObject(m, "loss_scale", meta->loss_scale);
-    cJSON_AddNumberToObject(m, "loss_scale_good_steps", meta->loss_scale_good);
-    cJSON *files = cJSON_AddArrayToObject(m, "files");
-    cJSON *fe = cJSON_CreateObject();
-    cJSON_AddStringToObject(fe, "name", fname);
-    cJSON_AddNumberToObject(fe, "bytes", (double)bytes);
-    cJSON_AddStringToObject(fe, "sha256", hex);
-    cJSON_AddItemToArray(files, fe);
-    char *txt = cJSON_Print(m);
-    cJSON_Delete(m);
     snprintf(file, sizeof file, "%s/" MANIFEST, tmp);
     FILE *f = fopen(file, "wb");
     int ok =
         f && fputs(txt, f) >= 0 && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (f)
       fclose(f);
-    cJSON_free(txt);
     if (!ok)
       rc = fail(err, errlen, COLO_EIO, "%s: %s", file, strerror(errno));
   }
+  cJSON_free(txt);
   if (rc == 0 && fsync_path(tmp, 1) != 0)
     rc = fail(err, errlen, COLO_EIO, "%s: fsync: %s", tmp, strerror(errno));
   if (rc == 0) {
@@ -473,70 +337,185 @@ int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *m
       rc = fail(err, errlen, COLO_EIO, "%s: fsync: %s", root, strerror(errno));
   }
   if (rc < 0) {
-    snprintf(file, sizeof file, "%s/rank_%05d.safetensors", tmp, rank);
-    unlink(file);
-    snprintf(file, sizeof file, "%s/" MANIFEST, tmp);
-    unlink(file);
-    rmdir(tmp);
+    remove_dir(tmp);
     return rc;
   }
   snprintf(path_out, path_len, "%s", final);
   return 0;
 }
 
-/* ---- load ---- */
+void colo_ckpt_abandon(const char *root, uint64_t step) {
+  char tmp[1200];
+  tmp_dir(root, step, tmp, sizeof tmp);
+  remove_dir(tmp);
+}
+
+/* ---- load: any layout's shards into any other's ---- */
+
+/* Where a model's tensors come from: the shard files of a pipeline of `pp` stages of `tp`
+ * tensor-parallel ranks each (pp = tp = 1: one file of whole tensors), opened when first
+ * needed. Names in the files are the model's, or without "transformer." (strip). */
+typedef struct {
+  int pp, tp, n_layer;
+  int strip, any_float;
+  char (*paths)[1400]; /* [pp·tp], by stage then tensor-parallel rank */
+  colo_st_file_t *files;
+  int *open;
+} source_t;
+
+static void source_close(source_t *s) {
+  for (int i = 0; s->open && i < s->pp * s->tp; i++)
+    if (s->open[i])
+      colo_st_close(&s->files[i]);
+  free(s->paths);
+  free(s->files);
+  free(s->open);
+  memset(s, 0, sizeof *s);
+}
+
+static int source_init(source_t *s, int pp, int tp, int n_layer) {
+  memset(s, 0, sizeof *s);
+  s->pp = pp;
+  s->tp = tp;
+  s->n_layer = n_layer;
+  s->paths = calloc((size_t)pp * tp, sizeof *s->paths);
+  s->files = calloc((size_t)pp * tp, sizeof *s->files);
+  s->open = calloc((size_t)pp * tp, sizeof *s->open);
+  return s->paths && s->files && s->open ? 0 : COLO_ENOMEM;
+}
+
+/* the stage of the source's pipeline that holds full tensor `name` */
+static int source_stage(const source_t *s, const char *name) {
+  int layer;
+  if (sscanf(name, "transformer.h.%d.", &layer) == 1) {
+    for (int st = 0; st < s->pp; st++)
+      if (layer < (st + 1) * s->n_layer / s->pp)
+        return st;
+    return s->pp - 1;
+  }
+  return strstr(name, "ln_f.") ? s->pp - 1 : 0; /* the embeddings: the first stage */
+}
+
+/* Full tensor f of the whole model (prefix: "" or a moment's) into full, from the source's
+ * shards of it; piece is scratch of f's size. */
+static int assemble(source_t *s, const colo_param_t *f, const char *prefix, float *full,
+                    float *piece, char *err, size_t errlen) {
+  int st = source_stage(s, f->name);
+  char name[160];
+  const char *n = s->strip && !strncmp(f->name, "transformer.", 12) ? f->name + 12 : f->name;
+  snprintf(name, sizeof name, "%s%s", prefix, n);
+  for (int t = 0; t < s->tp; t++) {
+    int i = st * s->tp + t;
+    if (!s->open[i]) {
+      int rc = colo_st_open(s->paths[i], &s->files[i], err, errlen);
+      if (rc < 0)
+        return rc;
+      s->open[i] = 1;
+    }
+    colo_param_t p;
+    colo_param_shard(f, s->tp, &p);
+    float *dst = s->tp == 1 ? full : piece;
+    int rc = colo_st_get(&s->files[i], name, p.ndim, p.shape, dst, s->any_float, err, errlen);
+    if (rc < 0)
+      return rc;
+    for (size_t li = 0; s->tp > 1 && li < p.numel; li++)
+      full[colo_param_full_index(&p, t, s->tp, li)] = piece[li];
+  }
+  return 0;
+}
+
+/* This rank's tensors (its stage's, its tensor-parallel shard) of the parameters, and with m and
+ * v of the moments, into the model's local layout, from the source; a failure leaves them as
+ * they were. */
+static int source_load(source_t *s, colo_gpt_t *model, float *params, float *m, float *v, char *err,
+                       size_t errlen) {
+  size_t nt, nf, biggest = 0, np = colo_gpt_num_params(model);
+  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  const colo_param_t *full = colo_gpt_full_table(model, &nf);
+  for (size_t i = 0; i < nf; i++)
+    biggest = full[i].numel > biggest ? full[i].numel : biggest;
+  int k = m ? 3 : 1, tp = colo_gpt_tp_size(model), me = colo_gpt_tp_rank(model);
+  float *whole = malloc(biggest * sizeof(float)), *piece = malloc(biggest * sizeof(float));
+  float *out = malloc(np * (size_t)k * sizeof(float)); /* all or nothing */
+  int rc = whole && piece && out ? 0 : fail(err, errlen, COLO_ENOMEM, "out of memory loading");
+  for (size_t i = 0; rc == 0 && i < nt; i++) {
+    const colo_param_t *q = &table[i], *f = NULL;
+    for (size_t j = 0; j < nf && !f; j++)
+      f = full[j].full_offset == q->full_offset ? &full[j] : NULL;
+    static const char *prefix[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+    for (int j = 0; rc == 0 && j < k; j++) {
+      rc = assemble(s, f, prefix[j], whole, piece, err, errlen);
+      for (size_t li = 0; rc == 0 && li < q->numel; li++)
+        out[(size_t)j * np + q->offset + li] = whole[colo_param_full_index(q, me, tp, li)];
+    }
+  }
+  if (rc == 0) {
+    memcpy(params ? params : colo_gpt_params(model), out, np * sizeof(float));
+    if (m) {
+      memcpy(m, out + np, np * sizeof(float));
+      memcpy(v, out + 2 * np, np * sizeof(float));
+    }
+  }
+  free(whole);
+  free(piece);
+  free(out);
+  return rc;
+}
 
 int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
-                   colo_adamw_t *opt, int rank, char *err, size_t errlen) {
+                   colo_adamw_t *opt, char *err, size_t errlen) {
   cJSON *files, *root;
   colo_ckpt_meta_t t;
   int rc = parse_manifest(dir, &t, &files, &root, err, errlen);
   if (rc < 0)
     return rc;
   rc = verify(dir, files, err, errlen);
-  cJSON_Delete(root);
-  if (rc < 0)
-    return rc;
   const colo_gpt_config_t *c = colo_gpt_config(model);
-  if (c->n_layer != t.model.n_layer || c->n_head != t.model.n_head || c->n_embd != t.model.n_embd ||
-      c->block_size != t.model.block_size || c->vocab_size != t.model.vocab_size)
-    return fail(err, errlen, COLO_EINVAL,
-                "checkpoint %s is of a %d-layer, %d-head, %d-wide model with block %d and vocab "
-                "%d; this run's model differs",
-                dir, t.model.n_layer, t.model.n_head, t.model.n_embd, t.model.block_size,
-                t.model.vocab_size);
-  char path[1300];
-  snprintf(path, sizeof path, "%s/rank_%05d.safetensors", dir, rank);
-  st_file_t f = {0};
-  if ((rc = read_safetensors(path, &f, err, errlen)) < 0)
-    return rc;
-  size_t nt;
-  const colo_param_t *table = colo_gpt_full_table(model, &nt);
-  /* load into scratch first: a failure halfway leaves the model and optimizer untouched */
-  size_t np = colo_gpt_full_numel(model);
-  float *scratch = malloc(np * sizeof(float) * (opt ? 3 : 1));
-  if (!scratch)
-    rc = fail(err, errlen, COLO_ENOMEM, "out of memory loading %s", path);
-  for (int k = 0; rc == 0 && k < (opt ? 3 : 1); k++)
-    for (size_t i = 0; rc == 0 && i < nt; i++) {
-      static const char *prefix[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
-      char name[128];
-      snprintf(name, sizeof name, "%s%s", prefix[k], table[i].name);
-      rc = st_get(&f, path, name, table[i].ndim, table[i].shape,
-                  scratch + (size_t)k * np + table[i].offset, 0, err, errlen);
+  if (rc == 0 && (c->n_layer != t.model.n_layer || c->n_head != t.model.n_head ||
+                  c->n_embd != t.model.n_embd || c->block_size != t.model.block_size ||
+                  c->vocab_size != t.model.vocab_size))
+    rc = fail(err, errlen, COLO_EINVAL,
+              "checkpoint %s is of a %d-layer, %d-head, %d-wide model with block %d and vocab "
+              "%d; this run's model differs",
+              dir, t.model.n_layer, t.model.n_head, t.model.n_embd, t.model.block_size,
+              t.model.vocab_size);
+  /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
+   * and tensor-parallel rank, each file naming its place */
+  cJSON *ver = cJSON_GetObjectItem(root, "version");
+  int v2 = cJSON_IsNumber(ver) && ver->valuedouble >= 2;
+  source_t s = {0};
+  if (rc == 0 && source_init(&s, v2 ? t.pp : 1, v2 ? t.tp : 1, t.model.n_layer) < 0)
+    rc = fail(err, errlen, COLO_ENOMEM, "out of memory");
+  int found = 0;
+  cJSON *it;
+  cJSON_ArrayForEach(it, files) {
+    if (rc < 0)
+      break;
+    cJSON *name = cJSON_GetObjectItem(it, "name"), *pp = cJSON_GetObjectItem(it, "pp"),
+          *tp = cJSON_GetObjectItem(it, "tp");
+    int st = v2 && cJSON_IsNumber(pp) ? (int)pp->valuedouble : 0;
+    int tr = v2 && cJSON_IsNumber(tp) ? (int)tp->valuedouble : 0;
+    if ((v2 && (!cJSON_IsNumber(pp) || !cJSON_IsNumber(tp))) || st < 0 || st >= s.pp || tr < 0 ||
+        tr >= s.tp || s.paths[st * s.tp + tr][0]) {
+      rc =
+          fail(err, errlen, COLO_EPARSE, "checkpoint %s: a file's place in the mesh is wrong", dir);
+      break;
     }
+    snprintf(s.paths[st * s.tp + tr], sizeof s.paths[0], "%s/%s", dir, name->valuestring);
+    found++;
+  }
+  if (rc == 0 && found != s.pp * s.tp)
+    rc = fail(err, errlen, COLO_EPARSE, "checkpoint %s: %d of its %d shard files are listed", dir,
+              found, s.pp * s.tp);
+  cJSON_Delete(root);
+  if (rc == 0)
+    rc = source_load(&s, model, params, opt ? opt->m : NULL, opt ? opt->v : NULL, err, errlen);
+  source_close(&s);
   if (rc == 0) {
-    memcpy(params ? params : colo_gpt_params(model), scratch, np * sizeof(float));
-    if (opt) {
-      memcpy(opt->m, scratch + np, np * sizeof(float));
-      memcpy(opt->v, scratch + 2 * np, np * sizeof(float));
+    if (opt)
       opt->t = t.adam_t;
-    }
     *meta = t;
   }
-  free(scratch);
-  cJSON_Delete(f.hdr);
-  free(f.buf);
   return rc;
 }
 
@@ -571,9 +550,10 @@ static int gpt2_kind(const char *n, long *layer) {
 }
 
 /* The file's model against this one: its layers (one past the highest block), the embedding's
- * [vocab, width] and the positions' rows. */
-static int gpt2_check_shape(const st_file_t *f, const char *path, const char *pre,
-                            const colo_gpt_config_t *c, char *err, size_t errlen) {
+ * [vocab, width] and the positions' rows; and lm_head.weight, if there, equal to the embedding. */
+static int gpt2_check_shape(const colo_st_file_t *f, const char *pre, const colo_gpt_config_t *c,
+                            char *err, size_t errlen) {
+  const char *path = f->path;
   long layers = 0;
   int has_lm_head = 0;
   for (cJSON *it = f->hdr->child; it; it = it->next) {
@@ -596,9 +576,9 @@ static int gpt2_check_shape(const st_file_t *f, const char *path, const char *pr
   long wte[2] = {0, 0}, wpe[2] = {0, 0};
   size_t bytes;
   snprintf(name, sizeof name, "%swte.weight", pre);
-  int ok = st_entry(f, name, &dt, &nd, wte, &data, &bytes) == 0 && nd == 2;
+  int ok = colo_st_entry(f, name, &dt, &nd, wte, &data, &bytes) == 0 && nd == 2;
   snprintf(name, sizeof name, "%swpe.weight", pre);
-  ok = ok && st_entry(f, name, &dt, &nd, wpe, &data, &bytes) == 0 && nd == 2;
+  ok = ok && colo_st_entry(f, name, &dt, &nd, wpe, &data, &bytes) == 0 && nd == 2;
   if (!ok)
     return fail(err, errlen, COLO_EPARSE, "%s: wte.weight or wpe.weight is missing or malformed",
                 path);
@@ -614,8 +594,8 @@ static int gpt2_check_shape(const st_file_t *f, const char *path, const char *pr
     long hs[2];
     size_t hbytes, ebytes;
     snprintf(name, sizeof name, "%swte.weight", pre);
-    st_entry(f, name, &dt, &nd, wte, &edata, &ebytes);
-    if (st_entry(f, "lm_head.weight", &hd, &nd, hs, &hdata, &hbytes) < 0 || strcmp(hd, dt) ||
+    colo_st_entry(f, name, &dt, &nd, wte, &edata, &ebytes);
+    if (colo_st_entry(f, "lm_head.weight", &hd, &nd, hs, &hdata, &hbytes) < 0 || strcmp(hd, dt) ||
         hbytes != ebytes || memcmp(hdata, edata, ebytes) != 0)
       return fail(err, errlen, COLO_EINVAL,
                   "%s: lm_head.weight differs from wte.weight; colo's GPT-2 ties the two", path);
@@ -631,35 +611,23 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
                 strerror(errno));
   if (S_ISDIR(sb.st_mode)) { /* a checkpoint: verified, its parameters only */
     colo_ckpt_meta_t meta;
-    return colo_ckpt_load(path, &meta, model, params, NULL, 0, err, errlen);
+    return colo_ckpt_load(path, &meta, model, params, NULL, err, errlen);
   }
-  st_file_t f = {0};
-  int rc = read_safetensors(path, &f, err, errlen);
-  if (rc < 0)
-    return rc;
-  const char *pre =
-      cJSON_GetObjectItemCaseSensitive(f.hdr, "transformer.wte.weight") ? "transformer." : "";
-  const colo_gpt_config_t *c = colo_gpt_config(model);
-  rc = gpt2_check_shape(&f, path, pre, c, err, errlen);
-  size_t nt, np = colo_gpt_full_numel(model);
-  const colo_param_t *table = colo_gpt_full_table(model, &nt);
-  float *scratch = rc == 0 ? malloc(np * sizeof(float)) : NULL;
-  if (rc == 0 && !scratch)
-    rc = fail(err, errlen, COLO_ENOMEM, "out of memory loading %s", path);
-  for (size_t i = 0; rc == 0 && i < nt; i++) {
-    const char *n = table[i].name;
-    char name[128];
-    if (!strncmp(n, "transformer.", 12))
-      n += 12;
-    snprintf(name, sizeof name, "%s%s", pre, n);
-    rc = st_get(&f, path, name, table[i].ndim, table[i].shape, scratch + table[i].offset, 1, err,
-                errlen);
+  source_t s;
+  if (source_init(&s, 1, 1, colo_gpt_config(model)->n_layer) < 0)
+    return fail(err, errlen, COLO_ENOMEM, "out of memory");
+  int rc = colo_st_open(path, &s.files[0], err, errlen);
+  if (rc == 0) {
+    s.open[0] = 1;
+    snprintf(s.paths[0], sizeof s.paths[0], "%s", path);
+    s.strip = !cJSON_GetObjectItemCaseSensitive(s.files[0].hdr, "transformer.wte.weight");
+    s.any_float = 1;
+    rc = gpt2_check_shape(&s.files[0], s.strip ? "" : "transformer.", colo_gpt_config(model), err,
+                          errlen);
   }
   if (rc == 0)
-    memcpy(params ? params : colo_gpt_params(model), scratch, np * sizeof(float));
-  free(scratch);
-  cJSON_Delete(f.hdr);
-  free(f.buf);
+    rc = source_load(&s, model, params, NULL, NULL, err, errlen);
+  source_close(&s);
   return rc;
 }
 

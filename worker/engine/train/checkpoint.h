@@ -1,7 +1,8 @@
-/* Checkpoints: a directory step_NNNNNNNN/ with one safetensors file per rank
- * (rank_RRRRR.safetensors: parameters under HuggingFace GPT-2 names, and the AdamW moments as
- * optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>) and manifest.json (step, model,
- * mesh, data position, RNG, optimizer step, loss scale, size and sha256 of every file).
+/* Checkpoints: a directory step_NNNNNNNN/ with a safetensors file per shard writer
+ * (rank_RRRRR.safetensors: its parameters under HuggingFace GPT-2 names, and the AdamW moments
+ * as optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>) and manifest.json (step, model,
+ * mesh, data position, RNG, optimizer step, loss scale, size, sha256 and mesh place of every
+ * file).
  *
  * The manifest is written last; the directory is built under a temporary name, every file and
  * the directory are fsync'd, then it is renamed into place. A directory without a valid manifest
@@ -16,6 +17,7 @@
 
 #include "../model/gpt.h"
 #include "../optim/adamw.h"
+#include "safetensors.h"
 
 typedef struct {
   uint64_t step;       /* optimizer steps done */
@@ -27,22 +29,36 @@ typedef struct {
   int dp, tp, pp, world;
 } colo_ckpt_meta_t;
 
-/* Saves into root/step_NNNNNNNN (root is created if needed); path_out gets that directory.
- * Tensors are written whole, in the model's full table (colo_gpt_full_table): params and the
- * optimizer's m and v are flat buffers of the whole model (params NULL: the model's own, which
- * is whole when it is not split). */
-int colo_ckpt_save(const char *root, const colo_ckpt_meta_t *meta, colo_gpt_t *model,
-                   const float *params, const colo_adamw_t *opt, int rank, char *path_out,
-                   size_t path_len, char *err, size_t errlen);
+/* Saving is done by the ranks together, in three calls with a barrier of the world between each
+ * (train.c): rank 0 begins (a fresh root/.step_NNNNNNNN.tmp), every shard writer writes its
+ * shard into it, rank 0 commits (the manifest with every shard's size and sha256, written last,
+ * fsync'd, the directory renamed to step_NNNNNNNN). A shard writer is the first data-parallel
+ * rank of each pipeline stage and tensor-parallel rank: world rank (stage·dp)·tp + t, whose file
+ * is rank_<world rank>.safetensors; at pp = tp = 1 that is one file of whole tensors, which
+ * HuggingFace's GPT-2 reads as it is. */
+int colo_ckpt_begin(const char *root, uint64_t step, char *err, size_t errlen);
+/* This rank's tensors as its model holds them (its stage's, its tensor-parallel shapes; the last
+ * stage's copy of the tied embedding left out), params NULL: the model's own; with the AdamW
+ * moments m and v of the same layout (NULL: none). */
+int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, const float *params,
+                          const float *m, const float *v, int rank, char *err, size_t errlen);
+/* path_out gets the checkpoint's directory. A missing shard fails it, and removes the
+ * temporary directory. */
+int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_out,
+                     size_t path_len, char *err, size_t errlen);
+/* Removes what an unfinished save left. */
+void colo_ckpt_abandon(const char *root, uint64_t step);
 
 /* Reads and checks manifest.json only. */
 int colo_ckpt_read_meta(const char *dir, colo_ckpt_meta_t *meta, char *err, size_t errlen);
 
-/* Verifies every file, then loads the whole model's parameters into params (NULL: the model's
- * own buffer, for a model that is not split) and, when opt is not NULL, whole moments into its m
- * and v, and its step. The model's shape must match the manifest. */
+/* Verifies every file, then loads this rank's parameters, as its model holds them (its stage's
+ * tensors, its tensor-parallel shards), into params (NULL: the model's own buffer) and, when opt
+ * is not NULL, its moments into opt's m and v of the same layout, and AdamW's step: from shards
+ * of any other mesh, each tensor reassembled from its shards and cut to this rank's. The model's
+ * shape must match the manifest. */
 int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
-                   colo_adamw_t *opt, int rank, char *err, size_t errlen);
+                   colo_adamw_t *opt, char *err, size_t errlen);
 
 /* Initial weights for a fresh run (train.init_from), into params as colo_ckpt_load does:
  *   - a checkpoint directory: its parameters, verified (not its moments, step or data position);
@@ -67,19 +83,6 @@ int colo_ckpt_prune(const char *root, int keep, int *removed);
  * to a line of training that will not continue (or did not verify). Returns how many, named in
  * `removed`. */
 int colo_ckpt_drop_after(const char *root, uint64_t step, char *removed, size_t removed_len);
-
-/* One F32 tensor for colo_safetensors_write. */
-typedef struct {
-  const char *name;
-  const float *data;
-  int ndim;
-  int shape[2];
-  size_t numel;
-} colo_st_tensor_t;
-
-/* Writes tensors as a safetensors file (F32, data 8-byte aligned) and fsyncs it. */
-int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n, char *err,
-                           size_t errlen);
 
 /* sha256 of a file as 64 hex characters; also its size. */
 int colo_sha256_file(const char *path, char hex[65], uint64_t *bytes);

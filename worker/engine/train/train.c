@@ -6,6 +6,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -212,47 +213,6 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
   return mean;
 }
 
-/* ---- tensor parallelism: whole tensors from shards and back ---- */
-
-/* whole[full layout] from every rank's local[local layout] (all ranks take part) */
-static int tp_gather(colo_gpt_t *m, colo_comm_t *tpc, const float *local, float *whole) {
-  size_t nt;
-  const colo_param_t *tab = colo_gpt_params_table(m, &nt);
-  int tp = tpc ? colo_comm_size(tpc) : 1, me = tpc ? colo_comm_rank(tpc) : 0;
-  int tied, iw = colo_gpt_wte_index(m, &tied);
-  size_t biggest = 0;
-  for (size_t i = 0; i < nt; i++)
-    biggest = tab[i].numel > biggest ? tab[i].numel : biggest;
-  float *buf = malloc(biggest * (size_t)tp * sizeof *buf);
-  if (!buf)
-    return COLO_ENOMEM;
-  int rc = 0;
-  for (size_t i = 0; i < nt && rc == 0; i++) {
-    const colo_param_t *p = &tab[i];
-    if (tied && (int)i == iw)
-      continue; /* the first stage's copy is the one written */
-    memcpy(buf + (size_t)me * p->numel, local + p->offset, p->numel * sizeof(float));
-    rc = tpc ? tpc->ops->all_gather(tpc, buf, p->numel) : 0;
-    for (int t = 0; rc == 0 && t < tp; t++)
-      for (size_t li = 0; li < p->numel; li++)
-        whole[p->full_offset + colo_param_full_index(p, t, tp, li)] =
-            buf[(size_t)t * p->numel + li];
-  }
-  free(buf);
-  return rc;
-}
-
-/* this rank's local[local layout] from whole[full layout] */
-static void tp_shard(colo_gpt_t *m, const float *whole, float *local) {
-  size_t nt;
-  const colo_param_t *tab = colo_gpt_params_table(m, &nt);
-  int tp = colo_gpt_tp_size(m), me = colo_gpt_tp_rank(m);
-  for (size_t i = 0; i < nt; i++)
-    for (size_t li = 0; li < tab[i].numel; li++)
-      local[tab[i].offset + li] =
-          whole[tab[i].full_offset + colo_param_full_index(&tab[i], me, tp, li)];
-}
-
 /* whether the tests planted an overflow at this step (1-based) */
 static int planted(const colo_train_config_t *cfg, int step) {
   for (int i = 0; i < cfg->n_plant; i++)
@@ -410,15 +370,33 @@ static int place_after_warmup(colo_zero_t *z, colo_adamw_t *opt, colo_pool_t *po
   return 0;
 }
 
-/* A checkpoint of the whole state, written by rank 0. ZeRO-1 moments are gathered first (every
- * rank takes part), so the checkpoint is the same whatever the layout and resumes under any. */
+/* Whether every rank got through a phase of a checkpoint: rc is this rank's result; afterwards
+ * every rank has the same answer (0, or an error, with the reason in err when it was another
+ * rank's or the communicator's). */
+static int agree(colo_comm_t *world, int rc, const char *what, char *err, size_t errlen) {
+  float failed = rc < 0 ? 1.0f : 0.0f;
+  if (world->ops->allreduce_sum(world, &failed, 1) < 0) {
+    if (rc == 0)
+      snprintf(err, errlen, "%s: %s", what, colo_comm_error(world));
+    return rc < 0 ? rc : COLO_EIO;
+  }
+  if (rc == 0 && failed > 0.0f) {
+    snprintf(err, errlen, "%s: %g other rank(s) failed", what, (double)failed);
+    return COLO_EIO;
+  }
+  return rc;
+}
+
+/* A checkpoint, written by the ranks together: the first data-parallel rank of every pipeline
+ * stage and tensor-parallel rank (a writer) writes its shard, after ZeRO's pieces are gathered
+ * over the data-parallel group (every rank takes part); rank 0 begins and commits it. No rank
+ * holds more than its own stage's, own shard's state. */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
                 colo_adamw_t *opt, colo_zero_t *zero, float *full_m, float *full_v, float *full_p,
-                colo_comm_t *tpc, colo_comm_t *ppc, float **whole, const colo_backend_t *be,
-                float **host, int lead, char *path, size_t path_len, char *err, size_t errlen) {
-  colo_adamw_t whole_opt = *opt;
+                colo_comm_t *world, int writer, int me, const colo_backend_t *be, float **host,
+                int lead, char *path, size_t path_len, char *err, size_t errlen) {
   meta->adam_t = opt->t;
-  const float *params = full_p; /* NULL: the model's own, in host memory */
+  const float *params = full_p, *m = opt->m, *v = opt->v; /* params NULL: the model's own */
   if (be->device) { /* GPU memory: what ZeRO does not gather into host memory, copied out */
     size_t bytes = colo_gpt_num_params(model) * sizeof(float);
     if (!full_p) {
@@ -428,8 +406,8 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
     if (!full_m) {
       be->to_host(host[1], opt->m, bytes);
       be->to_host(host[2], opt->v, bytes);
-      whole_opt.m = host[1];
-      whole_opt.v = host[2];
+      m = host[1];
+      v = host[2];
     }
   }
   if (full_p && colo_zero_gather_params(zero, full_p) < 0) {
@@ -441,39 +419,23 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
       snprintf(err, errlen, "gathering the optimizer state: %s", colo_zero_error(zero));
       return COLO_EIO;
     }
-    whole_opt.m = full_m;
-    whole_opt.v = full_v;
+    m = full_m;
+    v = full_v;
   }
-  if (whole[0]) { /* whole tensors from the tensor-parallel shards and the pipeline stages */
-    const float *src[3] = {params ? params : colo_gpt_params(model), whole_opt.m, whole_opt.v};
-    size_t nfull = colo_gpt_full_numel(model);
-    for (int k = 0; k < 3; k++) {
-      memset(whole[k], 0, nfull * sizeof(float));
-      if (tp_gather(model, tpc, src[k], whole[k]) < 0 ||
-          (ppc && ppc->ops->allreduce_sum(ppc, whole[k], nfull) < 0)) {
-        snprintf(err, errlen, "gathering the shards: %s",
-                 tpc && colo_comm_error(tpc)[0] ? colo_comm_error(tpc)
-                                                : (ppc ? colo_comm_error(ppc) : ""));
-        return COLO_EIO;
-      }
-    }
-    params = whole[0];
-    whole_opt.m = whole[1];
-    whole_opt.v = whole[2];
-  }
-  int rc = 0;
-  if (lead)
-    rc = colo_ckpt_save(cfg->ckpt_dir, meta, model, params, &whole_opt, 0, path, path_len, err,
-                        errlen);
+  int rc = lead ? colo_ckpt_begin(cfg->ckpt_dir, meta->step, err, errlen) : 0;
+  rc = agree(world, rc, "beginning the checkpoint", err, errlen);
+  if (rc == 0 && writer)
+    rc = colo_ckpt_write_shard(cfg->ckpt_dir, meta->step, model, params, m, v, me, err, errlen);
+  rc = agree(world, rc, "writing the checkpoint's shards", err, errlen);
+  if (rc == 0 && lead)
+    rc = colo_ckpt_commit(cfg->ckpt_dir, meta, path, path_len, err, errlen);
+  else if (rc < 0 && lead)
+    colo_ckpt_abandon(cfg->ckpt_dir, meta->step);
   int removed = 0;
   if (lead && rc == 0 && cfg->ckpt_keep > 0)
     colo_ckpt_prune(cfg->ckpt_dir, cfg->ckpt_keep, &removed);
   /* nobody goes on (or stops) before the checkpoint is on disk */
-  if (zero->dp > 1 && zero->comm->ops->barrier(zero->comm) < 0 && rc == 0) {
-    snprintf(err, errlen, "after the checkpoint: %s", colo_comm_error(zero->comm));
-    rc = COLO_EIO;
-  }
-  return rc;
+  return agree(world, rc, "committing the checkpoint", err, errlen);
 }
 
 int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
@@ -488,7 +450,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_comm_t *comm = NULL;    /* the world */
   colo_comm_t *dp_comm = NULL; /* this rank's data-parallel group (the world when tp = 1) */
   colo_comm_t *tpc = NULL;     /* its tensor-parallel group, NULL when tp = 1 */
-  float *whole[3] = {NULL, NULL, NULL}; /* tp > 1: whole parameters and moments for checkpoints */
   colo_zero_t zero = {0};
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
@@ -513,7 +474,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (!(be = colo_backend_cuda(cfg->gpu, cfg->math, why, sizeof why))) {
       snprintf(err, errlen, "resources.device=gpu: %s", why);
       be = colo_backend_cpu();
-      rc = COLO_EINVAL;
+      rc = COLO_EUNAVAIL; /* this node's GPU, not the job: another node may do */
       goto out;
     }
   } else if (cfg->math == COLO_MATH_TF32) {
@@ -657,13 +618,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (tpc && cfg->zero_stage >= 2)
     colo_zero_set_tp(&zero, tpc);
-  if (tpc || ppc)
-    for (int k = 0; k < 3; k++)
-      if (!(whole[k] = malloc(colo_gpt_full_numel(model) * sizeof(float)))) {
-        snprintf(err, errlen, "out of memory");
-        rc = COLO_ENOMEM;
-        goto out;
-      }
   CHECK_GOTO(
       colo_adamw_init(&opt, &cfg->optim, colo_zero_optim_numel(&zero, model), pool, err, errlen),
       rc, out);
@@ -705,22 +659,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         full.m = full_m;
         full.v = full_v;
       }
-      if (whole[0]) { /* whole tensors in, this rank's shards out */
-        colo_adamw_t w = full;
-        w.m = whole[1];
-        w.v = whole[2];
-        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, whole[0], &w, 0, err, errlen), rc, out);
-        tp_shard(model, whole[0], colo_gpt_params(model));
-        tp_shard(model, whole[1], full.m);
-        tp_shard(model, whole[2], full.v);
-        full.t = w.t;
-      } else if (be->device) { /* into host memory, then onto the GPU (ZeRO: its pieces below) */
+      if (be->device) { /* into host memory, then onto the GPU (ZeRO: its pieces below) */
         colo_adamw_t h = full;
         if (!full_m) {
           h.m = hostbuf[1];
           h.v = hostbuf[2];
         }
-        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, hostbuf[0], &h, 0, err, errlen), rc, out);
+        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, hostbuf[0], &h, err, errlen), rc, out);
         size_t bytes = colo_gpt_num_params(model) * sizeof(float);
         be->from_host(colo_gpt_params(model), hostbuf[0], bytes);
         if (!full_m) {
@@ -729,7 +674,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         }
         full.t = h.t;
       } else {
-        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, NULL, &full, 0, err, errlen), rc, out);
+        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, NULL, &full, err, errlen), rc, out);
       }
       opt.t = full.t;
       if (scaler.enabled && meta.loss_scale > 1.0f) { /* the scale and window carry on */
@@ -766,11 +711,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   }
   if (!ckpt_path[0] && cfg->init_from) { /* given weights, as a resume takes a checkpoint's */
-    float *dst = whole[0] ? whole[0] : be->device ? hostbuf[0] : NULL;
+    float *dst = be->device ? hostbuf[0] : NULL;
     CHECK_GOTO(colo_ckpt_load_weights(cfg->init_from, model, dst, err, errlen), rc, out);
-    if (whole[0])
-      tp_shard(model, whole[0], colo_gpt_params(model));
-    else if (be->device)
+    if (be->device)
       be->from_host(colo_gpt_params(model), hostbuf[0], colo_gpt_num_params(model) * sizeof(float));
     if (!cfg->quiet && lead)
       printf("initial weights from %s\n", cfg->init_from);
@@ -852,8 +795,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       meta.step = (uint64_t)step;
       meta.loss_scale = scaler.scale;
       meta.loss_scale_good = scaler.good_steps;
-      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, be,
-                      hostbuf, lead, ckpt_path, sizeof ckpt_path, err, errlen),
+      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, comm, dp_idx == 0, me,
+                      be, hostbuf, lead, ckpt_path, sizeof ckpt_path, err, errlen),
                  rc, out);
       report_checkpoint(progress, step, ckpt_path);
     }
@@ -1017,8 +960,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     meta.step = (uint64_t)step;
     meta.loss_scale = scaler.scale;
     meta.loss_scale_good = scaler.good_steps;
-    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, tpc, ppc, whole, be,
-                    hostbuf, lead, ckpt_path, sizeof ckpt_path, err, errlen),
+    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, comm, dp_idx == 0, me,
+                    be, hostbuf, lead, ckpt_path, sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
@@ -1049,10 +992,8 @@ out:
   }
   if (rc < 0 && comm && world > 1)
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
-  for (int k = 0; k < 3; k++) {
-    free(whole[k]);
+  for (int k = 0; k < 3; k++)
     free(hostbuf[k]);
-  }
   if (tpc)
     tpc->ops->destroy(tpc);
   if (ppc)
@@ -1096,7 +1037,7 @@ static int open_checkpoint(const char *ckpt, int B, colo_pool_t **pool, colo_gpt
   *pool = colo_pool_create("cpu", 0);
   rc = colo_gpt_create(&meta->model, B, 0, colo_backend_cpu(), *pool, model, err, errlen);
   if (rc == 0)
-    rc = colo_ckpt_load(ckpt, meta, *model, NULL, NULL, 0, err, errlen);
+    rc = colo_ckpt_load(ckpt, meta, *model, NULL, NULL, err, errlen);
   if (rc < 0) {
     colo_gpt_destroy(*model);
     *model = NULL;
@@ -1131,6 +1072,42 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
     colo_pool_destroy(pool);
   }
   colo_shard_free(&val);
+  return rc;
+}
+
+int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t errlen) {
+  colo_pool_t *pool;
+  colo_gpt_t *model = NULL;
+  colo_ckpt_meta_t meta;
+  int rc = open_checkpoint(ckpt, 1, &pool, &model, &meta, err, errlen);
+  if (rc < 0)
+    return rc;
+  size_t nt;
+  const colo_param_t *tab = colo_gpt_full_table(model, &nt);
+  colo_st_tensor_t *ts = calloc(nt, sizeof *ts);
+  char tmp[1200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", out);
+  if (!ts) {
+    rc = COLO_ENOMEM;
+    snprintf(err, errlen, "out of memory");
+  }
+  for (size_t i = 0; ts && i < nt; i++) /* a model of one rank: its table is the full one */
+    ts[i] = (colo_st_tensor_t){tab[i].name,
+                               colo_gpt_params(model) + tab[i].offset,
+                               tab[i].ndim,
+                               {tab[i].shape[0], tab[i].shape[1]},
+                               tab[i].numel};
+  if (rc == 0)
+    rc = colo_safetensors_write(tmp, ts, nt, err, errlen);
+  if (rc == 0 && rename(tmp, out) != 0) {
+    snprintf(err, errlen, "rename %s -> %s: %s", tmp, out, strerror(errno));
+    rc = COLO_EIO;
+  }
+  if (rc < 0)
+    unlink(tmp);
+  free(ts);
+  colo_gpt_destroy(model);
+  colo_pool_destroy(pool);
   return rc;
 }
 

@@ -66,6 +66,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
                          uint64_t seed, float *loss, char *err, size_t errlen);
 
+/* The parameters of a checkpoint of any layout as one safetensors file of whole tensors under
+ * GPT2LMHeadModel's names (what HuggingFace's GPT-2 and colo's train.init_from read); written
+ * to out.tmp, then renamed. */
+int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t errlen);
+
 /* Generates n tokens from a checkpoint, byte-level: prompt bytes in, bytes out to `out`. */
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float temperature,
                            int top_k, uint64_t seed, FILE *out, char *err, size_t errlen);

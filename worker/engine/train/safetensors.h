@@ -1,0 +1,46 @@
+/* safetensors files: writing fp32 tensors, and reading any file's tensors (F32, or F16 and BF16
+ * converted to fp32) through a read-only mapping, so that many ranks reading one large file
+ * share its pages. */
+#ifndef COLO_SAFETENSORS_H
+#define COLO_SAFETENSORS_H
+
+#include <stddef.h>
+
+#include <cjson/cJSON.h>
+
+/* One F32 tensor for colo_safetensors_write. */
+typedef struct {
+  const char *name;
+  const float *data;
+  int ndim;
+  int shape[2];
+  size_t numel;
+} colo_st_tensor_t;
+
+/* Writes tensors as a safetensors file (F32, data 8-byte aligned) and fsyncs it. */
+int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n, char *err,
+                           size_t errlen);
+
+/* An open file: its mapping and parsed header. */
+typedef struct {
+  const char *buf; /* the whole file, mapped */
+  size_t len, data_start;
+  cJSON *hdr;
+  char path[1400];
+} colo_st_file_t;
+
+/* Maps path and parses its header (COLO_EIO, COLO_ENOENT or COLO_EPARSE with the reason). */
+int colo_st_open(const char *path, colo_st_file_t *f, char *err, size_t errlen);
+void colo_st_close(colo_st_file_t *f);
+
+/* The dtype, shape (ndim ≤ 2) and bytes of tensor `name`; -1 when f has no well-formed entry
+ * of that name. */
+int colo_st_entry(const colo_st_file_t *f, const char *name, const char **dtype, int *ndim,
+                  long shape[2], const char **data, size_t *bytes);
+
+/* Copies tensor `name`, which must have shape (ndim, shape), into dst as fp32: F32 only, or
+ * also F16 and BF16 (converted) when any_float. Errors name the file and the tensor. */
+int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *shape, float *dst,
+                int any_float, char *err, size_t errlen);
+
+#endif
