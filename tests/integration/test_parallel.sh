@@ -153,6 +153,18 @@ want = [("rank_00000.safetensors", 0, 0), ("rank_00001.safetensors", 0, 1),
 print("pp=2 x tp=2 checkpoint:", got)
 sys.exit(0 if m["version"] == 2 and got == want else 1)
 PYEOF
+# a shard of stage 1 altered: the ranks of stage 1, which read it, refuse it by name (each rank
+# hashes only the shards it reads); --resume auto, which rank 0 checks whole, skips it
+mkdir -p "$TMP/bad/ckpt"
+cp -r "$TMP/re5/ckpt/step_00000005" "$TMP/bad/ckpt/"
+printf 'X' | dd of="$TMP/bad/ckpt/step_00000005/rank_00002.safetensors" bs=1 seek=200 conv=notrunc 2>/dev/null
+PP22=(--nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size 8)
+expect_rc 78 "$CT" train "${M[@]}" "${PP22[@]}" --resume "$TMP/bad/ckpt/step_00000005"
+expect_contains "$ERR" "checkpoint $TMP/bad/ckpt/step_00000005: rank_00002.safetensors does not match its sha256 in the manifest: altered"
+expect_rc 0 "$CT" train "${M[@]}" "${PP22[@]}" --ckpt-dir "$TMP/bad/ckpt" --resume auto
+expect_contains "$ERR" "colo-train: skipped unusable checkpoints: checkpoint $TMP/bad/ckpt/step_00000005: rank_00002.safetensors does not match its sha256"
+[ -d "$TMP/bad/ckpt/step_00000010" ] || fail "the run that skipped the altered checkpoint did not train from the start"
+
 run "$TMP/re6" --nproc 2 --tp 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re6" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re6" "tp=2 -> pp=2 x tp=2 resume"

@@ -155,31 +155,47 @@ int colo_ckpt_read_meta(const char *dir, colo_ckpt_meta_t *meta, char *err, size
   return rc;
 }
 
+/* A file entry of the manifest is well formed: a plain name, a size and a sha256. */
+static int check_entry(const char *dir, cJSON *it, char *err, size_t errlen) {
+  cJSON *name = cJSON_GetObjectItem(it, "name"), *sha = cJSON_GetObjectItem(it, "sha256"),
+        *bytes = cJSON_GetObjectItem(it, "bytes");
+  if (!cJSON_IsString(name) || !cJSON_IsString(sha) || !cJSON_IsNumber(bytes) ||
+      strchr(name->valuestring, '/') || !strcmp(name->valuestring, "..") ||
+      !(bytes->valuedouble >= 0))
+    return fail(err, errlen, COLO_EPARSE, "checkpoint %s: malformed file entry in " MANIFEST, dir);
+  return 0;
+}
+
+/* The file of entry `it` has its recorded size and sha256. */
+static int verify_file(const char *dir, const char *name, double bytes, const char *sha, char *err,
+                       size_t errlen) {
+  char path[1400], hex[65];
+  uint64_t got;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  if (colo_sha256_file(path, hex, &got) < 0)
+    return fail(err, errlen, COLO_EIO, "checkpoint %s: %s is missing or unreadable", dir, name);
+  if (got != (uint64_t)bytes)
+    return fail(err, errlen, COLO_EPARSE,
+                "checkpoint %s: %s is %llu bytes but the manifest says %.0f: truncated or "
+                "altered",
+                dir, name, (unsigned long long)got, bytes);
+  if (strcmp(hex, sha) != 0)
+    return fail(err, errlen, COLO_EPARSE,
+                "checkpoint %s: %s does not match its sha256 in the manifest: altered", dir, name);
+  return 0;
+}
+
 /* Every file in the manifest has its recorded size and sha256. */
 static int verify(const char *dir, cJSON *files, char *err, size_t errlen) {
   cJSON *it;
   cJSON_ArrayForEach(it, files) {
-    cJSON *name = cJSON_GetObjectItem(it, "name"), *sha = cJSON_GetObjectItem(it, "sha256"),
-          *bytes = cJSON_GetObjectItem(it, "bytes");
-    if (!cJSON_IsString(name) || !cJSON_IsString(sha) || !cJSON_IsNumber(bytes) ||
-        strchr(name->valuestring, '/'))
-      return fail(err, errlen, COLO_EPARSE, "checkpoint %s: malformed file entry in " MANIFEST,
-                  dir);
-    char path[1400], hex[65];
-    uint64_t got;
-    snprintf(path, sizeof path, "%s/%s", dir, name->valuestring);
-    if (colo_sha256_file(path, hex, &got) < 0)
-      return fail(err, errlen, COLO_EIO, "checkpoint %s: %s is missing or unreadable", dir,
-                  name->valuestring);
-    if (got != (uint64_t)bytes->valuedouble)
-      return fail(err, errlen, COLO_EPARSE,
-                  "checkpoint %s: %s is %llu bytes but the manifest says %.0f: truncated or "
-                  "altered",
-                  dir, name->valuestring, (unsigned long long)got, bytes->valuedouble);
-    if (strcmp(hex, sha->valuestring) != 0)
-      return fail(err, errlen, COLO_EPARSE,
-                  "checkpoint %s: %s does not match its sha256 in the manifest: altered", dir,
-                  name->valuestring);
+    int rc = check_entry(dir, it, err, errlen);
+    if (rc == 0)
+      rc = verify_file(dir, cJSON_GetObjectItem(it, "name")->valuestring,
+                       cJSON_GetObjectItem(it, "bytes")->valuedouble,
+                       cJSON_GetObjectItem(it, "sha256")->valuestring, err, errlen);
+    if (rc < 0)
+      return rc;
   }
   return 0;
 }
@@ -361,6 +377,11 @@ typedef struct {
   char (*paths)[1400]; /* [pp·tp], by stage then tensor-parallel rank */
   colo_st_file_t *files;
   int *open;
+  /* a checkpoint's: each file is checked against its manifest entry when first opened, so a
+   * rank reads (and hashes) only the shards it needs */
+  const char *dir;
+  char (*sha)[65];
+  double *bytes;
 } source_t;
 
 static void source_close(source_t *s) {
@@ -370,6 +391,8 @@ static void source_close(source_t *s) {
   free(s->paths);
   free(s->files);
   free(s->open);
+  free(s->sha);
+  free(s->bytes);
   memset(s, 0, sizeof *s);
 }
 
@@ -381,7 +404,9 @@ static int source_init(source_t *s, int pp, int tp, int n_layer) {
   s->paths = calloc((size_t)pp * tp, sizeof *s->paths);
   s->files = calloc((size_t)pp * tp, sizeof *s->files);
   s->open = calloc((size_t)pp * tp, sizeof *s->open);
-  return s->paths && s->files && s->open ? 0 : COLO_ENOMEM;
+  s->sha = calloc((size_t)pp * tp, sizeof *s->sha);
+  s->bytes = calloc((size_t)pp * tp, sizeof *s->bytes);
+  return s->paths && s->files && s->open && s->sha && s->bytes ? 0 : COLO_ENOMEM;
 }
 
 /* the stage of the source's pipeline that holds full tensor `name` */
@@ -407,7 +432,14 @@ static int assemble(source_t *s, const colo_param_t *f, const char *prefix, floa
   for (int t = 0; t < s->tp; t++) {
     int i = st * s->tp + t;
     if (!s->open[i]) {
-      int rc = colo_st_open(s->paths[i], &s->files[i], err, errlen);
+      int rc = 0;
+      if (s->dir) {
+        const char *slash = strrchr(s->paths[i], '/');
+        rc = verify_file(s->dir, slash ? slash + 1 : s->paths[i], s->bytes[i], s->sha[i], err,
+                         errlen);
+      }
+      if (rc == 0)
+        rc = colo_st_open(s->paths[i], &s->files[i], err, errlen);
       if (rc < 0)
         return rc;
       s->open[i] = 1;
@@ -469,7 +501,11 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
   int rc = parse_manifest(dir, &t, &files, &root, err, errlen);
   if (rc < 0)
     return rc;
-  rc = verify(dir, files, err, errlen);
+  cJSON *it;
+  cJSON_ArrayForEach(it, files) {
+    if (rc == 0)
+      rc = check_entry(dir, it, err, errlen);
+  }
   const colo_gpt_config_t *c = colo_gpt_config(model);
   if (rc == 0 && (c->n_layer != t.model.n_layer || c->n_head != t.model.n_head ||
                   c->n_embd != t.model.n_embd || c->block_size != t.model.block_size ||
@@ -486,8 +522,8 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
   source_t s = {0};
   if (rc == 0 && source_init(&s, v2 ? t.pp : 1, v2 ? t.tp : 1, t.model.n_layer) < 0)
     rc = fail(err, errlen, COLO_ENOMEM, "out of memory");
+  s.dir = dir;
   int found = 0;
-  cJSON *it;
   cJSON_ArrayForEach(it, files) {
     if (rc < 0)
       break;
@@ -502,6 +538,9 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
       break;
     }
     snprintf(s.paths[st * s.tp + tr], sizeof s.paths[0], "%s/%s", dir, name->valuestring);
+    snprintf(s.sha[st * s.tp + tr], sizeof s.sha[0], "%s",
+             cJSON_GetObjectItem(it, "sha256")->valuestring);
+    s.bytes[st * s.tp + tr] = cJSON_GetObjectItem(it, "bytes")->valuedouble;
     found++;
   }
   if (rc == 0 && found != s.pp * s.tp)

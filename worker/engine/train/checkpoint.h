@@ -52,11 +52,12 @@ void colo_ckpt_abandon(const char *root, uint64_t step);
 /* Reads and checks manifest.json only. */
 int colo_ckpt_read_meta(const char *dir, colo_ckpt_meta_t *meta, char *err, size_t errlen);
 
-/* Verifies every file, then loads this rank's parameters, as its model holds them (its stage's
+/* Checks the manifest, then loads this rank's parameters, as its model holds them (its stage's
  * tensors, its tensor-parallel shards), into params (NULL: the model's own buffer) and, when opt
  * is not NULL, its moments into opt's m and v of the same layout, and AdamW's step: from shards
- * of any other mesh, each tensor reassembled from its shards and cut to this rank's. The model's
- * shape must match the manifest. */
+ * of any other mesh, each tensor reassembled from its shards and cut to this rank's. Each file it
+ * reads is checked against its size and sha256 in the manifest first (a rank reads only its
+ * stage's shards). The model's shape must match the manifest. */
 int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
                    colo_adamw_t *opt, char *err, size_t errlen);
 

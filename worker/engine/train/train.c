@@ -644,11 +644,27 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->resume) {
     char dir[1200], skipped[2048] = "";
     if (!strcmp(cfg->resume, "auto")) {
-      if (!cfg->ckpt_dir ||
-          colo_ckpt_find_latest(cfg->ckpt_dir, dir, sizeof dir, skipped, sizeof skipped) < 0)
-        dir[0] = '\0'; /* nothing to resume from: start fresh */
-      if (skipped[0])
+      /* rank 0 verifies every file of the newest checkpoints until one holds and tells the
+       * others its step (a step in two floats: exact to 2^48); each rank then hashes only the
+       * shards it reads */
+      float pick[2] = {-1.0f, 0.0f};
+      if (lead && cfg->ckpt_dir &&
+          colo_ckpt_find_latest(cfg->ckpt_dir, dir, sizeof dir, skipped, sizeof skipped) == 0) {
+        colo_ckpt_meta_t m;
+        if (colo_ckpt_read_meta(dir, &m, err, errlen) == 0)
+          pick[0] = (float)(m.step >> 24), pick[1] = (float)(m.step & 0xffffff);
+      }
+      if (lead && skipped[0])
         fprintf(stderr, "colo-train: skipped unusable checkpoints: %s\n", skipped);
+      if (comm->ops->broadcast(comm, pick, 2, 0) < 0) {
+        snprintf(err, errlen, "choosing the checkpoint to resume from: %s", colo_comm_error(comm));
+        rc = COLO_EIO;
+        goto out;
+      }
+      dir[0] = '\0'; /* nothing to resume from: start fresh */
+      if (pick[0] >= 0.0f)
+        snprintf(dir, sizeof dir, "%s/step_%08llu", cfg->ckpt_dir,
+                 ((unsigned long long)pick[0] << 24) | (unsigned long long)pick[1]);
     } else {
       snprintf(dir, sizeof dir, "%s", cfg->resume);
     }
