@@ -2,6 +2,8 @@
 #ifndef COLO_ERROR_H
 #define COLO_ERROR_H
 
+#include <stddef.h>
+
 #define COLO_ERRNO_MAP(XX)                                                                         \
   XX(EINVAL, -1, "invalid argument")                                                               \
   XX(ENOMEM, -2, "out of memory")                                                                  \
@@ -35,6 +37,11 @@ typedef enum {
 const char *colo_strerror(int err);
 /* The code's name ("EINVAL"); "UNKNOWN" for codes not in the list. Never NULL. */
 const char *colo_err_name(int err);
+
+/* Writes the reason into err (errlen bytes) and returns rc: `return colo_fail(err, errlen,
+ * COLO_EIO, "%s: %s", path, strerror(errno));`. */
+int colo_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* Jump to `label` with `rc` set when `call` returns a negative code. */
 #define CHECK_GOTO(call, rc, label)                                                                \

@@ -21,16 +21,6 @@
 #define MANIFEST "manifest.json"
 #define FORMAT   "colo-checkpoint"
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 int colo_sha256_file(const char *path, char hex[65], uint64_t *bytes) {
   FILE *f = fopen(path, "rb");
   if (!f)
@@ -75,8 +65,8 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
   snprintf(path, sizeof path, "%s/" MANIFEST, dir);
   FILE *f = fopen(path, "rb");
   if (!f)
-    return fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO,
-                "checkpoint %s has no " MANIFEST ": it is incomplete", dir);
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO,
+                     "checkpoint %s has no " MANIFEST ": it is incomplete", dir);
   char buf[1 << 16];
   size_t n = fread(buf, 1, sizeof buf - 1, f);
   fclose(f);
@@ -85,7 +75,7 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
   cJSON *fmt = root ? cJSON_GetObjectItem(root, "format") : NULL;
   if (!root || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT) != 0) {
     cJSON_Delete(root);
-    return fail(err, errlen, COLO_EPARSE, "%s: not a colo checkpoint manifest", path);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: not a colo checkpoint manifest", path);
   }
   cJSON *m = cJSON_GetObjectItem(root, "model"), *mesh = cJSON_GetObjectItem(root, "mesh");
   cJSON *files = cJSON_GetObjectItem(root, "files");
@@ -139,7 +129,8 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
   }
   if (bad) {
     cJSON_Delete(root);
-    return fail(err, errlen, COLO_EPARSE, "%s: a required field is missing or malformed", path);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: a required field is missing or malformed",
+                     path);
   }
   *meta = t;
   *files_out = files;
@@ -162,7 +153,8 @@ static int check_entry(const char *dir, cJSON *it, char *err, size_t errlen) {
   if (!cJSON_IsString(name) || !cJSON_IsString(sha) || !cJSON_IsNumber(bytes) ||
       strchr(name->valuestring, '/') || !strcmp(name->valuestring, "..") ||
       !(bytes->valuedouble >= 0))
-    return fail(err, errlen, COLO_EPARSE, "checkpoint %s: malformed file entry in " MANIFEST, dir);
+    return colo_fail(err, errlen, COLO_EPARSE, "checkpoint %s: malformed file entry in " MANIFEST,
+                     dir);
   return 0;
 }
 
@@ -173,15 +165,17 @@ static int verify_file(const char *dir, const char *name, double bytes, const ch
   uint64_t got;
   snprintf(path, sizeof path, "%s/%s", dir, name);
   if (colo_sha256_file(path, hex, &got) < 0)
-    return fail(err, errlen, COLO_EIO, "checkpoint %s: %s is missing or unreadable", dir, name);
+    return colo_fail(err, errlen, COLO_EIO, "checkpoint %s: %s is missing or unreadable", dir,
+                     name);
   if (got != (uint64_t)bytes)
-    return fail(err, errlen, COLO_EPARSE,
-                "checkpoint %s: %s is %llu bytes but the manifest says %.0f: truncated or "
-                "altered",
-                dir, name, (unsigned long long)got, bytes);
+    return colo_fail(err, errlen, COLO_EPARSE,
+                     "checkpoint %s: %s is %llu bytes but the manifest says %.0f: truncated or "
+                     "altered",
+                     dir, name, (unsigned long long)got, bytes);
   if (strcmp(hex, sha) != 0)
-    return fail(err, errlen, COLO_EPARSE,
-                "checkpoint %s: %s does not match its sha256 in the manifest: altered", dir, name);
+    return colo_fail(err, errlen, COLO_EPARSE,
+                     "checkpoint %s: %s does not match its sha256 in the manifest: altered", dir,
+                     name);
   return 0;
 }
 
@@ -225,17 +219,17 @@ static void tmp_dir(const char *root, uint64_t step, char *out, size_t len) {
 
 int colo_ckpt_begin(const char *root, uint64_t step, char *err, size_t errlen) {
   if (mkdir(root, 0755) != 0 && errno != EEXIST)
-    return fail(err, errlen, COLO_EIO, "%s: %s", root, strerror(errno));
+    return colo_fail(err, errlen, COLO_EIO, "%s: %s", root, strerror(errno));
   char tmp[1200];
   tmp_dir(root, step, tmp, sizeof tmp);
   remove_dir(tmp); /* a dead attempt's */
   if (mkdir(tmp, 0755) != 0)
-    return fail(err, errlen, COLO_EIO, "%s: %s", tmp, strerror(errno));
+    return colo_fail(err, errlen, COLO_EIO, "%s: %s", tmp, strerror(errno));
   return 0;
 }
 
-int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, const float *params,
-                          const float *m, const float *v, int rank, char *err, size_t errlen) {
+int colo_ckpt_write_tensors(const char *path, colo_gpt_t *model, const float *params,
+                            const float *m, const float *v, char *err, size_t errlen) {
   size_t nt;
   const colo_param_t *table = colo_gpt_params_table(model, &nt);
   int tied, iw = colo_gpt_wte_index(model, &tied);
@@ -245,7 +239,7 @@ int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, co
   if (!ts || !names) {
     free(ts);
     free(names);
-    return fail(err, errlen, COLO_ENOMEM, "out of memory");
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   }
   if (!params)
     params = colo_gpt_params(model);
@@ -263,13 +257,18 @@ int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, co
                                  table[i].numel};
       k++;
     }
-  char tmp[1200], file[1300];
-  tmp_dir(root, step, tmp, sizeof tmp);
-  snprintf(file, sizeof file, "%s/rank_%05d.safetensors", tmp, rank);
-  int rc = colo_safetensors_write(file, ts, k, err, errlen);
+  int rc = colo_safetensors_write(path, ts, k, err, errlen);
   free(ts);
   free(names);
   return rc;
+}
+
+int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, const float *params,
+                          const float *m, const float *v, int rank, char *err, size_t errlen) {
+  char tmp[1200], file[1300];
+  tmp_dir(root, step, tmp, sizeof tmp);
+  snprintf(file, sizeof file, "%s/rank_%05d.safetensors", tmp, rank);
+  return colo_ckpt_write_tensors(file, model, params, m, v, err, errlen);
 }
 
 /* the world rank that writes the shard of pipeline stage s, tensor-parallel rank t */
@@ -318,7 +317,7 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       snprintf(fname, sizeof fname, "rank_%05d.safetensors", shard_writer(meta, st, t));
       snprintf(file, sizeof file, "%s/%s", tmp, fname);
       if (colo_sha256_file(file, hex, &bytes) < 0 || fsync_path(file, 0) != 0) {
-        rc = fail(err, errlen, COLO_EIO, "%s: missing or unreadable", file);
+        rc = colo_fail(err, errlen, COLO_EIO, "%s: missing or unreadable", file);
         break;
       }
       cJSON *fe = cJSON_CreateObject();
@@ -339,18 +338,18 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
     if (f)
       fclose(f);
     if (!ok)
-      rc = fail(err, errlen, COLO_EIO, "%s: %s", file, strerror(errno));
+      rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", file, strerror(errno));
   }
   cJSON_free(txt);
   if (rc == 0 && fsync_path(tmp, 1) != 0)
-    rc = fail(err, errlen, COLO_EIO, "%s: fsync: %s", tmp, strerror(errno));
+    rc = colo_fail(err, errlen, COLO_EIO, "%s: fsync: %s", tmp, strerror(errno));
   if (rc == 0) {
     /* a directory of the same step left by an earlier run is replaced */
     remove_dir(final);
     if (rename(tmp, final) != 0)
-      rc = fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, final, strerror(errno));
+      rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, final, strerror(errno));
     else if (fsync_path(root, 1) != 0)
-      rc = fail(err, errlen, COLO_EIO, "%s: fsync: %s", root, strerror(errno));
+      rc = colo_fail(err, errlen, COLO_EIO, "%s: fsync: %s", root, strerror(errno));
   }
   if (rc < 0) {
     remove_dir(tmp);
@@ -469,7 +468,7 @@ static int source_load(source_t *s, colo_gpt_t *model, float *params, float *m, 
   int k = m ? 3 : 1, tp = colo_gpt_tp_size(model), me = colo_gpt_tp_rank(model);
   float *whole = malloc(biggest * sizeof(float)), *piece = malloc(biggest * sizeof(float));
   float *out = malloc(np * (size_t)k * sizeof(float)); /* all or nothing */
-  int rc = whole && piece && out ? 0 : fail(err, errlen, COLO_ENOMEM, "out of memory loading");
+  int rc = whole && piece && out ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory loading");
   for (size_t i = 0; rc == 0 && i < nt; i++) {
     const colo_param_t *q = &table[i], *f = NULL;
     for (size_t j = 0; j < nf && !f; j++)
@@ -510,18 +509,18 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
   if (rc == 0 && (c->n_layer != t.model.n_layer || c->n_head != t.model.n_head ||
                   c->n_embd != t.model.n_embd || c->block_size != t.model.block_size ||
                   c->vocab_size != t.model.vocab_size))
-    rc = fail(err, errlen, COLO_EINVAL,
-              "checkpoint %s is of a %d-layer, %d-head, %d-wide model with block %d and vocab "
-              "%d; this run's model differs",
-              dir, t.model.n_layer, t.model.n_head, t.model.n_embd, t.model.block_size,
-              t.model.vocab_size);
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s is of a %d-layer, %d-head, %d-wide model with block %d and vocab "
+                   "%d; this run's model differs",
+                   dir, t.model.n_layer, t.model.n_head, t.model.n_embd, t.model.block_size,
+                   t.model.vocab_size);
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place */
   cJSON *ver = cJSON_GetObjectItem(root, "version");
   int v2 = cJSON_IsNumber(ver) && ver->valuedouble >= 2;
   source_t s = {0};
   if (rc == 0 && source_init(&s, v2 ? t.pp : 1, v2 ? t.tp : 1, t.model.n_layer) < 0)
-    rc = fail(err, errlen, COLO_ENOMEM, "out of memory");
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   s.dir = dir;
   int found = 0;
   cJSON_ArrayForEach(it, files) {
@@ -533,8 +532,8 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
     int tr = v2 && cJSON_IsNumber(tp) ? (int)tp->valuedouble : 0;
     if ((v2 && (!cJSON_IsNumber(pp) || !cJSON_IsNumber(tp))) || st < 0 || st >= s.pp || tr < 0 ||
         tr >= s.tp || s.paths[st * s.tp + tr][0]) {
-      rc =
-          fail(err, errlen, COLO_EPARSE, "checkpoint %s: a file's place in the mesh is wrong", dir);
+      rc = colo_fail(err, errlen, COLO_EPARSE, "checkpoint %s: a file's place in the mesh is wrong",
+                     dir);
       break;
     }
     snprintf(s.paths[st * s.tp + tr], sizeof s.paths[0], "%s/%s", dir, name->valuestring);
@@ -544,8 +543,8 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
     found++;
   }
   if (rc == 0 && found != s.pp * s.tp)
-    rc = fail(err, errlen, COLO_EPARSE, "checkpoint %s: %d of its %d shard files are listed", dir,
-              found, s.pp * s.tp);
+    rc = colo_fail(err, errlen, COLO_EPARSE, "checkpoint %s: %d of its %d shard files are listed",
+                   dir, found, s.pp * s.tp);
   cJSON_Delete(root);
   if (rc == 0)
     rc = source_load(&s, model, params, opt ? opt->m : NULL, opt ? opt->v : NULL, err, errlen);
@@ -606,7 +605,8 @@ static int gpt2_check_shape(const colo_st_file_t *f, const char *pre, const colo
     size_t pl = strlen(pre);
     long layer;
     if (strncmp(n, pre, pl) != 0 || !gpt2_kind(n + pl, &layer))
-      return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is not part of a GPT-2 model", path, n);
+      return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s is not part of a GPT-2 model", path,
+                       n);
     layers = layer + 1 > layers ? layer + 1 : layers;
   }
   char name[96];
@@ -619,15 +619,15 @@ static int gpt2_check_shape(const colo_st_file_t *f, const char *pre, const colo
   snprintf(name, sizeof name, "%swpe.weight", pre);
   ok = ok && colo_st_entry(f, name, &dt, &nd, wpe, &data, &bytes) == 0 && nd == 2;
   if (!ok)
-    return fail(err, errlen, COLO_EPARSE, "%s: wte.weight or wpe.weight is missing or malformed",
-                path);
+    return colo_fail(err, errlen, COLO_EPARSE,
+                     "%s: wte.weight or wpe.weight is missing or malformed", path);
   if (layers != c->n_layer || wte[0] != c->vocab_size || wte[1] != c->n_embd ||
       wpe[0] != c->block_size)
-    return fail(err, errlen, COLO_EINVAL,
-                "%s holds a GPT-2 of %ld layers, width %ld, vocab %ld and block %ld; this run's "
-                "model has %d, %d, %d and %d (model.n_layer, n_embd, vocab_size, block_size)",
-                path, layers, wte[1], wte[0], wpe[0], c->n_layer, c->n_embd, c->vocab_size,
-                c->block_size);
+    return colo_fail(
+        err, errlen, COLO_EINVAL,
+        "%s holds a GPT-2 of %ld layers, width %ld, vocab %ld and block %ld; this run's "
+        "model has %d, %d, %d and %d (model.n_layer, n_embd, vocab_size, block_size)",
+        path, layers, wte[1], wte[0], wpe[0], c->n_layer, c->n_embd, c->vocab_size, c->block_size);
   if (has_lm_head) { /* GPT-2 ties the head to the token embedding: a file must too */
     const char *hd, *hdata, *edata;
     long hs[2];
@@ -636,8 +636,9 @@ static int gpt2_check_shape(const colo_st_file_t *f, const char *pre, const colo
     colo_st_entry(f, name, &dt, &nd, wte, &edata, &ebytes);
     if (colo_st_entry(f, "lm_head.weight", &hd, &nd, hs, &hdata, &hbytes) < 0 || strcmp(hd, dt) ||
         hbytes != ebytes || memcmp(hdata, edata, ebytes) != 0)
-      return fail(err, errlen, COLO_EINVAL,
-                  "%s: lm_head.weight differs from wte.weight; colo's GPT-2 ties the two", path);
+      return colo_fail(err, errlen, COLO_EINVAL,
+                       "%s: lm_head.weight differs from wte.weight; colo's GPT-2 ties the two",
+                       path);
   }
   return 0;
 }
@@ -646,15 +647,15 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
                            size_t errlen) {
   struct stat sb;
   if (stat(path, &sb) < 0)
-    return fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
-                strerror(errno));
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
   if (S_ISDIR(sb.st_mode)) { /* a checkpoint: verified, its parameters only */
     colo_ckpt_meta_t meta;
     return colo_ckpt_load(path, &meta, model, params, NULL, err, errlen);
   }
   source_t s;
   if (source_init(&s, 1, 1, colo_gpt_config(model)->n_layer) < 0)
-    return fail(err, errlen, COLO_ENOMEM, "out of memory");
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   int rc = colo_st_open(path, &s.files[0], err, errlen);
   if (rc == 0) {
     s.open[0] = 1;

@@ -42,6 +42,10 @@ int colo_ckpt_begin(const char *root, uint64_t step, char *err, size_t errlen);
  * moments m and v of the same layout (NULL: none). */
 int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, const float *params,
                           const float *m, const float *v, int rank, char *err, size_t errlen);
+/* The same tensors as one safetensors file at path (export: a model of one rank holds them all,
+ * whole). */
+int colo_ckpt_write_tensors(const char *path, colo_gpt_t *model, const float *params,
+                            const float *m, const float *v, char *err, size_t errlen);
 /* path_out gets the checkpoint's directory. A missing shard fails it, and removes the
  * temporary directory. */
 int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_out,

@@ -17,16 +17,6 @@
 
 #define MAX_HEADER (64u << 20)
 
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-static int fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return rc;
-}
-
 int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n, char *err,
                            size_t errlen) {
   cJSON *hdr = cJSON_CreateObject();
@@ -50,7 +40,7 @@ int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
     cJSON_free(json);
-    return fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
+    return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
   }
   FILE *f = fdopen(fd, "wb");
   uint64_t hl = padded; /* little-endian on every machine colo runs on */
@@ -65,37 +55,39 @@ int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n
     fclose(f);
   else
     close(fd);
-  return ok ? 0 : fail(err, errlen, COLO_EIO, "%s: write failed: %s", path, strerror(errno));
+  return ok ? 0 : colo_fail(err, errlen, COLO_EIO, "%s: write failed: %s", path, strerror(errno));
 }
 
 int colo_st_open(const char *path, colo_st_file_t *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
-    return fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
-                strerror(errno));
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
   struct stat sb;
   if (fstat(fd, &sb) < 0 || !S_ISREG(sb.st_mode)) {
     close(fd);
-    return fail(err, errlen, COLO_EIO, "%s: not a regular file", path);
+    return colo_fail(err, errlen, COLO_EIO, "%s: not a regular file", path);
   }
   size_t len = (size_t)sb.st_size;
   void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : MAP_FAILED;
   close(fd);
   if (map == MAP_FAILED)
-    return fail(err, errlen, len ? COLO_EIO : COLO_EPARSE, "%s: %s", path,
-                len ? strerror(errno) : "empty, not a safetensors file");
+    return colo_fail(err, errlen, len ? COLO_EIO : COLO_EPARSE, "%s: %s", path,
+                     len ? strerror(errno) : "empty, not a safetensors file");
   const char *buf = map;
   uint64_t hl;
   if (len < 8 || (memcpy(&hl, buf, 8), hl > MAX_HEADER) || 8 + hl > len) {
     munmap(map, len);
-    return fail(err, errlen, COLO_EPARSE, "%s: not a safetensors file (bad header length)", path);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: not a safetensors file (bad header length)",
+                     path);
   }
   cJSON *hdr = cJSON_ParseWithLength(buf + 8, (size_t)hl);
   if (!hdr || !cJSON_IsObject(hdr)) {
     cJSON_Delete(hdr);
     munmap(map, len);
-    return fail(err, errlen, COLO_EPARSE, "%s: the safetensors header is not valid JSON", path);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: the safetensors header is not valid JSON",
+                     path);
   }
   out->buf = buf;
   out->len = len;
@@ -159,9 +151,9 @@ int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *
   long sh[2];
   size_t bytes;
   if (!cJSON_GetObjectItemCaseSensitive(f->hdr, name))
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is missing", path, name);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s is missing", path, name);
   if (colo_st_entry(f, name, &dtype, &nd, sh, &data, &bytes) < 0)
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s has a malformed entry", path, name);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s has a malformed entry", path, name);
   colo_dtype_t t = COLO_DTYPE_F32;
   if (!strcmp(dtype, "F32"))
     t = COLO_DTYPE_F32;
@@ -170,8 +162,8 @@ int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *
   else if (any_float && !strcmp(dtype, "BF16"))
     t = COLO_DTYPE_BF16;
   else
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is %s, not %s", path, name, dtype,
-                any_float ? "F32, F16 or BF16" : "F32");
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s is %s, not %s", path, name, dtype,
+                     any_float ? "F32, F16 or BF16" : "F32");
   int ok = nd == ndim;
   size_t numel = 1;
   for (int d = 0; d < ndim; d++) {
@@ -183,11 +175,11 @@ int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *
     long w[2] = {shape[0], ndim > 1 ? shape[1] : 0};
     shape_str(got, sizeof got, nd, sh);
     shape_str(want, sizeof want, ndim, w);
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s is %s; this model's is %s", path, name,
-                got, want);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s is %s; this model's is %s", path,
+                     name, got, want);
   }
   if (bytes != numel * colo_dtype_size(t))
-    return fail(err, errlen, COLO_EPARSE, "%s: tensor %s has bad data offsets", path, name);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s has bad data offsets", path, name);
   if (t == COLO_DTYPE_F32 || ((uintptr_t)data & 1) == 0) {
     if (t == COLO_DTYPE_F32)
       memcpy(dst, data, bytes);
@@ -197,7 +189,7 @@ int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *
   }
   void *aligned = malloc(bytes); /* 16-bit data at an odd address */
   if (!aligned)
-    return fail(err, errlen, COLO_ENOMEM, "out of memory reading %s", path);
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory reading %s", path);
   memcpy(aligned, data, bytes);
   colo_dtype_to_float(dst, aligned, numel, t);
   free(aligned);

@@ -1098,30 +1098,13 @@ int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t 
   int rc = open_checkpoint(ckpt, 1, &pool, &model, &meta, err, errlen);
   if (rc < 0)
     return rc;
-  size_t nt;
-  const colo_param_t *tab = colo_gpt_full_table(model, &nt);
-  colo_st_tensor_t *ts = calloc(nt, sizeof *ts);
   char tmp[1200];
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
-  if (!ts) {
-    rc = COLO_ENOMEM;
-    snprintf(err, errlen, "out of memory");
-  }
-  for (size_t i = 0; ts && i < nt; i++) /* a model of one rank: its table is the full one */
-    ts[i] = (colo_st_tensor_t){tab[i].name,
-                               colo_gpt_params(model) + tab[i].offset,
-                               tab[i].ndim,
-                               {tab[i].shape[0], tab[i].shape[1]},
-                               tab[i].numel};
-  if (rc == 0)
-    rc = colo_safetensors_write(tmp, ts, nt, err, errlen);
-  if (rc == 0 && rename(tmp, out) != 0) {
-    snprintf(err, errlen, "rename %s -> %s: %s", tmp, out, strerror(errno));
-    rc = COLO_EIO;
-  }
+  rc = colo_ckpt_write_tensors(tmp, model, NULL, NULL, NULL, err, errlen);
+  if (rc == 0 && rename(tmp, out) != 0)
+    rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, out, strerror(errno));
   if (rc < 0)
     unlink(tmp);
-  free(ts);
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
   return rc;
