@@ -55,7 +55,7 @@ expect_eq "$(host_state)" "up 3"
 printf 'name: big\ndata: {train_path: x.bin}\ntrain: {eval_interval: 0}\nresources: {host_memory_mib: 1073741824}\n' >"$TMP/big.yaml"
 BJ=$("$COLOCTL" submit "$TMP/big.yaml")
 for _ in $(seq 1 30); do
-  "$COLOCTL" status "$BJ" | grep -q "no room" && break
+  grep -q "no room" <<<"$("$COLOCTL" status "$BJ")" && break
   sleep 0.1
 done
 expect_rc 0 "$COLOCTL" status "$BJ"
