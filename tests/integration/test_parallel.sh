@@ -9,7 +9,8 @@
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and ones saved at tp=2 and at
-#     pp=2 x tp=2 resume at dp=4, with the losses of a run that never stopped;
+#     pp=2 x tp=2 resume at dp=4, with the losses of a run that never stopped; under ZeRO each
+#     data-parallel rank writes its own pieces, whose slices tile every tensor once;
 #   - fault: kill -9 of one rank mid-training; every other rank exits non-zero within the
 #     communicator timeout (5 s here), naming the dead rank;
 #   - memory: ZeRO-1 holds 1/dp of the AdamW moments; sequence parallelism halves the activations
@@ -147,11 +148,11 @@ compare "$TMP/single" "$TMP/re5" "pp=2 x tp=2 -> dp=4 resume"
 python3 - "$TMP/re5/ckpt/step_00000005/manifest.json" <<'PYEOF' || fail "pp=2 x tp=2 should write 4 shards"
 import json, sys
 m = json.load(open(sys.argv[1]))
-got = sorted((f["name"], f["pp"], f["tp"]) for f in m["files"])
-want = [("rank_00000.safetensors", 0, 0), ("rank_00001.safetensors", 0, 1),
-        ("rank_00002.safetensors", 1, 0), ("rank_00003.safetensors", 1, 1)]
+got = sorted((f["name"], f["pp"], f["tp"], f["dp"]) for f in m["files"])
+want = [("rank_00000.safetensors", 0, 0, 0), ("rank_00001.safetensors", 0, 1, 0),
+        ("rank_00002.safetensors", 1, 0, 0), ("rank_00003.safetensors", 1, 1, 0)]
 print("pp=2 x tp=2 checkpoint:", got)
-sys.exit(0 if m["version"] == 2 and got == want else 1)
+sys.exit(0 if m["version"] == 3 and got == want else 1)
 PYEOF
 # a shard of stage 1 altered: the ranks of stage 1, which read it, refuse it by name (each rank
 # hashes only the shards it reads); --resume auto, which rank 0 checks whole, skips it
@@ -171,6 +172,68 @@ compare "$TMP/single" "$TMP/re6" "tp=2 -> pp=2 x tp=2 resume"
 run "$TMP/re7" --nproc 8 --pp 2 --dp 2 --tp 2 --zero 1 --micro-batches 2 --batch-size 4 --ckpt-interval 5 --stop-at 5
 run "$TMP/re7" --nproc 2 --pp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re7" "pp=2 x dp=2 x tp=2 -> pp=2 resume"
+# under ZeRO every data-parallel rank writes its own pieces, nothing gathered: a file per rank;
+# the first of each place also the parameters whole (ZeRO-1), or each its pieces of them (ZeRO-3);
+# the slices of a place's files tile each of its tensors exactly once
+run "$TMP/re3b" --nproc 2 --dp 2 --zero 3 --batch-size 4 --ckpt-interval 5 --stop-at 5
+$PY - "$TMP/re7/ckpt/step_00000005" "$TMP/re3b/ckpt/step_00000005" <<'PYEOF' || fail "ZeRO checkpoints should hold each rank's pieces"
+import json, re, struct, sys
+def header(path):
+    b = open(path, "rb").read(); h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+    h.pop("__metadata__", None)
+    return {k: (v["data_offsets"][1] - v["data_offsets"][0]) // 4 for k, v in h.items()}
+for d, zero, places, dp in ((sys.argv[1], 1, 4, 2), (sys.argv[2], 3, 1, 2)):
+    m = json.load(open(d + "/manifest.json"))
+    assert m["version"] == 3 and m["mesh"]["zero_stage"] == zero, m["mesh"]
+    files = m["files"]
+    assert len(files) == places * dp, files
+    for f in files:
+        rank = (f["pp"] * dp + f["dp"]) * m["mesh"]["tp"] + f["tp"]
+        assert f["name"] == "rank_%05d.safetensors" % rank, f
+    for place in {(f["pp"], f["tp"]) for f in files}:
+        hs = [header(d + "/" + f["name"]) for f in sorted(files, key=lambda f: f["dp"]) if (f["pp"], f["tp"]) == place]
+        cover = {}  # tensor -> [(start, n)]
+        for h in hs:
+            for k, n in h.items():
+                base, _, start = k.partition("@")
+                cover.setdefault(base, []).append((int(start or 0), n))
+        params = {k for k in cover if not k.startswith("optimizer.")}
+        for k, parts in cover.items():
+            parts.sort()
+            at = 0
+            for start, n in parts:
+                assert start == at, (d, place, k, parts)
+                at += n
+        size = lambda k: sum(n for _, n in cover[k])
+        for p in params:  # each moment has its tensor's size, once
+            assert size("optimizer.exp_avg." + p) == size(p) == size("optimizer.exp_avg_sq." + p), p
+        total = sum(size(p) for p in params)
+        mom = [sum(n for k, n in h.items() if k.startswith("optimizer.exp_avg.")) for h in hs]
+        par = [sum(n for k, n in h.items() if not k.startswith("optimizer.")) for h in hs]
+        if zero == 1:
+            assert par == [total] + [0] * (dp - 1), (place, par, total)
+        else:
+            assert all(0 < x < total for x in par) and sum(par) == total, (place, par, total)
+        assert all(0.4 * total < x < 0.6 * total for x in mom) and sum(mom) == total, (place, mom, total)
+        print("ZeRO-%d checkpoint, place %s: %d parameters; per data-parallel rank, moments %s, parameters %s"
+              % (zero, place, total, mom, par))
+PYEOF
+# one rank's file of them gone (and out of the manifest): refused, naming what is missing
+mkdir -p "$TMP/miss/ckpt"
+cp -r "$TMP/re3b/ckpt/step_00000005" "$TMP/miss/ckpt/"
+$PY - "$TMP/miss/ckpt/step_00000005" <<'PYEOF'
+import json, os, sys
+m = json.load(open(sys.argv[1] + "/manifest.json"))
+m["files"] = [f for f in m["files"] if f["dp"] == 0]
+json.dump(m, open(sys.argv[1] + "/manifest.json", "w"))
+os.unlink(sys.argv[1] + "/rank_00001.safetensors")
+PYEOF
+expect_rc 78 "$CT" train "${M[@]}" --batch-size 8 --resume "$TMP/miss/ckpt/step_00000005"
+grep -qE "rank_00000.safetensors: (tensor \S+ is missing|the slices of tensor \S+ hold [0-9]+ of its [0-9]+ elements)" <<<"$ERR" ||
+  fail "a ZeRO checkpoint without one rank's pieces should be refused naming a tensor: $ERR"
+echo "figure: a ZeRO-3 checkpoint without rank 1's file: $(grep -o 'rank_00000.safetensors: .*' <<<"$ERR" | head -1)"
+run "$TMP/re3b" --batch-size 8 --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/re3b" "dp=2 ZeRO-3 pieces -> dp=1 resume"
 # a checkpoint of the first format (version 1: one file of whole tensors, no mesh places) resumes
 run "$TMP/re8" --batch-size 8 --ckpt-interval 5 --stop-at 5
 python3 - "$TMP/re8/ckpt/step_00000005/manifest.json" <<'PYEOF'

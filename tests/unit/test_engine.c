@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../../common/error.h"
 #include "backend/backend.h"
 #include "core/pool.h"
 #include "core/rng.h"
@@ -20,6 +21,8 @@
 #include "optim/loss_scale.h"
 #include "parallel/chunks.h"
 #include "test.h"
+#include "train/checkpoint.h"
+#include "train/safetensors.h"
 
 static const colo_backend_t *be;
 static colo_rng_t rng;
@@ -794,6 +797,146 @@ TEST(gpt2_init_statistics) {
   ASSERT_EQ_STR(tab[4].name, "transformer.h.0.attn.c_attn.weight");
   ASSERT_EQ_INT(tab[4].shape[0], 128);
   ASSERT_EQ_INT(tab[4].shape[1], 384);
+}
+
+static char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  ASSERT(f != NULL);
+  fseek(f, 0, SEEK_END);
+  *len = (size_t)ftell(f);
+  rewind(f);
+  char *b = own(malloc(*len ? *len : 1));
+  ASSERT(fread(b, 1, *len, f) == *len);
+  fclose(f);
+  return b;
+}
+
+/* A file written in arbitrary puts is the one-shot writer's, byte for byte; too few floats or
+ * too many fail and leave no file. */
+TEST(safetensors_written_in_pieces) {
+  char dir[] = "/tmp/colo-st-XXXXXX", a[64], b[64], err[256];
+  ASSERT(mkdtemp(dir) != NULL);
+  snprintf(a, sizeof a, "%s/a.safetensors", dir);
+  snprintf(b, sizeof b, "%s/b.safetensors", dir);
+  float x[11];
+  for (int i = 0; i < 11; i++)
+    x[i] = (float)i * 0.5f - 1.0f;
+  colo_st_tensor_t t[2] = {{"w", x, 2, {2, 3}, 6}, {"b@3", x + 6, 1, {5, 0}, 5}};
+  ASSERT_EQ_INT(colo_safetensors_write(a, t, 2, err, sizeof err), 0);
+  colo_st_writer_t w;
+  ASSERT_EQ_INT(colo_st_begin(&w, b, t, 2, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_st_put(&w, x, 4, err, sizeof err), 0); /* across the tensors' border */
+  ASSERT_EQ_INT(colo_st_put(&w, x + 4, 7, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_st_finish(&w, err, sizeof err), 0);
+  size_t la, lb;
+  const char *ba = read_all(a, &la), *bb = read_all(b, &lb);
+  ASSERT(la == lb && memcmp(ba, bb, la) == 0);
+  colo_st_file_t f;
+  ASSERT_EQ_INT(colo_st_open(b, &f, err, sizeof err), 0);
+  float back[5];
+  int shape[2] = {5, 0};
+  ASSERT_EQ_INT(colo_st_get(&f, "b@3", 1, shape, back, 0, err, sizeof err), 0);
+  ASSERT(memcmp(back, x + 6, sizeof back) == 0);
+  colo_st_close(&f);
+  unlink(b);
+  ASSERT_EQ_INT(colo_st_begin(&w, b, t, 2, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_st_put(&w, x, 10, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_st_finish(&w, err, sizeof err), COLO_EINVAL);
+  ASSERT(strstr(err, "1 floats of its header never written") != NULL);
+  ASSERT(access(b, F_OK) != 0);
+  ASSERT_EQ_INT(colo_st_begin(&w, b, t, 2, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_st_put(&w, x, 12, err, sizeof err), COLO_EINVAL);
+  ASSERT(access(b, F_OK) != 0);
+  unlink(a);
+  rmdir(dir);
+}
+
+/* pieces for the checkpoint test: the ranges read from whole host buffers */
+typedef struct {
+  const float *src[3];
+  const size_t *lo;
+  int fail_at; /* a range whose read fails; -1: none */
+} test_pieces_t;
+
+static const float *test_read(void *ctx, size_t r, int what, char *err, size_t errlen) {
+  test_pieces_t *t = ctx;
+  if ((int)r == t->fail_at) {
+    snprintf(err, errlen, "planted read failure");
+    return NULL;
+  }
+  return t->src[what] + t->lo[r];
+}
+
+/* Two data-parallel ranks' files of pieces, cut anywhere (tensors split across the files, some
+ * whole in one), load back to the same parameters and moments; a failed read fails the file. */
+TEST(checkpoint_pieces_round_trip) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_config_t cfg = {64, 16, 2, 2, 16};
+  colo_gpt_t *m, *m2;
+  char err[512], root[] = "/tmp/colo-ck-XXXXXX", path[1200];
+  ASSERT(mkdtemp(root) != NULL);
+  ASSERT_EQ_INT(colo_gpt_create(&cfg, 1, 0, be, pool, &m, err, sizeof err), 0);
+  models[n_models++] = m;
+  ASSERT_EQ_INT(colo_gpt_create(&cfg, 1, 0, be, pool, &m2, err, sizeof err), 0);
+  models[n_models++] = m2;
+  colo_gpt_init(m, 7);
+  size_t np = colo_gpt_num_params(m);
+  float *mo = randv(np, 1.0f), *vo = randv(np, 1.0f);
+  for (size_t i = 0; i < np; i++)
+    vo[i] = fabsf(vo[i]);
+  /* rank 0: the parameters whole and [0, c) of the moments; rank 1: [c, np), c mid-tensor */
+  size_t c = np / 2 + 3, lo0[2] = {0, 0}, hi0[2] = {np, c}, lo1[1] = {c}, hi1[1] = {np};
+  unsigned char k0[2] = {1, 6}, k1[1] = {6};
+  test_pieces_t t0 = {{colo_gpt_params(m), mo, vo}, lo0, -1},
+                t1 = {{colo_gpt_params(m), mo, vo}, lo1, -1};
+  colo_ckpt_pieces_t p0 = {2, lo0, hi0, k0, test_read, &t0}, p1 = {1, lo1, hi1, k1, test_read, &t1};
+  colo_ckpt_meta_t meta = {.step = 5,
+                           .seed = 1,
+                           .adam_t = 5,
+                           .loss_scale = 1.0f,
+                           .model = cfg,
+                           .dp = 2,
+                           .tp = 1,
+                           .pp = 1,
+                           .world = 2,
+                           .zero = 1};
+  ASSERT_EQ_INT(colo_ckpt_begin(root, 5, err, sizeof err), 0);
+  t1.fail_at = 0; /* a failed read: the file is not left half-written */
+  ASSERT_EQ_INT(colo_ckpt_write_shard(root, 5, m, NULL, NULL, NULL, &p1, 1, err, sizeof err),
+                COLO_EIO);
+  ASSERT(strstr(err, "planted read failure") != NULL);
+  snprintf(path, sizeof path, "%s/.step_00000005.tmp/rank_00001.safetensors", root);
+  ASSERT(access(path, F_OK) != 0);
+  t1.fail_at = -1;
+  ASSERT_EQ_INT(colo_ckpt_write_shard(root, 5, m, NULL, NULL, NULL, &p0, 0, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_ckpt_write_shard(root, 5, m, NULL, NULL, NULL, &p1, 1, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_ckpt_commit(root, &meta, path, sizeof path, err, sizeof err), 0);
+  /* a tensor split at c is in slices; one wholly on one side under its own name */
+  char file[1300];
+  snprintf(file, sizeof file, "%s/rank_00001.safetensors", path);
+  colo_st_file_t f;
+  ASSERT_EQ_INT(colo_st_open(file, &f, err, sizeof err), 0);
+  int slices = 0, wholes = 0;
+  for (cJSON *it = f.hdr->child; it; it = it->next)
+    if (!strncmp(it->string, "optimizer.exp_avg.", 18))
+      strchr(it->string, '@') ? slices++ : wholes++;
+  colo_st_close(&f);
+  ASSERT_EQ_INT(slices, 1);
+  ASSERT(wholes >= 1);
+  colo_adamw_t opt = {0};
+  opt.m = zeros(np);
+  opt.v = zeros(np);
+  colo_ckpt_meta_t got;
+  ASSERT_EQ_INT(colo_ckpt_load(path, &got, m2, NULL, &opt, err, sizeof err), 0);
+  ASSERT(memcmp(colo_gpt_params(m2), colo_gpt_params(m), np * sizeof(float)) == 0);
+  ASSERT(memcmp(opt.m, mo, np * sizeof(float)) == 0);
+  ASSERT(memcmp(opt.v, vo, np * sizeof(float)) == 0);
+  ASSERT_EQ_INT(opt.t, 5);
+  ASSERT_EQ_INT(got.zero, 1);
+  char rm[1400];
+  snprintf(rm, sizeof rm, "rm -rf %s", root);
+  ASSERT_EQ_INT(system(rm), 0);
 }
 
 TEST_MAIN()

@@ -109,7 +109,8 @@ int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_
   z->host_m = host_floats(z, nh);
   z->host_v = host_floats(z, nh);
   z->param_host = host_floats(z, z->param_n[COLO_HOME_HOST]);
-  z->scratch = host_floats(z, 4 * z->max_piece);
+  if (!z->scratch)
+    z->scratch = host_floats(z, 4 * z->max_piece);
   if (!z->host_m || !z->host_v || !z->param_host || !z->scratch) {
     snprintf(err, errlen, "no host memory for the chunks placed off the device");
     return COLO_ENOMEM;

@@ -188,15 +188,6 @@ static void hook_release(void *ctx, size_t t) {
   }
 }
 
-int colo_zero_gather_params(colo_zero_t *z, float *flat) {
-  for (size_t k = 0; k < z->chunks.n; k++) {
-    int rc = gather_chunk(z, k, param_at(z, k), flat);
-    if (rc < 0)
-      return rc;
-  }
-  return 0;
-}
-
 void colo_zero_set_tp(colo_zero_t *z, colo_comm_t *tp) {
   z->tp = tp;
 }
@@ -442,25 +433,42 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
   return 0;
 }
 
-int colo_zero_gather_moments(colo_zero_t *z, const colo_adamw_t *opt, float *full_m,
-                             float *full_v) {
-  for (size_t k = 0; k < z->chunks.n; k++) {
-    size_t lo, hi, piece;
-    float *m, *v;
-    colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-    int rc = moments_at(z, opt, k, hi - lo, &m, &v);
-    if (rc == 0)
-      rc = gather_chunk(z, k, m, full_m);
-    if (rc == 0)
-      rc = gather_chunk(z, k, v, full_v);
-    if (rc < 0)
-      return rc;
+const float *colo_zero_piece_host(colo_zero_t *z, const colo_adamw_t *opt, size_t k, int what,
+                                  size_t *lo, size_t *hi) {
+  size_t piece;
+  colo_chunk_piece(&z->chunks, k, z->rank, lo, hi, &piece);
+  size_t n = *hi - *lo;
+  if (!z->scratch && !(z->scratch = host_floats(z, 4 * z->max_piece))) {
+    snprintf(z->error, sizeof z->error, "no host memory for a piece's copy");
+    return NULL;
   }
-  return 0;
+  float *src, *m, *v;
+  if (what == 0) {
+    src = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + *lo;
+  } else {
+    if (moments_at(z, opt, k, n, &m, &v) < 0)
+      return NULL;
+    src = what == 1 ? m : v;
+  }
+  if (!owned(z, src))
+    return src;
+  float *dst = z->scratch + (size_t)(what + 1) * z->max_piece;
+  xcopy(z, dst, src, n * sizeof(float));
+  return dst;
 }
 
-int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_m,
-                           const float *full_v) {
+void colo_zero_keep(const colo_zero_t *z, size_t off, const float *v, size_t n, float *pieces) {
+  for (size_t k = 0; k < z->chunks.n; k++) {
+    size_t lo, hi, piece;
+    colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+    size_t x = off > lo ? off : lo, y = off + n < hi ? off + n : hi;
+    if (x < y)
+      memcpy(pieces + z->shard_off[k] + (x - lo), v + (x - off), (y - x) * sizeof(float));
+  }
+}
+
+int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *piece_m,
+                           const float *piece_v) {
   for (size_t k = 0; k < z->chunks.n; k++) {
     size_t lo, hi, piece;
     float *m, *v;
@@ -468,8 +476,8 @@ int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_
     moments_at(z, opt, k, 0, &m, &v); /* reads nothing */
     xzero(z, m, piece * sizeof(float));
     xzero(z, v, piece * sizeof(float));
-    xcopy(z, m, full_m + lo, (hi - lo) * sizeof(float));
-    xcopy(z, v, full_v + lo, (hi - lo) * sizeof(float));
+    xcopy(z, m, piece_m + z->shard_off[k], (hi - lo) * sizeof(float));
+    xcopy(z, v, piece_v + z->shard_off[k], (hi - lo) * sizeof(float));
     if (z->optim_home[k] == COLO_HOME_NVME && colo_zero_nvme_moments(z, k, m, v, piece, 1) < 0)
       return COLO_EIO;
   }

@@ -96,9 +96,6 @@ int colo_zero_place_auto(colo_zero_t *z, colo_adamw_t *opt, size_t room, char *e
  * (stage 3 takes its pieces from them and frees the model's full copy). */
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen);
 
-/* Stage 3: all ranks gather the full parameters into `flat` (for a checkpoint). */
-int colo_zero_gather_params(colo_zero_t *z, float *flat);
-
 /* Before each step's first backward: clears the stage 2 gradient pieces. */
 void colo_zero_zero_grads(colo_zero_t *z);
 
@@ -121,11 +118,20 @@ int colo_zero_reduce_grads(colo_zero_t *z, colo_gpt_t *model);
 int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model,
                    float lr, float grad_scale);
 
-/* Full-size moments from the shards (every rank takes part; all end with the full copy), and
- * the reverse: keep this rank's pieces of full moments. */
-int colo_zero_gather_moments(colo_zero_t *z, const colo_adamw_t *opt, float *full_m, float *full_v);
-int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *full_m,
-                           const float *full_v);
+/* Loading a checkpoint into the pieces: colo_zero_keep copies the part of flat range
+ * [off, off + n) (values v) that this rank owns into `pieces`, host memory of shard_n floats laid
+ * out as the rank's pieces; colo_zero_take_moments then puts such pieces of m and v where the
+ * optimizer keeps them (the device, host memory or NVMe). */
+void colo_zero_keep(const colo_zero_t *z, size_t off, const float *v, size_t n, float *pieces);
+int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *piece_m,
+                           const float *piece_v);
+
+/* Chunk k's piece of this rank, its flat range [*lo, *hi), in host memory, for a checkpoint:
+ * its parameters (what 0; below stage 3 the model's own), first (1) or second (2) moments. Where
+ * it lives when that is host memory, else a copy in the host scratch, valid until the next call.
+ * NULL when it failed (colo_zero_error says why). */
+const float *colo_zero_piece_host(colo_zero_t *z, const colo_adamw_t *opt, size_t k, int what,
+                                  size_t *lo, size_t *hi);
 
 /* Why the last call that failed did: the NVMe file's error, or the communicator's. */
 const char *colo_zero_error(const colo_zero_t *z);

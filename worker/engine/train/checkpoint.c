@@ -122,6 +122,10 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     t.pp = (int)v[10];
     t.world = (int)v[11];
     t.loss_scale = (float)ls->valuedouble;
+    cJSON *zs = cJSON_GetObjectItem(mesh, "zero_stage"); /* absent before version 3 */
+    t.zero = cJSON_IsNumber(zs) && zs->valuedouble >= 0 && zs->valuedouble <= 3
+                 ? (int)zs->valuedouble
+                 : 0;
     cJSON *lg = cJSON_GetObjectItem(root, "loss_scale_good_steps"); /* absent in older manifests */
     t.loss_scale_good = cJSON_IsNumber(lg) && lg->valuedouble >= 0 && lg->valuedouble < 1e9
                             ? (int)lg->valuedouble
@@ -228,52 +232,119 @@ int colo_ckpt_begin(const char *root, uint64_t step, char *err, size_t errlen) {
   return 0;
 }
 
-int colo_ckpt_write_tensors(const char *path, colo_gpt_t *model, const float *params,
-                            const float *m, const float *v, char *err, size_t errlen) {
-  size_t nt;
+static const char *const PREFIX[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+
+/* what an entry of the file is: a whole tensor from memory, or part of range r's read of kind j */
+typedef struct {
+  const float *data;
+  size_t r, off;
+  int j;
+} origin_t;
+
+/* The entries of one file: whole tensors of the kinds that have a buffer, then each piece's
+ * parts; with `out` NULL only counts them. */
+static size_t plan_tensors(colo_gpt_t *model, const float *const whole[3],
+                           const colo_ckpt_pieces_t *pc, colo_st_tensor_t *out, origin_t *org,
+                           char (*names)[112]) {
+  size_t nt, k = 0;
   const colo_param_t *table = colo_gpt_params_table(model, &nt);
   int tied, iw = colo_gpt_wte_index(model, &tied);
-  size_t n = (m ? 3 : 1) * nt, k = 0;
-  colo_st_tensor_t *ts = calloc(n, sizeof *ts);
-  char(*names)[96] = calloc(n, sizeof *names);
-  if (!ts || !names) {
-    free(ts);
-    free(names);
-    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  }
-  if (!params)
-    params = colo_gpt_params(model);
-  for (int j = 0; j < (m ? 3 : 1); j++)
-    for (size_t i = 0; i < nt; i++) {
+  for (int j = 0; j < 3; j++)
+    for (size_t i = 0; whole[j] && i < nt; i++) {
       if (tied && (int)i == iw)
         continue; /* the last stage's copy of the embedding: the first stage's is written */
-      static const char *prefix[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
-      const float *base = j == 0 ? params : j == 1 ? m : v;
-      snprintf(names[k], sizeof names[0], "%s%s", prefix[j], table[i].name);
-      ts[k] = (colo_st_tensor_t){names[k],
-                                 base + table[i].offset,
-                                 table[i].ndim,
-                                 {table[i].shape[0], table[i].shape[1]},
-                                 table[i].numel};
+      if (out) {
+        snprintf(names[k], sizeof names[0], "%s%s", PREFIX[j], table[i].name);
+        out[k] = (colo_st_tensor_t){names[k],
+                                    whole[j] + table[i].offset,
+                                    table[i].ndim,
+                                    {table[i].shape[0], table[i].shape[1]},
+                                    table[i].numel};
+        org[k] = (origin_t){whole[j] + table[i].offset, 0, 0, j};
+      }
       k++;
     }
-  int rc = colo_safetensors_write(path, ts, k, err, errlen);
+  for (size_t r = 0; pc && r < pc->n; r++)
+    for (int j = 0; j < 3; j++)
+      for (size_t i = 0; (pc->kinds[r] >> j & 1) && i < nt; i++) {
+        size_t a = table[i].offset, b = a + table[i].numel, lo = pc->lo[r], hi = pc->hi[r];
+        if ((tied && (int)i == iw) || b <= lo || a >= hi)
+          continue;
+        size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+        if (out) {
+          colo_st_tensor_t *e = &out[k];
+          if (x == a && y == b) { /* all of it is in this piece: whole, under its own name */
+            snprintf(names[k], sizeof names[0], "%s%s", PREFIX[j], table[i].name);
+            *e = (colo_st_tensor_t){names[k],
+                                    NULL,
+                                    table[i].ndim,
+                                    {table[i].shape[0], table[i].shape[1]},
+                                    table[i].numel};
+          } else {
+            snprintf(names[k], sizeof names[0], "%s%s@%zu", PREFIX[j], table[i].name, x - a);
+            *e = (colo_st_tensor_t){names[k], NULL, 1, {(int)(y - x), 0}, y - x};
+          }
+          org[k] = (origin_t){NULL, r, x - lo, j};
+        }
+        k++;
+      }
+  return k;
+}
+
+int colo_ckpt_write_tensors(const char *path, colo_gpt_t *model, const float *params,
+                            const float *m, const float *v, const colo_ckpt_pieces_t *pieces,
+                            char *err, size_t errlen) {
+  const float *whole[3] = {params, m, v};
+  size_t n = plan_tensors(model, whole, pieces, NULL, NULL, NULL);
+  colo_st_tensor_t *ts = calloc(n ? n : 1, sizeof *ts);
+  origin_t *org = calloc(n ? n : 1, sizeof *org);
+  char(*names)[112] = calloc(n ? n : 1, sizeof *names);
+  colo_st_writer_t w;
+  int rc = ts && org && names ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  if (rc == 0) {
+    plan_tensors(model, whole, pieces, ts, org, names);
+    rc = colo_st_begin(&w, path, ts, n, err, errlen);
+  }
+  const float *got = NULL;
+  size_t got_r = (size_t)-1;
+  int got_j = -1;
+  for (size_t k = 0; rc == 0 && k < n; k++) {
+    const float *src = org[k].data;
+    if (!src) { /* a piece's part: its range read once, for all the tensors it holds */
+      if (org[k].r != got_r || org[k].j != got_j) {
+        got_r = org[k].r;
+        got_j = org[k].j;
+        if (!(got = pieces->read(pieces->ctx, got_r, got_j, err, errlen)))
+          rc = COLO_EIO;
+      }
+      src = got ? got + org[k].off : NULL;
+    }
+    if (rc == 0)
+      rc = colo_st_put(&w, src, ts[k].numel, err, errlen);
+  }
+  if (rc == 0)
+    rc = colo_st_finish(&w, err, errlen);
+  else if (ts && org && names)
+    colo_st_abort(&w);
   free(ts);
+  free(org);
   free(names);
   return rc;
 }
 
 int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, const float *params,
-                          const float *m, const float *v, int rank, char *err, size_t errlen) {
+                          const float *m, const float *v, const colo_ckpt_pieces_t *pieces,
+                          int rank, char *err, size_t errlen) {
   char tmp[1200], file[1300];
   tmp_dir(root, step, tmp, sizeof tmp);
   snprintf(file, sizeof file, "%s/rank_%05d.safetensors", tmp, rank);
-  return colo_ckpt_write_tensors(file, model, params, m, v, err, errlen);
+  return colo_ckpt_write_tensors(file, model, params, m, v, pieces, err, errlen);
 }
 
-/* the world rank that writes the shard of pipeline stage s, tensor-parallel rank t */
-static int shard_writer(const colo_ckpt_meta_t *meta, int s, int t) {
-  return (s * meta->dp) * meta->tp + t;
+/* the world rank that writes the file of pipeline stage s, tensor-parallel rank t and
+ * data-parallel rank d (under ZeRO every d writes one; else d = 0 only) */
+static int shard_writer(const colo_ckpt_meta_t *meta, int s, int t, int d) {
+  return (s * meta->dp + d) * meta->tp + t;
 }
 
 int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_out,
@@ -283,7 +354,7 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   tmp_dir(root, meta->step, tmp, sizeof tmp);
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "format", FORMAT);
-  cJSON_AddNumberToObject(m, "version", 2);
+  cJSON_AddNumberToObject(m, "version", 3);
   cJSON_AddNumberToObject(m, "step", (double)meta->step);
   cJSON *mo = cJSON_AddObjectToObject(m, "model");
   cJSON_AddStringToObject(mo, "architecture", "gpt2");
@@ -297,6 +368,7 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   cJSON_AddNumberToObject(mesh, "tp", meta->tp);
   cJSON_AddNumberToObject(mesh, "pp", meta->pp);
   cJSON_AddNumberToObject(mesh, "world", meta->world);
+  cJSON_AddNumberToObject(mesh, "zero_stage", meta->zero);
   /* sampling is a function of (seed, step): the data position is the step */
   cJSON *data = cJSON_AddObjectToObject(m, "data");
   cJSON_AddNumberToObject(data, "seed", (double)meta->seed);
@@ -310,24 +382,27 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   cJSON_AddNumberToObject(m, "loss_scale_good_steps", meta->loss_scale_good);
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;
+  int writers = meta->zero > 0 ? meta->dp : 1;
   for (int st = 0; st < meta->pp && rc == 0; st++)
-    for (int t = 0; t < meta->tp && rc == 0; t++) {
-      char fname[64], hex[65];
-      uint64_t bytes = 0;
-      snprintf(fname, sizeof fname, "rank_%05d.safetensors", shard_writer(meta, st, t));
-      snprintf(file, sizeof file, "%s/%s", tmp, fname);
-      if (colo_sha256_file(file, hex, &bytes) < 0 || fsync_path(file, 0) != 0) {
-        rc = colo_fail(err, errlen, COLO_EIO, "%s: missing or unreadable", file);
-        break;
+    for (int t = 0; t < meta->tp && rc == 0; t++)
+      for (int d = 0; d < writers && rc == 0; d++) {
+        char fname[64], hex[65];
+        uint64_t bytes = 0;
+        snprintf(fname, sizeof fname, "rank_%05d.safetensors", shard_writer(meta, st, t, d));
+        snprintf(file, sizeof file, "%s/%s", tmp, fname);
+        if (colo_sha256_file(file, hex, &bytes) < 0 || fsync_path(file, 0) != 0) {
+          rc = colo_fail(err, errlen, COLO_EIO, "%s: missing or unreadable", file);
+          break;
+        }
+        cJSON *fe = cJSON_CreateObject();
+        cJSON_AddStringToObject(fe, "name", fname);
+        cJSON_AddNumberToObject(fe, "bytes", (double)bytes);
+        cJSON_AddStringToObject(fe, "sha256", hex);
+        cJSON_AddNumberToObject(fe, "pp", st);
+        cJSON_AddNumberToObject(fe, "tp", t);
+        cJSON_AddNumberToObject(fe, "dp", d);
+        cJSON_AddItemToArray(files, fe);
       }
-      cJSON *fe = cJSON_CreateObject();
-      cJSON_AddStringToObject(fe, "name", fname);
-      cJSON_AddNumberToObject(fe, "bytes", (double)bytes);
-      cJSON_AddStringToObject(fe, "sha256", hex);
-      cJSON_AddNumberToObject(fe, "pp", st);
-      cJSON_AddNumberToObject(fe, "tp", t);
-      cJSON_AddItemToArray(files, fe);
-    }
   char *txt = rc == 0 ? cJSON_Print(m) : NULL;
   cJSON_Delete(m);
   if (rc == 0) {
@@ -367,45 +442,158 @@ void colo_ckpt_abandon(const char *root, uint64_t step) {
 
 /* ---- load: any layout's shards into any other's ---- */
 
-/* Where a model's tensors come from: the shard files of a pipeline of `pp` stages of `tp`
- * tensor-parallel ranks each (pp = tp = 1: one file of whole tensors), opened when first
- * needed. Names in the files are the model's, or without "transformer." (strip). */
+/* Where a model's tensors come from: the files of a pipeline of `pp` stages of `tp`
+ * tensor-parallel ranks each (pp = tp = 1: one file of whole tensors), each file at its place
+ * (stage, tensor-parallel rank), opened when first needed. A place has one file, or under ZeRO
+ * one per data-parallel rank, whose tensors are whole or slices (colo_ckpt_write_tensors).
+ * Names in the files are the model's, or without "transformer." (strip). */
+typedef struct {
+  int st, t, d; /* its place, and its data-parallel rank there */
+  char path[1400];
+  /* a checkpoint's: each file is checked against its manifest entry when first opened, so a
+   * rank reads (and hashes) only the shards it needs */
+  char sha[65];
+  double bytes;
+  int open;
+  colo_st_file_t f;
+} source_file_t;
+
 typedef struct {
   int pp, tp, n_layer;
   int strip, any_float;
-  char (*paths)[1400]; /* [pp·tp], by stage then tensor-parallel rank */
-  colo_st_file_t *files;
-  int *open;
-  /* a checkpoint's: each file is checked against its manifest entry when first opened, so a
-   * rank reads (and hashes) only the shards it needs */
-  const char *dir;
-  char (*sha)[65];
-  double *bytes;
+  const char *dir; /* a checkpoint's directory; NULL: files without a manifest */
+  source_file_t *file;
+  size_t n;
 } source_t;
 
 static void source_close(source_t *s) {
-  for (int i = 0; s->open && i < s->pp * s->tp; i++)
-    if (s->open[i])
-      colo_st_close(&s->files[i]);
-  free(s->paths);
-  free(s->files);
-  free(s->open);
-  free(s->sha);
-  free(s->bytes);
+  for (size_t i = 0; i < s->n; i++)
+    if (s->file[i].open)
+      colo_st_close(&s->file[i].f);
+  free(s->file);
   memset(s, 0, sizeof *s);
 }
 
-static int source_init(source_t *s, int pp, int tp, int n_layer) {
+static int source_init(source_t *s, int pp, int tp, int n_layer, size_t nfiles) {
   memset(s, 0, sizeof *s);
   s->pp = pp;
   s->tp = tp;
   s->n_layer = n_layer;
-  s->paths = calloc((size_t)pp * tp, sizeof *s->paths);
-  s->files = calloc((size_t)pp * tp, sizeof *s->files);
-  s->open = calloc((size_t)pp * tp, sizeof *s->open);
-  s->sha = calloc((size_t)pp * tp, sizeof *s->sha);
-  s->bytes = calloc((size_t)pp * tp, sizeof *s->bytes);
-  return s->paths && s->files && s->open && s->sha && s->bytes ? 0 : COLO_ENOMEM;
+  s->file = calloc(nfiles ? nfiles : 1, sizeof *s->file);
+  return s->file ? 0 : COLO_ENOMEM;
+}
+
+/* Opens (and for a checkpoint verifies) the files of place (st, t); how many there are. */
+static int source_open_place(source_t *s, int st, int t, char *err, size_t errlen) {
+  int found = 0;
+  for (size_t i = 0; i < s->n; i++) {
+    source_file_t *x = &s->file[i];
+    if (x->st != st || x->t != t)
+      continue;
+    found++;
+    if (x->open)
+      continue;
+    int rc = 0;
+    if (s->dir) {
+      const char *slash = strrchr(x->path, '/');
+      rc = verify_file(s->dir, slash ? slash + 1 : x->path, x->bytes, x->sha, err, errlen);
+    }
+    if (rc == 0)
+      rc = colo_st_open(x->path, &x->f, err, errlen);
+    if (rc < 0)
+      return rc;
+    x->open = 1;
+  }
+  return found;
+}
+
+typedef struct {
+  const colo_st_file_t *f;
+  const char *key;
+  size_t start, n;
+} slice_t;
+
+static int slice_cmp(const void *a, const void *b) {
+  const slice_t *x = a, *y = b;
+  return x->start < y->start ? -1 : x->start > y->start;
+}
+
+/* Tensor `name` of place (st, t), shaped as p, into dst: whole from one of its files, or put
+ * together from the slices `name@<start>` its files hold, which must tile it exactly. */
+static int source_tensor(source_t *s, int st, int t, const char *name, const colo_param_t *p,
+                         float *dst, char *err, size_t errlen) {
+  int rc = source_open_place(s, st, t, err, errlen);
+  if (rc < 0)
+    return rc;
+  const source_file_t *first = NULL;
+  for (size_t i = 0; i < s->n; i++) {
+    const source_file_t *x = &s->file[i];
+    if (x->st != st || x->t != t)
+      continue;
+    first = first ? first : x;
+    const char *dt, *data;
+    int nd;
+    long shape[2];
+    size_t bytes;
+    if (colo_st_entry(&x->f, name, &dt, &nd, shape, &data, &bytes) == 0)
+      return colo_st_get(&x->f, name, p->ndim, p->shape, dst, s->any_float, err, errlen);
+  }
+  if (!first)
+    return colo_fail(err, errlen, COLO_EPARSE, "no file holds stage %d, tensor-parallel rank %d",
+                     st, t);
+  size_t len = strlen(name), n = 0, cap = 0;
+  slice_t *sl = NULL;
+  for (size_t i = 0; i < s->n; i++) {
+    const source_file_t *x = &s->file[i];
+    if (x->st != st || x->t != t)
+      continue;
+    for (cJSON *it = x->f.hdr->child; it; it = it->next) {
+      const char *k = it->string, *dt, *data;
+      if (strncmp(k, name, len) != 0 || k[len] != '@' || k[len + 1] < '0' || k[len + 1] > '9')
+        continue;
+      char *end;
+      unsigned long long start = strtoull(k + len + 1, &end, 10);
+      int nd;
+      long shape[2];
+      size_t bytes;
+      if (*end || colo_st_entry(&x->f, k, &dt, &nd, shape, &data, &bytes) < 0 || nd != 1) {
+        free(sl);
+        return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s has a malformed entry", x->f.path,
+                         k);
+      }
+      if (n == cap) {
+        slice_t *g = realloc(sl, (cap = cap ? 2 * cap : 8) * sizeof *sl);
+        if (!g) {
+          free(sl);
+          return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+        }
+        sl = g;
+      }
+      sl[n++] = (slice_t){&x->f, k, (size_t)start, (size_t)shape[0]};
+    }
+  }
+  if (!n) /* neither whole nor in slices: the file's own message */
+    return colo_st_get(&first->f, name, p->ndim, p->shape, dst, s->any_float, err, errlen);
+  qsort(sl, n, sizeof *sl, slice_cmp);
+  size_t at = 0;
+  for (size_t i = 0; i < n && rc >= 0; i++) {
+    if (sl[i].start != at || sl[i].n > p->numel - at) {
+      rc = colo_fail(err, errlen, COLO_EPARSE,
+                     "%s: the slices of tensor %s overlap, leave a gap or run past its %zu "
+                     "elements",
+                     sl[i].f->path, name, p->numel);
+      break;
+    }
+    int shape[2] = {(int)sl[i].n, 0};
+    rc = colo_st_get(sl[i].f, sl[i].key, 1, shape, dst + at, s->any_float, err, errlen);
+    at += sl[i].n;
+  }
+  if (rc >= 0 && at != p->numel)
+    rc = colo_fail(err, errlen, COLO_EPARSE,
+                   "%s: the slices of tensor %s hold %zu of its %zu elements", first->f.path, name,
+                   at, p->numel);
+  free(sl);
+  return rc < 0 ? rc : 0;
 }
 
 /* the stage of the source's pipeline that holds full tensor `name` */
@@ -429,24 +617,10 @@ static int assemble(source_t *s, const colo_param_t *f, const char *prefix, floa
   const char *n = s->strip && !strncmp(f->name, "transformer.", 12) ? f->name + 12 : f->name;
   snprintf(name, sizeof name, "%s%s", prefix, n);
   for (int t = 0; t < s->tp; t++) {
-    int i = st * s->tp + t;
-    if (!s->open[i]) {
-      int rc = 0;
-      if (s->dir) {
-        const char *slash = strrchr(s->paths[i], '/');
-        rc = verify_file(s->dir, slash ? slash + 1 : s->paths[i], s->bytes[i], s->sha[i], err,
-                         errlen);
-      }
-      if (rc == 0)
-        rc = colo_st_open(s->paths[i], &s->files[i], err, errlen);
-      if (rc < 0)
-        return rc;
-      s->open[i] = 1;
-    }
     colo_param_t p;
     colo_param_shard(f, s->tp, &p);
     float *dst = s->tp == 1 ? full : piece;
-    int rc = colo_st_get(&s->files[i], name, p.ndim, p.shape, dst, s->any_float, err, errlen);
+    int rc = source_tensor(s, st, t, name, &p, dst, err, errlen);
     if (rc < 0)
       return rc;
     for (size_t li = 0; s->tp > 1 && li < p.numel; li++)
@@ -455,46 +629,61 @@ static int assemble(source_t *s, const colo_param_t *f, const char *prefix, floa
   return 0;
 }
 
-/* This rank's tensors (its stage's, its tensor-parallel shard) of the parameters, and with m and
- * v of the moments, into the model's local layout, from the source; a failure leaves them as
- * they were. */
-static int source_load(source_t *s, colo_gpt_t *model, float *params, float *m, float *v, char *err,
+/* This rank's tensors (its stage's, its tensor-parallel shard) of the kinds the sink takes, one
+ * tensor at a time in the model's local layout, from the source. */
+static int source_load(source_t *s, colo_gpt_t *model, const colo_ckpt_sink_t *sink, char *err,
                        size_t errlen) {
-  size_t nt, nf, biggest = 0, np = colo_gpt_num_params(model);
+  size_t nt, nf, biggest = 0;
   const colo_param_t *table = colo_gpt_params_table(model, &nt);
   const colo_param_t *full = colo_gpt_full_table(model, &nf);
   for (size_t i = 0; i < nf; i++)
     biggest = full[i].numel > biggest ? full[i].numel : biggest;
-  int k = m ? 3 : 1, tp = colo_gpt_tp_size(model), me = colo_gpt_tp_rank(model);
+  int tp = colo_gpt_tp_size(model), me = colo_gpt_tp_rank(model);
   float *whole = malloc(biggest * sizeof(float)), *piece = malloc(biggest * sizeof(float));
-  float *out = malloc(np * (size_t)k * sizeof(float)); /* all or nothing */
-  int rc = whole && piece && out ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory loading");
+  float *cut = malloc(biggest * sizeof(float));
+  int rc = whole && piece && cut ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory loading");
   for (size_t i = 0; rc == 0 && i < nt; i++) {
     const colo_param_t *q = &table[i], *f = NULL;
     for (size_t j = 0; j < nf && !f; j++)
       f = full[j].full_offset == q->full_offset ? &full[j] : NULL;
-    static const char *prefix[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
-    for (int j = 0; rc == 0 && j < k; j++) {
-      rc = assemble(s, f, prefix[j], whole, piece, err, errlen);
+    for (int j = 0; rc == 0 && j < 3; j++) {
+      if (!(sink->kinds >> j & 1))
+        continue;
+      rc = assemble(s, f, PREFIX[j], whole, piece, err, errlen);
       for (size_t li = 0; rc == 0 && li < q->numel; li++)
-        out[(size_t)j * np + q->offset + li] = whole[colo_param_full_index(q, me, tp, li)];
-    }
-  }
-  if (rc == 0) {
-    memcpy(params ? params : colo_gpt_params(model), out, np * sizeof(float));
-    if (m) {
-      memcpy(m, out + np, np * sizeof(float));
-      memcpy(v, out + 2 * np, np * sizeof(float));
+        cut[li] = whole[colo_param_full_index(q, me, tp, li)];
+      if (rc == 0)
+        sink->put(sink->ctx, j, q->offset, cut, q->numel);
     }
   }
   free(whole);
   free(piece);
-  free(out);
+  free(cut);
   return rc;
+}
+
+/* the plain sink: host buffers of the model's layout */
+typedef struct {
+  float *dst[3];
+} host_sink_t;
+
+static void host_put(void *ctx, int what, size_t off, const float *v, size_t n) {
+  memcpy(((host_sink_t *)ctx)->dst[what] + off, v, n * sizeof(float));
 }
 
 int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
                    colo_adamw_t *opt, char *err, size_t errlen) {
+  host_sink_t h = {
+      {params ? params : colo_gpt_params(model), opt ? opt->m : NULL, opt ? opt->v : NULL}};
+  colo_ckpt_sink_t sink = {opt ? 7 : 1, host_put, &h};
+  int rc = colo_ckpt_load_to(dir, meta, model, &sink, err, errlen);
+  if (rc == 0 && opt)
+    opt->t = meta->adam_t;
+  return rc;
+}
+
+int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model,
+                      const colo_ckpt_sink_t *sink, char *err, size_t errlen) {
   cJSON *files, *root;
   colo_ckpt_meta_t t;
   int rc = parse_manifest(dir, &t, &files, &root, err, errlen);
@@ -515,45 +704,57 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
                    dir, t.model.n_layer, t.model.n_head, t.model.n_embd, t.model.block_size,
                    t.model.vocab_size);
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
-   * and tensor-parallel rank, each file naming its place */
+   * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
+   * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the
+   * parameters) */
   cJSON *ver = cJSON_GetObjectItem(root, "version");
   int v2 = cJSON_IsNumber(ver) && ver->valuedouble >= 2;
   source_t s = {0};
-  if (rc == 0 && source_init(&s, v2 ? t.pp : 1, v2 ? t.tp : 1, t.model.n_layer) < 0)
+  if (rc == 0 && source_init(&s, v2 ? t.pp : 1, v2 ? t.tp : 1, t.model.n_layer,
+                             (size_t)cJSON_GetArraySize(files)) < 0)
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   s.dir = dir;
-  int found = 0;
   cJSON_ArrayForEach(it, files) {
     if (rc < 0)
       break;
     cJSON *name = cJSON_GetObjectItem(it, "name"), *pp = cJSON_GetObjectItem(it, "pp"),
-          *tp = cJSON_GetObjectItem(it, "tp");
+          *tp = cJSON_GetObjectItem(it, "tp"), *dpi = cJSON_GetObjectItem(it, "dp");
     int st = v2 && cJSON_IsNumber(pp) ? (int)pp->valuedouble : 0;
     int tr = v2 && cJSON_IsNumber(tp) ? (int)tp->valuedouble : 0;
+    int d = cJSON_IsNumber(dpi) ? (int)dpi->valuedouble : 0;
+    int dup = 0;
+    for (size_t i = 0; i < s.n; i++)
+      dup |= s.file[i].st == st && s.file[i].t == tr && s.file[i].d == d;
     if ((v2 && (!cJSON_IsNumber(pp) || !cJSON_IsNumber(tp))) || st < 0 || st >= s.pp || tr < 0 ||
-        tr >= s.tp || s.paths[st * s.tp + tr][0]) {
+        tr >= s.tp || d < 0 || d >= (t.dp > 0 ? t.dp : 1) || dup) {
       rc = colo_fail(err, errlen, COLO_EPARSE, "checkpoint %s: a file's place in the mesh is wrong",
                      dir);
       break;
     }
-    snprintf(s.paths[st * s.tp + tr], sizeof s.paths[0], "%s/%s", dir, name->valuestring);
-    snprintf(s.sha[st * s.tp + tr], sizeof s.sha[0], "%s",
-             cJSON_GetObjectItem(it, "sha256")->valuestring);
-    s.bytes[st * s.tp + tr] = cJSON_GetObjectItem(it, "bytes")->valuedouble;
-    found++;
+    source_file_t *x = &s.file[s.n++];
+    x->st = st;
+    x->t = tr;
+    x->d = d;
+    snprintf(x->path, sizeof x->path, "%s/%s", dir, name->valuestring);
+    snprintf(x->sha, sizeof x->sha, "%s", cJSON_GetObjectItem(it, "sha256")->valuestring);
+    x->bytes = cJSON_GetObjectItem(it, "bytes")->valuedouble;
   }
-  if (rc == 0 && found != s.pp * s.tp)
-    rc = colo_fail(err, errlen, COLO_EPARSE, "checkpoint %s: %d of its %d shard files are listed",
-                   dir, found, s.pp * s.tp);
+  for (int st = 0; rc == 0 && st < s.pp; st++)
+    for (int tr = 0; rc == 0 && tr < s.tp; tr++) {
+      int have = 0;
+      for (size_t i = 0; i < s.n; i++)
+        have |= s.file[i].st == st && s.file[i].t == tr;
+      if (!have)
+        rc = colo_fail(err, errlen, COLO_EPARSE,
+                       "checkpoint %s: no file of stage %d, tensor-parallel rank %d is listed", dir,
+                       st, tr);
+    }
   cJSON_Delete(root);
   if (rc == 0)
-    rc = source_load(&s, model, params, opt ? opt->m : NULL, opt ? opt->v : NULL, err, errlen);
+    rc = source_load(&s, model, sink, err, errlen);
   source_close(&s);
-  if (rc == 0) {
-    if (opt)
-      opt->t = t.adam_t;
+  if (rc == 0)
     *meta = t;
-  }
   return rc;
 }
 
@@ -654,19 +855,23 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
     return colo_ckpt_load(path, &meta, model, params, NULL, err, errlen);
   }
   source_t s;
-  if (source_init(&s, 1, 1, colo_gpt_config(model)->n_layer) < 0)
+  if (source_init(&s, 1, 1, colo_gpt_config(model)->n_layer, 1) < 0)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  int rc = colo_st_open(path, &s.files[0], err, errlen);
+  source_file_t *x = &s.file[0];
+  s.n = 1;
+  snprintf(x->path, sizeof x->path, "%s", path);
+  int rc = colo_st_open(path, &x->f, err, errlen);
   if (rc == 0) {
-    s.open[0] = 1;
-    snprintf(s.paths[0], sizeof s.paths[0], "%s", path);
-    s.strip = !cJSON_GetObjectItemCaseSensitive(s.files[0].hdr, "transformer.wte.weight");
+    x->open = 1;
+    s.strip = !cJSON_GetObjectItemCaseSensitive(x->f.hdr, "transformer.wte.weight");
     s.any_float = 1;
-    rc = gpt2_check_shape(&s.files[0], s.strip ? "" : "transformer.", colo_gpt_config(model), err,
-                          errlen);
+    rc =
+        gpt2_check_shape(&x->f, s.strip ? "" : "transformer.", colo_gpt_config(model), err, errlen);
   }
+  host_sink_t h = {{params ? params : colo_gpt_params(model), NULL, NULL}};
+  colo_ckpt_sink_t sink = {1, host_put, &h};
   if (rc == 0)
-    rc = source_load(&s, model, params, NULL, NULL, err, errlen);
+    rc = source_load(&s, model, &sink, err, errlen);
   source_close(&s);
   return rc;
 }

@@ -1,8 +1,8 @@
 /* Checkpoints: a directory step_NNNNNNNN/ with a safetensors file per shard writer
  * (rank_RRRRR.safetensors: its parameters under HuggingFace GPT-2 names, and the AdamW moments
- * as optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>) and manifest.json (step, model,
- * mesh, data position, RNG, optimizer step, loss scale, size, sha256 and mesh place of every
- * file).
+ * as optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>; under ZeRO, slices of them as
+ * <name>@<first element>) and manifest.json (step, model, mesh, data position, RNG, optimizer
+ * step, loss scale, size, sha256 and mesh place of every file).
  *
  * The manifest is written last; the directory is built under a temporary name, every file and
  * the directory are fsync'd, then it is renamed into place. A directory without a valid manifest
@@ -27,25 +27,46 @@ typedef struct {
   int loss_scale_good; /* clean steps since the scale last changed */
   colo_gpt_config_t model;
   int dp, tp, pp, world;
+  int zero; /* the ZeRO stage it was saved under: > 0, a file per data-parallel rank */
 } colo_ckpt_meta_t;
+
+/* Ranges of the model's flat layout that a file holds, for colo_ckpt_write_tensors (a ZeRO
+ * rank's pieces, or whole chunks): n ranges [lo[r], hi[r]), the kinds of each (bit j: kind j,
+ * 0 the parameters, 1 the first moments, 2 the second), and read(ctx, r, j) giving host floats
+ * of range r's kind j, valid until the next call; NULL when it failed, with the reason in err.
+ * No two ranges hold the same kind of an element. */
+typedef struct {
+  size_t n;
+  const size_t *lo, *hi;
+  const unsigned char *kinds;
+  const float *(*read)(void *ctx, size_t r, int what, char *err, size_t errlen);
+  void *ctx;
+} colo_ckpt_pieces_t;
 
 /* Saving is done by the ranks together, in three calls with a barrier of the world between each
  * (train.c): rank 0 begins (a fresh root/.step_NNNNNNNN.tmp), every shard writer writes its
- * shard into it, rank 0 commits (the manifest with every shard's size and sha256, written last,
- * fsync'd, the directory renamed to step_NNNNNNNN). A shard writer is the first data-parallel
- * rank of each pipeline stage and tensor-parallel rank: world rank (stage·dp)·tp + t, whose file
- * is rank_<world rank>.safetensors; at pp = tp = 1 that is one file of whole tensors, which
- * HuggingFace's GPT-2 reads as it is. */
+ * file into it, rank 0 commits (the manifest with every file's size, sha256 and place, written
+ * last, fsync'd, the directory renamed to step_NNNNNNNN). The shard writers of pipeline stage s
+ * and tensor-parallel rank t are its data-parallel ranks d: world rank (s·dp + d)·tp + t, whose
+ * file is rank_<world rank>.safetensors. Without ZeRO, d = 0 alone writes its parameters and
+ * moments whole. Under ZeRO every d writes the slices of its own pieces, nothing gathered: d = 0
+ * also the whole parameters at stages 1 and 2, every d its pieces of them at stage 3. At
+ * pp = tp = dp = 1 that is one file of whole tensors, which HuggingFace's GPT-2 reads as it is. */
 int colo_ckpt_begin(const char *root, uint64_t step, char *err, size_t errlen);
-/* This rank's tensors as its model holds them (its stage's, its tensor-parallel shapes; the last
- * stage's copy of the tied embedding left out), params NULL: the model's own; with the AdamW
- * moments m and v of the same layout (NULL: none). */
+/* A shard writer's file, colo_ckpt_write_tensors's in the checkpoint being made. */
 int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, const float *params,
-                          const float *m, const float *v, int rank, char *err, size_t errlen);
-/* The same tensors as one safetensors file at path (export: a model of one rank holds them all,
- * whole). */
+                          const float *m, const float *v, const colo_ckpt_pieces_t *pieces,
+                          int rank, char *err, size_t errlen);
+/* One safetensors file at path of this rank's tensors as its model holds them (its stage's, its
+ * tensor-parallel shapes; the last stage's copy of the tied embedding left out): the whole
+ * parameters from params, moments from m and v (each NULL: not written), then the parts of
+ * `pieces` (NULL: none), each tensor's part under `<name>@<first element>` as a 1-D slice, or
+ * under its own name when the piece holds all of it. The loader puts slices back together from
+ * the files of a place. Written piece by piece, so a GPU's pieces pass through host memory a
+ * chunk at a time. */
 int colo_ckpt_write_tensors(const char *path, colo_gpt_t *model, const float *params,
-                            const float *m, const float *v, char *err, size_t errlen);
+                            const float *m, const float *v, const colo_ckpt_pieces_t *pieces,
+                            char *err, size_t errlen);
 /* path_out gets the checkpoint's directory. A missing shard fails it, and removes the
  * temporary directory. */
 int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_out,
@@ -61,9 +82,23 @@ int colo_ckpt_read_meta(const char *dir, colo_ckpt_meta_t *meta, char *err, size
  * is not NULL, its moments into opt's m and v of the same layout, and AdamW's step: from shards
  * of any other mesh, each tensor reassembled from its shards and cut to this rank's. Each file it
  * reads is checked against its size and sha256 in the manifest first (a rank reads only its
- * stage's shards). The model's shape must match the manifest. */
+ * stage's shards). The model's shape must match the manifest. A failure may leave the buffers
+ * partly loaded. */
 int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
                    colo_adamw_t *opt, char *err, size_t errlen);
+
+/* Where colo_ckpt_load_to puts what it loads: put(ctx, what, off, v, n) takes the n floats of
+ * one tensor of kind `what` (0 the parameters, 1 the first moments, 2 the second) at offset off
+ * of the model's flat layout, for each kind whose bit is set in `kinds`. So that a rank that
+ * keeps a part of them (ZeRO's pieces, a GPU's memory) never holds them whole. */
+typedef struct {
+  int kinds;
+  void (*put)(void *ctx, int what, size_t off, const float *v, size_t n);
+  void *ctx;
+} colo_ckpt_sink_t;
+/* colo_ckpt_load's work, into a sink (meta->adam_t is AdamW's step). */
+int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model,
+                      const colo_ckpt_sink_t *sink, char *err, size_t errlen);
 
 /* Initial weights for a fresh run (train.init_from), into params as colo_ckpt_load does:
  *   - a checkpoint directory: its parameters, verified (not its moments, step or data position);

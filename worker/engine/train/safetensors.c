@@ -17,8 +17,10 @@
 
 #define MAX_HEADER (64u << 20)
 
-int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n, char *err,
-                           size_t errlen) {
+int colo_st_begin(colo_st_writer_t *w, const char *path, const colo_st_tensor_t *t, size_t n,
+                  char *err, size_t errlen) {
+  memset(w, 0, sizeof *w);
+  snprintf(w->path, sizeof w->path, "%s", path);
   cJSON *hdr = cJSON_CreateObject();
   cJSON *meta = cJSON_AddObjectToObject(hdr, "__metadata__");
   cJSON_AddStringToObject(meta, "format", "pt");
@@ -34,28 +36,79 @@ int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n
     off += t[i].numel * sizeof(float);
     cJSON_AddItemToArray(offs, cJSON_CreateNumber((double)off));
   }
+  w->left = off / sizeof(float);
   char *json = cJSON_PrintUnformatted(hdr);
   cJSON_Delete(hdr);
+  if (!json)
+    return colo_fail(err, errlen, COLO_ENOMEM, "%s: out of memory for the header", path);
   size_t jl = strlen(json), padded = (jl + 7) / 8 * 8; /* data starts 8-byte aligned */
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) {
-    cJSON_free(json);
-    return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
-  }
-  FILE *f = fdopen(fd, "wb");
-  uint64_t hl = padded; /* little-endian on every machine colo runs on */
-  int ok = f && fwrite(&hl, 8, 1, f) == 1 && fwrite(json, 1, jl, f) == jl;
-  for (size_t i = jl; ok && i < padded; i++)
-    ok = fputc(' ', f) != EOF;
-  for (size_t i = 0; ok && i < n; i++)
-    ok = fwrite(t[i].data, sizeof(float), t[i].numel, f) == t[i].numel;
-  ok = ok && fflush(f) == 0 && fsync(fd) == 0;
-  cJSON_free(json);
-  if (f)
-    fclose(f);
-  else
+  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0 && !(w->f = fdopen(fd, "wb")))
     close(fd);
-  return ok ? 0 : colo_fail(err, errlen, COLO_EIO, "%s: write failed: %s", path, strerror(errno));
+  uint64_t hl = padded; /* little-endian on every machine colo runs on */
+  int ok = w->f && fwrite(&hl, 8, 1, w->f) == 1 && fwrite(json, 1, jl, w->f) == jl;
+  for (size_t i = jl; ok && i < padded; i++)
+    ok = fputc(' ', w->f) != EOF;
+  cJSON_free(json);
+  if (!ok) {
+    int e = errno;
+    colo_st_abort(w);
+    return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(e));
+  }
+  return 0;
+}
+
+int colo_st_put(colo_st_writer_t *w, const float *data, size_t numel, char *err, size_t errlen) {
+  int rc = 0;
+  if (!w->f)
+    rc = colo_fail(err, errlen, COLO_EINVAL, "%s: not being written", w->path);
+  else if (numel > w->left)
+    rc = colo_fail(err, errlen, COLO_EINVAL, "%s: %zu floats more than its header lists", w->path,
+                   numel - w->left);
+  else if (fwrite(data, sizeof(float), numel, w->f) != numel)
+    rc = colo_fail(err, errlen, COLO_EIO, "%s: write failed: %s", w->path, strerror(errno));
+  if (rc < 0) {
+    colo_st_abort(w);
+    return rc;
+  }
+  w->left -= numel;
+  return 0;
+}
+
+int colo_st_finish(colo_st_writer_t *w, char *err, size_t errlen) {
+  int rc = 0;
+  if (!w->f)
+    return colo_fail(err, errlen, COLO_EINVAL, "%s: not being written", w->path);
+  if (w->left)
+    rc = colo_fail(err, errlen, COLO_EINVAL, "%s: %zu floats of its header never written", w->path,
+                   w->left);
+  else if (fflush(w->f) != 0 || fsync(fileno(w->f)) != 0)
+    rc = colo_fail(err, errlen, COLO_EIO, "%s: write failed: %s", w->path, strerror(errno));
+  if (rc < 0) {
+    colo_st_abort(w);
+    return rc;
+  }
+  if (fclose(w->f) != 0)
+    rc = colo_fail(err, errlen, COLO_EIO, "%s: write failed: %s", w->path, strerror(errno));
+  w->f = NULL;
+  return rc;
+}
+
+void colo_st_abort(colo_st_writer_t *w) {
+  if (w->f) {
+    fclose(w->f);
+    unlink(w->path);
+  }
+  w->f = NULL;
+}
+
+int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n, char *err,
+                           size_t errlen) {
+  colo_st_writer_t w;
+  int rc = colo_st_begin(&w, path, t, n, err, errlen);
+  for (size_t i = 0; rc == 0 && i < n; i++)
+    rc = colo_st_put(&w, t[i].data, t[i].numel, err, errlen);
+  return rc == 0 ? colo_st_finish(&w, err, errlen) : rc;
 }
 
 int colo_st_open(const char *path, colo_st_file_t *out, char *err, size_t errlen) {

@@ -5,6 +5,7 @@
 #define COLO_SAFETENSORS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #include <cjson/cJSON.h>
 
@@ -20,6 +21,22 @@ typedef struct {
 /* Writes tensors as a safetensors file (F32, data 8-byte aligned) and fsyncs it. */
 int colo_safetensors_write(const char *path, const colo_st_tensor_t *t, size_t n, char *err,
                            size_t errlen);
+
+/* A file written tensor by tensor, so that its data can come in pieces from anywhere (a GPU's
+ * memory through a small host buffer, a file): colo_st_begin writes the header of the tensors
+ * (their data pointers unused), colo_st_put appends the next floats in the header's order, and
+ * colo_st_finish checks that every one came, flushes and fsyncs. Any failure, or colo_st_abort,
+ * removes the file. */
+typedef struct {
+  FILE *f;
+  size_t left; /* floats the header lists that are not written yet */
+  char path[1400];
+} colo_st_writer_t;
+int colo_st_begin(colo_st_writer_t *w, const char *path, const colo_st_tensor_t *t, size_t n,
+                  char *err, size_t errlen);
+int colo_st_put(colo_st_writer_t *w, const float *data, size_t numel, char *err, size_t errlen);
+int colo_st_finish(colo_st_writer_t *w, char *err, size_t errlen);
+void colo_st_abort(colo_st_writer_t *w);
 
 /* An open file: its mapping and parsed header. */
 typedef struct {

@@ -387,45 +387,127 @@ static int agree(colo_comm_t *world, int rc, const char *what, char *err, size_t
   return rc;
 }
 
-/* A checkpoint, written by the ranks together: the first data-parallel rank of every pipeline
- * stage and tensor-parallel rank (a writer) writes its shard, after ZeRO's pieces are gathered
- * over the data-parallel group (every rank takes part); rank 0 begins and commits it. No rank
- * holds more than its own stage's, own shard's state. */
+/* What a shard writer's file holds (colo_ckpt_pieces_t) and where it reads it from: without
+ * ZeRO, the first data-parallel rank writes every chunk whole; under ZeRO each rank its pieces
+ * of the moments (at stage 3 of the parameters too), and the first one the parameters' chunks
+ * whole below stage 3. Memory of the device passes through a chunk's worth of host memory. */
+typedef struct {
+  colo_zero_t *zero;
+  const colo_adamw_t *opt;
+  colo_gpt_t *model;
+  const colo_backend_t *be;
+  size_t n, *lo, *hi, *chunk;
+  unsigned char *kinds, *piece; /* per range: its kinds; whether it is this rank's piece */
+  float *scratch;               /* host, a chunk's capacity; NULL on the CPU */
+} save_src_t;
+
+static const float *save_read(void *ctx, size_t r, int what, char *err, size_t errlen) {
+  save_src_t *s = ctx;
+  if (s->piece[r]) {
+    size_t lo, hi;
+    const float *p = colo_zero_piece_host(s->zero, s->opt, s->chunk[r], what, &lo, &hi);
+    if (!p)
+      colo_fail(err, errlen, COLO_EIO, "reading a piece for the checkpoint: %s",
+                colo_zero_error(s->zero));
+    return p;
+  }
+  const float *base = what == 0 ? colo_gpt_params(s->model) : what == 1 ? s->opt->m : s->opt->v;
+  if (!s->scratch)
+    return base + s->lo[r];
+  s->be->to_host(s->scratch, base + s->lo[r], (s->hi[r] - s->lo[r]) * sizeof(float));
+  return s->scratch;
+}
+
+static void save_src_free(save_src_t *s) {
+  free(s->lo);
+  free(s->hi);
+  free(s->chunk);
+  free(s->kinds);
+  free(s->piece);
+  free(s->scratch);
+}
+
+/* The ranges data-parallel rank d writes; 0 when it writes none. */
+static int save_src_init(save_src_t *s, int d, char *err, size_t errlen) {
+  colo_zero_t *z = s->zero;
+  size_t nc = z->chunks.n, cap = 0;
+  if (z->stage == 0 && d > 0)
+    return 0;
+  s->lo = calloc(2 * nc + 1, sizeof *s->lo);
+  s->hi = calloc(2 * nc + 1, sizeof *s->hi);
+  s->chunk = calloc(2 * nc + 1, sizeof *s->chunk);
+  s->kinds = calloc(2 * nc + 1, 1);
+  s->piece = calloc(2 * nc + 1, 1);
+  for (size_t k = 0; k < nc; k++)
+    cap = z->chunks.chunks[k].capacity > cap ? z->chunks.chunks[k].capacity : cap;
+  if (s->be->device)
+    s->scratch = malloc((cap ? cap : 1) * sizeof(float));
+  if (!s->lo || !s->hi || !s->chunk || !s->kinds || !s->piece || (s->be->device && !s->scratch))
+    return colo_fail(err, errlen, COLO_ENOMEM, "no host memory to write a checkpoint");
+  for (size_t k = 0; d == 0 && z->stage < 3 && k < nc; k++) { /* whole chunks */
+    s->lo[s->n] = z->chunks.chunks[k].lo;
+    s->hi[s->n] = z->chunks.chunks[k].hi;
+    s->kinds[s->n++] = z->stage == 0 ? 7 : 1;
+  }
+  for (size_t k = 0; z->stage > 0 && k < nc; k++) { /* this rank's pieces */
+    size_t lo, hi, piece;
+    colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+    if (hi <= lo)
+      continue; /* all padding */
+    s->lo[s->n] = lo;
+    s->hi[s->n] = hi;
+    s->chunk[s->n] = k;
+    s->piece[s->n] = 1;
+    s->kinds[s->n++] = z->stage == 3 ? 7 : 6;
+  }
+  return 1;
+}
+
+/* Where a resume puts what it loads (colo_ckpt_sink_t): the model's parameters and the
+ * optimizer's moments where they live, or under ZeRO this rank's pieces of the moments into host
+ * memory (pm, pv), for colo_zero_take_moments. */
+typedef struct {
+  const colo_backend_t *be;
+  colo_gpt_t *model;
+  colo_adamw_t *opt;
+  colo_zero_t *zero; /* NULL: stage 0 */
+  float *pm, *pv;
+} load_dst_t;
+
+static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) {
+  load_dst_t *d = ctx;
+  if (what > 0 && d->zero) {
+    colo_zero_keep(d->zero, off, v, n, what == 1 ? d->pm : d->pv);
+    return;
+  }
+  float *dst = (what == 0 ? colo_gpt_params(d->model) : what == 1 ? d->opt->m : d->opt->v) + off;
+  if (d->be->device)
+    d->be->from_host(dst, v, n * sizeof(float));
+  else
+    memcpy(dst, v, n * sizeof(float));
+}
+
+/* A checkpoint, written by the ranks together: its shard writers (colo_ckpt_begin's comment)
+ * write their files, with nothing gathered, then rank 0 commits it. No rank holds more than a
+ * chunk of it in memory beyond what it trains with. */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
-                colo_adamw_t *opt, colo_zero_t *zero, float *full_m, float *full_v, float *full_p,
-                colo_comm_t *world, int writer, int me, const colo_backend_t *be, float **host,
-                int lead, char *path, size_t path_len, char *err, size_t errlen) {
+                colo_adamw_t *opt, colo_zero_t *zero, colo_comm_t *world, int dp_idx, int me,
+                const colo_backend_t *be, int lead, char *path, size_t path_len, char *err,
+                size_t errlen) {
   meta->adam_t = opt->t;
-  const float *params = full_p, *m = opt->m, *v = opt->v; /* params NULL: the model's own */
-  if (be->device) { /* GPU memory: what ZeRO does not gather into host memory, copied out */
-    size_t bytes = colo_gpt_num_params(model) * sizeof(float);
-    if (!full_p) {
-      be->to_host(host[0], colo_gpt_params(model), bytes);
-      params = host[0];
-    }
-    if (!full_m) {
-      be->to_host(host[1], opt->m, bytes);
-      be->to_host(host[2], opt->v, bytes);
-      m = host[1];
-      v = host[2];
-    }
-  }
-  if (full_p && colo_zero_gather_params(zero, full_p) < 0) {
-    snprintf(err, errlen, "gathering the parameters: %s", colo_comm_error(zero->comm));
-    return COLO_EIO;
-  }
-  if (full_m) {
-    if (colo_zero_gather_moments(zero, opt, full_m, full_v) < 0) {
-      snprintf(err, errlen, "gathering the optimizer state: %s", colo_zero_error(zero));
-      return COLO_EIO;
-    }
-    m = full_m;
-    v = full_v;
-  }
-  int rc = lead ? colo_ckpt_begin(cfg->ckpt_dir, meta->step, err, errlen) : 0;
+  meta->zero = zero->stage;
+  save_src_t src = {zero, opt, model, be, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+  int writer = save_src_init(&src, dp_idx, err, errlen);
+  int rc = writer < 0 ? writer : 0;
+  if (rc == 0 && lead)
+    rc = colo_ckpt_begin(cfg->ckpt_dir, meta->step, err, errlen);
   rc = agree(world, rc, "beginning the checkpoint", err, errlen);
-  if (rc == 0 && writer)
-    rc = colo_ckpt_write_shard(cfg->ckpt_dir, meta->step, model, params, m, v, me, err, errlen);
+  if (rc == 0 && writer > 0) {
+    colo_ckpt_pieces_t pc = {src.n, src.lo, src.hi, src.kinds, save_read, &src};
+    rc = colo_ckpt_write_shard(cfg->ckpt_dir, meta->step, model, NULL, NULL, NULL, &pc, me, err,
+                               errlen);
+  }
+  save_src_free(&src);
   rc = agree(world, rc, "writing the checkpoint's shards", err, errlen);
   if (rc == 0 && lead)
     rc = colo_ckpt_commit(cfg->ckpt_dir, meta, path, path_len, err, errlen);
@@ -441,7 +523,7 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
 int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
                    size_t errlen) {
   const colo_backend_t *be = colo_backend_cpu();
-  float *hostbuf[3] = {NULL, NULL, NULL}; /* GPU: host copies of parameters and moments */
+  float *dump_host = NULL; /* GPU: host copy of the parameters for --dump */
   int B = cfg->batch_size, T = cfg->model.block_size, rc = 0;
   colo_shard_t train = {0}, val = {0};
   colo_pool_t *pool = NULL;
@@ -454,8 +536,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
   float last_loss = NAN, last_val = NAN;
-  /* ZeRO 1-3: consolidated moments (and at 3 parameters) for checkpoints */
-  float *full_m = NULL, *full_v = NULL, *full_p = NULL;
   int auto_pending = 0; /* memory.placement=auto, in its warm-up step */
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
@@ -621,21 +701,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   CHECK_GOTO(
       colo_adamw_init(&opt, &cfg->optim, colo_zero_optim_numel(&zero, model), pool, err, errlen),
       rc, out);
-  if (cfg->zero_stage == 3)
-    full_p = malloc(colo_gpt_num_params(model) * sizeof(float));
-  if (cfg->zero_stage >= 1) {
-    full_m = malloc(colo_gpt_num_params(model) * sizeof(float));
-    full_v = malloc(colo_gpt_num_params(model) * sizeof(float));
-  }
   in = malloc((size_t)B * T * sizeof *in);
   tg = malloc((size_t)B * T * sizeof *tg);
-  for (int k = 0; k < 3 && be->device; k++)
-    if (!(hostbuf[k] = malloc(colo_gpt_num_params(model) * sizeof(float)))) {
-      snprintf(err, errlen, "no host memory to stage checkpoints of %zu parameters",
-               colo_gpt_num_params(model));
-      rc = COLO_ENOMEM;
-      goto out;
-    }
+  if (be->device && cfg->dump_path && lead &&
+      !(dump_host = malloc(colo_gpt_num_params(model) * sizeof(float)))) {
+    snprintf(err, errlen, "no host memory for --dump of %zu parameters",
+             colo_gpt_num_params(model));
+    rc = COLO_ENOMEM;
+    goto out;
+  }
 
   int start = 0;
   char ckpt_path[1200] = "";
@@ -670,37 +744,29 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (dir[0]) {
       colo_ckpt_meta_t meta;
-      colo_adamw_t full = opt;
-      if (full_m) { /* the checkpoint holds whole moments; this rank keeps its pieces */
-        full.m = full_m;
-        full.v = full_v;
+      /* tensor by tensor into where this rank keeps them: the parameters into the model (on a
+       * GPU through host memory), the moments into the optimizer's, or under ZeRO into host
+       * copies of this rank's pieces, then put where the placement keeps them */
+      load_dst_t ld = {be, model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL};
+      if (ld.zero) {
+        ld.pm = malloc((zero.shard_n ? zero.shard_n : 1) * sizeof(float));
+        ld.pv = malloc((zero.shard_n ? zero.shard_n : 1) * sizeof(float));
+        if (!ld.pm || !ld.pv)
+          rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", dir);
       }
-      if (be->device) { /* into host memory, then onto the GPU (ZeRO: its pieces below) */
-        colo_adamw_t h = full;
-        if (!full_m) {
-          h.m = hostbuf[1];
-          h.v = hostbuf[2];
-        }
-        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, hostbuf[0], &h, err, errlen), rc, out);
-        size_t bytes = colo_gpt_num_params(model) * sizeof(float);
-        be->from_host(colo_gpt_params(model), hostbuf[0], bytes);
-        if (!full_m) {
-          be->from_host(opt.m, hostbuf[1], bytes);
-          be->from_host(opt.v, hostbuf[2], bytes);
-        }
-        full.t = h.t;
-      } else {
-        CHECK_GOTO(colo_ckpt_load(dir, &meta, model, NULL, &full, err, errlen), rc, out);
-      }
-      opt.t = full.t;
+      colo_ckpt_sink_t sink = {7, load_put, &ld};
+      if (rc == 0)
+        rc = colo_ckpt_load_to(dir, &meta, model, &sink, err, errlen);
+      if (rc == 0 && ld.zero && colo_zero_take_moments(&zero, &opt, ld.pm, ld.pv) < 0)
+        rc = colo_fail(err, errlen, COLO_EIO, "%s", colo_zero_error(&zero));
+      free(ld.pm);
+      free(ld.pv);
+      if (rc < 0)
+        goto out;
+      opt.t = meta.adam_t;
       if (scaler.enabled && meta.loss_scale > 1.0f) { /* the scale and window carry on */
         scaler.scale = meta.loss_scale;
         scaler.good_steps = meta.loss_scale_good;
-      }
-      if (full_m && colo_zero_take_moments(&zero, &opt, full_m, full_v) < 0) {
-        snprintf(err, errlen, "%s", colo_zero_error(&zero));
-        rc = COLO_EIO;
-        goto out;
       }
       if (meta.seed != cfg->seed) {
         snprintf(err, errlen, "checkpoint %s was trained with seed %llu, this run has %llu", dir,
@@ -727,10 +793,17 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   }
   if (!ckpt_path[0] && cfg->init_from) { /* given weights, as a resume takes a checkpoint's */
-    float *dst = be->device ? hostbuf[0] : NULL;
-    CHECK_GOTO(colo_ckpt_load_weights(cfg->init_from, model, dst, err, errlen), rc, out);
-    if (be->device)
-      be->from_host(colo_gpt_params(model), hostbuf[0], colo_gpt_num_params(model) * sizeof(float));
+    size_t bytes = colo_gpt_num_params(model) * sizeof(float);
+    float *dst = be->device ? malloc(bytes) : NULL;
+    if (be->device && !dst)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", cfg->init_from);
+    if (rc == 0)
+      rc = colo_ckpt_load_weights(cfg->init_from, model, dst, err, errlen);
+    if (rc == 0 && be->device)
+      be->from_host(colo_gpt_params(model), dst, bytes);
+    free(dst);
+    if (rc < 0)
+      goto out;
     if (!cfg->quiet && lead)
       printf("initial weights from %s\n", cfg->init_from);
     if (lead && cfg->progress) {
@@ -780,7 +853,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   auto_pending = cfg->placement_auto;
   const char *dump_path = lead ? cfg->dump_path : NULL;
   if (dump_path)
-    dump_model(&dump, "init.", model, colo_gpt_params(model), be, hostbuf[0]);
+    dump_model(&dump, "init.", model, colo_gpt_params(model), be, dump_host);
   float *dump_losses = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
   float *dump_norms = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
   float *dump_scales = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
@@ -811,8 +884,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       meta.step = (uint64_t)step;
       meta.loss_scale = scaler.scale;
       meta.loss_scale_good = scaler.good_steps;
-      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, comm, dp_idx == 0, me,
-                      be, hostbuf, lead, ckpt_path, sizeof ckpt_path, err, errlen),
+      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, comm, dp_idx, me, be, lead, ckpt_path,
+                      sizeof ckpt_path, err, errlen),
                  rc, out);
       report_checkpoint(progress, step, ckpt_path);
     }
@@ -892,7 +965,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       loss = (double)l / dp;
     }
     if (dump_path && step == start && colo_gpt_grads(model))
-      dump_model(&dump, "grad.", model, colo_gpt_grads(model), be, hostbuf[0]);
+      dump_model(&dump, "grad.", model, colo_gpt_grads(model), be, dump_host);
     float norm;
     if (ppc                          ? pp_grad_norm(be, model, tpc, ppc, &norm) < 0
         : tpc && cfg->zero_stage < 2 ? tp_grad_norm(be, model, tpc, &norm) < 0
@@ -976,15 +1049,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     meta.step = (uint64_t)step;
     meta.loss_scale = scaler.scale;
     meta.loss_scale_good = scaler.good_steps;
-    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, full_m, full_v, full_p, comm, dp_idx == 0, me,
-                    be, hostbuf, lead, ckpt_path, sizeof ckpt_path, err, errlen),
+    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, comm, dp_idx, me, be, lead, ckpt_path,
+                    sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
     report_checkpoint(progress, step, ckpt_path);
   }
   if (dump_path && colo_gpt_params(model)) {
-    dump_model(&dump, "final.", model, colo_gpt_params(model), be, hostbuf[0]);
+    dump_model(&dump, "final.", model, colo_gpt_params(model), be, dump_host);
     dump_add(&dump, "losses", dump_losses, cfg->steps, 0);
     dump_add(&dump, "grad_norms", dump_norms, cfg->steps, 0);
     dump_add(&dump, "loss_scales", dump_scales, cfg->steps, 0);
@@ -1008,8 +1081,7 @@ out:
   }
   if (rc < 0 && comm && world > 1)
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
-  for (int k = 0; k < 3; k++)
-    free(hostbuf[k]);
+  free(dump_host);
   if (tpc)
     tpc->ops->destroy(tpc);
   if (ppc)
@@ -1025,9 +1097,6 @@ out:
   }
   if (dp_comm && dp_comm != comm)
     dp_comm->ops->destroy(dp_comm);
-  free(full_m);
-  free(full_v);
-  free(full_p);
   colo_zero_free(&zero);
   dump_free(&dump);
   free(in);
@@ -1100,7 +1169,7 @@ int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t 
     return rc;
   char tmp[1200];
   snprintf(tmp, sizeof tmp, "%s.tmp", out);
-  rc = colo_ckpt_write_tensors(tmp, model, NULL, NULL, NULL, err, errlen);
+  rc = colo_ckpt_write_tensors(tmp, model, colo_gpt_params(model), NULL, NULL, NULL, err, errlen);
   if (rc == 0 && rename(tmp, out) != 0)
     rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, out, strerror(errno));
   if (rc < 0)
