@@ -7,11 +7,13 @@ PKGS=(
   build-essential cmake pkg-config git ca-certificates curl
   libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsqlite3-dev sqlite3 libsystemd-dev systemd libyaml-dev libcjson-dev
-  libopenblas-dev libssl-dev libgomp1
+  libopenblas-dev libssl-dev libgomp1 libpcre2-dev
   # tests: a third-party gRPC client, protoc for its Python messages
   python3 python3-grpcio python3-protobuf protobuf-compiler
   # tests: the PyTorch reference for the engine
   python3-torch python3-numpy
+  # tests: Unicode classes for the reference of GPT-2's pre-tokenizer
+  python3-regex
   procps iproute2 clang-format
 )
 

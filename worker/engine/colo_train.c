@@ -1,11 +1,12 @@
 /* colo-train: one training process. Runs standalone (no daemons) for a single-node run or a
  * test; the worker starts it the same way.
  *
- *   colo-train prepare --input TEXT --out DIR [--val-fraction F]
+ *   colo-train prepare --input TEXT --out DIR [--val-fraction F] [--tokenizer DIR]
+ *   colo-train tokenize --tokenizer DIR [--decode]
  *   colo-train train   [--job FILE] [--data-root DIR] [--ckpt-dir DIR] [flags]
  *   colo-train eval    --checkpoint DIR --data FILE [--batches N] [--batch-size B]
  *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
- *                      [--prompt TEXT]
+ *                      [--prompt TEXT] [--tokenizer DIR]
  *   colo-train export  --checkpoint DIR --out FILE
  *
  * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage, 78
@@ -31,6 +32,7 @@
 #include "backend/backend.h"
 #include "comm/store.h"
 #include "rdzv_colod.h"
+#include "train/bpe.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/train.h"
@@ -45,7 +47,9 @@ static void usage(FILE *out) {
   fprintf(out, "usage: colo-train COMMAND [options]\n"
                "\n"
                "commands:\n"
-               "  prepare   turn a text file into train and val token shards (byte-level)\n"
+               "  prepare   turn a text file into train and val token shards (bytes or GPT-2's "
+               "BPE)\n"
+               "  tokenize  text to GPT-2 token ids and back\n"
                "  train     train a GPT-2 model from a job file and/or flags\n"
                "  eval      validation loss of a checkpoint on a shard\n"
                "  sample    generate text from a checkpoint\n"
@@ -56,16 +60,29 @@ static void usage(FILE *out) {
 
 /* ---- prepare ---- */
 
+/* GPT-2's tokenizer from --tokenizer DIR, or NULL (bytes) when none was given; exits on errors */
+static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
+  *out = NULL;
+  if (!dir)
+    return 0;
+  char err[1400];
+  int rc = colo_bpe_load(dir, out, err, sizeof err);
+  if (rc < 0)
+    fprintf(stderr, "colo-train %s: %s\n", cmd, err);
+  return rc;
+}
+
 static int cmd_prepare(int argc, char **argv) {
-  const char *input = NULL, *out = NULL;
+  const char *input = NULL, *out = NULL, *tokdir = NULL;
   double frac = 0.1;
   static const struct option o[] = {{"input", required_argument, 0, 'i'},
                                     {"out", required_argument, 0, 'o'},
                                     {"val-fraction", required_argument, 0, 'v'},
+                                    {"tokenizer", required_argument, 0, 'k'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "i:o:v:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:h", o, NULL)) != -1) {
     switch (c) {
     case 'i':
       input = optarg;
@@ -76,10 +93,17 @@ static int cmd_prepare(int argc, char **argv) {
     case 'v':
       frac = atof(optarg);
       break;
+    case 'k':
+      tokdir = optarg;
+      break;
     case 'h':
       printf("usage: colo-train prepare --input TEXT --out DIR [--val-fraction F (0.1)]\n"
-             "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format, one token per byte;\n"
-             "the last F of the text is the validation split.\n");
+             "                          [--tokenizer DIR]\n"
+             "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
+             "tokens is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
+             "with --tokenizer GPT-2's BPE from DIR/vocab.json and DIR/merges.txt as HuggingFace\n"
+             "ships them with a GPT-2 (or OpenAI's encoder.json and vocab.bpe); the text must\n"
+             "be UTF-8.\n");
       return 0;
     default:
       return 2;
@@ -87,14 +111,106 @@ static int cmd_prepare(int argc, char **argv) {
   }
   if (!input || !out)
     return usage_error("prepare", "--input and --out are required");
-  char err[1024];
+  colo_bpe_t *bpe;
+  if (open_tokenizer("prepare", tokdir, &bpe) < 0)
+    return 1;
+  char err[1400];
   size_t nt, nv;
-  if (colo_prepare_text(input, out, frac, &nt, &nv, err, sizeof err) < 0) {
+  int rc = colo_prepare_text(input, out, frac, bpe, &nt, &nv, err, sizeof err);
+  int vocab = bpe ? colo_bpe_vocab_size(bpe) : 256;
+  colo_bpe_free(bpe);
+  if (rc < 0) {
     fprintf(stderr, "colo-train prepare: %s\n", err);
     return 1;
   }
   printf("%s/train.bin: %zu tokens\n%s/val.bin: %zu tokens\n", out, nt, out, nv);
+  if (bpe)
+    printf("tokens of a %d-token vocabulary: the model's vocab_size must be at least %d "
+           "(GPT-2 pads it to %d)\n",
+           vocab, vocab, (vocab + 127) / 128 * 128);
   return 0;
+}
+
+/* ---- tokenize ---- */
+
+static int cmd_tokenize(int argc, char **argv) {
+  const char *tokdir = NULL;
+  int decode = 0;
+  static const struct option o[] = {{"tokenizer", required_argument, 0, 'k'},
+                                    {"decode", no_argument, 0, 'd'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "k:dh", o, NULL)) != -1) {
+    switch (c) {
+    case 'k':
+      tokdir = optarg;
+      break;
+    case 'd':
+      decode = 1;
+      break;
+    case 'h':
+      printf("usage: colo-train tokenize --tokenizer DIR [--decode] < IN > OUT\n"
+             "Encodes UTF-8 text on standard input with GPT-2's BPE (DIR as for prepare) and\n"
+             "writes the token ids, one per line; with --decode reads ids (any whitespace\n"
+             "between them) and writes their text.\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (!tokdir)
+    return usage_error("tokenize", "--tokenizer is required");
+  colo_bpe_t *bpe;
+  if (open_tokenizer("tokenize", tokdir, &bpe) < 0)
+    return 1;
+  char err[1400];
+  int rc = 0;
+  if (decode) {
+    long id;
+    int got;
+    while ((got = scanf("%ld", &id)) == 1) {
+      size_t n;
+      const char *b = colo_bpe_token(bpe, (int)id, &n);
+      if (!b || id > INT_MAX) {
+        fprintf(stderr, "colo-train tokenize: %ld is not a token of this vocabulary\n", id);
+        rc = 1;
+        break;
+      }
+      fwrite(b, 1, n, stdout);
+    }
+    if (rc == 0 && got != EOF) {
+      fprintf(stderr, "colo-train tokenize: the input is not token ids\n");
+      rc = 1;
+    }
+  } else {
+    size_t len = 0, cap = 1 << 16, n = 0, icap = 0;
+    char *text = malloc(cap);
+    int *ids = NULL;
+    size_t got;
+    while (text && (got = fread(text + len, 1, cap - len, stdin)) > 0)
+      if ((len += got) == cap) {
+        char *g = realloc(text, cap *= 2);
+        if (!g)
+          free(text);
+        text = g;
+      }
+    if (!text) {
+      fprintf(stderr, "colo-train tokenize: out of memory\n");
+      rc = 1;
+    } else if (colo_bpe_encode(bpe, text, len, &ids, &n, &icap, err, sizeof err) < 0) {
+      fprintf(stderr, "colo-train tokenize: standard input: %s\n", err);
+      rc = 1;
+    }
+    for (size_t i = 0; rc == 0 && i < n; i++)
+      printf("%d\n", ids[i]);
+    free(text);
+    free(ids);
+  }
+  colo_bpe_free(bpe);
+  if (fflush(stdout) != 0)
+    rc = 1;
+  return rc;
 }
 
 /* ---- train ---- */
@@ -662,7 +778,7 @@ static int cmd_eval(int argc, char **argv) {
 }
 
 static int cmd_sample(int argc, char **argv) {
-  const char *ckpt = NULL, *prompt = "";
+  const char *ckpt = NULL, *prompt = "", *tokdir = NULL;
   int n = 200, top_k = 0, threads = 0;
   float temp = 1.0f;
   unsigned long long seed = 42;
@@ -673,10 +789,11 @@ static int cmd_sample(int argc, char **argv) {
                                     {"seed", required_argument, 0, 's'},
                                     {"prompt", required_argument, 0, 'p'},
                                     {"threads", required_argument, 0, 't'},
+                                    {"tokenizer", required_argument, 0, 'K'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:h", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
@@ -699,9 +816,14 @@ static int cmd_sample(int argc, char **argv) {
     case 't':
       threads = atoi(optarg);
       break;
+    case 'K':
+      tokdir = optarg;
+      break;
     case 'h':
       printf("usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
-             "greedy)] [--top-k K (0: all)] [--seed S (42)] [--prompt TEXT]\n");
+             "greedy)] [--top-k K (0: all)] [--seed S (42)] [--prompt TEXT]\n"
+             "                         [--tokenizer DIR]\n"
+             "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare).\n");
       return 0;
     default:
       return 2;
@@ -710,9 +832,14 @@ static int cmd_sample(int argc, char **argv) {
   if (!ckpt || n < 0)
     return usage_error("sample", "--checkpoint is required");
   colo_backend_cpu_set_threads(threads);
+  colo_bpe_t *bpe;
+  if (open_tokenizer("sample", tokdir, &bpe) < 0)
+    return 1;
   char err[1024];
   fputs(prompt, stdout);
-  if (colo_sample_checkpoint(ckpt, prompt, n, temp, top_k, seed, stdout, err, sizeof err) < 0) {
+  int rc = colo_sample_checkpoint(ckpt, prompt, n, temp, top_k, seed, bpe, stdout, err, sizeof err);
+  colo_bpe_free(bpe);
+  if (rc < 0) {
     fprintf(stderr, "colo-train sample: %s\n", err);
     return 1;
   }
@@ -775,6 +902,8 @@ int main(int argc, char **argv) {
   optind = 1;
   if (!strcmp(cmd, "prepare"))
     return cmd_prepare(argc - 1, argv + 1);
+  if (!strcmp(cmd, "tokenize"))
+    return cmd_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "train"))
     return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "eval"))

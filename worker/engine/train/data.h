@@ -24,10 +24,12 @@ void colo_shard_free(colo_shard_t *s);
 /* Writes tokens as a shard atomically (temporary name, fsync, rename). */
 int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
 
-/* Byte-level tokenisation of a text file into train and val shards in out_dir (train.bin,
- * val.bin): the last val_fraction of the text is validation. */
-int colo_prepare_text(const char *input, const char *out_dir, double val_fraction, size_t *n_train,
-                      size_t *n_val, char *err, size_t errlen);
+/* Tokenisation of a text file into train and val shards in out_dir (train.bin, val.bin): bytes
+ * as tokens (bpe NULL) or GPT-2's BPE; the last val_fraction of the tokens is validation. */
+struct colo_bpe;
+int colo_prepare_text(const char *input, const char *out_dir, double val_fraction,
+                      const struct colo_bpe *bpe, size_t *n_train, size_t *n_val, char *err,
+                      size_t errlen);
 
 /* Fills inputs[B][T] and targets[B][T] with the windows for (seed, step, micro, rank, world):
  * sequence b of this rank is global sequence (micro·world + rank)·B + b, and its window starts at

@@ -19,6 +19,7 @@
 #include "../core/rng.h"
 #include "../optim/loss_scale.h"
 #include "../parallel/zero.h"
+#include "bpe.h"
 #include "checkpoint.h"
 #include "data.h"
 
@@ -1180,7 +1181,8 @@ int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t 
 }
 
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float temperature,
-                           int top_k, uint64_t seed, FILE *out, char *err, size_t errlen) {
+                           int top_k, uint64_t seed, const colo_bpe_t *bpe, FILE *out, char *err,
+                           size_t errlen) {
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
@@ -1188,16 +1190,47 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
   if (rc < 0)
     return rc;
   int T = meta.model.block_size, V = meta.model.vocab_size;
-  size_t plen = strlen(prompt);
-  int total = (int)plen + n;
-  int *ctx = malloc((size_t)(total > 0 ? total : 1) * sizeof *ctx);
+  int *ctx = NULL, len = 0;
+  size_t plen = strlen(prompt), np = 0, cap = 0;
+  if (bpe && colo_bpe_vocab_size(bpe) > V)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "the tokenizer's %d tokens do not fit this model's vocabulary of %d",
+                   colo_bpe_vocab_size(bpe), V);
+  else if (bpe)
+    rc = colo_bpe_encode(bpe, prompt, plen, &ctx, &np, &cap, err, errlen);
+  if (rc < 0) {
+    free(ctx);
+    colo_gpt_destroy(model);
+    colo_pool_destroy(pool);
+    return rc;
+  }
+  int total = (int)(bpe ? np : plen) + n + 1;
+  int *grown = realloc(ctx, (size_t)total * sizeof *ctx);
   float *p = malloc((size_t)V * sizeof *p);
   int *idx = malloc((size_t)V * sizeof *idx);
-  int len = 0;
-  for (size_t i = 0; i < plen; i++)
-    ctx[len++] = (unsigned char)prompt[i] % V;
-  if (len == 0)
-    ctx[len++] = '\n' % V; /* start from a newline */
+  if (!grown || !p || !idx) {
+    free(grown ? grown : ctx);
+    free(p);
+    free(idx);
+    colo_gpt_destroy(model);
+    colo_pool_destroy(pool);
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  }
+  ctx = grown;
+  if (bpe)
+    len = (int)np;
+  else
+    for (size_t i = 0; i < plen; i++)
+      ctx[len++] = (unsigned char)prompt[i] % V;
+  if (len == 0) { /* start from a newline */
+    int nl[1] = {'\n' % V};
+    size_t k = 0, c1 = 0;
+    int *one = NULL;
+    if (bpe && colo_bpe_encode(bpe, "\n", 1, &one, &k, &c1, err, errlen) == 0 && k == 1)
+      nl[0] = one[0];
+    free(one);
+    ctx[len++] = nl[0];
+  }
   colo_rng_t rng;
   colo_rng_seed(&rng, seed);
   for (int k = 0; k < n; k++) {
@@ -1243,7 +1276,12 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
       }
     }
     ctx[len++] = next;
-    fputc(next & 0xff, out);
+    size_t tl;
+    const char *tb = bpe ? colo_bpe_token(bpe, next, &tl) : NULL;
+    if (!bpe)
+      fputc(next & 0xff, out);
+    else if (tb) /* an id past the tokenizer's (the vocabulary's padding) prints nothing */
+      fwrite(tb, 1, tl, out);
   }
   fflush(out);
   free(ctx);

@@ -1,0 +1,267 @@
+#!/usr/bin/python3
+"""colo-train's GPT-2 BPE tokenizer against an independent reference.
+
+No GPT-2 vocabulary can be fetched here, so the test learns one: 400 merges on the start of
+tinyshakespeare, in GPT-2's file formats (vocab.json and merges.txt as HuggingFace ships them;
+encoder.json and vocab.bpe as OpenAI did), with the 256 byte tokens at shuffled ids so that
+nothing may take a byte for its id. The reference encoder is GPT-2's published algorithm in
+Python (pre-tokenized by GPT-2's pattern with the `regex` module's Unicode classes); colo's is
+C with PCRE2. They must give the same ids, token for token, on all of tinyshakespeare and on a
+text of accents, CJK, emoji, digits of other scripts, contractions, and runs of Unicode
+whitespace; decoding must give the bytes back exactly. Then: `prepare --tokenizer` writes the
+same tokens into llm.c shards, a model trains on them and samples through the tokenizer, and
+bad input is refused with a reason.
+
+usage: test_bpe.py [COLO_TRAIN TEXT WORKDIR]; ctest runs it with none (COLO_BIN, COLO_SRC set):
+the text is ../shared/data/tinyshakespeare.txt, else the quick start's copy, else a generated one.
+"""
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+import regex
+
+if len(sys.argv) == 4:
+    COLO, TEXT, WORK = sys.argv[1], sys.argv[2], sys.argv[3]
+else:
+    COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
+    WORK = tempfile.mkdtemp(prefix="colo-bpe-")
+    src = os.environ["COLO_SRC"]
+    TEXT = next((p for p in (os.path.join(src, "..", "shared", "data", "tinyshakespeare.txt"),
+                             os.path.join(src, ".colo-quickstart", "data", "tinyshakespeare.txt"))
+                 if os.path.exists(p)), None)
+    if TEXT is None:
+        TEXT = os.path.join(WORK, "text.txt")
+        r = random.Random(3)
+        w = ["the", "king", "and", "queen's", "of", "night", "shall", "speak", "to", "my", "lord",
+             "good", "café", "naïve", "1599,", "ROMEO:"]
+        with open(TEXT, "w", encoding="utf-8") as f:
+            f.write("\n".join(" ".join(r.choice(w) for _ in range(12)) for _ in range(20000)))
+PAT = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+B2U = bytes_to_unicode()
+
+
+def learn(text, n_merges):
+    """Most frequent adjacent pair first, over the pre-tokenized words (ties: the smaller pair)."""
+    words = {}
+    for w in PAT.findall(text):
+        key = tuple(B2U[b] for b in w.encode("utf-8"))
+        words[key] = words.get(key, 0) + 1
+    merges = []
+    for _ in range(n_merges):
+        pairs = {}
+        for w, c in words.items():
+            for a, b in zip(w, w[1:]):
+                pairs[(a, b)] = pairs.get((a, b), 0) + c
+        if not pairs:
+            break
+        best = min(pairs, key=lambda p: (-pairs[p], p))
+        merges.append(best)
+        new = {}
+        for w, c in words.items():
+            out, i = [], 0
+            while i < len(w):
+                if i + 1 < len(w) and (w[i], w[i + 1]) == best:
+                    out.append(w[i] + w[i + 1])
+                    i += 2
+                else:
+                    out.append(w[i])
+                    i += 1
+            new[tuple(out)] = new.get(tuple(out), 0) + c
+        words = new
+    return merges
+
+
+class Reference:
+    """GPT-2's encoder.py algorithm."""
+
+    def __init__(self, vocab, merges):
+        self.enc = vocab
+        self.dec = {v: k for k, v in vocab.items()}
+        self.ranks = {m: i for i, m in enumerate(merges)}
+        self.u2b = {u: b for b, u in B2U.items()}
+
+    def bpe(self, token):
+        word = tuple(token)
+        while len(word) > 1:
+            pairs = set(zip(word, word[1:]))
+            bigram = min(pairs, key=lambda p: self.ranks.get(p, float("inf")))
+            if bigram not in self.ranks:
+                break
+            first, second = bigram
+            new, i = [], 0
+            while i < len(word):
+                try:
+                    j = word.index(first, i)
+                except ValueError:
+                    new.extend(word[i:])
+                    break
+                new.extend(word[i:j])
+                i = j
+                if word[i] == first and i < len(word) - 1 and word[i + 1] == second:
+                    new.append(first + second)
+                    i += 2
+                else:
+                    new.append(word[i])
+                    i += 1
+            word = tuple(new)
+        return word
+
+    def encode(self, text):
+        ids = []
+        for piece in PAT.findall(text):
+            token = "".join(B2U[b] for b in piece.encode("utf-8"))
+            ids.extend(self.enc[t] for t in self.bpe(token))
+        return ids
+
+    def decode(self, ids):
+        return bytes(self.u2b[c] for i in ids for c in self.dec[i])
+
+
+def run(args, stdin=b"", want=0):
+    p = subprocess.run([COLO] + args, input=stdin, capture_output=True)
+    if p.returncode != want:
+        fail("%s exited %d, expected %d: %s" % (" ".join(args), p.returncode, want,
+                                               p.stderr.decode(errors="replace")))
+    return p
+
+
+text = open(TEXT, encoding="utf-8").read()
+merges = learn(text[:120000], 400)
+rng = random.Random(7)
+ids = list(range(256))
+rng.shuffle(ids)
+vocab = {B2U[b]: ids[b] for b in range(256)}
+for a, b in merges:
+    vocab.setdefault(a + b, len(vocab))
+vocab["<|endoftext|>"] = len(vocab)
+ref = Reference(vocab, merges)
+
+hf, oa = os.path.join(WORK, "hf"), os.path.join(WORK, "openai")
+for d in (hf, oa):
+    os.makedirs(d, exist_ok=True)
+with open(os.path.join(hf, "vocab.json"), "w", encoding="utf-8") as f:
+    json.dump(vocab, f, ensure_ascii=False)  # HuggingFace's: the characters themselves
+with open(os.path.join(hf, "merges.txt"), "w", encoding="utf-8") as f:
+    f.write("#version: 0.2\n" + "".join("%s %s\n" % m for m in merges))
+with open(os.path.join(oa, "encoder.json"), "w") as f:
+    json.dump(vocab, f)  # OpenAI's: \u escapes
+with open(os.path.join(oa, "vocab.bpe"), "w", encoding="utf-8") as f:
+    f.write("#version: 0.2\n" + "\n".join("%s %s" % m for m in merges) + "\n")
+
+odd = ("Hello, wörld! It's 2026 — naïve café, 東京タワー, Ελληνικά, русский, עברית; 🎉👍🏽\n\n"
+       "   three spaces\ttab\r\nCRLF and 's 't 're 've 'm 'll 'd DON'T y'all\n"
+       "digits ١٢٣ ४५६ ①② x² ½ 3.14159 1,000,000\u00a0nbsp\u2003em\u3000ideographic\u2028line\n"
+       "symbols: <|endoftext|> @#$%^&*()_+-=[]{}|;:,.<>/?`~ \"quotes\" \x0b\x0c\x00\x7f end  \n\n\n")
+for name, sample in (("tinyshakespeare", text), ("unicode", odd)):
+    data = sample.encode("utf-8")
+    want = ref.encode(sample)
+    for d in (hf, oa):
+        got = [int(x) for x in run(["tokenize", "--tokenizer", d], data).stdout.split()]
+        if got != want:
+            k = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+            fail("%s via %s: token %d is %s, the reference's %s (%d and %d tokens)" % (
+                name, os.path.basename(d), k, got[k:k + 5], want[k:k + 5], len(got), len(want)))
+    back = run(["tokenize", "--tokenizer", hf, "--decode"], "\n".join(map(str, want)).encode()).stdout
+    if back != data or ref.decode(want) != data:
+        fail("%s: decoding does not give the text back" % name)
+    print("figure: %s: %d bytes -> %d tokens, the same ids as the reference; decoded back exactly"
+          % (name, len(data), len(want)))
+
+# prepare: the same tokens in llm.c's shards, the last tenth for validation
+out = os.path.join(WORK, "shards")
+p = run(["prepare", "--input", TEXT, "--out", out, "--tokenizer", hf])
+want = ref.encode(text)
+
+
+def shard(path):
+    b = open(path, "rb").read()
+    head = struct.unpack("<256i", b[:1024])
+    assert head[0] == 20240520 and head[1] == 1 and head[2] * 2 == len(b) - 1024, head[:3]
+    return list(struct.unpack("<%dH" % head[2], b[1024:]))
+
+
+tr, va = shard(out + "/train.bin"), shard(out + "/val.bin")
+nv = int(len(want) * 0.1)
+if tr + va != want or len(va) != nv:
+    fail("prepare --tokenizer: the shards hold other tokens than the reference's")
+if "the model's vocab_size must be at least %d" % len(vocab) not in p.stdout.decode():
+    fail("prepare did not say the vocabulary's size: " + p.stdout.decode())
+print("figure: prepare --tokenizer: train %d + val %d tokens, the reference's" % (len(tr), len(va)))
+
+# a model trains on them and samples through the tokenizer
+ck = os.path.join(WORK, "ckpt")
+V = (len(vocab) + 127) // 128 * 128
+run(["train", "--data-root", out, "--train-data", "train.bin", "--val-data", "val.bin",
+     "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--vocab-size", str(V),
+     "--batch-size", "4", "--steps", "20", "--eval-interval", "0", "--ckpt-dir", ck, "--quiet"])
+s = run(["sample", "--checkpoint", ck + "/step_00000020", "--tokenizer", hf, "--prompt", "ROMEO:",
+         "--tokens", "30", "--temperature", "0"]).stdout
+if not s.startswith(b"ROMEO:") or len(s) <= len("ROMEO:\n"):
+    fail("sample --tokenizer: %r" % s)
+print("figure: sample --tokenizer after 20 steps: %r" % s.decode("utf-8", "replace")[:60])
+small = os.path.join(WORK, "small")
+run(["train", "--data-root", out, "--train-data", "train.bin", "--val-data", "val.bin",
+     "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--vocab-size", "256",
+     "--batch-size", "4", "--steps", "1", "--eval-interval", "0", "--ckpt-dir", small, "--quiet"],
+    want=78)  # tokens past the model's vocabulary: the job cannot run as written
+run(["prepare", "--input", TEXT, "--out", os.path.join(WORK, "bytes")])
+run(["train", "--data-root", os.path.join(WORK, "bytes"), "--train-data", "train.bin",
+     "--val-data", "val.bin", "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size",
+     "32", "--vocab-size", "256", "--batch-size", "4", "--steps", "1", "--eval-interval", "0",
+     "--ckpt-dir", small, "--quiet"])
+e = run(["sample", "--checkpoint", small + "/step_00000001", "--tokenizer", hf], want=1).stderr.decode()
+if "the tokenizer's %d tokens do not fit this model's vocabulary of 256" % len(vocab) not in e:
+    fail("sample with a tokenizer larger than the model: " + e)
+
+# refusals, each with its reason
+bad = os.path.join(WORK, "bad.txt")
+open(bad, "wb").write("good text, then ".encode() + b"\xff\xfe" + b" bad")
+e = run(["prepare", "--input", bad, "--out", os.path.join(WORK, "b"), "--tokenizer", hf], want=1).stderr.decode()
+if "%s: the text is not UTF-8 at byte 16" % bad not in e:
+    fail("invalid UTF-8: " + e)
+if os.path.exists(os.path.join(WORK, "b", "train.bin")):
+    fail("a refused prepare left a shard behind")
+e = run(["tokenize", "--tokenizer", WORK], want=1).stderr.decode()
+if "has neither vocab.json and merges.txt" not in e:
+    fail("no tokenizer files: " + e)
+broken = os.path.join(WORK, "broken")
+os.makedirs(broken, exist_ok=True)
+with open(os.path.join(broken, "vocab.json"), "w", encoding="utf-8") as f:
+    json.dump(vocab, f, ensure_ascii=False)
+with open(os.path.join(broken, "merges.txt"), "w", encoding="utf-8") as f:
+    f.write("#version: 0.2\n%s %s\nzq xj\n" % merges[0])
+e = run(["tokenize", "--tokenizer", broken], b"x", want=1).stderr.decode()
+if "merges.txt:3: \"zq xj\": a part or the merged token is not in the vocabulary" not in e:
+    fail("a merge outside the vocabulary: " + e)
+e = run(["tokenize", "--tokenizer", hf, "--decode"], b"5 99999", want=1).stderr.decode()
+if "99999 is not a token of this vocabulary" not in e:
+    fail("decoding an unknown id: " + e)
+print("engine_bpe: %d merges learned; ids equal to the reference on %d texts; refusals named" %
+      (len(merges), 2))
+if len(sys.argv) != 4:
+    subprocess.run(["rm", "-rf", WORK])
