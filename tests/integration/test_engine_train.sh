@@ -101,6 +101,34 @@ expect_rc 2 "$CT" train "${MODEL[@]}" --steps many
 expect_eq "$ERR" "colo-train train: --steps:1: train.steps: \"many\" is not an integer"
 expect_rc 78 "$CT" train --data-root "$TMP/data" --train-data nope.bin --eval-interval 0
 expect_eq "$ERR" "colo-train train: $TMP/data/nope.bin: No such file or directory"
+# a data set of several shards (llm.c's train_000001.bin, ...) by a pattern: the prepared text
+# cut into three files trains; a token past the vocabulary in one of them is refused, named
+mkdir -p "$TMP/split"
+python3 - "$TMP/data/train.bin" "$TMP/split" <<'PY'
+import struct, sys
+b = open(sys.argv[1], "rb").read()
+toks = b[1024:]
+n = len(toks) // 2
+cut = [0, n // 3, 2 * n // 3, n]
+for i in range(3):
+    part = toks[2 * cut[i]:2 * cut[i + 1]]
+    head = struct.pack("<3i", 20240520, 1, len(part) // 2) + b"\0" * (1024 - 12)
+    open("%s/train_%06d.bin" % (sys.argv[2], i + 1), "wb").write(head + part)
+PY
+cp "$TMP/data/val.bin" "$TMP/split/"
+expect_rc 0 "$CT" train "${MODEL[@]}" --data-root "$TMP/split" --train-data 'train_*.bin' \
+  --steps 30 --eval-interval 30 --lr 3e-3 --progress "$TMP/split.jsonl"
+python3 - "$TMP/split.jsonl" <<'PY' || fail "training on three shards did not learn"
+import json, sys
+r = [x for x in map(json.loads, open(sys.argv[1])) if x["event"] == "step"]
+assert r[-1]["loss"] < 0.8 * r[0]["loss"], (r[0]["loss"], r[-1]["loss"])
+print("figure: three shards by pattern: loss %.4f -> %.4f in 30 steps" % (r[0]["loss"], r[-1]["loss"]))
+PY
+python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(1024 + 2 * 100); f.write(bytes([0x2c, 0x01]))' "$TMP/split/train_000002.bin"
+expect_rc 78 "$CT" train "${MODEL[@]}" --data-root "$TMP/split" --train-data 'train_*.bin' --eval-interval 0
+expect_eq "$ERR" "colo-train train: $TMP/split/train_000002.bin: token 300 at 100 is outside model.vocab_size=256"
+expect_rc 78 "$CT" train "${MODEL[@]}" --data-root "$TMP/split" --train-data 'val_*.bin' --eval-interval 0
+expect_eq "$ERR" "colo-train train: $TMP/split/val_*.bin: no file matches"
 printf 'not a shard' >"$TMP/bad.bin"
 expect_rc 1 "$CT" eval --checkpoint "$TMP/learn/step_00000150" --data "$TMP/bad.bin"
 expect_eq "$ERR" "colo-train eval: $TMP/bad.bin: shorter than the 1024-byte shard header"

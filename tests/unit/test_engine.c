@@ -22,6 +22,7 @@
 #include "parallel/chunks.h"
 #include "test.h"
 #include "train/checkpoint.h"
+#include "train/data.h"
 #include "train/safetensors.h"
 
 static const colo_backend_t *be;
@@ -939,4 +940,78 @@ TEST(checkpoint_pieces_round_trip) {
   ASSERT_EQ_INT(system(rm), 0);
 }
 
+/* A data set of several shards (a pattern): windows come from every file with room for one, in
+ * proportion to its windows, and never straddle two files; one file through a pattern samples
+ * exactly as its plain path. */
+TEST(shards_by_pattern) {
+  char dir[] = "/tmp/colo-sh-XXXXXX", path[128], err[512];
+  ASSERT(mkdtemp(dir) != NULL);
+  const size_t len[4] = {3000, 1000, 9, 6000}; /* the third is too short for T = 8 */
+  uint16_t *tok = own(malloc(6000 * sizeof *tok));
+  for (int f = 0; f < 4; f++) {
+    for (size_t i = 0; i < len[f]; i++)
+      tok[i] = (uint16_t)(f + 1);
+    snprintf(path, sizeof path, "%s/train_%06d.bin", dir, f + 1);
+    ASSERT_EQ_INT(colo_shard_write(path, tok, len[f], err, sizeof err), 0);
+  }
+  colo_shard_t s, one, plain;
+  snprintf(path, sizeof path, "%s/train_*.bin", dir);
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), 0);
+  ASSERT_EQ_INT(s.n_files, 4);
+  ASSERT_EQ_INT(s.n, 10009);
+  const int T = 8, B = 16;
+  ASSERT_EQ_INT(colo_shard_windows(&s, T, err, sizeof err), 0);
+  ASSERT_EQ_INT(s.windows[4], (3000 - 8) + (1000 - 8) + 0 + (6000 - 8));
+  int in[16 * 8], tg[16 * 8];
+  long seen[5] = {0};
+  for (int step = 0; step < 500; step++) {
+    colo_sample_batch(&s, 1, (uint64_t)step, 0, 0, 1, B, T, in, tg);
+    for (int b = 0; b < B; b++) {
+      for (int t = 0; t < T; t++) /* one file's tokens: it did not straddle */
+        if (in[b * T + t] != in[b * T] || tg[b * T + t] != in[b * T])
+          FAIL_AT("window %d of step %d mixes files", b, step);
+      seen[in[b * T]]++;
+    }
+  }
+  ASSERT_EQ_INT(seen[3], 0);
+  double total = 8000.0, w[5] = {0, 2992, 992, 0, 5992};
+  for (int f = 1; f <= 4; f++)
+    if (fabs(seen[f] / total - w[f] / 9976.0) > 0.02)
+      FAIL_AT("file %d: %ld of %g windows, expected a share of %g", f, seen[f], total,
+              w[f] / 9976.0);
+  printf("  windows by file: %ld %ld %ld %ld of 8000 (expected 2399, 796, 0, 4805)\n", seen[1],
+         seen[2], seen[3], seen[4]);
+  /* one file by pattern and by its path: the same windows */
+  snprintf(path, sizeof path, "%s/train_00000[4].bin", dir);
+  ASSERT_EQ_INT(colo_shard_load(path, &one, err, sizeof err), 0);
+  snprintf(path, sizeof path, "%s/train_000004.bin", dir);
+  ASSERT_EQ_INT(colo_shard_load(path, &plain, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_shard_windows(&one, T, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_shard_windows(&plain, T, err, sizeof err), 0);
+  int in2[16 * 8], tg2[16 * 8];
+  colo_sample_batch(&one, 3, 7, 1, 0, 2, B, T, in, tg);
+  colo_sample_batch(&plain, 3, 7, 1, 0, 2, B, T, in2, tg2);
+  ASSERT(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
+  colo_shard_free(&one);
+  colo_shard_free(&plain);
+  colo_shard_free(&s);
+  /* refusals */
+  snprintf(path, sizeof path, "%s/val_*.bin", dir);
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), COLO_ENOENT);
+  ASSERT(strstr(err, "val_*.bin: no file matches") != NULL);
+  snprintf(path, sizeof path, "%s/train_000003.bin", dir);
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_shard_windows(&s, T, err, sizeof err), COLO_EINVAL);
+  ASSERT(strstr(err, "9 tokens are too few for block_size 8") != NULL);
+  colo_shard_free(&s);
+  snprintf(path, sizeof path, "%s/train_000009.bin", dir);
+  FILE *f = fopen(path, "wb");
+  ASSERT(f && fwrite("not a shard", 1, 11, f) == 11 && fclose(f) == 0);
+  snprintf(path, sizeof path, "%s/train_*.bin", dir);
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), COLO_EPARSE);
+  ASSERT(strstr(err, "train_000009.bin: shorter than the 1024-byte shard header") != NULL);
+  char rm[128];
+  snprintf(rm, sizeof rm, "rm -rf %s", dir);
+  ASSERT_EQ_INT(system(rm), 0);
+}
 TEST_MAIN()

@@ -3,9 +3,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,54 +15,120 @@
 #include "bpe.h"
 #include "../core/rng.h"
 
-int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: %s", path, strerror(errno));
-    return errno == ENOENT ? COLO_ENOENT : COLO_EIO;
+static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  snprintf(out->path, sizeof out->path, "%s", path);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: not a regular file", path);
   }
+  size_t len = (size_t)sb.st_size;
   int32_t hdr[COLO_SHARD_HEADER_INTS];
-  int rc = 0;
-  colo_shard_t s = {0};
-  if (fread(hdr, sizeof hdr, 1, f) != 1) {
-    snprintf(err, errlen, "%s: shorter than the 1024-byte shard header", path);
-    rc = COLO_EPARSE;
-  } else if (hdr[0] != COLO_SHARD_MAGIC) {
-    snprintf(err, errlen, "%s: not a token shard (magic %d, expected %d)", path, hdr[0],
-             COLO_SHARD_MAGIC);
-    rc = COLO_EPARSE;
-  } else if (hdr[1] != COLO_SHARD_VERSION) {
-    snprintf(err, errlen, "%s: shard version %d is not supported (expected %d: uint16 tokens)",
-             path, hdr[1], COLO_SHARD_VERSION);
-    rc = COLO_EPARSE;
-  } else if (hdr[2] < 0) {
-    snprintf(err, errlen, "%s: negative token count %d", path, hdr[2]);
-    rc = COLO_EPARSE;
-  } else {
-    s.n = (size_t)hdr[2];
-    s.tokens = malloc(s.n ? s.n * sizeof(uint16_t) : 1);
-    if (!s.tokens) {
-      snprintf(err, errlen, "%s: out of memory for %zu tokens", path, s.n);
-      rc = COLO_ENOMEM;
-    } else if (s.n && fread(s.tokens, sizeof(uint16_t), s.n, f) != s.n) {
-      snprintf(err, errlen, "%s: truncated: the header says %zu tokens", path, s.n);
-      rc = COLO_EPARSE;
-    }
+  if (len < sizeof hdr) {
+    close(fd);
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: shorter than the 1024-byte shard header", path);
   }
-  fclose(f);
+  void *map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (map == MAP_FAILED)
+    return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
+  memcpy(hdr, map, sizeof hdr);
+  int rc = 0;
+  if (hdr[0] != COLO_SHARD_MAGIC)
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: not a token shard (magic %d, expected %d)", path,
+                   hdr[0], COLO_SHARD_MAGIC);
+  else if (hdr[1] != COLO_SHARD_VERSION)
+    rc = colo_fail(err, errlen, COLO_EPARSE,
+                   "%s: shard version %d is not supported (expected %d: uint16 tokens)", path,
+                   hdr[1], COLO_SHARD_VERSION);
+  else if (hdr[2] < 0)
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: negative token count %d", path, hdr[2]);
+  else if ((len - sizeof hdr) / sizeof(uint16_t) < (size_t)hdr[2])
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: truncated: the header says %d tokens", path,
+                   hdr[2]);
   if (rc < 0) {
-    free(s.tokens);
+    munmap(map, len);
     return rc;
   }
+  out->map = map;
+  out->map_len = len;
+  out->tokens = (const uint16_t *)((const char *)map + sizeof hdr);
+  out->n = (size_t)hdr[2];
+  return 0;
+}
+
+int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errlen) {
+  colo_shard_t s = {0};
   snprintf(s.path, sizeof s.path, "%s", path);
+  glob_t g = {0};
+  int pattern = strpbrk(path, "*?[") != NULL, rc = 0;
+  size_t n = 1;
+  if (pattern) {
+    int got = glob(path, GLOB_ERR, NULL, &g);
+    if (got == GLOB_NOMATCH || (got == 0 && g.gl_pathc == 0))
+      rc = colo_fail(err, errlen, COLO_ENOENT, "%s: no file matches", path);
+    else if (got != 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "%s: cannot list the files it names", path);
+    n = rc == 0 ? g.gl_pathc : 0;
+  }
+  if (rc == 0 && !(s.files = calloc(n, sizeof *s.files)))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  for (size_t i = 0; rc == 0 && i < n; i++) { /* glob sorts them by name */
+    rc = map_file(pattern ? g.gl_pathv[i] : path, &s.files[i], err, errlen);
+    if (rc == 0) {
+      s.n_files++;
+      s.n += s.files[i].n;
+    }
+  }
+  if (pattern)
+    globfree(&g);
+  if (rc < 0) {
+    colo_shard_free(&s);
+    return rc;
+  }
   *out = s;
   return 0;
 }
 
 void colo_shard_free(colo_shard_t *s) {
-  free(s->tokens);
-  s->tokens = NULL;
-  s->n = 0;
+  for (size_t i = 0; i < s->n_files; i++)
+    munmap(s->files[i].map, s->files[i].map_len);
+  free(s->files);
+  free(s->windows);
+  memset(s, 0, sizeof *s);
+}
+
+int colo_shard_windows(colo_shard_t *s, int T, char *err, size_t errlen) {
+  free(s->windows);
+  if (!(s->windows = calloc(s->n_files + 1, sizeof *s->windows)))
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  s->T = T;
+  for (size_t i = 0; i < s->n_files; i++) {
+    size_t n = s->files[i].n;
+    s->windows[i + 1] = s->windows[i] + (n > (size_t)T + 1 ? n - (size_t)T : 0);
+  }
+  if (s->windows[s->n_files] == 0)
+    return colo_fail(err, errlen, COLO_EINVAL, "%s: %zu tokens are too few for block_size %d%s",
+                     s->path, s->n, T, s->n_files > 1 ? " in any one file" : "");
+  return 0;
+}
+
+int colo_shard_find_above(const colo_shard_t *s, unsigned limit, const char **file, size_t *at,
+                          unsigned *token) {
+  for (size_t f = 0; f < s->n_files; f++)
+    for (size_t i = 0; i < s->files[f].n; i++)
+      if (s->files[f].tokens[i] >= limit) {
+        *file = s->files[f].path;
+        *at = i;
+        *token = s->files[f].tokens[i];
+        return 1;
+      }
+  return 0;
 }
 
 int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen) {
@@ -168,10 +236,18 @@ int colo_prepare_text(const char *input, const char *out_dir, double val_fractio
 }
 
 static void window(const colo_shard_t *s, uint64_t h, int T, int *in, int *tg) {
-  size_t start = (size_t)(h % (uint64_t)(s->n - (size_t)T));
+  size_t w = (size_t)(h % (uint64_t)s->windows[s->n_files]), lo = 0, hi = s->n_files;
+  while (hi - lo > 1) { /* the file whose windows hold w */
+    size_t mid = (lo + hi) / 2;
+    if (s->windows[mid] <= w)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  const uint16_t *x = s->files[lo].tokens + (w - s->windows[lo]);
   for (int t = 0; t < T; t++) {
-    in[t] = s->tokens[start + (size_t)t];
-    tg[t] = s->tokens[start + (size_t)t + 1];
+    in[t] = x[t];
+    tg[t] = x[t + 1];
   }
 }
 

@@ -11,16 +11,38 @@
 #define COLO_SHARD_VERSION     1
 #define COLO_SHARD_HEADER_INTS 256
 
+/* One shard file, mapped read-only (ranks of a node share its pages). */
 typedef struct {
-  uint16_t *tokens;
+  const uint16_t *tokens;
   size_t n;
+  void *map;
+  size_t map_len;
   char path[1024];
+} colo_shard_file_t;
+
+/* A data set: one shard, or every file a pattern matches (llm.c's train_000001.bin, ...), in
+ * name order. Training windows never straddle two files. */
+typedef struct {
+  colo_shard_file_t *files;
+  size_t n_files;
+  size_t n; /* tokens in all files */
+  size_t
+      *windows; /* [n_files + 1]: windows of block_size T before each file (colo_shard_windows) */
+  int T;
+  char path[1024]; /* as given */
 } colo_shard_t;
 
-/* Reads a whole shard. Refuses a bad magic, version or a token count the file does not hold,
- * with the file named in err. */
+/* Maps a shard, or with *, ? or [ in path every file the pattern matches (glob(3); none is
+ * COLO_ENOENT). Refuses a bad magic, version or a token count a file does not hold, with the
+ * file named in err. */
 int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errlen);
 void colo_shard_free(colo_shard_t *s);
+/* Counts the windows of T + 1 tokens for sampling; a file of T + 1 tokens or fewer has none.
+ * COLO_EINVAL when no file has one. */
+int colo_shard_windows(colo_shard_t *s, int T, char *err, size_t errlen);
+/* The first token >= limit, as its file and index there; 0 when there is none. */
+int colo_shard_find_above(const colo_shard_t *s, unsigned limit, const char **file, size_t *at,
+                          unsigned *token);
 /* Writes tokens as a shard atomically (temporary name, fsync, rename). */
 int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
 
@@ -32,8 +54,9 @@ int colo_prepare_text(const char *input, const char *out_dir, double val_fractio
                       size_t errlen);
 
 /* Fills inputs[B][T] and targets[B][T] with the windows for (seed, step, micro, rank, world):
- * sequence b of this rank is global sequence (micro·world + rank)·B + b, and its window starts at
- * hash(seed, step, global) mod (n - T). Needs n > T. */
+ * sequence b of this rank is global sequence (micro·world + rank)·B + b, and its window is number
+ * hash(seed, step, global) mod W of the W windows (one file of n tokens: the one starting there,
+ * of n - T). Needs colo_shard_windows(s, T) first. */
 void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
                        int world, int B, int T, int *inputs, int *targets);
 

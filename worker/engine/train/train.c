@@ -575,25 +575,20 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     goto out;
   }
   CHECK_GOTO(colo_shard_load(cfg->train_path, &train, err, errlen), rc, out);
-  if (train.n <= (size_t)T + 1) {
-    snprintf(err, errlen, "%s: %zu tokens are too few for block_size %d", train.path, train.n, T);
+  CHECK_GOTO(colo_shard_windows(&train, T, err, errlen), rc, out);
+  const char *bad_file;
+  size_t bad_at;
+  unsigned bad_token;
+  if (colo_shard_find_above(&train, (unsigned)cfg->model.vocab_size, &bad_file, &bad_at,
+                            &bad_token)) {
+    snprintf(err, errlen, "%s: token %u at %zu is outside model.vocab_size=%d", bad_file, bad_token,
+             bad_at, cfg->model.vocab_size);
     rc = COLO_EINVAL;
     goto out;
   }
-  for (size_t i = 0; i < train.n; i++)
-    if (train.tokens[i] >= cfg->model.vocab_size) {
-      snprintf(err, errlen, "%s: token %u at %zu is outside model.vocab_size=%d", train.path,
-               train.tokens[i], i, cfg->model.vocab_size);
-      rc = COLO_EINVAL;
-      goto out;
-    }
   if (cfg->eval_interval > 0) {
     CHECK_GOTO(colo_shard_load(cfg->val_path, &val, err, errlen), rc, out);
-    if (val.n <= (size_t)T + 1) {
-      snprintf(err, errlen, "%s: %zu tokens are too few for block_size %d", val.path, val.n, T);
-      rc = COLO_EINVAL;
-      goto out;
-    }
+    CHECK_GOTO(colo_shard_windows(&val, T, err, errlen), rc, out);
   }
   if (world > 1) {
     CHECK_GOTO(colo_comm_tcp_create(cfg->store_addr, me, world, cfg->bind_host,
@@ -1144,10 +1139,8 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
   rc = open_checkpoint(ckpt, batch_size, &pool, &model, &meta, err, errlen);
   if (rc == 0) {
     int T = meta.model.block_size;
-    if (val.n <= (size_t)T + 1) {
-      snprintf(err, errlen, "%s: %zu tokens are too few for block_size %d", data, val.n, T);
-      rc = COLO_EINVAL;
-    } else {
+    rc = colo_shard_windows(&val, T, err, errlen);
+    if (rc == 0) {
       int *in = malloc((size_t)batch_size * T * sizeof *in),
           *tg = malloc((size_t)batch_size * T * sizeof *tg);
       *loss = evaluate(model, NULL, NULL, &val, seed, batches, batch_size, T, in, tg);
