@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 
+import numpy
 import regex
 
 if len(sys.argv) == 4:
@@ -205,13 +206,82 @@ def shard(path):
     return list(struct.unpack("<%dH" % head[2], b[1024:]))
 
 
+def shard_np(path):
+    b = open(path, "rb").read()
+    head = numpy.frombuffer(b[:1024], dtype="<i4")
+    assert head[0] == 20240520 and head[1] == 1 and head[2] * 2 == len(b) - 1024, head[:3]
+    return numpy.frombuffer(b[1024:], dtype="<u2")
+
+
+def cut(data, frac):
+    """where prepare splits: the first line start at or after the byte, before a printable"""
+    p = len(data) - int(len(data) * frac)
+    while p < len(data) and not (data[p - 1] == 10 and 0x20 < data[p] < 0x7f):
+        p += 1
+    return p
+
+
 tr, va = shard(out + "/train.bin"), shard(out + "/val.bin")
-nv = int(len(want) * 0.1)
-if tr + va != want or len(va) != nv:
+data = text.encode("utf-8")
+p_cut = cut(data, 0.1)
+if tr + va != want or tr != ref.encode(data[:p_cut].decode()):
     fail("prepare --tokenizer: the shards hold other tokens than the reference's")
 if "the model's vocab_size must be at least %d" % len(vocab) not in p.stdout.decode():
     fail("prepare did not say the vocabulary's size: " + p.stdout.decode())
-print("figure: prepare --tokenizer: train %d + val %d tokens, the reference's" % (len(tr), len(va)))
+print("figure: prepare --tokenizer: train %d + val %d tokens (split at byte %d of %d), the "
+      "reference's" % (len(tr), len(va), p_cut, len(data)))
+
+# streamed: a text larger than prepare's 16 MiB buffer (the text 40 times: its tokens 40 times,
+# as it ends a line and begins with a letter), split over shards of 1,000,000 tokens; then fewer,
+# larger shards in the same place, whose run removes the earlier run's extra files
+if data.endswith(b"\n") and 0x20 < data[0] < 0x7f:
+    big = os.path.join(WORK, "big.txt")
+    with open(big, "wb") as f:
+        for _ in range(40):
+            f.write(data)
+    bo = os.path.join(WORK, "bigshards")
+    run(["prepare", "--input", big, "--out", bo, "--tokenizer", hf, "--shard-tokens", "1000000",
+         "--val-fraction", "0.1"])
+    files = {k: sorted(x for x in os.listdir(bo) if x.startswith(k + "_")) for k in ("train", "val")}
+    got = {k: [shard_np(os.path.join(bo, x)) for x in files[k]] for k in files}
+    for k in got:
+        sizes = [len(x) for x in got[k]]
+        if any(n != 1000000 for n in sizes[:-1]) or not 0 < sizes[-1] <= 1000000:
+            fail("prepare --shard-tokens: %s shards of %s tokens" % (k, sizes))
+    whole = numpy.concatenate(got["train"] + got["val"])
+    if not numpy.array_equal(whole, numpy.tile(numpy.array(want, dtype="<u2"), 40)):
+        fail("prepare of a 40x text through the buffer: not the text's tokens 40 times")
+    bc = cut(data * 40, 0.1)
+    ntr = sum(len(x) for x in got["train"])
+    if ntr != len(want) * (bc // len(data)) + len(ref.encode(data[:bc % len(data)].decode())):
+        fail("prepare of a 40x text: the split is not at byte %d" % bc)
+    # bytes as tokens through the same buffer: the bytes themselves, split at the exact byte
+    run(["prepare", "--input", big, "--out", bo + "-bytes", "--shard-tokens", "10000000"])
+    tb = [shard_np(os.path.join(bo + "-bytes", x)) for x in sorted(os.listdir(bo + "-bytes"))
+          if x.startswith("train_")]
+    vb = [shard_np(os.path.join(bo + "-bytes", x)) for x in sorted(os.listdir(bo + "-bytes"))
+          if x.startswith("val_")]
+    nb = len(data) * 40
+    allb = numpy.concatenate(tb + vb)
+    if not numpy.array_equal(allb, numpy.frombuffer(data * 40, dtype="u1")) or \
+            sum(map(len, vb)) != int(nb * 0.1):
+        fail("prepare of a 40x text as bytes: not its bytes, or not split at the byte")
+    run(["prepare", "--input", big, "--out", bo, "--tokenizer", hf, "--shard-tokens", "5000000",
+         "--val-fraction", "0.1"])
+    left = sorted(x for x in os.listdir(bo) if x.startswith("train_"))
+    if len(left) != (ntr + 4999999) // 5000000:
+        fail("a second prepare left the first one's extra shards: %s" % left)
+    # a byte that is not UTF-8 past the first buffer: named at its place in the whole text
+    with open(big, "ab") as f:
+        f.write(b"\xff\n")
+    e = run(["prepare", "--input", big, "--out", bo + "-bad", "--tokenizer", hf], want=1).stderr.decode()
+    if "%s: the text is not UTF-8 at byte %d" % (big, nb) not in e:
+        fail("invalid UTF-8 after 40 MB: " + e)
+    if os.path.exists(bo + "-bad") and os.listdir(bo + "-bad"):
+        fail("a refused prepare left files: %s" % os.listdir(bo + "-bad"))
+    print("figure: prepare streamed %d bytes into %d + %d shards of 1,000,000 tokens: the text's "
+          "tokens 40 times, split at byte %d" % (len(data) * 40, len(files["train"]),
+                                                 len(files["val"]), bc))
 
 # a model trains on them and samples through the tokenizer
 ck = os.path.join(WORK, "ckpt")

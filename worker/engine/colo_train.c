@@ -2,6 +2,7 @@
  * test; the worker starts it the same way.
  *
  *   colo-train prepare --input TEXT --out DIR [--val-fraction F] [--tokenizer DIR]
+ *                      [--shard-tokens N]
  *   colo-train tokenize --tokenizer DIR [--decode]
  *   colo-train train   [--job FILE] [--data-root DIR] [--ckpt-dir DIR] [flags]
  *   colo-train eval    --checkpoint DIR --data FILE [--batches N] [--batch-size B]
@@ -35,6 +36,7 @@
 #include "train/bpe.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/prepare.h"
 #include "train/train.h"
 
 static int usage_error(const char *cmd, const char *msg) {
@@ -74,15 +76,17 @@ static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
 
 static int cmd_prepare(int argc, char **argv) {
   const char *input = NULL, *out = NULL, *tokdir = NULL;
-  double frac = 0.1;
+  colo_prepare_opts_t po = {0.1, NULL, 0, stderr};
   static const struct option o[] = {{"input", required_argument, 0, 'i'},
                                     {"out", required_argument, 0, 'o'},
                                     {"val-fraction", required_argument, 0, 'v'},
                                     {"tokenizer", required_argument, 0, 'k'},
+                                    {"shard-tokens", required_argument, 0, 's'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:h", o, NULL)) != -1) {
+  char *end;
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:h", o, NULL)) != -1) {
     switch (c) {
     case 'i':
       input = optarg;
@@ -91,19 +95,29 @@ static int cmd_prepare(int argc, char **argv) {
       out = optarg;
       break;
     case 'v':
-      frac = atof(optarg);
+      po.val_fraction = strtod(optarg, &end);
+      if (end == optarg || *end)
+        return usage_error("prepare", "--val-fraction needs a number");
       break;
     case 'k':
       tokdir = optarg;
       break;
+    case 's':
+      po.shard_tokens = strtoull(optarg, &end, 10);
+      if (end == optarg || *end || po.shard_tokens == 0 || optarg[0] == '-')
+        return usage_error("prepare", "--shard-tokens needs a positive number of tokens");
+      break;
     case 'h':
       printf("usage: colo-train prepare --input TEXT --out DIR [--val-fraction F (0.1)]\n"
-             "                          [--tokenizer DIR]\n"
+             "                          [--tokenizer DIR] [--shard-tokens N]\n"
              "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
-             "tokens is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
+             "text is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
              "with --tokenizer GPT-2's BPE from DIR/vocab.json and DIR/merges.txt as HuggingFace\n"
              "ships them with a GPT-2 (or OpenAI's encoder.json and vocab.bpe); the text must\n"
-             "be UTF-8.\n");
+             "be UTF-8. With --shard-tokens, train_000000.bin, train_000001.bin, ... and val_*\n"
+             "of N tokens each (a corpus larger than one shard's 2^31 tokens needs it); train\n"
+             "on them with --train-data 'train_*.bin'. The text is streamed: any size\n"
+             "passes through a 16 MiB buffer; progress goes to standard error.\n");
       return 0;
     default:
       return 2;
@@ -114,17 +128,23 @@ static int cmd_prepare(int argc, char **argv) {
   colo_bpe_t *bpe;
   if (open_tokenizer("prepare", tokdir, &bpe) < 0)
     return 1;
+  po.bpe = bpe;
   char err[1400];
-  size_t nt, nv;
-  int rc = colo_prepare_text(input, out, frac, bpe, &nt, &nv, err, sizeof err);
-  int vocab = bpe ? colo_bpe_vocab_size(bpe) : 256;
+  colo_prepare_stats_t st;
+  int rc = colo_prepare(input, out, &po, &st, err, sizeof err);
+  int vocab = bpe ? colo_bpe_vocab_size(bpe) : 0;
   colo_bpe_free(bpe);
   if (rc < 0) {
     fprintf(stderr, "colo-train prepare: %s\n", err);
     return 1;
   }
-  printf("%s/train.bin: %zu tokens\n%s/val.bin: %zu tokens\n", out, nt, out, nv);
-  if (bpe)
+  static const char *kind[2] = {"train", "val"};
+  for (int k = 0; k < 2; k++)
+    if (po.shard_tokens)
+      printf("%s/%s_*.bin: %zu tokens in %d files\n", out, kind[k], st.tokens[k], st.files[k]);
+    else
+      printf("%s/%s.bin: %zu tokens\n", out, kind[k], st.tokens[k]);
+  if (vocab)
     printf("tokens of a %d-token vocabulary: the model's vocab_size must be at least %d "
            "(GPT-2 pads it to %d)\n",
            vocab, vocab, (vocab + 127) / 128 * 128);
@@ -198,7 +218,7 @@ static int cmd_tokenize(int argc, char **argv) {
     if (!text) {
       fprintf(stderr, "colo-train tokenize: out of memory\n");
       rc = 1;
-    } else if (colo_bpe_encode(bpe, text, len, &ids, &n, &icap, err, sizeof err) < 0) {
+    } else if (colo_bpe_encode(bpe, text, len, 0, &ids, &n, &icap, err, sizeof err) < 0) {
       fprintf(stderr, "colo-train tokenize: standard input: %s\n", err);
       rc = 1;
     }

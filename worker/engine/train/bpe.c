@@ -412,8 +412,8 @@ static int encode_piece(const colo_bpe_t *t, const unsigned char *w, size_t m, i
   return rc;
 }
 
-int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, int **ids, size_t *n,
-                    size_t *cap, char *err, size_t errlen) {
+int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
+                    size_t *n, size_t *cap, char *err, size_t errlen) {
   pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
   if (!md)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
@@ -423,20 +423,21 @@ int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, int **ids
     int got = pcre2_match(t->re, (PCRE2_SPTR)text, len, off, opts, md, NULL);
     if (got <= PCRE2_ERROR_UTF8_ERR1 && got >= PCRE2_ERROR_UTF8_ERR21) {
       rc = colo_fail(err, errlen, COLO_EPARSE, "the text is not UTF-8 at byte %zu",
-                     (size_t)pcre2_get_startchar(md));
+                     base + (size_t)pcre2_get_startchar(md));
       break;
     }
     if (got < 0) { /* every character is a space, a letter, a digit or another: cannot be */
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(got, msg, sizeof msg);
-      rc = colo_fail(err, errlen, COLO_EINVAL, "pre-tokenizing at byte %zu: %s", off, (char *)msg);
+      rc = colo_fail(err, errlen, COLO_EINVAL, "pre-tokenizing at byte %zu: %s", base + off,
+                     (char *)msg);
       break;
     }
     opts = PCRE2_NO_UTF_CHECK; /* the first match checked the rest of the text */
     PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
     if (ov[0] != off || ov[1] <= off) {
       rc = colo_fail(err, errlen, COLO_EINVAL, "pre-tokenizing at byte %zu: no piece starts there",
-                     off);
+                     base + off);
       break;
     }
     if (encode_piece(t, (const unsigned char *)text + ov[0], ov[1] - ov[0], ids, n, cap) < 0)

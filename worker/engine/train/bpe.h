@@ -24,9 +24,10 @@ void colo_bpe_free(colo_bpe_t *t);
 int colo_bpe_vocab_size(const colo_bpe_t *t);
 
 /* Appends the tokens of len bytes of text to *ids (grown with realloc; *n of *cap used).
- * COLO_EPARSE when the text is not UTF-8, naming the byte offset. */
-int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, int **ids, size_t *n,
-                    size_t *cap, char *err, size_t errlen);
+ * COLO_EPARSE when the text is not UTF-8, naming the byte offset counted from `base` (where the
+ * text starts in a larger one). */
+int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
+                    size_t *n, size_t *cap, char *err, size_t errlen);
 
 /* The bytes of token id; NULL for an id the vocabulary does not have. */
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len);

@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include "../../../common/error.h"
-#include "bpe.h"
 #include "../core/rng.h"
 
 static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t errlen) {
@@ -158,81 +157,6 @@ int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *e
     return COLO_EIO;
   }
   return 0;
-}
-
-int colo_prepare_text(const char *input, const char *out_dir, double val_fraction,
-                      const colo_bpe_t *bpe, size_t *n_train, size_t *n_val, char *err,
-                      size_t errlen) {
-  if (!(val_fraction >= 0.0 && val_fraction < 1.0)) {
-    snprintf(err, errlen, "--val-fraction %g must be in [0, 1)", val_fraction);
-    return COLO_EINVAL;
-  }
-  FILE *f = fopen(input, "rb");
-  if (!f) {
-    snprintf(err, errlen, "%s: %s", input, strerror(errno));
-    return COLO_EIO;
-  }
-  struct stat sb;
-  if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(f);
-    snprintf(err, errlen, "%s: not a regular file", input);
-    return COLO_EINVAL;
-  }
-  size_t n = (size_t)sb.st_size;
-  unsigned char *text = malloc(n ? n : 1);
-  uint16_t *tok = malloc((n ? n : 1) * sizeof(uint16_t));
-  int rc = 0;
-  if (!text || !tok) {
-    snprintf(err, errlen, "out of memory for %zu bytes", n);
-    rc = COLO_ENOMEM;
-  } else if (fread(text, 1, n, f) != n) {
-    snprintf(err, errlen, "%s: read error", input);
-    rc = COLO_EIO;
-  }
-  fclose(f);
-  if (rc == 0 && !bpe) {
-    for (size_t i = 0; i < n; i++)
-      tok[i] = text[i]; /* the byte-level tokenizer: token = byte */
-  } else if (rc == 0) { /* GPT-2's BPE: fewer tokens than bytes, each below 65536 */
-    int *ids = NULL;
-    size_t cap = 0, k = 0;
-    if (colo_bpe_vocab_size(bpe) > 65536)
-      rc = colo_fail(err, errlen, COLO_EINVAL,
-                     "a vocabulary of %d tokens does not fit the shards' 16-bit tokens",
-                     colo_bpe_vocab_size(bpe));
-    else if ((rc = colo_bpe_encode(bpe, (const char *)text, n, &ids, &k, &cap, err, errlen)) < 0) {
-      char why[512];
-      snprintf(why, sizeof why, "%s", err);
-      colo_fail(err, errlen, rc, "%s: %s", input, why);
-    }
-    for (size_t i = 0; rc == 0 && i < k; i++)
-      tok[i] = (uint16_t)ids[i];
-    n = rc == 0 ? k : 0;
-    free(ids);
-  }
-  if (rc == 0) {
-    size_t nv = (size_t)((double)n * val_fraction), nt = n - nv;
-    if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-      snprintf(err, errlen, "%s: %s", out_dir, strerror(errno));
-      rc = COLO_EIO;
-    }
-    char path[1100];
-    if (rc == 0) {
-      snprintf(path, sizeof path, "%s/train.bin", out_dir);
-      rc = colo_shard_write(path, tok, nt, err, errlen);
-    }
-    if (rc == 0) {
-      snprintf(path, sizeof path, "%s/val.bin", out_dir);
-      rc = colo_shard_write(path, tok + nt, nv, err, errlen);
-    }
-    if (rc == 0) {
-      *n_train = nt;
-      *n_val = nv;
-    }
-  }
-  free(text);
-  free(tok);
-  return rc;
 }
 
 static void window(const colo_shard_t *s, uint64_t h, int T, int *in, int *tg) {

@@ -1,5 +1,5 @@
 /* Token data: llm.c's shard format (a 256 × int32 header: magic 20240520, version 1, token
- * count; then uint16 tokens), the byte-level tokenizer, and a batch sampler that depends only on
+ * count; then uint16 tokens), and a batch sampler that depends only on
  * (seed, step, micro-step, rank, world): data parallelism and exact resume need no loader state. */
 #ifndef COLO_DATA_H
 #define COLO_DATA_H
@@ -45,13 +45,6 @@ int colo_shard_find_above(const colo_shard_t *s, unsigned limit, const char **fi
                           unsigned *token);
 /* Writes tokens as a shard atomically (temporary name, fsync, rename). */
 int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
-
-/* Tokenisation of a text file into train and val shards in out_dir (train.bin, val.bin): bytes
- * as tokens (bpe NULL) or GPT-2's BPE; the last val_fraction of the tokens is validation. */
-struct colo_bpe;
-int colo_prepare_text(const char *input, const char *out_dir, double val_fraction,
-                      const struct colo_bpe *bpe, size_t *n_train, size_t *n_val, char *err,
-                      size_t errlen);
 
 /* Fills inputs[B][T] and targets[B][T] with the windows for (seed, step, micro, rank, world):
  * sequence b of this rank is global sequence (micro·world + rank)·B + b, and its window is number

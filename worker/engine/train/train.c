@@ -1190,7 +1190,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
                    "the tokenizer's %d tokens do not fit this model's vocabulary of %d",
                    colo_bpe_vocab_size(bpe), V);
   else if (bpe)
-    rc = colo_bpe_encode(bpe, prompt, plen, &ctx, &np, &cap, err, errlen);
+    rc = colo_bpe_encode(bpe, prompt, plen, 0, &ctx, &np, &cap, err, errlen);
   if (rc < 0) {
     free(ctx);
     colo_gpt_destroy(model);
@@ -1219,7 +1219,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
     int nl[1] = {'\n' % V};
     size_t k = 0, c1 = 0;
     int *one = NULL;
-    if (bpe && colo_bpe_encode(bpe, "\n", 1, &one, &k, &c1, err, errlen) == 0 && k == 1)
+    if (bpe && colo_bpe_encode(bpe, "\n", 1, 0, &one, &k, &c1, err, errlen) == 0 && k == 1)
       nl[0] = one[0];
     free(one);
     ctx[len++] = nl[0];

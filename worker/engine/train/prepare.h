@@ -1,0 +1,32 @@
+/* colo-train prepare: a text file into train and val token shards, streamed, so that a corpus
+ * of any size passes through a bounded buffer (16 MiB, more only for a line longer than that). */
+#ifndef COLO_PREPARE_H
+#define COLO_PREPARE_H
+
+#include <stdio.h>
+
+#include "bpe.h"
+
+typedef struct {
+  double val_fraction;   /* the end of the text that is validation, in [0, 1) */
+  const colo_bpe_t *bpe; /* NULL: bytes as tokens (vocabulary 256) */
+  size_t shard_tokens;   /* 0: one train.bin and one val.bin; else train_NNNNNN.bin, ... */
+  FILE *progress;        /* a line every few seconds on long work; NULL: none */
+} colo_prepare_opts_t;
+
+typedef struct {
+  size_t tokens[2]; /* train, val */
+  int files[2];
+  size_t bytes; /* of text */
+} colo_prepare_stats_t;
+
+/* Tokenises input into out_dir. The split is at byte n - floor(n * val_fraction) of the n bytes
+ * for bytes as tokens; under BPE at the first place at or after it where a line ends and the
+ * next begins with a printable ASCII character other than space (where GPT-2's pre-tokenizer
+ * always cuts), so train and val together are exactly the whole text's tokens. Every file is
+ * written under a temporary name and renamed only once all are complete: a failure (a byte
+ * that is not UTF-8 under BPE, a full disk) leaves no shard of this run. */
+int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
+                 colo_prepare_stats_t *st, char *err, size_t errlen);
+
+#endif
