@@ -178,7 +178,11 @@ odd = ("Hello, wörld! It's 2026 — naïve café, 東京タワー, Ελληνι
        "   three spaces\ttab\r\nCRLF and 's 't 're 've 'm 'll 'd DON'T y'all\n"
        "digits ١٢٣ ४५६ ①② x² ½ 3.14159 1,000,000\u00a0nbsp\u2003em\u3000ideographic\u2028line\n"
        "symbols: <|endoftext|> @#$%^&*()_+-=[]{}|;:,.<>/?`~ \"quotes\" \x0b\x0c\x00\x7f end  \n\n\n")
-for name, sample in (("tinyshakespeare", text), ("unicode", odd)):
+# long pieces, where the merge order matters most: a word of 3,000 letters, runs of one letter
+# and of one pair, and a long run of spaces
+letters = "".join(c for c in text[:20000] if c.isalpha())[:3000]
+long_pieces = letters + " " + "e" * 1001 + " " + "th" * 700 + " " * 700 + "end\n"
+for name, sample in (("tinyshakespeare", text), ("unicode", odd), ("long pieces", long_pieces)):
     data = sample.encode("utf-8")
     want = ref.encode(sample)
     for d in (hf, oa):
@@ -332,6 +336,6 @@ e = run(["tokenize", "--tokenizer", hf, "--decode"], b"5 99999", want=1).stderr.
 if "99999 is not a token of this vocabulary" not in e:
     fail("decoding an unknown id: " + e)
 print("engine_bpe: %d merges learned; ids equal to the reference on %d texts; refusals named" %
-      (len(merges), 2))
+      (len(merges), 3))
 if len(sys.argv) != 4:
     subprocess.run(["rm", "-rf", WORK])

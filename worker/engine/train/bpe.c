@@ -373,42 +373,98 @@ static int push(int **ids, size_t *n, size_t *cap, const int *v, size_t k) {
   return 0;
 }
 
-/* one piece: its bytes as tokens, then the first-ranked merge everywhere, until none applies */
+/* a candidate merge: the pair at node pos has rank `rank` (when still there) */
+typedef struct {
+  int rank, pos;
+} cand_t;
+
+static int cand_less(cand_t x, cand_t y) {
+  return x.rank < y.rank || (x.rank == y.rank && x.pos < y.pos);
+}
+
+static void cand_push(cand_t *h, size_t *n, cand_t e) {
+  size_t i = (*n)++;
+  while (i > 0 && cand_less(e, h[(i - 1) / 2])) {
+    h[i] = h[(i - 1) / 2];
+    i = (i - 1) / 2;
+  }
+  h[i] = e;
+}
+
+static cand_t cand_pop(cand_t *h, size_t *n) {
+  cand_t top = h[0], last = h[--*n];
+  size_t i = 0;
+  for (;;) {
+    size_t c = 2 * i + 1;
+    if (c >= *n)
+      break;
+    if (c + 1 < *n && cand_less(h[c + 1], h[c]))
+      c++;
+    if (!cand_less(h[c], last))
+      break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n)
+    h[i] = last;
+  return top;
+}
+
+/* One piece: its bytes as tokens, then, as GPT-2's encoder does, the first-ranked pair merged
+ * everywhere in one pass from the left, until no pair has a merge. The tokens are a linked list
+ * and the candidate pairs a heap by (rank, position), so a pass takes its occurrences in order
+ * and a long piece costs m log m rather than m^2; the pairs a pass makes are added after it. */
 static int encode_piece(const colo_bpe_t *t, const unsigned char *w, size_t m, int **ids, size_t *n,
                         size_t *cap) {
-  int small[256], *sym = m <= 256 ? small : malloc(m * sizeof *sym);
-  if (!sym)
-    return COLO_ENOMEM;
-  for (size_t i = 0; i < m; i++)
+  if (m == 0)
+    return 0;
+  int *sym = malloc(m * sizeof *sym), *next = malloc(m * sizeof *next);
+  int *prev = malloc(m * sizeof *prev), *done = malloc(m * sizeof *done);
+  cand_t *h = malloc(3 * m * sizeof *h);
+  size_t nh = 0, nd;
+  int rc = sym && next && prev && done && h ? 0 : COLO_ENOMEM, merged;
+  for (size_t i = 0; rc == 0 && i < m; i++) {
     sym[i] = t->byte_id[w[i]];
-  size_t k = m;
-  while (k > 1) {
-    int best = INT_MAX, a = -1, b = -1, ab = -1, merged;
-    for (size_t i = 0; i + 1 < k; i++) {
-      int r = pair(t, sym[i], sym[i + 1], &merged);
-      if (r < best) {
-        best = r;
-        a = sym[i];
-        b = sym[i + 1];
-        ab = merged;
-      }
-    }
-    if (ab < 0)
-      break;
-    size_t j = 0;
-    for (size_t i = 0; i < k;) {
-      if (i + 1 < k && sym[i] == a && sym[i + 1] == b) {
-        sym[j++] = ab;
-        i += 2;
-      } else {
-        sym[j++] = sym[i++];
-      }
-    }
-    k = j;
+    next[i] = i + 1 < m ? (int)i + 1 : -1;
+    prev[i] = (int)i - 1;
   }
-  int rc = push(ids, n, cap, sym, k);
-  if (sym != small)
-    free(sym);
+  for (size_t i = 0; rc == 0 && i + 1 < m; i++) {
+    int r = pair(t, sym[i], sym[i + 1], &merged);
+    if (r != INT_MAX)
+      cand_push(h, &nh, (cand_t){r, (int)i});
+  }
+  while (rc == 0 && nh) {
+    int r = h[0].rank;
+    nd = 0;
+    while (nh && h[0].rank == r) { /* this pass: the pair's places, left to right */
+      int i = cand_pop(h, &nh).pos, j = next[i];
+      if (sym[i] < 0 || j < 0 || pair(t, sym[i], sym[j], &merged) != r)
+        continue; /* merged away, or its pair changed since */
+      sym[i] = merged;
+      sym[j] = -1;
+      next[i] = next[j];
+      if (next[j] >= 0)
+        prev[next[j]] = i;
+      done[nd++] = i;
+    }
+    for (size_t k = 0; k < nd; k++) { /* the pairs the pass made */
+      int i = done[k], p = prev[i], q = next[i], x;
+      if (p >= 0 && (x = pair(t, sym[p], sym[i], &merged)) != INT_MAX)
+        cand_push(h, &nh, (cand_t){x, p});
+      if (q >= 0 && (x = pair(t, sym[i], sym[q], &merged)) != INT_MAX)
+        cand_push(h, &nh, (cand_t){x, i});
+    }
+  }
+  size_t k = 0;
+  for (int i = 0; rc == 0 && i >= 0; i = next[i]) /* node 0 is never merged away */
+    sym[k++] = sym[i];
+  if (rc == 0)
+    rc = push(ids, n, cap, sym, k);
+  free(sym);
+  free(next);
+  free(prev);
+  free(done);
+  free(h);
   return rc;
 }
 
