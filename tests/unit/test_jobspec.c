@@ -253,6 +253,17 @@ TEST(gpu_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(finetune_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("gpt2-finetune.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_STR(s->train->init_from, "gpt2/model.safetensors");
+  ASSERT_EQ_INT(s->model->vocab_size, 50257); /* GPT-2's own: its weights must fit */
+  ASSERT_EQ_INT(s->model->block_size, 1024);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(missing_file_is_named) {
   Colo__V1__JobSpec *s = NULL;
   char err[512];
