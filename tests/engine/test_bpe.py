@@ -235,6 +235,36 @@ if "the model's vocab_size must be at least %d" % len(vocab) not in p.stdout.dec
 print("figure: prepare --tokenizer: train %d + val %d tokens (split at byte %d of %d), the "
       "reference's" % (len(tr), len(va), p_cut, len(data)))
 
+# documents: every file a pattern matches, in name order, each after <|endoftext|>; the split
+# falls inside the third, at a line's start
+docs = os.path.join(WORK, "docs")
+os.makedirs(docs, exist_ok=True)
+parts = [data[:300000], odd.encode("utf-8"), data[300000:600000]]
+for i, d in enumerate(parts):
+    open(os.path.join(docs, "doc%d.txt" % i), "wb").write(d)
+p = run(["prepare", "--input", os.path.join(docs, "*.txt"), "--out", os.path.join(WORK, "docshards"),
+         "--tokenizer", hf])
+eot = vocab["<|endoftext|>"]
+N = sum(map(len, parts))
+at = N - int(N * 0.1) - len(parts[0]) - len(parts[1])
+while at < len(parts[2]) and not (parts[2][at - 1] == 10 and 0x20 < parts[2][at] < 0x7f):
+    at += 1
+want_tr = [eot] + ref.encode(parts[0].decode()) + [eot] + ref.encode(parts[1].decode()) + [eot] + \
+    ref.encode(parts[2][:at].decode())
+want_va = ref.encode(parts[2][at:].decode())
+got_tr, got_va = shard(WORK + "/docshards/train.bin"), shard(WORK + "/docshards/val.bin")
+if got_tr != want_tr or got_va != want_va:
+    fail("prepare of three documents: not <|endoftext|> + each document's tokens, split at byte %d "
+         "of the third" % at)
+if "3 documents of %d bytes, each after the <|endoftext|> token" % N not in p.stdout.decode():
+    fail("prepare of documents did not say so: " + p.stdout.decode())
+run(["prepare", "--input", os.path.join(docs, "*.txt"), "--out", os.path.join(WORK, "docbytes")])
+gb = shard(WORK + "/docbytes/train.bin") + shard(WORK + "/docbytes/val.bin")
+if bytes(gb) != b"".join(parts) or len(shard(WORK + "/docbytes/val.bin")) != int(N * 0.1):
+    fail("prepare of three documents as bytes: not their bytes, split at the byte")
+print("figure: prepare of 3 documents (%d bytes): <|endoftext|> before each, train %d + val %d "
+      "tokens, the reference's" % (N, len(got_tr), len(got_va)))
+
 # streamed: a text larger than prepare's 16 MiB buffer (the text 40 times: its tokens 40 times,
 # as it ends a line and begins with a letter), split over shards of 1,000,000 tokens; then fewer,
 # larger shards in the same place, whose run removes the earlier run's extra files

@@ -108,7 +108,7 @@ static int cmd_prepare(int argc, char **argv) {
         return usage_error("prepare", "--shard-tokens needs a positive number of tokens");
       break;
     case 'h':
-      printf("usage: colo-train prepare --input TEXT --out DIR [--val-fraction F (0.1)]\n"
+      printf("usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
              "                          [--tokenizer DIR] [--shard-tokens N]\n"
              "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
              "text is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
@@ -117,7 +117,9 @@ static int cmd_prepare(int argc, char **argv) {
              "be UTF-8. With --shard-tokens, train_000000.bin, train_000001.bin, ... and val_*\n"
              "of N tokens each (a corpus larger than one shard's 2^31 tokens needs it); train\n"
              "on them with --train-data 'train_*.bin'. The text is streamed: any size\n"
-             "passes through a 16 MiB buffer; progress goes to standard error.\n");
+             "passes through a 16 MiB buffer; progress goes to standard error. A pattern\n"
+             "('docs/*.txt') takes every file it matches, each a document, after GPT-2's\n"
+             "<|endoftext|> under --tokenizer.\n");
       return 0;
     default:
       return 2;
@@ -138,6 +140,9 @@ static int cmd_prepare(int argc, char **argv) {
     fprintf(stderr, "colo-train prepare: %s\n", err);
     return 1;
   }
+  if (st.documents > 1)
+    printf("%d documents of %zu bytes%s\n", st.documents, st.bytes,
+           st.eot >= 0 ? ", each after the <|endoftext|> token" : "");
   static const char *kind[2] = {"train", "val"};
   for (int k = 0; k < 2; k++)
     if (po.shard_tokens)

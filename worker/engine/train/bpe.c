@@ -350,6 +350,10 @@ int colo_bpe_vocab_size(const colo_bpe_t *t) {
   return t->n_tok;
 }
 
+int colo_bpe_lookup(const colo_bpe_t *t, const char *s, size_t n) {
+  return lookup(t, s, n);
+}
+
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len) {
   if (id < 0 || id >= t->n_tok || !t->tok[id].s)
     return NULL;

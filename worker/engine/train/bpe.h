@@ -29,6 +29,9 @@ int colo_bpe_vocab_size(const colo_bpe_t *t);
 int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
                     size_t *n, size_t *cap, char *err, size_t errlen);
 
+/* The id of the token of these bytes ("<|endoftext|>"); -1 when there is none. */
+int colo_bpe_lookup(const colo_bpe_t *t, const char *s, size_t n);
+
 /* The bytes of token id; NULL for an id the vocabulary does not have. */
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len);
 

@@ -2,6 +2,7 @@
 #include "prepare.h"
 
 #include <errno.h>
+#include <glob.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,109 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* the state of one run: the inputs, the buffer, the two outputs */
+typedef struct {
+  const colo_prepare_opts_t *o;
+  out_t out[2];
+  char *buf;
+  size_t cap, len, base, split, total;
+  int part, eot;
+  int *ids;
+  uint16_t *tok;
+  size_t icap, tcap;
+  double t0, last;
+} run_t;
+
+/* One document (a file) through the buffer; `last`: the final one, where the split is due at
+ * the latest. */
+static int one_document(run_t *r, const char *path, int last, char *err, size_t errlen) {
+  const colo_prepare_opts_t *o = r->o;
+  FILE *in = fopen(path, "rb");
+  if (!in)
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
+  /* GPT-2's delimiter before each document, as llm.c's data sets have it, in the part that
+   * takes the document's first tokens */
+  int rc = 0, eof = 0, pending = r->eot >= 0;
+  uint16_t eot = (uint16_t)(pending ? r->eot : 0);
+  size_t doc = r->base; /* where this document starts in the whole text */
+  r->len = 0;
+  while (rc == 0) {
+    if (!eof && r->len < r->cap) {
+      size_t got = fread(r->buf + r->len, 1, r->cap - r->len, in);
+      r->len += got;
+      if (r->len < r->cap) {
+        if (ferror(in)) {
+          rc = colo_fail(err, errlen, COLO_EIO, "%s: read error", path);
+          break;
+        }
+        eof = 1;
+      }
+    }
+    char *buf = r->buf;
+    size_t len = r->len, base = r->base;
+    /* this round takes the text up to the last cut in the buffer (all of it at the end) */
+    size_t end = len;
+    if (!eof)
+      while (end > 0 && !cut_at(buf, end, o->bpe))
+        end--;
+    if (!eof && end == 0) { /* one line longer than the buffer: a larger one */
+      char *g = realloc(r->buf, 2 * r->cap + 1);
+      if (!g) {
+        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for a line of %zu bytes", len);
+        break;
+      }
+      r->buf = g;
+      r->cap *= 2;
+      continue;
+    }
+    size_t from = 0;
+    if (r->part == 0 && ((eof && last) || r->split <= base + end)) { /* validation starts here */
+      size_t p = r->split > base ? r->split - base : 0;
+      while (p < end && !cut_at(buf, p, o->bpe))
+        p++;
+      if (p > 0 && pending)
+        rc = out_put(&r->out[0], &eot, 1, err, errlen);
+      pending = pending && p == 0;
+      if (rc == 0)
+        rc = put_tokens(buf, p, base - doc, o->bpe, &r->out[0], &r->ids, &r->icap, &r->tok,
+                        &r->tcap, err, errlen);
+      r->part = 1;
+      from = p;
+    }
+    if (rc == 0 && pending && end > from) {
+      rc = out_put(&r->out[r->part], &eot, 1, err, errlen);
+      pending = 0;
+    }
+    if (rc == 0)
+      rc = put_tokens(buf + from, end - from, base - doc + from, o->bpe, &r->out[r->part], &r->ids,
+                      &r->icap, &r->tok, &r->tcap, err, errlen);
+    if (rc == COLO_EPARSE) { /* the text's fault: name it */
+      char why[512];
+      snprintf(why, sizeof why, "%s", err);
+      colo_fail(err, errlen, rc, "%s: %s", path, why);
+    }
+    memmove(buf, buf + end, len - end);
+    r->len -= end;
+    r->base += end;
+    double now = now_s();
+    if (o->progress && now - r->last >= 5.0) {
+      fprintf(o->progress, "prepare: %.1f of %.1f MB (%.0f%%), %zu tokens, %.1f MB/s\n",
+              (double)r->base / 1e6, (double)r->total / 1e6,
+              100.0 * (double)r->base / (double)(r->total ? r->total : 1),
+              r->out[0].total + r->out[1].total, (double)r->base / 1e6 / (now - r->t0));
+      fflush(o->progress);
+      r->last = now;
+    }
+    if (eof && r->len == 0)
+      break;
+  }
+  if (rc == 0 && pending) /* an empty document */
+    rc = out_put(&r->out[r->part], &eot, 1, err, errlen);
+  fclose(in);
+  return rc;
+}
+
 int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
                  colo_prepare_stats_t *st, char *err, size_t errlen) {
   memset(st, 0, sizeof *st);
@@ -176,99 +280,65 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   if (o->shard_tokens > (size_t)INT32_MAX)
     return colo_fail(err, errlen, COLO_EINVAL, "--shard-tokens %zu is more than a shard holds (%d)",
                      o->shard_tokens, INT32_MAX);
-  FILE *in = fopen(input, "rb");
-  if (!in)
-    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", input,
+  /* the documents: one file, or every file a pattern matches, in name order */
+  glob_t g = {0};
+  const char *one[1] = {input};
+  char *const *paths = (char *const *)one;
+  size_t nd = 1;
+  int pattern = strpbrk(input, "*?[") != NULL;
+  if (pattern) {
+    int got = glob(input, GLOB_ERR, NULL, &g);
+    if (got == GLOB_NOMATCH || (got == 0 && g.gl_pathc == 0))
+      return colo_fail(err, errlen, COLO_ENOENT, "%s: no file matches", input);
+    if (got != 0)
+      return colo_fail(err, errlen, COLO_EIO, "%s: cannot list the files it names", input);
+    paths = g.gl_pathv;
+    nd = g.gl_pathc;
+  }
+  run_t r = {o,
+             {{out_dir, "train", o->shard_tokens, NULL, 0, 0, 0, 0, NULL},
+              {out_dir, "val", o->shard_tokens, NULL, 0, 0, 0, 0, NULL}}};
+  int rc = 0;
+  for (size_t i = 0; rc == 0 && i < nd; i++) {
+    struct stat sb;
+    if (stat(paths[i], &sb) != 0)
+      rc = colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", paths[i],
                      strerror(errno));
-  struct stat sb;
-  if (fstat(fileno(in), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-    fclose(in);
-    return colo_fail(err, errlen, COLO_EINVAL, "%s: not a regular file", input);
+    else if (!S_ISREG(sb.st_mode))
+      rc = colo_fail(err, errlen, COLO_EINVAL, "%s: not a regular file", paths[i]);
+    else
+      r.total += (size_t)sb.st_size;
   }
-  if (mkdir(out_dir, 0755) != 0 && errno != EEXIST) {
-    fclose(in);
-    return colo_fail(err, errlen, COLO_EIO, "%s: %s", out_dir, strerror(errno));
+  if (rc == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
+    rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", out_dir, strerror(errno));
+  r.split = r.total - (size_t)((double)r.total * o->val_fraction);
+  r.eot = -1;
+  if (o->bpe && nd > 1) { /* documents apart: GPT-2's <|endoftext|> where the vocabulary has it */
+    static const char EOT[] = "<|endoftext|>";
+    r.eot = colo_bpe_lookup(o->bpe, EOT, sizeof EOT - 1);
   }
-  size_t n = (size_t)sb.st_size, split = n - (size_t)((double)n * o->val_fraction);
-  out_t out[2] = {{out_dir, "train", o->shard_tokens, NULL, 0, 0, 0, 0, NULL},
-                  {out_dir, "val", o->shard_tokens, NULL, 0, 0, 0, 0, NULL}};
-  size_t cap = BUF, len = 0, base = 0, icap = 0, tcap = 0;
-  char *buf = malloc(cap + 1);
-  int *ids = NULL;
-  uint16_t *tok = NULL;
-  int rc = buf ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory"), part = 0, eof = 0;
-  double t0 = now_s(), last = t0;
-  while (rc == 0) {
-    if (!eof && len < cap) {
-      size_t got = fread(buf + len, 1, cap - len, in);
-      len += got;
-      if (len < cap) {
-        if (ferror(in)) {
-          rc = colo_fail(err, errlen, COLO_EIO, "%s: read error", input);
-          break;
-        }
-        eof = 1;
-      }
-    }
-    /* this round takes the text up to the last cut in the buffer (all of it at the end) */
-    size_t end = len;
-    if (!eof)
-      while (end > 0 && !cut_at(buf, end, o->bpe))
-        end--;
-    if (!eof && end == 0) { /* one line longer than the buffer: a larger one */
-      char *g = realloc(buf, 2 * cap + 1);
-      if (!g) {
-        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for a line of %zu bytes", len);
-        break;
-      }
-      buf = g;
-      cap *= 2;
-      continue;
-    }
-    size_t from = 0;
-    if (part == 0 && (eof || split <= base + end)) { /* validation starts in this round */
-      size_t p = split > base ? split - base : 0;
-      while (p < end && !cut_at(buf, p, o->bpe))
-        p++;
-      rc = put_tokens(buf, p, base, o->bpe, &out[0], &ids, &icap, &tok, &tcap, err, errlen);
-      part = 1;
-      from = p;
-    }
-    if (rc == 0)
-      rc = put_tokens(buf + from, end - from, base + from, o->bpe, &out[part], &ids, &icap, &tok,
-                      &tcap, err, errlen);
-    if (rc == COLO_EPARSE) { /* the text's fault: name it */
-      char why[512];
-      snprintf(why, sizeof why, "%s", err);
-      colo_fail(err, errlen, rc, "%s: %s", input, why);
-    }
-    memmove(buf, buf + end, len - end);
-    len -= end;
-    base += end;
-    double now = now_s();
-    if (o->progress && now - last >= 5.0) {
-      fprintf(o->progress, "prepare: %.1f of %.1f MB (%.0f%%), %zu tokens, %.1f MB/s\n",
-              (double)base / 1e6, (double)n / 1e6, 100.0 * (double)base / (double)(n ? n : 1),
-              out[0].total + out[1].total, (double)base / 1e6 / (now - t0));
-      fflush(o->progress);
-      last = now;
-    }
-    if (eof && len == 0)
-      break;
-  }
-  fclose(in);
-  free(buf);
-  free(ids);
-  free(tok);
+  r.cap = BUF;
+  if (rc == 0 && !(r.buf = malloc(r.cap + 1)))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  r.t0 = r.last = now_s();
+  for (size_t i = 0; rc == 0 && i < nd; i++)
+    rc = one_document(&r, paths[i], i + 1 == nd, err, errlen);
+  if (pattern)
+    globfree(&g);
+  free(r.buf);
+  free(r.ids);
+  free(r.tok);
   for (int k = 0; k < 2 && rc == 0; k++)
-    rc = out_close(&out[k], err, errlen);
+    rc = out_close(&r.out[k], err, errlen);
   for (int k = 0; k < 2 && rc == 0; k++)
-    rc = out_commit(&out[k], err, errlen);
+    rc = out_commit(&r.out[k], err, errlen);
   for (int k = 0; k < 2; k++) {
-    st->tokens[k] = out[k].total;
-    st->files[k] = out[k].count;
-    out_free(&out[k], rc < 0);
+    st->tokens[k] = r.out[k].total;
+    st->files[k] = r.out[k].count;
+    out_free(&r.out[k], rc < 0);
   }
-  st->bytes = n;
+  st->bytes = r.total;
+  st->documents = (int)nd;
+  st->eot = r.eot;
   return rc;
 }

@@ -17,15 +17,20 @@ typedef struct {
 typedef struct {
   size_t tokens[2]; /* train, val */
   int files[2];
-  size_t bytes; /* of text */
+  size_t bytes;  /* of text */
+  int documents; /* input files */
+  int eot;       /* the token put before each document; -1: none */
 } colo_prepare_stats_t;
 
-/* Tokenises input into out_dir. The split is at byte n - floor(n * val_fraction) of the n bytes
- * for bytes as tokens; under BPE at the first place at or after it where a line ends and the
- * next begins with a printable ASCII character other than space (where GPT-2's pre-tokenizer
- * always cuts), so train and val together are exactly the whole text's tokens. Every file is
- * written under a temporary name and renamed only once all are complete: a failure (a byte
- * that is not UTF-8 under BPE, a full disk) leaves no shard of this run. */
+/* Tokenises input into out_dir: a file, or with *, ? or [ every file the pattern matches, in
+ * name order, each a document; under BPE each document then begins with GPT-2's <|endoftext|>
+ * where the vocabulary has it (as llm.c's data sets are made). The split is at byte
+ * n - floor(n * val_fraction) of all n bytes for bytes as tokens; under BPE at the first place at
+ * or after it where a document begins, or a line ends and the next begins with a printable ASCII
+ * character other than space (where GPT-2's pre-tokenizer always cuts), so train and val together
+ * are exactly the whole text's tokens. Every file is written under a temporary name and renamed
+ * only once all are complete: a failure (a byte that is not UTF-8 under BPE, a full disk) leaves
+ * no shard of this run. */
 int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
                  colo_prepare_stats_t *st, char *err, size_t errlen);
 
