@@ -108,10 +108,12 @@ static long unmap(const int u2b[N_CP], const char *s, size_t n, char *out) {
   return (long)k;
 }
 
-static char *slurp(const char *path, size_t *len, int *rc) {
+/* the whole file, NUL-terminated; NULL with the reason in err */
+static char *slurp(const char *path, size_t *len, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
   if (!f) {
-    *rc = errno == ENOENT ? COLO_ENOENT : COLO_EIO;
+    colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+              strerror(errno));
     return NULL;
   }
   char *buf = NULL;
@@ -122,7 +124,7 @@ static char *slurp(const char *path, size_t *len, int *rc) {
       if (!g) {
         free(buf);
         fclose(f);
-        *rc = COLO_ENOMEM;
+        colo_fail(err, errlen, COLO_ENOMEM, "%s: out of memory", path);
         return NULL;
       }
       buf = g;
@@ -136,12 +138,11 @@ static char *slurp(const char *path, size_t *len, int *rc) {
   fclose(f);
   if (bad) {
     free(buf);
-    *rc = COLO_EIO;
+    colo_fail(err, errlen, COLO_EIO, "%s: read error", path);
     return NULL;
   }
   buf[n] = '\0';
   *len = n;
-  *rc = 0;
   return buf;
 }
 
@@ -170,9 +171,9 @@ static int load_vocab(colo_bpe_t *t, const char *path, const int u2b[N_CP], char
                       size_t errlen) {
   size_t len;
   int rc;
-  char *text = slurp(path, &len, &rc);
+  char *text = slurp(path, &len, err, errlen);
   if (!text)
-    return colo_fail(err, errlen, rc, "%s: %s", path, strerror(errno));
+    return COLO_EIO;
   cJSON *root = cJSON_ParseWithLength(text, len);
   free(text);
   if (!cJSON_IsObject(root)) {
@@ -237,9 +238,9 @@ static int load_merges(colo_bpe_t *t, const char *path, const int u2b[N_CP], cha
                        size_t errlen) {
   size_t len;
   int rc;
-  char *text = slurp(path, &len, &rc);
+  char *text = slurp(path, &len, err, errlen);
   if (!text)
-    return colo_fail(err, errlen, rc, "%s: %s", path, strerror(errno));
+    return COLO_EIO;
   size_t lines = 1;
   for (size_t i = 0; i < len; i++)
     lines += text[i] == '\n';
