@@ -457,6 +457,21 @@ const float *colo_zero_piece_host(colo_zero_t *z, const colo_adamw_t *opt, size_
   return dst;
 }
 
+void colo_zero_owned(const colo_zero_t *z, size_t off, size_t n, size_t *lo, size_t *hi) {
+  size_t a = n, b = 0;
+  for (size_t k = 0; k < z->chunks.n; k++) {
+    size_t plo, phi, piece;
+    colo_chunk_piece(&z->chunks, k, z->rank, &plo, &phi, &piece);
+    size_t x = off > plo ? off : plo, y = off + n < phi ? off + n : phi;
+    if (x < y) {
+      a = x - off < a ? x - off : a;
+      b = y - off > b ? y - off : b;
+    }
+  }
+  *lo = a < b ? a : 0;
+  *hi = a < b ? b : 0;
+}
+
 void colo_zero_keep(const colo_zero_t *z, size_t off, const float *v, size_t n, float *pieces) {
   for (size_t k = 0; k < z->chunks.n; k++) {
     size_t lo, hi, piece;

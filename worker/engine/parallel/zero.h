@@ -123,6 +123,9 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
  * out as the rank's pieces; colo_zero_take_moments then puts such pieces of m and v where the
  * optimizer keeps them (the device, host memory or NVMe). */
 void colo_zero_keep(const colo_zero_t *z, size_t off, const float *v, size_t n, float *pieces);
+/* The part [*lo, *hi) of flat range [off, off + n), relative to off, that this rank's pieces
+ * hold (one run: a tensor lies in one chunk); *lo = *hi = 0 when none. */
+void colo_zero_owned(const colo_zero_t *z, size_t off, size_t n, size_t *lo, size_t *hi);
 int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *piece_m,
                            const float *piece_v);
 

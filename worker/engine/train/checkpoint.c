@@ -518,10 +518,11 @@ static int slice_cmp(const void *a, const void *b) {
   return x->start < y->start ? -1 : x->start > y->start;
 }
 
-/* Tensor `name` of place (st, t), shaped as p, into dst: whole from one of its files, or put
- * together from the slices `name@<start>` its files hold, which must tile it exactly. */
+/* Elements [lo, hi) of tensor `name` of place (st, t), shaped as p, into dst: from the whole
+ * tensor in one of its files, or from the slices `name@<start>` its files hold, which must tile
+ * it exactly; only the slices that hold part of the range are read. */
 static int source_tensor(source_t *s, int st, int t, const char *name, const colo_param_t *p,
-                         float *dst, char *err, size_t errlen) {
+                         size_t lo, size_t hi, float *dst, char *err, size_t errlen) {
   int rc = source_open_place(s, st, t, err, errlen);
   if (rc < 0)
     return rc;
@@ -536,7 +537,8 @@ static int source_tensor(source_t *s, int st, int t, const char *name, const col
     long shape[2];
     size_t bytes;
     if (colo_st_entry(&x->f, name, &dt, &nd, shape, &data, &bytes) == 0)
-      return colo_st_get(&x->f, name, p->ndim, p->shape, dst, s->any_float, err, errlen);
+      return colo_st_get_part(&x->f, name, p->ndim, p->shape, lo, hi, dst, s->any_float, err,
+                              errlen);
   }
   if (!first)
     return colo_fail(err, errlen, COLO_EPARSE, "no file holds stage %d, tensor-parallel rank %d",
@@ -585,7 +587,10 @@ static int source_tensor(source_t *s, int st, int t, const char *name, const col
       break;
     }
     int shape[2] = {(int)sl[i].n, 0};
-    rc = colo_st_get(sl[i].f, sl[i].key, 1, shape, dst + at, s->any_float, err, errlen);
+    size_t x = at > lo ? at : lo, y = at + sl[i].n < hi ? at + sl[i].n : hi;
+    if (x < y)
+      rc = colo_st_get_part(sl[i].f, sl[i].key, 1, shape, x - at, y - at, dst + (x - lo),
+                            s->any_float, err, errlen);
     at += sl[i].n;
   }
   if (rc >= 0 && at != p->numel)
@@ -620,7 +625,7 @@ static int assemble(source_t *s, const colo_param_t *f, const char *prefix, floa
     colo_param_t p;
     colo_param_shard(f, s->tp, &p);
     float *dst = s->tp == 1 ? full : piece;
-    int rc = source_tensor(s, st, t, name, &p, dst, err, errlen);
+    int rc = source_tensor(s, st, t, name, &p, 0, p.numel, dst, err, errlen);
     if (rc < 0)
       return rc;
     for (size_t li = 0; s->tp > 1 && li < p.numel; li++)
@@ -647,13 +652,26 @@ static int source_load(source_t *s, colo_gpt_t *model, const colo_ckpt_sink_t *s
     for (size_t j = 0; j < nf && !f; j++)
       f = full[j].full_offset == q->full_offset ? &full[j] : NULL;
     for (int j = 0; rc == 0 && j < 3; j++) {
+      size_t lo = 0, hi = q->numel;
       if (!(sink->kinds >> j & 1))
         continue;
-      rc = assemble(s, f, PREFIX[j], whole, piece, err, errlen);
-      for (size_t li = 0; rc == 0 && li < q->numel; li++)
-        cut[li] = whole[colo_param_full_index(q, me, tp, li)];
+      if (sink->want)
+        sink->want(sink->ctx, j, q->offset, q->numel, &lo, &hi);
+      if (lo >= hi)
+        continue;
+      if (s->tp ==
+          tp) { /* the same split: this rank's shard as the file holds it, the part asked */
+        char name[160];
+        const char *nm = s->strip && !strncmp(f->name, "transformer.", 12) ? f->name + 12 : f->name;
+        snprintf(name, sizeof name, "%s%s", PREFIX[j], nm);
+        rc = source_tensor(s, source_stage(s, f->name), me, name, q, lo, hi, cut, err, errlen);
+      } else { /* another split: the whole tensor put together, then cut to this rank's */
+        rc = assemble(s, f, PREFIX[j], whole, piece, err, errlen);
+        for (size_t li = lo; rc == 0 && li < hi; li++)
+          cut[li - lo] = whole[colo_param_full_index(q, me, tp, li)];
+      }
       if (rc == 0)
-        sink->put(sink->ctx, j, q->offset, cut, q->numel);
+        sink->put(sink->ctx, j, q->offset + lo, cut, hi - lo);
     }
   }
   free(whole);
@@ -675,7 +693,7 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
                    colo_adamw_t *opt, char *err, size_t errlen) {
   host_sink_t h = {
       {params ? params : colo_gpt_params(model), opt ? opt->m : NULL, opt ? opt->v : NULL}};
-  colo_ckpt_sink_t sink = {opt ? 7 : 1, host_put, &h};
+  colo_ckpt_sink_t sink = {opt ? 7 : 1, host_put, NULL, &h};
   int rc = colo_ckpt_load_to(dir, meta, model, &sink, err, errlen);
   if (rc == 0 && opt)
     opt->t = meta->adam_t;
@@ -869,7 +887,7 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
         gpt2_check_shape(&x->f, s.strip ? "" : "transformer.", colo_gpt_config(model), err, errlen);
   }
   host_sink_t h = {{params ? params : colo_gpt_params(model), NULL, NULL}};
-  colo_ckpt_sink_t sink = {1, host_put, &h};
+  colo_ckpt_sink_t sink = {1, host_put, NULL, &h};
   if (rc == 0)
     rc = source_load(&s, model, &sink, err, errlen);
   source_close(&s);

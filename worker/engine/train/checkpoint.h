@@ -94,6 +94,11 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
 typedef struct {
   int kinds;
   void (*put)(void *ctx, int what, size_t off, const float *v, size_t n);
+  /* NULL: every element; else narrows [*lo, *hi) (first 0, n) to the part of the tensor of n
+   * floats at off that it takes (*lo >= *hi: none), and only that part is read, under the same
+   * tensor-parallel split from the files' pages that hold it (a ZeRO rank resuming its own
+   * pieces reads its own) */
+  void (*want)(void *ctx, int what, size_t off, size_t n, size_t *lo, size_t *hi);
   void *ctx;
 } colo_ckpt_sink_t;
 /* colo_ckpt_load's work, into a sink (meta->adam_t is AdamW's step). */

@@ -198,6 +198,14 @@ static void shape_str(char *out, size_t len, int ndim, const long *shape) {
  * (converted) when any_float. */
 int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *shape, float *dst,
                 int any_float, char *err, size_t errlen) {
+  size_t numel = 1;
+  for (int d = 0; d < ndim; d++)
+    numel *= (size_t)shape[d];
+  return colo_st_get_part(f, name, ndim, shape, 0, numel, dst, any_float, err, errlen);
+}
+
+int colo_st_get_part(const colo_st_file_t *f, const char *name, int ndim, const int *shape,
+                     size_t lo, size_t hi, float *dst, int any_float, char *err, size_t errlen) {
   const char *path = f->path;
   const char *dtype, *data;
   int nd;
@@ -233,6 +241,12 @@ int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *
   }
   if (bytes != numel * colo_dtype_size(t))
     return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s has bad data offsets", path, name);
+  if (lo > hi || hi > numel)
+    return colo_fail(err, errlen, COLO_EINVAL, "%s: elements [%zu, %zu) of tensor %s's %zu", path,
+                     lo, hi, name, numel);
+  data += lo * colo_dtype_size(t); /* only the part asked for: only its pages are read */
+  numel = hi - lo;
+  bytes = numel * colo_dtype_size(t);
   if (t == COLO_DTYPE_F32 || ((uintptr_t)data & 1) == 0) {
     if (t == COLO_DTYPE_F32)
       memcpy(dst, data, bytes);
@@ -240,7 +254,7 @@ int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *
       colo_dtype_to_float(dst, data, numel, t);
     return 0;
   }
-  void *aligned = malloc(bytes); /* 16-bit data at an odd address */
+  void *aligned = malloc(bytes ? bytes : 1); /* 16-bit data at an odd address */
   if (!aligned)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory reading %s", path);
   memcpy(aligned, data, bytes);

@@ -59,5 +59,9 @@ int colo_st_entry(const colo_st_file_t *f, const char *name, const char **dtype,
  * also F16 and BF16 (converted) when any_float. Errors name the file and the tensor. */
 int colo_st_get(const colo_st_file_t *f, const char *name, int ndim, const int *shape, float *dst,
                 int any_float, char *err, size_t errlen);
+/* The same for elements [lo, hi) of the tensor (flattened), into dst[0, hi - lo): only their
+ * pages of the mapping are read. */
+int colo_st_get_part(const colo_st_file_t *f, const char *name, int ndim, const int *shape,
+                     size_t lo, size_t hi, float *dst, int any_float, char *err, size_t errlen);
 
 #endif

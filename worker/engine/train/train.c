@@ -475,6 +475,12 @@ typedef struct {
   float *pm, *pv;
 } load_dst_t;
 
+static void load_want(void *ctx, int what, size_t off, size_t n, size_t *lo, size_t *hi) {
+  load_dst_t *d = ctx;
+  if (what > 0 && d->zero)
+    colo_zero_owned(d->zero, off, n, lo, hi);
+}
+
 static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) {
   load_dst_t *d = ctx;
   if (what > 0 && d->zero) {
@@ -750,7 +756,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         if (!ld.pm || !ld.pv)
           rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", dir);
       }
-      colo_ckpt_sink_t sink = {7, load_put, &ld};
+      colo_ckpt_sink_t sink = {7, load_put, load_want, &ld};
       if (rc == 0)
         rc = colo_ckpt_load_to(dir, &meta, model, &sink, err, errlen);
       if (rc == 0 && ld.zero && colo_zero_take_moments(&zero, &opt, ld.pm, ld.pv) < 0)
