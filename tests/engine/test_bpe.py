@@ -328,6 +328,21 @@ s = run(["sample", "--checkpoint", ck + "/step_00000020", "--tokenizer", hf, "--
 if not s.startswith(b"ROMEO:") or len(s) <= len("ROMEO:\n"):
     fail("sample --tokenizer: %r" % s)
 print("figure: sample --tokenizer after 20 steps: %r" % s.decode("utf-8", "replace")[:60])
+# a model that learned "ROMEO:" then <|endoftext|> stops there: the sample is the prompt alone
+eo = os.path.join(WORK, "eot")
+os.makedirs(eo, exist_ok=True)
+seq = (ref.encode("ROMEO:") + [vocab["<|endoftext|>"]]) * 600
+with open(os.path.join(eo, "train.bin"), "wb") as f:
+    f.write(struct.pack("<3i", 20240520, 1, len(seq)) + b"\0" * 1012 +
+            struct.pack("<%dH" % len(seq), *seq))
+run(["train", "--data-root", eo, "--train-data", "train.bin", "--n-layer", "1", "--n-head", "2",
+     "--n-embd", "32", "--block-size", "32", "--vocab-size", str(V), "--batch-size", "4",
+     "--steps", "30", "--warmup", "1", "--lr", "1e-2", "--eval-interval", "0", "--ckpt-dir", eo + "/ck",
+     "--quiet"])
+s = run(["sample", "--checkpoint", eo + "/ck/step_00000030", "--tokenizer", hf, "--prompt", "ROMEO:",
+         "--tokens", "20", "--temperature", "0"]).stdout
+if s != b"ROMEO:\n":
+    fail("sample should stop at <|endoftext|>: %r" % s)
 small = os.path.join(WORK, "small")
 run(["train", "--data-root", out, "--train-data", "train.bin", "--val-data", "val.bin",
      "--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32", "--vocab-size", "256",

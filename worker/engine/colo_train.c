@@ -849,7 +849,8 @@ static int cmd_sample(int argc, char **argv) {
       printf("usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
              "greedy)] [--top-k K (0: all)] [--seed S (42)] [--prompt TEXT]\n"
              "                         [--tokenizer DIR]\n"
-             "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare).\n");
+             "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare), where\n"
+             "the text ends early at <|endoftext|>.\n");
       return 0;
     default:
       return 2;

@@ -1232,6 +1232,8 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
   }
   colo_rng_t rng;
   colo_rng_seed(&rng, seed);
+  static const char EOT[] = "<|endoftext|>";
+  int eot = bpe ? colo_bpe_lookup(bpe, EOT, sizeof EOT - 1) : -1;
   for (int k = 0; k < n; k++) {
     int from = len > T ? len - T : 0, t = len - from;
     colo_gpt_forward(model, ctx + from, NULL, 1, t);
@@ -1275,6 +1277,8 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
       }
     }
     ctx[len++] = next;
+    if (next == eot)
+      break; /* GPT-2's end of a document: the text is complete */
     size_t tl;
     const char *tb = bpe ? colo_bpe_token(bpe, next, &tl) : NULL;
     if (!bpe)

@@ -72,7 +72,8 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
 int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t errlen);
 
 /* Generates n tokens from a checkpoint: the prompt's tokens in, the tokens' bytes out to `out`;
- * bytes as tokens (bpe NULL), or GPT-2's BPE (its vocabulary must fit the model's). */
+ * bytes as tokens (bpe NULL), or GPT-2's BPE (its vocabulary must fit the model's), where it
+ * stops early at <|endoftext|>. */
 struct colo_bpe;
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float temperature,
                            int top_k, uint64_t seed, const struct colo_bpe *bpe, FILE *out,
