@@ -289,6 +289,13 @@ if data.endswith(b"\n") and 0x20 < data[0] < 0x7f:
     ntr = sum(len(x) for x in got["train"])
     if ntr != len(want) * (bc // len(data)) + len(ref.encode(data[:bc % len(data)].decode())):
         fail("prepare of a 40x text: the split is not at byte %d" % bc)
+    # one encoding thread gives the same files as the machine's many
+    run(["prepare", "--input", big, "--out", bo + "-1", "--tokenizer", hf, "--shard-tokens",
+         "1000000", "--val-fraction", "0.1", "--threads", "1"])
+    for k in files:
+        for x in files[k]:
+            if open(os.path.join(bo, x), "rb").read() != open(os.path.join(bo + "-1", x), "rb").read():
+                fail("prepare --threads 1: %s differs from the default threads' file" % x)
     # bytes as tokens through the same buffer: the bytes themselves, split at the exact byte
     run(["prepare", "--input", big, "--out", bo + "-bytes", "--shard-tokens", "10000000"])
     tb = [shard_np(os.path.join(bo + "-bytes", x)) for x in sorted(os.listdir(bo + "-bytes"))

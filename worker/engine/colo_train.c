@@ -76,17 +76,18 @@ static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
 
 static int cmd_prepare(int argc, char **argv) {
   const char *input = NULL, *out = NULL, *tokdir = NULL;
-  colo_prepare_opts_t po = {0.1, NULL, 0, stderr};
+  colo_prepare_opts_t po = {0.1, NULL, 0, stderr, 0};
   static const struct option o[] = {{"input", required_argument, 0, 'i'},
                                     {"out", required_argument, 0, 'o'},
                                     {"val-fraction", required_argument, 0, 'v'},
                                     {"tokenizer", required_argument, 0, 'k'},
                                     {"shard-tokens", required_argument, 0, 's'},
+                                    {"threads", required_argument, 0, 't'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
   char *end;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:s:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:h", o, NULL)) != -1) {
     switch (c) {
     case 'i':
       input = optarg;
@@ -107,9 +108,14 @@ static int cmd_prepare(int argc, char **argv) {
       if (end == optarg || *end || po.shard_tokens == 0 || optarg[0] == '-')
         return usage_error("prepare", "--shard-tokens needs a positive number of tokens");
       break;
+    case 't':
+      po.threads = (int)strtol(optarg, &end, 10);
+      if (end == optarg || *end || po.threads < 1)
+        return usage_error("prepare", "--threads needs a positive number");
+      break;
     case 'h':
       printf("usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
-             "                          [--tokenizer DIR] [--shard-tokens N]\n"
+             "                          [--tokenizer DIR] [--shard-tokens N] [--threads N]\n"
              "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
              "text is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
              "with --tokenizer GPT-2's BPE from DIR/vocab.json and DIR/merges.txt as HuggingFace\n"
@@ -119,7 +125,8 @@ static int cmd_prepare(int argc, char **argv) {
              "on them with --train-data 'train_*.bin'. The text is streamed: any size\n"
              "passes through a 16 MiB buffer; progress goes to standard error. A pattern\n"
              "('docs/*.txt') takes every file it matches, each a document, after GPT-2's\n"
-             "<|endoftext|> under --tokenizer.\n");
+             "<|endoftext|> under --tokenizer. BPE encodes on --threads threads (default: the\n"
+             "machine's, at most 16); the tokens are the same for any number.\n");
       return 0;
     default:
       return 2;

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <glob.h>
+#include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -135,28 +136,15 @@ static int cut_at(const char *b, size_t p, const colo_bpe_t *bpe) {
   return !bpe || p == 0 || (b[p - 1] == '\n' && b[p] > ' ' && b[p] < 0x7f);
 }
 
-static int put_tokens(const char *text, size_t n, size_t base, const colo_bpe_t *bpe, out_t *o,
-                      int **ids, size_t *icap, uint16_t **tok, size_t *tcap, char *err,
-                      size_t errlen) {
-  size_t k = 0;
-  if (!bpe) {
-    k = n;
-  } else {
-    int rc = colo_bpe_encode(bpe, text, n, base, ids, &k, icap, err, errlen);
-    if (rc < 0)
-      return rc;
-  }
-  if (k > *tcap) {
-    uint16_t *g = realloc(*tok, k * sizeof *g);
-    if (!g)
-      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu tokens", k);
-    *tok = g;
-    *tcap = k;
-  }
-  for (size_t i = 0; i < k; i++)
-    (*tok)[i] = bpe ? (uint16_t)(*ids)[i] : (uint16_t)(unsigned char)text[i];
-  return out_put(o, *tok, k, err, errlen);
-}
+#define MAX_SEG 16
+
+/* one thread's share of a round: its tokens, or why it failed */
+typedef struct {
+  int *ids;
+  size_t n, cap;
+  int rc;
+  char err[600];
+} seg_t;
 
 static double now_s(void) {
   struct timespec ts;
@@ -170,12 +158,74 @@ typedef struct {
   out_t out[2];
   char *buf;
   size_t cap, len, base, split, total;
-  int part, eot;
-  int *ids;
+  int part, eot, threads;
+  seg_t seg[MAX_SEG];
   uint16_t *tok;
-  size_t icap, tcap;
+  size_t tcap;
   double t0, last;
 } run_t;
+
+/* buf[from, end) (of a document, buf[0] its byte `at`) into o: under BPE cut into
+ * up to `threads` segments at the pre-tokenizer's cuts, encoded in parallel and written in
+ * order; the pending <|endoftext|> first */
+static int put_text(run_t *r, const char *buf, size_t from, size_t end, size_t at, out_t *o,
+                    int *pending, char *err, size_t errlen) {
+  const colo_bpe_t *bpe = r->o->bpe;
+  int rc = 0;
+  if (*pending && end > from) {
+    uint16_t e = (uint16_t)r->eot;
+    *pending = 0;
+    if ((rc = out_put(o, &e, 1, err, errlen)) < 0)
+      return rc;
+  }
+  if (!bpe) { /* bytes as tokens */
+    size_t n = end - from;
+    if (n > r->tcap) {
+      uint16_t *g = realloc(r->tok, n * sizeof *g);
+      if (!g)
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu tokens", n);
+      r->tok = g;
+      r->tcap = n;
+    }
+    for (size_t i = 0; i < n; i++)
+      r->tok[i] = (unsigned char)buf[from + i];
+    return out_put(o, r->tok, n, err, errlen);
+  }
+  size_t b[MAX_SEG + 1], span = end - from;
+  int ns = span < ((size_t)1 << 20) ? 1 : r->threads; /* a segment of 1 MiB at least */
+  b[0] = from;
+  for (int i = 1; i < ns; i++) {
+    size_t p = from + span / (size_t)ns * (size_t)i;
+    p = p < b[i - 1] ? b[i - 1] : p;
+    while (p < end && !cut_at(buf, p, bpe))
+      p++;
+    b[i] = p;
+  }
+  b[ns] = end;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ns)
+  for (int i = 0; i < ns; i++) {
+    seg_t *g = &r->seg[i];
+    g->n = 0;
+    g->rc = colo_bpe_encode(bpe, buf + b[i], b[i + 1] - b[i], at + b[i], &g->ids, &g->n, &g->cap,
+                            g->err, sizeof g->err);
+  }
+  for (int i = 0; i < ns && rc == 0; i++) { /* in order: the first failure is the first in text */
+    seg_t *g = &r->seg[i];
+    if (g->rc < 0)
+      return colo_fail(err, errlen, g->rc, "%s", g->err);
+    if (g->n > r->tcap) {
+      uint16_t *t = realloc(r->tok, g->n * sizeof *t);
+      if (!t)
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu tokens", g->n);
+      r->tok = t;
+      r->tcap = g->n;
+    }
+    for (size_t k = 0; k < g->n; k++)
+      r->tok[k] = (uint16_t)g->ids[k];
+    rc = out_put(o, r->tok, g->n, err, errlen);
+  }
+  return rc;
+}
 
 /* One document (a file) through the buffer; `last`: the final one, where the split is due at
  * the latest. */
@@ -188,7 +238,6 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
   /* GPT-2's delimiter before each document, as llm.c's data sets have it, in the part that
    * takes the document's first tokens */
   int rc = 0, eof = 0, pending = r->eot >= 0;
-  uint16_t eot = (uint16_t)(pending ? r->eot : 0);
   size_t doc = r->base; /* where this document starts in the whole text */
   r->len = 0;
   while (rc == 0) {
@@ -225,22 +274,12 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
       size_t p = r->split > base ? r->split - base : 0;
       while (p < end && !cut_at(buf, p, o->bpe))
         p++;
-      if (p > 0 && pending)
-        rc = out_put(&r->out[0], &eot, 1, err, errlen);
-      pending = pending && p == 0;
-      if (rc == 0)
-        rc = put_tokens(buf, p, base - doc, o->bpe, &r->out[0], &r->ids, &r->icap, &r->tok,
-                        &r->tcap, err, errlen);
+      rc = put_text(r, buf, 0, p, base - doc, &r->out[0], &pending, err, errlen);
       r->part = 1;
       from = p;
     }
-    if (rc == 0 && pending && end > from) {
-      rc = out_put(&r->out[r->part], &eot, 1, err, errlen);
-      pending = 0;
-    }
     if (rc == 0)
-      rc = put_tokens(buf + from, end - from, base - doc + from, o->bpe, &r->out[r->part], &r->ids,
-                      &r->icap, &r->tok, &r->tcap, err, errlen);
+      rc = put_text(r, buf, from, end, base - doc, &r->out[r->part], &pending, err, errlen);
     if (rc == COLO_EPARSE) { /* the text's fault: name it */
       char why[512];
       snprintf(why, sizeof why, "%s", err);
@@ -261,8 +300,10 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
     if (eof && r->len == 0)
       break;
   }
-  if (rc == 0 && pending) /* an empty document */
-    rc = out_put(&r->out[r->part], &eot, 1, err, errlen);
+  if (rc == 0 && pending) { /* an empty document */
+    uint16_t e = (uint16_t)r->eot;
+    rc = out_put(&r->out[r->part], &e, 1, err, errlen);
+  }
   fclose(in);
   return rc;
 }
@@ -317,7 +358,9 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     static const char EOT[] = "<|endoftext|>";
     r.eot = colo_bpe_lookup(o->bpe, EOT, sizeof EOT - 1);
   }
-  r.cap = BUF;
+  r.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
+  r.threads = r.threads < 1 ? 1 : r.threads > MAX_SEG ? MAX_SEG : r.threads;
+  r.cap = BUF * (size_t)(o->bpe ? r.threads : 1); /* a round gives each thread a buffer's worth */
   if (rc == 0 && !(r.buf = malloc(r.cap + 1)))
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   r.t0 = r.last = now_s();
@@ -326,7 +369,8 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   if (pattern)
     globfree(&g);
   free(r.buf);
-  free(r.ids);
+  for (int i = 0; i < MAX_SEG; i++)
+    free(r.seg[i].ids);
   free(r.tok);
   for (int k = 0; k < 2 && rc == 0; k++)
     rc = out_close(&r.out[k], err, errlen);

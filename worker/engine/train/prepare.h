@@ -12,6 +12,7 @@ typedef struct {
   const colo_bpe_t *bpe; /* NULL: bytes as tokens (vocabulary 256) */
   size_t shard_tokens;   /* 0: one train.bin and one val.bin; else train_NNNNNN.bin, ... */
   FILE *progress;        /* a line every few seconds on long work; NULL: none */
+  int threads;           /* BPE encoding threads (at most 16); 0: OpenMP's default */
 } colo_prepare_opts_t;
 
 typedef struct {
