@@ -613,14 +613,20 @@ static int source_stage(const source_t *s, const char *name) {
   return strstr(name, "ln_f.") ? s->pp - 1 : 0; /* the embeddings: the first stage */
 }
 
+/* The name tensor f of the model has in the source's files, under prefix ("" or a moment's). */
+static void source_name(const source_t *s, const colo_param_t *f, const char *prefix, char *out,
+                        size_t len) {
+  const char *n = s->strip && !strncmp(f->name, "transformer.", 12) ? f->name + 12 : f->name;
+  snprintf(out, len, "%s%s", prefix, n);
+}
+
 /* Full tensor f of the whole model (prefix: "" or a moment's) into full, from the source's
  * shards of it; piece is scratch of f's size. */
 static int assemble(source_t *s, const colo_param_t *f, const char *prefix, float *full,
                     float *piece, char *err, size_t errlen) {
   int st = source_stage(s, f->name);
   char name[160];
-  const char *n = s->strip && !strncmp(f->name, "transformer.", 12) ? f->name + 12 : f->name;
-  snprintf(name, sizeof name, "%s%s", prefix, n);
+  source_name(s, f, prefix, name, sizeof name);
   for (int t = 0; t < s->tp; t++) {
     colo_param_t p;
     colo_param_shard(f, s->tp, &p);
@@ -659,11 +665,9 @@ static int source_load(source_t *s, colo_gpt_t *model, const colo_ckpt_sink_t *s
         sink->want(sink->ctx, j, q->offset, q->numel, &lo, &hi);
       if (lo >= hi)
         continue;
-      if (s->tp ==
-          tp) { /* the same split: this rank's shard as the file holds it, the part asked */
+      if (s->tp == tp) { /* the same split: this rank's shard as the file has it, the part */
         char name[160];
-        const char *nm = s->strip && !strncmp(f->name, "transformer.", 12) ? f->name + 12 : f->name;
-        snprintf(name, sizeof name, "%s%s", PREFIX[j], nm);
+        source_name(s, f, PREFIX[j], name, sizeof name);
         rc = source_tensor(s, source_stage(s, f->name), me, name, q, lo, hi, cut, err, errlen);
       } else { /* another split: the whole tensor put together, then cut to this rank's */
         rc = assemble(s, f, PREFIX[j], whole, piece, err, errlen);

@@ -3,7 +3,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,31 +60,49 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
   return 0;
 }
 
+int colo_paths_open(colo_paths_t *p, const char *path, char *err, size_t errlen) {
+  memset(p, 0, sizeof *p);
+  p->one[0] = path;
+  p->v = (char *const *)p->one;
+  p->n = 1;
+  if (!(p->pattern = strpbrk(path, "*?[") != NULL))
+    return 0;
+  int got = glob(path, GLOB_ERR, NULL, &p->g);
+  if (got == 0 && p->g.gl_pathc > 0) {
+    p->v = p->g.gl_pathv;
+    p->n = p->g.gl_pathc;
+    return 0;
+  }
+  globfree(&p->g);
+  p->pattern = 0;
+  p->n = 0;
+  return got == GLOB_NOMATCH || got == 0
+             ? colo_fail(err, errlen, COLO_ENOENT, "%s: no file matches", path)
+             : colo_fail(err, errlen, COLO_EIO, "%s: cannot list the files it names", path);
+}
+
+void colo_paths_close(colo_paths_t *p) {
+  if (p->pattern)
+    globfree(&p->g);
+  p->pattern = 0;
+  p->n = 0;
+}
+
 int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errlen) {
   colo_shard_t s = {0};
   snprintf(s.path, sizeof s.path, "%s", path);
-  glob_t g = {0};
-  int pattern = strpbrk(path, "*?[") != NULL, rc = 0;
-  size_t n = 1;
-  if (pattern) {
-    int got = glob(path, GLOB_ERR, NULL, &g);
-    if (got == GLOB_NOMATCH || (got == 0 && g.gl_pathc == 0))
-      rc = colo_fail(err, errlen, COLO_ENOENT, "%s: no file matches", path);
-    else if (got != 0)
-      rc = colo_fail(err, errlen, COLO_EIO, "%s: cannot list the files it names", path);
-    n = rc == 0 ? g.gl_pathc : 0;
-  }
-  if (rc == 0 && !(s.files = calloc(n, sizeof *s.files)))
+  colo_paths_t ps;
+  int rc = colo_paths_open(&ps, path, err, errlen);
+  if (rc == 0 && !(s.files = calloc(ps.n, sizeof *s.files)))
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  for (size_t i = 0; rc == 0 && i < n; i++) { /* glob sorts them by name */
-    rc = map_file(pattern ? g.gl_pathv[i] : path, &s.files[i], err, errlen);
+  for (size_t i = 0; rc == 0 && i < ps.n; i++) {
+    rc = map_file(ps.v[i], &s.files[i], err, errlen);
     if (rc == 0) {
       s.n_files++;
       s.n += s.files[i].n;
     }
   }
-  if (pattern)
-    globfree(&g);
+  colo_paths_close(&ps);
   if (rc < 0) {
     colo_shard_free(&s);
     return rc;

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <glob.h>
+
 #define COLO_SHARD_MAGIC       20240520
 #define COLO_SHARD_VERSION     1
 #define COLO_SHARD_HEADER_INTS 256
@@ -31,6 +33,19 @@ typedef struct {
   int T;
   char path[1024]; /* as given */
 } colo_shard_t;
+
+/* The files a data path names: itself, or with *, ? or [ every file the pattern matches, in
+ * name order (glob(3)); none is COLO_ENOENT, naming the pattern. `v` lives in the struct: use it
+ * where it was opened. */
+typedef struct {
+  glob_t g;
+  int pattern;
+  const char *one[1];
+  char *const *v;
+  size_t n;
+} colo_paths_t;
+int colo_paths_open(colo_paths_t *p, const char *path, char *err, size_t errlen);
+void colo_paths_close(colo_paths_t *p);
 
 /* Maps a shard, or with *, ? or [ in path every file the pattern matches (glob(3); none is
  * COLO_ENOENT). Refuses a bad magic, version or a token count a file does not hold, with the

@@ -2,7 +2,6 @@
 #include "prepare.h"
 
 #include <errno.h>
-#include <glob.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -322,24 +321,15 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     return colo_fail(err, errlen, COLO_EINVAL, "--shard-tokens %zu is more than a shard holds (%d)",
                      o->shard_tokens, INT32_MAX);
   /* the documents: one file, or every file a pattern matches, in name order */
-  glob_t g = {0};
-  const char *one[1] = {input};
-  char *const *paths = (char *const *)one;
-  size_t nd = 1;
-  int pattern = strpbrk(input, "*?[") != NULL;
-  if (pattern) {
-    int got = glob(input, GLOB_ERR, NULL, &g);
-    if (got == GLOB_NOMATCH || (got == 0 && g.gl_pathc == 0))
-      return colo_fail(err, errlen, COLO_ENOENT, "%s: no file matches", input);
-    if (got != 0)
-      return colo_fail(err, errlen, COLO_EIO, "%s: cannot list the files it names", input);
-    paths = g.gl_pathv;
-    nd = g.gl_pathc;
-  }
+  colo_paths_t docs;
+  int rc = colo_paths_open(&docs, input, err, errlen);
+  if (rc < 0)
+    return rc;
+  char *const *paths = docs.v;
+  size_t nd = docs.n;
   run_t r = {o,
              {{out_dir, "train", o->shard_tokens, NULL, 0, 0, 0, 0, NULL},
               {out_dir, "val", o->shard_tokens, NULL, 0, 0, 0, 0, NULL}}};
-  int rc = 0;
   for (size_t i = 0; rc == 0 && i < nd; i++) {
     struct stat sb;
     if (stat(paths[i], &sb) != 0)
@@ -366,8 +356,7 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   r.t0 = r.last = now_s();
   for (size_t i = 0; rc == 0 && i < nd; i++)
     rc = one_document(&r, paths[i], i + 1 == nd, err, errlen);
-  if (pattern)
-    globfree(&g);
+  colo_paths_close(&docs);
   free(r.buf);
   for (int i = 0; i < MAX_SEG; i++)
     free(r.seg[i].ids);
