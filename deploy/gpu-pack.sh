@@ -15,7 +15,10 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="$SRC/build-bench"
 OUT="$SRC/.gpu-pack"
-cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF >/dev/null
+# -march=x86-64-v3 (AVX2, FMA), not the building machine's -march=native: the GPU machine's
+# processor is not known here, and every x86-64 host of an H100 has those
+cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF -DCOLO_NATIVE=OFF \
+  -DCMAKE_C_FLAGS=-march=x86-64-v3 >/dev/null
 cmake --build "$BUILD" -j"$(nproc)" --target colo-train test_cuda colo_cuda >/dev/null
 [ -f "$BUILD/bin/libcolo_cuda.so" ] || { echo "gpu-pack: no CUDA backend was built (is nvcc there?)" >&2; exit 1; }
 STAGE=$(mktemp -d /tmp/colo-gpu-pack-XXXXXX)
@@ -36,7 +39,8 @@ LD_LIBRARY_PATH="\$here/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:\${LD_LIBR
 WRAP
   chmod +x "$P/bin/$prog"
 done
-(cd "$SRC" && git rev-parse --short HEAD) >"$P/COMMIT"
+# the commit, and "-dirty" where the working tree differed from it: what a result was measured on
+(cd "$SRC" && git describe --always --dirty --abbrev=7) >"$P/COMMIT"
 mkdir -p "$OUT"
 tar -C "$STAGE" -cJf "$OUT/colo-gpu.tar.xz" colo-gpu
 echo "gpu-pack: $OUT/colo-gpu.tar.xz ($(du -k "$OUT/colo-gpu.tar.xz" | cut -f1) KiB; $(ls "$P/lib" | wc -l) libraries; commit $(cat "$P/COMMIT"))"

@@ -30,6 +30,7 @@ if [ "$what" = tests ]; then
 else
   # under the device's 600 s a command: a report comes back whatever did not fit
   COLO_BENCH_BUDGET_S=${COLO_BENCH_BUDGET_S:-480} COLO_BENCH_BIN="$BIN" \
-    bash "$SRC/bench/engine_gpu/run.sh" 2>&1 | tail -40
+    COLO_BENCH_COMMIT="$(cat "$RUN/colo-gpu/COMMIT")" \
+    bash "$SRC/bench/engine_gpu/run.sh" 2>&1 | tail -40 || echo "run.sh: rc $?"
   cp "$SRC/bench/results/engine_gpu.md" "$SRC/bench/results/engine_gpu_tests.log" "$OUT/" 2>/dev/null || true
 fi

@@ -32,22 +32,25 @@ PY=python3
 "$PY" -c "import numpy, torch" 2>/dev/null || PY=/usr/bin/python3
 RES="$SRC/bench/results"
 if [ "${COLO_BENCH_DRY:-0}" = 1 ]; then
-  DEV=cpu M124=(2 2 64 64 2) M350=(2 4 64 64 2) TS_STEPS=30 TF32=() SELF=(--self)
+  DEV=cpu M124=(2 2 64 64 2) M350=(2 4 64 64 2) TS_STEPS=30 TF32=() SELF=(--self) B32=4
   RES="$TMP/results"
   mkdir -p "$RES"
 else
-  DEV=gpu M124=(12 12 768 1024 8) M350=(24 16 1024 1024 8) TS_STEPS=1000 TF32=(--tf32 true) SELF=()
+  DEV=gpu M124=(12 12 768 1024 8) M350=(24 16 1024 1024 8) TS_STEPS=1000 TF32=(--tf32 true) SELF=() B32=32
 fi
 GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
 [ -n "$GPU" ] || GPU="unknown GPU (nvidia-smi did not answer)"
 export ASAN_OPTIONS=protect_shadow_gap=0
+# what the programs were built from: the pack's record (device.sh), else this checkout; "-dirty"
+# where the working tree differed from the commit
+COMMIT=${COLO_BENCH_COMMIT:-$(git -C "$SRC" describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)}
 
 echo "== 1. CUDA tests on $GPU"
 {
-  echo "# test_cuda on $GPU, $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$SRC" rev-parse --short HEAD)"
+  echo "# test_cuda on $GPU, $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT"
   "$BIN/test_cuda" "${SELF[@]}"
-} 2>&1 | tee "$RES/engine_gpu_tests.log"
-[ "${PIPESTATUS[0]}" -eq 0 ] || echo "test_cuda failed: see $RES/engine_gpu_tests.log"
+} 2>&1 | tee "$RES/engine_gpu_tests.log" || # under pipefail: a failure is reported, and the runs go on
+  echo "test_cuda failed: see $RES/engine_gpu_tests.log"
 
 "$PY" - "$TMP/gpt2" <<'PY'
 import os, sys, numpy as np
@@ -79,20 +82,27 @@ colo_run() { # name L H C T B extra...
     --progress "$TMP/$name.jsonl" "$@" ||
     echo "{\"event\":\"error\",\"name\":\"$name\"}" >>"$TMP/$name.jsonl"
 }
-torch_run() { # dtype
+torch_run() { # name dtype extra... (--compile, --batch-size N)
+  local name=$1 dt=$2
+  shift 2
   if over_budget; then
-    echo "{\"impl\":\"pytorch\",\"error\":\"skipped: over the time budget\"}" >"$TMP/torch-$1.json"
+    echo "{\"impl\":\"pytorch\",\"error\":\"skipped: over the time budget\"}" >"$TMP/torch-$name.json"
     return
   fi
   timeout "$RUN_LIMIT" "$PY" "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer "${M124[0]}" \
     --n-head "${M124[1]}" --n-embd "${M124[2]}" --block-size "${M124[3]}" \
     --batch-size "${M124[4]}" --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
-    --data "$TMP/gpt2/train.bin" --dtype "$1" >"$TMP/torch-$1.json" 2>"$TMP/torch-$1.err" ||
-    echo "{\"impl\":\"pytorch\",\"error\":\"$(tail -1 "$TMP/torch-$1.err" | tr -d '"')\"}" >"$TMP/torch-$1.json"
+    --data "$TMP/gpt2/train.bin" --dtype "$dt" "$@" >"$TMP/torch-$name.json" 2>"$TMP/torch-$name.err" ||
+    echo "{\"impl\":\"pytorch\",\"error\":\"$(tail -1 "$TMP/torch-$name.err" | tr -d '"')\"}" >"$TMP/torch-$name.json"
 }
 echo "== 2. GPT-2 124M in bf16, colo and PyTorch"
 colo_run c124bf16 "${M124[@]}" --precision bf16
-torch_run bf16
+torch_run bf16 bf16
+torch_run bf16c bf16 --compile
+# and at a batch of 32 sequences (B4 in the dry run), both sides
+colo_run c124b32 "${M124[@]:0:4}" "$B32" --precision bf16
+torch_run bf16b32 bf16 --batch-size "$B32"
+torch_run bf16cb32 bf16 --batch-size "$B32" --compile
 
 echo "== 3. $TS_STEPS steps on tinyshakespeare, GPU and CPU"
 bench_data
@@ -118,7 +128,7 @@ COLO_CUDA_ATTENTION=gemm colo_run c124bf16g "${M124[@]}" --precision bf16
 # and without cuBLASLt's bias epilogues (a pass of their own over each product's output)
 COLO_CUDA_EPILOGUES=0 colo_run c124bf16e "${M124[@]}" --precision bf16
 colo_run c124 "${M124[@]}" --precision fp32 "${TF32[@]}"
-torch_run tf32
+torch_run tf32 tf32
 colo_run c124fp32 "${M124[@]}" --precision fp32
 
 echo "== 6. 350M under ZeRO-3 with Gemini-style placement"
@@ -143,12 +153,12 @@ else
 fi
 unset COLO_CUDA_EMULATE
 
-python3 - "$TMP" "$GPU" "$STEPS" "$RES/engine_gpu.md" "$(git -C "$SRC" rev-parse --short HEAD)" \
-  "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" "${PCT:-60}" <<'PY'
+python3 - "$TMP" "$GPU" "$STEPS" "$RES/engine_gpu.md" "$COMMIT" \
+  "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" "${PCT:-60}" "$B32" <<'PY'
 import json, sys, datetime
 tmp, gpu, steps, out, commit = sys.argv[1:6]
 m124, m350 = [list(map(int, a.split())) for a in sys.argv[6:8]]
-ts_steps, dry, pct = int(sys.argv[8]), sys.argv[9] == "1", sys.argv[10]
+ts_steps, dry, pct, b32n = int(sys.argv[8]), sys.argv[9] == "1", sys.argv[10], int(sys.argv[11])
 def recs(name):
     try:
         return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
@@ -173,24 +183,31 @@ def torch(dt):
     except (OSError, ValueError):
         return {"error": "not run"}
 b16, b16g, b16e, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124bf16g", "c124bf16e", "c124", "c124fp32"))
+b32 = colo("c124b32", m124[0], m124[2], m124[3])
 big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
+tbc, tb32, tbc32 = torch("bf16c"), torch("bf16b32"), torch("bf16cb32")
 L = []
 L.append("# bench/engine_gpu: colo-train on one GPU%s\n"
          % (" — DRY RUN on the CPU with small shapes (COLO_BENCH_DRY=1): not a result" if dry else ""))
 L.append("Measured %s on **%s**, commit %s, command `bash bench/engine_gpu/run.sh %s`. Median step "
          "after 5 warm-up steps; full training steps (forward, backward, clipping, AdamW).\n"
          % (datetime.date.today(), gpu, commit, steps))
-L.append("## GPT-2 124M (12L/12H/768, T=1024, B=8, vocab 50304)\n")
+L.append("## GPT-2 124M (12L/12H/768, T=1024, B=8 unless named, vocab 50304)\n")
 L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
 for name, run, r in (("colo, bf16 activations and products, fused attention", "c124bf16", b16),
+                     ("colo, bf16, B=%d" % b32n, "c124b32", b32),
                      ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", "c124bf16g", b16g),
                      ("colo, bf16, biases without cuBLASLt epilogues (COLO_CUDA_EPILOGUES=0)", "c124bf16e", b16e),
                      ("colo, fp32, TF32 products", "c124", a),
                      ("colo, fp32", "c124fp32", f32)):
     L.append("| %s | %s |" % (name, why.get(run, "") + " | | " if r is None else "%.1f | %.0f | %.1f%%" % (r["ms"], r["tok_s"], 100 * r["mfu"])))
-for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb), ("PyTorch %s, TF32" % tt.get("torch", ""), tt)):
+for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb),
+                ("PyTorch, bf16 autocast, torch.compile", tbc),
+                ("PyTorch, bf16 autocast, B=%d" % b32n, tb32),
+                ("PyTorch, bf16 autocast, torch.compile, B=%d" % b32n, tbc32),
+                ("PyTorch %s, TF32" % tt.get("torch", ""), tt)):
     if "error" in t:
         L.append("| %s | %s | | |" % (name, t["error"]))
     else:
@@ -206,9 +223,14 @@ if prof:
              "a run of its own):\n\n```\n%s\n```\n" % (int(steps), "\n".join(prof)))
 if a and "error" not in tt:
     L.append("\nRatio colo (TF32) / PyTorch (TF32): **%.2f×**." % (a["tok_s"] / tt["tokens_per_s"]))
-if b16 and "error" not in tb:
-    L.append("Ratio colo (bf16) / PyTorch (bf16 autocast): **%.2f×** (target ≥ 1.0×; MFU target ≥ 45%%)."
-             % (b16["tok_s"] / tb["tokens_per_s"]))
+def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
+    ok = [t for t in ts if "error" not in t]
+    return max(ok, key=lambda t: t["tokens_per_s"]) if ok else None
+for r, n, t in ((b16, m124[4], best(tb, tbc)), (b32, b32n, best(tb32, tbc32))):
+    if r and t:
+        L.append("Ratio colo (bf16) / PyTorch's fastest (bf16 autocast%s), B=%d: **%.2f×** (target ≥ 1.0×; "
+                 "MFU target ≥ 45%%: colo's is %.1f%%)." % (", torch.compile" if t.get("compile") else "",
+                 n, r["tok_s"] / t["tokens_per_s"], 100 * r["mfu"]))
 L.append("\n## 350M (24L/16H/1024, T=1024, B=8), bf16, with recomputation\n")
 def act_bytes(L_, C, T, B, V, NH, a):
     """what a recomputing model must hold besides 16Φ, from the architecture: each block's input

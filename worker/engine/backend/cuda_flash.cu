@@ -1,58 +1,167 @@
 /* Fused causal attention for 16-bit storage: FlashAttention-2's schedule (Dao, 2023) on the
- * tensor cores through WMMA. No T×T matrix exists anywhere, and no atomics: every result is the
- * same from run to run.
+ * tensor cores, with the scores, probabilities and accumulators in registers. No T×T matrix
+ * exists anywhere, and no atomics: every result is the same from run to run.
  *
- * Tiles are 64 rows of a head's q, k, v or dout (HS values each, 16-bit, in shared memory); a
- * block is four warps, a warp owns 16 of the tile's rows. A warp's products (16×64 scores, 16×HS
- * outputs) come out of the tensor cores as fp32 and go through a staging area in shared memory
- * from which each lane reads its part: a lane owns half of one row (row lane/2, half lane%2).
+ * The products are PTX's mma.sync m16n8k16 (16-bit inputs, fp32 accumulators). A block is four
+ * warps over a tile of 64 rows of one (sequence, head), a warp owning 16 of them; the other
+ * operand's tile (64 rows of HS 16-bit values) sits in shared memory. Fragment layouts, with
+ * g = lane/4 and t = lane%4: an accumulator of a 16×8 product holds (g, 2t..2t+1) and
+ * (g+8, 2t..2t+1); the left operand (16×16) holds those rows at columns 2t.. and 8+2t..; the right
+ * one (16×8) the rows 2t.. and 8+2t.. of column g. So a product's accumulators, rounded to the
+ * storage type in pairs, are the next product's left operand as they stand (probabilities times
+ * v), and a row-major tile is read as a right operand transposed (k or q against the rows) with
+ * plain 32-bit loads, or as it stands (v, dout, q, k against the head's values) with
+ * ldmatrix.trans. Rows are padded by 16 bytes: neither access meets a bank conflict.
  *
  * Forward, a block per (query tile, sequence·head): walks the key tiles up to the diagonal with
- * the online softmax (running max and sum per row, the output rescaled as the max grows), and
- * saves each query's log-sum-exp of its scaled scores, as the CPU does.
+ * the online softmax (running max and sum per row, in base 2, the output rescaled as the max
+ * grows), and saves each query's log-sum-exp of its scaled scores, as the CPU does.
  *
  * Backward, three kernels: dsum = Σ dout·out per query; a block per key tile walks the query
- * tiles from the diagonal on, its dk and dv accumulating in the tensor cores' registers; a block
- * per query tile walks the key tiles up to the diagonal, its dq accumulating likewise. Both
- * recompute p = exp(score·scale − lse) and the gradient of the scaled scores
- * p·(dout·v − dsum)·scale; seven products in all against FlashAttention-2's five, the price of
- * not adding dq with atomics. As in the batched-product path (cuda.cu), probabilities and score
- * gradients are rounded to the storage type before they are multiplied; the products accumulate
- * in fp32; dqkv is accumulated into (read, added in fp32, rounded), as backend.h asks. */
-#include <mma.h>
-
+ * tiles from the diagonal on, its dk and dv accumulating in registers; a block per query tile
+ * walks the key tiles up to the diagonal, its dq accumulating likewise. Both recompute
+ * p = exp(score·scale − lse) and the gradient of the scaled scores p·(dout·v − dsum)·scale; seven
+ * products in all against FlashAttention-2's five, the price of not adding dq with atomics. As in
+ * the batched-product path (cuda.cu), probabilities and score gradients are rounded to the
+ * storage type before they are multiplied; the products accumulate in fp32; dqkv is accumulated
+ * into (read, added in fp32, rounded), as backend.h asks. */
 #include <stdint.h>
 
 #include "cuda_common.cuh"
 
-using namespace nvcuda;
-
 enum { TILE = 64, THREADS = 128 };
 
-/* Shared-memory geometry for head size HS: a 16-bit tile row is HS values and 16 bytes of
- * padding (against bank conflicts); an fp32 staging row is 64 or HS values and 16 bytes; a 16-bit
- * row of probabilities 64 values and 16 bytes. Every region is a multiple of 128 bytes, and every
- * fragment's first element is 32-byte aligned, as WMMA requires. */
+#define LOG2E 1.4426950408889634f
+
+/* a tile's row: HS 16-bit values and 16 bytes of padding */
 template <class E, int HS> struct geo {
   static constexpr int LE = HS + 16 / (int)sizeof(E);
-  static constexpr int LF = (HS > TILE ? HS : TILE) + 4;
-  static constexpr int LP = TILE + 16 / (int)sizeof(E);
   static constexpr size_t tile = (size_t)TILE * LE * sizeof(E);
-  static constexpr size_t ftile = (size_t)TILE * LF * sizeof(float);
-  static constexpr size_t ptile = (size_t)TILE * LP * sizeof(E);
 };
 
-template <class E> using frag_a = wmma::fragment<wmma::matrix_a, 16, 16, 16, E, wmma::row_major>;
-template <class E> using frag_b = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::row_major>;
-/* a row-major tile read as its transpose */
-template <class E> using frag_bt = wmma::fragment<wmma::matrix_b, 16, 16, 16, E, wmma::col_major>;
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+/* ---- the tensor cores' product and the fragments' loads ---- */
 
-__device__ __forceinline__ static float pair_max(float v) {
-  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+template <class E>
+__device__ __forceinline__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                           uint32_t b1);
+template <>
+__device__ __forceinline__ void mma<bf16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+               "{%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-__device__ __forceinline__ static float pair_sum(float v) {
-  return v + __shfl_xor_sync(0xffffffffu, v, 1);
+template <>
+__device__ __forceinline__ void mma<fp16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                          uint32_t b1) {
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+               "{%8,%9}, {%0,%1,%2,%3};"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* two values rounded to the storage type, the first in the low half */
+template <class E> __device__ __forceinline__ static uint32_t pack2(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t pack2<bf16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t pack2<fp16>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t *>(&v);
+}
+template <class E> __device__ __forceinline__ static float lo(uint32_t v) {
+  return ld(*reinterpret_cast<E *>(&v));
+}
+template <class E> __device__ __forceinline__ static float hi(uint32_t v) {
+  return ld(*(reinterpret_cast<E *>(&v) + 1));
+}
+
+__device__ __forceinline__ static uint32_t ld32(const void *p) {
+  return *reinterpret_cast<const uint32_t *>(p);
+}
+
+/* four 8×8 matrices of 16-bit values, transposed: rows k0 … k0+15 of a row-major tile, columns
+ * n0 … n0+15, as the right operands of two products (columns n0 … and n0+8 …), each [b0, b1] */
+__device__ __forceinline__ static void ldsm_t(uint32_t (&r)[4], const void *row) {
+  uint32_t a = (uint32_t)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+/* a warp's 16 rows (from r0) of a tile, columns k·16 …, as a left operand */
+template <class E, int HS>
+__device__ __forceinline__ static void frag_a(uint32_t (&a)[4], const E *tile, int r0, int k,
+                                              int lane) {
+  constexpr int LE = geo<E, HS>::LE;
+  const E *p = tile + (r0 + lane / 4) * LE + k * 16 + 2 * (lane % 4);
+  a[0] = ld32(p);
+  a[1] = ld32(p + 8 * LE);
+  a[2] = ld32(p + 8);
+  a[3] = ld32(p + 8 * LE + 8);
+}
+
+/* s[j] (16×8, j over the tile's 8 column groups) = a warp's 16 rows of `rows` (from r0) · tileᵀ */
+template <class E, int HS>
+__device__ __forceinline__ static void product_t(float (&s)[TILE / 8][4], const E *rows, int r0,
+                                                 const E *tile, int lane) {
+  constexpr int LE = geo<E, HS>::LE;
+#pragma unroll
+  for (int j = 0; j < TILE / 8; j++)
+    s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+  for (int k = 0; k < HS / 16; k++) {
+    uint32_t a[4];
+    frag_a<E, HS>(a, rows, r0, k, lane);
+#pragma unroll
+    for (int j = 0; j < TILE / 8; j++) {
+      const E *p = tile + (j * 8 + lane / 4) * LE + k * 16 + 2 * (lane % 4);
+      mma<E>(s[j], a, ld32(p), ld32(p + 8));
+    }
+  }
+}
+
+/* acc (16×HS) += p (16×64: its accumulator layout, rounded to the storage type) · tile (64 rows
+ * of HS) */
+template <class E, int HS>
+__device__ __forceinline__ static void
+product_acc(float (&acc)[HS / 8][4], const float (&p)[TILE / 8][4], const E *tile, int lane) {
+  constexpr int LE = geo<E, HS>::LE;
+#pragma unroll
+  for (int k = 0; k < TILE / 16; k++) {
+    uint32_t a[4] = {pack2<E>(p[2 * k][0], p[2 * k][1]), pack2<E>(p[2 * k][2], p[2 * k][3]),
+                     pack2<E>(p[2 * k + 1][0], p[2 * k + 1][1]),
+                     pack2<E>(p[2 * k + 1][2], p[2 * k + 1][3])};
+#pragma unroll
+    for (int n = 0; n < HS / 16; n++) {
+      uint32_t b[4];
+      ldsm_t(b, tile + (k * 16 + lane % 16) * LE + n * 16 + (lane / 16) * 8);
+      mma<E>(acc[2 * n], a, b[0], b[1]);
+      mma<E>(acc[2 * n + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+/* dst (a [T][stride] matrix's row r's head) += a warp's accumulated rows r0 = g and r0 + 8, each
+ * lane its pairs of values; rows at or past T are left alone */
+template <class E, int HS>
+__device__ __forceinline__ static void
+add_rows(E *dst, size_t stride, const float (&acc)[HS / 8][4], int r0, int T_, int lane) {
+#pragma unroll
+  for (int half = 0; half < 2; half++) {
+    int r = r0 + lane / 4 + 8 * half;
+    if (r >= T_)
+      continue;
+    E *o = dst + (size_t)r * stride + 2 * (lane % 4);
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++) {
+      uint32_t v = ld32(o + n * 8);
+      *reinterpret_cast<uint32_t *>(o + n * 8) =
+          pack2<E>(lo<E>(v) + acc[n][2 * half], hi<E>(v) + acc[n][2 * half + 1]);
+    }
+  }
 }
 
 /* Rows r0 … r0+63 of a [T][stride] matrix (src: row 0's first value) into a tile, HS values a
@@ -70,74 +179,14 @@ __device__ static void load_tile(E *dst, const E *src, int r0, int T_, size_t st
   }
 }
 
-/* a warp's 16 rows of a tile as the left operand */
-template <class E, int HS>
-__device__ static void load_rows(frag_a<E> (&a)[HS / 16], const E *tile, int warp) {
-#pragma unroll
-  for (int k = 0; k < HS / 16; k++)
-    wmma::load_matrix_sync(a[k], tile + warp * 16 * geo<E, HS>::LE + k * 16, geo<E, HS>::LE);
+/* the largest of a row's values over the four lanes that hold it */
+__device__ __forceinline__ static float quad_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
 }
-
-/* out[16][64] (fp32, row stride LF) = a (16×HS) · tileᵀ (tile: 64 rows of HS) */
-template <class E, int HS>
-__device__ static void product_t(float *out, const frag_a<E> (&a)[HS / 16], const E *tile) {
-  constexpr int LE = geo<E, HS>::LE;
-#pragma unroll
-  for (int j = 0; j < TILE / 16; j++) {
-    frag_c acc;
-    wmma::fill_fragment(acc, 0.0f);
-#pragma unroll
-    for (int k = 0; k < HS / 16; k++) {
-      frag_bt<E> b;
-      wmma::load_matrix_sync(b, tile + j * 16 * LE + k * 16, LE);
-      wmma::mma_sync(acc, a[k], b, acc);
-    }
-    wmma::store_matrix_sync(out + j * 16, acc, geo<E, HS>::LF, wmma::mem_row_major);
-  }
-}
-
-/* acc (16×HS) += p (16×64, 16-bit, row stride LP) · tile (64 rows of HS) */
-template <class E, int HS>
-__device__ static void product_acc(frag_c (&acc)[HS / 16], const E *p, const E *tile) {
-  constexpr int LE = geo<E, HS>::LE;
-  frag_a<E> a[TILE / 16];
-#pragma unroll
-  for (int k = 0; k < TILE / 16; k++)
-    wmma::load_matrix_sync(a[k], p + k * 16, geo<E, HS>::LP);
-#pragma unroll
-  for (int d = 0; d < HS / 16; d++)
-#pragma unroll
-    for (int k = 0; k < TILE / 16; k++) {
-      frag_b<E> b;
-      wmma::load_matrix_sync(b, tile + k * 16 * LE + d * 16, LE);
-      wmma::mma_sync(acc[d], a[k], b, acc[d]);
-    }
-}
-
-template <int HS> __device__ static void clear(frag_c (&acc)[HS / 16]) {
-#pragma unroll
-  for (int d = 0; d < HS / 16; d++)
-    wmma::fill_fragment(acc[d], 0.0f);
-}
-
-/* dst[i] += a warp's accumulated 16×HS rows, through its staging rows: this lane adds its half
- * of row r into dst (when the row exists) */
-template <class E, int HS>
-__device__ static void add_rows(E *dst, float *stage, frag_c (&acc)[HS / 16], int r, int half,
-                                int exists) {
-  constexpr int LF = geo<E, HS>::LF;
-  __syncwarp();
-#pragma unroll
-  for (int d = 0; d < HS / 16; d++)
-    wmma::store_matrix_sync(stage + d * 16, acc[d], LF, wmma::mem_row_major);
-  __syncwarp();
-  if (exists) {
-    const float *s = stage + r * LF + half * (HS / 2);
-    E *o = dst + half * (HS / 2);
-#pragma unroll 8
-    for (int i = 0; i < HS / 2; i++)
-      o[i] = st<E>(ld(o[i]) + s[i]);
-  }
+__device__ __forceinline__ static float quad_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 template <class E, int HS>
@@ -146,69 +195,72 @@ __global__ static void __launch_bounds__(THREADS)
   typedef geo<E, HS> G;
   extern __shared__ __align__(128) unsigned char smem[];
   E *qs = (E *)smem, *ks = (E *)(smem + G::tile), *vs = (E *)(smem + 2 * G::tile);
-  float *stage = (float *)(smem + 3 * G::tile);
-  E *ps = (E *)(smem + 3 * G::tile + G::ftile);
   int qt = gridDim.x - 1 - blockIdx.x; /* the longest walks start first */
   int pair = blockIdx.y, b = pair / NH, h = pair % NH;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS;
   load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
-  __syncthreads();
-  frag_a<E> qf[HS / 16];
-  load_rows<E, HS>(qf, qs, warp);
-  float *sw = stage + warp * 16 * G::LF; /* the warp's scores, then its products with v */
-  E *pw = ps + warp * 16 * G::LP;        /* its probabilities */
-  int row = qt * TILE + warp * 16 + r;   /* this lane's query */
-  float o[HS / 2], mx = -INFINITY, sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < HS / 2; i++)
-    o[i] = 0.0f;
+  const float sl2 = scale * LOG2E; /* scores in base 2 */
+  const int r0 = warp * 16, row[2] = {qt * TILE + r0 + lane / 4, qt * TILE + r0 + lane / 4 + 8};
+  float o[HS / 8][4] = {}, mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
   for (int kt = 0; kt <= qt; kt++) {
     __syncthreads(); /* every warp is done with the previous k and v */
     load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
     load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
     __syncthreads();
-    product_t<E, HS>(sw, qf, ks);
-    __syncwarp();
-    /* the online softmax: key k0 + c is seen when it is not after the query. The tile's first
-     * key never is, so the row's max is finite from the first tile on. */
-    const float *s = sw + r * G::LF + half * 32;
-    int k0 = kt * TILE + half * 32;
-    float tmax = -INFINITY, tsum = 0.0f;
-    for (int c = 0; c < 32; c++)
-      if (k0 + c <= row)
-        tmax = fmaxf(tmax, s[c]);
-    float mnew = fmaxf(mx, pair_max(tmax) * scale), alpha = __expf(mx - mnew);
-    E *p = pw + r * G::LP + half * 32;
-    for (int c = 0; c < 32; c++) {
-      float e = k0 + c <= row ? __expf(s[c] * scale - mnew) : 0.0f;
-      tsum += e;
-      p[c] = st<E>(e);
+    float s[TILE / 8][4];
+    product_t<E, HS>(s, qs, r0, ks, lane);
+    /* the online softmax: key k is seen when it is not after the query. The tile's first key
+     * never is, so a row's max is finite from the first tile on. */
+    float tmax[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < TILE / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int key = kt * TILE + j * 8 + 2 * t4 + (e & 1);
+        float v = kt < qt || key <= row[e / 2] ? s[j][e] * sl2 : -INFINITY;
+        s[j][e] = v;
+        tmax[e / 2] = fmaxf(tmax[e / 2], v);
+      }
+    float alpha[2], tsum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < 2; i++) {
+      float mnew = fmaxf(mx[i], quad_max(tmax[i]));
+      alpha[i] = exp2f(mx[i] - mnew);
+      mx[i] = mnew;
     }
-    sum = sum * alpha + pair_sum(tsum);
-    mx = mnew;
-    __syncwarp();
-    frag_c acc[HS / 16];
-    clear<HS>(acc);
-    product_acc<E, HS>(acc, pw, vs);
 #pragma unroll
-    for (int d = 0; d < HS / 16; d++)
-      wmma::store_matrix_sync(sw + d * 16, acc[d], G::LF, wmma::mem_row_major);
-    __syncwarp();
-    const float *pv = sw + r * G::LF + half * (HS / 2);
+    for (int j = 0; j < TILE / 8; j++)
 #pragma unroll
-    for (int i = 0; i < HS / 2; i++)
-      o[i] = o[i] * alpha + pv[i];
+      for (int e = 0; e < 4; e++) {
+        float p = exp2f(s[j][e] - mx[e / 2]);
+        s[j][e] = p;
+        tsum[e / 2] += p;
+      }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+      sum[i] = sum[i] * alpha[i] + tsum[i]; /* this lane's part of the row's sum */
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        o[n][e] *= alpha[e / 2];
+    product_acc<E, HS>(o, s, vs, lane);
   }
-  if (row < T_) {
-    float inv = 1.0f / sum;
-    E *dst = out + ((size_t)b * T_ + row) * C + h * HS + half * (HS / 2);
+  E *dst = out + (size_t)b * T_ * C + h * HS + 2 * t4;
 #pragma unroll
-    for (int i = 0; i < HS / 2; i++)
-      dst[i] = st<E>(o[i] * inv);
-    if (half == 0)
-      lse[(size_t)pair * T_ + row] = mx + logf(sum);
+  for (int i = 0; i < 2; i++) {
+    float all = quad_sum(sum[i]);
+    if (row[i] >= T_)
+      continue;
+    float inv = 1.0f / all;
+#pragma unroll
+    for (int n = 0; n < HS / 8; n++)
+      *reinterpret_cast<uint32_t *>(dst + (size_t)row[i] * C + n * 8) =
+          pack2<E>(o[n][2 * i] * inv, o[n][2 * i + 1] * inv);
+    if (t4 == 0)
+      lse[(size_t)pair * T_ + row[i]] = (mx[i] + log2f(all)) / LOG2E;
   }
 }
 
@@ -241,57 +293,49 @@ __global__ static void __launch_bounds__(THREADS)
   extern __shared__ __align__(128) unsigned char smem[];
   E *ks = (E *)smem, *vs = (E *)(smem + G::tile), *qs = (E *)(smem + 2 * G::tile),
     *ds = (E *)(smem + 3 * G::tile);
-  float *sf = (float *)(smem + 4 * G::tile), *dpf = (float *)(smem + 4 * G::tile + G::ftile);
-  E *pb = (E *)(smem + 4 * G::tile + 2 * G::ftile),
-    *gb = (E *)(smem + 4 * G::tile + 2 * G::ftile + G::ptile);
-  float *lq = (float *)(smem + 4 * G::tile + 2 * G::ftile + 2 * G::ptile), *dl = lq + TILE;
+  float *lq = (float *)(smem + 4 * G::tile), *dl = lq + TILE;
   int kt = blockIdx.x, nt = gridDim.x; /* the first tiles walk longest, and start first */
   int pair = blockIdx.y, b = pair / NH, h = pair % NH;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS, *d = dout + (size_t)b * T_ * C + h * HS;
   load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
   load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
-  __syncthreads();
-  frag_a<E> kf[HS / 16], vf[HS / 16];
-  load_rows<E, HS>(kf, ks, warp);
-  load_rows<E, HS>(vf, vs, warp);
-  frag_c dk[HS / 16], dv[HS / 16];
-  clear<HS>(dk);
-  clear<HS>(dv);
-  float *sw = sf + warp * 16 * G::LF, *dpw = dpf + warp * 16 * G::LF;
-  E *pw = pb + warp * 16 * G::LP, *gw = gb + warp * 16 * G::LP;
-  int key = kt * TILE + warp * 16 + r; /* this lane's key */
+  const float sl2 = scale * LOG2E;
+  const int r0 = warp * 16, key[2] = {kt * TILE + r0 + lane / 4, kt * TILE + r0 + lane / 4 + 8};
+  float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   for (int qt = kt; qt < nt; qt++) {
     __syncthreads(); /* every warp is done with the previous query tile */
     load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
     load_tile<E, HS>(ds, d, qt * TILE, T_, C);
     for (int i = threadIdx.x; i < TILE; i += THREADS) {
       int t = qt * TILE + i;
-      lq[i] = t < T_ ? lse[(size_t)pair * T_ + t] : 0.0f;
+      lq[i] = t < T_ ? lse[(size_t)pair * T_ + t] * LOG2E : 0.0f;
       dl[i] = t < T_ ? dsum[(size_t)pair * T_ + t] : 0.0f;
     }
     __syncthreads();
-    product_t<E, HS>(sw, kf, qs);  /* scores, transposed: [key][query] */
-    product_t<E, HS>(dpw, vf, ds); /* dout·v, transposed */
-    __syncwarp();
-    for (int c = 0; c < 32; c++) {
-      int j = half * 32 + c, query = qt * TILE + j;
-      float p = 0.0f, g = 0.0f;
-      if (key <= query && query < T_) {
-        p = __expf(sw[r * G::LF + j] * scale - lq[j]);
-        g = p * (dpw[r * G::LF + j] - dl[j]) * scale;
+    float s[TILE / 8][4], dp[TILE / 8][4];
+    product_t<E, HS>(s, ks, r0, qs, lane);  /* scores, transposed: [key][query] */
+    product_t<E, HS>(dp, vs, r0, ds, lane); /* dout·v, transposed */
+#pragma unroll
+    for (int j = 0; j < TILE / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int qi = j * 8 + 2 * t4 + (e & 1), query = qt * TILE + qi;
+        float p = 0.0f, g = 0.0f;
+        if (key[e / 2] <= query && query < T_) {
+          p = exp2f(s[j][e] * sl2 - lq[qi]);
+          g = p * (dp[j][e] - dl[qi]) * scale;
+        }
+        s[j][e] = p;
+        dp[j][e] = g;
       }
-      pw[r * G::LP + j] = st<E>(p);
-      gw[r * G::LP + j] = st<E>(g);
-    }
-    __syncwarp();
-    product_acc<E, HS>(dv, pw, ds); /* dv += pᵀ·dout */
-    product_acc<E, HS>(dk, gw, qs); /* dk += (its score gradient)ᵀ·q */
+    product_acc<E, HS>(dv, s, ds, lane);  /* dv += pᵀ·dout */
+    product_acc<E, HS>(dk, dp, qs, lane); /* dk += (its score gradient)ᵀ·q */
   }
-  E *row = dqkv + ((size_t)b * T_ + key) * C3 + h * HS;
-  add_rows<E, HS>(row + C, sw, dk, r, half, key < T_);
-  add_rows<E, HS>(row + 2 * C, sw, dv, r, half, key < T_);
+  E *base = dqkv + (size_t)b * T_ * C3 + h * HS;
+  add_rows<E, HS>(base + C, C3, dk, kt * TILE + r0, T_, lane);
+  add_rows<E, HS>(base + 2 * C, C3, dv, kt * TILE + r0, T_, lane);
 }
 
 /* dq of one query tile: a warp's 16 queries against every key tile up to the diagonal */
@@ -303,47 +347,43 @@ __global__ static void __launch_bounds__(THREADS)
   extern __shared__ __align__(128) unsigned char smem[];
   E *qs = (E *)smem, *ds = (E *)(smem + G::tile), *ks = (E *)(smem + 2 * G::tile),
     *vs = (E *)(smem + 3 * G::tile);
-  float *sf = (float *)(smem + 4 * G::tile), *dpf = (float *)(smem + 4 * G::tile + G::ftile);
-  E *gb = (E *)(smem + 4 * G::tile + 2 * G::ftile);
   int qt = gridDim.x - 1 - blockIdx.x;
   int pair = blockIdx.y, b = pair / NH, h = pair % NH;
-  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane / 2, half = lane % 2;
+  int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS, *d = dout + (size_t)b * T_ * C + h * HS;
   load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
   load_tile<E, HS>(ds, d, qt * TILE, T_, C);
-  __syncthreads();
-  frag_a<E> qf[HS / 16], df[HS / 16];
-  load_rows<E, HS>(qf, qs, warp);
-  load_rows<E, HS>(df, ds, warp);
-  frag_c dq[HS / 16];
-  clear<HS>(dq);
-  float *sw = sf + warp * 16 * G::LF, *dpw = dpf + warp * 16 * G::LF;
-  E *gw = gb + warp * 16 * G::LP;
-  int row = qt * TILE + warp * 16 + r; /* this lane's query */
-  float l = row < T_ ? lse[(size_t)pair * T_ + row] : 0.0f;
-  float D = row < T_ ? dsum[(size_t)pair * T_ + row] : 0.0f;
+  const float sl2 = scale * LOG2E;
+  const int r0 = warp * 16, row[2] = {qt * TILE + r0 + lane / 4, qt * TILE + r0 + lane / 4 + 8};
+  float l[2], D[2];
+#pragma unroll
+  for (int i = 0; i < 2; i++) {
+    l[i] = row[i] < T_ ? lse[(size_t)pair * T_ + row[i]] * LOG2E : 0.0f;
+    D[i] = row[i] < T_ ? dsum[(size_t)pair * T_ + row[i]] : 0.0f;
+  }
+  float dq[HS / 8][4] = {};
   for (int kt = 0; kt <= qt; kt++) {
     __syncthreads();
     load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
     load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
     __syncthreads();
-    product_t<E, HS>(sw, qf, ks);  /* scores [query][key] */
-    product_t<E, HS>(dpw, df, vs); /* dout·v */
-    __syncwarp();
-    for (int c = 0; c < 32; c++) {
-      int j = half * 32 + c, key = kt * TILE + j;
-      float g = 0.0f;
-      if (key <= row && row < T_) {
-        float p = __expf(sw[r * G::LF + j] * scale - l);
-        g = p * (dpw[r * G::LF + j] - D) * scale;
+    float s[TILE / 8][4], dp[TILE / 8][4];
+    product_t<E, HS>(s, qs, r0, ks, lane);  /* scores [query][key] */
+    product_t<E, HS>(dp, ds, r0, vs, lane); /* dout·v */
+#pragma unroll
+    for (int j = 0; j < TILE / 8; j++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        int key = kt * TILE + j * 8 + 2 * t4 + (e & 1), i = e / 2;
+        float g = 0.0f;
+        if (key <= row[i] && row[i] < T_)
+          g = exp2f(s[j][e] * sl2 - l[i]) * (dp[j][e] - D[i]) * scale;
+        s[j][e] = g;
       }
-      gw[r * G::LP + j] = st<E>(g);
-    }
-    __syncwarp();
-    product_acc<E, HS>(dq, gw, ks); /* dq += (score gradient)·k */
+    product_acc<E, HS>(dq, s, ks, lane); /* dq += (score gradient)·k */
   }
-  add_rows<E, HS>(dqkv + ((size_t)b * T_ + row) * C3 + h * HS, sw, dq, r, half, row < T_);
+  add_rows<E, HS>(dqkv + (size_t)b * T_ * C3 + h * HS, C3, dq, qt * TILE + r0, T_, lane);
 }
 
 /* ---- launches ---- */
@@ -357,7 +397,7 @@ template <class E, int HS>
 static void fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
                 cudaStream_t stream) {
   typedef geo<E, HS> G;
-  static const size_t bytes = 3 * G::tile + G::ftile + G::ptile;
+  static const size_t bytes = 3 * G::tile;
   static int allowed;
   if (!allowed)
     allow_smem(flash_fwd_kernel<E, HS>, bytes), allowed = 1;
@@ -371,8 +411,7 @@ template <class E, int HS>
 static void bwd(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                 float *dsum, int B, int T_, int C, int NH, cudaStream_t stream) {
   typedef geo<E, HS> G;
-  static const size_t kv_bytes = 4 * G::tile + 2 * G::ftile + 2 * G::ptile + 2 * TILE * 4,
-                      q_bytes = 4 * G::tile + 2 * G::ftile + G::ptile;
+  static const size_t kv_bytes = 4 * G::tile + 2 * TILE * 4, q_bytes = 4 * G::tile;
   static int allowed;
   if (!allowed) {
     allow_smem(flash_bwd_kv_kernel<E, HS>, kv_bytes);
