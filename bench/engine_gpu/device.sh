@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU session's runs, on the GPU machine (the device tool), from the pack that
 # deploy/gpu-pack.sh made here (carry: [".gpu-pack", ".colo-quickstart/data"]):
-#   bash bench/engine_gpu/device.sh tests   # test_cuda, then integration_gpu_train
+#   bash bench/engine_gpu/device.sh tests   # test_cuda, test_nccl, then integration_gpu_train
 #   bash bench/engine_gpu/device.sh bench   # bench/engine_gpu/run.sh
 # Each writes its logs and results into $OUT (the device tool brings them back), with
 # nvidia-smi's view of the machine.
@@ -23,6 +23,10 @@ if [ "$what" = tests ]; then
   tail -3 "$OUT/test_cuda.log"
   grep FAIL "$OUT/test_cuda.log" | head -20 || true
   echo "test_cuda: rc $rc"
+  rc=0
+  "$BIN/test_nccl" >"$OUT/test_nccl.log" 2>&1 || rc=$?
+  tail -3 "$OUT/test_nccl.log"
+  echo "test_nccl: rc $rc"
   rc=0
   COLO_BIN="$BIN" COLO_SRC="$SRC" bash "$SRC/tests/integration/test_gpu_train.sh" >"$OUT/gpu_train.log" 2>&1 || rc=$?
   grep -v '^step\|^checkpoint' "$OUT/gpu_train.log" | tail -15

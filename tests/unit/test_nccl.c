@@ -2,6 +2,10 @@
  * one rank per device (2 ranks when the machine has 2 GPUs, else 1). Without a CUDA device the
  * test is skipped (exit 77) with the reason; CI compiles it and skips. */
 #include <cuda_runtime.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "comm/comm.h"
 #include "comm/store.h"
@@ -75,12 +79,42 @@ static int rank_main(const char *addr, int rank, int world) {
   return 0;
 }
 
+/* The number of CUDA devices, or -1 with the error in why: asked in a child of its own, for a
+ * CUDA context does not survive fork — a parent that had asked would leave its ranks "CUDA
+ * device 0: initialization error", as the first run on an H100 showed. */
+static int count_devices(char *why, size_t n) {
+  int fd[2];
+  if (pipe(fd) < 0)
+    return snprintf(why, n, "pipe: %s", strerror(errno)), -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    int devices = 0;
+    cudaError_t e = cudaGetDeviceCount(&devices);
+    char msg[200];
+    int len = snprintf(msg, sizeof msg, "%d %s", e == cudaSuccess ? devices : -1,
+                       e == cudaSuccess ? "0 devices" : cudaGetErrorString(e));
+    if (write(fd[1], msg, (size_t)len) != len)
+      _exit(1);
+    _exit(0);
+  }
+  close(fd[1]);
+  char msg[200] = "";
+  ssize_t got = pid > 0 ? read(fd[0], msg, sizeof msg - 1) : -1;
+  close(fd[0]);
+  if (pid > 0)
+    waitpid(pid, NULL, 0);
+  int devices = -1, at = 0;
+  if (got <= 0 || sscanf(msg, "%d %n", &devices, &at) != 1)
+    return snprintf(why, n, "the child that counts devices said nothing"), -1;
+  snprintf(why, n, "%s", msg + at);
+  return devices;
+}
+
 int main(void) {
-  int devices = 0;
-  cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices < 1) {
-    printf("SKIP: no CUDA device here (%s): the NCCL communicator is compiled, not run\n",
-           e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  char why[200];
+  int devices = count_devices(why, sizeof why);
+  if (devices < 1) {
+    printf("SKIP: no CUDA device here (%s): the NCCL communicator is compiled, not run\n", why);
     return 77;
   }
   int world = devices >= 2 ? 2 : 1;
