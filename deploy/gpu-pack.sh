@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs colo-train, test_cuda, test_nccl and the CUDA backend, built here, with the shared libraries they
+# Packs colo-train, test_cuda, test_nccl, colod, colo-workerd, coloctl and the CUDA backend, built here, with the shared libraries they
 # need that a bare GPU machine may lack (gRPC, protobuf-c, libuv, OpenBLAS, OpenSSL, …), into
 # .gpu-pack/colo-gpu.tar.xz inside the checkout (ignored by git), for a machine that can build
 # nothing and fetch nothing: the device tool carries it (carry: [".gpu-pack"]). glibc, libstdc++,
@@ -14,24 +14,25 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="$SRC/build-bench"
+PROGS="colo-train test_cuda test_nccl colod colo-workerd coloctl"
 OUT="$SRC/.gpu-pack"
 # -march=x86-64-v3 (AVX2, FMA), not the building machine's -march=native: the GPU machine's
 # processor is not known here, and every x86-64 host of an H100 has those
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCOLO_SANITIZE=OFF -DCOLO_NATIVE=OFF \
   -DCMAKE_C_FLAGS=-march=x86-64-v3 >/dev/null
-cmake --build "$BUILD" -j"$(nproc)" --target colo-train test_cuda test_nccl colo_cuda >/dev/null
+cmake --build "$BUILD" -j"$(nproc)" --target $PROGS colo_cuda >/dev/null
 [ -f "$BUILD/bin/libcolo_cuda.so" ] || { echo "gpu-pack: no CUDA backend was built (is nvcc there?)" >&2; exit 1; }
 STAGE=$(mktemp -d /tmp/colo-gpu-pack-XXXXXX)
 trap 'rm -rf "$STAGE"' EXIT
 P="$STAGE/colo-gpu"
 mkdir -p "$P/bin" "$P/libexec" "$P/lib"
-cp "$BUILD/bin/colo-train" "$BUILD/bin/test_cuda" "$BUILD/bin/test_nccl" "$BUILD/bin/libcolo_cuda.so" "$P/libexec/"
+for prog in $PROGS libcolo_cuda.so; do cp "$BUILD/bin/$prog" "$P/libexec/"; done
 # every library the three resolve to, but the C runtime, the C++ runtime and CUDA's
-ldd "$P/libexec/colo-train" "$P/libexec/test_cuda" "$P/libexec/test_nccl" "$P/libexec/libcolo_cuda.so" |
+ldd "$P"/libexec/* |
   awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
   grep -Ev '/(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so|/cuda' |
   while read -r lib; do cp -L "$lib" "$P/lib/"; done
-for prog in colo-train test_cuda test_nccl; do
+for prog in $PROGS; do
   cat >"$P/bin/$prog" <<WRAP
 #!/bin/sh
 here=\$(cd "\$(dirname "\$0")/.." && pwd)

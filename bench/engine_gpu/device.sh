@@ -3,13 +3,14 @@
 # deploy/gpu-pack.sh made here (carry: [".gpu-pack", ".colo-quickstart/data"]):
 #   bash bench/engine_gpu/device.sh tests   # test_cuda, test_nccl, then integration_gpu_train
 #   bash bench/engine_gpu/device.sh bench   # bench/engine_gpu/run.sh
+#   bash bench/engine_gpu/device.sh e2e     # bench/engine_gpu/e2e.sh: colod, colo-workerd, a GPU job
 # Each writes its logs and results into $OUT (the device tool brings them back), with
 # nvidia-smi's view of the machine.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/bench/results}
 what=${1:-}
-case "$what" in tests | bench) ;; *) echo "usage: device.sh tests|bench" >&2 && exit 2 ;; esac
+case "$what" in tests | bench | e2e) ;; *) echo "usage: device.sh tests|bench|e2e" >&2 && exit 2 ;; esac
 [ -f "$SRC/.gpu-pack/colo-gpu.tar.xz" ] || { echo "device.sh: no .gpu-pack/colo-gpu.tar.xz: run deploy/gpu-pack.sh and carry .gpu-pack" >&2; exit 1; }
 RUN=$(mktemp -d /tmp/colo-gpu-run-XXXXXX)
 tar -xJf "$SRC/.gpu-pack/colo-gpu.tar.xz" -C "$RUN"
@@ -17,7 +18,11 @@ BIN="$RUN/colo-gpu/bin"
 echo "pack built from commit $(cat "$RUN/colo-gpu/COMMIT"); checkout at $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo '?')"
 mkdir -p "$OUT"
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
-if [ "$what" = tests ]; then
+if [ "$what" = e2e ]; then
+  rc=0
+  bash "$SRC/bench/engine_gpu/e2e.sh" "$BIN" "$OUT" 2>&1 | tee "$OUT/e2e.log" || rc=$?
+  echo "e2e: rc $rc"
+elif [ "$what" = tests ]; then
   rc=0
   "$BIN/test_cuda" >"$OUT/test_cuda.log" 2>&1 || rc=$?
   tail -3 "$OUT/test_cuda.log"
