@@ -6,14 +6,15 @@
 #   bash bench/engine_gpu/device.sh e2e
 # or with programs built here: bash bench/engine_gpu/e2e.sh BIN_DIR OUT_DIR [STEPS].
 # COLO_E2E_DRY=1 runs it with two CPU slots and the tinyshakespeare job instead: a check of the
-# script where there is no GPU.
+# script where there is no GPU (ctest bench_gpu_e2e_dry).
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${1:?usage: e2e.sh BIN_DIR OUT_DIR [STEPS]}
 OUT=${2:?usage: e2e.sh BIN_DIR OUT_DIR [STEPS]}
 STEPS=${3:-40}
 W=$(mktemp -d /tmp/colo-e2e-XXXXXX)
-export COLO_SERVER=127.0.0.1:${COLO_E2E_PORT:-7171}
+PORT=${COLO_E2E_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
+export COLO_SERVER=127.0.0.1:$PORT
 CTL="$BIN/coloctl"
 pids=()
 trap 'for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; rm -rf "$W"' EXIT
