@@ -41,25 +41,22 @@ template <class E, int HS> struct geo {
 
 /* ---- the tensor cores' product and the fragments' loads ---- */
 
+/* c += a·b, 16×8×16, in fp32: the storage type's PTX name T */
 template <class E>
 __device__ __forceinline__ static void mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                            uint32_t b1);
-template <>
-__device__ __forceinline__ void mma<bf16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-               "{%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma<fp16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                          uint32_t b1) {
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-               "{%8,%9}, {%0,%1,%2,%3};"
-               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+#define MMA_16816(E, T)                                                                            \
+  template <>                                                                                      \
+  __device__ __forceinline__ void mma<E>(float(&c)[4], const uint32_t(&a)[4], uint32_t b0,         \
+                                         uint32_t b1) {                                            \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." T "." T ".f32 {%0,%1,%2,%3}, "           \
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"                                          \
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])                                  \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                  \
+  }
+MMA_16816(bf16, "bf16")
+MMA_16816(fp16, "f16")
+#undef MMA_16816
 
 /* two values rounded to the storage type, the first in the low half */
 template <class E> __device__ __forceinline__ static uint32_t pack2(float lo, float hi);
