@@ -41,5 +41,6 @@ else
   COLO_BENCH_BUDGET_S=${COLO_BENCH_BUDGET_S:-480} COLO_BENCH_BIN="$BIN" \
     COLO_BENCH_COMMIT="$(cat "$RUN/colo-gpu/COMMIT")" \
     bash "$SRC/bench/engine_gpu/run.sh" 2>&1 | tail -40 || echo "run.sh: rc $?"
-  cp "$SRC/bench/results/engine_gpu.md" "$SRC/bench/results/engine_gpu_tests.log" "$OUT/" 2>/dev/null || true
+  cp "$SRC/bench/results/engine_gpu.md" "$SRC/bench/results/engine_gpu_quick.md" \
+    "$SRC/bench/results/engine_gpu_tests.log" "$OUT/" 2>/dev/null || true
 fi

@@ -68,12 +68,20 @@ PY
 # skipped, and the report is written whatever happened. The runs go in order of importance.
 BUDGET=${COLO_BENCH_BUDGET_S:-0}
 RUN_LIMIT=${COLO_BENCH_RUN_LIMIT_S:-240}
-over_budget() { [ "$BUDGET" -gt 0 ] && [ "$SECONDS" -ge "$BUDGET" ]; }
+# COLO_BENCH_QUICK=1: the CUDA tests and section 2 alone (124M, colo and PyTorch), into
+# engine_gpu_quick.md; the rest is reported as not asked for
+QUICK=${COLO_BENCH_QUICK:-0} REPORT=engine_gpu.md SKIP_WHY="skipped: over the time budget"
+[ "$QUICK" = 1 ] && REPORT=engine_gpu_quick.md
+over_budget() {
+  [ "$QUICK" = 1 ] && [ "$SECTION" -gt 2 ] && SKIP_WHY="not run (COLO_BENCH_QUICK=1)" && return 0
+  [ "$BUDGET" -gt 0 ] && [ "$SECONDS" -ge "$BUDGET" ]
+}
+SECTION=1
 colo_run() { # name L H C T B extra...
   local name=$1 L=$2 H=$3 C=$4 T=$5 B=$6
   shift 6
   if over_budget; then
-    echo "{\"event\":\"error\",\"name\":\"$name\",\"why\":\"skipped: over the time budget\"}" >>"$TMP/$name.jsonl"
+    echo "{\"event\":\"error\",\"name\":\"$name\",\"why\":\"$SKIP_WHY\"}" >>"$TMP/$name.jsonl"
     return
   fi
   timeout "$RUN_LIMIT" "$CT" train --data-root "$TMP/gpt2" --train-data train.bin --eval-interval 0 \
@@ -86,7 +94,7 @@ torch_run() { # name dtype extra... (--compile, --batch-size N)
   local name=$1 dt=$2
   shift 2
   if over_budget; then
-    echo "{\"impl\":\"pytorch\",\"error\":\"skipped: over the time budget\"}" >"$TMP/torch-$name.json"
+    echo "{\"impl\":\"pytorch\",\"error\":\"$SKIP_WHY\"}" >"$TMP/torch-$name.json"
     return
   fi
   timeout "$RUN_LIMIT" "$PY" "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer "${M124[0]}" \
@@ -95,6 +103,7 @@ torch_run() { # name dtype extra... (--compile, --batch-size N)
     --data "$TMP/gpt2/train.bin" --dtype "$dt" "$@" >"$TMP/torch-$name.json" 2>"$TMP/torch-$name.err" ||
     echo "{\"impl\":\"pytorch\",\"error\":\"$(tail -1 "$TMP/torch-$name.err" | tr -d '"')\"}" >"$TMP/torch-$name.json"
 }
+SECTION=2
 echo "== 2. GPT-2 124M in bf16, colo and PyTorch"
 colo_run c124bf16 "${M124[@]}" --precision bf16
 torch_run bf16 bf16
@@ -104,11 +113,15 @@ colo_run c124b32 "${M124[@]:0:4}" "$B32" --precision bf16
 torch_run bf16b32 bf16 --batch-size "$B32"
 torch_run bf16cb32 bf16 --batch-size "$B32" --compile
 
+SECTION=3
 echo "== 3. $TS_STEPS steps on tinyshakespeare, GPU and CPU"
 bench_data
 for side in run ref; do # the GPU in bf16, its default; the CPU engine in fp32
   if [ "$side" = run ]; then dev=$DEV p=bf16; else dev=cpu p=fp32; fi
-  over_budget && continue
+  if over_budget; then
+    echo "{\"event\":\"error\",\"why\":\"$SKIP_WHY\"}" >>"$TMP/ts-$side.jsonl"
+    continue
+  fi
   timeout "$RUN_LIMIT" "$CT" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin \
     --n-layer 4 --n-head 4 --n-embd 128 --block-size 64 --batch-size 12 --steps "$TS_STEPS" \
     --lr 1e-3 --warmup $((TS_STEPS / 10)) --eval-interval "$TS_STEPS" --eval-batches 20 \
@@ -146,14 +159,16 @@ LIM=$(python3 -c 'import json,sys
 s=[r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "step"]
 print(max(1, int(max(r["memory_bytes"] for r in s) * int(sys.argv[2]) / 100) >> 20) if s else "")' \
   "$TMP/c350z3.jsonl" "$PCT" 2>/dev/null || true)
-if [ -n "$LIM" ]; then
+if over_budget; then
+  echo "{\"event\":\"error\",\"why\":\"$SKIP_WHY\"}" >>"$TMP/c350au.jsonl"
+elif [ -n "$LIM" ]; then
   colo_run c350au "${M350[@]}" "${PL[@]}" --placement auto --memory-limit "$LIM"
 else
   echo '{"event":"error","why":"skipped: the all-GPU run gave no peak to take a share of"}' >>"$TMP/c350au.jsonl"
 fi
 unset COLO_CUDA_EMULATE
 
-python3 - "$TMP" "$GPU" "$STEPS" "$RES/engine_gpu.md" "$COMMIT" \
+python3 - "$TMP" "$GPU" "$STEPS" "$RES/$REPORT" "$COMMIT" \
   "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" "${PCT:-60}" "$B32" <<'PY'
 import json, sys, datetime
 tmp, gpu, steps, out, commit = sys.argv[1:6]
@@ -212,6 +227,7 @@ for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb),
         L.append("| %s | %s | | |" % (name, t["error"]))
     else:
         N = (b16 or a or f32 or {"N": 1})["N"]
+        name += ", attention: %s" % t.get("attention", "explicit")
         L.append("| %s | %.1f | %.0f | %.1f%% |" % (name, t["median_ms"], t["tokens_per_s"],
                  100 * t["tokens_per_s"] * (6 * N + 6 * m124[0] * m124[2] * m124[3]) / 989e12))
 try:
@@ -271,12 +287,19 @@ for name, what in (("c350z3", "everything on the GPU"),
 L.append("\n## Correctness: %d steps on tinyshakespeare (4L/4H/128, T=64, B=12)\n" % ts_steps)
 v = {}
 for side in ("run", "ref"):
-    ev = [x for x in recs("ts-" + side) if x["event"] == "eval"]
+    r = recs("ts-" + side)
+    ev = [x for x in r if x["event"] == "eval"]
+    if not ev:
+        why["ts-" + side] = ([x.get("why") for x in r if x["event"] == "error"] or ["no evaluation"])[-1] or "failed"
     v[side] = ev[-1]["val_loss"] if ev else float("nan")
-rel = abs(v["run"] - v["ref"]) / v["ref"]
-L.append("Validation loss at step %d: GPU (bf16, its default) %.4f, CPU (fp32) %.4f, relative "
-         "difference %.2e (target: within 1%%: %s)."
-         % (ts_steps, v["run"], v["ref"], rel, "met" if rel <= 0.01 else "NOT met"))
+if v["run"] != v["run"] or v["ref"] != v["ref"]:  # NaN: a side gave no evaluation
+    L.append("Not run, or a side gave no validation loss: %s, %s."
+             % tuple(why.get("ts-" + x, "see the run's output") for x in ("run", "ref")))
+else:
+    rel = abs(v["run"] - v["ref"]) / v["ref"]
+    L.append("Validation loss at step %d: GPU (bf16, its default) %.4f, CPU (fp32) %.4f, relative "
+             "difference %.2e (target: within 1%%: %s)."
+             % (ts_steps, v["run"], v["ref"], rel, "met" if rel <= 0.01 else "NOT met"))
 open(out, "w").write("\n".join(L) + "\n")
 print("\n".join(L))
 print("wrote", out)

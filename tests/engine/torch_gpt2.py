@@ -33,6 +33,10 @@ class GPT2(torch.nn.Module):
         for i, n in enumerate(self.names):
             self.register_parameter("p%d" % i, self.p[n])
         self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+        # True: attention through F.scaled_dot_product_attention (PyTorch 2's fused kernels, as a
+        # PyTorch user would write it: bench/engine_gpu); False: the explicit product, softmax and
+        # product the correctness tests compare with, rounding where a 16-bit engine stores
+        self.sdpa = False
 
     def forward(self, idx, targets, store=None):
         """store, when given, is applied to every tensor a 16-bit engine would store (each
@@ -47,9 +51,13 @@ class GPT2(torch.nn.Module):
             q, k, v = qkv.split(C, dim=2)
             heads = lambda t: t.view(t.shape[0], T, NH, C // NH).transpose(1, 2)
             q, k, v = heads(q), heads(k), heads(v)
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
-            att = att.masked_fill(~self.mask[: idx.shape[1], : idx.shape[1]], float("-inf")).softmax(dim=-1)
-            y = s((att @ v).transpose(1, 2).reshape(x.shape))
+            if self.sdpa:
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
+                att = att.masked_fill(~self.mask[: idx.shape[1], : idx.shape[1]], float("-inf")).softmax(dim=-1)
+                y = att @ v
+            y = s(y.transpose(1, 2).reshape(x.shape))
             x = s(x + s(y @ s(p[h + "attn.c_proj.weight"]) + p[h + "attn.c_proj.bias"]))
             m = s(F.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5))
             m = s(F.gelu(s(m @ s(p[h + "mlp.c_fc.weight"]) + p[h + "mlp.c_fc.bias"]), approximate="tanh"))
