@@ -16,6 +16,7 @@
 #include "backend/backend.h"
 #include "core/pool.h"
 #include "core/rng.h"
+#include <omp.h>
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
@@ -798,6 +799,31 @@ TEST(gpt2_init_statistics) {
   ASSERT_EQ_STR(tab[4].name, "transformer.h.0.attn.c_attn.weight");
   ASSERT_EQ_INT(tab[4].shape[0], 128);
   ASSERT_EQ_INT(tab[4].shape[1], 384);
+}
+
+/* colo_rng_normals: the same values on 1 and 3 threads, a prefix the same as the whole's first
+ * values, other streams other values, and a standard normal's moments over ~200k values */
+TEST(rng_normals_blocks_and_threads) {
+  size_t n = 3 * COLO_RNG_BLOCK + 5;
+  float *a = own(malloc(n * sizeof *a)), *b = own(malloc(n * sizeof *b)), p[11], o[11];
+  omp_set_num_threads(1);
+  colo_rng_normals(42, 7, a, n, 1.0f);
+  omp_set_num_threads(3);
+  colo_rng_normals(42, 7, b, n, 1.0f);
+  ASSERT(memcmp(a, b, n * sizeof *a) == 0);
+  colo_rng_normals(42, 7, p, 11, 1.0f);
+  ASSERT(memcmp(a, p, sizeof p) == 0);
+  colo_rng_normals(42, 8, o, 11, 1.0f);
+  ASSERT(memcmp(o, p, sizeof p) != 0);
+  colo_rng_normals(42, 7, b, n, 0.02f);
+  double s = 0, s2 = 0;
+  for (size_t k = 0; k < n; k++) {
+    ASSERT(isfinite(a[k]) && b[k] == 0.02f * a[k]);
+    s += a[k], s2 += (double)a[k] * a[k];
+  }
+  double mean = s / n, sd = sqrt(s2 / n - mean * mean);
+  if (fabs(mean) > 0.01 || fabs(sd - 1.0) > 0.01)
+    FAIL_AT("mean %.4f, std %.4f over %zu values", mean, sd, n);
 }
 
 static char *read_all(const char *path, size_t *len) {

@@ -44,6 +44,24 @@ float colo_rng_normal(colo_rng_t *r) {
   return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
 
+void colo_rng_normals(uint64_t seed, uint64_t stream, float *out, size_t n, float std) {
+  long nb = (long)((n + COLO_RNG_BLOCK - 1) / COLO_RNG_BLOCK);
+#pragma omp parallel for schedule(static)
+  for (long b = 0; b < nb; b++) {
+    colo_rng_t r;
+    colo_rng_seed(&r, colo_hash4(seed, stream, (uint64_t)b, 0));
+    size_t k0 = (size_t)b * COLO_RNG_BLOCK, k1 = k0 + COLO_RNG_BLOCK < n ? k0 + COLO_RNG_BLOCK : n;
+    for (size_t k = k0; k < k1; k += 2) {
+      double u1 = ((double)(colo_rng_u64(&r) >> 11) + 1.0) * (1.0 / 9007199254740992.0);
+      double u2 = (double)(colo_rng_u64(&r) >> 11) * (1.0 / 9007199254740992.0);
+      double rad = sqrt(-2.0 * log(u1)), a = 2.0 * M_PI * u2;
+      out[k] = std * (float)(rad * cos(a));
+      if (k + 1 < k1)
+        out[k + 1] = std * (float)(rad * sin(a));
+    }
+  }
+}
+
 uint64_t colo_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   uint64_t x = a;
   uint64_t h = splitmix64(&x);

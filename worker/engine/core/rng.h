@@ -4,6 +4,7 @@
 #ifndef COLO_RNG_H
 #define COLO_RNG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct {
@@ -16,6 +17,14 @@ uint64_t colo_rng_u64(colo_rng_t *r);
 float colo_rng_uniform(colo_rng_t *r);
 /* standard normal (Box–Muller, both values used in turn would need state: one per call) */
 float colo_rng_normal(colo_rng_t *r);
+
+/* out[k] = std · a standard normal, for k < n: the values of (seed, stream) alone, the same on
+ * every machine and thread count. Blocks of COLO_RNG_BLOCK values have generators of their own
+ * (seeded by colo_hash4(seed, stream, block, 0)), each draw of Box–Muller gives two values (cos
+ * and sin), and the blocks are drawn in parallel (OpenMP): a model's initial weights in a
+ * fraction of a sequential stream's time. */
+enum { COLO_RNG_BLOCK = 1 << 16 };
+void colo_rng_normals(uint64_t seed, uint64_t stream, float *out, size_t n, float std);
 
 /* A well-mixed 64-bit function of four words (splitmix64 finaliser chained). */
 uint64_t colo_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d);

@@ -540,10 +540,9 @@ size_t colo_gpt_num_params(const colo_gpt_t *m) {
 }
 
 void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
-  /* every rank draws the whole model's values in the single-process order and keeps its
-   * tensors' shards, so any layout starts from the weights one process would */
-  colo_rng_t rng;
-  colo_rng_seed(&rng, seed);
+  /* a whole tensor's values are those of (seed, its index in the whole model's table), drawn in
+   * parallel (colo_rng_normals); a rank draws the tensors it holds a part of and keeps its
+   * shards, so any layout starts from the weights one process would */
   float proj_std = 0.02f / sqrtf(2.0f * (float)m->cfg.n_layer);
   size_t biggest = 0;
   for (size_t i = 0; i < m->n_full; i++)
@@ -559,8 +558,16 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
     int is_ln_weight = strstr(n, ".ln_") && len > 7 && !strcmp(n + len - 7, ".weight");
     int is_bias = len > 5 && !strcmp(n + len - 5, ".bias");
     float std = strstr(n, "c_proj.weight") ? proj_std : 0.02f;
-    for (size_t k = 0; k < f->numel; k++)
-      full[k] = is_ln_weight ? 1.0f : is_bias ? 0.0f : std * colo_rng_normal(&rng);
+    int held = 0;
+    for (size_t i = 0; i < m->n_tensors && !held; i++)
+      held = m->table[i].full_offset == f->offset;
+    if (!held) /* another pipeline stage's */
+      continue;
+    if (is_ln_weight || is_bias)
+      for (size_t k = 0; k < f->numel; k++)
+        full[k] = is_ln_weight ? 1.0f : 0.0f;
+    else
+      colo_rng_normals(seed, gi, full, f->numel, std);
     for (size_t i = 0; i < m->n_tensors; i++) {
       const colo_param_t *p = &m->table[i];
       if (p->full_offset != f->offset)
