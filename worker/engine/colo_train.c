@@ -216,22 +216,12 @@ static int cmd_tokenize(int argc, char **argv) {
       rc = 1;
     }
   } else {
-    size_t len = 0, cap = 1 << 16, n = 0, icap = 0;
-    char *text = malloc(cap);
+    size_t len = 0, n = 0, icap = 0;
+    char *text = NULL;
     int *ids = NULL;
-    size_t got;
-    while (text && (got = fread(text + len, 1, cap - len, stdin)) > 0)
-      if ((len += got) == cap) {
-        char *g = realloc(text, cap *= 2);
-        if (!g)
-          free(text);
-        text = g;
-      }
-    if (!text) {
-      fprintf(stderr, "colo-train tokenize: out of memory\n");
-      rc = 1;
-    } else if (colo_bpe_encode(bpe, text, len, 0, &ids, &n, &icap, err, sizeof err) < 0) {
-      fprintf(stderr, "colo-train tokenize: standard input: %s\n", err);
+    if (colo_read_all(stdin, "standard input", &text, &len, err, sizeof err) < 0 ||
+        colo_bpe_encode(bpe, text, len, 0, &ids, &n, &icap, err, sizeof err) < 0) {
+      fprintf(stderr, "colo-train tokenize: %s%s\n", text ? "standard input: " : "", err);
       rc = 1;
     }
     for (size_t i = 0; rc == 0 && i < n; i++)

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "../../../common/error.h"
+#include "data.h"
 
 /* GPT-2's pre-tokenizer: contractions, letters, digits, other symbols, each with one leading
  * space; whitespace runs leave their last space to the word that follows */
@@ -108,42 +109,15 @@ static long unmap(const int u2b[N_CP], const char *s, size_t n, char *out) {
   return (long)k;
 }
 
-/* the whole file, NUL-terminated; NULL with the reason in err */
-static char *slurp(const char *path, size_t *len, char *err, size_t errlen) {
+/* the whole file, NUL-terminated, into *text: 0 or a COLO_E* code with the reason in err */
+static int slurp(const char *path, char **text, size_t *len, char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
-  if (!f) {
-    colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
-              strerror(errno));
-    return NULL;
-  }
-  char *buf = NULL;
-  size_t cap = 0, n = 0;
-  for (;;) {
-    if (n + 65536 + 1 > cap) {
-      char *g = realloc(buf, cap = 2 * cap + 65536 + 1);
-      if (!g) {
-        free(buf);
-        fclose(f);
-        colo_fail(err, errlen, COLO_ENOMEM, "%s: out of memory", path);
-        return NULL;
-      }
-      buf = g;
-    }
-    size_t got = fread(buf + n, 1, 65536, f);
-    n += got;
-    if (got < 65536)
-      break;
-  }
-  int bad = ferror(f);
+  if (!f)
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
+  int rc = colo_read_all(f, path, text, len, err, errlen);
   fclose(f);
-  if (bad) {
-    free(buf);
-    colo_fail(err, errlen, COLO_EIO, "%s: read error", path);
-    return NULL;
-  }
-  buf[n] = '\0';
-  *len = n;
-  return buf;
+  return rc;
 }
 
 void colo_bpe_free(colo_bpe_t *t) {
@@ -170,10 +144,10 @@ static size_t pow2_above(size_t n) {
 static int load_vocab(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *err,
                       size_t errlen) {
   size_t len;
-  int rc;
-  char *text = slurp(path, &len, err, errlen);
-  if (!text)
-    return COLO_EIO;
+  char *text;
+  int rc = slurp(path, &text, &len, err, errlen);
+  if (rc < 0)
+    return rc;
   cJSON *root = cJSON_ParseWithLength(text, len);
   free(text);
   if (!cJSON_IsObject(root)) {
@@ -237,10 +211,10 @@ static int load_vocab(colo_bpe_t *t, const char *path, const int u2b[N_CP], char
 static int load_merges(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *err,
                        size_t errlen) {
   size_t len;
-  int rc;
-  char *text = slurp(path, &len, err, errlen);
-  if (!text)
-    return COLO_EIO;
+  char *text;
+  int rc = slurp(path, &text, &len, err, errlen);
+  if (rc < 0)
+    return rc;
   size_t lines = 1;
   for (size_t i = 0; i < len; i++)
     lines += text[i] == '\n';

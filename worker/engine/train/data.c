@@ -88,6 +88,30 @@ void colo_paths_close(colo_paths_t *p) {
   p->n = 0;
 }
 
+int colo_read_all(FILE *f, const char *what, char **out, size_t *len, char *err, size_t errlen) {
+  char *buf = NULL;
+  size_t cap = 0, n = 0, got;
+  do {
+    if (n + 65536 + 1 > cap) {
+      char *g = realloc(buf, cap = 2 * cap + 65536 + 1);
+      if (!g) {
+        free(buf);
+        return colo_fail(err, errlen, COLO_ENOMEM, "%s: out of memory", what);
+      }
+      buf = g;
+    }
+    n += got = fread(buf + n, 1, 65536, f);
+  } while (got == 65536);
+  if (ferror(f)) {
+    free(buf);
+    return colo_fail(err, errlen, COLO_EIO, "%s: read error", what);
+  }
+  buf[n] = '\0';
+  *out = buf;
+  *len = n;
+  return 0;
+}
+
 int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errlen) {
   colo_shard_t s = {0};
   snprintf(s.path, sizeof s.path, "%s", path);

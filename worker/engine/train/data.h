@@ -5,6 +5,7 @@
 #define COLO_DATA_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include <glob.h>
@@ -46,6 +47,10 @@ typedef struct {
 } colo_paths_t;
 int colo_paths_open(colo_paths_t *p, const char *path, char *err, size_t errlen);
 void colo_paths_close(colo_paths_t *p);
+
+/* All of stream f (named what in errors) into *out, NUL-terminated, its length in *len; the
+ * caller frees it. 0, or a COLO_E* code with the reason in err. */
+int colo_read_all(FILE *f, const char *what, char **out, size_t *len, char *err, size_t errlen);
 
 /* Maps a shard, or with *, ? or [ in path every file the pattern matches (glob(3); none is
  * COLO_ENOENT). Refuses a bad magic, version or a token count a file does not hold, with the
