@@ -289,6 +289,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   /* resources and restarts */
   if (r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_UNSPECIFIED)
     return bad(err, errlen, "resources.device must be cpu or gpu");
+  if (r->comm == COLO__V1__COMM_KIND__COMM_KIND_UNSPECIFIED)
+    return bad(err, errlen, "resources.comm must be auto, nccl or host");
+  if (r->comm == COLO__V1__COMM_KIND__COMM_KIND_NCCL &&
+      r->device != COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
+    return bad(err, errlen,
+               "resources.comm=nccl needs resources.device=gpu: NCCL moves GPU memory");
   if (r->host_memory_mib > (1ull << 30))
     return bad(err, errlen, "resources.host_memory_mib=%llu exceeds 1073741824 (1 PiB)",
                (unsigned long long)r->host_memory_mib);

@@ -90,6 +90,7 @@ cmp "$TMP/gpu/$last/rank_00000.safetensors" "$TMP/r/$last/rank_00000.safetensors
 # communicator, without ZeRO and at each ZeRO stage, against two CPU ranks; then stop and resume
 # under ZeRO-3 equals the straight run
 D=$((S / 4))
+dlast=$(printf 'step_%08d' "$D")
 dp_run() { # name device zero extra...
   local name=$1 dev=$2 z=$3
   shift 3
@@ -118,6 +119,37 @@ for z in 0 1 2 3; do
   dp_run "dp-gpu$z" gpu "$z"
   same_training "data parallel (ZeRO $z), 2 GPU ranks vs 2 CPU ranks" "$TMP/dp-cpu.jsonl" "$TMP/dp-gpu$z.jsonl" 1e-3
 done
+# the collectives' transport (resources.comm). Two ranks on one GPU: auto said why it went
+# through the host (on a real GPU: NCCL refuses a shared GPU), and nccl fails saying the same
+if [ "$DRY" = 1 ]; then
+  nccl_why="the emulated GPU has no NCCL"
+else
+  nccl_why="ranks 0 and 1 share one GPU GPU-"
+fi
+expect_contains "$OUT" "colo-train: collectives through host memory: $nccl_why"
+expect_rc 78 "$CT" train "${M[@]}" --steps 2 --device gpu --gpu 0 --dp 2 --nproc 2 --comm nccl
+expect_contains "$ERR" "resources.comm=nccl: $nccl_why"
+expect_contains "$ERR" "(resources.comm=host moves collectives through host memory)"
+expect_rc 78 "$CT" train "${M[@]}" --steps 2 --comm nccl
+expect_contains "$ERR" "resources.comm=nccl needs resources.device=gpu: NCCL moves GPU memory"
+if [ "$DRY" != 1 ]; then
+  # one rank through NCCL (the loop's collectives, host buffers staged onto the GPU) trains as
+  # one rank without it, bit for bit
+  for c in host nccl; do
+    expect_rc 0 "$CT" train "${M[@]}" --steps "$D" --warmup 5 --eval-interval "$D" --device gpu \
+      --precision fp32 --zero 1 --comm "$c" --ckpt-dir "$TMP/one-$c" --quiet
+  done
+  cmp "$TMP/one-host/$dlast/rank_00000.safetensors" "$TMP/one-nccl/$dlast/rank_00000.safetensors" ||
+    fail "one rank: NCCL trained otherwise than no communicator"
+  # two ranks on two GPUs through NCCL, where the machine has them
+  if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ]; then
+    expect_rc 0 "$CT" train "${M[@]}" --steps "$D" --warmup 5 --eval-interval "$D" --device gpu \
+      --precision fp32 --dp 2 --nproc 2 --zero 1 --comm nccl --progress "$TMP/dp-nccl.jsonl" --quiet
+    same_training "data parallel (ZeRO 1), 2 GPUs through NCCL vs 2 CPU ranks" "$TMP/dp-cpu.jsonl" "$TMP/dp-nccl.jsonl" 1e-3
+  else
+    echo "integration_gpu_train: one GPU here: NCCL between two GPUs not run"
+  fi
+fi
 # tensor parallel with sequence parallelism, and a pipeline, in bf16: two GPU ranks against two
 # CPU ranks with the same storage (bit for bit where the GPU is emulated)
 for layout in "tp:--tp 2 --sp true" "pp:--pp 2 --micro-batches 2"; do
@@ -132,7 +164,6 @@ done
 
 dp_run dp-r3 gpu 3 --stop-at $((D / 2))
 dp_run dp-r3 gpu 3 --resume auto
-dlast=$(printf 'step_%08d' "$D")
 cmp "$TMP/dp-gpu3/$dlast/rank_00000.safetensors" "$TMP/dp-r3/$dlast/rank_00000.safetensors" ||
   fail "GPU, ZeRO-3: stop at $((D / 2)) and resume differs from the straight run"
 

@@ -4,12 +4,16 @@
 #include <signal.h>
 #include <time.h>
 
+#include "backend/backend.h"
 #include "common/error.h"
 #include "comm/comm.h"
 #include "comm/store.h"
 #include "comm_test.h"
 
 typedef int (*rank_fn)(colo_comm_t *c, int rank, int world);
+
+/* set by a test whose rank functions take the communicator over (each test is a process) */
+static int fn_takes_comm;
 
 /* Runs fn on `world` forked ranks; returns how many exited 0. */
 static int run_world(int world, int timeout_ms, rank_fn fn) {
@@ -26,7 +30,8 @@ static int run_world(int world, int timeout_ms, rank_fn fn) {
         _exit(3);
       }
       int rc = fn(c, r, world);
-      c->ops->destroy(c);
+      if (!fn_takes_comm)
+        c->ops->destroy(c);
       _exit(rc);
     }
   }
@@ -158,6 +163,251 @@ static int exchange(colo_comm_t *c, int rank, int world) {
   free(out);
   free(in);
   return 0;
+}
+
+/* ---- staging: a communicator's buffers in the other memory (staged.c) ----
+ * On the emulated GPU (backend/cpu_device.c), whose memory faults when host code touches it.
+ * The device-side inner communicator NCCL would be is played by `strict`: it refuses any buffer
+ * that is not the backend's, then moves it through the host-staged tcp one. */
+
+typedef struct {
+  colo_comm_t base;
+  colo_comm_t *inner;
+  const colo_backend_t *be;
+} strict_t;
+
+#define SX(c) ((strict_t *)(c))
+#define ON_DEVICE(c, p, n)                                                                         \
+  do {                                                                                             \
+    if ((n) > 0 && !SX(c)->be->owns(p)) {                                                          \
+      fprintf(stderr, "strict: %s got a host buffer\n", __func__);                                 \
+      return COLO_EINVAL;                                                                          \
+    }                                                                                              \
+  } while (0)
+
+static int sx_allreduce(colo_comm_t *c, float *b, size_t n) {
+  ON_DEVICE(c, b, n);
+  return SX(c)->inner->ops->allreduce_sum(SX(c)->inner, b, n);
+}
+static int sx_reduce_scatter(colo_comm_t *c, float *b, size_t n) {
+  ON_DEVICE(c, b, n);
+  return SX(c)->inner->ops->reduce_scatter_sum(SX(c)->inner, b, n);
+}
+static int sx_all_gather(colo_comm_t *c, float *b, size_t n) {
+  ON_DEVICE(c, b, n);
+  return SX(c)->inner->ops->all_gather(SX(c)->inner, b, n);
+}
+static int sx_broadcast(colo_comm_t *c, float *b, size_t n, int root) {
+  ON_DEVICE(c, b, n);
+  return SX(c)->inner->ops->broadcast(SX(c)->inner, b, n, root);
+}
+static int sx_send(colo_comm_t *c, const float *b, size_t n, int peer) {
+  ON_DEVICE(c, b, n);
+  return SX(c)->inner->ops->send(SX(c)->inner, b, n, peer);
+}
+static int sx_recv(colo_comm_t *c, float *b, size_t n, int peer) {
+  ON_DEVICE(c, b, n);
+  return SX(c)->inner->ops->recv(SX(c)->inner, b, n, peer);
+}
+static int sx_sendrecv(colo_comm_t *c, const float *sb, size_t sn, int sp, float *rb, size_t rn,
+                       int rp) {
+  if (sp >= 0)
+    ON_DEVICE(c, sb, sn);
+  if (rp >= 0)
+    ON_DEVICE(c, rb, rn);
+  return SX(c)->inner->ops->sendrecv(SX(c)->inner, sb, sn, sp, rb, rn, rp);
+}
+static int sx_barrier(colo_comm_t *c) {
+  return SX(c)->inner->ops->barrier(SX(c)->inner);
+}
+static void sx_abort(colo_comm_t *c) {
+  SX(c)->inner->ops->abort(SX(c)->inner);
+}
+static void sx_destroy(colo_comm_t *c) {
+  SX(c)->inner->ops->destroy(SX(c)->inner);
+  free(c);
+}
+static colo_comm_t *strict_over(colo_comm_t *inner, const colo_backend_t *be);
+static int sx_group(colo_comm_t *w, const int *ranks, int n, colo_comm_t **out, char *err,
+                    size_t errlen) {
+  colo_comm_t *g;
+  int rc = colo_comm_group(SX(w)->inner, ranks, n, &g, err, errlen);
+  if (rc == 0)
+    *out = strict_over(g, SX(w)->be);
+  return rc;
+}
+static const colo_comm_ops_t STRICT = {"strict",     sx_allreduce, sx_reduce_scatter, sx_all_gather,
+                                       sx_broadcast, sx_send,      sx_recv,           sx_sendrecv,
+                                       sx_barrier,   sx_abort,     sx_destroy,        sx_group};
+static colo_comm_t *strict_over(colo_comm_t *inner, const colo_backend_t *be) {
+  strict_t *s = calloc(1, sizeof *s);
+  s->base.ops = &STRICT;
+  s->base.rank = inner->rank;
+  s->base.size = inner->size;
+  s->inner = inner;
+  s->be = be;
+  return &s->base;
+}
+
+/* device memory holding n floats of host h (emulated GPU: only the table's entries touch it) */
+static float *dev_of(const colo_backend_t *be, const float *h, size_t n) {
+  float *d = be->allocator->alloc(n * sizeof *d);
+  be->from_host(d, h, n * sizeof *d);
+  return d;
+}
+
+/* One rank's checks of a staged communicator c over the emulated GPU be: every call with host
+ * buffers and with device ones, the answers exact. */
+static int staged_calls(colo_comm_t *c, const colo_backend_t *be, int rank, int world) {
+  size_t n = 3001; /* odd; the all-gather and reduce-scatter hold world × n */
+  float *h = malloc(n * (size_t)world * sizeof *h),
+        *back = malloc(n * (size_t)world * sizeof *back);
+  for (int dev = 0; dev < 2; dev++) {
+    for (size_t i = 0; i < n; i++)
+      h[i] = (float)(rank + 1) * (float)(i % 89);
+    float *b = dev ? dev_of(be, h, n) : h;
+    CHECKR(c->ops->allreduce_sum(c, b, n) == 0);
+    if (dev)
+      be->to_host(back, b, n * sizeof *back);
+    const float *r = dev ? back : h;
+    for (size_t i = 0; i < n; i++)
+      CHECKR(r[i] == (float)(world * (world + 1) / 2) * (float)(i % 89));
+    if (dev)
+      be->allocator->free(b);
+
+    size_t tot = n * (size_t)world;
+    for (size_t i = 0; i < tot; i++)
+      h[i] = (float)rank + (float)(i % 1000);
+    b = dev ? dev_of(be, h, tot) : h;
+    CHECKR(c->ops->reduce_scatter_sum(c, b, n) == 0);
+    if (dev)
+      be->to_host(back, b, tot * sizeof *back);
+    r = dev ? back : h;
+    for (size_t i = 0; i < n; i++) {
+      size_t g = (size_t)rank * n + i;
+      CHECKR(r[g] == (float)(world * (world - 1) / 2) + (float)world * (float)(g % 1000));
+    }
+    if (dev)
+      be->allocator->free(b);
+
+    for (size_t i = 0; i < tot; i++)
+      h[i] = (size_t)rank * n <= i && i < (size_t)(rank + 1) * n ? (float)(rank * 5 + 1) : -1.0f;
+    b = dev ? dev_of(be, h, tot) : h;
+    CHECKR(c->ops->all_gather(c, b, n) == 0);
+    if (dev)
+      be->to_host(back, b, tot * sizeof *back);
+    r = dev ? back : h;
+    for (size_t i = 0; i < tot; i++)
+      CHECKR(r[i] == (float)((int)(i / n) * 5 + 1));
+    if (dev)
+      be->allocator->free(b);
+
+    h[0] = rank == world - 1 ? 7.5f : 0.0f;
+    b = dev ? dev_of(be, h, 1) : h;
+    CHECKR(c->ops->broadcast(c, b, 1, world - 1) == 0);
+    if (dev)
+      be->to_host(back, b, sizeof *back);
+    CHECKR((dev ? back : h)[0] == 7.5f);
+    if (dev)
+      be->allocator->free(b);
+    CHECKR(c->ops->allreduce_sum(c, b, 0) == 0); /* nothing to move, whatever b is */
+  }
+  /* the pipeline's exchange around a ring: a device send and a host receive, then the reverse */
+  int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  for (size_t i = 0; i < n; i++)
+    h[i] = (float)(rank * 1000) + (float)i;
+  float *d = dev_of(be, h, n), *hr = calloc(n, sizeof *hr);
+  CHECKR(c->ops->sendrecv(c, d, n, next, hr, n, prev) == 0);
+  for (size_t i = 0; i < n; i++)
+    CHECKR(hr[i] == (float)(prev * 1000) + (float)i);
+  CHECKR(c->ops->sendrecv(c, h, n, next, d, n, prev) == 0);
+  be->to_host(back, d, n * sizeof *back);
+  for (size_t i = 0; i < n; i++)
+    CHECKR(back[i] == (float)(prev * 1000) + (float)i);
+  /* send and recv, one way: rank 0 to the last, device to host */
+  if (rank == 0)
+    CHECKR(c->ops->send(c, d, n, world - 1) == 0);
+  if (rank == world - 1) {
+    CHECKR(c->ops->recv(c, hr, n, 0) == 0);
+    for (size_t i = 0; i < n; i++)
+      CHECKR(hr[i] == (float)((world - 1) * 1000) + (float)i);
+  }
+  /* a group, members reversed: staged the same way */
+  int *members = malloc((size_t)world * sizeof *members);
+  for (int i = 0; i < world; i++)
+    members[i] = world - 1 - i;
+  colo_comm_t *g;
+  char err[256];
+  CHECKR(colo_comm_group(c, members, world, &g, err, sizeof err) == 0);
+  CHECKR(g->rank == world - 1 - rank);
+  float one = 1.0f, *d1 = dev_of(be, &one, 1);
+  CHECKR(g->ops->allreduce_sum(g, d1, 1) == 0 && g->ops->allreduce_sum(g, &one, 1) == 0);
+  be->to_host(back, d1, sizeof *back);
+  CHECKR(back[0] == (float)world && one == (float)world);
+  CHECKR(g->ops->barrier(g) == 0);
+  g->ops->destroy(g);
+  be->allocator->free(d1);
+  be->allocator->free(d);
+  free(members);
+  free(hr);
+  free(back);
+  free(h);
+  return 0;
+}
+
+static int staged_to_host(colo_comm_t *tcp, int rank, int world) {
+  const colo_backend_t *be = colo_backend_cpu_device(COLO_DTYPE_F32);
+  colo_comm_t *c = colo_comm_staged(tcp, be, COLO_STAGE_HOST);
+  int rc = staged_calls(c, be, rank, world);
+  c->ops->destroy(c); /* and tcp with it */
+  return rc;
+}
+
+static int staged_to_device(colo_comm_t *tcp, int rank, int world) {
+  const colo_backend_t *be = colo_backend_cpu_device(COLO_DTYPE_F32);
+  colo_comm_t *dev = strict_over(colo_comm_staged(tcp, be, COLO_STAGE_HOST), be);
+  colo_comm_t *c = colo_comm_staged(dev, be, COLO_STAGE_DEVICE);
+  int rc = staged_calls(c, be, rank, world);
+  /* and the strict one does refuse host memory: the check above can fail */
+  float x = 1.0f;
+  CHECKR(dev->ops->allreduce_sum(dev, &x, 1) == COLO_EINVAL);
+  c->ops->destroy(c);
+  return rc;
+}
+
+TEST(staged_to_host_memory_moves_device_buffers_and_passes_host_ones) {
+  fn_takes_comm = 1;
+  ASSERT_EQ_INT(run_world(2, 10000, staged_to_host), 2);
+  ASSERT_EQ_INT(run_world(3, 10000, staged_to_host), 3);
+}
+
+TEST(staged_to_device_memory_moves_host_buffers_and_passes_device_ones) {
+  fn_takes_comm = 1;
+  ASSERT_EQ_INT(run_world(2, 10000, staged_to_device), 2);
+  ASSERT_EQ_INT(run_world(3, 10000, staged_to_device), 3);
+}
+
+/* bytes as floats (an NCCL id), and the check that no two ranks share a GPU */
+static int bytes_and_ids(colo_comm_t *c, int rank, int world) {
+  unsigned char id[128], want[128];
+  for (int i = 0; i < 128; i++)
+    want[i] = (unsigned char)(255 - i * 7);
+  memcpy(id, rank == 1 ? want : (unsigned char[128]){0}, sizeof id);
+  CHECKR(colo_comm_broadcast_bytes(c, id, sizeof id, 1) == 0);
+  CHECKR(memcmp(id, want, sizeof id) == 0);
+  unsigned char uuid[16] = {0xde, 0xad, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0};
+  uuid[15] = (unsigned char)rank;
+  int a = -1, b = -1;
+  CHECKR(colo_comm_find_shared(c, uuid, sizeof uuid, &a, &b) == 0 && a == -1);
+  uuid[15] = (unsigned char)(rank >= 1 ? 1 : 0); /* ranks 1.. share one */
+  CHECKR(colo_comm_find_shared(c, uuid, sizeof uuid, &a, &b) == (world > 2));
+  CHECKR(world == 2 || (a == 1 && b == 2));
+  return 0;
+}
+
+TEST(bytes_travel_exactly_and_a_shared_id_is_found) {
+  ASSERT_EQ_INT(run_world(2, 10000, bytes_and_ids), 2);
+  ASSERT_EQ_INT(run_world(4, 10000, bytes_and_ids), 4);
 }
 
 TEST(sendrecv_moves_tensors_larger_than_the_buffers_both_ways) {

@@ -262,6 +262,8 @@ static void train_usage(void) {
       "  --device cpu|gpu      the CPU backend, or the CUDA one (a GPU per rank)\n"
       "  --gpu N               which GPU (default 0, or the rank under --nproc; a worker sets\n"
       "                        CUDA_VISIBLE_DEVICES)\n"
+      "  --comm auto|nccl|host  GPU ranks' collectives: NCCL when each rank has a GPU of its\n"
+      "                        own (auto, the default), NCCL or fail, or through host memory\n"
       "  --precision fp32|bf16|fp16  how activations are stored (fp32 arithmetic and master\n"
       "                        weights always; bf16, fp16: tensor-core products on a GPU, where\n"
       "                        bf16 is the default; emulated and slower on the CPU; fp16 scales\n"
@@ -332,6 +334,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"schedule", "optimizer: {schedule: %s}"},
       {"loss-scaling", "train: {loss_scaling: %s}"},
       {"device", "resources: {device: %s}"},
+      {"comm", "resources: {comm: %s}"},
       {"placement", "memory: {placement: %s}"},
       {"param-device-fraction", "memory: {param_device_fraction: %s}"},
       {"optim-device-fraction", "memory: {optim_device_fraction: %s}"},
@@ -667,6 +670,9 @@ static int cmd_train(int argc, char **argv) {
   const Colo__V1__TrainSpec *ts = spec->train;
   cfg.device = spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU;
   cfg.gpu = gpu;
+  cfg.comm = spec->resources->comm == COLO__V1__COMM_KIND__COMM_KIND_NCCL   ? COLO_COMM_NCCL
+             : spec->resources->comm == COLO__V1__COMM_KIND__COMM_KIND_HOST ? COLO_COMM_HOST
+                                                                            : COLO_COMM_AUTO;
   /* the GPU's products: bf16 and fp16 on tensor cores, fp32 with or without TF32 */
   cfg.math = ts->precision == COLO__V1__PRECISION__PRECISION_BF16   ? COLO_MATH_BF16
              : ts->precision == COLO__V1__PRECISION__PRECISION_FP16 ? COLO_MATH_FP16

@@ -39,6 +39,10 @@ typedef struct colo_backend_s {
   void (*host_free)(void *p);
   /* the device's free and total memory (NULL, or nonzero: unknown) */
   int (*mem_info)(size_t *free_bytes, size_t *total_bytes);
+  /* the stream every entry is queued on in order (a cudaStream_t), or NULL: entries finish
+   * before they return. A device communicator queues its collectives on it too (comm/nccl.c),
+   * so they follow the kernels that wrote their buffers without a wait on the host */
+  void *stream;
 
   colo_dtype_t act_dtype; /* how activations are stored */
   size_t act_size;        /* and their bytes per element */

@@ -1289,6 +1289,7 @@ template <class T> static colo_backend_t make_table(const char *name) {
   b.mem_info = mem_info;
   b.host_alloc = host_alloc;
   b.host_free = host_free;
+  b.stream = g.stream;
   b.act_dtype = dtype_of<T>::colo;
   b.act_size = sizeof(T);
 #define SET_T(n, _) b.n = prof.on ? PROFILED(P_##n, n<T>) : n<T>;

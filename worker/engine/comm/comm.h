@@ -1,7 +1,8 @@
 /* Communicators: how ranks train together. One interface, several implementations:
  *   - single: a world of one (every collective is the identity);
  *   - tcp: CPU ranks over TCP sockets, on one host or many (works across network namespaces);
- *   - nccl: GPUs (with the CUDA issue).
+ *   - nccl: GPU ranks' device buffers, bootstrapped over a host communicator;
+ *   - staged: a wrapper for the buffers that are not in the memory its inner one moves.
  * A group communicator (a data-, tensor- or pipeline-parallel group) is made from the world one
  * with colo_comm_group.
  *
@@ -76,18 +77,37 @@ int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char
 int colo_comm_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
                     size_t errlen);
 
-/* A host communicator (inner) for the ranks of a device backend `be`: buffers that are the
- * backend's memory (be->owns) are copied to the host around each call, host buffers pass
- * through. It takes over inner (destroys it) and stages the groups made from it (staged.c). */
-struct colo_backend_s;
-colo_comm_t *colo_comm_staged(colo_comm_t *inner, const struct colo_backend_s *be);
+/* Which memory a staged communicator's inner one moves (staged.c). */
+typedef enum {
+  COLO_STAGE_HOST,  /* host memory (tcp): the backend's buffers go through a host scratch */
+  COLO_STAGE_DEVICE /* the backend's memory (NCCL): host buffers go through a device scratch */
+} colo_stage_t;
 
-/* NCCL, for GPUs (built when CUDA and NCCL are found: COLO_HAVE_NCCL). Buffers are device
- * pointers on `device`. Rank 0 serves the rendezvous store at store_addr, through which the
- * NCCL ids travel (rank 0 of each group calls ncclGetUniqueId and puts it). Communicators are
- * nonblocking: every call is polled against the deadline and aborted (ncclCommAbort) when it
- * passes, so a dead peer ends a call with an error, never a hang. */
-int colo_comm_nccl_create(const char *store_addr, int rank, int world, int device, int timeout_ms,
+/* A communicator for the ranks of a device backend `be` over `inner`, which moves the memory
+ * `where` names: a buffer elsewhere is copied there around each call, the others pass through.
+ * It takes over inner (destroys it) and stages the groups made from it. NULL: out of memory. */
+struct colo_backend_s;
+colo_comm_t *colo_comm_staged(colo_comm_t *inner, const struct colo_backend_s *be,
+                              colo_stage_t where);
+
+/* Set-up exchanges of bytes, host memory (bytes.c): a broadcast from root; and an all-gather of
+ * each rank's n-byte id that returns 1 with the first two ranks holding the same one in *a < *b,
+ * 0 when all differ, or an error. Every member calls them. */
+int colo_comm_broadcast_bytes(colo_comm_t *c, void *bytes, size_t n, int root);
+int colo_comm_find_shared(colo_comm_t *c, const void *id, size_t n, int *a, int *b);
+
+/* NCCL, for GPUs (built when CUDA and NCCL are found: COLO_HAVE_NCCL), over the host world
+ * communicator `host` (tcp, or single for one rank): the NCCL ids of the world and of every
+ * group travel through it and its groups. Every rank calls it. Buffers are device pointers on
+ * `device` (host ones: wrap it in colo_comm_staged with COLO_STAGE_DEVICE). Collectives are
+ * queued on `stream` (a cudaStream_t: the backend's, so they follow its kernels; NULL: one of
+ * its own) and waited for. Communicators are nonblocking: every call is polled against the
+ * deadline and aborted (ncclCommAbort) when it passes, so a dead peer ends a call with an error,
+ * never a hang. On success it takes over host; on failure host is still the caller's to
+ * destroy. When two ranks share one GPU (NCCL refuses that) it fails on every rank alike with
+ * COLO_EBUSY, err naming them, and host intact: callers may go on with it together. Any other
+ * failure aborts host, so that no peer waits for this rank. */
+int colo_comm_nccl_create(colo_comm_t *host, int device, void *stream, int timeout_ms,
                           colo_comm_t **out, char *err, size_t errlen);
 
 #endif

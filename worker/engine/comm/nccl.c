@@ -1,8 +1,10 @@
 /* The NCCL communicator: collectives on device buffers for GPU ranks.
  *
- * Bootstrap: rank 0 serves the rendezvous store (comm/store.c); the first member of every
- * communicator (the world, and each group) calls ncclGetUniqueId and puts it in the store under
- * a key naming the members, the others get it.
+ * Bootstrap: over a host communicator (tcp, or single for one rank). Its ranks first all-gather
+ * their GPUs' UUIDs: NCCL needs a GPU per rank, and a shared one fails every rank alike with a
+ * message naming them, before NCCL is touched. Then the first member of every communicator (the
+ * world, and each group) calls ncclGetUniqueId and broadcasts it through the host world or the
+ * matching host group.
  *
  * Failure: communicators are created nonblocking (config.blocking = 0). After every call the
  * rank polls ncclCommGetAsyncError and the stream against the communicator's deadline; past it,
@@ -20,17 +22,15 @@
 
 #include "../../../common/error.h"
 #include "comm.h"
-#include "store.h"
 
 typedef struct {
   colo_comm_t base;
   ncclComm_t comm;
   cudaStream_t stream;
-  float *one; /* a device float for barriers */
-  int *members;
-  int is_world, aborted, timeout_ms, device, world_rank;
-  char store_addr[256];
-  colo_rdzv_server_t *store; /* the world's rank 0 only */
+  int own_stream; /* made here (destroyed with it), not the backend's */
+  float *one;     /* a device float for barriers */
+  int aborted, timeout_ms, device;
+  colo_comm_t *host; /* the world only: the host communicator its groups bootstrap over */
 } nccl_comm_t;
 
 #define NC(c) ((nccl_comm_t *)(c))
@@ -155,19 +155,26 @@ static void abort_(colo_comm_t *cm) {
     c->aborted = 1;
     c->comm = NULL;
   }
+  if (c->host) /* peers waiting in a group's set-up fail too */
+    c->host->ops->abort(c->host);
 }
 
-static void destroy(colo_comm_t *cm) {
-  nccl_comm_t *c = NC(cm);
+/* frees c; its host communicator stays the caller's */
+static void release(nccl_comm_t *c) {
   if (c->comm && !c->aborted)
     ncclCommDestroy(c->comm);
   if (c->one)
     cudaFree(c->one);
-  if (c->stream)
+  if (c->stream && c->own_stream)
     cudaStreamDestroy(c->stream);
-  colo_rdzv_server_stop(c->store);
-  free(c->members);
   free(c);
+}
+
+static void destroy(colo_comm_t *cm) {
+  colo_comm_t *host = NC(cm)->host;
+  release(NC(cm));
+  if (host)
+    host->ops->destroy(host);
 }
 
 static int nccl_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
@@ -186,41 +193,27 @@ static const colo_comm_ops_t NCCL = {.name = "nccl",
                                      .destroy = destroy,
                                      .group = nccl_group};
 
-/* The id of the communicator whose members are `members`: the first makes it, the rest read it
- * from the store; then every member joins, nonblocking, within the deadline. */
-static int join(nccl_comm_t *c, const int *members, int n, int me, char *err, size_t errlen) {
-  char key[512], val[2 * sizeof(ncclUniqueId) + 1];
-  int k = snprintf(key, sizeof key, "nccl/id");
-  for (int i = 0; i < n && k < (int)sizeof key - 12; i++)
-    k += snprintf(key + k, sizeof key - (size_t)k, "/%d", members[i]);
+/* Joins the NCCL communicator of host's members: host's rank 0 makes the id and broadcasts it,
+ * then every member joins, nonblocking, within the deadline. */
+static int join(nccl_comm_t *c, colo_comm_t *host, char *err, size_t errlen) {
   ncclUniqueId id;
-  if (me == 0) {
+  memset(&id, 0, sizeof id);
+  if (host->rank == 0) {
     ncclResult_t r = ncclGetUniqueId(&id);
     if (r != ncclSuccess) {
       snprintf(err, errlen, "ncclGetUniqueId: %s", ncclGetErrorString(r));
       return COLO_EIO;
     }
-    for (size_t i = 0; i < sizeof id; i++)
-      snprintf(val + 2 * i, 3, "%02x", (unsigned char)id.internal[i]);
-    if (colo_rdzv_set(c->store_addr, key, val, c->timeout_ms, err, errlen) < 0)
-      return COLO_EUNAVAIL;
-  } else {
-    if (colo_rdzv_get(c->store_addr, key, val, sizeof val, c->timeout_ms, err, errlen) < 0)
-      return COLO_EUNAVAIL;
-    if (strlen(val) != 2 * sizeof id) {
-      snprintf(err, errlen, "store key %s holds no NCCL id", key);
-      return COLO_EPROTO;
-    }
-    for (size_t i = 0; i < sizeof id; i++) {
-      unsigned x;
-      sscanf(val + 2 * i, "%2x", &x);
-      id.internal[i] = (char)x;
-    }
+  }
+  int rc = colo_comm_broadcast_bytes(host, id.internal, sizeof id.internal, 0);
+  if (rc < 0) {
+    snprintf(err, errlen, "sending the NCCL id: %s", colo_comm_error(host));
+    return rc;
   }
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   int64_t deadline = mono_ms() + c->timeout_ms;
-  ncclResult_t r = ncclCommInitRankConfig(&c->comm, n, id, me, &config);
+  ncclResult_t r = ncclCommInitRankConfig(&c->comm, host->size, id, host->rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     snprintf(err, errlen, "ncclCommInitRankConfig: %s", ncclGetErrorString(r));
     return COLO_EIO;
@@ -241,56 +234,79 @@ static int join(nccl_comm_t *c, const int *members, int n, int me, char *err, si
   }
 }
 
-static nccl_comm_t *new_comm(int device, int timeout_ms, const char *store_addr) {
+/* a communicator of host's shape on `device`, not joined yet */
+static nccl_comm_t *new_comm(colo_comm_t *host, int device, void *stream, int timeout_ms, char *err,
+                             size_t errlen) {
   nccl_comm_t *c = calloc(1, sizeof *c);
-  if (!c)
+  if (!c) {
+    snprintf(err, errlen, "out of memory");
     return NULL;
+  }
   c->base.ops = &NCCL;
+  c->base.rank = host->rank;
+  c->base.size = host->size;
   c->device = device;
   c->timeout_ms = timeout_ms;
-  snprintf(c->store_addr, sizeof c->store_addr, "%s", store_addr);
-  return c;
-}
-
-static int device_setup(nccl_comm_t *c, char *err, size_t errlen) {
-  cudaError_t e = cudaSetDevice(c->device);
-  if (e == cudaSuccess)
+  c->stream = stream;
+  cudaError_t e = cudaSetDevice(device);
+  if (e == cudaSuccess && !c->stream) {
     e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    c->own_stream = e == cudaSuccess;
+  }
   if (e == cudaSuccess)
     e = cudaMalloc((void **)&c->one, sizeof(float));
   if (e != cudaSuccess) {
-    snprintf(err, errlen, "CUDA device %d: %s", c->device, cudaGetErrorString(e));
-    return COLO_EIO;
+    snprintf(err, errlen, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    release(c);
+    return NULL;
   }
-  return 0;
+  return c;
 }
 
-int colo_comm_nccl_create(const char *store_addr, int rank, int world, int device, int timeout_ms,
+/* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", as nvidia-smi names a GPU */
+static void uuid_text(const unsigned char u[16], char *out, size_t len) {
+  int k = snprintf(out, len, "GPU-");
+  for (int i = 0; i < 16 && k > 0 && (size_t)k < len; i++)
+    k += snprintf(out + k, len - (size_t)k, "%s%02x",
+                  i == 4 || i == 6 || i == 8 || i == 10 ? "-" : "", u[i]);
+}
+
+int colo_comm_nccl_create(colo_comm_t *host, int device, void *stream, int timeout_ms,
                           colo_comm_t **out, char *err, size_t errlen) {
-  if (world < 1 || rank < 0 || rank >= world) {
-    snprintf(err, errlen, "rank %d outside a world of %d", rank, world);
-    return COLO_EINVAL;
+  struct cudaDeviceProp prop;
+  cudaError_t e = cudaGetDeviceProperties(&prop, device);
+  if (e != cudaSuccess) {
+    snprintf(err, errlen, "CUDA device %d: %s", device, cudaGetErrorString(e));
+    cudaGetLastError();
+    /* the others wait in the all-gather below: end it for them */
+    host->ops->abort(host);
+    return COLO_EIO;
   }
-  nccl_comm_t *c = new_comm(device, timeout_ms, store_addr);
-  if (!c) {
-    snprintf(err, errlen, "out of memory");
-    return COLO_ENOMEM;
-  }
-  c->is_world = 1;
-  c->base.rank = c->world_rank = rank;
-  c->base.size = world;
-  c->members = malloc((size_t)world * sizeof *c->members);
-  for (int i = 0; i < world; i++)
-    c->members[i] = i;
-  int rc = device_setup(c, err, errlen);
-  if (rc == 0 && rank == 0 && colo_rdzv_served_by_rank0(store_addr))
-    rc = colo_rdzv_server_start(store_addr, &c->store, err, errlen);
-  if (rc == 0)
-    rc = join(c, c->members, world, rank, err, errlen);
+  int a, b;
+  int rc = colo_comm_find_shared(host, prop.uuid.bytes, sizeof prop.uuid.bytes, &a, &b);
   if (rc < 0) {
-    destroy(&c->base);
+    snprintf(err, errlen, "comparing the ranks' GPUs: %s", colo_comm_error(host));
     return rc;
   }
+  if (rc == 1) {
+    char id[64] = "";
+    if (host->rank == a || host->rank == b)
+      uuid_text((const unsigned char *)prop.uuid.bytes, id, sizeof id);
+    snprintf(err, errlen, "ranks %d and %d share one GPU%s%s: NCCL needs a GPU per rank", a, b,
+             id[0] ? " " : "", id);
+    return COLO_EBUSY;
+  }
+  nccl_comm_t *c = new_comm(host, device, stream, timeout_ms, err, errlen);
+  if (!c) {
+    host->ops->abort(host);
+    return COLO_EIO;
+  }
+  if ((rc = join(c, host, err, errlen)) < 0) {
+    host->ops->abort(host);
+    release(c);
+    return rc;
+  }
+  c->host = host;
   *out = &c->base;
   return 0;
 }
@@ -298,31 +314,20 @@ int colo_comm_nccl_create(const char *store_addr, int rank, int world, int devic
 static int nccl_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out, char *err,
                       size_t errlen) {
   nccl_comm_t *w = NC(world);
-  int me = -1;
-  for (int i = 0; i < n; i++)
-    if (ranks[i] == world->rank)
-      me = i;
-  if (me < 0) {
-    snprintf(err, errlen, "rank %d is not a member of the group", world->rank);
-    return COLO_EINVAL;
-  }
-  nccl_comm_t *c = new_comm(w->device, w->timeout_ms, w->store_addr);
-  if (!c) {
-    snprintf(err, errlen, "out of memory");
-    return COLO_ENOMEM;
-  }
-  c->base.rank = me;
-  c->base.size = n;
-  c->world_rank = world->rank;
-  c->members = malloc((size_t)n * sizeof *c->members);
-  memcpy(c->members, ranks, (size_t)n * sizeof *ranks);
-  int rc = device_setup(c, err, errlen);
-  if (rc == 0)
-    rc = join(c, ranks, n, me, err, errlen);
-  if (rc < 0) {
-    destroy(&c->base);
+  colo_comm_t *hg = NULL;
+  int rc = colo_comm_group(w->host, ranks, n, &hg, err, errlen);
+  if (rc < 0)
     return rc;
-  }
-  *out = &c->base;
-  return 0;
+  nccl_comm_t *c =
+      new_comm(hg, w->device, w->own_stream ? NULL : w->stream, w->timeout_ms, err, errlen);
+  if (!c)
+    rc = COLO_EIO;
+  else if ((rc = join(c, hg, err, errlen)) < 0)
+    release(c);
+  else
+    *out = &c->base;
+  if (rc < 0) /* members waiting for the id fail at once */
+    hg->ops->abort(hg);
+  hg->ops->destroy(hg); /* the id has travelled: the NCCL group needs no more of it */
+  return rc;
 }

@@ -1,9 +1,13 @@
-/* A host communicator for a device backend's ranks: the collectives of a GPU run whose
- * communicator moves host memory (tcp, with shared memory on one host). Every buffer a call gets
- * that is the backend's memory (be->owns) goes through a host scratch: copied out, moved by the
- * inner communicator, copied back. Host buffers (a loss, a norm) pass straight through. It is
- * correct on any GPU and any network, and slow by two copies over PCIe a call: NCCL, which
- * moves device memory itself, is the fast path. Groups made from it are staged too. */
+/* A communicator whose buffers are not all in the memory it moves, for a device backend's ranks.
+ * It wraps one that moves either host memory or the backend's (`where`):
+ *   - COLO_STAGE_HOST: the inner one moves host memory (tcp, with shared memory on one host).
+ *     Buffers that are the backend's memory (be->owns) are copied to a host scratch, moved, and
+ *     copied back; host buffers pass straight through. Correct on any GPU and any network, and
+ *     slow by two copies over PCIe a call.
+ *   - COLO_STAGE_DEVICE: the inner one moves the backend's memory (NCCL). Host buffers (a loss, a
+ *     norm, a ZeRO piece placed in host memory) go through a scratch in the backend's memory;
+ *     the backend's own pass straight through, the fast path.
+ * Groups made from it are staged the same way. */
 #include "comm.h"
 
 #include <stdio.h>
@@ -17,7 +21,9 @@ typedef struct {
   colo_comm_t base;
   colo_comm_t *inner;
   const colo_backend_t *be;
-  float *host, *host2; /* scratch, grown on demand (host2: sendrecv's receive side) */
+  colo_stage_t where;
+  void *buf, *buf2; /* scratch where the inner one moves memory, grown on demand (buf2:
+                       sendrecv's receive side) */
   size_t cap, cap2;
 } staged_t;
 
@@ -25,26 +31,59 @@ typedef struct {
 
 static const colo_comm_ops_t STAGED;
 
-/* scratch *h of at least n floats (NULL: out of memory) */
-static float *grow(staged_t *s, float **h, size_t *cap, size_t n) {
-  if (n > *cap) {
-    float *g = realloc(*h, n * sizeof(float));
-    if (!g) {
-      snprintf(s->base.error, sizeof s->base.error, "staging %zu floats: out of memory", n);
-      return NULL;
-    }
-    *h = g, *cap = n;
-  }
-  return *h;
+/* whether a buffer must go through the scratch */
+static int away(const staged_t *s, const void *buf) {
+  int dev = s->be->owns(buf);
+  return s->where == COLO_STAGE_HOST ? dev : !dev;
 }
 
-/* the host copy of n floats at buf (NULL: out of memory), filled from the device when `in` */
+static void scratch_free(const staged_t *s, void *p) {
+  if (!p)
+    return;
+  if (s->where == COLO_STAGE_HOST)
+    free(p);
+  else
+    s->be->allocator->free(p);
+}
+
+/* scratch *b of at least n floats (NULL: out of memory) */
+static float *grow(staged_t *s, void **b, size_t *cap, size_t n) {
+  if (n > *cap) {
+    void *g = s->where == COLO_STAGE_HOST ? malloc(n * sizeof(float))
+                                          : s->be->allocator->alloc(n * sizeof(float));
+    if (!g) {
+      snprintf(s->base.error, sizeof s->base.error,
+               "staging %zu floats in %s memory: out of memory", n,
+               s->where == COLO_STAGE_HOST ? "host" : "device");
+      return NULL;
+    }
+    scratch_free(s, *b);
+    *b = g, *cap = n;
+  }
+  return *b;
+}
+
+/* copies between a caller's buffer and a scratch */
+static void to_scratch(const staged_t *s, void *scratch, const void *buf, size_t n) {
+  if (s->where == COLO_STAGE_HOST)
+    s->be->to_host(scratch, buf, n * sizeof(float));
+  else
+    s->be->from_host(scratch, buf, n * sizeof(float));
+}
+
+static void from_scratch(const staged_t *s, void *buf, const void *scratch, size_t n) {
+  if (s->where == COLO_STAGE_HOST)
+    s->be->from_host(buf, scratch, n * sizeof(float));
+  else
+    s->be->to_host(buf, scratch, n * sizeof(float));
+}
+
+/* the scratch copy of n floats at buf (NULL: out of memory), filled from buf when `in` */
 static float *out_of(staged_t *s, const float *buf, size_t n, int in) {
-  if (!grow(s, &s->host, &s->cap, n))
-    return NULL;
-  if (in)
-    s->be->to_host(s->host, buf, n * sizeof(float));
-  return s->host;
+  float *h = grow(s, &s->buf, &s->cap, n);
+  if (h && in)
+    to_scratch(s, h, buf, n);
+  return h;
 }
 
 static int done(staged_t *s, int rc) {
@@ -56,14 +95,14 @@ static int done(staged_t *s, int rc) {
 /* a call that reads and writes `total` floats of buf */
 #define INOUT(call_on)                                                                             \
   do {                                                                                             \
-    if (!s->be->owns(buf))                                                                         \
+    if (!total || !away(s, buf))                                                                   \
       return done(s, call_on(buf));                                                                \
     float *h = out_of(s, buf, total, 1);                                                           \
     if (!h)                                                                                        \
       return COLO_ENOMEM;                                                                          \
     int rc = call_on(h);                                                                           \
     if (rc == 0)                                                                                   \
-      s->be->from_host(buf, h, total * sizeof(float));                                             \
+      from_scratch(s, buf, h, total);                                                              \
     return done(s, rc);                                                                            \
   } while (0)
 
@@ -101,7 +140,7 @@ static int broadcast(colo_comm_t *c, float *buf, size_t n, int root) {
 
 static int staged_send(colo_comm_t *c, const float *buf, size_t n, int peer) {
   staged_t *s = ST(c);
-  if (!s->be->owns(buf))
+  if (!n || !away(s, buf))
     return done(s, s->inner->ops->send(s->inner, buf, n, peer));
   float *h = out_of(s, buf, n, 1);
   return h ? done(s, s->inner->ops->send(s->inner, h, n, peer)) : COLO_ENOMEM;
@@ -109,14 +148,14 @@ static int staged_send(colo_comm_t *c, const float *buf, size_t n, int peer) {
 
 static int staged_recv(colo_comm_t *c, float *buf, size_t n, int peer) {
   staged_t *s = ST(c);
-  if (!s->be->owns(buf))
+  if (!n || !away(s, buf))
     return done(s, s->inner->ops->recv(s->inner, buf, n, peer));
   float *h = out_of(s, buf, n, 0);
   if (!h)
     return COLO_ENOMEM;
   int rc = s->inner->ops->recv(s->inner, h, n, peer);
   if (rc == 0)
-    s->be->from_host(buf, h, n * sizeof(float));
+    from_scratch(s, buf, h, n);
   return done(s, rc);
 }
 
@@ -125,14 +164,14 @@ static int staged_sendrecv(colo_comm_t *c, const float *sbuf, size_t sn, int spe
   staged_t *s = ST(c);
   const float *hs = sbuf;
   float *hr = rbuf;
-  if (speer >= 0 && s->be->owns(sbuf) && !(hs = out_of(s, sbuf, sn, 1)))
+  if (speer >= 0 && sn && away(s, sbuf) && !(hs = out_of(s, sbuf, sn, 1)))
     return COLO_ENOMEM;
-  int rdev = rpeer >= 0 && s->be->owns(rbuf);
-  if (rdev && !(hr = grow(s, &s->host2, &s->cap2, rn)))
+  int raway = rpeer >= 0 && rn && away(s, rbuf);
+  if (raway && !(hr = grow(s, &s->buf2, &s->cap2, rn)))
     return COLO_ENOMEM;
   int rc = s->inner->ops->sendrecv(s->inner, hs, sn, speer, hr, rn, rpeer);
-  if (rc == 0 && rdev)
-    s->be->from_host(rbuf, hr, rn * sizeof(float));
+  if (rc == 0 && raway)
+    from_scratch(s, rbuf, hr, rn);
   return done(s, rc);
 }
 
@@ -147,8 +186,8 @@ static void abort_(colo_comm_t *c) {
 static void destroy(colo_comm_t *c) {
   staged_t *s = ST(c);
   s->inner->ops->destroy(s->inner);
-  free(s->host);
-  free(s->host2);
+  scratch_free(s, s->buf);
+  scratch_free(s, s->buf2);
   free(s);
 }
 
@@ -158,7 +197,7 @@ static int group(colo_comm_t *world, const int *ranks, int n, colo_comm_t **out,
   int rc = colo_comm_group(ST(world)->inner, ranks, n, &inner, err, errlen);
   if (rc < 0)
     return rc;
-  if (!(*out = colo_comm_staged(inner, ST(world)->be))) {
+  if (!(*out = colo_comm_staged(inner, ST(world)->be, ST(world)->where))) {
     inner->ops->destroy(inner);
     snprintf(err, errlen, "a staged group: out of memory");
     return COLO_ENOMEM;
@@ -179,7 +218,7 @@ static const colo_comm_ops_t STAGED = {.name = "staged",
                                        .destroy = destroy,
                                        .group = group};
 
-colo_comm_t *colo_comm_staged(colo_comm_t *inner, const colo_backend_t *be) {
+colo_comm_t *colo_comm_staged(colo_comm_t *inner, const colo_backend_t *be, colo_stage_t where) {
   staged_t *s = calloc(1, sizeof *s);
   if (!s)
     return NULL;
@@ -189,5 +228,6 @@ colo_comm_t *colo_comm_staged(colo_comm_t *inner, const colo_backend_t *be) {
   s->base.shm_peers = inner->shm_peers;
   s->inner = inner;
   s->be = be;
+  s->where = where;
   return &s->base;
 }

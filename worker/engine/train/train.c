@@ -23,6 +23,10 @@
 #include "checkpoint.h"
 #include "data.h"
 
+#ifndef COLO_HAVE_NCCL
+#define COLO_HAVE_NCCL 0
+#endif
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -527,6 +531,63 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
   return agree(world, rc, "committing the checkpoint", err, errlen);
 }
 
+/* The world communicator. CPU ranks: tcp (single for one rank). GPU ranks: NCCL over it, when
+ * cfg->comm allows, this build has NCCL, the GPU is real and every rank has one of its own (one
+ * rank takes NCCL only when asked: there is nothing to move); host buffers are then staged onto
+ * the GPU. Otherwise the host communicator, device buffers staged through host memory. */
+static int make_world(const colo_train_config_t *cfg, const colo_backend_t *be, int me, int world,
+                      colo_comm_t **out, char *err, size_t errlen) {
+  colo_comm_t *host = colo_comm_single();
+  if (world > 1) {
+    int rc = colo_comm_tcp_create(cfg->store_addr, me, world, cfg->bind_host, cfg->comm_timeout_ms,
+                                  &host, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  colo_stage_t where = COLO_STAGE_HOST;
+  if (be->device && (cfg->comm == COLO_COMM_NCCL || (cfg->comm == COLO_COMM_AUTO && world > 1))) {
+    const char *none = colo_backend_cuda_emulated() ? "the emulated GPU has no NCCL"
+                       : !COLO_HAVE_NCCL ? "this colo-train was built without NCCL (the CUDA "
+                                           "toolkit's nccl.h or libnccl was not found)"
+                                         : NULL;
+    colo_comm_t *nc = NULL;
+    char why[384] = "";
+    int rc = COLO_ENOSYS;
+    if (none)
+      snprintf(why, sizeof why, "%s", none);
+#if COLO_HAVE_NCCL
+    else
+      rc = colo_comm_nccl_create(host, cfg->gpu, be->stream, cfg->comm_timeout_ms, &nc, why,
+                                 sizeof why);
+#endif
+    if (rc == 0) {
+      host = nc; /* it owns the host communicator now */
+      where = COLO_STAGE_DEVICE;
+    } else if (cfg->comm == COLO_COMM_NCCL || (rc != COLO_ENOSYS && rc != COLO_EBUSY)) {
+      snprintf(err, errlen, "%s%s%s",
+               cfg->comm == COLO_COMM_NCCL ? "resources.comm=nccl: " : "NCCL: ", why,
+               rc == COLO_EBUSY || rc == COLO_ENOSYS ? " (resources.comm=host moves collectives "
+                                                       "through host memory)"
+                                                     : "");
+      host->ops->destroy(host);
+      return rc == COLO_ENOSYS || rc == COLO_EBUSY ? COLO_EINVAL : rc;
+    } else if (me == 0) { /* auto, and every rank alike: through the host */
+      printf("colo-train: collectives through host memory: %s\n", why);
+    }
+  }
+  if (be->device && (world > 1 || where == COLO_STAGE_DEVICE)) {
+    colo_comm_t *staged = colo_comm_staged(host, be, where);
+    if (!staged) {
+      host->ops->destroy(host);
+      snprintf(err, errlen, "a staged communicator: out of memory");
+      return COLO_ENOMEM;
+    }
+    host = staged;
+  }
+  *out = host;
+  return 0;
+}
+
 int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
                    size_t errlen) {
   const colo_backend_t *be = colo_backend_cpu();
@@ -596,22 +657,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     CHECK_GOTO(colo_shard_load(cfg->val_path, &val, err, errlen), rc, out);
     CHECK_GOTO(colo_shard_windows(&val, T, err, errlen), rc, out);
   }
-  if (world > 1) {
-    CHECK_GOTO(colo_comm_tcp_create(cfg->store_addr, me, world, cfg->bind_host,
-                                    cfg->comm_timeout_ms, &comm, err, errlen),
-               rc, out);
-    if (be->device) { /* GPU ranks over a host communicator: device buffers through the host */
-      colo_comm_t *staged = colo_comm_staged(comm, be);
-      if (!staged) {
-        snprintf(err, errlen, "a staged communicator: out of memory");
-        rc = COLO_ENOMEM;
-        goto out;
-      }
-      comm = staged;
-    }
-  } else {
-    comm = colo_comm_single();
-  }
+  CHECK_GOTO(make_world(cfg, be, me, world, &comm, err, errlen), rc, out);
   if (dp < 1 || world % (tp * pp)) {
     snprintf(err, errlen, "a world of %d ranks does not split into pp=%d × tp=%d", world, pp, tp);
     rc = COLO_EINVAL;

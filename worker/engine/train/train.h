@@ -8,6 +8,10 @@
 #include "../model/gpt.h"
 #include "../optim/adamw.h"
 
+/* How GPU ranks reach each other: NCCL when every rank has a GPU of its own (auto), NCCL or fail,
+ * or through host memory (tcp, with shared memory on one host; device buffers staged). */
+enum { COLO_COMM_AUTO, COLO_COMM_NCCL, COLO_COMM_HOST };
+
 typedef struct {
   colo_gpt_config_t model;
   colo_adamw_config_t optim;
@@ -25,6 +29,7 @@ typedef struct {
   size_t memory_limit;   /* bytes for the memory pool, 0: unlimited */
   int device;            /* 0: the CPU backend; 1: the CUDA backend on GPU `gpu` */
   int gpu;               /* which GPU */
+  int comm;              /* a GPU run's collectives: COLO_COMM_AUTO, _NCCL or _HOST (above) */
   int math;              /* GPU products: COLO_MATH_FP32, _TF32, _BF16 or _FP16 (backend.h) */
   FILE *progress;        /* JSON lines, or NULL */
   int quiet;             /* no per-step line on stdout */
