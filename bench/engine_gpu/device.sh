@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU session's runs, on the GPU machine (the device tool), from the pack that
 # deploy/gpu-pack.sh made here (carry: [".gpu-pack", ".colo-quickstart/data"]):
-#   bash bench/engine_gpu/device.sh tests   # test_cuda, test_nccl, then integration_gpu_train
+#   bash bench/engine_gpu/device.sh tests   # test_cuda (twice: flash, flash-async), test_nccl,
+#                                           # then integration_gpu_train
 #   bash bench/engine_gpu/device.sh bench   # bench/engine_gpu/run.sh
 #   bash bench/engine_gpu/device.sh e2e     # bench/engine_gpu/e2e.sh: colod, colo-workerd, a GPU job
 # Each writes its logs and results into $OUT (the device tool brings them back), with
@@ -28,6 +29,11 @@ elif [ "$what" = tests ]; then
   tail -3 "$OUT/test_cuda.log"
   grep FAIL "$OUT/test_cuda.log" | head -20 || true
   echo "test_cuda: rc $rc"
+  rc=0 # again with the fused attention's asynchronous loads
+  COLO_CUDA_ATTENTION=flash-async "$BIN/test_cuda" >"$OUT/test_cuda_flash_async.log" 2>&1 || rc=$?
+  tail -1 "$OUT/test_cuda_flash_async.log"
+  grep FAIL "$OUT/test_cuda_flash_async.log" | head -20 || true
+  echo "test_cuda (COLO_CUDA_ATTENTION=flash-async): rc $rc"
   rc=0
   "$BIN/test_nccl" >"$OUT/test_nccl.log" 2>&1 || rc=$?
   tail -3 "$OUT/test_nccl.log"

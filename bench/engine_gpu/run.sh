@@ -112,6 +112,9 @@ torch_run bf16c bf16 --compile
 colo_run c124b32 "${M124[@]:0:4}" "$B32" --precision bf16
 torch_run bf16b32 bf16 --batch-size "$B32"
 torch_run bf16cb32 bf16 --batch-size "$B32" --compile
+# the fused attention with the next tiles loaded while this one is used (cp.async), both batches
+COLO_CUDA_ATTENTION=flash-async colo_run c124bf16a "${M124[@]}" --precision bf16
+COLO_CUDA_ATTENTION=flash-async colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
 
 SECTION=3
 echo "== 3. $TS_STEPS steps on tinyshakespeare, GPU and CPU"
@@ -199,6 +202,7 @@ def torch(dt):
         return {"error": "not run"}
 b16, b16g, b16e, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124bf16g", "c124bf16e", "c124", "c124fp32"))
 b32 = colo("c124b32", m124[0], m124[2], m124[3])
+b16a, b32a = colo("c124bf16a", m124[0], m124[2], m124[3]), colo("c124b32a", m124[0], m124[2], m124[3])
 big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
 tbc, tb32, tbc32 = torch("bf16c"), torch("bf16b32"), torch("bf16cb32")
@@ -213,6 +217,8 @@ L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
 for name, run, r in (("colo, bf16 activations and products, fused attention", "c124bf16", b16),
                      ("colo, bf16, B=%d" % b32n, "c124b32", b32),
+                     ("colo, bf16, attention with async loads (COLO_CUDA_ATTENTION=flash-async)", "c124bf16a", b16a),
+                     ("colo, bf16, B=%d, attention with async loads" % b32n, "c124b32a", b32a),
                      ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", "c124bf16g", b16g),
                      ("colo, bf16, biases without cuBLASLt epilogues (COLO_CUDA_EPILOGUES=0)", "c124bf16e", b16e),
                      ("colo, fp32, TF32 products", "c124", a),
@@ -242,10 +248,12 @@ if a and "error" not in tt:
 def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
     ok = [t for t in ts if "error" not in t]
     return max(ok, key=lambda t: t["tokens_per_s"]) if ok else None
-for r, n, t in ((b16, m124[4], best(tb, tbc)), (b32, b32n, best(tb32, tbc32))):
+for r, n, t, how in ((b16, m124[4], best(tb, tbc), ""), (b32, b32n, best(tb32, tbc32), ""),
+                     (b16a, m124[4], best(tb, tbc), ", attention with async loads"),
+                     (b32a, b32n, best(tb32, tbc32), ", attention with async loads")):
     if r and t:
-        L.append("Ratio colo (bf16) / PyTorch's fastest (bf16 autocast%s), B=%d: **%.2f×** (target ≥ 1.0×; "
-                 "MFU target ≥ 45%%: colo's is %.1f%%)." % (", torch.compile" if t.get("compile") else "",
+        L.append("Ratio colo (bf16%s) / PyTorch's fastest (bf16 autocast%s), B=%d: **%.2f×** (target ≥ 1.0×; "
+                 "MFU target ≥ 45%%: colo's is %.1f%%)." % (how, ", torch.compile" if t.get("compile") else "",
                  n, r["tok_s"] / t["tokens_per_s"], 100 * r["mfu"]))
 L.append("\n## 350M (24L/16H/1024, T=1024, B=8), bf16, with recomputation\n")
 def act_bytes(L_, C, T, B, V, NH, a):

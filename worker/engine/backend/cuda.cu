@@ -52,7 +52,8 @@ static struct {
   void *lt_work;       /* its workspace, LT_WORK bytes */
   int lt_off;          /* COLO_CUDA_EPILOGUES=0: without them */
   size_t att_budget;   /* attention's scratch for one group of heads (head_group) */
-  int flash;           /* the fused attention where it applies (COLO_CUDA_ATTENTION=flash) */
+  int flash; /* the fused attention where it applies: 1 (COLO_CUDA_ATTENTION=flash), 2 with
+                async loads (flash-async); 0: the batched products (gemm) */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -902,7 +903,8 @@ static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, co
  * products above. */
 template <class T>
 static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH) {
-  if (!g.flash || !flash_attention_fwd(dtype_of<T>::colo, out, lse, qkv, B, T_, C, NH, g.stream))
+  if (!g.flash ||
+      !flash_attention_fwd(dtype_of<T>::colo, g.flash == 2, out, lse, qkv, B, T_, C, NH, g.stream))
     attention_gemm_fwd<T>(out, lse, qkv, B, T_, C, NH);
 }
 
@@ -911,8 +913,8 @@ static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const v
                           const float *lse, int B, int T_, int C, int NH) {
   if (g.flash) {
     float *dsum = (float *)scratch(S_F32, (size_t)B * NH * T_ * sizeof(float));
-    if (flash_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH,
-                            g.stream))
+    if (flash_attention_bwd(dtype_of<T>::colo, g.flash == 2, dqkv, dout, qkv, out, lse, dsum, B, T_,
+                            C, NH, g.stream))
       return;
   }
   attention_gemm_bwd<T>(dqkv, dout, qkv, lse, B, T_, C, NH);
@@ -1370,11 +1372,11 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   g.lt_off = epi && !strcmp(epi, "0");
   CKB(cublasSetStream(g.blas, g.stream));
   const char *att = getenv("COLO_CUDA_ATTENTION");
-  if (att && *att && strcmp(att, "flash") && strcmp(att, "gemm")) {
-    snprintf(err, errlen, "COLO_CUDA_ATTENTION must be flash or gemm, not '%s'", att);
+  if (att && *att && strcmp(att, "flash") && strcmp(att, "flash-async") && strcmp(att, "gemm")) {
+    snprintf(err, errlen, "COLO_CUDA_ATTENTION must be flash, flash-async or gemm, not '%s'", att);
     return NULL;
   }
-  g.flash = !(att && !strcmp(att, "gemm"));
+  g.flash = att && !strcmp(att, "gemm") ? 0 : att && !strcmp(att, "flash-async") ? 2 : 1;
   const char *mib = getenv("COLO_CUDA_ATTENTION_MIB");
   g.att_budget = (size_t)((mib && atof(mib) > 0 ? atof(mib) : 24.0) * 1048576.0);
   TABLE_F32 = make_table<float>("cuda");

@@ -102,14 +102,15 @@ template <> struct dtype_of<fp16> {
 };
 
 /* ---- fused attention (cuda_flash.cu) ----
- * FlashAttention-2's schedule on the tensor cores (WMMA) for 16-bit storage: no T×T matrix, not
- * even per group. Each returns 0, having done nothing, when it does not handle the case (fp32
+ * FlashAttention-2's schedule on the tensor cores (mma.sync) for 16-bit storage: no T×T matrix,
+ * not even per group. Each returns 0, having done nothing, when it does not handle the case (fp32
  * storage, a head size other than 32, 64 or 128, rows not 16-byte aligned); the caller then
- * runs the batched-product attention. */
-int flash_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T, int C,
-                        int NH, cudaStream_t stream);
+ * runs the batched-product attention. async: the streamed tiles in two stages, the next loaded
+ * (cp.async) while the block works on this one (COLO_CUDA_ATTENTION=flash-async). */
+int flash_attention_fwd(colo_dtype_t t, int async, void *out, float *lse, const void *qkv, int B,
+                        int T, int C, int NH, cudaStream_t stream);
 /* dsum: fp32 scratch of B·NH·T (each query's Σ dout·out) */
-int flash_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
+int flash_attention_bwd(colo_dtype_t t, int async, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *lse, float *dsum, int B, int T, int C, int NH,
                         cudaStream_t stream);
 

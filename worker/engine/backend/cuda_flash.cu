@@ -176,6 +176,56 @@ __device__ static void load_tile(E *dst, const E *src, int r0, int T_, size_t st
   }
 }
 
+/* ---- asynchronous loads (cp.async, sm_80 on): the next tile comes in while this one is used ----
+ * A copy of 16 (or 4) bytes from global to shared memory that the thread does not wait for;
+ * an invalid one reads nothing and writes zeros. A block commits its copies as a group, and
+ * waits until at most N of its newest groups are still in flight; a __syncthreads then makes
+ * every thread's copies visible to all. */
+__device__ __forceinline__ static void cp16(void *dst, const void *src, bool valid) {
+  uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ static void cp4(void *dst, const void *src, bool valid) {
+  uint32_t d = (uint32_t)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(d), "l"(src), "r"(valid ? 4 : 0)
+               : "memory");
+}
+__device__ __forceinline__ static void cp_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+template <int N> __device__ __forceinline__ static void cp_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+/* load_tile's copies, asynchronous: rows at or past T read row r0 (a valid address) and write
+ * zeros */
+template <class E, int HS>
+__device__ static void load_tile_async(E *dst, const E *src, int r0, int T_, size_t stride) {
+  constexpr int EV = 16 / sizeof(E), VR = HS / EV;
+  for (int i = threadIdx.x; i < TILE * VR; i += THREADS) {
+    int r = i / VR, c = (i % VR) * EV;
+    bool in = r0 + r < T_;
+    cp16(dst + r * geo<E, HS>::LE + c, src + (size_t)(in ? r0 + r : r0) * stride + c, in);
+  }
+}
+
+/* key tile kt's k and v (q: the head's first query row of qkv), asynchronously */
+template <class E, int HS>
+__device__ static void load_kv_async(E *ks, E *vs, const E *q, int kt, int T_, int C) {
+  load_tile_async<E, HS>(ks, q + C, kt * TILE, T_, 3 * (size_t)C);
+  load_tile_async<E, HS>(vs, q + 2 * C, kt * TILE, T_, 3 * (size_t)C);
+}
+
+/* n floats of a row vector from t0 on, asynchronously; those at or past T are zeros */
+__device__ static void load_row_async(float *dst, const float *src, int t0, int T_) {
+  for (int i = threadIdx.x; i < TILE; i += THREADS) {
+    bool in = t0 + i < T_;
+    cp4(dst + i, src + (in ? t0 + i : t0), in);
+  }
+}
+
 /* the largest of a row's values over the four lanes that hold it */
 __device__ __forceinline__ static float quad_max(float v) {
   v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
@@ -186,26 +236,51 @@ __device__ __forceinline__ static float quad_sum(float v) {
   return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-template <class E, int HS>
+/* Streamed tiles: ASYNC (COLO_CUDA_ATTENTION=flash-async) keeps two stages of them and loads
+ * the next while the block works on this one; otherwise the block loads a tile, then works. */
+template <bool ASYNC> __device__ __forceinline__ static int stage_of(int i) {
+  return ASYNC ? (i & 1) : 0;
+}
+
+template <class E, int HS, bool ASYNC>
 __global__ static void __launch_bounds__(THREADS)
     flash_fwd_kernel(E *out, float *lse, const E *qkv, int T_, int C, int NH, float scale) {
   typedef geo<E, HS> G;
   extern __shared__ __align__(128) unsigned char smem[];
-  E *qs = (E *)smem, *ks = (E *)(smem + G::tile), *vs = (E *)(smem + 2 * G::tile);
+  /* q, then k and v of each stage */
+  E *qs = (E *)smem;
+#define KS(st) ((E *)(smem + (1 + 2 * (st)) * G::tile))
+#define VS(st) ((E *)(smem + (2 + 2 * (st)) * G::tile))
   int qt = gridDim.x - 1 - blockIdx.x; /* the longest walks start first */
   int pair = blockIdx.y, b = pair / NH, h = pair % NH;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS;
-  load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
+  if (ASYNC) { /* q and the first k and v: group 0 */
+    load_tile_async<E, HS>(qs, q, qt * TILE, T_, C3);
+    load_kv_async<E, HS>(KS(0), VS(0), q, 0, T_, C);
+    cp_commit();
+  } else {
+    load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
+  }
   const float sl2 = scale * LOG2E; /* scores in base 2 */
   const int r0 = warp * 16, row[2] = {qt * TILE + r0 + lane / 4, qt * TILE + r0 + lane / 4 + 8};
   float o[HS / 8][4] = {}, mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
   for (int kt = 0; kt <= qt; kt++) {
-    __syncthreads(); /* every warp is done with the previous k and v */
-    load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
-    load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
-    __syncthreads();
+    const int st = stage_of<ASYNC>(kt);
+    E *ks = KS(st), *vs = VS(st);
+    if (ASYNC) {
+      if (kt < qt) /* into the other stage, which every warp finished with last time round */
+        load_kv_async<E, HS>(KS(st ^ 1), VS(st ^ 1), q, kt + 1, T_, C);
+      cp_commit();  /* (an empty group on the last tile keeps the count) */
+      cp_wait<1>(); /* this tile's group is in */
+      __syncthreads();
+    } else {
+      __syncthreads(); /* every warp is done with the previous k and v */
+      load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
+      load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
+      __syncthreads();
+    }
     float s[TILE / 8][4];
     product_t<E, HS>(s, qs, r0, ks, lane);
     /* the online softmax: key k is seen when it is not after the query. The tile's first key
@@ -244,7 +319,11 @@ __global__ static void __launch_bounds__(THREADS)
       for (int e = 0; e < 4; e++)
         o[n][e] *= alpha[e / 2];
     product_acc<E, HS>(o, s, vs, lane);
+    if (ASYNC)
+      __syncthreads(); /* every warp is done with this stage before it is loaded again */
   }
+#undef KS
+#undef VS
   E *dst = out + (size_t)b * T_ * C + h * HS + 2 * t4;
 #pragma unroll
   for (int i = 0; i < 2; i++) {
@@ -282,35 +361,64 @@ __global__ static void flash_dsum_kernel(float *dsum, const E *dout, const E *ou
 }
 
 /* dk and dv of one key tile: a warp's 16 keys against every query tile from the diagonal on */
-template <class E, int HS>
+template <class E, int HS, bool ASYNC>
 __global__ static void __launch_bounds__(THREADS)
     flash_bwd_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
                         int T_, int C, int NH, float scale) {
   typedef geo<E, HS> G;
   extern __shared__ __align__(128) unsigned char smem[];
-  E *ks = (E *)smem, *vs = (E *)(smem + G::tile), *qs = (E *)(smem + 2 * G::tile),
-    *ds = (E *)(smem + 3 * G::tile);
-  float *lq = (float *)(smem + 4 * G::tile), *dl = lq + TILE;
+  /* k and v, then q and dout of each stage, then each stage's log-sum-exps and dsums */
+  E *ks = (E *)smem, *vs = (E *)(smem + G::tile);
+  constexpr int NS = ASYNC ? 2 : 1;
+#define QS(st) ((E *)(smem + (2 + 2 * (st)) * G::tile))
+#define DS(st) ((E *)(smem + (3 + 2 * (st)) * G::tile))
+#define LQ(st) ((float *)(smem + (2 + 2 * NS) * G::tile) + 2 * TILE * (st))
+#define DL(st) (LQ(st) + TILE)
   int kt = blockIdx.x, nt = gridDim.x; /* the first tiles walk longest, and start first */
   int pair = blockIdx.y, b = pair / NH, h = pair % NH;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS, *d = dout + (size_t)b * T_ * C + h * HS;
-  load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
-  load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
+  const float *lse_p = lse + (size_t)pair * T_, *dsum_p = dsum + (size_t)pair * T_;
+  if (ASYNC) { /* k, v and the first query tile's: group 0 */
+    load_kv_async<E, HS>(ks, vs, q, kt, T_, C);
+    load_tile_async<E, HS>(QS(0), q, kt * TILE, T_, C3);
+    load_tile_async<E, HS>(DS(0), d, kt * TILE, T_, C);
+    load_row_async(LQ(0), lse_p, kt * TILE, T_);
+    load_row_async(DL(0), dsum_p, kt * TILE, T_);
+    cp_commit();
+  } else {
+    load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
+    load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
+  }
   const float sl2 = scale * LOG2E;
   const int r0 = warp * 16, key[2] = {kt * TILE + r0 + lane / 4, kt * TILE + r0 + lane / 4 + 8};
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   for (int qt = kt; qt < nt; qt++) {
-    __syncthreads(); /* every warp is done with the previous query tile */
-    load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
-    load_tile<E, HS>(ds, d, qt * TILE, T_, C);
-    for (int i = threadIdx.x; i < TILE; i += THREADS) {
-      int t = qt * TILE + i;
-      lq[i] = t < T_ ? lse[(size_t)pair * T_ + t] * LOG2E : 0.0f;
-      dl[i] = t < T_ ? dsum[(size_t)pair * T_ + t] : 0.0f;
+    const int st = stage_of<ASYNC>(qt - kt);
+    E *qs = QS(st), *ds = DS(st);
+    float *lq = LQ(st), *dl = DL(st);
+    if (ASYNC) {
+      if (qt + 1 < nt) {
+        load_tile_async<E, HS>(QS(st ^ 1), q, (qt + 1) * TILE, T_, C3);
+        load_tile_async<E, HS>(DS(st ^ 1), d, (qt + 1) * TILE, T_, C);
+        load_row_async(LQ(st ^ 1), lse_p, (qt + 1) * TILE, T_);
+        load_row_async(DL(st ^ 1), dsum_p, (qt + 1) * TILE, T_);
+      }
+      cp_commit();
+      cp_wait<1>();
+      __syncthreads();
+    } else {
+      __syncthreads(); /* every warp is done with the previous query tile */
+      load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
+      load_tile<E, HS>(ds, d, qt * TILE, T_, C);
+      for (int i = threadIdx.x; i < TILE; i += THREADS) {
+        int t = qt * TILE + i;
+        lq[i] = t < T_ ? lse_p[t] * LOG2E : 0.0f;
+        dl[i] = t < T_ ? dsum_p[t] : 0.0f;
+      }
+      __syncthreads();
     }
-    __syncthreads();
     float s[TILE / 8][4], dp[TILE / 8][4];
     product_t<E, HS>(s, ks, r0, qs, lane);  /* scores, transposed: [key][query] */
     product_t<E, HS>(dp, vs, r0, ds, lane); /* dout·v, transposed */
@@ -321,7 +429,8 @@ __global__ static void __launch_bounds__(THREADS)
         int qi = j * 8 + 2 * t4 + (e & 1), query = qt * TILE + qi;
         float p = 0.0f, g = 0.0f;
         if (key[e / 2] <= query && query < T_) {
-          p = exp2f(s[j][e] * sl2 - lq[qi]);
+          /* the async loads bring the log-sum-exp as it is stored */
+          p = exp2f(s[j][e] * sl2 - (ASYNC ? lq[qi] * LOG2E : lq[qi]));
           g = p * (dp[j][e] - dl[qi]) * scale;
         }
         s[j][e] = p;
@@ -329,28 +438,43 @@ __global__ static void __launch_bounds__(THREADS)
       }
     product_acc<E, HS>(dv, s, ds, lane);  /* dv += pᵀ·dout */
     product_acc<E, HS>(dk, dp, qs, lane); /* dk += (its score gradient)ᵀ·q */
+    if (ASYNC)
+      __syncthreads();
   }
+#undef QS
+#undef DS
+#undef LQ
+#undef DL
   E *base = dqkv + (size_t)b * T_ * C3 + h * HS;
   add_rows<E, HS>(base + C, C3, dk, kt * TILE + r0, T_, lane);
   add_rows<E, HS>(base + 2 * C, C3, dv, kt * TILE + r0, T_, lane);
 }
 
 /* dq of one query tile: a warp's 16 queries against every key tile up to the diagonal */
-template <class E, int HS>
+template <class E, int HS, bool ASYNC>
 __global__ static void __launch_bounds__(THREADS)
     flash_bwd_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
                        int T_, int C, int NH, float scale) {
   typedef geo<E, HS> G;
   extern __shared__ __align__(128) unsigned char smem[];
-  E *qs = (E *)smem, *ds = (E *)(smem + G::tile), *ks = (E *)(smem + 2 * G::tile),
-    *vs = (E *)(smem + 3 * G::tile);
+  /* q and dout, then k and v of each stage */
+  E *qs = (E *)smem, *ds = (E *)(smem + G::tile);
+#define KS(st) ((E *)(smem + (2 + 2 * (st)) * G::tile))
+#define VS(st) ((E *)(smem + (3 + 2 * (st)) * G::tile))
   int qt = gridDim.x - 1 - blockIdx.x;
   int pair = blockIdx.y, b = pair / NH, h = pair % NH;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS, *d = dout + (size_t)b * T_ * C + h * HS;
-  load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
-  load_tile<E, HS>(ds, d, qt * TILE, T_, C);
+  if (ASYNC) { /* q, dout and the first k and v: group 0 */
+    load_tile_async<E, HS>(qs, q, qt * TILE, T_, C3);
+    load_tile_async<E, HS>(ds, d, qt * TILE, T_, C);
+    load_kv_async<E, HS>(KS(0), VS(0), q, 0, T_, C);
+    cp_commit();
+  } else {
+    load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
+    load_tile<E, HS>(ds, d, qt * TILE, T_, C);
+  }
   const float sl2 = scale * LOG2E;
   const int r0 = warp * 16, row[2] = {qt * TILE + r0 + lane / 4, qt * TILE + r0 + lane / 4 + 8};
   float l[2], D[2];
@@ -361,10 +485,20 @@ __global__ static void __launch_bounds__(THREADS)
   }
   float dq[HS / 8][4] = {};
   for (int kt = 0; kt <= qt; kt++) {
-    __syncthreads();
-    load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
-    load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
-    __syncthreads();
+    const int st = stage_of<ASYNC>(kt);
+    E *ks = KS(st), *vs = VS(st);
+    if (ASYNC) {
+      if (kt < qt)
+        load_kv_async<E, HS>(KS(st ^ 1), VS(st ^ 1), q, kt + 1, T_, C);
+      cp_commit();
+      cp_wait<1>();
+      __syncthreads();
+    } else {
+      __syncthreads();
+      load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
+      load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
+      __syncthreads();
+    }
     float s[TILE / 8][4], dp[TILE / 8][4];
     product_t<E, HS>(s, qs, r0, ks, lane);  /* scores [query][key] */
     product_t<E, HS>(dp, ds, r0, vs, lane); /* dout·v */
@@ -379,7 +513,11 @@ __global__ static void __launch_bounds__(THREADS)
         s[j][e] = g;
       }
     product_acc<E, HS>(dq, s, ks, lane); /* dq += (score gradient)·k */
+    if (ASYNC)
+      __syncthreads();
   }
+#undef KS
+#undef VS
   add_rows<E, HS>(dqkv + (size_t)b * T_ * C3 + h * HS, C3, dq, qt * TILE + r0, T_, lane);
 }
 
@@ -390,29 +528,31 @@ template <class K> static void allow_smem(K kernel, size_t bytes) {
   CK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
 }
 
-template <class E, int HS>
+template <class E, int HS, bool ASYNC>
 static void fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
                 cudaStream_t stream) {
   typedef geo<E, HS> G;
-  static const size_t bytes = 3 * G::tile;
+  static const size_t bytes = (ASYNC ? 5 : 3) * G::tile;
   static int allowed;
   if (!allowed)
-    allow_smem(flash_fwd_kernel<E, HS>, bytes), allowed = 1;
+    allow_smem(flash_fwd_kernel<E, HS, ASYNC>, bytes), allowed = 1;
   dim3 grid((T_ + TILE - 1) / TILE, B * NH);
-  flash_fwd_kernel<E, HS><<<grid, THREADS, bytes, stream>>>((E *)out, lse, (const E *)qkv, T_, C,
-                                                            NH, 1.0f / sqrtf((float)HS));
+  flash_fwd_kernel<E, HS, ASYNC><<<grid, THREADS, bytes, stream>>>(
+      (E *)out, lse, (const E *)qkv, T_, C, NH, 1.0f / sqrtf((float)HS));
   LAUNCHED();
 }
 
-template <class E, int HS>
+template <class E, int HS, bool ASYNC>
 static void bwd(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                 float *dsum, int B, int T_, int C, int NH, cudaStream_t stream) {
   typedef geo<E, HS> G;
-  static const size_t kv_bytes = 4 * G::tile + 2 * TILE * 4, q_bytes = 4 * G::tile;
+  constexpr int NS = ASYNC ? 2 : 1; /* stages of the streamed tiles */
+  static const size_t kv_bytes = (2 + 2 * NS) * G::tile + NS * 2 * TILE * 4,
+                      q_bytes = (2 + 2 * NS) * G::tile;
   static int allowed;
   if (!allowed) {
-    allow_smem(flash_bwd_kv_kernel<E, HS>, kv_bytes);
-    allow_smem(flash_bwd_q_kernel<E, HS>, q_bytes);
+    allow_smem(flash_bwd_kv_kernel<E, HS, ASYNC>, kv_bytes);
+    allow_smem(flash_bwd_q_kernel<E, HS, ASYNC>, q_bytes);
     allowed = 1;
   }
   float scale = 1.0f / sqrtf((float)HS);
@@ -421,10 +561,10 @@ static void bwd(void *dqkv, const void *dout, const void *qkv, const void *out, 
       <<<(BT + 7) / 8, 256, 0, stream>>>(dsum, (const E *)dout, (const E *)out, BT, T_, C, NH);
   LAUNCHED();
   dim3 grid((T_ + TILE - 1) / TILE, B * NH);
-  flash_bwd_kv_kernel<E, HS><<<grid, THREADS, kv_bytes, stream>>>(
+  flash_bwd_kv_kernel<E, HS, ASYNC><<<grid, THREADS, kv_bytes, stream>>>(
       (E *)dqkv, (const E *)dout, (const E *)qkv, lse, dsum, T_, C, NH, scale);
   LAUNCHED();
-  flash_bwd_q_kernel<E, HS><<<grid, THREADS, q_bytes, stream>>>(
+  flash_bwd_q_kernel<E, HS, ASYNC><<<grid, THREADS, q_bytes, stream>>>(
       (E *)dqkv, (const E *)dout, (const E *)qkv, lse, dsum, T_, C, NH, scale);
   LAUNCHED();
 }
@@ -443,55 +583,61 @@ static int handles(colo_dtype_t t, int B, int T_, int C, int NH, const void *con
   return 1;
 }
 
-template <class E>
+template <class E, bool ASYNC>
 static int fwd_hs(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
                   cudaStream_t s) {
   switch (C / NH) {
   case 32:
-    fwd<E, 32>(out, lse, qkv, B, T_, C, NH, s);
+    fwd<E, 32, ASYNC>(out, lse, qkv, B, T_, C, NH, s);
     return 1;
   case 64:
-    fwd<E, 64>(out, lse, qkv, B, T_, C, NH, s);
+    fwd<E, 64, ASYNC>(out, lse, qkv, B, T_, C, NH, s);
     return 1;
   case 128:
-    fwd<E, 128>(out, lse, qkv, B, T_, C, NH, s);
+    fwd<E, 128, ASYNC>(out, lse, qkv, B, T_, C, NH, s);
     return 1;
   }
   return 0;
 }
 
-template <class E>
+template <class E, bool ASYNC>
 static int bwd_hs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
                   float *dsum, int B, int T_, int C, int NH, cudaStream_t s) {
   switch (C / NH) {
   case 32:
-    bwd<E, 32>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
+    bwd<E, 32, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
     return 1;
   case 64:
-    bwd<E, 64>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
+    bwd<E, 64, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
     return 1;
   case 128:
-    bwd<E, 128>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
+    bwd<E, 128, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
     return 1;
   }
   return 0;
 }
 
-int flash_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T_,
-                        int C, int NH, cudaStream_t stream) {
+int flash_attention_fwd(colo_dtype_t t, int async, void *out, float *lse, const void *qkv, int B,
+                        int T_, int C, int NH, cudaStream_t stream) {
   const void *p[] = {out, qkv};
   if (!handles(t, B, T_, C, NH, p, 2))
     return 0;
-  return t == COLO_DTYPE_BF16 ? fwd_hs<bf16>(out, lse, qkv, B, T_, C, NH, stream)
-                              : fwd_hs<fp16>(out, lse, qkv, B, T_, C, NH, stream);
+  if (t == COLO_DTYPE_BF16)
+    return async ? fwd_hs<bf16, true>(out, lse, qkv, B, T_, C, NH, stream)
+                 : fwd_hs<bf16, false>(out, lse, qkv, B, T_, C, NH, stream);
+  return async ? fwd_hs<fp16, true>(out, lse, qkv, B, T_, C, NH, stream)
+               : fwd_hs<fp16, false>(out, lse, qkv, B, T_, C, NH, stream);
 }
 
-int flash_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
+int flash_attention_bwd(colo_dtype_t t, int async, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *lse, float *dsum, int B, int T_, int C,
                         int NH, cudaStream_t stream) {
   const void *p[] = {dqkv, dout, qkv, out};
   if (!handles(t, B, T_, C, NH, p, 4))
     return 0;
-  return t == COLO_DTYPE_BF16 ? bwd_hs<bf16>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream)
-                              : bwd_hs<fp16>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream);
+  if (t == COLO_DTYPE_BF16)
+    return async ? bwd_hs<bf16, true>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream)
+                 : bwd_hs<bf16, false>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream);
+  return async ? bwd_hs<fp16, true>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream)
+               : bwd_hs<fp16, false>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream);
 }

@@ -315,6 +315,10 @@ static int nccl_group(colo_comm_t *world, const int *ranks, int n, colo_comm_t *
                       size_t errlen) {
   nccl_comm_t *w = NC(world);
   colo_comm_t *hg = NULL;
+  if (!w->host) {
+    snprintf(err, errlen, "NCCL groups are made from the world communicator, not from a group");
+    return COLO_EINVAL;
+  }
   int rc = colo_comm_group(w->host, ranks, n, &hg, err, errlen);
   if (rc < 0)
     return rc;
