@@ -10,7 +10,10 @@
  * 10 bits of mantissa (a relative error of up to 2^-11 = 4.9e-4 each): an H100 gave 3.1e-4 to
  * 4.9e-4 on the products and attention, so 1e-3, two such units, is its bound. A NaN or inf in a
  * GPU output never passes.
- * Outputs that accumulate (every *_bwd) start from the same random values on both sides.
+ * A *_bwd's outputs start from the same random values on both sides, those it writes (the input
+ * gradients of matmul_bwd, lmhead_bwd, gelu_bwd, attention_bwd) and those it adds to (the
+ * parameter gradients, layernorm_bwd's dinp): a kernel that adds where it should write, or the
+ * reverse, shows.
  *
  * It needs a GPU: without one (CI), or in a build without the CUDA backend, it prints one line
  * saying why and exits 77, which ctest reports as skipped. With COLO_CUDA_EMULATE=1 the "GPU" is
@@ -141,7 +144,7 @@ static void test_matmul(double tol) {
   cpu->matmul_fwd(out, h_inp, h_w, NULL, N, C, OC);
   gpu->matmul_fwd(d_out, d_inp, d_w, NULL, N, C, OC);
   check_a(named("matmul_fwd without bias"), d_out, out, no, tol);
-  /* backward, accumulating onto random values */
+  /* backward onto random values: dinp written, dw and db added to */
   float *dout = randv(no, 1.0f), *dinp = randv(ni, 1.0f), *dw = randv(nw, 1.0f),
         *db = randv(OC, 1.0f);
   void *h_dout = hact(dout, no), *h_dinp = hact(dinp, ni);

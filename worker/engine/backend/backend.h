@@ -2,8 +2,11 @@
  * so a CUDA table can stand beside the CPU one. Model code never calls BLAS or CUDA directly.
  *
  * Shapes: N = B·T rows. Weights use HuggingFace GPT-2's Conv1D layout, w[C_in][C_out], so
- * checkpoints load into HF unchanged. Every *_bwd ACCUMULATES into its outputs (dinp, dw, db);
- * callers zero what must start from zero. Any output pointer of a *_bwd may be NULL to skip it.
+ * checkpoints load into HF unchanged. A *_bwd ACCUMULATES into the parameter gradients (dw, db,
+ * dwte, dwpe) and layernorm_bwd into dinp (the residual stream's gradient, summed over the
+ * branches); matmul_bwd, lmhead_bwd, gelu_bwd and attention_bwd WRITE their input gradient
+ * (dinp, dqkv), which spares a zeroing pass over each. Any output pointer of a *_bwd may be NULL
+ * to skip it.
  * Token and target arrays (int) live in the backend's memory like the rest.
  *
  * Types: a `void *` argument is an activation, or an activation's gradient, stored in the table's
@@ -55,12 +58,12 @@ typedef struct colo_backend_s {
   /* out[N][OC] = inp[N][C] · w[C][OC] + b[OC]   (b may be NULL) */
   void (*matmul_fwd)(void *out, const void *inp, const void *w, const float *b, int N, int C,
                      int OC);
-  /* dinp += dout · wᵀ;  dw += inpᵀ · dout;  db += Σ_rows dout */
+  /* dinp = dout · wᵀ;  dw += inpᵀ · dout;  db += Σ_rows dout */
   void (*matmul_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                      const void *w, int N, int C, int OC);
   /* the tied LM head: out[N][V] = inp[N][C] · wte[V][C]ᵀ */
   void (*lmhead_fwd)(void *out, const void *inp, const void *wte, int N, int C, int V);
-  /* dinp += dout · wte;  dwte += doutᵀ · inp */
+  /* dinp = dout · wte;  dwte += doutᵀ · inp */
   void (*lmhead_bwd)(void *dinp, float *dwte, const void *dout, const void *inp, const void *wte,
                      int N, int C, int V);
 

@@ -107,8 +107,8 @@ static void matmul_bwd(void *dinp_, float *dw, float *db, const void *dout_, con
                        const void *w_, int N, int C, int OC) {
   float *dinp = dinp_;
   const float *dout = dout_, *inp = inp_, *w = w_;
-  if (dinp) /* dinp[N][C] += dout[N][OC] · w[C][OC]ᵀ */
-    gemm_rows(CblasTrans, N, C, OC, dout, OC, w, OC, 1.0f, dinp, C);
+  if (dinp) /* dinp[N][C] = dout[N][OC] · w[C][OC]ᵀ */
+    gemm_rows(CblasTrans, N, C, OC, dout, OC, w, OC, 0.0f, dinp, C);
   if (dw) /* dw[C][OC] += inp[N][C]ᵀ · dout[N][OC] */
     gemm_cols(CblasTrans, CblasNoTrans, C, OC, N, inp, C, dout, OC, 1.0f, dw, OC);
   if (db)
@@ -121,8 +121,8 @@ static void lmhead_fwd(void *out, const void *inp, const void *wte, int N, int C
 
 static void lmhead_bwd(void *dinp, float *dwte, const void *dout, const void *inp, const void *wte,
                        int N, int C, int V) {
-  if (dinp) /* dinp[N][C] += dout[N][V] · wte[V][C] */
-    gemm_rows(CblasNoTrans, N, C, V, dout, V, wte, C, 1.0f, dinp, C);
+  if (dinp) /* dinp[N][C] = dout[N][V] · wte[V][C] */
+    gemm_rows(CblasNoTrans, N, C, V, dout, V, wte, C, 0.0f, dinp, C);
   if (dwte) /* dwte[V][C] += dout[N][V]ᵀ · inp[N][C] */
     gemm_cols(CblasTrans, CblasNoTrans, V, C, N, dout, V, inp, C, 1.0f, dwte, C);
 }
@@ -288,7 +288,7 @@ static void gelu_bwd(void *dinp_, const void *inp_, const void *dout_, size_t n)
     float th = fast_tanh(u);
     float sech2 = 1.0f - th * th;
     float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] += g * dout[i];
+    dinp[i] = g * dout[i];
   }
 }
 
@@ -361,7 +361,12 @@ static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, cons
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
   (void)out, (void)lse;
-  /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
+  /* dqkv is written, not added to: the loops below add into zeros */
+  size_t all = (size_t)B * T * C3;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < all; i++)
+    dqkv[i] = 0.0f;
+    /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {

@@ -61,7 +61,7 @@ static void matmul_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, const
   float *fd = widen(t, dout, (size_t)N * OC);
   float *fi = dw ? widen(t, inp, (size_t)N * C) : NULL;
   float *fw = dinp ? widen(t, w, (size_t)C * OC) : NULL;
-  float *fdi = widen(t, dinp, (size_t)N * C);
+  float *fdi = dinp ? fresh((size_t)N * C) : NULL; /* written, not added to */
   f32()->matmul_bwd(fdi, dw, db, fd, fi, fw, N, C, OC);
   narrow(t, dinp, fdi, (size_t)N * C);
   free(fd);
@@ -84,7 +84,7 @@ static void lmhead_bwd_t(colo_dtype_t t, void *dinp, float *dwte, const void *do
   float *fd = widen(t, dout, (size_t)N * V);
   float *fi = dwte ? widen(t, inp, (size_t)N * C) : NULL;
   float *fw = dinp ? widen(t, wte, (size_t)V * C) : NULL;
-  float *fdi = widen(t, dinp, (size_t)N * C);
+  float *fdi = dinp ? fresh((size_t)N * C) : NULL;
   f32()->lmhead_bwd(fdi, dwte, fd, fi, fw, N, C, V);
   narrow(t, dinp, fdi, (size_t)N * C);
   free(fd);
@@ -133,7 +133,7 @@ static void gelu_fwd_t(colo_dtype_t t, void *out, const void *inp, size_t n) {
 }
 
 static void gelu_bwd_t(colo_dtype_t t, void *dinp, const void *inp, const void *dout, size_t n) {
-  float *fi = widen(t, inp, n), *fd = widen(t, dout, n), *fdi = widen(t, dinp, n);
+  float *fi = widen(t, inp, n), *fd = widen(t, dout, n), *fdi = fresh(n);
   f32()->gelu_bwd(fdi, fi, fd, n);
   narrow(t, dinp, fdi, n);
   free(fi);
@@ -153,7 +153,7 @@ static void attention_bwd_t(colo_dtype_t t, void *dqkv, const void *dout, const 
                             const float *lse, int B, int T, int C, int NH) {
   /* the fp32 table recomputes the probabilities and needs neither out nor lse */
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
-  float *fdq = widen(t, dqkv, nq), *fd = widen(t, dout, no), *fq = widen(t, qkv, nq);
+  float *fdq = fresh(nq), *fd = widen(t, dout, no), *fq = widen(t, qkv, nq);
   f32()->attention_bwd(fdq, fd, fq, NULL, lse, B, T, C, NH);
   narrow(t, dqkv, fdq, nq);
   free(fd);

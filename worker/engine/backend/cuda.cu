@@ -388,8 +388,8 @@ template <class T>
 static void matmul_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                        const void *w, int N, int C, int OC) {
   const cudaDataType_t t = dtype_of<T>::cuda;
-  if (dinp) /* dinp[N][C] += dout[N][OC] · w[C][OC]ᵀ */
-    gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, t, 1.0f, dinp, C, t);
+  if (dinp) /* dinp[N][C] = dout[N][OC] · w[C][OC]ᵀ */
+    gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, t, 0.0f, dinp, C, t);
   if (dw && db) { /* and db[OC] += Σ_rows dout, in the product's epilogue */
     float *part = (float *)scratch(S_BIAS, (size_t)OC * sizeof(float));
     if (lt_gemm(LT_BGRAD, part, 1, 0, C, OC, N, inp, C, dout, OC, t, 1.0f, dw, OC, CUDA_R_32F)) {
@@ -413,8 +413,8 @@ template <class T>
 static void lmhead_bwd(void *dinp, float *dwte, const void *dout, const void *inp, const void *wte,
                        int N, int C, int V) {
   const cudaDataType_t t = dtype_of<T>::cuda;
-  if (dinp) /* dinp[N][C] += dout[N][V] · wte[V][C] */
-    gemm(0, 0, N, C, V, 1.0f, dout, V, wte, C, t, 1.0f, dinp, C, t);
+  if (dinp) /* dinp[N][C] = dout[N][V] · wte[V][C] */
+    gemm(0, 0, N, C, V, 1.0f, dout, V, wte, C, t, 0.0f, dinp, C, t);
   if (dwte) /* dwte[V][C] += dout[N][V]ᵀ · inp[N][C] */
     gemm(1, 0, V, C, N, 1.0f, dout, V, inp, C, t, 1.0f, dwte, C, CUDA_R_32F);
 }
@@ -701,13 +701,13 @@ struct gelu_op {
 };
 
 /* its backward: dinp += gelu'(x)·dout */
-struct gelu_bwd_op {
-  static const bool uses_b = true, uses_out = true;
-  __device__ static float f(float x, float d, float old) {
+struct gelu_bwd_op { /* dinp = GELU'(x)·dout: written, not added to */
+  static const bool uses_b = true, uses_out = false;
+  __device__ static float f(float x, float d, float) {
     float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
     float sech2 = 1.0f - th * th;
     float gr = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
-    return old + gr * d;
+    return gr * d;
   }
 };
 
@@ -887,15 +887,15 @@ static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, co
     causal_probs_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, (float *)lse + (size_t)p0 * T_,
                                                                  s, rows, T_, 1); /* read only */
     LAUNCHED();
-    /* dv[t2] += Σ_t p[t][t2] · dout[t] */
-    gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, D, C, t, 1.0f, DV, C3, t, n);
+    /* dv[t2] = Σ_t p[t][t2] · dout[t] (written: dqkv is the backward's output, not a sum) */
+    gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, D, C, t, 0.0f, DV, C3, t, n);
     /* datt[t][t2] = dout[t]·v[t2], over the scores (no longer needed) */
     gemm_batched(0, 1, T_, T_, hs, 1.0f, D, C, V, C3, t, 0.0f, S, T_, CUDA_R_32F, n);
     softmax_bwd_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, s, rows, T_, scale);
     LAUNCHED();
-    /* dq[t] += Σ_t2 dpre[t][t2] · k[t2];  dk[t2] += Σ_t dpre[t][t2] · q[t] */
-    gemm_batched(0, 0, T_, hs, T_, 1.0f, P, T_, K, C3, t, 1.0f, DQ, C3, t, n);
-    gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, Q, C3, t, 1.0f, DK, C3, t, n);
+    /* dq[t] = Σ_t2 dpre[t][t2] · k[t2];  dk[t2] = Σ_t dpre[t][t2] · q[t] */
+    gemm_batched(0, 0, T_, hs, T_, 1.0f, P, T_, K, C3, t, 0.0f, DQ, C3, t, n);
+    gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, Q, C3, t, 0.0f, DK, C3, t, n);
   }
 }
 

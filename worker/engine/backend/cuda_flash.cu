@@ -23,8 +23,8 @@
  * p = exp(score·scale − lse) and the gradient of the scaled scores p·(dout·v − dsum)·scale; seven
  * products in all against FlashAttention-2's five, the price of not adding dq with atomics. As in
  * the batched-product path (cuda.cu), probabilities and score gradients are rounded to the
- * storage type before they are multiplied; the products accumulate in fp32; dqkv is accumulated
- * into (read, added in fp32, rounded), as backend.h asks. */
+ * storage type before they are multiplied; the products accumulate in fp32; dqkv is written (the
+ * kernels' dq and dk, dv are disjoint), as backend.h asks. */
 #include <stdint.h>
 
 #include "cuda_common.cuh"
@@ -68,13 +68,6 @@ template <> __device__ __forceinline__ uint32_t pack2<fp16>(float lo, float hi) 
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t *>(&v);
 }
-template <class E> __device__ __forceinline__ static float lo(uint32_t v) {
-  return ld(*reinterpret_cast<E *>(&v));
-}
-template <class E> __device__ __forceinline__ static float hi(uint32_t v) {
-  return ld(*(reinterpret_cast<E *>(&v) + 1));
-}
-
 __device__ __forceinline__ static uint32_t ld32(const void *p) {
   return *reinterpret_cast<const uint32_t *>(p);
 }
@@ -141,11 +134,11 @@ product_acc(float (&acc)[HS / 8][4], const float (&p)[TILE / 8][4], const E *til
   }
 }
 
-/* dst (a [T][stride] matrix's row r's head) += a warp's accumulated rows r0 = g and r0 + 8, each
- * lane its pairs of values; rows at or past T are left alone */
+/* dst (a [T][stride] matrix's row r's head) = a warp's accumulated rows r0 = g and r0 + 8, each
+ * lane its pairs of values, rounded; rows at or past T are left alone */
 template <class E, int HS>
 __device__ __forceinline__ static void
-add_rows(E *dst, size_t stride, const float (&acc)[HS / 8][4], int r0, int T_, int lane) {
+store_rows(E *dst, size_t stride, const float (&acc)[HS / 8][4], int r0, int T_, int lane) {
 #pragma unroll
   for (int half = 0; half < 2; half++) {
     int r = r0 + lane / 4 + 8 * half;
@@ -153,11 +146,8 @@ add_rows(E *dst, size_t stride, const float (&acc)[HS / 8][4], int r0, int T_, i
       continue;
     E *o = dst + (size_t)r * stride + 2 * (lane % 4);
 #pragma unroll
-    for (int n = 0; n < HS / 8; n++) {
-      uint32_t v = ld32(o + n * 8);
-      *reinterpret_cast<uint32_t *>(o + n * 8) =
-          pack2<E>(lo<E>(v) + acc[n][2 * half], hi<E>(v) + acc[n][2 * half + 1]);
-    }
+    for (int n = 0; n < HS / 8; n++)
+      *reinterpret_cast<uint32_t *>(o + n * 8) = pack2<E>(acc[n][2 * half], acc[n][2 * half + 1]);
   }
 }
 
@@ -446,8 +436,8 @@ __global__ static void __launch_bounds__(THREADS)
 #undef LQ
 #undef DL
   E *base = dqkv + (size_t)b * T_ * C3 + h * HS;
-  add_rows<E, HS>(base + C, C3, dk, kt * TILE + r0, T_, lane);
-  add_rows<E, HS>(base + 2 * C, C3, dv, kt * TILE + r0, T_, lane);
+  store_rows<E, HS>(base + C, C3, dk, kt * TILE + r0, T_, lane);
+  store_rows<E, HS>(base + 2 * C, C3, dv, kt * TILE + r0, T_, lane);
 }
 
 /* dq of one query tile: a warp's 16 queries against every key tile up to the diagonal */
@@ -518,7 +508,7 @@ __global__ static void __launch_bounds__(THREADS)
   }
 #undef KS
 #undef VS
-  add_rows<E, HS>(dqkv + (size_t)b * T_ * C3 + h * HS, C3, dq, qt * TILE + r0, T_, lane);
+  store_rows<E, HS>(dqkv + (size_t)b * T_ * C3 + h * HS, C3, dq, qt * TILE + r0, T_, lane);
 }
 
 /* ---- launches ---- */

@@ -40,6 +40,9 @@ typedef struct {
   void *ln2;                  /* [R][C] */
   float *ln2_mean, *ln2_rstd; /* [R], [R] */
   void *fch;                  /* [N][4C/tp]: GELU's input; its output is recomputed */
+  /* the block's matrices in act_dtype, made from the fp32 parameters by the forward and read by
+   * the backward too (NULL when activations are fp32: the products read the parameters) */
+  void *w;
 } layer_acts_t;
 
 struct colo_gpt_s {
@@ -78,10 +81,10 @@ struct colo_gpt_s {
   void *logits;  /* [N][V]; holds probs after a forward with targets, then dlogits */
   float *losses; /* [N] */
   /* the matrices' compute copies in act_dtype, when it is not fp32 (else the parameters
-   * themselves): one block's four, and the token embedding for the head */
-  void *wblock, *wte_act;
+   * themselves): the token embedding for the head (each block's are in its layer_acts_t) */
+  void *wte_act;
   float *xfer; /* fp32 [N][C]: 16-bit activations on their way through a communicator */
-  size_t wq_off, wap_off, wfc_off, wfp_off; /* elements into wblock */
+  size_t wq_off, wap_off, wfc_off, wfp_off; /* elements into a block's compute copies (w) */
   int *targets; /* copy of the last forward's targets, in the backend's memory */
   int *inputs;  /* and of its inputs */
   float *host;  /* host scratch for the loss: [N] losses, then gmax, gsum, tlogit, gather [tp][N] */
@@ -258,9 +261,10 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
       {(void **)&a->ln2_mean, R * F, 1},
       {(void **)&a->ln2_rstd, R * F, 1},
       {&a->fch, N * (size_t)m->Cf * A, 0},
+      {&a->w, m->be->act_dtype == COLO_DTYPE_F32 ? 0 : (m->wfp_off + (size_t)m->Cf * C) * A, 0},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-    if (want[i].row != rows)
+    if (want[i].row != rows || !want[i].bytes)
       continue;
     *want[i].p = colo_pool_alloc(m->pool, want[i].bytes, "activations");
     if (!*want[i].p) {
@@ -274,7 +278,7 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
 /* Frees a block's row buffers (rows), or its other activations. */
 static void free_acts(colo_gpt_t *m, layer_acts_t *a, int rows) {
   void *row[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd};
-  void *rest[] = {a->qkv, a->att_lse, a->atty, a->fch};
+  void *rest[] = {a->qkv, a->att_lse, a->atty, a->fch, a->w};
   for (size_t i = 0; rows && i < sizeof row / sizeof row[0]; i++)
     colo_pool_free(m->pool, row[i]);
   for (size_t i = 0; !rows && i < sizeof rest / sizeof rest[0]; i++)
@@ -457,7 +461,6 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {(void **)&m->gather, N * (size_t)m->tp * F},
               {&m->dfull, N * C * A},
               {(void **)&m->lnscratch, 2 * C * F},
-              {&m->wblock, lowp && m->l_hi > m->l_lo ? (m->wfp_off + Cf * C) * A : 0},
               /* fp32 scratch for collectives and pipeline boundaries on 16-bit activations */
               {(void **)&m->xfer, lowp && (tp > 1 || !(m->first && m->last)) ? N * C * F : 0},
               {&m->wte_act, lowp && m->last ? (size_t)m->Vl * C * A : 0}};
@@ -499,7 +502,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   void *rest[] = {m->lnf,       m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
                   m->dln,       m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
                   m->gelu,      m->gmax,     m->gsum,     m->tlogit, m->gather,    m->dfull,
-                  m->lnscratch, m->wblock,   m->wte_act,  m->xfer,   m->proj,      m->lnfull};
+                  m->lnscratch, m->wte_act,  m->xfer,     m->proj,   m->lnfull};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -685,37 +688,42 @@ static int fetch(colo_gpt_t *m, size_t first, size_t n);
 static void release(colo_gpt_t *m, size_t first, size_t n);
 
 /* The matrices a block's products read: the parameters themselves when activations are fp32,
- * else their compute copies, made here from the (fetched) fp32 parameters. */
+ * else their compute copies in a->w, made here from the (fetched) fp32 parameters when `make`.
+ * The forward makes them; the backward reads the forward's, as the parameters have not changed
+ * since (a recomputing model's one set is made again by the recomputed forward). */
 typedef struct {
   const void *qkv, *attproj, *fc, *fcproj;
 } block_w_t;
 
-static block_w_t block_weights(colo_gpt_t *m, int l) {
-  if (!m->wblock)
+static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int make) {
+  if (!a->w)
     return (block_w_t){P(m, l, P_QKVW), P(m, l, P_ATTPROJW), P(m, l, P_FCW), P(m, l, P_FCPROJW)};
   const colo_backend_t *be = m->be;
   size_t C = (size_t)m->cfg.n_embd, Cq = (size_t)m->Cq, Cf = (size_t)m->Cf;
-  block_w_t w = {at(m, m->wblock, m->wq_off), at(m, m->wblock, m->wap_off),
-                 at(m, m->wblock, m->wfc_off), at(m, m->wblock, m->wfp_off)};
-  be->to_act((void *)w.qkv, P(m, l, P_QKVW), C * 3 * Cq);
-  be->to_act((void *)w.attproj, P(m, l, P_ATTPROJW), Cq * C);
-  be->to_act((void *)w.fc, P(m, l, P_FCW), C * Cf);
-  be->to_act((void *)w.fcproj, P(m, l, P_FCPROJW), Cf * C);
+  block_w_t w = {at(m, a->w, m->wq_off), at(m, a->w, m->wap_off), at(m, a->w, m->wfc_off),
+                 at(m, a->w, m->wfp_off)};
+  if (make) {
+    be->to_act((void *)w.qkv, P(m, l, P_QKVW), C * 3 * Cq);
+    be->to_act((void *)w.attproj, P(m, l, P_ATTPROJW), Cq * C);
+    be->to_act((void *)w.fc, P(m, l, P_FCW), C * Cf);
+    be->to_act((void *)w.fcproj, P(m, l, P_FCPROJW), Cf * C);
+  }
   return w;
 }
 
-/* the same for the head's tied token embedding */
-static const void *head_weights(colo_gpt_t *m) {
+/* the same for the head's tied token embedding (the backward reads the forward's) */
+static const void *head_weights(colo_gpt_t *m, int make) {
   if (!m->wte_act)
     return WTE(m);
-  m->be->to_act(m->wte_act, WTE(m), (size_t)m->Vl * m->cfg.n_embd);
+  if (make)
+    m->be->to_act(m->wte_act, WTE(m), (size_t)m->Vl * m->cfg.n_embd);
   return m->wte_act;
 }
 
 /* returns the matrices it used */
 static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void *in, void *out) {
   const colo_backend_t *be = m->be;
-  block_w_t w = block_weights(m, l);
+  block_w_t w = block_weights(m, l, a, 1);
   int B = m->B, T = m->T, C = m->cfg.n_embd, N = B * T, Cq = m->Cq, Cf = m->Cf;
   /* under tensor parallelism the row-parallel products give partial sums: the group adds them,
    * and only its first rank adds the (replicated) bias */
@@ -857,7 +865,7 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
                     LNFB(m), Nl, C);
   if (m->sp && rows_gather(m, m->lnf, rowf) < 0)
     return NAN;
-  be->lmhead_fwd(m->logits, m->lnf, head_weights(m), N, C, Vl);
+  be->lmhead_fwd(m->logits, m->lnf, head_weights(m, 1), N, C, Vl);
   release(m, (size_t)m->i_lnf, 2);
   release(m, (size_t)m->i_wte, 1);
   m->have_targets = targets != NULL;
@@ -1041,8 +1049,7 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
       grads_begin(m, il, 2) < 0 || fetch(m, iw, 1) < 0 || fetch(m, il, 2) < 0)
     return;
   /* a column-parallel product's input gradient is a partial sum: the group adds them */
-  be->zero(m->dln, NC * m->asz);
-  be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, head_weights(m), N, C, Vl);
+  be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, head_weights(m, 0), N, C, Vl);
   if (reduce_dln(m, rowf, NC) < 0)
     return;
   be->zero(m->dres, NC * m->asz);
@@ -1062,20 +1069,19 @@ blocks:
     if (fetch(m, first, P_PER_LAYER) < 0)
       return;
     /* recomputing: the same forward again (bit-identical activations, and the compute copies) */
-    block_w_t w = m->recompute ? block_forward(m, l, a, m->resid[l], m->dtmp) : block_weights(m, l);
+    block_w_t w =
+        m->recompute ? block_forward(m, l, a, m->resid[l], m->dtmp) : block_weights(m, l, a, 0);
     if (grads_begin(m, first, P_PER_LAYER) < 0)
       return;
-    size_t A = m->asz;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
     const void *dout = full_rows(m, off, rowf);
     if (!m->recompute) /* GELU's output again (the recomputed forward just made it) */
       be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
-    be->zero(m->dfch_gelu, (size_t)N * Cf * A);
+    /* the products', GELU's and attention's input gradients are written, not added to
+     * (backend.h): no buffer needs zeroing first */
     be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj, N,
                    Cf, C);
-    be->zero(m->dfch, (size_t)N * Cf * A);
     be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, (size_t)N * Cf);
-    be->zero(m->dln, NC * A);
     be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, ln_full(m, a->ln2, off, rowf),
                    w.fc, N, C, Cf);
     if (reduce_dln(m, rowf, NC) < 0)
@@ -1084,12 +1090,9 @@ blocks:
                 a->res2, P(m, l, P_LN2W), a->ln2_mean, a->ln2_rstd, Nl, C);
     /* attention: res2 = in + attproj(attn(qkv(ln1(in)))) */
     dout = full_rows(m, off, rowf);
-    be->zero(m->datty, (size_t)N * Cq * A);
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty, w.attproj, N,
                    Cq, C);
-    be->zero(m->dqkv, (size_t)N * 3 * Cq * A);
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl);
-    be->zero(m->dln, NC * A);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, ln_full(m, a->ln1, off, rowf),
                    w.qkv, N, C, 3 * Cq);
     if (reduce_dln(m, rowf, NC) < 0)
