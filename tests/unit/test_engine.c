@@ -520,6 +520,61 @@ TEST(adamw_matches_scalar_reference) {
       FAIL_AT("p[%zu]: %.9g vs reference %.9g", i, (double)p[i], P[i]);
 }
 
+/* colo_adamw_step: one call a run of adjacent tensors that share their decay, giving what one
+ * call a tensor gives, bit for bit. GPT-2's 148 tensors (the two embeddings, 12 blocks of 12,
+ * the final LayerNorm's two) are 98 runs: the embeddings one; a block's decays are 0 0 1 0 1 0
+ * 0 0 1 0 1 0 (LayerNorms and biases 0, matrices 1), 9 runs, of which every block after the
+ * first joins its first to the one before's last (1 + 9 + 11·8); the final LayerNorm joins the
+ * last block's. */
+static int adamw_calls;
+static void (*real_adamw)(float *, const float *, float *, float *, size_t, float, float, float,
+                          float, float, float, int);
+static void counting_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr,
+                           float b1, float b2, float eps, float wd, float gs, int t) {
+  adamw_calls++;
+  real_adamw(p, g, m, v, n, lr, b1, b2, eps, wd, gs, t);
+}
+
+TEST(adamw_runs_of_tensors_match_tensors) {
+  setup();
+  colo_backend_t counted = *be;
+  real_adamw = be->adamw;
+  counted.adamw = counting_adamw;
+  colo_gpt_config_t cfg = {
+      .vocab_size = 11, .block_size = 5, .n_layer = 12, .n_head = 2, .n_embd = 8};
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_t *m;
+  char err[256];
+  ASSERT_EQ_INT(colo_gpt_create(&cfg, 2, 0, be, pool, &m, err, sizeof err), 0);
+  models[n_models++] = m;
+  colo_gpt_init(m, 3);
+  size_t n = colo_gpt_num_params(m), nt;
+  const colo_param_t *table = colo_gpt_params_table(m, &nt);
+  float *p = colo_gpt_params(m), *g = colo_gpt_grads(m), *p0 = own(malloc(n * 4));
+  for (size_t i = 0; i < n; i++)
+    g[i] = colo_rng_normal(&rng);
+  memcpy(p0, p, n * 4);
+  colo_adamw_config_t c = {
+      .lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f};
+  colo_adamw_t opt;
+  ASSERT_EQ_INT(colo_adamw_init(&opt, &c, n, pool, err, sizeof err), 0);
+  colo_adamw_step(&opt, &counted, m, 1e-2f, 0.5f);
+  /* the same update a tensor at a time */
+  float *q = own(malloc(n * 4)), *mm = zeros(n), *vv = zeros(n);
+  memcpy(q, p0, n * 4);
+  for (size_t i = 0; i < nt; i++) {
+    size_t o = table[i].offset;
+    be->adamw(q + o, g + o, mm + o, vv + o, table[i].numel, 1e-2f, c.beta1, c.beta2, c.eps,
+              table[i].decay ? c.weight_decay : 0.0f, 0.5f, 1);
+  }
+  printf("  %zu tensors, %d calls\n", nt, adamw_calls);
+  ASSERT_EQ_INT((int)nt, 148);
+  ASSERT_EQ_INT(adamw_calls, 98);
+  ASSERT(memcmp(p, q, n * 4) == 0 && memcmp(opt.m, mm, n * 4) == 0 &&
+         memcmp(opt.v, vv, n * 4) == 0);
+  colo_adamw_free(&opt);
+}
+
 TEST(loss_scaler_rule) {
   colo_loss_scaler_t s;
   colo_loss_scaler_init(&s, 0.0f, 5);
