@@ -537,12 +537,15 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
  * the GPU. Otherwise the host communicator, device buffers staged through host memory. */
 static int make_world(const colo_train_config_t *cfg, const colo_backend_t *be, int me, int world,
                       colo_comm_t **out, char *err, size_t errlen) {
-  colo_comm_t *host = colo_comm_single();
+  colo_comm_t *host = NULL;
   if (world > 1) {
     int rc = colo_comm_tcp_create(cfg->store_addr, me, world, cfg->bind_host, cfg->comm_timeout_ms,
                                   &host, err, errlen);
     if (rc < 0)
       return rc;
+  } else if (!(host = colo_comm_single())) {
+    snprintf(err, errlen, "a communicator: out of memory");
+    return COLO_ENOMEM;
   }
   colo_stage_t where = COLO_STAGE_HOST;
   if (be->device && (cfg->comm == COLO_COMM_NCCL || (cfg->comm == COLO_COMM_AUTO && world > 1))) {
