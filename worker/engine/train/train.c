@@ -567,11 +567,8 @@ static int make_world(const colo_train_config_t *cfg, const colo_backend_t *be, 
       host = nc; /* it owns the host communicator now */
       where = COLO_STAGE_DEVICE;
     } else if (cfg->comm == COLO_COMM_NCCL || (rc != COLO_ENOSYS && rc != COLO_EBUSY)) {
-      snprintf(err, errlen, "%s%s%s",
-               cfg->comm == COLO_COMM_NCCL ? "resources.comm=nccl: " : "NCCL: ", why,
-               rc == COLO_EBUSY || rc == COLO_ENOSYS ? " (resources.comm=host moves collectives "
-                                                       "through host memory)"
-                                                     : "");
+      snprintf(err, errlen, "%s%s (resources.comm=host moves collectives through host memory)",
+               cfg->comm == COLO_COMM_NCCL ? "resources.comm=nccl: " : "NCCL: ", why);
       host->ops->destroy(host);
       return rc == COLO_ENOSYS || rc == COLO_EBUSY ? COLO_EINVAL : rc;
     } else if (me == 0) { /* auto, and every rank alike: through the host */
