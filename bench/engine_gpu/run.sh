@@ -5,14 +5,15 @@
 #   1. the CUDA test suite (test_cuda: every operation against the CPU one, the whole model);
 #   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps in bf16: tokens/s
 #      and MFU (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU,
-#      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio;
+#      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio; the
+#      fused attention with asynchronous loads (flash-async) beside the default; and the bf16
+#      step's GPU time per operation (COLO_CUDA_PROFILE=1);
 #   3. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
 #      (fp32), validation losses;
 #   4. a 350M model (24L/16H/1024, T=1024) in bf16 with recomputation: peak pool memory next to
 #      16Φ + activations;
-#   5. the 124M bf16 step's GPU time per operation (COLO_CUDA_PROFILE=1), the step with attention
-#      as batched products and without cuBLASLt's bias epilogues, and in fp32 with TF32 and with
-#      fp32 products (PyTorch TF32 beside them);
+#   5. the 124M step with attention as batched products and without cuBLASLt's bias epilogues,
+#      and in fp32 with TF32 and with fp32 products (PyTorch TF32 beside them);
 #   6. the 350M model under ZeRO-3 with everything on the GPU, with static placement (half the
 #      parameters and all optimizer state in host memory) and with automatic placement under
 #      60% of the first's peak (75% in the dry run): peak GPU memory, host memory and tokens/s.
@@ -115,6 +116,10 @@ torch_run bf16cb32 bf16 --batch-size "$B32" --compile
 # the fused attention with the next tiles loaded while this one is used (cp.async), both batches
 COLO_CUDA_ATTENTION=flash-async colo_run c124bf16a "${M124[@]}" --precision bf16
 COLO_CUDA_ATTENTION=flash-async colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
+# where the bf16 step's time goes: GPU time per operation (a run of its own: the events cost a
+# little)
+COLO_CUDA_PROFILE=1 colo_run c124prof "${M124[@]}" --precision bf16 2>"$TMP/profile.txt"
+cat "$TMP/profile.txt"
 
 SECTION=3
 echo "== 3. $TS_STEPS steps on tinyshakespeare, GPU and CPU"
@@ -135,10 +140,7 @@ done
 echo "== 4. 350M with recomputation"
 colo_run c350 "${M350[@]}" --precision bf16 --recompute
 
-echo "== 5. where the 124M bf16 step's time goes, and the alternatives"
-# GPU time per operation (a run of its own: the events cost a little)
-COLO_CUDA_PROFILE=1 colo_run c124prof "${M124[@]}" --precision bf16 2>"$TMP/profile.txt"
-cat "$TMP/profile.txt"
+echo "== 5. the alternatives"
 # the fused attention (the default) against batched products over L2-sized groups of heads
 COLO_CUDA_ATTENTION=gemm colo_run c124bf16g "${M124[@]}" --precision bf16
 # and without cuBLASLt's bias epilogues (a pass of their own over each product's output)
