@@ -109,6 +109,7 @@ class ColodTest(unittest.TestCase):
         self.assertEqual(got.spec.parallel.tp, 1)
         self.assertEqual(got.spec.train.precision, pb.PRECISION_FP32)
         self.assertAlmostEqual(got.spec.optimizer.beta2, 0.95, places=6)
+        self.assertEqual(got.spec.resources.comm, pb.COMM_KIND_AUTO)
         # the same job; once the scheduler has tried, it says why it waits (no host is up here)
         if got.waiting:
             self.assertEqual(got.waiting, "no room: 0 of 2 tensor-parallel groups of 1 devices "
@@ -151,6 +152,11 @@ class ColodTest(unittest.TestCase):
                                            "the checkpoint root, without \"..\""),
             (spec(train__tf32=True),
              "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode"),
+            (spec(resources__comm=pb.COMM_KIND_NCCL),
+             "resources.comm=nccl needs resources.device=gpu: NCCL moves GPU memory"),
+            # an enum's zero, which no job file can write, sent explicitly
+            (spec(resources__comm=pb.COMM_KIND_UNSPECIFIED),
+             "resources.comm must be auto, nccl or host"),
         ]
         for s, msg in cases:
             with self.assertRaises(grpc.RpcError) as cm:
