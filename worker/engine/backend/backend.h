@@ -19,6 +19,7 @@
 #define COLO_BACKEND_H
 
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "../core/dtype.h"
 #include "../core/pool.h"
@@ -179,5 +180,18 @@ const colo_backend_t *colo_backend_cpu_device(colo_dtype_t t);
 /* Sets the threads OpenMP and OpenBLAS use (0: leave as the environment says). */
 void colo_backend_cpu_set_threads(int n);
 int colo_backend_cpu_threads(void);
+
+/* Host memory the backend copies fastest from and to: its host_alloc's where it has one
+ * (page-locked on a GPU), else malloc's; freed by colo_host_free with the same backend. */
+static inline void *colo_host_alloc(const colo_backend_t *be, size_t bytes) {
+  return be->host_alloc ? be->host_alloc(bytes) : malloc(bytes);
+}
+
+static inline void colo_host_free(const colo_backend_t *be, void *p) {
+  if (p && be->host_free)
+    be->host_free(p);
+  else
+    free(p);
+}
 
 #endif

@@ -362,11 +362,8 @@ static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, cons
   float scale = 1.0f / sqrtf((float)hs);
   (void)out, (void)lse;
   /* dqkv is written, not added to: the loops below add into zeros */
-  size_t all = (size_t)B * T * C3;
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < all; i++)
-    dqkv[i] = 0.0f;
-    /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
+  memset(dqkv, 0, (size_t)B * T * C3 * sizeof *dqkv);
+  /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
     for (int h = 0; h < NH; h++) {

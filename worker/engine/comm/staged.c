@@ -22,8 +22,12 @@ typedef struct {
   colo_comm_t *inner;
   const colo_backend_t *be;
   colo_stage_t where;
-  void *buf, *buf2; /* scratch where the inner one moves memory, grown on demand (buf2:
-                       sendrecv's receive side) */
+  /* the memory the inner one moves: its allocator, and the copies into it and out of it */
+  void *(*alloc)(size_t bytes);
+  void (*release)(void *p);
+  void (*in)(void *dst, const void *src, size_t bytes);
+  void (*out)(void *dst, const void *src, size_t bytes);
+  void *buf, *buf2; /* scratch there, grown on demand (buf2: sendrecv's receive side) */
   size_t cap, cap2;
 } staged_t;
 
@@ -33,56 +37,31 @@ static const colo_comm_ops_t STAGED;
 
 /* whether a buffer must go through the scratch */
 static int away(const staged_t *s, const void *buf) {
-  int dev = s->be->owns(buf);
-  return s->where == COLO_STAGE_HOST ? dev : !dev;
-}
-
-static void scratch_free(const staged_t *s, void *p) {
-  if (!p)
-    return;
-  if (s->where == COLO_STAGE_HOST)
-    free(p);
-  else
-    s->be->allocator->free(p);
+  return !!s->be->owns(buf) == (s->where == COLO_STAGE_HOST);
 }
 
 /* scratch *b of at least n floats (NULL: out of memory) */
 static float *grow(staged_t *s, void **b, size_t *cap, size_t n) {
   if (n > *cap) {
-    void *g = s->where == COLO_STAGE_HOST ? malloc(n * sizeof(float))
-                                          : s->be->allocator->alloc(n * sizeof(float));
+    void *g = s->alloc(n * sizeof(float));
     if (!g) {
       snprintf(s->base.error, sizeof s->base.error,
                "staging %zu floats in %s memory: out of memory", n,
                s->where == COLO_STAGE_HOST ? "host" : "device");
       return NULL;
     }
-    scratch_free(s, *b);
+    if (*b)
+      s->release(*b);
     *b = g, *cap = n;
   }
   return *b;
-}
-
-/* copies between a caller's buffer and a scratch */
-static void to_scratch(const staged_t *s, void *scratch, const void *buf, size_t n) {
-  if (s->where == COLO_STAGE_HOST)
-    s->be->to_host(scratch, buf, n * sizeof(float));
-  else
-    s->be->from_host(scratch, buf, n * sizeof(float));
-}
-
-static void from_scratch(const staged_t *s, void *buf, const void *scratch, size_t n) {
-  if (s->where == COLO_STAGE_HOST)
-    s->be->from_host(buf, scratch, n * sizeof(float));
-  else
-    s->be->to_host(buf, scratch, n * sizeof(float));
 }
 
 /* the scratch copy of n floats at buf (NULL: out of memory), filled from buf when `in` */
 static float *out_of(staged_t *s, const float *buf, size_t n, int in) {
   float *h = grow(s, &s->buf, &s->cap, n);
   if (h && in)
-    to_scratch(s, h, buf, n);
+    s->in(h, buf, n * sizeof(float));
   return h;
 }
 
@@ -102,7 +81,7 @@ static int done(staged_t *s, int rc) {
       return COLO_ENOMEM;                                                                          \
     int rc = call_on(h);                                                                           \
     if (rc == 0)                                                                                   \
-      from_scratch(s, buf, h, total);                                                              \
+      s->out(buf, h, total * sizeof(float));                                                       \
     return done(s, rc);                                                                            \
   } while (0)
 
@@ -155,7 +134,7 @@ static int staged_recv(colo_comm_t *c, float *buf, size_t n, int peer) {
     return COLO_ENOMEM;
   int rc = s->inner->ops->recv(s->inner, h, n, peer);
   if (rc == 0)
-    from_scratch(s, buf, h, n);
+    s->out(buf, h, n * sizeof(float));
   return done(s, rc);
 }
 
@@ -171,7 +150,7 @@ static int staged_sendrecv(colo_comm_t *c, const float *sbuf, size_t sn, int spe
     return COLO_ENOMEM;
   int rc = s->inner->ops->sendrecv(s->inner, hs, sn, speer, hr, rn, rpeer);
   if (rc == 0 && raway)
-    from_scratch(s, rbuf, hr, rn);
+    s->out(rbuf, hr, rn * sizeof(float));
   return done(s, rc);
 }
 
@@ -186,8 +165,10 @@ static void abort_(colo_comm_t *c) {
 static void destroy(colo_comm_t *c) {
   staged_t *s = ST(c);
   s->inner->ops->destroy(s->inner);
-  scratch_free(s, s->buf);
-  scratch_free(s, s->buf2);
+  if (s->buf)
+    s->release(s->buf);
+  if (s->buf2)
+    s->release(s->buf2);
   free(s);
 }
 
@@ -229,5 +210,11 @@ colo_comm_t *colo_comm_staged(colo_comm_t *inner, const colo_backend_t *be, colo
   s->inner = inner;
   s->be = be;
   s->where = where;
+  if (where == COLO_STAGE_HOST) {
+    s->alloc = malloc, s->release = free, s->in = be->to_host, s->out = be->from_host;
+  } else {
+    s->alloc = be->allocator->alloc, s->release = be->allocator->free;
+    s->in = be->from_host, s->out = be->to_host;
+  }
   return &s->base;
 }

@@ -45,15 +45,15 @@ static inline float *param_at(const colo_zero_t *z, size_t k) {
  * (page-locked on a GPU, so that copies run at the bus's speed), zeroed */
 static inline float *host_floats(const colo_zero_t *z, size_t n) {
   size_t bytes = (n ? n : 1) * sizeof(float);
-  float *p = z->be->host_alloc ? z->be->host_alloc(bytes) : malloc(bytes);
+  float *p = colo_host_alloc(z->be, bytes);
   if (p)
     memset(p, 0, bytes);
   return p;
 }
 
 static inline void host_free(const colo_zero_t *z, void *p) {
-  if (p && z->be && z->be->host_free)
-    z->be->host_free(p);
+  if (z->be)
+    colo_host_free(z->be, p);
   else
     free(p);
 }

@@ -531,17 +531,6 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
   return agree(world, rc, "committing the checkpoint", err, errlen);
 }
 
-static int *tokens_alloc(const colo_backend_t *be, size_t n) {
-  return be->host_alloc ? be->host_alloc(n * sizeof(int)) : malloc(n * sizeof(int));
-}
-
-static void tokens_free(const colo_backend_t *be, int *p) {
-  if (p && be->host_alloc)
-    be->host_free(p);
-  else
-    free(p);
-}
-
 /* The world communicator. CPU ranks: tcp (single for one rank). GPU ranks: NCCL over it, when
  * cfg->comm allows, this build has NCCL, the GPU is real and every rank has one of its own (one
  * rank takes NCCL only when asked: there is nothing to move); host buffers are then staged onto
@@ -762,7 +751,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc, out);
   /* the batch's tokens, page-locked where the backend has such memory: the device copies them
    * at the bus's speed every micro-step, without a staging copy of the driver's */
-  if (!(in = tokens_alloc(be, (size_t)B * T)) || !(tg = tokens_alloc(be, (size_t)B * T))) {
+  if (!(in = colo_host_alloc(be, (size_t)B * T * sizeof *in)) ||
+      !(tg = colo_host_alloc(be, (size_t)B * T * sizeof *tg))) {
     snprintf(err, errlen, "no host memory for a batch of %d × %d tokens", B, T);
     rc = COLO_ENOMEM;
     goto out;
@@ -1163,8 +1153,8 @@ out:
     dp_comm->ops->destroy(dp_comm);
   colo_zero_free(&zero);
   dump_free(&dump);
-  tokens_free(be, in);
-  tokens_free(be, tg);
+  colo_host_free(be, in);
+  colo_host_free(be, tg);
   if (opt.m)
     colo_adamw_free(&opt);
   colo_gpt_destroy(model);
