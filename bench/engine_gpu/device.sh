@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU session's runs, on the GPU machine (the device tool), from the pack that
 # deploy/gpu-pack.sh made here (carry: [".gpu-pack", ".colo-quickstart/data"]):
-#   bash bench/engine_gpu/device.sh tests   # test_cuda (twice: flash, flash-async), test_nccl,
+#   bash bench/engine_gpu/device.sh tests   # test_cuda (thrice: the defaults, flash-async, GELU
+#                                           # in the epilogues), test_nccl,
 #                                           # then integration_gpu_train
 #   bash bench/engine_gpu/device.sh bench   # bench/engine_gpu/run.sh
 #   bash bench/engine_gpu/device.sh e2e     # bench/engine_gpu/e2e.sh: colod, colo-workerd, a GPU job
@@ -34,6 +35,11 @@ elif [ "$what" = tests ]; then
   tail -1 "$OUT/test_cuda_flash_async.log"
   grep FAIL "$OUT/test_cuda_flash_async.log" | head -20 || true
   echo "test_cuda (COLO_CUDA_ATTENTION=flash-async): rc $rc"
+  rc=0 # and with the MLP's GELU in cuBLASLt's epilogues
+  COLO_CUDA_GELU_FUSION=1 "$BIN/test_cuda" >"$OUT/test_cuda_gelu_fusion.log" 2>&1 || rc=$?
+  tail -1 "$OUT/test_cuda_gelu_fusion.log"
+  grep FAIL "$OUT/test_cuda_gelu_fusion.log" | head -20 || true
+  echo "test_cuda (COLO_CUDA_GELU_FUSION=1): rc $rc"
   rc=0
   "$BIN/test_nccl" >"$OUT/test_nccl.log" 2>&1 || rc=$?
   tail -3 "$OUT/test_nccl.log"

@@ -6,8 +6,9 @@
 #   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps in bf16: tokens/s
 #      and MFU (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU,
 #      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio; the
-#      fused attention with asynchronous loads (flash-async) beside the default; and the bf16
-#      step's GPU time per operation (COLO_CUDA_PROFILE=1);
+#      fused attention with asynchronous loads (flash-async) and the MLP's GELU in cuBLASLt's
+#      epilogues (COLO_CUDA_GELU_FUSION=1) beside the defaults; and the bf16 step's GPU time per
+#      operation (COLO_CUDA_PROFILE=1);
 #   3. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
 #      (fp32), validation losses;
 #   4. a 350M model (24L/16H/1024, T=1024) in bf16 with recomputation: peak pool memory next to
@@ -116,6 +117,9 @@ torch_run bf16cb32 bf16 --batch-size "$B32" --compile
 # the fused attention with the next tiles loaded while this one is used (cp.async), both batches
 COLO_CUDA_ATTENTION=flash-async colo_run c124bf16a "${M124[@]}" --precision bf16
 COLO_CUDA_ATTENTION=flash-async colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
+# the MLP's GELU in cuBLASLt's epilogues, both batches
+COLO_CUDA_GELU_FUSION=1 colo_run c124bf16f "${M124[@]}" --precision bf16
+COLO_CUDA_GELU_FUSION=1 colo_run c124b32f "${M124[@]:0:4}" "$B32" --precision bf16
 # where the bf16 step's time goes: GPU time per operation (a run of its own: the events cost a
 # little)
 COLO_CUDA_PROFILE=1 colo_run c124prof "${M124[@]}" --precision bf16 2>"$TMP/profile.txt"
@@ -205,6 +209,7 @@ def torch(dt):
 b16, b16g, b16e, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124bf16g", "c124bf16e", "c124", "c124fp32"))
 b32 = colo("c124b32", m124[0], m124[2], m124[3])
 b16a, b32a = colo("c124bf16a", m124[0], m124[2], m124[3]), colo("c124b32a", m124[0], m124[2], m124[3])
+b16f, b32f = colo("c124bf16f", m124[0], m124[2], m124[3]), colo("c124b32f", m124[0], m124[2], m124[3])
 big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
 tbc, tb32, tbc32 = torch("bf16c"), torch("bf16b32"), torch("bf16cb32")
@@ -221,6 +226,8 @@ for name, run, r in (("colo, bf16 activations and products, fused attention", "c
                      ("colo, bf16, B=%d" % b32n, "c124b32", b32),
                      ("colo, bf16, attention with async loads (COLO_CUDA_ATTENTION=flash-async)", "c124bf16a", b16a),
                      ("colo, bf16, B=%d, attention with async loads" % b32n, "c124b32a", b32a),
+                     ("colo, bf16, GELU in cuBLASLt's epilogues (COLO_CUDA_GELU_FUSION=1)", "c124bf16f", b16f),
+                     ("colo, bf16, B=%d, GELU in cuBLASLt's epilogues" % b32n, "c124b32f", b32f),
                      ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", "c124bf16g", b16g),
                      ("colo, bf16, biases without cuBLASLt epilogues (COLO_CUDA_EPILOGUES=0)", "c124bf16e", b16e),
                      ("colo, fp32, TF32 products", "c124", a),
@@ -252,7 +259,9 @@ def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
     return max(ok, key=lambda t: t["tokens_per_s"]) if ok else None
 for r, n, t, how in ((b16, m124[4], best(tb, tbc), ""), (b32, b32n, best(tb32, tbc32), ""),
                      (b16a, m124[4], best(tb, tbc), ", attention with async loads"),
-                     (b32a, b32n, best(tb32, tbc32), ", attention with async loads")):
+                     (b32a, b32n, best(tb32, tbc32), ", attention with async loads"),
+                     (b16f, m124[4], best(tb, tbc), ", GELU in the epilogues"),
+                     (b32f, b32n, best(tb32, tbc32), ", GELU in the epilogues")):
     if r and t:
         L.append("Ratio colo (bf16%s) / PyTorch's fastest (bf16 autocast%s), B=%d: **%.2f×** (target ≥ 1.0×; "
                  "MFU target ≥ 45%%: colo's is %.1f%%)." % (how, ", torch.compile" if t.get("compile") else "",
@@ -260,12 +269,12 @@ for r, n, t, how in ((b16, m124[4], best(tb, tbc), ""), (b32, b32n, best(tb32, t
 L.append("\n## 350M (24L/16H/1024, T=1024, B=8), bf16, with recomputation\n")
 def act_bytes(L_, C, T, B, V, NH, a):
     """what a recomputing model must hold besides 16Φ, from the architecture: each block's input
-    (L+1 of them), one block's activations (16C a token) and its gradients (16C), the final
+    (L+1 of them), one block's activations (16C a token) and its gradient scratch (12C), the final
     LayerNorm's output and the logits, the matrices' compute copies (one block's 12C², the
     embedding's VC), in a bytes an element; LayerNorm statistics, losses, the loss's row scratch
     and the attention log-sum-exp in fp32"""
     N = B * T
-    return (a * ((L_ + 1) * N * C + 16 * N * C + 16 * N * C + N * C + N * V + 12 * C * C + V * C)
+    return (a * ((L_ + 1) * N * C + 16 * N * C + 12 * N * C + N * C + N * V + 12 * C * C + V * C)
             + 4 * (13 * N + B * NH * T + 2 * C))  # and the token ids, 2N ints
 if big:
     phi = big["N"]

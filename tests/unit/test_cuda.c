@@ -155,6 +155,33 @@ static void test_matmul(double tol) {
   check_a(named("matmul_bwd dinp"), d_dinp, h_dinp, ni, tol);
   check(named("matmul_bwd dw (fp32)"), d_dw, dw, nw, tol);
   check(named("matmul_bwd db (fp32)"), d_db, db, OC, 1e-5);
+  /* the MLP's product and GELU (with COLO_CUDA_GELU_FUSION=1 cuBLASLt's epilogues: GELU of the
+   * unrounded sum, one rounding fewer than the CPU's pair) */
+  for (int withb = 1; withb >= 0; withb--) {
+    void *pre = calloc(no, asz), *gl = calloc(no, asz), *d_pre = up(pre, no, asz);
+    d_out = up(gl, no, asz);
+    cpu->matmul_gelu_fwd(gl, pre, h_inp, h_w, withb ? b : NULL, N, C, OC);
+    gpu->matmul_gelu_fwd(d_out, d_pre, d_inp, d_w, withb ? d_b : NULL, N, C, OC);
+    check_a(named(withb ? "matmul_gelu_fwd gelu" : "matmul_gelu_fwd gelu, no bias"), d_out, gl, no,
+            tol);
+    check_a(named(withb ? "matmul_gelu_fwd pre-activation" : "matmul_gelu_fwd pre, no bias"), d_pre,
+            pre, no, tol);
+    free(pre), free(gl);
+  }
+  {
+    /* backward: inp stands for GELU's output, gpre for its input; dinp written, dw, db added to */
+    float *gpre = randv(ni, 1.5f), *dw2 = randv(nw, 1.0f), *db2 = randv(OC, 1.0f);
+    void *h_gpre = hact(gpre, ni), *d_gpre = upa(gpre, ni), *h_di = hact(dinp, ni);
+    void *d_di = upa(dinp, ni);
+    float *d_dw2 = upf(dw2, nw), *d_db2 = upf(db2, OC);
+    cpu->matmul_gelu_bwd(h_di, dw2, db2, h_dout, h_inp, h_w, h_gpre, N, C, OC);
+    gpu->matmul_gelu_bwd(d_di, d_dw2, d_db2, d_dout, d_inp, d_w, d_gpre, N, C, OC);
+    check_a(named("matmul_gelu_bwd dinp"), d_di, h_di, ni, tol);
+    check(named("matmul_gelu_bwd dw (fp32)"), d_dw2, dw2, nw, tol);
+    check(named("matmul_gelu_bwd db (fp32)"), d_db2, db2, OC, 1e-5);
+    colo_pool_free(dpool, d_gpre);
+    free(gpre), free(dw2), free(db2), free(h_gpre), free(h_di);
+  }
   /* the tied head */
   size_t nv = (size_t)V * C, nl = (size_t)N * V;
   float *wte = randv(nv, 0.1f);

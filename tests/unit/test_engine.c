@@ -313,8 +313,9 @@ static double att_loss(void *p) {
   return dotd(m->out, m->R, (size_t)m->B * m->T * m->C);
 }
 
-/* matmul_bwd, lmhead_bwd, gelu_bwd and attention_bwd write their input gradient: whatever its
- * buffer held (NaNs here) is gone, on the fp32 table and on a 16-bit one (backend.h) */
+/* matmul_bwd, lmhead_bwd, gelu_bwd, attention_bwd and matmul_gelu_bwd write their input
+ * gradient: whatever its buffer held (NaNs here) is gone, on the fp32 table and on a 16-bit one
+ * (backend.h) */
 static void *as_act(const colo_backend_t *t, const float *f, size_t n) {
   void *a = own(malloc(n * t->act_size));
   colo_dtype_from_float(a, f, n, t->act_dtype);
@@ -334,7 +335,7 @@ TEST(input_gradients_are_written_not_added) {
     void *qkv = as_act(t, randv(B * T * 3 * C, 1), B * T * 3 * C), *out = own(malloc(N * C * A));
     float *lse = zeros(B * NH * T);
     t->attention_fwd(out, lse, qkv, B, T, C, NH);
-    for (int op = 0; op < 4; op++) {
+    for (int op = 0; op < 5; op++) {
       size_t n = op == 3 ? (size_t)B * T * 3 * C : (size_t)N * C;
       void *g[2] = {own(calloc(n, A)), own(malloc(n * A))};
       memset(g[1], 0xff, n * A); /* NaN in fp32, bf16 and fp16 alike */
@@ -349,8 +350,11 @@ TEST(input_gradients_are_written_not_added) {
         case 2:
           t->gelu_bwd(g[i], inp, dc, n);
           break;
-        default:
+        case 3:
           t->attention_bwd(g[i], dc, qkv, out, lse, B, T, C, NH);
+          break;
+        default: /* dc stands for GELU's input */
+          t->matmul_gelu_bwd(g[i], NULL, NULL, dmm, inp, w, dc, N, C, OC);
         }
       float *f = own(malloc(n * sizeof *f));
       colo_dtype_to_float(f, g[0], n, t->act_dtype);
@@ -358,10 +362,52 @@ TEST(input_gradients_are_written_not_added) {
       for (size_t i = 0; i < n; i++)
         mag += fabs((double)f[i]);
       printf("  %s %s: the same from zeros and from NaNs (sum |g| %.3f)\n", t->name,
-             (const char *[]){"matmul_bwd", "lmhead_bwd", "gelu_bwd", "attention_bwd"}[op], mag);
+             (const char *[]){"matmul_bwd", "lmhead_bwd", "gelu_bwd", "attention_bwd",
+                              "matmul_gelu_bwd"}[op],
+             mag);
       ASSERT(mag > 0 && isfinite(mag));
       ASSERT(memcmp(g[0], g[1], n * A) == 0);
     }
+  }
+}
+
+/* The MLP's fused entries are the pair they stand for on every CPU table, bit for bit: the
+ * product into pre, then GELU; the product's input gradient, then GELU's in place. The CUDA
+ * table's epilogues are held to them by test_cuda. */
+TEST(matmul_gelu_is_the_pair) {
+  setup();
+  enum { N = 24, C = 16, OC = 40 };
+  const colo_backend_t *tables[] = {colo_backend_cpu(), colo_backend_cpu_dtype(COLO_DTYPE_BF16),
+                                    colo_backend_cpu_dtype(COLO_DTYPE_F16)};
+  for (int k = 0; k < 3; k++) {
+    const colo_backend_t *t = tables[k];
+    size_t A = t->act_size, no = (size_t)N * OC, ni = (size_t)N * C;
+    void *inp = as_act(t, randv(ni, 1), ni), *w = as_act(t, randv(C * OC, 0.3f), C * OC);
+    float *b = randv(OC, 0.3f);
+    void *pre[2] = {own(malloc(no * A)), own(malloc(no * A))};
+    void *out[2] = {own(malloc(no * A)), own(malloc(no * A))};
+    t->matmul_fwd(pre[0], inp, w, b, N, C, OC);
+    t->gelu_fwd(out[0], pre[0], no);
+    t->matmul_gelu_fwd(out[1], pre[1], inp, w, b, N, C, OC);
+    ASSERT(memcmp(pre[0], pre[1], no * A) == 0);
+    ASSERT(memcmp(out[0], out[1], no * A) == 0);
+    /* backward: here inp is GELU's output of a [N][C] pre-activation gpre */
+    void *gpre = as_act(t, randv(ni, 1.5f), ni), *dout = as_act(t, randv(no, 1), no);
+    void *dprod = own(malloc(ni * A)), *d[2] = {own(malloc(ni * A)), own(malloc(ni * A))};
+    float *dw[2] = {zeros(C * OC), zeros(C * OC)}, *db[2] = {zeros(OC), zeros(OC)};
+    t->matmul_bwd(dprod, dw[0], db[0], dout, inp, w, N, C, OC);
+    t->gelu_bwd(d[0], gpre, dprod, ni);
+    t->matmul_gelu_bwd(d[1], dw[1], db[1], dout, inp, w, gpre, N, C, OC);
+    ASSERT(memcmp(d[0], d[1], ni * A) == 0);
+    ASSERT(memcmp(dw[0], dw[1], C * OC * sizeof(float)) == 0);
+    ASSERT(memcmp(db[0], db[1], OC * sizeof(float)) == 0);
+    float *f = own(malloc(ni * sizeof *f));
+    colo_dtype_to_float(f, d[1], ni, t->act_dtype);
+    double mag = 0;
+    for (size_t i = 0; i < ni; i++)
+      mag += fabs((double)f[i]);
+    printf("  %s: forward and backward the pair's bits (sum |dinp| %.3f)\n", t->name, mag);
+    ASSERT(mag > 0 && isfinite(mag));
   }
 }
 

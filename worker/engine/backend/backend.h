@@ -4,9 +4,9 @@
  * Shapes: N = B·T rows. Weights use HuggingFace GPT-2's Conv1D layout, w[C_in][C_out], so
  * checkpoints load into HF unchanged. A *_bwd ACCUMULATES into the parameter gradients (dw, db,
  * dwte, dwpe) and layernorm_bwd into dinp (the residual stream's gradient, summed over the
- * branches); matmul_bwd, lmhead_bwd, gelu_bwd and attention_bwd WRITE their input gradient
- * (dinp, dqkv), which spares a zeroing pass over each. Any output pointer of a *_bwd may be NULL
- * to skip it.
+ * branches); matmul_bwd, matmul_gelu_bwd, lmhead_bwd, gelu_bwd and attention_bwd WRITE their
+ * input gradient (dinp, dqkv), which spares a zeroing pass over each. Any output pointer of a
+ * *_bwd may be NULL to skip it.
  * Token and target arrays (int) live in the backend's memory like the rest.
  *
  * Types: a `void *` argument is an activation, or an activation's gradient, stored in the table's
@@ -62,6 +62,17 @@ typedef struct colo_backend_s {
   /* dinp = dout · wᵀ;  dw += inpᵀ · dout;  db += Σ_rows dout */
   void (*matmul_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                      const void *w, int N, int C, int OC);
+  /* The MLP's first product and its GELU: pre[N][OC] = inp · w + b (b may be NULL), out =
+   * gelu(pre). The same as matmul_fwd into pre, then gelu_fwd; a backend may take GELU of the sum
+   * before it rounds it to store pre (cuBLASLt's epilogue, COLO_CUDA_GELU_FUSION=1), one rounding
+   * fewer. */
+  void (*matmul_gelu_fwd)(void *out, void *pre, const void *inp, const void *w, const float *b,
+                          int N, int C, int OC);
+  /* The MLP's second product backward, with GELU's: inp = gelu(pre), and dinp = gelu'(pre) ·
+   * (dout · wᵀ), written; dw and db as matmul_bwd. The same as matmul_bwd into dinp, then
+   * gelu_bwd in place; a backend may skip the rounding of the product between them. */
+  void (*matmul_gelu_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                          const void *w, const void *pre, int N, int C, int OC);
   /* the tied LM head: out[N][V] = inp[N][C] · wte[V][C]ᵀ */
   void (*lmhead_fwd)(void *out, const void *inp, const void *wte, int N, int C, int V);
   /* dinp = dout · wte;  dwte += doutᵀ · inp */
@@ -138,6 +149,7 @@ typedef struct colo_backend_s {
 /* clang-format off */
 #define COLO_ACT_OPS(X, a)                                                                         \
   X(to_act, a) X(to_f32, a) X(matmul_fwd, a) X(matmul_bwd, a)                                      \
+  X(matmul_gelu_fwd, a) X(matmul_gelu_bwd, a)                                                      \
   X(lmhead_fwd, a) X(lmhead_bwd, a) X(encoder_fwd, a) X(encoder_bwd, a)                            \
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
   X(attention_fwd, a) X(attention_bwd, a) X(add, a) X(crossentropy_fwd, a)                         \

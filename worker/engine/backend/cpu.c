@@ -292,6 +292,20 @@ static void gelu_bwd(void *dinp_, const void *inp_, const void *dout_, size_t n)
   }
 }
 
+/* the MLP's product and GELU, one after the other (backend.h) */
+static void matmul_gelu_fwd(void *out, void *pre, const void *inp, const void *w, const float *b,
+                            int N, int C, int OC) {
+  matmul_fwd(pre, inp, w, b, N, C, OC);
+  gelu_fwd(out, pre, (size_t)N * OC);
+}
+
+static void matmul_gelu_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                            const void *w, const void *pre, int N, int C, int OC) {
+  matmul_bwd(dinp, dw, db, dout, inp, w, N, C, OC);
+  if (dinp) /* in place: each value is read before it is written */
+    gelu_bwd(dinp, pre, dinp, (size_t)N * C);
+}
+
 /* ---- attention ---- */
 
 /* The softmax probabilities of query t of head h against keys 0..t, into a[0..t]; returns the
@@ -584,6 +598,8 @@ static const colo_backend_t CPU = {
     .to_f32 = to_f32,
     .matmul_fwd = matmul_fwd,
     .matmul_bwd = matmul_bwd,
+    .matmul_gelu_fwd = matmul_gelu_fwd,
+    .matmul_gelu_bwd = matmul_gelu_bwd,
     .lmhead_fwd = lmhead_fwd,
     .lmhead_bwd = lmhead_bwd,
     .encoder_fwd = encoder_fwd,

@@ -264,6 +264,16 @@ static void host_free(void *p) {
     RUN("matmul_bwd", base_##sfx()->matmul_bwd(di, dw, db, d, i, w, N, C, OC), di, dw, db, d, i,   \
         w);                                                                                        \
   }                                                                                                \
+  static void matmul_gelu_fwd_##sfx(void *o, void *pre, const void *i, const void *w,              \
+                                    const float *b, int N, int C, int OC) {                        \
+    RUN("matmul_gelu_fwd", base_##sfx()->matmul_gelu_fwd(o, pre, i, w, b, N, C, OC), o, pre, i, w, \
+        b);                                                                                        \
+  }                                                                                                \
+  static void matmul_gelu_bwd_##sfx(void *di, float *dw, float *db, const void *d, const void *i,  \
+                                    const void *w, const void *pre, int N, int C, int OC) {        \
+    RUN("matmul_gelu_bwd", base_##sfx()->matmul_gelu_bwd(di, dw, db, d, i, w, pre, N, C, OC), di,  \
+        dw, db, d, i, w, pre);                                                                     \
+  }                                                                                                \
   static void lmhead_fwd_##sfx(void *o, const void *i, const void *w, int N, int C, int V) {       \
     RUN("lmhead_fwd", base_##sfx()->lmhead_fwd(o, i, w, N, C, V), o, i, w);                        \
   }                                                                                                \

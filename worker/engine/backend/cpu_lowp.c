@@ -140,6 +140,21 @@ static void gelu_bwd_t(colo_dtype_t t, void *dinp, const void *inp, const void *
   free(fd);
 }
 
+/* the pair of entries, one after the other: rounded where they round */
+static void matmul_gelu_fwd_t(colo_dtype_t t, void *out, void *pre, const void *inp, const void *w,
+                              const float *b, int N, int C, int OC) {
+  matmul_fwd_t(t, pre, inp, w, b, N, C, OC);
+  gelu_fwd_t(t, out, pre, (size_t)N * OC);
+}
+
+static void matmul_gelu_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, const void *dout,
+                              const void *inp, const void *w, const void *pre, int N, int C,
+                              int OC) {
+  matmul_bwd_t(t, dinp, dw, db, dout, inp, w, N, C, OC);
+  if (dinp)
+    gelu_bwd_t(t, dinp, pre, dinp, (size_t)N * C);
+}
+
 static void attention_fwd_t(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T,
                             int C, int NH) {
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
@@ -242,6 +257,14 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
   static void matmul_bwd_##sfx(void *di, float *dw, float *db, const void *d, const void *i,       \
                                const void *w, int N, int C, int OC) {                              \
     matmul_bwd_t(T, di, dw, db, d, i, w, N, C, OC);                                                \
+  }                                                                                                \
+  static void matmul_gelu_fwd_##sfx(void *o, void *pre, const void *i, const void *w,              \
+                                    const float *b, int N, int C, int OC) {                        \
+    matmul_gelu_fwd_t(T, o, pre, i, w, b, N, C, OC);                                               \
+  }                                                                                                \
+  static void matmul_gelu_bwd_##sfx(void *di, float *dw, float *db, const void *d, const void *i,  \
+                                    const void *w, const void *pre, int N, int C, int OC) {        \
+    matmul_gelu_bwd_t(T, di, dw, db, d, i, w, pre, N, C, OC);                                      \
   }                                                                                                \
   static void lmhead_fwd_##sfx(void *o, const void *i, const void *w, int N, int C, int V) {       \
     lmhead_fwd_t(T, o, i, w, N, C, V);                                                             \

@@ -52,8 +52,9 @@ static struct {
   void *lt_work;       /* its workspace, LT_WORK bytes */
   int lt_off;          /* COLO_CUDA_EPILOGUES=0: without them */
   size_t att_budget;   /* attention's scratch for one group of heads (head_group) */
-  int flash; /* the fused attention where it applies: 1 (COLO_CUDA_ATTENTION=flash), 2 with
-                async loads (flash-async); 0: the batched products (gemm) */
+  int flash;      /* the fused attention where it applies: 1 (COLO_CUDA_ATTENTION=flash), 2 with
+                     async loads (flash-async); 0: the batched products (gemm) */
+  int gelu_fused; /* COLO_CUDA_GELU_FUSION=1: the MLP's GELU in cuBLASLt's epilogues */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -185,13 +186,27 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const void *A
 
 /* ---- cuBLASLt: products that add a bias, or take a bias gradient, in their epilogue ----
  * A product with a bias otherwise writes the bias rows first and adds the product onto them, and
- * a bias gradient is a column sum of its own: a pass over the output each. A plan per shape holds
+ * a bias gradient is a column sum of its own: a pass over the output each. With
+ * COLO_CUDA_GELU_FUSION=1 the MLP's GELU is an epilogue too: forward, the product (plus bias)
+ * goes to an auxiliary matrix (GELU's input, kept for the backward) and its GELU to the output;
+ * backward, the input gradient's product is multiplied by GELU's derivative at the auxiliary
+ * matrix before it is stored. Each spares a pass over a [N][4C] matrix. A plan per shape holds
  * cuBLASLt's descriptors and the algorithm its heuristic chose; when the heuristic has none (an
  * epilogue this cuBLASLt does not support for the shape), lt_gemm returns 0 and the caller does
  * without. The operands map as in gemm: row-major op(A)·op(B) is column-major op(B)ᵀ·op(A)ᵀ, so
  * in cuBLASLt's terms its matrix A is our B; a bias is added along our columns (its D's rows) and
- * BGRADA sums our B over the product's inner dimension. */
-enum { LT_BIAS = 1, LT_BGRAD, LT_PLANS = 64 };
+ * BGRADA sums our B over the product's inner dimension. The auxiliary matrix has C's shape and
+ * leading dimension, in C's type. */
+enum { LT_BIAS = 1, LT_BGRAD, LT_GELU, LT_GELU_BIAS, LT_DGELU, LT_PLANS = 64 };
+static const cublasLtEpilogue_t LT_EPILOGUE[] = {
+    CUBLASLT_EPILOGUE_DEFAULT,  CUBLASLT_EPILOGUE_BIAS,          CUBLASLT_EPILOGUE_BGRADA,
+    CUBLASLT_EPILOGUE_GELU_AUX, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_DGELU};
+static int lt_has_bias(int kind) {
+  return kind == LT_BIAS || kind == LT_BGRAD || kind == LT_GELU_BIAS;
+}
+static int lt_has_aux(int kind) {
+  return kind == LT_GELU || kind == LT_GELU_BIAS || kind == LT_DGELU;
+}
 static const size_t LT_WORK = 32u << 20;
 
 struct lt_plan {
@@ -220,7 +235,7 @@ static void lt_set(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t a, con
 
 static lt_plan *lt_plan_for(int kind, int ta, int tb, int M, int N, int K, int lda, int ldb,
                             int ldc, cudaDataType_t ab, cudaDataType_t c, int align,
-                            const void *bias) {
+                            const void *bias, const void *aux) {
   cublasComputeType_t ct = ab == CUDA_R_32F ? g.compute : CUBLAS_COMPUTE_32F;
   for (int i = 0; i < lt_nplans; i++) {
     lt_plan *p = &lt_plans[i];
@@ -238,9 +253,14 @@ static lt_plan *lt_plan_for(int kind, int ta, int tb, int M, int N, int K, int l
   CKB(cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F));
   lt_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, tb ? CUBLAS_OP_T : CUBLAS_OP_N);
   lt_set(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, ta ? CUBLAS_OP_T : CUBLAS_OP_N);
-  lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
-         kind == LT_BIAS ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_BGRADA);
-  lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias); /* the heuristic reads its alignment */
+  lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, LT_EPILOGUE[kind]);
+  /* the heuristic reads the pointers' alignment */
+  if (lt_has_bias(kind))
+    lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (lt_has_aux(kind)) {
+    lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
+    lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, (int64_t)ldc);
+  }
   CKB(cublasLtMatrixLayoutCreate(&p->la, ab, tb ? K : N, tb ? N : K, ldb));
   CKB(cublasLtMatrixLayoutCreate(&p->lb, ab, ta ? M : K, ta ? K : M, lda));
   CKB(cublasLtMatrixLayoutCreate(&p->lc, c, N, M, ldc));
@@ -268,20 +288,26 @@ static lt_plan *lt_plan_for(int kind, int ta, int tb, int M, int N, int K, int l
 }
 
 /* gemm's product with an epilogue: LT_BIAS adds bias[N] (of C's type) to every row of C; LT_BGRAD
- * also writes Σ_k op(B)[k][n] into bias[N] (fp32; C must be fp32). 0: not done, do without. */
-static int lt_gemm(int kind, const void *bias, int ta, int tb, int M, int N, int K, const void *A,
-                   int lda, const void *B, int ldb, cudaDataType_t ab, float beta, void *C, int ldc,
-                   cudaDataType_t c) {
-  if (g.lt_off)
+ * also writes Σ_k op(B)[k][n] into bias[N] (fp32; C must be fp32); LT_GELU (LT_GELU_BIAS: after
+ * adding bias) writes the result to aux and its GELU to C; LT_DGELU multiplies the result by
+ * GELU's derivative at aux (beta 0). 0: not done, do without. */
+static int lt_gemm(int kind, const void *bias, const void *aux, int ta, int tb, int M, int N, int K,
+                   const void *A, int lda, const void *B, int ldb, cudaDataType_t ab, float beta,
+                   void *C, int ldc, cudaDataType_t c) {
+  if (g.lt_off || (lt_has_aux(kind) && ldc % 8)) /* cuBLASLt's rule for the auxiliary matrix */
     return 0;
   int align = align_of(A);
-  const void *ptrs[] = {B, C, bias};
-  for (int i = 0; i < 3; i++)
-    align = align_of(ptrs[i]) < align ? align_of(ptrs[i]) : align;
-  lt_plan *p = lt_plan_for(kind, ta, tb, M, N, K, lda, ldb, ldc, ab, c, align, bias);
+  const void *ptrs[] = {B, C, bias, aux};
+  for (int i = 0; i < 4; i++)
+    if (ptrs[i])
+      align = align_of(ptrs[i]) < align ? align_of(ptrs[i]) : align;
+  lt_plan *p = lt_plan_for(kind, ta, tb, M, N, K, lda, ldb, ldc, ab, c, align, bias, aux);
   if (!p || !p->ok)
     return 0;
-  lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (lt_has_bias(kind))
+    lt_set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, bias);
+  if (lt_has_aux(kind))
+    lt_set(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, aux);
   float alpha = 1.0f;
   cublasStatus_t st = cublasLtMatmul(g.lt, p->desc, &alpha, B, p->la, A, p->lb, &beta, C, p->lc, C,
                                      p->lc, &p->algo, g.lt_work, LT_WORK, g.stream);
@@ -366,17 +392,22 @@ static void colsum_into(float *dst, float *wdst, const T *src, const T *inp, con
   }
 }
 
+/* an epilogue's bias is of the output's type: b rounded, as rows_set_kernel's rows are */
+template <class T> static const void *bias_act(const float *b, int OC) {
+  if (sizeof(T) == sizeof(float))
+    return b;
+  void *bt = scratch(S_BIAS, (size_t)OC * sizeof(T));
+  to_act<T>(bt, b, (size_t)OC);
+  return bt;
+}
+
 template <class T>
 static void matmul_fwd(void *out, const void *inp, const void *w, const float *b, int N, int C,
                        int OC) {
   const cudaDataType_t t = dtype_of<T>::cuda;
-  if (b) { /* the epilogue's bias is of the output's type: rounded as the rows below would be */
-    const void *bt = b;
-    if (sizeof(T) != sizeof(float)) {
-      bt = scratch(S_BIAS, (size_t)OC * sizeof(T));
-      to_act<T>((void *)bt, b, (size_t)OC);
-    }
-    if (lt_gemm(LT_BIAS, bt, 0, 0, N, OC, C, inp, C, w, OC, t, 0.0f, out, OC, t))
+  if (b) {
+    if (lt_gemm(LT_BIAS, bias_act<T>(b, OC), NULL, 0, 0, N, OC, C, inp, C, w, OC, t, 0.0f, out, OC,
+                t))
       return;
     rows_set_kernel<T><<<blocks_for((size_t)N * OC, 256), 256, 0, g.stream>>>((T *)out, b, N, OC);
     LAUNCHED();
@@ -392,7 +423,8 @@ static void matmul_bwd(void *dinp, float *dw, float *db, const void *dout, const
     gemm(0, 1, N, C, OC, 1.0f, dout, OC, w, OC, t, 0.0f, dinp, C, t);
   if (dw && db) { /* and db[OC] += Σ_rows dout, in the product's epilogue */
     float *part = (float *)scratch(S_BIAS, (size_t)OC * sizeof(float));
-    if (lt_gemm(LT_BGRAD, part, 1, 0, C, OC, N, inp, C, dout, OC, t, 1.0f, dw, OC, CUDA_R_32F)) {
+    if (lt_gemm(LT_BGRAD, part, NULL, 1, 0, C, OC, N, inp, C, dout, OC, t, 1.0f, dw, OC,
+                CUDA_R_32F)) {
       accumulate(db, part, (size_t)OC);
       return;
     }
@@ -700,8 +732,8 @@ struct gelu_op {
   }
 };
 
-/* its backward: dinp += gelu'(x)·dout */
-struct gelu_bwd_op { /* dinp = GELU'(x)·dout: written, not added to */
+/* its backward: dinp = gelu'(x)·dout, written, not added to */
+struct gelu_bwd_op {
   static const bool uses_b = true, uses_out = false;
   __device__ static float f(float x, float d, float) {
     float th = tanhf(GELU_K * (x + 0.044715f * x * x * x));
@@ -724,6 +756,33 @@ template <class T> static void gelu_fwd(void *out, const void *inp, size_t n) {
 
 template <class T> static void gelu_bwd(void *dinp, const void *inp, const void *dout, size_t n) {
   map<T, gelu_bwd_op>(dinp, inp, dout, n);
+}
+
+/* The MLP's product and GELU (backend.h): cuBLASLt's GELU epilogues with COLO_CUDA_GELU_FUSION=1
+ * (GELU of the fp32 sum; cuBLASLt's GELU is the same tanh approximation), else, or where cuBLASLt
+ * has no algorithm for the shape, the product and a pass of GELU over its output. */
+template <class T>
+static void matmul_gelu_fwd(void *out, void *pre, const void *inp, const void *w, const float *b,
+                            int N, int C, int OC) {
+  const cudaDataType_t t = dtype_of<T>::cuda;
+  if (g.gelu_fused && lt_gemm(b ? LT_GELU_BIAS : LT_GELU, b ? bias_act<T>(b, OC) : NULL, pre, 0, 0,
+                              N, OC, C, inp, C, w, OC, t, 0.0f, out, OC, t))
+    return;
+  matmul_fwd<T>(pre, inp, w, b, N, C, OC);
+  gelu_fwd<T>(out, pre, (size_t)N * OC);
+}
+
+template <class T>
+static void matmul_gelu_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
+                            const void *w, const void *pre, int N, int C, int OC) {
+  const cudaDataType_t t = dtype_of<T>::cuda;
+  /* dinp[N][C] = gelu'(pre) · (dout[N][OC] · w[C][OC]ᵀ) */
+  if (dinp && !(g.gelu_fused && lt_gemm(LT_DGELU, NULL, pre, 0, 1, N, C, OC, dout, OC, w, OC, t,
+                                        0.0f, dinp, C, t))) {
+    matmul_bwd<T>(dinp, NULL, NULL, dout, inp, w, N, C, OC);
+    gelu_bwd<T>(dinp, pre, dinp, (size_t)N * C); /* in place: map reads a value, then writes it */
+  }
+  matmul_bwd<T>(NULL, dw, db, dout, inp, w, N, C, OC);
 }
 
 /* ---- attention: the (sequence, head) pairs in groups, their products batched through cuBLAS ----
@@ -1377,6 +1436,12 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
     return NULL;
   }
   g.flash = att && !strcmp(att, "gemm") ? 0 : att && !strcmp(att, "flash-async") ? 2 : 1;
+  const char *gf = getenv("COLO_CUDA_GELU_FUSION");
+  if (gf && *gf && strcmp(gf, "0") && strcmp(gf, "1")) {
+    snprintf(err, errlen, "COLO_CUDA_GELU_FUSION must be 0 or 1, not '%s'", gf);
+    return NULL;
+  }
+  g.gelu_fused = gf && !strcmp(gf, "1");
   const char *mib = getenv("COLO_CUDA_ATTENTION_MIB");
   g.att_budget = (size_t)((mib && atof(mib) > 0 ? atof(mib) : 24.0) * 1048576.0);
   TABLE_F32 = make_table<float>("cuda");

@@ -94,7 +94,7 @@ struct colo_gpt_s {
   int fuse_next, logits_grad;
   float fuse_scale;
   /* gradient scratch for one block, in act_dtype */
-  void *dres, *dln, *dqkv, *datty, *dfch, *dfch_gelu, *dtmp;
+  void *dres, *dln, *dqkv, *datty, *dfch, *dtmp;
   void *gelu; /* [N][4C]: the GELU output of the block at hand, forward and backward */
   void *proj; /* [N][C]: a row-parallel product's output before its sum (forward scratch) */
 };
@@ -451,7 +451,6 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {&m->dqkv, N * 3 * Cq * A},
               {&m->datty, N * Cq * A},
               {&m->dfch, N * Cf * A},
-              {&m->dfch_gelu, N * Cf * A},
               {&m->gelu, N * Cf * A},
               {&m->dtmp, N * C * A},
               {&m->proj, N * C * A},
@@ -499,10 +498,10 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->params);
   colo_pool_free(p, m->grads);
   free_rows(m);
-  void *rest[] = {m->lnf,       m->lnf_mean, m->lnf_rstd, m->logits, m->losses,    m->dres,
-                  m->dln,       m->dqkv,     m->datty,    m->dfch,   m->dfch_gelu, m->dtmp,
-                  m->gelu,      m->gmax,     m->gsum,     m->tlogit, m->gather,    m->dfull,
-                  m->lnscratch, m->wte_act,  m->xfer,     m->proj,   m->lnfull};
+  void *rest[] = {m->lnf,     m->lnf_mean, m->lnf_rstd, m->logits, m->losses, m->dres,
+                  m->dln,     m->dqkv,     m->datty,    m->dfch,   m->dtmp,   m->gelu,
+                  m->gmax,    m->gsum,     m->tlogit,   m->gather, m->dfull,  m->lnscratch,
+                  m->wte_act, m->xfer,     m->proj,     m->lnfull};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -740,8 +739,8 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
   be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl,
                     C);
-  be->matmul_fwd(a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C, Cf);
-  be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
+  be->matmul_gelu_fwd(m->gelu, a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C,
+                      Cf);
   be->matmul_fwd(m->proj, m->gelu, w.fcproj, fpb, N, Cf, C);
   be->add(out, a->res2, proj_sum(m, off, rowf, NC), rowf);
   return w;
@@ -1079,9 +1078,8 @@ blocks:
       be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
     /* the products', GELU's and attention's input gradients are written, not added to
      * (backend.h): no buffer needs zeroing first */
-    be->matmul_bwd(m->dfch_gelu, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj, N,
-                   Cf, C);
-    be->gelu_bwd(m->dfch, a->fch, m->dfch_gelu, (size_t)N * Cf);
+    be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj,
+                        a->fch, N, Cf, C);
     be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, ln_full(m, a->ln2, off, rowf),
                    w.fc, N, C, Cf);
     if (reduce_dln(m, rowf, NC) < 0)
