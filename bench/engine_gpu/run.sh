@@ -7,8 +7,9 @@
 #      and MFU (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU,
 #      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio; the
 #      fused attention with asynchronous loads (flash-async) and the MLP's GELU in cuBLASLt's
-#      epilogues (COLO_CUDA_GELU_FUSION=1) beside the defaults; and the bf16 step's GPU time per
-#      operation (COLO_CUDA_PROFILE=1);
+#      epilogues (COLO_CUDA_GELU_FUSION=1) beside the defaults; the bf16 step's GPU time per
+#      operation (COLO_CUDA_PROFILE=1); and each operation alone at the same shapes, colo's
+#      (engine_ops, ops.c) and PyTorch's kernels for it (ops_torch.py), side by side;
 #   3. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
 #      (fp32), validation losses;
 #   4. a 350M model (24L/16H/1024, T=1024) in bf16 with recomputation: peak pool memory next to
@@ -27,7 +28,7 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 STEPS=${1:-30}
 source "$SRC/bench/lib.sh"
-bench_setup colo-train test_cuda
+bench_setup colo-train test_cuda engine_ops
 # a Python with numpy and PyTorch: the GPU machine's python3 (whose PyTorch has CUDA), else
 # Debian's /usr/bin/python3
 PY=python3
@@ -124,6 +125,22 @@ COLO_CUDA_GELU_FUSION=1 colo_run c124b32f "${M124[@]:0:4}" "$B32" --precision bf
 # little)
 COLO_CUDA_PROFILE=1 colo_run c124prof "${M124[@]}" --precision bf16 2>"$TMP/profile.txt"
 cat "$TMP/profile.txt"
+# each operation of the step alone at the 124M shapes (ops.c), with the defaults and with the
+# candidates above, and PyTorch's kernels for the same (ops_torch.py)
+OPS_SHAPE=(--n-layer "${M124[0]}" --n-head "${M124[1]}" --n-embd "${M124[2]}" --block-size "${M124[3]}"
+  --batch-size "${M124[4]}" --vocab-size 50304)
+if over_budget; then
+  echo "{\"error\":\"$SKIP_WHY\"}" >"$TMP/ops.jsonl"
+else
+  timeout "$RUN_LIMIT" "$BIN/engine_ops" --device "$DEV" "${OPS_SHAPE[@]}" >"$TMP/ops.jsonl" ||
+    echo '{"error":"engine_ops failed: see the output"}' >>"$TMP/ops.jsonl"
+  COLO_CUDA_ATTENTION=flash-async COLO_CUDA_GELU_FUSION=1 timeout "$RUN_LIMIT" "$BIN/engine_ops" \
+    --device "$DEV" "${OPS_SHAPE[@]}" >"$TMP/ops_cand.jsonl" ||
+    echo '{"error":"engine_ops failed: see the output"}' >>"$TMP/ops_cand.jsonl"
+  timeout "$RUN_LIMIT" "$PY" "$SRC/bench/engine_gpu/ops_torch.py" --device "$([ "$DEV" = gpu ] && echo cuda || echo cpu)" \
+    "${OPS_SHAPE[@]}" >"$TMP/ops_torch.jsonl" 2>"$TMP/ops_torch.err" ||
+    echo "{\"error\":\"$(tail -1 "$TMP/ops_torch.err" | tr -d '"')\"}" >>"$TMP/ops_torch.jsonl"
+fi
 
 SECTION=3
 echo "== 3. $TS_STEPS steps on tinyshakespeare, GPU and CPU"
@@ -252,6 +269,45 @@ except OSError:
 if prof:
     L.append("\nWhere the bf16 step's time goes (`COLO_CUDA_PROFILE=1`, %d steps including warm-up; "
              "a run of its own):\n\n```\n%s\n```\n" % (int(steps), "\n".join(prof)))
+def ops(name):  # {op: record}, errors, the first line (what ran)
+    try:
+        r = [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
+    except (OSError, ValueError):
+        r = [{"error": "not run"}]
+    key = lambda o: "adamw" if o.startswith("adamw") else o  # the two name their calls differently
+    return ({key(x["op"]): x for x in r if "op" in x}, [x["error"] for x in r if "error" in x],
+            r[0] if r and "op" not in r[0] else {})
+oc, oc_err, _ = ops("ops")
+oa, _, _ = ops("ops_cand")
+ot, ot_err, th = ops("ops_torch")
+if oc:
+    L.append("\nEach operation alone at these shapes (`engine_ops`: 20 calls in a row after 2, the wall "
+             "time a call; *candidates*: `COLO_CUDA_ATTENTION=flash-async COLO_CUDA_GELU_FUSION=1`), "
+             "and PyTorch %s's kernels for the same (`ops_torch.py`: bf16, %s attention, AdamW fused on a GPU). "
+             "Speed is colo's rate; the ratio is PyTorch's time over colo's (above 1: colo is "
+             "faster).\n" % (th.get("torch", "?"), th.get("attention", "?")))
+    L.append("| operation | a step | colo ms | colo speed | candidates ms | PyTorch ms | ratio |")
+    L.append("|---|---|---|---|---|---|---|")
+    for k, x in oc.items():
+        if k == "sum of the parts":
+            continue
+        sp = ("%.3g TFLOP/s" % (x["flops"] / x["ms"] / 1e9) if x["flops"] else
+              "%.3g GB/s" % (x["bytes"] / x["ms"] / 1e6) if x["bytes"] else "")
+        t, c = ot.get(k), oa.get(k)
+        L.append("| %s | %d | %.3f | %s | %s | %s | %s |" % (
+            x["op"], x["per_step"], x["ms"], sp, "%.3f" % c["ms"] if c else "",
+            "%.3f" % t["ms"] if t else "", "%.2f×" % (t["ms"] / x["ms"]) if t else ""))
+    torch_sum = sum(v["per_step"] * ot[k]["ms"] for k, v in oc.items() if k in ot and "per_step" in v)
+    for label, d, step in (("colo", oc, b16), ("candidates", oa, None)):
+        s = d.get("sum of the parts")
+        if s:
+            L.append("\nSum of the parts, a step (%s): %.2f ms%s." % (label, s["ms"],
+                     ", against the step's median %.2f ms: %.2f ms between operations"
+                     % (step["ms"], step["ms"] - s["ms"]) if step else ""))
+    if ot:
+        L.append("\nPyTorch's kernels for the same calls: %.2f ms a step." % torch_sum)
+if oc_err or ot_err:
+    L.append("\nOperations alone: %s" % "; ".join(oc_err + ot_err))
 if a and "error" not in tt:
     L.append("\nRatio colo (TF32) / PyTorch (TF32): **%.2f×**." % (a["tok_s"] / tt["tokens_per_s"]))
 def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
