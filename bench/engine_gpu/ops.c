@@ -113,8 +113,23 @@ static const char USAGE[] =
     "Times each operation of a training step at one model's shapes (GPT-2 124M, B=8, T=1024,\n"
     "V=50304 by default; bf16 on the GPU, fp32 on the CPU) and prints a JSON line for each.\n";
 
+static int L = 12, NH = 12, C = 768, T = 1024, B = 8, V = 50304;
+
+/* the variable an integer flag sets, or NULL */
+static int *int_flag(const char *a) {
+  static const struct {
+    const char *flag;
+    int *var;
+  } flags[] = {{"--n-layer", &L},    {"--n-head", &NH},    {"--n-embd", &C},   {"--block-size", &T},
+               {"--batch-size", &B}, {"--vocab-size", &V}, {"--iters", &iters}};
+  for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+    if (!strcmp(a, flags[i].flag))
+      return flags[i].var;
+  return NULL;
+}
+
 int main(int argc, char **argv) {
-  int gpu = 1, L = 12, NH = 12, C = 768, T = 1024, B = 8, V = 50304, math = -1;
+  int gpu = 1, math = -1;
   for (int i = 1; i < argc; i++) {
     const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -131,20 +146,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "engine_ops: --precision must be fp32, bf16 or fp16, not '%s'\n", v);
         return 2;
       }
-    } else if (!strcmp(a, "--n-layer")) {
-      L = arg_int(a, v);
-    } else if (!strcmp(a, "--n-head")) {
-      NH = arg_int(a, v);
-    } else if (!strcmp(a, "--n-embd")) {
-      C = arg_int(a, v);
-    } else if (!strcmp(a, "--block-size")) {
-      T = arg_int(a, v);
-    } else if (!strcmp(a, "--batch-size")) {
-      B = arg_int(a, v);
-    } else if (!strcmp(a, "--vocab-size")) {
-      V = arg_int(a, v);
-    } else if (!strcmp(a, "--iters")) {
-      iters = arg_int(a, v);
+    } else if (int_flag(a)) {
+      *int_flag(a) = arg_int(a, v);
     } else {
       fprintf(stderr, "engine_ops: unknown or incomplete argument '%s'\n%s", a, USAGE);
       return 2;
