@@ -48,6 +48,9 @@ static void usage(FILE *out) {
       "  resume JOB [--from-step N]           resume a failed or cancelled job\n"
       "  watch JOB                            follow a job's state changes until it ends\n"
       "  hosts                                hosts and their devices\n"
+      "  cordon HOST [--reason TEXT]          place no new ranks on a host (those running\n"
+      "                                       stay), across restarts too\n"
+      "  uncordon HOST                        place ranks there again\n"
       "  logs JOB [--rank N] [--attempt A] [--tail BYTES] [-f]\n"
       "                                       a rank's output (default rank 0, the newest\n"
       "                                       attempt); -f follows it across attempts until\n"
@@ -488,8 +491,11 @@ static int status_once(ctl_t *c, uint64_t id, int *state) {
     char up[32];
     fmt_age(now_ms() - cs->started_ms, up, sizeof up);
     printf("coordinator %s  colo %s  up %s\n", c->server, cs->version ? cs->version : "?", up);
-    printf("hosts       %u up, %u down; devices %u used of %u\n", cs->hosts_up, cs->hosts_down,
-           cs->devices_used, cs->devices_total);
+    char cord[32] = "";
+    if (cs->hosts_cordoned)
+      snprintf(cord, sizeof cord, " (%u cordoned)", cs->hosts_cordoned);
+    printf("hosts       %u up, %u down%s; devices %u used of %u\n", cs->hosts_up, cs->hosts_down,
+           cord, cs->devices_used, cs->devices_total);
     printf("jobs        %u pending, %u running, %u restarting, %u succeeded, %u failed, "
            "%u cancelled\n\n",
            cs->jobs_pending, cs->jobs_running, cs->jobs_restarting, cs->jobs_succeeded,
@@ -709,22 +715,74 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
         snprintf(devs, sizeof devs, "0");
       snprintf(used, sizeof used, "%u", h->devices_used);
       snprintf(freed, sizeof freed, "%zu",
-               h->state == COLO__V1__HOST_STATE__HOST_STATE_UP && h->n_devices > h->devices_used
+               h->state == COLO__V1__HOST_STATE__HOST_STATE_UP && !h->cordoned &&
+                       h->n_devices > h->devices_used
                    ? h->n_devices - h->devices_used
                    : 0);
       snprintf(cpus, sizeof cpus, "%u", h->cpu_count);
       fmt_bytes(h->memory_bytes, mem, sizeof mem);
       fmt_age(now - h->last_seen_ms, seen, sizeof seen);
       strncat(seen, " ago", sizeof seen - strlen(seen) - 1);
-      table_row(t, h->name, h->address,
-                h->state == COLO__V1__HOST_STATE__HOST_STATE_UP ? "UP" : "DOWN", devs, used, freed,
-                cpus, mem, seen);
+      const char *state = h->state == COLO__V1__HOST_STATE__HOST_STATE_UP ? "UP" : "DOWN";
+      char st[16];
+      snprintf(st, sizeof st, "%s%s", state, h->cordoned ? ",CORDONED" : "");
+      table_row(t, h->name, h->address, st, devs, used, freed, cpus, mem, seen);
     }
     table_print(t, stdout);
     table_free(t);
+    for (size_t i = 0; i < resp->n_hosts; i++) /* the operators' reasons, under the table */
+      if (resp->hosts[i]->cordoned)
+        printf("%s is cordoned%s%s\n", resp->hosts[i]->name,
+               resp->hosts[i]->cordon_reason && resp->hosts[i]->cordon_reason[0] ? ": " : "",
+               resp->hosts[i]->cordon_reason ? resp->hosts[i]->cordon_reason : "");
   }
   colo__v1__list_hosts_response__free_unpacked(resp, NULL);
   return 0;
+}
+
+/* cordon HOST [--reason TEXT] and uncordon HOST */
+static int cordon(ctl_t *c, int argc, char **argv, int on) {
+  const char *what = on ? "cordon" : "uncordon", *name = NULL, *reason = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (on && !strcmp(argv[i], "--reason") && i + 1 < argc)
+      reason = argv[++i];
+    else if (!name && argv[i][0] != '-')
+      name = argv[i];
+    else
+      return usage_error("%s: unexpected argument '%s'", what, argv[i]);
+  }
+  if (!name)
+    return usage_error("%s needs a host name (coloctl hosts lists them)", what);
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  Colo__V1__CordonHostRequest req = COLO__V1__CORDON_HOST_REQUEST__INIT;
+  req.name = (char *)name;
+  req.has_cordon = 1;
+  req.cordon = on;
+  req.reason = (char *)reason;
+  Colo__V1__CordonHostResponse *resp = NULL;
+  rc = call(c, "CordonHost", &req.base, &colo__v1__cordon_host_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  if (c->json)
+    print_json(&resp->host->base);
+  else if (on)
+    printf("host %s cordoned: no new ranks go there; the %u running stay\n", name,
+           resp->host->devices_used);
+  else
+    printf("host %s uncordoned\n", name);
+  colo__v1__cordon_host_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
+static int cmd_cordon(ctl_t *c, int argc, char **argv) {
+  return cordon(c, argc, argv, 1);
+}
+
+static int cmd_uncordon(ctl_t *c, int argc, char **argv) {
+  return cordon(c, argc, argv, 0);
 }
 
 /* ---- logs ---- */
@@ -1041,10 +1099,10 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(ctl_t *, int, char **);
-  } cmds[] = {{"submit", cmd_submit},  {"status", cmd_status}, {"list", cmd_list},
-              {"cancel", cmd_cancel},  {"resume", cmd_resume}, {"watch", cmd_watch},
-              {"hosts", cmd_hosts},    {"logs", cmd_logs},     {"checkpoints", cmd_checkpoints},
-              {"history", cmd_history}};
+  } cmds[] = {{"submit", cmd_submit},   {"status", cmd_status}, {"list", cmd_list},
+              {"cancel", cmd_cancel},   {"resume", cmd_resume}, {"watch", cmd_watch},
+              {"hosts", cmd_hosts},     {"logs", cmd_logs},     {"checkpoints", cmd_checkpoints},
+              {"history", cmd_history}, {"cordon", cmd_cordon}, {"uncordon", cmd_uncordon}};
   int rc = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (!strcmp(cmd, cmds[i].name))

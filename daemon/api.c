@@ -621,6 +621,7 @@ static int load_host_cb(const colo_host_t *h, void *data) {
     colo__v1__host__free_unpacked(dev, NULL);
   l->session = h->session;
   l->state = h->state;
+  l->cordoned = h->cordoned;
   l->last_seen_ms = h->last_seen_ms;
   l->last_seen_mono_ms = colod_mono_ms(d); /* a restarted colod gives every host a full timeout */
   return 0;
@@ -719,6 +720,7 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
   if (l) {
     l->session = h.session;
     l->state = COLO_HOST_UP;
+    l->cordoned = h.cordoned;
     l->last_seen_ms = h.last_seen_ms;
     l->last_seen_mono_ms = colod_mono_ms(d);
     host_live_devices(l, req->address, req->devices, req->n_devices);
@@ -803,6 +805,9 @@ static int hosts_cb(const colo_host_t *h, void *data) {
   m->registered_ms = h->registered_ms;
   m->last_seen_ms = l && l->last_seen_ms > h->last_seen_ms ? l->last_seen_ms : h->last_seen_ms;
   m->devices_used = colod_jobs_devices_used(a->d, h->id);
+  m->has_cordoned = 1;
+  m->cordoned = h->cordoned != 0;
+  m->cordon_reason = h->cordoned ? strdup(h->cordon_reason) : NULL;
   if (dev) { /* take the devices over from the unpacked message */
     m->n_devices = dev->n_devices;
     m->devices = dev->devices;
@@ -819,6 +824,7 @@ static void hosts_acc_free(hosts_acc_t *a) {
     Colo__V1__Host *m = &a->hosts[i];
     free(m->name);
     free(m->address);
+    free(m->cordon_reason);
     for (size_t k = 0; k < m->n_devices; k++)
       colo__v1__device__free_unpacked(m->devices[k], NULL);
     free(m->devices);
@@ -852,6 +858,56 @@ static void h_hosts(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data
   hosts_acc_free(&a);
 }
 
+/* An operator's cordon or uncordon, by host name: stored first, then the scheduler's view. */
+static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__CordonHostRequest *req = (const void *)m;
+  if (!req->name || !req->name[0]) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "name is required");
+    return;
+  }
+  if (!bounded_str(req->name, 128)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "name is longer than 128 bytes");
+    return;
+  }
+  if (req->reason && !bounded_str(req->reason, 200)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason is longer than 200 bytes");
+    return;
+  }
+  int cordon = req->has_cordon ? req->cordon : 1;
+  colo_host_t h;
+  int rc = colo_store_host_by_name(d->store, req->name, &h);
+  if (rc == 0) {
+    uint64_t id = h.id;
+    colo_host_clear(&h);
+    rc = colo_store_host_cordon(d->store, id, cordon, req->reason);
+    if (rc == 0)
+      rc = colo_store_host_get(d->store, id, &h);
+  }
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  colod_host_live_t *l = colod_host_live(d, h.id);
+  if (l)
+    l->cordoned = cordon;
+  colo_log(COLO_LOG_INFO, "api", "host %s %s%s%s", h.name, cordon ? "cordoned" : "uncordoned",
+           cordon && h.cordon_reason[0] ? ": " : "", cordon ? h.cordon_reason : "");
+  if (!cordon)
+    colod_jobs_kick(d); /* a waiting job may fit now */
+  hosts_acc_t a = {.d = d};
+  hosts_cb(&h, &a);
+  colo_host_clear(&h);
+  if (a.err || a.n != 1) {
+    colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    Colo__V1__CordonHostResponse r = COLO__V1__CORDON_HOST_RESPONSE__INIT;
+    r.host = &a.hosts[0];
+    colo_rpc_reply(call, &r.base);
+  }
+  hosts_acc_free(&a);
+}
+
 static void h_cluster(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   (void)m;
@@ -869,7 +925,9 @@ static void h_cluster(colo_rpc_call_t *call, const ProtobufCMessage *m, void *da
   }
   Colo__V1__GetClusterStatusResponse r = COLO__V1__GET_CLUSTER_STATUS_RESPONSE__INIT;
   r.has_hosts_up = r.has_hosts_down = r.has_devices_total = r.has_devices_used = 1;
+  r.has_hosts_cordoned = 1;
   for (size_t i = 0; i < a.n; i++) {
+    r.hosts_cordoned += a.hosts[i].cordoned;
     if (a.hosts[i].state == COLO__V1__HOST_STATE__HOST_STATE_UP) {
       r.hosts_up++;
       r.devices_total += (uint32_t)a.hosts[i].n_devices;
@@ -1062,6 +1120,7 @@ const colo_rpc_method_t colod_methods[] = {
     M("CancelJob", cancel_job_request, 0, h_cancel),
     M("ResumeJob", resume_job_request, 0, h_resume),
     M("ListHosts", list_hosts_request, 0, h_hosts),
+    M("CordonHost", cordon_host_request, 0, h_cordon),
     M("GetClusterStatus", get_cluster_status_request, 0, h_cluster),
     M("WatchJob", watch_job_request, 1, h_watch),
     M("ListCheckpoints", list_checkpoints_request, 0, h_checkpoints),

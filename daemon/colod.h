@@ -29,6 +29,7 @@ typedef struct {
   char address[129];     /* where its ranks are reached */
   uint32_t draining;     /* ranks of ended attempts still running there (last heartbeat) */
   uint64_t memory_bytes; /* host memory it registered with; 0: not said */
+  int cordoned;          /* an operator's CordonHost: no new ranks here */
 } colod_host_live_t;
 
 typedef struct colod_s {

@@ -298,7 +298,7 @@ static void claim_memory(const colod_job_live_t *j, colo_sched_host_t *hosts, si
 }
 
 static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uint8_t *busy,
-                  size_t n_hosts) {
+                  size_t n_hosts, uint32_t n_cordoned) {
   colo_rank_place_t *out = calloc(j->world, sizeof *out);
   if (!out)
     return;
@@ -308,6 +308,10 @@ static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uin
       colo_sched_place(hosts, n_hosts, j->pp, j->dp, j->tp, j->spec->resources->devices_per_node,
                        rank_mem(j), out, why, sizeof why);
   if (rc < 0) {
+    size_t len = strlen(why);
+    if (n_cordoned && len < sizeof why)
+      snprintf(why + len, sizeof why - len, " (%u cordoned host%s not counted)", n_cordoned,
+               n_cordoned == 1 ? "" : "s");
     if (strcmp(why, j->wait_why) != 0)
       colo_log(COLO_LOG_INFO, "jobs", "job %llu waits: %s", (unsigned long long)j->id, why);
     snprintf(j->wait_why, sizeof j->wait_why, "%s", why);
@@ -371,7 +375,7 @@ static void schedule(colod_t *d) {
     colod_host_live_t *h = &d->hosts[i];
     uint8_t *b = busy + off;
     off += h->n_devices;
-    if (h->state != COLO_HOST_UP || h->draining > 0 || h->n_devices == 0)
+    if (h->state != COLO_HOST_UP || h->draining > 0 || h->n_devices == 0 || h->cordoned)
       continue;
     hosts[n].host_id = h->id;
     hosts[n].n_devices = h->n_devices;
@@ -401,8 +405,12 @@ static void schedule(colod_t *d) {
         if (hl && hl->device_kind == kind)
           fit[nf++] = hosts[h];
       }
+      uint32_t n_cordoned = 0; /* UP hosts of its kind an operator took out */
+      for (size_t h = 0; h < d->n_hosts; h++)
+        n_cordoned += d->hosts[h].cordoned && d->hosts[h].state == COLO_HOST_UP &&
+                      d->hosts[h].device_kind == kind;
       if (fit)
-        place(d, j, fit, busy, nf);
+        place(d, j, fit, busy, nf, n_cordoned);
       free(fit);
       if (j->state == COLO_JOB_RUNNING && j->place) /* for the jobs placed after it */
         claim_memory(j, hosts, n);

@@ -94,6 +94,10 @@ static const char *const MIGRATIONS[] = {
     "  val_loss REAL,"
     "  time_ms INTEGER NOT NULL,"
     "  PRIMARY KEY (job_id, attempt, step));",
+
+    /* 5: hosts an operator cordoned: no new ranks are placed there */
+    "ALTER TABLE hosts ADD COLUMN cordoned INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE hosts ADD COLUMN cordon_reason TEXT NOT NULL DEFAULT '';",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -106,7 +110,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
 
 #define HOST_COLS                                                                                  \
   "id, name, address, state, session, memory_bytes, cpu_count, registered_ms, last_seen_ms, "      \
-  "devices"
+  "devices, cordoned, cordon_reason"
 
 #define STMTS(XX)                                                                                  \
   XX(BEGIN, "BEGIN IMMEDIATE")                                                                     \
@@ -146,6 +150,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(HOST_STATE,                                                                                   \
      "UPDATE hosts SET state = ?2, last_seen_ms = max(last_seen_ms, ?3) WHERE id = ?1")            \
   XX(HOST_TOUCH, "UPDATE hosts SET last_seen_ms = ?2 WHERE id = ?1")                               \
+  XX(HOST_CORDON, "UPDATE hosts SET cordoned = ?2, cordon_reason = ?3 WHERE id = ?1")              \
   XX(SAMPLE_INSERT,                                                                                \
      "INSERT INTO progress_samples (job_id, attempt, step, loss, lr, tokens_per_s, val_loss, "     \
      "time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(job_id, attempt, step) DO "     \
@@ -745,6 +750,8 @@ static int read_host(sqlite3_stmt *s, colo_host_t *h) {
   h->last_seen_ms = sqlite3_column_int64(s, 8);
   h->devices_len = (size_t)sqlite3_column_bytes(s, 9);
   h->devices = dup_blob(sqlite3_column_blob(s, 9), h->devices_len);
+  h->cordoned = sqlite3_column_int(s, 10) != 0;
+  copy_text(h->cordon_reason, sizeof h->cordon_reason, s, 11);
   return h->devices ? 0 : COLO_ENOMEM;
 }
 
@@ -801,6 +808,15 @@ int colo_store_host_get(colo_store_t *st, uint64_t id, colo_host_t *out) {
   return host_fetch(st, s, out, "get host");
 }
 
+int colo_store_host_by_name(colo_store_t *st, const char *name, colo_host_t *out) {
+  sqlite3_stmt *s = stmt(st, S_HOST_BY_NAME);
+  sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
+  int rc = host_fetch(st, s, out, "get host");
+  if (rc == COLO_ENOENT)
+    snprintf(st->errmsg, sizeof st->errmsg, "no host is named '%s'", name);
+  return rc;
+}
+
 static int host_update(colo_store_t *st, sqlite3_stmt *s, uint64_t id, const char *what) {
   int rc = step_done(st, s, what);
   if (rc == 0 && sqlite3_changes(st->db) == 0) {
@@ -828,6 +844,14 @@ int colo_store_host_touch(colo_store_t *st, uint64_t id, int64_t now_ms) {
   sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
   sqlite3_bind_int64(s, 2, now_ms);
   return host_update(st, s, id, "touch host");
+}
+
+int colo_store_host_cordon(colo_store_t *st, uint64_t id, int cordoned, const char *reason) {
+  sqlite3_stmt *s = stmt(st, S_HOST_CORDON);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  sqlite3_bind_int(s, 2, cordoned != 0);
+  sqlite3_bind_text(s, 3, cordoned && reason ? reason : "", -1, SQLITE_STATIC);
+  return host_update(st, s, id, "cordon host");
 }
 
 int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data) {

@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 4
+#define COLO_STORE_SCHEMA_VERSION 5
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -67,6 +67,8 @@ typedef struct {
   int64_t registered_ms, last_seen_ms;
   uint8_t *devices; /* packed repeated colo.v1.Device (a Host message's devices), owned */
   size_t devices_len;
+  int cordoned;            /* an operator's: no new ranks are placed here */
+  char cordon_reason[257]; /* why, as they said it ("" when not cordoned) */
 } colo_host_t;
 void colo_host_clear(colo_host_t *host);
 
@@ -137,8 +139,12 @@ int colo_store_host_register(colo_store_t *st, const char *name, const char *add
                              const uint8_t *devices, size_t devices_len, uint64_t memory_bytes,
                              uint32_t cpu_count, int64_t now_ms, colo_host_t *out);
 int colo_store_host_get(colo_store_t *st, uint64_t id, colo_host_t *out);
+int colo_store_host_by_name(colo_store_t *st, const char *name, colo_host_t *out);
 int colo_store_host_set_state(colo_store_t *st, uint64_t id, int state, int64_t now_ms);
 int colo_store_host_touch(colo_store_t *st, uint64_t id, int64_t now_ms);
+/* Cordons (cordoned 1, with the operator's reason) or uncordons (0: the reason is cleared) a
+ * host; registering again keeps it as it is. COLO_ENOENT: no such host. */
+int colo_store_host_cordon(colo_store_t *st, uint64_t id, int cordoned, const char *reason);
 typedef int (*colo_store_host_cb)(const colo_host_t *host, void *data);
 int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data);
 

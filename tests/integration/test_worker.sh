@@ -2,7 +2,8 @@
 # colo-workerd against a real colod: it registers its CPU slots and heartbeats; its host goes
 # DOWN within host_timeout after a kill -9 and UP again when it comes back; a restarted colod
 # keeps it UP without a new registration; a job claiming more host memory per rank than the host
-# has waits with the reason; SIGTERM exits 0; bad configuration exits 2. A GPU job (emulated)
+# has waits with the reason; a cordoned host gets no ranks, across restarts, until uncordoned;
+# SIGTERM exits 0; bad configuration exits 2. A GPU job (emulated)
 # trains from given weights; one whose weights are missing fails at once with the reason.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
@@ -62,6 +63,59 @@ expect_rc 0 "$COLOCTL" status "$BJ"
 expect_contains "$OUT" "state      PENDING (submitted)"
 expect_contains "$OUT" "waiting    no room: 0 of 1 tensor-parallel groups of 1 devices placed; 0 devices free in all, 1 needed (counting only the devices whose hosts have resources.host_memory_mib=1073741824 free for each)"
 expect_rc 0 "$COLOCTL" cancel "$BJ"
+
+# cordon: an operator takes a host out; it gets no new ranks, the waiting job says why, and it
+# stays cordoned across a colod restart and the worker registering again; uncordon places the job
+expect_rc 2 "$COLOCTL" cordon
+expect_contains "$ERR" "cordon needs a host name"
+expect_rc 1 "$COLOCTL" cordon nosuch
+expect_eq "$ERR" "coloctl: NOT_FOUND: no host is named 'nosuch'"
+expect_rc 0 "$COLOCTL" cordon w1 --reason "disk replacement"
+expect_eq "$OUT" "host w1 cordoned: no new ranks go there; the 0 running stay"
+expect_rc 0 "$COLOCTL" hosts
+expect_contains "$OUT" "UP,CORDONED"
+expect_contains "$OUT" "w1 is cordoned: disk replacement"
+expect_rc 0 "$COLOCTL" status
+expect_contains "$OUT" "hosts       1 up, 0 down (1 cordoned)"
+printf 'name: small\ndata: {train_path: x.bin}\ntrain: {eval_interval: 0}\n' >"$TMP/small.yaml"
+SJ=$("$COLOCTL" submit "$TMP/small.yaml")
+for _ in $(seq 1 30); do
+  grep -q "cordoned host" <<<"$("$COLOCTL" status "$SJ")" && break
+  sleep 0.1
+done
+expect_rc 0 "$COLOCTL" status "$SJ"
+expect_contains "$OUT" "state      PENDING (submitted)"
+expect_contains "$OUT" "0 devices free in all, 1 needed (1 cordoned host not counted)"
+cordoned() {
+  "$COLOCTL" hosts --json | python3 -c 'import json,sys; h=[x for x in json.load(sys.stdin) if x["name"]=="w1"][0]; print(h.get("cordoned"), h.get("cordon_reason"))'
+}
+kill -KILL "$COLOD_PID"
+wait "$COLOD_PID" 2>/dev/null || true
+COLOD_PID=""
+start_colod "$TMP/state" --set host_timeout=2s --listen "127.0.0.1:$port"
+expect_eq "$(cordoned)" "True disk replacement"
+kill -KILL $WPID
+wait $WPID 2>/dev/null || true
+start_worker
+for _ in $(seq 1 50); do
+  [ "$(grep -c 'registered with' "$TMP/worker.log")" = 3 ] && break
+  sleep 0.1
+done
+expect_eq "$(grep -c 'registered with' "$TMP/worker.log")" "3"
+wait_state up 5
+expect_eq "$(cordoned)" "True disk replacement"
+expect_rc 0 "$COLOCTL" --json status "$SJ"
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" "pending"
+expect_rc 0 "$COLOCTL" uncordon w1
+expect_eq "$OUT" "host w1 uncordoned"
+expect_eq "$(cordoned)" "False None"
+for _ in $(seq 1 50); do
+  [ "$("$COLOCTL" --json status "$SJ" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("attempt", 0))')" -ge 1 ] && break
+  sleep 0.1
+done
+expect_rc 0 "$COLOCTL" --json status "$SJ"
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("attempt", 0) >= 1)')" "True"
+"$COLOCTL" cancel "$SJ" >/dev/null 2>&1 || true
 
 # SIGTERM: exit 0
 kill -TERM $WPID

@@ -191,7 +191,7 @@ TEST(refuses_newer_schema) {
   run_sql("PRAGMA user_version = 99");
   char err[512];
   ASSERT_EQ_INT(colo_store_open(db_path(), &st, err, sizeof err), COLO_ESTATE);
-  ASSERT(strstr(err, "schema version 99 is newer than this build supports (4)") != NULL);
+  ASSERT(strstr(err, "schema version 99 is newer than this build supports (5)") != NULL);
 }
 
 TEST(insert_get_list) {
@@ -413,6 +413,37 @@ TEST(hosts_register_and_state) {
   colo_host_clear(&h);
   ASSERT_EQ_INT(colo_store_host_set_state(st, 77, COLO_HOST_DOWN, 1), COLO_ENOENT);
   ASSERT_EQ_INT(colo_store_host_set_state(st, id, 9, 1), COLO_EINVAL);
+  colo_store_close(st);
+}
+
+static int cordon_cb(const colo_host_t *h, void *data) {
+  *(int *)data = h->cordoned && !strcmp(h->cordon_reason, "disk replacement");
+  return 0;
+}
+
+TEST(hosts_cordon_survives_register) {
+  colo_store_t *st = open_fresh();
+  colo_host_t h;
+  ASSERT_EQ_INT(colo_store_host_register(st, "node-b", "10.1.1.3:7071", NULL, 0, 0, 4, 100, &h), 0);
+  uint64_t id = h.id;
+  ASSERT_EQ_INT(h.cordoned, 0);
+  ASSERT_EQ_STR(h.cordon_reason, "");
+  colo_host_clear(&h);
+  ASSERT_EQ_INT(colo_store_host_cordon(st, id, 1, "disk replacement"), 0);
+  int listed = 0;
+  ASSERT_EQ_INT(colo_store_host_list(st, cordon_cb, &listed), 0);
+  ASSERT_EQ_INT(listed, 1);
+  /* a worker that registers again (a restart) finds its host as the operator left it */
+  ASSERT_EQ_INT(colo_store_host_register(st, "node-b", "10.1.1.3:7071", NULL, 0, 0, 4, 200, &h), 0);
+  ASSERT_EQ_INT(h.cordoned, 1);
+  ASSERT_EQ_STR(h.cordon_reason, "disk replacement");
+  colo_host_clear(&h);
+  ASSERT_EQ_INT(colo_store_host_cordon(st, id, 0, "ignored"), 0);
+  ASSERT_EQ_INT(colo_store_host_get(st, id, &h), 0);
+  ASSERT_EQ_INT(h.cordoned, 0);
+  ASSERT_EQ_STR(h.cordon_reason, "");
+  colo_host_clear(&h);
+  ASSERT_EQ_INT(colo_store_host_cordon(st, 77, 1, "x"), COLO_ENOENT);
   colo_store_close(st);
 }
 
