@@ -41,6 +41,7 @@ class Cluster:
         self.CancelJob = unary("CancelJob", pb.CancelJobRequest, pb.CancelJobResponse)
         self.ResumeJob = unary("ResumeJob", pb.ResumeJobRequest, pb.ResumeJobResponse)
         self.ListHosts = unary("ListHosts", pb.ListHostsRequest, pb.ListHostsResponse)
+        self.CordonHost = unary("CordonHost", pb.CordonHostRequest, pb.CordonHostResponse)
         self.GetClusterStatus = unary("GetClusterStatus", pb.GetClusterStatusRequest,
                                       pb.GetClusterStatusResponse)
         self.RegisterHost = unary("RegisterHost", pb.RegisterHostRequest, pb.RegisterHostResponse)
@@ -234,6 +235,58 @@ class ColodTest(unittest.TestCase):
         with self.assertRaises(grpc.RpcError) as cm:
             self.api.RegisterHost(pb.RegisterHostRequest(name="../evil", address="x"), timeout=5)
         self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+
+    def test_cordon_host(self):
+        # GPUs, so that the CPU jobs of the other tests neither count it nor are placed on it
+        dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_GPU, name="gpu") for i in range(2)]
+        h = self.api.RegisterHost(pb.RegisterHostRequest(name="py-cordon", address="127.0.0.1",
+                                                         devices=dev), timeout=5)
+        r = self.api.CordonHost(pb.CordonHostRequest(name="py-cordon", reason="new PSU"), timeout=5)
+        self.assertEqual((r.host.name, r.host.cordoned, r.host.cordon_reason),
+                         ("py-cordon", True, "new PSU"))
+        hosts = {x.name: x for x in self.api.ListHosts(pb.ListHostsRequest(), timeout=5).hosts}
+        self.assertTrue(hosts["py-cordon"].cordoned)
+        st = self.api.GetClusterStatus(pb.GetClusterStatusRequest(), timeout=5)
+        self.assertGreaterEqual(st.hosts_cordoned, 1)
+
+        def beat():
+            return self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session),
+                                      timeout=5)
+        s = spec(name="py-cordon-job")
+        s.resources.device = pb.DEVICE_KIND_GPU
+        job = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job
+        waiting = ""
+        for _ in range(50):  # the job waits, counting the cordoned host out
+            waiting = self.api.GetJob(pb.GetJobRequest(id=job.id), timeout=5).job.waiting
+            if waiting:
+                break
+            time.sleep(0.1)
+        self.assertTrue(waiting.endswith("(1 cordoned host not counted)"), waiting)
+        self.assertEqual([d for d in beat().desired if d.job_id == job.id], [])
+        # cordon defaults to true; uncordon clears the reason, and the job is placed there
+        r = self.api.CordonHost(pb.CordonHostRequest(name="py-cordon", cordon=False), timeout=5)
+        self.assertEqual((r.host.cordoned, r.host.cordon_reason), (False, ""))
+        mine = []
+        for _ in range(50):
+            mine = [d for d in beat().desired if d.job_id == job.id]
+            if len(mine) == 2:
+                break
+            time.sleep(0.1)
+        self.assertEqual(sorted(d.rank for d in mine), [0, 1])
+        self.api.CancelJob(pb.CancelJobRequest(id=job.id), timeout=5)
+        for req, code, msg in (
+                (pb.CordonHostRequest(name="no-such-host"), grpc.StatusCode.NOT_FOUND,
+                 "no host is named 'no-such-host'"),
+                (pb.CordonHostRequest(), grpc.StatusCode.INVALID_ARGUMENT, "name is required"),
+                (pb.CordonHostRequest(name="py-cordon", reason="x" * 201),
+                 grpc.StatusCode.INVALID_ARGUMENT, "reason is longer than 200 bytes")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.CordonHost(req, timeout=5)
+            self.assertEqual((cm.exception.code(), cm.exception.details()), (code, msg))
+        # left cordoned: it stops heartbeating, and test_worker_protocol_runs_a_job wants the
+        # GPU jobs on its own host
+        self.assertTrue(self.api.CordonHost(pb.CordonHostRequest(name="py-cordon"),
+                                            timeout=5).host.cordoned)
 
     def test_worker_protocol_runs_a_job(self):
         # the cluster to ourselves: nothing else waits for devices
