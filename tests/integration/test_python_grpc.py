@@ -73,6 +73,17 @@ def spec(**kw):
     return s
 
 
+def placed(beat, job_id, n):
+    """the job's ranks a host's heartbeats are told to run, once there are n (5 s at most)"""
+    mine = []
+    for _ in range(50):
+        mine = [d for d in beat().desired if d.job_id == job_id]
+        if len(mine) == n:
+            break
+        time.sleep(0.1)
+    return mine
+
+
 def job_rows():
     with sqlite3.connect(os.path.join(STATE, "colod.db")) as db:
         return db.execute("SELECT count(*) FROM jobs").fetchone()[0]
@@ -266,12 +277,7 @@ class ColodTest(unittest.TestCase):
         # cordon defaults to true; uncordon clears the reason, and the job is placed there
         r = self.api.CordonHost(pb.CordonHostRequest(name="py-cordon", cordon=False), timeout=5)
         self.assertEqual((r.host.cordoned, r.host.cordon_reason), (False, ""))
-        mine = []
-        for _ in range(50):
-            mine = [d for d in beat().desired if d.job_id == job.id]
-            if len(mine) == 2:
-                break
-            time.sleep(0.1)
+        mine = placed(beat, job.id, 2)
         self.assertEqual(sorted(d.rank for d in mine), [0, 1])
         self.api.CancelJob(pb.CancelJobRequest(id=job.id), timeout=5)
         for req, code, msg in (
@@ -307,12 +313,7 @@ class ColodTest(unittest.TestCase):
         def beat(ranks=()):
             return self.api.Heartbeat(pb.HeartbeatRequest(host_id=r.host_id, session=r.session,
                                                           ranks=list(ranks)), timeout=5)
-        mine = []
-        for _ in range(50):
-            mine = [d for d in beat().desired if d.job_id == job.id]
-            if len(mine) == 2:
-                break
-            time.sleep(0.1)
+        mine = placed(beat, job.id, 2)
         self.assertEqual(sorted(d.rank for d in mine), [0, 1])
         self.assertEqual({d.world for d in mine}, {2})
         self.assertEqual({d.attempt for d in mine}, {1})

@@ -24,6 +24,15 @@ wait_state() { # want, seconds
   fail "host w1 did not become $1 within $2 s (now $(host_state)); worker log: $(cat "$TMP/worker.log")"
 }
 
+# status_says JOB TEXT: coloctl status JOB, into OUT, once it says TEXT (3 s at most)
+status_says() {
+  for _ in $(seq 1 30); do
+    grep -q "$2" <<<"$("$COLOCTL" status "$1")" && break
+    sleep 0.1
+  done
+  expect_rc 0 "$COLOCTL" status "$1"
+}
+
 start_worker
 wait_state up 5
 expect_eq "$(host_state)" "up 3"
@@ -55,11 +64,7 @@ expect_eq "$(host_state)" "up 3"
 # (the host's memory came back from the store with the restarted colod)
 printf 'name: big\ndata: {train_path: x.bin}\ntrain: {eval_interval: 0}\nresources: {host_memory_mib: 1073741824}\n' >"$TMP/big.yaml"
 BJ=$("$COLOCTL" submit "$TMP/big.yaml")
-for _ in $(seq 1 30); do
-  grep -q "no room" <<<"$("$COLOCTL" status "$BJ")" && break
-  sleep 0.1
-done
-expect_rc 0 "$COLOCTL" status "$BJ"
+status_says "$BJ" "no room"
 expect_contains "$OUT" "state      PENDING (submitted)"
 expect_contains "$OUT" "waiting    no room: 0 of 1 tensor-parallel groups of 1 devices placed; 0 devices free in all, 1 needed (counting only the devices whose hosts have resources.host_memory_mib=1073741824 free for each)"
 expect_rc 0 "$COLOCTL" cancel "$BJ"
@@ -79,11 +84,7 @@ expect_rc 0 "$COLOCTL" status
 expect_contains "$OUT" "hosts       1 up, 0 down (1 cordoned)"
 printf 'name: small\ndata: {train_path: x.bin}\ntrain: {eval_interval: 0}\n' >"$TMP/small.yaml"
 SJ=$("$COLOCTL" submit "$TMP/small.yaml")
-for _ in $(seq 1 30); do
-  grep -q "cordoned host" <<<"$("$COLOCTL" status "$SJ")" && break
-  sleep 0.1
-done
-expect_rc 0 "$COLOCTL" status "$SJ"
+status_says "$SJ" "cordoned host"
 expect_contains "$OUT" "state      PENDING (submitted)"
 expect_contains "$OUT" "0 devices free in all, 1 needed (1 cordoned host not counted)"
 cordoned() {
