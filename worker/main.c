@@ -442,6 +442,7 @@ int main(int argc, char **argv) {
   do_register(&w);
   uv_timer_start(&w.tick, on_tick, w.interval_ms, w.interval_ms);
   uv_run(w.loop, UV_RUN_DEFAULT);
+  colo_ranks_free(&w.ranks);
   uv_loop_close(w.loop);
   colo_rpc_client_close(w.cli);
   colo__v1__worker_config__free_unpacked(cfg, NULL);

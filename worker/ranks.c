@@ -843,6 +843,18 @@ int colo_ranks_reap_orphans(colo_ranks_t *rs) {
   return n;
 }
 
+void colo_ranks_free(colo_ranks_t *rs) {
+  if (rs->n_st)
+    colo_ranks_status_done(rs, 0); /* a heartbeat the loop's end left unanswered */
+  colo_wrank_t *next;
+  for (colo_wrank_t *r = rs->head; r; r = next) {
+    next = r->next;
+    free_rank(r);
+  }
+  rs->head = NULL;
+  rs->n = 0;
+}
+
 size_t colo_ranks_count(const colo_ranks_t *rs) {
   return rs->n;
 }

@@ -66,6 +66,11 @@ void colo_ranks_stop_all(colo_ranks_t *rs, void (*done)(void *data), void *data)
  * Returns how many were ended. */
 int colo_ranks_reap_orphans(colo_ranks_t *rs);
 
+/* After the loop has ended (colo_ranks_stop_all's `done`, then uv_run returned): frees the
+ * ranks still in the table, those that exited and were still reported or still had output to
+ * ship. Their run directories stay; the next worker on this run_dir finds what is left. */
+void colo_ranks_free(colo_ranks_t *rs);
+
 /* The number of ranks here (running or exited and still reported). */
 size_t colo_ranks_count(const colo_ranks_t *rs);
 
