@@ -371,10 +371,15 @@ static void schedule(colod_t *d) {
     return;
   }
   size_t n = 0, off = 0;
+  /* UP hosts an operator took out, by device kind, for the waiting jobs' reasons */
+  enum { KINDS = COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU + 1 };
+  uint32_t cordoned[KINDS] = {0};
   for (size_t i = 0; i < d->n_hosts; i++) {
     colod_host_live_t *h = &d->hosts[i];
     uint8_t *b = busy + off;
     off += h->n_devices;
+    if (h->state == COLO_HOST_UP && h->cordoned && h->device_kind >= 0 && h->device_kind < KINDS)
+      cordoned[h->device_kind]++;
     if (h->state != COLO_HOST_UP || h->draining > 0 || h->n_devices == 0 || h->cordoned)
       continue;
     hosts[n].host_id = h->id;
@@ -405,12 +410,8 @@ static void schedule(colod_t *d) {
         if (hl && hl->device_kind == kind)
           fit[nf++] = hosts[h];
       }
-      uint32_t n_cordoned = 0; /* UP hosts of its kind an operator took out */
-      for (size_t h = 0; h < d->n_hosts; h++)
-        n_cordoned += d->hosts[h].cordoned && d->hosts[h].state == COLO_HOST_UP &&
-                      d->hosts[h].device_kind == kind;
       if (fit)
-        place(d, j, fit, busy, nf, n_cordoned);
+        place(d, j, fit, busy, nf, kind >= 0 && kind < KINDS ? cordoned[kind] : 0);
       free(fit);
       if (j->state == COLO_JOB_RUNNING && j->place) /* for the jobs placed after it */
         claim_memory(j, hosts, n);
