@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU session's runs, on the GPU machine (the device tool), from the pack that
 # deploy/gpu-pack.sh made here (carry: [".gpu-pack", ".colo-quickstart/data"]):
-#   bash bench/engine_gpu/device.sh tests   # test_cuda (thrice: the defaults, flash-async, GELU
-#                                           # in the epilogues), test_nccl,
+#   bash bench/engine_gpu/device.sh tests   # test_cuda (thrice: the defaults, the attention with
+#                                           # synchronous loads, GELU as a pass of its own), test_nccl,
 #                                           # then integration_gpu_train
 #   bash bench/engine_gpu/device.sh bench   # bench/engine_gpu/run.sh
 #   bash bench/engine_gpu/device.sh e2e     # bench/engine_gpu/e2e.sh: colod, colo-workerd, a GPU job
@@ -30,16 +30,16 @@ elif [ "$what" = tests ]; then
   tail -3 "$OUT/test_cuda.log"
   grep FAIL "$OUT/test_cuda.log" | head -20 || true
   echo "test_cuda: rc $rc"
-  rc=0 # again with the fused attention's asynchronous loads
-  COLO_CUDA_ATTENTION=flash-async "$BIN/test_cuda" >"$OUT/test_cuda_flash_async.log" 2>&1 || rc=$?
-  tail -1 "$OUT/test_cuda_flash_async.log"
-  grep FAIL "$OUT/test_cuda_flash_async.log" | head -20 || true
-  echo "test_cuda (COLO_CUDA_ATTENTION=flash-async): rc $rc"
-  rc=0 # and with the MLP's GELU in cuBLASLt's epilogues
-  COLO_CUDA_GELU_FUSION=1 "$BIN/test_cuda" >"$OUT/test_cuda_gelu_fusion.log" 2>&1 || rc=$?
-  tail -1 "$OUT/test_cuda_gelu_fusion.log"
-  grep FAIL "$OUT/test_cuda_gelu_fusion.log" | head -20 || true
-  echo "test_cuda (COLO_CUDA_GELU_FUSION=1): rc $rc"
+  rc=0 # again with the fused attention loading each tile before it works on it
+  COLO_CUDA_ATTENTION=flash "$BIN/test_cuda" >"$OUT/test_cuda_flash_sync.log" 2>&1 || rc=$?
+  tail -1 "$OUT/test_cuda_flash_sync.log"
+  grep FAIL "$OUT/test_cuda_flash_sync.log" | head -20 || true
+  echo "test_cuda (COLO_CUDA_ATTENTION=flash): rc $rc"
+  rc=0 # and with the MLP's GELU as a pass of its own
+  COLO_CUDA_GELU_FUSION=0 "$BIN/test_cuda" >"$OUT/test_cuda_gelu_pair.log" 2>&1 || rc=$?
+  tail -1 "$OUT/test_cuda_gelu_pair.log"
+  grep FAIL "$OUT/test_cuda_gelu_pair.log" | head -20 || true
+  echo "test_cuda (COLO_CUDA_GELU_FUSION=0): rc $rc"
   rc=0
   "$BIN/test_nccl" >"$OUT/test_nccl.log" 2>&1 || rc=$?
   tail -3 "$OUT/test_nccl.log"
@@ -52,7 +52,7 @@ else
   # under the device's 600 s a command: a report comes back whatever did not fit
   COLO_BENCH_BUDGET_S=${COLO_BENCH_BUDGET_S:-480} COLO_BENCH_BIN="$BIN" \
     COLO_BENCH_COMMIT="$(cat "$RUN/colo-gpu/COMMIT")" \
-    bash "$SRC/bench/engine_gpu/run.sh" 2>&1 | tail -40 || echo "run.sh: rc $?"
+    bash "$SRC/bench/engine_gpu/run.sh" 2>&1 | tee "$OUT/bench.log" | tail -40 || echo "run.sh: rc $?"
   cp "$SRC/bench/results/engine_gpu.md" "$SRC/bench/results/engine_gpu_quick.md" \
     "$SRC/bench/results/engine_gpu_tests.log" "$OUT/" 2>/dev/null || true
 fi

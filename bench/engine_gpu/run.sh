@@ -6,8 +6,9 @@
 #   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps in bf16: tokens/s
 #      and MFU (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU,
 #      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio; the
-#      fused attention with asynchronous loads (flash-async) and the MLP's GELU in cuBLASLt's
-#      epilogues (COLO_CUDA_GELU_FUSION=1) beside the defaults; the bf16 step's GPU time per
+#      fused attention loading each tile before it works on it (COLO_CUDA_ATTENTION=flash) and
+#      the MLP's GELU as a pass of its own (COLO_CUDA_GELU_FUSION=0) beside the defaults (the
+#      asynchronous loads, GELU in cuBLASLt's epilogues); the bf16 step's GPU time per
 #      operation (COLO_CUDA_PROFILE=1); and each operation alone at the same shapes, colo's
 #      (engine_ops, ops.c) and PyTorch's kernels for it (ops_torch.py), side by side;
 #   3. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
@@ -115,18 +116,18 @@ torch_run bf16c bf16 --compile
 colo_run c124b32 "${M124[@]:0:4}" "$B32" --precision bf16
 torch_run bf16b32 bf16 --batch-size "$B32"
 torch_run bf16cb32 bf16 --batch-size "$B32" --compile
-# the fused attention with the next tiles loaded while this one is used (cp.async), both batches
-COLO_CUDA_ATTENTION=flash-async colo_run c124bf16a "${M124[@]}" --precision bf16
-COLO_CUDA_ATTENTION=flash-async colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
-# the MLP's GELU in cuBLASLt's epilogues, both batches
-COLO_CUDA_GELU_FUSION=1 colo_run c124bf16f "${M124[@]}" --precision bf16
-COLO_CUDA_GELU_FUSION=1 colo_run c124b32f "${M124[@]:0:4}" "$B32" --precision bf16
+# the alternatives to the defaults, both batches: the fused attention loading a tile, then using
+# it (without cp.async's overlap); the MLP's GELU as a pass of its own
+COLO_CUDA_ATTENTION=flash colo_run c124bf16a "${M124[@]}" --precision bf16
+COLO_CUDA_ATTENTION=flash colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
+COLO_CUDA_GELU_FUSION=0 colo_run c124bf16f "${M124[@]}" --precision bf16
+COLO_CUDA_GELU_FUSION=0 colo_run c124b32f "${M124[@]:0:4}" "$B32" --precision bf16
 # where the bf16 step's time goes: GPU time per operation (a run of its own: the events cost a
 # little)
 COLO_CUDA_PROFILE=1 colo_run c124prof "${M124[@]}" --precision bf16 2>"$TMP/profile.txt"
 cat "$TMP/profile.txt"
 # each operation of the step alone at the 124M shapes (ops.c), with the defaults and with the
-# candidates above, and PyTorch's kernels for the same (ops_torch.py)
+# alternatives above, and PyTorch's kernels for the same (ops_torch.py)
 OPS_SHAPE=(--n-layer "${M124[0]}" --n-head "${M124[1]}" --n-embd "${M124[2]}" --block-size "${M124[3]}"
   --batch-size "${M124[4]}" --vocab-size 50304)
 if over_budget; then
@@ -134,7 +135,7 @@ if over_budget; then
 else
   timeout "$RUN_LIMIT" "$BIN/engine_ops" --device "$DEV" "${OPS_SHAPE[@]}" >"$TMP/ops.jsonl" ||
     echo '{"error":"engine_ops failed: see the output"}' >>"$TMP/ops.jsonl"
-  COLO_CUDA_ATTENTION=flash-async COLO_CUDA_GELU_FUSION=1 timeout "$RUN_LIMIT" "$BIN/engine_ops" \
+  COLO_CUDA_ATTENTION=flash COLO_CUDA_GELU_FUSION=0 timeout "$RUN_LIMIT" "$BIN/engine_ops" \
     --device "$DEV" "${OPS_SHAPE[@]}" >"$TMP/ops_cand.jsonl" ||
     echo '{"error":"engine_ops failed: see the output"}' >>"$TMP/ops_cand.jsonl"
   timeout "$RUN_LIMIT" "$PY" "$SRC/bench/engine_gpu/ops_torch.py" --device "$([ "$DEV" = gpu ] && echo cuda || echo cpu)" \
@@ -241,10 +242,10 @@ L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
 for name, run, r in (("colo, bf16 activations and products, fused attention", "c124bf16", b16),
                      ("colo, bf16, B=%d" % b32n, "c124b32", b32),
-                     ("colo, bf16, attention with async loads (COLO_CUDA_ATTENTION=flash-async)", "c124bf16a", b16a),
-                     ("colo, bf16, B=%d, attention with async loads" % b32n, "c124b32a", b32a),
-                     ("colo, bf16, GELU in cuBLASLt's epilogues (COLO_CUDA_GELU_FUSION=1)", "c124bf16f", b16f),
-                     ("colo, bf16, B=%d, GELU in cuBLASLt's epilogues" % b32n, "c124b32f", b32f),
+                     ("colo, bf16, attention with synchronous loads (COLO_CUDA_ATTENTION=flash)", "c124bf16a", b16a),
+                     ("colo, bf16, B=%d, attention with synchronous loads" % b32n, "c124b32a", b32a),
+                     ("colo, bf16, GELU as a pass of its own (COLO_CUDA_GELU_FUSION=0)", "c124bf16f", b16f),
+                     ("colo, bf16, B=%d, GELU as a pass of its own" % b32n, "c124b32f", b32f),
                      ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", "c124bf16g", b16g),
                      ("colo, bf16, biases without cuBLASLt epilogues (COLO_CUDA_EPILOGUES=0)", "c124bf16e", b16e),
                      ("colo, fp32, TF32 products", "c124", a),
@@ -282,11 +283,11 @@ oa, _, _ = ops("ops_cand")
 ot, ot_err, th = ops("ops_torch")
 if oc:
     L.append("\nEach operation alone at these shapes (`engine_ops`: 20 calls in a row after 2, the wall "
-             "time a call; *candidates*: `COLO_CUDA_ATTENTION=flash-async COLO_CUDA_GELU_FUSION=1`), "
+             "time a call; *alternatives*: `COLO_CUDA_ATTENTION=flash COLO_CUDA_GELU_FUSION=0`), "
              "and PyTorch %s's kernels for the same (`ops_torch.py`: bf16, %s attention, AdamW fused on a GPU). "
              "Speed is colo's rate; the ratio is PyTorch's time over colo's (above 1: colo is "
              "faster).\n" % (th.get("torch", "?"), th.get("attention", "?")))
-    L.append("| operation | a step | colo ms | colo speed | candidates ms | PyTorch ms | ratio |")
+    L.append("| operation | a step | colo ms | colo speed | alternatives ms | PyTorch ms | ratio |")
     L.append("|---|---|---|---|---|---|---|")
     for k, x in oc.items():
         if k == "sum of the parts":
@@ -298,7 +299,7 @@ if oc:
             x["op"], x["per_step"], x["ms"], sp, "%.3f" % c["ms"] if c else "",
             "%.3f" % t["ms"] if t else "", "%.2f×" % (t["ms"] / x["ms"]) if t else ""))
     torch_sum = sum(v["per_step"] * ot[k]["ms"] for k, v in oc.items() if k in ot and "per_step" in v)
-    for label, d, step in (("colo", oc, b16), ("candidates", oa, None)):
+    for label, d, step in (("colo", oc, b16), ("alternatives", oa, None)):
         s = d.get("sum of the parts")
         if s:
             L.append("\nSum of the parts, a step (%s): %.2f ms%s." % (label, s["ms"],
@@ -314,10 +315,10 @@ def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
     ok = [t for t in ts if "error" not in t]
     return max(ok, key=lambda t: t["tokens_per_s"]) if ok else None
 for r, n, t, how in ((b16, m124[4], best(tb, tbc), ""), (b32, b32n, best(tb32, tbc32), ""),
-                     (b16a, m124[4], best(tb, tbc), ", attention with async loads"),
-                     (b32a, b32n, best(tb32, tbc32), ", attention with async loads"),
-                     (b16f, m124[4], best(tb, tbc), ", GELU in the epilogues"),
-                     (b32f, b32n, best(tb32, tbc32), ", GELU in the epilogues")):
+                     (b16a, m124[4], best(tb, tbc), ", attention with synchronous loads"),
+                     (b32a, b32n, best(tb32, tbc32), ", attention with synchronous loads"),
+                     (b16f, m124[4], best(tb, tbc), ", GELU as a pass of its own"),
+                     (b32f, b32n, best(tb32, tbc32), ", GELU as a pass of its own")):
     if r and t:
         L.append("Ratio colo (bf16%s) / PyTorch's fastest (bf16 autocast%s), B=%d: **%.2f×** (target ≥ 1.0×; "
                  "MFU target ≥ 45%%: colo's is %.1f%%)." % (how, ", torch.compile" if t.get("compile") else "",

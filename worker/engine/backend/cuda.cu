@@ -52,9 +52,10 @@ static struct {
   void *lt_work;       /* its workspace, LT_WORK bytes */
   int lt_off;          /* COLO_CUDA_EPILOGUES=0: without them */
   size_t att_budget;   /* attention's scratch for one group of heads (head_group) */
-  int flash;      /* the fused attention where it applies: 1 (COLO_CUDA_ATTENTION=flash), 2 with
-                     async loads (flash-async); 0: the batched products (gemm) */
-  int gelu_fused; /* COLO_CUDA_GELU_FUSION=1: the MLP's GELU in cuBLASLt's epilogues */
+  int flash;           /* the fused attention where it applies: 2 with async loads (the default,
+                          COLO_CUDA_ATTENTION=flash-async), 1 loading each tile before it works on it
+                          (flash); 0: the batched products (gemm) */
+  int gelu_fused; /* the MLP's GELU in cuBLASLt's epilogues; COLO_CUDA_GELU_FUSION=0: without */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -186,8 +187,8 @@ static void gemm(int ta, int tb, int M, int N, int K, float alpha, const void *A
 
 /* ---- cuBLASLt: products that add a bias, or take a bias gradient, in their epilogue ----
  * A product with a bias otherwise writes the bias rows first and adds the product onto them, and
- * a bias gradient is a column sum of its own: a pass over the output each. With
- * COLO_CUDA_GELU_FUSION=1 the MLP's GELU is an epilogue too: forward, the product (plus bias)
+ * a bias gradient is a column sum of its own: a pass over the output each. Unless
+ * COLO_CUDA_GELU_FUSION=0, the MLP's GELU is an epilogue too: forward, the product (plus bias)
  * goes to an auxiliary matrix (GELU's input, kept for the backward) and its GELU to the output;
  * backward, the input gradient's product is multiplied by GELU's derivative at the auxiliary
  * matrix before it is stored. Each spares a pass over a [N][4C] matrix. A plan per shape holds
@@ -758,7 +759,7 @@ template <class T> static void gelu_bwd(void *dinp, const void *inp, const void 
   map<T, gelu_bwd_op>(dinp, inp, dout, n);
 }
 
-/* The MLP's product and GELU (backend.h): cuBLASLt's GELU epilogues with COLO_CUDA_GELU_FUSION=1
+/* The MLP's product and GELU (backend.h): cuBLASLt's GELU epilogues unless COLO_CUDA_GELU_FUSION=0
  * (GELU of the fp32 sum; cuBLASLt's GELU is the same tanh approximation), else, or where cuBLASLt
  * has no algorithm for the shape, the product and a pass of GELU over its output. */
 template <class T>
@@ -1435,13 +1436,15 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
     snprintf(err, errlen, "COLO_CUDA_ATTENTION must be flash, flash-async or gemm, not '%s'", att);
     return NULL;
   }
-  g.flash = att && !strcmp(att, "gemm") ? 0 : att && !strcmp(att, "flash-async") ? 2 : 1;
+  /* flash-async and the GELU epilogues became the defaults when they were faster on an H100
+   * (bench/results/engine_gpu_quick.md) */
+  g.flash = att && !strcmp(att, "gemm") ? 0 : att && !strcmp(att, "flash") ? 1 : 2;
   const char *gf = getenv("COLO_CUDA_GELU_FUSION");
   if (gf && *gf && strcmp(gf, "0") && strcmp(gf, "1")) {
     snprintf(err, errlen, "COLO_CUDA_GELU_FUSION must be 0 or 1, not '%s'", gf);
     return NULL;
   }
-  g.gelu_fused = gf && !strcmp(gf, "1");
+  g.gelu_fused = !(gf && !strcmp(gf, "0"));
   const char *mib = getenv("COLO_CUDA_ATTENTION_MIB");
   g.att_budget = (size_t)((mib && atof(mib) > 0 ? atof(mib) : 24.0) * 1048576.0);
   TABLE_F32 = make_table<float>("cuda");

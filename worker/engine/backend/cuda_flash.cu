@@ -29,7 +29,13 @@
 
 #include "cuda_common.cuh"
 
-enum { TILE = 64, THREADS = 128 };
+enum { TILE = 64, SUB = 32, THREADS = 128 };
+
+/* Blocks an SM should hold of the backward kernels: a bound on their registers. Three for head
+ * sizes to 64 (at most 168 registers a thread; at the 124M shapes on an H100 this took the
+ * backward from 0.32 to 0.29 ms, bench/results/engine_gpu_attention.md); head size 128 needs
+ * more registers than that bound leaves without spilling, so it is left to the compiler. */
+template <int HS> struct bwd_blocks { static constexpr int n = HS <= 64 ? 3 : 1; };
 
 #define LOG2E 1.4426950408889634f
 
@@ -68,9 +74,6 @@ template <> __device__ __forceinline__ uint32_t pack2<fp16>(float lo, float hi) 
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t *>(&v);
 }
-__device__ __forceinline__ static uint32_t ld32(const void *p) {
-  return *reinterpret_cast<const uint32_t *>(p);
-}
 
 /* four 8×8 matrices of 16-bit values, transposed: rows k0 … k0+15 of a row-major tile, columns
  * n0 … n0+15, as the right operands of two products (columns n0 … and n0+8 …), each [b0, b1] */
@@ -81,46 +84,73 @@ __device__ __forceinline__ static void ldsm_t(uint32_t (&r)[4], const void *row)
                : "r"(a));
 }
 
-/* a warp's 16 rows (from r0) of a tile, columns k·16 …, as a left operand */
+/* four 8×8 matrices of 16-bit values as they stand, lane l giving the address of matrix l/8's
+ * row l%8 (16 bytes); each lane gets, of each matrix, row lane/4's values 2·(lane%4) and the
+ * next: what a fragment holds */
+__device__ __forceinline__ static void ldsm(uint32_t (&r)[4], const void *row) {
+  uint32_t a = (uint32_t)__cvta_generic_to_shared(row);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+
+/* a warp's 16 rows (from r0) of a tile, columns k·16 …, as a left operand: the matrices are
+ * rows +0 and +8 (a[0], a[1]) at columns +0, then at +8 (a[2], a[3]) */
 template <class E, int HS>
 __device__ __forceinline__ static void frag_a(uint32_t (&a)[4], const E *tile, int r0, int k,
                                               int lane) {
   constexpr int LE = geo<E, HS>::LE;
-  const E *p = tile + (r0 + lane / 4) * LE + k * 16 + 2 * (lane % 4);
-  a[0] = ld32(p);
-  a[1] = ld32(p + 8 * LE);
-  a[2] = ld32(p + 8);
-  a[3] = ld32(p + 8 * LE + 8);
+  int m = lane / 8;
+  ldsm(a, tile + (r0 + lane % 8 + (m & 1) * 8) * LE + k * 16 + (m >> 1) * 8);
 }
 
-/* s[j] (16×8, j over the tile's 8 column groups) = a warp's 16 rows of `rows` (from r0) · tileᵀ */
+/* the right operands of two products, columns j·8 … and j·8+8 … of s = rows·tileᵀ (the tile's
+ * rows j·8 …), k-step k: [b0, b1] of the first, then of the second; the matrices are tile rows
+ * +0 at columns +0 and +8, then rows +8 likewise */
 template <class E, int HS>
-__device__ __forceinline__ static void product_t(float (&s)[TILE / 8][4], const E *rows, int r0,
-                                                 const E *tile, int lane) {
+__device__ __forceinline__ static void frag_b2(uint32_t (&b)[4], const E *tile, int j, int k,
+                                               int lane) {
   constexpr int LE = geo<E, HS>::LE;
+  int m = lane / 8;
+  ldsm(b, tile + (j * 8 + lane % 8 + (m >> 1) * 8) * LE + k * 16 + (m & 1) * 8);
+}
+
+/* a warp's 16 rows (from r0) of a tile, all HS columns, as left operands */
+template <class E, int HS>
+__device__ __forceinline__ static void frags_a(uint32_t (&a)[HS / 16][4], const E *rows, int r0,
+                                               int lane) {
 #pragma unroll
-  for (int j = 0; j < TILE / 8; j++)
+  for (int k = 0; k < HS / 16; k++)
+    frag_a<E, HS>(a[k], rows, r0, k, lane);
+}
+
+/* s[j] (16×8, j over NC/8 column groups) = a warp's 16 rows, as left operands a · tileᵀ, the
+ * tile's first NC rows */
+template <class E, int HS, int NC = TILE>
+__device__ __forceinline__ static void
+product_tf(float (&s)[NC / 8][4], const uint32_t (&a)[HS / 16][4], const E *tile, int lane) {
+#pragma unroll
+  for (int j = 0; j < NC / 8; j++)
     s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
-  for (int k = 0; k < HS / 16; k++) {
-    uint32_t a[4];
-    frag_a<E, HS>(a, rows, r0, k, lane);
+  for (int k = 0; k < HS / 16; k++)
 #pragma unroll
-    for (int j = 0; j < TILE / 8; j++) {
-      const E *p = tile + (j * 8 + lane / 4) * LE + k * 16 + 2 * (lane % 4);
-      mma<E>(s[j], a, ld32(p), ld32(p + 8));
+    for (int j = 0; j < NC / 8; j += 2) {
+      uint32_t b[4];
+      frag_b2<E, HS>(b, tile, j, k, lane);
+      mma<E>(s[j], a[k], b[0], b[1]);
+      mma<E>(s[j + 1], a[k], b[2], b[3]);
     }
-  }
 }
 
-/* acc (16×HS) += p (16×64: its accumulator layout, rounded to the storage type) · tile (64 rows
- * of HS) */
-template <class E, int HS>
+/* acc (16×HS) += p (16×NC: its accumulator layout, rounded to the storage type) · tile (its first
+ * NC rows of HS) */
+template <class E, int HS, int NC = TILE>
 __device__ __forceinline__ static void
-product_acc(float (&acc)[HS / 8][4], const float (&p)[TILE / 8][4], const E *tile, int lane) {
+product_acc(float (&acc)[HS / 8][4], const float (&p)[NC / 8][4], const E *tile, int lane) {
   constexpr int LE = geo<E, HS>::LE;
 #pragma unroll
-  for (int k = 0; k < TILE / 16; k++) {
+  for (int k = 0; k < NC / 16; k++) {
     uint32_t a[4] = {pack2<E>(p[2 * k][0], p[2 * k][1]), pack2<E>(p[2 * k][2], p[2 * k][3]),
                      pack2<E>(p[2 * k + 1][0], p[2 * k + 1][1]),
                      pack2<E>(p[2 * k + 1][2], p[2 * k + 1][3])};
@@ -256,6 +286,7 @@ __global__ static void __launch_bounds__(THREADS)
   const float sl2 = scale * LOG2E; /* scores in base 2 */
   const int r0 = warp * 16, row[2] = {qt * TILE + r0 + lane / 4, qt * TILE + r0 + lane / 4 + 8};
   float o[HS / 8][4] = {}, mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
+  uint32_t fq[HS / 16][4]; /* q's fragments, loaded once */
   for (int kt = 0; kt <= qt; kt++) {
     const int st = stage_of<ASYNC>(kt);
     E *ks = KS(st), *vs = VS(st);
@@ -271,8 +302,10 @@ __global__ static void __launch_bounds__(THREADS)
       load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
       __syncthreads();
     }
+    if (kt == 0) /* q is in */
+      frags_a<E, HS>(fq, qs, r0, lane);
     float s[TILE / 8][4];
-    product_t<E, HS>(s, qs, r0, ks, lane);
+    product_tf<E, HS>(s, fq, ks, lane);
     /* the online softmax: key k is seen when it is not after the query. The tile's first key
      * never is, so a row's max is finite from the first tile on. */
     float tmax[2] = {-INFINITY, -INFINITY};
@@ -350,9 +383,56 @@ __global__ static void flash_dsum_kernel(float *dsum, const E *dout, const E *ou
   }
 }
 
+/* The backward kernels take a tile's 64 columns (queries for dk and dv, keys for dq) in halves
+ * of SUB, which halves the scores and their gradients held in registers: the dk-dv kernel went
+ * from 192 registers a thread (two blocks an SM) to fewer, and more blocks share an SM.
+ *
+ * A half's probabilities and score gradients. MASK: the causal mask and T; without it (a tile
+ * wholly below the diagonal) every pair is taken: rows at or past T in such a tile were loaded
+ * as zeros, with a log-sum-exp and dsum of zero, so their p is 1 and every gradient they add
+ * is 0·something. dk-dv's, transposed: s and dp are [key][query]; lq the query tile's
+ * log-sum-exps (times l2 in base 2) and dl its dsums; keys key[0], key[1], queries q0 + c0 on. */
+template <bool MASK, int SUB>
+__device__ __forceinline__ static void
+score_grads(float (&s)[SUB / 8][4], float (&dp)[SUB / 8][4], const float *lq, const float *dl,
+            float l2, int c0, int q0, const int (&key)[2], int T_, float sl2, float scale, int t4) {
+#pragma unroll
+  for (int j = 0; j < SUB / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int qi = c0 + j * 8 + 2 * t4 + (e & 1), query = q0 + qi;
+      float p = 0.0f, g = 0.0f;
+      if (!MASK || (key[e / 2] <= query && query < T_)) {
+        p = exp2f(s[j][e] * sl2 - lq[qi] * l2);
+        g = p * (dp[j][e] - dl[qi]) * scale;
+      }
+      s[j][e] = p;
+      dp[j][e] = g;
+    }
+}
+
+/* dq's: s and dp are [query][key], the rows row[0], row[1] with their log-sum-exps l (base 2) and
+ * dsums D, keys k0 on; s becomes the score gradient */
+template <bool MASK, int SUB>
+__device__ __forceinline__ static void
+query_grads(float (&s)[SUB / 8][4], const float (&dp)[SUB / 8][4], const float (&l)[2],
+            const float (&D)[2], int k0, const int (&row)[2], int T_, float sl2, float scale,
+            int t4) {
+#pragma unroll
+  for (int j = 0; j < SUB / 8; j++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      int key = k0 + j * 8 + 2 * t4 + (e & 1), i = e / 2;
+      float g = 0.0f;
+      if (!MASK || (key <= row[i] && row[i] < T_))
+        g = exp2f(s[j][e] * sl2 - l[i]) * (dp[j][e] - D[i]) * scale;
+      s[j][e] = g;
+    }
+}
+
 /* dk and dv of one key tile: a warp's 16 keys against every query tile from the diagonal on */
 template <class E, int HS, bool ASYNC>
-__global__ static void __launch_bounds__(THREADS)
+__global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
     flash_bwd_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
                         int T_, int C, int NH, float scale) {
   typedef geo<E, HS> G;
@@ -384,6 +464,7 @@ __global__ static void __launch_bounds__(THREADS)
   const float sl2 = scale * LOG2E;
   const int r0 = warp * 16, key[2] = {kt * TILE + r0 + lane / 4, kt * TILE + r0 + lane / 4 + 8};
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
+  uint32_t fk[HS / 16][4], fv[HS / 16][4]; /* k's and v's fragments, loaded once */
   for (int qt = kt; qt < nt; qt++) {
     const int st = stage_of<ASYNC>(qt - kt);
     E *qs = QS(st), *ds = DS(st);
@@ -409,25 +490,26 @@ __global__ static void __launch_bounds__(THREADS)
       }
       __syncthreads();
     }
-    float s[TILE / 8][4], dp[TILE / 8][4];
-    product_t<E, HS>(s, ks, r0, qs, lane);  /* scores, transposed: [key][query] */
-    product_t<E, HS>(dp, vs, r0, ds, lane); /* dout·v, transposed */
-#pragma unroll
-    for (int j = 0; j < TILE / 8; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int qi = j * 8 + 2 * t4 + (e & 1), query = qt * TILE + qi;
-        float p = 0.0f, g = 0.0f;
-        if (key[e / 2] <= query && query < T_) {
-          /* the async loads bring the log-sum-exp as it is stored */
-          p = exp2f(s[j][e] * sl2 - (ASYNC ? lq[qi] * LOG2E : lq[qi]));
-          g = p * (dp[j][e] - dl[qi]) * scale;
-        }
-        s[j][e] = p;
-        dp[j][e] = g;
-      }
-    product_acc<E, HS>(dv, s, ds, lane);  /* dv += pᵀ·dout */
-    product_acc<E, HS>(dk, dp, qs, lane); /* dk += (its score gradient)ᵀ·q */
+    if (qt == kt) { /* k and v are in */
+      frags_a<E, HS>(fk, ks, r0, lane);
+      frags_a<E, HS>(fv, vs, r0, lane);
+    }
+    /* the query tile in two halves: half its scores in registers at a time */
+#pragma unroll 1
+    for (int c0 = 0; c0 < TILE; c0 += SUB) {
+      float s[SUB / 8][4], dp[SUB / 8][4];
+      product_tf<E, HS, SUB>(s, fk, qs + c0 * G::LE, lane);  /* scores, transposed */
+      product_tf<E, HS, SUB>(dp, fv, ds + c0 * G::LE, lane); /* dout·v, transposed */
+      /* the async loads bring the log-sum-exp as it is stored */
+      if (qt > kt)
+        score_grads<false, SUB>(s, dp, lq, dl, ASYNC ? LOG2E : 1.0f, c0, qt * TILE, key, T_, sl2,
+                                scale, t4);
+      else
+        score_grads<true, SUB>(s, dp, lq, dl, ASYNC ? LOG2E : 1.0f, c0, qt * TILE, key, T_, sl2,
+                               scale, t4);
+      product_acc<E, HS, SUB>(dv, s, ds + c0 * G::LE, lane);  /* dv += pᵀ·dout */
+      product_acc<E, HS, SUB>(dk, dp, qs + c0 * G::LE, lane); /* dk += (score gradient)ᵀ·q */
+    }
     if (ASYNC)
       __syncthreads();
   }
@@ -442,7 +524,7 @@ __global__ static void __launch_bounds__(THREADS)
 
 /* dq of one query tile: a warp's 16 queries against every key tile up to the diagonal */
 template <class E, int HS, bool ASYNC>
-__global__ static void __launch_bounds__(THREADS)
+__global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
     flash_bwd_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
                        int T_, int C, int NH, float scale) {
   typedef geo<E, HS> G;
@@ -474,6 +556,7 @@ __global__ static void __launch_bounds__(THREADS)
     D[i] = row[i] < T_ ? dsum[(size_t)pair * T_ + row[i]] : 0.0f;
   }
   float dq[HS / 8][4] = {};
+  uint32_t fq[HS / 16][4], fd[HS / 16][4]; /* q's and dout's fragments, loaded once */
   for (int kt = 0; kt <= qt; kt++) {
     const int st = stage_of<ASYNC>(kt);
     E *ks = KS(st), *vs = VS(st);
@@ -489,20 +572,22 @@ __global__ static void __launch_bounds__(THREADS)
       load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
       __syncthreads();
     }
-    float s[TILE / 8][4], dp[TILE / 8][4];
-    product_t<E, HS>(s, qs, r0, ks, lane);  /* scores [query][key] */
-    product_t<E, HS>(dp, ds, r0, vs, lane); /* dout·v */
-#pragma unroll
-    for (int j = 0; j < TILE / 8; j++)
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        int key = kt * TILE + j * 8 + 2 * t4 + (e & 1), i = e / 2;
-        float g = 0.0f;
-        if (key <= row[i] && row[i] < T_)
-          g = exp2f(s[j][e] * sl2 - l[i]) * (dp[j][e] - D[i]) * scale;
-        s[j][e] = g;
-      }
-    product_acc<E, HS>(dq, s, ks, lane); /* dq += (score gradient)·k */
+    if (kt == 0) { /* q and dout are in */
+      frags_a<E, HS>(fq, qs, r0, lane);
+      frags_a<E, HS>(fd, ds, r0, lane);
+    }
+    /* the key tile in two halves, as above */
+#pragma unroll 1
+    for (int c0 = 0; c0 < TILE; c0 += SUB) {
+      float s[SUB / 8][4], dp[SUB / 8][4];
+      product_tf<E, HS, SUB>(s, fq, ks + c0 * G::LE, lane);  /* scores [query][key] */
+      product_tf<E, HS, SUB>(dp, fd, vs + c0 * G::LE, lane); /* dout·v */
+      if (kt < qt)
+        query_grads<false, SUB>(s, dp, l, D, kt * TILE + c0, row, T_, sl2, scale, t4);
+      else
+        query_grads<true, SUB>(s, dp, l, D, kt * TILE + c0, row, T_, sl2, scale, t4);
+      product_acc<E, HS, SUB>(dq, s, ks + c0 * G::LE, lane); /* dq += (score gradient)·k */
+    }
     if (ASYNC)
       __syncthreads();
   }
