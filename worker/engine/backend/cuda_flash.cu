@@ -10,8 +10,9 @@
  * one (16×8) the rows 2t.. and 8+2t.. of column g. So a product's accumulators, rounded to the
  * storage type in pairs, are the next product's left operand as they stand (probabilities times
  * v), and a row-major tile is read as a right operand transposed (k or q against the rows) with
- * plain 32-bit loads, or as it stands (v, dout, q, k against the head's values) with
- * ldmatrix.trans. Rows are padded by 16 bytes: neither access meets a bank conflict.
+ * ldmatrix, or as it stands (v, dout, q, k against the head's values) with ldmatrix.trans; left
+ * operands are read with ldmatrix too, and the one a block keeps for its whole walk is read once
+ * into registers. Rows are padded by 16 bytes: no access meets a bank conflict.
  *
  * Forward, a block per (query tile, sequence·head): walks the key tiles up to the diagonal with
  * the online softmax (running max and sum per row, in base 2, the output rescaled as the max
@@ -33,8 +34,9 @@ enum { TILE = 64, SUB = 32, THREADS = 128 };
 
 /* Blocks an SM should hold of the backward kernels: a bound on their registers. Three for head
  * sizes to 64 (at most 168 registers a thread; at the 124M shapes on an H100 this took the
- * backward from 0.32 to 0.29 ms, bench/results/engine_gpu_attention.md); head size 128 needs
- * more registers than that bound leaves without spilling, so it is left to the compiler. */
+ * asynchronous backward from 0.33 to 0.31 ms a layer, and with ldmatrix from 0.32 to 0.30:
+ * bench/results/engine_gpu_attention.md); head size 128 needs more registers than that bound
+ * leaves without spilling, so it is left to the compiler. */
 template <int HS> struct bwd_blocks { static constexpr int n = HS <= 64 ? 3 : 1; };
 
 #define LOG2E 1.4426950408889634f
