@@ -20,7 +20,8 @@
   XX(EPROTO, -13, "protocol error")                                                                \
   XX(EINTERNAL, -14, "internal error")                                                             \
   XX(EPARSE, -15, "parse error")                                                                   \
-  XX(EBUSY, -16, "busy")
+  XX(EBUSY, -16, "busy")                                                                           \
+  XX(ESTOPPED, -17, "stopped as asked")
 
 typedef enum {
 #define XX(name, code, text) COLO_##name = code,
@@ -32,6 +33,12 @@ typedef enum {
  * as written (a missing or malformed data file or weights, a model that does not fit them, a
  * layout the model does not allow). sysexits.h's EX_CONFIG; colod does not restart the job. */
 #define COLO_EXIT_CONFIG 78
+
+/* The exit status of a rank that stopped because it was asked to (SIGTERM, or SIGINT): it
+ * finished its step, agreed the stop with every other rank, and saved a checkpoint there. A cancel
+ * or a worker's shutdown, not a failure. sysexits.h's EX_TEMPFAIL; colod restarts the job from
+ * that checkpoint without counting a restart. */
+#define COLO_EXIT_STOPPED 75
 
 /* Human text for an error code; "unknown error" for codes not in the list. Never NULL. */
 const char *colo_strerror(int err);

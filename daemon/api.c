@@ -721,6 +721,7 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
     l->session = h.session;
     l->state = COLO_HOST_UP;
     l->cordoned = h.cordoned;
+    l->stopping = 0; /* a worker that registers is not shutting down */
     l->last_seen_ms = h.last_seen_ms;
     l->last_seen_mono_ms = colod_mono_ms(d);
     host_live_devices(l, req->address, req->devices, req->n_devices);
@@ -759,6 +760,11 @@ static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *
   }
   l->last_seen_mono_ms = colod_mono_ms(d);
   l->last_seen_ms = colod_now_ms();
+  if (req->has_stopping && req->stopping && !l->stopping) {
+    l->stopping = 1;
+    colo_log(COLO_LOG_INFO, "hosts", "host %llu: its worker is stopping; nothing new goes there",
+             (unsigned long long)l->id);
+  }
   if (l->state != COLO_HOST_UP) {
     if (colo_store_host_set_state(d->store, l->id, COLO_HOST_UP, l->last_seen_ms) == 0) {
       l->state = COLO_HOST_UP;

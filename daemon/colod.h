@@ -30,6 +30,7 @@ typedef struct {
   uint32_t draining;     /* ranks of ended attempts still running there (last heartbeat) */
   uint64_t memory_bytes; /* host memory it registered with; 0: not said */
   int cordoned;          /* an operator's CordonHost: no new ranks here */
+  int stopping;          /* its worker said it is shutting down: no new ranks until it registers */
 } colod_host_live_t;
 
 typedef struct colod_s {

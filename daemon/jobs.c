@@ -198,12 +198,16 @@ static void sync_jobs(colod_t *d) {
 
 /* ---- state changes ---- */
 
-static int transition(colod_t *d, colod_job_live_t *j, int to, const char *msg) {
+/* interrupted: to RESTARTING for ranks that stopped as asked (colo_store_job_interrupted) */
+static int transition_as(colod_t *d, colod_job_live_t *j, int to, const char *msg,
+                         int interrupted) {
   colo_job_t row;
   if (j->state == COLO_JOB_RUNNING)
     colod_jobs_keep_progress(d, j->id);
   j->wait_why[0] = '\0'; /* a new state: the scheduler says again why, if it waits */
-  int rc = colo_store_job_transition(d->store, j->id, to, msg, 0, colod_now_ms(), &row);
+  int rc = interrupted
+               ? colo_store_job_interrupted(d->store, j->id, msg, colod_now_ms(), &row)
+               : colo_store_job_transition(d->store, j->id, to, msg, 0, colod_now_ms(), &row);
   if (rc < 0) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot go to %s: %s", (unsigned long long)j->id,
              colo_job_state_name(to), colo_store_errmsg(d->store));
@@ -220,13 +224,29 @@ static int transition(colod_t *d, colod_job_live_t *j, int to, const char *msg) 
   return 0;
 }
 
+static int transition(colod_t *d, colod_job_live_t *j, int to, const char *msg) {
+  return transition_as(d, j, to, msg, 0);
+}
+
 static void on_kick(uv_timer_t *t);
 
-static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why, int config) {
+/* How an attempt ended badly: a failure, a job that cannot run as written, or ranks that stopped
+ * as asked (their worker shut down, or they were sent a stop signal) after saving a checkpoint. */
+enum { END_FAILED, END_CONFIG, END_STOPPED };
+
+static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why, int how) {
   char msg[512];
-  if (config) { /* the job as written cannot run: another attempt would fail the same way */
+  if (how ==
+      END_CONFIG) { /* the job as written cannot run: another attempt would fail the same way */
     snprintf(msg, sizeof msg, "%s; not restarted: the job cannot run as written", why);
     transition(d, j, COLO_JOB_FAILED, msg);
+  } else if (how == END_STOPPED) { /* not the job's failure: no restart counted, no back-off */
+    snprintf(msg, sizeof msg, "%s; restarting from its checkpoint (not counted as a restart)", why);
+    if (transition_as(d, j, COLO_JOB_RESTARTING, msg, 1) == 0) {
+      j->not_before_mono_ms = colod_mono_ms(d);
+      if (!d->draining)
+        uv_timer_start(&d->restart, on_kick, 0, 0);
+    }
   } else if (j->restarts < j->max_restarts) {
     uint64_t backoff = d->cfg.restart_backoff_ms;
     for (uint32_t i = 0; i < j->restarts && backoff < 60ull * d->cfg.restart_backoff_ms; i++)
@@ -258,11 +278,19 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
       config = 1;
       snprintf(why, sizeof why, "rank %u exited with code %d: %s", r, j->exit_code[r], j->why[r]);
     }
+  /* ranks that stopped as asked (COLO_EXIT_STOPPED) end it without a failure, unless one did
+   * fail */
+  char stopped[400] = "";
   for (uint32_t r = 0; r < j->world && !why[0]; r++) {
     colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
     if (j->phase[r] == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
       if (j->sig[r])
         snprintf(why, sizeof why, "rank %u was killed by signal %d", r, j->sig[r]);
+      else if (j->exit_code[r] == COLO_EXIT_STOPPED && !stopped[0])
+        snprintf(stopped, sizeof stopped, "rank %u %s", r,
+                 j->why[r][0] ? j->why[r] : "stopped as asked");
+      else if (j->exit_code[r] == COLO_EXIT_STOPPED)
+        continue;
       else if (j->exit_code[r])
         snprintf(why, sizeof why, "rank %u exited with code %d%s%s", r, j->exit_code[r],
                  j->why[r][0] ? ": " : "", j->why[r]);
@@ -274,7 +302,9 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
     }
   }
   if (why[0]) {
-    end_attempt(d, j, why, config);
+    end_attempt(d, j, why, config ? END_CONFIG : END_FAILED);
+  } else if (stopped[0]) {
+    end_attempt(d, j, stopped, END_STOPPED);
   } else if (done == j->world) {
     char msg[128];
     snprintf(msg, sizeof msg, "all %u ranks exited 0", j->world);
@@ -380,7 +410,8 @@ static void schedule(colod_t *d) {
     off += h->n_devices;
     if (h->state == COLO_HOST_UP && h->cordoned && h->device_kind >= 0 && h->device_kind < KINDS)
       cordoned[h->device_kind]++;
-    if (h->state != COLO_HOST_UP || h->draining > 0 || h->n_devices == 0 || h->cordoned)
+    if (h->state != COLO_HOST_UP || h->draining > 0 || h->n_devices == 0 || h->cordoned ||
+        h->stopping)
       continue;
     hosts[n].host_id = h->id;
     hosts[n].n_devices = h->n_devices;

@@ -576,8 +576,9 @@ static int update_job(colo_store_t *st, const colo_job_t *j) {
   return step_done(st, s, "update job");
 }
 
-int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char *message,
-                              uint64_t resume_step, int64_t now_ms, colo_job_t *out) {
+/* interrupted: RESTARTING without a restart counted, the attempt ended CANCELLED */
+static int transition_in(colo_store_t *st, uint64_t id, int to, const char *message,
+                         uint64_t resume_step, int interrupted, int64_t now_ms, colo_job_t *out) {
   colo_job_t j;
   int rc;
   if (to == COLO_JOB_RUNNING) {
@@ -592,6 +593,12 @@ int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char 
     rc = COLO_ESTATE;
     goto fail;
   }
+  if (interrupted && j.state != COLO_JOB_RUNNING) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu is %s: no attempt to interrupt",
+             (unsigned long long)id, colo_job_state_name(j.state));
+    rc = COLO_ESTATE;
+    goto fail;
+  }
   if (!colo_job_transition_allowed(j.state, to)) {
     snprintf(st->errmsg, sizeof st->errmsg, "job %llu is %s; it cannot become %s",
              (unsigned long long)id, colo_job_state_name(j.state), colo_job_state_name(to));
@@ -600,7 +607,9 @@ int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char 
   }
   if (j.state == COLO_JOB_RUNNING && j.attempt > 0) {
     sqlite3_stmt *s = stmt(st, S_ATTEMPT_END);
-    int attempt_state = to == COLO_JOB_RESTARTING ? COLO_JOB_FAILED : to;
+    int attempt_state = to != COLO_JOB_RESTARTING ? to
+                        : interrupted             ? COLO_JOB_CANCELLED
+                                                  : COLO_JOB_FAILED;
     sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
     sqlite3_bind_int64(s, 2, j.attempt);
     sqlite3_bind_int(s, 3, attempt_state);
@@ -608,7 +617,7 @@ int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char 
     sqlite3_bind_text(s, 5, message ? message : "", -1, SQLITE_STATIC);
     CHECK_GOTO(step_done(st, s, "end attempt"), rc, fail);
   }
-  if (to == COLO_JOB_RESTARTING)
+  if (to == COLO_JOB_RESTARTING && !interrupted)
     j.restarts++;
   if (to == COLO_JOB_PENDING) { /* a resume */
     j.restarts = 0;
@@ -630,6 +639,16 @@ fail:
 fail_nojob:
   rollback(st);
   return rc;
+}
+
+int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char *message,
+                              uint64_t resume_step, int64_t now_ms, colo_job_t *out) {
+  return transition_in(st, id, to, message, resume_step, 0, now_ms, out);
+}
+
+int colo_store_job_interrupted(colo_store_t *st, uint64_t id, const char *message, int64_t now_ms,
+                               colo_job_t *out) {
+  return transition_in(st, id, COLO_JOB_RESTARTING, message, 0, 1, now_ms, out);
 }
 
 int colo_store_attempt_begin(colo_store_t *st, uint64_t job_id, const colo_rank_place_t *ranks,

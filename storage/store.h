@@ -124,6 +124,12 @@ int colo_store_job_set_progress(colo_store_t *st, uint64_t id, const uint8_t *pr
 int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char *message,
                               uint64_t resume_step, int64_t now_ms, colo_job_t *out);
 
+/* RUNNING -> RESTARTING for an attempt whose ranks stopped as asked (a worker's shutdown, a
+ * stop signal): as colo_store_job_transition, but the attempt ends CANCELLED rather than FAILED
+ * and no restart is counted, since the job did not fail. */
+int colo_store_job_interrupted(colo_store_t *st, uint64_t id, const char *message, int64_t now_ms,
+                               colo_job_t *out);
+
 /* PENDING or RESTARTING -> RUNNING: a new attempt with its rank placement, in one transaction. */
 int colo_store_attempt_begin(colo_store_t *st, uint64_t job_id, const colo_rank_place_t *ranks,
                              size_t n_ranks, uint64_t resume_step, int64_t now_ms, colo_job_t *out);

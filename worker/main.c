@@ -3,7 +3,9 @@
  * with the desired state in each reply (ranks.c). It registers again when colod does not know
  * its session (a colod that lost it, or a first contact after colod was away); its ranks keep
  * running meanwhile. It talks to systemd (READY, WATCHDOG, STOPPING). On SIGTERM it stops its
- * ranks (SIGTERM, then SIGKILL after stop_grace_ms) and exits.
+ * ranks (SIGTERM, then SIGKILL after stop_grace_ms): they save a checkpoint at the step they
+ * stop at and exit 75. It keeps heartbeating meanwhile, starting nothing, sends a last beat
+ * with how they ended and what they saved, and exits.
  *
  * Exit codes: 0 after SIGTERM/SIGINT, 1 when it cannot start, 2 for bad usage.
  */
@@ -141,7 +143,7 @@ static void on_tick(uv_timer_t *t) {
   workerd_t *w = t->data;
   if (w->watchdog_usec)
     sd_notify(0, "WATCHDOG=1");
-  if (w->stopping)
+  if (w->stopping && !w->registered)
     return;
   if (!w->registered) {
     do_register(w);
@@ -152,6 +154,8 @@ static void on_tick(uv_timer_t *t) {
   req.host_id = w->host_id;
   req.session = w->session;
   req.n_ranks = colo_ranks_status(&w->ranks, &req.ranks);
+  req.has_stopping = w->stopping;
+  req.stopping = w->stopping != 0;
   Colo__V1__HeartbeatResponse *resp = NULL;
   colo_rpc_status_t st;
   int rc = colo_rpc_call(w->cli, "/colo.v1.Cluster/Heartbeat", &req.base,
@@ -169,13 +173,14 @@ static void on_tick(uv_timer_t *t) {
   if (w->was_unreachable)
     colo_log(COLO_LOG_INFO, "worker", "%s answers again", w->cfg->coordinator);
   w->was_unreachable = 0;
-  int again = resp->has_reregister && resp->reregister;
+  /* stopping: the beats only report the ranks' ends and last checkpoints; nothing new starts */
+  int again = !w->stopping && resp->has_reregister && resp->reregister;
   if (resp->has_heartbeat_interval_ms && resp->heartbeat_interval_ms >= 100 &&
       resp->heartbeat_interval_ms != w->interval_ms) {
     w->interval_ms = resp->heartbeat_interval_ms;
     uv_timer_set_repeat(&w->tick, w->interval_ms);
   }
-  if (!again)
+  if (!again && !w->stopping)
     colo_ranks_reconcile(&w->ranks, resp->desired, resp->n_desired);
   /* colod expects to place a restarting job soon: beat again then, once */
   if (!again && resp->has_next_beat_ms && resp->next_beat_ms < w->interval_ms)
@@ -192,7 +197,7 @@ static void on_tick(uv_timer_t *t) {
  * count it as training, without waiting for the interval. */
 static void on_rank_news(void *data) {
   workerd_t *w = data;
-  if (!w->stopping && w->registered)
+  if (w->registered && !uv_is_closing((uv_handle_t *)&w->tick))
     uv_timer_start(&w->tick, on_tick, 0, w->interval_ms);
 }
 
@@ -202,6 +207,10 @@ static void on_closed(uv_handle_t *h) {
 
 static void on_ranks_stopped(void *data) {
   workerd_t *w = data;
+  /* a last beat with how the ranks ended and the checkpoints they saved as they stopped, so
+   * that colod restarts their jobs from those */
+  if (w->registered)
+    on_tick(&w->tick);
   uv_close((uv_handle_t *)&w->tick, on_closed);
   uv_close((uv_handle_t *)&w->sig_term, on_closed);
   uv_close((uv_handle_t *)&w->sig_int, on_closed);

@@ -39,6 +39,50 @@ PY
 cmp "$TMP/a/step_00000040/rank_00000.safetensors" "$TMP/b/step_00000040/rank_00000.safetensors" ||
   fail "final weights differ after resume"
 
+# A stop asked with SIGTERM: the run stops at the next step, every rank at the same one, saves a
+# checkpoint there and exits 75; resumed from it, it matches an uninterrupted run loss for loss
+# and weight for weight (both to 3 steps past the stop: --stop-at keeps the schedule). On one
+# process; on two sent to the launcher alone (it passes the signal on); and on two sent to the
+# whole process group, as Ctrl-C does (each rank gets it twice and takes it once).
+long=("${MODEL[@]}" --steps 100000 --eval-interval 0 --warmup 5 --lr 3e-3 --ckpt-interval 1000)
+for how in one launcher group; do
+  extra=()
+  [ "$how" != one ] && extra=(--nproc 2 --dp 2 --threads 1)
+  d="$TMP/sig-$how"
+  setsid "$CT" train "${long[@]}" "${extra[@]}" --ckpt-dir "$d" --progress "$d.jsonl" 2>"$d.err" &
+  P=$!
+  for _ in $(seq 1 300); do
+    grep -q '"event":"step","step":3,' "$d.jsonl" 2>/dev/null && break
+    sleep 0.1
+  done
+  grep -q '"event":"step","step":3,' "$d.jsonl" || fail "($how) no third step within 30 s: $(cat "$d.err")"
+  if [ "$how" = group ]; then kill -TERM -- "-$P"; else kill -TERM "$P"; fi
+  rc=0
+  wait "$P" || rc=$?
+  expect_eq "$rc" 75 "($how: exit status after SIGTERM; stderr: $(cat "$d.err"))"
+  S=$(python3 -c 'import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "stopped"][-1]["step"])' "$d.jsonl") ||
+    fail "($how) no stopped record: $(tail -2 "$d.jsonl")"
+  SD="$d/$(printf step_%08d "$S")"
+  [ -f "$SD/manifest.json" ] || fail "($how) no checkpoint at the stop step $S: $(ls "$d")"
+  [ "$how" = one ] && expect_eq "$(cat "$d.err")" "colo-train train: stopped as asked at step $S, with its checkpoint $SD"
+  [ "$how" != one ] && for r in 0 1; do
+    expect_contains "$(cat "$d.err")" "colo-train train: rank $r: stopped as asked at step $S, with its checkpoint $SD"
+  done
+  expect_rc 0 "$CT" train "${long[@]}" "${extra[@]}" --ckpt-dir "$d" --progress "$d.2.jsonl" --resume auto --stop-at $((S + 3))
+  expect_rc 0 "$CT" train "${long[@]}" "${extra[@]}" --ckpt-dir "$d.ref" --progress "$d.ref.jsonl" --stop-at $((S + 3))
+  python3 - "$d.ref.jsonl" "$d.jsonl" "$d.2.jsonl" "$S" <<'PY' || fail "($how) the run resumed after SIGTERM differs"
+import json, sys
+def losses(*files):
+    return [(r["step"], r["loss"]) for f in files for r in map(json.loads, open(f)) if r["event"] == "step"]
+ref, got, s = losses(sys.argv[1]), losses(sys.argv[2], sys.argv[3]), int(sys.argv[4])
+assert len(ref) == s + 3, (len(ref), s)
+assert ref == got, [(x, y) for x, y in zip(ref, got) if x != y][:3]
+PY
+  cmp "$d/$(printf step_%08d $((S + 3)))/rank_00000.safetensors" "$d.ref/$(printf step_%08d $((S + 3)))/rank_00000.safetensors" ||
+    fail "($how) final weights differ after the stop and resume"
+  echo "graceful stop ($how): SIGTERM, stopped at step $S with a checkpoint, exit 75; resumed to step $((S + 3)) as an uninterrupted run"
+done
+
 # the same run on 1 and on 2 threads gives the same weights, bit for bit: matrix products are
 # split into fixed blocks and reductions sum fixed blocks in order
 for t in 1 2; do

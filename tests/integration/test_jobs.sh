@@ -9,7 +9,9 @@
 #   (c) kill -9 of colod: the restarted colod picks the job up, its ranks are not restarted;
 #   (d) the newest checkpoint is corrupted before a rank dies: the resume uses the one before;
 #   (e) coloctl cancel: every rank is gone within 5 s; then coloctl resume --from-step N
-#       finishes it from that checkpoint.
+#       finishes it from that checkpoint;
+#   (f) SIGTERM to the worker: the ranks stop at a step they agree on with a checkpoint there,
+#       the job restarts without counting a restart, and resumes from that step.
 # Also: coloctl logs (whole, -f across attempts), checkpoints, status --watch, history.
 # Figures go to stdout as "figure: ..." lines.
 source "$(dirname "$0")/lib.sh"
@@ -266,6 +268,35 @@ wait_until 60 "job $J success after resume --from-step $FROM" is_state "$J" succ
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $TMP/ckpt/job-$J/$(printf step_%08d "$FROM") at step $FROM"
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "removed checkpoints newer than step $FROM"
 expect_same_loss "$J" "cancelled, then resumed from step $FROM"
+
+# ---- (f) the worker stopped (systemctl stop, maintenance): its ranks finish their step, agree
+# on stopping there, save a checkpoint and exit 75; the worker reports that before it exits;
+# colod restarts the job without counting a restart, and it resumes from that very step ----
+J=$(submit)
+wait_until 60 "a checkpoint of job $J from step 200 on disk" disk_ckpt "$J"
+P0=$(rank_pid "$J" 1 0)
+P1=$(rank_pid "$J" 1 1)
+kill -STOP "$P0" "$P1" # as in (e): the job must not end before the worker is stopped
+t0=$(date +%s%N)
+kill -TERM "$WPID"
+kill -CONT "$P0" "$P1"
+wait "$WPID" || fail "(f) the worker did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"
+stop_ms=$((($(date +%s%N) - t0) / 1000000))
+WPID=""
+expect_contains "$(cat "$TMP/worker.log")" "job $J attempt 1 rank 0 (pid $P0) exited with code 75"
+wait_until 10 "job $J restarting after its worker stopped" is_state "$J" restarting
+MSG=$(jf "$J" 'j["message"]')
+expect_contains "$MSG" "stopped as asked at step"
+expect_contains "$MSG" "restarting from its checkpoint (not counted as a restart)"
+expect_eq "$(jf "$J" 'j.get("restarts", 0)')" "0" "(restarts after a graceful stop)"
+STOP=$(echo "$MSG" | sed -n 's/.*stopped as asked at step \([0-9]*\).*/\1/p')
+SDIR="$TMP/ckpt/job-$J/$(printf step_%08d "$STOP")"
+[ -f "$SDIR/manifest.json" ] || fail "(f) no checkpoint at the stop step $STOP: $(ls "$TMP/ckpt/job-$J")"
+echo "figure: (f) worker stopped $stop_ms ms after SIGTERM; its ranks stopped at step $STOP with a checkpoint"
+start_worker
+wait_until 60 "job $J success after its worker came back" is_state "$J" succeeded
+expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $SDIR at step $STOP"
+expect_same_loss "$J" "(f) worker stopped gracefully at step $STOP, then restarted"
 
 kill -TERM "$WPID"
 wait "$WPID" || fail "the worker did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"

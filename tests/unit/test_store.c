@@ -376,6 +376,34 @@ TEST(attempts_restarts_and_resume) {
   colo_store_close(st);
 }
 
+/* ranks that stopped as asked: the attempt ends CANCELLED, the job restarts, nothing counted;
+ * only a RUNNING job has an attempt to interrupt */
+TEST(interrupted_attempt_is_not_a_restart) {
+  colo_store_t *st = open_fresh();
+  ensure_host(st);
+  uint64_t id = submit(st, "j");
+  colo_rank_place_t r = {0, 1, 0, 0, 0, 0};
+  colo_job_t j;
+  ASSERT_EQ_INT(colo_store_job_interrupted(st, id, "early", 5, NULL), COLO_ESTATE);
+  ASSERT_EQ_INT(job_state(st, id), COLO_JOB_PENDING);
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 10, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_interrupted(st, id, "rank 0 stopped as asked at step 7", 20, &j), 0);
+  ASSERT_EQ_INT(j.state, COLO_JOB_RESTARTING);
+  ASSERT_EQ_INT(j.restarts, 0);
+  ASSERT_EQ_STR(j.message, "rank 0 stopped as asked at step 7");
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(sql_int("SELECT state FROM job_attempts WHERE attempt = 1"), COLO_JOB_CANCELLED);
+  ASSERT_EQ_INT(sql_int("SELECT ended_ms FROM job_attempts WHERE attempt = 1"), 20);
+  /* a failure after it counts as ever */
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 30, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_RESTARTING, "rank 0 died", 0, 40, &j),
+                0);
+  ASSERT_EQ_INT(j.restarts, 1);
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(sql_int("SELECT state FROM job_attempts WHERE attempt = 2"), COLO_JOB_FAILED);
+  colo_store_close(st);
+}
+
 TEST(client_token_is_idempotent) {
   colo_store_t *st = open_fresh();
   colo_job_t a, b;

@@ -12,7 +12,9 @@
  *
  * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage, 78
  * (COLO_EXIT_CONFIG) train failed on what the job asks for (a missing data file, weights that
- * do not fit the model): another attempt would fail the same way.
+ * do not fit the model): another attempt would fail the same way; 75 (COLO_EXIT_STOPPED) train
+ * stopped as asked: SIGTERM or SIGINT, once, makes every rank finish its step, save a checkpoint
+ * there and exit; a second one ends the process at once.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -302,9 +304,13 @@ static void train_usage(void) {
       "COLO_COMM_SHM=0 keeps ranks of one host on TCP; with COLO_WORKER_PID set, the rank stops\n"
       "when that process (its worker) is no longer its parent.\n"
       "\n"
-      "Exit status: 0 done; 1 failed; 2 bad usage; 78 failed on what the job asks for (a\n"
-      "missing or malformed data file or weights, a model they do not fit), which another\n"
-      "attempt would meet again: colod does not restart such a job.\n");
+      "SIGTERM or SIGINT (Ctrl-C) stops the run at the next step, the same step on every rank,\n"
+      "with a checkpoint there (given --ckpt-dir); a second one ends it at once.\n"
+      "\n"
+      "Exit status: 0 done; 1 failed; 2 bad usage; 75 stopped as asked (SIGTERM or SIGINT),\n"
+      "which colod restarts from the checkpoint without counting a restart; 78 failed on what\n"
+      "the job asks for (a missing or malformed data file or weights, a model they do not fit),\n"
+      "which another attempt would meet again: colod does not restart such a job.\n");
 }
 
 /* Applies one --flag value onto the spec. Returns 0, 1 when the flag is not a spec flag, or
@@ -395,9 +401,40 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
   return 1;
 }
 
+/* SIGTERM and SIGINT ask for a stop (train.h: stop_requested): the training loop stops at the
+ * next step's start. In a process on its own the first restores the default action, so that a
+ * second ends it at once (a second Ctrl-C). The local launcher passes the first on to its ranks
+ * (a signal sent to it alone reaches them; one sent to the process group, as Ctrl-C's, reaches
+ * them twice, which they take as one) and waits for them; a second ends it, and so them
+ * (PR_SET_PDEATHSIG). */
+static volatile sig_atomic_t stop_requested;
+static volatile pid_t *launched; /* the launcher's ranks (-1: reaped), or NULL */
+static volatile int n_launched;
+static int stop_once = 1; /* a second signal takes the default action; 0 in a launcher's rank */
+
+static void on_stop_signal(int sig) {
+  stop_requested = 1;
+  for (int r = 0; launched && r < n_launched; r++)
+    if (launched[r] > 0)
+      kill(launched[r], SIGTERM);
+  if (stop_once)
+    signal(sig, SIG_DFL);
+}
+
+static void catch_stop_signals(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART; /* interrupted reads and writes go on; poll's EINTR is retried */
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+}
+
 /* The local launcher: forks `world` ranks with COLO_RANK, COLO_WORLD and COLO_STORE set, then
  * waits. In a child it returns -(rank + 1); in the parent the exit status for the whole run:
- * 0 when every rank succeeded; otherwise 1 (COLO_EXIT_CONFIG when the rank that failed first
+ * 0 when every rank succeeded; COLO_EXIT_STOPPED when they stopped as asked (none failing
+ * otherwise); otherwise 1 (COLO_EXIT_CONFIG when the rank that failed first
  * exited with it), naming that rank. After a failure
  * the other ranks get the communicator timeout (plus 5 s) to notice and exit with their own
  * message; then SIGTERM, and SIGKILL 10 s later. */
@@ -429,11 +466,17 @@ static int launch(int world, int comm_timeout_ms) {
       setenv("COLO_WORLD", v, 1);
       setenv("COLO_STORE", addr, 1);
       free(pids);
+      stop_once = 0;
       return -(r + 1);
     }
     pids[r] = pid;
   }
-  int failed = -1, status = 0, left = world, phase = 0;
+  launched = pids;
+  n_launched = world;
+  if (stop_requested) /* asked before every rank was there to take it */
+    for (int r = 0; r < world; r++)
+      kill(pids[r], SIGTERM);
+  int failed = -1, status = 0, left = world, phase = 0, stopped = 0;
   time_t deadline = 0;
   while (left > 0) {
     int st;
@@ -456,15 +499,21 @@ static int launch(int world, int comm_timeout_ms) {
       r++;
     if (r == world)
       continue;
-    pids[r] = -1;
+    pids[r] = -1; /* before the handler could signal a reused pid */
     left--;
     int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == COLO_EXIT_STOPPED) { /* the others stop there too */
+      stopped++;
+      ok = 1;
+    }
     if (!ok && failed < 0) {
       failed = r;
       status = st;
       deadline = time(NULL) + comm_timeout_ms / 1000 + 5;
     }
   }
+  n_launched = 0;
+  launched = NULL;
   free(pids);
   if (failed >= 0) {
     if (WIFSIGNALED(status))
@@ -475,7 +524,7 @@ static int launch(int world, int comm_timeout_ms) {
               WEXITSTATUS(status));
     return WIFEXITED(status) && WEXITSTATUS(status) == COLO_EXIT_CONFIG ? COLO_EXIT_CONFIG : 1;
   }
-  return 0;
+  return stopped ? COLO_EXIT_STOPPED : 0;
 }
 
 static int cmd_train(int argc, char **argv) {
@@ -600,6 +649,7 @@ static int cmd_train(int argc, char **argv) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 2;
   }
+  catch_stop_signals();
   if (world > 1 && !env_rank) {
     int rc = launch(world, comm_timeout);
     if (rc >= 0) { /* the launcher's own exit status */
@@ -658,6 +708,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.rank = rank;
   cfg.store_addr = getenv("COLO_STORE");
   cfg.parent_pid = getenv("COLO_WORKER_PID") ? atoi(getenv("COLO_WORKER_PID")) : 0;
+  cfg.stop_requested = &stop_requested;
   cfg.bind_host = getenv("COLO_BIND") ? getenv("COLO_BIND") : "127.0.0.1";
   cfg.comm_timeout_ms =
       getenv("COLO_COMM_TIMEOUT_MS") ? atoi(getenv("COLO_COMM_TIMEOUT_MS")) : comm_timeout;
@@ -739,6 +790,13 @@ static int cmd_train(int argc, char **argv) {
   if (pf && pf != stdout)
     fclose(pf);
   colo__v1__job_spec__free_unpacked(spec, NULL);
+  if (rc == COLO_ESTOPPED) { /* every rank says where it stopped, as it would say why it failed */
+    if (world > 1)
+      fprintf(stderr, "colo-train train: rank %d: %s\n", rank, err);
+    else
+      fprintf(stderr, "colo-train train: %s\n", err);
+    return COLO_EXIT_STOPPED;
+  }
   if (rc < 0) {
     if (world > 1)
       fprintf(stderr, "colo-train train: rank %d: %s\n", rank, err);

@@ -347,10 +347,14 @@ static int shard_writer(const colo_ckpt_meta_t *meta, int s, int t, int d) {
   return (s * meta->dp + d) * meta->tp + t;
 }
 
+void colo_ckpt_step_dir(const char *root, uint64_t step, char *out, size_t len) {
+  snprintf(out, len, "%s/step_%08llu", root, (unsigned long long)step);
+}
+
 int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_out,
                      size_t path_len, char *err, size_t errlen) {
   char final[1100], tmp[1200], file[1300];
-  snprintf(final, sizeof final, "%s/step_%08llu", root, (unsigned long long)meta->step);
+  colo_ckpt_step_dir(root, meta->step, final, sizeof final);
   tmp_dir(root, meta->step, tmp, sizeof tmp);
   cJSON *m = cJSON_CreateObject();
   cJSON_AddStringToObject(m, "format", FORMAT);
@@ -932,7 +936,7 @@ int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *ski
     if (best == n)
       return COLO_ENOENT;
     char dir[1200], err[512];
-    snprintf(dir, sizeof dir, "%s/step_%08llu", root, steps[best]);
+    colo_ckpt_step_dir(root, steps[best], dir, sizeof dir);
     steps[best] = (unsigned long long)-1;
     cJSON *files, *rootj;
     colo_ckpt_meta_t meta;
@@ -969,7 +973,7 @@ int colo_ckpt_prune(const char *root, int keep, int *removed) {
   int complete = 0;
   for (size_t i = 0; i < n; i++) {
     char dir[1200], err[256];
-    snprintf(dir, sizeof dir, "%s/step_%08llu", root, steps[i]);
+    colo_ckpt_step_dir(root, steps[i], dir, sizeof dir);
     if (complete < keep) {
       colo_ckpt_meta_t meta;
       cJSON *files, *rootj;
@@ -999,7 +1003,7 @@ int colo_ckpt_drop_after(const char *root, uint64_t step, char *removed, size_t 
     if (steps[i] <= step)
       continue;
     char dir[1200];
-    snprintf(dir, sizeof dir, "%s/step_%08llu", root, steps[i]);
+    colo_ckpt_step_dir(root, steps[i], dir, sizeof dir);
     remove_dir(dir);
     size_t k = strlen(removed);
     if (k + 20 < removed_len)

@@ -67,6 +67,9 @@ int colo_ckpt_write_shard(const char *root, uint64_t step, colo_gpt_t *model, co
 int colo_ckpt_write_tensors(const char *path, colo_gpt_t *model, const float *params,
                             const float *m, const float *v, const colo_ckpt_pieces_t *pieces,
                             char *err, size_t errlen);
+/* The directory of step `step`'s checkpoint under root: root/step_NNNNNNNN. */
+void colo_ckpt_step_dir(const char *root, uint64_t step, char *out, size_t len);
+
 /* path_out gets the checkpoint's directory. A missing shard fails it, and removes the
  * temporary directory. */
 int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_out,

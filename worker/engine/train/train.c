@@ -588,6 +588,18 @@ static int make_world(const colo_train_config_t *cfg, const colo_backend_t *be, 
   return 0;
 }
 
+/* Whether the ranks were asked to stop (cfg->stop_requested): 1 when any rank was, at this same
+ * step on every rank, 0 when none, -1 when the collective failed. One rank reads its own flag;
+ * more add theirs in an all-reduce of one float over the world, a step. */
+static int stop_agreed(const colo_train_config_t *cfg, colo_comm_t *world_comm, int world) {
+  if (!cfg->stop_requested)
+    return 0;
+  float asked = *cfg->stop_requested ? 1.0f : 0.0f;
+  if (world > 1 && world_comm->ops->allreduce_sum(world_comm, &asked, 1) < 0)
+    return -1;
+  return asked > 0.0f;
+}
+
 int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
                    size_t errlen) {
   const colo_backend_t *be = colo_backend_cpu();
@@ -921,7 +933,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .tp = tp,
                            .pp = pp,
                            .world = world};
-  int step = start;
+  int step = start, saved_at = -1, stopped = 0;
   for (; step < cfg->steps; step++) {
     /* a rank started by colo-workerd ends with it: a new worker ends leftovers too, but a rank
      * that notices first does not train on alone */
@@ -942,9 +954,18 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                       sizeof ckpt_path, err, errlen),
                  rc, out);
       report_checkpoint(progress, step, ckpt_path);
+      saved_at = step;
     }
     if (cfg->stop_at > 0 && step == cfg->stop_at)
       break;
+    if ((stopped = stop_agreed(cfg, comm, world)) != 0) {
+      if (stopped < 0) {
+        snprintf(err, errlen, "rank %d: agreeing on a stop: %s", me, colo_comm_error(comm));
+        rc = COLO_EIO;
+        goto out;
+      }
+      break;
+    }
     double t0 = now_s();
     /* fp16: the loss is scaled up so small gradients survive; a planted overflow (tests) makes
      * the last rank's gradients inf */
@@ -1098,8 +1119,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (step == cfg->steps && cfg->eval_interval > 0)
     last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
-  /* the last checkpoint: at the end, or where the run was told to stop */
-  if (cfg->ckpt_dir && step > start) {
+  /* the last checkpoint: at the end, or where the run was told to stop (unless the interval's
+   * was just saved there) */
+  if (cfg->ckpt_dir && step > start && step != saved_at) {
     meta.step = (uint64_t)step;
     meta.loss_scale = scaler.scale;
     meta.loss_scale_good = scaler.good_steps;
@@ -1109,6 +1131,28 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
     report_checkpoint(progress, step, ckpt_path);
+  }
+  if (stopped) {
+    if (progress) {
+      fprintf(progress, "{\"event\":\"stopped\",\"step\":%d,\"time_ms\":%lld}\n", step,
+              (long long)wall_ms());
+      fflush(progress);
+    }
+    if (!cfg->ckpt_dir)
+      snprintf(err, errlen,
+               "stopped as asked at step %d, without a checkpoint (no checkpoint "
+               "directory)",
+               step);
+    else if (step > start) { /* every rank names it: only the lead rank commits it */
+      char dir[1200];
+      colo_ckpt_step_dir(cfg->ckpt_dir, (uint64_t)step, dir, sizeof dir);
+      snprintf(err, errlen, "stopped as asked at step %d, with its checkpoint %s", step, dir);
+    } else
+      snprintf(err, errlen,
+               "stopped as asked at step %d, before any step of this run: no new "
+               "checkpoint",
+               step);
+    rc = COLO_ESTOPPED;
   }
   if (dump_path && colo_gpt_params(model)) {
     dump_model(&dump, "final.", model, colo_gpt_params(model), be, dump_host);

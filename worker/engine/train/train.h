@@ -2,6 +2,7 @@
 #ifndef COLO_TRAIN_H
 #define COLO_TRAIN_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -59,9 +60,15 @@ typedef struct {
   const int *plant_steps; /* tests: steps (1-based) whose gradients the last rank makes inf */
   int n_plant;
   int parent_pid; /* >0: stop when the parent is no longer this process (COLO_WORKER_PID) */
+  /* A stop asked from outside: a signal handler sets *stop_requested. At the start of each step
+   * the ranks agree on it (any rank's request stops them all, at the same step), save a
+   * checkpoint there (with ckpt_dir, after at least one step) and return COLO_ESTOPPED. NULL:
+   * never asked, and no collective for it. */
+  const volatile sig_atomic_t *stop_requested;
 } colo_train_config_t;
 
-/* Trains as configured. Returns 0 or a negative colo code with the reason in err. The final
+/* Trains as configured. Returns 0 or a negative colo code with the reason in err: COLO_ESTOPPED
+ * when it stopped as asked (cfg->stop_requested), err saying where. The final
  * train loss and last validation loss are written to *final_loss / *final_val (may be NULL;
  * val is NaN when there was no evaluation). */
 int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
