@@ -48,8 +48,11 @@ static void usage(FILE *out) {
       "  resume JOB [--from-step N]           resume a failed or cancelled job\n"
       "  watch JOB                            follow a job's state changes until it ends\n"
       "  hosts                                hosts and their devices\n"
-      "  cordon HOST [--reason TEXT]          place no new ranks on a host (those running\n"
-      "                                       stay), across restarts too\n"
+      "  cordon HOST [--reason TEXT] [--evict]\n"
+      "                                       place no new ranks on a host, across restarts\n"
+      "                                       too; those running stay, or with --evict stop\n"
+      "                                       at a step with a checkpoint and their jobs\n"
+      "                                       restart elsewhere (not counted as restarts)\n"
       "  uncordon HOST                        place ranks there again\n"
       "  logs JOB [--rank N] [--attempt A] [--tail BYTES] [-f]\n"
       "                                       a rank's output (default rank 0, the newest\n"
@@ -740,12 +743,15 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
   return 0;
 }
 
-/* cordon HOST [--reason TEXT] and uncordon HOST */
+/* cordon HOST [--reason TEXT] [--evict] and uncordon HOST */
 static int cordon(ctl_t *c, int argc, char **argv, int on) {
   const char *what = on ? "cordon" : "uncordon", *name = NULL, *reason = NULL;
+  int evict = 0;
   for (int i = 0; i < argc; i++) {
     if (on && !strcmp(argv[i], "--reason") && i + 1 < argc)
       reason = argv[++i];
+    else if (on && !strcmp(argv[i], "--evict"))
+      evict = 1;
     else if (!name && argv[i][0] != '-')
       name = argv[i];
     else
@@ -761,17 +767,27 @@ static int cordon(ctl_t *c, int argc, char **argv, int on) {
   req.has_cordon = 1;
   req.cordon = on;
   req.reason = (char *)reason;
+  req.has_evict = evict;
+  req.evict = evict != 0;
   Colo__V1__CordonHostResponse *resp = NULL;
   rc = call(c, "CordonHost", &req.base, &colo__v1__cordon_host_response__descriptor,
             (ProtobufCMessage **)&resp);
   if (rc)
     return rc;
-  if (c->json)
+  if (c->json && evict) {
+    print_json(&resp->base);
+  } else if (c->json) {
     print_json(&resp->host->base);
-  else if (on)
+  } else if (evict) {
+    printf("host %s cordoned: no new ranks go there; %zu job%s stopping to restart elsewhere", name,
+           resp->n_evicted_jobs, resp->n_evicted_jobs == 1 ? "" : "s");
+    for (size_t i = 0; i < resp->n_evicted_jobs; i++)
+      printf("%s%llu", i ? ", " : ": ", (unsigned long long)resp->evicted_jobs[i]);
+    printf("\n");
+  } else if (on) {
     printf("host %s cordoned: no new ranks go there; the %u running stay\n", name,
            resp->host->devices_used);
-  else
+  } else
     printf("host %s uncordoned\n", name);
   colo__v1__cordon_host_response__free_unpacked(resp, NULL);
   return 0;

@@ -881,6 +881,13 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   int cordon = req->has_cordon ? req->cordon : 1;
+  int evict = req->has_evict && req->evict;
+  if (evict && !cordon) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "evict needs cordon: an uncordoned host "
+                  "would take the evicted ranks back");
+    return;
+  }
   colo_host_t h;
   int rc = colo_store_host_by_name(d->store, req->name, &h);
   if (rc == 0) {
@@ -901,6 +908,13 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
            cordon && h.cordon_reason[0] ? ": " : "", cordon ? h.cordon_reason : "");
   if (!cordon)
     colod_jobs_kick(d); /* a waiting job may fit now */
+  uint64_t evicted[64];
+  size_t n_evicted = evict ? colod_jobs_evict(d, h.id, evicted, 64) : 0;
+  if (n_evicted > 64)
+    n_evicted = 64; /* all are stopped; the reply names the first 64 */
+  if (evict)
+    colo_log(COLO_LOG_INFO, "api", "host %s evicted: %zu running job%s stopping", h.name, n_evicted,
+             n_evicted == 1 ? "" : "s");
   hosts_acc_t a = {.d = d};
   hosts_cb(&h, &a);
   colo_host_clear(&h);
@@ -909,6 +923,8 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   } else {
     Colo__V1__CordonHostResponse r = COLO__V1__CORDON_HOST_RESPONSE__INIT;
     r.host = &a.hosts[0];
+    r.n_evicted_jobs = n_evicted;
+    r.evicted_jobs = evicted;
     colo_rpc_reply(call, &r.base);
   }
   hosts_acc_free(&a);

@@ -30,6 +30,7 @@ struct colod_job_live_s {
   char rendezvous[160];
   uint64_t launch_resume_step;
   int resume_seen; /* rank 0's resumed_step of this attempt was taken */
+  int evicting;    /* its ranks are stopping for an eviction: desired nowhere */
   /* reports */
   Colo__V1__Progress progress;
   int has_progress;
@@ -55,6 +56,7 @@ static void live_clear_attempt(colod_job_live_t *j) {
   j->why = NULL;
   j->placed_attempt = 0;
   j->rendezvous[0] = '\0';
+  j->evicting = 0;
 }
 
 static void live_free(colod_job_live_t *j) {
@@ -709,7 +711,7 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
   /* the desired state of this host */
   size_t n = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
-    if (j->state == COLO_JOB_RUNNING && j->place)
+    if (j->state == COLO_JOB_RUNNING && j->place && !j->evicting)
       for (uint32_t r = 0; r < j->world; r++)
         n += j->place[r].host_id == host_id;
   if (n == 0)
@@ -724,7 +726,7 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
   }
   size_t k = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
-    if (j->state != COLO_JOB_RUNNING || !j->place)
+    if (j->state != COLO_JOB_RUNNING || !j->place || j->evicting)
       continue;
     for (uint32_t r = 0; r < j->world; r++) {
       const colo_rank_place_t *p = &j->place[r];
@@ -787,6 +789,29 @@ const char *colod_jobs_waiting(colod_t *d, uint64_t job_id) {
   return j && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) && j->wait_why[0]
              ? j->wait_why
              : NULL;
+}
+
+size_t colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap) {
+  size_t n = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
+    if (j->state != COLO_JOB_RUNNING || !j->place)
+      continue;
+    int here = 0;
+    for (uint32_t r = 0; r < j->world && !here; r++)
+      here = j->place[r].host_id == host_id;
+    if (!here)
+      continue;
+    if (!j->evicting)
+      colo_log(COLO_LOG_INFO, "jobs",
+               "job %llu attempt %u: stopping its ranks for the eviction of "
+               "host %llu",
+               (unsigned long long)j->id, j->attempt, (unsigned long long)host_id);
+    j->evicting = 1;
+    if (n < cap)
+      ids[n] = j->id;
+    n++;
+  }
+  return n;
 }
 
 int colod_jobs_attempt(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t *world) {

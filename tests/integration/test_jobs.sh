@@ -11,7 +11,9 @@
 #   (e) coloctl cancel: every rank is gone within 5 s; then coloctl resume --from-step N
 #       finishes it from that checkpoint;
 #   (f) SIGTERM to the worker: the ranks stop at a step they agree on with a checkpoint there,
-#       the job restarts without counting a restart, and resumes from that step.
+#       the job restarts without counting a restart, and resumes from that step;
+#   (g) coloctl cordon --evict of the job's host: the same stop, and the job goes on on another
+#       host from that step.
 # Also: coloctl logs (whole, -f across attempts), checkpoints, status --watch, history.
 # Figures go to stdout as "figure: ..." lines.
 source "$(dirname "$0")/lib.sh"
@@ -297,6 +299,46 @@ start_worker
 wait_until 60 "job $J success after its worker came back" is_state "$J" succeeded
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $SDIR at step $STOP"
 expect_same_loss "$J" "(f) worker stopped gracefully at step $STOP, then restarted"
+
+# ---- (g) coloctl cordon --evict: the job's ranks on the evicted host (and its others) stop at a
+# step with a checkpoint there, and the job restarts on the other host from that step, not
+# counted as a restart. A second worker, w2, is cordoned at first so that the job starts on w1 ----
+mkdir -p "$TMP/run2"
+vg=()
+valgrind_wrap vg
+"${vg[@]}" "$WD" -c "$TMP/worker.yaml" --coordinator "$COLO_SERVER" --name w2 --devices cpu --cpu-slots 2 \
+  --run-dir "$TMP/run2" --data-root "$TMP/data" --checkpoint-root "$TMP/ckpt" --colo-train "$TRAIN" \
+  >>"$TMP/worker2.log" 2>&1 &
+W2PID=$!
+w2_up() { "$COLOCTL" hosts --json | python3 -c 'import json,sys; sys.exit(not [h for h in json.load(sys.stdin) if h["name"] == "w2" and h["state"] == "up"])'; }
+wait_until 10 "w2 registered" w2_up
+expect_rc 0 "$COLOCTL" cordon w2
+J=$(submit)
+wait_until 60 "a checkpoint of job $J from step 200 on disk" disk_ckpt "$J"
+P0=$(rank_pid "$J" 1 0)
+P1=$(rank_pid "$J" 1 1)
+kill -STOP "$P0" "$P1" # as in (e)
+expect_rc 0 "$COLOCTL" uncordon w2
+expect_rc 2 "$COLOCTL" uncordon w1 --evict
+expect_rc 0 "$COLOCTL" cordon w1 --reason "evict test" --evict
+expect_eq "$OUT" "host w1 cordoned: no new ranks go there; 1 job stopping to restart elsewhere: $J"
+kill -CONT "$P0" "$P1"
+attempt_is() { [ "$(jf "$1" 'j["attempt"]')" = "$2" ]; }
+wait_until 30 "job $J's second attempt after the eviction of w1" attempt_is "$J" 2
+wait_until 60 "job $J success after the eviction" is_state "$J" succeeded
+MSGS=$(sqlite3 "$TMP/state/colod.db" "SELECT message FROM job_events WHERE job_id = $J")
+expect_contains "$MSGS" "stopped as asked at step"
+expect_contains "$MSGS" "restarting from its checkpoint (not counted as a restart)"
+GSTOP=$(echo "$MSGS" | sed -n 's/.*stopped as asked at step \([0-9]*\).*/\1/p' | head -1)
+expect_eq "$(jf "$J" 'j.get("restarts", 0)')" "0" "(restarts after an eviction)"
+expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $TMP/ckpt/job-$J/$(printf step_%08d "$GSTOP") at step $GSTOP"
+expect_contains "$(cat "$TMP/worker.log")" "job $J attempt 1 rank 0 is no longer wanted: stopping"
+expect_contains "$(cat "$TMP/worker2.log")" "job $J attempt 2 rank 0/2 started"
+echo "figure: (g) w1 evicted: job $J stopped at step $GSTOP and went on on w2"
+expect_same_loss "$J" "(g) host evicted at step $GSTOP, restarted on another host"
+expect_rc 0 "$COLOCTL" uncordon w1
+kill -TERM "$W2PID"
+wait "$W2PID" || fail "w2 did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"
 
 kill -TERM "$WPID"
 wait "$WPID" || fail "the worker did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"

@@ -279,6 +279,41 @@ class ColodTest(unittest.TestCase):
         self.assertEqual((r.host.cordoned, r.host.cordon_reason), (False, ""))
         mine = placed(beat, job.id, 2)
         self.assertEqual(sorted(d.rank for d in mine), [0, 1])
+        # evict: the job's ranks are desired nowhere; when one reports that it stopped as asked
+        # (exit 75), the job restarts at once, not counted
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.CordonHost(pb.CordonHostRequest(name="py-cordon", cordon=False, evict=True),
+                                timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        r = self.api.CordonHost(pb.CordonHostRequest(name="py-cordon", evict=True), timeout=5)
+        self.assertEqual(list(r.evicted_jobs), [job.id])
+        self.assertEqual([d for d in beat().desired if d.job_id == job.id], [])
+        att = mine[0].attempt
+        stopped = pb.RankStatus(job_id=job.id, attempt=att, rank=0, exit_code=75,
+                                phase=pb.RANK_PHASE_EXITED,
+                                message="stopped as asked at step 7, with its checkpoint c/step_7")
+        self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session,
+                                               ranks=[stopped]), timeout=5)
+        j = self.api.GetJob(pb.GetJobRequest(id=job.id), timeout=5).job
+        for _ in range(50):
+            if j.state == pb.JOB_STATE_RESTARTING:
+                break
+            time.sleep(0.1)
+            j = self.api.GetJob(pb.GetJobRequest(id=job.id), timeout=5).job
+        self.assertEqual((j.state, j.restarts), (pb.JOB_STATE_RESTARTING, 0), j.message)
+        self.assertIn("rank 0 stopped as asked at step 7", j.message)
+        # a worker that says it is stopping gets nothing new, even uncordoned, until it
+        # registers again
+        def stopping_beat():
+            return self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session,
+                                                          stopping=True), timeout=5)
+        stopping_beat()
+        self.api.CordonHost(pb.CordonHostRequest(name="py-cordon", cordon=False), timeout=5)
+        self.assertEqual(placed(stopping_beat, job.id, 2), [])
+        h = self.api.RegisterHost(pb.RegisterHostRequest(name="py-cordon", address="127.0.0.1",
+                                                         devices=dev), timeout=5)
+        mine = placed(beat, job.id, 2)
+        self.assertEqual([d.attempt for d in mine], [att + 1, att + 1])
         self.api.CancelJob(pb.CancelJobRequest(id=job.id), timeout=5)
         for req, code, msg in (
                 (pb.CordonHostRequest(name="no-such-host"), grpc.StatusCode.NOT_FOUND,
