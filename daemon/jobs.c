@@ -236,32 +236,34 @@ static void on_kick(uv_timer_t *t);
  * as asked (their worker shut down, or they were sent a stop signal) after saving a checkpoint. */
 enum { END_FAILED, END_CONFIG, END_STOPPED };
 
+/* A job gone RESTARTING is placed once `backoff` ms have passed: when they end, not at the tick
+ * after (the restart timer runs for the soonest such end). */
+static void restart_after(colod_t *d, colod_job_live_t *j, uint64_t backoff) {
+  j->not_before_mono_ms = colod_mono_ms(d) + backoff;
+  if (!d->draining &&
+      (!uv_is_active((uv_handle_t *)&d->restart) || uv_timer_get_due_in(&d->restart) > backoff))
+    uv_timer_start(&d->restart, on_kick, backoff, 0);
+}
+
 static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why, int how) {
   char msg[512];
-  if (how ==
-      END_CONFIG) { /* the job as written cannot run: another attempt would fail the same way */
+  if (how == END_CONFIG) { /* the job cannot run as written: another attempt would fail alike */
     snprintf(msg, sizeof msg, "%s; not restarted: the job cannot run as written", why);
     transition(d, j, COLO_JOB_FAILED, msg);
-  } else if (how == END_STOPPED) { /* not the job's failure: no restart counted, no back-off */
+  } else if (how == END_STOPPED) {
+    /* not the job's failure: no restart counted, and the first back-off, never doubled (a stop
+     * that keeps coming before any step is not restarted in a tight loop) */
     snprintf(msg, sizeof msg, "%s; restarting from its checkpoint (not counted as a restart)", why);
-    if (transition_as(d, j, COLO_JOB_RESTARTING, msg, 1) == 0) {
-      j->not_before_mono_ms = colod_mono_ms(d);
-      if (!d->draining)
-        uv_timer_start(&d->restart, on_kick, 0, 0);
-    }
+    if (transition_as(d, j, COLO_JOB_RESTARTING, msg, 1) == 0)
+      restart_after(d, j, d->cfg.restart_backoff_ms);
   } else if (j->restarts < j->max_restarts) {
     uint64_t backoff = d->cfg.restart_backoff_ms;
     for (uint32_t i = 0; i < j->restarts && backoff < 60ull * d->cfg.restart_backoff_ms; i++)
       backoff *= 2;
     snprintf(msg, sizeof msg, "%s; restart %u of %u in %llu ms", why, j->restarts + 1,
              j->max_restarts, (unsigned long long)backoff);
-    if (transition(d, j, COLO_JOB_RESTARTING, msg) == 0) {
-      j->not_before_mono_ms = colod_mono_ms(d) + backoff;
-      /* place it when the back-off ends, not at the tick after (the soonest such end) */
-      if (!d->draining &&
-          (!uv_is_active((uv_handle_t *)&d->restart) || uv_timer_get_due_in(&d->restart) > backoff))
-        uv_timer_start(&d->restart, on_kick, backoff, 0);
-    }
+    if (transition(d, j, COLO_JOB_RESTARTING, msg) == 0)
+      restart_after(d, j, backoff);
   } else {
     snprintf(msg, sizeof msg, "%s; no restarts left (max_restarts=%u)", why, j->max_restarts);
     transition(d, j, COLO_JOB_FAILED, msg);
