@@ -884,8 +884,7 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   int evict = req->has_evict && req->evict;
   if (evict && !cordon) {
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
-                  "evict needs cordon: an uncordoned host "
-                  "would take the evicted ranks back");
+                  "evict needs cordon: an uncordoned host would take the ranks back");
     return;
   }
   colo_host_t h;
@@ -908,13 +907,12 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
            cordon && h.cordon_reason[0] ? ": " : "", cordon ? h.cordon_reason : "");
   if (!cordon)
     colod_jobs_kick(d); /* a waiting job may fit now */
-  uint64_t evicted[64];
-  size_t n_evicted = evict ? colod_jobs_evict(d, h.id, evicted, 64) : 0;
-  if (n_evicted > 64)
-    n_evicted = 64; /* all are stopped; the reply names the first 64 */
+  uint64_t evicted[64]; /* all are stopped; the reply names the first 64 */
+  size_t n_all = evict ? colod_jobs_evict(d, h.id, evicted, 64) : 0;
+  size_t n_evicted = n_all < 64 ? n_all : 64;
   if (evict)
-    colo_log(COLO_LOG_INFO, "api", "host %s evicted: %zu running job%s stopping", h.name, n_evicted,
-             n_evicted == 1 ? "" : "s");
+    colo_log(COLO_LOG_INFO, "api", "host %s evicted: %zu running job%s stopping", h.name, n_all,
+             n_all == 1 ? "" : "s");
   hosts_acc_t a = {.d = d};
   hosts_cb(&h, &a);
   colo_host_clear(&h);

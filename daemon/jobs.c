@@ -290,12 +290,11 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
     if (j->phase[r] == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
       if (j->sig[r])
         snprintf(why, sizeof why, "rank %u was killed by signal %d", r, j->sig[r]);
-      else if (j->exit_code[r] == COLO_EXIT_STOPPED && !stopped[0])
-        snprintf(stopped, sizeof stopped, "rank %u %s", r,
-                 j->why[r][0] ? j->why[r] : "stopped as asked");
-      else if (j->exit_code[r] == COLO_EXIT_STOPPED)
-        continue;
-      else if (j->exit_code[r])
+      else if (j->exit_code[r] == COLO_EXIT_STOPPED) {
+        if (!stopped[0]) /* the first says where they stopped */
+          snprintf(stopped, sizeof stopped, "rank %u %s", r,
+                   j->why[r][0] ? j->why[r] : "stopped as asked");
+      } else if (j->exit_code[r])
         snprintf(why, sizeof why, "rank %u exited with code %d%s%s", r, j->exit_code[r],
                  j->why[r][0] ? ": " : "", j->why[r]);
       else
@@ -804,9 +803,7 @@ size_t colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap)
     if (!here)
       continue;
     if (!j->evicting)
-      colo_log(COLO_LOG_INFO, "jobs",
-               "job %llu attempt %u: stopping its ranks for the eviction of "
-               "host %llu",
+      colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: stopping its ranks (host %llu evicted)",
                (unsigned long long)j->id, j->attempt, (unsigned long long)host_id);
     j->evicting = 1;
     if (n < cap)

@@ -1139,18 +1139,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       fflush(progress);
     }
     if (!cfg->ckpt_dir)
-      snprintf(err, errlen,
-               "stopped as asked at step %d, without a checkpoint (no checkpoint "
-               "directory)",
-               step);
+      snprintf(err, errlen, "stopped as asked at step %d, without a checkpoint directory", step);
     else if (step > start) { /* every rank names it: only the lead rank commits it */
       char dir[1200];
       colo_ckpt_step_dir(cfg->ckpt_dir, (uint64_t)step, dir, sizeof dir);
       snprintf(err, errlen, "stopped as asked at step %d, with its checkpoint %s", step, dir);
     } else
-      snprintf(err, errlen,
-               "stopped as asked at step %d, before any step of this run: no new "
-               "checkpoint",
+      snprintf(err, errlen, "stopped as asked at step %d, before any step: no new checkpoint",
                step);
     rc = COLO_ESTOPPED;
   }
