@@ -908,7 +908,14 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   if (!cordon)
     colod_jobs_kick(d); /* a waiting job may fit now */
   uint64_t evicted[64]; /* all are stopped; the reply names the first 64 */
-  size_t n_all = evict ? colod_jobs_evict(d, h.id, evicted, 64) : 0;
+  size_t n_all = 0;
+  if (evict && colod_jobs_evict(d, h.id, evicted, 64, &n_all) < 0) {
+    colo_host_clear(&h);
+    colo_rpc_fail(call, GRPC_STATUS_INTERNAL,
+                  "coordinator storage error: the host is cordoned, but not every job on it could "
+                  "be marked for eviction; ask again");
+    return;
+  }
   size_t n_evicted = n_all < 64 ? n_all : 64;
   if (evict)
     colo_log(COLO_LOG_INFO, "api", "host %s evicted: %zu running job%s stopping", h.name, n_all,

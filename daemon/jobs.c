@@ -104,6 +104,15 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
   }
   j->placed_attempt = j->attempt;
   j->resume_seen = 0;
+  /* an eviction stored before a colod restart goes on */
+  int ev = colo_store_attempt_evicting(d->store, j->id, j->attempt);
+  if (ev < 0)
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot read whether it is evicted: %s",
+             (unsigned long long)j->id, j->attempt, colo_store_errmsg(d->store));
+  j->evicting = ev > 0;
+  if (j->evicting)
+    colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: its ranks are still stopping (evicted)",
+             (unsigned long long)j->id, j->attempt);
   make_rendezvous(d, j);
   return 0;
 }
@@ -792,8 +801,9 @@ const char *colod_jobs_waiting(colod_t *d, uint64_t job_id) {
              : NULL;
 }
 
-size_t colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap) {
-  size_t n = 0;
+int colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap, size_t *n) {
+  int err = 0;
+  *n = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
     if (j->state != COLO_JOB_RUNNING || !j->place)
       continue;
@@ -802,15 +812,23 @@ size_t colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap)
       here = j->place[r].host_id == host_id;
     if (!here)
       continue;
-    if (!j->evicting)
+    if (!j->evicting) {
+      int rc = colo_store_attempt_evict(d->store, j->id, j->attempt);
+      if (rc < 0) {
+        colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot store its eviction: %s",
+                 (unsigned long long)j->id, j->attempt, colo_store_errmsg(d->store));
+        err = err ? err : rc;
+        continue;
+      }
       colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: stopping its ranks (host %llu evicted)",
                (unsigned long long)j->id, j->attempt, (unsigned long long)host_id);
-    j->evicting = 1;
-    if (n < cap)
-      ids[n] = j->id;
-    n++;
+      j->evicting = 1;
+    }
+    if (*n < cap)
+      ids[*n] = j->id;
+    (*n)++;
   }
-  return n;
+  return err;
 }
 
 int colod_jobs_attempt(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t *world) {

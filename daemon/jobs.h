@@ -53,8 +53,10 @@ uint32_t colod_jobs_devices_used(struct colod_s *d, uint64_t host_id);
 /* Stops, for an eviction, every RUNNING job that has a rank on the host: its ranks are no longer
  * desired anywhere, so their workers ask them to stop; they save a checkpoint at a step they
  * agree on and exit 75, which ends the attempt as interrupted (restarted from there, not
- * counted). Writes the jobs' ids into ids (at most cap) and returns how many there are. */
-size_t colod_jobs_evict(struct colod_s *d, uint64_t host_id, uint64_t *ids, size_t cap);
+ * counted). The mark is stored with the attempt first, so that a restarted colod goes on
+ * stopping them. Writes the jobs' ids into ids (at most cap) and their count into *n; returns 0,
+ * or the store's error for a job it could not mark (that job is not stopped; the others are). */
+int colod_jobs_evict(struct colod_s *d, uint64_t host_id, uint64_t *ids, size_t cap, size_t *n);
 
 /* The current attempt of a live job: 1 and *attempt, *world set when it is RUNNING. */
 int colod_jobs_attempt(struct colod_s *d, uint64_t job_id, uint32_t *attempt, uint32_t *world);

@@ -98,6 +98,9 @@ static const char *const MIGRATIONS[] = {
     /* 5: hosts an operator cordoned: no new ranks are placed there */
     "ALTER TABLE hosts ADD COLUMN cordoned INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE hosts ADD COLUMN cordon_reason TEXT NOT NULL DEFAULT '';",
+
+    /* 6: attempts whose ranks an eviction is stopping (desired nowhere), kept across restarts */
+    "ALTER TABLE job_attempts ADD COLUMN evicting INTEGER NOT NULL DEFAULT 0;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -134,6 +137,9 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                      "VALUES (?1, ?2, 2, ?3, ?4)")                                                 \
   XX(ATTEMPT_END, "UPDATE job_attempts SET state = ?3, ended_ms = ?4, end_message = ?5 "           \
                   "WHERE job_id = ?1 AND attempt = ?2 AND ended_ms IS NULL")                       \
+  XX(ATTEMPT_EVICT, "UPDATE job_attempts SET evicting = 1 "                                        \
+                    "WHERE job_id = ?1 AND attempt = ?2 AND ended_ms IS NULL")                     \
+  XX(ATTEMPT_EVICTING, "SELECT evicting FROM job_attempts WHERE job_id = ?1 AND attempt = ?2")     \
   XX(RANK_INSERT, "INSERT INTO ranks (job_id, attempt, rank, host_id, device_index, dp_idx, "      \
                   "tp_idx, pp_idx) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                       \
   XX(RANK_LIST, "SELECT rank, host_id, device_index, dp_idx, tp_idx, pp_idx FROM ranks "           \
@@ -725,6 +731,39 @@ int colo_store_attempt_ranks(colo_store_t *st, uint64_t job_id, uint32_t attempt
     return db_fail(st, rc, "list ranks");
   *n = k;
   return k > cap ? COLO_ETOOBIG : 0;
+}
+
+int colo_store_attempt_evict(colo_store_t *st, uint64_t job_id, uint32_t attempt) {
+  sqlite3_stmt *s = stmt(st, S_ATTEMPT_EVICT);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, attempt);
+  int rc = sqlite3_step(s);
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE)
+    return db_fail(st, rc, "mark an attempt evicting");
+  if (sqlite3_changes(st->db) == 0) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu has no open attempt %u",
+             (unsigned long long)job_id, attempt);
+    return COLO_ENOENT;
+  }
+  return 0;
+}
+
+int colo_store_attempt_evicting(colo_store_t *st, uint64_t job_id, uint32_t attempt) {
+  sqlite3_stmt *s = stmt(st, S_ATTEMPT_EVICTING);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, attempt);
+  int rc = sqlite3_step(s);
+  int v = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) != 0 : 0;
+  sqlite3_reset(s);
+  if (rc == SQLITE_DONE) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu has no attempt %u",
+             (unsigned long long)job_id, attempt);
+    return COLO_ENOENT;
+  }
+  if (rc != SQLITE_ROW)
+    return db_fail(st, rc, "read an attempt");
+  return v;
 }
 
 int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,

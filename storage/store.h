@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 5
+#define COLO_STORE_SCHEMA_VERSION 6
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -135,6 +135,12 @@ int colo_store_attempt_begin(colo_store_t *st, uint64_t job_id, const colo_rank_
                              size_t n_ranks, uint64_t resume_step, int64_t now_ms, colo_job_t *out);
 int colo_store_attempt_ranks(colo_store_t *st, uint64_t job_id, uint32_t attempt,
                              colo_rank_place_t *ranks, size_t cap, size_t *n);
+/* An eviction (cordon --evict) stops an open attempt's ranks: marked here, so that a restarted
+ * colod still wants them nowhere. COLO_ENOENT when the attempt is not open. */
+int colo_store_attempt_evict(colo_store_t *st, uint64_t job_id, uint32_t attempt);
+/* 1 when the attempt is marked evicting, 0 when not, < 0 on error (COLO_ENOENT: no such
+ * attempt). */
+int colo_store_attempt_evicting(colo_store_t *st, uint64_t job_id, uint32_t attempt);
 
 typedef int (*colo_store_event_cb)(const colo_job_event_t *ev, void *data);
 int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,

@@ -12,8 +12,9 @@
 #       finishes it from that checkpoint;
 #   (f) SIGTERM to the worker: the ranks stop at a step they agree on with a checkpoint there,
 #       the job restarts without counting a restart, and resumes from that step;
-#   (g) coloctl cordon --evict of the job's host: the same stop, and the job goes on on another
-#       host from that step.
+#   (g) coloctl cordon --evict of the job's host, then kill -9 of colod before the worker hears
+#       of it: the restarted colod goes on with the eviction, the ranks stop as in (f), and the
+#       job goes on on another host from that step.
 # Also: coloctl logs (whole, -f across attempts), checkpoints, status --watch, history.
 # Figures go to stdout as "figure: ..." lines.
 source "$(dirname "$0")/lib.sh"
@@ -66,11 +67,13 @@ start_worker
 jf() { # job id, python expression over the job object j
   "$COLOCTL" status "$1" --json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
-wait_until() { # seconds, description, command...
+wait_until() { # seconds (of wall time, however slow each try), description, command...
   local secs=$1 what=$2
   shift 2
-  for _ in $(seq 1 $((secs * 10))); do
+  local end=$((SECONDS + secs))
+  while :; do
     "$@" && return 0
+    [ "$SECONDS" -lt "$end" ] || break
     sleep 0.1
   done
   fail "$what did not happen within $secs s; worker log: $(tail -20 "$TMP/worker.log")"
@@ -302,7 +305,10 @@ expect_same_loss "$J" "(f) worker stopped gracefully at step $STOP, then restart
 
 # ---- (g) coloctl cordon --evict: the job's ranks on the evicted host (and its others) stop at a
 # step with a checkpoint there, and the job restarts on the other host from that step, not
-# counted as a restart. A second worker, w2, is cordoned at first so that the job starts on w1 ----
+# counted as a restart. A second worker, w2, is cordoned at first so that the job starts on w1.
+# colod is killed right after the eviction, with w1's worker paused so that it has not heard of
+# it: only the eviction stored with the attempt can stop the ranks (a colod that forgot it would
+# let the job run to its end on w1, in attempt 1) ----
 mkdir -p "$TMP/run2"
 vg=()
 valgrind_wrap vg
@@ -320,9 +326,17 @@ P1=$(rank_pid "$J" 1 1)
 kill -STOP "$P0" "$P1" # as in (e)
 expect_rc 0 "$COLOCTL" uncordon w2
 expect_rc 2 "$COLOCTL" uncordon w1 --evict
+kill -STOP "$WPID"
 expect_rc 0 "$COLOCTL" cordon w1 --reason "evict test" --evict
 expect_eq "$OUT" "host w1 cordoned: no new ranks go there; 1 job stopping to restart elsewhere: $J"
+kill -KILL "$COLOD_PID"
+wait "$COLOD_PID" 2>/dev/null || true
+COLOD_PID=""
+start_colod "$TMP/state" "${COLOD_ARGS[@]}" --listen "127.0.0.1:$PORT"
+kill -CONT "$WPID"
 kill -CONT "$P0" "$P1"
+wait_until 10 "the restarted colod to go on with the eviction of job $J" \
+  grep -q "job $J attempt 1: its ranks are still stopping (evicted)" "$TMP/colod.log"
 attempt_is() { [ "$(jf "$1" 'j["attempt"]')" = "$2" ]; }
 wait_until 30 "job $J's second attempt after the eviction of w1" attempt_is "$J" 2
 wait_until 60 "job $J success after the eviction" is_state "$J" succeeded
@@ -334,7 +348,7 @@ expect_eq "$(jf "$J" 'j.get("restarts", 0)')" "0" "(restarts after an eviction)"
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $TMP/ckpt/job-$J/$(printf step_%08d "$GSTOP") at step $GSTOP"
 expect_contains "$(cat "$TMP/worker.log")" "job $J attempt 1 rank 0 is no longer wanted: stopping"
 expect_contains "$(cat "$TMP/worker2.log")" "job $J attempt 2 rank 0/2 started"
-echo "figure: (g) w1 evicted: job $J stopped at step $GSTOP and went on on w2"
+echo "figure: (g) w1 evicted, colod killed and restarted: job $J stopped at step $GSTOP and went on on w2"
 expect_same_loss "$J" "(g) host evicted at step $GSTOP, restarted on another host"
 expect_rc 0 "$COLOCTL" uncordon w1
 kill -TERM "$W2PID"

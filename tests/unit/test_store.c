@@ -140,6 +140,10 @@ TEST(migrate_from_v1_keeps_data) {
   /* and a training curve (v4) */
   colo_progress_sample_t smp = {.job_id = 1, .attempt = 1, .step = 7, .has_loss = 1, .loss = 2.5f};
   ASSERT_EQ_INT(colo_store_sample_add(st, &smp), 0);
+  /* and an eviction mark on its attempt (v6) */
+  ASSERT_EQ_INT(colo_store_attempt_evicting(st, 1, 1), 0);
+  ASSERT_EQ_INT(colo_store_attempt_evict(st, 1, 1), 0);
+  ASSERT_EQ_INT(colo_store_attempt_evicting(st, 1, 1), 1);
   ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
   colo_store_close(st);
 }
@@ -191,7 +195,7 @@ TEST(refuses_newer_schema) {
   run_sql("PRAGMA user_version = 99");
   char err[512];
   ASSERT_EQ_INT(colo_store_open(db_path(), &st, err, sizeof err), COLO_ESTATE);
-  ASSERT(strstr(err, "schema version 99 is newer than this build supports (5)") != NULL);
+  ASSERT(strstr(err, "schema version 99 is newer than this build supports (6)") != NULL);
 }
 
 TEST(insert_get_list) {
@@ -401,6 +405,31 @@ TEST(interrupted_attempt_is_not_a_restart) {
   ASSERT_EQ_INT(j.restarts, 1);
   colo_job_clear(&j);
   ASSERT_EQ_INT(sql_int("SELECT state FROM job_attempts WHERE attempt = 2"), COLO_JOB_FAILED);
+  colo_store_close(st);
+}
+
+/* an eviction's mark: on an open attempt only, read back after a reopen (a colod restart), and
+ * not carried to the next attempt */
+TEST(attempt_eviction_is_stored) {
+  colo_store_t *st = open_fresh();
+  ensure_host(st);
+  uint64_t id = submit(st, "j");
+  colo_rank_place_t r = {0, 1, 0, 0, 0, 0};
+  ASSERT_EQ_INT(colo_store_attempt_evict(st, id, 1), COLO_ENOENT); /* no attempt yet */
+  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 1), COLO_ENOENT);
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 10, NULL), 0);
+  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 1), 0);
+  ASSERT_EQ_INT(colo_store_attempt_evict(st, id, 1), 0);
+  ASSERT_EQ_INT(colo_store_attempt_evict(st, id, 1), 0); /* again: the same */
+  colo_store_close(st);
+  st = open_fresh();
+  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 1), 1);
+  ASSERT_EQ_INT(colo_store_job_interrupted(st, id, "rank 0 stopped as asked at step 3", 20, NULL),
+                0);
+  ASSERT_EQ_INT(colo_store_attempt_evict(st, id, 1), COLO_ENOENT); /* ended */
+  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 1), 1);        /* its history stays */
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 3, 30, NULL), 0);
+  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 2), 0);
   colo_store_close(st);
 }
 
