@@ -25,6 +25,7 @@
 
 typedef struct {
   const char *server;
+  colo_rpc_tls_t tls;
   int json;
   uint64_t timeout_ms;
   colo_rpc_client_t *cli;
@@ -67,6 +68,11 @@ static void usage(FILE *out) {
       "  -s, --server ADDR   coordinator address (default $COLO_SERVER or " DEFAULT_SERVER ")\n"
       "  -j, --json          machine-readable output\n"
       "  -t, --timeout MS    per-call deadline in ms (default 10000; watch has none)\n"
+      "      --tls-ca FILE   TLS: the CA colod's certificate chains to (default $COLO_TLS_CA)\n"
+      "      --tls-cert FILE your certificate, for a colod that asks for one ($COLO_TLS_CERT)\n"
+      "      --tls-key FILE  its key ($COLO_TLS_KEY)\n"
+      "      --tls-server-name NAME  the name in colod's certificate, where it is not the\n"
+      "                      server's host ($COLO_TLS_SERVER_NAME)\n"
       "  -h, --help          this help\n"
       "      --version       print the version\n"
       "\n"
@@ -103,8 +109,10 @@ static int parse_id(const char *s, uint64_t *id) {
 }
 
 static int connect_ctl(ctl_t *c) {
-  char err[256];
-  if (colo_rpc_client_open(c->server, NULL, &c->cli, err, sizeof err) < 0) {
+  char err[512];
+  colo_rpc_tls_from_env(&c->tls); /* what the flags did not set */
+  colo_rpc_client_opts_t opts = {.tls = &c->tls};
+  if (colo_rpc_client_open(c->server, &opts, &c->cli, err, sizeof err) < 0) {
     fprintf(stderr, "coloctl: %s\n", err);
     return EXIT_FAIL;
   }
@@ -113,9 +121,21 @@ static int connect_ctl(ctl_t *c) {
 
 /* One line on stderr for a failed call; distinguishes an unreachable coordinator. */
 static int call_failed(ctl_t *c, const colo_rpc_status_t *st) {
-  if (st->code == GRPC_STATUS_UNAVAILABLE || st->code == GRPC_STATUS_DEADLINE_EXCEEDED)
-    fprintf(stderr, "coloctl: cannot reach the coordinator at %s: %s\n", c->server, st->message);
-  else
+  if (st->code == GRPC_STATUS_UNAVAILABLE || st->code == GRPC_STATUS_DEADLINE_EXCEEDED) {
+    /* a TLS mismatch reads as a closed socket: say what may be missing */
+    const char *hint = "";
+    int tls_like = st->code == GRPC_STATUS_UNAVAILABLE &&
+                   (strstr(st->message, "Socket closed") || strstr(st->message, "andshake") ||
+                    strstr(st->message, "SSL") || strstr(st->message, "Ssl"));
+    if (tls_like && !colo_rpc_tls_enabled(&c->tls))
+      hint = " (if colod uses TLS: --tls-ca, and --tls-cert and --tls-key where it asks for a "
+             "certificate, or COLO_TLS_CA, COLO_TLS_CERT and COLO_TLS_KEY)";
+    else if (tls_like && !(c->tls.cert && c->tls.cert[0]))
+      hint = " (if colod asks for a certificate: --tls-cert and --tls-key, or COLO_TLS_CERT and "
+             "COLO_TLS_KEY)";
+    fprintf(stderr, "coloctl: cannot reach the coordinator at %s: %s%s\n", c->server, st->message,
+            hint);
+  } else
     fprintf(stderr, "coloctl: %s: %s\n", colo_rpc_status_name(st->code), st->message);
   return EXIT_FAIL;
 }
@@ -1063,11 +1083,17 @@ int main(int argc, char **argv) {
   if (!c.server || !*c.server)
     c.server = DEFAULT_SERVER;
   c.timeout_ms = 10000;
-  enum { OPT_VERSION = 256 };
-  static const struct option opts[] = {
-      {"server", required_argument, 0, 's'},    {"json", no_argument, 0, 'j'},
-      {"timeout", required_argument, 0, 't'},   {"help", no_argument, 0, 'h'},
-      {"version", no_argument, 0, OPT_VERSION}, {0, 0, 0, 0}};
+  enum { OPT_VERSION = 256, OPT_TLS_CA, OPT_TLS_CERT, OPT_TLS_KEY, OPT_TLS_NAME };
+  static const struct option opts[] = {{"server", required_argument, 0, 's'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"timeout", required_argument, 0, 't'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, OPT_VERSION},
+                                       {"tls-ca", required_argument, 0, OPT_TLS_CA},
+                                       {"tls-cert", required_argument, 0, OPT_TLS_CERT},
+                                       {"tls-key", required_argument, 0, OPT_TLS_KEY},
+                                       {"tls-server-name", required_argument, 0, OPT_TLS_NAME},
+                                       {0, 0, 0, 0}};
   int o;
   /* "+" stops at the command: options after it belong to the command */
   while ((o = getopt_long(argc, argv, "+s:jt:h", opts, NULL)) != -1) {
@@ -1091,6 +1117,18 @@ int main(int argc, char **argv) {
     case OPT_VERSION:
       printf("coloctl %s\n", COLO_VERSION);
       return 0;
+    case OPT_TLS_CA:
+      c.tls.ca = optarg;
+      break;
+    case OPT_TLS_CERT:
+      c.tls.cert = optarg;
+      break;
+    case OPT_TLS_KEY:
+      c.tls.key = optarg;
+      break;
+    case OPT_TLS_NAME:
+      c.tls.server_name = optarg;
+      break;
     default:
       fprintf(stderr, "coloctl: try 'coloctl --help'\n");
       return EXIT_USAGE;

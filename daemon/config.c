@@ -50,6 +50,12 @@ static const centry_t TABLE[] = {
      "with rendezvous: rank0, ports from this one to +999"},
     {"rank_log_max_mib", T_UINT, F(log_max_mib), 1, 1048576, "64", 1,
      "largest rank log colod keeps, MiB; output past it is dropped and counted"},
+    {"tls_cert", T_STRING, F(tls_cert), 0, 0, "", 0,
+     "TLS: colod's certificate, PEM (deploy/tls-certs.sh makes one); empty: no TLS"},
+    {"tls_key", T_STRING, F(tls_key), 0, 0, "", 0, "TLS: the key of tls_cert, PEM"},
+    {"tls_client_ca", T_STRING, F(tls_client_ca), 0, 0, "", 0,
+     "mutual TLS: every caller (workers, ranks, coloctl) needs a certificate from this CA, PEM; "
+     "empty: callers are not asked for one"},
 };
 #define N_TABLE (sizeof TABLE / sizeof TABLE[0])
 
@@ -261,7 +267,8 @@ void colod_config_print(const colod_config_t *cfg, FILE *out) {
   for (size_t i = 0; i < N_TABLE; i++) {
     char v[1100];
     value_str(&TABLE[i], cfg, v, sizeof v);
-    fprintf(out, "# %s (default %s%s)\n%s: \"%s\"\n", TABLE[i].help, TABLE[i].def,
+    fprintf(out, "# %s (default %s%s)\n%s: \"%s\"\n", TABLE[i].help,
+            TABLE[i].def[0] ? TABLE[i].def : "empty",
             TABLE[i].reloadable ? "; SIGHUP reloads it" : "; needs a restart", TABLE[i].name, v);
   }
 }

@@ -213,6 +213,16 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
     colod_config_print(&d.cfg, stdout);
     return 0;
   }
+  if (!d.cfg.tls_cert[0] != !d.cfg.tls_key[0]) {
+    fprintf(stderr, "colod: tls_cert and tls_key go together: %s is set without %s\n",
+            d.cfg.tls_cert[0] ? "tls_cert" : "tls_key", d.cfg.tls_cert[0] ? "tls_key" : "tls_cert");
+    return 2;
+  }
+  if (d.cfg.tls_client_ca[0] && !d.cfg.tls_cert[0]) {
+    fprintf(stderr, "colod: tls_client_ca needs tls_cert and tls_key: client certificates are "
+                    "asked for only over TLS\n");
+    return 2;
+  }
   colo_log_set_prefix("colod");
   colo_log_set_level((colo_log_level_t)d.cfg.log_level);
 
@@ -243,6 +253,8 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   colo_rpc_server_opts_t ro = {0};
   ro.listen = d.cfg.listen;
   ro.max_message_bytes = (size_t)d.cfg.max_message_kib * 1024;
+  colo_rpc_tls_t tls = {.ca = d.cfg.tls_client_ca, .cert = d.cfg.tls_cert, .key = d.cfg.tls_key};
+  ro.tls = &tls;
   if (colo_rpc_server_start(d.loop, &ro, colod_methods, colod_n_methods, &d, &d.rpc, err,
                             sizeof err) < 0) {
     colo_log(COLO_LOG_ERROR, "main", "%s", err);
@@ -282,8 +294,18 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   char *colon = strrchr(host, ':');
   if (colon)
     *colon = '\0';
-  colo_log(COLO_LOG_INFO, "main", "colod %s listening on %s:%d, state in %s", COLO_VERSION, host,
-           colo_rpc_server_port(d.rpc), dbpath);
+  const char *transport = !d.cfg.tls_cert[0]       ? "without TLS"
+                          : d.cfg.tls_client_ca[0] ? "with mutual TLS (callers need a certificate)"
+                                                   : "with TLS (callers are not asked for a "
+                                                     "certificate)";
+  colo_log(COLO_LOG_INFO, "main", "colod %s listening on %s:%d %s, state in %s", COLO_VERSION, host,
+           colo_rpc_server_port(d.rpc), transport, dbpath);
+  if (!d.cfg.tls_client_ca[0] && strcmp(host, "127.0.0.1") && strcmp(host, "localhost") &&
+      strcmp(host, "[::1]"))
+    colo_log(COLO_LOG_WARN, "main",
+             "anyone who can reach %s:%d can submit and cancel jobs and pose as a worker: set "
+             "tls_cert, tls_key and tls_client_ca for mutual TLS (deploy/tls-certs.sh)",
+             host, colo_rpc_server_port(d.rpc));
   /* scripts read the bound port from this line when they ask for port 0 */
   printf("colod listening on %s:%d\n", host, colo_rpc_server_port(d.rpc));
   fflush(stdout);

@@ -15,6 +15,8 @@ PKGS=(
   # tests: Unicode classes for the reference of GPT-2's pre-tokenizer
   python3-regex
   procps iproute2 clang-format
+  # deploy/tls-certs.sh, and the TLS tests
+  openssl
 )
 
 missing=()

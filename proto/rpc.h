@@ -10,8 +10,9 @@
  * a server that restarts is reached again at once rather than after gRPC's reconnect back-off.
  *
  * Messages are size-bounded (max_message_bytes) and decoded before a handler sees them; handlers
- * validate fields. Transport is insecure by default; TLS plugs in through `server_creds` and
- * `channel_creds` without touching callers.
+ * validate fields. Transport is insecure by default, or TLS from PEM files (colo_rpc_tls_t):
+ * server-only, or mutual, where the server refuses every caller without a certificate from its
+ * CA.
  */
 #ifndef COLO_RPC_H
 #define COLO_RPC_H
@@ -49,12 +50,27 @@ typedef struct {
   colo_rpc_handler_cb handler;
 } colo_rpc_method_t;
 
+/* TLS from PEM files (paths; NULL or "" for none). A server needs cert and key; with ca it also
+ * asks every client for a certificate that chains to ca, and refuses a call without one (mutual
+ * TLS). A client needs ca, the roots that the server's certificate must chain to (none: the
+ * system's), and cert and key where the server asks for a certificate. server_name (client
+ * only): the name the server's certificate must hold, where it is not the target's host. */
 typedef struct {
-  const char *listen;       /* "127.0.0.1:7070"; port 0 picks a free one */
-  size_t max_message_bytes; /* requests larger than this are refused; 0: 4 MiB */
-  int requests_per_method;  /* outstanding accepts per method; 0: 16 */
-  size_t max_stream_queue;  /* queued messages per stream before it is ended; 0: 1024 */
-  grpc_server_credentials *server_creds; /* NULL: insecure. Not owned. */
+  const char *ca, *cert, *key, *server_name;
+} colo_rpc_tls_t;
+
+/* 1 when any of ca, cert or key is set: the transport is TLS. */
+int colo_rpc_tls_enabled(const colo_rpc_tls_t *t);
+/* Fills what is unset in t from COLO_TLS_CA, COLO_TLS_CERT, COLO_TLS_KEY and
+ * COLO_TLS_SERVER_NAME (the strings stay the environment's). Returns colo_rpc_tls_enabled(t). */
+int colo_rpc_tls_from_env(colo_rpc_tls_t *t);
+
+typedef struct {
+  const char *listen;        /* "127.0.0.1:7070"; port 0 picks a free one */
+  size_t max_message_bytes;  /* requests larger than this are refused; 0: 4 MiB */
+  int requests_per_method;   /* outstanding accepts per method; 0: 16 */
+  size_t max_stream_queue;   /* queued messages per stream before it is ended; 0: 1024 */
+  const colo_rpc_tls_t *tls; /* NULL, or nothing set: insecure. Read at start. */
 } colo_rpc_server_opts_t;
 
 /* Creates, binds and starts a server. On failure returns a negative colo code, writes why into
@@ -101,11 +117,12 @@ const char *colo_rpc_status_name(grpc_status_code code);
 /* ---- client ---- */
 
 typedef struct {
-  size_t max_message_bytes;                /* 0: 64 MiB */
-  grpc_channel_credentials *channel_creds; /* NULL: insecure. Not owned. */
+  size_t max_message_bytes;  /* 0: 64 MiB */
+  const colo_rpc_tls_t *tls; /* NULL, or nothing set: insecure. Read at open. */
 } colo_rpc_client_opts_t;
 
-/* Calls grpc_init; pair with colo_rpc_client_close. opts may be NULL. */
+/* Calls grpc_init; pair with colo_rpc_client_close. opts may be NULL. A TLS file that cannot be
+ * read fails here, with err naming it. */
 int colo_rpc_client_open(const char *target, const colo_rpc_client_opts_t *opts,
                          colo_rpc_client_t **out, char *err, size_t errlen);
 void colo_rpc_client_close(colo_rpc_client_t *cli);

@@ -19,15 +19,19 @@ struct colo_rpc_client_s {
   grpc_completion_queue *cq;
   size_t max_message_bytes;
   char *target;
-  grpc_channel_credentials *creds; /* the caller's (not owned), or NULL: insecure */
+  grpc_channel_credentials *creds; /* TLS (owned), or NULL: insecure */
+  char *server_name;               /* TLS: the name the server's certificate holds, or NULL */
 };
 
 static grpc_channel *new_channel(const colo_rpc_client_t *cli) {
-  grpc_arg arg;
-  arg.type = GRPC_ARG_INTEGER;
-  arg.key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  arg.value.integer = (int)cli->max_message_bytes;
-  grpc_channel_args cargs = {1, &arg};
+  grpc_arg arg[2];
+  arg[0].type = GRPC_ARG_INTEGER;
+  arg[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+  arg[0].value.integer = (int)cli->max_message_bytes;
+  arg[1].type = GRPC_ARG_STRING;
+  arg[1].key = GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+  arg[1].value.string = cli->server_name;
+  grpc_channel_args cargs = {cli->server_name ? 2 : 1, arg};
   grpc_channel_credentials *creds = cli->creds, *own = NULL;
   if (!creds)
     creds = own = grpc_insecure_credentials_create();
@@ -59,16 +63,31 @@ int colo_rpc_client_open(const char *target, const colo_rpc_client_opts_t *opts,
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
+  colo_rpc_route_logs();
   grpc_init();
   cli->max_message_bytes = opts && opts->max_message_bytes ? opts->max_message_bytes : 64u << 20;
-  cli->creds = opts ? opts->channel_creds : NULL;
-  cli->channel = new_channel(cli);
-  if (!cli->channel) {
+  const colo_rpc_tls_t *tls = opts ? opts->tls : NULL;
+  int rc = 0;
+  if (colo_rpc_tls_enabled(tls)) {
+    rc = colo_rpc_tls_channel_creds(tls, &cli->creds, err, errlen);
+    if (rc == 0 && tls->server_name && tls->server_name[0] &&
+        !(cli->server_name = strdup(tls->server_name))) {
+      snprintf(err, errlen, "out of memory");
+      rc = COLO_ENOMEM;
+    }
+  }
+  if (rc == 0 && !(cli->channel = new_channel(cli))) {
     snprintf(err, errlen, "cannot create a channel to %s", target);
+    rc = COLO_EINVAL;
+  }
+  if (rc < 0) {
+    if (cli->creds)
+      grpc_channel_credentials_release(cli->creds);
+    free(cli->server_name);
     free(cli->target);
     free(cli);
     grpc_shutdown();
-    return COLO_EINVAL;
+    return rc;
   }
   cli->cq = grpc_completion_queue_create_for_pluck(NULL);
   *out = cli;
@@ -81,6 +100,9 @@ void colo_rpc_client_close(colo_rpc_client_t *cli) {
   grpc_channel_destroy(cli->channel);
   grpc_completion_queue_shutdown(cli->cq);
   grpc_completion_queue_destroy(cli->cq);
+  if (cli->creds)
+    grpc_channel_credentials_release(cli->creds);
+  free(cli->server_name);
   free(cli->target);
   free(cli);
   grpc_shutdown();

@@ -1,8 +1,25 @@
-/* protobuf-c messages to and from gRPC byte buffers. */
+/* protobuf-c messages to and from gRPC byte buffers, and gRPC's own log lines into colo's. */
 #include "rpc_internal.h"
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/slice.h>
+#include <grpc/support/log.h>
+
+#include "../common/log.h"
+
+/* gRPC's errors are mostly a peer's (a TLS handshake a caller failed): warnings here, with the
+ * process's prefix and time, at colo's level. Its info lines are debug. */
+static void grpc_log(gpr_log_func_args *a) {
+  colo_log_level_t lvl = a->severity == GPR_LOG_SEVERITY_ERROR  ? COLO_LOG_WARN
+                         : a->severity == GPR_LOG_SEVERITY_INFO ? COLO_LOG_DEBUG
+                                                                : COLO_LOG_DEBUG;
+  if ((int)lvl <= colo_log_level_current)
+    colo_log_write(lvl, "grpc", a->file, a->line, "%s", a->message);
+}
+
+void colo_rpc_route_logs(void) {
+  gpr_set_log_function(grpc_log);
+}
 
 grpc_byte_buffer *colo_rpc_pack(const ProtobufCMessage *msg) {
   size_t len = protobuf_c_message_get_packed_size(msg);

@@ -5,9 +5,21 @@
 #include <grpc/byte_buffer.h>
 #include <protobuf-c/protobuf-c.h>
 
+#include "rpc.h"
+
 /* Serialises msg into a new byte buffer (caller destroys it). */
 grpc_byte_buffer *colo_rpc_pack(const ProtobufCMessage *msg);
 /* Decodes a received buffer; NULL when it is not a valid `desc` message. */
 ProtobufCMessage *colo_rpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *desc);
+
+/* gRPC's log lines go through colo_log (called before grpc_init by the server and client). */
+void colo_rpc_route_logs(void);
+
+/* TLS credentials from the PEM files in t (rpc_tls.c). The server's need cert and key. On failure
+ * a negative colo code, with err naming the file and why. */
+int colo_rpc_tls_server_creds(const colo_rpc_tls_t *t, grpc_server_credentials **out, char *err,
+                              size_t errlen);
+int colo_rpc_tls_channel_creds(const colo_rpc_tls_t *t, grpc_channel_credentials **out, char *err,
+                               size_t errlen);
 
 #endif

@@ -615,7 +615,20 @@ int colo_rpc_server_start(uv_loop_t *loop, const colo_rpc_server_opts_t *opts,
     return COLO_ENOMEM;
   }
 
+  colo_rpc_route_logs();
   grpc_init();
+  grpc_server_credentials *creds = NULL;
+  if (colo_rpc_tls_enabled(opts->tls)) {
+    int rc = colo_rpc_tls_server_creds(opts->tls, &creds, err, errlen);
+    if (rc < 0) {
+      grpc_shutdown();
+      free(srv->registered);
+      free(srv);
+      return rc;
+    }
+  } else {
+    creds = grpc_insecure_server_credentials_create();
+  }
   grpc_arg args[2];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -635,15 +648,17 @@ int colo_rpc_server_start(uv_loop_t *loop, const colo_rpc_server_opts_t *opts,
       goto fail;
     }
   }
-  grpc_server_credentials *creds = opts->server_creds;
-  grpc_server_credentials *own = NULL;
-  if (!creds)
-    creds = own = grpc_insecure_server_credentials_create();
   srv->port = grpc_server_add_http2_port(srv->server, opts->listen, creds);
-  if (own)
-    grpc_server_credentials_release(own);
+  grpc_server_credentials_release(creds);
+  creds = NULL;
   if (srv->port == 0) {
-    snprintf(err, errlen, "cannot listen on %s (address in use or invalid)", opts->listen);
+    if (colo_rpc_tls_enabled(opts->tls))
+      snprintf(err, errlen,
+               "cannot listen on %s with TLS (address in use or invalid, or a certificate and "
+               "key that do not load or do not match)",
+               opts->listen);
+    else
+      snprintf(err, errlen, "cannot listen on %s (address in use or invalid)", opts->listen);
     goto fail;
   }
   grpc_server_start(srv->server);
@@ -669,6 +684,8 @@ int colo_rpc_server_start(uv_loop_t *loop, const colo_rpc_server_opts_t *opts,
   return 0;
 
 fail:
+  if (creds)
+    grpc_server_credentials_release(creds);
   grpc_server_destroy(srv->server);
   grpc_completion_queue_shutdown(srv->cq);
   while (grpc_completion_queue_next(srv->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=

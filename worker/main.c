@@ -65,6 +65,11 @@ static void usage(FILE *out) {
                "      --checkpoint-root DIR  where job checkpoint directories are made\n"
                "      --nvme-root DIR      where a job's memory.nvme_dir is resolved (local disk)\n"
                "      --colo-train PATH    the engine binary (default: colo-train in PATH)\n"
+               "      --tls-ca FILE        TLS to colod: the CA its certificate chains to (PEM)\n"
+               "      --tls-cert FILE      this node's certificate, for mutual TLS (PEM)\n"
+               "      --tls-key FILE       and its key (PEM)\n"
+               "      --tls-server-name NAME  the name in colod's certificate, where it is not\n"
+               "                           the coordinator's host\n"
                "      --log-level LEVEL    error, warn, info or debug\n"
                "  -h, --help               this help\n"
                "      --version            print the version\n"
@@ -261,7 +266,7 @@ static int absolute(Colo__V1__WorkerConfig *cfg, const char *field) {
   const ProtobufCFieldDescriptor *fd =
       protobuf_c_message_descriptor_get_field_by_name(&colo__v1__worker_config__descriptor, field);
   char **path = (char **)((char *)cfg + fd->offset);
-  if (!*path || (*path)[0] == '/')
+  if (!*path || !(*path)[0] || (*path)[0] == '/')
     return 0;
   char cwd[4096];
   if (!getcwd(cwd, sizeof cwd))
@@ -287,7 +292,11 @@ int main(int argc, char **argv) {
     OPT_CKPT,
     OPT_NVME,
     OPT_TRAIN,
-    OPT_DEV
+    OPT_DEV,
+    OPT_TLS_CA,
+    OPT_TLS_CERT,
+    OPT_TLS_KEY,
+    OPT_TLS_NAME
   };
   static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                        {"coordinator", required_argument, 0, 'C'},
@@ -301,6 +310,10 @@ int main(int argc, char **argv) {
                                        {"checkpoint-root", required_argument, 0, OPT_CKPT},
                                        {"nvme-root", required_argument, 0, OPT_NVME},
                                        {"colo-train", required_argument, 0, OPT_TRAIN},
+                                       {"tls-ca", required_argument, 0, OPT_TLS_CA},
+                                       {"tls-cert", required_argument, 0, OPT_TLS_CERT},
+                                       {"tls-key", required_argument, 0, OPT_TLS_KEY},
+                                       {"tls-server-name", required_argument, 0, OPT_TLS_NAME},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, OPT_VERSION},
                                        {0, 0, 0, 0}};
@@ -368,6 +381,18 @@ int main(int argc, char **argv) {
     case OPT_TRAIN:
       rc = set_flag(&cfg, "colo_train", optarg);
       break;
+    case OPT_TLS_CA:
+      rc = set_flag(&cfg, "tls_ca", optarg);
+      break;
+    case OPT_TLS_CERT:
+      rc = set_flag(&cfg, "tls_cert", optarg);
+      break;
+    case OPT_TLS_KEY:
+      rc = set_flag(&cfg, "tls_key", optarg);
+      break;
+    case OPT_TLS_NAME:
+      rc = set_flag(&cfg, "tls_server_name", optarg);
+      break;
     default:
       rc = -1;
     }
@@ -383,6 +408,8 @@ int main(int argc, char **argv) {
   /* ranks run in their own directory: every configured path becomes absolute */
   if (absolute(cfg, "run_dir") < 0 || absolute(cfg, "data_root") < 0 ||
       absolute(cfg, "checkpoint_root") < 0 || absolute(cfg, "nvme_root") < 0 ||
+      absolute(cfg, "tls_ca") < 0 || absolute(cfg, "tls_cert") < 0 ||
+      absolute(cfg, "tls_key") < 0 ||
       (strchr(cfg->colo_train, '/') && absolute(cfg, "colo_train") < 0)) {
     fprintf(stderr, "colo-workerd: cannot resolve the configured paths: %s\n", strerror(errno));
     colo__v1__worker_config__free_unpacked(cfg, NULL);
@@ -405,7 +432,9 @@ int main(int argc, char **argv) {
     snprintf(w.name, sizeof w.name, "%s", cfg->name);
   else if (gethostname(w.name, sizeof w.name - 1) != 0)
     snprintf(w.name, sizeof w.name, "localhost");
-  if (colo_rpc_client_open(cfg->coordinator, NULL, &w.cli, err, sizeof err) < 0) {
+  colo_rpc_tls_t tls = {cfg->tls_ca, cfg->tls_cert, cfg->tls_key, cfg->tls_server_name};
+  colo_rpc_client_opts_t co = {.tls = &tls};
+  if (colo_rpc_client_open(cfg->coordinator, &co, &w.cli, err, sizeof err) < 0) {
     fprintf(stderr, "colo-workerd: %s\n", err);
     colo__v1__worker_config__free_unpacked(cfg, NULL);
     return 1;

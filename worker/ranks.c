@@ -309,7 +309,7 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
                   "--threads",
                   threads,
                   NULL};
-  char *env[32];
+  char *env[48]; /* the settings below and PASS, with room */
   size_t ne = 0;
   envf(env, &ne, "COLO_JOB_ID=%llu", (unsigned long long)l->job_id);
   envf(env, &ne, "COLO_ATTEMPT=%u", l->attempt);
@@ -325,6 +325,14 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
   else
     envf(env, &ne, "COLO_STORE=%s", l->rendezvous);
   envf(env, &ne, "COLO_BIND=%s", cfg->address);
+  /* the worker's TLS files, for colod's rendezvous store */
+  const char *const TLS[][2] = {{"COLO_TLS_CA", cfg->tls_ca},
+                                {"COLO_TLS_CERT", cfg->tls_cert},
+                                {"COLO_TLS_KEY", cfg->tls_key},
+                                {"COLO_TLS_SERVER_NAME", cfg->tls_server_name}};
+  for (size_t i = 0; i < sizeof TLS / sizeof TLS[0]; i++)
+    if (TLS[i][1] && TLS[i][1][0])
+      envf(env, &ne, "%s=%s", TLS[i][0], TLS[i][1]);
   envf(env, &ne, "COLO_WORKER_PID=%d", (int)getpid());
   envf(env, &ne, "COLO_RANK_ID=%llu.%u.%u", (unsigned long long)l->job_id, l->attempt, l->rank);
   envf(env, &ne, "OMP_NUM_THREADS=%u", rs->threads);

@@ -1,6 +1,7 @@
 /* colod's rendezvous store as the engine's second rendezvous implementation: addresses
  * "colod://HOST:PORT/JOB/ATTEMPT" become RendezvousPut and RendezvousGet calls. A coordinator
- * that is briefly away (restarting) is retried until the caller's deadline. */
+ * that is briefly away (restarting) is retried until the caller's deadline. Over TLS when the
+ * worker passes its TLS files in COLO_TLS_*. */
 #include "rdzv_colod.h"
 
 #include <stdio.h>
@@ -20,8 +21,8 @@ typedef struct {
 } colod_addr_t;
 
 /* one client per thread (the RPC client is not shared between threads), for its target */
-static __thread colo_rpc_client_t *tls_cli;
-static __thread char tls_target[256];
+static __thread colo_rpc_client_t *thread_cli;
+static __thread char thread_target[256];
 
 static int parse(const char *addr, colod_addr_t *a, char *err, size_t errlen) {
   const char *p = addr + strlen("colod://");
@@ -42,15 +43,19 @@ static int parse(const char *addr, colod_addr_t *a, char *err, size_t errlen) {
 }
 
 static colo_rpc_client_t *client(const char *target, char *err, size_t errlen) {
-  if (tls_cli && !strcmp(tls_target, target))
-    return tls_cli;
-  if (tls_cli)
-    colo_rpc_client_close(tls_cli);
-  tls_cli = NULL;
-  if (colo_rpc_client_open(target, NULL, &tls_cli, err, errlen) < 0)
+  if (thread_cli && !strcmp(thread_target, target))
+    return thread_cli;
+  if (thread_cli)
+    colo_rpc_client_close(thread_cli);
+  thread_cli = NULL;
+  /* TLS with the files its worker passed (COLO_TLS_CA, _CERT, _KEY, _SERVER_NAME) */
+  colo_rpc_tls_t tls = {0};
+  colo_rpc_tls_from_env(&tls);
+  colo_rpc_client_opts_t opts = {.tls = &tls};
+  if (colo_rpc_client_open(target, &opts, &thread_cli, err, errlen) < 0)
     return NULL;
-  snprintf(tls_target, sizeof tls_target, "%s", target);
-  return tls_cli;
+  snprintf(thread_target, sizeof thread_target, "%s", target);
+  return thread_cli;
 }
 
 static int64_t mono_ms(void) {

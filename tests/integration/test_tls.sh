@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Mutual TLS end to end, with certificates from deploy/tls-certs.sh: colod asks every caller for
+# a certificate from the cluster CA; a worker with one registers, and its 2-rank job trains to
+# the end, the ranks meeting through colod's rendezvous store over TLS; coloctl with one (flags
+# or COLO_TLS_*) is answered. Refused: coloctl and a worker without a certificate, one from
+# another CA, a wrong server name. Bad TLS settings stop colod with an exact message.
+source "$(dirname "$0")/lib.sh"
+WD="$COLO_BIN/colo-workerd"
+TRAIN="$COLO_BIN/colo-train"
+CERTS="$TMP/certs"
+CA="$CERTS/ca.crt"
+DATA_SRC="$COLO_SRC/../shared/data/tinyshakespeare.txt"
+[ -f "$DATA_SRC" ] || fail "no training text at $DATA_SRC"
+
+# ---- certificates: the cluster's CA, colod's, one for the worker and one for a user; and a
+# second CA with a certificate that must not pass ----
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" ca "$CERTS"
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" server "$CERTS" colod DNS:localhost IP:127.0.0.1
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" client "$CERTS" w1
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" client "$CERTS" alice
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" ca "$TMP/other"
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" client "$TMP/other" mallory
+expect_eq "$(stat -c %a "$CERTS/w1.key")" "600" "(a key's mode)"
+expect_rc 1 bash "$COLO_SRC/deploy/tls-certs.sh" client "$CERTS" w1
+expect_contains "$ERR" "w1.crt exists already; not overwritten"
+
+# ---- bad settings: exit 2 (or 1 for a file that cannot be read), with the reason ----
+expect_rc 2 "$COLOD" --state-dir "$TMP/bad" --set "tls_cert=$CERTS/colod.crt"
+expect_eq "$ERR" "colod: tls_cert and tls_key go together: tls_cert is set without tls_key"
+expect_rc 2 "$COLOD" --state-dir "$TMP/bad" --set "tls_client_ca=$CA"
+expect_eq "$ERR" "colod: tls_client_ca needs tls_cert and tls_key: client certificates are asked for only over TLS"
+expect_rc 1 "$COLOD" --listen 127.0.0.1:0 --state-dir "$TMP/bad" --set "tls_cert=$TMP/none.crt" \
+  --set "tls_key=$CERTS/colod.key"
+expect_contains "$ERR" "cannot read the TLS certificate $TMP/none.crt: No such file or directory"
+expect_rc 1 "$COLOD" --listen 127.0.0.1:0 --state-dir "$TMP/bad" --set "tls_cert=$CERTS/colod.crt" \
+  --set "tls_key=$CERTS/w1.key"
+expect_contains "$ERR" "with TLS (address in use or invalid, or a certificate and key that do not load or do not match)"
+
+start_colod "$TMP/state" --set "tls_cert=$CERTS/colod.crt" --set "tls_key=$CERTS/colod.key" \
+  --set "tls_client_ca=$CA" --set host_timeout=3s
+expect_contains "$(cat "$TMP/colod.log")" "with mutual TLS (callers need a certificate)"
+
+# ---- coloctl ----
+TLS_ALICE=(--tls-ca "$CA" --tls-cert "$CERTS/alice.crt" --tls-key "$CERTS/alice.key")
+expect_rc 0 "$COLOCTL" "${TLS_ALICE[@]}" hosts
+expect_eq "$OUT" "no hosts have registered"
+expect_rc 1 "$COLOCTL" -t 3000 hosts
+expect_contains "$ERR" "cannot reach the coordinator at $COLO_SERVER"
+expect_contains "$ERR" "(if colod uses TLS: --tls-ca, and --tls-cert and --tls-key where it asks for a certificate"
+expect_rc 1 "$COLOCTL" -t 3000 --tls-ca "$CA" hosts
+expect_contains "$ERR" "(if colod asks for a certificate: --tls-cert and --tls-key"
+expect_rc 1 "$COLOCTL" -t 3000 --tls-ca "$CA" --tls-cert "$TMP/other/mallory.crt" \
+  --tls-key "$TMP/other/mallory.key" hosts
+expect_rc 1 "$COLOCTL" -t 3000 "${TLS_ALICE[@]}" --tls-server-name colod.example hosts
+expect_contains "$ERR" "Peer name colod.example is not in peer certificate"
+expect_rc 0 "$COLOCTL" "${TLS_ALICE[@]}" --tls-server-name localhost hosts
+expect_rc 1 "$COLOCTL" --tls-cert "$CERTS/alice.crt" hosts
+expect_eq "$ERR" "coloctl: a TLS certificate and its key go together: the certificate is set without the key"
+expect_rc 1 "$COLOCTL" --tls-ca "$TMP/nothing.pem" hosts
+expect_eq "$ERR" "coloctl: cannot read the TLS CA certificate $TMP/nothing.pem: No such file or directory"
+echo "not a certificate" >"$TMP/not.pem"
+expect_rc 1 "$COLOCTL" --tls-ca "$TMP/not.pem" hosts
+expect_eq "$ERR" "coloctl: the TLS CA certificate $TMP/not.pem is not a PEM file"
+expect_rc 1 "$COLOCTL" --tls-ca "$DATA_SRC" hosts
+expect_eq "$ERR" "coloctl: the TLS CA certificate $DATA_SRC is larger than 1 MiB"
+# the environment, as a user would set it once
+export COLO_TLS_CA="$CA" COLO_TLS_CERT="$CERTS/alice.crt" COLO_TLS_KEY="$CERTS/alice.key"
+
+# ---- workers: one without a certificate is refused, one with the CA's registers ----
+mkdir -p "$TMP/data" "$TMP/ckpt"
+"$TRAIN" prepare --input "$DATA_SRC" --out "$TMP/data/ts" >/dev/null
+WARGS=(--coordinator "$COLO_SERVER" --devices cpu --cpu-slots 2 --data-root "$TMP/data"
+  --checkpoint-root "$TMP/ckpt" --colo-train "$TRAIN")
+env -u COLO_TLS_CA -u COLO_TLS_CERT -u COLO_TLS_KEY "$WD" "${WARGS[@]}" --name w0 \
+  --run-dir "$TMP/run0" --tls-ca "$CA" >"$TMP/worker0.log" 2>&1 &
+W0PID=$!
+"$WD" "${WARGS[@]}" --name w1 --run-dir "$TMP/run" --tls-ca "$CA" --tls-cert "$CERTS/w1.crt" \
+  --tls-key "$CERTS/w1.key" >"$TMP/worker.log" 2>&1 &
+WPID=$!
+up() { "$COLOCTL" hosts --json | python3 -c 'import json,sys; sys.exit(not [h for h in json.load(sys.stdin) if h["name"] == "w1" and h["state"] == "up"])'; }
+for _ in $(seq 1 50); do up && break; sleep 0.1; done
+up || fail "w1 did not register over TLS: $(cat "$TMP/worker.log")"
+sleep 2 # w0 has tried for 2 s more
+expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(" ".join(h["name"] for h in json.load(sys.stdin)))')" "w1" "(hosts: w0 has no certificate)"
+expect_contains "$(cat "$TMP/worker0.log")" "cannot register with $COLO_SERVER: UNAVAILABLE"
+kill -TERM "$W0PID"
+wait "$W0PID" || true
+
+# ---- a 2-rank job: the ranks meet through colod's rendezvous store, over TLS ----
+cat >"$TMP/job.yaml" <<EOF
+name: tls
+model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
+data: {train_path: ts/train.bin, val_path: ts/val.bin}
+parallel: {dp: 2}
+train: {steps: 60, batch_size: 4, eval_interval: 30, eval_batches: 2}
+checkpoint: {interval: 30}
+resources: {device: cpu}
+EOF
+expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml"
+J=$OUT
+state() { "$COLOCTL" status "$J" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+for _ in $(seq 1 600); do
+  case "$(state)" in succeeded | failed | cancelled) break ;; esac
+  sleep 0.1
+done
+[ "$(state)" = succeeded ] || fail "job $J is $(state): $("$COLOCTL" status "$J"); worker: $(tail -20 "$TMP/worker.log")"
+LAST=$("$COLOCTL" logs "$J" | grep -E "^step +60/60 ")
+[ -n "$LAST" ] || fail "no step 60 in job $J's log"
+expect_contains "$("$COLOCTL" checkpoints "$J")" "60"
+echo "figure: job $J trained over mutual TLS: $LAST"
+
+kill -TERM "$WPID"
+wait "$WPID" || fail "the worker did not exit 0 on SIGTERM"
+stop_colod
+echo "PASS"
