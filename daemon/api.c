@@ -602,8 +602,9 @@ static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
 }
 
 /* Device count, kind and address of a host, kept with its liveness for the scheduler. */
-static void host_live_devices(colod_host_live_t *l, const char *address, Colo__V1__Device **devs,
-                              size_t n) {
+static void host_live_devices(colod_host_live_t *l, const char *name, const char *address,
+                              Colo__V1__Device **devs, size_t n) {
+  snprintf(l->name, sizeof l->name, "%s", name);
   l->n_devices = (uint32_t)n;
   l->device_kind = n ? (int)devs[0]->kind : 0;
   snprintf(l->address, sizeof l->address, "%s", address);
@@ -615,7 +616,7 @@ static int load_host_cb(const colo_host_t *h, void *data) {
   if (!l)
     return 1;
   Colo__V1__Host *dev = colo__v1__host__unpack(NULL, h->devices_len, h->devices);
-  host_live_devices(l, h->address, dev ? dev->devices : NULL, dev ? dev->n_devices : 0);
+  host_live_devices(l, h->name, h->address, dev ? dev->devices : NULL, dev ? dev->n_devices : 0);
   l->memory_bytes = h->memory_bytes;
   if (dev)
     colo__v1__host__free_unpacked(dev, NULL);
@@ -724,7 +725,7 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
     l->stopping = 0; /* a worker that registers is not shutting down */
     l->last_seen_ms = h.last_seen_ms;
     l->last_seen_mono_ms = colod_mono_ms(d);
-    host_live_devices(l, req->address, req->devices, req->n_devices);
+    host_live_devices(l, h.name, req->address, req->devices, req->n_devices);
     l->memory_bytes = req->has_memory_bytes ? req->memory_bytes : 0;
   }
   colo_log(COLO_LOG_INFO, "hosts", "host %s (%llu) registered from %s, %zu devices, session %llu",
@@ -1137,8 +1138,89 @@ static void h_rdzv_get(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
   colod_rdzv_get(data, call, (const Colo__V1__RendezvousGetRequest *)m);
 }
 
+/* ---- who may call what: a certificate's role, under mutual TLS with tls_roles ---- */
+
+enum { R_USER = 1, R_ADMIN = 2, R_WORKER = 4 };
+
+static int role_of(const char *ou) {
+  return !strcmp(ou, "user")     ? R_USER
+         : !strcmp(ou, "admin")  ? R_ADMIN
+         : !strcmp(ou, "worker") ? R_WORKER
+                                 : 0;
+}
+
+/* 1 when the caller may go on; otherwise the call is failed with PERMISSION_DENIED. A worker's
+ * certificate names its host: a heartbeat must be for the host of that name (registration checks
+ * the name it registers in h_register). */
+static int authorized(colod_t *d, colo_rpc_call_t *call, int roles, const ProtobufCMessage *m) {
+  if (!d->cfg.tls_client_ca[0] || !d->cfg.tls_roles)
+    return 1;
+  char cn[129], ou[65];
+  const char *method = strrchr(colo_rpc_call_method(call)->path, '/') + 1;
+  if (!colo_rpc_call_peer_cert(call, cn, sizeof cn, ou, sizeof ou)) {
+    colo_rpc_fail(call, GRPC_STATUS_UNAUTHENTICATED, "a client certificate is required");
+    return 0;
+  }
+  int role = role_of(ou);
+  if (!role) {
+    colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+                  "certificate \"%s\" has no colo role: its OU must be user, admin or worker "
+                  "(deploy/tls-certs.sh)",
+                  cn);
+    return 0;
+  }
+  if (!(role & roles)) {
+    colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+                  "certificate \"%s\" (%s) may not call %s: it needs %s", cn, ou, method,
+                  roles & R_WORKER   ? "a worker's certificate"
+                  : roles == R_ADMIN ? "an admin's certificate"
+                                     : "a user's or an admin's certificate");
+    return 0;
+  }
+  if (role == R_WORKER && !strcmp(method, "RegisterHost")) {
+    const Colo__V1__RegisterHostRequest *req = (const void *)m;
+    if (!req->name || strcmp(req->name, cn) != 0) {
+      colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+                    "worker certificate \"%s\" may register only host \"%s\"", cn, cn);
+      return 0;
+    }
+  }
+  if (role == R_WORKER && !strcmp(method, "Heartbeat")) {
+    const Colo__V1__HeartbeatRequest *req = (const void *)m;
+    colod_host_live_t *l = req->has_host_id ? colod_host_live(d, req->host_id) : NULL;
+    if (l && strcmp(l->name, cn) != 0) {
+      colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+                    "worker certificate \"%s\" may not beat for host \"%s\"", cn, l->name);
+      return 0;
+    }
+  }
+  return 1;
+}
+
+#define GUARD(fn, roles)                                                                           \
+  static void g_##fn(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {               \
+    if (authorized(data, call, roles, m))                                                          \
+      fn(call, m, data);                                                                           \
+  }
+GUARD(h_submit, R_USER | R_ADMIN)
+GUARD(h_get, R_USER | R_ADMIN)
+GUARD(h_list, R_USER | R_ADMIN)
+GUARD(h_cancel, R_USER | R_ADMIN)
+GUARD(h_resume, R_USER | R_ADMIN)
+GUARD(h_hosts, R_USER | R_ADMIN)
+GUARD(h_cordon, R_ADMIN)
+GUARD(h_cluster, R_USER | R_ADMIN)
+GUARD(h_watch, R_USER | R_ADMIN)
+GUARD(h_checkpoints, R_USER | R_ADMIN)
+GUARD(h_history, R_USER | R_ADMIN)
+GUARD(h_logs, R_USER | R_ADMIN)
+GUARD(h_rdzv_put, R_WORKER)
+GUARD(h_rdzv_get, R_WORKER)
+GUARD(h_register, R_WORKER)
+GUARD(h_heartbeat, R_WORKER)
+
 #define M(name, req, stream, fn)                                                                   \
-  { "/colo.v1.Cluster/" name, &colo__v1__##req##__descriptor, stream, fn }
+  { "/colo.v1.Cluster/" name, &colo__v1__##req##__descriptor, stream, g_##fn }
 
 const colo_rpc_method_t colod_methods[] = {
     M("SubmitJob", submit_job_request, 0, h_submit),

@@ -20,6 +20,7 @@ typedef struct colod_rdzv_s colod_rdzv_t;
  * between UP and DOWN does. */
 typedef struct {
   uint64_t id;
+  char name[65]; /* as registered */
   uint64_t session;
   uint64_t last_seen_mono_ms;
   int64_t last_seen_ms;

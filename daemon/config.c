@@ -11,7 +11,7 @@
 #include "../common/error.h"
 #include "../common/log.h"
 
-typedef enum { T_STRING, T_DURATION, T_UINT, T_LOGLEVEL } ctype_t;
+typedef enum { T_STRING, T_DURATION, T_UINT, T_LOGLEVEL, T_BOOL } ctype_t;
 
 typedef struct {
   const char *name;
@@ -56,6 +56,10 @@ static const centry_t TABLE[] = {
     {"tls_client_ca", T_STRING, F(tls_client_ca), 0, 0, "", 0,
      "mutual TLS: every caller (workers, ranks, coloctl) needs a certificate from this CA, PEM; "
      "empty: callers are not asked for one"},
+    {"tls_roles", T_BOOL, F(tls_roles), 0, 1, "true", 0,
+     "with tls_client_ca: a certificate's OU is its role: user (jobs, hosts), admin (also "
+     "cordons) or worker (a node, registered only under its certificate's name, and its ranks); "
+     "false lets every certificate from the CA call everything"},
 };
 #define N_TABLE (sizeof TABLE / sizeof TABLE[0])
 
@@ -146,6 +150,14 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
     *(uint32_t *)field = (uint32_t)ms;
     return 0;
   }
+  case T_BOOL:
+    if (!strcmp(value, "true") || !strcmp(value, "yes") || !strcmp(value, "1"))
+      *(uint32_t *)field = 1;
+    else if (!strcmp(value, "false") || !strcmp(value, "no") || !strcmp(value, "0"))
+      *(uint32_t *)field = 0;
+    else
+      return fail(err, errlen, "%s \"%s\" must be true or false", e->name, value);
+    return 0;
   case T_UINT: {
     char *end;
     errno = 0;
@@ -259,6 +271,9 @@ static void value_str(const centry_t *e, const colod_config_t *cfg, char *buf, s
     break;
   case T_UINT:
     snprintf(buf, n, "%u", *(const uint32_t *)field);
+    break;
+  case T_BOOL:
+    snprintf(buf, n, "%s", *(const uint32_t *)field ? "true" : "false");
     break;
   }
 }

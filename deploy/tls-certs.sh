@@ -6,9 +6,12 @@
 #                                                CA, for the names and addresses colod is reached
 #                                                at (DNS:host.example, IP:10.0.0.1; default:
 #                                                DNS:localhost, IP:127.0.0.1 and this host's name)
-#   deploy/tls-certs.sh client DIR NAME          DIR/NAME.crt and .key for a worker (NAME: its
-#                                                node name) or a user of coloctl
+#   deploy/tls-certs.sh worker DIR NODE          DIR/NODE.crt and .key for a node's worker: it
+#                                                registers only as NODE
+#   deploy/tls-certs.sh user DIR NAME            for a user of coloctl: jobs, logs, hosts
+#   deploy/tls-certs.sh admin DIR NAME           for an operator: a user who may also cordon
 #
+# The role is the certificate's OU (colod's tls_roles, on by default, enforces it).
 # colod:        tls_cert: DIR/colod.crt, tls_key: DIR/colod.key, tls_client_ca: DIR/ca.crt
 # colo-workerd: --tls-ca DIR/ca.crt --tls-cert DIR/NODE.crt --tls-key DIR/NODE.key
 # coloctl:      COLO_TLS_CA, COLO_TLS_CERT, COLO_TLS_KEY (or --tls-ca, --tls-cert, --tls-key)
@@ -17,7 +20,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-2}"
 }
 die() {
@@ -44,11 +47,12 @@ new_key() { # path
 need_ca() {
   [ -f "$dir/ca.crt" ] && [ -f "$dir/ca.key" ] || die "no CA in $dir: run 'tls-certs.sh ca $dir' first"
 }
-# sign NAME EXTFILE: DIR/NAME.key's certificate, signed by the CA, with the extensions in EXTFILE
+# sign NAME ROLE EXTFILE: DIR/NAME.key's certificate, signed by the CA, with ROLE as its OU and
+# the extensions in EXTFILE
 sign() {
-  local name=$1 ext=$2 csr
+  local name=$1 role=$2 ext=$3 csr
   csr=$(mktemp)
-  openssl req -new -key "$dir/$name.key" -subj "/CN=$name/O=colo" -out "$csr" 2>/dev/null ||
+  openssl req -new -key "$dir/$name.key" -subj "/CN=$name/O=colo/OU=$role" -out "$csr" 2>/dev/null ||
     die "cannot make a request for $name"
   openssl x509 -req -in "$csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" -CAcreateserial \
     -days "$DAYS" -sha256 -extfile "$ext" -out "$dir/$name.crt" 2>/dev/null ||
@@ -66,7 +70,7 @@ ca)
     -out "$dir/ca.crt" 2>/dev/null || die "cannot make the CA certificate"
   echo "$dir/ca.crt"
   ;;
-server | client)
+server | worker | user | admin)
   [ $# -ge 1 ] || usage
   name=$1
   shift
@@ -88,7 +92,7 @@ server | client)
       "$name" >"$ext"
   fi
   new_key "$dir/$name.key"
-  sign "$name" "$ext"
+  sign "$name" "$cmd" "$ext"
   echo "$dir/$name.crt"
   ;;
 *) usage ;;

@@ -108,6 +108,11 @@ void colo_rpc_call_on_cancel(colo_rpc_call_t *call, colo_rpc_cancel_cb cb, void 
 /* The peer's address ("ipv4:127.0.0.1:51234"); owned by the call. */
 const char *colo_rpc_call_peer(colo_rpc_call_t *call);
 const colo_rpc_method_t *colo_rpc_call_method(const colo_rpc_call_t *call);
+/* Over mutual TLS: 1 when the caller presented a certificate the server verified, with its
+ * common name and its first organisational unit (empty where it has none) copied out; 0
+ * otherwise (no TLS, or no certificate). */
+int colo_rpc_call_peer_cert(colo_rpc_call_t *call, char *cn, size_t cn_len, char *ou,
+                            size_t ou_len);
 
 /* Status code <-> colo error code. */
 int colo_rpc_status_to_err(grpc_status_code code);

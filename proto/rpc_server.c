@@ -591,6 +591,48 @@ const colo_rpc_method_t *colo_rpc_call_method(const colo_rpc_call_t *c) {
   return c->method;
 }
 
+static void copy_value(char *out, size_t n, const char *v, size_t len) {
+  if (len >= n)
+    len = n - 1;
+  memcpy(out, v, len);
+  out[len] = '\0';
+}
+
+/* OU from an RFC 2253 subject ("OU=worker,O=colo,CN=w1"): the first, unescaped */
+static void subject_ou(const char *v, size_t len, char *ou, size_t n) {
+  size_t i = 0;
+  while (i < len) {
+    size_t end = i;
+    while (end < len && !(v[end] == ',' && (end == i || v[end - 1] != '\\')))
+      end++;
+    if (end - i > 3 && !memcmp(v + i, "OU=", 3)) {
+      copy_value(ou, n, v + i + 3, end - i - 3);
+      return;
+    }
+    i = end + 1;
+  }
+}
+
+int colo_rpc_call_peer_cert(colo_rpc_call_t *c, char *cn, size_t cn_len, char *ou, size_t ou_len) {
+  cn[0] = ou[0] = '\0';
+  grpc_auth_context *ctx = grpc_call_auth_context(c->call);
+  if (!ctx)
+    return 0;
+  int ok = grpc_auth_context_peer_is_authenticated(ctx);
+  if (ok) {
+    grpc_auth_property_iterator it =
+        grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_CN_PROPERTY_NAME);
+    const grpc_auth_property *p = grpc_auth_property_iterator_next(&it);
+    if (p)
+      copy_value(cn, cn_len, p->value, p->value_length);
+    it = grpc_auth_context_find_properties_by_name(ctx, GRPC_X509_SUBJECT_PROPERTY_NAME);
+    if ((p = grpc_auth_property_iterator_next(&it)))
+      subject_ou(p->value, p->value_length, ou, ou_len);
+  }
+  grpc_auth_context_release(ctx);
+  return ok;
+}
+
 /* ---- server lifecycle ---- */
 
 int colo_rpc_server_start(uv_loop_t *loop, const colo_rpc_server_opts_t *opts,

@@ -459,7 +459,8 @@ class MutualTlsTest(unittest.TestCase):
         other = os.path.join(TMP, "other-ca")
         mk = os.path.join(SRC, "deploy/tls-certs.sh")
         for args in (["ca", cls.certs], ["server", cls.certs, "colod", "IP:127.0.0.1"],
-                     ["client", cls.certs, "py"], ["ca", other], ["client", other, "intruder"]):
+                     ["user", cls.certs, "py"], ["worker", cls.certs, "wa"],
+                     ["worker", cls.certs, "wb"], ["ca", other], ["admin", other, "intruder"]):
             subprocess.run(["bash", mk] + args, check=True, stdout=subprocess.DEVNULL)
         cls.other = other
         cls.log = open(os.path.join(TMP, "colod-tls.log"), "w")
@@ -505,6 +506,44 @@ class MutualTlsTest(unittest.TestCase):
             job = Cluster(ch).SubmitJob(pb.SubmitJobRequest(spec=spec(name="over-tls")),
                                         timeout=5).job
             self.assertEqual(job.state, pb.JOB_STATE_PENDING)
+
+    def test_a_users_certificate_may_not_act_as_a_worker(self):
+        with grpc.secure_channel(self.target, self.creds(self.certs, "py")) as ch:
+            with self.assertRaises(grpc.RpcError) as cm:
+                Cluster(ch).RegisterHost(pb.RegisterHostRequest(name="py", address="127.0.0.1"),
+                                         timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+        self.assertEqual(cm.exception.details(), 'certificate "py" (user) may not call '
+                         "RegisterHost: it needs a worker's certificate")
+
+    def test_a_workers_certificate_is_its_host(self):
+        def api(name):
+            return grpc.secure_channel(self.target, self.creds(self.certs, name))
+        ids = {}
+        for name in ("wa", "wb"):
+            with api(name) as ch:
+                r = Cluster(ch).RegisterHost(pb.RegisterHostRequest(name=name,
+                                                                    address="127.0.0.1"),
+                                             timeout=5)
+                ids[name] = (r.host_id, r.session)
+                self.assertFalse(Cluster(ch).Heartbeat(
+                    pb.HeartbeatRequest(host_id=r.host_id, session=r.session),
+                    timeout=5).reregister)
+        with api("wb") as ch:
+            with self.assertRaises(grpc.RpcError) as cm:
+                Cluster(ch).Heartbeat(pb.HeartbeatRequest(host_id=ids["wa"][0],
+                                                          session=ids["wa"][1]), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+            self.assertEqual(cm.exception.details(),
+                             'worker certificate "wb" may not beat for host "wa"')
+            with self.assertRaises(grpc.RpcError) as cm:
+                Cluster(ch).RegisterHost(pb.RegisterHostRequest(name="wa", address="127.0.0.1"),
+                                         timeout=5)
+            self.assertEqual(cm.exception.details(),
+                             'worker certificate "wb" may register only host "wb"')
+            with self.assertRaises(grpc.RpcError) as cm:
+                Cluster(ch).SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
 
     def test_no_tls_is_refused(self):
         self.refused(grpc.insecure_channel(self.target))

@@ -3,7 +3,10 @@
 # a certificate from the cluster CA; a worker with one registers, and its 2-rank job trains to
 # the end, the ranks meeting through colod's rendezvous store over TLS; coloctl with one (flags
 # or COLO_TLS_*) is answered. Refused: coloctl and a worker without a certificate, one from
-# another CA, a wrong server name. Bad TLS settings stop colod with an exact message.
+# another CA, a wrong server name. Roles (the certificate's OU): a user may not cordon, an admin
+# may; a worker's certificate may not submit, nor register under another name; a user's may not
+# register a host; a certificate without a role is refused. Bad TLS settings stop colod with an
+# exact message.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
 TRAIN="$COLO_BIN/colo-train"
@@ -16,13 +19,19 @@ DATA_SRC="$COLO_SRC/../shared/data/tinyshakespeare.txt"
 # second CA with a certificate that must not pass ----
 expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" ca "$CERTS"
 expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" server "$CERTS" colod DNS:localhost IP:127.0.0.1
-expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" client "$CERTS" w1
-expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" client "$CERTS" alice
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" worker "$CERTS" w1
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" user "$CERTS" alice
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" admin "$CERTS" bob
 expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" ca "$TMP/other"
-expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" client "$TMP/other" mallory
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" admin "$TMP/other" mallory
 expect_eq "$(stat -c %a "$CERTS/w1.key")" "600" "(a key's mode)"
-expect_rc 1 bash "$COLO_SRC/deploy/tls-certs.sh" client "$CERTS" w1
+expect_rc 1 bash "$COLO_SRC/deploy/tls-certs.sh" user "$CERTS" w1
 expect_contains "$ERR" "w1.crt exists already; not overwritten"
+expect_contains "$(openssl x509 -in "$CERTS/w1.crt" -noout -subject)" "OU = worker"
+# one from the CA without a role, as another tool would make it
+openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$TMP/norole.key" 2>/dev/null
+openssl req -new -key "$TMP/norole.key" -subj "/CN=norole" 2>/dev/null |
+  openssl x509 -req -CA "$CA" -CAkey "$CERTS/ca.key" -CAcreateserial -days 1 -out "$TMP/norole.crt" 2>/dev/null
 
 # ---- bad settings: exit 2 (or 1 for a file that cannot be read), with the reason ----
 expect_rc 2 "$COLOD" --state-dir "$TMP/bad" --set "tls_cert=$CERTS/colod.crt"
@@ -63,6 +72,13 @@ expect_rc 1 "$COLOCTL" --tls-ca "$TMP/not.pem" hosts
 expect_eq "$ERR" "coloctl: the TLS CA certificate $TMP/not.pem is not a PEM file"
 expect_rc 1 "$COLOCTL" --tls-ca "$DATA_SRC" hosts
 expect_eq "$ERR" "coloctl: the TLS CA certificate $DATA_SRC is larger than 1 MiB"
+# roles
+expect_rc 1 "$COLOCTL" "${TLS_ALICE[@]}" cordon w1
+expect_eq "$ERR" 'coloctl: PERMISSION_DENIED: certificate "alice" (user) may not call CordonHost: it needs an admin'"'"'s certificate'
+expect_rc 1 "$COLOCTL" --tls-ca "$CA" --tls-cert "$CERTS/w1.crt" --tls-key "$CERTS/w1.key" hosts
+expect_eq "$ERR" 'coloctl: PERMISSION_DENIED: certificate "w1" (worker) may not call ListHosts: it needs a user'"'"'s or an admin'"'"'s certificate'
+expect_rc 1 "$COLOCTL" --tls-ca "$CA" --tls-cert "$TMP/norole.crt" --tls-key "$TMP/norole.key" hosts
+expect_eq "$ERR" 'coloctl: PERMISSION_DENIED: certificate "norole" has no colo role: its OU must be user, admin or worker (deploy/tls-certs.sh)'
 # the environment, as a user would set it once
 export COLO_TLS_CA="$CA" COLO_TLS_CERT="$CERTS/alice.crt" COLO_TLS_KEY="$CERTS/alice.key"
 
@@ -74,6 +90,13 @@ WARGS=(--coordinator "$COLO_SERVER" --devices cpu --cpu-slots 2 --data-root "$TM
 env -u COLO_TLS_CA -u COLO_TLS_CERT -u COLO_TLS_KEY "$WD" "${WARGS[@]}" --name w0 \
   --run-dir "$TMP/run0" --tls-ca "$CA" >"$TMP/worker0.log" 2>&1 &
 W0PID=$!
+# w1's certificate under another name, and a user's certificate on a worker
+"$WD" "${WARGS[@]}" --name w2 --run-dir "$TMP/run2" --tls-ca "$CA" --tls-cert "$CERTS/w1.crt" \
+  --tls-key "$CERTS/w1.key" >"$TMP/worker2.log" 2>&1 &
+W2PID=$!
+"$WD" "${WARGS[@]}" --name alice --run-dir "$TMP/run3" --tls-ca "$CA" \
+  --tls-cert "$CERTS/alice.crt" --tls-key "$CERTS/alice.key" >"$TMP/worker3.log" 2>&1 &
+W3PID=$!
 "$WD" "${WARGS[@]}" --name w1 --run-dir "$TMP/run" --tls-ca "$CA" --tls-cert "$CERTS/w1.crt" \
   --tls-key "$CERTS/w1.key" >"$TMP/worker.log" 2>&1 &
 WPID=$!
@@ -81,10 +104,15 @@ up() { "$COLOCTL" hosts --json | python3 -c 'import json,sys; sys.exit(not [h fo
 for _ in $(seq 1 50); do up && break; sleep 0.1; done
 up || fail "w1 did not register over TLS: $(cat "$TMP/worker.log")"
 sleep 2 # w0 has tried for 2 s more
-expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(" ".join(h["name"] for h in json.load(sys.stdin)))')" "w1" "(hosts: w0 has no certificate)"
+expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(" ".join(h["name"] for h in json.load(sys.stdin)))')" "w1" "(hosts: w0 has no certificate, w2 and alice the wrong one)"
 expect_contains "$(cat "$TMP/worker0.log")" "cannot register with $COLO_SERVER: UNAVAILABLE"
-kill -TERM "$W0PID"
-wait "$W0PID" || true
+expect_contains "$(cat "$TMP/worker2.log")" 'PERMISSION_DENIED: worker certificate "w1" may register only host "w1"'
+expect_contains "$(cat "$TMP/worker3.log")" 'PERMISSION_DENIED: certificate "alice" (user) may not call RegisterHost: it needs a worker'"'"'s certificate'
+kill -TERM "$W0PID" "$W2PID" "$W3PID"
+wait "$W0PID" "$W2PID" "$W3PID" || true
+# an admin cordons and uncordons
+expect_rc 0 "$COLOCTL" --tls-cert "$CERTS/bob.crt" --tls-key "$CERTS/bob.key" cordon w1
+expect_rc 0 "$COLOCTL" --tls-cert "$CERTS/bob.crt" --tls-key "$CERTS/bob.key" uncordon w1
 
 # ---- a 2-rank job: the ranks meet through colod's rendezvous store, over TLS ----
 cat >"$TMP/job.yaml" <<EOF
@@ -111,5 +139,12 @@ echo "figure: job $J trained over mutual TLS: $LAST"
 
 kill -TERM "$WPID"
 wait "$WPID" || fail "the worker did not exit 0 on SIGTERM"
+stop_colod
+
+# tls_roles: false: any certificate from the CA may call anything, one without a role too
+start_colod "$TMP/state2" --set "tls_cert=$CERTS/colod.crt" --set "tls_key=$CERTS/colod.key" \
+  --set "tls_client_ca=$CA" --set tls_roles=false
+expect_rc 0 "$COLOCTL" --tls-cert "$TMP/norole.crt" --tls-key "$TMP/norole.key" hosts
+expect_rc 0 "$COLOCTL" --tls-cert "$CERTS/w1.crt" --tls-key "$CERTS/w1.key" hosts
 stop_colod
 echo "PASS"
