@@ -1185,6 +1185,25 @@ static int authorized(colod_t *d, colo_rpc_call_t *call, int roles, const Protob
       return 0;
     }
   }
+  if (role == R_WORKER && !strncmp(method, "Rendezvous", 10)) {
+    /* Put and Get both start with job_id and attempt */
+    uint64_t job = !strcmp(method, "RendezvousPut")
+                       ? ((const Colo__V1__RendezvousPutRequest *)(const void *)m)->job_id
+                       : ((const Colo__V1__RendezvousGetRequest *)(const void *)m)->job_id;
+    uint32_t attempt = !strcmp(method, "RendezvousPut")
+                           ? ((const Colo__V1__RendezvousPutRequest *)(const void *)m)->attempt
+                           : ((const Colo__V1__RendezvousGetRequest *)(const void *)m)->attempt;
+    colod_host_live_t *l = NULL;
+    for (size_t i = 0; i < d->n_hosts && !l; i++)
+      if (!strcmp(d->hosts[i].name, cn))
+        l = &d->hosts[i];
+    if (!l || !colod_jobs_attempt_on_host(d, job, attempt, l->id)) {
+      colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+                    "worker certificate \"%s\" has no running rank of job %llu attempt %u", cn,
+                    (unsigned long long)job, attempt);
+      return 0;
+    }
+  }
   if (role == R_WORKER && !strcmp(method, "Heartbeat")) {
     const Colo__V1__HeartbeatRequest *req = (const void *)m;
     colod_host_live_t *l = req->has_host_id ? colod_host_live(d, req->host_id) : NULL;

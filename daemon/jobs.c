@@ -831,6 +831,16 @@ int colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap, si
   return err;
 }
 
+int colod_jobs_attempt_on_host(colod_t *d, uint64_t job_id, uint32_t attempt, uint64_t host_id) {
+  colod_job_live_t *j = live_find(d, job_id);
+  if (!j || j->state != COLO_JOB_RUNNING || !j->place || j->attempt != attempt)
+    return 0;
+  for (uint32_t r = 0; r < j->world; r++)
+    if (j->place[r].host_id == host_id)
+      return 1;
+  return 0;
+}
+
 int colod_jobs_attempt(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t *world) {
   colod_job_live_t *j = live_find(d, job_id);
   if (!j || j->state != COLO_JOB_RUNNING)

@@ -58,6 +58,10 @@ uint32_t colod_jobs_devices_used(struct colod_s *d, uint64_t host_id);
  * or the store's error for a job it could not mark (that job is not stopped; the others are). */
 int colod_jobs_evict(struct colod_s *d, uint64_t host_id, uint64_t *ids, size_t cap, size_t *n);
 
+/* 1 when attempt `attempt` of the job is RUNNING and has a rank on the host. */
+int colod_jobs_attempt_on_host(struct colod_s *d, uint64_t job_id, uint32_t attempt,
+                               uint64_t host_id);
+
 /* The current attempt of a live job: 1 and *attempt, *world set when it is RUNNING. */
 int colod_jobs_attempt(struct colod_s *d, uint64_t job_id, uint32_t *attempt, uint32_t *world);
 

@@ -506,6 +506,7 @@ class MutualTlsTest(unittest.TestCase):
             job = Cluster(ch).SubmitJob(pb.SubmitJobRequest(spec=spec(name="over-tls")),
                                         timeout=5).job
             self.assertEqual(job.state, pb.JOB_STATE_PENDING)
+            Cluster(ch).CancelJob(pb.CancelJobRequest(id=job.id), timeout=5)
 
     def test_a_users_certificate_may_not_act_as_a_worker(self):
         with grpc.secure_channel(self.target, self.creds(self.certs, "py")) as ch:
@@ -520,11 +521,12 @@ class MutualTlsTest(unittest.TestCase):
         def api(name):
             return grpc.secure_channel(self.target, self.creds(self.certs, name))
         ids = {}
+        dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
         for name in ("wa", "wb"):
             with api(name) as ch:
-                r = Cluster(ch).RegisterHost(pb.RegisterHostRequest(name=name,
-                                                                    address="127.0.0.1"),
-                                             timeout=5)
+                r = Cluster(ch).RegisterHost(pb.RegisterHostRequest(
+                    name=name, address="127.0.0.1", devices=dev if name == "wa" else []),
+                    timeout=5)
                 ids[name] = (r.host_id, r.session)
                 self.assertFalse(Cluster(ch).Heartbeat(
                     pb.HeartbeatRequest(host_id=r.host_id, session=r.session),
@@ -544,6 +546,29 @@ class MutualTlsTest(unittest.TestCase):
             with self.assertRaises(grpc.RpcError) as cm:
                 Cluster(ch).SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+        # the rendezvous store of an attempt: only for the workers it has ranks on
+        with api("py") as ch:
+            job = Cluster(ch).SubmitJob(pb.SubmitJobRequest(spec=spec(name="rdzv-tls")),
+                                        timeout=5).job
+        with api("wa") as ch:
+            wa = Cluster(ch)
+            mine = placed(lambda: wa.Heartbeat(pb.HeartbeatRequest(host_id=ids["wa"][0],
+                                                                   session=ids["wa"][1]),
+                                               timeout=5), job.id, 2)
+            self.assertEqual(len(mine), 2)
+            put = pb.RendezvousPutRequest(job_id=job.id, attempt=mine[0].attempt, key="k",
+                                          value=b"v")
+            wa.RendezvousPut(put, timeout=5)
+        with api("wb") as ch:
+            with self.assertRaises(grpc.RpcError) as cm:
+                Cluster(ch).RendezvousGet(pb.RendezvousGetRequest(
+                    job_id=job.id, attempt=mine[0].attempt, key="k"), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.PERMISSION_DENIED)
+            self.assertEqual(cm.exception.details(),
+                             'worker certificate "wb" has no running rank of job %d attempt %d'
+                             % (job.id, mine[0].attempt))
+        with api("py") as ch:
+            Cluster(ch).CancelJob(pb.CancelJobRequest(id=job.id), timeout=5)
 
     def test_no_tls_is_refused(self):
         self.refused(grpc.insecure_channel(self.target))
