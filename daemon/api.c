@@ -112,6 +112,8 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   msg->has_updated_ms = 1;
   msg->updated_ms = j->updated_ms;
   msg->message = (char *)j->message;
+  if (j->owner[0])
+    msg->owner = (char *)j->owner;
   /* the scheduler's live reason, which stays put until this reply is packed (one loop) */
   const char *waiting = colod_jobs_waiting(d, j->id);
   if (waiting && j->state == COLO_JOB_PENDING)
@@ -184,6 +186,49 @@ static int bounded_str(const char *s, size_t max) {
   return s && strnlen(s, max + 1) <= max;
 }
 
+/* ---- the caller: a certificate's role, under mutual TLS with tls_roles ---- */
+
+enum { R_USER = 1, R_ADMIN = 2, R_WORKER = 4 };
+
+typedef struct {
+  int enforced; /* mutual TLS with tls_roles: the fields below are the caller's */
+  int has_cert;
+  int role; /* R_*, 0: none */
+  char cn[129], ou[65];
+} caller_t;
+
+static void caller_of(colod_t *d, colo_rpc_call_t *call, caller_t *c) {
+  memset(c, 0, sizeof *c);
+  c->enforced = d->cfg.tls_client_ca[0] && d->cfg.tls_roles;
+  if (!c->enforced)
+    return;
+  c->has_cert = colo_rpc_call_peer_cert(call, c->cn, sizeof c->cn, c->ou, sizeof c->ou);
+  c->role = !strcmp(c->ou, "user")     ? R_USER
+            : !strcmp(c->ou, "admin")  ? R_ADMIN
+            : !strcmp(c->ou, "worker") ? R_WORKER
+                                       : 0;
+}
+
+/* A user may change (cancel, resume) only the jobs it submitted; an admin any. 1: go on;
+ * otherwise the call is failed. A job that cannot be read is left to the handler's own error. */
+static int may_change(colod_t *d, colo_rpc_call_t *call, uint64_t id, const char *verb) {
+  caller_t c;
+  caller_of(d, call, &c);
+  if (!c.enforced || c.role != R_USER)
+    return 1;
+  colo_job_t j;
+  if (colo_store_job_get(d->store, id, &j) < 0)
+    return 1;
+  int mine = !strcmp(j.owner, c.cn);
+  if (!mine)
+    colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+                  "job %llu belongs to %s%s%s; only its owner or an admin may %s it",
+                  (unsigned long long)id, j.owner[0] ? "\"" : "", j.owner[0] ? j.owner : "no one",
+                  j.owner[0] ? "\"" : "", verb);
+  colo_job_clear(&j);
+  return mine;
+}
+
 /* ---- jobs ---- */
 
 static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
@@ -231,9 +276,12 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   colo__v1__job_spec__pack(spec, buf);
+  caller_t who;
+  caller_of(d, call, &who);
   colo_job_t job;
-  int rc = colo_store_job_insert(d->store, spec->name, buf, len, spec->max_restarts,
-                                 req->client_token, colod_now_ms(), &job);
+  int rc =
+      colo_store_job_insert(d->store, spec->name, buf, len, spec->max_restarts, req->client_token,
+                            who.enforced ? who.cn : "", colod_now_ms(), &job);
   free(buf);
   colo__v1__job_spec__free_unpacked(spec, NULL);
   if (rc == COLO_EEXIST) { /* a retried submit: answer with the job it created */
@@ -245,7 +293,8 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     fail_store(d, call, rc);
     return;
   }
-  colo_log(COLO_LOG_INFO, "api", "job %llu \"%s\" submitted", (unsigned long long)job.id, job.name);
+  colo_log(COLO_LOG_INFO, "api", "job %llu \"%s\" submitted%s%s", (unsigned long long)job.id,
+           job.name, job.owner[0] ? " by " : "", job.owner);
   colod_jobs_kick(d);
   reply_job(d, call, &job, 0);
   colo_job_clear(&job);
@@ -369,6 +418,8 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason is longer than 200 bytes");
     return;
   }
+  if (!may_change(d, call, req->id, "cancel"))
+    return;
   char msg[256];
   snprintf(msg, sizeof msg, "cancelled%s%s", req->reason && req->reason[0] ? ": " : "",
            req->reason ? req->reason : "");
@@ -405,6 +456,8 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   colod_t *d = data;
   const Colo__V1__ResumeJobRequest *req = (const void *)m;
   if (!need_id(call, req->has_id, req->id))
+    return;
+  if (!may_change(d, call, req->id, "resume"))
     return;
   uint64_t step = req->has_from_step ? req->from_step : 0;
   colo_job_t cur;
@@ -1140,28 +1193,21 @@ static void h_rdzv_get(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
 
 /* ---- who may call what: a certificate's role, under mutual TLS with tls_roles ---- */
 
-enum { R_USER = 1, R_ADMIN = 2, R_WORKER = 4 };
-
-static int role_of(const char *ou) {
-  return !strcmp(ou, "user")     ? R_USER
-         : !strcmp(ou, "admin")  ? R_ADMIN
-         : !strcmp(ou, "worker") ? R_WORKER
-                                 : 0;
-}
-
 /* 1 when the caller may go on; otherwise the call is failed with PERMISSION_DENIED. A worker's
  * certificate names its host: a heartbeat must be for the host of that name (registration checks
  * the name it registers in h_register). */
 static int authorized(colod_t *d, colo_rpc_call_t *call, int roles, const ProtobufCMessage *m) {
-  if (!d->cfg.tls_client_ca[0] || !d->cfg.tls_roles)
+  caller_t c;
+  caller_of(d, call, &c);
+  if (!c.enforced)
     return 1;
-  char cn[129], ou[65];
+  const char *cn = c.cn, *ou = c.ou;
+  int role = c.role;
   const char *method = strrchr(colo_rpc_call_method(call)->path, '/') + 1;
-  if (!colo_rpc_call_peer_cert(call, cn, sizeof cn, ou, sizeof ou)) {
+  if (!c.has_cert) {
     colo_rpc_fail(call, GRPC_STATUS_UNAUTHENTICATED, "a client certificate is required");
     return 0;
   }
-  int role = role_of(ou);
   if (!role) {
     colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
                   "certificate \"%s\" has no colo role: its OU must be user, admin or worker "

@@ -101,6 +101,9 @@ static const char *const MIGRATIONS[] = {
 
     /* 6: attempts whose ranks an eviction is stopping (desired nowhere), kept across restarts */
     "ALTER TABLE job_attempts ADD COLUMN evicting INTEGER NOT NULL DEFAULT 0;",
+
+    /* 7: who submitted a job (the CN of a user's certificate under mutual TLS; '' otherwise) */
+    "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -109,7 +112,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
 
 #define JOB_COLS                                                                                   \
   "id, name, state, attempt, restarts, max_restarts, created_ms, updated_ms, message, "            \
-  "resume_step, coalesce(client_token, ''), spec, progress"
+  "resume_step, coalesce(client_token, ''), spec, progress, owner"
 
 #define HOST_COLS                                                                                  \
   "id, name, address, state, session, memory_bytes, cpu_count, registered_ms, last_seen_ms, "      \
@@ -120,7 +123,8 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(COMMIT, "COMMIT")                                                                             \
   XX(ROLLBACK, "ROLLBACK")                                                                         \
   XX(JOB_INSERT, "INSERT INTO jobs (name, state, spec, max_restarts, created_ms, updated_ms, "     \
-                 "message, client_token) VALUES (?1, 1, ?2, ?3, ?4, ?4, 'submitted', ?5)")         \
+                 "message, client_token, owner) VALUES (?1, 1, ?2, ?3, ?4, ?4, 'submitted', ?5, "  \
+                 "?6)")                                                                            \
   XX(JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                       \
   XX(JOB_BY_TOKEN, "SELECT " JOB_COLS " FROM jobs WHERE client_token = ?1")                        \
   XX(JOB_LIST, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 AND (?2 = 0 OR ((?2 >> state) & 1)) "  \
@@ -438,6 +442,7 @@ static int read_job(sqlite3_stmt *s, colo_job_t *j) {
   copy_text(j->client_token, sizeof j->client_token, s, 10);
   j->spec_len = (size_t)sqlite3_column_bytes(s, 11);
   j->spec = dup_blob(sqlite3_column_blob(s, 11), j->spec_len);
+  copy_text(j->owner, sizeof j->owner, s, 13);
   j->progress_len = (size_t)sqlite3_column_bytes(s, 12);
   j->progress = j->progress_len ? dup_blob(sqlite3_column_blob(s, 12), j->progress_len) : NULL;
   if (j->progress_len && !j->progress) {
@@ -478,8 +483,8 @@ static int add_event(colo_store_t *st, uint64_t job_id, int state, const char *m
 }
 
 int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
-                          uint32_t max_restarts, const char *client_token, int64_t now_ms,
-                          colo_job_t *out) {
+                          uint32_t max_restarts, const char *client_token, const char *owner,
+                          int64_t now_ms, colo_job_t *out) {
   int rc;
   colo_job_t tmp;
   CHECK_GOTO(begin(st), rc, fail);
@@ -514,6 +519,7 @@ int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spe
     sqlite3_bind_text(s, 5, client_token, -1, SQLITE_STATIC);
   else
     sqlite3_bind_null(s, 5);
+  sqlite3_bind_text(s, 6, owner ? owner : "", -1, SQLITE_STATIC);
   CHECK_GOTO(step_done(st, s, "insert job"), rc, fail);
   uint64_t id = (uint64_t)sqlite3_last_insert_rowid(st->db);
   CHECK_GOTO(add_event(st, id, COLO_JOB_PENDING, "submitted", now_ms), rc, fail);

@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 6
+#define COLO_STORE_SCHEMA_VERSION 7
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -42,7 +42,8 @@ typedef struct {
   char message[257];
   uint64_t resume_step;
   char client_token[129];
-  uint8_t *spec; /* packed colo.v1.JobSpec, owned; free with colo_job_clear */
+  char owner[129]; /* who submitted it: a user's certificate CN under mutual TLS, else "" */
+  uint8_t *spec;   /* packed colo.v1.JobSpec, owned; free with colo_job_clear */
   size_t spec_len;
   uint8_t *progress; /* packed colo.v1.Progress, the newest kept (NULL: none), owned */
   size_t progress_len;
@@ -101,8 +102,8 @@ int colo_store_integrity_check(colo_store_t *st);
 /* Jobs. insert stores a PENDING job and its first event. With a client_token that is already
  * known, returns COLO_EEXIST and fills *out with the existing job (caller clears it). */
 int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
-                          uint32_t max_restarts, const char *client_token, int64_t now_ms,
-                          colo_job_t *out);
+                          uint32_t max_restarts, const char *client_token, const char *owner,
+                          int64_t now_ms, colo_job_t *out);
 int colo_store_job_get(colo_store_t *st, uint64_t id, colo_job_t *out);
 /* Calls cb for jobs with id > after_id whose state bit (1 << state) is in state_mask (0: all),
  * in id order, at most `limit`. cb returns non-zero to stop. The job is cleared after cb. */

@@ -5,8 +5,9 @@
 # or COLO_TLS_*) is answered. Refused: coloctl and a worker without a certificate, one from
 # another CA, a wrong server name. Roles (the certificate's OU): a user may not cordon, an admin
 # may; a worker's certificate may not submit, nor register under another name; a user's may not
-# register a host; a certificate without a role is refused. Bad TLS settings stop colod with an
-# exact message.
+# register a host; a certificate without a role is refused; a job belongs to the user who
+# submitted it: another user may not cancel or resume it, an admin may. Bad TLS settings stop
+# colod with an exact message.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
 TRAIN="$COLO_BIN/colo-train"
@@ -22,6 +23,7 @@ expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" server "$CERTS" colod DNS:local
 expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" worker "$CERTS" w1
 expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" user "$CERTS" alice
 expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" admin "$CERTS" bob
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" user "$CERTS" carol
 expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" ca "$TMP/other"
 expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" admin "$TMP/other" mallory
 expect_eq "$(stat -c %a "$CERTS/w1.key")" "600" "(a key's mode)"
@@ -126,6 +128,20 @@ resources: {device: cpu}
 EOF
 expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml"
 J=$OUT
+# a job belongs to who submitted it (alice): carol may read it, not cancel it
+TLS_CAROL=(--tls-cert "$CERTS/carol.crt" --tls-key "$CERTS/carol.key")
+expect_rc 0 "$COLOCTL" "${TLS_CAROL[@]}" status "$J"
+expect_contains "$OUT" "owner      alice"
+expect_rc 1 "$COLOCTL" "${TLS_CAROL[@]}" cancel "$J"
+expect_eq "$ERR" "coloctl: PERMISSION_DENIED: job $J belongs to \"alice\"; only its owner or an admin may cancel it"
+# an admin may: bob cancels a job of carol's, and resumes it; carol may not resume alice's
+expect_rc 0 "$COLOCTL" "${TLS_CAROL[@]}" submit "$TMP/job.yaml" --set train.steps=100000
+K=$OUT
+expect_rc 0 "$COLOCTL" --tls-cert "$CERTS/bob.crt" --tls-key "$CERTS/bob.key" cancel "$K"
+expect_rc 1 "$COLOCTL" resume "$K"
+expect_eq "$ERR" "coloctl: PERMISSION_DENIED: job $K belongs to \"carol\"; only its owner or an admin may resume it"
+expect_rc 0 "$COLOCTL" --tls-cert "$CERTS/bob.crt" --tls-key "$CERTS/bob.key" resume "$K"
+expect_rc 0 "$COLOCTL" "${TLS_CAROL[@]}" cancel "$K"
 state() { "$COLOCTL" status "$J" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 for _ in $(seq 1 600); do
   case "$(state)" in succeeded | failed | cancelled) break ;; esac

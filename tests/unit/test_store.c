@@ -33,7 +33,7 @@ static colo_store_t *open_fresh(void) {
 static uint64_t submit(colo_store_t *st, const char *name) {
   colo_job_t j;
   const uint8_t spec[] = {0x0a, 0x03, 'a', 'b', 'c'};
-  ASSERT_EQ_INT(colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL, 1000, &j), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL, NULL, 1000, &j), 0);
   uint64_t id = j.id;
   colo_job_clear(&j);
   return id;
@@ -121,6 +121,7 @@ TEST(migrate_from_v1_keeps_data) {
   ASSERT_EQ_INT(j.resume_step, 0);   /* new column, default */
   ASSERT_EQ_STR(j.client_token, ""); /* new column, NULL */
   ASSERT(j.progress == NULL);        /* v3 column, NULL */
+  ASSERT_EQ_STR(j.owner, "");        /* v7 column, default */
   ASSERT_EQ_INT(j.spec_len, 3);
   colo_job_clear(&j);
   ASSERT_EQ_INT(count_events(st, 1), 2);
@@ -195,7 +196,7 @@ TEST(refuses_newer_schema) {
   run_sql("PRAGMA user_version = 99");
   char err[512];
   ASSERT_EQ_INT(colo_store_open(db_path(), &st, err, sizeof err), COLO_ESTATE);
-  ASSERT(strstr(err, "schema version 99 is newer than this build supports (6)") != NULL);
+  ASSERT(strstr(err, "schema version 99 is newer than this build supports (7)") != NULL);
 }
 
 TEST(insert_get_list) {
@@ -437,10 +438,12 @@ TEST(client_token_is_idempotent) {
   colo_store_t *st = open_fresh();
   colo_job_t a, b;
   const uint8_t spec[] = {1, 2, 3};
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", 5, &a), 0);
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", 6, &b), COLO_EEXIST);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", 5, &a), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "bob", 6, &b), COLO_EEXIST);
   ASSERT_EQ_INT(a.id, b.id);
   ASSERT_EQ_INT(b.created_ms, 5);
+  ASSERT_EQ_STR(a.owner, "alice");
+  ASSERT_EQ_STR(b.owner, "alice"); /* the job the token made, as it was */
   colo_job_clear(&a);
   colo_job_clear(&b);
   ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs"), 1);
