@@ -102,8 +102,12 @@ static const char *const MIGRATIONS[] = {
     /* 6: attempts whose ranks an eviction is stopping (desired nowhere), kept across restarts */
     "ALTER TABLE job_attempts ADD COLUMN evicting INTEGER NOT NULL DEFAULT 0;",
 
-    /* 7: who submitted a job (the CN of a user's certificate under mutual TLS; '' otherwise) */
-    "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';",
+    /* 7: who submitted a job (the CN of a user's certificate under mutual TLS; '' otherwise);
+     * a client_token is its owner's */
+    "ALTER TABLE jobs ADD COLUMN owner TEXT NOT NULL DEFAULT '';"
+    "DROP INDEX jobs_client_token;"
+    "CREATE UNIQUE INDEX jobs_owner_token ON jobs(owner, client_token) "
+    "WHERE client_token IS NOT NULL;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -126,7 +130,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                  "message, client_token, owner) VALUES (?1, 1, ?2, ?3, ?4, ?4, 'submitted', ?5, "  \
                  "?6)")                                                                            \
   XX(JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                       \
-  XX(JOB_BY_TOKEN, "SELECT " JOB_COLS " FROM jobs WHERE client_token = ?1")                        \
+  XX(JOB_BY_TOKEN, "SELECT " JOB_COLS " FROM jobs WHERE client_token = ?1 AND owner = ?2")         \
   XX(JOB_LIST, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 AND (?2 = 0 OR ((?2 >> state) & 1)) "  \
                "ORDER BY id LIMIT ?3")                                                             \
   XX(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                                \
@@ -491,6 +495,7 @@ int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spe
   if (client_token && client_token[0]) {
     sqlite3_stmt *s = stmt(st, S_JOB_BY_TOKEN);
     sqlite3_bind_text(s, 1, client_token, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 2, owner ? owner : "", -1, SQLITE_STATIC);
     int r = sqlite3_step(s);
     if (r == SQLITE_ROW) {
       rc = read_job(s, &tmp);

@@ -99,8 +99,8 @@ int colo_store_schema_version(colo_store_t *st);
 /* Runs PRAGMA integrity_check; 0 when it answers "ok". */
 int colo_store_integrity_check(colo_store_t *st);
 
-/* Jobs. insert stores a PENDING job and its first event. With a client_token that is already
- * known, returns COLO_EEXIST and fills *out with the existing job (caller clears it). */
+/* Jobs. insert stores a PENDING job and its first event. With a client_token that the same owner
+ * used already, returns COLO_EEXIST and fills *out with the existing job (caller clears it). */
 int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
                           uint32_t max_restarts, const char *client_token, const char *owner,
                           int64_t now_ms, colo_job_t *out);

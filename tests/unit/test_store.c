@@ -439,14 +439,18 @@ TEST(client_token_is_idempotent) {
   colo_job_t a, b;
   const uint8_t spec[] = {1, 2, 3};
   ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", 5, &a), 0);
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "bob", 6, &b), COLO_EEXIST);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", 6, &b), COLO_EEXIST);
   ASSERT_EQ_INT(a.id, b.id);
   ASSERT_EQ_INT(b.created_ms, 5);
-  ASSERT_EQ_STR(a.owner, "alice");
-  ASSERT_EQ_STR(b.owner, "alice"); /* the job the token made, as it was */
+  ASSERT_EQ_STR(b.owner, "alice");
+  colo_job_clear(&b);
+  /* a token is its owner's: another user's same token is a job of its own */
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "bob", 7, &b), 0);
+  ASSERT(a.id != b.id);
+  ASSERT_EQ_STR(b.owner, "bob");
   colo_job_clear(&a);
   colo_job_clear(&b);
-  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs"), 1);
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs"), 2);
   colo_store_close(st);
 }
 
