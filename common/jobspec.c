@@ -310,5 +310,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                p->tp, r->devices_per_node);
   if (s->max_restarts > COLO_MAX_RESTARTS)
     return bad(err, errlen, "max_restarts=%u exceeds %d", s->max_restarts, COLO_MAX_RESTARTS);
+  if (s->priority < -COLO_MAX_PRIORITY || s->priority > COLO_MAX_PRIORITY)
+    return bad(err, errlen, "priority=%d must be between %d and %d", s->priority,
+               -COLO_MAX_PRIORITY, COLO_MAX_PRIORITY);
   return 0;
 }

@@ -11,6 +11,7 @@
 /* Largest world (dp × tp × pp) a job may ask for. */
 #define COLO_MAX_WORLD    65536
 #define COLO_MAX_RESTARTS 100
+#define COLO_MAX_PRIORITY 1000
 #define COLO_MAX_NAME     64
 #define COLO_MAX_PATH     1024
 

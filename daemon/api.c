@@ -116,7 +116,7 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
     msg->owner = (char *)j->owner;
   /* the scheduler's live reason, which stays put until this reply is packed (one loop) */
   const char *waiting = colod_jobs_waiting(d, j->id);
-  if (waiting && j->state == COLO_JOB_PENDING)
+  if (waiting && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING))
     msg->waiting = (char *)waiting;
   msg->has_resume_step = 1;
   msg->resume_step = j->resume_step;

@@ -326,6 +326,24 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
 
 /* ---- placement ---- */
 
+/* Stops a running attempt's ranks (an eviction, a preemption): stored with the attempt first, so
+ * that a restarted colod goes on with it, then desired nowhere. They save a checkpoint where they
+ * stop and exit 75, which ends the attempt as interrupted. */
+static int stop_for(colod_t *d, colod_job_live_t *j, const char *why) {
+  if (j->evicting)
+    return 0;
+  int rc = colo_store_attempt_evict(d->store, j->id, j->attempt);
+  if (rc < 0) {
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot store its stop (%s): %s",
+             (unsigned long long)j->id, j->attempt, why, colo_store_errmsg(d->store));
+    return rc;
+  }
+  colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: stopping its ranks (%s)",
+           (unsigned long long)j->id, j->attempt, why);
+  j->evicting = 1;
+  return 0;
+}
+
 /* the host memory each of a job's ranks claims (resources.host_memory_mib), in bytes */
 static uint64_t rank_mem(const colod_job_live_t *j) {
   return j->spec->resources->host_memory_mib << 20;
@@ -392,15 +410,161 @@ static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uin
            j->rendezvous, resume ? ", resuming from a chosen step" : "");
 }
 
+/* The hosts of the snapshot with devices of the kind the job asks for. */
+static size_t fit_hosts(colod_t *d, const colod_job_live_t *j, const colo_sched_host_t *hosts,
+                        size_t n, colo_sched_host_t *fit) {
+  size_t nf = 0;
+  for (size_t h = 0; h < n; h++) {
+    colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
+    if (hl && hl->device_kind == (int)j->spec->resources->device)
+      fit[nf++] = hosts[h];
+  }
+  return nf;
+}
+
+/* Gives a job's devices and host memory back in a trial snapshot. */
+static void trial_free(const colod_job_live_t *j, colo_sched_host_t *hosts, size_t n) {
+  for (uint32_t r = 0; r < j->world; r++)
+    for (size_t h = 0; h < n; h++)
+      if (hosts[h].host_id == j->place[r].host_id) {
+        if (j->place[r].device_index < hosts[h].n_devices)
+          ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 0;
+        if (hosts[h].mem_free != UINT64_MAX)
+          hosts[h].mem_free += rank_mem(j);
+      }
+}
+
+/* Would the job fit if the running jobs marked in `freed` (and those already stopping) were
+ * gone? A trial on a copy of the snapshot. */
+static int fits_without(colod_t *d, const colod_job_live_t *w, const colo_sched_host_t *hosts,
+                        size_t n, const uint8_t *busy, size_t total, colod_job_live_t **victims,
+                        const uint8_t *freed, size_t n_victims, colo_rank_place_t *out) {
+  colo_sched_host_t *trial = calloc(n ? n : 1, sizeof *trial);
+  uint8_t *tb = malloc(total ? total : 1);
+  int ok = 0;
+  if (trial && tb) {
+    memcpy(tb, busy, total);
+    for (size_t h = 0; h < n; h++) {
+      trial[h] = hosts[h];
+      trial[h].busy = tb + (hosts[h].busy - busy);
+    }
+    for (colod_job_live_t *j = d->jobs; j; j = j->next)
+      if (j->state == COLO_JOB_RUNNING && j->place && j->evicting)
+        trial_free(j, trial, n);
+    for (size_t v = 0; v < n_victims; v++)
+      if (freed[v])
+        trial_free(victims[v], trial, n);
+    colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
+    char why[256];
+    if (fit) {
+      size_t nf = fit_hosts(d, w, trial, n, fit);
+      ok = colo_sched_place(fit, nf, w->pp, w->dp, w->tp, w->spec->resources->devices_per_node,
+                            rank_mem(w), out, why, sizeof why) == 0;
+    }
+    free(fit);
+  }
+  free(trial);
+  free(tb);
+  return ok;
+}
+
+/* lowest priority first, then newest first */
+static int victim_order(const void *a, const void *b) {
+  const colod_job_live_t *x = *(colod_job_live_t *const *)a, *y = *(colod_job_live_t *const *)b;
+  if (x->spec->priority != y->spec->priority)
+    return x->spec->priority < y->spec->priority ? -1 : 1;
+  return x->id > y->id ? -1 : x->id < y->id;
+}
+
+/* A waiting job that found no room: stops the fewest running jobs of lower priority (lowest
+ * first, then newest) whose devices would let it be placed. Jobs already stopping count as gone.
+ * Returns how many jobs it waits for (stopped now or stopping already); 0: preemption would not
+ * place it, and nothing was stopped. */
+static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_host_t *hosts,
+                            size_t n, const uint8_t *busy, size_t total) {
+  size_t nv = 0, stopping = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if (j->state == COLO_JOB_RUNNING && j->place)
+      nv++;
+  colod_job_live_t **v = calloc(nv ? nv : 1, sizeof *v);
+  uint8_t *freed = calloc(nv ? nv : 1, 1);
+  colo_rank_place_t *out = calloc(w->world, sizeof *out);
+  uint32_t waits = 0;
+  if (!v || !freed || !out)
+    goto done;
+  nv = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
+    if (j->state != COLO_JOB_RUNNING || !j->place)
+      continue;
+    if (j->evicting) {
+      stopping++;
+      continue;
+    }
+    if (j->spec->priority < w->spec->priority)
+      v[nv++] = j;
+  }
+  qsort(v, nv, sizeof *v, victim_order);
+  if (stopping && fits_without(d, w, hosts, n, busy, total, v, freed, 0, out)) {
+    waits = (uint32_t)stopping; /* what is stopping already makes room */
+    goto done;
+  }
+  size_t k = 0;
+  int ok = 0;
+  while (k < nv && !ok) {
+    freed[k++] = 1;
+    ok = fits_without(d, w, hosts, n, busy, total, v, freed, nv, out);
+  }
+  if (!ok)
+    goto done;
+  /* as few as do: give back, newest choice first, those it fits without */
+  for (size_t i = k; i-- > 0;) {
+    freed[i] = 0;
+    if (!fits_without(d, w, hosts, n, busy, total, v, freed, nv, out))
+      freed[i] = 1;
+  }
+  for (size_t i = 0; i < k; i++) {
+    if (!freed[i])
+      continue;
+    char why[160];
+    snprintf(why, sizeof why, "preempted by job %llu, priority %d over %d",
+             (unsigned long long)w->id, w->spec->priority, v[i]->spec->priority);
+    if (stop_for(d, v[i], why) == 0)
+      waits++;
+  }
+  waits += (uint32_t)stopping;
+done:
+  free(v);
+  free(freed);
+  free(out);
+  return waits;
+}
+
+/* the order waiting jobs are offered room: highest priority first, then oldest */
+static int wait_order(const void *a, const void *b) {
+  const colod_job_live_t *x = *(colod_job_live_t *const *)a, *y = *(colod_job_live_t *const *)b;
+  if (x->spec->priority != y->spec->priority)
+    return x->spec->priority > y->spec->priority ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
 static void schedule(colod_t *d) {
   uint64_t now = colod_mono_ms(d);
-  int any = 0;
+  size_t n_wait = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
     if ((j->state == COLO_JOB_PENDING ||
          (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)))
-      any = 1;
-  if (!any)
+      n_wait++;
+  if (!n_wait)
     return;
+  colod_job_live_t **waiting = calloc(n_wait, sizeof *waiting);
+  if (!waiting)
+    return;
+  n_wait = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if ((j->state == COLO_JOB_PENDING ||
+         (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)))
+      waiting[n_wait++] = j;
+  qsort(waiting, n_wait, sizeof *waiting, wait_order);
   /* a snapshot of the hosts that can take ranks: UP, and done stopping earlier attempts */
   size_t total = 0;
   for (size_t i = 0; i < d->n_hosts; i++)
@@ -410,6 +574,7 @@ static void schedule(colod_t *d) {
   if (!hosts || !busy) {
     free(hosts);
     free(busy);
+    free(waiting);
     return;
   }
   size_t n = 0, off = 0;
@@ -441,25 +606,32 @@ static void schedule(colod_t *d) {
           ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
     claim_memory(j, hosts, n);
   }
-  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
-    if (j->state == COLO_JOB_PENDING ||
-        (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)) {
-      /* only hosts of the kind of device the job asks for */
-      int kind = (int)j->spec->resources->device;
-      colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
-      size_t nf = 0;
-      for (size_t h = 0; fit && h < n; h++) {
-        colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
-        if (hl && hl->device_kind == kind)
-          fit[nf++] = hosts[h];
-      }
-      if (fit)
-        place(d, j, fit, busy, nf, kind >= 0 && kind < KINDS ? cordoned[kind] : 0);
-      free(fit);
-      if (j->state == COLO_JOB_RUNNING && j->place) /* for the jobs placed after it */
-        claim_memory(j, hosts, n);
+  for (size_t i = 0; i < n_wait; i++) {
+    colod_job_live_t *j = waiting[i];
+    /* only hosts of the kind of device the job asks for */
+    int kind = (int)j->spec->resources->device;
+    colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
+    if (!fit)
+      break;
+    size_t nf = fit_hosts(d, j, hosts, n, fit);
+    place(d, j, fit, busy, nf, kind >= 0 && kind < KINDS ? cordoned[kind] : 0);
+    free(fit);
+    if (j->state == COLO_JOB_RUNNING && j->place) { /* for the jobs placed after it */
+      claim_memory(j, hosts, n);
+      continue;
+    }
+    uint32_t waits = preempt_for(d, j, hosts, n, busy, total);
+    if (waits) {
+      char why[sizeof j->wait_why];
+      snprintf(why, sizeof why, "waits for %u stopping job%s to make room", waits,
+               waits == 1 ? "" : "s");
+      if (strcmp(why, j->wait_why) != 0)
+        colo_log(COLO_LOG_INFO, "jobs", "job %llu %s", (unsigned long long)j->id, why);
+      snprintf(j->wait_why, sizeof j->wait_why, "%s", why);
+      break; /* the room it waits for is not given to the jobs after it */
     }
   }
+  free(waiting);
   free(hosts);
   free(busy);
 }
@@ -812,17 +984,12 @@ int colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap, si
       here = j->place[r].host_id == host_id;
     if (!here)
       continue;
-    if (!j->evicting) {
-      int rc = colo_store_attempt_evict(d->store, j->id, j->attempt);
-      if (rc < 0) {
-        colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot store its eviction: %s",
-                 (unsigned long long)j->id, j->attempt, colo_store_errmsg(d->store));
-        err = err ? err : rc;
-        continue;
-      }
-      colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: stopping its ranks (host %llu evicted)",
-               (unsigned long long)j->id, j->attempt, (unsigned long long)host_id);
-      j->evicting = 1;
+    char why[64];
+    snprintf(why, sizeof why, "host %llu evicted", (unsigned long long)host_id);
+    int rc = stop_for(d, j, why);
+    if (rc < 0) {
+      err = err ? err : rc;
+      continue;
     }
     if (*n < cap)
       ids[*n] = j->id;

@@ -15,6 +15,8 @@
 #   (g) coloctl cordon --evict of the job's host, then kill -9 of colod before the worker hears
 #       of it: the restarted colod goes on with the eviction, the ranks stop as in (f), and the
 #       job goes on on another host from that step.
+#   (h) a job of higher priority submitted while the host is full: the running job's ranks stop
+#       as in (f), the new job runs to its end, and the first goes on from its stop.
 # Also: coloctl logs (whole, -f across attempts), checkpoints, status --watch, history.
 # Figures go to stdout as "figure: ..." lines.
 source "$(dirname "$0")/lib.sh"
@@ -353,6 +355,28 @@ expect_same_loss "$J" "(g) host evicted at step $GSTOP, restarted on another hos
 expect_rc 0 "$COLOCTL" uncordon w1
 kill -TERM "$W2PID"
 wait "$W2PID" || fail "w2 did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"
+
+# ---- (h) priority: a job of priority 5 finds w1's two slots taken by one of priority 0, which
+# is preempted: its ranks stop at a step with a checkpoint, the new job runs to its end, and the
+# first goes on from that step (attempt 2, no restart counted) to the standalone run's loss ----
+J=$(submit)
+wait_until 60 "a checkpoint of job $J from step 200 on disk" disk_ckpt "$J"
+P0=$(rank_pid "$J" 1 0)
+P1=$(rank_pid "$J" 1 1)
+kill -STOP "$P0" "$P1" # as in (e)
+expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml" --set priority=5 --set train.steps=300
+H=$OUT
+kill -CONT "$P0" "$P1"
+wait_until 60 "job $H, of higher priority, to succeed" is_state "$H" succeeded
+wait_until 60 "job $J success after its preemption" is_state "$J" succeeded
+expect_contains "$(cat "$TMP/colod.log")" "job $J attempt 1: stopping its ranks (preempted by job $H, priority 5 over 0)"
+MSGS=$(sqlite3 "$TMP/state/colod.db" "SELECT message FROM job_events WHERE job_id = $J")
+HSTOP=$(echo "$MSGS" | sed -n 's/.*stopped as asked at step \([0-9]*\).*/\1/p' | head -1)
+[ -n "$HSTOP" ] || fail "(h) job $J did not stop as asked: $MSGS"
+expect_eq "$(jf "$J" 'j.get("restarts", 0)')" "0" "(restarts after a preemption)"
+expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $TMP/ckpt/job-$J/$(printf step_%08d "$HSTOP") at step $HSTOP"
+echo "figure: (h) job $J preempted by job $H (priority 5) at step $HSTOP, went on after it"
+expect_same_loss "$J" "(h) preempted at step $HSTOP, then went on"
 
 kill -TERM "$WPID"
 wait "$WPID" || fail "the worker did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"

@@ -443,6 +443,92 @@ class ColodTest(unittest.TestCase):
         self.assertEqual(cm.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
 
 
+class PreemptionTest(unittest.TestCase):
+    """Priorities on a colod of its own, this client acting as the worker of one 2-device host:
+    a job of higher priority stops a running one of lower priority, which goes on after it,
+    from its checkpoint, not counted as a restart; equal priorities never preempt."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.log = open(os.path.join(TMP, "colod-preempt.log"), "w")
+        cls.proc = subprocess.Popen([os.path.join(BIN, "colod"), "--listen", "127.0.0.1:0",
+                                     "--state-dir", os.path.join(TMP, "state-preempt"),
+                                     "--set", "restart_backoff=100ms"],
+                                    stdout=subprocess.PIPE, stderr=cls.log, text=True)
+        m = re.match(r"colod listening on (\S+)", cls.proc.stdout.readline())
+        cls.channel = grpc.insecure_channel(m.group(1))
+        cls.api = Cluster(cls.channel)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.channel.close()
+        cls.proc.terminate()
+        assert cls.proc.wait(timeout=15) == 0
+        cls.log.close()
+
+    def job(self, id):
+        return self.api.GetJob(pb.GetJobRequest(id=id), timeout=5).job
+
+    def until(self, what, fn):
+        for _ in range(100):
+            v = fn()
+            if v:
+                return v
+            time.sleep(0.05)
+        self.fail(what)
+
+    def test_priority_preempts(self):
+        dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
+        h = self.api.RegisterHost(pb.RegisterHostRequest(name="pp", address="127.0.0.1",
+                                                         devices=dev), timeout=5)
+
+        def beat(*ranks):
+            return self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session,
+                                                          ranks=list(ranks)), timeout=5)
+
+        def submit(name, priority):
+            s = spec(name=name)
+            s.priority = priority
+            return self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+
+        def exited(job, attempt, code, msg=""):
+            return [pb.RankStatus(job_id=job, attempt=attempt, rank=r, exit_code=code,
+                                  phase=pb.RANK_PHASE_EXITED, message=msg) for r in (0, 1)]
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit("too-high", 1001)
+        self.assertEqual(cm.exception.details(), "priority=1001 must be between -1000 and 1000")
+        low = submit("low", -5)
+        self.assertEqual(len(placed(beat, low, 2)), 2)
+        # an equal priority waits
+        same = submit("same", -5)
+        self.until("the equal job to wait", lambda: self.job(same).waiting)
+        self.assertEqual(len([d for d in beat().desired if d.job_id == low]), 2)
+        # a higher one stops the low job's ranks, and waits for them
+        high = submit("high", 10)
+        self.until("the low job's ranks withdrawn",
+                   lambda: not [d for d in beat().desired if d.job_id == low])
+        self.assertEqual(self.job(high).waiting, "waits for 1 stopping job to make room")
+        self.assertEqual(self.job(low).state, pb.JOB_STATE_RUNNING)
+        # they stop as asked (exit 75): low restarts, not counted; high gets the devices
+        beat(*exited(low, 1, 75, "stopped as asked at step 40, with its checkpoint c/step_40"))
+        mine = placed(beat, high, 2)
+        self.assertEqual(len(mine), 2)
+        j = self.job(low)
+        self.assertEqual((j.state, j.restarts), (pb.JOB_STATE_RESTARTING, 0), j.message)
+        self.assertIn("stopped as asked at step 40", j.message)
+        self.assertEqual([d for d in beat().desired if d.job_id in (low, same)], [])
+        # once its back-off has passed, low waits for room like any job
+        self.until("low to wait for room", lambda: self.job(low).waiting.startswith("no room"))
+        # high ends: the oldest of the equal two, low, goes on from its attempt 2
+        beat(*exited(high, mine[0].attempt, 0))
+        self.until("high to succeed", lambda: self.job(high).state == pb.JOB_STATE_SUCCEEDED)
+        again = placed(beat, low, 2)
+        self.assertEqual([d.attempt for d in again], [2, 2])
+        self.assertTrue(self.job(same).waiting)
+        for j in (low, same):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+
 def read(path):
     with open(path, "rb") as f:
         return f.read()
@@ -584,7 +670,8 @@ if __name__ == "__main__":
     try:
         result = unittest.main(exit=False, verbosity=2).result
     finally:
-        shutil.rmtree(TMP, ignore_errors=True)
+        if not os.environ.get("COLO_KEEP_TMP"):
+            shutil.rmtree(TMP, ignore_errors=True)
     n = result.testsRun
     bad = len(result.failures) + len(result.errors)
     print("%d passed, %d failed" % (n - bad, bad))
