@@ -416,6 +416,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
   printf("  state      %s (%s)\n", state_name(j->state), j->message ? j->message : "");
   if (j->owner && j->owner[0])
     printf("  owner      %s\n", j->owner);
+  if (s && s->priority)
+    printf("  priority   %d\n", s->priority);
   if (j->waiting && j->waiting[0])
     printf("  waiting    %s\n", j->waiting);
   printf("  attempt    %u, restarts %u of %u\n", j->attempt, j->restarts, s ? s->max_restarts : 0);

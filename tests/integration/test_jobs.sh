@@ -366,6 +366,7 @@ P1=$(rank_pid "$J" 1 1)
 kill -STOP "$P0" "$P1" # as in (e)
 expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml" --set priority=5 --set train.steps=300
 H=$OUT
+expect_contains "$("$COLOCTL" status "$H")" "priority   5"
 kill -CONT "$P0" "$P1"
 wait_until 60 "job $H, of higher priority, to succeed" is_state "$H" succeeded
 wait_until 60 "job $J success after its preemption" is_state "$J" succeeded

@@ -99,11 +99,13 @@ W2PID=$!
 "$WD" "${WARGS[@]}" --name alice --run-dir "$TMP/run3" --tls-ca "$CA" \
   --tls-cert "$CERTS/alice.crt" --tls-key "$CERTS/alice.key" >"$TMP/worker3.log" 2>&1 &
 W3PID=$!
-"$WD" "${WARGS[@]}" --name w1 --run-dir "$TMP/run" --tls-ca "$CA" --tls-cert "$CERTS/w1.crt" \
-  --tls-key "$CERTS/w1.key" >"$TMP/worker.log" 2>&1 &
+vg=()
+valgrind_wrap vg
+"${vg[@]}" "$WD" "${WARGS[@]}" --name w1 --run-dir "$TMP/run" --tls-ca "$CA" \
+  --tls-cert "$CERTS/w1.crt" --tls-key "$CERTS/w1.key" >"$TMP/worker.log" 2>&1 &
 WPID=$!
 up() { "$COLOCTL" hosts --json | python3 -c 'import json,sys; sys.exit(not [h for h in json.load(sys.stdin) if h["name"] == "w1" and h["state"] == "up"])'; }
-for _ in $(seq 1 50); do up && break; sleep 0.1; done
+for _ in $(seq 1 300); do up && break; sleep 0.1; done
 up || fail "w1 did not register over TLS: $(cat "$TMP/worker.log")"
 sleep 2 # w0 has tried for 2 s more
 expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(" ".join(h["name"] for h in json.load(sys.stdin)))')" "w1" "(hosts: w0 has no certificate, w2 and alice the wrong one)"
