@@ -27,6 +27,25 @@ from colo.v1 import cluster_pb2 as pb  # noqa: E402
 STATE = os.path.join(TMP, "state")
 
 
+def start_colod(state, log_name, *settings):
+    """colod on a free loopback port with its own state: (process, log file, address)"""
+    log = open(os.path.join(TMP, log_name), "w")
+    args = [os.path.join(BIN, "colod"), "--listen", "127.0.0.1:0", "--state-dir", state]
+    for kv in settings:
+        args += ["--set", kv]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
+    line = proc.stdout.readline()
+    m = re.match(r"colod listening on (\S+)", line)
+    assert m, "unexpected first line: %r" % line
+    return proc, log, m.group(1)
+
+
+def stop_colod(proc, log):
+    proc.terminate()
+    assert proc.wait(timeout=15) == 0
+    log.close()
+
+
 class Cluster:
     """A stub for colo.v1.Cluster built from the generic channel API (no grpc_tools needed)."""
 
@@ -92,22 +111,14 @@ def job_rows():
 class ColodTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        cls.log = open(os.path.join(TMP, "colod.log"), "w")
-        cls.proc = subprocess.Popen([os.path.join(BIN, "colod"), "--listen", "127.0.0.1:0",
-                                     "--state-dir", STATE],
-                                    stdout=subprocess.PIPE, stderr=cls.log, text=True)
-        line = cls.proc.stdout.readline()
-        m = re.match(r"colod listening on (\S+)", line)
-        assert m, "unexpected first line: %r" % line
-        cls.channel = grpc.insecure_channel(m.group(1))
+        cls.proc, cls.log, target = start_colod(STATE, "colod.log")
+        cls.channel = grpc.insecure_channel(target)
         cls.api = Cluster(cls.channel)
 
     @classmethod
     def tearDownClass(cls):
         cls.channel.close()
-        cls.proc.terminate()
-        assert cls.proc.wait(timeout=15) == 0
-        cls.log.close()
+        stop_colod(cls.proc, cls.log)
 
     def test_submit_get_list(self):
         job = self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(name="py-1")), timeout=5).job
@@ -450,21 +461,15 @@ class PreemptionTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.log = open(os.path.join(TMP, "colod-preempt.log"), "w")
-        cls.proc = subprocess.Popen([os.path.join(BIN, "colod"), "--listen", "127.0.0.1:0",
-                                     "--state-dir", os.path.join(TMP, "state-preempt"),
-                                     "--set", "restart_backoff=100ms"],
-                                    stdout=subprocess.PIPE, stderr=cls.log, text=True)
-        m = re.match(r"colod listening on (\S+)", cls.proc.stdout.readline())
-        cls.channel = grpc.insecure_channel(m.group(1))
+        cls.proc, cls.log, target = start_colod(os.path.join(TMP, "state-preempt"),
+                                                "colod-preempt.log", "restart_backoff=100ms")
+        cls.channel = grpc.insecure_channel(target)
         cls.api = Cluster(cls.channel)
 
     @classmethod
     def tearDownClass(cls):
         cls.channel.close()
-        cls.proc.terminate()
-        assert cls.proc.wait(timeout=15) == 0
-        cls.log.close()
+        stop_colod(cls.proc, cls.log)
 
     def job(self, id):
         return self.api.GetJob(pb.GetJobRequest(id=id), timeout=5).job
@@ -549,24 +554,15 @@ class MutualTlsTest(unittest.TestCase):
                      ["worker", cls.certs, "wb"], ["ca", other], ["admin", other, "intruder"]):
             subprocess.run(["bash", mk] + args, check=True, stdout=subprocess.DEVNULL)
         cls.other = other
-        cls.log = open(os.path.join(TMP, "colod-tls.log"), "w")
         c = cls.certs
-        cls.proc = subprocess.Popen(
-            [os.path.join(BIN, "colod"), "--listen", "127.0.0.1:0", "--state-dir",
-             os.path.join(TMP, "state-tls"), "--set", "tls_cert=" + os.path.join(c, "colod.crt"),
-             "--set", "tls_key=" + os.path.join(c, "colod.key"),
-             "--set", "tls_client_ca=" + os.path.join(c, "ca.crt")],
-            stdout=subprocess.PIPE, stderr=cls.log, text=True)
-        line = cls.proc.stdout.readline()
-        m = re.match(r"colod listening on (\S+)", line)
-        assert m, "unexpected first line: %r" % line
-        cls.target = m.group(1)
+        cls.proc, cls.log, cls.target = start_colod(
+            os.path.join(TMP, "state-tls"), "colod-tls.log",
+            "tls_cert=" + os.path.join(c, "colod.crt"), "tls_key=" + os.path.join(c, "colod.key"),
+            "tls_client_ca=" + os.path.join(c, "ca.crt"))
 
     @classmethod
     def tearDownClass(cls):
-        cls.proc.terminate()
-        assert cls.proc.wait(timeout=15) == 0
-        cls.log.close()
+        stop_colod(cls.proc, cls.log)
 
     def creds(self, key_dir=None, name=None):
         ca = read(os.path.join(self.certs, "ca.crt"))
