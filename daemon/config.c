@@ -51,7 +51,8 @@ static const centry_t TABLE[] = {
     {"rank_log_max_mib", T_UINT, F(log_max_mib), 1, 1048576, "64", 1,
      "largest rank log colod keeps, MiB; output past it is dropped and counted"},
     {"tls_cert", T_STRING, F(tls_cert), 0, 0, "", 0,
-     "TLS: colod's certificate, PEM (deploy/tls-certs.sh makes one); empty: no TLS"},
+     "TLS: colod's certificate, PEM (deploy/tls-certs.sh makes one); empty: no TLS. SIGHUP "
+     "reads the TLS files again, for a certificate rotated at the same path"},
     {"tls_key", T_STRING, F(tls_key), 0, 0, "", 0, "TLS: the key of tls_cert, PEM"},
     {"tls_client_ca", T_STRING, F(tls_client_ca), 0, 0, "", 0,
      "mutual TLS: every caller (workers, ranks, coloctl) needs a certificate from this CA, PEM; "

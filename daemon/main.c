@@ -112,6 +112,15 @@ static void on_signal(uv_signal_t *s, int signum) {
     colo_log_set_level((colo_log_level_t)d->cfg.log_level);
     colo_log(COLO_LOG_INFO, "config", "reloaded %s: %d settings changed",
              d->config_path ? d->config_path : "(no config file)", n);
+    if (d->cfg.tls_cert[0]) { /* certificates rotated at their paths */
+      colo_rpc_tls_t tls = {d->cfg.tls_client_ca, d->cfg.tls_cert, d->cfg.tls_key, NULL};
+      if (colo_rpc_server_reload_tls(d->rpc, &tls, err, sizeof err) < 0)
+        colo_log(COLO_LOG_ERROR, "config", "TLS files not reloaded, keeping those in use: %s", err);
+      else
+        colo_log(COLO_LOG_INFO, "config",
+                 "TLS files %s, %s%s%s read again: new connections use them", d->cfg.tls_cert,
+                 d->cfg.tls_key, d->cfg.tls_client_ca[0] ? ", " : "", d->cfg.tls_client_ca);
+    }
     return;
   }
   begin_drain(d, signum == SIGTERM ? "SIGTERM" : "SIGINT");

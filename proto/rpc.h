@@ -79,6 +79,12 @@ int colo_rpc_server_start(uv_loop_t *loop, const colo_rpc_server_opts_t *opts,
                           const colo_rpc_method_t *methods, size_t n_methods, void *data,
                           colo_rpc_server_t **out, char *err, size_t errlen);
 
+/* Reads the TLS files again (a certificate, key or client CA rotated at its path): the next
+ * connections' handshakes use them, those open keep theirs. A client CA can be neither added nor
+ * removed. COLO_ESTATE for a server started without TLS. */
+int colo_rpc_server_reload_tls(colo_rpc_server_t *srv, const colo_rpc_tls_t *tls, char *err,
+                               size_t errlen);
+
 /* The bound port (useful with port 0). */
 int colo_rpc_server_port(const colo_rpc_server_t *srv);
 

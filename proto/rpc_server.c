@@ -93,6 +93,7 @@ struct colo_rpc_server_s {
   int handles_open;
   colo_rpc_closed_cb closed_cb;
   void *closed_data;
+  colo_rpc_tls_reload_t *tls_reload; /* TLS: where reloaded files go; NULL without TLS */
 };
 
 static void call_unref(colo_rpc_call_t *c);
@@ -216,6 +217,7 @@ static void handle_closed(uv_handle_t *h) {
   colo_rpc_closed_cb cb = srv->closed_cb;
   void *data = srv->closed_data;
   uv_mutex_destroy(&srv->mu);
+  colo_rpc_tls_reload_free(srv->tls_reload);
   free(srv->events);
   free(srv->spare);
   free(srv->registered);
@@ -661,7 +663,7 @@ int colo_rpc_server_start(uv_loop_t *loop, const colo_rpc_server_opts_t *opts,
   grpc_init();
   grpc_server_credentials *creds = NULL;
   if (colo_rpc_tls_enabled(opts->tls)) {
-    int rc = colo_rpc_tls_server_creds(opts->tls, &creds, err, errlen);
+    int rc = colo_rpc_tls_server_creds(opts->tls, &creds, &srv->tls_reload, err, errlen);
     if (rc < 0) {
       grpc_shutdown();
       free(srv->registered);
@@ -735,9 +737,19 @@ fail:
   }
   grpc_completion_queue_destroy(srv->cq);
   grpc_shutdown();
+  colo_rpc_tls_reload_free(srv->tls_reload);
   free(srv->registered);
   free(srv);
   return COLO_EIO;
+}
+
+int colo_rpc_server_reload_tls(colo_rpc_server_t *srv, const colo_rpc_tls_t *tls, char *err,
+                               size_t errlen) {
+  if (!srv->tls_reload) {
+    snprintf(err, errlen, "the server was started without TLS");
+    return COLO_ESTATE;
+  }
+  return colo_rpc_tls_reload(srv->tls_reload, tls, err, errlen);
 }
 
 int colo_rpc_server_port(const colo_rpc_server_t *srv) {

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include <grpc/grpc_security.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include "../common/error.h"
 
@@ -60,6 +63,49 @@ static void pems_free(pems_t *p) {
   free(p->key);
 }
 
+/* What gRPC would find only at a handshake: each file holds what it should, and the key is the
+ * certificate's (OpenSSL, which gRPC uses too; its error queue is left empty). */
+static int pems_check(const colo_rpc_tls_t *t, const pems_t *p, char *err, size_t errlen) {
+  int rc = 0;
+  X509 *x = NULL;
+  EVP_PKEY *k = NULL;
+  BIO *b;
+  if (p->ca && (b = BIO_new_mem_buf(p->ca, -1))) {
+    X509 *ca = PEM_read_bio_X509(b, NULL, NULL, NULL);
+    BIO_free(b);
+    if (!ca) {
+      snprintf(err, errlen, "the TLS CA certificate %s holds no certificate", t->ca);
+      rc = COLO_EINVAL;
+    }
+    X509_free(ca);
+  }
+  if (rc == 0 && p->cert && (b = BIO_new_mem_buf(p->cert, -1))) {
+    x = PEM_read_bio_X509(b, NULL, NULL, NULL);
+    BIO_free(b);
+    if (!x) {
+      snprintf(err, errlen, "the TLS certificate %s holds no certificate", t->cert);
+      rc = COLO_EINVAL;
+    }
+  }
+  if (rc == 0 && p->key && (b = BIO_new_mem_buf(p->key, -1))) {
+    k = PEM_read_bio_PrivateKey(b, NULL, NULL, NULL);
+    BIO_free(b);
+    if (!k) {
+      snprintf(err, errlen, "the TLS key %s holds no private key (or one locked with a passphrase)",
+               t->key);
+      rc = COLO_EINVAL;
+    }
+  }
+  if (rc == 0 && x && k && X509_check_private_key(x, k) != 1) {
+    snprintf(err, errlen, "the TLS key %s is not the key of the certificate %s", t->key, t->cert);
+    rc = COLO_EINVAL;
+  }
+  X509_free(x);
+  EVP_PKEY_free(k);
+  ERR_clear_error();
+  return rc;
+}
+
 static int pems_read(const colo_rpc_tls_t *t, int need_pair, pems_t *p, char *err, size_t errlen) {
   memset(p, 0, sizeof *p);
   if (set(t->cert) != set(t->key)) {
@@ -78,7 +124,10 @@ static int pems_read(const colo_rpc_tls_t *t, int need_pair, pems_t *p, char *er
     pems_free(p);
     return COLO_EIO;
   }
-  return 0;
+  int rc = pems_check(t, p, err, errlen);
+  if (rc < 0)
+    pems_free(p);
+  return rc;
 }
 
 int colo_rpc_tls_enabled(const colo_rpc_tls_t *t) {
@@ -98,24 +147,99 @@ int colo_rpc_tls_from_env(colo_rpc_tls_t *t) {
   return colo_rpc_tls_enabled(t);
 }
 
-int colo_rpc_tls_server_creds(const colo_rpc_tls_t *t, grpc_server_credentials **out, char *err,
-                              size_t errlen) {
+/* The server's files, for gRPC's fetcher: the next config, taken by the next handshake. gRPC
+ * calls the fetcher on its own threads, hence the mutex. */
+struct colo_rpc_tls_reload_s {
+  uv_mutex_t mu;
+  grpc_ssl_server_certificate_config *next; /* NULL: unchanged */
+  int has_ca;                               /* fixed at start: the client certificate request */
+};
+
+static int server_config(const colo_rpc_tls_t *t, grpc_ssl_server_certificate_config **out,
+                         char *err, size_t errlen) {
   pems_t p;
   int rc = pems_read(t, 1, &p, err, errlen);
   if (rc < 0)
     return rc;
   grpc_ssl_pem_key_cert_pair pair = {p.key, p.cert};
-  *out = grpc_ssl_server_credentials_create_ex(
-      p.ca, &pair, 1,
-      p.ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
-           : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
-      NULL);
+  *out = grpc_ssl_server_certificate_config_create(p.ca, &pair, 1);
   pems_free(&p);
   if (!*out) {
-    snprintf(err, errlen, "cannot make TLS server credentials from %s and %s", t->cert, t->key);
+    snprintf(err, errlen, "cannot make a TLS server config from %s and %s", t->cert, t->key);
     return COLO_EINVAL;
   }
   return 0;
+}
+
+static grpc_ssl_certificate_config_reload_status fetch(void *data,
+                                                       grpc_ssl_server_certificate_config **cfg) {
+  colo_rpc_tls_reload_t *r = data;
+  uv_mutex_lock(&r->mu);
+  grpc_ssl_certificate_config_reload_status st = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_UNCHANGED;
+  if (r->next) {
+    *cfg = r->next; /* gRPC owns it now */
+    r->next = NULL;
+    st = GRPC_SSL_CERTIFICATE_CONFIG_RELOAD_NEW;
+  }
+  uv_mutex_unlock(&r->mu);
+  return st;
+}
+
+int colo_rpc_tls_server_creds(const colo_rpc_tls_t *t, grpc_server_credentials **out,
+                              colo_rpc_tls_reload_t **reload, char *err, size_t errlen) {
+  colo_rpc_tls_reload_t *r = calloc(1, sizeof *r);
+  if (!r) {
+    snprintf(err, errlen, "out of memory");
+    return COLO_ENOMEM;
+  }
+  int rc = server_config(t, &r->next, err, errlen);
+  if (rc < 0) {
+    free(r);
+    return rc;
+  }
+  uv_mutex_init(&r->mu);
+  r->has_ca = set(t->ca);
+  grpc_ssl_server_credentials_options *o =
+      grpc_ssl_server_credentials_create_options_using_config_fetcher(
+          r->has_ca ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                    : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+          fetch, r);
+  *out = o ? grpc_ssl_server_credentials_create_with_options(o) : NULL;
+  if (!*out) {
+    colo_rpc_tls_reload_free(r);
+    snprintf(err, errlen, "cannot make TLS server credentials from %s and %s", t->cert, t->key);
+    return COLO_EINVAL;
+  }
+  *reload = r;
+  return 0;
+}
+
+int colo_rpc_tls_reload(colo_rpc_tls_reload_t *r, const colo_rpc_tls_t *t, char *err,
+                        size_t errlen) {
+  if (set(t->ca) != r->has_ca) {
+    snprintf(err, errlen, "a client CA cannot be %s without a restart",
+             r->has_ca ? "removed" : "added");
+    return COLO_EINVAL;
+  }
+  grpc_ssl_server_certificate_config *cfg;
+  int rc = server_config(t, &cfg, err, errlen);
+  if (rc < 0)
+    return rc;
+  uv_mutex_lock(&r->mu);
+  if (r->next)
+    grpc_ssl_server_certificate_config_destroy(r->next);
+  r->next = cfg;
+  uv_mutex_unlock(&r->mu);
+  return 0;
+}
+
+void colo_rpc_tls_reload_free(colo_rpc_tls_reload_t *r) {
+  if (!r)
+    return;
+  if (r->next)
+    grpc_ssl_server_certificate_config_destroy(r->next);
+  uv_mutex_destroy(&r->mu);
+  free(r);
 }
 
 int colo_rpc_tls_channel_creds(const colo_rpc_tls_t *t, grpc_channel_credentials **out, char *err,

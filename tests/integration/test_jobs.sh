@@ -336,9 +336,13 @@ wait "$COLOD_PID" 2>/dev/null || true
 COLOD_PID=""
 start_colod "$TMP/state" "${COLOD_ARGS[@]}" --listen "127.0.0.1:$PORT"
 kill -CONT "$WPID"
-kill -CONT "$P0" "$P1"
 wait_until 10 "the restarted colod to go on with the eviction of job $J" \
   grep -q "job $J attempt 1: its ranks are still stopping (evicted)" "$TMP/colod.log"
+# the ranks go on once their worker has asked them to stop: left to run, a fast build (or a
+# worker slowed by valgrind) could let them finish the job before the worker's next beat
+wait_until 30 "w1 to stop job $J's ranks" \
+  grep -q "job $J attempt 1 rank 0 is no longer wanted: stopping" "$TMP/worker.log"
+kill -CONT "$P0" "$P1"
 attempt_is() { [ "$(jf "$1" 'j["attempt"]')" = "$2" ]; }
 wait_until 30 "job $J's second attempt after the eviction of w1" attempt_is "$J" 2
 wait_until 60 "job $J success after the eviction" is_state "$J" succeeded
@@ -367,6 +371,8 @@ kill -STOP "$P0" "$P1" # as in (e)
 expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml" --set priority=5 --set train.steps=300
 H=$OUT
 expect_contains "$("$COLOCTL" status "$H")" "priority   5"
+wait_until 30 "w1 to stop job $J's ranks for job $H" \
+  grep -q "job $J attempt 1 rank 0 is no longer wanted: stopping" "$TMP/worker.log"
 kill -CONT "$P0" "$P1"
 wait_until 60 "job $H, of higher priority, to succeed" is_state "$H" succeeded
 wait_until 60 "job $J success after its preemption" is_state "$J" succeeded

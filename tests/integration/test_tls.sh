@@ -6,8 +6,8 @@
 # another CA, a wrong server name. Roles (the certificate's OU): a user may not cordon, an admin
 # may; a worker's certificate may not submit, nor register under another name; a user's may not
 # register a host; a certificate without a role is refused; a job belongs to the user who
-# submitted it: another user may not cancel or resume it, an admin may. Bad TLS settings stop
-# colod with an exact message.
+# submitted it: another user may not cancel or resume it, an admin may. A certificate rotated
+# at its path is read again on SIGHUP. Bad TLS settings stop colod with an exact message.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
 TRAIN="$COLO_BIN/colo-train"
@@ -45,7 +45,10 @@ expect_rc 1 "$COLOD" --listen 127.0.0.1:0 --state-dir "$TMP/bad" --set "tls_cert
 expect_contains "$ERR" "cannot read the TLS certificate $TMP/none.crt: No such file or directory"
 expect_rc 1 "$COLOD" --listen 127.0.0.1:0 --state-dir "$TMP/bad" --set "tls_cert=$CERTS/colod.crt" \
   --set "tls_key=$CERTS/w1.key"
-expect_contains "$ERR" "with TLS (address in use or invalid, or a certificate and key that do not load or do not match)"
+expect_contains "$ERR" "the TLS key $CERTS/w1.key is not the key of the certificate $CERTS/colod.crt"
+expect_rc 1 "$COLOD" --listen 127.0.0.1:0 --state-dir "$TMP/bad" --set "tls_cert=$CERTS/ca.key" \
+  --set "tls_key=$CERTS/colod.key"
+expect_contains "$ERR" "the TLS certificate $CERTS/ca.key holds no certificate"
 
 start_colod "$TMP/state" --set "tls_cert=$CERTS/colod.crt" --set "tls_key=$CERTS/colod.key" \
   --set "tls_client_ca=$CA" --set host_timeout=3s
@@ -154,6 +157,27 @@ LAST=$("$COLOCTL" logs "$J" | grep -E "^step +60/60 ")
 [ -n "$LAST" ] || fail "no step 60 in job $J's log"
 expect_contains "$("$COLOCTL" checkpoints "$J")" "60"
 echo "figure: job $J trained over mutual TLS: $LAST"
+
+# a rotated certificate: written over colod's files, read again on SIGHUP, used by the next
+# connections; a key that does not match is refused and the running files are kept
+expect_rc 1 "$COLOCTL" -t 3000 --tls-server-name rotated.example hosts
+expect_contains "$ERR" "Peer name rotated.example is not in peer certificate"
+expect_rc 0 bash "$COLO_SRC/deploy/tls-certs.sh" server "$CERTS" colod2 DNS:rotated.example \
+  IP:127.0.0.1
+cp "$CERTS/colod2.crt" "$CERTS/colod.crt"
+cp "$CERTS/colod2.key" "$CERTS/colod.key"
+kill -HUP "$COLOD_PID"
+for _ in $(seq 1 50); do grep -q "read again: new connections use them" "$TMP/colod.log" && break; sleep 0.1; done
+expect_rc 0 "$COLOCTL" --tls-server-name rotated.example hosts
+expect_rc 0 "$COLOCTL" hosts
+# a key that is not the certificate's: refused, the files in use kept
+cp "$CERTS/w1.key" "$CERTS/colod.key"
+kill -HUP "$COLOD_PID"
+for _ in $(seq 1 50); do grep -q "TLS files not reloaded" "$TMP/colod.log" && break; sleep 0.1; done
+expect_contains "$(cat "$TMP/colod.log")" "TLS files not reloaded, keeping those in use: the TLS key $CERTS/colod.key is not the key of the certificate $CERTS/colod.crt"
+expect_rc 0 "$COLOCTL" --tls-server-name rotated.example hosts
+cp "$CERTS/colod2.key" "$CERTS/colod.key"
+echo "figure: colod's certificate rotated on SIGHUP: new connections see rotated.example"
 
 kill -TERM "$WPID"
 wait "$WPID" || fail "the worker did not exit 0 on SIGTERM"
