@@ -261,10 +261,13 @@ static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why, int ho
     transition(d, j, COLO_JOB_FAILED, msg);
   } else if (how == END_STOPPED) {
     /* not the job's failure: no restart counted, and the first back-off, never doubled (a stop
-     * that keeps coming before any step is not restarted in a tight loop) */
+     * that keeps coming before any step is not restarted in a tight loop). A stop colod asked
+     * for (an eviction, a preemption) has none: the job waits for room elsewhere, and keeps its
+     * turn among the waiting jobs. */
+    int asked = j->evicting;
     snprintf(msg, sizeof msg, "%s; restarting from its checkpoint (not counted as a restart)", why);
     if (transition_as(d, j, COLO_JOB_RESTARTING, msg, 1) == 0)
-      restart_after(d, j, d->cfg.restart_backoff_ms);
+      restart_after(d, j, asked ? 0 : d->cfg.restart_backoff_ms);
   } else if (j->restarts < j->max_restarts) {
     uint64_t backoff = d->cfg.restart_backoff_ms;
     for (uint32_t i = 0; i < j->restarts && backoff < 60ull * d->cfg.restart_backoff_ms; i++)

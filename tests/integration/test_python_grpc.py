@@ -522,8 +522,8 @@ class PreemptionTest(unittest.TestCase):
         self.assertEqual((j.state, j.restarts), (pb.JOB_STATE_RESTARTING, 0), j.message)
         self.assertIn("stopped as asked at step 40", j.message)
         self.assertEqual([d for d in beat().desired if d.job_id in (low, same)], [])
-        # once its back-off has passed, low waits for room like any job
-        self.until("low to wait for room", lambda: self.job(low).waiting.startswith("no room"))
+        # a job colod stopped has no back-off: low waits for room at once, keeping its turn
+        self.assertTrue(self.job(low).waiting.startswith("no room"), self.job(low).waiting)
         # high ends: the oldest of the equal two, low, goes on from its attempt 2
         beat(*exited(high, mine[0].attempt, 0))
         self.until("high to succeed", lambda: self.job(high).state == pb.JOB_STATE_SUCCEEDED)
