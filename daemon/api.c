@@ -210,23 +210,28 @@ static void caller_of(colod_t *d, colo_rpc_call_t *call, caller_t *c) {
 }
 
 /* A user may change (cancel, resume) only the jobs it submitted; an admin any. 1: go on;
- * otherwise the call is failed. A job that cannot be read is left to the handler's own error. */
-static int may_change(colod_t *d, colo_rpc_call_t *call, uint64_t id, const char *verb) {
+ * otherwise the call is failed. */
+static int may_change(colod_t *d, colo_rpc_call_t *call, const colo_job_t *j, const char *verb) {
   caller_t c;
   caller_of(d, call, &c);
-  if (!c.enforced || c.role != R_USER)
+  if (!c.enforced || c.role != R_USER || !strcmp(j->owner, c.cn))
     return 1;
+  colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+                "job %llu belongs to %s%s%s; only its owner or an admin may %s it",
+                (unsigned long long)j->id, j->owner[0] ? "\"" : "",
+                j->owner[0] ? j->owner : "no one", j->owner[0] ? "\"" : "", verb);
+  return 0;
+}
+
+/* may_change for a job by id, read only where roles apply; a job that cannot be read is left
+ * to the handler's own error */
+static int may_change_id(colod_t *d, colo_rpc_call_t *call, uint64_t id, const char *verb) {
   colo_job_t j;
-  if (colo_store_job_get(d->store, id, &j) < 0)
+  if (!d->cfg.tls_client_ca[0] || !d->cfg.tls_roles || colo_store_job_get(d->store, id, &j) < 0)
     return 1;
-  int mine = !strcmp(j.owner, c.cn);
-  if (!mine)
-    colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
-                  "job %llu belongs to %s%s%s; only its owner or an admin may %s it",
-                  (unsigned long long)id, j.owner[0] ? "\"" : "", j.owner[0] ? j.owner : "no one",
-                  j.owner[0] ? "\"" : "", verb);
+  int ok = may_change(d, call, &j, verb);
   colo_job_clear(&j);
-  return mine;
+  return ok;
 }
 
 /* ---- jobs ---- */
@@ -418,7 +423,7 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason is longer than 200 bytes");
     return;
   }
-  if (!may_change(d, call, req->id, "cancel"))
+  if (!may_change_id(d, call, req->id, "cancel"))
     return;
   char msg[256];
   snprintf(msg, sizeof msg, "cancelled%s%s", req->reason && req->reason[0] ? ": " : "",
@@ -457,8 +462,6 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   const Colo__V1__ResumeJobRequest *req = (const void *)m;
   if (!need_id(call, req->has_id, req->id))
     return;
-  if (!may_change(d, call, req->id, "resume"))
-    return;
   uint64_t step = req->has_from_step ? req->from_step : 0;
   colo_job_t cur;
   int grc = colo_store_job_get(d->store, req->id, &cur);
@@ -466,8 +469,11 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     fail_store(d, call, grc);
     return;
   }
+  int allowed = may_change(d, call, &cur, "resume");
   int cur_state = cur.state;
   colo_job_clear(&cur);
+  if (!allowed)
+    return;
   if (cur_state != COLO_JOB_FAILED && cur_state != COLO_JOB_CANCELLED) {
     colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                   "job %llu is %s; only a FAILED or CANCELLED job can be resumed",

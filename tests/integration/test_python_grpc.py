@@ -108,10 +108,13 @@ def job_rows():
         return db.execute("SELECT count(*) FROM jobs").fetchone()[0]
 
 
-class ColodTest(unittest.TestCase):
+class WithColod(unittest.TestCase):
+    """a colod of the class's own (state, log, settings), reached insecurely as cls.api"""
+    state, log_name, settings = STATE, "colod.log", ()
+
     @classmethod
     def setUpClass(cls):
-        cls.proc, cls.log, target = start_colod(STATE, "colod.log")
+        cls.proc, cls.log, target = start_colod(cls.state, cls.log_name, *cls.settings)
         cls.channel = grpc.insecure_channel(target)
         cls.api = Cluster(cls.channel)
 
@@ -119,6 +122,9 @@ class ColodTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.channel.close()
         stop_colod(cls.proc, cls.log)
+
+
+class ColodTest(WithColod):
 
     def test_submit_get_list(self):
         job = self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(name="py-1")), timeout=5).job
@@ -454,22 +460,13 @@ class ColodTest(unittest.TestCase):
         self.assertEqual(cm.exception.code(), grpc.StatusCode.UNIMPLEMENTED)
 
 
-class PreemptionTest(unittest.TestCase):
+class PreemptionTest(WithColod):
     """Priorities on a colod of its own, this client acting as the worker of one 2-device host:
     a job of higher priority stops a running one of lower priority, which goes on after it,
     from its checkpoint, not counted as a restart; equal priorities never preempt."""
 
-    @classmethod
-    def setUpClass(cls):
-        cls.proc, cls.log, target = start_colod(os.path.join(TMP, "state-preempt"),
-                                                "colod-preempt.log", "restart_backoff=100ms")
-        cls.channel = grpc.insecure_channel(target)
-        cls.api = Cluster(cls.channel)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.channel.close()
-        stop_colod(cls.proc, cls.log)
+    state, log_name = os.path.join(TMP, "state-preempt"), "colod-preempt.log"
+    settings = ("restart_backoff=100ms",)
 
     def job(self, id):
         return self.api.GetJob(pb.GetJobRequest(id=id), timeout=5).job
