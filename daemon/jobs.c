@@ -360,26 +360,28 @@ static void claim_memory(const colod_job_live_t *j, colo_sched_host_t *hosts, si
         hosts[h].mem_free -= hosts[h].mem_free < rank_mem(j) ? hosts[h].mem_free : rank_mem(j);
 }
 
-static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uint8_t *busy,
-                  size_t n_hosts, uint32_t n_cordoned) {
+/* Why a job waits, logged when it changes. */
+static void set_waiting(colod_job_live_t *j, const char *why) {
+  if (strcmp(why, j->wait_why) != 0)
+    colo_log(COLO_LOG_INFO, "jobs", "job %llu waits: %s", (unsigned long long)j->id, why);
+  snprintf(j->wait_why, sizeof j->wait_why, "%s", why);
+}
+
+/* Places a waiting job on the snapshot's hosts if it fits, committing the attempt. Returns 1:
+ * placed; 0: no room; -1: an error. Says why in `why` when it returns 0 or -1. */
+static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size_t n_hosts,
+                 char *why, size_t whylen) {
   colo_rank_place_t *out = calloc(j->world, sizeof *out);
-  if (!out)
-    return;
-  char why[512];
+  if (!out) {
+    snprintf(why, whylen, "out of memory");
+    return -1;
+  }
   uint64_t t0 = uv_hrtime();
-  int rc =
-      colo_sched_place(hosts, n_hosts, j->pp, j->dp, j->tp, j->spec->resources->devices_per_node,
-                       rank_mem(j), out, why, sizeof why);
+  int rc = colo_sched_place(hosts, n_hosts, j->pp, j->dp, j->tp,
+                            j->spec->resources->devices_per_node, rank_mem(j), out, why, whylen);
   if (rc < 0) {
-    size_t len = strlen(why);
-    if (n_cordoned && len < sizeof why)
-      snprintf(why + len, sizeof why - len, " (%u cordoned host%s not counted)", n_cordoned,
-               n_cordoned == 1 ? "" : "s");
-    if (strcmp(why, j->wait_why) != 0)
-      colo_log(COLO_LOG_INFO, "jobs", "job %llu waits: %s", (unsigned long long)j->id, why);
-    snprintf(j->wait_why, sizeof j->wait_why, "%s", why);
     free(out);
-    return;
+    return rc == COLO_EBUSY ? 0 : -1;
   }
   j->wait_why[0] = '\0';
   uint64_t resume = j->state == COLO_JOB_PENDING ? j->resume_step : 0;
@@ -387,16 +389,18 @@ static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uin
   rc = colo_store_attempt_begin(d->store, j->id, out, j->world, resume, colod_now_ms(), &row);
   free(out);
   if (rc < 0) {
-    colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot begin an attempt: %s",
-             (unsigned long long)j->id, colo_store_errmsg(d->store));
-    return;
+    snprintf(why, whylen, "cannot begin an attempt: %s", colo_store_errmsg(d->store));
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu: %s", (unsigned long long)j->id, why);
+    return -1;
   }
   j->state = row.state;
   j->attempt = row.attempt;
   colod_watch_notify(d, &row);
   colo_job_clear(&row);
-  if (load_attempt(d, j) < 0)
-    return;
+  if (load_attempt(d, j) < 0) {
+    snprintf(why, whylen, "cannot load its attempt %u", j->attempt);
+    return -1;
+  }
   j->launch_resume_step = resume;
   j->has_progress = 0;
   if (resume) /* a new line of checkpoints from the chosen one */
@@ -406,11 +410,11 @@ static void place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, uin
     for (size_t h = 0; h < n_hosts; h++)
       if (hosts[h].host_id == j->place[r].host_id && j->place[r].device_index < hosts[h].n_devices)
         ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
-  (void)busy;
   colo_log(COLO_LOG_INFO, "jobs",
            "job %llu attempt %u: %u ranks placed in %.3f ms (stored), rendezvous %s%s",
            (unsigned long long)j->id, j->attempt, j->world, (double)(uv_hrtime() - t0) / 1e6,
            j->rendezvous, resume ? ", resuming from a chosen step" : "");
+  return 1;
 }
 
 /* The hosts of the snapshot with devices of the kind the job asks for. */
@@ -542,6 +546,94 @@ done:
   return waits;
 }
 
+typedef struct {
+  size_t idx;
+  uint32_t free;
+} free_idx_t;
+
+/* most free devices first, then the order given */
+static int free_idx_order(const void *a, const void *b) {
+  const free_idx_t *x = a, *y = b;
+  if (x->free != y->free)
+    return x->free > y->free ? -1 : 1;
+  return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
+/* A reservation: a waiting job that neither fits nor can preempt holds, in the snapshot, the free
+ * devices and host memory it would take on the hosts it is to run on once running jobs end, so
+ * the jobs after it are placed only on room it cannot use (backfill that cannot delay it). Its
+ * hosts: a placement on the snapshot's hosts of its kind as if they were idle, tried in the
+ * order of most free devices now. Returns 1 with the devices held in *held and what is held in
+ * `what`; 0: it would not fit on idle hosts either, and nothing is held. */
+static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t *hosts, size_t n,
+                       uint32_t *held, char *what, size_t whatlen) {
+  colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
+  colo_sched_host_t *idle = calloc(n ? n : 1, sizeof *idle);
+  free_idx_t *order = calloc(n ? n : 1, sizeof *order);
+  colo_rank_place_t *out = calloc(w->world, sizeof *out);
+  uint32_t max_dev = 1;
+  for (size_t h = 0; h < n; h++)
+    max_dev = hosts[h].n_devices > max_dev ? hosts[h].n_devices : max_dev;
+  uint8_t *none_busy = calloc(max_dev, 1);
+  int ok = 0;
+  *held = 0;
+  if (!fit || !idle || !order || !out || !none_busy)
+    goto done;
+  size_t nf = fit_hosts(d, w, hosts, n, fit);
+  for (size_t h = 0; h < nf; h++) {
+    order[h] = (free_idx_t){h, 0};
+    for (uint32_t k = 0; k < fit[h].n_devices; k++)
+      order[h].free += !fit[h].busy[k];
+  }
+  qsort(order, nf, sizeof *order, free_idx_order);
+  for (size_t h = 0; h < nf; h++) {
+    const colod_host_live_t *hl = colod_host_live(d, fit[order[h].idx].host_id);
+    idle[h] = fit[order[h].idx];
+    idle[h].busy = none_busy;
+    idle[h].mem_free = hl && hl->memory_bytes ? hl->memory_bytes : UINT64_MAX;
+  }
+  char why[256];
+  if (colo_sched_place(idle, nf, w->pp, w->dp, w->tp, w->spec->resources->devices_per_node,
+                       rank_mem(w), out, why, sizeof why) != 0)
+    goto done;
+  ok = 1;
+  size_t len = 0, named = 0;
+  what[0] = '\0';
+  for (size_t h = 0; h < n; h++) {
+    uint32_t want = 0, got = 0;
+    for (uint32_t r = 0; r < w->world; r++)
+      want += out[r].host_id == hosts[h].host_id;
+    if (!want)
+      continue;
+    uint8_t *busy = (uint8_t *)hosts[h].busy;
+    for (uint32_t k = 0; k < hosts[h].n_devices && got < want; k++)
+      if (!busy[k]) {
+        busy[k] = 1;
+        got++;
+      }
+    uint64_t mem = (uint64_t)want * rank_mem(w);
+    if (hosts[h].mem_free != UINT64_MAX)
+      hosts[h].mem_free -= hosts[h].mem_free < mem ? hosts[h].mem_free : mem;
+    *held += got;
+    const colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
+    if (named++ < 4 && len < whatlen)
+      len += (size_t)snprintf(what + len, whatlen - len, "%s%s", named > 1 ? ", " : "",
+                              hl ? hl->name : "?");
+  }
+  if (named > 4 && len < whatlen)
+    len += (size_t)snprintf(what + len, whatlen - len, " and %zu more", named - 4);
+  if (len < whatlen)
+    snprintf(what + len, whatlen - len, " (%u free device%s there now)", *held,
+             *held == 1 ? "" : "s");
+done:
+  free(fit);
+  free(idle);
+  free(order);
+  free(out);
+  free(none_busy);
+  return ok;
+}
+
 /* the order waiting jobs are offered room: highest priority first, then oldest */
 static int wait_order(const void *a, const void *b) {
   const colod_job_live_t *x = *(colod_job_live_t *const *)a, *y = *(colod_job_live_t *const *)b;
@@ -609,6 +701,8 @@ static void schedule(colod_t *d) {
           ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
     claim_memory(j, hosts, n);
   }
+  const colod_job_live_t *holder = NULL; /* the job room is held for in this pass */
+  uint32_t held = 0;
   for (size_t i = 0; i < n_wait; i++) {
     colod_job_live_t *j = waiting[i];
     /* only hosts of the kind of device the job asks for */
@@ -617,22 +711,40 @@ static void schedule(colod_t *d) {
     if (!fit)
       break;
     size_t nf = fit_hosts(d, j, hosts, n, fit);
-    place(d, j, fit, busy, nf, kind >= 0 && kind < KINDS ? cordoned[kind] : 0);
+    char why[sizeof j->wait_why];
+    int rc = place(d, j, fit, nf, why, sizeof why);
     free(fit);
-    if (j->state == COLO_JOB_RUNNING && j->place) { /* for the jobs placed after it */
+    if (rc > 0) { /* for the jobs placed after it */
       claim_memory(j, hosts, n);
+      continue;
+    }
+    size_t len = strlen(why);
+    uint32_t nc = kind >= 0 && kind < KINDS ? cordoned[kind] : 0;
+    if (rc == 0 && nc && len < sizeof why)
+      len += (size_t)snprintf(why + len, sizeof why - len, " (%u cordoned host%s not counted)", nc,
+                              nc == 1 ? "" : "s");
+    if (rc == 0 && holder && held && len < sizeof why)
+      len += (size_t)snprintf(why + len, sizeof why - len,
+                              " (%u device%s held for job %llu not counted)", held,
+                              held == 1 ? "" : "s", (unsigned long long)holder->id);
+    if (rc < 0 || holder) { /* behind a reservation: backfill only, no preemption */
+      set_waiting(j, why);
       continue;
     }
     uint32_t waits = preempt_for(d, j, hosts, n, busy, total);
     if (waits) {
-      char why[sizeof j->wait_why];
       snprintf(why, sizeof why, "waits for %u stopping job%s to make room", waits,
                waits == 1 ? "" : "s");
-      if (strcmp(why, j->wait_why) != 0)
-        colo_log(COLO_LOG_INFO, "jobs", "job %llu %s", (unsigned long long)j->id, why);
-      snprintf(j->wait_why, sizeof j->wait_why, "%s", why);
+      set_waiting(j, why);
       break; /* the room it waits for is not given to the jobs after it */
     }
+    char what[384];
+    if (reserve_for(d, j, hosts, n, &held, what, sizeof what)) {
+      holder = j;
+      if (len < sizeof why)
+        snprintf(why + len, sizeof why - len, "; its room is held on %s", what);
+    }
+    set_waiting(j, why);
   }
   free(waiting);
   free(hosts);

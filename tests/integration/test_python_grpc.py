@@ -123,6 +123,18 @@ class WithColod(unittest.TestCase):
         cls.channel.close()
         stop_colod(cls.proc, cls.log)
 
+    def job(self, id):
+        return self.api.GetJob(pb.GetJobRequest(id=id), timeout=5).job
+
+    def until(self, what, fn):
+        """fn()'s first true value within 5 s"""
+        for _ in range(100):
+            v = fn()
+            if v:
+                return v
+            time.sleep(0.05)
+        self.fail(what)
+
 
 class ColodTest(WithColod):
 
@@ -468,17 +480,6 @@ class PreemptionTest(WithColod):
     state, log_name = os.path.join(TMP, "state-preempt"), "colod-preempt.log"
     settings = ("restart_backoff=100ms",)
 
-    def job(self, id):
-        return self.api.GetJob(pb.GetJobRequest(id=id), timeout=5).job
-
-    def until(self, what, fn):
-        for _ in range(100):
-            v = fn()
-            if v:
-                return v
-            time.sleep(0.05)
-        self.fail(what)
-
     def test_priority_preempts(self):
         dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
         h = self.api.RegisterHost(pb.RegisterHostRequest(name="pp", address="127.0.0.1",
@@ -528,6 +529,88 @@ class PreemptionTest(WithColod):
         self.assertEqual([d.attempt for d in again], [2, 2])
         self.assertTrue(self.job(same).waiting)
         for j in (low, same):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+
+class ReservationTest(WithColod):
+    """Backfill on a colod of its own, this client acting as the workers of three 2-device
+    hosts: a job that finds no room holds the free devices of the hosts it is to run on, so
+    smaller jobs after it take only the room it cannot use and it starts as soon as its hosts
+    free up; a job that would not fit on the idle hosts either holds nothing."""
+
+    state, log_name = os.path.join(TMP, "state-reserve"), "colod-reserve.log"
+
+    def test_room_is_held_for_a_waiting_job(self):
+        dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
+        hosts = {}
+        for name in ("ra", "rb", "rc"):
+            r = self.api.RegisterHost(pb.RegisterHostRequest(name=name, address="127.0.0.1",
+                                                             devices=dev), timeout=5)
+            hosts[r.host_id] = (name, r)
+        names = {}
+        reports = []
+
+        def beat():
+            """every host beats, with the exits in `reports`; {job: sorted host names}"""
+            on = {}
+            for name, r in hosts.values():
+                mine = [s for s in reports if names[s.job_id] == name]
+                resp = self.api.Heartbeat(pb.HeartbeatRequest(host_id=r.host_id, session=r.session,
+                                                              ranks=mine), timeout=5)
+                for dr in resp.desired:
+                    on.setdefault(dr.job_id, []).append((name, dr.attempt))
+            return {j: sorted(v) for j, v in on.items()}
+
+        def submit(name, dp, priority=0):
+            s = spec(name=name, dp=dp)
+            s.priority = priority
+            return self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+
+        def end(job):
+            """its one rank exits 0 where it runs"""
+            (host, attempt), = beat()[job]
+            names[job] = host
+            reports.append(pb.RankStatus(job_id=job, attempt=attempt, rank=0, exit_code=0,
+                                         phase=pb.RANK_PHASE_EXITED))
+            self.until("job %d to succeed" % job,
+                  lambda: beat() and self.job(job).state == pb.JOB_STATE_SUCCEEDED)
+
+        # 8 devices cannot be had on 6: nothing is held for such a job, the others go on
+        huge = submit("huge", 8, priority=5)
+        self.until("huge to wait", lambda: self.job(huge).waiting)
+        s1, s2, s3 = submit("s1", 1), submit("s2", 1), submit("s3", 1)
+        on = self.until("s1-s3 placed", lambda: (lambda b: len(b) == 3 and b)(beat()))
+        self.assertEqual([on[j][0][0] for j in (s1, s2, s3)], ["ra", "rb", "rc"])
+        self.assertNotIn("held", self.job(huge).waiting)
+        self.api.CancelJob(pb.CancelJobRequest(id=huge), timeout=5)
+        # one free device on each host: big (4) waits and holds those of ra and rb ...
+        big = submit("big", 4)
+        self.until("big to wait", lambda: self.job(big).waiting)
+        self.assertIn("its room is held on ra, rb (2 free devices there now)",
+                      self.job(big).waiting)
+        # ... so a small job behind it may take rc's, and another none
+        small1, small2 = submit("small1", 1), submit("small2", 1)
+        on = self.until("small1 placed", lambda: (lambda b: small1 in b and b)(beat()))
+        self.assertEqual(on[small1][0][0], "rc")
+        self.assertNotIn(small2, on)
+        self.assertIn("(2 devices held for job %d not counted)" % big, self.job(small2).waiting)
+        # s1 ends: ra's two devices are both held, small2 still does not get one
+        end(s1)
+        self.assertIn("held on ra, rb (3 free devices there now)", self.job(big).waiting)
+        self.assertIn("(3 devices held for job %d not counted)" % big, self.job(small2).waiting)
+        self.assertNotIn(small2, beat())
+        # s2 ends: big starts on the room held for it; small2 waits for rc
+        end(s2)
+        on = self.until("big placed", lambda: (lambda b: big in b and b)(beat()))
+        self.assertEqual([h for h, _ in on[big]], ["ra", "ra", "rb", "rb"])
+        self.assertNotIn(small2, on)
+        # now the first to wait, small2 holds room itself (none free yet)
+        self.assertRegex(self.job(small2).waiting,
+                         r"^no room: .*; its room is held on ra \(0 free devices there now\)$")
+        end(s3)
+        on = self.until("small2 placed", lambda: (lambda b: small2 in b and b)(beat()))
+        self.assertEqual(on[small2][0][0], "rc")
+        for j in (big, small1, small2):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 
