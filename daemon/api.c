@@ -635,11 +635,22 @@ static void h_watch(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data
 
 /* ---- hosts ---- */
 
+/* where a host is in d->hosts, kept in id order, or where it would go */
+static size_t host_live_at(const colod_t *d, uint64_t id) {
+  size_t lo = 0, hi = d->n_hosts;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (d->hosts[mid].id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 colod_host_live_t *colod_host_live(colod_t *d, uint64_t id) {
-  for (size_t i = 0; i < d->n_hosts; i++)
-    if (d->hosts[i].id == id)
-      return &d->hosts[i];
-  return NULL;
+  size_t i = host_live_at(d, id);
+  return i < d->n_hosts && d->hosts[i].id == id ? &d->hosts[i] : NULL;
 }
 
 static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
@@ -654,7 +665,10 @@ static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
     d->hosts = n;
     d->cap_hosts = cap;
   }
-  h = &d->hosts[d->n_hosts++];
+  size_t at = host_live_at(d, id);
+  memmove(&d->hosts[at + 1], &d->hosts[at], (d->n_hosts - at) * sizeof *d->hosts);
+  d->n_hosts++;
+  h = &d->hosts[at];
   memset(h, 0, sizeof *h);
   h->id = id;
   return h;

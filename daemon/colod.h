@@ -52,7 +52,7 @@ typedef struct colod_s {
   uint64_t last_watchdog_mono_ms;
   colod_watch_t *watches;
   uint32_t n_watches;
-  colod_host_live_t *hosts;
+  colod_host_live_t *hosts; /* in id order (colod_host_live looks them up by bisection) */
   size_t n_hosts, cap_hosts;
   colod_job_live_t *jobs;          /* jobs.c: every job that is not finished, in id order */
   colod_log_reader_t *log_readers; /* logs.c: ReadLogs streams */

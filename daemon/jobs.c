@@ -352,12 +352,36 @@ static uint64_t rank_mem(const colod_job_live_t *j) {
   return j->spec->resources->host_memory_mib << 20;
 }
 
-/* what a placed or running job's ranks claim of their hosts' memory, taken off the snapshot */
-static void claim_memory(const colod_job_live_t *j, colo_sched_host_t *hosts, size_t n) {
-  for (uint32_t r = 0; r < j->world && rank_mem(j); r++)
-    for (size_t h = 0; h < n; h++)
-      if (hosts[h].host_id == j->place[r].host_id && hosts[h].mem_free != UINT64_MAX)
-        hosts[h].mem_free -= hosts[h].mem_free < rank_mem(j) ? hosts[h].mem_free : rank_mem(j);
+/* a host's index in a snapshot, which keeps d->hosts' id order; n: not there */
+static size_t snap_find(const colo_sched_host_t *hosts, size_t n, uint64_t id) {
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (hosts[mid].host_id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n && hosts[lo].host_id == id ? lo : n;
+}
+
+/* Marks a placed or running job's devices in a snapshot as taken (1) or given back (0), and the
+ * host memory its ranks claim with them. */
+static void snap_mark(const colod_job_live_t *j, colo_sched_host_t *hosts, size_t n, int taken) {
+  uint64_t mem = rank_mem(j);
+  for (uint32_t r = 0; r < j->world; r++) {
+    size_t h = snap_find(hosts, n, j->place[r].host_id);
+    if (h == n)
+      continue;
+    if (j->place[r].device_index < hosts[h].n_devices)
+      ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = (uint8_t)taken;
+    if (hosts[h].mem_free == UINT64_MAX)
+      continue;
+    if (taken)
+      hosts[h].mem_free -= hosts[h].mem_free < mem ? hosts[h].mem_free : mem;
+    else
+      hosts[h].mem_free += mem;
+  }
 }
 
 /* Why a job waits, logged when it changes. */
@@ -405,11 +429,6 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
   j->has_progress = 0;
   if (resume) /* a new line of checkpoints from the chosen one */
     j->ck_step = resume;
-  /* the devices are taken for the jobs placed after this one */
-  for (uint32_t r = 0; r < j->world; r++)
-    for (size_t h = 0; h < n_hosts; h++)
-      if (hosts[h].host_id == j->place[r].host_id && j->place[r].device_index < hosts[h].n_devices)
-        ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
   colo_log(COLO_LOG_INFO, "jobs",
            "job %llu attempt %u: %u ranks placed in %.3f ms (stored), rendezvous %s%s",
            (unsigned long long)j->id, j->attempt, j->world, (double)(uv_hrtime() - t0) / 1e6,
@@ -429,18 +448,6 @@ static size_t fit_hosts(colod_t *d, const colod_job_live_t *j, const colo_sched_
   return nf;
 }
 
-/* Gives a job's devices and host memory back in a trial snapshot. */
-static void trial_free(const colod_job_live_t *j, colo_sched_host_t *hosts, size_t n) {
-  for (uint32_t r = 0; r < j->world; r++)
-    for (size_t h = 0; h < n; h++)
-      if (hosts[h].host_id == j->place[r].host_id) {
-        if (j->place[r].device_index < hosts[h].n_devices)
-          ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 0;
-        if (hosts[h].mem_free != UINT64_MAX)
-          hosts[h].mem_free += rank_mem(j);
-      }
-}
-
 /* Would the job fit if the running jobs marked in `freed` (and those already stopping) were
  * gone? A trial on a copy of the snapshot. */
 static int fits_without(colod_t *d, const colod_job_live_t *w, const colo_sched_host_t *hosts,
@@ -457,10 +464,10 @@ static int fits_without(colod_t *d, const colod_job_live_t *w, const colo_sched_
     }
     for (colod_job_live_t *j = d->jobs; j; j = j->next)
       if (j->state == COLO_JOB_RUNNING && j->place && j->evicting)
-        trial_free(j, trial, n);
+        snap_mark(j, trial, n, 0);
     for (size_t v = 0; v < n_victims; v++)
       if (freed[v])
-        trial_free(victims[v], trial, n);
+        snap_mark(victims[v], trial, n, 0);
     colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
     char why[256];
     if (fit) {
@@ -515,20 +522,41 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
     waits = (uint32_t)stopping; /* what is stopping already makes room */
     goto done;
   }
-  size_t k = 0;
-  int ok = 0;
-  while (k < nv && !ok) {
-    freed[k++] = 1;
-    ok = fits_without(d, w, hosts, n, busy, total, v, freed, nv, out);
-  }
-  if (!ok)
+  /* one trial with every candidate gone rules preemption out */
+  uint64_t t0 = uv_hrtime();
+  size_t trials = 1;
+  memset(freed, 1, nv);
+  if (!nv || !fits_without(d, w, hosts, n, busy, total, v, freed, nv, out))
     goto done;
+  /* the shortest prefix of candidates that makes room, by bisection: freeing more devices never
+   * makes a placement fail (colo_sched_place places iff the hosts hold enough whole groups) */
+  size_t lo = 1, k = nv;
+  while (lo < k) {
+    size_t mid = lo + (k - lo) / 2;
+    for (size_t i = 0; i < nv; i++)
+      freed[i] = i < mid;
+    trials++;
+    if (fits_without(d, w, hosts, n, busy, total, v, freed, nv, out))
+      k = mid;
+    else
+      lo = mid + 1;
+  }
+  for (size_t i = 0; i < nv; i++)
+    freed[i] = i < k;
   /* as few as do: give back, newest choice first, those it fits without */
-  for (size_t i = k; i-- > 0;) {
+  for (size_t i = k - 1; i-- > 0;) {
     freed[i] = 0;
+    trials++;
     if (!fits_without(d, w, hosts, n, busy, total, v, freed, nv, out))
       freed[i] = 1;
   }
+  uint32_t chosen = 0;
+  for (size_t i = 0; i < k; i++)
+    chosen += freed[i];
+  colo_log(COLO_LOG_INFO, "jobs",
+           "job %llu preempts %u job%s: chosen among %zu of lower priority in %zu trials, %.3f ms",
+           (unsigned long long)w->id, chosen, chosen == 1 ? "" : "s", nv, trials,
+           (double)(uv_hrtime() - t0) / 1e6);
   for (size_t i = 0; i < k; i++) {
     if (!freed[i])
       continue;
@@ -597,12 +625,18 @@ static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t 
                        rank_mem(w), out, why, sizeof why) != 0)
     goto done;
   ok = 1;
+  uint32_t *wants = calloc(n ? n : 1, sizeof *wants); /* ranks per host of the snapshot */
+  if (!wants)
+    goto done;
+  for (uint32_t r = 0; r < w->world; r++) {
+    size_t h = snap_find(hosts, n, out[r].host_id);
+    if (h < n)
+      wants[h]++;
+  }
   size_t len = 0, named = 0;
   what[0] = '\0';
   for (size_t h = 0; h < n; h++) {
-    uint32_t want = 0, got = 0;
-    for (uint32_t r = 0; r < w->world; r++)
-      want += out[r].host_id == hosts[h].host_id;
+    uint32_t want = wants[h], got = 0;
     if (!want)
       continue;
     uint8_t *busy = (uint8_t *)hosts[h].busy;
@@ -625,6 +659,7 @@ static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t 
   if (len < whatlen)
     snprintf(what + len, whatlen - len, " (%u free device%s there now)", *held,
              *held == 1 ? "" : "s");
+  free(wants);
 done:
   free(fit);
   free(idle);
@@ -643,7 +678,7 @@ static int wait_order(const void *a, const void *b) {
 }
 
 static void schedule(colod_t *d) {
-  uint64_t now = colod_mono_ms(d);
+  uint64_t now = colod_mono_ms(d), t0 = uv_hrtime();
   size_t n_wait = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
     if ((j->state == COLO_JOB_PENDING ||
@@ -694,12 +729,7 @@ static void schedule(colod_t *d) {
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
     if (j->state != COLO_JOB_RUNNING || !j->place)
       continue;
-    for (uint32_t r = 0; r < j->world; r++)
-      for (size_t h = 0; h < n; h++)
-        if (hosts[h].host_id == j->place[r].host_id &&
-            j->place[r].device_index < hosts[h].n_devices)
-          ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = 1;
-    claim_memory(j, hosts, n);
+    snap_mark(j, hosts, n, 1);
   }
   const colod_job_live_t *holder = NULL; /* the job room is held for in this pass */
   uint32_t held = 0;
@@ -714,8 +744,8 @@ static void schedule(colod_t *d) {
     char why[sizeof j->wait_why];
     int rc = place(d, j, fit, nf, why, sizeof why);
     free(fit);
-    if (rc > 0) { /* for the jobs placed after it */
-      claim_memory(j, hosts, n);
+    if (rc > 0) { /* taken for the jobs placed after it */
+      snap_mark(j, hosts, n, 1);
       continue;
     }
     size_t len = strlen(why);
@@ -746,6 +776,8 @@ static void schedule(colod_t *d) {
     }
     set_waiting(j, why);
   }
+  colo_log(COLO_LOG_DEBUG, "jobs", "scheduling pass: %zu waiting jobs, %zu hosts, %.3f ms", n_wait,
+           n, (double)(uv_hrtime() - t0) / 1e6);
   free(waiting);
   free(hosts);
   free(busy);

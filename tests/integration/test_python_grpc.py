@@ -103,6 +103,20 @@ def placed(beat, job_id, n):
     return mine
 
 
+def register(api, name, n):
+    """registers a host of n CPU devices: the response (host_id, session)"""
+    dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(n)]
+    return api.RegisterHost(pb.RegisterHostRequest(name=name, address="127.0.0.1", devices=dev),
+                            timeout=5)
+
+
+def submit(api, name, dp=2, priority=0):
+    """a job of dp ranks: its id"""
+    s = spec(name=name, dp=dp)
+    s.priority = priority
+    return api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+
+
 def job_rows():
     with sqlite3.connect(os.path.join(STATE, "colod.db")) as db:
         return db.execute("SELECT count(*) FROM jobs").fetchone()[0]
@@ -481,33 +495,26 @@ class PreemptionTest(WithColod):
     settings = ("restart_backoff=100ms",)
 
     def test_priority_preempts(self):
-        dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
-        h = self.api.RegisterHost(pb.RegisterHostRequest(name="pp", address="127.0.0.1",
-                                                         devices=dev), timeout=5)
+        h = register(self.api, "pp", 2)
 
         def beat(*ranks):
             return self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session,
                                                           ranks=list(ranks)), timeout=5)
 
-        def submit(name, priority):
-            s = spec(name=name)
-            s.priority = priority
-            return self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
-
         def exited(job, attempt, code, msg=""):
             return [pb.RankStatus(job_id=job, attempt=attempt, rank=r, exit_code=code,
                                   phase=pb.RANK_PHASE_EXITED, message=msg) for r in (0, 1)]
         with self.assertRaises(grpc.RpcError) as cm:
-            submit("too-high", 1001)
+            submit(self.api, "too-high", priority=1001)
         self.assertEqual(cm.exception.details(), "priority=1001 must be between -1000 and 1000")
-        low = submit("low", -5)
+        low = submit(self.api, "low", priority=-5)
         self.assertEqual(len(placed(beat, low, 2)), 2)
         # an equal priority waits
-        same = submit("same", -5)
+        same = submit(self.api, "same", priority=-5)
         self.until("the equal job to wait", lambda: self.job(same).waiting)
         self.assertEqual(len([d for d in beat().desired if d.job_id == low]), 2)
         # a higher one stops the low job's ranks, and waits for them
-        high = submit("high", 10)
+        high = submit(self.api, "high", priority=10)
         self.until("the low job's ranks withdrawn",
                    lambda: not [d for d in beat().desired if d.job_id == low])
         self.assertEqual(self.job(high).waiting, "waits for 1 stopping job to make room")
@@ -532,6 +539,35 @@ class PreemptionTest(WithColod):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 
+class PreemptionChoiceTest(WithColod):
+    """Which jobs a preemption stops, on a colod of its own with one 5-device host: among the
+    jobs of lower priority, lowest first and then newest, the fewest that make room. Stopping
+    the two lowest and then the third makes room, but the third alone does too, so only it
+    stops."""
+
+    state, log_name = os.path.join(TMP, "state-choice"), "colod-choice.log"
+
+    def test_the_fewest_are_stopped(self):
+        h = register(self.api, "pc", 5)
+
+        def running():
+            r = self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session),
+                                   timeout=5)
+            return {d.job_id for d in r.desired}
+        a = submit(self.api, "a", 1, priority=-3)
+        b = submit(self.api, "b", 1, priority=-2)
+        c = submit(self.api, "c", 3, priority=-1)
+        self.until("a, b and c placed", lambda: running() == {a, b, c})
+        high = submit(self.api, "high", 3, priority=1)
+        self.until("c's ranks withdrawn", lambda: running() == {a, b})
+        self.assertEqual(self.job(high).waiting, "waits for 1 stopping job to make room")
+        with open(os.path.join(TMP, self.log_name)) as f:
+            self.assertIn("job %d preempts 1 job: chosen among 3 of lower priority" % high,
+                          f.read())
+        for j in (a, b, c, high):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+
 class ReservationTest(WithColod):
     """Backfill on a colod of its own, this client acting as the workers of three 2-device
     hosts: a job that finds no room holds the free devices of the hosts it is to run on, so
@@ -541,11 +577,9 @@ class ReservationTest(WithColod):
     state, log_name = os.path.join(TMP, "state-reserve"), "colod-reserve.log"
 
     def test_room_is_held_for_a_waiting_job(self):
-        dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
         hosts = {}
         for name in ("ra", "rb", "rc"):
-            r = self.api.RegisterHost(pb.RegisterHostRequest(name=name, address="127.0.0.1",
-                                                             devices=dev), timeout=5)
+            r = register(self.api, name, 2)
             hosts[r.host_id] = (name, r)
         names = {}
         reports = []
@@ -561,11 +595,6 @@ class ReservationTest(WithColod):
                     on.setdefault(dr.job_id, []).append((name, dr.attempt))
             return {j: sorted(v) for j, v in on.items()}
 
-        def submit(name, dp, priority=0):
-            s = spec(name=name, dp=dp)
-            s.priority = priority
-            return self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
-
         def end(job):
             """its one rank exits 0 where it runs"""
             (host, attempt), = beat()[job]
@@ -576,20 +605,20 @@ class ReservationTest(WithColod):
                   lambda: beat() and self.job(job).state == pb.JOB_STATE_SUCCEEDED)
 
         # 8 devices cannot be had on 6: nothing is held for such a job, the others go on
-        huge = submit("huge", 8, priority=5)
+        huge = submit(self.api, "huge", 8, priority=5)
         self.until("huge to wait", lambda: self.job(huge).waiting)
-        s1, s2, s3 = submit("s1", 1), submit("s2", 1), submit("s3", 1)
+        s1, s2, s3 = (submit(self.api, n, 1) for n in ("s1", "s2", "s3"))
         on = self.until("s1-s3 placed", lambda: (lambda b: len(b) == 3 and b)(beat()))
         self.assertEqual([on[j][0][0] for j in (s1, s2, s3)], ["ra", "rb", "rc"])
         self.assertNotIn("held", self.job(huge).waiting)
         self.api.CancelJob(pb.CancelJobRequest(id=huge), timeout=5)
         # one free device on each host: big (4) waits and holds those of ra and rb ...
-        big = submit("big", 4)
+        big = submit(self.api, "big", 4)
         self.until("big to wait", lambda: self.job(big).waiting)
         self.assertIn("its room is held on ra, rb (2 free devices there now)",
                       self.job(big).waiting)
         # ... so a small job behind it may take rc's, and another none
-        small1, small2 = submit("small1", 1), submit("small2", 1)
+        small1, small2 = submit(self.api, "small1", 1), submit(self.api, "small2", 1)
         on = self.until("small1 placed", lambda: (lambda b: small1 in b and b)(beat()))
         self.assertEqual(on[small1][0][0], "rc")
         self.assertNotIn(small2, on)
