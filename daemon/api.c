@@ -209,15 +209,16 @@ static void caller_of(colod_t *d, colo_rpc_call_t *call, caller_t *c) {
                                        : 0;
 }
 
-/* A user may change (cancel, resume) only the jobs it submitted; an admin any. 1: go on;
- * otherwise the call is failed. */
+/* A user may change (cancel, resume) only the jobs it submitted, and with logs_private read only
+ * their logs; an admin any. `what` ends "only its owner or an admin may ...". 1: go on; otherwise
+ * the call is failed. */
 static int may_change(colod_t *d, colo_rpc_call_t *call, const colo_job_t *j, const char *verb) {
   caller_t c;
   caller_of(d, call, &c);
   if (!c.enforced || c.role != R_USER || !strcmp(j->owner, c.cn))
     return 1;
   colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
-                "job %llu belongs to %s%s%s; only its owner or an admin may %s it",
+                "job %llu belongs to %s%s%s; only its owner or an admin may %s",
                 (unsigned long long)j->id, j->owner[0] ? "\"" : "",
                 j->owner[0] ? j->owner : "no one", j->owner[0] ? "\"" : "", verb);
   return 0;
@@ -423,7 +424,7 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason is longer than 200 bytes");
     return;
   }
-  if (!may_change_id(d, call, req->id, "cancel"))
+  if (!may_change_id(d, call, req->id, "cancel it"))
     return;
   char msg[256];
   snprintf(msg, sizeof msg, "cancelled%s%s", req->reason && req->reason[0] ? ": " : "",
@@ -469,7 +470,7 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     fail_store(d, call, grc);
     return;
   }
-  int allowed = may_change(d, call, &cur, "resume");
+  int allowed = may_change(d, call, &cur, "resume it");
   int cur_state = cur.state;
   colo_job_clear(&cur);
   if (!allowed)
@@ -1171,6 +1172,10 @@ static void h_logs(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
   colo_job_t job;
   if (stream_job(d, call, req->has_job_id, req->job_id, &job) < 0)
     return;
+  if (d->cfg.logs_private && !may_change(d, call, &job, "read its logs")) {
+    colo_job_clear(&job);
+    return;
+  }
   Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, job.spec_len, job.spec);
   uint32_t attempt = req->has_attempt && req->attempt ? req->attempt : job.attempt;
   uint32_t last = job.attempt;

@@ -61,6 +61,9 @@ static const centry_t TABLE[] = {
      "with tls_client_ca: a certificate's OU is its role: user (jobs, hosts), admin (also "
      "cordons) or worker (a node, registered only under its certificate's name, and its ranks); "
      "false lets every certificate from the CA call everything"},
+    {"logs_private", T_BOOL, F(logs_private), 0, 1, "true", 0,
+     "with tls_roles: a user reads the logs of its own jobs only, an admin every job's; false: "
+     "every user reads every job's logs"},
 };
 #define N_TABLE (sizeof TABLE / sizeof TABLE[0])
 

@@ -6,8 +6,8 @@
 # another CA, a wrong server name. Roles (the certificate's OU): a user may not cordon, an admin
 # may; a worker's certificate may not submit, nor register under another name; a user's may not
 # register a host; a certificate without a role is refused; a job belongs to the user who
-# submitted it: another user may not cancel or resume it, an admin may. A certificate rotated
-# at its path is read again on SIGHUP. Bad TLS settings stop colod with an exact message.
+# submitted it: another user may not cancel or resume it, nor read its logs; an admin may. A
+# certificate rotated at its path is read again on SIGHUP. Bad TLS settings stop colod with an exact message.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
 TRAIN="$COLO_BIN/colo-train"
@@ -155,6 +155,11 @@ done
 [ "$(state)" = succeeded ] || fail "job $J is $(state): $("$COLOCTL" status "$J"); worker: $(tail -20 "$TMP/worker.log")"
 LAST=$("$COLOCTL" logs "$J" | grep -E "^step +60/60 ")
 [ -n "$LAST" ] || fail "no step 60 in job $J's log"
+# logs are private (logs_private): carol may not read alice's, bob (an admin) may
+expect_rc 1 "$COLOCTL" "${TLS_CAROL[@]}" logs "$J"
+expect_eq "$ERR" "coloctl: PERMISSION_DENIED: job $J belongs to \"alice\"; only its owner or an admin may read its logs"
+expect_rc 0 "$COLOCTL" --tls-cert "$CERTS/bob.crt" --tls-key "$CERTS/bob.key" logs "$J"
+expect_contains "$OUT" "$LAST"
 expect_contains "$("$COLOCTL" checkpoints "$J")" "60"
 echo "figure: job $J trained over mutual TLS: $LAST"
 
