@@ -46,7 +46,7 @@ static void usage(FILE *out) {
       "                                       (or until JOB ends)\n"
       "  list [--state S]... [--limit N]      jobs, oldest first\n"
       "  cancel JOB [--reason TEXT]           cancel a job\n"
-      "  resume JOB [--from-step N]           resume a failed or cancelled job\n"
+      "  resume JOB [--from-step N]           resume a failed, cancelled or timed-out job\n"
       "  watch JOB                            follow a job's state changes until it ends\n"
       "  hosts                                hosts and their devices\n"
       "  cordon HOST [--reason TEXT] [--evict]\n"
@@ -172,9 +172,9 @@ static void print_json(const ProtobufCMessage *m) {
 }
 
 static const char *state_name(int s) {
-  static const char *names[] = {"UNKNOWN",   "PENDING", "RUNNING",  "RESTARTING",
-                                "SUCCEEDED", "FAILED",  "CANCELLED"};
-  return (s >= 0 && s <= 6) ? names[s] : "UNKNOWN";
+  static const char *names[] = {"UNKNOWN",   "PENDING", "RUNNING",   "RESTARTING",
+                                "SUCCEEDED", "FAILED",  "CANCELLED", "TIMED_OUT"};
+  return (s >= 0 && s <= 7) ? names[s] : "UNKNOWN";
 }
 
 static unsigned long long world_of(const Colo__V1__Job *j) {
@@ -370,7 +370,7 @@ static void print_jobs(ctl_t *c, pages_t *p) {
 }
 
 static int parse_state(const char *s, Colo__V1__JobState *out) {
-  for (int i = 1; i <= 6; i++)
+  for (int i = 1; i <= 7; i++)
     if (!strcasecmp(s, state_name(i))) {
       *out = (Colo__V1__JobState)i;
       return 0;
@@ -386,7 +386,7 @@ static int cmd_list(ctl_t *c, int argc, char **argv) {
     if (!strcmp(argv[i], "--state") && i + 1 < argc) {
       if (n_states == 8 || parse_state(argv[++i], &states[n_states]) < 0)
         return usage_error("list: --state must be one of pending, running, restarting, "
-                           "succeeded, failed, cancelled");
+                           "succeeded, failed, cancelled, timed_out");
       n_states++;
     } else if (!strcmp(argv[i], "--limit") && i + 1 < argc) {
       uint64_t v;
@@ -524,9 +524,9 @@ static int status_once(ctl_t *c, uint64_t id, int *state) {
     printf("hosts       %u up, %u down%s; devices %u used of %u\n", cs->hosts_up, cs->hosts_down,
            cord, cs->devices_used, cs->devices_total);
     printf("jobs        %u pending, %u running, %u restarting, %u succeeded, %u failed, "
-           "%u cancelled\n\n",
+           "%u cancelled, %u timed out\n\n",
            cs->jobs_pending, cs->jobs_running, cs->jobs_restarting, cs->jobs_succeeded,
-           cs->jobs_failed, cs->jobs_cancelled);
+           cs->jobs_failed, cs->jobs_cancelled, cs->jobs_timed_out);
     size_t n = 0;
     for (size_t i = 0; i < p.n; i++)
       n += p.pages[i]->n_jobs;

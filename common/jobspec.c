@@ -298,6 +298,9 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (r->host_memory_mib > (1ull << 30))
     return bad(err, errlen, "resources.host_memory_mib=%llu exceeds 1073741824 (1 PiB)",
                (unsigned long long)r->host_memory_mib);
+  if (r->time_limit_s > COLO_MAX_TIME_LIMIT_S)
+    return bad(err, errlen, "resources.time_limit_s=%u exceeds %u (a year)", r->time_limit_s,
+               COLO_MAX_TIME_LIMIT_S);
   if (r->devices_per_node > 0 && p->tp > r->devices_per_node)
     return bad(err, errlen,
                "parallel.tp=%u exceeds resources.devices_per_node=%u: a tensor-parallel group "

@@ -12,8 +12,10 @@
 #define COLO_MAX_WORLD    65536
 #define COLO_MAX_RESTARTS 100
 #define COLO_MAX_PRIORITY 1000
-#define COLO_MAX_NAME     64
-#define COLO_MAX_PATH     1024
+/* resources.time_limit_s at most: a year */
+#define COLO_MAX_TIME_LIMIT_S 31536000u
+#define COLO_MAX_NAME         64
+#define COLO_MAX_PATH         1024
 
 /* Fills every unset field with its default (see cluster.proto). */
 int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec);

@@ -475,9 +475,10 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   colo_job_clear(&cur);
   if (!allowed)
     return;
-  if (cur_state != COLO_JOB_FAILED && cur_state != COLO_JOB_CANCELLED) {
+  if (cur_state != COLO_JOB_FAILED && cur_state != COLO_JOB_CANCELLED &&
+      cur_state != COLO_JOB_TIMED_OUT) {
     colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
-                  "job %llu is %s; only a FAILED or CANCELLED job can be resumed",
+                  "job %llu is %s; only a FAILED, CANCELLED or TIMED_OUT job can be resumed",
                   (unsigned long long)req->id, colo_job_state_name(cur_state));
     return;
   }
@@ -1047,6 +1048,8 @@ static void h_cluster(colo_rpc_call_t *call, const ProtobufCMessage *m, void *da
   r.jobs_succeeded = counts[COLO_JOB_SUCCEEDED];
   r.jobs_failed = counts[COLO_JOB_FAILED];
   r.jobs_cancelled = counts[COLO_JOB_CANCELLED];
+  r.has_jobs_timed_out = 1;
+  r.jobs_timed_out = counts[COLO_JOB_TIMED_OUT];
   r.version = COLO_VERSION;
   r.has_started_ms = 1;
   r.started_ms = d->started_ms;

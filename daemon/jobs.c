@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/error.h"
 #include "../common/jobspec.h"
@@ -29,8 +30,9 @@ struct colod_job_live_s {
   char (*why)[160]; /* what an exited rank said last (its worker read it from its log) */
   char rendezvous[160];
   uint64_t launch_resume_step;
-  int resume_seen; /* rank 0's resumed_step of this attempt was taken */
-  int evicting;    /* its ranks are stopping for an eviction: desired nowhere */
+  int resume_seen;    /* rank 0's resumed_step of this attempt was taken */
+  int evicting;       /* why colod stops its ranks (COLO_STOP_*, 0: it does not): desired nowhere */
+  int64_t started_ms; /* the attempt's start (Unix ms), for resources.time_limit_s */
   /* reports */
   Colo__V1__Progress progress;
   int has_progress;
@@ -104,15 +106,18 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
   }
   j->placed_attempt = j->attempt;
   j->resume_seen = 0;
-  /* an eviction stored before a colod restart goes on */
-  int ev = colo_store_attempt_evicting(d->store, j->id, j->attempt);
-  if (ev < 0)
-    colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot read whether it is evicted: %s",
+  /* a stop stored before a colod restart goes on */
+  int stop = 0;
+  int64_t started = colod_now_ms();
+  if (colo_store_attempt_get(d->store, j->id, j->attempt, &stop, &started) < 0)
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot read whether it is stopping: %s",
              (unsigned long long)j->id, j->attempt, colo_store_errmsg(d->store));
-  j->evicting = ev > 0;
+  j->evicting = stop;
+  j->started_ms = started;
   if (j->evicting)
-    colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: its ranks are still stopping (evicted)",
-             (unsigned long long)j->id, j->attempt);
+    colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: its ranks are still stopping (%s)",
+             (unsigned long long)j->id, j->attempt,
+             stop == COLO_STOP_TIME_LIMIT ? "time limit" : "evicted");
   make_rendezvous(d, j);
   return 0;
 }
@@ -316,7 +321,15 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
                (unsigned long long)j->place[r].host_id, r);
     }
   }
-  if (why[0]) {
+  if ((why[0] || stopped[0]) && j->evicting == COLO_STOP_TIME_LIMIT) {
+    /* stopped for its time limit: however its ranks ended, it ends here */
+    char msg[600];
+    snprintf(msg, sizeof msg,
+             "its time limit (resources.time_limit_s=%u) was reached: %s; `coloctl resume %llu` "
+             "goes on from its newest checkpoint",
+             j->spec->resources->time_limit_s, why[0] ? why : stopped, (unsigned long long)j->id);
+    transition(d, j, COLO_JOB_TIMED_OUT, msg);
+  } else if (why[0]) {
     end_attempt(d, j, why, config ? END_CONFIG : END_FAILED);
   } else if (stopped[0]) {
     end_attempt(d, j, stopped, END_STOPPED);
@@ -329,13 +342,14 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
 
 /* ---- placement ---- */
 
-/* Stops a running attempt's ranks (an eviction, a preemption): stored with the attempt first, so
- * that a restarted colod goes on with it, then desired nowhere. They save a checkpoint where they
- * stop and exit 75, which ends the attempt as interrupted. */
-static int stop_for(colod_t *d, colod_job_live_t *j, const char *why) {
+/* Stops a running attempt's ranks, for `kind` (COLO_STOP_MOVE: an eviction, a preemption;
+ * COLO_STOP_TIME_LIMIT): stored with the attempt first, so that a restarted colod goes on with
+ * it, then desired nowhere. They save a checkpoint where they stop and exit 75, which ends the
+ * attempt as interrupted (a move) or the job TIMED_OUT. */
+static int stop_for(colod_t *d, colod_job_live_t *j, const char *why, int kind) {
   if (j->evicting)
     return 0;
-  int rc = colo_store_attempt_evict(d->store, j->id, j->attempt);
+  int rc = colo_store_attempt_stop(d->store, j->id, j->attempt, kind);
   if (rc < 0) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot store its stop (%s): %s",
              (unsigned long long)j->id, j->attempt, why, colo_store_errmsg(d->store));
@@ -343,7 +357,7 @@ static int stop_for(colod_t *d, colod_job_live_t *j, const char *why) {
   }
   colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: stopping its ranks (%s)",
            (unsigned long long)j->id, j->attempt, why);
-  j->evicting = 1;
+  j->evicting = kind;
   return 0;
 }
 
@@ -448,11 +462,26 @@ static size_t fit_hosts(colod_t *d, const colod_job_live_t *j, const colo_sched_
   return nf;
 }
 
+typedef struct {
+  size_t idx;
+  uint32_t free;
+} free_idx_t;
+
+/* most free devices first, then the order given */
+static int free_idx_order(const void *a, const void *b) {
+  const free_idx_t *x = a, *y = b;
+  if (x->free != y->free)
+    return x->free > y->free ? -1 : 1;
+  return x->idx < y->idx ? -1 : x->idx > y->idx;
+}
+
 /* Would the job fit if the running jobs marked in `freed` (and those already stopping) were
- * gone? A trial on a copy of the snapshot. */
+ * gone? A trial on a copy of the snapshot. With prefer_free_now, hosts that would be alike in
+ * the trial are tried in the order of the most free devices now. */
 static int fits_without(colod_t *d, const colod_job_live_t *w, const colo_sched_host_t *hosts,
                         size_t n, const uint8_t *busy, size_t total, colod_job_live_t **victims,
-                        const uint8_t *freed, size_t n_victims, colo_rank_place_t *out) {
+                        const uint8_t *freed, size_t n_victims, int prefer_free_now,
+                        colo_rank_place_t *out) {
   colo_sched_host_t *trial = calloc(n ? n : 1, sizeof *trial);
   uint8_t *tb = malloc(total ? total : 1);
   int ok = 0;
@@ -469,17 +498,55 @@ static int fits_without(colod_t *d, const colod_job_live_t *w, const colo_sched_
       if (freed[v])
         snap_mark(victims[v], trial, n, 0);
     colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
+    colo_sched_host_t *sorted = calloc(n ? n : 1, sizeof *sorted);
+    free_idx_t *order = calloc(n ? n : 1, sizeof *order);
     char why[256];
-    if (fit) {
+    if (fit && sorted && order) {
       size_t nf = fit_hosts(d, w, trial, n, fit);
+      if (prefer_free_now) {
+        for (size_t i = 0; i < nf; i++) {
+          size_t h = snap_find(hosts, n, fit[i].host_id);
+          order[i] = (free_idx_t){i, 0};
+          for (uint32_t k = 0; h < n && k < hosts[h].n_devices; k++)
+            order[i].free += !hosts[h].busy[k];
+        }
+        qsort(order, nf, sizeof *order, free_idx_order);
+        for (size_t i = 0; i < nf; i++)
+          sorted[i] = fit[order[i].idx];
+        memcpy(fit, sorted, nf * sizeof *fit);
+      }
       ok = colo_sched_place(fit, nf, w->pp, w->dp, w->tp, w->spec->resources->devices_per_node,
                             rank_mem(w), out, why, sizeof why) == 0;
     }
     free(fit);
+    free(sorted);
+    free(order);
   }
   free(trial);
   free(tb);
   return ok;
+}
+
+/* The fewest of `jobs`, taken in their order from the first (at least `lo`), whose going would
+ * let the job fit, where all of them going does: by bisection, since freeing more devices never
+ * makes a placement fail (colo_sched_place places whenever the hosts hold enough whole groups).
+ * Counts its trials; leaves `freed` as its last trial left it. */
+static size_t shortest_prefix(colod_t *d, const colod_job_live_t *w, const colo_sched_host_t *hosts,
+                              size_t n, const uint8_t *busy, size_t total, colod_job_live_t **jobs,
+                              uint8_t *freed, size_t n_jobs, size_t lo, int prefer_free_now,
+                              size_t *trials, colo_rank_place_t *out) {
+  size_t k = n_jobs;
+  while (lo < k) {
+    size_t mid = lo + (k - lo) / 2;
+    for (size_t i = 0; i < n_jobs; i++)
+      freed[i] = i < mid;
+    ++*trials;
+    if (fits_without(d, w, hosts, n, busy, total, jobs, freed, n_jobs, prefer_free_now, out))
+      k = mid;
+    else
+      lo = mid + 1;
+  }
+  return k;
 }
 
 /* lowest priority first, then newest first */
@@ -518,7 +585,7 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
       v[nv++] = j;
   }
   qsort(v, nv, sizeof *v, victim_order);
-  if (stopping && fits_without(d, w, hosts, n, busy, total, v, freed, 0, out)) {
+  if (stopping && fits_without(d, w, hosts, n, busy, total, v, freed, 0, 0, out)) {
     waits = (uint32_t)stopping; /* what is stopping already makes room */
     goto done;
   }
@@ -526,28 +593,16 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
   uint64_t t0 = uv_hrtime();
   size_t trials = 1;
   memset(freed, 1, nv);
-  if (!nv || !fits_without(d, w, hosts, n, busy, total, v, freed, nv, out))
+  if (!nv || !fits_without(d, w, hosts, n, busy, total, v, freed, nv, 0, out))
     goto done;
-  /* the shortest prefix of candidates that makes room, by bisection: freeing more devices never
-   * makes a placement fail (colo_sched_place places iff the hosts hold enough whole groups) */
-  size_t lo = 1, k = nv;
-  while (lo < k) {
-    size_t mid = lo + (k - lo) / 2;
-    for (size_t i = 0; i < nv; i++)
-      freed[i] = i < mid;
-    trials++;
-    if (fits_without(d, w, hosts, n, busy, total, v, freed, nv, out))
-      k = mid;
-    else
-      lo = mid + 1;
-  }
+  size_t k = shortest_prefix(d, w, hosts, n, busy, total, v, freed, nv, 1, 0, &trials, out);
   for (size_t i = 0; i < nv; i++)
     freed[i] = i < k;
   /* as few as do: give back, newest choice first, those it fits without */
   for (size_t i = k - 1; i-- > 0;) {
     freed[i] = 0;
     trials++;
-    if (!fits_without(d, w, hosts, n, busy, total, v, freed, nv, out))
+    if (!fits_without(d, w, hosts, n, busy, total, v, freed, nv, 0, out))
       freed[i] = 1;
   }
   uint32_t chosen = 0;
@@ -563,7 +618,7 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
     char why[160];
     snprintf(why, sizeof why, "preempted by job %llu, priority %d over %d",
              (unsigned long long)w->id, w->spec->priority, v[i]->spec->priority);
-    if (stop_for(d, v[i], why) == 0)
+    if (stop_for(d, v[i], why, COLO_STOP_MOVE) == 0)
       waits++;
   }
   waits += (uint32_t)stopping;
@@ -574,60 +629,81 @@ done:
   return waits;
 }
 
-typedef struct {
-  size_t idx;
-  uint32_t free;
-} free_idx_t;
+/* Unix ms as "2026-11-23 14:32:10 UTC" */
+static void fmt_utc(int64_t ms, char *buf, size_t len) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm);
+}
 
-/* most free devices first, then the order given */
-static int free_idx_order(const void *a, const void *b) {
-  const free_idx_t *x = a, *y = b;
-  if (x->free != y->free)
-    return x->free > y->free ? -1 : 1;
-  return x->idx < y->idx ? -1 : x->idx > y->idx;
+/* When a running job will have given its devices back at the latest (Unix ms): the end of its
+ * attempt's time limit, or INT64_MAX when it has none. */
+static int64_t end_bound(const colod_job_live_t *j) {
+  uint32_t limit = j->spec->resources->time_limit_s;
+  return limit ? j->started_ms + (int64_t)limit * 1000 : INT64_MAX;
+}
+
+typedef struct {
+  colod_job_live_t *job;
+  int64_t end;
+} ending_t;
+
+static int ending_order(const void *a, const void *b) {
+  const ending_t *x = a, *y = b;
+  if (x->end != y->end)
+    return x->end < y->end ? -1 : 1;
+  return x->job->id < y->job->id ? -1 : x->job->id > y->job->id;
 }
 
 /* A reservation: a waiting job that neither fits nor can preempt holds, in the snapshot, the free
- * devices and host memory it would take on the hosts it is to run on once running jobs end, so
- * the jobs after it are placed only on room it cannot use (backfill that cannot delay it). Its
- * hosts: a placement on the snapshot's hosts of its kind as if they were idle, tried in the
- * order of most free devices now. Returns 1 with the devices held in *held and what is held in
- * `what`; 0: it would not fit on idle hosts either, and nothing is held. */
+ * devices and host memory it would take on the hosts it is to run on, so the jobs after it are
+ * placed only on room it cannot use (backfill that cannot delay it). Those hosts are where it
+ * fits soonest: running jobs are let go in the order their time limits end, as few as make room
+ * (bisection: freeing more never hurts), and *start_by is when the last of them ends. Where that
+ * takes a job with no limit, the start is unknown (INT64_MAX) and it takes every running job
+ * gone, hosts tried in the order of most free devices now. Held devices are flagged in `held`
+ * (laid out as `busy`). Returns 1 with the devices held in *n_held and what is held in `what`;
+ * 0: it would not fit on idle hosts either, and nothing is held. */
 static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t *hosts, size_t n,
-                       uint32_t *held, char *what, size_t whatlen) {
-  colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
-  colo_sched_host_t *idle = calloc(n ? n : 1, sizeof *idle);
-  free_idx_t *order = calloc(n ? n : 1, sizeof *order);
+                       const uint8_t *busy, uint8_t *held, size_t total, uint32_t *n_held,
+                       int64_t *start_by, char *what, size_t whatlen) {
+  size_t nr = 0; /* running jobs, but for those stopping (fits_without counts them gone) */
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    nr += j->state == COLO_JOB_RUNNING && j->place && !j->evicting;
+  ending_t *e = calloc(nr ? nr : 1, sizeof *e);
+  colod_job_live_t **jobs = calloc(nr ? nr : 1, sizeof *jobs);
+  uint8_t *freed = calloc(nr ? nr : 1, 1);
   colo_rank_place_t *out = calloc(w->world, sizeof *out);
-  uint32_t max_dev = 1;
-  for (size_t h = 0; h < n; h++)
-    max_dev = hosts[h].n_devices > max_dev ? hosts[h].n_devices : max_dev;
-  uint8_t *none_busy = calloc(max_dev, 1);
+  uint32_t *wants = calloc(n ? n : 1, sizeof *wants); /* its ranks per host of the snapshot */
   int ok = 0;
-  *held = 0;
-  if (!fit || !idle || !order || !out || !none_busy)
+  *n_held = 0;
+  *start_by = INT64_MAX;
+  if (!e || !jobs || !freed || !out || !wants)
     goto done;
-  size_t nf = fit_hosts(d, w, hosts, n, fit);
-  for (size_t h = 0; h < nf; h++) {
-    order[h] = (free_idx_t){h, 0};
-    for (uint32_t k = 0; k < fit[h].n_devices; k++)
-      order[h].free += !fit[h].busy[k];
-  }
-  qsort(order, nf, sizeof *order, free_idx_order);
-  for (size_t h = 0; h < nf; h++) {
-    const colod_host_live_t *hl = colod_host_live(d, fit[order[h].idx].host_id);
-    idle[h] = fit[order[h].idx];
-    idle[h].busy = none_busy;
-    idle[h].mem_free = hl && hl->memory_bytes ? hl->memory_bytes : UINT64_MAX;
-  }
-  char why[256];
-  if (colo_sched_place(idle, nf, w->pp, w->dp, w->tp, w->spec->resources->devices_per_node,
-                       rank_mem(w), out, why, sizeof why) != 0)
+  nr = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if (j->state == COLO_JOB_RUNNING && j->place && !j->evicting)
+      e[nr++] = (ending_t){j, end_bound(j)};
+  qsort(e, nr, sizeof *e, ending_order);
+  for (size_t i = 0; i < nr; i++)
+    jobs[i] = e[i].job;
+  memset(freed, 1, nr);
+  if (!fits_without(d, w, hosts, n, busy, total, jobs, freed, nr, 1, out))
+    goto done;
+  size_t trials = 0,
+         k = shortest_prefix(d, w, hosts, n, busy, total, jobs, freed, nr, 0, 1, &trials, out);
+  if (k == 0) /* the jobs stopping make room: it starts as soon as they are gone */
+    *start_by = colod_now_ms();
+  else if (e[k - 1].end != INT64_MAX)
+    *start_by = e[k - 1].end;
+  else
+    k = nr;
+  for (size_t i = 0; i < nr; i++)
+    freed[i] = i < k;
+  if (!fits_without(d, w, hosts, n, busy, total, jobs, freed, nr, 1, out))
     goto done;
   ok = 1;
-  uint32_t *wants = calloc(n ? n : 1, sizeof *wants); /* ranks per host of the snapshot */
-  if (!wants)
-    goto done;
   for (uint32_t r = 0; r < w->world; r++) {
     size_t h = snap_find(hosts, n, out[r].host_id);
     if (h < n)
@@ -636,19 +712,20 @@ static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t 
   size_t len = 0, named = 0;
   what[0] = '\0';
   for (size_t h = 0; h < n; h++) {
-    uint32_t want = wants[h], got = 0;
-    if (!want)
+    uint32_t got = 0;
+    if (!wants[h])
       continue;
-    uint8_t *busy = (uint8_t *)hosts[h].busy;
-    for (uint32_t k = 0; k < hosts[h].n_devices && got < want; k++)
-      if (!busy[k]) {
-        busy[k] = 1;
+    uint8_t *b = (uint8_t *)hosts[h].busy;
+    for (uint32_t k2 = 0; k2 < hosts[h].n_devices && got < wants[h]; k2++)
+      if (!b[k2]) {
+        b[k2] = 1;
+        held[b + k2 - busy] = 1;
         got++;
       }
-    uint64_t mem = (uint64_t)want * rank_mem(w);
+    uint64_t mem = (uint64_t)wants[h] * rank_mem(w);
     if (hosts[h].mem_free != UINT64_MAX)
       hosts[h].mem_free -= hosts[h].mem_free < mem ? hosts[h].mem_free : mem;
-    *held += got;
+    *n_held += got;
     const colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
     if (named++ < 4 && len < whatlen)
       len += (size_t)snprintf(what + len, whatlen - len, "%s%s", named > 1 ? ", " : "",
@@ -657,15 +734,20 @@ static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t 
   if (named > 4 && len < whatlen)
     len += (size_t)snprintf(what + len, whatlen - len, " and %zu more", named - 4);
   if (len < whatlen)
-    snprintf(what + len, whatlen - len, " (%u free device%s there now)", *held,
-             *held == 1 ? "" : "s");
-  free(wants);
+    len += (size_t)snprintf(what + len, whatlen - len, " (%u free device%s there now)", *n_held,
+                            *n_held == 1 ? "" : "s");
+  if (*start_by != INT64_MAX && len < whatlen) {
+    char at[32];
+    fmt_utc(*start_by, at, sizeof at);
+    snprintf(what + len, whatlen - len,
+             "; it starts by %s at the latest, as the time limits of the jobs before it end", at);
+  }
 done:
-  free(fit);
-  free(idle);
-  free(order);
+  free(e);
+  free(jobs);
+  free(freed);
   free(out);
-  free(none_busy);
+  free(wants);
   return ok;
 }
 
@@ -731,21 +813,42 @@ static void schedule(colod_t *d) {
       continue;
     snap_mark(j, hosts, n, 1);
   }
-  const colod_job_live_t *holder = NULL; /* the job room is held for in this pass */
-  uint32_t held = 0;
-  for (size_t i = 0; i < n_wait; i++) {
+  /* a reservation: the job room is held for in this pass, its held devices, and its start */
+  const colod_job_live_t *holder = NULL;
+  uint8_t *held = calloc(total ? total : 1, 1), *view = malloc(total ? total : 1);
+  uint32_t n_held = 0;
+  int64_t start_by = INT64_MAX, now_ms = colod_now_ms();
+  char until[64] = "";
+  for (size_t i = 0; i < n_wait && held && view; i++) {
     colod_job_live_t *j = waiting[i];
     /* only hosts of the kind of device the job asks for */
     int kind = (int)j->spec->resources->device;
     colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
     if (!fit)
       break;
+    /* behind a reservation, a job whose time limit ends before the held job can start may use
+     * the held devices too: it is gone by then */
+    uint32_t limit = j->spec->resources->time_limit_s;
+    int backfill =
+        holder && start_by != INT64_MAX && limit && now_ms + (int64_t)limit * 1000 <= start_by;
+    for (size_t k = 0; k < total; k++)
+      view[k] = busy[k] && !(backfill && held[k]);
     size_t nf = fit_hosts(d, j, hosts, n, fit);
+    for (size_t h = 0; h < nf; h++)
+      fit[h].busy = view + (fit[h].busy - busy);
     char why[sizeof j->wait_why];
     int rc = place(d, j, fit, nf, why, sizeof why);
     free(fit);
-    if (rc > 0) { /* taken for the jobs placed after it */
+    if (rc > 0) { /* taken for the jobs placed after it, and no longer held */
       snap_mark(j, hosts, n, 1);
+      for (uint32_t r = 0; r < j->world; r++) {
+        size_t h = snap_find(hosts, n, j->place[r].host_id);
+        size_t at = h < n ? (size_t)(hosts[h].busy - busy) + j->place[r].device_index : total;
+        if (at < total && held[at]) {
+          held[at] = 0;
+          n_held--;
+        }
+      }
       continue;
     }
     size_t len = strlen(why);
@@ -753,10 +856,10 @@ static void schedule(colod_t *d) {
     if (rc == 0 && nc && len < sizeof why)
       len += (size_t)snprintf(why + len, sizeof why - len, " (%u cordoned host%s not counted)", nc,
                               nc == 1 ? "" : "s");
-    if (rc == 0 && holder && held && len < sizeof why)
+    if (rc == 0 && holder && n_held && !backfill && len < sizeof why)
       len += (size_t)snprintf(why + len, sizeof why - len,
-                              " (%u device%s held for job %llu not counted)", held,
-                              held == 1 ? "" : "s", (unsigned long long)holder->id);
+                              " (%u device%s held for job %llu%s not counted)", n_held,
+                              n_held == 1 ? "" : "s", (unsigned long long)holder->id, until);
     if (rc < 0 || holder) { /* behind a reservation: backfill only, no preemption */
       set_waiting(j, why);
       continue;
@@ -769,13 +872,20 @@ static void schedule(colod_t *d) {
       break; /* the room it waits for is not given to the jobs after it */
     }
     char what[384];
-    if (reserve_for(d, j, hosts, n, &held, what, sizeof what)) {
+    if (reserve_for(d, j, hosts, n, busy, held, total, &n_held, &start_by, what, sizeof what)) {
       holder = j;
+      if (start_by != INT64_MAX) {
+        char at[32];
+        fmt_utc(start_by, at, sizeof at);
+        snprintf(until, sizeof until, " until %s", at);
+      }
       if (len < sizeof why)
         snprintf(why + len, sizeof why - len, "; its room is held on %s", what);
     }
     set_waiting(j, why);
   }
+  free(held);
+  free(view);
   colo_log(COLO_LOG_DEBUG, "jobs", "scheduling pass: %zu waiting jobs, %zu hosts, %.3f ms", n_wait,
            n, (double)(uv_hrtime() - t0) / 1e6);
   free(waiting);
@@ -783,11 +893,23 @@ static void schedule(colod_t *d) {
   free(busy);
 }
 
+/* Stops an attempt that has run for its job's resources.time_limit_s. */
+static void check_time_limit(colod_t *d, colod_job_live_t *j) {
+  uint32_t limit = j->spec->resources->time_limit_s;
+  if (!limit || j->evicting || colod_now_ms() - j->started_ms < (int64_t)limit * 1000)
+    return;
+  char why[96];
+  snprintf(why, sizeof why, "its time limit of %u s is reached", limit);
+  stop_for(d, j, why, COLO_STOP_TIME_LIMIT);
+}
+
 void colod_jobs_tick(colod_t *d) {
   sync_jobs(d);
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
-    if (j->state == COLO_JOB_RUNNING && j->place)
+    if (j->state == COLO_JOB_RUNNING && j->place) {
+      check_time_limit(d, j);
       check_attempt(d, j);
+    }
   schedule(d);
 }
 
@@ -1133,7 +1255,7 @@ int colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap, si
       continue;
     char why[64];
     snprintf(why, sizeof why, "host %llu evicted", (unsigned long long)host_id);
-    int rc = stop_for(d, j, why);
+    int rc = stop_for(d, j, why, COLO_STOP_MOVE);
     if (rc < 0) {
       err = err ? err : rc;
       continue;

@@ -28,7 +28,7 @@ static const char *const MIGRATIONS[] = {
     "CREATE TABLE jobs ("
     "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
     "  name TEXT NOT NULL,"
-    "  state INTEGER NOT NULL CHECK (state BETWEEN 1 AND 6),"
+    "  state INTEGER NOT NULL CHECK (state BETWEEN 1 AND 6)," /* 1..7 from v8 */
     "  spec BLOB NOT NULL,"
     "  attempt INTEGER NOT NULL DEFAULT 0,"
     "  restarts INTEGER NOT NULL DEFAULT 0,"
@@ -108,6 +108,15 @@ static const char *const MIGRATIONS[] = {
     "DROP INDEX jobs_client_token;"
     "CREATE UNIQUE INDEX jobs_owner_token ON jobs(owner, client_token) "
     "WHERE client_token IS NOT NULL;",
+
+    /* 8: TIMED_OUT (7), a state the jobs table's CHECK must admit. A looser CHECK that every row
+     * meets changes nothing on disk, so the table's definition is edited in place, as SQLite's
+     * ALTER TABLE documentation describes for CHECK constraints, and the schema reloaded;
+     * job_attempts.evicting holds why the attempt is stopping (COLO_STOP_*), 2 the time limit */
+    "PRAGMA writable_schema = ON;"
+    "UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (state BETWEEN 1 AND 6)', "
+    "'CHECK (state BETWEEN 1 AND 7)') WHERE type = 'table' AND name = 'jobs';"
+    "PRAGMA writable_schema = RESET;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -145,9 +154,10 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                      "VALUES (?1, ?2, 2, ?3, ?4)")                                                 \
   XX(ATTEMPT_END, "UPDATE job_attempts SET state = ?3, ended_ms = ?4, end_message = ?5 "           \
                   "WHERE job_id = ?1 AND attempt = ?2 AND ended_ms IS NULL")                       \
-  XX(ATTEMPT_EVICT, "UPDATE job_attempts SET evicting = 1 "                                        \
+  XX(ATTEMPT_EVICT, "UPDATE job_attempts SET evicting = ?3 "                                       \
                     "WHERE job_id = ?1 AND attempt = ?2 AND ended_ms IS NULL")                     \
-  XX(ATTEMPT_EVICTING, "SELECT evicting FROM job_attempts WHERE job_id = ?1 AND attempt = ?2")     \
+  XX(ATTEMPT_EVICTING,                                                                             \
+     "SELECT evicting, started_ms FROM job_attempts WHERE job_id = ?1 AND attempt = ?2")           \
   XX(RANK_INSERT, "INSERT INTO ranks (job_id, attempt, rank, host_id, device_index, dp_idx, "      \
                   "tp_idx, pp_idx) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                       \
   XX(RANK_LIST, "SELECT rank, host_id, device_index, dp_idx, tp_idx, pp_idx FROM ranks "           \
@@ -258,13 +268,14 @@ static void *dup_blob(const void *p, size_t n) {
 /* ---- states ---- */
 
 const char *colo_job_state_name(int state) {
-  static const char *names[] = {"UNKNOWN",   "PENDING", "RUNNING",  "RESTARTING",
-                                "SUCCEEDED", "FAILED",  "CANCELLED"};
+  static const char *names[] = {"UNKNOWN",   "PENDING", "RUNNING",   "RESTARTING",
+                                "SUCCEEDED", "FAILED",  "CANCELLED", "TIMED_OUT"};
   return (state >= 1 && state <= COLO_JOB_STATE_MAX) ? names[state] : names[0];
 }
 
 int colo_job_state_terminal(int state) {
-  return state == COLO_JOB_SUCCEEDED || state == COLO_JOB_FAILED || state == COLO_JOB_CANCELLED;
+  return state == COLO_JOB_SUCCEEDED || state == COLO_JOB_FAILED || state == COLO_JOB_CANCELLED ||
+         state == COLO_JOB_TIMED_OUT;
 }
 
 int colo_job_transition_allowed(int from, int to) {
@@ -273,10 +284,11 @@ int colo_job_transition_allowed(int from, int to) {
   static const unsigned allowed[COLO_JOB_STATE_MAX + 1] = {
       [COLO_JOB_PENDING] = B(COLO_JOB_RUNNING) | B(COLO_JOB_CANCELLED) | B(COLO_JOB_FAILED),
       [COLO_JOB_RUNNING] = B(COLO_JOB_SUCCEEDED) | B(COLO_JOB_FAILED) | B(COLO_JOB_RESTARTING) |
-                           B(COLO_JOB_CANCELLED),
+                           B(COLO_JOB_CANCELLED) | B(COLO_JOB_TIMED_OUT),
       [COLO_JOB_RESTARTING] = B(COLO_JOB_RUNNING) | B(COLO_JOB_FAILED) | B(COLO_JOB_CANCELLED),
       [COLO_JOB_FAILED] = B(COLO_JOB_PENDING),
       [COLO_JOB_CANCELLED] = B(COLO_JOB_PENDING),
+      [COLO_JOB_TIMED_OUT] = B(COLO_JOB_PENDING),
   };
 #undef B
   if (from < 1 || from > COLO_JOB_STATE_MAX || to < 1 || to > COLO_JOB_STATE_MAX)
@@ -744,10 +756,15 @@ int colo_store_attempt_ranks(colo_store_t *st, uint64_t job_id, uint32_t attempt
   return k > cap ? COLO_ETOOBIG : 0;
 }
 
-int colo_store_attempt_evict(colo_store_t *st, uint64_t job_id, uint32_t attempt) {
+int colo_store_attempt_stop(colo_store_t *st, uint64_t job_id, uint32_t attempt, int why) {
+  if (why != COLO_STOP_MOVE && why != COLO_STOP_TIME_LIMIT) {
+    snprintf(st->errmsg, sizeof st->errmsg, "no such reason to stop an attempt: %d", why);
+    return COLO_EINVAL;
+  }
   sqlite3_stmt *s = stmt(st, S_ATTEMPT_EVICT);
   sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
   sqlite3_bind_int64(s, 2, attempt);
+  sqlite3_bind_int(s, 3, why);
   int rc = sqlite3_step(s);
   sqlite3_reset(s);
   if (rc != SQLITE_DONE)
@@ -760,12 +777,16 @@ int colo_store_attempt_evict(colo_store_t *st, uint64_t job_id, uint32_t attempt
   return 0;
 }
 
-int colo_store_attempt_evicting(colo_store_t *st, uint64_t job_id, uint32_t attempt) {
+int colo_store_attempt_get(colo_store_t *st, uint64_t job_id, uint32_t attempt, int *stop,
+                           int64_t *started_ms) {
   sqlite3_stmt *s = stmt(st, S_ATTEMPT_EVICTING);
   sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
   sqlite3_bind_int64(s, 2, attempt);
   int rc = sqlite3_step(s);
-  int v = rc == SQLITE_ROW ? sqlite3_column_int(s, 0) != 0 : 0;
+  if (rc == SQLITE_ROW) {
+    *stop = sqlite3_column_int(s, 0);
+    *started_ms = sqlite3_column_int64(s, 1);
+  }
   sqlite3_reset(s);
   if (rc == SQLITE_DONE) {
     snprintf(st->errmsg, sizeof st->errmsg, "job %llu has no attempt %u",
@@ -774,7 +795,7 @@ int colo_store_attempt_evicting(colo_store_t *st, uint64_t job_id, uint32_t atte
   }
   if (rc != SQLITE_ROW)
     return db_fail(st, rc, "read an attempt");
-  return v;
+  return 0;
 }
 
 int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,

@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 7
+#define COLO_STORE_SCHEMA_VERSION 8
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -24,8 +24,9 @@ enum {
   COLO_JOB_SUCCEEDED = 4,
   COLO_JOB_FAILED = 5,
   COLO_JOB_CANCELLED = 6,
+  COLO_JOB_TIMED_OUT = 7, /* its attempt reached resources.time_limit_s; resumable */
 };
-#define COLO_JOB_STATE_MAX 6
+#define COLO_JOB_STATE_MAX 7
 const char *colo_job_state_name(int state); /* "PENDING", ...; "UNKNOWN" otherwise */
 int colo_job_state_terminal(int state);
 /* 1 if the state machine allows from -> to. */
@@ -136,12 +137,19 @@ int colo_store_attempt_begin(colo_store_t *st, uint64_t job_id, const colo_rank_
                              size_t n_ranks, uint64_t resume_step, int64_t now_ms, colo_job_t *out);
 int colo_store_attempt_ranks(colo_store_t *st, uint64_t job_id, uint32_t attempt,
                              colo_rank_place_t *ranks, size_t cap, size_t *n);
-/* An eviction (cordon --evict) stops an open attempt's ranks: marked here, so that a restarted
- * colod still wants them nowhere. COLO_ENOENT when the attempt is not open. */
-int colo_store_attempt_evict(colo_store_t *st, uint64_t job_id, uint32_t attempt);
-/* 1 when the attempt is marked evicting, 0 when not, < 0 on error (COLO_ENOENT: no such
- * attempt). */
-int colo_store_attempt_evicting(colo_store_t *st, uint64_t job_id, uint32_t attempt);
+/* Why colod stops an open attempt's ranks (job_attempts.evicting; 0: it does not). */
+enum {
+  COLO_STOP_MOVE = 1,       /* an eviction or a preemption: the job goes on elsewhere */
+  COLO_STOP_TIME_LIMIT = 2, /* its time limit: the job ends TIMED_OUT */
+};
+/* Marks an open attempt as stopping, for `why` (COLO_STOP_*), so that a restarted colod still
+ * wants its ranks nowhere and ends the job as it would have. COLO_ENOENT when the attempt is not
+ * open. */
+int colo_store_attempt_stop(colo_store_t *st, uint64_t job_id, uint32_t attempt, int why);
+/* An attempt's stop mark (COLO_STOP_*, 0: none) and start time (Unix ms). COLO_ENOENT: no such
+ * attempt. */
+int colo_store_attempt_get(colo_store_t *st, uint64_t job_id, uint32_t attempt, int *stop,
+                           int64_t *started_ms);
 
 typedef int (*colo_store_event_cb)(const colo_job_event_t *ev, void *data);
 int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,

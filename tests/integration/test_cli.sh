@@ -88,7 +88,7 @@ expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 2 is already CANCELLED"
 expect_rc 0 "$COLOCTL" resume 2
 expect_eq "$OUT" "job 2 PENDING (resumed from the newest checkpoint)"
 expect_rc 1 "$COLOCTL" resume 1
-expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 1 is PENDING; only a FAILED or CANCELLED job can be resumed"
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 1 is PENDING; only a FAILED, CANCELLED or TIMED_OUT job can be resumed"
 expect_rc 0 "$COLOCTL" cancel 1
 expect_rc 1 "$COLOCTL" resume 1 --from-step 200
 expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 1 has no complete checkpoint at step 200"

@@ -16,7 +16,9 @@
 #       of it: the restarted colod goes on with the eviction, the ranks stop as in (f), and the
 #       job goes on on another host from that step.
 #   (h) a job of higher priority submitted while the host is full: the running job's ranks stop
-#       as in (f), the new job runs to its end, and the first goes on from its stop.
+#       as in (f), the new job runs to its end, and the first goes on from its stop;
+#   (i) a time limit of 3 s an attempt: the ranks stop as in (f) and the job ends TIMED_OUT;
+#       resumed until it succeeds.
 # Also: coloctl logs (whole, -f across attempts), checkpoints, status --watch, history.
 # Figures go to stdout as "figure: ..." lines.
 source "$(dirname "$0")/lib.sh"
@@ -384,6 +386,37 @@ expect_eq "$(jf "$J" 'j.get("restarts", 0)')" "0" "(restarts after a preemption)
 expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from $TMP/ckpt/job-$J/$(printf step_%08d "$HSTOP") at step $HSTOP"
 echo "figure: (h) job $J preempted by job $H (priority 5) at step $HSTOP, went on after it"
 expect_same_loss "$J" "(h) preempted at step $HSTOP, then went on"
+
+# ---- (i) a time limit: each attempt of job J may run 3 s. The first is held (SIGSTOP) past it:
+# its ranks stop at a step with a checkpoint and the job ends TIMED_OUT. Resumed as often as it
+# takes, a few seconds at a time, it reaches the standalone run's loss ----
+expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml" --set resources.time_limit_s=3
+J=$OUT
+both_ranks() { [ -n "$(rank_pid "$J" 1 0)" ] && [ -n "$(rank_pid "$J" 1 1)" ]; }
+wait_until 30 "job $J's ranks to start" both_ranks
+P0=$(rank_pid "$J" 1 0)
+P1=$(rank_pid "$J" 1 1)
+kill -STOP "$P0" "$P1"
+wait_until 30 "w1 to stop job $J's ranks for its time limit" \
+  grep -q "job $J attempt 1 rank 0 is no longer wanted: stopping" "$TMP/worker.log"
+kill -CONT "$P0" "$P1"
+wait_until 60 "job $J to time out" is_state "$J" timed_out
+MSG=$(jf "$J" 'j["message"]')
+echo "$MSG" | grep -qE "^its time limit \(resources.time_limit_s=3\) was reached: rank [01] stopped as asked at step [0-9]+, with its checkpoint" ||
+  fail "(i) job $J: $MSG"
+expect_contains "$(cat "$TMP/colod.log")" "job $J attempt 1: stopping its ranks (its time limit of 3 s is reached)"
+RESUMES=0
+while ! is_state "$J" succeeded; do
+  if is_state "$J" timed_out; then
+    [ "$RESUMES" -lt 20 ] || fail "(i) job $J timed out $RESUMES times: $(jf "$J" 'j["message"]')"
+    expect_rc 0 "$COLOCTL" resume "$J"
+    RESUMES=$((RESUMES + 1))
+  fi
+  is_state "$J" failed && fail "(i) job $J failed: $(jf "$J" 'j["message"]')"
+  sleep 0.2
+done
+echo "figure: (i) job $J timed out at its 3 s limit and was resumed $RESUMES times, $(jf "$J" 'j["attempt"]') attempts"
+expect_same_loss "$J" "(i) cut into attempts of at most 3 s by its time limit"
 
 kill -TERM "$WPID"
 wait "$WPID" || fail "the worker did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"

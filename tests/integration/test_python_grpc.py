@@ -110,10 +110,11 @@ def register(api, name, n):
                             timeout=5)
 
 
-def submit(api, name, dp=2, priority=0):
-    """a job of dp ranks: its id"""
+def submit(api, name, dp=2, priority=0, limit=0):
+    """a job of dp ranks, with a time limit of `limit` s: its id"""
     s = spec(name=name, dp=dp)
     s.priority = priority
+    s.resources.time_limit_s = limit
     return api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
 
 
@@ -640,6 +641,90 @@ class ReservationTest(WithColod):
         on = self.until("small2 placed", lambda: (lambda b: small2 in b and b)(beat()))
         self.assertEqual(on[small2][0][0], "rc")
         for j in (big, small1, small2):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+
+class TimeLimitTest(WithColod):
+    """resources.time_limit_s on a colod of its own, this client acting as the worker of two
+    2-device hosts: an attempt that reaches its limit is stopped and the job ends TIMED_OUT,
+    resumable with the limit anew; and behind a job waiting for room, a job may take the room
+    held for it only when its own limit ends before that job can start."""
+
+    state, log_name = os.path.join(TMP, "state-limit"), "colod-limit.log"
+
+    def setUp(self):
+        self.hosts = {}
+        for name in ("ta", "tb"):
+            r = register(self.api, name, 2)
+            self.hosts[r.host_id] = (name, r)
+        self.reports = {}  # host name: its ranks' statuses
+
+    def beat(self):
+        """every host beats with its reports; {job: sorted [(host, attempt)]}"""
+        on = {}
+        for name, r in self.hosts.values():
+            resp = self.api.Heartbeat(pb.HeartbeatRequest(host_id=r.host_id, session=r.session,
+                                                          ranks=self.reports.get(name, [])),
+                                      timeout=5)
+            for d in resp.desired:
+                on.setdefault(d.job_id, []).append((name, d.attempt))
+        return {j: sorted(v) for j, v in on.items()}
+
+    def test_a_job_past_its_limit_ends_timed_out(self):
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit(self.api, "too-long", 1, limit=31536001)
+        self.assertEqual(cm.exception.details(),
+                         "resources.time_limit_s=31536001 exceeds 31536000 (a year)")
+        t0 = time.monotonic()
+        j = submit(self.api, "short", 1, limit=1)
+        (host, attempt), = self.until("placed", lambda: self.beat().get(j))
+        # a second on, colod wants its rank nowhere: it is asked to stop
+        self.until("the rank withdrawn", lambda: j not in self.beat())
+        self.assertGreaterEqual(time.monotonic() - t0, 1.0)
+        self.assertEqual(self.job(j).state, pb.JOB_STATE_RUNNING)
+        self.reports[host] = [pb.RankStatus(
+            job_id=j, attempt=attempt, rank=0, exit_code=75, phase=pb.RANK_PHASE_EXITED,
+            message="stopped as asked at step 9, with its checkpoint c/step_9")]
+        self.until("TIMED_OUT", lambda: self.beat() is not None and
+                   self.job(j).state == pb.JOB_STATE_TIMED_OUT)
+        self.assertEqual(self.job(j).message,
+                         "its time limit (resources.time_limit_s=1) was reached: rank 0 stopped as "
+                         "asked at step 9, with its checkpoint c/step_9; `coloctl resume %d` goes on "
+                         "from its newest checkpoint" % j)
+        self.reports.clear()
+        status = self.api.GetClusterStatus(pb.GetClusterStatusRequest(), timeout=5)
+        self.assertEqual(status.jobs_timed_out, 1)
+        # a resume goes on, with its limit anew
+        self.api.ResumeJob(pb.ResumeJobRequest(id=j), timeout=5)
+        self.assertEqual(self.until("placed again", lambda: self.beat().get(j))[0][1], 2)
+        self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+    def test_backfill_by_time_limits(self):
+        # ta: a (1 device, ends within 600 s); tb: b (2 devices, no limit)
+        a = submit(self.api, "a", 1, limit=600)
+        b = submit(self.api, "b", 2)
+        on = self.until("a and b placed", lambda: (lambda o: a in o and b in o and o)(self.beat()))
+        self.assertEqual((on[a][0][0], on[b][0][0]), ("ta", "tb"))
+        # big (2) fits once a ends: it holds ta's free device, and starts by a's limit's end
+        big = submit(self.api, "big", 2)
+        why = self.until("big to wait", lambda: self.job(big).waiting)
+        self.assertRegex(why, r"; its room is held on ta \(1 free device there now\); it starts "
+                              r"by \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC at the latest")
+        # a job that ends before then may use it; one that may not end before, or has no limit,
+        # may not
+        late = submit(self.api, "late", 1, limit=3600)
+        endless = submit(self.api, "endless", 1)
+        for j in (late, endless):
+            self.assertRegex(self.until("%d to wait" % j, lambda: self.job(j).waiting),
+                             r"\(1 device held for job %d until \d{4}-.* UTC not counted\)" % big)
+        soon = submit(self.api, "soon", 1, limit=60)
+        on = self.until("soon placed", lambda: (lambda o: soon in o and o)(self.beat()))
+        self.assertEqual(on[soon][0][0], "ta")
+        time.sleep(0.6)  # a few of colod's passes later, neither has been placed
+        on = self.beat()
+        self.assertNotIn(late, on)
+        self.assertNotIn(endless, on)
+        for j in (a, b, big, late, endless, soon):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 

@@ -118,6 +118,8 @@ static const struct {
     {BASE "max_restarts: 1000\n", "max_restarts=1000 exceeds 100"},
     {BASE "resources: {host_memory_mib: 2000000000}\n",
      "resources.host_memory_mib=2000000000 exceeds 1073741824 (1 PiB)"},
+    {BASE "resources: {time_limit_s: 31536001}\n",
+     "resources.time_limit_s=31536001 exceeds 31536000 (a year)"},
     {BASE "resources: {comm: nccl}\n",
      "resources.comm=nccl needs resources.device=gpu: NCCL moves GPU memory"},
 };

@@ -70,6 +70,14 @@ static void run_sql(const char *sql) {
   sqlite3_close(db);
 }
 
+/* a statement SQLite must refuse with a CHECK constraint */
+static void run_sql_expect_fail(const char *sql) {
+  sqlite3 *db;
+  ASSERT_EQ_INT(sqlite3_open(db_path(), &db), SQLITE_OK);
+  ASSERT_EQ_INT(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_CONSTRAINT);
+  sqlite3_close(db);
+}
+
 static long long sql_int(const char *sql) {
   sqlite3 *db;
   sqlite3_stmt *s;
@@ -80,6 +88,14 @@ static long long sql_int(const char *sql) {
   sqlite3_finalize(s);
   sqlite3_close(db);
   return v;
+}
+
+/* an attempt's stop mark, or the error reading it */
+static int stop_of(colo_store_t *st, uint64_t job, uint32_t attempt) {
+  int stop = -1;
+  int64_t started;
+  int rc = colo_store_attempt_get(st, job, attempt, &stop, &started);
+  return rc < 0 ? rc : stop;
 }
 
 TEST(migrate_from_empty) {
@@ -142,11 +158,17 @@ TEST(migrate_from_v1_keeps_data) {
   colo_progress_sample_t smp = {.job_id = 1, .attempt = 1, .step = 7, .has_loss = 1, .loss = 2.5f};
   ASSERT_EQ_INT(colo_store_sample_add(st, &smp), 0);
   /* and an eviction mark on its attempt (v6) */
-  ASSERT_EQ_INT(colo_store_attempt_evicting(st, 1, 1), 0);
-  ASSERT_EQ_INT(colo_store_attempt_evict(st, 1, 1), 0);
-  ASSERT_EQ_INT(colo_store_attempt_evicting(st, 1, 1), 1);
+  ASSERT_EQ_INT(stop_of(st, 1, 1), 0);
+  ASSERT_EQ_INT(colo_store_attempt_stop(st, 1, 1, COLO_STOP_MOVE), 0);
+  ASSERT_EQ_INT(stop_of(st, 1, 1), COLO_STOP_MOVE);
+  /* and end TIMED_OUT (v8), a state the old table's CHECK refused; the CHECK still refuses 8 */
+  ASSERT_EQ_INT(colo_store_job_transition(st, 1, COLO_JOB_TIMED_OUT, "time limit", 0, 50, NULL), 0);
+  ASSERT_EQ_INT(job_state(st, 1), COLO_JOB_TIMED_OUT);
   ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
   colo_store_close(st);
+  ASSERT(sql_int("SELECT count(*) FROM sqlite_master WHERE name = 'jobs' AND "
+                 "sql LIKE '%CHECK (state BETWEEN 1 AND 7)%'") == 1);
+  run_sql_expect_fail("UPDATE jobs SET state = 8 WHERE id = 1");
 }
 
 static int collect_samples(const colo_progress_sample_t *p, void *data) {
@@ -196,7 +218,7 @@ TEST(refuses_newer_schema) {
   run_sql("PRAGMA user_version = 99");
   char err[512];
   ASSERT_EQ_INT(colo_store_open(db_path(), &st, err, sizeof err), COLO_ESTATE);
-  ASSERT(strstr(err, "schema version 99 is newer than this build supports (7)") != NULL);
+  ASSERT(strstr(err, "schema version 99 is newer than this build supports (8)") != NULL);
 }
 
 TEST(insert_get_list) {
@@ -264,6 +286,7 @@ static uint64_t job_in_state(colo_store_t *st, int state) {
   case COLO_JOB_RESTARTING:
   case COLO_JOB_SUCCEEDED:
   case COLO_JOB_FAILED:
+  case COLO_JOB_TIMED_OUT:
     ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 2000, NULL), 0);
     ASSERT_EQ_INT(colo_store_job_transition(st, id, state, "t", 0, 3000, NULL), 0);
     break;
@@ -314,9 +337,9 @@ TEST(every_transition) {
       }
     }
   }
-  /* the state machine of docs/architecture.md: 12 edges */
-  ASSERT_EQ_INT(allowed_seen, 12);
-  ASSERT_EQ_INT(refused_seen, 36 - 12);
+  /* the state machine of docs/architecture.md: 14 edges */
+  ASSERT_EQ_INT(allowed_seen, 14);
+  ASSERT_EQ_INT(refused_seen, 49 - 14);
   colo_store_close(st);
 }
 
@@ -409,28 +432,44 @@ TEST(interrupted_attempt_is_not_a_restart) {
   colo_store_close(st);
 }
 
-/* an eviction's mark: on an open attempt only, read back after a reopen (a colod restart), and
- * not carried to the next attempt */
-TEST(attempt_eviction_is_stored) {
+/* a stop's mark: on an open attempt only, with its reason, read back after a reopen (a colod
+ * restart), and not carried to the next attempt; and the attempt's start time */
+TEST(attempt_stop_is_stored) {
   colo_store_t *st = open_fresh();
   ensure_host(st);
   uint64_t id = submit(st, "j");
   colo_rank_place_t r = {0, 1, 0, 0, 0, 0};
-  ASSERT_EQ_INT(colo_store_attempt_evict(st, id, 1), COLO_ENOENT); /* no attempt yet */
-  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 1), COLO_ENOENT);
+  ASSERT_EQ_INT(colo_store_attempt_stop(st, id, 1, COLO_STOP_MOVE), COLO_ENOENT); /* none yet */
+  ASSERT_EQ_INT(stop_of(st, id, 1), COLO_ENOENT);
   ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 10, NULL), 0);
-  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 1), 0);
-  ASSERT_EQ_INT(colo_store_attempt_evict(st, id, 1), 0);
-  ASSERT_EQ_INT(colo_store_attempt_evict(st, id, 1), 0); /* again: the same */
+  int stop = -1;
+  int64_t started = 0;
+  ASSERT_EQ_INT(colo_store_attempt_get(st, id, 1, &stop, &started), 0);
+  ASSERT_EQ_INT(stop, 0);
+  ASSERT_EQ_INT(started, 10);
+  ASSERT_EQ_INT(colo_store_attempt_stop(st, id, 1, 3), COLO_EINVAL);
+  ASSERT_EQ_INT(colo_store_attempt_stop(st, id, 1, COLO_STOP_MOVE), 0);
+  ASSERT_EQ_INT(colo_store_attempt_stop(st, id, 1, COLO_STOP_MOVE), 0); /* again: the same */
   colo_store_close(st);
   st = open_fresh();
-  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 1), 1);
+  ASSERT_EQ_INT(stop_of(st, id, 1), COLO_STOP_MOVE);
   ASSERT_EQ_INT(colo_store_job_interrupted(st, id, "rank 0 stopped as asked at step 3", 20, NULL),
                 0);
-  ASSERT_EQ_INT(colo_store_attempt_evict(st, id, 1), COLO_ENOENT); /* ended */
-  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 1), 1);        /* its history stays */
+  ASSERT_EQ_INT(colo_store_attempt_stop(st, id, 1, COLO_STOP_MOVE), COLO_ENOENT); /* ended */
+  ASSERT_EQ_INT(stop_of(st, id, 1), COLO_STOP_MOVE); /* its history stays */
   ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 3, 30, NULL), 0);
-  ASSERT_EQ_INT(colo_store_attempt_evicting(st, id, 2), 0);
+  ASSERT_EQ_INT(stop_of(st, id, 2), 0);
+  /* a time limit's stop ends the job TIMED_OUT, which a resume takes back to PENDING */
+  ASSERT_EQ_INT(colo_store_attempt_stop(st, id, 2, COLO_STOP_TIME_LIMIT), 0);
+  ASSERT_EQ_INT(stop_of(st, id, 2), COLO_STOP_TIME_LIMIT);
+  colo_job_t j;
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_TIMED_OUT, "time limit", 0, 40, &j), 0);
+  ASSERT_EQ_INT(j.state, COLO_JOB_TIMED_OUT);
+  ASSERT(colo_job_state_terminal(j.state));
+  ASSERT_EQ_STR(colo_job_state_name(j.state), "TIMED_OUT");
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_RUNNING, "", 0, 50, NULL), COLO_EINVAL);
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_PENDING, "resumed", 3, 50, NULL), 0);
   colo_store_close(st);
 }
 
