@@ -418,6 +418,17 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  owner      %s\n", j->owner);
   if (s && s->priority)
     printf("  priority   %d\n", s->priority);
+  if (s && s->resources && s->resources->time_limit_s) {
+    char lim[32], left[32] = "";
+    fmt_age((int64_t)s->resources->time_limit_s * 1000, lim, sizeof lim);
+    if (j->has_attempt_started_ms) {
+      int64_t rest = j->attempt_started_ms + (int64_t)s->resources->time_limit_s * 1000 - now_ms();
+      char r[32];
+      fmt_age(rest > 0 ? rest : 0, r, sizeof r);
+      snprintf(left, sizeof left, ", %s left", r);
+    }
+    printf("  time limit %s an attempt%s\n", lim, left);
+  }
   if (j->waiting && j->waiting[0])
     printf("  waiting    %s\n", j->waiting);
   printf("  attempt    %u, restarts %u of %u\n", j->attempt, j->restarts, s ? s->max_restarts : 0);

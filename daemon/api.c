@@ -118,6 +118,9 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   const char *waiting = colod_jobs_waiting(d, j->id);
   if (waiting && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING))
     msg->waiting = (char *)waiting;
+  int64_t started = j->state == COLO_JOB_RUNNING ? colod_jobs_started(d, j->id) : 0;
+  msg->has_attempt_started_ms = started != 0;
+  msg->attempt_started_ms = started;
   msg->has_resume_step = 1;
   msg->resume_step = j->resume_step;
   msg->progress = progress_copy(d, j);

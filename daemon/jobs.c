@@ -475,73 +475,96 @@ static int free_idx_order(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
-/* Would the job fit if the running jobs marked in `freed` (and those already stopping) were
- * gone? A trial on a copy of the snapshot. With prefer_free_now, hosts that would be alike in
- * the trial are tried in the order of the most free devices now. */
-static int fits_without(colod_t *d, const colod_job_live_t *w, const colo_sched_host_t *hosts,
-                        size_t n, const uint8_t *busy, size_t total, colod_job_live_t **victims,
-                        const uint8_t *freed, size_t n_victims, int prefer_free_now,
-                        colo_rank_place_t *out) {
-  colo_sched_host_t *trial = calloc(n ? n : 1, sizeof *trial);
-  uint8_t *tb = malloc(total ? total : 1);
-  int ok = 0;
-  if (trial && tb) {
-    memcpy(tb, busy, total);
-    for (size_t h = 0; h < n; h++) {
-      trial[h] = hosts[h];
-      trial[h].busy = tb + (hosts[h].busy - busy);
-    }
-    for (colod_job_live_t *j = d->jobs; j; j = j->next)
-      if (j->state == COLO_JOB_RUNNING && j->place && j->evicting)
-        snap_mark(j, trial, n, 0);
-    for (size_t v = 0; v < n_victims; v++)
-      if (freed[v])
-        snap_mark(victims[v], trial, n, 0);
-    colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
-    colo_sched_host_t *sorted = calloc(n ? n : 1, sizeof *sorted);
-    free_idx_t *order = calloc(n ? n : 1, sizeof *order);
-    char why[256];
-    if (fit && sorted && order) {
-      size_t nf = fit_hosts(d, w, trial, n, fit);
-      if (prefer_free_now) {
-        for (size_t i = 0; i < nf; i++) {
-          size_t h = snap_find(hosts, n, fit[i].host_id);
-          order[i] = (free_idx_t){i, 0};
-          for (uint32_t k = 0; h < n && k < hosts[h].n_devices; k++)
-            order[i].free += !hosts[h].busy[k];
-        }
-        qsort(order, nf, sizeof *order, free_idx_order);
-        for (size_t i = 0; i < nf; i++)
-          sorted[i] = fit[order[i].idx];
-        memcpy(fit, sorted, nf * sizeof *fit);
-      }
-      ok = colo_sched_place(fit, nf, w->pp, w->dp, w->tp, w->spec->resources->devices_per_node,
-                            rank_mem(w), out, why, sizeof why) == 0;
-    }
-    free(fit);
-    free(sorted);
-    free(order);
-  }
-  free(trial);
-  free(tb);
-  return ok;
+/* A trial placement of a waiting job on a copy of the snapshot, with some running jobs gone:
+ * what it is tried against, and its scratch space, allocated once for all the trials of one
+ * decision (an allocation a trial cost more than the trial at 1,000 hosts). */
+typedef struct {
+  colod_t *d;
+  const colod_job_live_t *w;
+  const colo_sched_host_t *hosts; /* the snapshot */
+  size_t n;
+  const uint8_t *busy; /* the snapshot's device flags, `total` of them */
+  size_t total;
+  colod_job_live_t **jobs; /* the running jobs a trial may count gone: those marked in freed */
+  uint8_t *freed;
+  size_t n_jobs;
+  int prefer_free_now;    /* hosts alike in the trial are tried by the most free devices now */
+  colo_rank_place_t *out; /* the last trial's placement */
+  colo_sched_host_t *copy, *fit, *sorted; /* scratch: n each */
+  free_idx_t *order;
+  uint8_t *tb; /* scratch: total */
+} trial_t;
+
+static int trial_init(trial_t *t, colod_t *d, const colod_job_live_t *w,
+                      const colo_sched_host_t *hosts, size_t n, const uint8_t *busy, size_t total,
+                      colod_job_live_t **jobs, uint8_t *freed, size_t n_jobs, int prefer_free_now) {
+  *t = (trial_t){d, w, hosts, n, busy, total, jobs, freed, n_jobs, prefer_free_now};
+  size_t m = n ? n : 1;
+  t->out = calloc(w->world, sizeof *t->out);
+  t->copy = calloc(m, sizeof *t->copy);
+  t->fit = calloc(m, sizeof *t->fit);
+  t->sorted = calloc(m, sizeof *t->sorted);
+  t->order = calloc(m, sizeof *t->order);
+  t->tb = malloc(total ? total : 1);
+  return t->out && t->copy && t->fit && t->sorted && t->order && t->tb ? 0 : COLO_ENOMEM;
 }
 
-/* The fewest of `jobs`, taken in their order from the first (at least `lo`), whose going would
+static void trial_free(trial_t *t) {
+  free(t->out);
+  free(t->copy);
+  free(t->fit);
+  free(t->sorted);
+  free(t->order);
+  free(t->tb);
+}
+
+/* Would the job fit if the running jobs marked in t->freed (and those already stopping) were
+ * gone? Its placement is left in t->out. */
+static int fits_without(trial_t *t) {
+  const colo_sched_host_t *hosts = t->hosts;
+  size_t n = t->n;
+  memcpy(t->tb, t->busy, t->total);
+  for (size_t h = 0; h < n; h++) {
+    t->copy[h] = hosts[h];
+    t->copy[h].busy = t->tb + (hosts[h].busy - t->busy);
+  }
+  for (colod_job_live_t *j = t->d->jobs; j; j = j->next)
+    if (j->state == COLO_JOB_RUNNING && j->place && j->evicting)
+      snap_mark(j, t->copy, n, 0);
+  for (size_t v = 0; v < t->n_jobs; v++)
+    if (t->freed[v])
+      snap_mark(t->jobs[v], t->copy, n, 0);
+  size_t nf = fit_hosts(t->d, t->w, t->copy, n, t->fit);
+  if (t->prefer_free_now) {
+    for (size_t i = 0; i < nf; i++) {
+      size_t h = snap_find(hosts, n, t->fit[i].host_id);
+      t->order[i] = (free_idx_t){i, 0};
+      for (uint32_t k = 0; h < n && k < hosts[h].n_devices; k++)
+        t->order[i].free += !hosts[h].busy[k];
+    }
+    qsort(t->order, nf, sizeof *t->order, free_idx_order);
+    for (size_t i = 0; i < nf; i++)
+      t->sorted[i] = t->fit[t->order[i].idx];
+    memcpy(t->fit, t->sorted, nf * sizeof *t->fit);
+  }
+  const colod_job_live_t *w = t->w;
+  char why[256];
+  return colo_sched_place(t->fit, nf, w->pp, w->dp, w->tp, w->spec->resources->devices_per_node,
+                          rank_mem(w), t->out, why, sizeof why) == 0;
+}
+
+/* The fewest of t->jobs, taken in their order from the first (at least `lo`), whose going would
  * let the job fit, where all of them going does: by bisection, since freeing more devices never
  * makes a placement fail (colo_sched_place places whenever the hosts hold enough whole groups).
- * Counts its trials; leaves `freed` as its last trial left it. */
-static size_t shortest_prefix(colod_t *d, const colod_job_live_t *w, const colo_sched_host_t *hosts,
-                              size_t n, const uint8_t *busy, size_t total, colod_job_live_t **jobs,
-                              uint8_t *freed, size_t n_jobs, size_t lo, int prefer_free_now,
-                              size_t *trials, colo_rank_place_t *out) {
-  size_t k = n_jobs;
+ * Counts its trials; leaves t->freed as its last trial left it. */
+static size_t shortest_prefix(trial_t *t, size_t lo, size_t *trials) {
+  size_t k = t->n_jobs;
   while (lo < k) {
     size_t mid = lo + (k - lo) / 2;
-    for (size_t i = 0; i < n_jobs; i++)
-      freed[i] = i < mid;
+    for (size_t i = 0; i < t->n_jobs; i++)
+      t->freed[i] = i < mid;
     ++*trials;
-    if (fits_without(d, w, hosts, n, busy, total, jobs, freed, n_jobs, prefer_free_now, out))
+    if (fits_without(t))
       k = mid;
     else
       lo = mid + 1;
@@ -569,9 +592,9 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
       nv++;
   colod_job_live_t **v = calloc(nv ? nv : 1, sizeof *v);
   uint8_t *freed = calloc(nv ? nv : 1, 1);
-  colo_rank_place_t *out = calloc(w->world, sizeof *out);
   uint32_t waits = 0;
-  if (!v || !freed || !out)
+  trial_t t;
+  if (trial_init(&t, d, w, hosts, n, busy, total, v, freed, 0, 0) < 0 || !v || !freed)
     goto done;
   nv = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
@@ -585,7 +608,7 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
       v[nv++] = j;
   }
   qsort(v, nv, sizeof *v, victim_order);
-  if (stopping && fits_without(d, w, hosts, n, busy, total, v, freed, 0, 0, out)) {
+  if (stopping && fits_without(&t)) {
     waits = (uint32_t)stopping; /* what is stopping already makes room */
     goto done;
   }
@@ -593,16 +616,17 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
   uint64_t t0 = uv_hrtime();
   size_t trials = 1;
   memset(freed, 1, nv);
-  if (!nv || !fits_without(d, w, hosts, n, busy, total, v, freed, nv, 0, out))
+  t.n_jobs = nv;
+  if (!nv || !fits_without(&t))
     goto done;
-  size_t k = shortest_prefix(d, w, hosts, n, busy, total, v, freed, nv, 1, 0, &trials, out);
+  size_t k = shortest_prefix(&t, 1, &trials);
   for (size_t i = 0; i < nv; i++)
     freed[i] = i < k;
   /* as few as do: give back, newest choice first, those it fits without */
   for (size_t i = k - 1; i-- > 0;) {
     freed[i] = 0;
     trials++;
-    if (!fits_without(d, w, hosts, n, busy, total, v, freed, nv, 0, out))
+    if (!fits_without(&t))
       freed[i] = 1;
   }
   uint32_t chosen = 0;
@@ -623,9 +647,9 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
   }
   waits += (uint32_t)stopping;
 done:
+  trial_free(&t);
   free(v);
   free(freed);
-  free(out);
   return waits;
 }
 
@@ -674,12 +698,13 @@ static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t 
   ending_t *e = calloc(nr ? nr : 1, sizeof *e);
   colod_job_live_t **jobs = calloc(nr ? nr : 1, sizeof *jobs);
   uint8_t *freed = calloc(nr ? nr : 1, 1);
-  colo_rank_place_t *out = calloc(w->world, sizeof *out);
   uint32_t *wants = calloc(n ? n : 1, sizeof *wants); /* its ranks per host of the snapshot */
   int ok = 0;
   *n_held = 0;
   *start_by = INT64_MAX;
-  if (!e || !jobs || !freed || !out || !wants)
+  trial_t t;
+  if (trial_init(&t, d, w, hosts, n, busy, total, jobs, freed, nr, 1) < 0 || !e || !jobs ||
+      !freed || !wants)
     goto done;
   nr = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
@@ -689,10 +714,9 @@ static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t 
   for (size_t i = 0; i < nr; i++)
     jobs[i] = e[i].job;
   memset(freed, 1, nr);
-  if (!fits_without(d, w, hosts, n, busy, total, jobs, freed, nr, 1, out))
+  if (!fits_without(&t))
     goto done;
-  size_t trials = 0,
-         k = shortest_prefix(d, w, hosts, n, busy, total, jobs, freed, nr, 0, 1, &trials, out);
+  size_t trials = 0, k = shortest_prefix(&t, 0, &trials);
   if (k == 0) /* the jobs stopping make room: it starts as soon as they are gone */
     *start_by = colod_now_ms();
   else if (e[k - 1].end != INT64_MAX)
@@ -701,11 +725,11 @@ static int reserve_for(colod_t *d, const colod_job_live_t *w, colo_sched_host_t 
     k = nr;
   for (size_t i = 0; i < nr; i++)
     freed[i] = i < k;
-  if (!fits_without(d, w, hosts, n, busy, total, jobs, freed, nr, 1, out))
+  if (!fits_without(&t))
     goto done;
   ok = 1;
   for (uint32_t r = 0; r < w->world; r++) {
-    size_t h = snap_find(hosts, n, out[r].host_id);
+    size_t h = snap_find(hosts, n, t.out[r].host_id);
     if (h < n)
       wants[h]++;
   }
@@ -746,7 +770,7 @@ done:
   free(e);
   free(jobs);
   free(freed);
-  free(out);
+  trial_free(&t);
   free(wants);
   return ok;
 }
@@ -1233,6 +1257,11 @@ void colod_jobs_keep_progress(colod_t *d, uint64_t job_id) {
 const Colo__V1__Progress *colod_jobs_progress(colod_t *d, uint64_t job_id) {
   colod_job_live_t *j = live_find(d, job_id);
   return j && j->has_progress ? &j->progress : NULL;
+}
+
+int64_t colod_jobs_started(colod_t *d, uint64_t job_id) {
+  colod_job_live_t *j = live_find(d, job_id);
+  return j && j->state == COLO_JOB_RUNNING && j->place ? j->started_ms : 0;
 }
 
 const char *colod_jobs_waiting(colod_t *d, uint64_t job_id) {

@@ -46,6 +46,8 @@ const Colo__V1__Progress *colod_jobs_progress(struct colod_s *d, uint64_t job_id
 /* Why a job waiting to be placed (PENDING, or RESTARTING after its back-off) is not placed yet,
  * as the last placement attempt said ("no room: ..."); NULL when it is not waiting for room. */
 const char *colod_jobs_waiting(struct colod_s *d, uint64_t job_id);
+/* A RUNNING job's current attempt's start (Unix ms); 0 otherwise. */
+int64_t colod_jobs_started(struct colod_s *d, uint64_t job_id);
 
 /* Devices of a host that ranks of running attempts hold. */
 uint32_t colod_jobs_devices_used(struct colod_s *d, uint64_t host_id);

@@ -397,6 +397,7 @@ wait_until 30 "job $J's ranks to start" both_ranks
 P0=$(rank_pid "$J" 1 0)
 P1=$(rank_pid "$J" 1 1)
 kill -STOP "$P0" "$P1"
+expect_contains "$("$COLOCTL" status "$J")" "time limit 3s an attempt, "
 wait_until 30 "w1 to stop job $J's ranks for its time limit" \
   grep -q "job $J attempt 1 rank 0 is no longer wanted: stopping" "$TMP/worker.log"
 kill -CONT "$P0" "$P1"

@@ -678,6 +678,8 @@ class TimeLimitTest(WithColod):
         t0 = time.monotonic()
         j = submit(self.api, "short", 1, limit=1)
         (host, attempt), = self.until("placed", lambda: self.beat().get(j))
+        started = self.job(j).attempt_started_ms  # from which the limit counts
+        self.assertLessEqual(abs(started - time.time() * 1000), 5000)
         # a second on, colod wants its rank nowhere: it is asked to stop
         self.until("the rank withdrawn", lambda: j not in self.beat())
         self.assertGreaterEqual(time.monotonic() - t0, 1.0)
