@@ -840,29 +840,28 @@ static void schedule(colod_t *d) {
   /* a reservation: the job room is held for in this pass, its held devices, and its start */
   const colod_job_live_t *holder = NULL;
   uint8_t *held = calloc(total ? total : 1, 1), *view = malloc(total ? total : 1);
+  colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
   uint32_t n_held = 0;
   int64_t start_by = INT64_MAX, now_ms = colod_now_ms();
   char until[64] = "";
-  for (size_t i = 0; i < n_wait && held && view; i++) {
+  for (size_t i = 0; i < n_wait && held && view && fit; i++) {
     colod_job_live_t *j = waiting[i];
     /* only hosts of the kind of device the job asks for */
     int kind = (int)j->spec->resources->device;
-    colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
-    if (!fit)
-      break;
+    size_t nf = fit_hosts(d, j, hosts, n, fit);
     /* behind a reservation, a job whose time limit ends before the held job can start may use
      * the held devices too: it is gone by then */
     uint32_t limit = j->spec->resources->time_limit_s;
     int backfill =
         holder && start_by != INT64_MAX && limit && now_ms + (int64_t)limit * 1000 <= start_by;
-    for (size_t k = 0; k < total; k++)
-      view[k] = busy[k] && !(backfill && held[k]);
-    size_t nf = fit_hosts(d, j, hosts, n, fit);
-    for (size_t h = 0; h < nf; h++)
-      fit[h].busy = view + (fit[h].busy - busy);
+    if (backfill) {
+      for (size_t k = 0; k < total; k++)
+        view[k] = busy[k] && !held[k];
+      for (size_t h = 0; h < nf; h++)
+        fit[h].busy = view + (fit[h].busy - busy);
+    }
     char why[sizeof j->wait_why];
     int rc = place(d, j, fit, nf, why, sizeof why);
-    free(fit);
     if (rc > 0) { /* taken for the jobs placed after it, and no longer held */
       snap_mark(j, hosts, n, 1);
       for (uint32_t r = 0; r < j->world; r++) {
@@ -910,6 +909,7 @@ static void schedule(colod_t *d) {
   }
   free(held);
   free(view);
+  free(fit);
   colo_log(COLO_LOG_DEBUG, "jobs", "scheduling pass: %zu waiting jobs, %zu hosts, %.3f ms", n_wait,
            n, (double)(uv_hrtime() - t0) / 1e6);
   free(waiting);
