@@ -2,6 +2,7 @@
 #include "jobs.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -305,7 +306,12 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
   for (uint32_t r = 0; r < j->world && !why[0]; r++) {
     colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
     if (j->phase[r] == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
-      if (j->sig[r])
+      if (j->sig[r] == SIGTERM && j->evicting) {
+        /* asked to stop before it could catch the signal (still starting): stopped, not failed */
+        if (!stopped[0])
+          snprintf(stopped, sizeof stopped,
+                   "rank %u ended on SIGTERM while starting, before it could save a checkpoint", r);
+      } else if (j->sig[r])
         snprintf(why, sizeof why, "rank %u was killed by signal %d", r, j->sig[r]);
       else if (j->exit_code[r] == COLO_EXIT_STOPPED) {
         if (!stopped[0]) /* the first says where they stopped */

@@ -392,8 +392,9 @@ expect_same_loss "$J" "(h) preempted at step $HSTOP, then went on"
 # takes, a few seconds at a time, it reaches the standalone run's loss ----
 expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml" --set resources.time_limit_s=3
 J=$OUT
-both_ranks() { [ -n "$(rank_pid "$J" 1 0)" ] && [ -n "$(rank_pid "$J" 1 1)" ]; }
-wait_until 30 "job $J's ranks to start" both_ranks
+# held once training (its stop signal caught from then on), before its limit
+training() { cat "$TMP/run/job-$J/attempt-1"/rank-0.log* 2>/dev/null | grep -qE "^step +[0-9]+/$STEPS "; }
+wait_until 30 "job $J to train" training
 P0=$(rank_pid "$J" 1 0)
 P1=$(rank_pid "$J" 1 1)
 kill -STOP "$P0" "$P1"

@@ -565,6 +565,16 @@ class PreemptionChoiceTest(WithColod):
         with open(os.path.join(TMP, self.log_name)) as f:
             self.assertIn("job %d preempts 1 job: chosen among 3 of lower priority" % high,
                           f.read())
+        # c's ranks end on the SIGTERM, as ranks still starting do (no handler yet): c was
+        # asked to stop, so it has not failed; it waits, no restart counted
+        attempt = self.job(c).attempt
+        self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session, ranks=[
+            pb.RankStatus(job_id=c, attempt=attempt, rank=r, signal=15,
+                          phase=pb.RANK_PHASE_EXITED) for r in range(3)]), timeout=5)
+        self.until("c to wait", lambda: self.job(c).state == pb.JOB_STATE_RESTARTING)
+        self.assertEqual(self.job(c).restarts, 0)
+        self.assertIn("rank 0 ended on SIGTERM while starting", self.job(c).message)
+        self.until("high placed", lambda: high in running())
         for j in (a, b, c, high):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
