@@ -261,8 +261,16 @@ static void restart_after(colod_t *d, colod_job_live_t *j, uint64_t backoff) {
 }
 
 static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why, int how) {
-  char msg[512];
-  if (how == END_CONFIG) { /* the job cannot run as written: another attempt would fail alike */
+  char msg[600];
+  if (j->evicting == COLO_STOP_TIME_LIMIT) {
+    /* stopped for its time limit: however its ranks ended, the job ends here */
+    snprintf(msg, sizeof msg,
+             "its time limit (resources.time_limit_s=%u) was reached: %s; `coloctl resume %llu` "
+             "goes on from its newest checkpoint",
+             j->spec->resources->time_limit_s, why, (unsigned long long)j->id);
+    transition(d, j, COLO_JOB_TIMED_OUT, msg);
+  } else if (how ==
+             END_CONFIG) { /* the job cannot run as written: another attempt would fail alike */
     snprintf(msg, sizeof msg, "%s; not restarted: the job cannot run as written", why);
     transition(d, j, COLO_JOB_FAILED, msg);
   } else if (how == END_STOPPED) {
@@ -327,15 +335,7 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
                (unsigned long long)j->place[r].host_id, r);
     }
   }
-  if ((why[0] || stopped[0]) && j->evicting == COLO_STOP_TIME_LIMIT) {
-    /* stopped for its time limit: however its ranks ended, it ends here */
-    char msg[600];
-    snprintf(msg, sizeof msg,
-             "its time limit (resources.time_limit_s=%u) was reached: %s; `coloctl resume %llu` "
-             "goes on from its newest checkpoint",
-             j->spec->resources->time_limit_s, why[0] ? why : stopped, (unsigned long long)j->id);
-    transition(d, j, COLO_JOB_TIMED_OUT, msg);
-  } else if (why[0]) {
+  if (why[0]) {
     end_attempt(d, j, why, config ? END_CONFIG : END_FAILED);
   } else if (stopped[0]) {
     end_attempt(d, j, stopped, END_STOPPED);
@@ -494,33 +494,46 @@ typedef struct {
   colod_job_live_t **jobs; /* the running jobs a trial may count gone: those marked in freed */
   uint8_t *freed;
   size_t n_jobs;
-  int prefer_free_now;    /* hosts alike in the trial are tried by the most free devices now */
   colo_rank_place_t *out; /* the last trial's placement */
-  colo_sched_host_t *copy, *fit, *sorted; /* scratch: n each */
+  /* the snapshot's hosts of the job's device kind, in the order a trial offers them: the
+   * snapshot's, or with prefer_free_now the most free devices now first (the same every trial) */
   free_idx_t *order;
-  uint8_t *tb; /* scratch: total */
+  size_t n_order;
+  colo_sched_host_t *copy, *fit; /* scratch: n each */
+  uint8_t *tb;                   /* scratch: total */
 } trial_t;
 
 static int trial_init(trial_t *t, colod_t *d, const colod_job_live_t *w,
                       const colo_sched_host_t *hosts, size_t n, const uint8_t *busy, size_t total,
                       colod_job_live_t **jobs, uint8_t *freed, size_t n_jobs, int prefer_free_now) {
-  *t = (trial_t){d, w, hosts, n, busy, total, jobs, freed, n_jobs, prefer_free_now};
+  *t = (trial_t){d, w, hosts, n, busy, total, jobs, freed, n_jobs};
   size_t m = n ? n : 1;
   t->out = calloc(w->world, sizeof *t->out);
+  t->order = calloc(m, sizeof *t->order);
   t->copy = calloc(m, sizeof *t->copy);
   t->fit = calloc(m, sizeof *t->fit);
-  t->sorted = calloc(m, sizeof *t->sorted);
-  t->order = calloc(m, sizeof *t->order);
   t->tb = malloc(total ? total : 1);
-  return t->out && t->copy && t->fit && t->sorted && t->order && t->tb ? 0 : COLO_ENOMEM;
+  if (!t->out || !t->order || !t->copy || !t->fit || !t->tb)
+    return COLO_ENOMEM;
+  for (size_t h = 0; h < n; h++) {
+    colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
+    if (!hl || hl->device_kind != (int)w->spec->resources->device)
+      continue;
+    free_idx_t *o = &t->order[t->n_order++];
+    *o = (free_idx_t){h, 0};
+    for (uint32_t k = 0; prefer_free_now && k < hosts[h].n_devices; k++)
+      o->free += !hosts[h].busy[k];
+  }
+  if (prefer_free_now)
+    qsort(t->order, t->n_order, sizeof *t->order, free_idx_order);
+  return 0;
 }
 
 static void trial_free(trial_t *t) {
   free(t->out);
+  free(t->order);
   free(t->copy);
   free(t->fit);
-  free(t->sorted);
-  free(t->order);
   free(t->tb);
 }
 
@@ -540,23 +553,13 @@ static int fits_without(trial_t *t) {
   for (size_t v = 0; v < t->n_jobs; v++)
     if (t->freed[v])
       snap_mark(t->jobs[v], t->copy, n, 0);
-  size_t nf = fit_hosts(t->d, t->w, t->copy, n, t->fit);
-  if (t->prefer_free_now) {
-    for (size_t i = 0; i < nf; i++) {
-      size_t h = snap_find(hosts, n, t->fit[i].host_id);
-      t->order[i] = (free_idx_t){i, 0};
-      for (uint32_t k = 0; h < n && k < hosts[h].n_devices; k++)
-        t->order[i].free += !hosts[h].busy[k];
-    }
-    qsort(t->order, nf, sizeof *t->order, free_idx_order);
-    for (size_t i = 0; i < nf; i++)
-      t->sorted[i] = t->fit[t->order[i].idx];
-    memcpy(t->fit, t->sorted, nf * sizeof *t->fit);
-  }
+  for (size_t i = 0; i < t->n_order; i++)
+    t->fit[i] = t->copy[t->order[i].idx];
   const colod_job_live_t *w = t->w;
   char why[256];
-  return colo_sched_place(t->fit, nf, w->pp, w->dp, w->tp, w->spec->resources->devices_per_node,
-                          rank_mem(w), t->out, why, sizeof why) == 0;
+  return colo_sched_place(t->fit, t->n_order, w->pp, w->dp, w->tp,
+                          w->spec->resources->devices_per_node, rank_mem(w), t->out, why,
+                          sizeof why) == 0;
 }
 
 /* The fewest of t->jobs, taken in their order from the first (at least `lo`), whose going would
