@@ -1281,12 +1281,19 @@ static int authorized(colod_t *d, colo_rpc_call_t *call, int roles, const Protob
       return 0;
     }
   }
-  if (role == R_WORKER && !strcmp(method, "Heartbeat")) {
-    const Colo__V1__HeartbeatRequest *req = (const void *)m;
-    colod_host_live_t *l = req->has_host_id ? colod_host_live(d, req->host_id) : NULL;
+  if (role == R_WORKER && (!strcmp(method, "Heartbeat") || !strcmp(method, "WatchHost"))) {
+    /* both start with host_id */
+    int has = !strcmp(method, "Heartbeat")
+                  ? ((const Colo__V1__HeartbeatRequest *)(const void *)m)->has_host_id
+                  : ((const Colo__V1__WatchHostRequest *)(const void *)m)->has_host_id;
+    uint64_t id = !strcmp(method, "Heartbeat")
+                      ? ((const Colo__V1__HeartbeatRequest *)(const void *)m)->host_id
+                      : ((const Colo__V1__WatchHostRequest *)(const void *)m)->host_id;
+    colod_host_live_t *l = has ? colod_host_live(d, id) : NULL;
     if (l && strcmp(l->name, cn) != 0) {
       colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
-                    "worker certificate \"%s\" may not beat for host \"%s\"", cn, l->name);
+                    "worker certificate \"%s\" may not %s for host \"%s\"", cn,
+                    !strcmp(method, "Heartbeat") ? "beat" : "watch", l->name);
       return 0;
     }
   }
@@ -1315,6 +1322,11 @@ GUARD(h_rdzv_get, R_WORKER)
 GUARD(h_register, R_WORKER)
 GUARD(h_heartbeat, R_WORKER)
 
+static void h_watch_host(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_push_watch(data, call, (const Colo__V1__WatchHostRequest *)(const void *)m);
+}
+GUARD(h_watch_host, R_WORKER)
+
 #define M(name, req, stream, fn)                                                                   \
   { "/colo.v1.Cluster/" name, &colo__v1__##req##__descriptor, stream, g_##fn }
 
@@ -1335,5 +1347,6 @@ const colo_rpc_method_t colod_methods[] = {
     M("RendezvousGet", rendezvous_get_request, 0, h_rdzv_get),
     M("RegisterHost", register_host_request, 0, h_register),
     M("Heartbeat", heartbeat_request, 0, h_heartbeat),
+    M("WatchHost", watch_host_request, 1, h_watch_host),
 };
 const size_t colod_n_methods = sizeof colod_methods / sizeof colod_methods[0];

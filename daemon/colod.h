@@ -10,6 +10,7 @@
 #include "../storage/store.h"
 #include "colo/v1/cluster.pb-c.h"
 #include "config.h"
+#include "push.h"
 
 typedef struct colod_watch_s colod_watch_t;
 typedef struct colod_job_live_s colod_job_live_t;
@@ -32,6 +33,7 @@ typedef struct {
   uint64_t memory_bytes; /* host memory it registered with; 0: not said */
   int cordoned;          /* an operator's CordonHost: no new ranks here */
   int stopping;          /* its worker said it is shutting down: no new ranks until it registers */
+  colod_push_t *push;    /* push.c: its worker's WatchHost stream, or NULL */
 } colod_host_live_t;
 
 typedef struct colod_s {
@@ -57,6 +59,11 @@ typedef struct colod_s {
   colod_job_live_t *jobs;          /* jobs.c: every job that is not finished, in id order */
   colod_log_reader_t *log_readers; /* logs.c: ReadLogs streams */
   colod_rdzv_t *rdzv;              /* rdzv.c: rendezvous keys and waiting gets */
+  colod_push_t *pushes;            /* push.c: workers' WatchHost streams */
+  uint32_t n_pushes;
+  uint64_t *push_pending; /* push.c: hosts to nudge when push_flush fires */
+  size_t n_push_pending, cap_push_pending;
+  uv_timer_t push_flush;
   int draining;
   int exit_code;
 } colod_t;

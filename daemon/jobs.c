@@ -48,7 +48,15 @@ struct colod_job_live_s {
 
 /* ---- the live table, from the store ---- */
 
-static void live_clear_attempt(colod_job_live_t *j) {
+/* What the hosts of an attempt's ranks should run has changed: their workers beat now. */
+static void nudge_hosts(colod_t *d, const colod_job_live_t *j) {
+  for (uint32_t r = 0; r < j->world; r++)
+    colod_push_nudge(d, j->place[r].host_id);
+}
+
+static void live_clear_attempt(colod_t *d, colod_job_live_t *j) {
+  if (j->place && j->phase) /* an attempt that ends: its ranks still running are stopped */
+    nudge_hosts(d, j);
   free(j->place);
   free(j->phase);
   free(j->exit_code);
@@ -62,8 +70,8 @@ static void live_clear_attempt(colod_job_live_t *j) {
   j->evicting = 0;
 }
 
-static void live_free(colod_job_live_t *j) {
-  live_clear_attempt(j);
+static void live_free(colod_t *d, colod_job_live_t *j) {
+  live_clear_attempt(d, j);
   if (j->spec)
     colo__v1__job_spec__free_unpacked(j->spec, NULL);
   free(j);
@@ -90,7 +98,7 @@ static void make_rendezvous(colod_t *d, colod_job_live_t *j) {
 }
 
 static int load_attempt(colod_t *d, colod_job_live_t *j) {
-  live_clear_attempt(j);
+  live_clear_attempt(d, j);
   j->place = calloc(j->world, sizeof *j->place);
   j->phase = calloc(j->world, sizeof *j->phase);
   j->exit_code = calloc(j->world, sizeof *j->exit_code);
@@ -102,7 +110,7 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
       n != j->world) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot load its %u ranks (%zu found)",
              (unsigned long long)j->id, j->attempt, j->world, n);
-    live_clear_attempt(j);
+    live_clear_attempt(d, j);
     return COLO_EINTERNAL;
   }
   j->placed_attempt = j->attempt;
@@ -178,7 +186,7 @@ static int sync_cb(const colo_job_t *row, void *data) {
     /* after a colod restart: the attempt's first launch resumed as chosen */
     j->launch_resume_step = j->restarts == 0 ? j->resume_step : 0;
   } else if (j->state != COLO_JOB_RUNNING && j->placed_attempt) {
-    live_clear_attempt(j);
+    live_clear_attempt(d, j);
   }
   if (was == COLO_JOB_RUNNING && j->state != COLO_JOB_RUNNING)
     j->has_progress = 0;
@@ -206,7 +214,7 @@ static void sync_jobs(colod_t *d) {
     colod_job_live_t *j = *pp;
     if (!j->seen) {
       *pp = j->next;
-      live_free(j);
+      live_free(d, j);
     } else {
       pp = &j->next;
     }
@@ -237,7 +245,7 @@ static int transition_as(colod_t *d, colod_job_live_t *j, int to, const char *ms
   colod_watch_notify(d, &row);
   colo_job_clear(&row);
   if (to != COLO_JOB_RUNNING)
-    live_clear_attempt(j);
+    live_clear_attempt(d, j);
   return 0;
 }
 
@@ -364,6 +372,7 @@ static int stop_for(colod_t *d, colod_job_live_t *j, const char *why, int kind) 
   colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: stopping its ranks (%s)",
            (unsigned long long)j->id, j->attempt, why);
   j->evicting = kind;
+  nudge_hosts(d, j);
   return 0;
 }
 
@@ -447,6 +456,7 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
   }
   j->launch_resume_step = resume;
   j->has_progress = 0;
+  nudge_hosts(d, j);
   if (resume) /* a new line of checkpoints from the chosen one */
     j->ck_step = resume;
   colo_log(COLO_LOG_INFO, "jobs",
@@ -965,7 +975,7 @@ void colod_jobs_free(colod_t *d) {
   while (d->jobs) {
     colod_job_live_t *j = d->jobs;
     d->jobs = j->next;
-    live_free(j);
+    live_free(d, j);
   }
 }
 

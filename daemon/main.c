@@ -80,6 +80,7 @@ static void on_rpc_closed(colo_rpc_server_t *srv, void *data) {
   uv_close((uv_handle_t *)&d->kick, on_closed_handle);
   uv_close((uv_handle_t *)&d->restart, on_closed_handle);
   uv_close((uv_handle_t *)&d->host_deadline, on_closed_handle);
+  uv_close((uv_handle_t *)&d->push_flush, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_term, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_int, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_hup, on_closed_handle);
@@ -96,6 +97,7 @@ static void begin_drain(colod_t *d, const char *why) {
   colod_watch_close_all(d, "colod is shutting down");
   colod_logs_close_all(d, "colod is shutting down");
   colod_rdzv_close_all(d, "colod is shutting down");
+  colod_push_close_all(d, "colod is shutting down");
   colo_rpc_server_shutdown(d->rpc, d->cfg.drain_timeout_ms, on_rpc_closed, d);
 }
 
@@ -291,6 +293,8 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   d.restart.data = &d;
   uv_timer_init(d.loop, &d.host_deadline);
   d.host_deadline.data = &d;
+  uv_timer_init(d.loop, &d.push_flush);
+  d.push_flush.data = &d;
   /* the jobs and their placements before the first heartbeat is answered: a worker told that
    * nothing should run on its host would stop the ranks of running jobs */
   colod_jobs_tick(&d);

@@ -5,7 +5,8 @@
  * loop with uv_async_send; the loop drains all queued completions per wake-up. Every piece of
  * call state is touched only on the loop thread.
  *
- * Client: blocking calls with deadlines, for coloctl, workers and tests. One client per thread.
+ * Client: blocking calls with deadlines, for coloctl, workers and tests. One client per thread;
+ * only colo_rpc_client_cancel may come from another.
  * A call that finds the server unavailable gives the client a new channel for the next one, so
  * a server that restarts is reached again at once rather than after gRPC's reconnect back-off.
  *
@@ -159,5 +160,9 @@ typedef int (*colo_rpc_stream_cb)(const ProtobufCMessage *msg, void *data);
 int colo_rpc_call_stream(colo_rpc_client_t *cli, const char *path, const ProtobufCMessage *req,
                          const ProtobufCMessageDescriptor *resp_desc, uint64_t timeout_ms,
                          colo_rpc_stream_cb cb, void *data, colo_rpc_status_t *st);
+
+/* Cancels the call the client is making (from any thread) and every later one, which return
+ * COLO_ECANCELED: how another thread stops one blocked in colo_rpc_call_stream. */
+void colo_rpc_client_cancel(colo_rpc_client_t *cli);
 
 #endif

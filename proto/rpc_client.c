@@ -2,6 +2,7 @@
 #include "rpc.h"
 #include "rpc_internal.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,31 @@ struct colo_rpc_client_s {
   char *target;
   grpc_channel_credentials *creds; /* TLS (owned), or NULL: insecure */
   char *server_name;               /* TLS: the name the server's certificate holds, or NULL */
+  /* colo_rpc_client_cancel, from another thread */
+  pthread_mutex_t mu;
+  grpc_call *live; /* the call in progress */
+  int cancelled;
 };
+
+/* The call in progress, for colo_rpc_client_cancel; NULL when it ends. 0, or COLO_ECANCELED when
+ * the client was cancelled (the call is cancelled at once). */
+static int set_live(colo_rpc_client_t *cli, grpc_call *call) {
+  pthread_mutex_lock(&cli->mu);
+  cli->live = call;
+  int cancelled = cli->cancelled;
+  if (call && cancelled)
+    grpc_call_cancel(call, NULL);
+  pthread_mutex_unlock(&cli->mu);
+  return cancelled ? COLO_ECANCELED : 0;
+}
+
+void colo_rpc_client_cancel(colo_rpc_client_t *cli) {
+  pthread_mutex_lock(&cli->mu);
+  cli->cancelled = 1;
+  if (cli->live)
+    grpc_call_cancel(cli->live, NULL);
+  pthread_mutex_unlock(&cli->mu);
+}
 
 static grpc_channel *new_channel(const colo_rpc_client_t *cli) {
   grpc_arg arg[2];
@@ -90,6 +115,7 @@ int colo_rpc_client_open(const char *target, const colo_rpc_client_opts_t *opts,
     return rc;
   }
   cli->cq = grpc_completion_queue_create_for_pluck(NULL);
+  pthread_mutex_init(&cli->mu, NULL);
   *out = cli;
   return 0;
 }
@@ -104,6 +130,7 @@ void colo_rpc_client_close(colo_rpc_client_t *cli) {
     grpc_channel_credentials_release(cli->creds);
   free(cli->server_name);
   free(cli->target);
+  pthread_mutex_destroy(&cli->mu);
   free(cli);
   grpc_shutdown();
 }
@@ -164,8 +191,15 @@ int colo_rpc_call(colo_rpc_client_t *cli, const char *path, const ProtobufCMessa
   ops[5].data.recv_status_on_client.trailing_metadata = &md_trail;
   ops[5].data.recv_status_on_client.status = &code;
   ops[5].data.recv_status_on_client.status_details = &details;
+  set_live(cli, call);
   int rc = run_batch(cli, call, ops, 6, call);
-  if (rc == 0) {
+  if (set_live(cli, NULL) < 0) {
+    rc = COLO_ECANCELED;
+    if (st) {
+      st->code = GRPC_STATUS_CANCELLED;
+      snprintf(st->message, sizeof st->message, "cancelled by the client");
+    }
+  } else if (rc == 0) {
     set_status(st, code, details);
     rc = colo_rpc_status_to_err(code);
     if (rc == 0) {
@@ -218,6 +252,7 @@ int colo_rpc_call_stream(colo_rpc_client_t *cli, const char *path, const Protobu
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
   ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_init;
+  set_live(cli, call);
   run_batch(cli, call, ops, 4, call); /* failures show up in the status below */
 
   for (;;) {
@@ -249,7 +284,13 @@ int colo_rpc_call_stream(colo_rpc_client_t *cli, const char *path, const Protobu
   ops[0].data.recv_status_on_client.status = &code;
   ops[0].data.recv_status_on_client.status_details = &details;
   rc = run_batch(cli, call, ops, 1, call);
-  if (stopped) {
+  if (set_live(cli, NULL) < 0) {
+    rc = COLO_ECANCELED;
+    if (st) {
+      st->code = GRPC_STATUS_CANCELLED;
+      snprintf(st->message, sizeof st->message, "cancelled by the client");
+    }
+  } else if (stopped) {
     rc = 0;
     if (st) {
       st->code = GRPC_STATUS_OK;

@@ -28,6 +28,7 @@
 #include "proto/rpc.h"
 #include "devices.h"
 #include "ranks.h"
+#include "watch.h"
 
 typedef struct {
   uv_loop_t *loop;
@@ -44,6 +45,7 @@ typedef struct {
   colo_devices_t devs;
   colo_ranks_t ranks;
   int stopping;
+  colo_watch_t *watch; /* colod's nudges; NULL: beats at the interval only */
 } workerd_t;
 
 static void usage(FILE *out) {
@@ -132,6 +134,8 @@ static int do_register(workerd_t *w) {
   }
   colo__v1__register_host_response__free_unpacked(resp, NULL);
   w->registered = 1;
+  if (w->watch)
+    colo_watch_session(w->watch, w->host_id, w->session);
   w->was_unreachable = 0;
   colo_log(COLO_LOG_INFO, "worker", "registered with %s as %s (host %llu, session %llu), %u %s",
            w->cfg->coordinator, w->name, (unsigned long long)w->host_id,
@@ -199,7 +203,8 @@ static void on_tick(uv_timer_t *t) {
 }
 
 /* A rank exited, or started training: heartbeat now, so that colod can end its attempt, or
- * count it as training, without waiting for the interval. */
+ * count it as training, without waiting for the interval. colod's nudges (watch.c) come here
+ * too: what this host should run changed, and the beat's reply says how. */
 static void on_rank_news(void *data) {
   workerd_t *w = data;
   if (w->registered && !uv_is_closing((uv_handle_t *)&w->tick))
@@ -229,6 +234,8 @@ static void on_signal(uv_signal_t *s, int signum) {
   colo_log(COLO_LOG_INFO, "worker", "%s: stopping %zu ranks",
            signum == SIGTERM ? "SIGTERM" : "SIGINT", colo_ranks_count(&w->ranks));
   sd_notify(0, "STOPPING=1");
+  colo_watch_stop(w->watch); /* nothing new starts: the beats at the interval report the ends */
+  w->watch = NULL;
   colo_ranks_stop_all(&w->ranks, on_ranks_stopped, w);
 }
 
@@ -477,6 +484,9 @@ int main(int argc, char **argv) {
     w.watchdog_usec = 0;
   colo_log(COLO_LOG_INFO, "worker", "colo-workerd %s: node %s, coordinator %s", COLO_VERSION,
            w.name, cfg->coordinator);
+  if (colo_watch_start(w.loop, cfg->coordinator, &co, on_rank_news, &w, &w.watch, err, sizeof err) <
+      0)
+    colo_log(COLO_LOG_WARN, "worker", "no nudges from colod, beats at the interval only: %s", err);
   do_register(&w);
   uv_timer_start(&w.tick, on_tick, w.interval_ms, w.interval_ms);
   uv_run(w.loop, UV_RUN_DEFAULT);

@@ -6,20 +6,31 @@
  * With --fill N, N jobs of one host each (priority -1) take N hosts first, and the job, given a
  * higher --priority, preempts some of them: ranks colod withdraws are reported as having exited
  * with 75, as colo-train's do when stopped as asked.
- * Prints one JSON line: heartbeats, latency percentiles, errors, the placement time.
+ * With --push, every host also keeps a WatchHost stream open, as colo-workerd does, and beats at
+ * once when colod nudges it (all streams on one completion queue, read by one thread).
+ * Prints one JSON line: heartbeats, latency percentiles, errors, the time from the job's submit
+ * to its RUNNING, and to the last of its ranks started on the simulated hosts.
  *
  *   coordinator_scale_load --server ADDR [--hosts N] [--devices D] [--threads T]
- *                          [--seconds S] [--dp N] [--tp N] [--fill N] [--priority P]
+ *                          [--seconds S] [--dp N] [--tp N] [--fill N] [--priority P] [--push]
  */
 #include <getopt.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+
 #include "colo/v1/cluster.pb-c.h"
 #include "proto/rpc.h"
+#include "proto/rpc_internal.h"
 
 typedef struct {
   uint64_t host_id, session;
@@ -29,17 +40,29 @@ typedef struct {
   /* ranks colod withdrew: reported once as EXITED with 75, stopped as asked */
   size_t n_exited;
   Colo__V1__RankStatus *exited;
+  /* --push: its WatchHost stream, and whether a nudge came since its last beat */
+  grpc_call *call;
+  grpc_byte_buffer *recv;
+  grpc_metadata_array md, trail;
+  grpc_status_code code;
+  grpc_slice details;
+  atomic_int nudged;
 } sim_host_t;
+
+/* the measured job's id (the fill jobs come first), and how many of its ranks were started */
+static uint64_t scale_job;
+static atomic_size_t scale_started;
 
 typedef struct {
   const char *server;
   sim_host_t *hosts;
-  size_t first, n; /* this thread's hosts */
+  size_t first, stride, n; /* this thread's hosts: first, first + stride, ... (n of them) */
   double seconds;
   uint64_t start_ns;
   uint64_t *lat_ns;
   size_t n_lat, cap_lat;
-  size_t errors, launches, stops;
+  size_t errors, launches, stops, nudged_beats;
+  int push;
 } thread_t;
 
 static uint64_t now_ns(void) {
@@ -130,6 +153,8 @@ static void heartbeat(colo_rpc_client_t *c, thread_t *t, sim_host_t *h) {
                  old[k].attempt == resp->desired[i]->attempt &&
                  old[k].rank == resp->desired[i]->rank;
       t->launches += !known;
+      if (!known && resp->desired[i]->job_id == scale_job)
+        atomic_fetch_add(&scale_started, 1);
       Colo__V1__RankStatus *s = &h->running[i];
       colo__v1__rank_status__init(s);
       s->has_job_id = s->has_attempt = s->has_rank = s->has_phase = 1;
@@ -161,15 +186,146 @@ static void *thread_main(void *arg) {
       uint64_t at = t->start_ns + round * period + period * i / t->n;
       if (at >= end)
         goto out;
-      sleep_until(at);
-      heartbeat(c, t, &t->hosts[t->first + i]);
-      if (t->hosts[t->first + i].n_exited) /* as a worker beats when a rank exits */
-        heartbeat(c, t, &t->hosts[t->first + i]);
+      if (!t->push) {
+        sleep_until(at);
+      } else { /* meanwhile, the nudged hosts beat at once (checked every 0.5 ms) */
+        for (;;) {
+          for (size_t k = 0; k < t->n; k++) {
+            sim_host_t *h = &t->hosts[t->first + k * t->stride];
+            if (atomic_exchange(&h->nudged, 0)) {
+              t->nudged_beats++;
+              heartbeat(c, t, h);
+              if (h->n_exited)
+                heartbeat(c, t, h);
+            }
+          }
+          uint64_t now = now_ns();
+          if (now >= at)
+            break;
+          sleep_until(now + (at - now < 500000 ? at - now : 500000));
+        }
+      }
+      heartbeat(c, t, &t->hosts[t->first + i * t->stride]);
+      if (t->hosts[t->first + i * t->stride].n_exited) /* as a worker beats when a rank exits */
+        heartbeat(c, t, &t->hosts[t->first + i * t->stride]);
     }
   }
 out:
   colo_rpc_client_close(c);
   return NULL;
+}
+
+/* ---- --push: the hosts' WatchHost streams ---- */
+
+enum { TAG_START, TAG_RECV, TAG_STATUS };
+#define TAG(i, kind) ((void *)(uintptr_t)(((uintptr_t)(i) + 1) << 2 | (kind)))
+
+typedef struct {
+  grpc_completion_queue *cq;
+  grpc_channel *channel;
+  sim_host_t *hosts;
+  size_t n;
+  size_t open, nudges, failed; /* streams whose first nudge came; nudges; streams that ended */
+} push_t;
+
+static void push_recv(push_t *p, size_t i) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &p->hosts[i].recv;
+  grpc_call_start_batch(p->hosts[i].call, &op, 1, TAG(i, TAG_RECV), NULL);
+}
+
+/* Opens every host's stream; each completion is handled by push_main. */
+static void push_open(push_t *p, const char *server, sim_host_t *hosts, size_t n) {
+  p->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  p->channel = grpc_channel_create(server, creds, NULL);
+  grpc_channel_credentials_release(creds);
+  p->hosts = hosts;
+  p->n = n;
+  for (size_t i = 0; i < n; i++) {
+    sim_host_t *h = &hosts[i];
+    Colo__V1__WatchHostRequest req = COLO__V1__WATCH_HOST_REQUEST__INIT;
+    req.has_host_id = req.has_session = 1;
+    req.host_id = h->host_id;
+    req.session = h->session;
+    grpc_byte_buffer *send = colo_rpc_pack(&req.base);
+    h->call = grpc_channel_create_call(p->channel, NULL, GRPC_PROPAGATE_DEFAULTS, p->cq,
+                                       grpc_slice_from_static_string("/colo.v1.Cluster/WatchHost"),
+                                       NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_metadata_array_init(&h->md);
+    grpc_metadata_array_init(&h->trail);
+    h->details = grpc_empty_slice();
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[1].op = GRPC_OP_SEND_MESSAGE;
+    ops[1].data.send_message.send_message = send;
+    ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+    ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[3].data.recv_initial_metadata.recv_initial_metadata = &h->md;
+    grpc_call_start_batch(h->call, ops, 4, TAG(i, TAG_START), NULL);
+    grpc_byte_buffer_destroy(send); /* the batch holds its own reference */
+    memset(ops, 0, sizeof ops);
+    ops[0].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+    ops[0].data.recv_status_on_client.trailing_metadata = &h->trail;
+    ops[0].data.recv_status_on_client.status = &h->code;
+    ops[0].data.recv_status_on_client.status_details = &h->details;
+    grpc_call_start_batch(h->call, ops, 1, TAG(i, TAG_STATUS), NULL);
+    push_recv(p, i);
+  }
+}
+
+/* Reads the streams until every one has ended (push_close cancels them). */
+static void *push_main(void *arg) {
+  push_t *p = arg;
+  size_t ended = 0;
+  while (ended < p->n) {
+    grpc_event ev = grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type != GRPC_OP_COMPLETE)
+      break;
+    uintptr_t tag = (uintptr_t)ev.tag;
+    size_t i = (tag >> 2) - 1;
+    sim_host_t *h = &p->hosts[i];
+    if ((tag & 3) == TAG_STATUS) {
+      ended++;
+      if (h->code != GRPC_STATUS_CANCELLED && p->failed++ == 0) {
+        char *why = grpc_slice_to_c_string(h->details);
+        fprintf(stderr, "coordinator_scale_load: WatchHost of host %llu ended: %d %s\n",
+                (unsigned long long)h->host_id, (int)h->code, why);
+        gpr_free(why);
+      }
+    } else if ((tag & 3) == TAG_RECV && ev.success && h->recv) {
+      grpc_byte_buffer_destroy(h->recv);
+      h->recv = NULL;
+      p->nudges++;
+      atomic_store(&h->nudged, 1);
+      push_recv(p, i);
+    }
+  }
+  return NULL;
+}
+
+static void push_close(push_t *p, pthread_t thread) {
+  for (size_t i = 0; i < p->n; i++)
+    grpc_call_cancel(p->hosts[i].call, NULL);
+  pthread_join(thread, NULL);
+  for (size_t i = 0; i < p->n; i++) {
+    sim_host_t *h = &p->hosts[i];
+    grpc_call_unref(h->call);
+    grpc_metadata_array_destroy(&h->md);
+    grpc_metadata_array_destroy(&h->trail);
+    grpc_slice_unref(h->details);
+    if (h->recv)
+      grpc_byte_buffer_destroy(h->recv);
+  }
+  grpc_completion_queue_shutdown(p->cq);
+  while (grpc_completion_queue_next(p->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN)
+    ;
+  grpc_completion_queue_destroy(p->cq);
+  grpc_channel_destroy(p->channel);
 }
 
 /* Submits a job of dp × tp ranks at a priority: 0 with its id, or -1. */
@@ -214,19 +370,15 @@ static int cmp_u64(const void *a, const void *b) {
 
 int main(int argc, char **argv) {
   const char *server = NULL;
-  int hosts = 1000, devices = 8, threads = 16, dp = 64, tp = 8, fill = 0, priority = 0;
+  int hosts = 1000, devices = 8, threads = 16, dp = 64, tp = 8, fill = 0, priority = 0, push = 0;
   double seconds = 30;
-  static const struct option opts[] = {{"server", required_argument, 0, 's'},
-                                       {"hosts", required_argument, 0, 'H'},
-                                       {"devices", required_argument, 0, 'D'},
-                                       {"threads", required_argument, 0, 'T'},
-                                       {"seconds", required_argument, 0, 'S'},
-                                       {"dp", required_argument, 0, 'd'},
-                                       {"tp", required_argument, 0, 't'},
-                                       {"fill", required_argument, 0, 'f'},
-                                       {"priority", required_argument, 0, 'p'},
-                                       {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {
+      {"server", required_argument, 0, 's'},   {"hosts", required_argument, 0, 'H'},
+      {"devices", required_argument, 0, 'D'},  {"threads", required_argument, 0, 'T'},
+      {"seconds", required_argument, 0, 'S'},  {"dp", required_argument, 0, 'd'},
+      {"tp", required_argument, 0, 't'},       {"fill", required_argument, 0, 'f'},
+      {"priority", required_argument, 0, 'p'}, {"push", no_argument, 0, 'P'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (o) {
@@ -257,9 +409,12 @@ int main(int argc, char **argv) {
     case 'p':
       priority = atoi(optarg);
       break;
+    case 'P':
+      push = 1;
+      break;
     case 'h':
       printf("usage: coordinator_scale_load --server ADDR [--hosts N] [--devices D] "
-             "[--threads T] [--seconds S] [--dp N] [--tp N] [--fill N] [--priority P]\n");
+             "[--threads T] [--seconds S] [--dp N] [--tp N] [--fill N] [--priority P] [--push]\n");
       return 0;
     default:
       return 2;
@@ -320,28 +475,42 @@ int main(int argc, char **argv) {
       return 1;
   }
   double fill_s = (double)(now_ns() - t_fill) / 1e9;
+  scale_job = (uint64_t)fill + 1; /* ids start at 1 in a new state */
+  push_t pu;
+  pthread_t push_thread;
+  memset(&pu, 0, sizeof pu);
+  if (push) {
+    push_open(&pu, server, hs, (size_t)hosts);
+    pthread_create(&push_thread, NULL, push_main, &pu);
+  }
 
   thread_t *ts = calloc((size_t)threads, sizeof *ts);
   pthread_t *tids = calloc((size_t)threads, sizeof *tids);
   uint64_t start = now_ns() + 200000000ull;
-  size_t per = (size_t)hosts / (size_t)threads, extra = (size_t)hosts % (size_t)threads, at = 0;
+  /* interleaved, as hosts next to each other (by id) often change together: one job's, or the
+   * jobs a preemption stops; a real cluster has a worker per host beating on its own */
+  size_t per = (size_t)hosts / (size_t)threads, extra = (size_t)hosts % (size_t)threads;
   for (int i = 0; i < threads; i++) {
     ts[i].server = server;
     ts[i].hosts = hs;
-    ts[i].first = at;
+    ts[i].first = (size_t)i;
+    ts[i].stride = (size_t)threads;
     ts[i].n = per + ((size_t)i < extra);
-    at += ts[i].n;
     ts[i].seconds = seconds;
     ts[i].start_ns = start;
+    ts[i].push = push;
     pthread_create(&tids[i], NULL, thread_main, &ts[i]);
   }
   /* halfway: one job of dp × tp ranks; time from submit until it is RUNNING */
   sleep_until(start + (uint64_t)(seconds * 0.4 * 1e9));
   colo_rpc_status_t st;
-  double place_ms = -1;
+  double place_ms = -1, started_ms = -1;
   uint64_t t0 = now_ns(), id;
   if (submit_job(c, "scale", dp, tp, priority, &id) == 0) {
-    while (now_ns() - t0 < 10000000000ull) {
+    if (id != scale_job)
+      fprintf(stderr, "coordinator_scale_load: the job is %llu, not %llu: its starts not counted\n",
+              (unsigned long long)id, (unsigned long long)scale_job);
+    while (now_ns() - t0 < 10000000000ull && place_ms < 0) {
       Colo__V1__GetJobRequest g = COLO__V1__GET_JOB_REQUEST__INIT;
       g.has_id = 1;
       g.id = id;
@@ -351,19 +520,29 @@ int main(int argc, char **argv) {
                         &st) == 0) {
         int running = gr->job->state == COLO__V1__JOB_STATE__JOB_STATE_RUNNING;
         colo__v1__get_job_response__free_unpacked(gr, NULL);
-        if (running) {
+        if (running)
           place_ms = (double)(now_ns() - t0) / 1e6;
-          break;
-        }
       }
       struct timespec ps = {0, 2000000};
+      nanosleep(&ps, NULL);
+    }
+    /* every rank started by its simulated host */
+    while (now_ns() - t0 < 10000000000ull) {
+      if (atomic_load(&scale_started) >= (size_t)(dp * tp)) {
+        started_ms = (double)(now_ns() - t0) / 1e6;
+        break;
+      }
+      struct timespec ps = {0, 1000000};
       nanosleep(&ps, NULL);
     }
   }
   for (int i = 0; i < threads; i++)
     pthread_join(tids[i], NULL);
-  size_t n = 0, errors = 0, launches = 0, stops = 0;
+  if (push)
+    push_close(&pu, push_thread);
+  size_t n = 0, errors = 0, launches = 0, stops = 0, nudged_beats = 0;
   for (int i = 0; i < threads; i++) {
+    nudged_beats += ts[i].nudged_beats;
     n += ts[i].n_lat;
     errors += ts[i].errors;
     launches += ts[i].launches;
@@ -379,10 +558,13 @@ int main(int argc, char **argv) {
          "\"register_s\":%.3f,\"heartbeats\":%zu,\"heartbeats_per_s\":%.1f,\"errors\":%zu,"
          "\"p50_ms\":%.3f,\"p99_ms\":%.3f,\"p999_ms\":%.3f,\"max_ms\":%.3f,"
          "\"fill_jobs\":%d,\"fill_s\":%.3f,\"job_ranks\":%d,\"job_priority\":%d,"
-         "\"submit_to_running_ms\":%.1f,\"ranks_launched\":%zu,\"ranks_stopped\":%zu}\n",
+         "\"submit_to_running_ms\":%.1f,\"submit_to_started_ms\":%.1f,\"ranks_launched\":%zu,"
+         "\"ranks_stopped\":%zu,\"push\":%s,\"nudges\":%zu,\"nudged_beats\":%zu,"
+         "\"streams_failed\":%zu}\n",
          hosts, devices, threads, seconds, reg_s, n, (double)n / seconds, errors, PCT(0.5),
          PCT(0.99), PCT(0.999), n ? (double)all[n - 1] / 1e6 : 0.0, fill, fill_s, dp * tp, priority,
-         place_ms, launches, stops);
+         place_ms, started_ms, launches, stops, push ? "true" : "false", pu.nudges, nudged_beats,
+         pu.failed);
   colo_rpc_client_close(c);
-  return errors ? 1 : 0;
+  return errors || pu.failed ? 1 : 0;
 }

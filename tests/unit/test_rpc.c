@@ -1,6 +1,9 @@
 /* The RPC library: a server on a libuv loop in this thread, a blocking client in another.
  * Unary calls, status mapping, size limits, bad payloads, streaming, client cancellation,
- * deadlines, and a graceful shutdown that finishes an in-flight call. */
+ * cancelling a blocked stream from another thread, deadlines, and a graceful shutdown that
+ * finishes an in-flight call. */
+#include <pthread.h>
+
 #include <uv.h>
 
 #include "colo/v1/cluster.pb-c.h"
@@ -267,6 +270,52 @@ static void c_stream(void *arg) {
 
 TEST(streaming_and_client_cancel) {
   run_fixture(c_stream);
+}
+
+typedef struct {
+  colo_rpc_client_t *c;
+  int rc, n;
+  colo_rpc_status_t st;
+} blocked_t;
+
+static void *blocked_stream(void *arg) {
+  blocked_t *b = arg;
+  Colo__V1__WatchJobRequest req = COLO__V1__WATCH_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.id = 0; /* open-ended: one event, then nothing until cancelled */
+  b->rc = colo_rpc_call_stream(b->c, "/colo.v1.Cluster/WatchJob", &req.base,
+                               &colo__v1__job_event__descriptor, 0, count_cb, &b->n, &b->st);
+  return NULL;
+}
+
+/* a thread blocked in a stream without a deadline is stopped from another thread */
+static void c_cancel(void *arg) {
+  fx_t *f = arg;
+  blocked_t b = {connect_client(f), 1, 0, {0}};
+  pthread_t t;
+  ASSERT_EQ_INT(pthread_create(&t, NULL, blocked_stream, &b), 0);
+  for (int i = 0; i < 500 && !f->stream; i++)
+    usleep(10000);
+  ASSERT(f->stream != NULL);
+  usleep(100000); /* blocked in the stream, past its first event */
+  uint64_t t0 = uv_hrtime();
+  colo_rpc_client_cancel(b.c);
+  pthread_join(t, NULL);
+  ASSERT(uv_hrtime() - t0 < 2000000000ull);
+  ASSERT_EQ_INT(b.rc, COLO_ECANCELED);
+  ASSERT_EQ_INT(b.st.code, GRPC_STATUS_CANCELLED);
+  ASSERT_EQ_INT(b.n, 1);
+  /* later calls are cancelled at once */
+  uint64_t got;
+  ASSERT_EQ_INT(get(b.c, 9, 5000, &got, &b.st), COLO_ECANCELED);
+  colo_rpc_client_close(b.c);
+  for (int i = 0; i < 200 && !f->stream_cancelled; i++)
+    usleep(10000);
+  ASSERT_EQ_INT(f->stream_cancelled, 1);
+}
+
+TEST(cancel_from_another_thread) {
+  run_fixture(c_cancel);
 }
 
 static void c_deadline(void *arg) {
