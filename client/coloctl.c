@@ -773,6 +773,11 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
         printf("%s is cordoned%s%s\n", resp->hosts[i]->name,
                resp->hosts[i]->cordon_reason && resp->hosts[i]->cordon_reason[0] ? ": " : "",
                resp->hosts[i]->cordon_reason ? resp->hosts[i]->cordon_reason : "");
+    for (size_t i = 0; i < resp->n_hosts; i++)
+      if (resp->hosts[i]->state == COLO__V1__HOST_STATE__HOST_STATE_UP && !resp->hosts[i]->watching)
+        printf("%s hears of new or stopped ranks only at its heartbeats: its worker has no "
+               "WatchHost stream open (an older worker, or the stream is down)\n",
+               resp->hosts[i]->name);
   }
   colo__v1__list_hosts_response__free_unpacked(resp, NULL);
   return 0;

@@ -893,6 +893,8 @@ static int hosts_cb(const colo_host_t *h, void *data) {
   m->has_cordoned = 1;
   m->cordoned = h->cordoned != 0;
   m->cordon_reason = h->cordoned ? strdup(h->cordon_reason) : NULL;
+  m->has_watching = 1;
+  m->watching = l && l->push;
   if (dev) { /* take the devices over from the unpacked message */
     m->n_devices = dev->n_devices;
     m->devices = dev->devices;

@@ -29,6 +29,9 @@ wait_log() {
   fail "the worker did not log [$1] within $2 s; its log: $(tail -20 "$TMP/worker.log")"
 }
 wait_log "colod nudges this worker" 10 >/dev/null
+expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["watching"])')" "True"
+expect_rc 0 "$COLOCTL" hosts
+[[ "$OUT" != *"hears of new or stopped ranks only at its heartbeats"* ]] || fail "p1 watches: $OUT"
 
 cat >"$TMP/job.yaml" <<JOB
 name: pushed
@@ -64,5 +67,12 @@ wait_log "job $J2 attempt 1 rank 0 (pid [0-9]*) exited with code 75" 10 >/dev/nu
 
 kill -TERM $WPID
 wait $WPID || fail "the worker did not exit 0 after SIGTERM"
+# a host UP without a stream (its worker gone, within host_timeout) is pointed out
+for _ in $(seq 1 40); do
+  [ "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0].get("watching"))')" = False ] && break
+  sleep 0.05
+done
+expect_rc 0 "$COLOCTL" hosts
+expect_contains "$OUT" "p1 hears of new or stopped ranks only at its heartbeats: its worker has no WatchHost stream open (an older worker, or the stream is down)"
 stop_colod
 echo "integration_push: heartbeats 30 s apart; rank started ${start_ms} ms after submit, ended ${stop_ms} ms after cancel; after a colod restart, started ${again_ms} ms after submit"
