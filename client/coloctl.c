@@ -37,9 +37,10 @@ static void usage(FILE *out) {
       "usage: coloctl [--server ADDR] [--json] [--timeout MS] COMMAND [ARGS]\n"
       "\n"
       "commands:\n"
-      "  submit FILE [--set F=V]... [--token T] [--dry-run]\n"
+      "  submit FILE [--set F=V]... [--after JOB[,JOB]...] [--token T] [--dry-run]\n"
       "                                       submit a job file (YAML or JSON), with fields\n"
-      "                                       set on top (--set train.steps=600); prints its id\n"
+      "                                       set on top (--set train.steps=600); prints its id;\n"
+      "                                       --after: it starts once those jobs succeeded\n"
       "  status [JOB] [--watch] [--interval MS]\n"
       "                                       the cluster and its jobs, or one job in detail;\n"
       "                                       --watch redraws it in place until interrupted\n"
@@ -188,11 +189,25 @@ static unsigned long long world_of(const Colo__V1__Job *j) {
 static int cmd_submit(ctl_t *c, int argc, char **argv) {
   const char *file = NULL, *token = NULL;
   const char *sets[64];
+  uint64_t after[COLO_MAX_AFTER + 1];
+  size_t n_after = 0;
   int dry = 0, n_sets = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--token") && i + 1 < argc)
       token = argv[++i];
-    else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < 64)
+    else if (!strcmp(argv[i], "--after") && i + 1 < argc) { /* --after 7,8 */
+      const char *ids = argv[++i], *p = ids;
+      if (!ids[0] || strspn(ids, "0123456789,") != strlen(ids))
+        return usage_error("submit: --after takes job ids separated by commas, not '%s'", ids);
+      while (*p) {
+        char *end;
+        unsigned long long id = strtoull(p, &end, 10);
+        if (end == p || n_after > COLO_MAX_AFTER)
+          return usage_error("submit: --after takes job ids separated by commas, not '%s'", ids);
+        after[n_after++] = id;
+        p = *end == ',' ? end + 1 : end;
+      }
+    } else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < 64)
       sets[n_sets++] = argv[++i];
     else if (!strcmp(argv[i], "--dry-run"))
       dry = 1;
@@ -219,6 +234,17 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
       colo__v1__job_spec__free_unpacked(spec, NULL);
       return EXIT_USAGE;
     }
+  if (n_after) { /* after the file's own */
+    uint64_t *all = realloc(spec->after, (spec->n_after + n_after) * sizeof *all);
+    if (!all) {
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      fprintf(stderr, "coloctl: out of memory\n");
+      return EXIT_FAIL;
+    }
+    memcpy(all + spec->n_after, after, n_after * sizeof *after);
+    spec->after = all;
+    spec->n_after += n_after;
+  }
   if (dry) { /* check locally with the coordinator's rules, send nothing */
     int rc = colo_jobspec_fill_defaults(spec);
     if (rc == 0)
@@ -418,6 +444,12 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  owner      %s\n", j->owner);
   if (s && s->priority)
     printf("  priority   %d\n", s->priority);
+  if (s && s->n_after) {
+    printf("  after      job%s", s->n_after == 1 ? "" : "s");
+    for (size_t i = 0; i < s->n_after; i++)
+      printf("%s %llu", i ? "," : "", (unsigned long long)s->after[i]);
+    printf(" (each must succeed first)\n");
+  }
   if (s && s->resources && s->resources->time_limit_s) {
     char lim[32], left[32] = "";
     fmt_age((int64_t)s->resources->time_limit_s * 1000, lim, sizeof lim);

@@ -316,5 +316,14 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (s->priority < -COLO_MAX_PRIORITY || s->priority > COLO_MAX_PRIORITY)
     return bad(err, errlen, "priority=%d must be between %d and %d", s->priority,
                -COLO_MAX_PRIORITY, COLO_MAX_PRIORITY);
+  if (s->n_after > COLO_MAX_AFTER)
+    return bad(err, errlen, "after lists %zu jobs; at most %d", s->n_after, COLO_MAX_AFTER);
+  for (size_t i = 0; i < s->n_after; i++) {
+    if (s->after[i] == 0)
+      return bad(err, errlen, "after[%zu]=0 is not a job id", i);
+    for (size_t k = 0; k < i; k++)
+      if (s->after[k] == s->after[i])
+        return bad(err, errlen, "after lists job %llu twice", (unsigned long long)s->after[i]);
+  }
   return 0;
 }

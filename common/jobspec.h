@@ -15,6 +15,7 @@
 /* resources.time_limit_s at most: a year */
 #define COLO_MAX_TIME_LIMIT_S 31536000u
 #define COLO_MAX_NAME         64
+#define COLO_MAX_AFTER        64 /* jobs a job may wait for (JobSpec.after) */
 #define COLO_MAX_PATH         1024
 
 /* Fills every unset field with its default (see cluster.proto). */

@@ -277,6 +277,22 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
     return;
   }
+  for (size_t i = 0; i < spec->n_after; i++) { /* the jobs it waits for exist */
+    colo_job_t dep;
+    uint64_t id = spec->after[i];
+    int rc = colo_store_job_get(d->store, id, &dep);
+    if (rc == 0) {
+      colo_job_clear(&dep);
+      continue;
+    }
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    if (rc == COLO_ENOENT)
+      colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "after: there is no job %llu",
+                    (unsigned long long)id);
+    else
+      fail_store(d, call, rc);
+    return;
+  }
   len = colo__v1__job_spec__get_packed_size(spec);
   buf = malloc(len ? len : 1);
   if (!buf) {

@@ -42,6 +42,7 @@ struct colod_job_live_s {
   uint32_t sample_attempt;
   uint64_t next_sample;
   /* placement */
+  int after_met; /* every job in its spec's `after` has SUCCEEDED */
   uint64_t not_before_mono_ms;
   char wait_why[512];
 };
@@ -795,6 +796,43 @@ done:
 }
 
 /* the order waiting jobs are offered room: highest priority first, then oldest */
+/* Whether a PENDING job still waits for a job in its `after` to succeed, saying which in `why`.
+ * Once all have, it never waits for them again. */
+static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
+  for (size_t i = 0; i < j->spec->n_after && !j->after_met; i++) {
+    uint64_t id = j->spec->after[i];
+    const colod_job_live_t *o = live_find(d, id);
+    int state = o ? o->state : 0;
+    if (!o) { /* not live: it has ended */
+      colo_job_t row;
+      if (colo_store_job_get(d->store, id, &row) < 0) {
+        snprintf(why, len, "waits for job %llu to succeed (its state cannot be read: %s)",
+                 (unsigned long long)id, colo_store_errmsg(d->store));
+        return 1;
+      }
+      state = row.state;
+      colo_job_clear(&row);
+    }
+    if (state == COLO_JOB_SUCCEEDED)
+      continue;
+    size_t left = j->spec->n_after - i - 1;
+    char more[48] = "";
+    if (left)
+      snprintf(more, sizeof more, "; %zu more in its after not checked yet", left);
+    if (colo_job_state_terminal(state))
+      snprintf(why, len,
+               "waits for job %llu to succeed: it ended %s, and starts only if that job is "
+               "resumed and succeeds (or cancel this one)%s",
+               (unsigned long long)id, colo_job_state_name(state), more);
+    else
+      snprintf(why, len, "waits for job %llu to succeed (it is %s)%s", (unsigned long long)id,
+               colo_job_state_name(state), more);
+    return 1;
+  }
+  j->after_met = 1;
+  return 0;
+}
+
 static int wait_order(const void *a, const void *b) {
   const colod_job_live_t *x = *(colod_job_live_t *const *)a, *y = *(colod_job_live_t *const *)b;
   if (x->spec->priority != y->spec->priority)
@@ -815,10 +853,18 @@ static void schedule(colod_t *d) {
   if (!waiting)
     return;
   n_wait = 0;
-  for (colod_job_live_t *j = d->jobs; j; j = j->next)
-    if ((j->state == COLO_JOB_PENDING ||
-         (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)))
+  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
+    char why[sizeof j->wait_why];
+    if (j->state == COLO_JOB_PENDING && waits_after(d, j, why, sizeof why))
+      set_waiting(j, why); /* not a candidate: it neither holds room nor preempts */
+    else if ((j->state == COLO_JOB_PENDING ||
+              (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)))
       waiting[n_wait++] = j;
+  }
+  if (!n_wait) {
+    free(waiting);
+    return;
+  }
   qsort(waiting, n_wait, sizeof *waiting, wait_order);
   /* a snapshot of the hosts that can take ranks: UP, and done stopping earlier attempts */
   size_t total = 0;

@@ -114,6 +114,17 @@ expect_contains "$ERR" "coloctl: cannot reach the coordinator at 127.0.0.1:1:"
 expect_rc 1 env COLO_SERVER=127.0.0.1:1 "$COLOCTL" list
 expect_contains "$ERR" "cannot reach the coordinator at 127.0.0.1:1"
 
+# --after: a job that starts once others succeeded
+expect_rc 0 "$COLOCTL" submit "$TMP/job.json" --after 1,3
+AJ=$OUT
+expect_rc 0 "$COLOCTL" status "$AJ"
+expect_contains "$OUT" "after      jobs 1, 3 (each must succeed first)"
+expect_rc 2 "$COLOCTL" submit "$TMP/job.json" --after one
+expect_eq "$ERR" "coloctl: submit: --after takes job ids separated by commas, not 'one'; try 'coloctl --help'"
+expect_rc 1 "$COLOCTL" submit "$TMP/job.json" --after 1,77
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: after: there is no job 77"
+expect_rc 0 "$COLOCTL" cancel "$AJ"
+
 # colod refuses a bad config with the file's line, and bad flags
 printf 'host_timeout: forever\n' >"$TMP/bad.conf"
 expect_rc 2 "$COLOD" -c "$TMP/bad.conf"

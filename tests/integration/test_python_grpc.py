@@ -113,17 +113,22 @@ def register(api, name, n):
                             timeout=5)
 
 
-def submit(api, name, dp=2, priority=0, limit=0):
-    """a job of dp ranks, with a time limit of `limit` s: its id"""
+def submit(api, name, dp=2, priority=0, limit=0, after=()):
+    """a job of dp ranks, with a time limit of `limit` s, after the jobs `after`: its id"""
     s = spec(name=name, dp=dp)
     s.priority = priority
     s.resources.time_limit_s = limit
+    s.after.extend(after)
     return api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
 
 
-def job_rows():
-    with sqlite3.connect(os.path.join(STATE, "colod.db")) as db:
+def job_rows_in(state):
+    with sqlite3.connect(os.path.join(state, "colod.db")) as db:
         return db.execute("SELECT count(*) FROM jobs").fetchone()[0]
+
+
+def job_rows():
+    return job_rows_in(STATE)
 
 
 class WithColod(unittest.TestCase):
@@ -741,6 +746,65 @@ class TimeLimitTest(WithColod):
         self.assertNotIn(endless, on)
         for j in (a, b, big, late, endless, soon):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+
+class AfterTest(WithColod):
+    """JobSpec.after on a colod of its own, this client acting as the worker of one 2-device
+    host: a job waits for the jobs it runs after to succeed, with room free, and starts when they
+    have; one after a job that was cancelled keeps waiting, saying so, until that job is resumed;
+    ids that do not exist, repeat or are 0 are refused."""
+
+    state, log_name = os.path.join(TMP, "state-after"), "colod-after.log"
+
+    def test_a_job_waits_for_the_jobs_it_runs_after(self):
+        r = register(self.api, "aa", 2)
+        reports = []
+
+        def beat():
+            resp = self.api.Heartbeat(pb.HeartbeatRequest(host_id=r.host_id, session=r.session,
+                                                          ranks=reports), timeout=5)
+            return {d.job_id: d for d in resp.desired}
+
+        for after, want in (([999], "after: there is no job 999"),
+                            ([1, 1], "after lists job 1 twice"),
+                            ([0], "after[0]=0 is not a job id")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                submit(self.api, "bad-after", 1, after=after)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), want)
+        rows = job_rows_in(self.state)
+
+        first = submit(self.api, "stage-1", 1)
+        second = submit(self.api, "stage-2", 1, after=[first])
+        self.assertEqual(job_rows_in(self.state), rows + 2)
+        self.assertEqual(list(self.job(second).spec.after), [first])
+        d = self.until("stage 1 placed", lambda: beat().get(first))
+        # one device is free, yet stage 2 waits for stage 1
+        w = self.until("stage 2's reason", lambda: self.job(second).waiting)
+        self.assertEqual(w, "waits for job %d to succeed (it is RUNNING)" % first)
+        self.assertNotIn(second, beat())
+        self.assertEqual(self.job(second).state, pb.JOB_STATE_PENDING)
+        reports[:] = [pb.RankStatus(job_id=first, attempt=d.attempt, rank=0, exit_code=0,
+                                    phase=pb.RANK_PHASE_EXITED)]
+        self.until("stage 1 SUCCEEDED", lambda: beat() is not None and
+                   self.job(first).state == pb.JOB_STATE_SUCCEEDED)
+        reports[:] = []
+        self.until("stage 2 placed", lambda: beat().get(second))
+
+        # after a job that is cancelled: it keeps waiting, and says why, until that job succeeds
+        third = submit(self.api, "after-cancelled", 1, after=[first, second])
+        self.api.CancelJob(pb.CancelJobRequest(id=second), timeout=5)
+        want = ("waits for job %d to succeed: it ended CANCELLED, and starts only if that job is "
+                "resumed and succeeds (or cancel this one)" % second)
+        self.until("third's reason", lambda: self.job(third).waiting == want)
+        self.assertNotIn(third, beat())
+        self.api.ResumeJob(pb.ResumeJobRequest(id=second), timeout=5)
+        self.until("second placed again", lambda: beat().get(second))
+        want = "waits for job %d to succeed (it is RUNNING)" % second
+        self.until("third's reason again", lambda: self.job(third).waiting == want)
+        self.assertNotIn(third, beat())
+        self.api.CancelJob(pb.CancelJobRequest(id=second), timeout=5)
+        self.api.CancelJob(pb.CancelJobRequest(id=third), timeout=5)
 
 
 class Nudges:

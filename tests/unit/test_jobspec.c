@@ -122,6 +122,12 @@ static const struct {
      "resources.time_limit_s=31536001 exceeds 31536000 (a year)"},
     {BASE "resources: {comm: nccl}\n",
      "resources.comm=nccl needs resources.device=gpu: NCCL moves GPU memory"},
+    {BASE "after: [3, 0]\n", "after[1]=0 is not a job id"},
+    {BASE "after: [3, 4, 3]\n", "after lists job 3 twice"},
+    {BASE "after: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, "
+          "23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, "
+          "45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65]\n",
+     "after lists 65 jobs; at most 64"},
 };
 
 TEST(bad_specs_have_exact_messages) {
@@ -333,7 +339,7 @@ TEST(json_output_round_trips_enums) {
   cJSON *j = colo_pb_to_json(&s->base);
   char *txt = cJSON_PrintUnformatted(j);
   ASSERT_EQ_STR(txt, "{\"name\":\"t\",\"data\":{\"train_path\":\"d/train.bin\",\"val_path\":"
-                     "\"d/val.bin\"},\"train\":{\"precision\":\"fp16\"}}");
+                     "\"d/val.bin\"},\"train\":{\"precision\":\"fp16\"},\"after\":[]}");
   cJSON_free(txt);
   cJSON_Delete(j);
   colo__v1__job_spec__free_unpacked(s, NULL);
