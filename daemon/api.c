@@ -277,9 +277,12 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
     return;
   }
-  for (size_t i = 0; i < spec->n_after; i++) { /* the jobs it waits for exist */
+  /* the jobs it waits for exist: its `after`, then train.init_from_job */
+  uint64_t from = spec->train->has_init_from_job ? spec->train->init_from_job : 0;
+  for (size_t i = 0; i < spec->n_after + (from != 0); i++) {
     colo_job_t dep;
-    uint64_t id = spec->after[i];
+    int in_after = i < spec->n_after;
+    uint64_t id = in_after ? spec->after[i] : from;
     int rc = colo_store_job_get(d->store, id, &dep);
     if (rc == 0) {
       colo_job_clear(&dep);
@@ -287,8 +290,8 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     }
     colo__v1__job_spec__free_unpacked(spec, NULL);
     if (rc == COLO_ENOENT)
-      colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "after: there is no job %llu",
-                    (unsigned long long)id);
+      colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s: there is no job %llu",
+                    in_after ? "after" : "train.init_from_job", (unsigned long long)id);
     else
       fail_store(d, call, rc);
     return;

@@ -42,7 +42,8 @@ struct colod_job_live_s {
   uint32_t sample_attempt;
   uint64_t next_sample;
   /* placement */
-  int after_met; /* every job in its spec's `after` has SUCCEEDED */
+  int after_met; /* every job in its spec's `after` (and train.init_from_job) has SUCCEEDED */
+  char init_ckpts[COLO_MAX_PATH + 1]; /* train.init_from_job's checkpoint dir; "": none */
   uint64_t not_before_mono_ms;
   char wait_why[512];
 };
@@ -98,6 +99,30 @@ static void make_rendezvous(colod_t *d, colod_job_live_t *j) {
   snprintf(j->rendezvous, sizeof j->rendezvous, "%s:%u", h ? h->address : "127.0.0.1", port);
 }
 
+/* train.init_from_job's checkpoint directory under the checkpoint root, as its workers name it:
+ * that job's checkpoint.dir, or job-N. */
+static void init_dir(colod_t *d, colod_job_live_t *j) {
+  uint64_t from = j->spec->train->has_init_from_job ? j->spec->train->init_from_job : 0;
+  j->init_ckpts[0] = '\0';
+  if (!from)
+    return;
+  colo_job_t row;
+  Colo__V1__JobSpec *s = NULL;
+  if (colo_store_job_get(d->store, from, &row) == 0) {
+    s = colo__v1__job_spec__unpack(NULL, row.spec_len, row.spec);
+    colo_job_clear(&row);
+  } else {
+    colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot read job %llu's checkpoint dir: %s",
+             (unsigned long long)j->id, (unsigned long long)from, colo_store_errmsg(d->store));
+  }
+  if (s && s->checkpoint && s->checkpoint->dir && s->checkpoint->dir[0])
+    snprintf(j->init_ckpts, sizeof j->init_ckpts, "%s", s->checkpoint->dir);
+  else
+    snprintf(j->init_ckpts, sizeof j->init_ckpts, "job-%llu", (unsigned long long)from);
+  if (s)
+    colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 static int load_attempt(colod_t *d, colod_job_live_t *j) {
   live_clear_attempt(d, j);
   j->place = calloc(j->world, sizeof *j->place);
@@ -116,6 +141,7 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
   }
   j->placed_attempt = j->attempt;
   j->resume_seen = 0;
+  init_dir(d, j);
   /* a stop stored before a colod restart goes on */
   int stop = 0;
   int64_t started = colod_now_ms();
@@ -799,8 +825,11 @@ done:
 /* Whether a PENDING job still waits for a job in its `after` to succeed, saying which in `why`.
  * Once all have, it never waits for them again. */
 static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
-  for (size_t i = 0; i < j->spec->n_after && !j->after_met; i++) {
-    uint64_t id = j->spec->after[i];
+  const Colo__V1__TrainSpec *t = j->spec->train;
+  uint64_t from = t->has_init_from_job ? t->init_from_job : 0;
+  size_t n = j->spec->n_after + (from != 0); /* the weights' job is waited for too */
+  for (size_t i = 0; i < n && !j->after_met; i++) {
+    uint64_t id = i < j->spec->n_after ? j->spec->after[i] : from;
     const colod_job_live_t *o = live_find(d, id);
     int state = o ? o->state : 0;
     if (!o) { /* not live: it has ended */
@@ -815,7 +844,7 @@ static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
     }
     if (state == COLO_JOB_SUCCEEDED)
       continue;
-    size_t left = j->spec->n_after - i - 1;
+    size_t left = n - i - 1;
     char more[48] = "";
     if (left)
       snprintf(more, sizeof more, "; %zu more in its after not checked yet", left);
@@ -1287,6 +1316,7 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
       l[k].spec = j->spec;
       l[k].rendezvous = j->rendezvous;
       l[k].resume_step = j->launch_resume_step;
+      l[k].init_from_checkpoints = j->init_ckpts[0] ? j->init_ckpts : NULL;
       resp->desired[k] = &l[k];
       k++;
     }

@@ -253,6 +253,12 @@ static int check_launch(const Colo__V1__RankLaunch *l, Colo__V1__JobSpec *spec, 
     snprintf(why, n, "bad rendezvous address");
     return COLO_EINVAL;
   }
+  if (l->init_from_checkpoints && l->init_from_checkpoints[0] &&
+      (strlen(l->init_from_checkpoints) > COLO_MAX_PATH ||
+       !colo_path_is_contained(l->init_from_checkpoints))) {
+    snprintf(why, n, "init_from_checkpoints must be a path under the checkpoint root");
+    return COLO_EINVAL;
+  }
   return 0;
 }
 
@@ -290,8 +296,10 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
   snprintf(r->log_path, sizeof r->log_path, "%s/rank-%u.log", dir, l->rank);
   snprintf(r->progress_path, sizeof r->progress_path, "%s/rank-%u.progress", dir, l->rank);
   unlink(r->progress_path); /* a record of an earlier start must not count for this one */
-  char threads[16];
+  char threads[16], init[PATH_CAP + COLO_MAX_PATH + 2];
   snprintf(threads, sizeof threads, "%u", rs->threads);
+  if (l->init_from_checkpoints && l->init_from_checkpoints[0]) /* train.init_from_job's */
+    snprintf(init, sizeof init, "%s/%s", cfg->checkpoint_root, l->init_from_checkpoints);
   char *argv[] = {(char *)cfg->colo_train,
                   "train",
                   "--job",
@@ -308,7 +316,13 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
                   r->progress_path,
                   "--threads",
                   threads,
+                  NULL,
+                  NULL,
                   NULL};
+  if (l->init_from_checkpoints && l->init_from_checkpoints[0]) {
+    argv[sizeof argv / sizeof argv[0] - 3] = "--init-from-checkpoints";
+    argv[sizeof argv / sizeof argv[0] - 2] = init;
+  }
   char *env[48]; /* the settings below and PASS, with room */
   size_t ne = 0;
   envf(env, &ne, "COLO_JOB_ID=%llu", (unsigned long long)l->job_id);

@@ -254,6 +254,8 @@ static void train_usage(void) {
       "  --val-data PATH       val shard, relative to the data root (a pattern too)\n"
       "  --init-from PATH      start from these weights, relative to the data root: GPT-2 in a\n"
       "                        safetensors file under HuggingFace's names, or a checkpoint\n"
+      "  --init-from-checkpoints DIR  start from the newest complete checkpoint under DIR\n"
+      "                        (another run's --ckpt-dir; how a worker runs train.init_from_job)\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
@@ -529,7 +531,7 @@ static int launch(int world, int comm_timeout_ms) {
 
 static int cmd_train(int argc, char **argv) {
   const char *job = NULL, *data_root = ".", *ckpt_dir = NULL, *resume = NULL, *progress = NULL;
-  const char *nvme_root = ".";
+  const char *nvme_root = ".", *init_ckpts = NULL;
   const char *dump = NULL, *plant = NULL;
   int gpu = 0, gpu_given = 0;
   int threads = 0, stop_at = 0, quiet = 0, recompute = -1, progress_fd = -1, nproc = 1;
@@ -577,6 +579,8 @@ static int cmd_train(int argc, char **argv) {
       ckpt_dir = val;
     else if (!strcmp(flag, "nvme-root"))
       nvme_root = val;
+    else if (!strcmp(flag, "init-from-checkpoints"))
+      init_ckpts = val;
     else if (!strcmp(flag, "resume"))
       resume = val;
     else if (!strcmp(flag, "stop-at"))
@@ -638,6 +642,27 @@ static int cmd_train(int argc, char **argv) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return COLO_EXIT_CONFIG; /* the job as written */
   }
+  /* another job's checkpoints (train.init_from_job, which the worker resolves to a directory):
+   * its newest complete one gives the initial weights */
+  char init_ckpt[2100] = "";
+  if (init_ckpts) {
+    char skipped[1024] = "";
+    if (spec->train->init_from && spec->train->init_from[0]) {
+      fprintf(stderr, "colo-train train: --init-from-checkpoints and train.init_from are "
+                      "exclusive: give one\n");
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return COLO_EXIT_CONFIG;
+    }
+    if (colo_ckpt_find_latest(init_ckpts, init_ckpt, sizeof init_ckpt, skipped, sizeof skipped) <
+        0) {
+      fprintf(stderr,
+              "colo-train train: no complete checkpoint under %s to take the initial weights "
+              "from%s%s%s\n",
+              init_ckpts, skipped[0] ? " (unusable: " : "", skipped, skipped[0] ? ")" : "");
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return COLO_EXIT_CONFIG;
+    }
+  }
 
   /* where this process stands: launched by a launcher, launching, or alone */
   const char *env_rank = getenv("COLO_RANK"), *env_world = getenv("COLO_WORLD");
@@ -671,6 +696,8 @@ static int cmd_train(int argc, char **argv) {
   char init_from[2100] = "";
   if (spec->train->init_from && spec->train->init_from[0])
     snprintf(init_from, sizeof init_from, "%s/%s", data_root, spec->train->init_from);
+  else if (init_ckpt[0])
+    snprintf(init_from, sizeof init_from, "%s", init_ckpt);
   colo_train_config_t cfg = {0};
   cfg.model = (colo_gpt_config_t){(int)spec->model->vocab_size, (int)spec->model->block_size,
                                   (int)spec->model->n_layer, (int)spec->model->n_head,

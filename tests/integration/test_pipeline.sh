@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A two-stage pipeline on a real colod, colo-workerd and colo-train: stage 2 is submitted while
+# stage 1 trains, with --after 1 and train.init_from_job=1. It waits, saying for what, until
+# stage 1 has SUCCEEDED, then starts from stage 1's newest checkpoint: its log names it, and its
+# first loss is stage 1's trained loss, not a random model's.
+source "$(dirname "$0")/lib.sh"
+WD="$COLO_BIN/colo-workerd"
+start_colod "$TMP/state"
+training_text
+mkdir -p "$TMP/data"
+"$COLO_BIN/colo-train" prepare --input "$TEXT" --out "$TMP/data/ts" >/dev/null
+"$WD" --coordinator "$COLO_SERVER" --name q1 --devices cpu --cpu-slots 2 --run-dir "$TMP/run" \
+  --data-root "$TMP/data" --checkpoint-root "$TMP/ckpt" --colo-train "$COLO_BIN/colo-train" \
+  >>"$TMP/worker.log" 2>&1 &
+WPID=$!
+
+cat >"$TMP/stage.yaml" <<JOB
+name: stage-1
+model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
+data: {train_path: ts/train.bin}
+train: {steps: 400, batch_size: 8, eval_interval: 0}
+optimizer: {lr: 0.01, warmup_steps: 5}
+JOB
+jstate() { "$COLOCTL" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+S1=$("$COLOCTL" submit "$TMP/stage.yaml")
+# a weights' job that does not exist, and weights from two places, are refused
+expect_rc 1 "$COLOCTL" submit "$TMP/stage.yaml" --set train.init_from_job=99
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.init_from_job: there is no job 99"
+expect_rc 1 "$COLOCTL" submit "$TMP/stage.yaml" --set train.init_from_job=1 --set train.init_from=w.safetensors
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.init_from and train.init_from_job are exclusive: set one"
+S2=$("$COLOCTL" submit "$TMP/stage.yaml" --set name=stage-2 --set train.steps=10 --after "$S1" \
+  --set train.init_from_job="$S1")
+for _ in $(seq 1 100); do
+  grep -q "waits for job $S1 to succeed" <<<"$("$COLOCTL" status "$S2")" && break
+  sleep 0.1
+done
+expect_rc 0 "$COLOCTL" status "$S2"
+expect_contains "$OUT" "waiting    waits for job $S1 to succeed (it is "
+expect_contains "$OUT" "after      job $S1 (each must succeed first)"
+for _ in $(seq 1 600); do
+  [ "$(jstate "$S2")" = succeeded ] && break
+  case "$(jstate "$S2")" in failed | cancelled) break ;; esac
+  sleep 0.1
+done
+expect_eq "$(jstate "$S1")" "succeeded"
+expect_eq "$(jstate "$S2")" "succeeded" "(stage 2: $("$COLOCTL" status "$S2"))"
+L1=$("$COLOCTL" logs "$S1")
+L2=$("$COLOCTL" logs "$S2")
+expect_contains "$L2" "initial weights from $TMP/ckpt/job-$S1/step_00000400"
+first_loss() { python3 -c 'import re,sys; print(re.search(r"step\s+1/\d+ \| loss ([0-9.]+)", sys.stdin.read()).group(1))'; }
+l1_first=$(first_loss <<<"$L1")
+l1_last=$(python3 -c 'import re,sys; print(re.findall(r"step\s+400/400 \| loss ([0-9.]+)", sys.stdin.read())[-1])' <<<"$L1")
+l2_first=$(first_loss <<<"$L2")
+python3 - "$l1_first" "$l1_last" "$l2_first" <<'PY' || fail "stage 2 did not start from stage 1's weights: losses $l1_first -> $l1_last, then $l2_first"
+import sys
+first, last, second = map(float, sys.argv[1:])
+# a random model starts near ln(256) = 5.55; stage 2 starts where stage 1 ended
+assert second < first - 1.0 and abs(second - last) < 0.5, (first, last, second)
+PY
+kill -TERM $WPID
+wait $WPID || fail "the worker did not exit 0"
+stop_colod
+echo "integration_pipeline: stage 2 waited for stage 1, then started from its step-400 checkpoint: stage 1's loss ${l1_first} -> ${l1_last}, stage 2's first ${l2_first}"
