@@ -37,10 +37,13 @@ static void usage(FILE *out) {
       "usage: coloctl [--server ADDR] [--json] [--timeout MS] COMMAND [ARGS]\n"
       "\n"
       "commands:\n"
-      "  submit FILE [--set F=V]... [--after JOB[,JOB]...] [--token T] [--dry-run]\n"
-      "                                       submit a job file (YAML or JSON), with fields\n"
+      "  submit FILE [--set F=V]... [--after JOB[,JOB]...] [--sweep F=V1,V2...]...\n"
+      "         [--token T] [--dry-run]       submit a job file (YAML or JSON), with fields\n"
       "                                       set on top (--set train.steps=600); prints its id;\n"
-      "                                       --after: it starts once those jobs succeeded\n"
+      "                                       --after: it starts once those jobs succeeded;\n"
+      "                                       --sweep: a job per combination of the values\n"
+      "                                       (NAME-1, NAME-2, ...), each line its id, name and\n"
+      "                                       settings; all are checked before any is sent\n"
       "  status [JOB] [--watch] [--interval MS]\n"
       "                                       the cluster and its jobs, or one job in detail;\n"
       "                                       --watch redraws it in place until interrupted\n"
@@ -186,98 +189,218 @@ static unsigned long long world_of(const Colo__V1__Job *j) {
 
 /* ---- submit ---- */
 
-static int cmd_submit(ctl_t *c, int argc, char **argv) {
-  const char *file = NULL, *token = NULL;
+/* --sweep FIELD=V1,V2,...: one job per combination of the values (job arrays) */
+#define MAX_SWEEPS     8
+#define MAX_SWEEP_JOBS 256
+
+typedef struct {
+  const char *file;
   const char *sets[64];
+  int n_sets;
   uint64_t after[COLO_MAX_AFTER + 1];
-  size_t n_after = 0;
-  int dry = 0, n_sets = 0;
-  for (int i = 0; i < argc; i++) {
+  size_t n_after;
+  struct {
+    char field[201];
+    char *values[MAX_SWEEP_JOBS];
+    int n;
+  } sweep[MAX_SWEEPS];
+  int n_sweeps;
+  char sweep_buf[MAX_SWEEPS][1001];
+} submit_t;
+
+/* The spec of combination `k` (0: no sweep): the file, the --set fields, the sweep's values and
+ * --after; a sweep's job is named NAME-(k+1). *what gets the sweep's settings. */
+static int build_spec(const submit_t *o, int k, Colo__V1__JobSpec **out, char *what, size_t wlen,
+                      char *err, size_t errlen) {
+  Colo__V1__JobSpec *spec;
+  if (colo_pb_from_yaml_file(o->file, &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&spec,
+                             err, errlen) < 0)
+    return EXIT_FAIL;
+  what[0] = '\0';
+  for (int i = 0; i < o->n_sets + o->n_sweeps; i++) {
+    char set[1300];
+    if (i < o->n_sets) {
+      snprintf(set, sizeof set, "%s", o->sets[i]);
+    } else { /* the first --sweep varies slowest */
+      int w = i - o->n_sets, stride = 1;
+      for (int v = w + 1; v < o->n_sweeps; v++)
+        stride *= o->sweep[v].n;
+      snprintf(set, sizeof set, "%s=%s", o->sweep[w].field,
+               o->sweep[w].values[(k / stride) % o->sweep[w].n]);
+      size_t wl = strlen(what);
+      snprintf(what + wl, wlen - wl, "%s%s", wl ? " " : "", set);
+    }
+    if (colo_pb_set((ProtobufCMessage **)&spec, &colo__v1__job_spec__descriptor, set, err, errlen) <
+        0) {
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return EXIT_USAGE;
+    }
+  }
+  if (o->n_after) { /* after the file's own */
+    uint64_t *all = realloc(spec->after, (spec->n_after + o->n_after) * sizeof *all);
+    if (!all) {
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      snprintf(err, errlen, "out of memory");
+      return EXIT_FAIL;
+    }
+    memcpy(all + spec->n_after, o->after, o->n_after * sizeof *o->after);
+    spec->after = all;
+    spec->n_after += o->n_after;
+  }
+  if (o->n_sweeps && spec->name) {
+    char name[COLO_MAX_NAME + 1], suffix[16];
+    snprintf(suffix, sizeof suffix, "-%d", k + 1);
+    int keep = (int)(COLO_MAX_NAME - strlen(suffix));
+    snprintf(name, sizeof name, "%.*s%s", keep, spec->name, suffix);
+    free(spec->name);
+    spec->name = strdup(name);
+  }
+  *out = spec;
+  return 0;
+}
+
+static int parse_sweep(submit_t *o, const char *arg) {
+  const char *eq = strchr(arg, '=');
+  if (o->n_sweeps == MAX_SWEEPS)
+    return usage_error("submit: at most %d --sweep fields", MAX_SWEEPS);
+  if (!eq || eq == arg || (size_t)(eq - arg) >= sizeof o->sweep[0].field || !eq[1] ||
+      strlen(eq + 1) >= sizeof o->sweep_buf[0])
+    return usage_error("submit: --sweep takes FIELD=VALUE,VALUE,..., not '%s'", arg);
+  int w = o->n_sweeps++;
+  snprintf(o->sweep[w].field, sizeof o->sweep[w].field, "%.*s", (int)(eq - arg), arg);
+  snprintf(o->sweep_buf[w], sizeof o->sweep_buf[w], "%s", eq + 1);
+  o->sweep[w].n = 0;
+  for (char *save = NULL, *v = strtok_r(o->sweep_buf[w], ",", &save); v;
+       v = strtok_r(NULL, ",", &save)) {
+    if (o->sweep[w].n == MAX_SWEEP_JOBS)
+      return usage_error("submit: --sweep %s has more than %d values", o->sweep[w].field,
+                         MAX_SWEEP_JOBS);
+    o->sweep[w].values[o->sweep[w].n++] = v;
+  }
+  if (!o->sweep[w].n)
+    return usage_error("submit: --sweep takes FIELD=VALUE,VALUE,..., not '%s'", arg);
+  return 0;
+}
+
+static int cmd_submit(ctl_t *c, int argc, char **argv) {
+  const char *token = NULL;
+  submit_t *o = calloc(1, sizeof *o);
+  if (!o)
+    return EXIT_FAIL;
+  int dry = 0, rc = 0;
+  for (int i = 0; i < argc && !rc; i++) {
     if (!strcmp(argv[i], "--token") && i + 1 < argc)
       token = argv[++i];
     else if (!strcmp(argv[i], "--after") && i + 1 < argc) { /* --after 7,8 */
       const char *ids = argv[++i], *p = ids;
       if (!ids[0] || strspn(ids, "0123456789,") != strlen(ids))
-        return usage_error("submit: --after takes job ids separated by commas, not '%s'", ids);
-      while (*p) {
+        rc = usage_error("submit: --after takes job ids separated by commas, not '%s'", ids);
+      while (!rc && *p) {
         char *end;
         unsigned long long id = strtoull(p, &end, 10);
-        if (end == p || n_after > COLO_MAX_AFTER)
-          return usage_error("submit: --after takes job ids separated by commas, not '%s'", ids);
-        after[n_after++] = id;
+        if (end == p || o->n_after > COLO_MAX_AFTER)
+          rc = usage_error("submit: --after takes job ids separated by commas, not '%s'", ids);
+        else
+          o->after[o->n_after++] = id;
         p = *end == ',' ? end + 1 : end;
       }
-    } else if (!strcmp(argv[i], "--set") && i + 1 < argc && n_sets < 64)
-      sets[n_sets++] = argv[++i];
+    } else if (!strcmp(argv[i], "--sweep") && i + 1 < argc)
+      rc = parse_sweep(o, argv[++i]);
+    else if (!strcmp(argv[i], "--set") && i + 1 < argc && o->n_sets < 64)
+      o->sets[o->n_sets++] = argv[++i];
     else if (!strcmp(argv[i], "--dry-run"))
       dry = 1;
     else if (argv[i][0] == '-')
-      return usage_error("submit: unknown option '%s'", argv[i]);
-    else if (!file)
-      file = argv[i];
+      rc = usage_error("submit: unknown option '%s'", argv[i]);
+    else if (!o->file)
+      o->file = argv[i];
     else
-      return usage_error("submit takes one job file");
+      rc = usage_error("submit takes one job file");
   }
-  if (!file)
-    return usage_error("submit needs a job file");
-  char err[1024];
-  Colo__V1__JobSpec *spec;
-  if (colo_pb_from_yaml_file(file, &colo__v1__job_spec__descriptor, (ProtobufCMessage **)&spec, err,
-                             sizeof err) < 0) {
-    fprintf(stderr, "coloctl: %s\n", err);
-    return EXIT_FAIL;
-  }
-  for (int i = 0; i < n_sets; i++)
-    if (colo_pb_set((ProtobufCMessage **)&spec, &colo__v1__job_spec__descriptor, sets[i], err,
-                    sizeof err) < 0) {
-      fprintf(stderr, "coloctl: %s\n", err);
-      colo__v1__job_spec__free_unpacked(spec, NULL);
-      return EXIT_USAGE;
-    }
-  if (n_after) { /* after the file's own */
-    uint64_t *all = realloc(spec->after, (spec->n_after + n_after) * sizeof *all);
-    if (!all) {
-      colo__v1__job_spec__free_unpacked(spec, NULL);
-      fprintf(stderr, "coloctl: out of memory\n");
-      return EXIT_FAIL;
-    }
-    memcpy(all + spec->n_after, after, n_after * sizeof *after);
-    spec->after = all;
-    spec->n_after += n_after;
-  }
-  if (dry) { /* check locally with the coordinator's rules, send nothing */
-    int rc = colo_jobspec_fill_defaults(spec);
-    if (rc == 0)
-      rc = colo_jobspec_validate(spec, err, sizeof err);
-    if (rc < 0)
-      fprintf(stderr, "coloctl: %s: %s\n", file, err);
-    else if (c->json)
-      print_json(&spec->base);
-    else
-      printf("%s: valid (world %llu)\n", file, colo_jobspec_world(spec));
-    colo__v1__job_spec__free_unpacked(spec, NULL);
-    return rc < 0 ? EXIT_FAIL : 0;
-  }
-  int rc = connect_ctl(c);
+  if (!rc && !o->file)
+    rc = usage_error("submit needs a job file");
+  int n_jobs = 1;
+  for (int w = 0; w < o->n_sweeps && !rc; w++)
+    if ((n_jobs *= o->sweep[w].n) > MAX_SWEEP_JOBS)
+      rc = usage_error("submit: the sweep makes more than %d jobs", MAX_SWEEP_JOBS);
   if (rc) {
-    colo__v1__job_spec__free_unpacked(spec, NULL);
+    free(o);
     return rc;
   }
-  Colo__V1__SubmitJobRequest req = COLO__V1__SUBMIT_JOB_REQUEST__INIT;
-  req.spec = spec;
-  req.client_token = (char *)token;
-  Colo__V1__SubmitJobResponse *resp = NULL;
-  rc = call(c, "SubmitJob", &req.base, &colo__v1__submit_job_response__descriptor,
-            (ProtobufCMessage **)&resp);
-  colo__v1__job_spec__free_unpacked(spec, NULL);
-  if (rc)
-    return rc;
-  if (c->json)
-    print_json(&resp->job->base);
-  else
-    printf("%llu\n", (unsigned long long)resp->job->id);
-  colo__v1__submit_job_response__free_unpacked(resp, NULL);
-  return 0;
+  /* every job is built and checked here first: a bad one submits none */
+  Colo__V1__JobSpec **specs = calloc((size_t)n_jobs, sizeof *specs);
+  char(*what)[1024] = calloc((size_t)n_jobs, sizeof *what);
+  char err[1024];
+  for (int k = 0; k < n_jobs && !rc && specs && what; k++) {
+    rc = build_spec(o, k, &specs[k], what[k], sizeof what[k], err, sizeof err);
+    if (rc)
+      fprintf(stderr, "coloctl: %s\n", err);
+    else if (dry || o->n_sweeps) { /* check locally with the coordinator's rules */
+      if (colo_jobspec_fill_defaults(specs[k]) < 0 ||
+          colo_jobspec_validate(specs[k], err, sizeof err) < 0) {
+        fprintf(stderr, "coloctl: %s%s%s%s: %s\n", o->file, what[k][0] ? " (" : "", what[k],
+                what[k][0] ? ")" : "", err);
+        rc = EXIT_FAIL;
+      }
+    }
+  }
+  if (!specs || !what)
+    rc = EXIT_FAIL;
+  if (!rc && dry) { /* send nothing */
+    if (c->json && n_jobs == 1)
+      print_json(&specs[0]->base);
+    else if (n_jobs == 1)
+      printf("%s: valid (world %llu)\n", o->file, colo_jobspec_world(specs[0]));
+    else
+      printf("%s: %d jobs valid (world %llu each)\n", o->file, n_jobs,
+             colo_jobspec_world(specs[0]));
+  } else if (!rc) {
+    rc = connect_ctl(c);
+  }
+  cJSON *arr = c->json && o->n_sweeps ? cJSON_CreateArray() : NULL;
+  for (int k = 0; k < n_jobs && !rc && !dry; k++) {
+    char tok[300];
+    Colo__V1__SubmitJobRequest req = COLO__V1__SUBMIT_JOB_REQUEST__INIT;
+    req.spec = specs[k];
+    if (token && o->n_sweeps) /* one per job: a retried sweep makes each once */
+      snprintf(tok, sizeof tok, "%.250s-%d", token, k + 1);
+    req.client_token = token && o->n_sweeps ? tok : (char *)token;
+    Colo__V1__SubmitJobResponse *resp = NULL;
+    rc = call(c, "SubmitJob", &req.base, &colo__v1__submit_job_response__descriptor,
+              (ProtobufCMessage **)&resp);
+    if (rc) {
+      if (k)
+        fprintf(stderr,
+                "coloctl: job %d of the sweep (%s) was not submitted; the %d before it "
+                "were\n",
+                k + 1, what[k], k);
+      break;
+    }
+    if (arr)
+      cJSON_AddItemToArray(arr, colo_pb_to_json(&resp->job->base));
+    else if (c->json)
+      print_json(&resp->job->base);
+    else if (o->n_sweeps)
+      printf("%llu %s %s\n", (unsigned long long)resp->job->id, resp->job->name, what[k]);
+    else
+      printf("%llu\n", (unsigned long long)resp->job->id);
+    colo__v1__submit_job_response__free_unpacked(resp, NULL);
+  }
+  if (arr) {
+    if (!rc) {
+      char *txt = cJSON_PrintUnformatted(arr);
+      printf("%s\n", txt);
+      cJSON_free(txt);
+    }
+    cJSON_Delete(arr);
+  }
+  for (int k = 0; specs && k < n_jobs; k++)
+    if (specs[k])
+      colo__v1__job_spec__free_unpacked(specs[k], NULL);
+  free(specs);
+  free(what);
+  free(o);
+  return rc;
 }
 
 /* ---- status / list ---- */
@@ -511,6 +634,9 @@ static void print_job_detail(const Colo__V1__Job *j) {
          s->data->val_path ? ", val " : "", s->data->val_path ? s->data->val_path : "");
   if (s->train->init_from && s->train->init_from[0])
     printf("  weights    from %s\n", s->train->init_from);
+  else if (s->train->has_init_from_job && s->train->init_from_job)
+    printf("  weights    from job %llu's newest checkpoint\n",
+           (unsigned long long)s->train->init_from_job);
   if (j->resume_step)
     printf("  resume     from step %llu\n", (unsigned long long)j->resume_step);
 }

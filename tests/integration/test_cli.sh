@@ -125,6 +125,28 @@ expect_rc 1 "$COLOCTL" submit "$TMP/job.json" --after 1,77
 expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: after: there is no job 77"
 expect_rc 0 "$COLOCTL" cancel "$AJ"
 
+# --sweep: a job per combination, the first field varying slowest; all checked before any is
+# sent; a token makes a retried sweep submit each job once
+expect_rc 0 "$COLOCTL" submit "$TMP/job.json" --sweep optimizer.lr=1e-3,3e-3 --sweep train.seed=1,2,3 --token sw
+expect_eq "$(echo "$OUT" | cut -d' ' -f2-)" "from-json-1 optimizer.lr=1e-3 train.seed=1
+from-json-2 optimizer.lr=1e-3 train.seed=2
+from-json-3 optimizer.lr=1e-3 train.seed=3
+from-json-4 optimizer.lr=3e-3 train.seed=1
+from-json-5 optimizer.lr=3e-3 train.seed=2
+from-json-6 optimizer.lr=3e-3 train.seed=3"
+SW=$(echo "$OUT" | cut -d' ' -f1 | tr '\n' ' ')
+expect_rc 0 "$COLOCTL" status "$(echo "$SW" | cut -d' ' -f5)"
+expect_contains "$OUT" "lr 0.003 ("
+expect_rc 0 "$COLOCTL" --json submit "$TMP/job.json" --sweep optimizer.lr=1e-3,3e-3 --sweep train.seed=1,2,3 --token sw
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(" ".join(str(j["id"]) for j in json.load(sys.stdin)) + " ")')" "$SW"
+before=$(db_count "$STATE")
+expect_rc 1 "$COLOCTL" submit "$TMP/job.json" --sweep optimizer.lr=1e-3,-1
+expect_eq "$ERR" "coloctl: $TMP/job.json (optimizer.lr=-1): optimizer.lr=-1 must be positive"
+expect_eq "$(db_count "$STATE")" "$before" "(a sweep with a bad job submits none)"
+expect_rc 2 "$COLOCTL" submit "$TMP/job.json" --sweep train.seed=
+expect_eq "$ERR" "coloctl: submit: --sweep takes FIELD=VALUE,VALUE,..., not 'train.seed='; try 'coloctl --help'"
+for id in $SW; do "$COLOCTL" cancel "$id" >/dev/null; done
+
 # colod refuses a bad config with the file's line, and bad flags
 printf 'host_timeout: forever\n' >"$TMP/bad.conf"
 expect_rc 2 "$COLOD" -c "$TMP/bad.conf"

@@ -37,6 +37,7 @@ done
 expect_rc 0 "$COLOCTL" status "$S2"
 expect_contains "$OUT" "waiting    waits for job $S1 to succeed (it is "
 expect_contains "$OUT" "after      job $S1 (each must succeed first)"
+expect_contains "$OUT" "weights    from job $S1's newest checkpoint"
 for _ in $(seq 1 600); do
   [ "$(jstate "$S2")" = succeeded ] && break
   case "$(jstate "$S2")" in failed | cancelled) break ;; esac
