@@ -910,10 +910,10 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
       else
         snprintf(devs, sizeof devs, "0");
       snprintf(used, sizeof used, "%u", h->devices_used);
+      size_t out = h->devices_used + h->n_unhealthy_devices; /* a sick one may run a rank too */
       snprintf(freed, sizeof freed, "%zu",
-               h->state == COLO__V1__HOST_STATE__HOST_STATE_UP && !h->cordoned &&
-                       h->n_devices > h->devices_used
-                   ? h->n_devices - h->devices_used
+               h->state == COLO__V1__HOST_STATE__HOST_STATE_UP && !h->cordoned && h->n_devices > out
+                   ? h->n_devices - out
                    : 0);
       snprintf(cpus, sizeof cpus, "%u", h->cpu_count);
       fmt_bytes(h->memory_bytes, mem, sizeof mem);
@@ -931,6 +931,17 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
         printf("%s is cordoned%s%s\n", resp->hosts[i]->name,
                resp->hosts[i]->cordon_reason && resp->hosts[i]->cordon_reason[0] ? ": " : "",
                resp->hosts[i]->cordon_reason ? resp->hosts[i]->cordon_reason : "");
+    for (size_t i = 0; i < resp->n_hosts; i++) {
+      const Colo__V1__Host *h = resp->hosts[i];
+      if (!h->n_unhealthy_devices)
+        continue;
+      printf("%s: device%s", h->name, h->n_unhealthy_devices == 1 ? "" : "s");
+      for (size_t k = 0; k < h->n_unhealthy_devices; k++)
+        printf("%s %u", k ? "," : "", h->unhealthy_devices[k]);
+      printf(" unhealthy (%s%s): no new ranks go there\n",
+             h->n_unhealthy_devices > 1 ? "the first: " : "",
+             h->unhealthy_reason ? h->unhealthy_reason : "");
+    }
     for (size_t i = 0; i < resp->n_hosts; i++)
       if (resp->hosts[i]->state == COLO__V1__HOST_STATE__HOST_STATE_UP && !resp->hosts[i]->watching)
         printf("%s hears of new or stopped ranks only at its heartbeats: its worker has no "

@@ -18,7 +18,7 @@
 #define MAX_TOKEN     128
 #define MAX_HOST_NAME 64
 #define MAX_ADDRESS   128
-#define MAX_DEVICES   1024
+#define MAX_DEVICES   COLOD_MAX_DEVICES
 #define MAX_HB_RANKS  4096
 
 struct colod_watch_s {
@@ -837,6 +837,36 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
   colo_host_clear(&h);
 }
 
+/* The devices a beat reports unfit replace those of the last (level-triggered); a change is
+ * logged, and a device fit again may take ranks at once. */
+static void host_health(colod_t *d, colod_host_live_t *l, const Colo__V1__HeartbeatRequest *req) {
+  uint64_t sick[COLOD_MAX_DEVICES / 64] = {0};
+  uint32_t n = 0;
+  const char *why = "";
+  for (size_t i = 0; i < req->n_unhealthy; i++) {
+    const Colo__V1__DeviceHealth *h = req->unhealthy[i];
+    if (!h->has_index || h->index >= l->n_devices || (sick[h->index / 64] >> (h->index % 64)) & 1)
+      continue; /* not one of its devices, or said twice */
+    sick[h->index / 64] |= 1ull << (h->index % 64);
+    if (!n++ && h->reason)
+      why = h->reason;
+  }
+  if (!memcmp(sick, l->sick, sizeof sick))
+    return;
+  int fewer = n < l->n_sick;
+  memcpy(l->sick, sick, sizeof sick);
+  l->n_sick = n;
+  snprintf(l->sick_why, sizeof l->sick_why, "%.120s", why);
+  if (n)
+    colo_log(COLO_LOG_WARN, "hosts",
+             "host %s: %u device%s unhealthy (the first: %s); no new ranks go there", l->name, n,
+             n == 1 ? "" : "s", l->sick_why);
+  else
+    colo_log(COLO_LOG_INFO, "hosts", "host %s: all its devices are healthy again", l->name);
+  if (fewer)
+    colod_jobs_kick(d);
+}
+
 /* Liveness, the ranks' actual state in, their desired state out (jobs.c). */
 static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
@@ -847,6 +877,11 @@ static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *
   if (req->n_ranks > MAX_HB_RANKS) {
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%zu ranks exceed the limit of %d",
                   req->n_ranks, MAX_HB_RANKS);
+    return;
+  }
+  if (req->n_unhealthy > MAX_DEVICES) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "%zu unhealthy devices exceed the limit of %d", req->n_unhealthy, MAX_DEVICES);
     return;
   }
   colod_host_live_t *l = req->has_host_id ? colod_host_live(d, req->host_id) : NULL;
@@ -869,6 +904,7 @@ static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *
       colo_log(COLO_LOG_INFO, "hosts", "host %llu is UP again", (unsigned long long)l->id);
     }
   }
+  host_health(d, l, req);
   colod_jobs_heartbeat(d, l->id, req, &r);
   colo_rpc_reply(call, &r.base);
   colod_jobs_reply_done(&r);
@@ -914,6 +950,13 @@ static int hosts_cb(const colo_host_t *h, void *data) {
   m->cordon_reason = h->cordoned ? strdup(h->cordon_reason) : NULL;
   m->has_watching = 1;
   m->watching = l && l->push;
+  if (l && l->n_sick && l->state == COLO_HOST_UP) {
+    m->unhealthy_devices = calloc(l->n_sick, sizeof *m->unhealthy_devices);
+    for (uint32_t k = 0; m->unhealthy_devices && k < l->n_devices; k++)
+      if ((l->sick[k / 64] >> (k % 64)) & 1)
+        m->unhealthy_devices[m->n_unhealthy_devices++] = k;
+    m->unhealthy_reason = strdup(l->sick_why);
+  }
   if (dev) { /* take the devices over from the unpacked message */
     m->n_devices = dev->n_devices;
     m->devices = dev->devices;
@@ -931,6 +974,8 @@ static void hosts_acc_free(hosts_acc_t *a) {
     free(m->name);
     free(m->address);
     free(m->cordon_reason);
+    free(m->unhealthy_devices);
+    free(m->unhealthy_reason);
     for (size_t k = 0; k < m->n_devices; k++)
       colo__v1__device__free_unpacked(m->devices[k], NULL);
     free(m->devices);

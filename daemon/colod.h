@@ -17,6 +17,8 @@ typedef struct colod_job_live_s colod_job_live_t;
 typedef struct colod_log_reader_s colod_log_reader_t;
 typedef struct colod_rdzv_s colod_rdzv_t;
 
+#define COLOD_MAX_DEVICES 1024 /* a host's devices at most */
+
 /* A host's liveness, kept in memory: heartbeats do not write to the database; only a change
  * between UP and DOWN does. */
 typedef struct {
@@ -34,6 +36,10 @@ typedef struct {
   int cordoned;          /* an operator's CordonHost: no new ranks here */
   int stopping;          /* its worker said it is shutting down: no new ranks until it registers */
   colod_push_t *push;    /* push.c: its worker's WatchHost stream, or NULL */
+  /* devices its worker reports unfit (HeartbeatRequest.unhealthy): no new ranks go there */
+  uint64_t sick[COLOD_MAX_DEVICES / 64];
+  uint32_t n_sick;
+  char sick_why[128]; /* the first one's reason */
 } colod_host_live_t;
 
 typedef struct colod_s {

@@ -421,6 +421,9 @@ static size_t snap_find(const colo_sched_host_t *hosts, size_t n, uint64_t id) {
   return lo < n && hosts[lo].host_id == id ? lo : n;
 }
 
+/* A snapshot's busy flag of a device its worker reports unfit: taken, whoever gives it back. */
+#define SICK 2
+
 /* Marks a placed or running job's devices in a snapshot as taken (1) or given back (0), and the
  * host memory its ranks claim with them. */
 static void snap_mark(const colod_job_live_t *j, colo_sched_host_t *hosts, size_t n, int taken) {
@@ -429,8 +432,9 @@ static void snap_mark(const colod_job_live_t *j, colo_sched_host_t *hosts, size_
     size_t h = snap_find(hosts, n, j->place[r].host_id);
     if (h == n)
       continue;
-    if (j->place[r].device_index < hosts[h].n_devices)
-      ((uint8_t *)hosts[h].busy)[j->place[r].device_index] = (uint8_t)taken;
+    uint8_t *b = (uint8_t *)hosts[h].busy + j->place[r].device_index;
+    if (j->place[r].device_index < hosts[h].n_devices && *b != SICK)
+      *b = (uint8_t)taken;
     if (hosts[h].mem_free == UINT64_MAX)
       continue;
     if (taken)
@@ -931,6 +935,17 @@ static void schedule(colod_t *d) {
       continue;
     snap_mark(j, hosts, n, 1);
   }
+  /* devices their workers report unfit, by device kind, for the waiting jobs' reasons */
+  uint32_t sick[KINDS] = {0};
+  for (size_t i = 0; i < n; i++) {
+    const colod_host_live_t *h = colod_host_live(d, hosts[i].host_id);
+    for (uint32_t k = 0; h && h->n_sick && k < hosts[i].n_devices; k++)
+      if ((h->sick[k / 64] >> (k % 64)) & 1) {
+        ((uint8_t *)hosts[i].busy)[k] = SICK;
+        if (h->device_kind >= 0 && h->device_kind < KINDS)
+          sick[h->device_kind]++;
+      }
+  }
   /* a reservation: the job room is held for in this pass, its held devices, and its start */
   const colod_job_live_t *holder = NULL;
   uint8_t *held = calloc(total ? total : 1, 1), *view = malloc(total ? total : 1);
@@ -973,6 +988,10 @@ static void schedule(colod_t *d) {
     if (rc == 0 && nc && len < sizeof why)
       len += (size_t)snprintf(why + len, sizeof why - len, " (%u cordoned host%s not counted)", nc,
                               nc == 1 ? "" : "s");
+    uint32_t ns = kind >= 0 && kind < KINDS ? sick[kind] : 0;
+    if (rc == 0 && ns && len < sizeof why)
+      len += (size_t)snprintf(why + len, sizeof why - len, " (%u unhealthy device%s not counted)",
+                              ns, ns == 1 ? "" : "s");
     if (rc == 0 && holder && n_held && !backfill && len < sizeof why)
       len += (size_t)snprintf(why + len, sizeof why - len,
                               " (%u device%s held for job %llu%s not counted)", n_held,

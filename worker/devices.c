@@ -77,6 +77,70 @@ static int find_gpus(const char *lib, colo_devices_t *out, char *why, size_t why
   return (int)out->n;
 }
 
+/* ---- health ---- */
+
+#define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
+#define NVML_VOLATILE_ECC                  0
+
+struct colo_health_s {
+  void *lib;
+  nvml_return_t (*shutdown)(void);
+  nvml_return_t (*ecc)(nvml_device_t, int, int, unsigned long long *);
+  nvml_device_t dev[COLO_MAX_NODE_DEVICES];
+  uint32_t index[COLO_MAX_NODE_DEVICES];
+  size_t n;
+};
+
+colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs) {
+  if (!devs->n || devs->dev[0].kind != COLO_DEVICE_GPU)
+    return NULL;
+  void *lib = dlopen(nvml_lib, RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    return NULL;
+  colo_health_t *h = calloc(1, sizeof *h);
+  nvml_return_t (*init)(void), (*handle)(unsigned int, nvml_device_t *);
+  *(void **)&init = dlsym(lib, "nvmlInit_v2");
+  *(void **)&handle = dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
+  if (h) {
+    *(void **)&h->shutdown = dlsym(lib, "nvmlShutdown");
+    *(void **)&h->ecc = dlsym(lib, "nvmlDeviceGetTotalEccErrors");
+  }
+  if (!h || !init || !handle || !h->shutdown || !h->ecc || init() != 0) {
+    free(h);
+    dlclose(lib);
+    return NULL;
+  }
+  h->lib = lib;
+  for (size_t i = 0; i < devs->n; i++)
+    if (handle(devs->dev[i].index, &h->dev[h->n]) == 0)
+      h->index[h->n++] = devs->dev[i].index;
+  return h;
+}
+
+size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap) {
+  size_t n = 0;
+  for (size_t i = 0; h && i < h->n && n < cap; i++) {
+    unsigned long long errors = 0;
+    if (h->ecc(h->dev[i], NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors) != 0 ||
+        errors == 0)
+      continue; /* healthy, or no ECC to ask (NVML_ERROR_NOT_SUPPORTED) */
+    out[n].index = h->index[i];
+    snprintf(out[n].reason, sizeof out[n].reason,
+             "%llu uncorrected ECC error%s since the driver loaded", errors,
+             errors == 1 ? "" : "s");
+    n++;
+  }
+  return n;
+}
+
+void colo_health_close(colo_health_t *h) {
+  if (!h)
+    return;
+  h->shutdown();
+  dlclose(h->lib);
+  free(h);
+}
+
 int colo_devices_discover(const char *mode, const char *nvml_lib, uint32_t cpu_slots,
                           colo_devices_t *out, char *why, size_t whylen) {
   memset(out, 0, sizeof *out);

@@ -20,6 +20,20 @@ typedef struct {
   size_t n;
 } colo_devices_t;
 
+/* A GPU's health, from NVML kept open while the worker runs. */
+typedef struct colo_health_s colo_health_t;
+typedef struct {
+  uint32_t index;
+  char reason[96];
+} colo_device_health_t;
+
+/* NVML opened for the GPUs in devs; NULL where they are CPU slots or NVML cannot be loaded. */
+colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs);
+/* The GPUs unfit to run ranks now: uncorrected ECC errors since the driver loaded (a GPU
+ * without ECC, or an NVML without the call, counts as fit). Returns how many, up to cap. */
+size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap);
+void colo_health_close(colo_health_t *h);
+
 /* mode "auto": the GPUs NVML reports, or cpu_slots CPU slots when there are none; "gpu": GPUs
  * or an error; "cpu": CPU slots. nvml_lib: the library to dlopen ("libnvidia-ml.so.1").
  * Returns 0 with `why` saying what was found, or -1 with `why` saying what is wrong. */

@@ -45,7 +45,9 @@ typedef struct {
   colo_devices_t devs;
   colo_ranks_t ranks;
   int stopping;
-  colo_watch_t *watch; /* colod's nudges; NULL: beats at the interval only */
+  colo_watch_t *watch;   /* colod's nudges; NULL: beats at the interval only */
+  colo_health_t *health; /* the GPUs' health through NVML; NULL: CPU slots */
+  int n_sick;            /* unhealthy devices in the last check */
 } workerd_t;
 
 static void usage(FILE *out) {
@@ -165,6 +167,24 @@ static void on_tick(uv_timer_t *t) {
   req.n_ranks = colo_ranks_status(&w->ranks, &req.ranks);
   req.has_stopping = w->stopping;
   req.stopping = w->stopping != 0;
+  /* devices unfit to run ranks, checked at every beat */
+  colo_device_health_t sick[COLO_MAX_NODE_DEVICES];
+  Colo__V1__DeviceHealth dh[COLO_MAX_NODE_DEVICES], *dhp[COLO_MAX_NODE_DEVICES];
+  size_t n_sick = colo_health_check(w->health, sick, COLO_MAX_NODE_DEVICES);
+  for (size_t i = 0; i < n_sick; i++) {
+    colo__v1__device_health__init(&dh[i]);
+    dh[i].has_index = 1;
+    dh[i].index = sick[i].index;
+    dh[i].reason = sick[i].reason;
+    dhp[i] = &dh[i];
+  }
+  req.n_unhealthy = n_sick;
+  req.unhealthy = dhp;
+  if ((int)n_sick != w->n_sick)
+    colo_log(n_sick ? COLO_LOG_WARN : COLO_LOG_INFO, "worker", "%zu unhealthy device%s%s%s%s",
+             n_sick, n_sick == 1 ? "" : "s", n_sick ? " (the first: " : "",
+             n_sick ? sick[0].reason : "", n_sick ? ")" : "");
+  w->n_sick = (int)n_sick;
   Colo__V1__HeartbeatResponse *resp = NULL;
   colo_rpc_status_t st;
   int rc = colo_rpc_call(w->cli, "/colo.v1.Cluster/Heartbeat", &req.base,
@@ -470,6 +490,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   colo_ranks_reap_orphans(&w.ranks);
+  w.health = colo_health_open(cfg->nvml_library, &w.devs);
   w.ranks.on_exit = on_rank_news;
   w.ranks.on_started = on_rank_news;
   w.ranks.on_exit_data = &w;
@@ -491,6 +512,7 @@ int main(int argc, char **argv) {
   uv_timer_start(&w.tick, on_tick, w.interval_ms, w.interval_ms);
   uv_run(w.loop, UV_RUN_DEFAULT);
   colo_ranks_free(&w.ranks);
+  colo_health_close(w.health);
   uv_loop_close(w.loop);
   colo_rpc_client_close(w.cli);
   colo__v1__worker_config__free_unpacked(cfg, NULL);

@@ -130,7 +130,7 @@ training_text
 mkdir -p "$TMP/gdata" "$TMP/gckpt"
 "$COLO_BIN/colo-train" prepare --input "$TEXT" --out "$TMP/gdata/ts" >/dev/null
 printf 'nvml_library: %s\ndevices: gpu\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
-COLO_CUDA_EMULATE=1 "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
+COLO_CUDA_EMULATE=1 FAKE_NVML_ECC_FILE="$TMP/ecc" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
   --run-dir "$TMP/run-g" --data-root "$TMP/gdata" --checkpoint-root "$TMP/gckpt" \
   --nvme-root "$TMP/gnvme" --colo-train "$COLO_BIN/colo-train" >>"$TMP/gpu.log" 2>&1 &
 GPID=$!
@@ -160,7 +160,8 @@ resources: {device: gpu}
 memory: {placement: static, param_device_fraction: 0.5, optim_device_fraction: 0.25, optim_nvme_fraction: 0.5, nvme_dir: scratch/on-gpus}
 JOB
 GJ=$("$COLOCTL" submit "$TMP/gjob.yaml")
-gstate() { "$COLOCTL" status "$GJ" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+gstate_of() { "$COLOCTL" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+gstate() { gstate_of "$GJ"; }
 for _ in $(seq 1 600); do
   case "$(gstate)" in succeeded | failed | cancelled) break ;; esac
   sleep 0.1
@@ -195,6 +196,28 @@ done
 expect_eq "$(njstate)" "failed 0 1"
 expect_rc 0 "$COLOCTL" status "$NJ"
 expect_contains "$OUT" "exited with code 78: $TMP/gdata/pre/none.safetensors: No such file or directory; not restarted: the job cannot run as written"
+
+# GPU health: GPU 1 reports uncorrected ECC errors (NVML, at each beat); nothing new goes there,
+# and a 2-GPU job waits, saying so, until it is fit again
+echo "1 2" >"$TMP/ecc"
+for _ in $(seq 1 50); do
+  grep -q "unhealthy" <<<"$("$COLOCTL" hosts)" && break
+  sleep 0.1
+done
+expect_rc 0 "$COLOCTL" hosts
+expect_contains "$OUT" "g1: device 1 unhealthy (2 uncorrected ECC errors since the driver loaded): no new ranks go there"
+expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print([h.get("unhealthy_devices") for h in json.load(sys.stdin) if h["name"] == "g1"][0])')" "[1]"
+sed -e 's|name: on-gpus|name: on-two-gpus|' -e 's|steps: 20|steps: 100000|' "$TMP/gjob.yaml" >"$TMP/two.yaml"
+TJ=$("$COLOCTL" submit "$TMP/two.yaml")
+status_says "$TJ" "unhealthy device"
+expect_contains "$OUT" "(1 unhealthy device not counted)"
+rm "$TMP/ecc"
+for _ in $(seq 1 50); do
+  [ "$(gstate_of "$TJ")" = running ] && break
+  sleep 0.1
+done
+expect_eq "$(gstate_of "$TJ")" "running" "(once GPU 1 is fit again)"
+expect_rc 0 "$COLOCTL" cancel "$TJ"
 kill -TERM $GPID
 wait $GPID || fail "the GPU worker did not exit 0"
 # asked for GPUs where there is no NVML: refuses to start, saying why
