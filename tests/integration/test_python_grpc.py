@@ -807,6 +807,39 @@ class AfterTest(WithColod):
         self.api.CancelJob(pb.CancelJobRequest(id=third), timeout=5)
 
 
+class HealthTest(WithColod):
+    """HeartbeatRequest.unhealthy, this client acting as the worker of one 2-device host: a
+    device its beats report unfit takes no ranks, the waiting job says so, ListHosts names it;
+    an index the host does not have is ignored; the next beat without it makes it fit again."""
+
+    state, log_name = os.path.join(TMP, "state-health"), "colod-health.log"
+
+    def test_an_unhealthy_device_takes_no_ranks(self):
+        r = register(self.api, "ha", 2)
+
+        def beat(*sick):
+            resp = self.api.Heartbeat(pb.HeartbeatRequest(
+                host_id=r.host_id, session=r.session,
+                unhealthy=[pb.DeviceHealth(index=i, reason="2 uncorrected ECC errors")
+                           for i in sick]), timeout=5)
+            return {d.job_id for d in resp.desired}
+
+        beat(1, 7)  # 7: not one of its devices
+        host, = [h for h in self.api.ListHosts(pb.ListHostsRequest(), timeout=5).hosts
+                 if h.name == "ha"]
+        self.assertEqual(list(host.unhealthy_devices), [1])
+        self.assertEqual(host.unhealthy_reason, "2 uncorrected ECC errors")
+        j = submit(self.api, "needs-two", dp=2)
+        w = self.until("the reason", lambda: self.job(j).waiting)
+        self.assertIn("(1 unhealthy device not counted)", w)
+        self.assertNotIn(j, beat(1))
+        self.until("placed once fit", lambda: j in beat())
+        host, = [h for h in self.api.ListHosts(pb.ListHostsRequest(), timeout=5).hosts
+                 if h.name == "ha"]
+        self.assertEqual(list(host.unhealthy_devices), [])
+        self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+
 class Nudges:
     """a WatchHost stream read on a thread of its own: its nudges' seqs, and how it ended"""
 
