@@ -332,8 +332,8 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
 
   colo_store_close(d.store);
   uv_loop_close(d.loop);
+  colod_jobs_free(&d); /* before the hosts: an attempt's end looks its hosts up */
   free(d.hosts);
-  colod_jobs_free(&d);
   return d.exit_code;
 }
 
