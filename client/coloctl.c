@@ -449,8 +449,10 @@ static void job_row(table_t *t, const Colo__V1__Job *j, int64_t now) {
   else
     snprintf(ck, sizeof ck, "-");
   fmt_age(now - j->created_ms, age, sizeof age);
+  /* a waiting job: why it waits (no room, the jobs it runs after) says more than "submitted" */
+  const char *msg = j->waiting && j->waiting[0] ? j->waiting : j->message ? j->message : "";
   table_row(t, id, j->name ? j->name : "", state_name(j->state), att, world, steps, loss, tok, eta,
-            ck, age, j->message ? j->message : "");
+            ck, age, msg);
 }
 
 static const char *const JOB_HEADERS[] = {"ID",   "NAME",    "STATE", "ATTEMPT", "WORLD",

@@ -119,6 +119,12 @@ expect_rc 0 "$COLOCTL" submit "$TMP/job.json" --after 1,3
 AJ=$OUT
 expect_rc 0 "$COLOCTL" status "$AJ"
 expect_contains "$OUT" "after      jobs 1, 3 (each must succeed first)"
+for _ in $(seq 1 30); do
+  grep -q "waits for job 1 to succeed" <<<"$("$COLOCTL" list)" && break
+  sleep 0.1
+done
+expect_rc 0 "$COLOCTL" list
+expect_contains "$(grep "^$AJ " <<<"$OUT")" "waits for job 1 to succeed: it ended CANCELLED, and starts only if that job is resumed and succeeds (or cancel this one); 1 more in its after not checked yet"
 expect_rc 2 "$COLOCTL" submit "$TMP/job.json" --after one
 expect_eq "$ERR" "coloctl: submit: --after takes job ids separated by commas, not 'one'; try 'coloctl --help'"
 expect_rc 1 "$COLOCTL" submit "$TMP/job.json" --after 1,77
