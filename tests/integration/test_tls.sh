@@ -112,6 +112,8 @@ for _ in $(seq 1 300); do up && break; sleep 0.1; done
 up || fail "w1 did not register over TLS: $(cat "$TMP/worker.log")"
 sleep 2 # w0 has tried for 2 s more
 expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(" ".join(h["name"] for h in json.load(sys.stdin)))')" "w1" "(hosts: w0 has no certificate, w2 and alice the wrong one)"
+# its WatchHost stream runs over mutual TLS too
+expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0].get("watching"))')" "True" "(w1's stream: $(grep -i nudge "$TMP/worker.log"))"
 expect_contains "$(cat "$TMP/worker0.log")" "cannot register with $COLO_SERVER: UNAVAILABLE"
 expect_contains "$(cat "$TMP/worker2.log")" 'PERMISSION_DENIED: worker certificate "w1" may register only host "w1"'
 expect_contains "$(cat "$TMP/worker3.log")" 'PERMISSION_DENIED: certificate "alice" (user) may not call RegisterHost: it needs a worker'"'"'s certificate'
