@@ -87,9 +87,9 @@ int colo_rank_start(uv_loop_t *loop, colo_rank_proc_t *p, char *const *argv, cha
 }
 
 void colo_rank_stop(colo_rank_proc_t *p, uint64_t grace_ms) {
-  if (!p->running || uv_is_closing((uv_handle_t *)&p->proc))
-    return;
+  if (!p->running || uv_is_closing((uv_handle_t *)&p->proc) || p->term_sent)
+    return; /* every reconcile asks again while the rank saves its checkpoint */
+  p->term_sent = 1;
   kill(-p->pid, SIGTERM);
-  if (!uv_is_active((uv_handle_t *)&p->kill_timer))
-    uv_timer_start(&p->kill_timer, on_kill_timer, grace_ms, 0);
+  uv_timer_start(&p->kill_timer, on_kill_timer, grace_ms, 0);
 }

@@ -26,6 +26,8 @@ struct colo_rank_proc {
   int open_handles;
   int64_t exit_status;
   int term_signal;
+  int term_sent; /* a stop sent SIGTERM: a second would end colo-train at once (its rule for a
+                    second Ctrl-C), mid-checkpoint */
   colo_rank_exit_cb on_exit;
 };
 
@@ -37,8 +39,8 @@ int colo_rank_start(uv_loop_t *loop, colo_rank_proc_t *p, char *const *argv, cha
                     const char *cwd, const char *log_path, colo_rank_exit_cb on_exit, char *why,
                     size_t whylen);
 
-/* Sends SIGTERM to the rank's process group, and SIGKILL grace_ms later if it is still there.
- * A no-op when the rank is not running. */
+/* Sends SIGTERM to the rank's process group, once however often it is called, and SIGKILL
+ * grace_ms after the first call if it is still there. A no-op when the rank is not running. */
 void colo_rank_stop(colo_rank_proc_t *p, uint64_t grace_ms);
 
 #endif

@@ -105,6 +105,39 @@ TEST(stop_sends_sigterm) {
   unlink(log);
 }
 
+/* the worker asks again at each reconcile while a rank stops: one SIGTERM all the same */
+TEST(a_stop_asked_again_sends_one_sigterm) {
+  char log[128], buf[256];
+  char *env[] = {NULL};
+  uv_loop_t loop;
+  uv_loop_init(&loop);
+  result_t r = {0};
+  colo_rank_proc_t p = {.data = &r};
+  char *argv[] = {"/bin/sh", "-c",
+                  "trap 'echo term' TERM; i=0; while [ $i -lt 10 ]; do sleep 0.1; i=$((i+1)); "
+                  "done; exit 75",
+                  NULL};
+  char why[256] = "";
+  tmp_log(log, sizeof log);
+  ASSERT_EQ_INT(colo_rank_start(&loop, &p, argv, env, NULL, log, on_exit_cb, why, sizeof why), 0);
+  for (int stop = 0; stop < 3; stop++) {
+    double t_end = now_s() + 0.15;
+    while (now_s() < t_end)
+      uv_run(&loop, UV_RUN_NOWAIT), usleep(1000);
+    colo_rank_stop(&p, 5000);
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  ASSERT_EQ_INT(r.calls, 1);
+  ASSERT_EQ_INT(r.status, 75);     /* it finished as it chose, not killed by a second signal */
+  read_file(log, buf, sizeof buf); /* the trap's lines, and the shell's for its killed sleeps */
+  int traps = 0;
+  for (char *line = strtok(buf, "\n"); line; line = strtok(NULL, "\n"))
+    traps += !strcmp(line, "term");
+  ASSERT_EQ_INT(traps, 1);
+  ASSERT_EQ_INT(uv_loop_close(&loop), 0);
+  unlink(log);
+}
+
 TEST(sigkill_after_the_grace_period) {
   char log[128];
   char *env[] = {NULL};
