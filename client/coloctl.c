@@ -49,7 +49,7 @@ static void usage(FILE *out) {
       "                                       --watch redraws it in place until interrupted\n"
       "                                       (or until JOB ends)\n"
       "  list [--state S]... [--limit N]      jobs, oldest first\n"
-      "  cancel JOB [--reason TEXT]           cancel a job\n"
+      "  cancel JOB... [--reason TEXT]        cancel jobs (a sweep's, say)\n"
       "  resume JOB [--from-step N]           resume a failed, cancelled or timed-out job\n"
       "  watch JOB                            follow a job's state changes until it ends\n"
       "  hosts                                hosts and their devices\n"
@@ -760,37 +760,52 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
 
 /* ---- cancel / resume ---- */
 
+/* cancel JOB [JOB...] (a sweep's jobs): each is tried; the exit status is the first failure's */
 static int cmd_cancel(ctl_t *c, int argc, char **argv) {
-  uint64_t id = 0;
+  uint64_t ids[MAX_SWEEP_JOBS];
+  int n = 0;
   const char *reason = NULL;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--reason") && i + 1 < argc)
       reason = argv[++i];
-    else if (!id && parse_id(argv[i], &id) == 0)
-      continue;
+    else if (n < MAX_SWEEP_JOBS && parse_id(argv[i], &ids[n]) == 0)
+      n++;
     else
       return usage_error("cancel: unexpected argument '%s'", argv[i]);
   }
-  if (!id)
+  if (!n)
     return usage_error("cancel needs a job id");
-  int rc = connect_ctl(c);
+  int rc = connect_ctl(c), first = 0;
   if (rc)
     return rc;
-  Colo__V1__CancelJobRequest req = COLO__V1__CANCEL_JOB_REQUEST__INIT;
-  req.has_id = 1;
-  req.id = id;
-  req.reason = (char *)reason;
-  Colo__V1__CancelJobResponse *resp = NULL;
-  rc = call(c, "CancelJob", &req.base, &colo__v1__cancel_job_response__descriptor,
-            (ProtobufCMessage **)&resp);
-  if (rc)
-    return rc;
-  if (c->json)
-    print_json(&resp->job->base);
-  else
-    printf("job %llu %s\n", (unsigned long long)id, state_name(resp->job->state));
-  colo__v1__cancel_job_response__free_unpacked(resp, NULL);
-  return 0;
+  cJSON *arr = c->json && n > 1 ? cJSON_CreateArray() : NULL;
+  for (int k = 0; k < n; k++) {
+    Colo__V1__CancelJobRequest req = COLO__V1__CANCEL_JOB_REQUEST__INIT;
+    req.has_id = 1;
+    req.id = ids[k];
+    req.reason = (char *)reason;
+    Colo__V1__CancelJobResponse *resp = NULL;
+    rc = call(c, "CancelJob", &req.base, &colo__v1__cancel_job_response__descriptor,
+              (ProtobufCMessage **)&resp);
+    if (rc) {
+      first = first ? first : rc;
+      continue;
+    }
+    if (arr)
+      cJSON_AddItemToArray(arr, colo_pb_to_json(&resp->job->base));
+    else if (c->json)
+      print_json(&resp->job->base);
+    else
+      printf("job %llu %s\n", (unsigned long long)ids[k], state_name(resp->job->state));
+    colo__v1__cancel_job_response__free_unpacked(resp, NULL);
+  }
+  if (arr) {
+    char *txt = cJSON_PrintUnformatted(arr);
+    printf("%s\n", txt);
+    cJSON_free(txt);
+    cJSON_Delete(arr);
+  }
+  return first;
 }
 
 static int cmd_resume(ctl_t *c, int argc, char **argv) {

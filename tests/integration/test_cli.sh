@@ -151,7 +151,11 @@ expect_eq "$ERR" "coloctl: $TMP/job.json (optimizer.lr=-1): optimizer.lr=-1 must
 expect_eq "$(db_count "$STATE")" "$before" "(a sweep with a bad job submits none)"
 expect_rc 2 "$COLOCTL" submit "$TMP/job.json" --sweep train.seed=
 expect_eq "$ERR" "coloctl: submit: --sweep takes FIELD=VALUE,VALUE,..., not 'train.seed='; try 'coloctl --help'"
-for id in $SW; do "$COLOCTL" cancel "$id" >/dev/null; done
+# a sweep's jobs cancelled in one call; one that is unknown fails alone, and the exit says so
+expect_rc 1 "$COLOCTL" cancel $SW 999
+expect_eq "$(echo "$OUT" | wc -l)" "6"
+expect_eq "$(echo "$OUT" | sort -u | sed 's/^job [0-9]* //' | sort -u)" "CANCELLED"
+expect_eq "$ERR" "coloctl: NOT_FOUND: job 999 not found"
 
 # colod refuses a bad config with the file's line, and bad flags
 printf 'host_timeout: forever\n' >"$TMP/bad.conf"
