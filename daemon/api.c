@@ -1347,19 +1347,17 @@ static int authorized(colod_t *d, colo_rpc_call_t *call, int roles, const Protob
       return 0;
     }
   }
-  if (role == R_WORKER && (!strcmp(method, "Heartbeat") || !strcmp(method, "WatchHost"))) {
-    /* both start with host_id */
-    int has = !strcmp(method, "Heartbeat")
-                  ? ((const Colo__V1__HeartbeatRequest *)(const void *)m)->has_host_id
-                  : ((const Colo__V1__WatchHostRequest *)(const void *)m)->has_host_id;
-    uint64_t id = !strcmp(method, "Heartbeat")
-                      ? ((const Colo__V1__HeartbeatRequest *)(const void *)m)->host_id
-                      : ((const Colo__V1__WatchHostRequest *)(const void *)m)->host_id;
-    colod_host_live_t *l = has ? colod_host_live(d, id) : NULL;
+  int beat = !strcmp(method, "Heartbeat");
+  if (role == R_WORKER && (beat || !strcmp(method, "WatchHost"))) { /* for its own host only */
+    const Colo__V1__HeartbeatRequest *hb = (const void *)m;
+    const Colo__V1__WatchHostRequest *wh = (const void *)m;
+    colod_host_live_t *l = (beat ? hb->has_host_id : wh->has_host_id)
+                               ? colod_host_live(d, beat ? hb->host_id : wh->host_id)
+                               : NULL;
     if (l && strcmp(l->name, cn) != 0) {
       colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
                     "worker certificate \"%s\" may not %s for host \"%s\"", cn,
-                    !strcmp(method, "Heartbeat") ? "beat" : "watch", l->name);
+                    beat ? "beat" : "watch", l->name);
       return 0;
     }
   }

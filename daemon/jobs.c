@@ -912,9 +912,10 @@ static void schedule(colod_t *d) {
     return;
   }
   size_t n = 0, off = 0;
-  /* UP hosts an operator took out, by device kind, for the waiting jobs' reasons */
+  /* UP hosts an operator took out, and devices their workers report unfit (marked SICK: snap_mark
+   * leaves them taken), by device kind, for the waiting jobs' reasons */
   enum { KINDS = COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU + 1 };
-  uint32_t cordoned[KINDS] = {0};
+  uint32_t cordoned[KINDS] = {0}, sick[KINDS] = {0};
   for (size_t i = 0; i < d->n_hosts; i++) {
     colod_host_live_t *h = &d->hosts[i];
     uint8_t *b = busy + off;
@@ -929,22 +930,17 @@ static void schedule(colod_t *d) {
     hosts[n].busy = b;
     hosts[n].mem_free = h->memory_bytes ? h->memory_bytes : UINT64_MAX;
     n++;
+    for (uint32_t k = 0; h->n_sick && k < h->n_devices; k++)
+      if ((h->sick[k / 64] >> (k % 64)) & 1) {
+        b[k] = SICK;
+        if (h->device_kind >= 0 && h->device_kind < KINDS)
+          sick[h->device_kind]++;
+      }
   }
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
     if (j->state != COLO_JOB_RUNNING || !j->place)
       continue;
     snap_mark(j, hosts, n, 1);
-  }
-  /* devices their workers report unfit, by device kind, for the waiting jobs' reasons */
-  uint32_t sick[KINDS] = {0};
-  for (size_t i = 0; i < n; i++) {
-    const colod_host_live_t *h = colod_host_live(d, hosts[i].host_id);
-    for (uint32_t k = 0; h && h->n_sick && k < hosts[i].n_devices; k++)
-      if ((h->sick[k / 64] >> (k % 64)) & 1) {
-        ((uint8_t *)hosts[i].busy)[k] = SICK;
-        if (h->device_kind >= 0 && h->device_kind < KINDS)
-          sick[h->device_kind]++;
-      }
   }
   /* a reservation: the job room is held for in this pass, its held devices, and its start */
   const colod_job_live_t *holder = NULL;
