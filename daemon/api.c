@@ -321,6 +321,7 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     fail_store(d, call, rc);
     return;
   }
+  d->stats.entered[COLO_JOB_PENDING]++;
   colo_log(COLO_LOG_INFO, "api", "job %llu \"%s\" submitted%s%s", (unsigned long long)job.id,
            job.name, job.owner[0] ? " by " : "", job.owner);
   colod_jobs_kick(d);
@@ -459,6 +460,7 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     fail_store(d, call, rc);
     return;
   }
+  d->stats.entered[COLO_JOB_CANCELLED]++;
   colo_log(COLO_LOG_INFO, "api", "job %llu cancelled", (unsigned long long)job.id);
   colod_watch_notify(d, &job);
   colod_jobs_kick(d); /* its ranks are withdrawn at once */
@@ -530,6 +532,7 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     fail_store(d, call, rc);
     return;
   }
+  d->stats.entered[COLO_JOB_PENDING]++;
   colod_watch_notify(d, &job);
   colod_jobs_kick(d);
   reply_job(d, call, &job, 3);
@@ -851,12 +854,14 @@ static void host_health(colod_t *d, colod_host_live_t *l, const Colo__V1__Heartb
     if (!n++ && h->reason)
       why = h->reason;
   }
-  if (!memcmp(sick, l->sick, sizeof sick))
-    return;
+  char first[sizeof l->sick_why];
+  snprintf(first, sizeof first, "%.120s", why);
+  if (!memcmp(sick, l->sick, sizeof sick) && !strcmp(first, l->sick_why))
+    return; /* as at its last beat (a reason may change: a pending row remap that failed) */
   int fewer = n < l->n_sick;
   memcpy(l->sick, sick, sizeof sick);
   l->n_sick = n;
-  snprintf(l->sick_why, sizeof l->sick_why, "%.120s", why);
+  memcpy(l->sick_why, first, sizeof first);
   if (n)
     colo_log(COLO_LOG_WARN, "hosts",
              "host %s: %u device%s unhealthy (the first: %s); no new ranks go there", l->name, n,
@@ -906,6 +911,7 @@ static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *
   }
   host_health(d, l, req);
   colod_jobs_heartbeat(d, l->id, req, &r);
+  d->stats.heartbeats++;
   colo_rpc_reply(call, &r.base);
   colod_jobs_reply_done(&r);
 }

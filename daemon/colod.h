@@ -42,6 +42,19 @@ typedef struct {
   char sick_why[128]; /* the first one's reason */
 } colod_host_live_t;
 
+/* Counters since colod started, served at /metrics (metrics.c); each kept by the module that
+ * does the counted thing. */
+typedef struct {
+  uint64_t heartbeats;                      /* api.c: heartbeats of known host sessions answered */
+  uint64_t sched_passes;                    /* jobs.c: scheduling passes that had jobs to place */
+  uint64_t sched_ns;                        /* and their time */
+  uint64_t entered[COLO_JOB_STATE_MAX + 1]; /* api.c, jobs.c: job state changes, by state entered */
+  uint64_t preempted;                       /* jobs.c: jobs stopped for a higher priority */
+  uint64_t nudges;                          /* push.c: HostNudge messages sent */
+} colod_stats_t;
+
+typedef struct colod_metrics_s colod_metrics_t;
+
 typedef struct colod_s {
   uv_loop_t *loop;
   colod_config_t cfg;
@@ -70,6 +83,8 @@ typedef struct colod_s {
   uint64_t *push_pending; /* push.c: hosts to nudge when push_flush fires */
   size_t n_push_pending, cap_push_pending;
   uv_timer_t push_flush;
+  colod_stats_t stats;
+  colod_metrics_t *metrics; /* metrics.c: the HTTP endpoint, or NULL */
   int draining;
   int exit_code;
 } colod_t;

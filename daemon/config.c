@@ -64,6 +64,10 @@ static const centry_t TABLE[] = {
     {"logs_private", T_BOOL, F(logs_private), 0, 1, "true", 0,
      "with tls_roles: a user reads the logs of its own jobs only, an admin every job's; false: "
      "every user reads every job's logs"},
+    {"metrics_listen", T_STRING, F(metrics_listen), 0, 0, "", 0,
+     "host:port of an HTTP endpoint serving Prometheus metrics at /metrics and a health check at "
+     "/healthz (port 0 picks a free one); empty: none. Plain HTTP without authentication: keep "
+     "it on loopback or a private network"},
 };
 #define N_TABLE (sizeof TABLE / sizeof TABLE[0])
 
@@ -121,6 +125,21 @@ static void fmt_duration(uint64_t ms, char *buf, size_t n) {
     snprintf(buf, n, "%llums", (unsigned long long)ms);
 }
 
+/* "host:port" or "[v6]:port", port 0..65535 */
+static int host_port(const char *s) {
+  const char *colon = strrchr(s, ':');
+  if (!colon || colon == s || !colon[1] || strlen(colon + 1) > 5)
+    return 0;
+  for (const char *p = colon + 1; *p; p++)
+    if (*p < '0' || *p > '9')
+      return 0;
+  if (atoi(colon + 1) > 65535)
+    return 0;
+  if (s[0] == '[')
+    return colon[-1] == ']' && colon - s > 2;
+  return memchr(s, ':', (size_t)(colon - s)) == NULL; /* a bare IPv6 address needs brackets */
+}
+
 static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char *err,
                  size_t errlen) {
   char *field = (char *)cfg + e->offset;
@@ -133,6 +152,11 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
       return fail(err, errlen, "%s is longer than %zu characters", e->name, e->size - 1);
     if (!strcmp(e->name, "rendezvous") && strcmp(value, "colod") && strcmp(value, "rank0"))
       return fail(err, errlen, "rendezvous \"%s\" must be colod or rank0", value);
+    if (!strcmp(e->name, "metrics_listen") && value[0] && !host_port(value))
+      return fail(err, errlen,
+                  "metrics_listen \"%s\" must be HOST:PORT (PORT 0 to 65535; [ADDR]:PORT for "
+                  "IPv6), or empty for none",
+                  value);
     memcpy(field, value, strlen(value) + 1);
     return 0;
   case T_LOGLEVEL: {

@@ -23,8 +23,9 @@ typedef struct {
   char tls_cert[1024];         /* TLS: colod's certificate (PEM); empty: no TLS */
   char tls_key[1024];          /* and its key */
   char tls_client_ca[1024];    /* mutual TLS: clients need a certificate from this CA */
-  uint32_t tls_roles;    /* mutual TLS: a certificate's OU is its role (user, admin, worker) */
-  uint32_t logs_private; /* with tls_roles: a user reads only its own jobs' logs */
+  uint32_t tls_roles;       /* mutual TLS: a certificate's OU is its role (user, admin, worker) */
+  uint32_t logs_private;    /* with tls_roles: a user reads only its own jobs' logs */
+  char metrics_listen[256]; /* Prometheus /metrics over HTTP; empty: none */
 } colod_config_t;
 
 /* Defaults from the table. */

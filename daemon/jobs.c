@@ -21,6 +21,7 @@ struct colod_job_live_s {
   int state;
   uint32_t attempt, restarts, max_restarts;
   uint64_t resume_step;
+  char owner[129]; /* who submitted it ("": no mutual TLS) */
   int seen;
   Colo__V1__JobSpec *spec;
   uint32_t world, dp, tp, pp;
@@ -207,6 +208,7 @@ static int sync_cb(const colo_job_t *row, void *data) {
   j->restarts = row->restarts;
   j->max_restarts = row->max_restarts;
   j->resume_step = row->resume_step;
+  snprintf(j->owner, sizeof j->owner, "%s", row->owner);
   j->seen = 1;
   if (j->state == COLO_JOB_RUNNING && j->placed_attempt != j->attempt) {
     load_attempt(d, j);
@@ -265,6 +267,8 @@ static int transition_as(colod_t *d, colod_job_live_t *j, int to, const char *ms
              colo_job_state_name(to), colo_store_errmsg(d->store));
     return rc;
   }
+  if (row.state >= 1 && row.state <= COLO_JOB_STATE_MAX)
+    d->stats.entered[row.state]++;
   colo_log(to == COLO_JOB_SUCCEEDED ? COLO_LOG_INFO : COLO_LOG_WARN, "jobs", "job %llu: %s: %s",
            (unsigned long long)j->id, colo_job_state_name(to), msg);
   j->state = row.state;
@@ -331,6 +335,25 @@ static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why, int ho
   }
 }
 
+/* A rank failed on a device its worker reports unhealthy: the reason says so, for the user to
+ * see that the hardware, not the job, is the likely cause. (The failure counts as a restart all
+ * the same, as a dead node's does; the next attempt goes to other devices.) */
+static void blame_device(colod_t *d, const colod_job_live_t *j, uint32_t r, char *why, size_t len) {
+  const colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
+  uint32_t dev = j->place[r].device_index;
+  if (!h || !h->n_sick || dev >= h->n_devices || !((h->sick[dev / 64] >> (dev % 64)) & 1))
+    return;
+  size_t n = strlen(why);
+  if (n < len && h->n_sick == 1)
+    snprintf(why + n, len - n, " on device %u of host %s, which its worker reports unhealthy: %s",
+             dev, h->name, h->sick_why);
+  else if (n < len)
+    snprintf(why + n, len - n,
+             " on device %u of host %s, which its worker reports unhealthy (with %u others; the "
+             "first: %s)",
+             dev, h->name, h->n_sick - 1, h->sick_why);
+}
+
 /* A RUNNING attempt: done, failed, or still going. */
 static void check_attempt(colod_t *d, colod_job_live_t *j) {
   char why[400] = "";
@@ -346,6 +369,7 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
   /* ranks that stopped as asked (COLO_EXIT_STOPPED) end it without a failure, unless one did
    * fail */
   char stopped[400] = "";
+  int bad = -1; /* the rank that failed */
   for (uint32_t r = 0; r < j->world && !why[0]; r++) {
     colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
     if (j->phase[r] == COLO__V1__RANK_PHASE__RANK_PHASE_EXITED) {
@@ -354,9 +378,10 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
         if (!stopped[0])
           snprintf(stopped, sizeof stopped,
                    "rank %u ended on SIGTERM while starting, before it could save a checkpoint", r);
-      } else if (j->sig[r])
+      } else if (j->sig[r]) {
         snprintf(why, sizeof why, "rank %u was killed by signal %d", r, j->sig[r]);
-      else if (j->exit_code[r] == COLO_EXIT_STOPPED) {
+        bad = (int)r;
+      } else if (j->exit_code[r] == COLO_EXIT_STOPPED) {
         if (!stopped[0]) /* the first says where they stopped */
           snprintf(stopped, sizeof stopped, "rank %u %s", r,
                    j->why[r][0] ? j->why[r] : "stopped as asked");
@@ -370,6 +395,8 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
                (unsigned long long)j->place[r].host_id, r);
     }
   }
+  if (why[0] && bad >= 0 && !config)
+    blame_device(d, j, (uint32_t)bad, why, sizeof why);
   if (why[0]) {
     end_attempt(d, j, why, config ? END_CONFIG : END_FAILED);
   } else if (stopped[0]) {
@@ -477,6 +504,7 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: %s", (unsigned long long)j->id, why);
     return -1;
   }
+  d->stats.entered[COLO_JOB_RUNNING]++;
   j->state = row.state;
   j->attempt = row.attempt;
   colod_watch_notify(d, &row);
@@ -692,8 +720,10 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const colo_sched_ho
     char why[160];
     snprintf(why, sizeof why, "preempted by job %llu, priority %d over %d",
              (unsigned long long)w->id, w->spec->priority, v[i]->spec->priority);
-    if (stop_for(d, v[i], why, COLO_STOP_MOVE) == 0)
+    if (stop_for(d, v[i], why, COLO_STOP_MOVE) == 0) {
       waits++;
+      d->stats.preempted++;
+    }
   }
   waits += (uint32_t)stopping;
 done:
@@ -1019,8 +1049,11 @@ static void schedule(colod_t *d) {
   free(held);
   free(view);
   free(fit);
+  uint64_t took = uv_hrtime() - t0;
+  d->stats.sched_passes++;
+  d->stats.sched_ns += took;
   colo_log(COLO_LOG_DEBUG, "jobs", "scheduling pass: %zu waiting jobs, %zu hosts, %.3f ms", n_wait,
-           n, (double)(uv_hrtime() - t0) / 1e6);
+           n, (double)took / 1e6);
   free(waiting);
   free(hosts);
   free(busy);
@@ -1423,6 +1456,38 @@ int colod_jobs_attempt(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t 
   *attempt = j->attempt;
   *world = j->world;
   return 1;
+}
+
+void colod_jobs_each(colod_t *d, colod_job_view_cb cb, void *data) {
+  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
+    colod_job_view_t v = {
+        .id = j->id,
+        .name = j->spec->name ? j->spec->name : "",
+        .owner = j->owner,
+        .state = j->state,
+        .attempt = j->attempt,
+        .restarts = j->restarts,
+        .world = j->world,
+        .priority = j->spec->priority,
+        .started_ms = j->state == COLO_JOB_RUNNING && j->place ? j->started_ms : 0,
+        .progress = j->has_progress ? &j->progress : NULL,
+        .waiting =
+            (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) && j->wait_why[0],
+        .stopping = j->evicting != 0,
+    };
+    cb(&v, data);
+  }
+}
+
+void colod_jobs_devices_used_all(colod_t *d, uint32_t *used) {
+  memset(used, 0, d->n_hosts * sizeof *used);
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    if (j->state == COLO_JOB_RUNNING && j->place)
+      for (uint32_t r = 0; r < j->world; r++) {
+        colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
+        if (h)
+          used[h - d->hosts]++;
+      }
 }
 
 uint32_t colod_jobs_devices_used(colod_t *d, uint64_t host_id) {

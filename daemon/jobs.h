@@ -51,6 +51,24 @@ int64_t colod_jobs_started(struct colod_s *d, uint64_t job_id);
 
 /* Devices of a host that ranks of running attempts hold. */
 uint32_t colod_jobs_devices_used(struct colod_s *d, uint64_t host_id);
+/* The same for every host at once: used[i] for d->hosts[i] (d->n_hosts slots). */
+void colod_jobs_devices_used_all(struct colod_s *d, uint32_t *used);
+
+/* What /metrics shows of a job that is not finished; valid during the callback only. */
+typedef struct {
+  uint64_t id;
+  const char *name, *owner;
+  int state;
+  uint32_t attempt, restarts, world;
+  int32_t priority;
+  int64_t started_ms;                 /* the RUNNING attempt's start (Unix ms); 0 otherwise */
+  const Colo__V1__Progress *progress; /* the current attempt's newest, or NULL */
+  int waiting;                        /* the scheduler says why it is not placed */
+  int stopping;                       /* colod is stopping its ranks (a move, a time limit) */
+} colod_job_view_t;
+typedef void (*colod_job_view_cb)(const colod_job_view_t *job, void *data);
+/* Calls cb for every job that is not finished, in id order. */
+void colod_jobs_each(struct colod_s *d, colod_job_view_cb cb, void *data);
 
 /* Stops, for an eviction, every RUNNING job that has a rank on the host: its ranks are no longer
  * desired anywhere, so their workers ask them to stop; they save a checkpoint at a step they

@@ -16,6 +16,7 @@
 #include "colod.h"
 #include "jobs.h"
 #include "logs.h"
+#include "metrics.h"
 #include "rdzv.h"
 
 #define TICK_MS 250
@@ -98,6 +99,7 @@ static void begin_drain(colod_t *d, const char *why) {
   colod_logs_close_all(d, "colod is shutting down");
   colod_rdzv_close_all(d, "colod is shutting down");
   colod_push_close_all(d, "colod is shutting down");
+  colod_metrics_stop(d);
   colo_rpc_server_shutdown(d->rpc, d->cfg.drain_timeout_ms, on_rpc_closed, d);
 }
 
@@ -261,6 +263,12 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
     colo_store_close(d.store);
     return 1;
   }
+  if (d.cfg.metrics_listen[0] && colod_metrics_start(&d, err, sizeof err) < 0) {
+    colo_log(COLO_LOG_ERROR, "main", "%s", err);
+    colo_store_close(d.store);
+    free(d.hosts);
+    return 1;
+  }
   colo_rpc_server_opts_t ro = {0};
   ro.listen = d.cfg.listen;
   ro.max_message_bytes = (size_t)d.cfg.max_message_kib * 1024;
@@ -269,7 +277,10 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   if (colo_rpc_server_start(d.loop, &ro, colod_methods, colod_n_methods, &d, &d.rpc, err,
                             sizeof err) < 0) {
     colo_log(COLO_LOG_ERROR, "main", "%s", err);
+    colod_metrics_stop(&d);
+    uv_run(d.loop, UV_RUN_DEFAULT); /* its handles' close callbacks */
     colo_store_close(d.store);
+    free(d.hosts);
     return 1;
   }
 
@@ -321,6 +332,15 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
              host, colo_rpc_server_port(d.rpc));
   /* scripts read the bound port from this line when they ask for port 0 */
   printf("colod listening on %s:%d\n", host, colo_rpc_server_port(d.rpc));
+  if (d.metrics) {
+    char mh[300];
+    snprintf(mh, sizeof mh, "%s", d.cfg.metrics_listen);
+    char *mc = strrchr(mh, ':');
+    if (mc)
+      *mc = '\0';
+    colo_log(COLO_LOG_INFO, "main", "metrics at http://%s:%d/metrics", mh, colod_metrics_port(&d));
+    printf("colod metrics on http://%s:%d/metrics\n", mh, colod_metrics_port(&d));
+  }
   fflush(stdout);
   sd_notifyf(0, "READY=1\nSTATUS=listening on %s:%d", host, colo_rpc_server_port(d.rpc));
   if (d.watchdog_usec) {

@@ -51,6 +51,7 @@ static void send_nudge(colod_t *d, colod_push_t *p) {
   n.has_seq = 1;
   n.seq = p->seq++;
   p->pending = 0;
+  d->stats.nudges++;
   if (colo_rpc_stream_send(p->call, &n.base) == COLO_ETOOBIG) {
     colo_log(COLO_LOG_WARN, "push", "host %llu: its worker does not read its nudges; stream ended",
              (unsigned long long)p->host_id);

@@ -8,8 +8,12 @@ PKGS=(
   libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsqlite3-dev sqlite3 libsystemd-dev systemd libyaml-dev libcjson-dev
   libopenblas-dev libssl-dev libgomp1 libpcre2-dev
+  # colod's Prometheus endpoint
+  libmicrohttpd-dev
   # tests: a third-party gRPC client, protoc for its Python messages
   python3 python3-grpcio python3-protobuf protobuf-compiler
+  # tests: a third-party reader of colod's /metrics (Prometheus' own text-format parser)
+  python3-prometheus-client
   # tests: the PyTorch reference for the engine
   python3-torch python3-numpy
   # tests: Unicode classes for the reference of GPT-2's pre-tokenizer

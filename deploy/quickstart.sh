@@ -45,7 +45,8 @@ echo "== 4/6 coordinator and worker"
 if [ -f "$QS/colod.pid" ] && kill -0 "$(cat "$QS/colod.pid")" 2>/dev/null; then
   echo "quickstart: colod already running (pid $(cat "$QS/colod.pid")) on $COLO_SERVER"
 else
-  nohup "$BIN/colod" --listen "$COLO_SERVER" --state-dir "$QS/state" >"$QS/colod.out" 2>"$QS/colod.log" &
+  nohup "$BIN/colod" --listen "$COLO_SERVER" --state-dir "$QS/state" \
+    --set metrics_listen=127.0.0.1:0 >"$QS/colod.out" 2>"$QS/colod.log" &
   echo $! >"$QS/colod.pid"
   for _ in $(seq 1 50); do
     grep -q "listening" "$QS/colod.out" 2>/dev/null && break
@@ -58,6 +59,7 @@ else
   done
   echo "quickstart: colod (pid $(cat "$QS/colod.pid")) listening on $COLO_SERVER, log in $QS/colod.log"
 fi
+METRICS=$(sed -n 's/^colod metrics on //p' "$QS/colod.out" 2>/dev/null | head -1)
 if [ -f "$QS/workerd.pid" ] && kill -0 "$(cat "$QS/workerd.pid")" 2>/dev/null; then
   echo "quickstart: colo-workerd already running (pid $(cat "$QS/workerd.pid"))"
 else
@@ -101,6 +103,7 @@ Job $ID trained on this machine's two CPU slots, placed by colod and run by colo
   $BIN/coloctl checkpoints $ID             # its complete checkpoints
   $BIN/coloctl history $ID                 # its loss curve
   $BIN/coloctl logs $ID --rank 1           # a rank's output
+  curl -s ${METRICS:-http://127.0.0.1:PORT/metrics} | grep '^colo_'   # Prometheus metrics
   $BIN/coloctl submit examples/tinyshakespeare.yaml      # the full 2000 steps
   $BIN/coloctl logs <JOB> -f                # in one terminal, and in another:
   $BIN/coloctl cancel <JOB>

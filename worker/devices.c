@@ -81,15 +81,76 @@ static int find_gpus(const char *lib, colo_devices_t *out, char *why, size_t why
 
 #define NVML_MEMORY_ERROR_TYPE_UNCORRECTED 1
 #define NVML_VOLATILE_ECC                  0
+#define NVML_ERROR_TIMEOUT                 10
+#define NVML_ERROR_GPU_IS_LOST             15
+#define NVML_EVENT_XID_CRITICAL            0x8ULL /* nvmlEventTypeXidCriticalError */
+
+typedef struct nvml_event_set_s *nvml_event_set_t;
+typedef struct {
+  nvml_device_t device;
+  unsigned long long type, data; /* data: the XID */
+  unsigned int gpu_instance, compute_instance;
+} nvml_event_data_t;
+
+/* The XIDs that say the GPU itself is at fault (NVIDIA's XID catalogue), not the program on it
+ * (13, 31, 43, 45: faults of the program, or its ending). A device that reported one stays unfit
+ * until its worker restarts, which an operator does after resetting or replacing the GPU. */
+static const struct {
+  unsigned xid;
+  const char *what;
+} HW_XIDS[] = {
+    {48, "double-bit ECC error"},
+    {64, "row remapping failure"},
+    {74, "NVLink error"},
+    {79, "the GPU has fallen off the bus"},
+    {95, "uncontained ECC error"},
+    {119, "GSP RPC timeout"},
+    {120, "GSP error"},
+    {140, "unrecovered ECC error"},
+};
+
+static const char *hw_xid(unsigned long long xid) {
+  for (size_t i = 0; i < sizeof HW_XIDS / sizeof HW_XIDS[0]; i++)
+    if (HW_XIDS[i].xid == xid)
+      return HW_XIDS[i].what;
+  return NULL;
+}
 
 struct colo_health_s {
   void *lib;
   nvml_return_t (*shutdown)(void);
   nvml_return_t (*ecc)(nvml_device_t, int, int, unsigned long long *);
+  /* optional: NULL where the driver's NVML lacks them */
+  nvml_return_t (*remapped)(nvml_device_t, unsigned *, unsigned *, unsigned *, unsigned *);
+  nvml_return_t (*event_wait)(nvml_event_set_t, nvml_event_data_t *, unsigned);
+  nvml_return_t (*event_free)(nvml_event_set_t);
+  nvml_event_set_t events; /* XID events of every device; NULL: none */
   nvml_device_t dev[COLO_MAX_NODE_DEVICES];
   uint32_t index[COLO_MAX_NODE_DEVICES];
+  unsigned long long xid[COLO_MAX_NODE_DEVICES]; /* the first hardware XID seen; 0: none */
   size_t n;
 };
+
+/* XID events: a set with every device's critical errors, where NVML offers them */
+static void open_events(colo_health_t *h) {
+  nvml_return_t (*create)(nvml_event_set_t *);
+  nvml_return_t (*reg)(nvml_device_t, unsigned long long, nvml_event_set_t);
+  *(void **)&create = dlsym(h->lib, "nvmlEventSetCreate");
+  *(void **)&reg = dlsym(h->lib, "nvmlDeviceRegisterEvents");
+  *(void **)&h->event_wait = dlsym(h->lib, "nvmlEventSetWait_v2");
+  *(void **)&h->event_free = dlsym(h->lib, "nvmlEventSetFree");
+  if (!create || !reg || !h->event_wait || !h->event_free || create(&h->events) != 0) {
+    h->events = NULL;
+    return;
+  }
+  size_t registered = 0;
+  for (size_t i = 0; i < h->n; i++) /* not every GPU has events (NVML_ERROR_NOT_SUPPORTED) */
+    registered += reg(h->dev[i], NVML_EVENT_XID_CRITICAL, h->events) == 0;
+  if (!registered) {
+    h->event_free(h->events);
+    h->events = NULL;
+  }
+}
 
 colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs) {
   if (!devs->n || devs->dev[0].kind != COLO_DEVICE_GPU)
@@ -104,6 +165,7 @@ colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs
   if (h) {
     *(void **)&h->shutdown = dlsym(lib, "nvmlShutdown");
     *(void **)&h->ecc = dlsym(lib, "nvmlDeviceGetTotalEccErrors");
+    *(void **)&h->remapped = dlsym(lib, "nvmlDeviceGetRemappedRows");
   }
   if (!h || !init || !handle || !h->shutdown || !h->ecc || init() != 0) {
     free(h);
@@ -114,21 +176,50 @@ colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs
   for (size_t i = 0; i < devs->n; i++)
     if (handle(devs->dev[i].index, &h->dev[h->n]) == 0)
       h->index[h->n++] = devs->dev[i].index;
+  open_events(h);
   return h;
 }
 
+/* takes the XID events queued since the last check (at most 256 a check: a storm of them waits
+ * for the next), keeping each device's first hardware XID */
+static void take_events(colo_health_t *h) {
+  nvml_event_data_t e;
+  for (int k = 0; h->events && k < 256 && h->event_wait(h->events, &e, 0) == 0; k++) {
+    if (!(e.type & NVML_EVENT_XID_CRITICAL) || !hw_xid(e.data))
+      continue;
+    for (size_t i = 0; i < h->n; i++)
+      if (h->dev[i] == e.device && !h->xid[i])
+        h->xid[i] = e.data;
+  }
+}
+
 size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap) {
+  if (!h)
+    return 0;
+  take_events(h);
   size_t n = 0;
-  for (size_t i = 0; h && i < h->n && n < cap; i++) {
+  for (size_t i = 0; i < h->n && n < cap; i++) {
+    char *why = out[n].reason;
+    size_t len = sizeof out[n].reason;
     unsigned long long errors = 0;
-    if (h->ecc(h->dev[i], NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors) != 0 ||
-        errors == 0)
-      continue; /* healthy, or no ECC to ask (NVML_ERROR_NOT_SUPPORTED) */
-    out[n].index = h->index[i];
-    snprintf(out[n].reason, sizeof out[n].reason,
-             "%llu uncorrected ECC error%s since the driver loaded", errors,
-             errors == 1 ? "" : "s");
-    n++;
+    unsigned corr = 0, unc = 0, pending = 0, failed = 0;
+    nvml_return_t rc =
+        h->ecc(h->dev[i], NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors);
+    if (rc == NVML_ERROR_GPU_IS_LOST)
+      snprintf(why, len, "the GPU is lost: it has fallen off the bus or stopped answering");
+    else if (h->xid[i])
+      snprintf(why, len, "XID %llu (%s) since the worker started", h->xid[i], hw_xid(h->xid[i]));
+    else if (h->remapped && h->remapped(h->dev[i], &corr, &unc, &pending, &failed) == 0 &&
+             (failed || pending))
+      snprintf(why, len,
+               failed ? "row remapping failed: the GPU needs service"
+                      : "a row remapping is pending: the GPU needs a reset");
+    else if (rc == 0 && errors)
+      snprintf(why, len, "%llu uncorrected ECC error%s since the driver loaded", errors,
+               errors == 1 ? "" : "s");
+    else
+      continue; /* healthy, or nothing to ask (NVML_ERROR_NOT_SUPPORTED) */
+    out[n++].index = h->index[i];
   }
   return n;
 }
@@ -136,6 +227,8 @@ size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap
 void colo_health_close(colo_health_t *h) {
   if (!h)
     return;
+  if (h->events)
+    h->event_free(h->events);
   h->shutdown();
   dlclose(h->lib);
   free(h);

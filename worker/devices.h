@@ -29,8 +29,14 @@ typedef struct {
 
 /* NVML opened for the GPUs in devs; NULL where they are CPU slots or NVML cannot be loaded. */
 colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs);
-/* The GPUs unfit to run ranks now: uncorrected ECC errors since the driver loaded (a GPU
- * without ECC, or an NVML without the call, counts as fit). Returns how many, up to cap. */
+/* The GPUs unfit to run ranks now, each with the first reason that holds of:
+ *   - lost: NVML answers NVML_ERROR_GPU_IS_LOST (fallen off the bus);
+ *   - a hardware XID event since the worker started (ECC, NVLink, GSP, off the bus; a program's
+ *     own faults are not counted);
+ *   - row remapping failed, or one is pending (the GPU needs service, or a reset);
+ *   - uncorrected ECC errors since the driver loaded.
+ * What NVML cannot tell (no ECC, no row remapping, no events) counts as fit. Returns how many, up
+ * to cap. */
 size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap);
 void colo_health_close(colo_health_t *h);
 

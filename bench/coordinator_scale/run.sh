@@ -8,6 +8,8 @@
 # Each scenario runs twice against the current colod: "current", where every simulated host keeps
 # a WatchHost stream open and beats when colod nudges it, as colo-workerd does; and "beats-only",
 # where the hosts learn of changes only at their next 1 Hz beat.
+# In "current" colod also serves /metrics, scraped every 5 s during the heartbeats (Prometheus'
+# default interval is 15 s to 1 min), with each scrape's time and size reported.
 # Reports colod's CPU use, heartbeat latency percentiles, the time from SubmitJob to RUNNING and
 # to every rank started on its host, and from colod's log the placement, the preemption's choice
 # and the scheduling passes. With BASELINE (a git revision), that revision's colod runs the same
@@ -44,10 +46,11 @@ fi
 run() {
   local label=$1 scenario=$2 dir="$TMP/$1-$2" extra=()
   [ "$scenario" = preempt ] && extra=(--fill "$HOSTS" --priority 1)
-  [ "$label" = current ] && extra+=(--push)
+  local metrics=()
+  [ "$label" = current ] && extra+=(--push) && metrics=(--set metrics_listen=127.0.0.1:0)
   mkdir -p "$dir"
   "${COLOD[$label]}" --listen 127.0.0.1:0 --state-dir "$dir/state" --set host_timeout=10s \
-    --set log_level=debug >"$dir/out" 2>"$dir/log" &
+    --set log_level=debug "${metrics[@]}" >"$dir/out" 2>"$dir/log" &
   local pid=$!
   for _ in $(seq 1 100); do grep -q listening "$dir/out" && break; sleep 0.1; done
   local addr
@@ -66,7 +69,14 @@ run() {
   local cpu0 t0 cpu1 t1
   cpu0=$(awk '{print $14 + $15}' /proc/$pid/stat)
   t0=$(date +%s.%N)
-  sleep $((SECS - 3))
+  local end=$(($(date +%s) + SECS - 3)) url
+  url=$(sed -n 's/^colod metrics on //p' "$dir/out")
+  : >"$dir/scrapes"
+  while [ -n "$url" ] && [ $(($(date +%s) + 5)) -le "$end" ]; do
+    sleep 5
+    curl -s -o /dev/null -w '%{http_code} %{time_total} %{size_download}\n' "$url" >>"$dir/scrapes"
+  done
+  while [ "$(date +%s)" -lt "$end" ]; do sleep 0.2; done
   cpu1=$(awk '{print $14 + $15}' /proc/$pid/stat)
   t1=$(date +%s.%N)
   wait $load
@@ -94,6 +104,10 @@ busy = [float(ms) for n, ms in
 r["pass_busy"] = [len(busy), statistics.median(busy), max(busy)] if busy else None
 r["cpu_pct"] = round(100 * (float(cpu1) - float(cpu0)) / int(tck) / (float(t1) - float(t0)), 1)
 r["rss_mib"] = int(rss) / 1024
+sc = [l.split() for l in open(d + "/scrapes")]
+ok = [(float(t) * 1000, int(b)) for c, t, b in sc if c == "200"]
+r["scrapes"] = [len(ok), len(sc) - len(ok), statistics.median(t for t, _ in ok),
+                max(t for t, _ in ok), max(b for _, b in ok)] if ok else None
 r["label"], r["scenario"] = label, scenario
 print(json.dumps(r))
 PY
@@ -140,6 +154,10 @@ rows = [
      lambda r: "%d / %d" % (r["ranks_launched"], r["ranks_stopped"])),
     ("nudges received / beats they caused",
      lambda r: "%d / %d" % (r["nudges"], r["nudged_beats"]) if r.get("push") else "none"),
+    ("GET /metrics: scrapes (failed) / median / max, ms / size, KiB",
+     lambda r: "%d (%d) / %.1f / %.1f / %.0f" % (r["scrapes"][0], r["scrapes"][1], r["scrapes"][2],
+                                                 r["scrapes"][3], r["scrapes"][4] / 1024)
+     if r.get("scrapes") else "n/a"),
     ("registering the hosts / filling them with jobs, s",
      lambda r: "%.2f / %.2f" % (r["register_s"], r["fill_s"])),
 ]
@@ -151,7 +169,8 @@ with open(out, "w") as fo:
              "it as RUNNING and those it withdraws as exited with 75; 40%% into the run it "
              "submits one 512-rank job (dp=64 x tp=8). In the *current* columns each host "
              "also keeps a WatchHost stream open and beats at once when colod nudges it, as "
-             "colo-workerd does; in *beats-only* it does not.\n\n"
+             "colo-workerd does, and colod serves /metrics, scraped every 5 s; in *beats-only* "
+             "neither.\n\n"
              % (datetime.date.today(), nproc, cpu_model, head, hosts, secs))
     fo.write("- **place**: an idle cluster, the job at priority 0.\n"
              "- **preempt**: first every host gets a one-host job (tp=8) of priority -1; the job "

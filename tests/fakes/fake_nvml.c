@@ -40,10 +40,25 @@ int nvmlDeviceGetUUID(nvml_device_t d, char *uuid, unsigned int len) {
   snprintf(uuid, len, "GPU-fake-%d", d->index);
   return 0;
 }
+/* 1 when "INDEX" is a line of the file $FAKE_NVML_LOST_FILE: every health call on the device
+ * then answers NVML_ERROR_GPU_IS_LOST (15) */
+static int lost(nvml_device_t d) {
+  const char *path = getenv("FAKE_NVML_LOST_FILE");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  int index, found = 0;
+  while (f && !found && fscanf(f, "%d", &index) == 1)
+    found = index == d->index;
+  if (f)
+    fclose(f);
+  return found;
+}
+
 /* uncorrected volatile ECC errors: "INDEX COUNT" lines in the file $FAKE_NVML_ECC_FILE, read at
  * each call (absent: none) */
 int nvmlDeviceGetTotalEccErrors(nvml_device_t d, int type, int counter, unsigned long long *n) {
   *n = 0;
+  if (lost(d))
+    return 15;
   const char *path = getenv("FAKE_NVML_ECC_FILE");
   FILE *f = path && type == 1 && counter == 0 ? fopen(path, "r") : NULL;
   int index;
@@ -61,4 +76,72 @@ int nvmlDeviceGetMemoryInfo(nvml_device_t d, nvml_memory_t *m) {
   m->free = m->total;
   m->used = 0;
   return 0;
+}
+
+/* row remapping: "INDEX PENDING FAILED" lines in $FAKE_NVML_REMAP_FILE (absent: none) */
+int nvmlDeviceGetRemappedRows(nvml_device_t d, unsigned *corr, unsigned *unc, unsigned *pending,
+                              unsigned *failed) {
+  *corr = *unc = *pending = *failed = 0;
+  if (lost(d))
+    return 15;
+  const char *path = getenv("FAKE_NVML_REMAP_FILE");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  int index;
+  unsigned p, x;
+  while (f && fscanf(f, "%d %u %u", &index, &p, &x) == 3)
+    if (index == d->index) {
+      *pending = p;
+      *failed = x;
+    }
+  if (f)
+    fclose(f);
+  return 0;
+}
+
+/* XID events: "INDEX XID" lines appended to $FAKE_NVML_XID_FILE, each delivered once, in order,
+ * to a set its device was registered with */
+typedef struct {
+  nvml_device_t device;
+  unsigned long long type, data;
+  unsigned gpu_instance, compute_instance;
+} nvml_event_data_t;
+static struct fake_set {
+  unsigned long long types[2];
+  long delivered; /* lines of the file already delivered */
+} the_set;
+
+int nvmlEventSetCreate(struct fake_set **set) {
+  memset(&the_set, 0, sizeof the_set);
+  *set = &the_set;
+  return 0;
+}
+int nvmlEventSetFree(struct fake_set *set) {
+  (void)set;
+  return 0;
+}
+int nvmlDeviceRegisterEvents(nvml_device_t d, unsigned long long types, struct fake_set *set) {
+  set->types[d->index] |= types;
+  return 0;
+}
+int nvmlEventSetWait_v2(struct fake_set *set, nvml_event_data_t *e, unsigned timeout_ms) {
+  (void)timeout_ms;
+  const char *path = getenv("FAKE_NVML_XID_FILE");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  int index, found = 0;
+  unsigned long long xid;
+  for (long line = 0; f && !found && fscanf(f, "%d %llu", &index, &xid) == 2; line++) {
+    if (line < set->delivered)
+      continue;
+    set->delivered = line + 1;
+    if (index >= 0 && index < 2 && (set->types[index] & 0x8)) {
+      memset(e, 0, sizeof *e);
+      e->device = &devs[index];
+      e->type = 0x8;
+      e->data = xid;
+      found = 1;
+    }
+  }
+  if (f)
+    fclose(f);
+  return found ? 0 : 10; /* NVML_ERROR_TIMEOUT: none */
 }

@@ -40,7 +40,8 @@ valgrind_wrap() {
 }
 
 # start_colod STATE_DIR [extra args...]: starts colod on 127.0.0.1:0, sets COLOD_PID and
-# COLO_SERVER from the "colod listening on" line.
+# COLO_SERVER from the "colod listening on" line (and COLO_METRICS, the URL of its /metrics, when
+# it serves one: --set metrics_listen=...).
 start_colod() {
   local state=$1
   shift
@@ -52,6 +53,7 @@ start_colod() {
   for _ in $(seq 1 300); do
     if grep -q "colod listening on" "$TMP/colod.out" 2>/dev/null; then
       COLO_SERVER=$(sed -n 's/^colod listening on //p' "$TMP/colod.out" | head -1)
+      COLO_METRICS=$(sed -n 's/^colod metrics on //p' "$TMP/colod.out" | head -1)
       export COLO_SERVER
       return 0
     fi

@@ -2,26 +2,27 @@
 # A two-stage pipeline on a real colod, colo-workerd and colo-train: stage 2 is submitted while
 # stage 1 trains, with --after 1 and train.init_from_job=1. It waits, saying for what, until
 # stage 1 has SUCCEEDED, then starts from stage 1's newest checkpoint: its log names it, and its
-# first loss is stage 1's trained loss, not a random model's.
+# first loss is stage 1's trained loss, not a random model's. colod's /metrics, scraped meanwhile,
+# shows stage 1's steps as it trains, the worker's WatchHost stream, and both stages' success.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
-start_colod "$TMP/state"
+start_colod "$TMP/state" --set metrics_listen=127.0.0.1:0
+[ -n "$COLO_METRICS" ] || fail "colod did not say where its metrics are: $(cat "$TMP/colod.out")"
+# metric NAME{LABELS}: its value in a scrape, or nothing
+metric() { curl -sf "$COLO_METRICS" | awk -v k="$1" '$1 == k { print $2 }'; }
 training_text
 mkdir -p "$TMP/data"
 "$COLO_BIN/colo-train" prepare --input "$TEXT" --out "$TMP/data/ts" >/dev/null
-"$WD" --coordinator "$COLO_SERVER" --name q1 --devices cpu --cpu-slots 2 --run-dir "$TMP/run" \
-  --data-root "$TMP/data" --checkpoint-root "$TMP/ckpt" --colo-train "$COLO_BIN/colo-train" \
-  >>"$TMP/worker.log" 2>&1 &
-WPID=$!
 
 cat >"$TMP/stage.yaml" <<JOB
 name: stage-1
 model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
 data: {train_path: ts/train.bin}
-train: {steps: 400, batch_size: 8, eval_interval: 0}
+train: {steps: 1000, batch_size: 8, eval_interval: 0}
 optimizer: {lr: 0.01, warmup_steps: 5}
 JOB
 jstate() { "$COLOCTL" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+# both stages are submitted before the worker starts: stage 1 waits for room, stage 2 for stage 1
 S1=$("$COLOCTL" submit "$TMP/stage.yaml")
 # a weights' job that does not exist, and weights from two places, are refused
 expect_rc 1 "$COLOCTL" submit "$TMP/stage.yaml" --set train.init_from_job=99
@@ -38,6 +39,19 @@ expect_rc 0 "$COLOCTL" status "$S2"
 expect_contains "$OUT" "waiting    waits for job $S1 to succeed (it is "
 expect_contains "$OUT" "after      job $S1 (each must succeed first)"
 expect_contains "$OUT" "weights    from job $S1's newest checkpoint"
+expect_eq "$(metric "colo_job_waiting{job=\"$S2\"}")" 1
+"$WD" --coordinator "$COLO_SERVER" --name q1 --devices cpu --cpu-slots 2 --run-dir "$TMP/run" \
+  --data-root "$TMP/data" --checkpoint-root "$TMP/ckpt" --colo-train "$COLO_BIN/colo-train" \
+  >>"$TMP/worker.log" 2>&1 &
+WPID=$!
+step=""
+for _ in $(seq 1 300); do
+  step=$(metric "colo_job_step{job=\"$S1\"}")
+  [ -n "$step" ] && break
+  sleep 0.1
+done
+[ -n "$step" ] && [ "$step" -ge 1 ] && [ "$step" -le 1000 ] ||
+  fail "no step of job $S1 in /metrics while it trains: [$step]"
 for _ in $(seq 1 600); do
   [ "$(jstate "$S2")" = succeeded ] && break
   case "$(jstate "$S2")" in failed | cancelled) break ;; esac
@@ -47,10 +61,10 @@ expect_eq "$(jstate "$S1")" "succeeded"
 expect_eq "$(jstate "$S2")" "succeeded" "(stage 2: $("$COLOCTL" status "$S2"))"
 L1=$("$COLOCTL" logs "$S1")
 L2=$("$COLOCTL" logs "$S2")
-expect_contains "$L2" "initial weights from $TMP/ckpt/job-$S1/step_00000400"
+expect_contains "$L2" "initial weights from $TMP/ckpt/job-$S1/step_00001000"
 first_loss() { python3 -c 'import re,sys; print(re.search(r"step\s+1/\d+ \| loss ([0-9.]+)", sys.stdin.read()).group(1))'; }
 l1_first=$(first_loss <<<"$L1")
-l1_last=$(python3 -c 'import re,sys; print(re.findall(r"step\s+400/400 \| loss ([0-9.]+)", sys.stdin.read())[-1])' <<<"$L1")
+l1_last=$(python3 -c 'import re,sys; print(re.findall(r"step\s+1000/1000 \| loss ([0-9.]+)", sys.stdin.read())[-1])' <<<"$L1")
 l2_first=$(first_loss <<<"$L2")
 python3 - "$l1_first" "$l1_last" "$l2_first" <<'PY' || fail "stage 2 did not start from stage 1's weights: losses $l1_first -> $l1_last, then $l2_first"
 import sys
@@ -58,7 +72,14 @@ first, last, second = map(float, sys.argv[1:])
 # a random model starts near ln(256) = 5.55; stage 2 starts where stage 1 ended
 assert second < first - 1.0 and abs(second - last) < 0.5, (first, last, second)
 PY
+expect_eq "$(metric 'colo_jobs{state="succeeded"}')" 2
+expect_eq "$(metric 'colo_job_state_changes_total{state="succeeded"}')" 2
+expect_eq "$(metric 'colo_host_watching{host="q1",id="1"}')" 1
+expect_eq "$(metric 'colo_host_devices{host="q1",id="1"}')" 2
+expect_eq "$(metric 'colo_host_devices_used{host="q1",id="1"}')" 0
+[ "$(metric colo_nudges_total)" -ge 2 ] || fail "no nudges counted: $(metric colo_nudges_total)"
+[ -z "$(curl -sf "$COLO_METRICS" | grep '^colo_job_info')" ] || fail "finished jobs still in colo_job_info"
 kill -TERM $WPID
 wait $WPID || fail "the worker did not exit 0"
 stop_colod
-echo "integration_pipeline: stage 2 waited for stage 1, then started from its step-400 checkpoint: stage 1's loss ${l1_first} -> ${l1_last}, stage 2's first ${l2_first}"
+echo "integration_pipeline: stage 2 waited for stage 1, then started from its step-1000 checkpoint: stage 1's loss ${l1_first} -> ${l1_last}, stage 2's first ${l2_first}; /metrics showed stage 1 at step $step"

@@ -130,7 +130,8 @@ training_text
 mkdir -p "$TMP/gdata" "$TMP/gckpt"
 "$COLO_BIN/colo-train" prepare --input "$TEXT" --out "$TMP/gdata/ts" >/dev/null
 printf 'nvml_library: %s\ndevices: gpu\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
-COLO_CUDA_EMULATE=1 FAKE_NVML_ECC_FILE="$TMP/ecc" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
+COLO_CUDA_EMULATE=1 FAKE_NVML_ECC_FILE="$TMP/ecc" FAKE_NVML_XID_FILE="$TMP/xid" \
+  FAKE_NVML_REMAP_FILE="$TMP/remap" FAKE_NVML_LOST_FILE="$TMP/lost" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
   --run-dir "$TMP/run-g" --data-root "$TMP/gdata" --checkpoint-root "$TMP/gckpt" \
   --nvme-root "$TMP/gnvme" --colo-train "$COLO_BIN/colo-train" >>"$TMP/gpu.log" 2>&1 &
 GPID=$!
@@ -199,13 +200,16 @@ expect_contains "$OUT" "exited with code 78: $TMP/gdata/pre/none.safetensors: No
 
 # GPU health: GPU 1 reports uncorrected ECC errors (NVML, at each beat); nothing new goes there,
 # and a 2-GPU job waits, saying so, until it is fit again
+health_says() { # the hosts listing's line for g1's unhealthy devices, once it says $1
+  for _ in $(seq 1 50); do
+    grep -qF "$1" <<<"$("$COLOCTL" hosts)" && break
+    sleep 0.1
+  done
+  expect_rc 0 "$COLOCTL" hosts
+  expect_contains "$OUT" "$1"
+}
 echo "1 2" >"$TMP/ecc"
-for _ in $(seq 1 50); do
-  grep -q "unhealthy" <<<"$("$COLOCTL" hosts)" && break
-  sleep 0.1
-done
-expect_rc 0 "$COLOCTL" hosts
-expect_contains "$OUT" "g1: device 1 unhealthy (2 uncorrected ECC errors since the driver loaded): no new ranks go there"
+health_says "g1: device 1 unhealthy (2 uncorrected ECC errors since the driver loaded): no new ranks go there"
 expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print([h.get("unhealthy_devices") for h in json.load(sys.stdin) if h["name"] == "g1"][0])')" "[1]"
 sed -e 's|name: on-gpus|name: on-two-gpus|' -e 's|steps: 20|steps: 100000|' "$TMP/gjob.yaml" >"$TMP/two.yaml"
 TJ=$("$COLOCTL" submit "$TMP/two.yaml")
@@ -217,6 +221,38 @@ for _ in $(seq 1 50); do
   sleep 0.1
 done
 expect_eq "$(gstate_of "$TJ")" "running" "(once GPU 1 is fit again)"
+# row remapping: one pending (the GPU needs a reset), then failed (it needs service), as NVML
+# reports them at each beat
+echo "0 1 0" >"$TMP/remap"
+health_says "g1: device 0 unhealthy (a row remapping is pending: the GPU needs a reset)"
+echo "0 0 1" >"$TMP/remap"
+health_says "g1: device 0 unhealthy (row remapping failed: the GPU needs service)"
+rm "$TMP/remap"
+# a GPU that stopped answering NVML
+echo 0 >"$TMP/lost"
+health_says "g1: device 0 unhealthy (the GPU is lost: it has fallen off the bus or stopped answering)"
+rm "$TMP/lost"
+# XID events: 13 is a program's fault, not the GPU's, and is not counted; 79 is (fallen off the
+# bus), and stays counted until the worker restarts. The rank on GPU 1 then dies, as the driver's
+# ranks do at such an error: the attempt's end names the device and what its worker said.
+printf '1 13\n1 79\n' >>"$TMP/xid"
+health_says "g1: device 1 unhealthy (XID 79 (the GPU has fallen off the bus) since the worker started)"
+P1=""
+for f in "$TMP"/run-g/pids/*; do
+  p=$(basename "$f")
+  tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "CUDA_VISIBLE_DEVICES=1" && P1=$p
+done
+[ -n "$P1" ] || fail "no rank of job $TJ on GPU 1"
+kill -KILL "$P1"
+for _ in $(seq 1 50); do
+  [ "$(gstate_of "$TJ")" != running ] && break
+  sleep 0.1
+done
+expect_rc 0 "$COLOCTL" status "$TJ" --json
+TJMSG=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["message"])' <<<"$OUT")
+expect_contains "$TJMSG" "was killed by signal 9 on device 1 of host g1, which its worker reports unhealthy: XID 79 (the GPU has fallen off the bus) since the worker started; restart 1 of 3"
+# and the next attempt waits: one healthy GPU left for two ranks
+status_says "$TJ" "unhealthy device"
 expect_rc 0 "$COLOCTL" cancel "$TJ"
 kill -TERM $GPID
 wait $GPID || fail "the GPU worker did not exit 0"
@@ -233,4 +269,4 @@ expect_rc 2 "$WD" --cpu-slots many
 expect_eq "$ERR" "colo-workerd: flag:1: cpu_slots: \"many\" is not an integer
 colo-workerd: try 'colo-workerd --help'"
 stop_colod
-echo "integration_worker: a 2-GPU data-parallel job SUCCEEDED on emulated GPUs; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"
+echo "integration_worker: a 2-GPU data-parallel job SUCCEEDED on emulated GPUs; GPU health from ECC, row remapping, a lost GPU and XID 79; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"

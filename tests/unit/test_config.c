@@ -116,6 +116,27 @@ TEST(overrides) {
   ASSERT_EQ_INT(c.host_timeout_ms, 20000);
 }
 
+TEST(metrics_listen_is_host_port_or_empty) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_STR(c.metrics_listen, ""); /* off by default */
+  const char *good[] = {"127.0.0.1:9470", "0.0.0.0:0", "[::1]:9470", "localhost:65535", ""};
+  for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+    ASSERT_EQ_INT(colod_config_set(&c, "metrics_listen", good[i], err, sizeof err), 0);
+    ASSERT_EQ_STR(c.metrics_listen, good[i]);
+  }
+  const char *bad[] = {"9470",           "127.0.0.1:", ":9470",     "127.0.0.1:65536",
+                       "127.0.0.1:94x0", "::1:9470",   "[::1]9470", "[]:1"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ASSERT_EQ_INT(colod_config_set(&c, "metrics_listen", bad[i], err, sizeof err), COLO_EINVAL);
+    ASSERT_EQ_STR(c.metrics_listen, ""); /* untouched */
+  }
+  ASSERT_EQ_INT(colod_config_set(&c, "metrics_listen=9470", NULL, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "metrics_listen \"9470\" must be HOST:PORT (PORT 0 to 65535; [ADDR]:PORT for "
+                     "IPv6), or empty for none");
+}
+
 TEST(print_config_is_a_valid_file) {
   colod_config_t c, back;
   colod_config_defaults(&c);
