@@ -18,6 +18,7 @@
 #include "../proto/rpc.h"
 #include "colo/v1/cluster.pb-c.h"
 #include "output.h"
+#include "pipeline.h"
 
 #define DEFAULT_SERVER "127.0.0.1:7070"
 #define EXIT_FAIL      1
@@ -43,7 +44,9 @@ static void usage(FILE *out) {
       "                                       --after: it starts once those jobs succeeded;\n"
       "                                       --sweep: a job per combination of the values\n"
       "                                       (NAME-1, NAME-2, ...), each line its id, name and\n"
-      "                                       settings; all are checked before any is sent\n"
+      "                                       settings; all are checked before any is sent.\n"
+      "                                       A pipeline file (stages: docs/job-file.md)\n"
+      "                                       submits each stage after those it names\n"
       "  status [JOB] [--watch] [--interval MS]\n"
       "                                       the cluster and its jobs, or one job in detail;\n"
       "                                       --watch redraws it in place until interrupted\n"
@@ -282,6 +285,73 @@ static int parse_sweep(submit_t *o, const char *arg) {
   return 0;
 }
 
+/* Prints a --json array of submitted jobs when all were (ok), and frees it; NULL: nothing. */
+static void end_json_array(cJSON *arr, int ok) {
+  if (!arr)
+    return;
+  if (ok) {
+    char *txt = cJSON_PrintUnformatted(arr);
+    printf("%s\n", txt);
+    cJSON_free(txt);
+  }
+  cJSON_Delete(arr);
+}
+
+/* A pipeline file's stages, submitted in order, each with the ids of the stages before it. With
+ * --token T each stage's is T-STAGE: submitting again after a failure makes each stage once. */
+static int submit_pipeline(ctl_t *c, const char *file, colo_pipeline_t *p, const char *token,
+                           int dry) {
+  if (dry) {
+    printf("%s: a pipeline of %zu stages, valid:", file, p->n);
+    for (size_t k = 0; k < p->n; k++)
+      printf("%s %s (world %llu)", k ? "," : "", p->stages[k].name,
+             colo_jobspec_world(p->stages[k].spec));
+    printf("\n");
+    return 0;
+  }
+  int rc = connect_ctl(c);
+  uint64_t ids[COLO_MAX_STAGES];
+  cJSON *arr = c->json ? cJSON_CreateArray() : NULL;
+  for (size_t k = 0; k < p->n && !rc; k++) {
+    colo_stage_t *s = &p->stages[k];
+    char tok[300];
+    Colo__V1__SubmitJobRequest req = COLO__V1__SUBMIT_JOB_REQUEST__INIT;
+    req.spec = colo_pipeline_bind(p, k, ids);
+    if (token)
+      snprintf(tok, sizeof tok, "%.200s-%s", token, s->name);
+    req.client_token = token ? tok : NULL;
+    Colo__V1__SubmitJobResponse *resp = NULL;
+    rc = call(c, "SubmitJob", &req.base, &colo__v1__submit_job_response__descriptor,
+              (ProtobufCMessage **)&resp);
+    if (rc) {
+      if (k) {
+        fprintf(stderr, "coloctl: stage %s was not submitted; the %zu before it were (jobs",
+                s->name, k);
+        for (size_t i = 0; i < k; i++)
+          fprintf(stderr, " %llu", (unsigned long long)ids[i]);
+        fprintf(stderr, ")%s\n",
+                token ? ": submit again with the same --token to go on from it"
+                      : ": cancel them, or give --token to be able to go on");
+      }
+      break;
+    }
+    ids[k] = resp->job->id;
+    if (arr) {
+      cJSON_AddItemToArray(arr, colo_pb_to_json(&resp->job->base));
+    } else {
+      printf("%llu %s", (unsigned long long)ids[k], resp->job->name);
+      for (size_t i = 0; i < s->n_after; i++)
+        printf("%s%s", i ? ", " : " (after ", p->stages[s->after[i]].name);
+      if (s->init_from >= 0)
+        printf("%s weights from %s", s->n_after ? ";" : " (", p->stages[s->init_from].name);
+      printf("%s\n", s->n_after ? ")" : "");
+    }
+    colo__v1__submit_job_response__free_unpacked(resp, NULL);
+  }
+  end_json_array(arr, rc == 0);
+  return rc;
+}
+
 static int cmd_submit(ctl_t *c, int argc, char **argv) {
   const char *token = NULL;
   submit_t *o = calloc(1, sizeof *o);
@@ -319,6 +389,23 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
   }
   if (!rc && !o->file)
     rc = usage_error("submit needs a job file");
+  if (!rc) { /* a pipeline file: its stages, each checked before any is sent */
+    colo_pipeline_t pipe;
+    char perr[1300];
+    int is = colo_pipeline_load(o->file, o->sets, o->n_sets, &pipe, perr, sizeof perr);
+    if (is != 0) {
+      if (is < 0)
+        fprintf(stderr, "coloctl: %s\n", perr);
+      else if (o->n_after || o->n_sweeps)
+        rc = usage_error("submit: --after and --sweep are for a job file; a pipeline's stages "
+                         "say what they run after");
+      else
+        rc = submit_pipeline(c, o->file, &pipe, token, dry);
+      colo_pipeline_free(&pipe);
+      free(o);
+      return is < 0 ? EXIT_FAIL : rc;
+    }
+  }
   int n_jobs = 1;
   for (int w = 0; w < o->n_sweeps && !rc; w++)
     if ((n_jobs *= o->sweep[w].n) > MAX_SWEEP_JOBS)
@@ -386,14 +473,7 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
       printf("%llu\n", (unsigned long long)resp->job->id);
     colo__v1__submit_job_response__free_unpacked(resp, NULL);
   }
-  if (arr) {
-    if (!rc) {
-      char *txt = cJSON_PrintUnformatted(arr);
-      printf("%s\n", txt);
-      cJSON_free(txt);
-    }
-    cJSON_Delete(arr);
-  }
+  end_json_array(arr, rc == 0);
   for (int k = 0; specs && k < n_jobs; k++)
     if (specs[k])
       colo__v1__job_spec__free_unpacked(specs[k], NULL);

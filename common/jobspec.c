@@ -55,7 +55,7 @@ static int bad(char *err, size_t errlen, const char *fmt, ...) {
   return COLO_EINVAL;
 }
 
-static int name_ok(const char *n) {
+int colo_jobspec_name_ok(const char *n) {
   size_t len = strlen(n);
   if (len == 0 || len > COLO_MAX_NAME)
     return 0;
@@ -90,7 +90,7 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   /* name */
   if (!s->name || !s->name[0])
     return bad(err, errlen, "name must be set");
-  if (!name_ok(s->name))
+  if (!colo_jobspec_name_ok(s->name))
     return bad(err, errlen,
                "name \"%.80s\" must be 1 to %d characters of letters, digits, '-', '_' and '.'",
                s->name, COLO_MAX_NAME);

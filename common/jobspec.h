@@ -21,6 +21,9 @@
 /* Fills every unset field with its default (see cluster.proto). */
 int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec);
 
+/* 1 when n is a valid job name: 1 to COLO_MAX_NAME letters, digits, '-', '_' and '.'. */
+int colo_jobspec_name_ok(const char *n);
+
 /* Checks a spec whose defaults are filled. Returns 0, or COLO_EINVAL with the first problem in
  * err, worded as `parallel.tp=3 does not divide model.n_head=8`. */
 int colo_jobspec_validate(const Colo__V1__JobSpec *spec, char *err, size_t errlen);

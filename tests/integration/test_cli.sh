@@ -61,6 +61,16 @@ expect_eq "$ERR" "coloctl: $TMP/typo.yaml:2: unknown field \"paralel\""
 expect_rc 0 "$COLOCTL" submit --dry-run "$EX"
 expect_eq "$OUT" "$EX: valid (world 2)"
 expect_eq "$(db_count "$STATE")" "$before"
+# the example pipeline file: both stages checked, nothing sent; a pipeline's own errors are its
+expect_rc 0 "$COLOCTL" submit --dry-run "$COLO_SRC/examples/tinyshakespeare-pipeline.yaml"
+expect_eq "$OUT" "$COLO_SRC/examples/tinyshakespeare-pipeline.yaml: a pipeline of 2 stages, valid: pretrain (world 2), finetune (world 2)"
+printf 'stages:\n  - name: a\n    jbo: x.yaml\n' >"$TMP/pipe.yaml"
+expect_rc 1 "$COLOCTL" submit "$TMP/pipe.yaml"
+expect_eq "$ERR" "coloctl: $TMP/pipe.yaml:3: unknown field \"stages[0].jbo\""
+printf 'stages:\n  - name: a\n    job: missing.yaml\n' >"$TMP/pipe.yaml"
+expect_rc 1 "$COLOCTL" submit "$TMP/pipe.yaml"
+expect_contains "$ERR" "coloctl: $TMP/pipe.yaml: stage a: $TMP/missing.yaml: "
+expect_eq "$(db_count "$STATE")" "$before"
 
 # get: not found
 expect_rc 1 "$COLOCTL" status 99

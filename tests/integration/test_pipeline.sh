@@ -4,6 +4,7 @@
 # stage 1 has SUCCEEDED, then starts from stage 1's newest checkpoint: its log names it, and its
 # first loss is stage 1's trained loss, not a random model's. colod's /metrics, scraped meanwhile,
 # shows stage 1's steps as it trains, the worker's WatchHost stream, and both stages' success.
+# Then the same kind of pipeline from one pipeline file: three stages in one submit.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
 start_colod "$TMP/state" --set metrics_listen=127.0.0.1:0
@@ -79,7 +80,61 @@ expect_eq "$(metric 'colo_host_devices{host="q1",id="1"}')" 2
 expect_eq "$(metric 'colo_host_devices_used{host="q1",id="1"}')" 0
 [ "$(metric colo_nudges_total)" -ge 2 ] || fail "no nudges counted: $(metric colo_nudges_total)"
 [ -z "$(curl -sf "$COLO_METRICS" | grep '^colo_job_info')" ] || fail "finished jobs still in colo_job_info"
+
+# the same as a pipeline file: three stages in one submit, each after the one before it, the
+# second and third from the checkpoint of the one before
+mkdir -p "$TMP/pipe"
+cat >"$TMP/pipe/p.yaml" <<'PIPE'
+name: tiny
+stages:
+  - name: pretrain
+    job: ../stage.yaml
+    set: [train.steps=200]
+  - name: finetune
+    job: ../stage.yaml
+    set: [train.steps=20, optimizer.lr=0.001]
+    init_from: pretrain
+  - name: eval
+    job: ../stage.yaml
+    set: [train.steps=5]
+    after: [pretrain]
+    init_from: finetune
+PIPE
+# every stage is checked before any is sent: a bad one submits none
+sed 's/init_from: pretrain/init_from: eval/' "$TMP/pipe/p.yaml" >"$TMP/pipe/bad.yaml"
+before=$("$COLOCTL" list --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+expect_rc 1 "$COLOCTL" submit "$TMP/pipe/bad.yaml"
+expect_eq "$ERR" "coloctl: $TMP/pipe/bad.yaml: stage finetune: init_from \"eval\" is not an earlier stage: list each stage after the ones it depends on"
+sed 's/after: \[pretrain\]/after: [pretrain, nope]/' "$TMP/pipe/p.yaml" >"$TMP/pipe/bad.yaml"
+expect_rc 1 "$COLOCTL" submit "$TMP/pipe/bad.yaml"
+expect_eq "$ERR" "coloctl: $TMP/pipe/bad.yaml: stage eval: after \"nope\": there is no such stage"
+sed 's/train.steps=5]/train.steps=5, parallel.tp=3]/' "$TMP/pipe/p.yaml" >"$TMP/pipe/bad.yaml"
+expect_rc 1 "$COLOCTL" submit "$TMP/pipe/bad.yaml"
+expect_eq "$ERR" "coloctl: $TMP/pipe/bad.yaml: stage eval ($TMP/pipe/../stage.yaml): parallel.tp=3 does not divide model.n_head=2"
+expect_rc 2 "$COLOCTL" submit "$TMP/pipe/p.yaml" --after "$S1"
+expect_eq "$("$COLOCTL" list --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')" "$before"
+expect_rc 0 "$COLOCTL" submit "$TMP/pipe/p.yaml" --dry-run
+expect_eq "$OUT" "$TMP/pipe/p.yaml: a pipeline of 3 stages, valid: pretrain (world 1), finetune (world 1), eval (world 1)"
+expect_rc 0 "$COLOCTL" submit "$TMP/pipe/p.yaml" --token tiny-1
+P1=$(sed -n 1p <<<"$OUT" | cut -d' ' -f1)
+P2=$(sed -n 2p <<<"$OUT" | cut -d' ' -f1)
+P3=$(sed -n 3p <<<"$OUT" | cut -d' ' -f1)
+expect_eq "$OUT" "$P1 tiny.pretrain
+$P2 tiny.finetune (after pretrain; weights from pretrain)
+$P3 tiny.eval (after pretrain, finetune; weights from finetune)"
+# submitted again with its token (a retry): the same jobs, none new
+expect_rc 0 "$COLOCTL" submit "$TMP/pipe/p.yaml" --token tiny-1 --json
+expect_eq "$(python3 -c 'import json,sys; print(" ".join(str(j["id"]) for j in json.load(sys.stdin)))' <<<"$OUT")" "$P1 $P2 $P3"
+for _ in $(seq 1 600); do
+  [ "$(jstate "$P3")" = succeeded ] && break
+  case "$(jstate "$P3")" in failed | cancelled) break ;; esac
+  sleep 0.1
+done
+expect_eq "$(jstate "$P1") $(jstate "$P2") $(jstate "$P3")" "succeeded succeeded succeeded" "(eval: $("$COLOCTL" status "$P3"))"
+expect_contains "$("$COLOCTL" logs "$P2")" "initial weights from $TMP/ckpt/job-$P1/step_00000200"
+expect_contains "$("$COLOCTL" logs "$P3")" "initial weights from $TMP/ckpt/job-$P2/step_00000020"
+
 kill -TERM $WPID
 wait $WPID || fail "the worker did not exit 0"
 stop_colod
-echo "integration_pipeline: stage 2 waited for stage 1, then started from its step-1000 checkpoint: stage 1's loss ${l1_first} -> ${l1_last}, stage 2's first ${l2_first}; /metrics showed stage 1 at step $step"
+echo "integration_pipeline: stage 2 waited for stage 1, then started from its step-1000 checkpoint: stage 1's loss ${l1_first} -> ${l1_last}, stage 2's first ${l2_first}; /metrics showed stage 1 at step $step; a 3-stage pipeline file ran as jobs $P1 $P2 $P3, each from the one before"
