@@ -3,6 +3,7 @@
  * Exit codes: 0 success; 1 the coordinator is unreachable or refused the request (the reason is
  * printed on one line); 2 bad usage.
  */
+#define _GNU_SOURCE /* strptime, timegm */
 #include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -67,6 +68,10 @@ static void usage(FILE *out) {
       "                                       attempt); -f follows it across attempts until\n"
       "                                       the job ends\n"
       "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
+      "  usage [--since T] [--until T] [--by owner|job] [--limit N]\n"
+      "                                       device hours used, most first; T: 7d, 12h, 30m\n"
+      "                                       ago, a UTC date 2026-11-01[T12:00:00Z], or Unix\n"
+      "                                       ms (default: from the first job to now)\n"
       "  history JOB [--rows N]               the training curve: a line of the loss, then N\n"
       "                                       evenly spaced steps (default 20) and every\n"
       "                                       evaluation; --json gives every sample\n"
@@ -1250,6 +1255,124 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
   return 0;
 }
 
+/* ---- usage ---- */
+
+/* "7d", "12h", "30m" before now; "2026-11-01" or "2026-11-01T12:00:00Z" (UTC); or Unix ms */
+static int parse_when(const char *s, int64_t now, int64_t *out) {
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (end != s && v >= 0 && !end[1] && strchr("dhm", end[0]) && end[0]) {
+    int64_t unit = end[0] == 'd' ? 86400000 : end[0] == 'h' ? 3600000 : 60000;
+    if (v > now / unit)
+      return -1;
+    *out = now - v * unit;
+    return 0;
+  }
+  if (end != s && !*end && v >= 0 && strlen(s) > 8) { /* Unix ms, not a short number */
+    *out = v;
+    return 0;
+  }
+  struct tm tm = {0};
+  const char *rest = strptime(s, "%Y-%m-%d", &tm);
+  if (rest && *rest == 'T')
+    rest = strptime(rest, "T%H:%M:%SZ", &tm);
+  if (!rest || *rest)
+    return -1;
+  *out = (int64_t)timegm(&tm) * 1000;
+  return 0;
+}
+
+static void fmt_utc_ms(int64_t ms, char *buf, size_t n) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(buf, n, "%Y-%m-%d %H:%M UTC", &tm);
+}
+
+static int cmd_usage(ctl_t *c, int argc, char **argv) {
+  Colo__V1__GetUsageRequest req = COLO__V1__GET_USAGE_REQUEST__INIT;
+  int64_t now = now_ms();
+  for (int i = 0; i < argc; i++) {
+    const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    if ((!strcmp(argv[i], "--since") || !strcmp(argv[i], "--until")) && v) {
+      int64_t t;
+      if (parse_when(v, now, &t) < 0)
+        return usage_error("usage: %s takes 7d, 12h, 30m, a UTC date (2026-11-01 or "
+                           "2026-11-01T12:00:00Z) or Unix ms, not '%s'",
+                           argv[i], v);
+      if (argv[i][2] == 's') {
+        req.has_since_ms = 1;
+        req.since_ms = t;
+      } else {
+        req.has_until_ms = 1;
+        req.until_ms = t;
+      }
+      i++;
+    } else if (!strcmp(argv[i], "--by") && v && (!strcmp(v, "owner") || !strcmp(v, "job"))) {
+      req.has_group_by = 1;
+      req.group_by = v[0] == 'j' ? COLO__V1__USAGE_GROUP__USAGE_GROUP_JOB
+                                 : COLO__V1__USAGE_GROUP__USAGE_GROUP_OWNER;
+      i++;
+    } else if (!strcmp(argv[i], "--limit") && v) {
+      char *end;
+      unsigned long n = strtoul(v, &end, 10);
+      if (!*v || *end || n == 0 || n > 10000)
+        return usage_error("usage: --limit takes 1 to 10000, not '%s'", v);
+      req.has_limit = 1;
+      req.limit = (uint32_t)n;
+      i++;
+    } else {
+      return usage_error("usage: unexpected '%s' (--since T, --until T, --by owner|job, --limit N)",
+                         argv[i]);
+    }
+  }
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  Colo__V1__GetUsageResponse *resp = NULL;
+  rc = call(c, "GetUsage", &req.base, &colo__v1__get_usage_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  if (c->json) {
+    print_json(&resp->base);
+    colo__v1__get_usage_response__free_unpacked(resp, NULL);
+    return 0;
+  }
+  int by_job = req.group_by == COLO__V1__USAGE_GROUP__USAGE_GROUP_JOB;
+  static const char *const HO[] = {"OWNER", "DEVICE", "JOBS", "ATTEMPTS", "DEVICE-HOURS", NULL};
+  static const char *const HJ[] = {"JOB",      "NAME",         "OWNER", "DEVICE",
+                                   "ATTEMPTS", "DEVICE-HOURS", NULL};
+  table_t *t = table_new(by_job ? HJ : HO);
+  for (size_t i = 0; i < resp->n_rows; i++) {
+    const Colo__V1__UsageRow *r = resp->rows[i];
+    const char *owner = r->owner && r->owner[0] ? r->owner : "-";
+    const char *dev = r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU ? "gpu" : "cpu";
+    char id[24], jobs[16], att[16], hours[32];
+    snprintf(id, sizeof id, "%llu", (unsigned long long)r->job_id);
+    snprintf(jobs, sizeof jobs, "%u", r->jobs);
+    snprintf(att, sizeof att, "%u", r->attempts);
+    snprintf(hours, sizeof hours, "%.3f", r->device_hours);
+    if (by_job)
+      table_row(t, id, r->job_name ? r->job_name : "", owner, dev, att, hours);
+    else
+      table_row(t, owner, dev, jobs, att, hours);
+  }
+  if (resp->n_rows)
+    table_print(t, stdout);
+  table_free(t);
+  char from[40], to[40];
+  fmt_utc_ms(resp->since_ms, from, sizeof from);
+  fmt_utc_ms(resp->until_ms, to, sizeof to);
+  printf("%s%.3f GPU hours and %.3f CPU-slot hours from %s to %s", resp->n_rows ? "\n" : "",
+         resp->gpu_hours, resp->cpu_hours, resp->since_ms ? from : "the first job", to);
+  if (resp->rows_total > resp->n_rows)
+    printf(" (the %zu largest of %u rows shown)", resp->n_rows, resp->rows_total);
+  printf("\n");
+  colo__v1__get_usage_response__free_unpacked(resp, NULL);
+  return 0;
+}
+
 /* ---- history ---- */
 
 /* the loss curve in one line of block characters, `width` buckets averaged */
@@ -1442,7 +1565,8 @@ int main(int argc, char **argv) {
   } cmds[] = {{"submit", cmd_submit},   {"status", cmd_status}, {"list", cmd_list},
               {"cancel", cmd_cancel},   {"resume", cmd_resume}, {"watch", cmd_watch},
               {"hosts", cmd_hosts},     {"logs", cmd_logs},     {"checkpoints", cmd_checkpoints},
-              {"history", cmd_history}, {"cordon", cmd_cordon}, {"uncordon", cmd_uncordon}};
+              {"history", cmd_history}, {"cordon", cmd_cordon}, {"uncordon", cmd_uncordon},
+              {"usage", cmd_usage}};
   int rc = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (!strcmp(cmd, cmds[i].name))

@@ -13,6 +13,7 @@
 #include "jobs.h"
 #include "logs.h"
 #include "rdzv.h"
+#include "usage.h"
 
 #define MAX_LIST      1000
 #define MAX_TOKEN     128
@@ -1392,6 +1393,11 @@ GUARD(h_rdzv_get, R_WORKER)
 GUARD(h_register, R_WORKER)
 GUARD(h_heartbeat, R_WORKER)
 
+static void h_usage(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_usage_get(data, call, (const Colo__V1__GetUsageRequest *)(const void *)m);
+}
+GUARD(h_usage, R_USER | R_ADMIN)
+
 static void h_watch_host(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_push_watch(data, call, (const Colo__V1__WatchHostRequest *)(const void *)m);
 }
@@ -1412,6 +1418,7 @@ const colo_rpc_method_t colod_methods[] = {
     M("WatchJob", watch_job_request, 1, h_watch),
     M("ListCheckpoints", list_checkpoints_request, 0, h_checkpoints),
     M("GetJobHistory", get_job_history_request, 0, h_history),
+    M("GetUsage", get_usage_request, 0, h_usage),
     M("ReadLogs", read_logs_request, 1, h_logs),
     M("RendezvousPut", rendezvous_put_request, 0, h_rdzv_put),
     M("RendezvousGet", rendezvous_get_request, 0, h_rdzv_get),

@@ -117,6 +117,10 @@ static const char *const MIGRATIONS[] = {
     "UPDATE sqlite_schema SET sql = replace(sql, 'CHECK (state BETWEEN 1 AND 6)', "
     "'CHECK (state BETWEEN 1 AND 7)') WHERE type = 'table' AND name = 'jobs';"
     "PRAGMA writable_schema = RESET;",
+
+    /* 9: accounting (colo_store_usage) reads the attempts still running or ended after a
+     * window's start: an index on their end, not a scan of every attempt ever */
+    "CREATE INDEX job_attempts_ended ON job_attempts(ended_ms);",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -191,7 +195,13 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(JOB_PROGRESS, "UPDATE jobs SET progress = ?2 WHERE id = ?1")                                  \
   XX(CKPT_DROP_AFTER, "DELETE FROM checkpoints WHERE job_id = ?1 AND step > ?2")                   \
   XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms "          \
-                "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")
+                "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")                           \
+  XX(USAGE, "SELECT a.job_id, a.attempt, j.owner, j.name, j.spec, a.started_ms, "                  \
+            "coalesce(a.ended_ms, 0), (SELECT count(*) FROM ranks r WHERE r.job_id = a.job_id "    \
+            "AND r.attempt = a.attempt) FROM job_attempts a INDEXED BY job_attempts_ended "        \
+            "JOIN jobs j ON j.id = a.job_id "                                                      \
+            "WHERE a.started_ms < ?2 AND (a.ended_ms IS NULL OR a.ended_ms > ?1) "                 \
+            "ORDER BY a.job_id, a.attempt")
 
 enum {
 #define XX(name, sql) S_##name,
@@ -1022,6 +1032,33 @@ int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_che
   sqlite3_reset(s);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return db_fail(st, rc, "list checkpoints");
+  return 0;
+}
+
+int colo_store_usage(colo_store_t *st, int64_t since_ms, int64_t until_ms, colo_store_usage_cb cb,
+                     void *data) {
+  sqlite3_stmt *s = stmt(st, S_USAGE);
+  sqlite3_bind_int64(s, 1, since_ms);
+  sqlite3_bind_int64(s, 2, until_ms);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    colo_usage_row_t u;
+    u.job_id = (uint64_t)sqlite3_column_int64(s, 0);
+    u.attempt = (uint32_t)sqlite3_column_int64(s, 1);
+    const unsigned char *owner = sqlite3_column_text(s, 2), *name = sqlite3_column_text(s, 3);
+    u.owner = owner ? (const char *)owner : "";
+    u.name = name ? (const char *)name : "";
+    u.spec = sqlite3_column_blob(s, 4);
+    u.spec_len = (size_t)sqlite3_column_bytes(s, 4);
+    u.started_ms = sqlite3_column_int64(s, 5);
+    u.ended_ms = sqlite3_column_int64(s, 6);
+    u.ranks = (uint32_t)sqlite3_column_int64(s, 7);
+    if (cb(&u, data))
+      break;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_fail(st, rc, "usage");
   return 0;
 }
 

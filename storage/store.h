@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 8
+#define COLO_STORE_SCHEMA_VERSION 9
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -180,6 +180,22 @@ typedef int (*colo_store_checkpoint_cb)(const colo_checkpoint_t *ck, void *data)
 /* Newest first. */
 int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_checkpoint_cb cb,
                                void *data);
+
+/* Accounting: an attempt and the devices it held (one per rank), from its start to its end as
+ * colod recorded them. Pointers are valid during the callback only. */
+typedef struct {
+  uint64_t job_id;
+  uint32_t attempt;
+  const char *owner, *name;
+  const uint8_t *spec; /* packed colo.v1.JobSpec */
+  size_t spec_len;
+  int64_t started_ms, ended_ms; /* ended_ms 0: still running */
+  uint32_t ranks;
+} colo_usage_row_t;
+typedef int (*colo_store_usage_cb)(const colo_usage_row_t *row, void *data);
+/* The attempts that held devices at some time in [since_ms, until_ms), by job then attempt. */
+int colo_store_usage(colo_store_t *st, int64_t since_ms, int64_t until_ms, colo_store_usage_cb cb,
+                     void *data);
 
 /* A point of a job's training curve (colo.v1.ProgressSample); has_* say which values it has. */
 typedef struct {

@@ -134,6 +134,28 @@ expect_eq "$(jstate "$P1") $(jstate "$P2") $(jstate "$P3")" "succeeded succeeded
 expect_contains "$("$COLOCTL" logs "$P2")" "initial weights from $TMP/ckpt/job-$P1/step_00000200"
 expect_contains "$("$COLOCTL" logs "$P3")" "initial weights from $TMP/ckpt/job-$P2/step_00000020"
 
+# accounting: the five jobs, one CPU slot each for one attempt
+expect_rc 0 "$COLOCTL" usage
+expect_contains "$OUT" "OWNER  DEVICE  JOBS  ATTEMPTS  DEVICE-HOURS"
+expect_contains "$OUT" "-      cpu     5     5         "
+expect_contains "$OUT" " CPU-slot hours from the first job to "
+expect_rc 0 "$COLOCTL" usage --by job --since 1d --json
+python3 - "$OUT" "$S1 $S2 $P1 $P2 $P3" <<'PY' || fail "usage by job: $OUT"
+import json, sys
+u = json.loads(sys.argv[1])
+rows = {int(r["job_id"]): r for r in u["rows"]}
+assert sorted(rows) == sorted(int(i) for i in sys.argv[2].split()), rows
+assert all(r["attempts"] == 1 and r["device"] == "cpu" for r in rows.values()), rows
+total = sum(r["device_hours"] for r in rows.values())
+assert abs(total - u["cpu_hours"]) < 1e-9 and u.get("gpu_hours", 0) == 0, u
+# stage 1 trained 1,000 steps: the longest
+assert max(rows.values(), key=lambda r: r["device_hours"])["job_name"] == "stage-1", rows
+PY
+expect_rc 2 "$COLOCTL" usage --since yesterday
+expect_eq "$ERR" "coloctl: usage: --since takes 7d, 12h, 30m, a UTC date (2026-11-01 or 2026-11-01T12:00:00Z) or Unix ms, not 'yesterday'; try 'coloctl --help'"
+expect_rc 1 "$COLOCTL" usage --since 2026-11-02 --until 2026-11-01
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: since_ms (1793577600000) must be before until_ms (1793491200000)"
+
 kill -TERM $WPID
 wait $WPID || fail "the worker did not exit 0"
 stop_colod

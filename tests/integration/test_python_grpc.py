@@ -78,6 +78,7 @@ class Cluster:
                                      pb.ListCheckpointsResponse)
         self.GetJobHistory = unary("GetJobHistory", pb.GetJobHistoryRequest,
                                    pb.GetJobHistoryResponse)
+        self.GetUsage = unary("GetUsage", pb.GetUsageRequest, pb.GetUsageResponse)
         self.ReadLogs = channel.unary_stream("/colo.v1.Cluster/ReadLogs",
                                              request_serializer=pb.ReadLogsRequest.SerializeToString,
                                              response_deserializer=pb.LogChunk.FromString)
@@ -931,6 +932,71 @@ class PushTest(WithColod):
         self.assertEqual(n2.wait(2), [0, 1])
         self.api.CancelJob(pb.CancelJobRequest(id=j2), timeout=5)
         n2.stream.cancel()
+
+
+class UsageTest(WithColod):
+    """GetUsage, this client acting as the workers of a CPU host and a GPU host: device hours
+    of running and ended attempts, clipped to the window asked for, by owner and device kind or
+    by job; the window and the limit checked."""
+
+    state, log_name = os.path.join(TMP, "state-usage"), "colod-usage.log"
+
+    def usage(self, **kw):
+        return self.api.GetUsage(pb.GetUsageRequest(**kw), timeout=5)
+
+    def test_device_hours(self):
+        cpu = register(self.api, "uc", 2)
+        gpu = self.api.RegisterHost(pb.RegisterHostRequest(
+            name="ug", address="127.0.0.1",
+            devices=[pb.Device(index=0, kind=pb.DEVICE_KIND_GPU, name="gpu")]), timeout=5)
+
+        def beat(host, *ranks):
+            return self.api.Heartbeat(pb.HeartbeatRequest(host_id=host.host_id,
+                                                          session=host.session,
+                                                          ranks=list(ranks)), timeout=5)
+        j = submit(self.api, "usage-cpu", dp=2)
+        s = spec(name="usage-gpu", dp=1)
+        s.resources.device = pb.DEVICE_KIND_GPU
+        g = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        self.assertEqual(len(placed(lambda: beat(cpu), j, 2)), 2)
+        self.assertEqual(len(placed(lambda: beat(gpu), g, 1)), 1)
+        # a window inside both attempts' run: exactly 2 CPU slots and 1 GPU for 1 s
+        t0 = int(time.time() * 1000) + 100
+        time.sleep(1.3)
+        u = self.usage(since_ms=t0, until_ms=t0 + 1000)
+        self.assertEqual((u.since_ms, u.until_ms), (t0, t0 + 1000))
+        self.assertAlmostEqual(u.cpu_hours, 2 * 1.0 / 3600, delta=1e-12)
+        self.assertAlmostEqual(u.gpu_hours, 1 * 1.0 / 3600, delta=1e-12)
+        rows = {(r.owner, r.device): r for r in u.rows}
+        self.assertEqual(set(rows), {("", pb.DEVICE_KIND_CPU), ("", pb.DEVICE_KIND_GPU)})
+        self.assertEqual(u.rows[0].device, pb.DEVICE_KIND_CPU)  # most first
+        self.assertEqual((rows[("", pb.DEVICE_KIND_CPU)].jobs,
+                          rows[("", pb.DEVICE_KIND_CPU)].attempts), (1, 1))
+        # the CPU job ends; the GPU one runs on: its hours grow to now, the CPU job's stay
+        for k in range(2):
+            beat(cpu, pb.RankStatus(job_id=j, attempt=1, rank=k, phase=pb.RANK_PHASE_EXITED,
+                                    exit_code=0))
+        self.until("succeeded", lambda: self.job(j).state == pb.JOB_STATE_SUCCEEDED)
+        a = self.usage(group_by=pb.USAGE_GROUP_JOB)
+        time.sleep(0.3)
+        b = self.usage(group_by=pb.USAGE_GROUP_JOB)
+        by_job = {r.job_id: r for r in b.rows}
+        self.assertEqual(set(by_job), {j, g})
+        self.assertEqual((by_job[j].job_name, by_job[j].device), ("usage-cpu", pb.DEVICE_KIND_CPU))
+        self.assertEqual(a.cpu_hours, b.cpu_hours)  # ended: no longer grows
+        self.assertGreater(b.gpu_hours, a.gpu_hours + 0.25 / 3600)  # running: grows
+        self.assertGreater(b.cpu_hours, 2 * 1.3 / 3600)
+        self.assertEqual(b.rows_total, 2)
+        one = self.usage(group_by=pb.USAGE_GROUP_JOB, limit=1)
+        self.assertEqual((len(one.rows), one.rows_total), (1, 2))
+        # a window before any attempt: nothing
+        self.assertEqual(len(self.usage(since_ms=1, until_ms=1000).rows), 0)
+        for bad in (dict(since_ms=5000, until_ms=5000), dict(since_ms=-1), dict(limit=0),
+                    dict(limit=10001)):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.usage(**bad)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, bad)
+        self.api.CancelJob(pb.CancelJobRequest(id=g), timeout=5)
 
 
 class MetricsTest(WithColod):

@@ -1,0 +1,183 @@
+/* Accounting (GetUsage): the device hours jobs used, by owner or by job, over a window of time,
+ * from the store's attempts and their ranks. An attempt holds one device per rank from its start
+ * to its end as colod recorded them; a running one, to now. Nothing is kept for it beyond what
+ * the job manager stores already. */
+#include "usage.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/error.h"
+#include "../common/log.h"
+#include "colod.h"
+
+#define MAX_ROWS 10000
+
+typedef struct {
+  char owner[129];
+  int device; /* colo.v1.DeviceKind */
+  uint64_t job_id, last_job;
+  char name[65];
+  double ms; /* device-milliseconds */
+  uint32_t jobs, attempts;
+} row_t;
+
+typedef struct {
+  int64_t since, until, now;
+  int by_job;
+  row_t *rows;
+  size_t n, cap;
+  uint64_t spec_job; /* the job whose device kind is in spec_device */
+  int spec_device;
+  double gpu_ms, cpu_ms;
+  int oom;
+} usage_t;
+
+static row_t *row_for(usage_t *u, const colo_usage_row_t *a, int device) {
+  /* by job, attempts come in job order: the job's row is the last one made */
+  if (u->by_job && u->n && u->rows[u->n - 1].job_id == a->job_id)
+    return &u->rows[u->n - 1];
+  for (size_t i = 0; !u->by_job && i < u->n; i++)
+    if (u->rows[i].device == device && !strcmp(u->rows[i].owner, a->owner))
+      return &u->rows[i];
+  if (u->n == u->cap) {
+    size_t cap = u->cap ? 2 * u->cap : 64;
+    row_t *r = realloc(u->rows, cap * sizeof *r);
+    if (!r)
+      return NULL;
+    u->rows = r;
+    u->cap = cap;
+  }
+  row_t *r = &u->rows[u->n++];
+  memset(r, 0, sizeof *r);
+  snprintf(r->owner, sizeof r->owner, "%s", a->owner);
+  r->device = device;
+  if (u->by_job) {
+    r->job_id = a->job_id;
+    snprintf(r->name, sizeof r->name, "%s", a->name);
+  }
+  return r;
+}
+
+static int attempt_cb(const colo_usage_row_t *a, void *data) {
+  usage_t *u = data;
+  int64_t end = a->ended_ms ? a->ended_ms : u->now;
+  int64_t from = a->started_ms > u->since ? a->started_ms : u->since;
+  int64_t to = end < u->until ? end : u->until;
+  if (to <= from || !a->ranks)
+    return 0;
+  if (u->spec_job != a->job_id) { /* its device kind, read once a job */
+    Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, a->spec_len, a->spec);
+    u->spec_device = spec && spec->resources && spec->resources->has_device
+                         ? (int)spec->resources->device
+                         : COLO__V1__DEVICE_KIND__DEVICE_KIND_CPU;
+    if (spec)
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+    u->spec_job = a->job_id;
+  }
+  row_t *r = row_for(u, a, u->spec_device);
+  if (!r) {
+    u->oom = 1;
+    return 1;
+  }
+  double ms = (double)(to - from) * a->ranks;
+  r->ms += ms;
+  r->attempts++;
+  if (r->last_job != a->job_id) {
+    r->jobs++;
+    r->last_job = a->job_id;
+  }
+  if (u->spec_device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
+    u->gpu_ms += ms;
+  else
+    u->cpu_ms += ms;
+  return 0;
+}
+
+/* most device time first; ties by owner, then job */
+static int row_order(const void *a, const void *b) {
+  const row_t *x = a, *y = b;
+  if (x->ms != y->ms)
+    return x->ms < y->ms ? 1 : -1;
+  int c = strcmp(x->owner, y->owner);
+  if (c)
+    return c;
+  if (x->device != y->device)
+    return x->device < y->device ? -1 : 1;
+  return x->job_id < y->job_id ? -1 : x->job_id > y->job_id;
+}
+
+void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsageRequest *req) {
+  int64_t now = colod_now_ms();
+  usage_t u = {.since = req->has_since_ms ? req->since_ms : 0,
+               .until = req->has_until_ms && req->until_ms ? req->until_ms : now,
+               .now = now,
+               .by_job =
+                   req->has_group_by && req->group_by == COLO__V1__USAGE_GROUP__USAGE_GROUP_JOB};
+  if (u.since < 0 || u.until < 0) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "since_ms and until_ms must not be negative");
+    return;
+  }
+  if (u.since >= u.until) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "since_ms (%lld) must be before until_ms (%lld)", (long long)u.since,
+                  (long long)u.until);
+    return;
+  }
+  if (req->limit == 0 || req->limit > MAX_ROWS) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "limit %u must be 1 to %d", req->limit,
+                  MAX_ROWS);
+    return;
+  }
+  int rc = colo_store_usage(d->store, u.since, u.until, attempt_cb, &u);
+  if (rc < 0 || u.oom) {
+    colo_log(COLO_LOG_ERROR, "usage", "cannot sum the usage: %s",
+             u.oom ? "out of memory" : colo_store_errmsg(d->store));
+    colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "coordinator storage error");
+    free(u.rows);
+    return;
+  }
+  qsort(u.rows, u.n, sizeof *u.rows, row_order);
+  size_t n = u.n < req->limit ? u.n : req->limit;
+  Colo__V1__UsageRow *msgs = calloc(n ? n : 1, sizeof *msgs);
+  Colo__V1__UsageRow **ptrs = calloc(n ? n : 1, sizeof *ptrs);
+  if (!msgs || !ptrs) {
+    free(msgs);
+    free(ptrs);
+    free(u.rows);
+    colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < n; i++) {
+    row_t *r = &u.rows[i];
+    Colo__V1__UsageRow *m = &msgs[i];
+    colo__v1__usage_row__init(m);
+    m->owner = r->owner;
+    m->has_device = 1;
+    m->device = (Colo__V1__DeviceKind)r->device;
+    if (u.by_job) {
+      m->has_job_id = 1;
+      m->job_id = r->job_id;
+      m->job_name = r->name;
+    }
+    m->has_device_hours = m->has_jobs = m->has_attempts = 1;
+    m->device_hours = r->ms / 3.6e6;
+    m->jobs = r->jobs;
+    m->attempts = r->attempts;
+    ptrs[i] = m;
+  }
+  Colo__V1__GetUsageResponse resp = COLO__V1__GET_USAGE_RESPONSE__INIT;
+  resp.n_rows = n;
+  resp.rows = ptrs;
+  resp.has_since_ms = resp.has_until_ms = resp.has_gpu_hours = resp.has_cpu_hours = 1;
+  resp.has_rows_total = 1;
+  resp.since_ms = u.since;
+  resp.until_ms = u.until;
+  resp.gpu_hours = u.gpu_ms / 3.6e6;
+  resp.cpu_hours = u.cpu_ms / 3.6e6;
+  resp.rows_total = (uint32_t)u.n;
+  colo_rpc_reply(call, &resp.base);
+  free(msgs);
+  free(ptrs);
+  free(u.rows);
+}
