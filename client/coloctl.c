@@ -67,6 +67,8 @@ static void usage(FILE *out) {
       "                                       a rank's output (default rank 0, the newest\n"
       "                                       attempt); -f follows it across attempts until\n"
       "                                       the job ends\n"
+      "  checkpoint JOB [--wait]              a running job's ranks save a checkpoint at their\n"
+      "                                       next step and train on; --wait until it is there\n"
       "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
       "  usage [--since T] [--until T] [--by owner|job] [--limit N]\n"
       "                                       device hours used, most first; T: 7d, 12h, 30m\n"
@@ -1255,6 +1257,104 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
   return 0;
 }
 
+/* ---- checkpoint ---- */
+
+/* The checkpoint of a job that answers CheckpointJob request `request` (the first with a number
+ * that high: a later request's answers it too), in *out; NULL when none is there yet. The
+ * response holding it is returned in *resp for the caller to free. */
+static int answering_checkpoint(ctl_t *c, uint64_t id, uint32_t attempt, uint32_t request,
+                                Colo__V1__ListCheckpointsResponse **resp,
+                                const Colo__V1__Checkpoint **out) {
+  Colo__V1__ListCheckpointsRequest req = COLO__V1__LIST_CHECKPOINTS_REQUEST__INIT;
+  req.has_job_id = 1;
+  req.job_id = id;
+  *out = NULL;
+  int rc = call(c, "ListCheckpoints", &req.base, &colo__v1__list_checkpoints_response__descriptor,
+                (ProtobufCMessage **)resp);
+  for (size_t i = 0; rc == 0 && i < (*resp)->n_checkpoints; i++) { /* newest first */
+    const Colo__V1__Checkpoint *k = (*resp)->checkpoints[i];
+    if (k->attempt == attempt && k->request >= request)
+      *out = k;
+  }
+  return rc;
+}
+
+static int cmd_checkpoint(ctl_t *c, int argc, char **argv) {
+  uint64_t id = 0;
+  int wait = 0, have = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--wait"))
+      wait = 1;
+    else if (!have && parse_id(argv[i], &id) == 0)
+      have = 1;
+    else
+      return usage_error("checkpoint: unexpected argument '%s'", argv[i]);
+  }
+  if (!have)
+    return usage_error("checkpoint needs a job id");
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  Colo__V1__CheckpointJobRequest req = COLO__V1__CHECKPOINT_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.id = id;
+  Colo__V1__CheckpointJobResponse *resp = NULL;
+  rc = call(c, "CheckpointJob", &req.base, &colo__v1__checkpoint_job_response__descriptor,
+            (ProtobufCMessage **)&resp);
+  if (rc)
+    return rc;
+  uint32_t attempt = resp->attempt, request = resp->request;
+  if (c->json && !wait)
+    print_json(&resp->base);
+  else if (!c->json)
+    printf("job %llu: checkpoint asked of attempt %u's ranks (request %u); they save it at their "
+           "next step\n",
+           (unsigned long long)id, attempt, request);
+  colo__v1__checkpoint_job_response__free_unpacked(resp, NULL);
+  /* --wait: until the checkpoint written for it is complete and registered */
+  for (int64_t t0 = now_ms(); wait; usleep(200 * 1000)) {
+    Colo__V1__ListCheckpointsResponse *ls = NULL;
+    const Colo__V1__Checkpoint *ck;
+    if ((rc = answering_checkpoint(c, id, attempt, request, &ls, &ck)) != 0)
+      return rc;
+    if (ck) {
+      if (c->json)
+        print_json(&ck->base);
+      else
+        printf("job %llu: checkpoint at step %llu: %s\n", (unsigned long long)id,
+               (unsigned long long)ck->step, ck->path ? ck->path : "");
+      colo__v1__list_checkpoints_response__free_unpacked(ls, NULL);
+      return 0;
+    }
+    colo__v1__list_checkpoints_response__free_unpacked(ls, NULL);
+    Colo__V1__GetJobRequest gr = COLO__V1__GET_JOB_REQUEST__INIT;
+    gr.has_id = 1;
+    gr.id = id;
+    Colo__V1__GetJobResponse *g = NULL;
+    if ((rc = call(c, "GetJob", &gr.base, &colo__v1__get_job_response__descriptor,
+                   (ProtobufCMessage **)&g)) != 0)
+      return rc;
+    int gone =
+        g->job->state != COLO__V1__JOB_STATE__JOB_STATE_RUNNING || g->job->attempt != attempt;
+    char state[32];
+    snprintf(state, sizeof state, "%s", state_name(g->job->state));
+    colo__v1__get_job_response__free_unpacked(g, NULL);
+    if (gone) {
+      fprintf(stderr,
+              "coloctl: job %llu's attempt %u ended (the job is %s) before it saved the "
+              "checkpoint asked\n",
+              (unsigned long long)id, attempt, state);
+      return EXIT_FAIL;
+    }
+    if (now_ms() - t0 > 600000) {
+      fprintf(stderr, "coloctl: job %llu: no checkpoint for request %u within 10 minutes\n",
+              (unsigned long long)id, request);
+      return EXIT_FAIL;
+    }
+  }
+  return 0;
+}
+
 /* ---- usage ---- */
 
 /* "7d", "12h", "30m" before now; "2026-11-01" or "2026-11-01T12:00:00Z" (UTC); or Unix ms */
@@ -1562,11 +1662,20 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(ctl_t *, int, char **);
-  } cmds[] = {{"submit", cmd_submit},   {"status", cmd_status}, {"list", cmd_list},
-              {"cancel", cmd_cancel},   {"resume", cmd_resume}, {"watch", cmd_watch},
-              {"hosts", cmd_hosts},     {"logs", cmd_logs},     {"checkpoints", cmd_checkpoints},
-              {"history", cmd_history}, {"cordon", cmd_cordon}, {"uncordon", cmd_uncordon},
-              {"usage", cmd_usage}};
+  } cmds[] = {{"submit", cmd_submit},
+              {"status", cmd_status},
+              {"list", cmd_list},
+              {"cancel", cmd_cancel},
+              {"resume", cmd_resume},
+              {"watch", cmd_watch},
+              {"hosts", cmd_hosts},
+              {"logs", cmd_logs},
+              {"checkpoints", cmd_checkpoints},
+              {"history", cmd_history},
+              {"cordon", cmd_cordon},
+              {"uncordon", cmd_uncordon},
+              {"usage", cmd_usage},
+              {"checkpoint", cmd_checkpoint}};
   int rc = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (!strcmp(cmd, cmds[i].name))

@@ -43,6 +43,8 @@ static void checkpoint_to_msg(const colo_checkpoint_t *ck, Colo__V1__Checkpoint 
   c->step = ck->step;
   c->bytes = ck->bytes;
   c->created_ms = ck->created_ms;
+  c->has_request = ck->request > 0;
+  c->request = ck->request;
   c->path = strdup(ck->path);
   c->manifest_sha256 = strdup(ck->manifest_sha256);
 }
@@ -466,6 +468,45 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   colod_watch_notify(d, &job);
   colod_jobs_kick(d); /* its ranks are withdrawn at once */
   reply_job(d, call, &job, 2);
+  colo_job_clear(&job);
+}
+
+static void h_checkpoint_job(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__CheckpointJobRequest *req = (const void *)m;
+  if (!need_id(call, req->has_id, req->id) || !may_change_id(d, call, req->id, "checkpoint it"))
+    return;
+  colo_job_t job;
+  int rc = colo_store_job_get(d->store, req->id, &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return;
+  }
+  uint32_t attempt = 0, seq = 0;
+  char why[256];
+  rc = colod_jobs_checkpoint(d, req->id, &attempt, &seq, why, sizeof why);
+  if (rc == COLO_ESTATE) {
+    colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", why);
+  } else if (rc < 0) {
+    colo_log(COLO_LOG_ERROR, "api", "CheckpointJob: store error: %s", why);
+    colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "coordinator storage error");
+  } else {
+    Colo__V1__Job msg;
+    Colo__V1__JobSpec *spec;
+    if (job_to_msg(d, &job, 1, &msg, &spec) < 0) {
+      colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "job %llu has an unreadable spec",
+                    (unsigned long long)job.id);
+    } else {
+      Colo__V1__CheckpointJobResponse r = COLO__V1__CHECKPOINT_JOB_RESPONSE__INIT;
+      r.job = &msg;
+      r.has_attempt = r.has_request = 1;
+      r.attempt = attempt;
+      r.request = seq;
+      colo_rpc_reply(call, &r.base);
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      job_msg_clear(&msg);
+    }
+  }
   colo_job_clear(&job);
 }
 
@@ -1381,6 +1422,7 @@ GUARD(h_get, R_USER | R_ADMIN)
 GUARD(h_list, R_USER | R_ADMIN)
 GUARD(h_cancel, R_USER | R_ADMIN)
 GUARD(h_resume, R_USER | R_ADMIN)
+GUARD(h_checkpoint_job, R_USER | R_ADMIN)
 GUARD(h_hosts, R_USER | R_ADMIN)
 GUARD(h_cordon, R_ADMIN)
 GUARD(h_cluster, R_USER | R_ADMIN)
@@ -1412,6 +1454,7 @@ const colo_rpc_method_t colod_methods[] = {
     M("ListJobs", list_jobs_request, 0, h_list),
     M("CancelJob", cancel_job_request, 0, h_cancel),
     M("ResumeJob", resume_job_request, 0, h_resume),
+    M("CheckpointJob", checkpoint_job_request, 0, h_checkpoint_job),
     M("ListHosts", list_hosts_request, 0, h_hosts),
     M("CordonHost", cordon_host_request, 0, h_cordon),
     M("GetClusterStatus", get_cluster_status_request, 0, h_cluster),

@@ -34,6 +34,7 @@ struct colod_job_live_s {
   uint64_t launch_resume_step;
   int resume_seen;    /* rank 0's resumed_step of this attempt was taken */
   int evicting;       /* why colod stops its ranks (COLO_STOP_*, 0: it does not): desired nowhere */
+  uint32_t ckpt_seq;  /* checkpoints asked of its ranks (CheckpointJob), told to their workers */
   int64_t started_ms; /* the attempt's start (Unix ms), for resources.time_limit_s */
   /* reports */
   Colo__V1__Progress progress;
@@ -146,11 +147,13 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
   /* a stop stored before a colod restart goes on */
   int stop = 0;
   int64_t started = colod_now_ms();
-  if (colo_store_attempt_get(d->store, j->id, j->attempt, &stop, &started) < 0)
+  uint32_t seq = 0;
+  if (colo_store_attempt_get(d->store, j->id, j->attempt, &stop, &started, &seq) < 0)
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot read whether it is stopping: %s",
              (unsigned long long)j->id, j->attempt, colo_store_errmsg(d->store));
   j->evicting = stop;
   j->started_ms = started;
+  j->ckpt_seq = seq;
   if (j->evicting)
     colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: its ranks are still stopping (%s)",
              (unsigned long long)j->id, j->attempt,
@@ -1108,6 +1111,7 @@ void colod_jobs_free(colod_t *d) {
  * prunes the rows to `keep` as the engine prunes the directories. */
 static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt, uint32_t keep,
                                 uint64_t *ck_step, const Colo__V1__Checkpoint *c) {
+  int answers = c->has_request && c->request > 0; /* asked for (CheckpointJob): kept */
   if (!c->has_step || c->step == 0 || c->step <= *ck_step || !c->path || !c->path[0] ||
       strlen(c->path) >= sizeof(((colo_checkpoint_t *)0)->path))
     return;
@@ -1129,6 +1133,7 @@ static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt, u
   snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%s", sha);
   ck.bytes = c->bytes;
   ck.created_ms = c->has_created_ms && c->created_ms > 0 ? c->created_ms : colod_now_ms();
+  ck.request = answers ? c->request : 0;
   if (colo_store_checkpoint_add(d->store, &ck) < 0) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot register checkpoint %llu: %s",
              (unsigned long long)job_id, (unsigned long long)c->step, colo_store_errmsg(d->store));
@@ -1138,8 +1143,9 @@ static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt, u
   if (colo_store_checkpoint_prune(d->store, job_id, keep) < 0)
     colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot prune checkpoint rows: %s",
              (unsigned long long)job_id, colo_store_errmsg(d->store));
-  colo_log(COLO_LOG_INFO, "jobs", "job %llu: checkpoint at step %llu registered (%s)",
-           (unsigned long long)job_id, (unsigned long long)c->step, ck.path);
+  colo_log(COLO_LOG_INFO, "jobs", "job %llu: checkpoint at step %llu registered (%s)%s",
+           (unsigned long long)job_id, (unsigned long long)c->step, ck.path,
+           answers ? ", as asked" : "");
 }
 
 static void take_checkpoint(colod_t *d, colod_job_live_t *j, const Colo__V1__Checkpoint *c) {
@@ -1365,6 +1371,8 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
       l[k].rendezvous = j->rendezvous;
       l[k].resume_step = j->launch_resume_step;
       l[k].init_from_checkpoints = j->init_ckpts[0] ? j->init_ckpts : NULL;
+      l[k].has_checkpoint_seq = j->ckpt_seq > 0;
+      l[k].checkpoint_seq = j->ckpt_seq;
       resp->desired[k] = &l[k];
       k++;
     }
@@ -1437,6 +1445,32 @@ int colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap, si
     (*n)++;
   }
   return err;
+}
+
+int colod_jobs_checkpoint(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t *seq, char *why,
+                          size_t len) {
+  colod_job_live_t *j = live_find(d, job_id);
+  if (!j || j->state != COLO_JOB_RUNNING || !j->place) {
+    snprintf(why, len, "job %llu is not running: only a running job's ranks save a checkpoint",
+             (unsigned long long)job_id);
+    return COLO_ESTATE;
+  }
+  if (j->evicting) {
+    snprintf(why, len, "job %llu's ranks are stopping, and save a checkpoint as they stop",
+             (unsigned long long)job_id);
+    return COLO_ESTATE;
+  }
+  int rc = colo_store_attempt_checkpoint(d->store, j->id, j->attempt, &j->ckpt_seq);
+  if (rc < 0) {
+    snprintf(why, len, "%s", colo_store_errmsg(d->store));
+    return rc;
+  }
+  colo_log(COLO_LOG_INFO, "jobs", "job %llu attempt %u: checkpoint %u asked of its ranks",
+           (unsigned long long)j->id, j->attempt, j->ckpt_seq);
+  *attempt = j->attempt;
+  *seq = j->ckpt_seq;
+  nudge_hosts(d, j);
+  return 0;
 }
 
 int colod_jobs_attempt_on_host(colod_t *d, uint64_t job_id, uint32_t attempt, uint64_t host_id) {

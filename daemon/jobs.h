@@ -78,6 +78,12 @@ void colod_jobs_each(struct colod_s *d, colod_job_view_cb cb, void *data);
  * or the store's error for a job it could not mark (that job is not stopped; the others are). */
 int colod_jobs_evict(struct colod_s *d, uint64_t host_id, uint64_t *ids, size_t cap, size_t *n);
 
+/* Asks a RUNNING job's ranks for a checkpoint at their next step: counted with its attempt in
+ * the store (*seq: the count, this one included), then told to its workers at once. COLO_ESTATE
+ * with why when the job is not running or its ranks are stopping; the store's error otherwise. */
+int colod_jobs_checkpoint(struct colod_s *d, uint64_t job_id, uint32_t *attempt, uint32_t *seq,
+                          char *why, size_t len);
+
 /* 1 when attempt `attempt` of the job is RUNNING and has a rank on the host. */
 int colod_jobs_attempt_on_host(struct colod_s *d, uint64_t job_id, uint32_t attempt,
                                uint64_t host_id);

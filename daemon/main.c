@@ -77,6 +77,7 @@ static void on_rpc_closed(colo_rpc_server_t *srv, void *data) {
   colod_t *d = data;
   (void)srv;
   d->rpc = NULL;
+  colod_metrics_stop(d); /* /healthz answered 503 while the calls drained */
   uv_close((uv_handle_t *)&d->tick, on_closed_handle);
   uv_close((uv_handle_t *)&d->kick, on_closed_handle);
   uv_close((uv_handle_t *)&d->restart, on_closed_handle);
@@ -99,7 +100,6 @@ static void begin_drain(colod_t *d, const char *why) {
   colod_logs_close_all(d, "colod is shutting down");
   colod_rdzv_close_all(d, "colod is shutting down");
   colod_push_close_all(d, "colod is shutting down");
-  colod_metrics_stop(d);
   colo_rpc_server_shutdown(d->rpc, d->cfg.drain_timeout_ms, on_rpc_closed, d);
 }
 

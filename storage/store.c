@@ -119,8 +119,11 @@ static const char *const MIGRATIONS[] = {
     "PRAGMA writable_schema = RESET;",
 
     /* 9: accounting (colo_store_usage) reads the attempts still running or ended after a
-     * window's start: an index on their end, not a scan of every attempt ever */
-    "CREATE INDEX job_attempts_ended ON job_attempts(ended_ms);",
+     * window's start: an index on their end, not a scan of every attempt ever; the checkpoints
+     * asked of an attempt's ranks (CheckpointJob), counted */
+    "CREATE INDEX job_attempts_ended ON job_attempts(ended_ms);"
+    "ALTER TABLE job_attempts ADD COLUMN checkpoint_seq INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE checkpoints ADD COLUMN request INTEGER NOT NULL DEFAULT 0;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -160,8 +163,11 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                   "WHERE job_id = ?1 AND attempt = ?2 AND ended_ms IS NULL")                       \
   XX(ATTEMPT_EVICT, "UPDATE job_attempts SET evicting = ?3 "                                       \
                     "WHERE job_id = ?1 AND attempt = ?2 AND ended_ms IS NULL")                     \
-  XX(ATTEMPT_EVICTING,                                                                             \
-     "SELECT evicting, started_ms FROM job_attempts WHERE job_id = ?1 AND attempt = ?2")           \
+  XX(ATTEMPT_EVICTING, "SELECT evicting, started_ms, checkpoint_seq FROM job_attempts "            \
+                       "WHERE job_id = ?1 AND attempt = ?2")                                       \
+  XX(ATTEMPT_CKPT, "UPDATE job_attempts SET checkpoint_seq = checkpoint_seq + 1 "                  \
+                   "WHERE job_id = ?1 AND attempt = ?2 AND ended_ms IS NULL "                      \
+                   "RETURNING checkpoint_seq")                                                     \
   XX(RANK_INSERT, "INSERT INTO ranks (job_id, attempt, rank, host_id, device_index, dp_idx, "      \
                   "tp_idx, pp_idx) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                       \
   XX(RANK_LIST, "SELECT rank, host_id, device_index, dp_idx, tp_idx, pp_idx FROM ranks "           \
@@ -189,12 +195,13 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                   "progress_samples WHERE job_id = ?1 ORDER BY attempt, step")                     \
   XX(CKPT_INSERT,                                                                                  \
      "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, "   \
-     "created_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)")                                            \
-  XX(CKPT_PRUNE, "DELETE FROM checkpoints WHERE job_id = ?1 AND step NOT IN (SELECT step FROM "    \
-                 "checkpoints WHERE job_id = ?1 ORDER BY step DESC LIMIT ?2)")                     \
+     "created_ms, request) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                               \
+  XX(CKPT_PRUNE, "DELETE FROM checkpoints WHERE job_id = ?1 AND request = 0 AND step NOT IN "      \
+                 "(SELECT step FROM checkpoints WHERE job_id = ?1 AND request = 0 "                \
+                 "ORDER BY step DESC LIMIT ?2)")                                                   \
   XX(JOB_PROGRESS, "UPDATE jobs SET progress = ?2 WHERE id = ?1")                                  \
   XX(CKPT_DROP_AFTER, "DELETE FROM checkpoints WHERE job_id = ?1 AND step > ?2")                   \
-  XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms "          \
+  XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms, request " \
                 "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")                           \
   XX(USAGE, "SELECT a.job_id, a.attempt, j.owner, j.name, j.spec, a.started_ms, "                  \
             "coalesce(a.ended_ms, 0), (SELECT count(*) FROM ranks r WHERE r.job_id = a.job_id "    \
@@ -766,6 +773,26 @@ int colo_store_attempt_ranks(colo_store_t *st, uint64_t job_id, uint32_t attempt
   return k > cap ? COLO_ETOOBIG : 0;
 }
 
+int colo_store_attempt_checkpoint(colo_store_t *st, uint64_t job_id, uint32_t attempt,
+                                  uint32_t *seq) {
+  sqlite3_stmt *s = stmt(st, S_ATTEMPT_CKPT);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, attempt);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    *seq = (uint32_t)sqlite3_column_int64(s, 0);
+  int done = rc == SQLITE_ROW ? sqlite3_step(s) : rc; /* RETURNING: the change is made at DONE */
+  sqlite3_reset(s);
+  if (rc == SQLITE_DONE) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu has no open attempt %u",
+             (unsigned long long)job_id, attempt);
+    return COLO_ENOENT;
+  }
+  if (rc != SQLITE_ROW || done != SQLITE_DONE)
+    return db_fail(st, rc != SQLITE_ROW ? rc : done, "count a checkpoint request");
+  return 0;
+}
+
 int colo_store_attempt_stop(colo_store_t *st, uint64_t job_id, uint32_t attempt, int why) {
   if (why != COLO_STOP_MOVE && why != COLO_STOP_TIME_LIMIT) {
     snprintf(st->errmsg, sizeof st->errmsg, "no such reason to stop an attempt: %d", why);
@@ -788,7 +815,7 @@ int colo_store_attempt_stop(colo_store_t *st, uint64_t job_id, uint32_t attempt,
 }
 
 int colo_store_attempt_get(colo_store_t *st, uint64_t job_id, uint32_t attempt, int *stop,
-                           int64_t *started_ms) {
+                           int64_t *started_ms, uint32_t *checkpoint_seq) {
   sqlite3_stmt *s = stmt(st, S_ATTEMPT_EVICTING);
   sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
   sqlite3_bind_int64(s, 2, attempt);
@@ -796,6 +823,7 @@ int colo_store_attempt_get(colo_store_t *st, uint64_t job_id, uint32_t attempt, 
   if (rc == SQLITE_ROW) {
     *stop = sqlite3_column_int(s, 0);
     *started_ms = sqlite3_column_int64(s, 1);
+    *checkpoint_seq = (uint32_t)sqlite3_column_int64(s, 2);
   }
   sqlite3_reset(s);
   if (rc == SQLITE_DONE) {
@@ -985,6 +1013,7 @@ int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck) {
   sqlite3_bind_text(s, 5, ck->manifest_sha256, -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 6, (sqlite3_int64)ck->bytes);
   sqlite3_bind_int64(s, 7, ck->created_ms);
+  sqlite3_bind_int64(s, 8, ck->request);
   return step_done(st, s, "add checkpoint");
 }
 
@@ -1026,6 +1055,7 @@ int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_che
     copy_text(ck.manifest_sha256, sizeof ck.manifest_sha256, s, 4);
     ck.bytes = (uint64_t)sqlite3_column_int64(s, 5);
     ck.created_ms = sqlite3_column_int64(s, 6);
+    ck.request = (uint32_t)sqlite3_column_int64(s, 7);
     if (cb(&ck, data))
       break;
   }

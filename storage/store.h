@@ -88,6 +88,7 @@ typedef struct {
   char manifest_sha256[65];
   uint64_t bytes;
   int64_t created_ms;
+  uint32_t request; /* the CheckpointJob request of its attempt it answers; 0: none */
 } colo_checkpoint_t;
 
 /* Opens (creating if needed) and migrates to COLO_STORE_SCHEMA_VERSION. */
@@ -146,10 +147,14 @@ enum {
  * wants its ranks nowhere and ends the job as it would have. COLO_ENOENT when the attempt is not
  * open. */
 int colo_store_attempt_stop(colo_store_t *st, uint64_t job_id, uint32_t attempt, int why);
-/* An attempt's stop mark (COLO_STOP_*, 0: none) and start time (Unix ms). COLO_ENOENT: no such
- * attempt. */
+/* An attempt's stop mark (COLO_STOP_*, 0: none), start time (Unix ms) and checkpoints asked
+ * (colo_store_attempt_checkpoint). COLO_ENOENT: no such attempt. */
 int colo_store_attempt_get(colo_store_t *st, uint64_t job_id, uint32_t attempt, int *stop,
-                           int64_t *started_ms);
+                           int64_t *started_ms, uint32_t *checkpoint_seq);
+/* Counts a checkpoint asked of an open attempt's ranks: *seq gets the new count, which its
+ * workers compare with the last they passed on. COLO_ENOENT when the attempt is not open. */
+int colo_store_attempt_checkpoint(colo_store_t *st, uint64_t job_id, uint32_t attempt,
+                                  uint32_t *seq);
 
 typedef int (*colo_store_event_cb)(const colo_job_event_t *ev, void *data);
 int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,
@@ -172,7 +177,8 @@ int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data);
 /* Checkpoints: a row exists only for a complete checkpoint. Adding a step that has a row
  * replaces it (a later attempt wrote that step again). */
 int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck);
-/* Keeps the rows of the `keep` newest steps of a job (0: all), as the engine keeps their files. */
+/* Keeps the rows of the `keep` newest steps of a job (0: all), as the engine keeps their files;
+ * those written as asked (request > 0) are kept besides, and not counted. */
 int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep);
 /* Removes the rows of steps after `step` (a resume from `step` removed their files). */
 int colo_store_checkpoint_drop_after(colo_store_t *st, uint64_t job_id, uint64_t step);

@@ -33,6 +33,7 @@ struct colo_wrank_s {
   int exit_code, signal;
   int desired; /* in the last reconcile */
   int stopping;
+  uint32_t ckpt_want, ckpt_sent; /* checkpoints colod asked of its attempt, and passed on */
   char message[256];
   colo_rank_proc_t proc;
   char dir[PATH_CAP]; /* run_dir/job-J/attempt-A */
@@ -440,6 +441,21 @@ int colo_ranks_init(colo_ranks_t *rs, uv_loop_t *loop, const Colo__V1__WorkerCon
   return 0;
 }
 
+/* Passes a checkpoint colod asked for on to a running rank: SIGUSR1, which colo-train takes as
+ * "save one at the next step". Not before it runs (its first progress record): until colo-train
+ * has set its handler, SIGUSR1 would end it. Several asked at once are one. */
+static void ask_checkpoint(colo_wrank_t *r) {
+  if (r->ckpt_want <= r->ckpt_sent || r->phase != COLO__V1__RANK_PHASE__RANK_PHASE_RUNNING ||
+      !r->proc.running || r->stopping)
+    return;
+  /* the request's number rides with the signal: the rank reports it with the checkpoint */
+  union sigval v = {.sival_int = (int)r->ckpt_want};
+  if (sigqueue(r->proc.pid, SIGUSR1, v) == 0)
+    colo_log(COLO_LOG_INFO, "ranks", "job %llu attempt %u rank %u: checkpoint %u asked",
+             (unsigned long long)r->job_id, r->attempt, r->rank, r->ckpt_want);
+  r->ckpt_sent = r->ckpt_want;
+}
+
 void colo_ranks_reconcile(colo_ranks_t *rs, Colo__V1__RankLaunch *const *desired, size_t n) {
   for (colo_wrank_t *r = rs->head; r; r = r->next)
     r->desired = 0;
@@ -448,6 +464,8 @@ void colo_ranks_reconcile(colo_ranks_t *rs, Colo__V1__RankLaunch *const *desired
     colo_wrank_t *r = find(rs, l->job_id, l->attempt, l->rank);
     if (r) {
       r->desired = 1;
+      r->ckpt_want = l->has_checkpoint_seq ? l->checkpoint_seq : 0;
+      ask_checkpoint(r);
       continue;
     }
     r = calloc(1, sizeof *r);
@@ -458,6 +476,7 @@ void colo_ranks_reconcile(colo_ranks_t *rs, Colo__V1__RankLaunch *const *desired
     r->attempt = l->attempt;
     r->rank = l->rank;
     r->desired = 1;
+    r->ckpt_want = l->has_checkpoint_seq ? l->checkpoint_seq : 0;
     r->phase = COLO__V1__RANK_PHASE__RANK_PHASE_STARTING;
     colo__v1__progress__init(&r->progress);
     r->next = rs->head;
@@ -559,6 +578,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
       c->step = (uint64_t)step;
       c->bytes = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "bytes"));
       c->created_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
+      const cJSON *req = cJSON_GetObjectItem(j, "request"); /* written as CheckpointJob asked */
+      c->has_request = cJSON_IsNumber(req) && cJSON_GetNumberValue(req) >= 1;
+      c->request = c->has_request ? (uint32_t)cJSON_GetNumberValue(req) : 0;
     }
   }
   cJSON_Delete(j);

@@ -113,11 +113,24 @@ expect_same_loss() {
 }
 submit() { "$COLOCTL" submit "$TMP/job.yaml"; }
 
-# ---- an uninterrupted job, watched with logs -f ----
+# ---- an uninterrupted job, watched with logs -f; a checkpoint asked of it while it trains ----
 J=$(submit)
 "$COLOCTL" logs "$J" -f >"$TMP/follow.txt" 2>"$TMP/follow.err" &
 FOLLOW=$!
+expect_rc 1 "$COLOCTL" checkpoint 999
+expect_eq "$ERR" "coloctl: NOT_FOUND: job 999 not found"
+progress_at_least() { [ "$(jf "$1" 'j.get("progress",{}).get("step",0)')" -ge "$2" ]; }
+wait_until 60 "job $J training" progress_at_least "$J" 150
+expect_rc 0 "$COLOCTL" checkpoint "$J" --wait
+ASKED=$(sed -n 's/^job [0-9]*: checkpoint at step \([0-9]*\): .*/\1/p' <<<"$OUT")
+[ -n "$ASKED" ] && [ "$ASKED" -ge 150 ] && [ "$ASKED" -lt "$STEPS" ] || fail "coloctl checkpoint --wait: $OUT"
+expect_contains "$OUT" "job $J: checkpoint asked of attempt 1's ranks (request 1); they save it at their next step"
+echo "figure: coloctl checkpoint --wait: job $J saved step $ASKED, asked at step >= 150"
 wait_until 60 "job $J success" is_state "$J" succeeded
+# rank 0 says so; the run is undisturbed (its final loss is checked below)
+expect_contains "$("$COLOCTL" logs "$J")" "checkpoint at step $ASKED, as asked: $TMP/ckpt/job-$J/step_"
+expect_rc 1 "$COLOCTL" checkpoint "$J"
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job $J is not running: only a running job's ranks save a checkpoint"
 wait_until 10 "logs -f to end" bash -c "! kill -0 $FOLLOW 2>/dev/null"
 expect_same_loss "$J" "no fault"
 grep -qE "^step +$STEPS/$STEPS " "$TMP/follow.txt" ||
@@ -131,10 +144,10 @@ LINES=$("$COLOCTL" logs "$J" | grep -cE '^step +[0-9]+/')
 LOCAL=$(cat "$TMP/run/job-$J/attempt-1/rank-0.log"* | wc -c)
 echo "figure: rank 0 wrote $STEPS step lines; colod has $LINES of them; the worker keeps $LOCAL bytes in rank-0.log, .1, .2"
 [ "$LINES" -ge $((STEPS - 8)) ] || fail "colod has $LINES of the $STEPS step lines"
-# checkpoint.keep: 3 newest kept, on disk and in colod
-[ "$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(" ".join(str(c["step"]) for c in json.load(sys.stdin)["checkpoints"]))')" = "$STEPS $((STEPS - 100)) $((STEPS - 200))" ] ||
-  fail "expected the 3 newest checkpoints: $("$COLOCTL" checkpoints "$J")"
-[ "$(ls "$TMP/ckpt/job-$J" | grep -c '^step_')" = 3 ] || fail "expected 3 checkpoint directories: $(ls "$TMP/ckpt/job-$J")"
+# checkpoint.keep: 3 newest kept, on disk and in colod, and the one asked for besides
+[ "$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(" ".join(str(s) for s in sorted((int(c["step"]) for c in json.load(sys.stdin)["checkpoints"]), reverse=True)))')" = "$(printf '%s\n' $STEPS $((STEPS - 100)) $((STEPS - 200)) "$ASKED" | sort -rn | tr '\n' ' ' | sed 's/ $//')" ] ||
+  fail "expected the 3 newest checkpoints and the asked one ($ASKED): $("$COLOCTL" checkpoints "$J")"
+[ "$(ls "$TMP/ckpt/job-$J" | grep -c '^step_')" = 4 ] || fail "expected 4 checkpoint directories: $(ls "$TMP/ckpt/job-$J")"
 "$COLOCTL" status --watch --interval 200 "$J" >"$TMP/watch.txt"
 expect_contains "$(cat "$TMP/watch.txt")" "SUCCEEDED"
 # the training curve colod sampled: steps rising, the last one the final loss, the evaluations

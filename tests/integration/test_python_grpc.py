@@ -79,6 +79,8 @@ class Cluster:
         self.GetJobHistory = unary("GetJobHistory", pb.GetJobHistoryRequest,
                                    pb.GetJobHistoryResponse)
         self.GetUsage = unary("GetUsage", pb.GetUsageRequest, pb.GetUsageResponse)
+        self.CheckpointJob = unary("CheckpointJob", pb.CheckpointJobRequest,
+                                   pb.CheckpointJobResponse)
         self.ReadLogs = channel.unary_stream("/colo.v1.Cluster/ReadLogs",
                                              request_serializer=pb.ReadLogsRequest.SerializeToString,
                                              response_deserializer=pb.LogChunk.FromString)
@@ -932,6 +934,50 @@ class PushTest(WithColod):
         self.assertEqual(n2.wait(2), [0, 1])
         self.api.CancelJob(pb.CancelJobRequest(id=j2), timeout=5)
         n2.stream.cancel()
+
+
+class CheckpointJobTest(WithColod):
+    """CheckpointJob, this client acting as the worker of one host: each request is counted
+    with the attempt, nudges the worker and shows in its ranks' RankLaunch.checkpoint_seq; a job
+    that is not running, or not there, is refused."""
+
+    state, log_name = os.path.join(TMP, "state-ckpt"), "colod-ckpt.log"
+
+    def test_requests_reach_the_ranks(self):
+        r = register(self.api, "ck", 2)
+        nudges = Nudges(self.api, r.host_id, r.session)
+        self.assertEqual(nudges.wait(1), [0])  # the stream's first: beat now
+
+        def beat():
+            return self.api.Heartbeat(pb.HeartbeatRequest(host_id=r.host_id, session=r.session),
+                                      timeout=5)
+        j = submit(self.api, "ckpt-job", dp=2)
+        mine = placed(beat, j, 2)
+        w = submit(self.api, "ckpt-waits", dp=2)  # no room: PENDING
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.CheckpointJob(pb.CheckpointJobRequest(id=w), timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(cm.exception.details(),
+                         "job %d is not running: only a running job's ranks save a checkpoint" % w)
+        self.api.CancelJob(pb.CancelJobRequest(id=w), timeout=5)
+        self.assertEqual([d.checkpoint_seq for d in mine], [0, 0])
+        seen = len(nudges.wait(2))
+        for want in (1, 2):
+            resp = self.api.CheckpointJob(pb.CheckpointJobRequest(id=j), timeout=5)
+            self.assertEqual((resp.job.id, resp.attempt, resp.request), (j, 1, want))
+            self.assertGreater(len(nudges.wait(seen + 1)), seen)  # its worker is told at once
+            seen = len(nudges.seqs)
+            self.assertEqual([d.checkpoint_seq for d in beat().desired if d.job_id == j],
+                             [want, want])
+        for bad, code in ((pb.CheckpointJobRequest(), grpc.StatusCode.INVALID_ARGUMENT),
+                          (pb.CheckpointJobRequest(id=99999), grpc.StatusCode.NOT_FOUND)):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.CheckpointJob(bad, timeout=5)
+            self.assertEqual(cm.exception.code(), code)
+        self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.CheckpointJob(pb.CheckpointJobRequest(id=j), timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
 
 
 class UsageTest(WithColod):

@@ -94,7 +94,8 @@ static long long sql_int(const char *sql) {
 static int stop_of(colo_store_t *st, uint64_t job, uint32_t attempt) {
   int stop = -1;
   int64_t started;
-  int rc = colo_store_attempt_get(st, job, attempt, &stop, &started);
+  uint32_t seq;
+  int rc = colo_store_attempt_get(st, job, attempt, &stop, &started, &seq);
   return rc < 0 ? rc : stop;
 }
 
@@ -447,7 +448,9 @@ TEST(attempt_stop_is_stored) {
   ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 10, NULL), 0);
   int stop = -1;
   int64_t started = 0;
-  ASSERT_EQ_INT(colo_store_attempt_get(st, id, 1, &stop, &started), 0);
+  uint32_t seq = 9;
+  ASSERT_EQ_INT(colo_store_attempt_get(st, id, 1, &stop, &started, &seq), 0);
+  ASSERT_EQ_INT(seq, 0);
   ASSERT_EQ_INT(stop, 0);
   ASSERT_EQ_INT(started, 10);
   ASSERT_EQ_INT(colo_store_attempt_stop(st, id, 1, 3), COLO_EINVAL);
@@ -591,6 +594,25 @@ TEST(checkpoints_newest_first) {
   ASSERT_EQ_INT(steps[0], 2);
   ASSERT_EQ_INT(steps[1], 300);
   ASSERT_EQ_INT(steps[2], 200);
+  /* one written as asked (request 1) is kept besides the `keep` newest, and not counted */
+  colo_checkpoint_t asked = {
+      .job_id = id, .step = 250, .attempt = 2, .bytes = 7, .created_ms = 3, .request = 1};
+  snprintf(asked.path, sizeof asked.path, "1/step_00000250");
+  snprintf(asked.manifest_sha256, sizeof asked.manifest_sha256, "%064d", 2);
+  ASSERT_EQ_INT(colo_store_checkpoint_add(st, &asked), 0);
+  for (uint64_t s = 400; s <= 500; s += 100) {
+    colo_checkpoint_t ck = {.job_id = id, .step = s, .attempt = 2, .created_ms = 4};
+    snprintf(ck.path, sizeof ck.path, "1/step_%08llu", (unsigned long long)s);
+    snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%064d", 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_add(st, &ck), 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2), 0);
+  }
+  memset(steps, 0, sizeof steps);
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
+  ASSERT_EQ_INT(steps[0], 3); /* 500, 400 and the asked 250 */
+  ASSERT_EQ_INT(steps[1], 500);
+  ASSERT_EQ_INT(steps[2], 400);
+  ASSERT_EQ_INT(steps[3], 250);
   colo_store_close(st);
 }
 
@@ -613,6 +635,29 @@ TEST(committed_write_survives_crash) {
   ASSERT_EQ_STR(j.name, "survivor");
   colo_job_clear(&j);
   ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
+  colo_store_close(st);
+}
+
+TEST(checkpoint_requests_are_counted_per_open_attempt) {
+  colo_store_t *st = open_fresh();
+  ensure_host(st);
+  uint64_t id = submit(st, "j");
+  colo_rank_place_t r = {0, 1, 0, 0, 0, 0};
+  uint32_t seq = 99;
+  ASSERT_EQ_INT(colo_store_attempt_checkpoint(st, id, 1, &seq), COLO_ENOENT); /* no attempt */
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 10, NULL), 0);
+  ASSERT_EQ_INT(colo_store_attempt_checkpoint(st, id, 1, &seq), 0);
+  ASSERT_EQ_INT(seq, 1);
+  ASSERT_EQ_INT(colo_store_attempt_checkpoint(st, id, 1, &seq), 0);
+  ASSERT_EQ_INT(seq, 2);
+  colo_store_close(st);
+  st = open_fresh(); /* kept across a restart */
+  int stop;
+  int64_t started;
+  ASSERT_EQ_INT(colo_store_attempt_get(st, id, 1, &stop, &started, &seq), 0);
+  ASSERT_EQ_INT(seq, 2);
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_CANCELLED, "", 0, 20, NULL), 0);
+  ASSERT_EQ_INT(colo_store_attempt_checkpoint(st, id, 1, &seq), COLO_ENOENT); /* ended */
   colo_store_close(st);
 }
 

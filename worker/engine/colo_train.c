@@ -306,6 +306,7 @@ static void train_usage(void) {
       "COLO_COMM_SHM=0 keeps ranks of one host on TCP; with COLO_WORKER_PID set, the rank stops\n"
       "when that process (its worker) is no longer its parent.\n"
       "\n"
+      "SIGUSR1 saves a checkpoint at the next step, the same on every rank, and trains on.\n"
       "SIGTERM or SIGINT (Ctrl-C) stops the run at the next step, the same step on every rank,\n"
       "with a checkpoint there (given --ckpt-dir); a second one ends it at once.\n"
       "\n"
@@ -423,6 +424,26 @@ static void on_stop_signal(int sig) {
     signal(sig, SIG_DFL);
 }
 
+/* SIGUSR1 asks for a checkpoint now (train.h: save_requested), and the run goes on: colod's
+ * CheckpointJob reaches the ranks this way. The local launcher passes it on to its ranks. */
+static volatile sig_atomic_t save_requested;
+
+static void on_save_signal(int sig, siginfo_t *si, void *uc) {
+  (void)sig;
+  (void)uc;
+  /* a worker's sigqueue carries the request's number (reported with the checkpoint); a plain
+   * kill counts one more */
+  if (si && si->si_code == SI_QUEUE) {
+    if (si->si_value.sival_int > save_requested) /* one it has not seen */
+      save_requested = si->si_value.sival_int;
+  } else {
+    save_requested++;
+  }
+  for (int r = 0; launched && r < n_launched; r++)
+    if (launched[r] > 0)
+      sigqueue(launched[r], SIGUSR1, (union sigval){.sival_int = save_requested});
+}
+
 static void catch_stop_signals(void) {
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
@@ -431,6 +452,10 @@ static void catch_stop_signals(void) {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, NULL);
   sigaction(SIGINT, &sa, NULL);
+  sa.sa_handler = NULL;
+  sa.sa_sigaction = on_save_signal;
+  sa.sa_flags |= SA_SIGINFO;
+  sigaction(SIGUSR1, &sa, NULL);
 }
 
 /* The local launcher: forks `world` ranks with COLO_RANK, COLO_WORLD and COLO_STORE set, then
@@ -736,6 +761,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.store_addr = getenv("COLO_STORE");
   cfg.parent_pid = getenv("COLO_WORKER_PID") ? atoi(getenv("COLO_WORKER_PID")) : 0;
   cfg.stop_requested = &stop_requested;
+  cfg.save_requested = &save_requested;
   cfg.bind_host = getenv("COLO_BIND") ? getenv("COLO_BIND") : "127.0.0.1";
   cfg.comm_timeout_ms =
       getenv("COLO_COMM_TIMEOUT_MS") ? atoi(getenv("COLO_COMM_TIMEOUT_MS")) : comm_timeout;

@@ -130,6 +130,7 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     t.loss_scale_good = cJSON_IsNumber(lg) && lg->valuedouble >= 0 && lg->valuedouble < 1e9
                             ? (int)lg->valuedouble
                             : 0;
+    t.asked = cJSON_IsTrue(cJSON_GetObjectItem(root, "asked")); /* absent: an interval's */
   }
   if (bad) {
     cJSON_Delete(root);
@@ -384,6 +385,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   cJSON_AddNumberToObject(o, "t", meta->adam_t);
   cJSON_AddNumberToObject(m, "loss_scale", meta->loss_scale);
   cJSON_AddNumberToObject(m, "loss_scale_good_steps", meta->loss_scale_good);
+  if (meta->asked)
+    cJSON_AddTrueToObject(m, "asked");
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;
   int writers = meta->zero > 0 ? meta->dp : 1;
@@ -979,9 +982,16 @@ int colo_ckpt_prune(const char *root, int keep, int *removed) {
       cJSON *files, *rootj;
       if (parse_manifest(dir, &meta, &files, &rootj, err, sizeof err) == 0) {
         cJSON_Delete(rootj);
-        complete++;
+        complete += !meta.asked;
       }
       continue;
+    }
+    colo_ckpt_meta_t meta;
+    cJSON *files, *rootj;
+    if (parse_manifest(dir, &meta, &files, &rootj, err, sizeof err) == 0) {
+      cJSON_Delete(rootj);
+      if (meta.asked) /* asked for: kept */
+        continue;
     }
     remove_dir(dir);
     struct stat sb;

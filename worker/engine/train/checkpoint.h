@@ -27,7 +27,9 @@ typedef struct {
   int loss_scale_good; /* clean steps since the scale last changed */
   colo_gpt_config_t model;
   int dp, tp, pp, world;
-  int zero; /* the ZeRO stage it was saved under: > 0, a file per data-parallel rank */
+  int zero;  /* the ZeRO stage it was saved under: > 0, a file per data-parallel rank */
+  int asked; /* written because it was asked for (SIGUSR1, CheckpointJob): kept by
+              * colo_ckpt_prune, which counts and removes only the others */
 } colo_ckpt_meta_t;
 
 /* Ranges of the model's flat layout that a file holds, for colo_ckpt_write_tensors (a ZeRO

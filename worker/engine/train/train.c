@@ -286,8 +286,9 @@ static const char *json_str(char *out, size_t len, const char *s) {
 }
 
 /* A complete checkpoint in the progress stream: its directory, the manifest's sha256 and the
- * bytes of all its files, so that the worker can report it to colod as it is. */
-static void report_checkpoint(FILE *progress, int step, const char *dir) {
+ * bytes of all its files, so that the worker can report it to colod as it is; with the number
+ * of the CheckpointJob request it answers (0: none). */
+static void report_checkpoint(FILE *progress, int step, const char *dir, long request) {
   if (!progress)
     return;
   char path[1200], js[2500], hex[65] = "";
@@ -307,8 +308,9 @@ static void report_checkpoint(FILE *progress, int step, const char *dir) {
     closedir(dd);
   fprintf(progress,
           "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\",\"manifest_sha256\":\"%s\","
-          "\"bytes\":%llu,\"time_ms\":%lld}\n",
-          step, json_str(js, sizeof js, dir), hex, (unsigned long long)total, (long long)wall_ms());
+          "\"bytes\":%llu,\"time_ms\":%lld,\"request\":%ld}\n",
+          step, json_str(js, sizeof js, dir), hex, (unsigned long long)total, (long long)wall_ms(),
+          request > 0 ? request : 0L);
   fflush(progress);
 }
 
@@ -501,10 +503,14 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
 /* A checkpoint, written by the ranks together: its shard writers (colo_ckpt_begin's comment)
  * write their files, with nothing gathered, then rank 0 commits it. No rank holds more than a
  * chunk of it in memory beyond what it trains with. */
-static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt_t *model,
-                colo_adamw_t *opt, colo_zero_t *zero, colo_comm_t *world, int dp_idx, int me,
-                const colo_backend_t *be, int lead, char *path, size_t path_len, char *err,
-                size_t errlen) {
+static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step, int asked,
+                const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
+                colo_zero_t *zero, colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be,
+                int lead, FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
+  meta->step = (uint64_t)step;
+  meta->asked = asked;
+  meta->loss_scale = scaler->scale;
+  meta->loss_scale_good = scaler->good_steps;
   meta->adam_t = opt->t;
   meta->zero = zero->stage;
   save_src_t src = {zero, opt, model, be, 0, NULL, NULL, NULL, NULL, NULL, NULL};
@@ -528,7 +534,12 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, colo_gpt
   if (lead && rc == 0 && cfg->ckpt_keep > 0)
     colo_ckpt_prune(cfg->ckpt_dir, cfg->ckpt_keep, &removed);
   /* nobody goes on (or stops) before the checkpoint is on disk */
-  return agree(world, rc, "committing the checkpoint", err, errlen);
+  rc = agree(world, rc, "committing the checkpoint", err, errlen);
+  /* asked: the newest request so far, read now that it is written, answers it and those before */
+  if (rc == 0)
+    report_checkpoint(progress, step, path,
+                      asked && cfg->save_requested ? (long)*cfg->save_requested : 0);
+  return rc;
 }
 
 /* The world communicator. CPU ranks: tcp (single for one rank). GPU ranks: NCCL over it, when
@@ -588,16 +599,20 @@ static int make_world(const colo_train_config_t *cfg, const colo_backend_t *be, 
   return 0;
 }
 
-/* Whether the ranks were asked to stop (cfg->stop_requested): 1 when any rank was, at this same
- * step on every rank, 0 when none, -1 when the collective failed. One rank reads its own flag;
- * more add theirs in an all-reduce of one float over the world, a step. */
-static int stop_agreed(const colo_train_config_t *cfg, colo_comm_t *world_comm, int world) {
-  if (!cfg->stop_requested)
+/* What the ranks were asked, agreed at this same step on every rank: bit 1 a stop
+ * (cfg->stop_requested), bit 2 a checkpoint (cfg->save_requested, a count newer than *seen_save);
+ * set when any rank was asked. -1 when the collective failed. One rank reads its own flags; more
+ * add theirs in an all-reduce of two floats over the world, a step. */
+enum { ASKED_STOP = 1, ASKED_SAVE = 2 };
+static int asked_agreed(const colo_train_config_t *cfg, colo_comm_t *world_comm, int world,
+                        sig_atomic_t seen_save) {
+  if (!cfg->stop_requested && !cfg->save_requested)
     return 0;
-  float asked = *cfg->stop_requested ? 1.0f : 0.0f;
-  if (world > 1 && world_comm->ops->allreduce_sum(world_comm, &asked, 1) < 0)
+  float asked[2] = {cfg->stop_requested && *cfg->stop_requested ? 1.0f : 0.0f,
+                    cfg->save_requested && *cfg->save_requested != seen_save ? 1.0f : 0.0f};
+  if (world > 1 && world_comm->ops->allreduce_sum(world_comm, asked, 2) < 0)
     return -1;
-  return asked > 0.0f;
+  return (asked[0] > 0.0f ? ASKED_STOP : 0) | (asked[1] > 0.0f ? ASKED_SAVE : 0);
 }
 
 int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *final_val, char *err,
@@ -934,6 +949,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .pp = pp,
                            .world = world};
   int step = start, saved_at = -1, stopped = 0;
+  sig_atomic_t seen_save = cfg->save_requested ? *cfg->save_requested : 0;
   for (; step < cfg->steps; step++) {
     /* a rank started by colo-workerd ends with it: a new worker ends leftovers too, but a rank
      * that notices first does not train on alone */
@@ -947,24 +963,38 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (cfg->eval_interval > 0 && step % cfg->eval_interval == 0)
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
     if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
-      meta.step = (uint64_t)step;
-      meta.loss_scale = scaler.scale;
-      meta.loss_scale_good = scaler.good_steps;
-      CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, comm, dp_idx, me, be, lead, ckpt_path,
-                      sizeof ckpt_path, err, errlen),
+      CHECK_GOTO(save(cfg, &meta, step, 0, &scaler, model, &opt, &zero, comm, dp_idx, me, be, lead,
+                      progress, ckpt_path, sizeof ckpt_path, err, errlen),
                  rc, out);
-      report_checkpoint(progress, step, ckpt_path);
       saved_at = step;
     }
     if (cfg->stop_at > 0 && step == cfg->stop_at)
       break;
-    if ((stopped = stop_agreed(cfg, comm, world)) != 0) {
-      if (stopped < 0) {
-        snprintf(err, errlen, "rank %d: agreeing on a stop: %s", me, colo_comm_error(comm));
-        rc = COLO_EIO;
-        goto out;
-      }
+    int asked = asked_agreed(cfg, comm, world, seen_save);
+    if (asked < 0) {
+      snprintf(err, errlen, "rank %d: agreeing on a stop: %s", me, colo_comm_error(comm));
+      rc = COLO_EIO;
+      goto out;
+    }
+    if (asked & ASKED_STOP) {
+      stopped = 1;
       break;
+    }
+    if (asked & ASKED_SAVE) {
+      if (cfg->ckpt_dir && step > start && saved_at != step) {
+        CHECK_GOTO(save(cfg, &meta, step, 1, &scaler, model, &opt, &zero, comm, dp_idx, me, be,
+                        lead, progress, ckpt_path, sizeof ckpt_path, err, errlen),
+                   rc, out);
+        saved_at = step;
+        if (!quiet && lead)
+          printf("checkpoint at step %d, as asked: %s\n", step, ckpt_path);
+        /* what was asked until now is answered, on this rank too */
+        seen_save = cfg->save_requested ? *cfg->save_requested : 0;
+      } else if (!cfg->ckpt_dir) {
+        if (!quiet && lead)
+          printf("checkpoint asked at step %d: there is no checkpoint directory\n", step);
+        seen_save = cfg->save_requested ? *cfg->save_requested : 0;
+      } /* else before a first step, or where the interval's was just written: at the next */
     }
     double t0 = now_s();
     /* fp16: the loss is scaled up so small gradients survive; a planted overflow (tests) makes
@@ -1122,15 +1152,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   /* the last checkpoint: at the end, or where the run was told to stop (unless the interval's
    * was just saved there) */
   if (cfg->ckpt_dir && step > start && step != saved_at) {
-    meta.step = (uint64_t)step;
-    meta.loss_scale = scaler.scale;
-    meta.loss_scale_good = scaler.good_steps;
-    CHECK_GOTO(save(cfg, &meta, model, &opt, &zero, comm, dp_idx, me, be, lead, ckpt_path,
-                    sizeof ckpt_path, err, errlen),
+    CHECK_GOTO(save(cfg, &meta, step, 0, &scaler, model, &opt, &zero, comm, dp_idx, me, be, lead,
+                    progress, ckpt_path, sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
-    report_checkpoint(progress, step, ckpt_path);
   }
   if (stopped) {
     if (progress) {

@@ -65,6 +65,12 @@ typedef struct {
    * checkpoint there (with ckpt_dir, after at least one step) and return COLO_ESTOPPED. NULL:
    * never asked, and no collective for it. */
   const volatile sig_atomic_t *stop_requested;
+  /* A checkpoint asked from outside (colod's CheckpointJob, through SIGUSR1): a signal handler
+   * adds one to *save_requested. The ranks agree on it with the stop, in the same collective:
+   * any rank's new request makes them all save a checkpoint at that step's start (with
+   * ckpt_dir, after at least one step) and train on. Requests that arrive while it is written
+   * are answered by it. NULL: never asked. */
+  const volatile sig_atomic_t *save_requested;
 } colo_train_config_t;
 
 /* Trains as configured. Returns 0 or a negative colo code with the reason in err: COLO_ESTOPPED
