@@ -137,7 +137,8 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
     free(u.rows);
     return;
   }
-  qsort(u.rows, u.n, sizeof *u.rows, row_order);
+  if (u.n) /* rows is NULL when there are none */
+    qsort(u.rows, u.n, sizeof *u.rows, row_order);
   size_t n = u.n < req->limit ? u.n : req->limit;
   Colo__V1__UsageRow *msgs = calloc(n ? n : 1, sizeof *msgs);
   Colo__V1__UsageRow **ptrs = calloc(n ? n : 1, sizeof *ptrs);
