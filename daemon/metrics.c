@@ -243,6 +243,7 @@ static const struct {
 typedef struct {
   FILE *out;
   int which;
+  const ProtobufCFieldDescriptor *field; /* the progress field of a family from J_STEP on */
 } job_pass_t;
 
 static void job_metric(const colod_job_view_t *j, void *data) {
@@ -284,8 +285,7 @@ static void job_metric(const colod_job_view_t *j, void *data) {
     v = (double)j->started_ms / 1000.0;
     break;
   default: {
-    const ProtobufCFieldDescriptor *f = protobuf_c_message_descriptor_get_field_by_name(
-        &colo__v1__progress__descriptor, JOB_FAMILIES[p->which].field);
+    const ProtobufCFieldDescriptor *f = p->field;
     const char *base = (const char *)g;
     if (!g || !f || !*(const protobuf_c_boolean *)(base + f->quantifier_offset))
       return;
@@ -324,7 +324,12 @@ static int job_metrics(colod_t *d, FILE *out) {
   }
   for (int w = 0; w < J_N; w++) {
     family(out, JOB_FAMILIES[w].name, "gauge", JOB_FAMILIES[w].help);
-    job_pass_t p = {out, w};
+    /* looked up once a family, not once a job */
+    job_pass_t p = {out, w,
+                    JOB_FAMILIES[w].field
+                        ? protobuf_c_message_descriptor_get_field_by_name(
+                              &colo__v1__progress__descriptor, JOB_FAMILIES[w].field)
+                        : NULL};
     colod_jobs_each(d, job_metric, &p);
   }
   return rc < 0 ? -1 : 0;
