@@ -352,6 +352,10 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
   envf(env, &ne, "COLO_RANK_ID=%llu.%u.%u", (unsigned long long)l->job_id, l->attempt, l->rank);
   envf(env, &ne, "OMP_NUM_THREADS=%u", rs->threads);
   envf(env, &ne, "OPENBLAS_NUM_THREADS=%u", rs->threads);
+  if (getenv("OMP_WAIT_POLICY") && strlen(getenv("OMP_WAIT_POLICY")) < PATH_CAP)
+    envf(env, &ne, "OMP_WAIT_POLICY=%s", getenv("OMP_WAIT_POLICY"));
+  else if (rs->wait_passively)
+    envf(env, &ne, "OMP_WAIT_POLICY=passive");
   if (spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
     envf(env, &ne, "CUDA_VISIBLE_DEVICES=%u", l->device_index);
   /* what a rank needs from the worker's own environment, and nothing else: the CUDA backend's
@@ -426,12 +430,14 @@ int colo_ranks_init(colo_ranks_t *rs, uv_loop_t *loop, const Colo__V1__WorkerCon
   rs->probe.data = rs;
   rs->cfg = cfg;
   rs->threads = cfg->rank_threads;
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (rs->threads == 0) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
     rs->threads = cores > 0 && slots > 0 ? (uint32_t)cores / slots : 1;
     if (rs->threads == 0)
       rs->threads = 1;
   }
+  /* idle OpenMP threads spinning on cores the other ranks need */
+  rs->wait_passively = rs->threads > 1 && cores > 0 && (long)slots * rs->threads > cores;
   char pids[PATH_CAP];
   snprintf(pids, sizeof pids, "%s/pids", cfg->run_dir);
   if (colo_mkdirs(pids, 0750) < 0) {

@@ -25,7 +25,8 @@ typedef struct colo_wrank_s colo_wrank_t;
 typedef struct {
   uv_loop_t *loop;
   const Colo__V1__WorkerConfig *cfg;
-  uint32_t threads; /* compute threads per rank */
+  uint32_t threads;   /* compute threads per rank */
+  int wait_passively; /* slots × threads exceed the cores: OMP_WAIT_POLICY=passive (colo_train.c) */
   colo_wrank_t *head;
   size_t n;
   /* the statuses of the last colo_ranks_status, owned until colo_ranks_status_done */

@@ -67,6 +67,17 @@ run "$TMP/single" --batch-size $GLOBAL_B
 run "$TMP/dp2z0" --nproc 2 --dp 2 --zero 0 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp2z1" --nproc 2 --dp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp4z1" --nproc 4 --dp 4 --zero 1 --batch-size $((GLOBAL_B / 4))
+# more ranks x threads than cores: the launcher has OpenMP's idle threads wait passively (it sets
+# OMP_WAIT_POLICY=passive and executes itself again), unless the user chose a policy
+CORES=$(getconf _NPROCESSORS_ONLN)
+if [ "$CORES" -ge 2 ]; then
+  W=(train "${M[@]}" --nproc 2 --dp 2 --batch-size $((GLOBAL_B / 2)) --steps 2 --eval-interval 0)
+  expect_rc 0 "$CT" "${W[@]}" --threads "$CORES"
+  expect_eq "$(grep -c "OpenMP threads wait" <<<"$OUT")" 1
+  expect_contains "$OUT" "colo-train: 2 ranks x $CORES threads on $CORES cores: OpenMP threads wait passively (OMP_WAIT_POLICY=passive)"
+  OMP_WAIT_POLICY=active expect_rc 0 "$CT" "${W[@]}" --threads "$CORES"
+  [[ "$OUT" != *"OpenMP threads wait"* ]] || fail "OMP_WAIT_POLICY=active was overridden: $OUT"
+fi
 run "$TMP/dp2z2" --nproc 2 --dp 2 --zero 2 --batch-size $((GLOBAL_B / 2))
 run "$TMP/dp4z2" --nproc 4 --dp 4 --zero 2 --batch-size $((GLOBAL_B / 4))
 run "$TMP/dp1z2" --zero 2 --batch-size $GLOBAL_B

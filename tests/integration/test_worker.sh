@@ -129,7 +129,8 @@ expect_eq "$rc" "0"
 training_text
 mkdir -p "$TMP/gdata" "$TMP/gckpt"
 "$COLO_BIN/colo-train" prepare --input "$TEXT" --out "$TMP/gdata/ts" >/dev/null
-printf 'nvml_library: %s\ndevices: gpu\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
+# two threads a rank: on fewer than 4 cores, more than the cores (see the ranks' environment below)
+printf 'nvml_library: %s\ndevices: gpu\nrank_threads: 2\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
 COLO_CUDA_EMULATE=1 FAKE_NVML_ECC_FILE="$TMP/ecc" FAKE_NVML_XID_FILE="$TMP/xid" \
   FAKE_NVML_REMAP_FILE="$TMP/remap" FAKE_NVML_LOST_FILE="$TMP/lost" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
   --run-dir "$TMP/run-g" --data-root "$TMP/gdata" --checkpoint-root "$TMP/gckpt" \
@@ -243,6 +244,15 @@ for f in "$TMP"/run-g/pids/*; do
   tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "CUDA_VISIBLE_DEVICES=1" && P1=$p
 done
 [ -n "$P1" ] || fail "no rank of job $TJ on GPU 1"
+# its environment: the threads the worker gives a rank, and, where 2 ranks x 2 threads exceed the
+# cores, idle OpenMP threads that sleep rather than spin on the other rank's cores
+ENVF=$(tr '\0' '\n' <"/proc/$P1/environ")
+expect_contains "$ENVF" "OMP_NUM_THREADS=2"
+if [ "$(getconf _NPROCESSORS_ONLN)" -lt 4 ]; then
+  expect_contains "$ENVF" "OMP_WAIT_POLICY=passive"
+else
+  [[ "$ENVF" != *OMP_WAIT_POLICY* ]] || fail "OMP_WAIT_POLICY set with enough cores: $ENVF"
+fi
 kill -KILL "$P1"
 for _ in $(seq 1 50); do
   [ "$(gstate_of "$TJ")" != running ] && break

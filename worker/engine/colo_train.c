@@ -458,6 +458,28 @@ static void catch_stop_signals(void) {
   sigaction(SIGUSR1, &sa, NULL);
 }
 
+static char **main_argv; /* main's, for wait_passively's exec */
+
+/* More ranks × threads than cores (a --threads the user gave): libgomp's idle threads spin for a
+ * while before they sleep, on cores another rank needs. Two 2-thread ranks on 2 cores trained at
+ * half the speed they train at with OMP_WAIT_POLICY=passive. libgomp reads that once, when it
+ * loads, and the ranks are forks of this process: so the launcher sets it and executes itself
+ * again, unless the user set it (one thread a rank has no idle threads). Returns when nothing is to
+ * be done or the exec failed. */
+static void wait_passively(int world, int threads) {
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  if (threads < 2 || cores <= 0 || (long)world * threads <= cores || getenv("OMP_WAIT_POLICY"))
+    return;
+  printf("colo-train: %d ranks x %d threads on %ld cores: OpenMP threads wait passively "
+         "(OMP_WAIT_POLICY=passive)\n",
+         world, threads, cores);
+  fflush(stdout);
+  setenv("OMP_WAIT_POLICY", "passive", 1);
+  execv("/proc/self/exe", main_argv);
+  fprintf(stderr, "colo-train: could not execute itself again (%s); threads spin as before\n",
+          strerror(errno));
+}
+
 /* The local launcher: forks `world` ranks with COLO_RANK, COLO_WORLD and COLO_STORE set, then
  * waits. In a child it returns -(rank + 1); in the parent the exit status for the whole run:
  * 0 when every rank succeeded; COLO_EXIT_STOPPED when they stopped as asked (none failing
@@ -700,6 +722,8 @@ static int cmd_train(int argc, char **argv) {
     return 2;
   }
   catch_stop_signals();
+  if (world > 1 && !env_rank)
+    wait_passively(world, threads);
   if (world > 1 && !env_rank) {
     int rc = launch(world, comm_timeout);
     if (rc >= 0) { /* the launcher's own exit status */
@@ -1023,6 +1047,7 @@ static int cmd_export(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+  main_argv = argv;
   colo_rdzv_colod_register();
   /* a line at a time even into a file: a rank's log is followed live (coloctl logs -f), and the
    * lines before a crash are the ones that matter */

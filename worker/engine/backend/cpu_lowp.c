@@ -3,32 +3,110 @@
  * arithmetic the CUDA backend's bf16 and fp16 tables do (compute in fp32, round on store), so
  * test_cuda checks them against it, and colo-train can train with it (`--precision bf16` on the
  * CPU) to show what reduced-precision storage does to a run without a GPU. It converts on every
- * call and is several times slower than fp32; parameters, gradients and optimizer state are the
- * fp32 table's, untouched. */
+ * call, into reused scratch buffers, and takes about 1.5x fp32's time; parameters, gradients and
+ * optimizer state are the fp32 table's, untouched. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "backend.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#define COLO_POISON(p, n)   ASAN_POISON_MEMORY_REGION(p, n)
+#define COLO_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define COLO_POISON(p, n)   ((void)(p), (void)(n))
+#define COLO_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 static const colo_backend_t *f32(void) {
   return colo_backend_cpu();
 }
 
-static void *xmalloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    fprintf(stderr, "colo-train: out of memory converting activations (%zu bytes)\n", bytes);
-    exit(1);
+/* Scratch: the fp32 copies an operation makes, kept for the next operation. Copies this large
+ * come from mmap and go back to the kernel on free(), so every call page-faulted on every page it
+ * touched: a step took 2.5-3.5x what it takes with the copies reused (the comment at the top had
+ * blamed the conversions). A few buffers are kept, SCRATCH_KEEP bytes in all at most; a request
+ * takes the smallest that fits. Each buffer starts with a header holding its capacity. */
+#define SCRATCH_SLOTS 8
+#define SCRATCH_KEEP  ((size_t)256 << 20)
+#define SCRATCH_HDR   64 /* keeps the floats 64-byte aligned */
+
+static struct {
+  void *base; /* NULL: an empty slot */
+  size_t cap; /* floats */
+} scratch[SCRATCH_SLOTS];
+static size_t scratch_kept; /* bytes in the slots */
+static pthread_mutex_t scratch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t scratch_bytes(size_t cap) {
+  return SCRATCH_HDR + cap * sizeof(float);
+}
+
+static float *scratch_take(size_t n) {
+  void *base = NULL;
+  pthread_mutex_lock(&scratch_lock);
+  int best = -1;
+  for (int i = 0; i < SCRATCH_SLOTS; i++)
+    if (scratch[i].base && scratch[i].cap >= n && (best < 0 || scratch[i].cap < scratch[best].cap))
+      best = i;
+  if (best >= 0) {
+    base = scratch[best].base;
+    scratch[best].base = NULL;
+    scratch_kept -= scratch_bytes(scratch[best].cap);
   }
-  return p;
+  pthread_mutex_unlock(&scratch_lock);
+  if (!base) {
+    if (posix_memalign(&base, SCRATCH_HDR, scratch_bytes(n ? n : 1)) != 0) {
+      fprintf(stderr, "colo-train: out of memory converting activations (%zu bytes)\n",
+              scratch_bytes(n));
+      exit(1);
+    }
+    *(size_t *)base = n ? n : 1;
+  }
+  COLO_UNPOISON((char *)base + SCRATCH_HDR, n * sizeof(float));
+  return (float *)((char *)base + SCRATCH_HDR);
+}
+
+/* gives a buffer from scratch_take back (nothing for NULL): kept while there is room, in place of
+ * a smaller one if need be, else freed */
+static void scratch_give(float *f) {
+  if (!f)
+    return;
+  void *base = (char *)f - SCRATCH_HDR;
+  size_t cap = *(size_t *)base;
+  COLO_POISON(f, cap * sizeof(float));
+  pthread_mutex_lock(&scratch_lock);
+  int slot = -1; /* an empty slot, else the one holding the smallest buffer */
+  for (int i = 0; i < SCRATCH_SLOTS; i++) {
+    if (!scratch[i].base) {
+      slot = i;
+      break;
+    }
+    if (slot < 0 || scratch[i].cap < scratch[slot].cap)
+      slot = i;
+  }
+  if (scratch[slot].base && scratch[slot].cap < cap) { /* all full: drop the smallest */
+    scratch_kept -= scratch_bytes(scratch[slot].cap);
+    free(scratch[slot].base);
+    scratch[slot].base = NULL;
+  }
+  if (!scratch[slot].base && scratch_kept + scratch_bytes(cap) <= SCRATCH_KEEP) {
+    scratch[slot].base = base;
+    scratch[slot].cap = cap;
+    scratch_kept += scratch_bytes(cap);
+    base = NULL;
+  }
+  pthread_mutex_unlock(&scratch_lock);
+  free(base);
 }
 
 /* an fp32 copy of n stored values (NULL for NULL) */
 static float *widen(colo_dtype_t t, const void *src, size_t n) {
   if (!src)
     return NULL;
-  float *f = xmalloc(n * sizeof(float));
+  float *f = scratch_take(n);
   colo_dtype_to_float(f, src, n, t);
   return f;
 }
@@ -37,11 +115,11 @@ static float *widen(colo_dtype_t t, const void *src, size_t n) {
 static void narrow(colo_dtype_t t, void *dst, float *f, size_t n) {
   if (dst)
     colo_dtype_from_float(dst, f, n, t);
-  free(f);
+  scratch_give(f);
 }
 
 static float *fresh(size_t n) {
-  return xmalloc(n * sizeof(float));
+  return scratch_take(n);
 }
 
 /* ---- the operations, for storage type t ---- */
@@ -52,8 +130,8 @@ static void matmul_fwd_t(colo_dtype_t t, void *out, const void *inp, const void 
   float *fo = fresh((size_t)N * OC);
   f32()->matmul_fwd(fo, fi, fw, b, N, C, OC);
   narrow(t, out, fo, (size_t)N * OC);
-  free(fi);
-  free(fw);
+  scratch_give(fi);
+  scratch_give(fw);
 }
 
 static void matmul_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, const void *dout,
@@ -64,9 +142,9 @@ static void matmul_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, const
   float *fdi = dinp ? fresh((size_t)N * C) : NULL; /* written, not added to */
   f32()->matmul_bwd(fdi, dw, db, fd, fi, fw, N, C, OC);
   narrow(t, dinp, fdi, (size_t)N * C);
-  free(fd);
-  free(fi);
-  free(fw);
+  scratch_give(fd);
+  scratch_give(fi);
+  scratch_give(fw);
 }
 
 static void lmhead_fwd_t(colo_dtype_t t, void *out, const void *inp, const void *wte, int N, int C,
@@ -75,8 +153,8 @@ static void lmhead_fwd_t(colo_dtype_t t, void *out, const void *inp, const void 
   float *fo = fresh((size_t)N * V);
   f32()->lmhead_fwd(fo, fi, fw, N, C, V);
   narrow(t, out, fo, (size_t)N * V);
-  free(fi);
-  free(fw);
+  scratch_give(fi);
+  scratch_give(fw);
 }
 
 static void lmhead_bwd_t(colo_dtype_t t, void *dinp, float *dwte, const void *dout, const void *inp,
@@ -87,9 +165,9 @@ static void lmhead_bwd_t(colo_dtype_t t, void *dinp, float *dwte, const void *do
   float *fdi = dinp ? fresh((size_t)N * C) : NULL;
   f32()->lmhead_bwd(fdi, dwte, fd, fi, fw, N, C, V);
   narrow(t, dinp, fdi, (size_t)N * C);
-  free(fd);
-  free(fi);
-  free(fw);
+  scratch_give(fd);
+  scratch_give(fi);
+  scratch_give(fw);
 }
 
 static void encoder_fwd_t(colo_dtype_t t, void *out, const int *tokens, const float *wte,
@@ -103,7 +181,7 @@ static void encoder_bwd_t(colo_dtype_t t, float *dwte, float *dwpe, const void *
                           const int *tokens, int B, int T, int C, int v0, int v1) {
   float *fd = widen(t, dout, (size_t)B * T * C);
   f32()->encoder_bwd(dwte, dwpe, fd, tokens, B, T, C, v0, v1);
-  free(fd);
+  scratch_give(fd);
 }
 
 static void layernorm_fwd_t(colo_dtype_t t, void *out, float *mean, float *rstd, const void *inp,
@@ -111,7 +189,7 @@ static void layernorm_fwd_t(colo_dtype_t t, void *out, float *mean, float *rstd,
   float *fi = widen(t, inp, (size_t)N * C), *fo = fresh((size_t)N * C);
   f32()->layernorm_fwd(fo, mean, rstd, fi, w, b, N, C);
   narrow(t, out, fo, (size_t)N * C);
-  free(fi);
+  scratch_give(fi);
 }
 
 static void layernorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, const void *dout,
@@ -121,23 +199,23 @@ static void layernorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, co
   float *fd = widen(t, dout, n), *fi = widen(t, inp, n), *fdi = widen(t, dinp, n);
   f32()->layernorm_bwd(fdi, dw, db, fd, fi, w, mean, rstd, N, C);
   narrow(t, dinp, fdi, n);
-  free(fd);
-  free(fi);
+  scratch_give(fd);
+  scratch_give(fi);
 }
 
 static void gelu_fwd_t(colo_dtype_t t, void *out, const void *inp, size_t n) {
   float *fi = widen(t, inp, n), *fo = fresh(n);
   f32()->gelu_fwd(fo, fi, n);
   narrow(t, out, fo, n);
-  free(fi);
+  scratch_give(fi);
 }
 
 static void gelu_bwd_t(colo_dtype_t t, void *dinp, const void *inp, const void *dout, size_t n) {
   float *fi = widen(t, inp, n), *fd = widen(t, dout, n), *fdi = fresh(n);
   f32()->gelu_bwd(fdi, fi, fd, n);
   narrow(t, dinp, fdi, n);
-  free(fi);
-  free(fd);
+  scratch_give(fi);
+  scratch_give(fd);
 }
 
 /* the pair of entries, one after the other: rounded where they round */
@@ -161,7 +239,7 @@ static void attention_fwd_t(colo_dtype_t t, void *out, float *lse, const void *q
   float *fq = widen(t, qkv, nq), *fo = fresh(no);
   f32()->attention_fwd(fo, lse, fq, B, T, C, NH);
   narrow(t, out, fo, no);
-  free(fq);
+  scratch_give(fq);
 }
 
 static void attention_bwd_t(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
@@ -171,16 +249,16 @@ static void attention_bwd_t(colo_dtype_t t, void *dqkv, const void *dout, const 
   float *fdq = fresh(nq), *fd = widen(t, dout, no), *fq = widen(t, qkv, nq);
   f32()->attention_bwd(fdq, fd, fq, NULL, lse, B, T, C, NH);
   narrow(t, dqkv, fdq, nq);
-  free(fd);
-  free(fq);
+  scratch_give(fd);
+  scratch_give(fq);
 }
 
 static void add_t(colo_dtype_t t, void *out, const void *a, const void *b, size_t n) {
   float *fa = widen(t, a, n), *fb = widen(t, b, n), *fo = fresh(n);
   f32()->add(fo, fa, fb, n);
   narrow(t, out, fo, n);
-  free(fa);
-  free(fb);
+  scratch_give(fa);
+  scratch_give(fb);
 }
 
 static void crossentropy_fwd_t(colo_dtype_t t, float *losses, void *probs, const void *logits,
@@ -210,21 +288,21 @@ static void crossentropy_fused_t(colo_dtype_t t, float *losses, void *logits, co
 static void vocab_max_t(colo_dtype_t t, float *rowmax, const void *logits, int N, int Vl) {
   float *f = widen(t, logits, (size_t)N * Vl);
   f32()->vocab_max(rowmax, f, N, Vl);
-  free(f);
+  scratch_give(f);
 }
 
 static void vocab_sumexp_t(colo_dtype_t t, float *sum, const void *logits, const float *gmax, int N,
                            int Vl) {
   float *f = widen(t, logits, (size_t)N * Vl);
   f32()->vocab_sumexp(sum, f, gmax, N, Vl);
-  free(f);
+  scratch_give(f);
 }
 
 static void vocab_target_t(colo_dtype_t t, float *tlogit, const void *logits, const int *targets,
                            int v0, int N, int Vl) {
   float *f = widen(t, logits, (size_t)N * Vl);
   f32()->vocab_target(tlogit, f, targets, v0, N, Vl);
-  free(f);
+  scratch_give(f);
 }
 
 static void vocab_ce_bwd_t(colo_dtype_t t, void *dlogits, const void *logits, const float *gmax,
