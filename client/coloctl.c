@@ -1469,6 +1469,30 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
   if (resp->rows_total > resp->n_rows)
     printf(" (the %zu largest of %u rows shown)", resp->n_rows, resp->rows_total);
   printf("\n");
+  if (!by_job && resp->n_fair_share) { /* the order waiting jobs of one priority start in */
+    uint64_t hl = resp->fair_share_half_life_ms;
+    char half[32];
+    if (hl % 86400000 == 0)
+      snprintf(half, sizeof half, "%llud", (unsigned long long)(hl / 86400000));
+    else if (hl % 3600000 == 0)
+      snprintf(half, sizeof half, "%lluh", (unsigned long long)(hl / 3600000));
+    else
+      snprintf(half, sizeof half, "%.0fs", hl / 1000.0);
+    printf("\nfair share now (an hour used %s ago counts half); among waiting jobs of one "
+           "priority, those of the first owner start first:\n",
+           half);
+    static const char *const HF[] = {"OWNER", "DEVICE", "WEIGHED-HOURS", NULL};
+    table_t *f = table_new(HF);
+    for (size_t i = 0; i < resp->n_fair_share; i++) {
+      const Colo__V1__FairShare *r = resp->fair_share[i];
+      char hours[32];
+      snprintf(hours, sizeof hours, "%.3f", r->device_hours);
+      table_row(f, r->owner && r->owner[0] ? r->owner : "-",
+                r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU ? "gpu" : "cpu", hours);
+    }
+    table_print(f, stdout);
+    table_free(f);
+  }
   colo__v1__get_usage_response__free_unpacked(resp, NULL);
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "../storage/store.h"
 #include "colo/v1/cluster.pb-c.h"
 #include "config.h"
+#include "fairshare.h"
 #include "push.h"
 
 typedef struct colod_watch_s colod_watch_t;
@@ -84,6 +85,7 @@ typedef struct colod_s {
   size_t n_push_pending, cap_push_pending;
   uv_timer_t push_flush;
   colod_stats_t stats;
+  colod_fair_t fair;        /* fairshare.c: owners' recent usage, for the wait order */
   colod_metrics_t *metrics; /* metrics.c: the HTTP endpoint, or NULL */
   int draining;
   int exit_code;

@@ -43,6 +43,9 @@ static const centry_t TABLE[] = {
     {"max_watchers", T_UINT, F(max_watchers), 1, 100000, "1024", 1, "concurrent WatchJob streams"},
     {"restart_backoff", T_DURATION, F(restart_backoff_ms), 0, 600000, "1s", 1,
      "wait before a failed job's next attempt; doubles with each restart, at most 60 times it"},
+    {"fair_share_half_life", T_DURATION, F(fair_share_half_life_ms), 0, 2592000000u, "7d", 1,
+     "fair share: among waiting jobs of the same priority, those whose owners used the fewest "
+     "device hours lately start first; an hour used this long ago counts half. 0: oldest first"},
     {"rendezvous", T_STRING, F(rdzv_mode), 1, 0, "colod", 0,
      "who serves an attempt's rendezvous store: colod, or rank0 (on its host, at a port from "
      "rendezvous_port_base)"},
@@ -88,7 +91,7 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
   return COLO_EINVAL;
 }
 
-/* "10s", "500ms", "2m", "1h" or a plain number of milliseconds */
+/* "10s", "500ms", "2m", "1h", "7d" or a plain number of milliseconds */
 static int parse_duration(const char *s, uint64_t *ms) {
   char *end;
   errno = 0;
@@ -106,6 +109,8 @@ static int parse_duration(const char *s, uint64_t *ms) {
     mul = 60000;
   else if (!strcmp(end, "h"))
     mul = 3600000;
+  else if (!strcmp(end, "d"))
+    mul = 86400000;
   else
     return -1;
   if (v > UINT64_MAX / mul)
@@ -115,7 +120,9 @@ static int parse_duration(const char *s, uint64_t *ms) {
 }
 
 static void fmt_duration(uint64_t ms, char *buf, size_t n) {
-  if (ms % 3600000 == 0 && ms)
+  if (ms % 86400000 == 0 && ms)
+    snprintf(buf, n, "%llud", (unsigned long long)(ms / 86400000));
+  else if (ms % 3600000 == 0 && ms)
     snprintf(buf, n, "%lluh", (unsigned long long)(ms / 3600000));
   else if (ms % 60000 == 0 && ms)
     snprintf(buf, n, "%llum", (unsigned long long)(ms / 60000));

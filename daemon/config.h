@@ -8,21 +8,22 @@
 #include <stdio.h>
 
 typedef struct {
-  char listen[256];            /* gRPC listen address */
-  char state_dir[1024];        /* SQLite database and other state */
-  int log_level;               /* colo_log_level_t */
-  uint32_t host_timeout_ms;    /* a host silent this long is DOWN */
-  uint32_t heartbeat_ms;       /* interval told to workers */
-  uint32_t drain_timeout_ms;   /* SIGTERM: how long in-flight calls may take */
-  uint32_t max_message_kib;    /* largest request accepted */
-  uint32_t max_watchers;       /* concurrent WatchJob streams */
-  uint32_t restart_backoff_ms; /* before a failed job's next attempt, doubling per restart */
-  char rdzv_mode[16];          /* "colod" or "rank0" */
-  uint32_t rdzv_port_base;     /* rank0 rendezvous ports: base .. base + 999 */
-  uint32_t log_max_mib;        /* per rank log kept by colod */
-  char tls_cert[1024];         /* TLS: colod's certificate (PEM); empty: no TLS */
-  char tls_key[1024];          /* and its key */
-  char tls_client_ca[1024];    /* mutual TLS: clients need a certificate from this CA */
+  char listen[256];                 /* gRPC listen address */
+  char state_dir[1024];             /* SQLite database and other state */
+  int log_level;                    /* colo_log_level_t */
+  uint32_t host_timeout_ms;         /* a host silent this long is DOWN */
+  uint32_t heartbeat_ms;            /* interval told to workers */
+  uint32_t drain_timeout_ms;        /* SIGTERM: how long in-flight calls may take */
+  uint32_t max_message_kib;         /* largest request accepted */
+  uint32_t max_watchers;            /* concurrent WatchJob streams */
+  uint32_t restart_backoff_ms;      /* before a failed job's next attempt, doubling per restart */
+  uint32_t fair_share_half_life_ms; /* usage this old counts half in the wait order; 0: off */
+  char rdzv_mode[16];               /* "colod" or "rank0" */
+  uint32_t rdzv_port_base;          /* rank0 rendezvous ports: base .. base + 999 */
+  uint32_t log_max_mib;             /* per rank log kept by colod */
+  char tls_cert[1024];              /* TLS: colod's certificate (PEM); empty: no TLS */
+  char tls_key[1024];               /* and its key */
+  char tls_client_ca[1024];         /* mutual TLS: clients need a certificate from this CA */
   uint32_t tls_roles;       /* mutual TLS: a certificate's OU is its role (user, admin, worker) */
   uint32_t logs_private;    /* with tls_roles: a user reads only its own jobs' logs */
   char metrics_listen[256]; /* Prometheus /metrics over HTTP; empty: none */

@@ -22,6 +22,7 @@ struct colod_job_live_s {
   uint32_t attempt, restarts, max_restarts;
   uint64_t resume_step;
   char owner[129]; /* who submitted it ("": no mutual TLS) */
+  double share;    /* its owner's weighed device hours, when a pass ordered it (fairshare.h) */
   int seen;
   Colo__V1__JobSpec *spec;
   uint32_t world, dp, tp, pp;
@@ -858,7 +859,6 @@ done:
   return ok;
 }
 
-/* the order waiting jobs are offered room: highest priority first, then oldest */
 /* Whether a PENDING job still waits for a job in its `after` to succeed, saying which in `why`.
  * Once all have, it never waits for them again. */
 static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
@@ -899,11 +899,29 @@ static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
   return 0;
 }
 
+/* the order waiting jobs are offered room: highest priority first; then, with fair share, the
+ * job whose owner used the fewest weighed device hours of its kind of device; then oldest */
 static int wait_order(const void *a, const void *b) {
   const colod_job_live_t *x = *(colod_job_live_t *const *)a, *y = *(colod_job_live_t *const *)b;
   if (x->spec->priority != y->spec->priority)
     return x->spec->priority > y->spec->priority ? -1 : 1;
+  if (x->share != y->share)
+    return x->share < y->share ? -1 : 1;
   return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* Each waiting job's share (fairshare.h), where it can change the order: with a half-life, and
+ * jobs of two owners waiting. Otherwise (one owner, or none under plain TLS) the store is not
+ * read and the order is priority, then age. */
+static void fair_shares(colod_t *d, colod_job_live_t **waiting, size_t n) {
+  int owners = 0;
+  for (size_t i = 1; i < n && !owners; i++)
+    owners = strcmp(waiting[i]->owner, waiting[0]->owner) != 0;
+  owners = owners && d->cfg.fair_share_half_life_ms && colod_fair_refresh(d) == 0;
+  for (size_t i = 0; i < n; i++)
+    waiting[i]->share =
+        owners ? colod_fair_share(d, waiting[i]->owner, (int)waiting[i]->spec->resources->device)
+               : 0;
 }
 
 static void schedule(colod_t *d) {
@@ -931,6 +949,7 @@ static void schedule(colod_t *d) {
     free(waiting);
     return;
   }
+  fair_shares(d, waiting, n_wait);
   qsort(waiting, n_wait, sizeof *waiting, wait_order);
   /* a snapshot of the hosts that can take ranks: UP, and done stopping earlier attempts */
   size_t total = 0;

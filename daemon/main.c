@@ -353,6 +353,7 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
   colo_store_close(d.store);
   uv_loop_close(d.loop);
   colod_jobs_free(&d); /* before the hosts: an attempt's end looks its hosts up */
+  colod_fair_free(&d);
   free(d.hosts);
   return d.exit_code;
 }

@@ -59,6 +59,19 @@ static row_t *row_for(usage_t *u, const colo_usage_row_t *a, int device) {
   return r;
 }
 
+int colod_usage_device(const colo_usage_row_t *a, uint64_t *job, int *device) {
+  if (*job != a->job_id) { /* read once a job: its attempts come one after another */
+    Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, a->spec_len, a->spec);
+    *device = spec && spec->resources && spec->resources->has_device
+                  ? (int)spec->resources->device
+                  : COLO__V1__DEVICE_KIND__DEVICE_KIND_CPU;
+    if (spec)
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+    *job = a->job_id;
+  }
+  return *device;
+}
+
 static int attempt_cb(const colo_usage_row_t *a, void *data) {
   usage_t *u = data;
   int64_t end = a->ended_ms ? a->ended_ms : u->now;
@@ -66,15 +79,7 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
   int64_t to = end < u->until ? end : u->until;
   if (to <= from || !a->ranks)
     return 0;
-  if (u->spec_job != a->job_id) { /* its device kind, read once a job */
-    Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, a->spec_len, a->spec);
-    u->spec_device = spec && spec->resources && spec->resources->has_device
-                         ? (int)spec->resources->device
-                         : COLO__V1__DEVICE_KIND__DEVICE_KIND_CPU;
-    if (spec)
-      colo__v1__job_spec__free_unpacked(spec, NULL);
-    u->spec_job = a->job_id;
-  }
+  colod_usage_device(a, &u->spec_job, &u->spec_device);
   row_t *r = row_for(u, a, u->spec_device);
   if (!r) {
     u->oom = 1;
@@ -105,6 +110,15 @@ static int row_order(const void *a, const void *b) {
   if (x->device != y->device)
     return x->device < y->device ? -1 : 1;
   return x->job_id < y->job_id ? -1 : x->job_id > y->job_id;
+}
+
+/* fewest weighed hours first; ties by owner, then device */
+static int share_order(const void *a, const void *b) {
+  const colod_share_t *x = a, *y = b;
+  if (x->hours != y->hours)
+    return x->hours < y->hours ? -1 : 1;
+  int c = strcmp(x->owner, y->owner);
+  return c ? c : (x->device > y->device) - (x->device < y->device);
 }
 
 void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsageRequest *req) {
@@ -167,7 +181,30 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
     m->attempts = r->attempts;
     ptrs[i] = m;
   }
+  /* the fair share: brought to now, fewest weighed hours first */
+  colod_share_t *fs = NULL;
+  size_t nf = 0;
+  if (d->cfg.fair_share_half_life_ms && colod_fair_refresh(d) == 0 &&
+      colod_fair_list(d, &fs, &nf) == 0 && nf)
+    qsort(fs, nf, sizeof *fs, share_order);
+  Colo__V1__FairShare *fmsgs = calloc(nf ? nf : 1, sizeof *fmsgs);
+  Colo__V1__FairShare **fptrs = calloc(nf ? nf : 1, sizeof *fptrs);
+  if (!fmsgs || !fptrs) /* the reply goes without it */
+    nf = 0;
+  for (size_t i = 0; i < nf; i++) {
+    Colo__V1__FairShare *m = &fmsgs[i];
+    colo__v1__fair_share__init(m);
+    m->owner = fs[i].owner;
+    m->has_device = m->has_device_hours = 1;
+    m->device = (Colo__V1__DeviceKind)fs[i].device;
+    m->device_hours = fs[i].hours;
+    fptrs[i] = m;
+  }
   Colo__V1__GetUsageResponse resp = COLO__V1__GET_USAGE_RESPONSE__INIT;
+  resp.n_fair_share = nf;
+  resp.fair_share = nf ? fptrs : NULL;
+  resp.has_fair_share_half_life_ms = 1;
+  resp.fair_share_half_life_ms = d->cfg.fair_share_half_life_ms;
   resp.n_rows = n;
   resp.rows = ptrs;
   resp.has_since_ms = resp.has_until_ms = resp.has_gpu_hours = resp.has_cpu_hours = 1;
@@ -181,4 +218,7 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
   free(msgs);
   free(ptrs);
   free(u.rows);
+  free(fs);
+  free(fmsgs);
+  free(fptrs);
 }

@@ -3,6 +3,7 @@
 #define COLOD_USAGE_H
 
 #include "../proto/rpc.h"
+#include "../storage/store.h"
 #include "colo/v1/cluster.pb-c.h"
 
 struct colod_s;
@@ -10,5 +11,10 @@ struct colod_s;
 /* Answers a GetUsage call: device hours by owner or by job over the request's window. */
 void colod_usage_get(struct colod_s *d, colo_rpc_call_t *call,
                      const Colo__V1__GetUsageRequest *req);
+
+/* The kind of device (colo.v1.DeviceKind) an accounting row's job asked for, from its spec;
+ * *job and *device hold the last job's (*job 0 at first), so that a job's attempts unpack it once.
+ */
+int colod_usage_device(const colo_usage_row_t *a, uint64_t *job, int *device);
 
 #endif

@@ -4,6 +4,7 @@ project's .proto drives a real colod. Submit, get, list, cancel, watch, bad requ
 worker-facing RegisterHost, Heartbeat and WatchHost; and, acting as a worker itself, a job's whole life:
 placement, the rendezvous store, progress, checkpoints, logs, success. Over mutual TLS too. And
 colod's Prometheus endpoint, read by Prometheus' own text-format parser (python3-prometheus-client)."""
+import math
 import os
 import re
 import shutil
@@ -1305,6 +1306,131 @@ class MutualTlsTest(unittest.TestCase):
 
     def test_another_cas_certificate_is_refused(self):
         self.refused(grpc.secure_channel(self.target, self.creds(self.other, "intruder")))
+
+
+class FairShareTest(unittest.TestCase):
+    """fair_share_half_life on a colod over mutual TLS, this client acting as two users (alice
+    and carol) and as the worker of a 1-device host: among waiting jobs of one priority, the job
+    of the owner with fewer recent device hours starts first, though it is newer; a higher
+    priority still goes first; GetUsage gives each owner's weighed hours, which match the
+    half-life integral computed here from the attempts' times in colod's database."""
+
+    HALF_LIFE_MS = 3600000
+
+    @classmethod
+    def setUpClass(cls):
+        cls.certs = os.path.join(TMP, "certs-fair")
+        mk = os.path.join(SRC, "deploy/tls-certs.sh")
+        for args in (["ca", cls.certs], ["server", cls.certs, "colod", "IP:127.0.0.1"],
+                     ["user", cls.certs, "alice"], ["user", cls.certs, "carol"],
+                     ["worker", cls.certs, "fw"]):
+            subprocess.run(["bash", mk] + args, check=True, stdout=subprocess.DEVNULL)
+        c = cls.certs
+        cls.state = os.path.join(TMP, "state-fair")
+        cls.proc, cls.log, cls.target = start_colod(
+            cls.state, "colod-fair.log",
+            "tls_cert=" + os.path.join(c, "colod.crt"), "tls_key=" + os.path.join(c, "colod.key"),
+            "tls_client_ca=" + os.path.join(c, "ca.crt"), "fair_share_half_life=1h")
+        ca = read(os.path.join(c, "ca.crt"))
+        cls.channels = {}
+        for name in ("alice", "carol", "fw"):
+            cred = grpc.ssl_channel_credentials(
+                root_certificates=ca, private_key=read(os.path.join(c, name + ".key")),
+                certificate_chain=read(os.path.join(c, name + ".crt")))
+            cls.channels[name] = grpc.secure_channel(cls.target, cred)
+
+    @classmethod
+    def tearDownClass(cls):
+        for ch in cls.channels.values():
+            ch.close()
+        stop_colod(cls.proc, cls.log)
+
+    def api(self, name):
+        return Cluster(self.channels[name])
+
+    def test_fewer_recent_hours_start_first(self):
+        alice, carol, fw = self.api("alice"), self.api("carol"), self.api("fw")
+        host = register(fw, "fw", 1)
+        reports = []
+
+        def beat():
+            """the host beats with the exits in `reports`: {job: attempt} it is to run"""
+            r = fw.Heartbeat(pb.HeartbeatRequest(host_id=host.host_id, session=host.session,
+                                                 ranks=reports), timeout=5)
+            return {d.job_id: d.attempt for d in r.desired}
+
+        def state(job):
+            return alice.GetJob(pb.GetJobRequest(id=job), timeout=5).job.state
+
+        def runs(job):
+            """the job is the one the host runs (5 s at most)"""
+            for _ in range(100):
+                on = beat()
+                if job in on:
+                    self.assertEqual(list(on), [job])
+                    return on[job]
+                time.sleep(0.05)
+            self.fail("job %d was not placed (the host runs %s)" % (job, beat()))
+
+        def end(job, attempt):
+            reports.append(pb.RankStatus(job_id=job, attempt=attempt, rank=0, exit_code=0,
+                                         phase=pb.RANK_PHASE_EXITED))
+            for _ in range(100):
+                beat()
+                if state(job) == pb.JOB_STATE_SUCCEEDED:
+                    return
+                time.sleep(0.05)
+            self.fail("job %d did not succeed" % job)
+
+        # alice's first job holds the only device for 1.5 s, at a priority the others cannot
+        # preempt; meanwhile alice, then carol, then alice at that priority, then carol submit
+        a1 = submit(alice, "a1", dp=1, priority=1)
+        at = runs(a1)
+        a2 = submit(alice, "a2", dp=1)
+        c1 = submit(carol, "c1", dp=1)
+        a3 = submit(alice, "a3", dp=1, priority=1)
+        c2 = submit(carol, "c2", dp=1)
+        time.sleep(1.5)
+        end(a1, at)
+        # a higher priority first, whatever its owner used
+        at = runs(a3)
+        end(a3, at)
+        # carol has used nothing, alice 1.5 device-seconds: carol's job goes before alice's
+        # older a2
+        at = runs(c1)
+        self.assertEqual(state(a2), pb.JOB_STATE_PENDING)
+        end(c1, at)
+        # carol's c1 ran for less than alice's a1 and a3 together: c2 still before a2
+        at = runs(c2)
+        end(c2, at)
+        at = runs(a2)
+
+        # the weighed hours: those of the attempts, integrated here, bracket colod's figures
+        def weighed(now):
+            with sqlite3.connect(os.path.join(self.state, "colod.db")) as db:
+                rows = db.execute("SELECT j.owner, a.started_ms, coalesce(a.ended_ms, ?1) "
+                                  "FROM job_attempts a JOIN jobs j ON j.id = a.job_id",
+                                  (now,)).fetchall()
+            h, out = float(self.HALF_LIFE_MS), {}
+            for owner, t0, t1 in rows:
+                t1 = min(t1, now)
+                w = h / math.log(2) * (2 ** (-(now - t1) / h) - 2 ** (-(now - t0) / h))
+                out[owner] = out.get(owner, 0.0) + w / 3.6e6
+            return out
+        before = int(time.time() * 1000)
+        u = carol.GetUsage(pb.GetUsageRequest(), timeout=5)
+        after = int(time.time() * 1000)
+        self.assertEqual(u.fair_share_half_life_ms, self.HALF_LIFE_MS)
+        got = {f.owner: f.device_hours for f in u.fair_share}
+        self.assertEqual([f.owner for f in u.fair_share], ["carol", "alice"])  # fewest first
+        self.assertEqual({f.device for f in u.fair_share}, {pb.DEVICE_KIND_CPU})
+        lo, hi = weighed(before), weighed(after)
+        for owner in ("alice", "carol"):
+            # a2 runs on: the later `now` counts more of it; ended attempts weigh a little less
+            self.assertLessEqual(got[owner], max(lo[owner], hi[owner]) * (1 + 1e-9), owner)
+            self.assertGreaterEqual(got[owner], min(lo[owner], hi[owner]) * (1 - 1e-9), owner)
+        self.assertGreater(got["alice"], got["carol"])
+        alice.CancelJob(pb.CancelJobRequest(id=a2), timeout=5)
 
 
 if __name__ == "__main__":

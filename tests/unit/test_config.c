@@ -137,6 +137,26 @@ TEST(metrics_listen_is_host_port_or_empty) {
                      "IPv6), or empty for none");
 }
 
+TEST(fair_share_half_life_takes_days) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_INT(c.fair_share_half_life_ms, 7u * 86400000u); /* Slurm's PriorityDecayHalfLife */
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_half_life=36h", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(c.fair_share_half_life_ms, 36u * 3600000u);
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_half_life=30d", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(c.fair_share_half_life_ms, 30u * 86400000u);
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_half_life=0", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(c.fair_share_half_life_ms, 0); /* off: oldest first */
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_half_life=31d", NULL, err, sizeof err),
+                COLO_EINVAL);
+  ASSERT_EQ_STR(err, "fair_share_half_life=31d must be between 0ms and 30d");
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_half_life=1w", NULL, err, sizeof err),
+                COLO_EINVAL);
+  ASSERT_EQ_STR(err, "fair_share_half_life \"1w\" is not a duration (like 10s, 500ms, 2m)");
+  ASSERT_EQ_INT(c.fair_share_half_life_ms, 0); /* untouched */
+}
+
 TEST(print_config_is_a_valid_file) {
   colod_config_t c, back;
   colod_config_defaults(&c);
