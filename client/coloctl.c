@@ -675,6 +675,10 @@ static void print_job_detail(const Colo__V1__Job *j) {
   }
   if (j->waiting && j->waiting[0])
     printf("  waiting    %s\n", j->waiting);
+  if (j->has_queue_position)
+    printf("  in line    %u of %u (priority first, then the owner with the fewest recent device "
+           "hours, then the oldest)\n",
+           j->queue_position, j->queue_length);
   printf("  attempt    %u, restarts %u of %u\n", j->attempt, j->restarts, s ? s->max_restarts : 0);
   printf("  submitted  %s ago\n", age);
   if (j->progress && j->progress->has_step) {

@@ -121,6 +121,10 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   const char *waiting = colod_jobs_waiting(d, j->id);
   if (waiting && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING))
     msg->waiting = (char *)waiting;
+  uint32_t of = 0, at = colod_jobs_in_line(d, j->id, &of);
+  msg->has_queue_position = msg->has_queue_length = at != 0;
+  msg->queue_position = at;
+  msg->queue_length = of;
   int64_t started = j->state == COLO_JOB_RUNNING ? colod_jobs_started(d, j->id) : 0;
   msg->has_attempt_started_ms = started != 0;
   msg->attempt_started_ms = started;

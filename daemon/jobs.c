@@ -21,8 +21,9 @@ struct colod_job_live_s {
   int state;
   uint32_t attempt, restarts, max_restarts;
   uint64_t resume_step;
-  char owner[129]; /* who submitted it ("": no mutual TLS) */
-  double share;    /* its owner's weighed device hours, when a pass ordered it (fairshare.h) */
+  char owner[129];  /* who submitted it ("": no mutual TLS) */
+  double share;     /* its owner's weighed device hours, when a pass ordered it (fairshare.h) */
+  uint32_t in_line; /* waiting for room: its place in the last pass's order (1: first); 0: not */
   int seen;
   Colo__V1__JobSpec *spec;
   uint32_t world, dp, tp, pp;
@@ -263,6 +264,7 @@ static int transition_as(colod_t *d, colod_job_live_t *j, int to, const char *ms
   if (j->state == COLO_JOB_RUNNING)
     colod_jobs_keep_progress(d, j->id);
   j->wait_why[0] = '\0'; /* a new state: the scheduler says again why, if it waits */
+  j->in_line = 0;
   int rc = interrupted
                ? colo_store_job_interrupted(d->store, j->id, msg, colod_now_ms(), &row)
                : colo_store_job_transition(d->store, j->id, to, msg, 0, colod_now_ms(), &row);
@@ -939,10 +941,11 @@ static void schedule(colod_t *d) {
   n_wait = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
     char why[sizeof j->wait_why];
-    if (j->state == COLO_JOB_PENDING && waits_after(d, j, why, sizeof why))
+    if (j->state == COLO_JOB_PENDING && waits_after(d, j, why, sizeof why)) {
       set_waiting(j, why); /* not a candidate: it neither holds room nor preempts */
-    else if ((j->state == COLO_JOB_PENDING ||
-              (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)))
+      j->in_line = 0;
+    } else if ((j->state == COLO_JOB_PENDING ||
+                (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)))
       waiting[n_wait++] = j;
   }
   if (!n_wait) {
@@ -1071,6 +1074,13 @@ static void schedule(colod_t *d) {
   free(held);
   free(view);
   free(fit);
+  /* the places in line of those still waiting, for their status */
+  uint32_t k = 0;
+  for (size_t i = 0; i < n_wait; i++) {
+    colod_job_live_t *j = waiting[i];
+    j->in_line = j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING ? ++k : 0;
+  }
+  d->jobs_in_line = k;
   uint64_t took = uv_hrtime() - t0;
   d->stats.sched_passes++;
   d->stats.sched_ns += took;
@@ -1439,6 +1449,12 @@ const char *colod_jobs_waiting(colod_t *d, uint64_t job_id) {
   return j && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) && j->wait_why[0]
              ? j->wait_why
              : NULL;
+}
+
+uint32_t colod_jobs_in_line(colod_t *d, uint64_t job_id, uint32_t *of) {
+  colod_job_live_t *j = live_find(d, job_id);
+  *of = d->jobs_in_line;
+  return j && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) ? j->in_line : 0;
 }
 
 int colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap, size_t *n) {

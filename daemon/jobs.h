@@ -46,6 +46,10 @@ const Colo__V1__Progress *colod_jobs_progress(struct colod_s *d, uint64_t job_id
 /* Why a job waiting to be placed (PENDING, or RESTARTING after its back-off) is not placed yet,
  * as the last placement attempt said ("no room: ..."); NULL when it is not waiting for room. */
 const char *colod_jobs_waiting(struct colod_s *d, uint64_t job_id);
+/* A job's place among the jobs waiting for room, in the order the last scheduling pass offered
+ * them room (1: first; priority, then fair share, then age), with how many there were in *of; 0
+ * when it is not among them (running, ended, waiting for jobs it runs after, or in back-off). */
+uint32_t colod_jobs_in_line(struct colod_s *d, uint64_t job_id, uint32_t *of);
 /* A RUNNING job's current attempt's start (Unix ms); 0 otherwise. */
 int64_t colod_jobs_started(struct colod_s *d, uint64_t job_id);
 

@@ -187,8 +187,11 @@ class ColodTest(WithColod):
         if got.waiting:
             self.assertEqual(got.waiting, "no room: 0 of 2 tensor-parallel groups of 1 devices "
                              "placed; 0 devices free in all, 2 needed")
-        got.ClearField("waiting")
-        job.ClearField("waiting")
+            self.assertGreaterEqual(got.queue_length, got.queue_position)
+            self.assertGreater(got.queue_position, 0)  # in line with the others waiting
+        for f in ("waiting", "queue_position", "queue_length"):  # the scheduler's live view
+            got.ClearField(f)
+            job.ClearField(f)
         self.assertEqual(got, job)
         listed = self.api.ListJobs(pb.ListJobsRequest(limit=1000), timeout=5).jobs
         self.assertIn(job.id, [j.id for j in listed])
@@ -1390,6 +1393,18 @@ class FairShareTest(unittest.TestCase):
         c1 = submit(carol, "c1", dp=1)
         a3 = submit(alice, "a3", dp=1, priority=1)
         c2 = submit(carol, "c2", dp=1)
+        # their places in line: priority, then fair share (a1 runs: alice has used some), then
+        # age; a1 is not in line
+        def line():
+            jobs = [alice.GetJob(pb.GetJobRequest(id=j), timeout=5).job for j in (a3, c1, c2, a2)]
+            return [(j.queue_position, j.queue_length) for j in jobs]
+        for _ in range(100):
+            if line() == [(1, 4), (2, 4), (3, 4), (4, 4)]:
+                break
+            time.sleep(0.05)
+        self.assertEqual(line(), [(1, 4), (2, 4), (3, 4), (4, 4)])
+        self.assertFalse(alice.GetJob(pb.GetJobRequest(id=a1), timeout=5).job
+                         .HasField("queue_position"))
         time.sleep(1.5)
         end(a1, at)
         # a higher priority first, whatever its owner used
