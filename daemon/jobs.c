@@ -1543,6 +1543,7 @@ void colod_jobs_each(colod_t *d, colod_job_view_cb cb, void *data) {
         .waiting =
             (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) && j->wait_why[0],
         .stopping = j->evicting != 0,
+        .in_line = j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING ? j->in_line : 0,
     };
     cb(&v, data);
   }

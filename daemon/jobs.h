@@ -69,6 +69,7 @@ typedef struct {
   const Colo__V1__Progress *progress; /* the current attempt's newest, or NULL */
   int waiting;                        /* the scheduler says why it is not placed */
   int stopping;                       /* colod is stopping its ranks (a move, a time limit) */
+  uint32_t in_line;                   /* colod_jobs_in_line: its place in line, or 0 */
 } colod_job_view_t;
 typedef void (*colod_job_view_cb)(const colod_job_view_t *job, void *data);
 /* Calls cb for every job that is not finished, in id order. */

@@ -198,6 +198,7 @@ enum {
   J_RESTARTS,
   J_WAITING,
   J_STOPPING,
+  J_IN_LINE,
   J_STARTED,
   J_STEP,
   J_TOTAL,
@@ -224,6 +225,8 @@ static const struct {
                    "1 while the job waits for room (coloctl status says why), else 0."},
     [J_STOPPING] = {"colo_job_stopping",
                     "1 while colod stops the job's ranks (eviction, preemption, time limit)."},
+    [J_IN_LINE] = {"colo_job_queue_position",
+                   "While the job waits for room: its place in line (1: offered room first)."},
     [J_STARTED] = {"colo_job_attempt_start_timestamp_seconds",
                    "When the running attempt started, seconds since the epoch."},
     [J_STEP] = {"colo_job_step", "The running attempt's last reported step.", "step"},
@@ -278,6 +281,11 @@ static void job_metric(const colod_job_view_t *j, void *data) {
     break;
   case J_STOPPING:
     v = j->stopping;
+    break;
+  case J_IN_LINE:
+    if (!j->in_line)
+      return;
+    v = j->in_line;
     break;
   case J_STARTED:
     if (!j->started_ms)
@@ -355,6 +363,27 @@ static void colod_metrics(colod_t *d, FILE *out) {
   fprintf(out, "colo_rpc_calls_in_flight %zu\n", d->rpc ? colo_rpc_server_live_calls(d->rpc) : 0);
   family(out, "colo_watch_streams", "gauge", "Open WatchJob streams (coloctl status --watch).");
   fprintf(out, "colo_watch_streams %u\n", d->n_watches);
+  family(out, "colo_jobs_in_line", "gauge",
+         "Jobs waiting for room after the last scheduling pass (those waiting for other jobs to "
+         "succeed, or in a restart back-off, not counted).");
+  fprintf(out, "colo_jobs_in_line %u\n", d->jobs_in_line);
+  /* fair share, brought to now: a read of the attempts that ended since the last one */
+  colod_share_t *fs = NULL;
+  size_t n = 0;
+  if (d->cfg.fair_share_half_life_ms && colod_fair_refresh(d) == 0 &&
+      colod_fair_list(d, &fs, &n) == 0) {
+    family(out, "colo_fair_share_device_hours", "gauge",
+           "Each owner's device hours, an hour weighed 2^(-age / fair_share_half_life): within a "
+           "priority, the jobs of the owner with the fewest are offered room first.");
+    for (size_t i = 0; i < n; i++) {
+      fprintf(out, "colo_fair_share_device_hours{owner=");
+      label(out, fs[i].owner);
+      fprintf(out, ",device=\"%s\"}",
+              fs[i].device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU ? "gpu" : "cpu");
+      number(out, fs[i].hours);
+    }
+    free(fs);
+  }
 }
 
 int colod_metrics_write(colod_t *d, FILE *out) {

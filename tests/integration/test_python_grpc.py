@@ -1157,6 +1157,15 @@ class MetricsTest(WithColod):
         self.until("waiting", lambda: self.job(w).waiting)
         m, _ = self.scrape()
         self.assertEqual(m[("colo_job_waiting", (("job", str(w)),))], 1)
+        self.assertEqual(m[("colo_job_queue_position", (("job", str(w)),))], 1)  # first in line
+        self.assertNotIn(("colo_job_queue_position", job), m)  # running: not in line
+        self.assertEqual(m[("colo_jobs_in_line", ())], 1)
+        # the fair share (one owner, none without mutual TLS): the running job's 2 devices so
+        # far, barely weighed down by the default half-life of 7 days
+        ran = time.time() - m[("colo_job_attempt_start_timestamp_seconds", job)]
+        fair = m[("colo_fair_share_device_hours", (("device", "cpu"), ("owner", "")))]
+        self.assertGreater(fair, 0)
+        self.assertLessEqual(fair, 2 * (ran + 0.01) / 3600)
         for fam in ("step", "loss", "val_loss", "attempt_start_timestamp_seconds"):
             self.assertNotIn(("colo_job_" + fam, (("job", str(w)),)), m)  # no attempt yet
 
