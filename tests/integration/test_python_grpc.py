@@ -37,6 +37,10 @@ def start_colod(state, log_name, *settings):
     """colod on a free loopback port with its own state: (process, log file, address)"""
     log = open(os.path.join(TMP, log_name), "w")
     args = [os.path.join(BIN, "colod"), "--listen", "127.0.0.1:0", "--state-dir", state]
+    if os.environ.get("COLO_VALGRIND") == "1":  # as lib.sh's valgrind_wrap: an error exits 99
+        args = ["valgrind", "--quiet", "--error-exitcode=99", "--leak-check=full",
+                "--errors-for-leak-kinds=definite",
+                "--log-file=" + os.path.join(TMP, "valgrind-%s.%%p.log" % log_name)] + args
     for kv in settings:
         args += ["--set", kv]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
