@@ -52,8 +52,13 @@ static void usage(FILE *out) {
       "                                       the cluster and its jobs, or one job in detail;\n"
       "                                       --watch redraws it in place until interrupted\n"
       "                                       (or until JOB ends)\n"
-      "  list [--state S]... [--limit N]      jobs, oldest first\n"
+      "  list [--state S]... [--limit N] [--name PREFIX] [--owner O]\n"
+      "                                       jobs, oldest first; --name: those whose name\n"
+      "                                       starts with PREFIX (a pipeline's: NAME.)\n"
       "  cancel JOB... [--reason TEXT]        cancel jobs (a sweep's, say)\n"
+      "  cancel --name PREFIX [--owner O] [--reason TEXT]\n"
+      "                                       cancel every unfinished job so named (a\n"
+      "                                       pipeline's stages: --name NAME.)\n"
       "  resume JOB [--from-step N]           resume a failed, cancelled or timed-out job\n"
       "  watch JOB                            follow a job's state changes until it ends\n"
       "  hosts                                hosts and their devices\n"
@@ -552,8 +557,10 @@ typedef struct {
   size_t n;
 } pages_t;
 
-static int fetch_jobs(ctl_t *c, Colo__V1__JobState *states, size_t n_states, uint32_t max,
-                      pages_t *out) {
+/* the jobs in those states (none: any) whose name starts with name_prefix and whose owner is owner
+ * (NULL: any), at most max, a page of up to 1000 at a time */
+static int fetch_jobs(ctl_t *c, Colo__V1__JobState *states, size_t n_states,
+                      const char *name_prefix, const char *owner, uint32_t max, pages_t *out) {
   uint64_t after = 0;
   uint32_t got = 0;
   out->pages = NULL;
@@ -566,6 +573,8 @@ static int fetch_jobs(ctl_t *c, Colo__V1__JobState *states, size_t n_states, uin
     req.limit = max - got < 1000 ? max - got : 1000;
     req.has_after_id = 1;
     req.after_id = after;
+    req.name_prefix = (char *)name_prefix;
+    req.owner = (char *)owner;
     Colo__V1__ListJobsResponse *resp = NULL;
     int rc = call(c, "ListJobs", &req.base, &colo__v1__list_jobs_response__descriptor,
                   (ProtobufCMessage **)&resp);
@@ -620,6 +629,7 @@ static int cmd_list(ctl_t *c, int argc, char **argv) {
   Colo__V1__JobState states[8];
   size_t n_states = 0;
   uint32_t limit = 100000;
+  const char *name = NULL, *owner = NULL;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--state") && i + 1 < argc) {
       if (n_states == 8 || parse_state(argv[++i], &states[n_states]) < 0)
@@ -631,6 +641,10 @@ static int cmd_list(ctl_t *c, int argc, char **argv) {
       if (parse_id(argv[++i], &v) < 0 || v > 100000)
         return usage_error("list: --limit must be between 1 and 100000");
       limit = (uint32_t)v;
+    } else if (!strcmp(argv[i], "--name") && i + 1 < argc) {
+      name = argv[++i];
+    } else if (!strcmp(argv[i], "--owner") && i + 1 < argc) {
+      owner = argv[++i];
     } else {
       return usage_error("list: unexpected argument '%s'", argv[i]);
     }
@@ -639,7 +653,7 @@ static int cmd_list(ctl_t *c, int argc, char **argv) {
   if (rc)
     return rc;
   pages_t p;
-  rc = fetch_jobs(c, states, n_states, limit, &p);
+  rc = fetch_jobs(c, states, n_states, name, owner, limit, &p);
   if (rc == 0)
     print_jobs(c, &p);
   free_pages(&p);
@@ -760,7 +774,7 @@ static int status_once(ctl_t *c, uint64_t id, int *state) {
                                  COLO__V1__JOB_STATE__JOB_STATE_RUNNING,
                                  COLO__V1__JOB_STATE__JOB_STATE_RESTARTING};
   pages_t p;
-  rc = fetch_jobs(c, active, 3, 100000, &p);
+  rc = fetch_jobs(c, active, 3, NULL, NULL, 100000, &p);
   if (rc) {
     colo__v1__get_cluster_status_response__free_unpacked(cs, NULL);
     free_pages(&p);
@@ -855,21 +869,52 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
 static int cmd_cancel(ctl_t *c, int argc, char **argv) {
   uint64_t ids[MAX_SWEEP_JOBS];
   int n = 0;
-  const char *reason = NULL;
+  const char *reason = NULL, *name = NULL, *owner = NULL;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--reason") && i + 1 < argc)
       reason = argv[++i];
+    else if (!strcmp(argv[i], "--name") && i + 1 < argc)
+      name = argv[++i];
+    else if (!strcmp(argv[i], "--owner") && i + 1 < argc)
+      owner = argv[++i];
     else if (n < MAX_SWEEP_JOBS && parse_id(argv[i], &ids[n]) == 0)
       n++;
     else
       return usage_error("cancel: unexpected argument '%s'", argv[i]);
   }
-  if (!n)
-    return usage_error("cancel needs a job id");
+  if (n && (name || owner))
+    return usage_error("cancel: give job ids, or --name PREFIX [--owner O], not both");
+  if (!n && owner && !name)
+    return usage_error("cancel: --owner needs --name PREFIX too (each of an owner's jobs by name)");
+  if (name && !name[0])
+    return usage_error("cancel: --name needs a non-empty prefix");
+  if (!n && !name)
+    return usage_error("cancel needs a job id, or --name PREFIX");
   int rc = connect_ctl(c), first = 0;
   if (rc)
     return rc;
-  cJSON *arr = c->json && n > 1 ? cJSON_CreateArray() : NULL;
+  if (name) { /* the unfinished jobs so named (a pipeline's stages: PIPELINE.) */
+    Colo__V1__JobState active[] = {COLO__V1__JOB_STATE__JOB_STATE_PENDING,
+                                   COLO__V1__JOB_STATE__JOB_STATE_RUNNING,
+                                   COLO__V1__JOB_STATE__JOB_STATE_RESTARTING};
+    pages_t p;
+    rc = fetch_jobs(c, active, 3, name, owner, MAX_SWEEP_JOBS, &p);
+    for (size_t i = 0; rc == 0 && i < p.n; i++)
+      for (size_t k = 0; k < p.pages[i]->n_jobs && n < MAX_SWEEP_JOBS; k++)
+        ids[n++] = p.pages[i]->jobs[k]->id;
+    free_pages(&p);
+    if (rc)
+      return rc;
+    if (!n) {
+      if (c->json)
+        printf("[]\n");
+      else
+        printf("no unfinished job's name starts with '%s'%s%s: nothing cancelled\n", name,
+               owner ? " for owner " : "", owner ? owner : "");
+      return 0;
+    }
+  }
+  cJSON *arr = c->json && (n > 1 || name) ? cJSON_CreateArray() : NULL;
   for (int k = 0; k < n; k++) {
     Colo__V1__CancelJobRequest req = COLO__V1__CANCEL_JOB_REQUEST__INIT;
     req.has_id = 1;

@@ -405,6 +405,19 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
     }
     mask |= 1u << s;
   }
+  if (req->name_prefix && strlen(req->name_prefix) > COLO_MAX_NAME) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "name_prefix is longer than %d bytes",
+                  COLO_MAX_NAME);
+    return;
+  }
+  if (req->owner && strlen(req->owner) > 128) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "owner is longer than 128 bytes");
+    return;
+  }
+  colo_job_filter_t f = {.state_mask = mask,
+                         .after_id = req->has_after_id ? req->after_id : 0,
+                         .name_prefix = req->name_prefix,
+                         .owner = req->owner};
   list_acc_t a = {.d = d};
   /* one extra row tells whether another page follows */
   a.msgs = calloc(limit + 1, sizeof *a.msgs);
@@ -412,8 +425,7 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
   a.rows = calloc(limit + 1, sizeof *a.rows);
   int rc = COLO_ENOMEM;
   if (a.msgs && a.specs && a.rows)
-    rc = colo_store_job_list(d->store, mask, req->has_after_id ? req->after_id : 0, limit + 1,
-                             list_cb, &a);
+    rc = colo_store_job_list(d->store, &f, limit + 1, list_cb, &a);
   if (rc == 0)
     rc = a.err;
   if (rc < 0) {

@@ -237,7 +237,8 @@ static void sync_jobs(colod_t *d) {
   sync_t s = {d, 0, 0};
   do {
     s.count = 0;
-    if (colo_store_job_list(d->store, mask, s.last_id, 1000, sync_cb, &s) < 0) {
+    colo_job_filter_t f = {.state_mask = mask, .after_id = s.last_id};
+    if (colo_store_job_list(d->store, &f, 1000, sync_cb, &s) < 0) {
       colo_log(COLO_LOG_ERROR, "jobs", "cannot list jobs: %s", colo_store_errmsg(d->store));
       for (colod_job_live_t *j = d->jobs; j; j = j->next)
         j->seen = 1; /* keep everything as it is until the store answers */

@@ -148,7 +148,8 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                       \
   XX(JOB_BY_TOKEN, "SELECT " JOB_COLS " FROM jobs WHERE client_token = ?1 AND owner = ?2")         \
   XX(JOB_LIST, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 AND (?2 = 0 OR ((?2 >> state) & 1)) "  \
-               "ORDER BY id LIMIT ?3")                                                             \
+               "AND (?4 IS NULL OR substr(name, 1, length(?4)) = ?4) "                             \
+               "AND (?5 IS NULL OR owner = ?5) ORDER BY id LIMIT ?3")                              \
   XX(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                                \
   XX(JOB_UPDATE, "UPDATE jobs SET state = ?2, attempt = ?3, restarts = ?4, message = ?5, "         \
                  "updated_ms = ?6, resume_step = ?7 WHERE id = ?1")                                \
@@ -570,17 +571,22 @@ fail:
   return rc;
 }
 
-int colo_store_job_list(colo_store_t *st, uint32_t state_mask, uint64_t after_id, uint32_t limit,
+int colo_store_job_list(colo_store_t *st, const colo_job_filter_t *f, uint32_t limit,
                         colo_store_job_cb cb, void *data) {
   sqlite3_stmt *s = stmt(st, S_JOB_LIST);
-  sqlite3_bind_int64(s, 1, (sqlite3_int64)after_id);
-  sqlite3_bind_int64(s, 2, state_mask);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)f->after_id);
+  sqlite3_bind_int64(s, 2, f->state_mask);
   sqlite3_bind_int64(s, 3, limit);
+  if (f->name_prefix) /* unbound parameters are NULL: any */
+    sqlite3_bind_text(s, 4, f->name_prefix, -1, SQLITE_STATIC);
+  if (f->owner)
+    sqlite3_bind_text(s, 5, f->owner, -1, SQLITE_STATIC);
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     colo_job_t j;
     if (read_job(s, &j) < 0) {
       sqlite3_reset(s);
+      sqlite3_clear_bindings(s);
       return COLO_ENOMEM;
     }
     int stop = cb(&j, data);
@@ -589,6 +595,7 @@ int colo_store_job_list(colo_store_t *st, uint32_t state_mask, uint64_t after_id
       break;
   }
   sqlite3_reset(s);
+  sqlite3_clear_bindings(s); /* the next list may take any name or owner */
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return db_fail(st, rc, "list jobs");
   return 0;

@@ -107,10 +107,19 @@ int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spe
                           uint32_t max_restarts, const char *client_token, const char *owner,
                           int64_t now_ms, colo_job_t *out);
 int colo_store_job_get(colo_store_t *st, uint64_t id, colo_job_t *out);
-/* Calls cb for jobs with id > after_id whose state bit (1 << state) is in state_mask (0: all),
- * in id order, at most `limit`. cb returns non-zero to stop. The job is cleared after cb. */
+/* Which jobs colo_store_job_list gives: those with id > after_id whose state bit (1 << state) is
+ * in state_mask (0: any), whose name starts with name_prefix and whose owner is owner (NULL: any
+ * name, any owner). */
+typedef struct {
+  uint32_t state_mask;
+  uint64_t after_id;
+  const char *name_prefix;
+  const char *owner;
+} colo_job_filter_t;
+/* Calls cb for the jobs the filter takes, in id order, at most `limit`. cb returns non-zero to
+ * stop. The job is cleared after cb. */
 typedef int (*colo_store_job_cb)(const colo_job_t *job, void *data);
-int colo_store_job_list(colo_store_t *st, uint32_t state_mask, uint64_t after_id, uint32_t limit,
+int colo_store_job_list(colo_store_t *st, const colo_job_filter_t *f, uint32_t limit,
                         colo_store_job_cb cb, void *data);
 /* counts[state] for every state 1..COLO_JOB_STATE_MAX; counts has COLO_JOB_STATE_MAX+1 slots. */
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts);

@@ -122,6 +122,9 @@ P3=$(sed -n 3p <<<"$OUT" | cut -d' ' -f1)
 expect_eq "$OUT" "$P1 tiny.pretrain
 $P2 tiny.finetune (after pretrain; weights from pretrain)
 $P3 tiny.eval (after pretrain, finetune; weights from finetune)"
+# its stages by name: NAME.STAGE
+expect_rc 0 "$COLOCTL" list --name tiny. --json
+expect_eq "$(python3 -c 'import json,sys; print(" ".join(str(j["id"]) for j in json.load(sys.stdin)))' <<<"$OUT")" "$P1 $P2 $P3"
 # submitted again with its token (a retry): the same jobs, none new
 expect_rc 0 "$COLOCTL" submit "$TMP/pipe/p.yaml" --token tiny-1 --json
 expect_eq "$(python3 -c 'import json,sys; print(" ".join(str(j["id"]) for j in json.load(sys.stdin)))' <<<"$OUT")" "$P1 $P2 $P3"
@@ -162,6 +165,22 @@ expect_rc 2 "$COLOCTL" usage --since yesterday
 expect_eq "$ERR" "coloctl: usage: --since takes 7d, 12h, 30m, a UTC date (2026-11-01 or 2026-11-01T12:00:00Z) or Unix ms, not 'yesterday'; try 'coloctl --help'"
 expect_rc 1 "$COLOCTL" usage --since 2026-11-02 --until 2026-11-01
 expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: since_ms (1793577600000) must be before until_ms (1793491200000)"
+
+# a pipeline cancelled by its name: each unfinished stage, and then none is left
+sed 's/^name: tiny$/name: tiny2/' "$TMP/pipe/p.yaml" >"$TMP/pipe/p2.yaml"
+expect_rc 0 "$COLOCTL" submit "$TMP/pipe/p2.yaml"
+Q=$(cut -d' ' -f1 <<<"$OUT" | tr '\n' ' ')
+expect_rc 0 "$COLOCTL" cancel --name tiny2. --reason "wrong data"
+expect_eq "$(cut -d' ' -f2 <<<"$OUT" | tr '\n' ' ')" "$Q"
+expect_eq "$(grep -c ' CANCELLED$' <<<"$OUT")" 3
+expect_rc 0 "$COLOCTL" cancel --name tiny2.
+expect_eq "$OUT" "no unfinished job's name starts with 'tiny2.': nothing cancelled"
+expect_rc 0 "$COLOCTL" list --name tiny --state cancelled --json
+expect_eq "$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)))' <<<"$OUT")" 3
+expect_rc 2 "$COLOCTL" cancel 7 --name tiny2.
+expect_eq "$ERR" "coloctl: cancel: give job ids, or --name PREFIX [--owner O], not both; try 'coloctl --help'"
+expect_rc 2 "$COLOCTL" cancel --owner alice
+expect_eq "$ERR" "coloctl: cancel: --owner needs --name PREFIX too (each of an owner's jobs by name); try 'coloctl --help'"
 
 kill -TERM $WPID
 wait $WPID || fail "the worker did not exit 0"

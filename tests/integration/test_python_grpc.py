@@ -216,6 +216,33 @@ class ColodTest(WithColod):
         self.assertEqual(seen, sorted(seen))
         self.assertTrue(set(ids) <= set(seen))
 
+    def test_list_by_name_prefix_and_owner(self):
+        mine = [self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(name=n)), timeout=5).job.id
+                for n in ("pl.pre", "pl.fine", "pl_x", "pl.eval")]
+
+        def listed(**kw):
+            out, after = [], 0
+            while True:  # pages of 2: the filter holds across them
+                r = self.api.ListJobs(pb.ListJobsRequest(limit=2, after_id=after, **kw),
+                                      timeout=5)
+                out += [(j.id, j.name) for j in r.jobs]
+                if not r.next_after_id:
+                    return out
+                after = r.next_after_id
+        self.assertEqual(listed(name_prefix="pl."),
+                         [(mine[0], "pl.pre"), (mine[1], "pl.fine"), (mine[3], "pl.eval")])
+        self.assertEqual(listed(name_prefix="pl.", owner=""), listed(name_prefix="pl."))
+        self.assertEqual(listed(name_prefix="pl.", owner="alice"), [])  # no TLS: no owners
+        self.assertEqual(listed(name_prefix="p_"), [])  # no LIKE wildcards
+        for bad, msg in ((dict(name_prefix="x" * 65), "name_prefix is longer than 64 bytes"),
+                         (dict(owner="o" * 129), "owner is longer than 128 bytes")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.ListJobs(pb.ListJobsRequest(**bad), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), msg)
+        for j in mine:
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
     def test_client_token_is_idempotent(self):
         a = self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(), client_token="py-tok"), timeout=5)
         b = self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(), client_token="py-tok"), timeout=5)

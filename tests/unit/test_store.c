@@ -30,13 +30,17 @@ static colo_store_t *open_fresh(void) {
   return st;
 }
 
-static uint64_t submit(colo_store_t *st, const char *name) {
+static uint64_t submit_as(colo_store_t *st, const char *name, const char *owner) {
   colo_job_t j;
   const uint8_t spec[] = {0x0a, 0x03, 'a', 'b', 'c'};
-  ASSERT_EQ_INT(colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL, NULL, 1000, &j), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL, owner, 1000, &j), 0);
   uint64_t id = j.id;
   colo_job_clear(&j);
   return id;
+}
+
+static uint64_t submit(colo_store_t *st, const char *name) {
+  return submit_as(st, name, NULL);
 }
 
 static int job_state(colo_store_t *st, uint64_t id) {
@@ -262,18 +266,55 @@ TEST(list_pages_and_filters) {
   ASSERT_EQ_INT(colo_store_job_transition(st, 2, COLO_JOB_CANCELLED, "x", 0, 2000, NULL), 0);
   ASSERT_EQ_INT(colo_store_job_transition(st, 5, COLO_JOB_CANCELLED, "x", 0, 2000, NULL), 0);
   uint64_t ids[16] = {0};
-  ASSERT_EQ_INT(colo_store_job_list(st, 0, 0, 4, collect_ids, ids), 0);
+  colo_job_filter_t all = {0};
+  ASSERT_EQ_INT(colo_store_job_list(st, &all, 4, collect_ids, ids), 0);
   ASSERT_EQ_INT(ids[0], 4);
   ASSERT_EQ_INT(ids[4], 4);
   memset(ids, 0, sizeof ids);
-  ASSERT_EQ_INT(colo_store_job_list(st, 0, 4, 100, collect_ids, ids), 0);
+  colo_job_filter_t after4 = {.after_id = 4};
+  ASSERT_EQ_INT(colo_store_job_list(st, &after4, 100, collect_ids, ids), 0);
   ASSERT_EQ_INT(ids[0], 2);
   ASSERT_EQ_INT(ids[1], 5);
   memset(ids, 0, sizeof ids);
-  ASSERT_EQ_INT(colo_store_job_list(st, 1u << COLO_JOB_CANCELLED, 0, 100, collect_ids, ids), 0);
+  colo_job_filter_t cancelled = {.state_mask = 1u << COLO_JOB_CANCELLED};
+  ASSERT_EQ_INT(colo_store_job_list(st, &cancelled, 100, collect_ids, ids), 0);
   ASSERT_EQ_INT(ids[0], 2);
   ASSERT_EQ_INT(ids[1], 2);
   ASSERT_EQ_INT(ids[2], 5);
+  colo_store_close(st);
+}
+
+TEST(list_by_name_prefix_and_owner) {
+  colo_store_t *st = open_fresh();
+  submit_as(st, "gpt2.pretrain", "alice"); /* 1 */
+  submit_as(st, "gpt2.finetune", "bob");   /* 2 */
+  submit_as(st, "gpt2_other", "alice");    /* 3 */
+  submit_as(st, "gpt2.eval", "alice");     /* 4 */
+  submit_as(st, "GPT2.loud", "alice");     /* 5: names are case-sensitive */
+  submit_as(st, "g%t2.like", "alice");     /* 6: no LIKE wildcards */
+  uint64_t ids[16] = {0};
+  colo_job_filter_t f = {.name_prefix = "gpt2."};
+  ASSERT_EQ_INT(colo_store_job_list(st, &f, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 3);
+  ASSERT_EQ_INT(ids[1], 1);
+  ASSERT_EQ_INT(ids[2], 2);
+  ASSERT_EQ_INT(ids[3], 4);
+  memset(ids, 0, sizeof ids);
+  f.owner = "alice";
+  ASSERT_EQ_INT(colo_store_job_list(st, &f, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 2);
+  ASSERT_EQ_INT(ids[1], 1);
+  ASSERT_EQ_INT(ids[2], 4);
+  memset(ids, 0, sizeof ids);
+  colo_job_filter_t g = {.name_prefix = "g%t2"};
+  ASSERT_EQ_INT(colo_store_job_list(st, &g, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 1); /* not gpt2.*: % is no wildcard */
+  ASSERT_EQ_INT(ids[1], 6);
+  /* a filter does not stay with the statement: the next list takes every job */
+  memset(ids, 0, sizeof ids);
+  colo_job_filter_t all = {0};
+  ASSERT_EQ_INT(colo_store_job_list(st, &all, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 6);
   colo_store_close(st);
 }
 
