@@ -543,6 +543,11 @@ static void job_row(table_t *t, const Colo__V1__Job *j, int64_t now) {
   fmt_age(now - j->created_ms, age, sizeof age);
   /* a waiting job: why it waits (no room, the jobs it runs after) says more than "submitted" */
   const char *msg = j->waiting && j->waiting[0] ? j->waiting : j->message ? j->message : "";
+  char line[640];
+  if (j->has_queue_position && j->waiting && j->waiting[0]) { /* and its place in line */
+    snprintf(line, sizeof line, "%u of %u in line: %s", j->queue_position, j->queue_length, msg);
+    msg = line;
+  }
   table_row(t, id, j->name ? j->name : "", state_name(j->state), att, world, steps, loss, tok, eta,
             ck, age, msg);
 }

@@ -68,6 +68,7 @@ status_says "$BJ" "no room"
 expect_contains "$OUT" "state      PENDING (submitted)"
 expect_contains "$OUT" "waiting    no room: 0 of 1 tensor-parallel groups of 1 devices placed; 0 devices free in all, 1 needed (counting only the devices whose hosts have resources.host_memory_mib=1073741824 free for each)"
 expect_contains "$OUT" "in line    1 of 1 (priority first, then the owner with the fewest recent device hours, then the oldest)"
+expect_contains "$(grep "^$BJ " <<<"$("$COLOCTL" list)")" " 1 of 1 in line: no room: 0 of 1 tensor-parallel groups"
 expect_rc 0 "$COLOCTL" cancel "$BJ"
 
 # cordon: an operator takes a host out; it gets no new ranks, the waiting job says why, and it
