@@ -1532,17 +1532,18 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
       snprintf(half, sizeof half, "%lluh", (unsigned long long)(hl / 3600000));
     else
       snprintf(half, sizeof half, "%.0fs", hl / 1000.0);
-    printf("\nfair share now (an hour used %s ago counts half); among waiting jobs of one "
-           "priority, those of the first owner start first:\n",
+    printf("\nfair share now (an hour used %s ago counts half; hours count 1/WEIGHT); among "
+           "waiting jobs of one priority, those of the first owner start first:\n",
            half);
-    static const char *const HF[] = {"OWNER", "DEVICE", "WEIGHED-HOURS", NULL};
+    static const char *const HF[] = {"OWNER", "DEVICE", "WEIGHED-HOURS", "WEIGHT", NULL};
     table_t *f = table_new(HF);
     for (size_t i = 0; i < resp->n_fair_share; i++) {
       const Colo__V1__FairShare *r = resp->fair_share[i];
-      char hours[32];
+      char hours[32], weight[32];
       snprintf(hours, sizeof hours, "%.3f", r->device_hours);
+      snprintf(weight, sizeof weight, "%g", r->has_weight ? r->weight : 1.0);
       table_row(f, r->owner && r->owner[0] ? r->owner : "-",
-                r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU ? "gpu" : "cpu", hours);
+                r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU ? "gpu" : "cpu", hours, weight);
     }
     table_print(f, stdout);
     table_free(f);

@@ -46,6 +46,9 @@ static const centry_t TABLE[] = {
     {"fair_share_half_life", T_DURATION, F(fair_share_half_life_ms), 0, 2592000000u, "7d", 1,
      "fair share: among waiting jobs of the same priority, those whose owners used the fewest "
      "device hours lately start first; an hour used this long ago counts half. 0: oldest first"},
+    {"fair_share_weights", T_STRING, F(fair_share_weights), 0, 0, "", 1,
+     "fair share: OWNER=WEIGHT,... (a team's allocation, say alice=2,bob=0.5): an owner's recent "
+     "device hours count 1/WEIGHT in the wait order; an owner not named weighs 1"},
     {"rendezvous", T_STRING, F(rdzv_mode), 1, 0, "colod", 0,
      "who serves an attempt's rendezvous store: colod, or rank0 (on its host, at a port from "
      "rendezvous_port_base)"},
@@ -147,6 +150,62 @@ static int host_port(const char *s) {
   return memchr(s, ':', (size_t)(colon - s)) == NULL; /* a bare IPv6 address needs brackets */
 }
 
+#define MAX_WEIGHT 1e6
+
+/* Reads "owner=weight,owner=weight" (spaces around either ignored; empty: none), checking every
+ * entry; where owner is not NULL, *w gets its weight if it is named. 0, or COLO_EINVAL with why. */
+static int weights(const char *s, const char *owner, double *w, char *err, size_t errlen) {
+  char seen[64][129];
+  size_t n_seen = 0;
+  while (*s) {
+    const char *end = strchr(s, ',');
+    size_t len = end ? (size_t)(end - s) : strlen(s);
+    const char *eq = memchr(s, '=', len);
+    const char *a = s, *b = eq ? eq : s;
+    while (a < b && *a == ' ')
+      a++;
+    while (b > a && b[-1] == ' ')
+      b--;
+    if (!eq || b == a)
+      return fail(err, errlen, "fair_share_weights entry \"%.*s\" must be OWNER=WEIGHT", (int)len,
+                  s);
+    size_t on = (size_t)(b - a);
+    if (on > 128)
+      return fail(err, errlen, "fair_share_weights: owner \"%.*s...\" is longer than 128 bytes", 20,
+                  a);
+    char num[64];
+    size_t vn = len - (size_t)(eq + 1 - s);
+    snprintf(num, sizeof num, "%.*s", (int)(vn < sizeof num ? vn : sizeof num - 1), eq + 1);
+    char *e;
+    errno = 0;
+    double v = strtod(num, &e);
+    while (*e == ' ')
+      e++;
+    if (vn >= sizeof num || e == num || *e || errno || !(v > 0) || v > MAX_WEIGHT)
+      return fail(err, errlen,
+                  "fair_share_weights: the weight of %.*s, \"%.*s\", must be a number above 0 "
+                  "and at most 1000000",
+                  (int)on, a, (int)vn, eq + 1);
+    for (size_t i = 0; i < n_seen; i++)
+      if (strlen(seen[i]) == on && !memcmp(seen[i], a, on))
+        return fail(err, errlen, "fair_share_weights names %.*s twice", (int)on, a);
+    if (n_seen == sizeof seen / sizeof seen[0])
+      return fail(err, errlen, "fair_share_weights names more than 64 owners");
+    snprintf(seen[n_seen++], sizeof seen[0], "%.*s", (int)on, a);
+    if (owner && strlen(owner) == on && !memcmp(owner, a, on))
+      *w = v;
+    s = end ? end + 1 : s + len;
+  }
+  return 0;
+}
+
+double colod_config_weight(const colod_config_t *cfg, const char *owner) {
+  double w = 1;
+  char err[8];
+  weights(cfg->fair_share_weights, owner, &w, err, sizeof err); /* checked when set */
+  return w;
+}
+
 static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char *err,
                  size_t errlen) {
   char *field = (char *)cfg + e->offset;
@@ -159,6 +218,8 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
       return fail(err, errlen, "%s is longer than %zu characters", e->name, e->size - 1);
     if (!strcmp(e->name, "rendezvous") && strcmp(value, "colod") && strcmp(value, "rank0"))
       return fail(err, errlen, "rendezvous \"%s\" must be colod or rank0", value);
+    if (!strcmp(e->name, "fair_share_weights") && weights(value, NULL, NULL, err, errlen) < 0)
+      return COLO_EINVAL;
     if (!strcmp(e->name, "metrics_listen") && value[0] && !host_port(value))
       return fail(err, errlen,
                   "metrics_listen \"%s\" must be HOST:PORT (PORT 0 to 65535; [ADDR]:PORT for "

@@ -150,6 +150,10 @@ double colod_fair_share(const colod_t *d, const char *owner, int device) {
   return (e ? e->hours : 0) + (r ? r->hours : 0);
 }
 
+double colod_fair_key(const colod_t *d, const char *owner, int device) {
+  return colod_fair_share(d, owner, device) / colod_config_weight(&d->cfg, owner);
+}
+
 int colod_fair_list(const colod_t *d, colod_share_t **out, size_t *n) {
   const colod_fair_t *f = &d->fair;
   size_t ne = f->n_ended, nr = f->n_running, i = 0, j = 0, k = 0;
@@ -161,6 +165,7 @@ int colod_fair_list(const colod_t *d, colod_share_t **out, size_t *n) {
     v[k] = c <= 0 ? f->ended[i] : f->running[j];
     if (c == 0)
       v[k].hours += f->running[j].hours;
+    v[k].weight = colod_config_weight(&d->cfg, v[k].owner);
     i += c <= 0;
     j += c >= 0;
     k++;

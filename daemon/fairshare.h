@@ -14,8 +14,9 @@ struct colod_s;
 
 typedef struct {
   char owner[129];
-  int device;   /* colo.v1.DeviceKind */
-  double hours; /* weighed device hours */
+  int device;    /* colo.v1.DeviceKind */
+  double hours;  /* weighed device hours */
+  double weight; /* colod_fair_list: the owner's fair_share_weights entry (1: none) */
 } colod_share_t;
 
 typedef struct {
@@ -39,6 +40,9 @@ int colod_fair_refresh(struct colod_s *d);
 
 /* The owner's weighed device hours on devices of that kind as of the last refresh (0: none). */
 double colod_fair_share(const struct colod_s *d, const char *owner, int device);
+/* What orders the waiting jobs of one priority, fewest first: colod_fair_share divided by the
+ * owner's weight (fair_share_weights). */
+double colod_fair_key(const struct colod_s *d, const char *owner, int device);
 
 /* Every (owner, device) with its hours as colod_fair_share gives them, by owner then device, in
  * *out (the caller frees it). 0, or -1 out of memory. */

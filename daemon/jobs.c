@@ -923,8 +923,7 @@ static void fair_shares(colod_t *d, colod_job_live_t **waiting, size_t n) {
   owners = owners && d->cfg.fair_share_half_life_ms && colod_fair_refresh(d) == 0;
   for (size_t i = 0; i < n; i++)
     waiting[i]->share =
-        owners ? colod_fair_share(d, waiting[i]->owner, (int)waiting[i]->spec->resources->device)
-               : 0;
+        owners ? colod_fair_key(d, waiting[i]->owner, (int)waiting[i]->spec->resources->device) : 0;
 }
 
 static void schedule(colod_t *d) {

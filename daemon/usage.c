@@ -112,11 +112,12 @@ static int row_order(const void *a, const void *b) {
   return x->job_id < y->job_id ? -1 : x->job_id > y->job_id;
 }
 
-/* fewest weighed hours first; ties by owner, then device */
+/* the wait order: fewest weighed hours for the weight first; ties by owner, then device */
 static int share_order(const void *a, const void *b) {
   const colod_share_t *x = a, *y = b;
-  if (x->hours != y->hours)
-    return x->hours < y->hours ? -1 : 1;
+  double kx = x->hours / x->weight, ky = y->hours / y->weight;
+  if (kx != ky)
+    return kx < ky ? -1 : 1;
   int c = strcmp(x->owner, y->owner);
   return c ? c : (x->device > y->device) - (x->device < y->device);
 }
@@ -195,9 +196,10 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
     Colo__V1__FairShare *m = &fmsgs[i];
     colo__v1__fair_share__init(m);
     m->owner = fs[i].owner;
-    m->has_device = m->has_device_hours = 1;
+    m->has_device = m->has_device_hours = m->has_weight = 1;
     m->device = (Colo__V1__DeviceKind)fs[i].device;
     m->device_hours = fs[i].hours;
+    m->weight = fs[i].weight;
     fptrs[i] = m;
   }
   Colo__V1__GetUsageResponse resp = COLO__V1__GET_USAGE_RESPONSE__INIT;

@@ -56,8 +56,8 @@ for f in "$TMP/acked"/*.json; do
     missing=$((missing + 1))
     continue
   fi
-  # the same, but for colod's live view of why it waits (not stored)
-  python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); a.pop("waiting",None); b.pop("waiting",None); sys.exit(a!=b)' "$f" "$TMP/now.json" ||
+  # the same, but for colod's live view of why it waits and where it is in line (not stored)
+  python3 -c 'import json,sys; a,b=(json.load(open(p)) for p in sys.argv[1:]); [j.pop(k,None) for j in (a,b) for k in ("waiting","queue_position","queue_length")]; sys.exit(a!=b)' "$f" "$TMP/now.json" ||
     fail "job $id changed across the crash: $(diff "$f" "$TMP/now.json")"
 done
 [ "$missing" -eq 0 ] || fail "$missing acknowledged jobs are missing after the restart"

@@ -142,7 +142,7 @@ expect_rc 0 "$COLOCTL" usage
 expect_contains "$OUT" "OWNER  DEVICE  JOBS  ATTEMPTS  DEVICE-HOURS"
 expect_contains "$OUT" "-      cpu     5     5         "
 expect_contains "$OUT" " CPU-slot hours from the first job to "
-expect_contains "$OUT" "fair share now (an hour used 7d ago counts half); among waiting jobs of one priority, those of the first owner start first:"
+expect_contains "$OUT" "fair share now (an hour used 7d ago counts half; hours count 1/WEIGHT); among waiting jobs of one priority, those of the first owner start first:"
 expect_contains "$OUT" "OWNER  DEVICE  WEIGHED-HOURS"
 expect_rc 0 "$COLOCTL" usage --by job --since 1d --json
 python3 - "$OUT" "$S1 $S2 $P1 $P2 $P3" <<'PY' || fail "usage by job: $OUT"
@@ -160,6 +160,7 @@ assert max(rows.values(), key=lambda r: r["device_hours"])["job_name"] == "stage
 fs = u["fair_share"]
 assert int(u["fair_share_half_life_ms"]) == 7 * 86400000 and len(fs) == 1, u
 assert fs[0]["device"] == "cpu" and 0.999 * total < fs[0]["device_hours"] < total, (fs, total)
+assert fs[0]["weight"] == 1, fs  # no fair_share_weights
 PY
 expect_rc 2 "$COLOCTL" usage --since yesterday
 expect_eq "$ERR" "coloctl: usage: --since takes 7d, 12h, 30m, a UTC date (2026-11-01 or 2026-11-01T12:00:00Z) or Unix ms, not 'yesterday'; try 'coloctl --help'"

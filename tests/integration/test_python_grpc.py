@@ -1351,29 +1351,28 @@ class MutualTlsTest(unittest.TestCase):
         self.refused(grpc.secure_channel(self.target, self.creds(self.other, "intruder")))
 
 
-class FairShareTest(unittest.TestCase):
-    """fair_share_half_life on a colod over mutual TLS, this client acting as two users (alice
-    and carol) and as the worker of a 1-device host: among waiting jobs of one priority, the job
-    of the owner with fewer recent device hours starts first, though it is newer; a higher
-    priority still goes first; GetUsage gives each owner's weighed hours, which match the
-    half-life integral computed here from the attempts' times in colod's database."""
+class TlsUsers:
+    """a colod over mutual TLS of a test class's own with fair_share_half_life=1h and its
+    `extra` settings, reached as the users alice and carol and the worker fw: self.api(name)"""
 
     HALF_LIFE_MS = 3600000
+    extra = ()
 
     @classmethod
     def setUpClass(cls):
-        cls.certs = os.path.join(TMP, "certs-fair")
+        tag = cls.__name__.lower()
+        cls.certs = os.path.join(TMP, "certs-" + tag)
         mk = os.path.join(SRC, "deploy/tls-certs.sh")
         for args in (["ca", cls.certs], ["server", cls.certs, "colod", "IP:127.0.0.1"],
                      ["user", cls.certs, "alice"], ["user", cls.certs, "carol"],
                      ["worker", cls.certs, "fw"]):
             subprocess.run(["bash", mk] + args, check=True, stdout=subprocess.DEVNULL)
         c = cls.certs
-        cls.state = os.path.join(TMP, "state-fair")
+        cls.state = os.path.join(TMP, "state-" + tag)
         cls.proc, cls.log, cls.target = start_colod(
-            cls.state, "colod-fair.log",
+            cls.state, "colod-%s.log" % tag,
             "tls_cert=" + os.path.join(c, "colod.crt"), "tls_key=" + os.path.join(c, "colod.key"),
-            "tls_client_ca=" + os.path.join(c, "ca.crt"), "fair_share_half_life=1h")
+            "tls_client_ca=" + os.path.join(c, "ca.crt"), "fair_share_half_life=1h", *cls.extra)
         ca = read(os.path.join(c, "ca.crt"))
         cls.channels = {}
         for name in ("alice", "carol", "fw"):
@@ -1391,8 +1390,9 @@ class FairShareTest(unittest.TestCase):
     def api(self, name):
         return Cluster(self.channels[name])
 
-    def test_fewer_recent_hours_start_first(self):
-        alice, carol, fw = self.api("alice"), self.api("carol"), self.api("fw")
+    def one_device_host(self):
+        """registers fw with one CPU device: (runs(job) -> attempt, end(job, attempt))"""
+        fw, alice = self.api("fw"), self.api("alice")
         host = register(fw, "fw", 1)
         reports = []
 
@@ -1401,9 +1401,6 @@ class FairShareTest(unittest.TestCase):
             r = fw.Heartbeat(pb.HeartbeatRequest(host_id=host.host_id, session=host.session,
                                                  ranks=reports), timeout=5)
             return {d.job_id: d.attempt for d in r.desired}
-
-        def state(job):
-            return alice.GetJob(pb.GetJobRequest(id=job), timeout=5).job.state
 
         def runs(job):
             """the job is the one the host runs (5 s at most)"""
@@ -1420,10 +1417,27 @@ class FairShareTest(unittest.TestCase):
                                          phase=pb.RANK_PHASE_EXITED))
             for _ in range(100):
                 beat()
-                if state(job) == pb.JOB_STATE_SUCCEEDED:
+                if alice.GetJob(pb.GetJobRequest(id=job), timeout=5).job.state == \
+                        pb.JOB_STATE_SUCCEEDED:
                     return
                 time.sleep(0.05)
             self.fail("job %d did not succeed" % job)
+        return runs, end
+
+
+class FairShareTest(TlsUsers, unittest.TestCase):
+    """fair_share_half_life on a colod over mutual TLS, this client acting as two users (alice
+    and carol) and as the worker of a 1-device host: among waiting jobs of one priority, the job
+    of the owner with fewer recent device hours starts first, though it is newer; a higher
+    priority still goes first; GetUsage gives each owner's weighed hours, which match the
+    half-life integral computed here from the attempts' times in colod's database."""
+
+    def test_fewer_recent_hours_start_first(self):
+        alice, carol = self.api("alice"), self.api("carol")
+        runs, end = self.one_device_host()
+
+        def state(job):
+            return alice.GetJob(pb.GetJobRequest(id=job), timeout=5).job.state
 
         # alice's first job holds the only device for 1.5 s, at a priority the others cannot
         # preempt; meanwhile alice, then carol, then alice at that priority, then carol submit
@@ -1486,6 +1500,39 @@ class FairShareTest(unittest.TestCase):
             self.assertGreaterEqual(got[owner], min(lo[owner], hi[owner]) * (1 - 1e-9), owner)
         self.assertGreater(got["alice"], got["carol"])
         alice.CancelJob(pb.CancelJobRequest(id=a2), timeout=5)
+
+
+class FairShareWeightTest(TlsUsers, unittest.TestCase):
+    """fair_share_weights=alice=100: alice's recent device hours count 1/100, so after she used
+    three times what carol did, her newer job still starts before carol's; GetUsage gives the
+    weights and orders its rows by hours / weight."""
+
+    extra = ("fair_share_weights=alice=100",)
+
+    def test_a_weight_divides_the_hours(self):
+        alice, carol = self.api("alice"), self.api("carol")
+        runs, end = self.one_device_host()
+        c0 = submit(carol, "c0", dp=1)
+        at = runs(c0)
+        time.sleep(0.5)
+        end(c0, at)
+        a0 = submit(alice, "a0", dp=1)
+        at = runs(a0)
+        c1 = submit(carol, "c1", dp=1)
+        a1 = submit(alice, "a1", dp=1)
+        time.sleep(1.5)
+        end(a0, at)
+        # alice about 1.5 device-seconds / 100, carol 0.5 / 1: alice's newer a1 goes first
+        at = runs(a1)
+        self.assertEqual(carol.GetJob(pb.GetJobRequest(id=c1), timeout=5).job.queue_position, 1)
+        u = carol.GetUsage(pb.GetUsageRequest(), timeout=5)
+        rows = [(f.owner, f.weight) for f in u.fair_share]
+        self.assertEqual(rows, [("alice", 100.0), ("carol", 1.0)])
+        hours = {f.owner: f.device_hours for f in u.fair_share}
+        self.assertGreater(hours["alice"], 2 * hours["carol"])  # more hours, yet first
+        end(a1, at)
+        runs(c1)
+        carol.CancelJob(pb.CancelJobRequest(id=c1), timeout=5)
 
 
 if __name__ == "__main__":

@@ -157,6 +157,43 @@ TEST(fair_share_half_life_takes_days) {
   ASSERT_EQ_INT(c.fair_share_half_life_ms, 0); /* untouched */
 }
 
+TEST(fair_share_weights) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT(colod_config_weight(&c, "alice") == 1); /* none set: everyone weighs 1 */
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_weights", " alice = 2 ,bob=0.5,", err, sizeof err),
+                0);
+  ASSERT(colod_config_weight(&c, "alice") == 2);
+  ASSERT(colod_config_weight(&c, "bob") == 0.5);
+  ASSERT(colod_config_weight(&c, "al") == 1); /* whole names only */
+  ASSERT(colod_config_weight(&c, "") == 1);
+  static const struct {
+    const char *value, *msg;
+  } BAD[] = {
+      {"alice", "fair_share_weights entry \"alice\" must be OWNER=WEIGHT"},
+      {"alice=2,,bob=1", "fair_share_weights entry \"\" must be OWNER=WEIGHT"},
+      {"=2", "fair_share_weights entry \"=2\" must be OWNER=WEIGHT"},
+      {"alice=0", "fair_share_weights: the weight of alice, \"0\", must be a number above 0 and "
+                  "at most 1000000"},
+      {"alice=-1", "fair_share_weights: the weight of alice, \"-1\", must be a number above 0 "
+                   "and at most 1000000"},
+      {"alice=2x", "fair_share_weights: the weight of alice, \"2x\", must be a number above 0 "
+                   "and at most 1000000"},
+      {"alice=nan", "fair_share_weights: the weight of alice, \"nan\", must be a number above 0 "
+                    "and at most 1000000"},
+      {"alice=1e7", "fair_share_weights: the weight of alice, \"1e7\", must be a number above 0 "
+                    "and at most 1000000"},
+      {"alice=1,alice=2", "fair_share_weights names alice twice"},
+  };
+  for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+    ASSERT_EQ_INT(colod_config_set(&c, "fair_share_weights", BAD[i].value, err, sizeof err),
+                  COLO_EINVAL);
+    ASSERT_EQ_STR(err, BAD[i].msg);
+    ASSERT(colod_config_weight(&c, "alice") == 2); /* untouched */
+  }
+}
+
 TEST(print_config_is_a_valid_file) {
   colod_config_t c, back;
   colod_config_defaults(&c);
