@@ -344,17 +344,26 @@ static int need_id(colo_rpc_call_t *call, protobuf_c_boolean has, uint64_t id) {
   return 1;
 }
 
+/* The job a call names: 0 with *job filled (the caller clears it), or -1 with the call answered
+ * (no id: INVALID_ARGUMENT; unknown: NOT_FOUND; the store's error). */
+static int get_job(colod_t *d, colo_rpc_call_t *call, protobuf_c_boolean has, uint64_t id,
+                   colo_job_t *job) {
+  if (!need_id(call, has, id))
+    return -1;
+  int rc = colo_store_job_get(d->store, id, job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    return -1;
+  }
+  return 0;
+}
+
 static void h_get(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__GetJobRequest *req = (const void *)m;
-  if (!need_id(call, req->has_id, req->id))
-    return;
   colo_job_t job;
-  int rc = colo_store_job_get(d->store, req->id, &job);
-  if (rc < 0) {
-    fail_store(d, call, rc);
+  if (get_job(d, call, req->has_id, req->id, &job) < 0)
     return;
-  }
   reply_job(d, call, &job, 1);
   colo_job_clear(&job);
 }
@@ -493,14 +502,11 @@ static void h_checkpoint_job(colo_rpc_call_t *call, const ProtobufCMessage *m, v
   if (!need_id(call, req->has_id, req->id) || !may_change_id(d, call, req->id, "checkpoint it"))
     return;
   colo_job_t job;
-  int rc = colo_store_job_get(d->store, req->id, &job);
-  if (rc < 0) {
-    fail_store(d, call, rc);
+  if (get_job(d, call, req->has_id, req->id, &job) < 0)
     return;
-  }
   uint32_t attempt = 0, seq = 0;
   char why[256];
-  rc = colod_jobs_checkpoint(d, req->id, &attempt, &seq, why, sizeof why);
+  int rc = colod_jobs_checkpoint(d, req->id, &attempt, &seq, why, sizeof why);
   if (rc == COLO_ESTATE) {
     colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", why);
   } else if (rc < 0) {
@@ -543,15 +549,10 @@ static int ck_find_cb(const colo_checkpoint_t *ck, void *data) {
 static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__ResumeJobRequest *req = (const void *)m;
-  if (!need_id(call, req->has_id, req->id))
-    return;
   uint64_t step = req->has_from_step ? req->from_step : 0;
   colo_job_t cur;
-  int grc = colo_store_job_get(d->store, req->id, &cur);
-  if (grc < 0) {
-    fail_store(d, call, grc);
+  if (get_job(d, call, req->has_id, req->id, &cur) < 0)
     return;
-  }
   int allowed = may_change(d, call, &cur, "resume it");
   int cur_state = cur.state;
   colo_job_clear(&cur);
@@ -675,12 +676,7 @@ static int stream_job(colod_t *d, colo_rpc_call_t *call, int has_id, uint64_t id
     colo_rpc_fail(call, GRPC_STATUS_UNAVAILABLE, "colod is shutting down");
     return -1;
   }
-  int rc = colo_store_job_get(d->store, id, job);
-  if (rc < 0) {
-    fail_store(d, call, rc);
-    return -1;
-  }
-  return 0;
+  return get_job(d, call, has_id, id, job);
 }
 
 static void h_watch(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
@@ -1214,14 +1210,9 @@ static int ck_list_cb(const colo_checkpoint_t *ck, void *data) {
 /* For the calls that list something of a job: the id is given and the job exists, or the call
  * is answered with why not (INVALID_ARGUMENT, NOT_FOUND). */
 static int job_known(colod_t *d, colo_rpc_call_t *call, int has_id, uint64_t id) {
-  if (!need_id(call, has_id, id))
-    return 0;
   colo_job_t job;
-  int rc = colo_store_job_get(d->store, id, &job);
-  if (rc < 0) {
-    fail_store(d, call, rc);
+  if (get_job(d, call, has_id, id, &job) < 0)
     return 0;
-  }
   colo_job_clear(&job);
   return 1;
 }

@@ -7,6 +7,7 @@
 
 #include "../common/log.h"
 #include "colod.h"
+#include "jobs.h"
 #include "usage.h"
 
 /* hours used longer ago than this many half-lives weigh less than 2^-24 and are not read */
@@ -75,21 +76,30 @@ typedef struct {
 static int attempt_cb(const colo_usage_row_t *a, void *data) {
   reading_t *r = data;
   colod_fair_t *f = r->f;
-  int running = a->ended_ms == 0;
-  if (!running && (a->ended_ms < r->from || a->ended_ms >= r->now))
-    return 0; /* read before, or to be read next time */
-  double h = colod_fair_weighed_hours(a->started_ms, running ? r->now : a->ended_ms, r->now,
-                                      a->ranks, f->half_life_ms);
+  /* running ones: from the live jobs (running_cb), without unpacking their specs here; ended
+   * ones read before, or to be read next time */
+  if (!a->ended_ms || a->ended_ms < r->from || a->ended_ms >= r->now)
+    return 0;
+  double h =
+      colod_fair_weighed_hours(a->started_ms, a->ended_ms, r->now, a->ranks, f->half_life_ms);
   if (h <= 0)
     return 0;
   colod_usage_device(a, &r->spec_job, &r->spec_device);
-  int rc = running ? add(&f->running, &f->n_running, &f->cap_running, a->owner, r->spec_device, h)
-                   : add(&f->ended, &f->n_ended, &f->cap_ended, a->owner, r->spec_device, h);
-  if (rc < 0) {
+  if (add(&f->ended, &f->n_ended, &f->cap_ended, a->owner, r->spec_device, h) < 0) {
     r->oom = 1;
     return 1;
   }
   return 0;
+}
+
+static void running_cb(const colod_job_view_t *j, void *data) {
+  reading_t *r = data;
+  colod_fair_t *f = r->f;
+  if (!j->started_ms || r->oom) /* not running */
+    return;
+  double h = colod_fair_weighed_hours(j->started_ms, r->now, r->now, j->world, f->half_life_ms);
+  if (h > 0 && add(&f->running, &f->n_running, &f->cap_running, j->owner, j->device, h) < 0)
+    r->oom = 1;
 }
 
 int colod_fair_refresh(colod_t *d) {
@@ -116,7 +126,10 @@ int colod_fair_refresh(colod_t *d) {
   f->running = NULL;
   f->n_running = f->cap_running = 0;
   /* since_ms is exclusive in the store's query: from - 1 includes attempts that ended at from */
-  if (colo_store_usage(d->store, r.from > 0 ? r.from - 1 : 0, now, attempt_cb, &r) < 0 || r.oom) {
+  int rc = colo_store_usage(d->store, r.from > 0 ? r.from - 1 : 0, now, attempt_cb, &r);
+  if (rc == 0 && !r.oom)
+    colod_jobs_each(d, running_cb, &r);
+  if (rc < 0 || r.oom) {
     colo_log(COLO_LOG_ERROR, "fairshare", "cannot read the owners' usage: %s",
              r.oom ? "out of memory" : colo_store_errmsg(d->store));
     free(f->running);

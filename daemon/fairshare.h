@@ -2,8 +2,8 @@
  * device hours by device kind, an hour weighed 2^(-age / fair_share_half_life) by how long ago it
  * was used; the jobs of the owner with the fewest go first (jobs.c: wait_order). Read from the
  * store's attempts, as GetUsage reads them (usage.c): once whole, then at each refresh only the
- * attempts that ended since the last one (the sums so far are weighed down to the new time), and
- * the running ones. */
+ * attempts that ended since the last one (the sums so far are weighed down to the new time); the
+ * running attempts from the job manager's live jobs. */
 #ifndef COLOD_FAIRSHARE_H
 #define COLOD_FAIRSHARE_H
 

@@ -1538,6 +1538,7 @@ void colod_jobs_each(colod_t *d, colod_job_view_cb cb, void *data) {
         .restarts = j->restarts,
         .world = j->world,
         .priority = j->spec->priority,
+        .device = (int)j->spec->resources->device,
         .started_ms = j->state == COLO_JOB_RUNNING && j->place ? j->started_ms : 0,
         .progress = j->has_progress ? &j->progress : NULL,
         .waiting =

@@ -58,13 +58,15 @@ uint32_t colod_jobs_devices_used(struct colod_s *d, uint64_t host_id);
 /* The same for every host at once: used[i] for d->hosts[i] (d->n_hosts slots). */
 void colod_jobs_devices_used_all(struct colod_s *d, uint32_t *used);
 
-/* What /metrics shows of a job that is not finished; valid during the callback only. */
+/* What /metrics (and fair share) see of a job that is not finished; valid during the callback
+ * only. */
 typedef struct {
   uint64_t id;
   const char *name, *owner;
   int state;
   uint32_t attempt, restarts, world;
   int32_t priority;
+  int device;                         /* the kind it asks for (colo.v1.DeviceKind) */
   int64_t started_ms;                 /* the RUNNING attempt's start (Unix ms); 0 otherwise */
   const Colo__V1__Progress *progress; /* the current attempt's newest, or NULL */
   int waiting;                        /* the scheduler says why it is not placed */
