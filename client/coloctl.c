@@ -4,8 +4,10 @@
  * printed on one line); 2 bad usage.
  */
 #define _GNU_SOURCE /* strptime, timegm */
+#include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,12 @@ static void usage(FILE *out) {
       "                                       cancel every unfinished job so named (a\n"
       "                                       pipeline's stages: --name NAME.)\n"
       "  resume JOB [--from-step N]           resume a failed, cancelled or timed-out job\n"
+      "  hold JOB... [--reason TEXT]          keep waiting jobs from being placed until\n"
+      "                                       released (one an admin held: by an admin)\n"
+      "  release JOB...                       let held jobs be placed again\n"
+      "  update JOB... [--priority N] [--max-restarts N] [--time-limit T]\n"
+      "                                       change jobs that have not ended; T: seconds,\n"
+      "                                       30m, 2h, 1d, or none\n"
       "  watch JOB                            follow a job's state changes until it ends\n"
       "  hosts                                hosts and their devices\n"
       "  cordon HOST [--reason TEXT] [--evict]\n"
@@ -694,6 +702,11 @@ static void print_job_detail(const Colo__V1__Job *j) {
   }
   if (j->waiting && j->waiting[0])
     printf("  waiting    %s\n", j->waiting);
+  else if (j->held) /* in a restart's back-off, say */
+    printf("  held       by %s%s%s (coloctl release %llu)\n",
+           j->held_by_admin ? "an admin" : "its owner",
+           j->hold_reason && j->hold_reason[0] ? ": " : "", j->hold_reason ? j->hold_reason : "",
+           (unsigned long long)j->id);
   if (j->has_queue_position)
     printf("  in line    %u of %u (priority first, then the owner with the fewest recent device "
            "hours, then the oldest)\n",
@@ -871,6 +884,50 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
 /* ---- cancel / resume ---- */
 
 /* cancel JOB [JOB...] (a sweep's jobs): each is tried; the exit status is the first failure's */
+/* A call made for each of several jobs (cancel, hold, update): req's id is set to each in turn
+ * (*id points into req); its response (resp_desc) carries the job as `job`, printed with print,
+ * or as JSON (an array with as_array). The first failure's exit code, after trying them all. */
+typedef void (*job_print_fn)(const Colo__V1__Job *j, const void *arg);
+static int each_job(ctl_t *c, const char *method, ProtobufCMessage *req, uint64_t *id,
+                    const ProtobufCMessageDescriptor *resp_desc, const uint64_t *ids, int n,
+                    int as_array, job_print_fn print, const void *arg) {
+  const ProtobufCFieldDescriptor *f =
+      protobuf_c_message_descriptor_get_field_by_name(resp_desc, "job");
+  cJSON *arr = c->json && as_array ? cJSON_CreateArray() : NULL;
+  int first = 0;
+  for (int k = 0; k < n; k++) {
+    *id = ids[k];
+    ProtobufCMessage *resp = NULL;
+    int rc = call(c, method, req, resp_desc, &resp);
+    if (rc) {
+      first = first ? first : rc;
+      continue;
+    }
+    const Colo__V1__Job *j = *(Colo__V1__Job *const *)((const char *)resp + f->offset);
+    if (!j)
+      first = first ? first : 1;
+    else if (arr)
+      cJSON_AddItemToArray(arr, colo_pb_to_json(&j->base));
+    else if (c->json)
+      print_json(&j->base);
+    else
+      print(j, arg);
+    protobuf_c_message_free_unpacked(resp, NULL);
+  }
+  if (arr) {
+    char *txt = cJSON_PrintUnformatted(arr);
+    printf("%s\n", txt);
+    cJSON_free(txt);
+    cJSON_Delete(arr);
+  }
+  return first;
+}
+
+static void print_cancelled(const Colo__V1__Job *j, const void *arg) {
+  (void)arg;
+  printf("job %llu %s\n", (unsigned long long)j->id, state_name(j->state));
+}
+
 static int cmd_cancel(ctl_t *c, int argc, char **argv) {
   uint64_t ids[MAX_SWEEP_JOBS];
   int n = 0;
@@ -895,7 +952,7 @@ static int cmd_cancel(ctl_t *c, int argc, char **argv) {
     return usage_error("cancel: --name needs a non-empty prefix");
   if (!n && !name)
     return usage_error("cancel needs a job id, or --name PREFIX");
-  int rc = connect_ctl(c), first = 0;
+  int rc = connect_ctl(c);
   if (rc)
     return rc;
   if (name) { /* the unfinished jobs so named (a pipeline's stages: PIPELINE.) */
@@ -919,34 +976,11 @@ static int cmd_cancel(ctl_t *c, int argc, char **argv) {
       return 0;
     }
   }
-  cJSON *arr = c->json && (n > 1 || name) ? cJSON_CreateArray() : NULL;
-  for (int k = 0; k < n; k++) {
-    Colo__V1__CancelJobRequest req = COLO__V1__CANCEL_JOB_REQUEST__INIT;
-    req.has_id = 1;
-    req.id = ids[k];
-    req.reason = (char *)reason;
-    Colo__V1__CancelJobResponse *resp = NULL;
-    rc = call(c, "CancelJob", &req.base, &colo__v1__cancel_job_response__descriptor,
-              (ProtobufCMessage **)&resp);
-    if (rc) {
-      first = first ? first : rc;
-      continue;
-    }
-    if (arr)
-      cJSON_AddItemToArray(arr, colo_pb_to_json(&resp->job->base));
-    else if (c->json)
-      print_json(&resp->job->base);
-    else
-      printf("job %llu %s\n", (unsigned long long)ids[k], state_name(resp->job->state));
-    colo__v1__cancel_job_response__free_unpacked(resp, NULL);
-  }
-  if (arr) {
-    char *txt = cJSON_PrintUnformatted(arr);
-    printf("%s\n", txt);
-    cJSON_free(txt);
-    cJSON_Delete(arr);
-  }
-  return first;
+  Colo__V1__CancelJobRequest req = COLO__V1__CANCEL_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.reason = (char *)reason;
+  return each_job(c, "CancelJob", &req.base, &req.id, &colo__v1__cancel_job_response__descriptor,
+                  ids, n, n > 1 || name, print_cancelled, NULL);
 }
 
 static int cmd_resume(ctl_t *c, int argc, char **argv) {
@@ -983,6 +1017,137 @@ static int cmd_resume(ctl_t *c, int argc, char **argv) {
            resp->job->message ? resp->job->message : "");
   colo__v1__resume_job_response__free_unpacked(resp, NULL);
   return 0;
+}
+
+/* ---- hold, release, update ---- */
+
+/* Seconds from "5400", "90s", "30m", "2h" or "1d"; "0" and "none": no limit. */
+static int parse_seconds(const char *s, uint32_t *out) {
+  if (!strcmp(s, "none")) {
+    *out = 0;
+    return 0;
+  }
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (end == s || *s == '-' || errno)
+    return -1;
+  unsigned long long unit = !*end               ? 1
+                            : !strcmp(end, "s") ? 1
+                            : !strcmp(end, "m") ? 60
+                            : !strcmp(end, "h") ? 3600
+                            : !strcmp(end, "d") ? 86400
+                                                : 0;
+  if (!unit || v > UINT32_MAX / unit)
+    return -1;
+  *out = (uint32_t)(v * unit);
+  return 0;
+}
+
+/* What UpdateJob made of a job, in a line: its state, what changed, and what it waits for. */
+static void print_updated(const Colo__V1__Job *j, const void *arg) {
+  const Colo__V1__UpdateJobRequest *req = arg;
+  const Colo__V1__JobSpec *s = j->spec;
+  int waits = j->waiting && j->waiting[0];
+  printf("job %llu %s", (unsigned long long)j->id, state_name(j->state));
+  if (req->has_hold && (!j->held || !waits)) /* a held job's reason to wait says it is held */
+    printf(", %s", j->held ? (j->held_by_admin ? "held by an admin" : "held") : "released");
+  if (req->has_priority && s)
+    printf(", priority %d", s->priority);
+  if (req->has_max_restarts && s)
+    printf(", max_restarts %u", s->max_restarts);
+  if (req->has_time_limit_s && s && s->resources) {
+    char lim[32] = "none";
+    if (s->resources->time_limit_s)
+      fmt_age((int64_t)s->resources->time_limit_s * 1000, lim, sizeof lim);
+    printf(", time limit %s", lim);
+  }
+  if (waits)
+    printf(": %s", j->waiting);
+  printf("\n");
+}
+
+/* UpdateJob for each job */
+static int update_jobs(ctl_t *c, const uint64_t *ids, int n, Colo__V1__UpdateJobRequest *req) {
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  req->has_id = 1;
+  return each_job(c, "UpdateJob", &req->base, &req->id, &colo__v1__update_job_response__descriptor,
+                  ids, n, n > 1, print_updated, req);
+}
+
+/* hold JOB... [--reason TEXT] and release JOB... */
+static int hold(ctl_t *c, int argc, char **argv, int on) {
+  const char *verb = on ? "hold" : "release";
+  uint64_t ids[MAX_SWEEP_JOBS];
+  int n = 0;
+  const char *reason = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (on && !strcmp(argv[i], "--reason") && i + 1 < argc)
+      reason = argv[++i];
+    else if (n < MAX_SWEEP_JOBS && parse_id(argv[i], &ids[n]) == 0)
+      n++;
+    else
+      return usage_error("%s: unexpected argument '%s'", verb, argv[i]);
+  }
+  if (!n)
+    return usage_error("%s needs a job id", verb);
+  Colo__V1__UpdateJobRequest req = COLO__V1__UPDATE_JOB_REQUEST__INIT;
+  req.has_hold = 1;
+  req.hold = on;
+  req.reason = (char *)reason;
+  return update_jobs(c, ids, n, &req);
+}
+
+static int cmd_hold(ctl_t *c, int argc, char **argv) {
+  return hold(c, argc, argv, 1);
+}
+
+static int cmd_release(ctl_t *c, int argc, char **argv) {
+  return hold(c, argc, argv, 0);
+}
+
+static int cmd_update(ctl_t *c, int argc, char **argv) {
+  uint64_t ids[MAX_SWEEP_JOBS];
+  int n = 0;
+  Colo__V1__UpdateJobRequest req = COLO__V1__UPDATE_JOB_REQUEST__INIT;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+    char *end;
+    if (!strcmp(a, "--priority") && v) {
+      errno = 0;
+      long p = strtol(v, &end, 10);
+      if (end == v || *end || errno || p < INT32_MIN || p > INT32_MAX)
+        return usage_error("update: --priority must be a whole number (-1000..1000)");
+      req.has_priority = 1;
+      req.priority = (int32_t)p;
+      i++;
+    } else if (!strcmp(a, "--max-restarts") && v) {
+      errno = 0;
+      unsigned long r = strtoul(v, &end, 10);
+      if (end == v || *end || *v == '-' || errno || r > UINT32_MAX)
+        return usage_error("update: --max-restarts must be a number of restarts (0..100)");
+      req.has_max_restarts = 1;
+      req.max_restarts = (uint32_t)r;
+      i++;
+    } else if (!strcmp(a, "--time-limit") && v) {
+      if (parse_seconds(v, &req.time_limit_s) < 0)
+        return usage_error("update: --time-limit must be seconds, or 30m, 2h, 1d; none: no limit");
+      req.has_time_limit_s = 1;
+      i++;
+    } else if (n < MAX_SWEEP_JOBS && parse_id(a, &ids[n]) == 0) {
+      n++;
+    } else {
+      return usage_error("update: unexpected argument '%s'", a);
+    }
+  }
+  if (!n)
+    return usage_error("update needs a job id");
+  if (!req.has_priority && !req.has_max_restarts && !req.has_time_limit_s)
+    return usage_error(
+        "update: nothing to change: give --priority, --max-restarts or --time-limit");
+  return update_jobs(c, ids, n, &req);
 }
 
 /* ---- watch ---- */
@@ -1746,6 +1911,9 @@ int main(int argc, char **argv) {
               {"list", cmd_list},
               {"cancel", cmd_cancel},
               {"resume", cmd_resume},
+              {"hold", cmd_hold},
+              {"release", cmd_release},
+              {"update", cmd_update},
               {"watch", cmd_watch},
               {"hosts", cmd_hosts},
               {"logs", cmd_logs},

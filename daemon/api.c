@@ -130,6 +130,12 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   msg->attempt_started_ms = started;
   msg->has_resume_step = 1;
   msg->resume_step = j->resume_step;
+  if (j->hold) {
+    msg->has_held = msg->held = 1;
+    msg->has_held_by_admin = 1;
+    msg->held_by_admin = j->hold == COLO_HOLD_ADMIN;
+    msg->hold_reason = (char *)j->hold_reason;
+  }
   msg->progress = progress_copy(d, j);
   colo_store_checkpoint_list(d->store, j->id, newest_ck_cb, &msg->newest_checkpoint);
   *spec_out = NULL;
@@ -171,8 +177,14 @@ static void reply_job(colod_t *d, colo_rpc_call_t *call, const colo_job_t *j, in
     colo_rpc_reply(call, &r.base);
     break;
   }
-  default: {
+  case 3: {
     Colo__V1__ResumeJobResponse r = COLO__V1__RESUME_JOB_RESPONSE__INIT;
+    r.job = &msg;
+    colo_rpc_reply(call, &r.base);
+    break;
+  }
+  default: {
+    Colo__V1__UpdateJobResponse r = COLO__V1__UPDATE_JOB_RESPONSE__INIT;
     r.job = &msg;
     colo_rpc_reply(call, &r.base);
     break;
@@ -599,6 +611,117 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
 }
 
 /* ---- watches ---- */
+
+/* UpdateJob: a hold or a release, and new values of the spec's priority, max_restarts and
+ * resources.time_limit_s, all checked before one transaction writes them. */
+static void h_update(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__UpdateJobRequest *req = (const void *)m;
+  if (!need_id(call, req->has_id, req->id))
+    return;
+  if (!req->has_hold && !req->has_priority && !req->has_max_restarts && !req->has_time_limit_s) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "nothing to change: set hold, priority, max_restarts or time_limit_s");
+    return;
+  }
+  if (req->reason && !bounded_str(req->reason, 200)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason is longer than 200 bytes");
+    return;
+  }
+  if (req->reason && req->reason[0] && !(req->has_hold && req->hold)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "reason goes with hold: true");
+    return;
+  }
+  colo_job_t cur;
+  if (get_job(d, call, req->has_id, req->id, &cur) < 0)
+    return;
+  caller_t c;
+  caller_of(d, call, &c);
+  int admin = c.enforced && c.role == R_ADMIN;
+  Colo__V1__JobSpec *spec = NULL;
+  uint8_t *packed = NULL;
+  char what[512] = "", err[512];
+  size_t n = 0;
+  colo_job_update_t u = {.hold = -1};
+  if (!may_change(d, call, &cur, "change it"))
+    goto out;
+  if (req->has_hold) {
+    if (cur.hold == COLO_HOLD_ADMIN && c.enforced && !admin) {
+      colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
+                    "job %llu was held by an admin; only an admin may %s it",
+                    (unsigned long long)cur.id, req->hold ? "hold" : "release");
+      goto out;
+    }
+    if (!req->hold && !cur.hold) {
+      colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "job %llu is not held",
+                    (unsigned long long)cur.id);
+      goto out;
+    }
+    u.hold = !req->hold ? COLO_HOLD_NONE : admin ? COLO_HOLD_ADMIN : COLO_HOLD_OWNER;
+    u.hold_reason = req->reason ? req->reason : "";
+    n +=
+        (size_t)snprintf(what, sizeof what, "%s%s%s%s%s", req->hold ? "held" : "released",
+                         c.enforced ? " by " : "", c.enforced ? c.cn : "",
+                         req->hold && u.hold_reason[0] ? ": " : "", req->hold ? u.hold_reason : "");
+  }
+  if (req->has_priority || req->has_max_restarts || req->has_time_limit_s) {
+    spec = colo__v1__job_spec__unpack(NULL, cur.spec_len, cur.spec);
+    if (!spec || colo_jobspec_fill_defaults(spec) < 0) {
+      colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "job %llu has an unreadable spec",
+                    (unsigned long long)cur.id);
+      goto out;
+    }
+    /* what changes, for the job's event: "priority 0 -> 10" */
+#define CHANGE(has, field, value, label, fmt, unit)                                                \
+  if (has) {                                                                                       \
+    if (n < sizeof what)                                                                           \
+      n += (size_t)snprintf(what + n, sizeof what - n, "%s" label " " fmt " -> " fmt unit,         \
+                            n ? ", " : "", field, value);                                          \
+    field = value;                                                                                 \
+  }
+    CHANGE(req->has_priority, spec->priority, req->priority, "priority", "%d", "")
+    CHANGE(req->has_max_restarts, spec->max_restarts, req->max_restarts, "max_restarts", "%u", "")
+    CHANGE(req->has_time_limit_s, spec->resources->time_limit_s, req->time_limit_s, "time limit",
+           "%u", " s")
+#undef CHANGE
+    spec->has_priority |= req->has_priority;
+    spec->has_max_restarts |= req->has_max_restarts;
+    spec->resources->has_time_limit_s |= req->has_time_limit_s;
+    if (colo_jobspec_validate(spec, err, sizeof err) < 0) {
+      colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
+      goto out;
+    }
+    u.spec_len = colo__v1__job_spec__get_packed_size(spec);
+    packed = malloc(u.spec_len ? u.spec_len : 1);
+    if (!packed) {
+      colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+      goto out;
+    }
+    colo__v1__job_spec__pack(spec, packed);
+    u.spec = packed;
+    u.max_restarts = spec->max_restarts;
+    if (!req->has_hold && c.enforced && n < sizeof what)
+      snprintf(what + n, sizeof what - n, " (by %s)", c.cn);
+  }
+  u.message = what;
+  colo_job_t job;
+  int rc = colo_store_job_update(d->store, cur.id, &u, colod_now_ms(), &job);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+    goto out;
+  }
+  colo_log(COLO_LOG_INFO, "api", "job %llu: %s", (unsigned long long)job.id, what);
+  colod_jobs_updated(d, &job);
+  if (req->has_hold) /* its message says so */
+    colod_watch_notify(d, &job);
+  reply_job(d, call, &job, 4);
+  colo_job_clear(&job);
+out:
+  free(packed);
+  if (spec)
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+  colo_job_clear(&cur);
+}
 
 static void watch_free(colod_t *d, colod_watch_t *w) {
   if (w->prev)
@@ -1429,6 +1552,7 @@ GUARD(h_get, R_USER | R_ADMIN)
 GUARD(h_list, R_USER | R_ADMIN)
 GUARD(h_cancel, R_USER | R_ADMIN)
 GUARD(h_resume, R_USER | R_ADMIN)
+GUARD(h_update, R_USER | R_ADMIN)
 GUARD(h_checkpoint_job, R_USER | R_ADMIN)
 GUARD(h_hosts, R_USER | R_ADMIN)
 GUARD(h_cordon, R_ADMIN)
@@ -1461,6 +1585,7 @@ const colo_rpc_method_t colod_methods[] = {
     M("ListJobs", list_jobs_request, 0, h_list),
     M("CancelJob", cancel_job_request, 0, h_cancel),
     M("ResumeJob", resume_job_request, 0, h_resume),
+    M("UpdateJob", update_job_request, 0, h_update),
     M("CheckpointJob", checkpoint_job_request, 0, h_checkpoint_job),
     M("ListHosts", list_hosts_request, 0, h_hosts),
     M("CordonHost", cordon_host_request, 0, h_cordon),

@@ -24,6 +24,8 @@ struct colod_job_live_s {
   char owner[129];  /* who submitted it ("": no mutual TLS) */
   double share;     /* its owner's weighed device hours, when a pass ordered it (fairshare.h) */
   uint32_t in_line; /* waiting for room: its place in the last pass's order (1: first); 0: not */
+  int hold;         /* COLO_HOLD_*: held, it is not placed (UpdateJob) */
+  char hold_reason[257];
   int seen;
   Colo__V1__JobSpec *spec;
   uint32_t world, dp, tp, pp;
@@ -214,6 +216,8 @@ static int sync_cb(const colo_job_t *row, void *data) {
   j->max_restarts = row->max_restarts;
   j->resume_step = row->resume_step;
   snprintf(j->owner, sizeof j->owner, "%s", row->owner);
+  j->hold = row->hold;
+  snprintf(j->hold_reason, sizeof j->hold_reason, "%s", row->hold_reason);
   j->seen = 1;
   if (j->state == COLO_JOB_RUNNING && j->placed_attempt != j->attempt) {
     load_attempt(d, j);
@@ -926,6 +930,13 @@ static void fair_shares(colod_t *d, colod_job_live_t **waiting, size_t n) {
         owners ? colod_fair_key(d, waiting[i]->owner, (int)waiting[i]->spec->resources->device) : 0;
 }
 
+/* A held job's reason to wait. */
+static void held_why(const colod_job_live_t *j, char *why, size_t len) {
+  snprintf(why, len, "held by %s%s%s; it is placed once released (coloctl release %llu)",
+           j->hold == COLO_HOLD_ADMIN ? "an admin" : "its owner", j->hold_reason[0] ? ": " : "",
+           j->hold_reason, (unsigned long long)j->id);
+}
+
 static void schedule(colod_t *d) {
   uint64_t now = colod_mono_ms(d), t0 = uv_hrtime();
   size_t n_wait = 0;
@@ -941,7 +952,11 @@ static void schedule(colod_t *d) {
   n_wait = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
     char why[sizeof j->wait_why];
-    if (j->state == COLO_JOB_PENDING && waits_after(d, j, why, sizeof why)) {
+    if (j->hold && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING)) {
+      held_why(j, why, sizeof why);
+      set_waiting(j, why); /* not a candidate either, until released */
+      j->in_line = 0;
+    } else if (j->state == COLO_JOB_PENDING && waits_after(d, j, why, sizeof why)) {
       set_waiting(j, why); /* not a candidate: it neither holds room nor preempts */
       j->in_line = 0;
     } else if ((j->state == COLO_JOB_PENDING ||
@@ -1439,6 +1454,32 @@ const Colo__V1__Progress *colod_jobs_progress(colod_t *d, uint64_t job_id) {
   return j && j->has_progress ? &j->progress : NULL;
 }
 
+void colod_jobs_updated(colod_t *d, const colo_job_t *row) {
+  colod_job_live_t *j = live_find(d, row->id);
+  if (!j)
+    return; /* not loaded yet: the next tick reads the row as it is now */
+  Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, row->spec_len, row->spec);
+  if (spec && colo_jobspec_fill_defaults(spec) == 0) {
+    colo__v1__job_spec__free_unpacked(j->spec, NULL);
+    j->spec = spec;
+  } else if (spec) {
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+  }
+  j->max_restarts = row->max_restarts;
+  int was = j->hold;
+  j->hold = row->hold;
+  snprintf(j->hold_reason, sizeof j->hold_reason, "%s", row->hold_reason);
+  if (j->hold) {
+    char why[sizeof j->wait_why];
+    held_why(j, why, sizeof why);
+    set_waiting(j, why);
+    j->in_line = 0;
+  } else if (was) {
+    j->wait_why[0] = '\0'; /* the next pass says where it stands */
+  }
+  colod_jobs_kick(d);
+}
+
 int64_t colod_jobs_started(colod_t *d, uint64_t job_id) {
   colod_job_live_t *j = live_find(d, job_id);
   return j && j->state == COLO_JOB_RUNNING && j->place ? j->started_ms : 0;
@@ -1545,6 +1586,7 @@ void colod_jobs_each(colod_t *d, colod_job_view_cb cb, void *data) {
             (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) && j->wait_why[0],
         .stopping = j->evicting != 0,
         .in_line = j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING ? j->in_line : 0,
+        .held = j->hold,
     };
     cb(&v, data);
   }

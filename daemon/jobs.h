@@ -20,6 +20,7 @@
 
 #include <stdint.h>
 
+#include "../storage/store.h"
 #include "colo/v1/cluster.pb-c.h"
 
 struct colod_s;
@@ -36,6 +37,11 @@ void colod_jobs_free(struct colod_s *d);
 void colod_jobs_heartbeat(struct colod_s *d, uint64_t host_id,
                           const Colo__V1__HeartbeatRequest *req, Colo__V1__HeartbeatResponse *resp);
 void colod_jobs_reply_done(Colo__V1__HeartbeatResponse *resp);
+
+/* The store changed a live job's row (UpdateJob: its spec, hold): the live job takes the new
+ * spec (priority, restarts, time limit take effect from the next pass) and hold, and a pass runs
+ * on the next loop iteration. */
+void colod_jobs_updated(struct colod_s *d, const colo_job_t *row);
 
 /* Writes the job's newest progress record to the store (when its attempt ends). */
 void colod_jobs_keep_progress(struct colod_s *d, uint64_t job_id);
@@ -72,6 +78,7 @@ typedef struct {
   int waiting;                        /* the scheduler says why it is not placed */
   int stopping;                       /* colod is stopping its ranks (a move, a time limit) */
   uint32_t in_line;                   /* colod_jobs_in_line: its place in line, or 0 */
+  int held;                           /* COLO_HOLD_*: held (UpdateJob), it is not placed */
 } colod_job_view_t;
 typedef void (*colod_job_view_cb)(const colod_job_view_t *job, void *data);
 /* Calls cb for every job that is not finished, in id order. */

@@ -198,6 +198,7 @@ enum {
   J_RESTARTS,
   J_WAITING,
   J_STOPPING,
+  J_HELD,
   J_IN_LINE,
   J_STARTED,
   J_STEP,
@@ -225,6 +226,9 @@ static const struct {
                    "1 while the job waits for room (coloctl status says why), else 0."},
     [J_STOPPING] = {"colo_job_stopping",
                     "1 while colod stops the job's ranks (eviction, preemption, time limit)."},
+    [J_HELD] = {"colo_job_held",
+                "1 while the job is held (coloctl hold): not placed until released; 2: by an "
+                "admin, whom only an admin may release; else 0."},
     [J_IN_LINE] = {"colo_job_queue_position",
                    "While the job waits for room: its place in line (1: offered room first)."},
     [J_STARTED] = {"colo_job_attempt_start_timestamp_seconds",
@@ -281,6 +285,9 @@ static void job_metric(const colod_job_view_t *j, void *data) {
     break;
   case J_STOPPING:
     v = j->stopping;
+    break;
+  case J_HELD:
+    v = j->held;
     break;
   case J_IN_LINE:
     if (!j->in_line)

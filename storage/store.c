@@ -124,6 +124,10 @@ static const char *const MIGRATIONS[] = {
     "CREATE INDEX job_attempts_ended ON job_attempts(ended_ms);"
     "ALTER TABLE job_attempts ADD COLUMN checkpoint_seq INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE checkpoints ADD COLUMN request INTEGER NOT NULL DEFAULT 0;",
+
+    /* 10: held jobs (UpdateJob): not placed until released; by whom (COLO_HOLD_*) and why */
+    "ALTER TABLE jobs ADD COLUMN hold INTEGER NOT NULL DEFAULT 0 CHECK (hold BETWEEN 0 AND 2);"
+    "ALTER TABLE jobs ADD COLUMN hold_reason TEXT NOT NULL DEFAULT '';",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -132,7 +136,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
 
 #define JOB_COLS                                                                                   \
   "id, name, state, attempt, restarts, max_restarts, created_ms, updated_ms, message, "            \
-  "resume_step, coalesce(client_token, ''), spec, progress, owner"
+  "resume_step, coalesce(client_token, ''), spec, progress, owner, hold, hold_reason"
 
 #define HOST_COLS                                                                                  \
   "id, name, address, state, session, memory_bytes, cpu_count, registered_ms, last_seen_ms, "      \
@@ -152,7 +156,8 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                "AND (?5 IS NULL OR owner = ?5) ORDER BY id LIMIT ?3")                              \
   XX(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                                \
   XX(JOB_UPDATE, "UPDATE jobs SET state = ?2, attempt = ?3, restarts = ?4, message = ?5, "         \
-                 "updated_ms = ?6, resume_step = ?7 WHERE id = ?1")                                \
+                 "updated_ms = ?6, resume_step = ?7, hold = ?8, hold_reason = ?9 WHERE id = ?1")   \
+  XX(JOB_RESPEC, "UPDATE jobs SET spec = ?2, max_restarts = ?3 WHERE id = ?1")                     \
   XX(EVENT_INSERT, "INSERT INTO job_events (job_id, seq, state, message, time_ms) "                \
                    "VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events "                \
                    "WHERE job_id = ?1), ?2, ?3, ?4)")                                              \
@@ -477,6 +482,8 @@ static int read_job(sqlite3_stmt *s, colo_job_t *j) {
   j->spec_len = (size_t)sqlite3_column_bytes(s, 11);
   j->spec = dup_blob(sqlite3_column_blob(s, 11), j->spec_len);
   copy_text(j->owner, sizeof j->owner, s, 13);
+  j->hold = sqlite3_column_int(s, 14);
+  copy_text(j->hold_reason, sizeof j->hold_reason, s, 15);
   j->progress_len = (size_t)sqlite3_column_bytes(s, 12);
   j->progress = j->progress_len ? dup_blob(sqlite3_column_blob(s, 12), j->progress_len) : NULL;
   if (j->progress_len && !j->progress) {
@@ -626,7 +633,25 @@ static int update_job(colo_store_t *st, const colo_job_t *j) {
   sqlite3_bind_text(s, 5, j->message, -1, SQLITE_STATIC);
   sqlite3_bind_int64(s, 6, j->updated_ms);
   sqlite3_bind_int64(s, 7, (sqlite3_int64)j->resume_step);
+  sqlite3_bind_int(s, 8, j->hold);
+  sqlite3_bind_text(s, 9, j->hold_reason, -1, SQLITE_STATIC);
   return step_done(st, s, "update job");
+}
+
+/* Commits a job's transaction and hands its row to *out (or clears it where out is NULL); on a
+ * failed commit, rolls back and clears it. */
+static int job_tx_done(colo_store_t *st, colo_job_t *j, colo_job_t *out) {
+  int rc = commit(st);
+  if (rc < 0) {
+    colo_job_clear(j);
+    rollback(st);
+    return rc;
+  }
+  if (out)
+    *out = *j;
+  else
+    colo_job_clear(j);
+  return 0;
 }
 
 /* interrupted: RESTARTING without a restart counted, the attempt ended CANCELLED */
@@ -679,14 +704,13 @@ static int transition_in(colo_store_t *st, uint64_t id, int to, const char *mess
   j.state = to;
   snprintf(j.message, sizeof j.message, "%s", message ? message : "");
   j.updated_ms = now_ms;
+  if (colo_job_state_terminal(to)) { /* an ended job is not held: resumed, it is placed */
+    j.hold = COLO_HOLD_NONE;
+    j.hold_reason[0] = '\0';
+  }
   CHECK_GOTO(update_job(st, &j), rc, fail);
   CHECK_GOTO(add_event(st, id, to, j.message, now_ms), rc, fail);
-  CHECK_GOTO(commit(st), rc, fail);
-  if (out)
-    *out = j;
-  else
-    colo_job_clear(&j);
-  return 0;
+  return job_tx_done(st, &j, out);
 fail:
   colo_job_clear(&j);
 fail_nojob:
@@ -697,6 +721,58 @@ fail_nojob:
 int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char *message,
                               uint64_t resume_step, int64_t now_ms, colo_job_t *out) {
   return transition_in(st, id, to, message, resume_step, 0, now_ms, out);
+}
+
+int colo_store_job_update(colo_store_t *st, uint64_t id, const colo_job_update_t *u, int64_t now_ms,
+                          colo_job_t *out) {
+  colo_job_t j;
+  int rc;
+  CHECK_GOTO(begin(st), rc, fail_nojob);
+  CHECK_GOTO(job_get_in(st, id, &j), rc, fail_nojob);
+  if (colo_job_state_terminal(j.state)) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu is %s; a job that ended cannot be changed",
+             (unsigned long long)id, colo_job_state_name(j.state));
+    rc = COLO_ESTATE;
+    goto fail;
+  }
+  if (u->hold > COLO_HOLD_NONE && j.state != COLO_JOB_PENDING && j.state != COLO_JOB_RESTARTING) {
+    snprintf(st->errmsg, sizeof st->errmsg,
+             "job %llu is %s; only a job waiting to be placed (PENDING or RESTARTING) can be held",
+             (unsigned long long)id, colo_job_state_name(j.state));
+    rc = COLO_ESTATE;
+    goto fail;
+  }
+  if (u->spec) {
+    sqlite3_stmt *s = stmt(st, S_JOB_RESPEC);
+    sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+    sqlite3_bind_blob(s, 2, u->spec, (int)u->spec_len, SQLITE_STATIC);
+    sqlite3_bind_int64(s, 3, u->max_restarts);
+    CHECK_GOTO(step_done(st, s, "update job spec"), rc, fail);
+    uint8_t *spec = dup_blob(u->spec, u->spec_len);
+    if (!spec) {
+      rc = COLO_ENOMEM;
+      goto fail;
+    }
+    free(j.spec);
+    j.spec = spec;
+    j.spec_len = u->spec_len;
+    j.max_restarts = u->max_restarts;
+  }
+  if (u->hold >= COLO_HOLD_NONE) {
+    j.hold = u->hold;
+    snprintf(j.hold_reason, sizeof j.hold_reason, "%s",
+             u->hold && u->hold_reason ? u->hold_reason : "");
+    snprintf(j.message, sizeof j.message, "%s", u->message ? u->message : "");
+  }
+  j.updated_ms = now_ms;
+  CHECK_GOTO(update_job(st, &j), rc, fail);
+  CHECK_GOTO(add_event(st, id, j.state, u->message, now_ms), rc, fail);
+  return job_tx_done(st, &j, out);
+fail:
+  colo_job_clear(&j);
+fail_nojob:
+  rollback(st);
+  return rc;
 }
 
 int colo_store_job_interrupted(colo_store_t *st, uint64_t id, const char *message, int64_t now_ms,
@@ -742,12 +818,7 @@ int colo_store_attempt_begin(colo_store_t *st, uint64_t job_id, const colo_rank_
   j.resume_step = resume_step;
   CHECK_GOTO(update_job(st, &j), rc, fail);
   CHECK_GOTO(add_event(st, job_id, COLO_JOB_RUNNING, j.message, now_ms), rc, fail);
-  CHECK_GOTO(commit(st), rc, fail);
-  if (out)
-    *out = j;
-  else
-    colo_job_clear(&j);
-  return 0;
+  return job_tx_done(st, &j, out);
 fail:
   colo_job_clear(&j);
 fail_nojob:

@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 9
+#define COLO_STORE_SCHEMA_VERSION 10
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -48,6 +48,8 @@ typedef struct {
   size_t spec_len;
   uint8_t *progress; /* packed colo.v1.Progress, the newest kept (NULL: none), owned */
   size_t progress_len;
+  int hold;              /* COLO_HOLD_*: a held job is not placed until released */
+  char hold_reason[257]; /* why, as the one who held it said ("" when not held) */
 } colo_job_t;
 void colo_job_clear(colo_job_t *job);
 
@@ -139,6 +141,27 @@ int colo_store_job_transition(colo_store_t *st, uint64_t id, int to, const char 
 /* RUNNING -> RESTARTING for an attempt whose ranks stopped as asked (a worker's shutdown, a
  * stop signal): as colo_store_job_transition, but the attempt ends CANCELLED rather than FAILED
  * and no restart is counted, since the job did not fail. */
+/* How a job is held: not at all, by its owner (who may release it), or by an admin (only an
+ * admin may release it: colod checks who asks). */
+enum { COLO_HOLD_NONE = 0, COLO_HOLD_OWNER = 1, COLO_HOLD_ADMIN = 2 };
+
+/* What colo_store_job_update changes. */
+typedef struct {
+  const uint8_t *spec; /* the job's new packed colo.v1.JobSpec, with max_restarts; NULL: as is */
+  size_t spec_len;
+  uint32_t max_restarts; /* the spec's, which the jobs table keeps in a column too */
+  int hold;              /* COLO_HOLD_* with hold_reason, which also becomes the job's message;
+                            -1: as it is */
+  const char *hold_reason;
+  const char *message; /* the event appended: what changed, by whom */
+} colo_job_update_t;
+
+/* Changes a job that has not ended (COLO_ESTATE otherwise), in one transaction that appends an
+ * event in its current state. Holding (hold > 0) needs a PENDING or RESTARTING job (COLO_ESTATE);
+ * a job that ends is no longer held. On success fills *out (may be NULL). */
+int colo_store_job_update(colo_store_t *st, uint64_t id, const colo_job_update_t *u, int64_t now_ms,
+                          colo_job_t *out);
+
 int colo_store_job_interrupted(colo_store_t *st, uint64_t id, const char *message, int64_t now_ms,
                                colo_job_t *out);
 

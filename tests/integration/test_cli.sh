@@ -105,6 +105,31 @@ expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 1 has no complete checkpoint
 expect_rc 0 "$COLOCTL" list --state cancelled --json
 expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print([j["id"] for j in json.load(sys.stdin)])')" "[1]"
 
+# hold, release, update: job 2 waits (no hosts); held, it is out of line and says why
+expect_rc 0 "$COLOCTL" hold 2 --reason "data not ready"
+expect_eq "$OUT" "job 2 PENDING: held by its owner: data not ready; it is placed once released (coloctl release 2)"
+expect_rc 0 "$COLOCTL" status 2
+expect_contains "$OUT" "state      PENDING (held: data not ready)"
+expect_rc 0 "$COLOCTL" list --json
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print([(j["id"], j.get("held", False), j.get("hold_reason", "")) for j in json.load(sys.stdin)])')" "[(1, False, ''), (2, True, 'data not ready'), (3, False, '')]"
+expect_rc 0 "$COLOCTL" update 2 3 --priority 7 --time-limit 90m --max-restarts 5
+expect_eq "$(sed -n 2p <<<"$OUT")" "job 3 PENDING, priority 7, max_restarts 5, time limit 1h30m: no room: 0 of 1 tensor-parallel groups of 1 devices placed; 0 devices free in all, 1 needed"
+expect_rc 0 "$COLOCTL" --json status 3
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; s=json.load(sys.stdin)["spec"]; print(s["priority"], s["max_restarts"], s["resources"]["time_limit_s"])')" "7 5 5400"
+expect_rc 0 "$COLOCTL" release 2
+expect_eq "$OUT" "job 2 PENDING, released"
+expect_rc 1 "$COLOCTL" release 2
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 2 is not held"
+expect_rc 1 "$COLOCTL" update 1 --priority 1
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 1 is CANCELLED; a job that ended cannot be changed"
+expect_rc 1 "$COLOCTL" update 3 --priority 1001
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: priority=1001 must be between -1000 and 1000"
+expect_rc 2 "$COLOCTL" update 3
+expect_eq "$ERR" "coloctl: update: nothing to change: give --priority, --max-restarts or --time-limit; try 'coloctl --help'"
+expect_rc 2 "$COLOCTL" update 3 --time-limit 5x
+expect_rc 2 "$COLOCTL" hold
+expect_rc 2 "$COLOCTL" release 2 --reason x
+
 # hosts
 expect_rc 0 "$COLOCTL" hosts
 expect_eq "$OUT" "no hosts have registered"

@@ -69,6 +69,7 @@ class Cluster:
         self.ListJobs = unary("ListJobs", pb.ListJobsRequest, pb.ListJobsResponse)
         self.CancelJob = unary("CancelJob", pb.CancelJobRequest, pb.CancelJobResponse)
         self.ResumeJob = unary("ResumeJob", pb.ResumeJobRequest, pb.ResumeJobResponse)
+        self.UpdateJob = unary("UpdateJob", pb.UpdateJobRequest, pb.UpdateJobResponse)
         self.ListHosts = unary("ListHosts", pb.ListHostsRequest, pb.ListHostsResponse)
         self.CordonHost = unary("CordonHost", pb.CordonHostRequest, pb.CordonHostResponse)
         self.GetClusterStatus = unary("GetClusterStatus", pb.GetClusterStatusRequest,
@@ -1353,7 +1354,8 @@ class MutualTlsTest(unittest.TestCase):
 
 class TlsUsers:
     """a colod over mutual TLS of a test class's own with fair_share_half_life=1h and its
-    `extra` settings, reached as the users alice and carol and the worker fw: self.api(name)"""
+    `extra` settings, reached as the users alice and carol, the admin ops and the worker fw:
+    self.api(name)"""
 
     HALF_LIFE_MS = 3600000
     extra = ()
@@ -1365,17 +1367,18 @@ class TlsUsers:
         mk = os.path.join(SRC, "deploy/tls-certs.sh")
         for args in (["ca", cls.certs], ["server", cls.certs, "colod", "IP:127.0.0.1"],
                      ["user", cls.certs, "alice"], ["user", cls.certs, "carol"],
-                     ["worker", cls.certs, "fw"]):
+                     ["admin", cls.certs, "ops"], ["worker", cls.certs, "fw"]):
             subprocess.run(["bash", mk] + args, check=True, stdout=subprocess.DEVNULL)
         c = cls.certs
         cls.state = os.path.join(TMP, "state-" + tag)
-        cls.proc, cls.log, cls.target = start_colod(
-            cls.state, "colod-%s.log" % tag,
-            "tls_cert=" + os.path.join(c, "colod.crt"), "tls_key=" + os.path.join(c, "colod.key"),
-            "tls_client_ca=" + os.path.join(c, "ca.crt"), "fair_share_half_life=1h", *cls.extra)
+        cls.args = ("tls_cert=" + os.path.join(c, "colod.crt"),
+                    "tls_key=" + os.path.join(c, "colod.key"),
+                    "tls_client_ca=" + os.path.join(c, "ca.crt"), "fair_share_half_life=1h",
+                    *cls.extra)
+        cls.proc, cls.log, cls.target = start_colod(cls.state, "colod-%s.log" % tag, *cls.args)
         ca = read(os.path.join(c, "ca.crt"))
         cls.channels = {}
-        for name in ("alice", "carol", "fw"):
+        for name in ("alice", "carol", "ops", "fw"):
             cred = grpc.ssl_channel_credentials(
                 root_certificates=ca, private_key=read(os.path.join(c, name + ".key")),
                 certificate_chain=read(os.path.join(c, name + ".crt")))
@@ -1502,6 +1505,107 @@ class FairShareTest(TlsUsers, unittest.TestCase):
         alice.CancelJob(pb.CancelJobRequest(id=a2), timeout=5)
 
 
+class HoldTest(WithColod):
+    """UpdateJob on a colod of its own, this client acting as the worker of a 1-device host: a
+    held job is not placed, nor in line, while a newer one is; released, it is; a priority
+    raised moves a job up the line; a time limit set on a running job stops it; bad requests
+    change nothing."""
+
+    state, log_name = os.path.join(TMP, "state-hold"), "colod-hold.log"
+
+    def test_hold_release_and_update(self):
+        h = register(self.api, "hh", 1)
+        reports = []
+
+        def beat():
+            r = self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session,
+                                                       ranks=reports), timeout=5)
+            return {d.job_id: d.attempt for d in r.desired}
+
+        def update(**kw):
+            return self.api.UpdateJob(pb.UpdateJobRequest(**kw), timeout=5).job
+
+        def refused(code, details, **kw):
+            with self.assertRaises(grpc.RpcError) as cm:
+                update(**kw)
+            self.assertEqual((cm.exception.code(), cm.exception.details()), (code, details))
+
+        def end(job, attempt, code=0):
+            reports.append(pb.RankStatus(job_id=job, attempt=attempt, rank=0, exit_code=code,
+                                         phase=pb.RANK_PHASE_EXITED))
+
+        a = submit(self.api, "a", 1)
+        at = self.until("a placed", lambda: beat().get(a))
+        b = submit(self.api, "b", 1)
+        c = submit(self.api, "c", 1)
+        j = update(id=b, hold=True, reason="data not ready")
+        self.assertEqual((j.held, j.held_by_admin, j.hold_reason), (True, False, "data not ready"))
+        self.assertEqual(j.message, "held: data not ready")
+        self.assertEqual(j.waiting, "held by its owner: data not ready; it is placed once "
+                                    "released (coloctl release %d)" % b)
+        self.assertFalse(j.HasField("queue_position"))
+        self.until("c alone in line", lambda: (self.job(c).queue_position,
+                                               self.job(c).queue_length) == (1, 1))
+        self.assertFalse(self.job(b).HasField("queue_position"))
+        # what cannot be done changes nothing
+        invalid, precond = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION
+        refused(invalid, "id must be set", hold=True)
+        refused(invalid, "nothing to change: set hold, priority, max_restarts or time_limit_s",
+                id=c)
+        refused(invalid, "reason goes with hold: true", id=c, priority=1, reason="why")
+        refused(invalid, "reason is longer than 200 bytes", id=c, hold=True, reason="x" * 201)
+        refused(invalid, "priority=1001 must be between -1000 and 1000", id=c, priority=1001,
+                max_restarts=1)
+        refused(invalid, "max_restarts=101 exceeds 100", id=c, max_restarts=101)
+        refused(precond, "job %d is RUNNING; only a job waiting to be placed (PENDING or "
+                         "RESTARTING) can be held" % a, id=a, hold=True)
+        refused(precond, "job %d is not held" % c, id=c, hold=False)
+        refused(grpc.StatusCode.NOT_FOUND, "job 999 not found", id=999, priority=1)
+        self.assertEqual((self.job(c).spec.priority, self.job(c).spec.max_restarts), (0, 3))
+        # a ends: the newer c takes the device, the held b waits on
+        end(a, at)
+        at = self.until("c placed", lambda: beat().get(c))
+        self.assertEqual(self.job(b).state, pb.JOB_STATE_PENDING)
+        self.assertNotIn(b, beat())
+        # a time limit set on the running c stops it, a second after it started
+        j = update(id=c, time_limit_s=1)
+        self.assertEqual(j.spec.resources.time_limit_s, 1)
+        self.assertEqual(j.state, pb.JOB_STATE_RUNNING)
+        self.until("c withdrawn", lambda: c not in beat())
+        reports.append(pb.RankStatus(job_id=c, attempt=at, rank=0, exit_code=75,
+                                     phase=pb.RANK_PHASE_EXITED,
+                                     message="stopped as asked at step 3, with its checkpoint"))
+        self.until("c TIMED_OUT", lambda: beat() is not None and
+                   self.job(c).state == pb.JOB_STATE_TIMED_OUT)
+        refused(precond, "job %d is TIMED_OUT; a job that ended cannot be changed" % c, id=c,
+                priority=1)
+        # the device is free, and the held b still waits
+        time.sleep(0.6)
+        self.assertEqual(beat(), {})
+        self.assertEqual(self.job(b).state, pb.JOB_STATE_PENDING)
+        # d (priority 10) takes it; b released, then e submitted: b is first in line, e second;
+        # e's priority raised to 5 puts it first (and preempts nothing: d's is higher)
+        d = submit(self.api, "d", 1, priority=10)
+        at = self.until("d placed", lambda: beat().get(d))
+        j = update(id=b, hold=False)
+        self.assertEqual((j.held, j.message), (False, "released"))
+        e = submit(self.api, "e", 1)
+        self.until("b, e in line", lambda: [self.job(x).queue_position for x in (b, e)] == [1, 2])
+        j = update(id=e, priority=5, max_restarts=0)
+        self.assertEqual((j.spec.priority, j.spec.max_restarts), (5, 0))
+        self.until("e first", lambda: [self.job(x).queue_position for x in (e, b)] == [1, 2])
+        self.assertIn(d, beat())
+        end(d, at)
+        self.until("e placed", lambda: beat().get(e))
+        # kept in the store: the spec as changed, and the event of each change
+        with sqlite3.connect(os.path.join(self.state, "colod.db")) as db:
+            msgs = [m for m, in db.execute("SELECT message FROM job_events WHERE job_id = ?",
+                                           (e,))]
+        self.assertIn("priority 0 -> 5, max_restarts 3 -> 0", msgs)
+        for x in (b, e):
+            self.api.CancelJob(pb.CancelJobRequest(id=x), timeout=5)
+
+
 class FairShareWeightTest(TlsUsers, unittest.TestCase):
     """fair_share_weights=alice=100: alice's recent device hours count 1/100, so after she used
     three times what carol did, her newer job still starts before carol's; GetUsage gives the
@@ -1533,6 +1637,46 @@ class FairShareWeightTest(TlsUsers, unittest.TestCase):
         end(a1, at)
         runs(c1)
         carol.CancelJob(pb.CancelJobRequest(id=c1), timeout=5)
+
+
+class HoldTlsTest(TlsUsers, unittest.TestCase):
+    """UpdateJob over mutual TLS with roles: a user changes only the jobs it submitted; a job an
+    admin held is released by an admin only, and the hold survives a restart of colod."""
+
+    def test_who_may_hold_and_release(self):
+        alice, carol, ops = self.api("alice"), self.api("carol"), self.api("ops")
+        a = submit(alice, "a", dp=1)  # no host: it waits
+
+        def update(api, **kw):
+            return api.UpdateJob(pb.UpdateJobRequest(id=a, **kw), timeout=5).job
+
+        with self.assertRaises(grpc.RpcError) as cm:
+            update(carol, hold=True)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.PERMISSION_DENIED, 'job %d belongs to "alice"; only its '
+                                                             'owner or an admin may change it' % a))
+        j = update(alice, hold=True, reason="mine")
+        self.assertEqual((j.held, j.held_by_admin, j.message), (True, False, "held by alice: mine"))
+        j = update(ops, hold=True, reason="quota")
+        self.assertEqual((j.held, j.held_by_admin, j.message), (True, True, "held by ops: quota"))
+        for hold in (False, True):
+            with self.assertRaises(grpc.RpcError) as cm:
+                update(alice, hold=hold)
+            self.assertEqual((cm.exception.code(), cm.exception.details()),
+                             (grpc.StatusCode.PERMISSION_DENIED,
+                              "job %d was held by an admin; only an admin may %s it"
+                              % (a, "hold" if hold else "release")))
+        j = update(alice, priority=-3)  # the rest of her job is still hers to change
+        self.assertEqual((j.spec.priority, j.held_by_admin), (-3, True))
+        # a restarted colod, on the same address, keeps the hold
+        stop_colod(self.proc, self.log)
+        self.__class__.proc, self.__class__.log, _ = start_colod(
+            self.state, "colod-holdtls-2.log", *self.args, "listen=" + self.target)
+        j = alice.GetJob(pb.GetJobRequest(id=a), timeout=5).job
+        self.assertEqual((j.held, j.held_by_admin, j.hold_reason), (True, True, "quota"))
+        j = update(ops, hold=False)
+        self.assertEqual((j.held, j.message), (False, "released by ops"))
+        alice.CancelJob(pb.CancelJobRequest(id=a), timeout=5)
 
 
 if __name__ == "__main__":

@@ -139,10 +139,12 @@ TEST(migrate_from_v1_keeps_data) {
   ASSERT_EQ_STR(j.name, "old-job");
   ASSERT_EQ_INT(j.state, COLO_JOB_FAILED);
   ASSERT_EQ_INT(j.max_restarts, 2);
-  ASSERT_EQ_INT(j.resume_step, 0);   /* new column, default */
-  ASSERT_EQ_STR(j.client_token, ""); /* new column, NULL */
-  ASSERT(j.progress == NULL);        /* v3 column, NULL */
-  ASSERT_EQ_STR(j.owner, "");        /* v7 column, default */
+  ASSERT_EQ_INT(j.resume_step, 0);       /* new column, default */
+  ASSERT_EQ_STR(j.client_token, "");     /* new column, NULL */
+  ASSERT(j.progress == NULL);            /* v3 column, NULL */
+  ASSERT_EQ_STR(j.owner, "");            /* v7 column, default */
+  ASSERT_EQ_INT(j.hold, COLO_HOLD_NONE); /* v10 columns, defaults */
+  ASSERT_EQ_STR(j.hold_reason, "");
   ASSERT_EQ_INT(j.spec_len, 3);
   colo_job_clear(&j);
   ASSERT_EQ_INT(count_events(st, 1), 2);
@@ -700,6 +702,91 @@ TEST(checkpoint_requests_are_counted_per_open_attempt) {
   ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_CANCELLED, "", 0, 20, NULL), 0);
   ASSERT_EQ_INT(colo_store_attempt_checkpoint(st, id, 1, &seq), COLO_ENOENT); /* ended */
   colo_store_close(st);
+}
+
+TEST(update_holds_and_respecs_a_live_job) {
+  colo_store_t *st = open_fresh();
+  ensure_host(st);
+  uint64_t id = submit(st, "j");
+  int events = count_events(st, id);
+  colo_job_t j;
+  colo_job_update_t u = {
+      .hold = COLO_HOLD_ADMIN, .hold_reason = "maintenance", .message = "held by ops: maintenance"};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 2000, &j), 0);
+  ASSERT_EQ_INT(j.hold, COLO_HOLD_ADMIN);
+  ASSERT_EQ_STR(j.hold_reason, "maintenance");
+  ASSERT_EQ_STR(j.message, "held by ops: maintenance");
+  ASSERT_EQ_INT(j.state, COLO_JOB_PENDING);
+  ASSERT_EQ_INT(j.updated_ms, 2000);
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(count_events(st, id), events + 1);
+  /* kept across a restart */
+  colo_store_close(st);
+  st = open_fresh();
+  ASSERT_EQ_INT(colo_store_job_get(st, id, &j), 0);
+  ASSERT_EQ_INT(j.hold, COLO_HOLD_ADMIN);
+  ASSERT_EQ_STR(j.hold_reason, "maintenance");
+  colo_job_clear(&j);
+  /* a new spec and max_restarts, the hold as it is */
+  const uint8_t spec[] = {0x0a, 0x01, 'z', 0x50, 0x07};
+  u = (colo_job_update_t){.spec = spec,
+                          .spec_len = sizeof spec,
+                          .max_restarts = 7,
+                          .hold = -1,
+                          .message = "max_restarts 3 -> 7"};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 3000, &j), 0);
+  ASSERT_EQ_INT(j.max_restarts, 7);
+  ASSERT_EQ_INT(j.spec_len, sizeof spec);
+  ASSERT(memcmp(j.spec, spec, sizeof spec) == 0);
+  ASSERT_EQ_INT(j.hold, COLO_HOLD_ADMIN);
+  ASSERT_EQ_STR(j.message, "held by ops: maintenance"); /* only a hold changes the message */
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(colo_store_job_get(st, id, &j), 0);
+  ASSERT_EQ_INT(j.max_restarts, 7);
+  ASSERT(j.spec_len == sizeof spec && memcmp(j.spec, spec, sizeof spec) == 0);
+  colo_job_clear(&j);
+  /* released */
+  u = (colo_job_update_t){.hold = COLO_HOLD_NONE, .hold_reason = "ignored", .message = "released"};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 4000, &j), 0);
+  ASSERT_EQ_INT(j.hold, COLO_HOLD_NONE);
+  ASSERT_EQ_STR(j.hold_reason, "");
+  colo_job_clear(&j);
+  /* a running job can be changed but not held, and stays as it was */
+  colo_rank_place_t r = {0, 1, 0, 0, 0, 0};
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, id, &r, 1, 0, 5000, NULL), 0);
+  events = count_events(st, id);
+  u = (colo_job_update_t){.hold = COLO_HOLD_OWNER, .message = "held"};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 6000, NULL), COLO_ESTATE);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "job 1 is RUNNING; only a job waiting to be placed "
+                                       "(PENDING or RESTARTING) can be held");
+  ASSERT_EQ_INT(count_events(st, id), events);
+  u = (colo_job_update_t){.spec = spec,
+                          .spec_len = sizeof spec,
+                          .max_restarts = 2,
+                          .hold = -1,
+                          .message = "max_restarts 7 -> 2"};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 6000, NULL), 0);
+  ASSERT_EQ_INT(job_state(st, id), COLO_JOB_RUNNING);
+  /* held again while restarting, then cancelled: an ended job is not held, and not changed */
+  ASSERT_EQ_INT(
+      colo_store_job_transition(st, id, COLO_JOB_RESTARTING, "rank 0 exited 1", 0, 7000, NULL), 0);
+  u = (colo_job_update_t){.hold = COLO_HOLD_OWNER, .hold_reason = "look first", .message = "held"};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 7500, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_CANCELLED, "cancelled", 0, 8000, &j), 0);
+  ASSERT_EQ_INT(j.hold, COLO_HOLD_NONE);
+  ASSERT_EQ_STR(j.hold_reason, "");
+  colo_job_clear(&j);
+  u = (colo_job_update_t){
+      .spec = spec, .spec_len = sizeof spec, .max_restarts = 1, .hold = -1, .message = "x"};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 9000, NULL), COLO_ESTATE);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "job 1 is CANCELLED; a job that ended cannot be changed");
+  ASSERT_EQ_INT(colo_store_job_get(st, id, &j), 0);
+  ASSERT_EQ_INT(j.max_restarts, 2);
+  colo_job_clear(&j);
+  ASSERT_EQ_INT(colo_store_job_update(st, 42, &u, 9000, NULL), COLO_ENOENT);
+  /* the column's CHECK refuses a hold that is not one */
+  colo_store_close(st);
+  run_sql_expect_fail("UPDATE jobs SET hold = 3 WHERE id = 1");
 }
 
 TEST_MAIN()
