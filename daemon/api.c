@@ -296,6 +296,20 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
     return;
   }
+  /* it can ever run under its owner's limit */
+  caller_t who;
+  caller_of(d, call, &who);
+  const char *owner = who.enforced ? who.cn : "";
+  uint64_t world = (uint64_t)spec->parallel->dp * spec->parallel->tp * spec->parallel->pp;
+  uint32_t limit = colod_config_owner_max_devices(&d->cfg, owner);
+  if (world > limit) {
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "the job needs %llu devices at once; owner_max_devices allows %s%s%s %u",
+                  (unsigned long long)world, owner[0] ? "\"" : "", owner[0] ? owner : "its owner",
+                  owner[0] ? "\"" : "", limit);
+    return;
+  }
   /* the jobs it waits for exist: its `after`, then train.init_from_job */
   uint64_t from = spec->train->has_init_from_job ? spec->train->init_from_job : 0;
   for (size_t i = 0; i < spec->n_after + (from != 0); i++) {
@@ -323,12 +337,9 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   colo__v1__job_spec__pack(spec, buf);
-  caller_t who;
-  caller_of(d, call, &who);
   colo_job_t job;
-  int rc =
-      colo_store_job_insert(d->store, spec->name, buf, len, spec->max_restarts, req->client_token,
-                            who.enforced ? who.cn : "", colod_now_ms(), &job);
+  int rc = colo_store_job_insert(d->store, spec->name, buf, len, spec->max_restarts,
+                                 req->client_token, owner, colod_now_ms(), &job);
   free(buf);
   colo__v1__job_spec__free_unpacked(spec, NULL);
   if (rc == COLO_EEXIST) { /* a retried submit: answer with the job it created */

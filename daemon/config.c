@@ -48,7 +48,12 @@ static const centry_t TABLE[] = {
      "device hours lately start first; an hour used this long ago counts half. 0: oldest first"},
     {"fair_share_weights", T_STRING, F(fair_share_weights), 0, 0, "", 1,
      "fair share: OWNER=WEIGHT,... (a team's allocation, say alice=2,bob=0.5): an owner's recent "
-     "device hours count 1/WEIGHT in the wait order; an owner not named weighs 1"},
+     "device hours count 1/WEIGHT in the wait order; *=WEIGHT for every owner not named, who "
+     "otherwise weighs 1"},
+    {"owner_max_devices", T_STRING, F(owner_max_devices), 0, 0, "", 1,
+     "OWNER=DEVICES,... (say alice=8,*=16): the most devices an owner's running jobs hold at "
+     "once; a job that would pass it waits, and one that needs more is refused. *: every owner "
+     "not named. Without mutual TLS every job has the same owner, \"\". Empty: no limit"},
     {"rendezvous", T_STRING, F(rdzv_mode), 1, 0, "colod", 0,
      "who serves an attempt's rendezvous store: colod, or rank0 (on its host, at a port from "
      "rendezvous_port_base)"},
@@ -150,13 +155,18 @@ static int host_port(const char *s) {
   return memchr(s, ':', (size_t)(colon - s)) == NULL; /* a bare IPv6 address needs brackets */
 }
 
-#define MAX_WEIGHT 1e6
+#define MAX_OWNER_VALUE 1e6
 
-/* Reads "owner=weight,owner=weight" (spaces around either ignored; empty: none), checking every
- * entry; where owner is not NULL, *w gets its weight if it is named. 0, or COLO_EINVAL with why. */
-static int weights(const char *s, const char *owner, double *w, char *err, size_t errlen) {
+/* Reads a per-owner setting, "owner=value,owner=value" (spaces around either ignored; empty:
+ * none; "*": every owner not named), checking every entry: a weight above 0 (fair_share_weights)
+ * or, with whole, a whole number from 0 (owner_max_devices), at most 1000000. Where owner is not
+ * NULL, *v gets its value: returns 1 when it is named, 0 when not; COLO_EINVAL with why. */
+static int owner_values(const char *name, int whole, const char *s, const char *owner, double *v,
+                        char *err, size_t errlen) {
+  const char *what = whole ? "limit" : "weight";
   char seen[64][129];
   size_t n_seen = 0;
+  int found = 0;
   while (*s) {
     const char *end = strchr(s, ',');
     size_t len = end ? (size_t)(end - s) : strlen(s);
@@ -167,43 +177,57 @@ static int weights(const char *s, const char *owner, double *w, char *err, size_
     while (b > a && b[-1] == ' ')
       b--;
     if (!eq || b == a)
-      return fail(err, errlen, "fair_share_weights entry \"%.*s\" must be OWNER=WEIGHT", (int)len,
-                  s);
+      return fail(err, errlen, "%s entry \"%.*s\" must be OWNER=%s", name, (int)len, s,
+                  whole ? "DEVICES" : "WEIGHT");
     size_t on = (size_t)(b - a);
     if (on > 128)
-      return fail(err, errlen, "fair_share_weights: owner \"%.*s...\" is longer than 128 bytes", 20,
-                  a);
+      return fail(err, errlen, "%s: owner \"%.*s...\" is longer than 128 bytes", name, 20, a);
     char num[64];
     size_t vn = len - (size_t)(eq + 1 - s);
     snprintf(num, sizeof num, "%.*s", (int)(vn < sizeof num ? vn : sizeof num - 1), eq + 1);
     char *e;
     errno = 0;
-    double v = strtod(num, &e);
+    double x = whole ? (double)strtoll(num, &e, 10) : strtod(num, &e);
     while (*e == ' ')
       e++;
-    if (vn >= sizeof num || e == num || *e || errno || !(v > 0) || v > MAX_WEIGHT)
-      return fail(err, errlen,
-                  "fair_share_weights: the weight of %.*s, \"%.*s\", must be a number above 0 "
-                  "and at most 1000000",
-                  (int)on, a, (int)vn, eq + 1);
+    if (vn >= sizeof num || e == num || *e || errno || x > MAX_OWNER_VALUE ||
+        (whole ? x < 0 : !(x > 0)))
+      return fail(err, errlen, "%s: the %s of %.*s, \"%.*s\", must be %s and at most 1000000", name,
+                  what, (int)on, a, (int)vn, eq + 1,
+                  whole ? "a whole number from 0" : "a number above 0");
     for (size_t i = 0; i < n_seen; i++)
       if (strlen(seen[i]) == on && !memcmp(seen[i], a, on))
-        return fail(err, errlen, "fair_share_weights names %.*s twice", (int)on, a);
+        return fail(err, errlen, "%s names %.*s twice", name, (int)on, a);
     if (n_seen == sizeof seen / sizeof seen[0])
-      return fail(err, errlen, "fair_share_weights names more than 64 owners");
+      return fail(err, errlen, "%s names more than 64 owners", name);
     snprintf(seen[n_seen++], sizeof seen[0], "%.*s", (int)on, a);
-    if (owner && strlen(owner) == on && !memcmp(owner, a, on))
-      *w = v;
+    if (owner && strlen(owner) == on && !memcmp(owner, a, on)) {
+      *v = x;
+      found = 1;
+    }
     s = end ? end + 1 : s + len;
   }
-  return 0;
+  return found;
+}
+
+/* The value a per-owner setting gives owner: its own, else "*"'s; 0 when neither is named. */
+static int owner_value(const char *name, int whole, const char *s, const char *owner, double *v) {
+  char err[8];
+  /* checked when set: neither call fails */
+  return owner_values(name, whole, s, owner, v, err, sizeof err) > 0 ||
+         owner_values(name, whole, s, "*", v, err, sizeof err) > 0;
 }
 
 double colod_config_weight(const colod_config_t *cfg, const char *owner) {
   double w = 1;
-  char err[8];
-  weights(cfg->fair_share_weights, owner, &w, err, sizeof err); /* checked when set */
+  owner_value("fair_share_weights", 0, cfg->fair_share_weights, owner, &w);
   return w;
+}
+
+uint32_t colod_config_owner_max_devices(const colod_config_t *cfg, const char *owner) {
+  double n;
+  return owner_value("owner_max_devices", 1, cfg->owner_max_devices, owner, &n) ? (uint32_t)n
+                                                                                : UINT32_MAX;
 }
 
 static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char *err,
@@ -218,7 +242,8 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
       return fail(err, errlen, "%s is longer than %zu characters", e->name, e->size - 1);
     if (!strcmp(e->name, "rendezvous") && strcmp(value, "colod") && strcmp(value, "rank0"))
       return fail(err, errlen, "rendezvous \"%s\" must be colod or rank0", value);
-    if (!strcmp(e->name, "fair_share_weights") && weights(value, NULL, NULL, err, errlen) < 0)
+    if ((!strcmp(e->name, "fair_share_weights") || !strcmp(e->name, "owner_max_devices")) &&
+        owner_values(e->name, e->name[0] == 'o', value, NULL, NULL, err, errlen) < 0)
       return COLO_EINVAL;
     if (!strcmp(e->name, "metrics_listen") && value[0] && !host_port(value))
       return fail(err, errlen,

@@ -19,6 +19,7 @@ typedef struct {
   uint32_t restart_backoff_ms;      /* before a failed job's next attempt, doubling per restart */
   uint32_t fair_share_half_life_ms; /* usage this old counts half in the wait order; 0: off */
   char fair_share_weights[1024];    /* "owner=weight,...": their hours count 1/weight; others 1 */
+  char owner_max_devices[1024];     /* "owner=n,...,*=n": devices an owner's jobs hold at once */
   char rdzv_mode[16];               /* "colod" or "rank0" */
   uint32_t rdzv_port_base;          /* rank0 rendezvous ports: base .. base + 999 */
   uint32_t log_max_mib;             /* per rank log kept by colod */
@@ -42,9 +43,13 @@ int colod_config_set(colod_config_t *cfg, const char *name, const char *value, c
  * untouched and err says "FILE:LINE: why". */
 int colod_config_load(colod_config_t *cfg, const char *path, char *err, size_t errlen);
 
-/* An owner's fair-share weight from cfg->fair_share_weights (1 for an owner it does not name):
+/* An owner's fair-share weight from cfg->fair_share_weights (its entry, else "*"'s, else 1):
  * its recent device hours are divided by it in the wait order. */
 double colod_config_weight(const colod_config_t *cfg, const char *owner);
+
+/* The most devices an owner's running jobs may hold at once, from cfg->owner_max_devices (its
+ * entry, else "*"'s); UINT32_MAX: no limit. */
+uint32_t colod_config_owner_max_devices(const colod_config_t *cfg, const char *owner);
 
 /* Prints every setting with its value and help, as a valid config file. */
 void colod_config_print(const colod_config_t *cfg, FILE *out);

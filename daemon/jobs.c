@@ -25,6 +25,7 @@ struct colod_job_live_s {
   double share;     /* its owner's weighed device hours, when a pass ordered it (fairshare.h) */
   uint32_t in_line; /* waiting for room: its place in the last pass's order (1: first); 0: not */
   int hold;         /* COLO_HOLD_*: held, it is not placed (UpdateJob) */
+  int over_limit;   /* in the last pass, placing it would have passed owner_max_devices */
   char hold_reason[257];
   int seen;
   Colo__V1__JobSpec *spec;
@@ -930,6 +931,37 @@ static void fair_shares(colod_t *d, colod_job_live_t **waiting, size_t n) {
         owners ? colod_fair_key(d, waiting[i]->owner, (int)waiting[i]->spec->resources->device) : 0;
 }
 
+/* The devices each owner's running jobs hold in a pass, against owner_max_devices. */
+typedef struct {
+  const char *owner;
+  uint32_t used, limit;
+} owner_use_t;
+
+/* The owner's slot (u has room for one per live job). */
+static owner_use_t *owner_use(colod_t *d, owner_use_t *u, size_t *n, const char *owner) {
+  for (size_t i = 0; i < *n; i++)
+    if (!strcmp(u[i].owner, owner))
+      return &u[i];
+  u[*n] = (owner_use_t){owner, 0, colod_config_owner_max_devices(&d->cfg, owner)};
+  return &u[(*n)++];
+}
+
+/* With owner_max_devices: every owner's devices held by running jobs (NULL without a limit, or
+ * out of memory: no limit is applied in this pass). */
+static owner_use_t *owner_uses(colod_t *d, size_t *n) {
+  *n = 0;
+  if (!d->cfg.owner_max_devices[0])
+    return NULL;
+  size_t live = 0;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next)
+    live++;
+  owner_use_t *u = calloc(live ? live : 1, sizeof *u);
+  for (colod_job_live_t *j = d->jobs; j && u; j = j->next)
+    if (j->state == COLO_JOB_RUNNING && j->place)
+      owner_use(d, u, n, j->owner)->used += j->world;
+  return u;
+}
+
 /* A held job's reason to wait. */
 static void held_why(const colod_job_live_t *j, char *why, size_t len) {
   snprintf(why, len, "held by %s%s%s; it is placed once released (coloctl release %llu)",
@@ -1019,8 +1051,24 @@ static void schedule(colod_t *d) {
   uint32_t n_held = 0;
   int64_t start_by = INT64_MAX, now_ms = colod_now_ms();
   char until[64] = "";
+  size_t n_uses;
+  owner_use_t *uses = owner_uses(d, &n_uses);
+  for (size_t i = 0; i < n_wait; i++)
+    waiting[i]->over_limit = 0;
   for (size_t i = 0; i < n_wait && held && view && fit; i++) {
     colod_job_live_t *j = waiting[i];
+    owner_use_t *mine = uses ? owner_use(d, uses, &n_uses, j->owner) : NULL;
+    j->over_limit = mine && (uint64_t)mine->used + j->world > mine->limit;
+    if (j->over_limit) { /* not placed, and neither holds room nor preempts */
+      char why[sizeof j->wait_why];
+      snprintf(why, sizeof why,
+               "waits for its owner's devices: %s%s hold %u of the %u devices owner_max_devices "
+               "allows %s at once, and it needs %u",
+               j->owner[0] ? j->owner : "running jobs", j->owner[0] ? "'s running jobs" : "",
+               mine->used, mine->limit, j->owner[0] ? j->owner : "their owner", j->world);
+      set_waiting(j, why);
+      continue;
+    }
     /* only hosts of the kind of device the job asks for */
     int kind = (int)j->spec->resources->device;
     size_t nf = fit_hosts(d, j, hosts, n, fit);
@@ -1038,6 +1086,8 @@ static void schedule(colod_t *d) {
     char why[sizeof j->wait_why];
     int rc = place(d, j, fit, nf, why, sizeof why);
     if (rc > 0) { /* taken for the jobs placed after it, and no longer held */
+      if (mine)
+        mine->used += j->world;
       snap_mark(j, hosts, n, 1);
       for (uint32_t r = 0; r < j->world; r++) {
         size_t h = snap_find(hosts, n, j->place[r].host_id);
@@ -1089,11 +1139,14 @@ static void schedule(colod_t *d) {
   free(held);
   free(view);
   free(fit);
-  /* the places in line of those still waiting, for their status */
+  free(uses);
+  /* the places in line of those still waiting (not for their owner's devices), for their status */
   uint32_t k = 0;
   for (size_t i = 0; i < n_wait; i++) {
     colod_job_live_t *j = waiting[i];
-    j->in_line = j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING ? ++k : 0;
+    j->in_line = (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) && !j->over_limit
+                     ? ++k
+                     : 0;
   }
   d->jobs_in_line = k;
   uint64_t took = uv_hrtime() - t0;

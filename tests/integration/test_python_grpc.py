@@ -1639,6 +1639,62 @@ class FairShareWeightTest(TlsUsers, unittest.TestCase):
         carol.CancelJob(pb.CancelJobRequest(id=c1), timeout=5)
 
 
+class OwnerLimitTest(TlsUsers, unittest.TestCase):
+    """owner_max_devices=alice=1,*=2 on a colod over mutual TLS, this client acting as alice,
+    carol and the worker of a 3-device host: a job that would take its owner past the limit
+    waits, though devices are free, and is not in line; another owner's newer job goes first; a
+    job that needs more than its owner's limit is refused at submit."""
+
+    extra = ("owner_max_devices=alice=1,*=2",)
+
+    def test_an_owner_holds_at_most_its_devices(self):
+        alice, carol, fw = self.api("alice"), self.api("carol"), self.api("fw")
+        host = register(fw, "fw", 3)
+        reports = []
+
+        def beat():
+            r = fw.Heartbeat(pb.HeartbeatRequest(host_id=host.host_id, session=host.session,
+                                                 ranks=reports), timeout=5)
+            return {d.job_id: d.attempt for d in r.desired}
+
+        def job(j):
+            return alice.GetJob(pb.GetJobRequest(id=j), timeout=5).job
+
+        def until(what, fn):
+            for _ in range(100):
+                v = fn()
+                if v:
+                    return v
+                time.sleep(0.05)
+            self.fail(what)
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit(alice, "big", dp=2)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.INVALID_ARGUMENT,
+                          'the job needs 2 devices at once; owner_max_devices allows "alice" 1'))
+        a1 = submit(alice, "a1", dp=1)
+        at = until("a1 placed", lambda: beat().get(a1))
+        a2 = submit(alice, "a2", dp=1)
+        self.assertEqual(until("a2 to wait", lambda: job(a2).waiting),
+                         "waits for its owner's devices: alice's running jobs hold 1 of the 1 "
+                         "devices owner_max_devices allows alice at once, and it needs 1")
+        self.assertFalse(job(a2).HasField("queue_position"))
+        # carol's newer job takes the 2 free devices; her next one passes her limit of 2 ("*")
+        c1 = submit(carol, "c1", dp=2)
+        until("c1 placed", lambda: c1 in beat())
+        c2 = submit(carol, "c2", dp=1)
+        self.assertEqual(until("c2 to wait", lambda: job(c2).waiting),
+                         "waits for its owner's devices: carol's running jobs hold 2 of the 2 "
+                         "devices owner_max_devices allows carol at once, and it needs 1")
+        self.assertNotIn(a2, beat())
+        # a1 ends: a2 goes on
+        reports.append(pb.RankStatus(job_id=a1, attempt=at, rank=0, exit_code=0,
+                                     phase=pb.RANK_PHASE_EXITED))
+        until("a2 placed", lambda: a2 in beat())
+        for j, api in ((a2, alice), (c1, carol), (c2, carol)):
+            api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+
 class HoldTlsTest(TlsUsers, unittest.TestCase):
     """UpdateJob over mutual TLS with roles: a user changes only the jobs it submitted; a job an
     admin held is released by an admin only, and the hold survives a restart of colod."""

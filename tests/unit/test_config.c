@@ -194,6 +194,45 @@ TEST(fair_share_weights) {
   }
 }
 
+TEST(owner_max_devices) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT(colod_config_owner_max_devices(&c, "alice") == UINT32_MAX); /* none set: no limit */
+  ASSERT_EQ_INT(colod_config_set(&c, "owner_max_devices", "alice=8, bob = 0,*=16", err, sizeof err),
+                0);
+  ASSERT_EQ_INT(colod_config_owner_max_devices(&c, "alice"), 8);
+  ASSERT_EQ_INT(colod_config_owner_max_devices(&c, "bob"), 0);
+  ASSERT_EQ_INT(colod_config_owner_max_devices(&c, "carol"), 16); /* "*": every other owner */
+  ASSERT_EQ_INT(colod_config_owner_max_devices(&c, ""), 16);
+  ASSERT_EQ_INT(colod_config_set(&c, "owner_max_devices", "alice=8", err, sizeof err), 0);
+  ASSERT(colod_config_owner_max_devices(&c, "carol") == UINT32_MAX); /* no "*": no limit */
+  static const struct {
+    const char *value, *msg;
+  } BAD[] = {
+      {"alice", "owner_max_devices entry \"alice\" must be OWNER=DEVICES"},
+      {"alice=-1", "owner_max_devices: the limit of alice, \"-1\", must be a whole number from 0 "
+                   "and at most 1000000"},
+      {"alice=2.5", "owner_max_devices: the limit of alice, \"2.5\", must be a whole number from "
+                    "0 and at most 1000000"},
+      {"*=1000001", "owner_max_devices: the limit of *, \"1000001\", must be a whole number from 0 "
+                    "and at most 1000000"},
+      {"*=99999999999999999999", "owner_max_devices: the limit of *, \"99999999999999999999\", "
+                                 "must be a whole number from 0 and at most 1000000"},
+      {"*=1,*=2", "owner_max_devices names * twice"},
+  };
+  for (size_t i = 0; i < sizeof BAD / sizeof BAD[0]; i++) {
+    ASSERT_EQ_INT(colod_config_set(&c, "owner_max_devices", BAD[i].value, err, sizeof err),
+                  COLO_EINVAL);
+    ASSERT_EQ_STR(err, BAD[i].msg);
+    ASSERT_EQ_INT(colod_config_owner_max_devices(&c, "alice"), 8); /* untouched */
+  }
+  /* a "*" weight is every other owner's */
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_weights", "alice=2,*=0.25", err, sizeof err), 0);
+  ASSERT(colod_config_weight(&c, "alice") == 2);
+  ASSERT(colod_config_weight(&c, "carol") == 0.25);
+}
+
 TEST(print_config_is_a_valid_file) {
   colod_config_t c, back;
   colod_config_defaults(&c);
