@@ -145,7 +145,18 @@ def job_rows():
     return job_rows_in(STATE)
 
 
-class WithColod(unittest.TestCase):
+class Until:
+    def until(self, what, fn):
+        """fn()'s first true value within 5 s"""
+        for _ in range(100):
+            v = fn()
+            if v:
+                return v
+            time.sleep(0.05)
+        self.fail(what)
+
+
+class WithColod(Until, unittest.TestCase):
     """a colod of the class's own (state, log, settings), reached insecurely as cls.api"""
     state, log_name, settings = STATE, "colod.log", ()
 
@@ -162,15 +173,6 @@ class WithColod(unittest.TestCase):
 
     def job(self, id):
         return self.api.GetJob(pb.GetJobRequest(id=id), timeout=5).job
-
-    def until(self, what, fn):
-        """fn()'s first true value within 5 s"""
-        for _ in range(100):
-            v = fn()
-            if v:
-                return v
-            time.sleep(0.05)
-        self.fail(what)
 
 
 class ColodTest(WithColod):
@@ -1352,7 +1354,7 @@ class MutualTlsTest(unittest.TestCase):
         self.refused(grpc.secure_channel(self.target, self.creds(self.other, "intruder")))
 
 
-class TlsUsers:
+class TlsUsers(Until):
     """a colod over mutual TLS of a test class's own with fair_share_half_life=1h and its
     `extra` settings, reached as the users alice and carol, the admin ops and the worker fw:
     self.api(name)"""
@@ -1393,17 +1395,23 @@ class TlsUsers:
     def api(self, name):
         return Cluster(self.channels[name])
 
-    def one_device_host(self):
-        """registers fw with one CPU device: (runs(job) -> attempt, end(job, attempt))"""
-        fw, alice = self.api("fw"), self.api("alice")
-        host = register(fw, "fw", 1)
-        reports = []
+    def host(self, n, reports):
+        """registers fw with n CPU devices: beat(), which beats with the rank statuses in
+        `reports` and gives {job: attempt} the host is to run"""
+        fw = self.api("fw")
+        host = register(fw, "fw", n)
 
         def beat():
-            """the host beats with the exits in `reports`: {job: attempt} it is to run"""
             r = fw.Heartbeat(pb.HeartbeatRequest(host_id=host.host_id, session=host.session,
                                                  ranks=reports), timeout=5)
             return {d.job_id: d.attempt for d in r.desired}
+        return beat
+
+    def one_device_host(self):
+        """registers fw with one CPU device: (runs(job) -> attempt, end(job, attempt))"""
+        alice = self.api("alice")
+        reports = []
+        beat = self.host(1, reports)
 
         def runs(job):
             """the job is the one the host runs (5 s at most)"""
@@ -1648,25 +1656,13 @@ class OwnerLimitTest(TlsUsers, unittest.TestCase):
     extra = ("owner_max_devices=alice=1,*=2",)
 
     def test_an_owner_holds_at_most_its_devices(self):
-        alice, carol, fw = self.api("alice"), self.api("carol"), self.api("fw")
-        host = register(fw, "fw", 3)
+        alice, carol = self.api("alice"), self.api("carol")
         reports = []
-
-        def beat():
-            r = fw.Heartbeat(pb.HeartbeatRequest(host_id=host.host_id, session=host.session,
-                                                 ranks=reports), timeout=5)
-            return {d.job_id: d.attempt for d in r.desired}
+        beat = self.host(3, reports)
+        until = self.until
 
         def job(j):
             return alice.GetJob(pb.GetJobRequest(id=j), timeout=5).job
-
-        def until(what, fn):
-            for _ in range(100):
-                v = fn()
-                if v:
-                    return v
-                time.sleep(0.05)
-            self.fail(what)
         with self.assertRaises(grpc.RpcError) as cm:
             submit(alice, "big", dp=2)
         self.assertEqual((cm.exception.code(), cm.exception.details()),
