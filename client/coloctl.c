@@ -69,6 +69,8 @@ static void usage(FILE *out) {
       "                                       change jobs that have not ended; T: seconds,\n"
       "                                       30m, 2h, 1d, or none\n"
       "  watch JOB                            follow a job's state changes until it ends\n"
+      "  events JOB [--last N]                its history: each state change and each change\n"
+      "                                       made to it (hold, priority), oldest first\n"
       "  hosts                                hosts and their devices\n"
       "  cordon HOST [--reason TEXT] [--evict]\n"
       "                                       place no new ranks on a host, across restarts\n"
@@ -766,6 +768,104 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  resume     from step %llu\n", (unsigned long long)j->resume_step);
 }
 
+/* ---- events ---- */
+
+static void fmt_utc_s(int64_t ms, char *buf, size_t n) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(buf, n, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+/* One page of a job's events: the newest `last`, or those after after_seq. */
+static int fetch_events(ctl_t *c, uint64_t id, uint32_t last, uint64_t after_seq,
+                        Colo__V1__ListJobEventsResponse **out) {
+  Colo__V1__ListJobEventsRequest req = COLO__V1__LIST_JOB_EVENTS_REQUEST__INIT;
+  req.has_job_id = 1;
+  req.job_id = id;
+  req.has_last = last > 0;
+  req.last = last;
+  req.has_after_seq = after_seq > 0;
+  req.after_seq = after_seq;
+  return call(c, "ListJobEvents", &req.base, &colo__v1__list_job_events_response__descriptor,
+              (ProtobufCMessage **)out);
+}
+
+static void event_row(table_t *t, const Colo__V1__JobEvent *e) {
+  char seq[24], when[32];
+  snprintf(seq, sizeof seq, "%llu", (unsigned long long)e->seq);
+  fmt_utc_s(e->time_ms, when, sizeof when);
+  table_row(t, seq, when, state_name(e->state), e->message ? e->message : "");
+}
+
+static const char *const EVENT_HEADERS[] = {"SEQ", "TIME (UTC)", "STATE", "MESSAGE", NULL};
+
+/* The newest few of a job's events, under its detail (status JOB). */
+static void print_recent_events(ctl_t *c, uint64_t id) {
+  Colo__V1__ListJobEventsResponse *r = NULL;
+  if (fetch_events(c, id, 5, 0, &r) || !r->n_events) {
+    if (r)
+      colo__v1__list_job_events_response__free_unpacked(r, NULL);
+    return;
+  }
+  printf("  events     the newest %zu of %llu (coloctl events %llu: all)\n", r->n_events,
+         (unsigned long long)r->events[r->n_events - 1]->seq, (unsigned long long)id);
+  table_t *t = table_new(EVENT_HEADERS);
+  for (size_t i = 0; i < r->n_events; i++)
+    event_row(t, r->events[i]);
+  table_print_indented(t, stdout, 4);
+  table_free(t);
+  colo__v1__list_job_events_response__free_unpacked(r, NULL);
+}
+
+static int cmd_events(ctl_t *c, int argc, char **argv) {
+  uint64_t id = 0, last = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--last") && i + 1 < argc) {
+      if (parse_id(argv[++i], &last) < 0 || last > 1000)
+        return usage_error("events: --last must be a number of events from 1 to 1000");
+    } else if (!id && parse_id(argv[i], &id) == 0) {
+      continue;
+    } else {
+      return usage_error("events: unexpected argument '%s'", argv[i]);
+    }
+  }
+  if (!id)
+    return usage_error("events needs a job id");
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  cJSON *arr = c->json ? cJSON_CreateArray() : NULL;
+  table_t *t = c->json ? NULL : table_new(EVENT_HEADERS);
+  uint64_t after = 0;
+  int more = 1;
+  while (rc == 0 && more) {
+    Colo__V1__ListJobEventsResponse *r = NULL;
+    rc = fetch_events(c, id, (uint32_t)last, after, &r);
+    if (rc)
+      break;
+    for (size_t i = 0; i < r->n_events; i++) {
+      if (arr)
+        cJSON_AddItemToArray(arr, colo_pb_to_json(&r->events[i]->base));
+      else
+        event_row(t, r->events[i]);
+      after = r->events[i]->seq;
+    }
+    more = !last && r->more && r->n_events;
+    colo__v1__list_job_events_response__free_unpacked(r, NULL);
+  }
+  if (rc == 0 && arr) {
+    char *txt = cJSON_PrintUnformatted(arr);
+    printf("%s\n", txt);
+    cJSON_free(txt);
+  } else if (rc == 0) {
+    table_print(t, stdout);
+  }
+  cJSON_Delete(arr);
+  table_free(t);
+  return rc;
+}
+
 /* One status report; *state gets the job's state when id is set. */
 static int status_once(ctl_t *c, uint64_t id, int *state) {
   int rc;
@@ -773,10 +873,12 @@ static int status_once(ctl_t *c, uint64_t id, int *state) {
     Colo__V1__GetJobResponse *resp = NULL;
     if ((rc = get_job(c, id, &resp)))
       return rc;
-    if (c->json)
+    if (c->json) {
       print_json(&resp->job->base);
-    else
+    } else {
       print_job_detail(resp->job);
+      print_recent_events(c, id);
+    }
     *state = resp->job->state;
     colo__v1__get_job_response__free_unpacked(resp, NULL);
     return 0;
@@ -1906,23 +2008,13 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(ctl_t *, int, char **);
-  } cmds[] = {{"submit", cmd_submit},
-              {"status", cmd_status},
-              {"list", cmd_list},
-              {"cancel", cmd_cancel},
-              {"resume", cmd_resume},
-              {"hold", cmd_hold},
-              {"release", cmd_release},
-              {"update", cmd_update},
-              {"watch", cmd_watch},
-              {"hosts", cmd_hosts},
-              {"logs", cmd_logs},
-              {"checkpoints", cmd_checkpoints},
-              {"history", cmd_history},
-              {"cordon", cmd_cordon},
-              {"uncordon", cmd_uncordon},
-              {"usage", cmd_usage},
-              {"checkpoint", cmd_checkpoint}};
+  } cmds[] = {
+      {"submit", cmd_submit},           {"status", cmd_status},   {"list", cmd_list},
+      {"cancel", cmd_cancel},           {"resume", cmd_resume},   {"hold", cmd_hold},
+      {"release", cmd_release},         {"update", cmd_update},   {"watch", cmd_watch},
+      {"events", cmd_events},           {"hosts", cmd_hosts},     {"logs", cmd_logs},
+      {"checkpoints", cmd_checkpoints}, {"history", cmd_history}, {"cordon", cmd_cordon},
+      {"uncordon", cmd_uncordon},       {"usage", cmd_usage},     {"checkpoint", cmd_checkpoint}};
   int rc = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (!strcmp(cmd, cmds[i].name))

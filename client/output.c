@@ -41,6 +41,10 @@ void table_row(table_t *t, ...) {
 }
 
 void table_print(const table_t *t, FILE *out) {
+  table_print_indented(t, out, 0);
+}
+
+void table_print_indented(const table_t *t, FILE *out, int indent) {
   size_t *w = calloc(t->cols, sizeof *w);
   for (size_t r = 0; r < t->rows; r++)
     for (size_t c = 0; c < t->cols; c++) {
@@ -49,6 +53,7 @@ void table_print(const table_t *t, FILE *out) {
         w[c] = n;
     }
   for (size_t r = 0; r < t->rows; r++) {
+    fprintf(out, "%*s", indent, "");
     for (size_t c = 0; c < t->cols; c++) {
       const char *s = t->cells[r * t->cols + c];
       if (c + 1 == t->cols)

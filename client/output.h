@@ -13,6 +13,8 @@ table_t *table_new(const char *const *headers);
 /* Adds a row; one printf-formatted cell per column, in order. Cells are copied. */
 void table_row(table_t *t, ...);
 void table_print(const table_t *t, FILE *out);
+/* The same, each line after `indent` spaces. */
+void table_print_indented(const table_t *t, FILE *out, int indent);
 void table_free(table_t *t);
 
 /* "3s", "4m12s", "2h05m", "3d04h" */

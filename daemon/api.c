@@ -1351,6 +1351,66 @@ static int job_known(colod_t *d, colo_rpc_call_t *call, int has_id, uint64_t id)
   return 1;
 }
 
+/* ListJobEvents: a page of at most EVENTS_PAGE, and whether more follow */
+#define EVENTS_PAGE 1000
+
+typedef struct {
+  Colo__V1__JobEvent msg;
+  char text[257];
+} event_slot_t;
+
+typedef struct {
+  event_slot_t *slots; /* EVENTS_PAGE + 1: one more says there are more */
+  size_t n;
+} event_acc_t;
+
+static int event_list_cb(const colo_job_event_t *ev, void *data) {
+  event_acc_t *a = data;
+  event_slot_t *e = &a->slots[a->n++];
+  colo__v1__job_event__init(&e->msg);
+  e->msg.has_job_id = e->msg.has_seq = e->msg.has_state = e->msg.has_time_ms = 1;
+  e->msg.job_id = ev->job_id;
+  e->msg.seq = ev->seq;
+  e->msg.state = (Colo__V1__JobState)ev->state;
+  e->msg.time_ms = ev->time_ms;
+  snprintf(e->text, sizeof e->text, "%s", ev->message);
+  e->msg.message = e->text;
+  return a->n == EVENTS_PAGE + 1;
+}
+
+static void h_events(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__ListJobEventsRequest *req = (const void *)m;
+  if (!job_known(d, call, req->has_job_id, req->job_id))
+    return;
+  uint32_t last = req->has_last ? req->last : 0;
+  if (last > EVENTS_PAGE) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "last must be at most %d", EVENTS_PAGE);
+    return;
+  }
+  event_acc_t a = {calloc(EVENTS_PAGE + 1, sizeof *a.slots), 0};
+  Colo__V1__JobEvent **ptrs = calloc(EVENTS_PAGE + 1, sizeof *ptrs);
+  int rc = !a.slots || !ptrs ? COLO_ENOMEM
+           : last
+               ? colo_store_job_events_last(d->store, req->job_id, last, event_list_cb, &a)
+               : colo_store_job_events(d->store, req->job_id,
+                                       req->has_after_seq ? req->after_seq : 0, event_list_cb, &a);
+  if (rc < 0) {
+    fail_store(d, call, rc);
+  } else {
+    Colo__V1__ListJobEventsResponse r = COLO__V1__LIST_JOB_EVENTS_RESPONSE__INIT;
+    r.has_more = 1;
+    r.more = a.n > EVENTS_PAGE;
+    r.n_events = r.more ? EVENTS_PAGE : a.n;
+    for (size_t i = 0; i < r.n_events; i++)
+      ptrs[i] = &a.slots[i].msg;
+    r.events = ptrs;
+    colo_rpc_reply(call, &r.base);
+  }
+  free(ptrs);
+  free(a.slots);
+}
+
 static void h_checkpoints(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__ListCheckpointsRequest *req = (const void *)m;
@@ -1570,6 +1630,7 @@ GUARD(h_cordon, R_ADMIN)
 GUARD(h_cluster, R_USER | R_ADMIN)
 GUARD(h_watch, R_USER | R_ADMIN)
 GUARD(h_checkpoints, R_USER | R_ADMIN)
+GUARD(h_events, R_USER | R_ADMIN)
 GUARD(h_history, R_USER | R_ADMIN)
 GUARD(h_logs, R_USER | R_ADMIN)
 GUARD(h_rdzv_put, R_WORKER)
@@ -1602,6 +1663,7 @@ const colo_rpc_method_t colod_methods[] = {
     M("CordonHost", cordon_host_request, 0, h_cordon),
     M("GetClusterStatus", get_cluster_status_request, 0, h_cluster),
     M("WatchJob", watch_job_request, 1, h_watch),
+    M("ListJobEvents", list_job_events_request, 0, h_events),
     M("ListCheckpoints", list_checkpoints_request, 0, h_checkpoints),
     M("GetJobHistory", get_job_history_request, 0, h_history),
     M("GetUsage", get_usage_request, 0, h_usage),

@@ -163,6 +163,9 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                    "WHERE job_id = ?1), ?2, ?3, ?4)")                                              \
   XX(EVENT_LIST, "SELECT job_id, seq, state, message, time_ms FROM job_events "                    \
                  "WHERE job_id = ?1 AND seq > ?2 ORDER BY seq")                                    \
+  XX(EVENT_TAIL, "SELECT job_id, seq, state, message, time_ms FROM job_events "                    \
+                 "WHERE job_id = ?1 AND seq > (SELECT coalesce(max(seq), 0) FROM job_events "      \
+                 "WHERE job_id = ?1) - ?2 ORDER BY seq")                                           \
   XX(ATTEMPT_INSERT, "INSERT INTO job_attempts (job_id, attempt, state, resume_step, started_ms) " \
                      "VALUES (?1, ?2, 2, ?3, ?4)")                                                 \
   XX(ATTEMPT_END, "UPDATE job_attempts SET state = ?3, ended_ms = ?4, end_message = ?5 "           \
@@ -914,11 +917,7 @@ int colo_store_attempt_get(colo_store_t *st, uint64_t job_id, uint32_t attempt, 
   return 0;
 }
 
-int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,
-                          colo_store_event_cb cb, void *data) {
-  sqlite3_stmt *s = stmt(st, S_EVENT_LIST);
-  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
-  sqlite3_bind_int64(s, 2, (sqlite3_int64)after_seq);
+static int list_events(colo_store_t *st, sqlite3_stmt *s, colo_store_event_cb cb, void *data) {
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     colo_job_event_t ev;
@@ -934,6 +933,22 @@ int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return db_fail(st, rc, "list events");
   return 0;
+}
+
+int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,
+                          colo_store_event_cb cb, void *data) {
+  sqlite3_stmt *s = stmt(st, S_EVENT_LIST);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)after_seq);
+  return list_events(st, s, cb, data);
+}
+
+int colo_store_job_events_last(colo_store_t *st, uint64_t job_id, uint32_t n,
+                               colo_store_event_cb cb, void *data) {
+  sqlite3_stmt *s = stmt(st, S_EVENT_TAIL);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
+  sqlite3_bind_int64(s, 2, n);
+  return list_events(st, s, cb, data);
 }
 
 /* ---- hosts ---- */

@@ -189,8 +189,12 @@ int colo_store_attempt_checkpoint(colo_store_t *st, uint64_t job_id, uint32_t at
                                   uint32_t *seq);
 
 typedef int (*colo_store_event_cb)(const colo_job_event_t *ev, void *data);
+/* A job's events after after_seq, oldest first; cb returns non-zero to stop. */
 int colo_store_job_events(colo_store_t *st, uint64_t job_id, uint64_t after_seq,
                           colo_store_event_cb cb, void *data);
+/* Its newest n events, oldest first. */
+int colo_store_job_events_last(colo_store_t *st, uint64_t job_id, uint32_t n,
+                               colo_store_event_cb cb, void *data);
 
 /* Hosts. register inserts or replaces by name, marks it UP and starts a new session. */
 int colo_store_host_register(colo_store_t *st, const char *name, const char *address,

@@ -129,6 +129,22 @@ expect_eq "$ERR" "coloctl: update: nothing to change: give --priority, --max-res
 expect_rc 2 "$COLOCTL" update 3 --time-limit 5x
 expect_rc 2 "$COLOCTL" hold
 expect_rc 2 "$COLOCTL" release 2 --reason x
+# the history of those changes
+expect_rc 0 "$COLOCTL" events 2
+expect_eq "$(sed -E '2,$ s/  [0-9]{4}-[0-9-]+ [0-9:]+  /  TIME  /' <<<"$OUT" | tr -s ' ')" "SEQ TIME (UTC) STATE MESSAGE
+1 TIME PENDING submitted
+2 TIME CANCELLED cancelled: integration test
+3 TIME PENDING resumed from the newest checkpoint
+4 TIME PENDING held: data not ready
+5 TIME PENDING priority 0 -> 7, max_restarts 3 -> 5, time limit 0 -> 5400 s
+6 TIME PENDING released"
+expect_rc 0 "$COLOCTL" events 2 --last 1 --json
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print([(e["seq"], e["message"]) for e in json.load(sys.stdin)])')" "[(6, 'released')]"
+expect_rc 0 "$COLOCTL" status 2
+expect_contains "$OUT" "events     the newest 5 of 6 (coloctl events 2: all)"
+expect_rc 1 "$COLOCTL" events 99
+expect_eq "$ERR" "coloctl: NOT_FOUND: job 99 not found"
+expect_rc 2 "$COLOCTL" events 2 --last 1001
 
 # hosts
 expect_rc 0 "$COLOCTL" hosts

@@ -90,6 +90,8 @@ class Cluster:
         self.ReadLogs = channel.unary_stream("/colo.v1.Cluster/ReadLogs",
                                              request_serializer=pb.ReadLogsRequest.SerializeToString,
                                              response_deserializer=pb.LogChunk.FromString)
+        self.ListJobEvents = unary("ListJobEvents", pb.ListJobEventsRequest,
+                                   pb.ListJobEventsResponse)
         self.WatchJob = channel.unary_stream("/colo.v1.Cluster/WatchJob",
                                              request_serializer=pb.WatchJobRequest.SerializeToString,
                                              response_deserializer=pb.JobEvent.FromString)
@@ -1605,11 +1607,40 @@ class HoldTest(WithColod):
         self.assertIn(d, beat())
         end(d, at)
         self.until("e placed", lambda: beat().get(e))
-        # kept in the store: the spec as changed, and the event of each change
-        with sqlite3.connect(os.path.join(self.state, "colod.db")) as db:
-            msgs = [m for m, in db.execute("SELECT message FROM job_events WHERE job_id = ?",
-                                           (e,))]
-        self.assertIn("priority 0 -> 5, max_restarts 3 -> 0", msgs)
+        # each change is in the job's history, with its state changes, oldest first
+        r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=e), timeout=5)
+        self.assertEqual([(ev.seq, ev.state, ev.message) for ev in r.events],
+                         [(1, pb.JOB_STATE_PENDING, "submitted"),
+                          (2, pb.JOB_STATE_PENDING, "priority 0 -> 5, max_restarts 3 -> 0"),
+                          (3, pb.JOB_STATE_RUNNING, "attempt 1 started")])
+        self.assertFalse(r.more)
+        self.assertTrue(all(ev.job_id == e and ev.time_ms > 0 for ev in r.events))
+        r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=b), timeout=5)
+        self.assertEqual([ev.message for ev in r.events],
+                         ["submitted", "held: data not ready", "released"])
+        r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=c, last=2), timeout=5)
+        self.assertEqual([ev.state for ev in r.events],
+                         [pb.JOB_STATE_RUNNING, pb.JOB_STATE_TIMED_OUT])
+        for req, code, details in (
+                (pb.ListJobEventsRequest(), grpc.StatusCode.INVALID_ARGUMENT, "id must be set"),
+                (pb.ListJobEventsRequest(job_id=999), grpc.StatusCode.NOT_FOUND,
+                 "job 999 not found"),
+                (pb.ListJobEventsRequest(job_id=c, last=1001), grpc.StatusCode.INVALID_ARGUMENT,
+                 "last must be at most 1000")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.ListJobEvents(req, timeout=5)
+            self.assertEqual((cm.exception.code(), cm.exception.details()), (code, details))
+        # a history of more than a page comes in pages of 1000
+        for i in range(1001):
+            update(id=b, priority=i % 7)
+        r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=b), timeout=5)
+        self.assertEqual((len(r.events), r.more, r.events[-1].seq), (1000, True, 1000))
+        r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=b, after_seq=1000), timeout=5)
+        # b's events 1 to 3 are its submit, hold and release; update i is event 4 + i
+        self.assertEqual([(ev.seq, ev.message) for ev in r.events],
+                         [(4 + i, "priority %d -> %d" % ((i - 1) % 7, i % 7))
+                          for i in range(997, 1001)])
+        self.assertFalse(r.more)
         for x in (b, e):
             self.api.CancelJob(pb.CancelJobRequest(id=x), timeout=5)
 

@@ -789,4 +789,43 @@ TEST(update_holds_and_respecs_a_live_job) {
   run_sql_expect_fail("UPDATE jobs SET hold = 3 WHERE id = 1");
 }
 
+static int collect_seqs(const colo_job_event_t *ev, void *data) {
+  uint64_t *seqs = data;
+  seqs[++seqs[0]] = ev->seq;
+  return seqs[0] == 7;
+}
+
+TEST(job_events_after_and_newest) {
+  colo_store_t *st = open_fresh();
+  uint64_t id = submit(st, "j"), other = submit(st, "k");
+  for (int i = 0; i < 4; i++) {
+    colo_job_update_t u = {.hold = i % 2 ? COLO_HOLD_NONE : COLO_HOLD_OWNER, .message = "h"};
+    ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 2000 + i, NULL), 0);
+  }
+  uint64_t seqs[8] = {0};
+  ASSERT_EQ_INT(colo_store_job_events(st, id, 0, collect_seqs, seqs), 0);
+  ASSERT_EQ_INT(seqs[0], 5); /* submitted, then 4 */
+  for (uint64_t i = 1; i <= 5; i++)
+    ASSERT_EQ_INT(seqs[i], i);
+  memset(seqs, 0, sizeof seqs);
+  ASSERT_EQ_INT(colo_store_job_events(st, id, 3, collect_seqs, seqs), 0);
+  ASSERT_EQ_INT(seqs[0], 2);
+  ASSERT_EQ_INT(seqs[1], 4);
+  memset(seqs, 0, sizeof seqs);
+  ASSERT_EQ_INT(colo_store_job_events_last(st, id, 2, collect_seqs, seqs), 0);
+  ASSERT_EQ_INT(seqs[0], 2); /* the newest two, oldest first */
+  ASSERT_EQ_INT(seqs[1], 4);
+  ASSERT_EQ_INT(seqs[2], 5);
+  memset(seqs, 0, sizeof seqs);
+  ASSERT_EQ_INT(colo_store_job_events_last(st, id, 100, collect_seqs, seqs), 0);
+  ASSERT_EQ_INT(seqs[0], 5);
+  memset(seqs, 0, sizeof seqs);
+  ASSERT_EQ_INT(colo_store_job_events_last(st, other, 3, collect_seqs, seqs), 0);
+  ASSERT_EQ_INT(seqs[0], 1); /* another job's are its own */
+  memset(seqs, 0, sizeof seqs);
+  ASSERT_EQ_INT(colo_store_job_events_last(st, 42, 3, collect_seqs, seqs), 0);
+  ASSERT_EQ_INT(seqs[0], 0);
+  colo_store_close(st);
+}
+
 TEST_MAIN()
