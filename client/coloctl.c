@@ -1321,8 +1321,8 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
   } else if (resp->n_hosts == 0) {
     printf("no hosts have registered\n");
   } else {
-    static const char *const H[] = {"NAME", "ADDRESS", "STATE",  "DEVICES",   "USED",
-                                    "FREE", "CPUS",    "MEMORY", "LAST SEEN", NULL};
+    static const char *const H[] = {"NAME", "ADDRESS", "STATE",     "DEVICES", "USED", "FREE",
+                                    "CPUS", "MEMORY",  "LAST SEEN", "LABELS",  NULL};
     table_t *t = table_new(H);
     int64_t now = now_ms();
     for (size_t i = 0; i < resp->n_hosts; i++) {
@@ -1347,7 +1347,11 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
       const char *state = h->state == COLO__V1__HOST_STATE__HOST_STATE_UP ? "UP" : "DOWN";
       char st[16];
       snprintf(st, sizeof st, "%s%s", state, h->cordoned ? ",CORDONED" : "");
-      table_row(t, h->name, h->address, st, devs, used, freed, cpus, mem, seen);
+      char labels[COLO_MAX_LABELS * (COLO_MAX_LABEL + 1) + 1] = "-";
+      for (size_t k = 0, len = 0; k < h->n_labels && len < sizeof labels; k++)
+        len +=
+            (size_t)snprintf(labels + len, sizeof labels - len, "%s%s", k ? "," : "", h->labels[k]);
+      table_row(t, h->name, h->address, st, devs, used, freed, cpus, mem, seen, labels);
     }
     table_print(t, stdout);
     table_free(t);

@@ -74,6 +74,24 @@ static const char *fmt_float(float v, char *buf, size_t n) {
   return buf;
 }
 
+int colo_labels_check(const char *what, char *const *labels, size_t n, char *err, size_t errlen) {
+  if (n > COLO_MAX_LABELS)
+    return bad(err, errlen, "%s has %zu labels; at most %d", what, n, COLO_MAX_LABELS);
+  for (size_t i = 0; i < n; i++) {
+    const char *l = labels[i];
+    size_t len = strlen(l), ok = strspn(l, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                           "0123456789._-");
+    if (len == 0 || len > COLO_MAX_LABEL || ok != len)
+      return bad(err, errlen,
+                 "%s: label \"%.40s\" must be 1 to %d letters, digits, '.', '_' or '-'", what, l,
+                 COLO_MAX_LABEL);
+    for (size_t k = 0; k < i; k++)
+      if (!strcmp(labels[k], l))
+        return bad(err, errlen, "%s names %s twice", what, l);
+  }
+  return 0;
+}
+
 int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) {
   char a[32], b[32];
   if (!s->model || !s->data || !s->parallel || !s->memory || !s->optimizer || !s->train ||
@@ -311,6 +329,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "parallel.tp=%u does not divide resources.devices_per_node=%u: tensor-parallel "
                "groups would straddle nodes",
                p->tp, r->devices_per_node);
+  if (colo_labels_check("resources.host_labels", r->host_labels, r->n_host_labels, err, errlen) < 0)
+    return COLO_EINVAL;
   if (s->max_restarts > COLO_MAX_RESTARTS)
     return bad(err, errlen, "max_restarts=%u exceeds %d", s->max_restarts, COLO_MAX_RESTARTS);
   if (s->priority < -COLO_MAX_PRIORITY || s->priority > COLO_MAX_PRIORITY)

@@ -17,12 +17,19 @@
 #define COLO_MAX_NAME         64
 #define COLO_MAX_AFTER        64 /* jobs a job may wait for (JobSpec.after) */
 #define COLO_MAX_PATH         1024
+#define COLO_MAX_LABELS       16 /* a host's labels, a job's resources.host_labels */
+#define COLO_MAX_LABEL        31
 
 /* Fills every unset field with its default (see cluster.proto). */
 int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec);
 
 /* 1 when n is a valid job name: 1 to COLO_MAX_NAME letters, digits, '-', '_' and '.'. */
 int colo_jobspec_name_ok(const char *n);
+
+/* Checks a list of host labels (what `what` names in the message: "labels",
+ * "resources.host_labels"): at most COLO_MAX_LABELS, each 1 to COLO_MAX_LABEL letters, digits,
+ * '.', '_' or '-', none twice. 0, or COLO_EINVAL with why. */
+int colo_labels_check(const char *what, char *const *labels, size_t n, char *err, size_t errlen);
 
 /* Checks a spec whose defaults are filled. Returns 0, or COLO_EINVAL with the first problem in
  * err, worded as `parallel.tp=3 does not divide model.n_head=8`. */

@@ -271,9 +271,11 @@ static int parse_into(yctx_t *y, const ProtobufCMessageDescriptor *desc, Protobu
     char *base = (char *)msg;
     int rc;
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-      if (v->type != YAML_SEQUENCE_NODE)
+      /* a scalar is a list of one: `after: 7`, and `--set resources.host_labels=ib` appends */
+      int one = v->type == YAML_SCALAR_NODE;
+      if (v->type != YAML_SEQUENCE_NODE && !one)
         return fail_at(y, v, "%s: expected a list", sub);
-      size_t count = (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
+      size_t count = one ? 1 : (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
       size_t es = elem_size(f->type);
       size_t *pn = (size_t *)(base + f->quantifier_offset);
       void **parr = (void **)(base + f->offset);
@@ -284,7 +286,8 @@ static int parse_into(yctx_t *y, const ProtobufCMessageDescriptor *desc, Protobu
         return COLO_ENOMEM;
       *parr = arr;
       for (size_t i = 0; i < count; i++) {
-        yaml_node_t *item = yaml_document_get_node(y->doc, v->data.sequence.items.start[i]);
+        yaml_node_t *item =
+            one ? v : yaml_document_get_node(y->doc, v->data.sequence.items.start[i]);
         char ipath[300];
         snprintf(ipath, sizeof ipath, "%s[%zu]", sub, i);
         if (!item)

@@ -891,11 +891,15 @@ static colod_host_live_t *host_live_add(colod_t *d, uint64_t id) {
 
 /* Device count, kind and address of a host, kept with its liveness for the scheduler. */
 static void host_live_devices(colod_host_live_t *l, const char *name, const char *address,
-                              Colo__V1__Device **devs, size_t n) {
+                              Colo__V1__Device **devs, size_t n, char *const *labels,
+                              size_t n_labels) {
   snprintf(l->name, sizeof l->name, "%s", name);
   l->n_devices = (uint32_t)n;
   l->device_kind = n ? (int)devs[0]->kind : 0;
   snprintf(l->address, sizeof l->address, "%s", address);
+  size_t len = (size_t)snprintf(l->labels, sizeof l->labels, ",");
+  for (size_t i = 0; i < n_labels && len < sizeof l->labels; i++)
+    len += (size_t)snprintf(l->labels + len, sizeof l->labels - len, "%s,", labels[i]);
 }
 
 static int load_host_cb(const colo_host_t *h, void *data) {
@@ -904,7 +908,8 @@ static int load_host_cb(const colo_host_t *h, void *data) {
   if (!l)
     return 1;
   Colo__V1__Host *dev = colo__v1__host__unpack(NULL, h->devices_len, h->devices);
-  host_live_devices(l, h->name, h->address, dev ? dev->devices : NULL, dev ? dev->n_devices : 0);
+  host_live_devices(l, h->name, h->address, dev ? dev->devices : NULL, dev ? dev->n_devices : 0,
+                    dev ? dev->labels : NULL, dev ? dev->n_labels : 0);
   l->memory_bytes = h->memory_bytes;
   if (dev)
     colo__v1__host__free_unpacked(dev, NULL);
@@ -986,10 +991,17 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
                   req->n_devices, MAX_DEVICES);
     return;
   }
-  /* devices are stored as a packed Host message holding only them */
+  char err[256];
+  if (colo_labels_check("labels", req->labels, req->n_labels, err, sizeof err) < 0) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
+    return;
+  }
+  /* devices and labels are stored as a packed Host message holding only them */
   Colo__V1__Host hm = COLO__V1__HOST__INIT;
   hm.n_devices = req->n_devices;
   hm.devices = req->devices;
+  hm.n_labels = req->n_labels;
+  hm.labels = req->labels;
   size_t len = colo__v1__host__get_packed_size(&hm);
   uint8_t *buf = malloc(len ? len : 1);
   if (!buf) {
@@ -1013,7 +1025,8 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
     l->stopping = 0; /* a worker that registers is not shutting down */
     l->last_seen_ms = h.last_seen_ms;
     l->last_seen_mono_ms = colod_mono_ms(d);
-    host_live_devices(l, h.name, req->address, req->devices, req->n_devices);
+    host_live_devices(l, h.name, req->address, req->devices, req->n_devices, req->labels,
+                      req->n_labels);
     l->memory_bytes = req->has_memory_bytes ? req->memory_bytes : 0;
   }
   colo_log(COLO_LOG_INFO, "hosts", "host %s (%llu) registered from %s, %zu devices, session %llu",
@@ -1151,11 +1164,14 @@ static int hosts_cb(const colo_host_t *h, void *data) {
         m->unhealthy_devices[m->n_unhealthy_devices++] = k;
     m->unhealthy_reason = strdup(l->sick_why);
   }
-  if (dev) { /* take the devices over from the unpacked message */
+  if (dev) { /* take the devices and labels over from the unpacked message */
     m->n_devices = dev->n_devices;
     m->devices = dev->devices;
-    dev->n_devices = 0;
+    m->n_labels = dev->n_labels;
+    m->labels = dev->labels;
+    dev->n_devices = dev->n_labels = 0;
     dev->devices = NULL;
+    dev->labels = NULL;
     colo__v1__host__free_unpacked(dev, NULL);
   }
   a->n++;
@@ -1173,6 +1189,9 @@ static void hosts_acc_free(hosts_acc_t *a) {
     for (size_t k = 0; k < m->n_devices; k++)
       colo__v1__device__free_unpacked(m->devices[k], NULL);
     free(m->devices);
+    for (size_t k = 0; k < m->n_labels; k++)
+      free(m->labels[k]);
+    free(m->labels);
   }
   free(a->hosts);
   free(a->ptrs);

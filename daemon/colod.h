@@ -6,6 +6,7 @@
 
 #include <uv.h>
 
+#include "../common/jobspec.h"
 #include "../proto/rpc.h"
 #include "../storage/store.h"
 #include "colo/v1/cluster.pb-c.h"
@@ -41,6 +42,8 @@ typedef struct {
   uint64_t sick[COLOD_MAX_DEVICES / 64];
   uint32_t n_sick;
   char sick_why[128]; /* the first one's reason */
+  /* its labels (RegisterHostRequest.labels) as ",a100,ib,", for jobs' resources.host_labels */
+  char labels[COLO_MAX_LABELS * (COLO_MAX_LABEL + 1) + 2];
 } colod_host_live_t;
 
 /* Counters since colod started, served at /metrics (metrics.c); each kept by the module that

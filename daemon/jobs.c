@@ -538,12 +538,25 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
 }
 
 /* The hosts of the snapshot with devices of the kind the job asks for. */
+/* 1 when the host has every label the job asks for (resources.host_labels). */
+static int has_labels(const colod_host_live_t *h, const colod_job_live_t *j) {
+  const Colo__V1__ResourceSpec *r = j->spec->resources;
+  for (size_t i = 0; i < r->n_host_labels; i++) {
+    char want[COLO_MAX_LABEL + 3];
+    snprintf(want, sizeof want, ",%s,", r->host_labels[i]);
+    if (!strstr(h->labels, want))
+      return 0;
+  }
+  return 1;
+}
+
+/* The snapshot's hosts the job may run on: of its kind of device, with its labels. */
 static size_t fit_hosts(colod_t *d, const colod_job_live_t *j, const colo_sched_host_t *hosts,
                         size_t n, colo_sched_host_t *fit) {
   size_t nf = 0;
   for (size_t h = 0; h < n; h++) {
     colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
-    if (hl && hl->device_kind == (int)j->spec->resources->device)
+    if (hl && hl->device_kind == (int)j->spec->resources->device && has_labels(hl, j))
       fit[nf++] = hosts[h];
   }
   return nf;
@@ -598,7 +611,7 @@ static int trial_init(trial_t *t, colod_t *d, const colod_job_live_t *w,
     return COLO_ENOMEM;
   for (size_t h = 0; h < n; h++) {
     colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
-    if (!hl || hl->device_kind != (int)w->spec->resources->device)
+    if (!hl || hl->device_kind != (int)w->spec->resources->device || !has_labels(hl, w))
       continue;
     free_idx_t *o = &t->order[t->n_order++];
     *o = (free_idx_t){h, 0};
@@ -1069,9 +1082,24 @@ static void schedule(colod_t *d) {
       set_waiting(j, why);
       continue;
     }
-    /* only hosts of the kind of device the job asks for */
+    /* only hosts of the kind of device the job asks for, with its labels */
     int kind = (int)j->spec->resources->device;
     size_t nf = fit_hosts(d, j, hosts, n, fit);
+    const Colo__V1__ResourceSpec *res = j->spec->resources;
+    if (!nf && res->n_host_labels) { /* none to take room on, or to preempt on */
+      char why[sizeof j->wait_why];
+      size_t len = (size_t)snprintf(why, sizeof why,
+                                    "no room: no host open to new ranks has its kind of device "
+                                    "and the label%s",
+                                    res->n_host_labels == 1 ? "" : "s");
+      for (size_t k = 0; k < res->n_host_labels && len < sizeof why; k++)
+        len += (size_t)snprintf(why + len, sizeof why - len, "%s %s", k ? "," : "",
+                                res->host_labels[k]);
+      if (len < sizeof why)
+        snprintf(why + len, sizeof why - len, " (coloctl hosts: each host's labels)");
+      set_waiting(j, why);
+      continue;
+    }
     /* behind a reservation, a job whose time limit ends before the held job can start may use
      * the held devices too: it is gone by then */
     uint32_t limit = j->spec->resources->time_limit_s;

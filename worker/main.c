@@ -23,6 +23,7 @@
 #include "colo/v1/cluster.pb-c.h"
 #include "colo/v1/worker_config.pb-c.h"
 #include "common/error.h"
+#include "common/jobspec.h"
 #include "common/log.h"
 #include "common/pbcodec.h"
 #include "proto/rpc.h"
@@ -64,6 +65,8 @@ static void usage(FILE *out) {
                "  -a, --address ADDR       where other nodes reach this one (default 127.0.0.1)\n"
                "      --devices auto|gpu|cpu  GPUs through NVML, else CPU slots (default auto)\n"
                "      --cpu-slots N        rank slots on a CPU node (default: the core count)\n"
+               "      --label L            what this node offers, for jobs' resources.host_labels\n"
+               "                           (a100, ib, ...); repeat it for more\n"
                "      --run-dir DIR        rank files and logs (default /var/lib/colo-worker)\n"
                "      --data-root DIR      where job data paths are resolved\n"
                "      --checkpoint-root DIR  where job checkpoint directories are made\n"
@@ -113,6 +116,8 @@ static int do_register(workerd_t *w) {
   req.has_memory_bytes = pages > 0 && psize > 0;
   req.memory_bytes = (uint64_t)pages * (uint64_t)psize;
   req.version = COLO_VERSION;
+  req.n_labels = w->cfg->n_labels;
+  req.labels = w->cfg->labels;
   Colo__V1__RegisterHostResponse *resp = NULL;
   colo_rpc_status_t st;
   int rc = colo_rpc_call(w->cli, "/colo.v1.Cluster/RegisterHost", &req.base,
@@ -266,7 +271,10 @@ static int set_flag(Colo__V1__WorkerConfig **cfg, const char *field, const char 
     fprintf(stderr, "colo-workerd: --%s: bad value\n", field);
     return -1;
   }
-  snprintf(doc, sizeof doc, "%s: '%s'", field, value);
+  if (strcmp(field, "labels") != 0)
+    snprintf(doc, sizeof doc, "%s: '%s'", field, value);
+  else /* a repeated field: a list of one */
+    snprintf(doc, sizeof doc, "%s: ['%s']", field, value);
   Colo__V1__WorkerConfig *one;
   if (colo_pb_from_yaml(doc, strlen(doc), "flag", &colo__v1__worker_config__descriptor,
                         (ProtobufCMessage **)&one, err, sizeof err) < 0) {
@@ -323,7 +331,8 @@ int main(int argc, char **argv) {
     OPT_TLS_CA,
     OPT_TLS_CERT,
     OPT_TLS_KEY,
-    OPT_TLS_NAME
+    OPT_TLS_NAME,
+    OPT_LABEL
   };
   static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                        {"coordinator", required_argument, 0, 'C'},
@@ -341,6 +350,7 @@ int main(int argc, char **argv) {
                                        {"tls-cert", required_argument, 0, OPT_TLS_CERT},
                                        {"tls-key", required_argument, 0, OPT_TLS_KEY},
                                        {"tls-server-name", required_argument, 0, OPT_TLS_NAME},
+                                       {"label", required_argument, 0, OPT_LABEL},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, OPT_VERSION},
                                        {0, 0, 0, 0}};
@@ -420,6 +430,9 @@ int main(int argc, char **argv) {
     case OPT_TLS_NAME:
       rc = set_flag(&cfg, "tls_server_name", optarg);
       break;
+    case OPT_LABEL: /* one more: the messages merged append it */
+      rc = set_flag(&cfg, "labels", optarg);
+      break;
     default:
       rc = -1;
     }
@@ -446,6 +459,11 @@ int main(int argc, char **argv) {
   if (lvl < 0) {
     fprintf(stderr, "colo-workerd: log_level \"%s\" must be error, warn, info or debug\n",
             cfg->log_level);
+    colo__v1__worker_config__free_unpacked(cfg, NULL);
+    return 2;
+  }
+  if (colo_labels_check("labels", cfg->labels, cfg->n_labels, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-workerd: %s\n", err);
     colo__v1__worker_config__free_unpacked(cfg, NULL);
     return 2;
   }

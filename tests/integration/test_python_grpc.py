@@ -164,8 +164,8 @@ class WithColod(Until, unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.proc, cls.log, target = start_colod(cls.state, cls.log_name, *cls.settings)
-        cls.channel = grpc.insecure_channel(target)
+        cls.proc, cls.log, cls.target = start_colod(cls.state, cls.log_name, *cls.settings)
+        cls.channel = grpc.insecure_channel(cls.target)
         cls.api = Cluster(cls.channel)
 
     @classmethod
@@ -1513,6 +1513,75 @@ class FairShareTest(TlsUsers, unittest.TestCase):
             self.assertGreaterEqual(got[owner], min(lo[owner], hi[owner]) * (1 - 1e-9), owner)
         self.assertGreater(got["alice"], got["carol"])
         alice.CancelJob(pb.CancelJobRequest(id=a2), timeout=5)
+
+
+class LabelTest(WithColod):
+    """Host labels on a colod of its own, this client acting as the workers of two 2-device
+    hosts, one labelled: a job asking for labels runs only where they all are, also after colod
+    restarts; one whose labels no host has waits, saying so; bad labels are refused."""
+
+    state, log_name = os.path.join(TMP, "state-labels"), "colod-labels.log"
+
+    def test_jobs_run_where_their_labels_are(self):
+        def register_as(name, labels):
+            dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
+            return self.api.RegisterHost(pb.RegisterHostRequest(
+                name=name, address="127.0.0.1", devices=dev, labels=labels), timeout=5)
+        for labels, details in ((["two words"], 'labels: label "two words" must be 1 to 31 '
+                                                "letters, digits, '.', '_' or '-'"),
+                                (["ib", "ib"], "labels names ib twice"),
+                                (["l%d" % i for i in range(17)], "labels has 17 labels; at most 16")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                register_as("bad", labels)
+            self.assertEqual((cm.exception.code(), cm.exception.details()),
+                             (grpc.StatusCode.INVALID_ARGUMENT, details))
+        hosts = {"plain": register_as("plain", []), "ib1": register_as("ib1", ["a100", "ib"])}
+
+        def beat():
+            """{job: [host names of its ranks]}"""
+            on = {}
+            for name, h in hosts.items():
+                r = self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session),
+                                       timeout=5)
+                for d in r.desired:
+                    on.setdefault(d.job_id, []).append(name)
+            return on
+
+        def submit_labelled(name, labels, dp=2):
+            s = spec(name=name, dp=dp)
+            s.resources.host_labels.extend(labels)
+            return self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit_labelled("bad", ["no/slash"])
+        self.assertEqual(cm.exception.details(), 'resources.host_labels: label "no/slash" must be '
+                                                 "1 to 31 letters, digits, '.', '_' or '-'")
+        listed = {h.name: list(h.labels) for h in
+                  self.api.ListHosts(pb.ListHostsRequest(), timeout=5).hosts}
+        self.assertEqual(listed, {"plain": [], "ib1": ["a100", "ib"]})
+        # an unlabelled job goes first to the hosts in id order: plain; the labelled one to ib1
+        free = submit(self.api, "free", 2)
+        self.assertEqual(self.until("free placed", lambda: beat().get(free)), ["plain"] * 2)
+        ib = submit_labelled("ib", ["ib"])
+        self.assertEqual(self.until("ib placed", lambda: beat().get(ib)), ["ib1"] * 2)
+        # labels no host has together: it waits, whatever room there is
+        self.api.CancelJob(pb.CancelJobRequest(id=free), timeout=5)
+        both = submit_labelled("both", ["ib", "h100"])
+        self.assertEqual(self.until("both waits", lambda: self.job(both).waiting),
+                         "no room: no host open to new ranks has its kind of device and the "
+                         "labels ib, h100 (coloctl hosts: each host's labels)")
+        # a restarted colod has the labels from its store: the next ib job waits for ib1, not
+        # for plain, which is free
+        stop_colod(self.proc, self.log)
+        self.__class__.proc, self.__class__.log, _ = start_colod(
+            self.state, "colod-labels-2.log", *self.settings, "listen=" + self.target)
+        ib2 = submit_labelled("ib2", ["a100"], dp=1)
+        self.assertTrue(self.until("ib2 waits", lambda: self.job(ib2).waiting).startswith(
+            "no room: 0 of 1 tensor-parallel groups"), self.job(ib2).waiting)
+        self.assertNotIn(ib2, beat())
+        self.api.CancelJob(pb.CancelJobRequest(id=ib), timeout=5)
+        self.assertEqual(self.until("ib2 placed", lambda: beat().get(ib2)), ["ib1"])
+        for j in (both, ib2):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 
 class HoldTest(WithColod):

@@ -3,14 +3,14 @@
 # DOWN within host_timeout after a kill -9 and UP again when it comes back; a restarted colod
 # keeps it UP without a new registration; a job claiming more host memory per rank than the host
 # has waits with the reason; a cordoned host gets no ranks, across restarts, until uncordoned;
-# SIGTERM exits 0; bad configuration exits 2. A GPU job (emulated)
+# SIGTERM exits 0; bad configuration exits 2; its labels reach colod and survive its restart. A GPU job (emulated)
 # trains from given weights; one whose weights are missing fails at once with the reason.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
 start_colod "$TMP/state" --set host_timeout=2s
 
 start_worker() {
-  "$WD" --coordinator "$COLO_SERVER" --name w1 --devices cpu --cpu-slots 3 --run-dir "$TMP/run" >>"$TMP/worker.log" 2>&1 &
+  "$WD" --coordinator "$COLO_SERVER" --name w1 --devices cpu --cpu-slots 3 --run-dir "$TMP/run" --label ib --label fast-disk >>"$TMP/worker.log" 2>&1 &
   WPID=$!
 }
 host_state() {
@@ -59,6 +59,8 @@ start_colod "$TMP/state" --set host_timeout=2s --listen "127.0.0.1:$port"
 sleep 3
 expect_eq "$(host_state)" "up 3"
 [ "$(grep -c 'registered with' "$TMP/worker.log")" = 2 ] || fail "the worker registered again after the colod restart"
+# its labels came back from the store too
+expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print(json.load(sys.stdin)[0]["labels"])')" "['ib', 'fast-disk']"
 
 # a job whose ranks each claim more host memory than the host registered waits, saying why
 # (the host's memory came back from the store with the restarted colod)
@@ -280,5 +282,10 @@ expect_eq "$ERR" "colo-workerd: $TMP/w.yaml:2: unknown field \"cpu_slot\""
 expect_rc 2 "$WD" --cpu-slots many
 expect_eq "$ERR" "colo-workerd: flag:1: cpu_slots: \"many\" is not an integer
 colo-workerd: try 'colo-workerd --help'"
+expect_rc 2 "$WD" --label ib --label "two words"
+expect_eq "$ERR" "colo-workerd: labels: label \"two words\" must be 1 to 31 letters, digits, '.', '_' or '-'"
+printf 'labels: [ib, ib]\n' >"$TMP/w.yaml"
+expect_rc 2 "$WD" -c "$TMP/w.yaml"
+expect_eq "$ERR" "colo-workerd: labels names ib twice"
 stop_colod
 echo "integration_worker: a 2-GPU data-parallel job SUCCEEDED on emulated GPUs; GPU health from ECC, row remapping, a lost GPU and XID 79; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"

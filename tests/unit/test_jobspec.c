@@ -128,6 +128,14 @@ static const struct {
           "23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, "
           "45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65]\n",
      "after lists 65 jobs; at most 64"},
+    {BASE "resources: {host_labels: [ib, 'a b']}\n",
+     "resources.host_labels: label \"a b\" must be 1 to 31 letters, digits, '.', '_' or '-'"},
+    {BASE "resources: {host_labels: [ib, a100, ib]}\n", "resources.host_labels names ib twice"},
+    {BASE "resources: {host_labels: [a0123456789012345678901234567890]}\n",
+     "resources.host_labels: label \"a0123456789012345678901234567890\" must be 1 to 31 letters, "
+     "digits, '.', '_' or '-'"},
+    {BASE "resources: {host_labels: [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q]}\n",
+     "resources.host_labels has 17 labels; at most 16"},
 };
 
 TEST(bad_specs_have_exact_messages) {
@@ -159,6 +167,7 @@ static const struct {
     {BASE "parallel: {sequence_parallel: maybe}\n",
      "job.yaml:3: parallel.sequence_parallel: \"maybe\" is not true or false"},
     {BASE "model: 5\n", "job.yaml:3: model: expected a mapping"},
+    {BASE "after: {job: 5}\n", "job.yaml:3: after: expected a list"},
     {BASE "name: again\n", "job.yaml:3: field \"name\" given twice"},
     {"- a\n- b\n", "job.yaml:1: document: expected a mapping"},
     {"name: [unclosed\n", "job.yaml:2: did not find expected ',' or ']'"},
@@ -210,6 +219,26 @@ TEST(yaml_and_json_read_the_same) {
   free(pb);
   colo__v1__job_spec__free_unpacked(a, NULL);
   colo__v1__job_spec__free_unpacked(b, NULL);
+}
+
+/* a scalar where a list goes is a list of one, so `--set resources.host_labels=ib` adds one */
+TEST(a_scalar_is_a_list_of_one) {
+  char err[256];
+  int rc;
+  Colo__V1__JobSpec *s =
+      parse(BASE "after: 7\nresources: {host_labels: ib}\n", err, sizeof err, &rc);
+  if (rc != 0)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(s->n_after, 1);
+  ASSERT_EQ_INT(s->after[0], 7);
+  ASSERT_EQ_INT(s->resources->n_host_labels, 1);
+  ASSERT_EQ_STR(s->resources->host_labels[0], "ib");
+  ASSERT_EQ_INT(colo_pb_set((ProtobufCMessage **)&s, &colo__v1__job_spec__descriptor,
+                            "resources.host_labels=a100", err, sizeof err),
+                0);
+  ASSERT_EQ_INT(s->resources->n_host_labels, 2); /* appended */
+  ASSERT_EQ_STR(s->resources->host_labels[1], "a100");
+  colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
 TEST(defaults_are_filled) {
