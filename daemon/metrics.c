@@ -350,6 +350,61 @@ static int job_metrics(colod_t *d, FILE *out) {
   return rc < 0 ? -1 : 0;
 }
 
+/* the devices each owner of a live job holds with running attempts */
+typedef struct {
+  const char *owner;
+  uint32_t devices;
+} owner_devices_t;
+
+typedef struct {
+  owner_devices_t *v;
+  size_t n, cap;
+} owner_pass_t;
+
+static void owner_device(const colod_job_view_t *j, void *data) {
+  owner_pass_t *p = data;
+  size_t i = 0;
+  while (i < p->n && strcmp(p->v[i].owner, j->owner) != 0)
+    i++;
+  if (i == p->n) {
+    if (p->n == p->cap) {
+      size_t cap = p->cap ? p->cap * 2 : 16;
+      owner_devices_t *v = realloc(p->v, cap * sizeof *v);
+      if (!v)
+        return;
+      p->v = v;
+      p->cap = cap;
+    }
+    p->v[p->n++] = (owner_devices_t){j->owner, 0};
+  }
+  if (j->state == COLO_JOB_RUNNING && j->started_ms)
+    p->v[i].devices += j->world;
+}
+
+static void owner_metrics(colod_t *d, FILE *out) {
+  owner_pass_t p = {0};
+  colod_jobs_each(d, owner_device, &p); /* the owners' names live as long as their jobs */
+  family(out, "colo_owner_devices", "gauge",
+         "Devices the running jobs of each owner of a job that is not finished hold.");
+  for (size_t i = 0; i < p.n; i++) {
+    fprintf(out, "colo_owner_devices{owner=");
+    label(out, p.v[i].owner);
+    fprintf(out, "} %u\n", p.v[i].devices);
+  }
+  family(out, "colo_owner_max_devices", "gauge",
+         "owner_max_devices: the most devices each such owner's running jobs may hold at once "
+         "(absent: no limit).");
+  for (size_t i = 0; i < p.n; i++) {
+    uint32_t limit = colod_config_owner_max_devices(&d->cfg, p.v[i].owner);
+    if (limit == UINT32_MAX)
+      continue;
+    fprintf(out, "colo_owner_max_devices{owner=");
+    label(out, p.v[i].owner);
+    fprintf(out, "} %u\n", limit);
+  }
+  free(p.v);
+}
+
 static void colod_metrics(colod_t *d, FILE *out) {
   family(out, "colo_heartbeats_total", "counter", "Worker heartbeats answered.");
   fprintf(out, "colo_heartbeats_total %llu\n", (unsigned long long)d->stats.heartbeats);
@@ -396,6 +451,7 @@ static void colod_metrics(colod_t *d, FILE *out) {
 int colod_metrics_write(colod_t *d, FILE *out) {
   process_metrics(d, out);
   colod_metrics(d, out);
+  owner_metrics(d, out);
   host_metrics(d, out);
   return job_metrics(d, out);
 }

@@ -1090,7 +1090,7 @@ class MetricsTest(WithColod):
     what this client, acting as a worker, makes happen; /healthz; a bad path and a bad method."""
 
     state, log_name = os.path.join(TMP, "state-metrics"), "colod-metrics.log"
-    settings = ("metrics_listen=127.0.0.1:0",)
+    settings = ("metrics_listen=127.0.0.1:0", "owner_max_devices=*=64")
 
     @classmethod
     def setUpClass(cls):
@@ -1173,6 +1173,9 @@ class MetricsTest(WithColod):
         self.assertEqual(m[("colo_job_world_size", job)], 2)
         self.assertEqual(m[("colo_job_attempt", job)], 1)
         self.assertEqual(m[("colo_job_waiting", job)], 0)
+        self.assertEqual(m[("colo_job_held", job)], 0)
+        self.assertEqual(m[("colo_owner_devices", (("owner", ""),))], 2)
+        self.assertEqual(m[("colo_owner_max_devices", (("owner", ""),))], 64)
         self.assertEqual(m[("colo_job_step", job)], 12)
         self.assertEqual(m[("colo_job_total_steps", job)], 600)
         self.assertEqual(m[("colo_job_loss", job)], 3.25)
