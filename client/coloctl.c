@@ -41,10 +41,11 @@ static void usage(FILE *out) {
       "usage: coloctl [--server ADDR] [--json] [--timeout MS] COMMAND [ARGS]\n"
       "\n"
       "commands:\n"
-      "  submit FILE [--set F=V]... [--after JOB[,JOB]...] [--sweep F=V1,V2...]...\n"
+      "  submit FILE [--set F=V]... [--after[-ended] JOB[,JOB]...] [--sweep F=V1,V2...]...\n"
       "         [--token T] [--dry-run]       submit a job file (YAML or JSON), with fields\n"
       "                                       set on top (--set train.steps=600); prints its id;\n"
-      "                                       --after: it starts once those jobs succeeded;\n"
+      "                                       --after: it starts once those jobs succeeded\n"
+      "                                       (--after-ended: once they ended, in any state);\n"
       "                                       --sweep: a job per combination of the values\n"
       "                                       (NAME-1, NAME-2, ...), each line its id, name and\n"
       "                                       settings; all are checked before any is sent.\n"
@@ -224,6 +225,7 @@ typedef struct {
   int n_sets;
   uint64_t after[COLO_MAX_AFTER + 1];
   size_t n_after;
+  int after_ended; /* --after-ended: after_condition ended */
   struct {
     char field[201];
     char *values[MAX_SWEEP_JOBS];
@@ -271,6 +273,10 @@ static int build_spec(const submit_t *o, int k, Colo__V1__JobSpec **out, char *w
     memcpy(all + spec->n_after, o->after, o->n_after * sizeof *o->after);
     spec->after = all;
     spec->n_after += o->n_after;
+    if (o->after_ended) {
+      spec->has_after_condition = 1;
+      spec->after_condition = COLO__V1__AFTER_CONDITION__AFTER_CONDITION_ENDED;
+    }
   }
   if (o->n_sweeps && spec->name) {
     char name[COLO_MAX_NAME + 1], suffix[16];
@@ -383,15 +389,20 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
   for (int i = 0; i < argc && !rc; i++) {
     if (!strcmp(argv[i], "--token") && i + 1 < argc)
       token = argv[++i];
-    else if (!strcmp(argv[i], "--after") && i + 1 < argc) { /* --after 7,8 */
-      const char *ids = argv[++i], *p = ids;
-      if (!ids[0] || strspn(ids, "0123456789,") != strlen(ids))
-        rc = usage_error("submit: --after takes job ids separated by commas, not '%s'", ids);
+    else if ((!strcmp(argv[i], "--after") || !strcmp(argv[i], "--after-ended")) &&
+             i + 1 < argc) { /* --after 7,8 */
+      const char *flag = argv[i], *ids = argv[++i], *p = ids;
+      int ended = !strcmp(flag, "--after-ended");
+      if (o->n_after && ended != o->after_ended)
+        rc = usage_error("submit: give --after or --after-ended, not both");
+      o->after_ended = ended;
+      if (!rc && (!ids[0] || strspn(ids, "0123456789,") != strlen(ids)))
+        rc = usage_error("submit: %s takes job ids separated by commas, not '%s'", flag, ids);
       while (!rc && *p) {
         char *end;
         unsigned long long id = strtoull(p, &end, 10);
         if (end == p || o->n_after > COLO_MAX_AFTER)
-          rc = usage_error("submit: --after takes job ids separated by commas, not '%s'", ids);
+          rc = usage_error("submit: %s takes job ids separated by commas, not '%s'", flag, ids);
         else
           o->after[o->n_after++] = id;
         p = *end == ',' ? end + 1 : end;
@@ -689,7 +700,9 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  after      job%s", s->n_after == 1 ? "" : "s");
     for (size_t i = 0; i < s->n_after; i++)
       printf("%s %llu", i ? "," : "", (unsigned long long)s->after[i]);
-    printf(" (each must succeed first)\n");
+    printf(s->after_condition == COLO__V1__AFTER_CONDITION__AFTER_CONDITION_ENDED
+               ? " (each must end first, in any state)\n"
+               : " (each must succeed first)\n");
   }
   if (s && s->resources && s->resources->time_limit_s) {
     char lim[32], left[32] = "";

@@ -880,27 +880,31 @@ done:
   return ok;
 }
 
-/* Whether a PENDING job still waits for a job in its `after` to succeed, saying which in `why`.
- * Once all have, it never waits for them again. */
+/* Whether a PENDING job still waits for a job in its `after` to succeed (or, with
+ * after_condition ended, to end) or for its train.init_from_job to succeed, saying which in
+ * `why`. Once all have, it never waits for them again. */
 static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
   const Colo__V1__TrainSpec *t = j->spec->train;
   uint64_t from = t->has_init_from_job ? t->init_from_job : 0;
   size_t n = j->spec->n_after + (from != 0); /* the weights' job is waited for too */
+  int any_end = j->spec->after_condition == COLO__V1__AFTER_CONDITION__AFTER_CONDITION_ENDED;
   for (size_t i = 0; i < n && !j->after_met; i++) {
-    uint64_t id = i < j->spec->n_after ? j->spec->after[i] : from;
+    int in_after = i < j->spec->n_after;
+    uint64_t id = in_after ? j->spec->after[i] : from;
     const colod_job_live_t *o = live_find(d, id);
     int state = o ? o->state : 0;
+    const char *goal = in_after && any_end ? "end" : "succeed";
     if (!o) { /* not live: it has ended */
       colo_job_t row;
       if (colo_store_job_get(d->store, id, &row) < 0) {
-        snprintf(why, len, "waits for job %llu to succeed (its state cannot be read: %s)",
-                 (unsigned long long)id, colo_store_errmsg(d->store));
+        snprintf(why, len, "waits for job %llu to %s (its state cannot be read: %s)",
+                 (unsigned long long)id, goal, colo_store_errmsg(d->store));
         return 1;
       }
       state = row.state;
       colo_job_clear(&row);
     }
-    if (state == COLO_JOB_SUCCEEDED)
+    if (state == COLO_JOB_SUCCEEDED || (in_after && any_end && colo_job_state_terminal(state)))
       continue;
     size_t left = n - i - 1;
     char more[48] = "";
@@ -912,7 +916,7 @@ static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
                "resumed and succeeds (or cancel this one)%s",
                (unsigned long long)id, colo_job_state_name(state), more);
     else
-      snprintf(why, len, "waits for job %llu to succeed (it is %s)%s", (unsigned long long)id,
+      snprintf(why, len, "waits for job %llu to %s (it is %s)%s", (unsigned long long)id, goal,
                colo_job_state_name(state), more);
     return 1;
   }

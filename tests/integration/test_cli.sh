@@ -181,6 +181,20 @@ expect_eq "$ERR" "coloctl: submit: --after takes job ids separated by commas, no
 expect_rc 1 "$COLOCTL" submit "$TMP/job.json" --after 1,77
 expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: after: there is no job 77"
 expect_rc 0 "$COLOCTL" cancel "$AJ"
+# --after-ended: once they ended, in any state (job 1 was cancelled; job 3 waits)
+expect_rc 0 "$COLOCTL" submit "$TMP/job.json" --after-ended 1,3
+AJ=$OUT
+expect_rc 0 "$COLOCTL" status "$AJ"
+expect_contains "$OUT" "after      jobs 1, 3 (each must end first, in any state)"
+for _ in $(seq 1 30); do
+  grep -q "waits for job 3 to end" <<<"$("$COLOCTL" list)" && break
+  sleep 0.1
+done
+expect_rc 0 "$COLOCTL" list
+expect_contains "$(grep "^$AJ " <<<"$OUT")" "waits for job 3 to end (it is PENDING)"
+expect_rc 2 "$COLOCTL" submit "$TMP/job.json" --after 1 --after-ended 3
+expect_eq "$ERR" "coloctl: submit: give --after or --after-ended, not both; try 'coloctl --help'"
+expect_rc 0 "$COLOCTL" cancel "$AJ"
 
 # --sweep: a job per combination, the first field varying slowest; all checked before any is
 # sent; a token makes a retried sweep submit each job once

@@ -804,7 +804,8 @@ class AfterTest(WithColod):
     """JobSpec.after on a colod of its own, this client acting as the worker of one 2-device
     host: a job waits for the jobs it runs after to succeed, with room free, and starts when they
     have; one after a job that was cancelled keeps waiting, saying so, until that job is resumed;
-    ids that do not exist, repeat or are 0 are refused."""
+    with after_condition ended, a job starts once the jobs it runs after end, though they
+    failed; ids that do not exist, repeat or are 0 are refused."""
 
     state, log_name = os.path.join(TMP, "state-after"), "colod-after.log"
 
@@ -857,6 +858,30 @@ class AfterTest(WithColod):
         self.assertNotIn(third, beat())
         self.api.CancelJob(pb.CancelJobRequest(id=second), timeout=5)
         self.api.CancelJob(pb.CancelJobRequest(id=third), timeout=5)
+
+        # after_condition ended: it waits for the job to end, and starts though it failed
+        s = spec(name="after-any", dp=1)
+        s.after.append(first)
+        s.after_condition = pb.AFTER_CONDITION_UNSPECIFIED
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5)
+        self.assertEqual(cm.exception.details(), "after_condition must be succeeded or ended")
+        fails = submit(self.api, "fails", 1)
+        d = self.until("fails placed", lambda: beat().get(fails))
+        s = spec(name="cleanup", dp=1)
+        s.after.append(fails)
+        s.after_condition = pb.AFTER_CONDITION_ENDED
+        cleanup = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        self.assertEqual(self.until("cleanup's reason", lambda: self.job(cleanup).waiting),
+                         "waits for job %d to end (it is RUNNING)" % fails)
+        self.api.UpdateJob(pb.UpdateJobRequest(id=fails, max_restarts=0), timeout=5)
+        reports[:] = [pb.RankStatus(job_id=fails, attempt=d.attempt, rank=0, exit_code=1,
+                                    phase=pb.RANK_PHASE_EXITED, message="Traceback: boom")]
+        self.until("fails FAILED", lambda: beat() is not None and
+                   self.job(fails).state == pb.JOB_STATE_FAILED)
+        reports[:] = []
+        self.until("cleanup placed", lambda: beat().get(cleanup))
+        self.api.CancelJob(pb.CancelJobRequest(id=cleanup), timeout=5)
 
 
 class HealthTest(WithColod):
