@@ -196,7 +196,7 @@ static void reply_job(colod_t *d, colo_rpc_call_t *call, const colo_job_t *j, in
 
 static void fail_store(colod_t *d, colo_rpc_call_t *call, int rc) {
   const char *msg = colo_store_errmsg(d->store);
-  if (rc == COLO_ENOENT || rc == COLO_ESTATE || rc == COLO_EINVAL) {
+  if (rc == COLO_ENOENT || rc == COLO_ESTATE || rc == COLO_EINVAL || rc == COLO_ETOOBIG) {
     colo_rpc_fail_err(call, rc, msg);
     return;
   }
@@ -339,7 +339,8 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   colo__v1__job_spec__pack(spec, buf);
   colo_job_t job;
   int rc = colo_store_job_insert(d->store, spec->name, buf, len, spec->max_restarts,
-                                 req->client_token, owner, colod_now_ms(), &job);
+                                 req->client_token, owner,
+                                 colod_config_owner_max_jobs(&d->cfg, owner), colod_now_ms(), &job);
   free(buf);
   colo__v1__job_spec__free_unpacked(spec, NULL);
   if (rc == COLO_EEXIST) { /* a retried submit: answer with the job it created */
@@ -578,6 +579,8 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   int allowed = may_change(d, call, &cur, "resume it");
   int cur_state = cur.state;
+  char owner[sizeof cur.owner];
+  snprintf(owner, sizeof owner, "%s", cur.owner);
   colo_job_clear(&cur);
   if (!allowed)
     return;
@@ -599,6 +602,24 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
       colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION,
                     "job %llu has no complete checkpoint at step %llu", (unsigned long long)req->id,
                     (unsigned long long)step);
+      return;
+    }
+  }
+  /* a resumed job has not ended again: within its owner's owner_max_jobs */
+  uint32_t max_jobs = colod_config_owner_max_jobs(&d->cfg, owner);
+  uint64_t unfinished = 0;
+  if (max_jobs != UINT32_MAX) {
+    int rc = colo_store_job_unfinished(d->store, owner, &unfinished);
+    if (rc < 0) {
+      fail_store(d, call, rc);
+      return;
+    }
+    if (unfinished >= max_jobs) {
+      colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                    "%s%s%s has %llu jobs that have not ended, as many as owner_max_jobs allows: "
+                    "cancel one, or wait for one to end",
+                    owner[0] ? "\"" : "", owner[0] ? owner : "their owner", owner[0] ? "\"" : "",
+                    (unsigned long long)unfinished);
       return;
     }
   }

@@ -50,6 +50,10 @@ static const centry_t TABLE[] = {
      "fair share: OWNER=WEIGHT,... (a team's allocation, say alice=2,bob=0.5): an owner's recent "
      "device hours count 1/WEIGHT in the wait order; *=WEIGHT for every owner not named, who "
      "otherwise weighs 1"},
+    {"owner_max_jobs", T_STRING, F(owner_max_jobs), 0, 0, "", 1,
+     "OWNER=JOBS,... (say *=1000): the most jobs an owner may have that have not ended; a submit "
+     "or resume past it is refused (RESOURCE_EXHAUSTED). *: every owner not named. Empty: no "
+     "limit"},
     {"owner_max_devices", T_STRING, F(owner_max_devices), 0, 0, "", 1,
      "OWNER=DEVICES,... (say alice=8,*=16): the most devices an owner's running jobs hold at "
      "once; a job that would pass it waits, and one that needs more is refused. *: every owner "
@@ -159,8 +163,8 @@ static int host_port(const char *s) {
 
 /* Reads a per-owner setting, "owner=value,owner=value" (spaces around either ignored; empty:
  * none; "*": every owner not named), checking every entry: a weight above 0 (fair_share_weights)
- * or, with whole, a whole number from 0 (owner_max_devices), at most 1000000. Where owner is not
- * NULL, *v gets its value: returns 1 when it is named, 0 when not; COLO_EINVAL with why. */
+ * or, with whole, a whole number from 0 (owner_max_devices, _jobs), at most 1000000. Where owner is
+ * not NULL, *v gets its value: returns 1 when it is named, 0 when not; COLO_EINVAL with why. */
 static int owner_values(const char *name, int whole, const char *s, const char *owner, double *v,
                         char *err, size_t errlen) {
   const char *what = whole ? "limit" : "weight";
@@ -178,7 +182,9 @@ static int owner_values(const char *name, int whole, const char *s, const char *
       b--;
     if (!eq || b == a)
       return fail(err, errlen, "%s entry \"%.*s\" must be OWNER=%s", name, (int)len, s,
-                  whole ? "DEVICES" : "WEIGHT");
+                  !whole                 ? "WEIGHT"
+                  : strstr(name, "jobs") ? "JOBS"
+                                         : "DEVICES");
     size_t on = (size_t)(b - a);
     if (on > 128)
       return fail(err, errlen, "%s: owner \"%.*s...\" is longer than 128 bytes", name, 20, a);
@@ -230,6 +236,12 @@ uint32_t colod_config_owner_max_devices(const colod_config_t *cfg, const char *o
                                                                                 : UINT32_MAX;
 }
 
+uint32_t colod_config_owner_max_jobs(const colod_config_t *cfg, const char *owner) {
+  double n;
+  return owner_value("owner_max_jobs", 1, cfg->owner_max_jobs, owner, &n) ? (uint32_t)n
+                                                                          : UINT32_MAX;
+}
+
 static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char *err,
                  size_t errlen) {
   char *field = (char *)cfg + e->offset;
@@ -242,7 +254,7 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
       return fail(err, errlen, "%s is longer than %zu characters", e->name, e->size - 1);
     if (!strcmp(e->name, "rendezvous") && strcmp(value, "colod") && strcmp(value, "rank0"))
       return fail(err, errlen, "rendezvous \"%s\" must be colod or rank0", value);
-    if ((!strcmp(e->name, "fair_share_weights") || !strcmp(e->name, "owner_max_devices")) &&
+    if ((!strcmp(e->name, "fair_share_weights") || !strncmp(e->name, "owner_max_", 10)) &&
         owner_values(e->name, e->name[0] == 'o', value, NULL, NULL, err, errlen) < 0)
       return COLO_EINVAL;
     if (!strcmp(e->name, "metrics_listen") && value[0] && !host_port(value))

@@ -20,6 +20,7 @@ typedef struct {
   uint32_t fair_share_half_life_ms; /* usage this old counts half in the wait order; 0: off */
   char fair_share_weights[1024];    /* "owner=weight,...": their hours count 1/weight; others 1 */
   char owner_max_devices[1024];     /* "owner=n,...,*=n": devices an owner's jobs hold at once */
+  char owner_max_jobs[1024];        /* "owner=n,...,*=n": an owner's jobs that have not ended */
   char rdzv_mode[16];               /* "colod" or "rank0" */
   uint32_t rdzv_port_base;          /* rank0 rendezvous ports: base .. base + 999 */
   uint32_t log_max_mib;             /* per rank log kept by colod */
@@ -50,6 +51,10 @@ double colod_config_weight(const colod_config_t *cfg, const char *owner);
 /* The most devices an owner's running jobs may hold at once, from cfg->owner_max_devices (its
  * entry, else "*"'s); UINT32_MAX: no limit. */
 uint32_t colod_config_owner_max_devices(const colod_config_t *cfg, const char *owner);
+
+/* The most jobs an owner may have that have not ended, from cfg->owner_max_jobs; UINT32_MAX: no
+ * limit. */
+uint32_t colod_config_owner_max_jobs(const colod_config_t *cfg, const char *owner);
 
 /* Prints every setting with its value and help, as a valid config file. */
 void colod_config_print(const colod_config_t *cfg, FILE *out);

@@ -155,6 +155,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                "AND (?4 IS NULL OR substr(name, 1, length(?4)) = ?4) "                             \
                "AND (?5 IS NULL OR owner = ?5) ORDER BY id LIMIT ?3")                              \
   XX(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                                \
+  XX(JOB_UNFINISHED, "SELECT count(*) FROM jobs WHERE state IN (1, 2, 3) AND owner = ?1")          \
   XX(JOB_UPDATE, "UPDATE jobs SET state = ?2, attempt = ?3, restarts = ?4, message = ?5, "         \
                  "updated_ms = ?6, resume_step = ?7, hold = ?8, hold_reason = ?9 WHERE id = ?1")   \
   XX(JOB_RESPEC, "UPDATE jobs SET spec = ?2, max_restarts = ?3 WHERE id = ?1")                     \
@@ -528,7 +529,7 @@ static int add_event(colo_store_t *st, uint64_t job_id, int state, const char *m
 
 int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
                           uint32_t max_restarts, const char *client_token, const char *owner,
-                          int64_t now_ms, colo_job_t *out) {
+                          uint32_t max_unfinished, int64_t now_ms, colo_job_t *out) {
   int rc;
   colo_job_t tmp;
   CHECK_GOTO(begin(st), rc, fail);
@@ -553,6 +554,19 @@ int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spe
     if (r != SQLITE_DONE) {
       rc = db_fail(st, r, "look up client_token");
       goto fail;
+    }
+  }
+  uint64_t unfinished = 0;
+  if (max_unfinished != UINT32_MAX) {
+    CHECK_GOTO(colo_store_job_unfinished(st, owner ? owner : "", &unfinished), rc, fail);
+    if (unfinished >= max_unfinished) {
+      rollback(st);
+      snprintf(st->errmsg, sizeof st->errmsg,
+               "%s%s%s has %llu jobs that have not ended, as many as owner_max_jobs allows: "
+               "cancel one, or wait for one to end",
+               owner && owner[0] ? "\"" : "", owner && owner[0] ? owner : "their owner",
+               owner && owner[0] ? "\"" : "", (unsigned long long)unfinished);
+      return COLO_ETOOBIG;
     }
   }
   sqlite3_stmt *s = stmt(st, S_JOB_INSERT);
@@ -609,6 +623,16 @@ int colo_store_job_list(colo_store_t *st, const colo_job_filter_t *f, uint32_t l
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return db_fail(st, rc, "list jobs");
   return 0;
+}
+
+int colo_store_job_unfinished(colo_store_t *st, const char *owner, uint64_t *n) {
+  sqlite3_stmt *s = stmt(st, S_JOB_UNFINISHED);
+  sqlite3_bind_text(s, 1, owner, -1, SQLITE_STATIC);
+  int rc = sqlite3_step(s);
+  if (rc == SQLITE_ROW)
+    *n = (uint64_t)sqlite3_column_int64(s, 0);
+  sqlite3_reset(s);
+  return rc == SQLITE_ROW ? 0 : db_fail(st, rc, "count unfinished jobs");
 }
 
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts) {

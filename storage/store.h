@@ -104,10 +104,12 @@ int colo_store_schema_version(colo_store_t *st);
 int colo_store_integrity_check(colo_store_t *st);
 
 /* Jobs. insert stores a PENDING job and its first event. With a client_token that the same owner
- * used already, returns COLO_EEXIST and fills *out with the existing job (caller clears it). */
+ * used already, returns COLO_EEXIST and fills *out with the existing job (caller clears it).
+ * Where the owner has max_unfinished jobs that have not ended already (UINT32_MAX: no limit),
+ * stores nothing and returns COLO_ETOOBIG. */
 int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
                           uint32_t max_restarts, const char *client_token, const char *owner,
-                          int64_t now_ms, colo_job_t *out);
+                          uint32_t max_unfinished, int64_t now_ms, colo_job_t *out);
 int colo_store_job_get(colo_store_t *st, uint64_t id, colo_job_t *out);
 /* Which jobs colo_store_job_list gives: those with id > after_id whose state bit (1 << state) is
  * in state_mask (0: any), whose name starts with name_prefix and whose owner is owner (NULL: any
@@ -123,6 +125,8 @@ typedef struct {
 typedef int (*colo_store_job_cb)(const colo_job_t *job, void *data);
 int colo_store_job_list(colo_store_t *st, const colo_job_filter_t *f, uint32_t limit,
                         colo_store_job_cb cb, void *data);
+/* How many jobs of an owner ("": none) have not ended (PENDING, RUNNING or RESTARTING). */
+int colo_store_job_unfinished(colo_store_t *st, const char *owner, uint64_t *n);
 /* counts[state] for every state 1..COLO_JOB_STATE_MAX; counts has COLO_JOB_STATE_MAX+1 slots. */
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts);
 

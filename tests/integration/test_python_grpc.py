@@ -1779,9 +1779,10 @@ class OwnerLimitTest(TlsUsers, unittest.TestCase):
     """owner_max_devices=alice=1,*=2 on a colod over mutual TLS, this client acting as alice,
     carol and the worker of a 3-device host: a job that would take its owner past the limit
     waits, though devices are free, and is not in line; another owner's newer job goes first; a
-    job that needs more than its owner's limit is refused at submit."""
+    job that needs more than its owner's limit is refused at submit; with owner_max_jobs, a job
+    past an owner's unfinished jobs is refused at submit and at resume."""
 
-    extra = ("owner_max_devices=alice=1,*=2",)
+    extra = ("owner_max_devices=alice=1,*=2", "owner_max_jobs=carol=2")
 
     def test_an_owner_holds_at_most_its_devices(self):
         alice, carol = self.api("alice"), self.api("carol")
@@ -1815,7 +1816,20 @@ class OwnerLimitTest(TlsUsers, unittest.TestCase):
         reports.append(pb.RankStatus(job_id=a1, attempt=at, rank=0, exit_code=0,
                                      phase=pb.RANK_PHASE_EXITED))
         until("a2 placed", lambda: a2 in beat())
-        for j, api in ((a2, alice), (c1, carol), (c2, carol)):
+        # owner_max_jobs=carol=2: her third unfinished job is refused, at submit and at resume
+        full = (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                '"carol" has 2 jobs that have not ended, as many as owner_max_jobs allows: '
+                "cancel one, or wait for one to end")
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit(carol, "c3", dp=1)
+        self.assertEqual((cm.exception.code(), cm.exception.details()), full)
+        carol.CancelJob(pb.CancelJobRequest(id=c2), timeout=5)
+        c3 = submit(carol, "c3", dp=1)
+        with self.assertRaises(grpc.RpcError) as cm:
+            carol.ResumeJob(pb.ResumeJobRequest(id=c2), timeout=5)
+        self.assertEqual((cm.exception.code(), cm.exception.details()), full)
+        submit(alice, "a3", dp=1)  # alice has no such limit
+        for j, api in ((a2, alice), (c1, carol), (c3, carol)):
             api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 

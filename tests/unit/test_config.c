@@ -227,6 +227,13 @@ TEST(owner_max_devices) {
     ASSERT_EQ_STR(err, BAD[i].msg);
     ASSERT_EQ_INT(colod_config_owner_max_devices(&c, "alice"), 8); /* untouched */
   }
+  /* owner_max_jobs reads the same way */
+  ASSERT(colod_config_owner_max_jobs(&c, "alice") == UINT32_MAX);
+  ASSERT_EQ_INT(colod_config_set(&c, "owner_max_jobs", "*=100,bob=5", err, sizeof err), 0);
+  ASSERT_EQ_INT(colod_config_owner_max_jobs(&c, "alice"), 100);
+  ASSERT_EQ_INT(colod_config_owner_max_jobs(&c, "bob"), 5);
+  ASSERT_EQ_INT(colod_config_set(&c, "owner_max_jobs", "bob", err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "owner_max_jobs entry \"bob\" must be OWNER=JOBS");
   /* a "*" weight is every other owner's */
   ASSERT_EQ_INT(colod_config_set(&c, "fair_share_weights", "alice=2,*=0.25", err, sizeof err), 0);
   ASSERT(colod_config_weight(&c, "alice") == 2);

@@ -33,7 +33,8 @@ static colo_store_t *open_fresh(void) {
 static uint64_t submit_as(colo_store_t *st, const char *name, const char *owner) {
   colo_job_t j;
   const uint8_t spec[] = {0x0a, 0x03, 'a', 'b', 'c'};
-  ASSERT_EQ_INT(colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL, owner, 1000, &j), 0);
+  ASSERT_EQ_INT(
+      colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL, owner, UINT32_MAX, 1000, &j), 0);
   uint64_t id = j.id;
   colo_job_clear(&j);
   return id;
@@ -526,19 +527,35 @@ TEST(client_token_is_idempotent) {
   colo_store_t *st = open_fresh();
   colo_job_t a, b;
   const uint8_t spec[] = {1, 2, 3};
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", 5, &a), 0);
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", 6, &b), COLO_EEXIST);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", UINT32_MAX, 5, &a), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", 1, 6, &b),
+                COLO_EEXIST);
   ASSERT_EQ_INT(a.id, b.id);
   ASSERT_EQ_INT(b.created_ms, 5);
   ASSERT_EQ_STR(b.owner, "alice");
   colo_job_clear(&b);
   /* a token is its owner's: another user's same token is a job of its own */
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "bob", 7, &b), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "bob", UINT32_MAX, 7, &b), 0);
   ASSERT(a.id != b.id);
   ASSERT_EQ_STR(b.owner, "bob");
   colo_job_clear(&a);
   colo_job_clear(&b);
   ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs"), 2);
+  /* alice has 1 job that has not ended: with at most 1, a new token's job is refused, and a
+   * retry of the first still answered (above, with max_unfinished 1) */
+  ASSERT_EQ_INT(colo_store_job_insert(st, "y", spec, 3, 1, "tok-2", "alice", 1, 8, &b),
+                COLO_ETOOBIG);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "\"alice\" has 1 jobs that have not ended, as many as "
+                                       "owner_max_jobs allows: cancel one, or wait for one to end");
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs"), 2);
+  uint64_t n = 9;
+  ASSERT_EQ_INT(colo_store_job_unfinished(st, "alice", &n), 0);
+  ASSERT_EQ_INT(n, 1);
+  ASSERT_EQ_INT(colo_store_job_transition(st, 1, COLO_JOB_CANCELLED, "", 0, 9, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_unfinished(st, "alice", &n), 0);
+  ASSERT_EQ_INT(n, 0); /* an ended job does not count */
+  ASSERT_EQ_INT(colo_store_job_insert(st, "y", spec, 3, 1, "tok-2", "alice", 1, 10, &b), 0);
+  colo_job_clear(&b);
   colo_store_close(st);
 }
 
