@@ -66,6 +66,10 @@ static void usage(FILE *out) {
       "  hold JOB... [--reason TEXT]          keep waiting jobs from being placed until\n"
       "                                       released (one an admin held: by an admin)\n"
       "  release JOB...                       let held jobs be placed again\n"
+      "  requeue JOB... [--hold [--reason TEXT]]\n"
+      "                                       running jobs stop at a step with a checkpoint and\n"
+      "                                       wait to be placed again (not a restart); --hold:\n"
+      "                                       only once released\n"
       "  update JOB... [--priority N] [--max-restarts N] [--time-limit T]\n"
       "                                       change jobs that have not ended; T: seconds,\n"
       "                                       30m, 2h, 1d, or none\n"
@@ -1165,8 +1169,12 @@ static void print_updated(const Colo__V1__Job *j, const void *arg) {
   const Colo__V1__JobSpec *s = j->spec;
   int waits = j->waiting && j->waiting[0];
   printf("job %llu %s", (unsigned long long)j->id, state_name(j->state));
+  if (req->has_requeue && req->requeue)
+    printf(", requeued: its ranks stop at a step with a checkpoint, then it waits to be placed%s",
+           req->has_hold ? "" : " again");
   if (req->has_hold && (!j->held || !waits)) /* a held job's reason to wait says it is held */
-    printf(", %s", j->held ? (j->held_by_admin ? "held by an admin" : "held") : "released");
+    printf("%s%s", req->has_requeue && req->requeue ? " once released: " : ", ",
+           j->held ? (j->held_by_admin ? "held by an admin" : "held") : "released");
   if (req->has_priority && s)
     printf(", priority %d", s->priority);
   if (req->has_max_restarts && s)
@@ -1211,6 +1219,32 @@ static int hold(ctl_t *c, int argc, char **argv, int on) {
   Colo__V1__UpdateJobRequest req = COLO__V1__UPDATE_JOB_REQUEST__INIT;
   req.has_hold = 1;
   req.hold = on;
+  req.reason = (char *)reason;
+  return update_jobs(c, ids, n, &req);
+}
+
+/* requeue JOB... [--hold [--reason TEXT]] */
+static int cmd_requeue(ctl_t *c, int argc, char **argv) {
+  uint64_t ids[MAX_SWEEP_JOBS];
+  int n = 0, held = 0;
+  const char *reason = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--hold"))
+      held = 1;
+    else if (!strcmp(argv[i], "--reason") && i + 1 < argc)
+      reason = argv[++i];
+    else if (n < MAX_SWEEP_JOBS && parse_id(argv[i], &ids[n]) == 0)
+      n++;
+    else
+      return usage_error("requeue: unexpected argument '%s'", argv[i]);
+  }
+  if (!n)
+    return usage_error("requeue needs a job id");
+  if (reason && !held)
+    return usage_error("requeue: --reason goes with --hold");
+  Colo__V1__UpdateJobRequest req = COLO__V1__UPDATE_JOB_REQUEST__INIT;
+  req.has_requeue = req.requeue = 1;
+  req.has_hold = req.hold = held;
   req.reason = (char *)reason;
   return update_jobs(c, ids, n, &req);
 }
@@ -2025,13 +2059,25 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(ctl_t *, int, char **);
-  } cmds[] = {
-      {"submit", cmd_submit},           {"status", cmd_status},   {"list", cmd_list},
-      {"cancel", cmd_cancel},           {"resume", cmd_resume},   {"hold", cmd_hold},
-      {"release", cmd_release},         {"update", cmd_update},   {"watch", cmd_watch},
-      {"events", cmd_events},           {"hosts", cmd_hosts},     {"logs", cmd_logs},
-      {"checkpoints", cmd_checkpoints}, {"history", cmd_history}, {"cordon", cmd_cordon},
-      {"uncordon", cmd_uncordon},       {"usage", cmd_usage},     {"checkpoint", cmd_checkpoint}};
+  } cmds[] = {{"submit", cmd_submit},
+              {"status", cmd_status},
+              {"list", cmd_list},
+              {"cancel", cmd_cancel},
+              {"resume", cmd_resume},
+              {"hold", cmd_hold},
+              {"release", cmd_release},
+              {"update", cmd_update},
+              {"requeue", cmd_requeue},
+              {"watch", cmd_watch},
+              {"events", cmd_events},
+              {"hosts", cmd_hosts},
+              {"logs", cmd_logs},
+              {"checkpoints", cmd_checkpoints},
+              {"history", cmd_history},
+              {"cordon", cmd_cordon},
+              {"uncordon", cmd_uncordon},
+              {"usage", cmd_usage},
+              {"checkpoint", cmd_checkpoint}};
   int rc = -1;
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
     if (!strcmp(cmd, cmds[i].name))

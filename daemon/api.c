@@ -651,9 +651,16 @@ static void h_update(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   const Colo__V1__UpdateJobRequest *req = (const void *)m;
   if (!need_id(call, req->has_id, req->id))
     return;
-  if (!req->has_hold && !req->has_priority && !req->has_max_restarts && !req->has_time_limit_s) {
+  int requeue = req->has_requeue && req->requeue;
+  if (!req->has_hold && !req->has_priority && !req->has_max_restarts && !req->has_time_limit_s &&
+      !requeue) {
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
-                  "nothing to change: set hold, priority, max_restarts or time_limit_s");
+                  "nothing to change: set hold, requeue, priority, max_restarts or time_limit_s");
+    return;
+  }
+  if (requeue && req->has_hold && !req->hold) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "requeue goes with hold: true or no hold: a running job is not held");
     return;
   }
   if (req->reason && !bounded_str(req->reason, 200)) {
@@ -674,9 +681,16 @@ static void h_update(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   uint8_t *packed = NULL;
   char what[512] = "", err[512];
   size_t n = 0;
-  colo_job_update_t u = {.hold = -1};
+  colo_job_update_t u = {.hold = -1, .requeue = requeue};
   if (!may_change(d, call, &cur, "change it"))
     goto out;
+  if (requeue && colod_jobs_requeue(d, cur.id, NULL, 1, err, sizeof err) < 0) {
+    colo_rpc_fail(call, GRPC_STATUS_FAILED_PRECONDITION, "%s", err);
+    goto out;
+  }
+  if (requeue && !req->has_hold) /* with a hold: "requeued and held by ..." */
+    n += (size_t)snprintf(what, sizeof what, "requeued%s%s", c.enforced ? " by " : "",
+                          c.enforced ? c.cn : "");
   if (req->has_hold) {
     if (cur.hold == COLO_HOLD_ADMIN && c.enforced && !admin) {
       colo_rpc_fail(call, GRPC_STATUS_PERMISSION_DENIED,
@@ -691,10 +705,10 @@ static void h_update(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     }
     u.hold = !req->hold ? COLO_HOLD_NONE : admin ? COLO_HOLD_ADMIN : COLO_HOLD_OWNER;
     u.hold_reason = req->reason ? req->reason : "";
-    n +=
-        (size_t)snprintf(what, sizeof what, "%s%s%s%s%s", req->hold ? "held" : "released",
-                         c.enforced ? " by " : "", c.enforced ? c.cn : "",
-                         req->hold && u.hold_reason[0] ? ": " : "", req->hold ? u.hold_reason : "");
+    n += (size_t)snprintf(what, sizeof what, "%s%s%s%s%s%s", requeue ? "requeued and " : "",
+                          req->hold ? "held" : "released", c.enforced ? " by " : "",
+                          c.enforced ? c.cn : "", req->hold && u.hold_reason[0] ? ": " : "",
+                          req->hold ? u.hold_reason : "");
   }
   if (req->has_priority || req->has_max_restarts || req->has_time_limit_s) {
     spec = colo__v1__job_spec__unpack(NULL, cur.spec_len, cur.spec);
@@ -744,6 +758,13 @@ static void h_update(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   }
   colo_log(COLO_LOG_INFO, "api", "job %llu: %s", (unsigned long long)job.id, what);
   colod_jobs_updated(d, &job);
+  if (requeue && colod_jobs_requeue(d, job.id, what, 0, err, sizeof err) < 0) {
+    colo_log(COLO_LOG_ERROR, "api", "job %llu: cannot requeue: %s", (unsigned long long)job.id,
+             err);
+    colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "coordinator storage error");
+    colo_job_clear(&job);
+    goto out;
+  }
   if (req->has_hold) /* its message says so */
     colod_watch_notify(d, &job);
   reply_job(d, call, &job, 4);

@@ -1554,12 +1554,12 @@ void colod_jobs_updated(colod_t *d, const colo_job_t *row) {
   int was = j->hold;
   j->hold = row->hold;
   snprintf(j->hold_reason, sizeof j->hold_reason, "%s", row->hold_reason);
-  if (j->hold) {
+  if (j->hold && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING)) {
     char why[sizeof j->wait_why];
     held_why(j, why, sizeof why);
     set_waiting(j, why);
     j->in_line = 0;
-  } else if (was) {
+  } else if (was && !j->hold) {
     j->wait_why[0] = '\0'; /* the next pass says where it stands */
   }
   colod_jobs_kick(d);
@@ -1606,6 +1606,27 @@ int colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap, si
     (*n)++;
   }
   return err;
+}
+
+int colod_jobs_requeue(colod_t *d, uint64_t job_id, const char *why, int check_only, char *err,
+                       size_t len) {
+  colod_job_live_t *j = live_find(d, job_id);
+  if (!j || j->state != COLO_JOB_RUNNING || !j->place) {
+    snprintf(err, len, "job %llu is %s; only a RUNNING job can be requeued",
+             (unsigned long long)job_id, colo_job_state_name(j ? j->state : 0));
+    return COLO_ESTATE;
+  }
+  if (j->evicting) {
+    snprintf(err, len, "job %llu: its ranks are stopping already (%s)", (unsigned long long)job_id,
+             j->evicting == COLO_STOP_TIME_LIMIT ? "its time limit" : "moved");
+    return COLO_ESTATE;
+  }
+  if (check_only)
+    return 0;
+  int rc = stop_for(d, j, why, COLO_STOP_MOVE);
+  if (rc < 0)
+    snprintf(err, len, "%s", colo_store_errmsg(d->store));
+  return rc;
 }
 
 int colod_jobs_checkpoint(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t *seq, char *why,

@@ -92,6 +92,13 @@ void colod_jobs_each(struct colod_s *d, colod_job_view_cb cb, void *data);
  * or the store's error for a job it could not mark (that job is not stopped; the others are). */
 int colod_jobs_evict(struct colod_s *d, uint64_t host_id, uint64_t *ids, size_t cap, size_t *n);
 
+/* Requeues a RUNNING job, as an eviction stops its jobs: its ranks are desired nowhere, save a
+ * checkpoint at a step they agree on and exit 75, and it waits to be placed again. check_only:
+ * only says whether it can. COLO_ESTATE with why in err when it is not running or its ranks are
+ * stopping already; the store's error otherwise. */
+int colod_jobs_requeue(struct colod_s *d, uint64_t job_id, const char *why, int check_only,
+                       char *err, size_t len);
+
 /* Asks a RUNNING job's ranks for a checkpoint at their next step: counted with its attempt in
  * the store (*seq: the count, this one included), then told to its workers at once. COLO_ESTATE
  * with why when the job is not running or its ranks are stopping; the store's error otherwise. */

@@ -762,9 +762,17 @@ int colo_store_job_update(colo_store_t *st, uint64_t id, const colo_job_update_t
     rc = COLO_ESTATE;
     goto fail;
   }
-  if (u->hold > COLO_HOLD_NONE && j.state != COLO_JOB_PENDING && j.state != COLO_JOB_RESTARTING) {
+  if (u->requeue && j.state != COLO_JOB_RUNNING) {
+    snprintf(st->errmsg, sizeof st->errmsg, "job %llu is %s; only a RUNNING job can be requeued",
+             (unsigned long long)id, colo_job_state_name(j.state));
+    rc = COLO_ESTATE;
+    goto fail;
+  }
+  if (u->hold > COLO_HOLD_NONE && j.state != COLO_JOB_PENDING && j.state != COLO_JOB_RESTARTING &&
+      !u->requeue) {
     snprintf(st->errmsg, sizeof st->errmsg,
-             "job %llu is %s; only a job waiting to be placed (PENDING or RESTARTING) can be held",
+             "job %llu is %s; only a job waiting to be placed (PENDING or RESTARTING) can be held "
+             "(a RUNNING one with requeue)",
              (unsigned long long)id, colo_job_state_name(j.state));
     rc = COLO_ESTATE;
     goto fail;

@@ -158,10 +158,13 @@ typedef struct {
                             -1: as it is */
   const char *hold_reason;
   const char *message; /* the event appended: what changed, by whom */
+  int requeue;         /* a RUNNING job (COLO_ESTATE otherwise) is being stopped to wait again:
+                          it may be held */
 } colo_job_update_t;
 
 /* Changes a job that has not ended (COLO_ESTATE otherwise), in one transaction that appends an
- * event in its current state. Holding (hold > 0) needs a PENDING or RESTARTING job (COLO_ESTATE);
+ * event in its current state. Holding (hold > 0) needs a PENDING or RESTARTING job, or a RUNNING
+ * one with requeue (COLO_ESTATE);
  * a job that ends is no longer held. On success fills *out (may be NULL). */
 int colo_store_job_update(colo_store_t *st, uint64_t id, const colo_job_update_t *u, int64_t now_ms,
                           colo_job_t *out);

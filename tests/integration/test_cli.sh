@@ -129,6 +129,10 @@ expect_eq "$ERR" "coloctl: update: nothing to change: give --priority, --max-res
 expect_rc 2 "$COLOCTL" update 3 --time-limit 5x
 expect_rc 2 "$COLOCTL" hold
 expect_rc 2 "$COLOCTL" release 2 --reason x
+expect_rc 1 "$COLOCTL" requeue 3 --hold
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job 3 is PENDING; only a RUNNING job can be requeued"
+expect_rc 2 "$COLOCTL" requeue 3 --reason x
+expect_eq "$ERR" "coloctl: requeue: --reason goes with --hold; try 'coloctl --help'"
 # the history of those changes
 expect_rc 0 "$COLOCTL" events 2
 expect_eq "$(sed -E '2,$ s/  [0-9]{4}-[0-9-]+ [0-9:]+  /  TIME  /' <<<"$OUT" | tr -s ' ')" "SEQ TIME (UTC) STATE MESSAGE

@@ -1657,15 +1657,15 @@ class HoldTest(WithColod):
         # what cannot be done changes nothing
         invalid, precond = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION
         refused(invalid, "id must be set", hold=True)
-        refused(invalid, "nothing to change: set hold, priority, max_restarts or time_limit_s",
-                id=c)
+        refused(invalid, "nothing to change: set hold, requeue, priority, max_restarts or "
+                         "time_limit_s", id=c)
         refused(invalid, "reason goes with hold: true", id=c, priority=1, reason="why")
         refused(invalid, "reason is longer than 200 bytes", id=c, hold=True, reason="x" * 201)
         refused(invalid, "priority=1001 must be between -1000 and 1000", id=c, priority=1001,
                 max_restarts=1)
         refused(invalid, "max_restarts=101 exceeds 100", id=c, max_restarts=101)
         refused(precond, "job %d is RUNNING; only a job waiting to be placed (PENDING or "
-                         "RESTARTING) can be held" % a, id=a, hold=True)
+                         "RESTARTING) can be held (a RUNNING one with requeue)" % a, id=a, hold=True)
         refused(precond, "job %d is not held" % c, id=c, hold=False)
         refused(grpc.StatusCode.NOT_FOUND, "job 999 not found", id=999, priority=1)
         self.assertEqual((self.job(c).spec.priority, self.job(c).spec.max_restarts), (0, 3))
@@ -1703,7 +1703,7 @@ class HoldTest(WithColod):
         self.until("e first", lambda: [self.job(x).queue_position for x in (e, b)] == [1, 2])
         self.assertIn(d, beat())
         end(d, at)
-        self.until("e placed", lambda: beat().get(e))
+        at_e = self.until("e placed", lambda: beat().get(e))
         # each change is in the job's history, with its state changes, oldest first
         r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=e), timeout=5)
         self.assertEqual([(ev.seq, ev.state, ev.message) for ev in r.events],
@@ -1728,16 +1728,58 @@ class HoldTest(WithColod):
                 self.api.ListJobEvents(req, timeout=5)
             self.assertEqual((cm.exception.code(), cm.exception.details()), (code, details))
         # a history of more than a page comes in pages of 1000
-        for i in range(1001):
-            update(id=b, priority=i % 7)
+        for i in range(1001):  # b's priority stays below e's, which it would preempt
+            update(id=b, priority=-(i % 7))
         r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=b), timeout=5)
         self.assertEqual((len(r.events), r.more, r.events[-1].seq), (1000, True, 1000))
         r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=b, after_seq=1000), timeout=5)
         # b's events 1 to 3 are its submit, hold and release; update i is event 4 + i
         self.assertEqual([(ev.seq, ev.message) for ev in r.events],
-                         [(4 + i, "priority %d -> %d" % ((i - 1) % 7, i % 7))
+                         [(4 + i, "priority %d -> %d" % (-((i - 1) % 7), -(i % 7)))
                           for i in range(997, 1001)])
         self.assertFalse(r.more)
+        # requeue and hold the running e: its ranks stop with a checkpoint, it is not counted as
+        # a restart, and, held, it leaves the device to b though its priority is higher
+        refused(precond, "job %d is PENDING; only a RUNNING job can be requeued" % b, id=b,
+                requeue=True)
+        refused(invalid, "requeue goes with hold: true or no hold: a running job is not held",
+                id=e, requeue=True, hold=False)
+        j = update(id=e, requeue=True, hold=True, reason="node maintenance")
+        self.assertEqual((j.state, j.held, j.message),
+                         (pb.JOB_STATE_RUNNING, True, "requeued and held: node maintenance"))
+        refused(precond, "job %d: its ranks are stopping already (moved)" % e, id=e, requeue=True)
+        self.until("e withdrawn", lambda: e not in beat())
+        reports.append(pb.RankStatus(job_id=e, attempt=at_e, rank=0, exit_code=75,
+                                     phase=pb.RANK_PHASE_EXITED,
+                                     message="stopped as asked at step 7, with its checkpoint"))
+        self.until("b placed", lambda: beat().get(b))
+        j = self.job(e)
+        self.assertEqual((j.state, j.restarts, j.held), (pb.JOB_STATE_RESTARTING, 0, True))
+        self.assertEqual(self.until("e's reason", lambda: self.job(e).waiting),
+                         "held by its owner: node maintenance; it is placed once released "
+                         "(coloctl release %d)" % e)
+        # released, e preempts b (its priority is higher) and goes on as its attempt 2
+        update(id=e, hold=False)
+        self.until("b withdrawn", lambda: b not in beat())
+        reports.append(pb.RankStatus(job_id=b, attempt=1, rank=0, exit_code=75,
+                                     phase=pb.RANK_PHASE_EXITED,
+                                     message="stopped as asked at step 3, with its checkpoint"))
+        self.assertEqual(self.until("e placed again", lambda: beat().get(e)), 2)
+        self.assertEqual(self.job(b).state, pb.JOB_STATE_RESTARTING)
+        r = self.api.ListJobEvents(pb.ListJobEventsRequest(job_id=e, last=4), timeout=5)
+        self.assertEqual([ev.message.split(":")[0] for ev in r.events],
+                         ["requeued and held", "rank 0 stopped as asked at step 7, with its "
+                          "checkpoint; restarting from its checkpoint (not counted as a restart)",
+                          "released", "attempt 2 started"])
+        # a requeue alone: e stops and, first in line, is placed again as attempt 3
+        j = update(id=e, requeue=True)
+        self.assertEqual((j.state, j.held), (pb.JOB_STATE_RUNNING, False))
+        self.until("e withdrawn again", lambda: e not in beat())
+        reports.append(pb.RankStatus(job_id=e, attempt=2, rank=0, exit_code=75,
+                                     phase=pb.RANK_PHASE_EXITED,
+                                     message="stopped as asked at step 9, with its checkpoint"))
+        self.assertEqual(self.until("e placed a third time", lambda: beat().get(e)), 3)
+        self.assertEqual((self.job(e).restarts, self.job(e).attempt), (0, 3))
         for x in (b, e):
             self.api.CancelJob(pb.CancelJobRequest(id=x), timeout=5)
 

@@ -775,8 +775,17 @@ TEST(update_holds_and_respecs_a_live_job) {
   u = (colo_job_update_t){.hold = COLO_HOLD_OWNER, .message = "held"};
   ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 6000, NULL), COLO_ESTATE);
   ASSERT_EQ_STR(colo_store_errmsg(st), "job 1 is RUNNING; only a job waiting to be placed "
-                                       "(PENDING or RESTARTING) can be held");
+                                       "(PENDING or RESTARTING) can be held (a RUNNING one with "
+                                       "requeue)");
   ASSERT_EQ_INT(count_events(st, id), events);
+  /* held as it is requeued, though: it is stopping to wait again */
+  u = (colo_job_update_t){.hold = COLO_HOLD_OWNER, .message = "requeued and held", .requeue = 1};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 6000, &j), 0);
+  ASSERT_EQ_INT(j.hold, COLO_HOLD_OWNER);
+  ASSERT_EQ_INT(j.state, COLO_JOB_RUNNING);
+  colo_job_clear(&j);
+  u = (colo_job_update_t){.hold = COLO_HOLD_NONE, .message = "released"};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 6000, NULL), 0);
   u = (colo_job_update_t){.spec = spec,
                           .spec_len = sizeof spec,
                           .max_restarts = 2,
@@ -787,6 +796,9 @@ TEST(update_holds_and_respecs_a_live_job) {
   /* held again while restarting, then cancelled: an ended job is not held, and not changed */
   ASSERT_EQ_INT(
       colo_store_job_transition(st, id, COLO_JOB_RESTARTING, "rank 0 exited 1", 0, 7000, NULL), 0);
+  u = (colo_job_update_t){.hold = -1, .message = "requeued", .requeue = 1};
+  ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 7400, NULL), COLO_ESTATE);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "job 1 is RESTARTING; only a RUNNING job can be requeued");
   u = (colo_job_update_t){.hold = COLO_HOLD_OWNER, .hold_reason = "look first", .message = "held"};
   ASSERT_EQ_INT(colo_store_job_update(st, id, &u, 7500, NULL), 0);
   ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_CANCELLED, "cancelled", 0, 8000, &j), 0);
