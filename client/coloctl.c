@@ -1200,15 +1200,17 @@ static int update_jobs(ctl_t *c, const uint64_t *ids, int n, Colo__V1__UpdateJob
                   ids, n, n > 1, print_updated, req);
 }
 
-/* hold JOB... [--reason TEXT] and release JOB... */
-static int hold(ctl_t *c, int argc, char **argv, int on) {
-  const char *verb = on ? "hold" : "release";
+/* hold JOB... [--reason TEXT], release JOB... and requeue JOB... [--hold [--reason TEXT]] */
+static int hold(ctl_t *c, int argc, char **argv, const char *verb) {
+  int requeue = !strcmp(verb, "requeue"), on = !strcmp(verb, "hold");
   uint64_t ids[MAX_SWEEP_JOBS];
   int n = 0;
   const char *reason = NULL;
   for (int i = 0; i < argc; i++) {
-    if (on && !strcmp(argv[i], "--reason") && i + 1 < argc)
+    if ((on || requeue) && !strcmp(argv[i], "--reason") && i + 1 < argc)
       reason = argv[++i];
+    else if (requeue && !strcmp(argv[i], "--hold"))
+      on = 1;
     else if (n < MAX_SWEEP_JOBS && parse_id(argv[i], &ids[n]) == 0)
       n++;
     else
@@ -1216,45 +1218,26 @@ static int hold(ctl_t *c, int argc, char **argv, int on) {
   }
   if (!n)
     return usage_error("%s needs a job id", verb);
+  if (reason && !on)
+    return usage_error("%s: --reason goes with --hold", verb);
   Colo__V1__UpdateJobRequest req = COLO__V1__UPDATE_JOB_REQUEST__INIT;
-  req.has_hold = 1;
+  req.has_hold = !requeue || on;
   req.hold = on;
-  req.reason = (char *)reason;
-  return update_jobs(c, ids, n, &req);
-}
-
-/* requeue JOB... [--hold [--reason TEXT]] */
-static int cmd_requeue(ctl_t *c, int argc, char **argv) {
-  uint64_t ids[MAX_SWEEP_JOBS];
-  int n = 0, held = 0;
-  const char *reason = NULL;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--hold"))
-      held = 1;
-    else if (!strcmp(argv[i], "--reason") && i + 1 < argc)
-      reason = argv[++i];
-    else if (n < MAX_SWEEP_JOBS && parse_id(argv[i], &ids[n]) == 0)
-      n++;
-    else
-      return usage_error("requeue: unexpected argument '%s'", argv[i]);
-  }
-  if (!n)
-    return usage_error("requeue needs a job id");
-  if (reason && !held)
-    return usage_error("requeue: --reason goes with --hold");
-  Colo__V1__UpdateJobRequest req = COLO__V1__UPDATE_JOB_REQUEST__INIT;
-  req.has_requeue = req.requeue = 1;
-  req.has_hold = req.hold = held;
+  req.has_requeue = req.requeue = requeue;
   req.reason = (char *)reason;
   return update_jobs(c, ids, n, &req);
 }
 
 static int cmd_hold(ctl_t *c, int argc, char **argv) {
-  return hold(c, argc, argv, 1);
+  return hold(c, argc, argv, "hold");
 }
 
 static int cmd_release(ctl_t *c, int argc, char **argv) {
-  return hold(c, argc, argv, 0);
+  return hold(c, argc, argv, "release");
+}
+
+static int cmd_requeue(ctl_t *c, int argc, char **argv) {
+  return hold(c, argc, argv, "requeue");
 }
 
 static int cmd_update(ctl_t *c, int argc, char **argv) {
