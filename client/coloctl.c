@@ -936,9 +936,12 @@ static int status_once(ctl_t *c, uint64_t id, int *state) {
       snprintf(cord, sizeof cord, " (%u cordoned)", cs->hosts_cordoned);
     printf("hosts       %u up, %u down%s; devices %u used of %u\n", cs->hosts_up, cs->hosts_down,
            cord, cs->devices_used, cs->devices_total);
-    printf("jobs        %u pending, %u running, %u restarting, %u succeeded, %u failed, "
+    char held[32] = "";
+    if (cs->jobs_held)
+      snprintf(held, sizeof held, " (%u held)", cs->jobs_held);
+    printf("jobs        %u pending%s, %u running, %u restarting, %u succeeded, %u failed, "
            "%u cancelled, %u timed out\n\n",
-           cs->jobs_pending, cs->jobs_running, cs->jobs_restarting, cs->jobs_succeeded,
+           cs->jobs_pending, held, cs->jobs_running, cs->jobs_restarting, cs->jobs_succeeded,
            cs->jobs_failed, cs->jobs_cancelled, cs->jobs_timed_out);
     size_t n = 0;
     for (size_t i = 0; i < p.n; i++)

@@ -1335,6 +1335,10 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   hosts_acc_free(&a);
 }
 
+static void count_held(const colod_job_view_t *j, void *data) {
+  *(uint32_t *)data += j->held != 0 && j->state != COLO_JOB_RUNNING;
+}
+
 static void h_cluster(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   (void)m;
@@ -1374,6 +1378,8 @@ static void h_cluster(colo_rpc_call_t *call, const ProtobufCMessage *m, void *da
   r.jobs_cancelled = counts[COLO_JOB_CANCELLED];
   r.has_jobs_timed_out = 1;
   r.jobs_timed_out = counts[COLO_JOB_TIMED_OUT];
+  r.has_jobs_held = 1;
+  colod_jobs_each(d, count_held, &r.jobs_held);
   r.version = COLO_VERSION;
   r.has_started_ms = 1;
   r.started_ms = d->started_ms;

@@ -110,6 +110,8 @@ expect_rc 0 "$COLOCTL" hold 2 --reason "data not ready"
 expect_eq "$OUT" "job 2 PENDING: held by its owner: data not ready; it is placed once released (coloctl release 2)"
 expect_rc 0 "$COLOCTL" status 2
 expect_contains "$OUT" "state      PENDING (held: data not ready)"
+expect_rc 0 "$COLOCTL" status
+expect_contains "$OUT" "jobs        2 pending (1 held), 0 running, 0 restarting"
 expect_rc 0 "$COLOCTL" list --json
 expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print([(j["id"], j.get("held", False), j.get("hold_reason", "")) for j in json.load(sys.stdin)])')" "[(1, False, ''), (2, True, 'data not ready'), (3, False, '')]"
 expect_rc 0 "$COLOCTL" update 2 3 --priority 7 --time-limit 90m --max-restarts 5

@@ -1654,6 +1654,8 @@ class HoldTest(WithColod):
         self.until("c alone in line", lambda: (self.job(c).queue_position,
                                                self.job(c).queue_length) == (1, 1))
         self.assertFalse(self.job(b).HasField("queue_position"))
+        self.assertEqual(self.api.GetClusterStatus(pb.GetClusterStatusRequest(), timeout=5)
+                         .jobs_held, 1)
         # what cannot be done changes nothing
         invalid, precond = grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION
         refused(invalid, "id must be set", hold=True)
