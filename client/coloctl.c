@@ -90,7 +90,7 @@ static void usage(FILE *out) {
       "  checkpoint JOB [--wait]              a running job's ranks save a checkpoint at their\n"
       "                                       next step and train on; --wait until it is there\n"
       "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
-      "  usage [--since T] [--until T] [--by owner|job] [--limit N]\n"
+      "  usage [--since T] [--until T] [--by owner|job|account] [--limit N]\n"
       "                                       device hours used, most first; T: 7d, 12h, 30m\n"
       "                                       ago, a UTC date 2026-11-01[T12:00:00Z], or Unix\n"
       "                                       ms (default: from the first job to now)\n"
@@ -698,6 +698,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
   printf("  state      %s (%s)\n", state_name(j->state), j->message ? j->message : "");
   if (j->owner && j->owner[0])
     printf("  owner      %s\n", j->owner);
+  if (s && s->account && s->account[0])
+    printf("  account    %s\n", s->account);
   if (s && s->priority)
     printf("  priority   %d\n", s->priority);
   if (s && s->n_after) {
@@ -1766,10 +1768,12 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
         req.until_ms = t;
       }
       i++;
-    } else if (!strcmp(argv[i], "--by") && v && (!strcmp(v, "owner") || !strcmp(v, "job"))) {
+    } else if (!strcmp(argv[i], "--by") && v &&
+               (!strcmp(v, "owner") || !strcmp(v, "job") || !strcmp(v, "account"))) {
       req.has_group_by = 1;
-      req.group_by = v[0] == 'j' ? COLO__V1__USAGE_GROUP__USAGE_GROUP_JOB
-                                 : COLO__V1__USAGE_GROUP__USAGE_GROUP_OWNER;
+      req.group_by = v[0] == 'j'   ? COLO__V1__USAGE_GROUP__USAGE_GROUP_JOB
+                     : v[0] == 'a' ? COLO__V1__USAGE_GROUP__USAGE_GROUP_ACCOUNT
+                                   : COLO__V1__USAGE_GROUP__USAGE_GROUP_OWNER;
       i++;
     } else if (!strcmp(argv[i], "--limit") && v) {
       char *end;
@@ -1780,8 +1784,9 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
       req.limit = (uint32_t)n;
       i++;
     } else {
-      return usage_error("usage: unexpected '%s' (--since T, --until T, --by owner|job, --limit N)",
-                         argv[i]);
+      return usage_error(
+          "usage: unexpected '%s' (--since T, --until T, --by owner|job|account, --limit N)",
+          argv[i]);
     }
   }
   int rc = connect_ctl(c);
@@ -1798,10 +1803,12 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
     return 0;
   }
   int by_job = req.group_by == COLO__V1__USAGE_GROUP__USAGE_GROUP_JOB;
+  int by_account = req.group_by == COLO__V1__USAGE_GROUP__USAGE_GROUP_ACCOUNT;
   static const char *const HO[] = {"OWNER", "DEVICE", "JOBS", "ATTEMPTS", "DEVICE-HOURS", NULL};
-  static const char *const HJ[] = {"JOB",      "NAME",         "OWNER", "DEVICE",
-                                   "ATTEMPTS", "DEVICE-HOURS", NULL};
-  table_t *t = table_new(by_job ? HJ : HO);
+  static const char *const HA[] = {"ACCOUNT", "DEVICE", "JOBS", "ATTEMPTS", "DEVICE-HOURS", NULL};
+  static const char *const HJ[] = {"JOB",    "NAME",     "OWNER",        "ACCOUNT",
+                                   "DEVICE", "ATTEMPTS", "DEVICE-HOURS", NULL};
+  table_t *t = table_new(by_job ? HJ : by_account ? HA : HO);
   for (size_t i = 0; i < resp->n_rows; i++) {
     const Colo__V1__UsageRow *r = resp->rows[i];
     const char *owner = r->owner && r->owner[0] ? r->owner : "-";
@@ -1811,10 +1818,11 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
     snprintf(jobs, sizeof jobs, "%u", r->jobs);
     snprintf(att, sizeof att, "%u", r->attempts);
     snprintf(hours, sizeof hours, "%.3f", r->device_hours);
+    const char *account = r->account && r->account[0] ? r->account : "-";
     if (by_job)
-      table_row(t, id, r->job_name ? r->job_name : "", owner, dev, att, hours);
+      table_row(t, id, r->job_name ? r->job_name : "", owner, account, dev, att, hours);
     else
-      table_row(t, owner, dev, jobs, att, hours);
+      table_row(t, by_account ? account : owner, dev, jobs, att, hours);
   }
   if (resp->n_rows)
     table_print(t, stdout);
@@ -1827,7 +1835,8 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
   if (resp->rows_total > resp->n_rows)
     printf(" (the %zu largest of %u rows shown)", resp->n_rows, resp->rows_total);
   printf("\n");
-  if (!by_job && resp->n_fair_share) { /* the order waiting jobs of one priority start in */
+  if (!by_job && !by_account &&
+      resp->n_fair_share) { /* the order waiting jobs of one priority start in */
     uint64_t hl = resp->fair_share_half_life_ms;
     char half[32];
     if (hl % 86400000 == 0)

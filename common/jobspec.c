@@ -339,6 +339,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (s->train->init_from && s->train->init_from[0] && s->train->has_init_from_job &&
       s->train->init_from_job)
     return bad(err, errlen, "train.init_from and train.init_from_job are exclusive: set one");
+  if (s->account && s->account[0] && !colo_jobspec_name_ok(s->account))
+    return bad(err, errlen,
+               "account \"%.80s\" must be 1 to %d letters, digits, '-', '_' and '.', or empty",
+               s->account, COLO_MAX_NAME);
   if (s->after_condition == COLO__V1__AFTER_CONDITION__AFTER_CONDITION_UNSPECIFIED)
     return bad(err, errlen, "after_condition must be succeeded or ended");
   if (s->n_after > COLO_MAX_AFTER)

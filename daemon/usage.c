@@ -4,6 +4,7 @@
  * the job manager stores already. */
 #include "usage.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,6 +16,7 @@
 
 typedef struct {
   char owner[129];
+  char account[65];
   int device; /* colo.v1.DeviceKind */
   uint64_t job_id, last_job;
   char name[65];
@@ -24,11 +26,12 @@ typedef struct {
 
 typedef struct {
   int64_t since, until, now;
-  int by_job;
+  int by_job, by_account;
   row_t *rows;
   size_t n, cap;
-  uint64_t spec_job; /* the job whose device kind is in spec_device */
+  uint64_t spec_job; /* the job whose device kind and account are in spec_* */
   int spec_device;
+  char spec_account[65];
   double gpu_ms, cpu_ms;
   int oom;
 } usage_t;
@@ -38,7 +41,8 @@ static row_t *row_for(usage_t *u, const colo_usage_row_t *a, int device) {
   if (u->by_job && u->n && u->rows[u->n - 1].job_id == a->job_id)
     return &u->rows[u->n - 1];
   for (size_t i = 0; !u->by_job && i < u->n; i++)
-    if (u->rows[i].device == device && !strcmp(u->rows[i].owner, a->owner))
+    if (u->rows[i].device == device && (u->by_account ? !strcmp(u->rows[i].account, u->spec_account)
+                                                      : !strcmp(u->rows[i].owner, a->owner)))
       return &u->rows[i];
   if (u->n == u->cap) {
     size_t cap = u->cap ? 2 * u->cap : 64;
@@ -50,7 +54,9 @@ static row_t *row_for(usage_t *u, const colo_usage_row_t *a, int device) {
   }
   row_t *r = &u->rows[u->n++];
   memset(r, 0, sizeof *r);
-  snprintf(r->owner, sizeof r->owner, "%s", a->owner);
+  if (!u->by_account)
+    snprintf(r->owner, sizeof r->owner, "%s", a->owner);
+  snprintf(r->account, sizeof r->account, "%s", u->spec_account);
   r->device = device;
   if (u->by_job) {
     r->job_id = a->job_id;
@@ -59,17 +65,25 @@ static row_t *row_for(usage_t *u, const colo_usage_row_t *a, int device) {
   return r;
 }
 
-int colod_usage_device(const colo_usage_row_t *a, uint64_t *job, int *device) {
+/* colod_usage_device, and the job's account into account (len bytes; NULL: not wanted) */
+static int usage_spec(const colo_usage_row_t *a, uint64_t *job, int *device, char *account,
+                      size_t len) {
   if (*job != a->job_id) { /* read once a job: its attempts come one after another */
     Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, a->spec_len, a->spec);
     *device = spec && spec->resources && spec->resources->has_device
                   ? (int)spec->resources->device
                   : COLO__V1__DEVICE_KIND__DEVICE_KIND_CPU;
+    if (account)
+      snprintf(account, len, "%s", spec && spec->account ? spec->account : "");
     if (spec)
       colo__v1__job_spec__free_unpacked(spec, NULL);
     *job = a->job_id;
   }
   return *device;
+}
+
+int colod_usage_device(const colo_usage_row_t *a, uint64_t *job, int *device) {
+  return usage_spec(a, job, device, NULL, 0);
 }
 
 static int attempt_cb(const colo_usage_row_t *a, void *data) {
@@ -79,7 +93,7 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
   int64_t to = end < u->until ? end : u->until;
   if (to <= from || !a->ranks)
     return 0;
-  colod_usage_device(a, &u->spec_job, &u->spec_device);
+  usage_spec(a, &u->spec_job, &u->spec_device, u->spec_account, sizeof u->spec_account);
   row_t *r = row_for(u, a, u->spec_device);
   if (!r) {
     u->oom = 1;
@@ -99,12 +113,14 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
   return 0;
 }
 
-/* most device time first; ties by owner, then job */
+/* most device time first; ties by owner (or account), then job */
 static int row_order(const void *a, const void *b) {
   const row_t *x = a, *y = b;
   if (x->ms != y->ms)
     return x->ms < y->ms ? 1 : -1;
   int c = strcmp(x->owner, y->owner);
+  if (!c)
+    c = strcmp(x->account, y->account);
   if (c)
     return c;
   if (x->device != y->device)
@@ -128,7 +144,9 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
                .until = req->has_until_ms && req->until_ms ? req->until_ms : now,
                .now = now,
                .by_job =
-                   req->has_group_by && req->group_by == COLO__V1__USAGE_GROUP__USAGE_GROUP_JOB};
+                   req->has_group_by && req->group_by == COLO__V1__USAGE_GROUP__USAGE_GROUP_JOB,
+               .by_account = req->has_group_by &&
+                             req->group_by == COLO__V1__USAGE_GROUP__USAGE_GROUP_ACCOUNT};
   if (u.since < 0 || u.until < 0) {
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "since_ms and until_ms must not be negative");
     return;
@@ -169,6 +187,8 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
     Colo__V1__UsageRow *m = &msgs[i];
     colo__v1__usage_row__init(m);
     m->owner = r->owner;
+    if (u.by_account || u.by_job)
+      m->account = r->account;
     m->has_device = 1;
     m->device = (Colo__V1__DeviceKind)r->device;
     if (u.by_job) {

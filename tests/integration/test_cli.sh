@@ -188,10 +188,14 @@ expect_rc 1 "$COLOCTL" submit "$TMP/job.json" --after 1,77
 expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: after: there is no job 77"
 expect_rc 0 "$COLOCTL" cancel "$AJ"
 # --after-ended: once they ended, in any state (job 1 was cancelled; job 3 waits)
-expect_rc 0 "$COLOCTL" submit "$TMP/job.json" --after-ended 1,3
+expect_rc 0 "$COLOCTL" submit "$TMP/job.json" --after-ended 1,3 --set account=team-a
 AJ=$OUT
 expect_rc 0 "$COLOCTL" status "$AJ"
 expect_contains "$OUT" "after      jobs 1, 3 (each must end first, in any state)"
+expect_contains "$OUT" "account    team-a"
+expect_rc 0 "$COLOCTL" usage --by account
+expect_contains "$OUT" "0.000 GPU hours and 0.000 CPU-slot hours from the first job to "
+expect_rc 2 "$COLOCTL" usage --by team
 for _ in $(seq 1 30); do
   grep -q "waits for job 3 to end" <<<"$("$COLOCTL" list)" && break
   sleep 0.1

@@ -1047,8 +1047,8 @@ class CheckpointJobTest(WithColod):
 
 class UsageTest(WithColod):
     """GetUsage, this client acting as the workers of a CPU host and a GPU host: device hours
-    of running and ended attempts, clipped to the window asked for, by owner and device kind or
-    by job; the window and the limit checked."""
+    of running and ended attempts, clipped to the window asked for, by owner and device kind,
+    by account (JobSpec.account) and device kind, or by job; the window and the limit checked."""
 
     state, log_name = os.path.join(TMP, "state-usage"), "colod-usage.log"
 
@@ -1065,9 +1065,17 @@ class UsageTest(WithColod):
             return self.api.Heartbeat(pb.HeartbeatRequest(host_id=host.host_id,
                                                           session=host.session,
                                                           ranks=list(ranks)), timeout=5)
-        j = submit(self.api, "usage-cpu", dp=2)
+        s = spec(name="usage-cpu", dp=2)
+        s.account = "no spaces"
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5)
+        self.assertEqual(cm.exception.details(), "account \"no spaces\" must be 1 to 64 letters, "
+                                                 "digits, '-', '_' and '.', or empty")
+        s.account = "nlp"
+        j = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
         s = spec(name="usage-gpu", dp=1)
         s.resources.device = pb.DEVICE_KIND_GPU
+        s.account = "vision"
         g = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
         self.assertEqual(len(placed(lambda: beat(cpu), j, 2)), 2)
         self.assertEqual(len(placed(lambda: beat(gpu), g, 1)), 1)
@@ -1093,7 +1101,18 @@ class UsageTest(WithColod):
         b = self.usage(group_by=pb.USAGE_GROUP_JOB)
         by_job = {r.job_id: r for r in b.rows}
         self.assertEqual(set(by_job), {j, g})
-        self.assertEqual((by_job[j].job_name, by_job[j].device), ("usage-cpu", pb.DEVICE_KIND_CPU))
+        self.assertEqual((by_job[j].job_name, by_job[j].device, by_job[j].account),
+                         ("usage-cpu", pb.DEVICE_KIND_CPU, "nlp"))
+        # by account: a row per account and device kind, the same hours as by job
+        c = self.usage(group_by=pb.USAGE_GROUP_ACCOUNT, until_ms=b.until_ms)
+        by_account = {(r.account, r.device): r for r in c.rows}
+        self.assertEqual(set(by_account), {("nlp", pb.DEVICE_KIND_CPU),
+                                           ("vision", pb.DEVICE_KIND_GPU)})
+        self.assertEqual(by_account[("nlp", pb.DEVICE_KIND_CPU)].device_hours,
+                         by_job[j].device_hours)
+        self.assertEqual(by_account[("vision", pb.DEVICE_KIND_GPU)].device_hours,
+                         by_job[g].device_hours)
+        self.assertTrue(all(r.owner == "" and r.jobs == 1 for r in c.rows))
         self.assertEqual(a.cpu_hours, b.cpu_hours)  # ended: no longer grows
         self.assertGreater(b.gpu_hours, a.gpu_hours + 0.25 / 3600)  # running: grows
         self.assertGreater(b.cpu_hours, 2 * 1.3 / 3600)
