@@ -1845,11 +1845,13 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
       snprintf(half, sizeof half, "%lluh", (unsigned long long)(hl / 3600000));
     else
       snprintf(half, sizeof half, "%.0fs", hl / 1000.0);
+    int accounts = resp->fair_share_by && !strcmp(resp->fair_share_by, "account");
     printf("\nfair share now (an hour used %s ago counts half; hours count 1/WEIGHT); among "
-           "waiting jobs of one priority, those of the first owner start first:\n",
-           half);
+           "waiting jobs of one priority, those of the first %s start first:\n",
+           half, accounts ? "account" : "owner");
     static const char *const HF[] = {"OWNER", "DEVICE", "WEIGHED-HOURS", "WEIGHT", NULL};
-    table_t *f = table_new(HF);
+    static const char *const HFA[] = {"ACCOUNT", "DEVICE", "WEIGHED-HOURS", "WEIGHT", NULL};
+    table_t *f = table_new(accounts ? HFA : HF);
     for (size_t i = 0; i < resp->n_fair_share; i++) {
       const Colo__V1__FairShare *r = resp->fair_share[i];
       char hours[32], weight[32];

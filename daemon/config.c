@@ -46,6 +46,10 @@ static const centry_t TABLE[] = {
     {"fair_share_half_life", T_DURATION, F(fair_share_half_life_ms), 0, 2592000000u, "7d", 1,
      "fair share: among waiting jobs of the same priority, those whose owners used the fewest "
      "device hours lately start first; an hour used this long ago counts half. 0: oldest first"},
+    {"fair_share_by", T_STRING, F(fair_share_by), 1, 0, "owner", 1,
+     "fair share: whose recent device hours order the waiting jobs of one priority: owner (who "
+     "submitted it), or account (JobSpec.account, a team's project; a job without one counts "
+     "as the account \"\"); fair_share_weights then name accounts"},
     {"fair_share_weights", T_STRING, F(fair_share_weights), 0, 0, "", 1,
      "fair share: OWNER=WEIGHT,... (a team's allocation, say alice=2,bob=0.5): an owner's recent "
      "device hours count 1/WEIGHT in the wait order; *=WEIGHT for every owner not named, who "
@@ -254,6 +258,8 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
       return fail(err, errlen, "%s is longer than %zu characters", e->name, e->size - 1);
     if (!strcmp(e->name, "rendezvous") && strcmp(value, "colod") && strcmp(value, "rank0"))
       return fail(err, errlen, "rendezvous \"%s\" must be colod or rank0", value);
+    if (!strcmp(e->name, "fair_share_by") && strcmp(value, "owner") && strcmp(value, "account"))
+      return fail(err, errlen, "fair_share_by \"%s\" must be owner or account", value);
     if ((!strcmp(e->name, "fair_share_weights") || !strncmp(e->name, "owner_max_", 10)) &&
         owner_values(e->name, e->name[0] == 'o', value, NULL, NULL, err, errlen) < 0)
       return COLO_EINVAL;

@@ -69,9 +69,14 @@ static int add(colod_share_t **v, size_t *n, size_t *cap, const char *owner, int
 typedef struct {
   colod_fair_t *f;
   int64_t from, now; /* ended attempts: those that ended in [from, now) */
-  uint64_t spec_job; /* the job whose device kind is in spec_device */
+  uint64_t spec_job; /* the job whose device kind and account are in spec_* */
   int spec_device, oom;
+  char spec_account[65];
 } reading_t;
+
+int colod_fair_by_account(const colod_t *d) {
+  return !strcmp(d->cfg.fair_share_by, "account");
+}
 
 static int attempt_cb(const colo_usage_row_t *a, void *data) {
   reading_t *r = data;
@@ -84,8 +89,9 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
       colod_fair_weighed_hours(a->started_ms, a->ended_ms, r->now, a->ranks, f->half_life_ms);
   if (h <= 0)
     return 0;
-  colod_usage_device(a, &r->spec_job, &r->spec_device);
-  if (add(&f->ended, &f->n_ended, &f->cap_ended, a->owner, r->spec_device, h) < 0) {
+  colod_usage_spec(a, &r->spec_job, &r->spec_device, r->spec_account, sizeof r->spec_account);
+  if (add(&f->ended, &f->n_ended, &f->cap_ended, f->by_account ? r->spec_account : a->owner,
+          r->spec_device, h) < 0) {
     r->oom = 1;
     return 1;
   }
@@ -98,7 +104,8 @@ static void running_cb(const colod_job_view_t *j, void *data) {
   if (!j->started_ms || r->oom) /* not running */
     return;
   double h = colod_fair_weighed_hours(j->started_ms, r->now, r->now, j->world, f->half_life_ms);
-  if (h > 0 && add(&f->running, &f->n_running, &f->cap_running, j->owner, j->device, h) < 0)
+  if (h > 0 && add(&f->running, &f->n_running, &f->cap_running,
+                   f->by_account ? j->account : j->owner, j->device, h) < 0)
     r->oom = 1;
 }
 
@@ -107,13 +114,16 @@ int colod_fair_refresh(colod_t *d) {
   int64_t now = colod_now_ms();
   uint32_t hl = d->cfg.fair_share_half_life_ms;
   reading_t r = {.f = f, .now = now};
-  int whole = !f->at_ms || hl != f->half_life_ms || now < f->at_ms; /* or the clock went back */
+  int by_account = colod_fair_by_account(d);
+  /* read whole the first time, when a reload changed how, or when the clock went back */
+  int whole = !f->at_ms || hl != f->half_life_ms || by_account != f->by_account || now < f->at_ms;
   colod_share_t *old_ended = f->ended, *old_running = f->running;
   size_t old_n = f->n_ended, old_cap = f->cap_ended;
   if (whole) {
     f->ended = NULL;
     f->n_ended = f->cap_ended = 0;
     f->half_life_ms = hl;
+    f->by_account = by_account;
     r.from = hl ? now - (int64_t)hl * HORIZON_HALF_LIVES : 0;
     if (r.from < 0)
       r.from = 0;

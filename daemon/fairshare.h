@@ -13,10 +13,10 @@
 struct colod_s;
 
 typedef struct {
-  char owner[129];
-  int device;    /* colo.v1.DeviceKind */
-  double hours;  /* weighed device hours */
-  double weight; /* colod_fair_list: the owner's fair_share_weights entry (1: none) */
+  char owner[129]; /* the owner, or with fair_share_by account, the account */
+  int device;      /* colo.v1.DeviceKind */
+  double hours;    /* weighed device hours */
+  double weight;   /* colod_fair_list: the owner's fair_share_weights entry (1: none) */
 } colod_share_t;
 
 typedef struct {
@@ -26,7 +26,11 @@ typedef struct {
   int64_t at_ms;         /* Unix ms; 0: never read */
   int64_t read_to_ms;    /* attempts that ended before it are in `ended` */
   uint32_t half_life_ms; /* what they were weighed with */
+  int by_account;        /* and whose hours they are: fair_share_by account (1) or owner */
 } colod_fair_t;
+
+/* 1 when fair_share_by is account: the shares are accounts' (JobSpec.account), not owners' */
+int colod_fair_by_account(const struct colod_s *d);
 
 /* ranks devices held from from_ms to to_ms, seen at now_ms: hours, each weighed
  * 2^(-(now_ms - t) / half_life_ms) at the time t it was used (its integral; no weighing when

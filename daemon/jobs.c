@@ -936,16 +936,18 @@ static int wait_order(const void *a, const void *b) {
 }
 
 /* Each waiting job's share (fairshare.h), where it can change the order: with a half-life, and
- * jobs of two owners waiting. Otherwise (one owner, or none under plain TLS) the store is not
- * read and the order is priority, then age. */
+ * jobs of two owners (or accounts, with fair_share_by account) waiting. Otherwise (one owner, or
+ * none under plain TLS) the store is not read and the order is priority, then age. */
 static void fair_shares(colod_t *d, colod_job_live_t **waiting, size_t n) {
-  int owners = 0;
+  int by_account = colod_fair_by_account(d), owners = 0;
+#define WHOSE(j) (by_account ? ((j)->spec->account ? (j)->spec->account : "") : (j)->owner)
   for (size_t i = 1; i < n && !owners; i++)
-    owners = strcmp(waiting[i]->owner, waiting[0]->owner) != 0;
+    owners = strcmp(WHOSE(waiting[i]), WHOSE(waiting[0])) != 0;
   owners = owners && d->cfg.fair_share_half_life_ms && colod_fair_refresh(d) == 0;
   for (size_t i = 0; i < n; i++)
     waiting[i]->share =
-        owners ? colod_fair_key(d, waiting[i]->owner, (int)waiting[i]->spec->resources->device) : 0;
+        owners ? colod_fair_key(d, WHOSE(waiting[i]), (int)waiting[i]->spec->resources->device) : 0;
+#undef WHOSE
 }
 
 /* The devices each owner's running jobs hold in a pass, against owner_max_devices. */
@@ -1680,6 +1682,7 @@ void colod_jobs_each(colod_t *d, colod_job_view_cb cb, void *data) {
         .id = j->id,
         .name = j->spec->name ? j->spec->name : "",
         .owner = j->owner,
+        .account = j->spec->account ? j->spec->account : "",
         .state = j->state,
         .attempt = j->attempt,
         .restarts = j->restarts,

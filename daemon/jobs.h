@@ -69,6 +69,7 @@ void colod_jobs_devices_used_all(struct colod_s *d, uint32_t *used);
 typedef struct {
   uint64_t id;
   const char *name, *owner;
+  const char *account; /* JobSpec.account, "" for none */
   int state;
   uint32_t attempt, restarts, world;
   int32_t priority;

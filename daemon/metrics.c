@@ -438,7 +438,8 @@ static void colod_metrics(colod_t *d, FILE *out) {
            "Each owner's device hours, an hour weighed 2^(-age / fair_share_half_life): within a "
            "priority, the jobs of the owner with the fewest are offered room first.");
     for (size_t i = 0; i < n; i++) {
-      fprintf(out, "colo_fair_share_device_hours{owner=");
+      fprintf(out,
+              "colo_fair_share_device_hours{%s=", colod_fair_by_account(d) ? "account" : "owner");
       label(out, fs[i].owner);
       fprintf(out, ",device=\"%s\"}",
               fs[i].device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU ? "gpu" : "cpu");

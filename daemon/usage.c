@@ -65,9 +65,8 @@ static row_t *row_for(usage_t *u, const colo_usage_row_t *a, int device) {
   return r;
 }
 
-/* colod_usage_device, and the job's account into account (len bytes; NULL: not wanted) */
-static int usage_spec(const colo_usage_row_t *a, uint64_t *job, int *device, char *account,
-                      size_t len) {
+int colod_usage_spec(const colo_usage_row_t *a, uint64_t *job, int *device, char *account,
+                     size_t len) {
   if (*job != a->job_id) { /* read once a job: its attempts come one after another */
     Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, a->spec_len, a->spec);
     *device = spec && spec->resources && spec->resources->has_device
@@ -83,7 +82,7 @@ static int usage_spec(const colo_usage_row_t *a, uint64_t *job, int *device, cha
 }
 
 int colod_usage_device(const colo_usage_row_t *a, uint64_t *job, int *device) {
-  return usage_spec(a, job, device, NULL, 0);
+  return colod_usage_spec(a, job, device, NULL, 0);
 }
 
 static int attempt_cb(const colo_usage_row_t *a, void *data) {
@@ -93,7 +92,7 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
   int64_t to = end < u->until ? end : u->until;
   if (to <= from || !a->ranks)
     return 0;
-  usage_spec(a, &u->spec_job, &u->spec_device, u->spec_account, sizeof u->spec_account);
+  colod_usage_spec(a, &u->spec_job, &u->spec_device, u->spec_account, sizeof u->spec_account);
   row_t *r = row_for(u, a, u->spec_device);
   if (!r) {
     u->oom = 1;
@@ -227,6 +226,7 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
   resp.fair_share = nf ? fptrs : NULL;
   resp.has_fair_share_half_life_ms = 1;
   resp.fair_share_half_life_ms = d->cfg.fair_share_half_life_ms;
+  resp.fair_share_by = d->cfg.fair_share_by;
   resp.n_rows = n;
   resp.rows = ptrs;
   resp.has_since_ms = resp.has_until_ms = resp.has_gpu_hours = resp.has_cpu_hours = 1;

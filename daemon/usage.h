@@ -16,5 +16,9 @@ void colod_usage_get(struct colod_s *d, colo_rpc_call_t *call,
  * *job and *device hold the last job's (*job 0 at first), so that a job's attempts unpack it once.
  */
 int colod_usage_device(const colo_usage_row_t *a, uint64_t *job, int *device);
+/* The same, with the job's account (JobSpec.account, "" for none) in account (len bytes; NULL: not
+ * wanted), kept from the same unpacking. */
+int colod_usage_spec(const colo_usage_row_t *a, uint64_t *job, int *device, char *account,
+                     size_t len);
 
 #endif

@@ -1896,6 +1896,39 @@ class OwnerLimitTest(TlsUsers, unittest.TestCase):
             api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 
+class FairShareAccountTest(TlsUsers, unittest.TestCase):
+    """fair_share_by=account: the wait order goes by the recent hours of each job's account
+    (JobSpec.account), not its owner's. After alice's job of account "big" ran, carol's older job
+    of "big" waits behind alice's newer one of "small", the reverse of what the owners' hours
+    would give; GetUsage names accounts in its fair-share rows."""
+
+    extra = ("fair_share_by=account",)
+
+    def test_accounts_share(self):
+        alice, carol = self.api("alice"), self.api("carol")
+        runs, end = self.one_device_host()
+
+        def submit_as(api, name, account):
+            s = spec(name=name, dp=1)
+            s.account = account
+            return api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        a0 = submit_as(alice, "a0", "big")
+        at = runs(a0)
+        c1 = submit_as(carol, "c1", "big")
+        a1 = submit_as(alice, "a1", "small")
+        time.sleep(1.0)
+        end(a0, at)
+        # "small" has used nothing, "big" a device-second: alice's newer a1 goes first
+        at = runs(a1)
+        self.assertEqual(alice.GetJob(pb.GetJobRequest(id=c1), timeout=5).job.queue_position, 1)
+        u = carol.GetUsage(pb.GetUsageRequest(), timeout=5)
+        self.assertEqual(u.fair_share_by, "account")
+        self.assertEqual([f.owner for f in u.fair_share], ["small", "big"])  # fewest first
+        end(a1, at)
+        runs(c1)
+        carol.CancelJob(pb.CancelJobRequest(id=c1), timeout=5)
+
+
 class HoldTlsTest(TlsUsers, unittest.TestCase):
     """UpdateJob over mutual TLS with roles: a user changes only the jobs it submitted; a job an
     admin held is released by an admin only, and the hold survives a restart of colod."""

@@ -234,6 +234,12 @@ TEST(owner_max_devices) {
   ASSERT_EQ_INT(colod_config_owner_max_jobs(&c, "bob"), 5);
   ASSERT_EQ_INT(colod_config_set(&c, "owner_max_jobs", "bob", err, sizeof err), COLO_EINVAL);
   ASSERT_EQ_STR(err, "owner_max_jobs entry \"bob\" must be OWNER=JOBS");
+  /* whose hours fair share weighs */
+  ASSERT_EQ_STR(c.fair_share_by, "owner");
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_by", "account", err, sizeof err), 0);
+  ASSERT_EQ_STR(c.fair_share_by, "account");
+  ASSERT_EQ_INT(colod_config_set(&c, "fair_share_by", "team", err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "fair_share_by \"team\" must be owner or account");
   /* a "*" weight is every other owner's */
   ASSERT_EQ_INT(colod_config_set(&c, "fair_share_weights", "alice=2,*=0.25", err, sizeof err), 0);
   ASSERT(colod_config_weight(&c, "alice") == 2);
