@@ -217,7 +217,7 @@ enum {
 static const struct {
   const char *name, *help, *field;
 } JOB_FAMILIES[J_N] = {
-    [J_INFO] = {"colo_job_info", "A job that is not finished: its name, owner and state."},
+    [J_INFO] = {"colo_job_info", "A job that is not finished: its name, owner, account and state."},
     [J_WORLD] = {"colo_job_world_size", "Ranks of the job (dp x tp x pp)."},
     [J_PRIORITY] = {"colo_job_priority", "The job's priority (-1000..1000)."},
     [J_ATTEMPT] = {"colo_job_attempt", "The job's current (or last) attempt, from 1."},
@@ -264,6 +264,8 @@ static void job_metric(const colod_job_view_t *j, void *data) {
     label(out, j->name);
     fprintf(out, ",owner=");
     label(out, j->owner);
+    fprintf(out, ",account=");
+    label(out, j->account);
     fputc(',', out);
     state_label(out, j->state);
     fprintf(out, "} 1\n");

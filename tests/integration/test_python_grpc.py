@@ -1212,8 +1212,9 @@ class MetricsTest(WithColod):
         self.assertAlmostEqual(m[("colo_host_last_seen_timestamp_seconds", host)], time.time(),
                                delta=5)
         job = (("job", str(j)),)
-        self.assertEqual(m[("colo_job_info", (("job", str(j)), ("name", "metrics-job"),
-                                              ("owner", ""), ("state", "running")))], 1)
+        self.assertEqual(m[("colo_job_info", (("account", ""), ("job", str(j)),
+                                              ("name", "metrics-job"), ("owner", ""),
+                                              ("state", "running")))], 1)
         self.assertEqual(m[("colo_job_world_size", job)], 2)
         self.assertEqual(m[("colo_job_attempt", job)], 1)
         self.assertEqual(m[("colo_job_waiting", job)], 0)
