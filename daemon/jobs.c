@@ -537,7 +537,6 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
   return 1;
 }
 
-/* The hosts of the snapshot with devices of the kind the job asks for. */
 /* 1 when the host has every label the job asks for (resources.host_labels). */
 static int has_labels(const colod_host_live_t *h, const colod_job_live_t *j) {
   const Colo__V1__ResourceSpec *r = j->spec->resources;
