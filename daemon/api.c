@@ -606,22 +606,10 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     }
   }
   /* a resumed job has not ended again: within its owner's owner_max_jobs */
-  uint32_t max_jobs = colod_config_owner_max_jobs(&d->cfg, owner);
-  uint64_t unfinished = 0;
-  if (max_jobs != UINT32_MAX) {
-    int rc = colo_store_job_unfinished(d->store, owner, &unfinished);
-    if (rc < 0) {
-      fail_store(d, call, rc);
-      return;
-    }
-    if (unfinished >= max_jobs) {
-      colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                    "%s%s%s has %llu jobs that have not ended, as many as owner_max_jobs allows: "
-                    "cancel one, or wait for one to end",
-                    owner[0] ? "\"" : "", owner[0] ? owner : "their owner", owner[0] ? "\"" : "",
-                    (unsigned long long)unfinished);
-      return;
-    }
+  int room = colo_store_job_room(d->store, owner, colod_config_owner_max_jobs(&d->cfg, owner));
+  if (room < 0) {
+    fail_store(d, call, room);
+    return;
   }
   char msg[128];
   if (step)

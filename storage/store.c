@@ -556,19 +556,7 @@ int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spe
       goto fail;
     }
   }
-  uint64_t unfinished = 0;
-  if (max_unfinished != UINT32_MAX) {
-    CHECK_GOTO(colo_store_job_unfinished(st, owner ? owner : "", &unfinished), rc, fail);
-    if (unfinished >= max_unfinished) {
-      rollback(st);
-      snprintf(st->errmsg, sizeof st->errmsg,
-               "%s%s%s has %llu jobs that have not ended, as many as owner_max_jobs allows: "
-               "cancel one, or wait for one to end",
-               owner && owner[0] ? "\"" : "", owner && owner[0] ? owner : "their owner",
-               owner && owner[0] ? "\"" : "", (unsigned long long)unfinished);
-      return COLO_ETOOBIG;
-    }
-  }
+  CHECK_GOTO(colo_store_job_room(st, owner ? owner : "", max_unfinished), rc, fail);
   sqlite3_stmt *s = stmt(st, S_JOB_INSERT);
   sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
   sqlite3_bind_blob(s, 2, spec, (int)spec_len, SQLITE_STATIC);
@@ -635,6 +623,21 @@ int colo_store_job_unfinished(colo_store_t *st, const char *owner, uint64_t *n) 
   return rc == SQLITE_ROW ? 0 : db_fail(st, rc, "count unfinished jobs");
 }
 
+int colo_store_job_room(colo_store_t *st, const char *owner, uint32_t max_unfinished) {
+  uint64_t n = 0;
+  if (max_unfinished == UINT32_MAX)
+    return 0;
+  int rc = colo_store_job_unfinished(st, owner, &n);
+  if (rc < 0 || n < max_unfinished)
+    return rc;
+  snprintf(st->errmsg, sizeof st->errmsg,
+           "%s%s%s has %llu jobs that have not ended, as many as owner_max_jobs allows: cancel "
+           "one, or wait for one to end",
+           owner[0] ? "\"" : "", owner[0] ? owner : "their owner", owner[0] ? "\"" : "",
+           (unsigned long long)n);
+  return COLO_ETOOBIG;
+}
+
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts) {
   sqlite3_stmt *s = stmt(st, S_JOB_COUNTS);
   uint32_t tmp[COLO_JOB_STATE_MAX + 1] = {0};
@@ -665,10 +668,16 @@ static int update_job(colo_store_t *st, const colo_job_t *j) {
   return step_done(st, s, "update job");
 }
 
-/* Commits a job's transaction and hands its row to *out (or clears it where out is NULL); on a
- * failed commit, rolls back and clears it. */
-static int job_tx_done(colo_store_t *st, colo_job_t *j, colo_job_t *out) {
-  int rc = commit(st);
+/* Ends a job's transaction: writes its row and an event (in `state`, saying `msg`), commits, and
+ * hands the row to *out (or clears it where out is NULL); on a failure, rolls back and clears it.
+ */
+static int job_tx_done(colo_store_t *st, colo_job_t *j, int state, const char *msg, int64_t now_ms,
+                       colo_job_t *out) {
+  int rc = update_job(st, j);
+  if (rc == 0)
+    rc = add_event(st, j->id, state, msg, now_ms);
+  if (rc == 0)
+    rc = commit(st);
   if (rc < 0) {
     colo_job_clear(j);
     rollback(st);
@@ -735,9 +744,7 @@ static int transition_in(colo_store_t *st, uint64_t id, int to, const char *mess
     j.hold = COLO_HOLD_NONE;
     j.hold_reason[0] = '\0';
   }
-  CHECK_GOTO(update_job(st, &j), rc, fail);
-  CHECK_GOTO(add_event(st, id, to, j.message, now_ms), rc, fail);
-  return job_tx_done(st, &j, out);
+  return job_tx_done(st, &j, to, j.message, now_ms, out);
 fail:
   colo_job_clear(&j);
 fail_nojob:
@@ -800,9 +807,7 @@ int colo_store_job_update(colo_store_t *st, uint64_t id, const colo_job_update_t
     snprintf(j.message, sizeof j.message, "%s", u->message ? u->message : "");
   }
   j.updated_ms = now_ms;
-  CHECK_GOTO(update_job(st, &j), rc, fail);
-  CHECK_GOTO(add_event(st, id, j.state, u->message, now_ms), rc, fail);
-  return job_tx_done(st, &j, out);
+  return job_tx_done(st, &j, j.state, u->message, now_ms, out);
 fail:
   colo_job_clear(&j);
 fail_nojob:
@@ -851,9 +856,7 @@ int colo_store_attempt_begin(colo_store_t *st, uint64_t job_id, const colo_rank_
   snprintf(j.message, sizeof j.message, "attempt %u started", j.attempt);
   j.updated_ms = now_ms;
   j.resume_step = resume_step;
-  CHECK_GOTO(update_job(st, &j), rc, fail);
-  CHECK_GOTO(add_event(st, job_id, COLO_JOB_RUNNING, j.message, now_ms), rc, fail);
-  return job_tx_done(st, &j, out);
+  return job_tx_done(st, &j, COLO_JOB_RUNNING, j.message, now_ms, out);
 fail:
   colo_job_clear(&j);
 fail_nojob:

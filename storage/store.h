@@ -127,6 +127,9 @@ int colo_store_job_list(colo_store_t *st, const colo_job_filter_t *f, uint32_t l
                         colo_store_job_cb cb, void *data);
 /* How many jobs of an owner ("": none) have not ended (PENDING, RUNNING or RESTARTING). */
 int colo_store_job_unfinished(colo_store_t *st, const char *owner, uint64_t *n);
+/* 0 when the owner may have one more job that has not ended (max_unfinished UINT32_MAX: no
+ * limit); COLO_ETOOBIG with why otherwise, or the store's error. */
+int colo_store_job_room(colo_store_t *st, const char *owner, uint32_t max_unfinished);
 /* counts[state] for every state 1..COLO_JOB_STATE_MAX; counts has COLO_JOB_STATE_MAX+1 slots. */
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts);
 

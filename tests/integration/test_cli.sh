@@ -171,17 +171,22 @@ expect_contains "$ERR" "coloctl: cannot reach the coordinator at 127.0.0.1:1:"
 expect_rc 1 env COLO_SERVER=127.0.0.1:1 "$COLOCTL" list
 expect_contains "$ERR" "cannot reach the coordinator at 127.0.0.1:1"
 
+# job_line_says JOB TEXT: coloctl list's line of JOB once it says TEXT (3 s at most) contains it
+job_line_says() {
+  for _ in $(seq 1 30); do
+    grep -q "$2" <<<"$(grep "^$1 " <<<"$("$COLOCTL" list)")" && break
+    sleep 0.1
+  done
+  expect_rc 0 "$COLOCTL" list
+  expect_contains "$(grep "^$1 " <<<"$OUT")" "$2"
+}
+
 # --after: a job that starts once others succeeded
 expect_rc 0 "$COLOCTL" submit "$TMP/job.json" --after 1,3
 AJ=$OUT
 expect_rc 0 "$COLOCTL" status "$AJ"
 expect_contains "$OUT" "after      jobs 1, 3 (each must succeed first)"
-for _ in $(seq 1 30); do
-  grep -q "waits for job 1 to succeed" <<<"$("$COLOCTL" list)" && break
-  sleep 0.1
-done
-expect_rc 0 "$COLOCTL" list
-expect_contains "$(grep "^$AJ " <<<"$OUT")" "waits for job 1 to succeed: it ended CANCELLED, and starts only if that job is resumed and succeeds (or cancel this one); 1 more in its after not checked yet"
+job_line_says "$AJ" "waits for job 1 to succeed: it ended CANCELLED, and starts only if that job is resumed and succeeds (or cancel this one); 1 more in its after not checked yet"
 expect_rc 2 "$COLOCTL" submit "$TMP/job.json" --after one
 expect_eq "$ERR" "coloctl: submit: --after takes job ids separated by commas, not 'one'; try 'coloctl --help'"
 expect_rc 1 "$COLOCTL" submit "$TMP/job.json" --after 1,77
@@ -196,12 +201,7 @@ expect_contains "$OUT" "account    team-a"
 expect_rc 0 "$COLOCTL" usage --by account
 expect_contains "$OUT" "0.000 GPU hours and 0.000 CPU-slot hours from the first job to "
 expect_rc 2 "$COLOCTL" usage --by team
-for _ in $(seq 1 30); do
-  grep -q "waits for job 3 to end" <<<"$("$COLOCTL" list)" && break
-  sleep 0.1
-done
-expect_rc 0 "$COLOCTL" list
-expect_contains "$(grep "^$AJ " <<<"$OUT")" "waits for job 3 to end (it is PENDING)"
+job_line_says "$AJ" "waits for job 3 to end (it is PENDING)"
 expect_rc 2 "$COLOCTL" submit "$TMP/job.json" --after 1 --after-ended 3
 expect_eq "$ERR" "coloctl: submit: give --after or --after-ended, not both; try 'coloctl --help'"
 expect_rc 0 "$COLOCTL" cancel "$AJ"
