@@ -63,6 +63,9 @@ static void usage(FILE *out) {
       "                                       cancel every unfinished job so named (a\n"
       "                                       pipeline's stages: --name NAME.)\n"
       "  resume JOB [--from-step N]           resume a failed, cancelled or timed-out job\n"
+      "  delete JOB... | --name PREFIX [--owner O]\n"
+      "                                       delete ended jobs: their records, events and\n"
+      "                                       logs (checkpoint files stay)\n"
       "  hold JOB... [--reason TEXT]          keep waiting jobs from being placed until\n"
       "                                       released (one an admin held: by an admin)\n"
       "  release JOB...                       let held jobs be placed again\n"
@@ -589,7 +592,7 @@ typedef struct {
 
 /* the jobs in those states (none: any) whose name starts with name_prefix and whose owner is owner
  * (NULL: any), at most max, a page of up to 1000 at a time */
-static int fetch_jobs(ctl_t *c, Colo__V1__JobState *states, size_t n_states,
+static int fetch_jobs(ctl_t *c, const Colo__V1__JobState *states, size_t n_states,
                       const char *name_prefix, const char *owner, uint32_t max, pages_t *out) {
   uint64_t after = 0;
   uint32_t got = 0;
@@ -598,7 +601,7 @@ static int fetch_jobs(ctl_t *c, Colo__V1__JobState *states, size_t n_states,
   for (;;) {
     Colo__V1__ListJobsRequest req = COLO__V1__LIST_JOBS_REQUEST__INIT;
     req.n_states = n_states;
-    req.states = states;
+    req.states = (Colo__V1__JobState *)states; /* only read */
     req.has_limit = 1;
     req.limit = max - got < 1000 ? max - got : 1000;
     req.has_after_id = 1;
@@ -1052,13 +1055,23 @@ static void print_cancelled(const Colo__V1__Job *j, const void *arg) {
   printf("job %llu %s\n", (unsigned long long)j->id, state_name(j->state));
 }
 
-static int cmd_cancel(ctl_t *c, int argc, char **argv) {
-  uint64_t ids[MAX_SWEEP_JOBS];
+/* The jobs a command names: ids (JOB...), or --name PREFIX [--owner O], every job so named in
+ * one of `states` (`which` says what they are, "unfinished"); --reason TEXT where reason is not
+ * NULL. 0 with *n set, *n 0 when the name matched none (said, or [] printed); else the exit
+ * status, with what was wrong said. */
+typedef struct {
+  const char *cmd, *which, *done; /* "cancel", "unfinished", "cancelled" */
+  const Colo__V1__JobState *states;
+  size_t n_states;
+} jobs_named_t;
+
+static int jobs_named(ctl_t *c, const jobs_named_t *w, int argc, char **argv, uint64_t *ids,
+                      int *n_out, const char **reason, int *by_name) {
   int n = 0;
-  const char *reason = NULL, *name = NULL, *owner = NULL;
+  const char *name = NULL, *owner = NULL;
   for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--reason") && i + 1 < argc)
-      reason = argv[++i];
+    if (reason && !strcmp(argv[i], "--reason") && i + 1 < argc)
+      *reason = argv[++i];
     else if (!strcmp(argv[i], "--name") && i + 1 < argc)
       name = argv[++i];
     else if (!strcmp(argv[i], "--owner") && i + 1 < argc)
@@ -1066,25 +1079,24 @@ static int cmd_cancel(ctl_t *c, int argc, char **argv) {
     else if (n < MAX_SWEEP_JOBS && parse_id(argv[i], &ids[n]) == 0)
       n++;
     else
-      return usage_error("cancel: unexpected argument '%s'", argv[i]);
+      return usage_error("%s: unexpected argument '%s'", w->cmd, argv[i]);
   }
   if (n && (name || owner))
-    return usage_error("cancel: give job ids, or --name PREFIX [--owner O], not both");
+    return usage_error("%s: give job ids, or --name PREFIX [--owner O], not both", w->cmd);
   if (!n && owner && !name)
-    return usage_error("cancel: --owner needs --name PREFIX too (each of an owner's jobs by name)");
+    return usage_error("%s: --owner needs --name PREFIX too (each of an owner's jobs by name)",
+                       w->cmd);
   if (name && !name[0])
-    return usage_error("cancel: --name needs a non-empty prefix");
+    return usage_error("%s: --name needs a non-empty prefix", w->cmd);
   if (!n && !name)
-    return usage_error("cancel needs a job id, or --name PREFIX");
+    return usage_error("%s needs a job id, or --name PREFIX", w->cmd);
   int rc = connect_ctl(c);
   if (rc)
     return rc;
-  if (name) { /* the unfinished jobs so named (a pipeline's stages: PIPELINE.) */
-    Colo__V1__JobState active[] = {COLO__V1__JOB_STATE__JOB_STATE_PENDING,
-                                   COLO__V1__JOB_STATE__JOB_STATE_RUNNING,
-                                   COLO__V1__JOB_STATE__JOB_STATE_RESTARTING};
+  *by_name = name != NULL;
+  if (name) { /* the jobs so named (a pipeline's stages: PIPELINE.; a sweep's) */
     pages_t p;
-    rc = fetch_jobs(c, active, 3, name, owner, MAX_SWEEP_JOBS, &p);
+    rc = fetch_jobs(c, w->states, w->n_states, name, owner, MAX_SWEEP_JOBS, &p);
     for (size_t i = 0; rc == 0 && i < p.n; i++)
       for (size_t k = 0; k < p.pages[i]->n_jobs && n < MAX_SWEEP_JOBS; k++)
         ids[n++] = p.pages[i]->jobs[k]->id;
@@ -1095,16 +1107,53 @@ static int cmd_cancel(ctl_t *c, int argc, char **argv) {
       if (c->json)
         printf("[]\n");
       else
-        printf("no unfinished job's name starts with '%s'%s%s: nothing cancelled\n", name,
-               owner ? " for owner " : "", owner ? owner : "");
-      return 0;
+        printf("no %s job's name starts with '%s'%s%s: nothing %s\n", w->which, name,
+               owner ? " for owner " : "", owner ? owner : "", w->done);
     }
   }
+  *n_out = n;
+  return 0;
+}
+
+static int cmd_cancel(ctl_t *c, int argc, char **argv) {
+  static const Colo__V1__JobState active[] = {COLO__V1__JOB_STATE__JOB_STATE_PENDING,
+                                              COLO__V1__JOB_STATE__JOB_STATE_RUNNING,
+                                              COLO__V1__JOB_STATE__JOB_STATE_RESTARTING};
+  static const jobs_named_t w = {"cancel", "unfinished", "cancelled", active, 3};
+  uint64_t ids[MAX_SWEEP_JOBS];
+  int n = 0, by_name = 0;
+  const char *reason = NULL;
+  int rc = jobs_named(c, &w, argc, argv, ids, &n, &reason, &by_name);
+  if (rc || !n)
+    return rc;
   Colo__V1__CancelJobRequest req = COLO__V1__CANCEL_JOB_REQUEST__INIT;
   req.has_id = 1;
   req.reason = (char *)reason;
   return each_job(c, "CancelJob", &req.base, &req.id, &colo__v1__cancel_job_response__descriptor,
-                  ids, n, n > 1 || name, print_cancelled, NULL);
+                  ids, n, n > 1 || by_name, print_cancelled, NULL);
+}
+
+static void print_deleted(const Colo__V1__Job *j, const void *arg) {
+  (void)arg;
+  printf("job %llu (%s, %s) deleted\n", (unsigned long long)j->id, j->name ? j->name : "",
+         state_name(j->state));
+}
+
+/* delete JOB... | --name PREFIX [--owner O]: ended jobs, with their records and logs */
+static int cmd_delete(ctl_t *c, int argc, char **argv) {
+  static const Colo__V1__JobState ended[] = {
+      COLO__V1__JOB_STATE__JOB_STATE_SUCCEEDED, COLO__V1__JOB_STATE__JOB_STATE_FAILED,
+      COLO__V1__JOB_STATE__JOB_STATE_CANCELLED, COLO__V1__JOB_STATE__JOB_STATE_TIMED_OUT};
+  static const jobs_named_t w = {"delete", "ended", "deleted", ended, 4};
+  uint64_t ids[MAX_SWEEP_JOBS];
+  int n = 0, by_name = 0;
+  int rc = jobs_named(c, &w, argc, argv, ids, &n, NULL, &by_name);
+  if (rc || !n)
+    return rc;
+  Colo__V1__DeleteJobRequest req = COLO__V1__DELETE_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  return each_job(c, "DeleteJob", &req.base, &req.id, &colo__v1__delete_job_response__descriptor,
+                  ids, n, n > 1 || by_name, print_deleted, NULL);
 }
 
 static int cmd_resume(ctl_t *c, int argc, char **argv) {
@@ -2060,6 +2109,7 @@ int main(int argc, char **argv) {
               {"status", cmd_status},
               {"list", cmd_list},
               {"cancel", cmd_cancel},
+              {"delete", cmd_delete},
               {"resume", cmd_resume},
               {"hold", cmd_hold},
               {"release", cmd_release},

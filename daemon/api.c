@@ -520,6 +520,42 @@ static void h_cancel(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   colo_job_clear(&job);
 }
 
+static void h_delete(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
+  colod_t *d = data;
+  const Colo__V1__DeleteJobRequest *req = (const void *)m;
+  colo_job_t job;
+  if (get_job(d, call, req->has_id, req->id, &job) < 0)
+    return;
+  Colo__V1__Job msg;
+  Colo__V1__JobSpec *spec = NULL;
+  char err[512];
+  int rc;
+  if (!may_change(d, call, &job, "delete it")) {
+    colo_job_clear(&job);
+    return;
+  }
+  if (job_to_msg(d, &job, 1, &msg, &spec) < 0) { /* the reply is the job as it was */
+    colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "job %llu has an unreadable spec",
+                  (unsigned long long)job.id);
+  } else if ((rc = colod_job_delete(d, job.id, err, sizeof err)) < 0) {
+    if (rc == COLO_ENOENT || rc == COLO_ESTATE)
+      colo_rpc_fail_err(call, rc, err);
+    else {
+      colo_log(COLO_LOG_ERROR, "api", "DeleteJob: store error: %s", err);
+      colo_rpc_fail(call, GRPC_STATUS_INTERNAL, "coordinator storage error");
+    }
+  } else {
+    Colo__V1__DeleteJobResponse r = COLO__V1__DELETE_JOB_RESPONSE__INIT;
+    r.job = &msg;
+    colo_rpc_reply(call, &r.base);
+  }
+  if (spec) {
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    job_msg_clear(&msg);
+  }
+  colo_job_clear(&job);
+}
+
 static void h_checkpoint_job(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
   const Colo__V1__CheckpointJobRequest *req = (const void *)m;
@@ -1679,6 +1715,7 @@ GUARD(h_list, R_USER | R_ADMIN)
 GUARD(h_cancel, R_USER | R_ADMIN)
 GUARD(h_resume, R_USER | R_ADMIN)
 GUARD(h_update, R_USER | R_ADMIN)
+GUARD(h_delete, R_USER | R_ADMIN)
 GUARD(h_checkpoint_job, R_USER | R_ADMIN)
 GUARD(h_hosts, R_USER | R_ADMIN)
 GUARD(h_cordon, R_ADMIN)
@@ -1713,6 +1750,7 @@ const colo_rpc_method_t colod_methods[] = {
     M("CancelJob", cancel_job_request, 0, h_cancel),
     M("ResumeJob", resume_job_request, 0, h_resume),
     M("UpdateJob", update_job_request, 0, h_update),
+    M("DeleteJob", delete_job_request, 0, h_delete),
     M("CheckpointJob", checkpoint_job_request, 0, h_checkpoint_job),
     M("ListHosts", list_hosts_request, 0, h_hosts),
     M("CordonHost", cordon_host_request, 0, h_cordon),

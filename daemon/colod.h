@@ -13,6 +13,7 @@
 #include "config.h"
 #include "fairshare.h"
 #include "push.h"
+#include "retention.h"
 
 typedef struct colod_watch_s colod_watch_t;
 typedef struct colod_job_live_s colod_job_live_t;
@@ -55,6 +56,7 @@ typedef struct {
   uint64_t entered[COLO_JOB_STATE_MAX + 1]; /* api.c, jobs.c: job state changes, by state entered */
   uint64_t preempted;                       /* jobs.c: jobs stopped for a higher priority */
   uint64_t nudges;                          /* push.c: HostNudge messages sent */
+  uint64_t deleted;                         /* retention.c: jobs deleted (purged or DeleteJob) */
 } colod_stats_t;
 
 typedef struct colod_metrics_s colod_metrics_t;
@@ -89,8 +91,9 @@ typedef struct colod_s {
   size_t n_push_pending, cap_push_pending;
   uv_timer_t push_flush;
   colod_stats_t stats;
-  colod_fair_t fair;        /* fairshare.c: owners' recent usage, for the wait order */
-  colod_metrics_t *metrics; /* metrics.c: the HTTP endpoint, or NULL */
+  colod_fair_t fair;           /* fairshare.c: owners' recent usage, for the wait order */
+  colod_metrics_t *metrics;    /* metrics.c: the HTTP endpoint, or NULL */
+  colod_retention_t retention; /* retention.c: job_retention's purge */
   int draining;
   int exit_code;
 } colod_t;

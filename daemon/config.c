@@ -67,6 +67,11 @@ static const centry_t TABLE[] = {
      "rendezvous_port_base)"},
     {"rendezvous_port_base", T_UINT, F(rdzv_port_base), 1024, 64535, "29500", 0,
      "with rendezvous: rank0, ports from this one to +999"},
+    {"job_retention", T_DURATION, F(job_retention_ms), 0, 3650ull * 86400000, "0", 1,
+     "an ended job (SUCCEEDED, FAILED, CANCELLED, TIMED_OUT) is deleted this long after it ended: "
+     "its record, events, attempts, curve, checkpoint records and rank logs (its checkpoint "
+     "files stay where they are, and a job that a job not yet ended runs after is kept). Its "
+     "device hours leave coloctl usage and fair share with it. 0: kept for ever"},
     {"rank_log_max_mib", T_UINT, F(log_max_mib), 1, 1048576, "64", 1,
      "largest rank log colod keeps, MiB; output past it is dropped and counted"},
     {"tls_cert", T_STRING, F(tls_cert), 0, 0, "", 0,
@@ -286,7 +291,10 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
       fmt_duration(e->max, b, sizeof b);
       return fail(err, errlen, "%s=%s must be between %s and %s", e->name, value, a, b);
     }
-    *(uint32_t *)field = (uint32_t)ms;
+    if (e->size == sizeof(uint64_t))
+      *(uint64_t *)field = ms;
+    else
+      *(uint32_t *)field = (uint32_t)ms;
     return 0;
   }
   case T_BOOL:
@@ -406,7 +414,8 @@ static void value_str(const centry_t *e, const colod_config_t *cfg, char *buf, s
     snprintf(buf, n, "%s", colo_log_level_name((colo_log_level_t) * (const int *)field));
     break;
   case T_DURATION:
-    fmt_duration(*(const uint32_t *)field, buf, n);
+    fmt_duration(e->size == sizeof(uint64_t) ? *(const uint64_t *)field : *(const uint32_t *)field,
+                 buf, n);
     break;
   case T_UINT:
     snprintf(buf, n, "%u", *(const uint32_t *)field);
@@ -433,7 +442,7 @@ int colod_config_reload(colod_config_t *cur, const colod_config_t *next) {
     const centry_t *e = &TABLE[i];
     char *a = (char *)cur + e->offset;
     const char *b = (const char *)next + e->offset;
-    size_t sz = e->type == T_STRING ? e->size : (e->type == T_LOGLEVEL ? sizeof(int) : 4);
+    size_t sz = e->size; /* every field's own size, from F() */
     if (memcmp(a, b, sz) == 0)
       continue;
     char v[1100];

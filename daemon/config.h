@@ -25,6 +25,7 @@ typedef struct {
   char rdzv_mode[16];               /* "colod" or "rank0" */
   uint32_t rdzv_port_base;          /* rank0 rendezvous ports: base .. base + 999 */
   uint32_t log_max_mib;             /* per rank log kept by colod */
+  uint64_t job_retention_ms;        /* ended jobs are deleted this long after; 0: never */
   char tls_cert[1024];              /* TLS: colod's certificate (PEM); empty: no TLS */
   char tls_key[1024];               /* and its key */
   char tls_client_ca[1024];         /* mutual TLS: clients need a certificate from this CA */

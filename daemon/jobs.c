@@ -895,7 +895,19 @@ static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
     const char *goal = in_after && any_end ? "end" : "succeed";
     if (!o) { /* not live: it has ended */
       colo_job_t row;
-      if (colo_store_job_get(d->store, id, &row) < 0) {
+      int rc = colo_store_job_get(d->store, id, &row);
+      /* only an ended job is deleted: what it ended as is not known, but an end is all an
+       * after_condition of ended asks, and a job that ran had its wait over then */
+      if (rc == COLO_ENOENT && (j->attempt > 0 || (in_after && any_end)))
+        continue;
+      if (rc == COLO_ENOENT) {
+        snprintf(why, len,
+                 "waits for job %llu, which was deleted before this job started: it can never "
+                 "start (cancel it)",
+                 (unsigned long long)id);
+        return 1;
+      }
+      if (rc < 0) {
         snprintf(why, len, "waits for job %llu to %s (its state cannot be read: %s)",
                  (unsigned long long)id, goal, colo_store_errmsg(d->store));
         return 1;
@@ -1664,6 +1676,23 @@ int colod_jobs_attempt_on_host(colod_t *d, uint64_t job_id, uint32_t attempt, ui
     if (j->place[r].host_id == host_id)
       return 1;
   return 0;
+}
+
+void colod_jobs_naming(colod_t *d, const uint64_t *ids, size_t n, uint64_t *naming) {
+  sync_jobs(d); /* a job resumed since the last pass names its jobs again */
+  for (size_t i = 0; i < n; i++) {
+    naming[i] = 0;
+    for (const colod_job_live_t *j = d->jobs; j && !naming[i]; j = j->next) {
+      const Colo__V1__TrainSpec *t = j->spec->train;
+      if (t && t->has_init_from_job && t->init_from_job == ids[i])
+        naming[i] = j->id;
+      /* one that has run is past its wait (waits_after), but its restarts may still start
+       * from the init_from_job's checkpoint */
+      for (size_t k = 0; j->attempt == 0 && k < j->spec->n_after && !naming[i]; k++)
+        if (j->spec->after[k] == ids[i])
+          naming[i] = j->id;
+    }
+  }
 }
 
 int colod_jobs_attempt(colod_t *d, uint64_t job_id, uint32_t *attempt, uint32_t *world) {

@@ -18,6 +18,7 @@
 #ifndef COLOD_JOBS_H
 #define COLOD_JOBS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "../storage/store.h"
@@ -109,6 +110,11 @@ int colod_jobs_checkpoint(struct colod_s *d, uint64_t job_id, uint32_t *attempt,
 /* 1 when attempt `attempt` of the job is RUNNING and has a rank on the host. */
 int colod_jobs_attempt_on_host(struct colod_s *d, uint64_t job_id, uint32_t attempt,
                                uint64_t host_id);
+
+/* For each of ids, naming[i] gets the id of a job not yet ended that needs it (0: none), which
+ * keeps it from being deleted: one whose train.init_from_job names it, or whose `after` does and
+ * that has not started yet. Reads the store's jobs that have not ended first. */
+void colod_jobs_naming(struct colod_s *d, const uint64_t *ids, size_t n, uint64_t *naming);
 
 /* The current attempt of a live job: 1 and *attempt, *world set when it is RUNNING. */
 int colod_jobs_attempt(struct colod_s *d, uint64_t job_id, uint32_t *attempt, uint32_t *world);

@@ -114,6 +114,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     }
     int n = colod_config_reload(&d->cfg, &next);
     colo_log_set_level((colo_log_level_t)d->cfg.log_level);
+    d->retention.due_mono_ms = 0; /* a new job_retention applies at the next tick */
     colo_log(COLO_LOG_INFO, "config", "reloaded %s: %d settings changed",
              d->config_path ? d->config_path : "(no config file)", n);
     if (d->cfg.tls_cert[0]) { /* certificates rotated at their paths */
@@ -142,6 +143,7 @@ static void on_tick(uv_timer_t *t) {
     colod_jobs_tick(d);
     colod_logs_tick(d);
     colod_rdzv_tick(d);
+    colod_retention_tick(d);
   }
 }
 

@@ -422,6 +422,9 @@ static void colod_metrics(colod_t *d, FILE *out) {
   family(out, "colo_nudges_total", "counter",
          "HostNudge messages sent to workers: their ranks changed, beat now.");
   fprintf(out, "colo_nudges_total %llu\n", (unsigned long long)d->stats.nudges);
+  family(out, "colo_jobs_deleted_total", "counter",
+         "Ended jobs deleted, by job_retention or DeleteJob, with their logs.");
+  fprintf(out, "colo_jobs_deleted_total %llu\n", (unsigned long long)d->stats.deleted);
   family(out, "colo_rpc_calls_in_flight", "gauge",
          "gRPC calls colod holds: unanswered calls and open streams.");
   fprintf(out, "colo_rpc_calls_in_flight %zu\n", d->rpc ? colo_rpc_server_live_calls(d->rpc) : 0);

@@ -128,6 +128,9 @@ static const char *const MIGRATIONS[] = {
     /* 10: held jobs (UpdateJob): not placed until released; by whom (COLO_HOLD_*) and why */
     "ALTER TABLE jobs ADD COLUMN hold INTEGER NOT NULL DEFAULT 0 CHECK (hold BETWEEN 0 AND 2);"
     "ALTER TABLE jobs ADD COLUMN hold_reason TEXT NOT NULL DEFAULT '';",
+
+    /* 11: ended jobs by when they ended (an ended job's updated_ms), for job_retention */
+    "CREATE INDEX jobs_ended ON jobs(updated_ms) WHERE state >= 4;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -158,6 +161,10 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(JOB_UNFINISHED, "SELECT count(*) FROM jobs WHERE state IN (1, 2, 3) AND owner = ?1")          \
   XX(JOB_UPDATE, "UPDATE jobs SET state = ?2, attempt = ?3, restarts = ?4, message = ?5, "         \
                  "updated_ms = ?6, resume_step = ?7, hold = ?8, hold_reason = ?9 WHERE id = ?1")   \
+  XX(JOB_ENDED_BEFORE, "SELECT id, updated_ms FROM jobs INDEXED BY jobs_ended WHERE state >= 4 "   \
+                       "AND updated_ms < ?1 AND (updated_ms, id) > (?3, ?4) "                      \
+                       "ORDER BY updated_ms, id LIMIT ?2")                                         \
+  XX(JOB_DELETE, "DELETE FROM jobs WHERE id = ?1 AND state >= 4 AND (?2 = 0 OR updated_ms < ?2)")  \
   XX(JOB_RESPEC, "UPDATE jobs SET spec = ?2, max_restarts = ?3 WHERE id = ?1")                     \
   XX(EVENT_INSERT, "INSERT INTO job_events (job_id, seq, state, message, time_ms) "                \
                    "VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events "                \
@@ -1152,6 +1159,84 @@ int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep
   sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
   sqlite3_bind_int64(s, 2, keep);
   return step_done(st, s, "prune checkpoints");
+}
+
+int colo_store_jobs_ended_before(colo_store_t *st, int64_t before_ms, colo_store_end_cursor_t *at,
+                                 uint64_t *ids, size_t cap, size_t *n) {
+  sqlite3_stmt *s = stmt(st, S_JOB_ENDED_BEFORE);
+  sqlite3_bind_int64(s, 1, before_ms);
+  sqlite3_bind_int64(s, 2, (sqlite3_int64)cap);
+  sqlite3_bind_int64(s, 3, at->ended_ms);
+  sqlite3_bind_int64(s, 4, (sqlite3_int64)at->id);
+  size_t got = 0;
+  colo_store_end_cursor_t last = *at;
+  int rc;
+  while (got < cap && (rc = sqlite3_step(s)) == SQLITE_ROW) {
+    ids[got++] = last.id = (uint64_t)sqlite3_column_int64(s, 0);
+    last.ended_ms = sqlite3_column_int64(s, 1);
+  }
+  if (got == cap)
+    rc = SQLITE_DONE;
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE)
+    return db_fail(st, rc, "list ended jobs");
+  *at = last;
+  *n = got;
+  return 0;
+}
+
+/* one DELETE; the schema's ON DELETE CASCADE takes the job's events, attempts (and their ranks),
+ * checkpoint records and curve with it */
+static int delete_in(colo_store_t *st, uint64_t id, int64_t before_ms, int *gone) {
+  sqlite3_stmt *s = stmt(st, S_JOB_DELETE);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  sqlite3_bind_int64(s, 2, before_ms);
+  int rc = step_done(st, s, "delete job");
+  if (rc == 0)
+    *gone = sqlite3_changes(st->db) > 0;
+  return rc;
+}
+
+int colo_store_job_delete(colo_store_t *st, uint64_t id) {
+  colo_job_t j;
+  int rc, gone = 0;
+  CHECK_GOTO(begin(st), rc, fail);
+  CHECK_GOTO(job_get_in(st, id, &j), rc, fail);
+  int state = j.state;
+  colo_job_clear(&j);
+  if (!colo_job_state_terminal(state)) {
+    snprintf(st->errmsg, sizeof st->errmsg,
+             "job %llu is %s; only a job that has ended can be "
+             "deleted (cancel it first)",
+             (unsigned long long)id, colo_job_state_name(state));
+    rc = COLO_ESTATE;
+    goto fail;
+  }
+  CHECK_GOTO(delete_in(st, id, 0, &gone), rc, fail);
+  CHECK_GOTO(commit(st), rc, fail);
+  return 0;
+fail:
+  rollback(st);
+  return rc;
+}
+
+int colo_store_jobs_purge(colo_store_t *st, uint64_t *ids, size_t n, int64_t before_ms,
+                          size_t *deleted) {
+  int rc;
+  size_t count = 0;
+  CHECK_GOTO(begin(st), rc, fail);
+  for (size_t i = 0; i < n; i++) {
+    int gone = 0;
+    CHECK_GOTO(delete_in(st, ids[i], before_ms, &gone), rc, fail);
+    if (gone)
+      ids[count++] = ids[i];
+  }
+  CHECK_GOTO(commit(st), rc, fail);
+  *deleted = count;
+  return 0;
+fail:
+  rollback(st);
+  return rc;
 }
 
 int colo_store_job_set_progress(colo_store_t *st, uint64_t id, const uint8_t *progress,

@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 10
+#define COLO_STORE_SCHEMA_VERSION 11
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -132,6 +132,28 @@ int colo_store_job_unfinished(colo_store_t *st, const char *owner, uint64_t *n);
 int colo_store_job_room(colo_store_t *st, const char *owner, uint32_t max_unfinished);
 /* counts[state] for every state 1..COLO_JOB_STATE_MAX; counts has COLO_JOB_STATE_MAX+1 slots. */
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts);
+
+/* Deleting ended jobs (colod's job_retention, DeleteJob). The schema deletes with a job its
+ * events, attempts and their ranks, checkpoint records and training curve; the files it names
+ * (rank logs, checkpoints) are the caller's.
+ *
+ * ended_before lists, oldest end first, at most cap ended jobs (SUCCEEDED, FAILED, CANCELLED,
+ * TIMED_OUT) whose end (updated_ms) is before before_ms, from after the cursor *at (zeroed: from
+ * the oldest), which it moves past the last one listed. */
+typedef struct {
+  int64_t ended_ms;
+  uint64_t id;
+} colo_store_end_cursor_t;
+int colo_store_jobs_ended_before(colo_store_t *st, int64_t before_ms, colo_store_end_cursor_t *at,
+                                 uint64_t *ids, size_t cap, size_t *n);
+/* Deletes one job that has ended: COLO_ENOENT when there is none, COLO_ESTATE (with why) when it
+ * has not ended. */
+int colo_store_job_delete(colo_store_t *st, uint64_t id);
+/* Deletes, in one transaction, those of ids that are still ended, and ended before before_ms
+ * (0: whenever): a job resumed since it was listed stays. *deleted: how many went, which are
+ * then the first *deleted entries of ids. */
+int colo_store_jobs_purge(colo_store_t *st, uint64_t *ids, size_t n, int64_t before_ms,
+                          size_t *deleted);
 
 /* Keeps a job's newest progress record (packed colo.v1.Progress). colod writes it when an
  * attempt ends, so a finished job still shows where it got to. */

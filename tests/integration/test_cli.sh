@@ -231,6 +231,24 @@ expect_rc 1 "$COLOCTL" cancel $SW 999
 expect_eq "$(echo "$OUT" | wc -l)" "6"
 expect_eq "$(echo "$OUT" | sort -u | sed 's/^job [0-9]* //' | sort -u)" "CANCELLED"
 expect_eq "$ERR" "coloctl: NOT_FOUND: job 999 not found"
+# delete: the sweep's cancelled jobs by name, then nothing is left so named; a job not ended is
+# refused with colod's reason
+expect_rc 0 "$COLOCTL" delete --name from-json-
+expect_eq "$(echo "$OUT" | wc -l)" "6"
+expect_eq "$(echo "$OUT" | head -1)" "job $(echo "$SW" | cut -d' ' -f1) (from-json-1, CANCELLED) deleted"
+expect_rc 0 "$COLOCTL" list --name from-json-
+expect_eq "$(grep -c from-json <<<"$OUT")" "0"
+expect_rc 0 "$COLOCTL" delete --name from-json-
+expect_eq "$OUT" "no ended job's name starts with 'from-json-': nothing deleted"
+DJ=$(awk '{print $1}' <<<"$("$COLOCTL" submit "$TMP/job.json")")
+expect_rc 1 "$COLOCTL" delete "$DJ"
+expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job $DJ is PENDING; only a job that has ended can be deleted (cancel it first)"
+expect_rc 0 "$COLOCTL" cancel "$DJ"
+expect_rc 0 "$COLOCTL" --json delete "$DJ"
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["id"], j["state"])')" "$DJ cancelled"
+expect_rc 1 "$COLOCTL" status "$DJ"
+expect_rc 2 "$COLOCTL" delete
+expect_eq "$ERR" "coloctl: delete needs a job id, or --name PREFIX; try 'coloctl --help'"
 
 # colod refuses a bad config with the file's line, and bad flags
 printf 'host_timeout: forever\n' >"$TMP/bad.conf"

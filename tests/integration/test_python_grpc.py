@@ -70,6 +70,7 @@ class Cluster:
         self.CancelJob = unary("CancelJob", pb.CancelJobRequest, pb.CancelJobResponse)
         self.ResumeJob = unary("ResumeJob", pb.ResumeJobRequest, pb.ResumeJobResponse)
         self.UpdateJob = unary("UpdateJob", pb.UpdateJobRequest, pb.UpdateJobResponse)
+        self.DeleteJob = unary("DeleteJob", pb.DeleteJobRequest, pb.DeleteJobResponse)
         self.ListHosts = unary("ListHosts", pb.ListHostsRequest, pb.ListHostsResponse)
         self.CordonHost = unary("CordonHost", pb.CordonHostRequest, pb.CordonHostResponse)
         self.GetClusterStatus = unary("GetClusterStatus", pb.GetClusterStatusRequest,
@@ -1968,6 +1969,168 @@ class HoldTlsTest(TlsUsers, unittest.TestCase):
         j = update(ops, hold=False)
         self.assertEqual((j.held, j.message), (False, "released by ops"))
         alice.CancelJob(pb.CancelJobRequest(id=a), timeout=5)
+
+
+def rows_of(state, job):
+    """how many rows each table holds of a job"""
+    with sqlite3.connect(os.path.join(state, "colod.db")) as db:
+        return {t: db.execute("SELECT count(*) FROM %s WHERE %s = ?" %
+                              (t, "id" if t == "jobs" else "job_id"), (job,)).fetchone()[0]
+                for t in ("jobs", "job_events", "job_attempts", "ranks", "checkpoints",
+                          "progress_samples")}
+
+
+class Worker:
+    """this client as the worker of one host of n CPU devices"""
+
+    def __init__(self, api, name, n):
+        self.api, self.reports = api, []
+        self.h = register(api, name, n)
+
+    def beat(self):
+        r = self.api.Heartbeat(pb.HeartbeatRequest(host_id=self.h.host_id, session=self.h.session,
+                                                   ranks=self.reports), timeout=5)
+        return {d.job_id: d.attempt for d in r.desired}
+
+    def run(self, test, job):
+        """places the job, has its rank 0 report a step, a checkpoint and a line of output: its
+        attempt"""
+        at = test.until("job %d placed" % job, lambda: self.beat().get(job))
+        st = pb.RankStatus(job_id=job, attempt=at, rank=0, phase=pb.RANK_PHASE_RUNNING, pid=9)
+        st.progress.CopyFrom(pb.Progress(step=3, total_steps=10, loss=2.5))
+        st.checkpoints.add(job_id=job, attempt=at, step=3, path="/ck/step_00000003",
+                           manifest_sha256="cd" * 32, bytes=1)
+        st.log_offset, st.log = 0, b"step 3/10\n"
+        self.reports[:] = [st]
+        self.beat()
+        self.reports[:] = []
+        return at
+
+    def end(self, test, job, at, code=0):
+        self.reports[:] = [pb.RankStatus(job_id=job, attempt=at, rank=0, exit_code=code,
+                                         phase=pb.RANK_PHASE_EXITED)]
+        test.until("job %d ended" % job, lambda: self.beat() is not None and
+                   test.job(job).state >= pb.JOB_STATE_SUCCEEDED)
+        self.reports[:] = []
+
+
+class DeleteTest(WithColod):
+    """DeleteJob on a colod of its own, this client acting as the worker of a 1-device host: an
+    ended job goes with every row and its logs, and nothing of another job; a job not ended, one
+    that a job not yet started runs after, and bad ids are refused; a job resumed after the job it
+    ran after was deleted runs, and one that never ran waits, saying why."""
+
+    state, log_name = os.path.join(TMP, "state-delete"), "colod-delete.log"
+
+    def test_delete_an_ended_job(self):
+        w = Worker(self.api, "dh", 1)
+        a = submit(self.api, "a", 1)
+        at = w.run(self, a)
+        logs = os.path.join(self.state, "logs", "job-%d" % a)
+        self.assertTrue(os.path.isfile(os.path.join(logs, "attempt-1", "rank-0.log")))
+
+        def refused(code, details, id):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.DeleteJob(pb.DeleteJobRequest(id=id), timeout=5)
+            self.assertEqual((cm.exception.code(), cm.exception.details()), (code, details))
+        refused(grpc.StatusCode.FAILED_PRECONDITION, "job %d is RUNNING; only a job that has "
+                "ended can be deleted (cancel it first)" % a, a)
+        refused(grpc.StatusCode.NOT_FOUND, "job 999 not found", 999)
+        refused(grpc.StatusCode.INVALID_ARGUMENT, "id must be set", 0)
+        w.end(self, a, at)
+        x = submit(self.api, "x", 1)  # the device, busy
+        xt = self.until("x placed", lambda: w.beat().get(x))
+        b = submit(self.api, "b", 1, after=[a])
+        c = submit(self.api, "c", 1, after=[b])
+        # while b has not started, a is kept
+        refused(grpc.StatusCode.FAILED_PRECONDITION, "job %d waits for job %d (its after or "
+                "train.init_from_job): cancel job %d first" % (b, a, b), a)
+        w.end(self, x, xt)
+        bt = w.run(self, b)
+        refused(grpc.StatusCode.FAILED_PRECONDITION, "job %d waits for job %d (its after or "
+                "train.init_from_job): cancel job %d first" % (c, b, c), b)
+        before = rows_of(self.state, b)
+        self.assertTrue(all(before[t] > 0 for t in before), before)
+        j = self.api.DeleteJob(pb.DeleteJobRequest(id=a), timeout=5).job  # b has started: it may go
+        self.assertEqual((j.id, j.spec.name, j.state), (a, "a", pb.JOB_STATE_SUCCEEDED))
+        self.assertEqual(set(rows_of(self.state, a).values()), {0})
+        self.assertFalse(os.path.exists(logs))
+        self.assertEqual(rows_of(self.state, b), before)  # nothing of b's
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.job(a)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.NOT_FOUND)
+        # b fails and is resumed: it ran after a once, so a's deletion does not hold it up
+        self.api.UpdateJob(pb.UpdateJobRequest(id=b, max_restarts=0), timeout=5)
+        w.end(self, b, bt, code=1)
+        self.assertEqual(self.job(b).state, pb.JOB_STATE_FAILED)
+        self.api.ResumeJob(pb.ResumeJobRequest(id=b), timeout=5)
+        bt = self.until("b placed again", lambda: w.beat().get(b))
+        self.assertEqual(bt, 2)
+        # c never ran: once b is deleted, it can never start, and says so
+        self.api.CancelJob(pb.CancelJobRequest(id=c), timeout=5)
+        w.end(self, b, bt, code=1)
+        self.api.DeleteJob(pb.DeleteJobRequest(id=b), timeout=5)
+        self.api.ResumeJob(pb.ResumeJobRequest(id=c), timeout=5)
+        self.assertEqual(self.until("c's reason", lambda: self.job(c).waiting),
+                         "waits for job %d, which was deleted before this job started: it can "
+                         "never start (cancel it)" % b)
+        self.assertNotIn(c, w.beat())
+        self.api.CancelJob(pb.CancelJobRequest(id=c), timeout=5)
+        self.assertEqual([j.id for j in self.api.ListJobs(pb.ListJobsRequest(), timeout=5).jobs],
+                         [x, c])
+
+
+class RetentionTest(WithColod):
+    """job_retention=1s on a colod of its own, this client acting as the worker of a 1-device
+    host: jobs that ended go, with every row and their logs, about a second later; one a waiting
+    job runs after stays until that one ends; jobs not ended stay; colod_jobs_deleted_total
+    counts them."""
+
+    state, log_name = os.path.join(TMP, "state-retention"), "colod-retention.log"
+    settings = ("job_retention=1s", "metrics_listen=127.0.0.1:0")
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        line = cls.proc.stdout.readline()
+        m = re.match(r"colod metrics on (http://\S+)", line)
+        assert m, "unexpected second line: %r" % line
+        cls.metrics = m.group(1)
+
+    def gone(self, job):
+        try:
+            self.job(job)
+            return False
+        except grpc.RpcError as e:
+            return e.code() == grpc.StatusCode.NOT_FOUND
+
+    def test_ended_jobs_are_deleted(self):
+        w = Worker(self.api, "rh", 1)
+        a = submit(self.api, "a", 1)
+        at = w.run(self, a)
+        logs = os.path.join(self.state, "logs", "job-%d" % a)
+        self.assertTrue(os.path.isdir(logs))
+        waiting = submit(self.api, "waiting", 1)  # behind a, not ended: stays
+        dep = submit(self.api, "dep", 1)
+        self.api.CancelJob(pb.CancelJobRequest(id=dep), timeout=5)
+        held = submit(self.api, "held", 1, after=[dep])  # waits for dep, cancelled: dep stays
+        w.end(self, a, at)
+        t0 = time.time()
+        self.until("a deleted", lambda: self.gone(a))
+        self.assertLess(time.time() - t0, 4)
+        self.assertEqual(set(rows_of(self.state, a).values()), {0})
+        self.assertFalse(os.path.exists(logs))
+        time.sleep(1.5)  # a purge or more later
+        self.assertEqual(self.job(dep).state, pb.JOB_STATE_CANCELLED)
+        self.assertEqual(self.job(held).state, pb.JOB_STATE_PENDING)
+        self.assertIn(self.job(waiting).state, (pb.JOB_STATE_PENDING, pb.JOB_STATE_RUNNING))
+        # held ends: then neither is kept
+        self.api.CancelJob(pb.CancelJobRequest(id=held), timeout=5)
+        self.until("dep and held deleted", lambda: self.gone(dep) and self.gone(held))
+        with urllib.request.urlopen(self.metrics, timeout=5) as r:
+            fam = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+        self.assertEqual(fam["colo_jobs_deleted"].samples[0].value, 3)
+        self.api.CancelJob(pb.CancelJobRequest(id=waiting), timeout=5)
 
 
 if __name__ == "__main__":

@@ -157,6 +157,35 @@ TEST(fair_share_half_life_takes_days) {
   ASSERT_EQ_INT(c.fair_share_half_life_ms, 0); /* untouched */
 }
 
+/* a duration past 49 days (2^32 ms) is kept whole: job_retention's field is 64-bit */
+TEST(job_retention_takes_years) {
+  colod_config_t c, next;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_INT(c.job_retention_ms, 0); /* kept for ever */
+  ASSERT_EQ_INT(colod_config_set(&c, "job_retention=400d", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(c.job_retention_ms, 400ull * 86400000ull);
+  ASSERT_EQ_INT(colod_config_set(&c, "job_retention=3651d", NULL, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "job_retention=3651d must be between 0ms and 3650d");
+  ASSERT_EQ_INT(c.job_retention_ms, 400ull * 86400000ull);
+  next = c;
+  ASSERT_EQ_INT(colod_config_set(&next, "job_retention=90d", NULL, err, sizeof err), 0);
+  colo_log_set_level(COLO_LOG_ERROR);
+  ASSERT_EQ_INT(colod_config_reload(&c, &next), 1); /* SIGHUP reloads it, all 64 bits */
+  ASSERT_EQ_INT(c.job_retention_ms, 90ull * 86400000ull);
+  char path[] = "/tmp/colo-test-retention-XXXXXX";
+  int fd = mkstemp(path);
+  FILE *f = fdopen(fd, "w");
+  colod_config_print(&c, f);
+  fclose(f);
+  colod_config_defaults(&next);
+  int rc = colod_config_load(&next, path, err, sizeof err);
+  unlink(path);
+  if (rc)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(next.job_retention_ms, 90ull * 86400000ull);
+}
+
 TEST(fair_share_weights) {
   colod_config_t c;
   colod_config_defaults(&c);

@@ -824,6 +824,88 @@ static int collect_seqs(const colo_job_event_t *ev, void *data) {
   return seqs[0] == 7;
 }
 
+/* job_retention and DeleteJob: ended jobs listed oldest end first; a delete takes every row of
+ * the job (events, attempts, ranks, checkpoints, curve) and nothing of another job; a job not
+ * ended, or resumed since it was listed, stays */
+TEST(ended_jobs_are_listed_and_deleted_whole) {
+  colo_store_t *st = open_fresh();
+  ensure_host(st);
+  uint64_t a = submit(st, "a"), b = submit(st, "b"), c = submit(st, "c"), live = submit(st, "d");
+  colo_rank_place_t r[2] = {{0, 1, 0, 0, 0, 0}, {1, 1, 1, 1, 0, 0}};
+  for (uint64_t id = a; id <= c; id++) {
+    ASSERT_EQ_INT(colo_store_attempt_begin(st, id, r, 2, 0, 100, NULL), 0);
+    colo_checkpoint_t ck = {.job_id = id, .step = 10, .attempt = 1, .bytes = 1, .created_ms = 1};
+    snprintf(ck.path, sizeof ck.path, "%llu/step_00000010", (unsigned long long)id);
+    snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%064d", 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_add(st, &ck), 0);
+    colo_progress_sample_t p = {
+        .job_id = id, .attempt = 1, .step = 10, .has_loss = 1, .loss = 2.5f, .time_ms = 150};
+    ASSERT_EQ_INT(colo_store_sample_add(st, &p), 0);
+  }
+  /* ends at 300 (c), 400 (a), 500 (b): oldest end first */
+  ASSERT_EQ_INT(colo_store_job_transition(st, c, COLO_JOB_SUCCEEDED, "done", 0, 300, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_transition(st, a, COLO_JOB_FAILED, "x", 0, 400, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_transition(st, b, COLO_JOB_CANCELLED, "y", 0, 500, NULL), 0);
+  uint64_t ids[8];
+  size_t n = 99;
+  colo_store_end_cursor_t at = {0, 0};
+  ASSERT_EQ_INT(colo_store_jobs_ended_before(st, 450, &at, ids, 8, &n), 0);
+  ASSERT_EQ_INT(n, 2);
+  ASSERT_EQ_INT(ids[0], c);
+  ASSERT_EQ_INT(ids[1], a);
+  /* pages: at most cap, then on from the cursor */
+  at = (colo_store_end_cursor_t){0, 0};
+  ASSERT_EQ_INT(colo_store_jobs_ended_before(st, 10000, &at, ids, 1, &n), 0);
+  ASSERT_EQ_INT(n, 1);
+  ASSERT_EQ_INT(ids[0], c);
+  ASSERT_EQ_INT(at.ended_ms, 300);
+  ASSERT_EQ_INT(colo_store_jobs_ended_before(st, 10000, &at, ids, 8, &n), 0);
+  ASSERT_EQ_INT(n, 2);
+  ASSERT_EQ_INT(ids[0], a);
+  ASSERT_EQ_INT(ids[1], b);
+  ASSERT_EQ_INT(colo_store_jobs_ended_before(st, 10000, &at, ids, 8, &n), 0);
+  ASSERT_EQ_INT(n, 0);
+  at = (colo_store_end_cursor_t){0, 0};
+  ASSERT_EQ_INT(colo_store_jobs_ended_before(st, 300, &at, ids, 8, &n), 0);
+  ASSERT_EQ_INT(n, 0); /* strictly before */
+  /* a is resumed after it was listed: the purge leaves it; c goes with all its rows */
+  ASSERT_EQ_INT(colo_store_job_transition(st, a, COLO_JOB_PENDING, "resumed", 0, 600, NULL), 0);
+  uint64_t batch[3] = {c, a, live};
+  size_t deleted = 99;
+  ASSERT_EQ_INT(colo_store_jobs_purge(st, batch, 3, 450, &deleted), 0);
+  ASSERT_EQ_INT(deleted, 1);
+  ASSERT_EQ_INT(batch[0], c);
+  colo_job_t j;
+  ASSERT_EQ_INT(colo_store_job_get(st, c, &j), COLO_ENOENT);
+  ASSERT_EQ_INT(job_state(st, a), COLO_JOB_PENDING);
+  ASSERT_EQ_INT(job_state(st, live), COLO_JOB_PENDING);
+  char q[200];
+  const char *tables[] = {"job_events", "job_attempts", "ranks", "checkpoints", "progress_samples"};
+  for (size_t t = 0; t < 5; t++) {
+    snprintf(q, sizeof q, "SELECT count(*) FROM %s WHERE job_id = %llu", tables[t],
+             (unsigned long long)c);
+    ASSERT_EQ_INT(sql_int(q), 0);
+    snprintf(q, sizeof q, "SELECT count(*) > 0 FROM %s WHERE job_id = %llu", tables[t],
+             (unsigned long long)b);
+    ASSERT_EQ_INT(sql_int(q), 1); /* b's rows are all there */
+  }
+  /* a purge with a cut-off leaves a job that ended after it */
+  batch[0] = b;
+  ASSERT_EQ_INT(colo_store_jobs_purge(st, batch, 1, 450, &deleted), 0);
+  ASSERT_EQ_INT(deleted, 0);
+  /* one delete: an ended job whenever it ended; refused for a job not ended, or none */
+  ASSERT_EQ_INT(colo_store_job_delete(st, live), COLO_ESTATE);
+  ASSERT(strstr(colo_store_errmsg(st), "is PENDING; only a job that has ended"));
+  ASSERT_EQ_INT(colo_store_job_delete(st, 9999), COLO_ENOENT);
+  ASSERT_EQ_INT(colo_store_job_delete(st, b), 0);
+  ASSERT_EQ_INT(colo_store_job_get(st, b, &j), COLO_ENOENT);
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM ranks"), 2); /* a's attempt's */
+  /* ids are never handed out again */
+  ASSERT(submit(st, "e") > live);
+  ASSERT_EQ_INT(colo_store_integrity_check(st), 0);
+  colo_store_close(st);
+}
+
 TEST(job_events_after_and_newest) {
   colo_store_t *st = open_fresh();
   uint64_t id = submit(st, "j"), other = submit(st, "k");
