@@ -26,6 +26,7 @@
 #define DEFAULT_SERVER "127.0.0.1:7070"
 #define EXIT_FAIL      1
 #define EXIT_USAGE     2
+#define EXIT_JOB       3 /* watch, submit --wait: the job ended without succeeding */
 
 typedef struct {
   const char *server;
@@ -42,7 +43,8 @@ static void usage(FILE *out) {
       "\n"
       "commands:\n"
       "  submit FILE [--set F=V]... [--after[-ended] JOB[,JOB]...] [--sweep F=V1,V2...]...\n"
-      "         [--token T] [--dry-run]       submit a job file (YAML or JSON), with fields\n"
+      "         [--token T] [--dry-run] [--wait]\n"
+      "                                       submit a job file (YAML or JSON), with fields\n"
       "                                       set on top (--set train.steps=600); prints its id;\n"
       "                                       --after: it starts once those jobs succeeded\n"
       "                                       (--after-ended: once they ended, in any state);\n"
@@ -50,7 +52,9 @@ static void usage(FILE *out) {
       "                                       (NAME-1, NAME-2, ...), each line its id, name and\n"
       "                                       settings; all are checked before any is sent.\n"
       "                                       A pipeline file (stages: docs/job-file.md)\n"
-      "                                       submits each stage after those it names\n"
+      "                                       submits each stage after those it names;\n"
+      "                                       --wait: then follows each job, as watch\n"
+      "                                       does, until it ends (exit 3: one did not succeed)\n"
       "  status [JOB] [--watch] [--interval MS]\n"
       "                                       the cluster and its jobs, or one job in detail;\n"
       "                                       --watch redraws it in place until interrupted\n"
@@ -76,7 +80,8 @@ static void usage(FILE *out) {
       "  update JOB... [--priority N] [--max-restarts N] [--time-limit T]\n"
       "                                       change jobs that have not ended; T: seconds,\n"
       "                                       30m, 2h, 1d, or none\n"
-      "  watch JOB                            follow a job's state changes until it ends\n"
+      "  watch JOB                            follow a job's state changes until it ends;\n"
+      "                                       exits 0 if it SUCCEEDED, else 3\n"
       "  events JOB [--last N]                its history: each state change and each change\n"
       "                                       made to it (hold, priority), oldest first\n"
       "  hosts                                hosts and their devices\n"
@@ -114,7 +119,8 @@ static void usage(FILE *out) {
       "      --version       print the version\n"
       "\n"
       "Job files are documented in docs/job-file.md; examples/ has one to start from.\n"
-      "exit codes: 0 success, 1 the coordinator is unreachable or refused, 2 bad usage\n");
+      "exit codes: 0 success, 1 the coordinator is unreachable or refused, 2 bad usage, 3 the\n"
+      "job watched (watch, submit --wait) ended without succeeding\n");
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -387,15 +393,19 @@ static int submit_pipeline(ctl_t *c, const char *file, colo_pipeline_t *p, const
   return rc;
 }
 
+static int watch_job(ctl_t *c, uint64_t id); /* ---- watch ---- */
+
 static int cmd_submit(ctl_t *c, int argc, char **argv) {
   const char *token = NULL;
   submit_t *o = calloc(1, sizeof *o);
   if (!o)
     return EXIT_FAIL;
-  int dry = 0, rc = 0;
+  int dry = 0, wait = 0, rc = 0;
   for (int i = 0; i < argc && !rc; i++) {
     if (!strcmp(argv[i], "--token") && i + 1 < argc)
       token = argv[++i];
+    else if (!strcmp(argv[i], "--wait"))
+      wait = 1;
     else if ((!strcmp(argv[i], "--after") || !strcmp(argv[i], "--after-ended")) &&
              i + 1 < argc) { /* --after 7,8 */
       const char *flag = argv[i], *ids = argv[++i], *p = ids;
@@ -439,6 +449,9 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
       else if (o->n_after || o->n_sweeps)
         rc = usage_error("submit: --after and --sweep are for a job file; a pipeline's stages "
                          "say what they run after");
+      else if (wait)
+        rc = usage_error("submit: --wait is for a job file; watch a pipeline's stages with "
+                         "coloctl watch");
       else
         rc = submit_pipeline(c, o->file, &pipe, token, dry);
       colo_pipeline_free(&pipe);
@@ -485,6 +498,10 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
     rc = connect_ctl(c);
   }
   cJSON *arr = c->json && o->n_sweeps ? cJSON_CreateArray() : NULL;
+  uint64_t *ids = calloc((size_t)n_jobs, sizeof *ids);
+  int n_ids = 0;
+  if (!ids)
+    rc = EXIT_FAIL;
   for (int k = 0; k < n_jobs && !rc && !dry; k++) {
     char tok[300];
     Colo__V1__SubmitJobRequest req = COLO__V1__SUBMIT_JOB_REQUEST__INIT;
@@ -503,6 +520,7 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
                 k + 1, what[k], k);
       break;
     }
+    ids[n_ids++] = resp->job->id;
     if (arr)
       cJSON_AddItemToArray(arr, colo_pb_to_json(&resp->job->base));
     else if (c->json)
@@ -514,6 +532,12 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
     colo__v1__submit_job_response__free_unpacked(resp, NULL);
   }
   end_json_array(arr, rc == 0);
+  /* --wait: each job in turn until it ends; EXIT_JOB when one did not succeed */
+  for (int k = 0; k < n_ids && wait && !dry && rc != EXIT_FAIL; k++) {
+    int one = watch_job(c, ids[k]);
+    rc = one == EXIT_FAIL || !rc ? one : rc;
+  }
+  free(ids);
   for (int k = 0; specs && k < n_jobs; k++)
     if (specs[k])
       colo__v1__job_spec__free_unpacked(specs[k], NULL);
@@ -1338,10 +1362,17 @@ static int cmd_update(ctl_t *c, int argc, char **argv) {
 
 /* ---- watch ---- */
 
+typedef struct {
+  ctl_t *c;
+  int state; /* the newest the stream said */
+} watching_t;
+
 static int on_event(const ProtobufCMessage *m, void *data) {
-  ctl_t *c = data;
+  watching_t *w = data;
   const Colo__V1__JobEvent *ev = (const void *)m;
-  if (c->json) {
+  if (ev->has_state)
+    w->state = ev->state;
+  if (w->c->json) {
     print_json(m);
   } else {
     time_t t = (time_t)(ev->time_ms / 1000);
@@ -1362,21 +1393,26 @@ static int on_event(const ProtobufCMessage *m, void *data) {
   return 0;
 }
 
+/* Prints a job's state changes and progress until it ends: 0 when it SUCCEEDED, EXIT_JOB when
+ * it ended otherwise, EXIT_FAIL when the stream failed (said why). */
+static int watch_job(ctl_t *c, uint64_t id) {
+  Colo__V1__WatchJobRequest req = COLO__V1__WATCH_JOB_REQUEST__INIT;
+  req.has_id = 1;
+  req.id = id;
+  watching_t w = {c, 0};
+  colo_rpc_status_t st;
+  if (colo_rpc_call_stream(c->cli, "/colo.v1.Cluster/WatchJob", &req.base,
+                           &colo__v1__job_event__descriptor, 0, on_event, &w, &st) < 0)
+    return call_failed(c, &st);
+  return w.state == COLO__V1__JOB_STATE__JOB_STATE_SUCCEEDED ? 0 : EXIT_JOB;
+}
+
 static int cmd_watch(ctl_t *c, int argc, char **argv) {
   uint64_t id;
   if (argc != 1 || parse_id(argv[0], &id) < 0)
     return usage_error("watch needs one job id");
   int rc = connect_ctl(c);
-  if (rc)
-    return rc;
-  Colo__V1__WatchJobRequest req = COLO__V1__WATCH_JOB_REQUEST__INIT;
-  req.has_id = 1;
-  req.id = id;
-  colo_rpc_status_t st;
-  if (colo_rpc_call_stream(c->cli, "/colo.v1.Cluster/WatchJob", &req.base,
-                           &colo__v1__job_event__descriptor, 0, on_event, c, &st) < 0)
-    return call_failed(c, &st);
-  return 0;
+  return rc ? rc : watch_job(c, id);
 }
 
 /* ---- hosts ---- */

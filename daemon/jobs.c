@@ -236,6 +236,7 @@ static int sync_cb(const colo_job_t *row, void *data) {
 
 /* Brings the table in line with the store: new jobs in, finished (or cancelled) jobs out. */
 static void sync_jobs(colod_t *d) {
+  d->jobs_stale = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
     j->seen = 0;
   uint32_t mask = (1u << COLO_JOB_PENDING) | (1u << COLO_JOB_RUNNING) | (1u << COLO_JOB_RESTARTING);
@@ -1235,6 +1236,7 @@ static void on_kick(uv_timer_t *t) {
 }
 
 void colod_jobs_kick(colod_t *d) {
+  d->jobs_stale = 1;
   if (!d->draining && !uv_is_active((uv_handle_t *)&d->kick))
     uv_timer_start(&d->kick, on_kick, 0, 0);
 }
@@ -1678,8 +1680,9 @@ int colod_jobs_attempt_on_host(colod_t *d, uint64_t job_id, uint32_t attempt, ui
   return 0;
 }
 
-void colod_jobs_naming(colod_t *d, const uint64_t *ids, size_t n, uint64_t *naming) {
-  sync_jobs(d); /* a job resumed since the last pass names its jobs again */
+void colod_jobs_naming(colod_t *d, const uint64_t *ids, size_t n, uint64_t *naming, int sync) {
+  if (sync && d->jobs_stale)
+    sync_jobs(d); /* a job submitted or resumed since the last pass names its jobs */
   for (size_t i = 0; i < n; i++) {
     naming[i] = 0;
     for (const colod_job_live_t *j = d->jobs; j && !naming[i]; j = j->next) {

@@ -113,8 +113,10 @@ int colod_jobs_attempt_on_host(struct colod_s *d, uint64_t job_id, uint32_t atte
 
 /* For each of ids, naming[i] gets the id of a job not yet ended that needs it (0: none), which
  * keeps it from being deleted: one whose train.init_from_job names it, or whose `after` does and
- * that has not started yet. Reads the store's jobs that have not ended first. */
-void colod_jobs_naming(struct colod_s *d, const uint64_t *ids, size_t n, uint64_t *naming);
+ * that has not started yet. With sync, reads the store's jobs that have not ended first where
+ * a kick (a submit, a resume) has come since the last read; without, the table as it is. */
+void colod_jobs_naming(struct colod_s *d, const uint64_t *ids, size_t n, uint64_t *naming,
+                       int sync);
 
 /* The current attempt of a live job: 1 and *attempt, *world set when it is RUNNING. */
 int colod_jobs_attempt(struct colod_s *d, uint64_t job_id, uint32_t *attempt, uint32_t *world);

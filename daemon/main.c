@@ -83,6 +83,7 @@ static void on_rpc_closed(colo_rpc_server_t *srv, void *data) {
   uv_close((uv_handle_t *)&d->restart, on_closed_handle);
   uv_close((uv_handle_t *)&d->host_deadline, on_closed_handle);
   uv_close((uv_handle_t *)&d->push_flush, on_closed_handle);
+  colod_retention_close(d);
   uv_close((uv_handle_t *)&d->sig_term, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_int, on_closed_handle);
   uv_close((uv_handle_t *)&d->sig_hup, on_closed_handle);
@@ -114,7 +115,7 @@ static void on_signal(uv_signal_t *s, int signum) {
     }
     int n = colod_config_reload(&d->cfg, &next);
     colo_log_set_level((colo_log_level_t)d->cfg.log_level);
-    d->retention.due_mono_ms = 0; /* a new job_retention applies at the next tick */
+    colod_retention_reload(d); /* a new job_retention: a round now */
     colo_log(COLO_LOG_INFO, "config", "reloaded %s: %d settings changed",
              d->config_path ? d->config_path : "(no config file)", n);
     if (d->cfg.tls_cert[0]) { /* certificates rotated at their paths */
@@ -143,7 +144,6 @@ static void on_tick(uv_timer_t *t) {
     colod_jobs_tick(d);
     colod_logs_tick(d);
     colod_rdzv_tick(d);
-    colod_retention_tick(d);
   }
 }
 
@@ -312,6 +312,7 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
    * nothing should run on its host would stop the ranks of running jobs */
   colod_jobs_tick(&d);
   uv_timer_start(&d.tick, on_tick, TICK_MS, TICK_MS);
+  colod_retention_start(&d);
   if (sd_watchdog_enabled(0, &d.watchdog_usec) <= 0)
     d.watchdog_usec = 0;
 

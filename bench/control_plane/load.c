@@ -3,7 +3,10 @@
  * percentiles come from all of them.
  *
  *   control_plane_load --server ADDR --job FILE [--preload N] [--threads T] [--seconds S]
- *                      [--method get|submit|both]
+ *                      [--method get|submit|both] [--ids N]
+ *
+ * GetJob asks for ids 1..N (--ids; default the preloaded jobs', which a fresh colod numbers
+ * 1..preload). --preload 0 with --ids reads the jobs a colod holds already.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -128,15 +131,19 @@ static void run(const char *server, Colo__V1__JobSpec *spec, int method, int thr
 
 int main(int argc, char **argv) {
   const char *server = "127.0.0.1:7070", *job = NULL, *which = "both";
-  int threads = 8, preload = 1000;
+  int threads = 8, preload = 1000, ids = 0;
   double seconds = 5;
-  static const struct option opts[] = {
-      {"server", required_argument, 0, 's'},  {"job", required_argument, 0, 'j'},
-      {"preload", required_argument, 0, 'p'}, {"threads", required_argument, 0, 't'},
-      {"seconds", required_argument, 0, 'd'}, {"method", required_argument, 0, 'm'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  static const struct option opts[] = {{"server", required_argument, 0, 's'},
+                                       {"job", required_argument, 0, 'j'},
+                                       {"preload", required_argument, 0, 'p'},
+                                       {"threads", required_argument, 0, 't'},
+                                       {"seconds", required_argument, 0, 'd'},
+                                       {"method", required_argument, 0, 'm'},
+                                       {"ids", required_argument, 0, 'i'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
   int o;
-  while ((o = getopt_long(argc, argv, "s:j:p:t:d:m:h", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, "s:j:p:t:d:m:i:h", opts, NULL)) != -1) {
     switch (o) {
     case 's':
       server = optarg;
@@ -156,16 +163,22 @@ int main(int argc, char **argv) {
     case 'm':
       which = optarg;
       break;
+    case 'i':
+      ids = atoi(optarg);
+      break;
     case 'h':
       printf("usage: control_plane_load --server ADDR --job FILE [--preload N] [--threads T] "
-             "[--seconds S] [--method get|submit|both]\n");
+             "[--seconds S] [--method get|submit|both] [--ids N]\n");
       return 0;
     default:
       return 2;
     }
   }
-  if (!job || threads < 1 || threads > 256 || seconds <= 0 || preload < 1) {
-    fprintf(stderr, "control_plane_load: --job FILE is required; threads 1..256; seconds > 0\n");
+  if (!ids)
+    ids = preload;
+  if (!job || threads < 1 || threads > 256 || seconds <= 0 || preload < 0 || ids < 1) {
+    fprintf(stderr, "control_plane_load: --job FILE is required; threads 1..256; seconds > 0; "
+                    "--preload or --ids at least 1\n");
     return 2;
   }
   char err[512];
@@ -190,9 +203,9 @@ int main(int argc, char **argv) {
   colo_rpc_client_close(c);
   fprintf(stderr, "control_plane_load: preloaded %d jobs\n", preload);
   if (!strcmp(which, "get") || !strcmp(which, "both"))
-    run(server, spec, 0, threads, seconds, (uint64_t)preload);
+    run(server, spec, 0, threads, seconds, (uint64_t)ids);
   if (!strcmp(which, "submit") || !strcmp(which, "both"))
-    run(server, spec, 1, threads, seconds, (uint64_t)preload);
+    run(server, spec, 1, threads, seconds, (uint64_t)ids);
   colo__v1__job_spec__free_unpacked(spec, NULL);
   return 0;
 }

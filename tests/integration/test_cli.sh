@@ -84,12 +84,15 @@ expect_rc 0 "$COLOCTL" cancel 2 --reason "integration test"
 expect_eq "$OUT" "job 2 CANCELLED"
 for _ in $(seq 1 50); do kill -0 $WATCH 2>/dev/null || break; sleep 0.1; done
 kill -0 $WATCH 2>/dev/null && fail "watch did not end after the job was cancelled"
-wait $WATCH || fail "watch exited non-zero: $(cat "$TMP/watch.err")"
+rc=0
+wait $WATCH || rc=$?
+expect_eq "$rc" "3" "(watch: the job ended, but did not succeed)"
+expect_eq "$(cat "$TMP/watch.err")" ""
 expect_eq "$(wc -l <"$TMP/watch.out")" "2"
 expect_contains "$(sed -n 1p "$TMP/watch.out")" "job 2  PENDING     submitted"
 expect_contains "$(sed -n 2p "$TMP/watch.out")" "job 2  CANCELLED   cancelled: integration test"
 # watching a finished job prints its state and returns at once
-expect_rc 0 "$COLOCTL" --json watch 2
+expect_rc 3 "$COLOCTL" --json watch 2
 expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])')" "cancelled"
 
 # cancel twice, resume, resume from a step without a checkpoint
@@ -249,6 +252,18 @@ expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; j=json.load(sys.stdin); 
 expect_rc 1 "$COLOCTL" status "$DJ"
 expect_rc 2 "$COLOCTL" delete
 expect_eq "$ERR" "coloctl: delete needs a job id, or --name PREFIX; try 'coloctl --help'"
+# submit --wait: the id first, then the job's changes; cancelled meanwhile, it exits 3
+"$COLOCTL" submit "$TMP/job.json" --wait >"$TMP/wait.out" 2>"$TMP/wait.err" &
+WAITER=$!
+for _ in $(seq 1 50); do grep -q PENDING "$TMP/wait.out" 2>/dev/null && break; sleep 0.1; done
+WJ=$(head -1 "$TMP/wait.out")
+expect_rc 0 "$COLOCTL" cancel "$WJ"
+rc=0
+wait $WAITER || rc=$?
+expect_eq "$rc" "3"
+expect_contains "$(tail -1 "$TMP/wait.out")" "job $WJ  CANCELLED   cancelled"
+expect_rc 2 "$COLOCTL" submit "$COLO_SRC/examples/tinyshakespeare-pipeline.yaml" --wait
+expect_eq "$ERR" "coloctl: submit: --wait is for a job file; watch a pipeline's stages with coloctl watch; try 'coloctl --help'"
 
 # colod refuses a bad config with the file's line, and bad flags
 printf 'host_timeout: forever\n' >"$TMP/bad.conf"

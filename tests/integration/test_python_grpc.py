@@ -2054,7 +2054,7 @@ class DeleteTest(WithColod):
         j = self.api.DeleteJob(pb.DeleteJobRequest(id=a), timeout=5).job  # b has started: it may go
         self.assertEqual((j.id, j.spec.name, j.state), (a, "a", pb.JOB_STATE_SUCCEEDED))
         self.assertEqual(set(rows_of(self.state, a).values()), {0})
-        self.assertFalse(os.path.exists(logs))
+        self.until("its logs removed", lambda: not os.path.exists(logs))
         self.assertEqual(rows_of(self.state, b), before)  # nothing of b's
         with self.assertRaises(grpc.RpcError) as cm:
             self.job(a)
@@ -2119,7 +2119,7 @@ class RetentionTest(WithColod):
         self.until("a deleted", lambda: self.gone(a))
         self.assertLess(time.time() - t0, 4)
         self.assertEqual(set(rows_of(self.state, a).values()), {0})
-        self.assertFalse(os.path.exists(logs))
+        self.until("its logs removed", lambda: not os.path.exists(logs))
         time.sleep(1.5)  # a purge or more later
         self.assertEqual(self.job(dep).state, pb.JOB_STATE_CANCELLED)
         self.assertEqual(self.job(held).state, pb.JOB_STATE_PENDING)

@@ -165,13 +165,15 @@ checkpoint: {interval: 10}
 resources: {device: gpu}
 memory: {placement: static, param_device_fraction: 0.5, optim_device_fraction: 0.25, optim_nvme_fraction: 0.5, nvme_dir: scratch/on-gpus}
 JOB
-GJ=$("$COLOCTL" submit "$TMP/gjob.yaml")
+# submit --wait: the id, then the job's changes until it ends; exit 0 as it succeeded
+rc=0
+timeout 120 "$COLOCTL" submit "$TMP/gjob.yaml" --wait >"$TMP/gwait.out" 2>&1 || rc=$?
+expect_eq "$rc" "0"
+GJ=$(head -1 "$TMP/gwait.out")
+expect_contains "$(tail -1 "$TMP/gwait.out")" "job $GJ  SUCCEEDED   all 2 ranks exited 0"
+grep -q "job $GJ  step 20/20" "$TMP/gwait.out" || fail "submit --wait showed no progress: $(cat "$TMP/gwait.out")"
 gstate_of() { "$COLOCTL" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
 gstate() { gstate_of "$GJ"; }
-for _ in $(seq 1 600); do
-  case "$(gstate)" in succeeded | failed | cancelled) break ;; esac
-  sleep 0.1
-done
 expect_eq "$(gstate)" "succeeded"
 expect_eq "$("$COLOCTL" status "$GJ" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["message"])')" "all 2 ranks exited 0"
 GLOG=$("$COLOCTL" logs "$GJ")
@@ -193,12 +195,13 @@ expect_contains "$OUT" "  weights    from pre/gpt.safetensors"
 # status, and spends none of its restarts: another attempt would fail the same way
 sed -e 's|name: on-gpus|name: no-weights|' -e 's|init_from: pre/gpt.safetensors|init_from: pre/none.safetensors|' \
   "$TMP/gjob.yaml" >"$TMP/nojob.yaml"
-NJ=$("$COLOCTL" submit "$TMP/nojob.yaml")
+# (submit --wait exits 3: the job did not succeed)
+rc=0
+timeout 60 "$COLOCTL" submit "$TMP/nojob.yaml" --wait >"$TMP/nwait.out" 2>&1 || rc=$?
+expect_eq "$rc" "3"
+NJ=$(head -1 "$TMP/nwait.out")
+expect_contains "$(tail -1 "$TMP/nwait.out")" "job $NJ  FAILED      rank "
 njstate() { "$COLOCTL" status "$NJ" --json | python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["state"], j.get("restarts", 0), j.get("attempt", 0))'; }
-for _ in $(seq 1 100); do
-  case "$(njstate)" in failed*) break ;; esac
-  sleep 0.1
-done
 expect_eq "$(njstate)" "failed 0 1"
 expect_rc 0 "$COLOCTL" status "$NJ"
 expect_contains "$OUT" "exited with code 78: $TMP/gdata/pre/none.safetensors: No such file or directory; not restarted: the job cannot run as written"
