@@ -310,6 +310,16 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
                   owner[0] ? "\"" : "", limit);
     return;
   }
+  const char *account = spec->account ? spec->account : "";
+  limit = colod_config_account_max_devices(&d->cfg, account);
+  if (world > limit) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "the job needs %llu devices at once; account_max_devices allows %s%s%s %u",
+                  (unsigned long long)world, account[0] ? "account \"" : "jobs without an account",
+                  account, account[0] ? "\"" : "", limit);
+    colo__v1__job_spec__free_unpacked(spec, NULL);
+    return;
+  }
   /* the jobs it waits for exist: its `after`, then train.init_from_job */
   uint64_t from = spec->train->has_init_from_job ? spec->train->init_from_job : 0;
   for (size_t i = 0; i < spec->n_after + (from != 0); i++) {

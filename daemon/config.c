@@ -62,6 +62,10 @@ static const centry_t TABLE[] = {
      "OWNER=DEVICES,... (say alice=8,*=16): the most devices an owner's running jobs hold at "
      "once; a job that would pass it waits, and one that needs more is refused. *: every owner "
      "not named. Without mutual TLS every job has the same owner, \"\". Empty: no limit"},
+    {"account_max_devices", T_STRING, F(account_max_devices), 0, 0, "", 1,
+     "ACCOUNT=DEVICES,... (say nlp=32,*=8): the most devices the running jobs charged to an "
+     "account (JobSpec.account; \"\" for none) hold at once; a job that would pass it waits, and "
+     "one that needs more is refused. *: every account not named. Empty: no limit"},
     {"rendezvous", T_STRING, F(rdzv_mode), 1, 0, "colod", 0,
      "who serves an attempt's rendezvous store: colod, or rank0 (on its host, at a port from "
      "rendezvous_port_base)"},
@@ -190,13 +194,15 @@ static int owner_values(const char *name, int whole, const char *s, const char *
     while (b > a && b[-1] == ' ')
       b--;
     if (!eq || b == a)
-      return fail(err, errlen, "%s entry \"%.*s\" must be OWNER=%s", name, (int)len, s,
+      return fail(err, errlen, "%s entry \"%.*s\" must be %s=%s", name, (int)len, s,
+                  name[0] == 'a' ? "ACCOUNT" : "OWNER",
                   !whole                 ? "WEIGHT"
                   : strstr(name, "jobs") ? "JOBS"
                                          : "DEVICES");
     size_t on = (size_t)(b - a);
     if (on > 128)
-      return fail(err, errlen, "%s: owner \"%.*s...\" is longer than 128 bytes", name, 20, a);
+      return fail(err, errlen, "%s: %s \"%.*s...\" is longer than 128 bytes", name,
+                  name[0] == 'a' ? "account" : "owner", 20, a);
     char num[64];
     size_t vn = len - (size_t)(eq + 1 - s);
     snprintf(num, sizeof num, "%.*s", (int)(vn < sizeof num ? vn : sizeof num - 1), eq + 1);
@@ -214,7 +220,8 @@ static int owner_values(const char *name, int whole, const char *s, const char *
       if (strlen(seen[i]) == on && !memcmp(seen[i], a, on))
         return fail(err, errlen, "%s names %.*s twice", name, (int)on, a);
     if (n_seen == sizeof seen / sizeof seen[0])
-      return fail(err, errlen, "%s names more than 64 owners", name);
+      return fail(err, errlen, "%s names more than 64 %s", name,
+                  name[0] == 'a' ? "accounts" : "owners");
     snprintf(seen[n_seen++], sizeof seen[0], "%.*s", (int)on, a);
     if (owner && strlen(owner) == on && !memcmp(owner, a, on)) {
       *v = x;
@@ -245,6 +252,12 @@ uint32_t colod_config_owner_max_devices(const colod_config_t *cfg, const char *o
                                                                                 : UINT32_MAX;
 }
 
+uint32_t colod_config_account_max_devices(const colod_config_t *cfg, const char *account) {
+  double n;
+  return owner_value("account_max_devices", 1, cfg->account_max_devices, account, &n) ? (uint32_t)n
+                                                                                      : UINT32_MAX;
+}
+
 uint32_t colod_config_owner_max_jobs(const colod_config_t *cfg, const char *owner) {
   double n;
   return owner_value("owner_max_jobs", 1, cfg->owner_max_jobs, owner, &n) ? (uint32_t)n
@@ -265,8 +278,8 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
       return fail(err, errlen, "rendezvous \"%s\" must be colod or rank0", value);
     if (!strcmp(e->name, "fair_share_by") && strcmp(value, "owner") && strcmp(value, "account"))
       return fail(err, errlen, "fair_share_by \"%s\" must be owner or account", value);
-    if ((!strcmp(e->name, "fair_share_weights") || !strncmp(e->name, "owner_max_", 10)) &&
-        owner_values(e->name, e->name[0] == 'o', value, NULL, NULL, err, errlen) < 0)
+    if ((!strcmp(e->name, "fair_share_weights") || strstr(e->name, "_max_")) &&
+        owner_values(e->name, e->name[0] != 'f', value, NULL, NULL, err, errlen) < 0)
       return COLO_EINVAL;
     if (!strcmp(e->name, "metrics_listen") && value[0] && !host_port(value))
       return fail(err, errlen,

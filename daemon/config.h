@@ -22,6 +22,7 @@ typedef struct {
   char fair_share_weights[1024];    /* "owner=weight,...": their hours count 1/weight; others 1 */
   char owner_max_devices[1024];     /* "owner=n,...,*=n": devices an owner's jobs hold at once */
   char owner_max_jobs[1024];        /* "owner=n,...,*=n": an owner's jobs that have not ended */
+  char account_max_devices[1024];   /* "account=n,...,*=n": devices an account's jobs hold */
   char rdzv_mode[16];               /* "colod" or "rank0" */
   uint32_t rdzv_port_base;          /* rank0 rendezvous ports: base .. base + 999 */
   uint32_t log_max_mib;             /* per rank log kept by colod */
@@ -53,6 +54,10 @@ double colod_config_weight(const colod_config_t *cfg, const char *owner);
 /* The most devices an owner's running jobs may hold at once, from cfg->owner_max_devices (its
  * entry, else "*"'s); UINT32_MAX: no limit. */
 uint32_t colod_config_owner_max_devices(const colod_config_t *cfg, const char *owner);
+
+/* The most devices the running jobs charged to an account (JobSpec.account) may hold at once,
+ * from cfg->account_max_devices (its entry, else "*"'s); UINT32_MAX: no limit. */
+uint32_t colod_config_account_max_devices(const colod_config_t *cfg, const char *account);
 
 /* The most jobs an owner may have that have not ended, from cfg->owner_max_jobs; UINT32_MAX: no
  * limit. */

@@ -25,7 +25,7 @@ struct colod_job_live_s {
   double share;     /* its owner's weighed device hours, when a pass ordered it (fairshare.h) */
   uint32_t in_line; /* waiting for room: its place in the last pass's order (1: first); 0: not */
   int hold;         /* COLO_HOLD_*: held, it is not placed (UpdateJob) */
-  int over_limit;   /* in the last pass, placing it would have passed owner_max_devices */
+  int over_limit; /* in the last pass, placing it would have passed owner_ or account_max_devices */
   char hold_reason[257];
   int seen;
   Colo__V1__JobSpec *spec;
@@ -962,35 +962,73 @@ static void fair_shares(colod_t *d, colod_job_live_t **waiting, size_t n) {
 #undef WHOSE
 }
 
-/* The devices each owner's running jobs hold in a pass, against owner_max_devices. */
+/* The devices each owner's (or account's) running jobs hold in a pass, against
+ * owner_max_devices (account_max_devices). */
 typedef struct {
-  const char *owner;
+  const char *key; /* the owner, or the account */
   uint32_t used, limit;
-} owner_use_t;
+} device_use_t;
 
-/* The owner's slot (u has room for one per live job). */
-static owner_use_t *owner_use(colod_t *d, owner_use_t *u, size_t *n, const char *owner) {
-  for (size_t i = 0; i < *n; i++)
-    if (!strcmp(u[i].owner, owner))
-      return &u[i];
-  u[*n] = (owner_use_t){owner, 0, colod_config_owner_max_devices(&d->cfg, owner)};
-  return &u[(*n)++];
+typedef struct {
+  device_use_t *v; /* NULL: no limit (none set, or out of memory: none applied this pass) */
+  size_t n;
+  int by_account;
+} device_uses_t;
+
+static const char *account_of(const colod_job_live_t *j) {
+  return j->spec->account ? j->spec->account : "";
 }
 
-/* With owner_max_devices: every owner's devices held by running jobs (NULL without a limit, or
- * out of memory: no limit is applied in this pass). */
-static owner_use_t *owner_uses(colod_t *d, size_t *n) {
-  *n = 0;
-  if (!d->cfg.owner_max_devices[0])
+/* The owner's or account's slot (v has room for one per live job). */
+static device_use_t *device_use(colod_t *d, device_uses_t *u, const colod_job_live_t *j) {
+  if (!u->v)
     return NULL;
+  const char *key = u->by_account ? account_of(j) : j->owner;
+  for (size_t i = 0; i < u->n; i++)
+    if (!strcmp(u->v[i].key, key))
+      return &u->v[i];
+  uint32_t limit = u->by_account ? colod_config_account_max_devices(&d->cfg, key)
+                                 : colod_config_owner_max_devices(&d->cfg, key);
+  u->v[u->n] = (device_use_t){key, 0, limit};
+  return &u->v[u->n++];
+}
+
+/* With the limit set: the devices each owner's (account's) running jobs hold. */
+static device_uses_t device_uses(colod_t *d, int by_account) {
+  device_uses_t u = {NULL, 0, by_account};
+  if (!(by_account ? d->cfg.account_max_devices : d->cfg.owner_max_devices)[0])
+    return u;
   size_t live = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
     live++;
-  owner_use_t *u = calloc(live ? live : 1, sizeof *u);
-  for (colod_job_live_t *j = d->jobs; j && u; j = j->next)
+  u.v = calloc(live ? live : 1, sizeof *u.v);
+  for (colod_job_live_t *j = d->jobs; j && u.v; j = j->next)
     if (j->state == COLO_JOB_RUNNING && j->place)
-      owner_use(d, u, n, j->owner)->used += j->world;
+      device_use(d, &u, j)->used += j->world;
   return u;
+}
+
+/* Whether placing the job now would pass its owner's or its account's device limit, saying
+ * which in why. */
+static int over_limit(const colod_job_live_t *j, const device_use_t *mine, const device_use_t *acct,
+                      char *why, size_t len) {
+  if (mine && (uint64_t)mine->used + j->world > mine->limit) {
+    snprintf(why, len,
+             "waits for its owner's devices: %s%s hold %u of the %u devices owner_max_devices "
+             "allows %s at once, and it needs %u",
+             j->owner[0] ? j->owner : "running jobs", j->owner[0] ? "'s running jobs" : "",
+             mine->used, mine->limit, j->owner[0] ? j->owner : "their owner", j->world);
+    return 1;
+  }
+  if (acct && (uint64_t)acct->used + j->world > acct->limit) {
+    const char *a = account_of(j);
+    snprintf(why, len,
+             "waits for its account's devices: the running jobs %s%s hold %u of the %u devices "
+             "account_max_devices allows at once, and it needs %u",
+             a[0] ? "of account " : "without an account", a, acct->used, acct->limit, j->world);
+    return 1;
+  }
+  return 0;
 }
 
 /* A held job's reason to wait. */
@@ -1082,22 +1120,16 @@ static void schedule(colod_t *d) {
   uint32_t n_held = 0;
   int64_t start_by = INT64_MAX, now_ms = colod_now_ms();
   char until[64] = "";
-  size_t n_uses;
-  owner_use_t *uses = owner_uses(d, &n_uses);
+  device_uses_t owners = device_uses(d, 0), accounts = device_uses(d, 1);
   for (size_t i = 0; i < n_wait; i++)
     waiting[i]->over_limit = 0;
   for (size_t i = 0; i < n_wait && held && view && fit; i++) {
     colod_job_live_t *j = waiting[i];
-    owner_use_t *mine = uses ? owner_use(d, uses, &n_uses, j->owner) : NULL;
-    j->over_limit = mine && (uint64_t)mine->used + j->world > mine->limit;
+    device_use_t *mine = device_use(d, &owners, j), *acct = device_use(d, &accounts, j);
+    char limit_why[sizeof j->wait_why];
+    j->over_limit = over_limit(j, mine, acct, limit_why, sizeof limit_why);
     if (j->over_limit) { /* not placed, and neither holds room nor preempts */
-      char why[sizeof j->wait_why];
-      snprintf(why, sizeof why,
-               "waits for its owner's devices: %s%s hold %u of the %u devices owner_max_devices "
-               "allows %s at once, and it needs %u",
-               j->owner[0] ? j->owner : "running jobs", j->owner[0] ? "'s running jobs" : "",
-               mine->used, mine->limit, j->owner[0] ? j->owner : "their owner", j->world);
-      set_waiting(j, why);
+      set_waiting(j, limit_why);
       continue;
     }
     /* only hosts of the kind of device the job asks for, with its labels */
@@ -1134,6 +1166,8 @@ static void schedule(colod_t *d) {
     if (rc > 0) { /* taken for the jobs placed after it, and no longer held */
       if (mine)
         mine->used += j->world;
+      if (acct)
+        acct->used += j->world;
       snap_mark(j, hosts, n, 1);
       for (uint32_t r = 0; r < j->world; r++) {
         size_t h = snap_find(hosts, n, j->place[r].host_id);
@@ -1185,7 +1219,8 @@ static void schedule(colod_t *d) {
   free(held);
   free(view);
   free(fit);
-  free(uses);
+  free(owners.v);
+  free(accounts.v);
   /* the places in line of those still waiting (not for their owner's devices), for their status */
   uint32_t k = 0;
   for (size_t i = 0; i < n_wait; i++) {

@@ -352,56 +352,69 @@ static int job_metrics(colod_t *d, FILE *out) {
   return rc < 0 ? -1 : 0;
 }
 
-/* the devices each owner of a live job holds with running attempts */
+/* the devices each owner (or account) of a live job holds with running attempts */
 typedef struct {
-  const char *owner;
+  const char *key;
   uint32_t devices;
-} owner_devices_t;
+} key_devices_t;
 
 typedef struct {
-  owner_devices_t *v;
+  key_devices_t *v;
   size_t n, cap;
-} owner_pass_t;
+  int by_account;
+} key_pass_t;
 
-static void owner_device(const colod_job_view_t *j, void *data) {
-  owner_pass_t *p = data;
+static void key_device(const colod_job_view_t *j, void *data) {
+  key_pass_t *p = data;
+  const char *key = p->by_account ? j->account : j->owner;
   size_t i = 0;
-  while (i < p->n && strcmp(p->v[i].owner, j->owner) != 0)
+  while (i < p->n && strcmp(p->v[i].key, key) != 0)
     i++;
   if (i == p->n) {
     if (p->n == p->cap) {
       size_t cap = p->cap ? p->cap * 2 : 16;
-      owner_devices_t *v = realloc(p->v, cap * sizeof *v);
+      key_devices_t *v = realloc(p->v, cap * sizeof *v);
       if (!v)
         return;
       p->v = v;
       p->cap = cap;
     }
-    p->v[p->n++] = (owner_devices_t){j->owner, 0};
+    p->v[p->n++] = (key_devices_t){key, 0};
   }
   if (j->state == COLO_JOB_RUNNING && j->started_ms)
     p->v[i].devices += j->world;
 }
 
-static void owner_metrics(colod_t *d, FILE *out) {
-  owner_pass_t p = {0};
-  colod_jobs_each(d, owner_device, &p); /* the owners' names live as long as their jobs */
-  family(out, "colo_owner_devices", "gauge",
-         "Devices the running jobs of each owner of a job that is not finished hold.");
+/* colo_owner_devices and colo_owner_max_devices, or the account's */
+static void key_metrics(colod_t *d, FILE *out, int by_account) {
+  const char *what = by_account ? "account" : "owner";
+  key_pass_t p = {.by_account = by_account};
+  colod_jobs_each(d, key_device, &p); /* the names live as long as their jobs */
+  char name[64], help[256];
+  snprintf(name, sizeof name, "colo_%s_devices", what);
+  snprintf(help, sizeof help,
+           "Devices the running jobs of each %s of a job that is not finished "
+           "hold.",
+           what);
+  family(out, name, "gauge", help);
   for (size_t i = 0; i < p.n; i++) {
-    fprintf(out, "colo_owner_devices{owner=");
-    label(out, p.v[i].owner);
+    fprintf(out, "%s{%s=", name, what);
+    label(out, p.v[i].key);
     fprintf(out, "} %u\n", p.v[i].devices);
   }
-  family(out, "colo_owner_max_devices", "gauge",
-         "owner_max_devices: the most devices each such owner's running jobs may hold at once "
-         "(absent: no limit).");
+  snprintf(name, sizeof name, "colo_%s_max_devices", what);
+  snprintf(help, sizeof help,
+           "%s_max_devices: the most devices each such %s's running jobs may "
+           "hold at once (absent: no limit).",
+           what, what);
+  family(out, name, "gauge", help);
   for (size_t i = 0; i < p.n; i++) {
-    uint32_t limit = colod_config_owner_max_devices(&d->cfg, p.v[i].owner);
+    uint32_t limit = by_account ? colod_config_account_max_devices(&d->cfg, p.v[i].key)
+                                : colod_config_owner_max_devices(&d->cfg, p.v[i].key);
     if (limit == UINT32_MAX)
       continue;
-    fprintf(out, "colo_owner_max_devices{owner=");
-    label(out, p.v[i].owner);
+    fprintf(out, "%s{%s=", name, what);
+    label(out, p.v[i].key);
     fprintf(out, "} %u\n", limit);
   }
   free(p.v);
@@ -457,7 +470,8 @@ static void colod_metrics(colod_t *d, FILE *out) {
 int colod_metrics_write(colod_t *d, FILE *out) {
   process_metrics(d, out);
   colod_metrics(d, out);
-  owner_metrics(d, out);
+  key_metrics(d, out, 0);
+  key_metrics(d, out, 1);
   host_metrics(d, out);
   return job_metrics(d, out);
 }

@@ -1130,12 +1130,9 @@ class UsageTest(WithColod):
         self.api.CancelJob(pb.CancelJobRequest(id=g), timeout=5)
 
 
-class MetricsTest(WithColod):
-    """GET /metrics, parsed by prometheus_client: the hosts, the jobs and colod's counters follow
-    what this client, acting as a worker, makes happen; /healthz; a bad path and a bad method."""
-
-    state, log_name = os.path.join(TMP, "state-metrics"), "colod-metrics.log"
-    settings = ("metrics_listen=127.0.0.1:0", "owner_max_devices=*=64")
+class WithMetrics(WithColod):
+    """a colod of the class's own that serves /metrics (its settings name metrics_listen), at
+    cls.base"""
 
     @classmethod
     def setUpClass(cls):
@@ -1167,6 +1164,14 @@ class MetricsTest(WithColod):
                 self.assertNotIn(key, samples, "a sample twice")
                 samples[key] = smp.value
         return samples, types
+
+
+class MetricsTest(WithMetrics):
+    """GET /metrics, parsed by prometheus_client: the hosts, the jobs and colod's counters follow
+    what this client, acting as a worker, makes happen; /healthz; a bad path and a bad method."""
+
+    state, log_name = os.path.join(TMP, "state-metrics"), "colod-metrics.log"
+    settings = ("metrics_listen=127.0.0.1:0", "owner_max_devices=*=64")
 
     def test_metrics_follow_the_cluster(self):
         m, types = self.scrape()
@@ -1933,7 +1938,8 @@ class FairShareAccountTest(TlsUsers, unittest.TestCase):
 
 class HoldTlsTest(TlsUsers, unittest.TestCase):
     """UpdateJob over mutual TLS with roles: a user changes only the jobs it submitted; a job an
-    admin held is released by an admin only, and the hold survives a restart of colod."""
+    admin held is released by an admin only, and the hold survives a restart of colod. A user
+    deletes only its own jobs."""
 
     def test_who_may_hold_and_release(self):
         alice, carol, ops = self.api("alice"), self.api("carol"), self.api("ops")
@@ -1969,6 +1975,13 @@ class HoldTlsTest(TlsUsers, unittest.TestCase):
         j = update(ops, hold=False)
         self.assertEqual((j.held, j.message), (False, "released by ops"))
         alice.CancelJob(pb.CancelJobRequest(id=a), timeout=5)
+        # DeleteJob: its owner's, or an admin's
+        with self.assertRaises(grpc.RpcError) as cm:
+            carol.DeleteJob(pb.DeleteJobRequest(id=a), timeout=5)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.PERMISSION_DENIED, 'job %d belongs to "alice"; only its '
+                                                             'owner or an admin may delete it' % a))
+        self.assertEqual(alice.DeleteJob(pb.DeleteJobRequest(id=a), timeout=5).job.id, a)
 
 
 def rows_of(state, job):
@@ -2006,9 +2019,9 @@ class Worker:
         self.reports[:] = []
         return at
 
-    def end(self, test, job, at, code=0):
-        self.reports[:] = [pb.RankStatus(job_id=job, attempt=at, rank=0, exit_code=code,
-                                         phase=pb.RANK_PHASE_EXITED)]
+    def end(self, test, job, at, code=0, ranks=1):
+        self.reports[:] = [pb.RankStatus(job_id=job, attempt=at, rank=r, exit_code=code,
+                                         phase=pb.RANK_PHASE_EXITED) for r in range(ranks)]
         test.until("job %d ended" % job, lambda: self.beat() is not None and
                    test.job(job).state >= pb.JOB_STATE_SUCCEEDED)
         self.reports[:] = []
@@ -2080,7 +2093,7 @@ class DeleteTest(WithColod):
                          [x, c])
 
 
-class RetentionTest(WithColod):
+class RetentionTest(WithMetrics):
     """job_retention=1s on a colod of its own, this client acting as the worker of a 1-device
     host: jobs that ended go, with every row and their logs, about a second later; one a waiting
     job runs after stays until that one ends; jobs not ended stay; colod_jobs_deleted_total
@@ -2088,14 +2101,6 @@ class RetentionTest(WithColod):
 
     state, log_name = os.path.join(TMP, "state-retention"), "colod-retention.log"
     settings = ("job_retention=1s", "metrics_listen=127.0.0.1:0")
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        line = cls.proc.stdout.readline()
-        m = re.match(r"colod metrics on (http://\S+)", line)
-        assert m, "unexpected second line: %r" % line
-        cls.metrics = m.group(1)
 
     def gone(self, job):
         try:
@@ -2127,10 +2132,55 @@ class RetentionTest(WithColod):
         # held ends: then neither is kept
         self.api.CancelJob(pb.CancelJobRequest(id=held), timeout=5)
         self.until("dep and held deleted", lambda: self.gone(dep) and self.gone(held))
-        with urllib.request.urlopen(self.metrics, timeout=5) as r:
-            fam = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
-        self.assertEqual(fam["colo_jobs_deleted"].samples[0].value, 3)
+        m, types = self.scrape()
+        self.assertEqual((m[("colo_jobs_deleted_total", ())], types["colo_jobs_deleted"]),
+                         (3, "counter"))
         self.api.CancelJob(pb.CancelJobRequest(id=waiting), timeout=5)
+
+
+class AccountLimitTest(WithColod):
+    """account_max_devices=nlp=1,*=2 on a colod of its own, this client acting as the worker of
+    a 3-device host: a job of an account that needs more than its limit is refused; one that
+    would pass it waits, saying so, out of line, while jobs of other accounts take the room; it
+    is placed once the account's running job ends."""
+
+    state, log_name = os.path.join(TMP, "state-account"), "colod-account.log"
+    settings = ("account_max_devices=nlp=1,*=2",)
+
+    def test_an_account_holds_at_most_its_devices(self):
+        w = Worker(self.api, "ah", 3)
+
+        def submit_for(account, name, dp):
+            s = spec(name=name, dp=dp)
+            s.account = account
+            return self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit_for("nlp", "too-big", 2)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.INVALID_ARGUMENT, 'the job needs 2 devices at once; '
+                          'account_max_devices allows account "nlp" 1'))
+        a = submit_for("nlp", "a", 1)
+        at = self.until("a placed", lambda: w.beat().get(a))
+        b = submit_for("nlp", "b", 1)
+        self.assertEqual(self.until("b's reason", lambda: self.job(b).waiting),
+                         "waits for its account's devices: the running jobs of account nlp hold "
+                         "1 of the 1 devices account_max_devices allows at once, and it needs 1")
+        self.assertFalse(self.job(b).HasField("queue_position"))
+        c = submit_for("", "c", 2)  # no account: "*"'s 2
+        ct = self.until("c placed beside a", lambda: w.beat().get(c))
+        d = submit_for("", "d", 1)
+        self.assertEqual(self.until("d's reason", lambda: self.job(d).waiting),
+                         "waits for its account's devices: the running jobs without an account "
+                         "hold 2 of the 2 devices account_max_devices allows at once, and it "
+                         "needs 1")
+        self.assertNotIn(b, w.beat())
+        w.end(self, a, at)
+        self.until("b placed once a ended", lambda: w.beat().get(b))
+        self.assertNotIn(d, w.beat())
+        w.end(self, c, ct, ranks=2)
+        self.until("d placed once c ended", lambda: w.beat().get(d))
+        for j in (b, d):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 
 if __name__ == "__main__":

@@ -157,6 +157,26 @@ TEST(fair_share_half_life_takes_days) {
   ASSERT_EQ_INT(c.fair_share_half_life_ms, 0); /* untouched */
 }
 
+TEST(account_max_devices) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_INT(colod_config_account_max_devices(&c, "nlp"), UINT32_MAX); /* no limit */
+  ASSERT_EQ_INT(colod_config_set(&c, "account_max_devices=nlp=32, *=8", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(colod_config_account_max_devices(&c, "nlp"), 32);
+  ASSERT_EQ_INT(colod_config_account_max_devices(&c, "vision"), 8);
+  ASSERT_EQ_INT(colod_config_account_max_devices(&c, ""), 8); /* jobs without an account */
+  ASSERT_EQ_INT(colod_config_owner_max_devices(&c, "nlp"), UINT32_MAX); /* owners apart */
+  ASSERT_EQ_INT(colod_config_set(&c, "account_max_devices=nlp", NULL, err, sizeof err),
+                COLO_EINVAL);
+  ASSERT_EQ_STR(err, "account_max_devices entry \"nlp\" must be ACCOUNT=DEVICES");
+  ASSERT_EQ_INT(colod_config_set(&c, "account_max_devices=nlp=1.5", NULL, err, sizeof err),
+                COLO_EINVAL);
+  ASSERT_EQ_STR(err, "account_max_devices: the limit of nlp, \"1.5\", must be a whole number "
+                     "from 0 and at most 1000000");
+  ASSERT_EQ_INT(colod_config_account_max_devices(&c, "nlp"), 32); /* untouched */
+}
+
 /* a duration past 49 days (2^32 ms) is kept whole: job_retention's field is 64-bit */
 TEST(job_retention_takes_years) {
   colod_config_t c, next;
