@@ -1491,6 +1491,17 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
              h->n_unhealthy_devices > 1 ? "the first: " : "",
              h->unhealthy_reason ? h->unhealthy_reason : "");
     }
+    for (size_t i = 0; i < resp->n_hosts; i++) {
+      const Colo__V1__Host *h = resp->hosts[i];
+      if (!h->n_slowed_devices)
+        continue;
+      printf("%s: device%s", h->name, h->n_slowed_devices == 1 ? "" : "s");
+      for (size_t k = 0; k < h->n_slowed_devices; k++)
+        printf("%s %u", k ? "," : "", h->slowed_devices[k]);
+      printf(" slowed (%s%s): ranks there run slower\n",
+             h->n_slowed_devices > 1 ? "the first: " : "",
+             h->slowed_reason ? h->slowed_reason : "");
+    }
     for (size_t i = 0; i < resp->n_hosts; i++)
       if (resp->hosts[i]->state == COLO__V1__HOST_STATE__HOST_STATE_UP && !resp->hosts[i]->watching)
         printf("%s hears of new or stopped ranks only at its heartbeats: its worker has no "

@@ -1117,36 +1117,52 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
   colo_host_clear(&h);
 }
 
-/* The devices a beat reports unfit replace those of the last (level-triggered); a change is
- * logged, and a device fit again may take ranks at once. */
-static void host_health(colod_t *d, colod_host_live_t *l, const Colo__V1__HeartbeatRequest *req) {
-  uint64_t sick[COLOD_MAX_DEVICES / 64] = {0};
+/* A set of a host's devices that a beat reports (level-triggered: it replaces the last), with the
+ * first one's reason. 0: as it was; 1: changed; 2: changed, and fewer than before. */
+static int device_set(const colod_host_live_t *l, Colo__V1__DeviceHealth *const *list,
+                      size_t n_list, uint64_t *set, uint32_t *n_set, char *why, size_t why_len) {
+  uint64_t now[COLOD_MAX_DEVICES / 64] = {0};
   uint32_t n = 0;
-  const char *why = "";
-  for (size_t i = 0; i < req->n_unhealthy; i++) {
-    const Colo__V1__DeviceHealth *h = req->unhealthy[i];
-    if (!h->has_index || h->index >= l->n_devices || (sick[h->index / 64] >> (h->index % 64)) & 1)
+  const char *first = "";
+  for (size_t i = 0; i < n_list; i++) {
+    const Colo__V1__DeviceHealth *h = list[i];
+    if (!h->has_index || h->index >= l->n_devices || (now[h->index / 64] >> (h->index % 64)) & 1)
       continue; /* not one of its devices, or said twice */
-    sick[h->index / 64] |= 1ull << (h->index % 64);
+    now[h->index / 64] |= 1ull << (h->index % 64);
     if (!n++ && h->reason)
-      why = h->reason;
+      first = h->reason;
   }
-  char first[sizeof l->sick_why];
-  snprintf(first, sizeof first, "%.120s", why);
-  if (!memcmp(sick, l->sick, sizeof sick) && !strcmp(first, l->sick_why))
-    return; /* as at its last beat (a reason may change: a pending row remap that failed) */
-  int fewer = n < l->n_sick;
-  memcpy(l->sick, sick, sizeof sick);
-  l->n_sick = n;
-  memcpy(l->sick_why, first, sizeof first);
-  if (n)
+  char reason[128];
+  snprintf(reason, sizeof reason < why_len ? sizeof reason : why_len, "%.120s", first);
+  if (!memcmp(now, set, sizeof now) && !strcmp(reason, why))
+    return 0; /* as at its last beat (a reason may change: a pending row remap that failed) */
+  int fewer = n < *n_set;
+  memcpy(set, now, sizeof now);
+  *n_set = n;
+  snprintf(why, why_len, "%s", reason);
+  return fewer ? 2 : 1;
+}
+
+/* The devices a beat reports unfit, or at lowered clocks: a change is logged, and a device fit
+ * again may take ranks at once. */
+static void host_health(colod_t *d, colod_host_live_t *l, const Colo__V1__HeartbeatRequest *req) {
+  int c = device_set(l, req->unhealthy, req->n_unhealthy, l->sick, &l->n_sick, l->sick_why,
+                     sizeof l->sick_why);
+  if (c && l->n_sick)
     colo_log(COLO_LOG_WARN, "hosts",
-             "host %s: %u device%s unhealthy (the first: %s); no new ranks go there", l->name, n,
-             n == 1 ? "" : "s", l->sick_why);
-  else
+             "host %s: %u device%s unhealthy (the first: %s); no new ranks go there", l->name,
+             l->n_sick, l->n_sick == 1 ? "" : "s", l->sick_why);
+  else if (c)
     colo_log(COLO_LOG_INFO, "hosts", "host %s: all its devices are healthy again", l->name);
-  if (fewer)
+  if (c == 2)
     colod_jobs_kick(d);
+  c = device_set(l, req->slowed, req->n_slowed, l->slow, &l->n_slow, l->slow_why,
+                 sizeof l->slow_why);
+  if (c && l->n_slow)
+    colo_log(COLO_LOG_WARN, "hosts", "host %s: %u device%s slowed (the first: %s)", l->name,
+             l->n_slow, l->n_slow == 1 ? "" : "s", l->slow_why);
+  else if (c)
+    colo_log(COLO_LOG_INFO, "hosts", "host %s: no device is slowed any more", l->name);
 }
 
 /* Liveness, the ranks' actual state in, their desired state out (jobs.c). */
@@ -1161,9 +1177,10 @@ static void h_heartbeat(colo_rpc_call_t *call, const ProtobufCMessage *m, void *
                   req->n_ranks, MAX_HB_RANKS);
     return;
   }
-  if (req->n_unhealthy > MAX_DEVICES) {
-    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
-                  "%zu unhealthy devices exceed the limit of %d", req->n_unhealthy, MAX_DEVICES);
+  if (req->n_unhealthy > MAX_DEVICES || req->n_slowed > MAX_DEVICES) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%zu %s devices exceed the limit of %d",
+                  req->n_unhealthy > MAX_DEVICES ? req->n_unhealthy : req->n_slowed,
+                  req->n_unhealthy > MAX_DEVICES ? "unhealthy" : "slowed", MAX_DEVICES);
     return;
   }
   colod_host_live_t *l = req->has_host_id ? colod_host_live(d, req->host_id) : NULL;
@@ -1240,6 +1257,13 @@ static int hosts_cb(const colo_host_t *h, void *data) {
         m->unhealthy_devices[m->n_unhealthy_devices++] = k;
     m->unhealthy_reason = strdup(l->sick_why);
   }
+  if (l && l->n_slow && l->state == COLO_HOST_UP) {
+    m->slowed_devices = calloc(l->n_slow, sizeof *m->slowed_devices);
+    for (uint32_t k = 0; m->slowed_devices && k < l->n_devices; k++)
+      if ((l->slow[k / 64] >> (k % 64)) & 1)
+        m->slowed_devices[m->n_slowed_devices++] = k;
+    m->slowed_reason = strdup(l->slow_why);
+  }
   if (dev) { /* take the devices and labels over from the unpacked message */
     m->n_devices = dev->n_devices;
     m->devices = dev->devices;
@@ -1262,6 +1286,8 @@ static void hosts_acc_free(hosts_acc_t *a) {
     free(m->cordon_reason);
     free(m->unhealthy_devices);
     free(m->unhealthy_reason);
+    free(m->slowed_devices);
+    free(m->slowed_reason);
     for (size_t k = 0; k < m->n_devices; k++)
       colo__v1__device__free_unpacked(m->devices[k], NULL);
     free(m->devices);

@@ -43,6 +43,10 @@ typedef struct {
   uint64_t sick[COLOD_MAX_DEVICES / 64];
   uint32_t n_sick;
   char sick_why[128]; /* the first one's reason */
+  /* devices its worker reports at lowered clocks (HeartbeatRequest.slowed): they take ranks */
+  uint64_t slow[COLOD_MAX_DEVICES / 64];
+  uint32_t n_slow;
+  char slow_why[128];
   /* its labels (RegisterHostRequest.labels) as ",a100,ib,", for jobs' resources.host_labels */
   char labels[COLO_MAX_LABELS * (COLO_MAX_LABEL + 1) + 2];
 } colod_host_live_t;

@@ -134,7 +134,18 @@ static void host_metrics(colod_t *d, FILE *out) {
   uint32_t *used = calloc(d->n_hosts, sizeof *used);
   if (used)
     colod_jobs_devices_used_all(d, used);
-  enum { H_UP, H_CORDONED, H_WATCHING, H_DEVICES, H_USED, H_UNHEALTHY, H_DRAINING, H_SEEN, H_N };
+  enum {
+    H_UP,
+    H_CORDONED,
+    H_WATCHING,
+    H_DEVICES,
+    H_USED,
+    H_UNHEALTHY,
+    H_SLOWED,
+    H_DRAINING,
+    H_SEEN,
+    H_N
+  };
   static const struct {
     const char *name, *type, *help;
   } per_host[H_N] = {
@@ -146,6 +157,9 @@ static void host_metrics(colod_t *d, FILE *out) {
       {"colo_host_devices_used", "gauge", "Devices that ranks of running attempts hold."},
       {"colo_host_devices_unhealthy", "gauge",
        "Devices the host's worker reports unfit (uncorrected ECC errors): no new ranks go there."},
+      {"colo_host_devices_slowed", "gauge",
+       "Devices the host's worker reports at lowered clocks (thermal slowdown, power brake): "
+       "ranks there run slower."},
       {"colo_host_ranks_draining", "gauge", "Ranks of ended attempts still stopping there."},
       {"colo_host_last_seen_timestamp_seconds", "gauge",
        "The host's last heartbeat (or registration), seconds since the epoch."},
@@ -173,6 +187,9 @@ static void host_metrics(colod_t *d, FILE *out) {
         break;
       case H_UNHEALTHY:
         v = h->n_sick;
+        break;
+      case H_SLOWED:
+        v = h->n_slow;
         break;
       case H_DRAINING:
         v = h->draining;

@@ -124,6 +124,7 @@ struct colo_health_s {
   nvml_return_t (*remapped)(nvml_device_t, unsigned *, unsigned *, unsigned *, unsigned *);
   nvml_return_t (*event_wait)(nvml_event_set_t, nvml_event_data_t *, unsigned);
   nvml_return_t (*event_free)(nvml_event_set_t);
+  nvml_return_t (*clocks)(nvml_device_t, unsigned long long *); /* why clocks are lowered */
   nvml_event_set_t events; /* XID events of every device; NULL: none */
   nvml_device_t dev[COLO_MAX_NODE_DEVICES];
   uint32_t index[COLO_MAX_NODE_DEVICES];
@@ -166,6 +167,9 @@ colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs
     *(void **)&h->shutdown = dlsym(lib, "nvmlShutdown");
     *(void **)&h->ecc = dlsym(lib, "nvmlDeviceGetTotalEccErrors");
     *(void **)&h->remapped = dlsym(lib, "nvmlDeviceGetRemappedRows");
+    *(void **)&h->clocks = dlsym(lib, "nvmlDeviceGetCurrentClocksEventReasons");
+    if (!h->clocks) /* its name before driver 535 */
+      *(void **)&h->clocks = dlsym(lib, "nvmlDeviceGetCurrentClocksThrottleReasons");
   }
   if (!h || !init || !handle || !h->shutdown || !h->ecc || init() != 0) {
     free(h);
@@ -220,6 +224,37 @@ size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap
     else
       continue; /* healthy, or nothing to ask (NVML_ERROR_NOT_SUPPORTED) */
     out[n++].index = h->index[i];
+  }
+  return n;
+}
+
+/* nvmlClocksEventReason* bits that slow a job (nvml.h) */
+static const struct {
+  unsigned long long bit;
+  const char *what;
+} SLOWDOWNS[] = {
+    {0x40ull, "thermal slowdown (hardware)"},
+    {0x20ull, "thermal slowdown (software)"},
+    {0x80ull, "power brake"},
+    {0x08ull, "hardware slowdown"},
+};
+
+size_t colo_health_slowed(colo_health_t *h, colo_device_health_t *out, size_t cap) {
+  if (!h || !h->clocks)
+    return 0;
+  size_t n = 0;
+  for (size_t i = 0; i < h->n && n < cap; i++) {
+    unsigned long long reasons = 0;
+    if (h->clocks(h->dev[i], &reasons) != 0)
+      continue; /* cannot tell: not slowed */
+    char *why = out[n].reason;
+    size_t len = sizeof out[n].reason, at = 0;
+    for (size_t k = 0; k < sizeof SLOWDOWNS / sizeof SLOWDOWNS[0]; k++)
+      if ((reasons & SLOWDOWNS[k].bit) && at < len)
+        at += (size_t)snprintf(why + at, len - at, "%s%s",
+                               at ? ", " : "clocks lowered: ", SLOWDOWNS[k].what);
+    if (at)
+      out[n++].index = h->index[i];
   }
   return n;
 }

@@ -38,6 +38,12 @@ colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs
  * What NVML cannot tell (no ECC, no row remapping, no events) counts as fit. Returns how many, up
  * to cap. */
 size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap);
+/* The GPUs whose clocks NVML says are lowered now for a reason that slows a job: a thermal
+ * slowdown (hardware or software), a hardware slowdown, or a power brake
+ * (nvmlDeviceGetCurrentClocksEventReasons; not the software power cap, which any busy GPU
+ * meets, nor idling or application clocks). reason names each, "clocks lowered: thermal
+ * slowdown (hardware), power brake". Returns how many, up to cap; 0 where NVML cannot tell. */
+size_t colo_health_slowed(colo_health_t *h, colo_device_health_t *out, size_t cap);
 void colo_health_close(colo_health_t *h);
 
 /* mode "auto": the GPUs NVML reports, or cpu_slots CPU slots when there are none; "gpu": GPUs

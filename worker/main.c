@@ -49,6 +49,7 @@ typedef struct {
   colo_watch_t *watch;   /* colod's nudges; NULL: beats at the interval only */
   colo_health_t *health; /* the GPUs' health through NVML; NULL: CPU slots */
   int n_sick;            /* unhealthy devices in the last check */
+  int n_slow;            /* devices at lowered clocks in the last check */
 } workerd_t;
 
 static void usage(FILE *out) {
@@ -185,6 +186,24 @@ static void on_tick(uv_timer_t *t) {
   }
   req.n_unhealthy = n_sick;
   req.unhealthy = dhp;
+  /* and those running at lowered clocks (a thermal slowdown, a power brake) */
+  colo_device_health_t slow[COLO_MAX_NODE_DEVICES];
+  Colo__V1__DeviceHealth sh[COLO_MAX_NODE_DEVICES], *shp[COLO_MAX_NODE_DEVICES];
+  size_t n_slow = colo_health_slowed(w->health, slow, COLO_MAX_NODE_DEVICES);
+  for (size_t i = 0; i < n_slow; i++) {
+    colo__v1__device_health__init(&sh[i]);
+    sh[i].has_index = 1;
+    sh[i].index = slow[i].index;
+    sh[i].reason = slow[i].reason;
+    shp[i] = &sh[i];
+  }
+  req.n_slowed = n_slow;
+  req.slowed = shp;
+  if ((int)n_slow != w->n_slow)
+    colo_log(n_slow ? COLO_LOG_WARN : COLO_LOG_INFO, "worker", "%zu slowed device%s%s%s%s", n_slow,
+             n_slow == 1 ? "" : "s", n_slow ? " (the first: " : "", n_slow ? slow[0].reason : "",
+             n_slow ? ")" : "");
+  w->n_slow = (int)n_slow;
   if ((int)n_sick != w->n_sick)
     colo_log(n_sick ? COLO_LOG_WARN : COLO_LOG_INFO, "worker", "%zu unhealthy device%s%s%s%s",
              n_sick, n_sick == 1 ? "" : "s", n_sick ? " (the first: " : "",

@@ -145,3 +145,22 @@ int nvmlEventSetWait_v2(struct fake_set *set, nvml_event_data_t *e, unsigned tim
     fclose(f);
   return found ? 0 : 10; /* NVML_ERROR_TIMEOUT: none */
 }
+
+/* clocks lowered: "INDEX MASK" lines (MASK in hex, nvmlClocksEventReason bits) in
+ * $FAKE_NVML_CLOCKS_FILE, read at every call (absent: none) */
+int nvmlDeviceGetCurrentClocksEventReasons(nvml_device_t d, unsigned long long *reasons) {
+  if (lost(d))
+    return 15;
+  *reasons = 0;
+  const char *path = getenv("FAKE_NVML_CLOCKS_FILE");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  if (!f)
+    return 0;
+  int index;
+  unsigned long long mask;
+  while (fscanf(f, "%d %llx", &index, &mask) == 2)
+    if (index == d->index)
+      *reasons = mask;
+  fclose(f);
+  return 0;
+}

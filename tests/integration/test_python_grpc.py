@@ -888,7 +888,8 @@ class AfterTest(WithColod):
 class HealthTest(WithColod):
     """HeartbeatRequest.unhealthy, this client acting as the worker of one 2-device host: a
     device its beats report unfit takes no ranks, the waiting job says so, ListHosts names it;
-    an index the host does not have is ignored; the next beat without it makes it fit again."""
+    an index the host does not have is ignored; the next beat without it makes it fit again. A
+    device reported slowed takes ranks, and ListHosts says so."""
 
     state, log_name = os.path.join(TMP, "state-health"), "colod-health.log"
 
@@ -916,6 +917,38 @@ class HealthTest(WithColod):
                  if h.name == "ha"]
         self.assertEqual(list(host.unhealthy_devices), [])
         self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+    def test_a_slowed_device_still_takes_ranks(self):
+        """HeartbeatRequest.slowed: ListHosts names the device and the first reason; the device
+        keeps taking ranks; the next beat without it clears it"""
+        dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
+        r = self.api.RegisterHost(pb.RegisterHostRequest(name="hs", address="127.0.0.1",
+                                                         devices=dev, labels=["slow"]), timeout=5)
+
+        def beat(*slow):
+            resp = self.api.Heartbeat(pb.HeartbeatRequest(
+                host_id=r.host_id, session=r.session,
+                slowed=[pb.DeviceHealth(index=i, reason="clocks lowered: power brake")
+                        for i in slow]), timeout=5)
+            return {d.job_id for d in resp.desired}
+
+        def host():
+            h, = [h for h in self.api.ListHosts(pb.ListHostsRequest(), timeout=5).hosts
+                  if h.name == "hs"]
+            return h
+        beat(0, 0, 9)  # said twice, and 9: not one of its devices
+        self.assertEqual((list(host().slowed_devices), host().slowed_reason),
+                         ([0], "clocks lowered: power brake"))
+        self.assertEqual(list(host().unhealthy_devices), [])
+        s = spec(name="on-slowed", dp=2)
+        s.resources.host_labels.append("slow")  # on hs alone
+        j = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        self.until("placed on both, the slowed one too", lambda: j in beat(0))
+        beat()
+        self.assertEqual(list(host().slowed_devices), [])
+        self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+        # out of the other tests' way
+        self.api.CordonHost(pb.CordonHostRequest(name="hs", cordon=True), timeout=5)
 
 
 class Nudges:

@@ -136,7 +136,8 @@ mkdir -p "$TMP/gdata" "$TMP/gckpt"
 # two threads a rank: on fewer than 4 cores, more than the cores (see the ranks' environment below)
 printf 'nvml_library: %s\ndevices: gpu\nrank_threads: 2\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
 COLO_CUDA_EMULATE=1 FAKE_NVML_ECC_FILE="$TMP/ecc" FAKE_NVML_XID_FILE="$TMP/xid" \
-  FAKE_NVML_REMAP_FILE="$TMP/remap" FAKE_NVML_LOST_FILE="$TMP/lost" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
+  FAKE_NVML_REMAP_FILE="$TMP/remap" FAKE_NVML_LOST_FILE="$TMP/lost" \
+  FAKE_NVML_CLOCKS_FILE="$TMP/clocks" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
   --run-dir "$TMP/run-g" --data-root "$TMP/gdata" --checkpoint-root "$TMP/gckpt" \
   --nvme-root "$TMP/gnvme" --colo-train "$COLO_BIN/colo-train" >>"$TMP/gpu.log" 2>&1 &
 GPID=$!
@@ -240,6 +241,18 @@ rm "$TMP/remap"
 echo 0 >"$TMP/lost"
 health_says "g1: device 0 unhealthy (the GPU is lost: it has fallen off the bus or stopped answering)"
 rm "$TMP/lost"
+# lowered clocks: GPU 0 in a hardware thermal slowdown and a power brake (0xc0) is reported, and
+# keeps its rank; GPU 1 at the software power cap (0x4), as any busy GPU, is not
+printf '0 c0\n1 4\n' >"$TMP/clocks"
+health_says "g1: device 0 slowed (clocks lowered: thermal slowdown (hardware), power brake): ranks there run slower"
+expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print([h.get("slowed_devices") for h in json.load(sys.stdin) if h["name"] == "g1"][0])')" "[0]"
+expect_eq "$(gstate_of "$TJ")" "running"
+rm "$TMP/clocks"
+for _ in $(seq 1 50); do
+  grep -q slowed <<<"$("$COLOCTL" hosts)" || break
+  sleep 0.1
+done
+[[ "$("$COLOCTL" hosts)" != *slowed* ]] || fail "g1 still slowed once its clocks were back"
 # XID events: 13 is a program's fault, not the GPU's, and is not counted; 79 is (fallen off the
 # bus), and stays counted until the worker restarts. The rank on GPU 1 then dies, as the driver's
 # ranks do at such an error: the attempt's end names the device and what its worker said.
@@ -291,4 +304,4 @@ printf 'labels: [ib, ib]\n' >"$TMP/w.yaml"
 expect_rc 2 "$WD" -c "$TMP/w.yaml"
 expect_eq "$ERR" "colo-workerd: labels names ib twice"
 stop_colod
-echo "integration_worker: a 2-GPU data-parallel job SUCCEEDED on emulated GPUs; GPU health from ECC, row remapping, a lost GPU and XID 79; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"
+echo "integration_worker: a 2-GPU data-parallel job SUCCEEDED on emulated GPUs; GPU health from ECC, row remapping, a lost GPU, lowered clocks and XID 79; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"
