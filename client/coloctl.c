@@ -748,6 +748,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
     }
     printf("  time limit %s an attempt%s\n", lim, left);
   }
+  if (j->slowed && j->slowed[0])
+    printf("  slowed     %s\n", j->slowed);
   if (j->waiting && j->waiting[0])
     printf("  waiting    %s\n", j->waiting);
   else if (j->held) /* in a restart's back-off, say */
@@ -1910,7 +1912,7 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
     const char *owner = r->owner && r->owner[0] ? r->owner : "-";
     const char *dev = r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU ? "gpu" : "cpu";
     char id[24], jobs[16], att[16], hours[32];
-    snprintf(id, sizeof id, "%llu", (unsigned long long)r->job_id);
+    snprintf(id, sizeof id, r->job_id ? "%llu" : "-", (unsigned long long)r->job_id);
     snprintf(jobs, sizeof jobs, "%u", r->jobs);
     snprintf(att, sizeof att, "%u", r->attempts);
     snprintf(hours, sizeof hours, "%.3f", r->device_hours);

@@ -76,6 +76,8 @@ static void job_msg_clear(Colo__V1__Job *msg) {
   if (msg->progress)
     colo__v1__progress__free_unpacked(msg->progress, NULL);
   msg->progress = NULL;
+  free(msg->slowed);
+  msg->slowed = NULL;
 }
 
 /* A copy of the job's newest progress record: for a running attempt the one colod holds (none
@@ -136,6 +138,9 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
     msg->held_by_admin = j->hold == COLO_HOLD_ADMIN;
     msg->hold_reason = (char *)j->hold_reason;
   }
+  char slowed[640];
+  if (started && colod_jobs_slowed(d, j->id, slowed, sizeof slowed))
+    msg->slowed = strdup(slowed); /* NULL out of memory: the reply goes without it */
   msg->progress = progress_copy(d, j);
   colo_store_checkpoint_list(d->store, j->id, newest_ck_cb, &msg->newest_checkpoint);
   *spec_out = NULL;

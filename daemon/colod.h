@@ -86,6 +86,7 @@ typedef struct colod_s {
   colod_host_live_t *hosts; /* in id order (colod_host_live looks them up by bisection) */
   size_t n_hosts, cap_hosts;
   colod_job_live_t *jobs;          /* jobs.c: every job that is not finished, in id order */
+  void *jobs_by_id;                /* jobs.c: the same, by id (a tsearch(3) tree) */
   int jobs_stale;                  /* jobs.c: kicked since `jobs` was last read from the store */
   uint32_t jobs_in_line;           /* jobs.c: jobs left waiting for room by the last pass */
   colod_log_reader_t *log_readers; /* logs.c: ReadLogs streams */

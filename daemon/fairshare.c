@@ -98,6 +98,22 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
   return 0;
 }
 
+static int hour_cb(const colo_usage_hour_t *u, void *data) {
+  reading_t *r = data;
+  colod_fair_t *f = r->f;
+  if (u->to_ms <= u->from_ms || u->device_ms <= 0)
+    return 0;
+  /* device_ms spread evenly over [from_ms, to_ms): device_ms / (to_ms - from_ms) devices */
+  double h = colod_fair_weighed_hours(u->from_ms, u->to_ms, r->now, 1, f->half_life_ms) *
+             (double)u->device_ms / (double)(u->to_ms - u->from_ms);
+  if (h > 0 && add(&f->ended, &f->n_ended, &f->cap_ended, f->by_account ? u->account : u->owner,
+                   u->device, h) < 0) {
+    r->oom = 1;
+    return 1;
+  }
+  return 0;
+}
+
 static void running_cb(const colod_job_view_t *j, void *data) {
   reading_t *r = data;
   colod_fair_t *f = r->f;
@@ -137,6 +153,8 @@ int colod_fair_refresh(colod_t *d) {
   f->n_running = f->cap_running = 0;
   /* since_ms is exclusive in the store's query: from - 1 includes attempts that ended at from */
   int rc = colo_store_usage(d->store, r.from > 0 ? r.from - 1 : 0, now, attempt_cb, &r);
+  if (rc == 0 && !r.oom && whole)
+    rc = colo_store_usage_hours(d->store, r.from, now, hour_cb, &r);
   if (rc == 0 && !r.oom)
     colod_jobs_each(d, running_cb, &r);
   if (rc < 0 || r.oom) {
@@ -196,6 +214,11 @@ int colod_fair_list(const colod_t *d, colod_share_t **out, size_t *n) {
   *out = v;
   *n = k;
   return 0;
+}
+
+void colod_fair_deleted(colod_t *d, int64_t ended_before_ms) {
+  if (ended_before_ms > d->fair.read_to_ms)
+    d->fair.at_ms = 0;
 }
 
 void colod_fair_free(colod_t *d) {

@@ -3,7 +3,8 @@
  * was used; the jobs of the owner with the fewest go first (jobs.c: wait_order). Read from the
  * store's attempts, as GetUsage reads them (usage.c): once whole, then at each refresh only the
  * attempts that ended since the last one (the sums so far are weighed down to the new time); the
- * running attempts from the job manager's live jobs. */
+ * running attempts from the job manager's live jobs. Deleted jobs' hours are read whole, from the
+ * store's usage_hours, each hour's device time spread evenly over the part of it in use. */
 #ifndef COLOD_FAIRSHARE_H
 #define COLOD_FAIRSHARE_H
 
@@ -51,6 +52,10 @@ double colod_fair_key(const struct colod_s *d, const char *owner, int device);
 /* Every (owner, device) with its hours as colod_fair_share gives them, by owner then device, in
  * *out (the caller frees it). 0, or -1 out of memory. */
 int colod_fair_list(const struct colod_s *d, colod_share_t **out, size_t *n);
+
+/* Jobs that ended before ended_before_ms were deleted: their attempts' hours went to the store's
+ * usage_hours. Those that ended since the last read were in neither sum: read whole next time. */
+void colod_fair_deleted(struct colod_s *d, int64_t ended_before_ms);
 
 void colod_fair_free(struct colod_s *d);
 

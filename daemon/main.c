@@ -18,6 +18,7 @@
 #include "logs.h"
 #include "metrics.h"
 #include "rdzv.h"
+#include "usage.h"
 
 #define TICK_MS 250
 
@@ -251,6 +252,7 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
     colo_log(COLO_LOG_ERROR, "main", "%s", err);
     return 1;
   }
+  colo_store_set_usage_key(d.store, colod_usage_key); /* a deleted job's usage stays */
   if (colo_store_integrity_check(d.store) < 0) {
     colo_log(COLO_LOG_ERROR, "main", "database %s fails its integrity check: %s", dbpath,
              colo_store_errmsg(d.store));

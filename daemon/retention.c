@@ -10,6 +10,7 @@
 #include "../common/fs.h"
 #include "../common/log.h"
 #include "colod.h"
+#include "fairshare.h"
 #include "jobs.h"
 
 #define BATCH           64 /* jobs listed, checked and deleted in one transaction */
@@ -104,6 +105,7 @@ int colod_job_delete(colod_t *d, uint64_t id, char *err, size_t len) {
     return rc;
   }
   remove_logs(d, &id, 1);
+  colod_fair_deleted(d, INT64_MAX); /* it may have ended since the shares were read */
   d->stats.deleted++;
   colo_log(COLO_LOG_INFO, "retention", "job %llu deleted", (unsigned long long)id);
   return 0;
@@ -125,6 +127,8 @@ static int purge_batch(colod_t *d) {
   if (keep && (rc = colo_store_jobs_purge(d->store, ids, keep, r->before_ms, &deleted)) < 0)
     return rc;
   remove_logs(d, ids, deleted);
+  if (deleted)
+    colod_fair_deleted(d, r->before_ms);
   r->deleted += deleted;
   d->stats.deleted += deleted;
   return n == BATCH;

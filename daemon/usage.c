@@ -1,7 +1,10 @@
 /* Accounting (GetUsage): the device hours jobs used, by owner or by job, over a window of time,
  * from the store's attempts and their ranks. An attempt holds one device per rank from its start
- * to its end as colod recorded them; a running one, to now. Nothing is kept for it beyond what
- * the job manager stores already. */
+ * to its end as colod recorded them; a running one, to now. A deleted job's attempts are in the
+ * store's usage_hours, by the hour: the part of such an hour's time in use (from the first
+ * moment to the last a device was held in it) that a window covers counts as that part of its
+ * device time, as if spread evenly (exact for a window that covers it, or for one job with the
+ * same ranks throughout). */
 #include "usage.h"
 
 #include <stdio.h>
@@ -36,14 +39,20 @@ typedef struct {
   int oom;
 } usage_t;
 
-static row_t *row_for(usage_t *u, const colo_usage_row_t *a, int device) {
+/* the row of an owner (or an account), or by job of job_id; deleted jobs (job_id 0), by job, have
+ * a row for each owner, account and device */
+static row_t *row_for(usage_t *u, uint64_t job_id, const char *owner, const char *account,
+                      int device, const char *name) {
   /* by job, attempts come in job order: the job's row is the last one made */
-  if (u->by_job && u->n && u->rows[u->n - 1].job_id == a->job_id)
+  if (u->by_job && job_id && u->n && u->rows[u->n - 1].job_id == job_id)
     return &u->rows[u->n - 1];
-  for (size_t i = 0; !u->by_job && i < u->n; i++)
-    if (u->rows[i].device == device && (u->by_account ? !strcmp(u->rows[i].account, u->spec_account)
-                                                      : !strcmp(u->rows[i].owner, a->owner)))
-      return &u->rows[i];
+  for (size_t i = 0; (!u->by_job || !job_id) && i < u->n; i++) {
+    row_t *r = &u->rows[i];
+    if (r->device == device && r->job_id == (u->by_job ? job_id : 0) &&
+        (u->by_account ? !strcmp(r->account, account)
+                       : !strcmp(r->owner, owner) && (!u->by_job || !strcmp(r->account, account))))
+      return r;
+  }
   if (u->n == u->cap) {
     size_t cap = u->cap ? 2 * u->cap : 64;
     row_t *r = realloc(u->rows, cap * sizeof *r);
@@ -55,27 +64,34 @@ static row_t *row_for(usage_t *u, const colo_usage_row_t *a, int device) {
   row_t *r = &u->rows[u->n++];
   memset(r, 0, sizeof *r);
   if (!u->by_account)
-    snprintf(r->owner, sizeof r->owner, "%s", a->owner);
-  snprintf(r->account, sizeof r->account, "%s", u->spec_account);
+    snprintf(r->owner, sizeof r->owner, "%s", owner);
+  snprintf(r->account, sizeof r->account, "%s", account);
   r->device = device;
   if (u->by_job) {
-    r->job_id = a->job_id;
-    snprintf(r->name, sizeof r->name, "%s", a->name);
+    r->job_id = job_id;
+    snprintf(r->name, sizeof r->name, "%s", name);
   }
   return r;
+}
+
+void colod_usage_key(const uint8_t *spec_bytes, size_t len, colo_usage_key_t *key) {
+  Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, len, spec_bytes);
+  key->device = spec && spec->resources && spec->resources->has_device
+                    ? (int)spec->resources->device
+                    : COLO__V1__DEVICE_KIND__DEVICE_KIND_CPU;
+  snprintf(key->account, sizeof key->account, "%s", spec && spec->account ? spec->account : "");
+  if (spec)
+    colo__v1__job_spec__free_unpacked(spec, NULL);
 }
 
 int colod_usage_spec(const colo_usage_row_t *a, uint64_t *job, int *device, char *account,
                      size_t len) {
   if (*job != a->job_id) { /* read once a job: its attempts come one after another */
-    Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, a->spec_len, a->spec);
-    *device = spec && spec->resources && spec->resources->has_device
-                  ? (int)spec->resources->device
-                  : COLO__V1__DEVICE_KIND__DEVICE_KIND_CPU;
+    colo_usage_key_t key;
+    colod_usage_key(a->spec, a->spec_len, &key);
+    *device = key.device;
     if (account)
-      snprintf(account, len, "%s", spec && spec->account ? spec->account : "");
-    if (spec)
-      colo__v1__job_spec__free_unpacked(spec, NULL);
+      snprintf(account, len, "%s", key.account);
     *job = a->job_id;
   }
   return *device;
@@ -93,7 +109,7 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
   if (to <= from || !a->ranks)
     return 0;
   colod_usage_spec(a, &u->spec_job, &u->spec_device, u->spec_account, sizeof u->spec_account);
-  row_t *r = row_for(u, a, u->spec_device);
+  row_t *r = row_for(u, a->job_id, a->owner, u->spec_account, u->spec_device, a->name);
   if (!r) {
     u->oom = 1;
     return 1;
@@ -106,6 +122,32 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
     r->last_job = a->job_id;
   }
   if (u->spec_device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
+    u->gpu_ms += ms;
+  else
+    u->cpu_ms += ms;
+  return 0;
+}
+
+double colod_usage_hour_part(const colo_usage_hour_t *h, int64_t from, int64_t to) {
+  int64_t a = from > h->from_ms ? from : h->from_ms, b = to < h->to_ms ? to : h->to_ms;
+  return b > a ? (double)(b - a) / (double)(h->to_ms - h->from_ms) : 0;
+}
+
+static int hour_cb(const colo_usage_hour_t *h, void *data) {
+  usage_t *u = data;
+  double part = colod_usage_hour_part(h, u->since, u->until);
+  if (part <= 0)
+    return 0;
+  row_t *r = row_for(u, 0, h->owner, h->account, h->device, "(deleted jobs)");
+  if (!r) {
+    u->oom = 1;
+    return 1;
+  }
+  double ms = (double)h->device_ms * part;
+  r->ms += ms;
+  r->attempts += h->attempts;
+  r->jobs += h->jobs;
+  if (h->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
     u->gpu_ms += ms;
   else
     u->cpu_ms += ms;
@@ -162,6 +204,8 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
     return;
   }
   int rc = colo_store_usage(d->store, u.since, u.until, attempt_cb, &u);
+  if (rc == 0 && !u.oom)
+    rc = colo_store_usage_hours(d->store, u.since, u.until, hour_cb, &u);
   if (rc < 0 || u.oom) {
     colo_log(COLO_LOG_ERROR, "usage", "cannot sum the usage: %s",
              u.oom ? "out of memory" : colo_store_errmsg(d->store));

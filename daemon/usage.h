@@ -20,5 +20,12 @@ int colod_usage_device(const colo_usage_row_t *a, uint64_t *job, int *device);
  * wanted), kept from the same unpacking. */
 int colod_usage_spec(const colo_usage_row_t *a, uint64_t *job, int *device, char *account,
                      size_t len);
+/* The store's usage key (colo_store_set_usage_key): the account and the device kind of a packed
+ * colo.v1.JobSpec, as the two above read them (CPU when the spec does not say or cannot be read).
+ */
+void colod_usage_key(const uint8_t *spec, size_t len, colo_usage_key_t *key);
+/* The part of a usage hour's device time that [from, to) covers, the time used spread evenly over
+ * its [from_ms, to_ms) (0 to 1). */
+double colod_usage_hour_part(const colo_usage_hour_t *h, int64_t from, int64_t to);
 
 #endif

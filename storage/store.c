@@ -131,6 +131,20 @@ static const char *const MIGRATIONS[] = {
 
     /* 11: ended jobs by when they ended (an ended job's updated_ms), for job_retention */
     "CREATE INDEX jobs_ended ON jobs(updated_ms) WHERE state >= 4;",
+
+    /* 12: the device time of deleted jobs, by the hour it was used in, the owner, the account and
+     * the kind of device: accounting and fair share outlive the jobs they count */
+    "CREATE TABLE usage_hours ("
+    "  hour_ms INTEGER NOT NULL,"
+    "  owner TEXT NOT NULL,"
+    "  account TEXT NOT NULL,"
+    "  device INTEGER NOT NULL,"
+    "  device_ms INTEGER NOT NULL,"
+    "  from_ms INTEGER NOT NULL," /* the first and last moment of it used in the hour */
+    "  to_ms INTEGER NOT NULL,"
+    "  jobs INTEGER NOT NULL,"
+    "  attempts INTEGER NOT NULL,"
+    "  PRIMARY KEY (hour_ms, owner, account, device)) WITHOUT ROWID;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -157,6 +171,9 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(JOB_LIST, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 AND (?2 = 0 OR ((?2 >> state) & 1)) "  \
                "AND (?4 IS NULL OR substr(name, 1, length(?4)) = ?4) "                             \
                "AND (?5 IS NULL OR owner = ?5) ORDER BY id LIMIT ?3")                              \
+  XX(JOB_LIST_LIVE, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 AND state IN (?6, ?7, ?8) "       \
+                    "AND (?4 IS NULL OR substr(name, 1, length(?4)) = ?4) "                        \
+                    "AND (?5 IS NULL OR owner = ?5) ORDER BY id LIMIT ?3")                         \
   XX(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                                \
   XX(JOB_UNFINISHED, "SELECT count(*) FROM jobs WHERE state IN (1, 2, 3) AND owner = ?1")          \
   XX(JOB_UPDATE, "UPDATE jobs SET state = ?2, attempt = ?3, restarts = ?4, message = ?5, "         \
@@ -165,6 +182,21 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                        "AND updated_ms < ?1 AND (updated_ms, id) > (?3, ?4) "                      \
                        "ORDER BY updated_ms, id LIMIT ?2")                                         \
   XX(JOB_DELETE, "DELETE FROM jobs WHERE id = ?1 AND state >= 4 AND (?2 = 0 OR updated_ms < ?2)")  \
+  XX(JOB_ROLLUP, "SELECT owner, spec, updated_ms FROM jobs WHERE id = ?1 AND state >= 4 "          \
+                 "AND (?2 = 0 OR updated_ms < ?2)")                                                \
+  XX(ATTEMPT_SPANS,                                                                                \
+     "SELECT a.started_ms, coalesce(a.ended_ms, ?2), (SELECT count(*) FROM ranks r "               \
+     "WHERE r.job_id = a.job_id AND r.attempt = a.attempt) FROM job_attempts a "                   \
+     "WHERE a.job_id = ?1 ORDER BY a.attempt")                                                     \
+  XX(HOUR_ADD,                                                                                     \
+     "INSERT INTO usage_hours (hour_ms, owner, account, device, device_ms, from_ms, "              \
+     "to_ms, jobs, attempts) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT DO "          \
+     "UPDATE SET device_ms = device_ms + excluded.device_ms, "                                     \
+     "from_ms = min(from_ms, excluded.from_ms), to_ms = max(to_ms, excluded.to_ms), "              \
+     "jobs = jobs + excluded.jobs, attempts = attempts + excluded.attempts")                       \
+  XX(HOUR_LIST, "SELECT hour_ms, owner, account, device, device_ms, from_ms, to_ms, jobs, "        \
+                "attempts FROM usage_hours WHERE hour_ms > ?1 - 3600000 AND hour_ms < ?2 "         \
+                "AND to_ms > ?1 AND from_ms < ?2 ORDER BY hour_ms, owner, account, device")        \
   XX(JOB_RESPEC, "UPDATE jobs SET spec = ?2, max_restarts = ?3 WHERE id = ?1")                     \
   XX(EVENT_INSERT, "INSERT INTO job_events (job_id, seq, state, message, time_ms) "                \
                    "VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events "                \
@@ -243,6 +275,7 @@ static const char *const STMT_SQL[] = {
 struct colo_store_s {
   sqlite3 *db;
   sqlite3_stmt *stmt[N_STMTS];
+  colo_store_usage_key_cb usage_key;
   char errmsg[512];
 };
 
@@ -592,9 +625,24 @@ fail:
 
 int colo_store_job_list(colo_store_t *st, const colo_job_filter_t *f, uint32_t limit,
                         colo_store_job_cb cb, void *data) {
-  sqlite3_stmt *s = stmt(st, S_JOB_LIST);
+  /* Jobs that have not ended are few beside those that have: asked for only them, the list
+   * reads them through jobs_state rather than every row past after_id (a full scan of the
+   * history each scheduling pass otherwise). */
+  const uint32_t live =
+      (1u << COLO_JOB_PENDING) | (1u << COLO_JOB_RUNNING) | (1u << COLO_JOB_RESTARTING);
+  int only_live = f->state_mask && !(f->state_mask & ~live);
+  sqlite3_stmt *s = stmt(st, only_live ? S_JOB_LIST_LIVE : S_JOB_LIST);
   sqlite3_bind_int64(s, 1, (sqlite3_int64)f->after_id);
-  sqlite3_bind_int64(s, 2, f->state_mask);
+  if (only_live) {
+    int k = 6; /* unused places stay 0, a state no job has */
+    for (int state = COLO_JOB_PENDING; state <= COLO_JOB_RESTARTING; state++)
+      if (f->state_mask & (1u << state))
+        sqlite3_bind_int(s, k++, state);
+    for (; k <= 8; k++)
+      sqlite3_bind_int(s, k, 0);
+  } else {
+    sqlite3_bind_int64(s, 2, f->state_mask);
+  }
   sqlite3_bind_int64(s, 3, limit);
   if (f->name_prefix) /* unbound parameters are NULL: any */
     sqlite3_bind_text(s, 4, f->name_prefix, -1, SQLITE_STATIC);
@@ -1187,11 +1235,102 @@ int colo_store_jobs_ended_before(colo_store_t *st, int64_t before_ms, colo_store
 
 /* one DELETE; the schema's ON DELETE CASCADE takes the job's events, attempts (and their ranks),
  * checkpoint records and curve with it */
+void colo_store_set_usage_key(colo_store_t *st, colo_store_usage_key_cb cb) {
+  st->usage_key = cb;
+}
+
+static int hour_add(colo_store_t *st, int64_t hour_ms, const char *owner,
+                    const colo_usage_key_t *key, int64_t from, int64_t to, uint32_t ranks, int jobs,
+                    int attempts) {
+  sqlite3_stmt *s = stmt(st, S_HOUR_ADD);
+  sqlite3_bind_int64(s, 1, hour_ms);
+  sqlite3_bind_text(s, 2, owner, -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 3, key->account, -1, SQLITE_STATIC);
+  sqlite3_bind_int(s, 4, key->device);
+  sqlite3_bind_int64(s, 5, (to - from) * (int64_t)ranks);
+  sqlite3_bind_int64(s, 6, from);
+  sqlite3_bind_int64(s, 7, to);
+  sqlite3_bind_int(s, 8, jobs);
+  sqlite3_bind_int(s, 9, attempts);
+  return step_done(st, s, "add to usage_hours");
+}
+
+/* Adds the device time of job id's attempts to usage_hours, hour by hour, if the job is one that
+ * delete_in with the same before_ms deletes (*taken then 1). An attempt counts in the hour it
+ * began, the job in the hour its first attempt with ranks began. */
+static int rollup_in(colo_store_t *st, uint64_t id, int64_t before_ms, int *taken) {
+  sqlite3_stmt *s = stmt(st, S_JOB_ROLLUP);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  sqlite3_bind_int64(s, 2, before_ms);
+  int rc = sqlite3_step(s);
+  *taken = rc == SQLITE_ROW;
+  if (rc != SQLITE_ROW) {
+    sqlite3_reset(s);
+    return rc == SQLITE_DONE ? 0 : db_fail(st, rc, "read a job to account for");
+  }
+  colo_usage_key_t key = {.account = "", .device = 0};
+  char owner[129];
+  copy_text(owner, sizeof owner, s, 0);
+  if (st->usage_key)
+    st->usage_key(sqlite3_column_blob(s, 1), (size_t)sqlite3_column_bytes(s, 1), &key);
+  int64_t ended = sqlite3_column_int64(s, 2);
+  sqlite3_reset(s);
+  /* the spans first: the statement that adds to usage_hours is another */
+  typedef struct {
+    int64_t from, to;
+    uint32_t ranks;
+  } span_t;
+  span_t *v = NULL;
+  size_t n = 0, cap = 0;
+  s = stmt(st, S_ATTEMPT_SPANS);
+  sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
+  sqlite3_bind_int64(s, 2, ended);
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    span_t a = {sqlite3_column_int64(s, 0), sqlite3_column_int64(s, 1),
+                (uint32_t)sqlite3_column_int64(s, 2)};
+    if (!a.ranks || a.to <= a.from)
+      continue; /* held no devices: accounting never counted it */
+    if (n == cap) {
+      cap = cap ? 2 * cap : 4;
+      span_t *p = realloc(v, cap * sizeof *p);
+      if (!p) {
+        free(v);
+        sqlite3_reset(s);
+        snprintf(st->errmsg, sizeof st->errmsg, "out of memory");
+        return COLO_ENOMEM;
+      }
+      v = p;
+    }
+    v[n++] = a;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_DONE) {
+    free(v);
+    return db_fail(st, rc, "read a job's attempts to account for");
+  }
+  rc = 0;
+  for (size_t i = 0; i < n && rc == 0; i++) {
+    const int64_t H = COLO_USAGE_HOUR_MS;
+    for (int64_t h = v[i].from - v[i].from % H; h < v[i].to && rc == 0; h += H) {
+      int64_t a = v[i].from > h ? v[i].from : h, b = v[i].to < h + H ? v[i].to : h + H;
+      int first = a == v[i].from;
+      rc = hour_add(st, h, owner, &key, a, b, v[i].ranks, first && i == 0, first);
+    }
+  }
+  free(v);
+  return rc;
+}
+
 static int delete_in(colo_store_t *st, uint64_t id, int64_t before_ms, int *gone) {
+  int taken = 0, rc = rollup_in(st, id, before_ms, &taken);
+  if (rc < 0 || !taken) {
+    *gone = 0;
+    return rc;
+  }
   sqlite3_stmt *s = stmt(st, S_JOB_DELETE);
   sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
   sqlite3_bind_int64(s, 2, before_ms);
-  int rc = step_done(st, s, "delete job");
+  rc = step_done(st, s, "delete job");
   if (rc == 0)
     *gone = sqlite3_changes(st->db) > 0;
   return rc;
@@ -1302,6 +1441,33 @@ int colo_store_usage(colo_store_t *st, int64_t since_ms, int64_t until_ms, colo_
   sqlite3_reset(s);
   if (rc != SQLITE_ROW && rc != SQLITE_DONE)
     return db_fail(st, rc, "usage");
+  return 0;
+}
+
+int colo_store_usage_hours(colo_store_t *st, int64_t since_ms, int64_t until_ms,
+                           colo_store_usage_hour_cb cb, void *data) {
+  sqlite3_stmt *s = stmt(st, S_HOUR_LIST);
+  sqlite3_bind_int64(s, 1, since_ms);
+  sqlite3_bind_int64(s, 2, until_ms);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    colo_usage_hour_t u;
+    u.hour_ms = sqlite3_column_int64(s, 0);
+    const unsigned char *owner = sqlite3_column_text(s, 1), *account = sqlite3_column_text(s, 2);
+    u.owner = owner ? (const char *)owner : "";
+    u.account = account ? (const char *)account : "";
+    u.device = sqlite3_column_int(s, 3);
+    u.device_ms = sqlite3_column_int64(s, 4);
+    u.from_ms = sqlite3_column_int64(s, 5);
+    u.to_ms = sqlite3_column_int64(s, 6);
+    u.jobs = (uint32_t)sqlite3_column_int64(s, 7);
+    u.attempts = (uint32_t)sqlite3_column_int64(s, 8);
+    if (cb(&u, data))
+      break;
+  }
+  sqlite3_reset(s);
+  if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+    return db_fail(st, rc, "usage hours");
   return 0;
 }
 

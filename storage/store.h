@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 11
+#define COLO_STORE_SCHEMA_VERSION 12
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -132,6 +132,18 @@ int colo_store_job_unfinished(colo_store_t *st, const char *owner, uint64_t *n);
 int colo_store_job_room(colo_store_t *st, const char *owner, uint32_t max_unfinished);
 /* counts[state] for every state 1..COLO_JOB_STATE_MAX; counts has COLO_JOB_STATE_MAX+1 slots. */
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts);
+
+/* Accounting outlives the jobs it counts: deleting a job (colo_store_job_delete,
+ * colo_store_jobs_purge) first adds its attempts' device time to usage_hours, in the same
+ * transaction, by the hour it was used in, its owner, its account and its kind of device. The
+ * store does not unpack specs: the key callback reads the account and the device kind (a
+ * colo.v1.DeviceKind) from the job's packed spec; without one they are "" and 0. */
+typedef struct {
+  char account[65];
+  int device;
+} colo_usage_key_t;
+typedef void (*colo_store_usage_key_cb)(const uint8_t *spec, size_t len, colo_usage_key_t *key);
+void colo_store_set_usage_key(colo_store_t *st, colo_store_usage_key_cb cb);
 
 /* Deleting ended jobs (colod's job_retention, DeleteJob). The schema deletes with a job its
  * events, attempts and their ranks, checkpoint records and training curve; the files it names
@@ -270,6 +282,23 @@ typedef int (*colo_store_usage_cb)(const colo_usage_row_t *row, void *data);
 /* The attempts that held devices at some time in [since_ms, until_ms), by job then attempt. */
 int colo_store_usage(colo_store_t *st, int64_t since_ms, int64_t until_ms, colo_store_usage_cb cb,
                      void *data);
+
+/* The device time of deleted jobs, an hour of an owner's jobs of an account on a kind of device a
+ * row (see colo_store_set_usage_key), with the first and the last moment of the hour they held
+ * devices. jobs and attempts: those that began in that hour. */
+#define COLO_USAGE_HOUR_MS 3600000
+typedef struct {
+  int64_t hour_ms; /* the hour's start */
+  const char *owner, *account;
+  int device;
+  int64_t device_ms;
+  int64_t from_ms, to_ms; /* within [hour_ms, hour_ms + COLO_USAGE_HOUR_MS] */
+  uint32_t jobs, attempts;
+} colo_usage_hour_t;
+typedef int (*colo_store_usage_hour_cb)(const colo_usage_hour_t *row, void *data);
+/* The hours whose [from_ms, to_ms) overlaps [since_ms, until_ms), oldest first. */
+int colo_store_usage_hours(colo_store_t *st, int64_t since_ms, int64_t until_ms,
+                           colo_store_usage_hour_cb cb, void *data);
 
 /* A point of a job's training curve (colo.v1.ProgressSample); has_* say which values it has. */
 typedef struct {

@@ -130,9 +130,12 @@ def register(api, name, n):
                             timeout=5)
 
 
-def submit(api, name, dp=2, priority=0, limit=0, after=()):
-    """a job of dp ranks, with a time limit of `limit` s, after the jobs `after`: its id"""
+def submit(api, name, dp=2, priority=0, limit=0, after=(), account=""):
+    """a job of dp ranks, with a time limit of `limit` s, after the jobs `after`, charged to
+    `account`: its id"""
     s = spec(name=name, dp=dp)
+    if account:
+        s.account = account
     s.priority = priority
     s.resources.time_limit_s = limit
     s.after.extend(after)
@@ -833,9 +836,10 @@ class AfterTest(WithColod):
         self.assertEqual(job_rows_in(self.state), rows + 2)
         self.assertEqual(list(self.job(second).spec.after), [first])
         d = self.until("stage 1 placed", lambda: beat().get(first))
-        # one device is free, yet stage 2 waits for stage 1
-        w = self.until("stage 2's reason", lambda: self.job(second).waiting)
-        self.assertEqual(w, "waits for job %d to succeed (it is RUNNING)" % first)
+        # one device is free, yet stage 2 waits for stage 1 (the reason is the last pass's: one
+        # that ran before stage 1 was placed said PENDING)
+        self.until("stage 2's reason", lambda: self.job(second).waiting ==
+                   "waits for job %d to succeed (it is RUNNING)" % first)
         self.assertNotIn(second, beat())
         self.assertEqual(self.job(second).state, pb.JOB_STATE_PENDING)
         reports[:] = [pb.RankStatus(job_id=first, attempt=d.attempt, rank=0, exit_code=0,
@@ -944,8 +948,18 @@ class HealthTest(WithColod):
         s.resources.host_labels.append("slow")  # on hs alone
         j = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
         self.until("placed on both, the slowed one too", lambda: j in beat(0))
+        # the job says which of its ranks the slowed device holds back
+        resp = self.api.Heartbeat(pb.HeartbeatRequest(
+            host_id=r.host_id, session=r.session,
+            slowed=[pb.DeviceHealth(index=0, reason="clocks lowered: power brake")]), timeout=5)
+        on0, = [d.rank for d in resp.desired if d.job_id == j and d.device_index == 0]
+        self.assertEqual(self.job(j).state, pb.JOB_STATE_RUNNING)
+        self.assertEqual(self.job(j).slowed,
+                         "1 of 2 ranks on a device with lowered clocks: rank %d (hs device 0; "
+                         "clocks lowered: power brake); each step waits for the slowest rank" % on0)
         beat()
         self.assertEqual(list(host().slowed_devices), [])
+        self.assertFalse(self.job(j).HasField("slowed"))
         self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
         # out of the other tests' way
         self.api.CordonHost(pb.CordonHostRequest(name="hs", cordon=True), timeout=5)
@@ -1948,14 +1962,10 @@ class FairShareAccountTest(TlsUsers, unittest.TestCase):
         alice, carol = self.api("alice"), self.api("carol")
         runs, end = self.one_device_host()
 
-        def submit_as(api, name, account):
-            s = spec(name=name, dp=1)
-            s.account = account
-            return api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
-        a0 = submit_as(alice, "a0", "big")
+        a0 = submit(alice, "a0", 1, account="big")
         at = runs(a0)
-        c1 = submit_as(carol, "c1", "big")
-        a1 = submit_as(alice, "a1", "small")
+        c1 = submit(carol, "c1", 1, account="big")
+        a1 = submit(alice, "a1", 1, account="small")
         time.sleep(1.0)
         end(a0, at)
         # "small" has used nothing, "big" a device-second: alice's newer a1 goes first
@@ -1967,6 +1977,63 @@ class FairShareAccountTest(TlsUsers, unittest.TestCase):
         end(a1, at)
         runs(c1)
         carol.CancelJob(pb.CancelJobRequest(id=c1), timeout=5)
+
+
+class UsageKeptTest(TlsUsers, unittest.TestCase):
+    """Accounting outlives the jobs it counts. After alice deletes her ended job, GetUsage over a
+    window that covers it gives the same device hours, jobs and attempts by owner and by account;
+    by job, her job's row becomes a "(deleted jobs)" row (job_id 0) of hers with its hours; and
+    the fair share still counts them: deleting her jobs does not move alice up the line."""
+
+    def test_deleted_jobs_still_count(self):
+        alice, carol = self.api("alice"), self.api("carol")
+        runs, end = self.one_device_host()
+
+        a = submit(alice, "a", 1, account="nlp")
+        at = runs(a)
+        time.sleep(1.0)
+        end(a, at)
+        c = submit(carol, "c", 1, account="vision")
+        ct = runs(c)
+        time.sleep(0.5)
+        end(c, ct)
+        until = int(time.time() * 1000) + 1
+
+        def usage():
+            out = {}
+            for g in (pb.USAGE_GROUP_OWNER, pb.USAGE_GROUP_ACCOUNT, pb.USAGE_GROUP_JOB):
+                u = carol.GetUsage(pb.GetUsageRequest(until_ms=until, group_by=g), timeout=5)
+                out[g] = {(r.owner, r.account, r.device, r.job_id):
+                          (r.device_hours, r.jobs, r.attempts, r.job_name) for r in u.rows}
+            out["cpu"] = u.cpu_hours
+            out["fair"] = {f.owner: f.device_hours for f in u.fair_share}
+            return out
+        before = usage()
+        j = alice.DeleteJob(pb.DeleteJobRequest(id=a), timeout=5).job
+        self.assertEqual(j.id, a)
+        after = usage()
+        self.assertGreater(before["cpu"], 1.4 / 3600)
+        self.assertAlmostEqual(after["cpu"], before["cpu"], delta=before["cpu"] * 1e-9)
+        for g in (pb.USAGE_GROUP_OWNER, pb.USAGE_GROUP_ACCOUNT):
+            self.assertEqual(set(after[g]), set(before[g]), g)
+            for k, (hours, jobs, attempts, _) in before[g].items():
+                self.assertAlmostEqual(after[g][k][0], hours, delta=hours * 1e-9, msg=k)
+                self.assertEqual(after[g][k][1:3], (jobs, attempts), k)
+        cpu = pb.DEVICE_KIND_CPU
+        self.assertEqual(set(before[pb.USAGE_GROUP_JOB]),
+                         {("alice", "nlp", cpu, a), ("carol", "vision", cpu, c)})
+        by_job = after[pb.USAGE_GROUP_JOB]
+        self.assertEqual(set(by_job), {("alice", "nlp", cpu, 0), ("carol", "vision", cpu, c)})
+        hours, jobs, attempts, name = by_job[("alice", "nlp", cpu, 0)]
+        self.assertEqual((jobs, attempts, name), (1, 1, "(deleted jobs)"))
+        was = before[pb.USAGE_GROUP_JOB][("alice", "nlp", cpu, a)][0]
+        self.assertAlmostEqual(hours, was, delta=was * 1e-9)
+        # the fair share: the same hours, weighed down by the moments between the two reads
+        # (a half-life of 1 h: under 1e-3 for 3 s)
+        self.assertEqual(set(after["fair"]), {"alice", "carol"})
+        for owner in ("alice", "carol"):
+            self.assertAlmostEqual(after["fair"][owner] / before["fair"][owner], 1, delta=1e-3)
+        self.assertGreater(after["fair"]["alice"], after["fair"]["carol"])
 
 
 class HoldTlsTest(TlsUsers, unittest.TestCase):
@@ -2184,9 +2251,7 @@ class AccountLimitTest(WithColod):
         w = Worker(self.api, "ah", 3)
 
         def submit_for(account, name, dp):
-            s = spec(name=name, dp=dp)
-            s.account = account
-            return self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+            return submit(self.api, name, dp, account=account)
         with self.assertRaises(grpc.RpcError) as cm:
             submit_for("nlp", "too-big", 2)
         self.assertEqual((cm.exception.code(), cm.exception.details()),

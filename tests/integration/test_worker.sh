@@ -247,6 +247,10 @@ printf '0 c0\n1 4\n' >"$TMP/clocks"
 health_says "g1: device 0 slowed (clocks lowered: thermal slowdown (hardware), power brake): ranks there run slower"
 expect_eq "$("$COLOCTL" hosts --json | python3 -c 'import json,sys; print([h.get("slowed_devices") for h in json.load(sys.stdin) if h["name"] == "g1"][0])')" "[0]"
 expect_eq "$(gstate_of "$TJ")" "running"
+# the job running there says which of its ranks the slowed GPU holds back
+expect_rc 0 "$COLOCTL" status "$TJ"
+expect_contains "$OUT" "slowed     1 of 2 ranks on a device with lowered clocks: rank "
+expect_contains "$OUT" " (g1 device 0; clocks lowered: thermal slowdown (hardware), power brake); each step waits for the slowest rank"
 rm "$TMP/clocks"
 for _ in $(seq 1 50); do
   grep -q slowed <<<"$("$COLOCTL" hosts)" || break

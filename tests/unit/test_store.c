@@ -352,6 +352,47 @@ static void ensure_host(colo_store_t *st) {
   colo_host_clear(&h);
 }
 
+/* A list of jobs that have not ended reads them by state; every mix of those states, with paging
+ * and the other filters, gives what the list of all jobs filtered by hand gives. */
+TEST(list_live_states_matches_the_full_list) {
+  colo_store_t *st = open_fresh();
+  int states[] = {COLO_JOB_SUCCEEDED,  COLO_JOB_PENDING,    COLO_JOB_RUNNING, COLO_JOB_CANCELLED,
+                  COLO_JOB_RESTARTING, COLO_JOB_PENDING,    COLO_JOB_FAILED,  COLO_JOB_RUNNING,
+                  COLO_JOB_TIMED_OUT,  COLO_JOB_RESTARTING, COLO_JOB_PENDING};
+  size_t n = sizeof states / sizeof states[0];
+  ensure_host(st);
+  for (size_t i = 0; i < n; i++)
+    ASSERT_EQ_INT(job_in_state(st, states[i]), i + 1);
+  for (uint32_t mask = 1; mask < 8; mask++) {
+    colo_job_filter_t f = {.state_mask = mask << COLO_JOB_PENDING};
+    for (uint64_t after = 0; after <= n; after += 3) {
+      f.after_id = after;
+      uint64_t ids[16] = {0}, want[16] = {0};
+      ASSERT_EQ_INT(colo_store_job_list(st, &f, 2, collect_ids, ids), 0);
+      for (size_t i = after; i < n && want[0] < 2; i++)
+        if (f.state_mask & (1u << states[i]))
+          want[++want[0]] = i + 1;
+      ASSERT_EQ_INT(ids[0], want[0]);
+      for (uint64_t k = 1; k <= want[0]; k++)
+        ASSERT_EQ_INT(ids[k], want[k]);
+    }
+  }
+  /* with an owner: submit's jobs have none, so none match */
+  uint64_t ids[16] = {0};
+  colo_job_filter_t mine = {.state_mask = 1u << COLO_JOB_PENDING, .owner = "alice"};
+  ASSERT_EQ_INT(colo_store_job_list(st, &mine, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 0);
+  /* a mask with an ended state among them takes the general list */
+  colo_job_filter_t mixed = {.state_mask = (1u << COLO_JOB_PENDING) | (1u << COLO_JOB_FAILED)};
+  ASSERT_EQ_INT(colo_store_job_list(st, &mixed, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 4);
+  ASSERT_EQ_INT(ids[1], 2);
+  ASSERT_EQ_INT(ids[2], 6);
+  ASSERT_EQ_INT(ids[3], 7);
+  ASSERT_EQ_INT(ids[4], 11);
+  colo_store_close(st);
+}
+
 TEST(every_transition) {
   colo_store_t *st = open_fresh();
   ensure_host(st);
@@ -936,6 +977,94 @@ TEST(job_events_after_and_newest) {
   memset(seqs, 0, sizeof seqs);
   ASSERT_EQ_INT(colo_store_job_events_last(st, 42, 3, collect_seqs, seqs), 0);
   ASSERT_EQ_INT(seqs[0], 0);
+  colo_store_close(st);
+}
+
+static void test_usage_key(const uint8_t *spec, size_t len, colo_usage_key_t *key) {
+  snprintf(key->account, sizeof key->account, "acct-%zu", len); /* submit_as's spec: 5 bytes */
+  key->device = spec[0] == 0x0a ? 2 : 1;
+}
+
+static int collect_hours(const colo_usage_hour_t *u, void *data) {
+  colo_usage_hour_t *v = data;
+  size_t n = (size_t)v[0].device_ms++;
+  v[n + 1] = *u;
+  v[n + 1].owner = v[n + 1].account = NULL; /* valid in the callback only */
+  return 0;
+}
+
+/* A deleted job's device time stays in usage_hours, split at the hours, counted with others of
+ * the same owner, account and device in the same hour; a job the purge leaves adds nothing. */
+TEST(deleting_keeps_usage_by_the_hour) {
+  colo_store_t *st = open_fresh();
+  colo_store_set_usage_key(st, test_usage_key);
+  ensure_host(st);
+  const int64_t H = COLO_USAGE_HOUR_MS;
+  colo_rank_place_t r[2] = {{0, 1, 0, 0, 0, 0}, {1, 1, 1, 1, 0, 0}};
+  uint64_t a = submit_as(st, "a", "alice"), b = submit_as(st, "b", "alice");
+  uint64_t c = submit_as(st, "c", "bob");
+  /* a: 2 ranks from 0:50 to 1:06:40, restarted, 1 rank from 1:08:20 to 2:05 */
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, a, r, 2, 0, 3000000, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_transition(st, a, COLO_JOB_RESTARTING, "x", 0, 4000000, NULL), 0);
+  ASSERT_EQ_INT(colo_store_attempt_begin(st, a, r, 1, 0, 4100000, NULL), 0);
+  ASSERT_EQ_INT(colo_store_job_transition(st, a, COLO_JOB_SUCCEEDED, "ok", 0, 7500000, NULL), 0);
+  /* b: 2 ranks for 10 minutes in the second hour; c: bob's, the same time */
+  for (uint64_t id = b; id <= c; id++) {
+    ASSERT_EQ_INT(colo_store_attempt_begin(st, id, r, 2, 0, H + 60000, NULL), 0);
+    ASSERT_EQ_INT(colo_store_job_transition(st, id, COLO_JOB_FAILED, "x", 0, H + 660000, NULL), 0);
+  }
+  ASSERT_EQ_INT(colo_store_job_delete(st, a), 0);
+  uint64_t batch[2] = {b, c};
+  size_t deleted = 0;
+  ASSERT_EQ_INT(colo_store_jobs_purge(st, batch, 2, H + 600000, &deleted), 0);
+  ASSERT_EQ_INT(deleted, 0); /* both ended after the cut-off: nothing is counted twice */
+  ASSERT_EQ_INT(colo_store_jobs_purge(st, batch, 2, 0, &deleted), 0);
+  ASSERT_EQ_INT(deleted, 2);
+  colo_usage_hour_t v[16] = {0};
+  ASSERT_EQ_INT(colo_store_usage_hours(st, 0, 10 * H, collect_hours, v), 0);
+  ASSERT_EQ_INT(v[0].device_ms, 4);
+  /* hour 0, alice: 2 ranks x 600 s; the job and its first attempt began then */
+  ASSERT_EQ_INT(v[1].hour_ms, 0);
+  ASSERT_EQ_INT(v[1].device_ms, 1200000);
+  ASSERT_EQ_INT(v[1].jobs, 1);
+  ASSERT_EQ_INT(v[1].attempts, 1);
+  ASSERT_EQ_INT(v[1].device, 2);
+  ASSERT_EQ_INT(v[1].from_ms, 3000000);
+  ASSERT_EQ_INT(v[1].to_ms, H);
+  /* hour 1, alice: a's 2 x 400 s and 1 x 3100 s, b's 2 x 600 s; b and a's second attempt */
+  ASSERT_EQ_INT(v[2].hour_ms, H);
+  ASSERT_EQ_INT(v[2].device_ms, 800000 + 3100000 + 1200000);
+  ASSERT_EQ_INT(v[2].jobs, 1);
+  ASSERT_EQ_INT(v[2].attempts, 2);
+  ASSERT_EQ_INT(v[2].from_ms, H);
+  ASSERT_EQ_INT(v[2].to_ms, 2 * H);
+  /* hour 1, bob */
+  ASSERT_EQ_INT(v[3].hour_ms, H);
+  ASSERT_EQ_INT(v[3].device_ms, 1200000);
+  ASSERT_EQ_INT(v[3].jobs, 1);
+  ASSERT_EQ_INT(v[3].from_ms, H + 60000);
+  ASSERT_EQ_INT(v[3].to_ms, H + 660000);
+  /* hour 2, alice: a's last 300 s on 1 rank */
+  ASSERT_EQ_INT(v[4].hour_ms, 2 * H);
+  ASSERT_EQ_INT(v[4].device_ms, 300000);
+  ASSERT_EQ_INT(v[4].jobs + v[4].attempts, 0);
+  ASSERT_EQ_INT(v[4].to_ms, 7500000);
+  ASSERT_EQ_INT(sql_int("SELECT count(DISTINCT owner || account) FROM usage_hours"), 2);
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM usage_hours WHERE account = 'acct-5'"), 4);
+  /* a window takes the hours it overlaps */
+  memset(v, 0, sizeof v);
+  ASSERT_EQ_INT(colo_store_usage_hours(st, H + 1, 2 * H, collect_hours, v), 0);
+  ASSERT_EQ_INT(v[0].device_ms, 2);
+  ASSERT_EQ_INT(v[1].hour_ms, H);
+  ASSERT_EQ_INT(v[2].hour_ms, H);
+  /* and only those whose time in use it overlaps: not bob's, over by H + 660000 */
+  memset(v, 0, sizeof v);
+  ASSERT_EQ_INT(colo_store_usage_hours(st, H + 700000, 2 * H - 1, collect_hours, v), 0);
+  ASSERT_EQ_INT(v[0].device_ms, 1);
+  ASSERT_EQ_INT(v[1].device_ms, 800000 + 3100000 + 1200000);
+  memset(v, 0, sizeof v);
+  ASSERT_EQ_INT(colo_store_usage_hours(st, 3 * H, 4 * H, collect_hours, v), 0);
+  ASSERT_EQ_INT(v[0].device_ms, 0);
   colo_store_close(st);
 }
 
