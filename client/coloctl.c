@@ -59,7 +59,7 @@ static void usage(FILE *out) {
       "                                       the cluster and its jobs, or one job in detail;\n"
       "                                       --watch redraws it in place until interrupted\n"
       "                                       (or until JOB ends)\n"
-      "  list [--state S]... [--limit N] [--name PREFIX] [--owner O]\n"
+      "  list [--state S]... [--limit N] [--name PREFIX] [--owner O] [--account A]\n"
       "                                       jobs, oldest first; --name: those whose name\n"
       "                                       starts with PREFIX (a pipeline's: NAME.)\n"
       "  cancel JOB... [--reason TEXT]        cancel jobs (a sweep's, say)\n"
@@ -616,8 +616,11 @@ typedef struct {
 
 /* the jobs in those states (none: any) whose name starts with name_prefix and whose owner is owner
  * (NULL: any), at most max, a page of up to 1000 at a time */
+/* ListJobs page by page: at most max jobs in those states (none: any) whose name starts with
+ * name_prefix, of owner and charged to account (NULL: any) */
 static int fetch_jobs(ctl_t *c, const Colo__V1__JobState *states, size_t n_states,
-                      const char *name_prefix, const char *owner, uint32_t max, pages_t *out) {
+                      const char *name_prefix, const char *owner, const char *account, uint32_t max,
+                      pages_t *out) {
   uint64_t after = 0;
   uint32_t got = 0;
   out->pages = NULL;
@@ -632,6 +635,7 @@ static int fetch_jobs(ctl_t *c, const Colo__V1__JobState *states, size_t n_state
     req.after_id = after;
     req.name_prefix = (char *)name_prefix;
     req.owner = (char *)owner;
+    req.account = (char *)account;
     Colo__V1__ListJobsResponse *resp = NULL;
     int rc = call(c, "ListJobs", &req.base, &colo__v1__list_jobs_response__descriptor,
                   (ProtobufCMessage **)&resp);
@@ -686,7 +690,7 @@ static int cmd_list(ctl_t *c, int argc, char **argv) {
   Colo__V1__JobState states[8];
   size_t n_states = 0;
   uint32_t limit = 100000;
-  const char *name = NULL, *owner = NULL;
+  const char *name = NULL, *owner = NULL, *account = NULL;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--state") && i + 1 < argc) {
       if (n_states == 8 || parse_state(argv[++i], &states[n_states]) < 0)
@@ -702,6 +706,8 @@ static int cmd_list(ctl_t *c, int argc, char **argv) {
       name = argv[++i];
     } else if (!strcmp(argv[i], "--owner") && i + 1 < argc) {
       owner = argv[++i];
+    } else if (!strcmp(argv[i], "--account") && i + 1 < argc) {
+      account = argv[++i];
     } else {
       return usage_error("list: unexpected argument '%s'", argv[i]);
     }
@@ -710,7 +716,7 @@ static int cmd_list(ctl_t *c, int argc, char **argv) {
   if (rc)
     return rc;
   pages_t p;
-  rc = fetch_jobs(c, states, n_states, name, owner, limit, &p);
+  rc = fetch_jobs(c, states, n_states, name, owner, account, limit, &p);
   if (rc == 0)
     print_jobs(c, &p);
   free_pages(&p);
@@ -942,7 +948,7 @@ static int status_once(ctl_t *c, uint64_t id, int *state) {
                                  COLO__V1__JOB_STATE__JOB_STATE_RUNNING,
                                  COLO__V1__JOB_STATE__JOB_STATE_RESTARTING};
   pages_t p;
-  rc = fetch_jobs(c, active, 3, NULL, NULL, 100000, &p);
+  rc = fetch_jobs(c, active, 3, NULL, NULL, NULL, 100000, &p);
   if (rc) {
     colo__v1__get_cluster_status_response__free_unpacked(cs, NULL);
     free_pages(&p);
@@ -1122,7 +1128,7 @@ static int jobs_named(ctl_t *c, const jobs_named_t *w, int argc, char **argv, ui
   *by_name = name != NULL;
   if (name) { /* the jobs so named (a pipeline's stages: PIPELINE.; a sweep's) */
     pages_t p;
-    rc = fetch_jobs(c, w->states, w->n_states, name, owner, MAX_SWEEP_JOBS, &p);
+    rc = fetch_jobs(c, w->states, w->n_states, name, owner, NULL, MAX_SWEEP_JOBS, &p);
     for (size_t i = 0; rc == 0 && i < p.n; i++)
       for (size_t k = 0; k < p.pages[i]->n_jobs && n < MAX_SWEEP_JOBS; k++)
         ids[n++] = p.pages[i]->jobs[k]->id;

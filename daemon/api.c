@@ -462,10 +462,15 @@ static void h_list(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data)
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "owner is longer than 128 bytes");
     return;
   }
+  if (req->account && strlen(req->account) > 64) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "account is longer than 64 bytes");
+    return;
+  }
   colo_job_filter_t f = {.state_mask = mask,
                          .after_id = req->has_after_id ? req->after_id : 0,
                          .name_prefix = req->name_prefix,
-                         .owner = req->owner};
+                         .owner = req->owner,
+                         .account = req->account};
   list_acc_t a = {.d = d};
   /* one extra row tells whether another page follows */
   a.msgs = calloc(limit + 1, sizeof *a.msgs);

@@ -1120,6 +1120,7 @@ static void schedule(colod_t *d) {
     hosts[n].n_devices = h->n_devices;
     hosts[n].busy = b;
     hosts[n].mem_free = h->memory_bytes ? h->memory_bytes : UINT64_MAX;
+    hosts[n].slow = h->n_slow ? h->slow : NULL; /* taken last */
     n++;
     for (uint32_t k = 0; h->n_sick && k < h->n_devices; k++)
       if ((h->sick[k / 64] >> (k % 64)) & 1) {

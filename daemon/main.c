@@ -252,7 +252,11 @@ static int run(int argc, char **argv, colod_t *dp, char (*flagbuf)[1200]) {
     colo_log(COLO_LOG_ERROR, "main", "%s", err);
     return 1;
   }
-  colo_store_set_usage_key(d.store, colod_usage_key); /* a deleted job's usage stays */
+  /* a deleted job's usage stays; a job's account is a column lists filter by */
+  if (colo_store_set_usage_key(d.store, colod_usage_key) < 0) {
+    colo_log(COLO_LOG_ERROR, "main", "database %s: %s", dbpath, colo_store_errmsg(d.store));
+    return 1;
+  }
   if (colo_store_integrity_check(d.store) < 0) {
     colo_log(COLO_LOG_ERROR, "main", "database %s fails its integrity check: %s", dbpath,
              colo_store_errmsg(d.store));

@@ -13,15 +13,17 @@
 typedef struct {
   uint64_t host_id;
   uint32_t n_devices;
-  const uint8_t *busy; /* n_devices flags: 1 = a rank runs there */
-  uint64_t mem_free;   /* host memory bytes its ranks may still claim; UINT64_MAX: no limit */
+  const uint8_t *busy;  /* n_devices flags: 1 = a rank runs there */
+  uint64_t mem_free;    /* host memory bytes its ranks may still claim; UINT64_MAX: no limit */
+  const uint64_t *slow; /* bitset of devices whose clocks are lowered, taken last; NULL: none */
 } colo_sched_host_t;
 
 /* Places pp × dp × tp ranks, at most per_node (0: no limit) on one host, and where each rank
  * claims rank_mem bytes of host memory (resources.host_memory_mib; 0: none), no more on a host
- * than its mem_free holds. Hosts are filled in
- * order of most free devices first (ties: the order given), consecutive tensor-parallel groups
- * on the same host while it has room, each on the host's lowest free devices. Returns 0 with
+ * than its mem_free holds. Hosts are filled in order of most free devices at full clocks first,
+ * then most free devices (ties: the order given), consecutive tensor-parallel groups on the same
+ * host while it has room, each on the host's lowest free devices at full clocks, then its lowest
+ * free slowed ones: a job takes a slowed device only where it has no other choice. Returns 0 with
  * out[rank] filled, or COLO_EBUSY with the reason in why and out untouched. */
 int colo_sched_place(const colo_sched_host_t *hosts, size_t n_hosts, uint32_t pp, uint32_t dp,
                      uint32_t tp, uint32_t per_node, uint64_t rank_mem, colo_rank_place_t *out,

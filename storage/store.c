@@ -145,6 +145,11 @@ static const char *const MIGRATIONS[] = {
     "  jobs INTEGER NOT NULL,"
     "  attempts INTEGER NOT NULL,"
     "  PRIMARY KEY (hour_ms, owner, account, device)) WITHOUT ROWID;",
+
+    /* 13: the account a job is charged to (JobSpec.account), for lists by account; NULL until
+     * read from the spec (colo_store_set_usage_key reads those of older rows) */
+    "ALTER TABLE jobs ADD COLUMN account TEXT;"
+    "CREATE INDEX jobs_account_unread ON jobs(id) WHERE account IS NULL;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -164,16 +169,18 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(COMMIT, "COMMIT")                                                                             \
   XX(ROLLBACK, "ROLLBACK")                                                                         \
   XX(JOB_INSERT, "INSERT INTO jobs (name, state, spec, max_restarts, created_ms, updated_ms, "     \
-                 "message, client_token, owner) VALUES (?1, 1, ?2, ?3, ?4, ?4, 'submitted', ?5, "  \
-                 "?6)")                                                                            \
+                 "message, client_token, owner, account) VALUES (?1, 1, ?2, ?3, ?4, ?4, "          \
+                 "'submitted', ?5, ?6, ?7)")                                                       \
   XX(JOB_GET, "SELECT " JOB_COLS " FROM jobs WHERE id = ?1")                                       \
   XX(JOB_BY_TOKEN, "SELECT " JOB_COLS " FROM jobs WHERE client_token = ?1 AND owner = ?2")         \
   XX(JOB_LIST, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 AND (?2 = 0 OR ((?2 >> state) & 1)) "  \
                "AND (?4 IS NULL OR substr(name, 1, length(?4)) = ?4) "                             \
-               "AND (?5 IS NULL OR owner = ?5) ORDER BY id LIMIT ?3")                              \
+               "AND (?5 IS NULL OR owner = ?5) AND (?9 IS NULL OR account = ?9) "                  \
+               "ORDER BY id LIMIT ?3")                                                             \
   XX(JOB_LIST_LIVE, "SELECT " JOB_COLS " FROM jobs WHERE id > ?1 AND state IN (?6, ?7, ?8) "       \
                     "AND (?4 IS NULL OR substr(name, 1, length(?4)) = ?4) "                        \
-                    "AND (?5 IS NULL OR owner = ?5) ORDER BY id LIMIT ?3")                         \
+                    "AND (?5 IS NULL OR owner = ?5) AND (?9 IS NULL OR account = ?9) "             \
+                    "ORDER BY id LIMIT ?3")                                                        \
   XX(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                                \
   XX(JOB_UNFINISHED, "SELECT count(*) FROM jobs WHERE state IN (1, 2, 3) AND owner = ?1")          \
   XX(JOB_UPDATE, "UPDATE jobs SET state = ?2, attempt = ?3, restarts = ?4, message = ?5, "         \
@@ -197,7 +204,10 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(HOUR_LIST, "SELECT hour_ms, owner, account, device, device_ms, from_ms, to_ms, jobs, "        \
                 "attempts FROM usage_hours WHERE hour_ms > ?1 - 3600000 AND hour_ms < ?2 "         \
                 "AND to_ms > ?1 AND from_ms < ?2 ORDER BY hour_ms, owner, account, device")        \
-  XX(JOB_RESPEC, "UPDATE jobs SET spec = ?2, max_restarts = ?3 WHERE id = ?1")                     \
+  XX(JOB_RESPEC, "UPDATE jobs SET spec = ?2, max_restarts = ?3, account = ?4 WHERE id = ?1")       \
+  XX(ACCOUNT_UNREAD, "SELECT id, spec FROM jobs INDEXED BY jobs_account_unread "                   \
+                     "WHERE account IS NULL ORDER BY id LIMIT 1000")                               \
+  XX(ACCOUNT_SET, "UPDATE jobs SET account = ?2 WHERE id = ?1")                                    \
   XX(EVENT_INSERT, "INSERT INTO job_events (job_id, seq, state, message, time_ms) "                \
                    "VALUES (?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events "                \
                    "WHERE job_id = ?1), ?2, ?3, ?4)")                                              \
@@ -607,6 +617,13 @@ int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spe
   else
     sqlite3_bind_null(s, 5);
   sqlite3_bind_text(s, 6, owner ? owner : "", -1, SQLITE_STATIC);
+  colo_usage_key_t key;
+  if (st->usage_key) {
+    st->usage_key(spec, spec_len, &key);
+    sqlite3_bind_text(s, 7, key.account, -1, SQLITE_TRANSIENT);
+  } else {
+    sqlite3_bind_null(s, 7); /* read when a key callback is set */
+  }
   CHECK_GOTO(step_done(st, s, "insert job"), rc, fail);
   uint64_t id = (uint64_t)sqlite3_last_insert_rowid(st->db);
   CHECK_GOTO(add_event(st, id, COLO_JOB_PENDING, "submitted", now_ms), rc, fail);
@@ -648,6 +665,8 @@ int colo_store_job_list(colo_store_t *st, const colo_job_filter_t *f, uint32_t l
     sqlite3_bind_text(s, 4, f->name_prefix, -1, SQLITE_STATIC);
   if (f->owner)
     sqlite3_bind_text(s, 5, f->owner, -1, SQLITE_STATIC);
+  if (f->account)
+    sqlite3_bind_text(s, 9, f->account, -1, SQLITE_STATIC);
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     colo_job_t j;
@@ -844,6 +863,13 @@ int colo_store_job_update(colo_store_t *st, uint64_t id, const colo_job_update_t
     sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
     sqlite3_bind_blob(s, 2, u->spec, (int)u->spec_len, SQLITE_STATIC);
     sqlite3_bind_int64(s, 3, u->max_restarts);
+    colo_usage_key_t key;
+    if (st->usage_key) {
+      st->usage_key(u->spec, u->spec_len, &key);
+      sqlite3_bind_text(s, 4, key.account, -1, SQLITE_TRANSIENT);
+    } else {
+      sqlite3_bind_null(s, 4);
+    }
     CHECK_GOTO(step_done(st, s, "update job spec"), rc, fail);
     uint8_t *spec = dup_blob(u->spec, u->spec_len);
     if (!spec) {
@@ -1235,8 +1261,52 @@ int colo_store_jobs_ended_before(colo_store_t *st, int64_t before_ms, colo_store
 
 /* one DELETE; the schema's ON DELETE CASCADE takes the job's events, attempts (and their ranks),
  * checkpoint records and curve with it */
-void colo_store_set_usage_key(colo_store_t *st, colo_store_usage_key_cb cb) {
+int colo_store_set_usage_key(colo_store_t *st, colo_store_usage_key_cb cb) {
   st->usage_key = cb;
+  /* jobs stored before the account had a column, or without a callback: read theirs now, a
+   * thousand a transaction */
+  typedef struct {
+    uint64_t id;
+    char account[sizeof((colo_usage_key_t *)0)->account];
+  } unread_t;
+  unread_t *v = malloc(1000 * sizeof *v);
+  if (!v) {
+    snprintf(st->errmsg, sizeof st->errmsg, "out of memory");
+    return COLO_ENOMEM;
+  }
+  int rc;
+  size_t n;
+  do {
+    n = 0;
+    CHECK_GOTO(begin(st), rc, fail);
+    sqlite3_stmt *s = stmt(st, S_ACCOUNT_UNREAD);
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+      colo_usage_key_t key;
+      cb(sqlite3_column_blob(s, 1), (size_t)sqlite3_column_bytes(s, 1), &key);
+      v[n].id = (uint64_t)sqlite3_column_int64(s, 0);
+      snprintf(v[n].account, sizeof v[n].account, "%s", key.account);
+      n++;
+    }
+    sqlite3_reset(s);
+    if (r != SQLITE_DONE) {
+      rc = db_fail(st, r, "read the accounts of older jobs");
+      goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+      s = stmt(st, S_ACCOUNT_SET);
+      sqlite3_bind_int64(s, 1, (sqlite3_int64)v[i].id);
+      sqlite3_bind_text(s, 2, v[i].account, -1, SQLITE_STATIC);
+      CHECK_GOTO(step_done(st, s, "set a job's account"), rc, fail);
+    }
+    CHECK_GOTO(commit(st), rc, fail);
+  } while (n == 1000);
+  free(v);
+  return 0;
+fail:
+  rollback(st);
+  free(v);
+  return rc;
 }
 
 static int hour_add(colo_store_t *st, int64_t hour_ms, const char *owner,

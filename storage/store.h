@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 12
+#define COLO_STORE_SCHEMA_VERSION 13
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -119,6 +119,7 @@ typedef struct {
   uint64_t after_id;
   const char *name_prefix;
   const char *owner;
+  const char *account; /* JobSpec.account ("": none); NULL: any */
 } colo_job_filter_t;
 /* Calls cb for the jobs the filter takes, in id order, at most `limit`. cb returns non-zero to
  * stop. The job is cleared after cb. */
@@ -143,7 +144,10 @@ typedef struct {
   int device;
 } colo_usage_key_t;
 typedef void (*colo_store_usage_key_cb)(const uint8_t *spec, size_t len, colo_usage_key_t *key);
-void colo_store_set_usage_key(colo_store_t *st, colo_store_usage_key_cb cb);
+/* The same callback gives a job's account its column (jobs.account, which lists filter by) when
+ * it is stored or its spec changes; setting it reads the account of each job stored without one
+ * (older rows). 0, or the store's error. */
+int colo_store_set_usage_key(colo_store_t *st, colo_store_usage_key_cb cb);
 
 /* Deleting ended jobs (colod's job_retention, DeleteJob). The schema deletes with a job its
  * events, attempts and their ranks, checkpoint records and training curve; the files it names

@@ -201,6 +201,8 @@ AJ=$OUT
 expect_rc 0 "$COLOCTL" status "$AJ"
 expect_contains "$OUT" "after      jobs 1, 3 (each must end first, in any state)"
 expect_contains "$OUT" "account    team-a"
+expect_rc 0 "$COLOCTL" list --account team-a --json
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print([j["id"] for j in json.load(sys.stdin)])')" "[$AJ]"
 expect_rc 0 "$COLOCTL" usage --by account
 expect_contains "$OUT" "0.000 GPU hours and 0.000 CPU-slot hours from the first job to "
 expect_rc 2 "$COLOCTL" usage --by team

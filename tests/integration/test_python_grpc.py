@@ -923,8 +923,9 @@ class HealthTest(WithColod):
         self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
     def test_a_slowed_device_still_takes_ranks(self):
-        """HeartbeatRequest.slowed: ListHosts names the device and the first reason; the device
-        keeps taking ranks; the next beat without it clears it"""
+        """HeartbeatRequest.slowed: ListHosts names the device and the first reason; a job is
+        placed on another device where it can be, and on the slowed one where it cannot, and
+        then says which of its ranks runs there; the next beat without it clears it"""
         dev = [pb.Device(index=i, kind=pb.DEVICE_KIND_CPU, name="cpu") for i in range(2)]
         r = self.api.RegisterHost(pb.RegisterHostRequest(name="hs", address="127.0.0.1",
                                                          devices=dev, labels=["slow"]), timeout=5)
@@ -944,6 +945,17 @@ class HealthTest(WithColod):
         self.assertEqual((list(host().slowed_devices), host().slowed_reason),
                          ([0], "clocks lowered: power brake"))
         self.assertEqual(list(host().unhealthy_devices), [])
+        # with a choice, a job is placed on the device at full clocks
+        s = spec(name="one-rank", dp=1)
+        s.resources.host_labels.append("slow")  # on hs alone
+        one = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        resp = self.until("placed", lambda: [d for d in self.api.Heartbeat(pb.HeartbeatRequest(
+            host_id=r.host_id, session=r.session, slowed=[pb.DeviceHealth(
+                index=0, reason="clocks lowered: power brake")]), timeout=5).desired
+            if d.job_id == one])
+        self.assertEqual([d.device_index for d in resp], [1])
+        self.assertFalse(self.job(one).HasField("slowed"))
+        self.api.CancelJob(pb.CancelJobRequest(id=one), timeout=5)
         s = spec(name="on-slowed", dp=2)
         s.resources.host_labels.append("slow")  # on hs alone
         j = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
@@ -1125,6 +1137,14 @@ class UsageTest(WithColod):
         s.resources.device = pb.DEVICE_KIND_GPU
         s.account = "vision"
         g = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        # lists by account (those of other tests have none)
+        for account, want in (("nlp", [j]), ("vision", [g]), ("none", [])):
+            self.assertEqual([x.id for x in self.api.ListJobs(
+                pb.ListJobsRequest(account=account), timeout=5).jobs], want)
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.ListJobs(pb.ListJobsRequest(account="a" * 65), timeout=5)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.INVALID_ARGUMENT, "account is longer than 64 bytes"))
         self.assertEqual(len(placed(lambda: beat(cpu), j, 2)), 2)
         self.assertEqual(len(placed(lambda: beat(gpu), g, 1)), 1)
         # a window inside both attempts' run: exactly 2 CPU slots and 1 GPU for 1 s

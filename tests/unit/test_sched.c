@@ -95,6 +95,46 @@ TEST(host_memory_per_rank_limits_a_host) {
   ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 8, 1, 0, 0, p, why, sizeof why), 0);
 }
 
+/* Devices whose clocks are lowered are taken only where the job cannot be placed without them,
+ * and then after the others of their host; the reason for no room counts them. */
+TEST(slowed_devices_are_taken_last) {
+  uint8_t a[4] = {0}, b[2] = {0};
+  uint64_t slow_a = 0x3; /* host 1's devices 0 and 1 */
+  colo_sched_host_t h[2] = {host(1, 4, a), host(2, 2, b)};
+  h[0].slow = &slow_a;
+  colo_rank_place_t p[8];
+  char why[256];
+  /* one rank: host 1 has the most free devices, but its lowest at full clocks is 2 */
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 1, 1, 0, 0, p, why, sizeof why), 0);
+  ASSERT_EQ_INT(p[0].host_id, 1);
+  ASSERT_EQ_INT(p[0].device_index, 2);
+  /* four: the four at full clocks, on both hosts; two groups of two the same */
+  for (uint32_t tp = 1; tp <= 2; tp++) {
+    ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 4 / tp, tp, 0, 0, p, why, sizeof why), 0);
+    for (int r = 0; r < 4; r++)
+      ASSERT(!(p[r].host_id == 1 && p[r].device_index < 2));
+  }
+  /* five: no way without one; host 1 first (as many at full clocks, more free), its devices at
+   * full clocks before its slowed ones */
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 5, 1, 0, 0, p, why, sizeof why), 0);
+  uint32_t want[5][2] = {{1, 2}, {1, 3}, {1, 0}, {1, 1}, {2, 0}};
+  for (int r = 0; r < 5; r++) {
+    ASSERT_EQ_INT(p[r].host_id, want[r][0]);
+    ASSERT_EQ_INT(p[r].device_index, want[r][1]);
+  }
+  /* a busy slowed device is skipped as any busy one */
+  a[2] = 1;
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 5, 1, 0, 0, p, why, sizeof why), 0);
+  ASSERT_EQ_INT(p[0].host_id, 2); /* 2 at full clocks there, 1 on host 1 */
+  ASSERT_EQ_INT(p[2].host_id, 1);
+  ASSERT_EQ_INT(p[2].device_index, 3);
+  ASSERT_EQ_INT(p[3].device_index, 0);
+  ASSERT_EQ_INT(p[4].device_index, 1);
+  ASSERT_EQ_INT(colo_sched_place(h, 2, 1, 6, 1, 0, 0, p, why, sizeof why), COLO_EBUSY);
+  ASSERT_EQ_STR(why, "no room: 5 of 6 tensor-parallel groups of 1 devices placed; 5 devices free "
+                     "in all, 6 needed");
+}
+
 TEST(place_512_ranks_on_1000_hosts_quickly) {
   size_t n = 1000;
   colo_sched_host_t *h = malloc(n * sizeof *h);

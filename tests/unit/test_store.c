@@ -1068,4 +1068,45 @@ TEST(deleting_keeps_usage_by_the_hour) {
   colo_store_close(st);
 }
 
+/* jobs.account: NULL for jobs stored without a key callback, read from their specs once one is
+ * set; written at insert and respec after that; lists filter by it */
+TEST(accounts_are_a_column_lists_filter_by) {
+  colo_store_t *st = open_fresh();
+  uint64_t a = submit_as(st, "a", "alice"); /* before the callback */
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs WHERE account IS NULL"), 1);
+  ASSERT_EQ_INT(colo_store_set_usage_key(st, test_usage_key), 0);
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs WHERE account = 'acct-5'"), 1);
+  uint64_t b = submit_as(st, "b", "bob");
+  const uint8_t longer[] = {0x0a, 0x04, 'a', 'b', 'c', 'd'};
+  colo_job_update_t u = {.spec = longer,
+                         .spec_len = sizeof longer,
+                         .max_restarts = 3,
+                         .hold = -1,
+                         .message = "respec"};
+  ASSERT_EQ_INT(colo_store_job_update(st, b, &u, 2000, NULL), 0);
+  uint64_t c = submit_as(st, "c", "carol");
+  uint64_t ids[16] = {0};
+  colo_job_filter_t f = {.account = "acct-5"};
+  ASSERT_EQ_INT(colo_store_job_list(st, &f, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 2);
+  ASSERT_EQ_INT(ids[1], a);
+  ASSERT_EQ_INT(ids[2], c);
+  memset(ids, 0, sizeof ids);
+  f.account = "acct-6"; /* b's new spec */
+  f.state_mask = 1u << COLO_JOB_PENDING;
+  ASSERT_EQ_INT(colo_store_job_list(st, &f, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 1);
+  ASSERT_EQ_INT(ids[1], b);
+  memset(ids, 0, sizeof ids);
+  f.account = "";
+  ASSERT_EQ_INT(colo_store_job_list(st, &f, 100, collect_ids, ids), 0);
+  ASSERT_EQ_INT(ids[0], 0);
+  colo_store_close(st);
+  /* reopened, the callback set again: nothing left to read */
+  st = open_fresh();
+  ASSERT_EQ_INT(colo_store_set_usage_key(st, test_usage_key), 0);
+  ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs WHERE account IS NULL"), 0);
+  colo_store_close(st);
+}
+
 TEST_MAIN()
