@@ -353,9 +353,10 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   }
   colo__v1__job_spec__pack(spec, buf);
   colo_job_t job;
+  colo_job_room_t room = {owner, colod_config_owner_max_jobs(&d->cfg, owner), account,
+                          colod_config_account_max_jobs(&d->cfg, account)};
   int rc = colo_store_job_insert(d->store, spec->name, buf, len, spec->max_restarts,
-                                 req->client_token, owner,
-                                 colod_config_owner_max_jobs(&d->cfg, owner), colod_now_ms(), &job);
+                                 req->client_token, &room, colod_now_ms(), &job);
   free(buf);
   colo__v1__job_spec__free_unpacked(spec, NULL);
   if (rc == COLO_EEXIST) { /* a retried submit: answer with the job it created */
@@ -637,6 +638,8 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   int cur_state = cur.state;
   char owner[sizeof cur.owner];
   snprintf(owner, sizeof owner, "%s", cur.owner);
+  colo_usage_key_t key; /* its account */
+  colod_usage_key(cur.spec, cur.spec_len, &key);
   colo_job_clear(&cur);
   if (!allowed)
     return;
@@ -661,8 +664,11 @@ static void h_resume(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
       return;
     }
   }
-  /* a resumed job has not ended again: within its owner's owner_max_jobs */
-  int room = colo_store_job_room(d->store, owner, colod_config_owner_max_jobs(&d->cfg, owner));
+  /* a resumed job has not ended again: within its owner's owner_max_jobs and its account's
+   * account_max_jobs */
+  colo_job_room_t r = {owner, colod_config_owner_max_jobs(&d->cfg, owner), key.account,
+                       colod_config_account_max_jobs(&d->cfg, key.account)};
+  int room = colo_store_job_room(d->store, &r);
   if (room < 0) {
     fail_store(d, call, room);
     return;

@@ -66,6 +66,10 @@ static const centry_t TABLE[] = {
      "ACCOUNT=DEVICES,... (say nlp=32,*=8): the most devices the running jobs charged to an "
      "account (JobSpec.account; \"\" for none) hold at once; a job that would pass it waits, and "
      "one that needs more is refused. *: every account not named. Empty: no limit"},
+    {"account_max_jobs", T_STRING, F(account_max_jobs), 0, 0, "", 1,
+     "ACCOUNT=JOBS,... (say nlp=500,*=100): the most jobs charged to an account (JobSpec.account; "
+     "\"\" for none) that have not ended; a submit or resume past it is refused "
+     "(RESOURCE_EXHAUSTED). *: every account not named. Empty: no limit"},
     {"rendezvous", T_STRING, F(rdzv_mode), 1, 0, "colod", 0,
      "who serves an attempt's rendezvous store: colod, or rank0 (on its host, at a port from "
      "rendezvous_port_base)"},
@@ -256,6 +260,12 @@ uint32_t colod_config_account_max_devices(const colod_config_t *cfg, const char 
   double n;
   return owner_value("account_max_devices", 1, cfg->account_max_devices, account, &n) ? (uint32_t)n
                                                                                       : UINT32_MAX;
+}
+
+uint32_t colod_config_account_max_jobs(const colod_config_t *cfg, const char *account) {
+  double n;
+  return owner_value("account_max_jobs", 1, cfg->account_max_jobs, account, &n) ? (uint32_t)n
+                                                                                : UINT32_MAX;
 }
 
 uint32_t colod_config_owner_max_jobs(const colod_config_t *cfg, const char *owner) {

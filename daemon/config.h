@@ -23,6 +23,7 @@ typedef struct {
   char owner_max_devices[1024];     /* "owner=n,...,*=n": devices an owner's jobs hold at once */
   char owner_max_jobs[1024];        /* "owner=n,...,*=n": an owner's jobs that have not ended */
   char account_max_devices[1024];   /* "account=n,...,*=n": devices an account's jobs hold */
+  char account_max_jobs[1024];      /* "account=n,...,*=n": an account's jobs that have not ended */
   char rdzv_mode[16];               /* "colod" or "rank0" */
   uint32_t rdzv_port_base;          /* rank0 rendezvous ports: base .. base + 999 */
   uint32_t log_max_mib;             /* per rank log kept by colod */
@@ -62,6 +63,8 @@ uint32_t colod_config_account_max_devices(const colod_config_t *cfg, const char 
 /* The most jobs an owner may have that have not ended, from cfg->owner_max_jobs; UINT32_MAX: no
  * limit. */
 uint32_t colod_config_owner_max_jobs(const colod_config_t *cfg, const char *owner);
+/* The same for the jobs charged to an account, from cfg->account_max_jobs. */
+uint32_t colod_config_account_max_jobs(const colod_config_t *cfg, const char *account);
 
 /* Prints every setting with its value and help, as a valid config file. */
 void colod_config_print(const colod_config_t *cfg, FILE *out);

@@ -1727,7 +1727,7 @@ int colod_jobs_requeue(colod_t *d, uint64_t job_id, const char *why, int check_o
   colod_job_live_t *j = live_find(d, job_id);
   if (!j || j->state != COLO_JOB_RUNNING || !j->place) {
     snprintf(err, len, "job %llu is %s; only a RUNNING job can be requeued",
-             (unsigned long long)job_id, colo_job_state_name(j ? j->state : 0));
+             (unsigned long long)job_id, j ? colo_job_state_name(j->state) : "not running");
     return COLO_ESTATE;
   }
   if (j->evicting) {

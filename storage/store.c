@@ -183,6 +183,8 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                     "ORDER BY id LIMIT ?3")                                                        \
   XX(JOB_COUNTS, "SELECT state, count(*) FROM jobs GROUP BY state")                                \
   XX(JOB_UNFINISHED, "SELECT count(*) FROM jobs WHERE state IN (1, 2, 3) AND owner = ?1")          \
+  XX(JOB_UNFINISHED_ACCOUNT,                                                                       \
+     "SELECT count(*) FROM jobs WHERE state IN (1, 2, 3) AND account = ?1")                        \
   XX(JOB_UPDATE, "UPDATE jobs SET state = ?2, attempt = ?3, restarts = ?4, message = ?5, "         \
                  "updated_ms = ?6, resume_step = ?7, hold = ?8, hold_reason = ?9 WHERE id = ?1")   \
   XX(JOB_ENDED_BEFORE, "SELECT id, updated_ms FROM jobs INDEXED BY jobs_ended WHERE state >= 4 "   \
@@ -578,8 +580,9 @@ static int add_event(colo_store_t *st, uint64_t job_id, int state, const char *m
 }
 
 int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
-                          uint32_t max_restarts, const char *client_token, const char *owner,
-                          uint32_t max_unfinished, int64_t now_ms, colo_job_t *out) {
+                          uint32_t max_restarts, const char *client_token,
+                          const colo_job_room_t *room, int64_t now_ms, colo_job_t *out) {
+  const char *owner = room->owner;
   int rc;
   colo_job_t tmp;
   CHECK_GOTO(begin(st), rc, fail);
@@ -606,7 +609,7 @@ int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spe
       goto fail;
     }
   }
-  CHECK_GOTO(colo_store_job_room(st, owner ? owner : "", max_unfinished), rc, fail);
+  CHECK_GOTO(colo_store_job_room(st, room), rc, fail);
   sqlite3_stmt *s = stmt(st, S_JOB_INSERT);
   sqlite3_bind_text(s, 1, name, -1, SQLITE_STATIC);
   sqlite3_bind_blob(s, 2, spec, (int)spec_len, SQLITE_STATIC);
@@ -697,18 +700,39 @@ int colo_store_job_unfinished(colo_store_t *st, const char *owner, uint64_t *n) 
   return rc == SQLITE_ROW ? 0 : db_fail(st, rc, "count unfinished jobs");
 }
 
-int colo_store_job_room(colo_store_t *st, const char *owner, uint32_t max_unfinished) {
+int colo_store_job_room(colo_store_t *st, const colo_job_room_t *room) {
+  const char *owner = room->owner ? room->owner : "";
+  const char *account = room->account ? room->account : "";
   uint64_t n = 0;
-  if (max_unfinished == UINT32_MAX)
-    return 0;
-  int rc = colo_store_job_unfinished(st, owner, &n);
-  if (rc < 0 || n < max_unfinished)
+  int rc = 0, by_account = 0, over = 0;
+  if (room->owner_max != UINT32_MAX && (rc = colo_store_job_unfinished(st, owner, &n)) == 0)
+    over = n >= room->owner_max;
+  if (rc == 0 && !over && room->account_max != UINT32_MAX) {
+    sqlite3_stmt *s = stmt(st, S_JOB_UNFINISHED_ACCOUNT);
+    sqlite3_bind_text(s, 1, account, -1, SQLITE_STATIC);
+    int r = sqlite3_step(s);
+    if (r == SQLITE_ROW)
+      n = (uint64_t)sqlite3_column_int64(s, 0);
+    sqlite3_reset(s);
+    rc = r == SQLITE_ROW ? 0 : db_fail(st, r, "count an account's unfinished jobs");
+    by_account = 1;
+    over = rc == 0 && n >= room->account_max;
+  }
+  if (rc < 0 || !over)
     return rc;
-  snprintf(st->errmsg, sizeof st->errmsg,
-           "%s%s%s has %llu jobs that have not ended, as many as owner_max_jobs allows: cancel "
-           "one, or wait for one to end",
-           owner[0] ? "\"" : "", owner[0] ? owner : "their owner", owner[0] ? "\"" : "",
-           (unsigned long long)n);
+  const char *who = by_account ? account : owner;
+  if (by_account && !who[0])
+    snprintf(st->errmsg, sizeof st->errmsg,
+             "%llu jobs without an account have not ended, as many as account_max_jobs allows: "
+             "cancel one, or wait for one to end",
+             (unsigned long long)n);
+  else
+    snprintf(st->errmsg, sizeof st->errmsg,
+             "%s%s%s%s has %llu jobs that have not ended, as many as %s allows: cancel one, or "
+             "wait for one to end",
+             by_account ? "account " : "", who[0] ? "\"" : "", who[0] ? who : "their owner",
+             who[0] ? "\"" : "", (unsigned long long)n,
+             by_account ? "account_max_jobs" : "owner_max_jobs");
   return COLO_ETOOBIG;
 }
 

@@ -103,13 +103,22 @@ int colo_store_schema_version(colo_store_t *st);
 /* Runs PRAGMA integrity_check; 0 when it answers "ok". */
 int colo_store_integrity_check(colo_store_t *st);
 
-/* Jobs. insert stores a PENDING job and its first event. With a client_token that the same owner
- * used already, returns COLO_EEXIST and fills *out with the existing job (caller clears it).
- * Where the owner has max_unfinished jobs that have not ended already (UINT32_MAX: no limit),
- * stores nothing and returns COLO_ETOOBIG. */
+/* Room for one more job that has not ended: the most its owner, and its account, may have
+ * (owner_max_jobs, account_max_jobs; UINT32_MAX: no limit). owner NULL: "". */
+typedef struct {
+  const char *owner;
+  uint32_t owner_max;
+  const char *account; /* JobSpec.account, "" for none */
+  uint32_t account_max;
+} colo_job_room_t;
+
+/* Jobs. insert stores a PENDING job of room->owner and its first event. With a client_token that
+ * the same owner used already, returns COLO_EEXIST and fills *out with the existing job (caller
+ * clears it). Where the owner or the account has as many jobs that have not ended as room allows
+ * already, stores nothing and returns COLO_ETOOBIG (colo_store_job_room). */
 int colo_store_job_insert(colo_store_t *st, const char *name, const uint8_t *spec, size_t spec_len,
-                          uint32_t max_restarts, const char *client_token, const char *owner,
-                          uint32_t max_unfinished, int64_t now_ms, colo_job_t *out);
+                          uint32_t max_restarts, const char *client_token,
+                          const colo_job_room_t *room, int64_t now_ms, colo_job_t *out);
 int colo_store_job_get(colo_store_t *st, uint64_t id, colo_job_t *out);
 /* Which jobs colo_store_job_list gives: those with id > after_id whose state bit (1 << state) is
  * in state_mask (0: any), whose name starts with name_prefix and whose owner is owner (NULL: any
@@ -128,9 +137,9 @@ int colo_store_job_list(colo_store_t *st, const colo_job_filter_t *f, uint32_t l
                         colo_store_job_cb cb, void *data);
 /* How many jobs of an owner ("": none) have not ended (PENDING, RUNNING or RESTARTING). */
 int colo_store_job_unfinished(colo_store_t *st, const char *owner, uint64_t *n);
-/* 0 when the owner may have one more job that has not ended (max_unfinished UINT32_MAX: no
- * limit); COLO_ETOOBIG with why otherwise, or the store's error. */
-int colo_store_job_room(colo_store_t *st, const char *owner, uint32_t max_unfinished);
+/* 0 when the owner and the account may each have one more job that has not ended;
+ * COLO_ETOOBIG with why otherwise, or the store's error. */
+int colo_store_job_room(colo_store_t *st, const colo_job_room_t *room);
 /* counts[state] for every state 1..COLO_JOB_STATE_MAX; counts has COLO_JOB_STATE_MAX+1 slots. */
 int colo_store_job_counts(colo_store_t *st, uint32_t *counts);
 

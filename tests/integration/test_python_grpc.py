@@ -1712,6 +1712,9 @@ class HoldTest(WithColod):
     change nothing."""
 
     state, log_name = os.path.join(TMP, "state-hold"), "colod-hold.log"
+    # the host beats only when the test looks: 1,001 updates in a row, fsync'd each, can take
+    # longer than the default 10 s on a loaded machine, and a host gone DOWN ends e's attempt
+    settings = ("host_timeout=120s",)
 
     def test_hold_release_and_update(self):
         h = register(self.api, "hh", 1)
@@ -2259,13 +2262,14 @@ class RetentionTest(WithMetrics):
 
 
 class AccountLimitTest(WithColod):
-    """account_max_devices=nlp=1,*=2 on a colod of its own, this client acting as the worker of
-    a 3-device host: a job of an account that needs more than its limit is refused; one that
-    would pass it waits, saying so, out of line, while jobs of other accounts take the room; it
-    is placed once the account's running job ends."""
+    """account_max_devices=nlp=1,*=2 and account_max_jobs=nlp=2 on a colod of its own, this
+    client acting as the worker of a 3-device host: a job of an account that needs more than its
+    limit is refused; one that would pass it waits, saying so, out of line, while jobs of other
+    accounts take the room; it is placed once the account's running job ends. A submit or a
+    resume that would give nlp a third job not ended is refused."""
 
     state, log_name = os.path.join(TMP, "state-account"), "colod-account.log"
-    settings = ("account_max_devices=nlp=1,*=2",)
+    settings = ("account_max_devices=nlp=1,*=2", "account_max_jobs=nlp=2")
 
     def test_an_account_holds_at_most_its_devices(self):
         w = Worker(self.api, "ah", 3)
@@ -2284,6 +2288,20 @@ class AccountLimitTest(WithColod):
                          "waits for its account's devices: the running jobs of account nlp hold "
                          "1 of the 1 devices account_max_devices allows at once, and it needs 1")
         self.assertFalse(self.job(b).HasField("queue_position"))
+        full = ('account "nlp" has 2 jobs that have not ended, as many as account_max_jobs '
+                'allows: cancel one, or wait for one to end')
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit_for("nlp", "third", 1)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.RESOURCE_EXHAUSTED, full))
+        self.api.CancelJob(pb.CancelJobRequest(id=b), timeout=5)
+        e = submit_for("nlp", "e", 1)  # b ended: room for one
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.ResumeJob(pb.ResumeJobRequest(id=b), timeout=5)
+        self.assertEqual((cm.exception.code(), cm.exception.details()),
+                         (grpc.StatusCode.RESOURCE_EXHAUSTED, full))
+        self.api.CancelJob(pb.CancelJobRequest(id=e), timeout=5)
+        self.api.ResumeJob(pb.ResumeJobRequest(id=b), timeout=5)
         c = submit_for("", "c", 2)  # no account: "*"'s 2
         ct = self.until("c placed beside a", lambda: w.beat().get(c))
         d = submit_for("", "d", 1)

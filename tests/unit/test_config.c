@@ -175,6 +175,14 @@ TEST(account_max_devices) {
   ASSERT_EQ_STR(err, "account_max_devices: the limit of nlp, \"1.5\", must be a whole number "
                      "from 0 and at most 1000000");
   ASSERT_EQ_INT(colod_config_account_max_devices(&c, "nlp"), 32); /* untouched */
+  /* account_max_jobs: the same form, its own values */
+  ASSERT_EQ_INT(colod_config_account_max_jobs(&c, "nlp"), UINT32_MAX);
+  ASSERT_EQ_INT(colod_config_set(&c, "account_max_jobs=nlp=500,*=100", NULL, err, sizeof err), 0);
+  ASSERT_EQ_INT(colod_config_account_max_jobs(&c, "nlp"), 500);
+  ASSERT_EQ_INT(colod_config_account_max_jobs(&c, ""), 100);
+  ASSERT_EQ_INT(colod_config_account_max_devices(&c, "nlp"), 32);
+  ASSERT_EQ_INT(colod_config_set(&c, "account_max_jobs=nlp", NULL, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "account_max_jobs entry \"nlp\" must be ACCOUNT=JOBS");
 }
 
 /* a duration past 49 days (2^32 ms) is kept whole: job_retention's field is 64-bit */

@@ -33,8 +33,10 @@ static colo_store_t *open_fresh(void) {
 static uint64_t submit_as(colo_store_t *st, const char *name, const char *owner) {
   colo_job_t j;
   const uint8_t spec[] = {0x0a, 0x03, 'a', 'b', 'c'};
-  ASSERT_EQ_INT(
-      colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL, owner, UINT32_MAX, 1000, &j), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, name, spec, sizeof spec, 3, NULL,
+                                      &(colo_job_room_t){owner, UINT32_MAX, "", UINT32_MAX}, 1000,
+                                      &j),
+                0);
   uint64_t id = j.id;
   colo_job_clear(&j);
   return id;
@@ -568,15 +570,21 @@ TEST(client_token_is_idempotent) {
   colo_store_t *st = open_fresh();
   colo_job_t a, b;
   const uint8_t spec[] = {1, 2, 3};
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", UINT32_MAX, 5, &a), 0);
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "alice", 1, 6, &b),
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1",
+                                      &(colo_job_room_t){"alice", UINT32_MAX, "", UINT32_MAX}, 5,
+                                      &a),
+                0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1",
+                                      &(colo_job_room_t){"alice", 1, "", UINT32_MAX}, 6, &b),
                 COLO_EEXIST);
   ASSERT_EQ_INT(a.id, b.id);
   ASSERT_EQ_INT(b.created_ms, 5);
   ASSERT_EQ_STR(b.owner, "alice");
   colo_job_clear(&b);
   /* a token is its owner's: another user's same token is a job of its own */
-  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1", "bob", UINT32_MAX, 7, &b), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "x", spec, 3, 1, "tok-1",
+                                      &(colo_job_room_t){"bob", UINT32_MAX, "", UINT32_MAX}, 7, &b),
+                0);
   ASSERT(a.id != b.id);
   ASSERT_EQ_STR(b.owner, "bob");
   colo_job_clear(&a);
@@ -584,7 +592,8 @@ TEST(client_token_is_idempotent) {
   ASSERT_EQ_INT(sql_int("SELECT count(*) FROM jobs"), 2);
   /* alice has 1 job that has not ended: with at most 1, a new token's job is refused, and a
    * retry of the first still answered (above, with max_unfinished 1) */
-  ASSERT_EQ_INT(colo_store_job_insert(st, "y", spec, 3, 1, "tok-2", "alice", 1, 8, &b),
+  ASSERT_EQ_INT(colo_store_job_insert(st, "y", spec, 3, 1, "tok-2",
+                                      &(colo_job_room_t){"alice", 1, "", UINT32_MAX}, 8, &b),
                 COLO_ETOOBIG);
   ASSERT_EQ_STR(colo_store_errmsg(st), "\"alice\" has 1 jobs that have not ended, as many as "
                                        "owner_max_jobs allows: cancel one, or wait for one to end");
@@ -595,7 +604,9 @@ TEST(client_token_is_idempotent) {
   ASSERT_EQ_INT(colo_store_job_transition(st, 1, COLO_JOB_CANCELLED, "", 0, 9, NULL), 0);
   ASSERT_EQ_INT(colo_store_job_unfinished(st, "alice", &n), 0);
   ASSERT_EQ_INT(n, 0); /* an ended job does not count */
-  ASSERT_EQ_INT(colo_store_job_insert(st, "y", spec, 3, 1, "tok-2", "alice", 1, 10, &b), 0);
+  ASSERT_EQ_INT(colo_store_job_insert(st, "y", spec, 3, 1, "tok-2",
+                                      &(colo_job_room_t){"alice", 1, "", UINT32_MAX}, 10, &b),
+                0);
   colo_job_clear(&b);
   colo_store_close(st);
 }
@@ -1101,6 +1112,28 @@ TEST(accounts_are_a_column_lists_filter_by) {
   f.account = "";
   ASSERT_EQ_INT(colo_store_job_list(st, &f, 100, collect_ids, ids), 0);
   ASSERT_EQ_INT(ids[0], 0);
+  /* account_max_jobs: a and c are acct-5's, PENDING */
+  colo_job_room_t room = {"x", UINT32_MAX, "acct-5", 2};
+  ASSERT_EQ_INT(colo_store_job_room(st, &room), COLO_ETOOBIG);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "account \"acct-5\" has 2 jobs that have not ended, as many "
+                                       "as account_max_jobs allows: cancel one, or wait for one "
+                                       "to end");
+  room.account_max = 3;
+  ASSERT_EQ_INT(colo_store_job_room(st, &room), 0);
+  room.owner = "alice"; /* the owner's limit is said first */
+  room.owner_max = 1;
+  ASSERT_EQ_INT(colo_store_job_room(st, &room), COLO_ETOOBIG);
+  ASSERT(strstr(colo_store_errmsg(st), "\"alice\" has 1 jobs that have not ended, as many as "
+                                       "owner_max_jobs allows"));
+  colo_job_room_t none = {"", UINT32_MAX, "", 0}; /* none allowed without an account */
+  ASSERT_EQ_INT(colo_store_job_room(st, &none), COLO_ETOOBIG);
+  ASSERT_EQ_STR(colo_store_errmsg(st), "0 jobs without an account have not ended, as many as "
+                                       "account_max_jobs allows: cancel one, or wait for one to "
+                                       "end");
+  /* an ended job no longer counts */
+  ASSERT_EQ_INT(colo_store_job_transition(st, a, COLO_JOB_CANCELLED, "x", 0, 3000, NULL), 0);
+  room = (colo_job_room_t){"x", UINT32_MAX, "acct-5", 2};
+  ASSERT_EQ_INT(colo_store_job_room(st, &room), 0);
   colo_store_close(st);
   /* reopened, the callback set again: nothing left to read */
   st = open_fresh();
