@@ -63,11 +63,11 @@ static void usage(FILE *out) {
       "                                       jobs, oldest first; --name: those whose name\n"
       "                                       starts with PREFIX (a pipeline's: NAME.)\n"
       "  cancel JOB... [--reason TEXT]        cancel jobs (a sweep's, say)\n"
-      "  cancel --name PREFIX [--owner O] [--reason TEXT]\n"
+      "  cancel --name PREFIX [--owner O] [--account A] [--reason TEXT]\n"
       "                                       cancel every unfinished job so named (a\n"
       "                                       pipeline's stages: --name NAME.)\n"
       "  resume JOB [--from-step N]           resume a failed, cancelled or timed-out job\n"
-      "  delete JOB... | --name PREFIX [--owner O]\n"
+      "  delete JOB... | --name PREFIX [--owner O] [--account A]\n"
       "                                       delete ended jobs: their records, events and\n"
       "                                       logs (checkpoint files stay)\n"
       "  hold JOB... [--reason TEXT]          keep waiting jobs from being placed until\n"
@@ -1087,9 +1087,9 @@ static void print_cancelled(const Colo__V1__Job *j, const void *arg) {
   printf("job %llu %s\n", (unsigned long long)j->id, state_name(j->state));
 }
 
-/* The jobs a command names: ids (JOB...), or --name PREFIX [--owner O], every job so named in
- * one of `states` (`which` says what they are, "unfinished"); --reason TEXT where reason is not
- * NULL. 0 with *n set, *n 0 when the name matched none (said, or [] printed); else the exit
+/* The jobs a command names: ids (JOB...), or --name PREFIX [--owner O] [--account A], every job so
+ * named in one of `states` (`which` says what they are, "unfinished"); --reason TEXT where reason
+ * is not NULL. 0 with *n set, *n 0 when the name matched none (said, or [] printed); else the exit
  * status, with what was wrong said. */
 typedef struct {
   const char *cmd, *which, *done; /* "cancel", "unfinished", "cancelled" */
@@ -1100,7 +1100,7 @@ typedef struct {
 static int jobs_named(ctl_t *c, const jobs_named_t *w, int argc, char **argv, uint64_t *ids,
                       int *n_out, const char **reason, int *by_name) {
   int n = 0;
-  const char *name = NULL, *owner = NULL;
+  const char *name = NULL, *owner = NULL, *account = NULL;
   for (int i = 0; i < argc; i++) {
     if (reason && !strcmp(argv[i], "--reason") && i + 1 < argc)
       *reason = argv[++i];
@@ -1108,16 +1108,19 @@ static int jobs_named(ctl_t *c, const jobs_named_t *w, int argc, char **argv, ui
       name = argv[++i];
     else if (!strcmp(argv[i], "--owner") && i + 1 < argc)
       owner = argv[++i];
+    else if (!strcmp(argv[i], "--account") && i + 1 < argc)
+      account = argv[++i];
     else if (n < MAX_SWEEP_JOBS && parse_id(argv[i], &ids[n]) == 0)
       n++;
     else
       return usage_error("%s: unexpected argument '%s'", w->cmd, argv[i]);
   }
-  if (n && (name || owner))
-    return usage_error("%s: give job ids, or --name PREFIX [--owner O], not both", w->cmd);
-  if (!n && owner && !name)
-    return usage_error("%s: --owner needs --name PREFIX too (each of an owner's jobs by name)",
+  if (n && (name || owner || account))
+    return usage_error("%s: give job ids, or --name PREFIX [--owner O] [--account A], not both",
                        w->cmd);
+  if (!n && (owner || account) && !name)
+    return usage_error("%s: --%s needs --name PREFIX too (each of an %s's jobs by name)", w->cmd,
+                       owner ? "owner" : "account", owner ? "owner" : "account");
   if (name && !name[0])
     return usage_error("%s: --name needs a non-empty prefix", w->cmd);
   if (!n && !name)
@@ -1128,7 +1131,7 @@ static int jobs_named(ctl_t *c, const jobs_named_t *w, int argc, char **argv, ui
   *by_name = name != NULL;
   if (name) { /* the jobs so named (a pipeline's stages: PIPELINE.; a sweep's) */
     pages_t p;
-    rc = fetch_jobs(c, w->states, w->n_states, name, owner, NULL, MAX_SWEEP_JOBS, &p);
+    rc = fetch_jobs(c, w->states, w->n_states, name, owner, account, MAX_SWEEP_JOBS, &p);
     for (size_t i = 0; rc == 0 && i < p.n; i++)
       for (size_t k = 0; k < p.pages[i]->n_jobs && n < MAX_SWEEP_JOBS; k++)
         ids[n++] = p.pages[i]->jobs[k]->id;
@@ -1139,8 +1142,9 @@ static int jobs_named(ctl_t *c, const jobs_named_t *w, int argc, char **argv, ui
       if (c->json)
         printf("[]\n");
       else
-        printf("no %s job's name starts with '%s'%s%s: nothing %s\n", w->which, name,
-               owner ? " for owner " : "", owner ? owner : "", w->done);
+        printf("no %s job's name starts with '%s'%s%s%s%s: nothing %s\n", w->which, name,
+               owner ? " for owner " : "", owner ? owner : "", account ? " in account " : "",
+               account ? account : "", w->done);
     }
   }
   *n_out = n;
@@ -1171,7 +1175,8 @@ static void print_deleted(const Colo__V1__Job *j, const void *arg) {
          state_name(j->state));
 }
 
-/* delete JOB... | --name PREFIX [--owner O]: ended jobs, with their records and logs */
+/* delete JOB... | --name PREFIX [--owner O] [--account A]: ended jobs, with their records and logs
+ */
 static int cmd_delete(ctl_t *c, int argc, char **argv) {
   static const Colo__V1__JobState ended[] = {
       COLO__V1__JOB_STATE__JOB_STATE_SUCCEEDED, COLO__V1__JOB_STATE__JOB_STATE_FAILED,

@@ -1652,30 +1652,28 @@ int64_t colod_jobs_started(colod_t *d, uint64_t job_id) {
 
 uint32_t colod_jobs_slowed(colod_t *d, uint64_t job_id, char *out, size_t len) {
   colod_job_live_t *j = live_find(d, job_id);
-  out[0] = '\0';
+  if (out)
+    out[0] = '\0';
   if (!j || j->state != COLO_JOB_RUNNING || !j->place)
     return 0;
   enum { NAMED = 4 };
   char named[NAMED * 96] = "";
   size_t at = 0;
   uint32_t n = 0;
-  const colod_host_live_t *first = NULL;
   for (uint32_t r = 0; r < j->world; r++) {
     const colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
     uint32_t dev = j->place[r].device_index;
     if (!h || !h->n_slow || dev >= h->n_devices || !((h->slow[dev / 64] >> (dev % 64)) & 1))
       continue;
-    if (n++ < NAMED && at < sizeof named) {
+    if (++n <= NAMED && out && at < sizeof named) {
       /* the reason a host keeps is its first slowed device's: said where it is that one's */
       int own = h->n_slow == 1 && h->slow_why[0];
       at += (size_t)snprintf(named + at, sizeof named - at, "%srank %u (%s device %u%s%s)",
                              n > 1 ? ", " : "", r, h->name, dev, own ? "; " : "",
                              own ? h->slow_why : "");
     }
-    if (!first)
-      first = h;
   }
-  if (n)
+  if (n && out)
     snprintf(out, len,
              "%u of %u rank%s on %s with lowered clocks: %s%s; each step waits for the slowest "
              "rank",

@@ -58,7 +58,8 @@ const char *colod_jobs_waiting(struct colod_s *d, uint64_t job_id);
  * when it is not among them (running, ended, waiting for jobs it runs after, or in back-off). */
 uint32_t colod_jobs_in_line(struct colod_s *d, uint64_t job_id, uint32_t *of);
 /* A RUNNING job's ranks on devices whose clocks their workers report lowered: how many, and in
- * out (len bytes) which, the first few named with their host's reason; 0 (out "") when none. */
+ * out (len bytes; NULL: the count alone) which, the first few named with their host's reason; 0
+ * (out "") when none. */
 uint32_t colod_jobs_slowed(struct colod_s *d, uint64_t job_id, char *out, size_t len);
 /* A RUNNING job's current attempt's start (Unix ms); 0 otherwise. */
 int64_t colod_jobs_started(struct colod_s *d, uint64_t job_id);

@@ -218,6 +218,7 @@ enum {
   J_HELD,
   J_IN_LINE,
   J_STARTED,
+  J_SLOWED,
   J_STEP,
   J_TOTAL,
   J_LOSS,
@@ -250,6 +251,9 @@ static const struct {
                    "While the job waits for room: its place in line (1: offered room first)."},
     [J_STARTED] = {"colo_job_attempt_start_timestamp_seconds",
                    "When the running attempt started, seconds since the epoch."},
+    [J_SLOWED] = {"colo_job_ranks_slowed",
+                  "Of the running attempt's ranks, those on devices whose clocks their workers "
+                  "report lowered (coloctl status names them)."},
     [J_STEP] = {"colo_job_step", "The running attempt's last reported step.", "step"},
     [J_TOTAL] = {"colo_job_total_steps", "The steps the job trains for.", "total_steps"},
     [J_LOSS] = {"colo_job_loss", "Training loss at colo_job_step.", "loss"},
@@ -265,6 +269,7 @@ static const struct {
 };
 
 typedef struct {
+  colod_t *d;
   FILE *out;
   int which;
   const ProtobufCFieldDescriptor *field; /* the progress field of a family from J_STEP on */
@@ -318,6 +323,11 @@ static void job_metric(const colod_job_view_t *j, void *data) {
       return;
     v = (double)j->started_ms / 1000.0;
     break;
+  case J_SLOWED:
+    if (!j->started_ms)
+      return;
+    v = colod_jobs_slowed(p->d, j->id, NULL, 0);
+    break;
   default: {
     const ProtobufCFieldDescriptor *f = p->field;
     const char *base = (const char *)g;
@@ -359,7 +369,7 @@ static int job_metrics(colod_t *d, FILE *out) {
   for (int w = 0; w < J_N; w++) {
     family(out, JOB_FAMILIES[w].name, "gauge", JOB_FAMILIES[w].help);
     /* looked up once a family, not once a job */
-    job_pass_t p = {out, w,
+    job_pass_t p = {d, out, w,
                     JOB_FAMILIES[w].field
                         ? protobuf_c_message_descriptor_get_field_by_name(
                               &colo__v1__progress__descriptor, JOB_FAMILIES[w].field)

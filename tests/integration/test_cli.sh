@@ -237,7 +237,11 @@ expect_eq "$(echo "$OUT" | wc -l)" "6"
 expect_eq "$(echo "$OUT" | sort -u | sed 's/^job [0-9]* //' | sort -u)" "CANCELLED"
 expect_eq "$ERR" "coloctl: NOT_FOUND: job 999 not found"
 # delete: the sweep's cancelled jobs by name, then nothing is left so named; a job not ended is
-# refused with colod's reason
+# refused with colod's reason; --account keeps to that account's (none of these has one)
+expect_rc 0 "$COLOCTL" delete --name from-json- --account team-a
+expect_eq "$OUT" "no ended job's name starts with 'from-json-' in account team-a: nothing deleted"
+expect_rc 2 "$COLOCTL" delete --account team-a
+expect_eq "$ERR" "coloctl: delete: --account needs --name PREFIX too (each of an account's jobs by name); try 'coloctl --help'"
 expect_rc 0 "$COLOCTL" delete --name from-json-
 expect_eq "$(echo "$OUT" | wc -l)" "6"
 expect_eq "$(echo "$OUT" | head -1)" "job $(echo "$SW" | cut -d' ' -f1) (from-json-1, CANCELLED) deleted"

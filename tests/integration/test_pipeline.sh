@@ -179,7 +179,7 @@ expect_eq "$OUT" "no unfinished job's name starts with 'tiny2.': nothing cancell
 expect_rc 0 "$COLOCTL" list --name tiny --state cancelled --json
 expect_eq "$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)))' <<<"$OUT")" 3
 expect_rc 2 "$COLOCTL" cancel 7 --name tiny2.
-expect_eq "$ERR" "coloctl: cancel: give job ids, or --name PREFIX [--owner O], not both; try 'coloctl --help'"
+expect_eq "$ERR" "coloctl: cancel: give job ids, or --name PREFIX [--owner O] [--account A], not both; try 'coloctl --help'"
 expect_rc 2 "$COLOCTL" cancel --owner alice
 expect_eq "$ERR" "coloctl: cancel: --owner needs --name PREFIX too (each of an owner's jobs by name); try 'coloctl --help'"
 

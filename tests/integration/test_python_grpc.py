@@ -889,13 +889,51 @@ class AfterTest(WithColod):
         self.api.CancelJob(pb.CancelJobRequest(id=cleanup), timeout=5)
 
 
-class HealthTest(WithColod):
+class WithMetrics(WithColod):
+    """a colod of the class's own that serves /metrics (its settings name metrics_listen), at
+    cls.base"""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        line = cls.proc.stdout.readline()
+        m = re.match(r"colod metrics on (http://\S+)/metrics", line)
+        assert m, "unexpected second line: %r" % line
+        cls.base = m.group(1)
+
+    def get(self, path, method="GET"):
+        """(status, content type, body) of a request"""
+        req = urllib.request.Request(self.base + path, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.headers["Content-Type"], r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers["Content-Type"], e.read().decode()
+
+    def scrape(self):
+        """{(sample name, sorted label pairs): value}, and the families' types"""
+        status, ctype, body = self.get("/metrics")
+        self.assertEqual(status, 200)
+        self.assertEqual(ctype, "text/plain; version=0.0.4; charset=utf-8")
+        samples, types = {}, {}
+        for fam in text_string_to_metric_families(body):
+            types[fam.name] = fam.type
+            for smp in fam.samples:
+                key = (smp.name, tuple(sorted(smp.labels.items())))
+                self.assertNotIn(key, samples, "a sample twice")
+                samples[key] = smp.value
+        return samples, types
+
+
+class HealthTest(WithMetrics):
     """HeartbeatRequest.unhealthy, this client acting as the worker of one 2-device host: a
     device its beats report unfit takes no ranks, the waiting job says so, ListHosts names it;
     an index the host does not have is ignored; the next beat without it makes it fit again. A
-    device reported slowed takes ranks, and ListHosts says so."""
+    device reported slowed takes ranks last, and ListHosts, the job and colo_job_ranks_slowed
+    say so."""
 
     state, log_name = os.path.join(TMP, "state-health"), "colod-health.log"
+    settings = ("metrics_listen=127.0.0.1:0",)
 
     def test_an_unhealthy_device_takes_no_ranks(self):
         r = register(self.api, "ha", 2)
@@ -969,9 +1007,13 @@ class HealthTest(WithColod):
         self.assertEqual(self.job(j).slowed,
                          "1 of 2 ranks on a device with lowered clocks: rank %d (hs device 0; "
                          "clocks lowered: power brake); each step waits for the slowest rank" % on0)
+        m, types = self.scrape()
+        self.assertEqual((m[("colo_job_ranks_slowed", (("job", str(j)),))],
+                          types["colo_job_ranks_slowed"]), (1, "gauge"))
         beat()
         self.assertEqual(list(host().slowed_devices), [])
         self.assertFalse(self.job(j).HasField("slowed"))
+        self.assertEqual(self.scrape()[0][("colo_job_ranks_slowed", (("job", str(j)),))], 0)
         self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
         # out of the other tests' way
         self.api.CordonHost(pb.CordonHostRequest(name="hs", cordon=True), timeout=5)
@@ -1195,42 +1237,6 @@ class UsageTest(WithColod):
                 self.usage(**bad)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT, bad)
         self.api.CancelJob(pb.CancelJobRequest(id=g), timeout=5)
-
-
-class WithMetrics(WithColod):
-    """a colod of the class's own that serves /metrics (its settings name metrics_listen), at
-    cls.base"""
-
-    @classmethod
-    def setUpClass(cls):
-        super().setUpClass()
-        line = cls.proc.stdout.readline()
-        m = re.match(r"colod metrics on (http://\S+)/metrics", line)
-        assert m, "unexpected second line: %r" % line
-        cls.base = m.group(1)
-
-    def get(self, path, method="GET"):
-        """(status, content type, body) of a request"""
-        req = urllib.request.Request(self.base + path, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=5) as r:
-                return r.status, r.headers["Content-Type"], r.read().decode()
-        except urllib.error.HTTPError as e:
-            return e.code, e.headers["Content-Type"], e.read().decode()
-
-    def scrape(self):
-        """{(sample name, sorted label pairs): value}, and the families' types"""
-        status, ctype, body = self.get("/metrics")
-        self.assertEqual(status, 200)
-        self.assertEqual(ctype, "text/plain; version=0.0.4; charset=utf-8")
-        samples, types = {}, {}
-        for fam in text_string_to_metric_families(body):
-            types[fam.name] = fam.type
-            for smp in fam.samples:
-                key = (smp.name, tuple(sorted(smp.labels.items())))
-                self.assertNotIn(key, samples, "a sample twice")
-                samples[key] = smp.value
-        return samples, types
 
 
 class MetricsTest(WithMetrics):
