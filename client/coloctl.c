@@ -1430,6 +1430,17 @@ static int cmd_watch(ctl_t *c, int argc, char **argv) {
 
 /* ---- hosts ---- */
 
+/* "g1: devices 0, 3 slowed (the first: REASON): WHAT", for a set a host's worker reports */
+static void print_devices(const char *host, const uint32_t *idx, size_t n, const char *state,
+                          const char *reason, const char *what) {
+  if (!n)
+    return;
+  printf("%s: device%s", host, n == 1 ? "" : "s");
+  for (size_t k = 0; k < n; k++)
+    printf("%s %u", k ? "," : "", idx[k]);
+  printf(" %s (%s%s): %s\n", state, n > 1 ? "the first: " : "", reason ? reason : "", what);
+}
+
 static int cmd_hosts(ctl_t *c, int argc, char **argv) {
   (void)argv;
   if (argc)
@@ -1495,25 +1506,13 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
                resp->hosts[i]->cordon_reason ? resp->hosts[i]->cordon_reason : "");
     for (size_t i = 0; i < resp->n_hosts; i++) {
       const Colo__V1__Host *h = resp->hosts[i];
-      if (!h->n_unhealthy_devices)
-        continue;
-      printf("%s: device%s", h->name, h->n_unhealthy_devices == 1 ? "" : "s");
-      for (size_t k = 0; k < h->n_unhealthy_devices; k++)
-        printf("%s %u", k ? "," : "", h->unhealthy_devices[k]);
-      printf(" unhealthy (%s%s): no new ranks go there\n",
-             h->n_unhealthy_devices > 1 ? "the first: " : "",
-             h->unhealthy_reason ? h->unhealthy_reason : "");
+      print_devices(h->name, h->unhealthy_devices, h->n_unhealthy_devices, "unhealthy",
+                    h->unhealthy_reason, "no new ranks go there");
     }
     for (size_t i = 0; i < resp->n_hosts; i++) {
       const Colo__V1__Host *h = resp->hosts[i];
-      if (!h->n_slowed_devices)
-        continue;
-      printf("%s: device%s", h->name, h->n_slowed_devices == 1 ? "" : "s");
-      for (size_t k = 0; k < h->n_slowed_devices; k++)
-        printf("%s %u", k ? "," : "", h->slowed_devices[k]);
-      printf(" slowed (%s%s): ranks there run slower\n",
-             h->n_slowed_devices > 1 ? "the first: " : "",
-             h->slowed_reason ? h->slowed_reason : "");
+      print_devices(h->name, h->slowed_devices, h->n_slowed_devices, "slowed", h->slowed_reason,
+                    "ranks there run slower");
     }
     for (size_t i = 0; i < resp->n_hosts; i++)
       if (resp->hosts[i]->state == COLO__V1__HOST_STATE__HOST_STATE_UP && !resp->hosts[i]->watching)

@@ -1136,47 +1136,54 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
 /* A set of a host's devices that a beat reports (level-triggered: it replaces the last), with the
  * first one's reason. 0: as it was; 1: changed; 2: changed, and fewer than before. */
 static int device_set(const colod_host_live_t *l, Colo__V1__DeviceHealth *const *list,
-                      size_t n_list, uint64_t *set, uint32_t *n_set, char *why, size_t why_len) {
-  uint64_t now[COLOD_MAX_DEVICES / 64] = {0};
-  uint32_t n = 0;
+                      size_t n_list, colod_devset_t *set) {
+  colod_devset_t now = {.n = 0};
   const char *first = "";
   for (size_t i = 0; i < n_list; i++) {
     const Colo__V1__DeviceHealth *h = list[i];
-    if (!h->has_index || h->index >= l->n_devices || (now[h->index / 64] >> (h->index % 64)) & 1)
+    if (!h->has_index || h->index >= l->n_devices ||
+        (now.bits[h->index / 64] >> (h->index % 64)) & 1)
       continue; /* not one of its devices, or said twice */
-    now[h->index / 64] |= 1ull << (h->index % 64);
-    if (!n++ && h->reason)
+    now.bits[h->index / 64] |= 1ull << (h->index % 64);
+    if (!now.n++ && h->reason)
       first = h->reason;
   }
-  char reason[128];
-  snprintf(reason, sizeof reason < why_len ? sizeof reason : why_len, "%.120s", first);
-  if (!memcmp(now, set, sizeof now) && !strcmp(reason, why))
+  snprintf(now.why, sizeof now.why, "%.120s", first);
+  if (!memcmp(now.bits, set->bits, sizeof now.bits) && !strcmp(now.why, set->why))
     return 0; /* as at its last beat (a reason may change: a pending row remap that failed) */
-  int fewer = n < *n_set;
-  memcpy(set, now, sizeof now);
-  *n_set = n;
-  snprintf(why, why_len, "%s", reason);
+  int fewer = now.n < set->n;
+  *set = now;
   return fewer ? 2 : 1;
+}
+
+/* A device set as a Host message's indices and reason (left unset for an empty set). */
+static void devset_to_msg(const colod_host_live_t *l, const colod_devset_t *set, uint32_t **idx,
+                          size_t *n, char **why) {
+  if (!set->n)
+    return;
+  *idx = calloc(set->n, sizeof **idx);
+  for (uint32_t k = 0; *idx && k < l->n_devices; k++)
+    if (colod_devset_has(set, k))
+      (*idx)[(*n)++] = k;
+  *why = strdup(set->why);
 }
 
 /* The devices a beat reports unfit, or at lowered clocks: a change is logged, and a device fit
  * again may take ranks at once. */
 static void host_health(colod_t *d, colod_host_live_t *l, const Colo__V1__HeartbeatRequest *req) {
-  int c = device_set(l, req->unhealthy, req->n_unhealthy, l->sick, &l->n_sick, l->sick_why,
-                     sizeof l->sick_why);
-  if (c && l->n_sick)
+  int c = device_set(l, req->unhealthy, req->n_unhealthy, &l->sick);
+  if (c && l->sick.n)
     colo_log(COLO_LOG_WARN, "hosts",
              "host %s: %u device%s unhealthy (the first: %s); no new ranks go there", l->name,
-             l->n_sick, l->n_sick == 1 ? "" : "s", l->sick_why);
+             l->sick.n, l->sick.n == 1 ? "" : "s", l->sick.why);
   else if (c)
     colo_log(COLO_LOG_INFO, "hosts", "host %s: all its devices are healthy again", l->name);
   if (c == 2)
     colod_jobs_kick(d);
-  c = device_set(l, req->slowed, req->n_slowed, l->slow, &l->n_slow, l->slow_why,
-                 sizeof l->slow_why);
-  if (c && l->n_slow)
+  c = device_set(l, req->slowed, req->n_slowed, &l->slow);
+  if (c && l->slow.n)
     colo_log(COLO_LOG_WARN, "hosts", "host %s: %u device%s slowed (the first: %s)", l->name,
-             l->n_slow, l->n_slow == 1 ? "" : "s", l->slow_why);
+             l->slow.n, l->slow.n == 1 ? "" : "s", l->slow.why);
   else if (c)
     colo_log(COLO_LOG_INFO, "hosts", "host %s: no device is slowed any more", l->name);
 }
@@ -1266,19 +1273,10 @@ static int hosts_cb(const colo_host_t *h, void *data) {
   m->cordon_reason = h->cordoned ? strdup(h->cordon_reason) : NULL;
   m->has_watching = 1;
   m->watching = l && l->push;
-  if (l && l->n_sick && l->state == COLO_HOST_UP) {
-    m->unhealthy_devices = calloc(l->n_sick, sizeof *m->unhealthy_devices);
-    for (uint32_t k = 0; m->unhealthy_devices && k < l->n_devices; k++)
-      if ((l->sick[k / 64] >> (k % 64)) & 1)
-        m->unhealthy_devices[m->n_unhealthy_devices++] = k;
-    m->unhealthy_reason = strdup(l->sick_why);
-  }
-  if (l && l->n_slow && l->state == COLO_HOST_UP) {
-    m->slowed_devices = calloc(l->n_slow, sizeof *m->slowed_devices);
-    for (uint32_t k = 0; m->slowed_devices && k < l->n_devices; k++)
-      if ((l->slow[k / 64] >> (k % 64)) & 1)
-        m->slowed_devices[m->n_slowed_devices++] = k;
-    m->slowed_reason = strdup(l->slow_why);
+  if (l && l->state == COLO_HOST_UP) {
+    devset_to_msg(l, &l->sick, &m->unhealthy_devices, &m->n_unhealthy_devices,
+                  &m->unhealthy_reason);
+    devset_to_msg(l, &l->slow, &m->slowed_devices, &m->n_slowed_devices, &m->slowed_reason);
   }
   if (dev) { /* take the devices and labels over from the unpacked message */
     m->n_devices = dev->n_devices;

@@ -22,6 +22,18 @@ typedef struct colod_rdzv_s colod_rdzv_t;
 
 #define COLOD_MAX_DEVICES 1024 /* a host's devices at most */
 
+/* A set of a host's devices that its worker reports at each beat (HeartbeatRequest.unhealthy,
+ * .slowed), with the first one's reason. */
+typedef struct {
+  uint64_t bits[COLOD_MAX_DEVICES / 64];
+  uint32_t n;
+  char why[128];
+} colod_devset_t;
+
+static inline int colod_devset_has(const colod_devset_t *s, uint32_t k) {
+  return s->n && k < COLOD_MAX_DEVICES && (s->bits[k / 64] >> (k % 64)) & 1;
+}
+
 /* A host's liveness, kept in memory: heartbeats do not write to the database; only a change
  * between UP and DOWN does. */
 typedef struct {
@@ -39,14 +51,8 @@ typedef struct {
   int cordoned;          /* an operator's CordonHost: no new ranks here */
   int stopping;          /* its worker said it is shutting down: no new ranks until it registers */
   colod_push_t *push;    /* push.c: its worker's WatchHost stream, or NULL */
-  /* devices its worker reports unfit (HeartbeatRequest.unhealthy): no new ranks go there */
-  uint64_t sick[COLOD_MAX_DEVICES / 64];
-  uint32_t n_sick;
-  char sick_why[128]; /* the first one's reason */
-  /* devices its worker reports at lowered clocks (HeartbeatRequest.slowed): they take ranks */
-  uint64_t slow[COLOD_MAX_DEVICES / 64];
-  uint32_t n_slow;
-  char slow_why[128];
+  colod_devset_t sick;   /* devices its worker reports unfit: no new ranks go there */
+  colod_devset_t slow;   /* and at lowered clocks: they take ranks last */
   /* its labels (RegisterHostRequest.labels) as ",a100,ib,", for jobs' resources.host_labels */
   char labels[COLO_MAX_LABELS * (COLO_MAX_LABEL + 1) + 2];
 } colod_host_live_t;

@@ -367,17 +367,17 @@ static void end_attempt(colod_t *d, colod_job_live_t *j, const char *why, int ho
 static void blame_device(colod_t *d, const colod_job_live_t *j, uint32_t r, char *why, size_t len) {
   const colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
   uint32_t dev = j->place[r].device_index;
-  if (!h || !h->n_sick || dev >= h->n_devices || !((h->sick[dev / 64] >> (dev % 64)) & 1))
+  if (!h || dev >= h->n_devices || !colod_devset_has(&h->sick, dev))
     return;
   size_t n = strlen(why);
-  if (n < len && h->n_sick == 1)
+  if (n < len && h->sick.n == 1)
     snprintf(why + n, len - n, " on device %u of host %s, which its worker reports unhealthy: %s",
-             dev, h->name, h->sick_why);
+             dev, h->name, h->sick.why);
   else if (n < len)
     snprintf(why + n, len - n,
              " on device %u of host %s, which its worker reports unhealthy (with %u others; the "
              "first: %s)",
-             dev, h->name, h->n_sick - 1, h->sick_why);
+             dev, h->name, h->sick.n - 1, h->sick.why);
 }
 
 /* A RUNNING attempt: done, failed, or still going. */
@@ -1120,10 +1120,10 @@ static void schedule(colod_t *d) {
     hosts[n].n_devices = h->n_devices;
     hosts[n].busy = b;
     hosts[n].mem_free = h->memory_bytes ? h->memory_bytes : UINT64_MAX;
-    hosts[n].slow = h->n_slow ? h->slow : NULL; /* taken last */
+    hosts[n].slow = h->slow.n ? h->slow.bits : NULL; /* taken last */
     n++;
-    for (uint32_t k = 0; h->n_sick && k < h->n_devices; k++)
-      if ((h->sick[k / 64] >> (k % 64)) & 1) {
+    for (uint32_t k = 0; h->sick.n && k < h->n_devices; k++)
+      if (colod_devset_has(&h->sick, k)) {
         b[k] = SICK;
         if (h->device_kind >= 0 && h->device_kind < KINDS)
           sick[h->device_kind]++;
@@ -1663,14 +1663,14 @@ uint32_t colod_jobs_slowed(colod_t *d, uint64_t job_id, char *out, size_t len) {
   for (uint32_t r = 0; r < j->world; r++) {
     const colod_host_live_t *h = colod_host_live(d, j->place[r].host_id);
     uint32_t dev = j->place[r].device_index;
-    if (!h || !h->n_slow || dev >= h->n_devices || !((h->slow[dev / 64] >> (dev % 64)) & 1))
+    if (!h || dev >= h->n_devices || !colod_devset_has(&h->slow, dev))
       continue;
     if (++n <= NAMED && out && at < sizeof named) {
       /* the reason a host keeps is its first slowed device's: said where it is that one's */
-      int own = h->n_slow == 1 && h->slow_why[0];
+      int own = h->slow.n == 1 && h->slow.why[0];
       at += (size_t)snprintf(named + at, sizeof named - at, "%srank %u (%s device %u%s%s)",
                              n > 1 ? ", " : "", r, h->name, dev, own ? "; " : "",
-                             own ? h->slow_why : "");
+                             own ? h->slow.why : "");
     }
   }
   if (n && out)

@@ -186,10 +186,10 @@ static void host_metrics(colod_t *d, FILE *out) {
         v = used ? used[i] : 0;
         break;
       case H_UNHEALTHY:
-        v = h->n_sick;
+        v = h->sick.n;
         break;
       case H_SLOWED:
-        v = h->n_slow;
+        v = h->slow.n;
         break;
       case H_DRAINING:
         v = h->draining;

@@ -156,6 +156,19 @@ static int do_register(workerd_t *w) {
   return 0;
 }
 
+/* Devices and their reasons as HeartbeatRequest entries (msgs and ptrs hold n each): n. */
+static size_t health_msgs(const colo_device_health_t *v, size_t n, Colo__V1__DeviceHealth *msgs,
+                          Colo__V1__DeviceHealth **ptrs) {
+  for (size_t i = 0; i < n; i++) {
+    colo__v1__device_health__init(&msgs[i]);
+    msgs[i].has_index = 1;
+    msgs[i].index = v[i].index;
+    msgs[i].reason = (char *)v[i].reason;
+    ptrs[i] = &msgs[i];
+  }
+  return n;
+}
+
 static void on_tick(uv_timer_t *t) {
   workerd_t *w = t->data;
   if (w->watchdog_usec)
@@ -177,27 +190,13 @@ static void on_tick(uv_timer_t *t) {
   colo_device_health_t sick[COLO_MAX_NODE_DEVICES];
   Colo__V1__DeviceHealth dh[COLO_MAX_NODE_DEVICES], *dhp[COLO_MAX_NODE_DEVICES];
   size_t n_sick = colo_health_check(w->health, sick, COLO_MAX_NODE_DEVICES);
-  for (size_t i = 0; i < n_sick; i++) {
-    colo__v1__device_health__init(&dh[i]);
-    dh[i].has_index = 1;
-    dh[i].index = sick[i].index;
-    dh[i].reason = sick[i].reason;
-    dhp[i] = &dh[i];
-  }
-  req.n_unhealthy = n_sick;
+  req.n_unhealthy = health_msgs(sick, n_sick, dh, dhp);
   req.unhealthy = dhp;
   /* and those running at lowered clocks (a thermal slowdown, a power brake) */
   colo_device_health_t slow[COLO_MAX_NODE_DEVICES];
   Colo__V1__DeviceHealth sh[COLO_MAX_NODE_DEVICES], *shp[COLO_MAX_NODE_DEVICES];
   size_t n_slow = colo_health_slowed(w->health, slow, COLO_MAX_NODE_DEVICES);
-  for (size_t i = 0; i < n_slow; i++) {
-    colo__v1__device_health__init(&sh[i]);
-    sh[i].has_index = 1;
-    sh[i].index = slow[i].index;
-    sh[i].reason = slow[i].reason;
-    shp[i] = &sh[i];
-  }
-  req.n_slowed = n_slow;
+  req.n_slowed = health_msgs(slow, n_slow, sh, shp);
   req.slowed = shp;
   if ((int)n_slow != w->n_slow)
     colo_log(n_slow ? COLO_LOG_WARN : COLO_LOG_INFO, "worker", "%zu slowed device%s%s%s%s", n_slow,

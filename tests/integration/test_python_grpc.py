@@ -969,11 +969,15 @@ class HealthTest(WithMetrics):
                                                          devices=dev, labels=["slow"]), timeout=5)
 
         def beat(*slow):
+            """{job: {device index: rank}} the host is to run"""
             resp = self.api.Heartbeat(pb.HeartbeatRequest(
                 host_id=r.host_id, session=r.session,
                 slowed=[pb.DeviceHealth(index=i, reason="clocks lowered: power brake")
                         for i in slow]), timeout=5)
-            return {d.job_id for d in resp.desired}
+            out = {}
+            for d in resp.desired:
+                out.setdefault(d.job_id, {})[d.device_index] = d.rank
+            return out
 
         def host():
             h, = [h for h in self.api.ListHosts(pb.ListHostsRequest(), timeout=5).hosts
@@ -987,22 +991,14 @@ class HealthTest(WithMetrics):
         s = spec(name="one-rank", dp=1)
         s.resources.host_labels.append("slow")  # on hs alone
         one = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
-        resp = self.until("placed", lambda: [d for d in self.api.Heartbeat(pb.HeartbeatRequest(
-            host_id=r.host_id, session=r.session, slowed=[pb.DeviceHealth(
-                index=0, reason="clocks lowered: power brake")]), timeout=5).desired
-            if d.job_id == one])
-        self.assertEqual([d.device_index for d in resp], [1])
+        self.assertEqual(list(self.until("placed", lambda: beat(0).get(one))), [1])
         self.assertFalse(self.job(one).HasField("slowed"))
         self.api.CancelJob(pb.CancelJobRequest(id=one), timeout=5)
         s = spec(name="on-slowed", dp=2)
         s.resources.host_labels.append("slow")  # on hs alone
         j = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
-        self.until("placed on both, the slowed one too", lambda: j in beat(0))
+        on0 = self.until("placed on both, the slowed one too", lambda: beat(0).get(j))[0]
         # the job says which of its ranks the slowed device holds back
-        resp = self.api.Heartbeat(pb.HeartbeatRequest(
-            host_id=r.host_id, session=r.session,
-            slowed=[pb.DeviceHealth(index=0, reason="clocks lowered: power brake")]), timeout=5)
-        on0, = [d.rank for d in resp.desired if d.job_id == j and d.device_index == 0]
         self.assertEqual(self.job(j).state, pb.JOB_STATE_RUNNING)
         self.assertEqual(self.job(j).slowed,
                          "1 of 2 ranks on a device with lowered clocks: rank %d (hs device 0; "
