@@ -63,6 +63,7 @@ typedef struct {
   uint64_t heartbeats;                      /* api.c: heartbeats of known host sessions answered */
   uint64_t sched_passes;                    /* jobs.c: scheduling passes that had jobs to place */
   uint64_t sched_ns;                        /* and their time */
+  uint32_t holds;                           /* jobs.c: jobs holding room after the last pass */
   uint64_t entered[COLO_JOB_STATE_MAX + 1]; /* api.c, jobs.c: job state changes, by state entered */
   uint64_t preempted;                       /* jobs.c: jobs stopped for a higher priority */
   uint64_t nudges;                          /* push.c: HostNudge messages sent */

@@ -70,6 +70,12 @@ static const centry_t TABLE[] = {
      "ACCOUNT=JOBS,... (say nlp=500,*=100): the most jobs charged to an account (JobSpec.account; "
      "\"\" for none) that have not ended; a submit or resume past it is refused "
      "(RESOURCE_EXHAUSTED). *: every account not named. Empty: no limit"},
+    {"reservations", T_UINT, F(reservations), 0, 1000, "16", 1,
+     "backfill: how many waiting jobs that cannot start, in line order, hold room in each "
+     "scheduling pass where they can start soonest (by the time limits of the jobs before them), "
+     "so the jobs behind take only room they give back before then; the first may hold room "
+     "whose start is not known. 0: none hold room, and a large job may wait behind small ones "
+     "for ever"},
     {"rendezvous", T_STRING, F(rdzv_mode), 1, 0, "colod", 0,
      "who serves an attempt's rendezvous store: colod, or rank0 (on its host, at a port from "
      "rendezvous_port_base)"},

@@ -24,6 +24,7 @@ typedef struct {
   char owner_max_jobs[1024];        /* "owner=n,...,*=n": an owner's jobs that have not ended */
   char account_max_devices[1024];   /* "account=n,...,*=n": devices an account's jobs hold */
   char account_max_jobs[1024];      /* "account=n,...,*=n": an account's jobs that have not ended */
+  uint32_t reservations;            /* waiting jobs that try to hold room, per pass */
   char rdzv_mode[16];               /* "colod" or "rank0" */
   uint32_t rdzv_port_base;          /* rank0 rendezvous ports: base .. base + 999 */
   uint32_t log_max_mib;             /* per rank log kept by colod */

@@ -14,6 +14,7 @@
 #include "../common/log.h"
 #include "colod.h"
 #include "logs.h"
+#include "plan.h"
 #include "sched.h"
 
 struct colod_job_live_s {
@@ -27,6 +28,8 @@ struct colod_job_live_s {
   uint32_t in_line; /* waiting for room: its place in the last pass's order (1: first); 0: not */
   int hold;         /* COLO_HOLD_*: held, it is not placed (UpdateJob) */
   int over_limit; /* in the last pass, placing it would have passed owner_ or account_max_devices */
+  int holds;      /* in the last pass, it held room (a reservation) ... */
+  int64_t start_by; /* ... to start by then at the latest (Unix ms); INT64_MAX: not known */
   char hold_reason[257];
   int seen;
   Colo__V1__JobSpec *spec;
@@ -461,19 +464,6 @@ static uint64_t rank_mem(const colod_job_live_t *j) {
   return j->spec->resources->host_memory_mib << 20;
 }
 
-/* a host's index in a snapshot, which keeps d->hosts' id order; n: not there */
-static size_t snap_find(const colo_sched_host_t *hosts, size_t n, uint64_t id) {
-  size_t lo = 0, hi = n;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (hosts[mid].host_id < id)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo < n && hosts[lo].host_id == id ? lo : n;
-}
-
 /* A snapshot's busy flag of a device its worker reports unfit: taken, whoever gives it back. */
 #define SICK 2
 
@@ -482,7 +472,7 @@ static size_t snap_find(const colo_sched_host_t *hosts, size_t n, uint64_t id) {
 static void snap_mark(const colod_job_live_t *j, colo_sched_host_t *hosts, size_t n, int taken) {
   uint64_t mem = rank_mem(j);
   for (uint32_t r = 0; r < j->world; r++) {
-    size_t h = snap_find(hosts, n, j->place[r].host_id);
+    size_t h = colo_sched_find(hosts, n, j->place[r].host_id);
     if (h == n)
       continue;
     uint8_t *b = (uint8_t *)hosts[h].busy + j->place[r].device_index;
@@ -563,29 +553,16 @@ static int has_labels(const colod_host_live_t *h, const colod_job_live_t *j) {
   return 1;
 }
 
-/* The snapshot's hosts the job may run on: of its kind of device, with its labels. */
+/* The snapshot's hosts the job may run on, by index: of its kind of device, with its labels. */
 static size_t fit_hosts(colod_t *d, const colod_job_live_t *j, const colo_sched_host_t *hosts,
-                        size_t n, colo_sched_host_t *fit) {
+                        size_t n, size_t *idx) {
   size_t nf = 0;
   for (size_t h = 0; h < n; h++) {
     colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
     if (hl && hl->device_kind == (int)j->spec->resources->device && has_labels(hl, j))
-      fit[nf++] = hosts[h];
+      idx[nf++] = h;
   }
   return nf;
-}
-
-typedef struct {
-  size_t idx;
-  uint32_t free;
-} free_idx_t;
-
-/* most free devices first, then the order given */
-static int free_idx_order(const void *a, const void *b) {
-  const free_idx_t *x = a, *y = b;
-  if (x->free != y->free)
-    return x->free > y->free ? -1 : 1;
-  return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
 /* The jobs that hold devices (RUNNING and placed), gathered once a pass and added to as it places
@@ -611,9 +588,7 @@ typedef struct {
   uint8_t *freed;
   size_t n_jobs;
   colo_rank_place_t *out; /* the last trial's placement */
-  /* the snapshot's hosts of the job's device kind, in the order a trial offers them: the
-   * snapshot's, or with prefer_free_now the most free devices now first (the same every trial) */
-  free_idx_t *order;
+  size_t *order;          /* the snapshot's hosts of the job's device kind and labels */
   size_t n_order;
   colo_sched_host_t *copy, *fit; /* scratch: n each */
   uint8_t *tb;                   /* scratch: total */
@@ -621,7 +596,7 @@ typedef struct {
 
 static int trial_init(trial_t *t, colod_t *d, const colod_job_live_t *w, const running_t *running,
                       const colo_sched_host_t *hosts, size_t n, const uint8_t *busy, size_t total,
-                      colod_job_live_t **jobs, uint8_t *freed, size_t n_jobs, int prefer_free_now) {
+                      colod_job_live_t **jobs, uint8_t *freed, size_t n_jobs) {
   *t = (trial_t){d, w, running, hosts, n, busy, total, jobs, freed, n_jobs};
   size_t m = n ? n : 1;
   t->out = calloc(w->world, sizeof *t->out);
@@ -631,17 +606,7 @@ static int trial_init(trial_t *t, colod_t *d, const colod_job_live_t *w, const r
   t->tb = malloc(total ? total : 1);
   if (!t->out || !t->order || !t->copy || !t->fit || !t->tb)
     return COLO_ENOMEM;
-  for (size_t h = 0; h < n; h++) {
-    colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
-    if (!hl || hl->device_kind != (int)w->spec->resources->device || !has_labels(hl, w))
-      continue;
-    free_idx_t *o = &t->order[t->n_order++];
-    *o = (free_idx_t){h, 0};
-    for (uint32_t k = 0; prefer_free_now && k < hosts[h].n_devices; k++)
-      o->free += !hosts[h].busy[k];
-  }
-  if (prefer_free_now)
-    qsort(t->order, t->n_order, sizeof *t->order, free_idx_order);
+  t->n_order = fit_hosts(d, w, hosts, n, t->order);
   return 0;
 }
 
@@ -670,7 +635,7 @@ static int fits_without(trial_t *t) {
     if (t->freed[v])
       snap_mark(t->jobs[v], t->copy, n, 0);
   for (size_t i = 0; i < t->n_order; i++)
-    t->fit[i] = t->copy[t->order[i].idx];
+    t->fit[i] = t->copy[t->order[i]];
   const colod_job_live_t *w = t->w;
   char why[256];
   return colo_sched_place(t->fit, t->n_order, w->pp, w->dp, w->tp,
@@ -717,7 +682,7 @@ static uint32_t preempt_for(colod_t *d, colod_job_live_t *w, const running_t *ru
   uint8_t *freed = calloc(nv ? nv : 1, 1);
   uint32_t waits = 0;
   trial_t t;
-  if (trial_init(&t, d, w, running, hosts, n, busy, total, v, freed, 0, 0) < 0 || !v || !freed)
+  if (trial_init(&t, d, w, running, hosts, n, busy, total, v, freed, 0) < 0 || !v || !freed)
     goto done;
   nv = 0;
   for (size_t i = 0; i < running->n; i++) {
@@ -792,90 +757,41 @@ static int64_t end_bound(const colod_job_live_t *j) {
   return limit ? j->started_ms + (int64_t)limit * 1000 : INT64_MAX;
 }
 
-typedef struct {
-  colod_job_live_t *job;
-  int64_t end;
-} ending_t;
-
-static int ending_order(const void *a, const void *b) {
-  const ending_t *x = a, *y = b;
-  if (x->end != y->end)
-    return x->end < y->end ? -1 : 1;
-  return x->job->id < y->job->id ? -1 : x->job->id > y->job->id;
+static int cmp_u64(const void *a, const void *b) {
+  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+  return x < y ? -1 : x > y;
 }
 
-/* A reservation: a waiting job that neither fits nor can preempt holds, in the snapshot, the free
- * devices and host memory it would take on the hosts it is to run on, so the jobs after it are
- * placed only on room it cannot use (backfill that cannot delay it). Those hosts are where it
- * fits soonest: running jobs are let go in the order their time limits end, as few as make room
- * (bisection: freeing more never hurts), and *start_by is when the last of them ends. Where that
- * takes a job with no limit, the start is unknown (INT64_MAX) and it takes every running job
- * gone, hosts tried in the order of most free devices now. Held devices are flagged in `held`
- * (laid out as `busy`). Returns 1 with the devices held in *n_held and what is held in `what`;
- * 0: it would not fit on idle hosts either, and nothing is held. */
-static int reserve_for(colod_t *d, const colod_job_live_t *w, const running_t *running,
-                       colo_sched_host_t *hosts, size_t n, const uint8_t *busy, uint8_t *held,
-                       size_t total, uint32_t *n_held, int64_t *start_by, char *what,
-                       size_t whatlen) {
-  size_t nr = 0; /* running jobs, but for those stopping (fits_without counts them gone) */
-  for (size_t i = 0; i < running->n; i++)
-    nr += !running->v[i]->evicting;
-  ending_t *e = calloc(nr ? nr : 1, sizeof *e);
-  colod_job_live_t **jobs = calloc(nr ? nr : 1, sizeof *jobs);
-  uint8_t *freed = calloc(nr ? nr : 1, 1);
-  uint32_t *wants = calloc(n ? n : 1, sizeof *wants); /* its ranks per host of the snapshot */
-  int ok = 0;
-  *n_held = 0;
-  *start_by = INT64_MAX;
-  trial_t t;
-  if (trial_init(&t, d, w, running, hosts, n, busy, total, jobs, freed, nr, 1) < 0 || !e || !jobs ||
-      !freed || !wants)
+/* A reservation (plan.h): a waiting job that neither fits nor can preempt holds room on the hosts
+ * idx[0..nf) where it can start soonest, as the time limits of the jobs there end, so the jobs
+ * after it take only what it cannot use before then. The first job to wait may hold room whose
+ * start is not known (it waits for jobs without a time limit; hosts then tried in the order of
+ * most free devices now); those after it hold only with a known start. Returns 1 with what is
+ * held in `what`; 0: nothing held. */
+static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t *idx, size_t nf,
+                   char *what, size_t whatlen) {
+  colo_rank_place_t *out = calloc(w->world, sizeof *out);
+  uint64_t *ids = calloc(w->world, sizeof *ids);
+  int rc = 0;
+  if (!out || !ids)
     goto done;
-  nr = 0;
-  for (size_t i = 0; i < running->n; i++)
-    if (!running->v[i]->evicting)
-      e[nr++] = (ending_t){running->v[i], end_bound(running->v[i])};
-  qsort(e, nr, sizeof *e, ending_order);
-  for (size_t i = 0; i < nr; i++)
-    jobs[i] = e[i].job;
-  memset(freed, 1, nr);
-  if (!fits_without(&t))
+  const Colo__V1__ResourceSpec *res = w->spec->resources;
+  rc = colo_plan_reserve(p, w->id, idx, nf, w->pp, w->dp, w->tp, res->devices_per_node, rank_mem(w),
+                         (int64_t)res->time_limit_s * 1000, p->n_holds == 0, out);
+  if (rc <= 0)
     goto done;
-  size_t trials = 0, k = shortest_prefix(&t, 0, &trials);
-  if (k == 0) /* the jobs stopping make room: it starts as soon as they are gone */
-    *start_by = colod_now_ms();
-  else if (e[k - 1].end != INT64_MAX)
-    *start_by = e[k - 1].end;
-  else
-    k = nr;
-  for (size_t i = 0; i < nr; i++)
-    freed[i] = i < k;
-  if (!fits_without(&t))
-    goto done;
-  ok = 1;
-  for (uint32_t r = 0; r < w->world; r++) {
-    size_t h = snap_find(hosts, n, t.out[r].host_id);
-    if (h < n)
-      wants[h]++;
-  }
+  const colo_hold_t *h = &p->holds[p->n_holds - 1];
+  w->holds = 1;
+  w->start_by = h->start;
+  for (uint32_t r = 0; r < w->world; r++)
+    ids[r] = out[r].host_id;
+  qsort(ids, w->world, sizeof *ids, cmp_u64); /* the snapshot's order */
   size_t len = 0, named = 0;
   what[0] = '\0';
-  for (size_t h = 0; h < n; h++) {
-    uint32_t got = 0;
-    if (!wants[h])
+  for (uint32_t r = 0; r < w->world; r++) {
+    if (r && ids[r] == ids[r - 1])
       continue;
-    uint8_t *b = (uint8_t *)hosts[h].busy;
-    for (uint32_t k2 = 0; k2 < hosts[h].n_devices && got < wants[h]; k2++)
-      if (!b[k2]) {
-        b[k2] = 1;
-        held[b + k2 - busy] = 1;
-        got++;
-      }
-    uint64_t mem = (uint64_t)wants[h] * rank_mem(w);
-    if (hosts[h].mem_free != UINT64_MAX)
-      hosts[h].mem_free -= hosts[h].mem_free < mem ? hosts[h].mem_free : mem;
-    *n_held += got;
-    const colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
+    const colod_host_live_t *hl = colod_host_live(d, ids[r]);
     if (named++ < 4 && len < whatlen)
       len += (size_t)snprintf(what + len, whatlen - len, "%s%s", named > 1 ? ", " : "",
                               hl ? hl->name : "?");
@@ -883,21 +799,37 @@ static int reserve_for(colod_t *d, const colod_job_live_t *w, const running_t *r
   if (named > 4 && len < whatlen)
     len += (size_t)snprintf(what + len, whatlen - len, " and %zu more", named - 4);
   if (len < whatlen)
-    len += (size_t)snprintf(what + len, whatlen - len, " (%u free device%s there now)", *n_held,
-                            *n_held == 1 ? "" : "s");
-  if (*start_by != INT64_MAX && len < whatlen) {
+    len += (size_t)snprintf(what + len, whatlen - len, " (%u free device%s there now)", h->n_free,
+                            h->n_free == 1 ? "" : "s");
+  if (h->start != INT64_MAX && len < whatlen) {
     char at[32];
-    fmt_utc(*start_by, at, sizeof at);
+    fmt_utc(h->start, at, sizeof at);
     snprintf(what + len, whatlen - len,
              "; it starts by %s at the latest, as the time limits of the jobs before it end", at);
   }
+  rc = 1;
 done:
-  free(e);
-  free(jobs);
-  free(freed);
-  trial_free(&t);
-  free(wants);
-  return ok;
+  free(out);
+  free(ids);
+  return rc;
+}
+
+/* For a waiting job's reason: the free devices holds keep from it, and whose. */
+static void held_note(const colo_plan_t *p, const colo_plan_taken_t *t, char *buf, size_t len) {
+  const colo_hold_t *h = &p->holds[t->first];
+  if (t->holders > 1) {
+    snprintf(buf, len, " (%u devices held for job %llu and %u more waiting jobs not counted)",
+             t->devices, (unsigned long long)h->job_id, t->holders - 1);
+    return;
+  }
+  char until[48] = "";
+  if (h->start != INT64_MAX) {
+    char at[32];
+    fmt_utc(h->start, at, sizeof at);
+    snprintf(until, sizeof until, " until %s", at);
+  }
+  snprintf(buf, len, " (%u device%s held for job %llu%s not counted)", t->devices,
+           t->devices == 1 ? "" : "s", (unsigned long long)h->job_id, until);
 }
 
 /* Whether a PENDING job still waits for a job in its `after` to succeed (or, with
@@ -1073,6 +1005,7 @@ static void schedule(colod_t *d) {
   n_wait = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
     char why[sizeof j->wait_why];
+    j->holds = 0;
     if (j->hold && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING)) {
       held_why(j, why, sizeof why);
       set_waiting(j, why); /* not a candidate either, until released */
@@ -1133,24 +1066,28 @@ static void schedule(colod_t *d) {
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
     n_run += j->state == COLO_JOB_RUNNING && j->place;
   running_t running = {calloc(n_run + n_wait, sizeof *running.v), 0}; /* and those placed now */
+  /* the devices' future (plan.h): free as the time limits of the jobs on them end, and held */
+  int64_t now_ms = colod_now_ms();
+  colo_plan_t plan;
+  int planned = colo_plan_init(&plan, hosts, n, busy, total, now_ms, d->cfg.reservations) == 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
     if (j->state != COLO_JOB_RUNNING || !j->place)
       continue;
     snap_mark(j, hosts, n, 1);
     if (running.v)
       running.v[running.n++] = j;
+    int64_t until = j->evicting ? now_ms : end_bound(j); /* stopping: gone as soon as it can be */
+    if (planned && colo_plan_claim(&plan, j->place, j->world, rank_mem(j), until) < 0)
+      planned = 0;
   }
-  /* a reservation: the job room is held for in this pass, its held devices, and its start */
-  const colod_job_live_t *holder = NULL;
-  uint8_t *held = calloc(total ? total : 1, 1), *view = malloc(total ? total : 1);
+  uint8_t *view = malloc(total ? total : 1);
   colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
-  uint32_t n_held = 0;
-  int64_t start_by = INT64_MAX, now_ms = colod_now_ms();
-  char until[64] = "";
+  size_t *idx = calloc(n ? n : 1, sizeof *idx);
   device_uses_t owners = device_uses(d, 0), accounts = device_uses(d, 1);
+  uint32_t tries = 0; /* jobs that tried to hold room: the first `reservations` that cannot start */
   for (size_t i = 0; i < n_wait; i++)
     waiting[i]->over_limit = 0;
-  for (size_t i = 0; i < n_wait && held && view && fit && running.v; i++) {
+  for (size_t i = 0; i < n_wait && view && fit && idx && running.v && planned; i++) {
     colod_job_live_t *j = waiting[i];
     device_use_t *mine = device_use(d, &owners, j), *acct = device_use(d, &accounts, j);
     char limit_why[sizeof j->wait_why];
@@ -1161,7 +1098,7 @@ static void schedule(colod_t *d) {
     }
     /* only hosts of the kind of device the job asks for, with its labels */
     int kind = (int)j->spec->resources->device;
-    size_t nf = fit_hosts(d, j, hosts, n, fit);
+    size_t nf = fit_hosts(d, j, hosts, n, idx);
     const Colo__V1__ResourceSpec *res = j->spec->resources;
     if (!nf && res->n_host_labels) { /* none to take room on, or to preempt on */
       char why[sizeof j->wait_why];
@@ -1177,34 +1114,25 @@ static void schedule(colod_t *d) {
       set_waiting(j, why);
       continue;
     }
-    /* behind a reservation, a job whose time limit ends before the held job can start may use
-     * the held devices too: it is gone by then */
-    uint32_t limit = j->spec->resources->time_limit_s;
-    int backfill =
-        holder && start_by != INT64_MAX && limit && now_ms + (int64_t)limit * 1000 <= start_by;
-    if (backfill) {
-      for (size_t k = 0; k < total; k++)
-        view[k] = busy[k] && !held[k];
-      for (size_t h = 0; h < nf; h++)
-        fit[h].busy = view + (fit[h].busy - busy);
+    /* held devices it may use: those whose hold starts after its time limit ends */
+    int64_t ends = res->time_limit_s ? now_ms + (int64_t)res->time_limit_s * 1000 : INT64_MAX;
+    colo_plan_taken_t taken = colo_plan_view(&plan, ends, idx, nf, view);
+    const uint8_t *flags = plan.n_held ? view : busy;
+    for (size_t h = 0; h < nf; h++) {
+      fit[h] = hosts[idx[h]];
+      fit[h].busy = flags + (hosts[idx[h]].busy - busy);
     }
     char why[sizeof j->wait_why];
     int rc = place(d, j, fit, nf, why, sizeof why);
-    if (rc > 0) { /* taken for the jobs placed after it, and no longer held */
+    if (rc > 0) { /* taken for the jobs placed after it */
       if (mine)
         mine->used += j->world;
       if (acct)
         acct->used += j->world;
       snap_mark(j, hosts, n, 1);
       running.v[running.n++] = j;
-      for (uint32_t r = 0; r < j->world; r++) {
-        size_t h = snap_find(hosts, n, j->place[r].host_id);
-        size_t at = h < n ? (size_t)(hosts[h].busy - busy) + j->place[r].device_index : total;
-        if (at < total && held[at]) {
-          held[at] = 0;
-          n_held--;
-        }
-      }
+      if (colo_plan_claim(&plan, j->place, j->world, rank_mem(j), ends) < 0)
+        planned = 0;
       continue;
     }
     size_t len = strlen(why);
@@ -1216,15 +1144,16 @@ static void schedule(colod_t *d) {
     if (rc == 0 && ns && len < sizeof why)
       len += (size_t)snprintf(why + len, sizeof why - len, " (%u unhealthy device%s not counted)",
                               ns, ns == 1 ? "" : "s");
-    if (rc == 0 && holder && n_held && !backfill && len < sizeof why)
-      len += (size_t)snprintf(why + len, sizeof why - len,
-                              " (%u device%s held for job %llu%s not counted)", n_held,
-                              n_held == 1 ? "" : "s", (unsigned long long)holder->id, until);
-    if (rc < 0 || holder) { /* behind a reservation: backfill only, no preemption */
+    if (rc == 0 && taken.devices && len < sizeof why) {
+      held_note(&plan, &taken, why + len, sizeof why - len);
+      len = strlen(why);
+    }
+    if (rc < 0) {
       set_waiting(j, why);
       continue;
     }
-    uint32_t waits = nf ? preempt_for(d, j, &running, hosts, n, busy, total) : 0;
+    /* preemption only for the first to wait: behind a reservation, jobs hold room in turn */
+    uint32_t waits = nf && !plan.n_holds ? preempt_for(d, j, &running, hosts, n, busy, total) : 0;
     if (waits) {
       snprintf(why, sizeof why, "waits for %u stopping job%s to make room", waits,
                waits == 1 ? "" : "s");
@@ -1232,22 +1161,16 @@ static void schedule(colod_t *d) {
       break; /* the room it waits for is not given to the jobs after it */
     }
     char what[384];
-    if (nf && reserve_for(d, j, &running, hosts, n, busy, held, total, &n_held, &start_by, what,
-                          sizeof what)) {
-      holder = j;
-      if (start_by != INT64_MAX) {
-        char at[32];
-        fmt_utc(start_by, at, sizeof at);
-        snprintf(until, sizeof until, " until %s", at);
-      }
-      if (len < sizeof why)
-        snprintf(why + len, sizeof why - len, "; its room is held on %s", what);
-    }
+    if (nf && tries++ < d->cfg.reservations && reserve(d, j, &plan, idx, nf, what, sizeof what) &&
+        len < sizeof why)
+      snprintf(why + len, sizeof why - len, "; its room is held on %s", what);
     set_waiting(j, why);
   }
-  free(held);
+  d->stats.holds = plan.n_holds;
+  colo_plan_free(&plan);
   free(view);
   free(fit);
+  free(idx);
   free(running.v);
   free(owners.v);
   free(accounts.v);
@@ -1693,6 +1616,14 @@ uint32_t colod_jobs_in_line(colod_t *d, uint64_t job_id, uint32_t *of) {
   colod_job_live_t *j = live_find(d, job_id);
   *of = d->jobs_in_line;
   return j && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) ? j->in_line : 0;
+}
+
+int colod_jobs_holds(colod_t *d, uint64_t job_id, int64_t *start_by) {
+  colod_job_live_t *j = live_find(d, job_id);
+  if (!j || !j->holds || (j->state != COLO_JOB_PENDING && j->state != COLO_JOB_RESTARTING))
+    return 0;
+  *start_by = j->start_by;
+  return 1;
 }
 
 int colod_jobs_evict(colod_t *d, uint64_t host_id, uint64_t *ids, size_t cap, size_t *n) {

@@ -456,6 +456,9 @@ static void colod_metrics(colod_t *d, FILE *out) {
   number(out, (double)d->stats.sched_ns / 1e9);
   fprintf(out, "colo_scheduler_pass_seconds_count %llu\n",
           (unsigned long long)d->stats.sched_passes);
+  family(out, "colo_scheduler_holds", "gauge",
+         "Waiting jobs that held room (a reservation) after the last scheduling pass.");
+  fprintf(out, "colo_scheduler_holds %u\n", d->stats.holds);
   family(out, "colo_preemptions_total", "counter",
          "Running jobs stopped to make room for one of higher priority.");
   fprintf(out, "colo_preemptions_total %llu\n", (unsigned long long)d->stats.preempted);

@@ -132,3 +132,15 @@ int colo_sched_place(const colo_sched_host_t *hosts, size_t n_hosts, uint32_t pp
     return 0;
   return place_on(hosts, n_hosts, pp, dp, tp, per_node, rank_mem, 0, out, why, whylen);
 }
+
+size_t colo_sched_find(const colo_sched_host_t *hosts, size_t n_hosts, uint64_t id) {
+  size_t lo = 0, hi = n_hosts;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (hosts[mid].host_id < id)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo < n_hosts && hosts[lo].host_id == id ? lo : n_hosts;
+}

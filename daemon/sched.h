@@ -29,4 +29,7 @@ int colo_sched_place(const colo_sched_host_t *hosts, size_t n_hosts, uint32_t pp
                      uint32_t tp, uint32_t per_node, uint64_t rank_mem, colo_rank_place_t *out,
                      char *why, size_t whylen);
 
+/* A host's index in a snapshot sorted by host_id (colod's order); n_hosts: not there. */
+size_t colo_sched_find(const colo_sched_host_t *hosts, size_t n_hosts, uint64_t id);
+
 #endif

@@ -722,7 +722,8 @@ class TimeLimitTest(WithColod):
     """resources.time_limit_s on a colod of its own, this client acting as the worker of two
     2-device hosts: an attempt that reaches its limit is stopped and the job ends TIMED_OUT,
     resumable with the limit anew; and behind a job waiting for room, a job may take the room
-    held for it only when its own limit ends before that job can start."""
+    held for it only when its own limit ends before that job can start, and several waiting
+    jobs hold room in turn."""
 
     state, log_name = os.path.join(TMP, "state-limit"), "colod-limit.log"
 
@@ -801,6 +802,44 @@ class TimeLimitTest(WithColod):
         self.assertNotIn(late, on)
         self.assertNotIn(endless, on)
         for j in (a, b, big, late, endless, soon):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
+    def test_several_jobs_hold_room(self):
+        # ta: a (2 devices, ends within 600 s); tb: b (1 device, within 1200 s)
+        a = submit(self.api, "a", 2, limit=600)
+        b = submit(self.api, "b", 1, limit=1200)
+        on = self.until("a and b placed", lambda: (lambda o: a in o and b in o and o)(self.beat()))
+        self.assertEqual((on[a][0][0], on[b][0][0]), ("ta", "tb"))
+        # w1 (2, an hour) starts soonest on ta, once a ends; w2 (2, no limit) on tb once b ends:
+        # ta is w1's after that. Each holds its room.
+        w1 = submit(self.api, "w1", 2, limit=3600)
+        w2 = submit(self.api, "w2", 2)
+        at = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"
+        self.assertRegex(self.until("w1 to wait", lambda: self.job(w1).waiting),
+                         r"; its room is held on ta \(0 free devices there now\); it starts by "
+                         + at + " at the latest")
+        self.assertRegex(self.until("w2 to hold", lambda: "held on" in self.job(w2).waiting
+                                    and self.job(w2).waiting),
+                         r"; its room is held on tb \(1 free device there now\); it starts by "
+                         + at + " at the latest")
+        # the starts, for scripts: when a's and b's limits end
+        self.assertTrue(self.job(w1).holds_room)
+        self.assertEqual(self.job(w1).starts_by_ms, self.job(a).attempt_started_ms + 600000)
+        self.assertEqual(self.job(w2).starts_by_ms, self.job(b).attempt_started_ms + 1200000)
+        # so tb's free device goes to no job that could still run when b ends: not to one
+        # without a limit (it would have taken it with w1 alone holding room) ...
+        x = submit(self.api, "x", 1)
+        self.assertRegex(self.until("x to wait", lambda: self.job(x).waiting),
+                         r"^no room: .* \(1 device held for job %d until %s not counted\)" % (w2, at))
+        # ... but to one that ends before
+        y = submit(self.api, "y", 1, limit=60)
+        on = self.until("y placed", lambda: (lambda o: y in o and o)(self.beat()))
+        self.assertEqual(on[y][0][0], "tb")
+        self.assertNotIn(x, self.beat())
+        # x holds room itself: tb is w2's for ever, ta is free once w1's hour there ends
+        self.assertIn("; its room is held on ta (0 free devices there now)", self.job(x).waiting)
+        self.assertEqual(self.job(x).starts_by_ms, self.job(a).attempt_started_ms + 4200000)
+        for j in (a, b, w1, w2, x, y):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 
@@ -1319,6 +1358,7 @@ class MetricsTest(WithMetrics):
         self.assertEqual(m[("colo_job_queue_position", (("job", str(w)),))], 1)  # first in line
         self.assertNotIn(("colo_job_queue_position", job), m)  # running: not in line
         self.assertEqual(m[("colo_jobs_in_line", ())], 1)
+        self.assertEqual(m[("colo_scheduler_holds", ())], 1)  # and holds room on mh
         # the fair share (one owner, none without mutual TLS): the running job's 2 devices so
         # far, barely weighed down by the default half-life of 7 days
         ran = time.time() - m[("colo_job_attempt_start_timestamp_seconds", job)]

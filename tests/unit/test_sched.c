@@ -1,9 +1,12 @@
 /* Gang placement: the mesh coordinates, tensor-parallel groups inside one host, busy devices,
  * the per-node limit, all-or-nothing failure with its reason, and the time to place a 512-rank
- * job on 1,000 hosts of 8 devices. */
+ * job on 1,000 hosts of 8 devices. The plan of a pass (plan.h): holds where jobs start soonest,
+ * several in turn, the room a hold keeps from the jobs behind it, unknown starts, unfit devices
+ * and host memory. */
 #include <time.h>
 
 #include "common/error.h"
+#include "daemon/plan.h"
 #include "daemon/sched.h"
 #include "test.h"
 
@@ -160,6 +163,172 @@ TEST(place_512_ranks_on_1000_hosts_quickly) {
   free(h);
   free(busy);
   free(p);
+}
+
+#define NOW    1000000
+#define MIN_MS 60000
+
+/* a job's ranks on host `host`'s devices from `dev`, marked busy in the snapshot and told to the
+ * plan as running until `until` */
+static void run_on(colo_plan_t *p, uint8_t *busy, uint64_t host, uint32_t dev, uint32_t n,
+                   uint64_t mem, int64_t until) {
+  colo_rank_place_t r[8];
+  for (uint32_t i = 0; i < n; i++) {
+    r[i] = (colo_rank_place_t){i, host, dev + i, i, 0, 0};
+    busy[(host - 1) * 2 + dev + i] = 1; /* hosts of 2 devices, ids from 1 */
+  }
+  ASSERT_EQ_INT(colo_plan_claim(p, r, n, mem, until), 0);
+}
+
+TEST(plan_holds_room_where_each_job_starts_soonest) {
+  uint8_t busy[4] = {0};
+  colo_sched_host_t h[2] = {host(1, 2, busy), host(2, 2, busy + 2)};
+  size_t idx[2] = {0, 1};
+  colo_plan_t p;
+  ASSERT_EQ_INT(colo_plan_init(&p, h, 2, busy, 4, NOW, 8), 0);
+  run_on(&p, busy, 1, 0, 2, 0, NOW + 10 * MIN_MS); /* host 1: both, 10 minutes left */
+  run_on(&p, busy, 2, 0, 1, 0, NOW + 20 * MIN_MS); /* host 2: one, 20 minutes left */
+  colo_rank_place_t out[4];
+  /* w1 (2 devices, an hour): host 1 in 10 minutes, none of it free now */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 101, idx, 2, 1, 2, 1, 0, 0, 60 * MIN_MS, 1, out), 1);
+  ASSERT_EQ_INT(p.holds[0].start, NOW + 10 * MIN_MS);
+  ASSERT_EQ_INT(p.holds[0].n_free, 0);
+  ASSERT_EQ_INT(out[0].host_id, 1);
+  ASSERT_EQ_INT(out[1].host_id, 1);
+  /* w2 (2 devices, no limit): host 1 is w1's for 70 minutes; host 2 in 20, one free now */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 102, idx, 2, 1, 2, 1, 0, 0, 0, 0, out), 1);
+  ASSERT_EQ_INT(p.holds[1].start, NOW + 20 * MIN_MS);
+  ASSERT_EQ_INT(p.holds[1].n_free, 1);
+  ASSERT_EQ_INT(out[0].host_id, 2);
+  /* a job starting now takes host 2's free device only if it ends within 20 minutes */
+  uint8_t view[4];
+  colo_plan_taken_t t = colo_plan_view(&p, INT64_MAX, idx, 2, view);
+  ASSERT_EQ_INT(t.devices, 1);
+  ASSERT_EQ_INT(t.holders, 1);
+  ASSERT_EQ_INT(p.holds[t.first].job_id, 102);
+  ASSERT_EQ_INT(view[3], 1);
+  t = colo_plan_view(&p, NOW + 20 * MIN_MS, idx, 2, view);
+  ASSERT_EQ_INT(t.devices, 0);
+  ASSERT_EQ_INT(view[3], 0);
+  t = colo_plan_view(&p, NOW + 20 * MIN_MS + 1, idx, 2, view);
+  ASSERT_EQ_INT(t.devices, 1);
+  /* on host 1 alone it is not counted: the job could not use host 2 anyway */
+  t = colo_plan_view(&p, INT64_MAX, idx, 1, view);
+  ASSERT_EQ_INT(t.devices, 0);
+  ASSERT_EQ_INT(view[3], 1);
+  /* w3 (1 device): after w1's hour on host 1 (host 2 is w2's for ever) */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 103, idx, 2, 1, 1, 1, 0, 0, MIN_MS, 0, out), 1);
+  ASSERT_EQ_INT(p.holds[2].start, NOW + 70 * MIN_MS);
+  ASSERT_EQ_INT(out[0].host_id, 1);
+  /* w4 (4 devices) starts at a time not known: only the first may hold room so */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 104, idx, 2, 1, 4, 1, 0, 0, 0, 0, out), 0);
+  ASSERT_EQ_INT(p.n_holds, 3);
+  colo_plan_free(&p);
+}
+
+TEST(plan_unknown_starts_unfit_devices_and_the_cap) {
+  uint8_t busy[4] = {2, 0, 0, 0}; /* host 1's device 0 is unfit */
+  colo_sched_host_t h[2] = {host(1, 2, busy), host(2, 2, busy + 2)};
+  size_t idx[2] = {0, 1};
+  colo_plan_t p;
+  ASSERT_EQ_INT(colo_plan_init(&p, h, 2, busy, 4, NOW, 2), 0);
+  run_on(&p, busy, 2, 0, 1, 0, INT64_MAX); /* host 2: one device, no limit */
+  colo_rank_place_t out[4];
+  /* 2 devices on one host (tp=2): host 1 never has two, host 2 once its job ends, if ever */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 201, idx, 2, 1, 1, 2, 0, 0, MIN_MS, 0, out), 0);
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 201, idx, 2, 1, 1, 2, 0, 0, MIN_MS, 1, out), 1);
+  ASSERT_EQ_INT(p.holds[0].start, INT64_MAX);
+  ASSERT_EQ_INT(out[0].host_id, 2);
+  ASSERT_EQ_INT(p.holds[0].n_free, 1);
+  /* a hold whose start is not known loses its room to no job, however short */
+  uint8_t view[4];
+  colo_plan_taken_t t = colo_plan_view(&p, NOW + 1, idx, 2, view);
+  ASSERT_EQ_INT(t.devices, 1);
+  ASSERT_EQ_INT(view[3], 1);
+  ASSERT_EQ_INT(view[1], 0);
+  /* 4 devices on 2 hosts: never, with one of the four unfit */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 202, idx, 2, 1, 4, 1, 0, 0, MIN_MS, 1, out), 0);
+  /* a 1-device job holds host 1's other device from now; then the cap of 2 is reached */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 203, idx, 2, 1, 1, 1, 0, 0, MIN_MS, 0, out), 1);
+  ASSERT_EQ_INT(p.holds[1].start, NOW);
+  ASSERT_EQ_INT(out[0].host_id, 1);
+  ASSERT_EQ_INT(out[0].device_index, 1);
+  t = colo_plan_view(&p, INT64_MAX, idx, 2, view);
+  ASSERT_EQ_INT(t.devices, 2);
+  ASSERT_EQ_INT(t.holders, 2);
+  ASSERT_EQ_INT(p.holds[t.first].job_id, 201);
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 204, idx, 2, 1, 1, 1, 0, 0, MIN_MS, 0, out), 0);
+  colo_plan_free(&p);
+}
+
+TEST(plan_host_memory_comes_back_as_jobs_end) {
+  uint8_t busy[4] = {0};
+  colo_sched_host_t h[2] = {host(1, 2, busy), host(2, 2, busy + 2)};
+  uint64_t gib = 1ull << 30;
+  h[0].mem_free = h[1].mem_free = 10 * gib;
+  size_t idx[2] = {0, 1};
+  colo_plan_t p;
+  ASSERT_EQ_INT(colo_plan_init(&p, h, 2, busy, 4, NOW, 8), 0);
+  /* each host: one device taken with 8 GiB, host 1's for 5 minutes, host 2's for 9 */
+  run_on(&p, busy, 1, 0, 1, 8 * gib, NOW + 5 * MIN_MS);
+  h[0].mem_free -= 8 * gib;
+  run_on(&p, busy, 2, 0, 1, 8 * gib, NOW + 9 * MIN_MS);
+  h[1].mem_free -= 8 * gib;
+  colo_rank_place_t out[2];
+  /* a 6 GiB rank: a device is free on each host now, the memory on host 1 in 5 minutes (with
+   * its device 0, the lowest free then) */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 301, idx, 2, 1, 1, 1, 0, 6 * gib, MIN_MS, 0, out), 1);
+  ASSERT_EQ_INT(p.holds[0].start, NOW + 5 * MIN_MS);
+  ASSERT_EQ_INT(out[0].host_id, 1);
+  ASSERT_EQ_INT(out[0].device_index, 0);
+  ASSERT_EQ_INT(p.holds[0].n_free, 0);
+  ASSERT_EQ_INT(h[0].mem_free, 0); /* claimed in the snapshot from now */
+  /* a second: host 1's memory is the first's until its minute ends (6 minutes), host 2's comes
+   * back at 9 */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 302, idx, 2, 1, 1, 1, 0, 6 * gib, MIN_MS, 0, out), 1);
+  ASSERT_EQ_INT(p.holds[1].start, NOW + 6 * MIN_MS);
+  ASSERT_EQ_INT(out[0].host_id, 1);
+  ASSERT_EQ_INT(out[0].device_index, 0); /* both free by then: the lowest */
+  colo_plan_free(&p);
+}
+
+TEST(plan_16_holds_of_64_ranks_on_1000_hosts) {
+  size_t n = 1000;
+  colo_sched_host_t *h = malloc(n * sizeof *h);
+  uint8_t *busy = calloc(n * 8, 1);
+  size_t *idx = malloc(n * sizeof *idx);
+  colo_rank_place_t *r = malloc(64 * sizeof *r);
+  for (size_t i = 0; i < n; i++) {
+    h[i] = host(i + 1, 8, busy + i * 8);
+    idx[i] = i;
+  }
+  colo_plan_t p;
+  ASSERT_EQ_INT(colo_plan_init(&p, h, n, busy, n * 8, NOW, 16), 0);
+  /* every host runs a one-host job; host i's ends i + 1 minutes from now */
+  for (size_t i = 0; i < n; i++) {
+    for (uint32_t k = 0; k < 8; k++)
+      r[k] = (colo_rank_place_t){k, i + 1, k, 0, k, 0};
+    memset(busy + i * 8, 1, 8);
+    ASSERT_EQ_INT(colo_plan_claim(&p, r, 8, 0, NOW + (int64_t)(i + 1) * MIN_MS), 0);
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int j = 0; j < 16; j++) /* dp=8 × tp=8, no time limit: each takes its 8 hosts for ever */
+    ASSERT_EQ_INT(colo_plan_reserve(&p, 400 + j, idx, n, 1, 8, 8, 0, 0, 0, j == 0, r), 1);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+  printf("  16 holds of 64 ranks (dp=8 tp=8) on 1000 busy hosts of 8 devices: %.3f ms\n", ms);
+  ASSERT(ms < 1000.0);
+  /* the k-th starts when the k-th eight hosts' jobs have ended */
+  for (int j = 0; j < 16; j++)
+    ASSERT_EQ_INT(p.holds[j].start, NOW + (int64_t)(8 * j + 8) * MIN_MS);
+  ASSERT_EQ_INT(p.n_holds, 16);
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 500, idx, n, 1, 1, 1, 0, 0, 0, 0, r), 0); /* the cap */
+  colo_plan_free(&p);
+  free(h);
+  free(busy);
+  free(idx);
+  free(r);
 }
 
 TEST_MAIN()
