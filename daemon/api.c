@@ -127,11 +127,13 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   msg->has_queue_position = msg->has_queue_length = at != 0;
   msg->queue_position = at;
   msg->queue_length = of;
-  int64_t start_by;
-  if (colod_jobs_holds(d, j->id, &start_by)) {
+  int64_t start_by, expect;
+  if (colod_jobs_holds(d, j->id, &start_by, &expect)) {
     msg->has_holds_room = msg->holds_room = 1;
     msg->has_starts_by_ms = start_by != INT64_MAX;
     msg->starts_by_ms = start_by;
+    msg->has_expected_start_ms = expect != INT64_MAX;
+    msg->expected_start_ms = expect;
   }
   int64_t started = j->state == COLO_JOB_RUNNING ? colod_jobs_started(d, j->id) : 0;
   msg->has_attempt_started_ms = started != 0;

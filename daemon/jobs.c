@@ -30,6 +30,7 @@ struct colod_job_live_s {
   int over_limit; /* in the last pass, placing it would have passed owner_ or account_max_devices */
   int holds;      /* in the last pass, it held room (a reservation) ... */
   int64_t start_by; /* ... to start by then at the latest (Unix ms); INT64_MAX: not known */
+  int64_t expect;   /* ... and should start then, by estimates; INT64_MAX: not known */
   char hold_reason[257];
   int seen;
   Colo__V1__JobSpec *spec;
@@ -48,6 +49,9 @@ struct colod_job_live_s {
   /* reports */
   Colo__V1__Progress progress;
   int has_progress;
+  /* the attempt's first progress record colod took (its step and time), for its speed */
+  uint64_t first_step;
+  int64_t first_ms;
   uint64_t ck_step;
   /* the training curve: the attempt being sampled and the step of its next sample */
   uint32_t sample_attempt;
@@ -757,6 +761,21 @@ static int64_t end_bound(const colod_job_live_t *j) {
   return limit ? j->started_ms + (int64_t)limit * 1000 : INT64_MAX;
 }
 
+/* When a running job should reach its last step (Unix ms), at its speed since the first progress
+ * record of its attempt colod took; INT64_MAX where that is not known yet. An estimate: it
+ * chooses where a job holds room, and never lets one take a held device. */
+static int64_t end_estimate(const colod_job_live_t *j) {
+  const Colo__V1__Progress *p = &j->progress;
+  if (!j->has_progress || !p->has_time_ms || !p->has_total_steps || !j->first_ms ||
+      p->step <= j->first_step || p->time_ms <= j->first_ms)
+    return INT64_MAX;
+  if (p->step >= p->total_steps)
+    return p->time_ms;
+  double ms = (double)(p->total_steps - p->step) * (double)(p->time_ms - j->first_ms) /
+              (double)(p->step - j->first_step);
+  return ms < 3e11 ? p->time_ms + (int64_t)ms : INT64_MAX; /* past ten years: not known */
+}
+
 static int cmp_u64(const void *a, const void *b) {
   uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
   return x < y ? -1 : x > y;
@@ -765,9 +784,10 @@ static int cmp_u64(const void *a, const void *b) {
 /* A reservation (plan.h): a waiting job that neither fits nor can preempt holds room on the hosts
  * idx[0..nf) where it can start soonest, as the time limits of the jobs there end, so the jobs
  * after it take only what it cannot use before then. The first job to wait may hold room whose
- * start is not known (it waits for jobs without a time limit; hosts then tried in the order of
- * most free devices now); those after it hold only with a known start. Returns 1 with what is
- * held in `what`; 0: nothing held. */
+ * start is not known (it waits for jobs without a time limit): where the running jobs' progress
+ * says it should start soonest, or, before they say, on the hosts with the most free devices
+ * now. Those after it hold only with a known start. Returns 1 with what is held in `what`; 0:
+ * nothing held. */
 static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t *idx, size_t nf,
                    char *what, size_t whatlen) {
   colo_rank_place_t *out = calloc(w->world, sizeof *out);
@@ -783,6 +803,7 @@ static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t
   const colo_hold_t *h = &p->holds[p->n_holds - 1];
   w->holds = 1;
   w->start_by = h->start;
+  w->expect = h->expect;
   for (uint32_t r = 0; r < w->world; r++)
     ids[r] = out[r].host_id;
   qsort(ids, w->world, sizeof *ids, cmp_u64); /* the snapshot's order */
@@ -806,6 +827,13 @@ static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t
     fmt_utc(h->start, at, sizeof at);
     snprintf(what + len, whatlen - len,
              "; it starts by %s at the latest, as the time limits of the jobs before it end", at);
+  } else if (h->expect != INT64_MAX && len < whatlen) {
+    char at[32];
+    fmt_utc(h->expect, at, sizeof at);
+    snprintf(what + len, whatlen - len,
+             "; it should start about %s, as the jobs before it reach their last step at their "
+             "speed so far",
+             at);
   }
   rc = 1;
 done:
@@ -1077,7 +1105,8 @@ static void schedule(colod_t *d) {
     if (running.v)
       running.v[running.n++] = j;
     int64_t until = j->evicting ? now_ms : end_bound(j); /* stopping: gone as soon as it can be */
-    if (planned && colo_plan_claim(&plan, j->place, j->world, rank_mem(j), until) < 0)
+    if (planned &&
+        colo_plan_claim(&plan, j->place, j->world, rank_mem(j), until, end_estimate(j)) < 0)
       planned = 0;
   }
   uint8_t *view = malloc(total ? total : 1);
@@ -1131,7 +1160,7 @@ static void schedule(colod_t *d) {
         acct->used += j->world;
       snap_mark(j, hosts, n, 1);
       running.v[running.n++] = j;
-      if (colo_plan_claim(&plan, j->place, j->world, rank_mem(j), ends) < 0)
+      if (colo_plan_claim(&plan, j->place, j->world, rank_mem(j), ends, ends) < 0)
         planned = 0;
       continue;
     }
@@ -1368,6 +1397,10 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
     q.has_val_loss = q.has_val_step = 1;
     q.val_loss = p->val_loss;
     q.val_step = p->val_step;
+  }
+  if (new_step && q.has_time_ms && (!j->has_progress || !j->first_ms)) {
+    j->first_step = q.step;
+    j->first_ms = q.time_ms;
   }
   j->progress = q;
   j->has_progress = 1;
@@ -1618,11 +1651,12 @@ uint32_t colod_jobs_in_line(colod_t *d, uint64_t job_id, uint32_t *of) {
   return j && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) ? j->in_line : 0;
 }
 
-int colod_jobs_holds(colod_t *d, uint64_t job_id, int64_t *start_by) {
+int colod_jobs_holds(colod_t *d, uint64_t job_id, int64_t *start_by, int64_t *expect) {
   colod_job_live_t *j = live_find(d, job_id);
   if (!j || !j->holds || (j->state != COLO_JOB_PENDING && j->state != COLO_JOB_RESTARTING))
     return 0;
   *start_by = j->start_by;
+  *expect = j->expect;
   return 1;
 }
 

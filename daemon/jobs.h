@@ -58,8 +58,9 @@ const char *colod_jobs_waiting(struct colod_s *d, uint64_t job_id);
  * when it is not among them (running, ended, waiting for jobs it runs after, or in back-off). */
 uint32_t colod_jobs_in_line(struct colod_s *d, uint64_t job_id, uint32_t *of);
 /* 1 when the last scheduling pass had the waiting job hold room (a reservation, plan.h), with
- * the latest it starts in *start_by (Unix ms; INT64_MAX: not known); 0 otherwise. */
-int colod_jobs_holds(struct colod_s *d, uint64_t job_id, int64_t *start_by);
+ * the latest it starts in *start_by and when it should start by the running jobs' progress in
+ * *expect (Unix ms; INT64_MAX: not known); 0 otherwise. */
+int colod_jobs_holds(struct colod_s *d, uint64_t job_id, int64_t *start_by, int64_t *expect);
 /* A RUNNING job's ranks on devices whose clocks their workers report lowered: how many, and in
  * out (len bytes; NULL: the count alone) which, the first few named with their host's reason; 0
  * (out "") when none. */

@@ -20,6 +20,7 @@ int colo_plan_init(colo_plan_t *p, colo_sched_host_t *hosts, size_t n, const uin
       .hosts = hosts, .n = n, .busy = busy, .total = total, .now = now, .max_holds = max_holds};
   size_t t = total ? total : 1, m = n ? n : 1;
   p->free_at = malloc(t * sizeof *p->free_at);
+  p->expect_at = malloc(t * sizeof *p->expect_at);
   p->hold = calloc(t, sizeof *p->hold);
   p->host_of = malloc(t * sizeof *p->host_of);
   p->held = malloc(t * sizeof *p->held);
@@ -31,14 +32,14 @@ int colo_plan_init(colo_plan_t *p, colo_sched_host_t *hosts, size_t n, const uin
   p->tb = malloc(t);
   p->hmark = calloc(m, sizeof *p->hmark);
   p->kmark = calloc(max_holds ? max_holds : 1, 1);
-  if (!p->free_at || !p->hold || !p->host_of || !p->held || !p->unfit || !p->mem_total ||
-      !p->holds || !p->copy || !p->order || !p->tb || !p->hmark || !p->kmark) {
+  if (!p->free_at || !p->expect_at || !p->hold || !p->host_of || !p->held || !p->unfit ||
+      !p->mem_total || !p->holds || !p->copy || !p->order || !p->tb || !p->hmark || !p->kmark) {
     colo_plan_free(p);
     return COLO_ENOMEM;
   }
   for (size_t d = 0; d < total; d++) {
     p->unfit[d] = busy[d] != 0;
-    p->free_at[d] = busy[d] ? NEVER : now;
+    p->free_at[d] = p->expect_at[d] = busy[d] ? NEVER : now;
     p->host_of[d] = UINT32_MAX; /* a device of a host outside the snapshot */
   }
   for (size_t h = 0; h < n; h++) {
@@ -52,6 +53,7 @@ int colo_plan_init(colo_plan_t *p, colo_sched_host_t *hosts, size_t n, const uin
 
 void colo_plan_free(colo_plan_t *p) {
   free(p->free_at);
+  free(p->expect_at);
   free(p->hold);
   free(p->host_of);
   free(p->held);
@@ -67,13 +69,13 @@ void colo_plan_free(colo_plan_t *p) {
   *p = (colo_plan_t){0};
 }
 
-/* memory of host h claimed until `until`; ranks of one job come host by host, so a claim like the
- * last one adds to it */
-static int claim_mem(colo_plan_t *p, uint32_t h, int64_t until, uint64_t mem) {
+/* memory of host h claimed until `until` (by estimate `expect`); ranks of one job come host by
+ * host, so a claim like the last one adds to it */
+static int claim_mem(colo_plan_t *p, uint32_t h, int64_t until, int64_t expect, uint64_t mem) {
   if (!mem || p->mem_total[h] == UINT64_MAX)
     return 0;
   colo_plan_claim_t *last = p->n_claims ? &p->claims[p->n_claims - 1] : NULL;
-  if (last && last->host == h && last->until == until) {
+  if (last && last->host == h && last->until == until && last->expect == expect) {
     last->mem += mem;
     return 0;
   }
@@ -85,7 +87,7 @@ static int claim_mem(colo_plan_t *p, uint32_t h, int64_t until, uint64_t mem) {
     p->claims = c;
     p->cap_claims = cap;
   }
-  p->claims[p->n_claims++] = (colo_plan_claim_t){h, until, mem};
+  p->claims[p->n_claims++] = (colo_plan_claim_t){h, until, expect, mem};
   return 0;
 }
 
@@ -98,18 +100,29 @@ static size_t device_of(const colo_plan_t *p, const colo_rank_place_t *r, uint32
   return (size_t)(p->hosts[h].busy - p->busy) + r->device_index;
 }
 
+/* a device taken until `until`, and by estimate until `expect` */
+static void take(colo_plan_t *p, size_t d, int64_t until, int64_t expect) {
+  if (p->free_at[d] < until)
+    p->free_at[d] = until;
+  if (p->expect_at[d] < expect)
+    p->expect_at[d] = expect;
+}
+
 int colo_plan_claim(colo_plan_t *p, const colo_rank_place_t *place, uint32_t world,
-                    uint64_t rank_mem, int64_t until) {
+                    uint64_t rank_mem, int64_t until, int64_t expect) {
   if (until < p->now)
     until = p->now; /* past its limit, and stopping */
+  if (expect > until)
+    expect = until;
+  if (expect < p->now)
+    expect = p->now; /* overdue: it should end any moment */
   for (uint32_t r = 0; r < world; r++) {
     uint32_t h;
     size_t d = device_of(p, &place[r], &h);
     if (d == p->total)
       continue;
-    if (p->free_at[d] < until)
-      p->free_at[d] = until;
-    if (claim_mem(p, h, until, rank_mem) < 0)
+    take(p, d, until, expect);
+    if (claim_mem(p, h, until, expect, rank_mem) < 0)
       return COLO_ENOMEM;
   }
   return 0;
@@ -146,9 +159,10 @@ colo_plan_taken_t colo_plan_view(colo_plan_t *p, int64_t until, const size_t *id
 }
 
 /* Fills p->copy with the hosts in p->order as they will be at time t: a device free once its
- * free_at has passed (at NEVER, every device but the unfit), a host's memory back as its claims
- * end. */
-static void snapshot_at(colo_plan_t *p, size_t nf, int64_t t) {
+ * free_at (with est, its expect_at) has passed (at NEVER, every device but the unfit), a host's
+ * memory back as its claims end. */
+static void snapshot_at(colo_plan_t *p, size_t nf, int64_t t, int est) {
+  const int64_t *at = est ? p->expect_at : p->free_at;
   for (size_t i = 0; i < nf; i++) {
     size_t h = p->order[i].idx;
     size_t off = (size_t)(p->hosts[h].busy - p->busy);
@@ -156,7 +170,7 @@ static void snapshot_at(colo_plan_t *p, size_t nf, int64_t t) {
     *c = p->hosts[h];
     c->busy = p->tb + off;
     for (uint32_t k = 0; k < c->n_devices; k++)
-      p->tb[off + k] = t == NEVER ? p->unfit[off + k] : p->free_at[off + k] > t;
+      p->tb[off + k] = t == NEVER ? p->unfit[off + k] : at[off + k] > t;
     c->mem_free = p->mem_total[h];
   }
   if (!p->n_claims)
@@ -165,7 +179,7 @@ static void snapshot_at(colo_plan_t *p, size_t nf, int64_t t) {
     p->hmark[p->order[i].idx] = (uint32_t)i + 1; /* its index in copy, + 1 */
   for (size_t c = 0; c < p->n_claims; c++) {
     const colo_plan_claim_t *cl = &p->claims[c];
-    if (cl->until <= t || !p->hmark[cl->host])
+    if ((est ? cl->expect : cl->until) <= t || !p->hmark[cl->host])
       continue;
     size_t i = p->hmark[cl->host] - 1;
     colo_sched_host_t *h = &p->copy[i];
@@ -181,13 +195,14 @@ typedef struct {
   uint32_t pp, dp, tp, per_node;
   uint64_t rank_mem;
   colo_rank_place_t *out;
+  int est;    /* by the estimates */
   int64_t at; /* the last trial's time: out is its placement where it fitted */
 } trial_t;
 
 static int fits_at(trial_t *t, int64_t at) {
   char why[256];
   t->at = at;
-  snapshot_at(t->p, t->nf, at);
+  snapshot_at(t->p, t->nf, at, t->est);
   return colo_sched_place(t->p->copy, t->nf, t->pp, t->dp, t->tp, t->per_node, t->rank_mem, t->out,
                           why, sizeof why) == 0;
 }
@@ -232,6 +247,70 @@ static int free_now_order(const void *a, const void *b) {
   return x->idx < y->idx ? -1 : x->idx > y->idx;
 }
 
+/* The earliest time the trial's job fits on the hosts idx[0..nf), by free_at (with t->est, by
+ * expect_at): 1 with it in *start and t->out its placement there; 0 when only at NEVER, if ever.
+ * No time before the world-th device there is free can do: that one is tried first, and most
+ * often fits. Later, the times the room changes (each end of a job, a hold or a claim there);
+ * the earliest that fits by bisection, since later never holds less room (a device once free
+ * stays free in the plan, a claim once ended stays ended). */
+static int earliest(trial_t *t, const size_t *idx, size_t nf, int64_t *start) {
+  colo_plan_t *p = t->p;
+  const int64_t *at = t->est ? p->expect_at : p->free_at;
+  size_t nd = 0, cap = p->n_claims;
+  for (size_t i = 0; i < nf; i++)
+    cap += p->hosts[idx[i]].n_devices;
+  int64_t *v = malloc((cap ? cap : 1) * sizeof *v);
+  if (!v)
+    return COLO_ENOMEM;
+  for (size_t i = 0; i < nf; i++) {
+    size_t off = (size_t)(p->hosts[idx[i]].busy - p->busy);
+    for (uint32_t k = 0; k < p->hosts[idx[i]].n_devices; k++)
+      if (!p->unfit[off + k])
+        v[nd++] = at[off + k];
+  }
+  uint64_t world = (uint64_t)t->pp * t->dp * t->tp;
+  int64_t bound = nd >= world ? kth(v, nd, world - 1) : NEVER;
+  int found = 0;
+  if (bound != NEVER && fits_at(t, bound)) {
+    found = 1;
+    *start = bound;
+  } else if (bound != NEVER) {
+    size_t nt = 0;
+    for (size_t i = 0; i < nf; i++) {
+      size_t off = (size_t)(p->hosts[idx[i]].busy - p->busy);
+      for (uint32_t k = 0; k < p->hosts[idx[i]].n_devices; k++)
+        if (at[off + k] > bound && at[off + k] != NEVER)
+          v[nt++] = at[off + k];
+    }
+    for (size_t c = 0; c < p->n_claims; c++) {
+      int64_t e = t->est ? p->claims[c].expect : p->claims[c].until;
+      if (e > bound && e != NEVER)
+        v[nt++] = e;
+    }
+    qsort(v, nt, sizeof *v, cmp_i64);
+    size_t u = 0;
+    for (size_t i = 0; i < nt; i++)
+      if (!u || v[i] != v[u - 1])
+        v[u++] = v[i];
+    if (u && fits_at(t, v[u - 1])) {
+      size_t lo = 0, hi = u - 1;
+      while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (fits_at(t, v[mid]))
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      found = 1;
+      *start = v[lo];
+    }
+  }
+  free(v);
+  if (found && t->at != *start && !fits_at(t, *start)) /* out: the placement at the start */
+    return 0;
+  return found;
+}
+
 int colo_plan_reserve(colo_plan_t *p, uint64_t job_id, const size_t *idx, size_t nf, uint32_t pp,
                       uint32_t dp, uint32_t tp, uint32_t per_node, uint64_t rank_mem,
                       int64_t duration_ms, int unknown_ok, colo_rank_place_t *out) {
@@ -244,68 +323,28 @@ int colo_plan_reserve(colo_plan_t *p, uint64_t job_id, const size_t *idx, size_t
       p->order[i].free += !h->busy[k];
   }
   qsort(p->order, nf, sizeof *p->order, free_now_order);
-  /* no time before the world-th device there is free can do: the first tried, which most often
-   * fits */
-  size_t nd = 0, cap = p->n_claims;
-  for (size_t i = 0; i < nf; i++)
-    cap += p->hosts[idx[i]].n_devices;
-  int64_t *v = malloc((cap ? cap : 1) * sizeof *v);
-  if (!v)
-    return COLO_ENOMEM;
-  for (size_t i = 0; i < nf; i++) {
-    size_t off = (size_t)(p->hosts[idx[i]].busy - p->busy);
-    for (uint32_t k = 0; k < p->hosts[idx[i]].n_devices; k++)
-      if (!p->unfit[off + k])
-        v[nd++] = p->free_at[off + k];
-  }
-  uint64_t world = (uint64_t)pp * dp * tp;
-  int64_t bound = nd >= world ? kth(v, nd, world - 1) : NEVER;
-  trial_t t = {p, nf, pp, dp, tp, per_node, rank_mem, out, INT64_MIN};
-  int64_t start = NEVER;
-  int found = 0;
-  if (bound != NEVER && fits_at(&t, bound)) {
-    found = 1;
-    start = bound;
-  } else if (bound != NEVER) {
-    /* later: the times the room changes, at each end of a job, a hold or a claim there; the
-     * earliest that fits by bisection, since later never holds less room (a device once free
-     * stays free in the plan, a claim once ended stays ended) */
-    size_t nt = 0;
-    for (size_t i = 0; i < nf; i++) {
-      size_t off = (size_t)(p->hosts[idx[i]].busy - p->busy);
-      for (uint32_t k = 0; k < p->hosts[idx[i]].n_devices; k++)
-        if (p->free_at[off + k] > bound && p->free_at[off + k] != NEVER)
-          v[nt++] = p->free_at[off + k];
-    }
-    for (size_t c = 0; c < p->n_claims; c++)
-      if (p->claims[c].until > bound && p->claims[c].until != NEVER)
-        v[nt++] = p->claims[c].until;
-    qsort(v, nt, sizeof *v, cmp_i64);
-    size_t u = 0;
-    for (size_t i = 0; i < nt; i++)
-      if (!u || v[i] != v[u - 1])
-        v[u++] = v[i];
-    if (u && fits_at(&t, v[u - 1])) {
-      size_t lo = 0, hi = u - 1;
-      while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (fits_at(&t, v[mid]))
-          hi = mid;
-        else
-          lo = mid + 1;
-      }
-      found = 1;
-      start = v[lo];
-    }
-  }
-  free(v);
-  if (!found && !unknown_ok)
+  trial_t t = {p, nf, pp, dp, tp, per_node, rank_mem, out, 0, INT64_MIN};
+  int64_t start = NEVER, expect = NEVER;
+  int found = earliest(&t, idx, nf, &start);
+  if (found < 0)
+    return found;
+  if (found) {
+    expect = start;
+  } else if (unknown_ok) {
+    /* its start is not known: the room where the estimates say it starts soonest, if they do */
+    t.est = 1;
+    found = earliest(&t, idx, nf, &expect);
+    if (found < 0)
+      return found;
+    if (!found && !fits_at(&t, NEVER))
+      return 0;
+  } else {
     return 0;
-  if (t.at != start && !fits_at(&t, start)) /* out: the placement at the start */
-    return 0;
+  }
   colo_hold_t *h = &p->holds[p->n_holds++];
-  *h = (colo_hold_t){job_id, start, 0};
+  *h = (colo_hold_t){job_id, start, expect, 0};
   int64_t until = start == NEVER || !duration_ms ? NEVER : start + duration_ms;
+  int64_t expect_until = expect == NEVER || !duration_ms ? NEVER : expect + duration_ms;
   uint32_t k = (uint32_t)p->n_holds; /* its index + 1 */
   for (uint32_t r = 0; r < pp * dp * tp; r++) {
     uint32_t host;
@@ -319,12 +358,11 @@ int colo_plan_reserve(colo_plan_t *p, uint64_t job_id, const size_t *idx, size_t
     }
     if (!p->hold[d])
       p->hold[d] = k;
-    if (p->free_at[d] < until)
-      p->free_at[d] = until;
+    take(p, d, until, expect_until);
     colo_sched_host_t *sh = &p->hosts[host];
     if (sh->mem_free != UINT64_MAX)
       sh->mem_free -= sh->mem_free < rank_mem ? sh->mem_free : rank_mem;
-    if (claim_mem(p, host, until, rank_mem) < 0)
+    if (claim_mem(p, host, until, expect_until, rank_mem) < 0)
       return COLO_ENOMEM;
   }
   return 1;

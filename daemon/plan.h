@@ -7,7 +7,11 @@
  * after the ones before it.
  *
  * Pure functions over the snapshot, with no clock and no store: jobs.c drives it, test_sched
- * tests it. Times are Unix ms; INT64_MAX is "not known" (a job without a time limit). */
+ * tests it. Times are Unix ms; INT64_MAX is "not known" (a job without a time limit).
+ *
+ * Beside those bounds the plan keeps estimates (when a job should reach its last step, at its
+ * speed so far): they choose where a job whose start is not known holds room, and say when it
+ * should start, but never let a job behind it take a held device. */
 #ifndef COLOD_PLAN_H
 #define COLOD_PLAN_H
 
@@ -19,13 +23,15 @@
 typedef struct {
   uint64_t job_id;
   int64_t start;   /* when it starts at the latest; INT64_MAX: not known */
+  int64_t expect;  /* when it should start, by the estimates; INT64_MAX: not known */
   uint32_t n_free; /* devices of its room free now */
 } colo_hold_t;
 
 typedef struct {
-  uint32_t host; /* index in the snapshot */
-  int64_t until; /* the claim ends */
-  uint64_t mem;  /* host memory, bytes */
+  uint32_t host;  /* index in the snapshot */
+  int64_t until;  /* the claim ends */
+  int64_t expect; /* by the estimates */
+  uint64_t mem;   /* host memory, bytes */
 } colo_plan_claim_t;
 
 typedef struct {
@@ -34,10 +40,11 @@ typedef struct {
   const uint8_t *busy;
   size_t total;
   int64_t now;
-  int64_t *free_at;  /* total: when the device is free of its jobs and holds; now: free now */
-  uint32_t *hold;    /* total: the first hold on the device, index + 1; 0: none */
-  uint32_t *host_of; /* total: the device's host index */
-  uint32_t *held;    /* devices free now that a hold took, in the order of the holds */
+  int64_t *free_at;   /* total: when the device is free of its jobs and holds; now: free now */
+  int64_t *expect_at; /* total: the same by the estimates of when its jobs end */
+  uint32_t *hold;     /* total: the first hold on the device, index + 1; 0: none */
+  uint32_t *host_of;  /* total: the device's host index */
+  uint32_t *held;     /* devices free now that a hold took, in the order of the holds */
   size_t n_held;
   uint64_t *mem_total;       /* n: each host's memory before any job (UINT64_MAX: no limit) */
   colo_plan_claim_t *claims; /* memory claimed on hosts with a limit */
@@ -61,10 +68,11 @@ int colo_plan_init(colo_plan_t *p, colo_sched_host_t *hosts, size_t n, const uin
 void colo_plan_free(colo_plan_t *p);
 
 /* A job's ranks run (or were placed now) on these devices until `until` (its time limit's end;
- * INT64_MAX: no limit; now: it is stopping), each claiming rank_mem bytes of its host's memory.
- * Returns 0 or COLO_ENOMEM. */
+ * INT64_MAX: no limit; now: it is stopping), and should end by `expect` (an estimate, from its
+ * progress: INT64_MAX where there is none; never past until), each claiming rank_mem bytes of its
+ * host's memory. Returns 0 or COLO_ENOMEM. */
 int colo_plan_claim(colo_plan_t *p, const colo_rank_place_t *place, uint32_t world,
-                    uint64_t rank_mem, int64_t until);
+                    uint64_t rank_mem, int64_t until, int64_t expect);
 
 /* What the holds take from a job that would start now and end by `until`, on the hosts
  * idx[0..nf) of the snapshot. */
@@ -83,7 +91,9 @@ colo_plan_taken_t colo_plan_view(colo_plan_t *p, int64_t until, const size_t *id
  * (per_node, rank_mem as colo_sched_place takes them) fit on the hosts idx[0..nf), with each
  * device free from its free_at and each host's memory back as the claims on it end; hosts tried
  * in the order of most free devices now. Where it fits only once jobs without a time limit are
- * gone, it holds only with unknown_ok (start INT64_MAX). Its devices are then held from that
+ * gone, it holds only with unknown_ok (start INT64_MAX), on the room where the estimates say it
+ * starts soonest (expect), or where they do not, on the hosts with the most free devices now
+ * (expect INT64_MAX). Its devices are then held from that
  * start, for duration_ms (0: no limit), and its memory claimed from now, in the snapshot's
  * mem_free too. Returns 1 with the hold in p->holds[p->n_holds - 1] and its ranks' places in out
  * (pp × dp × tp); 0 when it holds nothing (max_holds reached, or it cannot fit); COLO_ENOMEM. */

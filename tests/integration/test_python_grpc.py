@@ -842,6 +842,41 @@ class TimeLimitTest(WithColod):
         for j in (a, b, w1, w2, x, y):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
+    def test_progress_chooses_where_a_job_without_limits_waits(self):
+        # a on ta and b on tb, 2 devices each, no limits: when either ends is not known
+        a = submit(self.api, "a", 2)
+        b = submit(self.api, "b", 2)
+        on = self.until("a and b placed", lambda: (lambda o: a in o and b in o and o)(self.beat()))
+        self.assertEqual((on[a][0][0], on[b][0][0]), ("ta", "tb"))
+        # their progress: a at 1 step a second with 980 to go, b with 10
+        t0 = int(time.time() * 1000)
+
+        def report(step, ms):
+            for host, job, total in (("ta", a, 1000), ("tb", b, 30)):
+                st = pb.RankStatus(job_id=job, attempt=1, rank=0, phase=pb.RANK_PHASE_RUNNING,
+                                   pid=10)
+                st.progress.CopyFrom(pb.Progress(step=step, total_steps=total, time_ms=ms))
+                self.reports[host] = [st]
+            self.beat()
+
+        report(10, t0)
+        report(20, t0 + 10000)
+        # big (2) holds tb, where it should start in 10 s (with the most free devices now as the
+        # rule, ta would have it), with no bound
+        big = submit(self.api, "big", 2)
+        why = self.until("big to hold", lambda: "held on" in self.job(big).waiting
+                         and self.job(big).waiting)
+        self.assertRegex(why, r"; its room is held on tb \(0 free devices there now\); it should "
+                              r"start about \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC, as the jobs before "
+                              r"it reach their last step at their speed so far$")
+        job = self.job(big)
+        self.assertTrue(job.holds_room)
+        self.assertEqual(job.expected_start_ms, t0 + 20000)
+        self.assertFalse(job.HasField("starts_by_ms"))
+        self.reports.clear()
+        for j in (a, b, big):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
 
 class AfterTest(WithColod):
     """JobSpec.after on a colod of its own, this client acting as the worker of one 2-device

@@ -171,13 +171,13 @@ TEST(place_512_ranks_on_1000_hosts_quickly) {
 /* a job's ranks on host `host`'s devices from `dev`, marked busy in the snapshot and told to the
  * plan as running until `until` */
 static void run_on(colo_plan_t *p, uint8_t *busy, uint64_t host, uint32_t dev, uint32_t n,
-                   uint64_t mem, int64_t until) {
+                   uint64_t mem, int64_t until, int64_t expect) {
   colo_rank_place_t r[8];
   for (uint32_t i = 0; i < n; i++) {
     r[i] = (colo_rank_place_t){i, host, dev + i, i, 0, 0};
     busy[(host - 1) * 2 + dev + i] = 1; /* hosts of 2 devices, ids from 1 */
   }
-  ASSERT_EQ_INT(colo_plan_claim(p, r, n, mem, until), 0);
+  ASSERT_EQ_INT(colo_plan_claim(p, r, n, mem, until, expect), 0);
 }
 
 TEST(plan_holds_room_where_each_job_starts_soonest) {
@@ -186,8 +186,10 @@ TEST(plan_holds_room_where_each_job_starts_soonest) {
   size_t idx[2] = {0, 1};
   colo_plan_t p;
   ASSERT_EQ_INT(colo_plan_init(&p, h, 2, busy, 4, NOW, 8), 0);
-  run_on(&p, busy, 1, 0, 2, 0, NOW + 10 * MIN_MS); /* host 1: both, 10 minutes left */
-  run_on(&p, busy, 2, 0, 1, 0, NOW + 20 * MIN_MS); /* host 2: one, 20 minutes left */
+  run_on(&p, busy, 1, 0, 2, 0, NOW + 10 * MIN_MS,
+         NOW + 10 * MIN_MS); /* host 1: both, 10 minutes left */
+  run_on(&p, busy, 2, 0, 1, 0, NOW + 20 * MIN_MS,
+         NOW + 20 * MIN_MS); /* host 2: one, 20 minutes left */
   colo_rank_place_t out[4];
   /* w1 (2 devices, an hour): host 1 in 10 minutes, none of it free now */
   ASSERT_EQ_INT(colo_plan_reserve(&p, 101, idx, 2, 1, 2, 1, 0, 0, 60 * MIN_MS, 1, out), 1);
@@ -232,7 +234,7 @@ TEST(plan_unknown_starts_unfit_devices_and_the_cap) {
   size_t idx[2] = {0, 1};
   colo_plan_t p;
   ASSERT_EQ_INT(colo_plan_init(&p, h, 2, busy, 4, NOW, 2), 0);
-  run_on(&p, busy, 2, 0, 1, 0, INT64_MAX); /* host 2: one device, no limit */
+  run_on(&p, busy, 2, 0, 1, 0, INT64_MAX, INT64_MAX); /* host 2: one device, no limit */
   colo_rank_place_t out[4];
   /* 2 devices on one host (tp=2): host 1 never has two, host 2 once its job ends, if ever */
   ASSERT_EQ_INT(colo_plan_reserve(&p, 201, idx, 2, 1, 1, 2, 0, 0, MIN_MS, 0, out), 0);
@@ -270,9 +272,9 @@ TEST(plan_host_memory_comes_back_as_jobs_end) {
   colo_plan_t p;
   ASSERT_EQ_INT(colo_plan_init(&p, h, 2, busy, 4, NOW, 8), 0);
   /* each host: one device taken with 8 GiB, host 1's for 5 minutes, host 2's for 9 */
-  run_on(&p, busy, 1, 0, 1, 8 * gib, NOW + 5 * MIN_MS);
+  run_on(&p, busy, 1, 0, 1, 8 * gib, NOW + 5 * MIN_MS, NOW + 5 * MIN_MS);
   h[0].mem_free -= 8 * gib;
-  run_on(&p, busy, 2, 0, 1, 8 * gib, NOW + 9 * MIN_MS);
+  run_on(&p, busy, 2, 0, 1, 8 * gib, NOW + 9 * MIN_MS, NOW + 9 * MIN_MS);
   h[1].mem_free -= 8 * gib;
   colo_rank_place_t out[2];
   /* a 6 GiB rank: a device is free on each host now, the memory on host 1 in 5 minutes (with
@@ -309,7 +311,8 @@ TEST(plan_16_holds_of_64_ranks_on_1000_hosts) {
     for (uint32_t k = 0; k < 8; k++)
       r[k] = (colo_rank_place_t){k, i + 1, k, 0, k, 0};
     memset(busy + i * 8, 1, 8);
-    ASSERT_EQ_INT(colo_plan_claim(&p, r, 8, 0, NOW + (int64_t)(i + 1) * MIN_MS), 0);
+    int64_t end = NOW + (int64_t)(i + 1) * MIN_MS;
+    ASSERT_EQ_INT(colo_plan_claim(&p, r, 8, 0, end, end), 0);
   }
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -329,6 +332,55 @@ TEST(plan_16_holds_of_64_ranks_on_1000_hosts) {
   free(busy);
   free(idx);
   free(r);
+}
+
+TEST(plan_estimates_choose_where_an_unknown_start_holds) {
+  uint8_t busy[6] = {0};
+  colo_sched_host_t h[3] = {host(1, 2, busy), host(2, 2, busy + 2), host(3, 2, busy + 4)};
+  size_t idx[3] = {0, 1, 2};
+  colo_plan_t p;
+  ASSERT_EQ_INT(colo_plan_init(&p, h, 3, busy, 6, NOW, 8), 0);
+  /* no time limits; by their progress host 1's job ends in 30 minutes, host 2's in 5, and host
+   * 3's one-device job has said nothing yet */
+  run_on(&p, busy, 1, 0, 2, 0, INT64_MAX, NOW + 30 * MIN_MS);
+  run_on(&p, busy, 2, 0, 2, 0, INT64_MAX, NOW + 5 * MIN_MS);
+  run_on(&p, busy, 3, 0, 1, 0, INT64_MAX, INT64_MAX);
+  colo_rank_place_t out[2];
+  /* a 2-device group: its start is not known, but it should be host 2's, in 5 minutes (not host
+   * 3, which has the most free devices now) */
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 601, idx, 3, 1, 1, 2, 0, 0, 0, 0, out), 0);
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 601, idx, 3, 1, 1, 2, 0, 0, 0, 1, out), 1);
+  ASSERT_EQ_INT(p.holds[0].start, INT64_MAX);
+  ASSERT_EQ_INT(p.holds[0].expect, NOW + 5 * MIN_MS);
+  ASSERT_EQ_INT(out[0].host_id, 2);
+  ASSERT_EQ_INT(p.holds[0].n_free, 0);
+  /* so host 3's free device stays free for the jobs behind */
+  uint8_t view[6];
+  colo_plan_taken_t t = colo_plan_view(&p, INT64_MAX, idx, 3, view);
+  ASSERT_EQ_INT(t.devices, 0);
+  ASSERT_EQ_INT(view[5], 0);
+  /* an estimate is never later than the limit: a job that must end in 2 minutes goes first */
+  colo_plan_free(&p);
+  memset(busy, 0, sizeof busy);
+  ASSERT_EQ_INT(colo_plan_init(&p, h, 3, busy, 6, NOW, 8), 0);
+  run_on(&p, busy, 1, 0, 2, 0, NOW + 2 * MIN_MS, NOW + 30 * MIN_MS);
+  run_on(&p, busy, 2, 0, 2, 0, INT64_MAX, NOW + 5 * MIN_MS);
+  run_on(&p, busy, 3, 0, 2, 0, INT64_MAX, INT64_MAX);
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 602, idx, 3, 1, 1, 2, 0, 0, 0, 1, out), 1);
+  ASSERT_EQ_INT(p.holds[0].start, NOW + 2 * MIN_MS);
+  ASSERT_EQ_INT(p.holds[0].expect, NOW + 2 * MIN_MS);
+  ASSERT_EQ_INT(out[0].host_id, 1);
+  /* before any estimate, the hosts with the most free devices now */
+  colo_plan_free(&p);
+  memset(busy, 0, sizeof busy);
+  ASSERT_EQ_INT(colo_plan_init(&p, h, 3, busy, 6, NOW, 8), 0);
+  run_on(&p, busy, 1, 0, 2, 0, INT64_MAX, INT64_MAX);
+  run_on(&p, busy, 2, 0, 2, 0, INT64_MAX, INT64_MAX);
+  run_on(&p, busy, 3, 0, 1, 0, INT64_MAX, INT64_MAX);
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 603, idx, 3, 1, 1, 2, 0, 0, 0, 1, out), 1);
+  ASSERT_EQ_INT(p.holds[0].expect, INT64_MAX);
+  ASSERT_EQ_INT(out[0].host_id, 3); /* one free there now */
+  colo_plan_free(&p);
 }
 
 TEST_MAIN()
