@@ -97,6 +97,24 @@ static Colo__V1__Progress *progress_copy(colod_t *d, const colo_job_t *j) {
   return colo__v1__progress__unpack(NULL, n, buf);
 }
 
+/* colod's time limits on a spec (submitted, or updated with a new limit): a job without one gets
+ * default_time_limit, or max_time_limit where only that is set; one past max_time_limit is
+ * refused with the reason in err. */
+static int time_limit_policy(colod_t *d, Colo__V1__ResourceSpec *r, char *err, size_t len) {
+  uint32_t max_s = (uint32_t)(d->cfg.max_time_limit_ms / 1000);
+  uint32_t def_s = (uint32_t)(d->cfg.default_time_limit_ms / 1000);
+  if (!r->time_limit_s && (def_s || max_s)) {
+    r->time_limit_s = def_s && (!max_s || def_s <= max_s) ? def_s : max_s;
+    r->has_time_limit_s = 1;
+  }
+  if (max_s && r->time_limit_s > max_s) {
+    snprintf(err, len, "resources.time_limit_s=%u exceeds max_time_limit (%u s)", r->time_limit_s,
+             max_s);
+    return COLO_EINVAL;
+  }
+  return 0;
+}
+
 /* Fills msg from a job row, with the newest progress record colod holds and the newest
  * checkpoint (clear it with job_msg_clear). The spec is unpacked into *spec_out (free it after
  * use), or left out when with_spec is 0. */
@@ -304,7 +322,8 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     colo_rpc_fail(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
-  if (colo_jobspec_validate(spec, err, sizeof err) < 0) {
+  if (colo_jobspec_validate(spec, err, sizeof err) < 0 ||
+      time_limit_policy(d, spec->resources, err, sizeof err) < 0) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
     return;
@@ -775,6 +794,17 @@ static void h_update(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
                     (unsigned long long)cur.id);
       goto out;
     }
+    /* a new time limit under colod's policy (0: its default) */
+    uint32_t limit = req->time_limit_s;
+    if (req->has_time_limit_s) {
+      Colo__V1__ResourceSpec r = *spec->resources;
+      r.time_limit_s = limit;
+      if (time_limit_policy(d, &r, err, sizeof err) < 0) {
+        colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
+        goto out;
+      }
+      limit = r.time_limit_s;
+    }
     /* what changes, for the job's event: "priority 0 -> 10" */
 #define CHANGE(has, field, value, label, fmt, unit)                                                \
   if (has) {                                                                                       \
@@ -785,8 +815,7 @@ static void h_update(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   }
     CHANGE(req->has_priority, spec->priority, req->priority, "priority", "%d", "")
     CHANGE(req->has_max_restarts, spec->max_restarts, req->max_restarts, "max_restarts", "%u", "")
-    CHANGE(req->has_time_limit_s, spec->resources->time_limit_s, req->time_limit_s, "time limit",
-           "%u", " s")
+    CHANGE(req->has_time_limit_s, spec->resources->time_limit_s, limit, "time limit", "%u", " s")
 #undef CHANGE
     spec->has_priority |= req->has_priority;
     spec->has_max_restarts |= req->has_max_restarts;

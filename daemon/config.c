@@ -76,6 +76,13 @@ static const centry_t TABLE[] = {
      "so the jobs behind take only room they give back before then; the first may hold room "
      "whose start is not known. 0: none hold room, and a large job may wait behind small ones "
      "for ever"},
+    {"default_time_limit", T_DURATION, F(default_time_limit_ms), 0, 31536000000ull, "0", 1,
+     "a job submitted without resources.time_limit_s gets this one (whole seconds; Slurm's "
+     "DefaultTime), so every job's end has a bound and reservations can count on it. 0: "
+     "max_time_limit where that is set, else none"},
+    {"max_time_limit", T_DURATION, F(max_time_limit_ms), 0, 31536000000ull, "0", 1,
+     "the longest resources.time_limit_s a job may have (whole seconds; Slurm's MaxTime): a "
+     "submit or update past it is refused (INVALID_ARGUMENT). 0: a year"},
     {"rendezvous", T_STRING, F(rdzv_mode), 1, 0, "colod", 0,
      "who serves an attempt's rendezvous store: colod, or rank0 (on its host, at a port from "
      "rendezvous_port_base)"},

@@ -25,6 +25,8 @@ typedef struct {
   char account_max_devices[1024];   /* "account=n,...,*=n": devices an account's jobs hold */
   char account_max_jobs[1024];      /* "account=n,...,*=n": an account's jobs that have not ended */
   uint32_t reservations;            /* waiting jobs that try to hold room, per pass */
+  uint64_t default_time_limit_ms;   /* a job submitted without a time limit gets it; 0: none */
+  uint64_t max_time_limit_ms;       /* the longest time limit a job may have; 0: a year */
   char rdzv_mode[16];               /* "colod" or "rank0" */
   uint32_t rdzv_port_base;          /* rank0 rendezvous ports: base .. base + 999 */
   uint32_t log_max_mib;             /* per rank log kept by colod */

@@ -878,6 +878,36 @@ class TimeLimitTest(WithColod):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 
+class TimeLimitPolicyTest(WithColod):
+    """colod's default_time_limit and max_time_limit: a job without a limit gets the default, one
+    past the most is refused, at submit and at update; SIGHUP-reloadable settings, read here at
+    start."""
+
+    state, log_name = os.path.join(TMP, "state-limits"), "colod-limits.log"
+    settings = ("default_time_limit=2h", "max_time_limit=1d")
+
+    def test_default_and_most(self):
+        j = submit(self.api, "no-limit", 1)
+        self.assertEqual(self.job(j).spec.resources.time_limit_s, 7200)
+        k = submit(self.api, "own-limit", 1, limit=600)
+        self.assertEqual(self.job(k).spec.resources.time_limit_s, 600)
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit(self.api, "too-long", 1, limit=86401)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(cm.exception.details(),
+                         "resources.time_limit_s=86401 exceeds max_time_limit (86400 s)")
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.UpdateJob(pb.UpdateJobRequest(id=k, time_limit_s=90000), timeout=5)
+        self.assertEqual(cm.exception.details(),
+                         "resources.time_limit_s=90000 exceeds max_time_limit (86400 s)")
+        self.assertEqual(self.job(k).spec.resources.time_limit_s, 600)  # nothing half-written
+        # an update to no limit gives the default
+        self.api.UpdateJob(pb.UpdateJobRequest(id=k, time_limit_s=0), timeout=5)
+        self.assertEqual(self.job(k).spec.resources.time_limit_s, 7200)
+        for x in (j, k):
+            self.api.CancelJob(pb.CancelJobRequest(id=x), timeout=5)
+
+
 class AfterTest(WithColod):
     """JobSpec.after on a colod of its own, this client acting as the worker of one 2-device
     host: a job waits for the jobs it runs after to succeed, with room free, and starts when they
