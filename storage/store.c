@@ -284,10 +284,21 @@ static const char *const STMT_SQL[] = {
 #undef XX
 };
 
+/* A deleting transaction's device hours, summed by key before they are written (hours_flush) */
+typedef struct {
+  int64_t hour_ms;
+  char owner[129];
+  colo_usage_key_t key;
+  int64_t device_ms, from_ms, to_ms;
+  int jobs, attempts;
+} hour_row_t;
+
 struct colo_store_s {
   sqlite3 *db;
   sqlite3_stmt *stmt[N_STMTS];
   colo_store_usage_key_cb usage_key;
+  hour_row_t *hours;
+  size_t n_hours, cap_hours;
   char errmsg[512];
 };
 
@@ -487,6 +498,7 @@ void colo_store_close(colo_store_t *st) {
   for (int i = 0; i < N_STMTS; i++)
     sqlite3_finalize(st->stmt[i]);
   sqlite3_close(st->db);
+  free(st->hours);
   free(st);
 }
 
@@ -1333,25 +1345,64 @@ fail:
   return rc;
 }
 
+/* Adds device time to the transaction's sum for its hour, owner, account and device kind. */
 static int hour_add(colo_store_t *st, int64_t hour_ms, const char *owner,
                     const colo_usage_key_t *key, int64_t from, int64_t to, uint32_t ranks, int jobs,
                     int attempts) {
-  sqlite3_stmt *s = stmt(st, S_HOUR_ADD);
-  sqlite3_bind_int64(s, 1, hour_ms);
-  sqlite3_bind_text(s, 2, owner, -1, SQLITE_STATIC);
-  sqlite3_bind_text(s, 3, key->account, -1, SQLITE_STATIC);
-  sqlite3_bind_int(s, 4, key->device);
-  sqlite3_bind_int64(s, 5, (to - from) * (int64_t)ranks);
-  sqlite3_bind_int64(s, 6, from);
-  sqlite3_bind_int64(s, 7, to);
-  sqlite3_bind_int(s, 8, jobs);
-  sqlite3_bind_int(s, 9, attempts);
-  return step_done(st, s, "add to usage_hours");
+  hour_row_t *r = NULL;
+  for (size_t i = st->n_hours; i-- > 0 && !r;) /* the newest first: a batch's jobs are alike */
+    if (st->hours[i].hour_ms == hour_ms && st->hours[i].key.device == key->device &&
+        !strcmp(st->hours[i].owner, owner) && !strcmp(st->hours[i].key.account, key->account))
+      r = &st->hours[i];
+  if (!r) {
+    if (st->n_hours == st->cap_hours) {
+      size_t cap = st->cap_hours ? 2 * st->cap_hours : 64;
+      hour_row_t *v = realloc(st->hours, cap * sizeof *v);
+      if (!v) {
+        snprintf(st->errmsg, sizeof st->errmsg, "out of memory");
+        return COLO_ENOMEM;
+      }
+      st->hours = v;
+      st->cap_hours = cap;
+    }
+    r = &st->hours[st->n_hours++];
+    *r = (hour_row_t){.hour_ms = hour_ms, .key = *key, .from_ms = from, .to_ms = to};
+    snprintf(r->owner, sizeof r->owner, "%s", owner);
+  }
+  r->device_ms += (to - from) * (int64_t)ranks;
+  r->from_ms = from < r->from_ms ? from : r->from_ms;
+  r->to_ms = to > r->to_ms ? to : r->to_ms;
+  r->jobs += jobs;
+  r->attempts += attempts;
+  return 0;
 }
 
-/* Adds the device time of job id's attempts to usage_hours, hour by hour, if the job is one that
- * delete_in with the same before_ms deletes (*taken then 1). An attempt counts in the hour it
- * began, the job in the hour its first attempt with ranks began. */
+/* Writes the transaction's summed device hours to usage_hours, one upsert per key (a purge's
+ * batch of 64 jobs that ran alike writes a few rows, not one per job and hour). */
+static int hours_flush(colo_store_t *st) {
+  int rc = 0;
+  for (size_t i = 0; i < st->n_hours && rc == 0; i++) {
+    const hour_row_t *r = &st->hours[i];
+    sqlite3_stmt *s = stmt(st, S_HOUR_ADD);
+    sqlite3_bind_int64(s, 1, r->hour_ms);
+    sqlite3_bind_text(s, 2, r->owner, -1, SQLITE_STATIC);
+    sqlite3_bind_text(s, 3, r->key.account, -1, SQLITE_STATIC);
+    sqlite3_bind_int(s, 4, r->key.device);
+    sqlite3_bind_int64(s, 5, r->device_ms);
+    sqlite3_bind_int64(s, 6, r->from_ms);
+    sqlite3_bind_int64(s, 7, r->to_ms);
+    sqlite3_bind_int(s, 8, r->jobs);
+    sqlite3_bind_int(s, 9, r->attempts);
+    rc = step_done(st, s, "add to usage_hours");
+  }
+  st->n_hours = 0;
+  return rc;
+}
+
+/* Adds the device time of job id's attempts to the transaction's hours (hours_flush writes them
+ * to usage_hours), hour by hour, if the job is one that delete_in with the same before_ms deletes
+ * (*taken then 1). An attempt counts in the hour it began, the job in the hour its first attempt
+ * with ranks began. */
 static int rollup_in(colo_store_t *st, uint64_t id, int64_t before_ms, int *taken) {
   sqlite3_stmt *s = stmt(st, S_JOB_ROLLUP);
   sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
@@ -1446,9 +1497,11 @@ int colo_store_job_delete(colo_store_t *st, uint64_t id) {
     goto fail;
   }
   CHECK_GOTO(delete_in(st, id, 0, &gone), rc, fail);
+  CHECK_GOTO(hours_flush(st), rc, fail);
   CHECK_GOTO(commit(st), rc, fail);
   return 0;
 fail:
+  st->n_hours = 0;
   rollback(st);
   return rc;
 }
@@ -1464,10 +1517,12 @@ int colo_store_jobs_purge(colo_store_t *st, uint64_t *ids, size_t n, int64_t bef
     if (gone)
       ids[count++] = ids[i];
   }
+  CHECK_GOTO(hours_flush(st), rc, fail);
   CHECK_GOTO(commit(st), rc, fail);
   *deleted = count;
   return 0;
 fail:
+  st->n_hours = 0;
   rollback(st);
   return rc;
 }
