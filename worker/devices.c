@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* The few NVML entry points used, declared here so that the worker builds and runs on nodes
  * without the CUDA toolkit or driver: the library is dlopen'd. Signatures as in nvml.h. */
@@ -116,6 +117,26 @@ static const char *hw_xid(unsigned long long xid) {
   return NULL;
 }
 
+/* NVLinks (nvml.h): links per GPU, and the error counters that say a link is retraining or
+ * resending (nvmlNvLinkErrorCounter_t: DL replay, DL recovery) */
+#define NVLINK_MAX_LINKS       18
+#define NVLINK_ERROR_REPLAY    0
+#define NVLINK_ERROR_RECOVERY  1
+#define NVLINK_ERROR_WINDOW_MS 60000 /* errors this recent slow a device */
+typedef struct {
+  uint32_t up;                                  /* links active when the worker started */
+  unsigned long long seen[NVLINK_MAX_LINKS][2]; /* replay and recovery counts at the last check */
+  unsigned long long replays, recoveries;       /* since since_ms, and links they came on */
+  uint32_t erring;
+  uint64_t since_ms, last_ms; /* monotonic: the first and the newest errors of the window */
+} nvlinks_t;
+
+static uint64_t mono_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 struct colo_health_s {
   void *lib;
   nvml_return_t (*shutdown)(void);
@@ -125,7 +146,10 @@ struct colo_health_s {
   nvml_return_t (*event_wait)(nvml_event_set_t, nvml_event_data_t *, unsigned);
   nvml_return_t (*event_free)(nvml_event_set_t);
   nvml_return_t (*clocks)(nvml_device_t, unsigned long long *); /* why clocks are lowered */
+  nvml_return_t (*link_state)(nvml_device_t, unsigned, int *);  /* an NVLink is active */
+  nvml_return_t (*link_errors)(nvml_device_t, unsigned, int, unsigned long long *);
   nvml_event_set_t events; /* XID events of every device; NULL: none */
+  nvlinks_t *links;        /* NVLink state and errors of every device; NULL: none */
   nvml_device_t dev[COLO_MAX_NODE_DEVICES];
   uint32_t index[COLO_MAX_NODE_DEVICES];
   unsigned long long xid[COLO_MAX_NODE_DEVICES]; /* the first hardware XID seen; 0: none */
@@ -151,6 +175,90 @@ static void open_events(colo_health_t *h) {
     h->event_free(h->events);
     h->events = NULL;
   }
+}
+
+/* NVLinks: the links each GPU has active now, and their error counts, where NVML offers them */
+static void open_links(colo_health_t *h) {
+  *(void **)&h->link_state = dlsym(h->lib, "nvmlDeviceGetNvLinkState");
+  *(void **)&h->link_errors = dlsym(h->lib, "nvmlDeviceGetNvLinkErrorCounter");
+  if (!h->link_state || !h->link_errors || !(h->links = calloc(h->n, sizeof *h->links)))
+    return;
+  size_t any = 0;
+  for (size_t i = 0; i < h->n; i++)
+    for (unsigned l = 0; l < NVLINK_MAX_LINKS; l++) {
+      int active = 0;
+      if (h->link_state(h->dev[i], l, &active) != 0 || !active)
+        continue; /* no such link (NVML_ERROR_INVALID_ARGUMENT), or not in use */
+      h->links[i].up |= 1u << l;
+      any++;
+      for (int c = 0; c < 2; c++)
+        if (h->link_errors(h->dev[i], l, c, &h->links[i].seen[l][c]) != 0)
+          h->links[i].seen[l][c] = 0;
+    }
+  if (!any) { /* a GPU without NVLink (PCIe only): nothing to watch */
+    free(h->links);
+    h->links = NULL;
+  }
+}
+
+/* "3" or "3, 5": the links set in mask */
+static void link_list(uint32_t mask, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (unsigned l = 0; l < NVLINK_MAX_LINKS && at < len; l++)
+    if (mask >> l & 1)
+      at += (size_t)snprintf(buf + at, len - at, "%s%u", at ? ", " : "", l);
+}
+
+/* the links of device i active at the start that are not now */
+static uint32_t links_down(colo_health_t *h, size_t i) {
+  uint32_t down = 0;
+  for (unsigned l = 0; h->links && l < NVLINK_MAX_LINKS; l++) {
+    int active = 0;
+    if (h->links[i].up >> l & 1 && (h->link_state(h->dev[i], l, &active) != 0 || !active))
+      down |= 1u << l;
+  }
+  return down;
+}
+
+/* Takes device i's new NVLink replays and recoveries into its window; 1 while the window holds
+ * errors no older than NVLINK_ERROR_WINDOW_MS, with what it holds in why (the same words from
+ * beat to beat until more come, so colod logs a change only). */
+static int links_erring(colo_health_t *h, size_t i, char *why, size_t len) {
+  nvlinks_t *k = &h->links[i];
+  uint64_t now = mono_ms();
+  for (unsigned l = 0; l < NVLINK_MAX_LINKS; l++) {
+    if (!(k->up >> l & 1))
+      continue;
+    for (int c = 0; c < 2; c++) {
+      unsigned long long v;
+      if (h->link_errors(h->dev[i], l, c, &v) != 0)
+        continue;
+      if (v <= k->seen[l][c]) {
+        k->seen[l][c] = v; /* none new, or a counter the driver reset, counting again */
+        continue;
+      }
+      if (!k->last_ms || now - k->last_ms > NVLINK_ERROR_WINDOW_MS) {
+        k->replays = k->recoveries = 0; /* a new window */
+        k->erring = 0;
+        k->since_ms = now;
+      }
+      *(c == NVLINK_ERROR_REPLAY ? &k->replays : &k->recoveries) += v - k->seen[l][c];
+      k->seen[l][c] = v;
+      k->erring |= 1u << l;
+      k->last_ms = now;
+    }
+  }
+  if (!k->last_ms || now - k->last_ms > NVLINK_ERROR_WINDOW_MS)
+    return 0;
+  char links[64];
+  link_list(k->erring, links, sizeof links);
+  snprintf(why, len,
+           "NVLink errors: %llu replay%s, %llu recover%s on link%s %s, the newest under a "
+           "minute ago",
+           k->replays, k->replays == 1 ? "" : "s", k->recoveries, k->recoveries == 1 ? "y" : "ies",
+           k->erring & (k->erring - 1) ? "s" : "", links);
+  return 1;
 }
 
 colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs) {
@@ -181,6 +289,7 @@ colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs
     if (handle(devs->dev[i].index, &h->dev[h->n]) == 0)
       h->index[h->n++] = devs->dev[i].index;
   open_events(h);
+  open_links(h);
   return h;
 }
 
@@ -207,6 +316,7 @@ size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap
     size_t len = sizeof out[n].reason;
     unsigned long long errors = 0;
     unsigned corr = 0, unc = 0, pending = 0, failed = 0;
+    uint32_t down;
     nvml_return_t rc =
         h->ecc(h->dev[i], NVML_MEMORY_ERROR_TYPE_UNCORRECTED, NVML_VOLATILE_ECC, &errors);
     if (rc == NVML_ERROR_GPU_IS_LOST)
@@ -221,7 +331,12 @@ size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap
     else if (rc == 0 && errors)
       snprintf(why, len, "%llu uncorrected ECC error%s since the driver loaded", errors,
                errors == 1 ? "" : "s");
-    else
+    else if ((down = links_down(h, i)) != 0) {
+      char links[64];
+      link_list(down, links, sizeof links);
+      snprintf(why, len, "NVLink%s %s down (up when the worker started)",
+               down & (down - 1) ? "s" : "", links);
+    } else
       continue; /* healthy, or nothing to ask (NVML_ERROR_NOT_SUPPORTED) */
     out[n++].index = h->index[i];
   }
@@ -240,19 +355,22 @@ static const struct {
 };
 
 size_t colo_health_slowed(colo_health_t *h, colo_device_health_t *out, size_t cap) {
-  if (!h || !h->clocks)
+  if (!h || (!h->clocks && !h->links))
     return 0;
   size_t n = 0;
   for (size_t i = 0; i < h->n && n < cap; i++) {
     unsigned long long reasons = 0;
-    if (h->clocks(h->dev[i], &reasons) != 0)
-      continue; /* cannot tell: not slowed */
     char *why = out[n].reason;
     size_t len = sizeof out[n].reason, at = 0;
+    if (h->clocks && h->clocks(h->dev[i], &reasons) != 0)
+      reasons = 0; /* cannot tell: not slowed */
     for (size_t k = 0; k < sizeof SLOWDOWNS / sizeof SLOWDOWNS[0]; k++)
       if ((reasons & SLOWDOWNS[k].bit) && at < len)
         at += (size_t)snprintf(why + at, len - at, "%s%s",
                                at ? ", " : "clocks lowered: ", SLOWDOWNS[k].what);
+    char links[160];
+    if (h->links && links_erring(h, i, links, sizeof links) && at < len)
+      at += (size_t)snprintf(why + at, len - at, "%s%s", at ? "; " : "", links);
     if (at)
       out[n++].index = h->index[i];
   }
@@ -264,6 +382,7 @@ void colo_health_close(colo_health_t *h) {
     return;
   if (h->events)
     h->event_free(h->events);
+  free(h->links);
   h->shutdown();
   dlclose(h->lib);
   free(h);

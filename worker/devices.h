@@ -24,7 +24,7 @@ typedef struct {
 typedef struct colo_health_s colo_health_t;
 typedef struct {
   uint32_t index;
-  char reason[96];
+  char reason[160];
 } colo_device_health_t;
 
 /* NVML opened for the GPUs in devs; NULL where they are CPU slots or NVML cannot be loaded. */
@@ -34,15 +34,20 @@ colo_health_t *colo_health_open(const char *nvml_lib, const colo_devices_t *devs
  *   - a hardware XID event since the worker started (ECC, NVLink, GSP, off the bus; a program's
  *     own faults are not counted);
  *   - row remapping failed, or one is pending (the GPU needs service, or a reset);
- *   - uncorrected ECC errors since the driver loaded.
+ *   - uncorrected ECC errors since the driver loaded;
+ *   - an NVLink that was up when the worker started is down (NCCL's rings over it fail or fall
+ *     back to PCIe).
  * What NVML cannot tell (no ECC, no row remapping, no events) counts as fit. Returns how many, up
  * to cap. */
 size_t colo_health_check(colo_health_t *h, colo_device_health_t *out, size_t cap);
-/* The GPUs whose clocks NVML says are lowered now for a reason that slows a job: a thermal
- * slowdown (hardware or software), a hardware slowdown, or a power brake
- * (nvmlDeviceGetCurrentClocksEventReasons; not the software power cap, which any busy GPU
- * meets, nor idling or application clocks). reason names each, "clocks lowered: thermal
- * slowdown (hardware), power brake". Returns how many, up to cap; 0 where NVML cannot tell. */
+/* The GPUs that run slower now: with clocks NVML says are lowered for a reason that slows a job
+ * (a thermal slowdown, hardware or software, a hardware slowdown, or a power brake:
+ * nvmlDeviceGetCurrentClocksEventReasons; not the software power cap, which any busy GPU meets,
+ * nor idling or application clocks), or whose NVLinks resent data (DL replays) or retrained
+ * (DL recoveries) within the last minute (nvmlDeviceGetNvLinkErrorCounter). reason names each,
+ * "clocks lowered: thermal slowdown (hardware), power brake; NVLink errors: 12 replays, 1
+ * recovery on link 2, the newest under a minute ago". Returns how many, up to cap; 0 where
+ * NVML cannot tell. */
 size_t colo_health_slowed(colo_health_t *h, colo_device_health_t *out, size_t cap);
 void colo_health_close(colo_health_t *h);
 

@@ -164,3 +164,38 @@ int nvmlDeviceGetCurrentClocksEventReasons(nvml_device_t d, unsigned long long *
   fclose(f);
   return 0;
 }
+
+/* NVLinks: "INDEX LINK ACTIVE REPLAYS RECOVERIES" lines in $FAKE_NVML_NVLINK_FILE, read at every
+ * call; a link not listed does not exist (NVML_ERROR_INVALID_ARGUMENT, 2), and without the file
+ * no GPU has NVLink (NVML_ERROR_NOT_SUPPORTED, 3) */
+static int nvlink(nvml_device_t d, unsigned link, int *active, unsigned long long counts[2]) {
+  const char *path = getenv("FAKE_NVML_NVLINK_FILE");
+  FILE *f = path ? fopen(path, "r") : NULL;
+  if (!f)
+    return 3;
+  int index, on, found = 0;
+  unsigned l;
+  unsigned long long replays, recoveries;
+  while (fscanf(f, "%d %u %d %llu %llu", &index, &l, &on, &replays, &recoveries) == 5)
+    if (index == d->index && l == link) {
+      *active = on;
+      counts[0] = replays;
+      counts[1] = recoveries;
+      found = 1;
+    }
+  fclose(f);
+  return found ? 0 : 2;
+}
+int nvmlDeviceGetNvLinkState(nvml_device_t d, unsigned link, int *active) {
+  unsigned long long counts[2];
+  return lost(d) ? 15 : nvlink(d, link, active, counts);
+}
+int nvmlDeviceGetNvLinkErrorCounter(nvml_device_t d, unsigned link, int counter,
+                                    unsigned long long *value) {
+  int active;
+  unsigned long long counts[2];
+  int rc = lost(d) ? 15 : nvlink(d, link, &active, counts);
+  if (rc == 0 && counter >= 0 && counter < 2)
+    *value = counts[counter];
+  return rc ? rc : counter >= 0 && counter < 2 ? 0 : 3;
+}

@@ -135,9 +135,11 @@ mkdir -p "$TMP/gdata" "$TMP/gckpt"
 "$COLO_BIN/colo-train" prepare --input "$TEXT" --out "$TMP/gdata/ts" >/dev/null
 # two threads a rank: on fewer than 4 cores, more than the cores (see the ranks' environment below)
 printf 'nvml_library: %s\ndevices: gpu\nrank_threads: 2\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
+# two NVLinks a GPU, up, without errors, as the worker starts
+printf '0 0 1 0 0\n0 1 1 0 0\n1 0 1 0 0\n1 1 1 0 0\n' >"$TMP/nvlink"
 COLO_CUDA_EMULATE=1 FAKE_NVML_ECC_FILE="$TMP/ecc" FAKE_NVML_XID_FILE="$TMP/xid" \
   FAKE_NVML_REMAP_FILE="$TMP/remap" FAKE_NVML_LOST_FILE="$TMP/lost" \
-  FAKE_NVML_CLOCKS_FILE="$TMP/clocks" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
+  FAKE_NVML_CLOCKS_FILE="$TMP/clocks" FAKE_NVML_NVLINK_FILE="$TMP/nvlink" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
   --run-dir "$TMP/run-g" --data-root "$TMP/gdata" --checkpoint-root "$TMP/gckpt" \
   --nvme-root "$TMP/gnvme" --colo-train "$COLO_BIN/colo-train" >>"$TMP/gpu.log" 2>&1 &
 GPID=$!
@@ -257,6 +259,20 @@ for _ in $(seq 1 50); do
   sleep 0.1
 done
 [[ "$("$COLOCTL" hosts)" != *slowed* ]] || fail "g1 still slowed once its clocks were back"
+# NVLink: GPU 1's link 0 resends and retrains (replays and recoveries counted since the last
+# beat): it is slowed while such errors are under a minute old, and keeps its rank
+printf '0 0 1 0 0\n0 1 1 0 0\n1 0 1 12 1\n1 1 1 0 0\n' >"$TMP/nvlink"
+health_says "g1: device 1 slowed (NVLink errors: 12 replays, 1 recovery on link 0, the newest under a minute ago)"
+expect_eq "$(gstate_of "$TJ")" "running"
+# GPU 0's link 1 goes down: no new ranks there, until it is up again
+printf '0 0 1 0 0\n0 1 0 0 0\n1 0 1 12 1\n1 1 1 0 0\n' >"$TMP/nvlink"
+health_says "g1: device 0 unhealthy (NVLink 1 down (up when the worker started)): no new ranks go there"
+printf '0 0 1 0 0\n0 1 1 0 0\n1 0 1 12 1\n1 1 1 0 0\n' >"$TMP/nvlink"
+for _ in $(seq 1 50); do
+  grep -q unhealthy <<<"$("$COLOCTL" hosts)" || break
+  sleep 0.1
+done
+[[ "$("$COLOCTL" hosts)" != *unhealthy* ]] || fail "g1 still unhealthy once its NVLink was up"
 # XID events: 13 is a program's fault, not the GPU's, and is not counted; 79 is (fallen off the
 # bus), and stays counted until the worker restarts. The rank on GPU 1 then dies, as the driver's
 # ranks do at such an error: the attempt's end names the device and what its worker said.
