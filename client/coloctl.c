@@ -62,6 +62,11 @@ static void usage(FILE *out) {
       "  list [--state S]... [--limit N] [--name PREFIX] [--owner O] [--account A]\n"
       "                                       jobs, oldest first; --name: those whose name\n"
       "                                       starts with PREFIX (a pipeline's: NAME.)\n"
+      "  queue [--owner O] [--account A]      the jobs waiting to be placed, in the order colod\n"
+      "                                       offers them room: each one's place, when it\n"
+      "                                       starts (within: a bound from the time limits of\n"
+      "                                       the jobs before it; about: an estimate from their\n"
+      "                                       progress) and why it waits\n"
       "  cancel JOB... [--reason TEXT]        cancel jobs (a sweep's, say)\n"
       "  cancel --name PREFIX [--owner O] [--account A] [--reason TEXT]\n"
       "                                       cancel every unfinished job so named (a\n"
@@ -1038,6 +1043,112 @@ static int cmd_status(ctl_t *c, int argc, char **argv) {
     sleep_ms(interval);
   }
   return rc;
+}
+
+/* ---- queue ---- */
+
+/* in line first, by place; then the rest waiting (held, after other jobs, in back-off), by id */
+static int queue_order(const void *a, const void *b) {
+  const Colo__V1__Job *x = *(Colo__V1__Job *const *)a, *y = *(Colo__V1__Job *const *)b;
+  uint32_t px = x->has_queue_position ? x->queue_position : UINT32_MAX;
+  uint32_t py = y->has_queue_position ? y->queue_position : UINT32_MAX;
+  if (px != py)
+    return px < py ? -1 : 1;
+  return x->id < y->id ? -1 : x->id > y->id;
+}
+
+/* When a waiting job starts: "within 1h05m" (a bound), "about 12m" (an estimate), "not known"
+ * (it holds room, whose start nothing bounds yet), or "-" (it holds none). */
+static void fmt_start(const Colo__V1__Job *j, int64_t now, char *buf, size_t n) {
+  int64_t at = j->has_starts_by_ms ? j->starts_by_ms : j->expected_start_ms;
+  if (!j->holds_room) {
+    snprintf(buf, n, "-");
+  } else if (!j->has_starts_by_ms && !j->has_expected_start_ms) {
+    snprintf(buf, n, "not known");
+  } else if (at <= now) {
+    snprintf(buf, n, "now");
+  } else {
+    char age[32];
+    fmt_age(at - now, age, sizeof age);
+    snprintf(buf, n, "%s %s", j->has_starts_by_ms ? "within" : "about", age);
+  }
+}
+
+static int cmd_queue(ctl_t *c, int argc, char **argv) {
+  const char *owner = NULL, *account = NULL;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--owner") && i + 1 < argc)
+      owner = argv[++i];
+    else if (!strcmp(argv[i], "--account") && i + 1 < argc)
+      account = argv[++i];
+    else
+      return usage_error("queue: unexpected argument '%s'", argv[i]);
+  }
+  int rc = connect_ctl(c);
+  if (rc)
+    return rc;
+  static const Colo__V1__JobState waiting[] = {COLO__V1__JOB_STATE__JOB_STATE_PENDING,
+                                               COLO__V1__JOB_STATE__JOB_STATE_RESTARTING};
+  pages_t p;
+  rc = fetch_jobs(c, waiting, 2, NULL, owner, account, 100000, &p);
+  size_t n = 0;
+  for (size_t i = 0; i < p.n; i++)
+    n += p.pages[i]->n_jobs;
+  Colo__V1__Job **v = calloc(n ? n : 1, sizeof *v);
+  if (rc == 0 && !v) {
+    fprintf(stderr, "coloctl: out of memory\n");
+    rc = EXIT_FAIL;
+  }
+  if (rc) {
+    free(v);
+    free_pages(&p);
+    return rc;
+  }
+  n = 0;
+  for (size_t i = 0; i < p.n; i++)
+    for (size_t k = 0; k < p.pages[i]->n_jobs; k++)
+      v[n++] = p.pages[i]->jobs[k];
+  qsort(v, n, sizeof *v, queue_order);
+  if (c->json) {
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; i < n; i++)
+      cJSON_AddItemToArray(arr, colo_pb_to_json(&v[i]->base));
+    char *out = cJSON_PrintUnformatted(arr);
+    printf("%s\n", out);
+    cJSON_free(out);
+    cJSON_Delete(arr);
+  } else {
+    static const char *const headers[] = {"POS",  "ID",    "NAME",    "OWNER", "WORLD",
+                                          "PRIO", "START", "WAITING", NULL};
+    table_t *t = table_new(headers);
+    int64_t now = now_ms();
+    size_t in_line = 0;
+    for (size_t i = 0; i < n; i++) {
+      const Colo__V1__Job *j = v[i];
+      char pos[16] = "-", start[48], id[24], world[24], prio[16];
+      if (j->has_queue_position) {
+        snprintf(pos, sizeof pos, "%u", j->queue_position);
+        in_line++;
+      }
+      fmt_start(j, now, start, sizeof start);
+      const char *why = j->waiting && j->waiting[0] ? j->waiting
+                        : j->held                   ? "held (coloctl release)"
+                        : j->message                ? j->message
+                                                    : "";
+      snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
+      snprintf(world, sizeof world, "%llu", world_of(j));
+      snprintf(prio, sizeof prio, "%d", j->spec ? j->spec->priority : 0);
+      table_row(t, pos, id, j->name ? j->name : "", j->owner && j->owner[0] ? j->owner : "-", world,
+                prio, start, why);
+    }
+    table_print(t, stdout);
+    table_free(t);
+    printf("%zu in line, %zu more waiting (held, after other jobs, or in a restart's back-off)\n",
+           in_line, n - in_line);
+  }
+  free(v);
+  free_pages(&p);
+  return 0;
 }
 
 /* ---- cancel / resume ---- */
@@ -2167,6 +2278,7 @@ int main(int argc, char **argv) {
   } cmds[] = {{"submit", cmd_submit},
               {"status", cmd_status},
               {"list", cmd_list},
+              {"queue", cmd_queue},
               {"cancel", cmd_cancel},
               {"delete", cmd_delete},
               {"resume", cmd_resume},

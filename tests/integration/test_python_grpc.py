@@ -839,6 +839,18 @@ class TimeLimitTest(WithColod):
         # x holds room itself: tb is w2's for ever, ta is free once w1's hour there ends
         self.assertIn("; its room is held on ta (0 free devices there now)", self.job(x).waiting)
         self.assertEqual(self.job(x).starts_by_ms, self.job(a).attempt_started_ms + 4200000)
+        # coloctl queue: the line in order, each start's bound
+        out = subprocess.run([os.path.join(BIN, "coloctl"), "--server", self.target, "queue"],
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+        self.assertEqual(out[0].split(), ["POS", "ID", "NAME", "OWNER", "WORLD", "PRIO", "START",
+                                          "WAITING"])
+        for line, (pos, job, name, world, within) in zip(out[1:4], (
+                (1, w1, "w1", 2, r"\d+m\d\ds"), (2, w2, "w2", 2, r"\d+m\d\ds"),
+                (3, x, "x", 1, r"1h\d\dm"))):
+            self.assertRegex(line, r"^%d +%d +%s +- +%d +0 +within %s +no room: " %
+                             (pos, job, name, world, within))
+        self.assertEqual(out[4], "3 in line, 0 more waiting (held, after other jobs, or in a "
+                                 "restart's back-off)")
         for j in (a, b, w1, w2, x, y):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
