@@ -90,11 +90,14 @@ static void usage(FILE *out) {
       "  events JOB [--last N]                its history: each state change and each change\n"
       "                                       made to it (hold, priority), oldest first\n"
       "  hosts                                hosts and their devices\n"
-      "  cordon HOST [--reason TEXT] [--evict]\n"
+      "  cordon HOST [--reason TEXT] [--evict] [--at TIME]\n"
       "                                       place no new ranks on a host, across restarts\n"
       "                                       too; those running stay, or with --evict stop\n"
       "                                       at a step with a checkpoint and their jobs\n"
-      "                                       restart elsewhere (not counted as restarts)\n"
+      "                                       restart elsewhere (not counted as restarts);\n"
+      "                                       --at: a maintenance from TIME (2h from now, a\n"
+      "                                       UTC 2026-11-25T02:00:00Z): until then it takes\n"
+      "                                       only jobs whose time limits end by then\n"
       "  uncordon HOST                        place ranks there again\n"
       "  logs JOB [--rank N] [--attempt A] [--tail BYTES] [-f]\n"
       "                                       a rank's output (default rank 0, the newest\n"
@@ -1552,6 +1555,39 @@ static void print_devices(const char *host, const uint32_t *idx, size_t n, const
   printf(" %s (%s%s): %s\n", state, n > 1 ? "the first: " : "", reason ? reason : "", what);
 }
 
+/* "7d", "12h", "30m" before now (ahead: after it); "2026-11-01" or "2026-11-01T12:00:00Z"
+ * (UTC); or Unix ms */
+static int parse_when(const char *s, int64_t now, int ahead, int64_t *out) {
+  char *end;
+  long long v = strtoll(s, &end, 10);
+  if (end != s && v >= 0 && !end[1] && strchr("dhm", end[0]) && end[0]) {
+    int64_t unit = end[0] == 'd' ? 86400000 : end[0] == 'h' ? 3600000 : 60000;
+    if (v > now / unit)
+      return -1;
+    *out = ahead ? now + v * unit : now - v * unit;
+    return 0;
+  }
+  if (end != s && !*end && v >= 0 && strlen(s) > 8) { /* Unix ms, not a short number */
+    *out = v;
+    return 0;
+  }
+  struct tm tm = {0};
+  const char *rest = strptime(s, "%Y-%m-%d", &tm);
+  if (rest && *rest == 'T')
+    rest = strptime(rest, "T%H:%M:%SZ", &tm);
+  if (!rest || *rest)
+    return -1;
+  *out = (int64_t)timegm(&tm) * 1000;
+  return 0;
+}
+
+static void fmt_utc_ms(int64_t ms, char *buf, size_t n) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(buf, n, "%Y-%m-%d %H:%M UTC", &tm);
+}
+
 static int cmd_hosts(ctl_t *c, int argc, char **argv) {
   (void)argv;
   if (argc)
@@ -1610,11 +1646,20 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
     }
     table_print(t, stdout);
     table_free(t);
-    for (size_t i = 0; i < resp->n_hosts; i++) /* the operators' reasons, under the table */
-      if (resp->hosts[i]->cordoned)
-        printf("%s is cordoned%s%s\n", resp->hosts[i]->name,
-               resp->hosts[i]->cordon_reason && resp->hosts[i]->cordon_reason[0] ? ": " : "",
-               resp->hosts[i]->cordon_reason ? resp->hosts[i]->cordon_reason : "");
+    for (size_t i = 0; i < resp->n_hosts; i++) { /* the operators' reasons, under the table */
+      const Colo__V1__Host *h = resp->hosts[i];
+      const char *why = h->cordon_reason ? h->cordon_reason : "";
+      char when[32];
+      if (h->cordoned) {
+        printf("%s is cordoned%s%s\n", h->name, why[0] ? ": " : "", why);
+      } else if (h->has_cordon_at_ms) {
+        fmt_utc_ms(h->cordon_at_ms, when, sizeof when);
+        printf("%s is to be cordoned at %s%s%s%s; until then it takes only jobs whose time "
+               "limits end by then\n",
+               h->name, when, h->cordon_evict ? ", its running jobs stopped" : "",
+               why[0] ? ": " : "", why);
+      }
+    }
     for (size_t i = 0; i < resp->n_hosts; i++) {
       const Colo__V1__Host *h = resp->hosts[i];
       print_devices(h->name, h->unhealthy_devices, h->n_unhealthy_devices, "unhealthy",
@@ -1635,16 +1680,22 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
   return 0;
 }
 
-/* cordon HOST [--reason TEXT] [--evict] and uncordon HOST */
+/* cordon HOST [--reason TEXT] [--evict] [--at TIME] and uncordon HOST */
 static int cordon(ctl_t *c, int argc, char **argv, int on) {
   const char *what = on ? "cordon" : "uncordon", *name = NULL, *reason = NULL;
   int evict = 0;
+  int64_t at = 0;
   for (int i = 0; i < argc; i++) {
     if (on && !strcmp(argv[i], "--reason") && i + 1 < argc)
       reason = argv[++i];
     else if (on && !strcmp(argv[i], "--evict"))
       evict = 1;
-    else if (!name && argv[i][0] != '-')
+    else if (on && !strcmp(argv[i], "--at") && i + 1 < argc) {
+      if (parse_when(argv[++i], now_ms(), 1, &at) < 0)
+        return usage_error("cordon: --at takes 30m, 12h, 2d (from now), a UTC date and time "
+                           "(2026-11-25T02:00:00Z) or Unix ms, not '%s'",
+                           argv[i]);
+    } else if (!name && argv[i][0] != '-')
       name = argv[i];
     else
       return usage_error("%s: unexpected argument '%s'", what, argv[i]);
@@ -1661,6 +1712,8 @@ static int cordon(ctl_t *c, int argc, char **argv, int on) {
   req.reason = (char *)reason;
   req.has_evict = evict;
   req.evict = evict != 0;
+  req.has_at_ms = at != 0;
+  req.at_ms = at;
   Colo__V1__CordonHostResponse *resp = NULL;
   rc = call(c, "CordonHost", &req.base, &colo__v1__cordon_host_response__descriptor,
             (ProtobufCMessage **)&resp);
@@ -1670,6 +1723,12 @@ static int cordon(ctl_t *c, int argc, char **argv, int on) {
     print_json(&resp->base);
   } else if (c->json) {
     print_json(&resp->host->base);
+  } else if (at) {
+    char when[32];
+    fmt_utc_ms(at, when, sizeof when);
+    printf("host %s to be cordoned at %s%s; until then it takes only jobs whose time limits "
+           "end by then\n",
+           name, when, evict ? ", its running jobs then stopped to restart elsewhere" : "");
   } else if (evict) {
     printf("host %s cordoned: no new ranks go there; %zu job%s stopping to restart elsewhere", name,
            resp->n_evicted_jobs, resp->n_evicted_jobs == 1 ? "" : "s");
@@ -1936,38 +1995,6 @@ static int cmd_checkpoint(ctl_t *c, int argc, char **argv) {
 
 /* ---- usage ---- */
 
-/* "7d", "12h", "30m" before now; "2026-11-01" or "2026-11-01T12:00:00Z" (UTC); or Unix ms */
-static int parse_when(const char *s, int64_t now, int64_t *out) {
-  char *end;
-  long long v = strtoll(s, &end, 10);
-  if (end != s && v >= 0 && !end[1] && strchr("dhm", end[0]) && end[0]) {
-    int64_t unit = end[0] == 'd' ? 86400000 : end[0] == 'h' ? 3600000 : 60000;
-    if (v > now / unit)
-      return -1;
-    *out = now - v * unit;
-    return 0;
-  }
-  if (end != s && !*end && v >= 0 && strlen(s) > 8) { /* Unix ms, not a short number */
-    *out = v;
-    return 0;
-  }
-  struct tm tm = {0};
-  const char *rest = strptime(s, "%Y-%m-%d", &tm);
-  if (rest && *rest == 'T')
-    rest = strptime(rest, "T%H:%M:%SZ", &tm);
-  if (!rest || *rest)
-    return -1;
-  *out = (int64_t)timegm(&tm) * 1000;
-  return 0;
-}
-
-static void fmt_utc_ms(int64_t ms, char *buf, size_t n) {
-  time_t t = (time_t)(ms / 1000);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  strftime(buf, n, "%Y-%m-%d %H:%M UTC", &tm);
-}
-
 static int cmd_usage(ctl_t *c, int argc, char **argv) {
   Colo__V1__GetUsageRequest req = COLO__V1__GET_USAGE_REQUEST__INIT;
   int64_t now = now_ms();
@@ -1975,7 +2002,7 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
     const char *v = i + 1 < argc ? argv[i + 1] : NULL;
     if ((!strcmp(argv[i], "--since") || !strcmp(argv[i], "--until")) && v) {
       int64_t t;
-      if (parse_when(v, now, &t) < 0)
+      if (parse_when(v, now, 0, &t) < 0)
         return usage_error("usage: %s takes 7d, 12h, 30m, a UTC date (2026-11-01 or "
                            "2026-11-01T12:00:00Z) or Unix ms, not '%s'",
                            argv[i], v);

@@ -1045,6 +1045,8 @@ static int load_host_cb(const colo_host_t *h, void *data) {
   l->session = h->session;
   l->state = h->state;
   l->cordoned = h->cordoned;
+  l->cordon_at_ms = h->cordon_at_ms;
+  l->cordon_evict = h->cordon_evict;
   l->last_seen_ms = h->last_seen_ms;
   l->last_seen_mono_ms = colod_mono_ms(d); /* a restarted colod gives every host a full timeout */
   return 0;
@@ -1151,6 +1153,8 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
     l->session = h.session;
     l->state = COLO_HOST_UP;
     l->cordoned = h.cordoned;
+    l->cordon_at_ms = h.cordon_at_ms;
+    l->cordon_evict = h.cordon_evict;
     l->stopping = 0; /* a worker that registers is not shutting down */
     l->last_seen_ms = h.last_seen_ms;
     l->last_seen_mono_ms = colod_mono_ms(d);
@@ -1307,7 +1311,10 @@ static int hosts_cb(const colo_host_t *h, void *data) {
   m->devices_used = colod_jobs_devices_used(a->d, h->id);
   m->has_cordoned = 1;
   m->cordoned = h->cordoned != 0;
-  m->cordon_reason = h->cordoned ? strdup(h->cordon_reason) : NULL;
+  m->cordon_reason = h->cordoned || h->cordon_at_ms ? strdup(h->cordon_reason) : NULL;
+  m->has_cordon_at_ms = m->has_cordon_evict = h->cordon_at_ms != 0;
+  m->cordon_at_ms = h->cordon_at_ms;
+  m->cordon_evict = h->cordon_evict != 0;
   m->has_watching = 1;
   m->watching = l && l->push;
   if (l && l->state == COLO_HOST_UP) {
@@ -1375,6 +1382,9 @@ static void h_hosts(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data
   hosts_acc_free(&a);
 }
 
+/* the furthest ahead a cordon to come may be set (a year and a day) */
+#define MAX_CORDON_AHEAD_MS (366ll * 86400000)
+
 /* An operator's cordon or uncordon, by host name: stored first, then the scheduler's view. */
 static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *data) {
   colod_t *d = data;
@@ -1398,12 +1408,24 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
                   "evict needs cordon: an uncordoned host would take the ranks back");
     return;
   }
+  int64_t at = req->has_at_ms ? req->at_ms : 0, now = colod_now_ms();
+  if (req->has_at_ms && !cordon) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "at_ms needs cordon: an uncordon takes effect at once");
+    return;
+  }
+  if (req->has_at_ms && (at <= now || at - now > MAX_CORDON_AHEAD_MS)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  at <= now ? "at_ms is not in the future: leave it out to cordon now"
+                            : "at_ms is more than a year ahead");
+    return;
+  }
   colo_host_t h;
   int rc = colo_store_host_by_name(d->store, req->name, &h);
   if (rc == 0) {
     uint64_t id = h.id;
     colo_host_clear(&h);
-    rc = colo_store_host_cordon(d->store, id, cordon, req->reason);
+    rc = colo_store_host_cordon(d->store, id, cordon && !at, req->reason, at, evict);
     if (rc == 0)
       rc = colo_store_host_get(d->store, id, &h);
   }
@@ -1412,15 +1434,26 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   colod_host_live_t *l = colod_host_live(d, h.id);
-  if (l)
-    l->cordoned = cordon;
-  colo_log(COLO_LOG_INFO, "api", "host %s %s%s%s", h.name, cordon ? "cordoned" : "uncordoned",
-           cordon && h.cordon_reason[0] ? ": " : "", cordon ? h.cordon_reason : "");
-  if (!cordon)
-    colod_jobs_kick(d); /* a waiting job may fit now */
+  if (l) {
+    l->cordoned = h.cordoned;
+    l->cordon_at_ms = h.cordon_at_ms;
+    l->cordon_evict = h.cordon_evict;
+  }
+  if (at) {
+    char when[32];
+    colod_fmt_utc(at, when, sizeof when);
+    colo_log(COLO_LOG_INFO, "api", "host %s to be cordoned at %s%s%s%s", h.name, when,
+             evict ? ", its jobs stopped then" : "", h.cordon_reason[0] ? ": " : "",
+             h.cordon_reason);
+  } else {
+    colo_log(COLO_LOG_INFO, "api", "host %s %s%s%s", h.name, cordon ? "cordoned" : "uncordoned",
+             cordon && h.cordon_reason[0] ? ": " : "", cordon ? h.cordon_reason : "");
+  }
+  if (!cordon || at)
+    colod_jobs_kick(d); /* a waiting job may fit now, or the room to come has changed */
   uint64_t evicted[64]; /* all are stopped; the reply names the first 64 */
   size_t n_all = 0;
-  if (evict && colod_jobs_evict(d, h.id, evicted, 64, &n_all) < 0) {
+  if (evict && !at && colod_jobs_evict(d, h.id, evicted, 64, &n_all) < 0) {
     colo_host_clear(&h);
     colo_rpc_fail(call, GRPC_STATUS_INTERNAL,
                   "coordinator storage error: the host is cordoned, but not every job on it could "
@@ -1428,7 +1461,7 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   size_t n_evicted = n_all < 64 ? n_all : 64;
-  if (evict)
+  if (evict && !at)
     colo_log(COLO_LOG_INFO, "api", "host %s evicted: %zu running job%s stopping", h.name, n_all,
              n_all == 1 ? "" : "s");
   hosts_acc_t a = {.d = d};
@@ -1444,6 +1477,42 @@ static void h_cordon(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     colo_rpc_reply(call, &r.base);
   }
   hosts_acc_free(&a);
+}
+
+void colod_hosts_cordons_due(colod_t *d) {
+  int64_t now = colod_now_ms();
+  for (size_t i = 0; i < d->n_hosts; i++) {
+    colod_host_live_t *l = &d->hosts[i];
+    if (!l->cordon_at_ms || now < l->cordon_at_ms)
+      continue;
+    colo_host_t h;
+    int rc = colo_store_host_get(d->store, l->id, &h);
+    if (rc == 0) {
+      rc = colo_store_host_cordon(d->store, l->id, 1, h.cordon_reason, 0, 0);
+      colo_host_clear(&h);
+    }
+    if (rc < 0) { /* tried again at the next tick */
+      colo_log(COLO_LOG_ERROR, "hosts", "host %s: cannot store its cordon: %s", l->name,
+               colo_store_errmsg(d->store));
+      continue;
+    }
+    int evict = l->cordon_evict;
+    l->cordoned = 1;
+    l->cordon_at_ms = 0;
+    l->cordon_evict = 0;
+    uint64_t ids[1];
+    size_t n = 0;
+    if (evict && colod_jobs_evict(d, l->id, ids, 1, &n) < 0)
+      colo_log(COLO_LOG_ERROR, "hosts",
+               "host %s: not every job on it could be marked for "
+               "eviction: %s",
+               l->name, colo_store_errmsg(d->store));
+    colo_log(COLO_LOG_INFO, "hosts", "host %s cordoned, as planned%s", l->name,
+             evict ? "; its running jobs stopping" : "");
+    if (evict)
+      colo_log(COLO_LOG_INFO, "hosts", "host %s evicted: %zu running job%s stopping", l->name, n,
+               n == 1 ? "" : "s");
+  }
 }
 
 static void count_held(const colod_job_view_t *j, void *data) {

@@ -49,6 +49,8 @@ typedef struct {
   uint32_t draining;     /* ranks of ended attempts still running there (last heartbeat) */
   uint64_t memory_bytes; /* host memory it registered with; 0: not said */
   int cordoned;          /* an operator's CordonHost: no new ranks here */
+  int64_t cordon_at_ms;  /* a cordon to come (a maintenance), Unix ms; 0: none */
+  int cordon_evict;      /* and its running jobs stopped then */
   int stopping;          /* its worker said it is shutting down: no new ranks until it registers */
   colod_push_t *push;    /* push.c: its worker's WatchHost stream, or NULL */
   colod_devset_t sick;   /* devices its worker reports unfit: no new ranks go there */
@@ -111,7 +113,9 @@ typedef struct colod_s {
   int exit_code;
 } colod_t;
 
-int64_t colod_now_ms(void);         /* wall clock, ms since the epoch */
+int64_t colod_now_ms(void); /* wall clock, ms since the epoch */
+/* Unix ms as "2026-11-23 14:32:10 UTC" */
+void colod_fmt_utc(int64_t ms, char *buf, size_t len);
 uint64_t colod_mono_ms(colod_t *d); /* loop time */
 
 /* api.c */
@@ -125,6 +129,9 @@ void colod_watch_close_all(colod_t *d, const char *why);
 int colod_hosts_load(colod_t *d);
 /* Marks hosts DOWN whose heartbeats stopped for host_timeout. */
 void colod_hosts_check(colod_t *d);
+/* Makes the cordons to come whose time has come (CordonHostRequest.at_ms): cordoned, stored
+ * first, and with evict their running jobs stopped. */
+void colod_hosts_cordons_due(colod_t *d);
 colod_host_live_t *colod_host_live(colod_t *d, uint64_t id);
 /* Sends a progress record to the job's watchers that asked for them. */
 void colod_watch_progress(colod_t *d, uint64_t job_id, int state, const Colo__V1__Progress *p);

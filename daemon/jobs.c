@@ -746,14 +746,6 @@ done:
   return waits;
 }
 
-/* Unix ms as "2026-11-23 14:32:10 UTC" */
-static void fmt_utc(int64_t ms, char *buf, size_t len) {
-  time_t t = (time_t)(ms / 1000);
-  struct tm tm;
-  gmtime_r(&t, &tm);
-  strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm);
-}
-
 /* When a running job will have given its devices back at the latest (Unix ms): the end of its
  * attempt's time limit, or INT64_MAX when it has none. */
 static int64_t end_bound(const colod_job_live_t *j) {
@@ -797,7 +789,7 @@ static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t
     goto done;
   const Colo__V1__ResourceSpec *res = w->spec->resources;
   rc = colo_plan_reserve(p, w->id, idx, nf, w->pp, w->dp, w->tp, res->devices_per_node, rank_mem(w),
-                         (int64_t)res->time_limit_s * 1000, p->n_holds == 0, out);
+                         (int64_t)res->time_limit_s * 1000, p->n_holds == p->n_blocks, out);
   if (rc <= 0)
     goto done;
   const colo_hold_t *h = &p->holds[p->n_holds - 1];
@@ -824,12 +816,12 @@ static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t
                             h->n_free == 1 ? "" : "s");
   if (h->start != INT64_MAX && len < whatlen) {
     char at[32];
-    fmt_utc(h->start, at, sizeof at);
+    colod_fmt_utc(h->start, at, sizeof at);
     snprintf(what + len, whatlen - len,
              "; it starts by %s at the latest, as the time limits of the jobs before it end", at);
   } else if (h->expect != INT64_MAX && len < whatlen) {
     char at[32];
-    fmt_utc(h->expect, at, sizeof at);
+    colod_fmt_utc(h->expect, at, sizeof at);
     snprintf(what + len, whatlen - len,
              "; it should start about %s, as the jobs before it reach their last step at their "
              "speed so far",
@@ -843,21 +835,24 @@ done:
 }
 
 /* For a waiting job's reason: the free devices holds keep from it, and whose. */
-static void held_note(const colo_plan_t *p, const colo_plan_taken_t *t, char *buf, size_t len) {
+static void held_note(colod_t *d, const colo_plan_t *p, const colo_plan_taken_t *t, char *buf,
+                      size_t len) {
   const colo_hold_t *h = &p->holds[t->first];
-  if (t->holders > 1) {
-    snprintf(buf, len, " (%u devices held for job %llu and %u more waiting jobs not counted)",
-             t->devices, (unsigned long long)h->job_id, t->holders - 1);
-    return;
+  char whose[160], at[32] = "";
+  if (h->start != INT64_MAX)
+    colod_fmt_utc(h->start, at, sizeof at);
+  if (!h->job_id) {
+    const colod_host_live_t *hl = colod_host_live(d, p->hosts[h->host].host_id);
+    snprintf(whose, sizeof whose, "the maintenance of %s from %s", hl ? hl->name : "?", at);
+  } else {
+    snprintf(whose, sizeof whose, "job %llu%s%s", (unsigned long long)h->job_id,
+             at[0] && t->holders == 1 ? " until " : "", t->holders == 1 ? at : "");
   }
-  char until[48] = "";
-  if (h->start != INT64_MAX) {
-    char at[32];
-    fmt_utc(h->start, at, sizeof at);
-    snprintf(until, sizeof until, " until %s", at);
-  }
-  snprintf(buf, len, " (%u device%s held for job %llu%s not counted)", t->devices,
-           t->devices == 1 ? "" : "s", (unsigned long long)h->job_id, until);
+  char more[48] = "";
+  if (t->holders > 1)
+    snprintf(more, sizeof more, " and %u more hold%s", t->holders - 1, t->holders > 2 ? "s" : "");
+  snprintf(buf, len, " (%u device%s held for %s%s not counted)", t->devices,
+           t->devices == 1 ? "" : "s", whose, more);
 }
 
 /* Whether a PENDING job still waits for a job in its `after` to succeed (or, with
@@ -1109,6 +1104,12 @@ static void schedule(colod_t *d) {
         colo_plan_claim(&plan, j->place, j->world, rank_mem(j), until, end_estimate(j)) < 0)
       planned = 0;
   }
+  /* hosts to be cordoned (a maintenance): jobs placed there must end by then */
+  for (size_t h = 0; planned && h < n; h++) {
+    colod_host_live_t *hl = colod_host_live(d, hosts[h].host_id);
+    if (hl && hl->cordon_at_ms)
+      colo_plan_block(&plan, h, hl->cordon_at_ms);
+  }
   uint8_t *view = malloc(total ? total : 1);
   colo_sched_host_t *fit = calloc(n ? n : 1, sizeof *fit);
   size_t *idx = calloc(n ? n : 1, sizeof *idx);
@@ -1174,7 +1175,7 @@ static void schedule(colod_t *d) {
       len += (size_t)snprintf(why + len, sizeof why - len, " (%u unhealthy device%s not counted)",
                               ns, ns == 1 ? "" : "s");
     if (rc == 0 && taken.devices && len < sizeof why) {
-      held_note(&plan, &taken, why + len, sizeof why - len);
+      held_note(d, &plan, &taken, why + len, sizeof why - len);
       len = strlen(why);
     }
     if (rc < 0) {
@@ -1182,7 +1183,8 @@ static void schedule(colod_t *d) {
       continue;
     }
     /* preemption only for the first to wait: behind a reservation, jobs hold room in turn */
-    uint32_t waits = nf && !plan.n_holds ? preempt_for(d, j, &running, hosts, n, busy, total) : 0;
+    size_t held_for_jobs = plan.n_holds - plan.n_blocks;
+    uint32_t waits = nf && !held_for_jobs ? preempt_for(d, j, &running, hosts, n, busy, total) : 0;
     if (waits) {
       snprintf(why, sizeof why, "waits for %u stopping job%s to make room", waits,
                waits == 1 ? "" : "s");
@@ -1195,7 +1197,7 @@ static void schedule(colod_t *d) {
       snprintf(why + len, sizeof why - len, "; its room is held on %s", what);
     set_waiting(j, why);
   }
-  d->stats.holds = plan.n_holds;
+  d->stats.holds = (uint32_t)(plan.n_holds - plan.n_blocks);
   colo_plan_free(&plan);
   free(view);
   free(fit);

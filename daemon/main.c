@@ -28,6 +28,13 @@ int64_t colod_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+void colod_fmt_utc(int64_t ms, char *buf, size_t len) {
+  time_t t = (time_t)(ms / 1000);
+  struct tm tm;
+  gmtime_r(&t, &tm);
+  strftime(buf, len, "%Y-%m-%d %H:%M:%S UTC", &tm);
+}
+
 uint64_t colod_mono_ms(colod_t *d) {
   uv_update_time(d->loop);
   return uv_now(d->loop);
@@ -142,6 +149,7 @@ static void on_tick(uv_timer_t *t) {
   }
   if (!d->draining) {
     colod_hosts_check(d);
+    colod_hosts_cordons_due(d);
     colod_jobs_tick(d);
     colod_logs_tick(d);
     colod_rdzv_tick(d);

@@ -26,12 +26,12 @@ int colo_plan_init(colo_plan_t *p, colo_sched_host_t *hosts, size_t n, const uin
   p->held = malloc(t * sizeof *p->held);
   p->unfit = malloc(t);
   p->mem_total = malloc(m * sizeof *p->mem_total);
-  p->holds = calloc(max_holds ? max_holds : 1, sizeof *p->holds);
+  p->holds = calloc(max_holds + m, sizeof *p->holds); /* and a maintenance per host */
   p->copy = calloc(m, sizeof *p->copy);
   p->order = malloc(m * sizeof *p->order);
   p->tb = malloc(t);
   p->hmark = calloc(m, sizeof *p->hmark);
-  p->kmark = calloc(max_holds ? max_holds : 1, 1);
+  p->kmark = calloc(max_holds + m, 1);
   if (!p->free_at || !p->expect_at || !p->hold || !p->host_of || !p->held || !p->unfit ||
       !p->mem_total || !p->holds || !p->copy || !p->order || !p->tb || !p->hmark || !p->kmark) {
     colo_plan_free(p);
@@ -124,6 +124,33 @@ int colo_plan_claim(colo_plan_t *p, const colo_rank_place_t *place, uint32_t wor
     take(p, d, until, expect);
     if (claim_mem(p, h, until, expect, rank_mem) < 0)
       return COLO_ENOMEM;
+  }
+  return 0;
+}
+
+/* device d in hold h (index + 1 k): counted free now, and held by h unless an earlier hold has it
+ */
+static void hold_device(colo_plan_t *p, colo_hold_t *h, uint32_t k, size_t d) {
+  if (!p->busy[d]) {
+    h->n_free++;
+    if (!p->hold[d])
+      p->held[p->n_held++] = d;
+  }
+  if (!p->hold[d])
+    p->hold[d] = k;
+}
+
+int colo_plan_block(colo_plan_t *p, size_t host, int64_t from) {
+  colo_hold_t *h = &p->holds[p->n_holds++];
+  *h = (colo_hold_t){0, (uint32_t)host, from < p->now ? p->now : from, NEVER, 0};
+  p->n_blocks++;
+  uint32_t k = (uint32_t)p->n_holds;
+  size_t off = (size_t)(p->hosts[host].busy - p->busy);
+  for (uint32_t i = 0; i < p->hosts[host].n_devices; i++) {
+    size_t d = off + i;
+    hold_device(p, h, k, d);
+    p->free_at[d] = p->expect_at[d] = NEVER;
+    p->unfit[d] = 1; /* no hold counts on it, even one whose start is not known */
   }
   return 0;
 }
@@ -314,7 +341,7 @@ static int earliest(trial_t *t, const size_t *idx, size_t nf, int64_t *start) {
 int colo_plan_reserve(colo_plan_t *p, uint64_t job_id, const size_t *idx, size_t nf, uint32_t pp,
                       uint32_t dp, uint32_t tp, uint32_t per_node, uint64_t rank_mem,
                       int64_t duration_ms, int unknown_ok, colo_rank_place_t *out) {
-  if (p->n_holds >= p->max_holds || !nf)
+  if (p->n_holds - p->n_blocks >= p->max_holds || !nf)
     return 0;
   for (size_t i = 0; i < nf; i++) {
     const colo_sched_host_t *h = &p->hosts[idx[i]];
@@ -342,7 +369,7 @@ int colo_plan_reserve(colo_plan_t *p, uint64_t job_id, const size_t *idx, size_t
     return 0;
   }
   colo_hold_t *h = &p->holds[p->n_holds++];
-  *h = (colo_hold_t){job_id, start, expect, 0};
+  *h = (colo_hold_t){job_id, UINT32_MAX, start, expect, 0};
   int64_t until = start == NEVER || !duration_ms ? NEVER : start + duration_ms;
   int64_t expect_until = expect == NEVER || !duration_ms ? NEVER : expect + duration_ms;
   uint32_t k = (uint32_t)p->n_holds; /* its index + 1 */
@@ -351,13 +378,7 @@ int colo_plan_reserve(colo_plan_t *p, uint64_t job_id, const size_t *idx, size_t
     size_t d = device_of(p, &out[r], &host);
     if (d == p->total)
       continue;
-    if (!p->busy[d]) {
-      h->n_free++;
-      if (!p->hold[d])
-        p->held[p->n_held++] = d;
-    }
-    if (!p->hold[d])
-      p->hold[d] = k;
+    hold_device(p, h, k, d);
     take(p, d, until, expect_until);
     colo_sched_host_t *sh = &p->hosts[host];
     if (sh->mem_free != UINT64_MAX)

@@ -21,7 +21,8 @@
 #include "sched.h"
 
 typedef struct {
-  uint64_t job_id;
+  uint64_t job_id; /* 0: a host's maintenance (colo_plan_block) */
+  uint32_t host;   /* the maintenance's host, by index in the snapshot */
   int64_t start;   /* when it starts at the latest; INT64_MAX: not known */
   int64_t expect;  /* when it should start, by the estimates; INT64_MAX: not known */
   uint32_t n_free; /* devices of its room free now */
@@ -49,9 +50,10 @@ typedef struct {
   uint64_t *mem_total;       /* n: each host's memory before any job (UINT64_MAX: no limit) */
   colo_plan_claim_t *claims; /* memory claimed on hosts with a limit */
   size_t n_claims, cap_claims;
-  colo_hold_t *holds;
+  colo_hold_t *holds; /* the jobs' and the maintenances' */
   size_t n_holds, max_holds;
-  uint8_t *unfit; /* total: never free (the snapshot's flags at colo_plan_init) */
+  size_t n_blocks; /* of n_holds, maintenances: not counted against max_holds */
+  uint8_t *unfit;  /* total: never free (the snapshot's flags at colo_plan_init) */
   /* scratch */
   colo_sched_host_t *copy;         /* n: the hosts as a trial sees them */
   struct colo_plan_order_s *order; /* n: the hosts a trial offers, in order */
@@ -74,6 +76,11 @@ void colo_plan_free(colo_plan_t *p);
 int colo_plan_claim(colo_plan_t *p, const colo_rank_place_t *place, uint32_t world,
                     uint64_t rank_mem, int64_t until, int64_t expect);
 
+/* A host's maintenance from `from` (a cordon to come): its devices held from then, for ever, so
+ * that a job placed there now must end by then and no hold counts on the host after it. Returns
+ * 0 (not counted against max_holds). */
+int colo_plan_block(colo_plan_t *p, size_t host, int64_t from);
+
 /* What the holds take from a job that would start now and end by `until`, on the hosts
  * idx[0..nf) of the snapshot. */
 typedef struct {
@@ -87,16 +94,16 @@ typedef struct {
 colo_plan_taken_t colo_plan_view(colo_plan_t *p, int64_t until, const size_t *idx, size_t nf,
                                  uint8_t *view);
 
-/* Holds room for a waiting job that cannot start now: the earliest time its pp × dp × tp ranks
- * (per_node, rank_mem as colo_sched_place takes them) fit on the hosts idx[0..nf), with each
- * device free from its free_at and each host's memory back as the claims on it end; hosts tried
- * in the order of most free devices now. Where it fits only once jobs without a time limit are
- * gone, it holds only with unknown_ok (start INT64_MAX), on the room where the estimates say it
- * starts soonest (expect), or where they do not, on the hosts with the most free devices now
- * (expect INT64_MAX). Its devices are then held from that
- * start, for duration_ms (0: no limit), and its memory claimed from now, in the snapshot's
- * mem_free too. Returns 1 with the hold in p->holds[p->n_holds - 1] and its ranks' places in out
- * (pp × dp × tp); 0 when it holds nothing (max_holds reached, or it cannot fit); COLO_ENOMEM. */
+/* Holds room for a waiting job that cannot start now (at most max_holds of them): the earliest time
+ * its pp × dp × tp ranks (per_node, rank_mem as colo_sched_place takes them) fit on the hosts
+ * idx[0..nf), with each device free from its free_at and each host's memory back as the claims on
+ * it end; hosts tried in the order of most free devices now. Where it fits only once jobs without a
+ * time limit are gone, it holds only with unknown_ok (start INT64_MAX), on the room where the
+ * estimates say it starts soonest (expect), or where they do not, on the hosts with the most free
+ * devices now (expect INT64_MAX). Its devices are then held from that start, for duration_ms (0: no
+ * limit), and its memory claimed from now, in the snapshot's mem_free too. Returns 1 with the hold
+ * in p->holds[p->n_holds - 1] and its ranks' places in out (pp × dp × tp); 0 when it holds nothing
+ * (max_holds reached, or it cannot fit); COLO_ENOMEM. */
 int colo_plan_reserve(colo_plan_t *p, uint64_t job_id, const size_t *idx, size_t nf, uint32_t pp,
                       uint32_t dp, uint32_t tp, uint32_t per_node, uint64_t rank_mem,
                       int64_t duration_ms, int unknown_ok, colo_rank_place_t *out);

@@ -150,6 +150,10 @@ static const char *const MIGRATIONS[] = {
      * read from the spec (colo_store_set_usage_key reads those of older rows) */
     "ALTER TABLE jobs ADD COLUMN account TEXT;"
     "CREATE INDEX jobs_account_unread ON jobs(id) WHERE account IS NULL;",
+
+    /* 14: a cordon to come (a maintenance window): when, and whether its jobs are stopped then */
+    "ALTER TABLE hosts ADD COLUMN cordon_at_ms INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE hosts ADD COLUMN cordon_evict INTEGER NOT NULL DEFAULT 0;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -162,7 +166,7 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
 
 #define HOST_COLS                                                                                  \
   "id, name, address, state, session, memory_bytes, cpu_count, registered_ms, last_seen_ms, "      \
-  "devices, cordoned, cordon_reason"
+  "devices, cordoned, cordon_reason, cordon_at_ms, cordon_evict"
 
 #define STMTS(XX)                                                                                  \
   XX(BEGIN, "BEGIN IMMEDIATE")                                                                     \
@@ -245,7 +249,8 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
   XX(HOST_STATE,                                                                                   \
      "UPDATE hosts SET state = ?2, last_seen_ms = max(last_seen_ms, ?3) WHERE id = ?1")            \
   XX(HOST_TOUCH, "UPDATE hosts SET last_seen_ms = ?2 WHERE id = ?1")                               \
-  XX(HOST_CORDON, "UPDATE hosts SET cordoned = ?2, cordon_reason = ?3 WHERE id = ?1")              \
+  XX(HOST_CORDON, "UPDATE hosts SET cordoned = ?2, cordon_reason = ?3, cordon_at_ms = ?4, "        \
+                  "cordon_evict = ?5 WHERE id = ?1")                                               \
   XX(SAMPLE_INSERT,                                                                                \
      "INSERT INTO progress_samples (job_id, attempt, step, loss, lr, tokens_per_s, val_loss, "     \
      "time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(job_id, attempt, step) DO "     \
@@ -1125,6 +1130,8 @@ static int read_host(sqlite3_stmt *s, colo_host_t *h) {
   h->devices = dup_blob(sqlite3_column_blob(s, 9), h->devices_len);
   h->cordoned = sqlite3_column_int(s, 10) != 0;
   copy_text(h->cordon_reason, sizeof h->cordon_reason, s, 11);
+  h->cordon_at_ms = sqlite3_column_int64(s, 12);
+  h->cordon_evict = sqlite3_column_int(s, 13) != 0;
   return h->devices ? 0 : COLO_ENOMEM;
 }
 
@@ -1219,11 +1226,15 @@ int colo_store_host_touch(colo_store_t *st, uint64_t id, int64_t now_ms) {
   return host_update(st, s, id, "touch host");
 }
 
-int colo_store_host_cordon(colo_store_t *st, uint64_t id, int cordoned, const char *reason) {
+int colo_store_host_cordon(colo_store_t *st, uint64_t id, int cordoned, const char *reason,
+                           int64_t at_ms, int evict) {
+  int to_come = !cordoned && at_ms > 0;
   sqlite3_stmt *s = stmt(st, S_HOST_CORDON);
   sqlite3_bind_int64(s, 1, (sqlite3_int64)id);
   sqlite3_bind_int(s, 2, cordoned != 0);
-  sqlite3_bind_text(s, 3, cordoned && reason ? reason : "", -1, SQLITE_STATIC);
+  sqlite3_bind_text(s, 3, (cordoned || to_come) && reason ? reason : "", -1, SQLITE_STATIC);
+  sqlite3_bind_int64(s, 4, to_come ? at_ms : 0);
+  sqlite3_bind_int(s, 5, to_come && evict);
   return host_update(st, s, id, "cordon host");
 }
 

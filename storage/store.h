@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 13
+#define COLO_STORE_SCHEMA_VERSION 14
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -72,7 +72,9 @@ typedef struct {
   uint8_t *devices; /* packed repeated colo.v1.Device (a Host message's devices), owned */
   size_t devices_len;
   int cordoned;            /* an operator's: no new ranks are placed here */
-  char cordon_reason[257]; /* why, as they said it ("" when not cordoned) */
+  char cordon_reason[257]; /* why, as they said it ("" when neither cordoned nor to be) */
+  int64_t cordon_at_ms;    /* a cordon to come then (a maintenance); 0: none */
+  int cordon_evict;        /* and its running jobs then stopped, to go on elsewhere */
 } colo_host_t;
 void colo_host_clear(colo_host_t *host);
 
@@ -262,8 +264,11 @@ int colo_store_host_by_name(colo_store_t *st, const char *name, colo_host_t *out
 int colo_store_host_set_state(colo_store_t *st, uint64_t id, int state, int64_t now_ms);
 int colo_store_host_touch(colo_store_t *st, uint64_t id, int64_t now_ms);
 /* Cordons (cordoned 1, with the operator's reason) or uncordons (0: the reason is cleared) a
- * host; registering again keeps it as it is. COLO_ENOENT: no such host. */
-int colo_store_host_cordon(colo_store_t *st, uint64_t id, int cordoned, const char *reason);
+ * host, at once; or, with at_ms, keeps a cordon to come then (cordoned 0 until colod makes it
+ * one; evict: its running jobs are stopped then too). Either replaces a cordon to come;
+ * registering again keeps it all as it is. COLO_ENOENT: no such host. */
+int colo_store_host_cordon(colo_store_t *st, uint64_t id, int cordoned, const char *reason,
+                           int64_t at_ms, int evict);
 typedef int (*colo_store_host_cb)(const colo_host_t *host, void *data);
 int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data);
 

@@ -854,6 +854,55 @@ class TimeLimitTest(WithColod):
         for j in (a, b, w1, w2, x, y):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
+    def test_a_maintenance_window(self):
+        # ta is to be cordoned in an hour (a maintenance), its running jobs stopped then
+        at = int(time.time() * 1000) + 3600000
+        for bad, msg in (({"at_ms": at - 7200000}, "at_ms is not in the future: leave it out to "
+                                                    "cordon now"),
+                         ({"at_ms": at + 400 * 86400000}, "at_ms is more than a year ahead"),
+                         ({"at_ms": at, "cordon": False}, "at_ms needs cordon: an uncordon "
+                                                          "takes effect at once")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.CordonHost(pb.CordonHostRequest(name="ta", **bad), timeout=5)
+            self.assertEqual(cm.exception.details(), msg)
+        host = self.api.CordonHost(pb.CordonHostRequest(name="ta", at_ms=at, evict=True,
+                                                        reason="firmware"), timeout=5).host
+        self.assertEqual((host.cordoned, host.cordon_at_ms, host.cordon_evict, host.cordon_reason),
+                         (False, at, True, "firmware"))
+        # until then ta takes a job that ends before it, not one that may not; tb takes that
+        short = submit(self.api, "short", 2, limit=600)
+        on = self.until("short placed", lambda: (lambda o: short in o and o)(self.beat()))
+        self.assertEqual(on[short][0][0], "ta")
+        endless = submit(self.api, "endless", 2)
+        on = self.until("endless placed", lambda: (lambda o: endless in o and o)(self.beat()))
+        self.assertEqual(on[endless][0][0], "tb")
+        late = submit(self.api, "late", 1, limit=7200)
+        self.assertRegex(self.until("late to wait", lambda: self.job(late).waiting),
+                         r"^no room: .*$")
+        self.api.CancelJob(pb.CancelJobRequest(id=short), timeout=5)
+        self.reports.clear()
+        self.until("short gone", lambda: short not in self.beat())
+        why = self.until("late to wait on ta's maintenance",
+                         lambda: "maintenance" in self.job(late).waiting and self.job(late).waiting)
+        self.assertRegex(why, r"\(2 devices held for the maintenance of ta from \d{4}-\d\d-\d\d "
+                              r"\d\d:\d\d:\d\d UTC not counted\)")
+        # the maintenance comes (moved to 1.5 s from now): ta is cordoned; a job that runs there
+        # then is stopped, to go on elsewhere
+        soon = submit(self.api, "soon", 1, limit=60)
+        on = self.until("soon placed", lambda: (lambda o: soon in o and o)(self.beat()))
+        self.assertEqual(on[soon][0][0], "ta")
+        self.api.CordonHost(pb.CordonHostRequest(name="ta", at_ms=int(time.time() * 1000) + 1500,
+                                                 evict=True, reason="firmware"), timeout=5)
+        self.until("ta cordoned", lambda: [h for h in self.api.ListHosts(
+            pb.ListHostsRequest(), timeout=5).hosts if h.name == "ta" and h.cordoned])
+        self.until("soon's rank withdrawn", lambda: soon not in self.beat())
+        ta, = [h for h in self.api.ListHosts(pb.ListHostsRequest(), timeout=5).hosts
+               if h.name == "ta"]
+        self.assertEqual((ta.cordon_reason, ta.HasField("cordon_at_ms")), ("firmware", False))
+        self.api.CordonHost(pb.CordonHostRequest(name="ta", cordon=False), timeout=5)
+        for j in (endless, late, soon):
+            self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+
     def test_progress_chooses_where_a_job_without_limits_waits(self):
         # a on ta and b on tb, 2 devices each, no limits: when either ends is not known
         a = submit(self.api, "a", 2)

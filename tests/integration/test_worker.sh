@@ -121,6 +121,22 @@ done
 expect_rc 0 "$COLOCTL" --json status "$SJ"
 expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("attempt", 0) >= 1)')" "True"
 "$COLOCTL" cancel "$SJ" >/dev/null 2>&1 || true
+# a maintenance to come (cordon --at): said in the hosts listing, and kept across a colod restart
+expect_rc 2 "$COLOCTL" cordon w1 --at 5x
+expect_eq "$ERR" "coloctl: cordon: --at takes 30m, 12h, 2d (from now), a UTC date and time (2026-11-25T02:00:00Z) or Unix ms, not '5x'; try 'coloctl --help'"
+expect_rc 0 "$COLOCTL" cordon w1 --at 2h --evict --reason firmware
+expect_contains "$OUT" "host w1 to be cordoned at "
+expect_contains "$OUT" " UTC, its running jobs then stopped to restart elsewhere; until then it takes only jobs whose time limits end by then"
+kill -KILL "$COLOD_PID"
+wait "$COLOD_PID" 2>/dev/null || true
+COLOD_PID=""
+start_colod "$TMP/state" --set host_timeout=2s --listen "127.0.0.1:$port"
+expect_rc 0 "$COLOCTL" hosts
+expect_contains "$OUT" "w1 is to be cordoned at "
+expect_contains "$OUT" " UTC, its running jobs stopped: firmware; until then it takes only jobs whose time limits end by then"
+expect_contains "$(grep "^w1 " <<<"$OUT")" " UP "
+expect_rc 0 "$COLOCTL" uncordon w1
+[[ "$("$COLOCTL" hosts)" != *"to be cordoned"* ]] || fail "the uncordon left the maintenance"
 
 # SIGTERM: exit 0
 kill -TERM $WPID

@@ -383,4 +383,32 @@ TEST(plan_estimates_choose_where_an_unknown_start_holds) {
   colo_plan_free(&p);
 }
 
+TEST(plan_a_maintenance_holds_its_host_from_then) {
+  uint8_t busy[4] = {0};
+  colo_sched_host_t h[2] = {host(1, 2, busy), host(2, 2, busy + 2)};
+  size_t idx[2] = {0, 1};
+  colo_plan_t p;
+  ASSERT_EQ_INT(colo_plan_init(&p, h, 2, busy, 4, NOW, 1), 0);
+  run_on(&p, busy, 2, 0, 2, 0, INT64_MAX, INT64_MAX);          /* host 2: busy, no limit */
+  ASSERT_EQ_INT(colo_plan_block(&p, 0, NOW + 60 * MIN_MS), 0); /* host 1: a maintenance in 1h */
+  /* a job that ends within the hour may take host 1 now; one that may not, or has no limit,
+   * may not */
+  uint8_t view[4];
+  colo_plan_taken_t t = colo_plan_view(&p, NOW + 60 * MIN_MS, idx, 2, view);
+  ASSERT_EQ_INT(t.devices, 0);
+  ASSERT_EQ_INT(view[0] | view[1], 0);
+  t = colo_plan_view(&p, NOW + 61 * MIN_MS, idx, 2, view);
+  ASSERT_EQ_INT(t.devices, 2);
+  ASSERT_EQ_INT(p.holds[t.first].job_id, 0); /* the maintenance's */
+  ASSERT_EQ_INT(p.holds[t.first].host, 0);
+  /* no hold counts on host 1, not even the first's, whose start is not known: it holds host 2;
+   * and the maintenance does not count against the one hold allowed */
+  colo_rank_place_t out[2];
+  ASSERT_EQ_INT(colo_plan_reserve(&p, 701, idx, 2, 1, 2, 1, 0, 0, 0, 1, out), 1);
+  ASSERT_EQ_INT(out[0].host_id, 2);
+  ASSERT_EQ_INT(out[1].host_id, 2);
+  ASSERT_EQ_INT(p.n_holds - p.n_blocks, 1);
+  colo_plan_free(&p);
+}
+
 TEST_MAIN()

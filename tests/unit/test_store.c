@@ -650,7 +650,7 @@ TEST(hosts_cordon_survives_register) {
   ASSERT_EQ_INT(h.cordoned, 0);
   ASSERT_EQ_STR(h.cordon_reason, "");
   colo_host_clear(&h);
-  ASSERT_EQ_INT(colo_store_host_cordon(st, id, 1, "disk replacement"), 0);
+  ASSERT_EQ_INT(colo_store_host_cordon(st, id, 1, "disk replacement", 0, 0), 0);
   int listed = 0;
   ASSERT_EQ_INT(colo_store_host_list(st, cordon_cb, &listed), 0);
   ASSERT_EQ_INT(listed, 1);
@@ -659,12 +659,26 @@ TEST(hosts_cordon_survives_register) {
   ASSERT_EQ_INT(h.cordoned, 1);
   ASSERT_EQ_STR(h.cordon_reason, "disk replacement");
   colo_host_clear(&h);
-  ASSERT_EQ_INT(colo_store_host_cordon(st, id, 0, "ignored"), 0);
+  ASSERT_EQ_INT(colo_store_host_cordon(st, id, 0, "ignored", 0, 0), 0);
   ASSERT_EQ_INT(colo_store_host_get(st, id, &h), 0);
   ASSERT_EQ_INT(h.cordoned, 0);
   ASSERT_EQ_STR(h.cordon_reason, "");
   colo_host_clear(&h);
-  ASSERT_EQ_INT(colo_store_host_cordon(st, 77, 1, "x"), COLO_ENOENT);
+  ASSERT_EQ_INT(colo_store_host_cordon(st, 77, 1, "x", 0, 0), COLO_ENOENT);
+  /* a cordon to come (a maintenance) is kept, with its eviction, until one at once replaces it */
+  ASSERT_EQ_INT(colo_store_host_cordon(st, id, 0, "firmware", 5000, 1), 0);
+  ASSERT_EQ_INT(colo_store_host_register(st, "node-b", "10.1.1.3:7071", NULL, 0, 0, 4, 300, &h), 0);
+  ASSERT_EQ_INT(h.cordoned, 0);
+  ASSERT_EQ_INT(h.cordon_at_ms, 5000);
+  ASSERT_EQ_INT(h.cordon_evict, 1);
+  ASSERT_EQ_STR(h.cordon_reason, "firmware");
+  colo_host_clear(&h);
+  ASSERT_EQ_INT(colo_store_host_cordon(st, id, 1, "firmware", 0, 0), 0);
+  ASSERT_EQ_INT(colo_store_host_get(st, id, &h), 0);
+  ASSERT_EQ_INT(h.cordoned, 1);
+  ASSERT_EQ_INT(h.cordon_at_ms, 0);
+  ASSERT_EQ_INT(h.cordon_evict, 0);
+  colo_host_clear(&h);
   colo_store_close(st);
 }
 
