@@ -107,9 +107,11 @@ static void usage(FILE *out) {
       "                                       next step and train on; --wait until it is there\n"
       "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
       "  usage [--since T] [--until T] [--by owner|job|account] [--limit N]\n"
+      "        [--owner O] [--account A]\n"
       "                                       device hours used, most first; T: 7d, 12h, 30m\n"
       "                                       ago, a UTC date 2026-11-01[T12:00:00Z], or Unix\n"
-      "                                       ms (default: from the first job to now)\n"
+      "                                       ms (default: from the first job to now);\n"
+      "                                       --owner, --account: only their jobs'\n"
       "  history JOB [--rows N]               the training curve: a line of the loss, then N\n"
       "                                       evenly spaced steps (default 20) and every\n"
       "                                       evaluation; --json gives every sample\n"
@@ -2021,6 +2023,9 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
                      : v[0] == 'a' ? COLO__V1__USAGE_GROUP__USAGE_GROUP_ACCOUNT
                                    : COLO__V1__USAGE_GROUP__USAGE_GROUP_OWNER;
       i++;
+    } else if ((!strcmp(argv[i], "--owner") || !strcmp(argv[i], "--account")) && v) {
+      *(argv[i][2] == 'o' ? &req.owner : &req.account) = (char *)v;
+      i++;
     } else if (!strcmp(argv[i], "--limit") && v) {
       char *end;
       unsigned long n = strtoul(v, &end, 10);
@@ -2031,7 +2036,8 @@ static int cmd_usage(ctl_t *c, int argc, char **argv) {
       i++;
     } else {
       return usage_error(
-          "usage: unexpected '%s' (--since T, --until T, --by owner|job|account, --limit N)",
+          "usage: unexpected '%s' (--since T, --until T, --by owner|job|account, --owner O, "
+          "--account A, --limit N)",
           argv[i]);
     }
   }

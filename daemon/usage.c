@@ -30,6 +30,7 @@ typedef struct {
 typedef struct {
   int64_t since, until, now;
   int by_job, by_account;
+  const char *owner, *account; /* only theirs (GetUsageRequest.owner, account); NULL: all */
   row_t *rows;
   size_t n, cap;
   uint64_t spec_job; /* the job whose device kind and account are in spec_* */
@@ -101,6 +102,11 @@ int colod_usage_device(const colo_usage_row_t *a, uint64_t *job, int *device) {
   return colod_usage_spec(a, job, device, NULL, 0);
 }
 
+/* whether device time of this owner and account is asked for */
+static int counted(const usage_t *u, const char *owner, const char *account) {
+  return (!u->owner || !strcmp(owner, u->owner)) && (!u->account || !strcmp(account, u->account));
+}
+
 static int attempt_cb(const colo_usage_row_t *a, void *data) {
   usage_t *u = data;
   int64_t end = a->ended_ms ? a->ended_ms : u->now;
@@ -109,6 +115,8 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
   if (to <= from || !a->ranks)
     return 0;
   colod_usage_spec(a, &u->spec_job, &u->spec_device, u->spec_account, sizeof u->spec_account);
+  if (!counted(u, a->owner, u->spec_account))
+    return 0;
   row_t *r = row_for(u, a->job_id, a->owner, u->spec_account, u->spec_device, a->name);
   if (!r) {
     u->oom = 1;
@@ -136,7 +144,7 @@ double colod_usage_hour_part(const colo_usage_hour_t *h, int64_t from, int64_t t
 static int hour_cb(const colo_usage_hour_t *h, void *data) {
   usage_t *u = data;
   double part = colod_usage_hour_part(h, u->since, u->until);
-  if (part <= 0)
+  if (part <= 0 || !counted(u, h->owner, h->account))
     return 0;
   row_t *r = row_for(u, 0, h->owner, h->account, h->device, "(deleted jobs)");
   if (!r) {
@@ -198,6 +206,15 @@ void colod_usage_get(colod_t *d, colo_rpc_call_t *call, const Colo__V1__GetUsage
                   (long long)u.until);
     return;
   }
+  if ((req->owner && strnlen(req->owner, 129) > 128) ||
+      (req->account && strnlen(req->account, 65) > 64)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  req->owner && strnlen(req->owner, 129) > 128 ? "owner is longer than 128 bytes"
+                                                               : "account is longer than 64 bytes");
+    return;
+  }
+  u.owner = req->owner;
+  u.account = req->account;
   if (req->limit == 0 || req->limit > MAX_ROWS) {
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "limit %u must be 1 to %d", req->limit,
                   MAX_ROWS);

@@ -206,6 +206,10 @@ expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print([j["id"] for j in 
 expect_rc 0 "$COLOCTL" usage --by account
 expect_contains "$OUT" "0.000 GPU hours and 0.000 CPU-slot hours from the first job to "
 expect_rc 2 "$COLOCTL" usage --by team
+expect_rc 0 "$COLOCTL" usage --account team-a --owner "" --json
+expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(json.load(sys.stdin).get("rows", []))')" "[]"
+expect_rc 1 "$COLOCTL" usage --account "$(printf 'a%.0s' $(seq 65))"
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: account is longer than 64 bytes"
 job_line_says "$AJ" "waits for job 3 to end (it is PENDING)"
 expect_rc 2 "$COLOCTL" submit "$TMP/job.json" --after 1 --after-ended 3
 expect_eq "$ERR" "coloctl: submit: give --after or --after-ended, not both; try 'coloctl --help'"

@@ -2225,6 +2225,18 @@ class UsageKeptTest(TlsUsers, unittest.TestCase):
         for owner in ("alice", "carol"):
             self.assertAlmostEqual(after["fair"][owner] / before["fair"][owner], 1, delta=1e-3)
         self.assertGreater(after["fair"]["alice"], after["fair"]["carol"])
+        # only one owner's, or one account's (the totals too); the deleted job's hours among them
+        for kw, who in (({"owner": "alice"}, "alice"), ({"account": "vision"}, "carol")):
+            u = carol.GetUsage(pb.GetUsageRequest(until_ms=until, group_by=pb.USAGE_GROUP_JOB,
+                                                  **kw), timeout=5)
+            self.assertEqual([r.owner for r in u.rows], [who])
+            self.assertAlmostEqual(u.cpu_hours, u.rows[0].device_hours, delta=1e-12)
+        self.assertEqual(len(carol.GetUsage(pb.GetUsageRequest(until_ms=until, owner="alice",
+                                                               account="vision"),
+                                            timeout=5).rows), 0)
+        with self.assertRaises(grpc.RpcError) as cm:
+            carol.GetUsage(pb.GetUsageRequest(account="x" * 65), timeout=5)
+        self.assertEqual(cm.exception.details(), "account is longer than 64 bytes")
 
 
 class HoldTlsTest(TlsUsers, unittest.TestCase):
