@@ -581,6 +581,23 @@ static void fmt_eta(const Colo__V1__Job *j, char *buf, size_t n) {
   fmt_age((int64_t)((double)(p->total_steps - p->step) * per * 1000.0), buf, n);
 }
 
+/* When a waiting job starts: "within 1h05m" (a bound), "about 12m" (an estimate), "not known"
+ * (it holds room, whose start nothing bounds yet), or "-" (it holds none). */
+static void fmt_start(const Colo__V1__Job *j, int64_t now, char *buf, size_t n) {
+  int64_t at = j->has_starts_by_ms ? j->starts_by_ms : j->expected_start_ms;
+  if (!j->holds_room) {
+    snprintf(buf, n, "-");
+  } else if (!j->has_starts_by_ms && !j->has_expected_start_ms) {
+    snprintf(buf, n, "not known");
+  } else if (at <= now) {
+    snprintf(buf, n, "now");
+  } else {
+    char age[32];
+    fmt_age(at - now, age, sizeof age);
+    snprintf(buf, n, "%s %s", j->has_starts_by_ms ? "within" : "about", age);
+  }
+}
+
 static void job_row(table_t *t, const Colo__V1__Job *j, int64_t now) {
   char id[24], att[16], world[24], steps[48], age[32], loss[24], tok[24], eta[32], ck[24];
   snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
@@ -777,6 +794,14 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  in line    %u of %u (priority first, then the owner with the fewest recent device "
            "hours, then the oldest)\n",
            j->queue_position, j->queue_length);
+  if (j->holds_room) {
+    char start[48];
+    fmt_start(j, now_ms(), start, sizeof start);
+    printf("  starts     %s (room is held for it%s)\n", start,
+           j->has_starts_by_ms        ? ", by the time limits of the jobs before it"
+           : j->has_expected_start_ms ? "; an estimate from the progress of the jobs before it"
+                                      : "");
+  }
   printf("  attempt    %u, restarts %u of %u\n", j->attempt, j->restarts, s ? s->max_restarts : 0);
   printf("  submitted  %s ago\n", age);
   if (j->progress && j->progress->has_step) {
@@ -1060,23 +1085,6 @@ static int queue_order(const void *a, const void *b) {
   if (px != py)
     return px < py ? -1 : 1;
   return x->id < y->id ? -1 : x->id > y->id;
-}
-
-/* When a waiting job starts: "within 1h05m" (a bound), "about 12m" (an estimate), "not known"
- * (it holds room, whose start nothing bounds yet), or "-" (it holds none). */
-static void fmt_start(const Colo__V1__Job *j, int64_t now, char *buf, size_t n) {
-  int64_t at = j->has_starts_by_ms ? j->starts_by_ms : j->expected_start_ms;
-  if (!j->holds_room) {
-    snprintf(buf, n, "-");
-  } else if (!j->has_starts_by_ms && !j->has_expected_start_ms) {
-    snprintf(buf, n, "not known");
-  } else if (at <= now) {
-    snprintf(buf, n, "now");
-  } else {
-    char age[32];
-    fmt_age(at - now, age, sizeof age);
-    snprintf(buf, n, "%s %s", j->has_starts_by_ms ? "within" : "about", age);
-  }
 }
 
 static int cmd_queue(ctl_t *c, int argc, char **argv) {

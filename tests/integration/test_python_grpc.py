@@ -851,6 +851,10 @@ class TimeLimitTest(WithColod):
                              (pos, job, name, world, within))
         self.assertEqual(out[4], "3 in line, 0 more waiting (held, after other jobs, or in a "
                                  "restart's back-off)")
+        out = subprocess.run([os.path.join(BIN, "coloctl"), "--server", self.target, "status",
+                              str(w2)], capture_output=True, text=True, check=True).stdout
+        self.assertRegex(out, r"\n  starts     within \d+m\d\ds \(room is held for it, by the time "
+                              r"limits of the jobs before it\)\n")
         for j in (a, b, w1, w2, x, y):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
