@@ -128,8 +128,7 @@ int colo_plan_claim(colo_plan_t *p, const colo_rank_place_t *place, uint32_t wor
   return 0;
 }
 
-/* device d in hold h (index + 1 k): counted free now, and held by h unless an earlier hold has it
- */
+/* device d in hold h (index + 1: k): counted if free now, held by h unless a hold has it */
 static void hold_device(colo_plan_t *p, colo_hold_t *h, uint32_t k, size_t d) {
   if (!p->busy[d]) {
     h->n_free++;
@@ -158,9 +157,9 @@ int colo_plan_block(colo_plan_t *p, size_t host, int64_t from) {
 colo_plan_taken_t colo_plan_view(colo_plan_t *p, int64_t until, const size_t *idx, size_t nf,
                                  uint8_t *view) {
   colo_plan_taken_t t = {0, 0, 0};
-  memcpy(view, p->busy, p->total);
   if (!p->n_held)
-    return t;
+    return t; /* view untouched: place against busy itself */
+  memcpy(view, p->busy, p->total);
   for (size_t i = 0; i < nf; i++)
     p->hmark[idx[i]] = 1;
   for (size_t i = 0; i < p->n_held; i++) {

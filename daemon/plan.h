@@ -90,7 +90,8 @@ typedef struct {
 } colo_plan_taken_t;
 
 /* Fills view (laid out as busy) with the snapshot's busy flags, and 1 for each free device that a
- * hold would lose to the job: one whose hold starts before `until`, or at a time not known. */
+ * hold would lose to the job: one whose hold starts before `until`, or at a time not known. With
+ * no device held (p->n_held 0) view is left as it is: the busy flags themselves are the view. */
 colo_plan_taken_t colo_plan_view(colo_plan_t *p, int64_t until, const size_t *idx, size_t nf,
                                  uint8_t *view);
 
