@@ -144,6 +144,7 @@ static void host_metrics(colod_t *d, FILE *out) {
     H_SLOWED,
     H_DRAINING,
     H_SEEN,
+    H_CORDON_AT,
     H_N
   };
   static const struct {
@@ -163,12 +164,17 @@ static void host_metrics(colod_t *d, FILE *out) {
       {"colo_host_ranks_draining", "gauge", "Ranks of ended attempts still stopping there."},
       {"colo_host_last_seen_timestamp_seconds", "gauge",
        "The host's last heartbeat (or registration), seconds since the epoch."},
+      {"colo_host_cordon_scheduled_timestamp_seconds", "gauge",
+       "When a cordon to come (a maintenance window) begins, seconds since the epoch; only hosts "
+       "with one."},
   };
   for (int m = 0; m < H_N; m++) {
     family(out, per_host[m].name, per_host[m].type, per_host[m].help);
     for (size_t i = 0; i < d->n_hosts; i++) {
       const colod_host_live_t *h = &d->hosts[i];
       double v = 0;
+      if (m == H_CORDON_AT && !h->cordon_at_ms)
+        continue;
       switch (m) {
       case H_UP:
         v = h->state == COLO_HOST_UP;
@@ -194,8 +200,11 @@ static void host_metrics(colod_t *d, FILE *out) {
       case H_DRAINING:
         v = h->draining;
         break;
-      default: /* H_SEEN */
+      case H_SEEN:
         v = (double)h->last_seen_ms / 1000.0;
+        break;
+      default: /* H_CORDON_AT */
+        v = (double)h->cordon_at_ms / 1000.0;
         break;
       }
       host_labels(out, per_host[m].name, h);

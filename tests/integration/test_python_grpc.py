@@ -1505,6 +1505,16 @@ class MetricsTest(WithMetrics):
         self.assertEqual(m[("colo_jobs", (("state", "running"),))], 0)
         self.assertEqual(m[("colo_job_state_changes_total", (("state", "cancelled"),))], 2)
         self.assertFalse([k for k in m if k[0] == "colo_job_info"])
+        # a maintenance to come: its time, for an alert before it; none once uncordoned
+        self.assertNotIn(("colo_host_cordon_scheduled_timestamp_seconds", host), m)
+        at = int(time.time() * 1000) + 3600000
+        self.api.CordonHost(pb.CordonHostRequest(name="mh", at_ms=at), timeout=5)
+        m, _ = self.scrape()
+        self.assertEqual(m[("colo_host_cordon_scheduled_timestamp_seconds", host)], at / 1000)
+        self.assertEqual(m[("colo_host_cordoned", host)], 0)
+        self.api.CordonHost(pb.CordonHostRequest(name="mh", cordon=False), timeout=5)
+        m, _ = self.scrape()
+        self.assertNotIn(("colo_host_cordon_scheduled_timestamp_seconds", host), m)
 
     def test_health_and_bad_requests(self):
         self.assertEqual(self.get("/healthz")[0::2], (200, "ok\n"))
