@@ -1554,9 +1554,17 @@ static int cmd_watch(ctl_t *c, int argc, char **argv) {
 
 /* ---- hosts ---- */
 
-/* "g1: devices 0, 3 slowed (the first: REASON): WHAT", for a set a host's worker reports */
+/* "g1: device 0 slowed (REASON): WHAT", a line a device with its own reason; "g1: devices 0, 3
+ * slowed (the first: REASON): WHAT" from a colod that gives the first reason only */
 static void print_devices(const char *host, const uint32_t *idx, size_t n, const char *state,
-                          const char *reason, const char *what) {
+                          const char *reason, Colo__V1__DeviceHealth *const *each, size_t n_each,
+                          const char *what) {
+  if (n_each == n && n > 1) { /* each with its own reason, a line each */
+    for (size_t k = 0; k < n_each; k++)
+      printf("%s: device %u %s (%s): %s\n", host, each[k]->index, state,
+             each[k]->reason ? each[k]->reason : "", what);
+    return;
+  }
   if (!n)
     return;
   printf("%s: device%s", host, n == 1 ? "" : "s");
@@ -1673,12 +1681,13 @@ static int cmd_hosts(ctl_t *c, int argc, char **argv) {
     for (size_t i = 0; i < resp->n_hosts; i++) {
       const Colo__V1__Host *h = resp->hosts[i];
       print_devices(h->name, h->unhealthy_devices, h->n_unhealthy_devices, "unhealthy",
-                    h->unhealthy_reason, "no new ranks go there");
+                    h->unhealthy_reason, h->unhealthy_reasons, h->n_unhealthy_reasons,
+                    "no new ranks go there");
     }
     for (size_t i = 0; i < resp->n_hosts; i++) {
       const Colo__V1__Host *h = resp->hosts[i];
       print_devices(h->name, h->slowed_devices, h->n_slowed_devices, "slowed", h->slowed_reason,
-                    "ranks there run slower");
+                    h->slowed_reasons, h->n_slowed_reasons, "ranks there run slower");
     }
     for (size_t i = 0; i < resp->n_hosts; i++)
       if (resp->hosts[i]->state == COLO__V1__HOST_STATE__HOST_STATE_UP && !resp->hosts[i]->watching)

@@ -1178,7 +1178,8 @@ static void h_register(colo_rpc_call_t *call, const ProtobufCMessage *m, void *d
  * first one's reason. 0: as it was; 1: changed; 2: changed, and fewer than before. */
 static int device_set(const colod_host_live_t *l, Colo__V1__DeviceHealth *const *list,
                       size_t n_list, colod_devset_t *set) {
-  colod_devset_t now = {.n = 0};
+  colod_devset_t now;
+  memset(&now, 0, sizeof now); /* compared whole with the last */
   const char *first = "";
   for (size_t i = 0; i < n_list; i++) {
     const Colo__V1__DeviceHealth *h = list[i];
@@ -1188,24 +1189,41 @@ static int device_set(const colod_host_live_t *l, Colo__V1__DeviceHealth *const 
     now.bits[h->index / 64] |= 1ull << (h->index % 64);
     if (!now.n++ && h->reason)
       first = h->reason;
+    if (h->index < COLOD_DEVSET_WHYS)
+      snprintf(now.whys[h->index], sizeof now.whys[h->index], "%.120s", h->reason ? h->reason : "");
   }
   snprintf(now.why, sizeof now.why, "%.120s", first);
-  if (!memcmp(now.bits, set->bits, sizeof now.bits) && !strcmp(now.why, set->why))
+  if (!memcmp(&now, set, sizeof now))
     return 0; /* as at its last beat (a reason may change: a pending row remap that failed) */
   int fewer = now.n < set->n;
   *set = now;
   return fewer ? 2 : 1;
 }
 
-/* A device set as a Host message's indices and reason (left unset for an empty set). */
+/* A device set as a Host message's indices, first reason and each device's own (left unset for
+ * an empty set). */
 static void devset_to_msg(const colod_host_live_t *l, const colod_devset_t *set, uint32_t **idx,
-                          size_t *n, char **why) {
+                          size_t *n, char **why, Colo__V1__DeviceHealth ***each, size_t *n_each) {
   if (!set->n)
     return;
   *idx = calloc(set->n, sizeof **idx);
-  for (uint32_t k = 0; *idx && k < l->n_devices; k++)
-    if (colod_devset_has(set, k))
+  *each = calloc(set->n, sizeof **each);
+  for (uint32_t k = 0; *idx && *each && k < l->n_devices; k++)
+    if (colod_devset_has(set, k)) {
+      Colo__V1__DeviceHealth *h = malloc(sizeof *h);
+      char *reason = strdup(colod_devset_why(set, k));
+      if (!h || !reason) { /* the reply goes without this one's reason */
+        free(h);
+        free(reason);
+      } else {
+        colo__v1__device_health__init(h);
+        h->has_index = 1;
+        h->index = k;
+        h->reason = reason;
+        (*each)[(*n_each)++] = h;
+      }
       (*idx)[(*n)++] = k;
+    }
   *why = strdup(set->why);
 }
 
@@ -1318,9 +1336,10 @@ static int hosts_cb(const colo_host_t *h, void *data) {
   m->has_watching = 1;
   m->watching = l && l->push;
   if (l && l->state == COLO_HOST_UP) {
-    devset_to_msg(l, &l->sick, &m->unhealthy_devices, &m->n_unhealthy_devices,
-                  &m->unhealthy_reason);
-    devset_to_msg(l, &l->slow, &m->slowed_devices, &m->n_slowed_devices, &m->slowed_reason);
+    devset_to_msg(l, &l->sick, &m->unhealthy_devices, &m->n_unhealthy_devices, &m->unhealthy_reason,
+                  &m->unhealthy_reasons, &m->n_unhealthy_reasons);
+    devset_to_msg(l, &l->slow, &m->slowed_devices, &m->n_slowed_devices, &m->slowed_reason,
+                  &m->slowed_reasons, &m->n_slowed_reasons);
   }
   if (dev) { /* take the devices and labels over from the unpacked message */
     m->n_devices = dev->n_devices;
@@ -1346,6 +1365,12 @@ static void hosts_acc_free(hosts_acc_t *a) {
     free(m->unhealthy_reason);
     free(m->slowed_devices);
     free(m->slowed_reason);
+    for (size_t k = 0; k < m->n_unhealthy_reasons; k++)
+      colo__v1__device_health__free_unpacked(m->unhealthy_reasons[k], NULL);
+    free(m->unhealthy_reasons);
+    for (size_t k = 0; k < m->n_slowed_reasons; k++)
+      colo__v1__device_health__free_unpacked(m->slowed_reasons[k], NULL);
+    free(m->slowed_reasons);
     for (size_t k = 0; k < m->n_devices; k++)
       colo__v1__device__free_unpacked(m->devices[k], NULL);
     free(m->devices);

@@ -22,16 +22,24 @@ typedef struct colod_rdzv_s colod_rdzv_t;
 
 #define COLOD_MAX_DEVICES 1024 /* a host's devices at most */
 
+#define COLOD_DEVSET_WHYS 16 /* devices whose own reason a set keeps: a GPU node's 8 or 16 */
+
 /* A set of a host's devices that its worker reports at each beat (HeartbeatRequest.unhealthy,
- * .slowed), with the first one's reason. */
+ * .slowed), with the first one's reason and each of the first COLOD_DEVSET_WHYS devices' own. */
 typedef struct {
   uint64_t bits[COLOD_MAX_DEVICES / 64];
   uint32_t n;
-  char why[128];
+  char why[128];                     /* the first one's */
+  char whys[COLOD_DEVSET_WHYS][128]; /* device k's own, "" for one not in the set */
 } colod_devset_t;
 
 static inline int colod_devset_has(const colod_devset_t *s, uint32_t k) {
   return s->n && k < COLOD_MAX_DEVICES && (s->bits[k / 64] >> (k % 64)) & 1;
+}
+
+/* the reason device k is in the set: its own, or past COLOD_DEVSET_WHYS the first one's */
+static inline const char *colod_devset_why(const colod_devset_t *s, uint32_t k) {
+  return k < COLOD_DEVSET_WHYS && s->whys[k][0] ? s->whys[k] : s->why;
 }
 
 /* A host's liveness, kept in memory: heartbeats do not write to the database; only a change

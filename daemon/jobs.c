@@ -377,14 +377,9 @@ static void blame_device(colod_t *d, const colod_job_live_t *j, uint32_t r, char
   if (!h || dev >= h->n_devices || !colod_devset_has(&h->sick, dev))
     return;
   size_t n = strlen(why);
-  if (n < len && h->sick.n == 1)
+  if (n < len)
     snprintf(why + n, len - n, " on device %u of host %s, which its worker reports unhealthy: %s",
-             dev, h->name, h->sick.why);
-  else if (n < len)
-    snprintf(why + n, len - n,
-             " on device %u of host %s, which its worker reports unhealthy (with %u others; the "
-             "first: %s)",
-             dev, h->name, h->sick.n - 1, h->sick.why);
+             dev, h->name, colod_devset_why(&h->sick, dev));
 }
 
 /* A RUNNING attempt: done, failed, or still going. */
@@ -1624,11 +1619,9 @@ uint32_t colod_jobs_slowed(colod_t *d, uint64_t job_id, char *out, size_t len) {
     if (!h || dev >= h->n_devices || !colod_devset_has(&h->slow, dev))
       continue;
     if (++n <= NAMED && out && at < sizeof named) {
-      /* the reason a host keeps is its first slowed device's: said where it is that one's */
-      int own = h->slow.n == 1 && h->slow.why[0];
+      const char *own = colod_devset_why(&h->slow, dev);
       at += (size_t)snprintf(named + at, sizeof named - at, "%srank %u (%s device %u%s%s)",
-                             n > 1 ? ", " : "", r, h->name, dev, own ? "; " : "",
-                             own ? h->slow.why : "");
+                             n > 1 ? ", " : "", r, h->name, dev, own[0] ? "; " : "", own);
     }
   }
   if (n && out)

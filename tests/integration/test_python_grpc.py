@@ -1128,6 +1128,24 @@ class HealthTest(WithMetrics):
                  if h.name == "ha"]
         self.assertEqual(list(host.unhealthy_devices), [])
         self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
+        # two devices, each with its own reason: the first's in unhealthy_reason, each's in
+        # unhealthy_reasons, and coloctl hosts a line each
+        self.api.Heartbeat(pb.HeartbeatRequest(host_id=r.host_id, session=r.session, unhealthy=[
+            pb.DeviceHealth(index=1, reason="NVLink 1 down (up when the worker started)"),
+            pb.DeviceHealth(index=0, reason="XID 79 (the GPU has fallen off the bus)")]),
+            timeout=5)
+        host, = [h for h in self.api.ListHosts(pb.ListHostsRequest(), timeout=5).hosts
+                 if h.name == "ha"]
+        self.assertEqual(host.unhealthy_reason, "NVLink 1 down (up when the worker started)")
+        self.assertEqual([(d.index, d.reason) for d in host.unhealthy_reasons],
+                         [(0, "XID 79 (the GPU has fallen off the bus)"),
+                          (1, "NVLink 1 down (up when the worker started)")])
+        out = subprocess.run([os.path.join(BIN, "coloctl"), "--server", self.target, "hosts"],
+                             capture_output=True, text=True, check=True).stdout
+        self.assertIn("ha: device 0 unhealthy (XID 79 (the GPU has fallen off the bus)): no new "
+                      "ranks go there\nha: device 1 unhealthy (NVLink 1 down (up when the worker "
+                      "started)): no new ranks go there\n", out)
+        self.api.Heartbeat(pb.HeartbeatRequest(host_id=r.host_id, session=r.session), timeout=5)
 
     def test_a_slowed_device_still_takes_ranks(self):
         """HeartbeatRequest.slowed: ListHosts names the device and the first reason; a job is
