@@ -12,6 +12,7 @@
 #include "colod.h"
 #include "jobs.h"
 #include "logs.h"
+#include "notify.h"
 #include "rdzv.h"
 #include "usage.h"
 
@@ -894,6 +895,7 @@ static void send_state(colo_rpc_call_t *call, const colo_job_t *j) {
 }
 
 void colod_watch_notify(colod_t *d, const colo_job_t *job) {
+  colod_notify_job(d, job);
   colod_watch_t *w = d->watches;
   while (w) {
     colod_watch_t *next = w->next;

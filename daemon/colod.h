@@ -70,10 +70,11 @@ typedef struct {
 /* Counters since colod started, served at /metrics (metrics.c); each kept by the module that
  * does the counted thing. */
 typedef struct {
-  uint64_t heartbeats;                      /* api.c: heartbeats of known host sessions answered */
-  uint64_t sched_passes;                    /* jobs.c: scheduling passes that had jobs to place */
-  uint64_t sched_ns;                        /* and their time */
-  uint32_t holds;                           /* jobs.c: jobs holding room after the last pass */
+  uint64_t heartbeats;   /* api.c: heartbeats of known host sessions answered */
+  uint64_t sched_passes; /* jobs.c: scheduling passes that had jobs to place */
+  uint64_t sched_ns;     /* and their time */
+  uint32_t holds;        /* jobs.c: jobs holding room after the last pass */
+  uint64_t notify_sent, notify_failed, notify_dropped; /* notify.c: job records posted */
   uint64_t entered[COLO_JOB_STATE_MAX + 1]; /* api.c, jobs.c: job state changes, by state entered */
   uint64_t preempted;                       /* jobs.c: jobs stopped for a higher priority */
   uint64_t nudges;                          /* push.c: HostNudge messages sent */
@@ -117,6 +118,7 @@ typedef struct colod_s {
   colod_fair_t fair;           /* fairshare.c: owners' recent usage, for the wait order */
   colod_metrics_t *metrics;    /* metrics.c: the HTTP endpoint, or NULL */
   colod_retention_t retention; /* retention.c: job_retention's purge */
+  int notify_in_flight;        /* notify.c: job records being posted */
   int draining;
   int exit_code;
 } colod_t;

@@ -113,6 +113,12 @@ static const centry_t TABLE[] = {
      "host:port of an HTTP endpoint serving Prometheus metrics at /metrics and a health check at "
      "/healthz (port 0 picks a free one); empty: none. Plain HTTP without authentication: keep "
      "it on loopback or a private network"},
+    {"notify_url", T_STRING, F(notify_url), 0, 0, "", 1,
+     "http:// or https:// URL colod POSTs a JSON record to when a job ends (SUCCEEDED, FAILED, "
+     "CANCELLED, TIMED_OUT) or is to restart after a failure: {\"text\": \"colo job 7 ... "
+     "FAILED: ...\", \"job\", \"name\", \"owner\", \"account\", \"state\", \"message\", "
+     "\"attempt\", \"restarts\", \"time_ms\"}, which a chat's incoming webhook takes as is. One "
+     "try of 5 s each; failures are logged and counted. Empty: none"},
 };
 #define N_TABLE (sizeof TABLE / sizeof TABLE[0])
 
@@ -304,6 +310,12 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
     if ((!strcmp(e->name, "fair_share_weights") || strstr(e->name, "_max_")) &&
         owner_values(e->name, e->name[0] != 'f', value, NULL, NULL, err, errlen) < 0)
       return COLO_EINVAL;
+    if (!strcmp(e->name, "notify_url") && value[0] && strncmp(value, "http://", 7) != 0 &&
+        strncmp(value, "https://", 8) != 0)
+      return fail(err, errlen,
+                  "notify_url \"%s\" must start with http:// or https://, or be "
+                  "empty for none",
+                  value);
     if (!strcmp(e->name, "metrics_listen") && value[0] && !host_port(value))
       return fail(err, errlen,
                   "metrics_listen \"%s\" must be HOST:PORT (PORT 0 to 65535; [ADDR]:PORT for "

@@ -37,6 +37,7 @@ typedef struct {
   uint32_t tls_roles;       /* mutual TLS: a certificate's OU is its role (user, admin, worker) */
   uint32_t logs_private;    /* with tls_roles: a user reads only its own jobs' logs */
   char metrics_listen[256]; /* Prometheus /metrics over HTTP; empty: none */
+  char notify_url[1024];    /* POST a record of each job that ends or restarts; empty: none */
 } colod_config_t;
 
 /* Defaults from the table. */

@@ -17,6 +17,7 @@
 #include "jobs.h"
 #include "logs.h"
 #include "metrics.h"
+#include "notify.h"
 #include "rdzv.h"
 #include "usage.h"
 
@@ -381,10 +382,14 @@ int main(int argc, char **argv) {
   d.overrides = calloc((size_t)argc + 1, sizeof *d.overrides);
   char(*flagbuf)[1200] = calloc((size_t)argc + 1, sizeof *flagbuf);
   int rc = 1;
-  if (d.overrides && flagbuf)
-    rc = run(argc, argv, &d, flagbuf);
-  else
+  if (!d.overrides || !flagbuf)
     fprintf(stderr, "colod: out of memory\n");
+  else if (colod_notify_init() < 0) /* before any thread: libcurl's global state */
+    fprintf(stderr, "colod: cannot set up libcurl\n");
+  else {
+    rc = run(argc, argv, &d, flagbuf);
+    colod_notify_cleanup();
+  }
   free(d.overrides);
   free(flagbuf);
   return rc;

@@ -474,6 +474,15 @@ static void colod_metrics(colod_t *d, FILE *out) {
   family(out, "colo_nudges_total", "counter",
          "HostNudge messages sent to workers: their ranks changed, beat now.");
   fprintf(out, "colo_nudges_total %llu\n", (unsigned long long)d->stats.nudges);
+  family(out, "colo_notifications_total", "counter",
+         "Job records for notify_url: posted (sent), answered with an error or not at all "
+         "(failed), or not posted with too many in flight (dropped).");
+  fprintf(out, "colo_notifications_total{result=\"sent\"} %llu\n",
+          (unsigned long long)d->stats.notify_sent);
+  fprintf(out, "colo_notifications_total{result=\"failed\"} %llu\n",
+          (unsigned long long)d->stats.notify_failed);
+  fprintf(out, "colo_notifications_total{result=\"dropped\"} %llu\n",
+          (unsigned long long)d->stats.notify_dropped);
   family(out, "colo_jobs_deleted_total", "counter",
          "Ended jobs deleted, by job_retention or DeleteJob, with their logs.");
   fprintf(out, "colo_jobs_deleted_total %llu\n", (unsigned long long)d->stats.deleted);

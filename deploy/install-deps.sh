@@ -8,8 +8,8 @@ PKGS=(
   libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsqlite3-dev sqlite3 libsystemd-dev systemd libyaml-dev libcjson-dev
   libopenblas-dev libssl-dev libgomp1 libpcre2-dev
-  # colod's Prometheus endpoint
-  libmicrohttpd-dev
+  # colod's Prometheus endpoint, and its job notifications (notify_url)
+  libmicrohttpd-dev libcurl4-openssl-dev
   # tests: a third-party gRPC client, protoc for its Python messages
   python3 python3-grpcio python3-protobuf protobuf-compiler
   # tests: a third-party reader of colod's /metrics (Prometheus' own text-format parser)

@@ -4,6 +4,8 @@ project's .proto drives a real colod. Submit, get, list, cancel, watch, bad requ
 worker-facing RegisterHost, Heartbeat and WatchHost; and, acting as a worker itself, a job's whole life:
 placement, the rendezvous store, progress, checkpoints, logs, success. Over mutual TLS too. And
 colod's Prometheus endpoint, read by Prometheus' own text-format parser (python3-prometheus-client)."""
+import http.server
+import json
 import math
 import os
 import re
@@ -1092,6 +1094,66 @@ class WithMetrics(WithColod):
                 self.assertNotIn(key, samples, "a sample twice")
                 samples[key] = smp.value
         return samples, types
+
+
+class NotifyTest(WithMetrics):
+    """notify_url: colod POSTs a JSON record of each job that ends, here to a Python HTTP server
+    standing in for a chat's incoming webhook; an endpoint that answers 500 is counted failed."""
+
+    state, log_name = os.path.join(TMP, "state-notify"), "colod-notify.log"
+    posts, answer = [], [200]
+
+    @classmethod
+    def setUpClass(cls):
+        posts, answer = cls.posts, cls.answer
+
+        class Hook(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                posts.append((self.path, self.headers["Content-Type"], json.loads(body)))
+                self.send_response(answer[0])
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        cls.hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
+        threading.Thread(target=cls.hook.serve_forever, daemon=True).start()
+        cls.settings = ("metrics_listen=127.0.0.1:0",
+                        "notify_url=http://127.0.0.1:%d/hook" % cls.hook.server_port)
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        cls.hook.shutdown()
+
+    def test_ended_jobs_are_posted(self):
+        r = register(self.api, "nh", 1)
+        j = submit(self.api, "told", 1, account="nlp")
+        beat = lambda *ranks: self.api.Heartbeat(pb.HeartbeatRequest(  # noqa: E731
+            host_id=r.host_id, session=r.session, ranks=list(ranks)), timeout=5)
+        self.until("placed", lambda: [d for d in beat().desired if d.job_id == j])
+        self.assertEqual(self.posts, [])  # RUNNING is not told
+        beat(pb.RankStatus(job_id=j, attempt=1, rank=0, exit_code=0, phase=pb.RANK_PHASE_EXITED))
+        self.until("the post", lambda: self.posts)
+        path, ctype, rec = self.posts[0]
+        self.assertEqual((path, ctype), ("/hook", "application/json"))
+        msg = self.job(j).message
+        self.assertEqual(rec, {"text": 'colo job %d "told" SUCCEEDED: %s' % (j, msg), "job": j,
+                               "name": "told", "owner": "", "account": "nlp",
+                               "state": "SUCCEEDED", "message": msg, "attempt": 1,
+                               "restarts": 0, "time_ms": self.job(j).updated_ms})
+        # a job cancelled while it waits is told too; an endpoint's error is counted
+        self.answer[0] = 500
+        k = submit(self.api, "too-big", 2)
+        self.api.CancelJob(pb.CancelJobRequest(id=k), timeout=5)
+        self.until("the second post", lambda: len(self.posts) == 2)
+        self.assertEqual((self.posts[1][2]["job"], self.posts[1][2]["state"]), (k, "CANCELLED"))
+        m = self.until("counted", lambda: (lambda m: m[("colo_notifications_total", (
+            ("result", "failed"),))] == 1 and m)(self.scrape()[0]))
+        self.assertEqual(m[("colo_notifications_total", (("result", "sent"),))], 1)
+        self.assertEqual(m[("colo_notifications_total", (("result", "dropped"),))], 0)
 
 
 class HealthTest(WithMetrics):

@@ -137,6 +137,22 @@ TEST(metrics_listen_is_host_port_or_empty) {
                      "IPv6), or empty for none");
 }
 
+TEST(notify_url_is_http_or_empty) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_STR(c.notify_url, ""); /* off by default */
+  ASSERT_EQ_INT(colod_config_set(&c, "notify_url", "https://hooks.example/T0/B0", err, sizeof err),
+                0);
+  ASSERT_EQ_STR(c.notify_url, "https://hooks.example/T0/B0");
+  ASSERT_EQ_INT(colod_config_set(&c, "notify_url", "file:///etc/passwd", err, sizeof err),
+                COLO_EINVAL);
+  ASSERT_EQ_STR(err, "notify_url \"file:///etc/passwd\" must start with http:// or https://, or "
+                     "be empty for none");
+  ASSERT_EQ_STR(c.notify_url, "https://hooks.example/T0/B0"); /* untouched */
+  ASSERT_EQ_INT(colod_config_set(&c, "notify_url", "", err, sizeof err), 0);
+}
+
 TEST(fair_share_half_life_takes_days) {
   colod_config_t c;
   colod_config_defaults(&c);
