@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../common/error.h"
+#include "../common/grow.h"
 
 #define NEVER INT64_MAX
 
@@ -79,14 +80,8 @@ static int claim_mem(colo_plan_t *p, uint32_t h, int64_t until, int64_t expect, 
     last->mem += mem;
     return 0;
   }
-  if (p->n_claims == p->cap_claims) {
-    size_t cap = p->cap_claims ? 2 * p->cap_claims : 64;
-    colo_plan_claim_t *c = realloc(p->claims, cap * sizeof *c);
-    if (!c)
-      return COLO_ENOMEM;
-    p->claims = c;
-    p->cap_claims = cap;
-  }
+  if (COLO_GROW(p->claims, p->n_claims, p->cap_claims) < 0)
+    return COLO_ENOMEM;
   p->claims[p->n_claims++] = (colo_plan_claim_t){h, until, expect, mem};
   return 0;
 }

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../common/error.h"
+#include "../common/grow.h"
 #include "../common/log.h"
 #include "colod.h"
 
@@ -54,14 +55,8 @@ static row_t *row_for(usage_t *u, uint64_t job_id, const char *owner, const char
                        : !strcmp(r->owner, owner) && (!u->by_job || !strcmp(r->account, account))))
       return r;
   }
-  if (u->n == u->cap) {
-    size_t cap = u->cap ? 2 * u->cap : 64;
-    row_t *r = realloc(u->rows, cap * sizeof *r);
-    if (!r)
-      return NULL;
-    u->rows = r;
-    u->cap = cap;
-  }
+  if (COLO_GROW(u->rows, u->n, u->cap) < 0)
+    return NULL;
   row_t *r = &u->rows[u->n++];
   memset(r, 0, sizeof *r);
   if (!u->by_account)

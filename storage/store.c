@@ -9,6 +9,7 @@
 #include <sqlite3.h>
 
 #include "../common/error.h"
+#include "../common/grow.h"
 
 /* ---- schema: one entry per version, applied in order inside one transaction each ---- */
 
@@ -1366,15 +1367,9 @@ static int hour_add(colo_store_t *st, int64_t hour_ms, const char *owner,
         !strcmp(st->hours[i].owner, owner) && !strcmp(st->hours[i].key.account, key->account))
       r = &st->hours[i];
   if (!r) {
-    if (st->n_hours == st->cap_hours) {
-      size_t cap = st->cap_hours ? 2 * st->cap_hours : 64;
-      hour_row_t *v = realloc(st->hours, cap * sizeof *v);
-      if (!v) {
-        snprintf(st->errmsg, sizeof st->errmsg, "out of memory");
-        return COLO_ENOMEM;
-      }
-      st->hours = v;
-      st->cap_hours = cap;
+    if (COLO_GROW(st->hours, st->n_hours, st->cap_hours) < 0) {
+      snprintf(st->errmsg, sizeof st->errmsg, "out of memory");
+      return COLO_ENOMEM;
     }
     r = &st->hours[st->n_hours++];
     *r = (hour_row_t){.hour_ms = hour_ms, .key = *key, .from_ms = from, .to_ms = to};
