@@ -784,7 +784,7 @@ static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t
     goto done;
   const Colo__V1__ResourceSpec *res = w->spec->resources;
   rc = colo_plan_reserve(p, w->id, idx, nf, w->pp, w->dp, w->tp, res->devices_per_node, rank_mem(w),
-                         (int64_t)res->time_limit_s * 1000, p->n_holds == p->n_blocks, out);
+                         (int64_t)res->time_limit_s * 1000, colo_plan_job_holds(p) == 0, out);
   if (rc <= 0)
     goto done;
   const colo_hold_t *h = &p->holds[p->n_holds - 1];
@@ -1178,8 +1178,8 @@ static void schedule(colod_t *d) {
       continue;
     }
     /* preemption only for the first to wait: behind a reservation, jobs hold room in turn */
-    size_t held_for_jobs = plan.n_holds - plan.n_blocks;
-    uint32_t waits = nf && !held_for_jobs ? preempt_for(d, j, &running, hosts, n, busy, total) : 0;
+    int first = colo_plan_job_holds(&plan) == 0;
+    uint32_t waits = nf && first ? preempt_for(d, j, &running, hosts, n, busy, total) : 0;
     if (waits) {
       snprintf(why, sizeof why, "waits for %u stopping job%s to make room", waits,
                waits == 1 ? "" : "s");
@@ -1192,7 +1192,7 @@ static void schedule(colod_t *d) {
       snprintf(why + len, sizeof why - len, "; its room is held on %s", what);
     set_waiting(j, why);
   }
-  d->stats.holds = (uint32_t)(plan.n_holds - plan.n_blocks);
+  d->stats.holds = (uint32_t)colo_plan_job_holds(&plan);
   colo_plan_free(&plan);
   free(view);
   free(fit);

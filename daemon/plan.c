@@ -335,7 +335,7 @@ static int earliest(trial_t *t, const size_t *idx, size_t nf, int64_t *start) {
 int colo_plan_reserve(colo_plan_t *p, uint64_t job_id, const size_t *idx, size_t nf, uint32_t pp,
                       uint32_t dp, uint32_t tp, uint32_t per_node, uint64_t rank_mem,
                       int64_t duration_ms, int unknown_ok, colo_rank_place_t *out) {
-  if (p->n_holds - p->n_blocks >= p->max_holds || !nf)
+  if (colo_plan_job_holds(p) >= p->max_holds || !nf)
     return 0;
   for (size_t i = 0; i < nf; i++) {
     const colo_sched_host_t *h = &p->hosts[idx[i]];

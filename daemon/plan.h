@@ -76,6 +76,11 @@ void colo_plan_free(colo_plan_t *p);
 int colo_plan_claim(colo_plan_t *p, const colo_rank_place_t *place, uint32_t world,
                     uint64_t rank_mem, int64_t until, int64_t expect);
 
+/* The holds of waiting jobs so far (maintenances not counted). */
+static inline size_t colo_plan_job_holds(const colo_plan_t *p) {
+  return p->n_holds - p->n_blocks;
+}
+
 /* A host's maintenance from `from` (a cordon to come): its devices held from then, for ever, so
  * that a job placed there now must end by then and no hold counts on the host after it. Returns
  * 0 (not counted against max_holds). */

@@ -408,7 +408,7 @@ TEST(plan_a_maintenance_holds_its_host_from_then) {
   ASSERT_EQ_INT(colo_plan_reserve(&p, 701, idx, 2, 1, 2, 1, 0, 0, 0, 1, out), 1);
   ASSERT_EQ_INT(out[0].host_id, 2);
   ASSERT_EQ_INT(out[1].host_id, 2);
-  ASSERT_EQ_INT(p.n_holds - p.n_blocks, 1);
+  ASSERT_EQ_INT(colo_plan_job_holds(&p), 1);
   colo_plan_free(&p);
 }
 
