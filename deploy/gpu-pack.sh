@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs colo-train, test_cuda, test_nccl, colod, colo-workerd, coloctl, engine_ops (bench/engine_gpu)
+# Packs colo-train, test_cuda, test_cudnn_plan, test_nccl, colod, colo-workerd, coloctl, engine_ops (bench/engine_gpu)
 # and the CUDA backend, built here, with the shared libraries they
 # need that a bare GPU machine may lack (gRPC, protobuf-c, libuv, OpenBLAS, OpenSSL, …), into
 # .gpu-pack/colo-gpu.tar.xz inside the checkout (ignored by git), for a machine that can build
@@ -15,7 +15,7 @@
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD="$SRC/build-bench"
-PROGS="colo-train test_cuda test_nccl colod colo-workerd coloctl engine_ops"
+PROGS="colo-train test_cuda test_cudnn_plan test_nccl colod colo-workerd coloctl engine_ops"
 OUT="$SRC/.gpu-pack"
 # -march=x86-64-v3 (AVX2, FMA), not the building machine's -march=native: the GPU machine's
 # processor is not known here, and every x86-64 host of an H100 has those

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The GPU session's runs, on the GPU machine (the device tool), from the pack that
 # deploy/gpu-pack.sh made here (carry: [".gpu-pack", ".colo-quickstart/data"]):
-#   bash bench/engine_gpu/device.sh tests   # test_cuda (thrice: the defaults, the attention with
-#                                           # synchronous loads, GELU as a pass of its own), test_nccl,
+#   bash bench/engine_gpu/device.sh tests   # test_cuda (four times: the defaults, the attention
+#                                           # with synchronous loads, GELU as a pass of its own,
+#                                           # cuDNN's attention), test_cudnn_plan, test_nccl,
 #                                           # then integration_gpu_train
 #   bash bench/engine_gpu/device.sh bench   # bench/engine_gpu/run.sh
 #   bash bench/engine_gpu/device.sh e2e     # bench/engine_gpu/e2e.sh: colod, colo-workerd, a GPU job
@@ -20,6 +21,13 @@ BIN="$RUN/colo-gpu/bin"
 echo "pack built from commit $(cat "$RUN/colo-gpu/COMMIT"); checkout at $(git -C "$SRC" rev-parse --short HEAD 2>/dev/null || echo '?')"
 mkdir -p "$OUT"
 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
+# cuDNN for COLO_CUDA_ATTENTION=cudnn: the machine's own, else a Python wheel's (nvidia-cudnn)
+if [ -z "${COLO_CUDNN_LIBRARY:-}" ] && ! ldconfig -p | grep -q 'libcudnn.so.9 ' &&
+  [ ! -e /usr/local/cuda/lib64/libcudnn.so.9 ] && [ ! -e /usr/local/cuda/lib/libcudnn.so.9 ]; then
+  wheel=$(python3 -c 'import nvidia.cudnn as m, os; print(os.path.join(list(m.__path__)[0], "lib", "libcudnn.so.9"))' 2>/dev/null || true)
+  [ -n "$wheel" ] && [ -e "$wheel" ] && export COLO_CUDNN_LIBRARY="$wheel"
+fi
+echo "cuDNN: ${COLO_CUDNN_LIBRARY:-libcudnn.so.9 from the library path}"
 if [ "$what" = e2e ]; then
   rc=0
   bash "$SRC/bench/engine_gpu/e2e.sh" "$BIN" "$OUT" 2>&1 | tee "$OUT/e2e.log" || rc=$?
@@ -40,6 +48,16 @@ elif [ "$what" = tests ]; then
   tail -1 "$OUT/test_cuda_gelu_pair.log"
   grep FAIL "$OUT/test_cuda_gelu_pair.log" | head -20 || true
   echo "test_cuda (COLO_CUDA_GELU_FUSION=0): rc $rc"
+  rc=0 # and with cuDNN's fused attention, after its plans offline and cuDNN's view of this GPU
+  "$BIN/test_cudnn_plan" >"$OUT/test_cudnn_plan.log" 2>&1 || rc=$?
+  tail -1 "$OUT/test_cudnn_plan.log"
+  echo "test_cudnn_plan: rc $rc"
+  "$BIN/test_cudnn_plan" --write-devprop "$OUT/cudnn_devprop_gpu.json" || true
+  rc=0
+  COLO_CUDA_ATTENTION=cudnn "$BIN/test_cuda" >"$OUT/test_cuda_cudnn.log" 2>&1 || rc=$?
+  tail -1 "$OUT/test_cuda_cudnn.log"
+  grep -E "FAIL|cuDNN" "$OUT/test_cuda_cudnn.log" | head -20 || true
+  echo "test_cuda (COLO_CUDA_ATTENTION=cudnn): rc $rc"
   rc=0
   "$BIN/test_nccl" >"$OUT/test_nccl.log" 2>&1 || rc=$?
   tail -3 "$OUT/test_nccl.log"

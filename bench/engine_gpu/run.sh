@@ -120,6 +120,9 @@ torch_run bf16cb32 bf16 --batch-size "$B32" --compile
 # it (without cp.async's overlap); the MLP's GELU as a pass of its own
 COLO_CUDA_ATTENTION=flash colo_run c124bf16a "${M124[@]}" --precision bf16
 COLO_CUDA_ATTENTION=flash colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
+# cuDNN's fused attention (backend/cuda_cudnn.cu) in place of colo's own kernels
+COLO_CUDA_ATTENTION=cudnn colo_run c124bf16d "${M124[@]}" --precision bf16
+COLO_CUDA_ATTENTION=cudnn colo_run c124b32d "${M124[@]:0:4}" "$B32" --precision bf16
 COLO_CUDA_GELU_FUSION=0 colo_run c124bf16f "${M124[@]}" --precision bf16
 COLO_CUDA_GELU_FUSION=0 colo_run c124b32f "${M124[@]:0:4}" "$B32" --precision bf16
 # where the bf16 step's time goes: GPU time per operation (a run of its own: the events cost a
@@ -138,6 +141,8 @@ else
   COLO_CUDA_ATTENTION=flash COLO_CUDA_GELU_FUSION=0 timeout "$RUN_LIMIT" "$BIN/engine_ops" \
     --device "$DEV" "${OPS_SHAPE[@]}" >"$TMP/ops_cand.jsonl" ||
     echo '{"error":"engine_ops failed: see the output"}' >>"$TMP/ops_cand.jsonl"
+  COLO_CUDA_ATTENTION=cudnn timeout "$RUN_LIMIT" "$BIN/engine_ops" --device "$DEV" "${OPS_SHAPE[@]}" \
+    >"$TMP/ops_cudnn.jsonl" || echo '{"error":"engine_ops (cuDNN attention) failed: see the output"}' >>"$TMP/ops_cudnn.jsonl"
   timeout "$RUN_LIMIT" "$PY" "$SRC/bench/engine_gpu/ops_torch.py" --device "$([ "$DEV" = gpu ] && echo cuda || echo cpu)" \
     "${OPS_SHAPE[@]}" >"$TMP/ops_torch.jsonl" 2>"$TMP/ops_torch.err" ||
     echo "{\"error\":\"$(tail -1 "$TMP/ops_torch.err" | tr -d '"')\"}" >>"$TMP/ops_torch.jsonl"
@@ -228,6 +233,7 @@ b16, b16g, b16e, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf1
 b32 = colo("c124b32", m124[0], m124[2], m124[3])
 b16a, b32a = colo("c124bf16a", m124[0], m124[2], m124[3]), colo("c124b32a", m124[0], m124[2], m124[3])
 b16f, b32f = colo("c124bf16f", m124[0], m124[2], m124[3]), colo("c124b32f", m124[0], m124[2], m124[3])
+b16d, b32d = colo("c124bf16d", m124[0], m124[2], m124[3]), colo("c124b32d", m124[0], m124[2], m124[3])
 big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
 tbc, tb32, tbc32 = torch("bf16c"), torch("bf16b32"), torch("bf16cb32")
@@ -244,6 +250,8 @@ for name, run, r in (("colo, bf16 activations and products, fused attention", "c
                      ("colo, bf16, B=%d" % b32n, "c124b32", b32),
                      ("colo, bf16, attention with synchronous loads (COLO_CUDA_ATTENTION=flash)", "c124bf16a", b16a),
                      ("colo, bf16, B=%d, attention with synchronous loads" % b32n, "c124b32a", b32a),
+                     ("colo, bf16, cuDNN's fused attention (COLO_CUDA_ATTENTION=cudnn)", "c124bf16d", b16d),
+                     ("colo, bf16, B=%d, cuDNN's fused attention" % b32n, "c124b32d", b32d),
                      ("colo, bf16, GELU as a pass of its own (COLO_CUDA_GELU_FUSION=0)", "c124bf16f", b16f),
                      ("colo, bf16, B=%d, GELU as a pass of its own" % b32n, "c124b32f", b32f),
                      ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", "c124bf16g", b16g),
@@ -280,23 +288,27 @@ def ops(name):  # {op: record}, errors, the first line (what ran)
             r[0] if r and "op" not in r[0] else {})
 oc, oc_err, _ = ops("ops")
 oa, _, _ = ops("ops_cand")
+od, od_err, _ = ops("ops_cudnn")
 ot, ot_err, th = ops("ops_torch")
 if oc:
     L.append("\nEach operation alone at these shapes (`engine_ops`: 20 calls in a row after 2, the wall "
-             "time a call; *alternatives*: `COLO_CUDA_ATTENTION=flash COLO_CUDA_GELU_FUSION=0`), "
+             "time a call; *alternatives*: `COLO_CUDA_ATTENTION=flash COLO_CUDA_GELU_FUSION=0`; "
+             "*cuDNN*: `COLO_CUDA_ATTENTION=cudnn`, the attention's rows), "
              "and PyTorch %s's kernels for the same (`ops_torch.py`: bf16, %s attention, AdamW fused on a GPU). "
              "Speed is colo's rate; the ratio is PyTorch's time over colo's (above 1: colo is "
              "faster).\n" % (th.get("torch", "?"), th.get("attention", "?")))
-    L.append("| operation | a step | colo ms | colo speed | alternatives ms | PyTorch ms | ratio |")
-    L.append("|---|---|---|---|---|---|---|")
+    L.append("| operation | a step | colo ms | colo speed | alternatives ms | cuDNN ms | PyTorch ms | ratio |")
+    L.append("|---|---|---|---|---|---|---|---|")
     for k, x in oc.items():
         if k == "sum of the parts":
             continue
         sp = ("%.3g TFLOP/s" % (x["flops"] / x["ms"] / 1e9) if x["flops"] else
               "%.3g GB/s" % (x["bytes"] / x["ms"] / 1e6) if x["bytes"] else "")
         t, c = ot.get(k), oa.get(k)
-        L.append("| %s | %d | %.3f | %s | %s | %s | %s |" % (
+        dn = od.get(k) if k.startswith("attention") else None
+        L.append("| %s | %d | %.3f | %s | %s | %s | %s | %s |" % (
             x["op"], x["per_step"], x["ms"], sp, "%.3f" % c["ms"] if c else "",
+            "%.3f" % dn["ms"] if dn else "",
             "%.3f" % t["ms"] if t else "", "%.2f×" % (t["ms"] / x["ms"]) if t else ""))
     torch_sum = sum(v["per_step"] * ot[k]["ms"] for k, v in oc.items() if k in ot and "per_step" in v)
     for label, d, step in (("colo", oc, b16), ("alternatives", oa, None)):
@@ -307,8 +319,8 @@ if oc:
                      % (step["ms"], step["ms"] - s["ms"]) if step else ""))
     if ot:
         L.append("\nPyTorch's kernels for the same calls: %.2f ms a step." % torch_sum)
-if oc_err or ot_err:
-    L.append("\nOperations alone: %s" % "; ".join(oc_err + ot_err))
+if oc_err or ot_err or od_err:
+    L.append("\nOperations alone: %s" % "; ".join(oc_err + ot_err + od_err))
 if a and "error" not in tt:
     L.append("\nRatio colo (TF32) / PyTorch (TF32): **%.2f×**." % (a["tok_s"] / tt["tokens_per_s"]))
 def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
@@ -317,6 +329,8 @@ def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
 for r, n, t, how in ((b16, m124[4], best(tb, tbc), ""), (b32, b32n, best(tb32, tbc32), ""),
                      (b16a, m124[4], best(tb, tbc), ", attention with synchronous loads"),
                      (b32a, b32n, best(tb32, tbc32), ", attention with synchronous loads"),
+                     (b16d, m124[4], best(tb, tbc), ", cuDNN's attention"),
+                     (b32d, b32n, best(tb32, tbc32), ", cuDNN's attention"),
                      (b16f, m124[4], best(tb, tbc), ", GELU as a pass of its own"),
                      (b32f, b32n, best(tb32, tbc32), ", GELU as a pass of its own")):
     if r and t:

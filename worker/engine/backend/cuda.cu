@@ -56,6 +56,8 @@ static struct {
                           COLO_CUDA_ATTENTION=flash-async), 1 loading each tile before it works on it
                           (flash); 0: the batched products (gemm) */
   int gelu_fused; /* the MLP's GELU in cuBLASLt's epilogues; COLO_CUDA_GELU_FUSION=0: without */
+  int cudnn;      /* COLO_CUDA_ATTENTION=cudnn: cuDNN's fused attention where it applies
+                     (cuda_cudnn.cu), the fused kernels above elsewhere */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -961,8 +963,24 @@ static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, co
 
 /* The fused kernels (cuda_flash.cu) where they apply and are not turned off, else the batched
  * products above. */
+/* cuDNN's attention, when asked for: 1 when it ran, 0 when the case is not cuDNN's. Asked for and
+ * without a plan for a case that is its own, the run stops with cuDNN's reason: colo does not
+ * fall back in silence from what was asked. */
+static int cudnn_ran(int rc) {
+  if (rc < 0) {
+    fprintf(stderr,
+            "colo-train: COLO_CUDA_ATTENTION=cudnn: cuDNN has no plan for the attention (%s)\n",
+            cudnn_attention_error());
+    exit(1);
+  }
+  return rc;
+}
+
 template <class T>
 static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH) {
+  if (g.cudnn &&
+      cudnn_ran(cudnn_attention_fwd(dtype_of<T>::colo, out, lse, qkv, B, T_, C, NH, g.stream)))
+    return;
   if (!g.flash ||
       !flash_attention_fwd(dtype_of<T>::colo, g.flash == 2, out, lse, qkv, B, T_, C, NH, g.stream))
     attention_gemm_fwd<T>(out, lse, qkv, B, T_, C, NH);
@@ -971,6 +989,9 @@ static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_,
 template <class T>
 static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                           const float *lse, int B, int T_, int C, int NH) {
+  if (g.cudnn && cudnn_ran(cudnn_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, B, T_,
+                                               C, NH, g.stream)))
+    return;
   if (g.flash) {
     float *dsum = (float *)scratch(S_F32, (size_t)B * NH * T_ * sizeof(float));
     if (flash_attention_bwd(dtype_of<T>::colo, g.flash == 2, dqkv, dout, qkv, out, lse, dsum, B, T_,
@@ -1432,9 +1453,19 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   g.lt_off = epi && !strcmp(epi, "0");
   CKB(cublasSetStream(g.blas, g.stream));
   const char *att = getenv("COLO_CUDA_ATTENTION");
-  if (att && *att && strcmp(att, "flash") && strcmp(att, "flash-async") && strcmp(att, "gemm")) {
-    snprintf(err, errlen, "COLO_CUDA_ATTENTION must be flash, flash-async or gemm, not '%s'", att);
+  if (att && *att && strcmp(att, "flash") && strcmp(att, "flash-async") && strcmp(att, "gemm") &&
+      strcmp(att, "cudnn")) {
+    snprintf(err, errlen, "COLO_CUDA_ATTENTION must be flash, flash-async, gemm or cudnn, not '%s'",
+             att);
     return NULL;
+  }
+  g.cudnn = att && !strcmp(att, "cudnn");
+  if (g.cudnn) {
+    char why[256];
+    if (!cudnn_attention_open(why, sizeof why)) {
+      snprintf(err, errlen, "COLO_CUDA_ATTENTION=cudnn: %s", why);
+      return NULL;
+    }
   }
   /* flash-async and the GELU epilogues became the defaults when they were faster on an H100
    * (bench/results/engine_gpu_quick.md) */

@@ -114,4 +114,22 @@ int flash_attention_bwd(colo_dtype_t t, int async, void *dqkv, const void *dout,
                         const void *out, const float *lse, float *dsum, int B, int T, int C, int NH,
                         cudaStream_t stream);
 
+/* ---- cuDNN's fused attention (cuda_cudnn.cu), COLO_CUDA_ATTENTION=cudnn ----
+ * cudnn_attention_open loads cuDNN (dlopen: COLO_CUDNN_LIBRARY, else libcudnn.so.9) and makes its
+ * handle; 0 with err said when it cannot. The two others return 1 when done, 0 when the case is
+ * not cuDNN's (fp32 storage, a head size not a multiple of 8 or above 128, cuDNN not opened), −1
+ * when cuDNN has no plan for it (cudnn_attention_error says why). */
+int cudnn_attention_open(char *err, size_t errlen);
+const char *cudnn_attention_error(void);
+int cudnn_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T, int C,
+                        int NH, cudaStream_t stream);
+int cudnn_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
+                        const void *out, const float *lse, int B, int T, int C, int NH,
+                        cudaStream_t stream);
+/* without a GPU: both plans for a shape built for a GPU described in cuDNN's JSON (1, why naming
+ * the engines; else 0, why said); and that JSON for this process's GPU (needs one) */
+int cudnn_attention_plan_offline(const char *devprop_json, colo_dtype_t t, int B, int T, int C,
+                                 int NH, char *why, size_t len);
+int cudnn_devprop_json(char *buf, size_t len, char *err, size_t errlen);
+
 #endif
