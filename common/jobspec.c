@@ -92,6 +92,41 @@ int colo_labels_check(const char *what, char *const *labels, size_t n, char *err
   return 0;
 }
 
+static const char *const NOTIFY_EVENT_NAME[] = {"", "started", "restarting", "ended", "failed"};
+
+int colo_url_check(const char *what, const char *url, char *err, size_t errlen) {
+  size_t len = strlen(url), scheme = !strncmp(url, "https://", 8)  ? 8
+                                     : !strncmp(url, "http://", 7) ? 7
+                                                                   : 0;
+  if (!scheme)
+    return bad(err, errlen, "%s \"%.80s\" must start with http:// or https://", what, url);
+  if (len > COLO_MAX_URL)
+    return bad(err, errlen, "%s is %zu characters long; at most %d", what, len, COLO_MAX_URL);
+  for (size_t i = 0; i < len; i++)
+    if ((unsigned char)url[i] <= ' ' || (unsigned char)url[i] >= 0x7f)
+      return bad(err, errlen, "%s \"%.80s\" has a space or a character outside printable ASCII",
+                 what, url);
+  if (!url[scheme] || url[scheme] == '/')
+    return bad(err, errlen, "%s \"%.80s\" names no host", what, url);
+  return 0;
+}
+
+int colo_url_allowed(const char *url, const char *prefixes) {
+  const char *p = prefixes;
+  while (*p) {
+    size_t n = strcspn(p, ",");
+    if (n > 0 && !strncmp(url, p, n)) {
+      char next = url[n];
+      if (p[n - 1] == '/' || next == '\0' || next == '/' || next == '?' || next == '#')
+        return 1;
+    }
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  return 0;
+}
+
 int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) {
   char a[32], b[32];
   if (!s->model || !s->data || !s->parallel || !s->memory || !s->optimizer || !s->train ||
@@ -343,6 +378,21 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "account \"%.80s\" must be 1 to %d letters, digits, '-', '_' and '.', or empty",
                s->account, COLO_MAX_NAME);
+  const Colo__V1__NotifySpec *nt = s->notify;
+  if (nt && (!nt->url || !nt->url[0]) && nt->n_on)
+    return bad(err, errlen, "notify.on needs notify.url: where to tell");
+  if (nt && nt->url && nt->url[0]) {
+    if (colo_url_check("notify.url", nt->url, err, errlen) < 0)
+      return COLO_EINVAL;
+    for (size_t i = 0; i < nt->n_on; i++) {
+      if (nt->on[i] <= COLO__V1__NOTIFY_EVENT__NOTIFY_EVENT_UNSPECIFIED ||
+          nt->on[i] > COLO__V1__NOTIFY_EVENT__NOTIFY_EVENT_FAILED)
+        return bad(err, errlen, "notify.on[%zu] must be started, restarting, ended or failed", i);
+      for (size_t k = 0; k < i; k++)
+        if (nt->on[k] == nt->on[i])
+          return bad(err, errlen, "notify.on names %s twice", NOTIFY_EVENT_NAME[nt->on[i]]);
+    }
+  }
   if (s->after_condition == COLO__V1__AFTER_CONDITION__AFTER_CONDITION_UNSPECIFIED)
     return bad(err, errlen, "after_condition must be succeeded or ended");
   if (s->n_after > COLO_MAX_AFTER)

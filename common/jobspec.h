@@ -31,6 +31,20 @@ int colo_jobspec_name_ok(const char *n);
  * '.', '_' or '-', none twice. 0, or COLO_EINVAL with why. */
 int colo_labels_check(const char *what, char *const *labels, size_t n, char *err, size_t errlen);
 
+/* notify.url, and the prefixes colod's notify_allow lists, at most this long */
+#define COLO_MAX_URL 1000
+
+/* Checks a URL colod may POST to (`what` names it in the message): http:// or https://, a host
+ * after it, at most COLO_MAX_URL characters, printable ASCII without spaces. 0, or COLO_EINVAL
+ * with why. */
+int colo_url_check(const char *what, const char *url, char *err, size_t errlen);
+
+/* 1 when url starts with one of the comma-separated prefixes, the match ending at a '/' (the
+ * prefix's last character, or the url's next one), a '?', a '#' or the url's end: the prefix
+ * https://hooks.example admits https://hooks.example/T1 but not https://hooks.example.evil or
+ * https://hooks.example@evil. */
+int colo_url_allowed(const char *url, const char *prefixes);
+
 /* Checks a spec whose defaults are filled. Returns 0, or COLO_EINVAL with the first problem in
  * err, worded as `parallel.tp=3 does not divide model.n_head=8`. */
 int colo_jobspec_validate(const Colo__V1__JobSpec *spec, char *err, size_t errlen);

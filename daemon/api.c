@@ -116,6 +116,23 @@ static int time_limit_policy(colod_t *d, Colo__V1__ResourceSpec *r, char *err, s
   return 0;
 }
 
+/* A job's notify.url must start with one of the operator's notify_allow prefixes: colod posts
+ * to no address a request chose. */
+static int notify_policy(colod_t *d, const Colo__V1__NotifySpec *n, char *err, size_t len) {
+  if (!n || !n->url || !n->url[0] || colo_url_allowed(n->url, d->cfg.notify_allow))
+    return 0;
+  if (!d->cfg.notify_allow[0])
+    snprintf(err, len,
+             "notify.url: this coordinator takes no job's notification URL (its "
+             "notify_allow is empty)");
+  else
+    snprintf(err, len,
+             "notify.url \"%.200s\" starts with none of the coordinator's notify_allow "
+             "prefixes (%.400s)",
+             n->url, d->cfg.notify_allow);
+  return COLO_EINVAL;
+}
+
 /* Fills msg from a job row, with the newest progress record colod holds and the newest
  * checkpoint (clear it with job_msg_clear). The spec is unpacked into *spec_out (free it after
  * use), or left out when with_spec is 0. */
@@ -324,7 +341,8 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
     return;
   }
   if (colo_jobspec_validate(spec, err, sizeof err) < 0 ||
-      time_limit_policy(d, spec->resources, err, sizeof err) < 0) {
+      time_limit_policy(d, spec->resources, err, sizeof err) < 0 ||
+      notify_policy(d, spec->notify, err, sizeof err) < 0) {
     colo__v1__job_spec__free_unpacked(spec, NULL);
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "%s", err);
     return;

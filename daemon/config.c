@@ -9,6 +9,7 @@
 #include <yaml.h>
 
 #include "../common/error.h"
+#include "../common/jobspec.h"
 #include "../common/log.h"
 
 typedef enum { T_STRING, T_DURATION, T_UINT, T_LOGLEVEL, T_BOOL } ctype_t;
@@ -119,6 +120,11 @@ static const centry_t TABLE[] = {
      "FAILED: ...\", \"job\", \"name\", \"owner\", \"account\", \"state\", \"message\", "
      "\"attempt\", \"restarts\", \"time_ms\"}, which a chat's incoming webhook takes as is. One "
      "try of 5 s each; failures are logged and counted. Empty: none"},
+    {"notify_allow", T_STRING, F(notify_allow), 0, 0, "", 1,
+     "comma-separated http:// or https:// URL prefixes a job's own notify.url must start with "
+     "(the match ends at a '/', '?' or '#': https://hooks.example admits https://hooks.example/T1, "
+     "not https://hooks.example.evil); such a job gets the same records at its URL for the "
+     "changes it names in notify.on. Empty: jobs may not set notify.url"},
 };
 #define N_TABLE (sizeof TABLE / sizeof TABLE[0])
 
@@ -137,6 +143,25 @@ static int fail(char *err, size_t errlen, const char *fmt, ...) {
   vsnprintf(err, errlen, fmt, ap);
   va_end(ap);
   return COLO_EINVAL;
+}
+
+/* notify_allow: each comma-separated prefix a URL colod may POST to (colo_url_check) */
+static int allow_list_check(const char *value, char *err, size_t errlen) {
+  const char *p = value;
+  while (*p) {
+    char one[COLO_MAX_URL + 2];
+    size_t n = strcspn(p, ",");
+    if (n == 0 || n > COLO_MAX_URL)
+      return fail(err, errlen, "notify_allow: entry %s", n ? "too long" : "empty (two commas?)");
+    memcpy(one, p, n);
+    one[n] = '\0';
+    if (colo_url_check("notify_allow entry", one, err, errlen) < 0)
+      return COLO_EINVAL;
+    p += n;
+    if (*p == ',' && !*++p)
+      return fail(err, errlen, "notify_allow ends with a comma");
+  }
+  return 0;
 }
 
 /* "10s", "500ms", "2m", "1h", "7d" or a plain number of milliseconds */
@@ -316,6 +341,8 @@ static int apply(const centry_t *e, colod_config_t *cfg, const char *value, char
                   "notify_url \"%s\" must start with http:// or https://, or be "
                   "empty for none",
                   value);
+    if (!strcmp(e->name, "notify_allow") && allow_list_check(value, err, errlen) < 0)
+      return COLO_EINVAL;
     if (!strcmp(e->name, "metrics_listen") && value[0] && !host_port(value))
       return fail(err, errlen,
                   "metrics_listen \"%s\" must be HOST:PORT (PORT 0 to 65535; [ADDR]:PORT for "

@@ -38,6 +38,7 @@ typedef struct {
   uint32_t logs_private;    /* with tls_roles: a user reads only its own jobs' logs */
   char metrics_listen[256]; /* Prometheus /metrics over HTTP; empty: none */
   char notify_url[1024];    /* POST a record of each job that ends or restarts; empty: none */
+  char notify_allow[4096];  /* URL prefixes a job's notify.url may start with; empty: none */
 } colod_config_t;
 
 /* Defaults from the table. */

@@ -9,7 +9,7 @@
 
 #include "../common/log.h"
 #include "colod.h"
-#include "usage.h"
+#include "../common/jobspec.h"
 
 #define NOTIFY_IN_FLIGHT  64
 #define NOTIFY_TIMEOUT_MS 5000 /* the whole POST; a drain waits for it at most this long */
@@ -82,47 +82,38 @@ static void posted(uv_work_t *req, int status) {
   free(w);
 }
 
-static int told(int state) {
-  return colo_job_state_terminal(state) || state == COLO_JOB_RESTARTING;
+/* The events a state change is (bits by Colo__V1__NotifyEvent): an attempt's start, a restart
+ * to come, an end, and of ends the failed ones. */
+#define EV(e) (1u << COLO__V1__NOTIFY_EVENT__NOTIFY_EVENT_##e)
+static unsigned events_of(int state) {
+  if (state == COLO_JOB_RUNNING)
+    return EV(STARTED);
+  if (state == COLO_JOB_RESTARTING)
+    return EV(RESTARTING);
+  if (!colo_job_state_terminal(state))
+    return 0;
+  return EV(ENDED) | (state == COLO_JOB_FAILED || state == COLO_JOB_TIMED_OUT ? EV(FAILED) : 0);
 }
+/* what the operator's notify_url is told, and a job's notify.url when its notify.on is empty */
+static const unsigned TOLD_BY_DEFAULT = EV(ENDED) | EV(RESTARTING);
 
-void colod_notify_job(colod_t *d, const colo_job_t *job) {
-  if (!d->cfg.notify_url[0] || !told(job->state))
-    return;
+static void enqueue(colod_t *d, uint64_t job, const char *url, const char *body) {
   if (d->notify_in_flight >= NOTIFY_IN_FLIGHT) {
     d->stats.notify_dropped++;
-    colo_log(COLO_LOG_WARN, "notify", "job %llu %s: not posted, %d posts still in flight",
-             (unsigned long long)job->id, colo_job_state_name(job->state), NOTIFY_IN_FLIGHT);
+    colo_log(COLO_LOG_WARN, "notify", "job %llu: not posted to %s, %d posts still in flight",
+             (unsigned long long)job, url, NOTIFY_IN_FLIGHT);
     return;
   }
-  colo_usage_key_t key = {.account = "", .device = 0};
-  colod_usage_key(job->spec, job->spec_len, &key);
-  char text[1024];
-  snprintf(text, sizeof text, "colo job %llu \"%s\" %s%s%s", (unsigned long long)job->id, job->name,
-           colo_job_state_name(job->state), job->message[0] ? ": " : "", job->message);
-  cJSON *o = cJSON_CreateObject();
   notify_t *w = calloc(1, sizeof *w);
-  if (o && w && cJSON_AddStringToObject(o, "text", text) &&
-      cJSON_AddNumberToObject(o, "job", (double)job->id) &&
-      cJSON_AddStringToObject(o, "name", job->name) &&
-      cJSON_AddStringToObject(o, "owner", job->owner) &&
-      cJSON_AddStringToObject(o, "account", key.account) &&
-      cJSON_AddStringToObject(o, "state", colo_job_state_name(job->state)) &&
-      cJSON_AddStringToObject(o, "message", job->message) &&
-      cJSON_AddNumberToObject(o, "attempt", job->attempt) &&
-      cJSON_AddNumberToObject(o, "restarts", job->restarts) &&
-      cJSON_AddNumberToObject(o, "time_ms", (double)job->updated_ms))
-    w->body = cJSON_PrintUnformatted(o);
-  cJSON_Delete(o);
-  if (!w || !w->body) {
+  if (!w || !(w->body = strdup(body))) {
     free(w);
     d->stats.notify_dropped++;
     return;
   }
   w->req.data = w;
   w->d = d;
-  w->job = job->id;
-  snprintf(w->url, sizeof w->url, "%s", d->cfg.notify_url);
+  w->job = job;
+  snprintf(w->url, sizeof w->url, "%s", url);
   if (uv_queue_work(d->loop, &w->req, post, posted) != 0) {
     free(w->body);
     free(w);
@@ -130,4 +121,59 @@ void colod_notify_job(colod_t *d, const colo_job_t *job) {
     return;
   }
   d->notify_in_flight++;
+}
+
+static char *record(const colo_job_t *job, const char *account) {
+  char text[1024];
+  snprintf(text, sizeof text, "colo job %llu \"%s\" %s%s%s", (unsigned long long)job->id, job->name,
+           colo_job_state_name(job->state), job->message[0] ? ": " : "", job->message);
+  cJSON *o = cJSON_CreateObject();
+  char *body = NULL;
+  if (o && cJSON_AddStringToObject(o, "text", text) &&
+      cJSON_AddNumberToObject(o, "job", (double)job->id) &&
+      cJSON_AddStringToObject(o, "name", job->name) &&
+      cJSON_AddStringToObject(o, "owner", job->owner) &&
+      cJSON_AddStringToObject(o, "account", account) &&
+      cJSON_AddStringToObject(o, "state", colo_job_state_name(job->state)) &&
+      cJSON_AddStringToObject(o, "message", job->message) &&
+      cJSON_AddNumberToObject(o, "attempt", job->attempt) &&
+      cJSON_AddNumberToObject(o, "restarts", job->restarts) &&
+      cJSON_AddNumberToObject(o, "time_ms", (double)job->updated_ms))
+    body = cJSON_PrintUnformatted(o);
+  cJSON_Delete(o);
+  return body;
+}
+
+void colod_notify_job(colod_t *d, const colo_job_t *job) {
+  unsigned ev = events_of(job->state);
+  if (!ev)
+    return;
+  Colo__V1__JobSpec *spec = colo__v1__job_spec__unpack(NULL, job->spec_len, job->spec);
+  const Colo__V1__NotifySpec *n = spec ? spec->notify : NULL;
+  const char *url = n && n->url && n->url[0] ? n->url : NULL;
+  unsigned want = 0;
+  for (size_t i = 0; url && i < n->n_on; i++)
+    if (n->on[i] > 0 && n->on[i] < 32) /* checked at submit; a stored spec is trusted no further */
+      want |= 1u << n->on[i];
+  if (url && !n->n_on)
+    want = TOLD_BY_DEFAULT;
+  int to_operator = d->cfg.notify_url[0] && (ev & TOLD_BY_DEFAULT);
+  int to_job = url && (ev & want);
+  if (to_job && !colo_url_allowed(url, d->cfg.notify_allow)) { /* notify_allow changed since */
+    d->stats.notify_dropped++;
+    colo_log(COLO_LOG_WARN, "notify", "job %llu: %s is no longer in notify_allow: not posted",
+             (unsigned long long)job->id, url);
+    to_job = 0;
+  }
+  char *body =
+      to_operator || to_job ? record(job, spec && spec->account ? spec->account : "") : NULL;
+  if ((to_operator || to_job) && !body)
+    d->stats.notify_dropped += (uint64_t)(to_operator + to_job);
+  if (body && to_operator)
+    enqueue(d, job->id, d->cfg.notify_url, body);
+  if (body && to_job)
+    enqueue(d, job->id, url, body);
+  cJSON_free(body);
+  if (spec)
+    colo__v1__job_spec__free_unpacked(spec, NULL);
 }

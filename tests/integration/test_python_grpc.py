@@ -1120,7 +1120,8 @@ class NotifyTest(WithMetrics):
         cls.hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hook)
         threading.Thread(target=cls.hook.serve_forever, daemon=True).start()
         cls.settings = ("metrics_listen=127.0.0.1:0",
-                        "notify_url=http://127.0.0.1:%d/hook" % cls.hook.server_port)
+                        "notify_url=http://127.0.0.1:%d/hook" % cls.hook.server_port,
+                        "notify_allow=http://127.0.0.1:%d/job" % cls.hook.server_port)
         super().setUpClass()
 
     @classmethod
@@ -1154,6 +1155,44 @@ class NotifyTest(WithMetrics):
             ("result", "failed"),))] == 1 and m)(self.scrape()[0]))
         self.assertEqual(m[("colo_notifications_total", (("result", "sent"),))], 1)
         self.assertEqual(m[("colo_notifications_total", (("result", "dropped"),))], 0)
+
+    def test_jobs_own_url_gets_the_changes_it_names(self):
+        """a job's notify.url within notify_allow is told what its notify.on names (here its
+        start and a failure, not its success); one outside notify_allow is refused at submit"""
+        self.answer[0] = 200
+        port = self.hook.server_port
+        r = register(self.api, "nh", 1)  # the host of the test before, if it ran: one host
+        s = spec(name="mine", dp=1)
+        s.notify.url = "http://127.0.0.1:%d/job/mine?x=1" % port
+        s.notify.on.extend([pb.NOTIFY_EVENT_STARTED, pb.NOTIFY_EVENT_FAILED])
+        j = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        seen = len(self.posts)
+        beat = lambda *ranks: self.api.Heartbeat(pb.HeartbeatRequest(  # noqa: E731
+            host_id=r.host_id, session=r.session, ranks=list(ranks)), timeout=5)
+        self.until("placed", lambda: [d for d in beat().desired if d.job_id == j])
+        self.until("the start's post", lambda: len(self.posts) > seen)
+        path, _, rec = self.posts[seen]
+        self.assertEqual((path, rec["job"], rec["state"], rec["attempt"]),
+                         ("/job/mine?x=1", j, "RUNNING", 1))
+        beat(pb.RankStatus(job_id=j, attempt=1, rank=0, exit_code=0, phase=pb.RANK_PHASE_EXITED))
+        self.until("the operator's post", lambda: len(self.posts) > seen + 1)
+        time.sleep(0.3)  # a post to the job's URL would have come by now
+        self.assertEqual([(p, rec["state"]) for p, _, rec in self.posts[seen + 1:]],
+                         [("/hook", "SUCCEEDED")])  # the job did not ask for its success
+        for url, msg in (
+                ("http://127.0.0.1:%d/jobs" % port,
+                 'notify.url "http://127.0.0.1:%d/jobs" starts with none of the coordinator\'s '
+                 'notify_allow prefixes (http://127.0.0.1:%d/job)' % (port, port)),
+                ("http://127.0.0.1:%d@evil.example/job" % port,
+                 'notify.url "http://127.0.0.1:%d@evil.example/job" starts with none of the '
+                 'coordinator\'s notify_allow prefixes (http://127.0.0.1:%d/job)' % (port, port)),
+                ("file:///etc/passwd",
+                 'notify.url "file:///etc/passwd" must start with http:// or https://')):
+            s.notify.url = url
+            with self.assertRaises(grpc.RpcError) as e:
+                self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5)
+            self.assertEqual((e.exception.code(), e.exception.details()),
+                             (grpc.StatusCode.INVALID_ARGUMENT, msg))
 
 
 class HealthTest(WithMetrics):

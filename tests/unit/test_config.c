@@ -153,6 +153,32 @@ TEST(notify_url_is_http_or_empty) {
   ASSERT_EQ_INT(colod_config_set(&c, "notify_url", "", err, sizeof err), 0);
 }
 
+TEST(notify_allow_lists_url_prefixes) {
+  colod_config_t c;
+  colod_config_defaults(&c);
+  char err[256];
+  ASSERT_EQ_STR(c.notify_allow, ""); /* no job may set notify.url by default */
+  ASSERT_EQ_INT(colod_config_set(&c, "notify_allow",
+                                 "https://hooks.slack.com/services/,http://10.0.0.5:8080", err,
+                                 sizeof err),
+                0);
+  ASSERT_EQ_STR(c.notify_allow, "https://hooks.slack.com/services/,http://10.0.0.5:8080");
+  const struct {
+    const char *value, *msg;
+  } bad[] = {
+      {"https://a.example/,,https://b.example/", "notify_allow: entry empty (two commas?)"},
+      {"https://a.example/,", "notify_allow ends with a comma"},
+      {"https://a.example/,gopher://b.example/",
+       "notify_allow entry \"gopher://b.example/\" must start with http:// or https://"},
+      {"https://", "notify_allow entry \"https://\" names no host"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ASSERT_EQ_INT(colod_config_set(&c, "notify_allow", bad[i].value, err, sizeof err), COLO_EINVAL);
+    ASSERT_EQ_STR(err, bad[i].msg);
+  }
+  ASSERT_EQ_STR(c.notify_allow, "https://hooks.slack.com/services/,http://10.0.0.5:8080");
+}
+
 TEST(fair_share_half_life_takes_days) {
   colod_config_t c;
   colod_config_defaults(&c);

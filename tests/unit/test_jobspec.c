@@ -136,6 +136,15 @@ static const struct {
      "digits, '.', '_' or '-'"},
     {BASE "resources: {host_labels: [a, b, c, d, e, f, g, h, i, j, k, l, m, n, o, p, q]}\n",
      "resources.host_labels has 17 labels; at most 16"},
+    {BASE "notify: {on: [ended]}\n", "notify.on needs notify.url: where to tell"},
+    {BASE "notify: {url: 'ftp://hooks.example/x'}\n",
+     "notify.url \"ftp://hooks.example/x\" must start with http:// or https://"},
+    {BASE "notify: {url: 'https:///x'}\n", "notify.url \"https:///x\" names no host"},
+    {BASE "notify: {url: 'https://hooks.example/a b'}\n",
+     "notify.url \"https://hooks.example/a b\" has a space or a character outside printable "
+     "ASCII"},
+    {BASE "notify: {url: 'https://hooks.example/', on: [ended, started, ended]}\n",
+     "notify.on names ended twice"},
 };
 
 TEST(bad_specs_have_exact_messages) {
@@ -169,6 +178,8 @@ static const struct {
     {BASE "model: 5\n", "job.yaml:3: model: expected a mapping"},
     {BASE "after: {job: 5}\n", "job.yaml:3: after: expected a list"},
     {BASE "name: again\n", "job.yaml:3: field \"name\" given twice"},
+    {BASE "notify: {url: 'https://h.example/', on: [begun]}\n",
+     "job.yaml:3: notify.on[0]: \"begun\" must be one of started, restarting, ended, failed"},
     {"- a\n- b\n", "job.yaml:1: document: expected a mapping"},
     {"name: [unclosed\n", "job.yaml:2: did not find expected ',' or ']'"},
     {"", "job.yaml:0: the document is empty"},
@@ -239,6 +250,43 @@ TEST(a_scalar_is_a_list_of_one) {
   ASSERT_EQ_INT(s->resources->n_host_labels, 2); /* appended */
   ASSERT_EQ_STR(s->resources->host_labels[1], "a100");
   colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+TEST(notify_urls_are_checked_and_matched_on_a_boundary) {
+  char err[256];
+  int rc;
+  Colo__V1__JobSpec *s =
+      parse(BASE "notify: {url: 'https://hooks.example/T1?x=1', on: [started, failed]}\n", err,
+            sizeof err, &rc);
+  if (rc != 0)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_STR(s->notify->url, "https://hooks.example/T1?x=1");
+  ASSERT_EQ_INT(s->notify->n_on, 2);
+  ASSERT_EQ_INT(s->notify->on[0], COLO__V1__NOTIFY_EVENT__NOTIFY_EVENT_STARTED);
+  ASSERT_EQ_INT(s->notify->on[1], COLO__V1__NOTIFY_EVENT__NOTIFY_EVENT_FAILED);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+  char long_url[COLO_MAX_URL + 2] = "https://h.example/";
+  size_t head = strlen(long_url);
+  memset(long_url + head, 'a', sizeof long_url - 1 - head);
+  long_url[COLO_MAX_URL + 1] = '\0';
+  ASSERT_EQ_INT(colo_url_check("notify.url", long_url, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "notify.url is 1001 characters long; at most 1000");
+  long_url[COLO_MAX_URL] = '\0';
+  ASSERT_EQ_INT(colo_url_check("notify.url", long_url, err, sizeof err), 0);
+  const char *allow = "https://hooks.example,http://10.0.0.5:8080/colo/";
+  const char *yes[] = {"https://hooks.example", "https://hooks.example/T1",
+                       "https://hooks.example?a", "https://hooks.example#f",
+                       "http://10.0.0.5:8080/colo/x"};
+  const char *no[] = {"https://hooks.example.evil/",  "https://hooks.example@evil/",
+                      "https://hooks.examplex/",      "http://hooks.example/",
+                      "http://10.0.0.5:8080/colonel", "http://10.0.0.5:8080/"};
+  for (size_t i = 0; i < sizeof yes / sizeof yes[0]; i++)
+    if (!colo_url_allowed(yes[i], allow))
+      FAIL_AT("%s is refused", yes[i]);
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; i++)
+    if (colo_url_allowed(no[i], allow))
+      FAIL_AT("%s is allowed", no[i]);
+  ASSERT_EQ_INT(colo_url_allowed("https://hooks.example/", ""), 0);
 }
 
 TEST(defaults_are_filled) {
