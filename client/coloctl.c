@@ -781,6 +781,14 @@ static void print_job_detail(const Colo__V1__Job *j) {
     }
     printf("  time limit %s an attempt%s\n", lim, left);
   }
+  if (s && s->notify && s->notify->url && s->notify->url[0]) {
+    static const char *const told[] = {"", "started", "restarting", "ended", "failed"};
+    printf("  notify     %s (", s->notify->url);
+    for (size_t i = 0; i < s->notify->n_on; i++)
+      printf("%s%s", i ? ", " : "",
+             s->notify->on[i] > 0 && s->notify->on[i] <= 4 ? told[s->notify->on[i]] : "?");
+    printf("%s)\n", s->notify->n_on ? "" : "ended, restarting");
+  }
   if (j->slowed && j->slowed[0])
     printf("  slowed     %s\n", j->slowed);
   if (j->waiting && j->waiting[0])
