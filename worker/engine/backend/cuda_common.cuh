@@ -126,6 +126,45 @@ int cudnn_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, 
 int cudnn_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *lse, int B, int T, int C, int NH,
                         cudaStream_t stream);
+/* What a cuDNN attention graph computes, kept beside cuDNN's descriptors as it is built, for
+ * test_cudnn_plan to evaluate on the CPU against colo's CPU attention: its tensors (shape and
+ * strides in elements; uid as below for the caller's, from CUDNN_SHADOW_VIRTUAL for
+ * intermediates) and its operations in order (kind: 'p'ointwise, 'r'eduction, 'm'atmul,
+ * re's'hape; mode: cuDNN's pointwise mode or reduction operator; in[]: tensor indices, −1 none:
+ * pointwise x, b, t; reduction x; matmul a, b; reshape x). */
+enum {
+  CUDNN_U_Q = 1,
+  CUDNN_U_K,
+  CUDNN_U_V,
+  CUDNN_U_O,
+  CUDNN_U_LSE,
+  CUDNN_U_SCALE,
+  CUDNN_U_NEG,
+  CUDNN_U_ONE,
+  CUDNN_U_DO,
+  CUDNN_U_DQ,
+  CUDNN_U_DK,
+  CUDNN_U_DV,
+  CUDNN_U_D,
+  CUDNN_U_DQF,
+  CUDNN_SHADOW_VIRTUAL = 100
+};
+typedef struct {
+  int64_t uid, dim[4], stride[4];
+} cudnn_shadow_tensor_t;
+typedef struct {
+  char kind;
+  int mode, in[3], out;
+  int64_t axis;
+} cudnn_shadow_op_t;
+typedef struct {
+  cudnn_shadow_tensor_t t[64];
+  cudnn_shadow_op_t op[32];
+  int nt, nop;
+} cudnn_shadow_t;
+/* the shadow of a shape's graph (NULL: cuDNN not loaded, or not cuDNN's case) */
+const cudnn_shadow_t *cudnn_attention_shadow(int bwd, colo_dtype_t t, int B, int T, int C, int NH);
+
 /* without a GPU: both plans for a shape built for a GPU described in cuDNN's JSON (1, why naming
  * the engines; else 0, why said); and that JSON for this process's GPU (needs one) */
 int cudnn_attention_plan_offline(const char *devprop_json, colo_dtype_t t, int B, int T, int C,

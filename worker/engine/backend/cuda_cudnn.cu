@@ -51,6 +51,9 @@ int cudnn_devprop_json(char *, size_t, char *err, size_t errlen) {
   snprintf(err, errlen, "no cuDNN support in this build");
   return 0;
 }
+const cudnn_shadow_t *cudnn_attention_shadow(int, colo_dtype_t, int, int, int, int) {
+  return NULL;
+}
 
 #else
 
@@ -140,6 +143,8 @@ typedef struct {
   int64_t next_uid; /* the next virtual tensor's */
   cudnnStatus_t st; /* CUDNN_STATUS_SUCCESS until a call fails */
   char why[320];
+  cudnn_shadow_t shadow;                  /* what it computes (cuda_common.cuh) */
+  cudnnBackendDescriptor_t shadow_of[64]; /* each shadow tensor's descriptor */
 } graph_t;
 
 static void fail(graph_t *g, cudnnStatus_t s, const char *what) {
@@ -218,7 +223,39 @@ static cudnnBackendDescriptor_t tensor(graph_t *g, int64_t uid, cudnnDataType_t 
   if (by_value)
     set(g, d, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
   finalize(g, d, "a tensor");
+  cudnn_shadow_t *sh = &g->shadow;
+  if (g->st == CUDNN_STATUS_SUCCESS && sh->nt < (int)(sizeof sh->t / sizeof sh->t[0])) {
+    cudnn_shadow_tensor_t *st = &sh->t[sh->nt];
+    st->uid = uid;
+    memcpy(st->dim, s.dim, sizeof st->dim);
+    memcpy(st->stride, s.stride, sizeof st->stride);
+    g->shadow_of[sh->nt++] = d;
+  } else if (g->st == CUDNN_STATUS_SUCCESS) {
+    fail(g, CUDNN_STATUS_INTERNAL_ERROR, "too many tensors for one graph's shadow");
+  }
   return d;
+}
+
+/* an operation's record in the shadow; its tensors by their descriptors (NULL: none) */
+static void shadow_op(graph_t *g, char kind, int mode, int64_t axis, cudnnBackendDescriptor_t a,
+                      cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                      cudnnBackendDescriptor_t y) {
+  cudnn_shadow_t *sh = &g->shadow;
+  if (g->st != CUDNN_STATUS_SUCCESS)
+    return;
+  if (sh->nop == (int)(sizeof sh->op / sizeof sh->op[0])) {
+    fail(g, CUDNN_STATUS_INTERNAL_ERROR, "too many operations for one graph's shadow");
+    return;
+  }
+  cudnnBackendDescriptor_t ds[4] = {a, b, t, y};
+  int idx[4] = {-1, -1, -1, -1};
+  for (int k = 0; k < 4; k++)
+    for (int i = 0; ds[k] && i < sh->nt; i++)
+      if (g->shadow_of[i] == ds[k])
+        idx[k] = i;
+  cudnn_shadow_op_t *op = &sh->op[sh->nop++];
+  op->kind = kind, op->mode = mode, op->axis = axis;
+  op->in[0] = idx[0], op->in[1] = idx[1], op->in[2] = idx[2], op->out = idx[3];
 }
 
 static cudnnBackendDescriptor_t virt(graph_t *g, cudnnDataType_t t, shape_t s) {
@@ -266,6 +303,7 @@ static void pointwise(graph_t *g, cudnnPointwiseMode_t mode, cudnnDataType_t pre
       CUDNN_ATTR_OPERATION_POINTWISE_YDESC};
   const cudnnBackendDescriptor_t d[] = {pd, x, b, t, y};
   operation(g, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, 5, a, d, "a pointwise operation");
+  shadow_op(g, 'p', mode, axis, x, b, t, y);
 }
 
 /* y = x reduced over the dimensions where y has extent 1, in fp32 */
@@ -281,6 +319,7 @@ static void reduction(graph_t *g, cudnnReduceTensorOp_t mode, cudnnBackendDescri
                                            CUDNN_ATTR_OPERATION_REDUCTION_DESC};
   const cudnnBackendDescriptor_t d[] = {x, y, rd};
   operation(g, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, 3, a, d, "a reduction operation");
+  shadow_op(g, 'r', mode, -1, x, NULL, NULL, y);
 }
 
 /* c = a·b over the last two dimensions, batched over the first two, accumulated in fp32 */
@@ -295,6 +334,7 @@ static void matmul(graph_t *g, cudnnBackendDescriptor_t a_, cudnnBackendDescript
       CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_ATTR_OPERATION_MATMUL_DESC};
   const cudnnBackendDescriptor_t d[] = {a_, b, c, md};
   operation(g, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, 4, a, d, "a matmul operation");
+  shadow_op(g, 'm', 0, -1, a_, b, NULL, c);
 }
 
 /* y: x seen with other dimensions and strides (a transposed view) */
@@ -303,13 +343,29 @@ static void reshape(graph_t *g, cudnnBackendDescriptor_t x, cudnnBackendDescript
                                            CUDNN_ATTR_OPERATION_RESHAPE_YDESC};
   const cudnnBackendDescriptor_t d[] = {x, y};
   operation(g, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, 2, a, d, "a reshape operation");
+  shadow_op(g, 's', 0, -1, x, NULL, NULL, y);
 }
 
 /* ---- the attention's graphs ---- */
 
 /* the non-virtual tensors' ids; virtual ones count from V_FIRST */
-enum { U_Q = 1, U_K, U_V, U_O, U_LSE, U_SCALE, U_NEG, U_ONE, U_DO, U_DQ, U_DK, U_DV, U_D, U_DQF };
-enum { V_FIRST = 100 };
+enum {
+  U_Q = CUDNN_U_Q,
+  U_K = CUDNN_U_K,
+  U_V = CUDNN_U_V,
+  U_O = CUDNN_U_O,
+  U_LSE = CUDNN_U_LSE,
+  U_SCALE = CUDNN_U_SCALE,
+  U_NEG = CUDNN_U_NEG,
+  U_ONE = CUDNN_U_ONE,
+  U_DO = CUDNN_U_DO,
+  U_DQ = CUDNN_U_DQ,
+  U_DK = CUDNN_U_DK,
+  U_DV = CUDNN_U_DV,
+  U_D = CUDNN_U_D,
+  U_DQF = CUDNN_U_DQF,
+  V_FIRST = CUDNN_SHADOW_VIRTUAL
+};
 
 typedef struct {
   int B, T, C, NH, H, D;
@@ -386,10 +442,10 @@ static void build_bwd(graph_t *g, const dims_t *d, cudnnDataType_t io) {
   cudnnBackendDescriptor_t dsum = tensor(g, U_D, F, d->lse, false, false);   /* workspace */
   cudnnBackendDescriptor_t dqf = tensor(g, U_DQF, F, d->rows, false, false); /* workspace */
 
-  /* D = Σ dO·O per query */
-  shape_t prod = {{d->o.dim[0], d->o.dim[1], d->o.dim[2], d->o.dim[3]},
-                  {(int64_t)d->H * d->T * d->D, (int64_t)d->T * d->D, (int64_t)d->H * d->D, 1}};
-  cudnnBackendDescriptor_t x = virt(g, F, prod), r = virt(g, F, d->lse);
+  /* D = Σ dO·O per query (the product dense, [B][H][T][D]: cuDNN's frontend gives it strides
+   * that overlap where T is a multiple of H, which its engine ignores and test_cudnn_plan's CPU
+   * evaluation would not) */
+  cudnnBackendDescriptor_t x = virt(g, F, d->rows), r = virt(g, F, d->lse);
   pointwise(g, CUDNN_POINTWISE_MUL, F, dout, o, NULL, x);
   reduction(g, CUDNN_REDUCE_TENSOR_ADD, x, r);
   pointwise(g, CUDNN_POINTWISE_MUL, F, r, one, NULL, dsum);
@@ -726,6 +782,14 @@ int cudnn_attention_plan_offline(const char *devprop_json, colo_dtype_t t, int B
                              bwd ? "backward" : "forward", p->plan ? "planned" : p->g.why);
   }
   return 1;
+}
+
+const cudnn_shadow_t *cudnn_attention_shadow(int bwd, colo_dtype_t t, int B, int T, int C, int NH) {
+  plan_t *p = NULL;
+  if (usable(&p, bwd, t, B, T, C, NH) == 0)
+    return NULL;
+  p = plan_for(bwd, t, B, T, C, NH); /* planned or not: the graph was built */
+  return &p->g.shadow;
 }
 
 /* cuDNN's own description of this process's GPU (the JSON cudnn_attention_plan_offline reads);
