@@ -241,6 +241,7 @@ else:
     assert p[0]["optim_chunks_on_device"] > 0
 PY
   [ "$z" = 3 ] || continue # stop and resume (a warm-up step again) equals the straight run
+  lim3=$lim
   expect_rc 0 "$CT" train "${A[@]}" --zero 3 --memory-limit "$lim" --placement auto \
     --ckpt-dir "$TMP/au3r" --stop-at 3
   expect_rc 0 "$CT" train "${A[@]}" --zero 3 --memory-limit "$lim" --placement auto \
@@ -248,6 +249,52 @@ PY
   cmp "$TMP/au3/step_00000006/rank_00000.safetensors" "$TMP/au3r/step_00000006/rank_00000.safetensors" ||
     fail "automatic placement: stop at 3 and resume differs from the straight run"
 done
+
+# the chunk cache (memory.chunk_cache, on by default under auto at ZeRO-3): the ZeRO-3 run above
+# kept gathered chunks on the GPU between uses, evicting by next use. Without it the same
+# training copies more chunks up from host memory; over two ranks (all on the GPU at this limit)
+# the cache saves all-gathers, and the ranks keep the same chunks (else one would gather alone).
+expect_rc 0 "$CT" train "${A[@]}" --zero 3 --memory-limit "$lim3" --placement auto \
+  --chunk-cache false --ckpt-dir "$TMP/au3-nc" --progress "$TMP/au3-nc.jsonl"
+for c in true false; do
+  expect_rc 0 "$CT" train "${A[@]}" --zero 3 --dp 2 --nproc 2 --memory-limit "$lim3" \
+    --placement auto --chunk-cache "$c" --ckpt-dir "$TMP/au3dp-$c" --progress "$TMP/au3dp-$c.jsonl"
+done
+if [ "$DRY" = 1 ]; then
+  for pair in au3:au3-nc/rank_00000 au3dp-true:au3dp-false/rank_00000 \
+    au3dp-true:au3dp-false/rank_00001; do
+    a=${pair%%:*} b=${pair#*:}
+    cmp "$TMP/$a/step_00000006/${b#*/}.safetensors" "$TMP/${b%/*}/step_00000006/${b#*/}.safetensors" ||
+      fail "the chunk cache changed the training ($pair)"
+  done
+fi
+same_training "ZeRO 3, automatic placement, chunk cache on vs off" "$TMP/au3-nc.jsonl" "$TMP/au3.jsonl" 1e-6
+same_training "ZeRO 3 over 2 ranks, chunk cache on vs off" "$TMP/au3dp-false.jsonl" "$TMP/au3dp-true.jsonl" 1e-6
+python3 - "$TMP/au3.jsonl" "$TMP/au3-nc.jsonl" "$TMP/au3dp-true.jsonl" "$TMP/au3dp-false.jsonl" "$lim3" <<'PY' || fail "the chunk cache"
+import json, sys
+lim = int(sys.argv[5]) << 20
+def steps(f):  # the steps after the warm-up (rank 0's)
+    return [r for r in map(json.loads, open(f)) if r["event"] == "step" and r["step"] > 1]
+def total(rs, k):
+    return sum(r[k] for r in rs)
+on, off, don, doff = (steps(f) for f in sys.argv[1:5])
+wm = [r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "placement"][0]["cache_watermark_bytes"]
+print("chunk cache, 1 rank under %d MiB, steps 2-6: %d chunks filled and %d bytes copied up from "
+      "host memory, against %d and %d without it; %d hits, %d evictions, at most %d bytes kept; "
+      "peak %d bytes, watermark %d"
+      % (lim >> 20, total(on, "param_fills"), total(on, "param_up_bytes"), total(off, "param_fills"),
+         total(off, "param_up_bytes"), total(on, "cache_hits"), total(on, "cache_evictions"),
+         max(r["cache_peak_bytes"] for r in on), max(r["memory_bytes"] for r in on), wm))
+print("chunk cache, 2 ranks: %d chunks all-gathered (rank 0, steps 2-6), against %d without it; "
+      "%d hits" % (total(don, "param_fills"), total(doff, "param_fills"), total(don, "cache_hits")))
+assert 0 < wm < lim and all(r["memory_bytes"] <= lim for r in on + don)
+for a, b in zip(on, off):  # every step: fewer copies, as many as without the cache less the hits
+    assert a["param_fills"] < b["param_fills"] and a["param_up_bytes"] < b["param_up_bytes"], (a, b)
+    assert a["param_fills"] + a["cache_hits"] == b["param_fills"] and a["cache_hits"] > 0, (a, b)
+assert len(on) == len(off) == len(don) == len(doff) == 5 and total(don, "cache_hits") > 0
+assert total(don, "param_fills") + total(don, "cache_hits") == total(doff, "param_fills")
+assert all(r["cache_hits"] == 0 and r["cache_evictions"] == 0 for r in off + doff)
+PY
 
 # bf16 and fp16 activations: the same training within 2% of fp32 at the end, and within 1% of
 # the CPU's emulation of the same storage

@@ -905,6 +905,76 @@ TEST(pool_over_another_allocator) {
   ASSERT(fake_live == 0);
 }
 
+/* a cache in a pool: blocks it gives back oldest first when the pool asks */
+typedef struct {
+  colo_pool_t *pool;
+  void *blocks[8];
+  size_t bytes[8], n, asked, want;
+  int device_full;
+} fake_cache_t;
+
+static size_t fake_reclaim(void *ctx, size_t want, int device_full) {
+  fake_cache_t *c = ctx;
+  c->asked++, c->want = want, c->device_full = device_full;
+  size_t freed = 0, i = 0;
+  for (; i < c->n && freed < want; i++) {
+    colo_pool_free(c->pool, c->blocks[i]);
+    freed += c->bytes[i];
+  }
+  memmove(c->blocks, c->blocks + i, (c->n - i) * sizeof *c->blocks);
+  memmove(c->bytes, c->bytes + i, (c->n - i) * sizeof *c->bytes);
+  c->n -= i;
+  return freed;
+}
+
+static int device_refusals; /* fake_alloc's next refusals */
+static void *refusing_alloc(size_t bytes) {
+  if (device_refusals > 0) {
+    device_refusals--;
+    return NULL;
+  }
+  return fake_alloc(bytes);
+}
+
+TEST(pool_reclaim_gives_way_to_allocations) {
+  static const colo_allocator_t dev = {refusing_alloc, fake_free};
+  colo_pool_t *pool = colo_pool_create_with("gpu0", 1000, &dev);
+  fake_cache_t c = {.pool = pool};
+  for (int i = 0; i < 3; i++) {
+    c.blocks[c.n] = colo_pool_alloc(pool, 200, "kept");
+    c.bytes[c.n++] = 200;
+  }
+  colo_pool_set_reclaim(pool, fake_reclaim, &c, 800);
+  /* past the watermark: the cache is asked for the excess (100) and gives one block */
+  void *a = colo_pool_alloc(pool, 300, "a");
+  ASSERT(a != NULL);
+  ASSERT(c.asked == 1 && c.want == 100 && c.device_full == 0 && c.n == 2);
+  ASSERT_EQ_INT(colo_pool_used(pool), 700);
+  /* the device refuses once: the cache gives way (device_full) and the retry succeeds */
+  device_refusals = 1;
+  void *b = colo_pool_alloc(pool, 50, "b");
+  ASSERT(b != NULL && device_refusals == 0);
+  ASSERT(c.asked == 2 && c.want == 50 && c.device_full == 1 && c.n == 1);
+  ASSERT_EQ_INT(colo_pool_used(pool), 550);
+  /* the last kept block goes; then, with nothing kept, the watermark refuses nothing: only the
+   * capacity does */
+  void *d = colo_pool_alloc(pool, 600, "d");
+  ASSERT(d != NULL);
+  ASSERT(c.asked == 3 && c.want == 350 && c.n == 0);
+  ASSERT_EQ_INT(colo_pool_used(pool), 950);
+  ASSERT(colo_pool_alloc(pool, 100, "e") == NULL);
+  ASSERT_EQ_STR(colo_pool_error(pool),
+                "gpu0 memory pool: e needs 100 bytes but only 50 of 1000 are free");
+  /* off: never asked again */
+  size_t asked = c.asked;
+  colo_pool_set_reclaim(pool, NULL, NULL, 0);
+  colo_pool_free(pool, d);
+  ASSERT(colo_pool_alloc(pool, 600, "f") != NULL);
+  ASSERT(c.asked == asked);
+  colo_pool_destroy(pool);
+  ASSERT(fake_live == 0);
+}
+
 TEST(pool_capacity_is_enforced) {
   setup();
   colo_pool_t *pool = new_pool(100000);

@@ -291,6 +291,8 @@ static void train_usage(void) {
       "                        fractions below on it and the rest in host memory or NVMe; or\n"
       "                        what fits after a warm-up step (auto, ZeRO 1 and up; the GPU's\n"
       "                        free memory or --memory-limit)\n"
+      "  --chunk-cache true|false  auto at --zero 3: keep gathered chunks on the GPU between\n"
+      "                        uses while there is room (default true)\n"
       "  --param-device-fraction F  parameter pieces kept on the GPU (needs --zero 3)\n"
       "  --optim-device-fraction F  optimizer-state pieces kept on the GPU (--zero 1 and up)\n"
       "  --optim-nvme-fraction F    optimizer-state pieces in a file under --nvme-dir\n"
@@ -350,6 +352,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"optim-nvme-fraction", "memory: {optim_nvme_fraction: %s}"},
       {"nvme-dir", "memory: {nvme_dir: %s}"},
       {"chunk-mib", "memory: {chunk_mib: %s}"},
+      {"chunk-cache", "memory: {chunk_cache: %s}"},
       {"tf32", "train: {tf32: %s}"},
       {"precision", "train: {precision: %s}"},
       {"loss-scale-init", "train: {loss_scale_init: %s}"},
@@ -814,6 +817,7 @@ static int cmd_train(int argc, char **argv) {
   const Colo__V1__MemorySpec *mem = spec->memory;
   char nvme_dir[2100] = "";
   cfg.placement_auto = mem->placement == COLO__V1__PLACEMENT__PLACEMENT_AUTO;
+  cfg.chunk_cache = mem->chunk_cache;
   if (mem->placement == COLO__V1__PLACEMENT__PLACEMENT_STATIC) {
     cfg.placement_static = 1;
     cfg.param_device_fraction = mem->param_device_fraction;

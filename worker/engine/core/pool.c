@@ -22,7 +22,28 @@ struct colo_pool_s {
   const colo_allocator_t *a; /* NULL: host memory with headers */
   block_t *blocks;           /* another allocator's live blocks (a few hundred per model) */
   size_t n_blocks, cap_blocks;
+  colo_pool_reclaim_fn reclaim; /* a cache that gives memory back when asked (pool.h) */
+  void *reclaim_ctx;
+  size_t watermark;
+  int reclaiming;
 };
+
+void colo_pool_set_reclaim(colo_pool_t *pool, colo_pool_reclaim_fn fn, void *ctx,
+                           size_t watermark) {
+  pool->reclaim = fn;
+  pool->reclaim_ctx = ctx;
+  pool->watermark = watermark;
+}
+
+/* asks the cache for `want` bytes; 0 when it has none to give (or is already giving) */
+static size_t reclaim(colo_pool_t *pool, size_t want, int device_full) {
+  if (!pool->reclaim || pool->reclaiming || !want)
+    return 0;
+  pool->reclaiming = 1;
+  size_t got = pool->reclaim(pool->reclaim_ctx, want, device_full);
+  pool->reclaiming = 0;
+  return got;
+}
 
 colo_pool_t *colo_pool_create(const char *name, size_t capacity) {
   return colo_pool_create_with(name, capacity, NULL);
@@ -60,6 +81,8 @@ static void *alloc_other(colo_pool_t *pool, size_t bytes, const char *what) {
     pool->cap_blocks = cap;
   }
   void *p = pool->a->alloc(bytes ? bytes : 1);
+  if (!p && reclaim(pool, bytes, 1)) /* the device is fuller than the pool knows: the cache first */
+    p = pool->a->alloc(bytes ? bytes : 1);
   if (!p) {
     snprintf(pool->error, sizeof pool->error, "%s memory pool: the device has no %zu bytes for %s",
              pool->name, bytes, what);
@@ -70,6 +93,10 @@ static void *alloc_other(colo_pool_t *pool, size_t bytes, const char *what) {
 }
 
 void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what) {
+  if (pool->reclaim && pool->used + bytes > pool->watermark)
+    reclaim(pool, pool->used + bytes - pool->watermark, 0);
+  if (pool->capacity && bytes > pool->capacity - pool->used)
+    reclaim(pool, bytes - (pool->capacity - pool->used), 0);
   if (pool->capacity && bytes > pool->capacity - pool->used) {
     snprintf(pool->error, sizeof pool->error,
              "%s memory pool: %s needs %zu bytes but only %zu of %zu are free", pool->name, what,
@@ -91,6 +118,8 @@ void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what) {
    * bytes below what the caller gets, holds the size and calloc's own pointer. */
   size_t total = ALIGN + ((bytes + ALIGN - 1) / ALIGN) * ALIGN;
   char *raw = calloc(1, total + ALIGN);
+  if (!raw && reclaim(pool, bytes, 1))
+    raw = calloc(1, total + ALIGN);
   if (!raw) {
     snprintf(pool->error, sizeof pool->error, "%s memory pool: the system has no %zu bytes for %s",
              pool->name, bytes, what);

@@ -26,6 +26,16 @@ void colo_pool_destroy(colo_pool_t *pool);
 void *colo_pool_alloc(colo_pool_t *pool, size_t bytes, const char *what);
 void colo_pool_free(colo_pool_t *pool, void *p);
 
+/* A cache's shrinker (the ZeRO-3 chunk cache, parallel/zero.c): before an allocation that would
+ * take the pool past `watermark` bytes in use, and again when the capacity refuses one, fn is
+ * asked to free at least `want` bytes of what it keeps in this pool (through colo_pool_free; it
+ * must not allocate) and returns how many it freed; `device_full` when it is asked because the
+ * allocator refused (the device has less than the pool counts on: other processes use it). An
+ * allocation is never refused for the watermark itself: it only says when the cache gives way.
+ * fn NULL: none. */
+typedef size_t (*colo_pool_reclaim_fn)(void *ctx, size_t want, int device_full);
+void colo_pool_set_reclaim(colo_pool_t *pool, colo_pool_reclaim_fn fn, void *ctx, size_t watermark);
+
 size_t colo_pool_used(const colo_pool_t *pool);
 /* Starts measuring the peak again from what is in use now. */
 void colo_pool_reset_peak(colo_pool_t *pool);

@@ -148,6 +148,7 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
       snprintf(err, errlen, "optimizer pieces do not move to or from NVMe");
       return COLO_EINVAL;
     }
+  colo_zero_drop_cache(z); /* only pieces move */
   colo_zero_t old = *z;
   size_t nn = n ? n : 1;
   z->param_home = malloc(nn), z->optim_home = malloc(nn);

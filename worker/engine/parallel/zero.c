@@ -113,7 +113,9 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
   if (stage == 3) {
     z->param_full = calloc(z->chunks.n, sizeof *z->param_full);
     z->fetched = calloc(z->chunks.n, sizeof *z->fetched);
-    if (!z->param_full || !z->fetched) {
+    z->cached = calloc(z->chunks.n, 1);
+    z->last_use = calloc(z->chunks.n, sizeof *z->last_use);
+    if (!z->param_full || !z->fetched || !z->cached || !z->last_use) {
       snprintf(err, errlen, "out of memory");
       colo_zero_free(z);
       return COLO_ENOMEM;
@@ -151,19 +153,115 @@ int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
   return 0;
 }
 
+/* stage 3: a use of chunk k, in this round's order */
+static void record_use(colo_zero_t *z, size_t k) {
+  if (z->n_uses == z->cap_uses) {
+    size_t cap = z->cap_uses ? 2 * z->cap_uses : 4 * z->chunks.n + 16;
+    size_t *u = realloc(z->uses, cap * sizeof *u);
+    if (!u)
+      return; /* the order is a hint: without it, eviction guesses worse */
+    z->uses = u, z->cap_uses = cap;
+  }
+  z->last_use[k] = z->n_uses;
+  z->uses[z->n_uses++] = k;
+}
+
+/* how many uses from now chunk k is next used, by the previous round; SIZE_MAX: not again */
+static size_t next_use(const colo_zero_t *z, size_t k) {
+  for (size_t i = z->n_uses; i < z->n_prev; i++)
+    if (z->prev_uses[i] == k)
+      return i - z->n_uses;
+  return SIZE_MAX;
+}
+
+static void uncache(colo_zero_t *z, size_t k) {
+  z->cached[k] = 0;
+  z->cache_bytes -= z->chunks.chunks[k].capacity * sizeof(float);
+  colo_pool_free(z->pool, z->param_full[k]);
+  z->param_full[k] = NULL;
+}
+
+/* frees kept chunks, the furthest next use first (ties: the least recently used), until
+ * `want` bytes are freed or none is kept; the bytes freed */
+static size_t evict(colo_zero_t *z, size_t want) {
+  size_t freed = 0;
+  while (freed < want) {
+    size_t victim = SIZE_MAX, far = 0, old = 0;
+    for (size_t k = 0; k < z->chunks.n; k++) {
+      if (!z->cached[k])
+        continue;
+      size_t d = next_use(z, k);
+      if (victim == SIZE_MAX || d > far || (d == far && z->last_use[k] < old))
+        victim = k, far = d, old = z->last_use[k];
+    }
+    if (victim == SIZE_MAX)
+      break;
+    freed += z->chunks.chunks[victim].capacity * sizeof(float);
+    uncache(z, victim);
+    z->stats.evictions++;
+  }
+  return freed;
+}
+
+/* the pool's shrinker. Under data parallelism every rank of the group must keep the same chunks,
+ * or one would all-gather alone: their pools see the same allocations, so the watermark and the
+ * capacity decide alike on each; a device fuller than its pool counts on is one rank's own, so
+ * there the allocation fails as it would without the cache. */
+static size_t reclaim(void *ctx, size_t want, int device_full) {
+  colo_zero_t *z = ctx;
+  return device_full && z->dp > 1 ? 0 : evict(z, want);
+}
+
+void colo_zero_drop_cache(colo_zero_t *z) {
+  if (z->cached)
+    for (size_t k = 0; k < z->chunks.n; k++)
+      if (z->cached[k])
+        uncache(z, k);
+}
+
+void colo_zero_cache(colo_zero_t *z, size_t watermark) {
+  if (z->stage != 3)
+    return;
+  colo_zero_drop_cache(z);
+  z->cache_on = watermark > 0;
+  z->watermark = watermark;
+  colo_pool_set_reclaim(z->pool, z->cache_on ? reclaim : NULL, z, watermark);
+}
+
+void colo_zero_take_stats(colo_zero_t *z, colo_fetch_stats_t *out) {
+  *out = z->stats;
+  memset(&z->stats, 0, sizeof z->stats);
+  z->stats.cache_bytes = z->cache_bytes;
+}
+
+/* stage 3: the end of a round (the optimizer step): the kept chunks are stale, and this round's
+ * order becomes the one eviction goes by */
+static void end_round(colo_zero_t *z) {
+  colo_zero_drop_cache(z);
+  size_t *u = z->prev_uses, cap = z->cap_prev;
+  z->prev_uses = z->uses, z->n_prev = z->n_uses, z->cap_prev = z->cap_uses;
+  z->uses = u, z->cap_uses = cap, z->n_uses = 0;
+}
+
 /* stage 3: a tensor's values, its chunk gathered on the first fetch (one rank whose piece is on
- * the device: the piece itself, nothing copied) */
+ * the device: the piece itself, nothing copied), or kept from its last use (the chunk cache) */
 static const float *hook_fetch(void *ctx, size_t t) {
   colo_zero_t *z = ctx;
   size_t k = z->chunk_of[t];
   const colo_chunk_t *c = &z->chunks.chunks[k];
   size_t nt;
   const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+  if (z->fetched[k] == 0)
+    record_use(z, k);
   if (z->dp == 1 && z->param_home[k] == COLO_HOME_DEVICE) { /* the piece is the whole chunk */
     z->fetched[k]++;
     return param_at(z, k) + (table[t].offset - c->lo);
   }
-  if (!z->param_full[k]) {
+  if (z->cached[k]) {
+    z->cached[k] = 0;
+    z->cache_bytes -= c->capacity * sizeof(float);
+    z->stats.hits++;
+  } else if (!z->param_full[k]) {
     size_t piece = c->capacity / (size_t)z->dp;
     float *full = colo_pool_alloc(z->pool, c->capacity * sizeof(float), "parameters");
     if (!full)
@@ -174,18 +272,33 @@ static const float *hook_fetch(void *ctx, size_t t) {
       return NULL;
     }
     z->param_full[k] = full;
+    z->stats.fills++;
+    if (z->param_home[k] == COLO_HOME_HOST)
+      z->stats.up_bytes += piece * sizeof(float);
   }
   z->fetched[k]++;
   return z->param_full[k] + (table[t].offset - c->lo);
 }
 
+/* stage 3: after a chunk's last release it is freed, or kept while the pool is under the
+ * cache's watermark (evict decides which kept chunk gives way when it is not) */
 static void hook_release(void *ctx, size_t t) {
   colo_zero_t *z = ctx;
   size_t k = z->chunk_of[t];
-  if (--z->fetched[k] == 0 && z->param_full[k]) {
+  if (--z->fetched[k] != 0 || !z->param_full[k])
+    return;
+  if (!z->cache_on) {
     colo_pool_free(z->pool, z->param_full[k]);
     z->param_full[k] = NULL;
+    return;
   }
+  z->cached[k] = 1;
+  z->cache_bytes += z->chunks.chunks[k].capacity * sizeof(float);
+  size_t used = colo_pool_used(z->pool);
+  if (used > z->watermark)
+    evict(z, used - z->watermark);
+  if (z->cache_bytes > z->stats.cache_bytes)
+    z->stats.cache_bytes = z->cache_bytes;
 }
 
 void colo_zero_set_tp(colo_zero_t *z, colo_comm_t *tp) {
@@ -270,6 +383,16 @@ int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float *norm) {
 }
 
 void colo_zero_free(colo_zero_t *z) {
+  if (z->cache_on)
+    colo_pool_set_reclaim(z->pool, NULL, NULL, 0);
+  z->cache_on = 0;
+  free(z->cached);
+  free(z->last_use);
+  free(z->uses);
+  free(z->prev_uses);
+  z->cached = NULL;
+  z->last_use = z->uses = z->prev_uses = NULL;
+  z->n_uses = z->n_prev = z->cap_uses = z->cap_prev = 0;
   if (z->grad_full)
     for (size_t k = 0; k < z->chunks.n; k++)
       colo_pool_free(z->pool, z->grad_full[k]);
@@ -390,6 +513,8 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
     return 0;
   }
   opt->t++;
+  if (z->stage == 3)
+    end_round(z);
   float *p = colo_gpt_params(model);
   size_t nt;
   const colo_param_t *table = colo_gpt_params_table(model, &nt);

@@ -36,6 +36,15 @@ typedef struct {
 
 enum { COLO_HOME_DEVICE, COLO_HOME_HOST, COLO_HOME_NVME };
 
+/* What stage 3's fetches did since the last colo_zero_take_stats. */
+typedef struct {
+  size_t fills;       /* full chunks made: the piece copied in, and all-gathered when dp > 1 */
+  size_t up_bytes;    /* of those copies, bytes from host memory onto the device */
+  size_t hits;        /* fetches of a chunk the cache kept: nothing copied or gathered */
+  size_t evictions;   /* kept chunks freed to make room */
+  size_t cache_bytes; /* the most the cache held at once */
+} colo_fetch_stats_t;
+
 typedef struct {
   colo_comm_t *comm; /* the data-parallel group */
   int stage, rank, dp;
@@ -67,6 +76,16 @@ typedef struct {
   int nvme_fd; /* optimizer pieces on NVMe: m then v, per chunk; -1: none */
   char nvme_path[1024];
   char error[1200]; /* the last failure that was not the communicator's */
+  /* stage 3's chunk cache (colo_zero_cache) and the order of uses it evicts by: a use is a
+   * chunk's first fetch after a release; a round runs from one optimizer step to the next */
+  int cache_on;
+  size_t watermark;
+  unsigned char *cached; /* per chunk: gathered, kept after its last release */
+  size_t cache_bytes;
+  size_t *uses, n_uses, cap_uses;      /* this round's uses, in order */
+  size_t *prev_uses, n_prev, cap_prev; /* the previous round's */
+  size_t *last_use;                    /* per chunk: its latest use in this round */
+  colo_fetch_stats_t stats;
 } colo_zero_t;
 
 /* chunk_floats: the chunks' capacity (memory.chunk_mib), 0 to search for the least padding.
@@ -91,6 +110,16 @@ void colo_zero_placed(const colo_zero_t *z, colo_placed_t *out);
  * room its measured peak left on the device: pieces move onto it in execution order, the
  * parameters' first (read twice a step), then the optimizer state's, as long as they fit. */
 int colo_zero_place_auto(colo_zero_t *z, colo_adamw_t *opt, size_t room, char *err, size_t errlen);
+
+/* Stage 3's chunk cache, Gemini's eviction within a step: a gathered chunk stays on the device
+ * after its last release while the pool holds at most `watermark` bytes, so that its next fetch
+ * (the backward's, the next layer's in the same chunk, the next micro-batch's) copies and gathers
+ * nothing. When room is needed, by an allocation that would pass the watermark or that the
+ * device refuses, kept chunks are freed, the one whose next use is furthest first (by the
+ * previous round's order of uses; never used again: first). The optimizer step frees them all,
+ * as their parameters change. Training is the same bit for bit. watermark 0: off. */
+void colo_zero_cache(colo_zero_t *z, size_t watermark);
+void colo_zero_take_stats(colo_zero_t *z, colo_fetch_stats_t *out);
 
 /* Stages 2 and 3: installs the model hooks, once the parameters are initialised or loaded
  * (stage 3 takes its pieces from them and frees the model's full copy). */

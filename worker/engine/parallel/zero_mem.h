@@ -58,6 +58,9 @@ static inline void host_free(const colo_zero_t *z, void *p) {
     free(p);
 }
 
+/* stage 3: frees the chunks the cache keeps (zero.c) */
+void colo_zero_drop_cache(colo_zero_t *z);
+
 /* chunk k's moments on NVMe: n floats of m and of v, at the start of its region, read (write 0)
  * or written; a failure is said in z->error (placement.c) */
 int colo_zero_nvme_moments(colo_zero_t *z, size_t k, float *m, float *v, size_t n, int write);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <errno.h>
+#include <float.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -344,21 +345,41 @@ static void print_placement(const colo_zero_t *z, const char *how, const char *n
  * when neither a --memory-limit nor the device says how much there is), less a twentieth of the
  * capacity kept back for what the pool does not see, then the pieces moved into it. */
 static int place_after_warmup(colo_zero_t *z, colo_adamw_t *opt, colo_pool_t *pool,
-                              const colo_backend_t *be, int step, int lead, int quiet,
+                              const colo_backend_t *be, int cache, int step, int lead, int quiet,
                               FILE *progress, char *err, size_t errlen) {
   size_t cap = colo_pool_capacity(pool), peak = colo_pool_peak(pool), fb = 0, tb = 0;
   if (!cap && be->mem_info && be->mem_info(&fb, &tb) == 0)
     cap = colo_pool_used(pool) + fb;
+  if (z->dp > 1) { /* the group's least, in MiB, so that every rank places and caches alike */
+    float *all = calloc((size_t)z->dp, sizeof(float));
+    if (!all)
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    all[z->rank] = cap ? (float)(cap >> 20) : FLT_MAX;
+    if (z->comm->ops->all_gather(z->comm, all, 1) < 0) {
+      free(all);
+      return colo_fail(err, errlen, COLO_EIO, "agreeing on the room after the warm-up step: %s",
+                       colo_comm_error(z->comm));
+    }
+    float least = FLT_MAX;
+    for (int r = 0; r < z->dp; r++)
+      least = all[r] < least ? all[r] : least;
+    free(all);
+    cap = least == FLT_MAX ? 0 : (size_t)least << 20;
+  }
   size_t reserve = cap / 20;
   size_t room = !cap ? SIZE_MAX : peak + reserve < cap ? cap - peak - reserve : 0;
   int rc = colo_zero_place_auto(z, opt, room, err, errlen);
   if (rc < 0)
     return rc;
+  /* the cache may fill what the pool does not use at each moment, up to the same reserve */
+  size_t watermark = cache && z->stage == 3 && cap ? cap - reserve : 0;
+  colo_zero_cache(z, watermark);
   if (!quiet && lead) {
-    char how[160];
+    char how[240];
     if (cap)
-      snprintf(how, sizeof how, "auto, after the warm-up step's peak of %.1f MiB of %.1f MiB",
-               (double)peak / (1 << 20), (double)cap / (1 << 20));
+      snprintf(how, sizeof how, "auto, after the warm-up step's peak of %.1f MiB of %.1f MiB%s",
+               (double)peak / (1 << 20), (double)cap / (1 << 20),
+               watermark ? "; gathered chunks kept between uses below the 95% mark" : "");
     else
       snprintf(how, sizeof how, "auto, with no limit on the GPU's memory");
     print_placement(z, how, NULL);
@@ -369,8 +390,9 @@ static int place_after_warmup(colo_zero_t *z, colo_adamw_t *opt, colo_pool_t *po
     fprintf(progress,
             "{\"event\":\"placement\",\"step\":%d,\"warmup_peak_bytes\":%zu,"
             "\"capacity_bytes\":%zu,\"chunks\":%zu,\"param_chunks_on_device\":%zu,"
-            "\"optim_chunks_on_device\":%zu,\"host_bytes\":%zu,\"time_ms\":%lld}\n",
-            step, peak, cap, p.chunks, p.param_device, p.optim_device, p.host_bytes,
+            "\"optim_chunks_on_device\":%zu,\"host_bytes\":%zu,\"cache_watermark_bytes\":%zu,"
+            "\"time_ms\":%lld}\n",
+            step, peak, cap, p.chunks, p.param_device, p.optim_device, p.host_bytes, watermark,
             (long long)wall_ms());
     fflush(progress);
   }
@@ -1104,9 +1126,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (auto_pending) {
       auto_pending = 0;
-      CHECK_GOTO(
-          place_after_warmup(&zero, &opt, pool, be, step + 1, lead, quiet, progress, err, errlen),
-          rc, out);
+      CHECK_GOTO(place_after_warmup(&zero, &opt, pool, be, cfg->chunk_cache, step + 1, lead, quiet,
+                                    progress, err, errlen),
+                 rc, out);
     }
     double dt = now_s() - t0;
     last_loss = (float)loss;
@@ -1139,6 +1161,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         colo_placed_t p;
         colo_zero_placed(&zero, &p);
         fprintf(progress, ",\"host_bytes\":%zu,\"nvme_bytes\":%zu", p.host_bytes, p.nvme_bytes);
+      }
+      if (zero.stage == 3) { /* what the fetches did since the last record */
+        colo_fetch_stats_t f;
+        colo_zero_take_stats(&zero, &f);
+        fprintf(progress,
+                ",\"param_fills\":%zu,\"param_up_bytes\":%zu,\"cache_hits\":%zu,"
+                "\"cache_evictions\":%zu,\"cache_peak_bytes\":%zu",
+                f.fills, f.up_bytes, f.hits, f.evictions, f.cache_bytes);
       }
       if (scaler.enabled)
         fprintf(progress, ",\"loss_scale\":%g,\"skipped\":%s", (double)used_scale,

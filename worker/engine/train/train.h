@@ -55,6 +55,9 @@ typedef struct {
   /* memory.placement=auto: a warm-up step with everything off the device that may be, then the
    * pieces that fit in the room its peak left moved onto it (colo_zero_place_auto) */
   int placement_auto;
+  /* memory.chunk_cache: under automatic placement at ZeRO stage 3, gathered chunks stay on the
+   * device between uses while the room allows (colo_zero_cache) */
+  int chunk_cache;
   float param_device_fraction, optim_device_fraction, optim_nvme_fraction;
   const char *nvme_dir;
   const int *plant_steps; /* tests: steps (1-based) whose gradients the last rank makes inf */
