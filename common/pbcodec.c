@@ -466,6 +466,41 @@ static cJSON *value_json(const ProtobufCFieldDescriptor *f, const void *slot) {
   return cJSON_CreateNull();
 }
 
+int colo_pb_find_unknown(const ProtobufCMessage *msg, char *where, size_t len, uint32_t *field) {
+  if (!msg)
+    return 0;
+  if (msg->n_unknown_fields > 0) {
+    if (len)
+      where[0] = '\0';
+    *field = msg->unknown_fields[0].tag;
+    return 1;
+  }
+  const ProtobufCMessageDescriptor *d = msg->descriptor;
+  const char *base = (const char *)msg;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+      continue;
+    const void *slot = base + f->offset;
+    size_t n =
+        f->label == PROTOBUF_C_LABEL_REPEATED ? *(const size_t *)(base + f->quantifier_offset) : 1;
+    ProtobufCMessage *const *arr = f->label == PROTOBUF_C_LABEL_REPEATED
+                                       ? *(ProtobufCMessage * *const *)slot
+                                       : (ProtobufCMessage *const *)slot;
+    for (size_t k = 0; k < n; k++) {
+      char inner[256];
+      if (!colo_pb_find_unknown(arr[k], inner, sizeof inner, field))
+        continue;
+      if (f->label == PROTOBUF_C_LABEL_REPEATED)
+        snprintf(where, len, "%s[%zu]%s%s", f->name, k, inner[0] ? "." : "", inner);
+      else
+        snprintf(where, len, "%s%s%s", f->name, inner[0] ? "." : "", inner);
+      return 1;
+    }
+  }
+  return 0;
+}
+
 cJSON *colo_pb_to_json(const ProtobufCMessage *msg) {
   cJSON *o = cJSON_CreateObject();
   if (!o || !msg)

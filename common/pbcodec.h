@@ -9,6 +9,7 @@
 #define COLO_PBCODEC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include <cjson/cJSON.h>
 #include <protobuf-c/protobuf-c.h>
@@ -33,6 +34,12 @@ int colo_pb_set(ProtobufCMessage **msg, const ProtobufCMessageDescriptor *desc,
 /* Fills every optional field that is not present with its default and allocates every missing
  * nested message, recursively, so readers never meet NULL or an unset field. */
 int colo_pb_fill_defaults(ProtobufCMessage *msg);
+
+/* Whether msg, or a message inside it, holds a field its descriptor does not know (a newer
+ * client's, or bytes that are no message: field number 0 among them, which protobuf-c reads but
+ * cannot write back). 1 with where ("train", "parallel" or "" for msg itself) and the field's
+ * number in *field; 0 when there is none. */
+int colo_pb_find_unknown(const ProtobufCMessage *msg, char *where, size_t len, uint32_t *field);
 
 /* A cJSON object with every present field of msg (enums as names, 64-bit integers as numbers). */
 cJSON *colo_pb_to_json(const ProtobufCMessage *msg);

@@ -8,6 +8,7 @@
 #include "../common/error.h"
 #include "../common/jobspec.h"
 #include "../common/log.h"
+#include "../common/pbcodec.h"
 #include "colo/v1/cluster.pb-c.h"
 #include "colod.h"
 #include "jobs.h"
@@ -323,6 +324,17 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   if (req->client_token && !bounded_str(req->client_token, MAX_TOKEN)) {
     colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT, "client_token is longer than %d bytes",
                   MAX_TOKEN);
+    return;
+  }
+  /* a field this colod does not know would be stored unread, or (field number 0, which
+   * protobuf-c reads but cannot write back) not stored at all */
+  char where[256];
+  uint32_t field;
+  if (colo_pb_find_unknown(&req->spec->base, where, sizeof where, &field)) {
+    colo_rpc_fail(call, GRPC_STATUS_INVALID_ARGUMENT,
+                  "spec%s%.200s has field number %u, which this coordinator does not know (a "
+                  "newer client's, or not a JobSpec)",
+                  where[0] ? "." : "", where, field);
     return;
   }
   /* work on a private copy: defaults are filled in and the filled spec is what is stored */

@@ -277,11 +277,28 @@ class ColodTest(WithColod):
             (spec(resources__comm=pb.COMM_KIND_UNSPECIFIED),
              "resources.comm must be auto, nccl or host"),
         ]
+        # fields this colod does not know: a newer client's (111), and field number 0 in the
+        # overlong form (0x80 0x00), which protobuf-c reads but cannot write back (found by
+        # tests/fuzz; colod said "out of memory")
+        s = spec()
+        s.train.MergeFromString(b"\xf8\x06\x01")
+        cases.append((s, "spec.train has field number 111, which this coordinator does not know "
+                         "(a newer client's, or not a JobSpec)"))
         for s, msg in cases:
             with self.assertRaises(grpc.RpcError) as cm:
                 self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
             self.assertEqual(cm.exception.details(), msg)
+        # field 0 as raw bytes: Python's protobuf would drop it
+        raw = spec().SerializeToString() + b"\x80\x00\x07"
+        assert len(raw) < 128
+        submit_raw = self.channel.unary_unary("/colo.v1.Cluster/SubmitJob",
+                                              response_deserializer=pb.SubmitJobResponse.FromString)
+        with self.assertRaises(grpc.RpcError) as cm:
+            submit_raw(b"\x0a" + bytes([len(raw)]) + raw, timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(cm.exception.details(), "spec has field number 0, which this coordinator "
+                                                 "does not know (a newer client's, or not a JobSpec)")
         with self.assertRaises(grpc.RpcError) as cm:
             self.api.SubmitJob(pb.SubmitJobRequest(), timeout=5)
         self.assertEqual(cm.exception.details(), "spec must be set")

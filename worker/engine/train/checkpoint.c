@@ -16,6 +16,7 @@
 #include <openssl/evp.h>
 
 #include "../../../common/error.h"
+#include "data.h"
 #include "safetensors.h"
 
 #define MANIFEST "manifest.json"
@@ -67,11 +68,16 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
   if (!f)
     return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO,
                      "checkpoint %s has no " MANIFEST ": it is incomplete", dir);
-  char buf[1 << 16];
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  /* all of it: a manifest lists a file per rank under ZeRO (about 170 bytes each), so a large
+   * job's passes any fixed buffer (it was 64 KiB, some 380 ranks) */
+  char *buf = NULL;
+  size_t n = 0;
+  int rrc = colo_read_all(f, path, &buf, &n, err, errlen);
   fclose(f);
-  buf[n] = '\0';
-  cJSON *root = cJSON_Parse(buf);
+  if (rrc < 0)
+    return rrc;
+  cJSON *root = strlen(buf) == n ? cJSON_ParseWithLength(buf, n) : NULL; /* no NUL inside */
+  free(buf);
   cJSON *fmt = root ? cJSON_GetObjectItem(root, "format") : NULL;
   if (!root || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT) != 0) {
     cJSON_Delete(root);

@@ -1,0 +1,159 @@
+/* Fuzz target: the files colo-train reads and did not write in this run, which may be truncated,
+ * corrupt or someone else's: a safetensors file (a checkpoint shard, or weights from elsewhere:
+ * its JSON header, dtypes, shapes and offsets), a checkpoint's manifest.json, and a token shard
+ * in llm.c's format. The first byte picks which; the rest is the file. Reading may refuse, with
+ * a reason, but never crash, leak or read outside the file. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fuzz.h"
+#include "worker/engine/train/checkpoint.h"
+#include "worker/engine/train/data.h"
+#include "worker/engine/train/safetensors.h"
+
+static char dir[64]; /* a scratch directory for the file, made once */
+
+static const char *put(const char *name, const uint8_t *data, size_t size) {
+  static char path[128];
+  if (!dir[0]) {
+    snprintf(dir, sizeof dir, "/tmp/colo-fuzz-XXXXXX");
+    if (!mkdtemp(dir))
+      abort();
+  }
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "wb");
+  if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
+    abort();
+  return path;
+}
+
+static void safetensors(const uint8_t *data, size_t size) {
+  colo_st_file_t f;
+  char err[2048];
+  if (colo_st_open(put("t.safetensors", data, size), &f, err, sizeof err) < 0) {
+    if (!err[0])
+      abort(); /* a refusal says why */
+    return;
+  }
+  for (const cJSON *e = f.hdr ? f.hdr->child : NULL; e; e = e->next) {
+    const char *dtype, *bytes_at;
+    int ndim;
+    long shape[2];
+    size_t bytes;
+    if (!e->string || colo_st_entry(&f, e->string, &dtype, &ndim, shape, &bytes_at, &bytes) < 0)
+      continue;
+    if (bytes_at < f.buf || bytes_at + bytes > f.buf + f.len)
+      abort(); /* an entry's data lies inside the file */
+    long numel = ndim == 0 ? 1 : ndim == 1 ? shape[0] : shape[0] * shape[1];
+    if (numel <= 0 || numel > (1 << 20) || shape[0] > (1 << 20) ||
+        (ndim == 2 && shape[1] > (1 << 20)))
+      continue;
+    int sh[2] = {(int)shape[0], ndim == 2 ? (int)shape[1] : 0};
+    float *dst = malloc((size_t)numel * sizeof(float));
+    if (!dst)
+      abort();
+    if (colo_st_get(&f, e->string, ndim, sh, dst, 1, err, sizeof err) < 0 && !err[0])
+      abort();
+    if (colo_st_get_part(&f, e->string, ndim, sh, (size_t)numel / 3, (size_t)numel, dst, 1, err,
+                         sizeof err) < 0 &&
+        !err[0])
+      abort();
+    free(dst);
+  }
+  colo_st_close(&f);
+}
+
+static void manifest(const uint8_t *data, size_t size) {
+  put("manifest.json", data, size);
+  colo_ckpt_meta_t meta;
+  char err[2048];
+  if (colo_ckpt_read_meta(dir, &meta, err, sizeof err) < 0 && !err[0])
+    abort();
+}
+
+static void shard(const uint8_t *data, size_t size) {
+  colo_shard_t s;
+  char err[2048];
+  if (colo_shard_load(put("s.bin", data, size), &s, err, sizeof err) < 0) {
+    if (!err[0])
+      abort();
+    return;
+  }
+  for (int T = 1; T <= 64; T *= 4)
+    if (colo_shard_windows(&s, T, err, sizeof err) < 0 && !err[0])
+      abort();
+  const char *file;
+  size_t at;
+  unsigned token;
+  colo_shard_find_above(&s, 256, &file, &at, &token);
+  colo_shard_free(&s);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1)
+    return 0;
+  switch (data[0] % 3) {
+  case 0:
+    safetensors(data + 1, size - 1);
+    break;
+  case 1:
+    manifest(data + 1, size - 1);
+    break;
+  default:
+    shard(data + 1, size - 1);
+  }
+  return 0;
+}
+
+/* a file written by colo-train's own writer, emitted with its form byte */
+static void emit_file(const char *name, uint8_t form, colo_fuzz_emit_fn emit) {
+  uint8_t buf[4096];
+  char path[128];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    abort();
+  size_t n = fread(buf + 1, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[0] = form;
+  emit(buf, n + 1);
+}
+
+/* seeds, made here: files as colo-train writes them */
+void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit) {
+  (void)size;
+  if (file)
+    return;
+  char err[2048], path[128];
+  put("x", (const uint8_t *)"", 0); /* the directory */
+  /* a safetensors file of three tensors */
+  float a[6] = {1, -2, 3.5f, 0, 1e-3f, 7}, b[4] = {0.25f, 0.5f, 0.75f, 1};
+  colo_st_tensor_t t[3] = {{"wte.weight", a, 2, {2, 3}, 6},
+                           {"ln.bias", b, 1, {4, 0}, 4},
+                           {"h.0.attn.c_attn.weight@3", a, 1, {3, 0}, 3}};
+  snprintf(path, sizeof path, "%s/seed.safetensors", dir);
+  if (colo_safetensors_write(path, t, 3, err, sizeof err) < 0)
+    abort();
+  emit_file("seed.safetensors", 0, emit);
+  /* a manifest as colo_ckpt_commit writes it (format version 3) */
+  static const char man[] =
+      "\x01{\"format\":\"colo-checkpoint\",\"version\":3,\"step\":6,\"model\":{\"architecture\":"
+      "\"gpt2\",\"n_layer\":4,\"n_head\":4,\"n_embd\":256,\"block_size\":64,\"vocab_size\":256},"
+      "\"mesh\":{\"dp\":2,\"tp\":1,\"pp\":1,\"world\":2,\"zero_stage\":3},\"data\":{\"seed\":1337,"
+      "\"next_step\":6},\"optimizer\":{\"kind\":\"adamw\",\"t\":6},\"loss_scale\":1,"
+      "\"loss_scale_good_steps\":0,\"asked\":true,\"files\":[{\"name\":\"rank_00000.safetensors\","
+      "\"bytes\":38915072,\"sha256\":"
+      "\"735ef6201819d6e6e74987062e2ff484249a1e472894046d72a00859280bd"
+      "d6c\",\"pp\":0,\"tp\":0,\"dp\":0}]}";
+  emit((const uint8_t *)man, sizeof man - 1);
+  /* a token shard of 40 tokens */
+  snprintf(path, sizeof path, "%s/seed.bin", dir);
+  uint16_t tok[40];
+  for (int i = 0; i < 40; i++)
+    tok[i] = (uint16_t)(i * 7 % 256);
+  if (colo_shard_write(path, tok, 40, err, sizeof err) < 0)
+    abort();
+  emit_file("seed.bin", 2, emit);
+}
