@@ -14,4 +14,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 typedef void (*colo_fuzz_emit_fn)(const uint8_t *data, size_t size);
 void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit);
 
+/* scratch.c: a directory of this process's, made on first use, and a file written into it (its
+ * path, valid until the next call) */
+const char *colo_fuzz_dir(void);
+const char *colo_fuzz_put(const char *name, const uint8_t *data, size_t size);
+
 #endif

@@ -13,26 +13,10 @@
 #include "worker/engine/train/data.h"
 #include "worker/engine/train/safetensors.h"
 
-static char dir[64]; /* a scratch directory for the file, made once */
-
-static const char *put(const char *name, const uint8_t *data, size_t size) {
-  static char path[128];
-  if (!dir[0]) {
-    snprintf(dir, sizeof dir, "/tmp/colo-fuzz-XXXXXX");
-    if (!mkdtemp(dir))
-      abort();
-  }
-  snprintf(path, sizeof path, "%s/%s", dir, name);
-  FILE *f = fopen(path, "wb");
-  if (!f || fwrite(data, 1, size, f) != size || fclose(f) != 0)
-    abort();
-  return path;
-}
-
 static void safetensors(const uint8_t *data, size_t size) {
   colo_st_file_t f;
   char err[2048];
-  if (colo_st_open(put("t.safetensors", data, size), &f, err, sizeof err) < 0) {
+  if (colo_st_open(colo_fuzz_put("t.safetensors", data, size), &f, err, sizeof err) < 0) {
     if (!err[0])
       abort(); /* a refusal says why */
     return;
@@ -66,17 +50,17 @@ static void safetensors(const uint8_t *data, size_t size) {
 }
 
 static void manifest(const uint8_t *data, size_t size) {
-  put("manifest.json", data, size);
+  colo_fuzz_put("manifest.json", data, size);
   colo_ckpt_meta_t meta;
   char err[2048];
-  if (colo_ckpt_read_meta(dir, &meta, err, sizeof err) < 0 && !err[0])
+  if (colo_ckpt_read_meta(colo_fuzz_dir(), &meta, err, sizeof err) < 0 && !err[0])
     abort();
 }
 
 static void shard(const uint8_t *data, size_t size) {
   colo_shard_t s;
   char err[2048];
-  if (colo_shard_load(put("s.bin", data, size), &s, err, sizeof err) < 0) {
+  if (colo_shard_load(colo_fuzz_put("s.bin", data, size), &s, err, sizeof err) < 0) {
     if (!err[0])
       abort();
     return;
@@ -111,7 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
 static void emit_file(const char *name, uint8_t form, colo_fuzz_emit_fn emit) {
   uint8_t buf[4096];
   char path[128];
-  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(path, sizeof path, "%s/%s", colo_fuzz_dir(), name);
   FILE *f = fopen(path, "rb");
   if (!f)
     abort();
@@ -127,13 +111,12 @@ void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit) {
   if (file)
     return;
   char err[2048], path[128];
-  put("x", (const uint8_t *)"", 0); /* the directory */
   /* a safetensors file of three tensors */
   float a[6] = {1, -2, 3.5f, 0, 1e-3f, 7}, b[4] = {0.25f, 0.5f, 0.75f, 1};
   colo_st_tensor_t t[3] = {{"wte.weight", a, 2, {2, 3}, 6},
                            {"ln.bias", b, 1, {4, 0}, 4},
                            {"h.0.attn.c_attn.weight@3", a, 1, {3, 0}, 3}};
-  snprintf(path, sizeof path, "%s/seed.safetensors", dir);
+  snprintf(path, sizeof path, "%s/seed.safetensors", colo_fuzz_dir());
   if (colo_safetensors_write(path, t, 3, err, sizeof err) < 0)
     abort();
   emit_file("seed.safetensors", 0, emit);
@@ -149,7 +132,7 @@ void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit) {
       "d6c\",\"pp\":0,\"tp\":0,\"dp\":0}]}";
   emit((const uint8_t *)man, sizeof man - 1);
   /* a token shard of 40 tokens */
-  snprintf(path, sizeof path, "%s/seed.bin", dir);
+  snprintf(path, sizeof path, "%s/seed.bin", colo_fuzz_dir());
   uint16_t tok[40];
   for (int i = 0; i < 40; i++)
     tok[i] = (uint16_t)(i * 7 % 256);
