@@ -466,10 +466,37 @@ static cJSON *value_json(const ProtobufCFieldDescriptor *f, const void *slot) {
   return cJSON_CreateNull();
 }
 
-int colo_pb_find_unknown(const ProtobufCMessage *msg, char *where, size_t len, uint32_t *field) {
+/* 1 when s is valid UTF-8: no overlong forms, no surrogates, nothing past U+10FFFF */
+static int utf8_ok(const unsigned char *s) {
+  while (*s) {
+    unsigned c = *s, n = c < 0x80             ? 0
+                         : (c & 0xe0) == 0xc0 ? 1
+                         : (c & 0xf0) == 0xe0 ? 2
+                         : (c & 0xf8) == 0xf0 ? 3
+                                              : 9;
+    if (n == 9 || (n == 1 && c < 0xc2) || (n == 3 && c > 0xf4))
+      return 0;
+    unsigned cp = n ? c & (0x3f >> n) : c;
+    for (unsigned k = 1; k <= n; k++) {
+      if ((s[k] & 0xc0) != 0x80)
+        return 0;
+      cp = cp << 6 | (s[k] & 0x3f);
+    }
+    if ((n == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (n == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+      return 0;
+    s += n + 1;
+  }
+  return 1;
+}
+
+enum { FIND_UNKNOWN, FIND_BAD_UTF8 };
+
+/* the first field of msg (at any depth) that `what` looks for: 1 with its path in where */
+static int find(const ProtobufCMessage *msg, int what, char *where, size_t len, uint32_t *field) {
   if (!msg)
     return 0;
-  if (msg->n_unknown_fields > 0) {
+  if (what == FIND_UNKNOWN && msg->n_unknown_fields > 0) {
     if (len)
       where[0] = '\0';
     *field = msg->unknown_fields[0].tag;
@@ -479,26 +506,35 @@ int colo_pb_find_unknown(const ProtobufCMessage *msg, char *where, size_t len, u
   const char *base = (const char *)msg;
   for (unsigned i = 0; i < d->n_fields; i++) {
     const ProtobufCFieldDescriptor *f = &d->fields[i];
-    if (f->type != PROTOBUF_C_TYPE_MESSAGE)
+    int rep = f->label == PROTOBUF_C_LABEL_REPEATED;
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE &&
+        !(what == FIND_BAD_UTF8 && f->type == PROTOBUF_C_TYPE_STRING))
       continue;
     const void *slot = base + f->offset;
-    size_t n =
-        f->label == PROTOBUF_C_LABEL_REPEATED ? *(const size_t *)(base + f->quantifier_offset) : 1;
-    ProtobufCMessage *const *arr = f->label == PROTOBUF_C_LABEL_REPEATED
-                                       ? *(ProtobufCMessage * *const *)slot
-                                       : (ProtobufCMessage *const *)slot;
+    size_t n = rep ? *(const size_t *)(base + f->quantifier_offset) : 1;
+    void *const *arr = rep ? *(void **const *)slot : (void *const *)slot;
     for (size_t k = 0; k < n; k++) {
-      char inner[256];
-      if (!colo_pb_find_unknown(arr[k], inner, sizeof inner, field))
+      char inner[256] = "";
+      if (f->type == PROTOBUF_C_TYPE_STRING ? !arr[k] || utf8_ok(arr[k])
+                                            : !find(arr[k], what, inner, sizeof inner, field))
         continue;
-      if (f->label == PROTOBUF_C_LABEL_REPEATED)
-        snprintf(where, len, "%s[%zu]%s%s", f->name, k, inner[0] ? "." : "", inner);
-      else
-        snprintf(where, len, "%s%s%s", f->name, inner[0] ? "." : "", inner);
+      char idx[32] = "";
+      if (rep)
+        snprintf(idx, sizeof idx, "[%zu]", k);
+      snprintf(where, len, "%s%s%s%s", f->name, idx, inner[0] ? "." : "", inner);
       return 1;
     }
   }
   return 0;
+}
+
+int colo_pb_find_unknown(const ProtobufCMessage *msg, char *where, size_t len, uint32_t *field) {
+  return find(msg, FIND_UNKNOWN, where, len, field);
+}
+
+int colo_pb_find_bad_utf8(const ProtobufCMessage *msg, char *where, size_t len) {
+  uint32_t unused;
+  return find(msg, FIND_BAD_UTF8, where, len, &unused);
 }
 
 cJSON *colo_pb_to_json(const ProtobufCMessage *msg) {

@@ -41,6 +41,11 @@ int colo_pb_fill_defaults(ProtobufCMessage *msg);
  * number in *field; 0 when there is none. */
 int colo_pb_find_unknown(const ProtobufCMessage *msg, char *where, size_t len, uint32_t *field);
 
+/* Whether a string field of msg, at any depth, is not valid UTF-8 (protobuf's strings must be;
+ * other languages' clients refuse to read them): 1 with its path in where ("spec.name",
+ * "ranks[2].message"); 0 when every one is. */
+int colo_pb_find_bad_utf8(const ProtobufCMessage *msg, char *where, size_t len);
+
 /* A cJSON object with every present field of msg (enums as names, 64-bit integers as numbers). */
 cJSON *colo_pb_to_json(const ProtobufCMessage *msg);
 

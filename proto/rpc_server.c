@@ -9,6 +9,7 @@
  * it is freed when the count reaches zero.
  */
 #include "rpc.h"
+#include "../common/pbcodec.h"
 #include "rpc_internal.h"
 
 #include <stdarg.h>
@@ -457,6 +458,14 @@ static void on_request_done(rpc_tag_t *t, int ok) {
   if (!req) {
     colo_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "request is not a valid %s message",
                   c->method->request->name);
+    return;
+  }
+  /* protobuf's strings are UTF-8: one that is not would be stored and served to clients that
+   * refuse to read it */
+  char where[256];
+  if (colo_pb_find_bad_utf8(req, where, sizeof where)) {
+    colo_rpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s is not valid UTF-8", where);
+    protobuf_c_message_free_unpacked(req, NULL);
     return;
   }
   c->method->handler(c, req, srv->data);
