@@ -174,9 +174,14 @@ static size_t next_use(const colo_zero_t *z, size_t k) {
   return SIZE_MAX;
 }
 
-static void uncache(colo_zero_t *z, size_t k) {
+/* chunk k leaves the cache: fetched again (its buffer in use), or freed (uncache) */
+static void unkeep(colo_zero_t *z, size_t k) {
   z->cached[k] = 0;
   z->cache_bytes -= z->chunks.chunks[k].capacity * sizeof(float);
+}
+
+static void uncache(colo_zero_t *z, size_t k) {
+  unkeep(z, k);
   colo_pool_free(z->pool, z->param_full[k]);
   z->param_full[k] = NULL;
 }
@@ -258,8 +263,7 @@ static const float *hook_fetch(void *ctx, size_t t) {
     return param_at(z, k) + (table[t].offset - c->lo);
   }
   if (z->cached[k]) {
-    z->cached[k] = 0;
-    z->cache_bytes -= c->capacity * sizeof(float);
+    unkeep(z, k);
     z->stats.hits++;
   } else if (!z->param_full[k]) {
     size_t piece = c->capacity / (size_t)z->dp;

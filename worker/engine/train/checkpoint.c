@@ -76,7 +76,7 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
   fclose(f);
   if (rrc < 0)
     return rrc;
-  cJSON *root = strlen(buf) == n ? cJSON_ParseWithLength(buf, n) : NULL; /* no NUL inside */
+  cJSON *root = strlen(buf) == n ? cJSON_Parse(buf) : NULL; /* a NUL inside: not JSON */
   free(buf);
   cJSON *fmt = root ? cJSON_GetObjectItem(root, "format") : NULL;
   if (!root || !cJSON_IsString(fmt) || strcmp(fmt->valuestring, FORMAT) != 0) {
