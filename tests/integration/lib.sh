@@ -8,6 +8,15 @@ TMP=$(mktemp -d /tmp/colo-it-XXXXXX)
 COLOD_PID=""
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1}"
 
+# Debian's python3 (what deploy/install-deps.sh installs: numpy, grpcio, torch), not whichever
+# comes first on PATH: the tests call it in polling loops, and a python3 of a version manager
+# (pyenv's, say) can take 0.4 s to start where Debian's takes 0.05 s, which on two cores slows
+# the ranks under test by half
+if [ -x /usr/bin/python3 ]; then
+  python3() { /usr/bin/python3 "$@"; }
+  export -f python3
+fi
+
 cleanup() {
   if [ -n "$COLOD_PID" ] && kill -0 "$COLOD_PID" 2>/dev/null; then
     kill -KILL "$COLOD_PID" 2>/dev/null || true

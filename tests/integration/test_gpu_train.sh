@@ -35,6 +35,9 @@ S=200 # steps of each run; the emulation (several times slower, and exact) runs 
 if [ "$DRY" = 1 ]; then
   export COLO_CUDA_EMULATE=1 # test_cuda checks the emulation itself (unit_cuda_emulated)
   S=32
+  # the emulation checks code paths, exactly: shorter sequences and batches do as well, and
+  # under the sanitizers the CPU's attention (quadratic in T) took most of this test's time
+  M+=(--block-size 32 --batch-size 4 --eval-batches 2)
 else
   "$COLO_BIN/test_cuda" >"$TMP/probe" 2>&1 || gpu_rc=$?
 fi
@@ -206,6 +209,7 @@ done
 A=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 --n-head 4
   --n-embd 256 --block-size 64 --batch-size 4 --eval-batches 4 --lr 1e-3 --threads 2 --device gpu
   --precision bf16 --steps 6 --warmup 2 --eval-interval 6 --quiet)
+[ "$DRY" = 1 ] && A+=(--block-size 32 --eval-batches 2) # as M above
 for zf in 3:60 1:90; do
   z=${zf%:*}
   expect_rc 0 "$CT" train "${A[@]}" --zero "$z" --ckpt-dir "$TMP/au-dev$z" --progress "$TMP/au-dev$z.jsonl"
