@@ -848,6 +848,13 @@ static void print_job_detail(const Colo__V1__Job *j) {
   printf("  layout     dp=%u tp=%u pp=%u (world %llu), zero %u%s, %u micro-batches\n",
          s->parallel->dp, s->parallel->tp, s->parallel->pp, world_of(j), s->parallel->zero_stage,
          s->parallel->sequence_parallel ? ", sequence parallel" : "", s->parallel->micro_batches);
+  if (s->parallel->min_dp) {
+    printf("  elastic    dp from %u to %u", s->parallel->min_dp, s->parallel->dp);
+    if (j->has_running_dp && j->running_dp && j->running_dp < s->parallel->dp)
+      printf(": running with dp=%u, each rank accumulating %u× (the same global batch)",
+             j->running_dp, s->train->grad_accum * (s->parallel->dp / j->running_dp));
+    printf("\n");
+  }
   printf(
       "  training   %u steps, batch %u × accum %u, %s, lr %g (%s)\n", s->train->steps,
       s->train->batch_size, s->train->grad_accum,

@@ -193,6 +193,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "parallel.tp=%u must be at least 1", p->tp);
   if (p->pp < 1)
     return bad(err, errlen, "parallel.pp=%u must be at least 1", p->pp);
+  if (p->min_dp > p->dp)
+    return bad(err, errlen, "parallel.min_dp=%u must be at most parallel.dp=%u", p->min_dp, p->dp);
   unsigned long long world = colo_jobspec_world(s);
   if (world > COLO_MAX_WORLD)
     return bad(err, errlen, "parallel.dp×tp×pp=%llu exceeds the limit of %d ranks", world,

@@ -175,6 +175,9 @@ static int job_to_msg(colod_t *d, const colo_job_t *j, int with_spec, Colo__V1__
   int64_t started = j->state == COLO_JOB_RUNNING ? colod_jobs_started(d, j->id) : 0;
   msg->has_attempt_started_ms = started != 0;
   msg->attempt_started_ms = started;
+  uint32_t dp = j->state == COLO_JOB_RUNNING ? colod_jobs_running_dp(d, j->id) : 0;
+  msg->has_running_dp = dp != 0;
+  msg->running_dp = dp;
   msg->has_resume_step = 1;
   msg->resume_step = j->resume_step;
   if (j->hold) {

@@ -44,6 +44,10 @@ static const centry_t TABLE[] = {
     {"max_watchers", T_UINT, F(max_watchers), 1, 100000, "1024", 1, "concurrent WatchJob streams"},
     {"restart_backoff", T_DURATION, F(restart_backoff_ms), 0, 600000, "1s", 1,
      "wait before a failed job's next attempt; doubles with each restart, at most 60 times it"},
+    {"elastic_grow_after", T_DURATION, F(elastic_grow_after_ms), 0, 86400000, "60s", 1,
+     "an elastic job (parallel.min_dp) running with fewer data-parallel groups than it asks for "
+     "goes back to them, stopping at a step with a checkpoint, once there is room for them and "
+     "its attempt has run this long"},
     {"fair_share_half_life", T_DURATION, F(fair_share_half_life_ms), 0, 2592000000u, "7d", 1,
      "fair share: among waiting jobs of the same priority, those whose owners used the fewest "
      "device hours lately start first; an hour used this long ago counts half. 0: oldest first"},

@@ -17,6 +17,7 @@ typedef struct {
   uint32_t max_message_kib;         /* largest request accepted */
   uint32_t max_watchers;            /* concurrent WatchJob streams */
   uint32_t restart_backoff_ms;      /* before a failed job's next attempt, doubling per restart */
+  uint32_t elastic_grow_after_ms;   /* an elastic job below its dp grows back after this long */
   uint32_t fair_share_half_life_ms; /* usage this old counts half in the wait order; 0: off */
   char fair_share_by[16];           /* "owner" or "account": whose hours order the wait */
   char fair_share_weights[1024];    /* "owner=weight,...": their hours count 1/weight; others 1 */

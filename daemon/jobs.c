@@ -34,7 +34,10 @@ struct colod_job_live_s {
   char hold_reason[257];
   int seen;
   Colo__V1__JobSpec *spec;
-  uint32_t world, dp, tp, pp;
+  uint32_t world, dp, tp, pp; /* dp and world: the attempt's (set_dp), else the spec's */
+  /* the attempt's spec where it runs with fewer data-parallel groups than the spec asks
+   * (parallel.min_dp): dp, and train.grad_accum raised by as much; NULL: the spec itself */
+  Colo__V1__JobSpec *run_spec;
   /* the current attempt, while RUNNING */
   uint32_t placed_attempt; /* 0: none loaded */
   colo_rank_place_t *place;
@@ -71,6 +74,8 @@ static void nudge_hosts(colod_t *d, const colod_job_live_t *j) {
     colod_push_nudge(d, j->place[r].host_id);
 }
 
+static void set_dp(colod_job_live_t *j, uint32_t dp);
+
 static void live_clear_attempt(colod_t *d, colod_job_live_t *j) {
   if (j->place && j->phase) /* an attempt that ends: its ranks still running are stopped */
     nudge_hosts(d, j);
@@ -85,6 +90,42 @@ static void live_clear_attempt(colod_t *d, colod_job_live_t *j) {
   j->placed_attempt = 0;
   j->rendezvous[0] = '\0';
   j->evicting = 0;
+  if (j->spec)
+    set_dp(j, j->spec->parallel->dp); /* the next attempt tries the whole again */
+}
+
+/* The attempt's data-parallel degree: the spec's, or fewer groups (dp divides the spec's), run
+ * from a copy of the spec with train.grad_accum and train.eval_batches multiplied by as much:
+ * the same global batch, the same sequences in each step and in each evaluation. A copy that cannot
+ * be made leaves the spec's (0 returned only when dp is in force). */
+static void set_dp(colod_job_live_t *j, uint32_t dp) {
+  if (j->run_spec)
+    colo__v1__job_spec__free_unpacked(j->run_spec, NULL);
+  j->run_spec = NULL;
+  uint32_t full = j->spec->parallel->dp;
+  j->dp = full;
+  j->world = j->dp * j->tp * j->pp;
+  if (dp == full || dp == 0 || full % dp)
+    return;
+  size_t len = colo__v1__job_spec__get_packed_size(j->spec);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (!buf)
+    return;
+  colo__v1__job_spec__pack(j->spec, buf);
+  Colo__V1__JobSpec *c = colo__v1__job_spec__unpack(NULL, len, buf);
+  free(buf);
+  if (!c)
+    return;
+  colo_jobspec_fill_defaults(c);
+  c->parallel->has_dp = 1;
+  c->parallel->dp = dp;
+  c->train->has_grad_accum = 1;
+  c->train->grad_accum *= full / dp;
+  c->train->has_eval_batches = 1; /* the same sequences evaluated (colo_sample_eval_batch) */
+  c->train->eval_batches *= full / dp;
+  j->run_spec = c;
+  j->dp = dp;
+  j->world = j->dp * j->tp * j->pp;
 }
 
 static int id_order(const void *a, const void *b);
@@ -146,8 +187,20 @@ static void init_dir(colod_t *d, colod_job_live_t *j) {
     colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+/* 1 when an attempt of n ranks is the job's: the spec's world, or (elastic) fewer data-parallel
+ * groups, which it then runs with (set_dp) */
+static int attempt_world(colod_job_live_t *j, size_t n) {
+  if (n == j->world)
+    return 1;
+  uint32_t group = j->tp * j->pp, full = j->spec->parallel->dp, min = j->spec->parallel->min_dp;
+  if (!min || n == 0 || n % group || n / group < min || full % (n / group))
+    return 0;
+  set_dp(j, (uint32_t)(n / group));
+  return j->world == n;
+}
+
 static int load_attempt(colod_t *d, colod_job_live_t *j) {
-  live_clear_attempt(d, j);
+  live_clear_attempt(d, j); /* the spec's dp again: the most ranks an attempt has */
   j->place = calloc(j->world, sizeof *j->place);
   j->phase = calloc(j->world, sizeof *j->phase);
   j->exit_code = calloc(j->world, sizeof *j->exit_code);
@@ -156,7 +209,7 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
   size_t n = 0;
   if (!j->place || !j->phase || !j->exit_code || !j->sig || !j->why ||
       colo_store_attempt_ranks(d->store, j->id, j->attempt, j->place, j->world, &n) < 0 ||
-      n != j->world) {
+      !attempt_world(j, n)) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot load its %u ranks (%zu found)",
              (unsigned long long)j->id, j->attempt, j->world, n);
     live_clear_attempt(d, j);
@@ -497,17 +550,33 @@ static void set_waiting(colod_job_live_t *j, const char *why) {
  * placed; 0: no room; -1: an error. Says why in `why` when it returns 0 or -1. */
 static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size_t n_hosts,
                  char *why, size_t whylen) {
+  set_dp(j, j->spec->parallel->dp); /* waiting: the whole, the most ranks it may have */
   colo_rank_place_t *out = calloc(j->world, sizeof *out);
   if (!out) {
     snprintf(why, whylen, "out of memory");
     return -1;
   }
   uint64_t t0 = uv_hrtime();
-  int rc = colo_sched_place(hosts, n_hosts, j->pp, j->dp, j->tp,
-                            j->spec->resources->devices_per_node, rank_mem(j), out, why, whylen);
+  uint32_t full = j->spec->parallel->dp, min = j->spec->parallel->min_dp, dp = full;
+  int rc = colo_sched_place(hosts, n_hosts, j->pp, dp, j->tp, j->spec->resources->devices_per_node,
+                            rank_mem(j), out, why, whylen);
+  /* elastic: the most data-parallel groups that fit, each count dividing the spec's (why: the
+   * whole's reason) */
+  while (rc == COLO_EBUSY && min && --dp >= min) {
+    char fewer[256];
+    if (full % dp == 0)
+      rc = colo_sched_place(hosts, n_hosts, j->pp, dp, j->tp, j->spec->resources->devices_per_node,
+                            rank_mem(j), out, fewer, sizeof fewer);
+  }
   if (rc < 0) {
     free(out);
     return rc == COLO_EBUSY ? 0 : -1;
+  }
+  set_dp(j, dp);
+  if (j->dp != dp) {
+    free(out);
+    snprintf(why, whylen, "out of memory");
+    return -1;
   }
   j->wait_why[0] = '\0';
   uint64_t resume = j->state == COLO_JOB_PENDING ? j->resume_step : 0;
@@ -515,6 +584,7 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
   rc = colo_store_attempt_begin(d->store, j->id, out, j->world, resume, colod_now_ms(), &row);
   free(out);
   if (rc < 0) {
+    set_dp(j, full);
     snprintf(why, whylen, "cannot begin an attempt: %s", colo_store_errmsg(d->store));
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: %s", (unsigned long long)j->id, why);
     return -1;
@@ -537,6 +607,11 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
            "job %llu attempt %u: %u ranks placed in %.3f ms (stored), rendezvous %s%s",
            (unsigned long long)j->id, j->attempt, j->world, (double)(uv_hrtime() - t0) / 1e6,
            j->rendezvous, resume ? ", resuming from a chosen step" : "");
+  if (j->run_spec)
+    colo_log(COLO_LOG_INFO, "jobs",
+             "job %llu attempt %u: elastic: %u of its %u data-parallel groups fit, each with "
+             "train.grad_accum=%u (the same global batch)",
+             (unsigned long long)j->id, j->attempt, j->dp, full, j->run_spec->train->grad_accum);
   return 1;
 }
 
@@ -1008,6 +1083,103 @@ static void held_why(const colod_job_live_t *j, char *why, size_t len) {
            j->hold_reason, (unsigned long long)j->id);
 }
 
+enum { KINDS = COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU + 1 }; /* of devices */
+
+/* A snapshot of the hosts that can take ranks: UP, and done stopping earlier attempts; *hosts
+ * and *busy (every host's devices, *total of them) to free, *hosts NULL when out of memory.
+ * Counts, by device kind, the UP hosts an operator took out, and the devices their workers report
+ * unfit (marked SICK: snap_mark leaves them taken), for the waiting jobs' reasons. Returns how
+ * many hosts it holds. */
+static size_t snapshot(colod_t *d, colo_sched_host_t **hosts_out, uint8_t **busy_out, size_t *total,
+                       uint32_t cordoned[KINDS], uint32_t sick[KINDS]) {
+  *total = 0;
+  for (size_t i = 0; i < d->n_hosts; i++)
+    *total += d->hosts[i].n_devices;
+  colo_sched_host_t *hosts = calloc(d->n_hosts ? d->n_hosts : 1, sizeof *hosts);
+  uint8_t *busy = calloc(*total ? *total : 1, 1);
+  *hosts_out = hosts;
+  *busy_out = busy;
+  if (!hosts || !busy) {
+    free(hosts);
+    free(busy);
+    *hosts_out = NULL;
+    *busy_out = NULL;
+    return 0;
+  }
+  size_t n = 0, off = 0;
+  for (size_t i = 0; i < d->n_hosts; i++) {
+    colod_host_live_t *h = &d->hosts[i];
+    uint8_t *b = busy + off;
+    off += h->n_devices;
+    if (h->state == COLO_HOST_UP && h->cordoned && h->device_kind >= 0 && h->device_kind < KINDS)
+      cordoned[h->device_kind]++;
+    if (h->state != COLO_HOST_UP || h->draining > 0 || h->n_devices == 0 || h->cordoned ||
+        h->stopping)
+      continue;
+    hosts[n].host_id = h->id;
+    hosts[n].n_devices = h->n_devices;
+    hosts[n].busy = b;
+    hosts[n].mem_free = h->memory_bytes ? h->memory_bytes : UINT64_MAX;
+    hosts[n].slow = h->slow.n ? h->slow.bits : NULL; /* taken last */
+    n++;
+    for (uint32_t k = 0; h->sick.n && k < h->n_devices; k++)
+      if (colod_devset_has(&h->sick, k)) {
+        b[k] = SICK;
+        if (h->device_kind >= 0 && h->device_kind < KINDS)
+          sick[h->device_kind]++;
+      }
+  }
+  return n;
+}
+
+/* Elastic jobs (parallel.min_dp) that run with fewer data-parallel groups than their spec asks
+ * go back to all of them once there is room: with every running job's devices taken but theirs,
+ * the spec's dp fits, and their attempt has run elastic_grow_after. Their ranks stop at a step
+ * with a checkpoint (a move, not counted as a restart) and the next pass places the whole. Not
+ * while a job waits for room (it is offered room first), and one job a pass. */
+static void grow_back(colod_t *d) {
+  int64_t now_ms = colod_now_ms();
+  colod_job_live_t *cand = NULL;
+  for (colod_job_live_t *j = d->jobs; j; j = j->next) {
+    if ((j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING) && j->in_line)
+      return;
+    if (!cand && j->state == COLO_JOB_RUNNING && j->place && !j->evicting && j->run_spec &&
+        now_ms - j->started_ms >= (int64_t)d->cfg.elastic_grow_after_ms)
+      cand = j;
+  }
+  if (!cand)
+    return;
+  colo_sched_host_t *hosts, *fit;
+  uint8_t *busy;
+  size_t total, *idx;
+  uint32_t cordoned[KINDS] = {0}, sick[KINDS] = {0};
+  size_t n = snapshot(d, &hosts, &busy, &total, cordoned, sick);
+  uint32_t full = cand->spec->parallel->dp;
+  colo_rank_place_t *out = calloc((size_t)full * cand->tp * cand->pp, sizeof *out);
+  fit = calloc(n ? n : 1, sizeof *fit);
+  idx = calloc(n ? n : 1, sizeof *idx);
+  if (hosts && out && fit && idx) {
+    for (colod_job_live_t *j = d->jobs; j; j = j->next)
+      if (j->state == COLO_JOB_RUNNING && j->place && j != cand)
+        snap_mark(j, hosts, n, 1);
+    size_t nf = fit_hosts(d, cand, hosts, n, idx);
+    for (size_t h = 0; h < nf; h++)
+      fit[h] = hosts[idx[h]];
+    char why[256];
+    if (colo_sched_place(fit, nf, cand->pp, full, cand->tp, cand->spec->resources->devices_per_node,
+                         rank_mem(cand), out, why, sizeof why) == 0) {
+      snprintf(why, sizeof why, "elastic: room for all %u data-parallel groups again, from %u",
+               full, cand->dp);
+      stop_for(d, cand, why, COLO_STOP_MOVE);
+    }
+  }
+  free(out);
+  free(fit);
+  free(idx);
+  free(hosts);
+  free(busy);
+}
+
 static void schedule(colod_t *d) {
   uint64_t now = colod_mono_ms(d), t0 = uv_hrtime();
   size_t n_wait = 0;
@@ -1042,43 +1214,14 @@ static void schedule(colod_t *d) {
   fair_shares(d, waiting, n_wait);
   qsort(waiting, n_wait, sizeof *waiting, wait_order);
   /* a snapshot of the hosts that can take ranks: UP, and done stopping earlier attempts */
-  size_t total = 0;
-  for (size_t i = 0; i < d->n_hosts; i++)
-    total += d->hosts[i].n_devices;
-  colo_sched_host_t *hosts = calloc(d->n_hosts ? d->n_hosts : 1, sizeof *hosts);
-  uint8_t *busy = calloc(total ? total : 1, 1);
-  if (!hosts || !busy) {
-    free(hosts);
-    free(busy);
+  colo_sched_host_t *hosts;
+  uint8_t *busy;
+  size_t total;
+  uint32_t cordoned[KINDS] = {0}, sick[KINDS] = {0};
+  size_t n = snapshot(d, &hosts, &busy, &total, cordoned, sick);
+  if (!hosts) {
     free(waiting);
     return;
-  }
-  size_t n = 0, off = 0;
-  /* UP hosts an operator took out, and devices their workers report unfit (marked SICK: snap_mark
-   * leaves them taken), by device kind, for the waiting jobs' reasons */
-  enum { KINDS = COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU + 1 };
-  uint32_t cordoned[KINDS] = {0}, sick[KINDS] = {0};
-  for (size_t i = 0; i < d->n_hosts; i++) {
-    colod_host_live_t *h = &d->hosts[i];
-    uint8_t *b = busy + off;
-    off += h->n_devices;
-    if (h->state == COLO_HOST_UP && h->cordoned && h->device_kind >= 0 && h->device_kind < KINDS)
-      cordoned[h->device_kind]++;
-    if (h->state != COLO_HOST_UP || h->draining > 0 || h->n_devices == 0 || h->cordoned ||
-        h->stopping)
-      continue;
-    hosts[n].host_id = h->id;
-    hosts[n].n_devices = h->n_devices;
-    hosts[n].busy = b;
-    hosts[n].mem_free = h->memory_bytes ? h->memory_bytes : UINT64_MAX;
-    hosts[n].slow = h->slow.n ? h->slow.bits : NULL; /* taken last */
-    n++;
-    for (uint32_t k = 0; h->sick.n && k < h->n_devices; k++)
-      if (colod_devset_has(&h->sick, k)) {
-        b[k] = SICK;
-        if (h->device_kind >= 0 && h->device_kind < KINDS)
-          sick[h->device_kind]++;
-      }
   }
   size_t n_run = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next)
@@ -1237,6 +1380,7 @@ void colod_jobs_tick(colod_t *d) {
       check_attempt(d, j);
     }
   schedule(d);
+  grow_back(d);
 }
 
 /* how long after a restart's back-off ends the workers beat again: placement takes about a
@@ -1529,7 +1673,7 @@ void colod_jobs_heartbeat(colod_t *d, uint64_t host_id, const Colo__V1__Heartbea
       l[k].tp_idx = p->tp_idx;
       l[k].pp_idx = p->pp_idx;
       l[k].device_index = p->device_index;
-      l[k].spec = j->spec;
+      l[k].spec = j->run_spec ? j->run_spec : j->spec;
       l[k].rendezvous = j->rendezvous;
       l[k].resume_step = j->launch_resume_step;
       l[k].init_from_checkpoints = j->init_ckpts[0] ? j->init_ckpts : NULL;
@@ -1601,6 +1745,11 @@ void colod_jobs_updated(colod_t *d, const colo_job_t *row) {
 int64_t colod_jobs_started(colod_t *d, uint64_t job_id) {
   colod_job_live_t *j = live_find(d, job_id);
   return j && j->state == COLO_JOB_RUNNING && j->place ? j->started_ms : 0;
+}
+
+uint32_t colod_jobs_running_dp(colod_t *d, uint64_t job_id) {
+  colod_job_live_t *j = live_find(d, job_id);
+  return j && j->state == COLO_JOB_RUNNING && j->place ? j->dp : 0;
 }
 
 uint32_t colod_jobs_slowed(colod_t *d, uint64_t job_id, char *out, size_t len) {

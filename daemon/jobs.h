@@ -67,6 +67,9 @@ int colod_jobs_holds(struct colod_s *d, uint64_t job_id, int64_t *start_by, int6
 uint32_t colod_jobs_slowed(struct colod_s *d, uint64_t job_id, char *out, size_t len);
 /* A RUNNING job's current attempt's start (Unix ms); 0 otherwise. */
 int64_t colod_jobs_started(struct colod_s *d, uint64_t job_id);
+/* A RUNNING job's current attempt's data-parallel groups (fewer than its spec's where elastic);
+ * 0 otherwise. */
+uint32_t colod_jobs_running_dp(struct colod_s *d, uint64_t job_id);
 
 /* Devices of a host that ranks of running attempts hold. */
 uint32_t colod_jobs_devices_used(struct colod_s *d, uint64_t host_id);

@@ -167,6 +167,7 @@ int main(int argc, char **argv) {
       return 1;
     }
   } else {
+    colo_backend_cpu_set_threads(0); /* as colo-train: OpenBLAS single-threaded under OpenMP */
     be = colo_backend_cpu_dtype(colo_math_dtype(math));
   }
   pool = colo_pool_create_with(be->name, 0, be->allocator);

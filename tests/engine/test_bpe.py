@@ -105,8 +105,11 @@ class Reference:
         self.dec = {v: k for k, v in vocab.items()}
         self.ranks = {m: i for i, m in enumerate(merges)}
         self.u2b = {u: b for b, u in B2U.items()}
+        self.cache = {}  # as encoder.py's: a piece's merges do not depend on its neighbours
 
     def bpe(self, token):
+        if token in self.cache:
+            return self.cache[token]
         word = tuple(token)
         while len(word) > 1:
             pairs = set(zip(word, word[1:]))
@@ -130,6 +133,7 @@ class Reference:
                     new.append(word[i])
                     i += 1
             word = tuple(new)
+        self.cache[token] = word
         return word
 
     def encode(self, text):
@@ -265,13 +269,16 @@ if bytes(gb) != b"".join(parts) or len(shard(WORK + "/docbytes/val.bin")) != int
 print("figure: prepare of 3 documents (%d bytes): <|endoftext|> before each, train %d + val %d "
       "tokens, the reference's" % (N, len(got_tr), len(got_va)))
 
-# streamed: a text larger than prepare's 16 MiB buffer (the text 40 times: its tokens 40 times,
-# as it ends a line and begins with a letter), split over shards of 1,000,000 tokens; then fewer,
-# larger shards in the same place, whose run removes the earlier run's extra files
+# streamed: a text larger than prepare's 16 MiB buffer (the text REPS times, just over 20 MiB:
+# its tokens REPS times, as it ends a line and begins with a letter), split over shards of
+# 1,000,000 tokens; then fewer, larger shards in the same place, whose run removes the earlier
+# run's extra files. No more copies than that: under the sanitizers each of the five prepares of
+# the whole takes seconds (tinyshakespeare: 19 copies).
+REPS = (20 << 20) // len(data) + 1
 if data.endswith(b"\n") and 0x20 < data[0] < 0x7f:
     big = os.path.join(WORK, "big.txt")
     with open(big, "wb") as f:
-        for _ in range(40):
+        for _ in range(REPS):
             f.write(data)
     bo = os.path.join(WORK, "bigshards")
     run(["prepare", "--input", big, "--out", bo, "--tokenizer", hf, "--shard-tokens", "1000000",
@@ -283,12 +290,12 @@ if data.endswith(b"\n") and 0x20 < data[0] < 0x7f:
         if any(n != 1000000 for n in sizes[:-1]) or not 0 < sizes[-1] <= 1000000:
             fail("prepare --shard-tokens: %s shards of %s tokens" % (k, sizes))
     whole = numpy.concatenate(got["train"] + got["val"])
-    if not numpy.array_equal(whole, numpy.tile(numpy.array(want, dtype="<u2"), 40)):
-        fail("prepare of a 40x text through the buffer: not the text's tokens 40 times")
-    bc = cut(data * 40, 0.1)
+    if not numpy.array_equal(whole, numpy.tile(numpy.array(want, dtype="<u2"), REPS)):
+        fail("prepare of a %dx text through the buffer: not the text's tokens %d times" % (REPS, REPS))
+    bc = cut(data * REPS, 0.1)
     ntr = sum(len(x) for x in got["train"])
     if ntr != len(want) * (bc // len(data)) + len(ref.encode(data[:bc % len(data)].decode())):
-        fail("prepare of a 40x text: the split is not at byte %d" % bc)
+        fail("prepare of a %dx text: the split is not at byte %d" % (REPS, bc))
     # one encoding thread gives the same files as the machine's many
     run(["prepare", "--input", big, "--out", bo + "-1", "--tokenizer", hf, "--shard-tokens",
          "1000000", "--val-fraction", "0.1", "--threads", "1"])
@@ -302,11 +309,11 @@ if data.endswith(b"\n") and 0x20 < data[0] < 0x7f:
           if x.startswith("train_")]
     vb = [shard_np(os.path.join(bo + "-bytes", x)) for x in sorted(os.listdir(bo + "-bytes"))
           if x.startswith("val_")]
-    nb = len(data) * 40
+    nb = len(data) * REPS
     allb = numpy.concatenate(tb + vb)
-    if not numpy.array_equal(allb, numpy.frombuffer(data * 40, dtype="u1")) or \
+    if not numpy.array_equal(allb, numpy.frombuffer(data * REPS, dtype="u1")) or \
             sum(map(len, vb)) != int(nb * 0.1):
-        fail("prepare of a 40x text as bytes: not its bytes, or not split at the byte")
+        fail("prepare of a %dx text as bytes: not its bytes, or not split at the byte" % REPS)
     run(["prepare", "--input", big, "--out", bo, "--tokenizer", hf, "--shard-tokens", "5000000",
          "--val-fraction", "0.1"])
     left = sorted(x for x in os.listdir(bo) if x.startswith("train_"))
@@ -317,12 +324,12 @@ if data.endswith(b"\n") and 0x20 < data[0] < 0x7f:
         f.write(b"\xff\n")
     e = run(["prepare", "--input", big, "--out", bo + "-bad", "--tokenizer", hf], want=1).stderr.decode()
     if "%s: the text is not UTF-8 at byte %d" % (big, nb) not in e:
-        fail("invalid UTF-8 after 40 MB: " + e)
+        fail("invalid UTF-8 after %d MB: " % (nb >> 20) + e)
     if os.path.exists(bo + "-bad") and os.listdir(bo + "-bad"):
         fail("a refused prepare left files: %s" % os.listdir(bo + "-bad"))
     print("figure: prepare streamed %d bytes into %d + %d shards of 1,000,000 tokens: the text's "
-          "tokens 40 times, split at byte %d" % (len(data) * 40, len(files["train"]),
-                                                 len(files["val"]), bc))
+          "tokens %d times, split at byte %d" % (len(data) * REPS, len(files["train"]),
+                                                 len(files["val"]), REPS, bc))
 
 # a model trains on them and samples through the tokenizer
 ck = os.path.join(WORK, "ckpt")

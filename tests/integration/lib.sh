@@ -125,3 +125,25 @@ training_text() {
     python3 -c 'import random; random.seed(3); w=["the","king","and","queen","of","night","shall","speak","to","my","lord","good"]; print("\n".join(" ".join(random.choice(w) for _ in range(12)) for _ in range(20000)))' >"$TEXT"
   fi
 }
+
+# ---- jobs ----
+jf() { # job id, python expression over the job object j
+  "$COLOCTL" status "$1" --json | python3 -c "import json,sys; j=json.load(sys.stdin); print($2)"
+}
+# Each try starts coloctl (and often python3): 0.1-0.2 s of CPU under ASan, which on CI's two
+# cores is taken from the ranks under test. So the pause between tries grows from 0.1 s to
+# POLL_MAX (0.5 s); a wait whose length is a figure sets POLL_MAX=0.1.
+wait_until() { # seconds (of wall time, however slow each try), description, command...
+  local secs=$1 what=$2 pause=1 max=${POLL_MAX:-0.5}
+  shift 2
+  local end=$((SECONDS + secs))
+  max=${max#0.}
+  while :; do
+    "$@" && return 0
+    [ "$SECONDS" -lt "$end" ] || break
+    sleep "0.$pause"
+    [ "$pause" -ge "$max" ] || pause=$((pause + 1))
+  done
+  fail "$what did not happen within $secs s; worker log: $(tail -20 "$TMP/worker.log" 2>/dev/null)"
+}
+is_state() { [ "$(jf "$1" 'j["state"]')" = "$2" ]; }

@@ -453,6 +453,80 @@ TEST(attention_grad_and_causality) {
          worst_abs);
 }
 
+/* The backend works in blocks of 64 query rows (and key columns): at T = 150 (two whole blocks and
+ * a part), outputs, log-sum-exps and all three gradients against the textbook formulas in double:
+ * P = softmax(QKᵀ/√d) below the diagonal, O = PV; dV = PᵀdO, dP = dO Vᵀ,
+ * dS = P ∘ (dP − rowsum(P ∘ dP)) / √d, dQ = dS K, dK = dSᵀ Q. */
+TEST(attention_blocks_match_direct_sums) {
+  setup();
+  enum { B = 2, T = 150, C = 16, NH = 2, HS = C / NH, C3 = 3 * C };
+  float *qkv = randv((size_t)B * T * C3, 1), *dout = randv((size_t)B * T * C, 1);
+  float *out = zeros((size_t)B * T * C), *lse = zeros((size_t)B * NH * T);
+  float *dqkv = zeros((size_t)B * T * C3);
+  be->attention_fwd(out, lse, qkv, B, T, C, NH);
+  be->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  double *P = own(calloc((size_t)T * T, sizeof(double))),
+         *dS = own(calloc((size_t)T * T, sizeof(double)));
+  double worst = 0, sc = 1.0 / sqrt((double)HS);
+#define X(t, part, i) ((double)qkv[((size_t)b * T + (t)) * C3 + (part)*C + h * HS + (i)])
+#define DO(t, i)      ((double)dout[((size_t)b * T + (t)) * C + h * HS + (i)])
+#define CHECK(got, want)                                                                           \
+  do {                                                                                             \
+    double e_ = fabs((double)(got) - (want)) / (1e-3 + fabs(want));                                \
+    worst = e_ > worst ? e_ : worst;                                                               \
+  } while (0)
+  for (int b = 0; b < B; b++)
+    for (int h = 0; h < NH; h++) {
+      for (int t = 0; t < T; t++) {
+        double m = -INFINITY, sum = 0, dot = 0;
+        for (int j = 0; j <= t; j++) {
+          double s = 0;
+          for (int i = 0; i < HS; i++)
+            s += X(t, 0, i) * X(j, 1, i);
+          P[t * T + j] = s * sc;
+          m = fmax(m, s * sc);
+        }
+        for (int j = 0; j <= t; j++)
+          sum += P[t * T + j] = exp(P[t * T + j] - m);
+        CHECK(lse[((size_t)b * NH + h) * T + t], m + log(sum));
+        for (int j = 0; j <= t; j++) {
+          P[t * T + j] /= sum;
+          double dp = 0;
+          for (int i = 0; i < HS; i++)
+            dp += DO(t, i) * X(j, 2, i);
+          dS[t * T + j] = dp;
+          dot += P[t * T + j] * dp;
+        }
+        for (int j = 0; j <= t; j++)
+          dS[t * T + j] = P[t * T + j] * (dS[t * T + j] - dot) * sc;
+        for (int i = 0; i < HS; i++) {
+          double o = 0, dq = 0;
+          for (int j = 0; j <= t; j++) {
+            o += P[t * T + j] * X(j, 2, i);
+            dq += dS[t * T + j] * X(j, 1, i);
+          }
+          CHECK(out[((size_t)b * T + t) * C + h * HS + i], o);
+          CHECK(dqkv[((size_t)b * T + t) * C3 + h * HS + i], dq);
+        }
+      }
+      for (int j = 0; j < T; j++)
+        for (int i = 0; i < HS; i++) {
+          double dk = 0, dv = 0;
+          for (int t = j; t < T; t++) {
+            dk += dS[t * T + j] * X(t, 0, i);
+            dv += P[t * T + j] * DO(t, i);
+          }
+          CHECK(dqkv[((size_t)b * T + j) * C3 + C + h * HS + i], dk);
+          CHECK(dqkv[((size_t)b * T + j) * C3 + 2 * C + h * HS + i], dv);
+        }
+    }
+#undef X
+#undef DO
+#undef CHECK
+  printf("  T=%d: worst error %.2e (relative, floor 1e-3)\n", T, worst);
+  ASSERT(worst < 1e-4);
+}
+
 /* ---- cross-entropy ---- */
 
 typedef struct {

@@ -306,37 +306,40 @@ static void matmul_gelu_bwd(void *dinp, float *dw, float *db, const void *dout, 
     gelu_bwd(dinp, pre, dinp, (size_t)N * C);
 }
 
-/* ---- attention ---- */
+/* ---- attention ----
+ *
+ * Per (sequence, head), in blocks of ATT_BLOCK query rows, through BLAS: the scores of a block
+ * against the keys up to its last row are one product, and so are the block's outputs; the
+ * keys' and values' gradients are products over column blocks. A block computes the scores
+ * below its rows' diagonals only where they can be nonzero, so causal attention costs about half
+ * of the full square. */
 
-/* The softmax probabilities of query t of head h against keys 0..t, into a[0..t]; returns the
- * log-sum-exp of the scaled scores. The forward and the backward both call it, so the backward's
- * probabilities are the forward's bit for bit. */
-static float attention_row(float *a, const float *qkv, int b, int h, int t, int T, int C, int hs,
-                           float scale) {
-  int C3 = 3 * C;
-  const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-  float maxv = -INFINITY;
-  for (int t2 = 0; t2 <= t; t2++) {
-    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int i = 0; i < hs; i++)
-      s += q[i] * k[i];
-    s *= scale;
-    a[t2] = s;
-    if (s > maxv)
-      maxv = s;
+#define ATT_BLOCK 64
+
+/* The scaled scores of query rows [r0, r1) against keys [0, r1) into p (row stride T), then each
+ * row's causal softmax in place: p[i][0..i] its probabilities, p[i][i+1..r1) zero. lse[i] (when
+ * not NULL) gets the row's log-sum-exp of the scaled scores. The forward and the backward both
+ * call it, so the backward's probabilities are the forward's bit for bit. */
+static void attention_probs(float *p, float *lse, const float *q, const float *k, int r0, int r1,
+                            int T, int ld, int hs, float scale) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * ld,
+              ld, k, ld, 0.0f, p + (size_t)r0 * T, T);
+  for (int i = r0; i < r1; i++) {
+    float *a = p + (size_t)i * T, maxv = -INFINITY, sum = 0.0f;
+    for (int j = 0; j <= i; j++)
+      maxv = a[j] > maxv ? a[j] : maxv;
+    for (int j = 0; j <= i; j++) {
+      a[j] = expf(a[j] - maxv);
+      sum += a[j];
+    }
+    float inv = 1.0f / sum;
+    for (int j = 0; j <= i; j++)
+      a[j] *= inv;
+    for (int j = i + 1; j < r1; j++)
+      a[j] = 0.0f;
+    if (lse)
+      lse[i] = maxv + logf(sum);
   }
-  float sum = 0.0f;
-  for (int t2 = 0; t2 <= t; t2++) {
-    float e = expf(a[t2] - maxv);
-    a[t2] = e;
-    sum += e;
-  }
-  float inv = 1.0f / sum;
-  for (int t2 = 0; t2 <= t; t2++)
-    a[t2] *= inv;
-  return maxv + logf(sum);
 }
 
 static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T, int C, int NH) {
@@ -346,28 +349,25 @@ static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T
   float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel
   {
-    float *a = malloc((size_t)T * sizeof *a); /* one row of probabilities per thread */
-#pragma omp for collapse(3) schedule(static)
+    float *p = malloc((size_t)T * T * sizeof *p); /* a head's probabilities, per thread */
+#pragma omp for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
-      for (int h = 0; h < NH; h++)
-        for (int t = 0; t < T; t++) {
-          lse[((size_t)b * NH + h) * T + t] = attention_row(a, qkv, b, h, t, T, C, hs, scale);
-          float *o = out + ((size_t)b * T + t) * C + h * hs;
-          for (int i = 0; i < hs; i++)
-            o[i] = 0.0f;
-          for (int t2 = 0; t2 <= t; t2++) {
-            const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-            float p = a[t2];
-#pragma omp simd
-            for (int i = 0; i < hs; i++)
-              o[i] += p * v[i];
-          }
+      for (int h = 0; h < NH; h++) {
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        float *o = out + (size_t)b * T * C + h * hs;
+        float *l = lse + ((size_t)b * NH + h) * T;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+          int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+          attention_probs(p, l, q, k, r0, r1, T, C3, hs, scale);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                      p + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
         }
-    free(a);
+      }
+    free(p);
   }
 }
 
-/* The probabilities of each row are recomputed (attention_row; lse is not needed here). */
+/* The probabilities are recomputed (attention_probs; out and lse are not needed here). */
 static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *out,
                           const float *lse, int B, int T, int C, int NH) {
   float *dqkv = dqkv_;
@@ -375,47 +375,52 @@ static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, cons
   int hs = C / NH, C3 = 3 * C;
   float scale = 1.0f / sqrtf((float)hs);
   (void)out, (void)lse;
-  /* dqkv is written, not added to: the loops below add into zeros */
-  memset(dqkv, 0, (size_t)B * T * C3 * sizeof *dqkv);
-  /* one (b, h) per task: dk and dv of a head gather from every later t, so t stays serial */
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; b++)
-    for (int h = 0; h < NH; h++) {
-      float *datt = malloc((size_t)T * sizeof(float)), *a = malloc((size_t)T * sizeof(float));
-      for (int t = 0; t < T; t++) {
-        attention_row(a, qkv, b, h, t, T, C, hs, scale);
-        const float *d = dout + ((size_t)b * T + t) * C + h * hs;
-        const float *q = qkv + ((size_t)b * T + t) * C3 + h * hs;
-        float *dq = dqkv + ((size_t)b * T + t) * C3 + h * hs;
-        /* through the weighted sum of values */
-        float dot_ad = 0.0f;
-        for (int t2 = 0; t2 <= t; t2++) {
-          const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-          float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * C + h * hs;
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-          for (int i = 0; i < hs; i++) {
-            s += d[i] * v[i];
-            dv[i] += a[t2] * d[i];
+#pragma omp parallel
+  {
+    /* per thread: a head's probabilities and their gradient (then the scores') */
+    float *p = malloc((size_t)T * T * sizeof *p), *ds = malloc((size_t)T * T * sizeof *ds);
+#pragma omp for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+      for (int h = 0; h < NH; h++) {
+        const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        const float *d = dout + (size_t)b * T * C + h * hs;
+        float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
+          int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
+          attention_probs(p, NULL, q, k, r0, r1, T, C3, hs, scale);
+          /* through the weighted sum of values: dP = dO · Vᵀ */
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
+                      d + (size_t)r0 * C, C, v, C3, 0.0f, ds + (size_t)r0 * T, T);
+          /* through the softmax, then the scaling: dS = P ∘ (dP − rowsum(P ∘ dP)) · scale */
+          for (int i = r0; i < r1; i++) {
+            const float *a = p + (size_t)i * T;
+            float *g = ds + (size_t)i * T, dot = 0.0f;
+            for (int j = 0; j <= i; j++)
+              dot += a[j] * g[j];
+            for (int j = 0; j <= i; j++)
+              g[j] = a[j] * (g[j] - dot) * scale;
+            for (int j = i + 1; j < r1; j++)
+              g[j] = 0.0f;
           }
-          datt[t2] = s;
-          dot_ad += a[t2] * s;
+          /* dQ = dS · K, the block's rows */
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                      ds + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
         }
-        /* through the softmax, then the scaled dot products */
-        for (int t2 = 0; t2 <= t; t2++) {
-          float dpre = a[t2] * (datt[t2] - dot_ad) * scale;
-          const float *k = qkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-          float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + h * hs;
-#pragma omp simd
-          for (int i = 0; i < hs; i++) {
-            dq[i] += dpre * k[i];
-            dk[i] += dpre * q[i];
-          }
+        /* dK = dSᵀ · Q and dV = Pᵀ · dO by column blocks: key c has nonzero entries in rows
+         * c..T-1 only, all of which the row blocks above wrote */
+        for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+          int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+                      ds + (size_t)c0 * T + c0, T, q + (size_t)c0 * C3, C3, 0.0f,
+                      dk + (size_t)c0 * C3, C3);
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+                      p + (size_t)c0 * T + c0, T, d + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3,
+                      C3);
         }
       }
-      free(datt);
-      free(a);
-    }
+    free(p);
+    free(ds);
+  }
 }
 
 /* ---- elementwise, loss, optimizer ---- */

@@ -228,10 +228,9 @@ void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int 
 
 void colo_sample_eval_batch(const colo_shard_t *s, uint64_t seed, int i, int rank, int world, int B,
                             int T, int *inputs, int *targets) {
-  (void)world;
-  for (int b = 0; b < B; b++)
-    window(s,
-           colo_hash4(seed, (uint64_t)i, (uint64_t)rank * (uint64_t)B + (uint64_t)b,
-                      0x6576616cull /* "eval" */),
-           T, inputs + (size_t)b * T, targets + (size_t)b * T);
+  for (int b = 0; b < B; b++) {
+    uint64_t global = ((uint64_t)i * (uint64_t)world + (uint64_t)rank) * (uint64_t)B + (uint64_t)b;
+    window(s, colo_hash4(seed, 0, global, 0x6576616cull /* "eval" */), T, inputs + (size_t)b * T,
+           targets + (size_t)b * T);
+  }
 }

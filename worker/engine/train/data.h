@@ -74,8 +74,10 @@ void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int 
                        int world, int B, int T, int *inputs, int *targets);
 
 /* The fixed windows of evaluation batch i (the same at every evaluation): this rank's B of the
- * world × B sequences of the batch, so a data-parallel evaluation covers exactly the sequences a
- * single process with batch world × B does. */
+ * world × B sequences of the batch, numbered across batches, so that a data-parallel evaluation
+ * covers exactly the sequences a single process with batch world × B does, and batches × world
+ * sequences are the same ones whatever the split (an elastic job's fewer ranks evaluate more
+ * batches each). */
 void colo_sample_eval_batch(const colo_shard_t *s, uint64_t seed, int i, int rank, int world, int B,
                             int T, int *inputs, int *targets);
 

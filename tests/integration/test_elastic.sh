@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Elastic data parallelism (parallel.min_dp): a job that asks for dp=4 and accepts 2 runs with 2
+# data-parallel groups where only two slots are up, each with train.grad_accum doubled; when a
+# second worker comes up it goes back to 4 (a stop at a step with a checkpoint, not counted as a
+# restart); when that worker dies it restarts with 2 again. Through all of it the job trains on
+# the same global batch and the same sequences: its final loss is the standalone dp=4 run's.
+# Figures go to stdout as "figure: ..." lines.
+source "$(dirname "$0")/lib.sh"
+WD="$COLO_BIN/colo-workerd"
+TRAIN="$COLO_BIN/colo-train"
+DATA_SRC="$COLO_SRC/../shared/data/tinyshakespeare.txt"
+[ -f "$DATA_SRC" ] || fail "no training text at $DATA_SRC"
+mkdir -p "$TMP/data" "$TMP/run1" "$TMP/run2" "$TMP/ckpt"
+"$TRAIN" prepare --input "$DATA_SRC" --out "$TMP/data/ts" >/dev/null
+STEPS=300
+cat >"$TMP/job.yaml" <<EOF
+name: elastic
+model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
+data: {train_path: ts/train.bin, val_path: ts/val.bin}
+parallel: {dp: 4, min_dp: 2, zero_stage: 1}
+train: {steps: $STEPS, batch_size: 4, eval_interval: 100, eval_batches: 2}
+checkpoint: {interval: 25, keep: 3}
+resources: {device: cpu}
+max_restarts: 3
+EOF
+
+# the spec's checks
+expect_rc 1 "$COLOCTL" submit "$TMP/job.yaml" --set parallel.min_dp=5 --dry-run
+expect_contains "$ERR" "parallel.min_dp=5 must be at most parallel.dp=4"
+
+# the reference: one process that accumulates the four groups' batches in turn, and evaluates
+# their four groups' evaluation batches (data-parallel groups and accumulation take the same
+# sequences, so this is the dp=4 run; a dp=4 run of four processes on CI's two cores takes ten
+# times as long)
+sed 's/^parallel: .*/parallel: {dp: 1}/; s/batch_size: 4,/batch_size: 4, grad_accum: 4,/; s/eval_batches: 2/eval_batches: 8/' \
+  "$TMP/job.yaml" >"$TMP/ref.yaml"
+"$TRAIN" train --job "$TMP/ref.yaml" --data-root "$TMP/data" --threads 1 >"$TMP/ref.txt" 2>&1 ||
+  fail "standalone reference run failed: $(tail -5 "$TMP/ref.txt")"
+loss_at() { grep -E "^step +$STEPS/$STEPS " | sed 's/.*| loss \([0-9.]*\) |.*/\1/'; }
+val_at() { grep -E "^step +$STEPS \| val loss " | sed 's/.* val loss \([0-9.]*\).*/\1/'; }
+REF=$(loss_at <"$TMP/ref.txt")
+REFVAL=$(val_at <"$TMP/ref.txt")
+[ -n "$REF" ] && [ -n "$REFVAL" ] || fail "no final loss in the reference run"
+echo "figure: reference (one process, grad_accum 4: the dp=4 run's batches): final loss $REF, val loss $REFVAL"
+
+start_colod "$TMP/state" --set host_timeout=3s --set restart_backoff=200ms \
+  --set elastic_grow_after=1s
+start_worker() { # name run-dir
+  local vg
+  valgrind_wrap vg
+  "${vg[@]}" "$WD" --coordinator "$COLO_SERVER" --name "$1" --devices cpu --cpu-slots 2 \
+    --run-dir "$2" --data-root "$TMP/data" --checkpoint-root "$TMP/ckpt" --colo-train "$TRAIN" \
+    >>"$TMP/worker-$1.log" 2>&1 &
+}
+start_worker w1 "$TMP/run1"
+W1=$!
+host_up() { "$COLOCTL" hosts --json | python3 -c 'import json,sys; sys.exit(not [h for h in json.load(sys.stdin) if h["name"] == sys.argv[1] and h["state"] == "up"])' "$1"; }
+wait_until 20 "w1 registered" host_up w1
+
+ranks() { jf "$1" 'j.get("running_dp", 0)'; }
+attempt_is() { [ "$(jf "$1" 'j["attempt"]')" = "$2" ]; }
+ckpt_on_disk() { # job step: a complete checkpoint at that step or later
+  local d
+  for d in "$TMP/ckpt/job-$1"/step_*; do
+    [ -f "$d/manifest.json" ] && [ "$((10#${d##*step_}))" -ge "$2" ] && return 0
+  done
+  return 1
+}
+
+# ---- one worker, two slots: dp=2, each rank accumulating two micro-steps ----
+expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml"
+J=$OUT
+wait_until 30 "job $J running" is_state "$J" running
+[ "$(ranks "$J")" = 2 ] || fail "job $J: running with dp=$(ranks "$J"), expected 2 of 4"
+expect_contains "$("$COLOCTL" status "$J")" "  elastic    dp from 2 to 4: running with dp=2, each rank accumulating 2× (the same global batch)"
+expect_contains "$(cat "$TMP/colod.log")" \
+  "job $J attempt 1: elastic: 2 of its 4 data-parallel groups fit, each with train.grad_accum=2 (the same global batch)"
+echo "figure: job $J attempt 1 on w1 alone: dp=2 of 4, grad_accum 2"
+
+# ---- a second worker: back to dp=4, at a step with a checkpoint ----
+POLL_MAX=0.1 wait_until 60 "a checkpoint at step 50 of job $J" ckpt_on_disk "$J" 50
+start_worker w2 "$TMP/run2"
+W2=$!
+wait_until 30 "job $J attempt 2" attempt_is "$J" 2
+wait_until 30 "job $J running again" is_state "$J" running
+[ "$(ranks "$J")" = 4 ] || fail "job $J attempt 2: running with dp=$(ranks "$J"), expected 4"
+expect_contains "$(cat "$TMP/colod.log")" \
+  "job $J attempt 1: stopping its ranks (elastic: room for all 4 data-parallel groups again, from 2)"
+[ "$(jf "$J" 'j.get("restarts", 0)')" = 0 ] || fail "job $J: growing back counted as a restart"
+GROW=$("$COLOCTL" logs "$J" --attempt 2 | sed -n 's/^resumed from .*step_0*\([0-9]*\) at step.*/\1/p')
+[ -n "$GROW" ] || fail "attempt 2 of job $J did not resume: $("$COLOCTL" logs "$J" --attempt 2 | head -5)"
+echo "figure: job $J attempt 2: 4 ranks on w1 and w2, resumed from step $GROW"
+
+# ---- w2 dies: the job restarts with dp=2 on w1 ----
+POLL_MAX=0.1 wait_until 60 "a checkpoint at step $((GROW + 25)) of job $J" ckpt_on_disk "$J" $((GROW + 25))
+kill -KILL "$W2"
+# its ranks there end with it, and the job may restart onto w2 once more before w2 is DOWN
+running_dp2() { [ "$(jf "$1" '"%s %s" % (j["state"], j.get("running_dp", 0))')" = "running 2" ]; }
+wait_until 60 "job $J running with dp=2 after w2 died" running_dp2 "$J"
+wait_until 120 "job $J success" is_state "$J" succeeded
+GOT=$("$COLOCTL" logs "$J" | loss_at)
+GOTVAL=$("$COLOCTL" logs "$J" | val_at)
+echo "figure: job $J: final loss $GOT, val loss $GOTVAL after dp 2 -> 4 -> 2; the reference $REF, $REFVAL; attempts $(jf "$J" 'j["attempt"]'), restarts $(jf "$J" 'j.get("restarts", 0)')"
+# the same sequences, summed in another order across ranks: within 1e-5
+python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * b or abs(c - d) > 1e-5 * d)" \
+  "$GOT" "$REF" "$GOTVAL" "$REFVAL" || fail "job $J: final loss $GOT (val $GOTVAL), the reference's $REF ($REFVAL)"
+
+kill -TERM "$W1"
+wait "$W1" || fail "w1 did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"
+stop_colod
+echo "PASS"
