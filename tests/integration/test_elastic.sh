@@ -2,7 +2,8 @@
 # Elastic data parallelism (parallel.min_dp): a job that asks for dp=4 and accepts 2 runs with 2
 # data-parallel groups where only two slots are up, each with train.grad_accum doubled; when a
 # second worker comes up it goes back to 4 (a stop at a step with a checkpoint, not counted as a
-# restart); when that worker dies it restarts with 2 again. Through all of it the job trains on
+# restart); when that worker dies it restarts with 2 again. A colod killed and restarted while the
+# job runs with 2 finds it so. Through all of it the job trains on
 # the same global batch and the same sequences: its final loss is the standalone dp=4 run's.
 # Figures go to stdout as "figure: ..." lines.
 source "$(dirname "$0")/lib.sh"
@@ -67,32 +68,53 @@ ckpt_on_disk() { # job step: a complete checkpoint at that step or later
   return 1
 }
 
+rank_pids() { # job attempt -> the pids of its ranks on w1, from the worker's pid files
+  local f
+  for f in "$TMP"/run1/pids/*; do
+    [ "$(cut -d. -f1,2 <"$f" 2>/dev/null)" = "$1.$2" ] && basename "$f"
+  done
+}
+two_ranks() { [ "$(rank_pids "$@" | wc -l)" = 2 ]; }
+
 # ---- one worker, two slots: dp=2, each rank accumulating two micro-steps ----
 expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml"
 J=$OUT
-wait_until 30 "job $J running" is_state "$J" running
+POLL_MAX=0.1 wait_until 30 "job $J's ranks on w1" two_ranks "$J" 1
+P=$(rank_pids "$J" 1)
+kill -STOP $P # held, so that even a fast build is still at its first steps below
 [ "$(ranks "$J")" = 2 ] || fail "job $J: running with dp=$(ranks "$J"), expected 2 of 4"
 expect_contains "$("$COLOCTL" status "$J")" "  elastic    dp from 2 to 4: running with dp=2, each rank accumulating 2× (the same global batch)"
 expect_contains "$(cat "$TMP/colod.log")" \
   "job $J attempt 1: elastic: 2 of its 4 data-parallel groups fit, each with train.grad_accum=2 (the same global batch)"
 echo "figure: job $J attempt 1 on w1 alone: dp=2 of 4, grad_accum 2"
 
+# ---- colod killed and restarted meanwhile: it reads the attempt's dp back from its ranks ----
+PORT=${COLO_SERVER##*:}
+kill -KILL "$COLOD_PID"
+wait "$COLOD_PID" 2>/dev/null || true
+COLOD_PID=""
+start_colod "$TMP/state" --set host_timeout=3s --set restart_backoff=200ms \
+  --set elastic_grow_after=1s --listen "127.0.0.1:$PORT"
+[ "$(jf "$J" '"%s %s %s" % (j["state"], j["attempt"], j.get("running_dp", 0))')" = "running 1 2" ] ||
+  fail "job $J after the colod restart: $("$COLOCTL" status "$J")"
+echo "figure: colod killed and restarted: job $J still in attempt 1 with dp=2"
+
 # ---- a second worker: back to dp=4, at a step with a checkpoint ----
-POLL_MAX=0.1 wait_until 60 "a checkpoint at step 50 of job $J" ckpt_on_disk "$J" 50
 start_worker w2 "$TMP/run2"
 W2=$!
+grown() { grep -q "job $J attempt 1: stopping its ranks (elastic: room for all 4 data-parallel groups again, from 2)" "$TMP/colod.log"; }
+wait_until 30 "colod to grow job $J back to dp=4" grown
+kill -CONT $P
 wait_until 30 "job $J attempt 2" attempt_is "$J" 2
 wait_until 30 "job $J running again" is_state "$J" running
 [ "$(ranks "$J")" = 4 ] || fail "job $J attempt 2: running with dp=$(ranks "$J"), expected 4"
-expect_contains "$(cat "$TMP/colod.log")" \
-  "job $J attempt 1: stopping its ranks (elastic: room for all 4 data-parallel groups again, from 2)"
 [ "$(jf "$J" 'j.get("restarts", 0)')" = 0 ] || fail "job $J: growing back counted as a restart"
 GROW=$("$COLOCTL" logs "$J" --attempt 2 | sed -n 's/^resumed from .*step_0*\([0-9]*\) at step.*/\1/p')
 [ -n "$GROW" ] || fail "attempt 2 of job $J did not resume: $("$COLOCTL" logs "$J" --attempt 2 | head -5)"
 echo "figure: job $J attempt 2: 4 ranks on w1 and w2, resumed from step $GROW"
 
 # ---- w2 dies: the job restarts with dp=2 on w1 ----
-POLL_MAX=0.1 wait_until 60 "a checkpoint at step $((GROW + 25)) of job $J" ckpt_on_disk "$J" $((GROW + 25))
+POLL_MAX=0.1 wait_until 60 "a checkpoint of job $J after step $GROW" ckpt_on_disk "$J" $((GROW + 1))
 kill -KILL "$W2"
 # its ranks there end with it, and the job may restart onto w2 once more before w2 is DOWN
 running_dp2() { [ "$(jf "$1" '"%s %s" % (j["state"], j.get("running_dp", 0))')" = "running 2" ]; }

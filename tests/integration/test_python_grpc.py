@@ -636,6 +636,58 @@ class PreemptionTest(WithColod):
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
 
+class ElasticTest(WithColod):
+    """Elastic data parallelism over the wire, this client acting as the workers: a job of dp=4
+    that accepts 2 (parallel.min_dp) runs 2 ranks on one 2-device host, each launched with a spec
+    of dp=2 and twice the grad_accum and eval_batches; a second host comes up, and the ranks are
+    withdrawn to go back to 4 (a move, not a restart); then 4 ranks over the two hosts."""
+
+    state, log_name = os.path.join(TMP, "state-elastic"), "colod-elastic.log"
+    settings = ("restart_backoff=100ms", "elastic_grow_after=200ms")
+
+    def test_fewer_groups_then_all(self):
+        a = register(self.api, "ea", 2)
+
+        def beat(h, *ranks):
+            return self.api.Heartbeat(pb.HeartbeatRequest(host_id=h.host_id, session=h.session,
+                                                          ranks=list(ranks)), timeout=5)
+        s = spec(name="elastic", dp=4)
+        s.parallel.min_dp = 5
+        with self.assertRaises(grpc.RpcError) as cm:
+            self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5)
+        self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("parallel.min_dp=5 must be at most parallel.dp=4", cm.exception.details())
+        s.parallel.min_dp = 2
+        s.train.grad_accum = 3
+        s.train.eval_batches = 5
+        job = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        mine = placed(lambda: beat(a), job, 2)
+        self.assertEqual(len(mine), 2)
+        for d in mine:
+            self.assertEqual((d.world, d.spec.parallel.dp, d.spec.parallel.min_dp),
+                             (2, 2, 2))
+            self.assertEqual((d.spec.train.grad_accum, d.spec.train.eval_batches), (6, 10))
+        j = self.job(job)
+        self.assertEqual((j.state, j.running_dp, j.spec.parallel.dp), (pb.JOB_STATE_RUNNING, 2, 4))
+        # a second host: the ranks are withdrawn, and stop as asked (exit 75)
+        b = register(self.api, "eb", 2)
+        beat(b)
+        self.until("the ranks withdrawn to grow back",
+                   lambda: not [d for d in beat(a).desired if d.job_id == job])
+        beat(a, *[pb.RankStatus(job_id=job, attempt=1, rank=r, exit_code=75,
+                                phase=pb.RANK_PHASE_EXITED,
+                                message="stopped as asked at step 40, with its checkpoint c/step_40")
+                  for r in (0, 1)])
+        both = placed(lambda: beat(a), job, 2) + placed(lambda: beat(b), job, 2)
+        self.assertEqual(sorted(d.rank for d in both), [0, 1, 2, 3])
+        for d in both:
+            self.assertEqual((d.attempt, d.world, d.spec.parallel.dp), (2, 4, 4))
+            self.assertEqual((d.spec.train.grad_accum, d.spec.train.eval_batches), (3, 5))
+        j = self.job(job)
+        self.assertEqual((j.state, j.restarts, j.running_dp), (pb.JOB_STATE_RUNNING, 0, 4))
+        self.api.CancelJob(pb.CancelJobRequest(id=job), timeout=5)
+
+
 class PreemptionChoiceTest(WithColod):
     """Which jobs a preemption stops, on a colod of its own with one 5-device host: among the
     jobs of lower priority, lowest first and then newest, the fewest that make room. Stopping
