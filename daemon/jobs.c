@@ -569,6 +569,10 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
                             rank_mem(j), out, fewer, sizeof fewer);
   }
   if (rc < 0) {
+    size_t len = strlen(why);
+    if (rc == COLO_EBUSY && min && min < full && len < whylen)
+      snprintf(why + len, whylen - len, " (nor %u data-parallel group%s, parallel.min_dp)", min,
+               min == 1 ? "" : "s");
     free(out);
     return rc == COLO_EBUSY ? 0 : -1;
   }

@@ -81,7 +81,10 @@ expect_rc 0 "$COLOCTL" submit "$TMP/job.yaml"
 J=$OUT
 POLL_MAX=0.1 wait_until 30 "job $J's ranks on w1" two_ranks "$J" 1
 P=$(rank_pids "$J" 1)
-kill -STOP $P # held, so that even a fast build is still at its first steps below
+# held once they have a checkpoint (so that the way back to dp=4 resumes from one), and so that
+# even a fast build is still at its first steps below
+POLL_MAX=0.1 wait_until 60 "a checkpoint of job $J" ckpt_on_disk "$J" 25
+kill -STOP $P
 [ "$(ranks "$J")" = 2 ] || fail "job $J: running with dp=$(ranks "$J"), expected 2 of 4"
 expect_contains "$("$COLOCTL" status "$J")" "  elastic    dp from 2 to 4: running with dp=2, each rank accumulating 2× (the same global batch)"
 expect_contains "$(cat "$TMP/colod.log")" \
@@ -109,7 +112,10 @@ wait_until 30 "job $J attempt 2" attempt_is "$J" 2
 wait_until 30 "job $J running again" is_state "$J" running
 [ "$(ranks "$J")" = 4 ] || fail "job $J attempt 2: running with dp=$(ranks "$J"), expected 4"
 [ "$(jf "$J" 'j.get("restarts", 0)')" = 0 ] || fail "job $J: growing back counted as a restart"
-GROW=$("$COLOCTL" logs "$J" --attempt 2 | sed -n 's/^resumed from .*step_0*\([0-9]*\) at step.*/\1/p')
+resumed_at() { "$COLOCTL" logs "$J" --attempt 2 | sed -n 's/^resumed from .*step_0*\([0-9]*\) at step.*/\1/p'; }
+says_resumed() { [ -n "$(resumed_at)" ]; } # rank 0's line reaches colod with its worker's beat
+wait_until 30 "attempt 2 of job $J to say where it resumed" says_resumed
+GROW=$(resumed_at)
 [ -n "$GROW" ] || fail "attempt 2 of job $J did not resume: $("$COLOCTL" logs "$J" --attempt 2 | head -5)"
 echo "figure: job $J attempt 2: 4 ranks on w1 and w2, resumed from step $GROW"
 

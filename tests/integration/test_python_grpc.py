@@ -669,6 +669,13 @@ class ElasticTest(WithColod):
             self.assertEqual((d.spec.train.grad_accum, d.spec.train.eval_batches), (6, 10))
         j = self.job(job)
         self.assertEqual((j.state, j.running_dp, j.spec.parallel.dp), (pb.JOB_STATE_RUNNING, 2, 4))
+        # another, with no room even for its fewest groups, says so; cancelled before b comes
+        s.name = "elastic-waits"
+        other = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        self.until("the second job to wait", lambda: self.job(other).waiting)
+        self.assertTrue(self.job(other).waiting.startswith("no room: "), self.job(other).waiting)
+        self.assertIn(" (nor 2 data-parallel groups, parallel.min_dp)", self.job(other).waiting)
+        self.api.CancelJob(pb.CancelJobRequest(id=other), timeout=5)
         # a second host: the ranks are withdrawn, and stop as asked (exit 75)
         b = register(self.api, "eb", 2)
         beat(b)
