@@ -96,8 +96,8 @@ static void live_clear_attempt(colod_t *d, colod_job_live_t *j) {
 
 /* The attempt's data-parallel degree: the spec's, or fewer groups (dp divides the spec's), run
  * from a copy of the spec with train.grad_accum and train.eval_batches multiplied by as much:
- * the same global batch, the same sequences in each step and in each evaluation. A copy that cannot
- * be made leaves the spec's (0 returned only when dp is in force). */
+ * the same global batch, the same sequences in each step and in each evaluation. Where the copy
+ * cannot be made, the spec's stays (callers compare j->dp). */
 static void set_dp(colod_job_live_t *j, uint32_t dp) {
   if (j->run_spec)
     colo__v1__job_spec__free_unpacked(j->run_spec, NULL);
