@@ -97,7 +97,7 @@ static void live_clear_attempt(colod_t *d, colod_job_live_t *j) {
 /* The attempt's data-parallel degree: the spec's, or fewer groups (dp divides the spec's), run
  * from a copy of the spec with train.grad_accum and train.eval_batches multiplied by as much:
  * the same global batch, the same sequences in each step and in each evaluation. Where the copy
- * cannot be made, the spec's stays (callers compare j->dp). */
+ * cannot be made, the spec's stays (attempt_world then finds the world is not the attempt's). */
 static void set_dp(colod_job_live_t *j, uint32_t dp) {
   if (j->run_spec)
     colo__v1__job_spec__free_unpacked(j->run_spec, NULL);
@@ -550,8 +550,7 @@ static void set_waiting(colod_job_live_t *j, const char *why) {
  * placed; 0: no room; -1: an error. Says why in `why` when it returns 0 or -1. */
 static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size_t n_hosts,
                  char *why, size_t whylen) {
-  set_dp(j, j->spec->parallel->dp); /* waiting: the whole, the most ranks it may have */
-  colo_rank_place_t *out = calloc(j->world, sizeof *out);
+  colo_rank_place_t *out = calloc(j->world, sizeof *out); /* waiting: the spec's whole world */
   if (!out) {
     snprintf(why, whylen, "out of memory");
     return -1;
@@ -576,19 +575,15 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
     free(out);
     return rc == COLO_EBUSY ? 0 : -1;
   }
-  set_dp(j, dp);
-  if (j->dp != dp) {
-    free(out);
-    snprintf(why, whylen, "out of memory");
-    return -1;
-  }
   j->wait_why[0] = '\0';
   uint64_t resume = j->state == COLO_JOB_PENDING ? j->resume_step : 0;
   colo_job_t row;
-  rc = colo_store_attempt_begin(d->store, j->id, out, j->world, resume, colod_now_ms(), &row);
+  /* fewer groups (elastic): load_attempt takes the attempt's dp from its stored ranks, as after
+   * a colod restart */
+  rc = colo_store_attempt_begin(d->store, j->id, out, dp * j->tp * j->pp, resume, colod_now_ms(),
+                                &row);
   free(out);
   if (rc < 0) {
-    set_dp(j, full);
     snprintf(why, whylen, "cannot begin an attempt: %s", colo_store_errmsg(d->store));
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: %s", (unsigned long long)j->id, why);
     return -1;

@@ -147,3 +147,13 @@ wait_until() { # seconds (of wall time, however slow each try), description, com
   fail "$what did not happen within $secs s; worker log: $(tail -20 "$TMP/worker.log" 2>/dev/null)"
 }
 is_state() { [ "$(jf "$1" 'j["state"]')" = "$2" ]; }
+# a complete checkpoint of job $1 at step $2 or later under $TMP/ckpt (the workers'
+# checkpoint root): seen at once, where colod hears of it with the next heartbeat (a build
+# without sanitizers can nearly finish a job in between)
+ckpt_on_disk() {
+  local d
+  for d in "$TMP/ckpt/job-$1"/step_*; do
+    [ -f "$d/manifest.json" ] && [ "$((10#${d##*step_}))" -ge "$2" ] && return 0
+  done
+  return 1
+}

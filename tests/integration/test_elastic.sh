@@ -60,13 +60,6 @@ wait_until 20 "w1 registered" host_up w1
 
 ranks() { jf "$1" 'j.get("running_dp", 0)'; }
 attempt_is() { [ "$(jf "$1" 'j["attempt"]')" = "$2" ]; }
-ckpt_on_disk() { # job step: a complete checkpoint at that step or later
-  local d
-  for d in "$TMP/ckpt/job-$1"/step_*; do
-    [ -f "$d/manifest.json" ] && [ "$((10#${d##*step_}))" -ge "$2" ] && return 0
-  done
-  return 1
-}
 
 rank_pids() { # job attempt -> the pids of its ranks on w1, from the worker's pid files
   local f

@@ -69,15 +69,6 @@ start_worker() {
 start_worker
 
 ckpt_at_least() { [ "$(jf "$1" 'j.get("newest_checkpoint",{}).get("step",0)')" -ge "$2" ]; }
-# a checkpoint of job $1 at step $2 or later on disk: seen at once, where colod hears of it with
-# the next heartbeat (a build without sanitizers can nearly finish the job in between)
-ckpt_on_disk() {
-  local d
-  for d in "$TMP/ckpt/job-$1"/step_*; do
-    [ -f "$d/manifest.json" ] && [ "$((10#${d##*step_}))" -ge "$2" ] && return 0
-  done
-  return 1
-}
 rank_pid() { # job attempt rank -> pid from the worker's pid files (which come and go)
   local f
   for f in "$TMP"/run/pids/*; do
