@@ -861,8 +861,17 @@ static void print_job_detail(const Colo__V1__Job *j) {
       colo_pb_enum_short(&colo__v1__precision__descriptor, s->train->precision, buf, sizeof buf),
       (double)s->optimizer->lr,
       colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age, sizeof age));
-  printf("  data       train %s%s%s\n", s->data->train_path ? s->data->train_path : "-",
-         s->data->val_path ? ", val " : "", s->data->val_path ? s->data->val_path : "");
+  const Colo__V1__DataSpec *d = s->data;
+  printf("  data       train %s", d->train_path ? d->train_path : d->n_sources ? "" : "-");
+  double wsum = 0;
+  for (size_t k = 0; k < d->n_sources; k++)
+    wsum += d->sources[k]->weight;
+  for (size_t k = 0; k < d->n_sources; k++) /* a blend: each set with its share */
+    printf("%s%s (%.3g%%)", k ? ", " : "", d->sources[k]->path,
+           100.0 * d->sources[k]->weight / wsum);
+  printf("%s%s%s\n",
+         d->order == COLO__V1__DATA_ORDER__DATA_ORDER_SHUFFLE ? ", shuffled epochs" : "",
+         d->val_path ? ", val " : "", d->val_path ? d->val_path : "");
   if (s->train->init_from && s->train->init_from[0])
     printf("  weights    from %s\n", s->train->init_from);
   else if (s->train->has_init_from_job && s->train->init_from_job)

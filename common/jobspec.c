@@ -168,9 +168,40 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                m->vocab_size);
 
   /* data */
-  if (!s->data->train_path || !s->data->train_path[0])
-    return bad(err, errlen, "data.train_path must be set");
-  if (!colo_path_is_contained(s->data->train_path))
+  const Colo__V1__DataSpec *d = s->data;
+  int have_train = d->train_path && d->train_path[0];
+  if (!have_train && d->n_sources == 0)
+    return bad(err, errlen, "data.train_path must be set (or data.sources, a blend)");
+  if (have_train && d->n_sources > 0)
+    return bad(err, errlen,
+               "data.train_path and data.sources do not go together: a blend names every "
+               "training set in data.sources");
+  if (d->n_sources > COLO_MAX_SOURCES)
+    return bad(err, errlen, "data.sources names %zu training sets; at most %d", d->n_sources,
+               COLO_MAX_SOURCES);
+  double wsum = 0;
+  for (size_t i = 0; i < d->n_sources; i++) {
+    const Colo__V1__DataSource *src = d->sources[i];
+    if (!src->path || !src->path[0])
+      return bad(err, errlen, "data.sources[%zu].path must be set", i);
+    if (!colo_path_is_contained(src->path))
+      return bad(err, errlen,
+                 "data.sources[%zu].path \"%.200s\" must be a path relative to the data root, "
+                 "without \"..\"",
+                 i, src->path);
+    if (!(src->weight > 0) || !isfinite(src->weight))
+      return bad(err, errlen, "data.sources[%zu].weight=%g must be a positive number", i,
+                 (double)src->weight);
+    wsum += src->weight;
+  }
+  for (size_t i = 0; i < d->n_sources; i++)
+    if (d->sources[i]->weight / wsum * COLO_BLEND_SLOTS < 1.0)
+      return bad(err, errlen,
+                 "data.sources[%zu].weight=%g is less than 1/%d of the weights' sum (%g)", i,
+                 (double)d->sources[i]->weight, COLO_BLEND_SLOTS, wsum);
+  if (d->order == COLO__V1__DATA_ORDER__DATA_ORDER_UNSPECIFIED)
+    return bad(err, errlen, "data.order must be random or shuffle");
+  if (have_train && !colo_path_is_contained(s->data->train_path))
     return bad(
         err, errlen,
         "data.train_path \"%.200s\" must be a path relative to the data root, without \"..\"",

@@ -168,6 +168,40 @@ r = [x for x in map(json.loads, open(sys.argv[1])) if x["event"] == "step"]
 assert r[-1]["loss"] < 0.8 * r[0]["loss"], (r[0]["loss"], r[-1]["loss"])
 print("figure: three shards by pattern: loss %.4f -> %.4f in 30 steps" % (r[0]["loss"], r[-1]["loss"]))
 PY
+# a blend in shuffled epochs (data.sources, data.order): the first file three times the share of
+# the other two; one process accumulating two micro-steps, two data-parallel processes, and a
+# stop at step 10 resumed, all draw the same sequences
+BLEND=("${MODEL[@]}" --data-root "$TMP/split" --data-source train_000001.bin=3
+  --data-source 'train_00000[23].bin=1' --data-order shuffle --steps 20 --eval-interval 20 --lr 3e-3)
+expect_rc 0 "$CT" train "${BLEND[@]}" --grad-accum 2 --progress "$TMP/blend1.jsonl"
+expect_rc 0 "$CT" train "${BLEND[@]}" --nproc 2 --dp 2 --progress "$TMP/blend2.jsonl"
+expect_rc 0 "$CT" train "${BLEND[@]}" --grad-accum 2 --ckpt-dir "$TMP/blend" --stop-at 10 \
+  --progress "$TMP/blend3a.jsonl"
+expect_rc 0 "$CT" train "${BLEND[@]}" --grad-accum 2 --ckpt-dir "$TMP/blend" --resume auto \
+  --progress "$TMP/blend3b.jsonl"
+python3 - "$TMP"/blend1.jsonl "$TMP"/blend2.jsonl "$TMP"/blend3[ab].jsonl <<'PY' || fail "blend runs differ"
+import json, sys
+def losses(*files):
+    out = {}
+    for f in files:
+        for r in map(json.loads, open(f)):
+            if r["event"] == "step":
+                out[r["step"]] = r["loss"]
+    return [out[k] for k in sorted(out)]
+one, dp2, resumed = losses(sys.argv[1]), losses(sys.argv[2]), losses(sys.argv[3], sys.argv[4])
+assert len(one) == 20 and one == resumed, (one, resumed)
+worst = max(abs(a - b) / a for a, b in zip(one, dp2))
+assert worst < 1e-5, worst
+assert one[-1] < 0.8 * one[0], one
+print("figure: blend, shuffled: loss %.4f -> %.4f in 20 steps; dp=2 within %.1e; resumed identical" % (one[0], one[-1], worst))
+PY
+LOUD=()
+for a in "${BLEND[@]}"; do [ "$a" = --quiet ] || LOUD+=("$a"); done
+expect_rc 0 "$CT" train "${LOUD[@]}" --steps 1 --eval-interval 0
+expect_contains "$OUT" "data: $TMP/split/train_000001.bin: "
+expect_contains "$OUT" " in 1 file, 75.0% of the sequences, shuffled order, "
+expect_contains "$OUT" "data: $TMP/split/train_00000[23].bin: "
+expect_contains "$OUT" " in 2 files, 25.0% of the sequences, shuffled order, "
 python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(1024 + 2 * 100); f.write(bytes([0x2c, 0x01]))' "$TMP/split/train_000002.bin"
 expect_rc 78 "$CT" train "${MODEL[@]}" --data-root "$TMP/split" --train-data 'train_*.bin' --eval-interval 0
 expect_eq "$ERR" "colo-train train: $TMP/split/train_000002.bin: token 300 at 100 is outside model.vocab_size=256"

@@ -216,6 +216,42 @@ class ColodTest(WithColod):
         pending = self.api.ListJobs(pb.ListJobsRequest(states=[pb.JOB_STATE_PENDING]), timeout=5)
         self.assertTrue(all(j.state == pb.JOB_STATE_PENDING for j in pending.jobs))
 
+    def test_a_blend_of_data_sets(self):
+        s = spec(name="py-blend", data__order=pb.DATA_ORDER_SHUFFLE)
+        s.data.ClearField("train_path")
+        s.data.sources.add(path="web/train_*.bin", weight=3)
+        s.data.sources.add(path="code/train.bin")
+        job = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job
+        got = self.job(job.id).spec.data
+        self.assertFalse(got.HasField("train_path"))
+        self.assertEqual([(x.path, x.weight) for x in got.sources],
+                         [("web/train_*.bin", 3.0), ("code/train.bin", 1.0)])
+        self.assertEqual(got.order, pb.DATA_ORDER_SHUFFLE)
+        self.assertEqual(self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5)
+                                  .job.id).spec.data.order, pb.DATA_ORDER_RANDOM)  # the default
+        before = job_rows()
+        both = spec()
+        both.data.sources.add(path="code/train.bin")
+        tiny = spec()
+        tiny.data.ClearField("train_path")
+        tiny.data.sources.add(path="a.bin", weight=5000)
+        tiny.data.sources.add(path="b.bin", weight=1)
+        out = spec()
+        out.data.ClearField("train_path")
+        out.data.sources.add(path="../../etc/passwd")
+        for bad, msg in (
+                (both, "data.train_path and data.sources do not go together: a blend names "
+                       "every training set in data.sources"),
+                (tiny, "data.sources[1].weight=1 is less than 1/4096 of the weights' sum (5001)"),
+                (out, "data.sources[0].path \"../../etc/passwd\" must be a path relative to the "
+                      "data root, without \"..\""),
+                (spec(data__order=pb.DATA_ORDER_UNSPECIFIED), "data.order must be random or shuffle")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), msg)
+        self.assertEqual(job_rows(), before)
+
     def test_paging(self):
         ids = [self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(name="page")), timeout=5).job.id
                for _ in range(5)]

@@ -1409,4 +1409,146 @@ TEST(shards_by_pattern) {
   snprintf(rm, sizeof rm, "rm -rf %s", dir);
   ASSERT_EQ_INT(system(rm), 0);
 }
+
+/* colo_permute is a bijection of [0, n) for any n, and another key gives another order. */
+TEST(permutation_is_a_bijection) {
+  const uint64_t sizes[] = {1, 2, 3, 5, 100, 4096, 10007};
+  for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+    uint64_t n = sizes[i];
+    unsigned char *hit = own(calloc(n, 1));
+    size_t fixed = 0, same = 0;
+    for (uint64_t x = 0; x < n; x++) {
+      uint64_t y = colo_permute(x, n, 42, 7);
+      if (y >= n || hit[y]++)
+        FAIL_AT("n=%llu: %llu goes to %llu, out of range or taken twice", (unsigned long long)n,
+                (unsigned long long)x, (unsigned long long)y);
+      fixed += y == x;
+      same += y == colo_permute(x, n, 42, 8);
+    }
+    if (n >= 100 && (fixed > n / 10 || same > n / 10))
+      FAIL_AT("n=%llu: %zu fixed points, %zu the same under another key", (unsigned long long)n,
+              fixed, same);
+  }
+}
+
+/* a shard whose token i is first + i, so that a window's first token says where it starts */
+static void write_counting_shard(const char *path, uint16_t first, size_t n) {
+  char err[512];
+  uint16_t *tok = own(malloc(n * sizeof *tok));
+  for (size_t i = 0; i < n; i++)
+    tok[i] = (uint16_t)(first + i);
+  ASSERT_EQ_INT(colo_shard_write(path, tok, n, err, sizeof err), 0);
+}
+
+/* data.order shuffle: an epoch draws every window at multiples of T once, whatever the layout,
+ * and the next epoch draws them all again in another order. */
+TEST(shuffle_covers_each_window_once_an_epoch) {
+  char dir[] = "/tmp/colo-shuf-XXXXXX", path[128], err[512];
+  ASSERT(mkdtemp(dir) != NULL);
+  const int T = 10, B = 5;
+  snprintf(path, sizeof path, "%s/train_1.bin", dir);
+  write_counting_shard(path, 0, 1001); /* 100 windows: starts 0, 10, ..., 990 */
+  snprintf(path, sizeof path, "%s/train_2.bin", dir);
+  write_counting_shard(path, 2000, 505); /* 50 windows; the last 4 tokens are left out */
+  snprintf(path, sizeof path, "%s/train_*.bin", dir);
+  const char *paths[1] = {path};
+  colo_blend_t d;
+  ASSERT_EQ_INT(colo_blend_open(&d, paths, NULL, 1, COLO_ORDER_SHUFFLE, T, err, sizeof err), 0);
+  ASSERT_EQ_INT(d.src[0].blocks[2], 150);
+  /* 30 sequences a step (accum 3 × world 2 × B 5): an epoch is 5 steps */
+  int in[5 * 10], tg[5 * 10], in2[5 * 10], tg2[5 * 10];
+  int order[2][150];
+  for (int epoch = 0; epoch < 2; epoch++) {
+    int count[3000] = {0}, n = 0;
+    for (int step = epoch * 5; step < epoch * 5 + 5; step++)
+      for (int micro = 0; micro < 3; micro++)
+        for (int rank = 0; rank < 2; rank++) {
+          colo_blend_batch(&d, 9, (uint64_t)step, 3, micro, rank, 2, B, in, tg);
+          /* the same sequences one rank accumulating 6 micro-steps draws */
+          colo_blend_batch(&d, 9, (uint64_t)step, 6, micro * 2 + rank, 0, 1, B, in2, tg2);
+          ASSERT(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
+          for (int b = 0; b < B; b++) {
+            int s0 = in[b * T];
+            for (int t = 0; t < T; t++)
+              if (in[b * T + t] != s0 + t || tg[b * T + t] != s0 + t + 1)
+                FAIL_AT("step %d: the window from %d is not %d consecutive tokens", step, s0, T);
+            if (!(s0 < 1000 && s0 % 10 == 0) && !(s0 >= 2000 && s0 < 2500 && s0 % 10 == 0))
+              FAIL_AT("step %d: a window starts at token %d, not at a multiple of T", step, s0);
+            count[s0]++;
+            order[epoch][n++] = s0;
+          }
+        }
+    for (int s0 = 0; s0 < 3000; s0++)
+      if (count[s0] > 1)
+        FAIL_AT("epoch %d drew the window at %d %d times", epoch, s0, count[s0]);
+    ASSERT_EQ_INT(n, 150);
+  }
+  ASSERT(memcmp(order[0], order[1], sizeof order[0]) != 0);
+  printf("  epoch 0 begins with windows at %d %d %d, epoch 1 at %d %d %d\n", order[0][0],
+         order[0][1], order[0][2], order[1][0], order[1][1], order[1][2]);
+  ASSERT(fabs(colo_blend_epochs(&d, 0, 300) - 2.0) < 1e-12);
+  colo_blend_close(&d);
+  char rm[128];
+  snprintf(rm, sizeof rm, "rm -rf %s", dir);
+  ASSERT_EQ_INT(system(rm), 0);
+}
+
+/* data.sources: each period of COLO_BLEND_SLOTS sequences holds each source's share exactly,
+ * a source in shuffled order goes through its own epochs, and one source in random order draws
+ * what colo_sample_batch does. */
+TEST(blend_draws_in_proportion_of_weights) {
+  char dir[] = "/tmp/colo-blend-XXXXXX", a[128], b[128], err[512];
+  ASSERT(mkdtemp(dir) != NULL);
+  const int T = 8, B = 64;
+  snprintf(a, sizeof a, "%s/a.bin", dir);
+  write_counting_shard(a, 0, 20001); /* 2,500 windows */
+  snprintf(b, sizeof b, "%s/b.bin", dir);
+  write_counting_shard(b, 30000, 801); /* 100 windows */
+  const char *paths[2] = {a, b};
+  const double weights[2] = {3.0, 1.0};
+  for (int order = COLO_ORDER_RANDOM; order <= COLO_ORDER_SHUFFLE; order++) {
+    colo_blend_t d;
+    ASSERT_EQ_INT(colo_blend_open(&d, paths, weights, 2, order, T, err, sizeof err), 0);
+    ASSERT_EQ_INT(d.cum[1], 3072);
+    ASSERT_EQ_INT(d.cum[2], 4096);
+    int in[64 * 8], tg[64 * 8];
+    int from_b = 0, count_b[100] = {0};
+    for (int step = 0; step < 2 * 4096 / B; step++) { /* two periods, one rank */
+      colo_blend_batch(&d, 5, (uint64_t)step, 1, 0, 0, 1, B, in, tg);
+      for (int i = 0; i < B; i++)
+        if (in[i * T] >= 30000) {
+          from_b++;
+          count_b[(in[i * T] - 30000) / T] += order == COLO_ORDER_SHUFFLE;
+        }
+    }
+    ASSERT_EQ_INT(from_b, 2 * 1024);
+    /* 2,048 of b's sequences are 20 epochs of its 100 windows and 48 of the 21st */
+    if (order == COLO_ORDER_SHUFFLE)
+      for (int w = 0; w < 100; w++)
+        if (count_b[w] != 20 && count_b[w] != 21)
+          FAIL_AT("b's window %d drawn %d times in 20.48 epochs", w, count_b[w]);
+    colo_blend_close(&d);
+  }
+  /* one source, random order: colo_sample_batch's windows, as runs before blends drew them */
+  colo_blend_t one;
+  colo_shard_t s;
+  ASSERT_EQ_INT(colo_blend_open(&one, paths, NULL, 1, COLO_ORDER_RANDOM, T, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_shard_load(a, &s, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_shard_windows(&s, T, err, sizeof err), 0);
+  int in[64 * 8], tg[64 * 8], in2[64 * 8], tg2[64 * 8];
+  colo_blend_batch(&one, 3, 7, 2, 1, 1, 2, B, in, tg);
+  colo_sample_batch(&s, 3, 7, 1, 1, 2, B, T, in2, tg2);
+  ASSERT(memcmp(in, in2, sizeof in) == 0 && memcmp(tg, tg2, sizeof tg) == 0);
+  colo_shard_free(&s);
+  colo_blend_close(&one);
+  /* a weight below one slot of the period */
+  const double tiny[2] = {5000.0, 1.0};
+  colo_blend_t d;
+  ASSERT_EQ_INT(colo_blend_open(&d, paths, tiny, 2, COLO_ORDER_RANDOM, T, err, sizeof err),
+                COLO_EINVAL);
+  ASSERT(strstr(err, "b.bin: its weight is less than 1/4096 of the weights' sum") != NULL);
+  char rm[128];
+  snprintf(rm, sizeof rm, "rm -rf %s", dir);
+  ASSERT_EQ_INT(system(rm), 0);
+}
 TEST_MAIN()

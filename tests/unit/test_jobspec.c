@@ -42,7 +42,18 @@ static const struct {
     {BASE "model: {n_head: 5, n_embd: 128}\n", "model.n_head=5 does not divide model.n_embd=128"},
     {BASE "model: {vocab_size: 70000}\n",
      "model.vocab_size=70000 exceeds 65536, the most a uint16 token shard can address"},
-    {"name: t\n", "data.train_path must be set"},
+    {"name: t\n", "data.train_path must be set (or data.sources, a blend)"},
+    {"name: t\ndata: {train_path: a, sources: [{path: b}]}\n",
+     "data.train_path and data.sources do not go together: a blend names every training set in "
+     "data.sources"},
+    {"name: t\ndata: {sources: [{path: a}, {weight: 2}]}\n", "data.sources[1].path must be set"},
+    {"name: t\ndata: {sources: [{path: a/../../b}]}\n",
+     "data.sources[0].path \"a/../../b\" must be a path relative to the data root, without "
+     "\"..\""},
+    {"name: t\ndata: {sources: [{path: a, weight: -1}]}\n",
+     "data.sources[0].weight=-1 must be a positive number"},
+    {"name: t\ndata: {sources: [{path: a, weight: 5000}, {path: b}]}\n",
+     "data.sources[1].weight=1 is less than 1/4096 of the weights' sum (5001)"},
     {"name: t\ndata: {train_path: /etc/passwd}\n",
      "data.train_path \"/etc/passwd\" must be a path relative to the data root, without \"..\""},
     {"name: t\ndata: {train_path: a, val_path: ../../secret}\n",
@@ -170,6 +181,8 @@ static const struct {
     {BASE "train: {precision: unspecified}\n",
      "job.yaml:3: train.precision: \"unspecified\" must be one of fp32, bf16, fp16"},
     {BASE "parallel: {tp: two}\n", "job.yaml:3: parallel.tp: \"two\" is not an integer"},
+    {"name: t\ndata: {train_path: a, order: sorted}\n",
+     "job.yaml:2: data.order: \"sorted\" must be one of random, shuffle"},
     {BASE "train: {steps: -5}\n", "job.yaml:3: train.steps: -5 must not be negative"},
     {BASE "train: {steps: 99999999999}\n", "job.yaml:3: train.steps: 99999999999 is out of range"},
     {BASE "optimizer: {lr: nan}\n", "job.yaml:3: optimizer.lr: \"nan\" is not a finite number"},
@@ -415,8 +428,9 @@ TEST(json_output_round_trips_enums) {
   ASSERT_EQ_INT(rc, 0);
   cJSON *j = colo_pb_to_json(&s->base);
   char *txt = cJSON_PrintUnformatted(j);
-  ASSERT_EQ_STR(txt, "{\"name\":\"t\",\"data\":{\"train_path\":\"d/train.bin\",\"val_path\":"
-                     "\"d/val.bin\"},\"train\":{\"precision\":\"fp16\"},\"after\":[]}");
+  ASSERT_EQ_STR(txt,
+                "{\"name\":\"t\",\"data\":{\"train_path\":\"d/train.bin\",\"val_path\":"
+                "\"d/val.bin\",\"sources\":[]},\"train\":{\"precision\":\"fp16\"},\"after\":[]}");
   cJSON_free(txt);
   cJSON_Delete(j);
   colo__v1__job_spec__free_unpacked(s, NULL);

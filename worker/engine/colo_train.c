@@ -252,6 +252,11 @@ static void train_usage(void) {
       "  --train-data PATH     train shard, relative to the data root; a pattern (*, ?, [])\n"
       "                        takes every file it matches (train_*.bin)\n"
       "  --val-data PATH       val shard, relative to the data root (a pattern too)\n"
+      "  --data-source PATH[=WEIGHT]  a training set of a blend (once per set; in place of\n"
+      "                        --train-data and the job file's): each step's sequences come\n"
+      "                        from the sets in the proportions of their weights (default 1)\n"
+      "  --data-order random|shuffle  windows at any offset drawn with replacement (default),\n"
+      "                        or epochs of windows that do not overlap, shuffled each epoch\n"
       "  --init-from PATH      start from these weights, relative to the data root: GPT-2 in a\n"
       "                        safetensors file under HuggingFace's names, or a checkpoint\n"
       "  --init-from-checkpoints DIR  start from the newest complete checkpoint under DIR\n"
@@ -361,6 +366,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"ckpt-keep", "checkpoint: {keep: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
+      {"data-order", "data: {order: %s}"},
       {"init-from", "train: {init_from: '%s'}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
@@ -369,15 +375,25 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"sp", "parallel: {sequence_parallel: %s}"},
       {"micro-batches", "parallel: {micro_batches: %s}"},
   };
-  for (size_t i = 0; i < sizeof MAP / sizeof MAP[0]; i++) {
-    if (strcmp(MAP[i].flag, flag) != 0)
-      continue;
-    if (strchr(val, '\'') || strchr(val, '\n')) {
-      fprintf(stderr, "colo-train train: --%s: bad value\n", flag);
-      return -1;
-    }
-    char doc[1200], err[512];
-    snprintf(doc, sizeof doc, MAP[i].yaml, val);
+  const char *yaml = NULL;
+  for (size_t i = 0; i < sizeof MAP / sizeof MAP[0] && !yaml; i++)
+    if (strcmp(MAP[i].flag, flag) == 0)
+      yaml = MAP[i].yaml;
+  if (!yaml && strcmp(flag, "data-source") != 0)
+    return 1;
+  if (strchr(val, '\'') || strchr(val, '\n')) {
+    fprintf(stderr, "colo-train train: --%s: bad value\n", flag);
+    return -1;
+  }
+  char doc[1200], err[512];
+  if (yaml) {
+    snprintf(doc, sizeof doc, yaml, val);
+  } else { /* PATH or PATH=WEIGHT: one more source of a blend */
+    const char *eq = strrchr(val, '=');
+    snprintf(doc, sizeof doc, "data: {sources: [{path: '%.*s', weight: %s}]}",
+             eq ? (int)(eq - val) : (int)strlen(val), val, eq ? eq + 1 : "1");
+  }
+  {
     Colo__V1__JobSpec *one;
     char src[64];
     snprintf(src, sizeof src, "--%s", flag);
@@ -402,9 +418,20 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
     *s = *merged;
     *merged = tmp;
     colo__v1__job_spec__free_unpacked(merged, NULL);
+    /* a blend's sources and one training set replace each other */
+    Colo__V1__DataSpec *d = s->data;
+    if (!yaml && d->train_path) {
+      free(d->train_path);
+      d->train_path = NULL;
+    } else if (yaml && !strcmp(flag, "train-data")) {
+      for (size_t k = 0; k < d->n_sources; k++)
+        colo__v1__data_source__free_unpacked(d->sources[k], NULL);
+      free(d->sources);
+      d->sources = NULL;
+      d->n_sources = 0;
+    }
     return 0;
   }
-  return 1;
 }
 
 /* SIGTERM and SIGINT ask for a stop (train.h: stop_requested): the training loop stops at the
@@ -742,7 +769,18 @@ static int cmd_train(int argc, char **argv) {
     }
   }
   char train_path[2100], val_path[2100];
-  snprintf(train_path, sizeof train_path, "%s/%s", data_root, spec->data->train_path);
+  snprintf(train_path, sizeof train_path, "%s/%s", data_root,
+           spec->data->train_path ? spec->data->train_path : "");
+  /* a blend's sources, resolved under the data root (validated: at most COLO_MAX_SOURCES) */
+  static char source_buf[COLO_MAX_SOURCES][2100];
+  const char *source_paths[COLO_MAX_SOURCES];
+  double source_weights[COLO_MAX_SOURCES];
+  size_t n_sources = spec->data->n_sources;
+  for (size_t k = 0; k < n_sources; k++) {
+    snprintf(source_buf[k], sizeof source_buf[k], "%s/%s", data_root, spec->data->sources[k]->path);
+    source_paths[k] = source_buf[k];
+    source_weights[k] = spec->data->sources[k]->weight;
+  }
   snprintf(val_path, sizeof val_path, "%s/%s", data_root,
            spec->data->val_path ? spec->data->val_path : "");
   char init_from[2100] = "";
@@ -776,6 +814,12 @@ static int cmd_train(int argc, char **argv) {
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;
   cfg.val_path = val_path;
+  cfg.source_paths = source_paths;
+  cfg.source_weights = source_weights;
+  cfg.n_sources = (int)n_sources;
+  cfg.data_order = spec->data->order == COLO__V1__DATA_ORDER__DATA_ORDER_SHUFFLE
+                       ? COLO_ORDER_SHUFFLE
+                       : COLO_ORDER_RANDOM;
   cfg.init_from = init_from[0] ? init_from : NULL;
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;

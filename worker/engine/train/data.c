@@ -140,17 +140,22 @@ void colo_shard_free(colo_shard_t *s) {
     munmap(s->files[i].map, s->files[i].map_len);
   free(s->files);
   free(s->windows);
+  free(s->blocks);
   memset(s, 0, sizeof *s);
 }
 
 int colo_shard_windows(colo_shard_t *s, int T, char *err, size_t errlen) {
   free(s->windows);
-  if (!(s->windows = calloc(s->n_files + 1, sizeof *s->windows)))
+  free(s->blocks);
+  s->windows = calloc(s->n_files + 1, sizeof *s->windows);
+  s->blocks = calloc(s->n_files + 1, sizeof *s->blocks);
+  if (!s->windows || !s->blocks)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   s->T = T;
   for (size_t i = 0; i < s->n_files; i++) {
-    size_t n = s->files[i].n;
-    s->windows[i + 1] = s->windows[i] + (n > (size_t)T + 1 ? n - (size_t)T : 0);
+    size_t n = s->files[i].n, has = n > (size_t)T + 1;
+    s->windows[i + 1] = s->windows[i] + (has ? n - (size_t)T : 0);
+    s->blocks[i + 1] = s->blocks[i] + (has ? (n - 1) / (size_t)T : 0);
   }
   if (s->windows[s->n_files] == 0)
     return colo_fail(err, errlen, COLO_EINVAL, "%s: %zu tokens are too few for block_size %d%s",
@@ -200,20 +205,167 @@ int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *e
   return 0;
 }
 
-static void window(const colo_shard_t *s, uint64_t h, int T, int *in, int *tg) {
-  size_t w = (size_t)(h % (uint64_t)s->windows[s->n_files]), lo = 0, hi = s->n_files;
-  while (hi - lo > 1) { /* the file whose windows hold w */
+/* the i with prefix[i] <= w < prefix[i + 1], of n */
+static size_t find_prefix(const size_t *prefix, size_t n, size_t w) {
+  size_t lo = 0, hi = n;
+  while (hi - lo > 1) {
     size_t mid = (lo + hi) / 2;
-    if (s->windows[mid] <= w)
+    if (prefix[mid] <= w)
       lo = mid;
     else
       hi = mid;
   }
-  const uint16_t *x = s->files[lo].tokens + (w - s->windows[lo]);
+  return lo;
+}
+
+static void copy_window(const uint16_t *x, int T, int *in, int *tg) {
   for (int t = 0; t < T; t++) {
     in[t] = x[t];
     tg[t] = x[t + 1];
   }
+}
+
+static void window(const colo_shard_t *s, uint64_t h, int T, int *in, int *tg) {
+  size_t w = (size_t)(h % (uint64_t)s->windows[s->n_files]);
+  size_t f = find_prefix(s->windows, s->n_files, w);
+  copy_window(s->files[f].tokens + (w - s->windows[f]), T, in, tg);
+}
+
+/* window w of those at multiples of T */
+static void block(const colo_shard_t *s, size_t w, int T, int *in, int *tg) {
+  size_t f = find_prefix(s->blocks, s->n_files, w);
+  copy_window(s->files[f].tokens + (w - s->blocks[f]) * (size_t)T, T, in, tg);
+}
+
+uint64_t colo_permute(uint64_t x, uint64_t n, uint64_t key1, uint64_t key2) {
+  int bits = 2;
+  while (bits < 64 && (1ull << bits) < n)
+    bits++;
+  bits += bits & 1;
+  int h = bits / 2;
+  uint64_t mask = (1ull << h) - 1;
+  do { /* a bijection of [0, 2^bits); x's cycle comes back below n, where x started */
+    uint64_t l = x >> h, r = x & mask;
+    for (uint64_t round = 0; round < 4; round++) {
+      uint64_t t = l ^ (colo_hash4(key1, key2, round, r) & mask);
+      l = r;
+      r = t;
+    }
+    x = (l << h) | r;
+  } while (x >= n);
+  return x;
+}
+
+#define TAG_TRAIN   0x7472616eull /* "tran" */
+#define TAG_SHUFFLE 0x73687566ull /* "shuf" */
+#define TAG_BLEND   0x626c6e64ull /* "blnd" */
+
+/* sequence g of source k (its own count) into in, tg */
+static void source_sequence(const colo_blend_t *d, size_t k, uint64_t seed, uint64_t g, int *in,
+                            int *tg) {
+  const colo_shard_t *s = &d->src[k];
+  if (d->order == COLO_ORDER_SHUFFLE) {
+    uint64_t W = s->blocks[s->n_files], epoch = g / W;
+    block(s, (size_t)colo_permute(g % W, W, colo_hash4(seed, k, TAG_SHUFFLE, 0), epoch), d->T, in,
+          tg);
+  } else {
+    window(s, colo_hash4(seed, g, k, TAG_TRAIN ^ TAG_BLEND), d->T, in, tg);
+  }
+}
+
+int colo_blend_open(colo_blend_t *b, const char *const *paths, const double *weights, size_t n,
+                    int order, int T, char *err, size_t errlen) {
+  memset(b, 0, sizeof *b);
+  b->order = order;
+  b->T = T;
+  if (n == 0 || (order != COLO_ORDER_RANDOM && order != COLO_ORDER_SHUFFLE))
+    return colo_fail(err, errlen, COLO_EINVAL, "no training data, or an unknown data order");
+  b->src = calloc(n, sizeof *b->src);
+  b->cum = calloc(n + 1, sizeof *b->cum);
+  if (!b->src || !b->cum) {
+    colo_blend_close(b);
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  }
+  int rc = 0;
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    rc = colo_shard_load(paths[k], &b->src[k], err, errlen);
+    if (rc == 0) {
+      b->n_src++;
+      rc = colo_shard_windows(&b->src[k], T, err, errlen);
+    }
+  }
+  /* largest remainder: floor(share · slots) each, the slots left to the largest remainders */
+  double sum = 0, rem[COLO_BLEND_MAX_SOURCES];
+  for (size_t k = 0; k < n; k++)
+    sum += weights ? weights[k] : 1.0;
+  uint32_t slots[COLO_BLEND_MAX_SOURCES], given = 0;
+  if (rc == 0 && n > COLO_BLEND_MAX_SOURCES)
+    rc = colo_fail(err, errlen, COLO_EINVAL, "a blend of %zu training sets; at most %d", n,
+                   COLO_BLEND_MAX_SOURCES);
+  for (size_t k = 0; k < n && rc == 0; k++) {
+    double q = (weights ? weights[k] : 1.0) / sum * COLO_BLEND_SLOTS;
+    if (!(q >= 1.0))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: its weight is less than 1/%d of the weights' sum", paths[k],
+                     COLO_BLEND_SLOTS);
+    else {
+      slots[k] = (uint32_t)q;
+      rem[k] = q - slots[k];
+      given += slots[k];
+    }
+  }
+  while (rc == 0 && given < COLO_BLEND_SLOTS) {
+    size_t best = 0;
+    for (size_t k = 1; k < n; k++)
+      if (rem[k] > rem[best])
+        best = k;
+    slots[best]++;
+    rem[best] = -1.0;
+    given++;
+  }
+  for (size_t k = 0; k < n && rc == 0; k++)
+    b->cum[k + 1] = b->cum[k] + slots[k];
+  if (rc < 0)
+    colo_blend_close(b);
+  return rc;
+}
+
+void colo_blend_close(colo_blend_t *b) {
+  for (size_t k = 0; b->src && k < b->n_src; k++)
+    colo_shard_free(&b->src[k]);
+  free(b->src);
+  free(b->cum);
+  memset(b, 0, sizeof *b);
+}
+
+void colo_blend_batch(const colo_blend_t *d, uint64_t seed, uint64_t step, int accum, int micro,
+                      int rank, int world, int B, int *inputs, int *targets) {
+  int T = d->T;
+  if (d->n_src == 1 && d->order == COLO_ORDER_RANDOM) { /* as before blends, for old runs */
+    colo_sample_batch(&d->src[0], seed, step, micro, rank, world, B, T, inputs, targets);
+    return;
+  }
+  for (int b = 0; b < B; b++) {
+    uint64_t g = ((step * (uint64_t)accum + (uint64_t)micro) * (uint64_t)world + (uint64_t)rank) *
+                     (uint64_t)B +
+                 (uint64_t)b;
+    size_t k = 0;
+    if (d->n_src > 1) { /* the slot of g's period, and its place among its source's */
+      uint64_t period = g / COLO_BLEND_SLOTS;
+      uint32_t q = (uint32_t)colo_permute(g % COLO_BLEND_SLOTS, COLO_BLEND_SLOTS,
+                                          colo_hash4(seed, TAG_BLEND, 0, 0), period);
+      while (q >= d->cum[k + 1])
+        k++;
+      g = period * (d->cum[k + 1] - d->cum[k]) + (q - d->cum[k]);
+    }
+    source_sequence(d, k, seed, g, inputs + (size_t)b * T, targets + (size_t)b * T);
+  }
+}
+
+double colo_blend_epochs(const colo_blend_t *d, size_t k, uint64_t sequences) {
+  const colo_shard_t *s = &d->src[k];
+  double share = (double)(d->cum[k + 1] - d->cum[k]) / COLO_BLEND_SLOTS;
+  return (double)sequences * share / (double)s->blocks[s->n_files];
 }
 
 void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
@@ -221,7 +373,7 @@ void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int 
   for (int b = 0; b < B; b++) {
     uint64_t global =
         ((uint64_t)micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)B + (uint64_t)b;
-    window(s, colo_hash4(seed, step, global, 0x7472616eull /* "tran" */), T, inputs + (size_t)b * T,
+    window(s, colo_hash4(seed, step, global, TAG_TRAIN), T, inputs + (size_t)b * T,
            targets + (size_t)b * T);
   }
 }

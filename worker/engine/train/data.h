@@ -30,7 +30,8 @@ typedef struct {
   size_t n_files;
   size_t n; /* tokens in all files */
   size_t
-      *windows; /* [n_files + 1]: windows of block_size T before each file (colo_shard_windows) */
+      *windows;   /* [n_files + 1]: windows of block_size T before each file (colo_shard_windows) */
+  size_t *blocks; /* [n_files + 1]: the same for windows that do not overlap (data.order shuffle) */
   int T;
   char path[1024]; /* as given */
 } colo_shard_t;
@@ -57,8 +58,8 @@ int colo_read_all(FILE *f, const char *what, char **out, size_t *len, char *err,
  * file named in err. */
 int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errlen);
 void colo_shard_free(colo_shard_t *s);
-/* Counts the windows of T + 1 tokens for sampling; a file of T + 1 tokens or fewer has none.
- * COLO_EINVAL when no file has one. */
+/* Counts the windows of T + 1 tokens for sampling, at any offset and (blocks) at multiples of T;
+ * a file of T + 1 tokens or fewer has none. COLO_EINVAL when no file has one. */
 int colo_shard_windows(colo_shard_t *s, int T, char *err, size_t errlen);
 /* The first token >= limit, as its file and index there; 0 when there is none. */
 int colo_shard_find_above(const colo_shard_t *s, unsigned limit, const char **file, size_t *at,
@@ -72,6 +73,49 @@ int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *e
  * of n - T). Needs colo_shard_windows(s, T) first. */
 void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
                        int world, int B, int T, int *inputs, int *targets);
+
+/* How a step's training sequences are drawn (data.order). RANDOM: each a window at any offset,
+ * drawn with replacement. SHUFFLE: epochs over the windows at multiples of T, which do not
+ * overlap (each window's last token is the next one's first): sequence G of the run (counted
+ * across steps, micro-steps and ranks) is window π_e(G mod W) of epoch e = G / W, π_e a seeded
+ * permutation drawn anew each epoch. Either depends only on (seed, step, micro, rank, world), so
+ * a resumed or resized run draws what the uninterrupted one does. */
+enum { COLO_ORDER_RANDOM = 1, COLO_ORDER_SHUFFLE = 2 };
+
+/* A blend's period: its sources share each run of COLO_BLEND_SLOTS sequences in whole slots,
+ * their weights rounded to them by largest remainder, in an order shuffled anew each period.
+ * Source k's sequences are then counted on their own, so it goes through its epochs as if it
+ * were trained on alone. */
+#define COLO_BLEND_SLOTS       4096
+#define COLO_BLEND_MAX_SOURCES 64
+
+/* The training data of a run: one data set or a blend of several. */
+typedef struct {
+  colo_shard_t *src;
+  size_t n_src;
+  uint32_t *cum; /* [n_src + 1]: slots of a period before each source */
+  int order;
+  int T;
+} colo_blend_t;
+
+/* Loads each path (a shard or a pattern) with its weight (weights NULL: one source), counts
+ * their windows for block size T, and refuses a weight of less than 1/COLO_BLEND_SLOTS of their
+ * sum. 0, or a COLO_E* code with the reason (and the source) in err. */
+int colo_blend_open(colo_blend_t *b, const char *const *paths, const double *weights, size_t n,
+                    int order, int T, char *err, size_t errlen);
+void colo_blend_close(colo_blend_t *b);
+/* colo_sample_batch over the blend, in its order: sequence b of this rank is sequence
+ * ((step·accum + micro)·world + rank)·B + b of the run. One source in random order draws exactly
+ * what colo_sample_batch does. */
+void colo_blend_batch(const colo_blend_t *d, uint64_t seed, uint64_t step, int accum, int micro,
+                      int rank, int world, int B, int *inputs, int *targets);
+/* Epochs that `sequences` drawn sequences make of source k (its windows that do not overlap
+ * once each, for either order) */
+double colo_blend_epochs(const colo_blend_t *d, size_t k, uint64_t sequences);
+
+/* A seeded permutation of [0, n): where x goes (a Feistel network over the bits that hold n,
+ * walking the cycle back into range). */
+uint64_t colo_permute(uint64_t x, uint64_t n, uint64_t key1, uint64_t key2);
 
 /* The fixed windows of evaluation batch i (the same at every evaluation): this rank's B of the
  * world × B sequences of the batch, numbered across batches, so that a data-parallel evaluation

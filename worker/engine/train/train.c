@@ -330,6 +330,21 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
 }
 
 /* Where this rank's pieces are. */
+/* What the training data is, and how many epochs of each source the run goes through */
+static void print_data(const colo_blend_t *d, uint64_t per_step, int steps) {
+  for (size_t k = 0; k < d->n_src; k++) {
+    const colo_shard_t *s = &d->src[k];
+    char share[48] = "";
+    if (d->n_src > 1)
+      snprintf(share, sizeof share, "%.1f%% of the sequences, ",
+               100.0 * (d->cum[k + 1] - d->cum[k]) / COLO_BLEND_SLOTS);
+    printf("data: %s: %zu tokens in %zu file%s, %s%s order, %.2f epochs in %d steps\n", s->path,
+           s->n, s->n_files, s->n_files == 1 ? "" : "s", share,
+           d->order == COLO_ORDER_SHUFFLE ? "shuffled" : "random",
+           colo_blend_epochs(d, k, per_step * (uint64_t)steps), steps);
+  }
+}
+
 static void print_placement(const colo_zero_t *z, const char *how, const char *nvme_dir) {
   colo_placed_t p;
   colo_zero_placed(z, &p);
@@ -642,7 +657,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   const colo_backend_t *be = colo_backend_cpu();
   float *dump_host = NULL; /* GPU: host copy of the parameters for --dump */
   int B = cfg->batch_size, T = cfg->model.block_size, rc = 0;
-  colo_shard_t train = {0}, val = {0};
+  colo_blend_t train = {0};
+  colo_shard_t val = {0};
   colo_pool_t *pool = NULL;
   colo_gpt_t *model = NULL;
   colo_adamw_t opt = {0};
@@ -690,17 +706,22 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     rc = COLO_EINVAL;
     goto out;
   }
-  CHECK_GOTO(colo_shard_load(cfg->train_path, &train, err, errlen), rc, out);
-  CHECK_GOTO(colo_shard_windows(&train, T, err, errlen), rc, out);
-  const char *bad_file;
-  size_t bad_at;
-  unsigned bad_token;
-  if (colo_shard_find_above(&train, (unsigned)cfg->model.vocab_size, &bad_file, &bad_at,
-                            &bad_token)) {
-    snprintf(err, errlen, "%s: token %u at %zu is outside model.vocab_size=%d", bad_file, bad_token,
-             bad_at, cfg->model.vocab_size);
-    rc = COLO_EINVAL;
-    goto out;
+  int blend = cfg->n_sources > 0;
+  CHECK_GOTO(colo_blend_open(&train, blend ? cfg->source_paths : &cfg->train_path,
+                             blend ? cfg->source_weights : NULL, blend ? (size_t)cfg->n_sources : 1,
+                             cfg->data_order ? cfg->data_order : COLO_ORDER_RANDOM, T, err, errlen),
+             rc, out);
+  for (size_t k = 0; k < train.n_src; k++) {
+    const char *bad_file;
+    size_t bad_at;
+    unsigned bad_token;
+    if (colo_shard_find_above(&train.src[k], (unsigned)cfg->model.vocab_size, &bad_file, &bad_at,
+                              &bad_token)) {
+      snprintf(err, errlen, "%s: token %u at %zu is outside model.vocab_size=%d", bad_file,
+               bad_token, bad_at, cfg->model.vocab_size);
+      rc = COLO_EINVAL;
+      goto out;
+    }
   }
   if (cfg->eval_interval > 0) {
     CHECK_GOTO(colo_shard_load(cfg->val_path, &val, err, errlen), rc, out);
@@ -949,6 +970,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->model.n_layer, cfg->model.n_head, cfg->model.n_embd, T, cfg->model.vocab_size,
            n_params, B, cfg->grad_accum, T, threads_or_gpu, be->device ? "GPU" : "host",
            (double)colo_pool_used(pool) / (1 << 20));
+  if (!cfg->quiet && lead)
+    print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
   if (!cfg->quiet && lead && cfg->placement_static)
     print_placement(&zero, "static", cfg->nvme_dir);
   else if (!cfg->quiet && lead && cfg->placement_auto)
@@ -1028,7 +1051,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     double loss = 0.0;
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
       /* the ranks of a tensor-parallel group, and the stages of a pipeline, see the same batch */
-      colo_sample_batch(&train, cfg->seed, (uint64_t)step, micro, dp_idx, dp, B, T, in, tg);
+      colo_blend_batch(&train, cfg->seed, (uint64_t)step, cfg->grad_accum, micro, dp_idx, dp, B, in,
+                       tg);
       if (dump_path) {
         float *fb = malloc((size_t)B * T * 2 * sizeof(float));
         for (int i = 0; i < B * T; i++) {
@@ -1254,7 +1278,7 @@ out:
     colo_adamw_free(&opt);
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
-  colo_shard_free(&train);
+  colo_blend_close(&train);
   colo_shard_free(&val);
   if (comm)
     comm->ops->destroy(comm);

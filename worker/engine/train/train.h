@@ -23,6 +23,11 @@ typedef struct {
   int recompute;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
+  /* a blend in place of train_path (n_sources > 0): the resolved paths and their weights */
+  const char *const *source_paths;
+  const double *source_weights;
+  int n_sources;
+  int data_order;        /* COLO_ORDER_RANDOM or _SHUFFLE (data.h); 0: random */
   const char *init_from; /* weights to start from (colo_ckpt_load_weights), or NULL: random */
   const char *ckpt_dir;  /* NULL: no checkpoints */
   const char *resume;    /* NULL, "auto" (newest valid in ckpt_dir) or a directory */
