@@ -559,14 +559,16 @@ static int cmd_submit(ctl_t *c, int argc, char **argv) {
 
 /* ---- status / list ---- */
 
-/* Time per step from a progress record: the record's tokens/s is rank 0's, which processes
- * batch × block × accumulation tokens a step. 0 when unknown. */
+/* Time per step from a progress record: the record's tokens/s is the job's, which processes
+ * batch × block × accumulation × dp tokens a step (an elastic job running fewer groups
+ * accumulates more, the same product). 0 when unknown. */
 static double step_seconds(const Colo__V1__Job *j) {
   const Colo__V1__Progress *p = j->progress;
   const Colo__V1__JobSpec *s = j->spec;
   if (!p || !p->has_tokens_per_s || p->tokens_per_s <= 0 || !s || !s->train || !s->model)
     return 0;
-  return (double)s->train->batch_size * s->model->block_size * s->train->grad_accum /
+  unsigned dp = s->parallel ? s->parallel->dp : 1;
+  return (double)s->train->batch_size * s->model->block_size * s->train->grad_accum * dp /
          (double)p->tokens_per_s;
 }
 
@@ -610,10 +612,8 @@ static void job_row(table_t *t, const Colo__V1__Job *j, int64_t now) {
   else
     snprintf(steps, sizeof steps, "-/%u", total);
   snprintf(loss, sizeof loss, p && p->has_loss ? "%.4f" : "-", p ? (double)p->loss : 0.0);
-  /* the job's rate: rank 0's tokens times the data-parallel degree */
-  unsigned dp = j->spec && j->spec->parallel ? j->spec->parallel->dp : 1;
   snprintf(tok, sizeof tok, p && p->has_tokens_per_s ? "%.0f" : "-",
-           p ? (double)p->tokens_per_s * dp : 0.0);
+           p ? (double)p->tokens_per_s : 0.0);
   fmt_eta(j, eta, sizeof eta);
   if (j->newest_checkpoint)
     snprintf(ck, sizeof ck, "%llu", (unsigned long long)j->newest_checkpoint->step);
@@ -815,11 +815,13 @@ static void print_job_detail(const Colo__V1__Job *j) {
   if (j->progress && j->progress->has_step) {
     char eta[32];
     fmt_eta(j, eta, sizeof eta);
-    unsigned dp = s && s->parallel ? s->parallel->dp : 1;
-    printf("  progress   step %llu/%llu, loss %.4f, lr %.2e, %.0f tokens/s, ETA %s\n",
+    char epochs[48] = "";
+    if (j->progress->has_epochs)
+      snprintf(epochs, sizeof epochs, ", epoch %.2f", (double)j->progress->epochs);
+    printf("  progress   step %llu/%llu%s, loss %.4f, lr %.2e, %.0f tokens/s, ETA %s\n",
            (unsigned long long)j->progress->step, (unsigned long long)j->progress->total_steps,
-           (double)j->progress->loss, (double)j->progress->lr,
-           (double)j->progress->tokens_per_s * dp, eta);
+           epochs, (double)j->progress->loss, (double)j->progress->lr,
+           (double)j->progress->tokens_per_s, eta);
   }
   if (j->progress && j->progress->has_memory_bytes && j->progress->memory_bytes) {
     char dev[32], host[32];

@@ -1530,6 +1530,8 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
     q.memory_bytes = p->memory_bytes;
     q.has_host_memory_bytes = p->has_host_memory_bytes;
     q.host_memory_bytes = p->host_memory_bytes;
+    q.has_epochs = p->has_epochs;
+    q.epochs = p->epochs;
     q.has_time_ms = p->has_time_ms;
     q.time_ms = p->time_ms;
   }

@@ -539,6 +539,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     p->tokens_per_s = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "tokens_per_s"));
     p->memory_bytes = (uint64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "memory_bytes"));
     p->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
+    const cJSON *ep = cJSON_GetObjectItem(j, "epochs");
+    p->has_epochs = cJSON_IsNumber(ep);
+    p->epochs = cJSON_IsNumber(ep) ? (float)cJSON_GetNumberValue(ep) : 0.0f;
     const cJSON *hb = cJSON_GetObjectItem(j, "host_bytes"); /* placement off the device */
     p->has_host_memory_bytes = cJSON_IsNumber(hb);
     p->host_memory_bytes = cJSON_IsNumber(hb) ? (uint64_t)cJSON_GetNumberValue(hb) : 0;

@@ -126,6 +126,12 @@ echo "figure: rank 0 wrote $STEPS step lines; colod has $LINES of them; the work
 [ "$(ls "$TMP/ckpt/job-$J" | grep -c '^step_')" = 4 ] || fail "expected 4 checkpoint directories: $(ls "$TMP/ckpt/job-$J")"
 "$COLOCTL" status --watch --interval 200 "$J" >"$TMP/watch.txt"
 expect_contains "$(cat "$TMP/watch.txt")" "SUCCEEDED"
+# how far through its data: rank 0's last progress record at colod against its own first line
+PLAN=$("$COLOCTL" logs "$J" | sed -n 's/^data: .* order, \([0-9.]*\) epochs in [0-9]* steps$/\1/p')
+EPOCHS=$(jf "$J" 'j["progress"]["epochs"]')
+python3 -c "import sys; sys.exit(0 if abs($EPOCHS - $PLAN) < 0.006 else 1)" ||
+  fail "job $J: progress says $EPOCHS epochs, rank 0 planned $PLAN"
+echo "figure: job $J went through $EPOCHS epochs of its training text (rank 0 planned $PLAN)"
 # the training curve colod sampled: steps rising, the last one the final loss, the evaluations
 "$COLOCTL" history "$J" --json >"$TMP/history.json"
 python3 - "$TMP/history.json" "$STEPS" "$REF" <<'PY' || fail "history of job $J: $(head -c 600 "$TMP/history.json")"

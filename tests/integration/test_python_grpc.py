@@ -563,7 +563,8 @@ class ColodTest(WithColod):
         running = [pb.RankStatus(job_id=job.id, attempt=1, rank=k, phase=pb.RANK_PHASE_RUNNING,
                                  pid=1000 + k) for k in range(2)]
         running[0].progress.CopyFrom(pb.Progress(step=7, total_steps=10, loss=3.5,
-                                                 tokens_per_s=1000.0, val_loss=3.75, val_step=5))
+                                                 tokens_per_s=1000.0, val_loss=3.75, val_step=5,
+                                                 epochs=0.25))
         # two evaluations queued since the last beat: each is a point of the curve
         running[0].evals.add(attempt=1, step=2, val_loss=4.0, time_ms=1)
         running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2)
@@ -574,6 +575,7 @@ class ColodTest(WithColod):
         self.assertEqual(len([d for d in beat(running).desired if d.job_id == job.id]), 2)
         j = self.api.GetJob(pb.GetJobRequest(id=job.id), timeout=5).job
         self.assertEqual(j.progress.step, 7)
+        self.assertEqual(j.progress.epochs, 0.25)
         self.assertEqual(j.newest_checkpoint.step, 5)
         cks = self.api.ListCheckpoints(pb.ListCheckpointsRequest(job_id=job.id), timeout=5)
         self.assertEqual([(c.step, c.manifest_sha256, c.bytes) for c in cks.checkpoints],

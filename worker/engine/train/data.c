@@ -368,6 +368,15 @@ double colo_blend_epochs(const colo_blend_t *d, size_t k, uint64_t sequences) {
   return (double)sequences * share / (double)s->blocks[s->n_files];
 }
 
+double colo_blend_epochs_most(const colo_blend_t *d, uint64_t sequences) {
+  double most = 0;
+  for (size_t k = 0; k < d->n_src; k++) {
+    double e = colo_blend_epochs(d, k, sequences);
+    most = e > most ? e : most;
+  }
+  return most;
+}
+
 void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
                        int world, int B, int T, int *inputs, int *targets) {
   for (int b = 0; b < B; b++) {

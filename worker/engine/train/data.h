@@ -112,6 +112,8 @@ void colo_blend_batch(const colo_blend_t *d, uint64_t seed, uint64_t step, int a
 /* Epochs that `sequences` drawn sequences make of source k (its windows that do not overlap
  * once each, for either order) */
 double colo_blend_epochs(const colo_blend_t *d, size_t k, uint64_t sequences);
+/* The most epochs `sequences` make of any one source: how far the run has gone through its data */
+double colo_blend_epochs_most(const colo_blend_t *d, uint64_t sequences);
 
 /* A seeded permutation of [0, n): where x goes (a Feistel network over the bits that hold n,
  * walking the cycle back into range). */

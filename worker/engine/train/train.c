@@ -1166,7 +1166,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       dump_norms[step] = take ? norm : NAN;
       dump_scales[step] = used_scale;
     }
-    double tok_s = (double)B * T * cfg->grad_accum / dt;
+    double tok_s = (double)B * T * cfg->grad_accum * dp / dt; /* the run's, all its groups' */
     if (!quiet && take)
       printf("step %6d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1,
              cfg->steps, loss, (double)lr, (double)norm, dt * 1e3, tok_s);
@@ -1178,9 +1178,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       fprintf(progress,
               "{\"event\":\"step\",\"step\":%d,\"total_steps\":%d,\"loss\":%.6f,\"lr\":%.6e,"
               "\"grad_norm\":%.6f,\"ms\":%.3f,\"tokens_per_s\":%.1f,\"memory_bytes\":%zu,"
-              "\"activation_bytes\":%zu,\"time_ms\":%lld",
+              "\"activation_bytes\":%zu,\"time_ms\":%lld,\"epochs\":%.6f",
               step + 1, cfg->steps, loss, (double)lr, take ? (double)norm : 0.0, dt * 1e3, tok_s,
-              colo_pool_peak(pool), colo_gpt_activation_bytes(model), (long long)wall_ms());
+              colo_pool_peak(pool), colo_gpt_activation_bytes(model), (long long)wall_ms(),
+              colo_blend_epochs_most(&train, (uint64_t)(step + 1) * (uint64_t)B *
+                                                 (uint64_t)cfg->grad_accum * (uint64_t)dp));
       if (cfg->placement_static || cfg->placement_auto) {
         colo_placed_t p;
         colo_zero_placed(&zero, &p);
