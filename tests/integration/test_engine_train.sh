@@ -130,6 +130,14 @@ s1=$OUT
 expect_rc 0 "$CT" sample --checkpoint "$TMP/learn/step_00000150" --tokens 50 --seed 3 --prompt "KING"
 expect_eq "$OUT" "$s1" "(sampling with one seed must repeat)"
 expect_eq "${#s1}" "54"
+# the cache of keys and values gives the text the whole window gives, run again for each token:
+# greedy within the block of 32, and sampled past it (where both run the window)
+for args in "--tokens 25 --temperature 0" "--tokens 50 --seed 3"; do
+  expect_rc 0 "$CT" sample --checkpoint "$TMP/learn/step_00000150" $args --prompt "KING"
+  cached=$OUT
+  expect_rc 0 "$CT" sample --checkpoint "$TMP/learn/step_00000150" $args --prompt "KING" --full-forward
+  expect_eq "$cached" "$OUT" "(sample $args: the cache's text against the whole window's)"
+done
 
 # usage and bad input
 expect_rc 0 "$CT" --help

@@ -769,6 +769,58 @@ static colo_gpt_t *tiny_model(colo_pool_t *pool, int recompute) {
   return m;
 }
 
+/* colo_gpt_decode, position by position against the cache, gives the logits a whole forward of
+ * the prefix gives in its last row: T = 80 (attention's blocks of 64 and a part), with and
+ * without recomputation; a second sequence from position 0 replaces the first; refusals */
+TEST(decoding_matches_the_whole_forward) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_config_t cfg = {
+      .vocab_size = 50, .block_size = 80, .n_layer = 3, .n_head = 4, .n_embd = 32};
+  char err[256];
+  int tok[80];
+  for (int t = 0; t < 80; t++)
+    tok[t] = (t * 7 + 3) % 50;
+  float want[50], got[50];
+  double worst = 0;
+  for (int recompute = 0; recompute < 2; recompute++) {
+    colo_gpt_t *m;
+    if (colo_gpt_create(&cfg, 1, recompute, be, pool, &m, err, sizeof err) < 0)
+      FAIL_AT("%s", err);
+    models[n_models++] = m;
+    colo_gpt_init(m, 3);
+    for (int round = 0; round < 2; round++) { /* the second from another token: a new sequence */
+      if (round)
+        tok[0] = 49;
+      for (int pos = 0; pos < 80; pos++) {
+        ASSERT_EQ_INT(colo_gpt_decode(m, tok[pos], pos, got, err, sizeof err), 0);
+        if (pos % 7 != 0 && pos != 79)
+          continue;
+        colo_gpt_forward(m, tok, NULL, 1, pos + 1);
+        colo_gpt_read_logits(m, (size_t)pos, want);
+        for (int v = 0; v < 50; v++) {
+          double d = fabs((double)got[v] - want[v]) / (fabs(want[v]) + 1e-3);
+          if (!(d < 1e-4))
+            FAIL_AT("recompute %d, position %d, logit %d: decoded %g, forward %g", recompute, pos,
+                    v, (double)got[v], (double)want[v]);
+          worst = d > worst ? d : worst;
+        }
+      }
+    }
+  }
+  printf("  decoded logits against the whole forward's: worst relative difference %.2e\n", worst);
+  colo_gpt_t *m = models[n_models - 1];
+  ASSERT_EQ_INT(colo_gpt_decode(m, 3, 80, got, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "position 80 or token 3 outside the model's 80, 50");
+  colo_gpt_t *half;
+  if (colo_gpt_create(&cfg, 1, 0, colo_backend_cpu_dtype(COLO_DTYPE_BF16), pool, &half, err,
+                      sizeof err) < 0)
+    FAIL_AT("%s", err);
+  models[n_models++] = half;
+  ASSERT_EQ_INT(colo_gpt_decode(half, 3, 0, got, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "decoding needs the whole model on one rank in fp32, without hooks");
+}
+
 /* ZeRO's chunks, searched (capacity 0) or of a given capacity (memory.chunk_mib): in order,
  * covering every parameter once, no tensor across two, capacities multiples of dp that hold
  * what they cover; a given capacity is kept, except by a tensor larger than it */

@@ -991,7 +991,7 @@ static int cmd_eval(int argc, char **argv) {
 
 static int cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = "", *tokdir = NULL;
-  int n = 200, top_k = 0, threads = 0;
+  int n = 200, top_k = 0, threads = 0, full_forward = 0;
   float temp = 1.0f;
   unsigned long long seed = 42;
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
@@ -1002,10 +1002,11 @@ static int cmd_sample(int argc, char **argv) {
                                     {"prompt", required_argument, 0, 'p'},
                                     {"threads", required_argument, 0, 't'},
                                     {"tokenizer", required_argument, 0, 'K'},
+                                    {"full-forward", no_argument, 0, 'F'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:Fh", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
@@ -1031,12 +1032,17 @@ static int cmd_sample(int argc, char **argv) {
     case 'K':
       tokdir = optarg;
       break;
+    case 'F':
+      full_forward = 1;
+      break;
     case 'h':
       printf("usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
              "greedy)] [--top-k K (0: all)] [--seed S (42)] [--prompt TEXT]\n"
-             "                         [--tokenizer DIR]\n"
+             "                         [--tokenizer DIR] [--threads N] [--full-forward]\n"
              "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare), where\n"
-             "the text ends early at <|endoftext|>.\n");
+             "the text ends early at <|endoftext|>. Each token is one position's work against\n"
+             "a cache of the keys and values before it, while the text fits the model's block;\n"
+             "past it, or with --full-forward, the whole window runs again for each token.\n");
       return 0;
     default:
       return 2;
@@ -1050,7 +1056,8 @@ static int cmd_sample(int argc, char **argv) {
     return 1;
   char err[1024];
   fputs(prompt, stdout);
-  int rc = colo_sample_checkpoint(ckpt, prompt, n, temp, top_k, seed, bpe, stdout, err, sizeof err);
+  int rc = colo_sample_checkpoint(ckpt, prompt, n, temp, top_k, seed, bpe, full_forward, stdout,
+                                  err, sizeof err);
   colo_bpe_free(bpe);
   if (rc < 0) {
     fprintf(stderr, "colo-train sample: %s\n", err);

@@ -96,6 +96,11 @@ struct colo_gpt_s {
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dtmp;
   void *gelu; /* [N][4C]: the GELU output of the block at hand, forward and backward */
+  /* colo_gpt_decode: keys and values [L][NH][T][C/NH] of the positions decoded so far, a row of
+   * attention scores [T], a loss and a target for the softmax (made on its first call) */
+  void *kcache, *vcache, *scores;
+  float *dec_loss;
+  int *dec_target;
   void *proj; /* [N][C]: a row-parallel product's output before its sum (forward scratch) */
 };
 
@@ -498,10 +503,11 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->params);
   colo_pool_free(p, m->grads);
   free_rows(m);
-  void *rest[] = {m->lnf,     m->lnf_mean, m->lnf_rstd, m->logits, m->losses, m->dres,
-                  m->dln,     m->dqkv,     m->datty,    m->dfch,   m->dtmp,   m->gelu,
-                  m->gmax,    m->gsum,     m->tlogit,   m->gather, m->dfull,  m->lnscratch,
-                  m->wte_act, m->xfer,     m->proj,     m->lnfull};
+  void *rest[] = {m->lnf,     m->lnf_mean, m->lnf_rstd,  m->logits, m->losses, m->dres,
+                  m->dln,     m->dqkv,     m->datty,     m->dfch,   m->dtmp,   m->gelu,
+                  m->gmax,    m->gsum,     m->tlogit,    m->gather, m->dfull,  m->lnscratch,
+                  m->wte_act, m->xfer,     m->proj,      m->lnfull, m->kcache, m->vcache,
+                  m->scores,  m->dec_loss, m->dec_target};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -889,6 +895,64 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   for (int n = 0; n < N; n++)
     s += m->host[n];
   return (float)(s / N);
+}
+
+int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err, size_t errlen) {
+  const colo_backend_t *be = m->be;
+  int C = m->cfg.n_embd, L = m->cfg.n_layer, T = m->cfg.block_size, V = m->cfg.vocab_size;
+  int NH = m->cfg.n_head, hs = C / NH;
+  if (m->tp_comm || !m->first || !m->last || m->hooks || be->act_dtype != COLO_DTYPE_F32)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "decoding needs the whole model on one rank in fp32, without hooks");
+  if (pos < 0 || pos >= T || token < 0 || token >= V)
+    return colo_fail(err, errlen, COLO_EINVAL, "position %d or token %d outside the model's %d, %d",
+                     pos, token, T, V);
+  if (!m->kcache) {
+    size_t kv = (size_t)L * T * C * sizeof(float);
+    m->kcache = colo_pool_alloc(m->pool, kv, "decoding cache");
+    m->vcache = colo_pool_alloc(m->pool, kv, "decoding cache");
+    m->scores = colo_pool_alloc(m->pool, (size_t)T * sizeof(float), "decoding cache");
+    m->dec_loss = colo_pool_alloc(m->pool, sizeof(float), "decoding cache");
+    m->dec_target = colo_pool_alloc(m->pool, sizeof(int), "decoding cache");
+    if (!m->kcache || !m->vcache || !m->scores || !m->dec_loss || !m->dec_target)
+      return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
+    int zero = 0;
+    be->from_host(m->dec_target, &zero, sizeof zero);
+  }
+  be->from_host(m->inputs, &token, sizeof token);
+  be->encoder_fwd(m->resid[0], m->inputs, WTE(m), WPE(m) + (size_t)pos * C, 1, 1, C, 0, V);
+  float scale = 1.0f / sqrtf((float)hs);
+  int n = pos + 1;
+  for (int l = 0; l < L; l++) {
+    layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
+    const float *x = m->resid[l];
+    float *qkv = a->qkv, *att = a->atty;
+    be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, l, P_LN1W), P(m, l, P_LN1B), 1, C);
+    be->matmul_fwd(qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), 1, C, 3 * C);
+    for (int h = 0; h < NH; h++) {
+      size_t head = ((size_t)l * NH + h) * T * hs; /* this head's cache of this layer */
+      float *K = (float *)m->kcache + head, *Vh = (float *)m->vcache + head;
+      be->copy(K + (size_t)pos * hs, qkv + C + h * hs, (size_t)hs * sizeof(float));
+      be->copy(Vh + (size_t)pos * hs, qkv + 2 * C + h * hs, (size_t)hs * sizeof(float));
+      /* the query's scores against the n keys, scaled, their softmax, and its sum of values */
+      be->lmhead_fwd(m->scores, qkv + h * hs, K, 1, hs, n);
+      be->scale(m->scores, scale, (size_t)n);
+      be->crossentropy_fwd(m->dec_loss, m->scores, m->scores, m->dec_target, 1, n);
+      be->matmul_fwd(att + h * hs, m->scores, Vh, NULL, 1, n, hs);
+    }
+    be->matmul_fwd(m->proj, att, P(m, l, P_ATTPROJW), P(m, l, P_ATTPROJB), 1, C, C);
+    be->add(a->res2, x, m->proj, (size_t)C);
+    be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B),
+                      1, C);
+    be->matmul_gelu_fwd(m->gelu, a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), 1, C, 4 * C);
+    be->matmul_fwd(m->proj, m->gelu, P(m, l, P_FCPROJW), P(m, l, P_FCPROJB), 1, 4 * C, C);
+    be->add(m->resid[l + 1], a->res2, m->proj, (size_t)C);
+  }
+  be->layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], LNFW(m), LNFB(m), 1, C);
+  be->lmhead_fwd(m->logits, m->lnf, WTE(m), 1, C, V);
+  be->to_host(logits, m->logits, (size_t)V * sizeof(float));
+  m->have_targets = 0;
+  return 0;
 }
 
 void colo_gpt_read_logits(const colo_gpt_t *m, size_t row, float *dst) {

@@ -176,6 +176,17 @@ const float *colo_gpt_stage_input_grad(colo_gpt_t *m);
  * sequence parallelism its rows (x_in, d_out, the stage output and input gradient hold them). */
 size_t colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T);
 
+/* Incremental decoding, for sampling: runs position pos of one sequence, token `token`, reading
+ * the keys and values of positions [0, pos) that earlier calls cached (pos 0 starts a new
+ * sequence), and writes its V logits to host memory. The same function as colo_gpt_forward's
+ * last row, in a step's worth of a token's work instead of the whole prefix again: the products
+ * run on one row, and attention is a row of scores against the cache (lmhead_fwd), its softmax
+ * (crossentropy_fwd) and their product with the cached values (matmul_fwd), head by head. Needs
+ * the whole model on one rank (no tensor parallelism, stages or hooks), fp32 storage, and
+ * 0 ≤ pos < block_size; COLO_EINVAL otherwise (reason in err), COLO_ENOMEM when the cache
+ * (2·L·T·C floats, allocated on the first call) does not fit the pool. */
+int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err, size_t errlen);
+
 void colo_gpt_zero_grad(colo_gpt_t *m);
 /* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must
  * have had targets. */

@@ -1353,8 +1353,8 @@ int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t 
 }
 
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float temperature,
-                           int top_k, uint64_t seed, const colo_bpe_t *bpe, FILE *out, char *err,
-                           size_t errlen) {
+                           int top_k, uint64_t seed, const colo_bpe_t *bpe, int full_forward,
+                           FILE *out, char *err, size_t errlen) {
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
@@ -1407,10 +1407,18 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
   colo_rng_seed(&rng, seed);
   static const char EOT[] = "<|endoftext|>";
   int eot = bpe ? colo_bpe_lookup(bpe, EOT, sizeof EOT - 1) : -1;
+  int cached = 0; /* positions in the decoding cache */
   for (int k = 0; k < n; k++) {
-    int from = len > T ? len - T : 0, t = len - from;
-    colo_gpt_forward(model, ctx + from, NULL, 1, t);
-    colo_gpt_read_logits(model, (size_t)(t - 1), p);
+    if (!full_forward && len <= T) {
+      while (cached < len && rc == 0)
+        rc = colo_gpt_decode(model, ctx[cached], cached, p, err, errlen), cached++;
+      if (rc < 0)
+        break;
+    } else {
+      int from = len > T ? len - T : 0, t = len - from;
+      colo_gpt_forward(model, ctx + from, NULL, 1, t);
+      colo_gpt_read_logits(model, (size_t)(t - 1), p);
+    }
     /* temperature, then top-k, then softmax */
     float maxv = -INFINITY;
     for (int v = 0; v < V; v++) {
@@ -1465,5 +1473,5 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
   free(idx);
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
-  return 0;
+  return rc;
 }

@@ -99,10 +99,12 @@ int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t 
 
 /* Generates n tokens from a checkpoint: the prompt's tokens in, the tokens' bytes out to `out`;
  * bytes as tokens (bpe NULL), or GPT-2's BPE (its vocabulary must fit the model's), where it
- * stops early at <|endoftext|>. */
+ * stops early at <|endoftext|>. Each token costs one position's work against a cache of the
+ * keys and values before it (colo_gpt_decode) while the text fits block_size; past it, and with
+ * full_forward, the whole window of the last block_size tokens runs again for each. */
 struct colo_bpe;
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float temperature,
-                           int top_k, uint64_t seed, const struct colo_bpe *bpe, FILE *out,
-                           char *err, size_t errlen);
+                           int top_k, uint64_t seed, const struct colo_bpe *bpe, int full_forward,
+                           FILE *out, char *err, size_t errlen);
 
 #endif
