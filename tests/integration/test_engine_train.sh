@@ -130,6 +130,19 @@ s1=$OUT
 expect_rc 0 "$CT" sample --checkpoint "$TMP/learn/step_00000150" --tokens 50 --seed 3 --prompt "KING"
 expect_eq "$OUT" "$s1" "(sampling with one seed must repeat)"
 expect_eq "${#s1}" "54"
+# nucleus sampling: --top-p 1 changes nothing; a top-p small enough keeps only the most likely
+# token each time, which is greedy decoding; bad values are refused
+expect_rc 0 "$CT" sample --checkpoint "$TMP/learn/step_00000150" --tokens 50 --seed 3 --prompt "KING" --top-p 1
+expect_eq "$OUT" "$s1" "(--top-p 1 must not change the text)"
+expect_rc 0 "$CT" sample --checkpoint "$TMP/learn/step_00000150" --tokens 25 --temperature 0 --prompt "KING"
+greedy=$OUT
+expect_rc 0 "$CT" sample --checkpoint "$TMP/learn/step_00000150" --tokens 25 --seed 5 --prompt "KING" --top-p 1e-6
+expect_eq "$OUT" "$greedy" "(--top-p 1e-6 must be greedy)"
+expect_rc 0 "$CT" sample --checkpoint "$TMP/learn/step_00000150" --tokens 25 --seed 5 --prompt "KING" --top-p 0.9 --top-k 5
+expect_rc 2 "$CT" sample --checkpoint "$TMP/learn/step_00000150" --top-p 0
+expect_eq "$ERR" "colo-train sample: --top-p must be a number in (0, 1]; try 'colo-train sample --help'"
+expect_rc 2 "$CT" sample --checkpoint "$TMP/learn/step_00000150" --temperature -1
+expect_eq "$ERR" "colo-train sample: --temperature must be a number of 0 or more (0: greedy); try 'colo-train sample --help'"
 # the cache of keys and values gives the text the whole window gives, run again for each token:
 # greedy within the block of 32, and sampled past it (where both run the window)
 for args in "--tokens 25 --temperature 0" "--tokens 50 --seed 3"; do

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <signal.h>
@@ -991,8 +992,9 @@ static int cmd_eval(int argc, char **argv) {
 
 static int cmd_sample(int argc, char **argv) {
   const char *ckpt = NULL, *prompt = "", *tokdir = NULL;
+  char *end;
   int n = 200, top_k = 0, threads = 0, full_forward = 0;
-  float temp = 1.0f;
+  float temp = 1.0f, top_p = 1.0f;
   unsigned long long seed = 42;
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
                                     {"tokens", required_argument, 0, 'n'},
@@ -1003,10 +1005,11 @@ static int cmd_sample(int argc, char **argv) {
                                     {"threads", required_argument, 0, 't'},
                                     {"tokenizer", required_argument, 0, 'K'},
                                     {"full-forward", no_argument, 0, 'F'},
+                                    {"top-p", required_argument, 0, 'P'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:Fh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:h", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
@@ -1015,10 +1018,14 @@ static int cmd_sample(int argc, char **argv) {
       n = atoi(optarg);
       break;
     case 'T':
-      temp = (float)atof(optarg);
+      temp = strtof(optarg, &end);
+      if (end == optarg || *end || !(temp >= 0.0f) || isinf(temp))
+        return usage_error("sample", "--temperature must be a number of 0 or more (0: greedy)");
       break;
     case 'k':
       top_k = atoi(optarg);
+      if (top_k < 0)
+        return usage_error("sample", "--top-k must be 0 (all) or more");
       break;
     case 's':
       seed = strtoull(optarg, NULL, 10);
@@ -1035,10 +1042,18 @@ static int cmd_sample(int argc, char **argv) {
     case 'F':
       full_forward = 1;
       break;
+    case 'P':
+      top_p = strtof(optarg, &end);
+      if (end == optarg || *end || !(top_p > 0.0f && top_p <= 1.0f))
+        return usage_error("sample", "--top-p must be a number in (0, 1]");
+      break;
     case 'h':
       printf("usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
-             "greedy)] [--top-k K (0: all)] [--seed S (42)] [--prompt TEXT]\n"
-             "                         [--tokenizer DIR] [--threads N] [--full-forward]\n"
+             "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
+             "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
+             "[--full-forward]\n"
+             "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
+             "first) whose probabilities add up to P, after --top-k.\n"
              "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare), where\n"
              "the text ends early at <|endoftext|>. Each token is one position's work against\n"
              "a cache of the keys and values before it, while the text fits the model's block;\n"
@@ -1056,8 +1071,8 @@ static int cmd_sample(int argc, char **argv) {
     return 1;
   char err[1024];
   fputs(prompt, stdout);
-  int rc = colo_sample_checkpoint(ckpt, prompt, n, temp, top_k, seed, bpe, full_forward, stdout,
-                                  err, sizeof err);
+  colo_sample_opts_t so = {n, temp, top_k, top_p, seed, bpe, full_forward};
+  int rc = colo_sample_checkpoint(ckpt, prompt, &so, stdout, err, sizeof err);
   colo_bpe_free(bpe);
   if (rc < 0) {
     fprintf(stderr, "colo-train sample: %s\n", err);

@@ -1352,9 +1352,78 @@ int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t 
   return rc;
 }
 
-int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float temperature,
-                           int top_k, uint64_t seed, const colo_bpe_t *bpe, int full_forward,
+typedef struct {
+  float logit;
+  int id;
+} token_prob_t;
+
+static int by_logit_desc(const void *a, const void *b) {
+  const token_prob_t *x = a, *y = b;
+  return x->logit > y->logit ? -1 : x->logit < y->logit ? 1 : x->id - y->id;
+}
+
+/* The next token from logits p[V] (scaled in place): the most likely at temperature 0; else
+ * softmax(p / temperature) over the top_k most likely (0: all), cut to the fewest of those,
+ * most likely first, whose probabilities add up to top_p (1: all), drawn in proportion. */
+static int choose_token(float *p, int *idx, token_prob_t *pairs, int V, const colo_sample_opts_t *o,
+                        colo_rng_t *rng) {
+  float t = o->temperature;
+  if (t <= 0) {
+    int next = 0;
+    for (int v = 1; v < V; v++)
+      if (p[v] > p[next])
+        next = v;
+    return next;
+  }
+  float maxv = -INFINITY;
+  for (int v = 0; v < V; v++) {
+    p[v] /= t;
+    idx[v] = v;
+    if (p[v] > maxv)
+      maxv = p[v];
+  }
+  int kk = o->top_k > 0 && o->top_k < V ? o->top_k : V;
+  if (kk < V) { /* keep the k largest: partial selection sort, k is small */
+    for (int i = 0; i < kk; i++)
+      for (int j = i + 1; j < V; j++)
+        if (p[idx[j]] > p[idx[i]]) {
+          int tmp = idx[i];
+          idx[i] = idx[j];
+          idx[j] = tmp;
+        }
+  }
+  double sum = 0.0;
+  for (int i = 0; i < kk; i++)
+    sum += exp((double)(p[idx[i]] - maxv));
+  if (o->top_p < 1.0f) { /* most likely first, then the prefix that holds top_p */
+    for (int i = 0; i < kk; i++)
+      pairs[i] = (token_prob_t){p[idx[i]], idx[i]};
+    qsort(pairs, (size_t)kk, sizeof *pairs, by_logit_desc);
+    double acc = 0.0, cut = 0.0;
+    int keep = 0;
+    while (keep < kk && (keep == 0 || acc < o->top_p * sum)) {
+      idx[keep] = pairs[keep].id;
+      acc += exp((double)(pairs[keep].logit - maxv));
+      keep++;
+    }
+    for (int i = 0; i < keep; i++)
+      cut += exp((double)(p[idx[i]] - maxv));
+    kk = keep;
+    sum = cut;
+  }
+  double r = (double)colo_rng_uniform(rng) * sum, acc = 0.0;
+  for (int i = 0; i < kk; i++) {
+    acc += exp((double)(p[idx[i]] - maxv));
+    if (r < acc)
+      return idx[i];
+  }
+  return idx[kk - 1];
+}
+
+int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_sample_opts_t *o,
                            FILE *out, char *err, size_t errlen) {
+  int n = o->tokens, full_forward = o->full_forward;
+  const colo_bpe_t *bpe = o->bpe;
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
@@ -1380,10 +1449,12 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
   int *grown = realloc(ctx, (size_t)total * sizeof *ctx);
   float *p = malloc((size_t)V * sizeof *p);
   int *idx = malloc((size_t)V * sizeof *idx);
-  if (!grown || !p || !idx) {
+  token_prob_t *pairs = o->top_p < 1.0f ? malloc((size_t)V * sizeof *pairs) : NULL;
+  if (!grown || !p || !idx || (o->top_p < 1.0f && !pairs)) {
     free(grown ? grown : ctx);
     free(p);
     free(idx);
+    free(pairs);
     colo_gpt_destroy(model);
     colo_pool_destroy(pool);
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
@@ -1404,7 +1475,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
     ctx[len++] = nl[0];
   }
   colo_rng_t rng;
-  colo_rng_seed(&rng, seed);
+  colo_rng_seed(&rng, o->seed);
   static const char EOT[] = "<|endoftext|>";
   int eot = bpe ? colo_bpe_lookup(bpe, EOT, sizeof EOT - 1) : -1;
   int cached = 0; /* positions in the decoding cache */
@@ -1419,44 +1490,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
       colo_gpt_forward(model, ctx + from, NULL, 1, t);
       colo_gpt_read_logits(model, (size_t)(t - 1), p);
     }
-    /* temperature, then top-k, then softmax */
-    float maxv = -INFINITY;
-    for (int v = 0; v < V; v++) {
-      p[v] /= temperature > 0 ? temperature : 1.0f;
-      idx[v] = v;
-      if (p[v] > maxv)
-        maxv = p[v];
-    }
-    int next;
-    if (temperature <= 0) { /* greedy */
-      next = 0;
-      for (int v = 1; v < V; v++)
-        if (p[v] > p[next])
-          next = v;
-    } else {
-      int kk = top_k > 0 && top_k < V ? top_k : V;
-      if (kk < V) { /* keep the k largest: partial selection sort, k is small */
-        for (int i = 0; i < kk; i++)
-          for (int j = i + 1; j < V; j++)
-            if (p[idx[j]] > p[idx[i]]) {
-              int tmp = idx[i];
-              idx[i] = idx[j];
-              idx[j] = tmp;
-            }
-      }
-      double sum = 0.0;
-      for (int i = 0; i < kk; i++)
-        sum += exp((double)(p[idx[i]] - maxv));
-      double r = (double)colo_rng_uniform(&rng) * sum, acc = 0.0;
-      next = idx[kk - 1];
-      for (int i = 0; i < kk; i++) {
-        acc += exp((double)(p[idx[i]] - maxv));
-        if (r < acc) {
-          next = idx[i];
-          break;
-        }
-      }
-    }
+    int next = choose_token(p, idx, pairs, V, o, &rng);
     ctx[len++] = next;
     if (next == eot)
       break; /* GPT-2's end of a document: the text is complete */
@@ -1471,6 +1505,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float te
   free(ctx);
   free(p);
   free(idx);
+  free(pairs);
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
   return rc;

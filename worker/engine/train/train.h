@@ -103,8 +103,16 @@ int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t 
  * keys and values before it (colo_gpt_decode) while the text fits block_size; past it, and with
  * full_forward, the whole window of the last block_size tokens runs again for each. */
 struct colo_bpe;
-int colo_sample_checkpoint(const char *ckpt, const char *prompt, int n, float temperature,
-                           int top_k, uint64_t seed, const struct colo_bpe *bpe, int full_forward,
+typedef struct {
+  int tokens;        /* how many to generate */
+  float temperature; /* 0: the most likely token each time */
+  int top_k;         /* draw from the k most likely (0: all) */
+  float top_p;       /* and of those, the fewest whose probabilities add up to top_p (1: all) */
+  uint64_t seed;
+  const struct colo_bpe *bpe; /* NULL: bytes as tokens */
+  int full_forward;
+} colo_sample_opts_t;
+int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_sample_opts_t *o,
                            FILE *out, char *err, size_t errlen);
 
 #endif
