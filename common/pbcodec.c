@@ -271,8 +271,10 @@ static int parse_into(yctx_t *y, const ProtobufCMessageDescriptor *desc, Protobu
     char *base = (char *)msg;
     int rc;
     if (f->label == PROTOBUF_C_LABEL_REPEATED) {
-      /* a scalar is a list of one: `after: 7`, and `--set resources.host_labels=ib` appends */
-      int one = v->type == YAML_SCALAR_NODE;
+      /* a scalar is a list of one: `after: 7`, and `--set resources.host_labels=ib` appends;
+       * so is a mapping for a list of messages (`--set 'data.sources={path: c.bin}'`) */
+      int one = v->type == YAML_SCALAR_NODE ||
+                (v->type == YAML_MAPPING_NODE && f->type == PROTOBUF_C_TYPE_MESSAGE);
       if (v->type != YAML_SEQUENCE_NODE && !one)
         return fail_at(y, v, "%s: expected a list", sub);
       size_t count = one ? 1 : (size_t)(v->data.sequence.items.top - v->data.sequence.items.start);
@@ -570,8 +572,7 @@ int colo_pb_set(ProtobufCMessage **msg, const ProtobufCMessageDescriptor *desc,
                 const char *assignment, char *err, size_t errlen) {
   const char *eq = strchr(assignment, '=');
   size_t klen = eq ? (size_t)(eq - assignment) : 0;
-  if (!eq || klen == 0 || klen > 200 || strlen(eq + 1) > 1000 || strchr(eq + 1, '\n') ||
-      strchr(eq + 1, '\'')) {
+  if (!eq || klen == 0 || klen > 200 || strlen(eq + 1) > 1000 || strchr(eq + 1, '\n')) {
     snprintf(err, errlen, "--set %.200s: expected FIELD=VALUE, e.g. train.steps=600", assignment);
     return COLO_EINVAL;
   }
@@ -591,7 +592,24 @@ int colo_pb_set(ProtobufCMessage **msg, const ProtobufCMessageDescriptor *desc,
       return COLO_EINVAL;
     }
   }
-  n += (size_t)snprintf(doc + n, sizeof doc - n, ": '%s'", eq + 1);
+  /* a field of messages (data.sources) takes YAML as written: a mapping, or a list of them */
+  const ProtobufCMessageDescriptor *d = desc;
+  const ProtobufCFieldDescriptor *f = NULL;
+  for (const char *k = assignment; d && k < eq;) {
+    const char *dot = memchr(k, '.', (size_t)(eq - k));
+    size_t kl = (size_t)((dot ? dot : eq) - k);
+    char name[201];
+    snprintf(name, sizeof name, "%.*s", (int)kl, k);
+    f = protobuf_c_message_descriptor_get_field_by_name(d, name);
+    d = f && f->type == PROTOBUF_C_TYPE_MESSAGE ? f->descriptor : NULL;
+    k += kl + 1;
+  }
+  int raw = f && f->type == PROTOBUF_C_TYPE_MESSAGE;
+  if (!raw && strchr(eq + 1, '\'')) {
+    snprintf(err, errlen, "--set %.200s: expected FIELD=VALUE, e.g. train.steps=600", assignment);
+    return COLO_EINVAL;
+  }
+  n += (size_t)snprintf(doc + n, sizeof doc - n, raw ? ": %s" : ": '%s'", eq + 1);
   for (size_t i = 0; i < depth; i++)
     n += (size_t)snprintf(doc + n, sizeof doc - n, "}");
   snprintf(src, sizeof src, "--set %.*s", (int)klen, assignment);

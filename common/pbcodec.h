@@ -25,9 +25,11 @@ int colo_pb_from_yaml_file(const char *path, const ProtobufCMessageDescriptor *d
                            ProtobufCMessage **out, char *err, size_t errlen);
 
 /* Applies "a.b.c=value" onto *msg (a message of type desc): the value is read as YAML into
- * that field, and the result merged as protobuf merges (scalars replace, repeated fields
- * append). *msg is replaced by the merged message. On failure returns a negative colo code
- * with err set ("--set train.stepz=3: unknown field ...") and leaves *msg as it was. */
+ * that field (as a string that the field's type then reads, or for a field of messages as YAML:
+ * `data.sources=[{path: a.bin, weight: 3}]`), and the result merged as protobuf merges
+ * (scalars replace, repeated fields append; an empty string clears a string's value). *msg is
+ * replaced by the merged message. On failure returns a negative colo code with err set ("--set
+ * train.stepz=3: unknown field ...") and leaves *msg as it was. */
 int colo_pb_set(ProtobufCMessage **msg, const ProtobufCMessageDescriptor *desc,
                 const char *assignment, char *err, size_t errlen);
 

@@ -262,6 +262,29 @@ TEST(a_scalar_is_a_list_of_one) {
                 0);
   ASSERT_EQ_INT(s->resources->n_host_labels, 2); /* appended */
   ASSERT_EQ_STR(s->resources->host_labels[1], "a100");
+  /* a field of messages takes YAML: a blend in place of the file's train_path */
+  ASSERT_EQ_INT(colo_pb_set((ProtobufCMessage **)&s, &colo__v1__job_spec__descriptor,
+                            "data.sources=[{path: a.bin, weight: 3}, {path: 'b/*.bin'}]", err,
+                            sizeof err),
+                0);
+  ASSERT_EQ_INT(colo_pb_set((ProtobufCMessage **)&s, &colo__v1__job_spec__descriptor,
+                            "data.train_path=", err, sizeof err),
+                0);
+  ASSERT_EQ_INT(s->data->n_sources, 2);
+  ASSERT_EQ_STR(s->data->sources[1]->path, "b/*.bin");
+  ASSERT(s->data->sources[0]->weight == 3.0f);
+  colo_jobspec_fill_defaults(s);
+  ASSERT(s->data->sources[1]->weight == 1.0f);
+  ASSERT_EQ_INT(colo_jobspec_validate(s, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_pb_set((ProtobufCMessage **)&s, &colo__v1__job_spec__descriptor,
+                            "data.sources={weight: 2}", err, sizeof err),
+                0);
+  ASSERT_EQ_INT(s->data->n_sources, 3);
+  ASSERT_EQ_INT(colo_jobspec_validate(s, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "data.sources[2].path must be set");
+  ASSERT_EQ_INT(colo_pb_set((ProtobufCMessage **)&s, &colo__v1__job_spec__descriptor,
+                            "data.sources=[{path: x", err, sizeof err),
+                COLO_EPARSE);
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
