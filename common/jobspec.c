@@ -127,6 +127,10 @@ int colo_url_allowed(const char *url, const char *prefixes) {
   return 0;
 }
 
+unsigned colo_decay_steps(const Colo__V1__JobSpec *s) {
+  return s->optimizer->decay_steps ? s->optimizer->decay_steps : s->train->steps / 5;
+}
+
 int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) {
   char a[32], b[32];
   if (!s->model || !s->data || !s->parallel || !s->memory || !s->optimizer || !s->train ||
@@ -323,7 +327,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "optimizer.grad_clip=%s must not be negative (0 disables clipping)",
                fmt_float(o->grad_clip, a, sizeof a));
   if (o->schedule == COLO__V1__SCHEDULE__SCHEDULE_UNSPECIFIED)
-    return bad(err, errlen, "optimizer.schedule must be cosine, linear or constant");
+    return bad(err, errlen, "optimizer.schedule must be cosine, linear, constant or wsd");
+  if (o->decay_steps && o->schedule != COLO__V1__SCHEDULE__SCHEDULE_WSD)
+    return bad(err, errlen,
+               "optimizer.decay_steps=%u needs optimizer.schedule=wsd (the others decay from the "
+               "warm-up's end)",
+               o->decay_steps);
 
   /* training */
   if (t->steps < 1)
@@ -331,6 +340,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (o->warmup_steps > t->steps)
     return bad(err, errlen, "optimizer.warmup_steps=%u exceeds train.steps=%u", o->warmup_steps,
                t->steps);
+  if (o->schedule == COLO__V1__SCHEDULE__SCHEDULE_WSD &&
+      (unsigned long long)o->warmup_steps + colo_decay_steps(s) > t->steps)
+    return bad(err, errlen,
+               "optimizer.warmup_steps=%u and the decay's %u steps exceed train.steps=%u",
+               o->warmup_steps, colo_decay_steps(s), t->steps);
   if (t->batch_size < 1)
     return bad(err, errlen, "train.batch_size=%u must be at least 1", t->batch_size);
   if (t->batch_size % p->micro_batches)

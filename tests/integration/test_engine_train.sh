@@ -189,6 +189,17 @@ r = [x for x in map(json.loads, open(sys.argv[1])) if x["event"] == "step"]
 assert r[-1]["loss"] < 0.8 * r[0]["loss"], (r[0]["loss"], r[-1]["loss"])
 print("figure: three shards by pattern: loss %.4f -> %.4f in 30 steps" % (r[0]["loss"], r[-1]["loss"]))
 PY
+# warmup-stable-decay: lr held after the warm-up, then linear to min_lr over the last 5 steps
+expect_rc 0 "$CT" train "${MODEL[@]}" --steps 20 --eval-interval 0 --lr 3e-3 --min-lr 1e-4 \
+  --warmup 2 --schedule wsd --decay-steps 5 --progress "$TMP/wsd.jsonl"
+python3 - "$TMP/wsd.jsonl" <<'PY' || fail "the wsd schedule's learning rates"
+import json, sys
+lr = [r["lr"] for r in map(json.loads, open(sys.argv[1])) if r["event"] == "step"]
+want = [3e-3 * (s + 1) / 3 if s < 2 else 3e-3 if s < 15 else 1e-4 + (1 - (s - 15) / 5) * 2.9e-3
+        for s in range(20)]
+assert all(abs(a - b) < 1e-9 for a, b in zip(lr, want)), list(zip(lr, want))
+print("wsd: lr %s" % " ".join("%.2e" % x for x in lr[13:]))
+PY
 # a blend in shuffled epochs (data.sources, data.order): the first file three times the share of
 # the other two; one process accumulating two micro-steps, two data-parallel processes, and a
 # stop at step 10 resumed, all draw the same sequences

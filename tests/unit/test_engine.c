@@ -741,6 +741,15 @@ TEST(sumsq_and_schedule) {
   ASSERT(fabsf(colo_lr_at(&c, 35) - (1e-3f - 0.25f * 9e-4f)) < 1e-8f);
   c.schedule = 3;
   ASSERT(colo_lr_at(&c, 100) == 1e-3f);
+  /* wsd: warm-up, lr held until the last 20 of 110 steps, then linear to min_lr */
+  c.schedule = 4;
+  c.decay_steps = 20;
+  ASSERT(fabsf(colo_lr_at(&c, 5) - 1e-3f * 6 / 11) < 1e-9f);
+  ASSERT(colo_lr_at(&c, 60) == 1e-3f && colo_lr_at(&c, 89) == 1e-3f);
+  ASSERT(colo_lr_at(&c, 90) == 1e-3f); /* the decay's first step */
+  ASSERT(fabsf(colo_lr_at(&c, 100) - (1e-3f - 0.5f * 9e-4f)) < 1e-8f);
+  ASSERT(fabsf(colo_lr_at(&c, 109) - (1e-3f - 0.95f * 9e-4f)) < 1e-8f);
+  ASSERT(fabsf(colo_lr_at(&c, 110) - 1e-4f) < 1e-9f);
   float scale;
   float g[2] = {3, 4};
   ASSERT(fabsf(colo_grad_norm(be, g, 2, 1.0f, &scale) - 5) < 1e-6f);

@@ -43,6 +43,13 @@ static const struct {
     {BASE "model: {vocab_size: 70000}\n",
      "model.vocab_size=70000 exceeds 65536, the most a uint16 token shard can address"},
     {"name: t\n", "data.train_path must be set (or data.sources, a blend)"},
+    {BASE "optimizer: {decay_steps: 50}\n",
+     "optimizer.decay_steps=50 needs optimizer.schedule=wsd (the others decay from the warm-up's "
+     "end)"},
+    {BASE "optimizer: {schedule: wsd, warmup_steps: 900}\ntrain: {steps: 1000}\n",
+     "optimizer.warmup_steps=900 and the decay's 200 steps exceed train.steps=1000"},
+    {BASE "optimizer: {schedule: wsd, decay_steps: 1001}\ntrain: {steps: 1000}\n",
+     "optimizer.warmup_steps=0 and the decay's 1001 steps exceed train.steps=1000"},
     {"name: t\ndata: {train_path: a, sources: [{path: b}]}\n",
      "data.train_path and data.sources do not go together: a blend names every training set in "
      "data.sources"},

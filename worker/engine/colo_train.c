@@ -268,7 +268,8 @@ static void train_usage(void) {
       "  --n-layer N --n-head N --n-embd N --block-size N --vocab-size N\n"
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
-      "  --schedule cosine|linear|constant\n"
+      "  --schedule cosine|linear|constant|wsd  after the warm-up; wsd holds lr, then decays\n"
+      "                        linearly over the last --decay-steps N (default: a fifth)\n"
       "  --device cpu|gpu      the CPU backend, or the CUDA one (a GPU per rank)\n"
       "  --gpu N               which GPU (default 0, or the rank under --nproc; a worker sets\n"
       "                        CUDA_VISIBLE_DEVICES)\n"
@@ -349,6 +350,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"grad-clip", "optimizer: {grad_clip: %s}"},
       {"beta2", "optimizer: {beta2: %s}"},
       {"schedule", "optimizer: {schedule: %s}"},
+      {"decay-steps", "optimizer: {decay_steps: %s}"},
       {"loss-scaling", "train: {loss_scaling: %s}"},
       {"device", "resources: {device: %s}"},
       {"comm", "resources: {comm: %s}"},
@@ -803,7 +805,8 @@ static int cmd_train(int argc, char **argv) {
                                     o->grad_clip,
                                     (int)o->warmup_steps,
                                     (int)spec->train->steps,
-                                    (int)o->schedule};
+                                    (int)o->schedule,
+                                    (int)colo_decay_steps(spec)};
   cfg.batch_size = (int)spec->train->batch_size;
   cfg.grad_accum = (int)spec->train->grad_accum;
   cfg.steps = (int)spec->train->steps;

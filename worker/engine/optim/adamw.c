@@ -34,6 +34,13 @@ float colo_lr_at(const colo_adamw_config_t *c, int step) {
     return c->lr * (float)(step + 1) / (float)(c->warmup_steps + 1);
   if (c->schedule == 3 || c->total_steps <= c->warmup_steps)
     return c->lr;
+  if (c->schedule == 4) { /* wsd: lr until the decay's first step, then linear to min_lr */
+    int d = c->decay_steps > 0 ? c->decay_steps : 1, from = c->total_steps - d;
+    if (step < from)
+      return c->lr;
+    float r = (float)(step - from) / (float)d;
+    return c->min_lr + (1.0f - (r > 1.0f ? 1.0f : r)) * (c->lr - c->min_lr);
+  }
   float ratio = (float)(step - c->warmup_steps) / (float)(c->total_steps - c->warmup_steps);
   if (ratio > 1.0f)
     ratio = 1.0f;

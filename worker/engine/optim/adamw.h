@@ -1,6 +1,6 @@
 /* AdamW over a model's flat parameter buffer: moments m and v beside the parameters, weight
  * decay only on tensors marked to decay, clipping by the global gradient norm, and the learning
- * rate schedule (linear warm-up, then cosine, linear or constant). */
+ * rate schedule (linear warm-up, then cosine, linear, constant, or held then decayed: wsd). */
 #ifndef COLO_ADAMW_H
 #define COLO_ADAMW_H
 
@@ -13,7 +13,8 @@
 typedef struct {
   float lr, min_lr, beta1, beta2, eps, weight_decay, grad_clip;
   int warmup_steps, total_steps;
-  int schedule; /* colo.v1.Schedule: 1 cosine, 2 linear, 3 constant */
+  int schedule;    /* colo.v1.Schedule: 1 cosine, 2 linear, 3 constant, 4 wsd */
+  int decay_steps; /* wsd: the last decay_steps steps decay linearly to min_lr */
 } colo_adamw_config_t;
 
 typedef struct {
