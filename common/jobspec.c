@@ -127,6 +127,10 @@ int colo_url_allowed(const char *url, const char *prefixes) {
   return 0;
 }
 
+const char *colo_val_source_name(const Colo__V1__DataSource *src) {
+  return src->name && src->name[0] ? src->name : src->path;
+}
+
 unsigned colo_decay_steps(const Colo__V1__JobSpec *s) {
   return s->optimizer->decay_steps ? s->optimizer->decay_steps : s->train->steps / 5;
 }
@@ -203,6 +207,36 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
       return bad(err, errlen,
                  "data.sources[%zu].weight=%g is less than 1/%d of the weights' sum (%g)", i,
                  (double)d->sources[i]->weight, COLO_BLEND_SLOTS, wsum);
+  int have_val = d->val_path && d->val_path[0];
+  if (have_val && d->n_val_sources > 0)
+    return bad(err, errlen,
+               "data.val_path and data.val_sources do not go together: name every validation "
+               "set in data.val_sources");
+  if (d->n_val_sources > COLO_MAX_SOURCES)
+    return bad(err, errlen, "data.val_sources names %zu validation sets; at most %d",
+               d->n_val_sources, COLO_MAX_SOURCES);
+  for (size_t i = 0; i < d->n_val_sources; i++) {
+    const Colo__V1__DataSource *src = d->val_sources[i];
+    if (!src->path || !src->path[0])
+      return bad(err, errlen, "data.val_sources[%zu].path must be set", i);
+    if (!colo_path_is_contained(src->path))
+      return bad(err, errlen,
+                 "data.val_sources[%zu].path \"%.200s\" must be a path relative to the data "
+                 "root, without \"..\"",
+                 i, src->path);
+    if (!(src->weight > 0) || !isfinite(src->weight))
+      return bad(err, errlen, "data.val_sources[%zu].weight=%g must be a positive number", i,
+                 (double)src->weight);
+    if (src->name && src->name[0] && !colo_jobspec_name_ok(src->name))
+      return bad(err, errlen,
+                 "data.val_sources[%zu].name \"%.80s\" must be 1 to 64 characters of letters, "
+                 "digits, '-', '_' and '.'",
+                 i, src->name);
+    for (size_t k = 0; k < i; k++)
+      if (!strcmp(colo_val_source_name(d->val_sources[k]), colo_val_source_name(src)))
+        return bad(err, errlen, "data.val_sources[%zu] and [%zu] are both named \"%.200s\"", k, i,
+                   colo_val_source_name(src));
+  }
   if (d->order == COLO__V1__DATA_ORDER__DATA_ORDER_UNSPECIFIED)
     return bad(err, errlen, "data.order must be random or shuffle");
   if (have_train && !colo_path_is_contained(s->data->train_path))
@@ -370,8 +404,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (t->eval_interval > 0 && t->eval_batches < 1)
     return bad(err, errlen, "train.eval_batches=%u must be at least 1 when train.eval_interval=%u",
                t->eval_batches, t->eval_interval);
-  if (t->eval_interval > 0 && (!s->data->val_path || !s->data->val_path[0]))
-    return bad(err, errlen, "train.eval_interval=%u needs data.val_path (0 disables evaluation)",
+  if (t->eval_interval > 0 && (!s->data->val_path || !s->data->val_path[0]) &&
+      s->data->n_val_sources == 0)
+    return bad(err, errlen,
+               "train.eval_interval=%u needs data.val_path or data.val_sources (0 disables "
+               "evaluation)",
                t->eval_interval);
 
   /* checkpoints */

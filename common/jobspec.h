@@ -52,6 +52,8 @@ int colo_url_allowed(const char *url, const char *prefixes);
 /* Checks a spec whose defaults are filled. Returns 0, or COLO_EINVAL with the first problem in
  * err, worded as `parallel.tp=3 does not divide model.n_head=8`. */
 int colo_jobspec_validate(const Colo__V1__JobSpec *spec, char *err, size_t errlen);
+/* A validation set's name in reports: its name, or else its path. */
+const char *colo_val_source_name(const Colo__V1__DataSource *src);
 /* The steps of a wsd schedule's decay: optimizer.decay_steps, or 0 there: a fifth of the steps. */
 unsigned colo_decay_steps(const Colo__V1__JobSpec *spec);
 

@@ -227,6 +227,24 @@ assert worst < 1e-5, worst
 assert one[-1] < 0.8 * one[0], one
 print("figure: blend, shuffled: loss %.4f -> %.4f in 20 steps; dp=2 within %.1e; resumed identical" % (one[0], one[-1], worst))
 PY
+# validation sets (data.val_sources): each evaluated as it would be alone, the validation loss
+# their weighted mean
+expect_rc 0 "$CT" train "${BLEND[@]}" --steps 4 --eval-interval 4 --progress "$TMP/val1.jsonl"
+expect_rc 0 "$CT" train "${BLEND[@]}" --steps 4 --eval-interval 4 --val-source val.bin=3 \
+  --val-source train_000001.bin --progress "$TMP/val2.jsonl"
+python3 - "$TMP/val1.jsonl" "$TMP/val2.jsonl" <<'PY' || fail "validation sets"
+import json, sys
+ev = lambda f: [r for r in map(json.loads, open(f)) if r["event"] == "eval"]
+one, two = ev(sys.argv[1]), ev(sys.argv[2])
+assert len(one) == len(two) == 2 and "val_sets" not in one[0], (one, two)
+for a, b in zip(one, two):
+    sets = b["val_sets"]
+    assert list(sets) == ["val.bin", "train_000001.bin"], sets
+    assert sets["val.bin"] == a["val_loss"], (sets, a)
+    assert abs(b["val_loss"] - (3 * sets["val.bin"] + sets["train_000001.bin"]) / 4) < 2e-6, b
+print("validation sets: val.bin %.4f (as alone), train_000001.bin %.4f, mean %.4f" %
+      (sets["val.bin"], sets["train_000001.bin"], b["val_loss"]))
+PY
 LOUD=()
 for a in "${BLEND[@]}"; do [ "$a" = --quiet ] || LOUD+=("$a"); done
 expect_rc 0 "$CT" train "${LOUD[@]}" --steps 1 --eval-interval 0

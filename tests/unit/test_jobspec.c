@@ -98,7 +98,17 @@ static const struct {
      "train.tf32 applies to train.precision=fp32 only, not bf16"},
     {BASE "train: {steps: 0}\n", "train.steps=0 must be at least 1"},
     {"name: t\ndata: {train_path: a}\n",
-     "train.eval_interval=100 needs data.val_path (0 disables evaluation)"},
+     "train.eval_interval=100 needs data.val_path or data.val_sources (0 disables evaluation)"},
+    {"name: t\ndata: {train_path: a, val_path: v, val_sources: [{path: w}]}\n",
+     "data.val_path and data.val_sources do not go together: name every validation set in "
+     "data.val_sources"},
+    {"name: t\ndata: {train_path: a, val_sources: [{path: v, name: web}, {path: w, name: web}]}\n",
+     "data.val_sources[0] and [1] are both named \"web\""},
+    {"name: t\ndata: {train_path: a, val_sources: [{path: v, name: 'a b'}]}\n",
+     "data.val_sources[0].name \"a b\" must be 1 to 64 characters of letters, digits, '-', '_' "
+     "and '.'"},
+    {"name: t\ndata: {train_path: a, val_sources: [{path: /v}]}\n",
+     "data.val_sources[0].path \"/v\" must be a path relative to the data root, without \"..\""},
     {BASE "memory: {placement: static}\n",
      "memory.placement=static or auto needs resources.device=gpu"},
     {BASE "memory: {param_device_fraction: 0.5}\nresources: {device: gpu}\n",
@@ -458,9 +468,10 @@ TEST(json_output_round_trips_enums) {
   ASSERT_EQ_INT(rc, 0);
   cJSON *j = colo_pb_to_json(&s->base);
   char *txt = cJSON_PrintUnformatted(j);
-  ASSERT_EQ_STR(txt,
-                "{\"name\":\"t\",\"data\":{\"train_path\":\"d/train.bin\",\"val_path\":"
-                "\"d/val.bin\",\"sources\":[]},\"train\":{\"precision\":\"fp16\"},\"after\":[]}");
+  ASSERT_EQ_STR(txt, "{\"name\":\"t\",\"data\":{\"train_path\":\"d/train.bin\",\"val_path\":"
+                     "\"d/"
+                     "val.bin\",\"sources\":[],\"val_sources\":[]},\"train\":{\"precision\":"
+                     "\"fp16\"},\"after\":[]}");
   cJSON_free(txt);
   cJSON_Delete(j);
   colo__v1__job_spec__free_unpacked(s, NULL);

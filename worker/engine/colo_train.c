@@ -256,6 +256,9 @@ static void train_usage(void) {
       "  --data-source PATH[=WEIGHT]  a training set of a blend (once per set; in place of\n"
       "                        --train-data and the job file's): each step's sequences come\n"
       "                        from the sets in the proportions of their weights (default 1)\n"
+      "  --val-source PATH[=WEIGHT]  a validation set (once per set; in place of --val-data\n"
+      "                        and the job file's): the validation loss is the sets' weighted\n"
+      "                        mean, and each one's is reported by its path\n"
       "  --data-order random|shuffle  windows at any offset drawn with replacement (default),\n"
       "                        or epochs of windows that do not overlap, shuffled each epoch\n"
       "  --init-from PATH      start from these weights, relative to the data root: GPT-2 in a\n"
@@ -382,7 +385,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
   for (size_t i = 0; i < sizeof MAP / sizeof MAP[0] && !yaml; i++)
     if (strcmp(MAP[i].flag, flag) == 0)
       yaml = MAP[i].yaml;
-  if (!yaml && strcmp(flag, "data-source") != 0)
+  if (!yaml && strcmp(flag, "data-source") != 0 && strcmp(flag, "val-source") != 0)
     return 1;
   if (strchr(val, '\'') || strchr(val, '\n')) {
     fprintf(stderr, "colo-train train: --%s: bad value\n", flag);
@@ -391,10 +394,11 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
   char doc[1200], err[512];
   if (yaml) {
     snprintf(doc, sizeof doc, yaml, val);
-  } else { /* PATH or PATH=WEIGHT: one more source of a blend */
+  } else { /* PATH or PATH=WEIGHT: one more source of a blend, or validation set */
     const char *eq = strrchr(val, '=');
-    snprintf(doc, sizeof doc, "data: {sources: [{path: '%.*s', weight: %s}]}",
-             eq ? (int)(eq - val) : (int)strlen(val), val, eq ? eq + 1 : "1");
+    snprintf(doc, sizeof doc, "data: {%s: [{path: '%.*s', weight: %s}]}",
+             flag[0] == 'v' ? "val_sources" : "sources", eq ? (int)(eq - val) : (int)strlen(val),
+             val, eq ? eq + 1 : "1");
   }
   {
     Colo__V1__JobSpec *one;
@@ -421,11 +425,20 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
     *s = *merged;
     *merged = tmp;
     colo__v1__job_spec__free_unpacked(merged, NULL);
-    /* a blend's sources and one training set replace each other */
+    /* a blend's sources and one training set replace each other, as do validation sets */
     Colo__V1__DataSpec *d = s->data;
-    if (!yaml && d->train_path) {
+    if (!yaml && flag[0] == 'v' && d->val_path) {
+      free(d->val_path);
+      d->val_path = NULL;
+    } else if (!yaml && flag[0] == 'd' && d->train_path) {
       free(d->train_path);
       d->train_path = NULL;
+    } else if (yaml && !strcmp(flag, "val-data")) {
+      for (size_t k = 0; k < d->n_val_sources; k++)
+        colo__v1__data_source__free_unpacked(d->val_sources[k], NULL);
+      free(d->val_sources);
+      d->val_sources = NULL;
+      d->n_val_sources = 0;
     } else if (yaml && !strcmp(flag, "train-data")) {
       for (size_t k = 0; k < d->n_sources; k++)
         colo__v1__data_source__free_unpacked(d->sources[k], NULL);
@@ -821,6 +834,20 @@ static int cmd_train(int argc, char **argv) {
   cfg.source_paths = source_paths;
   cfg.source_weights = source_weights;
   cfg.n_sources = (int)n_sources;
+  static char val_buf[COLO_MAX_SOURCES][2100];
+  const char *val_paths[COLO_MAX_SOURCES], *val_names[COLO_MAX_SOURCES];
+  double val_weights[COLO_MAX_SOURCES];
+  for (size_t k = 0; k < spec->data->n_val_sources; k++) {
+    const Colo__V1__DataSource *v = spec->data->val_sources[k];
+    snprintf(val_buf[k], sizeof val_buf[k], "%s/%s", data_root, v->path);
+    val_paths[k] = val_buf[k];
+    val_names[k] = colo_val_source_name(v);
+    val_weights[k] = v->weight;
+  }
+  cfg.val_paths = val_paths;
+  cfg.val_names = val_names;
+  cfg.val_weights = val_weights;
+  cfg.n_val = (int)spec->data->n_val_sources;
   cfg.data_order = spec->data->order == COLO__V1__DATA_ORDER__DATA_ORDER_SHUFFLE
                        ? COLO_ORDER_SHUFFLE
                        : COLO_ORDER_RANDOM;

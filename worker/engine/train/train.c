@@ -316,16 +316,76 @@ static void report_checkpoint(FILE *progress, int step, const char *dir, long re
 }
 
 /* Evaluates at `step` and reports it on stdout and in the progress stream. */
+/* The validation sets: val_path alone, or data.val_sources with their weights and names. */
+typedef struct {
+  colo_shard_t *s;
+  int n;
+  const double *w; /* NULL: val_path alone */
+  const char *const *names;
+} val_sets_t;
+
+static int val_sets_open(val_sets_t *v, const colo_train_config_t *cfg, int T, char *err,
+                         size_t errlen) {
+  int n = cfg->n_val > 0 ? cfg->n_val : 1;
+  if (!(v->s = calloc((size_t)n, sizeof *v->s)))
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  v->w = cfg->n_val > 0 ? cfg->val_weights : NULL;
+  v->names = cfg->n_val > 0 ? cfg->val_names : NULL;
+  for (; v->n < n; v->n++) {
+    int rc = colo_shard_load(cfg->n_val > 0 ? cfg->val_paths[v->n] : cfg->val_path, &v->s[v->n],
+                             err, errlen);
+    if (rc == 0 && (rc = colo_shard_windows(&v->s[v->n], T, err, errlen)) < 0)
+      colo_shard_free(&v->s[v->n]);
+    if (rc < 0)
+      return rc;
+  }
+  return 0;
+}
+
+static void val_sets_close(val_sets_t *v) {
+  for (int k = 0; k < v->n; k++)
+    colo_shard_free(&v->s[k]);
+  free(v->s);
+  memset(v, 0, sizeof *v);
+}
+
+/* Evaluates every validation set: the loss is their weighted mean, and with several sets each
+ * one's is reported by name too, on stdout and in the progress record (val_sets). */
 static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
-                             const colo_shard_t *val, const colo_train_config_t *cfg, int step,
+                             const val_sets_t *val, const colo_train_config_t *cfg, int step,
                              int quiet, FILE *progress, int *in, int *tg) {
-  float v = evaluate(model, comm, pipe, val, cfg->seed, cfg->eval_batches, cfg->batch_size,
-                     cfg->model.block_size, in, tg);
-  if (!quiet)
-    printf("step %6d | val loss %.4f\n", step, (double)v);
-  if (progress)
-    fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld}\n", step,
+  double sum = 0, wsum = 0;
+  float each[COLO_BLEND_MAX_SOURCES];
+  for (int k = 0; k < val->n && k < COLO_BLEND_MAX_SOURCES; k++) {
+    each[k] = evaluate(model, comm, pipe, &val->s[k], cfg->seed, cfg->eval_batches, cfg->batch_size,
+                       cfg->model.block_size, in, tg);
+    double w = val->w ? val->w[k] : 1.0;
+    sum += w * each[k];
+    wsum += w;
+  }
+  float v = (float)(sum / wsum);
+  if (!quiet) {
+    printf("step %6d | val loss %.4f", step, (double)v);
+    for (int k = 0; val->names && k < val->n; k++)
+      printf("%s%s %.4f%s", k ? ", " : " (", val->names[k], (double)each[k],
+             k == val->n - 1 ? ")" : "");
+    printf("\n");
+  }
+  if (progress) {
+    fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld", step,
             (double)v, (long long)wall_ms());
+    for (int k = 0; val->names && k < val->n; k++) {
+      fputs(k ? ",\"" : ",\"val_sets\":{\"", progress);
+      for (const char *c = val->names[k]; *c; c++) /* a name, or a path: JSON-escaped */
+        fprintf(progress,
+                *c == '"' || *c == '\\'    ? "\\%c"
+                : (unsigned char)*c < 0x20 ? "\\u%04x"
+                                           : "%c",
+                *c);
+      fprintf(progress, "\":%.6f", (double)each[k]);
+    }
+    fprintf(progress, "%s}\n", val->names ? "}" : "");
+  }
   return v;
 }
 
@@ -658,7 +718,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   float *dump_host = NULL; /* GPU: host copy of the parameters for --dump */
   int B = cfg->batch_size, T = cfg->model.block_size, rc = 0;
   colo_blend_t train = {0};
-  colo_shard_t val = {0};
+  val_sets_t val = {0};
   colo_pool_t *pool = NULL;
   colo_gpt_t *model = NULL;
   colo_adamw_t opt = {0};
@@ -724,8 +784,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   }
   if (cfg->eval_interval > 0) {
-    CHECK_GOTO(colo_shard_load(cfg->val_path, &val, err, errlen), rc, out);
-    CHECK_GOTO(colo_shard_windows(&val, T, err, errlen), rc, out);
+    CHECK_GOTO(val_sets_open(&val, cfg, T, err, errlen), rc, out);
   }
   CHECK_GOTO(make_world(cfg, be, me, world, &comm, err, errlen), rc, out);
   if (dp < 1 || world % (tp * pp)) {
@@ -1281,7 +1340,7 @@ out:
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
   colo_blend_close(&train);
-  colo_shard_free(&val);
+  val_sets_close(&val);
   if (comm)
     comm->ops->destroy(comm);
   return rc;

@@ -27,7 +27,13 @@ typedef struct {
   const char *const *source_paths;
   const double *source_weights;
   int n_sources;
-  int data_order;        /* COLO_ORDER_RANDOM or _SHUFFLE (data.h); 0: random */
+  int data_order; /* COLO_ORDER_RANDOM or _SHUFFLE (data.h); 0: random */
+  /* validation sets in place of val_path (n_val > 0): resolved paths, weights in the validation
+   * loss (their weighted mean), and names for the reports */
+  const char *const *val_paths;
+  const double *val_weights;
+  const char *const *val_names;
+  int n_val;
   const char *init_from; /* weights to start from (colo_ckpt_load_weights), or NULL: random */
   const char *ckpt_dir;  /* NULL: no checkpoints */
   const char *resume;    /* NULL, "auto" (newest valid in ckpt_dir) or a directory */
