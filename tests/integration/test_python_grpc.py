@@ -239,13 +239,18 @@ class ColodTest(WithColod):
         out = spec()
         out.data.ClearField("train_path")
         out.data.sources.add(path="../../etc/passwd")
+        twice = spec()
+        twice.data.ClearField("val_path")
+        twice.data.val_sources.add(path="web/val.bin", name="v")
+        twice.data.val_sources.add(path="code/val.bin", name="v")
         for bad, msg in (
                 (both, "data.train_path and data.sources do not go together: a blend names "
                        "every training set in data.sources"),
                 (tiny, "data.sources[1].weight=1 is less than 1/4096 of the weights' sum (5001)"),
                 (out, "data.sources[0].path \"../../etc/passwd\" must be a path relative to the "
                       "data root, without \"..\""),
-                (spec(data__order=pb.DATA_ORDER_UNSPECIFIED), "data.order must be random or shuffle")):
+                (spec(data__order=pb.DATA_ORDER_UNSPECIFIED), "data.order must be random or shuffle"),
+                (twice, "data.val_sources[0] and [1] are both named \"v\"")):
             with self.assertRaises(grpc.RpcError) as cm:
                 self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
