@@ -236,6 +236,7 @@ enum {
   J_TOKENS,
   J_MEMORY,
   J_HOST_MEMORY,
+  J_EPOCHS,
   J_N
 };
 
@@ -275,6 +276,10 @@ static const struct {
     [J_HOST_MEMORY] = {"colo_job_host_memory_bytes",
                        "Rank 0's parameter and optimizer pieces kept in host memory, bytes.",
                        "host_memory_bytes"},
+    [J_EPOCHS] = {"colo_job_epochs",
+                  "How far the job is through its training data: epochs of its training set (of "
+                  "a blend's, the set gone through most).",
+                  "epochs"},
 };
 
 typedef struct {

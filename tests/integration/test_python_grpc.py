@@ -1690,7 +1690,8 @@ class MetricsTest(WithMetrics):
                for k in range(2)]
         run[0].progress.CopyFrom(pb.Progress(step=12, total_steps=600, loss=3.25, lr=6e-4,
                                              tokens_per_s=2048.0, memory_bytes=1 << 20,
-                                             val_loss=3.5, val_step=10, host_memory_bytes=4096))
+                                             val_loss=3.5, val_step=10, host_memory_bytes=4096,
+                                             epochs=1.5))
         before, _ = self.scrape()
         beat(*run, sick=[2])
         beat(*run, sick=[2])
@@ -1724,6 +1725,7 @@ class MetricsTest(WithMetrics):
         self.assertEqual(m[("colo_job_device_memory_bytes", job)], 1 << 20)
         self.assertEqual(m[("colo_job_val_loss", job)], 3.5)
         self.assertEqual(m[("colo_job_host_memory_bytes", job)], 4096)
+        self.assertEqual(m[("colo_job_epochs", job)], 1.5)
         self.assertAlmostEqual(m[("colo_job_attempt_start_timestamp_seconds", job)], time.time(),
                                delta=10)
         self.assertEqual(m[("colo_jobs", (("state", "running"),))], 1)
