@@ -401,9 +401,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                fmt_float(t->loss_scale_init, a, sizeof a));
   if (t->loss_scale_window < 1)
     return bad(err, errlen, "train.loss_scale_window=%u must be at least 1", t->loss_scale_window);
-  if (t->eval_interval > 0 && t->eval_batches < 1)
-    return bad(err, errlen, "train.eval_batches=%u must be at least 1 when train.eval_interval=%u",
-               t->eval_batches, t->eval_interval);
+  if (t->eval_batches == 0 && t->eval_interval > 0 && p->pp > 1)
+    return bad(err, errlen,
+               "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: "
+               "a pipeline evaluates whole batches");
   if (t->eval_interval > 0 && (!s->data->val_path || !s->data->val_path[0]) &&
       s->data->n_val_sources == 0)
     return bad(err, errlen,

@@ -227,6 +227,23 @@ assert worst < 1e-5, worst
 assert one[-1] < 0.8 * one[0], one
 print("figure: blend, shuffled: loss %.4f -> %.4f in 20 steps; dp=2 within %.1e; resumed identical" % (one[0], one[-1], worst))
 PY
+# the whole validation set (eval_batches 0): every window at multiples of T once, the same on
+# one process and on two data-parallel ones, and as colo-train eval --batches 0 computes it
+# from the final checkpoint
+WHOLE=("${MODEL[@]}" --steps 6 --eval-interval 6 --eval-batches 0 --lr 3e-3)
+expect_rc 0 "$CT" train "${WHOLE[@]}" --ckpt-dir "$TMP/whole" --progress "$TMP/whole1.jsonl"
+expect_rc 0 "$CT" train "${WHOLE[@]}" --nproc 2 --dp 2 --batch-size 2 --progress "$TMP/whole2.jsonl"
+expect_rc 0 "$CT" eval --checkpoint "$TMP/whole/step_00000006" --data "$TMP/data/val.bin" --batches 0 --batch-size 7
+EVAL_WHOLE=$(sed -n 's/.*val loss \([0-9.]*\).*/\1/p' <<<"$OUT")
+python3 - "$TMP/whole1.jsonl" "$TMP/whole2.jsonl" "$EVAL_WHOLE" <<'PY' || fail "whole-set evaluation"
+import json, sys
+ev = lambda f: [r["val_loss"] for r in map(json.loads, open(f)) if r["event"] == "eval"]
+one, two, ev_cli = ev(sys.argv[1]), ev(sys.argv[2]), float(sys.argv[3])
+assert len(one) == len(two) == 2, (one, two)
+assert all(abs(a - b) < 1e-5 * a for a, b in zip(one, two)), (one, two)
+assert abs(one[-1] - ev_cli) < 1e-4, (one, ev_cli)
+print("whole validation set: %.6f on one process, %.6f on two, %.4f by colo-train eval" % (one[-1], two[-1], ev_cli))
+PY
 # validation sets (data.val_sources): each evaluated as it would be alone, the validation loss
 # their weighted mean
 expect_rc 0 "$CT" train "${BLEND[@]}" --steps 4 --eval-interval 4 --progress "$TMP/val1.jsonl"

@@ -43,6 +43,9 @@ static const struct {
     {BASE "model: {vocab_size: 70000}\n",
      "model.vocab_size=70000 exceeds 65536, the most a uint16 token shard can address"},
     {"name: t\n", "data.train_path must be set (or data.sources, a blend)"},
+    {BASE "train: {eval_batches: 0}\nparallel: {pp: 2}\nmodel: {n_layer: 4}\n",
+     "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: a pipeline "
+     "evaluates whole batches"},
     {BASE "optimizer: {decay_steps: 50}\n",
      "optimizer.decay_steps=50 needs optimizer.schedule=wsd (the others decay from the warm-up's "
      "end)"},

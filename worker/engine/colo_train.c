@@ -1000,15 +1000,18 @@ static int cmd_eval(int argc, char **argv) {
       threads = atoi(optarg);
       break;
     case 'h':
-      printf("usage: colo-train eval --checkpoint DIR --data SHARD [--batches N (20)] "
-             "[--batch-size B (12)] [--seed S (1337)]\n");
+      printf("usage: colo-train eval --checkpoint DIR --data SHARD [--batches N (20; 0: every "
+             "window of\n"
+             "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n");
       return 0;
     default:
       return 2;
     }
   }
-  if (!ckpt || !data || batches < 1 || bs < 1)
+  if (!ckpt || !data)
     return usage_error("eval", "--checkpoint and --data are required");
+  if (batches < 0 || bs < 1)
+    return usage_error("eval", "--batches must be 0 or more and --batch-size 1 or more");
   colo_backend_cpu_set_threads(threads);
   char err[1024];
   float loss;

@@ -237,6 +237,10 @@ static void block(const colo_shard_t *s, size_t w, int T, int *in, int *tg) {
   copy_window(s->files[f].tokens + (w - s->blocks[f]) * (size_t)T, T, in, tg);
 }
 
+void colo_shard_block(const colo_shard_t *s, size_t w, int T, int *inputs, int *targets) {
+  block(s, w, T, inputs, targets);
+}
+
 uint64_t colo_permute(uint64_t x, uint64_t n, uint64_t key1, uint64_t key2) {
   int bits = 2;
   while (bits < 64 && (1ull << bits) < n)

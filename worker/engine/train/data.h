@@ -74,6 +74,10 @@ int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *e
 void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
                        int world, int B, int T, int *inputs, int *targets);
 
+/* Window w (of s->blocks[s->n_files]) of those at multiples of T, which do not overlap: an
+ * evaluation of the whole set (train.eval_batches 0) reads each once. */
+void colo_shard_block(const colo_shard_t *s, size_t w, int T, int *inputs, int *targets);
+
 /* How a step's training sequences are drawn (data.order). RANDOM: each a window at any offset,
  * drawn with replacement. SHUFFLE: epochs over the windows at multiples of T, which do not
  * overlap (each window's last token is the next one's first): sequence G of the run (counted

@@ -189,10 +189,35 @@ static int pipe_eval(pipe_t *p, const int *in, const int *tg, double *loss) {
   return 0;
 }
 
+/* The mean loss over every window of the set at multiples of T, once each (batches 0): batch i
+ * of the data-parallel group holds windows [i·world·B, (i+1)·world·B), rank r its B from
+ * (i·world + r)·B, the last batch what is left. Each rank sums its sequences' means; the group
+ * adds them up. No pipeline: a stage's micro-batches need whole batches (validated). */
+static float evaluate_whole(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val, int B, int T,
+                            int *in, int *tg) {
+  size_t W = val->blocks[val->n_files];
+  int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1;
+  double s = 0.0;
+  for (size_t first = (size_t)rank * B; first < W; first += (size_t)world * B) {
+    int Bk = W - first < (size_t)B ? (int)(W - first) : B;
+    for (int b = 0; b < Bk; b++)
+      colo_shard_block(val, first + (size_t)b, T, in + (size_t)b * T, tg + (size_t)b * T);
+    s += (double)colo_gpt_forward(m, in, tg, Bk, T) * Bk;
+  }
+  /* comm is the data-parallel group (a tensor-parallel group's ranks ran the same windows) */
+  float sum = (float)s;
+  if (world > 1 && comm->ops->allreduce_sum(comm, &sum, 1) < 0)
+    return NAN;
+  return sum / (float)W;
+}
+
 /* The mean loss over `batches` fixed batches; with a data-parallel group each rank takes its
- * share of every batch and the means are averaged over the group. NaN when the group fails. */
+ * share of every batch and the means are averaged over the group. NaN when the group fails.
+ * batches 0: the whole set (evaluate_whole). */
 static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo_shard_t *val,
                       uint64_t seed, int batches, int B, int T, int *in, int *tg) {
+  if (batches == 0)
+    return evaluate_whole(m, comm, val, B, T, in, tg);
   double s = 0.0;
   int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1;
   for (int i = 0; i < batches; i++) {
