@@ -847,17 +847,26 @@ static int cmp_u64(const void *a, const void *b) {
  * after it take only what it cannot use before then. The first job to wait may hold room whose
  * start is not known (it waits for jobs without a time limit): where the running jobs' progress
  * says it should start soonest, or, before they say, on the hosts with the most free devices
- * now. Those after it hold only with a known start. Returns 1 with what is held in `what`; 0:
- * nothing held. */
+ * now. Those after it hold only with a known start. An elastic job (parallel.min_dp) holds room
+ * for the fewest data-parallel groups it may start with, as place() takes them: it starts as
+ * soon as those fit, with more where more do then, and grows to all of them later. Returns 1
+ * with what is held in `what`; 0: nothing held. */
 static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t *idx, size_t nf,
                    char *what, size_t whatlen) {
-  colo_rank_place_t *out = calloc(w->world, sizeof *out);
-  uint64_t *ids = calloc(w->world, sizeof *ids);
+  uint32_t full = w->spec->parallel->dp, dp = full, min = w->spec->parallel->min_dp;
+  for (uint32_t k = min ? min : full; k < full; k++)
+    if (full % k == 0) { /* the fewest groups place() would take */
+      dp = k;
+      break;
+    }
+  uint32_t world = dp * w->tp * w->pp;
+  colo_rank_place_t *out = calloc(world, sizeof *out);
+  uint64_t *ids = calloc(world, sizeof *ids);
   int rc = 0;
   if (!out || !ids)
     goto done;
   const Colo__V1__ResourceSpec *res = w->spec->resources;
-  rc = colo_plan_reserve(p, w->id, idx, nf, w->pp, w->dp, w->tp, res->devices_per_node, rank_mem(w),
+  rc = colo_plan_reserve(p, w->id, idx, nf, w->pp, dp, w->tp, res->devices_per_node, rank_mem(w),
                          (int64_t)res->time_limit_s * 1000, colo_plan_job_holds(p) == 0, out);
   if (rc <= 0)
     goto done;
@@ -865,12 +874,12 @@ static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t
   w->holds = 1;
   w->start_by = h->start;
   w->expect = h->expect;
-  for (uint32_t r = 0; r < w->world; r++)
+  for (uint32_t r = 0; r < world; r++)
     ids[r] = out[r].host_id;
-  qsort(ids, w->world, sizeof *ids, cmp_u64); /* the snapshot's order */
+  qsort(ids, world, sizeof *ids, cmp_u64); /* the snapshot's order */
   size_t len = 0, named = 0;
   what[0] = '\0';
-  for (uint32_t r = 0; r < w->world; r++) {
+  for (uint32_t r = 0; r < world; r++) {
     if (r && ids[r] == ids[r - 1])
       continue;
     const colod_host_live_t *hl = colod_host_live(d, ids[r]);
@@ -883,6 +892,9 @@ static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t
   if (len < whatlen)
     len += (size_t)snprintf(what + len, whatlen - len, " (%u free device%s there now)", h->n_free,
                             h->n_free == 1 ? "" : "s");
+  if (dp < full && len < whatlen)
+    len += (size_t)snprintf(what + len, whatlen - len,
+                            ", for %u of its %u data-parallel groups (parallel.min_dp)", dp, full);
   if (h->start != INT64_MAX && len < whatlen) {
     char at[32];
     colod_fmt_utc(h->start, at, sizeof at);

@@ -738,6 +738,32 @@ class ElasticTest(WithColod):
         self.api.CancelJob(pb.CancelJobRequest(id=job), timeout=5)
 
 
+    def test_room_is_held_for_the_fewest_groups(self):
+        """a waiting elastic job holds room for min_dp groups, so its start is bounded by the
+        time limits of fewer jobs: here 1 h (a 2-device job's end frees 3 devices) where its
+        whole dp=4 would wait 2 h (until a 1-device job's end too)"""
+        for other in ("ea", "eb"):  # the other test's hosts, if it ran: out of placement
+            self.api.CordonHost(pb.CordonHostRequest(name=other, reason="another test"), timeout=5)
+        r = register(self.api, "hold-a", 4)
+
+        def beat():
+            resp = self.api.Heartbeat(pb.HeartbeatRequest(host_id=r.host_id, session=r.session),
+                                      timeout=5)
+            return {d.job_id for d in resp.desired}
+        a = submit(self.api, "hold-2", dp=2, limit=3600)
+        c = submit(self.api, "hold-1", dp=1, limit=7200)
+        self.until("both placed", lambda: {a, c} <= beat())
+        s = spec(name="hold-elastic", dp=4)
+        s.parallel.min_dp = 2
+        b = self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id
+        t0 = time.time()
+        j = self.until("room held for it", lambda: (lambda x: x.holds_room and x)(self.job(b)))
+        self.assertRegex(j.waiting, r"its room is held on hold-a \([01] free devices? there now\), "
+                         r"for 2 of its 4 data-parallel groups \(parallel.min_dp\); it starts by ")
+        self.assertAlmostEqual(j.starts_by_ms / 1000.0, t0 + 3600, delta=60)
+        for x in (a, b, c):
+            self.api.CancelJob(pb.CancelJobRequest(id=x), timeout=5)
+
 class PreemptionChoiceTest(WithColod):
     """Which jobs a preemption stops, on a colod of its own with one 5-device host: among the
     jobs of lower priority, lowest first and then newest, the fewest that make room. Stopping
