@@ -20,6 +20,7 @@
 #include "../common/pbcodec.h"
 #include "../proto/rpc.h"
 #include "colo/v1/cluster.pb-c.h"
+#include "compare.h"
 #include "output.h"
 #include "pipeline.h"
 
@@ -62,6 +63,10 @@ static void usage(FILE *out) {
       "  list [--state S]... [--limit N] [--name PREFIX] [--owner O] [--account A]\n"
       "                                       jobs, oldest first; --name: those whose name\n"
       "                                       starts with PREFIX (a pipeline's: NAME.)\n"
+      "  compare JOB... | --name PREFIX [--owner O] [--account A]\n"
+      "                                       jobs side by side (a sweep's): the fields of\n"
+      "                                       their specs that differ, step, loss and\n"
+      "                                       validation loss, the lowest validation loss first\n"
       "  queue [--owner O] [--account A]      the jobs waiting to be placed, in the order colod\n"
       "                                       offers them room: each one's place, when it\n"
       "                                       starts (within: a bound from the time limits of\n"
@@ -222,12 +227,6 @@ static void print_json(const ProtobufCMessage *m) {
   printf("%s\n", s);
   cJSON_free(s);
   cJSON_Delete(j);
-}
-
-static const char *state_name(int s) {
-  static const char *names[] = {"UNKNOWN",   "PENDING", "RUNNING",   "RESTARTING",
-                                "SUCCEEDED", "FAILED",  "CANCELLED", "TIMED_OUT"};
-  return (s >= 0 && s <= 7) ? names[s] : "UNKNOWN";
 }
 
 static unsigned long long world_of(const Colo__V1__Job *j) {
@@ -1327,6 +1326,33 @@ static void print_deleted(const Colo__V1__Job *j, const void *arg) {
 
 /* delete JOB... | --name PREFIX [--owner O] [--account A]: ended jobs, with their records and logs
  */
+/* coloctl compare: jobs side by side, by what differs in their specs (compare.h) */
+static int cmd_compare(ctl_t *c, int argc, char **argv) {
+  static const jobs_named_t w = {"compare", "known", "compared", NULL, 0};
+  uint64_t ids[MAX_SWEEP_JOBS];
+  int n = 0, by_name = 0;
+  int rc = jobs_named(c, &w, argc, argv, ids, &n, NULL, &by_name);
+  if (rc || !n)
+    return rc;
+  Colo__V1__GetJobResponse **resp = calloc((size_t)n, sizeof *resp);
+  const Colo__V1__Job **jobs = calloc((size_t)n, sizeof *jobs);
+  if (!resp || !jobs)
+    rc = 1;
+  for (int i = 0; i < n && rc == 0; i++)
+    if ((rc = get_job(c, ids[i], &resp[i])) == 0)
+      jobs[i] = resp[i]->job;
+  if (rc == 0 && compare_print(jobs, (size_t)n, c->json, stdout) < 0) {
+    fprintf(stderr, "coloctl: compare: out of memory\n");
+    rc = 1;
+  }
+  for (int i = 0; resp && i < n; i++)
+    if (resp[i])
+      colo__v1__get_job_response__free_unpacked(resp[i], NULL);
+  free(resp);
+  free(jobs);
+  return rc;
+}
+
 static int cmd_delete(ctl_t *c, int argc, char **argv) {
   static const Colo__V1__JobState ended[] = {
       COLO__V1__JOB_STATE__JOB_STATE_SUCCEEDED, COLO__V1__JOB_STATE__JOB_STATE_FAILED,
@@ -2354,6 +2380,7 @@ int main(int argc, char **argv) {
   } cmds[] = {{"submit", cmd_submit},
               {"status", cmd_status},
               {"list", cmd_list},
+              {"compare", cmd_compare},
               {"queue", cmd_queue},
               {"cancel", cmd_cancel},
               {"delete", cmd_delete},

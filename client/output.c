@@ -26,17 +26,22 @@ table_t *table_new(const char *const *headers) {
 }
 
 void table_row(table_t *t, ...) {
+  const char *cells[64];
+  va_list ap;
+  va_start(ap, t);
+  for (size_t c = 0; c < t->cols && c < 64; c++)
+    cells[c] = va_arg(ap, const char *);
+  va_end(ap);
+  table_row_cells(t, cells);
+}
+
+void table_row_cells(table_t *t, const char *const *cells) {
   if (t->rows == t->cap) {
     t->cap *= 2;
     t->cells = realloc(t->cells, t->cap * t->cols * sizeof *t->cells);
   }
-  va_list ap;
-  va_start(ap, t);
-  for (size_t c = 0; c < t->cols; c++) {
-    const char *s = va_arg(ap, const char *);
-    t->cells[t->rows * t->cols + c] = strdup(s ? s : "");
-  }
-  va_end(ap);
+  for (size_t c = 0; c < t->cols; c++)
+    t->cells[t->rows * t->cols + c] = strdup(cells[c] ? cells[c] : "");
   t->rows++;
 }
 
@@ -101,4 +106,10 @@ void fmt_bytes(uint64_t b, char *buf, size_t n) {
     snprintf(buf, n, "%llu B", (unsigned long long)b);
   else
     snprintf(buf, n, "%.1f %s", v, units[u]);
+}
+
+const char *state_name(int s) {
+  static const char *names[] = {"UNKNOWN",   "PENDING", "RUNNING",   "RESTARTING",
+                                "SUCCEEDED", "FAILED",  "CANCELLED", "TIMED_OUT"};
+  return (s >= 0 && s <= 7) ? names[s] : "UNKNOWN";
 }

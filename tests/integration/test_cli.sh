@@ -229,6 +229,15 @@ expect_rc 0 "$COLOCTL" status "$(echo "$SW" | cut -d' ' -f5)"
 expect_contains "$OUT" "lr 0.003 ("
 expect_rc 0 "$COLOCTL" --json submit "$TMP/job.json" --sweep optimizer.lr=1e-3,3e-3 --sweep train.seed=1,2,3 --token sw
 expect_eq "$(echo "$OUT" | python3 -c 'import json,sys; print(" ".join(str(j["id"]) for j in json.load(sys.stdin)) + " ")')" "$SW"
+# compare: the sweep side by side, by the two fields that differ (none has a loss yet: by id)
+expect_rc 0 "$COLOCTL" compare --name from-json-
+expect_eq "$(head -1 <<<"$OUT" | tr -s ' ')" "ID NAME STATE optimizer.lr train.seed STEP LOSS VAL LOSS"
+expect_eq "$(sed -n 6p <<<"$OUT" | tr -s ' ' | cut -d' ' -f2-)" "from-json-5 PENDING 0.003 2 - - -"
+expect_rc 0 "$COLOCTL" --json compare $(echo "$SW" | cut -d' ' -f1,4)
+expect_eq "$(python3 -c 'import json,sys; print([(j["name"], j["fields"]) for j in json.load(sys.stdin)])' <<<"$OUT")" \
+  "[('from-json-1', {'optimizer.lr': '0.001'}), ('from-json-4', {'optimizer.lr': '0.003'})]"
+expect_rc 2 "$COLOCTL" compare
+expect_eq "$ERR" "coloctl: compare needs a job id, or --name PREFIX; try 'coloctl --help'"
 before=$(db_count "$STATE")
 expect_rc 1 "$COLOCTL" submit "$TMP/job.json" --sweep optimizer.lr=1e-3,-1
 expect_eq "$ERR" "coloctl: $TMP/job.json (optimizer.lr=-1): optimizer.lr=-1 must be positive"

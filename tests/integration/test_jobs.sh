@@ -414,6 +414,21 @@ done
 echo "figure: (i) job $J timed out at its 3 s limit and was resumed $RESUMES times, $(jf "$J" 'j["attempt"]') attempts"
 expect_same_loss "$J" "(i) cut into attempts of at most 3 s by its time limit"
 
+# every job side by side: the succeeded ones trained to their end, rows by validation loss
+expect_rc 0 "$COLOCTL" --json compare --name faults
+echo "$OUT" >"$TMP/compare.json"
+python3 - "$STEPS" "$TMP/compare.json" <<'PY' || fail "coloctl compare: $OUT"
+import json, sys
+rows, steps = json.load(open(sys.argv[2])), int(sys.argv[1])
+done = [r for r in rows if r["state"] == "SUCCEEDED"]
+# each to its own train.steps (a field that differs, or the test's)
+assert len(done) >= 5 and all(r["step"] == int(r["fields"].get("train.steps", steps)) and
+                              "val_loss" in r for r in done), rows
+vals = [r["val_loss"] for r in rows if "val_loss" in r]
+assert vals == sorted(vals) and rows[:len(vals)] == [r for r in rows if "val_loss" in r], rows
+print("figure: coloctl compare: %d jobs, %d succeeded, validation losses %.4f to %.4f" % (len(rows), len(done), vals[0], vals[-1]))
+PY
+
 kill -TERM "$WPID"
 wait "$WPID" || fail "the worker did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"
 stop_colod
