@@ -4,6 +4,7 @@
 #   - 200 steps of a small model on tinyshakespeare in fp32: the same losses within 1e-3 relative
 #     at every step and the same validation loss within 1%;
 #   - stop at 100 and resume equals the straight run, bit for bit (the kernels are deterministic);
+#   - eval and sample from its checkpoint on the GPU as on the CPU;
 #   - data parallel over two GPU ranks (both on GPU 0), at ZeRO stages 0 to 3, matches two CPU
 #     ranks, and resumes exactly under ZeRO-3; so do tensor (with sequence) and pipeline
 #     parallelism in bf16;
@@ -81,6 +82,25 @@ print("GPU vs CPU over %d steps: worst step-loss difference %.2e relative; val l
       % (S, worst, val_c, val_g, rel))
 assert worst <= 1e-3 and rel <= 0.01
 PY
+
+# a checkpoint evaluated and sampled on the GPU: the whole validation set as on the CPU (1e-4
+# relative), and the GPU's text through its cache of keys and values the same as its whole
+# window's and the CPU's (greedy, inside the block)
+ck=$(printf '%s/gpu/step_%08d' "$TMP" "$S")
+expect_rc 0 "$CT" eval --checkpoint "$ck" --data "$TMP/data/val.bin" --batches 0 --device cpu
+ev_cpu=$(sed -n 's/^val loss \([0-9.]*\) .*/\1/p' <<<"$OUT")
+expect_rc 0 "$CT" eval --checkpoint "$ck" --data "$TMP/data/val.bin" --batches 0 --device gpu
+ev_gpu=$(sed -n 's/^val loss \([0-9.]*\) .*/\1/p' <<<"$OUT")
+python3 -c "import sys; a, b = $ev_cpu, $ev_gpu; sys.exit(0 if abs(a - b) <= 1e-4 * a else 1)" ||
+  fail "eval on the GPU $ev_gpu, on the CPU $ev_cpu"
+SAMPLE=(sample --checkpoint "$ck" --tokens 20 --temperature 0 --prompt "ROMEO:")
+expect_rc 0 "$CT" "${SAMPLE[@]}" --device cpu
+s_cpu=$OUT
+expect_rc 0 "$CT" "${SAMPLE[@]}" --device gpu
+expect_eq "$OUT" "$s_cpu" "(greedy text on the GPU against the CPU's)"
+expect_rc 0 "$CT" "${SAMPLE[@]}" --device gpu --full-forward
+expect_eq "$OUT" "$s_cpu" "(greedy text on the GPU, the whole window per token)"
+echo "eval and sample on the GPU: val loss $ev_gpu (CPU $ev_cpu); greedy text as the CPU's"
 
 # exact resume on the GPU
 expect_rc 0 "$CT" train "${M[@]}" --steps "$S" --warmup 10 --eval-interval 0 --device "$GPU" --precision fp32 --ckpt-dir "$TMP/r" --stop-at $((S / 2)) --quiet

@@ -966,12 +966,26 @@ static int cmd_train(int argc, char **argv) {
 
 /* ---- eval / sample ---- */
 
+/* --device cpu|gpu and --gpu N of eval and sample: the GPU to use, or -1 for the CPU; -2 on a
+ * bad value (said) */
+static int device_flag(const char *cmd, const char *device, int gpu) {
+  if (!device || !strcmp(device, "cpu"))
+    return -1;
+  if (strcmp(device, "gpu") != 0 || gpu < 0) {
+    usage_error(cmd, "--device must be cpu or gpu, and --gpu 0 or more");
+    return -2;
+  }
+  return gpu;
+}
+
 static int cmd_eval(int argc, char **argv) {
-  const char *ckpt = NULL, *data = NULL;
-  int batches = 20, bs = 12, threads = 0;
+  const char *ckpt = NULL, *data = NULL, *device = NULL;
+  int batches = 20, bs = 12, threads = 0, gpu = 0;
   unsigned long long seed = 1337;
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
                                     {"data", required_argument, 0, 'd'},
+                                    {"device", required_argument, 0, 'D'},
+                                    {"gpu", required_argument, 0, 'g'},
                                     {"batches", required_argument, 0, 'n'},
                                     {"batch-size", required_argument, 0, 'b'},
                                     {"seed", required_argument, 0, 's'},
@@ -979,13 +993,19 @@ static int cmd_eval(int argc, char **argv) {
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:h", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
       break;
     case 'd':
       data = optarg;
+      break;
+    case 'D':
+      device = optarg;
+      break;
+    case 'g':
+      gpu = atoi(optarg);
       break;
     case 'n':
       batches = atoi(optarg);
@@ -1002,7 +1022,8 @@ static int cmd_eval(int argc, char **argv) {
     case 'h':
       printf("usage: colo-train eval --checkpoint DIR --data SHARD [--batches N (20; 0: every "
              "window of\n"
-             "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n");
+             "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n"
+             "                       [--device cpu|gpu (cpu)] [--gpu N (0)] [--threads N]\n");
       return 0;
     default:
       return 2;
@@ -1015,16 +1036,23 @@ static int cmd_eval(int argc, char **argv) {
   colo_backend_cpu_set_threads(threads);
   char err[1024];
   float loss;
-  if (colo_eval_checkpoint(ckpt, data, batches, bs, seed, &loss, err, sizeof err) < 0) {
+  int on = device_flag("eval", device, gpu);
+  if (on == -2)
+    return 2;
+  if (colo_eval_checkpoint(ckpt, data, batches, bs, seed, on, &loss, err, sizeof err) < 0) {
     fprintf(stderr, "colo-train eval: %s\n", err);
     return 1;
   }
-  printf("val loss %.4f (%d batches of %d)\n", (double)loss, batches, bs);
+  if (batches)
+    printf("val loss %.4f (%d batches of %d)\n", (double)loss, batches, bs);
+  else
+    printf("val loss %.4f (every window of the shard once)\n", (double)loss);
   return 0;
 }
 
 static int cmd_sample(int argc, char **argv) {
-  const char *ckpt = NULL, *prompt = "", *tokdir = NULL;
+  const char *ckpt = NULL, *prompt = "", *tokdir = NULL, *device = NULL;
+  int gpu = 0;
   char *end;
   int n = 200, top_k = 0, threads = 0, full_forward = 0;
   float temp = 1.0f, top_p = 1.0f;
@@ -1039,10 +1067,12 @@ static int cmd_sample(int argc, char **argv) {
                                     {"tokenizer", required_argument, 0, 'K'},
                                     {"full-forward", no_argument, 0, 'F'},
                                     {"top-p", required_argument, 0, 'P'},
+                                    {"device", required_argument, 0, 'D'},
+                                    {"gpu", required_argument, 0, 'g'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
-  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:D:g:h", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
@@ -1075,6 +1105,12 @@ static int cmd_sample(int argc, char **argv) {
     case 'F':
       full_forward = 1;
       break;
+    case 'D':
+      device = optarg;
+      break;
+    case 'g':
+      gpu = atoi(optarg);
+      break;
     case 'P':
       top_p = strtof(optarg, &end);
       if (end == optarg || *end || !(top_p > 0.0f && top_p <= 1.0f))
@@ -1085,6 +1121,7 @@ static int cmd_sample(int argc, char **argv) {
              "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
              "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
              "[--full-forward]\n"
+             "                         [--device cpu|gpu (cpu)] [--gpu N (0)]\n"
              "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
              "first) whose probabilities add up to P, after --top-k.\n"
              "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare), where\n"
@@ -1099,12 +1136,15 @@ static int cmd_sample(int argc, char **argv) {
   if (!ckpt || n < 0)
     return usage_error("sample", "--checkpoint is required");
   colo_backend_cpu_set_threads(threads);
+  int on = device_flag("sample", device, gpu);
+  if (on == -2)
+    return 2;
   colo_bpe_t *bpe;
   if (open_tokenizer("sample", tokdir, &bpe) < 0)
     return 1;
   char err[1024];
   fputs(prompt, stdout);
-  colo_sample_opts_t so = {n, temp, top_k, top_p, seed, bpe, full_forward};
+  colo_sample_opts_t so = {n, temp, top_k, top_p, seed, bpe, full_forward, on};
   int rc = colo_sample_checkpoint(ckpt, prompt, &so, stdout, err, sizeof err);
   colo_bpe_free(bpe);
   if (rc < 0) {

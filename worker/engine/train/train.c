@@ -1373,15 +1373,32 @@ out:
 
 /* ---- eval and sample ---- */
 
-static int open_checkpoint(const char *ckpt, int B, colo_pool_t **pool, colo_gpt_t **model,
+/* A checkpoint's model for batches of B, on the CPU (gpu < 0) or on GPU `gpu` in fp32 storage
+ * (the CUDA backend; decoding needs fp32): the weights are read into host memory, then copied
+ * up. */
+static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool, colo_gpt_t **model,
                            colo_ckpt_meta_t *meta, char *err, size_t errlen) {
+  *model = NULL;
   int rc = colo_ckpt_read_meta(ckpt, meta, err, errlen);
   if (rc < 0)
     return rc;
-  *pool = colo_pool_create("cpu", 0);
-  rc = colo_gpt_create(&meta->model, B, 0, colo_backend_cpu(), *pool, model, err, errlen);
+  const colo_backend_t *be = colo_backend_cpu();
+  if (gpu >= 0) {
+    char why[256];
+    if (!(be = colo_backend_cuda(gpu, COLO_MATH_FP32, why, sizeof why)))
+      return colo_fail(err, errlen, COLO_EUNAVAIL, "--device gpu: %s", why);
+  }
+  *pool = colo_pool_create_with(be->device ? "gpu" : "cpu", 0, be->allocator);
+  rc = colo_gpt_create(&meta->model, B, 0, be, *pool, model, err, errlen);
+  float *host = NULL;
+  size_t bytes = rc == 0 ? colo_gpt_num_params(*model) * sizeof(float) : 0;
+  if (rc == 0 && be->device && !(host = malloc(bytes)))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the weights");
   if (rc == 0)
-    rc = colo_ckpt_load(ckpt, meta, *model, NULL, NULL, err, errlen);
+    rc = colo_ckpt_load(ckpt, meta, *model, host, NULL, err, errlen);
+  if (rc == 0 && host)
+    be->from_host(colo_gpt_params(*model), host, bytes);
+  free(host);
   if (rc < 0) {
     colo_gpt_destroy(*model);
     *model = NULL;
@@ -1391,7 +1408,7 @@ static int open_checkpoint(const char *ckpt, int B, colo_pool_t **pool, colo_gpt
 }
 
 int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
-                         uint64_t seed, float *loss, char *err, size_t errlen) {
+                         uint64_t seed, int gpu, float *loss, char *err, size_t errlen) {
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
@@ -1399,7 +1416,7 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
   int rc = colo_shard_load(data, &val, err, errlen);
   if (rc < 0)
     return rc;
-  rc = open_checkpoint(ckpt, batch_size, &pool, &model, &meta, err, errlen);
+  rc = open_checkpoint(ckpt, batch_size, gpu, &pool, &model, &meta, err, errlen);
   if (rc == 0) {
     int T = meta.model.block_size;
     rc = colo_shard_windows(&val, T, err, errlen);
@@ -1421,7 +1438,7 @@ int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t 
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
-  int rc = open_checkpoint(ckpt, 1, &pool, &model, &meta, err, errlen);
+  int rc = open_checkpoint(ckpt, 1, -1, &pool, &model, &meta, err, errlen);
   if (rc < 0)
     return rc;
   char tmp[1200];
@@ -1511,7 +1528,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
-  int rc = open_checkpoint(ckpt, 1, &pool, &model, &meta, err, errlen);
+  int rc = open_checkpoint(ckpt, 1, o->gpu, &pool, &model, &meta, err, errlen);
   if (rc < 0)
     return rc;
   int T = meta.model.block_size, V = meta.model.vocab_size;

@@ -96,7 +96,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 
 /* Mean loss of a checkpoint over n_batches fixed windows of a shard. */
 int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
-                         uint64_t seed, float *loss, char *err, size_t errlen);
+                         uint64_t seed, int gpu, float *loss, char *err, size_t errlen);
 
 /* The parameters of a checkpoint of any layout as one safetensors file of whole tensors under
  * GPT2LMHeadModel's names (what HuggingFace's GPT-2 and colo's train.init_from read); written
@@ -117,6 +117,7 @@ typedef struct {
   uint64_t seed;
   const struct colo_bpe *bpe; /* NULL: bytes as tokens */
   int full_forward;
+  int gpu; /* -1: the CPU; else this GPU, fp32 storage (the CUDA backend) */
 } colo_sample_opts_t;
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_sample_opts_t *o,
                            FILE *out, char *err, size_t errlen);
