@@ -9,6 +9,7 @@
  *
  * Exit codes: 0 after SIGTERM/SIGINT, 1 when it cannot start, 2 for bad usage.
  */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -335,6 +336,35 @@ static int absolute(Colo__V1__WorkerConfig *cfg, const char *field) {
   return 0;
 }
 
+/* rank_env: at most 64 NAME=VALUE entries, NAME of letters, digits and '_' (not first a digit),
+ * none of the variables the worker sets for each rank (COLO_* other than the engine's
+ * COLO_CUDA_*, COLO_CUDNN_* and COLO_COMM_* settings, and CUDA_VISIBLE_DEVICES) */
+static int rank_env_check(const Colo__V1__WorkerConfig *cfg, char *err, size_t errlen) {
+  if (cfg->n_rank_env > 64) {
+    snprintf(err, errlen, "rank_env has %zu entries; at most 64", cfg->n_rank_env);
+    return -1;
+  }
+  for (size_t i = 0; i < cfg->n_rank_env; i++) {
+    const char *e = cfg->rank_env[i], *eq = strchr(e, '=');
+    size_t n = eq ? (size_t)(eq - e) : 0, k = 0;
+    while (k < n && (isalnum((unsigned char)e[k]) || e[k] == '_') &&
+           !(k == 0 && isdigit((unsigned char)e[0])))
+      k++;
+    int ours = (!strncmp(e, "COLO_", 5) && strncmp(e, "COLO_CUDA_", 10) != 0 &&
+                strncmp(e, "COLO_CUDNN_", 11) != 0 && strncmp(e, "COLO_COMM_", 10) != 0) ||
+               !strncmp(e, "CUDA_VISIBLE_DEVICES=", 21);
+    if (!eq || n == 0 || k < n || strlen(e) > 1000 || ours) {
+      snprintf(err, errlen,
+               "rank_env[%zu] \"%.80s\" must be NAME=VALUE (NAME of letters, digits and '_', "
+               "not one the worker sets: COLO_* or CUDA_VISIBLE_DEVICES; at most 1000 "
+               "characters)",
+               i, e);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   enum {
     OPT_SLOTS = 256,
@@ -480,7 +510,8 @@ int main(int argc, char **argv) {
     colo__v1__worker_config__free_unpacked(cfg, NULL);
     return 2;
   }
-  if (colo_labels_check("labels", cfg->labels, cfg->n_labels, err, sizeof err) < 0) {
+  if (colo_labels_check("labels", cfg->labels, cfg->n_labels, err, sizeof err) < 0 ||
+      rank_env_check(cfg, err, sizeof err) < 0) {
     fprintf(stderr, "colo-workerd: %s\n", err);
     colo__v1__worker_config__free_unpacked(cfg, NULL);
     return 2;

@@ -324,7 +324,16 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
     argv[sizeof argv / sizeof argv[0] - 3] = "--init-from-checkpoints";
     argv[sizeof argv / sizeof argv[0] - 2] = init;
   }
-  char *env[48]; /* the settings below and PASS, with room */
+  extern char **environ;
+  size_t n_env = 0;
+  while (environ[n_env])
+    n_env++;
+  /* the settings below, what passes from the worker's environment, and rank_env */
+  char **env = calloc(48 + n_env + cfg->n_rank_env, sizeof *env);
+  if (!env) {
+    snprintf(why, whylen, "out of memory");
+    return COLO_ENOMEM;
+  }
   size_t ne = 0;
   envf(env, &ne, "COLO_JOB_ID=%llu", (unsigned long long)l->job_id);
   envf(env, &ne, "COLO_ATTEMPT=%u", l->attempt);
@@ -358,33 +367,39 @@ static int start_rank(colo_ranks_t *rs, colo_wrank_t *r, const Colo__V1__RankLau
     envf(env, &ne, "OMP_WAIT_POLICY=passive");
   if (spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU)
     envf(env, &ne, "CUDA_VISIBLE_DEVICES=%u", l->device_index);
-  /* what a rank needs from the worker's own environment, and nothing else: the CUDA backend's
-   * settings (its library, attention, epilogues, profile, the emulated GPU) among it */
-  static const char *const PASS[] = {"PATH",
-                                     "LD_LIBRARY_PATH",
-                                     "HOME",
-                                     "TMPDIR",
-                                     "ASAN_OPTIONS",
-                                     "UBSAN_OPTIONS",
-                                     "LSAN_OPTIONS",
-                                     "COLO_COMM_SHM",
-                                     "COLO_COMM_TIMEOUT_MS",
-                                     "COLO_CUDA_LIBRARY",
-                                     "COLO_CUDA_ATTENTION",
-                                     "COLO_CUDA_ATTENTION_MIB",
-                                     "COLO_CUDA_EPILOGUES",
-                                     "COLO_CUDA_PROFILE",
-                                     "COLO_CUDA_EMULATE"};
+  /* what a rank needs from the worker's own environment, and nothing else: these, and every
+   * variable of NCCL's and of the CUDA backend's (its library, attention, epilogues, profile,
+   * the emulated GPU, cuDNN's library) */
+  static const char *const PASS[] = {"PATH",         "LD_LIBRARY_PATH", "HOME",
+                                     "TMPDIR",       "ASAN_OPTIONS",    "UBSAN_OPTIONS",
+                                     "LSAN_OPTIONS", "COLO_COMM_SHM",   "COLO_COMM_TIMEOUT_MS"};
+  static const char *const PREFIX[] = {"NCCL_", "COLO_CUDA_", "COLO_CUDNN_"};
   for (size_t i = 0; i < sizeof PASS / sizeof PASS[0]; i++) {
     const char *v = getenv(PASS[i]);
     if (v && strlen(v) < PATH_CAP)
       envf(env, &ne, "%s=%s", PASS[i], v);
+  }
+  for (size_t e = 0; e < n_env; e++)
+    for (size_t i = 0; i < sizeof PREFIX / sizeof PREFIX[0]; i++)
+      if (!strncmp(environ[e], PREFIX[i], strlen(PREFIX[i])) && strlen(environ[e]) < PATH_CAP)
+        envf(env, &ne, "%s", environ[e]);
+  for (size_t i = 0; i < cfg->n_rank_env; i++) { /* the worker config's win over those passed */
+    const char *eq = strchr(cfg->rank_env[i], '=');
+    size_t k = 0, len = eq ? (size_t)(eq - cfg->rank_env[i]) + 1 : 0;
+    while (k < ne && strncmp(env[k], cfg->rank_env[i], len) != 0)
+      k++;
+    if (k < ne) { /* getenv finds the first of a name: replace it */
+      free(env[k]);
+      env[k] = env[--ne];
+    }
+    envf(env, &ne, "%s", cfg->rank_env[i]);
   }
   env[ne] = NULL;
   r->proc.data = r;
   rc = colo_rank_start(rs->loop, &r->proc, argv, env, dir, r->log_path, on_rank_exit, why, whylen);
   for (size_t i = 0; i < ne; i++)
     free(env[i]);
+  free(env);
   if (rc < 0)
     return rc;
   snprintf(r->pid_path, sizeof r->pid_path, "%s/pids/%d", cfg->run_dir, r->proc.pid);

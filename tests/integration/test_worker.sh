@@ -150,10 +150,12 @@ training_text
 mkdir -p "$TMP/gdata" "$TMP/gckpt"
 "$COLO_BIN/colo-train" prepare --input "$TEXT" --out "$TMP/gdata/ts" >/dev/null
 # two threads a rank: on fewer than 4 cores, more than the cores (see the ranks' environment below)
-printf 'nvml_library: %s\ndevices: gpu\nrank_threads: 2\n' "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
+printf 'nvml_library: %s\ndevices: gpu\nrank_threads: 2\nrank_env: [NCCL_IB_HCA=mlx5_0, NCCL_DEBUG=INFO]\n' \
+  "$COLO_BIN/libfake_nvml.so" >"$TMP/gpu.yaml"
 # two NVLinks a GPU, up, without errors, as the worker starts
 printf '0 0 1 0 0\n0 1 1 0 0\n1 0 1 0 0\n1 1 1 0 0\n' >"$TMP/nvlink"
-COLO_CUDA_EMULATE=1 FAKE_NVML_ECC_FILE="$TMP/ecc" FAKE_NVML_XID_FILE="$TMP/xid" \
+NCCL_DEBUG=WARN COLO_CUDA_GELU_FUSION=0 UNRELATED_VAR=1 \
+  COLO_CUDA_EMULATE=1 FAKE_NVML_ECC_FILE="$TMP/ecc" FAKE_NVML_XID_FILE="$TMP/xid" \
   FAKE_NVML_REMAP_FILE="$TMP/remap" FAKE_NVML_LOST_FILE="$TMP/lost" \
   FAKE_NVML_CLOCKS_FILE="$TMP/clocks" FAKE_NVML_NVLINK_FILE="$TMP/nvlink" "$WD" -c "$TMP/gpu.yaml" --coordinator "$COLO_SERVER" --name g1 \
   --run-dir "$TMP/run-g" --data-root "$TMP/gdata" --checkpoint-root "$TMP/gckpt" \
@@ -304,6 +306,10 @@ done
 # cores, idle OpenMP threads that sleep rather than spin on the other rank's cores
 ENVF=$(tr '\0' '\n' <"/proc/$P1/environ")
 expect_contains "$ENVF" "OMP_NUM_THREADS=2"
+# NCCL's and the CUDA backend's variables pass from the worker's environment, nothing else
+# does, and the worker config's rank_env wins over them
+expect_eq "$(grep -E '^(NCCL_|COLO_CUDA_GELU|UNRELATED)' <<<"$ENVF" | sort | tr '\n' ' ')" \
+  "COLO_CUDA_GELU_FUSION=0 NCCL_DEBUG=INFO NCCL_IB_HCA=mlx5_0 "
 if [ "$(getconf _NPROCESSORS_ONLN)" -lt 4 ]; then
   expect_contains "$ENVF" "OMP_WAIT_POLICY=passive"
 else
@@ -339,5 +345,11 @@ expect_eq "$ERR" "colo-workerd: labels: label \"two words\" must be 1 to 31 lett
 printf 'labels: [ib, ib]\n' >"$TMP/w.yaml"
 expect_rc 2 "$WD" -c "$TMP/w.yaml"
 expect_eq "$ERR" "colo-workerd: labels names ib twice"
+printf 'rank_env: [NCCL_DEBUG=INFO, COLO_RANK=3]\n' >"$TMP/w.yaml"
+expect_rc 2 "$WD" -c "$TMP/w.yaml"
+expect_eq "$ERR" "colo-workerd: rank_env[1] \"COLO_RANK=3\" must be NAME=VALUE (NAME of letters, digits and '_', not one the worker sets: COLO_* or CUDA_VISIBLE_DEVICES; at most 1000 characters)"
+printf 'rank_env: [1X=2]\n' >"$TMP/w.yaml"
+expect_rc 2 "$WD" -c "$TMP/w.yaml"
+expect_contains "$ERR" "colo-workerd: rank_env[0] \"1X=2\" must be NAME=VALUE"
 stop_colod
 echo "integration_worker: a 2-GPU data-parallel job SUCCEEDED on emulated GPUs; GPU health from ECC, row remapping, a lost GPU, lowered clocks and XID 79; registered with 3 slots; DOWN ${down_ms} ms after kill -9 (host_timeout 2 s); UP again as session 2; survived a colod restart without re-registering"
