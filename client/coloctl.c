@@ -832,10 +832,14 @@ static void print_job_detail(const Colo__V1__Job *j) {
            j->progress->has_host_memory_bytes ? host : "",
            j->progress->has_host_memory_bytes ? " of pieces placed in host memory" : "");
   }
-  if (j->progress && j->progress->has_val_loss)
+  if (j->progress && j->progress->has_val_loss) {
     printf("  eval       val loss %.4f at step %llu (coloctl history %llu: the curve)\n",
            (double)j->progress->val_loss, (unsigned long long)j->progress->val_step,
            (unsigned long long)j->id);
+    for (size_t i = 0; i < j->progress->n_val_sets; i++) /* data.val_sources: each set's */
+      printf("             %s %.4f\n", j->progress->val_sets[i]->name,
+             (double)j->progress->val_sets[i]->loss);
+  }
   if (j->newest_checkpoint) {
     char ckage[32];
     fmt_age(now_ms() - j->newest_checkpoint->created_ms, ckage, sizeof ckage);

@@ -12,6 +12,7 @@
 #include "../common/error.h"
 #include "../common/jobspec.h"
 #include "../common/log.h"
+#include "../common/setloss.h"
 #include "colod.h"
 #include "logs.h"
 #include "plan.h"
@@ -51,6 +52,7 @@ struct colod_job_live_s {
   int64_t started_ms; /* the attempt's start (Unix ms), for resources.time_limit_s */
   /* reports */
   Colo__V1__Progress progress;
+  colo_set_losses_t *val_sets; /* progress.val_sets' storage (setloss.h) */
   int has_progress;
   /* the attempt's first progress record colod took (its step and time), for its speed */
   uint64_t first_step;
@@ -135,6 +137,7 @@ static void live_free(colod_t *d, colod_job_live_t *j) {
   live_clear_attempt(d, j);
   if (j->spec)
     colo__v1__job_spec__free_unpacked(j->spec, NULL);
+  colo_set_losses_free(j->val_sets);
   free(j);
 }
 
@@ -1551,6 +1554,18 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
     q.has_val_loss = q.has_val_step = 1;
     q.val_loss = p->val_loss;
     q.val_step = p->val_step;
+    /* each validation set's, copied out of the worker's message (at most 64, names cut) */
+    const char *names[COLO_SET_LOSSES_MAX];
+    float losses[COLO_SET_LOSSES_MAX];
+    size_t n = 0;
+    for (size_t i = 0; i < p->n_val_sets && n < COLO_SET_LOSSES_MAX; i++)
+      if (p->val_sets[i] && p->val_sets[i]->name) {
+        names[n] = p->val_sets[i]->name;
+        losses[n++] = p->val_sets[i]->loss;
+      }
+    if (colo_set_losses_put(&j->val_sets, &q, names, losses, n) < 0)
+      colo_log(COLO_LOG_WARN, "jobs", "job %llu: no memory for its validation sets' losses",
+               (unsigned long long)j->id);
   }
   if (new_step && q.has_time_ms && (!j->has_progress || !j->first_ms)) {
     j->first_step = q.step;

@@ -18,6 +18,7 @@
 #include "common/jobspec.h"
 #include "common/log.h"
 #include "common/pbcodec.h"
+#include "common/setloss.h"
 #include "launch.h"
 
 #define PATH_CAP   1200
@@ -42,6 +43,7 @@ struct colo_wrank_s {
   uint64_t progress_off;
   int has_progress;
   Colo__V1__Progress progress;
+  colo_set_losses_t *val_sets;   /* progress.val_sets' storage (setloss.h) */
   int has_resumed, resumed_sent; /* the resume record, until a heartbeat delivers it */
   uint64_t resumed_step;
   /* checkpoints written and not yet delivered to colod, oldest first */
@@ -121,6 +123,7 @@ static void remove_attempt_dir(colo_ranks_t *rs, const char *dir) {
 static void read_progress(colo_wrank_t *r);
 
 static void free_rank(colo_wrank_t *r) {
+  colo_set_losses_free(r->val_sets);
   free(r->chunk);
   free(r->carry);
   free(r);
@@ -566,6 +569,18 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     p->has_val_loss = p->has_val_step = 1;
     p->val_loss = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "val_loss"));
     p->val_step = (uint64_t)step;
+    /* each validation set's, by name (data.val_sources) */
+    const char *names[COLO_SET_LOSSES_MAX];
+    float losses[COLO_SET_LOSSES_MAX];
+    size_t n = 0;
+    const cJSON *sets = cJSON_GetObjectItem(j, "val_sets"), *it;
+    cJSON_ArrayForEach(it, sets) {
+      if (n < COLO_SET_LOSSES_MAX && it->string && cJSON_IsNumber(it)) {
+        names[n] = it->string;
+        losses[n++] = (float)cJSON_GetNumberValue(it);
+      }
+    }
+    colo_set_losses_put(&r->val_sets, p, names, losses, n);
     r->has_progress = 1;
     if (r->n_ev == EVAL_QUEUE) { /* colod away for long: the oldest unsent one is dropped */
       memmove(&r->ev[0], &r->ev[1], (EVAL_QUEUE - 1) * sizeof r->ev[0]);

@@ -570,6 +570,8 @@ class ColodTest(WithColod):
         running[0].progress.CopyFrom(pb.Progress(step=7, total_steps=10, loss=3.5,
                                                  tokens_per_s=1000.0, val_loss=3.75, val_step=5,
                                                  epochs=0.25))
+        running[0].progress.val_sets.add(name="web", loss=4.0)
+        running[0].progress.val_sets.add(name="code/val.bin", loss=3.0)
         # two evaluations queued since the last beat: each is a point of the curve
         running[0].evals.add(attempt=1, step=2, val_loss=4.0, time_ms=1)
         running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2)
@@ -581,6 +583,8 @@ class ColodTest(WithColod):
         j = self.api.GetJob(pb.GetJobRequest(id=job.id), timeout=5).job
         self.assertEqual(j.progress.step, 7)
         self.assertEqual(j.progress.epochs, 0.25)
+        self.assertEqual([(x.name, x.loss) for x in j.progress.val_sets],
+                         [("web", 4.0), ("code/val.bin", 3.0)])
         self.assertEqual(j.newest_checkpoint.step, 5)
         cks = self.api.ListCheckpoints(pb.ListCheckpointsRequest(job_id=job.id), timeout=5)
         self.assertEqual([(c.step, c.manifest_sha256, c.bytes) for c in cks.checkpoints],

@@ -179,7 +179,7 @@ cp "$TMP/pre/step_00000005/rank_00000.safetensors" "$TMP/gdata/pre/gpt.safetenso
 cat >"$TMP/gjob.yaml" <<JOB
 name: on-gpus
 model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
-data: {train_path: ts/train.bin, val_path: ts/val.bin}
+data: {train_path: ts/train.bin, val_sources: [{path: ts/val.bin, name: held-out}, {path: ts/train.bin, name: seen}]}
 parallel: {dp: 2, zero_stage: 3}
 train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2, init_from: pre/gpt.safetensors}
 checkpoint: {interval: 10}
@@ -208,6 +208,13 @@ expect_contains "$OUT" "  memory     rank 0: peak "
 expect_contains "$OUT" " of GPU memory, and "
 expect_contains "$OUT" " of pieces placed in host memory"
 expect_contains "$OUT" "  weights    from pre/gpt.safetensors"
+# and its two validation sets' losses (data.val_sources), from rank 0's record through the worker
+expect_contains "$OUT" "
+             held-out "
+expect_contains "$OUT" "
+             seen "
+expect_contains "$GLOG" "step     20 | val loss "
+expect_contains "$GLOG" " (held-out "
 [ -d "$TMP/gnvme/scratch/on-gpus" ] && [ -z "$(ls -A "$TMP/gnvme/scratch/on-gpus")" ] ||
   fail "the NVMe directory should exist and hold nothing once the ranks are gone"
 [ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||

@@ -1,0 +1,24 @@
+/* Storage for a progress record's per-set validation losses (Progress.val_sets, with a job's
+ * data.val_sources): owned by whoever keeps the record, a rank's worker or colod, which points
+ * the record's val_sets into it. One allocation, made on first use, reused by every later
+ * evaluation; a copy of the record (a struct assignment) shares it. */
+#ifndef COLO_SETLOSS_H
+#define COLO_SETLOSS_H
+
+#include <stddef.h>
+
+#include "colo/v1/cluster.pb-c.h"
+
+#define COLO_SET_LOSSES_MAX 64  /* data.val_sources at most (COLO_MAX_SOURCES) */
+#define COLO_SET_LOSS_NAME  128 /* bytes kept of a name, its NUL included */
+
+typedef struct colo_set_losses_s colo_set_losses_t;
+
+/* Points p->val_sets at *store's copy of the n sets (names cut to COLO_SET_LOSS_NAME - 1 bytes,
+ * the first COLO_SET_LOSSES_MAX of them), allocating *store on first use. 0, or COLO_ENOMEM
+ * (p then has none). */
+int colo_set_losses_put(colo_set_losses_t **store, Colo__V1__Progress *p, const char *const *names,
+                        const float *losses, size_t n);
+void colo_set_losses_free(colo_set_losses_t *store);
+
+#endif
