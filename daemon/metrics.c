@@ -360,6 +360,17 @@ static void job_metric(const colod_job_view_t *j, void *data) {
   number(out, v);
 }
 
+/* colo_job_set_val_loss: each validation set's loss (data.val_sources), by name */
+static void set_val_losses(const colod_job_view_t *j, void *data) {
+  FILE *out = data;
+  for (size_t i = 0; j->progress && i < j->progress->n_val_sets; i++) {
+    fprintf(out, "colo_job_set_val_loss{job=\"%llu\",set=", (unsigned long long)j->id);
+    label(out, j->progress->val_sets[i]->name ? j->progress->val_sets[i]->name : "");
+    fputc('}', out);
+    number(out, j->progress->val_sets[i]->loss);
+  }
+}
+
 static int job_metrics(colod_t *d, FILE *out) {
   uint32_t counts[COLO_JOB_STATE_MAX + 1] = {0};
   int rc = colo_store_job_counts(d->store, counts);
@@ -390,6 +401,10 @@ static int job_metrics(colod_t *d, FILE *out) {
                         : NULL};
     colod_jobs_each(d, job_metric, &p);
   }
+  family(out, "colo_job_set_val_loss", "gauge",
+         "The newest validation loss of each of the job's validation sets (data.val_sources), "
+         "by name; colo_job_val_loss is their weighted mean.");
+  colod_jobs_each(d, set_val_losses, out);
   return rc < 0 ? -1 : 0;
 }
 

@@ -1726,6 +1726,8 @@ class MetricsTest(WithMetrics):
                                              tokens_per_s=2048.0, memory_bytes=1 << 20,
                                              val_loss=3.5, val_step=10, host_memory_bytes=4096,
                                              epochs=1.5))
+        run[0].progress.val_sets.add(name='web "a"', loss=3.25)
+        run[0].progress.val_sets.add(name="code", loss=3.75)
         before, _ = self.scrape()
         beat(*run, sick=[2])
         beat(*run, sick=[2])
@@ -1760,6 +1762,8 @@ class MetricsTest(WithMetrics):
         self.assertEqual(m[("colo_job_val_loss", job)], 3.5)
         self.assertEqual(m[("colo_job_host_memory_bytes", job)], 4096)
         self.assertEqual(m[("colo_job_epochs", job)], 1.5)
+        self.assertEqual(m[("colo_job_set_val_loss", (("job", str(j)), ("set", 'web "a"')))], 3.25)
+        self.assertEqual(m[("colo_job_set_val_loss", (("job", str(j)), ("set", "code")))], 3.75)
         self.assertAlmostEqual(m[("colo_job_attempt_start_timestamp_seconds", job)], time.time(),
                                delta=10)
         self.assertEqual(m[("colo_jobs", (("state", "running"),))], 1)
