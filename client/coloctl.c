@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1949,22 +1950,48 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
   } else if (resp->n_checkpoints == 0) {
     printf("job %llu has no complete checkpoint\n", (unsigned long long)id);
   } else {
-    static const char *const H[] = {"STEP", "ATTEMPT", "SIZE", "AGE", "MANIFEST SHA256",
-                                    "PATH", NULL};
+    /* the validation loss of an evaluation at a checkpoint's step (the curve colod sampled
+     * has every evaluation), and which of those is the lowest */
+    Colo__V1__GetJobHistoryRequest hreq = COLO__V1__GET_JOB_HISTORY_REQUEST__INIT;
+    hreq.has_job_id = 1;
+    hreq.job_id = id;
+    Colo__V1__GetJobHistoryResponse *hist = NULL;
+    if (call(c, "GetJobHistory", &hreq.base, &colo__v1__get_job_history_response__descriptor,
+             (ProtobufCMessage **)&hist) != 0)
+      hist = NULL; /* the table without them */
+    float *val = calloc(resp->n_checkpoints, sizeof *val);
+    size_t best = SIZE_MAX;
+    for (size_t i = 0; val && i < resp->n_checkpoints; i++) {
+      val[i] = NAN;
+      for (size_t k = 0; hist && k < hist->n_samples; k++) {
+        const Colo__V1__ProgressSample *smp = hist->samples[k];
+        if (smp->has_val_loss && smp->step == resp->checkpoints[i]->step)
+          val[i] = smp->val_loss; /* the newest attempt's, the samples going by attempt */
+      }
+      if (isfinite(val[i]) && (best == SIZE_MAX || val[i] < val[best]))
+        best = i;
+    }
+    static const char *const H[] = {"STEP",     "ATTEMPT",         "SIZE", "AGE",
+                                    "VAL LOSS", "MANIFEST SHA256", "PATH", NULL};
     table_t *t = table_new(H);
     int64_t now = now_ms();
     for (size_t i = 0; i < resp->n_checkpoints; i++) {
       const Colo__V1__Checkpoint *k = resp->checkpoints[i];
-      char step[24], att[16], size[32], age[32], sha[20];
+      char step[24], att[16], size[32], age[32], sha[20], vl[32] = "-";
       snprintf(step, sizeof step, "%llu", (unsigned long long)k->step);
       snprintf(att, sizeof att, "%u", k->attempt);
       fmt_bytes(k->bytes, size, sizeof size);
       fmt_age(now - k->created_ms, age, sizeof age);
       snprintf(sha, sizeof sha, "%.12s", k->manifest_sha256 ? k->manifest_sha256 : "");
-      table_row(t, step, att, size, age, sha, k->path ? k->path : "");
+      if (val && isfinite(val[i]))
+        snprintf(vl, sizeof vl, "%.4f%s", (double)val[i], i == best ? " (lowest)" : "");
+      table_row(t, step, att, size, age, vl, sha, k->path ? k->path : "");
     }
     table_print(t, stdout);
     table_free(t);
+    free(val);
+    if (hist)
+      colo__v1__get_job_history_response__free_unpacked(hist, NULL);
   }
   colo__v1__list_checkpoints_response__free_unpacked(resp, NULL);
   return 0;

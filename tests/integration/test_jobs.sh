@@ -124,6 +124,18 @@ echo "figure: rank 0 wrote $STEPS step lines; colod has $LINES of them; the work
 [ "$("$COLOCTL" checkpoints "$J" --json | python3 -c 'import json,sys; print(" ".join(str(s) for s in sorted((int(c["step"]) for c in json.load(sys.stdin)["checkpoints"]), reverse=True)))')" = "$(printf '%s\n' $STEPS $((STEPS - 100)) $((STEPS - 200)) "$ASKED" | sort -rn | tr '\n' ' ' | sed 's/ $//')" ] ||
   fail "expected the 3 newest checkpoints and the asked one ($ASKED): $("$COLOCTL" checkpoints "$J")"
 [ "$(ls "$TMP/ckpt/job-$J" | grep -c '^step_')" = 4 ] || fail "expected 4 checkpoint directories: $(ls "$TMP/ckpt/job-$J")"
+# each checkpoint at an evaluation's step shows that validation loss, the lowest marked
+"$COLOCTL" checkpoints "$J" >"$TMP/cks.txt"
+python3 - "$STEPS" "$TMP/cks.txt" <<'PY' || fail "coloctl checkpoints: $(cat "$TMP/cks.txt")"
+import re, sys
+steps, rows = int(sys.argv[1]), {}
+for line in open(sys.argv[2]).read().splitlines()[1:]:
+    cells = re.split(r"\s{2,}", line.strip())
+    rows[int(cells[0])] = cells[4]
+for s in (steps, steps - 100, steps - 200):
+    assert re.fullmatch(r"\d\.\d{4}( \(lowest\))?", rows[s]), rows
+assert sum("(lowest)" in v for v in rows.values()) == 1, rows
+PY
 "$COLOCTL" status --watch --interval 200 "$J" >"$TMP/watch.txt"
 expect_contains "$(cat "$TMP/watch.txt")" "SUCCEEDED"
 # how far through its data: rank 0's last progress record at colod against its own first line
