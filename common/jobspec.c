@@ -127,6 +127,28 @@ int colo_url_allowed(const char *url, const char *prefixes) {
   return 0;
 }
 
+/* data.sources or data.val_sources (`field`, sets of `what`): at most COLO_MAX_SOURCES, each
+ * with a path under the data root and a positive weight */
+static int check_sources(const char *field, const char *what, Colo__V1__DataSource *const *src,
+                         size_t n, char *err, size_t errlen) {
+  if (n > COLO_MAX_SOURCES)
+    return bad(err, errlen, "data.%s names %zu %s sets; at most %d", field, n, what,
+               COLO_MAX_SOURCES);
+  for (size_t i = 0; i < n; i++) {
+    if (!src[i]->path || !src[i]->path[0])
+      return bad(err, errlen, "data.%s[%zu].path must be set", field, i);
+    if (!colo_path_is_contained(src[i]->path))
+      return bad(err, errlen,
+                 "data.%s[%zu].path \"%.200s\" must be a path relative to the data root, "
+                 "without \"..\"",
+                 field, i, src[i]->path);
+    if (!(src[i]->weight > 0) || !isfinite(src[i]->weight))
+      return bad(err, errlen, "data.%s[%zu].weight=%g must be a positive number", field, i,
+                 (double)src[i]->weight);
+  }
+  return 0;
+}
+
 const char *colo_val_source_name(const Colo__V1__DataSource *src) {
   return src->name && src->name[0] ? src->name : src->path;
 }
@@ -184,24 +206,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "data.train_path and data.sources do not go together: a blend names every "
                "training set in data.sources");
-  if (d->n_sources > COLO_MAX_SOURCES)
-    return bad(err, errlen, "data.sources names %zu training sets; at most %d", d->n_sources,
-               COLO_MAX_SOURCES);
+  int rc = check_sources("sources", "training", d->sources, d->n_sources, err, errlen);
+  if (rc < 0)
+    return rc;
   double wsum = 0;
-  for (size_t i = 0; i < d->n_sources; i++) {
-    const Colo__V1__DataSource *src = d->sources[i];
-    if (!src->path || !src->path[0])
-      return bad(err, errlen, "data.sources[%zu].path must be set", i);
-    if (!colo_path_is_contained(src->path))
-      return bad(err, errlen,
-                 "data.sources[%zu].path \"%.200s\" must be a path relative to the data root, "
-                 "without \"..\"",
-                 i, src->path);
-    if (!(src->weight > 0) || !isfinite(src->weight))
-      return bad(err, errlen, "data.sources[%zu].weight=%g must be a positive number", i,
-                 (double)src->weight);
-    wsum += src->weight;
-  }
+  for (size_t i = 0; i < d->n_sources; i++)
+    wsum += d->sources[i]->weight;
   for (size_t i = 0; i < d->n_sources; i++)
     if (d->sources[i]->weight / wsum * COLO_BLEND_SLOTS < 1.0)
       return bad(err, errlen,
@@ -212,21 +222,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "data.val_path and data.val_sources do not go together: name every validation "
                "set in data.val_sources");
-  if (d->n_val_sources > COLO_MAX_SOURCES)
-    return bad(err, errlen, "data.val_sources names %zu validation sets; at most %d",
-               d->n_val_sources, COLO_MAX_SOURCES);
+  if ((rc = check_sources("val_sources", "validation", d->val_sources, d->n_val_sources, err,
+                          errlen)) < 0)
+    return rc;
   for (size_t i = 0; i < d->n_val_sources; i++) {
     const Colo__V1__DataSource *src = d->val_sources[i];
-    if (!src->path || !src->path[0])
-      return bad(err, errlen, "data.val_sources[%zu].path must be set", i);
-    if (!colo_path_is_contained(src->path))
-      return bad(err, errlen,
-                 "data.val_sources[%zu].path \"%.200s\" must be a path relative to the data "
-                 "root, without \"..\"",
-                 i, src->path);
-    if (!(src->weight > 0) || !isfinite(src->weight))
-      return bad(err, errlen, "data.val_sources[%zu].weight=%g must be a positive number", i,
-                 (double)src->weight);
     if (src->name && src->name[0] && !colo_jobspec_name_ok(src->name))
       return bad(err, errlen,
                  "data.val_sources[%zu].name \"%.80s\" must be 1 to 64 characters of letters, "
