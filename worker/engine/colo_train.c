@@ -328,6 +328,36 @@ static void train_usage(void) {
       "which another attempt would meet again: colod does not restart such a job.\n");
 }
 
+static void clear_path(char **path) {
+  free(*path);
+  *path = NULL;
+}
+
+static void clear_sources(Colo__V1__DataSource ***src, size_t *n) {
+  for (size_t k = 0; k < *n; k++)
+    colo__v1__data_source__free_unpacked((*src)[k], NULL);
+  free(*src);
+  *src = NULL;
+  *n = 0;
+}
+
+/* Data sets of a blend, or validation sets, resolved under the data root for colo-train. */
+typedef struct {
+  char buf[COLO_MAX_SOURCES][2100];
+  const char *paths[COLO_MAX_SOURCES], *names[COLO_MAX_SOURCES];
+  double weights[COLO_MAX_SOURCES];
+} resolved_t;
+
+static void resolve_sources(resolved_t *r, Colo__V1__DataSource *const *src, size_t n,
+                            const char *root) {
+  for (size_t k = 0; k < n && k < COLO_MAX_SOURCES; k++) {
+    snprintf(r->buf[k], sizeof r->buf[k], "%s/%s", root, src[k]->path);
+    r->paths[k] = r->buf[k];
+    r->names[k] = colo_val_source_name(src[k]);
+    r->weights[k] = src[k]->weight;
+  }
+}
+
 /* Applies one --flag value onto the spec. Returns 0, 1 when the flag is not a spec flag, or
  * -1 on a bad value. */
 static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
@@ -427,25 +457,12 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
     colo__v1__job_spec__free_unpacked(merged, NULL);
     /* a blend's sources and one training set replace each other, as do validation sets */
     Colo__V1__DataSpec *d = s->data;
-    if (!yaml && flag[0] == 'v' && d->val_path) {
-      free(d->val_path);
-      d->val_path = NULL;
-    } else if (!yaml && flag[0] == 'd' && d->train_path) {
-      free(d->train_path);
-      d->train_path = NULL;
-    } else if (yaml && !strcmp(flag, "val-data")) {
-      for (size_t k = 0; k < d->n_val_sources; k++)
-        colo__v1__data_source__free_unpacked(d->val_sources[k], NULL);
-      free(d->val_sources);
-      d->val_sources = NULL;
-      d->n_val_sources = 0;
-    } else if (yaml && !strcmp(flag, "train-data")) {
-      for (size_t k = 0; k < d->n_sources; k++)
-        colo__v1__data_source__free_unpacked(d->sources[k], NULL);
-      free(d->sources);
-      d->sources = NULL;
-      d->n_sources = 0;
-    }
+    if (!yaml)
+      clear_path(flag[0] == 'v' ? &d->val_path : &d->train_path);
+    else if (!strcmp(flag, "val-data"))
+      clear_sources(&d->val_sources, &d->n_val_sources);
+    else if (!strcmp(flag, "train-data"))
+      clear_sources(&d->sources, &d->n_sources);
     return 0;
   }
 }
@@ -788,15 +805,9 @@ static int cmd_train(int argc, char **argv) {
   snprintf(train_path, sizeof train_path, "%s/%s", data_root,
            spec->data->train_path ? spec->data->train_path : "");
   /* a blend's sources, resolved under the data root (validated: at most COLO_MAX_SOURCES) */
-  static char source_buf[COLO_MAX_SOURCES][2100];
-  const char *source_paths[COLO_MAX_SOURCES];
-  double source_weights[COLO_MAX_SOURCES];
-  size_t n_sources = spec->data->n_sources;
-  for (size_t k = 0; k < n_sources; k++) {
-    snprintf(source_buf[k], sizeof source_buf[k], "%s/%s", data_root, spec->data->sources[k]->path);
-    source_paths[k] = source_buf[k];
-    source_weights[k] = spec->data->sources[k]->weight;
-  }
+  static resolved_t blend, vals; /* static: 270 KiB each */
+  resolve_sources(&blend, spec->data->sources, spec->data->n_sources, data_root);
+  resolve_sources(&vals, spec->data->val_sources, spec->data->n_val_sources, data_root);
   snprintf(val_path, sizeof val_path, "%s/%s", data_root,
            spec->data->val_path ? spec->data->val_path : "");
   char init_from[2100] = "";
@@ -831,22 +842,12 @@ static int cmd_train(int argc, char **argv) {
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;
   cfg.val_path = val_path;
-  cfg.source_paths = source_paths;
-  cfg.source_weights = source_weights;
-  cfg.n_sources = (int)n_sources;
-  static char val_buf[COLO_MAX_SOURCES][2100];
-  const char *val_paths[COLO_MAX_SOURCES], *val_names[COLO_MAX_SOURCES];
-  double val_weights[COLO_MAX_SOURCES];
-  for (size_t k = 0; k < spec->data->n_val_sources; k++) {
-    const Colo__V1__DataSource *v = spec->data->val_sources[k];
-    snprintf(val_buf[k], sizeof val_buf[k], "%s/%s", data_root, v->path);
-    val_paths[k] = val_buf[k];
-    val_names[k] = colo_val_source_name(v);
-    val_weights[k] = v->weight;
-  }
-  cfg.val_paths = val_paths;
-  cfg.val_names = val_names;
-  cfg.val_weights = val_weights;
+  cfg.source_paths = blend.paths;
+  cfg.source_weights = blend.weights;
+  cfg.n_sources = (int)spec->data->n_sources;
+  cfg.val_paths = vals.paths;
+  cfg.val_names = vals.names;
+  cfg.val_weights = vals.weights;
   cfg.n_val = (int)spec->data->n_val_sources;
   cfg.data_order = spec->data->order == COLO__V1__DATA_ORDER__DATA_ORDER_SHUFFLE
                        ? COLO_ORDER_SHUFFLE
