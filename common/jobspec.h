@@ -21,7 +21,7 @@
 #define COLO_MAX_LABEL        31
 #define COLO_MAX_SOURCES      64 /* training sets of a blend (data.sources) */
 /* A blend's sources share each period of this many sequences in whole slots, so each weight
- * must be at least 1/COLO_BLEND_SLOTS of their sum (worker/engine/train/data.h) */
+ * must be at least 1/COLO_BLEND_SLOTS of their sum (the sampler: worker/engine/train/data.h) */
 #define COLO_BLEND_SLOTS 4096
 
 /* Fills every unset field with its default (see cluster.proto). */

@@ -8,9 +8,10 @@
 #include <stddef.h>
 
 #include "colo/v1/cluster.pb-c.h"
+#include "jobspec.h"
 
-#define COLO_SET_LOSSES_MAX 64  /* data.val_sources at most (COLO_MAX_SOURCES) */
-#define COLO_SET_LOSS_NAME  128 /* bytes kept of a name, its NUL included */
+#define COLO_SET_LOSSES_MAX COLO_MAX_SOURCES /* data.val_sources at most */
+#define COLO_SET_LOSS_NAME  128              /* bytes kept of a name, its NUL included */
 
 typedef struct colo_set_losses_s colo_set_losses_t;
 

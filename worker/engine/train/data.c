@@ -299,13 +299,13 @@ int colo_blend_open(colo_blend_t *b, const char *const *paths, const double *wei
     }
   }
   /* largest remainder: floor(share · slots) each, the slots left to the largest remainders */
-  double sum = 0, rem[COLO_BLEND_MAX_SOURCES];
+  double sum = 0, rem[COLO_MAX_SOURCES];
   for (size_t k = 0; k < n; k++)
     sum += weights ? weights[k] : 1.0;
-  uint32_t slots[COLO_BLEND_MAX_SOURCES], given = 0;
-  if (rc == 0 && n > COLO_BLEND_MAX_SOURCES)
+  uint32_t slots[COLO_MAX_SOURCES], given = 0;
+  if (rc == 0 && n > COLO_MAX_SOURCES)
     rc = colo_fail(err, errlen, COLO_EINVAL, "a blend of %zu training sets; at most %d", n,
-                   COLO_BLEND_MAX_SOURCES);
+                   COLO_MAX_SOURCES);
   for (size_t k = 0; k < n && rc == 0; k++) {
     double q = (weights ? weights[k] : 1.0) / sum * COLO_BLEND_SLOTS;
     if (!(q >= 1.0))

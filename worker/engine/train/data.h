@@ -10,6 +10,8 @@
 
 #include <glob.h>
 
+#include "../../../common/jobspec.h" /* COLO_BLEND_SLOTS, COLO_MAX_SOURCES */
+
 #define COLO_SHARD_MAGIC       20240520
 #define COLO_SHARD_VERSION     1
 #define COLO_SHARD_HEADER_INTS 256
@@ -86,12 +88,11 @@ void colo_shard_block(const colo_shard_t *s, size_t w, int T, int *inputs, int *
  * a resumed or resized run draws what the uninterrupted one does. */
 enum { COLO_ORDER_RANDOM = 1, COLO_ORDER_SHUFFLE = 2 };
 
-/* A blend's period: its sources share each run of COLO_BLEND_SLOTS sequences in whole slots,
+/* A blend's period (COLO_BLEND_SLOTS, common/jobspec.h, which validates the weights against it):
+ * its sources share each run of COLO_BLEND_SLOTS sequences in whole slots,
  * their weights rounded to them by largest remainder, in an order shuffled anew each period.
  * Source k's sequences are then counted on their own, so it goes through its epochs as if it
  * were trained on alone. */
-#define COLO_BLEND_SLOTS       4096
-#define COLO_BLEND_MAX_SOURCES 64
 
 /* The training data of a run: one data set or a blend of several. */
 typedef struct {

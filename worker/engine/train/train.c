@@ -380,8 +380,8 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
                              const val_sets_t *val, const colo_train_config_t *cfg, int step,
                              int quiet, FILE *progress, int *in, int *tg) {
   double sum = 0, wsum = 0;
-  float each[COLO_BLEND_MAX_SOURCES];
-  for (int k = 0; k < val->n && k < COLO_BLEND_MAX_SOURCES; k++) {
+  float each[COLO_MAX_SOURCES];
+  for (int k = 0; k < val->n && k < COLO_MAX_SOURCES; k++) {
     each[k] = evaluate(model, comm, pipe, &val->s[k], cfg->seed, cfg->eval_batches, cfg->batch_size,
                        cfg->model.block_size, in, tg);
     double w = val->w ? val->w[k] : 1.0;
