@@ -1950,8 +1950,9 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
   } else if (resp->n_checkpoints == 0) {
     printf("job %llu has no complete checkpoint\n", (unsigned long long)id);
   } else {
-    /* the validation loss of an evaluation at a checkpoint's step (the curve colod sampled
-     * has every evaluation), and which of those is the lowest */
+    /* the validation loss at a checkpoint's step: the one it records (the engine's manifest),
+     * else an evaluation there in the curve colod sampled (checkpoints of older engines); and
+     * which of those is the lowest */
     Colo__V1__GetJobHistoryRequest hreq = COLO__V1__GET_JOB_HISTORY_REQUEST__INIT;
     hreq.has_job_id = 1;
     hreq.job_id = id;
@@ -1962,8 +1963,8 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
     float *val = calloc(resp->n_checkpoints, sizeof *val);
     size_t best = SIZE_MAX;
     for (size_t i = 0; val && i < resp->n_checkpoints; i++) {
-      val[i] = NAN;
-      for (size_t k = 0; hist && k < hist->n_samples; k++) {
+      val[i] = resp->checkpoints[i]->has_val_loss ? resp->checkpoints[i]->val_loss : NAN;
+      for (size_t k = 0; hist && !resp->checkpoints[i]->has_val_loss && k < hist->n_samples; k++) {
         const Colo__V1__ProgressSample *smp = hist->samples[k];
         if (smp->has_val_loss && smp->step == resp->checkpoints[i]->step)
           val[i] = smp->val_loss; /* the newest attempt's, the samples going by attempt */

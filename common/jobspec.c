@@ -401,7 +401,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                fmt_float(t->loss_scale_init, a, sizeof a));
   if (t->loss_scale_window < 1)
     return bad(err, errlen, "train.loss_scale_window=%u must be at least 1", t->loss_scale_window);
-  if (t->eval_batches == 0 && t->eval_interval > 0 && p->pp > 1)
+  int evaluates = t->eval_interval > 0 || ck->keep_best;
+  if (t->eval_batches == 0 && evaluates && p->pp > 1)
     return bad(err, errlen,
                "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: "
                "a pipeline evaluates whole batches");
@@ -423,6 +424,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                ck->dir);
   if (ck->keep < 1)
     return bad(err, errlen, "checkpoint.keep=%u must be at least 1", ck->keep);
+  if (ck->keep_best && (!s->data->val_path || !s->data->val_path[0]) && s->data->n_val_sources == 0)
+    return bad(err, errlen,
+               "checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint "
+               "is the one with the lowest validation loss");
 
   /* resources and restarts */
   if (r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_UNSPECIFIED)

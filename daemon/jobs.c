@@ -1424,9 +1424,10 @@ void colod_jobs_free(colod_t *d) {
 /* ---- heartbeats ---- */
 
 /* Registers a checkpoint that rank 0 of attempt `attempt` finished, newer than *ck_step, and
- * prunes the rows to `keep` as the engine prunes the directories. */
-static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt, uint32_t keep,
-                                uint64_t *ck_step, const Colo__V1__Checkpoint *c) {
+ * prunes the rows as the engine prunes the directories (checkpoint.keep and keep_best). */
+static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt,
+                                const Colo__V1__CheckpointSpec *cs, uint64_t *ck_step,
+                                const Colo__V1__Checkpoint *c) {
   int answers = c->has_request && c->request > 0; /* asked for (CheckpointJob): kept */
   if (!c->has_step || c->step == 0 || c->step <= *ck_step || !c->path || !c->path[0] ||
       strlen(c->path) >= sizeof(((colo_checkpoint_t *)0)->path))
@@ -1450,13 +1451,15 @@ static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt, u
   ck.bytes = c->bytes;
   ck.created_ms = c->has_created_ms && c->created_ms > 0 ? c->created_ms : colod_now_ms();
   ck.request = answers ? c->request : 0;
+  ck.has_val_loss = c->has_val_loss && isfinite(c->val_loss);
+  ck.val_loss = ck.has_val_loss ? c->val_loss : 0;
   if (colo_store_checkpoint_add(d->store, &ck) < 0) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot register checkpoint %llu: %s",
              (unsigned long long)job_id, (unsigned long long)c->step, colo_store_errmsg(d->store));
     return;
   }
   *ck_step = c->step;
-  if (colo_store_checkpoint_prune(d->store, job_id, keep) < 0)
+  if (colo_store_checkpoint_prune(d->store, job_id, cs->keep, cs->keep_best) < 0)
     colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot prune checkpoint rows: %s",
              (unsigned long long)job_id, colo_store_errmsg(d->store));
   colo_log(COLO_LOG_INFO, "jobs", "job %llu: checkpoint at step %llu registered (%s)%s",
@@ -1465,7 +1468,7 @@ static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt, u
 }
 
 static void take_checkpoint(colod_t *d, colod_job_live_t *j, const Colo__V1__Checkpoint *c) {
-  register_checkpoint(d, j->id, j->attempt, j->spec->checkpoint->keep, &j->ck_step, c);
+  register_checkpoint(d, j->id, j->attempt, j->spec->checkpoint, &j->ck_step, c);
 }
 
 /* Checkpoints that rank 0 of a job's last attempt finished after the attempt ended (it was
@@ -1485,8 +1488,7 @@ static void take_late_checkpoints(colod_t *d, const Colo__V1__RankStatus *s) {
   uint64_t ck_step = 0;
   colo_store_checkpoint_list(d->store, s->job_id, newest_ck_cb, &ck_step);
   for (size_t c = 0; c < s->n_checkpoints; c++)
-    register_checkpoint(d, s->job_id, s->attempt, spec->checkpoint->keep, &ck_step,
-                        s->checkpoints[c]);
+    register_checkpoint(d, s->job_id, s->attempt, spec->checkpoint, &ck_step, s->checkpoints[c]);
   colo__v1__job_spec__free_unpacked(spec, NULL);
 }
 

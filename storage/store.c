@@ -2,6 +2,7 @@
  * once (the STMTS table below) and reset after use. */
 #include "store.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -155,6 +156,10 @@ static const char *const MIGRATIONS[] = {
     /* 14: a cordon to come (a maintenance window): when, and whether its jobs are stopped then */
     "ALTER TABLE hosts ADD COLUMN cordon_at_ms INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE hosts ADD COLUMN cordon_evict INTEGER NOT NULL DEFAULT 0;",
+
+    /* 15: the validation loss measured at a checkpoint's step (NULL: none was), for
+     * checkpoint.keep_best */
+    "ALTER TABLE checkpoints ADD COLUMN val_loss REAL;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -262,14 +267,17 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                   "progress_samples WHERE job_id = ?1 ORDER BY attempt, step")                     \
   XX(CKPT_INSERT,                                                                                  \
      "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, "   \
-     "created_ms, request) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)")                               \
+     "created_ms, request, val_loss) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")                 \
   XX(CKPT_PRUNE, "DELETE FROM checkpoints WHERE job_id = ?1 AND request = 0 AND step NOT IN "      \
                  "(SELECT step FROM checkpoints WHERE job_id = ?1 AND request = 0 "                \
-                 "ORDER BY step DESC LIMIT ?2)")                                                   \
+                 "ORDER BY step DESC LIMIT ?2) AND (?3 = 0 OR step IS NOT "                        \
+                 "(SELECT step FROM checkpoints WHERE job_id = ?1 AND request = 0 AND "            \
+                 "val_loss IS NOT NULL ORDER BY val_loss, step DESC LIMIT 1))")                    \
   XX(JOB_PROGRESS, "UPDATE jobs SET progress = ?2 WHERE id = ?1")                                  \
   XX(CKPT_DROP_AFTER, "DELETE FROM checkpoints WHERE job_id = ?1 AND step > ?2")                   \
-  XX(CKPT_LIST, "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms, request " \
-                "FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")                           \
+  XX(CKPT_LIST,                                                                                    \
+     "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms, request, "           \
+     "val_loss FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")                             \
   XX(USAGE, "SELECT a.job_id, a.attempt, j.owner, j.name, j.spec, a.started_ms, "                  \
             "coalesce(a.ended_ms, 0), (SELECT count(*) FROM ranks r WHERE r.job_id = a.job_id "    \
             "AND r.attempt = a.attempt) FROM job_attempts a INDEXED BY job_attempts_ended "        \
@@ -1271,15 +1279,20 @@ int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck) {
   sqlite3_bind_int64(s, 6, (sqlite3_int64)ck->bytes);
   sqlite3_bind_int64(s, 7, ck->created_ms);
   sqlite3_bind_int64(s, 8, ck->request);
+  if (ck->has_val_loss && isfinite(ck->val_loss))
+    sqlite3_bind_double(s, 9, ck->val_loss);
+  else
+    sqlite3_bind_null(s, 9);
   return step_done(st, s, "add checkpoint");
 }
 
-int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep) {
+int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep, int keep_best) {
   if (keep == 0)
     return 0;
   sqlite3_stmt *s = stmt(st, S_CKPT_PRUNE);
   sqlite3_bind_int64(s, 1, (sqlite3_int64)job_id);
   sqlite3_bind_int64(s, 2, keep);
+  sqlite3_bind_int(s, 3, keep_best != 0);
   return step_done(st, s, "prune checkpoints");
 }
 
@@ -1563,6 +1576,8 @@ int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_che
     ck.bytes = (uint64_t)sqlite3_column_int64(s, 5);
     ck.created_ms = sqlite3_column_int64(s, 6);
     ck.request = (uint32_t)sqlite3_column_int64(s, 7);
+    ck.has_val_loss = sqlite3_column_type(s, 8) != SQLITE_NULL;
+    ck.val_loss = ck.has_val_loss ? (float)sqlite3_column_double(s, 8) : 0;
     if (cb(&ck, data))
       break;
   }

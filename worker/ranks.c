@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -620,6 +621,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
       const cJSON *req = cJSON_GetObjectItem(j, "request"); /* written as CheckpointJob asked */
       c->has_request = cJSON_IsNumber(req) && cJSON_GetNumberValue(req) >= 1;
       c->request = c->has_request ? (uint32_t)cJSON_GetNumberValue(req) : 0;
+      const cJSON *vl = cJSON_GetObjectItem(j, "val_loss"); /* evaluated at its step */
+      c->has_val_loss = cJSON_IsNumber(vl) && isfinite(cJSON_GetNumberValue(vl));
+      c->val_loss = c->has_val_loss ? (float)cJSON_GetNumberValue(vl) : 0;
     }
   }
   cJSON_Delete(j);

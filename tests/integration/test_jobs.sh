@@ -164,6 +164,46 @@ PY
 expect_contains "$(cat "$TMP/history.txt")" "VAL LOSS"
 expect_contains "$(head -1 "$TMP/history.txt")" "loss "
 
+# ---- checkpoint.keep_best: a one-rank job whose rate warms up to 1.0 over its 60 steps, which
+# first trains and then wrecks it. Every checkpoint is evaluated; colod keeps the rows the engine
+# keeps the directories of: the newest and the lowest validation loss's, with that loss ----
+cat >"$TMP/best.yaml" <<EOF
+name: best
+model: {n_layer: 2, n_head: 2, n_embd: 64, block_size: 32, vocab_size: 256}
+data: {train_path: ts/train.bin, val_path: ts/val.bin}
+train: {steps: 60, batch_size: 4, eval_interval: 0, eval_batches: 4}
+optimizer: {lr: 1, warmup_steps: 60, schedule: constant}
+checkpoint: {interval: 10, keep: 1, keep_best: true}
+resources: {device: cpu}
+EOF
+B=$("$COLOCTL" submit "$TMP/best.yaml")
+wait_until 60 "job $B success" is_state "$B" succeeded
+"$COLOCTL" checkpoints "$B" --json >"$TMP/best.json"
+"$COLOCTL" history "$B" --json >"$TMP/best-history.json"
+"$COLOCTL" checkpoints "$B" >"$TMP/best.txt"
+cat >"$TMP/best.py" <<'PY'
+import json, os, re, struct, sys
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+rows = {int(c["step"]): c for c in json.load(open(sys.argv[1]))["checkpoints"]}
+vals = {int(x["step"]): x["val_loss"] for x in json.load(open(sys.argv[2]))["samples"]
+        if "val_loss" in x}
+assert sorted(vals) == [10, 20, 30, 40, 50, 60], vals
+best = min(sorted(vals, reverse=True), key=lambda s: vals[s])
+assert best != 60, ("the newest is the best: this does not show keep_best", vals)
+disk = sorted(int(d[5:]) for d in os.listdir(sys.argv[4]) if d.startswith("step_"))
+assert sorted(rows) == disk == sorted({best, 60}), (sorted(rows), disk, best)
+for s, c in rows.items():
+    m = json.load(open(os.path.join(sys.argv[4], "step_%08d" % s, "manifest.json")))
+    assert f32(c["val_loss"]) == f32(m["val_loss"]), (c, m["val_loss"])
+    assert abs(c["val_loss"] - vals[s]) < 1e-6, (c, vals[s])
+table = {int(l.split()[0]): l for l in open(sys.argv[3]).read().splitlines()[1:]}
+assert re.search(r"\s%.4f \(lowest\)\s" % vals[best], table[best]), table
+print("figure: keep_best: steps %s kept of 6 checkpoints (colod's rows and the disk), the best "
+      "%d at %.4f, the newest %.4f" % (disk, best, vals[best], vals[60]))
+PY
+python3 "$TMP/best.py" "$TMP/best.json" "$TMP/best-history.json" "$TMP/best.txt" "$TMP/ckpt/job-$B" ||
+  fail "keep_best job $B: $(cat "$TMP/best.txt"); history: $(head -c 600 "$TMP/best-history.json")"
+
 # ---- (a) kill -9 of a rank ----
 J=$(submit)
 POLL_MAX=0.1 wait_until 60 "a checkpoint at step 300 of job $J" ckpt_on_disk "$J" 300

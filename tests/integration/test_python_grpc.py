@@ -576,7 +576,7 @@ class ColodTest(WithColod):
         running[0].evals.add(attempt=1, step=2, val_loss=4.0, time_ms=1)
         running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2)
         running[0].checkpoints.add(job_id=job.id, attempt=1, step=5, path="/ck/step_00000005",
-                                   manifest_sha256=sha, bytes=123)
+                                   manifest_sha256=sha, bytes=123, val_loss=3.75)
         running[0].log_offset = 0
         running[0].log = b"step 7/10 | loss 3.5\n"
         self.assertEqual(len([d for d in beat(running).desired if d.job_id == job.id]), 2)
@@ -587,8 +587,8 @@ class ColodTest(WithColod):
                          [("web", 4.0), ("code/val.bin", 3.0)])
         self.assertEqual(j.newest_checkpoint.step, 5)
         cks = self.api.ListCheckpoints(pb.ListCheckpointsRequest(job_id=job.id), timeout=5)
-        self.assertEqual([(c.step, c.manifest_sha256, c.bytes) for c in cks.checkpoints],
-                         [(5, sha, 123)])
+        self.assertEqual([(c.step, c.manifest_sha256, c.bytes, c.val_loss) for c in cks.checkpoints],
+                         [(5, sha, 123, 3.75)])  # the loss measured there, as stored
         logs = b"".join(c.data for c in self.api.ReadLogs(pb.ReadLogsRequest(job_id=job.id, rank=0),
                                                           timeout=5))
         self.assertEqual(logs, b"step 7/10 | loss 3.5\n")

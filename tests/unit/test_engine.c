@@ -1337,7 +1337,8 @@ TEST(checkpoint_pieces_round_trip) {
                            .tp = 1,
                            .pp = 1,
                            .world = 2,
-                           .zero = 1};
+                           .zero = 1,
+                           .val_loss = NAN};
   ASSERT_EQ_INT(colo_ckpt_begin(root, 5, err, sizeof err), 0);
   t1.fail_at = 0; /* a failed read: the file is not left half-written */
   ASSERT_EQ_INT(colo_ckpt_write_shard(root, 5, m, NULL, NULL, NULL, &p1, 1, err, sizeof err),
@@ -1391,6 +1392,77 @@ TEST(checkpoint_pieces_round_trip) {
         FAIL_AT("%s[%zu]: loaded though not asked for", tab[i].name, e);
     }
   ASSERT(ps.puts > 0);
+  char rm[1400];
+  snprintf(rm, sizeof rm, "rm -rf %s", root);
+  ASSERT_EQ_INT(system(rm), 0);
+}
+
+/* Pruning keeps the `keep` newest, those asked for, and with keep_best the checkpoint whose
+ * manifest records the lowest validation loss, the newest of equals; one without a loss is never
+ * the best. The loss goes through the manifest and back. */
+static void write_ck(const char *root, colo_gpt_t *m, uint64_t step, float val, int asked) {
+  char err[512], path[1200];
+  colo_ckpt_meta_t meta = {.step = step,
+                           .seed = 1,
+                           .adam_t = (int)step,
+                           .loss_scale = 1.0f,
+                           .model = *colo_gpt_config(m),
+                           .dp = 1,
+                           .tp = 1,
+                           .pp = 1,
+                           .world = 1,
+                           .asked = asked,
+                           .val_loss = val};
+  ASSERT_EQ_INT(colo_ckpt_begin(root, step, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_ckpt_write_shard(root, step, m, NULL, NULL, NULL, NULL, 0, err, sizeof err),
+                0);
+  ASSERT_EQ_INT(colo_ckpt_commit(root, &meta, path, sizeof path, err, sizeof err), 0);
+}
+
+static int ck_present(const char *root, uint64_t step) {
+  char dir[1200];
+  colo_ckpt_step_dir(root, step, dir, sizeof dir);
+  return access(dir, F_OK) == 0;
+}
+
+TEST(checkpoint_prune_keeps_the_best) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_config_t cfg = {64, 16, 2, 2, 16};
+  colo_gpt_t *m;
+  char err[512], root[] = "/tmp/colo-ck-XXXXXX";
+  ASSERT(mkdtemp(root) != NULL);
+  ASSERT_EQ_INT(colo_gpt_create(&cfg, 1, 0, be, pool, &m, err, sizeof err), 0);
+  models[n_models++] = m;
+  colo_gpt_init(m, 7);
+  /* steps 10..60: the loss falls to 2.25 at 30 (and again at 40), then rises; 50 was asked for
+   * and carries the lowest loss of all, which does not make it the best */
+  const float val[6] = {3.0f, 2.5f, 2.25f, 2.25f, 1.0f, 2.75f};
+  for (int i = 0; i < 6; i++)
+    write_ck(root, m, 10 * (uint64_t)(i + 1), val[i], i == 4);
+  write_ck(root, m, 70, NAN, 0); /* a stop's checkpoint, not evaluated */
+  colo_ckpt_meta_t meta;
+  char dir[1200];
+  colo_ckpt_step_dir(root, 40, dir, sizeof dir);
+  ASSERT_EQ_INT(colo_ckpt_read_meta(dir, &meta, err, sizeof err), 0);
+  ASSERT(meta.val_loss == 2.25f);
+  colo_ckpt_step_dir(root, 70, dir, sizeof dir);
+  ASSERT_EQ_INT(colo_ckpt_read_meta(dir, &meta, err, sizeof err), 0);
+  ASSERT(isnan(meta.val_loss));
+  /* keep 5: 70, 60, 40, 30, 20 and the asked 50, not counted */
+  int removed = -1;
+  ASSERT_EQ_INT(colo_ckpt_prune(root, 5, 1, &removed), 0);
+  ASSERT_EQ_INT(removed, 1);
+  ASSERT(!ck_present(root, 10) && ck_present(root, 20));
+  ASSERT_EQ_INT(colo_ckpt_prune(root, 2, 1, &removed), 0);
+  ASSERT_EQ_INT(removed, 2); /* 20 and 30: 40 is the newest of the two at 2.25 */
+  ASSERT(!ck_present(root, 20) && !ck_present(root, 30));
+  ASSERT(ck_present(root, 40) && ck_present(root, 50) && ck_present(root, 60) &&
+         ck_present(root, 70));
+  ASSERT_EQ_INT(colo_ckpt_prune(root, 2, 0, &removed), 0);
+  ASSERT_EQ_INT(removed, 1); /* without keep_best 40 goes */
+  ASSERT(!ck_present(root, 40) && ck_present(root, 50) && ck_present(root, 60) &&
+         ck_present(root, 70));
   char rm[1400];
   snprintf(rm, sizeof rm, "rm -rf %s", root);
   ASSERT_EQ_INT(system(rm), 0);

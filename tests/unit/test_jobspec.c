@@ -102,6 +102,13 @@ static const struct {
     {BASE "train: {steps: 0}\n", "train.steps=0 must be at least 1"},
     {"name: t\ndata: {train_path: a}\n",
      "train.eval_interval=100 needs data.val_path or data.val_sources (0 disables evaluation)"},
+    {"name: t\ndata: {train_path: a}\ntrain: {eval_interval: 0}\ncheckpoint: {keep_best: true}\n",
+     "checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint is the "
+     "one with the lowest validation loss"},
+    {BASE "train: {eval_interval: 0, eval_batches: 0}\nparallel: {pp: 2}\n"
+          "checkpoint: {keep_best: true}\n",
+     "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: a pipeline "
+     "evaluates whole batches"},
     {"name: t\ndata: {train_path: a, val_path: v, val_sources: [{path: w}]}\n",
      "data.val_path and data.val_sources do not go together: name every validation set in "
      "data.val_sources"},

@@ -710,11 +710,11 @@ TEST(checkpoints_newest_first) {
   ASSERT_EQ_INT(steps[1], 300);
   ASSERT_EQ_INT(steps[3], 100);
   /* keep 2: the oldest row goes; keep 0 keeps everything */
-  ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 0), 0);
+  ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 0, 0), 0);
   memset(steps, 0, sizeof steps);
   ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
   ASSERT_EQ_INT(steps[0], 3);
-  ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2), 0);
+  ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2, 0), 0);
   memset(steps, 0, sizeof steps);
   ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
   ASSERT_EQ_INT(steps[0], 2);
@@ -731,7 +731,7 @@ TEST(checkpoints_newest_first) {
     snprintf(ck.path, sizeof ck.path, "1/step_%08llu", (unsigned long long)s);
     snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%064d", 0);
     ASSERT_EQ_INT(colo_store_checkpoint_add(st, &ck), 0);
-    ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2), 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2, 0), 0);
   }
   memset(steps, 0, sizeof steps);
   ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
@@ -739,6 +739,58 @@ TEST(checkpoints_newest_first) {
   ASSERT_EQ_INT(steps[1], 500);
   ASSERT_EQ_INT(steps[2], 400);
   ASSERT_EQ_INT(steps[3], 250);
+  colo_store_close(st);
+}
+
+typedef struct {
+  int n, has[10];
+  float val[10];
+} ck_vals_t;
+
+static int ck_val_cb(const colo_checkpoint_t *ck, void *data) {
+  ck_vals_t *v = data;
+  v->has[v->n] = ck->has_val_loss;
+  v->val[v->n++] = ck->val_loss;
+  return v->n == 10;
+}
+
+/* keep_best: besides the `keep` newest, the row with the lowest validation loss stays (the
+ * newest of equals; rows without a loss and those asked for are not candidates), and the loss
+ * reads back as written; without keep_best it goes like any other. */
+TEST(checkpoints_keep_the_best) {
+  colo_store_t *st = open_fresh();
+  uint64_t id = submit(st, "j");
+  const float val[6] = {3.0f, 2.5f, 2.25f, 2.25f, 1.0f, 2.75f}; /* step 500 asked for */
+  for (int i = 0; i < 7; i++) {
+    colo_checkpoint_t ck = {.job_id = id,
+                            .step = 100 * (uint64_t)(i + 1),
+                            .attempt = 1,
+                            .created_ms = 1,
+                            .request = i == 4,
+                            .has_val_loss = i < 6, /* 700: a stop's, not evaluated */
+                            .val_loss = i < 6 ? val[i] : 0};
+    snprintf(ck.path, sizeof ck.path, "1/step_%08llu", (unsigned long long)ck.step);
+    snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%064d", 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_add(st, &ck), 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2, 1), 0);
+  }
+  uint64_t steps[10] = {0};
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
+  ASSERT_EQ_INT(steps[0], 4); /* 700, 600, the asked 500, and 400 the best */
+  ASSERT_EQ_INT(steps[1], 700);
+  ASSERT_EQ_INT(steps[2], 600);
+  ASSERT_EQ_INT(steps[3], 500);
+  ASSERT_EQ_INT(steps[4], 400);
+  ck_vals_t got = {0};
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_val_cb, &got), 0);
+  ASSERT_EQ_INT(got.n, 4);
+  ASSERT(!got.has[0] && got.has[1] && got.val[1] == 2.75f && got.val[3] == 2.25f);
+  /* without keep_best the best goes */
+  ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2, 0), 0);
+  memset(steps, 0, sizeof steps);
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
+  ASSERT_EQ_INT(steps[0], 3);
+  ASSERT_EQ_INT(steps[3], 500);
   colo_store_close(st);
 }
 

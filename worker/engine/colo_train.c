@@ -295,6 +295,8 @@ static void train_usage(void) {
       "  --comm-timeout MS     deadline of every collective (default 60000)\n"
       "  --eval-interval N --eval-batches N --ckpt-interval N --recompute\n"
       "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
+      "  --ckpt-keep-best true|false  also keep the one with the lowest validation loss,\n"
+      "                        evaluating at each checkpoint (needs --val-data)\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
       "  --memory-limit MIB    capacity of the memory pool\n"
       "  --placement device|static|auto  where a GPU run's chunks live: all on the GPU; the\n"
@@ -400,6 +402,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"loss-scale-window", "train: {loss_scale_window: %s}"},
       {"ckpt-interval", "checkpoint: {interval: %s}"},
       {"ckpt-keep", "checkpoint: {keep: %s}"},
+      {"ckpt-keep-best", "checkpoint: {keep_best: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
       {"data-order", "data: {order: %s}"},
@@ -838,6 +841,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.eval_batches = (int)spec->train->eval_batches;
   cfg.ckpt_interval = (int)spec->checkpoint->interval;
   cfg.ckpt_keep = (int)spec->checkpoint->keep;
+  cfg.ckpt_keep_best = spec->checkpoint->keep_best;
   cfg.recompute = spec->train->recompute;
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -137,6 +138,8 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
                             ? (int)lg->valuedouble
                             : 0;
     t.asked = cJSON_IsTrue(cJSON_GetObjectItem(root, "asked")); /* absent: an interval's */
+    cJSON *vl = cJSON_GetObjectItem(root, "val_loss");          /* absent: not evaluated there */
+    t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
   }
   if (bad) {
     cJSON_Delete(root);
@@ -393,6 +396,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   cJSON_AddNumberToObject(m, "loss_scale_good_steps", meta->loss_scale_good);
   if (meta->asked)
     cJSON_AddTrueToObject(m, "asked");
+  if (isfinite(meta->val_loss))
+    cJSON_AddNumberToObject(m, "val_loss", meta->val_loss);
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;
   int writers = meta->zero > 0 ? meta->dp : 1;
@@ -970,7 +975,7 @@ static int cmp_desc(const void *a, const void *b) {
   return x > y ? -1 : x < y;
 }
 
-int colo_ckpt_prune(const char *root, int keep, int *removed) {
+int colo_ckpt_prune(const char *root, int keep, int keep_best, int *removed) {
   *removed = 0;
   if (keep <= 0)
     return 0;
@@ -979,26 +984,39 @@ int colo_ckpt_prune(const char *root, int keep, int *removed) {
   if (list_steps(root, steps, 4096, &n) < 0)
     return COLO_ENOENT;
   qsort(steps, n, sizeof steps[0], cmp_desc);
+  /* what each manifest says: 0 none (or unreadable), 1 kept by rule, 2 a candidate to remove */
+  unsigned char fate[4096];
   int complete = 0;
+  size_t best = n;
+  float best_loss = INFINITY;
   for (size_t i = 0; i < n; i++) {
     char dir[1200], err[256];
     colo_ckpt_step_dir(root, steps[i], dir, sizeof dir);
-    if (complete < keep) {
-      colo_ckpt_meta_t meta;
-      cJSON *files, *rootj;
-      if (parse_manifest(dir, &meta, &files, &rootj, err, sizeof err) == 0) {
-        cJSON_Delete(rootj);
-        complete += !meta.asked;
-      }
-      continue;
-    }
     colo_ckpt_meta_t meta;
     cJSON *files, *rootj;
-    if (parse_manifest(dir, &meta, &files, &rootj, err, sizeof err) == 0) {
-      cJSON_Delete(rootj);
-      if (meta.asked) /* asked for: kept */
-        continue;
+    fate[i] = 2;
+    if (parse_manifest(dir, &meta, &files, &rootj, err, sizeof err) != 0) {
+      if (complete < keep) /* newer than the oldest kept: being written, or left to resume */
+        fate[i] = 1;
+      continue;
     }
+    cJSON_Delete(rootj);
+    if (meta.asked || complete < keep) /* asked for, or among the newest: kept */
+      fate[i] = 1;
+    complete += !meta.asked;
+    /* the lowest loss; the newest of equals, which has trained the longest */
+    if (keep_best && !meta.asked && isfinite(meta.val_loss) && meta.val_loss < best_loss) {
+      best_loss = meta.val_loss;
+      best = i;
+    }
+  }
+  if (best < n)
+    fate[best] = 1;
+  for (size_t i = 0; i < n; i++) {
+    if (fate[i] != 2)
+      continue;
+    char dir[1200];
+    colo_ckpt_step_dir(root, steps[i], dir, sizeof dir);
     remove_dir(dir);
     struct stat sb;
     if (stat(dir, &sb) != 0)

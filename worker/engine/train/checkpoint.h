@@ -27,9 +27,10 @@ typedef struct {
   int loss_scale_good; /* clean steps since the scale last changed */
   colo_gpt_config_t model;
   int dp, tp, pp, world;
-  int zero;  /* the ZeRO stage it was saved under: > 0, a file per data-parallel rank */
-  int asked; /* written because it was asked for (SIGUSR1, CheckpointJob): kept by
-              * colo_ckpt_prune, which counts and removes only the others */
+  int zero;       /* the ZeRO stage it was saved under: > 0, a file per data-parallel rank */
+  int asked;      /* written because it was asked for (SIGUSR1, CheckpointJob): kept by
+                   * colo_ckpt_prune, which counts and removes only the others */
+  float val_loss; /* the validation loss measured at its step; NaN: none was */
 } colo_ckpt_meta_t;
 
 /* Ranges of the model's flat layout that a file holds, for colo_ckpt_write_tensors (a ZeRO
@@ -126,8 +127,10 @@ int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *ski
                           size_t skipped_len);
 
 /* Keeps the `keep` newest checkpoints under root that have a manifest (and anything newer than
- * the oldest of them) and removes the older ones; *removed says how many. keep <= 0 keeps all. */
-int colo_ckpt_prune(const char *root, int keep, int *removed);
+ * the oldest of them), those written as asked, and with keep_best the one whose manifest records
+ * the lowest validation loss (the newest of equals); removes the others. *removed says how many.
+ * keep <= 0 keeps all. */
+int colo_ckpt_prune(const char *root, int keep, int keep_best, int *removed);
 
 /* Removes the checkpoints under root newer than `step`: after a resume from `step` they belong
  * to a line of training that will not continue (or did not verify). Returns how many, named in

@@ -314,7 +314,8 @@ static const char *json_str(char *out, size_t len, const char *s) {
 /* A complete checkpoint in the progress stream: its directory, the manifest's sha256 and the
  * bytes of all its files, so that the worker can report it to colod as it is; with the number
  * of the CheckpointJob request it answers (0: none). */
-static void report_checkpoint(FILE *progress, int step, const char *dir, long request) {
+static void report_checkpoint(FILE *progress, int step, const char *dir, long request,
+                              float val_loss) {
   if (!progress)
     return;
   char path[1200], js[2500], hex[65] = "";
@@ -334,9 +335,12 @@ static void report_checkpoint(FILE *progress, int step, const char *dir, long re
     closedir(dd);
   fprintf(progress,
           "{\"event\":\"checkpoint\",\"step\":%d,\"path\":\"%s\",\"manifest_sha256\":\"%s\","
-          "\"bytes\":%llu,\"time_ms\":%lld,\"request\":%ld}\n",
+          "\"bytes\":%llu,\"time_ms\":%lld,\"request\":%ld",
           step, json_str(js, sizeof js, dir), hex, (unsigned long long)total, (long long)wall_ms(),
           request > 0 ? request : 0L);
+  if (isfinite(val_loss))
+    fprintf(progress, ",\"val_loss\":%.9g", (double)val_loss); /* the float exactly */
+  fputs("}\n", progress);
   fflush(progress);
 }
 
@@ -624,13 +628,15 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
 
 /* A checkpoint, written by the ranks together: its shard writers (colo_ckpt_begin's comment)
  * write their files, with nothing gathered, then rank 0 commits it. No rank holds more than a
- * chunk of it in memory beyond what it trains with. */
+ * chunk of it in memory beyond what it trains with. val: the validation loss at `step` (NaN:
+ * not evaluated there). */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step, int asked,
-                const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
+                float val, const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
                 colo_zero_t *zero, colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be,
                 int lead, FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
   meta->step = (uint64_t)step;
   meta->asked = asked;
+  meta->val_loss = val;
   meta->loss_scale = scaler->scale;
   meta->loss_scale_good = scaler->good_steps;
   meta->adam_t = opt->t;
@@ -654,13 +660,13 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
     colo_ckpt_abandon(cfg->ckpt_dir, meta->step);
   int removed = 0;
   if (lead && rc == 0 && cfg->ckpt_keep > 0)
-    colo_ckpt_prune(cfg->ckpt_dir, cfg->ckpt_keep, &removed);
+    colo_ckpt_prune(cfg->ckpt_dir, cfg->ckpt_keep, cfg->ckpt_keep_best, &removed);
   /* nobody goes on (or stops) before the checkpoint is on disk */
   rc = agree(world, rc, "committing the checkpoint", err, errlen);
   /* asked: the newest request so far, read now that it is written, answers it and those before */
   if (rc == 0)
     report_checkpoint(progress, step, path,
-                      asked && cfg->save_requested ? (long)*cfg->save_requested : 0);
+                      asked && cfg->save_requested ? (long)*cfg->save_requested : 0, val);
   return rc;
 }
 
@@ -754,6 +760,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
   float last_loss = NAN, last_val = NAN;
+  int val_step = -1;    /* the step last_val was measured at */
   int auto_pending = 0; /* memory.placement=auto, in its warm-up step */
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
@@ -808,7 +815,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
   }
-  if (cfg->eval_interval > 0) {
+  /* keep_best evaluates at each checkpoint written on schedule, with or without an interval */
+  int keep_best = cfg->ckpt_dir && cfg->ckpt_keep_best;
+  if (cfg->eval_interval > 0 || keep_best) {
     CHECK_GOTO(val_sets_open(&val, cfg, T, err, errlen), rc, out);
   }
   CHECK_GOTO(make_world(cfg, be, me, world, &comm, err, errlen), rc, out);
@@ -1089,11 +1098,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_ECANCELED;
       goto out;
     }
-    if (cfg->eval_interval > 0 && step % cfg->eval_interval == 0)
+    int save_due =
+        cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0;
+    if ((cfg->eval_interval > 0 && step % cfg->eval_interval == 0) || (save_due && keep_best)) {
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
-    if (cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0) {
-      CHECK_GOTO(save(cfg, &meta, step, 0, &scaler, model, &opt, &zero, comm, dp_idx, me, be, lead,
-                      progress, ckpt_path, sizeof ckpt_path, err, errlen),
+      val_step = step;
+    }
+    if (save_due) {
+      CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
+                      &zero, comm, dp_idx, me, be, lead, progress, ckpt_path, sizeof ckpt_path, err,
+                      errlen),
                  rc, out);
       saved_at = step;
     }
@@ -1111,8 +1125,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (asked & ASKED_SAVE) {
       if (cfg->ckpt_dir && step > start && saved_at != step) {
-        CHECK_GOTO(save(cfg, &meta, step, 1, &scaler, model, &opt, &zero, comm, dp_idx, me, be,
-                        lead, progress, ckpt_path, sizeof ckpt_path, err, errlen),
+        CHECK_GOTO(save(cfg, &meta, step, 1, val_step == step ? last_val : NAN, &scaler, model,
+                        &opt, &zero, comm, dp_idx, me, be, lead, progress, ckpt_path,
+                        sizeof ckpt_path, err, errlen),
                    rc, out);
         saved_at = step;
         if (!quiet && lead)
@@ -1287,13 +1302,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       fflush(progress);
     }
   }
-  if (step == cfg->steps && cfg->eval_interval > 0)
+  if (step == cfg->steps && (cfg->eval_interval > 0 || keep_best)) {
     last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
+    val_step = step;
+  }
   /* the last checkpoint: at the end, or where the run was told to stop (unless the interval's
    * was just saved there) */
   if (cfg->ckpt_dir && step > start && step != saved_at) {
-    CHECK_GOTO(save(cfg, &meta, step, 0, &scaler, model, &opt, &zero, comm, dp_idx, me, be, lead,
-                    progress, ckpt_path, sizeof ckpt_path, err, errlen),
+    CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
+                    &zero, comm, dp_idx, me, be, lead, progress, ckpt_path, sizeof ckpt_path, err,
+                    errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);

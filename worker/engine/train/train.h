@@ -19,7 +19,9 @@ typedef struct {
   int batch_size, grad_accum, steps;
   int eval_interval, eval_batches;
   int ckpt_interval;
-  int ckpt_keep; /* newest complete checkpoints kept in ckpt_dir; 0: all */
+  int ckpt_keep;      /* newest complete checkpoints kept in ckpt_dir; 0: all */
+  int ckpt_keep_best; /* also keep the one with the lowest validation loss, evaluating at each
+                       * checkpoint written on schedule (a validation set is needed) */
   int recompute;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
