@@ -464,6 +464,13 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (s->train->init_from && s->train->init_from[0] && s->train->has_init_from_job &&
       s->train->init_from_job)
     return bad(err, errlen, "train.init_from and train.init_from_job are exclusive: set one");
+  if (s->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_UNSPECIFIED)
+    return bad(err, errlen, "train.init_pick must be newest or best");
+  if (s->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST &&
+      !(s->train->has_init_from_job && s->train->init_from_job))
+    return bad(err, errlen,
+               "train.init_pick=best needs train.init_from_job: it picks among that job's "
+               "checkpoints");
   if (s->account && s->account[0] && !colo_jobspec_name_ok(s->account))
     return bad(err, errlen,
                "account \"%.80s\" must be 1 to %d letters, digits, '-', '_' and '.', or empty",

@@ -286,6 +286,24 @@ assert f32(m["val_loss"]) == f32(cks[best]), (m["val_loss"], cks[best])
 print("keep_best: kept steps %s, the best %d at %.4f (the newest %.4f)" %
       (kept, best, evals[best], evals[60]))
 PY
+# train.init_pick=best: a next stage starts from that checkpoint (as the worker runs it for
+# train.init_from_job), so its evaluation before a first step is the best's loss
+for pick in best newest; do
+  printf 'name: next\ntrain: {init_from_job: 1, init_pick: %s}\n' "$pick" >"$TMP/next.yaml"
+  expect_rc 0 "$CT" train --job "$TMP/next.yaml" "${MODEL[@]}" --steps 1 --eval-interval 1 \
+    --init-from-checkpoints "$TMP/best" --progress "$TMP/next-$pick.jsonl"
+done
+python3 - "$TMP/best.jsonl" "$TMP/next-best.jsonl" "$TMP/next-newest.jsonl" <<'PY' || fail "init_pick"
+import json, sys
+ev = lambda f: {r["step"]: r["val_loss"] for r in map(json.loads, open(f)) if r["event"] == "eval"}
+run, best, newest = ev(sys.argv[1]), ev(sys.argv[2])[0], ev(sys.argv[3])[0]
+b = min(sorted(run, reverse=True), key=lambda s: run[s])
+assert abs(best - run[b]) < 1e-6 and abs(newest - run[60]) < 1e-6, (best, newest, run)
+print("init_pick: best starts at %.4f (step %d's), newest at %.4f (step 60's)" % (best, b, newest))
+PY
+printf 'name: next\ntrain: {init_from_job: 1, init_pick: best}\n' >"$TMP/next.yaml"
+expect_rc 78 "$CT" train --job "$TMP/next.yaml" "${MODEL[@]}" --steps 1 --init-from-checkpoints "$TMP/sig-one"
+expect_eq "$ERR" "colo-train train: no complete checkpoint under $TMP/sig-one that records a validation loss (train.init_pick=best; the job's checkpoint.keep_best evaluates each) to take the initial weights from"
 expect_rc 78 "$CT" train "${best[@]}" --val-data "" --ckpt-dir "$TMP/best2"
 expect_eq "$ERR" "colo-train train: checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint is the one with the lowest validation loss"
 

@@ -203,6 +203,23 @@ print("figure: keep_best: steps %s kept of 6 checkpoints (colod's rows and the d
 PY
 python3 "$TMP/best.py" "$TMP/best.json" "$TMP/best-history.json" "$TMP/best.txt" "$TMP/ckpt/job-$B" ||
   fail "keep_best job $B: $(cat "$TMP/best.txt"); history: $(head -c 600 "$TMP/best-history.json")"
+# a next stage from its best checkpoint (train.init_pick: best): its evaluation before a first
+# step is the best's loss
+sed -e 's/^name: best/name: after-best/' -e '/^checkpoint:/d' -e '/^optimizer:/d' \
+  -e "s/^train: .*/train: {steps: 1, batch_size: 4, eval_interval: 1, eval_batches: 4, init_from_job: $B, init_pick: best}/" \
+  "$TMP/best.yaml" >"$TMP/next.yaml"
+N=$("$COLOCTL" submit "$TMP/next.yaml")
+wait_until 60 "job $N success" is_state "$N" succeeded
+"$COLOCTL" history "$N" --json >"$TMP/next-history.json"
+python3 - "$TMP/best-history.json" "$TMP/next-history.json" <<'PY' || fail "init_pick: best, job $N: $("$COLOCTL" logs "$N" | head -5)"
+import json, sys
+ev = lambda f: {int(x["step"]): x["val_loss"] for x in json.load(open(f))["samples"] if "val_loss" in x}
+run, nxt = ev(sys.argv[1]), ev(sys.argv[2])
+b = min(sorted(run, reverse=True), key=lambda s: run[s])
+assert abs(nxt[0] - run[b]) < 1e-6, (nxt, run)
+print("figure: init_pick best: the next stage starts at %.4f, step %d's of the job before" % (nxt[0], b))
+PY
+expect_contains "$("$COLOCTL" logs "$N")" "initial weights from $TMP/ckpt/job-$B/step_"
 
 # ---- (a) kill -9 of a rank ----
 J=$(submit)

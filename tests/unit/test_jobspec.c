@@ -105,6 +105,8 @@ static const struct {
     {"name: t\ndata: {train_path: a}\ntrain: {eval_interval: 0}\ncheckpoint: {keep_best: true}\n",
      "checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint is the "
      "one with the lowest validation loss"},
+    {BASE "train: {init_pick: best}\n",
+     "train.init_pick=best needs train.init_from_job: it picks among that job's checkpoints"},
     {BASE "train: {eval_interval: 0, eval_batches: 0}\nparallel: {pp: 2}\n"
           "checkpoint: {keep_best: true}\n",
      "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: a pipeline "

@@ -756,7 +756,8 @@ static int cmd_train(int argc, char **argv) {
     return COLO_EXIT_CONFIG; /* the job as written */
   }
   /* another job's checkpoints (train.init_from_job, which the worker resolves to a directory):
-   * its newest complete one gives the initial weights */
+   * its newest complete one gives the initial weights, or under train.init_pick=best the one
+   * with the lowest validation loss */
   char init_ckpt[2100] = "";
   if (init_ckpts) {
     char skipped[1024] = "";
@@ -766,12 +767,17 @@ static int cmd_train(int argc, char **argv) {
       colo__v1__job_spec__free_unpacked(spec, NULL);
       return COLO_EXIT_CONFIG;
     }
-    if (colo_ckpt_find_latest(init_ckpts, init_ckpt, sizeof init_ckpt, skipped, sizeof skipped) <
-        0) {
+    int best = spec->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST;
+    if ((best ? colo_ckpt_find_best : colo_ckpt_find_latest)(
+            init_ckpts, init_ckpt, sizeof init_ckpt, skipped, sizeof skipped) < 0) {
       fprintf(stderr,
-              "colo-train train: no complete checkpoint under %s to take the initial weights "
+              "colo-train train: no complete checkpoint under %s%s to take the initial weights "
               "from%s%s%s\n",
-              init_ckpts, skipped[0] ? " (unusable: " : "", skipped, skipped[0] ? ")" : "");
+              init_ckpts,
+              best ? " that records a validation loss (train.init_pick=best; the job's "
+                     "checkpoint.keep_best evaluates each)"
+                   : "",
+              skipped[0] ? " (unusable: " : "", skipped, skipped[0] ? ")" : "");
       colo__v1__job_spec__free_unpacked(spec, NULL);
       return COLO_EXIT_CONFIG;
     }

@@ -933,25 +933,39 @@ static int list_steps(const char *root, unsigned long long *steps, size_t cap, s
   return 0;
 }
 
-int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
-                          size_t skipped_len) {
+/* The checkpoint under root that verifies, tried in order: the newest first, or with `best` the
+ * lowest validation loss its manifest records first (the newest of equals; those without one are
+ * not tried). */
+static int find_verified(const char *root, int best, char *out, size_t out_len, char *skipped,
+                         size_t skipped_len) {
+  static const unsigned long long TRIED = (unsigned long long)-1;
   unsigned long long steps[4096];
+  float val[4096];
   size_t n;
   if (list_steps(root, steps, 4096, &n) < 0)
     return COLO_ENOENT;
   if (skipped && skipped_len)
     skipped[0] = '\0';
-  /* newest first */
+  for (size_t i = 0; best && i < n; i++) {
+    char dir[1200], err[256];
+    colo_ckpt_meta_t meta;
+    colo_ckpt_step_dir(root, steps[i], dir, sizeof dir);
+    val[i] = colo_ckpt_read_meta(dir, &meta, err, sizeof err) == 0 ? meta.val_loss : NAN;
+    if (!isfinite(val[i]))
+      steps[i] = TRIED;
+  }
   for (;;) {
-    size_t best = n;
+    size_t k = n;
     for (size_t i = 0; i < n; i++)
-      if (steps[i] != (unsigned long long)-1 && (best == n || steps[i] > steps[best]))
-        best = i;
-    if (best == n)
+      if (steps[i] != TRIED &&
+          (k == n || (best ? val[i] < val[k] || (val[i] == val[k] && steps[i] > steps[k])
+                           : steps[i] > steps[k])))
+        k = i;
+    if (k == n)
       return COLO_ENOENT;
     char dir[1200], err[512];
-    colo_ckpt_step_dir(root, steps[best], dir, sizeof dir);
-    steps[best] = (unsigned long long)-1;
+    colo_ckpt_step_dir(root, steps[k], dir, sizeof dir);
+    steps[k] = TRIED;
     cJSON *files, *rootj;
     colo_ckpt_meta_t meta;
     int rc = parse_manifest(dir, &meta, &files, &rootj, err, sizeof err);
@@ -964,10 +978,20 @@ int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *ski
       return 0;
     }
     if (skipped && skipped_len) {
-      size_t k = strlen(skipped);
-      snprintf(skipped + k, skipped_len - k, "%s%s", k ? "; " : "", err);
+      size_t m = strlen(skipped);
+      snprintf(skipped + m, skipped_len - m, "%s%s", m ? "; " : "", err);
     }
   }
+}
+
+int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
+                          size_t skipped_len) {
+  return find_verified(root, 0, out, out_len, skipped, skipped_len);
+}
+
+int colo_ckpt_find_best(const char *root, char *out, size_t out_len, char *skipped,
+                        size_t skipped_len) {
+  return find_verified(root, 1, out, out_len, skipped, skipped_len);
 }
 
 static int cmp_desc(const void *a, const void *b) {

@@ -125,6 +125,11 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
  * in `skipped` (may be NULL). COLO_ENOENT when there is none. */
 int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
                           size_t skipped_len);
+/* The checkpoint under root with the lowest validation loss its manifest records (the newest of
+ * equals) that verifies, as colo_ckpt_find_latest; COLO_ENOENT when none records one or none of
+ * those verifies. */
+int colo_ckpt_find_best(const char *root, char *out, size_t out_len, char *skipped,
+                        size_t skipped_len);
 
 /* Keeps the `keep` newest checkpoints under root that have a manifest (and anything newer than
  * the oldest of them), those written as asked, and with keep_best the one whose manifest records
