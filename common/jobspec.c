@@ -424,6 +424,14 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                ck->dir);
   if (ck->keep < 1)
     return bad(err, errlen, "checkpoint.keep=%u must be at least 1", ck->keep);
+  if (t->early_stop_patience > 0 && !(t->eval_interval > 0 || (ck->keep_best && ck->interval > 0)))
+    return bad(err, errlen,
+               "train.early_stop_patience=%u needs evaluations: train.eval_interval > 0, or "
+               "checkpoint.keep_best with a checkpoint.interval",
+               t->early_stop_patience);
+  if (!(t->early_stop_min_delta >= 0.0f && isfinite(t->early_stop_min_delta)))
+    return bad(err, errlen, "train.early_stop_min_delta=%g must be a number, at least 0",
+               (double)t->early_stop_min_delta);
   if (ck->keep_best && (!s->data->val_path || !s->data->val_path[0]) && s->data->n_val_sources == 0)
     return bad(err, errlen,
                "checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint "

@@ -486,8 +486,12 @@ static void check_attempt(colod_t *d, colod_job_live_t *j) {
   } else if (stopped[0]) {
     end_attempt(d, j, stopped, END_STOPPED);
   } else if (done == j->world) {
-    char msg[128];
-    snprintf(msg, sizeof msg, "all %u ranks exited 0", j->world);
+    char msg[384]; /* and why rank 0 ended before its last step (an early stop), if it did */
+    if (j->world == 1)
+      snprintf(msg, sizeof msg, "its rank exited 0%s%s", j->why[0][0] ? ": " : "", j->why[0]);
+    else
+      snprintf(msg, sizeof msg, "all %u ranks exited 0%s%s", j->world, j->why[0][0] ? ": " : "",
+               j->why[0]);
     transition(d, j, COLO_JOB_SUCCEEDED, msg);
   }
 }

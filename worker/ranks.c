@@ -594,6 +594,12 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     e->step = (uint64_t)step;
     e->val_loss = p->val_loss;
     e->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
+  } else if (ev && !strcmp(ev, "early_stop")) { /* why it ends before its last step */
+    const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(j, "message"));
+    size_t k = 0;
+    for (; why && why[k] && k + 1 < sizeof r->message; k++)
+      r->message[k] = (unsigned char)why[k] < 0x20 ? ' ' : why[k];
+    r->message[k] = '\0';
   } else if (ev && !strcmp(ev, "resumed") && step >= 0) {
     r->has_resumed = 1;
     r->resumed_step = (uint64_t)step;

@@ -307,6 +307,54 @@ expect_eq "$ERR" "colo-train train: no complete checkpoint under $TMP/sig-one th
 expect_rc 78 "$CT" train "${best[@]}" --val-data "" --ckpt-dir "$TMP/best2"
 expect_eq "$ERR" "colo-train train: checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint is the one with the lowest validation loss"
 
+# train.early_stop_patience: the same wrecking rate over 200 steps, evaluated every 10; the run
+# ends (exit 0, with a checkpoint) at the third evaluation in a row without a new lowest. Stopped
+# at step 50 and resumed, it ends at the same step with the same weights (the count is in the
+# manifest); on two ranks every rank ends at one step (they agree).
+early=("${MODEL[@]}" --steps 200 --eval-interval 10 --warmup 200 --lr 1 --schedule constant
+  --ckpt-interval 10 --early-stop 3)
+expect_rc 0 "$CT" train "${early[@]}" --ckpt-dir "$TMP/es" --progress "$TMP/es.jsonl"
+expect_rc 0 "$CT" train "${early[@]}" --ckpt-dir "$TMP/es2" --progress "$TMP/es2a.jsonl" --stop-at 50
+expect_rc 0 "$CT" train "${early[@]}" --ckpt-dir "$TMP/es2" --progress "$TMP/es2b.jsonl" --resume auto
+expect_rc 0 "$CT" train "${early[@]}" --nproc 2 --dp 2 --threads 1 --ckpt-dir "$TMP/es3" \
+  --progress "$TMP/es3.jsonl"
+python3 - "$TMP/es.jsonl" "$TMP/es2b.jsonl" "$TMP/es3.jsonl" <<'PY' || fail "early stop"
+import json, sys
+def run(f):
+    recs = list(map(json.loads, open(f)))
+    evals = [(r["step"], r["val_loss"]) for r in recs if r["event"] == "eval"]
+    stop = [r for r in recs if r["event"] == "early_stop"]
+    last = max(r["step"] for r in recs if r["event"] == "step")
+    return evals, stop, last
+evals, stop, last = run(sys.argv[1])
+assert len(stop) == 1, stop
+s = stop[0]
+# the rule, from the evaluations: the lowest so far, and the count since it
+best, best_step, since = float("inf"), -1, 0
+for step, v in evals:
+    if v < best:
+        best, best_step, since = v, step, 0
+    else:
+        since += 1
+    if since == 3:
+        break
+assert (s["step"], s["best_step"]) == (step, best_step) and abs(s["best_val_loss"] - best) < 1e-6, (s, evals)
+assert last == s["step"] and s["step"] < 200, (last, s)
+assert s["message"] == ("stopped early at step %d of 200: the validation loss has not fallen "
+                        "below %.4f (step %d) in 3 evaluations" % (s["step"], best, best_step)), s
+_, stop2, last2 = run(sys.argv[2])
+assert [(x["step"], x["best_step"], x["best_val_loss"]) for x in stop2] == [(s["step"], s["best_step"], s["best_val_loss"])], (stop2, s)
+_, stop3, last3 = run(sys.argv[3])
+assert len(stop3) == 1 and last3 == stop3[0]["step"] < 200, (stop3, last3)
+print("early stop: at step %d, the lowest %.4f at step %d; resumed from step 50: the same; "
+      "two ranks: step %d" % (s["step"], best, best_step, stop3[0]["step"]))
+PY
+S=$(python3 -c 'import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "early_stop"][0]["step"])' "$TMP/es.jsonl")
+cmp "$TMP/es/step_$(printf %08d "$S")/rank_00000.safetensors" "$TMP/es2/step_$(printf %08d "$S")/rank_00000.safetensors" ||
+  fail "early stop: the resumed run's weights differ at step $S"
+expect_rc 78 "$CT" train "${MODEL[@]}" --eval-interval 0 --early-stop 3
+expect_eq "$ERR" "colo-train train: train.early_stop_patience=3 needs evaluations: train.eval_interval > 0, or checkpoint.keep_best with a checkpoint.interval"
+
 LOUD=()
 for a in "${BLEND[@]}"; do [ "$a" = --quiet ] || LOUD+=("$a"); done
 expect_rc 0 "$CT" train "${LOUD[@]}" --steps 1 --eval-interval 0

@@ -220,6 +220,21 @@ assert abs(nxt[0] - run[b]) < 1e-6, (nxt, run)
 print("figure: init_pick best: the next stage starts at %.4f, step %d's of the job before" % (nxt[0], b))
 PY
 expect_contains "$("$COLOCTL" logs "$N")" "initial weights from $TMP/ckpt/job-$B/step_"
+# early stopping: the same wrecking rate over 200 steps, evaluated every 10, patience 3; the job
+# SUCCEEDS before its last step, and its status says why
+sed -e 's/^name: best/name: early/' -e '/^checkpoint:/d' -e '/^optimizer:/d' \
+  -e "s/^train: .*/train: {steps: 200, batch_size: 4, eval_interval: 10, eval_batches: 4, early_stop_patience: 3}/" \
+  "$TMP/best.yaml" >"$TMP/early.yaml"
+echo "optimizer: {lr: 1, warmup_steps: 200, schedule: constant}" >>"$TMP/early.yaml"
+E=$("$COLOCTL" submit "$TMP/early.yaml")
+wait_until 60 "job $E success" is_state "$E" succeeded
+MSG=$(jf "$E" 'j["message"]')
+echo "$MSG" | grep -qE "^its rank exited 0: stopped early at step [0-9]+ of 200: the validation loss has not fallen below [0-9.]+ \(step [0-9]+\) in 3 evaluations$" ||
+  fail "early stop job $E: $MSG"
+ESTEP=$(jf "$E" 'j["progress"]["step"]')
+[ "$ESTEP" -lt 200 ] && [ "$(jf "$E" 'j["newest_checkpoint"]["step"]')" = "$ESTEP" ] ||
+  fail "early stop job $E: at step $ESTEP, newest checkpoint $(jf "$E" 'j.get("newest_checkpoint")')"
+echo "figure: early stop: job $E SUCCEEDED at step $ESTEP of 200: $MSG"
 
 # ---- (a) kill -9 of a rank ----
 J=$(submit)

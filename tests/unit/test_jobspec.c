@@ -105,6 +105,11 @@ static const struct {
     {"name: t\ndata: {train_path: a}\ntrain: {eval_interval: 0}\ncheckpoint: {keep_best: true}\n",
      "checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint is the "
      "one with the lowest validation loss"},
+    {BASE "train: {eval_interval: 0, early_stop_patience: 2}\ncheckpoint: {keep_best: true}\n",
+     "train.early_stop_patience=2 needs evaluations: train.eval_interval > 0, or "
+     "checkpoint.keep_best with a checkpoint.interval"},
+    {BASE "train: {early_stop_patience: 2, early_stop_min_delta: -0.5}\n",
+     "train.early_stop_min_delta=-0.5 must be a number, at least 0"},
     {BASE "train: {init_pick: best}\n",
      "train.init_pick=best needs train.init_from_job: it picks among that job's checkpoints"},
     {BASE "train: {eval_interval: 0, eval_batches: 0}\nparallel: {pp: 2}\n"

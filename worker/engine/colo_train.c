@@ -297,6 +297,8 @@ static void train_usage(void) {
       "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
       "  --ckpt-keep-best true|false  also keep the one with the lowest validation loss,\n"
       "                        evaluating at each checkpoint (needs --val-data)\n"
+      "  --early-stop N        end the run when N evaluations in a row find no new lowest\n"
+      "                        validation loss (--early-stop-min-delta D: lower by more than D)\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
       "  --memory-limit MIB    capacity of the memory pool\n"
       "  --placement device|static|auto  where a GPU run's chunks live: all on the GPU; the\n"
@@ -403,6 +405,8 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"ckpt-interval", "checkpoint: {interval: %s}"},
       {"ckpt-keep", "checkpoint: {keep: %s}"},
       {"ckpt-keep-best", "checkpoint: {keep_best: %s}"},
+      {"early-stop", "train: {early_stop_patience: %s}"},
+      {"early-stop-min-delta", "train: {early_stop_min_delta: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
       {"data-order", "data: {order: %s}"},
@@ -848,6 +852,8 @@ static int cmd_train(int argc, char **argv) {
   cfg.ckpt_interval = (int)spec->checkpoint->interval;
   cfg.ckpt_keep = (int)spec->checkpoint->keep;
   cfg.ckpt_keep_best = spec->checkpoint->keep_best;
+  cfg.early_stop = (int)spec->train->early_stop_patience;
+  cfg.early_stop_delta = spec->train->early_stop_min_delta;
   cfg.recompute = spec->train->recompute;
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;

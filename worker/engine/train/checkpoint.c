@@ -140,6 +140,17 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     t.asked = cJSON_IsTrue(cJSON_GetObjectItem(root, "asked")); /* absent: an interval's */
     cJSON *vl = cJSON_GetObjectItem(root, "val_loss");          /* absent: not evaluated there */
     t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
+    cJSON *es = cJSON_GetObjectItem(root, "early_stop"); /* absent: none kept */
+    cJSON *eb = cJSON_GetObjectItem(es, "best"), *ebs = cJSON_GetObjectItem(es, "best_step"),
+          *esn = cJSON_GetObjectItem(es, "since");
+    if (cJSON_IsNumber(eb) && isfinite(eb->valuedouble) && cJSON_IsNumber(ebs) &&
+        ebs->valuedouble >= 0 && ebs->valuedouble < 2e9 && cJSON_IsNumber(esn) &&
+        esn->valuedouble >= 0 && esn->valuedouble < 2e9) {
+      t.es_kept = 1;
+      t.es_best = (float)eb->valuedouble;
+      t.es_best_step = (int)ebs->valuedouble;
+      t.es_since = (int)esn->valuedouble;
+    }
   }
   if (bad) {
     cJSON_Delete(root);
@@ -398,6 +409,12 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
     cJSON_AddTrueToObject(m, "asked");
   if (isfinite(meta->val_loss))
     cJSON_AddNumberToObject(m, "val_loss", meta->val_loss);
+  if (meta->es_kept && isfinite(meta->es_best)) {
+    cJSON *es = cJSON_AddObjectToObject(m, "early_stop");
+    cJSON_AddNumberToObject(es, "best", meta->es_best);
+    cJSON_AddNumberToObject(es, "best_step", meta->es_best_step);
+    cJSON_AddNumberToObject(es, "since", meta->es_since);
+  }
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;
   int writers = meta->zero > 0 ? meta->dp : 1;

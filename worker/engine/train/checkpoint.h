@@ -31,6 +31,11 @@ typedef struct {
   int asked;      /* written because it was asked for (SIGUSR1, CheckpointJob): kept by
                    * colo_ckpt_prune, which counts and removes only the others */
   float val_loss; /* the validation loss measured at its step; NaN: none was */
+  /* early stopping (train.early_stop_patience), when es_kept: the lowest validation loss so far,
+   * its step, and the evaluations since it */
+  int es_kept;
+  float es_best;
+  int es_best_step, es_since;
 } colo_ckpt_meta_t;
 
 /* Ranges of the model's flat layout that a file holds, for colo_ckpt_write_tensors (a ZeRO

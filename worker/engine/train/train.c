@@ -732,6 +732,30 @@ static int make_world(const colo_train_config_t *cfg, const colo_backend_t *be, 
  * set when any rank was asked. -1 when the collective failed. One rank reads its own flags; more
  * add theirs in an all-reduce of two floats over the world, a step. */
 enum { ASKED_STOP = 1, ASKED_SAVE = 2 };
+/* Early stopping's count (train.early_stop_patience), kept in the checkpoints' manifests */
+typedef struct {
+  float best; /* the lowest validation loss so far; INFINITY: none */
+  int best_step, since;
+} early_t;
+
+/* Counts the evaluation of `step` (loss v) and says whether the run ends here: when `patience`
+ * evaluations in a row have not fallen more than `delta` below the lowest. Every rank agrees
+ * (any rank's yes is the world's), so that all stop at the same step. -1: the world failed. */
+static int early_stop_here(early_t *es, const colo_train_config_t *cfg, float v, int step,
+                           colo_comm_t *world_comm, int world) {
+  if (v < es->best - cfg->early_stop_delta) { /* NaN never is */
+    es->best = v;
+    es->best_step = step;
+    es->since = 0;
+  } else {
+    es->since++;
+  }
+  float stop = es->since >= cfg->early_stop ? 1.0f : 0.0f;
+  if (world > 1 && world_comm->ops->allreduce_sum(world_comm, &stop, 1) < 0)
+    return -1;
+  return stop > 0.0f;
+}
+
 static int asked_agreed(const colo_train_config_t *cfg, colo_comm_t *world_comm, int world,
                         sig_atomic_t seen_save) {
   if (!cfg->stop_requested && !cfg->save_requested)
@@ -929,6 +953,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
 
   int start = 0;
+  early_t es = {INFINITY, -1, 0};
   char ckpt_path[1200] = "";
   colo_loss_scaler_t scaler;
   colo_loss_scaler_init(&scaler, cfg->loss_scale_init, cfg->loss_scale_window);
@@ -992,6 +1017,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         goto out;
       }
       start = (int)meta.step;
+      if (meta.es_kept)
+        es = (early_t){meta.es_best, meta.es_best_step, meta.es_since};
       snprintf(ckpt_path, sizeof ckpt_path, "%s", dir);
       if (!cfg->quiet && lead)
         printf("resumed from %s at step %d\n", dir, start);
@@ -1085,8 +1112,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .dp = dp,
                            .tp = tp,
                            .pp = pp,
-                           .world = world};
-  int step = start, saved_at = -1, stopped = 0;
+                           .world = world,
+                           .es_kept = cfg->early_stop > 0 && isfinite(es.best),
+                           .es_best = es.best,
+                           .es_best_step = es.best_step,
+                           .es_since = es.since};
+  int step = start, saved_at = -1, stopped = 0, early = 0;
   sig_atomic_t seen_save = cfg->save_requested ? *cfg->save_requested : 0;
   for (; step < cfg->steps; step++) {
     /* a rank started by colo-workerd ends with it: a new worker ends leftovers too, but a rank
@@ -1103,6 +1134,20 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if ((cfg->eval_interval > 0 && step % cfg->eval_interval == 0) || (save_due && keep_best)) {
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
       val_step = step;
+      /* a resumed run's evaluation at its first step was counted before its checkpoint */
+      if (cfg->early_stop > 0 && !(step == start && start > 0)) {
+        early = early_stop_here(&es, cfg, last_val, step, comm, world);
+        if (early < 0) {
+          snprintf(err, errlen, "rank %d: agreeing on an early stop: %s", me,
+                   colo_comm_error(comm));
+          rc = COLO_EIO;
+          goto out;
+        }
+      }
+      meta.es_kept = cfg->early_stop > 0 && isfinite(es.best);
+      meta.es_best = es.best;
+      meta.es_best_step = es.best_step;
+      meta.es_since = es.since;
     }
     if (save_due) {
       CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
@@ -1111,7 +1156,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                  rc, out);
       saved_at = step;
     }
-    if (cfg->stop_at > 0 && step == cfg->stop_at)
+    if (early || (cfg->stop_at > 0 && step == cfg->stop_at))
       break;
     int asked = asked_agreed(cfg, comm, world, seen_save);
     if (asked < 0) {
@@ -1315,6 +1360,22 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
+  }
+  if (early) {
+    char why[256];
+    snprintf(why, sizeof why,
+             "stopped early at step %d of %d: the validation loss has not fallen below %.4f "
+             "(step %d) in %d evaluations",
+             step, cfg->steps, (double)es.best, es.best_step, es.since);
+    if (!quiet && lead)
+      printf("%s\n", why);
+    if (progress) {
+      fprintf(progress,
+              "{\"event\":\"early_stop\",\"step\":%d,\"best_val_loss\":%.9g,\"best_step\":%d,"
+              "\"message\":\"%s\",\"time_ms\":%lld}\n",
+              step, (double)es.best, es.best_step, why, (long long)wall_ms());
+      fflush(progress);
+    }
   }
   if (stopped) {
     if (progress) {

@@ -19,9 +19,12 @@ typedef struct {
   int batch_size, grad_accum, steps;
   int eval_interval, eval_batches;
   int ckpt_interval;
-  int ckpt_keep;      /* newest complete checkpoints kept in ckpt_dir; 0: all */
-  int ckpt_keep_best; /* also keep the one with the lowest validation loss, evaluating at each
-                       * checkpoint written on schedule (a validation set is needed) */
+  int ckpt_keep;          /* newest complete checkpoints kept in ckpt_dir; 0: all */
+  int early_stop;         /* evaluations without a new lowest validation loss that end the run; 0:
+                           * never */
+  float early_stop_delta; /* how far below the lowest a loss must fall to count as one */
+  int ckpt_keep_best;     /* also keep the one with the lowest validation loss, evaluating at each
+                           * checkpoint written on schedule (a validation set is needed) */
   int recompute;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
