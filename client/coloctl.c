@@ -2305,25 +2305,50 @@ static int cmd_history(ctl_t *c, int argc, char **argv) {
     size_t want = (size_t)rows < m ? (size_t)rows : m;
     for (size_t j = 0; j < want; j++) /* the j-th of want: point round(j·(m-1)/(want-1)) */
       pick[want > 1 ? (j * (m - 1) * 2 + (want - 1)) / ((want - 1) * 2) : 0] = 1;
-    static const char *const H[] = {"ATTEMPT", "STEP", "LOSS", "VAL LOSS", "LR", "TOK/S", NULL};
+    /* with several validation sets (data.val_sources), a column for each of the first 8 */
+    enum { MAX_SETS = 8 };
+    const char *sets[MAX_SETS], *H[6 + MAX_SETS + 1] = {"ATTEMPT", "STEP", "LOSS", "VAL LOSS"};
+    size_t ns = 0, nh = 4;
+    for (size_t i = 0; i < n; i++)
+      for (size_t s = 0; s < resp->samples[i]->n_val_sets; s++) {
+        const char *name = resp->samples[i]->val_sets[s]->name;
+        size_t q = 0;
+        while (q < ns && strcmp(sets[q], name ? name : ""))
+          q++;
+        if (q == ns && ns < MAX_SETS)
+          sets[ns++] = name ? name : "";
+      }
+    for (size_t s = 0; s < ns; s++)
+      H[nh++] = sets[s];
+    H[nh++] = "LR";
+    H[nh++] = "TOK/S";
+    H[nh] = NULL;
     table_t *t = table_new(H);
+    char cells[6 + MAX_SETS][24];
+    const char *row[6 + MAX_SETS];
+    for (size_t c = 0; c < nh; c++)
+      row[c] = cells[c];
     for (size_t i = 0; i < n; i++) {
       const Colo__V1__ProgressSample *x = resp->samples[i];
       int show = x->has_val_loss || (x->has_loss && pick[k]);
       k += x->has_loss;
       if (!show)
         continue;
-      char att[16], step[24], loss[24] = "", val[24] = "", lr[24] = "", tok[24] = "";
-      snprintf(att, sizeof att, "%u", x->attempt);
-      snprintf(step, sizeof step, "%llu", (unsigned long long)x->step);
+      memset(cells, 0, sizeof cells);
+      snprintf(cells[0], sizeof cells[0], "%u", x->attempt);
+      snprintf(cells[1], sizeof cells[1], "%llu", (unsigned long long)x->step);
       if (x->has_loss) {
-        snprintf(loss, sizeof loss, "%.4f", (double)x->loss);
-        snprintf(lr, sizeof lr, "%.2e", (double)x->lr);
-        snprintf(tok, sizeof tok, "%.0f", (double)x->tokens_per_s);
+        snprintf(cells[2], sizeof cells[2], "%.4f", (double)x->loss);
+        snprintf(cells[nh - 2], sizeof cells[0], "%.2e", (double)x->lr);
+        snprintf(cells[nh - 1], sizeof cells[0], "%.0f", (double)x->tokens_per_s);
       }
       if (x->has_val_loss)
-        snprintf(val, sizeof val, "%.4f", (double)x->val_loss);
-      table_row(t, att, step, loss, val, lr, tok);
+        snprintf(cells[3], sizeof cells[3], "%.4f", (double)x->val_loss);
+      for (size_t v = 0; v < x->n_val_sets; v++)
+        for (size_t s = 0; s < ns; s++)
+          if (!strcmp(sets[s], x->val_sets[v]->name ? x->val_sets[v]->name : ""))
+            snprintf(cells[4 + s], sizeof cells[0], "%.4f", (double)x->val_sets[v]->loss);
+      table_row_cells(t, row);
     }
     table_print(t, stdout);
     table_free(t);

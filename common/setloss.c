@@ -12,10 +12,10 @@ struct colo_set_losses_s {
   char names[COLO_SET_LOSSES_MAX][COLO_SET_LOSS_NAME];
 };
 
-int colo_set_losses_put(colo_set_losses_t **store, Colo__V1__Progress *p, const char *const *names,
-                        const float *losses, size_t n) {
-  p->n_val_sets = 0;
-  p->val_sets = NULL;
+int colo_set_losses_put(colo_set_losses_t **store, Colo__V1__SetLoss ***sets, size_t *n_sets,
+                        const char *const *names, const float *losses, size_t n) {
+  *n_sets = 0;
+  *sets = NULL;
   if (n == 0)
     return 0;
   if (!*store && !(*store = calloc(1, sizeof **store)))
@@ -31,8 +31,8 @@ int colo_set_losses_put(colo_set_losses_t **store, Colo__V1__Progress *p, const 
     s->sets[i].loss = losses[i];
     s->ptrs[i] = &s->sets[i];
   }
-  p->val_sets = s->ptrs;
-  p->n_val_sets = n;
+  *sets = s->ptrs;
+  *n_sets = n;
   return 0;
 }
 

@@ -15,11 +15,11 @@
 
 typedef struct colo_set_losses_s colo_set_losses_t;
 
-/* Points p->val_sets at *store's copy of the n sets (names cut to COLO_SET_LOSS_NAME - 1 bytes,
- * the first COLO_SET_LOSSES_MAX of them), allocating *store on first use. 0, or COLO_ENOMEM
- * (p then has none). */
-int colo_set_losses_put(colo_set_losses_t **store, Colo__V1__Progress *p, const char *const *names,
-                        const float *losses, size_t n);
+/* Points *sets (a record's val_sets, *n_sets its count: Progress's or ProgressSample's) at
+ * *store's copy of the n sets (names cut to COLO_SET_LOSS_NAME - 1 bytes, the first
+ * COLO_SET_LOSSES_MAX of them), allocating *store on first use. 0, or COLO_ENOMEM (none then). */
+int colo_set_losses_put(colo_set_losses_t **store, Colo__V1__SetLoss ***sets, size_t *n_sets,
+                        const char *const *names, const float *losses, size_t n);
 void colo_set_losses_free(colo_set_losses_t *store);
 
 #endif

@@ -1747,6 +1747,9 @@ static void h_checkpoints(colo_rpc_call_t *call, const ProtobufCMessage *m, void
 typedef struct {
   Colo__V1__ProgressSample *msgs, **ptrs;
   size_t n, cap;
+  /* the evaluations' per-set losses, unpacked from the store: msgs[k].val_sets point into them */
+  Colo__V1__ProgressSample **sets;
+  size_t n_sets, cap_sets;
 } sample_acc_t;
 
 static int sample_list_cb(const colo_progress_sample_t *p, void *data) {
@@ -1771,6 +1774,23 @@ static int sample_list_cb(const colo_progress_sample_t *p, void *data) {
   x->tokens_per_s = p->tokens_per_s;
   x->has_val_loss = p->has_val;
   x->val_loss = p->val_loss;
+  if (p->has_val && p->val_sets_len) {
+    if (a->n_sets == a->cap_sets) {
+      size_t cap = a->cap_sets ? a->cap_sets * 2 : 64;
+      Colo__V1__ProgressSample **n = realloc(a->sets, cap * sizeof *n);
+      if (!n)
+        return 1;
+      a->sets = n;
+      a->cap_sets = cap;
+    }
+    Colo__V1__ProgressSample *u =
+        colo__v1__progress_sample__unpack(NULL, p->val_sets_len, (const uint8_t *)p->val_sets);
+    if (u) { /* unreadable: the sample without them */
+      a->sets[a->n_sets++] = u;
+      x->n_val_sets = u->n_val_sets;
+      x->val_sets = u->val_sets;
+    }
+  }
   return 0;
 }
 
@@ -1792,6 +1812,9 @@ static void h_history(colo_rpc_call_t *call, const ProtobufCMessage *m, void *da
     r.samples = a.ptrs;
     colo_rpc_reply(call, &r.base);
   }
+  for (size_t i = 0; i < a.n_sets; i++)
+    colo__v1__progress_sample__free_unpacked(a.sets[i], NULL);
+  free(a.sets);
   free(a.msgs);
   free(a.ptrs);
 }

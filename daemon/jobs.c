@@ -52,7 +52,8 @@ struct colod_job_live_s {
   int64_t started_ms; /* the attempt's start (Unix ms), for resources.time_limit_s */
   /* reports */
   Colo__V1__Progress progress;
-  colo_set_losses_t *val_sets; /* progress.val_sets' storage (setloss.h) */
+  colo_set_losses_t *val_sets;  /* progress.val_sets' storage (setloss.h) */
+  colo_set_losses_t *eval_sets; /* a queued evaluation's, on its way to the store */
   int has_progress;
   /* the attempt's first progress record colod took (its step and time), for its speed */
   uint64_t first_step;
@@ -138,6 +139,7 @@ static void live_free(colod_t *d, colod_job_live_t *j) {
   if (j->spec)
     colo__v1__job_spec__free_unpacked(j->spec, NULL);
   colo_set_losses_free(j->val_sets);
+  colo_set_losses_free(j->eval_sets);
   free(j);
 }
 
@@ -1504,6 +1506,21 @@ static void curve_attempt(colod_job_live_t *j, uint32_t attempt) {
   }
 }
 
+/* Each validation set's loss, copied out of a worker's message into *store (at most
+ * COLO_SET_LOSSES_MAX, names cut): *out then points there. */
+static int copy_sets(colo_set_losses_t **store, Colo__V1__SetLoss *const *in, size_t n_in,
+                     Colo__V1__SetLoss ***out, size_t *n_out) {
+  const char *names[COLO_SET_LOSSES_MAX];
+  float losses[COLO_SET_LOSSES_MAX];
+  size_t n = 0;
+  for (size_t i = 0; i < n_in && n < COLO_SET_LOSSES_MAX; i++)
+    if (in[i] && in[i]->name) {
+      names[n] = in[i]->name;
+      losses[n++] = in[i]->loss;
+    }
+  return colo_set_losses_put(store, out, n_out, names, losses, n);
+}
+
 /* A point of the training curve into the store (a failure is logged: the curve is advisory). */
 static void add_sample(colod_t *d, colod_job_live_t *j, uint64_t step, const Colo__V1__Progress *p,
                        int train, int val) {
@@ -1517,9 +1534,22 @@ static void add_sample(colod_t *d, colod_job_live_t *j, uint64_t step, const Col
                                 .has_val = val,
                                 .val_loss = p->val_loss,
                                 .time_ms = p->has_time_ms ? p->time_ms : colod_now_ms()};
+  /* each validation set's loss, packed as a ProgressSample of them alone */
+  uint8_t *sets = NULL;
+  if (val && p->n_val_sets) {
+    Colo__V1__ProgressSample only = COLO__V1__PROGRESS_SAMPLE__INIT;
+    only.n_val_sets = p->n_val_sets;
+    only.val_sets = p->val_sets;
+    size_t len = colo__v1__progress_sample__get_packed_size(&only);
+    if ((sets = malloc(len ? len : 1))) {
+      smp.val_sets_len = colo__v1__progress_sample__pack(&only, sets);
+      smp.val_sets = sets;
+    }
+  }
   if (colo_store_sample_add(d->store, &smp) < 0)
     colo_log(COLO_LOG_WARN, "jobs", "job %llu: cannot keep a progress sample: %s",
              (unsigned long long)j->id, colo_store_errmsg(d->store));
+  free(sets);
 }
 
 /* Rank 0's newest record of the running attempt: kept in memory for GetJob and WatchJob, and
@@ -1560,16 +1590,7 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
     q.has_val_loss = q.has_val_step = 1;
     q.val_loss = p->val_loss;
     q.val_step = p->val_step;
-    /* each validation set's, copied out of the worker's message (at most 64, names cut) */
-    const char *names[COLO_SET_LOSSES_MAX];
-    float losses[COLO_SET_LOSSES_MAX];
-    size_t n = 0;
-    for (size_t i = 0; i < p->n_val_sets && n < COLO_SET_LOSSES_MAX; i++)
-      if (p->val_sets[i] && p->val_sets[i]->name) {
-        names[n] = p->val_sets[i]->name;
-        losses[n++] = p->val_sets[i]->loss;
-      }
-    if (colo_set_losses_put(&j->val_sets, &q, names, losses, n) < 0)
+    if (copy_sets(&j->val_sets, p->val_sets, p->n_val_sets, &q.val_sets, &q.n_val_sets) < 0)
       colo_log(COLO_LOG_WARN, "jobs", "job %llu: no memory for its validation sets' losses",
                (unsigned long long)j->id);
   }
@@ -1601,6 +1622,7 @@ static void take_eval(colod_t *d, colod_job_live_t *j, uint32_t attempt,
   p.val_loss = e->val_loss;
   p.has_time_ms = e->has_time_ms;
   p.time_ms = e->time_ms;
+  copy_sets(&j->eval_sets, e->val_sets, e->n_val_sets, &p.val_sets, &p.n_val_sets);
   add_sample(d, j, e->step, &p, 0, 1);
 }
 

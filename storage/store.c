@@ -160,6 +160,9 @@ static const char *const MIGRATIONS[] = {
     /* 15: the validation loss measured at a checkpoint's step (NULL: none was), for
      * checkpoint.keep_best */
     "ALTER TABLE checkpoints ADD COLUMN val_loss REAL;",
+
+    /* 16: the per-set validation losses of a curve's evaluations (data.val_sources) */
+    "ALTER TABLE progress_samples ADD COLUMN val_sets BLOB;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -259,12 +262,14 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                   "cordon_evict = ?5 WHERE id = ?1")                                               \
   XX(SAMPLE_INSERT,                                                                                \
      "INSERT INTO progress_samples (job_id, attempt, step, loss, lr, tokens_per_s, val_loss, "     \
-     "time_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT(job_id, attempt, step) DO "     \
+     "time_ms, val_sets) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) "                             \
+     "ON CONFLICT(job_id, attempt, step) DO "                                                      \
      "UPDATE SET loss = coalesce(excluded.loss, loss), lr = coalesce(excluded.lr, lr), "           \
      "tokens_per_s = coalesce(excluded.tokens_per_s, tokens_per_s), "                              \
-     "val_loss = coalesce(excluded.val_loss, val_loss)")                                           \
-  XX(SAMPLE_LIST, "SELECT attempt, step, loss, lr, tokens_per_s, val_loss, time_ms FROM "          \
-                  "progress_samples WHERE job_id = ?1 ORDER BY attempt, step")                     \
+     "val_loss = coalesce(excluded.val_loss, val_loss), "                                          \
+     "val_sets = coalesce(excluded.val_sets, val_sets)")                                           \
+  XX(SAMPLE_LIST, "SELECT attempt, step, loss, lr, tokens_per_s, val_loss, time_ms, val_sets "     \
+                  "FROM progress_samples WHERE job_id = ?1 ORDER BY attempt, step")                \
   XX(CKPT_INSERT,                                                                                  \
      "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, "   \
      "created_ms, request, val_loss) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")                 \
@@ -1659,6 +1664,10 @@ int colo_store_sample_add(colo_store_t *st, const colo_progress_sample_t *p) {
   else
     sqlite3_bind_null(s, 7);
   sqlite3_bind_int64(s, 8, p->time_ms);
+  if (p->has_val && p->val_sets && p->val_sets_len)
+    sqlite3_bind_blob(s, 9, p->val_sets, (int)p->val_sets_len, SQLITE_STATIC);
+  else
+    sqlite3_bind_null(s, 9);
   return step_done(st, s, "add a progress sample");
 }
 
@@ -1677,6 +1686,8 @@ int colo_store_sample_list(colo_store_t *st, uint64_t job_id, colo_store_sample_
     p.has_val = sqlite3_column_type(s, 5) != SQLITE_NULL;
     p.val_loss = (float)sqlite3_column_double(s, 5);
     p.time_ms = sqlite3_column_int64(s, 6);
+    p.val_sets = sqlite3_column_blob(s, 7);
+    p.val_sets_len = p.val_sets ? (size_t)sqlite3_column_bytes(s, 7) : 0;
     if (cb(&p, data))
       break;
   }

@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 15
+#define COLO_STORE_SCHEMA_VERSION 16
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -329,6 +329,10 @@ typedef struct {
   int has_loss, has_val;
   float loss, lr, tokens_per_s, val_loss;
   int64_t time_ms;
+  /* with has_val: each validation set's loss, as colod packs them (a colo.v1.ProgressSample of
+   * val_sets alone); NULL: none. Read back valid during the callback only. */
+  const void *val_sets;
+  size_t val_sets_len;
 } colo_progress_sample_t;
 
 /* Adds a point; one at the same (job, attempt, step) is merged (an evaluation joins the step's

@@ -53,6 +53,7 @@ struct colo_wrank_s {
   size_t n_ck, n_ck_sent;
   /* evaluations not yet delivered to colod, oldest first */
   Colo__V1__ProgressSample ev[EVAL_QUEUE], *ev_ptr[EVAL_QUEUE];
+  colo_set_losses_t *ev_sets[EVAL_QUEUE]; /* ev[k].val_sets' storage, which moves with it */
   size_t n_ev, n_ev_sent;
   /* log shipping: bytes of the current file sent, and of everything sent */
   uint64_t ship_off, shipped_total;
@@ -123,8 +124,22 @@ static void remove_attempt_dir(colo_ranks_t *rs, const char *dir) {
 
 static void read_progress(colo_wrank_t *r);
 
+/* Drops the k oldest queued evaluations; their storage goes round to the end for reuse. */
+static void ev_shift(colo_wrank_t *r, size_t k) {
+  colo_set_losses_t *spare[EVAL_QUEUE];
+  if (k == 0)
+    return;
+  memcpy(spare, r->ev_sets, k * sizeof spare[0]);
+  memmove(&r->ev[0], &r->ev[k], (r->n_ev - k) * sizeof r->ev[0]);
+  memmove(&r->ev_sets[0], &r->ev_sets[k], (EVAL_QUEUE - k) * sizeof r->ev_sets[0]);
+  memcpy(&r->ev_sets[EVAL_QUEUE - k], spare, k * sizeof spare[0]);
+  r->n_ev -= k;
+}
+
 static void free_rank(colo_wrank_t *r) {
   colo_set_losses_free(r->val_sets);
+  for (size_t k = 0; k < EVAL_QUEUE; k++)
+    colo_set_losses_free(r->ev_sets[k]);
   free(r->chunk);
   free(r->carry);
   free(r);
@@ -581,18 +596,18 @@ static void apply_record(colo_wrank_t *r, const char *line) {
         losses[n++] = (float)cJSON_GetNumberValue(it);
       }
     }
-    colo_set_losses_put(&r->val_sets, p, names, losses, n);
+    colo_set_losses_put(&r->val_sets, &p->val_sets, &p->n_val_sets, names, losses, n);
     r->has_progress = 1;
-    if (r->n_ev == EVAL_QUEUE) { /* colod away for long: the oldest unsent one is dropped */
-      memmove(&r->ev[0], &r->ev[1], (EVAL_QUEUE - 1) * sizeof r->ev[0]);
-      r->n_ev--;
-    }
-    Colo__V1__ProgressSample *e = &r->ev[r->n_ev++];
+    if (r->n_ev == EVAL_QUEUE) /* colod away for long: the oldest unsent one is dropped */
+      ev_shift(r, 1);
+    size_t k = r->n_ev++;
+    Colo__V1__ProgressSample *e = &r->ev[k];
     colo__v1__progress_sample__init(e);
     e->has_attempt = e->has_step = e->has_val_loss = e->has_time_ms = 1;
     e->attempt = r->attempt;
     e->step = (uint64_t)step;
     e->val_loss = p->val_loss;
+    colo_set_losses_put(&r->ev_sets[k], &e->val_sets, &e->n_val_sets, names, losses, n);
     e->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
   } else if (ev && !strcmp(ev, "early_stop")) { /* why it ends before its last step */
     const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(j, "message"));
@@ -847,9 +862,7 @@ void colo_ranks_status_done(colo_ranks_t *rs, int delivered) {
     memmove(&r->ck_sha[0], &r->ck_sha[sent], (r->n_ck - sent) * sizeof r->ck_sha[0]);
     memmove(&r->ck[0], &r->ck[sent], (r->n_ck - sent) * sizeof r->ck[0]);
     r->n_ck -= sent;
-    size_t evs = r->n_ev_sent < r->n_ev ? r->n_ev_sent : r->n_ev;
-    memmove(&r->ev[0], &r->ev[evs], (r->n_ev - evs) * sizeof r->ev[0]);
-    r->n_ev -= evs;
+    ev_shift(r, r->n_ev_sent < r->n_ev ? r->n_ev_sent : r->n_ev);
   }
   for (colo_wrank_t *r = rs->head; r; r = r->next)
     r->n_ck_sent = r->n_ev_sent = 0;

@@ -574,7 +574,9 @@ class ColodTest(WithColod):
         running[0].progress.val_sets.add(name="code/val.bin", loss=3.0)
         # two evaluations queued since the last beat: each is a point of the curve
         running[0].evals.add(attempt=1, step=2, val_loss=4.0, time_ms=1)
-        running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2)
+        ev = running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2)
+        ev.val_sets.add(name="web", loss=4.5)
+        ev.val_sets.add(name="code/val.bin", loss=3.25)
         running[0].checkpoints.add(job_id=job.id, attempt=1, step=5, path="/ck/step_00000005",
                                    manifest_sha256=sha, bytes=123, val_loss=3.75)
         running[0].log_offset = 0
@@ -609,6 +611,12 @@ class ColodTest(WithColod):
                          [(1, 2, False, True), (1, 4, False, True), (1, 5, False, True),
                           (1, 7, True, False)])
         self.assertAlmostEqual(h[1].val_loss, 3.9, places=6)  # a float
+        # each validation set's loss: the queued evaluation's, and the progress record's
+        self.assertEqual([(x.name, x.loss) for x in h[1].val_sets],
+                         [("web", 4.5), ("code/val.bin", 3.25)])
+        self.assertEqual([(x.name, x.loss) for x in h[2].val_sets],
+                         [("web", 4.0), ("code/val.bin", 3.0)])
+        self.assertEqual(len(h[0].val_sets), 0)
         self.assertAlmostEqual(h[2].val_loss, 3.75)
         self.assertAlmostEqual(h[3].loss, 3.5)
         with self.assertRaises(grpc.RpcError) as cm:

@@ -215,6 +215,22 @@ expect_contains "$OUT" "
              seen "
 expect_contains "$GLOG" "step     20 | val loss "
 expect_contains "$GLOG" " (held-out "
+# and in the training curve: each evaluation's per-set losses, as rank 0 printed them
+"$COLOCTL" history "$GJ" --json >"$TMP/ghist.json"
+"$COLOCTL" logs "$GJ" >"$TMP/glog.txt"
+python3 - "$TMP/ghist.json" "$TMP/glog.txt" <<'PY' || fail "per-set losses in job $GJ's history: $(cat "$TMP/ghist.json")"
+import json, re, sys
+evals = [s for s in json.load(open(sys.argv[1]))["samples"] if "val_loss" in s]
+printed = {int(m[0]): (float(m[1]), float(m[2])) for m in re.findall(
+    r"step +(\d+) \| val loss [0-9.]+ \(held-out ([0-9.]+), seen ([0-9.]+)\)", open(sys.argv[2]).read())}
+assert [int(s["step"]) for s in evals] == [0, 20] == sorted(printed), (evals, printed)
+for s in evals:
+    sets = {x["name"]: x["loss"] for x in s["val_sets"]}
+    assert list(sets) == ["held-out", "seen"], sets
+    assert all(abs(sets[k] - v) < 6e-5 for k, v in zip(("held-out", "seen"), printed[int(s["step"])])), (sets, printed)
+PY
+expect_rc 0 "$COLOCTL" history "$GJ"
+expect_contains "$(sed -n 2p <<<"$OUT")" "VAL LOSS  held-out  seen"
 [ -d "$TMP/gnvme/scratch/on-gpus" ] && [ -z "$(ls -A "$TMP/gnvme/scratch/on-gpus")" ] ||
   fail "the NVMe directory should exist and hold nothing once the ranks are gone"
 [ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||
