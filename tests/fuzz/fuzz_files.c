@@ -126,7 +126,8 @@ void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit) {
       "\"gpt2\",\"n_layer\":4,\"n_head\":4,\"n_embd\":256,\"block_size\":64,\"vocab_size\":256},"
       "\"mesh\":{\"dp\":2,\"tp\":1,\"pp\":1,\"world\":2,\"zero_stage\":3},\"data\":{\"seed\":1337,"
       "\"next_step\":6},\"optimizer\":{\"kind\":\"adamw\",\"t\":6},\"loss_scale\":1,"
-      "\"loss_scale_good_steps\":0,\"asked\":true,\"files\":[{\"name\":\"rank_00000.safetensors\","
+      "\"loss_scale_good_steps\":0,\"asked\":true,\"val_loss\":2.25,\"early_stop\":{\"best\":2.125,"
+      "\"best_step\":4,\"since\":1},\"files\":[{\"name\":\"rank_00000.safetensors\","
       "\"bytes\":38915072,\"sha256\":"
       "\"735ef6201819d6e6e74987062e2ff484249a1e472894046d72a00859280bd"
       "d6c\",\"pp\":0,\"tp\":0,\"dp\":0}]}";
