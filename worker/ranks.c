@@ -37,6 +37,7 @@ struct colo_wrank_s {
   int stopping;
   uint32_t ckpt_want, ckpt_sent; /* checkpoints colod asked of its attempt, and passed on */
   char message[256];
+  char early[200]; /* an early stop's reason (its progress record), the message of a clean exit */
   colo_rank_proc_t proc;
   char dir[PATH_CAP]; /* run_dir/job-J/attempt-A */
   char log_path[PATH_CAP], progress_path[PATH_CAP], pid_path[PATH_CAP];
@@ -208,6 +209,11 @@ static void on_rank_exit(colo_rank_proc_t *p, int64_t exit_status, int term_sign
   unlink(r->pid_path);
   if (exit_status != 0 && !term_signal && !r->message[0])
     exit_reason(r);
+  if (exit_status == 0 && !term_signal && r->progress_path[0]) {
+    read_progress(r); /* its last records: an early stop says why it ended before its last step */
+    if (r->early[0] && !r->message[0])
+      snprintf(r->message, sizeof r->message, "%s", r->early);
+  }
   if (term_signal)
     colo_log(COLO_LOG_INFO, "ranks", "job %llu attempt %u rank %u (pid %d) ended by signal %d%s",
              (unsigned long long)r->job_id, r->attempt, r->rank, p->pid, term_signal,
@@ -612,9 +618,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
   } else if (ev && !strcmp(ev, "early_stop")) { /* why it ends before its last step */
     const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(j, "message"));
     size_t k = 0;
-    for (; why && why[k] && k + 1 < sizeof r->message; k++)
-      r->message[k] = (unsigned char)why[k] < 0x20 ? ' ' : why[k];
-    r->message[k] = '\0';
+    for (; why && why[k] && k + 1 < sizeof r->early; k++)
+      r->early[k] = (unsigned char)why[k] < 0x20 ? ' ' : why[k];
+    r->early[k] = '\0';
   } else if (ev && !strcmp(ev, "resumed") && step >= 0) {
     r->has_resumed = 1;
     r->resumed_step = (uint64_t)step;

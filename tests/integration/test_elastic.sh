@@ -126,6 +126,47 @@ echo "figure: job $J: final loss $GOT, val loss $GOTVAL after dp 2 -> 4 -> 2; th
 python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * b or abs(c - d) > 1e-5 * d)" \
   "$GOT" "$REF" "$GOTVAL" "$REFVAL" || fail "job $J: final loss $GOT (val $GOTVAL), the reference's $REF ($REFVAL)"
 
+# ---- preemption: a job of priority 5 that needs two slots, while the elastic job holds all
+# four. The elastic job stops at a step with a checkpoint, goes on with dp=2 beside the new one,
+# and back to 4 once it has ended; its final loss is still the reference's ----
+start_worker w2 "$TMP/run2b"
+W2=$!
+wait_until 20 "w2 up again" host_up w2
+sed 's/^name: elastic/name: elastic-preempted/' "$TMP/job.yaml" >"$TMP/job2.yaml"
+expect_rc 0 "$COLOCTL" submit "$TMP/job2.yaml"
+E=$OUT
+running_dp4() { [ "$(jf "$1" '"%s %s" % (j["state"], j.get("running_dp", 0))')" = "running 4" ]; }
+wait_until 60 "job $E running with dp=4" running_dp4 "$E"
+POLL_MAX=0.1 wait_until 60 "a checkpoint of job $E" ckpt_on_disk "$E" 25
+# held, so that it is still training when the urgent job comes (as in integration_jobs (h))
+EP=$(for f in "$TMP"/run1/pids/* "$TMP"/run2b/pids/*; do
+  [ "$(cut -d. -f1 <"$f" 2>/dev/null)" = "$E" ] && basename "$f"; done)
+[ "$(echo "$EP" | wc -w)" = 4 ] || fail "job $E: expected 4 rank pids, found: $EP"
+kill -STOP $EP
+sed -e 's/^name: elastic/name: urgent/' -e 's/^parallel: .*/parallel: {dp: 2}/' \
+  -e 's/steps: [0-9]*/steps: 100000/' "$TMP/job.yaml" >"$TMP/urgent.yaml"
+echo "priority: 5" >>"$TMP/urgent.yaml"
+expect_rc 0 "$COLOCTL" submit "$TMP/urgent.yaml"
+U=$OUT
+preempting() { grep -q "job $E attempt [0-9]*: stopping its ranks (preempted by job $U, priority 5 over 0)" "$TMP/colod.log"; }
+wait_until 30 "colod to preempt job $E for job $U" preempting
+kill -CONT $EP
+# the urgent job runs (until cancelled below) beside the elastic one at dp=2
+both() { is_state "$U" running && running_dp2 "$E"; }
+wait_until 60 "job $U running and job $E at dp=2 beside it" both
+[ "$(jf "$E" 'j.get("restarts", 0)')" = 0 ] || fail "job $E: the preemption counted as a restart"
+echo "figure: job $U (priority 5, 2 slots) preempted job $E, which went on with dp=2 beside it (attempt $(jf "$E" 'j["attempt"]'))"
+expect_rc 0 "$COLOCTL" cancel "$U"
+wait_until 60 "job $E back to dp=4" running_dp4 "$E"
+wait_until 120 "job $E success" is_state "$E" succeeded
+GOT=$("$COLOCTL" logs "$E" | loss_at)
+GOTVAL=$("$COLOCTL" logs "$E" | val_at)
+echo "figure: job $E: final loss $GOT, val loss $GOTVAL after dp 4 -> 2 (preempted) -> 4; the reference $REF, $REFVAL; attempts $(jf "$E" 'j["attempt"]'), restarts $(jf "$E" 'j.get("restarts", 0)')"
+python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * b or abs(c - d) > 1e-5 * d)" \
+  "$GOT" "$REF" "$GOTVAL" "$REFVAL" || fail "job $E: final loss $GOT (val $GOTVAL), the reference's $REF ($REFVAL)"
+
+kill -TERM "$W2"
+wait "$W2" || fail "w2 did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"
 kill -TERM "$W1"
 wait "$W1" || fail "w1 did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"
 stop_colod

@@ -138,9 +138,10 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
                             ? (int)lg->valuedouble
                             : 0;
     t.asked = cJSON_IsTrue(cJSON_GetObjectItem(root, "asked")); /* absent: an interval's */
-    cJSON *vl = cJSON_GetObjectItem(root, "val_loss");          /* absent: not evaluated there */
+    /* the validation loss at its step, and early stopping's count: absent when there were none */
+    cJSON *vl = cJSON_GetObjectItem(root, "val_loss");
     t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
-    cJSON *es = cJSON_GetObjectItem(root, "early_stop"); /* absent: none kept */
+    cJSON *es = cJSON_GetObjectItem(root, "early_stop");
     cJSON *eb = cJSON_GetObjectItem(es, "best"), *ebs = cJSON_GetObjectItem(es, "best_step"),
           *esn = cJSON_GetObjectItem(es, "since");
     if (cJSON_IsNumber(eb) && isfinite(eb->valuedouble) && cJSON_IsNumber(ebs) &&
@@ -1025,7 +1026,7 @@ int colo_ckpt_prune(const char *root, int keep, int keep_best, int *removed) {
   if (list_steps(root, steps, 4096, &n) < 0)
     return COLO_ENOENT;
   qsort(steps, n, sizeof steps[0], cmp_desc);
-  /* what each manifest says: 0 none (or unreadable), 1 kept by rule, 2 a candidate to remove */
+  /* each one's fate: 1 kept, 2 removed */
   unsigned char fate[4096];
   int complete = 0;
   size_t best = n;

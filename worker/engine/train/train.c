@@ -727,11 +727,6 @@ static int make_world(const colo_train_config_t *cfg, const colo_backend_t *be, 
   return 0;
 }
 
-/* What the ranks were asked, agreed at this same step on every rank: bit 1 a stop
- * (cfg->stop_requested), bit 2 a checkpoint (cfg->save_requested, a count newer than *seen_save);
- * set when any rank was asked. -1 when the collective failed. One rank reads its own flags; more
- * add theirs in an all-reduce of two floats over the world, a step. */
-enum { ASKED_STOP = 1, ASKED_SAVE = 2 };
 /* Early stopping's count (train.early_stop_patience), kept in the checkpoints' manifests */
 typedef struct {
   float best; /* the lowest validation loss so far; INFINITY: none */
@@ -756,6 +751,11 @@ static int early_stop_here(early_t *es, const colo_train_config_t *cfg, float v,
   return stop > 0.0f;
 }
 
+/* What the ranks were asked, agreed at this same step on every rank: bit 1 a stop
+ * (cfg->stop_requested), bit 2 a checkpoint (cfg->save_requested, a count newer than *seen_save);
+ * set when any rank was asked. -1 when the collective failed. One rank reads its own flags; more
+ * add theirs in an all-reduce of two floats over the world, a step. */
+enum { ASKED_STOP = 1, ASKED_SAVE = 2 };
 static int asked_agreed(const colo_train_config_t *cfg, colo_comm_t *world_comm, int world,
                         sig_atomic_t seen_save) {
   if (!cfg->stop_requested && !cfg->save_requested)
