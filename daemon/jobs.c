@@ -79,9 +79,22 @@ static void nudge_hosts(colod_t *d, const colod_job_live_t *j) {
 
 static void set_dp(colod_job_live_t *j, uint32_t dp);
 
-static void live_clear_attempt(colod_t *d, colod_job_live_t *j) {
-  if (j->place && j->phase) /* an attempt that ends: its ranks still running are stopped */
+/* An attempt's ranks, placements and reports go. ended: the job has ended (a cancel, say), and
+ * until its workers' next beats say how many of its ranks are left, their hosts count them as
+ * draining, so that no pass takes their devices for free meanwhile (an elastic job growing back
+ * stopped itself for room it then did not find). A job that restarts takes its own devices
+ * again, as its workers end its old ranks first. */
+static void live_clear_attempt(colod_t *d, colod_job_live_t *j, int ended) {
+  if (j->place && j->phase) { /* an attempt that ends: its ranks still running are stopped */
     nudge_hosts(d, j);
+    for (uint32_t r = 0; ended && r < j->world; r++) {
+      colod_host_live_t *h = j->phase[r] != COLO__V1__RANK_PHASE__RANK_PHASE_EXITED
+                                 ? colod_host_live(d, j->place[r].host_id)
+                                 : NULL;
+      if (h)
+        h->draining++;
+    }
+  }
   free(j->place);
   free(j->phase);
   free(j->exit_code);
@@ -135,7 +148,7 @@ static int id_order(const void *a, const void *b);
 
 static void live_free(colod_t *d, colod_job_live_t *j) {
   tdelete(j, &d->jobs_by_id, id_order); /* none, for one never added */
-  live_clear_attempt(d, j);
+  live_clear_attempt(d, j, 1);
   if (j->spec)
     colo__v1__job_spec__free_unpacked(j->spec, NULL);
   colo_set_losses_free(j->val_sets);
@@ -205,7 +218,7 @@ static int attempt_world(colod_job_live_t *j, size_t n) {
 }
 
 static int load_attempt(colod_t *d, colod_job_live_t *j) {
-  live_clear_attempt(d, j); /* the spec's dp again: the most ranks an attempt has */
+  live_clear_attempt(d, j, 0); /* the spec's dp again: the most ranks an attempt has */
   j->place = calloc(j->world, sizeof *j->place);
   j->phase = calloc(j->world, sizeof *j->phase);
   j->exit_code = calloc(j->world, sizeof *j->exit_code);
@@ -217,7 +230,7 @@ static int load_attempt(colod_t *d, colod_job_live_t *j) {
       !attempt_world(j, n)) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu attempt %u: cannot load its %u ranks (%zu found)",
              (unsigned long long)j->id, j->attempt, j->world, n);
-    live_clear_attempt(d, j);
+    live_clear_attempt(d, j, 0);
     return COLO_EINTERNAL;
   }
   j->placed_attempt = j->attempt;
@@ -303,7 +316,7 @@ static int sync_cb(const colo_job_t *row, void *data) {
     /* after a colod restart: the attempt's first launch resumed as chosen */
     j->launch_resume_step = j->restarts == 0 ? j->resume_step : 0;
   } else if (j->state != COLO_JOB_RUNNING && j->placed_attempt) {
-    live_clear_attempt(d, j);
+    live_clear_attempt(d, j, colo_job_state_terminal(j->state));
   }
   if (was == COLO_JOB_RUNNING && j->state != COLO_JOB_RUNNING)
     j->has_progress = 0;
@@ -367,7 +380,7 @@ static int transition_as(colod_t *d, colod_job_live_t *j, int to, const char *ms
   colod_watch_notify(d, &row);
   colo_job_clear(&row);
   if (to != COLO_JOB_RUNNING)
-    live_clear_attempt(d, j);
+    live_clear_attempt(d, j, colo_job_state_terminal(j->state));
   return 0;
 }
 

@@ -5,6 +5,8 @@
 # restart); when that worker dies it restarts with 2 again. A colod killed and restarted while the
 # job runs with 2 finds it so. Through all of it the job trains on
 # the same global batch and the same sequences: its final loss is the standalone dp=4 run's.
+# Then a job of higher priority preempts the elastic job, which goes on with 2 groups beside it
+# and back to 4 after it, to the same final loss.
 # Figures go to stdout as "figure: ..." lines.
 source "$(dirname "$0")/lib.sh"
 WD="$COLO_BIN/colo-workerd"
@@ -128,7 +130,8 @@ python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(abs(a - 
 
 # ---- preemption: a job of priority 5 that needs two slots, while the elastic job holds all
 # four. The elastic job stops at a step with a checkpoint, goes on with dp=2 beside the new one,
-# and back to 4 once it has ended; its final loss is still the reference's ----
+# and back to 4 once that one is cancelled and its ranks are gone; its final loss is still the
+# reference's ----
 start_worker w2 "$TMP/run2b"
 W2=$!
 wait_until 20 "w2 up again" host_up w2
@@ -164,6 +167,9 @@ GOTVAL=$("$COLOCTL" logs "$E" | val_at)
 echo "figure: job $E: final loss $GOT, val loss $GOTVAL after dp 4 -> 2 (preempted) -> 4; the reference $REF, $REFVAL; attempts $(jf "$E" 'j["attempt"]'), restarts $(jf "$E" 'j.get("restarts", 0)')"
 python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * b or abs(c - d) > 1e-5 * d)" \
   "$GOT" "$REF" "$GOTVAL" "$REFVAL" || fail "job $E: final loss $GOT (val $GOTVAL), the reference's $REF ($REFVAL)"
+# three attempts: the preemption's stop and the one to grow back, none for room that the
+# cancelled job's ranks still held as they stopped
+[ "$(jf "$E" 'j["attempt"]')" = 3 ] || fail "job $E took $(jf "$E" 'j["attempt"]') attempts, expected 3: $(grep "job $E attempt" "$TMP/colod.log" | cut -c1-200)"
 
 kill -TERM "$W2"
 wait "$W2" || fail "w2 did not exit 0 on SIGTERM$(cat "$TMP"/valgrind.*.log 2>/dev/null)"
