@@ -355,6 +355,24 @@ cmp "$TMP/es/step_$(printf %08d "$S")/rank_00000.safetensors" "$TMP/es2/step_$(p
 expect_rc 78 "$CT" train "${MODEL[@]}" --eval-interval 0 --early-stop 3
 expect_eq "$ERR" "colo-train train: train.early_stop_patience=3 needs evaluations: train.eval_interval > 0, or checkpoint.keep_best with a checkpoint.interval"
 
+# The checkpoint directory must be one for every rank. Two ranks started by hand, as the workers
+# of two hosts without a shared checkpoint root would start them, each with a directory of its
+# own: both stop before a first step (exit 78), rank 1 naming its host and what it did not see.
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+for r in 0 1; do
+  COLO_RANK=$r COLO_WORLD=2 COLO_STORE=127.0.0.1:$PORT "$CT" train "${MODEL[@]}" --dp 2 --threads 1 \
+    --steps 5 --eval-interval 0 --ckpt-dir "$TMP/own-$r" >"$TMP/own-$r.out" 2>&1 &
+  eval "P$r=\$!"
+done
+rc0=0 && wait "$P0" || rc0=$?
+rc1=0 && wait "$P1" || rc1=$?
+[ "$rc0 $rc1" = "78 78" ] || fail "ranks with checkpoint directories of their own exited $rc0 $rc1: $(cat "$TMP"/own-*.out)"
+grep -q "colo-train train: rank 1: the checkpoint directory $TMP/own-1 is not the one rank 0 writes into: rank 1 on $(hostname) does not find $TMP/own-1/.colo-shared-[0-9a-f]\{16\}, which rank 0 has just written into its own" "$TMP/own-1.out" ||
+  fail "rank 1 did not say why: $(cat "$TMP/own-1.out")"
+expect_contains "$(cat "$TMP/own-0.out")" "colo-train train: rank 0: the checkpoint directory $TMP/own-0 is not shared: 1 of the other ranks do not see it (each names its host)"
+[ -z "$(ls -A "$TMP/own-0")" ] || fail "rank 0 left files behind: $(ls -A "$TMP/own-0")"
+grep -q "^step " "$TMP/own-0.out" && fail "ranks trained with checkpoint directories of their own"
+
 LOUD=()
 for a in "${BLEND[@]}"; do [ "$a" = --quiet ] || LOUD+=("$a"); done
 expect_rc 0 "$CT" train "${LOUD[@]}" --steps 1 --eval-interval 0

@@ -520,6 +520,64 @@ static int agree(colo_comm_t *world, int rc, const char *what, char *err, size_t
   return rc;
 }
 
+/* The checkpoint directory must be one file system for every rank: shard writers on every host
+ * write into the checkpoint rank 0 commits, and a resume reads them back. Checked as a run
+ * starts, not found out at its first checkpoint, hours on: rank 0 leaves a file of a random name
+ * there, every rank looks for it, and all agree. A rank that does not see it says so, with its
+ * host; the others that the directory is not shared. */
+static int check_shared_dir(const char *dir, colo_comm_t *comm, int me, char *err, size_t errlen) {
+  float nonce[4] = {0}; /* 64 random bits, 16 a float: exact */
+  char path[1200];
+  int rc = 0;
+  if (me == 0) {
+    uint64_t r = 0;
+    FILE *u = fopen("/dev/urandom", "rb");
+    if (!u || fread(&r, sizeof r, 1, u) != 1)
+      r = (uint64_t)wall_ms() * 6364136223846793005ull ^ (uint64_t)getpid();
+    if (u)
+      fclose(u);
+    for (int k = 0; k < 4; k++)
+      nonce[k] = (float)((r >> (16 * k)) & 0xffff);
+    snprintf(path, sizeof path, "%s/.colo-shared-%016llx", dir, (unsigned long long)r);
+    FILE *f = (mkdir(dir, 0755) == 0 || errno == EEXIST) ? fopen(path, "w") : NULL;
+    if (!f || fclose(f) != 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "%s: cannot write into the checkpoint directory: %s",
+                     path, strerror(errno));
+  }
+  if (comm->ops->broadcast(comm, nonce, 4, 0) < 0)
+    return colo_fail(err, errlen, COLO_EIO, "checking the checkpoint directory: %s",
+                     colo_comm_error(comm));
+  if (me != 0) {
+    uint64_t r = 0;
+    for (int k = 0; k < 4; k++)
+      r |= (uint64_t)nonce[k] << (16 * k);
+    snprintf(path, sizeof path, "%s/.colo-shared-%016llx", dir, (unsigned long long)r);
+    if (access(path, F_OK) != 0) {
+      char host[256] = "";
+      gethostname(host, sizeof host - 1);
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "the checkpoint directory %s is not the one rank 0 writes into: rank %d on "
+                     "%s does not find %s, which rank 0 has just written into its own. Every "
+                     "host must reach the checkpoint root as one shared file system (the "
+                     "workers' --checkpoint-root)",
+                     dir, me, host, path);
+    }
+  }
+  float failed = rc < 0 ? 1.0f : 0.0f;
+  if (comm->ops->allreduce_sum(comm, &failed, 1) < 0 && rc == 0)
+    rc = colo_fail(err, errlen, COLO_EIO, "checking the checkpoint directory: %s",
+                   colo_comm_error(comm));
+  if (me == 0)
+    unlink(path);
+  if (rc == 0 && failed > 0.0f)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "the checkpoint directory %s is not shared: %g of the other ranks do not see "
+                   "it (each names its host). Every host must reach the checkpoint root as one "
+                   "shared file system (the workers' --checkpoint-root)",
+                   dir, (double)failed);
+  return rc;
+}
+
 /* What a shard writer's file holds (colo_ckpt_pieces_t) and where it reads it from: without
  * ZeRO, the first data-parallel rank writes every chunk whole; under ZeRO each rank its pieces
  * of the moments (at stage 3 of the parameters too), and the first one the parameters' chunks
@@ -850,6 +908,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     rc = COLO_EINVAL;
     goto out;
   }
+  if (world > 1 && cfg->ckpt_dir)
+    CHECK_GOTO(check_shared_dir(cfg->ckpt_dir, comm, me, err, errlen), rc, out);
   if (B % M || cfg->model.n_layer < pp) {
     snprintf(err, errlen,
              "%d micro-batches must divide the batch of %d, and %d stages need as "
