@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "../../../common/error.h"
+#include "../../../common/fs.h"
 #include "../backend/backend.h"
 #include "../comm/comm.h"
 #include "../core/pool.h"
@@ -539,7 +540,7 @@ static int check_shared_dir(const char *dir, colo_comm_t *comm, int me, char *er
     for (int k = 0; k < 4; k++)
       nonce[k] = (float)((r >> (16 * k)) & 0xffff);
     snprintf(path, sizeof path, "%s/.colo-shared-%016llx", dir, (unsigned long long)r);
-    FILE *f = (mkdir(dir, 0755) == 0 || errno == EEXIST) ? fopen(path, "w") : NULL;
+    FILE *f = colo_mkdirs(dir, 0755) == 0 ? fopen(path, "w") : NULL;
     if (!f || fclose(f) != 0)
       rc = colo_fail(err, errlen, COLO_EIO, "%s: cannot write into the checkpoint directory: %s",
                      path, strerror(errno));
