@@ -111,7 +111,9 @@ static void usage(FILE *out) {
       "                                       the job ends\n"
       "  checkpoint JOB [--wait]              a running job's ranks save a checkpoint at their\n"
       "                                       next step and train on; --wait until it is there\n"
-      "  checkpoints JOB                      the job's complete checkpoints, newest first\n"
+      "  checkpoints JOB [--best]             the job's complete checkpoints, newest first;\n"
+      "                                       --best: the path of the one with the lowest\n"
+      "                                       validation loss (exit 1: none records one)\n"
       "  usage [--since T] [--until T] [--by owner|job|account] [--limit N]\n"
       "        [--owner O] [--account A]\n"
       "                                       device hours used, most first; T: 7d, 12h, 30m\n"
@@ -1932,8 +1934,17 @@ static int cmd_logs(ctl_t *c, int argc, char **argv) {
 
 static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
   uint64_t id;
-  if (argc != 1 || parse_id(argv[0], &id) < 0)
-    return usage_error("checkpoints needs one job id");
+  int best_only = 0, have = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--best"))
+      best_only = 1;
+    else if (!have && parse_id(argv[i], &id) == 0)
+      have = 1;
+    else
+      return usage_error("checkpoints needs one job id (and optionally --best)");
+  }
+  if (!have)
+    return usage_error("checkpoints needs one job id (and optionally --best)");
   int rc = connect_ctl(c);
   if (rc)
     return rc;
@@ -1945,6 +1956,26 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
             (ProtobufCMessage **)&resp);
   if (rc)
     return rc;
+  if (best_only) { /* the lowest loss its row records (checkpoint.keep_best), the newest of equals
+                    */
+    const Colo__V1__Checkpoint *b = NULL;
+    for (size_t i = 0; i < resp->n_checkpoints; i++) { /* newest first */
+      const Colo__V1__Checkpoint *k = resp->checkpoints[i];
+      if (k->has_val_loss && isfinite(k->val_loss) && (!b || k->val_loss < b->val_loss))
+        b = k;
+    }
+    if (b && c->json)
+      print_json(&b->base);
+    else if (b)
+      printf("%s\n", b->path ? b->path : "");
+    else
+      fprintf(stderr,
+              "coloctl: job %llu has no checkpoint that records a validation loss (its "
+              "checkpoint.keep_best evaluates each one)\n",
+              (unsigned long long)id);
+    colo__v1__list_checkpoints_response__free_unpacked(resp, NULL);
+    return b ? 0 : 1;
+  }
   if (c->json) {
     print_json(&resp->base);
   } else if (resp->n_checkpoints == 0) {

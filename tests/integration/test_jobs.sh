@@ -203,6 +203,16 @@ print("figure: keep_best: steps %s kept of 6 checkpoints (colod's rows and the d
 PY
 python3 "$TMP/best.py" "$TMP/best.json" "$TMP/best-history.json" "$TMP/best.txt" "$TMP/ckpt/job-$B" ||
   fail "keep_best job $B: $(cat "$TMP/best.txt"); history: $(head -c 600 "$TMP/best-history.json")"
+# coloctl checkpoints --best: that one's path, for scripts; a job whose checkpoints record no
+# loss (no evaluation, no keep_best) has none
+BEST=$(python3 -c 'import json,sys; c = json.load(open(sys.argv[1]))["checkpoints"]; print(min(c, key=lambda x: (x["val_loss"], -int(x["step"])))["path"])' "$TMP/best.json")
+expect_rc 0 "$COLOCTL" checkpoints "$B" --best
+expect_eq "$OUT" "$BEST"
+sed -e 's/^name: best/name: no-best/' -e 's/keep_best: true/keep_best: false/' "$TMP/best.yaml" >"$TMP/nobest.yaml"
+NB=$("$COLOCTL" submit "$TMP/nobest.yaml")
+wait_until 60 "job $NB success" is_state "$NB" succeeded
+expect_rc 1 "$COLOCTL" checkpoints "$NB" --best
+expect_eq "$ERR" "coloctl: job $NB has no checkpoint that records a validation loss (its checkpoint.keep_best evaluates each one)"
 # a next stage from its best checkpoint (train.init_pick: best): its evaluation before a first
 # step is the best's loss
 sed -e 's/^name: best/name: after-best/' -e '/^checkpoint:/d' -e '/^optimizer:/d' \
