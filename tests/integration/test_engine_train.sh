@@ -301,6 +301,20 @@ b = min(sorted(run, reverse=True), key=lambda s: run[s])
 assert abs(best - run[b]) < 1e-6 and abs(newest - run[60]) < 1e-6, (best, newest, run)
 print("init_pick: best starts at %.4f (step %d's), newest at %.4f (step 60's)" % (best, b, newest))
 PY
+# eval, sample and export take a directory of checkpoints too: its newest, or with --best the
+# lowest recorded loss's, which eval measures again as the run did (its batches and seed)
+BESTSTEP=$(python3 -c 'import json,sys; e = {r["step"]: r["val_loss"] for r in map(json.loads, open(sys.argv[1])) if r["event"] == "eval"}; print(min(sorted(e, reverse=True), key=lambda s: e[s]))' "$TMP/best.jsonl")
+BESTVAL=$(python3 -c 'import json,sys; e = {r["step"]: r["val_loss"] for r in map(json.loads, open(sys.argv[1])) if r["event"] == "eval"}; print("%.4f" % e[int(sys.argv[2])])' "$TMP/best.jsonl" "$BESTSTEP")
+expect_rc 0 "$CT" eval --checkpoint "$TMP/best" --best --data "$TMP/data/val.bin" --batches 4 --batch-size 4
+expect_eq "$OUT" "val loss $BESTVAL (4 batches of 4)"
+expect_eq "$ERR" "colo-train eval: $TMP/best/$(printf step_%08d "$BESTSTEP")"
+expect_rc 0 "$CT" sample --checkpoint "$TMP/best" --tokens 5
+expect_eq "$ERR" "colo-train sample: $TMP/best/step_00000060"
+expect_rc 0 "$CT" export --checkpoint "$TMP/best" --best --out "$TMP/best.safetensors"
+expect_rc 1 "$CT" sample --checkpoint "$TMP/best/step_00000060" --best
+expect_eq "$ERR" "colo-train sample: $TMP/best/step_00000060 is one checkpoint; --best picks among a directory of them"
+expect_rc 1 "$CT" export --checkpoint "$TMP/sig-one" --best --out "$TMP/none.safetensors"
+expect_eq "$ERR" "colo-train export: $TMP/sig-one is not a checkpoint, nor a directory with a complete one that records a validation loss"
 printf 'name: next\ntrain: {init_from_job: 1, init_pick: best}\n' >"$TMP/next.yaml"
 expect_rc 78 "$CT" train --job "$TMP/next.yaml" "${MODEL[@]}" --steps 1 --init-from-checkpoints "$TMP/sig-one"
 expect_eq "$ERR" "colo-train train: no complete checkpoint under $TMP/sig-one that records a validation loss (train.init_pick=best; the job's checkpoint.keep_best evaluates each) to take the initial weights from"

@@ -5,7 +5,7 @@
  *                      [--shard-tokens N]
  *   colo-train tokenize --tokenizer DIR [--decode]
  *   colo-train train   [--job FILE] [--data-root DIR] [--ckpt-dir DIR] [flags]
- *   colo-train eval    --checkpoint DIR --data FILE [--batches N] [--batch-size B]
+ *   colo-train eval    --checkpoint DIR [--best] --data FILE [--batches N] [--batch-size B]
  *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
  *                      [--prompt TEXT] [--tokenizer DIR]
  *   colo-train export  --checkpoint DIR --out FILE
@@ -16,6 +16,7 @@
  * stopped as asked: SIGTERM or SIGINT, once, makes every rank finish its step, save a checkpoint
  * there and exit; a second one ends the process at once.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -995,6 +996,44 @@ static int device_flag(const char *cmd, const char *device, int gpu) {
   return gpu;
 }
 
+/* --checkpoint DIR of eval, sample and export: a checkpoint (step_N), or a directory of them
+ * (a job's), of which the newest complete one, or with --best the one with the lowest
+ * validation loss its manifest records; named on standard error. 0, or -1 having said why. */
+static int pick_checkpoint(const char *cmd, const char *arg, int best, char *out, size_t len) {
+  char manifest[2200], skipped[1024] = "";
+  snprintf(manifest, sizeof manifest, "%s/manifest.json", arg);
+  if (access(manifest, F_OK) == 0) {
+    if (best) {
+      fprintf(stderr,
+              "colo-train %s: %s is one checkpoint; --best picks among a directory of them\n", cmd,
+              arg);
+      return -1;
+    }
+    snprintf(out, len, "%s", arg);
+    return 0;
+  }
+  int steps = 0; /* checkpoints in it: else it is taken for one, and its loader says why not */
+  DIR *dd = opendir(arg);
+  for (struct dirent *e; dd && !steps && (e = readdir(dd));)
+    steps = !strncmp(e->d_name, "step_", 5);
+  if (dd)
+    closedir(dd);
+  if (!steps && !best) {
+    snprintf(out, len, "%s", arg);
+    return 0;
+  }
+  if ((best ? colo_ckpt_find_best : colo_ckpt_find_latest)(arg, out, len, skipped, sizeof skipped) <
+      0) {
+    fprintf(stderr,
+            "colo-train %s: %s is not a checkpoint, nor a directory with a complete one%s%s%s%s\n",
+            cmd, arg, best ? " that records a validation loss" : "",
+            skipped[0] ? " (unusable: " : "", skipped, skipped[0] ? ")" : "");
+    return -1;
+  }
+  fprintf(stderr, "colo-train %s: %s\n", cmd, out);
+  return 0;
+}
+
 static int cmd_eval(int argc, char **argv) {
   const char *ckpt = NULL, *data = NULL, *device = NULL;
   int batches = 20, bs = 12, threads = 0, gpu = 0;
@@ -1007,13 +1046,17 @@ static int cmd_eval(int argc, char **argv) {
                                     {"batch-size", required_argument, 0, 'b'},
                                     {"seed", required_argument, 0, 's'},
                                     {"threads", required_argument, 0, 't'},
+                                    {"best", no_argument, 0, 'B'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:h", o, NULL)) != -1) {
+  int c, best = 0;
+  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bh", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
+      break;
+    case 'B':
+      best = 1;
       break;
     case 'd':
       data = optarg;
@@ -1040,7 +1083,10 @@ static int cmd_eval(int argc, char **argv) {
       printf("usage: colo-train eval --checkpoint DIR --data SHARD [--batches N (20; 0: every "
              "window of\n"
              "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n"
-             "                       [--device cpu|gpu (cpu)] [--gpu N (0)] [--threads N]\n");
+             "                       [--device cpu|gpu (cpu)] [--gpu N (0)] [--threads N] "
+             "[--best]\n"
+             "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"
+             "with --best the one with the lowest validation loss (checkpoint.keep_best).\n");
       return 0;
     default:
       return 2;
@@ -1051,11 +1097,14 @@ static int cmd_eval(int argc, char **argv) {
   if (batches < 0 || bs < 1)
     return usage_error("eval", "--batches must be 0 or more and --batch-size 1 or more");
   colo_backend_cpu_set_threads(threads);
-  char err[1024];
+  char err[1024], dir[2100];
   float loss;
   int on = device_flag("eval", device, gpu);
   if (on == -2)
     return 2;
+  if (pick_checkpoint("eval", ckpt, best, dir, sizeof dir) < 0)
+    return 1;
+  ckpt = dir;
   if (colo_eval_checkpoint(ckpt, data, batches, bs, seed, on, &loss, err, sizeof err) < 0) {
     fprintf(stderr, "colo-train eval: %s\n", err);
     return 1;
@@ -1086,13 +1135,17 @@ static int cmd_sample(int argc, char **argv) {
                                     {"top-p", required_argument, 0, 'P'},
                                     {"device", required_argument, 0, 'D'},
                                     {"gpu", required_argument, 0, 'g'},
+                                    {"best", no_argument, 0, 'B'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:D:g:h", o, NULL)) != -1) {
+  int c, best = 0;
+  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:D:g:Bh", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
+      break;
+    case 'B':
+      best = 1;
       break;
     case 'n':
       n = atoi(optarg);
@@ -1138,7 +1191,9 @@ static int cmd_sample(int argc, char **argv) {
              "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
              "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
              "[--full-forward]\n"
-             "                         [--device cpu|gpu (cpu)] [--gpu N (0)]\n"
+             "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n"
+             "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"
+             "with --best the one with the lowest validation loss (checkpoint.keep_best).\n"
              "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
              "first) whose probabilities add up to P, after --top-k.\n"
              "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare), where\n"
@@ -1156,10 +1211,13 @@ static int cmd_sample(int argc, char **argv) {
   int on = device_flag("sample", device, gpu);
   if (on == -2)
     return 2;
+  char err[1024], dir[2100];
+  if (pick_checkpoint("sample", ckpt, best, dir, sizeof dir) < 0)
+    return 1;
+  ckpt = dir;
   colo_bpe_t *bpe;
   if (open_tokenizer("sample", tokdir, &bpe) < 0)
     return 1;
-  char err[1024];
   fputs(prompt, stdout);
   colo_sample_opts_t so = {n, temp, top_k, top_p, seed, bpe, full_forward, on};
   int rc = colo_sample_checkpoint(ckpt, prompt, &so, stdout, err, sizeof err);
@@ -1176,21 +1234,27 @@ static int cmd_export(int argc, char **argv) {
   const char *ckpt = NULL, *out = NULL;
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
                                     {"out", required_argument, 0, 'o'},
+                                    {"best", no_argument, 0, 'B'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
-  int c;
-  while ((c = getopt_long(argc, argv, "c:o:h", o, NULL)) != -1) {
+  int c, best = 0;
+  while ((c = getopt_long(argc, argv, "c:o:Bh", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
+      break;
+    case 'B':
+      best = 1;
       break;
     case 'o':
       out = optarg;
       break;
     case 'h':
-      printf("usage: colo-train export --checkpoint DIR --out FILE\n"
+      printf("usage: colo-train export --checkpoint DIR --out FILE [--best]\n"
              "Writes the checkpoint's parameters, whatever layout trained them, as one\n"
-             "safetensors file of whole tensors under HuggingFace GPT2LMHeadModel's names.\n");
+             "safetensors file of whole tensors under HuggingFace GPT2LMHeadModel's names.\n"
+             "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"
+             "with --best the one with the lowest validation loss (checkpoint.keep_best).\n");
       return 0;
     default:
       return 2;
@@ -1198,8 +1262,10 @@ static int cmd_export(int argc, char **argv) {
   }
   if (!ckpt || !out || optind < argc)
     return usage_error("export", "--checkpoint and --out are required");
-  char err[1024];
-  if (colo_export_checkpoint(ckpt, out, err, sizeof err) < 0) {
+  char err[1024], dir[2100];
+  if (pick_checkpoint("export", ckpt, best, dir, sizeof dir) < 0)
+    return 1;
+  if (colo_export_checkpoint(dir, out, err, sizeof err) < 0) {
     fprintf(stderr, "colo-train export: %s\n", err);
     return 1;
   }
