@@ -1933,7 +1933,7 @@ static int cmd_logs(ctl_t *c, int argc, char **argv) {
 /* ---- checkpoints ---- */
 
 static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
-  uint64_t id;
+  uint64_t id = 0;
   int best_only = 0, have = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--best"))
