@@ -996,6 +996,11 @@ static int device_flag(const char *cmd, const char *device, int gpu) {
   return gpu;
 }
 
+/* What --checkpoint DIR of eval, sample and export takes (pick_checkpoint), for their --help */
+#define CKPT_DIR_HELP                                                                              \
+  "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"             \
+  "with --best the one with the lowest validation loss (checkpoint.keep_best).\n"
+
 /* --checkpoint DIR of eval, sample and export: a checkpoint (step_N), or a directory of them
  * (a job's), of which the newest complete one, or with --best the one with the lowest
  * validation loss its manifest records; named on standard error. 0, or -1 having said why. */
@@ -1084,9 +1089,7 @@ static int cmd_eval(int argc, char **argv) {
              "window of\n"
              "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n"
              "                       [--device cpu|gpu (cpu)] [--gpu N (0)] [--threads N] "
-             "[--best]\n"
-             "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"
-             "with --best the one with the lowest validation loss (checkpoint.keep_best).\n");
+             "[--best]\n" CKPT_DIR_HELP);
       return 0;
     default:
       return 2;
@@ -1187,19 +1190,18 @@ static int cmd_sample(int argc, char **argv) {
         return usage_error("sample", "--top-p must be a number in (0, 1]");
       break;
     case 'h':
-      printf("usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
-             "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
-             "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
-             "[--full-forward]\n"
-             "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n"
-             "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"
-             "with --best the one with the lowest validation loss (checkpoint.keep_best).\n"
-             "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
-             "first) whose probabilities add up to P, after --top-k.\n"
-             "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare), where\n"
-             "the text ends early at <|endoftext|>. Each token is one position's work against\n"
-             "a cache of the keys and values before it, while the text fits the model's block;\n"
-             "past it, or with --full-forward, the whole window runs again for each token.\n");
+      printf(
+          "usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
+          "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
+          "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
+          "[--full-forward]\n"
+          "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n" CKPT_DIR_HELP
+          "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
+          "first) whose probabilities add up to P, after --top-k.\n"
+          "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare), where\n"
+          "the text ends early at <|endoftext|>. Each token is one position's work against\n"
+          "a cache of the keys and values before it, while the text fits the model's block;\n"
+          "past it, or with --full-forward, the whole window runs again for each token.\n");
       return 0;
     default:
       return 2;
@@ -1252,9 +1254,8 @@ static int cmd_export(int argc, char **argv) {
     case 'h':
       printf("usage: colo-train export --checkpoint DIR --out FILE [--best]\n"
              "Writes the checkpoint's parameters, whatever layout trained them, as one\n"
-             "safetensors file of whole tensors under HuggingFace GPT2LMHeadModel's names.\n"
-             "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"
-             "with --best the one with the lowest validation loss (checkpoint.keep_best).\n");
+             "safetensors file of whole tensors under HuggingFace GPT2LMHeadModel's "
+             "names.\n" CKPT_DIR_HELP);
       return 0;
     default:
       return 2;
