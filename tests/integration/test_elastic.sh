@@ -45,6 +45,16 @@ REF=$(loss_at <"$TMP/ref.txt")
 REFVAL=$(val_at <"$TMP/ref.txt")
 [ -n "$REF" ] && [ -n "$REFVAL" ] || fail "no final loss in the reference run"
 echo "figure: reference (one process, grad_accum 4: the dp=4 run's batches): final loss $REF, val loss $REFVAL"
+# a job's final losses against the reference's: the same sequences, summed in another order
+# across ranks, so within 1e-5
+expect_reference() { # job, what happened to it
+  local got val
+  got=$("$COLOCTL" logs "$1" | loss_at)
+  val=$("$COLOCTL" logs "$1" | val_at)
+  echo "figure: job $1: final loss $got, val loss $val after $2; the reference $REF, $REFVAL; attempts $(jf "$1" 'j["attempt"]'), restarts $(jf "$1" 'j.get("restarts", 0)')"
+  python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * b or abs(c - d) > 1e-5 * d)" \
+    "$got" "$REF" "$val" "$REFVAL" || fail "job $1: final loss $got (val $val), the reference's $REF ($REFVAL)"
+}
 
 start_colod "$TMP/state" --set host_timeout=3s --set restart_backoff=200ms \
   --set elastic_grow_after=1s
@@ -118,15 +128,10 @@ echo "figure: job $J attempt 2: 4 ranks on w1 and w2, resumed from step $GROW"
 POLL_MAX=0.1 wait_until 60 "a checkpoint of job $J after step $GROW" ckpt_on_disk "$J" $((GROW + 1))
 kill -KILL "$W2"
 # its ranks there end with it, and the job may restart onto w2 once more before w2 is DOWN
-running_dp2() { [ "$(jf "$1" '"%s %s" % (j["state"], j.get("running_dp", 0))')" = "running 2" ]; }
-wait_until 60 "job $J running with dp=2 after w2 died" running_dp2 "$J"
+running_dp() { [ "$(jf "$1" '"%s %s" % (j["state"], j.get("running_dp", 0))')" = "running $2" ]; }
+wait_until 60 "job $J running with dp=2 after w2 died" running_dp "$J" 2
 wait_until 120 "job $J success" is_state "$J" succeeded
-GOT=$("$COLOCTL" logs "$J" | loss_at)
-GOTVAL=$("$COLOCTL" logs "$J" | val_at)
-echo "figure: job $J: final loss $GOT, val loss $GOTVAL after dp 2 -> 4 -> 2; the reference $REF, $REFVAL; attempts $(jf "$J" 'j["attempt"]'), restarts $(jf "$J" 'j.get("restarts", 0)')"
-# the same sequences, summed in another order across ranks: within 1e-5
-python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * b or abs(c - d) > 1e-5 * d)" \
-  "$GOT" "$REF" "$GOTVAL" "$REFVAL" || fail "job $J: final loss $GOT (val $GOTVAL), the reference's $REF ($REFVAL)"
+expect_reference "$J" "dp 2 -> 4 -> 2"
 
 # ---- preemption: a job of priority 5 that needs two slots, while the elastic job holds all
 # four. The elastic job stops at a step with a checkpoint, goes on with dp=2 beside the new one,
@@ -138,8 +143,7 @@ wait_until 20 "w2 up again" host_up w2
 sed 's/^name: elastic/name: elastic-preempted/' "$TMP/job.yaml" >"$TMP/job2.yaml"
 expect_rc 0 "$COLOCTL" submit "$TMP/job2.yaml"
 E=$OUT
-running_dp4() { [ "$(jf "$1" '"%s %s" % (j["state"], j.get("running_dp", 0))')" = "running 4" ]; }
-wait_until 60 "job $E running with dp=4" running_dp4 "$E"
+wait_until 60 "job $E running with dp=4" running_dp "$E" 4
 POLL_MAX=0.1 wait_until 60 "a checkpoint of job $E" ckpt_on_disk "$E" 25
 # held, so that it is still training when the urgent job comes (as in integration_jobs (h))
 EP=$(for f in "$TMP"/run1/pids/* "$TMP"/run2b/pids/*; do
@@ -155,18 +159,14 @@ preempting() { grep -q "job $E attempt [0-9]*: stopping its ranks (preempted by 
 wait_until 30 "colod to preempt job $E for job $U" preempting
 kill -CONT $EP
 # the urgent job runs (until cancelled below) beside the elastic one at dp=2
-both() { is_state "$U" running && running_dp2 "$E"; }
+both() { is_state "$U" running && running_dp "$E" 2; }
 wait_until 60 "job $U running and job $E at dp=2 beside it" both
 [ "$(jf "$E" 'j.get("restarts", 0)')" = 0 ] || fail "job $E: the preemption counted as a restart"
 echo "figure: job $U (priority 5, 2 slots) preempted job $E, which went on with dp=2 beside it (attempt $(jf "$E" 'j["attempt"]'))"
 expect_rc 0 "$COLOCTL" cancel "$U"
-wait_until 60 "job $E back to dp=4" running_dp4 "$E"
+wait_until 60 "job $E back to dp=4" running_dp "$E" 4
 wait_until 120 "job $E success" is_state "$E" succeeded
-GOT=$("$COLOCTL" logs "$E" | loss_at)
-GOTVAL=$("$COLOCTL" logs "$E" | val_at)
-echo "figure: job $E: final loss $GOT, val loss $GOTVAL after dp 4 -> 2 (preempted) -> 4; the reference $REF, $REFVAL; attempts $(jf "$E" 'j["attempt"]'), restarts $(jf "$E" 'j.get("restarts", 0)')"
-python3 -c "import sys; a, b, c, d = map(float, sys.argv[1:]); sys.exit(abs(a - b) > 1e-5 * b or abs(c - d) > 1e-5 * d)" \
-  "$GOT" "$REF" "$GOTVAL" "$REFVAL" || fail "job $E: final loss $GOT (val $GOTVAL), the reference's $REF ($REFVAL)"
+expect_reference "$E" "dp 4 -> 2 (preempted) -> 4"
 # three attempts: the preemption's stop and the one to grow back, none for room that the
 # cancelled job's ranks still held as they stopped
 [ "$(jf "$E" 'j["attempt"]')" = 3 ] || fail "job $E took $(jf "$E" 'j["attempt"]') attempts, expected 3: $(grep "job $E attempt" "$TMP/colod.log" | cut -c1-200)"

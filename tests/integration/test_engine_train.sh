@@ -303,8 +303,7 @@ print("init_pick: best starts at %.4f (step %d's), newest at %.4f (step 60's)" %
 PY
 # eval, sample and export take a directory of checkpoints too: its newest, or with --best the
 # lowest recorded loss's, which eval measures again as the run did (its batches and seed)
-BESTSTEP=$(python3 -c 'import json,sys; e = {r["step"]: r["val_loss"] for r in map(json.loads, open(sys.argv[1])) if r["event"] == "eval"}; print(min(sorted(e, reverse=True), key=lambda s: e[s]))' "$TMP/best.jsonl")
-BESTVAL=$(python3 -c 'import json,sys; e = {r["step"]: r["val_loss"] for r in map(json.loads, open(sys.argv[1])) if r["event"] == "eval"}; print("%.4f" % e[int(sys.argv[2])])' "$TMP/best.jsonl" "$BESTSTEP")
+read -r BESTSTEP BESTVAL < <(python3 -c 'import json,sys; e = {r["step"]: r["val_loss"] for r in map(json.loads, open(sys.argv[1])) if r["event"] == "eval"}; b = min(sorted(e, reverse=True), key=lambda s: e[s]); print(b, "%.4f" % e[b])' "$TMP/best.jsonl")
 expect_rc 0 "$CT" eval --checkpoint "$TMP/best" --best --data "$TMP/data/val.bin" --batches 4 --batch-size 4
 expect_eq "$OUT" "val loss $BESTVAL (4 batches of 4)"
 expect_eq "$ERR" "colo-train eval: $TMP/best/$(printf step_%08d "$BESTSTEP")"
