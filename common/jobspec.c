@@ -188,6 +188,17 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (m->n_embd % m->n_head)
     return bad(err, errlen, "model.n_head=%u does not divide model.n_embd=%u", m->n_head,
                m->n_embd);
+  if (m->arch != COLO__V1__ARCH__ARCH_GPT2 && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
+    return bad(err, errlen, "model.arch must be gpt2 or llama");
+  if (m->mlp_hidden > 1u << 20)
+    return bad(err, errlen, "model.mlp_hidden=%u must be at most 1048576", m->mlp_hidden);
+  if (m->arch == COLO__V1__ARCH__ARCH_LLAMA && (m->n_embd / m->n_head) % 2)
+    return bad(err, errlen,
+               "model.arch=llama rotates pairs of each head's values: n_embd/n_head=%u must be "
+               "even",
+               m->n_embd / m->n_head);
+  if (!(m->rope_theta >= 1.0f && m->rope_theta <= 1e9f))
+    return bad(err, errlen, "model.rope_theta=%g must be between 1 and 1e9", (double)m->rope_theta);
   if (m->block_size < 1 || m->block_size > (1u << 20))
     return bad(err, errlen, "model.block_size=%u must be between 1 and 1048576", m->block_size);
   if (m->vocab_size < 1)

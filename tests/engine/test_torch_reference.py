@@ -37,13 +37,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt2 import GPT2  # noqa: E402
+from torch_gpt2 import GPT2, Llama  # noqa: E402
 
 BIN = os.environ["COLO_BIN"]
 torch.set_num_threads(1)
 torch.manual_seed(0)
 
 L, NH, C, T, V = 2, 2, 32, 16, 256
+H_LLAMA = 128  # model.arch=llama's default MLP width at C=32: 8·32/3 rounded up to 64
 B, ACCUM, STEPS = 4, 2, 10
 LR, MIN_LR, WARMUP, WD, CLIP, B1, B2, EPS = 3e-3, 3e-4, 3, 0.1, 1.0, 0.9, 0.95, 1e-8
 
@@ -103,6 +104,8 @@ def main():
     replay(tmp, check, None)
     replay(tmp, check, {"init": 1024.0, "window": 3, "planted": [2, 3, 7]})
     replay_bf16(tmp, check)
+    replay(tmp, check, None, "llama")
+    replay_bf16(tmp, check, "llama")
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 
@@ -124,16 +127,24 @@ class ScalerRef:
                 self.good = 0
 
 
-def replay(tmp, check, ls):
-    tag = "" if ls is None else "[loss scaling] "
-    dump = os.path.join(tmp, "dump%s.safetensors" % ("" if ls is None else "-ls"))
-    extra = [] if ls is None else [
+def make_model(arch):
+    return Llama(L, NH, C, T, V, H_LLAMA) if arch == "llama" else GPT2(L, NH, C, T, V)
+
+
+def replay(tmp, check, ls, arch="gpt2"):
+    tag = ("" if ls is None else "[loss scaling] ") + ("" if arch == "gpt2" else "[llama] ")
+    dump = os.path.join(tmp, "dump%s-%s.safetensors" % ("" if ls is None else "-ls", arch))
+    extra = ["--arch", arch] + ([] if ls is None else [
         "--loss-scaling", "dynamic", "--loss-scale-init", str(ls["init"]),
         "--loss-scale-window", str(ls["window"]),
-        "--plant-overflow", ",".join(str(x) for x in ls["planted"])]
+        "--plant-overflow", ",".join(str(x) for x in ls["planted"])])
     ref = colo_train(tmp, dump, extra)
+    names = [k[len("init."):] for k in ref if k.startswith("init.")]
 
-    model = GPT2(L, NH, C, T, V)
+    model = make_model(arch)
+    check(tag + "the same tensors, by name and shape", sorted(names) == sorted(model.names) and
+          all(tuple(ref["init." + n].shape) == tuple(model.p[n].shape) for n in model.names),
+          "%d tensors" % len(names))
     with torch.no_grad():
         for n in model.names:
             model.p[n].copy_(ref["init." + n])
@@ -217,18 +228,18 @@ def grad_err(model, ref):
                max(model.p[n].grad.abs().max().item(), 1e-12) for n in model.names)
 
 
-def replay_bf16(tmp, check):
+def replay_bf16(tmp, check, arch="gpt2"):
     """colo-train with bf16 activations against this GPT-2 with bf16 rounding at the same places
     (RoundBF16 on every operation's output and on the matrices the products read), and against
     it in fp32: the first gradients must be closer to the bf16 replay than to the fp32 one, so
     the rounding is where colo says it is; the losses of the 10 steps and the weights' movement
     match the bf16 replay."""
-    tag = "[bf16 activations] "
-    dump = os.path.join(tmp, "dump-bf16.safetensors")
-    ref = colo_train(tmp, dump, ["--precision", "bf16"])
+    tag = "[bf16 activations] " + ("" if arch == "gpt2" else "[llama] ")
+    dump = os.path.join(tmp, "dump-bf16-%s.safetensors" % arch)
+    ref = colo_train(tmp, dump, ["--precision", "bf16", "--arch", arch])
     models = {}
     for kind in ("bf16", "fp32"):
-        m = GPT2(L, NH, C, T, V)
+        m = make_model(arch)
         with torch.no_grad():
             for n in m.names:
                 m.p[n].copy_(ref["init." + n])

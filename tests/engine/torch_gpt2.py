@@ -85,3 +85,80 @@ class GPT2(torch.nn.Module):
         no_decay = [self.p[n] for n in self.names if self.p[n].dim() == 1]
         return [{"params": decay, "weight_decay": weight_decay},
                 {"params": no_decay, "weight_decay": 0.0}]
+
+
+def rms_norm(x, w, eps=1e-5):
+    """Llama's RMSNorm (HF LlamaRMSNorm): x / sqrt(mean(x²) + eps) · w"""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+class Llama(torch.nn.Module):
+    """A Llama block on GPT-2's skeleton, as colo's model.arch=llama names and lays it out:
+    RMSNorm (eps 1e-5), rotary positions in HF's rotate-half form on the queries and keys, a SwiGLU
+    MLP whose mlp.c_fc.weight [C, 2H] holds the gate's columns then the up projection's, no biases,
+    the LM head tied to the token embedding. Weights are [in, out] as GPT-2's Conv1D."""
+
+    def __init__(self, L, NH, C, T, V, H, theta=10000.0):
+        super().__init__()
+        self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
+        self.names = ["transformer.wte.weight"]
+        shapes = {"transformer.wte.weight": (V, C)}
+        for l in range(L):
+            h = "transformer.h.%d." % l
+            for n, s in [("ln_1.weight", (C,)), ("attn.c_attn.weight", (C, 3 * C)),
+                         ("attn.c_proj.weight", (C, C)), ("ln_2.weight", (C,)),
+                         ("mlp.c_fc.weight", (C, 2 * H)), ("mlp.c_proj.weight", (H, C))]:
+                self.names.append(h + n)
+                shapes[h + n] = s
+        self.names.append("transformer.ln_f.weight")
+        shapes["transformer.ln_f.weight"] = (C,)
+        self.p = {n: torch.nn.Parameter(torch.zeros(*shapes[n])) for n in self.names}
+        for i, n in enumerate(self.names):
+            self.register_parameter("p%d" % i, self.p[n])
+        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+
+    def rope(self, t, Tn):
+        hs = t.shape[-1]
+        inv_freq = 1.0 / (self.theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+        freqs = torch.outer(torch.arange(Tn, dtype=torch.float32), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return t * emb.cos() + rotate_half(t) * emb.sin()
+
+    def forward(self, idx, targets, store=None):
+        """store, as GPT2.forward's: applied to every tensor a 16-bit engine stores"""
+        p, L, NH, C, H = self.p, self.L, self.NH, self.C, self.H
+        s = store or (lambda t: t)
+        Bn, Tn = idx.shape
+        x = s(p["transformer.wte.weight"][idx])
+        for l in range(L):
+            h = "transformer.h.%d." % l
+            a = s(rms_norm(x, p[h + "ln_1.weight"]))
+            qkv = s(a @ s(p[h + "attn.c_attn.weight"]))
+            q, k, v = qkv.split(C, dim=2)
+            heads = lambda t: t.view(Bn, Tn, NH, C // NH).transpose(1, 2)
+            q, k, v = heads(q), heads(k), heads(v)
+            # colo rotates q and k in place in its stored qkv: rounded once more there
+            q, k = s(self.rope(q, Tn)), s(self.rope(k, Tn))
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
+            att = att.masked_fill(~self.mask[:Tn, :Tn], float("-inf")).softmax(dim=-1)
+            y = s((att @ v).transpose(1, 2).reshape(x.shape))
+            x = s(x + s(y @ s(p[h + "attn.c_proj.weight"])))
+            m = s(rms_norm(x, p[h + "ln_2.weight"]))
+            gu = s(m @ s(p[h + "mlp.c_fc.weight"]))
+            g, u = gu.split(H, dim=2)
+            m = s(F.silu(g) * u)
+            x = s(x + s(m @ s(p[h + "mlp.c_proj.weight"])))
+        x = s(rms_norm(x, p["transformer.ln_f.weight"]))
+        logits = s(x @ s(p["transformer.wte.weight"]).t())
+        return F.cross_entropy(logits.view(-1, self.V), targets.reshape(-1))
+
+    def param_groups(self, weight_decay):
+        decay = [self.p[n] for n in self.names if self.p[n].dim() == 2]
+        no_decay = [self.p[n] for n in self.names if self.p[n].dim() == 1]
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": no_decay, "weight_decay": 0.0}]

@@ -3,8 +3,8 @@
 #   - equivalence: dp=2 with ZeRO 0-3 (ZeRO-3 also in one chunk of memory.chunk_mib), dp=4 with
 #     ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 with and without sequence parallelism,
 #     dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
-#     (1F1B), pp=2 x tp=2 (also sequence parallel) and pp=2 x dp=2 x tp=2 (8 ranks), against one
-#     process with the
+#     (1F1B), pp=2 x tp=2 (also sequence parallel) and pp=2 x dp=2 x tp=2 (8 ranks), and
+#     model.arch=llama at tp=2 with sp, ZeRO-3 and pp=2 x tp=2, against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
@@ -125,6 +125,25 @@ compare "$TMP/single" "$TMP/pp2" "pp=2, 4 micro-batches"
 compare "$TMP/single" "$TMP/pp2tp2" "pp=2 x tp=2"
 compare "$TMP/single" "$TMP/pp2tp2sp" "pp=2 x tp=2 sequence parallel"
 compare "$TMP/single" "$TMP/pp2dp2tp2" "pp=2 x dp=2 x tp=2 (8 ranks)"
+# model.arch=llama (RMSNorm, rotary positions, SwiGLU, no biases) in the layouts that split it
+# differently: tensor parallel (its c_fc split within gate and up) with sequence parallelism,
+# ZeRO-3, pipeline x tensor parallel; the final weights are read back whole (export), so each
+# layout's checkpoint is resharded too
+LL=(--arch llama --mlp-hidden 96)
+run "$TMP/llama" "${LL[@]}" --batch-size $GLOBAL_B
+run "$TMP/llama_tp2sp" "${LL[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+run "$TMP/llama_dp2z3" "${LL[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/llama_pp2tp2" "${LL[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
+compare "$TMP/llama" "$TMP/llama_tp2sp" "llama tp=2 sequence parallel"
+compare "$TMP/llama" "$TMP/llama_dp2z3" "llama dp=2 ZeRO-3"
+compare "$TMP/llama" "$TMP/llama_pp2tp2" "llama pp=2 x tp=2"
+# and it is another model: not GPT-2's losses
+$PY - "$TMP/single/progress.jsonl" "$TMP/llama/progress.jsonl" <<'PYEOF' || fail "llama's run is GPT-2's"
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] for f in sys.argv[1:])
+print("gpt2 step-10 loss %.4f, llama %.4f" % (a[-1], b[-1]))
+sys.exit(0 if abs(a[-1] - b[-1]) > 1e-3 else 1)
+PYEOF
 # a stage holds only its parameters: model states (pool peak less activations) of stage 0
 read -r s1 s2 <<<"$($PY -c '
 import json, sys

@@ -12,8 +12,8 @@
  * GPU output never passes.
  * A *_bwd's outputs start from the same random values on both sides, those it writes (the input
  * gradients of matmul_bwd, lmhead_bwd, gelu_bwd, attention_bwd) and those it adds to (the
- * parameter gradients, layernorm_bwd's dinp): a kernel that adds where it should write, or the
- * reverse, shows.
+ * parameter gradients, layernorm_bwd's and rmsnorm_bwd's dinp): a kernel that adds where it should
+ * write, or the reverse, shows.
  *
  * It needs a GPU: without one (CI), or in a build without the CUDA backend, it prints one line
  * saying why and exits 77, which ctest reports as skipped. With COLO_CUDA_EMULATE=1 the "GPU" is
@@ -412,8 +412,60 @@ static void test_optimizer(void) {
 /* The whole model on both sides from the same initial weights (recomputing on the GPU side): the
  * loss, every gradient, and the loss after two AdamW steps. Three heads of 32: the GPU's fused
  * attention in 16-bit storage. */
-static void test_model(double loss_tol, double grad_tol) {
-  colo_gpt_config_t cfg = {V, T, 2, 3, C};
+/* LLAMA's operations: RMSNorm, the rotary positions (both ways), SwiGLU */
+static void test_llama_ops(double tol) {
+  size_t n = (size_t)N * C;
+  float *inp = randv(n, 2.0f), *w = randv(C, 1.0f);
+  void *h_inp = hact(inp, n), *out = calloc(n, asz);
+  float *rstd = malloc(N * sizeof *rstd);
+  void *d_inp = upa(inp, n), *d_out = up(out, n, asz);
+  float *d_w = upf(w, C), *d_rstd = upf(inp, N);
+  cpu->rmsnorm_fwd(out, rstd, h_inp, w, N, C);
+  gpu->rmsnorm_fwd(d_out, d_rstd, d_inp, d_w, N, C);
+  check_a(named("rmsnorm_fwd out"), d_out, out, n, tol);
+  check(named("rmsnorm_fwd rstd (fp32)"), d_rstd, rstd, N, 1e-5);
+  d_rstd = upf(rstd, N); /* the backward uses the CPU's saved statistics on both sides */
+  float *dout = randv(n, 1.0f), *dinp = randv(n, 1.0f), *dw = randv(C, 1.0f);
+  void *h_dout = hact(dout, n), *h_dinp = hact(dinp, n);
+  void *d_dout = upa(dout, n), *d_dinp = upa(dinp, n);
+  float *d_dw = upf(dw, C);
+  cpu->rmsnorm_bwd(h_dinp, dw, h_dout, h_inp, w, rstd, N, C);
+  gpu->rmsnorm_bwd(d_dinp, d_dw, d_dout, d_inp, d_w, d_rstd, N, C);
+  check_a(named("rmsnorm_bwd dinp (added to)"), d_dinp, h_dinp, n, tol);
+  check(named("rmsnorm_bwd dw (fp32)"), d_dw, dw, C, 1e-5);
+  colo_pool_free(dpool, d_inp), colo_pool_free(dpool, d_w), colo_pool_free(dpool, d_rstd);
+  colo_pool_free(dpool, d_dout);
+  free(inp), free(w), free(h_inp), free(out), free(rstd), free(dout), free(dinp), free(dw);
+  free(h_dout), free(h_dinp);
+  /* rotary positions on qkv[B][T][3C], from position 5, and back */
+  size_t nq = (size_t)N * 3 * C;
+  float *q = randv(nq, 1.0f);
+  void *h_q = hact(q, nq), *d_q = upa(q, nq);
+  cpu->rope(h_q, B, T, C, NH, 5, 10000.0f, 1);
+  gpu->rope(d_q, B, T, C, NH, 5, 10000.0f, 1);
+  void *d_q2 = up(h_q, nq, asz); /* the CPU's rotated values, rotated back on both sides */
+  check_a(named("rope forward"), d_q, h_q, nq, tol);
+  cpu->rope(h_q, B, T, C, NH, 5, 10000.0f, -1);
+  gpu->rope(d_q2, B, T, C, NH, 5, 10000.0f, -1);
+  check_a(named("rope back"), d_q2, h_q, nq, tol);
+  free(q), free(h_q);
+  /* SwiGLU over pre[N][2H], H = C */
+  size_t np = (size_t)N * 2 * C;
+  float *pre = randv(np, 3.0f), *dy = randv(n, 1.0f), *dp = randv(np, 1.0f);
+  void *h_pre = hact(pre, np), *y = calloc(n, asz), *h_dy = hact(dy, n), *h_dp = hact(dp, np);
+  void *d_pre = upa(pre, np), *d_y = up(y, n, asz), *d_dy = upa(dy, n), *d_dp = upa(dp, np);
+  cpu->swiglu_fwd(y, h_pre, N, C);
+  gpu->swiglu_fwd(d_y, d_pre, N, C);
+  check_a(named("swiglu_fwd"), d_y, y, n, tol);
+  cpu->swiglu_bwd(h_dp, h_pre, h_dy, N, C);
+  gpu->swiglu_bwd(d_dp, d_pre, d_dy, N, C);
+  check_a(named("swiglu_bwd (written)"), d_dp, h_dp, np, tol);
+  colo_pool_free(dpool, d_pre), colo_pool_free(dpool, d_dy);
+  free(pre), free(dy), free(dp), free(h_pre), free(y), free(h_dy), free(h_dp);
+}
+
+static void test_model(double loss_tol, double grad_tol, int arch) {
+  colo_gpt_config_t cfg = {V, T, 2, 3, C, .arch = arch};
   colo_pool_t *hp = colo_pool_create("cpu", 0);
   colo_gpt_t *mc = NULL, *mg = NULL;
   char err[256];
@@ -444,8 +496,8 @@ static void test_model(double loss_tol, double grad_tol) {
     colo_gpt_zero_grad(mg);
     float lc = colo_gpt_forward(mc, in, tg, B, T), lg = colo_gpt_forward(mg, in, tg, B, T);
     char what[96];
-    snprintf(what, sizeof what, "model loss, step %d: cpu %.6f gpu %.6f", step, (double)lc,
-             (double)lg);
+    snprintf(what, sizeof what, "%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
+             step, (double)lc, (double)lg);
     verdict(named(what), fabs((double)lc - (double)lg) / fabs((double)lc), loss_tol, isfinite(lg));
     colo_gpt_backward(mc, 1.0f);
     colo_gpt_backward(mg, 1.0f);
@@ -546,9 +598,11 @@ int main(int argc, char **argv) {
     if (modes[i].math != COLO_MATH_TF32) { /* TF32 changes the products only */
       test_encoder();
       test_layernorm_gelu(modes[i].tol);
+      test_llama_ops(modes[i].tol);
       test_losses(modes[i].tol);
     }
-    test_model(modes[i].loss_tol, modes[i].grad_tol);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_GPT2);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA);
     colo_pool_destroy(dpool);
   }
   printf("%d checks, %d failed%s\n", checks, failures,

@@ -268,6 +268,131 @@ TEST(layernorm_grad_and_values) {
   fd_check("layernorm db", m.b, db, 8, ln_loss, &m);
 }
 
+/* ---- RMSNorm ---- */
+
+typedef struct {
+  int N, C;
+  float *inp, *w, *out, *rstd, *R;
+} rms_t;
+
+static double rms_loss(void *p) {
+  rms_t *m = p;
+  be->rmsnorm_fwd(m->out, m->rstd, m->inp, m->w, m->N, m->C);
+  return dotd(m->out, m->R, (size_t)m->N * m->C);
+}
+
+TEST(rmsnorm_grad_and_values) {
+  setup();
+  rms_t m = {5, 8};
+  m.inp = randv(40, 2), m.w = randv(8, 1), m.out = randv(40, 1);
+  m.rstd = zeros(5), m.R = randv(40, 1);
+  rms_loss(&m);
+  /* against the definition, in double, with eps 1e-5 */
+  for (int n = 0; n < 5; n++) {
+    double ms = 0;
+    for (int i = 0; i < 8; i++)
+      ms += (double)m.inp[n * 8 + i] * m.inp[n * 8 + i] / 8.0;
+    for (int i = 0; i < 8; i++) {
+      double y = m.inp[n * 8 + i] / sqrt(ms + 1e-5) * m.w[i];
+      if (fabs(y - m.out[n * 8 + i]) > 1e-5)
+        FAIL_AT("rmsnorm row %d [%d] = %.9g, expected %.9g", n, i, (double)m.out[n * 8 + i], y);
+    }
+  }
+  float *di = randv(40, 1), *dw = zeros(8), *before = own(malloc(40 * 4));
+  memcpy(before, di, 40 * 4); /* the backward adds into dinp */
+  be->rmsnorm_bwd(di, dw, m.R, m.inp, m.w, m.rstd, 5, 8);
+  for (int i = 0; i < 40; i++)
+    di[i] -= before[i];
+  fd_check("rmsnorm dinp", m.inp, di, 40, rms_loss, &m);
+  fd_check("rmsnorm dw", m.w, dw, 8, rms_loss, &m);
+}
+
+/* ---- rotary positions ---- */
+
+typedef struct {
+  int B, T, C, NH, pos0;
+  float *qkv, *out, *R;
+} rope_t;
+
+static double rope_loss(void *p) {
+  rope_t *m = p;
+  size_t n = (size_t)m->B * m->T * 3 * m->C;
+  memcpy(m->out, m->qkv, n * sizeof(float));
+  be->rope(m->out, m->B, m->T, m->C, m->NH, m->pos0, 10000.0f, 1);
+  return dotd(m->out, m->R, n);
+}
+
+TEST(rope_values_and_transpose) {
+  setup();
+  /* 2 sequences of 5 positions from position 3, 3 heads of 8 */
+  rope_t m = {2, 5, 24, 3, 3};
+  size_t n = 2 * 5 * 3 * 24;
+  m.qkv = randv(n, 1), m.out = zeros(n), m.R = randv(n, 1);
+  rope_loss(&m);
+  /* against the definition in double: q and k rotated pair by pair, v untouched */
+  double worst = 0;
+  for (int bt = 0; bt < 10; bt++)
+    for (int part = 0; part < 9; part++)
+      for (int i = 0; i < 8; i++) {
+        size_t at = (size_t)bt * 72 + (size_t)part * 8;
+        double x = m.qkv[at + i], y;
+        if (part >= 6) {
+          y = x;
+        } else {
+          int j = i % 4;
+          double ang = (3 + bt % 5) * pow(10000.0, -2.0 * j / 8.0);
+          double other = m.qkv[at + (i < 4 ? i + 4 : i - 4)];
+          y = i < 4 ? x * cos(ang) - other * sin(ang) : x * cos(ang) + other * sin(ang);
+        }
+        worst = fmax(worst, fabs(y - m.out[at + i]));
+      }
+  if (worst > 1e-5)
+    FAIL_AT("rope differs from the definition by %.3g", worst);
+  /* the rotation back is its inverse, and the gradient of <rope(x), R> is rope⁻¹(R) */
+  float *back = own(malloc(n * 4));
+  memcpy(back, m.out, n * 4);
+  be->rope(back, 2, 5, 24, 3, 3, 10000.0f, -1);
+  for (size_t i = 0; i < n; i++)
+    if (fabsf(back[i] - m.qkv[i]) > 1e-5f)
+      FAIL_AT("rotated back, [%zu] = %g, not %g", i, (double)back[i], (double)m.qkv[i]);
+  float *g = own(malloc(n * 4));
+  memcpy(g, m.R, n * 4);
+  be->rope(g, 2, 5, 24, 3, 3, 10000.0f, -1);
+  fd_check("rope", m.qkv, g, n, rope_loss, &m);
+}
+
+/* ---- SwiGLU ---- */
+
+typedef struct {
+  int N, H;
+  float *pre, *out, *R;
+} glu_t;
+
+static double glu_loss(void *p) {
+  glu_t *m = p;
+  be->swiglu_fwd(m->out, m->pre, m->N, m->H);
+  return dotd(m->out, m->R, (size_t)m->N * m->H);
+}
+
+TEST(swiglu_grad_and_values) {
+  setup();
+  glu_t m = {6, 7};
+  m.pre = randv(84, 3), m.out = zeros(42), m.R = randv(42, 1);
+  m.pre[0] = 20; /* the sigmoid's saturated ends */
+  m.pre[1] = -20;
+  glu_loss(&m);
+  for (int n = 0; n < 6; n++)
+    for (int i = 0; i < 7; i++) {
+      double gt = m.pre[n * 14 + i], u = m.pre[n * 14 + 7 + i];
+      double y = gt / (1 + exp(-gt)) * u;
+      if (fabs(y - m.out[n * 7 + i]) > 1e-6 + 1e-6 * fabs(y))
+        FAIL_AT("swiglu row %d [%d] = %.9g, expected %.9g", n, i, (double)m.out[n * 7 + i], y);
+    }
+  float *dp = randv(84, 1); /* written, not added to */
+  be->swiglu_bwd(dp, m.pre, m.R, 6, 7);
+  fd_check("swiglu", m.pre, dp, 84, glu_loss, &m);
+}
+
 /* ---- GELU ---- */
 
 typedef struct {
@@ -760,9 +885,14 @@ TEST(sumsq_and_schedule) {
 
 /* ---- the whole model ---- */
 
-static colo_gpt_t *tiny_model(colo_pool_t *pool, int recompute) {
-  colo_gpt_config_t cfg = {
-      .vocab_size = 11, .block_size = 5, .n_layer = 2, .n_head = 2, .n_embd = 8};
+static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
+  colo_gpt_config_t cfg = {.vocab_size = 11,
+                           .block_size = 5,
+                           .n_layer = 2,
+                           .n_head = 2,
+                           .n_embd = 8,
+                           .arch = arch,
+                           .mlp_hidden = arch == COLO_ARCH_LLAMA ? 12 : 0};
   colo_gpt_t *m;
   char err[256];
   if (colo_gpt_create(&cfg, 2, recompute, be, pool, &m, err, sizeof err) < 0)
@@ -778,6 +908,10 @@ static colo_gpt_t *tiny_model(colo_pool_t *pool, int recompute) {
   return m;
 }
 
+static colo_gpt_t *tiny_model(colo_pool_t *pool, int recompute) {
+  return tiny_model_arch(pool, recompute, COLO_ARCH_GPT2);
+}
+
 /* colo_gpt_decode, position by position against the cache, gives the logits a whole forward of
  * the prefix gives in its last row: T = 80 (attention's blocks of 64 and a part), with and
  * without recomputation; a second sequence from position 0 replaces the first; refusals */
@@ -788,11 +922,14 @@ TEST(decoding_matches_the_whole_forward) {
       .vocab_size = 50, .block_size = 80, .n_layer = 3, .n_head = 4, .n_embd = 32};
   char err[256];
   int tok[80];
-  for (int t = 0; t < 80; t++)
-    tok[t] = (t * 7 + 3) % 50;
   float want[50], got[50];
   double worst = 0;
-  for (int recompute = 0; recompute < 2; recompute++) {
+  /* GPT-2 without and with recomputation, then LLAMA (its keys cached rotated) */
+  for (int k = 0; k < 3; k++) {
+    int recompute = k == 1;
+    cfg.arch = k == 2 ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
+    for (int t = 0; t < 80; t++)
+      tok[t] = (t * 7 + 3) % 50;
     colo_gpt_t *m;
     if (colo_gpt_create(&cfg, 1, recompute, be, pool, &m, err, sizeof err) < 0)
       FAIL_AT("%s", err);
@@ -810,14 +947,17 @@ TEST(decoding_matches_the_whole_forward) {
         for (int v = 0; v < 50; v++) {
           double d = fabs((double)got[v] - want[v]) / (fabs(want[v]) + 1e-3);
           if (!(d < 1e-4))
-            FAIL_AT("recompute %d, position %d, logit %d: decoded %g, forward %g", recompute, pos,
-                    v, (double)got[v], (double)want[v]);
+            FAIL_AT("%s, recompute %d, position %d, logit %d: decoded %g, forward %g",
+                    colo_gpt_arch_name(cfg.arch), recompute, pos, v, (double)got[v],
+                    (double)want[v]);
           worst = d > worst ? d : worst;
         }
       }
     }
   }
-  printf("  decoded logits against the whole forward's: worst relative difference %.2e\n", worst);
+  printf("  decoded logits against the whole forward's (gpt2, llama): worst relative difference "
+         "%.2e\n",
+         worst);
   colo_gpt_t *m = models[n_models - 1];
   ASSERT_EQ_INT(colo_gpt_decode(m, 3, 80, got, err, sizeof err), COLO_EINVAL);
   ASSERT_EQ_STR(err, "position 80 or token 3 outside the model's 80, 50");
@@ -879,10 +1019,10 @@ static double model_loss(void *p) {
   return colo_gpt_forward(p, IN, TG, 2, 5);
 }
 
-TEST(model_grad_finite_differences) {
+static void model_fd(int arch) {
   setup();
   colo_pool_t *pool = new_pool(0);
-  colo_gpt_t *m = tiny_model(pool, 0);
+  colo_gpt_t *m = tiny_model_arch(pool, 0, arch);
   colo_gpt_zero_grad(m);
   colo_gpt_forward(m, IN, TG, 2, 5);
   colo_gpt_backward(m, 1.0f);
@@ -890,7 +1030,10 @@ TEST(model_grad_finite_differences) {
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
   float *g = own(malloc(np * 4));
   memcpy(g, colo_gpt_grads(m), np * 4);
-  ASSERT_EQ_INT(nt, 2 + 2 * COLO_GPT_TENSORS_PER_LAYER + 2);
+  if (arch == COLO_ARCH_LLAMA) /* wte, 6 a block, ln_f */
+    ASSERT_EQ_INT(nt, 1 + 2 * 6 + 1);
+  else
+    ASSERT_EQ_INT(nt, 2 + 2 * COLO_GPT_TENSORS_PER_LAYER + 2);
   /* every coordinate of every tensor */
   size_t checked = 0;
   for (size_t i = 0; i < nt; i++) {
@@ -901,24 +1044,34 @@ TEST(model_grad_finite_differences) {
     checked += tab[i].numel;
   }
   ASSERT_EQ_INT(checked, np);
-  printf("  %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
+  printf("  %s: %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
          "1e-2), %.2e absolute\n",
-         np, nt, worst_rel, worst_abs);
+         colo_gpt_arch_name(arch), np, nt, worst_rel, worst_abs);
+}
+
+TEST(model_grad_finite_differences) {
+  model_fd(COLO_ARCH_GPT2);
+}
+
+TEST(llama_model_grad_finite_differences) {
+  model_fd(COLO_ARCH_LLAMA);
 }
 
 TEST(recompute_is_bit_identical) {
   setup();
   colo_pool_t *pool = new_pool(0);
-  colo_gpt_t *a = tiny_model(pool, 0), *b = tiny_model(pool, 1);
-  size_t np = colo_gpt_num_params(a);
-  for (int k = 0; k < 2; k++) {
-    colo_gpt_t *m = k ? b : a;
-    colo_gpt_zero_grad(m);
-    colo_gpt_forward(m, IN, TG, 2, 5);
-    colo_gpt_backward(m, 1.0f);
+  for (int arch = 0; arch < 2; arch++) {
+    colo_gpt_t *a = tiny_model_arch(pool, 0, arch), *b = tiny_model_arch(pool, 1, arch);
+    size_t np = colo_gpt_num_params(a);
+    for (int k = 0; k < 2; k++) {
+      colo_gpt_t *m = k ? b : a;
+      colo_gpt_zero_grad(m);
+      colo_gpt_forward(m, IN, TG, 2, 5);
+      colo_gpt_backward(m, 1.0f);
+    }
+    ASSERT(memcmp(colo_gpt_grads(a), colo_gpt_grads(b), np * 4) == 0);
+    ASSERT(colo_gpt_forward(a, IN, TG, 2, 5) == colo_gpt_forward(b, IN, TG, 2, 5));
   }
-  ASSERT(memcmp(colo_gpt_grads(a), colo_gpt_grads(b), np * 4) == 0);
-  ASSERT(colo_gpt_forward(a, IN, TG, 2, 5) == colo_gpt_forward(b, IN, TG, 2, 5));
 }
 
 /* colo_gpt_forward_train computes the loss's gradient with the loss (crossentropy_fused): in fp32

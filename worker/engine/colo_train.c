@@ -270,6 +270,10 @@ static void train_usage(void) {
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
       "  --n-layer N --n-head N --n-embd N --block-size N --vocab-size N\n"
+      "  --arch gpt2|llama     the block: GPT-2's, or Llama's (RMSNorm, rotary positions,\n"
+      "                        SwiGLU, no biases)\n"
+      "  --mlp-hidden N        the MLP's width (default 4·n_embd; llama 8·n_embd/3 to 64)\n"
+      "  --rope-theta X        llama: the rotary positions' base (default 10000)\n"
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant|wsd  after the warm-up; wsd holds lr, then decays\n"
@@ -375,6 +379,9 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"n-embd", "model: {n_embd: %s}"},
       {"block-size", "model: {block_size: %s}"},
       {"vocab-size", "model: {vocab_size: %s}"},
+      {"arch", "model: {arch: %s}"},
+      {"mlp-hidden", "model: {mlp_hidden: %s}"},
+      {"rope-theta", "model: {rope_theta: %s}"},
       {"batch-size", "train: {batch_size: %s}"},
       {"grad-accum", "train: {grad_accum: %s}"},
       {"steps", "train: {steps: %s}"},
@@ -830,9 +837,16 @@ static int cmd_train(int argc, char **argv) {
   else if (init_ckpt[0])
     snprintf(init_from, sizeof init_from, "%s", init_ckpt);
   colo_train_config_t cfg = {0};
-  cfg.model = (colo_gpt_config_t){(int)spec->model->vocab_size, (int)spec->model->block_size,
-                                  (int)spec->model->n_layer, (int)spec->model->n_head,
-                                  (int)spec->model->n_embd};
+  const Colo__V1__ModelSpec *ms = spec->model;
+  cfg.model = (colo_gpt_config_t){.vocab_size = (int)ms->vocab_size,
+                                  .block_size = (int)ms->block_size,
+                                  .n_layer = (int)ms->n_layer,
+                                  .n_head = (int)ms->n_head,
+                                  .n_embd = (int)ms->n_embd,
+                                  .arch = ms->arch == COLO__V1__ARCH__ARCH_LLAMA ? COLO_ARCH_LLAMA
+                                                                                 : COLO_ARCH_GPT2,
+                                  .mlp_hidden = (int)ms->mlp_hidden,
+                                  .rope_theta = ms->rope_theta};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim = (colo_adamw_config_t){o->lr,
                                     o->min_lr,

@@ -92,6 +92,22 @@ typedef struct colo_backend_s {
   void (*layernorm_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                         const float *w, const float *mean, const float *rstd, int N, int C);
 
+  /* RMSNorm (Llama's) with eps 1e-5: out = inp · rstd · w, rstd [N] = 1/sqrt(mean(inp²) + eps),
+   * saved for the backward, which ADDS into dinp like layernorm_bwd */
+  void (*rmsnorm_fwd)(void *out, float *rstd, const void *inp, const float *w, int N, int C);
+  void (*rmsnorm_bwd)(void *dinp, float *dw, const void *dout, const void *inp, const float *w,
+                      const float *rstd, int N, int C);
+  /* Rotary position embedding (RoPE, HuggingFace Llama's rotate-half form) in place on the
+   * queries and keys of qkv[B][T][3C] (NH heads of C/NH in each of q, k, v; v untouched): in each
+   * head, elements i and i + hs/2 of position pos0 + t are rotated by the angle
+   * (pos0 + t) · theta^(−2i/hs). dir −1 rotates back (the transpose: the backward of the same
+   * rotation on dqkv). */
+  void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, float theta, int dir);
+  /* SwiGLU: pre[N][2H] holds the gate then the up projection of each row; out[N][H] =
+   * silu(gate) · up. The backward WRITES dpre[N][2H]. */
+  void (*swiglu_fwd)(void *out, const void *pre, int N, int H);
+  void (*swiglu_bwd)(void *dpre, const void *pre, const void *dout, int N, int H);
+
   /* GELU, tanh approximation (HF "gelu_new") */
   void (*gelu_fwd)(void *out, const void *inp, size_t n);
   void (*gelu_bwd)(void *dinp, const void *inp, const void *dout, size_t n);
@@ -152,6 +168,7 @@ typedef struct colo_backend_s {
   X(matmul_gelu_fwd, a) X(matmul_gelu_bwd, a)                                                      \
   X(lmhead_fwd, a) X(lmhead_bwd, a) X(encoder_fwd, a) X(encoder_bwd, a)                            \
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
+  X(rmsnorm_fwd, a) X(rmsnorm_bwd, a) X(rope, a) X(swiglu_fwd, a) X(swiglu_bwd, a)                 \
   X(attention_fwd, a) X(attention_bwd, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
   X(vocab_target, a) X(vocab_ce_bwd, a)

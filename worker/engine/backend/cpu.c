@@ -256,6 +256,121 @@ static void layernorm_bwd(void *dinp_, float *dw, float *db, const void *dout_, 
   }
 }
 
+/* ---- RMSNorm ---- */
+
+static void rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const float *w, int N, int C) {
+  float *out = out_;
+  const float *inp = inp_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *x = inp + (size_t)n * C;
+    float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+    for (int i = 0; i < C; i++)
+      ss += x[i] * x[i];
+    float s = 1.0f / sqrtf(ss / (float)C + 1e-5f);
+    float *o = out + (size_t)n * C;
+#pragma omp simd
+    for (int i = 0; i < C; i++)
+      o[i] = x[i] * s * w[i];
+    rstd[n] = s;
+  }
+}
+
+/* y = w·x·r with r = (Σx²/C + eps)^-½: dx = r·w·d − r³·x·Σ(w·d·x)/C;  dw += d·x·r */
+static void rmsnorm_bwd(void *dinp_, float *dw, const void *dout_, const void *inp_, const float *w,
+                        const float *rstd, int N, int C) {
+  float *dinp = dinp_;
+  const float *dout = dout_, *inp = inp_;
+  float *part = dw ? calloc((size_t)REDUCE_BLOCKS * C, sizeof(float)) : NULL;
+  int per = (N + REDUCE_BLOCKS - 1) / REDUCE_BLOCKS;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < REDUCE_BLOCKS; blk++) {
+    float *pw = part ? part + (size_t)blk * C : NULL;
+    int lo = blk * per, hi = lo + per < N ? lo + per : N;
+    for (int n = lo; n < hi; n++) {
+      const float *x = inp + (size_t)n * C, *d = dout + (size_t)n * C;
+      float s = rstd[n], dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int i = 0; i < C; i++)
+        dot += w[i] * d[i] * x[i];
+      if (pw) {
+#pragma omp simd
+        for (int i = 0; i < C; i++)
+          pw[i] += d[i] * x[i] * s;
+      }
+      if (dinp) {
+        float *di = dinp + (size_t)n * C, k = s * s * s * dot / (float)C;
+#pragma omp simd
+        for (int i = 0; i < C; i++)
+          di[i] += s * w[i] * d[i] - k * x[i];
+      }
+    }
+  }
+  if (part) {
+    for (int blk = 0; blk < REDUCE_BLOCKS; blk++)
+      for (int i = 0; i < C; i++)
+        dw[i] += part[(size_t)blk * C + i];
+    free(part);
+  }
+}
+
+/* ---- rotary position embedding ---- */
+
+static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, float theta, int dir) {
+  float *qkv = qkv_;
+  int hs = C / NH, h2 = hs / 2;
+#pragma omp parallel for schedule(static)
+  for (int bt = 0; bt < B * T; bt++) {
+    float pos = (float)(pos0 + bt % T);
+    float *row = qkv + (size_t)bt * 3 * C;
+    for (int i = 0; i < h2; i++) {
+      /* HF's inv_freq and angle, in fp32 as it computes them */
+      float ang = pos * (1.0f / powf(theta, (float)(2 * i) / (float)hs));
+      float c = cosf(ang), sn = dir < 0 ? -sinf(ang) : sinf(ang);
+      for (int part = 0; part < 2 * NH; part++) { /* the heads of q, then of k */
+        float *x = row + (size_t)part * hs;
+        float x1 = x[i], x2 = x[i + h2];
+        x[i] = x1 * c - x2 * sn;
+        x[i + h2] = x2 * c + x1 * sn;
+      }
+    }
+  }
+}
+
+/* ---- SwiGLU ---- */
+
+static inline float sigmoidf(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+static void swiglu_fwd(void *out_, const void *pre_, int N, int H) {
+  float *out = out_;
+  const float *pre = pre_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *g = pre + (size_t)n * 2 * H, *u = g + H;
+    float *o = out + (size_t)n * H;
+    for (int i = 0; i < H; i++)
+      o[i] = g[i] * sigmoidf(g[i]) * u[i];
+  }
+}
+
+static void swiglu_bwd(void *dpre_, const void *pre_, const void *dout_, int N, int H) {
+  float *dpre = dpre_;
+  const float *pre = pre_, *dout = dout_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *g = pre + (size_t)n * 2 * H, *u = g + H, *d = dout + (size_t)n * H;
+    float *dg = dpre + (size_t)n * 2 * H, *du = dg + H;
+    for (int i = 0; i < H; i++) {
+      float sg = sigmoidf(g[i]);
+      dg[i] = d[i] * u[i] * sg * (1.0f + g[i] * (1.0f - sg));
+      du[i] = d[i] * g[i] * sg;
+    }
+  }
+}
+
 /* ---- GELU (tanh) ---- */
 
 #define GELU_K 0.7978845608028654f /* sqrt(2/pi) */
@@ -611,6 +726,11 @@ static const colo_backend_t CPU = {
     .encoder_bwd = encoder_bwd,
     .layernorm_fwd = layernorm_fwd,
     .layernorm_bwd = layernorm_bwd,
+    .rmsnorm_fwd = rmsnorm_fwd,
+    .rmsnorm_bwd = rmsnorm_bwd,
+    .rope = rope,
+    .swiglu_fwd = swiglu_fwd,
+    .swiglu_bwd = swiglu_bwd,
     .gelu_fwd = gelu_fwd,
     .gelu_bwd = gelu_bwd,
     .attention_fwd = attention_fwd,

@@ -302,6 +302,24 @@ static void host_free(void *p) {
     RUN("layernorm_bwd", base_##sfx()->layernorm_bwd(di, dw, db, d, i, w, mean, rstd, N, C), di,   \
         dw, db, d, i, w, mean, rstd);                                                              \
   }                                                                                                \
+  static void rmsnorm_fwd_##sfx(void *o, float *rstd, const void *i, const float *w, int N,        \
+                                int C) {                                                           \
+    RUN("rmsnorm_fwd", base_##sfx()->rmsnorm_fwd(o, rstd, i, w, N, C), o, rstd, i, w);             \
+  }                                                                                                \
+  static void rmsnorm_bwd_##sfx(void *di, float *dw, const void *d, const void *i, const float *w, \
+                                const float *rstd, int N, int C) {                                 \
+    RUN("rmsnorm_bwd", base_##sfx()->rmsnorm_bwd(di, dw, d, i, w, rstd, N, C), di, dw, d, i, w,    \
+        rstd);                                                                                     \
+  }                                                                                                \
+  static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, float th, int dir) {        \
+    RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, th, dir), q);                               \
+  }                                                                                                \
+  static void swiglu_fwd_##sfx(void *o, const void *p, int N, int H) {                             \
+    RUN("swiglu_fwd", base_##sfx()->swiglu_fwd(o, p, N, H), o, p);                                 \
+  }                                                                                                \
+  static void swiglu_bwd_##sfx(void *dp, const void *p, const void *d, int N, int H) {             \
+    RUN("swiglu_bwd", base_##sfx()->swiglu_bwd(dp, p, d, N, H), dp, p, d);                         \
+  }                                                                                                \
   static void gelu_fwd_##sfx(void *o, const void *i, size_t n) {                                   \
     RUN("gelu_fwd", base_##sfx()->gelu_fwd(o, i, n), o, i);                                        \
   }                                                                                                \

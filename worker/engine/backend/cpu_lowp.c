@@ -203,6 +203,49 @@ static void layernorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, co
   scratch_give(fi);
 }
 
+static void rmsnorm_fwd_t(colo_dtype_t t, void *out, float *rstd, const void *inp, const float *w,
+                          int N, int C) {
+  float *fi = widen(t, inp, (size_t)N * C), *fo = fresh((size_t)N * C);
+  f32()->rmsnorm_fwd(fo, rstd, fi, w, N, C);
+  narrow(t, out, fo, (size_t)N * C);
+  scratch_give(fi);
+}
+
+static void rmsnorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, const void *dout, const void *inp,
+                          const float *w, const float *rstd, int N, int C) {
+  size_t n = (size_t)N * C;
+  float *fd = widen(t, dout, n), *fi = widen(t, inp, n), *fdi = widen(t, dinp, n);
+  f32()->rmsnorm_bwd(fdi, dw, fd, fi, w, rstd, N, C);
+  narrow(t, dinp, fdi, n);
+  scratch_give(fd);
+  scratch_give(fi);
+}
+
+static void rope_t(colo_dtype_t t, void *qkv, int B, int T, int C, int NH, int pos0, float theta,
+                   int dir) {
+  size_t n = (size_t)B * T * 3 * C;
+  float *f = widen(t, qkv, n);
+  f32()->rope(f, B, T, C, NH, pos0, theta, dir);
+  narrow(t, qkv, f, n);
+}
+
+static void swiglu_fwd_t(colo_dtype_t t, void *out, const void *pre, int N, int H) {
+  float *fp = widen(t, pre, (size_t)N * 2 * H), *fo = fresh((size_t)N * H);
+  f32()->swiglu_fwd(fo, fp, N, H);
+  narrow(t, out, fo, (size_t)N * H);
+  scratch_give(fp);
+}
+
+static void swiglu_bwd_t(colo_dtype_t t, void *dpre, const void *pre, const void *dout, int N,
+                         int H) {
+  float *fp = widen(t, pre, (size_t)N * 2 * H), *fd = widen(t, dout, (size_t)N * H);
+  float *fdp = fresh((size_t)N * 2 * H);
+  f32()->swiglu_bwd(fdp, fp, fd, N, H);
+  narrow(t, dpre, fdp, (size_t)N * 2 * H);
+  scratch_give(fp);
+  scratch_give(fd);
+}
+
 static void gelu_fwd_t(colo_dtype_t t, void *out, const void *inp, size_t n) {
   float *fi = widen(t, inp, n), *fo = fresh(n);
   f32()->gelu_fwd(fo, fi, n);
@@ -370,6 +413,23 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
   }                                                                                                \
   static void gelu_fwd_##sfx(void *o, const void *i, size_t n) {                                   \
     gelu_fwd_t(T, o, i, n);                                                                        \
+  }                                                                                                \
+  static void rmsnorm_fwd_##sfx(void *o, float *rstd, const void *i, const float *w, int N,        \
+                                int C) {                                                           \
+    rmsnorm_fwd_t(T, o, rstd, i, w, N, C);                                                         \
+  }                                                                                                \
+  static void rmsnorm_bwd_##sfx(void *di, float *dw, const void *d, const void *i, const float *w, \
+                                const float *rstd, int N, int C) {                                 \
+    rmsnorm_bwd_t(T, di, dw, d, i, w, rstd, N, C);                                                 \
+  }                                                                                                \
+  static void rope_##sfx(void *q, int B, int Tt, int C, int NH, int p0, float th, int dir) {       \
+    rope_t(T, q, B, Tt, C, NH, p0, th, dir);                                                       \
+  }                                                                                                \
+  static void swiglu_fwd_##sfx(void *o, const void *p, int N, int H) {                             \
+    swiglu_fwd_t(T, o, p, N, H);                                                                   \
+  }                                                                                                \
+  static void swiglu_bwd_##sfx(void *dp, const void *p, const void *d, int N, int H) {             \
+    swiglu_bwd_t(T, dp, p, d, N, H);                                                               \
   }                                                                                                \
   static void gelu_bwd_##sfx(void *di, const void *i, const void *d, size_t n) {                   \
     gelu_bwd_t(T, di, i, d, n);                                                                    \

@@ -340,7 +340,8 @@ template <class T> __global__ static void rows_set_kernel(T *out, const float *b
 
 /* Column sums in a fixed order: partial[y][c] sums rows [y·per, (y+1)·per) of column c, and,
  * when inp is given, partial[COL_PARTS + y][c] the same rows weighted by xhat = (inp − mean)·rstd
- * (LayerNorm's weight gradient, beside its bias gradient: one pass over src for both) */
+ * (LayerNorm's weight gradient, beside its bias gradient: one pass over src for both; mean NULL:
+ * RMSNorm's, xhat = inp·rstd) */
 #define COL_PARTS 32
 template <class T>
 __global__ static void colsum_part_kernel(float *partial, const T *src, const T *inp,
@@ -354,7 +355,7 @@ __global__ static void colsum_part_kernel(float *partial, const T *src, const T 
       float d = ld(src[(size_t)n * C + c]);
       acc += d;
       if (inp)
-        accw += d * (ld(inp[(size_t)n * C + c]) - mean[n]) * rstd[n];
+        accw += d * (ld(inp[(size_t)n * C + c]) - (mean ? mean[n] : 0.0f)) * rstd[n];
     }
   s[0][threadIdx.y][threadIdx.x] = acc;
   s[1][threadIdx.y][threadIdx.x] = accw;
@@ -688,6 +689,129 @@ static void layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, co
   }
   if (dw || db)
     colsum_into<T>(db, dw, (const T *)dout, dw ? (const T *)inp : NULL, mean, rstd, N, C);
+}
+
+/* ---- RMSNorm: a warp per row, as LayerNorm ---- */
+
+template <class T>
+__global__ static void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, const float *w, int N,
+                                          int C, int vec) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N)
+    return;
+  const T *x = inp + (size_t)row * C;
+  const T *none = NULL;
+  float ss = 0.0f;
+  lane_each(x, none, C, lane, 32, vec, [&](int, float xi, float) { ss += xi * xi; });
+  float r = 1.0f / sqrtf(warp_sum(ss) / (float)C + 1e-5f);
+  lane_map(out + (size_t)row * C, x, none, 0, C, lane, 32, vec,
+           [&](int i, float xi, float, float) { return xi * r * w[i]; });
+  if (lane == 0)
+    rstd[row] = r;
+}
+
+template <class T>
+static void rmsnorm_fwd(void *out, float *rstd, const void *inp, const float *w, int N, int C) {
+  rmsnorm_fwd_kernel<T><<<(N + 7) / 8, 256, 0, g.stream>>>((T *)out, rstd, (const T *)inp, w, N, C,
+                                                           vec_ok<T>((size_t)C, out, inp));
+  LAUNCHED();
+}
+
+template <class T>
+__global__ static void rmsnorm_bwd_kernel(T *dinp, const T *dout, const T *inp, const float *w,
+                                          const float *rstd, int N, int C, int vec) {
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N)
+    return;
+  const T *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+  float r = rstd[row], dot = 0.0f;
+  lane_each(x, d, C, lane, 32, vec, [&](int i, float xi, float di) { dot += w[i] * di * xi; });
+  float k = r * r * r * warp_sum(dot) / (float)C;
+  lane_map(dinp + (size_t)row * C, x, d, 1, C, lane, 32, vec,
+           [&](int i, float xi, float di, float old) { return old + r * w[i] * di - k * xi; });
+}
+
+template <class T>
+static void rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp, const float *w,
+                        const float *rstd, int N, int C) {
+  if (dinp) {
+    rmsnorm_bwd_kernel<T><<<(N + 7) / 8, 256, 0, g.stream>>>((T *)dinp, (const T *)dout,
+                                                             (const T *)inp, w, rstd, N, C,
+                                                             vec_ok<T>((size_t)C, dinp, dout, inp));
+    LAUNCHED();
+  }
+  if (dw)
+    colsum_into<T>(NULL, dw, (const T *)dout, (const T *)inp, NULL, rstd, N, C);
+}
+
+/* ---- rotary position embedding: a thread per rotated pair ---- */
+
+template <class T>
+__global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int pos0, float theta,
+                                   int dir) {
+  int hs = C / NH, h2 = hs / 2;
+  size_t n = (size_t)BT * 2 * NH * h2, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
+    int i = (int)(idx % h2);
+    size_t rest = idx / h2;
+    int part = (int)(rest % (2 * NH)); /* the heads of q, then of k */
+    int bt = (int)(rest / (2 * NH));
+    float pos = (float)(pos0 + bt % T_);
+    float ang = pos * (1.0f / powf(theta, (float)(2 * i) / (float)hs));
+    float c = cosf(ang), sn = dir < 0 ? -sinf(ang) : sinf(ang);
+    T *x = qkv + (size_t)bt * 3 * C + (size_t)part * hs;
+    float x1 = ld(x[i]), x2 = ld(x[i + h2]);
+    x[i] = st<T>(x1 * c - x2 * sn);
+    x[i + h2] = st<T>(x2 * c + x1 * sn);
+  }
+}
+
+template <class T>
+static void rope(void *qkv, int B, int T_, int C, int NH, int pos0, float theta, int dir) {
+  size_t n = (size_t)B * T_ * C; /* pairs: B·T·2·NH·hs/2 */
+  rope_kernel<T>
+      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)qkv, B * T_, T_, C, NH, pos0, theta, dir);
+  LAUNCHED();
+}
+
+/* ---- SwiGLU: a thread per output value ---- */
+
+__device__ __forceinline__ static float sigmoid_dev(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+
+template <class T> __global__ static void swiglu_fwd_kernel(T *out, const T *pre, int N, int H) {
+  size_t n = (size_t)N * H, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
+    size_t r = idx / H, i = idx % H;
+    float gt = ld(pre[r * 2 * H + i]), u = ld(pre[r * 2 * H + H + i]);
+    out[idx] = st<T>(gt * sigmoid_dev(gt) * u);
+  }
+}
+
+template <class T>
+__global__ static void swiglu_bwd_kernel(T *dpre, const T *pre, const T *dout, int N, int H) {
+  size_t n = (size_t)N * H, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
+    size_t r = idx / H, i = idx % H;
+    float gt = ld(pre[r * 2 * H + i]), u = ld(pre[r * 2 * H + H + i]), d = ld(dout[idx]);
+    float sg = sigmoid_dev(gt);
+    dpre[r * 2 * H + i] = st<T>(d * u * sg * (1.0f + gt * (1.0f - sg)));
+    dpre[r * 2 * H + H + i] = st<T>(d * gt * sg);
+  }
+}
+
+template <class T> static void swiglu_fwd(void *out, const void *pre, int N, int H) {
+  swiglu_fwd_kernel<T>
+      <<<blocks_for((size_t)N * H, 256), 256, 0, g.stream>>>((T *)out, (const T *)pre, N, H);
+  LAUNCHED();
+}
+
+template <class T>
+static void swiglu_bwd(void *dpre, const void *pre, const void *dout, int N, int H) {
+  swiglu_bwd_kernel<T><<<blocks_for((size_t)N * H, 256), 256, 0, g.stream>>>(
+      (T *)dpre, (const T *)pre, (const T *)dout, N, H);
+  LAUNCHED();
 }
 
 /* ---- GELU (tanh) ---- */

@@ -1,4 +1,4 @@
-/* GPT-2 forward and backward on the operation table. */
+/* GPT-2 (and Llama's block on its skeleton) forward and backward on the operation table. */
 #include "gpt.h"
 
 #include <math.h>
@@ -39,7 +39,7 @@ typedef struct {
   void *res2;                 /* [R][C]: input + attention */
   void *ln2;                  /* [R][C] */
   float *ln2_mean, *ln2_rstd; /* [R], [R] */
-  void *fch;                  /* [N][4C/tp]: GELU's input; its output is recomputed */
+  void *fch; /* [N][H/tp] (LLAMA [N][2H/tp]): GELU's (SwiGLU's) input; its output is recomputed */
   /* the block's matrices in act_dtype, made from the fp32 parameters by the forward and read by
    * the backward too (NULL when activations are fp32: the products read the parameters) */
   void *w;
@@ -55,7 +55,12 @@ struct colo_gpt_s {
   /* tensor parallelism: the group, its size and this rank's place; local widths */
   colo_comm_t *tp_comm;
   int tp, tpr;
-  int Cq, NHl, Cf, Vl, v0; /* C/tp (attention), NH/tp, 4C/tp, V/tp, first token of the shard */
+  int Cq, NHl, Cf, Vl, v0; /* C/tp (attention), NH/tp, H/tp, V/tp, first token of the shard */
+  int llama;               /* cfg.arch == COLO_ARCH_LLAMA */
+  float theta;             /* LLAMA: RoPE's base */
+  int per_layer;           /* tensors per block: 12, or 6 (LLAMA) */
+  int slot[P_PER_LAYER];   /* a P_* tensor's place in its block's run of tensors (-1: none) */
+  int n_top, n_tail;       /* tensors before the blocks (wte, wpe) and after (ln_f) */
   float *gmax, *gsum, *tlogit, *gather; /* vocab-parallel loss: [N] each, gather [tp][N] */
   int sp;                               /* sequence parallelism */
   int l_lo, l_hi, first, last;          /* pipeline stage: blocks [l_lo, l_hi) */
@@ -95,7 +100,8 @@ struct colo_gpt_s {
   float fuse_scale;
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dtmp;
-  void *gelu; /* [N][4C]: the GELU output of the block at hand, forward and backward */
+  void *gelu; /* [N][H/tp]: the GELU (SwiGLU) output of the block at hand, forward and backward */
+  void *dglu; /* LLAMA: [N][H/tp], SwiGLU's output gradient */
   /* colo_gpt_decode: keys and values [L][NH][T][C/NH] of the positions decoded so far, a row of
    * attention scores [T], a loss and a target for the softmax (made on its first call) */
   void *kcache, *vcache, *scores;
@@ -109,20 +115,43 @@ static inline void *at(const colo_gpt_t *m, const void *p, size_t i) {
   return (char *)p + i * m->asz;
 }
 
+/* a block's tensor (NULL: the architecture has none, as LLAMA's biases) */
 static float *P(colo_gpt_t *m, int layer, int which) {
-  return m->pt[(size_t)m->i_l0 + (size_t)(layer - m->l_lo) * P_PER_LAYER + which];
+  int k = m->slot[which];
+  return k < 0 ? NULL : m->pt[(size_t)m->i_l0 + (size_t)(layer - m->l_lo) * m->per_layer + k];
 }
 static float *G(colo_gpt_t *m, int layer, int which) {
-  return m->gt[(size_t)m->i_l0 + (size_t)(layer - m->l_lo) * P_PER_LAYER + which];
+  int k = m->slot[which];
+  return k < 0 ? NULL : m->gt[(size_t)m->i_l0 + (size_t)(layer - m->l_lo) * m->per_layer + k];
 }
 #define WTE(m)   ((m)->pt[(m)->i_wte])
-#define WPE(m)   ((m)->pt[(m)->i_wpe])
+#define WPE(m)   ((m)->i_wpe < 0 ? NULL : (m)->pt[(m)->i_wpe])
 #define LNFW(m)  ((m)->pt[(m)->i_lnf])
-#define LNFB(m)  ((m)->pt[(m)->i_lnf + 1])
+#define LNFB(m)  ((m)->n_tail < 2 ? NULL : (m)->pt[(m)->i_lnf + 1])
 #define DWTE(m)  ((m)->gt[(m)->i_wte])
-#define DWPE(m)  ((m)->gt[(m)->i_wpe])
+#define DWPE(m)  ((m)->i_wpe < 0 ? NULL : (m)->gt[(m)->i_wpe])
 #define DLNFW(m) ((m)->gt[(m)->i_lnf])
-#define DLNFB(m) ((m)->gt[(m)->i_lnf + 1])
+#define DLNFB(m) ((m)->n_tail < 2 ? NULL : (m)->gt[(m)->i_lnf + 1])
+
+int colo_gpt_mlp_hidden(const colo_gpt_config_t *cfg) {
+  if (cfg->mlp_hidden > 0)
+    return cfg->mlp_hidden;
+  if (cfg->arch == COLO_ARCH_LLAMA)
+    return (8 * cfg->n_embd / 3 + 63) / 64 * 64;
+  return 4 * cfg->n_embd;
+}
+
+int colo_gpt_tensors_per_layer(const colo_gpt_config_t *cfg) {
+  return cfg->arch == COLO_ARCH_LLAMA ? 6 : P_PER_LAYER;
+}
+
+const char *colo_gpt_arch_name(int arch) {
+  return arch == COLO_ARCH_LLAMA ? "llama" : arch == COLO_ARCH_GPT2 ? "gpt2" : "?";
+}
+
+int colo_gpt_arch_parse(const char *name) {
+  return !strcmp(name, "gpt2") ? COLO_ARCH_GPT2 : !strcmp(name, "llama") ? COLO_ARCH_LLAMA : -1;
+}
 
 void colo_param_shard(const colo_param_t *f, int tp, colo_param_t *p) {
   int d0 = f->full_shape[0], d1 = f->full_shape[1], split = f->split;
@@ -153,8 +182,10 @@ size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li) {
     return (size_t)t * p->numel + li;
   case COLO_SPLIT_COLS: /* columns [t·w, (t+1)·w) of each row (or of the vector) */
     return d1 ? r * (size_t)d1 + (size_t)t * w + j : (size_t)t * w + j;
-  case COLO_SPLIT_QKV: { /* q, k and v each split: local [q_t | k_t | v_t] */
-    size_t third = w / 3, s = j / third, jj = j % third, full_third = third * (size_t)tp;
+  case COLO_SPLIT_QKV:   /* q, k and v each split: local [q_t | k_t | v_t] */
+  case COLO_SPLIT_GLU: { /* gate and up each split: local [gate_t | up_t] */
+    size_t parts = p->split == COLO_SPLIT_QKV ? 3 : 2;
+    size_t third = w / parts, s = j / third, jj = j % third, full_third = third * (size_t)tp;
     size_t col = s * full_third + (size_t)t * third + jj;
     return d1 ? r * (size_t)d1 + col : col;
   }
@@ -182,53 +213,64 @@ static void add_full(colo_gpt_t *m, size_t *k, size_t *g, const char *name, int 
 /* The whole model's tensors in execution order (full_table: checkpoints and initialisation),
  * then this stage's, with this rank's shard shapes (table). */
 static void build_table(colo_gpt_t *m) {
-  int C = m->cfg.n_embd, L = m->cfg.n_layer;
+  int C = m->cfg.n_embd, L = m->cfg.n_layer, H = colo_gpt_mlp_hidden(&m->cfg);
   size_t k = 0, g = 0;
   char name[64];
   add_full(m, &k, &g, "transformer.wte.weight", m->cfg.vocab_size, C, 1, COLO_SPLIT_VOCAB);
-  add_full(m, &k, &g, "transformer.wpe.weight", m->cfg.block_size, C, 1, COLO_SPLIT_NONE);
+  if (!m->llama)
+    add_full(m, &k, &g, "transformer.wpe.weight", m->cfg.block_size, C, 1, COLO_SPLIT_NONE);
+  /* shapes in units: C, 3C, the MLP's H, LLAMA's 2H (gate and up) */
+  enum { U_C = 1, U_3C, U_H, U_2H };
   static const struct {
     const char *suffix;
-    int rows, cols; /* in units of C; 0 cols: a vector */
-    int decay, split;
+    int rows, cols; /* units; 0 cols: a vector */
+    int decay, split, llama;
   } layer[P_PER_LAYER] = {
-      {"ln_1.weight", 1, 0, 0, COLO_SPLIT_NONE},
-      {"ln_1.bias", 1, 0, 0, COLO_SPLIT_NONE},
-      {"attn.c_attn.weight", 1, 3, 1, COLO_SPLIT_QKV},
-      {"attn.c_attn.bias", 3, 0, 0, COLO_SPLIT_QKV},
-      {"attn.c_proj.weight", 1, 1, 1, COLO_SPLIT_ROWS},
-      {"attn.c_proj.bias", 1, 0, 0, COLO_SPLIT_NONE},
-      {"ln_2.weight", 1, 0, 0, COLO_SPLIT_NONE},
-      {"ln_2.bias", 1, 0, 0, COLO_SPLIT_NONE},
-      {"mlp.c_fc.weight", 1, 4, 1, COLO_SPLIT_COLS},
-      {"mlp.c_fc.bias", 4, 0, 0, COLO_SPLIT_COLS},
-      {"mlp.c_proj.weight", 4, 1, 1, COLO_SPLIT_ROWS},
-      {"mlp.c_proj.bias", 1, 0, 0, COLO_SPLIT_NONE},
+      {"ln_1.weight", U_C, 0, 0, COLO_SPLIT_NONE, 1},
+      {"ln_1.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
+      {"attn.c_attn.weight", U_C, U_3C, 1, COLO_SPLIT_QKV, 1},
+      {"attn.c_attn.bias", U_3C, 0, 0, COLO_SPLIT_QKV, 0},
+      {"attn.c_proj.weight", U_C, U_C, 1, COLO_SPLIT_ROWS, 1},
+      {"attn.c_proj.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
+      {"ln_2.weight", U_C, 0, 0, COLO_SPLIT_NONE, 1},
+      {"ln_2.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
+      {"mlp.c_fc.weight", U_C, U_H, 1, COLO_SPLIT_COLS, 1},
+      {"mlp.c_fc.bias", U_H, 0, 0, COLO_SPLIT_COLS, 0},
+      {"mlp.c_proj.weight", U_H, U_C, 1, COLO_SPLIT_ROWS, 1},
+      {"mlp.c_proj.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
   };
+  int unit[] = {0, C, 3 * C, H, 2 * H};
+  for (int i = 0, n = 0; i < P_PER_LAYER; i++)
+    m->slot[i] = !m->llama || layer[i].llama ? n++ : -1;
   for (int l = 0; l < L; l++)
     for (int i = 0; i < P_PER_LAYER; i++) {
+      if (m->slot[i] < 0)
+        continue;
+      int fc = m->llama && i == P_FCW; /* gate and up side by side */
       snprintf(name, sizeof name, "transformer.h.%d.%s", l, layer[i].suffix);
-      add_full(m, &k, &g, name, layer[i].rows * C, layer[i].cols * C, layer[i].decay,
-               layer[i].split);
+      add_full(m, &k, &g, name, unit[layer[i].rows], unit[fc ? U_2H : layer[i].cols],
+               layer[i].decay, fc ? COLO_SPLIT_GLU : layer[i].split);
     }
   add_full(m, &k, &g, "transformer.ln_f.weight", C, 0, 0, COLO_SPLIT_NONE);
-  add_full(m, &k, &g, "transformer.ln_f.bias", C, 0, 0, COLO_SPLIT_NONE);
+  if (!m->llama)
+    add_full(m, &k, &g, "transformer.ln_f.bias", C, 0, 0, COLO_SPLIT_NONE);
   m->n_full = k;
   m->full_params = g;
   /* this stage's tensors */
-  size_t n = 0, l0 = 2 + (size_t)m->l_lo * P_PER_LAYER, l1 = 2 + (size_t)m->l_hi * P_PER_LAYER;
+  size_t top = (size_t)m->n_top, tail = (size_t)m->n_tail, per = (size_t)m->per_layer;
+  size_t n = 0, l0 = top + (size_t)m->l_lo * per, l1 = top + (size_t)m->l_hi * per;
   m->i_wte = m->i_wpe = m->i_lnf = -1;
   for (size_t gi = 0; gi < k; gi++) {
-    int own = gi < 2 ? m->first : gi >= k - 2 ? m->last : gi >= l0 && gi < l1;
+    int own = gi < top ? m->first : gi >= k - tail ? m->last : gi >= l0 && gi < l1;
     if (!own)
       continue;
     if (gi == 0)
       m->i_wte = (int)n;
-    if (gi == 1)
+    if (gi == 1 && top == 2)
       m->i_wpe = (int)n;
     if (gi == l0)
       m->i_l0 = (int)n;
-    if (gi == k - 2)
+    if (gi == k - tail)
       m->i_lnf = (int)n;
     add_tensor(m, &n, &m->full_table[gi]);
   }
@@ -265,7 +307,7 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
       {&a->ln2, R * C * A, 1},
       {(void **)&a->ln2_mean, R * F, 1},
       {(void **)&a->ln2_rstd, R * F, 1},
-      {&a->fch, N * (size_t)m->Cf * A, 0},
+      {&a->fch, N * (size_t)(m->llama ? 2 : 1) * m->Cf * A, 0},
       {&a->w, m->be->act_dtype == COLO_DTYPE_F32 ? 0 : (m->wfp_off + (size_t)m->Cf * C) * A, 0},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -374,7 +416,29 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->block_size, max_B);
     return COLO_EINVAL;
   }
+  int H = colo_gpt_mlp_hidden(cfg);
+  if (cfg->arch != COLO_ARCH_GPT2 && cfg->arch != COLO_ARCH_LLAMA) {
+    snprintf(err, errlen, "unknown model architecture %d", cfg->arch);
+    return COLO_EINVAL;
+  }
+  if (cfg->arch == COLO_ARCH_LLAMA && (cfg->n_embd / cfg->n_head) % 2) {
+    snprintf(err, errlen, "rotary positions need an even head size, not n_embd/n_head = %d",
+             cfg->n_embd / cfg->n_head);
+    return COLO_EINVAL;
+  }
+  if (cfg->mlp_hidden < 0 || cfg->rope_theta < 0.0f || !(cfg->rope_theta == cfg->rope_theta)) {
+    snprintf(err, errlen, "bad model shape: mlp_hidden=%d rope_theta=%g", cfg->mlp_hidden,
+             (double)cfg->rope_theta);
+    return COLO_EINVAL;
+  }
   int tp = tp_comm ? colo_comm_size(tp_comm) : 1;
+  if (H % tp) {
+    snprintf(err, errlen,
+             "tensor parallelism over %d ranks needs the MLP's width %d (model.mlp_hidden) to "
+             "divide by it",
+             tp, H);
+    return COLO_EINVAL;
+  }
   if (cfg->n_head % tp || cfg->vocab_size % tp) {
     snprintf(err, errlen,
              "tensor parallelism over %d ranks needs n_head=%d and vocab_size=%d to "
@@ -392,7 +456,12 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->tpr = tp > 1 ? colo_comm_rank(tp_comm) : 0;
   m->Cq = cfg->n_embd / tp;
   m->NHl = cfg->n_head / tp;
-  m->Cf = 4 * cfg->n_embd / tp;
+  m->Cf = H / tp;
+  m->llama = cfg->arch == COLO_ARCH_LLAMA;
+  m->theta = cfg->rope_theta > 0.0f ? cfg->rope_theta : 10000.0f;
+  m->per_layer = colo_gpt_tensors_per_layer(cfg);
+  m->n_top = m->llama ? 1 : 2;
+  m->n_tail = m->llama ? 1 : 2;
   m->Vl = cfg->vocab_size / tp;
   m->v0 = m->tpr * m->Vl;
   m->cfg = *cfg;
@@ -441,7 +510,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->wq_off = 0;
   m->wap_off = C * 3 * Cq;
   m->wfc_off = m->wap_off + Cq * C;
-  m->wfp_off = m->wfc_off + C * Cf;
+  m->wfp_off = m->wfc_off + C * Cf * (m->llama ? 2 : 1);
   int lowp = be->act_dtype != COLO_DTYPE_F32;
   struct {
     void **p;
@@ -455,8 +524,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {&m->dln, N * C * A},
               {&m->dqkv, N * 3 * Cq * A},
               {&m->datty, N * Cq * A},
-              {&m->dfch, N * Cf * A},
+              {&m->dfch, N * Cf * (m->llama ? 2 : 1) * A},
               {&m->gelu, N * Cf * A},
+              {&m->dglu, m->llama ? N * Cf * A : 0},
               {&m->dtmp, N * C * A},
               {&m->proj, N * C * A},
               {(void **)&m->gmax, N * F},
@@ -503,11 +573,11 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->params);
   colo_pool_free(p, m->grads);
   free_rows(m);
-  void *rest[] = {m->lnf,     m->lnf_mean, m->lnf_rstd,  m->logits, m->losses, m->dres,
-                  m->dln,     m->dqkv,     m->datty,     m->dfch,   m->dtmp,   m->gelu,
-                  m->gmax,    m->gsum,     m->tlogit,    m->gather, m->dfull,  m->lnscratch,
-                  m->wte_act, m->xfer,     m->proj,      m->lnfull, m->kcache, m->vcache,
-                  m->scores,  m->dec_loss, m->dec_target};
+  void *rest[] = {m->lnf,     m->lnf_mean, m->lnf_rstd,   m->logits, m->losses, m->dres,
+                  m->dln,     m->dqkv,     m->datty,      m->dfch,   m->dtmp,   m->gelu,
+                  m->gmax,    m->gsum,     m->tlogit,     m->gather, m->dfull,  m->lnscratch,
+                  m->wte_act, m->xfer,     m->proj,       m->lnfull, m->kcache, m->vcache,
+                  m->scores,  m->dec_loss, m->dec_target, m->dglu};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -710,7 +780,7 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
   if (make) {
     be->to_act((void *)w.qkv, P(m, l, P_QKVW), C * 3 * Cq);
     be->to_act((void *)w.attproj, P(m, l, P_ATTPROJW), Cq * C);
-    be->to_act((void *)w.fc, P(m, l, P_FCW), C * Cf);
+    be->to_act((void *)w.fc, P(m, l, P_FCW), C * Cf * (m->llama ? 2 : 1));
     be->to_act((void *)w.fcproj, P(m, l, P_FCPROJW), Cf * C);
   }
   return w;
@@ -723,6 +793,36 @@ static const void *head_weights(colo_gpt_t *m, int make) {
   if (make)
     m->be->to_act(m->wte_act, WTE(m), (size_t)m->Vl * m->cfg.n_embd);
   return m->wte_act;
+}
+
+/* the block's normalisation: LayerNorm, or LLAMA's RMSNorm (no mean, no bias) */
+static void norm_fwd(colo_gpt_t *m, void *out, float *mean, float *rstd, const void *inp,
+                     const float *w, const float *b, int N, int C) {
+  if (m->llama)
+    m->be->rmsnorm_fwd(out, rstd, inp, w, N, C);
+  else
+    m->be->layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+}
+
+static void norm_bwd(colo_gpt_t *m, void *dinp, float *dw, float *db, const void *dout,
+                     const void *inp, const float *w, const float *mean, const float *rstd, int N,
+                     int C) {
+  if (m->llama)
+    m->be->rmsnorm_bwd(dinp, dw, dout, inp, w, rstd, N, C);
+  else
+    m->be->layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+}
+
+/* The MLP's first product and its activation: out = gelu(pre = inp·W + b), or LLAMA's
+ * out = silu(gate)·up of pre = inp·[W_gate | W_up] */
+static void mlp_up(colo_gpt_t *m, void *out, void *pre, const void *inp, const void *w,
+                   const float *b, int N, int C, int Cf) {
+  if (m->llama) {
+    m->be->matmul_fwd(pre, inp, w, NULL, N, C, 2 * Cf);
+    m->be->swiglu_fwd(out, pre, N, Cf);
+  } else {
+    m->be->matmul_gelu_fwd(out, pre, inp, w, b, N, C, Cf);
+  }
 }
 
 /* returns the matrices it used */
@@ -738,15 +838,15 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
    * row buffers hold just those) */
   int Nl = m->sp ? N / m->tp : N;
   size_t off = (m->sp ? (size_t)m->tpr * Nl : 0) * C, rowf = (size_t)Nl * C, NC = (size_t)N * C;
-  be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
+  norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
   be->matmul_fwd(a->qkv, ln_full(m, a->ln1, off, rowf), w.qkv, P(m, l, P_QKVB), N, C, 3 * Cq);
+  if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
+    be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->theta, 1);
   be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl);
   be->matmul_fwd(m->proj, a->atty, w.attproj, apb, N, Cq, C);
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
-  be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl,
-                    C);
-  be->matmul_gelu_fwd(m->gelu, a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C,
-                      Cf);
+  norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
+  mlp_up(m, m->gelu, a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C, Cf);
   be->matmul_fwd(m->proj, m->gelu, w.fcproj, fpb, N, Cf, C);
   be->add(out, a->res2, proj_sum(m, off, rowf, NC), rowf);
   return w;
@@ -837,12 +937,12 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (m->first) {
-    if (fetch(m, (size_t)m->i_wte, 2) < 0) /* wte and wpe, adjacent on the first stage */
+    if (fetch(m, (size_t)m->i_wte, (size_t)m->n_top) < 0) /* wte and wpe, adjacent */
       return NAN;
     /* vocab-parallel embedding: each shard adds its rows, the first also the positions */
     be->encoder_fwd(m->encoded, m->inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
                     m->v0 + Vl);
-    release(m, (size_t)m->i_wte, 2);
+    release(m, (size_t)m->i_wte, (size_t)m->n_top);
     if (m->sp) { /* summed by rows, this rank's into its residual stream */
       if (rows_reduce_scatter(m, m->encoded, rowf) < 0)
         return NAN;
@@ -854,24 +954,24 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     boundary_in(m, m->resid[m->l_lo], x_in, rowf);
   }
   for (int l = m->l_lo; l < m->l_hi; l++) {
-    size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
-    if (fetch(m, first, P_PER_LAYER) < 0)
+    size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * m->per_layer;
+    if (fetch(m, first, (size_t)m->per_layer) < 0)
       return NAN;
     block_forward(m, l, &m->layers[m->recompute ? 0 : l - m->l_lo], m->resid[l], m->resid[l + 1]);
-    release(m, first, P_PER_LAYER);
+    release(m, first, (size_t)m->per_layer);
     if (m->hook_error)
       return NAN;
   }
   if (!m->last)
     return 0.0f;
-  if (fetch(m, (size_t)m->i_lnf, 2) < 0 || fetch(m, (size_t)m->i_wte, 1) < 0)
+  if (fetch(m, (size_t)m->i_lnf, (size_t)m->n_tail) < 0 || fetch(m, (size_t)m->i_wte, 1) < 0)
     return NAN;
-  be->layernorm_fwd(at(m, m->lnf, off), m->lnf_mean + r0, m->lnf_rstd + r0, m->resid[L], LNFW(m),
-                    LNFB(m), Nl, C);
+  norm_fwd(m, at(m, m->lnf, off), m->lnf_mean + r0, m->lnf_rstd + r0, m->resid[L], LNFW(m), LNFB(m),
+           Nl, C);
   if (m->sp && rows_gather(m, m->lnf, rowf) < 0)
     return NAN;
   be->lmhead_fwd(m->logits, m->lnf, head_weights(m, 1), N, C, Vl);
-  release(m, (size_t)m->i_lnf, 2);
+  release(m, (size_t)m->i_lnf, (size_t)m->n_tail);
   release(m, (size_t)m->i_wte, 1);
   m->have_targets = targets != NULL;
   if (!targets)
@@ -920,15 +1020,19 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     be->from_host(m->dec_target, &zero, sizeof zero);
   }
   be->from_host(m->inputs, &token, sizeof token);
-  be->encoder_fwd(m->resid[0], m->inputs, WTE(m), WPE(m) + (size_t)pos * C, 1, 1, C, 0, V);
+  be->encoder_fwd(m->resid[0], m->inputs, WTE(m), WPE(m) ? WPE(m) + (size_t)pos * C : NULL, 1, 1, C,
+                  0, V);
+  int H = m->Cf;
   float scale = 1.0f / sqrtf((float)hs);
   int n = pos + 1;
   for (int l = 0; l < L; l++) {
     layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
     const float *x = m->resid[l];
     float *qkv = a->qkv, *att = a->atty;
-    be->layernorm_fwd(a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, l, P_LN1W), P(m, l, P_LN1B), 1, C);
+    norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, l, P_LN1W), P(m, l, P_LN1B), 1, C);
     be->matmul_fwd(qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), 1, C, 3 * C);
+    if (m->llama) /* this position's query and key: the cache keeps keys rotated */
+      be->rope(qkv, 1, 1, C, NH, pos, m->theta, 1);
     for (int h = 0; h < NH; h++) {
       size_t head = ((size_t)l * NH + h) * T * hs; /* this head's cache of this layer */
       float *K = (float *)m->kcache + head, *Vh = (float *)m->vcache + head;
@@ -942,13 +1046,12 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     }
     be->matmul_fwd(m->proj, att, P(m, l, P_ATTPROJW), P(m, l, P_ATTPROJB), 1, C, C);
     be->add(a->res2, x, m->proj, (size_t)C);
-    be->layernorm_fwd(a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B),
-                      1, C);
-    be->matmul_gelu_fwd(m->gelu, a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), 1, C, 4 * C);
-    be->matmul_fwd(m->proj, m->gelu, P(m, l, P_FCPROJW), P(m, l, P_FCPROJB), 1, 4 * C, C);
+    norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), 1, C);
+    mlp_up(m, m->gelu, a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), 1, C, H);
+    be->matmul_fwd(m->proj, m->gelu, P(m, l, P_FCPROJW), P(m, l, P_FCPROJB), 1, H, C);
     be->add(m->resid[l + 1], a->res2, m->proj, (size_t)C);
   }
-  be->layernorm_fwd(m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], LNFW(m), LNFB(m), 1, C);
+  norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], LNFW(m), LNFB(m), 1, C);
   be->lmhead_fwd(m->logits, m->lnf, WTE(m), 1, C, V);
   be->to_host(logits, m->logits, (size_t)V * sizeof(float));
   m->have_targets = 0;
@@ -1050,15 +1153,17 @@ static void ln_bwd_rows(colo_gpt_t *m, void *dinp, float *dw, float *db, const v
                         const void *inp, const float *w, const float *mean, const float *rstd,
                         int rows, int C) {
   if (!m->sp) {
-    m->be->layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
+    norm_bwd(m, dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
     return;
   }
-  m->be->zero(m->lnscratch, 2 * (size_t)C * sizeof(float));
-  m->be->layernorm_bwd(dinp, m->lnscratch, m->lnscratch + C, dout, inp, w, mean, rstd, rows, C);
-  if (tp_sum(m, m->lnscratch, 2 * (size_t)C) < 0)
+  size_t n = db ? 2 * (size_t)C : (size_t)C; /* RMSNorm has no bias */
+  m->be->zero(m->lnscratch, n * sizeof(float));
+  norm_bwd(m, dinp, m->lnscratch, db ? m->lnscratch + C : NULL, dout, inp, w, mean, rstd, rows, C);
+  if (tp_sum(m, m->lnscratch, n) < 0)
     return;
   m->be->accumulate(dw, m->lnscratch, (size_t)C);
-  m->be->accumulate(db, m->lnscratch + C, (size_t)C);
+  if (db)
+    m->be->accumulate(db, m->lnscratch + C, (size_t)C);
 }
 
 /* The residual gradient as the products' backward needs it: all rows (gathered under sequence
@@ -1108,8 +1213,10 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   m->logits_grad = 0;
   /* the embedding's gradients stay open until the encoder's backward, at the very end */
   size_t iw = (size_t)m->i_wte, il = (size_t)m->i_lnf;
-  if (grads_begin(m, iw, 1) < 0 || (m->first && grads_begin(m, (size_t)m->i_wpe, 1) < 0) ||
-      grads_begin(m, il, 2) < 0 || fetch(m, iw, 1) < 0 || fetch(m, il, 2) < 0)
+  size_t nt = (size_t)m->n_tail;
+  if (grads_begin(m, iw, 1) < 0 ||
+      (m->first && m->i_wpe >= 0 && grads_begin(m, (size_t)m->i_wpe, 1) < 0) ||
+      grads_begin(m, il, nt) < 0 || fetch(m, iw, 1) < 0 || fetch(m, il, nt) < 0)
     return;
   /* a column-parallel product's input gradient is a partial sum: the group adds them */
   be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, head_weights(m, 0), N, C, Vl);
@@ -1118,9 +1225,9 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   be->zero(m->dres, NC * m->asz);
   ln_bwd_rows(m, at(m, m->dres, off), DLNFW(m), DLNFB(m), at(m, m->dln, off), m->resid[L], LNFW(m),
               m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
-  release(m, il, 2);
+  release(m, il, nt);
   release(m, iw, 1);
-  if (grads_ready(m, il, 2) < 0)
+  if (grads_ready(m, il, nt) < 0)
     return;
   /* dres is the gradient of the residual stream, carried down through the blocks; it is the
    * same on every rank of a tensor-parallel group (its own rows of it under sequence
@@ -1128,24 +1235,33 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
 blocks:
   for (int l = m->l_hi - 1; l >= m->l_lo; l--) {
     layer_acts_t *a = &m->layers[m->recompute ? 0 : l - m->l_lo];
-    size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * P_PER_LAYER;
-    if (fetch(m, first, P_PER_LAYER) < 0)
+    size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * m->per_layer;
+    size_t per = (size_t)m->per_layer;
+    if (fetch(m, first, per) < 0)
       return;
     /* recomputing: the same forward again (bit-identical activations, and the compute copies) */
     block_w_t w =
         m->recompute ? block_forward(m, l, a, m->resid[l], m->dtmp) : block_weights(m, l, a, 0);
-    if (grads_begin(m, first, P_PER_LAYER) < 0)
+    if (grads_begin(m, first, per) < 0)
       return;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
     const void *dout = full_rows(m, off, rowf);
-    if (!m->recompute) /* GELU's output again (the recomputed forward just made it) */
+    /* GELU's (SwiGLU's) output again (the recomputed forward just made it) */
+    if (!m->recompute && m->llama)
+      be->swiglu_fwd(m->gelu, a->fch, N, Cf);
+    else if (!m->recompute)
       be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
     /* the products', GELU's and attention's input gradients are written, not added to
      * (backend.h): no buffer needs zeroing first */
-    be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj,
-                        a->fch, N, Cf, C);
+    if (m->llama) {
+      be->matmul_bwd(m->dglu, G(m, l, P_FCPROJW), NULL, dout, m->gelu, w.fcproj, N, Cf, C);
+      be->swiglu_bwd(m->dfch, a->fch, m->dglu, N, Cf);
+    } else {
+      be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj,
+                          a->fch, N, Cf, C);
+    }
     be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, ln_full(m, a->ln2, off, rowf),
-                   w.fc, N, C, Cf);
+                   w.fc, N, C, m->llama ? 2 * Cf : Cf);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN2W), G(m, l, P_LN2B), at(m, m->dln, off),
@@ -1155,14 +1271,16 @@ blocks:
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty, w.attproj, N,
                    Cq, C);
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl);
+    if (m->llama) /* through the rotation: its transpose */
+      be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->theta, -1);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, ln_full(m, a->ln1, off, rowf),
                    w.qkv, N, C, 3 * Cq);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN1W), G(m, l, P_LN1B), at(m, m->dln, off),
                 m->resid[l], P(m, l, P_LN1W), a->ln1_mean, a->ln1_rstd, Nl, C);
-    release(m, first, P_PER_LAYER);
-    if (m->hook_error || grads_ready(m, first, P_PER_LAYER) < 0)
+    release(m, first, per);
+    if (m->hook_error || grads_ready(m, first, per) < 0)
       return;
   }
   if (!m->first) { /* dres is the gradient for the previous stage */
@@ -1170,12 +1288,13 @@ blocks:
       grads_ready(m, (size_t)m->i_wte, 1); /* the head's tied copy */
     return;
   }
-  if (!m->last &&
-      (grads_begin(m, (size_t)m->i_wte, 1) < 0 || grads_begin(m, (size_t)m->i_wpe, 1) < 0))
+  if (!m->last && (grads_begin(m, (size_t)m->i_wte, 1) < 0 ||
+                   (m->i_wpe >= 0 && grads_begin(m, (size_t)m->i_wpe, 1) < 0)))
     return;
   const void *dout = full_rows(m, off, rowf);
   be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl);
   grads_ready(m, (size_t)m->i_wte, 1);
-  grads_ready(m, (size_t)m->i_wpe, 1);
+  if (m->i_wpe >= 0)
+    grads_ready(m, (size_t)m->i_wpe, 1);
   (void)L;
 }

@@ -20,13 +20,29 @@
 #include "../comm/comm.h"
 #include "../core/pool.h"
 
+/* The block's architecture. GPT2: as above. LLAMA: Llama's block on the same skeleton: RMSNorm
+ * (eps 1e-5) in place of LayerNorm, rotary positions (RoPE, rotate-half, on the queries and keys)
+ * in place of learned ones, a SwiGLU MLP (silu(x·W_gate) ⊙ x·W_up, then W_down), no biases; the
+ * LM head stays tied to the token embedding. */
+enum { COLO_ARCH_GPT2 = 0, COLO_ARCH_LLAMA = 1 };
+
 typedef struct {
-  int vocab_size; /* V */
-  int block_size; /* maximum T */
-  int n_layer;    /* L */
-  int n_head;     /* NH */
-  int n_embd;     /* C */
+  int vocab_size;   /* V */
+  int block_size;   /* maximum T */
+  int n_layer;      /* L */
+  int n_head;       /* NH */
+  int n_embd;       /* C */
+  int arch;         /* COLO_ARCH_*; 0: GPT-2 */
+  int mlp_hidden;   /* the MLP's inner width H; 0: colo_gpt_mlp_hidden's default */
+  float rope_theta; /* LLAMA: RoPE's base; 0: 10000 */
 } colo_gpt_config_t;
+
+/* The MLP's inner width: cfg->mlp_hidden, or by default 4·C (GPT2) or 8·C/3 rounded up to a
+ * multiple of 64 (LLAMA, near GPT-2's parameter count with three matrices instead of two). */
+int colo_gpt_mlp_hidden(const colo_gpt_config_t *cfg);
+/* The architecture's name ("gpt2", "llama"), and the value of a name (-1: none). */
+const char *colo_gpt_arch_name(int arch);
+int colo_gpt_arch_parse(const char *name);
 
 /* How a tensor is split over a tensor-parallel group (Megatron 1-D). */
 enum {
@@ -35,6 +51,7 @@ enum {
   COLO_SPLIT_COLS,     /* column-parallel: the output columns (c_fc weight and bias) */
   COLO_SPLIT_QKV,      /* column-parallel by heads within each of q, k, v (c_attn) */
   COLO_SPLIT_ROWS,     /* row-parallel: the input rows (c_proj weights) */
+  COLO_SPLIT_GLU,      /* column-parallel within each of gate and up (LLAMA's c_fc) */
 };
 
 /* One parameter tensor: its HF name, this rank's shape and place in the flat buffer, the full
@@ -58,8 +75,13 @@ void colo_param_shard(const colo_param_t *f, int tp, colo_param_t *p);
 size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li);
 
 /* per block: ln_1.{weight,bias}, attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias},
- * ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias} */
+ * ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias}. LLAMA's blocks have the
+ * weights only (6), its model no transformer.wpe nor ln_f.bias; its c_attn is q, k and v as
+ * GPT-2's, its mlp.c_fc [C][2H] the gate's columns then the up projection's, and its mlp.c_proj
+ * [H][C] the down projection. */
 #define COLO_GPT_TENSORS_PER_LAYER 12
+/* the tensors of one block of cfg's architecture */
+int colo_gpt_tensors_per_layer(const colo_gpt_config_t *cfg);
 
 typedef struct colo_gpt_s colo_gpt_t;
 

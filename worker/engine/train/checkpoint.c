@@ -138,6 +138,21 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
                             ? (int)lg->valuedouble
                             : 0;
     t.asked = cJSON_IsTrue(cJSON_GetObjectItem(root, "asked")); /* absent: an interval's */
+    /* the architecture (GPT-2 before LLAMA's blocks came), its MLP width (absent: 4C) and
+     * RoPE's base */
+    cJSON *ar = cJSON_GetObjectItem(m, "architecture"), *mh = cJSON_GetObjectItem(m, "mlp_hidden");
+    cJSON *th = cJSON_GetObjectItem(m, "rope_theta");
+    t.model.arch = cJSON_IsString(ar) ? colo_gpt_arch_parse(ar->valuestring) : COLO_ARCH_GPT2;
+    if (t.model.arch < 0)
+      bad = 1;
+    if (mh && !(cJSON_IsNumber(mh) && mh->valuedouble >= 1 && mh->valuedouble <= 1 << 24))
+      bad = 1;
+    else
+      t.model.mlp_hidden = mh ? (int)mh->valuedouble : 0;
+    if (th && !(cJSON_IsNumber(th) && th->valuedouble > 0 && th->valuedouble < 1e12))
+      bad = 1;
+    else
+      t.model.rope_theta = th ? (float)th->valuedouble : 0.0f;
     /* the validation loss at its step, and early stopping's count: absent when there were none */
     cJSON *vl = cJSON_GetObjectItem(root, "val_loss");
     t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
@@ -383,7 +398,11 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   cJSON_AddNumberToObject(m, "version", 3);
   cJSON_AddNumberToObject(m, "step", (double)meta->step);
   cJSON *mo = cJSON_AddObjectToObject(m, "model");
-  cJSON_AddStringToObject(mo, "architecture", "gpt2");
+  cJSON_AddStringToObject(mo, "architecture", colo_gpt_arch_name(meta->model.arch));
+  cJSON_AddNumberToObject(mo, "mlp_hidden", colo_gpt_mlp_hidden(&meta->model));
+  if (meta->model.arch == COLO_ARCH_LLAMA)
+    cJSON_AddNumberToObject(mo, "rope_theta",
+                            meta->model.rope_theta > 0 ? meta->model.rope_theta : 10000.0);
   cJSON_AddNumberToObject(mo, "n_layer", meta->model.n_layer);
   cJSON_AddNumberToObject(mo, "n_head", meta->model.n_head);
   cJSON_AddNumberToObject(mo, "n_embd", meta->model.n_embd);
@@ -753,6 +772,8 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
       rc = check_entry(dir, it, err, errlen);
   }
   const colo_gpt_config_t *c = colo_gpt_config(model);
+  float th_c = c->rope_theta > 0 ? c->rope_theta : 10000.0f;
+  float th_t = t.model.rope_theta > 0 ? t.model.rope_theta : 10000.0f;
   if (rc == 0 && (c->n_layer != t.model.n_layer || c->n_head != t.model.n_head ||
                   c->n_embd != t.model.n_embd || c->block_size != t.model.block_size ||
                   c->vocab_size != t.model.vocab_size))
@@ -761,6 +782,15 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
                    "%d; this run's model differs",
                    dir, t.model.n_layer, t.model.n_head, t.model.n_embd, t.model.block_size,
                    t.model.vocab_size);
+  if (rc == 0 &&
+      (c->arch != t.model.arch || colo_gpt_mlp_hidden(c) != colo_gpt_mlp_hidden(&t.model) ||
+       (c->arch == COLO_ARCH_LLAMA && th_c != th_t)))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s is of a %s model with MLP width %d%s; this run's is %s with %d "
+                   "(model.arch, mlp_hidden, rope_theta)",
+                   dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
+                   t.model.arch == COLO_ARCH_LLAMA && th_c != th_t ? " and another rope_theta" : "",
+                   colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c));
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the
@@ -912,6 +942,11 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
     colo_ckpt_meta_t meta;
     return colo_ckpt_load(path, &meta, model, params, NULL, err, errlen);
   }
+  if (colo_gpt_config(model)->arch != COLO_ARCH_GPT2)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: a safetensors file initialises GPT-2 models only (model.arch=gpt2); "
+                     "start a %s model from a colo checkpoint directory",
+                     path, colo_gpt_arch_name(colo_gpt_config(model)->arch));
   source_t s;
   if (source_init(&s, 1, 1, colo_gpt_config(model)->n_layer, 1) < 0)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");

@@ -1146,11 +1146,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
              : be->act_dtype == COLO_DTYPE_F16 ? ", fp16 activations (emulated)"
                                                : "");
   if (!cfg->quiet && lead)
-    printf("model: %d layers, %d heads, %d wide, block %d, vocab %d: %zu parameters; batch %d x "
-           "accum %d x %d tokens; %s; %s memory %.1f MiB\n",
-           cfg->model.n_layer, cfg->model.n_head, cfg->model.n_embd, T, cfg->model.vocab_size,
-           n_params, B, cfg->grad_accum, T, threads_or_gpu, be->device ? "GPU" : "host",
-           (double)colo_pool_used(pool) / (1 << 20));
+    printf("model: %s, %d layers, %d heads, %d wide, block %d, vocab %d: %zu parameters; batch %d "
+           "x accum %d x %d tokens; %s; %s memory %.1f MiB\n",
+           colo_gpt_arch_name(cfg->model.arch), cfg->model.n_layer, cfg->model.n_head,
+           cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
+           threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead)
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
   if (!cfg->quiet && lead && cfg->placement_static)
