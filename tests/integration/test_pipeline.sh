@@ -183,6 +183,33 @@ expect_eq "$ERR" "coloctl: cancel: give job ids, or --name PREFIX [--owner O] [-
 expect_rc 2 "$COLOCTL" cancel --owner alice
 expect_eq "$ERR" "coloctl: cancel: --owner needs --name PREFIX too (each of an owner's jobs by name); try 'coloctl --help'"
 
+# model.arch=llama through colod, the worker and colo-train: the example job, trained briefly,
+# then a next stage from its checkpoint (the architecture travels in the manifest); a GPT-2 stage
+# from the same checkpoint fails, naming both architectures
+LL=("$COLO_SRC/examples/llama-tinyshakespeare.yaml" --set data.train_path=ts/train.bin
+  --set data.val_path=ts/val.bin --set parallel.dp=1 --set model.n_layer=1 --set model.n_embd=32
+  --set train.batch_size=4 --set train.eval_interval=20 --set train.eval_batches=2
+  --set optimizer.warmup_steps=1 --set checkpoint.interval=0 --set checkpoint.keep_best=false)
+expect_rc 0 "$COLOCTL" submit --dry-run "$COLO_SRC/examples/llama-tinyshakespeare.yaml"
+L1=$("$COLOCTL" submit "${LL[@]}" --set train.steps=40 --set checkpoint.interval=20)
+L2=$("$COLOCTL" submit "${LL[@]}" --set name=llama-next --set train.steps=2 --after "$L1" \
+  --set train.init_from_job="$L1")
+L3=$("$COLOCTL" submit "${LL[@]}" --set name=gpt2-next --set model.arch=gpt2 --set train.steps=2 \
+  --after "$L1" --set train.init_from_job="$L1" --set max_restarts=0)
+for _ in $(seq 1 600); do
+  case "$(jstate "$L2")$(jstate "$L3")" in succeededfailed | *cancelled*) break ;; esac
+  sleep 0.1
+done
+expect_eq "$(jstate "$L1") $(jstate "$L2") $(jstate "$L3")" "succeeded succeeded failed"
+expect_contains "$("$COLOCTL" logs "$L1")" "model: llama, 1 layers, 4 heads, 32 wide"
+expect_contains "$("$COLOCTL" logs "$L2")" "initial weights from $TMP/ckpt/job-$L1/step_00000040"
+expect_contains "$("$COLOCTL" logs "$L3")" "is of a llama model with MLP width 128; this run's is gpt2 with 128"
+ll_last=$("$COLOCTL" logs "$L1" | grep -E "^step +40 \| val loss" | sed 's/.*val loss //')
+ll_next=$("$COLOCTL" logs "$L2" | grep -E "^step +0 \| val loss" | sed 's/.*val loss //')
+[ -n "$ll_last" ] && [ "$ll_last" = "$ll_next" ] ||
+  fail "the llama stage did not start from its predecessor: val loss '$ll_last' then '$ll_next'"
+echo "figure: llama job $L1 trained 40 steps to val loss $ll_last; job $L2 started there ($ll_next); a gpt2 stage from it failed, naming both"
+
 kill -TERM $WPID
 wait $WPID || fail "the worker did not exit 0"
 stop_colod
