@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt2 import GPT2, Llama  # noqa: E402
+from torch_gpt2 import GPT2, HFLlama, Llama  # noqa: E402
 
 BIN = os.environ["COLO_BIN"]
 torch.set_num_threads(1)
@@ -106,6 +106,7 @@ def main():
     replay_bf16(tmp, check)
     replay(tmp, check, None, "llama")
     replay_bf16(tmp, check, "llama")
+    export_llama(tmp, check)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 
@@ -277,6 +278,36 @@ def replay_bf16(tmp, check, arch="gpt2"):
     e16, e32 = moved_err(models["bf16"]), moved_err(models["fp32"])
     check(tag + "weights' movement in %d steps (rel 5e-2)" % STEPS, e16 <= 5e-2,
           "rel %.2e (against the fp32 replay: %.2e)" % (e16, e32))
+
+
+def export_llama(tmp, check):
+    """colo-train export of a llama checkpoint as LlamaForCausalLM's file and config: loaded into
+    HFLlama, an implementation under HF's names and nn.Linear layout, its loss on a batch is the
+    colo-layout model's on the same weights (the run's final ones, from its reference dump)."""
+    tag = "[llama export] "
+    dump, ck = os.path.join(tmp, "dump-export.safetensors"), os.path.join(tmp, "ck-llama")
+    ref = colo_train(tmp, dump, ["--arch", "llama", "--ckpt-dir", ck])
+    out, cfgp = os.path.join(tmp, "hf-llama.safetensors"), os.path.join(tmp, "config.json")
+    subprocess.run([os.path.join(BIN, "colo-train"), "export", "--checkpoint", ck, "--out", out,
+                    "--config", cfgp], check=True)
+    cfg = json.load(open(cfgp))
+    check(tag + "config.json", cfg["architectures"] == ["LlamaForCausalLM"] and
+          cfg["hidden_size"] == C and cfg["intermediate_size"] == H_LLAMA and
+          cfg["num_hidden_layers"] == L and cfg["num_attention_heads"] == NH and
+          cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is True,
+          "%d layers, %d wide, MLP %d" % (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"]))
+    hf = HFLlama(cfg)
+    tensors = read_safetensors(out)
+    hf.load(tensors)
+    ours = make_model("llama")
+    with torch.no_grad():
+        for n in ours.names:
+            ours.p[n].copy_(ref["final." + n])
+        batch = ref["batch.0.0"].long()
+        a, b = ours(batch[:B], batch[B:]).item(), hf(batch[:B], batch[B:]).item()
+    rel = abs(a - b) / abs(a)
+    check(tag + "HF layout's loss = colo layout's (rel 1e-6)", rel <= 1e-6,
+          "%d tensors; colo layout %.7f, LlamaForCausalLM layout %.7f, rel %.2e" % (len(tensors), a, b, rel))
 
 
 if __name__ == "__main__":

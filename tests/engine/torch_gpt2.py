@@ -162,3 +162,62 @@ class Llama(torch.nn.Module):
         no_decay = [self.p[n] for n in self.names if self.p[n].dim() == 1]
         return [{"params": decay, "weight_decay": weight_decay},
                 {"params": no_decay, "weight_decay": 0.0}]
+
+
+class HFLlama(torch.nn.Module):
+    """LlamaForCausalLM's computation under its own names and layout (nn.Linear weights [out, in],
+    model.layers.N.self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, the head tied to
+    model.embed_tokens), built from a transformers config.json: what `colo-train export` must
+    write for a model.arch=llama model. Multi-head attention only (num_key_value_heads equal to
+    num_attention_heads), as colo trains."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        assert cfg["model_type"] == "llama" and cfg["num_key_value_heads"] == cfg["num_attention_heads"]
+        self.cfg = cfg
+        C, H, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+        shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
+        for l in range(cfg["num_hidden_layers"]):
+            h = "model.layers.%d." % l
+            shapes.update({h + "input_layernorm.weight": (C,), h + "post_attention_layernorm.weight": (C,),
+                           h + "self_attn.q_proj.weight": (C, C), h + "self_attn.k_proj.weight": (C, C),
+                           h + "self_attn.v_proj.weight": (C, C), h + "self_attn.o_proj.weight": (C, C),
+                           h + "mlp.gate_proj.weight": (H, C), h + "mlp.up_proj.weight": (H, C),
+                           h + "mlp.down_proj.weight": (C, H)})
+        self.shapes = shapes
+        self.p = {}
+
+    def load(self, tensors):
+        """every tensor the layout has, of its shape, and no other"""
+        assert sorted(tensors) == sorted(self.shapes), sorted(set(tensors) ^ set(self.shapes))
+        for n, t in tensors.items():
+            assert tuple(t.shape) == self.shapes[n], (n, tuple(t.shape), self.shapes[n])
+        self.p = dict(tensors)
+
+    def forward(self, idx, targets):
+        cfg, p = self.cfg, self.p
+        NH, C = cfg["num_attention_heads"], cfg["hidden_size"]
+        hs, eps = C // NH, cfg["rms_norm_eps"]
+        Bn, Tn = idx.shape
+        inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+        emb = torch.outer(torch.arange(Tn, dtype=torch.float32), inv_freq).repeat(1, 2)
+        cos, sin = emb.cos(), emb.sin()
+        mask = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
+        x = p["model.embed_tokens.weight"][idx]
+        for l in range(cfg["num_hidden_layers"]):
+            h = "model.layers.%d." % l
+            a = rms_norm(x, p[h + "input_layernorm.weight"], eps)
+            heads = lambda t: t.view(Bn, Tn, NH, hs).transpose(1, 2)
+            q = heads(F.linear(a, p[h + "self_attn.q_proj.weight"]))
+            k = heads(F.linear(a, p[h + "self_attn.k_proj.weight"]))
+            v = heads(F.linear(a, p[h + "self_attn.v_proj.weight"]))
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
+            y = att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+            x = x + F.linear(y.transpose(1, 2).reshape(Bn, Tn, C), p[h + "self_attn.o_proj.weight"])
+            m = rms_norm(x, p[h + "post_attention_layernorm.weight"], eps)
+            m = F.silu(F.linear(m, p[h + "mlp.gate_proj.weight"])) * F.linear(m, p[h + "mlp.up_proj.weight"])
+            x = x + F.linear(m, p[h + "mlp.down_proj.weight"])
+        x = rms_norm(x, p["model.norm.weight"], eps)
+        logits = F.linear(x, p["model.embed_tokens.weight"])  # tied
+        return F.cross_entropy(logits.view(-1, cfg["vocab_size"]), targets.reshape(-1))

@@ -1247,17 +1247,21 @@ static int cmd_sample(int argc, char **argv) {
 }
 
 static int cmd_export(int argc, char **argv) {
-  const char *ckpt = NULL, *out = NULL;
+  const char *ckpt = NULL, *out = NULL, *config = NULL;
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
                                     {"out", required_argument, 0, 'o'},
+                                    {"config", required_argument, 0, 'C'},
                                     {"best", no_argument, 0, 'B'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c, best = 0;
-  while ((c = getopt_long(argc, argv, "c:o:Bh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:o:C:Bh", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
+      break;
+    case 'C':
+      config = optarg;
       break;
     case 'B':
       best = 1;
@@ -1266,10 +1270,13 @@ static int cmd_export(int argc, char **argv) {
       out = optarg;
       break;
     case 'h':
-      printf("usage: colo-train export --checkpoint DIR --out FILE [--best]\n"
-             "Writes the checkpoint's parameters, whatever layout trained them, as one\n"
-             "safetensors file of whole tensors under HuggingFace GPT2LMHeadModel's "
-             "names.\n" CKPT_DIR_HELP);
+      printf(
+          "usage: colo-train export --checkpoint DIR --out FILE [--config FILE] [--best]\n"
+          "Writes the checkpoint's parameters, whatever layout trained them, as one\n"
+          "safetensors file of whole tensors in HuggingFace's layout: GPT2LMHeadModel's,\n"
+          "or for a model.arch=llama model LlamaForCausalLM's (q, k, v, o, gate, up and\n"
+          "down projections, [out][in]; the head tied to model.embed_tokens).\n"
+          "  --config FILE   also write a transformers config.json for it there\n" CKPT_DIR_HELP);
       return 0;
     default:
       return 2;
@@ -1280,7 +1287,7 @@ static int cmd_export(int argc, char **argv) {
   char err[1024], dir[2100];
   if (pick_checkpoint("export", ckpt, best, dir, sizeof dir) < 0)
     return 1;
-  if (colo_export_checkpoint(dir, out, err, sizeof err) < 0) {
+  if (colo_export_checkpoint(dir, out, config, err, sizeof err) < 0) {
     fprintf(stderr, "colo-train export: %s\n", err);
     return 1;
   }

@@ -23,6 +23,7 @@
 #include "../parallel/zero.h"
 #include "bpe.h"
 #include "checkpoint.h"
+#include "hf.h"
 #include "data.h"
 
 #ifndef COLO_HAVE_NCCL
@@ -1574,20 +1575,17 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
   return rc;
 }
 
-int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t errlen) {
+int colo_export_checkpoint(const char *ckpt, const char *out, const char *config, char *err,
+                           size_t errlen) {
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
   int rc = open_checkpoint(ckpt, 1, -1, &pool, &model, &meta, err, errlen);
   if (rc < 0)
     return rc;
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", out);
-  rc = colo_ckpt_write_tensors(tmp, model, colo_gpt_params(model), NULL, NULL, NULL, err, errlen);
-  if (rc == 0 && rename(tmp, out) != 0)
-    rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, out, strerror(errno));
-  if (rc < 0)
-    unlink(tmp);
+  rc = colo_hf_write(model, colo_gpt_params(model), out, err, errlen);
+  if (rc == 0 && config)
+    rc = colo_hf_write_config(colo_gpt_config(model), config, err, errlen);
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
   return rc;

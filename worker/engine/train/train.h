@@ -103,10 +103,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
                          uint64_t seed, int gpu, float *loss, char *err, size_t errlen);
 
-/* The parameters of a checkpoint of any layout as one safetensors file of whole tensors under
- * GPT2LMHeadModel's names (what HuggingFace's GPT-2 and colo's train.init_from read); written
- * to out.tmp, then renamed. */
-int colo_export_checkpoint(const char *ckpt, const char *out, char *err, size_t errlen);
+/* The parameters of a checkpoint of any layout as one safetensors file of whole tensors in
+ * HuggingFace's layout of its architecture (hf.h: GPT2LMHeadModel's names, what colo's
+ * train.init_from reads too, or LlamaForCausalLM's); written to out.tmp, then renamed. With
+ * config, a transformers config.json there as well. */
+int colo_export_checkpoint(const char *ckpt, const char *out, const char *config, char *err,
+                           size_t errlen);
 
 /* Generates n tokens from a checkpoint: the prompt's tokens in, the tokens' bytes out to `out`;
  * bytes as tokens (bpe NULL), or GPT-2's BPE (its vocabulary must fit the model's), where it

@@ -1,0 +1,21 @@
+/* HuggingFace's layouts of colo's models, for export: GPT-2's is colo's own (GPT2LMHeadModel's
+ * names and Conv1D [in][out] matrices), so it needs only a config; a llama model is written as
+ * LlamaForCausalLM holds it: separate q, k, v, o, gate, up and down projections as nn.Linear
+ * [out][in] matrices, under model.layers.N.* names, the head tied to model.embed_tokens. */
+#ifndef COLO_HF_H
+#define COLO_HF_H
+
+#include <stddef.h>
+
+#include "../model/gpt.h"
+
+/* Writes the whole (unsplit, one-rank) model's parameters `params` in HuggingFace's layout of
+ * its architecture as a safetensors file at path (written whole or not at all). */
+int colo_hf_write(const colo_gpt_t *m, const float *params, const char *path, char *err,
+                  size_t errlen);
+
+/* Writes a transformers config.json for cfg (GPT2Config or LlamaConfig, tied embeddings) at
+ * path. */
+int colo_hf_write_config(const colo_gpt_config_t *cfg, const char *path, char *err, size_t errlen);
+
+#endif
