@@ -197,6 +197,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "model.arch=llama rotates pairs of each head's values: n_embd/n_head=%u must be "
                "even",
                m->n_embd / m->n_head);
+  if (m->n_kv_head && (m->n_head % m->n_kv_head || m->arch != COLO__V1__ARCH__ARCH_LLAMA))
+    return bad(err, errlen,
+               "model.n_kv_head=%u must divide model.n_head=%u, with model.arch=llama (grouped-"
+               "query attention)",
+               m->n_kv_head, m->n_head);
   if (!(m->rope_theta >= 1.0f && m->rope_theta <= 1e9f))
     return bad(err, errlen, "model.rope_theta=%g must be between 1 and 1e9", (double)m->rope_theta);
   if (m->block_size < 1 || m->block_size > (1u << 20))
@@ -281,6 +286,18 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                COLO_MAX_WORLD);
   if (m->n_head % p->tp)
     return bad(err, errlen, "parallel.tp=%u does not divide model.n_head=%u", p->tp, m->n_head);
+  if (m->n_kv_head % p->tp)
+    return bad(err, errlen,
+               "parallel.tp=%u does not divide model.n_kv_head=%u: each rank keeps whole key and "
+               "value heads",
+               p->tp, m->n_kv_head);
+  /* the MLP's width as the engine takes it (colo_gpt_mlp_hidden) */
+  unsigned mlp = m->mlp_hidden                           ? m->mlp_hidden
+                 : m->arch == COLO__V1__ARCH__ARCH_LLAMA ? (8 * m->n_embd / 3 + 63) / 64 * 64
+                                                         : 4 * m->n_embd;
+  if (mlp % p->tp)
+    return bad(err, errlen, "parallel.tp=%u does not divide the MLP's width %u (model.mlp_hidden)",
+               p->tp, mlp);
   if (p->pp > m->n_layer)
     return bad(err, errlen, "parallel.pp=%u exceeds model.n_layer=%u: every stage needs a layer",
                p->pp, m->n_layer);

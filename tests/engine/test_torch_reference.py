@@ -24,6 +24,12 @@ rounds to bf16 at the places colo says it stores (every operation's output and t
 products read, with the gradients rounded on the way back): colo's first gradients must be within
 2e-2 of it and closer to it than to the fp32 replay; the losses within 1e-3, and the weights'
 movement over the 10 steps within 5e-2.
+
+Then the same for model.arch=llama (a Llama block written here too: RMSNorm, rotary positions,
+SwiGLU, no biases), in fp32 and bf16, and with one key and value head for the two query heads
+(grouped-query attention); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
+file and config.json, loaded into a model written under HF's names and layout: its loss on a
+batch equals the colo-layout model's on the run's final weights.
 """
 import json
 import math
@@ -106,7 +112,9 @@ def main():
     replay_bf16(tmp, check)
     replay(tmp, check, None, "llama")
     replay_bf16(tmp, check, "llama")
-    export_llama(tmp, check)
+    replay(tmp, check, None, "llama-mqa")
+    export_llama(tmp, check, "llama")
+    export_llama(tmp, check, "llama-mqa")
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 
@@ -128,14 +136,21 @@ class ScalerRef:
                 self.good = 0
 
 
+# the architectures replayed: colo-train's flags for each
+ARCH_ARGS = {"gpt2": ["--arch", "gpt2"], "llama": ["--arch", "llama"],
+             "llama-mqa": ["--arch", "llama", "--n-kv-head", "1"]}
+
+
 def make_model(arch):
-    return Llama(L, NH, C, T, V, H_LLAMA) if arch == "llama" else GPT2(L, NH, C, T, V)
+    if arch == "gpt2":
+        return GPT2(L, NH, C, T, V)
+    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch == "llama-mqa" else None)
 
 
 def replay(tmp, check, ls, arch="gpt2"):
-    tag = ("" if ls is None else "[loss scaling] ") + ("" if arch == "gpt2" else "[llama] ")
+    tag = ("" if ls is None else "[loss scaling] ") + ("" if arch == "gpt2" else "[%s] " % arch)
     dump = os.path.join(tmp, "dump%s-%s.safetensors" % ("" if ls is None else "-ls", arch))
-    extra = ["--arch", arch] + ([] if ls is None else [
+    extra = ARCH_ARGS[arch] + ([] if ls is None else [
         "--loss-scaling", "dynamic", "--loss-scale-init", str(ls["init"]),
         "--loss-scale-window", str(ls["window"]),
         "--plant-overflow", ",".join(str(x) for x in ls["planted"])])
@@ -235,9 +250,9 @@ def replay_bf16(tmp, check, arch="gpt2"):
     it in fp32: the first gradients must be closer to the bf16 replay than to the fp32 one, so
     the rounding is where colo says it is; the losses of the 10 steps and the weights' movement
     match the bf16 replay."""
-    tag = "[bf16 activations] " + ("" if arch == "gpt2" else "[llama] ")
+    tag = "[bf16 activations] " + ("" if arch == "gpt2" else "[%s] " % arch)
     dump = os.path.join(tmp, "dump-bf16-%s.safetensors" % arch)
-    ref = colo_train(tmp, dump, ["--precision", "bf16", "--arch", arch])
+    ref = colo_train(tmp, dump, ["--precision", "bf16"] + ARCH_ARGS[arch])
     models = {}
     for kind in ("bf16", "fp32"):
         m = make_model(arch)
@@ -280,26 +295,29 @@ def replay_bf16(tmp, check, arch="gpt2"):
           "rel %.2e (against the fp32 replay: %.2e)" % (e16, e32))
 
 
-def export_llama(tmp, check):
+def export_llama(tmp, check, arch):
     """colo-train export of a llama checkpoint as LlamaForCausalLM's file and config: loaded into
     HFLlama, an implementation under HF's names and nn.Linear layout, its loss on a batch is the
     colo-layout model's on the same weights (the run's final ones, from its reference dump)."""
-    tag = "[llama export] "
-    dump, ck = os.path.join(tmp, "dump-export.safetensors"), os.path.join(tmp, "ck-llama")
-    ref = colo_train(tmp, dump, ["--arch", "llama", "--ckpt-dir", ck])
-    out, cfgp = os.path.join(tmp, "hf-llama.safetensors"), os.path.join(tmp, "config.json")
+    tag = "[%s export] " % arch
+    dump, ck = os.path.join(tmp, "dump-export-%s.safetensors" % arch), os.path.join(tmp, "ck-" + arch)
+    ref = colo_train(tmp, dump, ARCH_ARGS[arch] + ["--ckpt-dir", ck])
+    out = os.path.join(tmp, "hf-%s.safetensors" % arch)
+    cfgp = os.path.join(tmp, "config-%s.json" % arch)
     subprocess.run([os.path.join(BIN, "colo-train"), "export", "--checkpoint", ck, "--out", out,
                     "--config", cfgp], check=True)
     cfg = json.load(open(cfgp))
     check(tag + "config.json", cfg["architectures"] == ["LlamaForCausalLM"] and
           cfg["hidden_size"] == C and cfg["intermediate_size"] == H_LLAMA and
           cfg["num_hidden_layers"] == L and cfg["num_attention_heads"] == NH and
-          cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is True,
-          "%d layers, %d wide, MLP %d" % (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["intermediate_size"]))
+          cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is True and
+          cfg["num_key_value_heads"] == (1 if arch == "llama-mqa" else NH),
+          "%d layers, %d wide, MLP %d, %d key heads" % (cfg["num_hidden_layers"], cfg["hidden_size"],
+                                                        cfg["intermediate_size"], cfg["num_key_value_heads"]))
     hf = HFLlama(cfg)
     tensors = read_safetensors(out)
     hf.load(tensors)
-    ours = make_model("llama")
+    ours = make_model(arch)
     with torch.no_grad():
         for n in ours.names:
             ours.p[n].copy_(ref["final." + n])

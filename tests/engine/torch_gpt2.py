@@ -103,14 +103,18 @@ class Llama(torch.nn.Module):
     MLP whose mlp.c_fc.weight [C, 2H] holds the gate's columns then the up projection's, no biases,
     the LM head tied to the token embedding. Weights are [in, out] as GPT-2's Conv1D."""
 
-    def __init__(self, L, NH, C, T, V, H, theta=10000.0):
+    def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None):
         super().__init__()
         self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
+        # grouped-query attention: NKV key and value heads, c_attn [C, C + 2·KV]
+        self.NKV = NKV or NH
+        KV = self.NKV * (C // NH)
+        self.KV = KV
         self.names = ["transformer.wte.weight"]
         shapes = {"transformer.wte.weight": (V, C)}
         for l in range(L):
             h = "transformer.h.%d." % l
-            for n, s in [("ln_1.weight", (C,)), ("attn.c_attn.weight", (C, 3 * C)),
+            for n, s in [("ln_1.weight", (C,)), ("attn.c_attn.weight", (C, C + 2 * KV)),
                          ("attn.c_proj.weight", (C, C)), ("ln_2.weight", (C,)),
                          ("mlp.c_fc.weight", (C, 2 * H)), ("mlp.c_proj.weight", (H, C))]:
                 self.names.append(h + n)
@@ -139,9 +143,11 @@ class Llama(torch.nn.Module):
             h = "transformer.h.%d." % l
             a = s(rms_norm(x, p[h + "ln_1.weight"]))
             qkv = s(a @ s(p[h + "attn.c_attn.weight"]))
-            q, k, v = qkv.split(C, dim=2)
-            heads = lambda t: t.view(Bn, Tn, NH, C // NH).transpose(1, 2)
-            q, k, v = heads(q), heads(k), heads(v)
+            q, k, v = qkv.split([C, self.KV, self.KV], dim=2)
+            heads = lambda t: t.view(Bn, Tn, -1, C // NH).transpose(1, 2)
+            # each key and value head serves NH/NKV query heads (HF's repeat_kv)
+            rep = lambda t: t.repeat_interleave(NH // self.NKV, dim=1)
+            q, k, v = heads(q), rep(heads(k)), rep(heads(v))
             # colo rotates q and k in place in its stored qkv: rounded once more there
             q, k = s(self.rope(q, Tn)), s(self.rope(k, Tn))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
@@ -168,20 +174,20 @@ class HFLlama(torch.nn.Module):
     """LlamaForCausalLM's computation under its own names and layout (nn.Linear weights [out, in],
     model.layers.N.self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, the head tied to
     model.embed_tokens), built from a transformers config.json: what `colo-train export` must
-    write for a model.arch=llama model. Multi-head attention only (num_key_value_heads equal to
-    num_attention_heads), as colo trains."""
+    write for a model.arch=llama model, with grouped-query attention (num_key_value_heads)."""
 
     def __init__(self, cfg):
         super().__init__()
-        assert cfg["model_type"] == "llama" and cfg["num_key_value_heads"] == cfg["num_attention_heads"]
+        assert cfg["model_type"] == "llama"
         self.cfg = cfg
         C, H, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+        KV = cfg["num_key_value_heads"] * C // cfg["num_attention_heads"]
         shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
         for l in range(cfg["num_hidden_layers"]):
             h = "model.layers.%d." % l
             shapes.update({h + "input_layernorm.weight": (C,), h + "post_attention_layernorm.weight": (C,),
-                           h + "self_attn.q_proj.weight": (C, C), h + "self_attn.k_proj.weight": (C, C),
-                           h + "self_attn.v_proj.weight": (C, C), h + "self_attn.o_proj.weight": (C, C),
+                           h + "self_attn.q_proj.weight": (C, C), h + "self_attn.k_proj.weight": (KV, C),
+                           h + "self_attn.v_proj.weight": (KV, C), h + "self_attn.o_proj.weight": (C, C),
                            h + "mlp.gate_proj.weight": (H, C), h + "mlp.up_proj.weight": (H, C),
                            h + "mlp.down_proj.weight": (C, H)})
         self.shapes = shapes
@@ -207,11 +213,13 @@ class HFLlama(torch.nn.Module):
         for l in range(cfg["num_hidden_layers"]):
             h = "model.layers.%d." % l
             a = rms_norm(x, p[h + "input_layernorm.weight"], eps)
-            heads = lambda t: t.view(Bn, Tn, NH, hs).transpose(1, 2)
+            heads = lambda t: t.view(Bn, Tn, -1, hs).transpose(1, 2)
             q = heads(F.linear(a, p[h + "self_attn.q_proj.weight"]))
             k = heads(F.linear(a, p[h + "self_attn.k_proj.weight"]))
             v = heads(F.linear(a, p[h + "self_attn.v_proj.weight"]))
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            group = NH // cfg["num_key_value_heads"]  # repeat_kv
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
             y = att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
             x = x + F.linear(y.transpose(1, 2).reshape(Bn, Tn, C), p[h + "self_attn.o_proj.weight"])

@@ -4,7 +4,8 @@
 #     ZeRO 1-3, ZeRO 2 and 3 on one rank, tp=2 with and without sequence parallelism,
 #     dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
 #     (1F1B), pp=2 x tp=2 (also sequence parallel) and pp=2 x dp=2 x tp=2 (8 ranks), and
-#     model.arch=llama at tp=2 with sp, ZeRO-3 and pp=2 x tp=2, against one process with the
+#     model.arch=llama at tp=2 with sp, ZeRO-3 and pp=2 x tp=2 (and with grouped-query attention
+#     at tp=2 with sp and pp=2 x tp=2), against one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
@@ -137,6 +138,13 @@ run "$TMP/llama_pp2tp2" "${LL[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --b
 compare "$TMP/llama" "$TMP/llama_tp2sp" "llama tp=2 sequence parallel"
 compare "$TMP/llama" "$TMP/llama_dp2z3" "llama dp=2 ZeRO-3"
 compare "$TMP/llama" "$TMP/llama_pp2tp2" "llama pp=2 x tp=2"
+# grouped-query attention: 2 key and value heads for 4 query heads, a key head per tp rank
+GQ=("${LL[@]}" --n-head 4 --n-kv-head 2)
+run "$TMP/gqa" "${GQ[@]}" --batch-size $GLOBAL_B
+run "$TMP/gqa_tp2sp" "${GQ[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+run "$TMP/gqa_pp2tp2" "${GQ[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
+compare "$TMP/gqa" "$TMP/gqa_tp2sp" "llama GQA tp=2 sequence parallel"
+compare "$TMP/gqa" "$TMP/gqa_pp2tp2" "llama GQA pp=2 x tp=2"
 # and it is another model: not GPT-2's losses
 $PY - "$TMP/single/progress.jsonl" "$TMP/llama/progress.jsonl" <<'PYEOF' || fail "llama's run is GPT-2's"
 import json, sys

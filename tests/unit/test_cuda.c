@@ -449,6 +449,20 @@ static void test_llama_ops(double tol) {
   gpu->rope(d_q2, B, T, C, NH, 5, 10000.0f, -1);
   check_a(named("rope back"), d_q2, h_q, nq, tol);
   free(q), free(h_q);
+  /* grouped-query attention by repetition: NH = 4 query heads of 24, 2 key and value heads */
+  size_t nw = (size_t)N * (C + 2 * 48), n3 = (size_t)N * 3 * C;
+  float *kv = randv(nw, 1.0f), *rep = randv(n3, 1.0f), *red = randv(nw, 1.0f);
+  void *h_kv = hact(kv, nw), *h_rep = hact(rep, n3), *h_red = hact(red, nw);
+  void *d_kv = upa(kv, nw), *d_rep = upa(rep, n3), *d_red = upa(red, nw);
+  cpu->kv_expand(h_rep, h_kv, N, C, 4, 2);
+  gpu->kv_expand(d_rep, d_kv, N, C, 4, 2);
+  check_a(named("kv_expand (copies: exact)"), d_rep, h_rep, n3, 0.0);
+  d_rep = up(h_rep, n3, asz);
+  cpu->kv_reduce(h_red, h_rep, N, C, 4, 2);
+  gpu->kv_reduce(d_red, d_rep, N, C, 4, 2);
+  check_a(named("kv_reduce (written)"), d_red, h_red, nw, tol);
+  colo_pool_free(dpool, d_kv), colo_pool_free(dpool, d_rep);
+  free(kv), free(rep), free(red), free(h_kv), free(h_rep), free(h_red);
   /* SwiGLU over pre[N][2H], H = C */
   size_t np = (size_t)N * 2 * C;
   float *pre = randv(np, 3.0f), *dy = randv(n, 1.0f), *dp = randv(np, 1.0f);
@@ -464,8 +478,8 @@ static void test_llama_ops(double tol) {
   free(pre), free(dy), free(dp), free(h_pre), free(y), free(h_dy), free(h_dp);
 }
 
-static void test_model(double loss_tol, double grad_tol, int arch) {
-  colo_gpt_config_t cfg = {V, T, 2, 3, C, .arch = arch};
+static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head) {
+  colo_gpt_config_t cfg = {V, T, 2, 3, C, .arch = arch, .n_kv_head = n_kv_head};
   colo_pool_t *hp = colo_pool_create("cpu", 0);
   colo_gpt_t *mc = NULL, *mg = NULL;
   char err[256];
@@ -496,8 +510,8 @@ static void test_model(double loss_tol, double grad_tol, int arch) {
     colo_gpt_zero_grad(mg);
     float lc = colo_gpt_forward(mc, in, tg, B, T), lg = colo_gpt_forward(mg, in, tg, B, T);
     char what[96];
-    snprintf(what, sizeof what, "%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
-             step, (double)lc, (double)lg);
+    snprintf(what, sizeof what, "%s%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
+             n_kv_head ? " (1 key head)" : "", step, (double)lc, (double)lg);
     verdict(named(what), fabs((double)lc - (double)lg) / fabs((double)lc), loss_tol, isfinite(lg));
     colo_gpt_backward(mc, 1.0f);
     colo_gpt_backward(mg, 1.0f);
@@ -601,8 +615,9 @@ int main(int argc, char **argv) {
       test_llama_ops(modes[i].tol);
       test_losses(modes[i].tol);
     }
-    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_GPT2);
-    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_GPT2, 0);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA, 0);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA, 1);
     colo_pool_destroy(dpool);
   }
   printf("%d checks, %d failed%s\n", checks, failures,

@@ -32,7 +32,7 @@ static colo_rng_t rng;
 /* every allocation of a test is released at exit, so LeakSanitizer sees only library leaks */
 static void *owned[256];
 static int n_owned;
-static colo_gpt_t *models[8];
+static colo_gpt_t *models[16];
 static colo_pool_t *pools[8];
 static int n_models, n_pools;
 
@@ -359,6 +359,30 @@ TEST(rope_values_and_transpose) {
   memcpy(g, m.R, n * 4);
   be->rope(g, 2, 5, 24, 3, 3, 10000.0f, -1);
   fd_check("rope", m.qkv, g, n, rope_loss, &m);
+}
+
+/* ---- grouped-query attention by repetition ---- */
+
+/* kv_expand copies each key and value head to its group's query heads; kv_reduce is its
+ * transpose: <expand(x), R> = <x, reduce(R)> */
+TEST(kv_expand_and_reduce) {
+  setup();
+  int N = 3, C = 24, NH = 6, NKV = 2, hs = 4, KV = NKV * hs, W = C + 2 * KV;
+  float *x = randv((size_t)N * W, 1), *y = zeros((size_t)N * 3 * C);
+  float *R = randv((size_t)N * 3 * C, 1), *g = randv((size_t)N * W, 1);
+  be->kv_expand(y, x, N, C, NH, NKV);
+  for (int n = 0; n < N; n++)
+    for (int part = 0; part < 3; part++)
+      for (int h = 0; h < NH; h++)
+        for (int i = 0; i < hs; i++) {
+          float want =
+              part == 0 ? x[n * W + h * hs + i] : x[n * W + C + (part - 1) * KV + (h / 3) * hs + i];
+          ASSERT(y[n * 3 * C + part * C + h * hs + i] == want);
+        }
+  be->kv_reduce(g, R, N, C, NH, NKV); /* written: g's random start must not show */
+  double a = dotd(y, R, (size_t)N * 3 * C), b = dotd(x, g, (size_t)N * W);
+  if (fabs(a - b) > 1e-5 * fabs(a))
+    FAIL_AT("<expand(x), R> = %.9g but <x, reduce(R)> = %.9g", a, b);
 }
 
 /* ---- SwiGLU ---- */
@@ -885,14 +909,17 @@ TEST(sumsq_and_schedule) {
 
 /* ---- the whole model ---- */
 
+/* arch: COLO_ARCH_*, or -1 for LLAMA with grouped-query attention (4 query heads, 2 key heads) */
 static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
+  int gqa = arch < 0;
   colo_gpt_config_t cfg = {.vocab_size = 11,
                            .block_size = 5,
                            .n_layer = 2,
-                           .n_head = 2,
+                           .n_head = gqa ? 4 : 2,
                            .n_embd = 8,
-                           .arch = arch,
-                           .mlp_hidden = arch == COLO_ARCH_LLAMA ? 12 : 0};
+                           .arch = gqa ? COLO_ARCH_LLAMA : arch,
+                           .mlp_hidden = arch != COLO_ARCH_GPT2 ? 12 : 0,
+                           .n_kv_head = gqa ? 2 : 0};
   colo_gpt_t *m;
   char err[256];
   if (colo_gpt_create(&cfg, 2, recompute, be, pool, &m, err, sizeof err) < 0)
@@ -924,10 +951,12 @@ TEST(decoding_matches_the_whole_forward) {
   int tok[80];
   float want[50], got[50];
   double worst = 0;
-  /* GPT-2 without and with recomputation, then LLAMA (its keys cached rotated) */
-  for (int k = 0; k < 3; k++) {
+  /* GPT-2 without and with recomputation, then LLAMA (its keys cached rotated), also with
+   * grouped-query attention */
+  for (int k = 0; k < 4; k++) {
     int recompute = k == 1;
-    cfg.arch = k == 2 ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
+    cfg.arch = k >= 2 ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
+    cfg.n_kv_head = k == 3 ? 2 : 0;
     for (int t = 0; t < 80; t++)
       tok[t] = (t * 7 + 3) % 50;
     colo_gpt_t *m;
@@ -1030,7 +1059,7 @@ static void model_fd(int arch) {
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
   float *g = own(malloc(np * 4));
   memcpy(g, colo_gpt_grads(m), np * 4);
-  if (arch == COLO_ARCH_LLAMA) /* wte, 6 a block, ln_f */
+  if (arch != COLO_ARCH_GPT2) /* wte, 6 a block, ln_f */
     ASSERT_EQ_INT(nt, 1 + 2 * 6 + 1);
   else
     ASSERT_EQ_INT(nt, 2 + 2 * COLO_GPT_TENSORS_PER_LAYER + 2);
@@ -1046,7 +1075,8 @@ static void model_fd(int arch) {
   ASSERT_EQ_INT(checked, np);
   printf("  %s: %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
          "1e-2), %.2e absolute\n",
-         colo_gpt_arch_name(arch), np, nt, worst_rel, worst_abs);
+         arch < 0 ? "llama with 2 key heads for 4" : colo_gpt_arch_name(arch), np, nt, worst_rel,
+         worst_abs);
 }
 
 TEST(model_grad_finite_differences) {
@@ -1057,10 +1087,14 @@ TEST(llama_model_grad_finite_differences) {
   model_fd(COLO_ARCH_LLAMA);
 }
 
+TEST(llama_gqa_model_grad_finite_differences) {
+  model_fd(-1);
+}
+
 TEST(recompute_is_bit_identical) {
   setup();
   colo_pool_t *pool = new_pool(0);
-  for (int arch = 0; arch < 2; arch++) {
+  for (int arch = -1; arch < 2; arch++) {
     colo_gpt_t *a = tiny_model_arch(pool, 0, arch), *b = tiny_model_arch(pool, 1, arch);
     size_t np = colo_gpt_num_params(a);
     for (int k = 0; k < 2; k++) {

@@ -44,6 +44,18 @@ static const struct {
     {BASE "model: {arch: llama, n_head: 4, n_embd: 12}\n",
      "model.arch=llama rotates pairs of each head's values: n_embd/n_head=3 must be even"},
     {BASE "model: {rope_theta: 0.5}\n", "model.rope_theta=0.5 must be between 1 and 1e9"},
+    {BASE "model: {arch: llama, n_kv_head: 3}\n",
+     "model.n_kv_head=3 must divide model.n_head=4, with model.arch=llama (grouped-query "
+     "attention)"},
+    {BASE "model: {n_kv_head: 2}\n",
+     "model.n_kv_head=2 must divide model.n_head=4, with model.arch=llama (grouped-query "
+     "attention)"},
+    {BASE "model: {arch: llama, n_kv_head: 2}\nparallel: {tp: 4}\n",
+     "parallel.tp=4 does not divide model.n_kv_head=2: each rank keeps whole key and value heads"},
+    {BASE "model: {mlp_hidden: 100}\nparallel: {tp: 8}\n",
+     "parallel.tp=8 does not divide model.n_head=4"},
+    {BASE "model: {mlp_hidden: 102}\nparallel: {tp: 4}\n",
+     "parallel.tp=4 does not divide the MLP's width 102 (model.mlp_hidden)"},
     {BASE "model: {vocab_size: 70000}\n",
      "model.vocab_size=70000 exceeds 65536, the most a uint16 token shard can address"},
     {"name: t\n", "data.train_path must be set (or data.sources, a blend)"},

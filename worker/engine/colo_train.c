@@ -274,6 +274,8 @@ static void train_usage(void) {
       "                        SwiGLU, no biases)\n"
       "  --mlp-hidden N        the MLP's width (default 4·n_embd; llama 8·n_embd/3 to 64)\n"
       "  --rope-theta X        llama: the rotary positions' base (default 10000)\n"
+      "  --n-kv-head N         llama: key and value heads, dividing n_head (grouped-query\n"
+      "                        attention; default n_head)\n"
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant|wsd  after the warm-up; wsd holds lr, then decays\n"
@@ -382,6 +384,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"arch", "model: {arch: %s}"},
       {"mlp-hidden", "model: {mlp_hidden: %s}"},
       {"rope-theta", "model: {rope_theta: %s}"},
+      {"n-kv-head", "model: {n_kv_head: %s}"},
       {"batch-size", "train: {batch_size: %s}"},
       {"grad-accum", "train: {grad_accum: %s}"},
       {"steps", "train: {steps: %s}"},
@@ -846,7 +849,8 @@ static int cmd_train(int argc, char **argv) {
                                   .arch = ms->arch == COLO__V1__ARCH__ARCH_LLAMA ? COLO_ARCH_LLAMA
                                                                                  : COLO_ARCH_GPT2,
                                   .mlp_hidden = (int)ms->mlp_hidden,
-                                  .rope_theta = ms->rope_theta};
+                                  .rope_theta = ms->rope_theta,
+                                  .n_kv_head = (int)ms->n_kv_head};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim = (colo_adamw_config_t){o->lr,
                                     o->min_lr,

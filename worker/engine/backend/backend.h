@@ -103,6 +103,13 @@ typedef struct colo_backend_s {
    * (pos0 + t) · theta^(−2i/hs). dir −1 rotates back (the transpose: the backward of the same
    * rotation on dqkv). */
   void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, float theta, int dir);
+  /* Grouped-query attention by repetition (HF's repeat_kv): src[N][C + 2·KV] holds NH query
+   * heads of hs = C/NH, then NKV key heads and NKV value heads of hs (KV = NKV·hs); dst[N][3C]
+   * the attention entries' layout, q copied and each of the NH key (value) heads a copy of key
+   * (value) head h / (NH/NKV). kv_reduce is its backward: dst[N][C + 2·KV] WRITTEN, q copied,
+   * each key (value) head the sum of its group's NH/NKV heads of src[N][3C]. */
+  void (*kv_expand)(void *dst, const void *src, int N, int C, int NH, int NKV);
+  void (*kv_reduce)(void *dst, const void *src, int N, int C, int NH, int NKV);
   /* SwiGLU: pre[N][2H] holds the gate then the up projection of each row; out[N][H] =
    * silu(gate) · up. The backward WRITES dpre[N][2H]. */
   void (*swiglu_fwd)(void *out, const void *pre, int N, int H);
@@ -169,6 +176,7 @@ typedef struct colo_backend_s {
   X(lmhead_fwd, a) X(lmhead_bwd, a) X(encoder_fwd, a) X(encoder_bwd, a)                            \
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
   X(rmsnorm_fwd, a) X(rmsnorm_bwd, a) X(rope, a) X(swiglu_fwd, a) X(swiglu_bwd, a)                 \
+  X(kv_expand, a) X(kv_reduce, a)                                                                  \
   X(attention_fwd, a) X(attention_bwd, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
   X(vocab_target, a) X(vocab_ce_bwd, a)

@@ -338,6 +338,44 @@ static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, float theta,
   }
 }
 
+/* ---- grouped-query attention by repetition ---- */
+
+static void kv_expand(void *dst_, const void *src_, int N, int C, int NH, int NKV) {
+  float *dst = dst_;
+  const float *src = src_;
+  int hs = C / NH, g = NH / NKV, KV = NKV * hs;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *s = src + (size_t)n * (C + 2 * KV);
+    float *d = dst + (size_t)n * 3 * C;
+    memcpy(d, s, (size_t)C * sizeof(float));
+    for (int part = 1; part < 3; part++)
+      for (int h = 0; h < NH; h++)
+        memcpy(d + (size_t)part * C + (size_t)h * hs,
+               s + C + (size_t)(part - 1) * KV + (h / g) * hs, (size_t)hs * sizeof(float));
+  }
+}
+
+static void kv_reduce(void *dst_, const void *src_, int N, int C, int NH, int NKV) {
+  float *dst = dst_;
+  const float *src = src_;
+  int hs = C / NH, g = NH / NKV, KV = NKV * hs;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    const float *s = src + (size_t)n * 3 * C;
+    float *d = dst + (size_t)n * (C + 2 * KV);
+    memcpy(d, s, (size_t)C * sizeof(float));
+    for (int part = 1; part < 3; part++)
+      for (int j = 0; j < NKV; j++)
+        for (int i = 0; i < hs; i++) {
+          float acc = 0.0f;
+          for (int k = 0; k < g; k++) /* the group's heads, in order */
+            acc += s[(size_t)part * C + (size_t)(j * g + k) * hs + i];
+          d[C + (size_t)(part - 1) * KV + (size_t)j * hs + i] = acc;
+        }
+  }
+}
+
 /* ---- SwiGLU ---- */
 
 static inline float sigmoidf(float x) {
@@ -731,6 +769,8 @@ static const colo_backend_t CPU = {
     .rope = rope,
     .swiglu_fwd = swiglu_fwd,
     .swiglu_bwd = swiglu_bwd,
+    .kv_expand = kv_expand,
+    .kv_reduce = kv_reduce,
     .gelu_fwd = gelu_fwd,
     .gelu_bwd = gelu_bwd,
     .attention_fwd = attention_fwd,

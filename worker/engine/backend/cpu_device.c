@@ -314,6 +314,12 @@ static void host_free(void *p) {
   static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, float th, int dir) {        \
     RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, th, dir), q);                               \
   }                                                                                                \
+  static void kv_expand_##sfx(void *d, const void *s, int N, int C, int NH, int NKV) {             \
+    RUN("kv_expand", base_##sfx()->kv_expand(d, s, N, C, NH, NKV), d, s);                          \
+  }                                                                                                \
+  static void kv_reduce_##sfx(void *d, const void *s, int N, int C, int NH, int NKV) {             \
+    RUN("kv_reduce", base_##sfx()->kv_reduce(d, s, N, C, NH, NKV), d, s);                          \
+  }                                                                                                \
   static void swiglu_fwd_##sfx(void *o, const void *p, int N, int H) {                             \
     RUN("swiglu_fwd", base_##sfx()->swiglu_fwd(o, p, N, H), o, p);                                 \
   }                                                                                                \

@@ -229,6 +229,22 @@ static void rope_t(colo_dtype_t t, void *qkv, int B, int T, int C, int NH, int p
   narrow(t, qkv, f, n);
 }
 
+static void kv_expand_t(colo_dtype_t t, void *dst, const void *src, int N, int C, int NH, int NKV) {
+  size_t ns = (size_t)N * (C + 2 * (size_t)NKV * (C / NH)), nd = (size_t)N * 3 * C;
+  float *fs = widen(t, src, ns), *fd = fresh(nd);
+  f32()->kv_expand(fd, fs, N, C, NH, NKV);
+  narrow(t, dst, fd, nd);
+  scratch_give(fs);
+}
+
+static void kv_reduce_t(colo_dtype_t t, void *dst, const void *src, int N, int C, int NH, int NKV) {
+  size_t nd = (size_t)N * (C + 2 * (size_t)NKV * (C / NH)), ns = (size_t)N * 3 * C;
+  float *fs = widen(t, src, ns), *fd = fresh(nd);
+  f32()->kv_reduce(fd, fs, N, C, NH, NKV);
+  narrow(t, dst, fd, nd);
+  scratch_give(fs);
+}
+
 static void swiglu_fwd_t(colo_dtype_t t, void *out, const void *pre, int N, int H) {
   float *fp = widen(t, pre, (size_t)N * 2 * H), *fo = fresh((size_t)N * H);
   f32()->swiglu_fwd(fo, fp, N, H);
@@ -427,6 +443,12 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
   }                                                                                                \
   static void swiglu_fwd_##sfx(void *o, const void *p, int N, int H) {                             \
     swiglu_fwd_t(T, o, p, N, H);                                                                   \
+  }                                                                                                \
+  static void kv_expand_##sfx(void *d, const void *s, int N, int C, int NH, int NKV) {             \
+    kv_expand_t(T, d, s, N, C, NH, NKV);                                                           \
+  }                                                                                                \
+  static void kv_reduce_##sfx(void *d, const void *s, int N, int C, int NH, int NKV) {             \
+    kv_reduce_t(T, d, s, N, C, NH, NKV);                                                           \
   }                                                                                                \
   static void swiglu_bwd_##sfx(void *dp, const void *p, const void *d, int N, int H) {             \
     swiglu_bwd_t(T, dp, p, d, N, H);                                                               \

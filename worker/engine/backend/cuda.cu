@@ -774,6 +774,55 @@ static void rope(void *qkv, int B, int T_, int C, int NH, int pos0, float theta,
   LAUNCHED();
 }
 
+/* ---- grouped-query attention by repetition: a thread per value of dst ---- */
+
+template <class T>
+__global__ static void kv_expand_kernel(T *dst, const T *src, int N, int C, int hs, int g, int KV) {
+  size_t n = (size_t)N * 3 * C, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
+    size_t r = idx / (3 * (size_t)C);
+    int j = (int)(idx % (3 * (size_t)C)), part = j / C, c = j % C;
+    const T *s = src + r * (C + 2 * (size_t)KV);
+    dst[idx] = part == 0 ? s[c] : s[C + (size_t)(part - 1) * KV + (c / hs / g) * hs + c % hs];
+  }
+}
+
+template <class T>
+__global__ static void kv_reduce_kernel(T *dst, const T *src, int N, int C, int hs, int g, int KV) {
+  size_t w = C + 2 * (size_t)KV, n = (size_t)N * w, stride = (size_t)gridDim.x * blockDim.x;
+  for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
+    size_t r = idx / w;
+    int j = (int)(idx % w);
+    const T *s = src + r * 3 * (size_t)C;
+    if (j < C) {
+      dst[idx] = s[j];
+      continue;
+    }
+    int part = 1 + (j - C) / KV, c = (j - C) % KV, head = c / hs, i = c % hs;
+    float acc = 0.0f;
+    for (int k = 0; k < g; k++) /* the group's heads, in order, as the CPU */
+      acc += ld(s[(size_t)part * C + (size_t)(head * g + k) * hs + i]);
+    dst[idx] = st<T>(acc);
+  }
+}
+
+template <class T>
+static void kv_expand(void *dst, const void *src, int N, int C, int NH, int NKV) {
+  int hs = C / NH;
+  kv_expand_kernel<T><<<blocks_for((size_t)N * 3 * C, 256), 256, 0, g.stream>>>(
+      (T *)dst, (const T *)src, N, C, hs, NH / NKV, NKV * hs);
+  LAUNCHED();
+}
+
+template <class T>
+static void kv_reduce(void *dst, const void *src, int N, int C, int NH, int NKV) {
+  int hs = C / NH;
+  kv_reduce_kernel<T>
+      <<<blocks_for((size_t)N * (C + 2 * (size_t)NKV * hs), 256), 256, 0, g.stream>>>(
+          (T *)dst, (const T *)src, N, C, hs, NH / NKV, NKV * hs);
+  LAUNCHED();
+}
+
 /* ---- SwiGLU: a thread per output value ---- */
 
 __device__ __forceinline__ static float sigmoid_dev(float x) {

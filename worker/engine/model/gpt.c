@@ -56,6 +56,8 @@ struct colo_gpt_s {
   colo_comm_t *tp_comm;
   int tp, tpr;
   int Cq, NHl, Cf, Vl, v0; /* C/tp (attention), NH/tp, H/tp, V/tp, first token of the shard */
+  int NKVl, Cqkv;          /* key (value) heads /tp; the local qkv product's width Cq + 2·KV/tp */
+  int gqa;                 /* NKV < NH: the product's keys and values repeated for attention */
   int llama;               /* cfg.arch == COLO_ARCH_LLAMA */
   float theta;             /* LLAMA: RoPE's base */
   int per_layer;           /* tensors per block: 12, or 6 (LLAMA) */
@@ -100,8 +102,10 @@ struct colo_gpt_s {
   float fuse_scale;
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dtmp;
-  void *gelu; /* [N][H/tp]: the GELU (SwiGLU) output of the block at hand, forward and backward */
-  void *dglu; /* LLAMA: [N][H/tp], SwiGLU's output gradient */
+  void *gelu;   /* [N][H/tp]: the GELU (SwiGLU) output of the block at hand, forward and backward */
+  void *dglu;   /* LLAMA: [N][H/tp], SwiGLU's output gradient */
+  void *qsmall; /* gqa: [N][Cqkv], the qkv product before its keys and values are repeated, and
+                 * in the backward its gradient */
   /* colo_gpt_decode: keys and values [L][NH][T][C/NH] of the positions decoded so far, a row of
    * attention scores [T], a loss and a target for the softmax (made on its first call) */
   void *kcache, *vcache, *scores;
@@ -133,12 +137,17 @@ static float *G(colo_gpt_t *m, int layer, int which) {
 #define DLNFW(m) ((m)->gt[(m)->i_lnf])
 #define DLNFB(m) ((m)->n_tail < 2 ? NULL : (m)->gt[(m)->i_lnf + 1])
 
+/* common/jobspec.c checks a job's tensor parallelism against the same width */
 int colo_gpt_mlp_hidden(const colo_gpt_config_t *cfg) {
   if (cfg->mlp_hidden > 0)
     return cfg->mlp_hidden;
   if (cfg->arch == COLO_ARCH_LLAMA)
     return (8 * cfg->n_embd / 3 + 63) / 64 * 64;
   return 4 * cfg->n_embd;
+}
+
+int colo_gpt_kv_heads(const colo_gpt_config_t *cfg) {
+  return cfg->n_kv_head > 0 ? cfg->n_kv_head : cfg->n_head;
 }
 
 int colo_gpt_tensors_per_layer(const colo_gpt_config_t *cfg) {
@@ -182,11 +191,21 @@ size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li) {
     return (size_t)t * p->numel + li;
   case COLO_SPLIT_COLS: /* columns [t·w, (t+1)·w) of each row (or of the vector) */
     return d1 ? r * (size_t)d1 + (size_t)t * w + j : (size_t)t * w + j;
-  case COLO_SPLIT_QKV:   /* q, k and v each split: local [q_t | k_t | v_t] */
+  case COLO_SPLIT_QKV: { /* q, k and v each split: local [q_t | k_t | v_t] */
+    size_t fw = d1 ? (size_t)d1 : p->full_numel; /* the full row (or vector) */
+    size_t fq = p->q_cols ? (size_t)p->q_cols : fw / 3, fk = (fw - fq) / 2;
+    size_t lq = fq / (size_t)tp, lk = fk / (size_t)tp, col;
+    if (j < lq)
+      col = (size_t)t * lq + j;
+    else if (j < lq + lk)
+      col = fq + (size_t)t * lk + (j - lq);
+    else
+      col = fq + fk + (size_t)t * lk + (j - lq - lk);
+    return d1 ? r * (size_t)d1 + col : col;
+  }
   case COLO_SPLIT_GLU: { /* gate and up each split: local [gate_t | up_t] */
-    size_t parts = p->split == COLO_SPLIT_QKV ? 3 : 2;
-    size_t third = w / parts, s = j / third, jj = j % third, full_third = third * (size_t)tp;
-    size_t col = s * full_third + (size_t)t * third + jj;
+    size_t half = w / 2, s = j / half, jj = j % half, full_half = half * (size_t)tp;
+    size_t col = s * full_half + (size_t)t * half + jj;
     return d1 ? r * (size_t)d1 + col : col;
   }
   default:
@@ -214,6 +233,7 @@ static void add_full(colo_gpt_t *m, size_t *k, size_t *g, const char *name, int 
  * then this stage's, with this rank's shard shapes (table). */
 static void build_table(colo_gpt_t *m) {
   int C = m->cfg.n_embd, L = m->cfg.n_layer, H = colo_gpt_mlp_hidden(&m->cfg);
+  int KV = colo_gpt_kv_heads(&m->cfg) * (C / m->cfg.n_head); /* key (value) columns */
   size_t k = 0, g = 0;
   char name[64];
   add_full(m, &k, &g, "transformer.wte.weight", m->cfg.vocab_size, C, 1, COLO_SPLIT_VOCAB);
@@ -239,7 +259,7 @@ static void build_table(colo_gpt_t *m) {
       {"mlp.c_proj.weight", U_H, U_C, 1, COLO_SPLIT_ROWS, 1},
       {"mlp.c_proj.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
   };
-  int unit[] = {0, C, 3 * C, H, 2 * H};
+  int unit[] = {0, C, C + 2 * KV, H, 2 * H};
   for (int i = 0, n = 0; i < P_PER_LAYER; i++)
     m->slot[i] = !m->llama || layer[i].llama ? n++ : -1;
   for (int l = 0; l < L; l++)
@@ -250,6 +270,8 @@ static void build_table(colo_gpt_t *m) {
       snprintf(name, sizeof name, "transformer.h.%d.%s", l, layer[i].suffix);
       add_full(m, &k, &g, name, unit[layer[i].rows], unit[fc ? U_2H : layer[i].cols],
                layer[i].decay, fc ? COLO_SPLIT_GLU : layer[i].split);
+      if (layer[i].split == COLO_SPLIT_QKV)
+        m->full_table[k - 1].q_cols = C;
     }
   add_full(m, &k, &g, "transformer.ln_f.weight", C, 0, 0, COLO_SPLIT_NONE);
   if (!m->llama)
@@ -446,6 +468,20 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              tp, cfg->n_head, cfg->vocab_size);
     return COLO_EINVAL;
   }
+  int NKV = colo_gpt_kv_heads(cfg);
+  if (cfg->n_kv_head < 0 || cfg->n_head % NKV ||
+      (NKV != cfg->n_head && cfg->arch != COLO_ARCH_LLAMA)) {
+    snprintf(err, errlen, "n_kv_head=%d must divide n_head=%d (and needs arch llama)",
+             cfg->n_kv_head, cfg->n_head);
+    return COLO_EINVAL;
+  }
+  if (NKV % tp) {
+    snprintf(err, errlen,
+             "tensor parallelism over %d ranks needs n_kv_head=%d to divide by it: each rank "
+             "keeps whole key and value heads",
+             tp, NKV);
+    return COLO_EINVAL;
+  }
   colo_gpt_t *m = calloc(1, sizeof *m);
   if (!m) {
     snprintf(err, errlen, "out of memory");
@@ -455,6 +491,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->tp_comm = tp > 1 ? tp_comm : NULL;
   m->tpr = tp > 1 ? colo_comm_rank(tp_comm) : 0;
   m->Cq = cfg->n_embd / tp;
+  m->NKVl = NKV / tp;
+  m->Cqkv = m->Cq + 2 * m->NKVl * (cfg->n_embd / cfg->n_head);
+  m->gqa = NKV != cfg->n_head;
   m->NHl = cfg->n_head / tp;
   m->Cf = H / tp;
   m->llama = cfg->arch == COLO_ARCH_LLAMA;
@@ -508,7 +547,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
    */
   size_t Cq = (size_t)m->Cq, Cf = (size_t)m->Cf;
   m->wq_off = 0;
-  m->wap_off = C * 3 * Cq;
+  m->wap_off = C * (size_t)m->Cqkv;
   m->wfc_off = m->wap_off + Cq * C;
   m->wfp_off = m->wfc_off + C * Cf * (m->llama ? 2 : 1);
   int lowp = be->act_dtype != COLO_DTYPE_F32;
@@ -523,6 +562,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {&m->dres, N * C * A},
               {&m->dln, N * C * A},
               {&m->dqkv, N * 3 * Cq * A},
+              {&m->qsmall, m->gqa ? N * (size_t)m->Cqkv * A : 0},
               {&m->datty, N * Cq * A},
               {&m->dfch, N * Cf * (m->llama ? 2 : 1) * A},
               {&m->gelu, N * Cf * A},
@@ -577,7 +617,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
                   m->dln,     m->dqkv,     m->datty,      m->dfch,   m->dtmp,   m->gelu,
                   m->gmax,    m->gsum,     m->tlogit,     m->gather, m->dfull,  m->lnscratch,
                   m->wte_act, m->xfer,     m->proj,       m->lnfull, m->kcache, m->vcache,
-                  m->scores,  m->dec_loss, m->dec_target, m->dglu};
+                  m->scores,  m->dec_loss, m->dec_target, m->dglu,   m->qsmall};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -778,7 +818,7 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
   block_w_t w = {at(m, a->w, m->wq_off), at(m, a->w, m->wap_off), at(m, a->w, m->wfc_off),
                  at(m, a->w, m->wfp_off)};
   if (make) {
-    be->to_act((void *)w.qkv, P(m, l, P_QKVW), C * 3 * Cq);
+    be->to_act((void *)w.qkv, P(m, l, P_QKVW), C * (size_t)m->Cqkv);
     be->to_act((void *)w.attproj, P(m, l, P_ATTPROJW), Cq * C);
     be->to_act((void *)w.fc, P(m, l, P_FCW), C * Cf * (m->llama ? 2 : 1));
     be->to_act((void *)w.fcproj, P(m, l, P_FCPROJW), Cf * C);
@@ -839,7 +879,10 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   int Nl = m->sp ? N / m->tp : N;
   size_t off = (m->sp ? (size_t)m->tpr * Nl : 0) * C, rowf = (size_t)Nl * C, NC = (size_t)N * C;
   norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
-  be->matmul_fwd(a->qkv, ln_full(m, a->ln1, off, rowf), w.qkv, P(m, l, P_QKVB), N, C, 3 * Cq);
+  be->matmul_fwd(m->gqa ? m->qsmall : a->qkv, ln_full(m, a->ln1, off, rowf), w.qkv, P(m, l, P_QKVB),
+                 N, C, m->Cqkv);
+  if (m->gqa) /* each key and value head repeated for its group of query heads */
+    be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
   if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
     be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->theta, 1);
   be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl);
@@ -1030,7 +1073,10 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     const float *x = m->resid[l];
     float *qkv = a->qkv, *att = a->atty;
     norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, l, P_LN1W), P(m, l, P_LN1B), 1, C);
-    be->matmul_fwd(qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), 1, C, 3 * C);
+    be->matmul_fwd(m->gqa ? m->qsmall : qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), 1, C,
+                   m->Cqkv);
+    if (m->gqa)
+      be->kv_expand(qkv, m->qsmall, 1, C, NH, m->NKVl);
     if (m->llama) /* this position's query and key: the cache keeps keys rotated */
       be->rope(qkv, 1, 1, C, NH, pos, m->theta, 1);
     for (int h = 0; h < NH; h++) {
@@ -1273,8 +1319,10 @@ blocks:
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl);
     if (m->llama) /* through the rotation: its transpose */
       be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->theta, -1);
-    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->dqkv, ln_full(m, a->ln1, off, rowf),
-                   w.qkv, N, C, 3 * Cq);
+    if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
+      be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
+    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->gqa ? m->qsmall : m->dqkv,
+                   ln_full(m, a->ln1, off, rowf), w.qkv, N, C, m->Cqkv);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN1W), G(m, l, P_LN1B), at(m, m->dln, off),

@@ -35,7 +35,11 @@ typedef struct {
   int arch;         /* COLO_ARCH_*; 0: GPT-2 */
   int mlp_hidden;   /* the MLP's inner width H; 0: colo_gpt_mlp_hidden's default */
   float rope_theta; /* LLAMA: RoPE's base; 0: 10000 */
+  int n_kv_head;    /* LLAMA: key and value heads (grouped-query attention); 0: n_head */
 } colo_gpt_config_t;
+
+/* cfg->n_kv_head, or n_head when 0 */
+int colo_gpt_kv_heads(const colo_gpt_config_t *cfg);
 
 /* The MLP's inner width: cfg->mlp_hidden, or by default 4·C (GPT2) or 8·C/3 rounded up to a
  * multiple of 64 (LLAMA, near GPT-2's parameter count with three matrices instead of two). */
@@ -66,6 +70,8 @@ typedef struct {
   size_t full_offset, full_numel;
   int split;
   int decay;
+  int q_cols; /* COLO_SPLIT_QKV: the full tensor's query columns (the rest: keys, then values,
+               * as many each); 0: a third */
 } colo_param_t;
 
 /* p: whole-model tensor f (of a full table) as each of tp ranks holds it: its shard's shape and
@@ -77,8 +83,9 @@ size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li);
 /* per block: ln_1.{weight,bias}, attn.c_attn.{weight,bias}, attn.c_proj.{weight,bias},
  * ln_2.{weight,bias}, mlp.c_fc.{weight,bias}, mlp.c_proj.{weight,bias}. LLAMA's blocks have the
  * weights only (6), its model no transformer.wpe nor ln_f.bias; its c_attn is q, k and v as
- * GPT-2's, its mlp.c_fc [C][2H] the gate's columns then the up projection's, and its mlp.c_proj
- * [H][C] the down projection. */
+ * GPT-2's ([C][C + 2·KV] with n_kv_head heads of keys and of values, KV = n_kv_head·C/n_head;
+ * attention repeats each to its n_head/n_kv_head query heads, HF's repeat_kv), its mlp.c_fc [C][2H]
+ * the gate's columns then the up projection's, and its mlp.c_proj [H][C] the down projection. */
 #define COLO_GPT_TENSORS_PER_LAYER 12
 /* the tensors of one block of cfg's architecture */
 int colo_gpt_tensors_per_layer(const colo_gpt_config_t *cfg);

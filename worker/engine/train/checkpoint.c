@@ -141,7 +141,11 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     /* the architecture (GPT-2 before LLAMA's blocks came), its MLP width (absent: 4C) and
      * RoPE's base */
     cJSON *ar = cJSON_GetObjectItem(m, "architecture"), *mh = cJSON_GetObjectItem(m, "mlp_hidden");
-    cJSON *th = cJSON_GetObjectItem(m, "rope_theta");
+    cJSON *th = cJSON_GetObjectItem(m, "rope_theta"), *kv = cJSON_GetObjectItem(m, "n_kv_head");
+    if (kv && !(cJSON_IsNumber(kv) && kv->valuedouble >= 1 && kv->valuedouble <= 1024))
+      bad = 1;
+    else
+      t.model.n_kv_head = kv ? (int)kv->valuedouble : 0;
     t.model.arch = cJSON_IsString(ar) ? colo_gpt_arch_parse(ar->valuestring) : COLO_ARCH_GPT2;
     if (t.model.arch < 0)
       bad = 1;
@@ -400,9 +404,11 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   cJSON *mo = cJSON_AddObjectToObject(m, "model");
   cJSON_AddStringToObject(mo, "architecture", colo_gpt_arch_name(meta->model.arch));
   cJSON_AddNumberToObject(mo, "mlp_hidden", colo_gpt_mlp_hidden(&meta->model));
-  if (meta->model.arch == COLO_ARCH_LLAMA)
+  if (meta->model.arch == COLO_ARCH_LLAMA) {
     cJSON_AddNumberToObject(mo, "rope_theta",
                             meta->model.rope_theta > 0 ? meta->model.rope_theta : 10000.0);
+    cJSON_AddNumberToObject(mo, "n_kv_head", colo_gpt_kv_heads(&meta->model));
+  }
   cJSON_AddNumberToObject(mo, "n_layer", meta->model.n_layer);
   cJSON_AddNumberToObject(mo, "n_head", meta->model.n_head);
   cJSON_AddNumberToObject(mo, "n_embd", meta->model.n_embd);
@@ -784,13 +790,15 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
                    t.model.vocab_size);
   if (rc == 0 &&
       (c->arch != t.model.arch || colo_gpt_mlp_hidden(c) != colo_gpt_mlp_hidden(&t.model) ||
+       colo_gpt_kv_heads(c) != colo_gpt_kv_heads(&t.model) ||
        (c->arch == COLO_ARCH_LLAMA && th_c != th_t)))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "checkpoint %s is of a %s model with MLP width %d%s; this run's is %s with %d "
-                   "(model.arch, mlp_hidden, rope_theta)",
+                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s; this "
+                   "run's is %s with %d and %d (model.arch, mlp_hidden, n_kv_head, rope_theta)",
                    dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
+                   colo_gpt_kv_heads(&t.model),
                    t.model.arch == COLO_ARCH_LLAMA && th_c != th_t ? " and another rope_theta" : "",
-                   colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c));
+                   colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c));
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the

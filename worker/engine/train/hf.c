@@ -34,13 +34,15 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
                        size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
   int C = c->n_embd, L = c->n_layer, H = colo_gpt_mlp_hidden(c);
+  int KV = colo_gpt_kv_heads(c) * (C / c->n_head); /* key (value) rows */
   size_t nt;
   const colo_param_t *t = colo_gpt_full_table(m, &nt);
   size_t n = 2 + 9 * (size_t)L, total = 0;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
-  /* the transposed matrices: 4C² + 3CH floats a layer */
-  size_t per = 4 * (size_t)C * C + 3 * (size_t)C * H;
+  /* the transposed matrices: q and o C², k and v KV·C, the MLP's 3CH floats a layer */
+  size_t cc = (size_t)C * C, kc = (size_t)KV * C;
+  size_t per = 2 * cc + 2 * kc + 3 * (size_t)C * H;
   float *buf = malloc(per * (size_t)L * sizeof *buf);
   if (!ts || !names || !buf) {
     free(ts), free(names), free(buf);
@@ -75,16 +77,18 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
       int rows, cols;
     } e[9] = {{"input_layernorm.weight", params + p[0]->full_offset, C, 0},
               {"self_attn.q_proj.weight", b, C, C},
-              {"self_attn.k_proj.weight", b + (size_t)C * C, C, C},
-              {"self_attn.v_proj.weight", b + 2 * (size_t)C * C, C, C},
-              {"self_attn.o_proj.weight", b + 3 * (size_t)C * C, C, C},
+              {"self_attn.k_proj.weight", b + cc, KV, C},
+              {"self_attn.v_proj.weight", b + cc + kc, KV, C},
+              {"self_attn.o_proj.weight", b + cc + 2 * kc, C, C},
               {"post_attention_layernorm.weight", params + p[3]->full_offset, C, 0},
-              {"mlp.gate_proj.weight", b + 4 * (size_t)C * C, H, C},
-              {"mlp.up_proj.weight", b + 4 * (size_t)C * C + (size_t)H * C, H, C},
-              {"mlp.down_proj.weight", b + 4 * (size_t)C * C + 2 * (size_t)H * C, C, H}};
-    for (int j = 0; j < 3; j++) /* q, k, v: C columns each of c_attn [C][3C] */
-      transpose_cols(b + (size_t)j * C * C, qkv, C, 3 * C, j * C, C);
-    transpose_cols(b + 3 * (size_t)C * C, o, C, C, 0, C);
+              {"mlp.gate_proj.weight", b + 2 * cc + 2 * kc, H, C},
+              {"mlp.up_proj.weight", b + 2 * cc + 2 * kc + (size_t)H * C, H, C},
+              {"mlp.down_proj.weight", b + 2 * cc + 2 * kc + 2 * (size_t)H * C, C, H}};
+    /* q, k and v: column blocks of c_attn [C][C + 2·KV] */
+    transpose_cols((float *)e[1].data, qkv, C, C + 2 * KV, 0, C);
+    transpose_cols((float *)e[2].data, qkv, C, C + 2 * KV, C, KV);
+    transpose_cols((float *)e[3].data, qkv, C, C + 2 * KV, C + KV, KV);
+    transpose_cols((float *)e[4].data, o, C, C, 0, C);
     transpose_cols((float *)e[6].data, fc, C, 2 * H, 0, H); /* gate, then up */
     transpose_cols((float *)e[7].data, fc, C, 2 * H, H, H);
     transpose_cols((float *)e[8].data, down, H, C, 0, C); /* [H][C] -> [C][H] */
@@ -137,7 +141,7 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     cJSON_AddNumberToObject(j, "intermediate_size", colo_gpt_mlp_hidden(c));
     cJSON_AddNumberToObject(j, "num_hidden_layers", c->n_layer);
     cJSON_AddNumberToObject(j, "num_attention_heads", c->n_head);
-    cJSON_AddNumberToObject(j, "num_key_value_heads", c->n_head);
+    cJSON_AddNumberToObject(j, "num_key_value_heads", colo_gpt_kv_heads(c));
     cJSON_AddNumberToObject(j, "max_position_embeddings", c->block_size);
     cJSON_AddNumberToObject(j, "rms_norm_eps", 1e-5);
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta > 0 ? c->rope_theta : 10000.0);
