@@ -20,6 +20,13 @@ For each, colo-train trains one step with --init-from and a reference dump, and 
 
 And files that must be refused, with the message: another model's shape, an untied lm_head, a
 tensor GPT-2 does not have, a path that leaves the data root. Nothing is trained from them.
+
+Then a model.arch=llama run (4 query heads, 2 key and value heads) from HuggingFace's Llama
+layout, drawn here as LlamaForCausalLM's file (BF16, "model." names, lm_head tied) and as
+LlamaModel's (F32, no prefix, with the rotary_emb.inv_freq buffers of older exports): its first
+loss equals HFLlama's (torch_gpt2.py: HF's names, nn.Linear layout and repeat_kv) on the same
+batch, also at tp=2 and pp=2; and refusals: an untied head, another count of key heads, a Llama
+file for a GPT-2 run.
 """
 import json
 import os
@@ -32,7 +39,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from torch_gpt2 import GPT2  # noqa: E402
+from torch_gpt2 import GPT2, HFLlama  # noqa: E402
 
 BIN = os.environ["COLO_BIN"]
 torch.set_num_threads(1)
@@ -187,12 +194,74 @@ def main():
         steps = sum('"event":"step"' in x for x in open(prog)) if os.path.exists(prog) else 0
         check("refused: %s" % label, r.returncode != 0 and want[label] in r.stderr and steps == 0,
               "rc %d: %s" % (r.returncode, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""))
+    llama(tmp)
     r = colo(tmp, "../hub-f32.safetensors", check_rc=False)
     check("refused: a path outside the data root", r.returncode != 0 and
           'train.init_from "../hub-f32.safetensors" must be a path relative to the data root' in r.stderr,
           r.stderr.strip())
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
+
+
+def llama(tmp):
+    NHL, NKV, H = 4, 2, 128
+    cfg = {"model_type": "llama", "hidden_size": C, "intermediate_size": H, "num_hidden_layers": L,
+           "num_attention_heads": NHL, "num_key_value_heads": NKV, "vocab_size": V,
+           "rms_norm_eps": 1e-5, "rope_theta": 10000.0}
+    hf = HFLlama(cfg)
+    torch.manual_seed(5)
+    w = {n: torch.randn(s) * (0.3 if len(s) == 1 else 0.05) + (1.0 if len(s) == 1 else 0.0)
+         for n, s in hf.shapes.items()}
+    args = ["--arch", "llama", "--n-head", str(NHL), "--n-kv-head", str(NKV)]
+    for label, dtype, prefix in [("llama-bf16", "BF16", True), ("llamamodel-f32", "F32", False)]:
+        tensors, values = {}, {}
+        for n in hf.shapes:
+            enc, values[n] = encode(w[n], dtype)
+            tensors[n if prefix else n[len("model."):]] = enc
+        if prefix:
+            tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+        else:
+            for l in range(L):
+                tensors["layers.%d.self_attn.rotary_emb.inv_freq" % l] = ("F32", np.ones(4, np.float32))
+        write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
+        dump, prog = os.path.join(tmp, label + ".dump"), os.path.join(tmp, label + ".jsonl")
+        colo(tmp, label + ".safetensors", args + ["--dump-reference", dump, "--progress", prog])
+        d = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(dump).items()}
+        hf.load(values)
+        with torch.no_grad():
+            batch = d["batch.0.0"].long()
+            tl = hf(batch[:B], batch[B:]).item()
+        cl = d["losses"][0].item()
+        rel = abs(tl - cl) / abs(tl)
+        check("%s: first loss against HF's Llama layout (rel 1e-5)" % label, rel <= 1e-5,
+              "torch %.7f colo %.7f rel %.2e" % (tl, cl, rel))
+        if prefix:
+            for lay, extra in [("tp=2", ["--nproc", "2", "--tp", "2"]),
+                               ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"])]:
+                p2 = os.path.join(tmp, "%s-%s.jsonl" % (label, lay[:2]))
+                colo(tmp, label + ".safetensors", args + extra + ["--progress", p2])
+                l2 = first_loss(p2)
+                rel = abs(l2 - cl) / abs(cl)
+                check("%s: %s first loss against one process (rel 1e-5)" % (label, lay), rel <= 1e-5,
+                      "%.7f vs %.7f rel %.2e" % (l2, cl, rel))
+    good = {n: encode(w[n], "F32")[0] for n in hf.shapes}
+    bad = {"llama-untied": (args, dict(good, **{"lm_head.weight": ("F32", np.ones((V, C), np.float32))})),
+           "llama-kv4": (args[:-2], good),
+           "llama-for-gpt2": ([], good)}
+    want = {"llama-untied": "llama-untied.safetensors: lm_head.weight differs from model.embed_tokens.weight: colo "
+                            "ties the head to the token embedding (tie_word_embeddings), and cannot start from an "
+                            "untied model",
+            "llama-kv4": "llama-kv4.safetensors has 16 rows of keys and an MLP 128 wide; this run's model has 32 "
+                         "(n_kv_head 4 of n_head 4) and 128 (model.n_kv_head, mlp_hidden)",
+            "llama-for-gpt2": "llama-for-gpt2.safetensors: tensor model.embed_tokens.weight is not part of a "
+                              "GPT-2 model"}
+    for label, (a, tensors) in bad.items():
+        write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
+        prog = os.path.join(tmp, label + ".jsonl")
+        r = colo(tmp, label + ".safetensors", a + ["--progress", prog], check_rc=False)
+        steps = sum('"event":"step"' in x for x in open(prog)) if os.path.exists(prog) else 0
+        check("refused: %s" % label, r.returncode != 0 and want[label] in r.stderr and steps == 0,
+              "rc %d: %s" % (r.returncode, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""))
 
 
 if __name__ == "__main__":

@@ -952,8 +952,8 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
   }
   if (colo_gpt_config(model)->arch != COLO_ARCH_GPT2)
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "%s: a safetensors file initialises GPT-2 models only (model.arch=gpt2); "
-                     "start a %s model from a colo checkpoint directory",
+                     "%s: this reads GPT-2's safetensors files only (model.arch=gpt2), not a %s "
+                     "model's",
                      path, colo_gpt_arch_name(colo_gpt_config(model)->arch));
   source_t s;
   if (source_init(&s, 1, 1, colo_gpt_config(model)->n_layer, 1) < 0)

@@ -114,6 +114,173 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
   return rc;
 }
 
+/* the HF tensor (pre + name) as fp32 [rows][cols] (cols 0: a vector) into dst */
+static int get(const colo_st_file_t *f, const char *pre, const char *name, int rows, int cols,
+               float *dst, char *err, size_t errlen) {
+  char full[160];
+  snprintf(full, sizeof full, "%s%s", pre, name);
+  int shape[2] = {rows, cols};
+  return colo_st_get(f, full, cols ? 2 : 1, shape, dst, 1, err, errlen);
+}
+
+/* A layer's HF tensor suffix: 0..8 (the order of write_llama's), 9 the rotary buffer, -1 none */
+static int layer_part(const char *rest) {
+  static const char *const parts[] = {"input_layernorm.weight",  "self_attn.q_proj.weight",
+                                      "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+                                      "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+                                      "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+                                      "mlp.down_proj.weight",    "self_attn.rotary_emb.inv_freq"};
+  for (int i = 0; i < 10; i++)
+    if (!strcmp(rest, parts[i]))
+      return i;
+  return -1;
+}
+
+/* The file's names: all known, its layer count; the head tied. */
+static int check_llama_names(const colo_st_file_t *f, const char *pre, int *layers, char *err,
+                             size_t errlen) {
+  size_t pl = strlen(pre);
+  *layers = 0;
+  for (cJSON *it = f->hdr->child; it; it = it->next) {
+    const char *n = it->string;
+    int l, used = 0;
+    if (!strcmp(n, "__metadata__") || !strcmp(n, "lm_head.weight"))
+      continue;
+    if (strncmp(n, pre, pl) == 0 &&
+        (!strcmp(n + pl, "embed_tokens.weight") || !strcmp(n + pl, "norm.weight")))
+      continue;
+    if (strncmp(n, pre, pl) == 0 && sscanf(n + pl, "layers.%d.%n", &l, &used) == 1 && used &&
+        l >= 0 && l < 100000 && layer_part(n + pl + used) >= 0) {
+      *layers = l + 1 > *layers ? l + 1 : *layers;
+      continue;
+    }
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s is not part of a Llama model",
+                     f->path, n);
+  }
+  const char *dt, *hd, *edata, *hdata;
+  int nd;
+  long es[2], hs[2];
+  size_t eb, hb;
+  char name[96];
+  snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
+  if (colo_st_entry(f, "lm_head.weight", &hd, &nd, hs, &hdata, &hb) == 0 &&
+      (colo_st_entry(f, name, &dt, &nd, es, &edata, &eb) < 0 || strcmp(dt, hd) || eb != hb ||
+       memcmp(edata, hdata, eb) != 0))
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: lm_head.weight differs from %s: colo ties the head to the token "
+                     "embedding (tie_word_embeddings), and cannot start from an untied model",
+                     f->path, name);
+  return 0;
+}
+
+int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err, size_t errlen) {
+  const colo_gpt_config_t *c = colo_gpt_config(m);
+  int C = c->n_embd, H = colo_gpt_mlp_hidden(c), V = c->vocab_size;
+  int KV = colo_gpt_kv_heads(c) * (C / c->n_head), W = C + 2 * KV;
+  if (c->arch != COLO_ARCH_LLAMA)
+    return colo_fail(err, errlen, COLO_EINVAL, "%s: a Llama file initialises llama models only",
+                     path);
+  colo_st_file_t f;
+  int rc = colo_st_open(path, &f, err, errlen);
+  if (rc < 0)
+    return rc;
+  const char *pre =
+      cJSON_GetObjectItemCaseSensitive(f.hdr, "model.embed_tokens.weight") ? "model." : "";
+  int layers = 0;
+  rc = check_llama_names(&f, pre, &layers, err, errlen);
+  if (rc == 0 && layers != c->n_layer)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s holds a Llama of %d layers; this run's model has %d (model.n_layer)", path,
+                   layers, c->n_layer);
+  /* the widths the names do not say: the key heads' and the MLP's */
+  const char *dt, *data;
+  int nd;
+  long ks[2] = {0, 0}, gs[2] = {0, 0};
+  size_t bytes;
+  char name[96];
+  snprintf(name, sizeof name, "%slayers.0.self_attn.k_proj.weight", pre);
+  colo_st_entry(&f, name, &dt, &nd, ks, &data, &bytes);
+  snprintf(name, sizeof name, "%slayers.0.mlp.gate_proj.weight", pre);
+  colo_st_entry(&f, name, &dt, &nd, gs, &data, &bytes);
+  if (rc == 0 && (ks[0] != KV || gs[0] != H))
+    rc =
+        colo_fail(err, errlen, COLO_EINVAL,
+                  "%s has %ld rows of keys and an MLP %ld wide; this run's model has %d (n_kv_head "
+                  "%d of n_head %d) and %d (model.n_kv_head, mlp_hidden)",
+                  path, ks[0], gs[0], KV, colo_gpt_kv_heads(c), c->n_head, H);
+  size_t nt, nf;
+  const colo_param_t *t = colo_gpt_params_table(m, &nt), *full = colo_gpt_full_table(m, &nf);
+  size_t biggest = 0;
+  for (size_t i = 0; i < nf; i++)
+    biggest = full[i].full_numel > biggest ? full[i].full_numel : biggest;
+  /* one whole tensor in colo's layout, and an HF matrix on its way there */
+  float *whole = malloc(biggest * sizeof *whole), *hf = malloc(biggest * sizeof *hf);
+  if (rc == 0 && (!whole || !hf))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu floats", 2 * biggest);
+  int tpr = colo_gpt_tp_rank(m), tp = colo_gpt_tp_size(m);
+  for (size_t i = 0; rc == 0 && i < nt; i++) {
+    const colo_param_t *p = &t[i];
+    int l = -1, used = 0;
+    const char *n = p->name;
+    char hn[96];
+    if (sscanf(n, "transformer.h.%d.%n", &l, &used) == 1 && used)
+      n += used;
+    if (l >= 0)
+      snprintf(hn, sizeof hn, "layers.%d.", l);
+    else
+      hn[0] = '\0';
+    size_t hl = strlen(hn);
+#define HF(suffix) (snprintf(hn + hl, sizeof hn - hl, "%s", suffix), hn)
+    if (!strcmp(n, "transformer.wte.weight")) {
+      rc = get(&f, pre, "embed_tokens.weight", V, C, whole, err, errlen);
+    } else if (!strcmp(n, "transformer.ln_f.weight")) {
+      rc = get(&f, pre, "norm.weight", C, 0, whole, err, errlen);
+    } else if (!strcmp(n, "ln_1.weight") || !strcmp(n, "ln_2.weight")) {
+      rc = get(&f, pre,
+               HF(n[3] == '1' ? "input_layernorm.weight" : "post_attention_layernorm.weight"), C, 0,
+               whole, err, errlen);
+    } else if (!strcmp(n, "attn.c_attn.weight")) { /* q, k, v [out][C] -> [C][C + 2·KV] */
+      static const char *const qkv[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
+                                         "self_attn.v_proj.weight"};
+      for (int j = 0, col = 0; j < 3 && rc == 0; j++) {
+        int rows = j ? KV : C;
+        rc = get(&f, pre, HF(qkv[j]), rows, C, hf, err, errlen);
+        for (int o = 0; rc == 0 && o < rows; o++)
+          for (int r = 0; r < C; r++)
+            whole[(size_t)r * W + col + o] = hf[(size_t)o * C + r];
+        col += rows;
+      }
+    } else if (!strcmp(n, "attn.c_proj.weight")) {
+      rc = get(&f, pre, HF("self_attn.o_proj.weight"), C, C, hf, err, errlen);
+      for (int o = 0; rc == 0 && o < C; o++)
+        for (int r = 0; r < C; r++)
+          whole[(size_t)r * C + o] = hf[(size_t)o * C + r];
+    } else if (!strcmp(n, "mlp.c_fc.weight")) { /* gate, up [H][C] -> [C][2H] */
+      for (int j = 0; j < 2 && rc == 0; j++) {
+        rc = get(&f, pre, HF(j ? "mlp.up_proj.weight" : "mlp.gate_proj.weight"), H, C, hf, err,
+                 errlen);
+        for (int o = 0; rc == 0 && o < H; o++)
+          for (int r = 0; r < C; r++)
+            whole[(size_t)r * 2 * H + (size_t)j * H + o] = hf[(size_t)o * C + r];
+      }
+    } else if (!strcmp(n, "mlp.c_proj.weight")) { /* down [C][H] -> [H][C] */
+      rc = get(&f, pre, HF("mlp.down_proj.weight"), C, H, hf, err, errlen);
+      for (int o = 0; rc == 0 && o < C; o++)
+        for (int r = 0; r < H; r++)
+          whole[(size_t)r * C + o] = hf[(size_t)o * H + r];
+    } else {
+      rc = colo_fail(err, errlen, COLO_EINVAL, "no Llama tensor for %s", p->name);
+    }
+#undef HF
+    for (size_t k = 0; rc == 0 && k < p->numel; k++) /* this rank's shard */
+      params[p->offset + k] = whole[colo_param_full_index(p, tpr, tp, k)];
+  }
+  free(whole);
+  free(hf);
+  colo_st_close(&f);
+  return rc;
+}
+
 int colo_hf_write(const colo_gpt_t *m, const float *params, const char *path, char *err,
                   size_t errlen) {
   char tmp[1200];

@@ -14,6 +14,15 @@
 int colo_hf_write(const colo_gpt_t *m, const float *params, const char *path, char *err,
                   size_t errlen);
 
+/* Reads a LlamaForCausalLM (or LlamaModel: names without "model.") safetensors file, F32, F16 or
+ * BF16, into this rank's parameters `params` (its table's layout: its pipeline stage's tensors,
+ * its tensor-parallel shards), for a llama model of the same shape: layers, width, vocab, MLP
+ * width and key heads (the query head count is not in the file; the rotation's base and the
+ * norms' eps neither: colo's are 1e-5 and model.rope_theta). The head must be tied: no
+ * lm_head.weight, or one equal to the embedding. Older files' rotary_emb.inv_freq buffers are
+ * skipped; any other tensor is an error naming it. */
+int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err, size_t errlen);
+
 /* Writes a transformers config.json for cfg (GPT2Config or LlamaConfig, tied embeddings) at
  * path. */
 int colo_hf_write_config(const colo_gpt_config_t *cfg, const char *path, char *err, size_t errlen);
