@@ -202,6 +202,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "model.n_kv_head=%u must divide model.n_head=%u, with model.arch=llama (grouped-"
                "query attention)",
                m->n_kv_head, m->n_head);
+  if (!m->tie_embeddings && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
+    return bad(err, errlen, "model.tie_embeddings=false needs model.arch=llama");
   if (!(m->rope_theta >= 1.0f && m->rope_theta <= 1e9f))
     return bad(err, errlen, "model.rope_theta=%g must be between 1 and 1e9", (double)m->rope_theta);
   if (m->block_size < 1 || m->block_size > (1u << 20))

@@ -25,8 +25,9 @@ Then a model.arch=llama run (4 query heads, 2 key and value heads) from HuggingF
 layout, drawn here as LlamaForCausalLM's file (BF16, "model." names, lm_head tied) and as
 LlamaModel's (F32, no prefix, with the rotary_emb.inv_freq buffers of older exports): its first
 loss equals HFLlama's (torch_gpt2.py: HF's names, nn.Linear layout and repeat_kv) on the same
-batch, also at tp=2 and pp=2; and refusals: an untied head, another count of key heads, a Llama
-file for a GPT-2 run.
+batch, also at tp=2 and pp=2, and for an untied model (lm_head.weight of its own, tp=2 and pp=2
+too); and refusals: an untied head for a tied model, a tied file for an untied model, another
+count of key heads, a Llama file for a GPT-2 run.
 """
 import json
 import os
@@ -212,20 +213,25 @@ def llama(tmp):
     torch.manual_seed(5)
     w = {n: torch.randn(s) * (0.3 if len(s) == 1 else 0.05) + (1.0 if len(s) == 1 else 0.0)
          for n, s in hf.shapes.items()}
+    w["lm_head.weight"] = torch.randn(V, C) * 0.05  # for the untied model
     args = ["--arch", "llama", "--n-head", str(NHL), "--n-kv-head", str(NKV)]
-    for label, dtype, prefix in [("llama-bf16", "BF16", True), ("llamamodel-f32", "F32", False)]:
+    for label, dtype, prefix in [("llama-bf16", "BF16", True), ("llamamodel-f32", "F32", False),
+                                 ("llama-untied", "F32", True)]:
+        untied = label == "llama-untied"
+        hf = HFLlama(dict(cfg, tie_word_embeddings=not untied))
         tensors, values = {}, {}
         for n in hf.shapes:
             enc, values[n] = encode(w[n], dtype)
             tensors[n if prefix else n[len("model."):]] = enc
-        if prefix:
+        if prefix and not untied:
             tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
-        else:
+        if not prefix:
             for l in range(L):
                 tensors["layers.%d.self_attn.rotary_emb.inv_freq" % l] = ("F32", np.ones(4, np.float32))
         write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
         dump, prog = os.path.join(tmp, label + ".dump"), os.path.join(tmp, label + ".jsonl")
-        colo(tmp, label + ".safetensors", args + ["--dump-reference", dump, "--progress", prog])
+        a = args + (["--tie-embeddings", "false"] if untied else [])
+        colo(tmp, label + ".safetensors", a + ["--dump-reference", dump, "--progress", prog])
         d = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(dump).items()}
         hf.load(values)
         with torch.no_grad():
@@ -239,22 +245,26 @@ def llama(tmp):
             for lay, extra in [("tp=2", ["--nproc", "2", "--tp", "2"]),
                                ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"])]:
                 p2 = os.path.join(tmp, "%s-%s.jsonl" % (label, lay[:2]))
-                colo(tmp, label + ".safetensors", args + extra + ["--progress", p2])
+                colo(tmp, label + ".safetensors", a + extra + ["--progress", p2])
                 l2 = first_loss(p2)
                 rel = abs(l2 - cl) / abs(cl)
                 check("%s: %s first loss against one process (rel 1e-5)" % (label, lay), rel <= 1e-5,
                       "%.7f vs %.7f rel %.2e" % (l2, cl, rel))
+    hf = HFLlama(cfg)
     good = {n: encode(w[n], "F32")[0] for n in hf.shapes}
-    bad = {"llama-untied": (args, dict(good, **{"lm_head.weight": ("F32", np.ones((V, C), np.float32))})),
+    bad = {"untied-for-tied": (args, dict(good, **{"lm_head.weight": ("F32", np.ones((V, C), np.float32))})),
            "llama-kv4": (args[:-2], good),
-           "llama-for-gpt2": ([], good)}
-    want = {"llama-untied": "llama-untied.safetensors: lm_head.weight differs from model.embed_tokens.weight: colo "
-                            "ties the head to the token embedding (tie_word_embeddings), and cannot start from an "
-                            "untied model",
+           "llama-for-gpt2": ([], good),
+           "llama-tied-for-untied": (args + ["--tie-embeddings", "false"], good)}
+    want = {"untied-for-tied": "untied-for-tied.safetensors: lm_head.weight differs from model.embed_tokens.weight, "
+                               "and this run's model ties its head to the embedding (model.tie_embeddings=false "
+                               "takes the file's head)",
             "llama-kv4": "llama-kv4.safetensors has 16 rows of keys and an MLP 128 wide; this run's model has 32 "
                          "(n_kv_head 4 of n_head 4) and 128 (model.n_kv_head, mlp_hidden)",
             "llama-for-gpt2": "llama-for-gpt2.safetensors: tensor model.embed_tokens.weight is not part of a "
-                              "GPT-2 model"}
+                              "GPT-2 model",
+            "llama-tied-for-untied": "llama-tied-for-untied.safetensors has no lm_head.weight: its head is tied "
+                                     "to the embedding, and this run's model is not (model.tie_embeddings=false)"}
     for label, (a, tensors) in bad.items():
         write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
         prog = os.path.join(tmp, label + ".jsonl")

@@ -27,7 +27,7 @@ movement over the 10 steps within 5e-2.
 
 Then the same for model.arch=llama (a Llama block written here too: RMSNorm, rotary positions,
 SwiGLU, no biases), in fp32 and bf16, and with one key and value head for the two query heads
-(grouped-query attention); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
+(grouped-query attention), and with a head of its own (untied); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
 file and config.json, loaded into a model written under HF's names and layout: its loss on a
 batch equals the colo-layout model's on the run's final weights.
 """
@@ -113,8 +113,9 @@ def main():
     replay(tmp, check, None, "llama")
     replay_bf16(tmp, check, "llama")
     replay(tmp, check, None, "llama-mqa")
-    export_llama(tmp, check, "llama")
-    export_llama(tmp, check, "llama-mqa")
+    replay(tmp, check, None, "llama-untied")
+    for arch in ("llama", "llama-mqa", "llama-untied"):
+        export_llama(tmp, check, arch)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 
@@ -138,13 +139,15 @@ class ScalerRef:
 
 # the architectures replayed: colo-train's flags for each
 ARCH_ARGS = {"gpt2": ["--arch", "gpt2"], "llama": ["--arch", "llama"],
-             "llama-mqa": ["--arch", "llama", "--n-kv-head", "1"]}
+             "llama-mqa": ["--arch", "llama", "--n-kv-head", "1"],
+             "llama-untied": ["--arch", "llama", "--tie-embeddings", "false"]}
 
 
 def make_model(arch):
     if arch == "gpt2":
         return GPT2(L, NH, C, T, V)
-    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch == "llama-mqa" else None)
+    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch == "llama-mqa" else None,
+                 untied=arch == "llama-untied")
 
 
 def replay(tmp, check, ls, arch="gpt2"):
@@ -310,7 +313,7 @@ def export_llama(tmp, check, arch):
     check(tag + "config.json", cfg["architectures"] == ["LlamaForCausalLM"] and
           cfg["hidden_size"] == C and cfg["intermediate_size"] == H_LLAMA and
           cfg["num_hidden_layers"] == L and cfg["num_attention_heads"] == NH and
-          cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is True and
+          cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is (arch != "llama-untied") and
           cfg["num_key_value_heads"] == (1 if arch == "llama-mqa" else NH),
           "%d layers, %d wide, MLP %d, %d key heads" % (cfg["num_hidden_layers"], cfg["hidden_size"],
                                                         cfg["intermediate_size"], cfg["num_key_value_heads"]))

@@ -103,7 +103,7 @@ class Llama(torch.nn.Module):
     MLP whose mlp.c_fc.weight [C, 2H] holds the gate's columns then the up projection's, no biases,
     the LM head tied to the token embedding. Weights are [in, out] as GPT-2's Conv1D."""
 
-    def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None):
+    def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False):
         super().__init__()
         self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
         # grouped-query attention: NKV key and value heads, c_attn [C, C + 2·KV]
@@ -121,6 +121,10 @@ class Llama(torch.nn.Module):
                 shapes[h + n] = s
         self.names.append("transformer.ln_f.weight")
         shapes["transformer.ln_f.weight"] = (C,)
+        self.untied = untied  # a head of its own: lm_head.weight [V, C]
+        if untied:
+            self.names.append("lm_head.weight")
+            shapes["lm_head.weight"] = (V, C)
         self.p = {n: torch.nn.Parameter(torch.zeros(*shapes[n])) for n in self.names}
         for i, n in enumerate(self.names):
             self.register_parameter("p%d" % i, self.p[n])
@@ -160,7 +164,8 @@ class Llama(torch.nn.Module):
             m = s(F.silu(g) * u)
             x = s(x + s(m @ s(p[h + "mlp.c_proj.weight"])))
         x = s(rms_norm(x, p["transformer.ln_f.weight"]))
-        logits = s(x @ s(p["transformer.wte.weight"]).t())
+        head = p["lm_head.weight"] if self.untied else p["transformer.wte.weight"]
+        logits = s(x @ s(head).t())
         return F.cross_entropy(logits.view(-1, self.V), targets.reshape(-1))
 
     def param_groups(self, weight_decay):
@@ -183,6 +188,8 @@ class HFLlama(torch.nn.Module):
         C, H, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
         KV = cfg["num_key_value_heads"] * C // cfg["num_attention_heads"]
         shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
+        if not cfg.get("tie_word_embeddings", True):
+            shapes["lm_head.weight"] = (V, C)
         for l in range(cfg["num_hidden_layers"]):
             h = "model.layers.%d." % l
             shapes.update({h + "input_layernorm.weight": (C,), h + "post_attention_layernorm.weight": (C,),
@@ -227,5 +234,5 @@ class HFLlama(torch.nn.Module):
             m = F.silu(F.linear(m, p[h + "mlp.gate_proj.weight"])) * F.linear(m, p[h + "mlp.up_proj.weight"])
             x = x + F.linear(m, p[h + "mlp.down_proj.weight"])
         x = rms_norm(x, p["model.norm.weight"], eps)
-        logits = F.linear(x, p["model.embed_tokens.weight"])  # tied
+        logits = F.linear(x, p.get("lm_head.weight", p["model.embed_tokens.weight"]))  # tied without
         return F.cross_entropy(logits.view(-1, cfg["vocab_size"]), targets.reshape(-1))

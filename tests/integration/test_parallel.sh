@@ -5,7 +5,8 @@
 #     dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
 #     (1F1B), pp=2 x tp=2 (also sequence parallel) and pp=2 x dp=2 x tp=2 (8 ranks), and
 #     model.arch=llama at tp=2 with sp, ZeRO-3 and pp=2 x tp=2 (and with grouped-query attention
-#     at tp=2 with sp and pp=2 x tp=2), against one process with the
+#     at tp=2 with sp and pp=2 x tp=2; with an untied head at pp=2 x tp=2 and ZeRO-3), against
+#     one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
@@ -145,6 +146,13 @@ run "$TMP/gqa_tp2sp" "${GQ[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_
 run "$TMP/gqa_pp2tp2" "${GQ[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
 compare "$TMP/gqa" "$TMP/gqa_tp2sp" "llama GQA tp=2 sequence parallel"
 compare "$TMP/gqa" "$TMP/gqa_pp2tp2" "llama GQA pp=2 x tp=2"
+# an untied head (lm_head.weight, vocab-parallel, on the last stage: no tied copy to sum)
+UT=("${LL[@]}" --tie-embeddings false)
+run "$TMP/untied" "${UT[@]}" --batch-size $GLOBAL_B
+run "$TMP/untied_pp2tp2" "${UT[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
+run "$TMP/untied_dp2z3" "${UT[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+compare "$TMP/untied" "$TMP/untied_pp2tp2" "llama untied head pp=2 x tp=2"
+compare "$TMP/untied" "$TMP/untied_dp2z3" "llama untied head dp=2 ZeRO-3"
 # and it is another model: not GPT-2's losses
 $PY - "$TMP/single/progress.jsonl" "$TMP/llama/progress.jsonl" <<'PYEOF' || fail "llama's run is GPT-2's"
 import json, sys

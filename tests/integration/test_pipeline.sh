@@ -203,7 +203,7 @@ done
 expect_eq "$(jstate "$L1") $(jstate "$L2") $(jstate "$L3")" "succeeded succeeded failed"
 expect_contains "$("$COLOCTL" logs "$L1")" "model: llama, 1 layers, 4 heads, 32 wide"
 expect_contains "$("$COLOCTL" logs "$L2")" "initial weights from $TMP/ckpt/job-$L1/step_00000040"
-expect_contains "$("$COLOCTL" logs "$L3")" "is of a llama model with MLP width 128 and 4 key heads; this run's is gpt2 with 128 and 4"
+expect_contains "$("$COLOCTL" logs "$L3")" "is of a llama model with MLP width 128 and 4 key heads; this run's is gpt2 with 128 and 4 (model.arch"
 ll_last=$("$COLOCTL" logs "$L1" | grep -E "^step +40 \| val loss" | sed 's/.*val loss //')
 ll_next=$("$COLOCTL" logs "$L2" | grep -E "^step +0 \| val loss" | sed 's/.*val loss //')
 [ -n "$ll_last" ] && [ "$ll_last" = "$ll_next" ] ||

@@ -909,7 +909,8 @@ TEST(sumsq_and_schedule) {
 
 /* ---- the whole model ---- */
 
-/* arch: COLO_ARCH_*, or -1 for LLAMA with grouped-query attention (4 query heads, 2 key heads) */
+/* arch: COLO_ARCH_*, or -1 for LLAMA with grouped-query attention (4 query heads, 2 key heads),
+ * -2 for that with an untied head */
 static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
   int gqa = arch < 0;
   colo_gpt_config_t cfg = {.vocab_size = 11,
@@ -919,7 +920,8 @@ static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
                            .n_embd = 8,
                            .arch = gqa ? COLO_ARCH_LLAMA : arch,
                            .mlp_hidden = arch != COLO_ARCH_GPT2 ? 12 : 0,
-                           .n_kv_head = gqa ? 2 : 0};
+                           .n_kv_head = gqa ? 2 : 0,
+                           .untied_head = arch == -2};
   colo_gpt_t *m;
   char err[256];
   if (colo_gpt_create(&cfg, 2, recompute, be, pool, &m, err, sizeof err) < 0)
@@ -1059,8 +1061,8 @@ static void model_fd(int arch) {
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
   float *g = own(malloc(np * 4));
   memcpy(g, colo_gpt_grads(m), np * 4);
-  if (arch != COLO_ARCH_GPT2) /* wte, 6 a block, ln_f */
-    ASSERT_EQ_INT(nt, 1 + 2 * 6 + 1);
+  if (arch != COLO_ARCH_GPT2) /* wte, 6 a block, ln_f (and lm_head) */
+    ASSERT_EQ_INT(nt, 1 + 2 * 6 + 1 + (arch == -2));
   else
     ASSERT_EQ_INT(nt, 2 + 2 * COLO_GPT_TENSORS_PER_LAYER + 2);
   /* every coordinate of every tensor */
@@ -1075,8 +1077,10 @@ static void model_fd(int arch) {
   ASSERT_EQ_INT(checked, np);
   printf("  %s: %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
          "1e-2), %.2e absolute\n",
-         arch < 0 ? "llama with 2 key heads for 4" : colo_gpt_arch_name(arch), np, nt, worst_rel,
-         worst_abs);
+         arch == -2   ? "llama, 2 key heads for 4, untied head"
+         : arch == -1 ? "llama with 2 key heads for 4"
+                      : colo_gpt_arch_name(arch),
+         np, nt, worst_rel, worst_abs);
 }
 
 TEST(model_grad_finite_differences) {
@@ -1091,10 +1095,14 @@ TEST(llama_gqa_model_grad_finite_differences) {
   model_fd(-1);
 }
 
+TEST(llama_untied_model_grad_finite_differences) {
+  model_fd(-2);
+}
+
 TEST(recompute_is_bit_identical) {
   setup();
   colo_pool_t *pool = new_pool(0);
-  for (int arch = -1; arch < 2; arch++) {
+  for (int arch = -2; arch < 2; arch++) {
     colo_gpt_t *a = tiny_model_arch(pool, 0, arch), *b = tiny_model_arch(pool, 1, arch);
     size_t np = colo_gpt_num_params(a);
     for (int k = 0; k < 2; k++) {

@@ -44,6 +44,7 @@ static const struct {
     {BASE "model: {arch: llama, n_head: 4, n_embd: 12}\n",
      "model.arch=llama rotates pairs of each head's values: n_embd/n_head=3 must be even"},
     {BASE "model: {rope_theta: 0.5}\n", "model.rope_theta=0.5 must be between 1 and 1e9"},
+    {BASE "model: {tie_embeddings: false}\n", "model.tie_embeddings=false needs model.arch=llama"},
     {BASE "model: {arch: llama, n_kv_head: 3}\n",
      "model.n_kv_head=3 must divide model.n_head=4, with model.arch=llama (grouped-query "
      "attention)"},

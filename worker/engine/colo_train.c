@@ -276,6 +276,7 @@ static void train_usage(void) {
       "  --rope-theta X        llama: the rotary positions' base (default 10000)\n"
       "  --n-kv-head N         llama: key and value heads, dividing n_head (grouped-query\n"
       "                        attention; default n_head)\n"
+      "  --tie-embeddings true|false  llama: false gives the LM head a matrix of its own\n"
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant|wsd  after the warm-up; wsd holds lr, then decays\n"
@@ -385,6 +386,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"mlp-hidden", "model: {mlp_hidden: %s}"},
       {"rope-theta", "model: {rope_theta: %s}"},
       {"n-kv-head", "model: {n_kv_head: %s}"},
+      {"tie-embeddings", "model: {tie_embeddings: %s}"},
       {"batch-size", "train: {batch_size: %s}"},
       {"grad-accum", "train: {grad_accum: %s}"},
       {"steps", "train: {steps: %s}"},
@@ -850,7 +852,8 @@ static int cmd_train(int argc, char **argv) {
                                                                                  : COLO_ARCH_GPT2,
                                   .mlp_hidden = (int)ms->mlp_hidden,
                                   .rope_theta = ms->rope_theta,
-                                  .n_kv_head = (int)ms->n_kv_head};
+                                  .n_kv_head = (int)ms->n_kv_head,
+                                  .untied_head = !ms->tie_embeddings};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim = (colo_adamw_config_t){o->lr,
                                     o->min_lr,

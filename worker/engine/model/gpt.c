@@ -62,7 +62,10 @@ struct colo_gpt_s {
   float theta;             /* LLAMA: RoPE's base */
   int per_layer;           /* tensors per block: 12, or 6 (LLAMA) */
   int slot[P_PER_LAYER];   /* a P_* tensor's place in its block's run of tensors (-1: none) */
-  int n_top, n_tail;       /* tensors before the blocks (wte, wpe) and after (ln_f) */
+  int n_top, n_tail;       /* tensors before the blocks (wte, wpe) and after (ln_f, lm_head) */
+  int n_lnf;               /* the final norm's tensors: 2 (weight, bias) or 1 (LLAMA) */
+  int untied;              /* an LM head of its own */
+  int i_head;              /* the head's matrix: lm_head, or (tied) the token embedding */
   float *gmax, *gsum, *tlogit, *gather; /* vocab-parallel loss: [N] each, gather [tp][N] */
   int sp;                               /* sequence parallelism */
   int l_lo, l_hi, first, last;          /* pipeline stage: blocks [l_lo, l_hi) */
@@ -131,11 +134,13 @@ static float *G(colo_gpt_t *m, int layer, int which) {
 #define WTE(m)   ((m)->pt[(m)->i_wte])
 #define WPE(m)   ((m)->i_wpe < 0 ? NULL : (m)->pt[(m)->i_wpe])
 #define LNFW(m)  ((m)->pt[(m)->i_lnf])
-#define LNFB(m)  ((m)->n_tail < 2 ? NULL : (m)->pt[(m)->i_lnf + 1])
+#define LNFB(m)  ((m)->n_lnf < 2 ? NULL : (m)->pt[(m)->i_lnf + 1])
+#define HEAD(m)  ((m)->pt[(m)->i_head])
+#define DHEAD(m) ((m)->gt[(m)->i_head])
 #define DWTE(m)  ((m)->gt[(m)->i_wte])
 #define DWPE(m)  ((m)->i_wpe < 0 ? NULL : (m)->gt[(m)->i_wpe])
 #define DLNFW(m) ((m)->gt[(m)->i_lnf])
-#define DLNFB(m) ((m)->n_tail < 2 ? NULL : (m)->gt[(m)->i_lnf + 1])
+#define DLNFB(m) ((m)->n_lnf < 2 ? NULL : (m)->gt[(m)->i_lnf + 1])
 
 /* common/jobspec.c checks a job's tensor parallelism against the same width */
 int colo_gpt_mlp_hidden(const colo_gpt_config_t *cfg) {
@@ -276,6 +281,8 @@ static void build_table(colo_gpt_t *m) {
   add_full(m, &k, &g, "transformer.ln_f.weight", C, 0, 0, COLO_SPLIT_NONE);
   if (!m->llama)
     add_full(m, &k, &g, "transformer.ln_f.bias", C, 0, 0, COLO_SPLIT_NONE);
+  if (m->untied)
+    add_full(m, &k, &g, "lm_head.weight", m->cfg.vocab_size, C, 1, COLO_SPLIT_VOCAB);
   m->n_full = k;
   m->full_params = g;
   /* this stage's tensors */
@@ -294,12 +301,16 @@ static void build_table(colo_gpt_t *m) {
       m->i_l0 = (int)n;
     if (gi == k - tail)
       m->i_lnf = (int)n;
+    if (m->untied && gi == k - 1)
+      m->i_head = (int)n;
     add_tensor(m, &n, &m->full_table[gi]);
   }
-  if (m->last && !m->first) { /* the head's tied copy of the token embedding */
+  if (m->last && !m->first && !m->untied) { /* the head's tied copy of the token embedding */
     m->i_wte = (int)n;
     add_tensor(m, &n, &m->full_table[0]);
   }
+  if (!m->untied)
+    m->i_head = m->i_wte;
   m->n_tensors = n;
 }
 
@@ -419,7 +430,7 @@ int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
 }
 
 int colo_gpt_wte_index(const colo_gpt_t *m, int *tied_copy) {
-  *tied_copy = m->last && !m->first;
+  *tied_copy = m->last && !m->first && !m->untied;
   return m->i_wte;
 }
 
@@ -475,6 +486,10 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              cfg->n_kv_head, cfg->n_head);
     return COLO_EINVAL;
   }
+  if (cfg->untied_head && cfg->arch != COLO_ARCH_LLAMA) {
+    snprintf(err, errlen, "an untied LM head needs arch llama");
+    return COLO_EINVAL;
+  }
   if (NKV % tp) {
     snprintf(err, errlen,
              "tensor parallelism over %d ranks needs n_kv_head=%d to divide by it: each rank "
@@ -500,7 +515,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->theta = cfg->rope_theta > 0.0f ? cfg->rope_theta : 10000.0f;
   m->per_layer = colo_gpt_tensors_per_layer(cfg);
   m->n_top = m->llama ? 1 : 2;
-  m->n_tail = m->llama ? 1 : 2;
+  m->n_lnf = m->llama ? 1 : 2;
+  m->untied = cfg->untied_head != 0;
+  m->n_tail = m->n_lnf + m->untied;
   m->Vl = cfg->vocab_size / tp;
   m->v0 = m->tpr * m->Vl;
   m->cfg = *cfg;
@@ -516,7 +533,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   int L = cfg->n_layer;
   size_t N = (size_t)max_B * cfg->block_size, C = (size_t)cfg->n_embd;
   m->table = calloc(2 + (size_t)L * P_PER_LAYER + 3, sizeof *m->table);
-  m->full_table = calloc(2 + (size_t)L * P_PER_LAYER + 2, sizeof *m->full_table);
+  m->full_table = calloc(2 + (size_t)L * P_PER_LAYER + 3, sizeof *m->full_table);
   m->resid = calloc((size_t)L + 1, sizeof *m->resid);
   int nl = recompute ? 1 : m->l_hi - m->l_lo;
   m->layers = calloc((size_t)nl, sizeof *m->layers);
@@ -829,9 +846,9 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
 /* the same for the head's tied token embedding (the backward reads the forward's) */
 static const void *head_weights(colo_gpt_t *m, int make) {
   if (!m->wte_act)
-    return WTE(m);
+    return HEAD(m);
   if (make)
-    m->be->to_act(m->wte_act, WTE(m), (size_t)m->Vl * m->cfg.n_embd);
+    m->be->to_act(m->wte_act, HEAD(m), (size_t)m->Vl * m->cfg.n_embd);
   return m->wte_act;
 }
 
@@ -1007,15 +1024,15 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   }
   if (!m->last)
     return 0.0f;
-  if (fetch(m, (size_t)m->i_lnf, (size_t)m->n_tail) < 0 || fetch(m, (size_t)m->i_wte, 1) < 0)
+  if (fetch(m, (size_t)m->i_lnf, (size_t)m->n_lnf) < 0 || fetch(m, (size_t)m->i_head, 1) < 0)
     return NAN;
   norm_fwd(m, at(m, m->lnf, off), m->lnf_mean + r0, m->lnf_rstd + r0, m->resid[L], LNFW(m), LNFB(m),
            Nl, C);
   if (m->sp && rows_gather(m, m->lnf, rowf) < 0)
     return NAN;
   be->lmhead_fwd(m->logits, m->lnf, head_weights(m, 1), N, C, Vl);
-  release(m, (size_t)m->i_lnf, (size_t)m->n_tail);
-  release(m, (size_t)m->i_wte, 1);
+  release(m, (size_t)m->i_lnf, (size_t)m->n_lnf);
+  release(m, (size_t)m->i_head, 1);
   m->have_targets = targets != NULL;
   if (!targets)
     return 0.0f;
@@ -1098,7 +1115,7 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     be->add(m->resid[l + 1], a->res2, m->proj, (size_t)C);
   }
   norm_fwd(m, m->lnf, m->lnf_mean, m->lnf_rstd, m->resid[L], LNFW(m), LNFB(m), 1, C);
-  be->lmhead_fwd(m->logits, m->lnf, WTE(m), 1, C, V);
+  be->lmhead_fwd(m->logits, m->lnf, HEAD(m), 1, C, V);
   be->to_host(logits, m->logits, (size_t)V * sizeof(float));
   m->have_targets = 0;
   return 0;
@@ -1257,23 +1274,24 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
     abort();
   }
   m->logits_grad = 0;
-  /* the embedding's gradients stay open until the encoder's backward, at the very end */
-  size_t iw = (size_t)m->i_wte, il = (size_t)m->i_lnf;
-  size_t nt = (size_t)m->n_tail;
-  if (grads_begin(m, iw, 1) < 0 ||
-      (m->first && m->i_wpe >= 0 && grads_begin(m, (size_t)m->i_wpe, 1) < 0) ||
-      grads_begin(m, il, nt) < 0 || fetch(m, iw, 1) < 0 || fetch(m, il, nt) < 0)
+  /* a tied embedding's gradients stay open until the encoder's backward, at the very end (an
+   * untied head's close with the final norm's) */
+  size_t ih = (size_t)m->i_head, il = (size_t)m->i_lnf;
+  size_t nt = (size_t)m->n_lnf;
+  if (grads_begin(m, ih, 1) < 0 ||
+      (m->first && !m->untied && m->i_wpe >= 0 && grads_begin(m, (size_t)m->i_wpe, 1) < 0) ||
+      grads_begin(m, il, nt) < 0 || fetch(m, ih, 1) < 0 || fetch(m, il, nt) < 0)
     return;
   /* a column-parallel product's input gradient is a partial sum: the group adds them */
-  be->lmhead_bwd(m->dln, DWTE(m), m->logits, m->lnf, head_weights(m, 0), N, C, Vl);
+  be->lmhead_bwd(m->dln, DHEAD(m), m->logits, m->lnf, head_weights(m, 0), N, C, Vl);
   if (reduce_dln(m, rowf, NC) < 0)
     return;
   be->zero(m->dres, NC * m->asz);
   ln_bwd_rows(m, at(m, m->dres, off), DLNFW(m), DLNFB(m), at(m, m->dln, off), m->resid[L], LNFW(m),
               m->lnf_mean + r0, m->lnf_rstd + r0, Nl, C);
   release(m, il, nt);
-  release(m, iw, 1);
-  if (grads_ready(m, il, nt) < 0)
+  release(m, ih, 1);
+  if (grads_ready(m, il, nt) < 0 || (m->untied && grads_ready(m, ih, 1) < 0))
     return;
   /* dres is the gradient of the residual stream, carried down through the blocks; it is the
    * same on every rank of a tensor-parallel group (its own rows of it under sequence
@@ -1332,12 +1350,12 @@ blocks:
       return;
   }
   if (!m->first) { /* dres is the gradient for the previous stage */
-    if (m->last)
+    if (m->last && !m->untied)
       grads_ready(m, (size_t)m->i_wte, 1); /* the head's tied copy */
     return;
   }
-  if (!m->last && (grads_begin(m, (size_t)m->i_wte, 1) < 0 ||
-                   (m->i_wpe >= 0 && grads_begin(m, (size_t)m->i_wpe, 1) < 0)))
+  if ((!m->last || m->untied) && (grads_begin(m, (size_t)m->i_wte, 1) < 0 ||
+                                  (m->i_wpe >= 0 && grads_begin(m, (size_t)m->i_wpe, 1) < 0)))
     return;
   const void *dout = full_rows(m, off, rowf);
   be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl);

@@ -36,6 +36,8 @@ typedef struct {
   int mlp_hidden;   /* the MLP's inner width H; 0: colo_gpt_mlp_hidden's default */
   float rope_theta; /* LLAMA: RoPE's base; 0: 10000 */
   int n_kv_head;    /* LLAMA: key and value heads (grouped-query attention); 0: n_head */
+  int untied_head;  /* LLAMA: an LM head of its own (lm_head.weight [V][C], vocab-parallel, on the
+                     * last stage) instead of the token embedding's transpose */
 } colo_gpt_config_t;
 
 /* cfg->n_kv_head, or n_head when 0 */
@@ -189,7 +191,8 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
                           const colo_backend_t *be, colo_comm_t *tp, const colo_gpt_stage_t *stage,
                           colo_pool_t *pool, colo_gpt_t **out, char *err, size_t errlen);
 /* The index in the parameter table of the stage's token embedding (-1: none), and whether it is
- * the last stage's tied copy (its gradient must be added to the first stage's). */
+ * the last stage's tied copy (its gradient must be added to the first stage's; never with an
+ * untied head). */
 int colo_gpt_wte_index(const colo_gpt_t *m, int *tied_copy);
 /* A stage's forward: from tokens (first stage) or from x_in, the previous stage's output (this
  * rank's rows under sequence parallelism, see colo_gpt_stage_rows). Returns the mean loss on the

@@ -146,6 +146,10 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       bad = 1;
     else
       t.model.n_kv_head = kv ? (int)kv->valuedouble : 0;
+    cJSON *tie = cJSON_GetObjectItem(m, "tie_embeddings"); /* absent: tied */
+    if (tie && !cJSON_IsBool(tie))
+      bad = 1;
+    t.model.untied_head = cJSON_IsFalse(tie);
     t.model.arch = cJSON_IsString(ar) ? colo_gpt_arch_parse(ar->valuestring) : COLO_ARCH_GPT2;
     if (t.model.arch < 0)
       bad = 1;
@@ -408,6 +412,7 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
     cJSON_AddNumberToObject(mo, "rope_theta",
                             meta->model.rope_theta > 0 ? meta->model.rope_theta : 10000.0);
     cJSON_AddNumberToObject(mo, "n_kv_head", colo_gpt_kv_heads(&meta->model));
+    cJSON_AddBoolToObject(mo, "tie_embeddings", !meta->model.untied_head);
   }
   cJSON_AddNumberToObject(mo, "n_layer", meta->model.n_layer);
   cJSON_AddNumberToObject(mo, "n_head", meta->model.n_head);
@@ -671,7 +676,8 @@ static int source_stage(const source_t *s, const char *name) {
         return st;
     return s->pp - 1;
   }
-  return strstr(name, "ln_f.") ? s->pp - 1 : 0; /* the embeddings: the first stage */
+  /* the final norm and an untied head: the last stage; the embeddings: the first */
+  return strstr(name, "ln_f.") || !strcmp(name, "lm_head.weight") ? s->pp - 1 : 0;
 }
 
 /* The name tensor f of the model has in the source's files, under prefix ("" or a moment's). */
@@ -791,14 +797,16 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
   if (rc == 0 &&
       (c->arch != t.model.arch || colo_gpt_mlp_hidden(c) != colo_gpt_mlp_hidden(&t.model) ||
        colo_gpt_kv_heads(c) != colo_gpt_kv_heads(&t.model) ||
-       (c->arch == COLO_ARCH_LLAMA && th_c != th_t)))
+       !c->untied_head != !t.model.untied_head || (c->arch == COLO_ARCH_LLAMA && th_c != th_t)))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s; this "
-                   "run's is %s with %d and %d (model.arch, mlp_hidden, n_kv_head, rope_theta)",
+                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s; this "
+                   "run's is %s with %d and %d%s (model.arch, mlp_hidden, n_kv_head, "
+                   "tie_embeddings, rope_theta)",
                    dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
-                   colo_gpt_kv_heads(&t.model),
+                   colo_gpt_kv_heads(&t.model), t.model.untied_head ? ", untied" : "",
                    t.model.arch == COLO_ARCH_LLAMA && th_c != th_t ? " and another rope_theta" : "",
-                   colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c));
+                   colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c),
+                   c->untied_head ? ", untied" : "");
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the

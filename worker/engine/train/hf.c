@@ -37,7 +37,7 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
   int KV = colo_gpt_kv_heads(c) * (C / c->n_head); /* key (value) rows */
   size_t nt;
   const colo_param_t *t = colo_gpt_full_table(m, &nt);
-  size_t n = 2 + 9 * (size_t)L, total = 0;
+  size_t n = 3 + 9 * (size_t)L, total = 0;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
   /* the transposed matrices: q and o C², k and v KV·C, the MLP's 3CH floats a layer */
@@ -103,6 +103,13 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
   }
   ts[k++] =
       (colo_st_tensor_t){"model.norm.weight", params + lnf->full_offset, 1, {C, 0}, (size_t)C};
+  const colo_param_t *head = find(t, nt, "lm_head.weight"); /* an untied head */
+  if (head)
+    ts[k++] = (colo_st_tensor_t){"lm_head.weight",
+                                 params + head->full_offset,
+                                 2,
+                                 {head->full_shape[0], C},
+                                 head->full_numel};
   for (size_t i = 0; i < k; i++)
     total += ts[i].numel;
   int rc = total == colo_gpt_full_numel(m)
@@ -136,9 +143,9 @@ static int layer_part(const char *rest) {
   return -1;
 }
 
-/* The file's names: all known, its layer count; the head tied. */
-static int check_llama_names(const colo_st_file_t *f, const char *pre, int *layers, char *err,
-                             size_t errlen) {
+/* The file's names: all known, its layer count; the head tied (or, for an untied model, there). */
+static int check_llama_names(const colo_st_file_t *f, const char *pre, int untied, int *layers,
+                             char *err, size_t errlen) {
   size_t pl = strlen(pre);
   *layers = 0;
   for (cJSON *it = f->hdr->child; it; it = it->next) {
@@ -163,13 +170,21 @@ static int check_llama_names(const colo_st_file_t *f, const char *pre, int *laye
   size_t eb, hb;
   char name[96];
   snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
-  if (colo_st_entry(f, "lm_head.weight", &hd, &nd, hs, &hdata, &hb) == 0 &&
-      (colo_st_entry(f, name, &dt, &nd, es, &edata, &eb) < 0 || strcmp(dt, hd) || eb != hb ||
-       memcmp(edata, hdata, eb) != 0))
+  int has_head = colo_st_entry(f, "lm_head.weight", &hd, &nd, hs, &hdata, &hb) == 0;
+  if (untied && !has_head)
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "%s: lm_head.weight differs from %s: colo ties the head to the token "
-                     "embedding (tie_word_embeddings), and cannot start from an untied model",
-                     f->path, name);
+                     "%s has no lm_head.weight: its head is tied to the embedding, and this run's "
+                     "model is not (model.tie_embeddings=false)",
+                     f->path);
+  if (untied)
+    return 0;
+  if (has_head && (colo_st_entry(f, name, &dt, &nd, es, &edata, &eb) < 0 || strcmp(dt, hd) ||
+                   eb != hb || memcmp(edata, hdata, eb) != 0))
+    return colo_fail(
+        err, errlen, COLO_EINVAL,
+        "%s: lm_head.weight differs from %s, and this run's model ties its head to the "
+        "embedding (model.tie_embeddings=false takes the file's head)",
+        f->path, name);
   return 0;
 }
 
@@ -187,7 +202,7 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
   const char *pre =
       cJSON_GetObjectItemCaseSensitive(f.hdr, "model.embed_tokens.weight") ? "model." : "";
   int layers = 0;
-  rc = check_llama_names(&f, pre, &layers, err, errlen);
+  rc = check_llama_names(&f, pre, c->untied_head, &layers, err, errlen);
   if (rc == 0 && layers != c->n_layer)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s holds a Llama of %d layers; this run's model has %d (model.n_layer)", path,
@@ -233,6 +248,8 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
 #define HF(suffix) (snprintf(hn + hl, sizeof hn - hl, "%s", suffix), hn)
     if (!strcmp(n, "transformer.wte.weight")) {
       rc = get(&f, pre, "embed_tokens.weight", V, C, whole, err, errlen);
+    } else if (!strcmp(n, "lm_head.weight")) {
+      rc = get(&f, "", "lm_head.weight", V, C, whole, err, errlen);
     } else if (!strcmp(n, "transformer.ln_f.weight")) {
       rc = get(&f, pre, "norm.weight", C, 0, whole, err, errlen);
     } else if (!strcmp(n, "ln_1.weight") || !strcmp(n, "ln_2.weight")) {
@@ -324,7 +341,7 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     cJSON_AddNumberToObject(j, "layer_norm_epsilon", 1e-5);
     cJSON_AddStringToObject(j, "activation_function", "gelu_new");
   }
-  cJSON_AddBoolToObject(j, "tie_word_embeddings", 1);
+  cJSON_AddBoolToObject(j, "tie_word_embeddings", !c->untied_head);
   cJSON_AddStringToObject(j, "torch_dtype", "float32");
   char *text = cJSON_Print(j);
   cJSON_Delete(j);

@@ -1,7 +1,8 @@
 /* HuggingFace's layouts of colo's models, for export: GPT-2's is colo's own (GPT2LMHeadModel's
  * names and Conv1D [in][out] matrices), so it needs only a config; a llama model is written as
  * LlamaForCausalLM holds it: separate q, k, v, o, gate, up and down projections as nn.Linear
- * [out][in] matrices, under model.layers.N.* names, the head tied to model.embed_tokens. */
+ * [out][in] matrices, under model.layers.N.* names, the head tied to model.embed_tokens (or an
+ * lm_head.weight of its own, model.tie_embeddings=false). */
 #ifndef COLO_HF_H
 #define COLO_HF_H
 
@@ -18,8 +19,9 @@ int colo_hf_write(const colo_gpt_t *m, const float *params, const char *path, ch
  * BF16, into this rank's parameters `params` (its table's layout: its pipeline stage's tensors,
  * its tensor-parallel shards), for a llama model of the same shape: layers, width, vocab, MLP
  * width and key heads (the query head count is not in the file; the rotation's base and the
- * norms' eps neither: colo's are 1e-5 and model.rope_theta). The head must be tied: no
- * lm_head.weight, or one equal to the embedding. Older files' rotary_emb.inv_freq buffers are
+ * norms' eps neither: colo's are 1e-5 and model.rope_theta). A tied model's file must be tied
+ * too (no lm_head.weight, or one equal to the embedding); an untied model takes the file's
+ * lm_head.weight. Older files' rotary_emb.inv_freq buffers are
  * skipped; any other tensor is an error naming it. */
 int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err, size_t errlen);
 

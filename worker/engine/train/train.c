@@ -939,7 +939,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (rc == 0 && pp > 1)
       rc = colo_comm_group(comm, members, pp, &ppc, err, errlen);
     /* the first and last stage share the tied token embedding: its gradients add up */
-    if (rc == 0 && pp > 1 && (pp_idx == 0 || pp_idx == pp - 1)) {
+    if (rc == 0 && pp > 1 && !cfg->model.untied_head && (pp_idx == 0 || pp_idx == pp - 1)) {
       members[0] = (0 * dp + dp_idx) * tp + tp_idx;
       members[1] = ((pp - 1) * dp + dp_idx) * tp + tp_idx;
       rc = colo_comm_group(comm, members, 2, &embc, err, errlen);
