@@ -479,7 +479,9 @@ static void test_llama_ops(double tol) {
 }
 
 static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head) {
-  colo_gpt_config_t cfg = {V, T, 2, 3, C, .arch = arch, .n_kv_head = n_kv_head};
+  /* with grouped-query attention, also an untied head */
+  colo_gpt_config_t cfg = {
+      V, T, 2, 3, C, .arch = arch, .n_kv_head = n_kv_head, .untied_head = n_kv_head != 0};
   colo_pool_t *hp = colo_pool_create("cpu", 0);
   colo_gpt_t *mc = NULL, *mg = NULL;
   char err[256];
@@ -511,7 +513,7 @@ static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head
     float lc = colo_gpt_forward(mc, in, tg, B, T), lg = colo_gpt_forward(mg, in, tg, B, T);
     char what[96];
     snprintf(what, sizeof what, "%s%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
-             n_kv_head ? " (1 key head)" : "", step, (double)lc, (double)lg);
+             n_kv_head ? " (1 key head, untied)" : "", step, (double)lc, (double)lg);
     verdict(named(what), fabs((double)lc - (double)lg) / fabs((double)lc), loss_tol, isfinite(lg));
     colo_gpt_backward(mc, 1.0f);
     colo_gpt_backward(mg, 1.0f);
