@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The PyTorch side of bench/engine_cpu: the same GPT-2 (tests/engine/torch_gpt2.py), AdamW with
+"""The PyTorch side of bench/engine_cpu: the same GPT-2 or Llama block (tests/engine/torch_gpt2.py), AdamW with
 decay groups, gradient clipping and random windows of the same shard; full training steps.
 Prints one JSON line: median step time and tokens/s over the measured steps."""
 import argparse
@@ -12,20 +12,28 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "engine"))
-from torch_gpt2 import GPT2  # noqa: E402
+from torch_gpt2 import GPT2, Llama  # noqa: E402
 
 ap = argparse.ArgumentParser()
 for a in ("n-layer", "n-head", "n-embd", "block-size", "batch-size", "steps", "warmup-steps", "threads"):
     ap.add_argument("--" + a, type=int, required=True)
 ap.add_argument("--data", required=True)
+ap.add_argument("--arch", default="gpt2", choices=("gpt2", "llama"))
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
 torch.manual_seed(0)
 raw = np.fromfile(args.data, dtype=np.uint16, offset=1024)
 tokens = torch.from_numpy(raw.astype(np.int64))
 T, B = args.block_size, args.batch_size
-model = GPT2(args.n_layer, args.n_head, args.n_embd, T, 256)
-model.init_gpt2(1337)
+if args.arch == "llama":  # colo's default MLP width: 8C/3 rounded up to 64
+    model = Llama(args.n_layer, args.n_head, args.n_embd, T, 256, (8 * args.n_embd // 3 + 63) // 64 * 64)
+    with torch.no_grad():
+        for n in model.names:
+            p = model.p[n]
+            p.fill_(1.0) if p.dim() == 1 else p.normal_(0.0, 0.02)
+else:
+    model = GPT2(args.n_layer, args.n_head, args.n_embd, T, 256)
+    model.init_gpt2(1337)
 opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
 g = torch.Generator().manual_seed(1)
 times = []
