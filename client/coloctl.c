@@ -851,8 +851,16 @@ static void print_job_detail(const Colo__V1__Job *j) {
   }
   if (!s || !s->model || !s->parallel || !s->train || !s->optimizer || !s->data)
     return;
-  printf("  model      %u layers, %u heads, %u wide, block %u, vocab %u\n", s->model->n_layer,
-         s->model->n_head, s->model->n_embd, s->model->block_size, s->model->vocab_size);
+  const Colo__V1__ModelSpec *m = s->model;
+  int llama = m->arch == COLO__V1__ARCH__ARCH_LLAMA;
+  char kv[32] = "", mlp[32] = "";
+  if (m->n_kv_head && m->n_kv_head != m->n_head)
+    snprintf(kv, sizeof kv, " (%u key)", m->n_kv_head);
+  if (m->mlp_hidden)
+    snprintf(mlp, sizeof mlp, ", MLP %u", m->mlp_hidden);
+  printf("  model      %s, %u layers, %u heads%s, %u wide%s, block %u, vocab %u%s\n",
+         llama ? "llama" : "gpt2", m->n_layer, m->n_head, kv, m->n_embd, mlp, m->block_size,
+         m->vocab_size, llama && !m->tie_embeddings ? ", untied head" : "");
   printf("  layout     dp=%u tp=%u pp=%u (world %llu), zero %u%s, %u micro-batches\n",
          s->parallel->dp, s->parallel->tp, s->parallel->pp, world_of(j), s->parallel->zero_stage,
          s->parallel->sequence_parallel ? ", sequence parallel" : "", s->parallel->micro_batches);

@@ -202,6 +202,10 @@ for _ in $(seq 1 600); do
 done
 expect_eq "$(jstate "$L1") $(jstate "$L2") $(jstate "$L3")" "succeeded succeeded failed"
 expect_contains "$("$COLOCTL" logs "$L1")" "model: llama, 1 layers, 4 heads, 32 wide"
+expect_rc 0 "$COLOCTL" status "$L1"
+expect_contains "$OUT" "  model      llama, 1 layers, 4 heads, 32 wide, block 64, vocab 256"
+expect_rc 0 "$COLOCTL" submit --dry-run "${LL[@]}" --set model.n_kv_head=2 --set model.tie_embeddings=false --json
+expect_contains "$OUT" '"n_kv_head":2,"tie_embeddings":false'
 expect_contains "$("$COLOCTL" logs "$L2")" "initial weights from $TMP/ckpt/job-$L1/step_00000040"
 expect_contains "$("$COLOCTL" logs "$L3")" "is of a llama model with MLP width 128 and 4 key heads; this run's is gpt2 with 128 and 4 (model.arch"
 ll_last=$("$COLOCTL" logs "$L1" | grep -E "^step +40 \| val loss" | sed 's/.*val loss //')

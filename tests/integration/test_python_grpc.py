@@ -257,6 +257,29 @@ class ColodTest(WithColod):
             self.assertEqual(cm.exception.details(), msg)
         self.assertEqual(job_rows(), before)
 
+    def test_a_llama_model(self):
+        s = spec(name="py-llama", model__arch=pb.ARCH_LLAMA, model__n_kv_head=2,
+                 model__tie_embeddings=False)
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id).spec.model
+        self.assertEqual((got.arch, got.n_kv_head, got.tie_embeddings), (pb.ARCH_LLAMA, 2, False))
+        self.assertEqual(got.mlp_hidden, 0)  # the engine's default width, stored as asked
+        self.assertAlmostEqual(got.rope_theta, 10000.0)
+        plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
+        self.assertEqual((plain.spec.model.arch, plain.spec.model.tie_embeddings), (pb.ARCH_GPT2, True))
+        before = job_rows()
+        for bad, msg in (
+                (spec(model__arch=pb.ARCH_UNSPECIFIED), "model.arch must be gpt2 or llama"),
+                (spec(model__arch=pb.ARCH_LLAMA, model__n_kv_head=3),
+                 "model.n_kv_head=3 must divide model.n_head=4, with model.arch=llama "
+                 "(grouped-query attention)"),
+                (spec(model__tie_embeddings=False),
+                 "model.tie_embeddings=false needs model.arch=llama")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), msg)
+        self.assertEqual(job_rows(), before)
+
     def test_paging(self):
         ids = [self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(name="page")), timeout=5).job.id
                for _ in range(5)]
