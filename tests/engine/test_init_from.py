@@ -25,7 +25,7 @@ Then a model.arch=llama run (4 query heads, 2 key and value heads) from HuggingF
 layout, drawn here as LlamaForCausalLM's file (BF16, "model." names, lm_head tied) and as
 LlamaModel's (F32, no prefix, with the rotary_emb.inv_freq buffers of older exports): its first
 loss equals HFLlama's (torch_gpt2.py: HF's names, nn.Linear layout and repeat_kv) on the same
-batch, also at tp=2 and pp=2, and for an untied model (lm_head.weight of its own, tp=2 and pp=2
+batch, also at tp=2 and pp=2 and from the same tensors in two shards with the Hub's index, and for an untied model (lm_head.weight of its own, tp=2 and pp=2
 too); and refusals: an untied head for a tied model, a tied file for an untied model, another
 count of key heads, a Llama file for a GPT-2 run.
 """
@@ -241,6 +241,24 @@ def llama(tmp):
         rel = abs(tl - cl) / abs(tl)
         check("%s: first loss against HF's Llama layout (rel 1e-5)" % label, rel <= 1e-5,
               "torch %.7f colo %.7f rel %.2e" % (tl, cl, rel))
+        if label == "llama-bf16":  # the Hub's layout for large models: shards and an index
+            names = sorted(tensors)
+            halves = {"shard-1.safetensors": names[::2], "shard-2.safetensors": names[1::2]}
+            for fn, part in halves.items():
+                write_safetensors(os.path.join(tmp, fn), {n: tensors[n] for n in part})
+            with open(os.path.join(tmp, "model.safetensors.index.json"), "w") as f:
+                json.dump({"metadata": {}, "weight_map": {n: fn for fn, part in halves.items() for n in part}}, f)
+            p2 = os.path.join(tmp, "sharded.jsonl")
+            colo(tmp, "model.safetensors.index.json", a + ["--progress", p2])
+            l1, l2 = first_loss(prog), first_loss(p2)
+            check("%s in 2 shards with an index: the same first loss" % label, l2 == l1,
+                  "%.7f vs %.7f" % (l2, l1))
+            with open(os.path.join(tmp, "escape.index.json"), "w") as f:
+                json.dump({"weight_map": {"model.norm.weight": "../shard-1.safetensors"}}, f)
+            r = colo(tmp, "escape.index.json", a, check_rc=False)
+            check("refused: an index naming a file elsewhere", r.returncode != 0 and
+                  'tensor model.norm.weight maps to "../shard-1.safetensors", not a file beside the index'
+                  in r.stderr, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "")
         if prefix:
             for lay, extra in [("tp=2", ["--nproc", "2", "--tp", "2"]),
                                ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"])]:

@@ -121,11 +121,114 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
   return rc;
 }
 
+/* A model's files: one safetensors file, or the shards a model.safetensors.index.json names
+ * (the Hub's layout for large models), each mapped once. */
+enum { MAX_SHARDS = 256 };
+typedef struct {
+  colo_st_file_t f[MAX_SHARDS];
+  int n;
+} files_t;
+
+static void files_close(files_t *fs) {
+  for (int i = 0; i < fs->n; i++)
+    colo_st_close(&fs->f[i]);
+  fs->n = 0;
+}
+
+/* Opens path: a safetensors file, or an index (*.json) whose weight_map's files lie beside it
+ * (plain names, no directories). */
+static int files_open(const char *path, files_t *fs, char *err, size_t errlen) {
+  fs->n = 0;
+  size_t pl = strlen(path);
+  if (pl < 5 || strcmp(path + pl - 5, ".json") != 0) {
+    int rc = colo_st_open(path, &fs->f[0], err, errlen);
+    fs->n = rc == 0;
+    return rc;
+  }
+  FILE *in = fopen(path, "r");
+  if (!in)
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
+  char *text = NULL;
+  size_t cap = 0, len = 0, got;
+  char buf[65536];
+  while ((got = fread(buf, 1, sizeof buf, in)) > 0 && len < (64u << 20)) {
+    if (len + got + 1 > cap) {
+      char *t = realloc(text, cap = 2 * (len + got + 1));
+      if (!t) {
+        free(text);
+        fclose(in);
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory reading %s", path);
+      }
+      text = t;
+    }
+    memcpy(text + len, buf, got);
+    len += got;
+  }
+  fclose(in);
+  if (text)
+    text[len] = '\0';
+  cJSON *root = text ? cJSON_Parse(text) : NULL;
+  free(text);
+  cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+  if (!cJSON_IsObject(map)) {
+    cJSON_Delete(root);
+    return colo_fail(err, errlen, COLO_EPARSE,
+                     "%s: not a safetensors index (a JSON object with a weight_map)", path);
+  }
+  const char *slash = strrchr(path, '/');
+  int dl = slash ? (int)(slash - path + 1) : 0, rc = 0;
+  for (cJSON *it = map->child; it && rc == 0; it = it->next) {
+    const char *file = cJSON_IsString(it) ? it->valuestring : NULL;
+    if (!file || !*file || strchr(file, '/') || !strcmp(file, "..") || !strcmp(file, ".")) {
+      rc = colo_fail(err, errlen, COLO_EPARSE,
+                     "%s: tensor %s maps to \"%s\", not a file beside the index", path, it->string,
+                     file ? file : "");
+      break;
+    }
+    char fp[1400];
+    snprintf(fp, sizeof fp, "%.*s%s", dl, path, file);
+    int seen = 0;
+    for (int i = 0; i < fs->n && !seen; i++)
+      seen = !strcmp(fs->f[i].path, fp);
+    if (seen)
+      continue;
+    if (fs->n == MAX_SHARDS)
+      rc = colo_fail(err, errlen, COLO_EINVAL, "%s names more than %d files", path, MAX_SHARDS);
+    else if ((rc = colo_st_open(fp, &fs->f[fs->n], err, errlen)) == 0)
+      fs->n++;
+  }
+  cJSON_Delete(root);
+  if (rc == 0 && fs->n == 0)
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: its weight_map names no file", path);
+  if (rc < 0)
+    files_close(fs);
+  return rc;
+}
+
+/* the file holding tensor `name`, or NULL */
+static const colo_st_file_t *files_find(const files_t *fs, const char *name) {
+  for (int i = 0; i < fs->n; i++)
+    if (cJSON_GetObjectItemCaseSensitive(fs->f[i].hdr, name))
+      return &fs->f[i];
+  return NULL;
+}
+
+/* colo_st_entry in whichever file holds the tensor */
+static int files_entry(const files_t *fs, const char *name, const char **dtype, int *ndim,
+                       long shape[2], const char **data, size_t *bytes) {
+  const colo_st_file_t *f = files_find(fs, name);
+  return f ? colo_st_entry(f, name, dtype, ndim, shape, data, bytes) : -1;
+}
+
 /* the HF tensor (pre + name) as fp32 [rows][cols] (cols 0: a vector) into dst */
-static int get(const colo_st_file_t *f, const char *pre, const char *name, int rows, int cols,
-               float *dst, char *err, size_t errlen) {
+static int get(const files_t *fs, const char *pre, const char *name, int rows, int cols, float *dst,
+               char *err, size_t errlen) {
   char full[160];
   snprintf(full, sizeof full, "%s%s", pre, name);
+  const colo_st_file_t *f = files_find(fs, full);
+  if (!f)
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: no tensor %s", fs->f[0].path, full);
   int shape[2] = {rows, cols};
   return colo_st_get(f, full, cols ? 2 : 1, shape, dst, 1, err, errlen);
 }
@@ -143,48 +246,50 @@ static int layer_part(const char *rest) {
   return -1;
 }
 
-/* The file's names: all known, its layer count; the head tied (or, for an untied model, there). */
-static int check_llama_names(const colo_st_file_t *f, const char *pre, int untied, int *layers,
-                             char *err, size_t errlen) {
+/* The files' names: all known, its layer count; the head tied (or, for an untied model, there). */
+static int check_llama_names(const files_t *fs, const char *pre, int untied, int *layers, char *err,
+                             size_t errlen) {
   size_t pl = strlen(pre);
   *layers = 0;
-  for (cJSON *it = f->hdr->child; it; it = it->next) {
-    const char *n = it->string;
-    int l, used = 0;
-    if (!strcmp(n, "__metadata__") || !strcmp(n, "lm_head.weight"))
-      continue;
-    if (strncmp(n, pre, pl) == 0 &&
-        (!strcmp(n + pl, "embed_tokens.weight") || !strcmp(n + pl, "norm.weight")))
-      continue;
-    if (strncmp(n, pre, pl) == 0 && sscanf(n + pl, "layers.%d.%n", &l, &used) == 1 && used &&
-        l >= 0 && l < 100000 && layer_part(n + pl + used) >= 0) {
-      *layers = l + 1 > *layers ? l + 1 : *layers;
-      continue;
+  for (int k = 0; k < fs->n; k++)
+    for (cJSON *it = fs->f[k].hdr->child; it; it = it->next) {
+      const colo_st_file_t *f = &fs->f[k];
+      const char *n = it->string;
+      int l, used = 0;
+      if (!strcmp(n, "__metadata__") || !strcmp(n, "lm_head.weight"))
+        continue;
+      if (strncmp(n, pre, pl) == 0 &&
+          (!strcmp(n + pl, "embed_tokens.weight") || !strcmp(n + pl, "norm.weight")))
+        continue;
+      if (strncmp(n, pre, pl) == 0 && sscanf(n + pl, "layers.%d.%n", &l, &used) == 1 && used &&
+          l >= 0 && l < 100000 && layer_part(n + pl + used) >= 0) {
+        *layers = l + 1 > *layers ? l + 1 : *layers;
+        continue;
+      }
+      return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s is not part of a Llama model",
+                       f->path, n);
     }
-    return colo_fail(err, errlen, COLO_EPARSE, "%s: tensor %s is not part of a Llama model",
-                     f->path, n);
-  }
   const char *dt, *hd, *edata, *hdata;
   int nd;
   long es[2], hs[2];
   size_t eb, hb;
   char name[96];
   snprintf(name, sizeof name, "%sembed_tokens.weight", pre);
-  int has_head = colo_st_entry(f, "lm_head.weight", &hd, &nd, hs, &hdata, &hb) == 0;
+  int has_head = files_entry(fs, "lm_head.weight", &hd, &nd, hs, &hdata, &hb) == 0;
   if (untied && !has_head)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "%s has no lm_head.weight: its head is tied to the embedding, and this run's "
                      "model is not (model.tie_embeddings=false)",
-                     f->path);
+                     fs->f[0].path);
   if (untied)
     return 0;
-  if (has_head && (colo_st_entry(f, name, &dt, &nd, es, &edata, &eb) < 0 || strcmp(dt, hd) ||
+  if (has_head && (files_entry(fs, name, &dt, &nd, es, &edata, &eb) < 0 || strcmp(dt, hd) ||
                    eb != hb || memcmp(edata, hdata, eb) != 0))
     return colo_fail(
         err, errlen, COLO_EINVAL,
         "%s: lm_head.weight differs from %s, and this run's model ties its head to the "
         "embedding (model.tie_embeddings=false takes the file's head)",
-        f->path, name);
+        fs->f[0].path, name);
   return 0;
 }
 
@@ -195,14 +300,17 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
   if (c->arch != COLO_ARCH_LLAMA)
     return colo_fail(err, errlen, COLO_EINVAL, "%s: a Llama file initialises llama models only",
                      path);
-  colo_st_file_t f;
-  int rc = colo_st_open(path, &f, err, errlen);
-  if (rc < 0)
+  files_t *fs = calloc(1, sizeof *fs);
+  if (!fs)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  int rc = files_open(path, fs, err, errlen);
+  if (rc < 0) {
+    free(fs);
     return rc;
-  const char *pre =
-      cJSON_GetObjectItemCaseSensitive(f.hdr, "model.embed_tokens.weight") ? "model." : "";
+  }
+  const char *pre = files_find(fs, "model.embed_tokens.weight") ? "model." : "";
   int layers = 0;
-  rc = check_llama_names(&f, pre, c->untied_head, &layers, err, errlen);
+  rc = check_llama_names(fs, pre, c->untied_head, &layers, err, errlen);
   if (rc == 0 && layers != c->n_layer)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s holds a Llama of %d layers; this run's model has %d (model.n_layer)", path,
@@ -214,9 +322,9 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
   size_t bytes;
   char name[96];
   snprintf(name, sizeof name, "%slayers.0.self_attn.k_proj.weight", pre);
-  colo_st_entry(&f, name, &dt, &nd, ks, &data, &bytes);
+  files_entry(fs, name, &dt, &nd, ks, &data, &bytes);
   snprintf(name, sizeof name, "%slayers.0.mlp.gate_proj.weight", pre);
-  colo_st_entry(&f, name, &dt, &nd, gs, &data, &bytes);
+  files_entry(fs, name, &dt, &nd, gs, &data, &bytes);
   if (rc == 0 && (ks[0] != KV || gs[0] != H))
     rc =
         colo_fail(err, errlen, COLO_EINVAL,
@@ -247,13 +355,13 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
     size_t hl = strlen(hn);
 #define HF(suffix) (snprintf(hn + hl, sizeof hn - hl, "%s", suffix), hn)
     if (!strcmp(n, "transformer.wte.weight")) {
-      rc = get(&f, pre, "embed_tokens.weight", V, C, whole, err, errlen);
+      rc = get(fs, pre, "embed_tokens.weight", V, C, whole, err, errlen);
     } else if (!strcmp(n, "lm_head.weight")) {
-      rc = get(&f, "", "lm_head.weight", V, C, whole, err, errlen);
+      rc = get(fs, "", "lm_head.weight", V, C, whole, err, errlen);
     } else if (!strcmp(n, "transformer.ln_f.weight")) {
-      rc = get(&f, pre, "norm.weight", C, 0, whole, err, errlen);
+      rc = get(fs, pre, "norm.weight", C, 0, whole, err, errlen);
     } else if (!strcmp(n, "ln_1.weight") || !strcmp(n, "ln_2.weight")) {
-      rc = get(&f, pre,
+      rc = get(fs, pre,
                HF(n[3] == '1' ? "input_layernorm.weight" : "post_attention_layernorm.weight"), C, 0,
                whole, err, errlen);
     } else if (!strcmp(n, "attn.c_attn.weight")) { /* q, k, v [out][C] -> [C][C + 2·KV] */
@@ -261,27 +369,27 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
                                          "self_attn.v_proj.weight"};
       for (int j = 0, col = 0; j < 3 && rc == 0; j++) {
         int rows = j ? KV : C;
-        rc = get(&f, pre, HF(qkv[j]), rows, C, hf, err, errlen);
+        rc = get(fs, pre, HF(qkv[j]), rows, C, hf, err, errlen);
         for (int o = 0; rc == 0 && o < rows; o++)
           for (int r = 0; r < C; r++)
             whole[(size_t)r * W + col + o] = hf[(size_t)o * C + r];
         col += rows;
       }
     } else if (!strcmp(n, "attn.c_proj.weight")) {
-      rc = get(&f, pre, HF("self_attn.o_proj.weight"), C, C, hf, err, errlen);
+      rc = get(fs, pre, HF("self_attn.o_proj.weight"), C, C, hf, err, errlen);
       for (int o = 0; rc == 0 && o < C; o++)
         for (int r = 0; r < C; r++)
           whole[(size_t)r * C + o] = hf[(size_t)o * C + r];
     } else if (!strcmp(n, "mlp.c_fc.weight")) { /* gate, up [H][C] -> [C][2H] */
       for (int j = 0; j < 2 && rc == 0; j++) {
-        rc = get(&f, pre, HF(j ? "mlp.up_proj.weight" : "mlp.gate_proj.weight"), H, C, hf, err,
+        rc = get(fs, pre, HF(j ? "mlp.up_proj.weight" : "mlp.gate_proj.weight"), H, C, hf, err,
                  errlen);
         for (int o = 0; rc == 0 && o < H; o++)
           for (int r = 0; r < C; r++)
             whole[(size_t)r * 2 * H + (size_t)j * H + o] = hf[(size_t)o * C + r];
       }
     } else if (!strcmp(n, "mlp.c_proj.weight")) { /* down [C][H] -> [H][C] */
-      rc = get(&f, pre, HF("mlp.down_proj.weight"), C, H, hf, err, errlen);
+      rc = get(fs, pre, HF("mlp.down_proj.weight"), C, H, hf, err, errlen);
       for (int o = 0; rc == 0 && o < C; o++)
         for (int r = 0; r < H; r++)
           whole[(size_t)r * C + o] = hf[(size_t)o * H + r];
@@ -294,7 +402,8 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
   }
   free(whole);
   free(hf);
-  colo_st_close(&f);
+  files_close(fs);
+  free(fs);
   return rc;
 }
 

@@ -16,13 +16,13 @@ int colo_hf_write(const colo_gpt_t *m, const float *params, const char *path, ch
                   size_t errlen);
 
 /* Reads a LlamaForCausalLM (or LlamaModel: names without "model.") safetensors file, F32, F16 or
- * BF16, into this rank's parameters `params` (its table's layout: its pipeline stage's tensors,
- * its tensor-parallel shards), for a llama model of the same shape: layers, width, vocab, MLP
- * width and key heads (the query head count is not in the file; the rotation's base and the
- * norms' eps neither: colo's are 1e-5 and model.rope_theta). A tied model's file must be tied
- * too (no lm_head.weight, or one equal to the embedding); an untied model takes the file's
- * lm_head.weight. Older files' rotary_emb.inv_freq buffers are
- * skipped; any other tensor is an error naming it. */
+ * BF16, or the shards a model.safetensors.index.json (path ending in .json) names beside it, into
+ * this rank's parameters `params` (its table's layout: its pipeline stage's tensors, its
+ * tensor-parallel shards), for a llama model of the same shape: layers, width, vocab, MLP width and
+ * key heads (the query head count is not in the file; the rotation's base and the norms' eps
+ * neither: colo's are 1e-5 and model.rope_theta). A tied model's file must be tied too (no
+ * lm_head.weight, or one equal to the embedding); an untied model takes the file's lm_head.weight.
+ * Older files' rotary_emb.inv_freq buffers are skipped; any other tensor is an error naming it. */
 int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err, size_t errlen);
 
 /* Writes a transformers config.json for cfg (GPT2Config or LlamaConfig, tied embeddings) at
