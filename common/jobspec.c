@@ -210,9 +210,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "model.block_size=%u must be between 1 and 1048576", m->block_size);
   if (m->vocab_size < 1)
     return bad(err, errlen, "model.vocab_size=%u must be at least 1", m->vocab_size);
-  if (m->vocab_size > 65536)
+  if (m->vocab_size > (1u << 20))
     return bad(err, errlen,
-               "model.vocab_size=%u exceeds 65536, the most a uint16 token shard can address",
+               "model.vocab_size=%u exceeds 1048576 (uint16 token shards address 65,536 tokens, "
+               "uint32 ones more)",
                m->vocab_size);
 
   /* data */

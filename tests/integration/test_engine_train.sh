@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # colo-train end to end on the CPU: prepare, exact resume (40 steps = 20 + 20, losses and final
 # weights identical), corrupted checkpoints refused with the file named, resume auto skipping a
-# corrupted newest checkpoint, a short run whose loss falls, eval, sample, usage errors.
+# corrupted newest checkpoint, a short run whose loss falls, eval, sample, usage errors, and
+# llm.c's uint32 token shards.
 source "$(dirname "$0")/lib.sh"
 CT="$COLO_BIN/colo-train"
 export OMP_NUM_THREADS=2
@@ -401,4 +402,36 @@ expect_eq "$ERR" "colo-train train: $TMP/split/val_*.bin: no file matches"
 printf 'not a shard' >"$TMP/bad.bin"
 expect_rc 1 "$CT" eval --checkpoint "$TMP/learn/step_00000150" --data "$TMP/bad.bin"
 expect_eq "$ERR" "colo-train eval: $TMP/bad.bin: shorter than the 1024-byte shard header"
+
+# llm.c's uint32 shards (Llama 3's format: magic 20240801, version 7): the same tokens as the
+# uint16 shard train bit for bit alike; shifted past 65,535 they train a 70,400-token vocabulary,
+# and a model whose vocabulary they overflow is refused
+python3 - "$TMP/data" <<'PY' || fail "could not write uint32 shards"
+import sys
+import numpy as np
+for k in ("train", "val"):
+    tok = np.fromfile("%s/%s.bin" % (sys.argv[1], k), dtype=np.uint16, offset=1024).astype(np.uint32)
+    for name, t in (("%s32" % k, tok), ("%s32hi" % k, tok + 70000)):
+        hdr = np.zeros(256, np.int32)
+        hdr[:3] = (20240801, 7, len(t))
+        with open("%s/%s.bin" % (sys.argv[1], name), "wb") as f:
+            f.write(hdr.tobytes() + t.tobytes())
+PY
+U=(--data-root "$TMP/data" --n-layer 1 --n-head 2 --n-embd 32 --block-size 32 --batch-size 4
+  --steps 20 --eval-interval 20 --eval-batches 2 --threads 2 --quiet --lr 3e-3)
+expect_rc 0 "$CT" train "${U[@]}" --train-data train.bin --val-data val.bin --progress "$TMP/u16.jsonl"
+expect_rc 0 "$CT" train "${U[@]}" --train-data train32.bin --val-data val32.bin --progress "$TMP/u32.jsonl"
+expect_eq "$(grep -v '"ms"' "$TMP/u32.jsonl" | grep -c loss)" "$(grep -v '"ms"' "$TMP/u16.jsonl" | grep -c loss)"
+u16=$(grep '"event":"eval"' "$TMP/u16.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
+u32=$(grep '"event":"eval"' "$TMP/u32.jsonl" | tail -1 | sed 's/.*"val_loss":\([0-9.]*\).*/\1/')
+[ -n "$u16" ] && [ "$u16" = "$u32" ] || fail "uint32 shard's val loss $u32, the uint16 one's $u16"
+expect_rc 0 "$CT" train "${U[@]}" --train-data train32hi.bin --val-data val32hi.bin --vocab-size 70400 \
+  --arch llama --progress "$TMP/u32hi.jsonl"
+hi=$(python3 -c 'import json,sys; r=[json.loads(l) for l in open(sys.argv[1])]; e=[x["val_loss"] for x in r if x["event"]=="eval"]; print("%.4f %.4f" % (e[0], e[-1]))' "$TMP/u32hi.jsonl")
+python3 -c 'import sys; a, b = map(float, sys.argv[1:]); sys.exit(0 if b < a - 1 else 1)' $hi ||
+  fail "tokens past 65,535 did not train: val loss $hi"
+expect_rc 78 "$CT" train "${U[@]}" --train-data train32hi.bin --val-data val32hi.bin --vocab-size 65536
+expect_eq "$ERR" "colo-train train: $TMP/data/train32hi.bin: token 70070 at 0 is outside model.vocab_size=65536"
+echo "figure: uint32 shards: val loss $u32 as from uint16 ($u16); tokens 70000+ with vocab 70400: val loss $hi (first, last)"
+
 echo "integration_engine_train: exact resume, corruption refusals, learning (first loss $first_loss, val $last_val), eval, sample, usage"

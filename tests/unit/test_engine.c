@@ -1666,6 +1666,51 @@ TEST(checkpoint_prune_keeps_the_best) {
 /* A data set of several shards (a pattern): windows come from every file with room for one, in
  * proportion to its windows, and never straddle two files; one file through a pattern samples
  * exactly as its plain path. */
+/* llm.c's Llama 3 shards: magic 20240801, version 7, uint32 tokens past 65,535 */
+TEST(uint32_shards) {
+  char dir[] = "/tmp/colo-u32-XXXXXX", path[128], err[512];
+  ASSERT(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/train.bin", dir);
+  int32_t hdr[COLO_SHARD_HEADER_INTS] = {COLO_SHARD_MAGIC_U32, COLO_SHARD_VERSION_U32, 100};
+  uint32_t tok[100];
+  for (int i = 0; i < 100; i++)
+    tok[i] = 100000u + (uint32_t)i; /* position i holds 100000 + i */
+  FILE *f = fopen(path, "wb");
+  ASSERT(f && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(tok, sizeof tok, 1, f) == 1);
+  fclose(f);
+  colo_shard_t s;
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), 0);
+  ASSERT(s.files[0].wide && s.n == 100);
+  ASSERT_EQ_INT(colo_shard_windows(&s, 8, err, sizeof err), 0);
+  int in[4 * 8], tg[4 * 8];
+  colo_sample_batch(&s, 1, 3, 0, 0, 1, 4, 8, in, tg);
+  for (int b = 0; b < 4; b++)
+    for (int t = 0; t < 8; t++) /* consecutive positions: targets one on */
+      ASSERT(in[b * 8 + t] >= 100000 && in[b * 8 + t] < 100099 &&
+             tg[b * 8 + t] == in[b * 8 + t] + 1 && in[b * 8 + t] == in[b * 8] + t);
+  const char *file;
+  size_t at;
+  unsigned bad;
+  ASSERT_EQ_INT(colo_shard_find_above(&s, 100050, &file, &at, &bad), 1);
+  ASSERT(at == 50 && bad == 100050);
+  colo_shard_free(&s);
+  /* the header's count past the file's uint32 tokens */
+  hdr[2] = 101;
+  f = fopen(path, "wb");
+  ASSERT(f && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(tok, sizeof tok, 1, f) == 1);
+  fclose(f);
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), COLO_EPARSE);
+  ASSERT(strstr(err, "truncated: the header says 101 tokens") != NULL);
+  hdr[1] = 1; /* GPT-2's version with Llama 3's magic */
+  f = fopen(path, "wb");
+  ASSERT(f && fwrite(hdr, sizeof hdr, 1, f) == 1);
+  fclose(f);
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), COLO_EPARSE);
+  ASSERT(strstr(err, "shard version 1 is not supported (expected 7: uint32 tokens)") != NULL);
+  unlink(path);
+  rmdir(dir);
+}
+
 TEST(shards_by_pattern) {
   char dir[] = "/tmp/colo-sh-XXXXXX", path[128], err[512];
   ASSERT(mkdtemp(dir) != NULL);

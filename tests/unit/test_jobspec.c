@@ -57,8 +57,9 @@ static const struct {
      "parallel.tp=8 does not divide model.n_head=4"},
     {BASE "model: {mlp_hidden: 102}\nparallel: {tp: 4}\n",
      "parallel.tp=4 does not divide the MLP's width 102 (model.mlp_hidden)"},
-    {BASE "model: {vocab_size: 70000}\n",
-     "model.vocab_size=70000 exceeds 65536, the most a uint16 token shard can address"},
+    {BASE "model: {vocab_size: 2000000}\n",
+     "model.vocab_size=2000000 exceeds 1048576 (uint16 token shards address 65,536 tokens, uint32 "
+     "ones more)"},
     {"name: t\n", "data.train_path must be set (or data.sources, a blend)"},
     {BASE "train: {eval_batches: 0}\nparallel: {pp: 2}\nmodel: {n_layer: 4}\n",
      "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: a pipeline "

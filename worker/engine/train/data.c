@@ -37,16 +37,19 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
   memcpy(hdr, map, sizeof hdr);
   int rc = 0;
-  if (hdr[0] != COLO_SHARD_MAGIC)
-    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: not a token shard (magic %d, expected %d)", path,
-                   hdr[0], COLO_SHARD_MAGIC);
-  else if (hdr[1] != COLO_SHARD_VERSION)
+  int wide = hdr[0] == COLO_SHARD_MAGIC_U32;
+  size_t tsz = wide ? sizeof(uint32_t) : sizeof(uint16_t);
+  if (hdr[0] != COLO_SHARD_MAGIC && !wide)
     rc = colo_fail(err, errlen, COLO_EPARSE,
-                   "%s: shard version %d is not supported (expected %d: uint16 tokens)", path,
-                   hdr[1], COLO_SHARD_VERSION);
+                   "%s: not a token shard (magic %d, expected %d, or %d for uint32 tokens)", path,
+                   hdr[0], COLO_SHARD_MAGIC, COLO_SHARD_MAGIC_U32);
+  else if (hdr[1] != (wide ? COLO_SHARD_VERSION_U32 : COLO_SHARD_VERSION))
+    rc = colo_fail(err, errlen, COLO_EPARSE,
+                   "%s: shard version %d is not supported (expected %d: %s tokens)", path, hdr[1],
+                   wide ? COLO_SHARD_VERSION_U32 : COLO_SHARD_VERSION, wide ? "uint32" : "uint16");
   else if (hdr[2] < 0)
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: negative token count %d", path, hdr[2]);
-  else if ((len - sizeof hdr) / sizeof(uint16_t) < (size_t)hdr[2])
+  else if ((len - sizeof hdr) / tsz < (size_t)hdr[2])
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: truncated: the header says %d tokens", path,
                    hdr[2]);
   if (rc < 0) {
@@ -55,7 +58,8 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
   }
   out->map = map;
   out->map_len = len;
-  out->tokens = (const uint16_t *)((const char *)map + sizeof hdr);
+  out->tokens = (const char *)map + sizeof hdr;
+  out->wide = wide;
   out->n = (size_t)hdr[2];
   return 0;
 }
@@ -167,10 +171,10 @@ int colo_shard_find_above(const colo_shard_t *s, unsigned limit, const char **fi
                           unsigned *token) {
   for (size_t f = 0; f < s->n_files; f++)
     for (size_t i = 0; i < s->files[f].n; i++)
-      if (s->files[f].tokens[i] >= limit) {
+      if (colo_shard_token(&s->files[f], i) >= limit) {
         *file = s->files[f].path;
         *at = i;
-        *token = s->files[f].tokens[i];
+        *token = colo_shard_token(&s->files[f], i);
         return 1;
       }
   return 0;
@@ -218,23 +222,24 @@ static size_t find_prefix(const size_t *prefix, size_t n, size_t w) {
   return lo;
 }
 
-static void copy_window(const uint16_t *x, int T, int *in, int *tg) {
+/* tokens [at, at + T] of file x as inputs and targets */
+static void copy_window(const colo_shard_file_t *x, size_t at, int T, int *in, int *tg) {
   for (int t = 0; t < T; t++) {
-    in[t] = x[t];
-    tg[t] = x[t + 1];
+    in[t] = (int)colo_shard_token(x, at + (size_t)t);
+    tg[t] = (int)colo_shard_token(x, at + (size_t)t + 1);
   }
 }
 
 static void window(const colo_shard_t *s, uint64_t h, int T, int *in, int *tg) {
   size_t w = (size_t)(h % (uint64_t)s->windows[s->n_files]);
   size_t f = find_prefix(s->windows, s->n_files, w);
-  copy_window(s->files[f].tokens + (w - s->windows[f]), T, in, tg);
+  copy_window(&s->files[f], w - s->windows[f], T, in, tg);
 }
 
 /* window w of those at multiples of T */
 static void block(const colo_shard_t *s, size_t w, int T, int *in, int *tg) {
   size_t f = find_prefix(s->blocks, s->n_files, w);
-  copy_window(s->files[f].tokens + (w - s->blocks[f]) * (size_t)T, T, in, tg);
+  copy_window(&s->files[f], (w - s->blocks[f]) * (size_t)T, T, in, tg);
 }
 
 void colo_shard_block(const colo_shard_t *s, size_t w, int T, int *inputs, int *targets) {

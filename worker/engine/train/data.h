@@ -1,5 +1,6 @@
-/* Token data: llm.c's shard format (a 256 × int32 header: magic 20240520, version 1, token
- * count; then uint16 tokens), and a batch sampler that depends only on
+/* Token data: llm.c's shard formats (a 256 × int32 header: magic, version, token count; then
+ * the tokens: GPT-2's magic 20240520, version 1, uint16 tokens; Llama 3's 20240801, version 7,
+ * uint32 tokens, for vocabularies past 65,536), and a batch sampler that depends only on
  * (seed, step, micro-step, rank, world): data parallelism and exact resume need no loader state. */
 #ifndef COLO_DATA_H
 #define COLO_DATA_H
@@ -14,11 +15,14 @@
 
 #define COLO_SHARD_MAGIC       20240520
 #define COLO_SHARD_VERSION     1
+#define COLO_SHARD_MAGIC_U32   20240801 /* llm.c's Llama 3 shards */
+#define COLO_SHARD_VERSION_U32 7
 #define COLO_SHARD_HEADER_INTS 256
 
 /* One shard file, mapped read-only (ranks of a node share its pages). */
 typedef struct {
-  const uint16_t *tokens;
+  const void *tokens; /* uint16, or uint32 when wide */
+  int wide;
   size_t n;
   void *map;
   size_t map_len;
@@ -66,7 +70,12 @@ int colo_shard_windows(colo_shard_t *s, int T, char *err, size_t errlen);
 /* The first token >= limit, as its file and index there; 0 when there is none. */
 int colo_shard_find_above(const colo_shard_t *s, unsigned limit, const char **file, size_t *at,
                           unsigned *token);
-/* Writes tokens as a shard atomically (temporary name, fsync, rename). */
+/* token i of a file */
+static inline unsigned colo_shard_token(const colo_shard_file_t *f, size_t i) {
+  return f->wide ? ((const uint32_t *)f->tokens)[i] : ((const uint16_t *)f->tokens)[i];
+}
+
+/* Writes tokens as a (uint16) shard atomically (temporary name, fsync, rename). */
 int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
 
 /* Fills inputs[B][T] and targets[B][T] with the windows for (seed, step, micro, rank, world):
