@@ -91,7 +91,8 @@ struct colo_gpt_s {
   void *logits;  /* [N][V]; holds probs after a forward with targets, then dlogits */
   float *losses; /* [N] */
   /* the matrices' compute copies in act_dtype, when it is not fp32 (else the parameters
-   * themselves): the token embedding for the head (each block's are in its layer_acts_t) */
+   * themselves): the head's matrix, the token embedding or lm_head (each block's are in its
+   * layer_acts_t) */
   void *wte_act;
   float *xfer; /* fp32 [N][C]: 16-bit activations on their way through a communicator */
   size_t wq_off, wap_off, wfc_off, wfp_off; /* elements into a block's compute copies (w) */
@@ -843,7 +844,8 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
   return w;
 }
 
-/* the same for the head's tied token embedding (the backward reads the forward's) */
+/* the same for the head's matrix: the tied token embedding, or lm_head (the backward reads the
+ * forward's) */
 static const void *head_weights(colo_gpt_t *m, int make) {
   if (!m->wte_act)
     return HEAD(m);
