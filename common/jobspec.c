@@ -204,6 +204,17 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                m->n_kv_head, m->n_head);
   if (!m->tie_embeddings && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
     return bad(err, errlen, "model.tie_embeddings=false needs model.arch=llama");
+  if (m->rope_scaling_factor != 0.0f &&
+      (m->arch != COLO__V1__ARCH__ARCH_LLAMA || !(m->rope_scaling_factor >= 1.0f) ||
+       !(m->rope_scaling_factor <= 1024.0f) || !(m->rope_low_freq_factor > 0.0f) ||
+       !(m->rope_high_freq_factor > m->rope_low_freq_factor) ||
+       !(m->rope_high_freq_factor <= 1e6f) || m->rope_original_context < 1))
+    return bad(err, errlen,
+               "model.rope_scaling_factor=%g needs model.arch=llama, a factor from 1 to 1024, "
+               "0 < rope_low_freq_factor (%g) < rope_high_freq_factor (%g) and "
+               "rope_original_context (%u) at least 1",
+               (double)m->rope_scaling_factor, (double)m->rope_low_freq_factor,
+               (double)m->rope_high_freq_factor, m->rope_original_context);
   if (!(m->rope_theta >= 1.0f && m->rope_theta <= 1e9f))
     return bad(err, errlen, "model.rope_theta=%g must be between 1 and 1e9", (double)m->rope_theta);
   if (m->block_size < 1 || m->block_size > (1u << 20))

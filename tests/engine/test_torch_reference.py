@@ -27,7 +27,8 @@ movement over the 10 steps within 5e-2.
 
 Then the same for model.arch=llama (a Llama block written here too: RMSNorm, rotary positions,
 SwiGLU, no biases), in fp32 and bf16, and with one key and value head for the two query heads
-(grouped-query attention), and with a head of its own (untied); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
+(grouped-query attention), with a head of its own (untied), and with Llama 3.1's rescaling of
+the rotary frequencies (its formula written here as HF's); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
 file and config.json, loaded into a model written under HF's names and layout: its loss on a
 batch equals the colo-layout model's on the run's final weights.
 """
@@ -114,7 +115,8 @@ def main():
     replay_bf16(tmp, check, "llama")
     replay(tmp, check, None, "llama-mqa")
     replay(tmp, check, None, "llama-untied")
-    for arch in ("llama", "llama-mqa", "llama-untied"):
+    replay(tmp, check, None, "llama-rope3")
+    for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3"):
         export_llama(tmp, check, arch)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
@@ -140,14 +142,19 @@ class ScalerRef:
 # the architectures replayed: colo-train's flags for each
 ARCH_ARGS = {"gpt2": ["--arch", "gpt2"], "llama": ["--arch", "llama"],
              "llama-mqa": ["--arch", "llama", "--n-kv-head", "1"],
-             "llama-untied": ["--arch", "llama", "--tie-embeddings", "false"]}
+             "llama-untied": ["--arch", "llama", "--tie-embeddings", "false"],
+             "llama-rope3": ["--arch", "llama", "--rope-scaling-factor", "8", "--rope-original-context", "32"]}
+# llama-rope3's Llama 3.1 rescaling: at head size 16 and an original context of 32, its 8
+# frequencies fall in all three bands (kept, blended, divided by the factor)
+ROPE3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+         "original_max_position_embeddings": 32}
 
 
 def make_model(arch):
     if arch == "gpt2":
         return GPT2(L, NH, C, T, V)
     return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch == "llama-mqa" else None,
-                 untied=arch == "llama-untied")
+                 untied=arch == "llama-untied", scaling=ROPE3 if arch == "llama-rope3" else None)
 
 
 def replay(tmp, check, ls, arch="gpt2"):
@@ -314,7 +321,8 @@ def export_llama(tmp, check, arch):
           cfg["hidden_size"] == C and cfg["intermediate_size"] == H_LLAMA and
           cfg["num_hidden_layers"] == L and cfg["num_attention_heads"] == NH and
           cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is (arch != "llama-untied") and
-          cfg["num_key_value_heads"] == (1 if arch == "llama-mqa" else NH),
+          cfg["num_key_value_heads"] == (1 if arch == "llama-mqa" else NH) and
+          cfg.get("rope_scaling") == (ROPE3 if arch == "llama-rope3" else None),
           "%d layers, %d wide, MLP %d, %d key heads" % (cfg["num_hidden_layers"], cfg["hidden_size"],
                                                         cfg["intermediate_size"], cfg["num_key_value_heads"]))
     hf = HFLlama(cfg)

@@ -92,6 +92,23 @@ def rms_norm(x, w, eps=1e-5):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
 
 
+def rope_inv_freq(hs, theta, scaling=None):
+    """RoPE's inverse frequencies, and with scaling (a dict of HF's rope_scaling keys, rope_type
+    "llama3") Llama 3.1's rescaling: wavelengths past original/low_freq_factor divided by the
+    factor, those under original/high_freq_factor kept, the band between a blend."""
+    inv = 1.0 / (theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+    if not scaling:
+        return inv
+    factor, low, high = scaling["factor"], scaling["low_freq_factor"], scaling["high_freq_factor"]
+    orig = scaling["original_max_position_embeddings"]
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > orig / low, inv / factor, inv)
+    smooth = (orig / wavelen - low) / (high - low)
+    blended = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < orig / high) & ~(wavelen > orig / low)
+    return torch.where(medium, blended, scaled)
+
+
 def rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
@@ -103,7 +120,7 @@ class Llama(torch.nn.Module):
     MLP whose mlp.c_fc.weight [C, 2H] holds the gate's columns then the up projection's, no biases,
     the LM head tied to the token embedding. Weights are [in, out] as GPT-2's Conv1D."""
 
-    def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False):
+    def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False, scaling=None):
         super().__init__()
         self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
         # grouped-query attention: NKV key and value heads, c_attn [C, C + 2·KV]
@@ -122,6 +139,7 @@ class Llama(torch.nn.Module):
         self.names.append("transformer.ln_f.weight")
         shapes["transformer.ln_f.weight"] = (C,)
         self.untied = untied  # a head of its own: lm_head.weight [V, C]
+        self.scaling = scaling  # Llama 3.1's rope_scaling, or None
         if untied:
             self.names.append("lm_head.weight")
             shapes["lm_head.weight"] = (V, C)
@@ -132,7 +150,7 @@ class Llama(torch.nn.Module):
 
     def rope(self, t, Tn):
         hs = t.shape[-1]
-        inv_freq = 1.0 / (self.theta ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+        inv_freq = rope_inv_freq(hs, self.theta, self.scaling)
         freqs = torch.outer(torch.arange(Tn, dtype=torch.float32), inv_freq)
         emb = torch.cat((freqs, freqs), dim=-1)
         return t * emb.cos() + rotate_half(t) * emb.sin()
@@ -212,7 +230,7 @@ class HFLlama(torch.nn.Module):
         NH, C = cfg["num_attention_heads"], cfg["hidden_size"]
         hs, eps = C // NH, cfg["rms_norm_eps"]
         Bn, Tn = idx.shape
-        inv_freq = 1.0 / (cfg["rope_theta"] ** (torch.arange(0, hs, 2, dtype=torch.float32) / hs))
+        inv_freq = rope_inv_freq(hs, cfg["rope_theta"], cfg.get("rope_scaling"))
         emb = torch.outer(torch.arange(Tn, dtype=torch.float32), inv_freq).repeat(1, 2)
         cos, sin = emb.cos(), emb.sin()
         mask = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))

@@ -441,13 +441,17 @@ static void test_llama_ops(double tol) {
   size_t nq = (size_t)N * 3 * C;
   float *q = randv(nq, 1.0f);
   void *h_q = hact(q, nq), *d_q = upa(q, nq);
-  cpu->rope(h_q, B, T, C, NH, 5, 10000.0f, 1);
-  gpu->rope(d_q, B, T, C, NH, 5, 10000.0f, 1);
+  float freq[64]; /* head size C/NH = 24; with Llama 3's rescaling, which moves every band */
+  colo_rope_freqs(C / NH, 10000.0f, 8.0f, 1.0f, 4.0f, 64, freq);
+  float *d_freq = upf(freq, (size_t)C / NH / 2);
+  cpu->rope(h_q, B, T, C, NH, 5, freq, 1);
+  gpu->rope(d_q, B, T, C, NH, 5, d_freq, 1);
   void *d_q2 = up(h_q, nq, asz); /* the CPU's rotated values, rotated back on both sides */
   check_a(named("rope forward"), d_q, h_q, nq, tol);
-  cpu->rope(h_q, B, T, C, NH, 5, 10000.0f, -1);
-  gpu->rope(d_q2, B, T, C, NH, 5, 10000.0f, -1);
+  cpu->rope(h_q, B, T, C, NH, 5, freq, -1);
+  gpu->rope(d_q2, B, T, C, NH, 5, d_freq, -1);
   check_a(named("rope back"), d_q2, h_q, nq, tol);
+  colo_pool_free(dpool, d_freq);
   free(q), free(h_q);
   /* grouped-query attention by repetition: NH = 4 query heads of 24, 2 key and value heads */
   size_t nw = (size_t)N * (C + 2 * 48), n3 = (size_t)N * 3 * C;

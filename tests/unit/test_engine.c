@@ -311,14 +311,14 @@ TEST(rmsnorm_grad_and_values) {
 
 typedef struct {
   int B, T, C, NH, pos0;
-  float *qkv, *out, *R;
+  float *qkv, *out, *R, *freq;
 } rope_t;
 
 static double rope_loss(void *p) {
   rope_t *m = p;
   size_t n = (size_t)m->B * m->T * 3 * m->C;
   memcpy(m->out, m->qkv, n * sizeof(float));
-  be->rope(m->out, m->B, m->T, m->C, m->NH, m->pos0, 10000.0f, 1);
+  be->rope(m->out, m->B, m->T, m->C, m->NH, m->pos0, m->freq, 1);
   return dotd(m->out, m->R, n);
 }
 
@@ -327,7 +327,8 @@ TEST(rope_values_and_transpose) {
   /* 2 sequences of 5 positions from position 3, 3 heads of 8 */
   rope_t m = {2, 5, 24, 3, 3};
   size_t n = 2 * 5 * 3 * 24;
-  m.qkv = randv(n, 1), m.out = zeros(n), m.R = randv(n, 1);
+  m.qkv = randv(n, 1), m.out = zeros(n), m.R = randv(n, 1), m.freq = zeros(4);
+  colo_rope_freqs(8, 10000.0f, 0.0f, 1.0f, 4.0f, 8192, m.freq);
   rope_loss(&m);
   /* against the definition in double: q and k rotated pair by pair, v untouched */
   double worst = 0;
@@ -351,13 +352,13 @@ TEST(rope_values_and_transpose) {
   /* the rotation back is its inverse, and the gradient of <rope(x), R> is rope⁻¹(R) */
   float *back = own(malloc(n * 4));
   memcpy(back, m.out, n * 4);
-  be->rope(back, 2, 5, 24, 3, 3, 10000.0f, -1);
+  be->rope(back, 2, 5, 24, 3, 3, m.freq, -1);
   for (size_t i = 0; i < n; i++)
     if (fabsf(back[i] - m.qkv[i]) > 1e-5f)
       FAIL_AT("rotated back, [%zu] = %g, not %g", i, (double)back[i], (double)m.qkv[i]);
   float *g = own(malloc(n * 4));
   memcpy(g, m.R, n * 4);
-  be->rope(g, 2, 5, 24, 3, 3, 10000.0f, -1);
+  be->rope(g, 2, 5, 24, 3, 3, m.freq, -1);
   fd_check("rope", m.qkv, g, n, rope_loss, &m);
 }
 

@@ -45,6 +45,10 @@ static const struct {
      "model.arch=llama rotates pairs of each head's values: n_embd/n_head=3 must be even"},
     {BASE "model: {rope_theta: 0.5}\n", "model.rope_theta=0.5 must be between 1 and 1e9"},
     {BASE "model: {tie_embeddings: false}\n", "model.tie_embeddings=false needs model.arch=llama"},
+    {BASE "model: {arch: llama, rope_scaling_factor: 8, rope_low_freq_factor: 4}\n",
+     "model.rope_scaling_factor=8 needs model.arch=llama, a factor from 1 to 1024, 0 < "
+     "rope_low_freq_factor (4) < rope_high_freq_factor (4) and rope_original_context (8192) at "
+     "least 1"},
     {BASE "model: {arch: llama, n_kv_head: 3}\n",
      "model.n_kv_head=3 must divide model.n_head=4, with model.arch=llama (grouped-query "
      "attention)"},

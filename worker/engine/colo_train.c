@@ -277,6 +277,9 @@ static void train_usage(void) {
       "  --n-kv-head N         llama: key and value heads, dividing n_head (grouped-query\n"
       "                        attention; default n_head)\n"
       "  --tie-embeddings true|false  llama: false gives the LM head a matrix of its own\n"
+      "  --rope-scaling-factor X  llama: Llama 3.1's rescaling of the rotary frequencies\n"
+      "                        (with --rope-low-freq-factor, --rope-high-freq-factor and\n"
+      "                        --rope-original-context; default none)\n"
       "  --batch-size B --grad-accum N --steps N --seed S\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant|wsd  after the warm-up; wsd holds lr, then decays\n"
@@ -387,6 +390,10 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"rope-theta", "model: {rope_theta: %s}"},
       {"n-kv-head", "model: {n_kv_head: %s}"},
       {"tie-embeddings", "model: {tie_embeddings: %s}"},
+      {"rope-scaling-factor", "model: {rope_scaling_factor: %s}"},
+      {"rope-low-freq-factor", "model: {rope_low_freq_factor: %s}"},
+      {"rope-high-freq-factor", "model: {rope_high_freq_factor: %s}"},
+      {"rope-original-context", "model: {rope_original_context: %s}"},
       {"batch-size", "train: {batch_size: %s}"},
       {"grad-accum", "train: {grad_accum: %s}"},
       {"steps", "train: {steps: %s}"},
@@ -853,7 +860,11 @@ static int cmd_train(int argc, char **argv) {
                                   .mlp_hidden = (int)ms->mlp_hidden,
                                   .rope_theta = ms->rope_theta,
                                   .n_kv_head = (int)ms->n_kv_head,
-                                  .untied_head = !ms->tie_embeddings};
+                                  .untied_head = !ms->tie_embeddings,
+                                  .rope_factor = ms->rope_scaling_factor,
+                                  .rope_low = ms->rope_low_freq_factor,
+                                  .rope_high = ms->rope_high_freq_factor,
+                                  .rope_orig = (int)ms->rope_original_context};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim = (colo_adamw_config_t){o->lr,
                                     o->min_lr,

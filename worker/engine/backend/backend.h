@@ -100,9 +100,10 @@ typedef struct colo_backend_s {
   /* Rotary position embedding (RoPE, HuggingFace Llama's rotate-half form) in place on the
    * queries and keys of qkv[B][T][3C] (NH heads of C/NH in each of q, k, v; v untouched): in each
    * head, elements i and i + hs/2 of position pos0 + t are rotated by the angle
-   * (pos0 + t) · theta^(−2i/hs). dir −1 rotates back (the transpose: the backward of the same
-   * rotation on dqkv). */
-  void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, float theta, int dir);
+   * (pos0 + t) · inv_freq[i] (fp32 [hs/2], the backend's memory: theta^(−2i/hs), or Llama 3's
+   * rescaling of it, colo_rope_freqs). dir −1 rotates back (the transpose: the backward of the
+   * same rotation on dqkv). */
+  void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir);
   /* Grouped-query attention by repetition (HF's repeat_kv): src[N][C + 2·KV] holds NH query
    * heads of hs = C/NH, then NKV key heads and NKV value heads of hs (KV = NKV·hs); dst[N][3C]
    * the attention entries' layout, q copied and each of the NH key (value) heads a copy of key
@@ -197,6 +198,13 @@ const colo_backend_t *colo_backend_cpu_dtype(colo_dtype_t t);
 enum { COLO_MATH_FP32 = 0, COLO_MATH_TF32, COLO_MATH_BF16, COLO_MATH_FP16 };
 /* The activation storage type of a precision. */
 colo_dtype_t colo_math_dtype(int math);
+
+/* RoPE's inverse frequencies for head size hs into inv_freq[hs/2] (host memory), as HF computes
+ * them in fp32: theta^(−2i/hs), and with factor > 0 Llama 3's rescaling ("rope_type": "llama3":
+ * wavelengths past orig/low divided by factor, those under orig/high kept, the band between
+ * blended). */
+void colo_rope_freqs(int hs, float theta, float factor, float low, float high, int orig,
+                     float *inv_freq);
 
 /* The CUDA backend on GPU `ordinal` at precision `math`: cuBLAS for the products, kernels of our
  * own for the rest. It is a library of its own (libcolo_cuda.so), loaded on the first call. NULL

@@ -317,7 +317,8 @@ static void rmsnorm_bwd(void *dinp_, float *dw, const void *dout_, const void *i
 
 /* ---- rotary position embedding ---- */
 
-static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, float theta, int dir) {
+static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, const float *inv_freq,
+                 int dir) {
   float *qkv = qkv_;
   int hs = C / NH, h2 = hs / 2;
 #pragma omp parallel for schedule(static)
@@ -325,8 +326,7 @@ static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, float theta,
     float pos = (float)(pos0 + bt % T);
     float *row = qkv + (size_t)bt * 3 * C;
     for (int i = 0; i < h2; i++) {
-      /* HF's inv_freq and angle, in fp32 as it computes them */
-      float ang = pos * (1.0f / powf(theta, (float)(2 * i) / (float)hs));
+      float ang = pos * inv_freq[i]; /* in fp32, as HF computes it */
       float c = cosf(ang), sn = dir < 0 ? -sinf(ang) : sinf(ang);
       for (int part = 0; part < 2 * NH; part++) { /* the heads of q, then of k */
         float *x = row + (size_t)part * hs;
@@ -373,6 +373,24 @@ static void kv_reduce(void *dst_, const void *src_, int N, int C, int NH, int NK
             acc += s[(size_t)part * C + (size_t)(j * g + k) * hs + i];
           d[C + (size_t)(part - 1) * KV + (size_t)j * hs + i] = acc;
         }
+  }
+}
+
+void colo_rope_freqs(int hs, float theta, float factor, float low, float high, int orig,
+                     float *inv_freq) {
+  for (int i = 0; i < hs / 2; i++) {
+    float f = 1.0f / powf(theta, (float)(2 * i) / (float)hs);
+    if (factor > 0.0f) {
+      float wavelen = 6.2831853071795865f / f; /* 2π */
+      float lo_wl = (float)orig / low, hi_wl = (float)orig / high;
+      if (wavelen > lo_wl) { /* low frequencies: slowed by the factor */
+        f /= factor;
+      } else if (wavelen >= hi_wl) { /* the band between: a blend of the two */
+        float s = ((float)orig / wavelen - low) / (high - low);
+        f = (1.0f - s) * f / factor + s * f;
+      }
+    }
+    inv_freq[i] = f;
   }
 }
 

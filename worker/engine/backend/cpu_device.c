@@ -311,8 +311,8 @@ static void host_free(void *p) {
     RUN("rmsnorm_bwd", base_##sfx()->rmsnorm_bwd(di, dw, d, i, w, rstd, N, C), di, dw, d, i, w,    \
         rstd);                                                                                     \
   }                                                                                                \
-  static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, float th, int dir) {        \
-    RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, th, dir), q);                               \
+  static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, const float *f, int dir) {  \
+    RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, f, dir), q, f);                             \
   }                                                                                                \
   static void kv_expand_##sfx(void *d, const void *s, int N, int C, int NH, int NKV) {             \
     RUN("kv_expand", base_##sfx()->kv_expand(d, s, N, C, NH, NKV), d, s);                          \

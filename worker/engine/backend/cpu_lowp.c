@@ -221,11 +221,11 @@ static void rmsnorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, const void *dou
   scratch_give(fi);
 }
 
-static void rope_t(colo_dtype_t t, void *qkv, int B, int T, int C, int NH, int pos0, float theta,
-                   int dir) {
+static void rope_t(colo_dtype_t t, void *qkv, int B, int T, int C, int NH, int pos0,
+                   const float *inv_freq, int dir) {
   size_t n = (size_t)B * T * 3 * C;
   float *f = widen(t, qkv, n);
-  f32()->rope(f, B, T, C, NH, pos0, theta, dir);
+  f32()->rope(f, B, T, C, NH, pos0, inv_freq, dir);
   narrow(t, qkv, f, n);
 }
 
@@ -438,8 +438,8 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
                                 const float *rstd, int N, int C) {                                 \
     rmsnorm_bwd_t(T, di, dw, d, i, w, rstd, N, C);                                                 \
   }                                                                                                \
-  static void rope_##sfx(void *q, int B, int Tt, int C, int NH, int p0, float th, int dir) {       \
-    rope_t(T, q, B, Tt, C, NH, p0, th, dir);                                                       \
+  static void rope_##sfx(void *q, int B, int Tt, int C, int NH, int p0, const float *f, int dir) { \
+    rope_t(T, q, B, Tt, C, NH, p0, f, dir);                                                        \
   }                                                                                                \
   static void swiglu_fwd_##sfx(void *o, const void *p, int N, int H) {                             \
     swiglu_fwd_t(T, o, p, N, H);                                                                   \

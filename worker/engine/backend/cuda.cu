@@ -747,8 +747,8 @@ static void rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp
 /* ---- rotary position embedding: a thread per rotated pair ---- */
 
 template <class T>
-__global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int pos0, float theta,
-                                   int dir) {
+__global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int pos0,
+                                   const float *inv_freq, int dir) {
   int hs = C / NH, h2 = hs / 2;
   size_t n = (size_t)BT * 2 * NH * h2, stride = (size_t)gridDim.x * blockDim.x;
   for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
@@ -757,7 +757,7 @@ __global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int po
     int part = (int)(rest % (2 * NH)); /* the heads of q, then of k */
     int bt = (int)(rest / (2 * NH));
     float pos = (float)(pos0 + bt % T_);
-    float ang = pos * (1.0f / powf(theta, (float)(2 * i) / (float)hs));
+    float ang = pos * inv_freq[i];
     float c = cosf(ang), sn = dir < 0 ? -sinf(ang) : sinf(ang);
     T *x = qkv + (size_t)bt * 3 * C + (size_t)part * hs;
     float x1 = ld(x[i]), x2 = ld(x[i + h2]);
@@ -767,10 +767,11 @@ __global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int po
 }
 
 template <class T>
-static void rope(void *qkv, int B, int T_, int C, int NH, int pos0, float theta, int dir) {
+static void rope(void *qkv, int B, int T_, int C, int NH, int pos0, const float *inv_freq,
+                 int dir) {
   size_t n = (size_t)B * T_ * C; /* pairs: B·T·2·NH·hs/2 */
   rope_kernel<T>
-      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)qkv, B * T_, T_, C, NH, pos0, theta, dir);
+      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)qkv, B * T_, T_, C, NH, pos0, inv_freq, dir);
   LAUNCHED();
 }
 

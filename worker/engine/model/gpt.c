@@ -59,7 +59,7 @@ struct colo_gpt_s {
   int NKVl, Cqkv;          /* key (value) heads /tp; the local qkv product's width Cq + 2·KV/tp */
   int gqa;                 /* NKV < NH: the product's keys and values repeated for attention */
   int llama;               /* cfg.arch == COLO_ARCH_LLAMA */
-  float theta;             /* LLAMA: RoPE's base */
+  float *inv_freq;         /* LLAMA: RoPE's frequencies [hs/2], the backend's memory */
   int per_layer;           /* tensors per block: 12, or 6 (LLAMA) */
   int slot[P_PER_LAYER];   /* a P_* tensor's place in its block's run of tensors (-1: none) */
   int n_top, n_tail;       /* tensors before the blocks (wte, wpe) and after (ln_f, lm_head) */
@@ -460,9 +460,15 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              cfg->n_embd / cfg->n_head);
     return COLO_EINVAL;
   }
-  if (cfg->mlp_hidden < 0 || cfg->rope_theta < 0.0f || !(cfg->rope_theta == cfg->rope_theta)) {
-    snprintf(err, errlen, "bad model shape: mlp_hidden=%d rope_theta=%g", cfg->mlp_hidden,
-             (double)cfg->rope_theta);
+  if (cfg->mlp_hidden < 0 || !(cfg->rope_theta >= 0.0f) || !(cfg->rope_factor >= 0.0f) ||
+      !(cfg->rope_low >= 0.0f) || !(cfg->rope_high >= 0.0f) || cfg->rope_orig < 0 ||
+      (cfg->rope_factor > 0.0f && (cfg->rope_high > 0.0f ? cfg->rope_high : 4.0f) <=
+                                      (cfg->rope_low > 0.0f ? cfg->rope_low : 1.0f))) {
+    snprintf(err, errlen,
+             "bad model shape: mlp_hidden=%d rope_theta=%g, rope scaling factor %g, low %g, high "
+             "%g (above low), original context %d",
+             cfg->mlp_hidden, (double)cfg->rope_theta, (double)cfg->rope_factor,
+             (double)cfg->rope_low, (double)cfg->rope_high, cfg->rope_orig);
     return COLO_EINVAL;
   }
   int tp = tp_comm ? colo_comm_size(tp_comm) : 1;
@@ -513,7 +519,6 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->NHl = cfg->n_head / tp;
   m->Cf = H / tp;
   m->llama = cfg->arch == COLO_ARCH_LLAMA;
-  m->theta = cfg->rope_theta > 0.0f ? cfg->rope_theta : 10000.0f;
   m->per_layer = colo_gpt_tensors_per_layer(cfg);
   m->n_top = m->llama ? 1 : 2;
   m->n_lnf = m->llama ? 1 : 2;
@@ -599,6 +604,20 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (rest[i].bytes && !(*rest[i].p = colo_pool_alloc(pool, rest[i].bytes, "activations")))
       rc = COLO_ENOMEM;
+  int hs = cfg->n_embd / cfg->n_head;
+  if (rc == 0 && m->llama) { /* RoPE's frequencies, made once on the host */
+    float *f = malloc((size_t)hs / 2 * sizeof *f);
+    if (!f || !(m->inv_freq = colo_pool_alloc(pool, (size_t)hs / 2 * sizeof(float), "rope"))) {
+      rc = COLO_ENOMEM;
+    } else {
+      colo_rope_freqs(hs, cfg->rope_theta > 0.0f ? cfg->rope_theta : 10000.0f, cfg->rope_factor,
+                      cfg->rope_low > 0.0f ? cfg->rope_low : 1.0f,
+                      cfg->rope_high > 0.0f ? cfg->rope_high : 4.0f,
+                      cfg->rope_orig > 0 ? cfg->rope_orig : 8192, f);
+      be->from_host(m->inv_freq, f, (size_t)hs / 2 * sizeof *f);
+    }
+    free(f);
+  }
   if (rc == 0 && (!(m->inputs = colo_pool_alloc(pool, N * sizeof(int), "tokens")) ||
                   !(m->targets = colo_pool_alloc(pool, N * sizeof(int), "tokens"))))
     rc = COLO_ENOMEM;
@@ -635,7 +654,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
                   m->dln,     m->dqkv,     m->datty,      m->dfch,   m->dtmp,   m->gelu,
                   m->gmax,    m->gsum,     m->tlogit,     m->gather, m->dfull,  m->lnscratch,
                   m->wte_act, m->xfer,     m->proj,       m->lnfull, m->kcache, m->vcache,
-                  m->scores,  m->dec_loss, m->dec_target, m->dglu,   m->qsmall};
+                  m->scores,  m->dec_loss, m->dec_target, m->dglu,   m->qsmall, m->inv_freq};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -903,7 +922,7 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   if (m->gqa) /* each key and value head repeated for its group of query heads */
     be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
   if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
-    be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->theta, 1);
+    be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1);
   be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl);
   be->matmul_fwd(m->proj, a->atty, w.attproj, apb, N, Cq, C);
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
@@ -1097,7 +1116,7 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     if (m->gqa)
       be->kv_expand(qkv, m->qsmall, 1, C, NH, m->NKVl);
     if (m->llama) /* this position's query and key: the cache keeps keys rotated */
-      be->rope(qkv, 1, 1, C, NH, pos, m->theta, 1);
+      be->rope(qkv, 1, 1, C, NH, pos, m->inv_freq, 1);
     for (int h = 0; h < NH; h++) {
       size_t head = ((size_t)l * NH + h) * T * hs; /* this head's cache of this layer */
       float *K = (float *)m->kcache + head, *Vh = (float *)m->vcache + head;
@@ -1338,7 +1357,7 @@ blocks:
                    Cq, C);
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl);
     if (m->llama) /* through the rotation: its transpose */
-      be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->theta, -1);
+      be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1);
     if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
       be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->gqa ? m->qsmall : m->dqkv,

@@ -38,6 +38,10 @@ typedef struct {
   int n_kv_head;    /* LLAMA: key and value heads (grouped-query attention); 0: n_head */
   int untied_head;  /* LLAMA: an LM head of its own (lm_head.weight [V][C], vocab-parallel, on the
                      * last stage) instead of the token embedding's transpose */
+  /* LLAMA: Llama 3's RoPE rescaling (colo_rope_freqs; factor 0: none), with its low and high
+   * frequency factors (0: 1 and 4) and original context (0: 8192) */
+  float rope_factor, rope_low, rope_high;
+  int rope_orig;
 } colo_gpt_config_t;
 
 /* cfg->n_kv_head, or n_head when 0 */

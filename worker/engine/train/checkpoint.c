@@ -150,6 +150,22 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     if (tie && !cJSON_IsBool(tie))
       bad = 1;
     t.model.untied_head = cJSON_IsFalse(tie);
+    cJSON *rs = cJSON_GetObjectItem(m, "rope_scaling");
+    if (rs) {
+      const char *k[4] = {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"};
+      double v4[4];
+      for (int i = 0; i < 4; i++) {
+        cJSON *x = cJSON_GetObjectItem(rs, k[i]);
+        v4[i] = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (!(v4[i] > 0 && v4[i] < 1e9))
+          bad = 1;
+      }
+      t.model.rope_factor = (float)v4[0];
+      t.model.rope_low = (float)v4[1];
+      t.model.rope_high = (float)v4[2];
+      t.model.rope_orig = (int)v4[3];
+    }
     t.model.arch = cJSON_IsString(ar) ? colo_gpt_arch_parse(ar->valuestring) : COLO_ARCH_GPT2;
     if (t.model.arch < 0)
       bad = 1;
@@ -413,6 +429,13 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
                             meta->model.rope_theta > 0 ? meta->model.rope_theta : 10000.0);
     cJSON_AddNumberToObject(mo, "n_kv_head", colo_gpt_kv_heads(&meta->model));
     cJSON_AddBoolToObject(mo, "tie_embeddings", !meta->model.untied_head);
+    if (meta->model.rope_factor > 0.0f) { /* Llama 3's rescaling, as HF's config names it */
+      cJSON *rs = cJSON_AddObjectToObject(mo, "rope_scaling");
+      cJSON_AddNumberToObject(rs, "factor", meta->model.rope_factor);
+      cJSON_AddNumberToObject(rs, "low_freq_factor", meta->model.rope_low);
+      cJSON_AddNumberToObject(rs, "high_freq_factor", meta->model.rope_high);
+      cJSON_AddNumberToObject(rs, "original_max_position_embeddings", meta->model.rope_orig);
+    }
   }
   cJSON_AddNumberToObject(mo, "n_layer", meta->model.n_layer);
   cJSON_AddNumberToObject(mo, "n_head", meta->model.n_head);
@@ -786,6 +809,12 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
   const colo_gpt_config_t *c = colo_gpt_config(model);
   float th_c = c->rope_theta > 0 ? c->rope_theta : 10000.0f;
   float th_t = t.model.rope_theta > 0 ? t.model.rope_theta : 10000.0f;
+  /* the rotation: its base, and Llama 3's rescaling when either has one */
+  int rope_differs = c->arch == COLO_ARCH_LLAMA &&
+                     (th_c != th_t || c->rope_factor != t.model.rope_factor ||
+                      (c->rope_factor > 0 &&
+                       (c->rope_low != t.model.rope_low || c->rope_high != t.model.rope_high ||
+                        c->rope_orig != t.model.rope_orig)));
   if (rc == 0 && (c->n_layer != t.model.n_layer || c->n_head != t.model.n_head ||
                   c->n_embd != t.model.n_embd || c->block_size != t.model.block_size ||
                   c->vocab_size != t.model.vocab_size))
@@ -797,16 +826,15 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
   if (rc == 0 &&
       (c->arch != t.model.arch || colo_gpt_mlp_hidden(c) != colo_gpt_mlp_hidden(&t.model) ||
        colo_gpt_kv_heads(c) != colo_gpt_kv_heads(&t.model) ||
-       !c->untied_head != !t.model.untied_head || (c->arch == COLO_ARCH_LLAMA && th_c != th_t)))
+       !c->untied_head != !t.model.untied_head || rope_differs))
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s; this "
                    "run's is %s with %d and %d%s (model.arch, mlp_hidden, n_kv_head, "
-                   "tie_embeddings, rope_theta)",
+                   "tie_embeddings, rope_theta, rope_scaling_*)",
                    dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
                    colo_gpt_kv_heads(&t.model), t.model.untied_head ? ", untied" : "",
-                   t.model.arch == COLO_ARCH_LLAMA && th_c != th_t ? " and another rope_theta" : "",
-                   colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c),
-                   c->untied_head ? ", untied" : "");
+                   rope_differs ? " and another rotation" : "", colo_gpt_arch_name(c->arch),
+                   colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c), c->untied_head ? ", untied" : "");
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the

@@ -441,6 +441,15 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     cJSON_AddStringToObject(j, "hidden_act", "silu");
     cJSON_AddBoolToObject(j, "attention_bias", 0);
     cJSON_AddBoolToObject(j, "mlp_bias", 0);
+    if (c->rope_factor > 0.0f) { /* Llama 3.1's rescaling */
+      cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
+      cJSON_AddStringToObject(rs, "rope_type", "llama3");
+      cJSON_AddNumberToObject(rs, "factor", c->rope_factor);
+      cJSON_AddNumberToObject(rs, "low_freq_factor", c->rope_low > 0 ? c->rope_low : 1.0);
+      cJSON_AddNumberToObject(rs, "high_freq_factor", c->rope_high > 0 ? c->rope_high : 4.0);
+      cJSON_AddNumberToObject(rs, "original_max_position_embeddings",
+                              c->rope_orig > 0 ? c->rope_orig : 8192);
+    }
   } else {
     cJSON_AddNumberToObject(j, "n_embd", c->n_embd);
     cJSON_AddNumberToObject(j, "n_layer", c->n_layer);
