@@ -11,6 +11,7 @@
 
 #include "../../../common/error.h"
 #include "checkpoint.h"
+#include "data.h"
 #include "safetensors.h"
 
 /* the full table's tensor of this name, or NULL */
@@ -150,24 +151,11 @@ static int files_open(const char *path, files_t *fs, char *err, size_t errlen) {
     return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
                      strerror(errno));
   char *text = NULL;
-  size_t cap = 0, len = 0, got;
-  char buf[65536];
-  while ((got = fread(buf, 1, sizeof buf, in)) > 0 && len < (64u << 20)) {
-    if (len + got + 1 > cap) {
-      char *t = realloc(text, cap = 2 * (len + got + 1));
-      if (!t) {
-        free(text);
-        fclose(in);
-        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory reading %s", path);
-      }
-      text = t;
-    }
-    memcpy(text + len, buf, got);
-    len += got;
-  }
+  size_t len = 0;
+  int rrc = colo_read_all(in, path, &text, &len, err, errlen);
   fclose(in);
-  if (text)
-    text[len] = '\0';
+  if (rrc < 0)
+    return rrc;
   cJSON *root = text ? cJSON_Parse(text) : NULL;
   free(text);
   cJSON *map = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
