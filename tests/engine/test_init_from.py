@@ -103,6 +103,28 @@ def first_loss(progress):
     return [json.loads(x) for x in open(progress) if '"event":"step"' in x][0]["loss"]
 
 
+def layouts_match(tmp, label, args, base):
+    """tp=2 and pp=2 runs from the file label.safetensors start at one process's first loss"""
+    for lay, extra in [("tp=2", ["--nproc", "2", "--tp", "2"]),
+                       ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"])]:
+        p2 = os.path.join(tmp, "%s-%s.jsonl" % (label, lay[:2]))
+        colo(tmp, label + ".safetensors", args + extra + ["--progress", p2])
+        l2 = first_loss(p2)
+        rel = abs(l2 - base) / abs(base)
+        check("%s: %s first loss against one process (rel 1e-5)" % (label, lay), rel <= 1e-5,
+              "%.7f vs %.7f rel %.2e" % (l2, base, rel))
+
+
+def refused(tmp, label, args, tensors, want):
+    """a file of these tensors is refused with the message want, and nothing is trained"""
+    write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
+    prog = os.path.join(tmp, label + ".jsonl")
+    r = colo(tmp, label + ".safetensors", args + ["--progress", prog], check_rc=False)
+    steps = sum('"event":"step"' in x for x in open(prog)) if os.path.exists(prog) else 0
+    check("refused: %s" % label, r.returncode != 0 and want in r.stderr and steps == 0,
+          "rc %d: %s" % (r.returncode, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="colo-init-")
     rng = np.random.default_rng(11)
@@ -149,15 +171,7 @@ def main():
         check("%s: first loss against PyTorch (rel 1e-5)" % label, rel <= 1e-5,
               "torch %.7f colo %.7f rel %.2e" % (tl, cl, rel))
         if label == "lmhead-bf16":
-            base = first_loss(prog)
-            for lay, extra in [("tp=2", ["--nproc", "2", "--tp", "2"]),
-                               ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"])]:
-                p2 = os.path.join(tmp, "%s-%s.jsonl" % (label, lay[:2]))
-                colo(tmp, label + ".safetensors", extra + ["--progress", p2])
-                l2 = first_loss(p2)
-                rel = abs(l2 - base) / abs(base)
-                check("%s: %s first loss against one process (rel 1e-5)" % (label, lay), rel <= 1e-5,
-                      "%.7f vs %.7f rel %.2e" % (l2, base, rel))
+            layouts_match(tmp, label, [], first_loss(prog))
 
     # a checkpoint directory: trained here for 20 steps, then the start of a new run
     ck = os.path.join(tmp, "ck")
@@ -189,12 +203,7 @@ def main():
         "f64": "f64.safetensors: tensor wpe.weight is F64, not F32, F16 or BF16",
     }
     for label, tensors in bad.items():
-        write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
-        prog = os.path.join(tmp, label + ".jsonl")
-        r = colo(tmp, label + ".safetensors", ["--progress", prog], check_rc=False)
-        steps = sum('"event":"step"' in x for x in open(prog)) if os.path.exists(prog) else 0
-        check("refused: %s" % label, r.returncode != 0 and want[label] in r.stderr and steps == 0,
-              "rc %d: %s" % (r.returncode, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""))
+        refused(tmp, label, [], tensors, want[label])
     llama(tmp)
     r = colo(tmp, "../hub-f32.safetensors", check_rc=False)
     check("refused: a path outside the data root", r.returncode != 0 and
@@ -260,14 +269,7 @@ def llama(tmp):
                   'tensor model.norm.weight maps to "../shard-1.safetensors", not a file beside the index'
                   in r.stderr, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "")
         if prefix:
-            for lay, extra in [("tp=2", ["--nproc", "2", "--tp", "2"]),
-                               ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"])]:
-                p2 = os.path.join(tmp, "%s-%s.jsonl" % (label, lay[:2]))
-                colo(tmp, label + ".safetensors", a + extra + ["--progress", p2])
-                l2 = first_loss(p2)
-                rel = abs(l2 - cl) / abs(cl)
-                check("%s: %s first loss against one process (rel 1e-5)" % (label, lay), rel <= 1e-5,
-                      "%.7f vs %.7f rel %.2e" % (l2, cl, rel))
+            layouts_match(tmp, label, a, cl)
     hf = HFLlama(cfg)
     good = {n: encode(w[n], "F32")[0] for n in hf.shapes}
     bad = {"untied-for-tied": (args, dict(good, **{"lm_head.weight": ("F32", np.ones((V, C), np.float32))})),
@@ -284,12 +286,7 @@ def llama(tmp):
             "llama-tied-for-untied": "llama-tied-for-untied.safetensors has no lm_head.weight: its head is tied "
                                      "to the embedding, and this run's model is not (model.tie_embeddings=false)"}
     for label, (a, tensors) in bad.items():
-        write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
-        prog = os.path.join(tmp, label + ".jsonl")
-        r = colo(tmp, label + ".safetensors", a + ["--progress", prog], check_rc=False)
-        steps = sum('"event":"step"' in x for x in open(prog)) if os.path.exists(prog) else 0
-        check("refused: %s" % label, r.returncode != 0 and want[label] in r.stderr and steps == 0,
-              "rc %d: %s" % (r.returncode, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""))
+        refused(tmp, label, a, tensors, want[label])
 
 
 if __name__ == "__main__":
