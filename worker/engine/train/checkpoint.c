@@ -18,6 +18,7 @@
 
 #include "../../../common/error.h"
 #include "data.h"
+#include "hf.h"
 #include "safetensors.h"
 
 #define MANIFEST "manifest.json"
@@ -986,11 +987,8 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
     colo_ckpt_meta_t meta;
     return colo_ckpt_load(path, &meta, model, params, NULL, err, errlen);
   }
-  if (colo_gpt_config(model)->arch != COLO_ARCH_GPT2)
-    return colo_fail(err, errlen, COLO_EINVAL,
-                     "%s: this reads GPT-2's safetensors files only (model.arch=gpt2), not a %s "
-                     "model's",
-                     path, colo_gpt_arch_name(colo_gpt_config(model)->arch));
+  if (colo_gpt_config(model)->arch == COLO_ARCH_LLAMA) /* HuggingFace's Llama layout */
+    return colo_hf_read_llama(path, model, params ? params : colo_gpt_params(model), err, errlen);
   source_t s;
   if (source_init(&s, 1, 1, colo_gpt_config(model)->n_layer, 1) < 0)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");

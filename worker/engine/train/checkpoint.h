@@ -122,7 +122,8 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
  *     prefix (GPT2Model's file as the Hub has it, GPT2LMHeadModel's, or colo's own), in F32,
  *     F16 or BF16. Its model must be this one (layers, width, vocab and block; the head count is
  *     not in the file), lm_head.weight if present must equal wte.weight (GPT-2 ties them), and
- *     the attention-mask buffers of older files are skipped; any other tensor is an error. */
+ *     the attention-mask buffers of older files are skipped; any other tensor is an error;
+ *   - for a llama model, HuggingFace's Llama layout (colo_hf_read_llama). */
 int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, char *err,
                            size_t errlen);
 

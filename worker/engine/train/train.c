@@ -1103,13 +1103,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     float *dst = be->device ? malloc(bytes) : NULL;
     if (be->device && !dst)
       rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", cfg->init_from);
-    struct stat is;
-    int llama_file = colo_gpt_config(model)->arch == COLO_ARCH_LLAMA &&
-                     stat(cfg->init_from, &is) == 0 && S_ISREG(is.st_mode);
-    if (rc == 0 && llama_file) /* HuggingFace's Llama layout */
-      rc = colo_hf_read_llama(cfg->init_from, model, dst ? dst : colo_gpt_params(model), err,
-                              errlen);
-    else if (rc == 0)
+    if (rc == 0)
       rc = colo_ckpt_load_weights(cfg->init_from, model, dst, err, errlen);
     if (rc == 0 && be->device)
       be->from_host(colo_gpt_params(model), dst, bytes);
