@@ -23,6 +23,10 @@ PKGS=(
   openssl
 )
 
+# tests: node and npm, to run HuggingFace's tokenizers.js (fetched from npm by the test) as the
+# reference for tokenizer.json; any node of 18 or later does, Debian's or another's already there
+command -v node >/dev/null && command -v npm >/dev/null || PKGS+=(nodejs npm)
+
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

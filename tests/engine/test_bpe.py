@@ -221,12 +221,19 @@ def shard_np(path):
     return numpy.frombuffer(b[1024:], dtype="<u2")
 
 
+def first_piece(data, p):
+    """where the first piece of GPT-2's pre-tokenizer at or after byte p begins"""
+    at = 0
+    for w in PAT.findall(data.decode("utf-8")):
+        if at >= p:
+            return at
+        at += len(w.encode("utf-8"))
+    return at
+
+
 def cut(data, frac):
-    """where prepare splits: the first line start at or after the byte, before a printable"""
-    p = len(data) - int(len(data) * frac)
-    while p < len(data) and not (data[p - 1] == 10 and 0x20 < data[p] < 0x7f):
-        p += 1
-    return p
+    """where prepare splits: the first piece at or after the byte"""
+    return first_piece(data, len(data) - int(len(data) * frac))
 
 
 tr, va = shard(out + "/train.bin"), shard(out + "/val.bin")
@@ -240,7 +247,7 @@ print("figure: prepare --tokenizer: train %d + val %d tokens (split at byte %d o
       "reference's" % (len(tr), len(va), p_cut, len(data)))
 
 # documents: every file a pattern matches, in name order, each after <|endoftext|>; the split
-# falls inside the third, at a line's start
+# falls inside the third, where a piece begins
 docs = os.path.join(WORK, "docs")
 os.makedirs(docs, exist_ok=True)
 parts = [data[:300000], odd.encode("utf-8"), data[300000:600000]]
@@ -250,9 +257,7 @@ p = run(["prepare", "--input", os.path.join(docs, "*.txt"), "--out", os.path.joi
          "--tokenizer", hf])
 eot = vocab["<|endoftext|>"]
 N = sum(map(len, parts))
-at = N - int(N * 0.1) - len(parts[0]) - len(parts[1])
-while at < len(parts[2]) and not (parts[2][at - 1] == 10 and 0x20 < parts[2][at] < 0x7f):
-    at += 1
+at = first_piece(parts[2], N - int(N * 0.1) - len(parts[0]) - len(parts[1]))
 want_tr = [eot] + ref.encode(parts[0].decode()) + [eot] + ref.encode(parts[1].decode()) + [eot] + \
     ref.encode(parts[2][:at].decode())
 want_va = ref.encode(parts[2][at:].decode())
@@ -380,7 +385,7 @@ if "%s: the text is not UTF-8 at byte 16" % bad not in e:
 if os.path.exists(os.path.join(WORK, "b", "train.bin")):
     fail("a refused prepare left a shard behind")
 e = run(["tokenize", "--tokenizer", WORK], want=1).stderr.decode()
-if "has neither vocab.json and merges.txt" not in e:
+if "has no tokenizer.json (HuggingFace's), vocab.json and merges.txt" not in e:
     fail("no tokenizer files: " + e)
 broken = os.path.join(WORK, "broken")
 os.makedirs(broken, exist_ok=True)

@@ -66,7 +66,8 @@ static void usage(FILE *out) {
 
 /* ---- prepare ---- */
 
-/* GPT-2's tokenizer from --tokenizer DIR, or NULL (bytes) when none was given; exits on errors */
+/* the tokenizer from --tokenizer DIR (or FILE), or NULL (bytes) when none was given; exits on
+ * errors */
 static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
   *out = NULL;
   if (!dir)
@@ -122,14 +123,17 @@ static int cmd_prepare(int argc, char **argv) {
              "                          [--tokenizer DIR] [--shard-tokens N] [--threads N]\n"
              "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
              "text is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
-             "with --tokenizer GPT-2's BPE from DIR/vocab.json and DIR/merges.txt as HuggingFace\n"
-             "ships them with a GPT-2 (or OpenAI's encoder.json and vocab.bpe); the text must\n"
-             "be UTF-8. With --shard-tokens, train_000000.bin, train_000001.bin, ... and val_*\n"
+             "with --tokenizer a byte-level BPE: a HuggingFace tokenizer.json (Llama 3's,\n"
+             "GPT-2's, ...; the file or DIR/tokenizer.json), or GPT-2's DIR/vocab.json and\n"
+             "DIR/merges.txt (or OpenAI's encoder.json and vocab.bpe); the text must be UTF-8.\n"
+             "A vocabulary past 65,536 tokens writes llm.c's uint32 shards. With --shard-tokens, "
+             "train_000000.bin, train_000001.bin, ... and val_*\n"
              "of N tokens each (a corpus larger than one shard's 2^31 tokens needs it); train\n"
              "on them with --train-data 'train_*.bin'. The text is streamed: any size\n"
              "passes through a 16 MiB buffer; progress goes to standard error. A pattern\n"
-             "('docs/*.txt') takes every file it matches, each a document, after GPT-2's\n"
-             "<|endoftext|> under --tokenizer. BPE encodes on --threads threads (default: the\n"
+             "('docs/*.txt') takes every file it matches, each a document, after the\n"
+             "tokenizer's document token under --tokenizer (GPT-2's <|endoftext|>, Llama 3's\n"
+             "<|begin_of_text|>). BPE encodes on --threads threads (default: the\n"
              "machine's, at most 16); the tokens are the same for any number.\n");
       return 0;
     default:
@@ -146,14 +150,19 @@ static int cmd_prepare(int argc, char **argv) {
   colo_prepare_stats_t st;
   int rc = colo_prepare(input, out, &po, &st, err, sizeof err);
   int vocab = bpe ? colo_bpe_vocab_size(bpe) : 0;
+  char doc[64] = "";
+  size_t dl;
+  const char *dt = st.eot >= 0 ? colo_bpe_token(bpe, st.eot, &dl) : NULL;
+  if (dt)
+    snprintf(doc, sizeof doc, ", each after the %.*s token (%d)", (int)(dl < 40 ? dl : 40), dt,
+             st.eot);
   colo_bpe_free(bpe);
   if (rc < 0) {
     fprintf(stderr, "colo-train prepare: %s\n", err);
     return 1;
   }
   if (st.documents > 1)
-    printf("%d documents of %zu bytes%s\n", st.documents, st.bytes,
-           st.eot >= 0 ? ", each after the <|endoftext|> token" : "");
+    printf("%d documents of %zu bytes%s\n", st.documents, st.bytes, doc);
   static const char *kind[2] = {"train", "val"};
   for (int k = 0; k < 2; k++)
     if (po.shard_tokens)
@@ -161,9 +170,10 @@ static int cmd_prepare(int argc, char **argv) {
     else
       printf("%s/%s.bin: %zu tokens\n", out, kind[k], st.tokens[k]);
   if (vocab)
-    printf("tokens of a %d-token vocabulary: the model's vocab_size must be at least %d "
+    printf("tokens of a %d-token vocabulary%s: the model's vocab_size must be at least %d "
            "(GPT-2 pads it to %d)\n",
-           vocab, vocab, (vocab + 127) / 128 * 128);
+           vocab, st.wide ? ", 32 bits each (llm.c's Llama 3 shards)" : "", vocab,
+           (vocab + 127) / 128 * 128);
   return 0;
 }
 
@@ -187,7 +197,7 @@ static int cmd_tokenize(int argc, char **argv) {
       break;
     case 'h':
       printf("usage: colo-train tokenize --tokenizer DIR [--decode] < IN > OUT\n"
-             "Encodes UTF-8 text on standard input with GPT-2's BPE (DIR as for prepare) and\n"
+             "Encodes UTF-8 text on standard input with a byte-level BPE (DIR as for prepare) and\n"
              "writes the token ids, one per line; with --decode reads ids (any whitespace\n"
              "between them) and writes their text.\n");
       return 0;
@@ -1230,8 +1240,11 @@ static int cmd_sample(int argc, char **argv) {
           "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n" CKPT_DIR_HELP
           "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
           "first) whose probabilities add up to P, after --top-k.\n"
-          "Tokens are bytes, or with --tokenizer GPT-2's BPE (DIR as for prepare), where\n"
-          "the text ends early at <|endoftext|>. Each token is one position's work against\n"
+          "Tokens are bytes, or with --tokenizer a byte-level BPE (as for prepare), where\n"
+          "the text ends early at a document's end (<|endoftext|>, <|end_of_text|>) or the\n"
+          "next one's beginning (<|begin_of_text|>), and an empty prompt starts from the\n"
+          "tokenizer's beginning of text where it has one (else a newline). Each token is one "
+          "position's work against\n"
           "a cache of the keys and values before it, while the text fits the model's block;\n"
           "past it, or with --full-forward, the whole window runs again for each token.\n");
       return 0;

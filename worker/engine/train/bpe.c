@@ -1,4 +1,4 @@
-/* GPT-2's byte-level BPE: loading its files, encoding and decoding. */
+/* Byte-level BPE: loading GPT-2's files or a HuggingFace tokenizer.json, encoding and decoding. */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "bpe.h"
 
@@ -9,18 +9,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cjson/cJSON.h>
 
 #include "../../../common/error.h"
 #include "data.h"
 
-/* GPT-2's pre-tokenizer: contractions, letters, digits, other symbols, each with one leading
- * space; whitespace runs leave their last space to the word that follows */
-static const char PATTERN[] = "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
-                              "\\s+(?!\\S)|\\s+";
+/* GPT-2's pre-tokenizer (ByteLevel's use_regex): contractions, letters, digits, other symbols,
+ * each with one leading space; whitespace runs leave their last space to the word that follows */
+static const char GPT2_PATTERN[] =
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
+    "\\s+(?!\\S)|\\s+";
 
-#define N_CP 324 /* the code points bytes are written as: 256 + the 68 unprintable bytes */
+#define N_CP      324 /* the code points bytes are written as: 256 + the 68 unprintable bytes */
+#define MAX_SPLIT 4   /* pre-tokenizers that split, one after another */
 
 typedef struct {
   const char *s;
@@ -32,14 +35,18 @@ struct colo_bpe {
   int n_tok;
   char *arena; /* every token's bytes */
   int byte_id[256];
-  int *slot; /* bytes -> id: open addressing, id + 1 (0: empty) */
+  int *slot; /* the model's tokens: bytes -> id: open addressing, id + 1 (0: empty) */
   size_t slot_cap;
+  int *special; /* the ids of the added tokens the model's vocabulary does not have */
+  int n_special;
   uint64_t *pair_key; /* (a + 1) << 32 | b (0: empty) -> rank, merged id */
   int *pair_rank, *pair_id;
   size_t pair_cap;
-  pcre2_code *re;
+  pcre2_code *re[MAX_SPLIT]; /* the splits in order: each splits the pieces of the one before */
+  int n_re;
+  int ignore_merges; /* a piece that is a token is that token (tiktoken's rule, Llama 3's) */
+  int doc, doc_bos;  /* colo_bpe_doc_token's answer */
 };
-
 static uint64_t fnv(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
   for (size_t i = 0; i < n; i++)
@@ -120,17 +127,35 @@ static int slurp(const char *path, char **text, size_t *len, char *err, size_t e
   return rc;
 }
 
+/* the file as a JSON object into *out (cJSON_Delete it): 0, or a COLO_E* code with the reason */
+static int read_json(const char *path, cJSON **out, char *err, size_t errlen) {
+  size_t len;
+  char *text;
+  *out = NULL;
+  int rc = slurp(path, &text, &len, err, errlen);
+  if (rc < 0)
+    return rc;
+  *out = cJSON_ParseWithLength(text, len);
+  free(text);
+  if (cJSON_IsObject(*out))
+    return 0;
+  cJSON_Delete(*out);
+  *out = NULL;
+  return colo_fail(err, errlen, COLO_EPARSE, "%s: not a JSON object", path);
+}
+
 void colo_bpe_free(colo_bpe_t *t) {
   if (!t)
     return;
   free(t->tok);
   free(t->arena);
   free(t->slot);
+  free(t->special);
   free(t->pair_key);
   free(t->pair_rank);
   free(t->pair_id);
-  if (t->re)
-    pcre2_code_free(t->re);
+  for (int i = 0; i < t->n_re; i++)
+    pcre2_code_free(t->re[i]);
   free(t);
 }
 
@@ -141,57 +166,52 @@ static size_t pow2_above(size_t n) {
   return c;
 }
 
-static int load_vocab(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *err,
-                      size_t errlen) {
-  size_t len;
-  char *text;
-  int rc = slurp(path, &text, &len, err, errlen);
-  if (rc < 0)
-    return rc;
-  cJSON *root = cJSON_ParseWithLength(text, len);
-  free(text);
-  if (!cJSON_IsObject(root)) {
-    cJSON_Delete(root);
-    return colo_fail(err, errlen, COLO_EPARSE, "%s: not a JSON object of tokens and ids", path);
-  }
-  size_t bytes = 0, n = 0;
+/* The tokens: the model's vocabulary (an object of byte-level tokens and their ids) and the
+ * added tokens a tokenizer.json lists (objects of id and content; NULL for none), whose content
+ * is their bytes as they are. `file` names the source in messages. */
+static int load_vocab(colo_bpe_t *t, const cJSON *vocab, const cJSON *added, const char *file,
+                      const int u2b[N_CP], char *err, size_t errlen) {
+  size_t bytes = 0, n = 0, n_added = 0;
   int max_id = -1;
-  cJSON *it;
-  cJSON_ArrayForEach(it, root) {
+  const cJSON *it;
+  cJSON_ArrayForEach(it, vocab) {
     double id = cJSON_IsNumber(it) ? it->valuedouble : -1;
-    if (!(id >= 0 && id < 1 << 24) || id != (int)id) {
-      cJSON_Delete(root);
-      return colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" has no valid id", path,
+    if (!(id >= 0 && id < 1 << 24) || id != (int)id)
+      return colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" has no valid id", file,
                        it->string);
-    }
     max_id = (int)id > max_id ? (int)id : max_id;
     bytes += strlen(it->string);
     n++;
+  }
+  cJSON_ArrayForEach(it, added) {
+    const cJSON *id = cJSON_GetObjectItemCaseSensitive(it, "id");
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(it, "content");
+    double v = cJSON_IsNumber(id) ? id->valuedouble : -1;
+    if (!cJSON_IsString(s) || !(v >= 0 && v < 1 << 24) || v != (int)v)
+      return colo_fail(err, errlen, COLO_EPARSE,
+                       "%s: added_tokens[%zu] has no valid id and content", file, n_added);
+    max_id = (int)v > max_id ? (int)v : max_id;
+    bytes += strlen(s->valuestring);
+    n_added++;
   }
   t->n_tok = max_id + 1;
   t->tok = calloc((size_t)(t->n_tok ? t->n_tok : 1), sizeof *t->tok);
   t->arena = malloc(bytes ? bytes : 1);
   t->slot_cap = pow2_above(n);
   t->slot = calloc(t->slot_cap, sizeof *t->slot);
-  if (!t->tok || !t->arena || !t->slot) {
-    cJSON_Delete(root);
-    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s", path);
-  }
+  t->special = malloc((n_added ? n_added : 1) * sizeof *t->special);
+  if (!t->tok || !t->arena || !t->slot || !t->special)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s", file);
   size_t at = 0;
-  rc = 0;
-  cJSON_ArrayForEach(it, root) {
+  cJSON_ArrayForEach(it, vocab) {
     int id = (int)it->valuedouble;
     long k = unmap(u2b, it->string, strlen(it->string), t->arena + at);
-    if (k < 0) {
-      rc = colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" is not GPT-2's byte-level form",
-                     path, it->string);
-      break;
-    }
-    if (t->tok[id].s || lookup(t, t->arena + at, (size_t)k) >= 0) {
-      rc = colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" or its id %d appears twice", path,
-                     it->string, id);
-      break;
-    }
+    if (k < 0)
+      return colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" is not GPT-2's byte-level form",
+                       file, it->string);
+    if (t->tok[id].s || lookup(t, t->arena + at, (size_t)k) >= 0)
+      return colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" or its id %d appears twice",
+                       file, it->string, id);
     t->tok[id] = (tok_t){t->arena + at, (size_t)k};
     size_t i = fnv(t->arena + at, (size_t)k) & (t->slot_cap - 1);
     while (t->slot[i])
@@ -199,13 +219,57 @@ static int load_vocab(colo_bpe_t *t, const char *path, const int u2b[N_CP], char
     t->slot[i] = id + 1;
     at += (size_t)k;
   }
-  cJSON_Delete(root);
-  for (int b = 0; rc == 0 && b < 256; b++) {
+  /* an added token the vocabulary has already (GPT-2's <|endoftext|>) stays as it is there */
+  cJSON_ArrayForEach(it, added) {
+    int id = (int)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
+    const char *s = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
+    size_t k = strlen(s);
+    if (t->tok[id].s)
+      continue;
+    memcpy(t->arena + at, s, k);
+    t->tok[id] = (tok_t){t->arena + at, k};
+    t->special[t->n_special++] = id;
+    at += k;
+  }
+  for (int b = 0; b < 256; b++) {
     char c = (char)b;
     if ((t->byte_id[b] = lookup(t, &c, 1)) < 0)
-      rc = colo_fail(err, errlen, COLO_EPARSE, "%s: byte 0x%02x has no token of its own", path, b);
+      return colo_fail(err, errlen, COLO_EPARSE, "%s: byte 0x%02x has no token of its own", file,
+                       b);
   }
-  return rc;
+  return 0;
+}
+
+static int merges_alloc(colo_bpe_t *t, size_t n) {
+  t->pair_cap = pow2_above(n);
+  t->pair_key = calloc(t->pair_cap, sizeof *t->pair_key);
+  t->pair_rank = calloc(t->pair_cap, sizeof *t->pair_rank);
+  t->pair_id = calloc(t->pair_cap, sizeof *t->pair_id);
+  return t->pair_key && t->pair_rank && t->pair_id ? 0 : COLO_ENOMEM;
+}
+
+/* The merge of byte-level tokens a and b (as their files write them) at the next rank; buf has
+ * room for their bytes. -1 when a part or the merged token is not in the vocabulary. */
+static int add_merge(colo_bpe_t *t, const int u2b[N_CP], const char *a, size_t na, const char *b,
+                     size_t nb, int *rank, char *buf) {
+  long ka = unmap(u2b, a, na, buf);
+  long kb = ka < 0 ? -1 : unmap(u2b, b, nb, buf + ka);
+  int x = ka < 0 || kb < 0 ? -1 : lookup(t, buf, (size_t)ka);
+  int y = x < 0 ? -1 : lookup(t, buf + ka, (size_t)kb);
+  int xy = y < 0 ? -1 : lookup(t, buf, (size_t)(ka + kb));
+  if (xy < 0)
+    return -1;
+  uint64_t key = (uint64_t)(x + 1) << 32 | (uint32_t)y;
+  size_t i = mix(key) & (t->pair_cap - 1);
+  while (t->pair_key[i] && t->pair_key[i] != key)
+    i = (i + 1) & (t->pair_cap - 1);
+  if (!t->pair_key[i]) { /* a repeated merge keeps its first rank */
+    t->pair_key[i] = key;
+    t->pair_rank[i] = *rank;
+    t->pair_id[i] = xy;
+  }
+  (*rank)++;
+  return 0;
 }
 
 static int load_merges(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *err,
@@ -218,18 +282,13 @@ static int load_merges(colo_bpe_t *t, const char *path, const int u2b[N_CP], cha
   size_t lines = 1;
   for (size_t i = 0; i < len; i++)
     lines += text[i] == '\n';
-  t->pair_cap = pow2_above(lines);
-  t->pair_key = calloc(t->pair_cap, sizeof *t->pair_key);
-  t->pair_rank = calloc(t->pair_cap, sizeof *t->pair_rank);
-  t->pair_id = calloc(t->pair_cap, sizeof *t->pair_id);
   char *buf = malloc(len + 1);
-  if (!t->pair_key || !t->pair_rank || !t->pair_id || !buf) {
+  if (merges_alloc(t, lines) < 0 || !buf) {
     free(text);
     free(buf);
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s", path);
   }
   int rank = 0, line = 0;
-  rc = 0;
   for (char *s = text; rc == 0 && *s;) {
     char *e = strchr(s, '\n');
     size_t n = e ? (size_t)(e - s) : strlen(s);
@@ -242,28 +301,11 @@ static int load_merges(colo_bpe_t *t, const char *path, const int u2b[N_CP], cha
     } else if (!sp || sp == s || sp == s + n - 1 || memchr(sp + 1, ' ', n - (size_t)(sp + 1 - s))) {
       rc = colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not two tokens separated by a space", path,
                      line);
-    } else {
-      long ka = unmap(u2b, s, (size_t)(sp - s), buf);
-      long kb = ka < 0 ? -1 : unmap(u2b, sp + 1, n - (size_t)(sp + 1 - s), buf + ka);
-      int a = ka < 0 || kb < 0 ? -1 : lookup(t, buf, (size_t)ka);
-      int b = a < 0 ? -1 : lookup(t, buf + ka, (size_t)kb);
-      int ab = b < 0 ? -1 : lookup(t, buf, (size_t)(ka + kb));
-      if (ab < 0) {
-        rc = colo_fail(err, errlen, COLO_EPARSE,
-                       "%s:%d: \"%.*s\": a part or the merged token is not in the vocabulary", path,
-                       line, (int)n, s);
-      } else {
-        uint64_t key = (uint64_t)(a + 1) << 32 | (uint32_t)b;
-        size_t i = mix(key) & (t->pair_cap - 1);
-        while (t->pair_key[i] && t->pair_key[i] != key)
-          i = (i + 1) & (t->pair_cap - 1);
-        if (!t->pair_key[i]) { /* a repeated merge keeps its first rank */
-          t->pair_key[i] = key;
-          t->pair_rank[i] = rank;
-          t->pair_id[i] = ab;
-        }
-        rank++;
-      }
+    } else if (add_merge(t, u2b, s, (size_t)(sp - s), sp + 1, n - (size_t)(sp + 1 - s), &rank,
+                         buf) < 0) {
+      rc = colo_fail(err, errlen, COLO_EPARSE,
+                     "%s:%d: \"%.*s\": a part or the merged token is not in the vocabulary", path,
+                     line, (int)n, s);
     }
     s = e ? e + 1 : s + n;
   }
@@ -272,46 +314,323 @@ static int load_merges(colo_bpe_t *t, const char *path, const int u2b[N_CP], cha
   return rc;
 }
 
-int colo_bpe_load(const char *dir, colo_bpe_t **out, char *err, size_t errlen) {
+/* a pre-tokenizer's pattern, compiled (literal: a Split's String) */
+static int add_split(colo_bpe_t *t, const char *pattern, int literal, const char *file, char *err,
+                     size_t errlen) {
+  if (t->n_re == MAX_SPLIT)
+    return colo_fail(err, errlen, COLO_EINVAL, "%s: more than %d splitting pre-tokenizers", file,
+                     MAX_SPLIT);
+  int code;
+  PCRE2_SIZE at;
+  pcre2_code *re =
+      pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED,
+                    PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0), &code, &at, NULL);
+  if (!re) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(code, msg, sizeof msg);
+    return colo_fail(err, errlen, COLO_EINVAL, "%s: the pre-tokenizer's pattern \"%s\": %s", file,
+                     pattern, (char *)msg);
+  }
+  uint32_t behind = 0;
+  pcre2_pattern_info(re, PCRE2_INFO_MAXLOOKBEHIND, &behind);
+  if (t->n_re == 0 && behind > 0) { /* the first split streams from piece boundaries */
+    pcre2_code_free(re);
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: the pre-tokenizer's pattern \"%s\" looks behind (a lookbehind, \\b or "
+                     "\\B), which colo does not read in the first split",
+                     file, pattern);
+  }
+  /* where JIT is there (else interpreted), with hard partial matching for the streamed split */
+  pcre2_jit_compile(re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
+  t->re[t->n_re++] = re;
+  return 0;
+}
+
+static const char *json_str(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* A tokenizer.json's pre_tokenizer: Split (a Regex or String pattern, behavior Isolated),
+ * Digits, and ByteLevel (GPT-2's pattern under use_regex), alone or in a Sequence; a Split
+ * after the ByteLevel would see its byte-level characters, and is refused with the others. */
+static int load_pre(colo_bpe_t *t, const cJSON *p, int *byte_level, const char *file, char *err,
+                    size_t errlen) {
+  const char *type = json_str(p, "type");
+  if (!type)
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: a pre_tokenizer without a type", file);
+  if (!strcmp(type, "Sequence")) {
+    const cJSON *it;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(p, "pretokenizers")) {
+      int rc = load_pre(t, it, byte_level, file, err, errlen);
+      if (rc < 0)
+        return rc;
+    }
+    return 0;
+  }
+  if (*byte_level)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: a %s pre-tokenizer after ByteLevel; colo reads splits before it only",
+                     file, type);
+  if (!strcmp(type, "ByteLevel")) {
+    *byte_level = 1;
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "add_prefix_space")))
+      return colo_fail(err, errlen, COLO_EINVAL,
+                       "%s: a ByteLevel pre-tokenizer with add_prefix_space, which colo does not "
+                       "read",
+                       file);
+    const cJSON *re = cJSON_GetObjectItemCaseSensitive(p, "use_regex");
+    return re && cJSON_IsFalse(re) ? 0 : add_split(t, GPT2_PATTERN, 0, file, err, errlen);
+  }
+  if (!strcmp(type, "Digits"))
+    return add_split(t,
+                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "individual_digits"))
+                         ? "\\p{N}"
+                         : "\\p{N}+",
+                     0, file, err, errlen);
+  if (!strcmp(type, "Split")) {
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(p, "pattern");
+    const char *re = json_str(pat, "Regex"), *lit = json_str(pat, "String");
+    const char *behavior = json_str(p, "behavior");
+    if (!re && !lit)
+      return colo_fail(err, errlen, COLO_EPARSE, "%s: a Split without a Regex or String pattern",
+                       file);
+    if (!behavior || strcmp(behavior, "Isolated") ||
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "invert")))
+      return colo_fail(err, errlen, COLO_EINVAL,
+                       "%s: a Split with behavior %s%s; colo reads Isolated, not inverted", file,
+                       behavior ? behavior : "(none)",
+                       cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "invert")) ? ", inverted"
+                                                                                   : "");
+    return add_split(t, re ? re : lit, !re, file, err, errlen);
+  }
+  return colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: a %s pre-tokenizer, which colo does not read (it reads Split, Digits and "
+                   "ByteLevel)",
+                   file, type);
+}
+
+/* The special token a post-processor's template puts before the text (Llama 3's
+ * <|begin_of_text|>): its id, or -1 */
+static int template_bos(const colo_bpe_t *t, const cJSON *pp) {
+  const char *type = json_str(pp, "type");
+  const cJSON *it;
+  if (type && !strcmp(type, "Sequence")) {
+    cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(pp, "processors")) {
+      int id = template_bos(t, it);
+      if (id >= 0)
+        return id;
+    }
+    return -1;
+  }
+  if (!type || strcmp(type, "TemplateProcessing"))
+    return -1;
+  const cJSON *first = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(pp, "single"), 0);
+  const char *name = json_str(cJSON_GetObjectItemCaseSensitive(first, "SpecialToken"), "id");
+  if (!name)
+    return -1;
+  const cJSON *ids = cJSON_GetObjectItemCaseSensitive(
+      cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(pp, "special_tokens"),
+                                       name),
+      "ids");
+  const cJSON *id = cJSON_GetArrayItem(ids, 0);
+  if (cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble < t->n_tok &&
+      t->tok[(int)id->valuedouble].s)
+    return (int)id->valuedouble;
+  return colo_bpe_lookup(t, name, strlen(name));
+}
+
+/* the model's field, when it is there and not null */
+static const cJSON *field(const cJSON *o, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+  return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+static int load_hf(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *err, size_t errlen) {
+  cJSON *root;
+  int rc = read_json(path, &root, err, errlen);
+  if (rc < 0)
+    return rc;
+  const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
+  const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+  const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+  const char *type = json_str(model, "type");
+  const cJSON *norm = field(root, "normalizer"), *pre = field(root, "pre_tokenizer"), *v;
+  int byte_level = 0;
+  if (!cJSON_IsObject(model))
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: not a tokenizer.json (no model object)", path);
+  else if (type && strcmp(type, "BPE"))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: a %s model; colo reads byte-level BPE tokenizers (GPT-2's, Llama 3's)",
+                   path, type);
+  else if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: the model has no vocab object and merges list",
+                   path);
+  else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: a BPE with byte_fallback (SentencePiece's kind, Llama 2's); colo reads "
+                   "byte-level BPE tokenizers (GPT-2's, Llama 3's)",
+                   path);
+  else if (((v = field(model, "continuing_subword_prefix")) && cJSON_IsString(v) &&
+            *v->valuestring) ||
+           ((v = field(model, "end_of_word_suffix")) && cJSON_IsString(v) && *v->valuestring))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: a BPE with a subword prefix or suffix, which colo does not read", path);
+  else if ((v = field(model, "dropout")) && cJSON_IsNumber(v) && v->valuedouble > 0)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: a BPE with dropout %g; colo encodes without (set it to null)", path,
+                   v->valuedouble);
+  else if (norm &&
+           !(!strcmp(json_str(norm, "type") ? json_str(norm, "type") : "", "Sequence") &&
+             cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(norm, "normalizers")) == 0))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: a %s normalizer, which colo does not read (it reads tokenizers without "
+                   "one, as GPT-2's and Llama 3's are)",
+                   path, json_str(norm, "type") ? json_str(norm, "type") : "(untyped)");
+  else if (!pre)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: no pre_tokenizer; colo reads byte-level BPE tokenizers, whose "
+                   "pre-tokenizer is ByteLevel",
+                   path);
+  if (rc == 0)
+    rc = load_pre(t, pre, &byte_level, path, err, errlen);
+  if (rc == 0 && !byte_level)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: no ByteLevel pre-tokenizer; colo reads byte-level BPE tokenizers", path);
+  if (rc == 0 && t->n_re == 0)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: no pre-tokenizer splits the text (ByteLevel without use_regex and no "
+                   "Split), which colo does not read",
+                   path);
+  if (rc == 0)
+    rc = load_vocab(t, vocab, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), path, u2b,
+                    err, errlen);
+  t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
+  size_t longest = 0, i = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, merges) {
+    const char *s = cJSON_IsString(it) ? it->valuestring : NULL;
+    size_t k = s ? strlen(s) : 0;
+    for (const cJSON *p = cJSON_IsArray(it) ? it->child : NULL; p; p = p->next)
+      k += cJSON_IsString(p) ? strlen(p->valuestring) : 0;
+    longest = k > longest ? k : longest;
+  }
+  char *buf = rc == 0 ? malloc(longest + 1) : NULL;
+  if (rc == 0 && (!buf || merges_alloc(t, (size_t)cJSON_GetArraySize(merges)) < 0))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s", path);
+  int rank = 0;
+  cJSON_ArrayForEach(it, merges) {
+    if (rc < 0)
+      break;
+    const char *a = NULL, *b = NULL; /* "a b", or ["a", "b"] as newer files write them */
+    size_t na = 0, nb = 0;
+    if (cJSON_IsString(it)) {
+      const char *sp = strchr(it->valuestring, ' ');
+      if (sp && sp > it->valuestring && sp[1] && !strchr(sp + 1, ' '))
+        a = it->valuestring, na = (size_t)(sp - a), b = sp + 1, nb = strlen(b);
+    } else if (cJSON_GetArraySize(it) == 2 && cJSON_IsString(it->child) &&
+               cJSON_IsString(it->child->next)) {
+      a = it->child->valuestring, na = strlen(a);
+      b = it->child->next->valuestring, nb = strlen(b);
+    }
+    if (!a)
+      rc =
+          colo_fail(err, errlen, COLO_EPARSE,
+                    "%s: model.merges[%zu] is not two tokens (\"a b\" or [\"a\", \"b\"])", path, i);
+    else if (add_merge(t, u2b, a, na, b, nb, &rank, buf) < 0)
+      rc = colo_fail(err, errlen, COLO_EPARSE,
+                     "%s: model.merges[%zu] \"%.*s\" \"%.*s\": a part or the merged token is not "
+                     "in the vocabulary",
+                     path, i, (int)na, a, (int)nb, b);
+    i++;
+  }
+  free(buf);
+  if (rc == 0)
+    t->doc_bos = (t->doc = template_bos(t, field(root, "post_processor"))) >= 0;
+  cJSON_Delete(root);
+  return rc;
+}
+
+static int is_file(const char *path) {
+  struct stat sb;
+  return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* a tokenizer_config.json's special token: a string, or an object with its content */
+static const char *config_token(const cJSON *config, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(config, key);
+  return cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
+}
+
+/* Where the post-processor has no template: the tokenizer_config.json beside the tokenizer.json
+ * (when there is one) names a beginning of text other than its end of text (Llama 3's
+ * <|begin_of_text|>, where GPT-2's names <|endoftext|> for both). */
+static int config_bos(colo_bpe_t *t, const char *path, char *err, size_t errlen) {
+  char cfg[1300];
+  const char *slash = strrchr(path, '/');
+  if (slash)
+    snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json", (int)(slash - path), path);
+  else
+    snprintf(cfg, sizeof cfg, "tokenizer_config.json");
+  cJSON *root;
+  if (!is_file(cfg))
+    return 0;
+  int rc = read_json(cfg, &root, err, errlen);
+  if (rc < 0)
+    return rc;
+  const char *bos = config_token(root, "bos_token"), *eos = config_token(root, "eos_token");
+  int id = bos && !(eos && !strcmp(bos, eos)) ? colo_bpe_lookup(t, bos, strlen(bos)) : -1;
+  if (id >= 0)
+    t->doc = id, t->doc_bos = 1;
+  cJSON_Delete(root);
+  return 0;
+}
+
+int colo_bpe_load(const char *path, colo_bpe_t **out, char *err, size_t errlen) {
   *out = NULL;
   static const char *names[2][2] = {{"vocab.json", "merges.txt"}, {"encoder.json", "vocab.bpe"}};
-  char vocab[1200], merges[1200];
+  char hf[1200], vocab[1200], merges[1200];
   int which = -1;
+  if (is_file(path))
+    snprintf(hf, sizeof hf, "%s", path);
+  else
+    snprintf(hf, sizeof hf, "%s/tokenizer.json", path);
+  if (is_file(hf))
+    which = 2;
   for (int k = 0; k < 2 && which < 0; k++) {
-    snprintf(vocab, sizeof vocab, "%s/%s", dir, names[k][0]);
-    snprintf(merges, sizeof merges, "%s/%s", dir, names[k][1]);
-    FILE *a = fopen(vocab, "rb"), *b = fopen(merges, "rb");
-    which = a && b ? k : -1;
-    if (a)
-      fclose(a);
-    if (b)
-      fclose(b);
+    snprintf(vocab, sizeof vocab, "%s/%s", path, names[k][0]);
+    snprintf(merges, sizeof merges, "%s/%s", path, names[k][1]);
+    which = is_file(vocab) && is_file(merges) ? k : -1;
   }
   if (which < 0)
     return colo_fail(err, errlen, COLO_ENOENT,
-                     "%s has neither vocab.json and merges.txt (HuggingFace's GPT-2) nor "
-                     "encoder.json and vocab.bpe (OpenAI's)",
-                     dir);
+                     "%s has no tokenizer.json (HuggingFace's), vocab.json and merges.txt "
+                     "(HuggingFace's GPT-2) or encoder.json and vocab.bpe (OpenAI's)",
+                     path);
   colo_bpe_t *t = calloc(1, sizeof *t);
   if (!t)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  int b2u[256], u2b[N_CP];
+  t->doc = -1;
+  int b2u[256], u2b[N_CP], rc;
   byte_map(b2u, u2b);
-  int rc = load_vocab(t, vocab, u2b, err, errlen);
-  if (rc == 0)
-    rc = load_merges(t, merges, u2b, err, errlen);
-  if (rc == 0) {
-    int code;
-    PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)PATTERN, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code,
-                          &at, NULL);
-    if (!t->re) {
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(code, msg, sizeof msg);
-      rc = colo_fail(err, errlen, COLO_EINVAL, "the pre-tokenizer's pattern: %s", (char *)msg);
-    } else {
-      pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* where JIT is there; else interpreted */
-    }
+  if (which == 2) {
+    rc = load_hf(t, hf, u2b, err, errlen);
+    if (rc == 0 && t->doc < 0)
+      rc = config_bos(t, hf, err, errlen);
+  } else {
+    cJSON *root;
+    rc = read_json(vocab, &root, err, errlen);
+    if (rc == 0)
+      rc = load_vocab(t, root, NULL, vocab, u2b, err, errlen);
+    cJSON_Delete(root);
+    if (rc == 0)
+      rc = load_merges(t, merges, u2b, err, errlen);
+    if (rc == 0)
+      rc = add_split(t, GPT2_PATTERN, 0, vocab, err, errlen);
+  }
+  if (rc == 0 && t->doc < 0) { /* GPT-2's delimiter, where the vocabulary has it */
+    static const char EOT[] = "<|endoftext|>";
+    t->doc = colo_bpe_lookup(t, EOT, sizeof EOT - 1);
   }
   if (rc < 0) {
     colo_bpe_free(t);
@@ -326,7 +645,18 @@ int colo_bpe_vocab_size(const colo_bpe_t *t) {
 }
 
 int colo_bpe_lookup(const colo_bpe_t *t, const char *s, size_t n) {
-  return lookup(t, s, n);
+  int id = lookup(t, s, n);
+  for (int i = 0; id < 0 && i < t->n_special; i++) {
+    const tok_t *k = &t->tok[t->special[i]];
+    if (k->len == n && !memcmp(k->s, s, n))
+      id = t->special[i];
+  }
+  return id;
+}
+
+int colo_bpe_doc_token(const colo_bpe_t *t, int *bos) {
+  *bos = t->doc_bos;
+  return t->doc;
 }
 
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len) {
@@ -389,7 +719,8 @@ static cand_t cand_pop(cand_t *h, size_t *n) {
   return top;
 }
 
-/* One piece: its bytes as tokens, then, as GPT-2's encoder does, the first-ranked pair merged
+/* One piece: under ignore_merges the token it is, if it is one; else its bytes as tokens, then,
+ * as GPT-2's encoder does, the first-ranked pair merged
  * everywhere in one pass from the left, until no pair has a merge. The tokens are a linked list
  * and the candidate pairs a heap by (rank, position), so a pass takes its occurrences in order
  * and a long piece costs m log m rather than m^2; the pairs a pass makes are added after it. */
@@ -397,9 +728,21 @@ static int encode_piece(const colo_bpe_t *t, const unsigned char *w, size_t m, i
                         size_t *cap) {
   if (m == 0)
     return 0;
-  int *sym = malloc(m * sizeof *sym), *next = malloc(m * sizeof *next);
-  int *prev = malloc(m * sizeof *prev), *done = malloc(m * sizeof *done);
-  cand_t *h = malloc(3 * m * sizeof *h);
+  if (t->ignore_merges) {
+    int id = lookup(t, (const char *)w, m);
+    if (id >= 0)
+      return push(ids, n, cap, &id, 1);
+  }
+  /* most pieces are short: their lists on the stack */
+  enum { SHORT = 64 };
+  int s_sym[SHORT], s_next[SHORT], s_prev[SHORT], s_done[SHORT];
+  cand_t s_h[3 * SHORT];
+  int small = m <= SHORT;
+  int *sym = small ? s_sym : malloc(m * sizeof *sym);
+  int *next = small ? s_next : malloc(m * sizeof *next);
+  int *prev = small ? s_prev : malloc(m * sizeof *prev);
+  int *done = small ? s_done : malloc(m * sizeof *done);
+  cand_t *h = small ? s_h : malloc(3 * m * sizeof *h);
   size_t nh = 0, nd;
   int rc = sym && next && prev && done && h ? 0 : COLO_ENOMEM, merged;
   for (size_t i = 0; rc == 0 && i < m; i++) {
@@ -439,46 +782,155 @@ static int encode_piece(const colo_bpe_t *t, const unsigned char *w, size_t m, i
     sym[k++] = sym[i];
   if (rc == 0)
     rc = push(ids, n, cap, sym, k);
-  free(sym);
-  free(next);
-  free(prev);
-  free(done);
-  free(h);
+  if (!small) {
+    free(sym);
+    free(next);
+    free(prev);
+    free(done);
+    free(h);
+  }
+  return rc;
+}
+
+/* the ovector's first pair after a match */
+static void span(pcre2_match_data *md, size_t *a, size_t *b) {
+  PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
+  *a = ov[0];
+  *b = ov[1];
+}
+
+/* One piece of split `level - 1` through the splits from `level` on (each split's matches and
+ * the text between them are pieces: HuggingFace's Isolated behavior), then BPE. */
+static int encode_level(const colo_bpe_t *t, int level, const char *s, size_t len,
+                        pcre2_match_data *md, int **ids, size_t *n, size_t *cap) {
+  if (level >= t->n_re || level >= MAX_SPLIT)
+    return encode_piece(t, (const unsigned char *)s, len, ids, n, cap);
+  int rc = 0;
+  size_t off = 0, a, b;
+  while (rc == 0 && off < len) {
+    int got = pcre2_match(t->re[level], (PCRE2_SPTR)s, len, off,
+                          PCRE2_NO_UTF_CHECK | PCRE2_NOTEMPTY, md, NULL);
+    if (got == PCRE2_ERROR_NOMATCH) {
+      a = b = len;
+    } else if (got < 0) {
+      return COLO_EINVAL;
+    } else {
+      span(md, &a, &b);
+    }
+    if (a > off)
+      rc = encode_level(t, level + 1, s + off, a - off, md, ids, n, cap);
+    if (rc == 0 && b > a)
+      rc = encode_level(t, level + 1, s + a, b - a, md, ids, n, cap);
+    off = b;
+  }
+  return rc;
+}
+
+static int push_end(uint32_t **ends, size_t *n, size_t *cap, size_t v) {
+  if (*n == *cap) {
+    size_t c = *cap ? 2 * *cap : 1024;
+    uint32_t *g = realloc(*ends, c * sizeof *g);
+    if (!g)
+      return COLO_ENOMEM;
+    *ends = g;
+    *cap = c;
+  }
+  (*ends)[(*n)++] = (uint32_t)v;
+  return 0;
+}
+
+size_t colo_utf8_invalid(const char *text, size_t n) {
+  const unsigned char *s = (const unsigned char *)text;
+  for (size_t i = 0; i < n;) {
+    unsigned c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    /* the sequence's length and the range of its second byte (the rest: 80..BF) */
+    size_t k = c >= 0xC2 && c <= 0xDF   ? 2
+               : c >= 0xE0 && c <= 0xEF ? 3
+               : c >= 0xF0 && c <= 0xF4 ? 4
+                                        : 0;
+    unsigned lo = c == 0xE0 ? 0xA0 : c == 0xF0 ? 0x90 : 0x80;
+    unsigned hi = c == 0xED ? 0x9F : c == 0xF4 ? 0x8F : 0xBF;
+    if (!k || i + k > n || s[i + 1] < lo || s[i + 1] > hi)
+      return i;
+    for (size_t j = 2; j < k; j++)
+      if ((s[i + j] & 0xC0) != 0x80)
+        return i;
+    i += k;
+  }
+  return n;
+}
+
+int colo_bpe_split(const colo_bpe_t *t, const char *text, size_t len, size_t from, size_t until,
+                   int more, uint32_t **ends, size_t *n, size_t *cap, size_t *done, char *err,
+                   size_t errlen) {
+  *done = from;
+  if (len > UINT32_MAX)
+    return colo_fail(err, errlen, COLO_ETOOBIG, "%zu bytes of text at once: more than 2^32", len);
+  pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+  if (!md)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  size_t off = from, a, b;
+  uint32_t opts = PCRE2_NO_UTF_CHECK | PCRE2_NOTEMPTY | (more ? PCRE2_PARTIAL_HARD : 0);
+  int rc = 0;
+  while (off < len && off < until && rc == 0) {
+    int got = pcre2_match(t->re[0], (PCRE2_SPTR)text, len, off, opts, md, NULL);
+    if (got == PCRE2_ERROR_PARTIAL)
+      break; /* a piece more text could change (and the text before it, were it between pieces) */
+    if (got == PCRE2_ERROR_NOMATCH) {
+      if (more)
+        break; /* text between pieces, which more text could extend */
+      a = b = len;
+    } else if (got < 0) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(got, msg, sizeof msg);
+      rc = colo_fail(err, errlen, COLO_EINVAL, "pre-tokenizing at byte %zu: %s", off, (char *)msg);
+      break;
+    } else {
+      span(md, &a, &b);
+    }
+    if (a > off && push_end(ends, n, cap, a) < 0)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the pieces");
+    if (a > off && a >= until) { /* the text between pieces reached `until` */
+      off = a;
+      break;
+    }
+    if (rc == 0 && b > a && push_end(ends, n, cap, b) < 0)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the pieces");
+    off = b;
+  }
+  pcre2_match_data_free(md);
+  *done = off;
+  return rc;
+}
+
+int colo_bpe_encode_pieces(const colo_bpe_t *t, const char *text, const uint32_t *ends, size_t i0,
+                           size_t i1, int **ids, size_t *n, size_t *cap) {
+  pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+  if (!md)
+    return COLO_ENOMEM;
+  int rc = 0;
+  for (size_t i = i0; i < i1 && rc == 0; i++) {
+    size_t a = i ? ends[i - 1] : 0;
+    rc = encode_level(t, 1, text + a, ends[i] - a, md, ids, n, cap);
+  }
+  pcre2_match_data_free(md);
   return rc;
 }
 
 int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
                     size_t *n, size_t *cap, char *err, size_t errlen) {
-  pcre2_match_data *md = pcre2_match_data_create_from_pattern(t->re, NULL);
-  if (!md)
-    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  int rc = 0;
-  uint32_t opts = 0;
-  for (size_t off = 0; off < len && rc == 0;) {
-    int got = pcre2_match(t->re, (PCRE2_SPTR)text, len, off, opts, md, NULL);
-    if (got <= PCRE2_ERROR_UTF8_ERR1 && got >= PCRE2_ERROR_UTF8_ERR21) {
-      rc = colo_fail(err, errlen, COLO_EPARSE, "the text is not UTF-8 at byte %zu",
-                     base + (size_t)pcre2_get_startchar(md));
-      break;
-    }
-    if (got < 0) { /* every character is a space, a letter, a digit or another: cannot be */
-      PCRE2_UCHAR msg[256];
-      pcre2_get_error_message(got, msg, sizeof msg);
-      rc = colo_fail(err, errlen, COLO_EINVAL, "pre-tokenizing at byte %zu: %s", base + off,
-                     (char *)msg);
-      break;
-    }
-    opts = PCRE2_NO_UTF_CHECK; /* the first match checked the rest of the text */
-    PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
-    if (ov[0] != off || ov[1] <= off) {
-      rc = colo_fail(err, errlen, COLO_EINVAL, "pre-tokenizing at byte %zu: no piece starts there",
-                     base + off);
-      break;
-    }
-    if (encode_piece(t, (const unsigned char *)text + ov[0], ov[1] - ov[0], ids, n, cap) < 0)
-      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the tokens");
-    off = ov[1];
-  }
-  pcre2_match_data_free(md);
+  size_t bad = colo_utf8_invalid(text, len);
+  if (bad < len)
+    return colo_fail(err, errlen, COLO_EPARSE, "the text is not UTF-8 at byte %zu", base + bad);
+  uint32_t *ends = NULL;
+  size_t ne = 0, ecap = 0, done;
+  int rc = colo_bpe_split(t, text, len, 0, len, 0, &ends, &ne, &ecap, &done, err, errlen);
+  if (rc == 0 && colo_bpe_encode_pieces(t, text, ends, 0, ne, ids, n, cap) < 0)
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the tokens");
+  free(ends);
   return rc;
 }

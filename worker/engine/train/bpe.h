@@ -1,26 +1,35 @@
-/* GPT-2's byte-level BPE tokenizer, from the files HuggingFace ships with a GPT-2 (vocab.json and
- * merges.txt) or OpenAI's originals (encoder.json and vocab.bpe), so that text can be prepared
- * for, and sampled from, a model fine-tuned from GPT-2's weights.
+/* Byte-level BPE tokenizers: GPT-2's, from the files HuggingFace ships with a GPT-2 (vocab.json
+ * and merges.txt) or OpenAI's originals (encoder.json and vocab.bpe), and any HuggingFace
+ * tokenizer.json of a byte-level BPE (Llama 3's, GPT-2's, and others of their kind), so that
+ * text can be prepared for, and sampled from, a model fine-tuned from such weights.
  *
- * Encoding follows GPT-2's published encoder: the text (UTF-8) is split by GPT-2's pattern
- * (contractions, letters, digits, other symbols, whitespace; PCRE2 with Unicode properties),
- * each piece's bytes start as one token each, and the pair of neighbouring tokens whose merge
- * comes first in the merges file is merged everywhere in the piece, left to right, until no
- * pair has a merge. Decoding concatenates the tokens' bytes. */
+ * Encoding follows the published encoders: the text (UTF-8) is split by the pre-tokenizer's
+ * patterns (GPT-2's: contractions, letters, digits, other symbols, whitespace; a tokenizer.json
+ * names its own; PCRE2 with Unicode properties), each piece's bytes start as one token each, and
+ * the pair of neighbouring tokens whose merge comes first in the merges is merged everywhere in
+ * the piece, left to right, until no pair has a merge (under a tokenizer.json's ignore_merges a
+ * piece that is a token of the vocabulary is that token at once). The text is ordinary text: a
+ * special token's name in it ("<|endoftext|>") is encoded as the characters it is made of, as
+ * tiktoken's encode_ordinary and llm.c's data scripts do. Decoding concatenates the tokens'
+ * bytes (a special token's: its name). */
 #ifndef COLO_BPE_H
 #define COLO_BPE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct colo_bpe colo_bpe_t;
 
-/* Loads dir/vocab.json and dir/merges.txt, or dir/encoder.json and dir/vocab.bpe. Every byte must
- * be a token and every merge's parts and result in the vocabulary (COLO_EPARSE naming the file
- * and line otherwise); COLO_ENOENT when neither pair of files is there. */
-int colo_bpe_load(const char *dir, colo_bpe_t **out, char *err, size_t errlen);
+/* Loads a tokenizer.json (the path itself, or path/tokenizer.json), else path/vocab.json and
+ * path/merges.txt, else path/encoder.json and path/vocab.bpe. Every byte must be a token and
+ * every merge's parts and result in the vocabulary (COLO_EPARSE naming the file and where);
+ * COLO_EINVAL naming what a tokenizer.json has that colo does not read (a normalizer, a
+ * pre-tokenizer other than Split, Digits and ByteLevel, a byte_fallback model, ...); COLO_ENOENT
+ * when none of the files is there. */
+int colo_bpe_load(const char *path, colo_bpe_t **out, char *err, size_t errlen);
 void colo_bpe_free(colo_bpe_t *t);
 
-/* One more than the largest token id (50257 for GPT-2). */
+/* One more than the largest token id (50257 for GPT-2, 128256 for Llama 3). */
 int colo_bpe_vocab_size(const colo_bpe_t *t);
 
 /* Appends the tokens of len bytes of text to *ids (grown with realloc; *n of *cap used).
@@ -29,8 +38,36 @@ int colo_bpe_vocab_size(const colo_bpe_t *t);
 int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
                     size_t *n, size_t *cap, char *err, size_t errlen);
 
-/* The id of the token of these bytes ("<|endoftext|>"); -1 when there is none. */
+/* The offset of the first byte of text[0, n) that does not begin a valid UTF-8 character
+ * (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF); n when it is all
+ * valid. A character cut short by the end counts as invalid. */
+size_t colo_utf8_invalid(const char *text, size_t n);
+
+/* The first step of encoding, for text that streams through a buffer: text[0, len) must be
+ * valid UTF-8 (colo_utf8_invalid), `from` the start of a piece of the first pre-tokenizer (0 at
+ * the text's start). Appends the end of each piece from there to *ends (grown with realloc; *n
+ * of *cap used), until one ends at or past `until`, or the text ends. With `more` (text may
+ * follow len) it stops before the first piece that more text could change (PCRE2's hard partial
+ * matching tells), so the pieces are those of the whole text. *done: where the last one ends.
+ * COLO_ETOOBIG when len is 2^32 bytes or more, COLO_ENOMEM, COLO_EINVAL (a PCRE2 error). */
+int colo_bpe_split(const colo_bpe_t *t, const char *text, size_t len, size_t from, size_t until,
+                   int more, uint32_t **ends, size_t *n, size_t *cap, size_t *done, char *err,
+                   size_t errlen);
+
+/* The tokens of pieces i0..i1-1 of a split (piece i spans ends[i - 1] or 0 to ends[i]),
+ * appended to *ids; COLO_ENOMEM is the only failure. */
+int colo_bpe_encode_pieces(const colo_bpe_t *t, const char *text, const uint32_t *ends, size_t i0,
+                           size_t i1, int **ids, size_t *n, size_t *cap);
+
+/* The id of the token of these bytes ("<|endoftext|>"), special tokens included; -1 when there
+ * is none. */
 int colo_bpe_lookup(const colo_bpe_t *t, const char *s, size_t n);
+
+/* The token that begins each document of a prepared corpus: a tokenizer.json's template's
+ * beginning of text (Llama 3's <|begin_of_text|>), else GPT-2's <|endoftext|> (as llm.c's data
+ * sets have it) where the vocabulary has it; -1 when neither. *bos: 1 when it is a beginning of
+ * text (a sample starts from it), 0 when a delimiter. */
+int colo_bpe_doc_token(const colo_bpe_t *t, int *bos);
 
 /* The bytes of token id; NULL for an id the vocabulary does not have. */
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len);

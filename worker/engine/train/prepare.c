@@ -19,6 +19,7 @@
 typedef struct {
   const char *dir, *kind;
   size_t shard_tokens; /* 0: one file */
+  int wide;            /* uint32 tokens (llm.c's Llama 3 shards), else uint16 */
   FILE *f;
   size_t in_file, total;
   int count, cap;
@@ -32,8 +33,10 @@ static void final_name(const out_t *o, int i, char *out, size_t len) {
     snprintf(out, len, "%s/%s.bin", o->dir, o->kind);
 }
 
-static int write_header(FILE *f, size_t n) {
-  int32_t hdr[COLO_SHARD_HEADER_INTS] = {COLO_SHARD_MAGIC, COLO_SHARD_VERSION, (int32_t)n};
+static int write_header(FILE *f, size_t n, int wide) {
+  int32_t hdr[COLO_SHARD_HEADER_INTS] = {wide ? COLO_SHARD_MAGIC_U32 : COLO_SHARD_MAGIC,
+                                         wide ? COLO_SHARD_VERSION_U32 : COLO_SHARD_VERSION,
+                                         (int32_t)n};
   return fseek(f, 0, SEEK_SET) == 0 && fwrite(hdr, sizeof hdr, 1, f) == 1 ? 0 : -1;
 }
 
@@ -53,7 +56,7 @@ static int out_open(out_t *o, char *err, size_t errlen) {
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count], strerror(errno));
   o->count++;
   o->in_file = 0;
-  if (write_header(o->f, 0) < 0)
+  if (write_header(o->f, 0, o->wide) < 0)
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count - 1], strerror(errno));
   return 0;
 }
@@ -62,12 +65,15 @@ static int out_open(out_t *o, char *err, size_t errlen) {
 static int out_finish_file(out_t *o, char *err, size_t errlen) {
   FILE *f = o->f;
   o->f = NULL;
-  int ok = write_header(f, o->in_file) == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  int ok = write_header(f, o->in_file, o->wide) == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
   return ok ? 0 : colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count - 1], strerror(errno));
 }
 
-static int out_put(out_t *o, const uint16_t *t, size_t n, char *err, size_t errlen) {
+/* n tokens of o's width */
+static int out_put(out_t *o, const void *tokens, size_t n, char *err, size_t errlen) {
+  const char *t = tokens;
+  size_t w = o->wide ? 4 : 2;
   while (n) {
     if (!o->f) {
       int rc = out_open(o, err, errlen);
@@ -81,11 +87,11 @@ static int out_put(out_t *o, const uint16_t *t, size_t n, char *err, size_t errl
                        "%s_000000.bin, %s_000001.bin, ... of N tokens each",
                        INT32_MAX, o->kind, o->kind, o->kind);
     size_t k = n < room ? n : room;
-    if (fwrite(t, sizeof *t, k, o->f) != k)
+    if (fwrite(t, w, k, o->f) != k)
       return colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count - 1], strerror(errno));
     o->in_file += k;
     o->total += k;
-    t += k;
+    t += k * w;
     n -= k;
     if (o->shard_tokens && o->in_file == o->shard_tokens) {
       int rc = out_finish_file(o, err, errlen);
@@ -128,17 +134,12 @@ static void out_free(out_t *o, int remove) {
   free(o->tmp);
 }
 
-/* Where GPT-2's pre-tokenizer always cuts: a line's end followed by a printable ASCII character
- * other than space (a piece never runs from a newline into what is not whitespace). Bytes as
- * tokens may cut anywhere. */
-static int cut_at(const char *b, size_t p, const colo_bpe_t *bpe) {
-  return !bpe || p == 0 || (b[p - 1] == '\n' && b[p] > ' ' && b[p] < 0x7f);
-}
-
 #define MAX_SEG 16
 
-/* one thread's share of a round: its tokens, or why it failed */
+/* one thread's share of a round: its pieces, its tokens, or why it failed */
 typedef struct {
+  uint32_t *ends;
+  size_t n_ends, ends_cap, done;
   int *ids;
   size_t n, cap;
   int rc;
@@ -151,77 +152,188 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* the state of one run: the inputs, the buffer, the two outputs */
+/* the state of one run: the inputs, the buffer and its pieces, the two outputs */
 typedef struct {
   const colo_prepare_opts_t *o;
   out_t out[2];
   char *buf;
   size_t cap, len, base, split, total;
   int part, eot, threads;
+  uint32_t *ends; /* under BPE: where the round's pieces end */
+  size_t n_ends, ends_cap;
   seg_t seg[MAX_SEG];
-  uint16_t *tok;
+  void *tok; /* tokens of the outputs' width */
   size_t tcap;
   double t0, last;
 } run_t;
 
-/* buf[from, end) (of a document, buf[0] its byte `at`) into o: under BPE cut into
- * up to `threads` segments at the pre-tokenizer's cuts, encoded in parallel and written in
- * order; the pending <|endoftext|> first */
-static int put_text(run_t *r, const char *buf, size_t from, size_t end, size_t at, out_t *o,
-                    int *pending, char *err, size_t errlen) {
+/* where a UTF-8 character begins at or before len, so that a character cut by the buffer's end
+ * waits for the rest of it */
+static size_t char_floor(const char *s, size_t len) {
+  size_t i = len;
+  while (i > 0 && len - i < 4 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+    i--;
+  if (i == 0 || len - i >= 4)
+    return len; /* not UTF-8: the check names it */
+  unsigned char c = (unsigned char)s[i - 1];
+  size_t need = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  return len - (i - 1) >= need ? len : i - 1;
+}
+
+/* Where a piece most likely begins: after a newline, at printable ASCII other than space (GPT-2's
+ * and Llama 3's patterns never run a piece from a newline into such a character, though the
+ * piece before may end elsewhere when the text is cut there) */
+static int likely_cut(const char *b, size_t p) {
+  return b[p - 1] == '\n' && b[p] > ' ' && b[p] < 0x7f;
+}
+
+/* The round's pieces (under BPE) into r->ends, and *end, where they end. Up to `threads`
+ * threads check the text's UTF-8 and split it, each from a place where a piece likely begins
+ * up to where its successor starts; stitched in order, a range whose start turned out to be
+ * inside a piece goes on from where its predecessor's last piece ended: at its first piece
+ * ending there, else split again from there (the pieces from a piece's start are the same
+ * whoever finds them, as the first split does not look behind). The pieces are the whole text's
+ * for any number of threads. */
+static int split_round(run_t *r, const char *buf, size_t len, int more, size_t at_doc, size_t *end,
+                       char *err, size_t errlen) {
+  const colo_bpe_t *bpe = r->o->bpe;
+  size_t lim = more ? char_floor(buf, len) : len, s[MAX_SEG + 1], bad[MAX_SEG];
+  int ns = lim < ((size_t)1 << 20) ? 1 : r->threads; /* a range of 1 MiB at least */
+  s[0] = 0;
+  for (int i = 1; i < ns; i++) {
+    size_t p = lim / (size_t)ns * (size_t)i;
+    p = p < s[i - 1] + 1 ? s[i - 1] + 1 : p;
+    while (p < lim && !likely_cut(buf, p))
+      p++;
+    s[i] = p < lim ? p : lim;
+  }
+  s[ns] = lim;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ns)
+  for (int i = 0; i < ns; i++)
+    bad[i] = s[i] + colo_utf8_invalid(buf + s[i], s[i + 1] - s[i]);
+  for (int i = 0; i < ns; i++)
+    if (bad[i] < s[i + 1])
+      return colo_fail(err, errlen, COLO_EPARSE, "the text is not UTF-8 at byte %zu",
+                       at_doc + bad[i]);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ns)
+  for (int i = 0; i < ns; i++) {
+    seg_t *g = &r->seg[i];
+    g->n_ends = 0;
+    g->rc = colo_bpe_split(bpe, buf, lim, s[i], s[i + 1], more, &g->ends, &g->n_ends, &g->ends_cap,
+                           &g->done, g->err, sizeof g->err);
+  }
+  size_t at = 0; /* where the pieces so far end */
+  r->n_ends = 0;
+  for (int i = 0; i < ns; i++) {
+    seg_t *g = &r->seg[i];
+    if (g->rc < 0)
+      return colo_fail(err, errlen, g->rc, "%s", g->err);
+    if (at < s[i])
+      break; /* the range before stopped short of this one: more text decides the piece there */
+    size_t k = 0;
+    if (at > s[i]) { /* this range began inside a piece */
+      while (k < g->n_ends && g->ends[k] < at)
+        k++;
+      if (k < g->n_ends && g->ends[k] == at) {
+        k++;
+      } else {
+        k = g->n_ends = 0;
+        g->rc = colo_bpe_split(bpe, buf, lim, at, s[i + 1], more, &g->ends, &g->n_ends,
+                               &g->ends_cap, &g->done, g->err, sizeof g->err);
+        if (g->rc < 0)
+          return colo_fail(err, errlen, g->rc, "%s", g->err);
+      }
+    }
+    size_t add = g->n_ends - k;
+    if (r->n_ends + add > r->ends_cap) {
+      size_t c = r->ends_cap ? r->ends_cap : 1024;
+      while (c < r->n_ends + add)
+        c *= 2;
+      uint32_t *e = realloc(r->ends, c * sizeof *e);
+      if (!e)
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the pieces");
+      r->ends = e;
+      r->ends_cap = c;
+    }
+    memcpy(r->ends + r->n_ends, g->ends + k, add * sizeof *g->ends);
+    r->n_ends += add;
+    at = g->done > at ? g->done : at;
+  }
+  *end = at;
+  return 0;
+}
+
+/* n ids into o at its width */
+static int emit(run_t *r, out_t *o, const int *ids, size_t n, char *err, size_t errlen) {
+  if (n > r->tcap) {
+    void *g = realloc(r->tok, n * 4);
+    if (!g)
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu tokens", n);
+    r->tok = g;
+    r->tcap = n;
+  }
+  for (size_t i = 0; i < n; i++)
+    if (o->wide)
+      ((uint32_t *)r->tok)[i] = (uint32_t)ids[i];
+    else
+      ((uint16_t *)r->tok)[i] = (uint16_t)ids[i];
+  return out_put(o, r->tok, n, err, errlen);
+}
+
+/* The pending document token first (when there is text); then bytes as tokens: buf[from, to);
+ * under BPE: the round's pieces from..to-1, cut into up to `threads` runs of about equal bytes,
+ * encoded in parallel and written in order. */
+static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o, int *pending,
+                    char *err, size_t errlen) {
   const colo_bpe_t *bpe = r->o->bpe;
   int rc = 0;
-  if (*pending && end > from) {
-    uint16_t e = (uint16_t)r->eot;
+  if (*pending && to > from) {
     *pending = 0;
-    if ((rc = out_put(o, &e, 1, err, errlen)) < 0)
+    if ((rc = emit(r, o, &r->eot, 1, err, errlen)) < 0)
       return rc;
   }
   if (!bpe) { /* bytes as tokens */
-    size_t n = end - from;
-    if (n > r->tcap) {
-      uint16_t *g = realloc(r->tok, n * sizeof *g);
-      if (!g)
-        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu tokens", n);
-      r->tok = g;
-      r->tcap = n;
+    seg_t *g = &r->seg[0];
+    if (to - from > g->cap) {
+      int *ids = realloc(g->ids, (to - from) * sizeof *ids);
+      if (!ids)
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu tokens", to - from);
+      g->ids = ids;
+      g->cap = to - from;
     }
-    for (size_t i = 0; i < n; i++)
-      r->tok[i] = (unsigned char)buf[from + i];
-    return out_put(o, r->tok, n, err, errlen);
+    for (size_t i = from; i < to; i++)
+      g->ids[i - from] = (unsigned char)buf[i];
+    return emit(r, o, g->ids, to - from, err, errlen);
   }
-  size_t b[MAX_SEG + 1], span = end - from;
-  int ns = span < ((size_t)1 << 20) ? 1 : r->threads; /* a segment of 1 MiB at least */
+  if (to == from)
+    return 0;
+  const uint32_t *e = r->ends;
+  size_t b[MAX_SEG + 1], lo = from ? e[from - 1] : 0, span = e[to - 1] - lo;
+  int ns = span < ((size_t)1 << 20) ? 1 : r->threads; /* a run of 1 MiB at least */
   b[0] = from;
-  for (int i = 1; i < ns; i++) {
-    size_t p = from + span / (size_t)ns * (size_t)i;
-    p = p < b[i - 1] ? b[i - 1] : p;
-    while (p < end && !cut_at(buf, p, bpe))
-      p++;
-    b[i] = p;
+  for (int i = 1; i < ns; i++) { /* the first piece ending past the run's share */
+    size_t want = lo + span / (size_t)ns * (size_t)i, x = b[i - 1], y = to;
+    while (x < y) {
+      size_t m = x + (y - x) / 2;
+      if (e[m] < want)
+        x = m + 1;
+      else
+        y = m;
+    }
+    b[i] = x;
   }
-  b[ns] = end;
+  b[ns] = to;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ns)
   for (int i = 0; i < ns; i++) {
     seg_t *g = &r->seg[i];
     g->n = 0;
-    g->rc = colo_bpe_encode(bpe, buf + b[i], b[i + 1] - b[i], at + b[i], &g->ids, &g->n, &g->cap,
-                            g->err, sizeof g->err);
+    g->rc = colo_bpe_encode_pieces(bpe, buf, e, b[i], b[i + 1], &g->ids, &g->n, &g->cap);
   }
-  for (int i = 0; i < ns && rc == 0; i++) { /* in order: the first failure is the first in text */
+  for (int i = 0; i < ns && rc == 0; i++) { /* in order */
     seg_t *g = &r->seg[i];
     if (g->rc < 0)
-      return colo_fail(err, errlen, g->rc, "%s", g->err);
-    if (g->n > r->tcap) {
-      uint16_t *t = realloc(r->tok, g->n * sizeof *t);
-      if (!t)
-        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu tokens", g->n);
-      r->tok = t;
-      r->tcap = g->n;
-    }
-    for (size_t k = 0; k < g->n; k++)
-      r->tok[k] = (uint16_t)g->ids[k];
-    rc = out_put(o, r->tok, g->n, err, errlen);
+      return colo_fail(err, errlen, g->rc, "out of memory for the tokens");
+    rc = emit(r, o, g->ids, g->n, err, errlen);
   }
   return rc;
 }
@@ -234,8 +346,8 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
   if (!in)
     return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
                      strerror(errno));
-  /* GPT-2's delimiter before each document, as llm.c's data sets have it, in the part that
-   * takes the document's first tokens */
+  /* the tokenizer's document token before each document (GPT-2's <|endoftext|>, as llm.c's data
+   * sets have it; Llama 3's <|begin_of_text|>), in the part that takes its first tokens */
   int rc = 0, eof = 0, pending = r->eot >= 0;
   size_t doc = r->base; /* where this document starts in the whole text */
   r->len = 0;
@@ -253,37 +365,48 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
     }
     char *buf = r->buf;
     size_t len = r->len, base = r->base;
-    /* this round takes the text up to the last cut in the buffer (all of it at the end) */
+    /* this round takes the text up to where the last piece that more text cannot change ends
+     * (all of it at the end); bytes as tokens may cut anywhere */
     size_t end = len;
-    if (!eof)
-      while (end > 0 && !cut_at(buf, end, o->bpe))
-        end--;
-    if (!eof && end == 0) { /* one line longer than the buffer: a larger one */
+    r->n_ends = 0;
+    if (o->bpe)
+      rc = split_round(r, buf, len, !eof, base - doc, &end, err, errlen);
+    if (rc == 0 && !eof && end == 0) { /* one piece longer than the buffer: a larger one */
+      if (r->cap >= ((size_t)1 << 31)) {
+        rc = colo_fail(err, errlen, COLO_ETOOBIG,
+                       "a piece of the pre-tokenizer longer than %zu bytes at byte %zu", r->cap,
+                       base - doc);
+        break;
+      }
       char *g = realloc(r->buf, 2 * r->cap + 1);
       if (!g) {
-        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for a line of %zu bytes", len);
+        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for a piece of %zu bytes", len);
         break;
       }
       r->buf = g;
       r->cap *= 2;
       continue;
     }
-    size_t from = 0;
-    if (r->part == 0 && ((eof && last) || r->split <= base + end)) { /* validation starts here */
-      size_t p = r->split > base ? r->split - base : 0;
-      while (p < end && !cut_at(buf, p, o->bpe))
-        p++;
-      rc = put_text(r, buf, 0, p, base - doc, &r->out[0], &pending, err, errlen);
+    size_t from = 0, ne = o->bpe ? r->n_ends : end;
+    if (rc == 0 && r->part == 0 && ((eof && last) || r->split <= base + end)) {
+      /* validation starts here; under BPE where the first piece at or after it begins */
+      size_t p = r->split > base ? r->split - base : 0, k = p < end ? p : end;
+      if (o->bpe)
+        for (k = 0; k < ne && (k ? r->ends[k - 1] : 0) < p; k++)
+          ;
+      rc = put_text(r, buf, 0, k, &r->out[0], &pending, err, errlen);
       r->part = 1;
-      from = p;
+      from = k;
     }
     if (rc == 0)
-      rc = put_text(r, buf, from, end, base - doc, &r->out[r->part], &pending, err, errlen);
+      rc = put_text(r, buf, from, ne, &r->out[r->part], &pending, err, errlen);
     if (rc == COLO_EPARSE) { /* the text's fault: name it */
       char why[512];
       snprintf(why, sizeof why, "%s", err);
       colo_fail(err, errlen, rc, "%s: %s", path, why);
     }
+    if (rc < 0)
+      break;
     memmove(buf, buf + end, len - end);
     r->len -= end;
     r->base += end;
@@ -299,10 +422,8 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
     if (eof && r->len == 0)
       break;
   }
-  if (rc == 0 && pending) { /* an empty document */
-    uint16_t e = (uint16_t)r->eot;
-    rc = out_put(&r->out[r->part], &e, 1, err, errlen);
-  }
+  if (rc == 0 && pending) /* an empty document */
+    rc = emit(r, &r->out[r->part], &r->eot, 1, err, errlen);
   fclose(in);
   return rc;
 }
@@ -313,10 +434,6 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   if (!(o->val_fraction >= 0.0 && o->val_fraction < 1.0))
     return colo_fail(err, errlen, COLO_EINVAL, "--val-fraction %g must be in [0, 1)",
                      o->val_fraction);
-  if (o->bpe && colo_bpe_vocab_size(o->bpe) > 65536)
-    return colo_fail(err, errlen, COLO_EINVAL,
-                     "a vocabulary of %d tokens does not fit the shards' 16-bit tokens",
-                     colo_bpe_vocab_size(o->bpe));
   if (o->shard_tokens > (size_t)INT32_MAX)
     return colo_fail(err, errlen, COLO_EINVAL, "--shard-tokens %zu is more than a shard holds (%d)",
                      o->shard_tokens, INT32_MAX);
@@ -327,9 +444,10 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     return rc;
   char *const *paths = docs.v;
   size_t nd = docs.n;
+  int wide = o->bpe && colo_bpe_vocab_size(o->bpe) > 65536; /* llm.c's uint32 shards */
   run_t r = {o,
-             {{out_dir, "train", o->shard_tokens, NULL, 0, 0, 0, 0, NULL},
-              {out_dir, "val", o->shard_tokens, NULL, 0, 0, 0, 0, NULL}}};
+             {{out_dir, "train", o->shard_tokens, wide, NULL, 0, 0, 0, 0, NULL},
+              {out_dir, "val", o->shard_tokens, wide, NULL, 0, 0, 0, 0, NULL}}};
   for (size_t i = 0; rc == 0 && i < nd; i++) {
     struct stat sb;
     if (stat(paths[i], &sb) != 0)
@@ -344,9 +462,9 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", out_dir, strerror(errno));
   r.split = r.total - (size_t)((double)r.total * o->val_fraction);
   r.eot = -1;
-  if (o->bpe && nd > 1) { /* documents apart: GPT-2's <|endoftext|> where the vocabulary has it */
-    static const char EOT[] = "<|endoftext|>";
-    r.eot = colo_bpe_lookup(o->bpe, EOT, sizeof EOT - 1);
+  if (o->bpe && nd > 1) { /* documents apart: the tokenizer's document token, if it has one */
+    int bos;
+    r.eot = colo_bpe_doc_token(o->bpe, &bos);
   }
   r.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r.threads = r.threads < 1 ? 1 : r.threads > MAX_SEG ? MAX_SEG : r.threads;
@@ -358,9 +476,12 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     rc = one_document(&r, paths[i], i + 1 == nd, err, errlen);
   colo_paths_close(&docs);
   free(r.buf);
-  for (int i = 0; i < MAX_SEG; i++)
+  for (int i = 0; i < MAX_SEG; i++) {
     free(r.seg[i].ids);
+    free(r.seg[i].ends);
+  }
   free(r.tok);
+  free(r.ends);
   for (int k = 0; k < 2 && rc == 0; k++)
     rc = out_close(&r.out[k], err, errlen);
   for (int k = 0; k < 2 && rc == 0; k++)
@@ -373,5 +494,6 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   st->bytes = r.total;
   st->documents = (int)nd;
   st->eot = r.eot;
+  st->wide = wide;
   return rc;
 }

@@ -21,17 +21,19 @@ typedef struct {
   size_t bytes;  /* of text */
   int documents; /* input files */
   int eot;       /* the token put before each document; -1: none */
+  int wide;      /* uint32 tokens */
 } colo_prepare_stats_t;
 
 /* Tokenises input into out_dir: a file, or with *, ? or [ every file the pattern matches, in
- * name order, each a document; under BPE each document then begins with GPT-2's <|endoftext|>
- * where the vocabulary has it (as llm.c's data sets are made). The split is at byte
- * n - floor(n * val_fraction) of all n bytes for bytes as tokens; under BPE at the first place at
- * or after it where a document begins, or a line ends and the next begins with a printable ASCII
- * character other than space (where GPT-2's pre-tokenizer always cuts), so train and val together
- * are exactly the whole text's tokens. Every file is written under a temporary name and renamed
- * only once all are complete: a failure (a byte that is not UTF-8 under BPE, a full disk) leaves
- * no shard of this run. */
+ * name order, each a document; under BPE with several documents each then begins with the
+ * tokenizer's document token where it has one (colo_bpe_doc_token: GPT-2's <|endoftext|>, as
+ * llm.c's data sets are made; Llama 3's <|begin_of_text|>). Shards hold uint16 tokens (llm.c's
+ * GPT-2 format), or uint32 (its Llama 3 format) for a vocabulary past 65,536. The split is at
+ * byte n - floor(n * val_fraction) of all n bytes for bytes as tokens; under BPE where the first
+ * piece of the pre-tokenizer at or after it begins, so train and val together are exactly the
+ * whole text's tokens. Every file is written under a temporary name and renamed only once all
+ * are complete: a failure (a byte that is not UTF-8 under BPE, a full disk) leaves no shard of
+ * this run. */
 int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
                  colo_prepare_stats_t *st, char *err, size_t errlen);
 

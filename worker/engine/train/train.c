@@ -1704,7 +1704,14 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
   else
     for (size_t i = 0; i < plen; i++)
       ctx[len++] = (unsigned char)prompt[i] % V;
-  if (len == 0) { /* start from a newline */
+  /* where a text ends: the tokenizer's document token, and the end-of-text tokens it has */
+  static const char *const ENDS[2] = {"<|endoftext|>", "<|end_of_text|>"};
+  int bos = 0, doc = bpe ? colo_bpe_doc_token(bpe, &bos) : -1, stop[3] = {doc, -1, -1};
+  for (int i = 0; bpe && i < 2; i++)
+    stop[i + 1] = colo_bpe_lookup(bpe, ENDS[i], strlen(ENDS[i]));
+  if (len == 0 && bos && doc < V) { /* start from the beginning of a text */
+    ctx[len++] = doc;
+  } else if (len == 0) { /* start from a newline */
     int nl[1] = {'\n' % V};
     size_t k = 0, c1 = 0;
     int *one = NULL;
@@ -1715,8 +1722,6 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
   }
   colo_rng_t rng;
   colo_rng_seed(&rng, o->seed);
-  static const char EOT[] = "<|endoftext|>";
-  int eot = bpe ? colo_bpe_lookup(bpe, EOT, sizeof EOT - 1) : -1;
   int cached = 0; /* positions in the decoding cache */
   for (int k = 0; k < n; k++) {
     if (!full_forward && len <= T) {
@@ -1731,8 +1736,8 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
     }
     int next = choose_token(p, idx, pairs, V, o, &rng);
     ctx[len++] = next;
-    if (next == eot)
-      break; /* GPT-2's end of a document: the text is complete */
+    if (next >= 0 && (next == stop[0] || next == stop[1] || next == stop[2]))
+      break; /* a document's end (or the next one's beginning): the text is complete */
     size_t tl;
     const char *tb = bpe ? colo_bpe_token(bpe, next, &tl) : NULL;
     if (!bpe)

