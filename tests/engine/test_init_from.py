@@ -28,6 +28,11 @@ loss equals HFLlama's (torch_gpt2.py: HF's names, nn.Linear layout and repeat_kv
 batch, also at tp=2 and pp=2 and from the same tensors in two shards with the Hub's index, and for an untied model (lm_head.weight of its own, tp=2 and pp=2
 too); and refusals: an untied head for a tied model, a tied file for an untied model, another
 count of key heads, a Llama file for a GPT-2 run.
+
+Last, `colo-train hf-config`: Llama 3.2 1B's published config.json gives its shape (GQA, Llama
+3's rope_scaling, tied); the small Llama's config.json gives a job file whose run from its
+weights starts at the same loss as the flags'; export --config and hf-config agree on a model
+with all of the options; configs colo's blocks cannot follow are refused naming the field.
 """
 import json
 import os
@@ -205,6 +210,7 @@ def main():
     for label, tensors in bad.items():
         refused(tmp, label, [], tensors, want[label])
     llama(tmp)
+    hf_config(tmp)
     r = colo(tmp, "../hub-f32.safetensors", check_rc=False)
     check("refused: a path outside the data root", r.returncode != 0 and
           'train.init_from "../hub-f32.safetensors" must be a path relative to the data root' in r.stderr,
@@ -287,6 +293,101 @@ def llama(tmp):
                                      "to the embedding, and this run's model is not (model.tie_embeddings=false)"}
     for label, (a, tensors) in bad.items():
         refused(tmp, label, a, tensors, want[label])
+
+
+def hf_config(tmp):
+    """colo-train hf-config: a transformers config.json as a job file's model section"""
+    ct = os.path.join(BIN, "colo-train")
+
+    def section(path, *extra):
+        r = subprocess.run([ct, "hf-config", path, "--json"] + list(extra), capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            raise SystemExit("hf-config %s: %s" % (path, r.stderr))
+        return json.loads(r.stdout)
+
+    # Llama 3.2 1B's published config.json
+    l32 = {"architectures": ["LlamaForCausalLM"], "attention_bias": False, "head_dim": 64,
+           "hidden_act": "silu", "hidden_size": 2048, "intermediate_size": 8192,
+           "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+           "num_attention_heads": 32, "num_hidden_layers": 16, "num_key_value_heads": 8,
+           "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 32.0, "high_freq_factor": 4.0,
+                                                   "low_freq_factor": 1.0,
+                                                   "original_max_position_embeddings": 8192,
+                                                   "rope_type": "llama3"},
+           "rope_theta": 500000.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+           "vocab_size": 128256}
+    d = os.path.join(tmp, "llama32")
+    os.makedirs(d, exist_ok=True)
+    json.dump(l32, open(os.path.join(d, "config.json"), "w"))
+    want = {"arch": "llama", "n_layer": 16, "n_head": 32, "n_kv_head": 8, "n_embd": 2048,
+            "mlp_hidden": 8192, "vocab_size": 128256, "block_size": 1024, "rope_theta": 500000,
+            "rope_scaling_factor": 32, "rope_low_freq_factor": 1, "rope_high_freq_factor": 4,
+            "rope_original_context": 8192, "tie_embeddings": True}
+    got = section(d)
+    check("hf-config: Llama 3.2 1B's config.json", got == want, json.dumps(got))
+    check("hf-config --block-size 0: the file's 131072 positions",
+          section(d, "--block-size", "0")["block_size"] == 131072, "")
+
+    # the YAML section is a job file: with the small Llama's config.json beside its weights, a run
+    # from it starts at the loss of the same model given by flags (llama-bf16.jsonl)
+    cfg = {"model_type": "llama", "hidden_size": C, "intermediate_size": 128, "num_hidden_layers": L,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": V,
+           "max_position_embeddings": T, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+           "hidden_act": "silu", "tie_word_embeddings": True}
+    json.dump(cfg, open(os.path.join(tmp, "config.json"), "w"))
+    r = subprocess.run([ct, "hf-config", os.path.join(tmp, "config.json")], capture_output=True,
+                       text=True)
+    job = os.path.join(tmp, "from-config.yaml")
+    with open(job, "w") as f:
+        f.write("name: from-config\n" + r.stdout)
+    prog = os.path.join(tmp, "from-config.jsonl")
+    r = subprocess.run([ct, "train", "--job", job, "--data-root", tmp, "--train-data", "train.bin",
+                        "--val-data", "val.bin", "--batch-size", str(B), "--steps", "1",
+                        "--eval-interval", "0", "--threads", "1", "--quiet", "--init-from",
+                        "llama-bf16.safetensors", "--progress", prog], capture_output=True, text=True)
+    ok = r.returncode == 0 and first_loss(prog) == first_loss(os.path.join(tmp, "llama-bf16.jsonl"))
+    check("hf-config's section as the job: the flags' first loss", ok,
+          r.stderr.strip().splitlines()[-1] if r.returncode else "%.7f" % first_loss(prog))
+
+    # export --config and hf-config agree: GQA, an untied head, Llama 3's rescaling
+    ck = os.path.join(tmp, "rt-ckpt")
+    subprocess.run([ct, "train", "--data-root", tmp, "--train-data", "train.bin", "--arch", "llama",
+                    "--n-layer", "2", "--n-head", "4", "--n-kv-head", "2", "--n-embd", "32",
+                    "--block-size", "16", "--vocab-size", "256", "--mlp-hidden", "96",
+                    "--tie-embeddings", "false", "--rope-theta", "50000", "--rope-scaling-factor", "8",
+                    "--rope-low-freq-factor", "2", "--rope-high-freq-factor", "8",
+                    "--rope-original-context", "64", "--batch-size", "2", "--steps", "1",
+                    "--eval-interval", "0", "--threads", "1", "--quiet", "--ckpt-dir", ck], check=True)
+    cj = os.path.join(tmp, "rt-config.json")
+    subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_00000001"), "--out",
+                    os.path.join(tmp, "rt.safetensors"), "--config", cj], check=True,
+                   stdout=subprocess.DEVNULL)
+    want = {"arch": "llama", "n_layer": 2, "n_head": 4, "n_kv_head": 2, "n_embd": 32,
+            "mlp_hidden": 96, "vocab_size": 256, "block_size": 16, "rope_theta": 50000,
+            "rope_scaling_factor": 8, "rope_low_freq_factor": 2, "rope_high_freq_factor": 8,
+            "rope_original_context": 64, "tie_embeddings": False}
+    got = section(cj)
+    check("hf-config of export --config: the run's model", got == want, json.dumps(got))
+
+    # what colo's blocks cannot be, refused naming the field
+    bad = {"mistral": (dict(l32, model_type="mistral"), "model_type mistral; colo reads llama's and gpt2's"),
+           "gelu": (dict(l32, hidden_act="gelu"), "hidden_act gelu; colo's llama MLP is SwiGLU (silu)"),
+           "eps": (dict(l32, rms_norm_eps=1e-6), "rms_norm_eps 1e-06; colo's RMSNorm has 1e-5"),
+           "bias": (dict(l32, attention_bias=True), "biases (attention_bias or mlp_bias); colo's llama has none"),
+           "linear": (dict(l32, rope_scaling={"type": "linear", "factor": 2.0}),
+                      "rope_scaling of type linear; colo reads Llama 3's (llama3)"),
+           "head_dim": (dict(l32, head_dim=128), "head_dim 128 is not hidden_size / num_attention_heads (2048 / 32)"),
+           "no-width": ({k: v for k, v in l32.items() if k != "hidden_size"}, "no hidden_size"),
+           "gpt2-untied": ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 64,
+                            "vocab_size": 256, "tie_word_embeddings": False},
+                           "tie_word_embeddings false; colo's gpt2 head is tied")}
+    for label, (c, msg) in bad.items():
+        path = os.path.join(tmp, "bad-%s.json" % label)
+        json.dump(c, open(path, "w"))
+        r = subprocess.run([ct, "hf-config", path], capture_output=True, text=True)
+        check("hf-config refuses: %s" % label, r.returncode == 1 and r.stdout == "" and
+              "colo-train hf-config: %s: %s" % (path, msg) in r.stderr, r.stderr.strip())
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@
 #include "train/bpe.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/hf.h"
 #include "train/prepare.h"
 #include "train/train.h"
 
@@ -53,13 +54,15 @@ static void usage(FILE *out) {
   fprintf(out, "usage: colo-train COMMAND [options]\n"
                "\n"
                "commands:\n"
-               "  prepare   turn a text file into train and val token shards (bytes or GPT-2's "
-               "BPE)\n"
-               "  tokenize  text to GPT-2 token ids and back\n"
-               "  train     train a GPT-2 model from a job file and/or flags\n"
+               "  prepare   turn text files into train and val token shards (bytes, or a "
+               "byte-level BPE:\n"
+               "            a tokenizer.json such as Llama 3's, or GPT-2's files)\n"
+               "  tokenize  text to token ids and back\n"
+               "  train     train a GPT-2 or Llama model from a job file and/or flags\n"
                "  eval      validation loss of a checkpoint on a shard\n"
                "  sample    generate text from a checkpoint\n"
-               "  export    a checkpoint of any layout as one HuggingFace GPT-2 safetensors file\n"
+               "  export    a checkpoint of any layout as one HuggingFace safetensors file\n"
+               "  hf-config a transformers config.json as a job file's model section\n"
                "\n"
                "'colo-train COMMAND --help' lists a command's options.\n");
 }
@@ -177,6 +180,88 @@ static int cmd_prepare(int argc, char **argv) {
   return 0;
 }
 
+/* ---- hf-config ---- */
+
+static int cmd_hf_config(int argc, char **argv) {
+  int json = 0;
+  long block = 1024;
+  char *end;
+  static const struct option o[] = {{"block-size", required_argument, 0, 'b'},
+                                    {"json", no_argument, 0, 'j'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "b:jh", o, NULL)) != -1) {
+    switch (c) {
+    case 'b':
+      block = strtol(optarg, &end, 10);
+      if (end == optarg || *end || block < 0 || block > (1 << 24))
+        return usage_error("hf-config", "--block-size needs a number of tokens (0: the file's)");
+      break;
+    case 'j':
+      json = 1;
+      break;
+    case 'h':
+      printf("usage: colo-train hf-config CONFIG [--block-size T (1024)] [--json]\n"
+             "Reads a transformers config.json (CONFIG, or CONFIG/config.json) of a\n"
+             "LlamaForCausalLM or GPT2LMHeadModel and prints the model section of a job file\n"
+             "that has its shape, so that train.init_from can start from its weights\n"
+             "(LlamaForCausalLM's model.safetensors, or its index). block_size is T, at most the\n"
+             "file's max_position_embeddings (--block-size 0: that). --json: the section as a\n"
+             "JSON object. A config colo's blocks cannot follow (biases, another activation,\n"
+             "norm eps or rope_scaling type, ...) is refused naming the field.\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (optind != argc - 1)
+    return usage_error("hf-config", "one CONFIG is needed");
+  colo_gpt_config_t cfg;
+  char err[1400];
+  if (colo_hf_read_config(argv[optind], &cfg, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-train hf-config: %s\n", err);
+    return 1;
+  }
+  int most = cfg.block_size, t = block && block < most ? (int)block : most;
+  int llama = cfg.arch == COLO_ARCH_LLAMA;
+  /* the fields as the job file names them; those at their defaults left out */
+  struct {
+    const char *name;
+    double v;
+    int on;
+  } f[] = {{"n_layer", cfg.n_layer, 1},
+           {"n_head", cfg.n_head, 1},
+           {"n_kv_head", cfg.n_kv_head, llama && cfg.n_kv_head != cfg.n_head},
+           {"n_embd", cfg.n_embd, 1},
+           {"mlp_hidden", cfg.mlp_hidden, cfg.mlp_hidden > 0},
+           {"vocab_size", cfg.vocab_size, 1},
+           {"block_size", t, 1},
+           {"rope_theta", cfg.rope_theta, llama},
+           {"rope_scaling_factor", cfg.rope_factor, cfg.rope_factor > 0},
+           {"rope_low_freq_factor", cfg.rope_low, cfg.rope_factor > 0},
+           {"rope_high_freq_factor", cfg.rope_high, cfg.rope_factor > 0},
+           {"rope_original_context", cfg.rope_orig, cfg.rope_factor > 0}};
+  if (json) {
+    printf("{\"arch\": \"%s\"", colo_gpt_arch_name(cfg.arch));
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+      if (f[i].on)
+        printf(", \"%s\": %.9g", f[i].name, f[i].v);
+    printf(", \"tie_embeddings\": %s}\n", cfg.untied_head ? "false" : "true");
+    return 0;
+  }
+  printf("# the shape of %s (%s)\nmodel:\n  arch: %s\n", argv[optind],
+         llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", colo_gpt_arch_name(cfg.arch));
+  for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+    if (f[i].on)
+      printf("  %s: %.9g\n", f[i].name, f[i].v);
+  printf("  tie_embeddings: %s\n", cfg.untied_head ? "false" : "true");
+  if (t < most)
+    printf("# block_size: %d of the %d positions the model knows (--block-size sets it)\n", t,
+           most);
+  return 0;
+}
+
 /* ---- tokenize ---- */
 
 static int cmd_tokenize(int argc, char **argv) {
@@ -210,6 +295,7 @@ static int cmd_tokenize(int argc, char **argv) {
   colo_bpe_t *bpe;
   if (open_tokenizer("tokenize", tokdir, &bpe) < 0)
     return 1;
+  setvbuf(stdout, NULL, _IOFBF, 1 << 16); /* data, not a log: buffered, not a line at a time */
   char err[1400];
   int rc = 0;
   if (decode) {
@@ -1357,6 +1443,8 @@ int main(int argc, char **argv) {
     return cmd_sample(argc - 1, argv + 1);
   if (!strcmp(cmd, "export"))
     return cmd_export(argc - 1, argv + 1);
+  if (!strcmp(cmd, "hf-config"))
+    return cmd_hf_config(argc - 1, argv + 1);
   fprintf(stderr, "colo-train: unknown command '%s'; try 'colo-train --help'\n", cmd);
   return 2;
 }

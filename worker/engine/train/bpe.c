@@ -2,7 +2,6 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "bpe.h"
 
-#include <errno.h>
 #include <limits.h>
 #include <pcre2.h>
 #include <stdint.h>
@@ -116,23 +115,12 @@ static long unmap(const int u2b[N_CP], const char *s, size_t n, char *out) {
   return (long)k;
 }
 
-/* the whole file, NUL-terminated, into *text: 0 or a COLO_E* code with the reason in err */
-static int slurp(const char *path, char **text, size_t *len, char *err, size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
-                     strerror(errno));
-  int rc = colo_read_all(f, path, text, len, err, errlen);
-  fclose(f);
-  return rc;
-}
-
 /* the file as a JSON object into *out (cJSON_Delete it): 0, or a COLO_E* code with the reason */
 static int read_json(const char *path, cJSON **out, char *err, size_t errlen) {
   size_t len;
   char *text;
   *out = NULL;
-  int rc = slurp(path, &text, &len, err, errlen);
+  int rc = colo_read_file(path, &text, &len, err, errlen);
   if (rc < 0)
     return rc;
   *out = cJSON_ParseWithLength(text, len);
@@ -276,7 +264,7 @@ static int load_merges(colo_bpe_t *t, const char *path, const int u2b[N_CP], cha
                        size_t errlen) {
   size_t len;
   char *text;
-  int rc = slurp(path, &text, &len, err, errlen);
+  int rc = colo_read_file(path, &text, &len, err, errlen);
   if (rc < 0)
     return rc;
   size_t lines = 1;

@@ -116,6 +116,16 @@ int colo_read_all(FILE *f, const char *what, char **out, size_t *len, char *err,
   return 0;
 }
 
+int colo_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen) {
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
+  int rc = colo_read_all(f, path, out, len, err, errlen);
+  fclose(f);
+  return rc;
+}
+
 int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errlen) {
   colo_shard_t s = {0};
   snprintf(s.path, sizeof s.path, "%s", path);

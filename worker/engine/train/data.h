@@ -58,6 +58,8 @@ void colo_paths_close(colo_paths_t *p);
 /* All of stream f (named what in errors) into *out, NUL-terminated, its length in *len; the
  * caller frees it. 0, or a COLO_E* code with the reason in err. */
 int colo_read_all(FILE *f, const char *what, char **out, size_t *len, char *err, size_t errlen);
+/* The same for the file at path: COLO_ENOENT when there is none, COLO_EIO naming why else. */
+int colo_read_file(const char *path, char **out, size_t *len, char *err, size_t errlen);
 
 /* Maps a shard, or with *, ? or [ in path every file the pattern matches (glob(3); none is
  * COLO_ENOENT). Refuses a bad magic, version or a token count a file does not hold, with the

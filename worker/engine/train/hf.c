@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
@@ -146,14 +147,9 @@ static int files_open(const char *path, files_t *fs, char *err, size_t errlen) {
     fs->n = rc == 0;
     return rc;
   }
-  FILE *in = fopen(path, "r");
-  if (!in)
-    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
-                     strerror(errno));
   char *text = NULL;
   size_t len = 0;
-  int rrc = colo_read_all(in, path, &text, &len, err, errlen);
-  fclose(in);
+  int rrc = colo_read_file(path, &text, &len, err, errlen);
   if (rrc < 0)
     return rrc;
   cJSON *root = text ? cJSON_Parse(text) : NULL;
@@ -465,5 +461,175 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     unlink(tmp);
   }
   free(text);
+  return rc;
+}
+
+/* a number field of j into *out, or `def` when it is absent (or null); COLO_EPARSE when it is
+ * something else */
+static int opt_num(const cJSON *j, const char *key, double def, double *out, const char *path,
+                   char *err, size_t errlen) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+  *out = def;
+  if (!v || cJSON_IsNull(v))
+    return 0;
+  if (!cJSON_IsNumber(v))
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: %s is not a number", path, key);
+  *out = v->valuedouble;
+  return 0;
+}
+
+/* an integer field in [1, max] that must be there */
+static int int_field(const cJSON *j, const char *key, int max, int *out, const char *path,
+                     char *err, size_t errlen) {
+  const cJSON *f = cJSON_GetObjectItemCaseSensitive(j, key);
+  double v = 0;
+  if (!f || cJSON_IsNull(f))
+    return colo_fail(err, errlen, COLO_EPARSE, "%s: no %s", path, key);
+  int rc = opt_num(j, key, 0, &v, path, err, errlen);
+  if (rc < 0)
+    return rc;
+  if (!(v >= 1 && v <= max) || v != (int)v)
+    return colo_fail(err, errlen, COLO_EINVAL, "%s: %s %g is not a whole number in [1, %d]", path,
+                     key, v, max);
+  *out = (int)v;
+  return 0;
+}
+
+static const char *str_field(const cJSON *j, const char *key) {
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
+  return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_t errlen) {
+  char *text = NULL, file[1200];
+  size_t len = 0;
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+    snprintf(file, sizeof file, "%s/config.json", path);
+  else
+    snprintf(file, sizeof file, "%s", path);
+  int rc = colo_read_file(file, &text, &len, err, errlen);
+  if (rc < 0)
+    return rc;
+  cJSON *j = cJSON_ParseWithLength(text, len);
+  free(text);
+  const char *type = str_field(j, "model_type");
+  memset(c, 0, sizeof *c);
+  if (!cJSON_IsObject(j))
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: not a JSON object", file);
+  else if (!type || (strcmp(type, "llama") && strcmp(type, "gpt2")))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: model_type %s; colo reads llama's and gpt2's (LlamaForCausalLM, "
+                   "GPT2LMHeadModel)",
+                   file, type ? type : "(none)");
+  if (rc < 0) {
+    cJSON_Delete(j);
+    return rc;
+  }
+  const cJSON *tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
+  int llama = !strcmp(type, "llama");
+  c->arch = llama ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
+  rc = int_field(j, "vocab_size", 1 << 20, &c->vocab_size, file, err, errlen);
+  if (rc == 0 && llama) {
+    const char *act = str_field(j, "hidden_act");
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(j, "rope_scaling");
+    const char *rt =
+        str_field(rs, "rope_type") ? str_field(rs, "rope_type") : str_field(rs, "type");
+    int head_dim = 0;
+    rc = int_field(j, "hidden_size", 1 << 16, &c->n_embd, file, err, errlen);
+    if (rc == 0)
+      rc = int_field(j, "num_hidden_layers", 1 << 10, &c->n_layer, file, err, errlen);
+    if (rc == 0)
+      rc = int_field(j, "num_attention_heads", 1 << 10, &c->n_head, file, err, errlen);
+    if (rc == 0)
+      rc = int_field(j, "intermediate_size", 1 << 20, &c->mlp_hidden, file, err, errlen);
+    if (rc == 0)
+      rc = int_field(j, "max_position_embeddings", 1 << 24, &c->block_size, file, err, errlen);
+    if (rc == 0 && cJSON_GetObjectItemCaseSensitive(j, "num_key_value_heads"))
+      rc = int_field(j, "num_key_value_heads", c->n_head, &c->n_kv_head, file, err, errlen);
+    if (rc == 0 && cJSON_GetObjectItemCaseSensitive(j, "head_dim"))
+      rc = int_field(j, "head_dim", 1 << 16, &head_dim, file, err, errlen);
+    double theta = 10000, eps = 1e-5;
+    if (rc == 0)
+      rc = opt_num(j, "rope_theta", 10000, &theta, file, err, errlen);
+    if (rc == 0 && !(theta > 0))
+      rc = colo_fail(err, errlen, COLO_EINVAL, "%s: rope_theta %g is not positive", file, theta);
+    c->rope_theta = (float)theta;
+    if (rc == 0)
+      rc = opt_num(j, "rms_norm_eps", 1e-5, &eps, file, err, errlen);
+    if (rc == 0 && eps != 1e-5)
+      rc = colo_fail(err, errlen, COLO_EINVAL, "%s: rms_norm_eps %g; colo's RMSNorm has 1e-5", file,
+                     eps);
+    if (rc == 0 && act && strcmp(act, "silu"))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: hidden_act %s; colo's llama MLP is SwiGLU (silu)", file, act);
+    if (rc == 0 && (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "attention_bias")) ||
+                    cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "mlp_bias"))))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: biases (attention_bias or mlp_bias); colo's llama has none", file);
+    if (rc == 0 && (c->n_embd % c->n_head || (head_dim && head_dim != c->n_embd / c->n_head)))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: head_dim %d is not hidden_size / num_attention_heads (%d / %d), which "
+                     "colo's attention needs",
+                     file, head_dim, c->n_embd, c->n_head);
+    if (rc == 0 && c->n_kv_head && c->n_head % c->n_kv_head)
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", file,
+                     c->n_head, c->n_kv_head);
+    if (rc == 0 && rs && !cJSON_IsNull(rs)) {
+      if (!rt || strcmp(rt, "llama3"))
+        rc = colo_fail(err, errlen, COLO_EINVAL,
+                       "%s: rope_scaling of type %s; colo reads Llama 3's (llama3)", file,
+                       rt ? rt : "(none)");
+      double f = 0, lo = 1, hi = 4, orig = 8192;
+      if (rc == 0)
+        rc = opt_num(rs, "factor", 0, &f, file, err, errlen);
+      if (rc == 0)
+        rc = opt_num(rs, "low_freq_factor", 1, &lo, file, err, errlen);
+      if (rc == 0)
+        rc = opt_num(rs, "high_freq_factor", 4, &hi, file, err, errlen);
+      if (rc == 0)
+        rc = opt_num(rs, "original_max_position_embeddings", 8192, &orig, file, err, errlen);
+      if (rc == 0 && !(f > 0 && lo > 0 && hi > lo && orig >= 1 && orig == (int)orig))
+        rc = colo_fail(
+            err, errlen, COLO_EINVAL,
+            "%s: rope_scaling factor %g, low %g, high %g, original %g: not a Llama 3 rescaling",
+            file, f, lo, hi, orig);
+      c->rope_factor = (float)f;
+      c->rope_low = (float)lo;
+      c->rope_high = (float)hi;
+      c->rope_orig = (int)orig;
+    }
+    c->untied_head = tie && cJSON_IsFalse(tie); /* transformers' default: tied */
+  } else if (rc == 0) {
+    const char *act = str_field(j, "activation_function");
+    rc = int_field(j, "n_embd", 1 << 16, &c->n_embd, file, err, errlen);
+    if (rc == 0)
+      rc = int_field(j, "n_layer", 1 << 10, &c->n_layer, file, err, errlen);
+    if (rc == 0)
+      rc = int_field(j, "n_head", 1 << 10, &c->n_head, file, err, errlen);
+    if (rc == 0)
+      rc = int_field(j, "n_positions", 1 << 24, &c->block_size, file, err, errlen);
+    const cJSON *inner = cJSON_GetObjectItemCaseSensitive(j, "n_inner");
+    double eps = 1e-5;
+    if (rc == 0 && inner && !cJSON_IsNull(inner))
+      rc = int_field(j, "n_inner", 1 << 20, &c->mlp_hidden, file, err, errlen);
+    if (rc == 0)
+      rc = opt_num(j, "layer_norm_epsilon", 1e-5, &eps, file, err, errlen);
+    if (rc == 0 && eps != 1e-5)
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: layer_norm_epsilon %g; colo's LayerNorm has 1e-5", file, eps);
+    if (rc == 0 && act && strcmp(act, "gelu_new") && strcmp(act, "gelu_pytorch_tanh"))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: activation_function %s; colo's GPT-2 MLP is GELU's tanh form (gelu_new)",
+                     file, act);
+    if (rc == 0 && tie && cJSON_IsFalse(tie))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: tie_word_embeddings false; colo's gpt2 head is tied", file);
+    if (rc == 0 && c->n_embd % c->n_head)
+      rc = colo_fail(err, errlen, COLO_EINVAL, "%s: n_embd %d is not a multiple of n_head %d", file,
+                     c->n_embd, c->n_head);
+  }
+  cJSON_Delete(j);
   return rc;
 }

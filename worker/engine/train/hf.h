@@ -29,4 +29,12 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
  * path. */
 int colo_hf_write_config(const colo_gpt_config_t *cfg, const char *path, char *err, size_t errlen);
 
+/* Reads a transformers config.json (path, or path/config.json) of a LlamaForCausalLM or a
+ * GPT2LMHeadModel into *cfg: the architecture and shape (block_size: max_position_embeddings or
+ * n_positions, the longest the model knows), rope_theta, Llama 3's rope_scaling and whether the
+ * head is tied. What colo's block cannot be is refused naming the field: another model_type,
+ * biases, another activation or norm eps, a head_dim other than hidden_size / heads, another
+ * rope_scaling type. */
+int colo_hf_read_config(const char *path, colo_gpt_config_t *cfg, char *err, size_t errlen);
+
 #endif
