@@ -14,7 +14,7 @@ random strings of all of those; GPT-2's tokenizer.json and the vocab.json and me
 from it give the same ids; a tokenizer.json of several splits (Digits, a Split with text between
 its matches, ByteLevel) as the reference splits it; decoding gives the bytes back; prepare writes
 llm.c's uint32 shards (magic 20240801, version 7) of <|begin_of_text|> and each document's ids,
-also through its 16 MiB buffer; a llama model trains on them and samples from
+also through its 16 MiB buffer, and of JSON lines (a document a line); a llama model trains on them and samples from
 <|begin_of_text|>, ending at the next; what colo does not read is refused with the reason.
 
 usage: test_hf_tokenizer.py; ctest sets COLO_BIN and COLO_SRC.
@@ -257,6 +257,58 @@ print("figure: prepare --threads 4 of tinyshakespeare under the three-split and 
       "three-character tokenizers: the whole text's ids (%d and %d)" % (
           len(refs_of["three splits"]["tinyshakespeare"]),
           len(refs_of["three characters"]["tinyshakespeare"])))
+
+# JSON lines: a document a line, its text escaped as json.dumps writes it (\n, \", \u00e9 and
+# surrogate pairs for emoji); blank lines skipped; each after <|begin_of_text|>; validation from
+# the first line at or past the split; two threads on over 1 MiB of documents
+jdocs = [shakespeare[i:i + 3700].decode("utf-8", "ignore") for i in range(0, len(shakespeare), 3700)]
+jdocs = [odd.decode(), ""] + [r.decode() for r in randoms] + jdocs
+jl = os.path.join(WORK, "docs.jsonl")
+starts = []
+with open(jl, "w") as f:
+    for i, d in enumerate(jdocs):
+        starts.append(f.tell())
+        f.write(json.dumps({"id": i, "text": d}) + "\n")
+        if i == 1:
+            f.write("  \n")
+size = os.path.getsize(jl)
+jd = os.path.join(WORK, "jsonl-texts")
+os.makedirs(jd)
+jpaths = []
+for i, d in enumerate(jdocs):
+    jpaths.append(os.path.join(jd, "%d.txt" % i))
+    open(jpaths[-1], "w", encoding="utf-8").write(d)
+jref = reference(LLAMA, jpaths)
+split = size - int(size * 0.1)
+want_tr, want_va = [], []
+for st, ids in zip(starts, jref):
+    (want_va if st >= split else want_tr).extend([BOS] + ids)
+jo = os.path.join(WORK, "jsonl-shards")
+p = run(["prepare", "--input", jl, "--out", jo, "--tokenizer", LLAMA, "--threads", "2"])
+if "%d documents of %d bytes" % (len(jdocs), size) not in p.stdout.decode():
+    fail("prepare of JSON lines did not count %d documents: %s" % (len(jdocs), p.stdout.decode()))
+if shard32(jo + "/train.bin") != want_tr or shard32(jo + "/val.bin") != want_va:
+    fail("prepare of JSON lines: not <|begin_of_text|> and each line's text's ids, split at the "
+         "first line at or past byte %d" % split)
+# another field; a line that is not a document is refused, naming it, and nothing is written
+jc = os.path.join(WORK, "content.jsonl")
+with open(jc, "w") as f:
+    f.write(json.dumps({"content": "ROMEO: hello"}) + "\n" + json.dumps({"content": "x"}) + "\n")
+run(["prepare", "--input", jc, "--out", os.path.join(WORK, "content"), "--tokenizer", LLAMA,
+     "--text-field", "content", "--val-fraction", "0"])
+if shard32(os.path.join(WORK, "content", "train.bin")) != [BOS] + colo_ids(LLAMA, b"ROMEO: hello") + \
+        [BOS] + colo_ids(LLAMA, b"x"):
+    fail("prepare --text-field content: not the field's texts")
+with open(jc, "a") as f:
+    f.write('{"text": "no content"}\n')
+e = run(["prepare", "--input", jc, "--out", os.path.join(WORK, "badjl"), "--tokenizer", LLAMA,
+         "--text-field", "content"], want=1).stderr.decode()
+if "%s:3: not a JSON object with a string \"content\"" % jc not in e or \
+        os.path.exists(os.path.join(WORK, "badjl", "train.bin")):
+    fail("a line without the field: " + e)
+print("figure: prepare of %d JSON lines (%d bytes, 2 threads): <|begin_of_text|> and each text's "
+      "tokenizers.js ids, train %d + val %d tokens; --text-field; a line without it refused"
+      % (len(jdocs), size, len(want_tr), len(want_va)))
 
 # a llama model of Llama 3's vocabulary learns <|begin_of_text|> "ROMEO:" and samples from
 # <|begin_of_text|> (no prompt) to the next one

@@ -84,18 +84,19 @@ static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
 
 static int cmd_prepare(int argc, char **argv) {
   const char *input = NULL, *out = NULL, *tokdir = NULL;
-  colo_prepare_opts_t po = {0.1, NULL, 0, stderr, 0};
+  colo_prepare_opts_t po = {0.1, NULL, 0, stderr, 0, NULL};
   static const struct option o[] = {{"input", required_argument, 0, 'i'},
                                     {"out", required_argument, 0, 'o'},
                                     {"val-fraction", required_argument, 0, 'v'},
                                     {"tokenizer", required_argument, 0, 'k'},
                                     {"shard-tokens", required_argument, 0, 's'},
                                     {"threads", required_argument, 0, 't'},
+                                    {"text-field", required_argument, 0, 'f'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
   char *end;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:h", o, NULL)) != -1) {
     switch (c) {
     case 'i':
       input = optarg;
@@ -121,23 +122,31 @@ static int cmd_prepare(int argc, char **argv) {
       if (end == optarg || *end || po.threads < 1)
         return usage_error("prepare", "--threads needs a positive number");
       break;
+    case 'f':
+      if (!*optarg)
+        return usage_error("prepare", "--text-field needs a field's name");
+      po.text_field = optarg;
+      break;
     case 'h':
       printf("usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
-             "                          [--tokenizer DIR] [--shard-tokens N] [--threads N]\n"
+             "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
+             "                          [--text-field NAME (text)]\n"
              "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
-             "text is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
+             "input is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
              "with --tokenizer a byte-level BPE: a HuggingFace tokenizer.json (Llama 3's,\n"
-             "GPT-2's, ...; the file or DIR/tokenizer.json), or GPT-2's DIR/vocab.json and\n"
-             "DIR/merges.txt (or OpenAI's encoder.json and vocab.bpe); the text must be UTF-8.\n"
-             "A vocabulary past 65,536 tokens writes llm.c's uint32 shards. With --shard-tokens, "
-             "train_000000.bin, train_000001.bin, ... and val_*\n"
-             "of N tokens each (a corpus larger than one shard's 2^31 tokens needs it); train\n"
-             "on them with --train-data 'train_*.bin'. The text is streamed: any size\n"
-             "passes through a 16 MiB buffer; progress goes to standard error. A pattern\n"
-             "('docs/*.txt') takes every file it matches, each a document, after the\n"
-             "tokenizer's document token under --tokenizer (GPT-2's <|endoftext|>, Llama 3's\n"
-             "<|begin_of_text|>). BPE encodes on --threads threads (default: the\n"
-             "machine's, at most 16); the tokens are the same for any number.\n");
+             "GPT-2's, ...; the file or PATH/tokenizer.json), or GPT-2's PATH/vocab.json and\n"
+             "PATH/merges.txt (or OpenAI's encoder.json and vocab.bpe); the text must be UTF-8.\n"
+             "A vocabulary past 65,536 tokens writes llm.c's uint32 shards. With --shard-tokens,\n"
+             "train_000000.bin, train_000001.bin, ... and val_* of N tokens each (a corpus\n"
+             "larger than one shard's 2^31 tokens needs it); train on them with --train-data\n"
+             "'train_*.bin'. The input is streamed: any size passes through a 16 MiB buffer;\n"
+             "progress goes to standard error. A pattern ('docs/*.txt') takes every file it\n"
+             "matches, each a document, after the tokenizer's document token under --tokenizer\n"
+             "(GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). A file of JSON lines\n"
+             "(*.jsonl, *.ndjson) holds a document a line, its text in the field --text-field;\n"
+             "validation starts at the first line at or past the split. BPE encodes on\n"
+             "--threads threads (default: the machine's, at most 16); the tokens are the same\n"
+             "for any number.\n");
       return 0;
     default:
       return 2;

@@ -10,6 +10,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "../../../common/error.h"
 #include "data.h"
 
@@ -158,7 +160,7 @@ typedef struct {
   out_t out[2];
   char *buf;
   size_t cap, len, base, split, total;
-  int part, eot, threads;
+  int part, eot, threads, docs;
   uint32_t *ends; /* under BPE: where the round's pieces end */
   size_t n_ends, ends_cap;
   seg_t seg[MAX_SEG];
@@ -338,6 +340,32 @@ static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o,
   return rc;
 }
 
+/* the buffer filled from in, as far as it goes (*eof once in has no more) */
+static int fill(run_t *r, FILE *in, const char *path, int *eof, char *err, size_t errlen) {
+  if (*eof || r->len == r->cap)
+    return 0;
+  r->len += fread(r->buf + r->len, 1, r->cap - r->len, in);
+  if (r->len < r->cap) {
+    if (ferror(in))
+      return colo_fail(err, errlen, COLO_EIO, "%s: read error", path);
+    *eof = 1;
+  }
+  return 0;
+}
+
+/* a line on o->progress every 5 s */
+static void progress(run_t *r) {
+  double now = now_s();
+  if (r->o->progress && now - r->last >= 5.0) {
+    fprintf(r->o->progress, "prepare: %.1f of %.1f MB (%.0f%%), %zu tokens, %.1f MB/s\n",
+            (double)r->base / 1e6, (double)r->total / 1e6,
+            100.0 * (double)r->base / (double)(r->total ? r->total : 1),
+            r->out[0].total + r->out[1].total, (double)r->base / 1e6 / (now - r->t0));
+    fflush(r->o->progress);
+    r->last = now;
+  }
+}
+
 /* One document (a file) through the buffer; `last`: the final one, where the split is due at
  * the latest. */
 static int one_document(run_t *r, const char *path, int last, char *err, size_t errlen) {
@@ -352,17 +380,8 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
   size_t doc = r->base; /* where this document starts in the whole text */
   r->len = 0;
   while (rc == 0) {
-    if (!eof && r->len < r->cap) {
-      size_t got = fread(r->buf + r->len, 1, r->cap - r->len, in);
-      r->len += got;
-      if (r->len < r->cap) {
-        if (ferror(in)) {
-          rc = colo_fail(err, errlen, COLO_EIO, "%s: read error", path);
-          break;
-        }
-        eof = 1;
-      }
-    }
+    if ((rc = fill(r, in, path, &eof, err, errlen)) < 0)
+      break;
     char *buf = r->buf;
     size_t len = r->len, base = r->base;
     /* this round takes the text up to where the last piece that more text cannot change ends
@@ -410,15 +429,7 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
     memmove(buf, buf + end, len - end);
     r->len -= end;
     r->base += end;
-    double now = now_s();
-    if (o->progress && now - r->last >= 5.0) {
-      fprintf(o->progress, "prepare: %.1f of %.1f MB (%.0f%%), %zu tokens, %.1f MB/s\n",
-              (double)r->base / 1e6, (double)r->total / 1e6,
-              100.0 * (double)r->base / (double)(r->total ? r->total : 1),
-              r->out[0].total + r->out[1].total, (double)r->base / 1e6 / (now - r->t0));
-      fflush(o->progress);
-      r->last = now;
-    }
+    progress(r);
     if (eof && r->len == 0)
       break;
   }
@@ -426,6 +437,191 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
     rc = emit(r, &r->out[r->part], &r->eot, 1, err, errlen);
   fclose(in);
   return rc;
+}
+
+/* ---- JSON lines: a document a line ---- */
+
+/* a batch of documents: their texts one after another */
+typedef struct {
+  char *text;
+  size_t len, cap;
+  size_t *start; /* where document i's text begins in text (and n + 1: the end) */
+  size_t *at;    /* where its line begins in the whole input (the split's measure) */
+  size_t n, ncap;
+} batch_t;
+
+static int batch_add(batch_t *b, const char *s, size_t n, size_t at) {
+  if (b->len + n > b->cap) {
+    size_t c = b->cap ? b->cap : 1 << 20;
+    while (c < b->len + n)
+      c *= 2;
+    char *g = realloc(b->text, c);
+    if (!g)
+      return COLO_ENOMEM;
+    b->text = g;
+    b->cap = c;
+  }
+  if (b->n + 2 > b->ncap) {
+    size_t c = b->ncap ? 2 * b->ncap : 1024;
+    size_t *x = realloc(b->start, c * sizeof *x), *y = x ? realloc(b->at, c * sizeof *y) : NULL;
+    if (x)
+      b->start = x;
+    if (!y)
+      return COLO_ENOMEM;
+    b->at = y;
+    b->ncap = c;
+  }
+  memcpy(b->text + b->len, s, n);
+  b->start[b->n] = b->len;
+  b->at[b->n++] = at;
+  b->len += n;
+  b->start[b->n] = b->len;
+  return 0;
+}
+
+/* The batch's documents: under BPE each encoded whole (split and merged), the documents in up to
+ * `threads` runs of about equal bytes encoded in parallel; then each, in order, after the
+ * document token, into train or, once a line begins at or past the split, val. `lines[i]`: the
+ * line of document i, for messages. */
+static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, char *err,
+                     size_t errlen) {
+  const colo_bpe_t *bpe = r->o->bpe;
+  size_t bounds[MAX_SEG + 1], *ntok = malloc((b->n + 1) * sizeof *ntok);
+  if (!ntok)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  int ns = b->len < ((size_t)1 << 20) || !bpe ? 1 : r->threads, rc = 0;
+  bounds[0] = 0;
+  for (int i = 1; i <= ns; i++) { /* the first document starting past the run's share */
+    size_t want = b->len / (size_t)ns * (size_t)i, k = bounds[i - 1];
+    while (k < b->n && (i == ns || b->start[k] < want))
+      k++;
+    bounds[i] = k;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ns)
+  for (int i = 0; i < ns; i++) {
+    seg_t *g = &r->seg[i];
+    g->n = 0;
+    g->rc = 0;
+    for (size_t d = bounds[i]; d < bounds[i + 1] && g->rc == 0; d++) {
+      size_t before = g->n, n = b->start[d + 1] - b->start[d];
+      const char *t = b->text + b->start[d];
+      if (bpe) {
+        g->rc = colo_bpe_encode(bpe, t, n, 0, &g->ids, &g->n, &g->cap, g->err, sizeof g->err);
+        if (g->rc == COLO_EPARSE) { /* the text's fault: name its line */
+          char why[512];
+          snprintf(why, sizeof why, "%s", g->err);
+          snprintf(g->err, sizeof g->err, "%s:%d: %s of the document", path, lines[d], why);
+        }
+      } else if (g->n + n > g->cap) {
+        int *x = realloc(g->ids, (g->n + n) * sizeof *x);
+        g->rc = x ? 0 : COLO_ENOMEM;
+        if (x)
+          g->ids = x, g->cap = g->n + n;
+      }
+      for (size_t k = 0; !bpe && g->rc == 0 && k < n; k++)
+        g->ids[g->n++] = (unsigned char)t[k];
+      ntok[d] = g->n - before;
+    }
+  }
+  for (int i = 0; i < ns && rc == 0; i++) { /* in order */
+    seg_t *g = &r->seg[i];
+    if (g->rc < 0) {
+      rc = colo_fail(err, errlen, g->rc, "%s", g->rc == COLO_ENOMEM ? "out of memory" : g->err);
+      break;
+    }
+    size_t at = 0;
+    for (size_t d = bounds[i]; d < bounds[i + 1] && rc == 0; d++) {
+      if (r->part == 0 && b->at[d] >= r->split)
+        r->part = 1; /* validation starts with the first line at or past the split */
+      if (r->eot >= 0)
+        rc = emit(r, &r->out[r->part], &r->eot, 1, err, errlen);
+      if (rc == 0)
+        rc = emit(r, &r->out[r->part], g->ids + at, ntok[d], err, errlen);
+      at += ntok[d];
+    }
+  }
+  free(ntok);
+  r->docs += (int)b->n;
+  b->len = b->n = 0;
+  return rc;
+}
+
+/* A file of JSON lines: each line an object whose field o->text_field is a document's text
+ * (blank lines skipped), read through the buffer, batched and encoded in parallel. */
+static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen) {
+  const char *field = r->o->text_field ? r->o->text_field : "text";
+  FILE *in = fopen(path, "rb");
+  if (!in)
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
+  batch_t b = {0};
+  int rc = 0, eof = 0, line = 0, *lines = NULL;
+  size_t lcap = 0;
+  r->len = 0;
+  while (rc == 0) {
+    if ((rc = fill(r, in, path, &eof, err, errlen)) < 0)
+      break;
+    size_t used = 0; /* the complete lines (all at the end) */
+    while (rc == 0 && used < r->len) {
+      char *s = r->buf + used, *nl = memchr(s, '\n', r->len - used);
+      if (!nl && !eof)
+        break;
+      size_t n = nl ? (size_t)(nl - s) : r->len - used, k = 0;
+      line++;
+      while (k < n && (s[k] == ' ' || s[k] == '\t' || s[k] == '\r'))
+        k++;
+      if (k < n) {
+        cJSON *j = cJSON_ParseWithLength(s, n);
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
+        if (!cJSON_IsString(v))
+          rc = colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not a JSON object with a string \"%s\"",
+                         path, line, field);
+        else if (b.n + 1 > lcap &&
+                 !(lines = realloc(lines, (lcap = 2 * lcap + 1024) * sizeof *lines)))
+          rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+        else if (batch_add(&b, v->valuestring, strlen(v->valuestring), r->base + used) < 0)
+          rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s's documents", path);
+        else
+          lines[b.n - 1] = line;
+        cJSON_Delete(j);
+      }
+      used += n + (nl != NULL);
+      if (rc == 0 && b.len >= r->cap)
+        rc = put_batch(r, &b, lines, path, err, errlen);
+    }
+    if (rc < 0)
+      break;
+    if (!eof && used == 0) { /* one line longer than the buffer: a larger one */
+      char *g = r->cap < ((size_t)1 << 31) ? realloc(r->buf, 2 * r->cap + 1) : NULL;
+      if (!g) {
+        rc = colo_fail(err, errlen, COLO_ENOMEM, "%s:%d: a line of more than %zu bytes", path,
+                       line + 1, r->cap);
+        break;
+      }
+      r->buf = g;
+      r->cap *= 2;
+      continue;
+    }
+    memmove(r->buf, r->buf + used, r->len - used);
+    r->len -= used;
+    r->base += used;
+    progress(r);
+    if (eof && r->len == 0)
+      break;
+  }
+  if (rc == 0 && b.n)
+    rc = put_batch(r, &b, lines, path, err, errlen);
+  free(b.text);
+  free(b.start);
+  free(b.at);
+  free(lines);
+  fclose(in);
+  return rc;
+}
+
+static int is_jsonl(const char *path) {
+  size_t n = strlen(path);
+  return (n > 6 && !strcmp(path + n - 6, ".jsonl")) || (n > 7 && !strcmp(path + n - 7, ".ndjson"));
 }
 
 int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
@@ -461,8 +657,11 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   if (rc == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
     rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", out_dir, strerror(errno));
   r.split = r.total - (size_t)((double)r.total * o->val_fraction);
+  int jsonl = 0;
+  for (size_t i = 0; i < nd; i++)
+    jsonl |= is_jsonl(paths[i]);
   r.eot = -1;
-  if (o->bpe && nd > 1) { /* documents apart: the tokenizer's document token, if it has one */
+  if (o->bpe && (nd > 1 || jsonl)) { /* documents apart: the tokenizer's document token */
     int bos;
     r.eot = colo_bpe_doc_token(o->bpe, &bos);
   }
@@ -473,7 +672,10 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   r.t0 = r.last = now_s();
   for (size_t i = 0; rc == 0 && i < nd; i++)
-    rc = one_document(&r, paths[i], i + 1 == nd, err, errlen);
+    if (is_jsonl(paths[i]))
+      rc = jsonl_documents(&r, paths[i], err, errlen);
+    else if ((rc = one_document(&r, paths[i], i + 1 == nd, err, errlen)) == 0)
+      r.docs++;
   colo_paths_close(&docs);
   free(r.buf);
   for (int i = 0; i < MAX_SEG; i++) {
@@ -492,7 +694,7 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     out_free(&r.out[k], rc < 0);
   }
   st->bytes = r.total;
-  st->documents = (int)nd;
+  st->documents = r.docs;
   st->eot = r.eot;
   st->wide = wide;
   return rc;

@@ -8,24 +8,28 @@
 #include "bpe.h"
 
 typedef struct {
-  double val_fraction;   /* the end of the text that is validation, in [0, 1) */
-  const colo_bpe_t *bpe; /* NULL: bytes as tokens (vocabulary 256) */
-  size_t shard_tokens;   /* 0: one train.bin and one val.bin; else train_NNNNNN.bin, ... */
-  FILE *progress;        /* a line every few seconds on long work; NULL: none */
-  int threads;           /* BPE encoding threads (at most 16); 0: OpenMP's default */
+  double val_fraction;    /* the end of the text that is validation, in [0, 1) */
+  const colo_bpe_t *bpe;  /* NULL: bytes as tokens (vocabulary 256) */
+  size_t shard_tokens;    /* 0: one train.bin and one val.bin; else train_NNNNNN.bin, ... */
+  FILE *progress;         /* a line every few seconds on long work; NULL: none */
+  int threads;            /* BPE encoding threads (at most 16); 0: OpenMP's default */
+  const char *text_field; /* JSON lines: the field of a document's text; NULL: "text" */
 } colo_prepare_opts_t;
 
 typedef struct {
   size_t tokens[2]; /* train, val */
   int files[2];
   size_t bytes;  /* of text */
-  int documents; /* input files */
+  int documents; /* text files, and JSON lines' documents */
   int eot;       /* the token put before each document; -1: none */
   int wide;      /* uint32 tokens */
 } colo_prepare_stats_t;
 
 /* Tokenises input into out_dir: a file, or with *, ? or [ every file the pattern matches, in
- * name order, each a document; under BPE with several documents each then begins with the
+ * name order, each a document, except a file of JSON lines (*.jsonl, *.ndjson), whose every
+ * line is an object with a document's text in its field text_field (blank lines skipped; a
+ * line that is not is refused, naming it; the split is at the first line that begins at or past
+ * the split's byte of the input); under BPE with several documents each then begins with the
  * tokenizer's document token where it has one (colo_bpe_doc_token: GPT-2's <|endoftext|>, as
  * llm.c's data sets are made; Llama 3's <|begin_of_text|>). Shards hold uint16 tokens (llm.c's
  * GPT-2 format), or uint32 (its Llama 3 format) for a vocabulary past 65,536. The split is at
