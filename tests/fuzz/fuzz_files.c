@@ -1,7 +1,8 @@
 /* Fuzz target: the files colo-train reads and did not write in this run, which may be truncated,
  * corrupt or someone else's: a safetensors file (a checkpoint shard, or weights from elsewhere:
- * its JSON header, dtypes, shapes and offsets), a checkpoint's manifest.json, and a token shard
- * in llm.c's format. The first byte picks which; the rest is the file. Reading may refuse, with
+ * its JSON header, dtypes, shapes and offsets), a checkpoint's manifest.json, a token shard in
+ * llm.c's format, and a HuggingFace tokenizer.json (then a text through it and back). The first
+ * byte picks which; the rest is the file. Reading may refuse, with
  * a reason, but never crash, leak or read outside the file. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "worker/engine/train/bpe.h"
 #include "worker/engine/train/checkpoint.h"
 #include "worker/engine/train/data.h"
 #include "worker/engine/train/safetensors.h"
@@ -75,18 +77,49 @@ static void shard(const uint8_t *data, size_t size) {
   colo_shard_free(&s);
 }
 
+static void tokenizer(const uint8_t *data, size_t size) {
+  colo_bpe_t *t;
+  char err[2048];
+  if (colo_bpe_load(colo_fuzz_put("tokenizer.json", data, size), &t, err, sizeof err) < 0) {
+    if (!err[0])
+      abort();
+    return;
+  }
+  static const char text[] = "Hello, wörld! It's 2026\n\n  naïve 東京 🎉 ab ab\r\n";
+  int *ids = NULL, bos;
+  size_t n = 0, cap = 0, back = 0;
+  if (colo_bpe_encode(t, text, sizeof text - 1, 0, &ids, &n, &cap, err, sizeof err) < 0)
+    abort(); /* a loaded tokenizer encodes any UTF-8 */
+  for (size_t i = 0; i < n; i++) {
+    size_t len;
+    if (!colo_bpe_token(t, ids[i], &len))
+      abort(); /* every id it gives is one of its tokens */
+    back += len;
+  }
+  if (back != sizeof text - 1)
+    abort(); /* and they are the text's bytes */
+  int doc = colo_bpe_doc_token(t, &bos);
+  if (doc >= colo_bpe_vocab_size(t))
+    abort();
+  free(ids);
+  colo_bpe_free(t);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
-  switch (data[0] % 3) {
+  switch (data[0] % 4) {
   case 0:
     safetensors(data + 1, size - 1);
     break;
   case 1:
     manifest(data + 1, size - 1);
     break;
-  default:
+  case 2:
     shard(data + 1, size - 1);
+    break;
+  default:
+    tokenizer(data + 1, size - 1);
   }
   return 0;
 }
@@ -140,4 +173,35 @@ void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit) {
   if (colo_shard_write(path, tok, 40, err, sizeof err) < 0)
     abort();
   emit_file("seed.bin", 2, emit);
+  /* a tokenizer.json of the 256 bytes (GPT-2's characters for them), two merges, Llama 3's kind
+   * of pre-tokenizer, an added token and a template */
+  static char tj[16384];
+  size_t k = (size_t)snprintf(tj, sizeof tj,
+                              "\x03{\"model\":{\"type\":\"BPE\",\"ignore_merges\":true,"
+                              "\"vocab\":{");
+  for (int b = 0, extra = 0; b < 256; b++) {
+    int keep = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+    int cp = keep ? b : 256 + extra++;
+    char u[4] = {(char)cp, 0};
+    if (cp >= 0x80)
+      u[0] = (char)(0xC0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3F)), u[2] = 0;
+    k += (size_t)snprintf(tj + k, sizeof tj - k, "%s\"%s%s\":%d", b ? "," : "",
+                          cp == '"' || cp == '\\' ? "\\" : "", u, b);
+  }
+  k += (size_t)snprintf(
+      tj + k, sizeof tj - k,
+      ",\"ab\":256,\"abab\":257},\"merges\":[\"a b\",[\"ab\",\"ab\"]]},\"pre_tokenizer\":{"
+      "\"type\":\"Sequence\",\"pretokenizers\":[{\"type\":\"Split\",\"pattern\":{\"Regex\":"
+      "\"\\\\s+|\\\\p{L}+|[^\\\\s\\\\p{L}]+\"},\"behavior\":\"Isolated\",\"invert\":false},{"
+      "\"type\":"
+      "\"ByteLevel\",\"use_regex\":false}]},\"added_tokens\":[{\"id\":258,\"content\":"
+      "\"<|begin_of_text|>\",\"special\":true}],\"post_processor\":{\"type\":"
+      "\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<|begin_of_text|>\"}},"
+      "{\"Sequence\":{\"id\":\"A\"}}]}}");
+  colo_bpe_t *tk;
+  if (colo_bpe_load(colo_fuzz_put("tokenizer.json", (const uint8_t *)tj + 1, k - 1), &tk, err,
+                    sizeof err) < 0)
+    abort(); /* the seed is a tokenizer */
+  colo_bpe_free(tk);
+  emit((const uint8_t *)tj, k);
 }
