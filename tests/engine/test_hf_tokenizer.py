@@ -15,7 +15,8 @@ from it give the same ids; a tokenizer.json of several splits (Digits, a Split w
 its matches, ByteLevel) as the reference splits it; decoding gives the bytes back; prepare writes
 llm.c's uint32 shards (magic 20240801, version 7) of <|begin_of_text|> and each document's ids,
 also through its 16 MiB buffer, and of JSON lines (a document a line); a llama model trains on them and samples from
-<|begin_of_text|>, ending at the next; what colo does not read is refused with the reason.
+<|begin_of_text|>, ending at the next, or at the tokenizer_config.json's eos_token; what colo does
+not read is refused with the reason.
 
 usage: test_hf_tokenizer.py; ctest sets COLO_BIN and COLO_SRC.
 """
@@ -315,7 +316,8 @@ print("figure: prepare of %d JSON lines (%d bytes, 2 threads): <|begin_of_text|>
 eo = os.path.join(WORK, "bos")
 os.makedirs(eo)
 romeo = colo_ids(LLAMA, b"ROMEO:")
-seq = ([BOS] + romeo) * 400
+EOT_ID = 128009  # <|eot_id|>, an instruct model's end of a turn
+seq = ([BOS] + romeo + [EOT_ID]) * 300
 with open(os.path.join(eo, "train.bin"), "wb") as f:
     f.write(struct.pack("<3i", 20240801, 7, len(seq)) + b"\0" * 1012 +
             struct.pack("<%dI" % len(seq), *seq))
@@ -325,10 +327,25 @@ run(["train", "--arch", "llama", "--data-root", eo, "--train-data", "train.bin",
      "--ckpt-dir", eo + "/ck", "--quiet"])
 s = run(["sample", "--checkpoint", eo + "/ck/step_00000060", "--tokenizer", LLAMA, "--tokens", "20",
          "--temperature", "0"]).stdout
-if s != b"ROMEO:\n":  # sample ends what it prints with a newline
-    fail("sample from <|begin_of_text|> should give ROMEO: and stop at the next: %r" % s)
-print("figure: a llama model of 128256 tokens, 60 steps on <|begin_of_text|>ROMEO: (uint32 "
-      "shard), samples %r from <|begin_of_text|> and stops at the next" % s.decode().strip())
+# <|eot_id|> is no end for a base model's tokenizer_config.json (eos_token <|end_of_text|>): it
+# is printed, and the text ends at the next <|begin_of_text|>
+if s != b"ROMEO:<|eot_id|>\n":  # sample ends what it prints with a newline
+    fail("sample from <|begin_of_text|> should give ROMEO:<|eot_id|> and stop at the next "
+         "<|begin_of_text|>: %r" % s)
+# an instruct model's tokenizer_config.json names it eos_token: the text ends there
+inst = os.path.join(WORK, "instruct")
+os.makedirs(inst)
+shutil.copy(LLAMA, inst)
+tc = json.load(open(os.path.join(os.path.dirname(LLAMA), "tokenizer_config.json")))
+tc["eos_token"] = "<|eot_id|>"
+json.dump(tc, open(os.path.join(inst, "tokenizer_config.json"), "w"))
+s2 = run(["sample", "--checkpoint", eo + "/ck/step_00000060", "--tokenizer", inst, "--tokens",
+          "20", "--temperature", "0"]).stdout
+if s2 != b"ROMEO:\n":
+    fail("sample should stop at the tokenizer_config.json's eos_token <|eot_id|>: %r" % s2)
+print("figure: a llama model of 128256 tokens, 60 steps on <|begin_of_text|>ROMEO:<|eot_id|> "
+      "(uint32 shard), samples %r from <|begin_of_text|> to the next, and %r where the "
+      "tokenizer_config.json's eos_token is <|eot_id|>" % (s.decode().strip(), s2.decode().strip()))
 
 # refusals, each with its reason and nothing written
 bad = os.path.join(WORK, "bad")

@@ -45,6 +45,7 @@ struct colo_bpe {
   int n_re;
   int ignore_merges; /* a piece that is a token is that token (tiktoken's rule, Llama 3's) */
   int doc, doc_bos;  /* colo_bpe_doc_token's answer */
+  int eos;           /* tokenizer_config.json's eos_token; -1: none */
 };
 static uint64_t fnv(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -550,10 +551,10 @@ static const char *config_token(const cJSON *config, const char *key) {
   return cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
 }
 
-/* Where the post-processor has no template: the tokenizer_config.json beside the tokenizer.json
- * (when there is one) names a beginning of text other than its end of text (Llama 3's
- * <|begin_of_text|>, where GPT-2's names <|endoftext|> for both). */
-static int config_bos(colo_bpe_t *t, const char *path, char *err, size_t errlen) {
+/* The tokenizer_config.json beside the tokenizer.json, when there is one: its eos_token, and
+ * where the post-processor has no template, its bos_token when that differs from its eos_token
+ * (Llama 3's <|begin_of_text|>, where GPT-2's names <|endoftext|> for both). */
+static int read_config(colo_bpe_t *t, const char *path, char *err, size_t errlen) {
   char cfg[1300];
   const char *slash = strrchr(path, '/');
   if (slash)
@@ -568,8 +569,10 @@ static int config_bos(colo_bpe_t *t, const char *path, char *err, size_t errlen)
     return rc;
   const char *bos = config_token(root, "bos_token"), *eos = config_token(root, "eos_token");
   int id = bos && !(eos && !strcmp(bos, eos)) ? colo_bpe_lookup(t, bos, strlen(bos)) : -1;
-  if (id >= 0)
+  if (id >= 0 && t->doc < 0)
     t->doc = id, t->doc_bos = 1;
+  if (eos)
+    t->eos = colo_bpe_lookup(t, eos, strlen(eos));
   cJSON_Delete(root);
   return 0;
 }
@@ -598,13 +601,13 @@ int colo_bpe_load(const char *path, colo_bpe_t **out, char *err, size_t errlen) 
   colo_bpe_t *t = calloc(1, sizeof *t);
   if (!t)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  t->doc = -1;
+  t->doc = t->eos = -1;
   int b2u[256], u2b[N_CP], rc;
   byte_map(b2u, u2b);
   if (which == 2) {
     rc = load_hf(t, hf, u2b, err, errlen);
-    if (rc == 0 && t->doc < 0)
-      rc = config_bos(t, hf, err, errlen);
+    if (rc == 0)
+      rc = read_config(t, hf, err, errlen);
   } else {
     cJSON *root;
     rc = read_json(vocab, &root, err, errlen);
@@ -645,6 +648,10 @@ int colo_bpe_lookup(const colo_bpe_t *t, const char *s, size_t n) {
 int colo_bpe_doc_token(const colo_bpe_t *t, int *bos) {
   *bos = t->doc_bos;
   return t->doc;
+}
+
+int colo_bpe_eos(const colo_bpe_t *t) {
+  return t->eos;
 }
 
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len) {

@@ -69,6 +69,10 @@ int colo_bpe_lookup(const colo_bpe_t *t, const char *s, size_t n);
  * text (a sample starts from it), 0 when a delimiter. */
 int colo_bpe_doc_token(const colo_bpe_t *t, int *bos);
 
+/* The end-of-text token a tokenizer_config.json beside the tokenizer.json names (eos_token:
+ * Llama 3's <|end_of_text|>, an instruct model's <|eot_id|>); -1 when none. */
+int colo_bpe_eos(const colo_bpe_t *t);
+
 /* The bytes of token id; NULL for an id the vocabulary does not have. */
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len);
 

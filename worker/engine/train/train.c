@@ -1706,7 +1706,8 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
       ctx[len++] = (unsigned char)prompt[i] % V;
   /* where a text ends: the tokenizer's document token, and the end-of-text tokens it has */
   static const char *const ENDS[2] = {"<|endoftext|>", "<|end_of_text|>"};
-  int bos = 0, doc = bpe ? colo_bpe_doc_token(bpe, &bos) : -1, stop[3] = {doc, -1, -1};
+  int bos = 0, doc = bpe ? colo_bpe_doc_token(bpe, &bos) : -1;
+  int stop[4] = {doc, -1, -1, bpe ? colo_bpe_eos(bpe) : -1};
   for (int i = 0; bpe && i < 2; i++)
     stop[i + 1] = colo_bpe_lookup(bpe, ENDS[i], strlen(ENDS[i]));
   if (len == 0 && bos && doc < V) { /* start from the beginning of a text */
@@ -1736,7 +1737,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
     }
     int next = choose_token(p, idx, pairs, V, o, &rng);
     ctx[len++] = next;
-    if (next >= 0 && (next == stop[0] || next == stop[1] || next == stop[2]))
+    if (next >= 0 && (next == stop[0] || next == stop[1] || next == stop[2] || next == stop[3]))
       break; /* a document's end (or the next one's beginning): the text is complete */
     size_t tl;
     const char *tb = bpe ? colo_bpe_token(bpe, next, &tl) : NULL;
