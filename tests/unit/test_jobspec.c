@@ -443,6 +443,25 @@ TEST(finetune_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(llama_finetune_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("llama3-finetune.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_STR(s->train->init_from, "llama-3.2-1b/model.safetensors");
+  /* Llama 3.2 1B's shape, as colo-train hf-config prints it (test_init_from checks that) */
+  ASSERT_EQ_INT(s->model->arch, COLO__V1__ARCH__ARCH_LLAMA);
+  ASSERT_EQ_INT(s->model->n_layer, 16);
+  ASSERT_EQ_INT(s->model->n_head, 32);
+  ASSERT_EQ_INT(s->model->n_kv_head, 8);
+  ASSERT_EQ_INT(s->model->n_embd, 2048);
+  ASSERT_EQ_INT(s->model->mlp_hidden, 8192);
+  ASSERT_EQ_INT(s->model->vocab_size, 128256);
+  ASSERT(s->model->rope_theta == 500000.0f && s->model->rope_scaling_factor == 32.0f);
+  ASSERT(s->model->tie_embeddings);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(missing_file_is_named) {
   Colo__V1__JobSpec *s = NULL;
   char err[512];
