@@ -156,19 +156,21 @@ refs_of = {}
 for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2),
                          ("three splits", MULTI, None), ("three characters", THIRDS, None)):
     refs = reference(tok, paths)
-    total = 0
-    for (name, data), want in zip(texts, refs):
-        for t in (tok, also) if also else (tok,):
-            got = colo_ids(t, data)
+    for t in (tok, also) if also else (tok,):  # every text in one run: a line of ids each
+        out = run(["tokenize", "--tokenizer", t] + paths).stdout.decode().split("\n")
+        for (name, data), want, line in zip(texts, refs, out):
+            got = [int(x) for x in line.split()]
             if got != want:
                 k = first_diff(got, want)
                 fail("%s, %s via %s: token %d is %s, tokenizers.js's %s (%d and %d tokens)" % (
                     tname, name, t, k, got[k:k + 5], want[k:k + 5], len(got), len(want)))
-        total += len(want)
-        back = run(["tokenize", "--tokenizer", tok, "--decode"],
-                   "\n".join(map(str, want)).encode()).stdout
-        if back != data:
-            fail("%s, %s: decoding does not give the text back" % (tname, name))
+        if len(out) != len(texts) + 1 or out[-1] != "":
+            fail("tokenize of %d files: %d lines" % (len(texts), len(out) - 1))
+    total = sum(map(len, refs))
+    back = run(["tokenize", "--tokenizer", tok, "--decode"],
+               "\n".join(str(x) for r in refs for x in r).encode()).stdout
+    if back != b"".join(d for _, d in texts):
+        fail("%s: decoding tokenizers.js's ids does not give the texts back" % tname)
     print("figure: %s: %d texts (%d bytes) -> %d tokens, tokenizers.js's ids%s; decoded back "
           "exactly" % (tname, len(texts), sum(len(d) for _, d in texts), total,
                        ", from tokenizer.json and from vocab.json + merges.txt" if also else ""))

@@ -290,10 +290,12 @@ static int cmd_tokenize(int argc, char **argv) {
       decode = 1;
       break;
     case 'h':
-      printf("usage: colo-train tokenize --tokenizer DIR [--decode] < IN > OUT\n"
-             "Encodes UTF-8 text on standard input with a byte-level BPE (DIR as for prepare) and\n"
-             "writes the token ids, one per line; with --decode reads ids (any whitespace\n"
-             "between them) and writes their text.\n");
+      printf("usage: colo-train tokenize --tokenizer PATH [--decode] < IN > OUT\n"
+             "       colo-train tokenize --tokenizer PATH FILE...\n"
+             "Encodes UTF-8 text on standard input with a byte-level BPE (PATH as for prepare)\n"
+             "and writes the token ids, one per line; with --decode reads ids (any whitespace\n"
+             "between them) and writes their text. With FILEs, each file's text is encoded\n"
+             "apart and its ids written on a line of their own, separated by spaces.\n");
       return 0;
     default:
       return 2;
@@ -301,13 +303,33 @@ static int cmd_tokenize(int argc, char **argv) {
   }
   if (!tokdir)
     return usage_error("tokenize", "--tokenizer is required");
+  if (decode && optind < argc)
+    return usage_error("tokenize", "--decode reads standard input, not files");
   colo_bpe_t *bpe;
   if (open_tokenizer("tokenize", tokdir, &bpe) < 0)
     return 1;
   setvbuf(stdout, NULL, _IOFBF, 1 << 16); /* data, not a log: buffered, not a line at a time */
   char err[1400];
   int rc = 0;
-  if (decode) {
+  if (optind < argc) { /* files: a line of ids each */
+    for (int i = optind; i < argc && rc == 0; i++) {
+      size_t len = 0, n = 0, icap = 0;
+      char *text = NULL;
+      int *ids = NULL;
+      if (colo_read_file(argv[i], &text, &len, err, sizeof err) < 0 ||
+          colo_bpe_encode(bpe, text, len, 0, &ids, &n, &icap, err, sizeof err) < 0) {
+        fprintf(stderr, "colo-train tokenize: %s%s%s\n", text ? argv[i] : "", text ? ": " : "",
+                err);
+        rc = 1;
+      }
+      for (size_t k = 0; rc == 0 && k < n; k++)
+        printf(k + 1 < n ? "%d " : "%d", ids[k]);
+      if (rc == 0)
+        putchar('\n');
+      free(text);
+      free(ids);
+    }
+  } else if (decode) {
     long id;
     int got;
     while ((got = scanf("%ld", &id)) == 1) {
