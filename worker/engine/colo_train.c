@@ -183,7 +183,7 @@ static int cmd_prepare(int argc, char **argv) {
       printf("%s/%s.bin: %zu tokens\n", out, kind[k], st.tokens[k]);
   if (vocab)
     printf("tokens of a %d-token vocabulary%s: the model's vocab_size must be at least %d "
-           "(GPT-2 pads it to %d)\n",
+           "(or %d, a multiple of 128, as llm.c pads GPT-2's to 50304)\n",
            vocab, st.wide ? ", 32 bits each (llm.c's Llama 3 shards)" : "", vocab,
            (vocab + 127) / 128 * 128);
   return 0;
