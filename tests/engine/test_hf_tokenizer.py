@@ -14,12 +14,13 @@ random strings of all of those; GPT-2's tokenizer.json and the vocab.json and me
 from it give the same ids; a tokenizer.json of several splits (Digits, a Split with text between
 its matches, ByteLevel) as the reference splits it; decoding gives the bytes back; prepare writes
 llm.c's uint32 shards (magic 20240801, version 7) of <|begin_of_text|> and each document's ids,
-also through its 16 MiB buffer, and of JSON lines (a document a line); a llama model trains on them and samples from
+also through its 16 MiB buffer, and of JSON lines (a document a line), gzip'd or not; a llama model trains on them and samples from
 <|begin_of_text|>, ending at the next, or at the tokenizer_config.json's eos_token; what colo does
 not read is refused with the reason.
 
 usage: test_hf_tokenizer.py; ctest sets COLO_BIN and COLO_SRC.
 """
+import gzip
 import json
 import os
 import random
@@ -239,6 +240,17 @@ if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
         fail("prepare of %d bytes through its buffer: not tinyshakespeare's ids %d times (token "
              "%d)" % (reps * len(shakespeare), reps,
                       first_diff(got, llama_ref["tinyshakespeare"] * reps)))
+    # the same text gzip'd: the same shards (the split measured in bytes of text)
+    with open(big, "rb") as f, gzip.open(big + ".gz", "wb", compresslevel=1) as g:
+        shutil.copyfileobj(f, g)
+    run(["prepare", "--input", big + ".gz", "--out", bo + "-gz", "--tokenizer", LLAMA,
+         "--threads", "1", "--val-fraction", "0.1"])
+    run(["prepare", "--input", big, "--out", bo + "-plain", "--tokenizer", LLAMA,
+         "--threads", "1", "--val-fraction", "0.1"])
+    for k in ("train.bin", "val.bin"):
+        if open(os.path.join(bo + "-gz", k), "rb").read() != \
+                open(os.path.join(bo + "-plain", k), "rb").read():
+            fail("prepare of the text gzip'd: %s differs from the plain text's" % k)
     print("figure: prepare streamed %d bytes (%d buffers' worth) with Llama 3's tokenizer: "
           "tinyshakespeare's %d ids %d times" % (reps * len(shakespeare),
                                                  reps * len(shakespeare) // (16 << 20) + 1,
@@ -309,8 +321,20 @@ e = run(["prepare", "--input", jc, "--out", os.path.join(WORK, "badjl"), "--toke
 if "%s:3: not a JSON object with a string \"content\"" % jc not in e or \
         os.path.exists(os.path.join(WORK, "badjl", "train.bin")):
     fail("a line without the field: " + e)
+# gzip'd JSON lines: the same shards; a gzip file cut short is refused before anything is written
+with open(jl, "rb") as f, gzip.open(jl + ".gz", "wb") as g:
+    g.write(f.read())
+run(["prepare", "--input", jl + ".gz", "--out", jo + "-gz", "--tokenizer", LLAMA, "--threads", "2"])
+if shard32(jo + "-gz/train.bin") != want_tr or shard32(jo + "-gz/val.bin") != want_va:
+    fail("prepare of gzip'd JSON lines: not the plain file's tokens")
+cut_gz = os.path.join(WORK, "cut.jsonl.gz")
+open(cut_gz, "wb").write(open(jl + ".gz", "rb").read()[:5000])
+e = run(["prepare", "--input", cut_gz, "--out", os.path.join(WORK, "cutgz"), "--tokenizer", LLAMA],
+        want=1).stderr.decode()
+if "%s: the gzip stream is cut short" % cut_gz not in e or os.path.exists(os.path.join(WORK, "cutgz")):
+    fail("a gzip file cut short: " + e)
 print("figure: prepare of %d JSON lines (%d bytes, 2 threads): <|begin_of_text|> and each text's "
-      "tokenizers.js ids, train %d + val %d tokens; --text-field; a line without it refused"
+      "tokenizers.js ids, train %d + val %d tokens, the same gzip'd; --text-field; a line without it, and gzip cut short, refused"
       % (len(jdocs), size, len(want_tr), len(want_va)))
 
 # a llama model of Llama 3's vocabulary learns <|begin_of_text|> "ROMEO:" and samples from

@@ -144,7 +144,8 @@ static int cmd_prepare(int argc, char **argv) {
              "matches, each a document, after the tokenizer's document token under --tokenizer\n"
              "(GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). A file of JSON lines\n"
              "(*.jsonl, *.ndjson) holds a document a line, its text in the field --text-field;\n"
-             "validation starts at the first line at or past the split. BPE encodes on\n"
+             "validation starts at the first line at or past the split. Files ending in .gz\n"
+             "are gzip's, read decompressed (the split counts bytes of text). BPE encodes on\n"
              "--threads threads (default: the machine's, at most 16); the tokens are the same\n"
              "for any number.\n");
       return 0;

@@ -2,6 +2,7 @@
 #include "prepare.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <cjson/cJSON.h>
 
@@ -340,17 +342,83 @@ static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o,
   return rc;
 }
 
+/* An input file through zlib: gzip's (*.gz) decompressed, any other read as it is. */
+static int in_open(const char *path, gzFile *in, char *err, size_t errlen) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0 || !(*in = gzdopen(fd, "rb"))) {
+    int e = errno;
+    if (fd >= 0)
+      close(fd);
+    return colo_fail(err, errlen, e == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(e));
+  }
+  gzbuffer(*in, 1 << 20);
+  return 0;
+}
+
+/* up to n bytes from in into buf: how many, or -1 with the reason (a damaged gzip file) */
+static long in_read(gzFile in, char *buf, size_t n, const char *path, char *err, size_t errlen) {
+  size_t got = 0;
+  while (got < n) {
+    unsigned want = n - got > (1u << 30) ? 1u << 30 : (unsigned)(n - got);
+    int k = gzread(in, buf + got, want);
+    if (k < 0) {
+      int code;
+      const char *why = gzerror(in, &code);
+      return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, why ? why : "read error");
+    }
+    if (k == 0) {
+      int code;
+      gzerror(in, &code);
+      if (code == Z_BUF_ERROR) /* the stream ended before gzip's end */
+        return colo_fail(err, errlen, COLO_EIO, "%s: the gzip stream is cut short", path);
+      break;
+    }
+    got += (size_t)k;
+  }
+  return (long)got;
+}
+
 /* the buffer filled from in, as far as it goes (*eof once in has no more) */
-static int fill(run_t *r, FILE *in, const char *path, int *eof, char *err, size_t errlen) {
+static int fill(run_t *r, gzFile in, const char *path, int *eof, char *err, size_t errlen) {
   if (*eof || r->len == r->cap)
     return 0;
-  r->len += fread(r->buf + r->len, 1, r->cap - r->len, in);
-  if (r->len < r->cap) {
-    if (ferror(in))
-      return colo_fail(err, errlen, COLO_EIO, "%s: read error", path);
+  long got = in_read(in, r->buf + r->len, r->cap - r->len, path, err, errlen);
+  if (got < 0)
+    return (int)got;
+  r->len += (size_t)got;
+  if (r->len < r->cap)
     *eof = 1;
-  }
   return 0;
+}
+
+/* a file's size as text: its own, or for gzip's (*.gz) what it decompresses to */
+static int text_size(const char *path, size_t *size, char *err, size_t errlen) {
+  size_t n = strlen(path);
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
+                     strerror(errno));
+  if (!S_ISREG(sb.st_mode))
+    return colo_fail(err, errlen, COLO_EINVAL, "%s: not a regular file", path);
+  *size = (size_t)sb.st_size;
+  if (n < 3 || strcmp(path + n - 3, ".gz"))
+    return 0;
+  gzFile in = NULL;
+  int rc = in_open(path, &in, err, errlen);
+  char *buf = rc == 0 ? malloc(1 << 20) : NULL;
+  long got = 0;
+  *size = 0;
+  if (rc == 0 && !buf)
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  while (rc == 0 && (got = in_read(in, buf, 1 << 20, path, err, errlen)) > 0)
+    *size += (size_t)got;
+  if (got < 0)
+    rc = (int)got;
+  free(buf);
+  if (in)
+    gzclose(in);
+  return rc;
 }
 
 /* a line on o->progress every 5 s */
@@ -370,13 +438,13 @@ static void progress(run_t *r) {
  * the latest. */
 static int one_document(run_t *r, const char *path, int last, char *err, size_t errlen) {
   const colo_prepare_opts_t *o = r->o;
-  FILE *in = fopen(path, "rb");
-  if (!in)
-    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
-                     strerror(errno));
+  gzFile in;
+  int rc = in_open(path, &in, err, errlen), eof = 0;
+  if (rc < 0)
+    return rc;
   /* the tokenizer's document token before each document (GPT-2's <|endoftext|>, as llm.c's data
    * sets have it; Llama 3's <|begin_of_text|>), in the part that takes its first tokens */
-  int rc = 0, eof = 0, pending = r->eot >= 0;
+  int pending = r->eot >= 0;
   size_t doc = r->base; /* where this document starts in the whole text */
   r->len = 0;
   while (rc == 0) {
@@ -435,7 +503,7 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
   }
   if (rc == 0 && pending) /* an empty document */
     rc = emit(r, &r->out[r->part], &r->eot, 1, err, errlen);
-  fclose(in);
+  gzclose(in);
   return rc;
 }
 
@@ -550,12 +618,11 @@ static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, c
  * (blank lines skipped), read through the buffer, batched and encoded in parallel. */
 static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen) {
   const char *field = r->o->text_field ? r->o->text_field : "text";
-  FILE *in = fopen(path, "rb");
-  if (!in)
-    return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
-                     strerror(errno));
+  gzFile in;
+  int rc = in_open(path, &in, err, errlen), eof = 0, line = 0, *lines = NULL;
+  if (rc < 0)
+    return rc;
   batch_t b = {0};
-  int rc = 0, eof = 0, line = 0, *lines = NULL;
   size_t lcap = 0;
   r->len = 0;
   while (rc == 0) {
@@ -615,13 +682,17 @@ static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen)
   free(b.start);
   free(b.at);
   free(lines);
-  fclose(in);
+  gzclose(in);
   return rc;
 }
 
+/* *.jsonl or *.ndjson, gzip'd or not */
 static int is_jsonl(const char *path) {
   size_t n = strlen(path);
-  return (n > 6 && !strcmp(path + n - 6, ".jsonl")) || (n > 7 && !strcmp(path + n - 7, ".ndjson"));
+  if (n > 3 && !strcmp(path + n - 3, ".gz"))
+    n -= 3;
+  return (n > 6 && !strncmp(path + n - 6, ".jsonl", 6)) ||
+         (n > 7 && !strncmp(path + n - 7, ".ndjson", 7));
 }
 
 int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
@@ -644,15 +715,10 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   run_t r = {o,
              {{out_dir, "train", o->shard_tokens, wide, NULL, 0, 0, 0, 0, NULL},
               {out_dir, "val", o->shard_tokens, wide, NULL, 0, 0, 0, 0, NULL}}};
-  for (size_t i = 0; rc == 0 && i < nd; i++) {
-    struct stat sb;
-    if (stat(paths[i], &sb) != 0)
-      rc = colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", paths[i],
-                     strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-      rc = colo_fail(err, errlen, COLO_EINVAL, "%s: not a regular file", paths[i]);
-    else
-      r.total += (size_t)sb.st_size;
+  for (size_t i = 0; rc == 0 && i < nd; i++) { /* the split's measure: bytes of text */
+    size_t n = 0;
+    rc = text_size(paths[i], &n, err, errlen);
+    r.total += n;
   }
   if (rc == 0 && mkdir(out_dir, 0755) != 0 && errno != EEXIST)
     rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", out_dir, strerror(errno));
