@@ -191,6 +191,18 @@ static int likely_cut(const char *b, size_t p) {
   return b[p - 1] == '\n' && b[p] > ' ' && b[p] < 0x7f;
 }
 
+/* the first of ends[x, y) at or past v, y when none (a round's pieces end in order) */
+static size_t first_end(const uint32_t *ends, size_t x, size_t y, size_t v) {
+  while (x < y) {
+    size_t m = x + (y - x) / 2;
+    if (ends[m] < v)
+      x = m + 1;
+    else
+      y = m;
+  }
+  return x;
+}
+
 /* The round's pieces (under BPE) into r->ends, and *end, where they end. Up to `threads`
  * threads check the text's UTF-8 and split it, each from a place where a piece likely begins
  * up to where its successor starts; stitched in order, a range whose start turned out to be
@@ -236,8 +248,7 @@ static int split_round(run_t *r, const char *buf, size_t len, int more, size_t a
       break; /* the range before stopped short of this one: more text decides the piece there */
     size_t k = 0;
     if (at > s[i]) { /* this range began inside a piece */
-      while (k < g->n_ends && g->ends[k] < at)
-        k++;
+      k = first_end(g->ends, 0, g->n_ends, at);
       if (k < g->n_ends && g->ends[k] == at) {
         k++;
       } else {
@@ -316,15 +327,7 @@ static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o,
   int ns = span < ((size_t)1 << 20) ? 1 : r->threads; /* a run of 1 MiB at least */
   b[0] = from;
   for (int i = 1; i < ns; i++) { /* the first piece ending past the run's share */
-    size_t want = lo + span / (size_t)ns * (size_t)i, x = b[i - 1], y = to;
-    while (x < y) {
-      size_t m = x + (y - x) / 2;
-      if (e[m] < want)
-        x = m + 1;
-      else
-        y = m;
-    }
-    b[i] = x;
+    b[i] = first_end(e, b[i - 1], to, lo + span / (size_t)ns * (size_t)i);
   }
   b[ns] = to;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ns)
@@ -478,9 +481,10 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
     if (rc == 0 && r->part == 0 && ((eof && last) || r->split <= base + end)) {
       /* validation starts here; under BPE where the first piece at or after it begins */
       size_t p = r->split > base ? r->split - base : 0, k = p < end ? p : end;
-      if (o->bpe)
-        for (k = 0; k < ne && (k ? r->ends[k - 1] : 0) < p; k++)
-          ;
+      if (o->bpe) { /* piece k begins where piece k - 1 ends */
+        k = p ? first_end(r->ends, 0, ne, p) + 1 : 0;
+        k = k < ne ? k : ne;
+      }
       rc = put_text(r, buf, 0, k, &r->out[0], &pending, err, errlen);
       r->part = 1;
       from = k;
