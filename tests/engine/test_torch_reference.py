@@ -71,9 +71,10 @@ def read_safetensors(path):
     return out
 
 
-def colo_train(tmp, dump, extra):
-    """colo-train's 10 steps with the reference dump; returns the dump's tensors"""
-    subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", tmp,
+def colo_train(tmp, dump, extra, data=None):
+    """colo-train's 10 steps with the reference dump (data: the shards' directory, else tmp);
+    returns the dump's tensors"""
+    subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", data or tmp,
                     "--train-data", "train.bin", "--val-data", "val.bin", "--eval-interval", "0",
                     "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
                     "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
@@ -109,6 +110,19 @@ def main():
             failures.append(what)
 
     replay(tmp, check, None)
+    # prompts and completions: shards with a loss mask, the loss a mean over the completions'
+    # targets of the whole batch (both micro-batches)
+    with open(os.path.join(tmp, "qa.jsonl"), "w") as f:
+        for i in range(200):
+            a, b = (int(x) for x in rng.integers(0, 1000, 2))
+            f.write(json.dumps({"prompt": "what is %d+%d? " % (a, b) + words[i] * int(rng.integers(0, 4)),
+                                "completion": "%d." % (a + b)}) + "\n")
+    masked = os.path.join(tmp, "masked")
+    subprocess.run([os.path.join(BIN, "colo-train"), "prepare", "--input", os.path.join(tmp, "qa.jsonl"),
+                    "--out", masked, "--prompt-field", "prompt", "--completion-field", "completion"],
+                   check=True, stdout=subprocess.DEVNULL)
+    replay(tmp, check, None, data=masked)
+    replay(tmp, check, None, "llama", data=masked)
     replay(tmp, check, {"init": 1024.0, "window": 3, "planted": [2, 3, 7]})
     replay_bf16(tmp, check)
     replay(tmp, check, None, "llama")
@@ -157,17 +171,25 @@ def make_model(arch):
                  untied=arch == "llama-untied", scaling=ROPE3 if arch == "llama-rope3" else None)
 
 
-def replay(tmp, check, ls, arch="gpt2"):
-    tag = ("" if ls is None else "[loss scaling] ") + ("" if arch == "gpt2" else "[%s] " % arch)
-    dump = os.path.join(tmp, "dump%s-%s.safetensors" % ("" if ls is None else "-ls", arch))
+def replay(tmp, check, ls, arch="gpt2", data=None):
+    tag = ("" if ls is None else "[loss scaling] ") + ("" if arch == "gpt2" else "[%s] " % arch) + \
+        ("" if data is None else "[loss mask] ")
+    dump = os.path.join(tmp, "dump%s-%s%s.safetensors" % ("" if ls is None else "-ls", arch,
+                                                           "" if data is None else "-mask"))
     extra = ARCH_ARGS[arch] + ([] if ls is None else [
         "--loss-scaling", "dynamic", "--loss-scale-init", str(ls["init"]),
         "--loss-scale-window", str(ls["window"]),
         "--plant-overflow", ",".join(str(x) for x in ls["planted"])])
-    ref = colo_train(tmp, dump, extra)
+    ref = colo_train(tmp, dump, extra, data)
     names = [k[len("init."):] for k in ref if k.startswith("init.")]
 
     model = make_model(arch)
+    if data is not None:  # the mean over the batch's targets that count, not each micro-batch's
+        model.reduction = "sum"
+        tgs = [ref["batch.%d.%d" % (0, m)][B:] for m in range(ACCUM)]
+        counted = sum(int((t >= 0).sum()) for t in tgs)
+        check(tag + "the dump's targets: some left out, some counted", 0 < counted < ACCUM * B * T,
+              "%d of %d count" % (counted, ACCUM * B * T))
     check(tag + "the same tensors, by name and shape", sorted(names) == sorted(model.names) and
           all(tuple(ref["init." + n].shape) == tuple(model.p[n].shape) for n in model.names),
           "%d tensors" % len(names))
@@ -182,12 +204,14 @@ def replay(tmp, check, ls, arch="gpt2"):
         opt.zero_grad(set_to_none=False)
         scale = 1.0 if scaler is None else scaler.scale
         loss_sum = 0.0
-        for micro in range(ACCUM):
-            batch = ref["batch.%d.%d" % (step, micro)].long()
+        batches = [ref["batch.%d.%d" % (step, micro)].long() for micro in range(ACCUM)]
+        # the loss's divisor: ACCUM means of B·T targets, or the batch's targets that count
+        div = ACCUM if data is None else sum(int((b[B:] >= 0).sum()) for b in batches)
+        for batch in batches:
             idx, tg = batch[:B], batch[B:]
             loss = model(idx, tg)
-            (loss * scale / ACCUM).backward()
-            loss_sum += loss.item() / ACCUM
+            (loss * scale / div).backward()
+            loss_sum += loss.item() / div
         colo_loss = ref["losses"][step].item()
         rel = abs(loss_sum - colo_loss) / abs(loss_sum)
         worst_loss = max(worst_loss, rel)

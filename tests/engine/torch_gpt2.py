@@ -6,6 +6,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+# The losses: a target of -1 does not count (colo's loss mask); reduction "mean" over those that
+# do, or "sum" for a mean the caller takes over a whole batch of micro-batches
+
 
 class GPT2(torch.nn.Module):
     """GPT-2 as HuggingFace computes it; Conv1D weights are [in, out]."""
@@ -37,6 +40,7 @@ class GPT2(torch.nn.Module):
         # PyTorch user would write it: bench/engine_gpu); False: the explicit product, softmax and
         # product the correctness tests compare with, rounding where a 16-bit engine stores
         self.sdpa = False
+        self.reduction = "mean"
 
     def forward(self, idx, targets, store=None):
         """store, when given, is applied to every tensor a 16-bit engine would store (each
@@ -64,7 +68,8 @@ class GPT2(torch.nn.Module):
             x = s(x + s(m @ s(p[h + "mlp.c_proj.weight"]) + p[h + "mlp.c_proj.bias"]))
         x = s(F.layer_norm(x, (C,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], 1e-5))
         logits = s(x @ s(p["transformer.wte.weight"]).t())
-        return F.cross_entropy(logits.view(-1, V), targets.reshape(-1))
+        return F.cross_entropy(logits.view(-1, V), targets.reshape(-1), ignore_index=-1,
+                               reduction=self.reduction)
 
     def init_gpt2(self, seed):
         """GPT-2 initialisation, with torch's own random numbers."""
@@ -123,6 +128,7 @@ class Llama(torch.nn.Module):
     def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False, scaling=None):
         super().__init__()
         self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
+        self.reduction = "mean"
         # grouped-query attention: NKV key and value heads, c_attn [C, C + 2·KV]
         self.NKV = NKV or NH
         KV = self.NKV * (C // NH)
@@ -184,7 +190,8 @@ class Llama(torch.nn.Module):
         x = s(rms_norm(x, p["transformer.ln_f.weight"]))
         head = p["lm_head.weight"] if self.untied else p["transformer.wte.weight"]
         logits = s(x @ s(head).t())
-        return F.cross_entropy(logits.view(-1, self.V), targets.reshape(-1))
+        return F.cross_entropy(logits.view(-1, self.V), targets.reshape(-1), ignore_index=-1,
+                               reduction=self.reduction)
 
     def param_groups(self, weight_decay):
         decay = [self.p[n] for n in self.names if self.p[n].dim() == 2]

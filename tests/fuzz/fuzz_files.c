@@ -67,9 +67,24 @@ static void shard(const uint8_t *data, size_t size) {
       abort();
     return;
   }
-  for (int T = 1; T <= 64; T *= 4)
-    if (colo_shard_windows(&s, T, err, sizeof err) < 0 && !err[0])
+  for (int T = 1; T <= 64; T *= 4) {
+    if (colo_shard_windows(&s, T, err, sizeof err) < 0) {
+      if (!err[0])
+        abort();
+      continue;
+    }
+    /* windows and their targets, -1 where a loss mask leaves one out, and the count of those
+     * that count: no more than there are */
+    int in[2 * 64], tg[2 * 64], counted = 0;
+    colo_sample_batch(&s, 1, 0, 0, 0, 1, 2, T, in, tg);
+    for (int i = 0; i < 2 * T; i++)
+      counted += tg[i] >= 0;
+    if (!s.masked && counted != 2 * T)
       abort();
+    if (colo_eval_counted(&s, 1, 0, 1, 2, T) > (uint64_t)s.blocks[s.n_files] * (uint64_t)T ||
+        colo_eval_counted(&s, 1, 3, 1, 2, T) > (uint64_t)6 * T)
+      abort();
+  }
   const char *file;
   size_t at;
   unsigned token;
@@ -173,6 +188,15 @@ void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit) {
   if (colo_shard_write(path, tok, 40, err, sizeof err) < 0)
     abort();
   emit_file("seed.bin", 2, emit);
+  /* the same with a loss mask (colo's shards of prompts and completions) */
+  snprintf(path, sizeof path, "%s/seedm.bin", colo_fuzz_dir());
+  int32_t mh[COLO_SHARD_HEADER_INTS] = {COLO_SHARD_MAGIC_MASKED, COLO_SHARD_VERSION_MASKED, 40, 2};
+  uint8_t bits[5] = {0xf0, 0x0f, 0x3c, 0xff, 0x01};
+  FILE *mf = fopen(path, "wb");
+  if (!mf || fwrite(mh, sizeof mh, 1, mf) != 1 || fwrite(tok, sizeof tok, 1, mf) != 1 ||
+      fwrite(bits, sizeof bits, 1, mf) != 1 || fclose(mf) != 0)
+    abort();
+  emit_file("seedm.bin", 2, emit);
   /* a tokenizer.json of the 256 bytes (GPT-2's characters for them), two merges, Llama 3's kind
    * of pre-tokenizer, an added token and a template */
   static char tj[16384];

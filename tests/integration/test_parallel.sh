@@ -160,6 +160,59 @@ a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] fo
 print("gpt2 step-10 loss %.4f, llama %.4f" % (a[-1], b[-1]))
 sys.exit(0 if abs(a[-1] - b[-1]) > 1e-3 else 1)
 PYEOF
+
+# a loss mask (prompts and completions, `prepare --prompt-field`): the loss is the mean over the
+# targets of the whole batch that count, so every layout takes the same mean as one process,
+# whatever share of them a rank's or a micro-batch's sequences hold; evaluation too, of fixed
+# batches (--eval-batches 2) and of the whole set (0)
+$PY - "$TMP/qa.jsonl" <<'PYEOF'
+import json, random, sys
+r = random.Random(11)
+with open(sys.argv[1], "w") as f:
+    for i in range(300):
+        a, b = r.randint(0, 999), r.randint(0, 999)
+        f.write(json.dumps({"q": "Q: %d+%d=?\n" % (a, b) + "x" * r.randint(0, 40),
+                            "a": "A: %d\n" % (a + b)}) + "\n")
+PYEOF
+"$CT" prepare --input "$TMP/qa.jsonl" --out "$TMP/qa" --prompt-field q --completion-field a \
+  >"$TMP/qa.out" || fail "prepare of prompts and completions failed"
+expect_contains "$(cat "$TMP/qa.out")" "of them targets of the loss"
+QA=(--data-root "$TMP/qa")
+run "$TMP/qa1" "${QA[@]}" --batch-size $GLOBAL_B
+run "$TMP/qa_acc" "${QA[@]}" --batch-size $((GLOBAL_B / 2)) --grad-accum 2 --eval-batches 4
+run "$TMP/qa_dp2z3" "${QA[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/qa_dp4z1" "${QA[@]}" --nproc 4 --dp 4 --zero 1 --batch-size $((GLOBAL_B / 4))
+run "$TMP/qa_tp2sp" "${QA[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+run "$TMP/qa_pp2dp2tp2" "${QA[@]}" --nproc 8 --pp 2 --dp 2 --tp 2 --zero 1 --micro-batches 2 \
+  --batch-size $((GLOBAL_B / 2))
+compare "$TMP/qa1" "$TMP/qa_acc" "masked: grad accum 2"
+compare "$TMP/qa1" "$TMP/qa_dp2z3" "masked: dp=2 ZeRO-3"
+compare "$TMP/qa1" "$TMP/qa_dp4z1" "masked: dp=4 ZeRO-1"
+compare "$TMP/qa1" "$TMP/qa_tp2sp" "masked: tp=2 sequence parallel"
+compare "$TMP/qa1" "$TMP/qa_pp2dp2tp2" "masked: pp=2 x dp=2 x tp=2"
+run "$TMP/qaw1" "${QA[@]}" --batch-size $GLOBAL_B --eval-batches 0
+run "$TMP/qaw_dp2" "${QA[@]}" --nproc 2 --dp 2 --batch-size $((GLOBAL_B / 2)) --eval-batches 0
+compare "$TMP/qaw1" "$TMP/qaw_dp2" "masked: dp=2, the whole val set"
+# and the mask is used: the same tokens without it give another loss
+$PY - "$TMP/qa/train.bin" "$TMP/qa_nomask" <<'PYEOF'
+import os, struct, sys
+d = open(sys.argv[1], "rb").read()
+h = list(struct.unpack("<256i", d[:1024]))
+assert h[0] == 20261125 and h[3] == 2, h[:4]
+os.makedirs(sys.argv[2], exist_ok=True)
+for name in ("train.bin", "val.bin"):
+    d = open(os.path.join(os.path.dirname(sys.argv[1]), name), "rb").read()
+    n = struct.unpack("<256i", d[:1024])[2]
+    with open(os.path.join(sys.argv[2], name), "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)) + d[1024:1024 + 2 * n])
+PYEOF
+run "$TMP/qa_nomask" --data-root "$TMP/qa_nomask" --batch-size $GLOBAL_B
+$PY - "$TMP/qa1/progress.jsonl" "$TMP/qa_nomask/progress.jsonl" <<'PYEOF' || fail "the loss mask changed nothing"
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] for f in sys.argv[1:])
+print("first loss with the mask %.4f, of the same tokens without it %.4f" % (a[0], b[0]))
+sys.exit(0 if abs(a[0] - b[0]) > 1e-2 else 1)
+PYEOF
 # a stage holds only its parameters: model states (pool peak less activations) of stage 0
 read -r s1 s2 <<<"$($PY -c '
 import json, sys

@@ -329,10 +329,37 @@ static void test_attention(double tol, int B, int T, int C, int NH) {
   free(h_dqkv);
 }
 
+/* Rows whose target is -1 (a loss mask leaves them out) in d, n rows of V in the storage type:
+ * each must have a loss of 0 in losses (when given) and a gradient of exact zeros. Frees
+ * nothing. */
+static void check_left_out(const char *what, const void *d, const float *d_losses, const int *tg,
+                           int n, int V) {
+  size_t nl = (size_t)n * V;
+  void *hd = malloc(nl * asz);
+  float *h = malloc(nl * sizeof *h), *l = malloc((size_t)n * sizeof *l);
+  gpu->to_host(hd, d, nl * asz);
+  colo_dtype_to_float(h, hd, nl, dt);
+  if (d_losses)
+    gpu->to_host(l, d_losses, (size_t)n * sizeof *l);
+  int bad = 0, rows = 0;
+  for (int i = 0; i < n; i++) {
+    if (tg[i] >= 0)
+      continue;
+    rows++;
+    bad += d_losses && l[i] != 0.0f;
+    for (int v = 0; v < V; v++)
+      bad += h[(size_t)i * V + v] != 0.0f;
+  }
+  checks++;
+  failures += bad > 0 || rows == 0;
+  printf("%s %-48s %d rows, %d values not zero\n", bad || !rows ? "FAIL" : "PASS", what, rows, bad);
+  free(hd), free(h), free(l);
+}
+
 static void test_losses(double tol) {
   int tg[N];
-  for (int i = 0; i < N; i++)
-    tg[i] = (int)(colo_rng_u64(&rng) % V);
+  for (int i = 0; i < N; i++) /* every fifth left out, as a loss mask's prompts are */
+    tg[i] = i % 5 == 4 ? -1 : (int)(colo_rng_u64(&rng) % V);
   size_t nl = (size_t)N * V;
   float *logits = randv(nl, 3.0f), *losses = malloc(N * sizeof(float));
   void *probs = hact(logits, nl);
@@ -346,12 +373,14 @@ static void test_losses(double tol) {
   check_a(named("crossentropy_fwd probabilities (in place)"), d_probs, probs, nl, tol);
   cpu->crossentropy_bwd(probs, probs, tg, 0.125f, N, V);
   gpu->crossentropy_bwd(p_gpu, p_gpu, d_tg, 0.125f, N, V);
+  check_left_out(named("crossentropy_bwd: targets -1 left out"), p_gpu, NULL, tg, N, V);
   check_a(named("crossentropy_bwd (in place)"), p_gpu, probs, nl, dt ? 0.0 : 1e-6);
   /* both at once, as a training step calls them */
   void *fused = hact(logits, nl), *d_fused = upa(logits, nl);
   float *d_fl = upf(logits, N);
   cpu->crossentropy_fused(losses, fused, tg, 0.125f, N, V);
   gpu->crossentropy_fused(d_fl, d_fused, d_tg, 0.125f, N, V);
+  check_left_out(named("crossentropy_fused: targets -1 left out"), d_fused, d_fl, tg, N, V);
   check(named("crossentropy_fused losses (fp32)"), d_fl, losses, N, 1e-5);
   check_a(named("crossentropy_fused gradient (in place)"), d_fused, fused, nl, dt ? tol : 1e-5);
   free(fused);
@@ -379,6 +408,7 @@ static void test_losses(double tol) {
   float *d_gsum = upf(sum, N);
   cpu->vocab_ce_bwd(dsh, h_shard, rmax, sum, tg, v0, 0.5f, N, Vl);
   gpu->vocab_ce_bwd(d_dsh, d_shard, d_gmax, d_gsum, d_tg, v0, 0.5f, N, Vl);
+  check_left_out(named("vocab_ce_bwd: targets -1 left out"), d_dsh, NULL, tg, N, Vl);
   check_a(named("vocab_ce_bwd"), d_dsh, dsh, ns, dt ? tol : 1e-5);
   colo_pool_free(dpool, d_tg), colo_pool_free(dpool, d_shard), colo_pool_free(dpool, d_gmax);
   colo_pool_free(dpool, d_gsum);

@@ -1712,6 +1712,101 @@ TEST(uint32_shards) {
   rmdir(dir);
 }
 
+/* colo's shards with a loss mask: a target is -1 where its token's bit is clear, and the count of
+ * a step's targets that count (every micro-step's, every rank's) is what the batches hold, in
+ * either order and in a blend with a shard without a mask */
+TEST(masked_shards) {
+  char dir[] = "/tmp/colo-mask-XXXXXX", path[128], plain[128], err[512];
+  ASSERT(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/qa.bin", dir);
+  snprintf(plain, sizeof plain, "%s/plain.bin", dir);
+  enum { NT = 1000 };
+  int32_t hdr[COLO_SHARD_HEADER_INTS] = {COLO_SHARD_MAGIC_MASKED, COLO_SHARD_VERSION_MASKED, NT, 2};
+  uint16_t tok[NT];
+  uint8_t bits[(NT + 7) / 8] = {0};
+  for (int i = 0; i < NT; i++) {
+    tok[i] = (uint16_t)(i % 300);
+    if (i % 10 >= 6) /* tokens 6..9 of each ten count: their value mod 10 says so */
+      bits[i / 8] |= (uint8_t)(1u << (i % 8));
+  }
+  FILE *f = fopen(path, "wb");
+  ASSERT(f && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(tok, sizeof tok, 1, f) == 1 &&
+         fwrite(bits, sizeof bits, 1, f) == 1);
+  fclose(f);
+  ASSERT_EQ_INT(colo_shard_write(plain, tok, NT, err, sizeof err), 0);
+  colo_shard_t s;
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), 0);
+  ASSERT(s.masked && s.files[0].mask && !s.files[0].wide && s.n == NT);
+  colo_shard_free(&s);
+  const char *paths[2] = {path, plain};
+  double weights[2] = {3, 1};
+  for (int order = COLO_ORDER_RANDOM; order <= COLO_ORDER_SHUFFLE; order++)
+    for (int n = 1; n <= 2; n++) {
+      colo_blend_t d;
+      ASSERT_EQ_INT(colo_blend_open(&d, paths, n == 2 ? weights : NULL, (size_t)n, order, 16, err,
+                                    sizeof err),
+                    0);
+      ASSERT(colo_blend_masked(&d));
+      int B = 3, accum = 2, world = 2, in[3 * 16], tg[3 * 16], left = 0;
+      for (uint64_t step = 0; step < 5; step++) {
+        uint64_t counted = 0;
+        for (int micro = 0; micro < accum; micro++)
+          for (int r = 0; r < world; r++) {
+            colo_blend_batch(&d, 7, step, accum, micro, r, world, B, in, tg);
+            for (int i = 0; i < B * 16; i++) {
+              int next = in[i] + 1 == 300 ? 0 : in[i] + 1; /* the token after in[i] */
+              if (tg[i] >= 0) {
+                ASSERT(tg[i] == next);
+                counted++;
+              } else {
+                left++;
+              }
+            }
+          }
+        ASSERT_EQ_INT(colo_blend_counted(&d, 7, step, accum, world, B), counted);
+      }
+      ASSERT(left > 0);
+      colo_blend_close(&d);
+    }
+  /* evaluation's counts: fixed batches and the whole set */
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_shard_windows(&s, 16, err, sizeof err), 0);
+  int in[2 * 16], tg[2 * 16];
+  uint64_t counted = 0;
+  for (int i = 0; i < 3; i++)
+    for (int r = 0; r < 2; r++) {
+      colo_sample_eval_batch(&s, 5, i, r, 2, 2, 16, in, tg);
+      for (int k = 0; k < 2 * 16; k++)
+        counted += tg[k] >= 0 && tg[k] % 10 >= 6;
+    }
+  ASSERT_EQ_INT(colo_eval_counted(&s, 5, 3, 2, 2, 16), counted);
+  counted = 0;
+  for (size_t w = 0; w < s.blocks[s.n_files]; w++) {
+    colo_shard_block(&s, w, 16, in, tg);
+    for (int k = 0; k < 16; k++)
+      counted += tg[k] >= 0;
+  }
+  ASSERT_EQ_INT(colo_eval_counted(&s, 5, 0, 2, 2, 16), counted);
+  ASSERT(counted > 0 && counted < (uint64_t)s.blocks[s.n_files] * 16);
+  colo_shard_free(&s);
+  /* cut short: the mask's last byte missing */
+  f = fopen(path, "wb");
+  ASSERT(f && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(tok, sizeof tok, 1, f) == 1 &&
+         fwrite(bits, sizeof bits - 1, 1, f) == 1);
+  fclose(f);
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), COLO_EPARSE);
+  ASSERT(strstr(err, "truncated: the header says 1000 tokens and their loss mask") != NULL);
+  hdr[3] = 3; /* no such width */
+  f = fopen(path, "wb");
+  ASSERT(f && fwrite(hdr, sizeof hdr, 1, f) == 1);
+  fclose(f);
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), COLO_EPARSE);
+  ASSERT(strstr(err, "a token width of 3 bytes (2 or 4)") != NULL);
+  unlink(path);
+  unlink(plain);
+  rmdir(dir);
+}
+
 TEST(shards_by_pattern) {
   char dir[] = "/tmp/colo-sh-XXXXXX", path[128], err[512];
   ASSERT(mkdtemp(dir) != NULL);

@@ -462,6 +462,17 @@ TEST(llama_finetune_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(llama_sft_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("llama3-sft.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_STR(s->train->init_from, "llama-3.2-1b/model.safetensors");
+  ASSERT_EQ_STR(s->data->train_path, "my-pairs-llama/train.bin");
+  ASSERT_EQ_INT(s->model->vocab_size, 128256);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(missing_file_is_named) {
   Colo__V1__JobSpec *s = NULL;
   char err[512];

@@ -84,7 +84,7 @@ static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
 
 static int cmd_prepare(int argc, char **argv) {
   const char *input = NULL, *out = NULL, *tokdir = NULL;
-  colo_prepare_opts_t po = {0.1, NULL, 0, stderr, 0, NULL};
+  colo_prepare_opts_t po = {0.1, NULL, 0, stderr, 0, NULL, NULL, NULL};
   static const struct option o[] = {{"input", required_argument, 0, 'i'},
                                     {"out", required_argument, 0, 'o'},
                                     {"val-fraction", required_argument, 0, 'v'},
@@ -92,11 +92,13 @@ static int cmd_prepare(int argc, char **argv) {
                                     {"shard-tokens", required_argument, 0, 's'},
                                     {"threads", required_argument, 0, 't'},
                                     {"text-field", required_argument, 0, 'f'},
+                                    {"prompt-field", required_argument, 0, 'p'},
+                                    {"completion-field", required_argument, 0, 'c'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
   char *end;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:h", o, NULL)) != -1) {
     switch (c) {
     case 'i':
       input = optarg;
@@ -127,10 +129,18 @@ static int cmd_prepare(int argc, char **argv) {
         return usage_error("prepare", "--text-field needs a field's name");
       po.text_field = optarg;
       break;
+    case 'p':
+    case 'c':
+      if (!*optarg)
+        return usage_error("prepare", c == 'p' ? "--prompt-field needs a field's name"
+                                               : "--completion-field needs a field's name");
+      *(c == 'p' ? &po.prompt_field : &po.completion_field) = optarg;
+      break;
     case 'h':
       printf("usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
              "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
              "                          [--text-field NAME (text)]\n"
+             "                          [--prompt-field NAME --completion-field NAME]\n"
              "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
              "input is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
              "with --tokenizer a byte-level BPE: a HuggingFace tokenizer.json (Llama 3's,\n"
@@ -147,7 +157,13 @@ static int cmd_prepare(int argc, char **argv) {
              "validation starts at the first line at or past the split. Files ending in .gz\n"
              "are gzip's, read decompressed (the split counts bytes of text). BPE encodes on\n"
              "--threads threads (default: the machine's, at most 16); the tokens are the same\n"
-             "for any number.\n");
+             "for any number.\n"
+             "Supervised fine-tuning: with --prompt-field and --completion-field each line of\n"
+             "the JSON lines holds a prompt and its completion; a pair becomes [document token]\n"
+             "prompt completion [end], the end being the tokenizer's eos_token\n"
+             "(tokenizer_config.json) or else its document token. The shards then carry a loss\n"
+             "mask (colo's format, magic 20261125): training and evaluation take the loss on\n"
+             "the completions and their ends alone.\n");
       return 0;
     default:
       return 2;
@@ -155,6 +171,10 @@ static int cmd_prepare(int argc, char **argv) {
   }
   if (!input || !out)
     return usage_error("prepare", "--input and --out are required");
+  if (!po.prompt_field != !po.completion_field)
+    return usage_error("prepare", "--prompt-field and --completion-field go together");
+  if (po.prompt_field && po.text_field)
+    return usage_error("prepare", "--text-field is for documents of text, not with --prompt-field");
   colo_bpe_t *bpe;
   if (open_tokenizer("prepare", tokdir, &bpe) < 0)
     return 1;
@@ -169,19 +189,32 @@ static int cmd_prepare(int argc, char **argv) {
   if (dt)
     snprintf(doc, sizeof doc, ", each after the %.*s token (%d)", (int)(dl < 40 ? dl : 40), dt,
              st.eot);
+  char ending[96] = "";
+  const char *et = st.end >= 0 ? colo_bpe_token(bpe, st.end, &dl) : NULL;
+  if (et)
+    snprintf(ending, sizeof ending, "; each completion ends with %.*s (%d)",
+             (int)(dl < 40 ? dl : 40), et, st.end);
   colo_bpe_free(bpe);
   if (rc < 0) {
     fprintf(stderr, "colo-train prepare: %s\n", err);
     return 1;
   }
-  if (st.documents > 1)
+  if (st.masked)
+    printf("%d prompts and completions of %zu bytes%s%s\n", st.documents, st.bytes, doc, ending);
+  else if (st.documents > 1)
     printf("%d documents of %zu bytes%s\n", st.documents, st.bytes, doc);
   static const char *kind[2] = {"train", "val"};
-  for (int k = 0; k < 2; k++)
+  for (int k = 0; k < 2; k++) {
+    char counted[96] = "";
+    if (st.masked)
+      snprintf(counted, sizeof counted, ", %zu of them targets of the loss (%.1f%%)", st.counted[k],
+               st.tokens[k] ? 100.0 * (double)st.counted[k] / st.tokens[k] : 0.0);
     if (po.shard_tokens)
-      printf("%s/%s_*.bin: %zu tokens in %d files\n", out, kind[k], st.tokens[k], st.files[k]);
+      printf("%s/%s_*.bin: %zu tokens in %d files%s\n", out, kind[k], st.tokens[k], st.files[k],
+             counted);
     else
-      printf("%s/%s.bin: %zu tokens\n", out, kind[k], st.tokens[k]);
+      printf("%s/%s.bin: %zu tokens%s\n", out, kind[k], st.tokens[k], counted);
+  }
   if (vocab)
     printf("tokens of a %d-token vocabulary%s: the model's vocab_size must be at least %d "
            "(or %d, a multiple of 128, as llm.c pads GPT-2's to 50304)\n",

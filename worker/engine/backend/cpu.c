@@ -624,8 +624,8 @@ static void crossentropy_fwd(float *losses, void *probs_, const void *logits_, c
     float inv = 1.0f / sum;
     for (int v = 0; v < V; v++)
       p[v] *= inv;
-    if (losses)
-      losses[n] = -logf(p[targets[n]]);
+    if (losses) /* a target of -1 does not count */
+      losses[n] = targets[n] < 0 ? 0.0f : -logf(p[targets[n]]);
   }
 }
 
@@ -636,9 +636,9 @@ static void crossentropy_bwd(void *dlogits_, const void *probs_, const int *targ
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++) {
     const float *p = probs + (size_t)n * V;
-    float *d = dlogits + (size_t)n * V;
+    float *d = dlogits + (size_t)n * V, s = targets[n] < 0 ? 0.0f : dloss;
     for (int v = 0; v < V; v++)
-      d[v] = (p[v] - (v == targets[n] ? 1.0f : 0.0f)) * dloss;
+      d[v] = (p[v] - (v == targets[n] ? 1.0f : 0.0f)) * s;
   }
 }
 
@@ -691,9 +691,10 @@ static void vocab_ce_bwd(void *dlogits_, const void *logits_, const float *gmax,
   for (int n = 0; n < N; n++) {
     const float *l = logits + (size_t)n * Vl;
     float *d = dlogits + (size_t)n * Vl, inv = 1.0f / gsum[n];
+    float s = targets[n] < 0 ? 0.0f : dloss;
     int t = targets[n] - v0;
     for (int v = 0; v < Vl; v++)
-      d[v] = (expf(l[v] - gmax[n]) * inv - (v == t ? 1.0f : 0.0f)) * dloss;
+      d[v] = (expf(l[v] - gmax[n]) * inv - (v == t ? 1.0f : 0.0f)) * s;
   }
 }
 

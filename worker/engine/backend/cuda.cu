@@ -1221,8 +1221,8 @@ __global__ static void crossentropy_fwd_kernel(float *losses, T *probs, const T 
   s = block_sum(s);
   float inv = 1.0f / s;
   /* the loss from the fp32 probability, read before the row is overwritten (in place) */
-  if (threadIdx.x == 0 && losses)
-    losses[n] = -logf(expf(ld(l[targets[n]]) - mx) * inv);
+  if (threadIdx.x == 0 && losses) /* a target of -1 does not count */
+    losses[n] = targets[n] < 0 ? 0.0f : -logf(expf(ld(l[targets[n]]) - mx) * inv);
   __syncthreads();
   for (int v = threadIdx.x; v < V; v += blockDim.x)
     p[v] = st<T>(expf(ld(l[v]) - mx) * inv);
@@ -1242,7 +1242,8 @@ __global__ static void crossentropy_bwd_kernel(T *dlogits, const T *probs, const
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)N * V;
   for (; i < total; i += (size_t)gridDim.x * blockDim.x) {
     int n = (int)(i / V), v = (int)(i % V);
-    dlogits[i] = st<T>((ld(probs[i]) - (v == targets[n] ? 1.0f : 0.0f)) * dloss);
+    float s = targets[n] < 0 ? 0.0f : dloss;
+    dlogits[i] = st<T>((ld(probs[i]) - (v == targets[n] ? 1.0f : 0.0f)) * s);
   }
 }
 
@@ -1270,11 +1271,12 @@ __global__ static void crossentropy_fused_kernel(float *losses, T *logits, const
   lane_each(l, none, V, t, nt, vec, [&](int, float x, float) { s += expf(x - mx); });
   s = block_sum(s);
   float inv = 1.0f / s;
-  if (t == 0)
-    losses[n] = -logf(expf(ld(l[tg]) - mx) * inv);
+  if (t == 0) /* a target of -1 does not count: no loss, no gradient */
+    losses[n] = tg < 0 ? 0.0f : -logf(expf(ld(l[tg]) - mx) * inv);
   __syncthreads(); /* the target's logit is read before it is overwritten */
+  float d = tg < 0 ? 0.0f : dloss;
   lane_map(l, l, none, 0, V, t, nt, vec, [&](int v, float x, float, float) {
-    return (expf(x - mx) * inv - (v == tg ? 1.0f : 0.0f)) * dloss;
+    return (expf(x - mx) * inv - (v == tg ? 1.0f : 0.0f)) * d;
   });
 }
 
@@ -1343,8 +1345,8 @@ __global__ static void vocab_ce_bwd_kernel(T *dlogits, const T *logits, const fl
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, total = (size_t)N * Vl;
   for (; i < total; i += (size_t)gridDim.x * blockDim.x) {
     int n = (int)(i / Vl), v = (int)(i % Vl);
-    float p = expf(ld(logits[i]) - gmax[n]) / gsum[n];
-    dlogits[i] = st<T>((p - (v == targets[n] - v0 ? 1.0f : 0.0f)) * dloss);
+    float p = expf(ld(logits[i]) - gmax[n]) / gsum[n], s = targets[n] < 0 ? 0.0f : dloss;
+    dlogits[i] = st<T>((p - (v == targets[n] - v0 ? 1.0f : 0.0f)) * s);
   }
 }
 

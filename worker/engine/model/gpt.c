@@ -935,7 +935,8 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
 
 /* The loss over a vocab-parallel shard of logits: the global row max (all-gathered maxima), the
  * sum of exponentials and the target logit (summed over the group). */
-static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
+/* targets on the device, host_targets the same in host memory (-1: does not count) */
+static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, const int *host_targets, int N) {
   const colo_backend_t *be = m->be;
   int tp = m->tp, Vl = m->Vl;
   float *losses = m->host, *gmax = losses + N, *gsum = gmax + N, *tlogit = gsum + N,
@@ -960,7 +961,7 @@ static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, int N) {
   be->to_host(gsum, m->gsum, (size_t)N * sizeof(float));
   be->to_host(tlogit, m->tlogit, (size_t)N * sizeof(float));
   for (int n = 0; n < N; n++) /* into host scratch: the caller takes the mean there */
-    losses[n] = logf(gsum[n]) + gmax[n] - tlogit[n];
+    losses[n] = host_targets[n] < 0 ? 0.0f : logf(gsum[n]) + gmax[n] - tlogit[n];
 }
 
 size_t colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T) {
@@ -1059,7 +1060,7 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     return 0.0f;
   be->from_host(m->targets, targets, (size_t)N * sizeof(int));
   if (m->tp_comm) {
-    vocab_parallel_loss(m, m->targets, N); /* the losses into m->host */
+    vocab_parallel_loss(m, m->targets, targets, N); /* the losses into m->host */
     if (m->hook_error)
       return NAN;
   } else {

@@ -143,8 +143,10 @@ size_t colo_gpt_num_params(const colo_gpt_t *m);
  * (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2·n_layer)), biases 0, LayerNorm 1 and 0. */
 void colo_gpt_init(colo_gpt_t *m, uint64_t seed);
 
-/* Forward over inputs[B][T]; with targets returns the mean cross-entropy, else 0. B ≤ max_B,
- * T ≤ block_size. */
+/* Forward over inputs[B][T]; with targets returns the cross-entropy's sum divided by B·T, else 0. B
+ * ≤ max_B, T ≤ block_size. A target of -1 does not count: it adds nothing to the loss nor to the
+ * gradients (the mean over those that count is the caller's: it knows how many count in the
+ * whole batch). Without such targets the result is the mean cross-entropy. */
 float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T);
 /* A training step's forward: colo_gpt_forward with targets, computing the loss's gradient for
  * colo_gpt_backward(m, loss_scale) with the loss, in one pass over the logits instead of two

@@ -37,21 +37,32 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
   memcpy(hdr, map, sizeof hdr);
   int rc = 0;
-  int wide = hdr[0] == COLO_SHARD_MAGIC_U32;
+  int masked = hdr[0] == COLO_SHARD_MAGIC_MASKED;
+  int wide = hdr[0] == COLO_SHARD_MAGIC_U32 || (masked && hdr[3] == 4);
+  int version = masked ? COLO_SHARD_VERSION_MASKED
+                : wide ? COLO_SHARD_VERSION_U32
+                       : COLO_SHARD_VERSION;
   size_t tsz = wide ? sizeof(uint32_t) : sizeof(uint16_t);
-  if (hdr[0] != COLO_SHARD_MAGIC && !wide)
+  if (hdr[0] != COLO_SHARD_MAGIC && hdr[0] != COLO_SHARD_MAGIC_U32 && !masked)
     rc = colo_fail(err, errlen, COLO_EPARSE,
-                   "%s: not a token shard (magic %d, expected %d, or %d for uint32 tokens)", path,
-                   hdr[0], COLO_SHARD_MAGIC, COLO_SHARD_MAGIC_U32);
-  else if (hdr[1] != (wide ? COLO_SHARD_VERSION_U32 : COLO_SHARD_VERSION))
+                   "%s: not a token shard (magic %d, expected %d, or %d for uint32 tokens, or %d "
+                   "with a loss mask)",
+                   path, hdr[0], COLO_SHARD_MAGIC, COLO_SHARD_MAGIC_U32, COLO_SHARD_MAGIC_MASKED);
+  else if (hdr[1] != version)
     rc = colo_fail(err, errlen, COLO_EPARSE,
-                   "%s: shard version %d is not supported (expected %d: %s tokens)", path, hdr[1],
-                   wide ? COLO_SHARD_VERSION_U32 : COLO_SHARD_VERSION, wide ? "uint32" : "uint16");
+                   "%s: shard version %d is not supported (expected %d: %s)", path, hdr[1], version,
+                   masked ? "tokens with a loss mask"
+                   : wide ? "uint32 tokens"
+                          : "uint16 tokens");
+  else if (masked && hdr[3] != 2 && hdr[3] != 4)
+    rc =
+        colo_fail(err, errlen, COLO_EPARSE, "%s: a token width of %d bytes (2 or 4)", path, hdr[3]);
   else if (hdr[2] < 0)
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: negative token count %d", path, hdr[2]);
-  else if ((len - sizeof hdr) / tsz < (size_t)hdr[2])
-    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: truncated: the header says %d tokens", path,
-                   hdr[2]);
+  else if ((len - sizeof hdr) / tsz < (size_t)hdr[2] ||
+           (masked && len - sizeof hdr - (size_t)hdr[2] * tsz < ((size_t)hdr[2] + 7) / 8))
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: truncated: the header says %d tokens%s", path,
+                   hdr[2], masked ? " and their loss mask" : "");
   if (rc < 0) {
     munmap(map, len);
     return rc;
@@ -61,6 +72,8 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
   out->tokens = (const char *)map + sizeof hdr;
   out->wide = wide;
   out->n = (size_t)hdr[2];
+  if (masked)
+    out->mask = (const uint8_t *)out->tokens + out->n * tsz;
   return 0;
 }
 
@@ -138,6 +151,7 @@ int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errle
     if (rc == 0) {
       s.n_files++;
       s.n += s.files[i].n;
+      s.masked |= s.files[i].mask != NULL;
     }
   }
   colo_paths_close(&ps);
@@ -232,24 +246,44 @@ static size_t find_prefix(const size_t *prefix, size_t n, size_t w) {
   return lo;
 }
 
-/* tokens [at, at + T] of file x as inputs and targets */
-static void copy_window(const colo_shard_file_t *x, size_t at, int T, int *in, int *tg) {
-  for (int t = 0; t < T; t++) {
-    in[t] = (int)colo_shard_token(x, at + (size_t)t);
-    tg[t] = (int)colo_shard_token(x, at + (size_t)t + 1);
-  }
+/* the set bits of mask bits [lo, hi) */
+static size_t count_bits(const uint8_t *m, size_t lo, size_t hi) {
+  size_t c = 0;
+  for (; lo < hi && (lo & 7); lo++)
+    c += m[lo >> 3] >> (lo & 7) & 1;
+  for (; lo + 8 <= hi; lo += 8)
+    c += (size_t)__builtin_popcount(m[lo >> 3]);
+  for (; lo < hi; lo++)
+    c += m[lo >> 3] >> (lo & 7) & 1;
+  return c;
 }
 
-static void window(const colo_shard_t *s, uint64_t h, int T, int *in, int *tg) {
+/* tokens [at, at + T] of file x as inputs and targets, a target -1 where the mask leaves it out;
+ * in NULL: only counted. Returns the targets that count. */
+static size_t copy_window(const colo_shard_file_t *x, size_t at, int T, int *in, int *tg) {
+  if (!in)
+    return x->mask ? count_bits(x->mask, at + 1, at + 1 + (size_t)T) : (size_t)T;
+  size_t c = 0;
+  for (int t = 0; t < T; t++) {
+    size_t i = at + (size_t)t + 1;
+    int k = colo_shard_counts(x, i);
+    in[t] = (int)colo_shard_token(x, i - 1);
+    tg[t] = k ? (int)colo_shard_token(x, i) : -1;
+    c += (size_t)k;
+  }
+  return c;
+}
+
+static size_t window(const colo_shard_t *s, uint64_t h, int T, int *in, int *tg) {
   size_t w = (size_t)(h % (uint64_t)s->windows[s->n_files]);
   size_t f = find_prefix(s->windows, s->n_files, w);
-  copy_window(&s->files[f], w - s->windows[f], T, in, tg);
+  return copy_window(&s->files[f], w - s->windows[f], T, in, tg);
 }
 
 /* window w of those at multiples of T */
-static void block(const colo_shard_t *s, size_t w, int T, int *in, int *tg) {
+static size_t block(const colo_shard_t *s, size_t w, int T, int *in, int *tg) {
   size_t f = find_prefix(s->blocks, s->n_files, w);
-  copy_window(&s->files[f], (w - s->blocks[f]) * (size_t)T, T, in, tg);
+  return copy_window(&s->files[f], (w - s->blocks[f]) * (size_t)T, T, in, tg);
 }
 
 void colo_shard_block(const colo_shard_t *s, size_t w, int T, int *inputs, int *targets) {
@@ -280,16 +314,15 @@ uint64_t colo_permute(uint64_t x, uint64_t n, uint64_t key1, uint64_t key2) {
 #define TAG_BLEND   0x626c6e64ull /* "blnd" */
 
 /* sequence g of source k (its own count) into in, tg */
-static void source_sequence(const colo_blend_t *d, size_t k, uint64_t seed, uint64_t g, int *in,
-                            int *tg) {
+static size_t source_sequence(const colo_blend_t *d, size_t k, uint64_t seed, uint64_t g, int *in,
+                              int *tg) {
   const colo_shard_t *s = &d->src[k];
   if (d->order == COLO_ORDER_SHUFFLE) {
     uint64_t W = s->blocks[s->n_files], epoch = g / W;
-    block(s, (size_t)colo_permute(g % W, W, colo_hash4(seed, k, TAG_SHUFFLE, 0), epoch), d->T, in,
-          tg);
-  } else {
-    window(s, colo_hash4(seed, g, k, TAG_TRAIN ^ TAG_BLEND), d->T, in, tg);
+    return block(s, (size_t)colo_permute(g % W, W, colo_hash4(seed, k, TAG_SHUFFLE, 0), epoch),
+                 d->T, in, tg);
   }
+  return window(s, colo_hash4(seed, g, k, TAG_TRAIN ^ TAG_BLEND), d->T, in, tg);
 }
 
 int colo_blend_open(colo_blend_t *b, const char *const *paths, const double *weights, size_t n,
@@ -357,13 +390,27 @@ void colo_blend_close(colo_blend_t *b) {
   memset(b, 0, sizeof *b);
 }
 
-void colo_blend_batch(const colo_blend_t *d, uint64_t seed, uint64_t step, int accum, int micro,
-                      int rank, int world, int B, int *inputs, int *targets) {
-  int T = d->T;
-  if (d->n_src == 1 && d->order == COLO_ORDER_RANDOM) { /* as before blends, for old runs */
-    colo_sample_batch(&d->src[0], seed, step, micro, rank, world, B, T, inputs, targets);
-    return;
+/* colo_sample_batch's windows (inputs NULL: only counted); the targets that count */
+static size_t sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
+                           int world, int B, int T, int *inputs, int *targets) {
+  size_t c = 0;
+  for (int b = 0; b < B; b++) {
+    uint64_t global =
+        ((uint64_t)micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)B + (uint64_t)b;
+    size_t o = (size_t)b * T;
+    c += window(s, colo_hash4(seed, step, global, TAG_TRAIN), T, inputs ? inputs + o : NULL,
+                targets ? targets + o : NULL);
   }
+  return c;
+}
+
+/* colo_blend_batch (inputs NULL: only counted); the targets that count */
+static size_t blend_batch(const colo_blend_t *d, uint64_t seed, uint64_t step, int accum, int micro,
+                          int rank, int world, int B, int *inputs, int *targets) {
+  int T = d->T;
+  if (d->n_src == 1 && d->order == COLO_ORDER_RANDOM) /* as before blends, for old runs */
+    return sample_batch(&d->src[0], seed, step, micro, rank, world, B, T, inputs, targets);
+  size_t c = 0;
   for (int b = 0; b < B; b++) {
     uint64_t g = ((step * (uint64_t)accum + (uint64_t)micro) * (uint64_t)world + (uint64_t)rank) *
                      (uint64_t)B +
@@ -377,8 +424,33 @@ void colo_blend_batch(const colo_blend_t *d, uint64_t seed, uint64_t step, int a
         k++;
       g = period * (d->cum[k + 1] - d->cum[k]) + (q - d->cum[k]);
     }
-    source_sequence(d, k, seed, g, inputs + (size_t)b * T, targets + (size_t)b * T);
+    size_t o = (size_t)b * T;
+    c += source_sequence(d, k, seed, g, inputs ? inputs + o : NULL, targets ? targets + o : NULL);
   }
+  return c;
+}
+
+void colo_blend_batch(const colo_blend_t *d, uint64_t seed, uint64_t step, int accum, int micro,
+                      int rank, int world, int B, int *inputs, int *targets) {
+  blend_batch(d, seed, step, accum, micro, rank, world, B, inputs, targets);
+}
+
+int colo_blend_masked(const colo_blend_t *d) {
+  for (size_t k = 0; k < d->n_src; k++)
+    if (d->src[k].masked)
+      return 1;
+  return 0;
+}
+
+uint64_t colo_blend_counted(const colo_blend_t *d, uint64_t seed, uint64_t step, int accum,
+                            int world, int B) {
+  if (!colo_blend_masked(d))
+    return (uint64_t)accum * (uint64_t)world * (uint64_t)B * (uint64_t)d->T;
+  uint64_t c = 0;
+  for (int micro = 0; micro < accum; micro++)
+    for (int r = 0; r < world; r++)
+      c += blend_batch(d, seed, step, accum, micro, r, world, B, NULL, NULL);
+  return c;
 }
 
 double colo_blend_epochs(const colo_blend_t *d, size_t k, uint64_t sequences) {
@@ -398,19 +470,41 @@ double colo_blend_epochs_most(const colo_blend_t *d, uint64_t sequences) {
 
 void colo_sample_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int micro, int rank,
                        int world, int B, int T, int *inputs, int *targets) {
+  sample_batch(s, seed, step, micro, rank, world, B, T, inputs, targets);
+}
+
+static size_t eval_batch(const colo_shard_t *s, uint64_t seed, int i, int rank, int world, int B,
+                         int T, int *inputs, int *targets) {
+  size_t c = 0;
   for (int b = 0; b < B; b++) {
-    uint64_t global =
-        ((uint64_t)micro * (uint64_t)world + (uint64_t)rank) * (uint64_t)B + (uint64_t)b;
-    window(s, colo_hash4(seed, step, global, TAG_TRAIN), T, inputs + (size_t)b * T,
-           targets + (size_t)b * T);
+    uint64_t global = ((uint64_t)i * (uint64_t)world + (uint64_t)rank) * (uint64_t)B + (uint64_t)b;
+    size_t o = (size_t)b * T;
+    c += window(s, colo_hash4(seed, 0, global, 0x6576616cull /* "eval" */), T,
+                inputs ? inputs + o : NULL, targets ? targets + o : NULL);
   }
+  return c;
 }
 
 void colo_sample_eval_batch(const colo_shard_t *s, uint64_t seed, int i, int rank, int world, int B,
                             int T, int *inputs, int *targets) {
-  for (int b = 0; b < B; b++) {
-    uint64_t global = ((uint64_t)i * (uint64_t)world + (uint64_t)rank) * (uint64_t)B + (uint64_t)b;
-    window(s, colo_hash4(seed, 0, global, 0x6576616cull /* "eval" */), T, inputs + (size_t)b * T,
-           targets + (size_t)b * T);
+  eval_batch(s, seed, i, rank, world, B, T, inputs, targets);
+}
+
+uint64_t colo_eval_counted(const colo_shard_t *s, uint64_t seed, int batches, int world, int B,
+                           int T) {
+  uint64_t c = 0;
+  if (batches == 0) {
+    size_t W = s->blocks[s->n_files];
+    if (!s->masked)
+      return (uint64_t)W * (uint64_t)T;
+    for (size_t w = 0; w < W; w++)
+      c += block(s, w, T, NULL, NULL);
+    return c;
   }
+  if (!s->masked)
+    return (uint64_t)batches * (uint64_t)world * (uint64_t)B * (uint64_t)T;
+  for (int i = 0; i < batches; i++)
+    for (int r = 0; r < world; r++)
+      c += eval_batch(s, seed, i, r, world, B, T, NULL, NULL);
+  return c;
 }

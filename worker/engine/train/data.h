@@ -18,10 +18,18 @@
 #define COLO_SHARD_MAGIC_U32   20240801 /* llm.c's Llama 3 shards */
 #define COLO_SHARD_VERSION_U32 7
 #define COLO_SHARD_HEADER_INTS 256
+/* colo's shards with a loss mask (supervised fine-tuning): the same header with this magic,
+ * version 1, the token count, then the token width in bytes (2 or 4); the tokens; then a bit a
+ * token (ceil(n / 8) bytes, token i in bit i % 8 of byte i / 8), set where the token counts as
+ * a target of the loss. A distinct magic: llm.c's readers refuse it rather than train on the
+ * prompts. */
+#define COLO_SHARD_MAGIC_MASKED   20261125
+#define COLO_SHARD_VERSION_MASKED 1
 
 /* One shard file, mapped read-only (ranks of a node share its pages). */
 typedef struct {
-  const void *tokens; /* uint16, or uint32 when wide */
+  const void *tokens;  /* uint16, or uint32 when wide */
+  const uint8_t *mask; /* a bit a token, set where it counts as a target; NULL: all count */
   int wide;
   size_t n;
   void *map;
@@ -39,6 +47,7 @@ typedef struct {
       *windows;   /* [n_files + 1]: windows of block_size T before each file (colo_shard_windows) */
   size_t *blocks; /* [n_files + 1]: the same for windows that do not overlap (data.order shuffle) */
   int T;
+  int masked;      /* some file has a loss mask */
   char path[1024]; /* as given */
 } colo_shard_t;
 
@@ -77,8 +86,16 @@ static inline unsigned colo_shard_token(const colo_shard_file_t *f, size_t i) {
   return f->wide ? ((const uint32_t *)f->tokens)[i] : ((const uint16_t *)f->tokens)[i];
 }
 
+/* whether token i of a file counts as a target of the loss */
+static inline int colo_shard_counts(const colo_shard_file_t *f, size_t i) {
+  return !f->mask || (f->mask[i >> 3] >> (i & 7) & 1);
+}
+
 /* Writes tokens as a (uint16) shard atomically (temporary name, fsync, rename). */
 int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen);
+
+/* Targets are token ids, or -1 where the token does not count (a masked shard's prompt): the
+ * loss leaves those out, and takes its mean over the targets that count. */
 
 /* Fills inputs[B][T] and targets[B][T] with the windows for (seed, step, micro, rank, world):
  * sequence b of this rank is global sequence (micro·world + rank)·B + b, and its window is number
@@ -125,6 +142,15 @@ void colo_blend_close(colo_blend_t *b);
  * what colo_sample_batch does. */
 void colo_blend_batch(const colo_blend_t *d, uint64_t seed, uint64_t step, int accum, int micro,
                       int rank, int world, int B, int *inputs, int *targets);
+/* The targets that count in the step's whole batch: every micro-step's, every rank's (what
+ * colo_blend_batch gives them all). Only a masked set has fewer than accum · world · B · T; it
+ * is read from the masks alone, the same on every rank, so a run's loss is the mean over the
+ * same targets under any layout. */
+uint64_t colo_blend_counted(const colo_blend_t *d, uint64_t seed, uint64_t step, int accum,
+                            int world, int B);
+/* whether some source has a loss mask */
+int colo_blend_masked(const colo_blend_t *d);
+
 /* Epochs that `sequences` drawn sequences make of source k (its windows that do not overlap
  * once each, for either order) */
 double colo_blend_epochs(const colo_blend_t *d, size_t k, uint64_t sequences);
@@ -142,5 +168,9 @@ uint64_t colo_permute(uint64_t x, uint64_t n, uint64_t key1, uint64_t key2);
  * batches each). */
 void colo_sample_eval_batch(const colo_shard_t *s, uint64_t seed, int i, int rank, int world, int B,
                             int T, int *inputs, int *targets);
+/* The targets that count in evaluation batches [0, batches), all ranks' (batches 0: in every
+ * window at multiples of T, what an evaluation of the whole set reads) */
+uint64_t colo_eval_counted(const colo_shard_t *s, uint64_t seed, int batches, int world, int B,
+                           int T);
 
 #endif

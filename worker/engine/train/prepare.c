@@ -24,8 +24,11 @@ typedef struct {
   const char *dir, *kind;
   size_t shard_tokens; /* 0: one file */
   int wide;            /* uint32 tokens (llm.c's Llama 3 shards), else uint16 */
+  int masked;          /* colo's shards with a loss mask (COLO_SHARD_MAGIC_MASKED) */
   FILE *f;
-  size_t in_file, total;
+  size_t in_file, total, counted; /* counted: tokens that count as targets */
+  uint8_t *bits;                  /* masked: the file's mask so far, written after its tokens */
+  size_t bits_cap;
   int count, cap;
   char (*tmp)[1200];
 } out_t;
@@ -37,10 +40,15 @@ static void final_name(const out_t *o, int i, char *out, size_t len) {
     snprintf(out, len, "%s/%s.bin", o->dir, o->kind);
 }
 
-static int write_header(FILE *f, size_t n, int wide) {
+static int write_header(FILE *f, size_t n, int wide, int masked) {
   int32_t hdr[COLO_SHARD_HEADER_INTS] = {wide ? COLO_SHARD_MAGIC_U32 : COLO_SHARD_MAGIC,
                                          wide ? COLO_SHARD_VERSION_U32 : COLO_SHARD_VERSION,
                                          (int32_t)n};
+  if (masked) {
+    hdr[0] = COLO_SHARD_MAGIC_MASKED;
+    hdr[1] = COLO_SHARD_VERSION_MASKED;
+    hdr[3] = wide ? 4 : 2;
+  }
   return fseek(f, 0, SEEK_SET) == 0 && fwrite(hdr, sizeof hdr, 1, f) == 1 ? 0 : -1;
 }
 
@@ -60,22 +68,45 @@ static int out_open(out_t *o, char *err, size_t errlen) {
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count], strerror(errno));
   o->count++;
   o->in_file = 0;
-  if (write_header(o->f, 0, o->wide) < 0)
+  if (o->bits)
+    memset(o->bits, 0, o->bits_cap);
+  if (write_header(o->f, 0, o->wide, o->masked) < 0)
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count - 1], strerror(errno));
   return 0;
 }
 
-/* the header's count written, the file flushed to disk and closed */
+/* the mask after the tokens, the header's count written, the file flushed to disk and closed */
 static int out_finish_file(out_t *o, char *err, size_t errlen) {
   FILE *f = o->f;
   o->f = NULL;
-  int ok = write_header(f, o->in_file, o->wide) == 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  size_t nb = (o->in_file + 7) / 8;
+  int ok = !o->masked || nb == 0 || fwrite(o->bits, 1, nb, f) == nb;
+  ok = ok && write_header(f, o->in_file, o->wide, o->masked) == 0 && fflush(f) == 0 &&
+       fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
   return ok ? 0 : colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count - 1], strerror(errno));
 }
 
-/* n tokens of o's width */
-static int out_put(out_t *o, const void *tokens, size_t n, char *err, size_t errlen) {
+/* room in o's mask for its file's first n tokens */
+static int mask_room(out_t *o, size_t n) {
+  size_t need = (n + 7) / 8;
+  if (need <= o->bits_cap)
+    return 0;
+  size_t c = o->bits_cap ? o->bits_cap : 1 << 16;
+  while (c < need)
+    c *= 2;
+  uint8_t *g = realloc(o->bits, c);
+  if (!g)
+    return COLO_ENOMEM;
+  memset(g + o->bits_cap, 0, c - o->bits_cap);
+  o->bits = g;
+  o->bits_cap = c;
+  return 0;
+}
+
+/* n tokens of o's width; `counts`: whether they count as targets of the loss (its mask's bits;
+ * every token counts in a shard without one) */
+static int out_put(out_t *o, const void *tokens, size_t n, int counts, char *err, size_t errlen) {
   const char *t = tokens;
   size_t w = o->wide ? 4 : 2;
   while (n) {
@@ -93,6 +124,11 @@ static int out_put(out_t *o, const void *tokens, size_t n, char *err, size_t err
     size_t k = n < room ? n : room;
     if (fwrite(t, w, k, o->f) != k)
       return colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count - 1], strerror(errno));
+    if (o->masked && mask_room(o, o->in_file + k) < 0)
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the loss mask");
+    for (size_t i = o->in_file; o->masked && counts && i < o->in_file + k; i++)
+      o->bits[i >> 3] |= (uint8_t)(1u << (i & 7));
+    o->counted += counts ? k : 0;
     o->in_file += k;
     o->total += k;
     t += k * w;
@@ -136,6 +172,7 @@ static void out_free(out_t *o, int remove) {
   for (int i = 0; remove && i < o->count; i++)
     unlink(o->tmp[i]);
   free(o->tmp);
+  free(o->bits);
 }
 
 #define MAX_SEG 16
@@ -163,6 +200,8 @@ typedef struct {
   char *buf;
   size_t cap, len, base, split, total;
   int part, eot, threads, docs;
+  int end;        /* prompt and completion pairs: the token after each completion; -1: none */
+  int ended[2];   /* the part's last token is `end`, which is also the document token */
   uint32_t *ends; /* under BPE: where the round's pieces end */
   size_t n_ends, ends_cap;
   seg_t seg[MAX_SEG];
@@ -278,8 +317,9 @@ static int split_round(run_t *r, const char *buf, size_t len, int more, size_t a
   return 0;
 }
 
-/* n ids into o at its width */
-static int emit(run_t *r, out_t *o, const int *ids, size_t n, char *err, size_t errlen) {
+/* n ids into o at its width, counting as targets or not */
+static int emit(run_t *r, out_t *o, const int *ids, size_t n, int counts, char *err,
+                size_t errlen) {
   if (n > r->tcap) {
     void *g = realloc(r->tok, n * 4);
     if (!g)
@@ -292,7 +332,7 @@ static int emit(run_t *r, out_t *o, const int *ids, size_t n, char *err, size_t 
       ((uint32_t *)r->tok)[i] = (uint32_t)ids[i];
     else
       ((uint16_t *)r->tok)[i] = (uint16_t)ids[i];
-  return out_put(o, r->tok, n, err, errlen);
+  return out_put(o, r->tok, n, counts, err, errlen);
 }
 
 /* The pending document token first (when there is text); then bytes as tokens: buf[from, to);
@@ -304,7 +344,7 @@ static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o,
   int rc = 0;
   if (*pending && to > from) {
     *pending = 0;
-    if ((rc = emit(r, o, &r->eot, 1, err, errlen)) < 0)
+    if ((rc = emit(r, o, &r->eot, 1, 1, err, errlen)) < 0)
       return rc;
   }
   if (!bpe) { /* bytes as tokens */
@@ -318,7 +358,7 @@ static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o,
     }
     for (size_t i = from; i < to; i++)
       g->ids[i - from] = (unsigned char)buf[i];
-    return emit(r, o, g->ids, to - from, err, errlen);
+    return emit(r, o, g->ids, to - from, 1, err, errlen);
   }
   if (to == from)
     return 0;
@@ -340,7 +380,7 @@ static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o,
     seg_t *g = &r->seg[i];
     if (g->rc < 0)
       return colo_fail(err, errlen, g->rc, "out of memory for the tokens");
-    rc = emit(r, o, g->ids, g->n, err, errlen);
+    rc = emit(r, o, g->ids, g->n, 1, err, errlen);
   }
   return rc;
 }
@@ -506,7 +546,7 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
       break;
   }
   if (rc == 0 && pending) /* an empty document */
-    rc = emit(r, &r->out[r->part], &r->eot, 1, err, errlen);
+    rc = emit(r, &r->out[r->part], &r->eot, 1, 1, err, errlen);
   gzclose(in);
   return rc;
 }
@@ -603,17 +643,31 @@ static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, c
     }
     size_t at = 0;
     for (size_t d = bounds[i]; d < bounds[i + 1] && rc == 0; d++) {
+      int pair = r->o->prompt_field != NULL, completion = pair && (d & 1);
+      out_t *o = &r->out[r->part];
+      if (completion) { /* what the loss is taken on, and the token that ends it */
+        rc = emit(r, o, g->ids + at, ntok[d], 1, err, errlen);
+        if (rc == 0 && r->end >= 0)
+          rc = emit(r, o, &r->end, 1, 1, err, errlen);
+        r->ended[r->part] = r->end >= 0 && r->end == r->eot;
+        at += ntok[d];
+        continue;
+      }
       if (r->part == 0 && b->at[d] >= r->split)
         r->part = 1; /* validation starts with the first line at or past the split */
-      if (r->eot >= 0)
-        rc = emit(r, &r->out[r->part], &r->eot, 1, err, errlen);
+      o = &r->out[r->part];
+      /* the document token, unless the completion before ended with it (GPT-2's <|endoftext|>
+       * ends one document and begins the next); a prompt is not a target */
+      if (r->eot >= 0 && !r->ended[r->part])
+        rc = emit(r, o, &r->eot, 1, !pair, err, errlen);
+      r->ended[r->part] = 0;
       if (rc == 0)
-        rc = emit(r, &r->out[r->part], g->ids + at, ntok[d], err, errlen);
+        rc = emit(r, o, g->ids + at, ntok[d], !pair, err, errlen);
       at += ntok[d];
     }
   }
   free(ntok);
-  r->docs += (int)b->n;
+  r->docs += (int)(r->o->prompt_field ? b->n / 2 : b->n);
   b->len = b->n = 0;
   return rc;
 }
@@ -622,6 +676,7 @@ static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, c
  * (blank lines skipped), read through the buffer, batched and encoded in parallel. */
 static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen) {
   const char *field = r->o->text_field ? r->o->text_field : "text";
+  int pair = r->o->prompt_field != NULL; /* a prompt and a completion a line */
   gzFile in;
   int rc = in_open(path, &in, err, errlen), eof = 0, line = 0, *lines = NULL;
   if (rc < 0)
@@ -643,17 +698,28 @@ static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen)
         k++;
       if (k < n) {
         cJSON *j = cJSON_ParseWithLength(s, n);
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
-        if (!cJSON_IsString(v))
-          rc = colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not a JSON object with a string \"%s\"",
-                         path, line, field);
-        else if (b.n + 1 > lcap &&
-                 !(lines = realloc(lines, (lcap = 2 * lcap + 1024) * sizeof *lines)))
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, pair ? r->o->prompt_field : field);
+        const cJSON *w = pair ? cJSON_GetObjectItemCaseSensitive(j, r->o->completion_field) : v;
+        if (!cJSON_IsString(v) || !cJSON_IsString(w)) {
+          if (pair)
+            rc = colo_fail(err, errlen, COLO_EPARSE,
+                           "%s:%d: not a JSON object with strings \"%s\" and \"%s\"", path, line,
+                           r->o->prompt_field, r->o->completion_field);
+          else
+            rc = colo_fail(err, errlen, COLO_EPARSE,
+                           "%s:%d: not a JSON object with a string \"%s\"", path, line, field);
+        } else if (b.n + 2 > lcap &&
+                   !(lines = realloc(lines, (lcap = 2 * lcap + 1024) * sizeof *lines))) {
           rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-        else if (batch_add(&b, v->valuestring, strlen(v->valuestring), r->base + used) < 0)
+        } else if (batch_add(&b, v->valuestring, strlen(v->valuestring), r->base + used) < 0 ||
+                   (pair &&
+                    batch_add(&b, w->valuestring, strlen(w->valuestring), r->base + used) < 0)) {
           rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s's documents", path);
-        else
+        } else {
           lines[b.n - 1] = line;
+          if (pair)
+            lines[b.n - 2] = line;
+        }
         cJSON_Delete(j);
       }
       used += n + (nl != NULL);
@@ -716,9 +782,10 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   char *const *paths = docs.v;
   size_t nd = docs.n;
   int wide = o->bpe && colo_bpe_vocab_size(o->bpe) > 65536; /* llm.c's uint32 shards */
+  int masked = o->prompt_field != NULL;
   run_t r = {o,
-             {{out_dir, "train", o->shard_tokens, wide, NULL, 0, 0, 0, 0, NULL},
-              {out_dir, "val", o->shard_tokens, wide, NULL, 0, 0, 0, 0, NULL}}};
+             {{out_dir, "train", o->shard_tokens, wide, masked},
+              {out_dir, "val", o->shard_tokens, wide, masked}}};
   for (size_t i = 0; rc == 0 && i < nd; i++) { /* the split's measure: bytes of text */
     size_t n = 0;
     rc = text_size(paths[i], &n, err, errlen);
@@ -730,11 +797,21 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   int jsonl = 0;
   for (size_t i = 0; i < nd; i++)
     jsonl |= is_jsonl(paths[i]);
+  for (size_t i = 0; rc == 0 && masked && i < nd; i++)
+    if (!is_jsonl(paths[i]))
+      rc =
+          colo_fail(err, errlen, COLO_EINVAL,
+                    "%s: prompts and completions come in JSON lines (*.jsonl, *.ndjson)", paths[i]);
   r.eot = -1;
   if (o->bpe && (nd > 1 || jsonl)) { /* documents apart: the tokenizer's document token */
     int bos;
     r.eot = colo_bpe_doc_token(o->bpe, &bos);
   }
+  /* a completion ends with the tokenizer's end of text (its tokenizer_config.json's eos_token),
+   * else with the document token that begins the next (GPT-2's <|endoftext|>) */
+  r.end = -1;
+  if (masked && o->bpe)
+    r.end = colo_bpe_eos(o->bpe) >= 0 ? colo_bpe_eos(o->bpe) : r.eot;
   r.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r.threads = r.threads < 1 ? 1 : r.threads > MAX_SEG ? MAX_SEG : r.threads;
   r.cap = BUF * (size_t)(o->bpe ? r.threads : 1); /* a round gives each thread a buffer's worth */
@@ -760,12 +837,15 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     rc = out_commit(&r.out[k], err, errlen);
   for (int k = 0; k < 2; k++) {
     st->tokens[k] = r.out[k].total;
+    st->counted[k] = r.out[k].counted;
     st->files[k] = r.out[k].count;
     out_free(&r.out[k], rc < 0);
   }
   st->bytes = r.total;
   st->documents = r.docs;
   st->eot = r.eot;
+  st->end = r.end;
+  st->masked = masked;
   st->wide = wide;
   return rc;
 }

@@ -14,15 +14,21 @@ typedef struct {
   FILE *progress;         /* a line every few seconds on long work; NULL: none */
   int threads;            /* BPE encoding threads (at most 16); 0: OpenMP's default */
   const char *text_field; /* JSON lines: the field of a document's text; NULL: "text" */
+  /* JSON lines of prompts and completions (supervised fine-tuning): the fields of each; NULL:
+   * documents of text. Both or neither. */
+  const char *prompt_field, *completion_field;
 } colo_prepare_opts_t;
 
 typedef struct {
   size_t tokens[2]; /* train, val */
   int files[2];
-  size_t bytes;  /* of text */
-  int documents; /* text files, and JSON lines' documents */
-  int eot;       /* the token put before each document; -1: none */
-  int wide;      /* uint32 tokens */
+  size_t bytes;      /* of text */
+  int documents;     /* text files, and JSON lines' documents */
+  int eot;           /* the token put before each document; -1: none */
+  int wide;          /* uint32 tokens */
+  int masked;        /* shards with a loss mask (prompts and completions) */
+  int end;           /* masked: the token put after each completion; -1: none */
+  size_t counted[2]; /* the tokens that count as targets: all but a masked shard's prompts */
 } colo_prepare_stats_t;
 
 /* Tokenises input into out_dir: a file, or with *, ? or [ every file the pattern matches, in
@@ -38,6 +44,12 @@ typedef struct {
  * whole text's tokens. Every file is written under a temporary name and renamed only once all
  * are complete: a failure (a byte that is not UTF-8 under BPE, a full disk) leaves no shard of
  * this run. */
+/* With prompt_field and completion_field, every line of the JSON lines holds a prompt and a
+ * completion; each pair becomes [document token] prompt completion [end], and the shards are
+ * colo's with a loss mask (COLO_SHARD_MAGIC_MASKED, data.h) in which only the completion and its
+ * end count as targets. The end is the tokenizer's eos_token (tokenizer_config.json), else its
+ * document token, which then also begins the next pair (GPT-2: <|endoftext|> prompt completion
+ * <|endoftext|> prompt ...); bytes as tokens have none. */
 int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
                  colo_prepare_stats_t *st, char *err, size_t errlen);
 

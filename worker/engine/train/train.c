@@ -191,6 +191,13 @@ static int pipe_eval(pipe_t *p, const int *in, const int *tg, double *loss) {
   return 0;
 }
 
+/* all / counted: what turns a mean over all `all` targets of a batch (those that do not count
+ * adding 0) into the mean over the `counted` that count; exactly 1 without a loss mask, and 0
+ * where none counts (no loss, no gradient) */
+static float counted_factor(uint64_t counted, double all) {
+  return counted ? (float)(all / (double)counted) : 0.0f;
+}
+
 /* The mean loss over every window of the set at multiples of T, once each (batches 0): batch i
  * of the data-parallel group holds windows [i·world·B, (i+1)·world·B), rank r its B from
  * (i·world + r)·B, the last batch what is left. Each rank sums its sequences' means; the group
@@ -210,7 +217,7 @@ static float evaluate_whole(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t
   float sum = (float)s;
   if (world > 1 && comm->ops->allreduce_sum(comm, &sum, 1) < 0)
     return NAN;
-  return sum / (float)W;
+  return sum / (float)W * counted_factor(colo_eval_counted(val, 0, 0, world, B, T), (double)W * T);
 }
 
 /* The mean loss over `batches` fixed batches; with a data-parallel group each rank takes its
@@ -243,7 +250,8 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
       return NAN;
     mean /= (float)world;
   }
-  return mean;
+  return mean * counted_factor(colo_eval_counted(val, seed, batches, world, B, T),
+                               (double)batches * world * B * T);
 }
 
 /* whether the tests planted an overflow at this step (1-based) */
@@ -1255,6 +1263,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_gpt_zero_grad(model);
     colo_zero_zero_grads(&zero);
     double loss = 0.0;
+    /* the loss is the mean over the targets of the whole batch that count (all of them without a
+     * loss mask): each rank's gradients are scaled for that mean */
+    float cf = counted_factor(
+        colo_blend_counted(&train, cfg->seed, (uint64_t)step, cfg->grad_accum, dp, B),
+        (double)B * T * cfg->grad_accum * dp);
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
       /* the ranks of a tensor-parallel group, and the stages of a pipeline, see the same batch */
       colo_blend_batch(&train, cfg->seed, (uint64_t)step, cfg->grad_accum, micro, dp_idx, dp, B, in,
@@ -1273,7 +1286,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       if (pipe) {
         double l = 0.0;
         /* each micro-batch's mean is 1/M of the batch's */
-        if (pipe_step(pipe, in, tg, bscale / (float)(M * cfg->grad_accum * dp), &l) < 0) {
+        if (pipe_step(pipe, in, tg, bscale / (float)(M * cfg->grad_accum * dp) * cf, &l) < 0) {
           snprintf(err, errlen, "rank %d: pipeline: %s", me,
                    colo_comm_error(ppc)[0] ? colo_comm_error(ppc)
                                            : (tpc ? colo_comm_error(tpc) : "a collective failed"));
@@ -1284,7 +1297,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         continue;
       }
       /* the mean over every rank's tokens: gradients are summed over the group below */
-      float ls = bscale / (float)(cfg->grad_accum * dp);
+      float ls = bscale / (float)(cfg->grad_accum * dp) * cf;
       loss += colo_gpt_forward_train(model, in, tg, B, T, ls);
       colo_gpt_backward(model, ls);
       if (colo_gpt_hook_error(model) < 0) {
@@ -1321,6 +1334,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       loss = (double)l / dp;
     }
+    loss *= cf;
     if (dump_path && step == start && colo_gpt_grads(model))
       dump_model(&dump, "grad.", model, colo_gpt_grads(model), be, dump_host);
     float norm;

@@ -1,0 +1,235 @@
+#!/usr/bin/python3
+"""`colo-train prepare --prompt-field --completion-field`: prompts and completions into shards
+with a loss mask, checked token for token and bit for bit against the layout computed here.
+
+The tokenizers are made so that the expected tokens need no BPE: every byte is its own token (id
+= the byte; no merges), with the special tokens after them. Three layouts:
+
+  - GPT-2's files (vocab.json, merges.txt) with <|endoftext|> (256) and no eos_token: the
+    document token also ends each completion, so a pair is `prompt completion <|endoftext|>`,
+    after one <|endoftext|> at the start of each split;
+  - a tokenizer.json with <|begin_of_text|> (256) and <|end_of_text|> (257) as its
+    tokenizer_config.json's bos_token and eos_token: `<|begin_of_text|> prompt completion
+    <|end_of_text|>`;
+  - bytes as tokens: `prompt completion`, no special token.
+
+The mask has a bit set for each completion token and its end, none for the document token and
+the prompt. Validation begins at the first line at or past the split's byte. Also: a vocabulary
+past 65,536 writes 32-bit tokens with the mask; colo-train trains on each; a shard cut short and
+bad input are refused, naming why, with nothing written.
+
+usage: test_sft.py; ctest runs it with COLO_BIN and COLO_SRC set.
+"""
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+
+COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
+WORK = tempfile.mkdtemp(prefix="colo-sft-")
+failures = []
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    failures.append(msg)
+
+
+def run(args, want=0):
+    p = subprocess.run([COLO] + args, capture_output=True)
+    if p.returncode != want:
+        fail("%s exited %d, expected %d: %s" % (" ".join(args), p.returncode, want,
+                                               p.stderr.decode(errors="replace")))
+    return p
+
+
+def read_masked(path):
+    """(tokens, mask bits) of a colo shard with a loss mask"""
+    b = open(path, "rb").read()
+    h = struct.unpack("<256i", b[:1024])
+    if h[0] != 20261125 or h[1] != 1 or h[3] not in (2, 4):
+        raise AssertionError("%s: header %s" % (path, h[:4]))
+    n, w = h[2], h[3]
+    if len(b) != 1024 + n * w + (n + 7) // 8:
+        raise AssertionError("%s: %d bytes for %d tokens of %d bytes and their mask" % (path, len(b), n, w))
+    tok = list(struct.unpack("<%d%s" % (n, "H" if w == 2 else "I"), b[1024:1024 + n * w]))
+    m = b[1024 + n * w:]
+    return tok, [m[i >> 3] >> (i & 7) & 1 for i in range(n)]
+
+
+# GPT-2's byte-to-character map, for vocab.json's keys
+def bytes_to_unicode():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + \
+        list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+B2U = bytes_to_unicode()
+byte_vocab = {B2U[b]: b for b in range(256)}
+
+gpt2 = os.path.join(WORK, "gpt2")
+os.makedirs(gpt2)
+json.dump(dict(byte_vocab, **{"<|endoftext|>": 256}), open(os.path.join(gpt2, "vocab.json"), "w"))
+open(os.path.join(gpt2, "merges.txt"), "w").write("#version: 0.2\n")
+
+
+def hf_tokenizer(d, extra=0):
+    """a tokenizer.json of the bytes, <|begin_of_text|> 256 and <|end_of_text|> 257, and `extra`
+    ordinary tokens after them"""
+    os.makedirs(d)
+    vocab = dict(byte_vocab)
+    for i in range(extra):
+        vocab["tok%d" % i] = 258 + i
+    json.dump({"version": "1.0", "truncation": None, "padding": None,
+               "added_tokens": [{"id": 256, "content": "<|begin_of_text|>", "special": True},
+                                {"id": 257, "content": "<|end_of_text|>", "special": True}],
+               "normalizer": None,
+               "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
+                                 "use_regex": True},
+               "post_processor": None, "decoder": {"type": "ByteLevel"},
+               "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False,
+                         "byte_fallback": False, "vocab": vocab, "merges": []}},
+              open(os.path.join(d, "tokenizer.json"), "w"))
+    json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"},
+              open(os.path.join(d, "tokenizer_config.json"), "w"))
+
+
+llama = os.path.join(WORK, "llama")
+hf_tokenizer(llama)
+wide = os.path.join(WORK, "wide")
+hf_tokenizer(wide, extra=65536 - 258 + 8)  # 65,544 tokens: past uint16
+
+rng = random.Random(4)
+pairs = []
+for i in range(120):
+    a, b = rng.randint(0, 999), rng.randint(0, 999)
+    pairs.append(("Q: %d+%d=? %s\n" % (a, b, "é" * rng.randint(0, 3)), "A: %d\n" % (a + b)))
+qa = os.path.join(WORK, "qa.jsonl")
+lines = [json.dumps({"p": p, "c": c}, ensure_ascii=False) + "\n" for p, c in pairs]
+lines.insert(7, "\n")  # a blank line is skipped
+open(qa, "w", encoding="utf-8").write("".join(lines))
+data = open(qa, "rb").read()
+
+VAL = 0.2
+split = len(data) - int(len(data) * VAL)
+# the first line at or past the split begins validation
+at, first_val = 0, None
+k = 0
+for ln in lines:
+    if ln.strip():
+        if at >= split and first_val is None:
+            first_val = k
+        k += 1
+    at += len(ln.encode("utf-8"))
+
+
+def expect(start, end, lo, hi):
+    """tokens and mask of pairs [lo, hi); start: the document token, end: each completion's"""
+    tok, mask = [], []
+    for i in range(lo, hi):
+        p, c = (x.encode("utf-8") for x in pairs[i])
+        if start is not None and (i == lo or end != start):
+            tok.append(start)
+            mask.append(0)
+        tok += list(p) + list(c)
+        mask += [0] * len(p) + [1] * len(c)
+        if end is not None:
+            tok.append(end)
+            mask.append(1)
+    return tok, mask
+
+
+cases = [("GPT-2's files", ["--tokenizer", gpt2], 256, 256),
+         ("a tokenizer.json with bos and eos", ["--tokenizer", llama], 256, 257),
+         ("bytes as tokens", [], None, None),
+         ("a vocabulary past 65,536", ["--tokenizer", wide], 256, 257)]
+for name, tk, start, end in cases:
+    out = os.path.join(WORK, "out-" + name.split()[0].replace("'", ""))
+    if name.startswith("a vocabulary"):
+        out = os.path.join(WORK, "out-wide")
+    p = run(["prepare", "--input", qa, "--out", out, "--prompt-field", "p", "--completion-field", "c",
+             "--val-fraction", str(VAL)] + tk)
+    said = p.stdout.decode()
+    for part, lo, hi in (("train", 0, first_val), ("val", first_val, len(pairs))):
+        want_tok, want_mask = expect(start, end, lo, hi)
+        try:
+            tok, mask = read_masked(os.path.join(out, part + ".bin"))
+        except (AssertionError, OSError) as e:
+            fail("%s: %s" % (name, e))
+            continue
+        if tok != want_tok:
+            k = next((i for i, (x, y) in enumerate(zip(tok, want_tok)) if x != y), min(len(tok), len(want_tok)))
+            fail("%s, %s: token %d is %s, expected %s (%d and %d tokens)" % (
+                name, part, k, tok[k:k + 4], want_tok[k:k + 4], len(tok), len(want_tok)))
+        elif mask != want_mask:
+            k = next(i for i, (x, y) in enumerate(zip(mask, want_mask)) if x != y)
+            fail("%s, %s: mask bit %d is %d, expected %d" % (name, part, k, mask[k], want_mask[k]))
+        elif "%s.bin: %d tokens, %d of them targets of the loss" % (part, len(tok), sum(mask)) not in said:
+            fail("%s: prepare did not say %d of %d %s tokens count: %s" % (name, sum(mask), len(tok), part, said))
+        else:
+            print("figure: %s, %s: %d pairs, %d tokens, %d of them targets, as expected"
+                  % (name, part, hi - lo, len(tok), sum(mask)))
+    if "%d prompts and completions" % len(pairs) not in said:
+        fail("%s: prepare did not count the pairs: %s" % (name, said))
+
+# colo-train trains on each kind of masked shard (16- and 32-bit tokens)
+for out, vocab in ((os.path.join(WORK, "out-GPT-2s"), 384), (os.path.join(WORK, "out-wide"), 65600)):
+    p = run(["train", "--data-root", out, "--train-data", "train.bin", "--val-data", "val.bin", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
+             "--block-size", "32", "--batch-size", "4", "--steps", "3", "--eval-interval", "3",
+             "--vocab-size", str(vocab), "--threads", "2", "--progress", os.path.join(out, "p.jsonl")])
+    ev = [json.loads(x) for x in open(os.path.join(out, "p.jsonl")) if '"eval"' in x]
+    if not ev or not all(e["val_loss"] > 0 for e in ev):
+        fail("training on %s: no evaluation with a loss" % out)
+    else:
+        print("figure: trained on %s (vocab %d): val loss %.4f at step 3" % (os.path.basename(out), vocab, ev[-1]["val_loss"]))
+
+# a masked shard cut short is refused at the start, naming the file
+cut = os.path.join(WORK, "cut")
+os.makedirs(cut)
+b = open(os.path.join(WORK, "out-GPT-2s", "train.bin"), "rb").read()
+open(os.path.join(cut, "train.bin"), "wb").write(b[:-3])
+open(os.path.join(cut, "val.bin"), "wb").write(open(os.path.join(WORK, "out-GPT-2s", "val.bin"), "rb").read())
+e = run(["train", "--data-root", cut, "--train-data", "train.bin", "--val-data", "val.bin", "--n-layer", "1", "--n-head", "2", "--n-embd", "16", "--block-size", "32",
+         "--vocab-size", "384", "--steps", "1"], want=78).stderr.decode()
+if "train.bin: truncated: the header says %d tokens and their loss mask" % struct.unpack("<i", b[8:12])[0] not in e:
+    fail("a masked shard cut short: " + e)
+
+# refusals: a line without both fields (named), the flags alone or with --text-field, and input
+# that is not JSON lines; nothing written
+bad = os.path.join(WORK, "bad.jsonl")
+open(bad, "w").write('{"p": "x", "c": "y"}\n{"p": "only a prompt"}\n')
+e = run(["prepare", "--input", bad, "--out", os.path.join(WORK, "b1"), "--prompt-field", "p",
+         "--completion-field", "c"], want=1).stderr.decode()
+if '%s:2: not a JSON object with strings "p" and "c"' % bad not in e:
+    fail("a line without its completion: " + e)
+if os.path.exists(os.path.join(WORK, "b1", "train.bin")):
+    fail("a refused prepare left a shard")
+e = run(["prepare", "--input", qa, "--out", os.path.join(WORK, "b2"), "--prompt-field", "p"], want=2).stderr.decode()
+if "--prompt-field and --completion-field go together" not in e:
+    fail("--prompt-field alone: " + e)
+e = run(["prepare", "--input", qa, "--out", os.path.join(WORK, "b2"), "--prompt-field", "p",
+         "--completion-field", "c", "--text-field", "t"], want=2).stderr.decode()
+if "--text-field is for documents of text, not with --prompt-field" not in e:
+    fail("--text-field with --prompt-field: " + e)
+txt = os.path.join(WORK, "plain.txt")
+open(txt, "w").write("some text\n")
+e = run(["prepare", "--input", txt, "--out", os.path.join(WORK, "b3"), "--prompt-field", "p",
+         "--completion-field", "c"], want=1).stderr.decode()
+if "%s: prompts and completions come in JSON lines (*.jsonl, *.ndjson)" % txt not in e:
+    fail("prompts and completions from a text file: " + e)
+if os.path.exists(os.path.join(WORK, "b3", "train.bin")):
+    fail("a refused prepare left a shard")
+
+print("engine_sft: %d failed" % len(failures))
+if not failures:
+    subprocess.run(["rm", "-rf", WORK])
+sys.exit(1 if failures else 0)
