@@ -7,7 +7,9 @@ PKGS=(
   build-essential cmake pkg-config git ca-certificates curl
   libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsqlite3-dev sqlite3 libsystemd-dev systemd libyaml-dev libcjson-dev
-  libopenblas-dev libssl-dev libgomp1 libpcre2-dev zlib1g-dev
+  libopenblas-dev libssl-dev libgomp1 libpcre2-dev zlib1g-dev libzstd-dev
+  # tests: zstd's own compressor, for prepare's *.zst inputs
+  zstd
   # colod's Prometheus endpoint, and its job notifications (notify_url)
   libmicrohttpd-dev libcurl4-openssl-dev
   # tests: a third-party gRPC client, protoc for its Python messages

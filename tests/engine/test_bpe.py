@@ -376,6 +376,33 @@ e = run(["sample", "--checkpoint", small + "/step_00000001", "--tokenizer", hf],
 if "the tokenizer's %d tokens do not fit this model's vocabulary of 256" % len(vocab) not in e:
     fail("sample with a tokenizer larger than the model: " + e)
 
+# the text zstd'd (*.zst), in two frames as `cat a.zst b.zst` makes: the same shards as the
+# plain text's (the split counted in bytes of text); a zstd file cut short, and one that is not
+# zstd's, are refused before anything is written
+zd = os.path.join(WORK, "zst")
+os.makedirs(zd, exist_ok=True)
+half = len(data) // 2
+for i, part in enumerate((data[:half], data[half:])):
+    open(os.path.join(zd, "%d.txt" % i), "wb").write(part)
+    subprocess.run(["zstd", "-q", "-f", os.path.join(zd, "%d.txt" % i)], check=True)
+zst = os.path.join(zd, "text.txt.zst")
+open(zst, "wb").write(b"".join(open(os.path.join(zd, "%d.txt.zst" % i), "rb").read() for i in (0, 1)))
+run(["prepare", "--input", zst, "--out", os.path.join(zd, "out"), "--tokenizer", hf])
+for k in ("train.bin", "val.bin"):
+    if open(os.path.join(out, k), "rb").read() != open(os.path.join(zd, "out", k), "rb").read():
+        fail("prepare of the text zstd'd in two frames: %s differs from the plain text's" % k)
+whole = open(zst, "rb").read()
+open(zst, "wb").write(whole[:len(whole) * 3 // 4])
+e = run(["prepare", "--input", zst, "--out", os.path.join(zd, "cut")], want=1).stderr.decode()
+if "%s: the zstd stream is cut short" % zst not in e or os.path.exists(os.path.join(zd, "cut")):
+    fail("a zstd file cut short: " + e)
+open(zst, "wb").write(b"plain text in a .zst")
+e = run(["prepare", "--input", zst, "--out", os.path.join(zd, "bad")], want=1).stderr.decode()
+if "%s: zstd: Unknown frame descriptor" % zst not in e:
+    fail("a .zst that is not zstd's: " + e)
+print("figure: prepare of the text zstd'd in two frames (%d bytes): the plain text's shards"
+      % len(whole))
+
 # refusals, each with its reason
 bad = os.path.join(WORK, "bad.txt")
 open(bad, "wb").write("good text, then ".encode() + b"\xff\xfe" + b" bad")

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include <cjson/cJSON.h>
 
@@ -385,34 +386,110 @@ static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o,
   return rc;
 }
 
-/* An input file through zlib: gzip's (*.gz) decompressed, any other read as it is. */
-static int in_open(const char *path, gzFile *in, char *err, size_t errlen) {
+/* An input file: zstd's (*.zst) through libzstd, any other through zlib (gzip's, *.gz,
+ * decompressed; others read as they are). */
+typedef struct {
+  gzFile gz;
+  ZSTD_DCtx *zs;
+  int fd;
+  ZSTD_inBuffer zin; /* compressed bytes read and not yet decompressed */
+  char *zbuf;
+  size_t zcap;
+  int zeof;
+  size_t last; /* ZSTD_decompressStream's last return: 0 where a frame ends */
+} in_t;
+
+static int ends_with(const char *s, const char *end) {
+  size_t n = strlen(s), k = strlen(end);
+  return n > k && !strcmp(s + n - k, end);
+}
+
+static void in_close(in_t *in) {
+  if (in->gz)
+    gzclose(in->gz);
+  if (in->zs) {
+    ZSTD_freeDCtx(in->zs);
+    close(in->fd);
+  }
+  free(in->zbuf);
+  memset(in, 0, sizeof *in);
+}
+
+static int in_open(const char *path, in_t *in, char *err, size_t errlen) {
+  memset(in, 0, sizeof *in);
   int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0 || !(*in = gzdopen(fd, "rb"))) {
+  if (fd >= 0 && ends_with(path, ".zst")) {
+    in->fd = fd;
+    in->zcap = ZSTD_DStreamInSize();
+    in->zbuf = malloc(in->zcap);
+    if (!in->zbuf || !(in->zs = ZSTD_createDCtx())) {
+      close(fd);
+      free(in->zbuf);
+      in->zbuf = NULL;
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    }
+    in->zin.src = in->zbuf;
+    return 0;
+  }
+  if (fd < 0 || !(in->gz = gzdopen(fd, "rb"))) {
     int e = errno;
     if (fd >= 0)
       close(fd);
     return colo_fail(err, errlen, e == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
                      strerror(e));
   }
-  gzbuffer(*in, 1 << 20);
+  gzbuffer(in->gz, 1 << 20);
   return 0;
 }
 
-/* up to n bytes from in into buf: how many, or -1 with the reason (a damaged gzip file) */
-static long in_read(gzFile in, char *buf, size_t n, const char *path, char *err, size_t errlen) {
+/* up to n bytes of zstd's output: how many, or -1 with the reason */
+static long zstd_read(in_t *in, char *buf, size_t n, const char *path, char *err, size_t errlen) {
+  ZSTD_outBuffer out = {buf, n, 0};
+  while (out.pos < out.size) {
+    if (in->zin.pos == in->zin.size && !in->zeof) {
+      ssize_t k;
+      do
+        k = read(in->fd, in->zbuf, in->zcap);
+      while (k < 0 && errno == EINTR);
+      if (k < 0)
+        return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
+      in->zeof = k == 0;
+      in->zin.size = (size_t)k;
+      in->zin.pos = 0;
+    }
+    int drained = in->zeof && in->zin.pos == in->zin.size;
+    if (drained && in->last == 0)
+      break; /* all read, and the last frame ended and was all given */
+    size_t before = out.pos, used = in->zin.pos, r = ZSTD_decompressStream(in->zs, &out, &in->zin);
+    if (ZSTD_isError(r))
+      return colo_fail(err, errlen, COLO_EIO, "%s: zstd: %s", path, ZSTD_getErrorName(r));
+    if (out.pos != before || in->zin.pos != used)
+      in->last = r; /* (with nothing in or out it asks for the next frame's header) */
+    if (drained && out.pos == before)
+      break; /* nothing more comes out */
+  }
+  if (out.pos < out.size && in->last != 0) /* the input ended inside a frame */
+    return colo_fail(err, errlen, COLO_EIO, "%s: the zstd stream is cut short", path);
+  return (long)out.pos;
+}
+
+/* up to n bytes from in into buf: how many, or -1 with the reason (a damaged gzip or zstd
+ * file) */
+static long in_read(in_t *in, char *buf, size_t n, const char *path, char *err, size_t errlen) {
+  if (in->zs)
+    return zstd_read(in, buf, n, path, err, errlen);
   size_t got = 0;
   while (got < n) {
     unsigned want = n - got > (1u << 30) ? 1u << 30 : (unsigned)(n - got);
-    int k = gzread(in, buf + got, want);
+    int k = gzread(in->gz, buf + got, want);
     if (k < 0) {
       int code;
-      const char *why = gzerror(in, &code);
+      const char *why = gzerror(in->gz, &code);
       return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, why ? why : "read error");
     }
     if (k == 0) {
       int code;
-      gzerror(in, &code);
+      gzerror(in->gz, &code);
       if (code == Z_BUF_ERROR) /* the stream ended before gzip's end */
         return colo_fail(err, errlen, COLO_EIO, "%s: the gzip stream is cut short", path);
       break;
@@ -423,7 +500,7 @@ static long in_read(gzFile in, char *buf, size_t n, const char *path, char *err,
 }
 
 /* the buffer filled from in, as far as it goes (*eof once in has no more) */
-static int fill(run_t *r, gzFile in, const char *path, int *eof, char *err, size_t errlen) {
+static int fill(run_t *r, in_t *in, const char *path, int *eof, char *err, size_t errlen) {
   if (*eof || r->len == r->cap)
     return 0;
   long got = in_read(in, r->buf + r->len, r->cap - r->len, path, err, errlen);
@@ -435,9 +512,9 @@ static int fill(run_t *r, gzFile in, const char *path, int *eof, char *err, size
   return 0;
 }
 
-/* a file's size as text: its own, or for gzip's (*.gz) what it decompresses to */
+/* a file's size as text: its own, or for gzip's (*.gz) and zstd's (*.zst) what it decompresses
+ * to */
 static int text_size(const char *path, size_t *size, char *err, size_t errlen) {
-  size_t n = strlen(path);
   struct stat sb;
   if (stat(path, &sb) != 0)
     return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
@@ -445,22 +522,21 @@ static int text_size(const char *path, size_t *size, char *err, size_t errlen) {
   if (!S_ISREG(sb.st_mode))
     return colo_fail(err, errlen, COLO_EINVAL, "%s: not a regular file", path);
   *size = (size_t)sb.st_size;
-  if (n < 3 || strcmp(path + n - 3, ".gz"))
+  if (!ends_with(path, ".gz") && !ends_with(path, ".zst"))
     return 0;
-  gzFile in = NULL;
+  in_t in;
   int rc = in_open(path, &in, err, errlen);
   char *buf = rc == 0 ? malloc(1 << 20) : NULL;
   long got = 0;
   *size = 0;
   if (rc == 0 && !buf)
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  while (rc == 0 && (got = in_read(in, buf, 1 << 20, path, err, errlen)) > 0)
+  while (rc == 0 && (got = in_read(&in, buf, 1 << 20, path, err, errlen)) > 0)
     *size += (size_t)got;
   if (got < 0)
     rc = (int)got;
   free(buf);
-  if (in)
-    gzclose(in);
+  in_close(&in);
   return rc;
 }
 
@@ -481,7 +557,7 @@ static void progress(run_t *r) {
  * the latest. */
 static int one_document(run_t *r, const char *path, int last, char *err, size_t errlen) {
   const colo_prepare_opts_t *o = r->o;
-  gzFile in;
+  in_t in;
   int rc = in_open(path, &in, err, errlen), eof = 0;
   if (rc < 0)
     return rc;
@@ -491,7 +567,7 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
   size_t doc = r->base; /* where this document starts in the whole text */
   r->len = 0;
   while (rc == 0) {
-    if ((rc = fill(r, in, path, &eof, err, errlen)) < 0)
+    if ((rc = fill(r, &in, path, &eof, err, errlen)) < 0)
       break;
     char *buf = r->buf;
     size_t len = r->len, base = r->base;
@@ -547,7 +623,7 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
   }
   if (rc == 0 && pending) /* an empty document */
     rc = emit(r, &r->out[r->part], &r->eot, 1, 1, err, errlen);
-  gzclose(in);
+  in_close(&in);
   return rc;
 }
 
@@ -677,7 +753,7 @@ static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, c
 static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen) {
   const char *field = r->o->text_field ? r->o->text_field : "text";
   int pair = r->o->prompt_field != NULL; /* a prompt and a completion a line */
-  gzFile in;
+  in_t in;
   int rc = in_open(path, &in, err, errlen), eof = 0, line = 0, *lines = NULL;
   if (rc < 0)
     return rc;
@@ -685,7 +761,7 @@ static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen)
   size_t lcap = 0;
   r->len = 0;
   while (rc == 0) {
-    if ((rc = fill(r, in, path, &eof, err, errlen)) < 0)
+    if ((rc = fill(r, &in, path, &eof, err, errlen)) < 0)
       break;
     size_t used = 0; /* the complete lines (all at the end) */
     while (rc == 0 && used < r->len) {
@@ -752,15 +828,17 @@ static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen)
   free(b.start);
   free(b.at);
   free(lines);
-  gzclose(in);
+  in_close(&in);
   return rc;
 }
 
-/* *.jsonl or *.ndjson, gzip'd or not */
+/* *.jsonl or *.ndjson, compressed (gzip, zstd) or not */
 static int is_jsonl(const char *path) {
   size_t n = strlen(path);
   if (n > 3 && !strcmp(path + n - 3, ".gz"))
     n -= 3;
+  else if (n > 4 && !strcmp(path + n - 4, ".zst"))
+    n -= 4;
   return (n > 6 && !strncmp(path + n - 6, ".jsonl", 6)) ||
          (n > 7 && !strncmp(path + n - 7, ".ndjson", 7));
 }

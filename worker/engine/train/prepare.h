@@ -43,8 +43,10 @@ typedef struct {
  * piece of the pre-tokenizer at or after it begins, so train and val together are exactly the
  * whole text's tokens. Every file is written under a temporary name and renamed only once all
  * are complete: a failure (a byte that is not UTF-8 under BPE, a full disk) leaves no shard of
- * this run. */
-/* With prompt_field and completion_field, every line of the JSON lines holds a prompt and a
+ * this run. An input ending in .gz (gzip) or .zst (zstd, any number of frames) is read
+ * decompressed; the split counts bytes of the text.
+ *
+ * With prompt_field and completion_field, every line of the JSON lines holds a prompt and a
  * completion; each pair becomes [document token] prompt completion [end], and the shards are
  * colo's with a loss mask (COLO_SHARD_MAGIC_MASKED, data.h) in which only the completion and its
  * end count as targets. The end is the tokenizer's eos_token (tokenizer_config.json), else its
