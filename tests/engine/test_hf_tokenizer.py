@@ -337,6 +337,39 @@ print("figure: prepare of %d JSON lines (%d bytes, 2 threads): <|begin_of_text|>
       "tokenizers.js ids, train %d + val %d tokens, the same gzip'd; --text-field; a line without it, and gzip cut short, refused"
       % (len(jdocs), size, len(want_tr), len(want_va)))
 
+# conversations in Llama 3's chat template: colo's tokens are tokenizers.js's for the rendered
+# string (the template written out in Python here, its special tokens recognized in the text, as
+# apply_chat_template's output is tokenized)
+crng = random.Random(5)
+convs = []
+for i in range(12):
+    msgs = [{"role": "system", "content": " You answer in one line.\n"}] if i % 3 == 0 else []
+    for turn in range(crng.randint(1, 3)):
+        msgs.append({"role": "user", "content": texts[crng.randrange(len(texts))][1][:200].decode(errors="ignore")})
+        msgs.append({"role": "assistant", "content": "\u3000" + odd[:crng.randint(10, 300)].decode(errors="ignore") + " \n"})
+    convs.append({"messages": msgs})
+cj = os.path.join(WORK, "chats.jsonl")
+open(cj, "w", encoding="utf-8").write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in convs))
+rendered = os.path.join(WORK, "chats-rendered.txt")
+open(rendered, "w", encoding="utf-8").write("".join(
+    "<|begin_of_text|>" + "".join("<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>"
+                                  % (m["role"], m["content"].strip()) for m in c["messages"])
+    for c in convs))
+want = reference(LLAMA, [rendered])[0]
+co = os.path.join(WORK, "chat-shards")
+run(["prepare", "--input", cj, "--out", co, "--tokenizer", LLAMA, "--messages-field", "messages",
+     "--chat-template", "llama3", "--val-fraction", "0"])
+b = open(os.path.join(co, "train.bin"), "rb").read()
+head = struct.unpack("<4i", b[:16])
+got = list(struct.unpack("<%dI" % head[2], b[1024:1024 + 4 * head[2]])) if head[3] == 4 else []
+if head[0] != 20261125 or got != want:
+    k = first_diff(got, want)
+    fail("conversations in llama3's template: token %d is %s, tokenizers.js's %s (%d and %d tokens)"
+         % (k, got[k:k + 4], want[k:k + 4], len(got), len(want)))
+else:
+    print("figure: %d conversations in Llama 3's chat template: %d tokens, tokenizers.js's for the "
+          "rendered text" % (len(convs), len(got)))
+
 # a llama model of Llama 3's vocabulary learns <|begin_of_text|> "ROMEO:" and samples from
 # <|begin_of_text|> (no prompt) to the next one
 eo = os.path.join(WORK, "bos")

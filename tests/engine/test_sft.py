@@ -82,22 +82,24 @@ json.dump(dict(byte_vocab, **{"<|endoftext|>": 256}), open(os.path.join(gpt2, "v
 open(os.path.join(gpt2, "merges.txt"), "w").write("#version: 0.2\n")
 
 
-def hf_tokenizer(d, extra=0):
-    """a tokenizer.json of the bytes, <|begin_of_text|> 256 and <|end_of_text|> 257, and `extra`
-    ordinary tokens after them"""
+def hf_tokenizer(d, extra=0, merges=(), specials=()):
+    """a tokenizer.json of the bytes, <|begin_of_text|> 256, <|end_of_text|> 257 and `specials`
+    after them, then `extra` ordinary tokens, then those the merges make"""
     os.makedirs(d)
     vocab = dict(byte_vocab)
+    added = ["<|begin_of_text|>", "<|end_of_text|>"] + list(specials)
     for i in range(extra):
-        vocab["tok%d" % i] = 258 + i
+        vocab["tok%d" % i] = 256 + len(added) + i
+    for a, b in merges:
+        vocab[a + b] = len(added) + len(vocab)
     json.dump({"version": "1.0", "truncation": None, "padding": None,
-               "added_tokens": [{"id": 256, "content": "<|begin_of_text|>", "special": True},
-                                {"id": 257, "content": "<|end_of_text|>", "special": True}],
+               "added_tokens": [{"id": 256 + i, "content": t, "special": True} for i, t in enumerate(added)],
                "normalizer": None,
                "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True,
                                  "use_regex": True},
                "post_processor": None, "decoder": {"type": "ByteLevel"},
                "model": {"type": "BPE", "dropout": None, "unk_token": None, "fuse_unk": False,
-                         "byte_fallback": False, "vocab": vocab, "merges": []}},
+                         "byte_fallback": False, "vocab": vocab, "merges": [" ".join(m) for m in merges]}},
               open(os.path.join(d, "tokenizer.json"), "w"))
     json.dump({"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"},
               open(os.path.join(d, "tokenizer_config.json"), "w"))
@@ -180,6 +182,117 @@ for name, tk, start, end in cases:
                   % (name, part, hi - lo, len(tok), sum(mask)))
     if "%d prompts and completions" % len(pairs) not in said:
         fail("%s: prepare did not count the pairs: %s" % (name, said))
+
+# conversations (--messages-field) in each chat template, with a tokenizer that merges: the texts
+# between special tokens encoded whole (by colo-train tokenize, itself checked against the
+# references in engine_bpe and engine_hf_tokenizer), the assistant's tokens that begin in its
+# content counting, and llama3's contents stripped as Python's str.strip() does
+U2B = {u: b for b, u in B2U.items()}
+SPECIALS = ["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>", "<|im_start|>", "<|im_end|>"]
+chat = os.path.join(WORK, "chat")
+hf_tokenizer(chat, merges=[("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("\u010a", "\u010a"),
+                           ("a", "s"), ("as", "s")], specials=SPECIALS)
+cvocab = json.load(open(os.path.join(chat, "tokenizer.json")))["model"]["vocab"]
+tok_bytes = {i: bytes(U2B[c] for c in t) for t, i in cvocab.items()}
+sid = {t: 257 + 1 + k for k, t in enumerate(SPECIALS)}
+words = ["the", "cat", "sat", "on", "mat", "assistant", "tea", "hello", "x=1", "été"]
+convs = []
+for i in range(40):
+    msgs = []
+    if rng.random() < 0.5:
+        msgs.append({"role": "system", "content": "be brief"})
+    for turn in range(rng.randint(1, 3)):
+        for role in ("user", "assistant"):
+            text = " ".join(rng.choice(words) for _ in range(rng.randint(1, 8)))
+            pad = rng.choice(["", " ", "\n", " \t", "\u3000", "\xa0 "])
+            msgs.append({"role": role, "content": pad + text + rng.choice(["", " ", "\n\n", "\u2003"])})
+    convs.append({"messages": msgs, "id": i})
+cj = os.path.join(WORK, "chat.jsonl")
+open(cj, "w", encoding="utf-8").write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in convs))
+
+
+def segments(template, msgs):
+    """[(special id) or (text, counts from byte or None)] of a conversation, after the
+    document token"""
+    out = []
+    for m in msgs:
+        learn = m["role"] == "assistant"
+        if template == "llama3":
+            out += [sid["<|start_header_id|>"], (m["role"], None), sid["<|end_header_id|>"],
+                    ("\n\n" + m["content"].strip(), 2 if learn else None), (sid["<|eot_id|>"], learn)]
+        else:
+            out += [sid["<|im_start|>"], (m["role"] + "\n" + m["content"], len(m["role"].encode()) + 1 if learn else None),
+                    (sid["<|im_end|>"], learn), ("\n", None)]
+    return out
+
+
+for template in ("llama3", "chatml"):
+    segs = [segments(template, c["messages"]) for c in convs]
+    texts = [x[0] for sg in segs for x in sg if isinstance(x, tuple) and isinstance(x[0], str)]
+    files = []
+    for k, t in enumerate(texts):
+        files.append(os.path.join(WORK, "seg-%s-%d.txt" % (template, k)))
+        open(files[-1], "w", encoding="utf-8").write(t)
+    lines_ = run(["tokenize", "--tokenizer", chat] + files).stdout.decode().split("\n")
+    enc = iter([[int(x) for x in ln.split()] for ln in lines_[:len(texts)]])
+    want_tok, want_mask = [], []
+    for sg in segs:
+        want_tok.append(256)  # <|begin_of_text|>, the document token
+        want_mask.append(0)
+        for x in sg:
+            if isinstance(x, int):  # a special token that never counts
+                want_tok.append(x)
+                want_mask.append(0)
+            elif isinstance(x[0], int):  # the end of a message: counts with the assistant's
+                want_tok.append(x[0])
+                want_mask.append(1 if x[1] else 0)
+            else:
+                ids, at = next(enc), 0
+                for t in ids:
+                    want_tok.append(t)
+                    want_mask.append(1 if x[1] is not None and at >= x[1] else 0)
+                    at += len(tok_bytes[t])
+    out = os.path.join(WORK, "out-chat-" + template)
+    p = run(["prepare", "--input", cj, "--out", out, "--tokenizer", chat, "--messages-field", "messages",
+             "--chat-template", template, "--val-fraction", "0"])
+    tok, mask = read_masked(os.path.join(out, "train.bin"))
+    merged = sum(1 for t in tok if t > 256 + len(SPECIALS) + 1)
+    if tok != want_tok:
+        k = next((i for i, (x, y) in enumerate(zip(tok, want_tok)) if x != y), min(len(tok), len(want_tok)))
+        fail("chat %s: token %d is %s, expected %s (%d and %d tokens)" % (
+            template, k, tok[k:k + 4], want_tok[k:k + 4], len(tok), len(want_tok)))
+    elif mask != want_mask:
+        k = next(i for i, (x, y) in enumerate(zip(mask, want_mask)) if x != y)
+        fail("chat %s: mask bit %d is %d, expected %d" % (template, k, mask[k], want_mask[k]))
+    elif "%d conversations" % len(convs) not in p.stdout.decode() or merged == 0:
+        fail("chat %s: %s (%d merged tokens)" % (template, p.stdout.decode(), merged))
+    else:
+        print("figure: chat %s: %d conversations, %d tokens (%d of them merges), %d targets, as expected"
+              % (template, len(convs), len(tok), merged, sum(mask)))
+
+# refusals of conversations: a message without its content (named), a template the tokenizer has
+# no tokens for, no template, bytes as tokens
+badc = os.path.join(WORK, "badc.jsonl")
+open(badc, "w").write('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}]}\n')
+e = run(["prepare", "--input", badc, "--out", os.path.join(WORK, "c1"), "--tokenizer", chat,
+         "--messages-field", "messages", "--chat-template", "llama3"], want=1).stderr.decode()
+if '%s:1: message 2 is not an object with strings "role" and "content"' % badc not in e:
+    fail("a message without its content: " + e)
+e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c2"), "--tokenizer", llama,
+         "--messages-field", "messages", "--chat-template", "chatml"], want=1).stderr.decode()
+if "--chat-template chatml: the tokenizer has no <|im_start|> token" not in e:
+    fail("a template the tokenizer has no tokens for: " + e)
+e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c3"), "--messages-field", "messages"],
+        want=2).stderr.decode()
+if "--messages-field and --chat-template go together" not in e:
+    fail("--messages-field alone: " + e)
+e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c4"), "--messages-field", "messages",
+         "--chat-template", "llama3"], want=1).stderr.decode()
+if "a chat template needs a --tokenizer with its special tokens" not in e:
+    fail("a chat template without a tokenizer: " + e)
+for d in ("c1", "c2", "c3", "c4"):
+    if os.path.exists(os.path.join(WORK, d, "train.bin")):
+        fail("a refused prepare left a shard in " + d)
 
 # colo-train trains on each kind of masked shard (16- and 32-bit tokens)
 for out, vocab in ((os.path.join(WORK, "out-GPT-2s"), 384), (os.path.join(WORK, "out-wide"), 65600)):

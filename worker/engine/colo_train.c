@@ -84,7 +84,7 @@ static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
 
 static int cmd_prepare(int argc, char **argv) {
   const char *input = NULL, *out = NULL, *tokdir = NULL;
-  colo_prepare_opts_t po = {0.1, NULL, 0, stderr, 0, NULL, NULL, NULL};
+  colo_prepare_opts_t po = {.val_fraction = 0.1, .progress = stderr};
   static const struct option o[] = {{"input", required_argument, 0, 'i'},
                                     {"out", required_argument, 0, 'o'},
                                     {"val-fraction", required_argument, 0, 'v'},
@@ -94,11 +94,13 @@ static int cmd_prepare(int argc, char **argv) {
                                     {"text-field", required_argument, 0, 'f'},
                                     {"prompt-field", required_argument, 0, 'p'},
                                     {"completion-field", required_argument, 0, 'c'},
+                                    {"messages-field", required_argument, 0, 'm'},
+                                    {"chat-template", required_argument, 0, 'T'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c;
   char *end;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:m:T:h", o, NULL)) != -1) {
     switch (c) {
     case 'i':
       input = optarg;
@@ -136,34 +138,51 @@ static int cmd_prepare(int argc, char **argv) {
                                                : "--completion-field needs a field's name");
       *(c == 'p' ? &po.prompt_field : &po.completion_field) = optarg;
       break;
+    case 'm':
+      if (!*optarg)
+        return usage_error("prepare", "--messages-field needs a field's name");
+      po.messages_field = optarg;
+      break;
+    case 'T':
+      if (strcmp(optarg, "llama3") && strcmp(optarg, "chatml"))
+        return usage_error("prepare", "--chat-template is llama3 or chatml");
+      po.chat_template = optarg;
+      break;
     case 'h':
-      printf("usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
-             "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
-             "                          [--text-field NAME (text)]\n"
-             "                          [--prompt-field NAME --completion-field NAME]\n"
-             "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
-             "input is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
-             "with --tokenizer a byte-level BPE: a HuggingFace tokenizer.json (Llama 3's,\n"
-             "GPT-2's, ...; the file or PATH/tokenizer.json), or GPT-2's PATH/vocab.json and\n"
-             "PATH/merges.txt (or OpenAI's encoder.json and vocab.bpe); the text must be UTF-8.\n"
-             "A vocabulary past 65,536 tokens writes llm.c's uint32 shards. With --shard-tokens,\n"
-             "train_000000.bin, train_000001.bin, ... and val_* of N tokens each (a corpus\n"
-             "larger than one shard's 2^31 tokens needs it); train on them with --train-data\n"
-             "'train_*.bin'. The input is streamed: any size passes through a 16 MiB buffer;\n"
-             "progress goes to standard error. A pattern ('docs/*.txt') takes every file it\n"
-             "matches, each a document, after the tokenizer's document token under --tokenizer\n"
-             "(GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). A file of JSON lines\n"
-             "(*.jsonl, *.ndjson) holds a document a line, its text in the field --text-field;\n"
-             "validation starts at the first line at or past the split. Files ending in .gz\n"
-             "are gzip's, in .zst zstd's, read decompressed (the split counts bytes of text).\n"
-             "BPE encodes on --threads threads (default: the machine's, at most 16); the\n"
-             "tokens are the same for any number.\n"
-             "Supervised fine-tuning: with --prompt-field and --completion-field each line of\n"
-             "the JSON lines holds a prompt and its completion; a pair becomes [document token]\n"
-             "prompt completion [end], the end being the tokenizer's eos_token\n"
-             "(tokenizer_config.json) or else its document token. The shards then carry a loss\n"
-             "mask (colo's format, magic 20261125): training and evaluation take the loss on\n"
-             "the completions and their ends alone.\n");
+      printf(
+          "usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
+          "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
+          "                          [--text-field NAME (text)]\n"
+          "                          [--prompt-field NAME --completion-field NAME]\n"
+          "                          [--messages-field NAME --chat-template llama3|chatml]\n"
+          "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
+          "input is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
+          "with --tokenizer a byte-level BPE: a HuggingFace tokenizer.json (Llama 3's,\n"
+          "GPT-2's, ...; the file or PATH/tokenizer.json), or GPT-2's PATH/vocab.json and\n"
+          "PATH/merges.txt (or OpenAI's encoder.json and vocab.bpe); the text must be UTF-8.\n"
+          "A vocabulary past 65,536 tokens writes llm.c's uint32 shards. With --shard-tokens,\n"
+          "train_000000.bin, train_000001.bin, ... and val_* of N tokens each (a corpus\n"
+          "larger than one shard's 2^31 tokens needs it); train on them with --train-data\n"
+          "'train_*.bin'. The input is streamed: any size passes through a 16 MiB buffer;\n"
+          "progress goes to standard error. A pattern ('docs/*.txt') takes every file it\n"
+          "matches, each a document, after the tokenizer's document token under --tokenizer\n"
+          "(GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). A file of JSON lines\n"
+          "(*.jsonl, *.ndjson) holds a document a line, its text in the field --text-field;\n"
+          "validation starts at the first line at or past the split. Files ending in .gz\n"
+          "are gzip's, in .zst zstd's, read decompressed (the split counts bytes of text).\n"
+          "BPE encodes on --threads threads (default: the machine's, at most 16); the\n"
+          "tokens are the same for any number.\n"
+          "Supervised fine-tuning: with --prompt-field and --completion-field each line of\n"
+          "the JSON lines holds a prompt and its completion; a pair becomes [document token]\n"
+          "prompt completion [end], the end being the tokenizer's eos_token\n"
+          "(tokenizer_config.json) or else its document token. The shards then carry a loss\n"
+          "mask (colo's format, magic 20261125): training and evaluation take the loss on\n"
+          "the completions and their ends alone.\n"
+          "Conversations: with --messages-field each line holds a list of messages, each\n"
+          "{\"role\": ..., \"content\": ...}, written out in --chat-template after the\n"
+          "document token: llama3 (<|start_header_id|>role<|end_header_id|>\\n\\ncontent\n"
+          "<|eot_id|>, the content trimmed) or chatml (<|im_start|>role\\ncontent<|im_end|>\\n).\n"
+          "The loss is taken on the assistant's messages and their ends alone.\n");
       return 0;
     default:
       return 2;
@@ -175,6 +194,11 @@ static int cmd_prepare(int argc, char **argv) {
     return usage_error("prepare", "--prompt-field and --completion-field go together");
   if (po.prompt_field && po.text_field)
     return usage_error("prepare", "--text-field is for documents of text, not with --prompt-field");
+  if (!po.messages_field != !po.chat_template)
+    return usage_error("prepare", "--messages-field and --chat-template go together");
+  if (po.messages_field && (po.text_field || po.prompt_field))
+    return usage_error("prepare", "--messages-field takes conversations, not with --text-field "
+                                  "or --prompt-field");
   colo_bpe_t *bpe;
   if (open_tokenizer("prepare", tokdir, &bpe) < 0)
     return 1;
@@ -199,7 +223,10 @@ static int cmd_prepare(int argc, char **argv) {
     fprintf(stderr, "colo-train prepare: %s\n", err);
     return 1;
   }
-  if (st.masked)
+  if (st.masked && po.messages_field)
+    printf("%d conversations of %zu bytes in %s's template%s\n", st.documents, st.bytes,
+           po.chat_template, doc);
+  else if (st.masked)
     printf("%d prompts and completions of %zu bytes%s%s\n", st.documents, st.bytes, doc, ending);
   else if (st.documents > 1)
     printf("%d documents of %zu bytes%s\n", st.documents, st.bytes, doc);

@@ -203,6 +203,7 @@ typedef struct {
   int part, eot, threads, docs;
   int end;        /* prompt and completion pairs: the token after each completion; -1: none */
   int ended[2];   /* the part's last token is `end`, which is also the document token */
+  int tmpl[3];    /* a chat template's special tokens */
   uint32_t *ends; /* under BPE: where the round's pieces end */
   size_t n_ends, ends_cap;
   seg_t seg[MAX_SEG];
@@ -629,16 +630,30 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
 
 /* ---- JSON lines: a document a line ---- */
 
-/* a batch of documents: their texts one after another */
+#define NONE ((size_t)-1)
+
+/* A text of a batch, with what goes around it: a line is one (a document) or several (a prompt
+ * and its completion; a conversation's turns). */
+typedef struct {
+  size_t at;       /* where its line begins in the whole input (the split's measure) */
+  size_t from;     /* its tokens count as targets from this byte of the text on; NONE: none */
+  int pre, post;   /* a special token before it and after it; -1: none */
+  int post_counts; /* whether `post` counts */
+  int starts;      /* it begins a document: after the document token; the split may come first */
+  int line;        /* for messages */
+} entry_t;
+
+/* a batch of entries: their texts one after another */
 typedef struct {
   char *text;
   size_t len, cap;
-  size_t *start; /* where document i's text begins in text (and n + 1: the end) */
-  size_t *at;    /* where its line begins in the whole input (the split's measure) */
+  size_t *start; /* where entry i's text begins in text (and n + 1: the end) */
+  entry_t *e;
   size_t n, ncap;
 } batch_t;
 
-static int batch_add(batch_t *b, const char *s, size_t n, size_t at) {
+/* n more bytes of text for the last entry */
+static int batch_append(batch_t *b, const char *s, size_t n) {
   if (b->len + n > b->cap) {
     size_t c = b->cap ? b->cap : 1 << 20;
     while (c < b->len + n)
@@ -649,37 +664,58 @@ static int batch_add(batch_t *b, const char *s, size_t n, size_t at) {
     b->text = g;
     b->cap = c;
   }
-  if (b->n + 2 > b->ncap) {
-    size_t c = b->ncap ? 2 * b->ncap : 1024;
-    size_t *x = realloc(b->start, c * sizeof *x), *y = x ? realloc(b->at, c * sizeof *y) : NULL;
-    if (x)
-      b->start = x;
-    if (!y)
-      return COLO_ENOMEM;
-    b->at = y;
-    b->ncap = c;
-  }
-  memcpy(b->text + b->len, s, n);
-  b->start[b->n] = b->len;
-  b->at[b->n++] = at;
+  if (n)
+    memcpy(b->text + b->len, s, n);
   b->len += n;
   b->start[b->n] = b->len;
   return 0;
 }
 
-/* The batch's documents: under BPE each encoded whole (split and merged), the documents in up to
- * `threads` runs of about equal bytes encoded in parallel; then each, in order, after the
- * document token, into train or, once a line begins at or past the split, val. `lines[i]`: the
- * line of document i, for messages. */
-static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, char *err,
+/* a new entry e of the text s (n bytes; batch_append adds to it) */
+static int batch_add(batch_t *b, const char *s, size_t n, entry_t e) {
+  if (b->n + 2 > b->ncap) {
+    size_t c = b->ncap ? 2 * b->ncap : 1024;
+    size_t *x = realloc(b->start, c * sizeof *x);
+    if (x)
+      b->start = x;
+    entry_t *y = x ? realloc(b->e, c * sizeof *y) : NULL;
+    if (!y)
+      return COLO_ENOMEM;
+    b->e = y;
+    b->ncap = c;
+  }
+  b->start[b->n] = b->len;
+  b->e[b->n++] = e;
+  b->start[b->n] = b->len;
+  return batch_append(b, s, n);
+}
+
+/* n tokens of o, those whose first byte is at or past `from` (of their text) counting */
+static int emit_from(run_t *r, out_t *o, const int *ids, size_t n, size_t from, char *err,
                      size_t errlen) {
+  if (from == 0 || from == NONE || !r->o->bpe)
+    return emit(r, o, ids, n, from == 0, err, errlen);
+  size_t at = 0, k = 0;
+  while (k < n && at < from) { /* the tokens that begin before it */
+    size_t len;
+    colo_bpe_token(r->o->bpe, ids[k++], &len);
+    at += len;
+  }
+  int rc = emit(r, o, ids, k, 0, err, errlen);
+  return rc < 0 ? rc : emit(r, o, ids + k, n - k, 1, err, errlen);
+}
+
+/* The batch's entries: under BPE each text encoded whole (split and merged), the entries in up
+ * to `threads` runs of about equal bytes encoded in parallel; then each, in order, into train or,
+ * once a line begins at or past the split, val: a document's first after the document token. */
+static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t errlen) {
   const colo_bpe_t *bpe = r->o->bpe;
   size_t bounds[MAX_SEG + 1], *ntok = malloc((b->n + 1) * sizeof *ntok);
   if (!ntok)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   int ns = b->len < ((size_t)1 << 20) || !bpe ? 1 : r->threads, rc = 0;
   bounds[0] = 0;
-  for (int i = 1; i <= ns; i++) { /* the first document starting past the run's share */
+  for (int i = 1; i <= ns; i++) { /* the first entry starting past the run's share */
     size_t want = b->len / (size_t)ns * (size_t)i, k = bounds[i - 1];
     while (k < b->n && (i == ns || b->start[k] < want))
       k++;
@@ -698,7 +734,7 @@ static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, c
         if (g->rc == COLO_EPARSE) { /* the text's fault: name its line */
           char why[512];
           snprintf(why, sizeof why, "%s", g->err);
-          snprintf(g->err, sizeof g->err, "%s:%d: %s of the document", path, lines[d], why);
+          snprintf(g->err, sizeof g->err, "%s:%d: %s of the document", path, b->e[d].line, why);
         }
       } else if (g->n + n > g->cap) {
         int *x = realloc(g->ids, (g->n + n) * sizeof *x);
@@ -711,6 +747,7 @@ static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, c
       ntok[d] = g->n - before;
     }
   }
+  int masked = r->out[0].masked;
   for (int i = 0; i < ns && rc == 0; i++) { /* in order */
     seg_t *g = &r->seg[i];
     if (g->rc < 0) {
@@ -719,46 +756,159 @@ static int put_batch(run_t *r, batch_t *b, const int *lines, const char *path, c
     }
     size_t at = 0;
     for (size_t d = bounds[i]; d < bounds[i + 1] && rc == 0; d++) {
-      int pair = r->o->prompt_field != NULL, completion = pair && (d & 1);
-      out_t *o = &r->out[r->part];
-      if (completion) { /* what the loss is taken on, and the token that ends it */
-        rc = emit(r, o, g->ids + at, ntok[d], 1, err, errlen);
-        if (rc == 0 && r->end >= 0)
-          rc = emit(r, o, &r->end, 1, 1, err, errlen);
-        r->ended[r->part] = r->end >= 0 && r->end == r->eot;
-        at += ntok[d];
-        continue;
+      const entry_t *e = &b->e[d];
+      if (e->starts) {
+        if (r->part == 0 && e->at >= r->split)
+          r->part = 1; /* validation starts with the first line at or past the split */
+        /* the document token, unless the text before ended with it (GPT-2's <|endoftext|> ends
+         * one pair and begins the next); not a target where there is a mask */
+        if (r->eot >= 0 && !r->ended[r->part])
+          rc = emit(r, &r->out[r->part], &r->eot, 1, !masked, err, errlen);
+        r->docs++;
       }
-      if (r->part == 0 && b->at[d] >= r->split)
-        r->part = 1; /* validation starts with the first line at or past the split */
-      o = &r->out[r->part];
-      /* the document token, unless the completion before ended with it (GPT-2's <|endoftext|>
-       * ends one document and begins the next); a prompt is not a target */
-      if (r->eot >= 0 && !r->ended[r->part])
-        rc = emit(r, o, &r->eot, 1, !pair, err, errlen);
-      r->ended[r->part] = 0;
+      out_t *o = &r->out[r->part];
+      if (rc == 0 && e->pre >= 0)
+        rc = emit(r, o, &e->pre, 1, 0, err, errlen);
       if (rc == 0)
-        rc = emit(r, o, g->ids + at, ntok[d], !pair, err, errlen);
+        rc = emit_from(r, o, g->ids + at, ntok[d], e->from, err, errlen);
+      if (rc == 0 && e->post >= 0)
+        rc = emit(r, o, &e->post, 1, e->post_counts, err, errlen);
+      r->ended[r->part] = e->post >= 0 && e->post == r->eot;
       at += ntok[d];
     }
   }
   free(ntok);
-  r->docs += (int)(r->o->prompt_field ? b->n / 2 : b->n);
   b->len = b->n = 0;
   return rc;
 }
 
-/* A file of JSON lines: each line an object whose field o->text_field is a document's text
- * (blank lines skipped), read through the buffer, batched and encoded in parallel. */
+/* the special token `name` of the tokenizer, for a chat template; -1 with the reason when it has
+ * none */
+static int special(run_t *r, const char *name, char *err, size_t errlen) {
+  int id = colo_bpe_lookup(r->o->bpe, name, strlen(name));
+  if (id < 0)
+    colo_fail(err, errlen, COLO_EINVAL, "--chat-template %s: the tokenizer has no %s token",
+              r->o->chat_template, name);
+  return id;
+}
+
+/* the code point of the UTF-8 character at s[i] (of n), its length in *len; -1 for a byte that
+ * begins none */
+static long utf8_at(const char *s, size_t n, size_t i, size_t *len) {
+  const unsigned char *u = (const unsigned char *)s + i;
+  size_t k = u[0] < 0x80 ? 1 : u[0] >= 0xf0 ? 4 : u[0] >= 0xe0 ? 3 : u[0] >= 0xc0 ? 2 : 0;
+  if (!k || i + k > n)
+    return -1;
+  long c = k == 1 ? u[0] : u[0] & (0x3f >> (k - 1));
+  for (size_t j = 1; j < k; j++)
+    c = c << 6 | (u[j] & 0x3f);
+  *len = k;
+  return c;
+}
+
+/* Python's str.isspace(), which Jinja's trim strips */
+static int py_space(long c) {
+  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
+         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
+         c == 0x205f || c == 0x3000;
+}
+
+/* Jinja's trim (Python's str.strip()) of [*s, *s + *n) */
+static void trim(const char **s, size_t *n) {
+  size_t len;
+  while (*n && py_space(utf8_at(*s, *n, 0, &len)))
+    *s += len, *n -= len;
+  while (*n) { /* the last character: back over its continuation bytes */
+    size_t i = *n - 1;
+    while (i > 0 && ((unsigned char)(*s)[i] & 0xc0) == 0x80)
+      i--;
+    long c = utf8_at(*s, *n, i, &len);
+    if (i + len != *n || !py_space(c))
+      break;
+    *n = i;
+  }
+}
+
+/* The entries of one line's object j (at: where the line begins): its document, its prompt and
+ * completion, or its conversation in the chat template. COLO_EPARSE naming what is missing. */
+static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int line, const char *path,
+                        char *err, size_t errlen) {
+  const colo_prepare_opts_t *o = r->o;
+  entry_t e = {at, NONE, -1, -1, 0, 1, line};
+  if (o->messages_field) {
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, o->messages_field), *x;
+    if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
+      return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not a JSON object with a list \"%s\"",
+                       path, line, o->messages_field);
+    int k = 0, llama3 = !strcmp(o->chat_template, "llama3");
+    cJSON_ArrayForEach(x, m) {
+      const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
+      const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
+      k++;
+      if (!cJSON_IsString(role) || !cJSON_IsString(content))
+        return colo_fail(err, errlen, COLO_EPARSE,
+                         "%s:%d: message %d is not an object with strings \"role\" and "
+                         "\"content\"",
+                         path, line, k);
+      const char *rs = role->valuestring, *cs = content->valuestring;
+      size_t rn = strlen(rs), cn = strlen(cs);
+      int learn = !strcmp(rs, "assistant");
+      if (llama3) {
+        /* <|start_header_id|>role<|end_header_id|>, then "\n\n" content (trimmed) <|eot_id|> */
+        trim(&cs, &cn);
+        e.pre = r->tmpl[0], e.post = r->tmpl[1], e.post_counts = 0, e.from = NONE;
+        if (batch_add(b, rs, rn, e) < 0)
+          return COLO_ENOMEM;
+        e.starts = 0;
+        e.pre = -1, e.post = r->tmpl[2], e.post_counts = learn, e.from = learn ? 2 : NONE;
+        if (batch_add(b, "\n\n", 2, e) < 0 || batch_append(b, cs, cn) < 0)
+          return COLO_ENOMEM;
+      } else { /* ChatML: <|im_start|>role "\n" content <|im_end|>, then "\n" */
+        e.pre = r->tmpl[0], e.post = r->tmpl[1], e.post_counts = learn;
+        e.from = learn ? rn + 1 : NONE;
+        if (batch_add(b, rs, rn, e) < 0 || batch_append(b, "\n", 1) < 0 ||
+            batch_append(b, cs, cn) < 0)
+          return COLO_ENOMEM;
+        e.starts = 0;
+        e.pre = -1, e.post = -1, e.post_counts = 0, e.from = NONE;
+        if (batch_add(b, "\n", 1, e) < 0)
+          return COLO_ENOMEM;
+      }
+      e.starts = 0;
+    }
+    return 0;
+  }
+  if (o->prompt_field) {
+    const cJSON *p = cJSON_GetObjectItemCaseSensitive(j, o->prompt_field);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, o->completion_field);
+    if (!cJSON_IsString(p) || !cJSON_IsString(c))
+      return colo_fail(err, errlen, COLO_EPARSE,
+                       "%s:%d: not a JSON object with strings \"%s\" and \"%s\"", path, line,
+                       o->prompt_field, o->completion_field);
+    if (batch_add(b, p->valuestring, strlen(p->valuestring), e) < 0)
+      return COLO_ENOMEM;
+    /* the completion, then the end that counts with it */
+    entry_t ce = {at, 0, -1, r->end, 1, 0, line};
+    return batch_add(b, c->valuestring, strlen(c->valuestring), ce) < 0 ? COLO_ENOMEM : 0;
+  }
+  const char *field = o->text_field ? o->text_field : "text";
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, field);
+  if (!cJSON_IsString(v))
+    return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not a JSON object with a string \"%s\"",
+                     path, line, field);
+  e.from = 0;
+  return batch_add(b, v->valuestring, strlen(v->valuestring), e) < 0 ? COLO_ENOMEM : 0;
+}
+
+/* A file of JSON lines, each line an object (blank lines skipped) of a document, a prompt and
+ * its completion, or a conversation (line_entries), read through the buffer, batched and encoded
+ * in parallel. */
 static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen) {
-  const char *field = r->o->text_field ? r->o->text_field : "text";
-  int pair = r->o->prompt_field != NULL; /* a prompt and a completion a line */
   in_t in;
-  int rc = in_open(path, &in, err, errlen), eof = 0, line = 0, *lines = NULL;
+  int rc = in_open(path, &in, err, errlen), eof = 0, line = 0;
   if (rc < 0)
     return rc;
   batch_t b = {0};
-  size_t lcap = 0;
   r->len = 0;
   while (rc == 0) {
     if ((rc = fill(r, &in, path, &eof, err, errlen)) < 0)
@@ -774,33 +924,14 @@ static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen)
         k++;
       if (k < n) {
         cJSON *j = cJSON_ParseWithLength(s, n);
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, pair ? r->o->prompt_field : field);
-        const cJSON *w = pair ? cJSON_GetObjectItemCaseSensitive(j, r->o->completion_field) : v;
-        if (!cJSON_IsString(v) || !cJSON_IsString(w)) {
-          if (pair)
-            rc = colo_fail(err, errlen, COLO_EPARSE,
-                           "%s:%d: not a JSON object with strings \"%s\" and \"%s\"", path, line,
-                           r->o->prompt_field, r->o->completion_field);
-          else
-            rc = colo_fail(err, errlen, COLO_EPARSE,
-                           "%s:%d: not a JSON object with a string \"%s\"", path, line, field);
-        } else if (b.n + 2 > lcap &&
-                   !(lines = realloc(lines, (lcap = 2 * lcap + 1024) * sizeof *lines))) {
-          rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-        } else if (batch_add(&b, v->valuestring, strlen(v->valuestring), r->base + used) < 0 ||
-                   (pair &&
-                    batch_add(&b, w->valuestring, strlen(w->valuestring), r->base + used) < 0)) {
+        rc = line_entries(r, &b, j, r->base + used, line, path, err, errlen);
+        if (rc == COLO_ENOMEM)
           rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s's documents", path);
-        } else {
-          lines[b.n - 1] = line;
-          if (pair)
-            lines[b.n - 2] = line;
-        }
         cJSON_Delete(j);
       }
       used += n + (nl != NULL);
       if (rc == 0 && b.len >= r->cap)
-        rc = put_batch(r, &b, lines, path, err, errlen);
+        rc = put_batch(r, &b, path, err, errlen);
     }
     if (rc < 0)
       break;
@@ -823,11 +954,10 @@ static int jsonl_documents(run_t *r, const char *path, char *err, size_t errlen)
       break;
   }
   if (rc == 0 && b.n)
-    rc = put_batch(r, &b, lines, path, err, errlen);
+    rc = put_batch(r, &b, path, err, errlen);
   free(b.text);
   free(b.start);
-  free(b.at);
-  free(lines);
+  free(b.e);
   in_close(&in);
   return rc;
 }
@@ -860,7 +990,7 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   char *const *paths = docs.v;
   size_t nd = docs.n;
   int wide = o->bpe && colo_bpe_vocab_size(o->bpe) > 65536; /* llm.c's uint32 shards */
-  int masked = o->prompt_field != NULL;
+  int masked = o->prompt_field != NULL || o->messages_field != NULL;
   run_t r = {o,
              {{out_dir, "train", o->shard_tokens, wide, masked},
               {out_dir, "val", o->shard_tokens, wide, masked}}};
@@ -877,9 +1007,8 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     jsonl |= is_jsonl(paths[i]);
   for (size_t i = 0; rc == 0 && masked && i < nd; i++)
     if (!is_jsonl(paths[i]))
-      rc =
-          colo_fail(err, errlen, COLO_EINVAL,
-                    "%s: prompts and completions come in JSON lines (*.jsonl, *.ndjson)", paths[i]);
+      rc = colo_fail(err, errlen, COLO_EINVAL, "%s: %s come in JSON lines (*.jsonl, *.ndjson)",
+                     paths[i], o->prompt_field ? "prompts and completions" : "conversations");
   r.eot = -1;
   if (o->bpe && (nd > 1 || jsonl)) { /* documents apart: the tokenizer's document token */
     int bos;
@@ -888,8 +1017,26 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   /* a completion ends with the tokenizer's end of text (its tokenizer_config.json's eos_token),
    * else with the document token that begins the next (GPT-2's <|endoftext|>) */
   r.end = -1;
-  if (masked && o->bpe)
+  if (o->prompt_field && o->bpe)
     r.end = colo_bpe_eos(o->bpe) >= 0 ? colo_bpe_eos(o->bpe) : r.eot;
+  if (rc == 0 && o->messages_field) { /* the template's special tokens */
+    static const char *names[2][3] = {{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
+                                      {"<|im_start|>", "<|im_end|>", NULL}};
+    int t = !o->chat_template                     ? -1
+            : !strcmp(o->chat_template, "llama3") ? 0
+            : !strcmp(o->chat_template, "chatml") ? 1
+                                                  : -1;
+    if (t < 0)
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "--chat-template %s: the templates are llama3 and chatml",
+                     o->chat_template ? o->chat_template : "(none)");
+    else if (!o->bpe)
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "a chat template needs a --tokenizer with its special tokens");
+    for (int k = 0; rc == 0 && k < 3; k++)
+      if ((r.tmpl[k] = names[t][k] ? special(&r, names[t][k], err, errlen) : -1) < 0 && names[t][k])
+        rc = COLO_EINVAL;
+  }
   r.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r.threads = r.threads < 1 ? 1 : r.threads > MAX_SEG ? MAX_SEG : r.threads;
   r.cap = BUF * (size_t)(o->bpe ? r.threads : 1); /* a round gives each thread a buffer's worth */

@@ -17,6 +17,9 @@ typedef struct {
   /* JSON lines of prompts and completions (supervised fine-tuning): the fields of each; NULL:
    * documents of text. Both or neither. */
   const char *prompt_field, *completion_field;
+  /* JSON lines of conversations: the field of each line's list of messages ({"role",
+   * "content"}), written out in chat_template ("llama3" or "chatml"); NULL: none */
+  const char *messages_field, *chat_template;
 } colo_prepare_opts_t;
 
 typedef struct {
@@ -26,7 +29,7 @@ typedef struct {
   int documents;     /* text files, and JSON lines' documents */
   int eot;           /* the token put before each document; -1: none */
   int wide;          /* uint32 tokens */
-  int masked;        /* shards with a loss mask (prompts and completions) */
+  int masked;        /* shards with a loss mask (prompts and completions, conversations) */
   int end;           /* masked: the token put after each completion; -1: none */
   size_t counted[2]; /* the tokens that count as targets: all but a masked shard's prompts */
 } colo_prepare_stats_t;
@@ -51,7 +54,16 @@ typedef struct {
  * colo's with a loss mask (COLO_SHARD_MAGIC_MASKED, data.h) in which only the completion and its
  * end count as targets. The end is the tokenizer's eos_token (tokenizer_config.json), else its
  * document token, which then also begins the next pair (GPT-2: <|endoftext|> prompt completion
- * <|endoftext|> prompt ...); bytes as tokens have none. */
+ * <|endoftext|> prompt ...); bytes as tokens have none.
+ *
+ * With messages_field, every line holds a conversation: a list of messages with a role and a
+ * content, written out as chat_template writes them, after the document token, and only the
+ * assistant's messages (their content and its end) count as targets:
+ *   llama3: <|start_header_id|>ROLE<|end_header_id|> then "\n\n" CONTENT <|eot_id|>, the content
+ *           trimmed of whitespace, as Llama 3's template does (no date header);
+ *   chatml: <|im_start|>ROLE "\n" CONTENT <|im_end|> then "\n".
+ * The texts between special tokens are encoded whole, as HuggingFace encodes a rendered
+ * template; of the assistant's, the tokens that begin in its content count. */
 int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
                  colo_prepare_stats_t *st, char *err, size_t errlen);
 
