@@ -270,6 +270,32 @@ for template in ("llama3", "chatml"):
         print("figure: chat %s: %d conversations, %d tokens (%d of them merges), %d targets, as expected"
               % (template, len(convs), len(tok), merged, sum(mask)))
 
+# the loop closed: a small model trained on conversations whose assistant always answers "ok
+# then" answers so to `sample --chat-template` (the prompt written out as training saw it), and
+# stops at the template's end of a message
+okc = os.path.join(WORK, "ok.jsonl")
+with open(okc, "w") as f:
+    for i in range(300):
+        f.write(json.dumps({"messages": [{"role": "user", "content": " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))},
+                                         {"role": "assistant", "content": "ok then"}]}) + "\n")
+for template in ("llama3", "chatml"):
+    d = os.path.join(WORK, "ok-" + template)
+    run(["prepare", "--input", okc, "--out", d, "--tokenizer", chat, "--messages-field", "messages",
+         "--chat-template", template])
+    run(["train", "--data-root", d, "--train-data", "train.bin", "--val-data", "val.bin", "--n-layer", "2",
+         "--n-head", "2", "--n-embd", "64", "--block-size", "64", "--vocab-size", "384", "--batch-size", "8",
+         "--steps", "150", "--lr", "3e-3", "--eval-interval", "0", "--threads", "2", "--quiet",
+         "--ckpt-dir", os.path.join(d, "ck")])
+    said = run(["sample", "--checkpoint", os.path.join(d, "ck"), "--tokenizer", chat, "--chat-template", template,
+                "--prompt", "the cat sat", "--temperature", "0", "--tokens", "40"]).stdout.decode()
+    if said != "ok then\n":
+        fail("sample --chat-template %s after training on its conversations: %r" % (template, said))
+    else:
+        print("figure: sample --chat-template %s: %r, as trained" % (template, said))
+e = run(["sample", "--checkpoint", os.path.join(WORK, "ok-llama3", "ck"), "--system", "be kind"], want=2).stderr.decode()
+if "--system goes with --chat-template" not in e:
+    fail("--system without a template: " + e)
+
 # refusals of conversations: a message without its content (named), a template the tokenizer has
 # no tokens for, no template, bytes as tokens
 badc = os.path.join(WORK, "badc.jsonl")
@@ -280,7 +306,7 @@ if '%s:1: message 2 is not an object with strings "role" and "content"' % badc n
     fail("a message without its content: " + e)
 e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c2"), "--tokenizer", llama,
          "--messages-field", "messages", "--chat-template", "chatml"], want=1).stderr.decode()
-if "--chat-template chatml: the tokenizer has no <|im_start|> token" not in e:
+if "chat template chatml: the tokenizer has no <|im_start|> token" not in e:
     fail("a template the tokenizer has no tokens for: " + e)
 e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c3"), "--messages-field", "messages"],
         want=2).stderr.decode()

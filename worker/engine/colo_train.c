@@ -1340,7 +1340,8 @@ static int cmd_eval(int argc, char **argv) {
 }
 
 static int cmd_sample(int argc, char **argv) {
-  const char *ckpt = NULL, *prompt = "", *tokdir = NULL, *device = NULL;
+  const char *ckpt = NULL, *prompt = "", *tokdir = NULL, *device = NULL, *chat = NULL,
+             *system = NULL;
   int gpu = 0;
   char *end;
   int n = 200, top_k = 0, threads = 0, full_forward = 0;
@@ -1359,16 +1360,26 @@ static int cmd_sample(int argc, char **argv) {
                                     {"device", required_argument, 0, 'D'},
                                     {"gpu", required_argument, 0, 'g'},
                                     {"best", no_argument, 0, 'B'},
+                                    {"chat-template", required_argument, 0, 'C'},
+                                    {"system", required_argument, 0, 'S'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c, best = 0;
-  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:D:g:Bh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:D:g:BC:S:h", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
       break;
     case 'B':
       best = 1;
+      break;
+    case 'C':
+      if (strcmp(optarg, "llama3") && strcmp(optarg, "chatml"))
+        return usage_error("sample", "--chat-template is llama3 or chatml");
+      chat = optarg;
+      break;
+    case 'S':
+      system = optarg;
       break;
     case 'n':
       n = atoi(optarg);
@@ -1415,7 +1426,8 @@ static int cmd_sample(int argc, char **argv) {
           "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
           "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
           "[--full-forward]\n"
-          "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n" CKPT_DIR_HELP
+          "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n"
+          "                         [--chat-template llama3|chatml [--system TEXT]]\n" CKPT_DIR_HELP
           "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
           "first) whose probabilities add up to P, after --top-k.\n"
           "Tokens are bytes, or with --tokenizer a byte-level BPE (as for prepare), where\n"
@@ -1425,7 +1437,11 @@ static int cmd_sample(int argc, char **argv) {
           "tokenizer's beginning of text where it has one (else a newline). Each token is one "
           "position's work against\n"
           "a cache of the keys and values before it, while the text fits the model's block;\n"
-          "past it, or with --full-forward, the whole window runs again for each token.\n");
+          "past it, or with --full-forward, the whole window runs again for each token.\n"
+          "--chat-template: the prompt is a user's message (after --system's, if given),\n"
+          "written out in the template as prepare --messages-field writes conversations,\n"
+          "and what is printed is the assistant's answer, up to the template's end of a\n"
+          "message (<|eot_id|>, <|im_end|>).\n");
       return 0;
     default:
       return 2;
@@ -1433,6 +1449,8 @@ static int cmd_sample(int argc, char **argv) {
   }
   if (!ckpt || n < 0)
     return usage_error("sample", "--checkpoint is required");
+  if (system && !chat)
+    return usage_error("sample", "--system goes with --chat-template");
   colo_backend_cpu_set_threads(threads);
   int on = device_flag("sample", device, gpu);
   if (on == -2)
@@ -1444,8 +1462,9 @@ static int cmd_sample(int argc, char **argv) {
   colo_bpe_t *bpe;
   if (open_tokenizer("sample", tokdir, &bpe) < 0)
     return 1;
-  fputs(prompt, stdout);
-  colo_sample_opts_t so = {n, temp, top_k, top_p, seed, bpe, full_forward, on};
+  if (!chat) /* a continuation follows its prompt; a chat's answer stands alone */
+    fputs(prompt, stdout);
+  colo_sample_opts_t so = {n, temp, top_k, top_p, seed, bpe, full_forward, on, chat, system};
   int rc = colo_sample_checkpoint(ckpt, prompt, &so, stdout, err, sizeof err);
   colo_bpe_free(bpe);
   if (rc < 0) {

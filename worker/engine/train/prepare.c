@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "../../../common/error.h"
+#include "chat.h"
 #include "data.h"
 
 #define BUF ((size_t)16 << 20)
@@ -201,10 +202,10 @@ typedef struct {
   char *buf;
   size_t cap, len, base, split, total;
   int part, eot, threads, docs;
-  int end;        /* prompt and completion pairs: the token after each completion; -1: none */
-  int ended[2];   /* the part's last token is `end`, which is also the document token */
-  int tmpl[3];    /* a chat template's special tokens */
-  uint32_t *ends; /* under BPE: where the round's pieces end */
+  int end;          /* prompt and completion pairs: the token after each completion; -1: none */
+  int ended[2];     /* the part's last token is `end`, which is also the document token */
+  colo_chat_t chat; /* conversations' template */
+  uint32_t *ends;   /* under BPE: where the round's pieces end */
   size_t n_ends, ends_cap;
   seg_t seg[MAX_SEG];
   void *tok; /* tokens of the outputs' width */
@@ -782,53 +783,6 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
   return rc;
 }
 
-/* the special token `name` of the tokenizer, for a chat template; -1 with the reason when it has
- * none */
-static int special(run_t *r, const char *name, char *err, size_t errlen) {
-  int id = colo_bpe_lookup(r->o->bpe, name, strlen(name));
-  if (id < 0)
-    colo_fail(err, errlen, COLO_EINVAL, "--chat-template %s: the tokenizer has no %s token",
-              r->o->chat_template, name);
-  return id;
-}
-
-/* the code point of the UTF-8 character at s[i] (of n), its length in *len; -1 for a byte that
- * begins none */
-static long utf8_at(const char *s, size_t n, size_t i, size_t *len) {
-  const unsigned char *u = (const unsigned char *)s + i;
-  size_t k = u[0] < 0x80 ? 1 : u[0] >= 0xf0 ? 4 : u[0] >= 0xe0 ? 3 : u[0] >= 0xc0 ? 2 : 0;
-  if (!k || i + k > n)
-    return -1;
-  long c = k == 1 ? u[0] : u[0] & (0x3f >> (k - 1));
-  for (size_t j = 1; j < k; j++)
-    c = c << 6 | (u[j] & 0x3f);
-  *len = k;
-  return c;
-}
-
-/* Python's str.isspace(), which Jinja's trim strips */
-static int py_space(long c) {
-  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
-         c == 0x205f || c == 0x3000;
-}
-
-/* Jinja's trim (Python's str.strip()) of [*s, *s + *n) */
-static void trim(const char **s, size_t *n) {
-  size_t len;
-  while (*n && py_space(utf8_at(*s, *n, 0, &len)))
-    *s += len, *n -= len;
-  while (*n) { /* the last character: back over its continuation bytes */
-    size_t i = *n - 1;
-    while (i > 0 && ((unsigned char)(*s)[i] & 0xc0) == 0x80)
-      i--;
-    long c = utf8_at(*s, *n, i, &len);
-    if (i + len != *n || !py_space(c))
-      break;
-    *n = i;
-  }
-}
-
 /* The entries of one line's object j (at: where the line begins): its document, its prompt and
  * completion, or its conversation in the chat template. COLO_EPARSE naming what is missing. */
 static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int line, const char *path,
@@ -840,7 +794,7 @@ static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int lin
     if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
       return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not a JSON object with a list \"%s\"",
                        path, line, o->messages_field);
-    int k = 0, llama3 = !strcmp(o->chat_template, "llama3");
+    int k = 0;
     cJSON_ArrayForEach(x, m) {
       const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
       const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
@@ -853,28 +807,17 @@ static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int lin
       const char *rs = role->valuestring, *cs = content->valuestring;
       size_t rn = strlen(rs), cn = strlen(cs);
       int learn = !strcmp(rs, "assistant");
-      if (llama3) {
-        /* <|start_header_id|>role<|end_header_id|>, then "\n\n" content (trimmed) <|eot_id|> */
-        trim(&cs, &cn);
-        e.pre = r->tmpl[0], e.post = r->tmpl[1], e.post_counts = 0, e.from = NONE;
-        if (batch_add(b, rs, rn, e) < 0)
-          return COLO_ENOMEM;
-        e.starts = 0;
-        e.pre = -1, e.post = r->tmpl[2], e.post_counts = learn, e.from = learn ? 2 : NONE;
-        if (batch_add(b, "\n\n", 2, e) < 0 || batch_append(b, cs, cn) < 0)
-          return COLO_ENOMEM;
-      } else { /* ChatML: <|im_start|>role "\n" content <|im_end|>, then "\n" */
-        e.pre = r->tmpl[0], e.post = r->tmpl[1], e.post_counts = learn;
-        e.from = learn ? rn + 1 : NONE;
-        if (batch_add(b, rs, rn, e) < 0 || batch_append(b, "\n", 1) < 0 ||
-            batch_append(b, cs, cn) < 0)
-          return COLO_ENOMEM;
-        e.starts = 0;
-        e.pre = -1, e.post = -1, e.post_counts = 0, e.from = NONE;
-        if (batch_add(b, "\n", 1, e) < 0)
+      colo_chat_piece_t pc[2];
+      int np = colo_chat_message(&r->chat, rs, rn, cs, cn, pc);
+      for (int i = 0; i < np; i++, e.starts = 0) {
+        e.pre = pc[i].pre, e.post = pc[i].post;
+        e.from = learn ? pc[i].from : NONE;
+        e.post_counts = learn && pc[i].learn_post;
+        if (batch_add(b, pc[i].text[0], pc[i].len[0], e) < 0 ||
+            batch_append(b, pc[i].text[1], pc[i].len[1]) < 0 ||
+            batch_append(b, pc[i].text[2], pc[i].len[2]) < 0)
           return COLO_ENOMEM;
       }
-      e.starts = 0;
     }
     return 0;
   }
@@ -1019,24 +962,8 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   r.end = -1;
   if (o->prompt_field && o->bpe)
     r.end = colo_bpe_eos(o->bpe) >= 0 ? colo_bpe_eos(o->bpe) : r.eot;
-  if (rc == 0 && o->messages_field) { /* the template's special tokens */
-    static const char *names[2][3] = {{"<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"},
-                                      {"<|im_start|>", "<|im_end|>", NULL}};
-    int t = !o->chat_template                     ? -1
-            : !strcmp(o->chat_template, "llama3") ? 0
-            : !strcmp(o->chat_template, "chatml") ? 1
-                                                  : -1;
-    if (t < 0)
-      rc = colo_fail(err, errlen, COLO_EINVAL,
-                     "--chat-template %s: the templates are llama3 and chatml",
-                     o->chat_template ? o->chat_template : "(none)");
-    else if (!o->bpe)
-      rc = colo_fail(err, errlen, COLO_EINVAL,
-                     "a chat template needs a --tokenizer with its special tokens");
-    for (int k = 0; rc == 0 && k < 3; k++)
-      if ((r.tmpl[k] = names[t][k] ? special(&r, names[t][k], err, errlen) : -1) < 0 && names[t][k])
-        rc = COLO_EINVAL;
-  }
+  if (rc == 0 && o->messages_field)
+    rc = colo_chat_open(&r.chat, o->chat_template, o->bpe, err, errlen);
   r.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r.threads = r.threads < 1 ? 1 : r.threads > MAX_SEG ? MAX_SEG : r.threads;
   r.cap = BUF * (size_t)(o->bpe ? r.threads : 1); /* a round gives each thread a buffer's worth */

@@ -22,6 +22,7 @@
 #include "../optim/loss_scale.h"
 #include "../parallel/zero.h"
 #include "bpe.h"
+#include "chat.h"
 #include "checkpoint.h"
 #include "hf.h"
 #include "data.h"
@@ -1673,6 +1674,33 @@ static int choose_token(float *p, int *idx, token_prob_t *pairs, int V, const co
   return idx[kk - 1];
 }
 
+/* A chat's opening as the template writes it: the tokenizer's beginning of text where it has
+ * one, a system message if given, the user's message, and the assistant's turn begun; *end: the
+ * template's end of a message, where the answer stops. */
+static int chat_prompt(const colo_bpe_t *bpe, const char *template, const char *system,
+                       const char *user, int **ids, size_t *n, size_t *cap, int *end, char *err,
+                       size_t errlen) {
+  colo_chat_t c;
+  int rc = colo_chat_open(&c, template, bpe, err, errlen), bos = 0;
+  if (rc < 0)
+    return rc;
+  int doc = colo_bpe_doc_token(bpe, &bos);
+  if (doc >= 0 && bos) {
+    colo_chat_piece_t start = {-1, doc, {NULL, NULL, NULL}, {0, 0, 0}, COLO_CHAT_NONE, 0};
+    rc = colo_chat_encode(bpe, &start, ids, n, cap, err, errlen);
+  }
+  colo_chat_piece_t pc[2];
+  for (int m = system ? 0 : 1; rc == 0 && m < 3; m++) {
+    int k = m == 0   ? colo_chat_message(&c, "system", 6, system, strlen(system), pc)
+            : m == 1 ? colo_chat_message(&c, "user", 4, user, strlen(user), pc)
+                     : colo_chat_generation(&c, pc);
+    for (int i = 0; rc == 0 && i < k; i++)
+      rc = colo_chat_encode(bpe, &pc[i], ids, n, cap, err, errlen);
+  }
+  *end = c.end;
+  return rc;
+}
+
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_sample_opts_t *o,
                            FILE *out, char *err, size_t errlen) {
   int n = o->tokens, full_forward = o->full_forward;
@@ -1684,14 +1712,19 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
   if (rc < 0)
     return rc;
   int T = meta.model.block_size, V = meta.model.vocab_size;
-  int *ctx = NULL, len = 0;
+  int *ctx = NULL, len = 0, chat_end = -1;
   size_t plen = strlen(prompt), np = 0, cap = 0;
   if (bpe && colo_bpe_vocab_size(bpe) > V)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "the tokenizer's %d tokens do not fit this model's vocabulary of %d",
                    colo_bpe_vocab_size(bpe), V);
+  else if (bpe && o->chat)
+    rc = chat_prompt(bpe, o->chat, o->system, prompt, &ctx, &np, &cap, &chat_end, err, errlen);
   else if (bpe)
     rc = colo_bpe_encode(bpe, prompt, plen, 0, &ctx, &np, &cap, err, errlen);
+  else if (o->chat)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "a chat template needs a --tokenizer with its special tokens");
   if (rc < 0) {
     free(ctx);
     colo_gpt_destroy(model);
@@ -1721,7 +1754,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
   /* where a text ends: the tokenizer's document token, and the end-of-text tokens it has */
   static const char *const ENDS[2] = {"<|endoftext|>", "<|end_of_text|>"};
   int bos = 0, doc = bpe ? colo_bpe_doc_token(bpe, &bos) : -1;
-  int stop[4] = {doc, -1, -1, bpe ? colo_bpe_eos(bpe) : -1};
+  int stop[5] = {doc, -1, -1, bpe ? colo_bpe_eos(bpe) : -1, chat_end};
   for (int i = 0; bpe && i < 2; i++)
     stop[i + 1] = colo_bpe_lookup(bpe, ENDS[i], strlen(ENDS[i]));
   if (len == 0 && bos && doc < V) { /* start from the beginning of a text */
@@ -1751,7 +1784,8 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
     }
     int next = choose_token(p, idx, pairs, V, o, &rng);
     ctx[len++] = next;
-    if (next >= 0 && (next == stop[0] || next == stop[1] || next == stop[2] || next == stop[3]))
+    if (next >= 0 && (next == stop[0] || next == stop[1] || next == stop[2] || next == stop[3] ||
+                      next == stop[4]))
       break; /* a document's end (or the next one's beginning): the text is complete */
     size_t tl;
     const char *tb = bpe ? colo_bpe_token(bpe, next, &tl) : NULL;

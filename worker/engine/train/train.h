@@ -125,6 +125,10 @@ typedef struct {
   const struct colo_bpe *bpe; /* NULL: bytes as tokens */
   int full_forward;
   int gpu; /* -1: the CPU; else this GPU, fp32 storage (the CUDA backend) */
+  /* a chat template ("llama3", "chatml"; NULL: none): the prompt is a user's message, after a
+   * system message where `system` is not NULL, and the text is the assistant's answer, ending
+   * at the template's end of a message */
+  const char *chat, *system;
 } colo_sample_opts_t;
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_sample_opts_t *o,
                            FILE *out, char *err, size_t errlen);
