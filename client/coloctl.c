@@ -843,6 +843,13 @@ static void print_job_detail(const Colo__V1__Job *j) {
       printf("             %s %.4f\n", j->progress->val_sets[i]->name,
              (double)j->progress->val_sets[i]->loss);
   }
+  if (j->progress && j->progress->has_evals_since_best) { /* train.early_stop_patience */
+    uint32_t patience = s && s->train ? s->train->early_stop_patience : 0;
+    printf("  early stop lowest val loss %.4f at step %llu; %u evaluation%s since without a new "
+           "lowest, of %u\n",
+           (double)j->progress->best_val_loss, (unsigned long long)j->progress->best_val_step,
+           j->progress->evals_since_best, j->progress->evals_since_best == 1 ? "" : "s", patience);
+  }
   if (j->newest_checkpoint) {
     char ckage[32];
     fmt_age(now_ms() - j->newest_checkpoint->created_ms, ckage, sizeof ckage);

@@ -1606,6 +1606,12 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
     if (copy_sets(&j->val_sets, p->val_sets, p->n_val_sets, &q.val_sets, &q.n_val_sets) < 0)
       colo_log(COLO_LOG_WARN, "jobs", "job %llu: no memory for its validation sets' losses",
                (unsigned long long)j->id);
+    q.has_best_val_loss = p->has_best_val_loss;
+    q.best_val_loss = p->best_val_loss;
+    q.has_best_val_step = p->has_best_val_step;
+    q.best_val_step = p->best_val_step;
+    q.has_evals_since_best = p->has_evals_since_best;
+    q.evals_since_best = p->evals_since_best;
   }
   if (new_step && q.has_time_ms && (!j->has_progress || !j->first_ms)) {
     j->first_step = q.step;

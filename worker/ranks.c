@@ -603,6 +603,16 @@ static void apply_record(colo_wrank_t *r, const char *line) {
       }
     }
     colo_set_losses_put(&r->val_sets, &p->val_sets, &p->n_val_sets, names, losses, n);
+    /* early stopping's count, as of this evaluation (train.early_stop_patience) */
+    const cJSON *bv = cJSON_GetObjectItem(j, "best_val_loss"),
+                *bs = cJSON_GetObjectItem(j, "best_step"),
+                *since = cJSON_GetObjectItem(j, "evals_since_best");
+    p->has_best_val_loss = p->has_best_val_step = p->has_evals_since_best =
+        cJSON_IsNumber(bv) && cJSON_IsNumber(bs) && cJSON_IsNumber(since) &&
+        cJSON_GetNumberValue(bs) >= 0 && cJSON_GetNumberValue(since) >= 0;
+    p->best_val_loss = p->has_best_val_loss ? (float)cJSON_GetNumberValue(bv) : 0.0f;
+    p->best_val_step = p->has_best_val_step ? (uint64_t)cJSON_GetNumberValue(bs) : 0;
+    p->evals_since_best = p->has_evals_since_best ? (uint32_t)cJSON_GetNumberValue(since) : 0;
     r->has_progress = 1;
     if (r->n_ev == EVAL_QUEUE) /* colod away for long: the oldest unsent one is dropped */
       ev_shift(r, 1);

@@ -337,6 +337,18 @@ import json, sys
 def run(f):
     recs = list(map(json.loads, open(f)))
     evals = [(r["step"], r["val_loss"]) for r in recs if r["event"] == "eval"]
+    # each evaluation's record carries the count as of it, by the rule below (a run from the
+    # start: a resumed one's count comes from its checkpoint)
+    best, since = float("inf"), 0
+    for r in recs:
+        if r["event"] != "eval" or not any(x["event"] == "eval" and x["step"] == 0 for x in recs):
+            continue
+        if r["val_loss"] < best:
+            best, best_step, since = r["val_loss"], r["step"], 0
+        else:
+            since += 1
+        assert (r["best_step"], r["evals_since_best"]) == (best_step, since) and \
+            abs(r["best_val_loss"] - best) < 1e-6, (r, best, best_step, since)
     stop = [r for r in recs if r["event"] == "early_stop"]
     last = max(r["step"] for r in recs if r["event"] == "step")
     return evals, stop, last

@@ -244,6 +244,11 @@ echo "$MSG" | grep -qE "^its rank exited 0: stopped early at step [0-9]+ of 200:
 ESTEP=$(jf "$E" 'j["progress"]["step"]')
 [ "$ESTEP" -lt 200 ] && [ "$(jf "$E" 'j["newest_checkpoint"]["step"]')" = "$ESTEP" ] ||
   fail "early stop job $E: at step $ESTEP, newest checkpoint $(jf "$E" 'j.get("newest_checkpoint")')"
+# the count as of the last evaluation, in the job's progress and its status
+[ "$(jf "$E" 'j["progress"]["evals_since_best"]')" = 3 ] &&
+  [ "$(jf "$E" 'j["progress"]["best_val_step"]')" -lt "$ESTEP" ] ||
+  fail "early stop job $E: progress $(jf "$E" 'j["progress"]')"
+expect_contains "$("$COLOCTL" status "$E")" "early stop lowest val loss $(jf "$E" '"%.4f" % j["progress"]["best_val_loss"]') at step $(jf "$E" 'j["progress"]["best_val_step"]'); 3 evaluations since without a new lowest, of 3"
 echo "figure: early stop: job $E SUCCEEDED at step $ESTEP of 200: $MSG"
 
 # ---- (a) kill -9 of a rank ----

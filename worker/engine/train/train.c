@@ -389,11 +389,41 @@ static void val_sets_close(val_sets_t *v) {
   memset(v, 0, sizeof *v);
 }
 
+/* Early stopping's count (train.early_stop_patience), kept in the checkpoints' manifests */
+typedef struct {
+  float best; /* the lowest validation loss so far; INFINITY: none */
+  int best_step, since;
+} early_t;
+
+/* Counts the evaluation of `step` (loss v): a new lowest when it falls more than `delta` below
+ * the lowest so far, else one more evaluation without one. */
+static void early_count(early_t *es, const colo_train_config_t *cfg, float v, int step) {
+  if (v < es->best - cfg->early_stop_delta) { /* NaN never is */
+    es->best = v;
+    es->best_step = step;
+    es->since = 0;
+  } else {
+    es->since++;
+  }
+}
+
+/* Whether the run ends here: when `patience` evaluations in a row have not made a new lowest.
+ * Every rank agrees (any rank's yes is the world's), so that all stop at the same step. -1: the
+ * world failed. */
+static int early_stop_here(const early_t *es, const colo_train_config_t *cfg,
+                           colo_comm_t *world_comm, int world) {
+  float stop = es->since >= cfg->early_stop ? 1.0f : 0.0f;
+  if (world > 1 && world_comm->ops->allreduce_sum(world_comm, &stop, 1) < 0)
+    return -1;
+  return stop > 0.0f;
+}
+
 /* Evaluates every validation set: the loss is their weighted mean, and with several sets each
- * one's is reported by name too, on stdout and in the progress record (val_sets). */
+ * one's is reported by name too, on stdout and in the progress record (val_sets). es: early
+ * stopping's count, which counts this evaluation and goes into the record too; NULL: none. */
 static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
                              const val_sets_t *val, const colo_train_config_t *cfg, int step,
-                             int quiet, FILE *progress, int *in, int *tg) {
+                             early_t *es, int quiet, FILE *progress, int *in, int *tg) {
   double sum = 0, wsum = 0;
   float each[COLO_MAX_SOURCES];
   for (int k = 0; k < val->n && k < COLO_MAX_SOURCES; k++) {
@@ -404,6 +434,8 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     wsum += w;
   }
   float v = (float)(sum / wsum);
+  if (es)
+    early_count(es, cfg, v, step);
   if (!quiet) {
     printf("step %6d | val loss %.4f", step, (double)v);
     for (int k = 0; val->names && k < val->n; k++)
@@ -424,7 +456,11 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
                 *c);
       fprintf(progress, "\":%.6f", (double)each[k]);
     }
-    fprintf(progress, "%s}\n", val->names ? "}" : "");
+    fputs(val->names ? "}" : "", progress);
+    if (es && isfinite(es->best)) /* early stopping's count, as of this evaluation */
+      fprintf(progress, ",\"best_val_loss\":%.6f,\"best_step\":%d,\"evals_since_best\":%d",
+              (double)es->best, es->best_step, es->since);
+    fputs("}\n", progress);
   }
   return v;
 }
@@ -794,30 +830,6 @@ static int make_world(const colo_train_config_t *cfg, const colo_backend_t *be, 
   }
   *out = host;
   return 0;
-}
-
-/* Early stopping's count (train.early_stop_patience), kept in the checkpoints' manifests */
-typedef struct {
-  float best; /* the lowest validation loss so far; INFINITY: none */
-  int best_step, since;
-} early_t;
-
-/* Counts the evaluation of `step` (loss v) and says whether the run ends here: when `patience`
- * evaluations in a row have not fallen more than `delta` below the lowest. Every rank agrees
- * (any rank's yes is the world's), so that all stop at the same step. -1: the world failed. */
-static int early_stop_here(early_t *es, const colo_train_config_t *cfg, float v, int step,
-                           colo_comm_t *world_comm, int world) {
-  if (v < es->best - cfg->early_stop_delta) { /* NaN never is */
-    es->best = v;
-    es->best_step = step;
-    es->since = 0;
-  } else {
-    es->since++;
-  }
-  float stop = es->since >= cfg->early_stop ? 1.0f : 0.0f;
-  if (world > 1 && world_comm->ops->allreduce_sum(world_comm, &stop, 1) < 0)
-    return -1;
-  return stop > 0.0f;
 }
 
 /* What the ranks were asked, agreed at this same step on every rank: bit 1 a stop
@@ -1203,11 +1215,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     int save_due =
         cfg->ckpt_dir && cfg->ckpt_interval > 0 && step > start && step % cfg->ckpt_interval == 0;
     if ((cfg->eval_interval > 0 && step % cfg->eval_interval == 0) || (save_due && keep_best)) {
-      last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
-      val_step = step;
       /* a resumed run's evaluation at its first step was counted before its checkpoint */
-      if (cfg->early_stop > 0 && !(step == start && start > 0)) {
-        early = early_stop_here(&es, cfg, last_val, step, comm, world);
+      int count = cfg->early_stop > 0 && !(step == start && start > 0);
+      last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, count ? &es : NULL, quiet,
+                                 progress, in, tg);
+      val_step = step;
+      if (count) {
+        early = early_stop_here(&es, cfg, comm, world);
         if (early < 0) {
           snprintf(err, errlen, "rank %d: agreeing on an early stop: %s", me,
                    colo_comm_error(comm));
@@ -1425,7 +1439,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   }
   if (step == cfg->steps && (cfg->eval_interval > 0 || keep_best)) {
-    last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, quiet, progress, in, tg);
+    last_val =
+        eval_and_report(model, dp_comm, pipe, &val, cfg, step, NULL, quiet, progress, in, tg);
     val_step = step;
   }
   /* the last checkpoint: at the end, or where the run was told to stop (unless the interval's
