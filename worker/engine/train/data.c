@@ -263,6 +263,13 @@ static size_t count_bits(const uint8_t *m, size_t lo, size_t hi) {
 static size_t copy_window(const colo_shard_file_t *x, size_t at, int T, int *in, int *tg) {
   if (!in)
     return x->mask ? count_bits(x->mask, at + 1, at + 1 + (size_t)T) : (size_t)T;
+  if (!x->mask) { /* every target counts */
+    for (int t = 0; t < T; t++) {
+      in[t] = (int)colo_shard_token(x, at + (size_t)t);
+      tg[t] = (int)colo_shard_token(x, at + (size_t)t + 1);
+    }
+    return (size_t)T;
+  }
   size_t c = 0;
   for (int t = 0; t < T; t++) {
     size_t i = at + (size_t)t + 1;

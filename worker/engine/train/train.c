@@ -1689,21 +1689,20 @@ static int choose_token(float *p, int *idx, token_prob_t *pairs, int V, const co
   return idx[kk - 1];
 }
 
-/* A chat's opening as the template writes it: the tokenizer's beginning of text where it has
- * one, a system message if given, the user's message, and the assistant's turn begun; *end: the
- * template's end of a message, where the answer stops. */
+/* A chat's opening as prepare --messages-field wrote the conversations the model learned from:
+ * the tokenizer's document token where it has one (a beginning of text or a delimiter alike:
+ * prepare put it before every conversation), a system message if given, the user's message, and
+ * the assistant's turn begun; *end: the template's end of a message, where the answer stops. */
 static int chat_prompt(const colo_bpe_t *bpe, const char *template, const char *system,
                        const char *user, int **ids, size_t *n, size_t *cap, int *end, char *err,
                        size_t errlen) {
   colo_chat_t c;
-  int rc = colo_chat_open(&c, template, bpe, err, errlen), bos = 0;
+  int rc = colo_chat_open(&c, template, bpe, err, errlen), bos;
   if (rc < 0)
     return rc;
-  int doc = colo_bpe_doc_token(bpe, &bos);
-  if (doc >= 0 && bos) {
-    colo_chat_piece_t start = {-1, doc, {NULL, NULL, NULL}, {0, 0, 0}, COLO_CHAT_NONE, 0};
+  colo_chat_piece_t start = {.pre = colo_bpe_doc_token(bpe, &bos), .post = -1};
+  if (start.pre >= 0) /* the piece of no text: the token alone */
     rc = colo_chat_encode(bpe, &start, ids, n, cap, err, errlen);
-  }
   colo_chat_piece_t pc[2];
   for (int m = system ? 0 : 1; rc == 0 && m < 3; m++) {
     int k = m == 0   ? colo_chat_message(&c, "system", 6, system, strlen(system), pc)
