@@ -269,6 +269,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   }
   if (d->order == COLO__V1__DATA_ORDER__DATA_ORDER_UNSPECIFIED)
     return bad(err, errlen, "data.order must be random or shuffle");
+  if (d->document_token < -1 || (long long)d->document_token >= (long long)m->vocab_size)
+    return bad(err, errlen,
+               "data.document_token=%d must be -1 (none) or a token below model.vocab_size=%u",
+               (int)d->document_token, m->vocab_size);
   if (have_train && !colo_path_is_contained(s->data->train_path))
     return bad(
         err, errlen,

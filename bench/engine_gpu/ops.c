@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
   OP("layernorm_fwd", 2 * L + 1, 0, 2.0 * NC * A,
      be->layernorm_fwd(out, mean, rstd, x, lnw, b4, (int)N, C));
   OP("matmul_fwd qkv", L, 3 * mm, 0, be->matmul_fwd(qkv, x, w_qkv, b4, (int)N, C, 3 * C));
-  OP("attention_fwd", L, att_f, 0, be->attention_fwd(att, lse, qkv, B, T, C, NH));
+  OP("attention_fwd", L, att_f, 0, be->attention_fwd(att, lse, qkv, B, T, C, NH, NULL));
   OP("matmul_fwd attproj", L, mm, 0, be->matmul_fwd(out, att, w_ap, b4, (int)N, C, C));
   OP("add", 2 * L, 0, 3.0 * NC * A, be->add(out, x, y, NC));
   OP("matmul_gelu_fwd fc", L, 4 * mm, 0,
@@ -213,7 +213,8 @@ int main(int argc, char **argv) {
   OP("layernorm_bwd", 2 * L + 1, 0, 3.0 * NC * A,
      be->layernorm_bwd(dx, dw, db, dy, x, lnw, mean, rstd, (int)N, C));
   OP("matmul_bwd attproj", L, 2 * mm, 0, be->matmul_bwd(dx, dw, db, dy, att, w_ap, (int)N, C, C));
-  OP("attention_bwd", L, 2.5 * att_f, 0, be->attention_bwd(dqkv, dy, qkv, att, lse, B, T, C, NH));
+  OP("attention_bwd", L, 2.5 * att_f, 0,
+     be->attention_bwd(dqkv, dy, qkv, att, lse, B, T, C, NH, NULL));
   OP("matmul_bwd qkv", L, 6 * mm, 0, be->matmul_bwd(dx, dw, db, dqkv, x, w_qkv, (int)N, C, 3 * C));
 
   /* the embedding and the head */
@@ -228,12 +229,12 @@ int main(int argc, char **argv) {
   float *dwpe = dev((size_t)T * C * sizeof(float), "dwpe");
   void *wte_a = dev((size_t)V * C * A, "wte compute copy"), *logits = dev(N * (size_t)V * A, "lg");
   be->to_act(wte_a, wte, (size_t)V * C);
-  OP("encoder_fwd", 1, 0, NC * A, be->encoder_fwd(out, dtok, wte, wpe, B, T, C, 0, V));
+  OP("encoder_fwd", 1, 0, NC * A, be->encoder_fwd(out, dtok, wte, wpe, B, T, C, 0, V, NULL));
   OP("lmhead_fwd", 1, 2.0 * N * C * V, 0, be->lmhead_fwd(logits, x, wte_a, (int)N, C, V));
   OP("crossentropy_fused", 1, 0, 2.0 * N * V * A,
      be->crossentropy_fused(lse, logits, dtok, 1.0f / (float)N, (int)N, V));
   OP("lmhead_bwd", 1, 4.0 * N * C * V, 0, be->lmhead_bwd(dx, dwte, logits, x, wte_a, (int)N, C, V));
-  OP("encoder_bwd", 1, 0, NC * A, be->encoder_bwd(dwte, dwpe, dy, dtok, B, T, C, 0, V));
+  OP("encoder_bwd", 1, 0, NC * A, be->encoder_bwd(dwte, dwpe, dy, dtok, B, T, C, 0, V, NULL));
 
   /* the parameters: GPT-2's tensors, in the model's order (embeddings, each block's twelve, the
    * final LayerNorm); AdamW is called once a run of neighbours that decay alike */

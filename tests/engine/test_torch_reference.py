@@ -25,6 +25,10 @@ products read, with the gradients rounded on the way back): colo's first gradien
 2e-2 of it and closer to it than to the fp32 replay; the losses within 1e-3, and the weights'
 movement over the 10 steps within 5e-2.
 
+Two more runs pack documents (--document-token): a document begins at each space (GPT-2) or each
+'a' (Llama), attention stays within a document and positions restart at each; the replay builds
+its own mask and positions from the tokens (torch_gpt2.documents).
+
 Then the same for model.arch=llama (a Llama block written here too: RMSNorm, rotary positions,
 SwiGLU, no biases), in fp32 and bf16, and with one key and value head for the two query heads
 (grouped-query attention), with a head of its own (untied), and with Llama 3.1's rescaling of
@@ -123,6 +127,10 @@ def main():
                    check=True, stdout=subprocess.DEVNULL)
     replay(tmp, check, None, data=masked)
     replay(tmp, check, None, "llama", data=masked)
+    # documents: attention within each and positions restarting at each, a document beginning at
+    # each space (GPT-2: words, several to a row) or each 'a' (Llama: longer ones)
+    replay(tmp, check, None, doc=32)
+    replay(tmp, check, None, "llama", doc=97)
     replay(tmp, check, {"init": 1024.0, "window": 3, "planted": [2, 3, 7]})
     replay_bf16(tmp, check)
     replay(tmp, check, None, "llama")
@@ -171,19 +179,27 @@ def make_model(arch):
                  untied=arch == "llama-untied", scaling=ROPE3 if arch == "llama-rope3" else None)
 
 
-def replay(tmp, check, ls, arch="gpt2", data=None):
+def replay(tmp, check, ls, arch="gpt2", data=None, doc=None):
     tag = ("" if ls is None else "[loss scaling] ") + ("" if arch == "gpt2" else "[%s] " % arch) + \
-        ("" if data is None else "[loss mask] ")
-    dump = os.path.join(tmp, "dump%s-%s%s.safetensors" % ("" if ls is None else "-ls", arch,
-                                                           "" if data is None else "-mask"))
+        ("" if data is None else "[loss mask] ") + ("" if doc is None else "[documents] ")
+    dump = os.path.join(tmp, "dump%s-%s%s%s.safetensors" % ("" if ls is None else "-ls", arch,
+                                                             "" if data is None else "-mask",
+                                                             "" if doc is None else "-doc"))
     extra = ARCH_ARGS[arch] + ([] if ls is None else [
         "--loss-scaling", "dynamic", "--loss-scale-init", str(ls["init"]),
         "--loss-scale-window", str(ls["window"]),
-        "--plant-overflow", ",".join(str(x) for x in ls["planted"])])
+        "--plant-overflow", ",".join(str(x) for x in ls["planted"])]) + \
+        ([] if doc is None else ["--document-token", str(doc)])
     ref = colo_train(tmp, dump, extra, data)
     names = [k[len("init."):] for k in ref if k.startswith("init.")]
 
     model = make_model(arch)
+    if doc is not None:
+        model.doc_token = doc
+        idx = torch.cat([ref["batch.%d.%d" % (s, m)][:B] for s in range(STEPS) for m in range(ACCUM)])
+        inside = int((idx[:, 1:] == doc).sum())
+        check(tag + "documents begin inside the rows", inside >= len(idx) // 4,
+              "%d beginnings after a row's first token, in %d rows" % (inside, len(idx)))
     if data is not None:  # the mean over the batch's targets that count, not each micro-batch's
         model.reduction = "sum"
         tgs = [ref["batch.%d.%d" % (0, m)][B:] for m in range(ACCUM)]

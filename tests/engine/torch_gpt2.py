@@ -10,6 +10,31 @@ import torch.nn.functional as F
 # do, or "sum" for a mean the caller takes over a whole batch of micro-batches
 
 
+def documents(idx, token):
+    """Documents packed in rows (Megatron's reset_position_ids and reset_attention_mask): a
+    document begins at each `token` and at each row's start. Returns each token's position in its
+    document [B, T], and the attention mask [B, 1, T, T]: query t may see key j when both are in
+    the same document and j <= t."""
+    Bn, Tn = idx.shape
+    causal = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool, device=idx.device))
+    ar = torch.arange(Tn, device=idx.device).expand(Bn, Tn)
+    begins = idx == token
+    begins[:, 0] = True
+    doc = begins.long().cumsum(1)  # each token's document number within its row
+    first = torch.where(begins, ar, torch.zeros_like(ar)).cummax(1).values
+    same = doc[:, :, None] == doc[:, None, :]
+    return ar - first, (same & causal)[:, None]
+
+
+def positions(idx, token):
+    """positions [T] and the causal mask [T, T] without documents (token None), else documents()"""
+    if token is not None:
+        return documents(idx, token)
+    Tn = idx.shape[1]
+    return (torch.arange(Tn, device=idx.device),
+            torch.tril(torch.ones(Tn, Tn, dtype=torch.bool, device=idx.device)))
+
+
 class GPT2(torch.nn.Module):
     """GPT-2 as HuggingFace computes it; Conv1D weights are [in, out]."""
 
@@ -35,19 +60,24 @@ class GPT2(torch.nn.Module):
         self.p = {n: z(*shapes[n]) for n in self.names}
         for i, n in enumerate(self.names):
             self.register_parameter("p%d" % i, self.p[n])
-        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
         # True: attention through F.scaled_dot_product_attention (PyTorch 2's fused kernels, as a
         # PyTorch user would write it: bench/engine_gpu); False: the explicit product, softmax and
         # product the correctness tests compare with, rounding where a 16-bit engine stores
         self.sdpa = False
         self.reduction = "mean"
+        self.doc_token = None  # documents(): the token that begins each, or None
 
     def forward(self, idx, targets, store=None):
         """store, when given, is applied to every tensor a 16-bit engine would store (each
         operation's output, and the matrices the products read): bf16 rounding, for example"""
         p, L, NH, C, T, V = self.p, self.L, self.NH, self.C, self.T, self.V
         s = store or (lambda t: t)
-        x = s(p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][: idx.shape[1]])
+        if self.doc_token is None:  # as before documents: a slice, and a mask made only if used
+            x = s(p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][: idx.shape[1]])
+            mask = None if self.sdpa else positions(idx, None)[1]
+        else:
+            pos, mask = documents(idx, self.doc_token)
+            x = s(p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][pos])
         for l in range(L):
             h = "transformer.h.%d." % l
             a = s(F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5))
@@ -55,11 +85,11 @@ class GPT2(torch.nn.Module):
             q, k, v = qkv.split(C, dim=2)
             heads = lambda t: t.view(t.shape[0], T, NH, C // NH).transpose(1, 2)
             q, k, v = heads(q), heads(k), heads(v)
-            if self.sdpa:
+            if self.sdpa and mask is None:
                 y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
             else:
                 att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
-                att = att.masked_fill(~self.mask[: idx.shape[1], : idx.shape[1]], float("-inf")).softmax(dim=-1)
+                att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
                 y = att @ v
             y = s(y.transpose(1, 2).reshape(x.shape))
             x = s(x + s(y @ s(p[h + "attn.c_proj.weight"]) + p[h + "attn.c_proj.bias"]))
@@ -152,12 +182,15 @@ class Llama(torch.nn.Module):
         self.p = {n: torch.nn.Parameter(torch.zeros(*shapes[n])) for n in self.names}
         for i, n in enumerate(self.names):
             self.register_parameter("p%d" % i, self.p[n])
-        self.register_buffer("mask", torch.tril(torch.ones(T, T, dtype=torch.bool)))
+        self.doc_token = None  # documents(): the token that begins each, or None
 
-    def rope(self, t, Tn):
+    def rope(self, t, pos):
+        """t [B, heads, T, hs] rotated by the angles of positions pos: [T], or [B, T] (documents)"""
         hs = t.shape[-1]
         inv_freq = rope_inv_freq(hs, self.theta, self.scaling)
-        freqs = torch.outer(torch.arange(Tn, dtype=torch.float32), inv_freq)
+        freqs = pos.to(torch.float32)[..., None] * inv_freq  # [T, hs/2] or [B, T, hs/2]
+        if pos.dim() == 2:
+            freqs = freqs[:, None]
         emb = torch.cat((freqs, freqs), dim=-1)
         return t * emb.cos() + rotate_half(t) * emb.sin()
 
@@ -166,6 +199,7 @@ class Llama(torch.nn.Module):
         p, L, NH, C, H = self.p, self.L, self.NH, self.C, self.H
         s = store or (lambda t: t)
         Bn, Tn = idx.shape
+        pos, mask = positions(idx, self.doc_token)
         x = s(p["transformer.wte.weight"][idx])
         for l in range(L):
             h = "transformer.h.%d." % l
@@ -177,9 +211,9 @@ class Llama(torch.nn.Module):
             rep = lambda t: t.repeat_interleave(NH // self.NKV, dim=1)
             q, k, v = heads(q), rep(heads(k)), rep(heads(v))
             # colo rotates q and k in place in its stored qkv: rounded once more there
-            q, k = s(self.rope(q, Tn)), s(self.rope(k, Tn))
+            q, k = s(self.rope(q, pos)), s(self.rope(k, pos))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
-            att = att.masked_fill(~self.mask[:Tn, :Tn], float("-inf")).softmax(dim=-1)
+            att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             y = s((att @ v).transpose(1, 2).reshape(x.shape))
             x = s(x + s(y @ s(p[h + "attn.c_proj.weight"])))
             m = s(rms_norm(x, p[h + "ln_2.weight"]))

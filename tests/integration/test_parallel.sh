@@ -5,7 +5,8 @@
 #     dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
 #     (1F1B), pp=2 x tp=2 (also sequence parallel) and pp=2 x dp=2 x tp=2 (8 ranks), and
 #     model.arch=llama at tp=2 with sp, ZeRO-3 and pp=2 x tp=2 (and with grouped-query attention
-#     at tp=2 with sp and pp=2 x tp=2; with an untied head at pp=2 x tp=2 and ZeRO-3), against
+#     at tp=2 with sp and pp=2 x tp=2; with an untied head at pp=2 x tp=2 and ZeRO-3), with a
+#     loss mask and with documents (attention within each) at several layouts, against
 #     one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
@@ -212,6 +213,28 @@ import json, sys
 a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] for f in sys.argv[1:])
 print("first loss with the mask %.4f, of the same tokens without it %.4f" % (a[0], b[0]))
 sys.exit(0 if abs(a[0] - b[0]) > 1e-2 else 1)
+PYEOF
+# documents (--document-token, a word to a document here): every rank numbers the positions and
+# masks attention from the tokens alike, so every layout matches one process, GPT-2's learned
+# positions and Llama's rotary ones; and the documents are used: another loss without them
+D=(--document-token 32)
+run "$TMP/doc1" "${D[@]}" --batch-size $GLOBAL_B
+run "$TMP/doc_dp2z3" "${D[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/doc_tp2sp" "${D[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+run "$TMP/doc_pp2dp2tp2" "${D[@]}" --nproc 8 --pp 2 --dp 2 --tp 2 --zero 1 --micro-batches 2 \
+  --batch-size $((GLOBAL_B / 2))
+run "$TMP/ldoc1" "${D[@]}" --arch llama --batch-size $GLOBAL_B
+run "$TMP/ldoc_pp2tp2" "${D[@]}" --arch llama --nproc 4 --pp 2 --tp 2 --sp true --micro-batches 2 \
+  --batch-size $GLOBAL_B
+compare "$TMP/doc1" "$TMP/doc_dp2z3" "documents: dp=2 ZeRO-3"
+compare "$TMP/doc1" "$TMP/doc_tp2sp" "documents: tp=2 sequence parallel"
+compare "$TMP/doc1" "$TMP/doc_pp2dp2tp2" "documents: pp=2 x dp=2 x tp=2"
+compare "$TMP/ldoc1" "$TMP/ldoc_pp2tp2" "documents: llama pp=2 x tp=2 sp"
+$PY - "$TMP/single/progress.jsonl" "$TMP/doc1/progress.jsonl" <<'PYEOF' || fail "documents changed nothing"
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] for f in sys.argv[1:])
+print("step-10 loss attending whole windows %.4f, within documents %.4f" % (a[-1], b[-1]))
+sys.exit(0 if abs(a[-1] - b[-1]) > 1e-2 else 1)
 PYEOF
 # a stage holds only its parameters: model states (pool peak less activations) of stage 0
 read -r s1 s2 <<<"$($PY -c '

@@ -209,6 +209,21 @@ static void test_matmul(double tol) {
     free(hfrees[i]);
 }
 
+/* Documents' positions for B rows of T (backend.h's attention entries): a document begins at
+ * each row's first token and second (one of a single token), where t mod 37 is 17, at 64 and 65
+ * (a tile's first row, and one of a single token there) and at the last token: documents that
+ * begin at, inside and across the kernels' 64-row tiles. Returned in host memory (malloc). */
+static int *doc_positions(int B_, int T_) {
+  int *pos = malloc((size_t)B_ * T_ * sizeof *pos);
+  for (int b = 0; b < B_; b++)
+    for (int t = 0, s = 0; t < T_; t++) {
+      if (t <= 1 || t % 37 == 17 || t == 64 || t == 65 || t == T_ - 1)
+        s = t;
+      pos[b * T_ + t] = t - s;
+    }
+  return pos;
+}
+
 static void test_encoder(void) {
   int tok[N];
   for (int i = 0; i < N; i++)
@@ -221,21 +236,34 @@ static void test_encoder(void) {
   int *d_tok = up(tok, N, sizeof(int));
   float *d_wte = upf(wte, ne), *d_wpe = upf(wpe, np);
   void *d_out = up(out, no, asz);
-  cpu->encoder_fwd(out, tok, wte, wpe, B, T, C, v0, v1);
-  gpu->encoder_fwd(d_out, d_tok, d_wte, d_wpe, B, T, C, v0, v1);
+  cpu->encoder_fwd(out, tok, wte, wpe, B, T, C, v0, v1, NULL);
+  gpu->encoder_fwd(d_out, d_tok, d_wte, d_wpe, B, T, C, v0, v1, NULL);
   check_a(named("encoder_fwd (a shard, with positions)"), d_out, out, no, 0.0);
   d_out = up(out, no, asz);
-  cpu->encoder_fwd(out, tok, wte, NULL, B, T, C, v0, v1);
-  gpu->encoder_fwd(d_out, d_tok, d_wte, NULL, B, T, C, v0, v1);
+  cpu->encoder_fwd(out, tok, wte, NULL, B, T, C, v0, v1, NULL);
+  gpu->encoder_fwd(d_out, d_tok, d_wte, NULL, B, T, C, v0, v1, NULL);
   check_a(named("encoder_fwd (without positions)"), d_out, out, no, 0.0);
   float *dout = randv(no, 1.0f), *dwte = randv(ne, 1.0f), *dwpe = randv(np, 1.0f);
   void *h_dout = hact(dout, no), *d_dout = upa(dout, no);
   float *d_dwte = upf(dwte, ne), *d_dwpe = upf(dwpe, np);
-  cpu->encoder_bwd(dwte, dwpe, h_dout, tok, B, T, C, v0, v1);
-  gpu->encoder_bwd(d_dwte, d_dwpe, d_dout, d_tok, B, T, C, v0, v1);
+  cpu->encoder_bwd(dwte, dwpe, h_dout, tok, B, T, C, v0, v1, NULL);
+  gpu->encoder_bwd(d_dwte, d_dwpe, d_dout, d_tok, B, T, C, v0, v1, NULL);
   /* the same additions in the same order: exact */
   check(named("encoder_bwd dwte (same order: exact)"), d_dwte, dwte, ne, 0.0);
   check(named("encoder_bwd dwpe (same order: exact)"), d_dwpe, dwpe, np, 0.0);
+  /* documents: the position embedding's row of each token's place in its document */
+  int *pos = doc_positions(B, T), *d_pos = up(pos, N, sizeof(int));
+  d_out = up(out, no, asz);
+  cpu->encoder_fwd(out, tok, wte, wpe, B, T, C, v0, v1, pos);
+  gpu->encoder_fwd(d_out, d_tok, d_wte, d_wpe, B, T, C, v0, v1, d_pos);
+  check_a(named("encoder_fwd (documents)"), d_out, out, no, 0.0);
+  d_dwte = upf(dwte, ne), d_dwpe = upf(dwpe, np); /* check() took the others */
+  cpu->encoder_bwd(dwte, dwpe, h_dout, tok, B, T, C, v0, v1, pos);
+  gpu->encoder_bwd(d_dwte, d_dwpe, d_dout, d_tok, B, T, C, v0, v1, d_pos);
+  check(named("encoder_bwd dwte (documents, exact)"), d_dwte, dwte, ne, 0.0);
+  check(named("encoder_bwd dwpe (documents, exact)"), d_dwpe, dwpe, np, 0.0);
+  colo_pool_free(dpool, d_pos);
+  free(pos);
   colo_pool_free(dpool, d_tok), colo_pool_free(dpool, d_wte), colo_pool_free(dpool, d_wpe);
   colo_pool_free(dpool, d_dout);
   free(wte), free(wpe), free(out), free(dout), free(h_dout), free(dwte), free(dwpe);
@@ -301,30 +329,35 @@ static void test_layernorm_gelu(double tol) {
 /* attention of B sequences of T tokens, C channels in NH heads. In 16-bit storage the GPU fuses
  * it (cuda_flash.cu) for head sizes 32, 64 and 128 and runs batched products otherwise (as in
  * fp32), so the shapes below take both paths, with sequences that end inside a 64-row tile. */
-static void test_attention(double tol, int B, int T, int C, int NH) {
+static void test_attention(double tol, int B, int T, int C, int NH, int docs) {
   size_t N = (size_t)B * T, nq = N * 3 * C, nl = (size_t)B * NH * T, no = N * C;
   char what[96];
+  const char *dd = docs ? ", documents" : "";
+  int *pos = docs ? doc_positions(B, T) : NULL, *d_pos = pos ? up(pos, N, sizeof(int)) : NULL;
   float *qkv = randv(nq, 1.0f), *lse = calloc(nl, sizeof(float));
   void *h_qkv = hact(qkv, nq), *out = calloc(no, asz);
   void *d_qkv = upa(qkv, nq), *d_out = up(out, no, asz);
   float *d_lse = upf(lse, nl);
-  cpu->attention_fwd(out, lse, h_qkv, B, T, C, NH);
-  gpu->attention_fwd(d_out, d_lse, d_qkv, B, T, C, NH);
-  snprintf(what, sizeof what, "attention_fwd out, hs %d T %d", C / NH, T);
+  cpu->attention_fwd(out, lse, h_qkv, B, T, C, NH, pos);
+  gpu->attention_fwd(d_out, d_lse, d_qkv, B, T, C, NH, d_pos);
+  snprintf(what, sizeof what, "attention_fwd out, hs %d T %d%s", C / NH, T, dd);
   check_a(named(what), d_out, out, no, tol);
-  snprintf(what, sizeof what, "attention_fwd log-sum-exp (fp32), hs %d T %d", C / NH, T);
+  snprintf(what, sizeof what, "attention_fwd log-sum-exp (fp32), hs %d T %d%s", C / NH, T, dd);
   check(named(what), d_lse, lse, nl, tol);
   d_out = up(out, no, asz); /* the CPU's out and lse on both sides */
   d_lse = upf(lse, nl);
   float *dout = randv(no, 1.0f), *dqkv = randv(nq, 1.0f);
   void *h_dout = hact(dout, no), *h_dqkv = hact(dqkv, nq);
   void *d_dout = upa(dout, no), *d_dqkv = upa(dqkv, nq);
-  cpu->attention_bwd(h_dqkv, h_dout, h_qkv, out, lse, B, T, C, NH);
-  gpu->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH);
-  snprintf(what, sizeof what, "attention_bwd dqkv, hs %d T %d", C / NH, T);
+  cpu->attention_bwd(h_dqkv, h_dout, h_qkv, out, lse, B, T, C, NH, pos);
+  gpu->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, d_pos);
+  snprintf(what, sizeof what, "attention_bwd dqkv, hs %d T %d%s", C / NH, T, dd);
   check_a(named(what), d_dqkv, h_dqkv, nq, tol);
   colo_pool_free(dpool, d_qkv), colo_pool_free(dpool, d_lse), colo_pool_free(dpool, d_dout);
   colo_pool_free(dpool, d_out);
+  if (d_pos)
+    colo_pool_free(dpool, d_pos);
+  free(pos);
   free(qkv), free(lse), free(h_qkv), free(out), free(dout), free(dqkv), free(h_dout);
   free(h_dqkv);
 }
@@ -474,13 +507,21 @@ static void test_llama_ops(double tol) {
   float freq[64]; /* head size C/NH = 24; with Llama 3's rescaling, which moves every band */
   colo_rope_freqs(C / NH, 10000.0f, 8.0f, 1.0f, 4.0f, 64, freq);
   float *d_freq = upf(freq, (size_t)C / NH / 2);
-  cpu->rope(h_q, B, T, C, NH, 5, freq, 1);
-  gpu->rope(d_q, B, T, C, NH, 5, d_freq, 1);
+  cpu->rope(h_q, B, T, C, NH, 5, freq, 1, NULL);
+  gpu->rope(d_q, B, T, C, NH, 5, d_freq, 1, NULL);
   void *d_q2 = up(h_q, nq, asz); /* the CPU's rotated values, rotated back on both sides */
   check_a(named("rope forward"), d_q, h_q, nq, tol);
-  cpu->rope(h_q, B, T, C, NH, 5, freq, -1);
-  gpu->rope(d_q2, B, T, C, NH, 5, d_freq, -1);
+  cpu->rope(h_q, B, T, C, NH, 5, freq, -1, NULL);
+  gpu->rope(d_q2, B, T, C, NH, 5, d_freq, -1, NULL);
   check_a(named("rope back"), d_q2, h_q, nq, tol);
+  /* documents: each token at its place in its document */
+  int *pos = doc_positions(B, T), *d_pos = up(pos, N, sizeof(int));
+  d_q = up(h_q, nq, asz);
+  cpu->rope(h_q, B, T, C, NH, 0, freq, 1, pos);
+  gpu->rope(d_q, B, T, C, NH, 0, d_freq, 1, d_pos);
+  check_a(named("rope forward (documents)"), d_q, h_q, nq, tol);
+  colo_pool_free(dpool, d_pos);
+  free(pos);
   colo_pool_free(dpool, d_freq);
   free(q), free(h_q);
   /* grouped-query attention by repetition: NH = 4 query heads of 24, 2 key and value heads */
@@ -512,7 +553,7 @@ static void test_llama_ops(double tol) {
   free(pre), free(dy), free(dp), free(h_pre), free(y), free(h_dy), free(h_dp);
 }
 
-static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head) {
+static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head, int docs) {
   /* with grouped-query attention, also an untied head */
   colo_gpt_config_t cfg = {
       V, T, 2, 3, C, .arch = arch, .n_kv_head = n_kv_head, .untied_head = n_kv_head != 0};
@@ -536,6 +577,13 @@ static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head
   for (int i = 0; i < N; i++) {
     in[i] = (int)(colo_rng_u64(&rng) % V);
     tg[i] = (int)(colo_rng_u64(&rng) % V);
+    if (docs && i % 23 == 9) /* documents: token 0 begins one */
+      in[i] = 0;
+  }
+  if (docs && (colo_gpt_set_documents(mc, 0, err, sizeof err) < 0 ||
+               colo_gpt_set_documents(mg, 0, err, sizeof err) < 0)) {
+    printf("FAIL documents: %s\n", err);
+    failures++;
   }
   float *mom[2][2] = {
       {colo_pool_alloc(hp, np * sizeof(float), "m"), colo_pool_alloc(hp, np * sizeof(float), "v")},
@@ -546,8 +594,9 @@ static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head
     colo_gpt_zero_grad(mg);
     float lc = colo_gpt_forward(mc, in, tg, B, T), lg = colo_gpt_forward(mg, in, tg, B, T);
     char what[96];
-    snprintf(what, sizeof what, "%s%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
-             n_kv_head ? " (1 key head, untied)" : "", step, (double)lc, (double)lg);
+    snprintf(what, sizeof what, "%s%s%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
+             n_kv_head ? " (1 key head, untied)" : "", docs ? " (documents)" : "", step, (double)lc,
+             (double)lg);
     verdict(named(what), fabs((double)lc - (double)lg) / fabs((double)lc), loss_tol, isfinite(lg));
     colo_gpt_backward(mc, 1.0f);
     colo_gpt_backward(mg, 1.0f);
@@ -641,19 +690,23 @@ int main(int argc, char **argv) {
       test_optimizer();
     }
     test_matmul(modes[i].tol);
-    test_attention(modes[i].tol, B, T, C, NH); /* head size 24 */
-    test_attention(modes[i].tol, 2, 100, 128, 2);
-    test_attention(modes[i].tol, 3, 64, 64, 2);
-    test_attention(modes[i].tol, 1, 130, 256, 2);
+    for (int docs = 0; docs < 2; docs++) {
+      test_attention(modes[i].tol, B, T, C, NH, docs); /* head size 24 */
+      test_attention(modes[i].tol, 2, 100, 128, 2, docs);
+      test_attention(modes[i].tol, 3, 64, 64, 2, docs);
+      test_attention(modes[i].tol, 1, 130, 256, 2, docs);
+    }
     if (modes[i].math != COLO_MATH_TF32) { /* TF32 changes the products only */
       test_encoder();
       test_layernorm_gelu(modes[i].tol);
       test_llama_ops(modes[i].tol);
       test_losses(modes[i].tol);
     }
-    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_GPT2, 0);
-    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA, 0);
-    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA, 1);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_GPT2, 0, 0);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA, 0, 0);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA, 1, 0);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_GPT2, 0, 1);
+    test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_LLAMA, 1, 1);
     colo_pool_destroy(dpool);
   }
   printf("%d checks, %d failed%s\n", checks, failures,

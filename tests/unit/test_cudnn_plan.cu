@@ -246,8 +246,8 @@ static int graphs_compute_attention(int B, int T, int C, int NH, char *why, size
         free(v.buf[k]);
     if (!pass) { /* colo's CPU attention, the reference */
       const colo_backend_t *cpu = colo_backend_cpu();
-      cpu->attention_fwd(ref_out, ref_lse, qkv, B, T, C, NH);
-      cpu->attention_bwd(ref_dqkv, dout, qkv, ref_out, ref_lse, B, T, C, NH);
+      cpu->attention_fwd(ref_out, ref_lse, qkv, B, T, C, NH, NULL);
+      cpu->attention_bwd(ref_dqkv, dout, qkv, ref_out, ref_lse, B, T, C, NH, NULL);
     }
   }
   double e[3] = {rel_err(out, ref_out, no), rel_err(lse, ref_lse, nl), rel_err(dqkv, ref_dqkv, nq)};

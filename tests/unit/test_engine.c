@@ -211,11 +211,12 @@ typedef struct {
   int B, T, C;
   int *tok;
   float *wte, *wpe, *out, *R;
+  const int *pos; /* documents' positions, or NULL */
 } enc_t;
 
 static double enc_loss(void *p) {
   enc_t *m = p;
-  be->encoder_fwd(m->out, m->tok, m->wte, m->wpe, m->B, m->T, m->C, 0, 4);
+  be->encoder_fwd(m->out, m->tok, m->wte, m->wpe, m->B, m->T, m->C, 0, 4, m->pos);
   return dotd(m->out, m->R, (size_t)m->B * m->T * m->C);
 }
 
@@ -225,9 +226,22 @@ TEST(encoder_grad) {
   enc_t m = {2, 3, 4, tok};
   m.wte = randv(16, 1), m.wpe = randv(12, 1), m.out = randv(24, 1), m.R = randv(24, 1);
   float *dwte = zeros(16), *dwpe = zeros(12);
-  be->encoder_bwd(dwte, dwpe, m.R, tok, 2, 3, 4, 0, 4);
+  be->encoder_bwd(dwte, dwpe, m.R, tok, 2, 3, 4, 0, 4, NULL);
   fd_check("encoder dwte", m.wte, dwte, 16, enc_loss, &m);
   fd_check("encoder dwpe", m.wpe, dwpe, 12, enc_loss, &m);
+  /* documents: row 1's second token begins one, so positions 0, 1, 2 | 0, 0, 1; the position
+   * embedding's row 2 is then used once and row 0 three times */
+  int pos[6] = {0, 1, 2, 0, 0, 1};
+  m.pos = pos;
+  enc_loss(&m);
+  for (int i = 0; i < 4; i++)
+    ASSERT(m.out[4 * 4 + i] == m.wte[3 * 4 + i] + m.wpe[i]);
+  memset(dwte, 0, 16 * 4), memset(dwpe, 0, 12 * 4);
+  be->encoder_bwd(dwte, dwpe, m.R, tok, 2, 3, 4, 0, 4, pos);
+  for (int i = 0; i < 4; i++)
+    ASSERT(dwpe[8 + i] == m.R[8 + i]);
+  fd_check("encoder dwte, documents", m.wte, dwte, 16, enc_loss, &m);
+  fd_check("encoder dwpe, documents", m.wpe, dwpe, 12, enc_loss, &m);
 }
 
 /* ---- LayerNorm ---- */
@@ -312,13 +326,14 @@ TEST(rmsnorm_grad_and_values) {
 typedef struct {
   int B, T, C, NH, pos0;
   float *qkv, *out, *R, *freq;
+  const int *pos; /* documents' positions, or NULL */
 } rope_t;
 
 static double rope_loss(void *p) {
   rope_t *m = p;
   size_t n = (size_t)m->B * m->T * 3 * m->C;
   memcpy(m->out, m->qkv, n * sizeof(float));
-  be->rope(m->out, m->B, m->T, m->C, m->NH, m->pos0, m->freq, 1);
+  be->rope(m->out, m->B, m->T, m->C, m->NH, m->pos0, m->freq, 1, m->pos);
   return dotd(m->out, m->R, n);
 }
 
@@ -352,14 +367,28 @@ TEST(rope_values_and_transpose) {
   /* the rotation back is its inverse, and the gradient of <rope(x), R> is rope⁻¹(R) */
   float *back = own(malloc(n * 4));
   memcpy(back, m.out, n * 4);
-  be->rope(back, 2, 5, 24, 3, 3, m.freq, -1);
+  be->rope(back, 2, 5, 24, 3, 3, m.freq, -1, NULL);
   for (size_t i = 0; i < n; i++)
     if (fabsf(back[i] - m.qkv[i]) > 1e-5f)
       FAIL_AT("rotated back, [%zu] = %g, not %g", i, (double)back[i], (double)m.qkv[i]);
   float *g = own(malloc(n * 4));
   memcpy(g, m.R, n * 4);
-  be->rope(g, 2, 5, 24, 3, 3, m.freq, -1);
+  be->rope(g, 2, 5, 24, 3, 3, m.freq, -1, NULL);
   fd_check("rope", m.qkv, g, n, rope_loss, &m);
+  /* documents: each row's positions restart where one begins; rotated as a sequence of its own
+   * from pos0 would be */
+  int pos[10] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 3};
+  m.pos = pos;
+  rope_loss(&m);
+  float *alone = own(malloc(72 * 4));
+  for (int bt = 0; bt < 10; bt++) {
+    memcpy(alone, m.qkv + (size_t)bt * 72, 72 * 4);
+    be->rope(alone, 1, 1, 24, 3, 3 + pos[bt], m.freq, 1, NULL);
+    ASSERT(memcmp(alone, m.out + (size_t)bt * 72, 72 * 4) == 0);
+  }
+  memcpy(g, m.R, n * 4);
+  be->rope(g, 2, 5, 24, 3, 3, m.freq, -1, pos);
+  fd_check("rope, documents", m.qkv, g, n, rope_loss, &m);
 }
 
 /* ---- grouped-query attention by repetition ---- */
@@ -455,11 +484,12 @@ TEST(gelu_grad_and_values) {
 typedef struct {
   int B, T, C, NH;
   float *qkv, *out, *lse, *R;
+  const int *pos; /* documents' positions, or NULL */
 } att_t;
 
 static double att_loss(void *p) {
   att_t *m = p;
-  be->attention_fwd(m->out, m->lse, m->qkv, m->B, m->T, m->C, m->NH);
+  be->attention_fwd(m->out, m->lse, m->qkv, m->B, m->T, m->C, m->NH, m->pos);
   return dotd(m->out, m->R, (size_t)m->B * m->T * m->C);
 }
 
@@ -484,7 +514,7 @@ TEST(input_gradients_are_written_not_added) {
     void *wte = as_act(t, randv(V * C, 1), V * C), *dc = as_act(t, randv(N * C, 1), N * C);
     void *qkv = as_act(t, randv(B * T * 3 * C, 1), B * T * 3 * C), *out = own(malloc(N * C * A));
     float *lse = zeros(B * NH * T);
-    t->attention_fwd(out, lse, qkv, B, T, C, NH);
+    t->attention_fwd(out, lse, qkv, B, T, C, NH, NULL);
     for (int op = 0; op < 5; op++) {
       size_t n = op == 3 ? (size_t)B * T * 3 * C : (size_t)N * C;
       void *g[2] = {own(calloc(n, A)), own(malloc(n * A))};
@@ -501,7 +531,7 @@ TEST(input_gradients_are_written_not_added) {
           t->gelu_bwd(g[i], inp, dc, n);
           break;
         case 3:
-          t->attention_bwd(g[i], dc, qkv, out, lse, B, T, C, NH);
+          t->attention_bwd(g[i], dc, qkv, out, lse, B, T, C, NH, NULL);
           break;
         default: /* dc stands for GELU's input */
           t->matmul_gelu_bwd(g[i], NULL, NULL, dmm, inp, w, dc, N, C, OC);
@@ -597,10 +627,90 @@ TEST(attention_grad_and_causality) {
     m.qkv[3 * 18 + i] -= 1.0f;
   att_loss(&m);
   float *dqkv = zeros(nq);
-  be->attention_bwd(dqkv, m.R, m.qkv, m.out, m.lse, 2, 5, 6, 2);
+  be->attention_bwd(dqkv, m.R, m.qkv, m.out, m.lse, 2, 5, 6, 2, NULL);
   fd_check("attention dqkv", m.qkv, dqkv, nq, att_loss, &m);
   printf("  worst error: %.2e relative (where |grad| > 1e-2), %.2e absolute\n", worst_rel,
          worst_abs);
+  /* documents: row 0 holds documents from positions 0 and 2, row 1 from 0, 1 and 4 */
+  int pos[10] = {0, 1, 0, 1, 2, 0, 0, 1, 2, 0};
+  m.pos = pos;
+  att_loss(&m);
+  /* a document's first token attends to itself alone: its output is its value */
+  for (int bt = 0; bt < 10; bt++)
+    for (int h = 0; h < 2 && pos[bt] == 0; h++)
+      for (int i = 0; i < 3; i++)
+        ASSERT(fabsf(m.out[bt * 6 + h * 3 + i] - m.qkv[bt * 18 + 12 + h * 3 + i]) < 1e-6f);
+  /* and nothing before its document reaches a token: row 0's tokens 0 and 1 change nothing
+   * from token 2 on */
+  memcpy(before, m.out, no * sizeof(float));
+  for (int i = 0; i < 2 * 18; i++)
+    m.qkv[i] += 1.0f;
+  att_loss(&m);
+  ASSERT(memcmp(before + 2 * 6, m.out + 2 * 6, 3 * 6 * sizeof(float)) == 0);
+  ASSERT(memcmp(before, m.out, 2 * 6 * sizeof(float)) != 0);
+  for (int i = 0; i < 2 * 18; i++)
+    m.qkv[i] -= 1.0f;
+  att_loss(&m);
+  be->attention_bwd(dqkv, m.R, m.qkv, m.out, m.lse, 2, 5, 6, 2, pos);
+  worst_rel = worst_abs = 0;
+  fd_check("attention dqkv, documents", m.qkv, dqkv, nq, att_loss, &m);
+  printf("  documents: worst error %.2e relative (where |grad| > 1e-2), %.2e absolute\n", worst_rel,
+         worst_abs);
+}
+
+/* Documents across the backend's blocks of 64 rows: at T = 150, with documents that begin on a
+ * block's first row, in a block's middle, one token long and one that spans two blocks, every
+ * output, log-sum-exp and gradient is the one the document's tokens give as a sequence alone. */
+TEST(attention_documents_are_sequences_alone) {
+  setup();
+  enum { B = 2, T = 150, C = 16, NH = 2, C3 = 3 * C };
+  static const int starts[B][6] = {{0, 37, 64, 65, 140, -1}, {0, 100, 149, -1}};
+  int pos[B * T];
+  for (int b = 0; b < B; b++)
+    for (int t = 0, s = 0; t < T; t++) {
+      for (int k = 0; starts[b][k] >= 0; k++)
+        if (starts[b][k] == t)
+          s = t;
+      pos[b * T + t] = t - s;
+    }
+  float *qkv = randv((size_t)B * T * C3, 1), *dout = randv((size_t)B * T * C, 1);
+  float *out = zeros((size_t)B * T * C), *lse = zeros((size_t)B * NH * T);
+  float *dqkv = zeros((size_t)B * T * C3);
+  be->attention_fwd(out, lse, qkv, B, T, C, NH, pos);
+  be->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, pos);
+  float *q1 = zeros((size_t)T * C3), *d1 = zeros((size_t)T * C), *o1 = zeros((size_t)T * C);
+  float *l1 = zeros((size_t)NH * T), *g1 = zeros((size_t)T * C3);
+  double worst = 0;
+  int docs = 0;
+  for (int b = 0; b < B; b++)
+    for (int k = 0; starts[b][k] >= 0; k++, docs++) {
+      int s = starts[b][k], e = starts[b][k + 1] >= 0 ? starts[b][k + 1] : T, n = e - s;
+      memcpy(q1, qkv + ((size_t)b * T + s) * C3, (size_t)n * C3 * 4);
+      memcpy(d1, dout + ((size_t)b * T + s) * C, (size_t)n * C * 4);
+      be->attention_fwd(o1, l1, q1, 1, n, C, NH, NULL);
+      be->attention_bwd(g1, d1, q1, o1, l1, 1, n, C, NH, NULL);
+      for (size_t i = 0; i < (size_t)n * C; i++) {
+        double want = o1[i], got = out[((size_t)b * T + s) * C + i];
+        worst = fmax(worst, fabs(got - want) / (1e-3 + fabs(want)));
+      }
+      for (size_t i = 0; i < (size_t)n * C3; i++) {
+        double want = g1[i], got = dqkv[((size_t)b * T + s) * C3 + i];
+        worst = fmax(worst, fabs(got - want) / (1e-3 + fabs(want)));
+      }
+      for (int h = 0; h < NH; h++)
+        for (int t = 0; t < n; t++) {
+          double want = l1[(size_t)h * n + t], got = lse[((size_t)b * NH + h) * T + s + t];
+          worst = fmax(worst, fabs(got - want) / (1e-3 + fabs(want)));
+        }
+    }
+  printf("  %d documents in 2 rows of 150: worst difference from each alone %.2e (relative, "
+         "floor 1e-3; fp32 sums in another order)\n",
+         docs, worst);
+  ASSERT(worst < 1e-4);
+  /* and the same rows without documents differ: the check can tell */
+  float *plain = zeros((size_t)B * T * C);
+  be->attention_fwd(plain, lse, qkv, B, T, C, NH, NULL);
+  ASSERT(memcmp(plain + 40 * C, out + 40 * C, C * 4) != 0);
 }
 
 /* The backend works in blocks of 64 query rows (and key columns): at T = 150 (two whole blocks and
@@ -613,8 +723,8 @@ TEST(attention_blocks_match_direct_sums) {
   float *qkv = randv((size_t)B * T * C3, 1), *dout = randv((size_t)B * T * C, 1);
   float *out = zeros((size_t)B * T * C), *lse = zeros((size_t)B * NH * T);
   float *dqkv = zeros((size_t)B * T * C3);
-  be->attention_fwd(out, lse, qkv, B, T, C, NH);
-  be->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH);
+  be->attention_fwd(out, lse, qkv, B, T, C, NH, NULL);
+  be->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, NULL);
   double *P = own(calloc((size_t)T * T, sizeof(double))),
          *dS = own(calloc((size_t)T * T, sizeof(double)));
   double worst = 0, sc = 1.0 / sqrt((double)HS);
@@ -757,9 +867,9 @@ TEST(vocab_parallel_embedding_matches_full) {
   float *wte = randv((size_t)V * C, 1), *wpe = randv((size_t)T * C, 1);
   float *full = zeros((size_t)B * T * C), *a = zeros((size_t)B * T * C),
         *b = zeros((size_t)B * T * C);
-  be->encoder_fwd(full, tok, wte, wpe, B, T, C, 0, V);
-  be->encoder_fwd(a, tok, wte, wpe, B, T, C, 0, 3);          /* shard 0 adds the positions */
-  be->encoder_fwd(b, tok, wte + 3 * C, NULL, B, T, C, 3, 6); /* shard 1 does not */
+  be->encoder_fwd(full, tok, wte, wpe, B, T, C, 0, V, NULL);
+  be->encoder_fwd(a, tok, wte, wpe, B, T, C, 0, 3, NULL);          /* shard 0 adds the positions */
+  be->encoder_fwd(b, tok, wte + 3 * C, NULL, B, T, C, 3, 6, NULL); /* shard 1 does not */
   for (int i = 0; i < B * T * C; i++)
     ASSERT(a[i] + b[i] == full[i]);
 }
@@ -1098,6 +1208,105 @@ TEST(llama_gqa_model_grad_finite_differences) {
 
 TEST(llama_untied_model_grad_finite_differences) {
   model_fd(-2);
+}
+
+/* Documents (colo_gpt_set_documents): in two windows of 12 tokens, each document (from a
+ * document token, 0 here, or a row's start, to the next) gets the logits, and the batch's loss
+ * the gradient, that each document gives run alone as a sequence of its own: GPT-2 (its learned
+ * positions restarting), Llama (its rotary angles restarting), Llama with grouped-query
+ * attention, each with and without recomputation. Without documents the same windows give other
+ * logits, so the check can tell. */
+TEST(documents_compute_what_each_would_alone) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  enum { B = 2, T = 12, V = 11 };
+  static const int in[B * T] = {3, 5, 0, 4, 4, 9, 0,  2, 0, 7, 1, 6,
+                                0, 8, 8, 3, 2, 0, 10, 5, 1, 0, 4, 2};
+  int tg[B * T];
+  for (int n = 0; n < B * T; n++)
+    tg[n] = (in[n] * 3 + n) % V;
+  float got[V];
+  double worst_logit = 0, worst_grad = 0;
+  char err[256];
+  for (int k = 0; k < 6; k++) {
+    int arch = k % 3 == 0 ? COLO_ARCH_GPT2 : COLO_ARCH_LLAMA, recompute = k >= 3;
+    colo_gpt_config_t cfg = {.vocab_size = V,
+                             .block_size = T,
+                             .n_layer = 2,
+                             .n_head = 4,
+                             .n_embd = 16,
+                             .arch = arch,
+                             .mlp_hidden = arch == COLO_ARCH_LLAMA ? 24 : 0,
+                             .n_kv_head = k % 3 == 2 ? 2 : 0};
+    colo_gpt_t *m;
+    if (colo_gpt_create(&cfg, B, recompute, be, pool, &m, err, sizeof err) < 0)
+      FAIL_AT("%s", err);
+    models[n_models++] = m;
+    colo_gpt_init(m, 5);
+    float *p = colo_gpt_params(m);
+    colo_rng_t r;
+    colo_rng_seed(&r, 17);
+    for (size_t i = 0; i < colo_gpt_num_params(m); i++)
+      p[i] += 0.3f * colo_rng_normal(&r);
+    size_t np = colo_gpt_num_params(m);
+    /* the documents alone, without documents turned on: logits, and the gradient of their
+     * losses weighted by their tokens' share of the batch */
+    float *logits = own(malloc((size_t)B * T * V * sizeof(float)));
+    float *galone = own(malloc(np * sizeof(float)));
+    colo_gpt_zero_grad(m);
+    for (int b = 0; b < B; b++)
+      for (int s = 0; s < T;) {
+        int e = s + 1;
+        while (e < T && in[b * T + e] != 0)
+          e++;
+        colo_gpt_forward(m, in + b * T + s, NULL, 1, e - s);
+        for (int t = s; t < e; t++)
+          colo_gpt_read_logits(m, (size_t)(t - s), logits + ((size_t)b * T + t) * V);
+        colo_gpt_forward(m, in + b * T + s, tg + b * T + s, 1, e - s);
+        colo_gpt_backward(m, (float)(e - s) / (B * T));
+        s = e;
+      }
+    memcpy(galone, colo_gpt_grads(m), np * sizeof(float));
+    /* packed, with documents */
+    ASSERT_EQ_INT(colo_gpt_set_documents(m, 0, err, sizeof err), 0);
+    ASSERT_EQ_INT(colo_gpt_document_token(m), 0);
+    colo_gpt_forward(m, in, NULL, B, T);
+    for (int n = 0; n < B * T; n++) {
+      colo_gpt_read_logits(m, (size_t)n, got);
+      for (int v = 0; v < V; v++) {
+        double w = logits[(size_t)n * V + v];
+        worst_logit = fmax(worst_logit, fabs(got[v] - w) / (1e-3 + fabs(w)));
+      }
+    }
+    colo_gpt_zero_grad(m);
+    colo_gpt_forward(m, in, tg, B, T);
+    colo_gpt_backward(m, 1.0f);
+    const float *g = colo_gpt_grads(m);
+    double gmax = 0, dmax = 0;
+    for (size_t i = 0; i < np; i++) {
+      gmax = fmax(gmax, fabs(galone[i]));
+      dmax = fmax(dmax, fabs(g[i] - galone[i]));
+    }
+    ASSERT(gmax > 1e-3);
+    worst_grad = fmax(worst_grad, dmax / gmax);
+    /* without documents: token 3 of row 0 (after a document token) sees tokens 0 and 1 too */
+    ASSERT_EQ_INT(colo_gpt_set_documents(m, -1, err, sizeof err), 0);
+    ASSERT_EQ_INT(colo_gpt_document_token(m), -1);
+    colo_gpt_forward(m, in, NULL, B, T);
+    colo_gpt_read_logits(m, 3, got);
+    double apart = 0;
+    for (int v = 0; v < V; v++)
+      apart = fmax(apart, fabs(got[v] - logits[3 * V + v]));
+    ASSERT(apart > 1e-3);
+  }
+  printf("  gpt2, llama, llama with 2 key heads for 4, with and without recomputation: logits "
+         "within %.2e of each document's alone (relative, floor 1e-3), gradients within %.2e of "
+         "the largest\n",
+         worst_logit, worst_grad);
+  ASSERT(worst_logit < 1e-4 && worst_grad < 1e-5);
+  colo_gpt_t *m = models[n_models - 1];
+  ASSERT_EQ_INT(colo_gpt_set_documents(m, 11, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "document token 11 is outside the vocabulary of 11");
 }
 
 TEST(recompute_is_bit_identical) {

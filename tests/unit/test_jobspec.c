@@ -146,6 +146,10 @@ static const struct {
     {"name: t\ndata: {train_path: a, val_sources: [{path: v, name: 'a b'}]}\n",
      "data.val_sources[0].name \"a b\" must be 1 to 64 characters of letters, digits, '-', '_' "
      "and '.'"},
+    {"name: t\ndata: {train_path: a, val_path: v, document_token: 256}\n",
+     "data.document_token=256 must be -1 (none) or a token below model.vocab_size=256"},
+    {"name: t\ndata: {train_path: a, val_path: v, document_token: -2}\n",
+     "data.document_token=-2 must be -1 (none) or a token below model.vocab_size=256"},
     {"name: t\ndata: {train_path: a, val_sources: [{path: /v}]}\n",
      "data.val_sources[0].path \"/v\" must be a path relative to the data root, without \"..\""},
     {BASE "memory: {placement: static}\n",

@@ -230,6 +230,10 @@ static int cmd_prepare(int argc, char **argv) {
     printf("%d prompts and completions of %zu bytes%s%s\n", st.documents, st.bytes, doc, ending);
   else if (st.documents > 1)
     printf("%d documents of %zu bytes%s\n", st.documents, st.bytes, doc);
+  if (dt && st.documents > 1)
+    printf("to train with attention within each document: data.document_token: %d (colo-train "
+           "train --document-token %d)\n",
+           st.eot, st.eot);
   static const char *kind[2] = {"train", "val"};
   for (int k = 0; k < 2; k++) {
     char counted[96] = "";
@@ -450,6 +454,8 @@ static void train_usage(void) {
       "                        mean, and each one's is reported by its path\n"
       "  --data-order random|shuffle  windows at any offset drawn with replacement (default),\n"
       "                        or epochs of windows that do not overlap, shuffled each epoch\n"
+      "  --document-token N    the token that begins each document (prepare prints it):\n"
+      "                        attention stays within a document, positions restart at each\n"
       "  --init-from PATH      start from these weights, relative to the data root: GPT-2 in a\n"
       "                        safetensors file under HuggingFace's names, or a checkpoint\n"
       "  --init-from-checkpoints DIR  start from the newest complete checkpoint under DIR\n"
@@ -618,6 +624,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
       {"data-order", "data: {order: %s}"},
+      {"document-token", "data: {document_token: %s}"},
       {"init-from", "train: {init_from: '%s'}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
@@ -1089,6 +1096,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.data_order = spec->data->order == COLO__V1__DATA_ORDER__DATA_ORDER_SHUFFLE
                        ? COLO_ORDER_SHUFFLE
                        : COLO_ORDER_RANDOM;
+  cfg.document_token = spec->data->document_token;
   cfg.init_from = init_from[0] ? init_from : NULL;
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;

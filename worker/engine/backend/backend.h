@@ -7,7 +7,7 @@
  * branches); matmul_bwd, matmul_gelu_bwd, lmhead_bwd, gelu_bwd and attention_bwd WRITE their
  * input gradient (dinp, dqkv), which spares a zeroing pass over each. Any output pointer of a
  * *_bwd may be NULL to skip it.
- * Token and target arrays (int) live in the backend's memory like the rest.
+ * Token, target and position arrays (int) live in the backend's memory like the rest.
  *
  * Types: a `void *` argument is an activation, or an activation's gradient, stored in the table's
  * act_dtype (fp32, bf16 or fp16; core/dtype.h); so are the matrix weights the products read (the
@@ -80,11 +80,11 @@ typedef struct colo_backend_s {
                      int N, int C, int V);
 
   /* out[b][t] = wte[tokens[b][t] − v0] (0 when the token is outside [v0, v1): a vocab-parallel
-   * shard) + wpe[t] (when wpe is not NULL) */
+   * shard) + wpe[p] (when wpe is not NULL), p = pos[b][t] or, pos NULL, t */
   void (*encoder_fwd)(void *out, const int *tokens, const float *wte, const float *wpe, int B,
-                      int T, int C, int v0, int v1);
+                      int T, int C, int v0, int v1, const int *pos);
   void (*encoder_bwd)(float *dwte, float *dwpe, const void *dout, const int *tokens, int B, int T,
-                      int C, int v0, int v1);
+                      int C, int v0, int v1, const int *pos);
 
   /* LayerNorm with eps 1e-5; mean and rstd [N] are saved for the backward */
   void (*layernorm_fwd)(void *out, float *mean, float *rstd, const void *inp, const float *w,
@@ -101,9 +101,10 @@ typedef struct colo_backend_s {
    * queries and keys of qkv[B][T][3C] (NH heads of C/NH in each of q, k, v; v untouched): in each
    * head, elements i and i + hs/2 of position pos0 + t are rotated by the angle
    * (pos0 + t) · inv_freq[i] (fp32 [hs/2], the backend's memory: theta^(−2i/hs), or Llama 3's
-   * rescaling of it, colo_rope_freqs). dir −1 rotates back (the transpose: the backward of the
-   * same rotation on dqkv). */
-  void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir);
+   * rescaling of it, colo_rope_freqs); with pos (not NULL) by (pos0 + pos[b][t]) instead. dir −1
+   * rotates back (the transpose: the backward of the same rotation on dqkv). */
+  void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir,
+               const int *pos);
   /* Grouped-query attention by repetition (HF's repeat_kv): src[N][C + 2·KV] holds NH query
    * heads of hs = C/NH, then NKV key heads and NKV value heads of hs (KV = NKV·hs); dst[N][3C]
    * the attention entries' layout, q copied and each of the NH key (value) heads a copy of key
@@ -124,10 +125,15 @@ typedef struct colo_backend_s {
    * No T×T matrix is kept: lse[B][NH][T] (fp32) saves each query's log-sum-exp of its scaled
    * scores, and the backward recomputes the probabilities from q, k (and lse, or the row's own
    * max and sum, as a backend prefers). The backward also gets the forward's out, from which a
-   * fused kernel takes each row's Σ dout·out (the CPU does not need it). */
-  void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int C, int NH);
+   * fused kernel takes each row's Σ dout·out (the CPU does not need it).
+   * Documents: with pos (not NULL), pos[b][t] is token t's position in its document, and query t
+   * attends keys t − pos[b][t] … t only: its document's tokens up to itself, as though each
+   * document were a sequence of its own. 0 ≤ pos[b][t] ≤ t, and a document's positions count up
+   * by one (pos[b][t] > 0 means pos[b][t−1] = pos[b][t] − 1). */
+  void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
+                        const int *pos);
   void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,
-                        const float *lse, int B, int T, int C, int NH);
+                        const float *lse, int B, int T, int C, int NH, const int *pos);
 
   /* out = a + b (activations) */
   void (*add)(void *out, const void *a, const void *b, size_t n);

@@ -130,7 +130,7 @@ static void lmhead_bwd(void *dinp, float *dwte, const void *dout, const void *in
 /* ---- embeddings ---- */
 
 static void encoder_fwd(void *out_, const int *tokens, const float *wte, const float *wpe, int B,
-                        int T, int C, int v0, int v1) {
+                        int T, int C, int v0, int v1, const int *pos) {
   float *out = out_;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int b = 0; b < B; b++)
@@ -138,7 +138,7 @@ static void encoder_fwd(void *out_, const int *tokens, const float *wte, const f
       float *o = out + ((size_t)b * T + t) * C;
       int tok = tokens[b * T + t];
       const float *e = tok >= v0 && tok < v1 ? wte + (size_t)(tok - v0) * C : NULL;
-      const float *p = wpe ? wpe + (size_t)t * C : NULL;
+      const float *p = wpe ? wpe + (size_t)(pos ? pos[b * T + t] : t) * C : NULL;
 #pragma omp simd
       for (int i = 0; i < C; i++)
         o[i] = (e ? e[i] : 0.0f) + (p ? p[i] : 0.0f);
@@ -146,7 +146,7 @@ static void encoder_fwd(void *out_, const int *tokens, const float *wte, const f
 }
 
 static void encoder_bwd(float *dwte, float *dwpe, const void *dout_, const int *tokens, int B,
-                        int T, int C, int v0, int v1) {
+                        int T, int C, int v0, int v1, const int *pos) {
   const float *dout = dout_;
   /* rows that share a token must be added in a fixed order: serial over (b, t), parallel over
    * channels */
@@ -158,7 +158,7 @@ static void encoder_bwd(float *dwte, float *dwpe, const void *dout_, const int *
         const float *d = dout + ((size_t)b * T + t) * C;
         int tok = tokens[b * T + t];
         float *e = dwte && tok >= v0 && tok < v1 ? dwte + (size_t)(tok - v0) * C : NULL;
-        float *p = dwpe ? dwpe + (size_t)t * C : NULL;
+        float *p = dwpe ? dwpe + (size_t)(pos ? pos[b * T + t] : t) * C : NULL;
         for (int i = i0; i < i1; i++) {
           if (e)
             e[i] += d[i];
@@ -317,16 +317,16 @@ static void rmsnorm_bwd(void *dinp_, float *dw, const void *dout_, const void *i
 
 /* ---- rotary position embedding ---- */
 
-static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, const float *inv_freq,
-                 int dir) {
+static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir,
+                 const int *pos) {
   float *qkv = qkv_;
   int hs = C / NH, h2 = hs / 2;
 #pragma omp parallel for schedule(static)
   for (int bt = 0; bt < B * T; bt++) {
-    float pos = (float)(pos0 + bt % T);
+    float at = (float)(pos0 + (pos ? pos[bt] : bt % T));
     float *row = qkv + (size_t)bt * 3 * C;
     for (int i = 0; i < h2; i++) {
-      float ang = pos * inv_freq[i]; /* in fp32, as HF computes it */
+      float ang = at * inv_freq[i]; /* in fp32, as HF computes it */
       float c = cosf(ang), sn = dir < 0 ? -sinf(ang) : sinf(ang);
       for (int part = 0; part < 2 * NH; part++) { /* the heads of q, then of k */
         float *x = row + (size_t)part * hs;
@@ -487,24 +487,35 @@ static void matmul_gelu_bwd(void *dinp, float *dw, float *db, const void *dout, 
 
 #define ATT_BLOCK 64
 
-/* The scaled scores of query rows [r0, r1) against keys [0, r1) into p (row stride T), then each
- * row's causal softmax in place: p[i][0..i] its probabilities, p[i][i+1..r1) zero. lse[i] (when
- * not NULL) gets the row's log-sum-exp of the scaled scores. The forward and the backward both
- * call it, so the backward's probabilities are the forward's bit for bit. */
+/* The first key row i of a sequence attends: 0, or with documents (pos, the sequence's
+ * positions) its document's first token. It only grows down the rows. */
+static inline int attention_from(const int *pos, int i) {
+  return pos ? i - pos[i] : 0;
+}
+
+/* The scaled scores of query rows [r0, r1) against keys [c0, r1) into p (row stride T), c0 the
+ * block's first key (attention_from(pos, r0)), then each row's softmax in place: p[i][from..i]
+ * its probabilities, p[i][0..from) and p[i][i+1..r1) zero. lse[i] (when not NULL) gets the row's
+ * log-sum-exp of the scaled scores. The forward and the backward both call it, so the backward's
+ * probabilities are the forward's bit for bit. */
 static void attention_probs(float *p, float *lse, const float *q, const float *k, int r0, int r1,
-                            int T, int ld, int hs, float scale) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * ld,
-              ld, k, ld, 0.0f, p + (size_t)r0 * T, T);
+                            int T, int ld, int hs, float scale, const int *pos) {
+  int c0 = attention_from(pos, r0);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1 - c0, hs, scale,
+              q + (size_t)r0 * ld, ld, k + (size_t)c0 * ld, ld, 0.0f, p + (size_t)r0 * T + c0, T);
   for (int i = r0; i < r1; i++) {
     float *a = p + (size_t)i * T, maxv = -INFINITY, sum = 0.0f;
-    for (int j = 0; j <= i; j++)
+    int j0 = attention_from(pos, i);
+    for (int j = 0; j < j0; j++)
+      a[j] = 0.0f;
+    for (int j = j0; j <= i; j++)
       maxv = a[j] > maxv ? a[j] : maxv;
-    for (int j = 0; j <= i; j++) {
+    for (int j = j0; j <= i; j++) {
       a[j] = expf(a[j] - maxv);
       sum += a[j];
     }
     float inv = 1.0f / sum;
-    for (int j = 0; j <= i; j++)
+    for (int j = j0; j <= i; j++)
       a[j] *= inv;
     for (int j = i + 1; j < r1; j++)
       a[j] = 0.0f;
@@ -513,7 +524,8 @@ static void attention_probs(float *p, float *lse, const float *q, const float *k
   }
 }
 
-static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T, int C, int NH) {
+static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T, int C, int NH,
+                          const int *pos) {
   float *out = out_;
   const float *qkv = qkv_;
   int hs = C / NH, C3 = 3 * C;
@@ -525,13 +537,15 @@ static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T
     for (int b = 0; b < B; b++)
       for (int h = 0; h < NH; h++) {
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
+        const int *ps = pos ? pos + (size_t)b * T : NULL;
         float *o = out + (size_t)b * T * C + h * hs;
         float *l = lse + ((size_t)b * NH + h) * T;
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-          int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-          attention_probs(p, l, q, k, r0, r1, T, C3, hs, scale);
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                      p + (size_t)r0 * T, T, v, C3, 0.0f, o + (size_t)r0 * C, C);
+          int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, c0 = attention_from(ps, r0);
+          attention_probs(p, l, q, k, r0, r1, T, C3, hs, scale, ps);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1 - c0, 1.0f,
+                      p + (size_t)r0 * T + c0, T, v + (size_t)c0 * C3, C3, 0.0f, o + (size_t)r0 * C,
+                      C);
         }
       }
     free(p);
@@ -540,7 +554,7 @@ static void attention_fwd(void *out_, float *lse, const void *qkv_, int B, int T
 
 /* The probabilities are recomputed (attention_probs; out and lse are not needed here). */
 static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, const void *out,
-                          const float *lse, int B, int T, int C, int NH) {
+                          const float *lse, int B, int T, int C, int NH, const int *pos) {
   float *dqkv = dqkv_;
   const float *dout = dout_, *qkv = qkv_;
   int hs = C / NH, C3 = 3 * C;
@@ -555,30 +569,37 @@ static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, cons
       for (int h = 0; h < NH; h++) {
         const float *q = qkv + (size_t)b * T * C3 + h * hs, *k = q + C, *v = q + 2 * C;
         const float *d = dout + (size_t)b * T * C + h * hs;
+        const int *ps = pos ? pos + (size_t)b * T : NULL;
         float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
         for (int r0 = 0; r0 < T; r0 += ATT_BLOCK) {
-          int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T;
-          attention_probs(p, NULL, q, k, r0, r1, T, C3, hs, scale);
+          int r1 = r0 + ATT_BLOCK < T ? r0 + ATT_BLOCK : T, c0 = attention_from(ps, r0);
+          attention_probs(p, NULL, q, k, r0, r1, T, C3, hs, scale, ps);
           /* through the weighted sum of values: dP = dO · Vᵀ */
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
-                      d + (size_t)r0 * C, C, v, C3, 0.0f, ds + (size_t)r0 * T, T);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1 - c0, hs, 1.0f,
+                      d + (size_t)r0 * C, C, v + (size_t)c0 * C3, C3, 0.0f,
+                      ds + (size_t)r0 * T + c0, T);
           /* through the softmax, then the scaling: dS = P ∘ (dP − rowsum(P ∘ dP)) · scale */
           for (int i = r0; i < r1; i++) {
             const float *a = p + (size_t)i * T;
             float *g = ds + (size_t)i * T, dot = 0.0f;
-            for (int j = 0; j <= i; j++)
+            int j0 = attention_from(ps, i);
+            for (int j = 0; j < j0; j++)
+              g[j] = 0.0f;
+            for (int j = j0; j <= i; j++)
               dot += a[j] * g[j];
-            for (int j = 0; j <= i; j++)
+            for (int j = j0; j <= i; j++)
               g[j] = a[j] * (g[j] - dot) * scale;
             for (int j = i + 1; j < r1; j++)
               g[j] = 0.0f;
           }
           /* dQ = dS · K, the block's rows */
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                      ds + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1 - c0, 1.0f,
+                      ds + (size_t)r0 * T + c0, T, k + (size_t)c0 * C3, C3, 0.0f,
+                      dq + (size_t)r0 * C3, C3);
         }
         /* dK = dSᵀ · Q and dV = Pᵀ · dO by column blocks: key c has nonzero entries in rows
-         * c..T-1 only, all of which the row blocks above wrote */
+         * c..T-1 only, all of which the row blocks above wrote (zeros before each row's
+         * document) */
         for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
           int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
           cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,

@@ -282,14 +282,14 @@ static void host_free(void *p) {
     RUN("lmhead_bwd", base_##sfx()->lmhead_bwd(di, dw, d, i, w, N, C, V), di, dw, d, i, w);        \
   }                                                                                                \
   static void encoder_fwd_##sfx(void *o, const int *tok, const float *wte, const float *wpe,       \
-                                int B, int T, int C, int v0, int v1) {                             \
-    RUN("encoder_fwd", base_##sfx()->encoder_fwd(o, tok, wte, wpe, B, T, C, v0, v1), o, tok, wte,  \
-        wpe);                                                                                      \
+                                int B, int T, int C, int v0, int v1, const int *pos) {             \
+    RUN("encoder_fwd", base_##sfx()->encoder_fwd(o, tok, wte, wpe, B, T, C, v0, v1, pos), o, tok,  \
+        wte, wpe, pos);                                                                            \
   }                                                                                                \
   static void encoder_bwd_##sfx(float *dwte, float *dwpe, const void *d, const int *tok, int B,    \
-                                int T, int C, int v0, int v1) {                                    \
-    RUN("encoder_bwd", base_##sfx()->encoder_bwd(dwte, dwpe, d, tok, B, T, C, v0, v1), dwte, dwpe, \
-        d, tok);                                                                                   \
+                                int T, int C, int v0, int v1, const int *pos) {                    \
+    RUN("encoder_bwd", base_##sfx()->encoder_bwd(dwte, dwpe, d, tok, B, T, C, v0, v1, pos), dwte,  \
+        dwpe, d, tok, pos);                                                                        \
   }                                                                                                \
   static void layernorm_fwd_##sfx(void *o, float *mean, float *rstd, const void *i,                \
                                   const float *w, const float *b, int N, int C) {                  \
@@ -311,8 +311,9 @@ static void host_free(void *p) {
     RUN("rmsnorm_bwd", base_##sfx()->rmsnorm_bwd(di, dw, d, i, w, rstd, N, C), di, dw, d, i, w,    \
         rstd);                                                                                     \
   }                                                                                                \
-  static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, const float *f, int dir) {  \
-    RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, f, dir), q, f);                             \
+  static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, const float *f, int dir,    \
+                         const int *pos) {                                                         \
+    RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, f, dir, pos), q, f, pos);                   \
   }                                                                                                \
   static void kv_expand_##sfx(void *d, const void *s, int N, int C, int NH, int NKV) {             \
     RUN("kv_expand", base_##sfx()->kv_expand(d, s, N, C, NH, NKV), d, s);                          \
@@ -332,14 +333,15 @@ static void host_free(void *p) {
   static void gelu_bwd_##sfx(void *di, const void *i, const void *d, size_t n) {                   \
     RUN("gelu_bwd", base_##sfx()->gelu_bwd(di, i, d, n), di, i, d);                                \
   }                                                                                                \
-  static void attention_fwd_##sfx(void *o, float *lse, const void *q, int B, int T, int C,         \
-                                  int NH) {                                                        \
-    RUN("attention_fwd", base_##sfx()->attention_fwd(o, lse, q, B, T, C, NH), o, lse, q);          \
+  static void attention_fwd_##sfx(void *o, float *lse, const void *q, int B, int T, int C, int NH, \
+                                  const int *pos) {                                                \
+    RUN("attention_fwd", base_##sfx()->attention_fwd(o, lse, q, B, T, C, NH, pos), o, lse, q,      \
+        pos);                                                                                      \
   }                                                                                                \
   static void attention_bwd_##sfx(void *dq, const void *d, const void *q, const void *o,           \
-                                  const float *lse, int B, int T, int C, int NH) {                 \
-    RUN("attention_bwd", base_##sfx()->attention_bwd(dq, d, q, o, lse, B, T, C, NH), dq, d, q, o,  \
-        lse);                                                                                      \
+                                  const float *lse, int B, int T, int C, int NH, const int *pos) { \
+    RUN("attention_bwd", base_##sfx()->attention_bwd(dq, d, q, o, lse, B, T, C, NH, pos), dq, d,   \
+        q, o, lse, pos);                                                                           \
   }                                                                                                \
   static void add_##sfx(void *o, const void *a, const void *b, size_t n) {                         \
     RUN("add", base_##sfx()->add(o, a, b, n), o, a, b);                                            \

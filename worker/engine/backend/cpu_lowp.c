@@ -171,16 +171,16 @@ static void lmhead_bwd_t(colo_dtype_t t, void *dinp, float *dwte, const void *do
 }
 
 static void encoder_fwd_t(colo_dtype_t t, void *out, const int *tokens, const float *wte,
-                          const float *wpe, int B, int T, int C, int v0, int v1) {
+                          const float *wpe, int B, int T, int C, int v0, int v1, const int *pos) {
   float *fo = fresh((size_t)B * T * C);
-  f32()->encoder_fwd(fo, tokens, wte, wpe, B, T, C, v0, v1);
+  f32()->encoder_fwd(fo, tokens, wte, wpe, B, T, C, v0, v1, pos);
   narrow(t, out, fo, (size_t)B * T * C);
 }
 
 static void encoder_bwd_t(colo_dtype_t t, float *dwte, float *dwpe, const void *dout,
-                          const int *tokens, int B, int T, int C, int v0, int v1) {
+                          const int *tokens, int B, int T, int C, int v0, int v1, const int *pos) {
   float *fd = widen(t, dout, (size_t)B * T * C);
-  f32()->encoder_bwd(dwte, dwpe, fd, tokens, B, T, C, v0, v1);
+  f32()->encoder_bwd(dwte, dwpe, fd, tokens, B, T, C, v0, v1, pos);
   scratch_give(fd);
 }
 
@@ -222,10 +222,10 @@ static void rmsnorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, const void *dou
 }
 
 static void rope_t(colo_dtype_t t, void *qkv, int B, int T, int C, int NH, int pos0,
-                   const float *inv_freq, int dir) {
+                   const float *inv_freq, int dir, const int *pos) {
   size_t n = (size_t)B * T * 3 * C;
   float *f = widen(t, qkv, n);
-  f32()->rope(f, B, T, C, NH, pos0, inv_freq, dir);
+  f32()->rope(f, B, T, C, NH, pos0, inv_freq, dir, pos);
   narrow(t, qkv, f, n);
 }
 
@@ -293,20 +293,20 @@ static void matmul_gelu_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, 
 }
 
 static void attention_fwd_t(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T,
-                            int C, int NH) {
+                            int C, int NH, const int *pos) {
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
   float *fq = widen(t, qkv, nq), *fo = fresh(no);
-  f32()->attention_fwd(fo, lse, fq, B, T, C, NH);
+  f32()->attention_fwd(fo, lse, fq, B, T, C, NH, pos);
   narrow(t, out, fo, no);
   scratch_give(fq);
 }
 
 static void attention_bwd_t(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
-                            const float *lse, int B, int T, int C, int NH) {
+                            const float *lse, int B, int T, int C, int NH, const int *pos) {
   /* the fp32 table recomputes the probabilities and needs neither out nor lse */
   size_t nq = (size_t)B * T * 3 * C, no = (size_t)B * T * C;
   float *fdq = fresh(nq), *fd = widen(t, dout, no), *fq = widen(t, qkv, nq);
-  f32()->attention_bwd(fdq, fd, fq, NULL, lse, B, T, C, NH);
+  f32()->attention_bwd(fdq, fd, fq, NULL, lse, B, T, C, NH, pos);
   narrow(t, dqkv, fdq, nq);
   scratch_give(fd);
   scratch_give(fq);
@@ -411,12 +411,12 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
     lmhead_bwd_t(T, di, dw, d, i, w, N, C, V);                                                     \
   }                                                                                                \
   static void encoder_fwd_##sfx(void *o, const int *tok, const float *wte, const float *wpe,       \
-                                int B, int Tt, int C, int v0, int v1) {                            \
-    encoder_fwd_t(T, o, tok, wte, wpe, B, Tt, C, v0, v1);                                          \
+                                int B, int Tt, int C, int v0, int v1, const int *pos) {            \
+    encoder_fwd_t(T, o, tok, wte, wpe, B, Tt, C, v0, v1, pos);                                     \
   }                                                                                                \
   static void encoder_bwd_##sfx(float *dwte, float *dwpe, const void *d, const int *tok, int B,    \
-                                int Tt, int C, int v0, int v1) {                                   \
-    encoder_bwd_t(T, dwte, dwpe, d, tok, B, Tt, C, v0, v1);                                        \
+                                int Tt, int C, int v0, int v1, const int *pos) {                   \
+    encoder_bwd_t(T, dwte, dwpe, d, tok, B, Tt, C, v0, v1, pos);                                   \
   }                                                                                                \
   static void layernorm_fwd_##sfx(void *o, float *mean, float *rstd, const void *i,                \
                                   const float *w, const float *b, int N, int C) {                  \
@@ -438,8 +438,9 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
                                 const float *rstd, int N, int C) {                                 \
     rmsnorm_bwd_t(T, di, dw, d, i, w, rstd, N, C);                                                 \
   }                                                                                                \
-  static void rope_##sfx(void *q, int B, int Tt, int C, int NH, int p0, const float *f, int dir) { \
-    rope_t(T, q, B, Tt, C, NH, p0, f, dir);                                                        \
+  static void rope_##sfx(void *q, int B, int Tt, int C, int NH, int p0, const float *f, int dir,   \
+                         const int *pos) {                                                         \
+    rope_t(T, q, B, Tt, C, NH, p0, f, dir, pos);                                                   \
   }                                                                                                \
   static void swiglu_fwd_##sfx(void *o, const void *p, int N, int H) {                             \
     swiglu_fwd_t(T, o, p, N, H);                                                                   \
@@ -457,13 +458,14 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
     gelu_bwd_t(T, di, i, d, n);                                                                    \
   }                                                                                                \
   static void attention_fwd_##sfx(void *o, float *lse, const void *q, int B, int Tt, int C,        \
-                                  int NH) {                                                        \
-    attention_fwd_t(T, o, lse, q, B, Tt, C, NH);                                                   \
+                                  int NH, const int *pos) {                                        \
+    attention_fwd_t(T, o, lse, q, B, Tt, C, NH, pos);                                              \
   }                                                                                                \
   static void attention_bwd_##sfx(void *dq, const void *d, const void *q, const void *o,           \
-                                  const float *lse, int B, int Tt, int C, int NH) {                \
+                                  const float *lse, int B, int Tt, int C, int NH,                  \
+                                  const int *pos) {                                                \
     (void)o;                                                                                       \
-    attention_bwd_t(T, dq, d, q, lse, B, Tt, C, NH);                                               \
+    attention_bwd_t(T, dq, d, q, lse, B, Tt, C, NH, pos);                                          \
   }                                                                                                \
   static void add_##sfx(void *o, const void *a, const void *b, size_t n) {                         \
     add_t(T, o, a, b, n);                                                                          \

@@ -57,7 +57,7 @@ static struct {
                           (flash); 0: the batched products (gemm) */
   int gelu_fused; /* the MLP's GELU in cuBLASLt's epilogues; COLO_CUDA_GELU_FUSION=0: without */
   int cudnn;      /* COLO_CUDA_ATTENTION=cudnn: cuDNN's fused attention where it applies
-                     (cuda_cudnn.cu), the fused kernels above elsewhere */
+                     (cuda_cudnn.cu; not with documents), the fused kernels above elsewhere */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -481,36 +481,39 @@ template <class T> static void to_f32(float *dst, const void *src, size_t n) {
 
 template <class T>
 __global__ static void encoder_fwd_kernel(T *out, const int *tokens, const float *wte,
-                                          const float *wpe, int N, int T_, int C, int v0, int v1) {
+                                          const float *wpe, int N, int T_, int C, int v0, int v1,
+                                          const int *pos) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
   for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
     int row = (int)(i / C), c = (int)(i % C), tok = tokens[row];
     float e = tok >= v0 && tok < v1 ? wte[(size_t)(tok - v0) * C + c] : 0.0f;
-    out[i] = st<T>(e + (wpe ? wpe[(size_t)(row % T_) * C + c] : 0.0f));
+    int at = pos ? pos[row] : row % T_;
+    out[i] = st<T>(e + (wpe ? wpe[(size_t)at * C + c] : 0.0f));
   }
 }
 
 template <class T>
 static void encoder_fwd(void *out, const int *tokens, const float *wte, const float *wpe, int B,
-                        int T_, int C, int v0, int v1) {
+                        int T_, int C, int v0, int v1, const int *pos) {
   size_t n = (size_t)B * T_ * C;
-  encoder_fwd_kernel<T>
-      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, tokens, wte, wpe, B * T_, T_, C, v0, v1);
+  encoder_fwd_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, tokens, wte, wpe,
+                                                                  B * T_, T_, C, v0, v1, pos);
   LAUNCHED();
 }
 
-/* dwte: a block per distinct token of the batch, its threads over channels, adding that token's
- * rows in increasing order (rows[first[k] .. first[k+1])), which is the CPU's order: the fp32
- * result is the CPU's bit for bit. */
+/* table[key]: a block per distinct key of the batch (a token for dwte, a position for dwpe with
+ * documents), its threads over channels, adding that key's rows in increasing order
+ * (rows[first[k] .. first[k+1])), which is the CPU's order: the fp32 result is the CPU's bit for
+ * bit. */
 template <class T>
-__global__ static void encoder_bwd_wte_kernel(float *dwte, const T *dout, const int *tok_of,
+__global__ static void add_rows_by_key_kernel(float *table, const T *dout, const int *key_of,
                                               const int *first, const int *rows, int C) {
-  int k = blockIdx.x, tok = tok_of[k];
+  int k = blockIdx.x, key = key_of[k];
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    float acc = dwte[(size_t)tok * C + c];
+    float acc = table[(size_t)key * C + c];
     for (int r = first[k]; r < first[k + 1]; r++)
       acc += ld(dout[(size_t)rows[r] * C + c]);
-    dwte[(size_t)tok * C + c] = acc;
+    table[(size_t)key * C + c] = acc;
   }
 }
 
@@ -526,56 +529,64 @@ __global__ static void encoder_bwd_wpe_kernel(float *dwpe, const T *dout, int B,
   }
 }
 
-/* The rows grouped by token on the host (a counting sort of B·T tokens), then the two kernels. */
+/* table[key − lo] += each row n of dout[N][C] whose key (keys[n], in backend memory) is in
+ * [lo, hi): the rows grouped by key on the host (a counting sort), then the kernel above. */
 template <class T>
-static void encoder_bwd(float *dwte, float *dwpe, const void *dout, const int *tokens, int B,
-                        int T_, int C, int v0, int v1) {
-  int N = B * T_;
-  if (dwpe) {
-    encoder_bwd_wpe_kernel<T>
-        <<<blocks_for((size_t)T_ * C, 256), 256, 0, g.stream>>>(dwpe, (const T *)dout, B, T_, C);
-    LAUNCHED();
-  }
-  if (!dwte || v1 <= v0)
-    return;
-  int V = v1 - v0;
-  /* host: [N] tokens, [V+1] counts, then the device image: [K] tokens, [K+1] firsts, [N] rows */
+static void add_rows_by_key(float *table, const void *dout, const int *keys, int N, int lo, int hi,
+                            int C) {
+  int V = hi - lo;
+  /* host: [N] keys, [V+1] counts, then the device image: [K] keys, [K+1] firsts, [N] rows */
   int *h = (int *)malloc(((size_t)3 * N + 2 * (size_t)V + 2) * sizeof(int));
   if (!h) {
     fprintf(stderr, "colo-train: out of host memory for the embedding gradient\n");
     exit(1);
   }
-  int *tok = h, *count = tok + N, *img = count + V + 1;
-  to_host(tok, tokens, (size_t)N * sizeof(int));
+  int *key = h, *count = key + N, *img = count + V + 1;
+  to_host(key, keys, (size_t)N * sizeof(int));
   memset(count, 0, ((size_t)V + 1) * sizeof(int));
   for (int n = 0; n < N; n++)
-    if (tok[n] >= v0 && tok[n] < v1)
-      count[tok[n] - v0]++;
+    if (key[n] >= lo && key[n] < hi)
+      count[key[n] - lo]++;
   int K = 0, total = 0;
   for (int v = 0; v < V; v++)
     K += count[v] > 0;
-  int *tok_of = img, *first = tok_of + K, *rows = first + K + 1;
+  int *key_of = img, *first = key_of + K, *rows = first + K + 1;
   for (int v = 0, k = 0; v < V; v++) /* count[v] becomes where v's rows start */
     if (count[v]) {
-      tok_of[k] = v;
+      key_of[k] = v;
       first[k++] = total;
       int c = count[v];
       count[v] = total;
       total += c;
     }
   first[K] = total;
-  for (int n = 0; n < N; n++) /* rows in increasing order within each token */
-    if (tok[n] >= v0 && tok[n] < v1)
-      rows[count[tok[n] - v0]++] = n;
+  for (int n = 0; n < N; n++) /* rows in increasing order within each key */
+    if (key[n] >= lo && key[n] < hi)
+      rows[count[key[n] - lo]++] = n;
   if (K > 0) {
     size_t bytes = ((size_t)2 * K + 1 + (size_t)total) * sizeof(int);
     int *d = (int *)scratch(S_INT, bytes);
     from_host(d, img, bytes);
-    encoder_bwd_wte_kernel<T>
-        <<<K, 256, 0, g.stream>>>(dwte, (const T *)dout, d, d + K, d + 2 * K + 1, C);
+    add_rows_by_key_kernel<T>
+        <<<K, 256, 0, g.stream>>>(table, (const T *)dout, d, d + K, d + 2 * K + 1, C);
     LAUNCHED();
   }
   free(h);
+}
+
+template <class T>
+static void encoder_bwd(float *dwte, float *dwpe, const void *dout, const int *tokens, int B,
+                        int T_, int C, int v0, int v1, const int *pos) {
+  int N = B * T_;
+  if (dwpe && pos) { /* documents: the rows of each position, wherever they are */
+    add_rows_by_key<T>(dwpe, dout, pos, N, 0, T_, C);
+  } else if (dwpe) {
+    encoder_bwd_wpe_kernel<T>
+        <<<blocks_for((size_t)T_ * C, 256), 256, 0, g.stream>>>(dwpe, (const T *)dout, B, T_, C);
+    LAUNCHED();
+  }
+  if (dwte && v1 > v0)
+    add_rows_by_key<T>(dwte, dout, tokens, N, v0, v1, C);
 }
 
 /* ---- LayerNorm: a warp per row ---- */
@@ -748,7 +759,7 @@ static void rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp
 
 template <class T>
 __global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int pos0,
-                                   const float *inv_freq, int dir) {
+                                   const float *inv_freq, int dir, const int *at) {
   int hs = C / NH, h2 = hs / 2;
   size_t n = (size_t)BT * 2 * NH * h2, stride = (size_t)gridDim.x * blockDim.x;
   for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
@@ -756,7 +767,7 @@ __global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int po
     size_t rest = idx / h2;
     int part = (int)(rest % (2 * NH)); /* the heads of q, then of k */
     int bt = (int)(rest / (2 * NH));
-    float pos = (float)(pos0 + bt % T_);
+    float pos = (float)(pos0 + (at ? at[bt] : bt % T_));
     float ang = pos * inv_freq[i];
     float c = cosf(ang), sn = dir < 0 ? -sinf(ang) : sinf(ang);
     T *x = qkv + (size_t)bt * 3 * C + (size_t)part * hs;
@@ -767,11 +778,11 @@ __global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int po
 }
 
 template <class T>
-static void rope(void *qkv, int B, int T_, int C, int NH, int pos0, const float *inv_freq,
-                 int dir) {
+static void rope(void *qkv, int B, int T_, int C, int NH, int pos0, const float *inv_freq, int dir,
+                 const int *pos) {
   size_t n = (size_t)B * T_ * C; /* pairs: B·T·2·NH·hs/2 */
-  rope_kernel<T>
-      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)qkv, B * T_, T_, C, NH, pos0, inv_freq, dir);
+  rope_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)qkv, B * T_, T_, C, NH, pos0,
+                                                           inv_freq, dir, pos);
   LAUNCHED();
 }
 
@@ -978,21 +989,23 @@ static void matmul_gelu_bwd(void *dinp, float *dw, float *db, const void *dout, 
  * (saved 0); the backward reads it back (saved 1) after recomputing the scores. */
 template <class T>
 __global__ static void causal_probs_kernel(T *p, float *lse, const float *score, int rows, int T_,
-                                           int saved) {
+                                           int saved, const int *pos, int p0, int NH) {
   int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows)
     return;
   int t = r % T_;
+  /* the first key: 0, or the query's document's first token (pair p0 + r/T_ of the group) */
+  int j0 = pos ? t - pos[(size_t)((p0 + r / T_) / NH) * T_ + t] : 0;
   const float *s_ = score + (size_t)r * T_;
   float l;
   if (saved) {
     l = lse[r];
   } else {
     float mx = -INFINITY, s = 0.0f;
-    for (int j = lane; j <= t; j += 32)
+    for (int j = j0 + lane; j <= t; j += 32)
       mx = fmaxf(mx, s_[j]);
     mx = warp_max(mx);
-    for (int j = lane; j <= t; j += 32)
+    for (int j = j0 + lane; j <= t; j += 32)
       s += expf(s_[j] - mx);
     l = mx + logf(warp_sum(s));
     if (lane == 0)
@@ -1000,11 +1013,12 @@ __global__ static void causal_probs_kernel(T *p, float *lse, const float *score,
   }
   T *a = p + (size_t)r * T_;
   for (int j = lane; j < T_; j += 32)
-    a[j] = st<T>(j <= t ? expf(s_[j] - l) : 0.0f);
+    a[j] = st<T>(j >= j0 && j <= t ? expf(s_[j] - l) : 0.0f);
 }
 
 /* the gradient of the scaled scores from that of the probabilities (fp32), in place of the
- * probabilities: p·(datt − Σ p·datt)·scale (each lane reads its elements before it writes) */
+ * probabilities: p·(datt − Σ p·datt)·scale (each lane reads its elements before it writes; a key
+ * before the query's document has p = 0, and so a gradient of 0) */
 template <class T>
 __global__ static void softmax_bwd_kernel(T *p, const float *datt, int rows, int T_, float scale) {
   int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -1062,8 +1076,8 @@ static void **pair_ptrs(const pair_ats &d, int na, int n, int NH, int group) {
 }
 
 template <class T>
-static void attention_gemm_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C,
-                               int NH) {
+static void attention_gemm_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
+                               const int *pos) {
   const cudaDataType_t t = dtype_of<T>::cuda;
   int hs = C / NH, C3 = 3 * C, pairs = B * NH, pg = pair_group(pairs, T_, sizeof(T));
   float scale = 1.0f / sqrtf((float)hs);
@@ -1085,8 +1099,8 @@ static void attention_gemm_fwd(void *out, float *lse, const void *qkv, int B, in
          **P = S + pairs;
     /* score[t][t2] = scale · q[t]·k[t2] */
     gemm_batched(0, 1, T_, T_, hs, scale, Q, C3, K, C3, t, 0.0f, S, T_, CUDA_R_32F, n);
-    causal_probs_kernel<T>
-        <<<(rows + 7) / 8, 256, 0, g.stream>>>(p, lse + (size_t)p0 * T_, score, rows, T_, 0);
+    causal_probs_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, lse + (size_t)p0 * T_, score,
+                                                                 rows, T_, 0, pos, p0, NH);
     LAUNCHED();
     /* out[t][i] = Σ_t2 p[t][t2] · v[t2][i] */
     gemm_batched(0, 0, T_, hs, T_, 1.0f, P, T_, V, C3, t, 0.0f, O, C, t, n);
@@ -1095,7 +1109,7 @@ static void attention_gemm_fwd(void *out, float *lse, const void *qkv, int B, in
 
 template <class T>
 static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, const float *lse,
-                               int B, int T_, int C, int NH) {
+                               int B, int T_, int C, int NH, const int *pos) {
   const cudaDataType_t t = dtype_of<T>::cuda;
   int hs = C / NH, C3 = 3 * C, pairs = B * NH, pg = pair_group(pairs, T_, sizeof(T));
   float scale = 1.0f / sqrtf((float)hs);
@@ -1120,8 +1134,8 @@ static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, co
          **DK = DQ + pairs, **DV = DK + pairs, **S = DV + pairs, **P = S + pairs;
     /* the probabilities again: scores, then exp(score − lse) */
     gemm_batched(0, 1, T_, T_, hs, scale, Q, C3, K, C3, t, 0.0f, S, T_, CUDA_R_32F, n);
-    causal_probs_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(p, (float *)lse + (size_t)p0 * T_,
-                                                                 s, rows, T_, 1); /* read only */
+    causal_probs_kernel<T><<<(rows + 7) / 8, 256, 0, g.stream>>>(
+        p, (float *)lse + (size_t)p0 * T_, s, rows, T_, 1, pos, p0, NH); /* lse read only */
     LAUNCHED();
     /* dv[t2] = Σ_t p[t][t2] · dout[t] (written: dqkv is the backward's output, not a sum) */
     gemm_batched(1, 0, T_, hs, T_, 1.0f, P, T_, D, C, t, 0.0f, DV, C3, t, n);
@@ -1151,28 +1165,36 @@ static int cudnn_ran(int rc) {
 }
 
 template <class T>
-static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH) {
-  if (g.cudnn &&
+static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
+                          const int *pos) {
+  static int told;
+  if (g.cudnn && pos && !told) {
+    fprintf(stderr, "colo-train: COLO_CUDA_ATTENTION=cudnn: attention within documents runs on "
+                    "colo's own kernels: cuDNN's is not given documents\n");
+    told = 1;
+  }
+  if (g.cudnn && !pos &&
       cudnn_ran(cudnn_attention_fwd(dtype_of<T>::colo, out, lse, qkv, B, T_, C, NH, g.stream)))
     return;
-  if (!g.flash ||
-      !flash_attention_fwd(dtype_of<T>::colo, g.flash == 2, out, lse, qkv, B, T_, C, NH, g.stream))
-    attention_gemm_fwd<T>(out, lse, qkv, B, T_, C, NH);
+  if (!g.flash || !flash_attention_fwd(dtype_of<T>::colo, g.flash == 2, out, lse, qkv, B, T_, C, NH,
+                                       pos, g.stream))
+    attention_gemm_fwd<T>(out, lse, qkv, B, T_, C, NH, pos);
 }
 
 template <class T>
 static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
-                          const float *lse, int B, int T_, int C, int NH) {
-  if (g.cudnn && cudnn_ran(cudnn_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, B, T_,
-                                               C, NH, g.stream)))
+                          const float *lse, int B, int T_, int C, int NH, const int *pos) {
+  if (g.cudnn && !pos &&
+      cudnn_ran(cudnn_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, B, T_, C, NH,
+                                    g.stream)))
     return;
   if (g.flash) {
     float *dsum = (float *)scratch(S_F32, (size_t)B * NH * T_ * sizeof(float));
     if (flash_attention_bwd(dtype_of<T>::colo, g.flash == 2, dqkv, dout, qkv, out, lse, dsum, B, T_,
-                            C, NH, g.stream))
+                            C, NH, pos, g.stream))
       return;
   }
-  attention_gemm_bwd<T>(dqkv, dout, qkv, lse, B, T_, C, NH);
+  attention_gemm_bwd<T>(dqkv, dout, qkv, lse, B, T_, C, NH, pos);
 }
 
 /* ---- elementwise ---- */

@@ -108,11 +108,12 @@ template <> struct dtype_of<fp16> {
  * runs the batched-product attention. async: the streamed tiles in two stages, the next loaded
  * (cp.async) while the block works on this one (COLO_CUDA_ATTENTION=flash-async). */
 int flash_attention_fwd(colo_dtype_t t, int async, void *out, float *lse, const void *qkv, int B,
-                        int T, int C, int NH, cudaStream_t stream);
-/* dsum: fp32 scratch of B·NH·T (each query's Σ dout·out) */
+                        int T, int C, int NH, const int *pos, cudaStream_t stream);
+/* dsum: fp32 scratch of B·NH·T (each query's Σ dout·out); pos: documents, as backend.h's
+ * attention entries take them (NULL: none) */
 int flash_attention_bwd(colo_dtype_t t, int async, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *lse, float *dsum, int B, int T, int C, int NH,
-                        cudaStream_t stream);
+                        const int *pos, cudaStream_t stream);
 
 /* ---- cuDNN's fused attention (cuda_cudnn.cu), COLO_CUDA_ATTENTION=cudnn ----
  * cudnn_attention_open loads cuDNN (dlopen: COLO_CUDNN_LIBRARY, else libcudnn.so.9) and makes its

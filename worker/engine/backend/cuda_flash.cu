@@ -18,6 +18,11 @@
  * the online softmax (running max and sum per row, in base 2, the output rescaled as the max
  * grows), and saves each query's log-sum-exp of its scaled scores, as the CPU does.
  *
+ * Documents (pos, backend.h): query t sees keys t − pos[t] … t. A document's first token only
+ * moves on down the rows, so a query tile's walk starts at the key tile of its first row's
+ * document, and a key tile's walk over the query tiles ends at the first whose first row's
+ * document starts after it; within the tiles walked, each score is masked by its row's start.
+ *
  * Backward, three kernels: dsum = Σ dout·out per query; a block per key tile walks the query
  * tiles from the diagonal on, its dk and dv accumulating in registers; a block per query tile
  * walks the key tiles up to the diagonal, its dq accumulating likewise. Both recompute
@@ -240,8 +245,9 @@ __device__ static void load_kv_async(E *ks, E *vs, const E *q, int kt, int T_, i
   load_tile_async<E, HS>(vs, q + 2 * C, kt * TILE, T_, 3 * (size_t)C);
 }
 
-/* n floats of a row vector from t0 on, asynchronously; those at or past T are zeros */
-__device__ static void load_row_async(float *dst, const float *src, int t0, int T_) {
+/* TILE 4-byte values (floats, or ints) of a row vector from t0 on, asynchronously; those at or
+ * past T are zeros */
+template <class V> __device__ static void load_row_async(V *dst, const V *src, int t0, int T_) {
   for (int i = threadIdx.x; i < TILE; i += THREADS) {
     bool in = t0 + i < T_;
     cp4(dst + i, src + (in ? t0 + i : t0), in);
@@ -266,7 +272,8 @@ template <bool ASYNC> __device__ __forceinline__ static int stage_of(int i) {
 
 template <class E, int HS, bool ASYNC>
 __global__ static void __launch_bounds__(THREADS)
-    flash_fwd_kernel(E *out, float *lse, const E *qkv, int T_, int C, int NH, float scale) {
+    flash_fwd_kernel(E *out, float *lse, const E *qkv, int T_, int C, int NH, float scale,
+                     const int *pos) {
   typedef geo<E, HS> G;
   extern __shared__ __align__(128) unsigned char smem[];
   /* q, then k and v of each stage */
@@ -278,19 +285,26 @@ __global__ static void __launch_bounds__(THREADS)
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS;
+  const int *ps = pos ? pos + (size_t)b * T_ : NULL; /* the sequence's positions */
+  /* the first key tile: that of the tile's first row's document */
+  const int kt0 = ps ? (qt * TILE - ps[qt * TILE]) / TILE : 0;
   if (ASYNC) { /* q and the first k and v: group 0 */
     load_tile_async<E, HS>(qs, q, qt * TILE, T_, C3);
-    load_kv_async<E, HS>(KS(0), VS(0), q, 0, T_, C);
+    load_kv_async<E, HS>(KS(0), VS(0), q, kt0, T_, C);
     cp_commit();
   } else {
     load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
   }
   const float sl2 = scale * LOG2E; /* scores in base 2 */
   const int r0 = warp * 16, row[2] = {qt * TILE + r0 + lane / 4, qt * TILE + r0 + lane / 4 + 8};
+  int from[2]; /* each row's first key */
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+    from[i] = ps && row[i] < T_ ? row[i] - ps[row[i]] : 0;
   float o[HS / 8][4] = {}, mx[2] = {-INFINITY, -INFINITY}, sum[2] = {0.0f, 0.0f};
   uint32_t fq[HS / 16][4]; /* q's fragments, loaded once */
-  for (int kt = 0; kt <= qt; kt++) {
-    const int st = stage_of<ASYNC>(kt);
+  for (int kt = kt0; kt <= qt; kt++) {
+    const int st = stage_of<ASYNC>(kt - kt0);
     E *ks = KS(st), *vs = VS(st);
     if (ASYNC) {
       if (kt < qt) /* into the other stage, which every warp finished with last time round */
@@ -304,34 +318,38 @@ __global__ static void __launch_bounds__(THREADS)
       load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
       __syncthreads();
     }
-    if (kt == 0) /* q is in */
+    if (kt == kt0) /* q is in */
       frags_a<E, HS>(fq, qs, r0, lane);
     float s[TILE / 8][4];
     product_tf<E, HS>(s, fq, ks, lane);
-    /* the online softmax: key k is seen when it is not after the query. The tile's first key
-     * never is, so a row's max is finite from the first tile on. */
+    /* the online softmax: key k is seen when it is not after the query nor before its
+     * document. Without documents the first tile's first key always is, so a row's max is
+     * finite from the first tile on; with them a row may see nothing in a tile, and its max
+     * stays −∞ until it does (m, a finite stand-in, keeps exp2 from −∞ − −∞) */
     float tmax[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int j = 0; j < TILE / 8; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         int key = kt * TILE + j * 8 + 2 * t4 + (e & 1);
-        float v = kt < qt || key <= row[e / 2] ? s[j][e] * sl2 : -INFINITY;
+        bool seen = (kt < qt || key <= row[e / 2]) && key >= from[e / 2];
+        float v = seen ? s[j][e] * sl2 : -INFINITY;
         s[j][e] = v;
         tmax[e / 2] = fmaxf(tmax[e / 2], v);
       }
-    float alpha[2], tsum[2] = {0.0f, 0.0f};
+    float alpha[2], m[2], tsum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < 2; i++) {
       float mnew = fmaxf(mx[i], quad_max(tmax[i]));
-      alpha[i] = exp2f(mx[i] - mnew);
+      m[i] = mnew == -INFINITY ? 0.0f : mnew;
+      alpha[i] = exp2f(mx[i] - m[i]);
       mx[i] = mnew;
     }
 #pragma unroll
     for (int j = 0; j < TILE / 8; j++)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
-        float p = exp2f(s[j][e] - mx[e / 2]);
+        float p = exp2f(s[j][e] - m[e / 2]);
         s[j][e] = p;
         tsum[e / 2] += p;
       }
@@ -393,18 +411,21 @@ __global__ static void flash_dsum_kernel(float *dsum, const E *dout, const E *ou
  * wholly below the diagonal) every pair is taken: rows at or past T in such a tile were loaded
  * as zeros, with a log-sum-exp and dsum of zero, so their p is 1 and every gradient they add
  * is 0·something. dk-dv's, transposed: s and dp are [key][query]; lq the query tile's
- * log-sum-exps (times l2 in base 2) and dl its dsums; keys key[0], key[1], queries q0 + c0 on. */
+ * log-sum-exps (times l2 in base 2) and dl its dsums; keys key[0], key[1], queries q0 + c0 on.
+ * With documents, pq holds the query tile's positions (NULL: none), and a key before a query's
+ * document is masked, MASK or not. */
 template <bool MASK, int SUB>
-__device__ __forceinline__ static void
-score_grads(float (&s)[SUB / 8][4], float (&dp)[SUB / 8][4], const float *lq, const float *dl,
-            float l2, int c0, int q0, const int (&key)[2], int T_, float sl2, float scale, int t4) {
+__device__ __forceinline__ static void score_grads(float (&s)[SUB / 8][4], float (&dp)[SUB / 8][4],
+                                                   const float *lq, const float *dl, const int *pq,
+                                                   float l2, int c0, int q0, const int (&key)[2],
+                                                   int T_, float sl2, float scale, int t4) {
 #pragma unroll
   for (int j = 0; j < SUB / 8; j++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       int qi = c0 + j * 8 + 2 * t4 + (e & 1), query = q0 + qi;
       float p = 0.0f, g = 0.0f;
-      if (!MASK || (key[e / 2] <= query && query < T_)) {
+      if ((!MASK || (key[e / 2] <= query && query < T_)) && (!pq || key[e / 2] >= query - pq[qi])) {
         p = exp2f(s[j][e] * sl2 - lq[qi] * l2);
         g = p * (dp[j][e] - dl[qi]) * scale;
       }
@@ -413,51 +434,57 @@ score_grads(float (&s)[SUB / 8][4], float (&dp)[SUB / 8][4], const float *lq, co
     }
 }
 
-/* dq's: s and dp are [query][key], the rows row[0], row[1] with their log-sum-exps l (base 2) and
- * dsums D, keys k0 on; s becomes the score gradient */
+/* dq's: s and dp are [query][key], the rows row[0], row[1] with their log-sum-exps l (base 2),
+ * dsums D and first keys from (0 without documents), keys k0 on; s becomes the score gradient */
 template <bool MASK, int SUB>
 __device__ __forceinline__ static void
 query_grads(float (&s)[SUB / 8][4], const float (&dp)[SUB / 8][4], const float (&l)[2],
-            const float (&D)[2], int k0, const int (&row)[2], int T_, float sl2, float scale,
-            int t4) {
+            const float (&D)[2], const int (&from)[2], int k0, const int (&row)[2], int T_,
+            float sl2, float scale, int t4) {
 #pragma unroll
   for (int j = 0; j < SUB / 8; j++)
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       int key = k0 + j * 8 + 2 * t4 + (e & 1), i = e / 2;
       float g = 0.0f;
-      if (!MASK || (key <= row[i] && row[i] < T_))
+      if ((!MASK || (key <= row[i] && row[i] < T_)) && key >= from[i])
         g = exp2f(s[j][e] * sl2 - l[i]) * (dp[j][e] - D[i]) * scale;
       s[j][e] = g;
     }
 }
 
-/* dk and dv of one key tile: a warp's 16 keys against every query tile from the diagonal on */
+/* dk and dv of one key tile: a warp's 16 keys against every query tile from the diagonal on
+ * (with documents, up to the first whose queries all start their documents after it) */
 template <class E, int HS, bool ASYNC>
 __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
     flash_bwd_kv_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
-                        int T_, int C, int NH, float scale) {
+                        int T_, int C, int NH, float scale, const int *pos) {
   typedef geo<E, HS> G;
   extern __shared__ __align__(128) unsigned char smem[];
-  /* k and v, then q and dout of each stage, then each stage's log-sum-exps and dsums */
+  /* k and v, then q and dout of each stage, then each stage's log-sum-exps and dsums, then (with
+   * documents) each stage's positions */
   E *ks = (E *)smem, *vs = (E *)(smem + G::tile);
   constexpr int NS = ASYNC ? 2 : 1;
 #define QS(st) ((E *)(smem + (2 + 2 * (st)) * G::tile))
 #define DS(st) ((E *)(smem + (3 + 2 * (st)) * G::tile))
 #define LQ(st) ((float *)(smem + (2 + 2 * NS) * G::tile) + 2 * TILE * (st))
 #define DL(st) (LQ(st) + TILE)
+#define PQ(st) ((int *)LQ(NS) + TILE * (st))
   int kt = blockIdx.x, nt = gridDim.x; /* the first tiles walk longest, and start first */
   int pair = blockIdx.y, b = pair / NH, h = pair % NH;
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS, *d = dout + (size_t)b * T_ * C + h * HS;
   const float *lse_p = lse + (size_t)pair * T_, *dsum_p = dsum + (size_t)pair * T_;
-  if (ASYNC) { /* k, v and the first query tile's: group 0 */
+  const int *ps = pos ? pos + (size_t)b * T_ : NULL; /* the sequence's positions */
+  if (ASYNC) {                                       /* k, v and the first query tile's: group 0 */
     load_kv_async<E, HS>(ks, vs, q, kt, T_, C);
     load_tile_async<E, HS>(QS(0), q, kt * TILE, T_, C3);
     load_tile_async<E, HS>(DS(0), d, kt * TILE, T_, C);
     load_row_async(LQ(0), lse_p, kt * TILE, T_);
     load_row_async(DL(0), dsum_p, kt * TILE, T_);
+    if (ps)
+      load_row_async(PQ(0), ps, kt * TILE, T_);
     cp_commit();
   } else {
     load_tile<E, HS>(ks, q + C, kt * TILE, T_, C3);
@@ -468,15 +495,21 @@ __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
   float dk[HS / 8][4] = {}, dv[HS / 8][4] = {};
   uint32_t fk[HS / 16][4], fv[HS / 16][4]; /* k's and v's fragments, loaded once */
   for (int qt = kt; qt < nt; qt++) {
+    /* documents: this tile's first query, and so every later one, starts after these keys */
+    if (ps && qt * TILE - ps[qt * TILE] >= (kt + 1) * TILE)
+      break;
     const int st = stage_of<ASYNC>(qt - kt);
     E *qs = QS(st), *ds = DS(st);
     float *lq = LQ(st), *dl = DL(st);
+    int *pq = ps ? PQ(st) : NULL;
     if (ASYNC) {
       if (qt + 1 < nt) {
         load_tile_async<E, HS>(QS(st ^ 1), q, (qt + 1) * TILE, T_, C3);
         load_tile_async<E, HS>(DS(st ^ 1), d, (qt + 1) * TILE, T_, C);
         load_row_async(LQ(st ^ 1), lse_p, (qt + 1) * TILE, T_);
         load_row_async(DL(st ^ 1), dsum_p, (qt + 1) * TILE, T_);
+        if (ps)
+          load_row_async(PQ(st ^ 1), ps, (qt + 1) * TILE, T_);
       }
       cp_commit();
       cp_wait<1>();
@@ -489,6 +522,8 @@ __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
         int t = qt * TILE + i;
         lq[i] = t < T_ ? lse_p[t] * LOG2E : 0.0f;
         dl[i] = t < T_ ? dsum_p[t] : 0.0f;
+        if (pq)
+          pq[i] = t < T_ ? ps[t] : 0;
       }
       __syncthreads();
     }
@@ -504,10 +539,10 @@ __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
       product_tf<E, HS, SUB>(dp, fv, ds + c0 * G::LE, lane); /* dout·v, transposed */
       /* the async loads bring the log-sum-exp as it is stored */
       if (qt > kt)
-        score_grads<false, SUB>(s, dp, lq, dl, ASYNC ? LOG2E : 1.0f, c0, qt * TILE, key, T_, sl2,
-                                scale, t4);
+        score_grads<false, SUB>(s, dp, lq, dl, pq, ASYNC ? LOG2E : 1.0f, c0, qt * TILE, key, T_,
+                                sl2, scale, t4);
       else
-        score_grads<true, SUB>(s, dp, lq, dl, ASYNC ? LOG2E : 1.0f, c0, qt * TILE, key, T_, sl2,
+        score_grads<true, SUB>(s, dp, lq, dl, pq, ASYNC ? LOG2E : 1.0f, c0, qt * TILE, key, T_, sl2,
                                scale, t4);
       product_acc<E, HS, SUB>(dv, s, ds + c0 * G::LE, lane);  /* dv += pᵀ·dout */
       product_acc<E, HS, SUB>(dk, dp, qs + c0 * G::LE, lane); /* dk += (score gradient)ᵀ·q */
@@ -515,20 +550,24 @@ __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
     if (ASYNC)
       __syncthreads();
   }
+  if (ASYNC)
+    cp_wait<0>(); /* a walk cut short by documents leaves the next tile's copies in flight */
 #undef QS
 #undef DS
 #undef LQ
 #undef DL
+#undef PQ
   E *base = dqkv + (size_t)b * T_ * C3 + h * HS;
   store_rows<E, HS>(base + C, C3, dk, kt * TILE + r0, T_, lane);
   store_rows<E, HS>(base + 2 * C, C3, dv, kt * TILE + r0, T_, lane);
 }
 
-/* dq of one query tile: a warp's 16 queries against every key tile up to the diagonal */
+/* dq of one query tile: a warp's 16 queries against every key tile up to the diagonal (with
+ * documents, from that of the tile's first row's document) */
 template <class E, int HS, bool ASYNC>
 __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
     flash_bwd_q_kernel(E *dqkv, const E *dout, const E *qkv, const float *lse, const float *dsum,
-                       int T_, int C, int NH, float scale) {
+                       int T_, int C, int NH, float scale, const int *pos) {
   typedef geo<E, HS> G;
   extern __shared__ __align__(128) unsigned char smem[];
   /* q and dout, then k and v of each stage */
@@ -540,10 +579,12 @@ __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
   int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t4 = lane % 4;
   size_t C3 = 3 * (size_t)C;
   const E *q = qkv + (size_t)b * T_ * C3 + h * HS, *d = dout + (size_t)b * T_ * C + h * HS;
+  const int *ps = pos ? pos + (size_t)b * T_ : NULL;
+  const int kt0 = ps ? (qt * TILE - ps[qt * TILE]) / TILE : 0;
   if (ASYNC) { /* q, dout and the first k and v: group 0 */
     load_tile_async<E, HS>(qs, q, qt * TILE, T_, C3);
     load_tile_async<E, HS>(ds, d, qt * TILE, T_, C);
-    load_kv_async<E, HS>(KS(0), VS(0), q, 0, T_, C);
+    load_kv_async<E, HS>(KS(0), VS(0), q, kt0, T_, C);
     cp_commit();
   } else {
     load_tile<E, HS>(qs, q, qt * TILE, T_, C3);
@@ -552,15 +593,17 @@ __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
   const float sl2 = scale * LOG2E;
   const int r0 = warp * 16, row[2] = {qt * TILE + r0 + lane / 4, qt * TILE + r0 + lane / 4 + 8};
   float l[2], D[2];
+  int from[2];
 #pragma unroll
   for (int i = 0; i < 2; i++) {
     l[i] = row[i] < T_ ? lse[(size_t)pair * T_ + row[i]] * LOG2E : 0.0f;
     D[i] = row[i] < T_ ? dsum[(size_t)pair * T_ + row[i]] : 0.0f;
+    from[i] = ps && row[i] < T_ ? row[i] - ps[row[i]] : 0;
   }
   float dq[HS / 8][4] = {};
   uint32_t fq[HS / 16][4], fd[HS / 16][4]; /* q's and dout's fragments, loaded once */
-  for (int kt = 0; kt <= qt; kt++) {
-    const int st = stage_of<ASYNC>(kt);
+  for (int kt = kt0; kt <= qt; kt++) {
+    const int st = stage_of<ASYNC>(kt - kt0);
     E *ks = KS(st), *vs = VS(st);
     if (ASYNC) {
       if (kt < qt)
@@ -574,7 +617,7 @@ __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
       load_tile<E, HS>(vs, q + 2 * C, kt * TILE, T_, C3);
       __syncthreads();
     }
-    if (kt == 0) { /* q and dout are in */
+    if (kt == kt0) { /* q and dout are in */
       frags_a<E, HS>(fq, qs, r0, lane);
       frags_a<E, HS>(fd, ds, r0, lane);
     }
@@ -585,9 +628,9 @@ __global__ static void __launch_bounds__(THREADS, bwd_blocks<HS>::n)
       product_tf<E, HS, SUB>(s, fq, ks + c0 * G::LE, lane);  /* scores [query][key] */
       product_tf<E, HS, SUB>(dp, fd, vs + c0 * G::LE, lane); /* dout·v */
       if (kt < qt)
-        query_grads<false, SUB>(s, dp, l, D, kt * TILE + c0, row, T_, sl2, scale, t4);
+        query_grads<false, SUB>(s, dp, l, D, from, kt * TILE + c0, row, T_, sl2, scale, t4);
       else
-        query_grads<true, SUB>(s, dp, l, D, kt * TILE + c0, row, T_, sl2, scale, t4);
+        query_grads<true, SUB>(s, dp, l, D, from, kt * TILE + c0, row, T_, sl2, scale, t4);
       product_acc<E, HS, SUB>(dq, s, ks + c0 * G::LE, lane); /* dq += (score gradient)·k */
     }
     if (ASYNC)
@@ -607,7 +650,7 @@ template <class K> static void allow_smem(K kernel, size_t bytes) {
 
 template <class E, int HS, bool ASYNC>
 static void fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
-                cudaStream_t stream) {
+                const int *pos, cudaStream_t stream) {
   typedef geo<E, HS> G;
   static const size_t bytes = (ASYNC ? 5 : 3) * G::tile;
   static int allowed;
@@ -615,16 +658,16 @@ static void fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, in
     allow_smem(flash_fwd_kernel<E, HS, ASYNC>, bytes), allowed = 1;
   dim3 grid((T_ + TILE - 1) / TILE, B * NH);
   flash_fwd_kernel<E, HS, ASYNC><<<grid, THREADS, bytes, stream>>>(
-      (E *)out, lse, (const E *)qkv, T_, C, NH, 1.0f / sqrtf((float)HS));
+      (E *)out, lse, (const E *)qkv, T_, C, NH, 1.0f / sqrtf((float)HS), pos);
   LAUNCHED();
 }
 
 template <class E, int HS, bool ASYNC>
 static void bwd(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                float *dsum, int B, int T_, int C, int NH, cudaStream_t stream) {
+                float *dsum, int B, int T_, int C, int NH, const int *pos, cudaStream_t stream) {
   typedef geo<E, HS> G;
   constexpr int NS = ASYNC ? 2 : 1; /* stages of the streamed tiles */
-  static const size_t kv_bytes = (2 + 2 * NS) * G::tile + NS * 2 * TILE * 4,
+  static const size_t kv_bytes = (2 + 2 * NS) * G::tile + NS * 3 * TILE * 4,
                       q_bytes = (2 + 2 * NS) * G::tile;
   static int allowed;
   if (!allowed) {
@@ -639,10 +682,10 @@ static void bwd(void *dqkv, const void *dout, const void *qkv, const void *out, 
   LAUNCHED();
   dim3 grid((T_ + TILE - 1) / TILE, B * NH);
   flash_bwd_kv_kernel<E, HS, ASYNC><<<grid, THREADS, kv_bytes, stream>>>(
-      (E *)dqkv, (const E *)dout, (const E *)qkv, lse, dsum, T_, C, NH, scale);
+      (E *)dqkv, (const E *)dout, (const E *)qkv, lse, dsum, T_, C, NH, scale, pos);
   LAUNCHED();
   flash_bwd_q_kernel<E, HS, ASYNC><<<grid, THREADS, q_bytes, stream>>>(
-      (E *)dqkv, (const E *)dout, (const E *)qkv, lse, dsum, T_, C, NH, scale);
+      (E *)dqkv, (const E *)dout, (const E *)qkv, lse, dsum, T_, C, NH, scale, pos);
   LAUNCHED();
 }
 
@@ -662,16 +705,16 @@ static int handles(colo_dtype_t t, int B, int T_, int C, int NH, const void *con
 
 template <class E, bool ASYNC>
 static int fwd_hs(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
-                  cudaStream_t s) {
+                  const int *pos, cudaStream_t s) {
   switch (C / NH) {
   case 32:
-    fwd<E, 32, ASYNC>(out, lse, qkv, B, T_, C, NH, s);
+    fwd<E, 32, ASYNC>(out, lse, qkv, B, T_, C, NH, pos, s);
     return 1;
   case 64:
-    fwd<E, 64, ASYNC>(out, lse, qkv, B, T_, C, NH, s);
+    fwd<E, 64, ASYNC>(out, lse, qkv, B, T_, C, NH, pos, s);
     return 1;
   case 128:
-    fwd<E, 128, ASYNC>(out, lse, qkv, B, T_, C, NH, s);
+    fwd<E, 128, ASYNC>(out, lse, qkv, B, T_, C, NH, pos, s);
     return 1;
   }
   return 0;
@@ -679,42 +722,42 @@ static int fwd_hs(void *out, float *lse, const void *qkv, int B, int T_, int C, 
 
 template <class E, bool ASYNC>
 static int bwd_hs(void *dqkv, const void *dout, const void *qkv, const void *out, const float *lse,
-                  float *dsum, int B, int T_, int C, int NH, cudaStream_t s) {
+                  float *dsum, int B, int T_, int C, int NH, const int *pos, cudaStream_t s) {
   switch (C / NH) {
   case 32:
-    bwd<E, 32, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
+    bwd<E, 32, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, pos, s);
     return 1;
   case 64:
-    bwd<E, 64, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
+    bwd<E, 64, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, pos, s);
     return 1;
   case 128:
-    bwd<E, 128, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, s);
+    bwd<E, 128, ASYNC>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, pos, s);
     return 1;
   }
   return 0;
 }
 
 int flash_attention_fwd(colo_dtype_t t, int async, void *out, float *lse, const void *qkv, int B,
-                        int T_, int C, int NH, cudaStream_t stream) {
+                        int T_, int C, int NH, const int *pos, cudaStream_t stream) {
   const void *p[] = {out, qkv};
   if (!handles(t, B, T_, C, NH, p, 2))
     return 0;
   if (t == COLO_DTYPE_BF16)
-    return async ? fwd_hs<bf16, true>(out, lse, qkv, B, T_, C, NH, stream)
-                 : fwd_hs<bf16, false>(out, lse, qkv, B, T_, C, NH, stream);
-  return async ? fwd_hs<fp16, true>(out, lse, qkv, B, T_, C, NH, stream)
-               : fwd_hs<fp16, false>(out, lse, qkv, B, T_, C, NH, stream);
+    return async ? fwd_hs<bf16, true>(out, lse, qkv, B, T_, C, NH, pos, stream)
+                 : fwd_hs<bf16, false>(out, lse, qkv, B, T_, C, NH, pos, stream);
+  return async ? fwd_hs<fp16, true>(out, lse, qkv, B, T_, C, NH, pos, stream)
+               : fwd_hs<fp16, false>(out, lse, qkv, B, T_, C, NH, pos, stream);
 }
 
 int flash_attention_bwd(colo_dtype_t t, int async, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *lse, float *dsum, int B, int T_, int C,
-                        int NH, cudaStream_t stream) {
+                        int NH, const int *pos, cudaStream_t stream) {
   const void *p[] = {dqkv, dout, qkv, out};
   if (!handles(t, B, T_, C, NH, p, 4))
     return 0;
   if (t == COLO_DTYPE_BF16)
-    return async ? bwd_hs<bf16, true>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream)
-                 : bwd_hs<bf16, false>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream);
-  return async ? bwd_hs<fp16, true>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream)
-               : bwd_hs<fp16, false>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, stream);
+    return async ? bwd_hs<bf16, true>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, pos, stream)
+                 : bwd_hs<bf16, false>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, pos, stream);
+  return async ? bwd_hs<fp16, true>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, pos, stream)
+               : bwd_hs<fp16, false>(dqkv, dout, qkv, out, lse, dsum, B, T_, C, NH, pos, stream);
 }

@@ -98,7 +98,11 @@ struct colo_gpt_s {
   size_t wq_off, wap_off, wfc_off, wfp_off; /* elements into a block's compute copies (w) */
   int *targets; /* copy of the last forward's targets, in the backend's memory */
   int *inputs;  /* and of its inputs */
-  float *host;  /* host scratch for the loss: [N] losses, then gmax, gsum, tlogit, gather [tp][N] */
+  /* documents (colo_gpt_set_documents): the token that begins each (-1: none), and the last
+   * forward's positions within them, [N] in the backend's memory (doc_pos) and the host's */
+  int doc_token;
+  int *doc_pos, *doc_pos_host;
+  float *host; /* host scratch for the loss: [N] losses, then gmax, gsum, tlogit, gather [tp][N] */
   int B, T, have_targets;
   /* colo_gpt_forward_train: the loss's gradient for loss scale fuse_scale is computed with the
    * loss (fuse_next), and the logits then hold it (logits_grad) */
@@ -509,6 +513,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
+  m->doc_token = -1;
   m->tp = tp;
   m->tp_comm = tp > 1 ? tp_comm : NULL;
   m->tpr = tp > 1 ? colo_comm_rank(tp_comm) : 0;
@@ -670,8 +675,37 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   free(m->pt);
   colo_pool_free(p, m->targets);
   colo_pool_free(p, m->inputs);
+  colo_pool_free(p, m->doc_pos);
+  free(m->doc_pos_host);
   free(m->host);
   free(m);
+}
+
+int colo_gpt_set_documents(colo_gpt_t *m, int token, char *err, size_t errlen) {
+  if (token >= m->cfg.vocab_size)
+    return colo_fail(err, errlen, COLO_EINVAL, "document token %d is outside the vocabulary of %d",
+                     token, m->cfg.vocab_size);
+  m->doc_token = token < 0 ? -1 : token;
+  if (token < 0) {
+    colo_pool_free(m->pool, m->doc_pos);
+    free(m->doc_pos_host);
+    m->doc_pos = NULL, m->doc_pos_host = NULL;
+    return 0;
+  }
+  if (m->doc_pos)
+    return 0;
+  size_t N = (size_t)m->max_B * m->cfg.block_size;
+  if (!(m->doc_pos_host = malloc(N * sizeof(int))))
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of host memory for %zu positions", N);
+  if (!(m->doc_pos = colo_pool_alloc(m->pool, N * sizeof(int), "tokens"))) {
+    free(m->doc_pos_host), m->doc_pos_host = NULL;
+    return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
+  }
+  return 0;
+}
+
+int colo_gpt_document_token(const colo_gpt_t *m) {
+  return m->doc_token;
 }
 
 const colo_gpt_config_t *colo_gpt_config(const colo_gpt_t *m) {
@@ -922,8 +956,8 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   if (m->gqa) /* each key and value head repeated for its group of query heads */
     be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
   if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
-    be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1);
-  be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl);
+    be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1, m->doc_pos);
+  be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl, m->doc_pos);
   be->matmul_fwd(m->proj, a->atty, w.attproj, apb, N, Cq, C);
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
   norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
@@ -1016,6 +1050,12 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   m->logits_grad = 0;
   if (inputs)
     be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
+  if (inputs && m->doc_pos) { /* each token's position in its document */
+    int *p = m->doc_pos_host;
+    for (int n = 0; n < N; n++)
+      p[n] = n % T == 0 || inputs[n] == m->doc_token ? 0 : p[n - 1] + 1;
+    be->from_host(m->doc_pos, p, (size_t)N * sizeof(int));
+  }
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (m->first) {
@@ -1023,7 +1063,7 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
       return NAN;
     /* vocab-parallel embedding: each shard adds its rows, the first also the positions */
     be->encoder_fwd(m->encoded, m->inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
-                    m->v0 + Vl);
+                    m->v0 + Vl, m->doc_pos);
     release(m, (size_t)m->i_wte, (size_t)m->n_top);
     if (m->sp) { /* summed by rows, this rank's into its residual stream */
       if (rows_reduce_scatter(m, m->encoded, rowf) < 0)
@@ -1103,7 +1143,7 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
   }
   be->from_host(m->inputs, &token, sizeof token);
   be->encoder_fwd(m->resid[0], m->inputs, WTE(m), WPE(m) ? WPE(m) + (size_t)pos * C : NULL, 1, 1, C,
-                  0, V);
+                  0, V, NULL);
   int H = m->Cf;
   float scale = 1.0f / sqrtf((float)hs);
   int n = pos + 1;
@@ -1117,7 +1157,7 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     if (m->gqa)
       be->kv_expand(qkv, m->qsmall, 1, C, NH, m->NKVl);
     if (m->llama) /* this position's query and key: the cache keeps keys rotated */
-      be->rope(qkv, 1, 1, C, NH, pos, m->inv_freq, 1);
+      be->rope(qkv, 1, 1, C, NH, pos, m->inv_freq, 1, NULL);
     for (int h = 0; h < NH; h++) {
       size_t head = ((size_t)l * NH + h) * T * hs; /* this head's cache of this layer */
       float *K = (float *)m->kcache + head, *Vh = (float *)m->vcache + head;
@@ -1356,9 +1396,9 @@ blocks:
     dout = full_rows(m, off, rowf);
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty, w.attproj, N,
                    Cq, C);
-    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl);
+    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl, m->doc_pos);
     if (m->llama) /* through the rotation: its transpose */
-      be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1);
+      be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, m->doc_pos);
     if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
       be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->gqa ? m->qsmall : m->dqkv,
@@ -1380,7 +1420,7 @@ blocks:
                                   (m->i_wpe >= 0 && grads_begin(m, (size_t)m->i_wpe, 1) < 0)))
     return;
   const void *dout = full_rows(m, off, rowf);
-  be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl);
+  be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl, m->doc_pos);
   grads_ready(m, (size_t)m->i_wte, 1);
   if (m->i_wpe >= 0)
     grads_ready(m, (size_t)m->i_wpe, 1);

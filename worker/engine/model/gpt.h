@@ -160,6 +160,18 @@ float colo_gpt_forward_train(colo_gpt_t *m, const int *inputs, const int *target
  * memory. */
 void colo_gpt_read_logits(const colo_gpt_t *m, size_t row, float *dst);
 
+/* Documents: with a document token (≥ 0), a token of the inputs equal to it begins a document
+ * (GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>), and so does each row's first token. Each
+ * forward then numbers the tokens by their place in their document, and a token attends only to
+ * its document's tokens up to itself, at those positions (the learned position embedding's row,
+ * or the rotary angle): each document in a window computes what it would alone, as Megatron's
+ * reset_attention_mask and reset_position_ids together give. A pipeline stage needs the inputs
+ * for that, whether first or not. -1 turns it off (the default). COLO_EINVAL for a token outside
+ * the vocabulary, COLO_ENOMEM when the positions ([max_B][block_size] ints) do not fit the pool;
+ * reason in err. */
+int colo_gpt_set_documents(colo_gpt_t *m, int token, char *err, size_t errlen);
+int colo_gpt_document_token(const colo_gpt_t *m);
+
 /* Gradient hooks, for ZeRO stage 2: with them set, the model holds no gradient buffer of its
  * own. Before the backward writes a tensor's gradients it calls grads_begin for it, which must
  * return where they go (zeroed, valid until grads_ready); once they are final for this backward

@@ -178,6 +178,13 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       bad = 1;
     else
       t.model.rope_theta = th ? (float)th->valuedouble : 0.0f;
+    /* documents: absent when the run had none */
+    cJSON *dt = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "data"), "document_token");
+    if (dt && !(cJSON_IsNumber(dt) && dt->valuedouble >= 0 &&
+                dt->valuedouble < t.model.vocab_size && dt->valuedouble == (int)dt->valuedouble))
+      bad = 1;
+    t.documents = dt != NULL;
+    t.document_token = dt ? (int)dt->valuedouble : -1;
     /* the validation loss at its step, and early stopping's count: absent when there were none */
     cJSON *vl = cJSON_GetObjectItem(root, "val_loss");
     t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
@@ -453,6 +460,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   cJSON *data = cJSON_AddObjectToObject(m, "data");
   cJSON_AddNumberToObject(data, "seed", (double)meta->seed);
   cJSON_AddNumberToObject(data, "next_step", (double)meta->step);
+  if (meta->documents)
+    cJSON_AddNumberToObject(data, "document_token", meta->document_token);
   cJSON *rng = cJSON_AddObjectToObject(m, "rng");
   cJSON_AddStringToObject(rng, "kind", "stateless: hash(seed, step, sequence)");
   cJSON *o = cJSON_AddObjectToObject(m, "optimizer");

@@ -36,6 +36,9 @@ typedef struct {
   int es_kept;
   float es_best;
   int es_best_step, es_since;
+  /* documents (data.document_token), when documents: the token that begins each; a run that
+   * evaluates the checkpoint attends within them as its training did */
+  int documents, document_token;
 } colo_ckpt_meta_t;
 
 /* Ranges of the model's flat layout that a file holds, for colo_ckpt_write_tensors (a ZeRO

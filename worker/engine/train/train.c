@@ -985,6 +985,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     CHECK_GOTO(colo_gpt_set_sequence_parallel(model, 1, err, errlen), rc, out);
   }
+  if (cfg->document_token >= 0)
+    CHECK_GOTO(colo_gpt_set_documents(model, cfg->document_token, err, errlen), rc, out);
   if (pp > 1) { /* boundary tensors: this rank's rows */
     pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
                       NULL,  NULL};
@@ -1175,6 +1177,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead)
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
+  if (!cfg->quiet && lead && cfg->document_token >= 0)
+    printf("documents: each begins at token %d; attention stays within it and positions restart "
+           "at its first token\n",
+           cfg->document_token);
   if (!cfg->quiet && lead && cfg->placement_static)
     print_placement(&zero, "static", cfg->nvme_dir);
   else if (!cfg->quiet && lead && cfg->placement_auto)
@@ -1199,7 +1205,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .es_kept = cfg->early_stop > 0 && isfinite(es.best),
                            .es_best = es.best,
                            .es_best_step = es.best_step,
-                           .es_since = es.since};
+                           .es_since = es.since,
+                           .documents = cfg->document_token >= 0,
+                           .document_token = cfg->document_token};
   int step = start, saved_at = -1, stopped = 0, early = 0;
   sig_atomic_t seen_save = cfg->save_requested ? *cfg->save_requested : 0;
   for (; step < cfg->steps; step++) {
@@ -1569,6 +1577,8 @@ static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool,
     rc = colo_ckpt_load(ckpt, meta, *model, host, NULL, err, errlen);
   if (rc == 0 && host)
     be->from_host(colo_gpt_params(*model), host, bytes);
+  if (rc == 0 && meta->documents) /* evaluated as it was trained */
+    rc = colo_gpt_set_documents(*model, meta->document_token, err, errlen);
   free(host);
   if (rc < 0) {
     colo_gpt_destroy(*model);

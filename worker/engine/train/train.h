@@ -33,6 +33,9 @@ typedef struct {
   const double *source_weights;
   int n_sources;
   int data_order; /* COLO_ORDER_RANDOM or _SHUFFLE (data.h); 0: random */
+  /* data.document_token: the token that begins each document, attention kept within them and
+   * positions restarting at each (colo_gpt_set_documents); -1: none */
+  int document_token;
   /* validation sets in place of val_path (n_val > 0): resolved paths, weights in the validation
    * loss (their weighted mean), and names for the reports */
   const char *const *val_paths;
