@@ -892,9 +892,11 @@ static void print_job_detail(const Colo__V1__Job *j) {
   for (size_t k = 0; k < d->n_sources; k++) /* a blend: each set with its share */
     printf("%s%s (%.3g%%)", k ? ", " : "", d->sources[k]->path,
            100.0 * d->sources[k]->weight / wsum);
-  printf("%s%s%s\n",
-         d->order == COLO__V1__DATA_ORDER__DATA_ORDER_SHUFFLE ? ", shuffled epochs" : "",
+  printf("%s%s%s", d->order == COLO__V1__DATA_ORDER__DATA_ORDER_SHUFFLE ? ", shuffled epochs" : "",
          d->val_path ? ", val " : "", d->val_path ? d->val_path : "");
+  if (d->document_token >= 0)
+    printf(", attention within documents (token %d begins each)", (int)d->document_token);
+  printf("\n");
   if (s->train->init_from && s->train->init_from[0])
     printf("  weights    from %s\n", s->train->init_from);
   else if (s->train->has_init_from_job && s->train->init_from_job)

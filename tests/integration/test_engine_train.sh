@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # colo-train end to end on the CPU: prepare, exact resume (40 steps = 20 + 20, losses and final
 # weights identical), corrupted checkpoints refused with the file named, resume auto skipping a
-# corrupted newest checkpoint, a short run whose loss falls, eval, sample, usage errors, and
-# llm.c's uint32 token shards.
+# corrupted newest checkpoint, a short run whose loss falls, eval, sample, usage errors,
+# documents (attention within them, kept through checkpoints), and llm.c's uint32 token shards.
 source "$(dirname "$0")/lib.sh"
 CT="$COLO_BIN/colo-train"
 export OMP_NUM_THREADS=2
@@ -244,6 +244,28 @@ assert len(one) == len(two) == 2, (one, two)
 assert all(abs(a - b) < 1e-5 * a for a, b in zip(one, two)), (one, two)
 assert abs(one[-1] - ev_cli) < 1e-4, (one, ev_cli)
 print("whole validation set: %.6f on one process, %.6f on two, %.4f by colo-train eval" % (one[-1], two[-1], ev_cli))
+PY
+# documents (--document-token, a line of the text to a document): the checkpoint's manifest
+# records the token, so colo-train eval of it attends within documents as the training's own
+# evaluation did, and a resumed run goes on with them
+DOCS=("${MODEL[@]}" --steps 6 --eval-interval 6 --eval-batches 0 --lr 3e-3 --document-token 10)
+expect_rc 0 "$CT" train "${DOCS[@]}" --ckpt-dir "$TMP/docs" --ckpt-interval 3 --progress "$TMP/docs1.jsonl"
+grep -Eq '"document_token":[[:space:]]*10' "$TMP/docs/step_00000006/manifest.json" ||
+  fail "the manifest does not record the document token"
+expect_rc 0 "$CT" train "${DOCS[@]}" --ckpt-dir "$TMP/docs" --resume "$TMP/docs/step_00000003" \
+  --progress "$TMP/docs2.jsonl"
+expect_rc 0 "$CT" eval --checkpoint "$TMP/docs/step_00000006" --data "$TMP/data/val.bin" --batches 0 --batch-size 7
+EVAL_DOCS=$(sed -n 's/.*val loss \([0-9.]*\).*/\1/p' <<<"$OUT")
+python3 - "$TMP/docs1.jsonl" "$TMP/docs2.jsonl" "$TMP/whole1.jsonl" "$EVAL_DOCS" <<'PY' || fail "documents"
+import json, sys
+ev = lambda f: [r["val_loss"] for r in map(json.loads, open(f)) if r["event"] == "eval"]
+st = lambda f: {r["step"]: r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"}
+docs, resumed, whole, ev_cli = ev(sys.argv[1]), ev(sys.argv[2]), ev(sys.argv[3]), float(sys.argv[4])
+a, b = st(sys.argv[1]), st(sys.argv[2])
+assert all(a[k] == b[k] for k in b) and len(b) == 3, (a, b)
+assert abs(docs[-1] - ev_cli) < 1e-4, (docs, ev_cli)
+assert abs(docs[-1] - whole[-1]) > 1e-3, (docs, whole)
+print("documents: whole validation set %.6f, colo-train eval of the checkpoint %.4f (without documents %.6f); resumed steps identical" % (docs[-1], ev_cli, whole[-1]))
 PY
 # validation sets (data.val_sources): each evaluated as it would be alone, the validation loss
 # their weighted mean

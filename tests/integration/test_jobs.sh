@@ -250,6 +250,13 @@ ESTEP=$(jf "$E" 'j["progress"]["step"]')
   fail "early stop job $E: progress $(jf "$E" 'j["progress"]')"
 expect_contains "$("$COLOCTL" status "$E")" "early stop lowest val loss $(jf "$E" '"%.4f" % j["progress"]["best_val_loss"]') at step $(jf "$E" 'j["progress"]["best_val_step"]'); 3 evaluations since without a new lowest, of 3"
 echo "figure: early stop: job $E SUCCEEDED at step $ESTEP of 200: $MSG"
+# documents: data.document_token goes from the job file through colod and the worker to the
+# ranks, and the status shows it
+DJ=$("$COLOCTL" submit "$TMP/early.yaml" --set data.document_token=10 --set train.steps=20 \
+  --set train.early_stop_patience=0 --set optimizer.warmup_steps=0 --set optimizer.lr=0.003)
+wait_until 60 "job $DJ success" is_state "$DJ" succeeded
+expect_contains "$("$COLOCTL" status "$DJ")" ", attention within documents (token 10 begins each)"
+expect_contains "$("$COLOCTL" logs "$DJ")" "documents: each begins at token 10; attention stays within it"
 
 # ---- (a) kill -9 of a rank ----
 J=$(submit)
