@@ -270,6 +270,25 @@ for template in ("llama3", "chatml"):
         print("figure: chat %s: %d conversations, %d tokens (%d of them merges), %d targets, as expected"
               % (template, len(convs), len(tok), merged, sum(mask)))
 
+# ShareGPT's form ({"from": "human" | "gpt" | "system", "value"}) of the same conversations, under
+# "conversations": the same shards byte for byte
+SG = {"user": "human", "assistant": "gpt", "system": "system"}
+sj = os.path.join(WORK, "sharegpt.jsonl")
+open(sj, "w", encoding="utf-8").write("".join(json.dumps(
+    {"conversations": [{"from": SG[m["role"]], "value": m["content"]} for m in c["messages"]]},
+    ensure_ascii=False) + "\n" for c in convs))
+for template in ("llama3", "chatml"):
+    out = os.path.join(WORK, "out-sharegpt-" + template)
+    run(["prepare", "--input", sj, "--out", out, "--tokenizer", chat, "--messages-field", "conversations",
+         "--chat-template", template, "--val-fraction", "0"])
+    a = open(os.path.join(WORK, "out-chat-" + template, "train.bin"), "rb").read()
+    b = open(os.path.join(out, "train.bin"), "rb").read()
+    if a != b:
+        fail("ShareGPT %s: the shard differs from the role and content form's" % template)
+    else:
+        print("figure: ShareGPT %s: %d conversations, the same %d bytes of shard as role and content" % (
+            template, len(convs), len(b)))
+
 # the loop closed: a small model trained on conversations whose assistant always answers "ok
 # then" answers so to `sample --chat-template` (the prompt written out as training saw it), and
 # stops at the template's end of a message
@@ -302,8 +321,13 @@ badc = os.path.join(WORK, "badc.jsonl")
 open(badc, "w").write('{"messages": [{"role": "user", "content": "hi"}, {"role": "assistant"}]}\n')
 e = run(["prepare", "--input", badc, "--out", os.path.join(WORK, "c1"), "--tokenizer", chat,
          "--messages-field", "messages", "--chat-template", "llama3"], want=1).stderr.decode()
-if '%s:1: message 2 is not an object with strings "role" and "content"' % badc not in e:
+if '%s:1: message 2 is not an object with strings "role" and "content" (or ShareGPT\'s "from" and "value")' % badc not in e:
     fail("a message without its content: " + e)
+open(badc, "w").write('{"c": [{"from": "human", "value": "hi"}, {"from": "observation", "value": "x"}]}\n')
+e = run(["prepare", "--input", badc, "--out", os.path.join(WORK, "c1"), "--tokenizer", chat,
+         "--messages-field", "c", "--chat-template", "chatml"], want=1).stderr.decode()
+if '%s:1: message 2 is from "observation": ShareGPT\'s "human", "gpt" and "system" are known' % badc not in e:
+    fail("a ShareGPT message from an unknown speaker: " + e)
 e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c2"), "--tokenizer", llama,
          "--messages-field", "messages", "--chat-template", "chatml"], want=1).stderr.decode()
 if "chat template chatml: the tokenizer has no <|im_start|> token" not in e:

@@ -182,7 +182,9 @@ static int cmd_prepare(int argc, char **argv) {
           "{\"role\": ..., \"content\": ...}, written out in --chat-template after the\n"
           "document token: llama3 (<|start_header_id|>role<|end_header_id|>\\n\\ncontent\n"
           "<|eot_id|>, the content trimmed) or chatml (<|im_start|>role\\ncontent<|im_end|>\\n).\n"
-          "The loss is taken on the assistant's messages and their ends alone.\n");
+          "The loss is taken on the assistant's messages and their ends alone. ShareGPT's\n"
+          "messages, {\"from\": \"human\"|\"gpt\"|\"system\", \"value\": ...}, are taken as\n"
+          "the user's, the assistant's and the system's (--messages-field conversations).\n");
       return 0;
     default:
       return 2;

@@ -783,8 +783,26 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
   return rc;
 }
 
+/* A message in ShareGPT's form, {"from": "human" | "gpt" | "system", "value": text}: its role as
+ * the chat templates name it (user, assistant, system), its text in *value. NULL when the
+ * message is not of that form, *value then its text when it has one (an unknown "from"). */
+static const char *sharegpt_role(const cJSON *x, const char **value) {
+  static const char *const map[][2] = {
+      {"human", "user"}, {"gpt", "assistant"}, {"system", "system"}};
+  const cJSON *from = cJSON_GetObjectItemCaseSensitive(x, "from");
+  const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, "value");
+  *value = cJSON_IsString(v) ? v->valuestring : NULL;
+  if (!cJSON_IsString(from) || !*value)
+    return NULL;
+  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
+    if (!strcmp(from->valuestring, map[i][0]))
+      return map[i][1];
+  return NULL;
+}
+
 /* The entries of one line's object j (at: where the line begins): its document, its prompt and
- * completion, or its conversation in the chat template. COLO_EPARSE naming what is missing. */
+ * completion, or its conversation in the chat template (each message {"role", "content"}, or
+ * ShareGPT's {"from", "value"}). COLO_EPARSE naming what is missing. */
 static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int line, const char *path,
                         char *err, size_t errlen) {
   const colo_prepare_opts_t *o = r->o;
@@ -799,12 +817,21 @@ static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int lin
       const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
       const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
       k++;
-      if (!cJSON_IsString(role) || !cJSON_IsString(content))
+      const char *rs, *cs;
+      if (cJSON_IsString(role) && cJSON_IsString(content)) {
+        rs = role->valuestring, cs = content->valuestring;
+      } else if ((rs = sharegpt_role(x, &cs)) == NULL) {
+        const cJSON *from = cJSON_GetObjectItemCaseSensitive(x, "from");
+        if (cJSON_IsString(from) && cs)
+          return colo_fail(err, errlen, COLO_EPARSE,
+                           "%s:%d: message %d is from \"%.40s\": ShareGPT's \"human\", \"gpt\" "
+                           "and \"system\" are known",
+                           path, line, k, from->valuestring);
         return colo_fail(err, errlen, COLO_EPARSE,
                          "%s:%d: message %d is not an object with strings \"role\" and "
-                         "\"content\"",
+                         "\"content\" (or ShareGPT's \"from\" and \"value\")",
                          path, line, k);
-      const char *rs = role->valuestring, *cs = content->valuestring;
+      }
       size_t rn = strlen(rs), cn = strlen(cs);
       int learn = !strcmp(rs, "assistant");
       colo_chat_piece_t pc[2];
