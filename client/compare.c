@@ -130,12 +130,32 @@ static int by_outcome(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
+/* job j's loss on the validation set named name (data.val_sources), or NULL */
+static const Colo__V1__SetLoss *set_loss(const Colo__V1__Job *j, const char *name) {
+  for (size_t i = 0; j->progress && i < j->progress->n_val_sets; i++) {
+    const Colo__V1__SetLoss *v = j->progress->val_sets[i];
+    if (v->name && !strcmp(v->name, name) && v->has_loss && isfinite(v->loss))
+      return v;
+  }
+  return NULL;
+}
+
 int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *out) {
   flat_t *flat = calloc(n ? n : 1, sizeof *flat);
   row_t *rows = calloc(n ? n : 1, sizeof *rows);
-  const char **diff = NULL;
-  size_t n_diff = 0;
+  const char **diff = NULL, **sets = NULL;
+  size_t n_diff = 0, n_sets = 0;
   int rc = flat && rows ? 0 : -1;
+  /* the validation sets' names, of any job and in the order met */
+  for (size_t j = 0; j < n && rc == 0; j++)
+    for (size_t i = 0; jobs[j]->progress && i < jobs[j]->progress->n_val_sets && rc == 0; i++) {
+      const char *name = jobs[j]->progress->val_sets[i]->name;
+      int seen = !name;
+      for (size_t k = 0; k < n_sets && !seen; k++)
+        seen = !strcmp(sets[k], name);
+      if (!seen)
+        rc = push(&sets, &n_sets, name);
+    }
   for (size_t j = 0; j < n && rc == 0; j++) {
     cJSON *spec = jobs[j]->spec ? colo_pb_to_json(&jobs[j]->spec->base) : cJSON_CreateObject();
     rc = spec ? flatten(spec, "", &flat[j]) : -1;
@@ -189,6 +209,12 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
         cJSON_AddNumberToObject(o, "loss", j->progress->loss);
       if (has_val(j))
         cJSON_AddNumberToObject(o, "val_loss", j->progress->val_loss);
+      cJSON *vs = n_sets ? cJSON_AddObjectToObject(o, "val_sets") : NULL;
+      for (size_t k = 0; vs && k < n_sets; k++) {
+        const Colo__V1__SetLoss *v = set_loss(j, sets[k]);
+        if (v)
+          cJSON_AddNumberToObject(vs, sets[k], v->loss);
+      }
       cJSON_AddItemToArray(arr, o);
     }
     char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
@@ -199,10 +225,11 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
     cJSON_free(s);
     cJSON_Delete(arr);
   } else if (rc == 0) {
-    const char **head = calloc(n_diff + 7, sizeof *head),
-               **cells = calloc(n_diff + 6, sizeof *cells);
+    const char **head = calloc(n_diff + n_sets + 7, sizeof *head),
+               **cells = calloc(n_diff + n_sets + 6, sizeof *cells);
+    char(*setv)[24] = calloc(n_sets ? n_sets : 1, sizeof *setv);
     table_t *t = NULL;
-    if (head && cells) {
+    if (head && cells && setv) {
       size_t h = 0;
       head[h++] = "ID";
       head[h++] = "NAME";
@@ -212,6 +239,8 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
       head[h++] = "STEP";
       head[h++] = "LOSS";
       head[h++] = "VAL LOSS";
+      for (size_t k = 0; k < n_sets; k++)
+        head[h++] = sets[k];
       t = table_new(head);
     }
     for (size_t r = 0; t && r < n; r++) {
@@ -235,6 +264,14 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
       cells[c++] = step;
       cells[c++] = loss;
       cells[c++] = val;
+      for (size_t k = 0; k < n_sets; k++) {
+        const Colo__V1__SetLoss *v = set_loss(j, sets[k]);
+        if (v)
+          snprintf(setv[k], sizeof setv[k], "%.4f", (double)v->loss);
+        else
+          snprintf(setv[k], sizeof setv[k], "-");
+        cells[c++] = setv[k];
+      }
       table_row_cells(t, cells);
     }
     if (t) {
@@ -245,11 +282,13 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
     }
     free(head);
     free(cells);
+    free(setv);
   }
   for (size_t j = 0; flat && j < n; j++)
     flat_free(&flat[j]);
   free(flat);
   free(rows);
   free(diff);
+  free(sets);
   return rc;
 }

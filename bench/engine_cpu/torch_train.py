@@ -19,6 +19,8 @@ for a in ("n-layer", "n-head", "n-embd", "block-size", "batch-size", "steps", "w
     ap.add_argument("--" + a, type=int, required=True)
 ap.add_argument("--data", required=True)
 ap.add_argument("--arch", default="gpt2", choices=("gpt2", "llama"))
+ap.add_argument("--document-token", type=int, default=None,
+                help="documents: attention within each, positions restarting (torch_gpt2.documents)")
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
 torch.manual_seed(0)
@@ -34,6 +36,7 @@ if args.arch == "llama":  # colo's default MLP width: 8C/3 rounded up to 64
 else:
     model = GPT2(args.n_layer, args.n_head, args.n_embd, T, 256)
     model.init_gpt2(1337)
+model.doc_token = args.document_token
 opt = torch.optim.AdamW(model.param_groups(0.1), lr=1e-3, betas=(0.9, 0.95), eps=1e-8)
 g = torch.Generator().manual_seed(1)
 times = []

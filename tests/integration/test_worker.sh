@@ -231,6 +231,18 @@ for s in evals:
 PY
 expect_rc 0 "$COLOCTL" history "$GJ"
 expect_contains "$(sed -n 2p <<<"$OUT")" "VAL LOSS  held-out  seen"
+# coloctl compare: a column for each validation set, with the job's latest per-set losses
+expect_rc 0 "$COLOCTL" compare "$GJ"
+expect_contains "$(head -1 <<<"$OUT")" "VAL LOSS  held-out  seen"
+expect_rc 0 "$COLOCTL" --json compare "$GJ"
+python3 - "$OUT" "$("$COLOCTL" status "$GJ" --json)" <<'PY' || fail "compare's per-set losses: $OUT"
+import json, sys
+row, job = json.loads(sys.argv[1])[0], json.loads(sys.argv[2])
+want = {x["name"]: x["loss"] for x in job["progress"]["val_sets"]}
+assert list(row["val_sets"]) == ["held-out", "seen"], row
+assert all(abs(row["val_sets"][k] - want[k]) < 1e-6 for k in want), (row, want)
+print("figure: compare of job %d: val loss %.4f, held-out %.4f, seen %.4f" % (row["id"], row["val_loss"], want["held-out"], want["seen"]))
+PY
 [ -d "$TMP/gnvme/scratch/on-gpus" ] && [ -z "$(ls -A "$TMP/gnvme/scratch/on-gpus")" ] ||
   fail "the NVMe directory should exist and hold nothing once the ranks are gone"
 [ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||
