@@ -8,6 +8,8 @@ PKGS=(
   libuv1-dev libgrpc-dev libprotobuf-c-dev protobuf-c-compiler
   libsqlite3-dev sqlite3 libsystemd-dev systemd libyaml-dev libcjson-dev
   libopenblas-dev libssl-dev libgomp1 libpcre2-dev zlib1g-dev libzstd-dev
+  # Unicode normalization (NFC) for tokenizers that ask for it (Qwen2's)
+  libicu-dev
   # tests: zstd's own compressor, for prepare's *.zst inputs
   zstd
   # colod's Prometheus endpoint, and its job notifications (notify_url)

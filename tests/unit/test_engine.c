@@ -24,6 +24,7 @@
 #include "test.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/nfc.h"
 #include "train/safetensors.h"
 
 static const colo_backend_t *be;
@@ -2229,4 +2230,90 @@ TEST(blend_draws_in_proportion_of_weights) {
   snprintf(rm, sizeof rm, "rm -rf %s", dir);
   ASSERT_EQ_INT(system(rm), 0);
 }
+/* ---- NFC (train/nfc.c) ---- */
+
+/* NFC of s, whole: a string tests free */
+static char *nfc_whole(const char *s, size_t n, size_t *out_n) {
+  char *o;
+  size_t used;
+  ASSERT_EQ_INT(colo_nfc(s, n, 0, &o, out_n, &used), 0);
+  ASSERT_EQ_INT(used, n);
+  if (!o) {
+    o = malloc(n + 1);
+    memcpy(o, s, n);
+    *out_n = n;
+  }
+  return own(o);
+}
+
+/* Unicode's own cases (decomposed to composed, singletons, an exclusion that expands, Hangul
+ * jamo), text left as it stands (ASCII, NFC already, not UTF-8), and the streaming rule: a text
+ * normalized in pieces of any size, each up to where more text cannot change it, is the text
+ * normalized whole. */
+TEST(nfc_whole_and_in_pieces) {
+  static const struct {
+    const char *in, *out;
+  } cases[] = {{"cafe\xcc\x81", "caf\xc3\xa9"},
+               {"\xe2\x84\xab", "\xc3\x85"},                   /* U+212B ANGSTROM SIGN */
+               {"\xe0\xa5\x98", "\xe0\xa4\x95\xe0\xa4\xbc"},   /* U+0958: excluded, longer */
+               {"\xe1\x84\x80\xe1\x85\xa1", "\xea\xb0\x80"},   /* jamo to the syllable */
+               {"a\xcc\xa3\xcc\x81", "\xe1\xba\xa1\xcc\x81"}}; /* a, dot below, acute */
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t n;
+    char *o = nfc_whole(cases[i].in, strlen(cases[i].in), &n);
+    ASSERT_EQ_INT(n, strlen(cases[i].out));
+    ASSERT(memcmp(o, cases[i].out, n) == 0);
+  }
+  char *o;
+  size_t on, used;
+  ASSERT_EQ_INT(colo_nfc("plain text", 10, 0, &o, &on, &used), 0);
+  ASSERT(o == NULL && used == 10);
+  ASSERT_EQ_INT(colo_nfc("caf\xc3\xa9 ok", 9, 0, &o, &on, &used), 0); /* NFC already */
+  ASSERT(o == NULL && used == 9);
+  ASSERT_EQ_INT(colo_nfc("bad \xff e\xcc\x81", 8, 0, &o, &on, &used), 0); /* not UTF-8 */
+  ASSERT(o == NULL && used == 8);
+  /* with more to come: "e" may take a mark, a cut character waits */
+  ASSERT_EQ_INT(colo_nfc("cafe", 4, 1, &o, &on, &used), 0);
+  ASSERT(o == NULL && used == 3);
+  ASSERT_EQ_INT(colo_nfc("caf\xc3", 4, 1, &o, &on, &used), 0); /* the f waits with it */
+  ASSERT(o == NULL && used == 2);
+  ASSERT_EQ_INT(colo_nfc("caf\xc3\xa9", 5, 1, &o, &on, &used), 0); /* a whole é waits alone */
+  ASSERT(o == NULL && used == 3);
+  /* a long text of decomposed letters in pieces of random sizes */
+  colo_rng_t r;
+  colo_rng_seed(&r, 5);
+  static const char *const parts[] = {"e\xcc\x81", "a\xcc\x88",    "o",
+                                      " ",         "\xe1\x84\x80", "\xe1\x85\xa1",
+                                      "\xcc\xa3",  "\xe6\x9d\xb1", "\n"};
+  size_t n = 0, cap = 1 << 16;
+  char *text = own(malloc(cap));
+  while (n + 8 < cap) {
+    const char *p = parts[colo_rng_u64(&r) % (sizeof parts / sizeof parts[0])];
+    memcpy(text + n, p, strlen(p));
+    n += strlen(p);
+  }
+  size_t wn;
+  char *whole = nfc_whole(text, n, &wn), *got = own(malloc(3 * n));
+  for (int round = 0; round < 20; round++) {
+    size_t at = 0, gn = 0, pending = 0; /* text[at, at + pending) read, not yet normalized */
+    while (at < n) {
+      size_t step = 1 + colo_rng_u64(&r) % (round < 10 ? 16 : 4000);
+      pending = at + pending + step > n ? n - at : pending + step;
+      int more = at + pending < n;
+      ASSERT_EQ_INT(colo_nfc(text + at, pending, more, &o, &on, &used), 0);
+      memcpy(got + gn, o ? o : text + at, o ? on : used);
+      gn += o ? on : used;
+      free(o);
+      at += used;
+      pending -= used;
+    }
+    ASSERT_EQ_INT(gn, wn);
+    ASSERT(memcmp(got, whole, wn) == 0);
+  }
+  printf("  %zu bytes of decomposed text in pieces of 1 to 16 and 1 to 4000 bytes, 20 ways: the "
+         "whole text's NFC (%zu bytes) each time\n",
+         n, wn);
+  ASSERT(wn < n);
+}
+
 TEST_MAIN()

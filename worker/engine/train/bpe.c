@@ -14,6 +14,7 @@
 
 #include "../../../common/error.h"
 #include "data.h"
+#include "nfc.h"
 
 /* GPT-2's pre-tokenizer (ByteLevel's use_regex): contractions, letters, digits, other symbols,
  * each with one leading space; whitespace runs leave their last space to the word that follows */
@@ -46,6 +47,7 @@ struct colo_bpe {
   int ignore_merges; /* a piece that is a token is that token (tiktoken's rule, Llama 3's) */
   int doc, doc_bos;  /* colo_bpe_doc_token's answer */
   int eos;           /* tokenizer_config.json's eos_token; -1: none */
+  int nfc;           /* the normalizer is NFC (Qwen2's): text is normalized before it is split */
 };
 static uint64_t fnv(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -435,6 +437,25 @@ static const cJSON *field(const cJSON *o, const char *key) {
   return v && !cJSON_IsNull(v) ? v : NULL;
 }
 
+/* A tokenizer.json's normalizer: 1 for NFC (alone, or in a Sequence with nothing else), 0 for
+ * none (an empty Sequence), -1 for any other */
+static int normalizer_nfc(const cJSON *norm) {
+  const char *type = json_str(norm, "type");
+  if (type && !strcmp(type, "NFC"))
+    return 1;
+  if (!type || strcmp(type, "Sequence"))
+    return -1;
+  int nfc = 0;
+  const cJSON *it;
+  cJSON_ArrayForEach(it, cJSON_GetObjectItemCaseSensitive(norm, "normalizers")) {
+    int k = normalizer_nfc(it);
+    if (k < 0)
+      return -1;
+    nfc |= k;
+  }
+  return nfc;
+}
+
 static int load_hf(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *err, size_t errlen) {
   cJSON *root;
   int rc = read_json(path, &root, err, errlen);
@@ -469,12 +490,10 @@ static int load_hf(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *e
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s: a BPE with dropout %g; colo encodes without (set it to null)", path,
                    v->valuedouble);
-  else if (norm &&
-           !(!strcmp(json_str(norm, "type") ? json_str(norm, "type") : "", "Sequence") &&
-             cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(norm, "normalizers")) == 0))
+  else if (norm && (t->nfc = normalizer_nfc(norm)) < 0)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s: a %s normalizer, which colo does not read (it reads tokenizers without "
-                   "one, as GPT-2's and Llama 3's are)",
+                   "one, as GPT-2's and Llama 3's are, and NFC, Qwen2's)",
                    path, json_str(norm, "type") ? json_str(norm, "type") : "(untyped)");
   else if (!pre)
     rc = colo_fail(err, errlen, COLO_EINVAL,
@@ -916,11 +935,9 @@ int colo_bpe_encode_pieces(const colo_bpe_t *t, const char *text, const uint32_t
   return rc;
 }
 
-int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
-                    size_t *n, size_t *cap, char *err, size_t errlen) {
-  size_t bad = colo_utf8_invalid(text, len);
-  if (bad < len)
-    return colo_fail(err, errlen, COLO_EPARSE, "the text is not UTF-8 at byte %zu", base + bad);
+/* colo_bpe_encode of text already valid and normalized */
+static int encode_text(const colo_bpe_t *t, const char *text, size_t len, int **ids, size_t *n,
+                       size_t *cap, char *err, size_t errlen) {
   uint32_t *ends = NULL;
   size_t ne = 0, ecap = 0, done;
   int rc = colo_bpe_split(t, text, len, 0, len, 0, &ends, &ne, &ecap, &done, err, errlen);
@@ -928,4 +945,27 @@ int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t ba
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the tokens");
   free(ends);
   return rc;
+}
+
+int colo_bpe_nfc(const colo_bpe_t *t) {
+  return t->nfc;
+}
+
+int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
+                    size_t *n, size_t *cap, char *err, size_t errlen) {
+  size_t bad = colo_utf8_invalid(text, len);
+  if (bad < len)
+    return colo_fail(err, errlen, COLO_EPARSE, "the text is not UTF-8 at byte %zu", base + bad);
+  if (t->nfc) { /* the normalized text, when it is not that already */
+    char *norm;
+    size_t nn, used;
+    if (colo_nfc(text, len, 0, &norm, &nn, &used) < 0)
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the normalized text");
+    if (norm) {
+      int rc = encode_text(t, norm, nn, ids, n, cap, err, errlen);
+      free(norm);
+      return rc;
+    }
+  }
+  return encode_text(t, text, len, ids, n, cap, err, errlen);
 }

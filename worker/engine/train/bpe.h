@@ -3,7 +3,8 @@
  * tokenizer.json of a byte-level BPE (Llama 3's, GPT-2's, and others of their kind), so that
  * text can be prepared for, and sampled from, a model fine-tuned from such weights.
  *
- * Encoding follows the published encoders: the text (UTF-8) is split by the pre-tokenizer's
+ * Encoding follows the published encoders: the text (UTF-8), in NFC where the tokenizer.json's
+ * normalizer asks for it (Qwen2's), is split by the pre-tokenizer's
  * patterns (GPT-2's: contractions, letters, digits, other symbols, whitespace; a tokenizer.json
  * names its own; PCRE2 with Unicode properties), each piece's bytes start as one token each, and
  * the pair of neighbouring tokens whose merge comes first in the merges is merged everywhere in
@@ -23,14 +24,19 @@ typedef struct colo_bpe colo_bpe_t;
 /* Loads a tokenizer.json (the path itself, or path/tokenizer.json), else path/vocab.json and
  * path/merges.txt, else path/encoder.json and path/vocab.bpe. Every byte must be a token and
  * every merge's parts and result in the vocabulary (COLO_EPARSE naming the file and where);
- * COLO_EINVAL naming what a tokenizer.json has that colo does not read (a normalizer, a
- * pre-tokenizer other than Split, Digits and ByteLevel, a byte_fallback model, ...); COLO_ENOENT
- * when none of the files is there. */
+ * COLO_EINVAL naming what a tokenizer.json has that colo does not read (a normalizer other than
+ * NFC, a pre-tokenizer other than Split, Digits and ByteLevel, a byte_fallback model, ...);
+ * COLO_ENOENT when none of the files is there. */
 int colo_bpe_load(const char *path, colo_bpe_t **out, char *err, size_t errlen);
 void colo_bpe_free(colo_bpe_t *t);
 
 /* One more than the largest token id (50257 for GPT-2, 128256 for Llama 3). */
 int colo_bpe_vocab_size(const colo_bpe_t *t);
+
+/* Whether the tokenizer normalizes text to NFC before it splits it (a tokenizer.json whose
+ * normalizer is NFC: Qwen2's). colo_bpe_encode does so itself; text split with colo_bpe_split
+ * must be normalized by the caller (colo_nfc, train/nfc.h). */
+int colo_bpe_nfc(const colo_bpe_t *t);
 
 /* Appends the tokens of len bytes of text to *ids (grown with realloc; *n of *cap used).
  * COLO_EPARSE when the text is not UTF-8, naming the byte offset counted from `base` (where the

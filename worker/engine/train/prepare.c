@@ -18,6 +18,7 @@
 #include "../../../common/error.h"
 #include "chat.h"
 #include "data.h"
+#include "nfc.h"
 
 #define BUF ((size_t)16 << 20)
 
@@ -211,6 +212,11 @@ typedef struct {
   void *tok; /* tokens of the outputs' width */
   size_t tcap;
   double t0, last;
+  /* a tokenizer that normalizes (colo_bpe_nfc): a text's bytes as read, before they are
+   * normalized into buf; raw_eof once the input has no more */
+  char *raw;
+  size_t raw_len, raw_cap;
+  int raw_eof;
 } run_t;
 
 /* where a UTF-8 character begins at or before len, so that a character cut by the buffer's end
@@ -501,6 +507,46 @@ static long in_read(in_t *in, char *buf, size_t n, const char *path, char *err, 
   return (long)got;
 }
 
+/* The buffer filled from in as NFC (colo_nfc): the bytes read into r->raw, a third of the room
+ * at a time (NFC at most triples UTF-8), normalized up to where more text cannot change them;
+ * the rest waits in r->raw for the next read. *eof once in has no more and r->raw is empty. */
+static int fill_nfc(run_t *r, in_t *in, const char *path, int *eof, char *err, size_t errlen) {
+  for (size_t want; !*eof && (want = (r->cap - r->len) / 3) > 0;) {
+    if (r->raw_cap < want) {
+      char *g = realloc(r->raw, want);
+      if (!g)
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+      r->raw = g, r->raw_cap = want;
+    }
+    if (r->raw_len < want && !r->raw_eof) {
+      long got = in_read(in, r->raw + r->raw_len, want - r->raw_len, path, err, errlen);
+      if (got < 0)
+        return (int)got;
+      r->raw_len += (size_t)got;
+      r->raw_eof = r->raw_len < want;
+    }
+    size_t take = r->raw_len < want ? r->raw_len : want, nn, used;
+    int more = !(r->raw_eof && take == r->raw_len);
+    char *norm;
+    if (colo_nfc(r->raw, take, more, &norm, &nn, &used) < 0)
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the normalized text");
+    if (used == 0 && more && take == want) { /* a third of the buffer that never ends a segment */
+      free(norm);
+      if (colo_nfc(r->raw, take, 0, &norm, &nn, &used) < 0)
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the normalized text");
+    }
+    memcpy(r->buf + r->len, norm ? norm : r->raw, norm ? nn : used);
+    r->len += norm ? nn : used;
+    free(norm);
+    memmove(r->raw, r->raw + used, r->raw_len - used);
+    r->raw_len -= used;
+    *eof = r->raw_eof && r->raw_len == 0;
+    if (used == 0)
+      break; /* the rest waits for more room */
+  }
+  return 0;
+}
+
 /* the buffer filled from in, as far as it goes (*eof once in has no more) */
 static int fill(run_t *r, in_t *in, const char *path, int *eof, char *err, size_t errlen) {
   if (*eof || r->len == r->cap)
@@ -567,9 +613,11 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
    * sets have it; Llama 3's <|begin_of_text|>), in the part that takes its first tokens */
   int pending = r->eot >= 0;
   size_t doc = r->base; /* where this document starts in the whole text */
-  r->len = 0;
+  int nfc = o->bpe && colo_bpe_nfc(o->bpe);
+  r->len = r->raw_len = 0;
+  r->raw_eof = 0;
   while (rc == 0) {
-    if ((rc = fill(r, &in, path, &eof, err, errlen)) < 0)
+    if ((rc = (nfc ? fill_nfc : fill)(r, &in, path, &eof, err, errlen)) < 0)
       break;
     char *buf = r->buf;
     size_t len = r->len, base = r->base;
@@ -1004,6 +1052,7 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
       r.docs++;
   colo_paths_close(&docs);
   free(r.buf);
+  free(r.raw);
   for (int i = 0; i < MAX_SEG; i++) {
     free(r.seg[i].ids);
     free(r.seg[i].ends);
