@@ -267,6 +267,9 @@ assert abs(docs[-1] - ev_cli) < 1e-4, (docs, ev_cli)
 assert abs(docs[-1] - whole[-1]) > 1e-3, (docs, whole)
 print("documents: whole validation set %.6f, colo-train eval of the checkpoint %.4f (without documents %.6f); resumed steps identical" % (docs[-1], ev_cli, whole[-1]))
 PY
+# a document token the data never holds: refused, not trained as whole windows
+expect_rc 78 "$CT" train "${DOCS[@]}" --document-token 200
+expect_eq "$ERR" "colo-train train: data.document_token=200: $TMP/data/train.bin holds no such token, so no document begins with it (colo-train prepare prints the token it puts before each document)"
 # validation sets (data.val_sources): each evaluated as it would be alone, the validation loss
 # their weighted mean
 expect_rc 0 "$CT" train "${BLEND[@]}" --steps 4 --eval-interval 4 --progress "$TMP/val1.jsonl"

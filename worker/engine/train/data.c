@@ -204,6 +204,14 @@ int colo_shard_find_above(const colo_shard_t *s, unsigned limit, const char **fi
   return 0;
 }
 
+int colo_shard_has(const colo_shard_t *s, unsigned token) {
+  for (size_t f = 0; f < s->n_files; f++)
+    for (size_t i = 0; i < s->files[f].n; i++)
+      if (colo_shard_token(&s->files[f], i) == token)
+        return 1;
+  return 0;
+}
+
 int colo_shard_write(const char *path, const uint16_t *tokens, size_t n, char *err, size_t errlen) {
   if (n > INT32_MAX) {
     snprintf(err, errlen, "%s: %zu tokens do not fit one shard", path, n);

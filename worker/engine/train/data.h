@@ -81,6 +81,8 @@ int colo_shard_windows(colo_shard_t *s, int T, char *err, size_t errlen);
 /* The first token >= limit, as its file and index there; 0 when there is none. */
 int colo_shard_find_above(const colo_shard_t *s, unsigned limit, const char **file, size_t *at,
                           unsigned *token);
+/* Whether some file holds the token (the scan stops at the first). */
+int colo_shard_has(const colo_shard_t *s, unsigned token);
 /* token i of a file */
 static inline unsigned colo_shard_token(const colo_shard_file_t *f, size_t i) {
   return f->wide ? ((const uint32_t *)f->tokens)[i] : ((const uint16_t *)f->tokens)[i];

@@ -919,6 +919,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_EINVAL;
       goto out;
     }
+    /* a document token that begins no document is a mistake, not windows attended whole */
+    if (cfg->document_token >= 0 && !colo_shard_has(&train.src[k], (unsigned)cfg->document_token)) {
+      snprintf(err, errlen,
+               "data.document_token=%d: %s holds no such token, so no document begins with it "
+               "(colo-train prepare prints the token it puts before each document)",
+               cfg->document_token, train.src[k].path);
+      rc = COLO_EINVAL;
+      goto out;
+    }
   }
   /* keep_best evaluates at each checkpoint written on schedule, with or without an interval */
   int keep_best = cfg->ckpt_dir && cfg->ckpt_keep_best;
