@@ -204,6 +204,15 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                m->n_kv_head, m->n_head);
   if (!m->tie_embeddings && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
     return bad(err, errlen, "model.tie_embeddings=false needs model.arch=llama");
+  if (m->qkv_bias && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
+    return bad(err, errlen, "model.qkv_bias needs model.arch=llama (gpt2 has biases everywhere)");
+  if (!(m->rms_norm_eps > 0.0f && m->rms_norm_eps <= 1e-2f))
+    return bad(err, errlen, "model.rms_norm_eps=%g must be above 0 and at most 0.01",
+               (double)m->rms_norm_eps);
+  if (m->rms_norm_eps != 1e-5f && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
+    return bad(err, errlen,
+               "model.rms_norm_eps=%g needs model.arch=llama (gpt2's LayerNorm has eps 1e-5)",
+               (double)m->rms_norm_eps);
   if (m->rope_scaling_factor != 0.0f &&
       (m->arch != COLO__V1__ARCH__ARCH_LLAMA || !(m->rope_scaling_factor >= 1.0f) ||
        !(m->rope_scaling_factor <= 1024.0f) || !(m->rope_low_freq_factor > 0.0f) ||

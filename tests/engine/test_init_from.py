@@ -293,6 +293,30 @@ def llama(tmp):
                                      "to the embedding, and this run's model is not (model.tie_embeddings=false)"}
     for label, (a, tensors) in bad.items():
         refused(tmp, label, a, tensors, want[label])
+    # Qwen2's layout: Llama's with biases on q, k and v, RMSNorm eps 1e-6
+    qcfg = dict(cfg, model_type="qwen2", rms_norm_eps=1e-6)
+    hq = HFLlama(qcfg)
+    wq = dict(w, **{n: torch.randn(s) * 0.3 for n, s in hq.shapes.items() if n.endswith(".bias")})
+    tensors, values = {}, {}
+    for n in hq.shapes:
+        tensors[n], values[n] = encode(wq[n], "F32")
+    write_safetensors(os.path.join(tmp, "qwen2.safetensors"), tensors)
+    dump = os.path.join(tmp, "qwen2.dump")
+    qa = args + ["--qkv-bias", "true", "--rms-norm-eps", "1e-6"]
+    colo(tmp, "qwen2.safetensors", qa + ["--dump-reference", dump, "--progress", os.path.join(tmp, "qwen2.jsonl")])
+    d = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(dump).items()}
+    hq.load(values)
+    with torch.no_grad():
+        batch = d["batch.0.0"].long()
+        tl = hq(batch[:B], batch[B:]).item()
+    cl = d["losses"][0].item()
+    rel = abs(tl - cl) / abs(tl)
+    check("qwen2 (q, k, v biases, eps 1e-6): first loss against HF's Qwen2 layout (rel 1e-5)", rel <= 1e-5,
+          "torch %.7f colo %.7f rel %.2e" % (tl, cl, rel))
+    layouts_match(tmp, "qwen2", qa, cl)
+    refused(tmp, "qwen2-for-llama", args, tensors,
+            "qwen2-for-llama.safetensors: tensor model.layers.0.self_attn.q_proj.bias: the file's queries, "
+            "keys and values have biases (Qwen2's); this run's model has none (model.qkv_bias)")
 
 
 def hf_config(tmp):
@@ -371,9 +395,27 @@ def hf_config(tmp):
     check("hf-config of export --config: the run's model", got == want, json.dumps(got))
 
     # what colo's blocks cannot be, refused naming the field
-    bad = {"mistral": (dict(l32, model_type="mistral"), "model_type mistral; colo reads llama's and gpt2's"),
+    # Qwen2.5 0.5B's published config.json: its shape, with qkv_bias and its eps
+    q25 = {"architectures": ["Qwen2ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 151643,
+           "eos_token_id": 151643, "hidden_act": "silu", "hidden_size": 896, "initializer_range": 0.02,
+           "intermediate_size": 4864, "max_position_embeddings": 32768, "max_window_layers": 24,
+           "model_type": "qwen2", "num_attention_heads": 14, "num_hidden_layers": 24,
+           "num_key_value_heads": 2, "rms_norm_eps": 1e-06, "rope_theta": 1000000.0,
+           "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
+           "transformers_version": "4.40.1", "use_cache": True, "use_sliding_window": False,
+           "vocab_size": 151936}
+    d = os.path.join(tmp, "qwen25")
+    os.makedirs(d)
+    json.dump(q25, open(os.path.join(d, "config.json"), "w"))
+    got = section(os.path.join(d, "config.json"), "--block-size", "2048")
+    want = {"arch": "llama", "n_layer": 24, "n_head": 14, "n_kv_head": 2, "n_embd": 896,
+            "mlp_hidden": 4864, "vocab_size": 151936, "block_size": 2048, "rope_theta": 1000000,
+            "rms_norm_eps": 1e-06, "tie_embeddings": True, "qkv_bias": True}
+    check("hf-config: Qwen2.5 0.5B's config.json", got == want, json.dumps(got))
+    bad = {"mistral": (dict(l32, model_type="mistral"), "model_type mistral; colo reads llama's, qwen2's and gpt2's"),
+           "sliding": (dict(q25, use_sliding_window=True), "use_sliding_window; colo's attention sees the whole window"),
            "gelu": (dict(l32, hidden_act="gelu"), "hidden_act gelu; colo's llama MLP is SwiGLU (silu)"),
-           "eps": (dict(l32, rms_norm_eps=1e-6), "rms_norm_eps 1e-06; colo's RMSNorm has 1e-5"),
+           "eps": (dict(l32, rms_norm_eps=0.5), "rms_norm_eps 0.5; colo's is above 0, at most 0.01"),
            "bias": (dict(l32, attention_bias=True), "biases (attention_bias or mlp_bias); colo's llama has none"),
            "linear": (dict(l32, rope_scaling={"type": "linear", "factor": 2.0}),
                       "rope_scaling of type linear; colo reads Llama 3's (llama3)"),

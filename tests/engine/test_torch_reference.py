@@ -31,8 +31,9 @@ its own mask and positions from the tokens (torch_gpt2.documents).
 
 Then the same for model.arch=llama (a Llama block written here too: RMSNorm, rotary positions,
 SwiGLU, no biases), in fp32 and bf16, and with one key and value head for the two query heads
-(grouped-query attention), with a head of its own (untied), and with Llama 3.1's rescaling of
-the rotary frequencies (its formula written here as HF's); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
+(grouped-query attention), with a head of its own (untied), with Llama 3.1's rescaling of
+the rotary frequencies (its formula written here as HF's), and with Qwen2's biases on q, k and v
+and another RMSNorm epsilon (exported as Qwen2ForCausalLM); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
 file and config.json, loaded into a model written under HF's names and layout: its loss on a
 batch equals the colo-layout model's on the run's final weights.
 """
@@ -138,7 +139,8 @@ def main():
     replay(tmp, check, None, "llama-mqa")
     replay(tmp, check, None, "llama-untied")
     replay(tmp, check, None, "llama-rope3")
-    for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3"):
+    replay(tmp, check, None, "qwen2")
+    for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3", "qwen2"):
         export_llama(tmp, check, arch)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
@@ -165,7 +167,9 @@ class ScalerRef:
 ARCH_ARGS = {"gpt2": ["--arch", "gpt2"], "llama": ["--arch", "llama"],
              "llama-mqa": ["--arch", "llama", "--n-kv-head", "1"],
              "llama-untied": ["--arch", "llama", "--tie-embeddings", "false"],
-             "llama-rope3": ["--arch", "llama", "--rope-scaling-factor", "8", "--rope-original-context", "32"]}
+             "llama-rope3": ["--arch", "llama", "--rope-scaling-factor", "8", "--rope-original-context", "32"],
+             # Qwen2's block: q, k and v biases, RMSNorm eps 1e-6 (here 1e-2, where it weighs)
+             "qwen2": ["--arch", "llama", "--n-kv-head", "1", "--qkv-bias", "true", "--rms-norm-eps", "1e-2"]}
 # llama-rope3's Llama 3.1 rescaling: at head size 16 and an original context of 32, its 8
 # frequencies fall in all three bands (kept, blended, divided by the factor)
 ROPE3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -175,8 +179,9 @@ ROPE3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fre
 def make_model(arch):
     if arch == "gpt2":
         return GPT2(L, NH, C, T, V)
-    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch == "llama-mqa" else None,
-                 untied=arch == "llama-untied", scaling=ROPE3 if arch == "llama-rope3" else None)
+    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch in ("llama-mqa", "qwen2") else None,
+                 untied=arch == "llama-untied", scaling=ROPE3 if arch == "llama-rope3" else None,
+                 qkv_bias=arch == "qwen2", eps=1e-2 if arch == "qwen2" else 1e-5)
 
 
 def replay(tmp, check, ls, arch="gpt2", data=None, doc=None):
@@ -346,7 +351,7 @@ def replay_bf16(tmp, check, arch="gpt2"):
 
 
 def export_llama(tmp, check, arch):
-    """colo-train export of a llama checkpoint as LlamaForCausalLM's file and config: loaded into
+    """colo-train export of a llama (or qwen2) checkpoint as LlamaForCausalLM's (Qwen2ForCausalLM's) file and config: loaded into
     HFLlama, an implementation under HF's names and nn.Linear layout, its loss on a batch is the
     colo-layout model's on the same weights (the run's final ones, from its reference dump)."""
     tag = "[%s export] " % arch
@@ -357,11 +362,14 @@ def export_llama(tmp, check, arch):
     subprocess.run([os.path.join(BIN, "colo-train"), "export", "--checkpoint", ck, "--out", out,
                     "--config", cfgp], check=True)
     cfg = json.load(open(cfgp))
-    check(tag + "config.json", cfg["architectures"] == ["LlamaForCausalLM"] and
+    qwen2 = arch == "qwen2"
+    check(tag + "config.json", cfg["architectures"] == ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"] and
+          cfg["model_type"] == ("qwen2" if qwen2 else "llama") and
+          cfg["rms_norm_eps"] == (1e-2 if qwen2 else 1e-5) and
           cfg["hidden_size"] == C and cfg["intermediate_size"] == H_LLAMA and
           cfg["num_hidden_layers"] == L and cfg["num_attention_heads"] == NH and
           cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is (arch != "llama-untied") and
-          cfg["num_key_value_heads"] == (1 if arch == "llama-mqa" else NH) and
+          cfg["num_key_value_heads"] == (1 if arch in ("llama-mqa", "qwen2") else NH) and
           cfg.get("rope_scaling") == (ROPE3 if arch == "llama-rope3" else None),
           "%d layers, %d wide, MLP %d, %d key heads" % (cfg["num_hidden_layers"], cfg["hidden_size"],
                                                         cfg["intermediate_size"], cfg["num_key_value_heads"]))
@@ -376,7 +384,7 @@ def export_llama(tmp, check, arch):
         a, b = ours(batch[:B], batch[B:]).item(), hf(batch[:B], batch[B:]).item()
     rel = abs(a - b) / abs(a)
     check(tag + "HF layout's loss = colo layout's (rel 1e-6)", rel <= 1e-6,
-          "%d tensors; colo layout %.7f, LlamaForCausalLM layout %.7f, rel %.2e" % (len(tensors), a, b, rel))
+          "%d tensors; colo layout %.7f, %s layout %.7f, rel %.2e" % (len(tensors), a, cfg["architectures"][0], b, rel))
 
 
 if __name__ == "__main__":

@@ -153,11 +153,14 @@ class Llama(torch.nn.Module):
     """A Llama block on GPT-2's skeleton, as colo's model.arch=llama names and lays it out:
     RMSNorm (eps 1e-5), rotary positions in HF's rotate-half form on the queries and keys, a SwiGLU
     MLP whose mlp.c_fc.weight [C, 2H] holds the gate's columns then the up projection's, no biases,
-    the LM head tied to the token embedding. Weights are [in, out] as GPT-2's Conv1D."""
+    the LM head tied to the token embedding. Weights are [in, out] as GPT-2's Conv1D. qkv_bias and
+    eps: Qwen2's biases on q, k and v (attn.c_attn.bias [C + 2·KV]) and its RMSNorm epsilon."""
 
-    def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False, scaling=None):
+    def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False, scaling=None,
+                 qkv_bias=False, eps=1e-5):
         super().__init__()
         self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
+        self.qkv_bias, self.eps = qkv_bias, eps
         self.reduction = "mean"
         # grouped-query attention: NKV key and value heads, c_attn [C, C + 2·KV]
         self.NKV = NKV or NH
@@ -167,9 +170,10 @@ class Llama(torch.nn.Module):
         shapes = {"transformer.wte.weight": (V, C)}
         for l in range(L):
             h = "transformer.h.%d." % l
-            for n, s in [("ln_1.weight", (C,)), ("attn.c_attn.weight", (C, C + 2 * KV)),
-                         ("attn.c_proj.weight", (C, C)), ("ln_2.weight", (C,)),
-                         ("mlp.c_fc.weight", (C, 2 * H)), ("mlp.c_proj.weight", (H, C))]:
+            for n, s in [("ln_1.weight", (C,)), ("attn.c_attn.weight", (C, C + 2 * KV))] + \
+                    ([("attn.c_attn.bias", (C + 2 * KV,))] if qkv_bias else []) + \
+                    [("attn.c_proj.weight", (C, C)), ("ln_2.weight", (C,)),
+                     ("mlp.c_fc.weight", (C, 2 * H)), ("mlp.c_proj.weight", (H, C))]:
                 self.names.append(h + n)
                 shapes[h + n] = s
         self.names.append("transformer.ln_f.weight")
@@ -203,8 +207,9 @@ class Llama(torch.nn.Module):
         x = s(p["transformer.wte.weight"][idx])
         for l in range(L):
             h = "transformer.h.%d." % l
-            a = s(rms_norm(x, p[h + "ln_1.weight"]))
-            qkv = s(a @ s(p[h + "attn.c_attn.weight"]))
+            a = s(rms_norm(x, p[h + "ln_1.weight"], self.eps))
+            qkv = a @ s(p[h + "attn.c_attn.weight"])
+            qkv = s(qkv + p[h + "attn.c_attn.bias"] if self.qkv_bias else qkv)
             q, k, v = qkv.split([C, self.KV, self.KV], dim=2)
             heads = lambda t: t.view(Bn, Tn, -1, C // NH).transpose(1, 2)
             # each key and value head serves NH/NKV query heads (HF's repeat_kv)
@@ -216,12 +221,12 @@ class Llama(torch.nn.Module):
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             y = s((att @ v).transpose(1, 2).reshape(x.shape))
             x = s(x + s(y @ s(p[h + "attn.c_proj.weight"])))
-            m = s(rms_norm(x, p[h + "ln_2.weight"]))
+            m = s(rms_norm(x, p[h + "ln_2.weight"], self.eps))
             gu = s(m @ s(p[h + "mlp.c_fc.weight"]))
             g, u = gu.split(H, dim=2)
             m = s(F.silu(g) * u)
             x = s(x + s(m @ s(p[h + "mlp.c_proj.weight"])))
-        x = s(rms_norm(x, p["transformer.ln_f.weight"]))
+        x = s(rms_norm(x, p["transformer.ln_f.weight"], self.eps))
         head = p["lm_head.weight"] if self.untied else p["transformer.wte.weight"]
         logits = s(x @ s(head).t())
         return F.cross_entropy(logits.view(-1, self.V), targets.reshape(-1), ignore_index=-1,
@@ -238,11 +243,13 @@ class HFLlama(torch.nn.Module):
     """LlamaForCausalLM's computation under its own names and layout (nn.Linear weights [out, in],
     model.layers.N.self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, the head tied to
     model.embed_tokens), built from a transformers config.json: what `colo-train export` must
-    write for a model.arch=llama model, with grouped-query attention (num_key_value_heads)."""
+    write for a model.arch=llama model, with grouped-query attention (num_key_value_heads); and
+    Qwen2ForCausalLM's (model_type qwen2: biases on q_proj, k_proj and v_proj)."""
 
     def __init__(self, cfg):
         super().__init__()
-        assert cfg["model_type"] == "llama"
+        assert cfg["model_type"] in ("llama", "qwen2")
+        self.qwen2 = cfg["model_type"] == "qwen2"
         self.cfg = cfg
         C, H, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
         KV = cfg["num_key_value_heads"] * C // cfg["num_attention_heads"]
@@ -256,6 +263,9 @@ class HFLlama(torch.nn.Module):
                            h + "self_attn.v_proj.weight": (KV, C), h + "self_attn.o_proj.weight": (C, C),
                            h + "mlp.gate_proj.weight": (H, C), h + "mlp.up_proj.weight": (H, C),
                            h + "mlp.down_proj.weight": (C, H)})
+            if self.qwen2:
+                shapes.update({h + "self_attn.q_proj.bias": (C,), h + "self_attn.k_proj.bias": (KV,),
+                               h + "self_attn.v_proj.bias": (KV,)})
         self.shapes = shapes
         self.p = {}
 
@@ -280,9 +290,10 @@ class HFLlama(torch.nn.Module):
             h = "model.layers.%d." % l
             a = rms_norm(x, p[h + "input_layernorm.weight"], eps)
             heads = lambda t: t.view(Bn, Tn, -1, hs).transpose(1, 2)
-            q = heads(F.linear(a, p[h + "self_attn.q_proj.weight"]))
-            k = heads(F.linear(a, p[h + "self_attn.k_proj.weight"]))
-            v = heads(F.linear(a, p[h + "self_attn.v_proj.weight"]))
+            b = (lambda n: p[h + "self_attn.%s_proj.bias" % n]) if self.qwen2 else (lambda n: None)
+            q = heads(F.linear(a, p[h + "self_attn.q_proj.weight"], b("q")))
+            k = heads(F.linear(a, p[h + "self_attn.k_proj.weight"], b("k")))
+            v = heads(F.linear(a, p[h + "self_attn.v_proj.weight"], b("v")))
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             group = NH // cfg["num_key_value_heads"]  # repeat_kv
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)

@@ -230,6 +230,14 @@ compare "$TMP/doc1" "$TMP/doc_dp2z3" "documents: dp=2 ZeRO-3"
 compare "$TMP/doc1" "$TMP/doc_tp2sp" "documents: tp=2 sequence parallel"
 compare "$TMP/doc1" "$TMP/doc_pp2dp2tp2" "documents: pp=2 x dp=2 x tp=2"
 compare "$TMP/ldoc1" "$TMP/ldoc_pp2tp2" "documents: llama pp=2 x tp=2 sp"
+# Qwen2's block (llama with q, k and v biases, RMSNorm eps 1e-6): the biases split with the
+# queries, keys and values under tensor parallelism, and sharded under ZeRO-3
+Q=(--arch llama --qkv-bias true --rms-norm-eps 1e-6)
+run "$TMP/qwen1" "${Q[@]}" --batch-size $GLOBAL_B
+run "$TMP/qwen_tp2sp" "${Q[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+run "$TMP/qwen_dp2z3" "${Q[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+compare "$TMP/qwen1" "$TMP/qwen_tp2sp" "qwen2 block: tp=2 sequence parallel"
+compare "$TMP/qwen1" "$TMP/qwen_dp2z3" "qwen2 block: dp=2 ZeRO-3"
 $PY - "$TMP/single/progress.jsonl" "$TMP/doc1/progress.jsonl" <<'PYEOF' || fail "documents changed nothing"
 import json, sys
 a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] for f in sys.argv[1:])

@@ -483,8 +483,8 @@ static void test_llama_ops(double tol) {
   float *rstd = malloc(N * sizeof *rstd);
   void *d_inp = upa(inp, n), *d_out = up(out, n, asz);
   float *d_w = upf(w, C), *d_rstd = upf(inp, N);
-  cpu->rmsnorm_fwd(out, rstd, h_inp, w, N, C);
-  gpu->rmsnorm_fwd(d_out, d_rstd, d_inp, d_w, N, C);
+  cpu->rmsnorm_fwd(out, rstd, h_inp, w, N, C, 1e-6f); /* Qwen2's eps */
+  gpu->rmsnorm_fwd(d_out, d_rstd, d_inp, d_w, N, C, 1e-6f);
   check_a(named("rmsnorm_fwd out"), d_out, out, n, tol);
   check(named("rmsnorm_fwd rstd (fp32)"), d_rstd, rstd, N, 1e-5);
   d_rstd = upf(rstd, N); /* the backward uses the CPU's saved statistics on both sides */
@@ -554,9 +554,17 @@ static void test_llama_ops(double tol) {
 }
 
 static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head, int docs) {
-  /* with grouped-query attention, also an untied head */
-  colo_gpt_config_t cfg = {
-      V, T, 2, 3, C, .arch = arch, .n_kv_head = n_kv_head, .untied_head = n_kv_head != 0};
+  /* with grouped-query attention, also an untied head, Qwen2's q, k and v biases and RMSNorm eps */
+  colo_gpt_config_t cfg = {V,
+                           T,
+                           2,
+                           3,
+                           C,
+                           .arch = arch,
+                           .n_kv_head = n_kv_head,
+                           .untied_head = n_kv_head != 0,
+                           .qkv_bias = n_kv_head != 0,
+                           .norm_eps = n_kv_head ? 1e-6f : 0.0f};
   colo_pool_t *hp = colo_pool_create("cpu", 0);
   colo_gpt_t *mc = NULL, *mg = NULL;
   char err[256];
@@ -595,8 +603,8 @@ static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head
     float lc = colo_gpt_forward(mc, in, tg, B, T), lg = colo_gpt_forward(mg, in, tg, B, T);
     char what[96];
     snprintf(what, sizeof what, "%s%s%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
-             n_kv_head ? " (1 key head, untied)" : "", docs ? " (documents)" : "", step, (double)lc,
-             (double)lg);
+             n_kv_head ? " (1 key head, untied, q, k, v biases)" : "", docs ? " (documents)" : "",
+             step, (double)lc, (double)lg);
     verdict(named(what), fabs((double)lc - (double)lg) / fabs((double)lc), loss_tol, isfinite(lg));
     colo_gpt_backward(mc, 1.0f);
     colo_gpt_backward(mg, 1.0f);

@@ -288,38 +288,44 @@ TEST(layernorm_grad_and_values) {
 typedef struct {
   int N, C;
   float *inp, *w, *out, *rstd, *R;
+  float eps;
 } rms_t;
 
 static double rms_loss(void *p) {
   rms_t *m = p;
-  be->rmsnorm_fwd(m->out, m->rstd, m->inp, m->w, m->N, m->C);
+  be->rmsnorm_fwd(m->out, m->rstd, m->inp, m->w, m->N, m->C, m->eps);
   return dotd(m->out, m->R, (size_t)m->N * m->C);
 }
 
+/* Llama's eps (1e-5), and a large one on small inputs, where it weighs (Qwen2's is 1e-6) */
 TEST(rmsnorm_grad_and_values) {
   setup();
-  rms_t m = {5, 8};
-  m.inp = randv(40, 2), m.w = randv(8, 1), m.out = randv(40, 1);
-  m.rstd = zeros(5), m.R = randv(40, 1);
-  rms_loss(&m);
-  /* against the definition, in double, with eps 1e-5 */
-  for (int n = 0; n < 5; n++) {
-    double ms = 0;
-    for (int i = 0; i < 8; i++)
-      ms += (double)m.inp[n * 8 + i] * m.inp[n * 8 + i] / 8.0;
-    for (int i = 0; i < 8; i++) {
-      double y = m.inp[n * 8 + i] / sqrt(ms + 1e-5) * m.w[i];
-      if (fabs(y - m.out[n * 8 + i]) > 1e-5)
-        FAIL_AT("rmsnorm row %d [%d] = %.9g, expected %.9g", n, i, (double)m.out[n * 8 + i], y);
+  for (int k = 0; k < 2; k++) {
+    rms_t m = {5, 8};
+    m.eps = k ? 1e-2f : 1e-5f;
+    m.inp = randv(40, k ? 0.1f : 2), m.w = randv(8, 1), m.out = randv(40, 1);
+    m.rstd = zeros(5), m.R = randv(40, 1);
+    rms_loss(&m);
+    /* against the definition, in double */
+    for (int n = 0; n < 5; n++) {
+      double ms = 0;
+      for (int i = 0; i < 8; i++)
+        ms += (double)m.inp[n * 8 + i] * m.inp[n * 8 + i] / 8.0;
+      for (int i = 0; i < 8; i++) {
+        double y = m.inp[n * 8 + i] / sqrt(ms + m.eps) * m.w[i];
+        if (fabs(y - m.out[n * 8 + i]) > 1e-5)
+          FAIL_AT("rmsnorm eps %g row %d [%d] = %.9g, expected %.9g", (double)m.eps, n, i,
+                  (double)m.out[n * 8 + i], y);
+      }
     }
+    float *di = randv(40, 1), *dw = zeros(8), *before = own(malloc(40 * 4));
+    memcpy(before, di, 40 * 4); /* the backward adds into dinp */
+    be->rmsnorm_bwd(di, dw, m.R, m.inp, m.w, m.rstd, 5, 8);
+    for (int i = 0; i < 40; i++)
+      di[i] -= before[i];
+    fd_check("rmsnorm dinp", m.inp, di, 40, rms_loss, &m);
+    fd_check("rmsnorm dw", m.w, dw, 8, rms_loss, &m);
   }
-  float *di = randv(40, 1), *dw = zeros(8), *before = own(malloc(40 * 4));
-  memcpy(before, di, 40 * 4); /* the backward adds into dinp */
-  be->rmsnorm_bwd(di, dw, m.R, m.inp, m.w, m.rstd, 5, 8);
-  for (int i = 0; i < 40; i++)
-    di[i] -= before[i];
-  fd_check("rmsnorm dinp", m.inp, di, 40, rms_loss, &m);
-  fd_check("rmsnorm dw", m.w, dw, 8, rms_loss, &m);
 }
 
 /* ---- rotary positions ---- */
@@ -1022,7 +1028,7 @@ TEST(sumsq_and_schedule) {
 /* ---- the whole model ---- */
 
 /* arch: COLO_ARCH_*, or -1 for LLAMA with grouped-query attention (4 query heads, 2 key heads),
- * -2 for that with an untied head */
+ * -2 for that with an untied head, -3 for that with Qwen2's q, k and v biases and RMSNorm eps */
 static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
   int gqa = arch < 0;
   colo_gpt_config_t cfg = {.vocab_size = 11,
@@ -1033,7 +1039,9 @@ static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
                            .arch = gqa ? COLO_ARCH_LLAMA : arch,
                            .mlp_hidden = arch != COLO_ARCH_GPT2 ? 12 : 0,
                            .n_kv_head = gqa ? 2 : 0,
-                           .untied_head = arch == -2};
+                           .untied_head = arch == -2,
+                           .qkv_bias = arch == -3,
+                           .norm_eps = arch == -3 ? 1e-6f : 0.0f};
   colo_gpt_t *m;
   char err[256];
   if (colo_gpt_create(&cfg, 2, recompute, be, pool, &m, err, sizeof err) < 0)
@@ -1173,8 +1181,8 @@ static void model_fd(int arch) {
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
   float *g = own(malloc(np * 4));
   memcpy(g, colo_gpt_grads(m), np * 4);
-  if (arch != COLO_ARCH_GPT2) /* wte, 6 a block, ln_f (and lm_head) */
-    ASSERT_EQ_INT(nt, 1 + 2 * 6 + 1 + (arch == -2));
+  if (arch != COLO_ARCH_GPT2) /* wte, 6 a block (7 with biases), ln_f (and lm_head) */
+    ASSERT_EQ_INT(nt, 1 + 2 * (6 + (arch == -3)) + 1 + (arch == -2));
   else
     ASSERT_EQ_INT(nt, 2 + 2 * COLO_GPT_TENSORS_PER_LAYER + 2);
   /* every coordinate of every tensor */
@@ -1189,7 +1197,8 @@ static void model_fd(int arch) {
   ASSERT_EQ_INT(checked, np);
   printf("  %s: %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
          "1e-2), %.2e absolute\n",
-         arch == -2   ? "llama, 2 key heads for 4, untied head"
+         arch == -3   ? "llama with 2 key heads for 4, q, k and v biases, RMSNorm eps 1e-6"
+         : arch == -2 ? "llama, 2 key heads for 4, untied head"
          : arch == -1 ? "llama with 2 key heads for 4"
                       : colo_gpt_arch_name(arch),
          np, nt, worst_rel, worst_abs);
@@ -1209,6 +1218,10 @@ TEST(llama_gqa_model_grad_finite_differences) {
 
 TEST(llama_untied_model_grad_finite_differences) {
   model_fd(-2);
+}
+
+TEST(qwen2_model_grad_finite_differences) {
+  model_fd(-3);
 }
 
 /* Documents (colo_gpt_set_documents): in two windows of 12 tokens, each document (from a
@@ -1313,7 +1326,7 @@ TEST(documents_compute_what_each_would_alone) {
 TEST(recompute_is_bit_identical) {
   setup();
   colo_pool_t *pool = new_pool(0);
-  for (int arch = -2; arch < 2; arch++) {
+  for (int arch = -3; arch < 2; arch++) {
     colo_gpt_t *a = tiny_model_arch(pool, 0, arch), *b = tiny_model_arch(pool, 1, arch);
     size_t np = colo_gpt_num_params(a);
     for (int k = 0; k < 2; k++) {

@@ -146,6 +146,12 @@ static const struct {
     {"name: t\ndata: {train_path: a, val_sources: [{path: v, name: 'a b'}]}\n",
      "data.val_sources[0].name \"a b\" must be 1 to 64 characters of letters, digits, '-', '_' "
      "and '.'"},
+    {BASE "model: {qkv_bias: true}\n",
+     "model.qkv_bias needs model.arch=llama (gpt2 has biases everywhere)"},
+    {BASE "model: {arch: llama, rms_norm_eps: 0.5}\n",
+     "model.rms_norm_eps=0.5 must be above 0 and at most 0.01"},
+    {BASE "model: {rms_norm_eps: 1e-6}\n",
+     "model.rms_norm_eps=1e-06 needs model.arch=llama (gpt2's LayerNorm has eps 1e-5)"},
     {"name: t\ndata: {train_path: a, val_path: v, document_token: 256}\n",
      "data.document_token=256 must be -1 (none) or a token below model.vocab_size=256"},
     {"name: t\ndata: {train_path: a, val_path: v, document_token: -2}\n",

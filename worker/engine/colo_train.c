@@ -317,21 +317,28 @@ static int cmd_hf_config(int argc, char **argv) {
            {"rope_scaling_factor", cfg.rope_factor, cfg.rope_factor > 0},
            {"rope_low_freq_factor", cfg.rope_low, cfg.rope_factor > 0},
            {"rope_high_freq_factor", cfg.rope_high, cfg.rope_factor > 0},
-           {"rope_original_context", cfg.rope_orig, cfg.rope_factor > 0}};
+           {"rope_original_context", cfg.rope_orig, cfg.rope_factor > 0},
+           {"rms_norm_eps", cfg.norm_eps, llama && cfg.norm_eps > 0 && cfg.norm_eps != 1e-5f}};
   if (json) {
     printf("{\"arch\": \"%s\"", colo_gpt_arch_name(cfg.arch));
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
       if (f[i].on)
-        printf(", \"%s\": %.9g", f[i].name, f[i].v);
-    printf(", \"tie_embeddings\": %s}\n", cfg.untied_head ? "false" : "true");
+        printf(", \"%s\": %.7g", f[i].name, f[i].v); /* a float's digits */
+    printf(", \"tie_embeddings\": %s%s}\n", cfg.untied_head ? "false" : "true",
+           cfg.qkv_bias ? ", \"qkv_bias\": true" : "");
     return 0;
   }
   printf("# the shape of %s (%s)\nmodel:\n  arch: %s\n", argv[optind],
-         llama ? "LlamaForCausalLM" : "GPT2LMHeadModel", colo_gpt_arch_name(cfg.arch));
+         cfg.qkv_bias ? "Qwen2ForCausalLM"
+         : llama      ? "LlamaForCausalLM"
+                      : "GPT2LMHeadModel",
+         colo_gpt_arch_name(cfg.arch));
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].on)
-      printf("  %s: %.9g\n", f[i].name, f[i].v);
+      printf("  %s: %.7g\n", f[i].name, f[i].v);
   printf("  tie_embeddings: %s\n", cfg.untied_head ? "false" : "true");
+  if (cfg.qkv_bias)
+    printf("  qkv_bias: true\n");
   if (t < most)
     printf("# block_size: %d of the %d positions the model knows (--block-size sets it)\n", t,
            most);
@@ -470,6 +477,8 @@ static void train_usage(void) {
       "                        SwiGLU, no biases)\n"
       "  --mlp-hidden N        the MLP's width (default 4·n_embd; llama 8·n_embd/3 to 64)\n"
       "  --rope-theta X        llama: the rotary positions' base (default 10000)\n"
+      "  --qkv-bias true|false llama: biases on the queries, keys and values (Qwen2's)\n"
+      "  --rms-norm-eps X      llama: RMSNorm's epsilon (default 1e-5; Qwen2's 1e-6)\n"
       "  --n-kv-head N         llama: key and value heads, dividing n_head (grouped-query\n"
       "                        attention; default n_head)\n"
       "  --tie-embeddings true|false  llama: false gives the LM head a matrix of its own\n"
@@ -586,6 +595,8 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"rope-theta", "model: {rope_theta: %s}"},
       {"n-kv-head", "model: {n_kv_head: %s}"},
       {"tie-embeddings", "model: {tie_embeddings: %s}"},
+      {"qkv-bias", "model: {qkv_bias: %s}"},
+      {"rms-norm-eps", "model: {rms_norm_eps: %s}"},
       {"rope-scaling-factor", "model: {rope_scaling_factor: %s}"},
       {"rope-low-freq-factor", "model: {rope_low_freq_factor: %s}"},
       {"rope-high-freq-factor", "model: {rope_high_freq_factor: %s}"},
@@ -1061,7 +1072,9 @@ static int cmd_train(int argc, char **argv) {
                                   .rope_factor = ms->rope_scaling_factor,
                                   .rope_low = ms->rope_low_freq_factor,
                                   .rope_high = ms->rope_high_freq_factor,
-                                  .rope_orig = (int)ms->rope_original_context};
+                                  .rope_orig = (int)ms->rope_original_context,
+                                  .norm_eps = ms->rms_norm_eps,
+                                  .qkv_bias = ms->qkv_bias};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim = (colo_adamw_config_t){o->lr,
                                     o->min_lr,

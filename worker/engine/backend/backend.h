@@ -92,9 +92,10 @@ typedef struct colo_backend_s {
   void (*layernorm_bwd)(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                         const float *w, const float *mean, const float *rstd, int N, int C);
 
-  /* RMSNorm (Llama's) with eps 1e-5: out = inp · rstd · w, rstd [N] = 1/sqrt(mean(inp²) + eps),
-   * saved for the backward, which ADDS into dinp like layernorm_bwd */
-  void (*rmsnorm_fwd)(void *out, float *rstd, const void *inp, const float *w, int N, int C);
+  /* RMSNorm (Llama's): out = inp · rstd · w, rstd [N] = 1/sqrt(mean(inp²) + eps) (Llama's eps
+   * 1e-5, Qwen2's 1e-6), saved for the backward, which ADDS into dinp like layernorm_bwd */
+  void (*rmsnorm_fwd)(void *out, float *rstd, const void *inp, const float *w, int N, int C,
+                      float eps);
   void (*rmsnorm_bwd)(void *dinp, float *dw, const void *dout, const void *inp, const float *w,
                       const float *rstd, int N, int C);
   /* Rotary position embedding (RoPE, HuggingFace Llama's rotate-half form) in place on the

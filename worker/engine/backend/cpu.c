@@ -258,7 +258,8 @@ static void layernorm_bwd(void *dinp_, float *dw, float *db, const void *dout_, 
 
 /* ---- RMSNorm ---- */
 
-static void rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const float *w, int N, int C) {
+static void rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const float *w, int N, int C,
+                        float eps) {
   float *out = out_;
   const float *inp = inp_;
 #pragma omp parallel for schedule(static)
@@ -268,7 +269,7 @@ static void rmsnorm_fwd(void *out_, float *rstd, const void *inp_, const float *
 #pragma omp simd reduction(+ : ss)
     for (int i = 0; i < C; i++)
       ss += x[i] * x[i];
-    float s = 1.0f / sqrtf(ss / (float)C + 1e-5f);
+    float s = 1.0f / sqrtf(ss / (float)C + eps);
     float *o = out + (size_t)n * C;
 #pragma omp simd
     for (int i = 0; i < C; i++)

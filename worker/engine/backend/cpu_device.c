@@ -302,9 +302,9 @@ static void host_free(void *p) {
     RUN("layernorm_bwd", base_##sfx()->layernorm_bwd(di, dw, db, d, i, w, mean, rstd, N, C), di,   \
         dw, db, d, i, w, mean, rstd);                                                              \
   }                                                                                                \
-  static void rmsnorm_fwd_##sfx(void *o, float *rstd, const void *i, const float *w, int N,        \
-                                int C) {                                                           \
-    RUN("rmsnorm_fwd", base_##sfx()->rmsnorm_fwd(o, rstd, i, w, N, C), o, rstd, i, w);             \
+  static void rmsnorm_fwd_##sfx(void *o, float *rstd, const void *i, const float *w, int N, int C, \
+                                float eps) {                                                       \
+    RUN("rmsnorm_fwd", base_##sfx()->rmsnorm_fwd(o, rstd, i, w, N, C, eps), o, rstd, i, w);        \
   }                                                                                                \
   static void rmsnorm_bwd_##sfx(void *di, float *dw, const void *d, const void *i, const float *w, \
                                 const float *rstd, int N, int C) {                                 \

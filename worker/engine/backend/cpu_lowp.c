@@ -204,9 +204,9 @@ static void layernorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, float *db, co
 }
 
 static void rmsnorm_fwd_t(colo_dtype_t t, void *out, float *rstd, const void *inp, const float *w,
-                          int N, int C) {
+                          int N, int C, float eps) {
   float *fi = widen(t, inp, (size_t)N * C), *fo = fresh((size_t)N * C);
-  f32()->rmsnorm_fwd(fo, rstd, fi, w, N, C);
+  f32()->rmsnorm_fwd(fo, rstd, fi, w, N, C, eps);
   narrow(t, out, fo, (size_t)N * C);
   scratch_give(fi);
 }
@@ -430,9 +430,9 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
   static void gelu_fwd_##sfx(void *o, const void *i, size_t n) {                                   \
     gelu_fwd_t(T, o, i, n);                                                                        \
   }                                                                                                \
-  static void rmsnorm_fwd_##sfx(void *o, float *rstd, const void *i, const float *w, int N,        \
-                                int C) {                                                           \
-    rmsnorm_fwd_t(T, o, rstd, i, w, N, C);                                                         \
+  static void rmsnorm_fwd_##sfx(void *o, float *rstd, const void *i, const float *w, int N, int C, \
+                                float eps) {                                                       \
+    rmsnorm_fwd_t(T, o, rstd, i, w, N, C, eps);                                                    \
   }                                                                                                \
   static void rmsnorm_bwd_##sfx(void *di, float *dw, const void *d, const void *i, const float *w, \
                                 const float *rstd, int N, int C) {                                 \

@@ -706,7 +706,7 @@ static void layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, co
 
 template <class T>
 __global__ static void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, const float *w, int N,
-                                          int C, int vec) {
+                                          int C, int vec, float eps) {
   int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (row >= N)
     return;
@@ -714,7 +714,7 @@ __global__ static void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, con
   const T *none = NULL;
   float ss = 0.0f;
   lane_each(x, none, C, lane, 32, vec, [&](int, float xi, float) { ss += xi * xi; });
-  float r = 1.0f / sqrtf(warp_sum(ss) / (float)C + 1e-5f);
+  float r = 1.0f / sqrtf(warp_sum(ss) / (float)C + eps);
   lane_map(out + (size_t)row * C, x, none, 0, C, lane, 32, vec,
            [&](int i, float xi, float, float) { return xi * r * w[i]; });
   if (lane == 0)
@@ -722,9 +722,10 @@ __global__ static void rmsnorm_fwd_kernel(T *out, float *rstd, const T *inp, con
 }
 
 template <class T>
-static void rmsnorm_fwd(void *out, float *rstd, const void *inp, const float *w, int N, int C) {
+static void rmsnorm_fwd(void *out, float *rstd, const void *inp, const float *w, int N, int C,
+                        float eps) {
   rmsnorm_fwd_kernel<T><<<(N + 7) / 8, 256, 0, g.stream>>>((T *)out, rstd, (const T *)inp, w, N, C,
-                                                           vec_ok<T>((size_t)C, out, inp));
+                                                           vec_ok<T>((size_t)C, out, inp), eps);
   LAUNCHED();
 }
 

@@ -161,7 +161,7 @@ int colo_gpt_kv_heads(const colo_gpt_config_t *cfg) {
 }
 
 int colo_gpt_tensors_per_layer(const colo_gpt_config_t *cfg) {
-  return cfg->arch == COLO_ARCH_LLAMA ? 6 : P_PER_LAYER;
+  return cfg->arch == COLO_ARCH_LLAMA ? 6 + (cfg->qkv_bias != 0) : P_PER_LAYER;
 }
 
 const char *colo_gpt_arch_name(int arch) {
@@ -270,8 +270,8 @@ static void build_table(colo_gpt_t *m) {
       {"mlp.c_proj.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
   };
   int unit[] = {0, C, C + 2 * KV, H, 2 * H};
-  for (int i = 0, n = 0; i < P_PER_LAYER; i++)
-    m->slot[i] = !m->llama || layer[i].llama ? n++ : -1;
+  for (int i = 0, n = 0; i < P_PER_LAYER; i++) /* LLAMA: no biases, but q, k and v's if asked */
+    m->slot[i] = !m->llama || layer[i].llama || (i == P_QKVB && m->cfg.qkv_bias) ? n++ : -1;
   for (int l = 0; l < L; l++)
     for (int i = 0; i < P_PER_LAYER; i++) {
       if (m->slot[i] < 0)
@@ -473,6 +473,17 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              "%g (above low), original context %d",
              cfg->mlp_hidden, (double)cfg->rope_theta, (double)cfg->rope_factor,
              (double)cfg->rope_low, (double)cfg->rope_high, cfg->rope_orig);
+    return COLO_EINVAL;
+  }
+  if (cfg->arch != COLO_ARCH_LLAMA &&
+      (cfg->qkv_bias || (cfg->norm_eps != 0.0f && cfg->norm_eps != 1e-5f))) {
+    snprintf(err, errlen,
+             "qkv_bias and an RMSNorm eps are llama's; gpt2 has biases everywhere and LayerNorm's "
+             "eps 1e-5");
+    return COLO_EINVAL;
+  }
+  if (!(cfg->norm_eps >= 0.0f && cfg->norm_eps <= 1e-2f)) {
+    snprintf(err, errlen, "bad model shape: RMSNorm eps %g (0 to 0.01)", (double)cfg->norm_eps);
     return COLO_EINVAL;
   }
   int tp = tp_comm ? colo_comm_size(tp_comm) : 1;
@@ -911,7 +922,7 @@ static const void *head_weights(colo_gpt_t *m, int make) {
 static void norm_fwd(colo_gpt_t *m, void *out, float *mean, float *rstd, const void *inp,
                      const float *w, const float *b, int N, int C) {
   if (m->llama)
-    m->be->rmsnorm_fwd(out, rstd, inp, w, N, C);
+    m->be->rmsnorm_fwd(out, rstd, inp, w, N, C, m->cfg.norm_eps > 0 ? m->cfg.norm_eps : 1e-5f);
   else
     m->be->layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
 }

@@ -42,6 +42,9 @@ typedef struct {
    * frequency factors (0: 1 and 4) and original context (0: 8192) */
   float rope_factor, rope_low, rope_high;
   int rope_orig;
+  float norm_eps; /* LLAMA: RMSNorm's epsilon (Qwen2's 1e-6); 0: 1e-5 */
+  int qkv_bias;   /* LLAMA: biases on the queries, keys and values (Qwen2's): attn.c_attn.bias
+                   * [C + 2·KV], as GPT-2's */
 } colo_gpt_config_t;
 
 /* cfg->n_kv_head, or n_head when 0 */

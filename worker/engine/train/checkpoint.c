@@ -147,6 +147,13 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       bad = 1;
     else
       t.model.n_kv_head = kv ? (int)kv->valuedouble : 0;
+    /* Qwen2's: biases on q, k and v, and RMSNorm's eps (absent: none, and 1e-5) */
+    cJSON *qb = cJSON_GetObjectItem(m, "qkv_bias"), *ne = cJSON_GetObjectItem(m, "rms_norm_eps");
+    if ((qb && !cJSON_IsBool(qb)) ||
+        (ne && !(cJSON_IsNumber(ne) && ne->valuedouble > 0 && ne->valuedouble <= 1e-2)))
+      bad = 1;
+    t.model.qkv_bias = cJSON_IsTrue(qb);
+    t.model.norm_eps = cJSON_IsNumber(ne) ? (float)ne->valuedouble : 0.0f;
     cJSON *tie = cJSON_GetObjectItem(m, "tie_embeddings"); /* absent: tied */
     if (tie && !cJSON_IsBool(tie))
       bad = 1;
@@ -437,6 +444,10 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
                             meta->model.rope_theta > 0 ? meta->model.rope_theta : 10000.0);
     cJSON_AddNumberToObject(mo, "n_kv_head", colo_gpt_kv_heads(&meta->model));
     cJSON_AddBoolToObject(mo, "tie_embeddings", !meta->model.untied_head);
+    if (meta->model.qkv_bias)
+      cJSON_AddTrueToObject(mo, "qkv_bias");
+    if (meta->model.norm_eps > 0.0f && meta->model.norm_eps != 1e-5f)
+      cJSON_AddNumberToObject(mo, "rms_norm_eps", meta->model.norm_eps);
     if (meta->model.rope_factor > 0.0f) { /* Llama 3's rescaling, as HF's config names it */
       cJSON *rs = cJSON_AddObjectToObject(mo, "rope_scaling");
       cJSON_AddNumberToObject(rs, "factor", meta->model.rope_factor);
@@ -804,6 +815,11 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
   return rc;
 }
 
+/* RMSNorm's eps as a model uses it (0: 1e-5) */
+static float norm_eps_of(const colo_gpt_config_t *c) {
+  return c->norm_eps > 0.0f ? c->norm_eps : 1e-5f;
+}
+
 int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model,
                       const colo_ckpt_sink_t *sink, char *err, size_t errlen) {
   cJSON *files, *root;
@@ -836,15 +852,20 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
   if (rc == 0 &&
       (c->arch != t.model.arch || colo_gpt_mlp_hidden(c) != colo_gpt_mlp_hidden(&t.model) ||
        colo_gpt_kv_heads(c) != colo_gpt_kv_heads(&t.model) ||
-       !c->untied_head != !t.model.untied_head || rope_differs))
+       !c->untied_head != !t.model.untied_head || rope_differs ||
+       !c->qkv_bias != !t.model.qkv_bias || norm_eps_of(c) != norm_eps_of(&t.model)))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s; this "
-                   "run's is %s with %d and %d%s (model.arch, mlp_hidden, n_kv_head, "
-                   "tie_embeddings, rope_theta, rope_scaling_*)",
+                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s%s, "
+                   "RMSNorm eps %g; this run's is %s with %d and %d%s%s, %g (model.arch, "
+                   "mlp_hidden, n_kv_head, tie_embeddings, qkv_bias, rms_norm_eps, rope_theta, "
+                   "rope_scaling_*)",
                    dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
                    colo_gpt_kv_heads(&t.model), t.model.untied_head ? ", untied" : "",
-                   rope_differs ? " and another rotation" : "", colo_gpt_arch_name(c->arch),
-                   colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c), c->untied_head ? ", untied" : "");
+                   t.model.qkv_bias ? ", q, k and v biases" : "",
+                   rope_differs ? " and another rotation" : "", (double)norm_eps_of(&t.model),
+                   colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c),
+                   c->untied_head ? ", untied" : "", c->qkv_bias ? ", q, k and v biases" : "",
+                   (double)norm_eps_of(c));
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the

@@ -39,7 +39,7 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
   int KV = colo_gpt_kv_heads(c) * (C / c->n_head); /* key (value) rows */
   size_t nt;
   const colo_param_t *t = colo_gpt_full_table(m, &nt);
-  size_t n = 3 + 9 * (size_t)L, total = 0;
+  size_t n = 3 + 12 * (size_t)L, total = 0;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
   /* the transposed matrices: q and o C², k and v KV·C, the MLP's 3CH floats a layer */
@@ -101,6 +101,18 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
                                  e[j].cols ? 2 : 1,
                                  {e[j].rows, e[j].cols},
                                  (size_t)e[j].rows * (e[j].cols ? (size_t)e[j].cols : 1)};
+    }
+    snprintf(tn, sizeof tn, "transformer.h.%d.attn.c_attn.bias", l);
+    const colo_param_t *qb = find(t, nt, tn);
+    for (int j = 0; qb && j < 3; j++, k++) { /* Qwen2's q, k and v biases: c_attn.bias's parts */
+      static const char *const bn[3] = {"q_proj", "k_proj", "v_proj"};
+      snprintf(names[k], sizeof names[k], "model.layers.%d.self_attn.%s.bias", l, bn[j]);
+      int rows = j ? KV : C;
+      ts[k] = (colo_st_tensor_t){names[k],
+                                 params + qb->full_offset + (j ? C + (j - 1) * KV : 0),
+                                 1,
+                                 {rows, 0},
+                                 (size_t)rows};
     }
   }
   ts[k++] =
@@ -217,22 +229,24 @@ static int get(const files_t *fs, const char *pre, const char *name, int rows, i
   return colo_st_get(f, full, cols ? 2 : 1, shape, dst, 1, err, errlen);
 }
 
-/* A layer's HF tensor suffix: 0..8 (the order of write_llama's), 9 the rotary buffer, -1 none */
+/* A layer's HF tensor suffix: 0..8 (the order of write_llama's), 9 the rotary buffer, 10..12
+ * Qwen2's q, k and v biases, -1 none */
 static int layer_part(const char *rest) {
-  static const char *const parts[] = {"input_layernorm.weight",  "self_attn.q_proj.weight",
-                                      "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-                                      "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-                                      "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-                                      "mlp.down_proj.weight",    "self_attn.rotary_emb.inv_freq"};
-  for (int i = 0; i < 10; i++)
+  static const char *const parts[] = {
+      "input_layernorm.weight",        "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+      "self_attn.v_proj.weight",       "self_attn.o_proj.weight", "post_attention_layernorm.weight",
+      "mlp.gate_proj.weight",          "mlp.up_proj.weight",      "mlp.down_proj.weight",
+      "self_attn.rotary_emb.inv_freq", "self_attn.q_proj.bias",   "self_attn.k_proj.bias",
+      "self_attn.v_proj.bias"};
+  for (int i = 0; i < 13; i++)
     if (!strcmp(rest, parts[i]))
       return i;
   return -1;
 }
 
 /* The files' names: all known, its layer count; the head tied (or, for an untied model, there). */
-static int check_llama_names(const files_t *fs, const char *pre, int untied, int *layers, char *err,
-                             size_t errlen) {
+static int check_llama_names(const files_t *fs, const char *pre, int untied, int qkv_bias,
+                             int *layers, char *err, size_t errlen) {
   size_t pl = strlen(pre);
   *layers = 0;
   for (int k = 0; k < fs->n; k++)
@@ -245,8 +259,14 @@ static int check_llama_names(const files_t *fs, const char *pre, int untied, int
       if (strncmp(n, pre, pl) == 0 &&
           (!strcmp(n + pl, "embed_tokens.weight") || !strcmp(n + pl, "norm.weight")))
         continue;
+      int part = -1;
       if (strncmp(n, pre, pl) == 0 && sscanf(n + pl, "layers.%d.%n", &l, &used) == 1 && used &&
-          l >= 0 && l < 100000 && layer_part(n + pl + used) >= 0) {
+          l >= 0 && l < 100000 && (part = layer_part(n + pl + used)) >= 0) {
+        if (part >= 10 && !qkv_bias)
+          return colo_fail(err, errlen, COLO_EINVAL,
+                           "%s: tensor %s: the file's queries, keys and values have biases "
+                           "(Qwen2's); this run's model has none (model.qkv_bias)",
+                           f->path, n);
         *layers = l + 1 > *layers ? l + 1 : *layers;
         continue;
       }
@@ -294,7 +314,7 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
   }
   const char *pre = files_find(fs, "model.embed_tokens.weight") ? "model." : "";
   int layers = 0;
-  rc = check_llama_names(fs, pre, c->untied_head, &layers, err, errlen);
+  rc = check_llama_names(fs, pre, c->untied_head, c->qkv_bias, &layers, err, errlen);
   if (rc == 0 && layers != c->n_layer)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s holds a Llama of %d layers; this run's model has %d (model.n_layer)", path,
@@ -359,6 +379,14 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
             whole[(size_t)r * W + col + o] = hf[(size_t)o * C + r];
         col += rows;
       }
+    } else if (!strcmp(n, "attn.c_attn.bias")) { /* Qwen2's q, k, v biases, one after another */
+      static const char *const qkv[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
+                                         "self_attn.v_proj.bias"};
+      for (int j = 0, col = 0; j < 3 && rc == 0; j++) {
+        int rows = j ? KV : C;
+        rc = get(fs, pre, HF(qkv[j]), rows, 0, whole + col, err, errlen);
+        col += rows;
+      }
     } else if (!strcmp(n, "attn.c_proj.weight")) {
       rc = get(fs, pre, HF("self_attn.o_proj.weight"), C, C, hf, err, errlen);
       for (int o = 0; rc == 0 && o < C; o++)
@@ -410,8 +438,11 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
   cJSON *j = cJSON_CreateObject();
   int llama = c->arch == COLO_ARCH_LLAMA;
   cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
-  cJSON_AddItemToArray(arch, cJSON_CreateString(llama ? "LlamaForCausalLM" : "GPT2LMHeadModel"));
-  cJSON_AddStringToObject(j, "model_type", llama ? "llama" : "gpt2");
+  int qwen2 = llama && c->qkv_bias; /* Qwen2: Llama's block with q, k and v biases */
+  cJSON_AddItemToArray(arch, cJSON_CreateString(qwen2   ? "Qwen2ForCausalLM"
+                                                : llama ? "LlamaForCausalLM"
+                                                        : "GPT2LMHeadModel"));
+  cJSON_AddStringToObject(j, "model_type", qwen2 ? "qwen2" : llama ? "llama" : "gpt2");
   cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
   if (llama) {
     cJSON_AddNumberToObject(j, "hidden_size", c->n_embd);
@@ -420,11 +451,17 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     cJSON_AddNumberToObject(j, "num_attention_heads", c->n_head);
     cJSON_AddNumberToObject(j, "num_key_value_heads", colo_gpt_kv_heads(c));
     cJSON_AddNumberToObject(j, "max_position_embeddings", c->block_size);
-    cJSON_AddNumberToObject(j, "rms_norm_eps", 1e-5);
+    char eps[32]; /* the float's shortest decimal (1e-06, not 9.99999997e-07) */
+    snprintf(eps, sizeof eps, "%.6g", c->norm_eps > 0 ? (double)c->norm_eps : 1e-5);
+    cJSON_AddNumberToObject(j, "rms_norm_eps", strtod(eps, NULL));
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta > 0 ? c->rope_theta : 10000.0);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
-    cJSON_AddBoolToObject(j, "attention_bias", 0);
-    cJSON_AddBoolToObject(j, "mlp_bias", 0);
+    if (qwen2) {
+      cJSON_AddBoolToObject(j, "use_sliding_window", 0);
+    } else {
+      cJSON_AddBoolToObject(j, "attention_bias", 0);
+      cJSON_AddBoolToObject(j, "mlp_bias", 0);
+    }
     if (c->rope_factor > 0.0f) { /* Llama 3.1's rescaling */
       cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
       cJSON_AddStringToObject(rs, "rope_type", "llama3");
@@ -517,18 +554,23 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
   memset(c, 0, sizeof *c);
   if (!cJSON_IsObject(j))
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: not a JSON object", file);
-  else if (!type || (strcmp(type, "llama") && strcmp(type, "gpt2")))
+  else if (!type || (strcmp(type, "llama") && strcmp(type, "gpt2") && strcmp(type, "qwen2")))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "%s: model_type %s; colo reads llama's and gpt2's (LlamaForCausalLM, "
-                   "GPT2LMHeadModel)",
+                   "%s: model_type %s; colo reads llama's, qwen2's and gpt2's (LlamaForCausalLM, "
+                   "Qwen2ForCausalLM, GPT2LMHeadModel)",
                    file, type ? type : "(none)");
+  else if (!strcmp(type, "qwen2") &&
+           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: use_sliding_window; colo's attention sees the whole window", file);
   if (rc < 0) {
     cJSON_Delete(j);
     return rc;
   }
   const cJSON *tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
-  int llama = !strcmp(type, "llama");
+  int qwen2 = !strcmp(type, "qwen2"), llama = qwen2 || !strcmp(type, "llama");
   c->arch = llama ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
+  c->qkv_bias = qwen2; /* Qwen2's q, k and v have biases; its o_proj and MLP none */
   rc = int_field(j, "vocab_size", 1 << 20, &c->vocab_size, file, err, errlen);
   if (rc == 0 && llama) {
     const char *act = str_field(j, "hidden_act");
@@ -557,9 +599,10 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
     c->rope_theta = (float)theta;
     if (rc == 0)
       rc = opt_num(j, "rms_norm_eps", 1e-5, &eps, file, err, errlen);
-    if (rc == 0 && eps != 1e-5)
-      rc = colo_fail(err, errlen, COLO_EINVAL, "%s: rms_norm_eps %g; colo's RMSNorm has 1e-5", file,
-                     eps);
+    if (rc == 0 && !(eps > 0 && eps <= 1e-2))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: rms_norm_eps %g; colo's is above 0, at most 0.01", file, eps);
+    c->norm_eps = (float)eps;
     if (rc == 0 && act && strcmp(act, "silu"))
       rc = colo_fail(err, errlen, COLO_EINVAL,
                      "%s: hidden_act %s; colo's llama MLP is SwiGLU (silu)", file, act);
