@@ -483,6 +483,24 @@ TEST(llama_sft_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(qwen_sft_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("qwen2.5-sft.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_STR(s->train->init_from, "qwen2.5-0.5b/model.safetensors");
+  /* Qwen2.5 0.5B's shape, as colo-train hf-config prints it (test_init_from checks that) */
+  ASSERT_EQ_INT(s->model->arch, COLO__V1__ARCH__ARCH_LLAMA);
+  ASSERT_EQ_INT(s->model->n_layer, 24);
+  ASSERT_EQ_INT(s->model->n_head, 14);
+  ASSERT_EQ_INT(s->model->n_kv_head, 2);
+  ASSERT_EQ_INT(s->model->n_embd, 896);
+  ASSERT_EQ_INT(s->model->mlp_hidden, 4864);
+  ASSERT_EQ_INT(s->model->vocab_size, 151936);
+  ASSERT(s->model->qkv_bias && s->model->rms_norm_eps == 1e-6f && s->model->rope_theta == 1e6f);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(missing_file_is_named) {
   Colo__V1__JobSpec *s = NULL;
   char err[512];
