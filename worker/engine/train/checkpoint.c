@@ -849,23 +849,27 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
                    "%d; this run's model differs",
                    dir, t.model.n_layer, t.model.n_head, t.model.n_embd, t.model.block_size,
                    t.model.vocab_size);
+  char eps_ck[48] = "", eps_run[48] = ""; /* named only where they differ */
+  if (norm_eps_of(c) != norm_eps_of(&t.model)) {
+    snprintf(eps_ck, sizeof eps_ck, ", RMSNorm eps %g", (double)norm_eps_of(&t.model));
+    snprintf(eps_run, sizeof eps_run, ", eps %g", (double)norm_eps_of(c));
+  }
   if (rc == 0 &&
       (c->arch != t.model.arch || colo_gpt_mlp_hidden(c) != colo_gpt_mlp_hidden(&t.model) ||
        colo_gpt_kv_heads(c) != colo_gpt_kv_heads(&t.model) ||
        !c->untied_head != !t.model.untied_head || rope_differs ||
-       !c->qkv_bias != !t.model.qkv_bias || norm_eps_of(c) != norm_eps_of(&t.model)))
+       !c->qkv_bias != !t.model.qkv_bias || eps_ck[0]))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s%s, "
-                   "RMSNorm eps %g; this run's is %s with %d and %d%s%s, %g (model.arch, "
-                   "mlp_hidden, n_kv_head, tie_embeddings, qkv_bias, rms_norm_eps, rope_theta, "
-                   "rope_scaling_*)",
+                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s%s%s; "
+                   "this run's is %s with %d and %d%s%s%s (model.arch, mlp_hidden, n_kv_head, "
+                   "tie_embeddings, qkv_bias, rms_norm_eps, rope_theta, rope_scaling_*)",
                    dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
                    colo_gpt_kv_heads(&t.model), t.model.untied_head ? ", untied" : "",
                    t.model.qkv_bias ? ", q, k and v biases" : "",
-                   rope_differs ? " and another rotation" : "", (double)norm_eps_of(&t.model),
+                   rope_differs ? " and another rotation" : "", eps_ck,
                    colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c),
                    c->untied_head ? ", untied" : "", c->qkv_bias ? ", q, k and v biases" : "",
-                   (double)norm_eps_of(c));
+                   eps_run);
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the
