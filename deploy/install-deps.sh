@@ -22,6 +22,8 @@ PKGS=(
   python3-torch python3-numpy
   # tests: Unicode classes for the reference of GPT-2's pre-tokenizer
   python3-regex
+  # tests: jinja2, the reference for colo's Jinja (chat templates)
+  python3-jinja2
   procps iproute2 clang-format
   # deploy/tls-certs.sh, and the TLS tests
   openssl

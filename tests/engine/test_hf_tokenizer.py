@@ -400,6 +400,104 @@ else:
     print("figure: %d conversations in Llama 3's chat template: %d tokens, tokenizers.js's for the "
           "rendered text" % (len(convs), len(got)))
 
+# conversations through Qwen2.5's own chat template (its tokenizer_config.json's, Jinja: a default
+# system message, tools, tool calls and responses), run by colo's Jinja (--chat-template
+# tokenizer): colo's tokens are tokenizers.js's for the text jinja2 renders (as transformers
+# configures it), each conversation after <|endoftext|> (Qwen2.5 has no beginning of text); and
+# the tokens that count are those that begin within what each assistant message adds after the
+# conversation before it with the generation prompt (up to its <|im_end|>)
+try:
+    from jinja2.ext import loopcontrols
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+except ImportError:
+    skip("no python3-jinja2 for the reference of chat templates")
+jenv = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
+jenv.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False: json.dumps(
+    x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
+qcfg = json.load(open(os.path.join(os.path.dirname(QWEN), "tokenizer_config.json")))
+qtpl = jenv.from_string(qcfg["chat_template"])
+TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a line of the play",
+                                           "parameters": {"type": "object", "properties": {"who": {"type": "string"}},
+                                                          "required": ["who"]}}}]
+qconvs = []
+for i in range(16):
+    msgs = [{"role": "system", "content": "Answer as a player would."}] if i % 4 == 0 else []
+    for turn in range(crng.randint(1, 3)):
+        msgs.append({"role": "user", "content": texts[crng.randrange(len(texts))][1][:160].decode(errors="ignore")})
+        if i % 3 == 1 and turn == 0:  # a tool call and its response
+            msgs.append({"role": "assistant", "content": "", "tool_calls": [
+                {"type": "function", "function": {"name": "lookup", "arguments": {"who": "ROMEO", "n": 2}}}]})
+            msgs.append({"role": "tool", "content": "{\"line\": \"But, soft!\"}"})
+        msgs.append({"role": "assistant", "content": odd[:crng.randint(10, 200)].decode(errors="ignore")})
+    qconvs.append({"messages": msgs, "tools": TOOLS} if i % 3 == 1 else {"messages": msgs})
+
+
+def qrender(c, msgs, gen):
+    return qtpl.render(messages=msgs, tools=c.get("tools"), add_generation_prompt=gen,
+                       eos_token="<|im_end|>")
+
+
+qj = os.path.join(WORK, "qchats.jsonl")
+open(qj, "w", encoding="utf-8").write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in qconvs))
+qfiles = []
+for k, c in enumerate(qconvs):
+    qfiles.append(os.path.join(WORK, "qchat-%d.txt" % k))
+    open(qfiles[-1], "w", encoding="utf-8").write("<|endoftext|>" + qrender(c, c["messages"], False))
+qwant = reference(QWEN, qfiles)
+qo = os.path.join(WORK, "qchat-shards")
+run(["prepare", "--input", qj, "--out", qo, "--tokenizer", QWEN, "--messages-field", "messages",
+     "--chat-template", "tokenizer", "--val-fraction", "0"])
+b = open(os.path.join(qo, "train.bin"), "rb").read()
+head = struct.unpack("<4i", b[:16])
+n = head[2]
+got = list(struct.unpack("<%dI" % n, b[1024:1024 + 4 * n])) if head[3] == 4 else []
+mask = [b[1024 + 4 * n + (i >> 3)] >> (i & 7) & 1 for i in range(n)] if len(b) == 1024 + 4 * n + (n + 7) // 8 else []
+want = [t for ids in qwant for t in ids]
+# the expected mask: each token's bytes from the vocabulary (byte-level; added tokens as they are)
+qj_tok = json.load(open(QWEN))
+u2b = {}
+nb = 0
+for byte in range(256):
+    if 33 <= byte <= 126 or 161 <= byte <= 172 or 174 <= byte <= 255:
+        u2b[chr(byte)] = byte
+    else:
+        u2b[chr(256 + nb)] = byte
+        nb += 1
+tbytes = {i: bytes(u2b[ch] for ch in t) for t, i in qj_tok["model"]["vocab"].items()}
+added = {a["id"]: a["content"].encode() for a in qj_tok["added_tokens"]}
+tbytes.update(added)
+want_mask = []
+for c, ids in zip(qconvs, qwant):
+    full = qrender(c, c["messages"], False).encode()
+    spans = []
+    for i, m in enumerate(c["messages"]):
+        if m["role"] != "assistant":
+            continue
+        pre = qrender(c, c["messages"][:i], True).encode()
+        upto = qrender(c, c["messages"][:i + 1], False).encode()
+        end = 0
+        while end < min(len(upto), len(full)) and upto[end] == full[end]:
+            end += 1
+        while end > len(pre) and full[end - 1:end] in (b" ", b"\n"):
+            end -= 1
+        spans.append((len(pre), end))
+    at = -len(b"<|endoftext|>")  # the document token begins the conversation's tokens
+    for t in ids:
+        want_mask.append(1 if any(a <= at < e for a, e in spans) else 0)
+        at += len(tbytes[t])
+if head[0] != 20261125 or got != want:
+    k = first_diff(got, want)
+    fail("conversations in Qwen2.5's own template: token %d is %s, tokenizers.js's %s (%d and %d tokens)"
+         % (k, got[k:k + 4], want[k:k + 4], len(got), len(want)))
+elif mask != want_mask:
+    k = first_diff(mask, want_mask)
+    fail("conversations in Qwen2.5's own template: mask bit %d (token %d) is %s, expected %s"
+         % (k, got[k] if k < len(got) else -1, mask[k:k + 1], want_mask[k:k + 1]))
+else:
+    print("figure: %d conversations in Qwen2.5's own chat template (Jinja; %d with tools and a tool call): "
+          "%d tokens, tokenizers.js's for jinja2's text; %d targets, as the assistant's spans give"
+          % (len(qconvs), sum(1 for c in qconvs if "tools" in c), len(got), sum(mask)))
+
 # a llama model of Llama 3's vocabulary learns <|begin_of_text|> "ROMEO:" and samples from
 # <|begin_of_text|> (no prompt) to the next one
 eo = os.path.join(WORK, "bos")

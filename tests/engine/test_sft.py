@@ -289,6 +289,43 @@ for template in ("llama3", "chatml"):
         print("figure: ShareGPT %s: %d conversations, the same %d bytes of shard as role and content" % (
             template, len(convs), len(b)))
 
+# the same templates written in Jinja (Llama 3 Instruct's chat_template, ChatML's), run by colo's
+# Jinja (--chat-template FILE, and --chat-template tokenizer with the template in the tokenizer's
+# tokenizer_config.json): the same shards, byte for byte, as the built-in templates write; the
+# assistant's tokens found by rendering the conversation up to each message, not by knowing the
+# template
+JINJA = {
+    "llama3": "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+              "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + "
+              "'<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+              "{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant"
+              "<|end_header_id|>\n\n' }}{% endif %}",
+    "chatml": "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+              "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+              "{% endif %}",
+}
+for template, src in JINJA.items():
+    tf = os.path.join(WORK, template + ".jinja")
+    open(tf, "w").write(src)
+    own = os.path.join(WORK, "chat-own-" + template)  # the tokenizer with the template in its config
+    os.makedirs(own)
+    open(os.path.join(own, "tokenizer.json"), "w").write(open(os.path.join(chat, "tokenizer.json")).read())
+    cfg = json.load(open(os.path.join(chat, "tokenizer_config.json")))
+    cfg["chat_template"] = src
+    json.dump(cfg, open(os.path.join(own, "tokenizer_config.json"), "w"))
+    a = open(os.path.join(WORK, "out-chat-" + template, "train.bin"), "rb").read()
+    for how, tokdir, name in (("a Jinja file", chat, tf), ("the tokenizer's own", own, "tokenizer")):
+        out = os.path.join(WORK, "out-jinja-%s-%d" % (template, name == "tokenizer"))
+        p = run(["prepare", "--input", cj, "--out", out, "--tokenizer", tokdir, "--messages-field", "messages",
+                 "--chat-template", name, "--val-fraction", "0"])
+        b = open(os.path.join(out, "train.bin"), "rb").read() if p.returncode == 0 else b""
+        if a != b:
+            fail("%s's template as %s: the shard differs from the built-in template's (%d and %d bytes)"
+                 % (template, how, len(b), len(a)))
+        else:
+            print("figure: %s's template as %s (Jinja): %d conversations, the same %d bytes of shard as "
+                  "the built-in template" % (template, how, len(convs), len(b)))
+
 # the loop closed: a small model trained on conversations whose assistant always answers "ok
 # then" answers so to `sample --chat-template` (the prompt written out as training saw it), and
 # stops at the template's end of a message
@@ -311,6 +348,13 @@ for template in ("llama3", "chatml"):
         fail("sample --chat-template %s after training on its conversations: %r" % (template, said))
     else:
         print("figure: sample --chat-template %s: %r, as trained" % (template, said))
+    said = run(["sample", "--checkpoint", os.path.join(d, "ck"), "--tokenizer", chat, "--chat-template",
+                os.path.join(WORK, template + ".jinja"), "--prompt", "the cat sat", "--temperature", "0",
+                "--tokens", "40"]).stdout.decode()
+    if said != "ok then\n":
+        fail("sample --chat-template %s.jinja after training on its conversations: %r" % (template, said))
+    else:
+        print("figure: sample --chat-template %s.jinja (Jinja): %r, as trained" % (template, said))
 e = run(["sample", "--checkpoint", os.path.join(WORK, "ok-llama3", "ck"), "--system", "be kind"], want=2).stderr.decode()
 if "--system goes with --chat-template" not in e:
     fail("--system without a template: " + e)

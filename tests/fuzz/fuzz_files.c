@@ -1,8 +1,9 @@
 /* Fuzz target: the files colo-train reads and did not write in this run, which may be truncated,
  * corrupt or someone else's: a safetensors file (a checkpoint shard, or weights from elsewhere:
  * its JSON header, dtypes, shapes and offsets), a checkpoint's manifest.json, a token shard in
- * llm.c's format, and a HuggingFace tokenizer.json (then a text through it and back). The first
- * byte picks which; the rest is the file. Reading may refuse, with
+ * llm.c's format, a HuggingFace tokenizer.json (then a text through it and back), and a chat
+ * template (Jinja, which comes with a tokenizer from anywhere; rendered on a conversation). The
+ * first byte picks which; the rest is the file. Reading may refuse, with
  * a reason, but never crash, leak or read outside the file. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,7 @@
 #include "worker/engine/train/bpe.h"
 #include "worker/engine/train/checkpoint.h"
 #include "worker/engine/train/data.h"
+#include "worker/engine/train/jinja.h"
 #include "worker/engine/train/safetensors.h"
 
 static void safetensors(const uint8_t *data, size_t size) {
@@ -120,10 +122,52 @@ static void tokenizer(const uint8_t *data, size_t size) {
   colo_bpe_free(t);
 }
 
+/* a conversation for templates: a system message, a user's, an assistant's with a tool call */
+static cJSON *template_vars(void) {
+  cJSON *v = cJSON_Parse(
+      "{\"messages\": [{\"role\": \"system\", \"content\": \"be brief\"}, {\"role\": \"user\", "
+      "\"content\": \"hi \u00e9\"}, {\"role\": \"assistant\", \"content\": \"yo\", \"tool_calls\": "
+      "[{\"function\": {\"name\": \"f\", \"arguments\": {\"x\": [1, 2.5, null]}}}]}], "
+      "\"bos_token\": \"<s>\", \"add_generation_prompt\": true}");
+  if (!v)
+    abort();
+  return v;
+}
+
+static void chat_template(const uint8_t *data, size_t size) {
+  char *src = malloc(size + 1), err[2048];
+  if (!src)
+    abort();
+  memcpy(src, data, size);
+  src[size] = 0;
+  colo_jinja_t *t;
+  if (colo_jinja_parse(src, "t.jinja", &t, err, sizeof err) < 0) {
+    free(src);
+    if (!err[0])
+      abort();
+    return;
+  }
+  cJSON *vars = template_vars();
+  char *out = NULL;
+  size_t len = 0, ns = 0;
+  colo_jinja_span_t *spans = NULL;
+  int rc = colo_jinja_render(t, vars, &out, &len, &spans, &ns, err, sizeof err);
+  if (rc < 0 && !err[0])
+    abort();
+  for (size_t i = 0; rc == 0 && i < ns; i++)
+    if (spans[i].from > spans[i].to || spans[i].to > len)
+      abort(); /* a span lies in the text */
+  free(out);
+  free(spans);
+  cJSON_Delete(vars);
+  colo_jinja_free(t);
+  free(src);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
-  switch (data[0] % 4) {
+  switch (data[0] % 5) {
   case 0:
     safetensors(data + 1, size - 1);
     break;
@@ -133,8 +177,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   case 2:
     shard(data + 1, size - 1);
     break;
-  default:
+  case 3:
     tokenizer(data + 1, size - 1);
+    break;
+  default:
+    chat_template(data + 1, size - 1);
   }
   return 0;
 }
@@ -228,4 +275,35 @@ void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit) {
     abort(); /* the seed is a tokenizer */
   colo_bpe_free(tk);
   emit((const uint8_t *)tj, k);
+  /* chat templates: ChatML's with a default system message, tools and generation blocks; and one
+   * of each construct colo's Jinja reads */
+  static const char *const tpl[] = {
+      "\x04{%- if tools %}{{- tools | tojson(indent=2) }}{%- endif %}\n"
+      "{%- if messages[0]['role'] != 'system' %}{{- '<|im_start|>system\\nhi<|im_end|>\\n' }}"
+      "{%- endif %}\n{%- for m in messages %}\n  {{- '<|im_start|>' + m.role + '\\n' }}"
+      "{%- if m.role == 'assistant' %}{% generation %}{{ m.content | trim }}"
+      "{% for c in m.tool_calls %}{{ c.function.arguments | tojson }}{% endfor %}"
+      "<|im_end|>{% endgeneration %}{%- else %}{{ m['content'] ~ '<|im_end|>' }}{%- endif %}\n"
+      "{%- endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+      "\x04{% set ns = namespace(n=0) %}{% macro f(a, b=2) %}{{ a * b }}{% endmacro %}"
+      "{% for k, v in {'a': 1, 'b': [1, 2]}.items() if k != 'z' %}{% set ns.n = ns.n + 1 %}"
+      "{{ loop.index }}{{ k|upper }}={{ v|string|length }}{% if loop.last %}{% break %}{% endif %}"
+      "{% else %}none{% endfor %}{{ f(3) }}{{ 'a,b'.split(',')|join('-') }}{{ messages[-1:][0]"
+      ".role if messages is defined else 'x' }}{{ range(3)|list|sum }}{{ ns.n is odd }}"
+      "{{ (1, 2)[1:] }}{{ 7 // 2 }}{{ '%s' ~ 1.5 }}{{ raise_exception('no') if false }}"};
+  cJSON *vars = template_vars();
+  for (size_t i = 0; i < sizeof tpl / sizeof tpl[0]; i++) {
+    colo_jinja_t *jt;
+    char *out;
+    size_t len;
+    if (colo_jinja_parse(tpl[i] + 1, "seed", &jt, err, sizeof err) < 0 ||
+        colo_jinja_render(jt, vars, &out, &len, NULL, NULL, err, sizeof err) < 0) {
+      fprintf(stderr, "seed template %zu: %s\n", i, err);
+      abort(); /* the seeds are templates that render */
+    }
+    free(out);
+    colo_jinja_free(jt);
+    emit((const uint8_t *)tpl[i], strlen(tpl[i]));
+  }
+  cJSON_Delete(vars);
 }

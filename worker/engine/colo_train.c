@@ -38,6 +38,7 @@
 #include "comm/store.h"
 #include "rdzv_colod.h"
 #include "train/bpe.h"
+#include "train/chat.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/hf.h"
@@ -58,6 +59,7 @@ static void usage(FILE *out) {
                "byte-level BPE:\n"
                "            a tokenizer.json such as Llama 3's, or GPT-2's files)\n"
                "  tokenize  text to token ids and back\n"
+               "  render    conversations through a chat template (Jinja), as prepare sees them\n"
                "  train     train a GPT-2 or Llama model from a job file and/or flags\n"
                "  eval      validation loss of a checkpoint on a shard\n"
                "  sample    generate text from a checkpoint\n"
@@ -144,47 +146,50 @@ static int cmd_prepare(int argc, char **argv) {
       po.messages_field = optarg;
       break;
     case 'T':
-      if (strcmp(optarg, "llama3") && strcmp(optarg, "chatml"))
-        return usage_error("prepare", "--chat-template is llama3 or chatml");
       po.chat_template = optarg;
       break;
     case 'h':
-      printf(
-          "usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
-          "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
-          "                          [--text-field NAME (text)]\n"
-          "                          [--prompt-field NAME --completion-field NAME]\n"
-          "                          [--messages-field NAME --chat-template llama3|chatml]\n"
-          "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
-          "input is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
-          "with --tokenizer a byte-level BPE: a HuggingFace tokenizer.json (Llama 3's,\n"
-          "GPT-2's, ...; the file or PATH/tokenizer.json), or GPT-2's PATH/vocab.json and\n"
-          "PATH/merges.txt (or OpenAI's encoder.json and vocab.bpe); the text must be UTF-8.\n"
-          "A vocabulary past 65,536 tokens writes llm.c's uint32 shards. With --shard-tokens,\n"
-          "train_000000.bin, train_000001.bin, ... and val_* of N tokens each (a corpus\n"
-          "larger than one shard's 2^31 tokens needs it); train on them with --train-data\n"
-          "'train_*.bin'. The input is streamed: any size passes through a 16 MiB buffer;\n"
-          "progress goes to standard error. A pattern ('docs/*.txt') takes every file it\n"
-          "matches, each a document, after the tokenizer's document token under --tokenizer\n"
-          "(GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). A file of JSON lines\n"
-          "(*.jsonl, *.ndjson) holds a document a line, its text in the field --text-field;\n"
-          "validation starts at the first line at or past the split. Files ending in .gz\n"
-          "are gzip's, in .zst zstd's, read decompressed (the split counts bytes of text).\n"
-          "BPE encodes on --threads threads (default: the machine's, at most 16); the\n"
-          "tokens are the same for any number.\n"
-          "Supervised fine-tuning: with --prompt-field and --completion-field each line of\n"
-          "the JSON lines holds a prompt and its completion; a pair becomes [document token]\n"
-          "prompt completion [end], the end being the tokenizer's eos_token\n"
-          "(tokenizer_config.json) or else its document token. The shards then carry a loss\n"
-          "mask (colo's format, magic 20261125): training and evaluation take the loss on\n"
-          "the completions and their ends alone.\n"
-          "Conversations: with --messages-field each line holds a list of messages, each\n"
-          "{\"role\": ..., \"content\": ...}, written out in --chat-template after the\n"
-          "document token: llama3 (<|start_header_id|>role<|end_header_id|>\\n\\ncontent\n"
-          "<|eot_id|>, the content trimmed) or chatml (<|im_start|>role\\ncontent<|im_end|>\\n).\n"
-          "The loss is taken on the assistant's messages and their ends alone. ShareGPT's\n"
-          "messages, {\"from\": \"human\"|\"gpt\"|\"system\", \"value\": ...}, are taken as\n"
-          "the user's, the assistant's and the system's (--messages-field conversations).\n");
+      printf("usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
+             "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
+             "                          [--text-field NAME (text)]\n"
+             "                          [--prompt-field NAME --completion-field NAME]\n"
+             "                          [--messages-field NAME --chat-template T]\n"
+             "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
+             "input is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
+             "with --tokenizer a byte-level BPE: a HuggingFace tokenizer.json (Llama 3's,\n"
+             "GPT-2's, ...; the file or PATH/tokenizer.json), or GPT-2's PATH/vocab.json and\n"
+             "PATH/merges.txt (or OpenAI's encoder.json and vocab.bpe); the text must be UTF-8.\n"
+             "A vocabulary past 65,536 tokens writes llm.c's uint32 shards. With --shard-tokens,\n"
+             "train_000000.bin, train_000001.bin, ... and val_* of N tokens each (a corpus\n"
+             "larger than one shard's 2^31 tokens needs it); train on them with --train-data\n"
+             "'train_*.bin'. The input is streamed: any size passes through a 16 MiB buffer;\n"
+             "progress goes to standard error. A pattern ('docs/*.txt') takes every file it\n"
+             "matches, each a document, after the tokenizer's document token under --tokenizer\n"
+             "(GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). A file of JSON lines\n"
+             "(*.jsonl, *.ndjson) holds a document a line, its text in the field --text-field;\n"
+             "validation starts at the first line at or past the split. Files ending in .gz\n"
+             "are gzip's, in .zst zstd's, read decompressed (the split counts bytes of text).\n"
+             "BPE encodes on --threads threads (default: the machine's, at most 16); the\n"
+             "tokens are the same for any number.\n"
+             "Supervised fine-tuning: with --prompt-field and --completion-field each line of\n"
+             "the JSON lines holds a prompt and its completion; a pair becomes [document token]\n"
+             "prompt completion [end], the end being the tokenizer's eos_token\n"
+             "(tokenizer_config.json) or else its document token. The shards then carry a loss\n"
+             "mask (colo's format, magic 20261125): training and evaluation take the loss on\n"
+             "the completions and their ends alone.\n"
+             "Conversations: with --messages-field each line holds a list of messages, each\n"
+             "{\"role\": ..., \"content\": ...}, written out in --chat-template after the\n"
+             "document token: llama3 (<|start_header_id|>role<|end_header_id|>\\n\\ncontent\n"
+             "<|eot_id|>, the content trimmed), chatml (<|im_start|>role\\ncontent<|im_end|>\\n),\n"
+             "tokenizer (the tokenizer's own chat_template, from its tokenizer_config.json or\n"
+             "chat_template.jinja) or a Jinja file (a path with '/' or ending .jinja), run as\n"
+             "transformers runs it, the line's other fields (tools, ...) its variables too;\n"
+             "colo-train render shows the text. The loss is taken on what the assistant says:\n"
+             "its messages and their ends (under Jinja, the template's {%% generation %%}\n"
+             "blocks, else what each assistant message adds after the conversation before it\n"
+             "with the generation prompt). ShareGPT's messages, {\"from\": \"human\"|\"gpt\"|\n"
+             "\"system\", \"value\": ...}, are taken as the user's, the assistant's and the\n"
+             "system's (--messages-field conversations).\n");
       return 0;
     default:
       return 2;
@@ -346,6 +351,144 @@ static int cmd_hf_config(int argc, char **argv) {
 }
 
 /* ---- tokenize ---- */
+
+/* ---- render ---- */
+
+static int cmd_render(int argc, char **argv) {
+  const char *tokdir = NULL, *tpl = "tokenizer", *input = NULL, *field = "messages";
+  int gen = 0, json = 0;
+  static const struct option o[] = {{"tokenizer", required_argument, 0, 'k'},
+                                    {"chat-template", required_argument, 0, 'T'},
+                                    {"input", required_argument, 0, 'i'},
+                                    {"messages-field", required_argument, 0, 'm'},
+                                    {"add-generation-prompt", no_argument, 0, 'g'},
+                                    {"json", no_argument, 0, 'j'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "k:T:i:m:gjh", o, NULL)) != -1) {
+    switch (c) {
+    case 'k':
+      tokdir = optarg;
+      break;
+    case 'T':
+      tpl = optarg;
+      break;
+    case 'i':
+      input = optarg;
+      break;
+    case 'm':
+      field = optarg;
+      break;
+    case 'g':
+      gen = 1;
+      break;
+    case 'j':
+      json = 1;
+      break;
+    case 'h':
+      printf("usage: colo-train render --tokenizer PATH --input FILE.jsonl\n"
+             "                         [--chat-template tokenizer|FILE.jinja (tokenizer)]\n"
+             "                         [--messages-field NAME (messages)] "
+             "[--add-generation-prompt] [--json]\n"
+             "Writes each line's conversation as the chat template renders it: the\n"
+             "tokenizer's own (its tokenizer_config.json's chat_template, or the\n"
+             "chat_template.jinja beside it) or a Jinja file, run as transformers runs it\n"
+             "(the line's other fields, such as tools, are the template's variables too).\n"
+             "This is the text prepare --messages-field --chat-template tokenizer|FILE\n"
+             "tokenizes. With --json, a JSON object a line: its line, its text, and\n"
+             "\"assistant\": the [from, to) bytes of the text that count as targets of the\n"
+             "loss (the template's {%% generation %%} blocks, else what each assistant\n"
+             "message adds after the conversation before it and the generation prompt).\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (!tokdir || !input)
+    return usage_error("render", "--tokenizer and --input are required");
+  colo_bpe_t *bpe;
+  if (open_tokenizer("render", tokdir, &bpe) < 0)
+    return 1;
+  char err[1400];
+  colo_chat_t chat;
+  char *text = NULL;
+  size_t len = 0;
+  int rc = colo_chat_open(&chat, tpl, bpe, err, sizeof err);
+  if (rc == 0 && chat.kind != COLO_CHAT_JINJA)
+    rc = colo_fail(err, sizeof err, COLO_EINVAL,
+                   "render runs Jinja templates (tokenizer or a file); %s is colo's own", tpl);
+  if (rc == 0)
+    rc = colo_read_file(input, &text, &len, err, sizeof err);
+  setvbuf(stdout, NULL, _IOFBF, 1 << 16);
+  int line = 0;
+  for (size_t at = 0; rc == 0 && at < len;) {
+    size_t end = at;
+    while (end < len && text[end] != '\n')
+      end++;
+    line++;
+    cJSON *j = cJSON_ParseWithLength(text + at, end - at);
+    int blank = 1;
+    for (size_t k = at; k < end; k++)
+      blank &= text[k] == ' ' || text[k] == '\t' || text[k] == '\r';
+    at = end + 1;
+    if (blank) {
+      cJSON_Delete(j);
+      continue;
+    }
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, field);
+    int bad = 0;
+    cJSON *msgs = cJSON_IsArray(m) ? colo_chat_messages(m, &bad) : NULL;
+    char *out = NULL, why[1000];
+    size_t n = 0, ns = 0;
+    colo_jinja_span_t *sp = NULL;
+    if (!cJSON_IsObject(j) || !cJSON_IsArray(m))
+      rc = colo_fail(err, sizeof err, COLO_EPARSE, "%s:%d: not a JSON object with a list \"%s\"",
+                     input, line, field);
+    else if (!msgs)
+      rc = colo_fail(err, sizeof err, COLO_EPARSE,
+                     "%s:%d: message %d is not an object with a string \"role\" (or ShareGPT's "
+                     "\"from\" and \"value\")",
+                     input, line, bad);
+    else if (colo_chat_render(&chat, j, msgs, gen, &out, &n, gen ? NULL : &sp, &ns, why,
+                              sizeof why) < 0)
+      rc = colo_fail(err, sizeof err, COLO_EPARSE, "%s:%d: %s", input, line, why);
+    if (rc == 0 && json) {
+      cJSON *r = cJSON_CreateObject(), *spans = cJSON_CreateArray();
+      cJSON_AddNumberToObject(r, "line", line);
+      cJSON_AddStringToObject(r, "text", out);
+      for (size_t k = 0; k < ns; k++) {
+        double pair[2] = {(double)sp[k].from, (double)sp[k].to};
+        cJSON_AddItemToArray(spans, cJSON_CreateDoubleArray(pair, 2));
+      }
+      cJSON_AddItemToObject(r, "assistant", spans);
+      char *s = cJSON_PrintUnformatted(r);
+      if (!s || strlen(out) != n)
+        rc = colo_fail(err, sizeof err, COLO_EINVAL, "%s:%d: the rendered text holds a NUL byte",
+                       input, line);
+      else
+        printf("%s\n", s);
+      free(s);
+      cJSON_Delete(r);
+    } else if (rc == 0) {
+      fwrite(out, 1, n, stdout);
+      putchar('\n');
+    }
+    free(out);
+    free(sp);
+    cJSON_Delete(msgs);
+    cJSON_Delete(j);
+  }
+  free(text);
+  if (tokdir)
+    colo_chat_close(&chat);
+  colo_bpe_free(bpe);
+  if (rc < 0) {
+    fprintf(stderr, "colo-train render: %s\n", err);
+    return 1;
+  }
+  return fflush(stdout) == 0 ? 0 : 1;
+}
 
 static int cmd_tokenize(int argc, char **argv) {
   const char *tokdir = NULL;
@@ -1397,8 +1540,6 @@ static int cmd_sample(int argc, char **argv) {
       best = 1;
       break;
     case 'C':
-      if (strcmp(optarg, "llama3") && strcmp(optarg, "chatml"))
-        return usage_error("sample", "--chat-template is llama3 or chatml");
       chat = optarg;
       break;
     case 'S':
@@ -1444,27 +1585,27 @@ static int cmd_sample(int argc, char **argv) {
         return usage_error("sample", "--top-p must be a number in (0, 1]");
       break;
     case 'h':
-      printf(
-          "usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
-          "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
-          "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
-          "[--full-forward]\n"
-          "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n"
-          "                         [--chat-template llama3|chatml [--system TEXT]]\n" CKPT_DIR_HELP
-          "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
-          "first) whose probabilities add up to P, after --top-k.\n"
-          "Tokens are bytes, or with --tokenizer a byte-level BPE (as for prepare), where\n"
-          "the text ends early at a document's end (<|endoftext|>, <|end_of_text|>, the\n"
-          "eos_token of a tokenizer_config.json beside the tokenizer.json) or the next one's\n"
-          "beginning (<|begin_of_text|>), and an empty prompt starts from the\n"
-          "tokenizer's beginning of text where it has one (else a newline). Each token is one "
-          "position's work against\n"
-          "a cache of the keys and values before it, while the text fits the model's block;\n"
-          "past it, or with --full-forward, the whole window runs again for each token.\n"
-          "--chat-template: the prompt is a user's message (after --system's, if given),\n"
-          "written out in the template as prepare --messages-field writes conversations,\n"
-          "and what is printed is the assistant's answer, up to the template's end of a\n"
-          "message (<|eot_id|>, <|im_end|>).\n");
+      printf("usage: colo-train sample --checkpoint DIR [--tokens N (200)] [--temperature T (1; 0 "
+             "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
+             "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
+             "[--full-forward]\n"
+             "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n"
+             "                         [--chat-template T [--system TEXT]]\n" CKPT_DIR_HELP
+             "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
+             "first) whose probabilities add up to P, after --top-k.\n"
+             "Tokens are bytes, or with --tokenizer a byte-level BPE (as for prepare), where\n"
+             "the text ends early at a document's end (<|endoftext|>, <|end_of_text|>, the\n"
+             "eos_token of a tokenizer_config.json beside the tokenizer.json) or the next one's\n"
+             "beginning (<|begin_of_text|>), and an empty prompt starts from the\n"
+             "tokenizer's beginning of text where it has one (else a newline). Each token is one "
+             "position's work against\n"
+             "a cache of the keys and values before it, while the text fits the model's block;\n"
+             "past it, or with --full-forward, the whole window runs again for each token.\n"
+             "--chat-template (llama3, chatml, tokenizer, or a Jinja file, as for prepare): the\n"
+             "prompt is a user's message (after --system's, if given), written out in the\n"
+             "template as prepare --messages-field writes conversations, and what is printed\n"
+             "is the assistant's answer, up to the template's end of a message (<|eot_id|>,\n"
+             "<|im_end|>; under Jinja, the added token that follows an assistant's message).\n");
       return 0;
     default:
       return 2;
@@ -1570,6 +1711,8 @@ int main(int argc, char **argv) {
     return cmd_prepare(argc - 1, argv + 1);
   if (!strcmp(cmd, "tokenize"))
     return cmd_tokenize(argc - 1, argv + 1);
+  if (!strcmp(cmd, "render"))
+    return cmd_render(argc - 1, argv + 1);
   if (!strcmp(cmd, "train"))
     return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "eval"))

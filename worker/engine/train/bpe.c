@@ -39,7 +39,12 @@ struct colo_bpe {
   size_t slot_cap;
   int *special; /* the ids of the added tokens the model's vocabulary does not have */
   int n_special;
-  uint64_t *pair_key; /* (a + 1) << 32 | b (0: empty) -> rank, merged id */
+  int *added; /* every added token's id, longest first (what colo_bpe_added_at matches) */
+  int n_added;
+  unsigned char added_first[256]; /* a byte some added token begins with */
+  char *chat_template;            /* tokenizer_config.json's (or chat_template.jinja); NULL */
+  char *bos_text, *eos_text;      /* tokenizer_config.json's bos_token, eos_token; NULL */
+  uint64_t *pair_key;             /* (a + 1) << 32 | b (0: empty) -> rank, merged id */
   int *pair_rank, *pair_id;
   size_t pair_cap;
   pcre2_code *re[MAX_SPLIT]; /* the splits in order: each splits the pieces of the one before */
@@ -142,6 +147,10 @@ void colo_bpe_free(colo_bpe_t *t) {
   free(t->arena);
   free(t->slot);
   free(t->special);
+  free(t->added);
+  free(t->chat_template);
+  free(t->bos_text);
+  free(t->eos_text);
   free(t->pair_key);
   free(t->pair_rank);
   free(t->pair_id);
@@ -191,7 +200,8 @@ static int load_vocab(colo_bpe_t *t, const cJSON *vocab, const cJSON *added, con
   t->slot_cap = pow2_above(n);
   t->slot = calloc(t->slot_cap, sizeof *t->slot);
   t->special = malloc((n_added ? n_added : 1) * sizeof *t->special);
-  if (!t->tok || !t->arena || !t->slot || !t->special)
+  t->added = malloc((n_added ? n_added : 1) * sizeof *t->added);
+  if (!t->tok || !t->arena || !t->slot || !t->special || !t->added)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s", file);
   size_t at = 0;
   cJSON_ArrayForEach(it, vocab) {
@@ -215,6 +225,13 @@ static int load_vocab(colo_bpe_t *t, const cJSON *vocab, const cJSON *added, con
     int id = (int)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
     const char *s = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
     size_t k = strlen(s);
+    if (k) { /* longest first: insertion into the sorted list */
+      int j = t->n_added++;
+      while (j > 0 && k > t->tok[t->added[j - 1]].len)
+        t->added[j] = t->added[j - 1], j--;
+      t->added[j] = id;
+      t->added_first[(unsigned char)s[0]] = 1;
+    }
     if (t->tok[id].s)
       continue;
     memcpy(t->arena + at, s, k);
@@ -570,16 +587,21 @@ static const char *config_token(const cJSON *config, const char *key) {
   return cJSON_IsString(v) ? v->valuestring : json_str(v, "content");
 }
 
+/* the file `name` in the folder of `path` */
+static void beside(const char *path, const char *name, char *out, size_t n) {
+  const char *slash = strrchr(path, '/');
+  if (slash)
+    snprintf(out, n, "%.*s/%s", (int)(slash - path), path, name);
+  else
+    snprintf(out, n, "%s", name);
+}
+
 /* The tokenizer_config.json beside the tokenizer.json, when there is one: its eos_token, and
  * where the post-processor has no template, its bos_token when that differs from its eos_token
  * (Llama 3's <|begin_of_text|>, where GPT-2's names <|endoftext|> for both). */
 static int read_config(colo_bpe_t *t, const char *path, char *err, size_t errlen) {
   char cfg[1300];
-  const char *slash = strrchr(path, '/');
-  if (slash)
-    snprintf(cfg, sizeof cfg, "%.*s/tokenizer_config.json", (int)(slash - path), path);
-  else
-    snprintf(cfg, sizeof cfg, "tokenizer_config.json");
+  beside(path, "tokenizer_config.json", cfg, sizeof cfg);
   cJSON *root;
   if (!is_file(cfg))
     return 0;
@@ -592,7 +614,38 @@ static int read_config(colo_bpe_t *t, const char *path, char *err, size_t errlen
     t->doc = id, t->doc_bos = 1;
   if (eos)
     t->eos = colo_bpe_lookup(t, eos, strlen(eos));
+  /* the chat template: a string, or a list of {name, template} of which "default" */
+  const cJSON *ct = cJSON_GetObjectItemCaseSensitive(root, "chat_template"), *x;
+  const cJSON *list = cJSON_IsArray(ct) ? ct : NULL;
+  const char *tpl = cJSON_IsString(ct) ? ct->valuestring : NULL;
+  cJSON_ArrayForEach(x, list) {
+    const char *name = json_str(x, "name");
+    if (name && !strcmp(name, "default"))
+      tpl = json_str(x, "template");
+  }
+  if ((bos && !(t->bos_text = strdup(bos))) || (eos && !(t->eos_text = strdup(eos))) ||
+      (tpl && !(t->chat_template = strdup(tpl)))) {
+    cJSON_Delete(root);
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  }
   cJSON_Delete(root);
+  return 0;
+}
+
+/* chat_template.jinja beside the tokenizer.json (where transformers now saves the template),
+ * which takes the place of tokenizer_config.json's */
+static int read_template_file(colo_bpe_t *t, const char *path, char *err, size_t errlen) {
+  char f[1300];
+  beside(path, "chat_template.jinja", f, sizeof f);
+  if (!is_file(f))
+    return 0;
+  char *text;
+  size_t len;
+  int rc = colo_read_file(f, &text, &len, err, errlen);
+  if (rc < 0)
+    return rc;
+  free(t->chat_template);
+  t->chat_template = text;
   return 0;
 }
 
@@ -627,6 +680,8 @@ int colo_bpe_load(const char *path, colo_bpe_t **out, char *err, size_t errlen) 
     rc = load_hf(t, hf, u2b, err, errlen);
     if (rc == 0)
       rc = read_config(t, hf, err, errlen);
+    if (rc == 0)
+      rc = read_template_file(t, hf, err, errlen);
   } else {
     cJSON *root;
     rc = read_json(vocab, &root, err, errlen);
@@ -671,6 +726,27 @@ int colo_bpe_doc_token(const colo_bpe_t *t, int *bos) {
 
 int colo_bpe_eos(const colo_bpe_t *t) {
   return t->eos;
+}
+
+int colo_bpe_added_at(const colo_bpe_t *t, const char *s, size_t n, size_t *len) {
+  if (!n || !t->added_first[(unsigned char)s[0]])
+    return -1;
+  for (int i = 0; i < t->n_added; i++) {
+    const tok_t *k = &t->tok[t->added[i]];
+    if (k->len <= n && !memcmp(k->s, s, k->len)) {
+      *len = k->len;
+      return t->added[i];
+    }
+  }
+  return -1;
+}
+
+const char *colo_bpe_chat_template(const colo_bpe_t *t) {
+  return t->chat_template;
+}
+
+const char *colo_bpe_special_text(const colo_bpe_t *t, int eos) {
+  return eos ? t->eos_text : t->bos_text;
 }
 
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len) {

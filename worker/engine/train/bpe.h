@@ -79,6 +79,18 @@ int colo_bpe_doc_token(const colo_bpe_t *t, int *bos);
  * Llama 3's <|end_of_text|>, an instruct model's <|eot_id|>); -1 when none. */
 int colo_bpe_eos(const colo_bpe_t *t);
 
+/* The added token (tokenizer.json's added_tokens, special or not) that s[0..n) begins with, the
+ * longest where several do, as HuggingFace splits them out of a text before the model sees it;
+ * its length in *len. -1 when none. */
+int colo_bpe_added_at(const colo_bpe_t *t, const char *s, size_t n, size_t *len);
+
+/* The chat template the tokenizer comes with: chat_template.jinja beside its tokenizer.json, else
+ * tokenizer_config.json's chat_template (the "default" of a list); NULL when none. */
+const char *colo_bpe_chat_template(const colo_bpe_t *t);
+
+/* tokenizer_config.json's bos_token (eos 0) or eos_token (eos 1) as text; NULL when none. */
+const char *colo_bpe_special_text(const colo_bpe_t *t, int eos);
+
 /* The bytes of token id; NULL for an id the vocabulary does not have. */
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len);
 

@@ -1,26 +1,66 @@
 /* Chat templates, written out as HuggingFace renders them and tokenized as it tokenizes the
  * rendered text: the special tokens by id, each text between two of them encoded whole. Two are
- * known: Llama 3's and ChatML's (Jinja, which every other template is written in, is not run). */
+ * built in, Llama 3's and ChatML's; any other is Jinja (the tokenizer's own chat_template, or a
+ * file), run by jinja.c. */
 #ifndef COLO_CHAT_H
 #define COLO_CHAT_H
 
 #include <stddef.h>
 
-#include "bpe.h"
+#include <cjson/cJSON.h>
 
-typedef enum { COLO_CHAT_LLAMA3 = 0, COLO_CHAT_CHATML = 1 } colo_chat_kind_t;
+#include "bpe.h"
+#include "jinja.h"
+
+typedef enum { COLO_CHAT_LLAMA3 = 0, COLO_CHAT_CHATML = 1, COLO_CHAT_JINJA = 2 } colo_chat_kind_t;
 
 typedef struct {
   colo_chat_kind_t kind;
   const char *name;
   int begin, end_header, end; /* Llama 3: <|start_header_id|>, <|end_header_id|>, <|eot_id|>;
-                                 ChatML: <|im_start|>, -1, <|im_end|> */
+                                 ChatML: <|im_start|>, -1, <|im_end|>; Jinja: -1, -1, the added
+                                 token that ends an assistant's message (-1: none found) */
+  colo_jinja_t *tpl;          /* COLO_CHAT_JINJA */
+  const colo_bpe_t *bpe;
 } colo_chat_t;
 
-/* The template `name` ("llama3", "chatml") with the tokenizer's ids of its special tokens. 0, or
- * COLO_EINVAL naming an unknown template or a special token the tokenizer does not have. */
+/* The template `name` with the tokenizer's ids of its special tokens: "llama3" or "chatml" (built
+ * in), "tokenizer" (the tokenizer's own chat_template, run as Jinja), or a file of Jinja (a name
+ * with a '/' or ending in .jinja). 0, or COLO_EINVAL naming an unknown template, a tokenizer
+ * without a template, or a special token the tokenizer does not have; COLO_EPARSE naming where a
+ * Jinja template is wrong. colo_chat_close frees it. */
 int colo_chat_open(colo_chat_t *c, const char *name, const colo_bpe_t *bpe, char *err,
                    size_t errlen);
+void colo_chat_close(colo_chat_t *c);
+
+/* A conversation through a Jinja template (COLO_CHAT_JINJA). The template's variables are the
+ * fields of `vars` (a JSON line's object: tools, documents and such reach the template), with
+ * `messages` set to msgs, the tokenizer's bos_token and eos_token, and add_generation_prompt.
+ * The text into *text (malloc'd, *len bytes). With spans, what the assistant says into *spans
+ * (malloc'd; *nspans): the template's {% generation %} blocks where it has them, else for each
+ * assistant message the text it adds after the conversation before it with the generation prompt
+ * (the messages before it rendered with add_generation_prompt, then up to it without), up to its
+ * last character that is not whitespace. A template under which the conversation up to a message
+ * is not the beginning of the whole (one that renders the last message its own way) is refused
+ * there: COLO_EINVAL, as are the template's own errors. */
+int colo_chat_render(const colo_chat_t *c, const cJSON *vars, const cJSON *msgs,
+                     int add_generation_prompt, char **text, size_t *len, colo_jinja_span_t **spans,
+                     size_t *nspans, char *err, size_t errlen);
+
+/* A message in ShareGPT's form, {"from": "human" | "gpt" | "system", "value": text}: its role as
+ * the chat templates name it (user, assistant, system), its text in *value. NULL when the
+ * message is not of that form, *value then its text when it has one (an unknown "from"). */
+const char *colo_chat_sharegpt_role(const cJSON *x, const char **value);
+
+/* The messages of a JSON line (a list) as a Jinja template takes them: each {"role", ...} as it
+ * is, ShareGPT's {"from", "value"} made {"role", "content"}. NULL when out of memory (*bad 0) or
+ * when message *bad (from 1) is of neither form. */
+cJSON *colo_chat_messages(const cJSON *m, int *bad);
+
+/* Appends the tokens of a rendered text: the added tokens in it by id, the text between two of
+ * them encoded whole (as HuggingFace's tokenizer does). 0, or the encoder's error. */
+int colo_chat_encode_text(const colo_bpe_t *bpe, const char *text, size_t len, int **ids, size_t *n,
+                          size_t *cap, char *err, size_t errlen);
 
 /* A message is written out as up to two pieces, each a special token (or -1), a text of up to
  * three parts, and a special token (or -1) after it:

@@ -866,10 +866,9 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
                    dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
                    colo_gpt_kv_heads(&t.model), t.model.untied_head ? ", untied" : "",
                    t.model.qkv_bias ? ", q, k and v biases" : "",
-                   rope_differs ? " and another rotation" : "", eps_ck,
-                   colo_gpt_arch_name(c->arch), colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c),
-                   c->untied_head ? ", untied" : "", c->qkv_bias ? ", q, k and v biases" : "",
-                   eps_run);
+                   rope_differs ? " and another rotation" : "", eps_ck, colo_gpt_arch_name(c->arch),
+                   colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c), c->untied_head ? ", untied" : "",
+                   c->qkv_bias ? ", q, k and v biases" : "", eps_run);
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the

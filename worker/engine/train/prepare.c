@@ -690,6 +690,7 @@ typedef struct {
   int post_counts; /* whether `post` counts */
   int starts;      /* it begins a document: after the document token; the split may come first */
   int line;        /* for messages */
+  size_t until;    /* and up to (not from) this byte; NONE: to its end */
 } entry_t;
 
 /* a batch of entries: their texts one after another */
@@ -739,19 +740,30 @@ static int batch_add(batch_t *b, const char *s, size_t n, entry_t e) {
   return batch_append(b, s, n);
 }
 
-/* n tokens of o, those whose first byte is at or past `from` (of their text) counting */
-static int emit_from(run_t *r, out_t *o, const int *ids, size_t n, size_t from, char *err,
-                     size_t errlen) {
-  if (from == 0 || from == NONE || !r->o->bpe)
-    return emit(r, o, ids, n, from == 0, err, errlen);
-  size_t at = 0, k = 0;
-  while (k < n && at < from) { /* the tokens that begin before it */
+/* the number of the n tokens that begin before byte `at` of their text */
+static size_t tokens_before(const colo_bpe_t *bpe, const int *ids, size_t n, size_t at) {
+  size_t b = 0, k = 0;
+  while (k < n && b < at) {
     size_t len;
-    colo_bpe_token(r->o->bpe, ids[k++], &len);
-    at += len;
+    colo_bpe_token(bpe, ids[k++], &len);
+    b += len;
   }
-  int rc = emit(r, o, ids, k, 0, err, errlen);
-  return rc < 0 ? rc : emit(r, o, ids + k, n - k, 1, err, errlen);
+  return k;
+}
+
+/* n tokens of o, those whose first byte is at or past `from` (of their text) and before `until`
+ * counting */
+static int emit_from(run_t *r, out_t *o, const int *ids, size_t n, size_t from, size_t until,
+                     char *err, size_t errlen) {
+  if (from == NONE || !r->o->bpe || (from == 0 && until == NONE))
+    return emit(r, o, ids, n, from == 0 && until == NONE, err, errlen);
+  size_t k0 = tokens_before(r->o->bpe, ids, n, from);
+  size_t k1 = until == NONE ? n : tokens_before(r->o->bpe, ids, n, until);
+  k1 = k1 < k0 ? k0 : k1;
+  int rc = emit(r, o, ids, k0, 0, err, errlen);
+  if (rc == 0)
+    rc = emit(r, o, ids + k0, k1 - k0, 1, err, errlen);
+  return rc < 0 ? rc : emit(r, o, ids + k1, n - k1, 0, err, errlen);
 }
 
 /* The batch's entries: under BPE each text encoded whole (split and merged), the entries in up
@@ -819,7 +831,7 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
       if (rc == 0 && e->pre >= 0)
         rc = emit(r, o, &e->pre, 1, 0, err, errlen);
       if (rc == 0)
-        rc = emit_from(r, o, g->ids + at, ntok[d], e->from, err, errlen);
+        rc = emit_from(r, o, g->ids + at, ntok[d], e->from, e->until, err, errlen);
       if (rc == 0 && e->post >= 0)
         rc = emit(r, o, &e->post, 1, e->post_counts, err, errlen);
       r->ended[r->part] = e->post >= 0 && e->post == r->eot;
@@ -831,21 +843,75 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
   return rc;
 }
 
-/* A message in ShareGPT's form, {"from": "human" | "gpt" | "system", "value": text}: its role as
- * the chat templates name it (user, assistant, system), its text in *value. NULL when the
- * message is not of that form, *value then its text when it has one (an unknown "from"). */
-static const char *sharegpt_role(const cJSON *x, const char **value) {
-  static const char *const map[][2] = {
-      {"human", "user"}, {"gpt", "assistant"}, {"system", "system"}};
-  const cJSON *from = cJSON_GetObjectItemCaseSensitive(x, "from");
-  const cJSON *v = cJSON_GetObjectItemCaseSensitive(x, "value");
-  *value = cJSON_IsString(v) ? v->valuestring : NULL;
-  if (!cJSON_IsString(from) || !*value)
-    return NULL;
-  for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
-    if (!strcmp(from->valuestring, map[i][0]))
-      return map[i][1];
-  return NULL;
+/* A conversation through a Jinja template (the line's other fields the template's variables too):
+ * its messages as they are ({"role", ...}; ShareGPT's made role and content), rendered; the
+ * document token's text where the text begins with it left to the document token; the rest cut
+ * at the added tokens into entries, each text's tokens counting within what the assistant says
+ * (colo_chat_render's spans), and each added token counting where it begins within one. */
+static int jinja_entries(run_t *r, batch_t *b, const cJSON *j, const cJSON *m, size_t at, int line,
+                         const char *path, char *err, size_t errlen) {
+  const colo_bpe_t *bpe = r->o->bpe;
+  int bad, rc = 0;
+  cJSON *msgs = colo_chat_messages(m, &bad);
+  if (!msgs && bad)
+    rc = colo_fail(err, errlen, COLO_EPARSE,
+                   "%s:%d: message %d is not an object with a string \"role\" (or ShareGPT's "
+                   "\"from\" and \"value\")",
+                   path, line, bad);
+  else if (!msgs)
+    rc = COLO_ENOMEM;
+  char *text = NULL, why[600];
+  size_t len = 0, ns = 0;
+  colo_jinja_span_t *sp = NULL;
+  if (rc == 0 &&
+      (rc = colo_chat_render(&r->chat, j, msgs, 0, &text, &len, &sp, &ns, why, sizeof why)) < 0)
+    rc = rc == COLO_ENOMEM ? rc : colo_fail(err, errlen, COLO_EPARSE, "%s:%d: %s", path, line, why);
+  cJSON_Delete(msgs);
+  size_t i = 0, dl = 0, kl = 0;
+  const char *dt = r->eot >= 0 ? colo_bpe_token(bpe, r->eot, &dl) : NULL;
+  if (dt && dl <= len && !memcmp(text, dt, dl))
+    i = dl; /* the template's own beginning of text: the document token */
+  entry_t e = {at, NONE, -1, -1, 0, 1, line, NONE};
+  for (size_t seg = i; rc == 0; i += kl, seg = i) {
+    int id = -1;
+    while (i < len && (id = colo_bpe_added_at(bpe, text + i, len - i, &kl)) < 0)
+      i++;
+    /* the text [seg, i), then the added token id (-1: the end) */
+    e.from = e.until = NONE, e.post = id, e.post_counts = 0;
+    int hits = 0;
+    for (size_t s = 0; s < ns; s++) {
+      if (sp[s].from < i && sp[s].to > seg) {
+        hits++;
+        e.from = (sp[s].from > seg ? sp[s].from : seg) - seg;
+        e.until = sp[s].to < i ? sp[s].to - seg : NONE;
+      }
+      e.post_counts |= id >= 0 && sp[s].from <= i && i < sp[s].to;
+    }
+    for (int w = 0; rc == 0 && colo_bpe_nfc(bpe) && w < 2; w++) { /* offsets in the text the */
+      size_t *o = w ? &e.until : &e.from, nn;                     /* encoder sees: NFC's */
+      char *norm = NULL;
+      if (*o == NONE || *o == 0)
+        continue;
+      if (colo_nfc(text + seg, *o, 0, &norm, &nn, &(size_t){0}) < 0)
+        rc = COLO_ENOMEM;
+      else if (norm)
+        *o = nn;
+      free(norm);
+    }
+    if (hits > 1)
+      rc = colo_fail(err, errlen, COLO_EPARSE,
+                     "%s:%d: two of the assistant's messages with no added token between them "
+                     "(bytes %zu to %zu of the rendered text): their tokens cannot be told apart",
+                     path, line, seg, i);
+    if (rc == 0 && (i > seg || id >= 0) && batch_add(b, text + seg, i - seg, e) < 0)
+      rc = COLO_ENOMEM;
+    e.starts = 0;
+    if (i >= len)
+      break;
+  }
+  free(text);
+  free(sp);
+  return rc == COLO_ENOMEM ? colo_fail(err, errlen, rc, "out of memory") : rc;
 }
 
 /* The entries of one line's object j (at: where the line begins): its document, its prompt and
@@ -854,12 +920,14 @@ static const char *sharegpt_role(const cJSON *x, const char **value) {
 static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int line, const char *path,
                         char *err, size_t errlen) {
   const colo_prepare_opts_t *o = r->o;
-  entry_t e = {at, NONE, -1, -1, 0, 1, line};
+  entry_t e = {at, NONE, -1, -1, 0, 1, line, NONE};
   if (o->messages_field) {
     const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, o->messages_field), *x;
     if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
       return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not a JSON object with a list \"%s\"",
                        path, line, o->messages_field);
+    if (r->chat.kind == COLO_CHAT_JINJA)
+      return jinja_entries(r, b, j, m, at, line, path, err, errlen);
     int k = 0;
     cJSON_ArrayForEach(x, m) {
       const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
@@ -868,7 +936,7 @@ static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int lin
       const char *rs, *cs;
       if (cJSON_IsString(role) && cJSON_IsString(content)) {
         rs = role->valuestring, cs = content->valuestring;
-      } else if ((rs = sharegpt_role(x, &cs)) == NULL) {
+      } else if ((rs = colo_chat_sharegpt_role(x, &cs)) == NULL) {
         const cJSON *from = cJSON_GetObjectItemCaseSensitive(x, "from");
         if (cJSON_IsString(from) && cs)
           return colo_fail(err, errlen, COLO_EPARSE,
@@ -906,7 +974,7 @@ static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int lin
     if (batch_add(b, p->valuestring, strlen(p->valuestring), e) < 0)
       return COLO_ENOMEM;
     /* the completion, then the end that counts with it */
-    entry_t ce = {at, 0, -1, r->end, 1, 0, line};
+    entry_t ce = {at, 0, -1, r->end, 1, 0, line, NONE};
     return batch_add(b, c->valuestring, strlen(c->valuestring), ce) < 0 ? COLO_ENOMEM : 0;
   }
   const char *field = o->text_field ? o->text_field : "text";
@@ -1051,6 +1119,7 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     else if ((rc = one_document(&r, paths[i], i + 1 == nd, err, errlen)) == 0)
       r.docs++;
   colo_paths_close(&docs);
+  colo_chat_close(&r.chat);
   free(r.buf);
   free(r.raw);
   for (int i = 0; i < MAX_SEG; i++) {

@@ -1722,6 +1722,27 @@ static int chat_prompt(const colo_bpe_t *bpe, const char *template, const char *
   colo_chat_piece_t start = {.pre = colo_bpe_doc_token(bpe, &bos), .post = -1};
   if (start.pre >= 0) /* the piece of no text: the token alone */
     rc = colo_chat_encode(bpe, &start, ids, n, cap, err, errlen);
+  if (c.kind == COLO_CHAT_JINJA) { /* rendered as prepare renders a conversation */
+    cJSON *msgs = cJSON_CreateArray(), *m;
+    for (int k = system ? 0 : 1; rc == 0 && k < 2; k++)
+      if (!(m = cJSON_CreateObject()) || !cJSON_AddItemToArray(msgs, m) ||
+          !cJSON_AddStringToObject(m, "role", k ? "user" : "system") ||
+          !cJSON_AddStringToObject(m, "content", k ? user : system))
+        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    char *text = NULL;
+    size_t len = 0, dl = 0;
+    if (rc == 0 && msgs)
+      rc = colo_chat_render(&c, NULL, msgs, 1, &text, &len, NULL, NULL, err, errlen);
+    const char *dt = start.pre >= 0 ? colo_bpe_token(bpe, start.pre, &dl) : NULL;
+    size_t skip = dt && dl <= len && !memcmp(text, dt, dl) ? dl : 0;
+    if (rc == 0)
+      rc = colo_chat_encode_text(bpe, text + skip, len - skip, ids, n, cap, err, errlen);
+    free(text);
+    cJSON_Delete(msgs);
+    *end = c.end;
+    colo_chat_close(&c);
+    return rc;
+  }
   colo_chat_piece_t pc[2];
   for (int m = system ? 0 : 1; rc == 0 && m < 3; m++) {
     int k = m == 0   ? colo_chat_message(&c, "system", 6, system, strlen(system), pc)
