@@ -425,6 +425,7 @@ CASES = [
     ("{{ 1 < 2 < 3 }} {{ 3 > 2 > 2 }} {{ 'a' in 'cat' }} {{ 2 not in [1, 3] }} {{ 'k' in {'k': 1} }} {{ 1 == 1.0 }} {{ true == 1 }} {{ [1, 2] == [1, 2] }} {{ 'a' < 'b' }}", {}),
     ("{{ 0 or 'x' }} {{ '' or [] }} {{ 1 and 'y' }} {{ none and 1 }} {{ not none }} {{ 'yes' if 1 else 'no' }} [{{ 'only' if false }}]", {}),
     ("{{ messages[0].role }} {{ messages[-1]['content'] }} {{ messages[1:] | length }} {{ messages[::-1][0].role }} {{ 'hello'[1:3] }} {{ 'hello'[::-1] }} {{ [1,2,3,4][1:-1] }} {{ 'héllo'[1] }}", None),
+    ("{{ '%s-%d' % ('a', 3) }} {{ '%.2f' % 3.14159 }} {{ '%s' % [1, 2] }} {{ '100%%' % () }} {{ '%d|%r|%s' % (3.7, 'q', none) }} {{ '%f' % 2 }}", {}),
     ("{{ 'ab' * 3 }} {{ [0] * 2 }} {{ 'a' + 'b' }} {{ [1] + [2] }} {{ -(3) }} {{ 10 - 2 - 3 }} {{ 2 + 3 * 4 }} {{ (2 + 3) * 4 }}", {}),
     ("{{ messages[0].missing is defined }} {{ messages[0].missing is undefined }} {{ nothing is defined }} {{ messages[9] is defined }}", None),
     # filters

@@ -231,8 +231,9 @@ static int cmd_prepare(int argc, char **argv) {
     return 1;
   }
   if (st.masked && po.messages_field)
-    printf("%d conversations of %zu bytes in %s's template%s\n", st.documents, st.bytes,
-           po.chat_template, doc);
+    printf("%d conversations of %zu bytes in %s%s template%s\n", st.documents, st.bytes,
+           strcmp(po.chat_template, "tokenizer") ? po.chat_template : "the tokenizer's own",
+           strcmp(po.chat_template, "tokenizer") ? "'s" : "", doc);
   else if (st.masked)
     printf("%d prompts and completions of %zu bytes%s%s\n", st.documents, st.bytes, doc, ending);
   else if (st.documents > 1)

@@ -1985,6 +1985,56 @@ static list_t *iterate(r_t *r, val_t v, int line) {
   }
 }
 
+/* Python's printf-style str % args: %s, %r, %d, %i, %f (with a precision), %%; a tuple's items
+ * are the arguments, anything else is one */
+static str_t percent(r_t *r, str_t f, val_t args, int line) {
+  list_t one = {1, 1, &args, 0};
+  const list_t *a = args.k == V_LIST && args.l->tuple ? args.l : &one;
+  size_t k = 0;
+  buf_t b = {0};
+  bput(r, &b, "", 0);
+  for (size_t i = 0; i < f.n; i++) {
+    if (f.s[i] != '%') {
+      bput(r, &b, f.s + i, 1);
+      continue;
+    }
+    int prec = -1;
+    if (++i < f.n && f.s[i] == '.') {
+      prec = 0;
+      while (++i < f.n && f.s[i] >= '0' && f.s[i] <= '9')
+        prec = prec * 10 + (f.s[i] - '0');
+    }
+    char c = i < f.n ? f.s[i] : 0;
+    if (c == '%') {
+      bputs(r, &b, "%");
+      continue;
+    }
+    if (!strchr("srdif", c) || !c)
+      rerr(r, line, "str %% args: colo's Jinja reads %%s, %%r, %%d, %%i, %%f and %%%%");
+    if (k >= a->n)
+      rerr(r, line, "not enough arguments for format string");
+    val_t v = a->v[k++];
+    char nb[64];
+    if (c == 's' || c == 'r') {
+      to_buf(r, &b, v, c == 'r');
+    } else if (!is_num(v)) {
+      rerr(r, line, "%%%c format: a number is required, not %s", c, type_name(v));
+    } else if (c == 'f') {
+      snprintf(nb, sizeof nb, "%.*f", prec < 0 ? 6 : prec > 30 ? 30 : prec, num(v));
+      bputs(r, &b, nb);
+    } else {
+      snprintf(nb, sizeof nb, "%lld",
+               v.k == V_FLOAT ? (long long)v.f
+               : v.k == V_INT ? v.i
+                              : (long long)v.b);
+      bputs(r, &b, nb);
+    }
+  }
+  if (k < a->n)
+    rerr(r, line, "not all arguments converted during string formatting");
+  return bstr(&b);
+}
+
 static val_t arith(r_t *r, int op, val_t a, val_t b, int line) {
   need_defined(r, a, line);
   need_defined(r, b, line);
@@ -2031,6 +2081,8 @@ static val_t arith(r_t *r, int op, val_t a, val_t b, int line) {
   }
   if (op == O_ADD && a.k == V_STR && b.k == V_STR)
     return vstr(cat(r, a.s, b.s));
+  if (op == O_MOD && a.k == V_STR)
+    return vstr(percent(r, a.s, b, line));
   if (op == O_ADD && a.k == V_LIST && b.k == V_LIST) {
     list_t *l = new_list(r, a.l->n + b.l->n);
     for (size_t i = 0; i < a.l->n; i++)
