@@ -355,6 +355,36 @@ for template in ("llama3", "chatml"):
         fail("sample --chat-template %s.jinja after training on its conversations: %r" % (template, said))
     else:
         print("figure: sample --chat-template %s.jinja (Jinja): %r, as trained" % (template, said))
+
+    # a conversation (--interactive): each line the user's next message, the answers in turn, the
+    # conversation so far in each prompt; the decoding cache kept across turns gives what running
+    # the whole window for each token gives (--full-forward)
+    for tpl in (template, os.path.join(WORK, template + ".jinja")):
+        turns = "the cat sat\n\nhello on the mat\n/reset\ntea\n"
+        outs = []
+        for extra in ([], ["--full-forward"]):
+            p = subprocess.run([COLO, "sample", "--checkpoint", os.path.join(d, "ck"), "--tokenizer", chat,
+                                "--chat-template", tpl, "--interactive", "--temperature", "0", "--tokens", "40"]
+                               + extra, input=turns.encode(), capture_output=True)
+            outs.append(p.stdout.decode() if p.returncode == 0 else "exit %d: %s" % (p.returncode, p.stderr.decode()))
+        if outs[0] != "ok then\n" * 3 or outs[1] != outs[0]:
+            fail("sample --interactive --chat-template %s: %r (with --full-forward %r)" % (os.path.basename(tpl), outs[0], outs[1]))
+        else:
+            print("figure: sample --interactive --chat-template %s: 3 turns (one after /reset) answered %r, "
+                  "the same with --full-forward" % (os.path.basename(tpl), outs[0]))
+    # drawn at temperature 1.5 the answers vary, and must still be the same text both ways
+    hot = []
+    for extra in ([], ["--full-forward"]):
+        p = subprocess.run([COLO, "sample", "--checkpoint", os.path.join(d, "ck"), "--tokenizer", chat,
+                            "--chat-template", template, "--interactive", "--temperature", "1.5", "--seed", "7",
+                            "--tokens", "30"] + extra,
+                           input=b"the cat sat\nhello on the mat\nmore tea\nsat on\n", capture_output=True)
+        hot.append(p.stdout.decode(errors="replace") if p.returncode == 0 else "exit %d: %s" % (p.returncode, p.stderr.decode(errors="replace")))
+    if hot[0] != hot[1] or hot[0].count("\n") != 4 or hot[0] == "ok then\n" * 4:
+        fail("sample --interactive at temperature 1.5, %s: %r, with --full-forward %r" % (template, hot[0], hot[1]))
+    else:
+        print("figure: sample --interactive at temperature 1.5, %s: 4 answers, %d bytes, the same text with "
+              "--full-forward" % (template, len(hot[0])))
 e = run(["sample", "--checkpoint", os.path.join(WORK, "ok-llama3", "ck"), "--system", "be kind"], want=2).stderr.decode()
 if "--system goes with --chat-template" not in e:
     fail("--system without a template: " + e)

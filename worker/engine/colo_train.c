@@ -1529,13 +1529,17 @@ static int cmd_sample(int argc, char **argv) {
                                     {"best", no_argument, 0, 'B'},
                                     {"chat-template", required_argument, 0, 'C'},
                                     {"system", required_argument, 0, 'S'},
+                                    {"interactive", no_argument, 0, 'i'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
-  int c, best = 0;
-  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:D:g:BC:S:h", o, NULL)) != -1) {
+  int c, best = 0, interactive = 0;
+  while ((c = getopt_long(argc, argv, "c:n:T:k:s:p:t:K:FP:D:g:BC:S:ih", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
+      break;
+    case 'i':
+      interactive = 1;
       break;
     case 'B':
       best = 1;
@@ -1591,7 +1595,8 @@ static int cmd_sample(int argc, char **argv) {
              "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
              "[--full-forward]\n"
              "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n"
-             "                         [--chat-template T [--system TEXT]]\n" CKPT_DIR_HELP
+             "                         [--chat-template T [--system TEXT] "
+             "[--interactive]]\n" CKPT_DIR_HELP
              "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
              "first) whose probabilities add up to P, after --top-k.\n"
              "Tokens are bytes, or with --tokenizer a byte-level BPE (as for prepare), where\n"
@@ -1606,7 +1611,10 @@ static int cmd_sample(int argc, char **argv) {
              "prompt is a user's message (after --system's, if given), written out in the\n"
              "template as prepare --messages-field writes conversations, and what is printed\n"
              "is the assistant's answer, up to the template's end of a message (<|eot_id|>,\n"
-             "<|im_end|>; under Jinja, the added token that follows an assistant's message).\n");
+             "<|im_end|>; under Jinja, the added token that follows an assistant's message).\n"
+             "--interactive: a conversation: each line of standard input is the user's next\n"
+             "message, answered in turn (the conversation so far in the prompt, its keys and\n"
+             "values kept in the cache); \"/reset\" begins anew. With --chat-template.\n");
       return 0;
     default:
       return 2;
@@ -1616,6 +1624,11 @@ static int cmd_sample(int argc, char **argv) {
     return usage_error("sample", "--checkpoint is required");
   if (system && !chat)
     return usage_error("sample", "--system goes with --chat-template");
+  if (interactive && (!chat || !tokdir))
+    return usage_error("sample", "--interactive needs --chat-template and --tokenizer");
+  if (interactive && *prompt)
+    return usage_error("sample", "--interactive reads its messages from standard input, not "
+                                 "--prompt");
   colo_backend_cpu_set_threads(threads);
   int on = device_flag("sample", device, gpu);
   if (on == -2)
@@ -1630,13 +1643,16 @@ static int cmd_sample(int argc, char **argv) {
   if (!chat) /* a continuation follows its prompt; a chat's answer stands alone */
     fputs(prompt, stdout);
   colo_sample_opts_t so = {n, temp, top_k, top_p, seed, bpe, full_forward, on, chat, system};
-  int rc = colo_sample_checkpoint(ckpt, prompt, &so, stdout, err, sizeof err);
+  int rc = interactive ? colo_chat_checkpoint(ckpt, &so, stdin, stdout,
+                                              isatty(STDIN_FILENO) ? stderr : NULL, err, sizeof err)
+                       : colo_sample_checkpoint(ckpt, prompt, &so, stdout, err, sizeof err);
   colo_bpe_free(bpe);
   if (rc < 0) {
     fprintf(stderr, "colo-train sample: %s\n", err);
     return 1;
   }
-  putchar('\n');
+  if (!interactive)
+    putchar('\n');
   return 0;
 }
 

@@ -1708,96 +1708,194 @@ static int choose_token(float *p, int *idx, token_prob_t *pairs, int V, const co
   return idx[kk - 1];
 }
 
-/* A chat's opening as prepare --messages-field wrote the conversations the model learned from:
- * the tokenizer's document token where it has one (a beginning of text or a delimiter alike:
- * prepare put it before every conversation), a system message if given, the user's message, and
+/* A conversation's opening as prepare --messages-field wrote the conversations the model learned
+ * from: the tokenizer's document token where it has one (a beginning of text or a delimiter
+ * alike: prepare put it before every conversation), the messages (a list of {role, content}) and
  * the assistant's turn begun; *end: the template's end of a message, where the answer stops. */
-static int chat_prompt(const colo_bpe_t *bpe, const char *template, const char *system,
-                       const char *user, int **ids, size_t *n, size_t *cap, int *end, char *err,
-                       size_t errlen) {
-  colo_chat_t c;
-  int rc = colo_chat_open(&c, template, bpe, err, errlen), bos;
-  if (rc < 0)
-    return rc;
+static int conversation_prompt(const colo_bpe_t *bpe, const colo_chat_t *c, const cJSON *msgs,
+                               int **ids, size_t *n, size_t *cap, int *end, char *err,
+                               size_t errlen) {
+  int bos, rc = 0;
   colo_chat_piece_t start = {.pre = colo_bpe_doc_token(bpe, &bos), .post = -1};
   if (start.pre >= 0) /* the piece of no text: the token alone */
     rc = colo_chat_encode(bpe, &start, ids, n, cap, err, errlen);
-  if (c.kind == COLO_CHAT_JINJA) { /* rendered as prepare renders a conversation */
-    cJSON *msgs = cJSON_CreateArray(), *m;
-    for (int k = system ? 0 : 1; rc == 0 && k < 2; k++)
-      if (!(m = cJSON_CreateObject()) || !cJSON_AddItemToArray(msgs, m) ||
-          !cJSON_AddStringToObject(m, "role", k ? "user" : "system") ||
-          !cJSON_AddStringToObject(m, "content", k ? user : system))
-        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  *end = c->end;
+  if (rc == 0 && c->kind == COLO_CHAT_JINJA) { /* rendered as prepare renders a conversation */
     char *text = NULL;
     size_t len = 0, dl = 0;
-    if (rc == 0 && msgs)
-      rc = colo_chat_render(&c, NULL, msgs, 1, &text, &len, NULL, NULL, err, errlen);
+    rc = colo_chat_render(c, NULL, msgs, 1, &text, &len, NULL, NULL, err, errlen);
     const char *dt = start.pre >= 0 ? colo_bpe_token(bpe, start.pre, &dl) : NULL;
     size_t skip = dt && dl <= len && !memcmp(text, dt, dl) ? dl : 0;
     if (rc == 0)
       rc = colo_chat_encode_text(bpe, text + skip, len - skip, ids, n, cap, err, errlen);
     free(text);
-    cJSON_Delete(msgs);
-    *end = c.end;
-    colo_chat_close(&c);
     return rc;
   }
   colo_chat_piece_t pc[2];
-  for (int m = system ? 0 : 1; rc == 0 && m < 3; m++) {
-    int k = m == 0   ? colo_chat_message(&c, "system", 6, system, strlen(system), pc)
-            : m == 1 ? colo_chat_message(&c, "user", 4, user, strlen(user), pc)
-                     : colo_chat_generation(&c, pc);
+  const cJSON *m;
+  cJSON_ArrayForEach(m, msgs) {
+    const char *role = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "role"));
+    const char *content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "content"));
+    int k = rc == 0 && role && content
+                ? colo_chat_message(c, role, strlen(role), content, strlen(content), pc)
+                : 0;
     for (int i = 0; rc == 0 && i < k; i++)
       rc = colo_chat_encode(bpe, &pc[i], ids, n, cap, err, errlen);
   }
-  *end = c.end;
+  int k = colo_chat_generation(c, pc);
+  for (int i = 0; rc == 0 && i < k; i++)
+    rc = colo_chat_encode(bpe, &pc[i], ids, n, cap, err, errlen);
+  return rc;
+}
+
+/* a message {role, content} appended to msgs; 0 or COLO_ENOMEM */
+static int add_message(cJSON *msgs, const char *role, const char *content) {
+  cJSON *m = cJSON_CreateObject();
+  if (!m || !cJSON_AddItemToArray(msgs, m)) {
+    cJSON_Delete(m);
+    return COLO_ENOMEM;
+  }
+  return cJSON_AddStringToObject(m, "role", role) && cJSON_AddStringToObject(m, "content", content)
+             ? 0
+             : COLO_ENOMEM;
+}
+
+/* A checkpoint's model opened for sampling, and what each generation reuses: the decoding
+ * cache's tokens (a next prompt that begins with them is not run again), the buffers, the rng. */
+typedef struct {
+  colo_pool_t *pool;
+  colo_gpt_t *model;
+  colo_ckpt_meta_t meta;
+  colo_sample_opts_t o;
+  int T, V;
+  float *p;
+  int *idx;
+  token_prob_t *pairs;
+  colo_rng_t rng;
+  int *cache; /* the tokens whose keys and values the decoding cache holds */
+  int cached;
+  int stop[4]; /* where a text ends: the document token, <|endoftext|>, <|end_of_text|>, eos */
+} sampler_t;
+
+static void sampler_close(sampler_t *s) {
+  free(s->p);
+  free(s->idx);
+  free(s->pairs);
+  free(s->cache);
+  colo_gpt_destroy(s->model);
+  if (s->pool)
+    colo_pool_destroy(s->pool);
+  memset(s, 0, sizeof *s);
+}
+
+static int sampler_open(sampler_t *s, const char *ckpt, const colo_sample_opts_t *o, char *err,
+                        size_t errlen) {
+  memset(s, 0, sizeof *s);
+  s->o = *o;
+  int rc = open_checkpoint(ckpt, 1, o->gpu, &s->pool, &s->model, &s->meta, err, errlen);
+  if (rc < 0)
+    return rc;
+  s->T = s->meta.model.block_size, s->V = s->meta.model.vocab_size;
+  const colo_bpe_t *bpe = o->bpe;
+  if (bpe && colo_bpe_vocab_size(bpe) > s->V)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "the tokenizer's %d tokens do not fit this model's vocabulary of %d",
+                   colo_bpe_vocab_size(bpe), s->V);
+  s->p = malloc((size_t)s->V * sizeof *s->p);
+  s->idx = malloc((size_t)s->V * sizeof *s->idx);
+  s->pairs = o->top_p < 1.0f ? malloc((size_t)s->V * sizeof *s->pairs) : NULL;
+  s->cache = malloc((size_t)s->T * sizeof *s->cache);
+  if (rc == 0 && (!s->p || !s->idx || !s->cache || (o->top_p < 1.0f && !s->pairs)))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  colo_rng_seed(&s->rng, o->seed);
+  static const char *const ENDS[2] = {"<|endoftext|>", "<|end_of_text|>"};
+  int bos;
+  s->stop[0] = bpe ? colo_bpe_doc_token(bpe, &bos) : -1;
+  for (int i = 0; i < 2; i++)
+    s->stop[i + 1] = bpe ? colo_bpe_lookup(bpe, ENDS[i], strlen(ENDS[i])) : -1;
+  s->stop[3] = bpe ? colo_bpe_eos(bpe) : -1;
+  if (rc < 0)
+    sampler_close(s);
+  return rc;
+}
+
+/* Up to o.tokens tokens after ctx[0..len) (ctx has room for them), each printed to out as it
+ * comes (when out is not NULL) and appended to ctx, stopping after a text's end or `also`;
+ * *len grows. */
+static int sampler_generate(sampler_t *s, int *ctx, int *len, int also, FILE *out, char *err,
+                            size_t errlen) {
+  int rc = 0, T = s->T;
+  const colo_bpe_t *bpe = s->o.bpe;
+  int same = 0; /* the decoding cache's tokens that this text begins with */
+  while (same < s->cached && same < *len && s->cache[same] == ctx[same])
+    same++;
+  s->cached = same < *len ? same : *len - 1; /* the last prompt token runs for its logits */
+  for (int k = 0; k < s->o.tokens; k++) {
+    if (!s->o.full_forward && *len <= T) {
+      while (s->cached < *len && rc == 0) {
+        rc = colo_gpt_decode(s->model, ctx[s->cached], s->cached, s->p, err, errlen);
+        s->cache[s->cached] = ctx[s->cached];
+        s->cached++;
+      }
+      if (rc < 0)
+        break;
+    } else {
+      int from = *len > T ? *len - T : 0, t = *len - from;
+      colo_gpt_forward(s->model, ctx + from, NULL, 1, t);
+      colo_gpt_read_logits(s->model, (size_t)(t - 1), s->p);
+      s->cached = 0; /* the window ran whole: the cache holds nothing of this text */
+    }
+    int next = choose_token(s->p, s->idx, s->pairs, s->V, &s->o, &s->rng);
+    ctx[(*len)++] = next;
+    if (next >= 0 && (next == s->stop[0] || next == s->stop[1] || next == s->stop[2] ||
+                      next == s->stop[3] || next == also))
+      break; /* a document's end (or the next one's beginning): the text is complete */
+    size_t tl;
+    const char *tb = bpe ? colo_bpe_token(bpe, next, &tl) : NULL;
+    if (out && !bpe)
+      fputc(next & 0xff, out);
+    else if (out && tb) /* an id past the tokenizer's (the vocabulary's padding) prints nothing */
+      fwrite(tb, 1, tl, out);
+    if (out)
+      fflush(out);
+  }
   return rc;
 }
 
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_sample_opts_t *o,
                            FILE *out, char *err, size_t errlen) {
-  int n = o->tokens, full_forward = o->full_forward;
   const colo_bpe_t *bpe = o->bpe;
-  colo_pool_t *pool;
-  colo_gpt_t *model = NULL;
-  colo_ckpt_meta_t meta;
-  int rc = open_checkpoint(ckpt, 1, o->gpu, &pool, &model, &meta, err, errlen);
+  sampler_t s;
+  int rc = sampler_open(&s, ckpt, o, err, errlen);
   if (rc < 0)
     return rc;
-  int T = meta.model.block_size, V = meta.model.vocab_size;
-  int *ctx = NULL, len = 0, chat_end = -1;
+  int *ctx = NULL, len = 0, chat_end = -1, V = s.V;
   size_t plen = strlen(prompt), np = 0, cap = 0;
-  if (bpe && colo_bpe_vocab_size(bpe) > V)
-    rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "the tokenizer's %d tokens do not fit this model's vocabulary of %d",
-                   colo_bpe_vocab_size(bpe), V);
-  else if (bpe && o->chat)
-    rc = chat_prompt(bpe, o->chat, o->system, prompt, &ctx, &np, &cap, &chat_end, err, errlen);
-  else if (bpe)
+  colo_chat_t c = {0};
+  cJSON *msgs = NULL;
+  if (bpe && o->chat) {
+    if ((rc = colo_chat_open(&c, o->chat, bpe, err, errlen)) == 0 &&
+        (!(msgs = cJSON_CreateArray()) || (o->system && add_message(msgs, "system", o->system)) ||
+         add_message(msgs, "user", prompt)))
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    if (rc == 0)
+      rc = conversation_prompt(bpe, &c, msgs, &ctx, &np, &cap, &chat_end, err, errlen);
+    cJSON_Delete(msgs);
+    colo_chat_close(&c);
+  } else if (bpe) {
     rc = colo_bpe_encode(bpe, prompt, plen, 0, &ctx, &np, &cap, err, errlen);
-  else if (o->chat)
+  } else if (o->chat) {
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "a chat template needs a --tokenizer with its special tokens");
+  }
+  int total = (int)(bpe ? np : plen) + o->tokens + 1;
+  int *grown = rc == 0 ? realloc(ctx, (size_t)total * sizeof *ctx) : NULL;
+  if (rc == 0 && !grown)
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   if (rc < 0) {
     free(ctx);
-    colo_gpt_destroy(model);
-    colo_pool_destroy(pool);
+    sampler_close(&s);
     return rc;
-  }
-  int total = (int)(bpe ? np : plen) + n + 1;
-  int *grown = realloc(ctx, (size_t)total * sizeof *ctx);
-  float *p = malloc((size_t)V * sizeof *p);
-  int *idx = malloc((size_t)V * sizeof *idx);
-  token_prob_t *pairs = o->top_p < 1.0f ? malloc((size_t)V * sizeof *pairs) : NULL;
-  if (!grown || !p || !idx || (o->top_p < 1.0f && !pairs)) {
-    free(grown ? grown : ctx);
-    free(p);
-    free(idx);
-    free(pairs);
-    colo_gpt_destroy(model);
-    colo_pool_destroy(pool);
-    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   }
   ctx = grown;
   if (bpe)
@@ -1805,12 +1903,7 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
   else
     for (size_t i = 0; i < plen; i++)
       ctx[len++] = (unsigned char)prompt[i] % V;
-  /* where a text ends: the tokenizer's document token, and the end-of-text tokens it has */
-  static const char *const ENDS[2] = {"<|endoftext|>", "<|end_of_text|>"};
   int bos = 0, doc = bpe ? colo_bpe_doc_token(bpe, &bos) : -1;
-  int stop[5] = {doc, -1, -1, bpe ? colo_bpe_eos(bpe) : -1, chat_end};
-  for (int i = 0; bpe && i < 2; i++)
-    stop[i + 1] = colo_bpe_lookup(bpe, ENDS[i], strlen(ENDS[i]));
   if (len == 0 && bos && doc < V) { /* start from the beginning of a text */
     ctx[len++] = doc;
   } else if (len == 0) { /* start from a newline */
@@ -1822,38 +1915,108 @@ int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_samp
     free(one);
     ctx[len++] = nl[0];
   }
-  colo_rng_t rng;
-  colo_rng_seed(&rng, o->seed);
-  int cached = 0; /* positions in the decoding cache */
-  for (int k = 0; k < n; k++) {
-    if (!full_forward && len <= T) {
-      while (cached < len && rc == 0)
-        rc = colo_gpt_decode(model, ctx[cached], cached, p, err, errlen), cached++;
-      if (rc < 0)
-        break;
-    } else {
-      int from = len > T ? len - T : 0, t = len - from;
-      colo_gpt_forward(model, ctx + from, NULL, 1, t);
-      colo_gpt_read_logits(model, (size_t)(t - 1), p);
-    }
-    int next = choose_token(p, idx, pairs, V, o, &rng);
-    ctx[len++] = next;
-    if (next >= 0 && (next == stop[0] || next == stop[1] || next == stop[2] || next == stop[3] ||
-                      next == stop[4]))
-      break; /* a document's end (or the next one's beginning): the text is complete */
-    size_t tl;
-    const char *tb = bpe ? colo_bpe_token(bpe, next, &tl) : NULL;
-    if (!bpe)
-      fputc(next & 0xff, out);
-    else if (tb) /* an id past the tokenizer's (the vocabulary's padding) prints nothing */
-      fwrite(tb, 1, tl, out);
-  }
+  rc = sampler_generate(&s, ctx, &len, chat_end, out, err, errlen);
   fflush(out);
   free(ctx);
-  free(p);
-  free(idx);
-  free(pairs);
-  colo_gpt_destroy(model);
-  colo_pool_destroy(pool);
+  sampler_close(&s);
+  return rc;
+}
+
+int colo_chat_checkpoint(const char *ckpt, const colo_sample_opts_t *o, FILE *in, FILE *out,
+                         FILE *prompts, char *err, size_t errlen) {
+  const colo_bpe_t *bpe = o->bpe;
+  if (!bpe || !o->chat)
+    return colo_fail(err, errlen, COLO_EINVAL, "a chat needs a --tokenizer and a --chat-template");
+  sampler_t s;
+  colo_chat_t c;
+  int rc = colo_chat_open(&c, o->chat, bpe, err, errlen);
+  if (rc < 0)
+    return rc;
+  if ((rc = sampler_open(&s, ckpt, o, err, errlen)) < 0) {
+    colo_chat_close(&c);
+    return rc;
+  }
+  cJSON *msgs = cJSON_CreateArray();
+  if (!msgs || (o->system && add_message(msgs, "system", o->system)))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  char *line = NULL;
+  size_t lcap = 0;
+  ssize_t got;
+  while (rc == 0) {
+    if (prompts)
+      fputs("> ", prompts), fflush(prompts);
+    if ((got = getline(&line, &lcap, in)) < 0)
+      break;
+    while (got > 0 && (line[got - 1] == '\n' || line[got - 1] == '\r'))
+      line[--got] = 0;
+    if (!got)
+      continue;
+    if (!strcmp(line, "/reset")) { /* a new conversation, the system message kept */
+      cJSON_Delete(msgs);
+      if (!(msgs = cJSON_CreateArray()) || (o->system && add_message(msgs, "system", o->system)))
+        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+      continue;
+    }
+    int *ctx = NULL, end = -1, len;
+    size_t n = 0, cap = 0;
+    if (add_message(msgs, "user", line) < 0)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    if (rc == 0)
+      rc = conversation_prompt(bpe, &c, msgs, &ctx, &n, &cap, &end, err, errlen);
+    if (rc == 0) {
+      int *grown = realloc(ctx, (n + (size_t)o->tokens + 1) * sizeof *ctx);
+      if (!grown)
+        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+      else
+        ctx = grown;
+    }
+    if (rc == 0) {
+      len = (int)n;
+      if (len > s.T && !o->full_forward) /* the conversation has outgrown the model's block */
+        fprintf(stderr,
+                "colo-train: the conversation (%d tokens) is past the model's block of %d: "
+                "the answer sees its last %d\n",
+                len, s.T, s.T);
+      rc = sampler_generate(&s, ctx, &len, end, out, err, errlen);
+    }
+    if (rc == 0) { /* the answer (without the token that ended it) joins the conversation */
+      int last = len > (int)n ? ctx[len - 1] : -1;
+      int upto = len - (last >= 0 && (last == end || last == s.stop[0] || last == s.stop[1] ||
+                                      last == s.stop[2] || last == s.stop[3]));
+      size_t an = 0, tl;
+      for (int k = (int)n; k < upto; k++)
+        an += colo_bpe_token(bpe, ctx[k], &tl) ? tl : 0;
+      /* its text, a byte that begins no UTF-8 character as U+FFFD (as a decode with
+       * errors="replace" gives): the next turn's prompt is text again */
+      char *bytes = malloc(an + 1), *answer = malloc(3 * an + 1);
+      size_t bn = 0;
+      for (int k = (int)n; bytes && k < upto; k++) {
+        const char *tb = colo_bpe_token(bpe, ctx[k], &tl);
+        if (tb)
+          memcpy(bytes + bn, tb, tl), bn += tl;
+      }
+      an = 0;
+      for (size_t i = 0; bytes && answer && i < bn;) {
+        size_t ok = colo_utf8_invalid(bytes + i, bn - i);
+        memcpy(answer + an, bytes + i, ok), an += ok, i += ok;
+        if (i < bn)
+          memcpy(answer + an, "\xef\xbf\xbd", 3), an += 3, i++;
+      }
+      int oom = !bytes || !answer;
+      free(bytes);
+      if (answer)
+        answer[an] = 0;
+      if (oom || add_message(msgs, "assistant", answer) < 0)
+        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+      free(answer);
+      fputc('\n', out);
+      fflush(out);
+    }
+    free(ctx);
+  }
+  free(line);
+  cJSON_Delete(msgs);
+  colo_chat_close(&c);
+  sampler_close(&s);
   return rc;
 }

@@ -136,4 +136,14 @@ typedef struct {
 int colo_sample_checkpoint(const char *ckpt, const char *prompt, const colo_sample_opts_t *o,
                            FILE *out, char *err, size_t errlen);
 
+/* A conversation with a checkpoint's model in o->chat's template (a tokenizer is needed): each
+ * line of `in` is a user's message (after o->system's, if any; empty lines are skipped, and
+ * "/reset" begins the conversation anew); the assistant's answer is printed to `out` as it is
+ * sampled, then a newline, and joins the conversation. The decoding cache keeps the keys and values
+ * of the conversation so far: a turn runs only its tokens past those the cache already holds. "> "
+ * goes to `prompts` before each line when it is not NULL. 0 at the end of `in`, or the first error.
+ */
+int colo_chat_checkpoint(const char *ckpt, const colo_sample_opts_t *o, FILE *in, FILE *out,
+                         FILE *prompts, char *err, size_t errlen);
+
 #endif
