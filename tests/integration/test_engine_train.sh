@@ -267,6 +267,17 @@ assert abs(docs[-1] - ev_cli) < 1e-4, (docs, ev_cli)
 assert abs(docs[-1] - whole[-1]) > 1e-3, (docs, whole)
 print("documents: whole validation set %.6f, colo-train eval of the checkpoint %.4f (without documents %.6f); resumed steps identical" % (docs[-1], ev_cli, whole[-1]))
 PY
+# eval --document-token: the checkpoint's own token gives the same loss as trained; -1 evaluates
+# whole windows, another loss; a token the shard never holds is refused
+expect_rc 0 "$CT" eval --checkpoint "$TMP/docs/step_00000006" --data "$TMP/data/val.bin" --batches 0 --batch-size 7 --document-token 10
+expect_eq "$(sed -n 's/.*val loss \([0-9.]*\).*/\1/p' <<<"$OUT")" "$EVAL_DOCS"
+expect_rc 0 "$CT" eval --checkpoint "$TMP/docs/step_00000006" --data "$TMP/data/val.bin" --batches 0 --batch-size 7 --document-token -1
+EVAL_WHOLE=$(sed -n 's/.*val loss \([0-9.]*\).*/\1/p' <<<"$OUT")
+[ -n "$EVAL_WHOLE" ] && [ "$EVAL_WHOLE" != "$EVAL_DOCS" ] || fail "eval --document-token -1 gave $EVAL_WHOLE, as trained $EVAL_DOCS"
+echo "eval of the documents' checkpoint: as trained $EVAL_DOCS, --document-token 10 the same, -1 (whole windows) $EVAL_WHOLE"
+expect_rc 1 "$CT" eval --checkpoint "$TMP/docs/step_00000006" --data "$TMP/data/val.bin" --document-token 200
+expect_eq "$ERR" "colo-train eval: --document-token 200: $TMP/data/val.bin holds no such token, so no document begins with it"
+expect_rc 2 "$CT" eval --checkpoint "$TMP/docs/step_00000006" --data "$TMP/data/val.bin" --document-token x
 # a document token the data never holds: refused, not trained as whole windows
 expect_rc 78 "$CT" train "${DOCS[@]}" --document-token 200
 expect_eq "$ERR" "colo-train train: data.document_token=200: $TMP/data/train.bin holds no such token, so no document begins with it (colo-train prepare prints the token it puts before each document)"

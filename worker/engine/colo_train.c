@@ -1428,7 +1428,7 @@ static int pick_checkpoint(const char *cmd, const char *arg, int best, char *out
 
 static int cmd_eval(int argc, char **argv) {
   const char *ckpt = NULL, *data = NULL, *device = NULL;
-  int batches = 20, bs = 12, threads = 0, gpu = 0;
+  int batches = 20, bs = 12, threads = 0, gpu = 0, doc = COLO_EVAL_AS_TRAINED;
   unsigned long long seed = 1337;
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
                                     {"data", required_argument, 0, 'd'},
@@ -1439,11 +1439,20 @@ static int cmd_eval(int argc, char **argv) {
                                     {"seed", required_argument, 0, 's'},
                                     {"threads", required_argument, 0, 't'},
                                     {"best", no_argument, 0, 'B'},
+                                    {"document-token", required_argument, 0, 'o'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c, best = 0;
-  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bo:h", o, NULL)) != -1) {
     switch (c) {
+    case 'o': {
+      char *e;
+      long v = strtol(optarg, &e, 10);
+      if (*e || e == optarg || v < -1 || v > 1048575)
+        return usage_error("eval", "--document-token is a token id, or -1 for none");
+      doc = (int)v;
+      break;
+    }
     case 'c':
       ckpt = optarg;
       break;
@@ -1476,7 +1485,11 @@ static int cmd_eval(int argc, char **argv) {
              "window of\n"
              "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n"
              "                       [--device cpu|gpu (cpu)] [--gpu N (0)] [--threads N] "
-             "[--best]\n" CKPT_DIR_HELP);
+             "[--best]\n"
+             "                       [--document-token N (the checkpoint's own; -1: none)]\n"
+             "A checkpoint trained with data.document_token is evaluated with attention within\n"
+             "documents, as its training evaluated; --document-token sets another token (one the\n"
+             "shard holds), or -1 for whole windows.\n" CKPT_DIR_HELP);
       return 0;
     default:
       return 2;
@@ -1495,7 +1508,7 @@ static int cmd_eval(int argc, char **argv) {
   if (pick_checkpoint("eval", ckpt, best, dir, sizeof dir) < 0)
     return 1;
   ckpt = dir;
-  if (colo_eval_checkpoint(ckpt, data, batches, bs, seed, on, &loss, err, sizeof err) < 0) {
+  if (colo_eval_checkpoint(ckpt, data, batches, bs, seed, on, doc, &loss, err, sizeof err) < 0) {
     fprintf(stderr, "colo-train eval: %s\n", err);
     return 1;
   }

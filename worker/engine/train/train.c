@@ -1598,7 +1598,8 @@ static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool,
 }
 
 int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
-                         uint64_t seed, int gpu, float *loss, char *err, size_t errlen) {
+                         uint64_t seed, int gpu, int document_token, float *loss, char *err,
+                         size_t errlen) {
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
@@ -1606,7 +1607,17 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
   int rc = colo_shard_load(data, &val, err, errlen);
   if (rc < 0)
     return rc;
-  rc = open_checkpoint(ckpt, batch_size, gpu, &pool, &model, &meta, err, errlen);
+  if (document_token >= 0 && !colo_shard_has(&val, (unsigned)document_token))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "--document-token %d: %s holds no such token, so no document begins with it",
+                   document_token, data);
+  if (rc == 0)
+    rc = open_checkpoint(ckpt, batch_size, gpu, &pool, &model, &meta, err, errlen);
+  if (rc == 0 && document_token != COLO_EVAL_AS_TRAINED &&
+      (rc = colo_gpt_set_documents(model, document_token, err, errlen)) < 0) {
+    colo_gpt_destroy(model);
+    colo_pool_destroy(pool);
+  }
   if (rc == 0) {
     int T = meta.model.block_size;
     rc = colo_shard_windows(&val, T, err, errlen);

@@ -103,8 +103,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                    size_t errlen);
 
 /* Mean loss of a checkpoint over n_batches fixed windows of a shard. */
+/* document_token: COLO_EVAL_AS_TRAINED (the checkpoint's own data.document_token, or none), -1
+ * (whole windows), or a token that begins each document (one the shard must hold). */
+#define COLO_EVAL_AS_TRAINED (-2)
 int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
-                         uint64_t seed, int gpu, float *loss, char *err, size_t errlen);
+                         uint64_t seed, int gpu, int document_token, float *loss, char *err,
+                         size_t errlen);
 
 /* The parameters of a checkpoint of any layout as one safetensors file of whole tensors in
  * HuggingFace's layout of its architecture (hf.h: GPT2LMHeadModel's names, what colo's
