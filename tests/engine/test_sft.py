@@ -270,6 +270,35 @@ for template in ("llama3", "chatml"):
         print("figure: chat %s: %d conversations, %d tokens (%d of them merges), %d targets, as expected"
               % (template, len(convs), len(tok), merged, sum(mask)))
 
+# colo-train inspect: a shard's tokens as text with what counts marked ([[ ]] off a terminal), and
+# --json a token a line; both as the shard holds them
+tok, mask = read_masked(os.path.join(WORK, "out-chat-chatml", "train.bin"))
+p = run(["inspect", "--data", os.path.join(WORK, "out-chat-chatml", "train.bin"), "--tokenizer", chat,
+         "--from", "5", "--tokens", "300", "--json"])
+rows = [json.loads(x) for x in p.stdout.decode().splitlines()]
+want_rows = [{"at": 5 + k, "id": t, "counts": bool(m)} for k, (t, m) in enumerate(zip(tok[5:305], mask[5:305]))]
+if [{k: r[k] for k in ("at", "id", "counts")} for r in rows] != want_rows or \
+        any((r["text"].encode() if "text" in r else bytes(r["bytes"])) != tok_bytes[r["id"]]
+            for r in rows if r["id"] in tok_bytes):
+    fail("inspect --json: %s..." % rows[:3])
+p = run(["inspect", "--data", os.path.join(WORK, "out-chat-chatml", "train.bin"), "--tokenizer", chat,
+         "--tokens", "400"])
+want, inside = b"", 0
+for t, m in zip(tok[:400], mask[:400]):
+    if m != inside:
+        want += b"[[" if m else b"]]"
+        inside = m
+    want += tok_bytes[t] if t in tok_bytes else [k for k, v in sid.items() if v == t][0].encode() if t in sid.values() else b"<|begin_of_text|>"
+want += (b"]]" if inside else b"") + b"\n"
+if p.stdout != want:
+    fail("inspect: %r, expected %r" % (p.stdout[:200], want[:200]))
+else:
+    print("figure: inspect: 400 tokens of a chatml shard as text, its %d runs that count between [[ ]]; "
+          "--json: 300 tokens' ids and bits as the shard holds them" % p.stdout.count(b"[["))
+e = run(["inspect", "--data", os.path.join(WORK, "out-chat-chatml", "train.bin"), "--from", "99999999"], want=1).stderr.decode()
+if "holds %d tokens" % len(tok) not in e:
+    fail("inspect --from past the end: " + e)
+
 # ShareGPT's form ({"from": "human" | "gpt" | "system", "value"}) of the same conversations, under
 # "conversations": the same shards byte for byte
 SG = {"user": "human", "assistant": "gpt", "system": "system"}

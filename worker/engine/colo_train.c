@@ -60,6 +60,7 @@ static void usage(FILE *out) {
                "            a tokenizer.json such as Llama 3's, or GPT-2's files)\n"
                "  tokenize  text to token ids and back\n"
                "  render    conversations through a chat template (Jinja), as prepare sees them\n"
+               "  inspect   a shard's tokens as text, marking what counts as a target of the loss\n"
                "  train     train a GPT-2 or Llama model from a job file and/or flags\n"
                "  eval      validation loss of a checkpoint on a shard\n"
                "  sample    generate text from a checkpoint\n"
@@ -352,6 +353,127 @@ static int cmd_hf_config(int argc, char **argv) {
 }
 
 /* ---- tokenize ---- */
+
+/* ---- inspect ---- */
+
+static int cmd_inspect(int argc, char **argv) {
+  const char *data = NULL, *tokdir = NULL;
+  long from = 0, count = 256;
+  int json = 0;
+  static const struct option o[] = {{"data", required_argument, 0, 'd'},
+                                    {"tokenizer", required_argument, 0, 'k'},
+                                    {"from", required_argument, 0, 'f'},
+                                    {"tokens", required_argument, 0, 'n'},
+                                    {"json", no_argument, 0, 'j'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  char *e;
+  while ((c = getopt_long(argc, argv, "d:k:f:n:jh", o, NULL)) != -1) {
+    switch (c) {
+    case 'd':
+      data = optarg;
+      break;
+    case 'k':
+      tokdir = optarg;
+      break;
+    case 'f':
+      from = strtol(optarg, &e, 10);
+      if (*e || e == optarg || from < 0)
+        return usage_error("inspect", "--from is a token's place, 0 or more");
+      break;
+    case 'n':
+      count = strtol(optarg, &e, 10);
+      if (*e || e == optarg || count < 1)
+        return usage_error("inspect", "--tokens is 1 or more");
+      break;
+    case 'j':
+      json = 1;
+      break;
+    case 'h':
+      printf("usage: colo-train inspect --data SHARD [--tokenizer PATH] [--from N (0)]\n"
+             "                          [--tokens N (256)] [--json]\n"
+             "Shows a shard's tokens from place N (a pattern's files one after another) as\n"
+             "text, marking what counts as a target of the loss (the shards prepare writes\n"
+             "with a mask: the completions, the assistant's messages): in color on a terminal,\n"
+             "else between [[ and ]]. Tokens are bytes without --tokenizer. With --json, a\n"
+             "JSON object a token: its place, id, text (or \"bytes\", a token that is part of\n"
+             "a UTF-8 character) and whether it counts.\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (!data)
+    return usage_error("inspect", "--data is required");
+  colo_bpe_t *bpe;
+  if (open_tokenizer("inspect", tokdir, &bpe) < 0)
+    return 1;
+  colo_shard_t sh;
+  char err[1400];
+  if (colo_shard_load(data, &sh, err, sizeof err) < 0) {
+    colo_bpe_free(bpe);
+    fprintf(stderr, "colo-train inspect: %s\n", err);
+    return 1;
+  }
+  int rc = 0, tty = !json && isatty(STDOUT_FILENO), in = 0;
+  if ((size_t)from >= sh.n) {
+    fprintf(stderr, "colo-train inspect: --from %ld: %s holds %zu tokens\n", from, data, sh.n);
+    rc = 1;
+  }
+  size_t at = 0;
+  for (size_t f = 0; rc == 0 && f < sh.n_files && count > 0; at += sh.files[f++].n) {
+    const colo_shard_file_t *file = &sh.files[f];
+    for (size_t i = (size_t)from > at ? (size_t)from - at : 0; i < file->n && count > 0;
+         i++, count--) {
+      unsigned id = colo_shard_token(file, i);
+      int counts = !file->mask || (file->mask[i >> 3] >> (i & 7) & 1);
+      size_t tl = 1;
+      char byte = (char)id;
+      const char *tb = bpe ? colo_bpe_token(bpe, (int)id, &tl) : &byte;
+      if (!tb)
+        tb = "", tl = 0;
+      if (json) {
+        cJSON *r = cJSON_CreateObject();
+        char *text = malloc(tl + 1), *line = NULL;
+        if (r && text) {
+          memcpy(text, tb, tl);
+          text[tl] = 0;
+          cJSON_AddNumberToObject(r, "at", (double)(at + i));
+          cJSON_AddNumberToObject(r, "id", id);
+          if (bpe && strlen(text) == tl && colo_utf8_invalid(text, tl) == tl) {
+            cJSON_AddStringToObject(r, "text", text);
+          } else { /* a part of a character (or a NUL): its bytes */
+            cJSON *b = cJSON_AddArrayToObject(r, "bytes");
+            for (size_t k = 0; b && k < tl; k++)
+              cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)tb[k]));
+          }
+          cJSON_AddBoolToObject(r, "counts", counts);
+          line = cJSON_PrintUnformatted(r);
+        }
+        if (line)
+          printf("%s\n", line);
+        else
+          rc = 1, fprintf(stderr, "colo-train inspect: out of memory\n");
+        free(line);
+        free(text);
+        cJSON_Delete(r);
+        continue;
+      }
+      if (counts != in) /* a run that counts begins or ends */
+        fputs(counts ? (tty ? "\x1b[1;32m" : "[[") : (tty ? "\x1b[0m" : "]]"), stdout);
+      in = counts;
+      fwrite(tb, 1, tl, stdout);
+    }
+  }
+  if (in)
+    fputs(tty ? "\x1b[0m" : "]]", stdout);
+  if (!json && rc == 0)
+    putchar('\n');
+  colo_shard_free(&sh);
+  colo_bpe_free(bpe);
+  return rc == 0 && fflush(stdout) == 0 ? 0 : 1;
+}
 
 /* ---- render ---- */
 
@@ -1743,6 +1865,8 @@ int main(int argc, char **argv) {
     return cmd_tokenize(argc - 1, argv + 1);
   if (!strcmp(cmd, "render"))
     return cmd_render(argc - 1, argv + 1);
+  if (!strcmp(cmd, "inspect"))
+    return cmd_inspect(argc - 1, argv + 1);
   if (!strcmp(cmd, "train"))
     return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "eval"))
