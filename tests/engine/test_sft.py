@@ -343,10 +343,11 @@ for template, src in JINJA.items():
     cfg["chat_template"] = src
     json.dump(cfg, open(os.path.join(own, "tokenizer_config.json"), "w"))
     a = open(os.path.join(WORK, "out-chat-" + template, "train.bin"), "rb").read()
-    for how, tokdir, name in (("a Jinja file", chat, tf), ("the tokenizer's own", own, "tokenizer")):
-        out = os.path.join(WORK, "out-jinja-%s-%d" % (template, name == "tokenizer"))
+    for how, tokdir, name in (("a Jinja file", chat, tf), ("the tokenizer's own", own, "tokenizer"),
+                              ("the tokenizer's own by default", own, None)):
+        out = os.path.join(WORK, "out-jinja-%s-%s" % (template, name and os.path.basename(name)))
         p = run(["prepare", "--input", cj, "--out", out, "--tokenizer", tokdir, "--messages-field", "messages",
-                 "--chat-template", name, "--val-fraction", "0"])
+                 "--val-fraction", "0"] + (["--chat-template", name] if name else []))
         b = open(os.path.join(out, "train.bin"), "rb").read() if p.returncode == 0 else b""
         if a != b:
             fail("%s's template as %s: the shard differs from the built-in template's (%d and %d bytes)"
@@ -437,8 +438,16 @@ if "chat template chatml: the tokenizer has no <|im_start|> token" not in e:
     fail("a template the tokenizer has no tokens for: " + e)
 e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c3"), "--messages-field", "messages"],
         want=2).stderr.decode()
-if "--messages-field and --chat-template go together" not in e:
-    fail("--messages-field alone: " + e)
+if "--messages-field needs a --tokenizer and a chat template (its own, or --chat-template)" not in e:
+    fail("--messages-field without a tokenizer: " + e)
+e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c3"), "--messages-field", "messages",
+         "--tokenizer", chat], want=2).stderr.decode()
+if "--messages-field: the tokenizer has no chat template of its own" not in e:
+    fail("--messages-field with a tokenizer of no template: " + e)
+e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c3"), "--chat-template", "chatml",
+         "--tokenizer", chat], want=2).stderr.decode()
+if "--chat-template goes with --messages-field" not in e:
+    fail("--chat-template alone: " + e)
 e = run(["prepare", "--input", cj, "--out", os.path.join(WORK, "c4"), "--messages-field", "messages",
          "--chat-template", "llama3"], want=1).stderr.decode()
 if "a chat template needs a --tokenizer with its special tokens" not in e:

@@ -202,8 +202,8 @@ static int cmd_prepare(int argc, char **argv) {
     return usage_error("prepare", "--prompt-field and --completion-field go together");
   if (po.prompt_field && po.text_field)
     return usage_error("prepare", "--text-field is for documents of text, not with --prompt-field");
-  if (!po.messages_field != !po.chat_template)
-    return usage_error("prepare", "--messages-field and --chat-template go together");
+  if (po.chat_template && !po.messages_field)
+    return usage_error("prepare", "--chat-template goes with --messages-field");
   if (po.messages_field && (po.text_field || po.prompt_field))
     return usage_error("prepare", "--messages-field takes conversations, not with --text-field "
                                   "or --prompt-field");
@@ -211,6 +211,17 @@ static int cmd_prepare(int argc, char **argv) {
   if (open_tokenizer("prepare", tokdir, &bpe) < 0)
     return 1;
   po.bpe = bpe;
+  if (po.messages_field && !po.chat_template) { /* the tokenizer's own, where it has one */
+    if (!bpe || !colo_bpe_chat_template(bpe)) {
+      colo_bpe_free(bpe);
+      return usage_error("prepare", bpe ? "--messages-field: the tokenizer has no chat template "
+                                          "of its own; name one with --chat-template (llama3, "
+                                          "chatml or a Jinja file)"
+                                        : "--messages-field needs a --tokenizer and a chat "
+                                          "template (its own, or --chat-template)");
+    }
+    po.chat_template = "tokenizer";
+  }
   char err[1400];
   colo_prepare_stats_t st;
   int rc = colo_prepare(input, out, &po, &st, err, sizeof err);
