@@ -43,43 +43,6 @@ int colo_chat_open(colo_chat_t *c, const char *name, const colo_bpe_t *bpe, char
   return 0;
 }
 
-/* the code point of the UTF-8 character at s[i] (of n), its length in *len; -1 for a byte that
- * begins none */
-static long utf8_at(const char *s, size_t n, size_t i, size_t *len) {
-  const unsigned char *u = (const unsigned char *)s + i;
-  size_t k = u[0] < 0x80 ? 1 : u[0] >= 0xf0 ? 4 : u[0] >= 0xe0 ? 3 : u[0] >= 0xc0 ? 2 : 0;
-  if (!k || i + k > n)
-    return -1;
-  long c = k == 1 ? u[0] : u[0] & (0x3f >> (k - 1));
-  for (size_t j = 1; j < k; j++)
-    c = c << 6 | (u[j] & 0x3f);
-  *len = k;
-  return c;
-}
-
-/* Python's str.isspace(), which Jinja's trim strips */
-static int py_space(long c) {
-  return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c == 0x85 || c == 0xa0 ||
-         c == 0x1680 || (c >= 0x2000 && c <= 0x200a) || c == 0x2028 || c == 0x2029 || c == 0x202f ||
-         c == 0x205f || c == 0x3000;
-}
-
-/* Jinja's trim (Python's str.strip()) of [*s, *s + *n) */
-static void trim(const char **s, size_t *n) {
-  size_t len;
-  while (*n && py_space(utf8_at(*s, *n, 0, &len)))
-    *s += len, *n -= len;
-  while (*n) { /* the last character: back over its continuation bytes */
-    size_t i = *n - 1;
-    while (i > 0 && ((unsigned char)(*s)[i] & 0xc0) == 0x80)
-      i--;
-    long c = utf8_at(*s, *n, i, &len);
-    if (i + len != *n || !py_space(c))
-      break;
-    *n = i;
-  }
-}
-
 static colo_chat_piece_t piece(int pre, int post, const char *a, size_t an, const char *b,
                                size_t bn, const char *c, size_t cn, size_t from) {
   colo_chat_piece_t p = {pre, post, {a, b, c}, {an, bn, cn}, from, 0};
@@ -89,7 +52,7 @@ static colo_chat_piece_t piece(int pre, int post, const char *a, size_t an, cons
 int colo_chat_message(const colo_chat_t *c, const char *role, size_t rn, const char *content,
                       size_t cn, colo_chat_piece_t out[2]) {
   if (c->kind == COLO_CHAT_LLAMA3) {
-    trim(&content, &cn);
+    colo_jinja_trim(&content, &cn); /* the template's `| trim` */
     out[0] = piece(c->begin, c->end_header, role, rn, NULL, 0, NULL, 0, COLO_CHAT_NONE);
     out[1] = piece(-1, c->end, "\n\n", 2, content, cn, NULL, 0, 2);
     out[1].learn_post = 1;

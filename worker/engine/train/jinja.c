@@ -1720,6 +1720,10 @@ static uint32_t cp_at(str_t s, size_t i, size_t *len) {
   size_t k = u[0] < 0x80 ? 1 : u[0] >= 0xf0 ? 4 : u[0] >= 0xe0 ? 3 : u[0] >= 0xc0 ? 2 : 1;
   if (i + k > s.n)
     k = 1;
+  if (k == 1 && u[0] >= 0x80) { /* a byte that begins no character: U+FFFD, never a space */
+    *len = 1;
+    return 0xfffd;
+  }
   uint32_t c = k == 1 ? u[0] : (uint32_t)(u[0] & (0x3f >> (k - 1)));
   for (size_t j = 1; j < k; j++)
     c = c << 6 | (u[j] & 0x3f);
@@ -1761,6 +1765,11 @@ static str_t strip(str_t s, const str_t *chars, int which) {
     s.n = i;
   }
   return s;
+}
+
+void colo_jinja_trim(const char **s, size_t *n) {
+  str_t t = strip((str_t){*s, *n}, NULL, 3);
+  *s = t.s, *n = t.n;
 }
 
 /* upper or lower case, as ICU's full mapping gives (Python's str.upper and lower) */

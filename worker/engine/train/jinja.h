@@ -37,4 +37,8 @@ typedef struct {
 int colo_jinja_render(const colo_jinja_t *t, const cJSON *vars, char **out, size_t *len,
                       colo_jinja_span_t **spans, size_t *nspans, char *err, size_t errlen);
 
+/* Jinja's trim, Python's str.strip(): the Unicode whitespace (str.isspace) at both ends of
+ * [*s, *s + *n) left off. */
+void colo_jinja_trim(const char **s, size_t *n);
+
 #endif
