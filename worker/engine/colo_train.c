@@ -614,8 +614,7 @@ static int cmd_render(int argc, char **argv) {
     cJSON_Delete(j);
   }
   free(text);
-  if (tokdir)
-    colo_chat_close(&chat);
+  colo_chat_close(&chat);
   colo_bpe_free(bpe);
   if (rc < 0) {
     fprintf(stderr, "colo-train render: %s\n", err);
