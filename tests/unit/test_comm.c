@@ -1,6 +1,8 @@
 /* The TCP communicator: ranks are forked processes on loopback. Every collective against the
  * values it must produce, groups, odd sizes, large buffers, and a peer that dies mid-collective:
  * the others fail within the timeout with a message naming it. */
+#define _GNU_SOURCE
+#include <poll.h>
 #include <signal.h>
 #include <time.h>
 
@@ -446,6 +448,43 @@ static int victim(colo_comm_t *c, int rank, int world) {
   }
   free(b);
   return 1;
+}
+
+/* The last word: a rank whose final collective ends with its own send (an all-reduce of one float
+ * between two ranks ends so for rank 1) may leave at once; the other must take what it sent and
+ * succeed, not mistake the exit for a death. The exit must fall between the waiting rank's last
+ * look into the ring and its look at the socket, a window of nanoseconds: this test's poll (it
+ * stands in for libc's in this program) holds the first zero-timeout look of a single socket
+ * long enough for the peer to write and exit. */
+static volatile int hold_first_look;
+
+int poll(struct pollfd *fds, nfds_t n, int timeout) {
+  if (hold_first_look && timeout == 0 && n == 1) {
+    hold_first_look = 0;
+    usleep(300 * 1000);
+  }
+  struct timespec ts = {timeout / 1000, (long)(timeout % 1000) * 1000000L};
+  return ppoll(fds, n, timeout < 0 ? NULL : &ts, NULL);
+}
+
+static int last_word(colo_comm_t *c, int rank, int world) {
+  (void)world;
+  float v = (float)(rank + 1);
+  hold_first_look = rank == 0;
+  if (rank == 1)
+    usleep(100 * 1000); /* rank 0 waits for it, and looks at its socket while it waits */
+  if (c->ops->allreduce_sum(c, &v, 1) < 0) {
+    fprintf(stderr, "rank %d: %s\n", rank, colo_comm_error(c));
+    return 1;
+  }
+  if (rank == 0 && hold_first_look)
+    return fprintf(stderr, "rank 0: the look at the socket was never held\n"), 3;
+  return v == 3.0f ? 0 : 2;
+}
+
+TEST(a_rank_that_sends_its_last_bytes_and_exits_is_heard) {
+  fn_takes_comm = 1; /* no orderly close: each rank leaves as a process does */
+  ASSERT_EQ_INT(run_world(2, 10000, last_word), 2);
 }
 
 static void dead_peer(void);

@@ -206,8 +206,18 @@ static int xfer(tcp_comm_t *c, int sp, const void *sbuf, size_t sbytes, int rp, 
         return comm_fail(c, COLO_ETIMEDOUT, "timed out after %d ms waiting for rank %d",
                          w->timeout_ms, rbytes > 0 ? rp : sp);
       int peer = rbytes > 0 && r_shm ? rp : sp;
-      if (peer_gone(w, peer))
-        return comm_fail(c, COLO_EIO, "rank %d closed its connection: it exited or died", peer);
+      if (peer_gone(w, peer)) {
+        /* a peer may write its last bytes and exit between the read above and this look: what
+         * it wrote is still in the ring. Only what is missing after that is lost. */
+        if (peer == rp && rbytes > 0 && r_shm) {
+          size_t k = colo_ring_read(w->in[rp], rp_, rbytes);
+          rp_ += k;
+          rbytes -= k;
+        }
+        if ((peer == rp && rbytes > 0) || (peer == sp && sbytes > 0))
+          return comm_fail(c, COLO_EIO, "rank %d closed its connection: it exited or died", peer);
+        continue; /* all it sent has come; what is left is for another peer */
+      }
     }
     if (idle < 256) {
       sched_yield();
