@@ -82,15 +82,20 @@ static int attempt_cb(const colo_usage_row_t *a, void *data) {
   reading_t *r = data;
   colod_fair_t *f = r->f;
   /* running ones: from the live jobs (running_cb), without unpacking their specs here; ended
-   * ones read before, or to be read next time */
-  if (!a->ended_ms || a->ended_ms < r->from || a->ended_ms >= r->now)
+   * ones read before */
+  if (!a->ended_ms || a->ended_ms < r->from)
     return 0;
   double h =
       colod_fair_weighed_hours(a->started_ms, a->ended_ms, r->now, a->ranks, f->half_life_ms);
   if (h <= 0)
     return 0;
   colod_usage_spec(a, &r->spec_job, &r->spec_device, r->spec_account, sizeof r->spec_account);
-  if (add(&f->ended, &f->n_ended, &f->cap_ended, f->by_account ? r->spec_account : a->owner,
+  /* one that ended in this very millisecond is no longer running, and the sums read from now on
+   * take it next time: until then it counts with the running ones, which each refresh reads anew
+   * (a pass that places jobs just after an attempt ends would otherwise count it nowhere) */
+  int just = a->ended_ms >= r->now;
+  if (add(just ? &f->running : &f->ended, just ? &f->n_running : &f->n_ended,
+          just ? &f->cap_running : &f->cap_ended, f->by_account ? r->spec_account : a->owner,
           r->spec_device, h) < 0) {
     r->oom = 1;
     return 1;

@@ -22,7 +22,7 @@ typedef struct {
 
 typedef struct {
   colod_share_t *ended;   /* of the attempts that ended before read_to_ms, at at_ms; sorted */
-  colod_share_t *running; /* of those running at at_ms; sorted */
+  colod_share_t *running; /* of those running at at_ms, and those that ended in its ms; sorted */
   size_t n_ended, cap_ended, n_running, cap_running;
   int64_t at_ms;         /* Unix ms; 0: never read */
   int64_t read_to_ms;    /* attempts that ended before it are in `ended` */
