@@ -8,7 +8,7 @@
  *   colo-train eval    --checkpoint DIR [--best] --data FILE [--batches N] [--batch-size B]
  *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
  *                      [--prompt TEXT] [--tokenizer DIR]
- *   colo-train export  --checkpoint DIR --out FILE
+ *   colo-train export  --checkpoint DIR --out FILE [--format hf|gguf] [--tokenizer PATH]
  *
  * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage, 78
  * (COLO_EXIT_CONFIG) train failed on what the job asks for (a missing data file, weights that
@@ -41,6 +41,7 @@
 #include "train/chat.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/gguf.h"
 #include "train/hf.h"
 #include "train/prepare.h"
 #include "train/train.h"
@@ -52,22 +53,23 @@ static int usage_error(const char *cmd, const char *msg) {
 }
 
 static void usage(FILE *out) {
-  fprintf(out, "usage: colo-train COMMAND [options]\n"
-               "\n"
-               "commands:\n"
-               "  prepare   turn text files into train and val token shards (bytes, or a "
-               "byte-level BPE:\n"
-               "            a tokenizer.json such as Llama 3's, or GPT-2's files)\n"
-               "  tokenize  text to token ids and back\n"
-               "  render    conversations through a chat template (Jinja), as prepare sees them\n"
-               "  inspect   a shard's tokens as text, marking what counts as a target of the loss\n"
-               "  train     train a GPT-2 or Llama model from a job file and/or flags\n"
-               "  eval      validation loss of a checkpoint on a shard\n"
-               "  sample    generate text from a checkpoint\n"
-               "  export    a checkpoint of any layout as one HuggingFace safetensors file\n"
-               "  hf-config a transformers config.json as a job file's model section\n"
-               "\n"
-               "'colo-train COMMAND --help' lists a command's options.\n");
+  fprintf(out,
+          "usage: colo-train COMMAND [options]\n"
+          "\n"
+          "commands:\n"
+          "  prepare   turn text files into train and val token shards (bytes, or a "
+          "byte-level BPE:\n"
+          "            a tokenizer.json such as Llama 3's, or GPT-2's files)\n"
+          "  tokenize  text to token ids and back\n"
+          "  render    conversations through a chat template (Jinja), as prepare sees them\n"
+          "  inspect   a shard's tokens as text, marking what counts as a target of the loss\n"
+          "  train     train a GPT-2 or Llama model from a job file and/or flags\n"
+          "  eval      validation loss of a checkpoint on a shard\n"
+          "  sample    generate text from a checkpoint\n"
+          "  export    a checkpoint of any layout as one HuggingFace safetensors file, or GGUF\n"
+          "  hf-config a transformers config.json as a job file's model section\n"
+          "\n"
+          "'colo-train COMMAND --help' lists a command's options.\n");
 }
 
 /* ---- prepare ---- */
@@ -1572,11 +1574,15 @@ static int cmd_eval(int argc, char **argv) {
                                     {"threads", required_argument, 0, 't'},
                                     {"best", no_argument, 0, 'B'},
                                     {"document-token", required_argument, 0, 'o'},
+                                    {"json", no_argument, 0, 'j'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
-  int c, best = 0;
-  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bo:h", o, NULL)) != -1) {
+  int c, best = 0, json = 0;
+  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bo:jh", o, NULL)) != -1) {
     switch (c) {
+    case 'j':
+      json = 1;
+      break;
     case 'o': {
       char *e;
       long v = strtol(optarg, &e, 10);
@@ -1613,15 +1619,18 @@ static int cmd_eval(int argc, char **argv) {
       threads = atoi(optarg);
       break;
     case 'h':
-      printf("usage: colo-train eval --checkpoint DIR --data SHARD [--batches N (20; 0: every "
-             "window of\n"
-             "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n"
-             "                       [--device cpu|gpu (cpu)] [--gpu N (0)] [--threads N] "
-             "[--best]\n"
-             "                       [--document-token N (the checkpoint's own; -1: none)]\n"
-             "A checkpoint trained with data.document_token is evaluated with attention within\n"
-             "documents, as its training evaluated; --document-token sets another token (one the\n"
-             "shard holds), or -1 for whole windows.\n" CKPT_DIR_HELP);
+      printf(
+          "usage: colo-train eval --checkpoint DIR --data SHARD [--batches N (20; 0: every "
+          "window of\n"
+          "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n"
+          "                       [--device cpu|gpu (cpu)] [--gpu N (0)] [--threads N] "
+          "[--best]\n"
+          "                       [--document-token N (the checkpoint's own; -1: none)] "
+          "[--json]\n"
+          "--json prints {\"checkpoint\", \"loss\" (to 9 digits), \"batches\", \"batch_size\"}.\n"
+          "A checkpoint trained with data.document_token is evaluated with attention within\n"
+          "documents, as its training evaluated; --document-token sets another token (one the\n"
+          "shard holds), or -1 for whole windows.\n" CKPT_DIR_HELP);
       return 0;
     default:
       return 2;
@@ -1643,6 +1652,21 @@ static int cmd_eval(int argc, char **argv) {
   if (colo_eval_checkpoint(ckpt, data, batches, bs, seed, on, doc, &loss, err, sizeof err) < 0) {
     fprintf(stderr, "colo-train eval: %s\n", err);
     return 1;
+  }
+  if (json) { /* the loss to 9 digits: a float's, exactly */
+    char num[32];
+    snprintf(num, sizeof num, "%.9g", (double)loss);
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "checkpoint", ckpt);
+    cJSON_AddItemToObject(r, "loss", cJSON_CreateRaw(num));
+    cJSON_AddNumberToObject(r, "batches", batches);
+    cJSON_AddNumberToObject(r, "batch_size", bs);
+    char *text = cJSON_PrintUnformatted(r);
+    if (text)
+      puts(text);
+    free(text);
+    cJSON_Delete(r);
+    return text ? 0 : 1;
   }
   if (batches)
     printf("val loss %.4f (%d batches of %d)\n", (double)loss, batches, bs);
@@ -1802,21 +1826,34 @@ static int cmd_sample(int argc, char **argv) {
 }
 
 static int cmd_export(int argc, char **argv) {
-  const char *ckpt = NULL, *out = NULL, *config = NULL;
+  const char *ckpt = NULL, *out = NULL, *config = NULL, *format = NULL, *tokenizer = NULL;
+  const char *type = "f16";
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
                                     {"out", required_argument, 0, 'o'},
                                     {"config", required_argument, 0, 'C'},
+                                    {"format", required_argument, 0, 'f'},
+                                    {"tokenizer", required_argument, 0, 't'},
+                                    {"type", required_argument, 0, 'T'},
                                     {"best", no_argument, 0, 'B'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c, best = 0;
-  while ((c = getopt_long(argc, argv, "c:o:C:Bh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:o:C:f:t:T:Bh", o, NULL)) != -1) {
     switch (c) {
     case 'c':
       ckpt = optarg;
       break;
     case 'C':
       config = optarg;
+      break;
+    case 'f':
+      format = optarg;
+      break;
+    case 't':
+      tokenizer = optarg;
+      break;
+    case 'T':
+      type = optarg;
       break;
     case 'B':
       best = 1;
@@ -1826,12 +1863,20 @@ static int cmd_export(int argc, char **argv) {
       break;
     case 'h':
       printf(
-          "usage: colo-train export --checkpoint DIR --out FILE [--config FILE] [--best]\n"
-          "Writes the checkpoint's parameters, whatever layout trained them, as one\n"
-          "safetensors file of whole tensors in HuggingFace's layout: GPT2LMHeadModel's,\n"
-          "or for a model.arch=llama model LlamaForCausalLM's (q, k, v, o, gate, up and\n"
-          "down projections, [out][in]; the head tied to model.embed_tokens).\n"
-          "  --config FILE   also write a transformers config.json for it there\n" CKPT_DIR_HELP);
+          "usage: colo-train export --checkpoint DIR --out FILE [--format hf|gguf] [--best]\n"
+          "                         [--config FILE] [--tokenizer PATH] [--type f32|f16|bf16]\n"
+          "Writes the checkpoint's parameters, whatever layout trained them, as one file of\n"
+          "whole tensors. hf (the default, unless FILE ends in .gguf): a safetensors file in\n"
+          "HuggingFace's layout, GPT2LMHeadModel's, or for a model.arch=llama model\n"
+          "LlamaForCausalLM's (Qwen2ForCausalLM's with model.qkv_bias). gguf: llama.cpp's file,\n"
+          "the model and its tokenizer in one (architecture gpt2, llama, or qwen2 with\n"
+          "qkv_bias), for llama.cpp, Ollama and LM Studio.\n"
+          "  --config FILE     hf: also write a transformers config.json for it there\n"
+          "  --tokenizer PATH  gguf: the tokenizer the model's data was prepared with (a\n"
+          "                    tokenizer.json, or a folder of one or of vocab.json and\n"
+          "                    merges.txt); without it the model's 256 tokens are bytes\n"
+          "  --type T          gguf: the matrices' and embeddings' type (default f16; norms\n"
+          "                    and biases are f32)\n" CKPT_DIR_HELP);
       return 0;
     default:
       return 2;
@@ -1839,10 +1884,23 @@ static int cmd_export(int argc, char **argv) {
   }
   if (!ckpt || !out || optind < argc)
     return usage_error("export", "--checkpoint and --out are required");
+  size_t ol = strlen(out);
+  int gguf = format ? !strcmp(format, "gguf") : ol > 5 && !strcmp(out + ol - 5, ".gguf");
+  if (format && !gguf && strcmp(format, "hf"))
+    return usage_error("export", "--format must be hf or gguf");
+  int gtype = colo_gguf_type_parse(type);
+  if (gtype < 0)
+    return usage_error("export", "--type must be f32, f16 or bf16");
+  if (gguf && config)
+    return usage_error("export", "--config is for --format hf (a GGUF file holds its config)");
+  if (!gguf && (tokenizer || strcmp(type, "f16")))
+    return usage_error("export", "--tokenizer and --type are for --format gguf");
   char err[1024], dir[2100];
   if (pick_checkpoint("export", ckpt, best, dir, sizeof dir) < 0)
     return 1;
-  if (colo_export_checkpoint(dir, out, config, err, sizeof err) < 0) {
+  int rc = gguf ? colo_export_gguf(dir, out, tokenizer, gtype, err, sizeof err)
+                : colo_export_checkpoint(dir, out, config, err, sizeof err);
+  if (rc < 0) {
     fprintf(stderr, "colo-train export: %s\n", err);
     return 1;
   }

@@ -49,10 +49,12 @@ struct colo_bpe {
   size_t pair_cap;
   pcre2_code *re[MAX_SPLIT]; /* the splits in order: each splits the pieces of the one before */
   int n_re;
-  int ignore_merges; /* a piece that is a token is that token (tiktoken's rule, Llama 3's) */
-  int doc, doc_bos;  /* colo_bpe_doc_token's answer */
-  int eos;           /* tokenizer_config.json's eos_token; -1: none */
-  int nfc;           /* the normalizer is NFC (Qwen2's): text is normalized before it is split */
+  int ignore_merges;   /* a piece that is a token is that token (tiktoken's rule, Llama 3's) */
+  int doc, doc_bos;    /* colo_bpe_doc_token's answer */
+  int eos;             /* tokenizer_config.json's eos_token; -1: none */
+  int nfc;             /* the normalizer is NFC (Qwen2's): text is normalized before it is split */
+  unsigned char *kind; /* by id: COLO_BPE_* */
+  char patterns[1024]; /* the splits' patterns, each ended by '\n' (colo_bpe_pre_name) */
 };
 static uint64_t fnv(const char *s, size_t n) {
   uint64_t h = 1469598103934665603ull;
@@ -148,6 +150,7 @@ void colo_bpe_free(colo_bpe_t *t) {
   free(t->slot);
   free(t->special);
   free(t->added);
+  free(t->kind);
   free(t->chat_template);
   free(t->bos_text);
   free(t->eos_text);
@@ -201,7 +204,8 @@ static int load_vocab(colo_bpe_t *t, const cJSON *vocab, const cJSON *added, con
   t->slot = calloc(t->slot_cap, sizeof *t->slot);
   t->special = malloc((n_added ? n_added : 1) * sizeof *t->special);
   t->added = malloc((n_added ? n_added : 1) * sizeof *t->added);
-  if (!t->tok || !t->arena || !t->slot || !t->special || !t->added)
+  t->kind = calloc((size_t)(t->n_tok ? t->n_tok : 1), 1);
+  if (!t->tok || !t->arena || !t->slot || !t->special || !t->added || !t->kind)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s", file);
   size_t at = 0;
   cJSON_ArrayForEach(it, vocab) {
@@ -214,6 +218,7 @@ static int load_vocab(colo_bpe_t *t, const cJSON *vocab, const cJSON *added, con
       return colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" or its id %d appears twice",
                        file, it->string, id);
     t->tok[id] = (tok_t){t->arena + at, (size_t)k};
+    t->kind[id] = COLO_BPE_NORMAL;
     size_t i = fnv(t->arena + at, (size_t)k) & (t->slot_cap - 1);
     while (t->slot[i])
       i = (i + 1) & (t->slot_cap - 1);
@@ -225,6 +230,8 @@ static int load_vocab(colo_bpe_t *t, const cJSON *vocab, const cJSON *added, con
     int id = (int)cJSON_GetObjectItemCaseSensitive(it, "id")->valuedouble;
     const char *s = cJSON_GetObjectItemCaseSensitive(it, "content")->valuestring;
     size_t k = strlen(s);
+    t->kind[id] = cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(it, "special")) ? COLO_BPE_ADDED
+                                                                                 : COLO_BPE_SPECIAL;
     if (k) { /* longest first: insertion into the sorted list */
       int j = t->n_added++;
       while (j > 0 && k > t->tok[t->added[j - 1]].len)
@@ -351,6 +358,8 @@ static int add_split(colo_bpe_t *t, const char *pattern, int literal, const char
   /* where JIT is there (else interpreted), with hard partial matching for the streamed split */
   pcre2_jit_compile(re, PCRE2_JIT_COMPLETE | PCRE2_JIT_PARTIAL_HARD);
   t->re[t->n_re++] = re;
+  size_t used = strlen(t->patterns);
+  snprintf(t->patterns + used, sizeof t->patterns - used, "%s%s\n", literal ? "=" : "", pattern);
   return 0;
 }
 
@@ -1044,4 +1053,94 @@ int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t ba
     }
   }
   return encode_text(t, text, len, ids, n, cap, err, errlen);
+}
+
+int colo_bpe_token_kind(const colo_bpe_t *t, int id) {
+  return id >= 0 && id < t->n_tok && t->tok[id].s ? t->kind[id] : COLO_BPE_NONE;
+}
+
+/* b2u's character in UTF-8 (under U+0800: one or two bytes) */
+static int utf8_small(unsigned cp, char *out) {
+  if (cp < 0x80) {
+    out[0] = (char)cp;
+    return 1;
+  }
+  out[0] = (char)(0xc0 | cp >> 6);
+  out[1] = (char)(0x80 | (cp & 0x3f));
+  return 2;
+}
+
+int colo_bpe_byte_char(int b, char out[2]) {
+  int b2u[256], u2b[N_CP];
+  byte_map(b2u, u2b);
+  return utf8_small((unsigned)b2u[b & 0xff], out);
+}
+
+int colo_bpe_byte_level(const colo_bpe_t *t, int id, char *out, size_t cap) {
+  const tok_t *k = id >= 0 && id < t->n_tok ? &t->tok[id] : NULL;
+  if (!k || !k->s)
+    return -1;
+  int b2u[256], u2b[N_CP];
+  byte_map(b2u, u2b);
+  size_t n = 0;
+  for (size_t i = 0; i < k->len; i++) {
+    if (n + 3 > cap)
+      return -1;
+    n += (size_t)utf8_small((unsigned)b2u[(unsigned char)k->s[i]], out + n);
+  }
+  out[n] = '\0';
+  return (int)n;
+}
+
+typedef struct {
+  int rank, a, b;
+} merge_t;
+
+static int by_rank(const void *x, const void *y) {
+  const merge_t *p = x, *q = y;
+  return (p->rank > q->rank) - (p->rank < q->rank);
+}
+
+int colo_bpe_merges(const colo_bpe_t *t, int **pairs, size_t *n) {
+  size_t k = 0;
+  for (size_t i = 0; i < t->pair_cap; i++)
+    k += t->pair_key[i] != 0;
+  merge_t *m = malloc((k ? k : 1) * sizeof *m);
+  *pairs = malloc((k ? 2 * k : 1) * sizeof **pairs);
+  if (!m || !*pairs) {
+    free(m);
+    free(*pairs);
+    *pairs = NULL;
+    return COLO_ENOMEM;
+  }
+  k = 0;
+  for (size_t i = 0; i < t->pair_cap; i++)
+    if (t->pair_key[i])
+      m[k++] = (merge_t){t->pair_rank[i], (int)(t->pair_key[i] >> 32) - 1,
+                         (int)(uint32_t)t->pair_key[i]};
+  qsort(m, k, sizeof *m, by_rank);
+  for (size_t i = 0; i < k; i++) {
+    (*pairs)[2 * i] = m[i].a;
+    (*pairs)[2 * i + 1] = m[i].b;
+  }
+  free(m);
+  *n = k;
+  return 0;
+}
+
+const char *colo_bpe_pre_name(const colo_bpe_t *t) {
+  static const struct {
+    const char *name, *patterns;
+  } known[] = {
+      {"gpt-2",
+       "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+\n"},
+      {"llama-bpe", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                    "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+\n"},
+      {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+                "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+\n"},
+  };
+  for (size_t i = 0; i < sizeof known / sizeof *known; i++)
+    if (!strcmp(t->patterns, known[i].patterns))
+      return known[i].name;
+  return NULL;
 }

@@ -91,6 +91,28 @@ const char *colo_bpe_chat_template(const colo_bpe_t *t);
 /* tokenizer_config.json's bos_token (eos 0) or eos_token (eos 1) as text; NULL when none. */
 const char *colo_bpe_special_text(const colo_bpe_t *t, int eos);
 
+/* What token id is: one of the model's (NORMAL), an added token marked special (SPECIAL: Llama
+ * 3's <|begin_of_text|>) or not (ADDED: Qwen2.5's <tool_call>), or NONE where the vocabulary
+ * has no such id. */
+enum { COLO_BPE_NONE = 0, COLO_BPE_NORMAL, COLO_BPE_SPECIAL, COLO_BPE_ADDED };
+int colo_bpe_token_kind(const colo_bpe_t *t, int id);
+
+/* Token id as the vocabulary file writes it: its bytes in GPT-2's byte-level characters
+ * (UTF-8, ended by a 0) in out[cap]; its length, or -1 when there is no such token or it does
+ * not fit. */
+int colo_bpe_byte_level(const colo_bpe_t *t, int id, char *out, size_t cap);
+
+/* Byte b as GPT-2's byte-level character (UTF-8) in out; its length, 1 or 2. */
+int colo_bpe_byte_char(int b, char out[2]);
+
+/* The merges, first first: pair i merges token ids (*pairs)[2i] and (*pairs)[2i + 1] (the
+ * caller frees *pairs). 0, or COLO_ENOMEM. */
+int colo_bpe_merges(const colo_bpe_t *t, int **pairs, size_t *n);
+
+/* The pre-tokenizer, by the name llama.cpp knows it under (GGUF's tokenizer.ggml.pre): "gpt-2",
+ * "llama-bpe" (Llama 3's) or "qwen2"; NULL for any other. */
+const char *colo_bpe_pre_name(const colo_bpe_t *t);
+
 /* The bytes of token id; NULL for an id the vocabulary does not have. */
 const char *colo_bpe_token(const colo_bpe_t *t, int id, size_t *len);
 

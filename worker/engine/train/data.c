@@ -181,7 +181,7 @@ int colo_shard_windows(colo_shard_t *s, int T, char *err, size_t errlen) {
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   s->T = T;
   for (size_t i = 0; i < s->n_files; i++) {
-    size_t n = s->files[i].n, has = n > (size_t)T + 1;
+    size_t n = s->files[i].n, has = n > (size_t)T; /* a window is T + 1 tokens */
     s->windows[i + 1] = s->windows[i] + (has ? n - (size_t)T : 0);
     s->blocks[i + 1] = s->blocks[i] + (has ? (n - 1) / (size_t)T : 0);
   }

@@ -24,6 +24,7 @@
 #include "bpe.h"
 #include "chat.h"
 #include "checkpoint.h"
+#include "gguf.h"
 #include "hf.h"
 #include "data.h"
 
@@ -1646,6 +1647,32 @@ int colo_export_checkpoint(const char *ckpt, const char *out, const char *config
   rc = colo_hf_write(model, colo_gpt_params(model), out, err, errlen);
   if (rc == 0 && config)
     rc = colo_hf_write_config(colo_gpt_config(model), config, err, errlen);
+  colo_gpt_destroy(model);
+  colo_pool_destroy(pool);
+  return rc;
+}
+
+int colo_export_gguf(const char *ckpt, const char *out, const char *tokenizer, int type, char *err,
+                     size_t errlen) {
+  colo_pool_t *pool;
+  colo_gpt_t *model = NULL;
+  colo_ckpt_meta_t meta;
+  colo_bpe_t *tok = NULL;
+  int rc = open_checkpoint(ckpt, 1, -1, &pool, &model, &meta, err, errlen);
+  if (rc < 0)
+    return rc;
+  int V = colo_gpt_config(model)->vocab_size;
+  if (tokenizer)
+    rc = colo_bpe_load(tokenizer, &tok, err, errlen);
+  else if (V != 256)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "the model has %d tokens, so its tokens are not bytes: name its tokenizer with "
+                   "--tokenizer (a tokenizer.json, or a folder of one or of vocab.json and "
+                   "merges.txt)",
+                   V);
+  if (rc == 0)
+    rc = colo_gguf_write(model, colo_gpt_params(model), tok, type, NULL, out, err, errlen);
+  colo_bpe_free(tok);
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
   return rc;

