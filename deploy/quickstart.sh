@@ -107,5 +107,6 @@ Job $ID trained on this machine's two CPU slots, placed by colod and run by colo
   $BIN/coloctl submit examples/tinyshakespeare.yaml      # the full 2000 steps
   $BIN/coloctl logs <JOB> -f                # in one terminal, and in another:
   $BIN/coloctl cancel <JOB>
+  $BIN/colo-train export --checkpoint $QS/ckpt/job-$ID --out shakespeare.gguf   # for llama.cpp
   bash deploy/quickstart.sh stop
 MSG

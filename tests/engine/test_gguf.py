@@ -11,7 +11,8 @@ Checked, for models trained here on tinyshakespeare: GPT-2's block ("gpt2"), a l
 grouped-query attention ("llama": q and k rows reordered for llama.cpp's rotation), Qwen2's
 block with q, k and v biases, RMSNorm's 1e-6 and an untied head ("qwen2"), and Llama 3.1's
 rope scaling (a rope_freqs tensor): the mean loss llama.cpp gives a held-out window equals
-colo-train eval's on it (F32: within 1e-4 relative; F16 and BF16 within 1e-3), and llama.cpp reads
+colo-train eval's on it (F32: within 1e-4 relative; F16 and BF16 within 1e-3; ggml's 8-bit Q8_0
+within 5e-3), and llama.cpp reads
 the text's bytes as the model's tokens. With real tokenizers (GPT-2's, Llama 3's and Qwen2.5's
 tokenizer.json, from tokref.sh's cache, as test_hf_tokenizer uses them): llama.cpp's tokens of
 several texts are colo-train tokenize's, id for id; the same window's loss matches; BOS, EOS
@@ -141,16 +142,17 @@ for name, extra, arch in cases:
         fail("%s: llama.cpp's tokens of a text are not its bytes: %s" % (name, ref["tokens"][0]))
     check_loss(name + " f32", ck, out, held_out, 1e-4)
     if name == "llama":
-        for t in ("f16", "bf16"):
+        for t, tol in (("f16", 1e-3), ("bf16", 1e-3), ("q8_0", 5e-3)):
             out = os.path.join(WORK, "%s-%s.gguf" % (name, t))
             run(["export", "--checkpoint", ck, "--out", out, "--type", t])
-            check_loss("%s %s" % (name, t), ck, out, held_out, 1e-3)
+            check_loss("%s %s" % (name, t), ck, out, held_out, tol)
+            print("figure: %s %s: %d bytes" % (name, t, os.path.getsize(out)))
         llama_ck = ck
 
 # ---- what is refused, and nothing left behind ----
 bad = os.path.join(WORK, "bad.gguf")
 p = run(["export", "--checkpoint", llama_ck, "--out", bad, "--type", "q4_0"], want=2)
-if b"--type must be f32, f16 or bf16" not in p.stderr:
+if b"--type must be f32, f16, bf16 or q8_0" not in p.stderr:
     fail("--type q4_0: %s" % p.stderr)
 p = run(["export", "--checkpoint", llama_ck, "--out", os.path.join(WORK, "x.safetensors"),
          "--tokenizer", "somewhere"], want=2)

@@ -1864,7 +1864,7 @@ static int cmd_export(int argc, char **argv) {
     case 'h':
       printf(
           "usage: colo-train export --checkpoint DIR --out FILE [--format hf|gguf] [--best]\n"
-          "                         [--config FILE] [--tokenizer PATH] [--type f32|f16|bf16]\n"
+          "                         [--config FILE] [--tokenizer PATH] [--type f32|f16|bf16|q8_0]\n"
           "Writes the checkpoint's parameters, whatever layout trained them, as one file of\n"
           "whole tensors. hf (the default, unless FILE ends in .gguf): a safetensors file in\n"
           "HuggingFace's layout, GPT2LMHeadModel's, or for a model.arch=llama model\n"
@@ -1875,8 +1875,9 @@ static int cmd_export(int argc, char **argv) {
           "  --tokenizer PATH  gguf: the tokenizer the model's data was prepared with (a\n"
           "                    tokenizer.json, or a folder of one or of vocab.json and\n"
           "                    merges.txt); without it the model's 256 tokens are bytes\n"
-          "  --type T          gguf: the matrices' and embeddings' type (default f16; norms\n"
-          "                    and biases are f32)\n" CKPT_DIR_HELP);
+          "  --type T          gguf: the matrices' and embeddings' type (default f16; q8_0:\n"
+          "                    8-bit blocks of 32 with a scale each; norms and biases are "
+          "f32)\n" CKPT_DIR_HELP);
       return 0;
     default:
       return 2;
@@ -1890,7 +1891,7 @@ static int cmd_export(int argc, char **argv) {
     return usage_error("export", "--format must be hf or gguf");
   int gtype = colo_gguf_type_parse(type);
   if (gtype < 0)
-    return usage_error("export", "--type must be f32, f16 or bf16");
+    return usage_error("export", "--type must be f32, f16, bf16 or q8_0");
   if (gguf && config)
     return usage_error("export", "--config is for --format hf (a GGUF file holds its config)");
   if (!gguf && (tokenizer || strcmp(type, "f16")))

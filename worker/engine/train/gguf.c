@@ -14,7 +14,8 @@
 #include "../core/dtype.h"
 #include "hf.h"
 
-#define ALIGN 32 /* general.alignment's default */
+#define ALIGN    32 /* general.alignment's default */
+#define Q8_BLOCK 32 /* values a Q8_0 block holds */
 
 /* GGUF's value types */
 enum { V_U32 = 4, V_I32 = 5, V_F32 = 6, V_BOOL = 7, V_STRING = 8, V_ARRAY = 9 };
@@ -25,6 +26,7 @@ int colo_gguf_type_parse(const char *name) {
   return !strcmp(name, "f32")    ? COLO_GGUF_F32
          : !strcmp(name, "f16")  ? COLO_GGUF_F16
          : !strcmp(name, "bf16") ? COLO_GGUF_BF16
+         : !strcmp(name, "q8_0") ? COLO_GGUF_Q8_0
                                  : -1;
 }
 
@@ -220,8 +222,10 @@ static tensor_t *add(tensors_t *t, const char *name, int ndim, uint64_t ne0, uin
   x->ndim = ndim;
   x->ne[0] = ne0;
   x->ne[1] = ndim > 1 ? ne1 : 1;
-  x->type =
-      ndim > 1 ? type : COLO_GGUF_F32; /* vectors stay F32, as llama.cpp's converter has them */
+  /* vectors stay F32, as llama.cpp's converter has them; Q8_0 takes rows of whole blocks */
+  x->type = ndim == 1                                       ? COLO_GGUF_F32
+            : type == COLO_GGUF_Q8_0 && ne0 % Q8_BLOCK != 0 ? COLO_GGUF_F16
+                                                            : type;
   x->src = src;
   x->op = op;
   x->arg = arg;
@@ -232,8 +236,25 @@ static size_t numel(const tensor_t *x) {
   return (size_t)(x->ne[0] * x->ne[1]);
 }
 
-static size_t type_size(int type) {
-  return type == COLO_GGUF_F32 ? 4 : 2;
+/* bytes of n values of a type */
+static size_t type_bytes(int type, size_t n) {
+  return type == COLO_GGUF_F32    ? 4 * n
+         : type == COLO_GGUF_Q8_0 ? n / Q8_BLOCK * (2 + Q8_BLOCK)
+                                  : 2 * n;
+}
+
+/* ggml's Q8_0 (its reference quantizer): per block of 32 values the scale d = max |x| / 127 as
+ * an F16, then each value as round(x / d), an int8 */
+static void q8_0(unsigned char *out, const float *x, size_t n) {
+  for (size_t b = 0; b < n / Q8_BLOCK; b++, x += Q8_BLOCK, out += 2 + Q8_BLOCK) {
+    float amax = 0.0f;
+    for (int i = 0; i < Q8_BLOCK; i++)
+      amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    colo_dtype_from_float(out, &d, 1, COLO_DTYPE_F16);
+    for (int i = 0; i < Q8_BLOCK; i++)
+      out[2 + i] = (unsigned char)(signed char)roundf(x[i] * id);
+  }
 }
 
 /* x's data as floats, in GGUF's order, into out[numel] */
@@ -395,8 +416,10 @@ static int pad(FILE *f, uint64_t at) {
 int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *tok, int type,
                     const char *name, const char *path, char *err, size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
-  if (type != COLO_GGUF_F32 && type != COLO_GGUF_F16 && type != COLO_GGUF_BF16)
-    return colo_fail(err, errlen, COLO_EINVAL, "GGUF type %d: colo writes f32, f16 and bf16", type);
+  if (type != COLO_GGUF_F32 && type != COLO_GGUF_F16 && type != COLO_GGUF_BF16 &&
+      type != COLO_GGUF_Q8_0)
+    return colo_fail(err, errlen, COLO_EINVAL, "GGUF type %d: colo writes f32, f16, bf16 and q8_0",
+                     type);
   int llama = c->arch == COLO_ARCH_LLAMA;
   const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
   mem_t kv = {0};
@@ -411,9 +434,10 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
     if (name)
       kv_str(&kv, NULL, "general.name", name);
     kv_u32(&kv, NULL, "general.file_type",
-           type == COLO_GGUF_F32   ? 0
-           : type == COLO_GGUF_F16 ? 1
-                                   : 32);
+           type == COLO_GGUF_F32    ? 0
+           : type == COLO_GGUF_F16  ? 1
+           : type == COLO_GGUF_Q8_0 ? 7
+                                    : 32);
     kv_u32(&kv, arch, "context_length", (uint32_t)c->block_size);
     kv_u32(&kv, arch, "embedding_length", (uint32_t)c->n_embd);
     kv_u32(&kv, arch, "block_count", (uint32_t)c->n_layer);
@@ -439,7 +463,7 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
   for (size_t i = 0; rc == 0 && i < ts.n; i++) {
     tensor_t *x = &ts.v[i];
     x->offset = off;
-    off += numel(x) * type_size(x->type);
+    off += type_bytes(x->type, numel(x));
     off += (ALIGN - off % ALIGN) % ALIGN;
     most = numel(x) > most ? numel(x) : most;
     put_str(&hd, x->name);
@@ -476,11 +500,13 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
       materialize(x, buf);
       if (x->type == COLO_GGUF_F32)
         bad = write_all(f, buf, n * 4);
+      else if (x->type == COLO_GGUF_Q8_0)
+        q8_0((unsigned char *)half, buf, n), bad = write_all(f, half, type_bytes(x->type, n));
       else
         colo_dtype_from_float(half, buf, n,
                               x->type == COLO_GGUF_F16 ? COLO_DTYPE_F16 : COLO_DTYPE_BF16),
             bad = write_all(f, half, n * 2);
-      bad = bad || pad(f, n * type_size(x->type));
+      bad = bad || pad(f, type_bytes(x->type, n));
     }
     if (bad || fflush(f) != 0 || fsync(fileno(f)) != 0)
       rc = colo_fail(err, errlen, COLO_EIO, "writing %s: %s", tmp, strerror(errno));

@@ -7,7 +7,9 @@
  * reordered for llama.cpp's rotation of neighbouring pairs, as convert_hf_to_gguf.py does; Llama
  * 3's rope scaling as a rope_freqs tensor of per-frequency divisors) or, with Qwen2's q, k and v
  * biases, as "qwen2" (which rotates halves, as HF does, so nothing is reordered). Matrices and
- * embeddings in F32, F16 or BF16; norms, biases and rope_freqs in F32.
+ * embeddings in F32, F16, BF16 or Q8_0 (blocks of 32 values and their F16 scale, ggml's reference
+ * quantizer; a matrix whose rows are not whole blocks is F16); norms, biases and rope_freqs in
+ * F32.
  *
  * The tokenizer: a byte-level BPE (tokenizer.ggml.model "gpt2") with its tokens in GPT-2's
  * byte-level characters, their kinds (normal, control for special added tokens, user-defined for
@@ -23,9 +25,9 @@
 #include "bpe.h"
 
 /* ggml's type numbers */
-enum { COLO_GGUF_F32 = 0, COLO_GGUF_F16 = 1, COLO_GGUF_BF16 = 30 };
+enum { COLO_GGUF_F32 = 0, COLO_GGUF_F16 = 1, COLO_GGUF_Q8_0 = 8, COLO_GGUF_BF16 = 30 };
 
-/* The type of a name ("f32", "f16", "bf16"); -1 for any other. */
+/* The type of a name ("f32", "f16", "bf16", "q8_0"); -1 for any other. */
 int colo_gguf_type_parse(const char *name);
 
 /* Writes the whole (unsplit, one-rank) model's parameters as a GGUF file at path, its matrices
