@@ -7,7 +7,7 @@
 set -euo pipefail
 REF=${COLO_GGUFREF:-${HOME:-/tmp}/.cache/colo-test/ggufref-1}
 # the platform's prebuilt binaries are an optional dependency: named, and the others (CUDA,
-# Vulkan, ARM: 650 MB) left out
+# Vulkan, ARM: 650 MB) left out; no install scripts (node-llama-cpp's would look for a GPU build)
 PKGS=(node-llama-cpp@3.21.1 @node-llama-cpp/linux-x64@3.21.1)
 have() {
   [ -f "$REF/node_modules/node-llama-cpp/dist/index.js" ] &&
@@ -30,7 +30,7 @@ if [ "$(uname -m)" != x86_64 ]; then
 fi
 if ! have; then
   mkdir -p "$REF"
-  if ! out=$(npm install --prefix "$REF" --no-audit --no-fund --no-save --omit=optional \
+  if ! out=$(npm install --prefix "$REF" --no-audit --no-fund --no-save --omit=optional --ignore-scripts \
     "${PKGS[@]}" 2>&1) || ! have; then
     echo "ggufref: npm install ${PKGS[*]}: ${out: -400}" >&2
     exit 1
