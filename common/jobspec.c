@@ -479,6 +479,21 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                ck->dir);
   if (ck->keep < 1)
     return bad(err, errlen, "checkpoint.keep=%u must be at least 1", ck->keep);
+  const char *ef = ck->export_format && ck->export_format[0] ? ck->export_format : NULL;
+  if (ef && strcmp(ef, "gguf") && strcmp(ef, "hf"))
+    return bad(err, errlen, "checkpoint.export_format \"%.40s\" must be gguf or hf", ef);
+  if (ck->export_tokenizer && ck->export_tokenizer[0] &&
+      !colo_path_is_contained(ck->export_tokenizer))
+    return bad(err, errlen,
+               "checkpoint.export_tokenizer \"%.200s\" must be a path relative to the data root, "
+               "without \"..\"",
+               ck->export_tokenizer);
+  const char *et = ck->export_type && ck->export_type[0] ? ck->export_type : NULL;
+  if (et && strcmp(et, "f32") && strcmp(et, "f16") && strcmp(et, "bf16") && strcmp(et, "q8_0"))
+    return bad(err, errlen, "checkpoint.export_type \"%.40s\" must be f32, f16, bf16 or q8_0", et);
+  if ((et || (ck->export_tokenizer && ck->export_tokenizer[0])) && !(ef && !strcmp(ef, "gguf")))
+    return bad(err, errlen,
+               "checkpoint.export_tokenizer and export_type are for checkpoint.export_format=gguf");
   if (t->early_stop_patience > 0 && !(t->eval_interval > 0 || (ck->keep_best && ck->interval > 0)))
     return bad(err, errlen,
                "train.early_stop_patience=%u needs evaluations: train.eval_interval > 0, or "

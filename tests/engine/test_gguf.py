@@ -17,7 +17,9 @@ the text's bytes as the model's tokens. With real tokenizers (GPT-2's, Llama 3's
 tokenizer.json, from tokref.sh's cache, as test_hf_tokenizer uses them): llama.cpp's tokens of
 several texts are colo-train tokenize's, id for id; the same window's loss matches; BOS, EOS
 and the chat template are the tokenizer's; a model whose vocabulary is larger than its
-tokenizer's has its padding. Refused with the reason: a model of BPE tokens without its
+tokenizer's has its padding. A run with checkpoint.export_format writes model.gguf (or HF's
+model.safetensors and config.json) beside its checkpoints once it has trained, and a bad
+export setting fails the run before it trains. Refused with the reason: a model of BPE tokens without its
 tokenizer, a tokenizer larger than the model, a type GGUF export does not write.
 
 usage: test_gguf.py; ctest sets COLO_BIN and COLO_SRC.
@@ -148,6 +150,41 @@ for name, extra, arch in cases:
             check_loss("%s %s" % (name, t), ck, out, held_out, tol)
             print("figure: %s %s: %d bytes" % (name, t, os.path.getsize(out)))
         llama_ck = ck
+
+# ---- checkpoint.export_format: the run itself writes the file once it has trained ----
+ck = train("exported", "bytes", 256, ["--arch", "llama", "--export-format", "gguf",
+                                      "--export-type", "f32"], steps=30)
+out = os.path.join(ck, "model.gguf")
+if not os.path.isfile(out):
+    fail("checkpoint.export_format=gguf: no %s" % out)
+check_loss("the run's own export", ck, out, held_out, 1e-4)
+ck = train("exported-hf", "bytes", 256, ["--arch", "llama", "--export-format", "hf"], steps=30)
+for f in ("model.safetensors", "config.json"):
+    if not os.path.isfile(os.path.join(ck, f)):
+        fail("checkpoint.export_format=hf: no %s in %s" % (f, ck))
+base = ["train", "--data-root", WORK, "--train-data", "bytes/train.bin", "--eval-interval", "0",
+        "--n-layer", "1",
+        "--n-head", "2", "--n-embd", "32", "--block-size", "16", "--vocab-size", "256",
+        "--steps", "5", "--ckpt-dir", os.path.join(WORK, "ck-refused")]
+for extra, want, msg in [
+        (["--export-format", "onnx"], 78, b'checkpoint.export_format "onnx" must be gguf or hf'),
+        (["--export-format", "gguf", "--export-type", "q4_0"], 78,
+         b'checkpoint.export_type "q4_0" must be f32, f16, bf16 or q8_0'),
+        (["--export-format", "gguf", "--export-tokenizer", "../tok.json"], 78,
+         b'checkpoint.export_tokenizer "../tok.json" must be a path relative to the data root'),
+        (["--export-format", "hf", "--export-type", "f32"], 78,
+         b"checkpoint.export_tokenizer and export_type are for checkpoint.export_format=gguf"),
+        # a tokenizer that is not there fails the run before it trains
+        (["--export-format", "gguf", "--export-tokenizer", "nowhere/tokenizer.json"], 78,
+         b"checkpoint.export_tokenizer: "),
+        (["--export-format", "gguf", "--vocab-size", "512"], 78,
+         b"checkpoint.export_tokenizer: the model has 512 tokens, so its tokens are not bytes")]:
+    p = run(base + extra, want=want)
+    if msg not in p.stderr:
+        fail("%s: %s" % (" ".join(extra), p.stderr))
+if os.path.exists(os.path.join(WORK, "ck-refused")) and any(
+        e.startswith("step_") for e in os.listdir(os.path.join(WORK, "ck-refused"))):
+    fail("a refused run trained and wrote checkpoints")
 
 # ---- what is refused, and nothing left behind ----
 bad = os.path.join(WORK, "bad.gguf")

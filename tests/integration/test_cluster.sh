@@ -46,7 +46,7 @@ model: {n_layer: 2, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
 data: {train_path: ts/train.bin, val_path: ts/val.bin}
 parallel: {dp: 2, tp: 2}
 train: {steps: $STEPS, batch_size: 4, eval_interval: 100, eval_batches: 2}
-checkpoint: {interval: 100}
+checkpoint: {interval: 100, export_format: gguf, export_type: f32}
 resources: {device: cpu, devices_per_node: 2}
 EOF
 # the reference: the same job, standalone, one process per rank
@@ -95,6 +95,11 @@ print("figure: dp=2 x tp=2 over two hosts: final loss %s, standalone --nproc 4 %
 sys.exit(0 if rel <= 1e-6 else 1)
 EOF
 echo "figure: ranks 0,1 on host $H0 and ranks 2,3 on host $H2; $(ctl checkpoints "$J" | tail -n +2 | wc -l) checkpoints"
+# checkpoint.export_format: rank 0 wrote the last checkpoint as GGUF beside the checkpoints
+GGUF="$TMP/ckpt/job-$J/model.gguf"
+[ "$(head -c 4 "$GGUF" 2>/dev/null)" = GGUF ] || fail "no GGUF file at $GGUF: $(ls "$TMP/ckpt/job-$J")"
+expect_contains "$(ctl logs "$J" --rank 0)" "exported $TMP/ckpt/job-$J/$(printf step_%08d $STEPS) as $GGUF"
+echo "figure: the job exported $(stat -c %s "$GGUF") bytes of GGUF"
 # the workers remove the job's run directories once its ranks ended and their logs reached colod
 for _ in $(seq 1 50); do
   [ ! -e "$TMP/run-A/job-$J" ] && [ ! -e "$TMP/run-B/job-$J" ] && break

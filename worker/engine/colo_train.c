@@ -791,6 +791,10 @@ static void train_usage(void) {
       "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
       "  --ckpt-keep-best true|false  also keep the one with the lowest validation loss,\n"
       "                        evaluating at each checkpoint (needs --val-data)\n"
+      "  --export-format gguf|hf  once every step is trained, the last checkpoint also as\n"
+      "                        CKPT_DIR/model.gguf (llama.cpp's), or model.safetensors and\n"
+      "                        config.json (HuggingFace's); --export-tokenizer PATH (under the\n"
+      "                        data root) and --export-type f32|f16|bf16|q8_0 as export's\n"
       "  --early-stop N        end the run when N evaluations in a row find no new lowest\n"
       "                        validation loss (--early-stop-min-delta D: lower by more than D)\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
@@ -910,6 +914,9 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"ckpt-interval", "checkpoint: {interval: %s}"},
       {"ckpt-keep", "checkpoint: {keep: %s}"},
       {"ckpt-keep-best", "checkpoint: {keep_best: %s}"},
+      {"export-format", "checkpoint: {export_format: %s}"},
+      {"export-tokenizer", "checkpoint: {export_tokenizer: '%s'}"},
+      {"export-type", "checkpoint: {export_type: %s}"},
       {"early-stop", "train: {early_stop_patience: %s}"},
       {"early-stop-min-delta", "train: {early_stop_min_delta: %s}"},
       {"train-data", "data: {train_path: '%s'}"},
@@ -1152,6 +1159,30 @@ static int launch(int world, int comm_timeout_ms) {
   return stopped ? COLO_EXIT_STOPPED : 0;
 }
 
+/* checkpoint.export_format: the newest checkpoint of a finished run as ckpt_dir/model.gguf, or
+ * model.safetensors and config.json */
+static int export_last(const char *ckpt_dir, const char *format, const char *tokenizer,
+                       const char *type) {
+  char last[2100], skipped[1024] = "", out[2200], config[2200], err[1024];
+  if (colo_ckpt_find_latest(ckpt_dir, last, sizeof last, skipped, sizeof skipped) < 0) {
+    fprintf(stderr, "colo-train train: checkpoint.export_format: %s has no complete checkpoint\n",
+            ckpt_dir);
+    return 1;
+  }
+  int gguf = !strcmp(format, "gguf");
+  snprintf(out, sizeof out, "%s/%s", ckpt_dir, gguf ? "model.gguf" : "model.safetensors");
+  snprintf(config, sizeof config, "%s/config.json", ckpt_dir);
+  int rc = gguf
+               ? colo_export_gguf(last, out, tokenizer, colo_gguf_type_parse(type), err, sizeof err)
+               : colo_export_checkpoint(last, out, config, err, sizeof err);
+  if (rc < 0) {
+    fprintf(stderr, "colo-train train: exporting %s: %s\n", last, err);
+    return rc == COLO_EINVAL ? COLO_EXIT_CONFIG : 1;
+  }
+  printf("exported %s as %s%s%s\n", last, out, gguf ? "" : " and ", gguf ? "" : config);
+  return 0;
+}
+
 static int cmd_train(int argc, char **argv) {
   const char *job = NULL, *data_root = ".", *ckpt_dir = NULL, *resume = NULL, *progress = NULL;
   const char *nvme_root = ".", *init_ckpts = NULL;
@@ -1329,6 +1360,45 @@ static int cmd_train(int argc, char **argv) {
   resolve_sources(&vals, spec->data->val_sources, spec->data->n_val_sources, data_root);
   snprintf(val_path, sizeof val_path, "%s/%s", data_root,
            spec->data->val_path ? spec->data->val_path : "");
+  /* checkpoint.export_format: what rank 0 writes once every step is trained */
+  const Colo__V1__CheckpointSpec *ck = spec->checkpoint;
+  char exp_format[8] = "", exp_type[8] = "f16", exp_tok[2100] = "";
+  if (ck->export_format && ck->export_format[0]) {
+    snprintf(exp_format, sizeof exp_format, "%s", ck->export_format);
+    if (ck->export_type && ck->export_type[0])
+      snprintf(exp_type, sizeof exp_type, "%s", ck->export_type);
+    if (ck->export_tokenizer && ck->export_tokenizer[0])
+      snprintf(exp_tok, sizeof exp_tok, "%s/%s", data_root, ck->export_tokenizer);
+    if (!ckpt_dir && rank == 0)
+      fprintf(stderr, "colo-train train: checkpoint.export_format: no checkpoints (--ckpt-dir), "
+                      "so the run exports nothing\n");
+    /* what would make the export fail fails now, not after the training */
+    colo_bpe_t *t = NULL;
+    int V = (int)spec->model->vocab_size, bad = 0;
+    if (rank == 0 && !strcmp(exp_format, "gguf")) {
+      if (exp_tok[0] && colo_bpe_load(exp_tok, &t, err, sizeof err) < 0)
+        bad = 1;
+      else if (!exp_tok[0] && V != 256)
+        bad = snprintf(err, sizeof err,
+                       "the model has %d tokens, so its tokens are not bytes: name the tokenizer "
+                       "its data was prepared with",
+                       V);
+      else if (t && colo_bpe_vocab_size(t) > V)
+        bad = snprintf(err, sizeof err,
+                       "the tokenizer has %d tokens, more than the model's vocabulary of %d",
+                       colo_bpe_vocab_size(t), V);
+      else if (t && !colo_bpe_pre_name(t))
+        bad = snprintf(err, sizeof err,
+                       "its pre-tokenizer is none that llama.cpp knows (GGUF names GPT-2's, Llama "
+                       "3's and Qwen2's)");
+    }
+    colo_bpe_free(t);
+    if (bad) {
+      fprintf(stderr, "colo-train train: checkpoint.export_tokenizer: %s\n", err);
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return COLO_EXIT_CONFIG;
+    }
+  }
   char init_from[2100] = "";
   if (spec->train->init_from && spec->train->init_from[0])
     snprintf(init_from, sizeof init_from, "%s/%s", data_root, spec->train->init_from);
@@ -1500,6 +1570,8 @@ static int cmd_train(int argc, char **argv) {
     /* what the job asks for cannot be done: running it again would fail the same way */
     return rc == COLO_EINVAL || rc == COLO_ENOENT || rc == COLO_EPARSE ? COLO_EXIT_CONFIG : 1;
   }
+  if (exp_format[0] && ckpt_dir && rank == 0 && !(stop_at > 0 && stop_at < cfg.steps))
+    return export_last(ckpt_dir, exp_format, exp_tok[0] ? exp_tok : NULL, exp_type);
   return 0;
 }
 
