@@ -12,7 +12,6 @@
 #include "../../../common/error.h"
 #include "../backend/backend.h"
 #include "../core/dtype.h"
-#include "hf.h"
 
 #define ALIGN    32 /* general.alignment's default */
 #define Q8_BLOCK 32 /* values a Q8_0 block holds */
@@ -186,7 +185,7 @@ static int tokenizer_keys(mem_t *b, const colo_bpe_t *tok, int V, char *err, siz
 
 /* ---- tensors ---- */
 
-enum { OP_COPY = 0, OP_TRANSPOSE, OP_ROPE_PAIRS };
+enum { OP_COPY = 0, OP_COLS };
 
 typedef struct {
   char name[96];
@@ -194,9 +193,13 @@ typedef struct {
   uint64_t ne[2]; /* ne[0]: the contiguous dimension */
   int type;
   const float *src;
-  int op; /* OP_TRANSPOSE: src is [ne[0]][ne[1]] (a Conv1D [in][out]); OP_ROPE_PAIRS: src rows
-           * of heads of arg rows each, rotated halves reordered as neighbouring pairs */
-  int arg;
+  /* OP_COLS: columns [col0, col0 + ne[1]) of src, a [ne[0]][ld] matrix (colo's, as Conv1D's:
+   * [in][out]), as rows: out[o][i] = src[i][col0 + o]; with pairs > 0 the rows of each head of
+   * `pairs` rows reordered from rotated halves to neighbouring pairs (out's row 2j + s of a head
+   * is its row s·pairs/2 + j) */
+  int op;
+  size_t ld, col0;
+  int pairs;
   uint64_t offset;
   float *own; /* data made here (rope_freqs), freed with the table */
 } tensor_t;
@@ -207,7 +210,7 @@ typedef struct {
 } tensors_t;
 
 static tensor_t *add(tensors_t *t, const char *name, int ndim, uint64_t ne0, uint64_t ne1, int type,
-                     const float *src, int op, int arg) {
+                     const float *src) {
   if (t->n == t->cap) {
     size_t c = t->cap ? 2 * t->cap : 64;
     tensor_t *v = realloc(t->v, c * sizeof *v);
@@ -227,8 +230,19 @@ static tensor_t *add(tensors_t *t, const char *name, int ndim, uint64_t ne0, uin
             : type == COLO_GGUF_Q8_0 && ne0 % Q8_BLOCK != 0 ? COLO_GGUF_F16
                                                             : type;
   x->src = src;
-  x->op = op;
-  x->arg = arg;
+  return x;
+}
+
+/* columns [col0, col0 + rows) of src [in][ld] as a [rows][in] matrix (cols()'s comment) */
+static tensor_t *add_cols(tensors_t *t, const char *name, int in, int rows, int type,
+                          const float *src, size_t ld, size_t col0, int pairs) {
+  tensor_t *x = add(t, name, 2, (uint64_t)in, (uint64_t)rows, type, src);
+  if (x) {
+    x->op = OP_COLS;
+    x->ld = ld;
+    x->col0 = col0;
+    x->pairs = pairs;
+  }
   return x;
 }
 
@@ -260,17 +274,14 @@ static void q8_0(unsigned char *out, const float *x, size_t n) {
 /* x's data as floats, in GGUF's order, into out[numel] */
 static void materialize(const tensor_t *x, float *out) {
   size_t n0 = (size_t)x->ne[0], n1 = (size_t)x->ne[1];
-  if (x->op == OP_TRANSPOSE) { /* out[o][i] = src[i][o]: src [n0][n1] */
-    for (size_t o = 0; o < n1; o++)
+  if (x->op == OP_COLS) {
+    size_t d = (size_t)x->pairs;
+    for (size_t o = 0; o < n1; o++) {
+      size_t r = d ? o / d * d + o % d % 2 * (d / 2) + o % d / 2 : o; /* its row of src */
+      const float *col = x->src + x->col0 + r;
       for (size_t i = 0; i < n0; i++)
-        out[o * n0 + i] = x->src[i * n1 + o];
-  } else if (x->op == OP_ROPE_PAIRS) { /* row (h, 2j + s) of out = row (h, s·d/2 + j) of src */
-    size_t d = (size_t)x->arg, heads = n1 / d;
-    for (size_t h = 0; h < heads; h++)
-      for (size_t j = 0; j < d / 2; j++)
-        for (size_t s = 0; s < 2; s++)
-          memcpy(out + (h * d + 2 * j + s) * n0, x->src + (h * d + s * (d / 2) + j) * n0,
-                 n0 * sizeof *out);
+        out[o * n0 + i] = col[i * x->ld];
+    }
   } else {
     memcpy(out, x->src, n0 * n1 * sizeof *out);
   }
@@ -291,14 +302,12 @@ static int gpt2_tensors(const colo_gpt_t *m, const float *params, int type, tens
   const colo_param_t *t = colo_gpt_full_table(m, &nt);
   static const struct {
     const char *hf, *gguf;
-    int transpose;
-  } map[] = {
-      {"ln_1.weight", "attn_norm.weight", 0},          {"ln_1.bias", "attn_norm.bias", 0},
-      {"attn.c_attn.weight", "attn_qkv.weight", 1},    {"attn.c_attn.bias", "attn_qkv.bias", 0},
-      {"attn.c_proj.weight", "attn_output.weight", 1}, {"attn.c_proj.bias", "attn_output.bias", 0},
-      {"ln_2.weight", "ffn_norm.weight", 0},           {"ln_2.bias", "ffn_norm.bias", 0},
-      {"mlp.c_fc.weight", "ffn_up.weight", 1},         {"mlp.c_fc.bias", "ffn_up.bias", 0},
-      {"mlp.c_proj.weight", "ffn_down.weight", 1},     {"mlp.c_proj.bias", "ffn_down.bias", 0}};
+  } map[] = {{"ln_1.weight", "attn_norm.weight"},          {"ln_1.bias", "attn_norm.bias"},
+             {"attn.c_attn.weight", "attn_qkv.weight"},    {"attn.c_attn.bias", "attn_qkv.bias"},
+             {"attn.c_proj.weight", "attn_output.weight"}, {"attn.c_proj.bias", "attn_output.bias"},
+             {"ln_2.weight", "ffn_norm.weight"},           {"ln_2.bias", "ffn_norm.bias"},
+             {"mlp.c_fc.weight", "ffn_up.weight"},         {"mlp.c_fc.bias", "ffn_up.bias"},
+             {"mlp.c_proj.weight", "ffn_down.weight"},     {"mlp.c_proj.bias", "ffn_down.bias"}};
   const colo_param_t *wte = find(t, nt, "transformer.wte.weight");
   const colo_param_t *wpe = find(t, nt, "transformer.wpe.weight");
   const colo_param_t *lw = find(t, nt, "transformer.ln_f.weight");
@@ -306,10 +315,9 @@ static int gpt2_tensors(const colo_gpt_t *m, const float *params, int type, tens
   if (!wte || !wpe || !lw || !lb)
     return colo_fail(err, errlen, COLO_EINVAL, "the model lacks GPT-2's embeddings or final norm");
   int C = c->n_embd;
-  int ok = add(ts, "token_embd.weight", 2, C, wte->full_shape[0], type, params + wte->full_offset,
-               OP_COPY, 0) &&
-           add(ts, "position_embd.weight", 2, C, wpe->full_shape[0], type,
-               params + wpe->full_offset, OP_COPY, 0);
+  int ok =
+      add(ts, "token_embd.weight", 2, C, wte->full_shape[0], type, params + wte->full_offset) &&
+      add(ts, "position_embd.weight", 2, C, wpe->full_shape[0], type, params + wpe->full_offset);
   char hf[128], g[96];
   for (int l = 0; ok && l < c->n_layer; l++)
     for (size_t i = 0; ok && i < sizeof map / sizeof *map; i++) {
@@ -319,72 +327,74 @@ static int gpt2_tensors(const colo_gpt_t *m, const float *params, int type, tens
       if (!p)
         return colo_fail(err, errlen, COLO_EINVAL, "the model has no tensor %s", hf);
       /* a Conv1D [in][out] is GGUF's ne (in, out) once transposed to nn.Linear's [out][in] */
-      ok = (p->ndim == 2
-                ? add(ts, g, 2, p->full_shape[0], p->full_shape[1], type, params + p->full_offset,
-                      map[i].transpose ? OP_TRANSPOSE : OP_COPY, 0)
-                : add(ts, g, 1, p->full_shape[0], 1, type, params + p->full_offset, OP_COPY, 0)) !=
-           NULL;
+      int in = p->full_shape[0], out = p->full_shape[1];
+      ok =
+          (p->ndim == 2 ? add_cols(ts, g, in, out, type, params + p->full_offset, (size_t)out, 0, 0)
+                        : add(ts, g, 1, (uint64_t)in, 1, type, params + p->full_offset)) != NULL;
     }
-  ok = ok && add(ts, "output_norm.weight", 1, C, 1, type, params + lw->full_offset, OP_COPY, 0) &&
-       add(ts, "output_norm.bias", 1, C, 1, type, params + lb->full_offset, OP_COPY, 0) &&
+  ok = ok && add(ts, "output_norm.weight", 1, C, 1, type, params + lw->full_offset) &&
+       add(ts, "output_norm.bias", 1, C, 1, type, params + lb->full_offset) &&
        /* the head is the embedding (llama.cpp's converter writes it twice too) */
-       add(ts, "output.weight", 2, C, wte->full_shape[0], type, params + wte->full_offset, OP_COPY,
-           0);
+       add(ts, "output.weight", 2, C, wte->full_shape[0], type, params + wte->full_offset);
   return ok ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
 }
 
-/* A llama model's tensors from its LlamaForCausalLM layout (hf.h): pairs reorders q and k for
- * llama.cpp's "llama" */
-static int llama_tensors(const colo_gpt_t *m, const colo_hf_tensors_t *h, int type, int pairs,
+/* A llama model's tensors from colo's table, each matrix read as llama.cpp holds it when it is
+ * written (nothing of the model's size is copied): c_attn's column blocks as q, k and v, with q's
+ * and k's rows reordered for llama.cpp's "llama" (pairs), c_fc's as gate and up. */
+static int llama_tensors(const colo_gpt_t *m, const float *params, int type, int pairs,
                          tensors_t *ts, char *err, size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
-  int hd = c->n_embd / c->n_head;
-  static const struct {
-    const char *hf, *gguf;
-  } map[] = {{"input_layernorm.weight", "attn_norm.weight"},
-             {"self_attn.q_proj.weight", "attn_q.weight"},
-             {"self_attn.k_proj.weight", "attn_k.weight"},
-             {"self_attn.v_proj.weight", "attn_v.weight"},
-             {"self_attn.o_proj.weight", "attn_output.weight"},
-             {"self_attn.q_proj.bias", "attn_q.bias"},
-             {"self_attn.k_proj.bias", "attn_k.bias"},
-             {"self_attn.v_proj.bias", "attn_v.bias"},
-             {"post_attention_layernorm.weight", "ffn_norm.weight"},
-             {"mlp.gate_proj.weight", "ffn_gate.weight"},
-             {"mlp.up_proj.weight", "ffn_up.weight"},
-             {"mlp.down_proj.weight", "ffn_down.weight"}};
-  for (size_t i = 0; i < h->n; i++) {
-    const colo_st_tensor_t *x = &h->t[i];
-    char g[96];
-    int l, at = 0, op = OP_COPY;
-    if (!strcmp(x->name, "model.embed_tokens.weight")) {
-      snprintf(g, sizeof g, "token_embd.weight");
-    } else if (!strcmp(x->name, "model.norm.weight")) {
-      snprintf(g, sizeof g, "output_norm.weight");
-    } else if (!strcmp(x->name, "lm_head.weight")) {
-      snprintf(g, sizeof g, "output.weight");
-    } else if (sscanf(x->name, "model.layers.%d.%n", &l, &at) == 1 && at > 0) {
-      size_t k = 0;
-      while (k < sizeof map / sizeof *map && strcmp(x->name + at, map[k].hf))
-        k++;
-      if (k == sizeof map / sizeof *map)
-        return colo_fail(err, errlen, COLO_EINVAL, "no GGUF name for %s", x->name);
-      snprintf(g, sizeof g, "blk.%d.%s", l, map[k].gguf);
-      if (pairs && (k == 1 || k == 2))
-        op = OP_ROPE_PAIRS;
-    } else {
-      return colo_fail(err, errlen, COLO_EINVAL, "no GGUF name for %s", x->name);
+  int C = c->n_embd, hd = C / c->n_head, H = colo_gpt_mlp_hidden(c);
+  int KV = colo_gpt_kv_heads(c) * hd; /* key (value) rows */
+  size_t nt;
+  const colo_param_t *t = colo_gpt_full_table(m, &nt);
+  const colo_param_t *wte = find(t, nt, "transformer.wte.weight");
+  const colo_param_t *lnf = find(t, nt, "transformer.ln_f.weight");
+  const colo_param_t *head = find(t, nt, "lm_head.weight"); /* an untied head */
+  if (!wte || !lnf)
+    return colo_fail(err, errlen, COLO_EINVAL, "the model lacks its embedding or final norm");
+  int ok = add(ts, "token_embd.weight", 2, (uint64_t)C, (uint64_t)wte->full_shape[0], type,
+               params + wte->full_offset) != NULL;
+  char tn[96], g[96];
+  for (int l = 0; ok && l < c->n_layer; l++) {
+    static const char *const which[7] = {
+        "ln_1.weight",     "attn.c_attn.weight", "attn.c_proj.weight", "ln_2.weight",
+        "mlp.c_fc.weight", "mlp.c_proj.weight",  "attn.c_attn.bias"};
+    const float *p[7];
+    for (int i = 0; i < 7; i++) {
+      snprintf(tn, sizeof tn, "transformer.h.%d.%s", l, which[i]);
+      const colo_param_t *x = find(t, nt, tn);
+      if (!x && i < 6)
+        return colo_fail(err, errlen, COLO_EINVAL, "the model has no tensor %s", tn);
+      p[i] = x ? params + x->full_offset : NULL;
     }
-    /* [rows][cols] as HF holds it: GGUF's ne[0] is cols */
-    tensor_t *t = x->ndim == 2 ? add(ts, g, 2, x->shape[1], x->shape[0], type, x->data, op, hd)
-                               : add(ts, g, 1, x->shape[0], 1, type, x->data, OP_COPY, 0);
-    if (!t)
-      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    size_t qkv = (size_t)C + 2 * (size_t)KV;
+#define NAME(s) (snprintf(g, sizeof g, "blk.%d.%s", l, s), g)
+    ok = add(ts, NAME("attn_norm.weight"), 1, (uint64_t)C, 1, type, p[0]) &&
+         add_cols(ts, NAME("attn_q.weight"), C, C, type, p[1], qkv, 0, pairs ? hd : 0) &&
+         add_cols(ts, NAME("attn_k.weight"), C, KV, type, p[1], qkv, (size_t)C, pairs ? hd : 0) &&
+         add_cols(ts, NAME("attn_v.weight"), C, KV, type, p[1], qkv, (size_t)(C + KV), 0) &&
+         add_cols(ts, NAME("attn_output.weight"), C, C, type, p[2], (size_t)C, 0, 0) &&
+         add(ts, NAME("ffn_norm.weight"), 1, (uint64_t)C, 1, type, p[3]) &&
+         add_cols(ts, NAME("ffn_gate.weight"), C, H, type, p[4], 2 * (size_t)H, 0, 0) &&
+         add_cols(ts, NAME("ffn_up.weight"), C, H, type, p[4], 2 * (size_t)H, (size_t)H, 0) &&
+         add_cols(ts, NAME("ffn_down.weight"), H, C, type, p[5], (size_t)C, 0, 0);
+    if (ok && p[6]) /* Qwen2's q, k and v biases: c_attn.bias's parts */
+      ok = add(ts, NAME("attn_q.bias"), 1, (uint64_t)C, 1, type, p[6]) &&
+           add(ts, NAME("attn_k.bias"), 1, (uint64_t)KV, 1, type, p[6] + C) &&
+           add(ts, NAME("attn_v.bias"), 1, (uint64_t)KV, 1, type, p[6] + C + KV);
+#undef NAME
   }
+  ok = ok && add(ts, "output_norm.weight", 1, (uint64_t)C, 1, type, params + lnf->full_offset) &&
+       (!head || add(ts, "output.weight", 2, (uint64_t)C, (uint64_t)head->full_shape[0], type,
+                     params + head->full_offset));
+  if (!ok)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   if (c->rope_factor > 0) { /* Llama 3's scaling: each frequency's divisor */
     float *f = malloc((size_t)hd * sizeof *f);
     tensor_t *t =
-        f ? add(ts, "rope_freqs.weight", 1, hd / 2, 1, COLO_GGUF_F32, f, OP_COPY, 0) : NULL;
+        f ? add(ts, "rope_freqs.weight", 1, (uint64_t)(hd / 2), 1, COLO_GGUF_F32, f) : NULL;
     if (!t) {
       free(f);
       return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
@@ -424,11 +434,8 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
   const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
   mem_t kv = {0};
   tensors_t ts = {0};
-  colo_hf_tensors_t h = {0};
-  int rc = llama ? colo_hf_llama_tensors(m, params, &h, err, errlen) : 0;
-  if (rc == 0)
-    rc = llama ? llama_tensors(m, &h, type, !c->qkv_bias, &ts, err, errlen)
-               : gpt2_tensors(m, params, type, &ts, err, errlen);
+  int rc = llama ? llama_tensors(m, params, type, !c->qkv_bias, &ts, err, errlen)
+                 : gpt2_tensors(m, params, type, &ts, err, errlen);
   if (rc == 0) {
     kv_str(&kv, NULL, "general.architecture", arch);
     if (name)
@@ -524,6 +531,5 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
   free(hd.p);
   free(buf);
   free(half);
-  colo_hf_tensors_free(&h);
   return rc;
 }

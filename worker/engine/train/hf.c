@@ -31,22 +31,15 @@ static void transpose_cols(float *dst, const float *src, int cols, int ld, int c
       dst[(size_t)o * cols + i] = src[(size_t)i * ld + col0 + o];
 }
 
-void colo_hf_tensors_free(colo_hf_tensors_t *h) {
-  free(h->t);
-  free(h->names);
-  free(h->buf);
-  memset(h, 0, sizeof *h);
-}
-
-int colo_hf_llama_tensors(const colo_gpt_t *m, const float *params, colo_hf_tensors_t *out,
-                          char *err, size_t errlen) {
-  memset(out, 0, sizeof *out);
+/* LlamaForCausalLM's tensors, made from colo's llama table: 9 per layer, then the norm. */
+static int write_llama(const colo_gpt_t *m, const float *params, const char *path, char *err,
+                       size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
   int C = c->n_embd, L = c->n_layer, H = colo_gpt_mlp_hidden(c);
   int KV = colo_gpt_kv_heads(c) * (C / c->n_head); /* key (value) rows */
   size_t nt;
   const colo_param_t *t = colo_gpt_full_table(m, &nt);
-  size_t n = 3 + 12 * (size_t)L;
+  size_t n = 3 + 12 * (size_t)L, total = 0;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
   /* the transposed matrices: q and o C², k and v KV·C, the MLP's 3CH floats a layer */
@@ -131,27 +124,14 @@ int colo_hf_llama_tensors(const colo_gpt_t *m, const float *params, colo_hf_tens
                                  2,
                                  {head->full_shape[0], C},
                                  head->full_numel};
-  *out = (colo_hf_tensors_t){ts, k, names, buf};
-  size_t total = 0;
   for (size_t i = 0; i < k; i++)
     total += ts[i].numel;
-  if (total != colo_gpt_full_numel(m)) {
-    colo_hf_tensors_free(out);
-    return colo_fail(err, errlen, COLO_EINVAL,
-                     "the LlamaForCausalLM layout holds %zu of the model's %zu parameters", total,
-                     colo_gpt_full_numel(m));
-  }
-  return 0;
-}
-
-/* LlamaForCausalLM's tensors, made from colo's llama table: 9 per layer, then the norm. */
-static int write_llama(const colo_gpt_t *m, const float *params, const char *path, char *err,
-                       size_t errlen) {
-  colo_hf_tensors_t h;
-  int rc = colo_hf_llama_tensors(m, params, &h, err, errlen);
-  if (rc == 0)
-    rc = colo_safetensors_write(path, h.t, h.n, err, errlen);
-  colo_hf_tensors_free(&h);
+  int rc = total == colo_gpt_full_numel(m)
+               ? colo_safetensors_write(path, ts, k, err, errlen)
+               : colo_fail(err, errlen, COLO_EINVAL,
+                           "the LlamaForCausalLM layout holds %zu of the model's %zu parameters",
+                           total, colo_gpt_full_numel(m));
+  free(ts), free(names), free(buf);
   return rc;
 }
 

@@ -9,24 +9,11 @@
 #include <stddef.h>
 
 #include "../model/gpt.h"
-#include "safetensors.h"
 
 /* Writes the whole (unsplit, one-rank) model's parameters `params` in HuggingFace's layout of
  * its architecture as a safetensors file at path (written whole or not at all). */
 int colo_hf_write(const colo_gpt_t *m, const float *params, const char *path, char *err,
                   size_t errlen);
-
-/* A llama model's tensors as LlamaForCausalLM holds them (the layout colo_hf_write writes): t[n],
- * their data in params or in buf, their names in names. */
-typedef struct {
-  colo_st_tensor_t *t;
-  size_t n;
-  char (*names)[96];
-  float *buf;
-} colo_hf_tensors_t;
-int colo_hf_llama_tensors(const colo_gpt_t *m, const float *params, colo_hf_tensors_t *out,
-                          char *err, size_t errlen);
-void colo_hf_tensors_free(colo_hf_tensors_t *h);
 
 /* Reads a LlamaForCausalLM (or LlamaModel: names without "model.") safetensors file, F32, F16 or
  * BF16, or the shards a model.safetensors.index.json (path ending in .json) names beside it, into
