@@ -245,6 +245,13 @@ if "the model's vocab_size must be at least %d" % len(vocab) not in p.stdout.dec
     fail("prepare did not say the vocabulary's size: " + p.stdout.decode())
 print("figure: prepare --tokenizer: train %d + val %d tokens (split at byte %d of %d), the "
       "reference's" % (len(tr), len(va), p_cut, len(data)))
+# --json: the same figures for a script
+j = json.loads(run(["prepare", "--input", TEXT, "--out", out + "-json", "--tokenizer", hf,
+                    "--json"]).stdout)
+got = (j["train"]["tokens"], j["val"]["tokens"], j["train"]["path"], j["vocab_size"], j["bytes"],
+       j["uint32"], j["masked"], j["train"]["targets"])
+if got != (len(tr), len(va), out + "-json/train.bin", len(vocab), len(data), False, False, len(tr)):
+    fail("prepare --json: %s" % j)
 
 # documents: every file a pattern matches, in name order, each after <|endoftext|>; the split
 # falls inside the third, where a piece begins

@@ -87,6 +87,35 @@ static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
   return rc;
 }
 
+/* prepare --json: the summary as one object */
+static int prepare_json(const char *out, const colo_prepare_opts_t *po,
+                        const colo_prepare_stats_t *st, int vocab) {
+  static const char *kind[2] = {"train", "val"};
+  cJSON *r = cJSON_CreateObject();
+  for (int k = 0; k < 2; k++) {
+    char path[2200];
+    snprintf(path, sizeof path, po->shard_tokens ? "%s/%s_*.bin" : "%s/%s.bin", out, kind[k]);
+    cJSON *x = cJSON_AddObjectToObject(r, kind[k]);
+    cJSON_AddStringToObject(x, "path", path);
+    cJSON_AddNumberToObject(x, "tokens", (double)st->tokens[k]);
+    cJSON_AddNumberToObject(x, "files", st->files[k]);
+    cJSON_AddNumberToObject(x, "targets", (double)(st->masked ? st->counted[k] : st->tokens[k]));
+  }
+  cJSON_AddNumberToObject(r, "bytes", (double)st->bytes);
+  cJSON_AddNumberToObject(r, "documents", st->documents);
+  cJSON_AddNumberToObject(r, "document_token", st->eot);
+  cJSON_AddNumberToObject(r, "end_token", st->end);
+  cJSON_AddNumberToObject(r, "vocab_size", vocab ? vocab : 256);
+  cJSON_AddBoolToObject(r, "uint32", st->wide);
+  cJSON_AddBoolToObject(r, "masked", st->masked);
+  char *text = cJSON_PrintUnformatted(r);
+  if (text)
+    puts(text);
+  free(text);
+  cJSON_Delete(r);
+  return text ? 0 : 1;
+}
+
 static int cmd_prepare(int argc, char **argv) {
   const char *input = NULL, *out = NULL, *tokdir = NULL;
   colo_prepare_opts_t po = {.val_fraction = 0.1, .progress = stderr};
@@ -101,12 +130,16 @@ static int cmd_prepare(int argc, char **argv) {
                                     {"completion-field", required_argument, 0, 'c'},
                                     {"messages-field", required_argument, 0, 'm'},
                                     {"chat-template", required_argument, 0, 'T'},
+                                    {"json", no_argument, 0, 'j'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
-  int c;
+  int c, json = 0;
   char *end;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:m:T:h", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:m:T:jh", o, NULL)) != -1) {
     switch (c) {
+    case 'j':
+      json = 1;
+      break;
     case 'i':
       input = optarg;
       break;
@@ -156,7 +189,7 @@ static int cmd_prepare(int argc, char **argv) {
              "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
              "                          [--text-field NAME (text)]\n"
              "                          [--prompt-field NAME --completion-field NAME]\n"
-             "                          [--messages-field NAME --chat-template T]\n"
+             "                          [--messages-field NAME --chat-template T] [--json]\n"
              "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
              "input is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
              "with --tokenizer a byte-level BPE: a HuggingFace tokenizer.json (Llama 3's,\n"
@@ -192,7 +225,10 @@ static int cmd_prepare(int argc, char **argv) {
              "blocks, else what each assistant message adds after the conversation before it\n"
              "with the generation prompt). ShareGPT's messages, {\"from\": \"human\"|\"gpt\"|\n"
              "\"system\", \"value\": ...}, are taken as the user's, the assistant's and the\n"
-             "system's (--messages-field conversations).\n");
+             "system's (--messages-field conversations).\n"
+             "--json: what was written as one JSON object on standard output (the shards'\n"
+             "paths, tokens, files and targets of the loss; bytes, documents, the document\n"
+             "and end tokens, the vocabulary's size, uint32 or not, masked or not).\n");
       return 0;
     default:
       return 2;
@@ -244,6 +280,8 @@ static int cmd_prepare(int argc, char **argv) {
     fprintf(stderr, "colo-train prepare: %s\n", err);
     return 1;
   }
+  if (json)
+    return prepare_json(out, &po, &st, vocab);
   if (st.masked && po.messages_field)
     printf("%d conversations of %zu bytes in %s%s template%s\n", st.documents, st.bytes,
            strcmp(po.chat_template, "tokenizer") ? po.chat_template : "the tokenizer's own",
