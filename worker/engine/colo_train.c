@@ -87,6 +87,16 @@ static int open_tokenizer(const char *cmd, const char *dir, colo_bpe_t **out) {
   return rc;
 }
 
+/* --json's object on a line of standard output, then freed: 0, or 1 out of memory */
+static int print_json(cJSON *r) {
+  char *text = r ? cJSON_PrintUnformatted(r) : NULL;
+  if (text)
+    puts(text);
+  free(text);
+  cJSON_Delete(r);
+  return text ? 0 : 1;
+}
+
 /* prepare --json: the summary as one object */
 static int prepare_json(const char *out, const colo_prepare_opts_t *po,
                         const colo_prepare_stats_t *st, int vocab) {
@@ -108,12 +118,7 @@ static int prepare_json(const char *out, const colo_prepare_opts_t *po,
   cJSON_AddNumberToObject(r, "vocab_size", vocab ? vocab : 256);
   cJSON_AddBoolToObject(r, "uint32", st->wide);
   cJSON_AddBoolToObject(r, "masked", st->masked);
-  char *text = cJSON_PrintUnformatted(r);
-  if (text)
-    puts(text);
-  free(text);
-  cJSON_Delete(r);
-  return text ? 0 : 1;
+  return print_json(r);
 }
 
 static int cmd_prepare(int argc, char **argv) {
@@ -1771,12 +1776,7 @@ static int cmd_eval(int argc, char **argv) {
     cJSON_AddItemToObject(r, "loss", cJSON_CreateRaw(num));
     cJSON_AddNumberToObject(r, "batches", batches);
     cJSON_AddNumberToObject(r, "batch_size", bs);
-    char *text = cJSON_PrintUnformatted(r);
-    if (text)
-      puts(text);
-    free(text);
-    cJSON_Delete(r);
-    return text ? 0 : 1;
+    return print_json(r);
   }
   if (batches)
     printf("val loss %.4f (%d batches of %d)\n", (double)loss, batches, bs);
