@@ -54,6 +54,7 @@ struct colo_bpe {
   int eos;             /* tokenizer_config.json's eos_token; -1: none */
   int nfc;             /* the normalizer is NFC (Qwen2's): text is normalized before it is split */
   unsigned char *kind; /* by id: COLO_BPE_* */
+  int b2u[256];        /* each byte's byte-level character (byte_map) */
   char patterns[1024]; /* the splits' patterns, each ended by '\n' (colo_bpe_pre_name) */
 };
 static uint64_t fnv(const char *s, size_t n) {
@@ -683,8 +684,8 @@ int colo_bpe_load(const char *path, colo_bpe_t **out, char *err, size_t errlen) 
   if (!t)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   t->doc = t->eos = -1;
-  int b2u[256], u2b[N_CP], rc;
-  byte_map(b2u, u2b);
+  int u2b[N_CP], rc;
+  byte_map(t->b2u, u2b);
   if (which == 2) {
     rc = load_hf(t, hf, u2b, err, errlen);
     if (rc == 0)
@@ -1080,13 +1081,11 @@ int colo_bpe_byte_level(const colo_bpe_t *t, int id, char *out, size_t cap) {
   const tok_t *k = id >= 0 && id < t->n_tok ? &t->tok[id] : NULL;
   if (!k || !k->s)
     return -1;
-  int b2u[256], u2b[N_CP];
-  byte_map(b2u, u2b);
   size_t n = 0;
   for (size_t i = 0; i < k->len; i++) {
     if (n + 3 > cap)
       return -1;
-    n += (size_t)utf8_small((unsigned)b2u[(unsigned char)k->s[i]], out + n);
+    n += (size_t)utf8_small((unsigned)t->b2u[(unsigned char)k->s[i]], out + n);
   }
   out[n] = '\0';
   return (int)n;
