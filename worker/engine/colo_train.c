@@ -1417,24 +1417,10 @@ static int cmd_train(int argc, char **argv) {
                       "so the run exports nothing\n");
     /* what would make the export fail fails now, not after the training */
     colo_bpe_t *t = NULL;
-    int V = (int)spec->model->vocab_size, bad = 0;
-    if (rank == 0 && !strcmp(exp_format, "gguf")) {
-      if (exp_tok[0] && colo_bpe_load(exp_tok, &t, err, sizeof err) < 0)
-        bad = 1;
-      else if (!exp_tok[0] && V != 256)
-        bad = snprintf(err, sizeof err,
-                       "the model has %d tokens, so its tokens are not bytes: name the tokenizer "
-                       "its data was prepared with",
-                       V);
-      else if (t && colo_bpe_vocab_size(t) > V)
-        bad = snprintf(err, sizeof err,
-                       "the tokenizer has %d tokens, more than the model's vocabulary of %d",
-                       colo_bpe_vocab_size(t), V);
-      else if (t && !colo_bpe_pre_name(t))
-        bad = snprintf(err, sizeof err,
-                       "its pre-tokenizer is none that llama.cpp knows (GGUF names GPT-2's, Llama "
-                       "3's and Qwen2's)");
-    }
+    int bad = rank == 0 && !strcmp(exp_format, "gguf") &&
+              ((exp_tok[0] && colo_bpe_load(exp_tok, &t, err, sizeof err) < 0) ||
+               colo_gguf_check(t, (int)spec->model->vocab_size, "checkpoint.export_tokenizer", err,
+                               sizeof err) < 0);
     colo_bpe_free(t);
     if (bad) {
       fprintf(stderr, "colo-train train: checkpoint.export_tokenizer: %s\n", err);

@@ -102,16 +102,28 @@ static void array_head(mem_t *b, const char *k, uint32_t type, uint64_t n) {
 }
 
 /* The tokenizer's keys for a model of V tokens (tok NULL: its 256 bytes). */
-static int tokenizer_keys(mem_t *b, const colo_bpe_t *tok, int V, char *err, size_t errlen) {
-  int nt = tok ? colo_bpe_vocab_size(tok) : 256;
-  if (nt > V)
+int colo_gguf_check(const colo_bpe_t *tok, int V, const char *how, char *err, size_t errlen) {
+  if (!tok && V != 256)
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "the tokenizer has %d tokens, more than the model's vocabulary of %d", nt, V);
-  const char *pre = tok ? colo_bpe_pre_name(tok) : "gpt-2";
-  if (!pre)
+                     "the model has %d tokens, so its tokens are not bytes: name its tokenizer "
+                     "with %s (a tokenizer.json, or a folder of one or of vocab.json and "
+                     "merges.txt)",
+                     V, how);
+  if (tok && colo_bpe_vocab_size(tok) > V)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "the tokenizer has %d tokens, more than the model's vocabulary of %d",
+                     colo_bpe_vocab_size(tok), V);
+  if (tok && !colo_bpe_pre_name(tok))
     return colo_fail(err, errlen, COLO_EINVAL,
                      "the tokenizer's pre-tokenizer is none that llama.cpp knows (GGUF names "
                      "GPT-2's, Llama 3's and Qwen2's)");
+  return 0;
+}
+
+/* The tokenizer's keys for a model of V tokens (tok NULL: its 256 bytes); colo_gguf_check
+ * passed. */
+static int tokenizer_keys(mem_t *b, const colo_bpe_t *tok, int V, char *err, size_t errlen) {
+  const char *pre = tok ? colo_bpe_pre_name(tok) : "gpt-2";
   kv_str(b, NULL, "tokenizer.ggml.model", "gpt2");
   kv_str(b, NULL, "tokenizer.ggml.pre", pre);
   int doc_bos = 0, doc = tok ? colo_bpe_doc_token(tok, &doc_bos) : -1;
@@ -434,8 +446,10 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
   const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
   mem_t kv = {0};
   tensors_t ts = {0};
-  int rc = llama ? llama_tensors(m, params, type, !c->qkv_bias, &ts, err, errlen)
-                 : gpt2_tensors(m, params, type, &ts, err, errlen);
+  int rc = colo_gguf_check(tok, c->vocab_size, "a tokenizer", err, errlen);
+  if (rc == 0)
+    rc = llama ? llama_tensors(m, params, type, !c->qkv_bias, &ts, err, errlen)
+               : gpt2_tensors(m, params, type, &ts, err, errlen);
   if (rc == 0) {
     kv_str(&kv, NULL, "general.architecture", arch);
     if (name)

@@ -30,6 +30,11 @@ enum { COLO_GGUF_F32 = 0, COLO_GGUF_F16 = 1, COLO_GGUF_Q8_0 = 8, COLO_GGUF_BF16 
 /* The type of a name ("f32", "f16", "bf16", "q8_0"); -1 for any other. */
 int colo_gguf_type_parse(const char *name);
 
+/* Whether tok (NULL: bytes) fits a model of V tokens in GGUF: a model of other than 256 tokens
+ * needs one (named with `how` in the message), it may not have more tokens than the model, and
+ * its pre-tokenizer must be one llama.cpp knows. 0, or COLO_EINVAL saying why. */
+int colo_gguf_check(const colo_bpe_t *tok, int V, const char *how, char *err, size_t errlen);
+
 /* Writes the whole (unsplit, one-rank) model's parameters as a GGUF file at path, its matrices
  * and embeddings of `type`, with tok's vocabulary (NULL: bytes), written whole or not at all.
  * name: general.name (NULL: none). COLO_EINVAL naming why when the model and tokenizer do not

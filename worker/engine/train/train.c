@@ -1664,12 +1664,8 @@ int colo_export_gguf(const char *ckpt, const char *out, const char *tokenizer, i
   int V = colo_gpt_config(model)->vocab_size;
   if (tokenizer)
     rc = colo_bpe_load(tokenizer, &tok, err, errlen);
-  else if (V != 256)
-    rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "the model has %d tokens, so its tokens are not bytes: name its tokenizer with "
-                   "--tokenizer (a tokenizer.json, or a folder of one or of vocab.json and "
-                   "merges.txt)",
-                   V);
+  if (rc == 0)
+    rc = colo_gguf_check(tok, V, "--tokenizer", err, errlen);
   if (rc == 0)
     rc = colo_gguf_write(model, colo_gpt_params(model), tok, type, NULL, out, err, errlen);
   colo_bpe_free(tok);
