@@ -18,6 +18,7 @@
 #include "core/rng.h"
 #include <omp.h>
 #include "model/gpt.h"
+#include "model/lora.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "parallel/chunks.h"
@@ -1222,6 +1223,164 @@ TEST(llama_untied_model_grad_finite_differences) {
 
 TEST(qwen2_model_grad_finite_differences) {
   model_fd(-3);
+}
+
+/* ---- LoRA adapters ---- */
+
+/* adapters of rank 3 (alpha 6) on every product of a tiny model, with B random too (init leaves
+ * it 0, where A's gradient is 0 as well) */
+static colo_lora_t *tiny_lora(colo_gpt_t *m, colo_pool_t *pool, unsigned targets) {
+  colo_lora_config_t lc = {3, 6.0f, targets};
+  colo_lora_t *l;
+  char err[256];
+  if (colo_lora_create(m, &lc, pool, &l, err, sizeof err) < 0 ||
+      colo_gpt_set_lora(m, l, err, sizeof err) < 0)
+    FAIL_AT("%s", err);
+  colo_lora_init(l, 5);
+  float *p = colo_lora_params(l);
+  colo_rng_t r;
+  colo_rng_seed(&r, 77);
+  for (size_t i = 0; i < colo_lora_numel(l); i++)
+    p[i] += 0.3f * colo_rng_normal(&r);
+  return l;
+}
+
+/* Every adapter coordinate's gradient against central differences, on GPT-2, Llama, Llama with
+ * grouped-query attention and Qwen2's biases, with and without recomputation; the frozen model
+ * keeps no gradients of its own */
+TEST(lora_grad_finite_differences) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  int archs[] = {COLO_ARCH_GPT2, COLO_ARCH_LLAMA, -1, -3};
+  size_t checked = 0;
+  for (int ai = 0; ai < 4; ai++)
+    for (int rc = 0; rc < 2; rc++) {
+      colo_gpt_t *m = tiny_model_arch(pool, rc, archs[ai]);
+      colo_lora_t *l = tiny_lora(m, pool, COLO_LORA_ALL);
+      ASSERT(colo_gpt_grads(m) == NULL);
+      colo_gpt_zero_grad(m);
+      colo_lora_zero_grad(l);
+      colo_gpt_forward(m, IN, TG, 2, 5);
+      colo_gpt_backward(m, 1.0f);
+      size_t nt, np = colo_lora_numel(l);
+      const colo_param_t *tab = colo_lora_table(l, &nt);
+      ASSERT_EQ_INT(nt, 2 * 4 * 2); /* 2 layers × 4 products × A, B */
+      float *g = own(malloc(np * 4));
+      memcpy(g, colo_lora_grads(l), np * 4);
+      for (size_t i = 0; i < nt; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "arch %d recompute %d %s", archs[ai], rc, tab[i].name);
+        fd_check(what, colo_lora_params(l) + tab[i].offset, g + tab[i].offset, tab[i].numel,
+                 model_loss, m);
+        checked += tab[i].numel;
+      }
+      colo_gpt_set_lora(m, NULL, NULL, 0);
+      colo_lora_destroy(l);
+    }
+  printf("  %zu adapter parameters checked over 4 architectures; worst error %.2e relative, "
+         "%.2e absolute\n",
+         checked, worst_rel, worst_abs);
+}
+
+/* The adapters merged into a copy of the weights (colo_lora_merge) give a plain model the
+ * adapted model's loss; at initialisation (B = 0) the adapted model is the base */
+TEST(lora_merged_is_the_same_model) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  int archs[] = {COLO_ARCH_GPT2, -1};
+  unsigned targets[] = {COLO_LORA_ALL, COLO_LORA_QKV | COLO_LORA_FCPROJ};
+  for (int ai = 0; ai < 2; ai++) {
+    colo_gpt_t *base = tiny_model_arch(pool, 0, archs[ai]);
+    colo_gpt_t *m = tiny_model_arch(pool, 0, archs[ai]); /* the same weights */
+    float base_loss = colo_gpt_forward(base, IN, TG, 2, 5);
+    colo_lora_config_t lc = {4, 8.0f, targets[ai]};
+    colo_lora_t *l;
+    char err[256];
+    ASSERT_EQ_INT(colo_lora_create(m, &lc, pool, &l, err, sizeof err), 0);
+    ASSERT_EQ_INT(colo_gpt_set_lora(m, l, err, sizeof err), 0);
+    colo_lora_init(l, 9);
+    float init_loss = colo_gpt_forward(m, IN, TG, 2, 5);
+    ASSERT(fabsf(init_loss - base_loss) <= 1e-6f * fabsf(base_loss));
+    colo_rng_t r;
+    colo_rng_seed(&r, 3);
+    float *p = colo_lora_params(l);
+    for (size_t i = 0; i < colo_lora_numel(l); i++)
+      p[i] += 0.2f * colo_rng_normal(&r);
+    float adapted = colo_gpt_forward(m, IN, TG, 2, 5);
+    ASSERT(fabsf(adapted - base_loss) > 1e-3f); /* the adapters change the model */
+    colo_lora_merge(l, colo_lora_params(l), colo_gpt_params(base));
+    float merged = colo_gpt_forward(base, IN, TG, 2, 5);
+    printf("  %s: base %.6f, adapted %.6f, merged %.6f\n", archs[ai] ? "llama gqa" : "gpt2",
+           (double)base_loss, (double)adapted, (double)merged);
+    ASSERT(fabsf(merged - adapted) <= 2e-6f * fabsf(adapted));
+    colo_gpt_set_lora(m, NULL, NULL, 0);
+    colo_lora_destroy(l);
+  }
+}
+
+/* 16-bit activations (bf16, emulated) read rounded copies of A and scale·B: the adapters'
+ * gradients stay within bf16's error of fp32's */
+TEST(lora_bf16_gradients_near_fp32) {
+  setup();
+  const colo_backend_t *tabs[2] = {colo_backend_cpu(), colo_backend_cpu_dtype(COLO_DTYPE_BF16)};
+  float *g[2];
+  size_t np = 0;
+  for (int k = 0; k < 2; k++) {
+    be = tabs[k];
+    colo_pool_t *pool = new_pool(0);
+    colo_gpt_t *m = tiny_model_arch(pool, 0, COLO_ARCH_GPT2);
+    colo_lora_t *l = tiny_lora(m, pool, COLO_LORA_ALL);
+    colo_lora_zero_grad(l);
+    colo_gpt_forward(m, IN, TG, 2, 5);
+    colo_gpt_backward(m, 1.0f);
+    np = colo_lora_numel(l);
+    g[k] = own(malloc(np * 4));
+    memcpy(g[k], colo_lora_grads(l), np * 4);
+    colo_gpt_set_lora(m, NULL, NULL, 0);
+    colo_lora_destroy(l);
+  }
+  be = colo_backend_cpu();
+  double d = 0, n = 0;
+  for (size_t i = 0; i < np; i++) {
+    ASSERT(isfinite(g[1][i]));
+    d += ((double)g[1][i] - g[0][i]) * ((double)g[1][i] - g[0][i]);
+    n += (double)g[0][i] * g[0][i];
+  }
+  printf("  bf16 against fp32: relative error of the adapters' gradients %.2e\n", sqrt(d / n));
+  ASSERT(n > 0 && sqrt(d / n) < 3e-2);
+}
+
+TEST(lora_refusals) {
+  setup();
+  char err[256];
+  unsigned t = 0;
+  ASSERT_EQ_INT(colo_lora_targets_parse("attn.c_attn,mlp.c_proj", &t, err, sizeof err), 0);
+  ASSERT_EQ_INT(t, COLO_LORA_QKV | COLO_LORA_FCPROJ);
+  char buf[96];
+  ASSERT_EQ_STR(colo_lora_targets_name(t, buf, sizeof buf), "attn.c_attn,mlp.c_proj");
+  ASSERT_EQ_INT(colo_lora_targets_parse("all", &t, err, sizeof err), 0);
+  ASSERT_EQ_INT(t, COLO_LORA_ALL);
+  ASSERT_EQ_INT(colo_lora_targets_parse("attn.c_attn,q_proj", &t, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
+                     "mlp.c_proj, all");
+  ASSERT_EQ_INT(colo_lora_targets_parse("", &t, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "lora targets: none named");
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_t *m = tiny_model(pool, 0);
+  colo_lora_t *l;
+  colo_lora_config_t bad = {0, 8.0f, COLO_LORA_ALL}, wide = {9, 9.0f, COLO_LORA_QKV};
+  ASSERT_EQ_INT(colo_lora_create(m, &bad, pool, &l, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "lora: rank 0 and alpha 8 must be positive, with at least one target");
+  ASSERT_EQ_INT(colo_lora_create(m, &wide, pool, &l, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "lora.rank=9 is above model.n_embd=8");
+  /* decoding wants the adapters merged */
+  colo_lora_config_t ok = {2, 2.0f, COLO_LORA_QKV};
+  ASSERT_EQ_INT(colo_lora_create(m, &ok, pool, &l, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_gpt_set_lora(m, l, err, sizeof err), 0);
+  float logits[11];
+  ASSERT_EQ_INT(colo_gpt_decode(m, 1, 0, logits, err, sizeof err), COLO_EINVAL);
+  colo_gpt_set_lora(m, NULL, NULL, 0);
+  colo_lora_destroy(l);
 }
 
 /* Documents (colo_gpt_set_documents): in two windows of 12 tokens, each document (from a

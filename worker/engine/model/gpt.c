@@ -8,6 +8,7 @@
 
 #include "../../../common/error.h"
 #include "../core/rng.h"
+#include "lora.h"
 
 /* per-layer tensor indices, in buffer order */
 enum {
@@ -119,7 +120,9 @@ struct colo_gpt_s {
   void *kcache, *vcache, *scores;
   float *dec_loss;
   int *dec_target;
-  void *proj; /* [N][C]: a row-parallel product's output before its sum (forward scratch) */
+  void *proj;        /* [N][C]: a row-parallel product's output before its sum (forward scratch) */
+  colo_lora_t *lora; /* adapters on the products (colo_gpt_set_lora), or NULL */
+  int frozen;        /* no gradients of the model's own tensors */
 };
 
 /* element i of an activation buffer */
@@ -938,11 +941,17 @@ static void norm_bwd(colo_gpt_t *m, void *dinp, float *dw, float *db, const void
 
 /* The MLP's first product and its activation: out = gelu(pre = inp·W + b), or LLAMA's
  * out = silu(gate)·up of pre = inp·[W_gate | W_up] */
-static void mlp_up(colo_gpt_t *m, void *out, void *pre, const void *inp, const void *w,
+static void mlp_up(colo_gpt_t *m, int l, void *out, void *pre, const void *inp, const void *w,
                    const float *b, int N, int C, int Cf) {
-  if (m->llama) {
-    m->be->matmul_fwd(pre, inp, w, NULL, N, C, 2 * Cf);
-    m->be->swiglu_fwd(out, pre, N, Cf);
+  if (m->llama ||
+      colo_lora_has(m->lora, COLO_LORA_FC)) { /* an adapter adds before the activation */
+    m->be->matmul_fwd(pre, inp, w, b, N, C, m->llama ? 2 * Cf : Cf);
+    if (colo_lora_has(m->lora, COLO_LORA_FC))
+      colo_lora_fwd(m->lora, l, COLO_LORA_FC, pre, inp, N);
+    if (m->llama)
+      m->be->swiglu_fwd(out, pre, N, Cf);
+    else
+      m->be->gelu_fwd(out, pre, (size_t)N * Cf);
   } else {
     m->be->matmul_gelu_fwd(out, pre, inp, w, b, N, C, Cf);
   }
@@ -964,16 +973,22 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
   be->matmul_fwd(m->gqa ? m->qsmall : a->qkv, ln_full(m, a->ln1, off, rowf), w.qkv, P(m, l, P_QKVB),
                  N, C, m->Cqkv);
+  if (colo_lora_has(m->lora, COLO_LORA_QKV))
+    colo_lora_fwd(m->lora, l, COLO_LORA_QKV, m->gqa ? m->qsmall : a->qkv, a->ln1, N);
   if (m->gqa) /* each key and value head repeated for its group of query heads */
     be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
   if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
     be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1, m->doc_pos);
   be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl, m->doc_pos);
   be->matmul_fwd(m->proj, a->atty, w.attproj, apb, N, Cq, C);
+  if (colo_lora_has(m->lora, COLO_LORA_ATTPROJ))
+    colo_lora_fwd(m->lora, l, COLO_LORA_ATTPROJ, m->proj, a->atty, N);
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
   norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
-  mlp_up(m, m->gelu, a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C, Cf);
+  mlp_up(m, l, m->gelu, a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C, Cf);
   be->matmul_fwd(m->proj, m->gelu, w.fcproj, fpb, N, Cf, C);
+  if (colo_lora_has(m->lora, COLO_LORA_FCPROJ))
+    colo_lora_fwd(m->lora, l, COLO_LORA_FCPROJ, m->proj, m->gelu, N);
   be->add(out, a->res2, proj_sum(m, off, rowf, NC), rowf);
   return w;
 }
@@ -1134,9 +1149,10 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
   const colo_backend_t *be = m->be;
   int C = m->cfg.n_embd, L = m->cfg.n_layer, T = m->cfg.block_size, V = m->cfg.vocab_size;
   int NH = m->cfg.n_head, hs = C / NH;
-  if (m->tp_comm || !m->first || !m->last || m->hooks || be->act_dtype != COLO_DTYPE_F32)
+  if (m->tp_comm || !m->first || !m->last || m->hooks || m->lora || be->act_dtype != COLO_DTYPE_F32)
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "decoding needs the whole model on one rank in fp32, without hooks");
+                     "decoding needs the whole model on one rank in fp32, without hooks or LoRA "
+                     "adapters (merged into it, they are the same model)");
   if (pos < 0 || pos >= T || token < 0 || token >= V)
     return colo_fail(err, errlen, COLO_EINVAL, "position %d or token %d outside the model's %d, %d",
                      pos, token, T, V);
@@ -1183,7 +1199,7 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     be->matmul_fwd(m->proj, att, P(m, l, P_ATTPROJW), P(m, l, P_ATTPROJB), 1, C, C);
     be->add(a->res2, x, m->proj, (size_t)C);
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), 1, C);
-    mlp_up(m, m->gelu, a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), 1, C, H);
+    mlp_up(m, l, m->gelu, a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), 1, C, H);
     be->matmul_fwd(m->proj, m->gelu, P(m, l, P_FCPROJW), P(m, l, P_FCPROJB), 1, H, C);
     be->add(m->resid[l + 1], a->res2, m->proj, (size_t)C);
   }
@@ -1209,6 +1225,26 @@ void colo_gpt_read_logits(const colo_gpt_t *m, size_t row, float *dst) {
   m->be->to_host(h, at(m, m->logits, row * V), V * m->asz);
   colo_dtype_to_float(dst, h, V, m->be->act_dtype);
   free(h);
+}
+
+int colo_gpt_max_rows(const colo_gpt_t *m) {
+  return m->max_B * m->cfg.block_size;
+}
+
+int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t errlen) {
+  if (m->tp_comm || !m->first || !m->last || m->hooks)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "lora adapters need the whole model on this rank: no tensor or pipeline "
+                     "parallelism, no ZeRO stage 2 or 3");
+  m->lora = lora;
+  if (lora && !m->frozen) {
+    m->frozen = 1;
+    colo_pool_free(m->pool, m->grads);
+    m->grads = NULL;
+    for (size_t i = 0; i < m->n_tensors; i++)
+      m->gt[i] = NULL;
+  }
+  return 0;
 }
 
 void colo_gpt_zero_grad(colo_gpt_t *m) {
@@ -1390,15 +1426,25 @@ blocks:
       be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
     /* the products', GELU's and attention's input gradients are written, not added to
      * (backend.h): no buffer needs zeroing first */
+    colo_lora_t *lo = m->lora;
     if (m->llama) {
       be->matmul_bwd(m->dglu, G(m, l, P_FCPROJW), NULL, dout, m->gelu, w.fcproj, N, Cf, C);
+      if (colo_lora_has(lo, COLO_LORA_FCPROJ))
+        colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, m->dglu, dout, m->gelu, N);
       be->swiglu_bwd(m->dfch, a->fch, m->dglu, N, Cf);
+    } else if (colo_lora_has(lo, COLO_LORA_FCPROJ)) { /* the adapter's part before GELU's */
+      void *dg = colo_lora_gelu_scratch(lo);
+      be->matmul_bwd(dg, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj, N, Cf, C);
+      colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, dg, dout, m->gelu, N);
+      be->gelu_bwd(m->dfch, a->fch, dg, (size_t)N * Cf);
     } else {
       be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj,
                           a->fch, N, Cf, C);
     }
     be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, ln_full(m, a->ln2, off, rowf),
                    w.fc, N, C, m->llama ? 2 * Cf : Cf);
+    if (colo_lora_has(lo, COLO_LORA_FC))
+      colo_lora_bwd(lo, l, COLO_LORA_FC, m->dln, m->dfch, a->ln2, N);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN2W), G(m, l, P_LN2B), at(m, m->dln, off),
@@ -1407,6 +1453,8 @@ blocks:
     dout = full_rows(m, off, rowf);
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty, w.attproj, N,
                    Cq, C);
+    if (colo_lora_has(lo, COLO_LORA_ATTPROJ))
+      colo_lora_bwd(lo, l, COLO_LORA_ATTPROJ, m->datty, dout, a->atty, N);
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl, m->doc_pos);
     if (m->llama) /* through the rotation: its transpose */
       be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, m->doc_pos);
@@ -1414,6 +1462,8 @@ blocks:
       be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->gqa ? m->qsmall : m->dqkv,
                    ln_full(m, a->ln1, off, rowf), w.qkv, N, C, m->Cqkv);
+    if (colo_lora_has(lo, COLO_LORA_QKV))
+      colo_lora_bwd(lo, l, COLO_LORA_QKV, m->dln, m->gqa ? m->qsmall : m->dqkv, a->ln1, N);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN1W), G(m, l, P_LN1B), at(m, m->dln, off),
@@ -1422,6 +1472,8 @@ blocks:
     if (m->hook_error || grads_ready(m, first, per) < 0)
       return;
   }
+  if (m->frozen) /* nothing below the blocks learns */
+    return;
   if (!m->first) { /* dres is the gradient for the previous stage */
     if (m->last && !m->untied)
       grads_ready(m, (size_t)m->i_wte, 1); /* the head's tied copy */

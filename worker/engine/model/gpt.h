@@ -240,6 +240,17 @@ size_t colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T);
  * (2·L·T·C floats, allocated on the first call) does not fit the pool. */
 int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err, size_t errlen);
 
+/* The most rows (max_B · block_size) a forward takes. */
+int colo_gpt_max_rows(const colo_gpt_t *m);
+
+/* LoRA (model/lora.h): with adapters set, the model's own tensors are frozen: it frees its
+ * gradient buffer (colo_gpt_grads then returns NULL), its backward computes the input gradients
+ * only, down to the first block, and the adapters' gradients, and the adapted products add their
+ * update forward and backward. Needs the whole model on this rank and no hooks; NULL takes them
+ * off (the tensors stay frozen). COLO_EINVAL with the reason otherwise. */
+struct colo_lora_s;
+int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t errlen);
+
 void colo_gpt_zero_grad(colo_gpt_t *m);
 /* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must
  * have had targets. */

@@ -1,0 +1,329 @@
+/* LoRA adapters on the model's products (lora.h). */
+#include "lora.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../../common/error.h"
+#include "../core/rng.h"
+
+static const char *const MODULES[COLO_LORA_TARGETS] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
+                                                       "mlp.c_proj"};
+
+struct colo_lora_s {
+  colo_lora_config_t cfg;
+  float scale; /* alpha / r */
+  const colo_backend_t *be;
+  colo_pool_t *pool;
+  int L, N;            /* layers; the most rows a batch has */
+  int in[4], out[4];   /* each target's product: inp[N][in] · W[in][out] */
+  int *first;          /* [L][4]: the table index of the layer's target's A (B follows), -1 */
+  size_t *w_offset;    /* [L][4]: the adapted matrix's offset in the model's parameters */
+  colo_param_t *table; /* A, B per adapted product */
+  size_t n_tensors, n_params;
+  float *params, *grads;
+  float *bs;       /* fp32 [out][r]: scale · B, the matrix the update's second product reads */
+  float *bgrad;    /* fp32 [out][r]: the gradient of scale · B, before it is scaled into B's */
+  void *a_act;     /* A in act_dtype (16-bit activations only) */
+  void *bs_act;    /* scale · B in act_dtype (16-bit activations only) */
+  void *u, *du;    /* [N][r]: x·Aᵀ and its gradient */
+  void *delta;     /* [N][max out]: the update, before it is added */
+  void *dx;        /* [N][max in]: the update's input gradient, before it is added */
+  void *gelu_grad; /* GPT-2 with mlp.c_proj adapted: [N][H] */
+};
+
+const char *colo_lora_module(int k) {
+  return k >= 0 && k < COLO_LORA_TARGETS ? MODULES[k] : NULL;
+}
+
+int colo_lora_targets_parse(const char *list, unsigned *out, char *err, size_t errlen) {
+  unsigned bits = 0;
+  const char *p = list ? list : "";
+  while (*p) {
+    const char *e = strchr(p, ',');
+    size_t n = e ? (size_t)(e - p) : strlen(p);
+    int k = -1;
+    if (n == 3 && !strncmp(p, "all", 3))
+      bits |= COLO_LORA_ALL, k = 0;
+    for (int i = 0; i < COLO_LORA_TARGETS && k < 0; i++)
+      if (strlen(MODULES[i]) == n && !strncmp(p, MODULES[i], n))
+        bits |= 1u << i, k = i;
+    if (k < 0)
+      return colo_fail(err, errlen, COLO_EINVAL,
+                       "lora target '%.*s' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
+                       "mlp.c_proj, all",
+                       (int)(n < 64 ? n : 64), p);
+    p += n;
+    if (*p == ',')
+      p++;
+  }
+  if (!bits)
+    return colo_fail(err, errlen, COLO_EINVAL, "lora targets: none named");
+  *out = bits;
+  return 0;
+}
+
+const char *colo_lora_targets_name(unsigned targets, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = '\0';
+  for (int k = 0; k < COLO_LORA_TARGETS; k++)
+    if (targets & (1u << k))
+      used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%s", used ? "," : "",
+                               MODULES[k]);
+  return buf;
+}
+
+static int bit_index(unsigned target) {
+  for (int k = 0; k < COLO_LORA_TARGETS; k++)
+    if (target == (1u << k))
+      return k;
+  return -1;
+}
+
+void colo_lora_destroy(colo_lora_t *l) {
+  if (!l)
+    return;
+  void *bufs[] = {l->params, l->grads, l->bs,    l->bgrad, l->a_act,    l->bs_act,
+                  l->u,      l->du,    l->delta, l->dx,    l->gelu_grad};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    colo_pool_free(l->pool, bufs[i]);
+  free(l->first);
+  free(l->w_offset);
+  free(l->table);
+  free(l);
+}
+
+int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
+                     colo_lora_t **out, char *err, size_t errlen) {
+  const colo_gpt_config_t *mc = colo_gpt_config(m);
+  *out = NULL;
+  if (cfg->rank < 1 || !(cfg->alpha > 0.0f) || !isfinite(cfg->alpha) || !cfg->targets ||
+      (cfg->targets & ~(unsigned)COLO_LORA_ALL))
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "lora: rank %d and alpha %g must be positive, with at least one target",
+                     cfg->rank, (double)cfg->alpha);
+  if (colo_gpt_tp_size(m) > 1 || colo_gpt_full_numel(m) != colo_gpt_num_params(m))
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "lora adapters need the whole model on each rank: no tensor or pipeline "
+                     "parallelism");
+  int C = mc->n_embd, H = colo_gpt_mlp_hidden(mc), llama = mc->arch == COLO_ARCH_LLAMA;
+  int KV = colo_gpt_kv_heads(mc) * (C / mc->n_head);
+  int r = cfg->rank;
+  if (r > C)
+    return colo_fail(err, errlen, COLO_EINVAL, "lora.rank=%d is above model.n_embd=%d", r, C);
+  colo_lora_t *l = calloc(1, sizeof *l);
+  if (!l)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  l->cfg = *cfg;
+  l->scale = cfg->alpha / (float)r;
+  l->be = colo_gpt_backend(m);
+  l->pool = pool;
+  l->L = mc->n_layer;
+  l->N = colo_gpt_max_rows(m);
+  int in[4] = {C, C, C, H}, outw[4] = {C + 2 * KV, C, llama ? 2 * H : H, C};
+  memcpy(l->in, in, sizeof in);
+  memcpy(l->out, outw, sizeof outw);
+  int per = 0, max_in = 0, max_out = 0;
+  for (int k = 0; k < COLO_LORA_TARGETS; k++)
+    if (cfg->targets & (1u << k)) {
+      per++;
+      max_in = in[k] > max_in ? in[k] : max_in;
+      max_out = outw[k] > max_out ? outw[k] : max_out;
+    }
+  l->first = malloc((size_t)l->L * 4 * sizeof *l->first);
+  l->w_offset = calloc((size_t)l->L * 4, sizeof *l->w_offset);
+  l->table = calloc((size_t)l->L * per * 2, sizeof *l->table);
+  if (!l->first || !l->w_offset || !l->table) {
+    colo_lora_destroy(l);
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  }
+  size_t off = 0, n = 0, n_model;
+  const colo_param_t *mt = colo_gpt_params_table(m, &n_model);
+  for (int layer = 0; layer < l->L; layer++)
+    for (int k = 0; k < 4; k++) {
+      l->first[layer * 4 + k] = -1;
+      if (!(cfg->targets & (1u << k)))
+        continue;
+      l->first[layer * 4 + k] = (int)n;
+      char wname[96];
+      snprintf(wname, sizeof wname, "transformer.h.%d.%s.weight", layer, MODULES[k]);
+      for (size_t t = 0; t < n_model; t++)
+        if (!strcmp(mt[t].name, wname))
+          l->w_offset[layer * 4 + k] = mt[t].offset;
+      for (int ab = 0; ab < 2; ab++) {
+        colo_param_t *p = &l->table[n++];
+        snprintf(p->name, sizeof p->name, "transformer.h.%d.%s.lora_%c.weight", layer, MODULES[k],
+                 ab ? 'B' : 'A');
+        p->ndim = 2;
+        p->shape[0] = ab ? outw[k] : r;
+        p->shape[1] = ab ? r : in[k];
+        p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
+        p->offset = p->full_offset = off;
+        p->full_numel = p->numel;
+        p->full_shape[0] = p->shape[0];
+        p->full_shape[1] = p->shape[1];
+        p->split = COLO_SPLIT_NONE;
+        p->decay = 1; /* as a Trainer's AdamW decays every matrix */
+        off += p->numel;
+      }
+    }
+  l->n_tensors = n;
+  l->n_params = off;
+  const colo_backend_t *be = l->be;
+  size_t A = be->act_size, F = sizeof(float), N = (size_t)l->N;
+  int lowp = be->act_dtype != COLO_DTYPE_F32;
+  struct {
+    void **p;
+    size_t bytes;
+    const char *what;
+  } bufs[] = {
+      {(void **)&l->params, off * F, "lora parameters"},
+      {(void **)&l->grads, off * F, "lora gradients"},
+      {(void **)&l->bs, (size_t)max_out * r * F, "lora scratch"},
+      {(void **)&l->bgrad, (size_t)max_out * r * F, "lora scratch"},
+      {&l->a_act, lowp ? (size_t)r * max_in * A : 0, "lora scratch"},
+      {&l->bs_act, lowp ? (size_t)max_out * r * A : 0, "lora scratch"},
+      {&l->u, N * r * A, "activations"},
+      {&l->du, N * r * A, "activations"},
+      {&l->delta, N * max_out * A, "activations"},
+      {&l->dx, N * max_in * A, "activations"},
+      {&l->gelu_grad, !llama && (cfg->targets & COLO_LORA_FCPROJ) ? N * H * A : 0, "activations"},
+  };
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+    if (bufs[i].bytes && !(*bufs[i].p = colo_pool_alloc(pool, bufs[i].bytes, bufs[i].what))) {
+      snprintf(err, errlen, "%s", colo_pool_error(pool));
+      colo_lora_destroy(l);
+      return COLO_ENOMEM;
+    }
+  be->zero(l->params, off * F);
+  be->zero(l->grads, off * F);
+  *out = l;
+  return 0;
+}
+
+const colo_lora_config_t *colo_lora_config(const colo_lora_t *l) {
+  return &l->cfg;
+}
+
+void colo_lora_init(colo_lora_t *l, uint64_t seed) {
+  float *h = calloc(l->n_params ? l->n_params : 1, sizeof *h);
+  if (!h)
+    abort();                                     /* a few MB at most: the adapters are small */
+  for (size_t i = 0; i < l->n_tensors; i += 2) { /* A, then B (zero) */
+    const colo_param_t *a = &l->table[i];
+    float bound = 1.0f / sqrtf((float)a->shape[1]);
+    colo_rng_t rng;
+    colo_rng_seed(&rng, colo_hash4(seed, 0x6c6f7261 /* "lora" */, i, 0));
+    for (size_t k = 0; k < a->numel; k++)
+      h[a->offset + k] = (2.0f * colo_rng_uniform(&rng) - 1.0f) * bound;
+  }
+  l->be->from_host(l->params, h, l->n_params * sizeof *h);
+  free(h);
+}
+
+const colo_param_t *colo_lora_table(const colo_lora_t *l, size_t *n) {
+  *n = l->n_tensors;
+  return l->table;
+}
+size_t colo_lora_numel(const colo_lora_t *l) {
+  return l->n_params;
+}
+float *colo_lora_params(colo_lora_t *l) {
+  return l->params;
+}
+float *colo_lora_grads(colo_lora_t *l) {
+  return l->grads;
+}
+void colo_lora_zero_grad(colo_lora_t *l) {
+  l->be->zero(l->grads, l->n_params * sizeof(float));
+}
+void *colo_lora_gelu_scratch(colo_lora_t *l) {
+  return l->gelu_grad;
+}
+
+int colo_lora_has(const colo_lora_t *l, unsigned target) {
+  return l && (l->cfg.targets & target) != 0;
+}
+
+/* The layer's target's tensors, with the matrices the products read: A, and scale · B, in
+ * act_dtype (fp32: A itself, and the scaled copy) */
+typedef struct {
+  const colo_param_t *a, *b;
+  const void *A, *Bs;
+  int in, out;
+} adapter_t;
+
+static adapter_t adapter(colo_lora_t *l, int layer, unsigned target) {
+  int k = bit_index(target), i = l->first[layer * 4 + k];
+  const colo_backend_t *be = l->be;
+  adapter_t d = {&l->table[i], &l->table[i + 1], NULL, NULL, l->in[k], l->out[k]};
+  float *A = l->params + d.a->offset, *B = l->params + d.b->offset;
+  be->copy(l->bs, B, d.b->numel * sizeof(float));
+  be->scale(l->bs, l->scale, d.b->numel);
+  if (l->a_act) {
+    be->to_act(l->a_act, A, d.a->numel);
+    be->to_act(l->bs_act, l->bs, d.b->numel);
+    d.A = l->a_act, d.Bs = l->bs_act;
+  } else {
+    d.A = A, d.Bs = l->bs;
+  }
+  return d;
+}
+
+void colo_lora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const void *inp, int N) {
+  const colo_backend_t *be = l->be;
+  adapter_t d = adapter(l, layer, target);
+  int r = l->cfg.rank;
+  be->lmhead_fwd(l->u, inp, d.A, N, d.in, r);        /* u = x·Aᵀ */
+  be->lmhead_fwd(l->delta, l->u, d.Bs, N, r, d.out); /* u·(scale·B)ᵀ */
+  be->add(out, out, l->delta, (size_t)N * d.out);
+}
+
+void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const void *dout,
+                   const void *inp, int N) {
+  const colo_backend_t *be = l->be;
+  adapter_t d = adapter(l, layer, target);
+  int r = l->cfg.rank;
+  be->lmhead_fwd(l->u, inp, d.A, N, d.in, r); /* u again: r floats a row, cheaper to redo */
+  /* du = dout·(scale·B); d(scale·B) = doutᵀ·u, so dB += scale · doutᵀ·u */
+  be->zero(l->bgrad, d.b->numel * sizeof(float));
+  be->lmhead_bwd(l->du, l->bgrad, dout, l->u, d.Bs, N, r, d.out);
+  be->scale(l->bgrad, l->scale, d.b->numel);
+  be->accumulate(l->grads + d.b->offset, l->bgrad, d.b->numel);
+  /* dx = du·A (written), dA += duᵀ·x */
+  be->lmhead_bwd(l->dx, l->grads + d.a->offset, l->du, inp, d.A, N, d.in, r);
+  be->add(dinp, dinp, l->dx, (size_t)N * d.in);
+}
+
+void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params) {
+  int r = l->cfg.rank;
+  for (int layer = 0; layer < l->L; layer++)
+    for (int k = 0; k < 4; k++) {
+      int i = l->first[layer * 4 + k];
+      if (i < 0)
+        continue;
+      const float *A = adapters + l->table[i].offset, *B = adapters + l->table[i + 1].offset;
+      float *W = params + l->w_offset[layer * 4 + k];
+      int in = l->in[k], out = l->out[k];
+      /* scale·Bᵀ [r][out], so that each row of W is a sum of r contiguous rows */
+      float *bt = malloc((size_t)r * out * sizeof *bt);
+      if (!bt)
+        abort();
+      for (int o = 0; o < out; o++)
+        for (int q = 0; q < r; q++)
+          bt[(size_t)q * out + o] = l->scale * B[(size_t)o * r + q];
+#pragma omp parallel for schedule(static)
+      for (int c = 0; c < in; c++) {
+        float *w = W + (size_t)c * out;
+        for (int q = 0; q < r; q++) {
+          float a = A[(size_t)q * in + c];
+          const float *b = bt + (size_t)q * out;
+          for (int o = 0; o < out; o++)
+            w[o] += a * b[o];
+        }
+      }
+      free(bt);
+    }
+}

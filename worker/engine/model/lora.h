@@ -1,0 +1,85 @@
+/* LoRA adapters (Hu et al. 2021, as HuggingFace PEFT computes them): a product out = x·W (+ b)
+ * of a frozen model gains a low-rank update, out += (alpha/r) · (x·Aᵀ)·Bᵀ, with A [r][in] and
+ * B [out][r] the only trained tensors. A starts uniform in ±1/sqrt(in) (PEFT's kaiming-uniform
+ * with a = √5), B at zero, so the adapted model starts as the base.
+ *
+ * The adapters own their parameters and gradients (one flat buffer each, in the backend's memory)
+ * and their scratch; the model calls colo_lora_fwd and colo_lora_bwd around the products they
+ * adapt (colo_gpt_set_lora), computes no gradient of its own tensors, and the training loop's
+ * optimizer holds moments for the adapters alone. The update runs as two products the backend
+ * already has (lmhead_fwd: x·Aᵀ, then u·(scale·B)ᵀ), never as a merged matrix; merging is for
+ * a model that leaves training (colo_lora_merge). One set per model; the whole model on one rank
+ * (no tensor parallelism, pipeline stages or ZeRO hooks). Not thread-safe. */
+#ifndef COLO_LORA_H
+#define COLO_LORA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../core/pool.h"
+#include "gpt.h"
+
+/* the products an adapter may sit on, by their module's name in the parameter table */
+enum {
+  COLO_LORA_QKV = 1,     /* attn.c_attn: queries, keys and values */
+  COLO_LORA_ATTPROJ = 2, /* attn.c_proj: attention's output projection */
+  COLO_LORA_FC = 4,      /* mlp.c_fc: the MLP's first product (LLAMA: gate and up) */
+  COLO_LORA_FCPROJ = 8,  /* mlp.c_proj: the MLP's second (LLAMA: down) */
+  COLO_LORA_ALL = 15
+};
+#define COLO_LORA_TARGETS 4
+
+typedef struct {
+  int rank;         /* r ≥ 1 */
+  float alpha;      /* the update is scaled by alpha / r */
+  unsigned targets; /* COLO_LORA_* bits, at least one */
+} colo_lora_config_t;
+
+/* "attn.c_attn,mlp.c_proj" or "all" into bits; COLO_EINVAL naming the unknown name. */
+int colo_lora_targets_parse(const char *list, unsigned *out, char *err, size_t errlen);
+/* The bits as such a list, into buf. */
+const char *colo_lora_targets_name(unsigned targets, char *buf, size_t len);
+/* the module name of target bit index k (0 … COLO_LORA_TARGETS-1): "attn.c_attn", … */
+const char *colo_lora_module(int k);
+
+typedef struct colo_lora_s colo_lora_t;
+
+/* Adapters for every layer of model m and each target of cfg, with scratch for the model's
+ * largest batch, from pool (NULL host memory: model's backend). COLO_EINVAL (reason in err) for
+ * a bad config or a model that is not whole on this rank; COLO_ENOMEM when the pool is full. The
+ * adapters are zero until colo_lora_init or a load. */
+int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
+                     colo_lora_t **out, char *err, size_t errlen);
+void colo_lora_destroy(colo_lora_t *l);
+const colo_lora_config_t *colo_lora_config(const colo_lora_t *l);
+
+/* A uniform in ±1/sqrt(in) (from (seed, the tensor's index)), B zero. */
+void colo_lora_init(colo_lora_t *l, uint64_t seed);
+
+/* The table (names "transformer.h.<l>.<module>.lora_A.weight" and "…lora_B.weight", A before B,
+ * layer by layer), and the flat parameters and gradients it indexes, in the backend's memory. */
+const colo_param_t *colo_lora_table(const colo_lora_t *l, size_t *n);
+size_t colo_lora_numel(const colo_lora_t *l);
+float *colo_lora_params(colo_lora_t *l);
+float *colo_lora_grads(colo_lora_t *l);
+void colo_lora_zero_grad(colo_lora_t *l);
+
+/* Whether layer's product `target` (a COLO_LORA_* bit) has an adapter. */
+int colo_lora_has(const colo_lora_t *l, unsigned target);
+/* For the model: out[N][out] += scale · (inp[N][in]·Aᵀ)·Bᵀ, activations in act_dtype. */
+void colo_lora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const void *inp, int N);
+/* Its backward for the gradient dout of out: the adapters' gradients accumulate, and
+ * dinp[N][in] += the update's input gradient. inp is the forward's. */
+void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const void *dout,
+                   const void *inp, int N);
+/* Scratch [N][H] in act_dtype for the model's GPT-2 MLP backward, where the fused GELU backward
+ * must be split to add the adapter's part between its two halves (NULL unless mlp.c_proj is a
+ * target of a GPT-2 model). */
+void *colo_lora_gelu_scratch(colo_lora_t *l);
+
+/* Folds the adapters into a host copy of the base model's parameters laid out as m's table:
+ * W[in][out] += scale · Σ_k A[k][in] · B[out][k], for each adapted matrix. adapters: host floats
+ * in the table's layout. */
+void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params);
+
+#endif
