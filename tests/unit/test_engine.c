@@ -1379,6 +1379,8 @@ TEST(lora_refusals) {
   ASSERT_EQ_INT(colo_gpt_set_lora(m, l, err, sizeof err), 0);
   float logits[11];
   ASSERT_EQ_INT(colo_gpt_decode(m, 1, 0, logits, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "decoding with LoRA adapters: merge them into the weights first "
+                     "(colo_lora_merge: the same model, without the adapters' products)");
   colo_gpt_set_lora(m, NULL, NULL, 0);
   colo_lora_destroy(l);
 }

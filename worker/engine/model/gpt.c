@@ -1149,10 +1149,13 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
   const colo_backend_t *be = m->be;
   int C = m->cfg.n_embd, L = m->cfg.n_layer, T = m->cfg.block_size, V = m->cfg.vocab_size;
   int NH = m->cfg.n_head, hs = C / NH;
-  if (m->tp_comm || !m->first || !m->last || m->hooks || m->lora || be->act_dtype != COLO_DTYPE_F32)
+  if (m->lora)
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "decoding needs the whole model on one rank in fp32, without hooks or LoRA "
-                     "adapters (merged into it, they are the same model)");
+                     "decoding with LoRA adapters: merge them into the weights first "
+                     "(colo_lora_merge: the same model, without the adapters' products)");
+  if (m->tp_comm || !m->first || !m->last || m->hooks || be->act_dtype != COLO_DTYPE_F32)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "decoding needs the whole model on one rank in fp32, without hooks");
   if (pos < 0 || pos >= T || token < 0 || token >= V)
     return colo_fail(err, errlen, COLO_EINVAL, "position %d or token %d outside the model's %d, %d",
                      pos, token, T, V);
