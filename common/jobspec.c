@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "loratarget.h"
 #include "pbcodec.h"
 
 int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec) {
@@ -502,6 +503,30 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (!(t->early_stop_min_delta >= 0.0f && isfinite(t->early_stop_min_delta)))
     return bad(err, errlen, "train.early_stop_min_delta=%g must be a number, at least 0",
                (double)t->early_stop_min_delta);
+  if (t->lora_rank > 0) {
+    unsigned tg;
+    char why[160];
+    if (t->lora_rank > s->model->n_embd)
+      return bad(err, errlen, "train.lora_rank=%u is above model.n_embd=%u", t->lora_rank,
+                 s->model->n_embd);
+    if (!(t->lora_alpha > 0.0f && isfinite(t->lora_alpha)))
+      return bad(err, errlen, "train.lora_alpha=%g must be a number above 0",
+                 (double)t->lora_alpha);
+    if (t->lora_targets && t->lora_targets[0] &&
+        colo_lora_targets_parse(t->lora_targets, &tg, why, sizeof why) < 0)
+      return bad(err, errlen, "train.lora_targets: %s", why);
+    if (s->parallel->tp > 1 || s->parallel->pp > 1 || s->parallel->zero_stage > 0)
+      return bad(err, errlen,
+                 "train.lora_rank=%u trains with data parallelism alone: parallel.tp=%u, pp=%u and "
+                 "zero_stage=%u must be 1, 1 and 0 (the adapters are small; the frozen model is "
+                 "whole on each rank)",
+                 t->lora_rank, s->parallel->tp, s->parallel->pp, s->parallel->zero_stage);
+    if (s->memory && s->memory->placement != COLO__V1__PLACEMENT__PLACEMENT_DEVICE)
+      return bad(err, errlen,
+                 "train.lora_rank=%u keeps everything on the device: memory.placement must be "
+                 "device",
+                 t->lora_rank);
+  }
   if (ck->keep_best && (!s->data->val_path || !s->data->val_path[0]) && s->data->n_val_sources == 0)
     return bad(err, errlen,
                "checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint "

@@ -790,6 +790,11 @@ static void train_usage(void) {
       "                        safetensors file under HuggingFace's names, or a checkpoint\n"
       "  --init-from-checkpoints DIR  start from the newest complete checkpoint under DIR\n"
       "                        (another run's --ckpt-dir; how a worker runs train.init_from_job)\n"
+      "  --lora-rank R         LoRA: freeze the model and train adapters of rank R (default 0:\n"
+      "                        the whole model); checkpoints hold the adapters alone\n"
+      "  --lora-alpha A        the adapters' updates are scaled by A/R (default 16)\n"
+      "  --lora-targets LIST   the products adapted: attn.c_attn, attn.c_proj, mlp.c_fc,\n"
+      "                        mlp.c_proj, comma-separated, or all (default)\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
@@ -967,6 +972,9 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"data-order", "data: {order: %s}"},
       {"document-token", "data: {document_token: %s}"},
       {"init-from", "train: {init_from: '%s'}"},
+      {"lora-rank", "train: {lora_rank: %s}"},
+      {"lora-alpha", "train: {lora_alpha: %s}"},
+      {"lora-targets", "train: {lora_targets: '%s'}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1490,6 +1498,13 @@ static int cmd_train(int argc, char **argv) {
                        : COLO_ORDER_RANDOM;
   cfg.document_token = spec->data->document_token;
   cfg.init_from = init_from[0] ? init_from : NULL;
+  if (spec->train->lora_rank > 0) { /* validated with the spec: the targets parse */
+    cfg.lora.rank = (int)spec->train->lora_rank;
+    cfg.lora.alpha = spec->train->lora_alpha;
+    cfg.lora.targets = COLO_LORA_ALL;
+    if (spec->train->lora_targets && spec->train->lora_targets[0])
+      colo_lora_targets_parse(spec->train->lora_targets, &cfg.lora.targets, NULL, 0);
+  }
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;
   cfg.stop_at = stop_at;

@@ -1250,6 +1250,10 @@ int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t
   return 0;
 }
 
+struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m) {
+  return m->lora;
+}
+
 void colo_gpt_zero_grad(colo_gpt_t *m) {
   if (m->grads)
     m->be->zero(m->grads, m->n_params * sizeof(float));

@@ -250,6 +250,7 @@ int colo_gpt_max_rows(const colo_gpt_t *m);
  * off (the tensors stay frozen). COLO_EINVAL with the reason otherwise. */
 struct colo_lora_s;
 int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t errlen);
+struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m);
 
 void colo_gpt_zero_grad(colo_gpt_t *m);
 /* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must

@@ -9,9 +9,6 @@
 #include "../../../common/error.h"
 #include "../core/rng.h"
 
-static const char *const MODULES[COLO_LORA_TARGETS] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc",
-                                                       "mlp.c_proj"};
-
 struct colo_lora_s {
   colo_lora_config_t cfg;
   float scale; /* alpha / r */
@@ -33,47 +30,6 @@ struct colo_lora_s {
   void *dx;        /* [N][max in]: the update's input gradient, before it is added */
   void *gelu_grad; /* GPT-2 with mlp.c_proj adapted: [N][H] */
 };
-
-const char *colo_lora_module(int k) {
-  return k >= 0 && k < COLO_LORA_TARGETS ? MODULES[k] : NULL;
-}
-
-int colo_lora_targets_parse(const char *list, unsigned *out, char *err, size_t errlen) {
-  unsigned bits = 0;
-  const char *p = list ? list : "";
-  while (*p) {
-    const char *e = strchr(p, ',');
-    size_t n = e ? (size_t)(e - p) : strlen(p);
-    int k = -1;
-    if (n == 3 && !strncmp(p, "all", 3))
-      bits |= COLO_LORA_ALL, k = 0;
-    for (int i = 0; i < COLO_LORA_TARGETS && k < 0; i++)
-      if (strlen(MODULES[i]) == n && !strncmp(p, MODULES[i], n))
-        bits |= 1u << i, k = i;
-    if (k < 0)
-      return colo_fail(err, errlen, COLO_EINVAL,
-                       "lora target '%.*s' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
-                       "mlp.c_proj, all",
-                       (int)(n < 64 ? n : 64), p);
-    p += n;
-    if (*p == ',')
-      p++;
-  }
-  if (!bits)
-    return colo_fail(err, errlen, COLO_EINVAL, "lora targets: none named");
-  *out = bits;
-  return 0;
-}
-
-const char *colo_lora_targets_name(unsigned targets, char *buf, size_t len) {
-  size_t used = 0;
-  buf[0] = '\0';
-  for (int k = 0; k < COLO_LORA_TARGETS; k++)
-    if (targets & (1u << k))
-      used += (size_t)snprintf(buf + used, used < len ? len - used : 0, "%s%s", used ? "," : "",
-                               MODULES[k]);
-  return buf;
-}
 
 static int bit_index(unsigned target) {
   for (int k = 0; k < COLO_LORA_TARGETS; k++)
@@ -148,14 +104,14 @@ int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *
         continue;
       l->first[layer * 4 + k] = (int)n;
       char wname[96];
-      snprintf(wname, sizeof wname, "transformer.h.%d.%s.weight", layer, MODULES[k]);
+      snprintf(wname, sizeof wname, "transformer.h.%d.%s.weight", layer, colo_lora_module(k));
       for (size_t t = 0; t < n_model; t++)
         if (!strcmp(mt[t].name, wname))
           l->w_offset[layer * 4 + k] = mt[t].offset;
       for (int ab = 0; ab < 2; ab++) {
         colo_param_t *p = &l->table[n++];
-        snprintf(p->name, sizeof p->name, "transformer.h.%d.%s.lora_%c.weight", layer, MODULES[k],
-                 ab ? 'B' : 'A');
+        snprintf(p->name, sizeof p->name, "transformer.h.%d.%s.lora_%c.weight", layer,
+                 colo_lora_module(k), ab ? 'B' : 'A');
         p->ndim = 2;
         p->shape[0] = ab ? outw[k] : r;
         p->shape[1] = ab ? r : in[k];

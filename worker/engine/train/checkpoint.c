@@ -192,6 +192,24 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       bad = 1;
     t.documents = dt != NULL;
     t.document_token = dt ? (int)dt->valuedouble : -1;
+    /* LoRA: absent for a run of the whole model */
+    cJSON *lo = cJSON_GetObjectItem(root, "lora");
+    if (lo) {
+      cJSON *r = cJSON_GetObjectItem(lo, "rank"), *al = cJSON_GetObjectItem(lo, "alpha"),
+            *tg = cJSON_GetObjectItem(lo, "targets"), *bs = cJSON_GetObjectItem(lo, "base");
+      char why[160];
+      if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
+          r->valuedouble != (int)r->valuedouble || !cJSON_IsNumber(al) ||
+          !(al->valuedouble > 0 && al->valuedouble < 1e9) || !cJSON_IsString(tg) ||
+          colo_lora_targets_parse(tg->valuestring, &t.lora.targets, why, sizeof why) < 0 ||
+          (bs && (!cJSON_IsString(bs) || strlen(bs->valuestring) >= sizeof t.lora_base)))
+        bad = 1;
+      else {
+        t.lora.rank = (int)r->valuedouble;
+        t.lora.alpha = (float)al->valuedouble;
+        snprintf(t.lora_base, sizeof t.lora_base, "%s", bs ? bs->valuestring : "");
+      }
+    }
     /* the validation loss at its step, and early stopping's count: absent when there were none */
     cJSON *vl = cJSON_GetObjectItem(root, "val_loss");
     t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
@@ -489,6 +507,16 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
     cJSON_AddNumberToObject(es, "best", meta->es_best);
     cJSON_AddNumberToObject(es, "best_step", meta->es_best_step);
     cJSON_AddNumberToObject(es, "since", meta->es_since);
+  }
+  if (meta->lora.rank > 0) {
+    char tg[96];
+    cJSON *lo = cJSON_AddObjectToObject(m, "lora");
+    cJSON_AddNumberToObject(lo, "rank", meta->lora.rank);
+    cJSON_AddNumberToObject(lo, "alpha", meta->lora.alpha);
+    cJSON_AddStringToObject(lo, "targets",
+                            colo_lora_targets_name(meta->lora.targets, tg, sizeof tg));
+    if (meta->lora_base[0])
+      cJSON_AddStringToObject(lo, "base", meta->lora_base);
   }
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;
@@ -832,6 +860,12 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
     if (rc == 0)
       rc = check_entry(dir, it, err, errlen);
   }
+  if (rc == 0 && t.lora.rank > 0)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s holds LoRA adapters (rank %d), not a whole model: `colo-train "
+                   "export --checkpoint %s --out model.safetensors` writes the model with them "
+                   "merged, which train.init_from takes",
+                   dir, t.lora.rank, dir);
   const colo_gpt_config_t *c = colo_gpt_config(model);
   float th_c = c->rope_theta > 0 ? c->rope_theta : 10000.0f;
   float th_t = t.model.rope_theta > 0 ? t.model.rope_theta : 10000.0f;
@@ -1197,4 +1231,78 @@ int colo_ckpt_drop_after(const char *root, uint64_t step, char *removed, size_t 
     count++;
   }
   return count;
+}
+
+/* ---- LoRA runs: the adapters and their moments ---- */
+
+int colo_ckpt_write_lora(const char *root, uint64_t step, const colo_lora_t *l, const float *p,
+                         const float *m, const float *v, char *err, size_t errlen) {
+  size_t nt;
+  const colo_param_t *tab = colo_lora_table(l, &nt);
+  colo_st_tensor_t *t = calloc(3 * nt, sizeof *t);
+  char(*names)[112] = calloc(3 * nt, sizeof *names);
+  if (!t || !names) {
+    free(t);
+    free(names);
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  }
+  const float *src[3] = {p, m, v};
+  for (int j = 0; j < 3; j++)
+    for (size_t i = 0; i < nt; i++) {
+      size_t k = (size_t)j * nt + i;
+      snprintf(names[k], sizeof names[k], "%s%s", PREFIX[j], tab[i].name);
+      t[k] = (colo_st_tensor_t){
+          names[k], src[j] + tab[i].offset, 2, {tab[i].shape[0], tab[i].shape[1]}, tab[i].numel};
+    }
+  char dir[1200], path[1300];
+  tmp_dir(root, step, dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/rank_00000.safetensors", dir);
+  int rc = colo_safetensors_write(path, t, 3 * nt, err, errlen);
+  free(t);
+  free(names);
+  return rc;
+}
+
+int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora_t *l, float *p,
+                        float *m, float *v, char *err, size_t errlen) {
+  cJSON *files, *root;
+  int rc = parse_manifest(dir, meta, &files, &root, err, errlen);
+  if (rc < 0)
+    return rc;
+  const colo_lora_config_t *c = colo_lora_config(l);
+  char a[96], b[96];
+  if (meta->lora.rank == 0)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s holds a whole model, not LoRA adapters: train.init_from takes "
+                   "it as the model to adapt",
+                   dir);
+  else if (meta->lora.rank != c->rank || meta->lora.alpha != c->alpha ||
+           meta->lora.targets != c->targets)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s holds LoRA adapters of rank %d, alpha %g on %s; this run's are "
+                   "rank %d, alpha %g on %s",
+                   dir, meta->lora.rank, (double)meta->lora.alpha,
+                   colo_lora_targets_name(meta->lora.targets, a, sizeof a), c->rank,
+                   (double)c->alpha, colo_lora_targets_name(c->targets, b, sizeof b));
+  if (rc == 0)
+    rc = verify(dir, files, err, errlen);
+  cJSON_Delete(root);
+  colo_st_file_t f;
+  char path[1300];
+  snprintf(path, sizeof path, "%s/rank_00000.safetensors", dir);
+  if (rc == 0)
+    rc = colo_st_open(path, &f, err, errlen);
+  if (rc < 0)
+    return rc;
+  size_t nt;
+  const colo_param_t *tab = colo_lora_table(l, &nt);
+  float *dst[3] = {p, m, v};
+  for (int j = 0; j < 3 && rc == 0; j++)
+    for (size_t i = 0; dst[j] && i < nt && rc == 0; i++) {
+      char name[112];
+      snprintf(name, sizeof name, "%s%s", PREFIX[j], tab[i].name);
+      rc = colo_st_get(&f, name, 2, tab[i].shape, dst[j] + tab[i].offset, 0, err, errlen);
+    }
+  colo_st_close(&f);
+  return rc;
 }

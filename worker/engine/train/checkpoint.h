@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "../model/gpt.h"
+#include "../model/lora.h"
 #include "../optim/adamw.h"
 #include "safetensors.h"
 
@@ -39,6 +40,11 @@ typedef struct {
   /* documents (data.document_token), when documents: the token that begins each; a run that
    * evaluates the checkpoint attends within them as its training did */
   int documents, document_token;
+  /* LoRA (lora.rank > 0): the checkpoint holds the adapters and their moments alone; the frozen
+   * model is lora_base's weights (a path as the run's train.init_from named it), or, that empty,
+   * the seed's initialisation */
+  colo_lora_config_t lora;
+  char lora_base[1024];
 } colo_ckpt_meta_t;
 
 /* Ranges of the model's flat layout that a file holds, for colo_ckpt_write_tensors (a ZeRO
@@ -150,6 +156,17 @@ int colo_ckpt_prune(const char *root, int keep, int keep_best, int *removed);
  * to a line of training that will not continue (or did not verify). Returns how many, named in
  * `removed`. */
 int colo_ckpt_drop_after(const char *root, uint64_t step, char *removed, size_t removed_len);
+
+/* A LoRA run's file in the checkpoint being made (rank_00000.safetensors): the adapters from p,
+ * their moments from m and v (host floats in l's table layout), under the table's names and
+ * optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>. */
+int colo_ckpt_write_lora(const char *root, uint64_t step, const colo_lora_t *l, const float *p,
+                         const float *m, const float *v, char *err, size_t errlen);
+/* Checks the manifest and its files, that the checkpoint is a LoRA run's of l's rank, alpha and
+ * targets (on meta->model), then reads the adapters into p and, when m and v are not NULL, their
+ * moments (host floats in l's table layout). */
+int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora_t *l, float *p,
+                        float *m, float *v, char *err, size_t errlen);
 
 /* sha256 of a file as 64 hex characters; also its size. */
 int colo_sha256_file(const char *path, char hex[65], uint64_t *bytes);

@@ -84,6 +84,23 @@ static void dump_model(dump_t *d, const char *prefix, colo_gpt_t *m, const float
   }
 }
 
+/* the adapters' tensors (LoRA runs), from the backend's memory */
+static void dump_lora(dump_t *d, const char *prefix, colo_lora_t *l, const float *base,
+                      const colo_backend_t *be) {
+  size_t nt, n = colo_lora_numel(l);
+  const colo_param_t *tab = colo_lora_table(l, &nt);
+  float *h = malloc(n * sizeof *h);
+  if (!h)
+    return;
+  be->to_host(h, base, n * sizeof *h);
+  for (size_t i = 0; i < nt; i++) {
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", prefix, tab[i].name);
+    dump_add(d, name, h + tab[i].offset, tab[i].shape[0], tab[i].shape[1]);
+  }
+  free(h);
+}
+
 static void dump_free(dump_t *d) {
   for (size_t i = 0; i < d->n; i++) {
     free(d->names[i]);
@@ -732,6 +749,74 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
     memcpy(dst, v, n * sizeof(float));
 }
 
+/* A LoRA run's resume: the adapters and their moments from checkpoint dir, through host memory.
+ * A model to adapt other than the checkpoint's is allowed (a moved file), but said. */
+static int load_lora(const char *dir, colo_ckpt_meta_t *meta, colo_lora_t *lora, colo_adamw_t *opt,
+                     const colo_backend_t *be, const char *init_from, int lead, char *err,
+                     size_t errlen) {
+  size_t n = colo_lora_numel(lora);
+  float *h = malloc(3 * n * sizeof *h + 1);
+  if (!h)
+    return colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", dir);
+  int rc = colo_ckpt_load_lora(dir, meta, lora, h, h + n, h + 2 * n, err, errlen);
+  if (rc == 0) {
+    be->from_host(colo_lora_params(lora), h, n * sizeof *h);
+    be->from_host(opt->m, h + n, n * sizeof *h);
+    be->from_host(opt->v, h + 2 * n, n * sizeof *h);
+    const char *was = meta->lora_base[0] ? meta->lora_base : "the seed's initialisation";
+    const char *is = init_from ? init_from : "the seed's initialisation";
+    if (strcmp(was, is) && lead)
+      fprintf(stderr, "colo-train: warning: checkpoint %s adapted %s; this run's model is %s\n",
+              dir, was, is);
+  }
+  free(h);
+  return rc;
+}
+
+/* A LoRA run's checkpoint: the adapters and their moments, the same on every data-parallel rank,
+ * written by rank 0 alone through host memory (they are small); the ranks agree at each stage as
+ * save() does. */
+static int save_lora(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step, int asked,
+                     float val, const colo_loss_scaler_t *scaler, colo_lora_t *lora,
+                     colo_adamw_t *opt, colo_comm_t *world, const colo_backend_t *be, int lead,
+                     FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
+  meta->step = (uint64_t)step;
+  meta->asked = asked;
+  meta->val_loss = val;
+  meta->loss_scale = scaler->scale;
+  meta->loss_scale_good = scaler->good_steps;
+  meta->adam_t = opt->t;
+  meta->zero = 0;
+  int rc = 0;
+  if (lead) {
+    size_t n = colo_lora_numel(lora);
+    float *h = malloc(3 * n * sizeof *h + 1);
+    if (!h)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory for the adapters' checkpoint");
+    if (rc == 0) {
+      be->to_host(h, colo_lora_params(lora), n * sizeof *h);
+      be->to_host(h + n, opt->m, n * sizeof *h);
+      be->to_host(h + 2 * n, opt->v, n * sizeof *h);
+      rc = colo_ckpt_begin(cfg->ckpt_dir, meta->step, err, errlen);
+    }
+    if (rc == 0)
+      rc = colo_ckpt_write_lora(cfg->ckpt_dir, meta->step, lora, h, h + n, h + 2 * n, err, errlen);
+    if (rc == 0)
+      rc = colo_ckpt_commit(cfg->ckpt_dir, meta, path, path_len, err, errlen);
+    else if (h)
+      colo_ckpt_abandon(cfg->ckpt_dir, meta->step);
+    free(h);
+    int removed = 0;
+    if (rc == 0 && cfg->ckpt_keep > 0)
+      colo_ckpt_prune(cfg->ckpt_dir, cfg->ckpt_keep, cfg->ckpt_keep_best, &removed);
+  }
+  rc = agree(world, rc, "writing the adapters' checkpoint", err, errlen);
+  if (rc == 0)
+    report_checkpoint(progress, step, path,
+                      asked && cfg->save_requested ? (long)*cfg->save_requested : 0, val);
+  return rc;
+}
+
 /* A checkpoint, written by the ranks together: its shard writers (colo_ckpt_begin's comment)
  * write their files, with nothing gathered, then rank 0 commits it. No rank holds more than a
  * chunk of it in memory beyond what it trains with. val: the validation loss at `step` (NaN:
@@ -740,6 +825,9 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
                 float val, const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
                 colo_zero_t *zero, colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be,
                 int lead, FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
+  if (colo_gpt_lora(model))
+    return save_lora(cfg, meta, step, asked, val, scaler, colo_gpt_lora(model), opt, world, be,
+                     lead, progress, path, path_len, err, errlen);
   meta->step = (uint64_t)step;
   meta->asked = asked;
   meta->val_loss = val;
@@ -858,6 +946,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   val_sets_t val = {0};
   colo_pool_t *pool = NULL;
   colo_gpt_t *model = NULL;
+  colo_lora_t *lora = NULL; /* LoRA: the adapters, the only tensors that train */
   colo_adamw_t opt = {0};
   colo_comm_t *comm = NULL;    /* the world */
   colo_comm_t *dp_comm = NULL; /* this rank's data-parallel group (the world when tp = 1) */
@@ -997,6 +1086,20 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (cfg->document_token >= 0)
     CHECK_GOTO(colo_gpt_set_documents(model, cfg->document_token, err, errlen), rc, out);
+  if (cfg->lora.rank > 0) {
+    if (tp > 1 || pp > 1 || cfg->zero_stage > 0 || cfg->placement_static || cfg->placement_auto) {
+      snprintf(err, errlen,
+               "train.lora: adapters train with data parallelism alone, the frozen model whole on "
+               "each rank; this run has parallel.tp=%d, pp=%d, zero_stage=%d%s (the adapters "
+               "and their moments are small: ZeRO and placement have nothing to shard)",
+               tp, pp, cfg->zero_stage,
+               cfg->placement_static || cfg->placement_auto ? " and memory placement" : "");
+      rc = COLO_EINVAL;
+      goto out;
+    }
+    CHECK_GOTO(colo_lora_create(model, &cfg->lora, pool, &lora, err, errlen), rc, out);
+    CHECK_GOTO(colo_gpt_set_lora(model, lora, err, errlen), rc, out);
+  }
   if (pp > 1) { /* boundary tensors: this rank's rows */
     pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
                       NULL,  NULL};
@@ -1028,9 +1131,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (tpc && cfg->zero_stage >= 2)
     colo_zero_set_tp(&zero, tpc);
-  CHECK_GOTO(
-      colo_adamw_init(&opt, &cfg->optim, colo_zero_optim_numel(&zero, model), pool, err, errlen),
-      rc, out);
+  CHECK_GOTO(colo_adamw_init(&opt, &cfg->optim,
+                             lora ? colo_lora_numel(lora) : colo_zero_optim_numel(&zero, model),
+                             pool, err, errlen),
+             rc, out);
   /* the batch's tokens, page-locked where the backend has such memory: the device copies them
    * at the bus's speed every micro-step, without a staging copy of the driver's */
   if (!(in = colo_host_alloc(be, (size_t)B * T * sizeof *in)) ||
@@ -1085,14 +1189,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
        * GPU through host memory), the moments into the optimizer's, or under ZeRO into host
        * copies of this rank's pieces, then put where the placement keeps them */
       load_dst_t ld = {be, model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL};
-      if (ld.zero) {
+      if (lora) /* the adapters and their moments; the frozen model comes below */
+        rc = load_lora(dir, &meta, lora, &opt, be, cfg->init_from, lead, err, errlen);
+      else if (ld.zero) {
         ld.pm = malloc((zero.shard_n ? zero.shard_n : 1) * sizeof(float));
         ld.pv = malloc((zero.shard_n ? zero.shard_n : 1) * sizeof(float));
         if (!ld.pm || !ld.pv)
           rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", dir);
       }
       colo_ckpt_sink_t sink = {7, load_put, load_want, &ld};
-      if (rc == 0)
+      if (rc == 0 && !lora)
         rc = colo_ckpt_load_to(dir, &meta, model, &sink, err, errlen);
       if (rc == 0 && ld.zero && colo_zero_take_moments(&zero, &opt, ld.pm, ld.pv) < 0)
         rc = colo_fail(err, errlen, COLO_EIO, "%s", colo_zero_error(&zero));
@@ -1131,7 +1237,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
     }
   }
-  if (!ckpt_path[0] && cfg->init_from) { /* given weights, as a resume takes a checkpoint's */
+  /* given weights, as a resume takes a checkpoint's; a LoRA run's frozen model, always */
+  if ((!ckpt_path[0] || lora) && cfg->init_from) {
     size_t bytes = colo_gpt_num_params(model) * sizeof(float);
     float *dst = be->device ? malloc(bytes) : NULL;
     if (be->device && !dst)
@@ -1151,9 +1258,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
               json_str(js, sizeof js, cfg->init_from));
       fflush(cfg->progress);
     }
-  } else if (!ckpt_path[0]) {
+  } else if (!ckpt_path[0] || lora) {
     colo_gpt_init(model, cfg->seed);
   }
+  if (lora && !ckpt_path[0])
+    colo_lora_init(lora, cfg->seed);
   CHECK_GOTO(colo_zero_attach(&zero, err, errlen), rc, out);
   /* the reported peak is that of training; set-up briefly holds full parameters and gradients */
   colo_pool_reset_peak(pool);
@@ -1185,6 +1294,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            colo_gpt_arch_name(cfg->model.arch), cfg->model.n_layer, cfg->model.n_head,
            cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
+  if (!cfg->quiet && lead && lora) {
+    char tg[96];
+    printf("lora: rank %d, alpha %g on %s: %zu parameters train, the model's %zu are frozen (%s)\n",
+           cfg->lora.rank, (double)cfg->lora.alpha,
+           colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora),
+           n_params, cfg->init_from ? cfg->init_from : "initialised from the seed");
+  }
   if (!cfg->quiet && lead)
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
   if (!cfg->quiet && lead && cfg->document_token >= 0)
@@ -1199,6 +1315,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   const char *dump_path = lead ? cfg->dump_path : NULL;
   if (dump_path)
     dump_model(&dump, "init.", model, colo_gpt_params(model), be, dump_host);
+  if (dump_path && lora)
+    dump_lora(&dump, "init.", lora, colo_lora_params(lora), be);
   float *dump_losses = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
   float *dump_norms = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
   float *dump_scales = dump_path ? calloc((size_t)cfg->steps + 1, sizeof(float)) : NULL;
@@ -1217,7 +1335,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .es_best_step = es.best_step,
                            .es_since = es.since,
                            .documents = cfg->document_token >= 0,
-                           .document_token = cfg->document_token};
+                           .document_token = cfg->document_token,
+                           .lora = lora ? cfg->lora : (colo_lora_config_t){0}};
+  if (lora && cfg->init_from) { /* absolute, for an eval or export run from anywhere */
+    char *abs = realpath(cfg->init_from, NULL);
+    snprintf(meta.lora_base, sizeof meta.lora_base, "%s", abs ? abs : cfg->init_from);
+    free(abs);
+  }
   int step = start, saved_at = -1, stopped = 0, early = 0;
   sig_atomic_t seen_save = cfg->save_requested ? *cfg->save_requested : 0;
   for (; step < cfg->steps; step++) {
@@ -1295,6 +1419,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     float bscale = planted(cfg, step + 1) && me == world - 1 ? INFINITY : S;
     colo_gpt_zero_grad(model);
     colo_zero_zero_grads(&zero);
+    if (lora)
+      colo_lora_zero_grad(lora);
     double loss = 0.0;
     /* the loss is the mean over the targets of the whole batch that count (all of them without a
      * loss mask): each rank's gradients are scaled for that mean */
@@ -1360,7 +1486,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (dp > 1) {
       float l = (float)loss;
       if (dp_comm->ops->allreduce_sum(dp_comm, &l, 1) < 0 ||
-          colo_zero_reduce_grads(&zero, model) < 0) {
+          (lora ? dp_comm->ops->allreduce_sum(dp_comm, colo_lora_grads(lora), colo_lora_numel(lora))
+                : colo_zero_reduce_grads(&zero, model)) < 0) {
         snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(dp_comm));
         rc = COLO_EIO;
         goto out;
@@ -1370,10 +1497,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     loss *= cf;
     if (dump_path && step == start && colo_gpt_grads(model))
       dump_model(&dump, "grad.", model, colo_gpt_grads(model), be, dump_host);
-    float norm;
-    if (ppc                          ? pp_grad_norm(be, model, tpc, ppc, &norm) < 0
-        : tpc && cfg->zero_stage < 2 ? tp_grad_norm(be, model, tpc, &norm) < 0
-                                     : colo_zero_grad_norm(&zero, be, &norm) < 0) {
+    if (dump_path && step == start && lora)
+      dump_lora(&dump, "grad.", lora, colo_lora_grads(lora), be);
+    float norm = 0.0f;
+    if (lora)
+      norm = sqrtf((float)be->sumsq(colo_lora_grads(lora), colo_lora_numel(lora)));
+    else if (ppc                          ? pp_grad_norm(be, model, tpc, ppc, &norm) < 0
+             : tpc && cfg->zero_stage < 2 ? tp_grad_norm(be, model, tpc, &norm) < 0
+                                          : colo_zero_grad_norm(&zero, be, &norm) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
       rc = COLO_EIO;
       goto out;
@@ -1396,7 +1527,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
     float lr = colo_lr_at(&cfg->optim, step);
-    if (take && colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
+    if (take && lora) {
+      const colo_adamw_config_t *oc = &opt.cfg;
+      opt.t++;
+      be->adamw(colo_lora_params(lora), colo_lora_grads(lora), opt.m, opt.v, colo_lora_numel(lora),
+                lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, gscale, opt.t);
+    } else if (take && colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, zero.error[0] ? zero.error : colo_comm_error(comm));
       rc = COLO_EIO;
       goto out;
@@ -1506,6 +1642,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (dump_path && colo_gpt_params(model)) {
     dump_model(&dump, "final.", model, colo_gpt_params(model), be, dump_host);
+    if (lora)
+      dump_lora(&dump, "final.", lora, colo_lora_params(lora), be);
     dump_add(&dump, "losses", dump_losses, cfg->steps, 0);
     dump_add(&dump, "grad_norms", dump_norms, cfg->steps, 0);
     dump_add(&dump, "loss_scales", dump_scales, cfg->steps, 0);
@@ -1552,6 +1690,7 @@ out:
   if (opt.m)
     colo_adamw_free(&opt);
   colo_gpt_destroy(model);
+  colo_lora_destroy(lora);
   colo_pool_destroy(pool);
   colo_blend_close(&train);
   val_sets_close(&val);
@@ -1561,6 +1700,39 @@ out:
 }
 
 /* ---- eval and sample ---- */
+
+/* A LoRA checkpoint's model: the model it adapted (its manifest's base, or the seed's
+ * initialisation) with its adapters merged in, into host (NULL: the model's own buffer, the
+ * CPU's). Evaluating, sampling and exporting then run on a plain model. */
+static int open_lora(const char *ckpt, colo_ckpt_meta_t *meta, colo_gpt_t *model, colo_pool_t *pool,
+                     float *host, char *err, size_t errlen) {
+  float *w = host ? host : colo_gpt_params(model);
+  colo_lora_t *l = NULL;
+  float *a = NULL;
+  int rc = meta->lora_base[0] ? colo_ckpt_load_weights(meta->lora_base, model, w, err, errlen) : 0;
+  if (rc < 0) {
+    size_t len = strlen(err);
+    snprintf(err + len, errlen - len, " (the model checkpoint %s adapted)", ckpt);
+  } else if (!meta->lora_base[0]) {
+    colo_gpt_init(model, meta->seed);
+    if (host)
+      colo_gpt_backend(model)->to_host(host, colo_gpt_params(model),
+                                       colo_gpt_num_params(model) * sizeof(float));
+  }
+  /* the adapters' table (their buffers, for as long as the merge takes) */
+  if (rc == 0)
+    rc = colo_lora_create(model, &meta->lora, pool, &l, err, errlen);
+  if (rc == 0 && !(a = malloc(colo_lora_numel(l) * sizeof *a + 1)))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the adapters");
+  colo_ckpt_meta_t lm;
+  if (rc == 0)
+    rc = colo_ckpt_load_lora(ckpt, &lm, l, a, NULL, NULL, err, errlen);
+  if (rc == 0)
+    colo_lora_merge(l, a, w);
+  free(a);
+  colo_lora_destroy(l);
+  return rc;
+}
 
 /* A checkpoint's model for batches of B, on the CPU (gpu < 0) or on GPU `gpu` in fp32 storage
  * (the CUDA backend; decoding needs fp32): the weights are read into host memory, then copied
@@ -1583,7 +1755,9 @@ static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool,
   size_t bytes = rc == 0 ? colo_gpt_num_params(*model) * sizeof(float) : 0;
   if (rc == 0 && be->device && !(host = malloc(bytes)))
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the weights");
-  if (rc == 0)
+  if (rc == 0 && meta->lora.rank > 0)
+    rc = open_lora(ckpt, meta, *model, *pool, host, err, errlen);
+  else if (rc == 0)
     rc = colo_ckpt_load(ckpt, meta, *model, host, NULL, err, errlen);
   if (rc == 0 && host)
     be->from_host(colo_gpt_params(*model), host, bytes);

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "../model/gpt.h"
+#include "../model/lora.h"
 #include "../optim/adamw.h"
 
 /* How GPU ranks reach each other: NCCL when every rank has a GPU of its own (auto), NCCL or fail,
@@ -43,6 +44,9 @@ typedef struct {
   const char *const *val_names;
   int n_val;
   const char *init_from; /* weights to start from (colo_ckpt_load_weights), or NULL: random */
+  /* LoRA adapters (lora.rank > 0): the model (init_from's, or the seed's) is frozen and only the
+   * adapters train; their checkpoints hold the adapters alone, and name init_from */
+  colo_lora_config_t lora;
   const char *ckpt_dir;  /* NULL: no checkpoints */
   const char *resume;    /* NULL, "auto" (newest valid in ckpt_dir) or a directory */
   int stop_at;           /* >0: save a checkpoint and stop after this many steps */
