@@ -521,11 +521,6 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                  "zero_stage=%u must be 1, 1 and 0 (the adapters are small; the frozen model is "
                  "whole on each rank)",
                  t->lora_rank, s->parallel->tp, s->parallel->pp, s->parallel->zero_stage);
-    if (s->memory && s->memory->placement != COLO__V1__PLACEMENT__PLACEMENT_DEVICE)
-      return bad(err, errlen,
-                 "train.lora_rank=%u keeps everything on the device: memory.placement must be "
-                 "device",
-                 t->lora_rank);
   }
   if (ck->keep_best && (!s->data->val_path || !s->data->val_path[0]) && s->data->n_val_sources == 0)
     return bad(err, errlen,

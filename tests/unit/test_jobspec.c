@@ -132,6 +132,14 @@ static const struct {
      "checkpoint.keep_best with a checkpoint.interval"},
     {BASE "train: {early_stop_patience: 2, early_stop_min_delta: -0.5}\n",
      "train.early_stop_min_delta=-0.5 must be a number, at least 0"},
+    {BASE "train: {lora_rank: 9999}\n", "train.lora_rank=9999 is above model.n_embd=128"},
+    {BASE "train: {lora_rank: 8, lora_alpha: 0}\n", "train.lora_alpha=0 must be a number above 0"},
+    {BASE "train: {lora_rank: 8, lora_targets: 'attn.c_attn,q_proj'}\n",
+     "train.lora_targets: lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
+     "mlp.c_proj, all"},
+    {BASE "train: {lora_rank: 8}\nparallel: {tp: 2}\n",
+     "train.lora_rank=8 trains with data parallelism alone: parallel.tp=2, pp=1 and zero_stage=0 "
+     "must be 1, 1 and 0 (the adapters are small; the frozen model is whole on each rank)"},
     {BASE "train: {init_pick: best}\n",
      "train.init_pick=best needs train.init_from_job: it picks among that job's checkpoints"},
     {BASE "train: {eval_interval: 0, eval_batches: 0}\nparallel: {pp: 2}\n"
