@@ -491,6 +491,18 @@ TEST(llama_sft_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(qwen_lora_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("qwen2.5-lora.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(s->train->lora_rank, 16);
+  ASSERT(s->train->lora_alpha == 32.0f);
+  ASSERT_EQ_STR(s->train->lora_targets, "all");
+  ASSERT_EQ_INT(s->parallel->zero_stage, 0);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(qwen_sft_example_job_is_valid) {
   char err[512];
   Colo__V1__JobSpec *s = example("qwen2.5-sft.yaml", err, sizeof err);
