@@ -17,7 +17,12 @@ and clip_grad_norm_ updating them. It checks:
   - `colo-train export` of the run's checkpoint: the base with the adapters merged, within 1e-6
     of W + (alpha/r)·(B·A)ᵀ of its adapters, computed here;
   - `colo-train eval` of the LoRA checkpoint: the merged export's loss on the same windows,
-    within 1e-5 relative.
+    within 1e-5 relative;
+  - `colo-train export --format peft`: adapter_config.json (r, lora_alpha, target_modules,
+    fan_in_fan_out, the base's path), and adapter_model.safetensors applied as PEFT applies it
+    (W += (lora_alpha/r)·B·A on each module, HF's [out][in] weights; Llama's fused products split
+    into q_proj, k_proj, v_proj and gate_proj, up_proj) to the base model's own export gives the
+    merged export's loss within 1e-5.
 
 For GPT-2 with every product adapted, and for Llama with grouped-query attention with the
 queries/keys/values and the MLP's down projection adapted. Then data parallelism: the GPT-2 run on
@@ -229,6 +234,7 @@ def run(tmp, arch):
                     worst_m = max(worst_m, (mt[h + "weight"] - want).abs().max().item())
         check(tag + "export: W + scale·(B·A)ᵀ of its adapters (abs 1e-6)", worst_m <= 1e-6,
               "worst %.2e" % worst_m)
+    peft(tmp, tag, arch, ref, last, base_ckpt, mt)
     ev = json.loads(colo(["eval", "--checkpoint", last, "--data", os.path.join(tmp, "val.bin"),
                           "--batches", "2", "--batch-size", "4", "--json"]).strip().splitlines()[-1])
     # the merged file as a checkpoint (a step at lr 1e-12 moves nothing measurable): its eval, on
@@ -242,6 +248,65 @@ def run(tmp, arch):
     rel = abs(ev["loss"] - ev2["loss"]) / ev2["loss"]
     check(tag + "eval of the adapters = eval of the merged export", rel <= 1e-5,
           "%.7f vs %.7f rel %.1e" % (ev["loss"], ev2["loss"], rel))
+
+
+def peft(tmp, tag, arch, ref, last, base_ckpt, merged):
+    """`colo-train export --format peft`: the adapters as HF PEFT saves them, applied here as PEFT
+    applies them (W += scale·B·A on HF's [out][in] weights, or transposed under fan_in_fan_out),
+    to the base model's own HF export, give the merged export's loss"""
+    out = os.path.join(tmp, arch + "-peft")
+    colo(["export", "--checkpoint", last, "--format", "peft", "--out", out])
+    cfg = json.load(open(os.path.join(out, "adapter_config.json")))
+    ad = read_safetensors(os.path.join(out, "adapter_model.safetensors"))
+    want_mods = {"gpt2": ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"],
+                 "llama": ["q_proj", "k_proj", "v_proj", "down_proj"]}[arch]
+    check(tag + "peft: adapter_config.json", cfg["peft_type"] == "LORA" and cfg["r"] == RANK and
+          cfg["lora_alpha"] == ALPHA and cfg["target_modules"] == want_mods and
+          cfg["fan_in_fan_out"] == (arch == "gpt2") and
+          cfg["base_model_name_or_path"] == os.path.realpath(os.path.join(tmp, base_ckpt)),
+          "target_modules %s" % cfg["target_modules"])
+    s = cfg["lora_alpha"] / cfg["r"]
+    batch = ref["batch.0.0"].long()
+    if arch == "gpt2":
+        base = read_safetensors(os.path.join(tmp, base_ckpt, "rank_00000.safetensors"))
+        m = GPT2(L, NH, C, T, V)
+        with torch.no_grad():
+            for n in m.names:
+                m.p[n].copy_(base[n])
+            plain = m(batch[:B], batch[B:]).item()
+            applied = 0
+            for k in ad:
+                if k.endswith("lora_A.weight"):
+                    mod = k[len("base_model.model."):-len(".lora_A.weight")]
+                    m.p[mod + ".weight"] += s * (ad[k.replace("lora_A", "lora_B")] @ ad[k]).t()
+                    applied += 1
+            got = m(batch[:B], batch[B:]).item()
+            for n in m.names:
+                m.p[n].copy_(merged[n])
+            want = m(batch[:B], batch[B:]).item()
+    else:
+        hf, hcfg = os.path.join(tmp, "llama-base-hf.safetensors"), os.path.join(tmp, "llama-base-config.json")
+        colo(["export", "--checkpoint", os.path.join(tmp, base_ckpt), "--out", hf, "--config", hcfg])
+        from torch_gpt2 import HFLlama
+        m = HFLlama(json.load(open(hcfg)))
+        w = read_safetensors(hf)
+        applied = 0
+        with torch.no_grad():
+            m.load(dict(w))
+            plain = m(batch[:B], batch[B:]).item()
+            for k in ad:
+                if k.endswith("lora_A.weight"):
+                    mod = k[len("base_model.model."):-len(".lora_A.weight")]
+                    w[mod + ".weight"] = w[mod + ".weight"] + s * (ad[k.replace("lora_A", "lora_B")] @ ad[k])
+                    applied += 1
+            m.load(w)
+            got = m(batch[:B], batch[B:]).item()
+            m.load(merged)
+            want = m(batch[:B], batch[B:]).item()
+    rel = abs(got - want) / want
+    check(tag + "peft: base + adapters as PEFT applies them = merged",
+          rel <= 1e-5 and applied == L * len(want_mods) and abs(plain - want) > 1e-4,
+          "%d modules; loss %.7f vs %.7f rel %.1e (the base alone %.7f)" % (applied, got, want, rel, plain))
 
 
 def data_parallel(tmp):

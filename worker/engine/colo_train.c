@@ -8,7 +8,7 @@
  *   colo-train eval    --checkpoint DIR [--best] --data FILE [--batches N] [--batch-size B]
  *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
  *                      [--prompt TEXT] [--tokenizer DIR]
- *   colo-train export  --checkpoint DIR --out FILE [--format hf|gguf] [--tokenizer PATH]
+ *   colo-train export  --checkpoint DIR --out FILE [--format hf|gguf|peft] [--tokenizer PATH]
  *
  * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage, 78
  * (COLO_EXIT_CONFIG) train failed on what the job asks for (a missing data file, weights that
@@ -1974,14 +1974,18 @@ static int cmd_export(int argc, char **argv) {
       break;
     case 'h':
       printf(
-          "usage: colo-train export --checkpoint DIR --out FILE [--format hf|gguf] [--best]\n"
+          "usage: colo-train export --checkpoint DIR --out FILE [--format hf|gguf|peft] [--best]\n"
           "                         [--config FILE] [--tokenizer PATH] [--type f32|f16|bf16|q8_0]\n"
           "Writes the checkpoint's parameters, whatever layout trained them, as one file of\n"
           "whole tensors. hf (the default, unless FILE ends in .gguf): a safetensors file in\n"
           "HuggingFace's layout, GPT2LMHeadModel's, or for a model.arch=llama model\n"
           "LlamaForCausalLM's (Qwen2ForCausalLM's with model.qkv_bias). gguf: llama.cpp's file,\n"
           "the model and its tokenizer in one (architecture gpt2, llama, or qwen2 with\n"
-          "qkv_bias), for llama.cpp, Ollama and LM Studio.\n"
+          "qkv_bias), for llama.cpp, Ollama and LM Studio. A LoRA run's checkpoint\n"
+          "(train.lora_rank) is the model it adapted with the adapters merged in; peft: its\n"
+          "adapters alone, as HuggingFace PEFT saves them, in directory FILE\n"
+          "(adapter_model.safetensors and adapter_config.json), for PeftModel.from_pretrained\n"
+          "on the model's own export.\n"
           "  --config FILE     hf: also write a transformers config.json for it there\n"
           "  --tokenizer PATH  gguf: the tokenizer the model's data was prepared with (a\n"
           "                    tokenizer.json, or a folder of one or of vocab.json and\n"
@@ -1998,8 +2002,12 @@ static int cmd_export(int argc, char **argv) {
     return usage_error("export", "--checkpoint and --out are required");
   size_t ol = strlen(out);
   int gguf = format ? !strcmp(format, "gguf") : ol > 5 && !strcmp(out + ol - 5, ".gguf");
-  if (format && !gguf && strcmp(format, "hf"))
-    return usage_error("export", "--format must be hf or gguf");
+  int peft = format && !strcmp(format, "peft");
+  if (format && !gguf && !peft && strcmp(format, "hf"))
+    return usage_error("export", "--format must be hf, gguf or peft");
+  if (peft && config)
+    return usage_error("export", "--config is for --format hf (PEFT's adapter_config.json is "
+                                 "written with the adapters)");
   int gtype = colo_gguf_type_parse(type);
   if (gtype < 0)
     return usage_error("export", "--type must be f32, f16, bf16 or q8_0");
@@ -2010,8 +2018,9 @@ static int cmd_export(int argc, char **argv) {
   char err[1024], dir[2100];
   if (pick_checkpoint("export", ckpt, best, dir, sizeof dir) < 0)
     return 1;
-  int rc = gguf ? colo_export_gguf(dir, out, tokenizer, gtype, err, sizeof err)
-                : colo_export_checkpoint(dir, out, config, err, sizeof err);
+  int rc = gguf   ? colo_export_gguf(dir, out, tokenizer, gtype, err, sizeof err)
+           : peft ? colo_export_peft(dir, out, err, sizeof err)
+                  : colo_export_checkpoint(dir, out, config, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "colo-train export: %s\n", err);
     return 1;

@@ -29,6 +29,8 @@ struct colo_lora_s {
   void *delta;     /* [N][max out]: the update, before it is added */
   void *dx;        /* [N][max in]: the update's input gradient, before it is added */
   void *gelu_grad; /* GPT-2 with mlp.c_proj adapted: [N][H] */
+  int mergeable;   /* w_offset is known (colo_lora_create's) */
+  colo_pool_t *own_pool; /* colo_lora_create_table's */
 };
 
 static int bit_index(unsigned target) {
@@ -48,22 +50,21 @@ void colo_lora_destroy(colo_lora_t *l) {
   free(l->first);
   free(l->w_offset);
   free(l->table);
+  colo_pool_destroy(l->own_pool);
   free(l);
 }
 
-int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
-                     colo_lora_t **out, char *err, size_t errlen) {
-  const colo_gpt_config_t *mc = colo_gpt_config(m);
+/* the adapters of cfg on a model of shape mc, on backend be with scratch for N rows (0: none, a
+ * table and its buffers only), from pool; mt: the model's table, for merging (NULL: none) */
+static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
+                    const colo_backend_t *be, colo_pool_t *pool, int N, const colo_param_t *mt,
+                    size_t n_model, colo_lora_t **out, char *err, size_t errlen) {
   *out = NULL;
   if (cfg->rank < 1 || !(cfg->alpha > 0.0f) || !isfinite(cfg->alpha) || !cfg->targets ||
       (cfg->targets & ~(unsigned)COLO_LORA_ALL))
     return colo_fail(err, errlen, COLO_EINVAL,
                      "lora: rank %d and alpha %g must be positive, with at least one target",
                      cfg->rank, (double)cfg->alpha);
-  if (colo_gpt_tp_size(m) > 1 || colo_gpt_full_numel(m) != colo_gpt_num_params(m))
-    return colo_fail(err, errlen, COLO_EINVAL,
-                     "lora adapters need the whole model on each rank: no tensor or pipeline "
-                     "parallelism");
   int C = mc->n_embd, H = colo_gpt_mlp_hidden(mc), llama = mc->arch == COLO_ARCH_LLAMA;
   int KV = colo_gpt_kv_heads(mc) * (C / mc->n_head);
   int r = cfg->rank;
@@ -74,10 +75,11 @@ int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   l->cfg = *cfg;
   l->scale = cfg->alpha / (float)r;
-  l->be = colo_gpt_backend(m);
+  l->be = be;
   l->pool = pool;
   l->L = mc->n_layer;
-  l->N = colo_gpt_max_rows(m);
+  l->N = N;
+  l->mergeable = mt != NULL;
   int in[4] = {C, C, C, H}, outw[4] = {C + 2 * KV, C, llama ? 2 * H : H, C};
   memcpy(l->in, in, sizeof in);
   memcpy(l->out, outw, sizeof outw);
@@ -95,8 +97,7 @@ int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *
     colo_lora_destroy(l);
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   }
-  size_t off = 0, n = 0, n_model;
-  const colo_param_t *mt = colo_gpt_params_table(m, &n_model);
+  size_t off = 0, n = 0;
   for (int layer = 0; layer < l->L; layer++)
     for (int k = 0; k < 4; k++) {
       l->first[layer * 4 + k] = -1;
@@ -105,7 +106,7 @@ int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *
       l->first[layer * 4 + k] = (int)n;
       char wname[96];
       snprintf(wname, sizeof wname, "transformer.h.%d.%s.weight", layer, colo_lora_module(k));
-      for (size_t t = 0; t < n_model; t++)
+      for (size_t t = 0; mt && t < n_model; t++)
         if (!strcmp(mt[t].name, wname))
           l->w_offset[layer * 4 + k] = mt[t].offset;
       for (int ab = 0; ab < 2; ab++) {
@@ -127,25 +128,24 @@ int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *
     }
   l->n_tensors = n;
   l->n_params = off;
-  const colo_backend_t *be = l->be;
-  size_t A = be->act_size, F = sizeof(float), N = (size_t)l->N;
-  int lowp = be->act_dtype != COLO_DTYPE_F32;
+  size_t A = be->act_size, F = sizeof(float), Nr = (size_t)N;
+  int lowp = be->act_dtype != COLO_DTYPE_F32, run = N > 0;
   struct {
     void **p;
     size_t bytes;
     const char *what;
   } bufs[] = {
       {(void **)&l->params, off * F, "lora parameters"},
-      {(void **)&l->grads, off * F, "lora gradients"},
-      {(void **)&l->bs, (size_t)max_out * r * F, "lora scratch"},
-      {(void **)&l->bgrad, (size_t)max_out * r * F, "lora scratch"},
-      {&l->a_act, lowp ? (size_t)r * max_in * A : 0, "lora scratch"},
-      {&l->bs_act, lowp ? (size_t)max_out * r * A : 0, "lora scratch"},
-      {&l->u, N * r * A, "activations"},
-      {&l->du, N * r * A, "activations"},
-      {&l->delta, N * max_out * A, "activations"},
-      {&l->dx, N * max_in * A, "activations"},
-      {&l->gelu_grad, !llama && (cfg->targets & COLO_LORA_FCPROJ) ? N * H * A : 0, "activations"},
+      {(void **)&l->grads, run ? off * F : 0, "lora gradients"},
+      {(void **)&l->bs, run ? (size_t)max_out * r * F : 0, "lora scratch"},
+      {(void **)&l->bgrad, run ? (size_t)max_out * r * F : 0, "lora scratch"},
+      {&l->a_act, run && lowp ? (size_t)r * max_in * A : 0, "lora scratch"},
+      {&l->bs_act, run && lowp ? (size_t)max_out * r * A : 0, "lora scratch"},
+      {&l->u, Nr * r * A, "activations"},
+      {&l->du, Nr * r * A, "activations"},
+      {&l->delta, Nr * max_out * A, "activations"},
+      {&l->dx, Nr * max_in * A, "activations"},
+      {&l->gelu_grad, !llama && (cfg->targets & COLO_LORA_FCPROJ) ? Nr * H * A : 0, "activations"},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i].bytes && !(*bufs[i].p = colo_pool_alloc(pool, bufs[i].bytes, bufs[i].what))) {
@@ -154,9 +154,36 @@ int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *
       return COLO_ENOMEM;
     }
   be->zero(l->params, off * F);
-  be->zero(l->grads, off * F);
+  if (l->grads)
+    be->zero(l->grads, off * F);
   *out = l;
   return 0;
+}
+
+int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
+                     colo_lora_t **out, char *err, size_t errlen) {
+  *out = NULL;
+  if (colo_gpt_tp_size(m) > 1 || colo_gpt_full_numel(m) != colo_gpt_num_params(m))
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "lora adapters need the whole model on each rank: no tensor or pipeline "
+                     "parallelism");
+  size_t nm;
+  const colo_param_t *mt = colo_gpt_params_table(m, &nm);
+  return lora_new(colo_gpt_config(m), cfg, colo_gpt_backend(m), pool, colo_gpt_max_rows(m), mt, nm,
+                  out, err, errlen);
+}
+
+int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
+                           colo_lora_t **out, char *err, size_t errlen) {
+  colo_pool_t *pool = colo_pool_create("cpu", 0);
+  if (!pool)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  int rc = lora_new(mc, cfg, colo_backend_cpu(), pool, 0, NULL, 0, out, err, errlen);
+  if (rc < 0)
+    colo_pool_destroy(pool);
+  else
+    (*out)->own_pool = pool;
+  return rc;
 }
 
 const colo_lora_config_t *colo_lora_config(const colo_lora_t *l) {
@@ -254,6 +281,8 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
 }
 
 void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params) {
+  if (!l->mergeable)
+    abort(); /* a table's adapters know no model's layout */
   int r = l->cfg.rank;
   for (int layer = 0; layer < l->L; layer++)
     for (int k = 0; k < 4; k++) {

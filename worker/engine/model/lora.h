@@ -34,6 +34,10 @@ typedef struct colo_lora_s colo_lora_t;
  * adapters are zero until colo_lora_init or a load. */
 int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
                      colo_lora_t **out, char *err, size_t errlen);
+/* The table of cfg's adapters for a model of shape mc, and a host buffer of that layout
+ * (colo_lora_params) but nothing to train or merge with: for reading and writing them. */
+int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
+                           colo_lora_t **out, char *err, size_t errlen);
 void colo_lora_destroy(colo_lora_t *l);
 const colo_lora_config_t *colo_lora_config(const colo_lora_t *l);
 
@@ -61,7 +65,8 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
  * target of a GPT-2 model). */
 void *colo_lora_gelu_scratch(colo_lora_t *l);
 
-/* Folds the adapters into a host copy of the base model's parameters laid out as m's table:
+/* Folds the adapters into a host copy of the base model's parameters laid out as the table of the
+ * model they were created for (colo_lora_create's, not colo_lora_create_table's):
  * W[in][out] += scale · Σ_k A[k][in] · B[out][k], for each adapted matrix. adapters: host floats
  * in the table's layout. */
 void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params);

@@ -434,6 +434,29 @@ int colo_hf_write(const colo_gpt_t *m, const float *params, const char *path, ch
   return rc;
 }
 
+/* j (consumed) as path's text, written whole or not at all */
+static int write_json(cJSON *j, const char *path, char *err, size_t errlen) {
+  char *text = cJSON_Print(j);
+  cJSON_Delete(j);
+  if (!text)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  char tmp[1500];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = fopen(tmp, "w");
+  int rc = 0, ok = f && fprintf(f, "%s\n", text) >= 0;
+  if (f && fclose(f) != 0)
+    ok = 0;
+  if (!ok) {
+    rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
+    unlink(tmp);
+  } else if (rename(tmp, path) != 0) {
+    rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, path, strerror(errno));
+    unlink(tmp);
+  }
+  free(text);
+  return rc;
+}
+
 int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err, size_t errlen) {
   cJSON *j = cJSON_CreateObject();
   int llama = c->arch == COLO_ARCH_LLAMA;
@@ -482,23 +505,125 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
   }
   cJSON_AddBoolToObject(j, "tie_word_embeddings", !c->untied_head);
   cJSON_AddStringToObject(j, "torch_dtype", "float32");
-  char *text = cJSON_Print(j);
-  cJSON_Delete(j);
-  if (!text)
-    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = fopen(tmp, "w");
-  int rc = 0;
-  if (!f || fprintf(f, "%s\n", text) < 0 || fclose(f) != 0) {
-    rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
-    unlink(tmp);
-  } else if (rename(tmp, path) != 0) {
-    rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, path, strerror(errno));
-    unlink(tmp);
+  return write_json(j, path, err, errlen);
+}
+
+/* the PEFT module names of a llama model's adapted product k (COLO_LORA_* bit index), each with
+ * its first row of B and rows */
+typedef struct {
+  const char *name;
+  int row0, rows;
+} peft_part_t;
+
+static int llama_parts(const colo_gpt_config_t *c, int k, peft_part_t *p) {
+  int C = c->n_embd, KV = colo_gpt_kv_heads(c) * (C / c->n_head), H = colo_gpt_mlp_hidden(c);
+  switch (k) {
+  case 0:
+    p[0] = (peft_part_t){"self_attn.q_proj", 0, C};
+    p[1] = (peft_part_t){"self_attn.k_proj", C, KV};
+    p[2] = (peft_part_t){"self_attn.v_proj", C + KV, KV};
+    return 3;
+  case 1:
+    p[0] = (peft_part_t){"self_attn.o_proj", 0, C};
+    return 1;
+  case 2:
+    p[0] = (peft_part_t){"mlp.gate_proj", 0, H};
+    p[1] = (peft_part_t){"mlp.up_proj", H, H};
+    return 2;
+  default:
+    p[0] = (peft_part_t){"mlp.down_proj", 0, C};
+    return 1;
   }
-  free(text);
-  return rc;
+}
+
+int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
+                       const char *base_model, const char *dir, char *err, size_t errlen) {
+  const colo_lora_config_t *lc = colo_lora_config(l);
+  int llama = c->arch == COLO_ARCH_LLAMA, r = lc->rank;
+  size_t nt;
+  const colo_param_t *tab = colo_lora_table(l, &nt);
+  size_t cap = nt / 2 * 3 * 2; /* at most 3 parts of an A and a B */
+  colo_st_tensor_t *t = calloc(cap, sizeof *t);
+  char(*names)[160] = calloc(cap, sizeof *names);
+  if (!t || !names) {
+    free(t);
+    free(names);
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  }
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+    free(t);
+    free(names);
+    return colo_fail(err, errlen, COLO_EIO, "%s: %s", dir, strerror(errno));
+  }
+  size_t n = 0;
+  for (size_t i = 0; i + 1 < nt; i += 2) {
+    const colo_param_t *a = &tab[i], *b = &tab[i + 1];
+    int layer = -1, k = -1;
+    for (int q = 0; q < COLO_LORA_TARGETS && k < 0; q++) {
+      char want[96];
+      sscanf(a->name, "transformer.h.%d.", &layer);
+      snprintf(want, sizeof want, "transformer.h.%d.%s.lora_A.weight", layer, colo_lora_module(q));
+      if (!strcmp(a->name, want))
+        k = q;
+    }
+    peft_part_t parts[3];
+    int np = llama ? llama_parts(c, k, parts) : 1;
+    if (!llama)
+      parts[0] = (peft_part_t){colo_lora_module(k), 0, b->shape[0]};
+    for (int q = 0; q < np; q++) {
+      snprintf(names[n], sizeof names[n], "base_model.model.%s%d.%s.lora_A.weight",
+               llama ? "model.layers." : "transformer.h.", layer, parts[q].name);
+      t[n] = (colo_st_tensor_t){
+          names[n], adapters + a->offset, 2, {a->shape[0], a->shape[1]}, a->numel};
+      n++;
+      snprintf(names[n], sizeof names[n], "base_model.model.%s%d.%s.lora_B.weight",
+               llama ? "model.layers." : "transformer.h.", layer, parts[q].name);
+      t[n] = (colo_st_tensor_t){names[n],
+                                adapters + b->offset + (size_t)parts[q].row0 * r,
+                                2,
+                                {parts[q].rows, r},
+                                (size_t)parts[q].rows * r};
+      n++;
+    }
+  }
+  char path[1400], tmp[1500];
+  snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  int rc = colo_safetensors_write(tmp, t, n, err, errlen);
+  if (rc == 0 && rename(tmp, path) != 0)
+    rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, path, strerror(errno));
+  if (rc < 0)
+    unlink(tmp);
+  free(t);
+  free(names);
+  if (rc < 0)
+    return rc;
+  cJSON *j = cJSON_CreateObject();
+  cJSON_AddStringToObject(j, "peft_type", "LORA");
+  cJSON_AddStringToObject(j, "task_type", "CAUSAL_LM");
+  if (base_model && base_model[0])
+    cJSON_AddStringToObject(j, "base_model_name_or_path", base_model);
+  else
+    cJSON_AddNullToObject(j, "base_model_name_or_path");
+  cJSON_AddNumberToObject(j, "r", r);
+  cJSON_AddNumberToObject(j, "lora_alpha", lc->alpha);
+  cJSON_AddNumberToObject(j, "lora_dropout", 0.0);
+  cJSON_AddStringToObject(j, "bias", "none");
+  cJSON_AddBoolToObject(j, "fan_in_fan_out", !llama); /* GPT-2's Conv1D: W is [in][out] */
+  cJSON_AddBoolToObject(j, "use_rslora", 0);
+  cJSON_AddBoolToObject(j, "inference_mode", 1);
+  cJSON *tm = cJSON_AddArrayToObject(j, "target_modules");
+  for (int k = 0; k < COLO_LORA_TARGETS; k++) {
+    if (!(lc->targets & (1u << k)))
+      continue;
+    peft_part_t parts[3];
+    int np = llama ? llama_parts(c, k, parts) : 1;
+    for (int q = 0; q < np; q++)
+      cJSON_AddItemToArray(
+          tm, cJSON_CreateString(llama ? strchr(parts[q].name, '.') + 1 : colo_lora_module(k)));
+  }
+  snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+  return write_json(j, path, err, errlen);
 }
 
 /* a number field of j into *out, or `def` when it is absent (or null); COLO_EPARSE when it is

@@ -9,6 +9,7 @@
 #include <stddef.h>
 
 #include "../model/gpt.h"
+#include "../model/lora.h"
 
 /* Writes the whole (unsplit, one-rank) model's parameters `params` in HuggingFace's layout of
  * its architecture as a safetensors file at path (written whole or not at all). */
@@ -28,6 +29,17 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
 /* Writes a transformers config.json for cfg (GPT2Config or LlamaConfig, tied embeddings) at
  * path. */
 int colo_hf_write_config(const colo_gpt_config_t *cfg, const char *path, char *err, size_t errlen);
+
+/* Writes LoRA adapters as HuggingFace PEFT saves them, into directory dir (made if missing):
+ * adapter_model.safetensors (base_model.model.<module>.lora_A.weight [r][in] and lora_B.weight
+ * [out][r]) and adapter_config.json (peft_type LORA, r, lora_alpha, target_modules; base_model
+ * the adapted model's path, or null). adapters: host floats in l's table layout; cfg: the model's.
+ * GPT-2's modules are colo's own (Conv1D: fan_in_fan_out); a llama model's are LlamaForCausalLM's,
+ * the fused products split as the model's export splits them: attn.c_attn into q_proj, k_proj and
+ * v_proj, mlp.c_fc into gate_proj and up_proj, each with the same A and its rows of B (the same
+ * update), attn.c_proj as o_proj and mlp.c_proj as down_proj. */
+int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *cfg, const float *adapters,
+                       const char *base_model, const char *dir, char *err, size_t errlen);
 
 /* Reads a transformers config.json (path, or path/config.json) of a LlamaForCausalLM or a
  * GPT2LMHeadModel into *cfg: the architecture and shape (block_size: max_position_embeddings or

@@ -121,6 +121,10 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
 int colo_export_checkpoint(const char *ckpt, const char *out, const char *config, char *err,
                            size_t errlen);
 
+/* A LoRA run's checkpoint's adapters as HuggingFace PEFT's adapter_model.safetensors and
+ * adapter_config.json in directory dir (colo_hf_write_peft); COLO_EINVAL for a whole model's. */
+int colo_export_peft(const char *ckpt, const char *dir, char *err, size_t errlen);
+
 /* The same as one GGUF file (gguf.h) for llama.cpp, its matrices of `type` (COLO_GGUF_*), with
  * the tokenizer at tokenizer (a tokenizer.json, or a folder colo_bpe_load reads); NULL for a
  * model of bytes (vocab_size 256: the bytes are its tokens; another must name its tokenizer). */
