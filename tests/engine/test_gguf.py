@@ -167,7 +167,7 @@ base = ["train", "--data-root", WORK, "--train-data", "bytes/train.bin", "--eval
         "--n-head", "2", "--n-embd", "32", "--block-size", "16", "--vocab-size", "256",
         "--steps", "5", "--ckpt-dir", os.path.join(WORK, "ck-refused")]
 for extra, want, msg in [
-        (["--export-format", "onnx"], 78, b'checkpoint.export_format "onnx" must be gguf or hf'),
+        (["--export-format", "onnx"], 78, b'checkpoint.export_format "onnx" must be gguf, hf or peft'),
         (["--export-format", "gguf", "--export-type", "q4_0"], 78,
          b'checkpoint.export_type "q4_0" must be f32, f16, bf16 or q8_0'),
         (["--export-format", "gguf", "--export-tokenizer", "../tok.json"], 78,

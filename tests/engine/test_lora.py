@@ -148,7 +148,7 @@ def run(tmp, arch):
                 "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
                 "--seed", "1234", "--threads", "2", "--init-from", base_ckpt,
                 "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-targets", TARGETS[arch],
-                "--ckpt-dir", ckpt, "--dump-reference", dump] + MODEL + ARCH[arch])
+                "--ckpt-dir", ckpt, "--dump-reference", dump, "--export-format", "peft"] + MODEL + ARCH[arch])
     line = [x for x in out.splitlines() if x.startswith("lora:")]
     check(tag + "colo-train says what trains", len(line) == 1, line[0] if line else out[-300:])
     ref = read_safetensors(dump)
@@ -256,6 +256,10 @@ def peft(tmp, tag, arch, ref, last, base_ckpt, merged):
     to the base model's own HF export, give the merged export's loss"""
     out = os.path.join(tmp, arch + "-peft")
     colo(["export", "--checkpoint", last, "--format", "peft", "--out", out])
+    at_end = os.path.join(tmp, arch + "-lora", "adapter")  # checkpoint.export_format=peft's
+    same = all(open(os.path.join(out, f), "rb").read() == open(os.path.join(at_end, f), "rb").read()
+               for f in ("adapter_model.safetensors", "adapter_config.json"))
+    check(tag + "peft: the run's own export (export_format) is the same", same, at_end)
     cfg = json.load(open(os.path.join(out, "adapter_config.json")))
     ad = read_safetensors(os.path.join(out, "adapter_model.safetensors"))
     want_mods = {"gpt2": ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"],

@@ -140,6 +140,8 @@ static const struct {
     {BASE "train: {lora_rank: 8}\nparallel: {tp: 2}\n",
      "train.lora_rank=8 trains with data parallelism alone: parallel.tp=2, pp=1 and zero_stage=0 "
      "must be 1, 1 and 0 (the adapters are small; the frozen model is whole on each rank)"},
+    {BASE "checkpoint: {export_format: peft}\n",
+     "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0"},
     {BASE "train: {init_pick: best}\n",
      "train.init_pick=best needs train.init_from_job: it picks among that job's checkpoints"},
     {BASE "train: {eval_interval: 0, eval_batches: 0}\nparallel: {pp: 2}\n"

@@ -839,9 +839,10 @@ static void train_usage(void) {
       "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
       "  --ckpt-keep-best true|false  also keep the one with the lowest validation loss,\n"
       "                        evaluating at each checkpoint (needs --val-data)\n"
-      "  --export-format gguf|hf  once every step is trained, the last checkpoint also as\n"
+      "  --export-format gguf|hf|peft  once every step is trained, the last checkpoint also as\n"
       "                        CKPT_DIR/model.gguf (llama.cpp's), or model.safetensors and\n"
-      "                        config.json (HuggingFace's); --export-tokenizer PATH (under the\n"
+      "                        config.json (HuggingFace's), or a LoRA run's adapters in\n"
+      "                        CKPT_DIR/adapter (PEFT's); --export-tokenizer PATH (under the\n"
       "                        data root) and --export-type f32|f16|bf16|q8_0 as export's\n"
       "  --early-stop N        end the run when N evaluations in a row find no new lowest\n"
       "                        validation loss (--early-stop-min-delta D: lower by more than D)\n"
@@ -1220,17 +1221,26 @@ static int export_last(const char *ckpt_dir, const char *format, const char *tok
             ckpt_dir);
     return 1;
   }
-  int gguf = !strcmp(format, "gguf");
-  snprintf(out, sizeof out, "%s/%s", ckpt_dir, gguf ? "model.gguf" : "model.safetensors");
+  int gguf = !strcmp(format, "gguf"), peft = !strcmp(format, "peft");
+  snprintf(out, sizeof out, "%s/%s", ckpt_dir,
+           gguf   ? "model.gguf"
+           : peft ? "adapter"
+                  : "model.safetensors");
   snprintf(config, sizeof config, "%s/config.json", ckpt_dir);
   int rc = gguf
                ? colo_export_gguf(last, out, tokenizer, colo_gguf_type_parse(type), err, sizeof err)
-               : colo_export_checkpoint(last, out, config, err, sizeof err);
+           : peft ? colo_export_peft(last, out, err, sizeof err)
+                  : colo_export_checkpoint(last, out, config, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "colo-train train: exporting %s: %s\n", last, err);
     return rc == COLO_EINVAL ? COLO_EXIT_CONFIG : 1;
   }
-  printf("exported %s as %s%s%s\n", last, out, gguf ? "" : " and ", gguf ? "" : config);
+  if (peft)
+    printf("exported %s's adapters for PEFT in %s (adapter_model.safetensors, "
+           "adapter_config.json)\n",
+           last, out);
+  else
+    printf("exported %s as %s%s%s\n", last, out, gguf ? "" : " and ", gguf ? "" : config);
   return 0;
 }
 
