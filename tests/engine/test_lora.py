@@ -14,6 +14,7 @@ and clip_grad_norm_ updating them. It checks:
   - every adapter gradient of the first step within 1e-4 of the tensor's largest;
   - the losses and gradient norms of all 10 steps within 1e-4 relative;
   - the adapters after 10 steps within 1e-4 absolute; the base's weights unchanged, bit for bit;
+  - a run stopped at step 5 and resumed: its step-10 checkpoint the same, byte for byte;
   - `colo-train export` of the run's checkpoint: the base with the adapters merged, within 1e-6
     of W + (alpha/r)·(B·A)ᵀ of its adapters, computed here;
   - `colo-train eval` of the LoRA checkpoint: the merged export's loss on the same windows,
@@ -142,13 +143,21 @@ def run(tmp, arch):
           "--ckpt-dir", base_dir] + MODEL + ARCH[arch])
     base_ckpt = os.path.join(arch + "-base", "step_00000030")  # under the data root
     dump, ckpt = os.path.join(tmp, arch + "-lora.dump"), os.path.join(tmp, arch + "-lora")
-    out = colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+    lora_run = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
                 "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
                 "--lr", str(LR), "--min-lr", str(MIN_LR), "--warmup", str(WARMUP),
                 "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
                 "--seed", "1234", "--threads", "2", "--init-from", base_ckpt,
-                "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-targets", TARGETS[arch],
-                "--ckpt-dir", ckpt, "--dump-reference", dump, "--export-format", "peft"] + MODEL + ARCH[arch])
+                "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-targets", TARGETS[arch]
+                ] + MODEL + ARCH[arch]
+    out = colo(lora_run + ["--ckpt-dir", ckpt, "--dump-reference", dump, "--export-format", "peft"])
+    # stopped halfway and resumed: the same adapters and moments, bit for bit
+    halves = os.path.join(tmp, arch + "-halves")
+    colo(lora_run + ["--ckpt-dir", halves, "--stop-at", str(STEPS // 2), "--quiet"])
+    colo(lora_run + ["--ckpt-dir", halves, "--resume", "auto", "--quiet"])
+    f = "step_%08d/rank_00000.safetensors" % STEPS
+    check(tag + "stopped at step %d and resumed: the same checkpoint (bytes)" % (STEPS // 2),
+          open(os.path.join(ckpt, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
     line = [x for x in out.splitlines() if x.startswith("lora:")]
     check(tag + "colo-train says what trains", len(line) == 1, line[0] if line else out[-300:])
     ref = read_safetensors(dump)

@@ -763,90 +763,70 @@ static int load_lora(const char *dir, colo_ckpt_meta_t *meta, colo_lora_t *lora,
     be->from_host(colo_lora_params(lora), h, n * sizeof *h);
     be->from_host(opt->m, h + n, n * sizeof *h);
     be->from_host(opt->v, h + 2 * n, n * sizeof *h);
+    char *abs = init_from ? realpath(init_from, NULL) : NULL; /* as the manifest has it */
     const char *was = meta->lora_base[0] ? meta->lora_base : "the seed's initialisation";
-    const char *is = init_from ? init_from : "the seed's initialisation";
+    const char *is = abs ? abs : init_from ? init_from : "the seed's initialisation";
     if (strcmp(was, is) && lead)
       fprintf(stderr, "colo-train: warning: checkpoint %s adapted %s; this run's model is %s\n",
               dir, was, is);
+    free(abs);
   }
   free(h);
   return rc;
 }
 
-/* A LoRA run's checkpoint: the adapters and their moments, the same on every data-parallel rank,
- * written by rank 0 alone through host memory (they are small); the ranks agree at each stage as
- * save() does. */
-static int save_lora(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step, int asked,
-                     float val, const colo_loss_scaler_t *scaler, colo_lora_t *lora,
-                     colo_adamw_t *opt, colo_comm_t *world, const colo_backend_t *be, int lead,
-                     FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
-  meta->step = (uint64_t)step;
-  meta->asked = asked;
-  meta->val_loss = val;
-  meta->loss_scale = scaler->scale;
-  meta->loss_scale_good = scaler->good_steps;
-  meta->adam_t = opt->t;
-  meta->zero = 0;
-  int rc = 0;
-  if (lead) {
-    size_t n = colo_lora_numel(lora);
-    float *h = malloc(3 * n * sizeof *h + 1);
-    if (!h)
-      rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory for the adapters' checkpoint");
-    if (rc == 0) {
-      be->to_host(h, colo_lora_params(lora), n * sizeof *h);
-      be->to_host(h + n, opt->m, n * sizeof *h);
-      be->to_host(h + 2 * n, opt->v, n * sizeof *h);
-      rc = colo_ckpt_begin(cfg->ckpt_dir, meta->step, err, errlen);
-    }
-    if (rc == 0)
-      rc = colo_ckpt_write_lora(cfg->ckpt_dir, meta->step, lora, h, h + n, h + 2 * n, err, errlen);
-    if (rc == 0)
-      rc = colo_ckpt_commit(cfg->ckpt_dir, meta, path, path_len, err, errlen);
-    else if (h)
-      colo_ckpt_abandon(cfg->ckpt_dir, meta->step);
-    free(h);
-    int removed = 0;
-    if (rc == 0 && cfg->ckpt_keep > 0)
-      colo_ckpt_prune(cfg->ckpt_dir, cfg->ckpt_keep, cfg->ckpt_keep_best, &removed);
-  }
-  rc = agree(world, rc, "writing the adapters' checkpoint", err, errlen);
+/* A LoRA run's checkpoint files: the adapters and their moments, the same on every
+ * data-parallel rank, written by rank 0 alone through host memory (they are small). */
+static int write_lora(const colo_train_config_t *cfg, uint64_t step, colo_lora_t *lora,
+                      const colo_adamw_t *opt, const colo_backend_t *be, char *err, size_t errlen) {
+  size_t n = colo_lora_numel(lora);
+  float *h = malloc(3 * n * sizeof *h + 1);
+  if (!h)
+    return colo_fail(err, errlen, COLO_ENOMEM, "no host memory for the adapters' checkpoint");
+  be->to_host(h, colo_lora_params(lora), n * sizeof *h);
+  be->to_host(h + n, opt->m, n * sizeof *h);
+  be->to_host(h + 2 * n, opt->v, n * sizeof *h);
+  int rc = colo_ckpt_begin(cfg->ckpt_dir, step, err, errlen);
   if (rc == 0)
-    report_checkpoint(progress, step, path,
-                      asked && cfg->save_requested ? (long)*cfg->save_requested : 0, val);
+    rc = colo_ckpt_write_lora(cfg->ckpt_dir, step, lora, h, h + n, h + 2 * n, err, errlen);
+  free(h);
   return rc;
 }
 
 /* A checkpoint, written by the ranks together: its shard writers (colo_ckpt_begin's comment)
- * write their files, with nothing gathered, then rank 0 commits it. No rank holds more than a
+ * write their files, with nothing gathered, then rank 0 commits it (a LoRA run's: rank 0 writes
+ * and commits). No rank holds more than a
  * chunk of it in memory beyond what it trains with. val: the validation loss at `step` (NaN:
  * not evaluated there). */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step, int asked,
                 float val, const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
                 colo_zero_t *zero, colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be,
                 int lead, FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
-  if (colo_gpt_lora(model))
-    return save_lora(cfg, meta, step, asked, val, scaler, colo_gpt_lora(model), opt, world, be,
-                     lead, progress, path, path_len, err, errlen);
+  colo_lora_t *lora = colo_gpt_lora(model);
   meta->step = (uint64_t)step;
   meta->asked = asked;
   meta->val_loss = val;
   meta->loss_scale = scaler->scale;
   meta->loss_scale_good = scaler->good_steps;
   meta->adam_t = opt->t;
-  meta->zero = zero->stage;
-  save_src_t src = {zero, opt, model, be, 0, NULL, NULL, NULL, NULL, NULL, NULL};
-  int writer = save_src_init(&src, dp_idx, err, errlen);
-  int rc = writer < 0 ? writer : 0;
-  if (rc == 0 && lead)
-    rc = colo_ckpt_begin(cfg->ckpt_dir, meta->step, err, errlen);
-  rc = agree(world, rc, "beginning the checkpoint", err, errlen);
-  if (rc == 0 && writer > 0) {
-    colo_ckpt_pieces_t pc = {src.n, src.lo, src.hi, src.kinds, save_read, &src};
-    rc = colo_ckpt_write_shard(cfg->ckpt_dir, meta->step, model, NULL, NULL, NULL, &pc, me, err,
-                               errlen);
+  meta->zero = lora ? 0 : zero->stage;
+  int rc = 0;
+  if (lora && lead) {
+    rc = write_lora(cfg, meta->step, lora, opt, be, err, errlen);
+  } else if (!lora) {
+    save_src_t src = {zero, opt, model, be, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+    int writer = save_src_init(&src, dp_idx, err, errlen);
+    rc = writer < 0 ? writer : 0;
+    if (rc == 0 && lead)
+      rc = colo_ckpt_begin(cfg->ckpt_dir, meta->step, err, errlen);
+    rc = agree(world, rc, "beginning the checkpoint", err, errlen);
+    if (rc == 0 && writer > 0) {
+      colo_ckpt_pieces_t pc = {src.n, src.lo, src.hi, src.kinds, save_read, &src};
+      rc = colo_ckpt_write_shard(cfg->ckpt_dir, meta->step, model, NULL, NULL, NULL, &pc, me, err,
+                                 errlen);
+    }
+    save_src_free(&src);
   }
-  save_src_free(&src);
   rc = agree(world, rc, "writing the checkpoint's shards", err, errlen);
   if (rc == 0 && lead)
     rc = colo_ckpt_commit(cfg->ckpt_dir, meta, path, path_len, err, errlen);
