@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# LoRA against full fine-tuning, side by side in one run: the same model (GPT-2 124M's blocks: 12
+# layers, 12 heads, 768 wide; block 256, vocabulary 256), started from the same weights (one
+# step of training, which is all this needs), trained STEPS steps of batch 4 each way, with and
+# without recomputation. Reported per run: the memory pool's peak (parameters, gradients,
+# optimizer state, activations, scratch), the parameters that train, the last checkpoint's size
+# and the median step time; and LoRA's ratio to the full run for each. Writes
+# bench/results/engine_cpu_lora.md.
+#   bash bench/engine_cpu/lora.sh [STEPS] [RANK] [THREADS]
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+STEPS=${1:-4}
+RANK=${2:-16}
+THREADS=${3:-$(nproc)}
+source "$SRC/bench/lib.sh"
+bench_setup colo-train
+bench_data
+M=(--data-root "$TMP/data" --train-data train.bin --n-layer 12 --n-head 12 --n-embd 768
+  --block-size 256 --vocab-size 256 --batch-size 4 --eval-interval 0 --threads "$THREADS" --quiet)
+"$CT" train "${M[@]}" --steps 1 --ckpt-dir "$TMP/data/base"
+for rc in "" --recompute; do
+  for kind in full lora; do
+    name=$kind${rc:+-recompute}
+    extra=()
+    [ "$kind" = lora ] && extra=(--lora-rank "$RANK" --lora-alpha $((2 * RANK)))
+    "$CT" train "${M[@]}" --steps "$STEPS" --init-from base/step_00000001 $rc "${extra[@]}" \
+      --ckpt-dir "$TMP/$name" --progress "$TMP/$name.jsonl" | grep "^lora:" || true
+  done
+done
+python3 - "$TMP" "$STEPS" "$RANK" "$THREADS" "$SRC/bench/results/engine_cpu_lora.md" <<'PY'
+import json, os, statistics, sys, datetime
+tmp, steps, rank, threads, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+def run(name):
+    recs = [json.loads(l) for l in open(os.path.join(tmp, name + ".jsonl"))]
+    st = [r for r in recs if r["event"] == "step"]
+    d = os.path.join(tmp, name, "step_%08d" % steps)
+    size = sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))
+    return {"peak": max(r["memory_bytes"] for r in st), "ms": statistics.median(r["ms"] for r in st[1:]),
+            "ckpt": size, "loss": st[-1]["loss"]}
+mib = lambda b: b / 2**20
+lines = ["# LoRA against full fine-tuning (CPU engine)", "",
+         "`bash bench/engine_cpu/lora.sh %d %s %s`, %s UTC: GPT-2 124M's blocks (12 layers, 12 heads, "
+         "768 wide), block 256, vocabulary 256, batch 4, %d steps each from the same weights, "
+         "%s threads; LoRA of rank %s (alpha %d) on every product. Peak: the memory pool's "
+         "(`memory_bytes` in the progress records); time: the median step after the first." %
+         (steps, rank, threads, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), steps, threads,
+          rank, 2 * int(rank)), "",
+         "| run | peak MiB | LoRA / full | checkpoint MiB | LoRA / full | ms a step | LoRA / full |",
+         "|---|---|---|---|---|---|---|"]
+for rc in ("", "-recompute"):
+    f, l = run("full" + rc), run("lora" + rc)
+    for name, r in (("full fine-tuning" + (", recomputation" if rc else ""), f),
+                    ("LoRA" + (", recomputation" if rc else ""), l)):
+        ratio = lambda k: "" if r is f else "%.2f" % (r[k] / f[k])
+        lines.append("| %s | %.1f | %s | %.1f | %s | %.0f | %s |" %
+                     (name, mib(r["peak"]), ratio("peak"), mib(r["ckpt"]), ratio("ckpt"), r["ms"], ratio("ms")))
+open(out, "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
