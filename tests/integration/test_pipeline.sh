@@ -226,6 +226,8 @@ for _ in $(seq 1 600); do
   sleep 0.1
 done
 expect_eq "$(jstate "$L4")" "succeeded" "(lora: $("$COLOCTL" status "$L4"))"
+expect_rc 0 "$COLOCTL" status "$L4"
+expect_contains "$OUT" "  lora       rank 4, alpha 16 on attn.c_attn,mlp.c_proj: the model frozen"
 LG4=$("$COLOCTL" logs "$L4")
 expect_contains "$LG4" "initial weights from $TMP/ckpt/job-$L1/step_00000040"
 expect_contains "$LG4" "lora: rank 4, alpha 16 on attn.c_attn,mlp.c_proj: 1152 parameters train, the model's "

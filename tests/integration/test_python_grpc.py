@@ -280,6 +280,32 @@ class ColodTest(WithColod):
             self.assertEqual(cm.exception.details(), msg)
         self.assertEqual(job_rows(), before)
 
+    def test_lora_adapters(self):
+        s = spec(name="py-lora", train__lora_rank=8, train__lora_targets="attn.c_attn,mlp.c_proj",
+                 parallel__zero_stage=0)
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id).spec.train
+        self.assertEqual((got.lora_rank, got.lora_targets), (8, "attn.c_attn,mlp.c_proj"))
+        self.assertAlmostEqual(got.lora_alpha, 16.0)  # the default, stored explicitly
+        self.assertTrue(got.HasField("lora_alpha"))
+        plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
+        self.assertEqual(plain.spec.train.lora_rank, 0)
+        before = job_rows()
+        for bad, msg in (
+                (spec(train__lora_rank=8, train__lora_targets="q_proj"),
+                 "train.lora_targets: lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, "
+                 "mlp.c_fc, mlp.c_proj, all"),
+                (spec(train__lora_rank=8, parallel__zero_stage=1),
+                 "train.lora_rank=8 trains with data parallelism alone: parallel.tp=1, pp=1 and "
+                 "zero_stage=1 must be 1, 1 and 0 (the adapters are small; the frozen model is whole "
+                 "on each rank)"),
+                (spec(checkpoint__export_format="peft"),
+                 "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), msg)
+        self.assertEqual(job_rows(), before)
+
     def test_paging(self):
         ids = [self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(name="page")), timeout=5).job.id
                for _ in range(5)]
