@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # LoRA against full fine-tuning, side by side in one run: the same model (GPT-2 124M's blocks: 12
 # layers, 12 heads, 768 wide; block 256, vocabulary 256), started from the same weights (one
-# step of training, which is all this needs), trained STEPS steps of batch 4 each way, with and
-# without recomputation. Reported per run: the memory pool's peak (parameters, gradients,
+# step of training, which is all this needs), trained STEPS steps of batch 4 each way: fp32 with
+# and without recomputation, and bf16 activations (emulated on the CPU: its memory, not its
+# speed, is the GPU's) with recomputation, where LoRA keeps the frozen blocks' matrices in bf16
+# alone. Reported per run: the memory pool's peak (parameters, gradients,
 # optimizer state, activations, scratch), the parameters that train, the last checkpoint's size
 # and the median step time; and LoRA's ratio to the full run for each. Writes
 # bench/results/engine_cpu_lora.md.
@@ -18,13 +20,13 @@ bench_data
 M=(--data-root "$TMP/data" --train-data train.bin --n-layer 12 --n-head 12 --n-embd 768
   --block-size 256 --vocab-size 256 --batch-size 4 --eval-interval 0 --threads "$THREADS" --quiet)
 "$CT" train "${M[@]}" --steps 1 --ckpt-dir "$TMP/data/base"
-for rc in "" --recompute; do
+for run in fp32 fp32-recompute bf16-recompute; do
   for kind in full lora; do
-    name=$kind${rc:+-recompute}
-    extra=()
-    [ "$kind" = lora ] && extra=(--lora-rank "$RANK" --lora-alpha $((2 * RANK)))
-    "$CT" train "${M[@]}" --steps "$STEPS" --init-from base/step_00000001 $rc "${extra[@]}" \
-      --ckpt-dir "$TMP/$name" --progress "$TMP/$name.jsonl" | grep "^lora:" || true
+    extra=(--precision "${run%%-*}")
+    [ "$run" != fp32 ] && extra+=(--recompute)
+    [ "$kind" = lora ] && extra+=(--lora-rank "$RANK" --lora-alpha $((2 * RANK)))
+    "$CT" train "${M[@]}" --steps "$STEPS" --init-from base/step_00000001 "${extra[@]}" \
+      --ckpt-dir "$TMP/$kind-$run" --progress "$TMP/$kind-$run.jsonl" | grep "^lora:" || true
   done
 done
 python3 - "$TMP" "$STEPS" "$RANK" "$THREADS" "$SRC/bench/results/engine_cpu_lora.md" <<'PY'
@@ -42,15 +44,16 @@ lines = ["# LoRA against full fine-tuning (CPU engine)", "",
          "`bash bench/engine_cpu/lora.sh %d %s %s`, %s UTC: GPT-2 124M's blocks (12 layers, 12 heads, "
          "768 wide), block 256, vocabulary 256, batch 4, %d steps each from the same weights, "
          "%s threads; LoRA of rank %s (alpha %d) on every product. Peak: the memory pool's "
-         "(`memory_bytes` in the progress records); time: the median step after the first." %
+         "(`memory_bytes` in the progress records); time: the median step after the first (bf16 "
+         "is emulated on the CPU: its times are not a GPU's)." %
          (steps, rank, threads, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), steps, threads,
           rank, 2 * int(rank)), "",
          "| run | peak MiB | LoRA / full | checkpoint MiB | LoRA / full | ms a step | LoRA / full |",
          "|---|---|---|---|---|---|---|"]
-for rc in ("", "-recompute"):
+for rc, what in (("-fp32", ""), ("-fp32-recompute", ", recomputation"),
+                 ("-bf16-recompute", ", recomputation, bf16")):
     f, l = run("full" + rc), run("lora" + rc)
-    for name, r in (("full fine-tuning" + (", recomputation" if rc else ""), f),
-                    ("LoRA" + (", recomputation" if rc else ""), l)):
+    for name, r in (("full fine-tuning" + what, f), ("LoRA" + what, l)):
         ratio = lambda k: "" if r is f else "%.2f" % (r[k] / f[k])
         lines.append("| %s | %.1f | %s | %.1f | %s | %.0f | %s |" %
                      (name, mib(r["peak"]), ratio("peak"), mib(r["ckpt"]), ratio("ckpt"), r["ms"], ratio("ms")))

@@ -1350,6 +1350,57 @@ TEST(lora_bf16_gradients_near_fp32) {
   ASSERT(n > 0 && sqrt(d / n) < 3e-2);
 }
 
+/* bf16 activations: a frozen model whose matrices are kept only as their compute copies
+ * (colo_gpt_freeze_matrices) computes what it did with them, bit for bit (the loss, the
+ * adapters' gradients, twice over, with and without recomputation, GPT-2 and Llama with
+ * grouped-query attention and an untied head), in less memory */
+TEST(lora_frozen_matrices_are_the_same) {
+  setup();
+  be = colo_backend_cpu_dtype(COLO_DTYPE_BF16);
+  int archs[] = {COLO_ARCH_GPT2, -2};
+  for (int ai = 0; ai < 2; ai++)
+    for (int rc = 0; rc < 2; rc++) {
+      float loss[2][2];
+      float *g[2];
+      size_t used[2], np = 0;
+      colo_pool_t *pool = new_pool(0);
+      for (int k = 0; k < 2; k++) {
+        size_t before = colo_pool_used(pool);
+        colo_gpt_t *m = tiny_model_arch(pool, rc, archs[ai]);
+        colo_lora_t *l = tiny_lora(m, pool, COLO_LORA_ALL);
+        char err[256];
+        if (k)
+          ASSERT_EQ_INT(colo_gpt_freeze_matrices(m, err, sizeof err), 0);
+        ASSERT((colo_gpt_params(m) == NULL) == (k == 1));
+        used[k] = colo_pool_used(pool) - before;
+        np = colo_lora_numel(l);
+        g[k] = own(malloc(np * 4));
+        for (int rep = 0; rep < 2; rep++) {
+          colo_lora_zero_grad(l);
+          loss[k][rep] = colo_gpt_forward(m, IN, TG, 2, 5);
+          colo_gpt_backward(m, 1.0f);
+        }
+        memcpy(g[k], colo_lora_grads(l), np * 4);
+        colo_gpt_set_lora(m, NULL, NULL, 0);
+        colo_lora_destroy(l);
+        colo_gpt_destroy(m);
+        models[--n_models] = NULL;
+      }
+      ASSERT(loss[0][0] == loss[1][0] && loss[0][1] == loss[1][1] && isfinite(loss[0][0]));
+      ASSERT(memcmp(g[0], g[1], np * 4) == 0);
+      printf("  arch %d, recompute %d: the same loss %.6f and gradients; memory %zu -> %zu bytes\n",
+             archs[ai], rc, (double)loss[1][1], used[0], used[1]);
+      ASSERT(used[1] < used[0]);
+    }
+  be = colo_backend_cpu();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_t *m = tiny_model(pool, 0);
+  char err[256];
+  ASSERT_EQ_INT(colo_gpt_freeze_matrices(m, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "only a frozen model (LoRA) with 16-bit activations keeps its matrices as "
+                     "their compute copies alone");
+}
+
 TEST(lora_refusals) {
   setup();
   char err[256];

@@ -123,6 +123,11 @@ struct colo_gpt_s {
   void *proj;        /* [N][C]: a row-parallel product's output before its sum (forward scratch) */
   colo_lora_t *lora; /* adapters on the products (colo_gpt_set_lora), or NULL */
   int frozen;        /* no gradients of the model's own tensors */
+  /* colo_gpt_freeze_matrices: the blocks' matrices only as their compute copies (made once: each
+   * block's own w, or under recomputation wkeep[l − l_lo]), the other tensors in fparams */
+  int wfrozen;
+  void **wkeep;
+  float *fparams;
 };
 
 /* element i of an activation buffer */
@@ -668,6 +673,10 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_t *p = m->pool;
   colo_pool_free(p, m->params);
   colo_pool_free(p, m->grads);
+  colo_pool_free(p, m->fparams);
+  for (int l = 0; m->wkeep && l < m->l_hi - m->l_lo; l++)
+    colo_pool_free(p, m->wkeep[l]);
+  free(m->wkeep);
   free_rows(m);
   void *rest[] = {m->lnf,     m->lnf_mean, m->lnf_rstd,   m->logits, m->losses, m->dres,
                   m->dln,     m->dqkv,     m->datty,      m->dfch,   m->dtmp,   m->gelu,
@@ -896,13 +905,14 @@ typedef struct {
 } block_w_t;
 
 static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int make) {
-  if (!a->w)
+  void *wb = m->wkeep ? m->wkeep[l - m->l_lo] : a->w;
+  if (!wb)
     return (block_w_t){P(m, l, P_QKVW), P(m, l, P_ATTPROJW), P(m, l, P_FCW), P(m, l, P_FCPROJW)};
   const colo_backend_t *be = m->be;
   size_t C = (size_t)m->cfg.n_embd, Cq = (size_t)m->Cq, Cf = (size_t)m->Cf;
-  block_w_t w = {at(m, a->w, m->wq_off), at(m, a->w, m->wap_off), at(m, a->w, m->wfc_off),
-                 at(m, a->w, m->wfp_off)};
-  if (make) {
+  block_w_t w = {at(m, wb, m->wq_off), at(m, wb, m->wap_off), at(m, wb, m->wfc_off),
+                 at(m, wb, m->wfp_off)};
+  if (make && !m->wfrozen) { /* frozen: made once, by colo_gpt_freeze_matrices */
     be->to_act((void *)w.qkv, P(m, l, P_QKVW), C * (size_t)m->Cqkv);
     be->to_act((void *)w.attproj, P(m, l, P_ATTPROJW), Cq * C);
     be->to_act((void *)w.fc, P(m, l, P_FCW), C * Cf * (m->llama ? 2 : 1));
@@ -916,7 +926,7 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
 static const void *head_weights(colo_gpt_t *m, int make) {
   if (!m->wte_act)
     return HEAD(m);
-  if (make)
+  if (make && !m->wfrozen) /* frozen: made once, by colo_gpt_freeze_matrices */
     m->be->to_act(m->wte_act, HEAD(m), (size_t)m->Vl * m->cfg.n_embd);
   return m->wte_act;
 }
@@ -1247,6 +1257,58 @@ int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t
     for (size_t i = 0; i < m->n_tensors; i++)
       m->gt[i] = NULL;
   }
+  return 0;
+}
+
+/* whether table index i is one of a block's four matrices */
+static int block_matrix(const colo_gpt_t *m, size_t i) {
+  size_t n = (size_t)(m->l_hi - m->l_lo) * m->per_layer;
+  if (i < (size_t)m->i_l0 || i >= (size_t)m->i_l0 + n)
+    return 0;
+  int k = (int)((i - (size_t)m->i_l0) % (size_t)m->per_layer);
+  return k == m->slot[P_QKVW] || k == m->slot[P_ATTPROJW] || k == m->slot[P_FCW] ||
+         k == m->slot[P_FCPROJW];
+}
+
+int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen) {
+  if (m->wfrozen)
+    return 0;
+  if (!m->frozen || m->hooks || !m->params || m->be->act_dtype == COLO_DTYPE_F32)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "only a frozen model (LoRA) with 16-bit activations keeps its matrices as "
+                     "their compute copies alone");
+  int nl = m->l_hi - m->l_lo;
+  size_t wbytes = (m->wfp_off + (size_t)m->Cf * m->cfg.n_embd) * m->asz, keep = 0;
+  if (m->recompute) { /* one shared copy: each block gets its own */
+    if (!(m->wkeep = calloc((size_t)nl, sizeof *m->wkeep)))
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    for (int l = 0; l < nl; l++)
+      if (!(m->wkeep[l] = colo_pool_alloc(m->pool, wbytes, "frozen matrices")))
+        return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
+  }
+  for (size_t i = 0; i < m->n_tensors; i++)
+    keep += block_matrix(m, i) ? 0 : m->table[i].numel;
+  float *fp = colo_pool_alloc(m->pool, (keep ? keep : 1) * sizeof(float), "parameters");
+  if (!fp)
+    return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
+  for (int l = m->l_lo; l < m->l_hi; l++) /* the copies, from the fp32 matrices a last time */
+    block_weights(m, l, &m->layers[m->recompute ? 0 : l - m->l_lo], 1);
+  if (m->wte_act)
+    head_weights(m, 1);
+  size_t off = 0;
+  for (size_t i = 0; i < m->n_tensors; i++) {
+    if (block_matrix(m, i)) {
+      m->pt[i] = NULL;
+      continue;
+    }
+    m->be->copy(fp + off, m->pt[i], m->table[i].numel * sizeof(float));
+    m->pt[i] = fp + off;
+    off += m->table[i].numel;
+  }
+  colo_pool_free(m->pool, m->params);
+  m->params = NULL;
+  m->fparams = fp;
+  m->wfrozen = 1;
   return 0;
 }
 

@@ -1243,6 +1243,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (lora && !ckpt_path[0])
     colo_lora_init(lora, cfg->seed);
+  /* 16-bit activations: the frozen matrices as their compute copies alone (not with --dump, which
+   * writes the model's fp32 tensors) */
+  if (lora && be->act_dtype != COLO_DTYPE_F32 && !(lead && cfg->dump_path))
+    CHECK_GOTO(colo_gpt_freeze_matrices(model, err, errlen), rc, out);
   CHECK_GOTO(colo_zero_attach(&zero, err, errlen), rc, out);
   /* the reported peak is that of training; set-up briefly holds full parameters and gradients */
   colo_pool_reset_peak(pool);
@@ -1276,10 +1280,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead && lora) {
     char tg[96];
-    printf("lora: rank %d, alpha %g on %s: %zu parameters train, the model's %zu are frozen (%s)\n",
-           cfg->lora.rank, (double)cfg->lora.alpha,
-           colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora),
-           n_params, cfg->init_from ? cfg->init_from : "initialised from the seed");
+    printf(
+        "lora: rank %d, alpha %g on %s: %zu parameters train, the model's %zu are frozen (%s)%s\n",
+        cfg->lora.rank, (double)cfg->lora.alpha,
+        colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora), n_params,
+        cfg->init_from ? cfg->init_from : "initialised from the seed",
+        colo_gpt_params(model) ? "" : ", its blocks' matrices in 16 bits only");
   }
   if (!cfg->quiet && lead)
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
