@@ -33,7 +33,6 @@ adapters within 1e-4 (AdamW near zero magnifies the sums' other order). Exit 0 w
 import json
 import math
 import os
-import struct
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_torch_reference import read_safetensors  # noqa: E402
 from torch_gpt2 import GPT2, Llama  # noqa: E402
 
 COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
@@ -60,21 +60,6 @@ def check(what, ok, detail):
     print("%-58s %s  %s" % (what, "ok  " if ok else "FAIL", detail))
     if not ok:
         failures.append(what)
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        hdr = json.loads(f.read(n))
-        data = f.read()
-    out = {}
-    for name, meta in hdr.items():
-        if name == "__metadata__":
-            continue
-        assert meta["dtype"] == "F32", (name, meta["dtype"])
-        b, e = meta["data_offsets"]
-        out[name] = torch.from_numpy(np.frombuffer(data[b:e], dtype=np.float32).copy()).reshape(meta["shape"])
-    return out
 
 
 def colo(args, **kw):
