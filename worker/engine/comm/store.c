@@ -74,14 +74,26 @@ int colo_tcp_listen(const char *host, int port, int *bound_port, char *err, size
     snprintf(err, errlen, "cannot resolve %s: %s", host, gai_strerror(gai));
     return -1;
   }
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
-  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 256) != 0) {
-    snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(errno));
+  /* A fixed port may be held a moment by a socket that is not a server: a rank on this host
+   * that dials it before it listens can get it as its own port (a TCP self-connect, which
+   * colo_tcp_connect resets at once). Bound a while later, it is free; a server's stays taken. */
+  int64_t deadline = mono_ms() + (port ? 3000 : 0);
+  int fd, one = 1;
+  for (;;) {
+    fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0)
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd >= 0 && bind(fd, res->ai_addr, res->ai_addrlen) == 0 && listen(fd, 256) == 0)
+      break;
+    int e = errno;
     if (fd >= 0)
       close(fd);
-    freeaddrinfo(res);
-    return -1;
+    if (e != EADDRINUSE || mono_ms() >= deadline) {
+      snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port, strerror(e));
+      freeaddrinfo(res);
+      return -1;
+    }
+    usleep(20000);
   }
   freeaddrinfo(res);
   struct sockaddr_storage ss;
@@ -91,6 +103,18 @@ int colo_tcp_listen(const char *host, int port, int *bound_port, char *err, size
     *bound_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
                                                 : ((struct sockaddr_in6 *)&ss)->sin6_port);
   return fd;
+}
+
+/* A TCP connection to a port on this host that nobody listens on can be made to itself, when
+ * the kernel picks that same port as the connection's own (a simultaneous open): its two ends
+ * are one address. */
+static int self_connected(int fd) {
+  struct sockaddr_storage a = {0}, b = {0};
+  socklen_t la = sizeof a, lb = sizeof b;
+  if (getsockname(fd, (struct sockaddr *)&a, &la) != 0 ||
+      getpeername(fd, (struct sockaddr *)&b, &lb) != 0)
+    return 0;
+  return la == lb && memcmp(&a, &b, la) == 0;
 }
 
 int colo_tcp_connect(const char *addr, int timeout_ms, char *err, size_t errlen) {
@@ -110,7 +134,15 @@ int colo_tcp_connect(const char *addr, int timeout_ms, char *err, size_t errlen)
   int64_t deadline = mono_ms() + timeout_ms;
   for (;;) {
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    int up = fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0;
+    if (up && self_connected(fd)) { /* no server yet: the kernel gave it the port it dialled */
+      /* closed with a reset, not through TIME_WAIT, which would hold the port for a minute */
+      struct linger lg = {1, 0};
+      setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+      up = 0;
+      errno = ECONNREFUSED;
+    }
+    if (up) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
       freeaddrinfo(res);
