@@ -1,6 +1,6 @@
 // llama.cpp (node-llama-cpp's prebuilt CPU build) on a GGUF file that colo-train export wrote.
 // usage: node gguf_ref.mjs REF REQUEST.json; the request: {"model": path, "texts": [...],
-// "ids": [...]}. Prints one JSON object: each text's tokens as llama.cpp's tokenizer makes them
+// "ids": [...], "lora": a LoRA adapter file to apply, or absent}. Prints one JSON object: each text's tokens as llama.cpp's tokenizer makes them
 // (plain text: special tokens' names are not parsed, no BOS added), the mean negative
 // log-likelihood of ids[1:] each given those before it (probabilities at temperature 1, nothing
 // cut), the most likely token at each position, the model's BOS and EOS, and the file's
@@ -25,7 +25,8 @@ const out = {
 };
 const ids = req.ids || [];
 if (ids.length > 1) {
-  const ctx = await model.createContext({contextSize: Math.max(64, ids.length), batchSize: ids.length});
+  const ctx = await model.createContext({contextSize: Math.max(64, ids.length), batchSize: ids.length,
+    ...(req.lora ? {lora: {adapters: [{filePath: req.lora}]}} : {})});
   const seq = ctx.getSequence();
   const all = {temperature: 1, topK: 0, topP: 1, minP: 0};
   const input = ids.map((t, i) =>

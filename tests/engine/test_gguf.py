@@ -13,7 +13,11 @@ block with q, k and v biases, RMSNorm's 1e-6 and an untied head ("qwen2"), and L
 rope scaling (a rope_freqs tensor): the mean loss llama.cpp gives a held-out window equals
 colo-train eval's on it (F32: within 1e-4 relative; F16 and BF16 within 1e-3; ggml's 8-bit Q8_0
 within 5e-3), and llama.cpp reads
-the text's bytes as the model's tokens. With real tokenizers (GPT-2's, Llama 3's and Qwen2.5's
+the text's bytes as the model's tokens. LoRA adapters trained on each of the first three
+(`export --format gguf-lora`): llama.cpp applying the adapter file to the base's GGUF gives the
+loss of the merged model's GGUF within 1e-4 relative (it must differ from the base alone's by
+ten times that gap), which in turn is colo's eval of the adapters' checkpoint within 1e-4. With
+real tokenizers (GPT-2's, Llama 3's and Qwen2.5's
 tokenizer.json, from tokref.sh's cache, as test_hf_tokenizer uses them): llama.cpp's tokens of
 several texts are colo-train tokenize's, id for id; the same window's loss matches; BOS, EOS
 and the chat template are the tokenizer's; a model whose vocabulary is larger than its
@@ -71,10 +75,10 @@ if p.returncode != 0:
 REF = p.stdout.decode().strip()
 
 
-def llama_cpp(model, texts=(), ids=()):
+def llama_cpp(model, texts=(), ids=(), lora=None):
     req = os.path.join(WORK, "req.json")
     with open(req, "w") as f:
-        json.dump({"model": model, "texts": list(texts), "ids": list(ids)}, f)
+        json.dump({"model": model, "texts": list(texts), "ids": list(ids), "lora": lora}, f)
     p = subprocess.run(["node", os.path.join(HERE, "gguf_ref.mjs"), REF, req], capture_output=True,
                        timeout=600)
     if p.returncode != 0:
@@ -133,8 +137,10 @@ cases = [
                   "--rope-low-freq-factor", "1", "--rope-high-freq-factor", "4",
                   "--rope-original-context", "16"], "llama"),
 ]
+bases = {}
 for name, extra, arch in cases:
     ck = train(name, "bytes", 256, extra)
+    bases[name] = (ck, extra)
     out = os.path.join(WORK, name + ".gguf")
     run(["export", "--checkpoint", ck, "--out", out, "--type", "f32"])
     ref = llama_cpp(out, texts=["To be, or not to be:\nthat is the question."])
@@ -150,6 +156,31 @@ for name, extra, arch in cases:
             check_loss("%s %s" % (name, t), ck, out, held_out, tol)
             print("figure: %s %s: %d bytes" % (name, t, os.path.getsize(out)))
         llama_ck = ck
+
+# ---- LoRA adapters as llama.cpp's adapter file: llama.cpp applying them to the base's GGUF
+# computes what the merged model does (and what colo's eval of the adapters does) ----
+for name in ("gpt2", "llama", "qwen2"):
+    ck, extra = bases[name]
+    base_ck = os.path.relpath(os.path.join(ck, "step_00000150"), WORK)
+    lck = os.path.join(WORK, "lora-" + name)
+    run(["train", "--data-root", WORK, "--train-data", "bytes/train.bin", "--eval-interval", "0",
+         "--n-layer", "2", "--n-head", "4", "--n-embd", "64", "--block-size", str(T),
+         "--vocab-size", "256", "--batch-size", "8", "--steps", "30", "--lr", "1e-2",
+         "--init-from", base_ck, "--lora-rank", "4", "--lora-alpha", "8", "--ckpt-dir", lck] + extra)
+    last = os.path.join(lck, "step_00000030")
+    adapter, merged = os.path.join(WORK, name + "-lora.gguf"), os.path.join(WORK, name + "-merged.gguf")
+    run(["export", "--checkpoint", last, "--format", "gguf-lora", "--out", adapter])
+    run(["export", "--checkpoint", last, "--out", merged, "--type", "f32"])
+    plain = llama_cpp(os.path.join(WORK, name + ".gguf"), ids=held_out)["loss"]
+    with_lora = llama_cpp(os.path.join(WORK, name + ".gguf"), ids=held_out, lora=adapter)["loss"]
+    got_merged = check_loss(name + " LoRA merged", last, merged, held_out, 1e-4)
+    rel = abs(with_lora - got_merged) / got_merged
+    print("figure: %s LoRA adapter file in llama.cpp: loss %.7f, the merged model's %.7f (relative "
+          "%.1e); the base alone %.7f; %d bytes" % (name, with_lora, got_merged, rel, plain,
+                                                     os.path.getsize(adapter)))
+    if not (rel <= 1e-4 and abs(plain - got_merged) > 10 * abs(with_lora - got_merged)):
+        fail("%s: llama.cpp with the adapter file %.7f, merged %.7f, base %.7f" %
+             (name, with_lora, got_merged, plain))
 
 # ---- checkpoint.export_format: the run itself writes the file once it has trained ----
 ck = train("exported", "bytes", 256, ["--arch", "llama", "--export-format", "gguf",

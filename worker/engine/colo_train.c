@@ -1984,7 +1984,8 @@ static int cmd_export(int argc, char **argv) {
       break;
     case 'h':
       printf(
-          "usage: colo-train export --checkpoint DIR --out FILE [--format hf|gguf|peft] [--best]\n"
+          "usage: colo-train export --checkpoint DIR --out FILE [--format hf|gguf|peft|gguf-lora]\n"
+          "                         [--best]\n"
           "                         [--config FILE] [--tokenizer PATH] [--type f32|f16|bf16|q8_0]\n"
           "Writes the checkpoint's parameters, whatever layout trained them, as one file of\n"
           "whole tensors. hf (the default, unless FILE ends in .gguf): a safetensors file in\n"
@@ -1995,7 +1996,8 @@ static int cmd_export(int argc, char **argv) {
           "(train.lora_rank) is the model it adapted with the adapters merged in; peft: its\n"
           "adapters alone, as HuggingFace PEFT saves them, in directory FILE\n"
           "(adapter_model.safetensors and adapter_config.json), for PeftModel.from_pretrained\n"
-          "on the model's own export.\n"
+          "on the model's own export; gguf-lora: them as llama.cpp's LoRA adapter file, for\n"
+          "`llama-cli -m MODEL.gguf --lora FILE` on the model's own GGUF export.\n"
           "  --config FILE     hf: also write a transformers config.json for it there\n"
           "  --tokenizer PATH  gguf: the tokenizer the model's data was prepared with (a\n"
           "                    tokenizer.json, or a folder of one or of vocab.json and\n"
@@ -2012,10 +2014,10 @@ static int cmd_export(int argc, char **argv) {
     return usage_error("export", "--checkpoint and --out are required");
   size_t ol = strlen(out);
   int gguf = format ? !strcmp(format, "gguf") : ol > 5 && !strcmp(out + ol - 5, ".gguf");
-  int peft = format && !strcmp(format, "peft");
-  if (format && !gguf && !peft && strcmp(format, "hf"))
-    return usage_error("export", "--format must be hf, gguf or peft");
-  if (peft && config)
+  int peft = format && !strcmp(format, "peft"), glora = format && !strcmp(format, "gguf-lora");
+  if (format && !gguf && !peft && !glora && strcmp(format, "hf"))
+    return usage_error("export", "--format must be hf, gguf, peft or gguf-lora");
+  if ((peft || glora) && config)
     return usage_error("export", "--config is for --format hf (PEFT's adapter_config.json is "
                                  "written with the adapters)");
   int gtype = colo_gguf_type_parse(type);
@@ -2028,9 +2030,10 @@ static int cmd_export(int argc, char **argv) {
   char err[1024], dir[2100];
   if (pick_checkpoint("export", ckpt, best, dir, sizeof dir) < 0)
     return 1;
-  int rc = gguf   ? colo_export_gguf(dir, out, tokenizer, gtype, err, sizeof err)
-           : peft ? colo_export_peft(dir, out, err, sizeof err)
-                  : colo_export_checkpoint(dir, out, config, err, sizeof err);
+  int rc = gguf    ? colo_export_gguf(dir, out, tokenizer, gtype, err, sizeof err)
+           : peft  ? colo_export_peft(dir, out, err, sizeof err)
+           : glora ? colo_export_gguf_lora(dir, out, err, sizeof err)
+                   : colo_export_checkpoint(dir, out, config, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "colo-train export: %s\n", err);
     return 1;

@@ -210,6 +210,16 @@ const colo_param_t *colo_lora_table(const colo_lora_t *l, size_t *n) {
   *n = l->n_tensors;
   return l->table;
 }
+void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target) {
+  for (int q = 0; q < l->L * 4; q++)
+    if (l->first[q] >= 0 && (size_t)l->first[q] / 2 == i / 2) {
+      *layer = q / 4;
+      *target = q % 4;
+      return;
+    }
+  *layer = *target = -1;
+}
+
 size_t colo_lora_numel(const colo_lora_t *l) {
   return l->n_params;
 }

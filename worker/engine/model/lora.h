@@ -48,6 +48,8 @@ void colo_lora_init(colo_lora_t *l, uint64_t seed);
  * layer by layer), and the flat parameters and gradients it indexes, in the backend's memory. */
 const colo_param_t *colo_lora_table(const colo_lora_t *l, size_t *n);
 size_t colo_lora_numel(const colo_lora_t *l);
+/* The layer and product (its COLO_LORA_* bit's index) of table entry i. */
+void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target);
 float *colo_lora_params(colo_lora_t *l);
 float *colo_lora_grads(colo_lora_t *l);
 void colo_lora_zero_grad(colo_lora_t *l);

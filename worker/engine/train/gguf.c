@@ -197,7 +197,7 @@ static int tokenizer_keys(mem_t *b, const colo_bpe_t *tok, int V, char *err, siz
 
 /* ---- tensors ---- */
 
-enum { OP_COPY = 0, OP_COLS };
+enum { OP_COPY = 0, OP_COLS, OP_ROWS };
 
 typedef struct {
   char name[96];
@@ -208,7 +208,8 @@ typedef struct {
   /* OP_COLS: columns [col0, col0 + ne[1]) of src, a [ne[0]][ld] matrix (colo's, as Conv1D's:
    * [in][out]), as rows: out[o][i] = src[i][col0 + o]; with pairs > 0 the rows of each head of
    * `pairs` rows reordered from rotated halves to neighbouring pairs (out's row 2j + s of a head
-   * is its row s·pairs/2 + j) */
+   * is its row s·pairs/2 + j). OP_ROWS: rows [col0, col0 + ne[1]) of src, a matrix of rows of
+   * ld = ne[0] values, reordered by `pairs` likewise. */
   int op;
   size_t ld, col0;
   int pairs;
@@ -286,13 +287,18 @@ static void q8_0(unsigned char *out, const float *x, size_t n) {
 /* x's data as floats, in GGUF's order, into out[numel] */
 static void materialize(const tensor_t *x, float *out) {
   size_t n0 = (size_t)x->ne[0], n1 = (size_t)x->ne[1];
+  size_t d = (size_t)x->pairs;
   if (x->op == OP_COLS) {
-    size_t d = (size_t)x->pairs;
     for (size_t o = 0; o < n1; o++) {
       size_t r = d ? o / d * d + o % d % 2 * (d / 2) + o % d / 2 : o; /* its row of src */
       const float *col = x->src + x->col0 + r;
       for (size_t i = 0; i < n0; i++)
         out[o * n0 + i] = col[i * x->ld];
+    }
+  } else if (x->op == OP_ROWS) {
+    for (size_t o = 0; o < n1; o++) {
+      size_t r = d ? o / d * d + o % d % 2 * (d / 2) + o % d / 2 : o;
+      memcpy(out + o * n0, x->src + (x->col0 + r) * n0, n0 * sizeof *out);
     }
   } else {
     memcpy(out, x->src, n0 * n1 * sizeof *out);
@@ -435,6 +441,80 @@ static int pad(FILE *f, uint64_t at) {
   return write_all(f, zero, k);
 }
 
+/* The file at path (through path.tmp, renamed once whole): the header, kv's metadata, the
+ * tensors' descriptions, then their data, each aligned */
+static int write_file(const char *path, const mem_t *kv, const tensors_t *ts, char *err,
+                      size_t errlen) {
+  int rc = 0;
+  if (kv->oom)
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the metadata");
+  /* the header, the metadata, the tensors' descriptions, then their data, each aligned */
+  mem_t hd = {0};
+  uint64_t off = 0;
+  size_t most = 0;
+  for (size_t i = 0; rc == 0 && i < ts->n; i++) {
+    tensor_t *x = &ts->v[i];
+    x->offset = off;
+    off += type_bytes(x->type, numel(x));
+    off += (ALIGN - off % ALIGN) % ALIGN;
+    most = numel(x) > most ? numel(x) : most;
+    put_str(&hd, x->name);
+    put_u32(&hd, (uint32_t)x->ndim);
+    for (int d = 0; d < x->ndim; d++)
+      put_u64(&hd, x->ne[d]);
+    put_u32(&hd, (uint32_t)x->type);
+    put_u64(&hd, x->offset);
+  }
+  if (rc == 0 && hd.oom)
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the tensors' descriptions");
+  char tmp[1200];
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  FILE *f = NULL;
+  float *buf = NULL;
+  uint16_t *half = NULL;
+  if (rc == 0) {
+    buf = malloc((most ? most : 1) * sizeof *buf);
+    half = malloc((most ? most : 1) * sizeof *half);
+    if (!buf || !half)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for a tensor of %zu floats", most);
+  }
+  if (rc == 0 && !(f = fopen(tmp, "wb")))
+    rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", tmp, strerror(errno));
+  if (rc == 0) {
+    uint32_t magic_version[2] = {0x46554747u /* "GGUF" */, 3};
+    uint64_t counts[2] = {(uint64_t)ts->n, kv->kvs};
+    int bad = write_all(f, magic_version, sizeof magic_version) ||
+              write_all(f, counts, sizeof counts) || write_all(f, kv->p, kv->n) ||
+              write_all(f, hd.p, hd.n) || pad(f, 24 + kv->n + hd.n);
+    for (size_t i = 0; !bad && i < ts->n; i++) {
+      const tensor_t *x = &ts->v[i];
+      size_t n = numel(x);
+      materialize(x, buf);
+      if (x->type == COLO_GGUF_F32)
+        bad = write_all(f, buf, n * 4);
+      else if (x->type == COLO_GGUF_Q8_0)
+        q8_0((unsigned char *)half, buf, n), bad = write_all(f, half, type_bytes(x->type, n));
+      else
+        colo_dtype_from_float(half, buf, n,
+                              x->type == COLO_GGUF_F16 ? COLO_DTYPE_F16 : COLO_DTYPE_BF16),
+            bad = write_all(f, half, n * 2);
+      bad = bad || pad(f, type_bytes(x->type, n));
+    }
+    if (bad || fflush(f) != 0 || fsync(fileno(f)) != 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "writing %s: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && rc == 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "closing %s: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, path, strerror(errno));
+    if (rc < 0)
+      unlink(tmp);
+  }
+  free(hd.p);
+  free(buf);
+  free(half);
+  return rc;
+}
+
 int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *tok, int type,
                     const char *name, const char *path, char *err, size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
@@ -475,75 +555,72 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
     kv_u32(&kv, arch, "vocab_size", (uint32_t)c->vocab_size);
     rc = tokenizer_keys(&kv, tok, c->vocab_size, err, errlen);
   }
-  if (rc == 0 && kv.oom)
-    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the metadata");
-  /* the header, the metadata, the tensors' descriptions, then their data, each aligned */
-  mem_t hd = {0};
-  uint64_t off = 0;
-  size_t most = 0;
-  for (size_t i = 0; rc == 0 && i < ts.n; i++) {
-    tensor_t *x = &ts.v[i];
-    x->offset = off;
-    off += type_bytes(x->type, numel(x));
-    off += (ALIGN - off % ALIGN) % ALIGN;
-    most = numel(x) > most ? numel(x) : most;
-    put_str(&hd, x->name);
-    put_u32(&hd, (uint32_t)x->ndim);
-    for (int d = 0; d < x->ndim; d++)
-      put_u64(&hd, x->ne[d]);
-    put_u32(&hd, (uint32_t)x->type);
-    put_u64(&hd, x->offset);
-  }
-  if (rc == 0 && hd.oom)
-    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the tensors' descriptions");
-  char tmp[1200];
-  snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  FILE *f = NULL;
-  float *buf = NULL;
-  uint16_t *half = NULL;
-  if (rc == 0) {
-    buf = malloc((most ? most : 1) * sizeof *buf);
-    half = malloc((most ? most : 1) * sizeof *half);
-    if (!buf || !half)
-      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for a tensor of %zu floats", most);
-  }
-  if (rc == 0 && !(f = fopen(tmp, "wb")))
-    rc = colo_fail(err, errlen, COLO_EIO, "%s: %s", tmp, strerror(errno));
-  if (rc == 0) {
-    uint32_t magic_version[2] = {0x46554747u /* "GGUF" */, 3};
-    uint64_t counts[2] = {(uint64_t)ts.n, kv.kvs};
-    int bad = write_all(f, magic_version, sizeof magic_version) ||
-              write_all(f, counts, sizeof counts) || write_all(f, kv.p, kv.n) ||
-              write_all(f, hd.p, hd.n) || pad(f, 24 + kv.n + hd.n);
-    for (size_t i = 0; !bad && i < ts.n; i++) {
-      const tensor_t *x = &ts.v[i];
-      size_t n = numel(x);
-      materialize(x, buf);
-      if (x->type == COLO_GGUF_F32)
-        bad = write_all(f, buf, n * 4);
-      else if (x->type == COLO_GGUF_Q8_0)
-        q8_0((unsigned char *)half, buf, n), bad = write_all(f, half, type_bytes(x->type, n));
-      else
-        colo_dtype_from_float(half, buf, n,
-                              x->type == COLO_GGUF_F16 ? COLO_DTYPE_F16 : COLO_DTYPE_BF16),
-            bad = write_all(f, half, n * 2);
-      bad = bad || pad(f, type_bytes(x->type, n));
-    }
-    if (bad || fflush(f) != 0 || fsync(fileno(f)) != 0)
-      rc = colo_fail(err, errlen, COLO_EIO, "writing %s: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && rc == 0)
-      rc = colo_fail(err, errlen, COLO_EIO, "closing %s: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0)
-      rc = colo_fail(err, errlen, COLO_EIO, "rename %s -> %s: %s", tmp, path, strerror(errno));
-    if (rc < 0)
-      unlink(tmp);
-  }
+  if (rc == 0)
+    rc = write_file(path, &kv, &ts, err, errlen);
   for (size_t i = 0; i < ts.n; i++)
     free(ts.v[i].own);
   free(ts.v);
   free(kv.p);
-  free(hd.p);
-  free(buf);
-  free(half);
+  return rc;
+}
+
+int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
+                         const char *path, char *err, size_t errlen) {
+  int llama = c->arch == COLO_ARCH_LLAMA, pairs = llama && !c->qkv_bias;
+  int C = c->n_embd, hd = C / c->n_head, H = colo_gpt_mlp_hidden(c);
+  int KV = colo_gpt_kv_heads(c) * hd, r = colo_lora_config(l)->rank;
+  const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
+  /* each product's matrices in the base's file: name, first row of B, rows, reordered */
+  static const char *const gpt2_names[4] = {"attn_qkv", "attn_output", "ffn_up", "ffn_down"};
+  struct part {
+    const char *name;
+    int row0, rows, pairs;
+  };
+  size_t nt;
+  const colo_param_t *tab = colo_lora_table(l, &nt);
+  tensors_t ts = {0};
+  mem_t kv = {0};
+  int ok = 1;
+  for (size_t i = 0; ok && i + 1 < nt; i += 2) {
+    const colo_param_t *a = &tab[i], *b = &tab[i + 1];
+    int layer, k, np = 1;
+    colo_lora_site(l, i, &layer, &k);
+    struct part p[3] = {{gpt2_names[k], 0, b->shape[0], 0}};
+    if (llama && k == 0) {
+      p[0] = (struct part){"attn_q", 0, C, pairs ? hd : 0};
+      p[1] = (struct part){"attn_k", C, KV, pairs ? hd : 0};
+      p[2] = (struct part){"attn_v", C + KV, KV, 0};
+      np = 3;
+    } else if (llama && k == 2) {
+      p[0] = (struct part){"ffn_gate", 0, H, 0};
+      p[1] = (struct part){"ffn_up", H, H, 0};
+      np = 2;
+    }
+    for (int q = 0; ok && q < np; q++) {
+      char name[96];
+      snprintf(name, sizeof name, "blk.%d.%s.weight.lora_a", layer, p[q].name);
+      ok = add(&ts, name, 2, (uint64_t)a->shape[1], (uint64_t)r, COLO_GGUF_F32,
+               adapters + a->offset) != NULL;
+      snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", layer, p[q].name);
+      tensor_t *x = ok ? add(&ts, name, 2, (uint64_t)r, (uint64_t)p[q].rows, COLO_GGUF_F32,
+                             adapters + b->offset)
+                       : NULL;
+      if ((ok = x != NULL)) {
+        x->op = OP_ROWS;
+        x->col0 = (size_t)p[q].row0;
+        x->pairs = p[q].pairs;
+      }
+    }
+  }
+  int rc = ok ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  if (rc == 0) {
+    kv_str(&kv, NULL, "general.architecture", arch);
+    kv_str(&kv, NULL, "general.type", "adapter");
+    kv_str(&kv, NULL, "adapter.type", "lora");
+    kv_f32(&kv, NULL, "adapter.lora.alpha", colo_lora_config(l)->alpha);
+    rc = write_file(path, &kv, &ts, err, errlen);
+  }
+  free(ts.v);
+  free(kv.p);
   return rc;
 }

@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "../model/gpt.h"
+#include "../model/lora.h"
 #include "bpe.h"
 
 /* ggml's type numbers */
@@ -42,5 +43,15 @@ int colo_gguf_check(const colo_bpe_t *tok, int V, const char *how, char *err, si
  * pre-tokenizer llama.cpp does not know). */
 int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *tok, int type,
                     const char *name, const char *path, char *err, size_t errlen);
+
+/* A LoRA run's adapters (adapters: host floats in l's table layout, for a model of shape c) as
+ * llama.cpp's LoRA adapter file, for `llama-cli -m base.gguf --lora FILE` and what loads such
+ * files: general.type "adapter", adapter.type "lora", adapter.lora.alpha, and for each adapted
+ * matrix of the base's file (colo_gguf_write's names) <name>.lora_a (ne: in, r) and
+ * <name>.lora_b (ne: r, out), F32. A fused product is split as the base's matrices are (Llama's
+ * q, k, v and gate, up: the same A, each its rows of B), and B's rows of q and k reordered as
+ * the base's are for the "llama" architecture. Written whole or not at all. */
+int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
+                         const char *path, char *err, size_t errlen);
 
 #endif

@@ -558,14 +558,8 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
   size_t n = 0;
   for (size_t i = 0; i + 1 < nt; i += 2) {
     const colo_param_t *a = &tab[i], *b = &tab[i + 1];
-    int layer = -1, k = -1;
-    for (int q = 0; q < COLO_LORA_TARGETS && k < 0; q++) {
-      char want[96];
-      sscanf(a->name, "transformer.h.%d.", &layer);
-      snprintf(want, sizeof want, "transformer.h.%d.%s.lora_A.weight", layer, colo_lora_module(q));
-      if (!strcmp(a->name, want))
-        k = q;
-    }
+    int layer, k;
+    colo_lora_site(l, i, &layer, &k);
     peft_part_t parts[3];
     int np = llama ? llama_parts(c, k, parts) : 1;
     if (!llama)

@@ -1812,25 +1812,46 @@ int colo_export_checkpoint(const char *ckpt, const char *out, const char *config
   return rc;
 }
 
-int colo_export_peft(const char *ckpt, const char *dir, char *err, size_t errlen) {
-  colo_ckpt_meta_t meta;
-  int rc = colo_ckpt_read_meta(ckpt, &meta, err, errlen);
+/* A LoRA run's checkpoint's adapters, in host memory with their table (for writing them out) */
+static int read_adapters(const char *ckpt, colo_ckpt_meta_t *meta, colo_lora_t **l, float **a,
+                         const char *format, char *err, size_t errlen) {
+  *l = NULL;
+  *a = NULL;
+  int rc = colo_ckpt_read_meta(ckpt, meta, err, errlen);
   if (rc < 0)
     return rc;
-  if (meta.lora.rank == 0)
+  if (meta->lora.rank == 0)
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "checkpoint %s holds a whole model: --format peft writes a LoRA run's "
+                     "checkpoint %s holds a whole model: --format %s writes a LoRA run's "
                      "adapters (train.lora_rank)",
-                     ckpt);
-  colo_lora_t *l = NULL;
-  float *a = NULL;
-  rc = colo_lora_create_table(&meta.model, &meta.lora, &l, err, errlen);
-  if (rc == 0 && !(a = malloc(colo_lora_numel(l) * sizeof *a + 1)))
+                     ckpt, format);
+  rc = colo_lora_create_table(&meta->model, &meta->lora, l, err, errlen);
+  if (rc == 0 && !(*a = malloc(colo_lora_numel(*l) * sizeof **a + 1)))
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the adapters");
   if (rc == 0)
-    rc = colo_ckpt_load_lora(ckpt, &meta, l, a, NULL, NULL, err, errlen);
+    rc = colo_ckpt_load_lora(ckpt, meta, *l, *a, NULL, NULL, err, errlen);
+  return rc;
+}
+
+int colo_export_peft(const char *ckpt, const char *dir, char *err, size_t errlen) {
+  colo_ckpt_meta_t meta;
+  colo_lora_t *l;
+  float *a;
+  int rc = read_adapters(ckpt, &meta, &l, &a, "peft", err, errlen);
   if (rc == 0)
     rc = colo_hf_write_peft(l, &meta.model, a, meta.lora_base, dir, err, errlen);
+  free(a);
+  colo_lora_destroy(l);
+  return rc;
+}
+
+int colo_export_gguf_lora(const char *ckpt, const char *out, char *err, size_t errlen) {
+  colo_ckpt_meta_t meta;
+  colo_lora_t *l;
+  float *a;
+  int rc = read_adapters(ckpt, &meta, &l, &a, "gguf-lora", err, errlen);
+  if (rc == 0)
+    rc = colo_gguf_write_lora(l, &meta.model, a, out, err, errlen);
   free(a);
   colo_lora_destroy(l);
   return rc;
