@@ -481,11 +481,13 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (ck->keep < 1)
     return bad(err, errlen, "checkpoint.keep=%u must be at least 1", ck->keep);
   const char *ef = ck->export_format && ck->export_format[0] ? ck->export_format : NULL;
-  if (ef && strcmp(ef, "gguf") && strcmp(ef, "hf") && strcmp(ef, "peft"))
-    return bad(err, errlen, "checkpoint.export_format \"%.40s\" must be gguf, hf or peft", ef);
-  if (ef && !strcmp(ef, "peft") && t->lora_rank == 0)
+  if (ef && strcmp(ef, "gguf") && strcmp(ef, "hf") && strcmp(ef, "peft") && strcmp(ef, "gguf-lora"))
     return bad(err, errlen,
-               "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0");
+               "checkpoint.export_format \"%.40s\" must be gguf, hf, peft or gguf-lora", ef);
+  if (ef && (!strcmp(ef, "peft") || !strcmp(ef, "gguf-lora")) && t->lora_rank == 0)
+    return bad(err, errlen,
+               "checkpoint.export_format=%s writes LoRA adapters: it needs train.lora_rank > 0",
+               ef);
   if (ck->export_tokenizer && ck->export_tokenizer[0] &&
       !colo_path_is_contained(ck->export_tokenizer))
     return bad(err, errlen,

@@ -166,10 +166,14 @@ for name in ("gpt2", "llama", "qwen2"):
     run(["train", "--data-root", WORK, "--train-data", "bytes/train.bin", "--eval-interval", "0",
          "--n-layer", "2", "--n-head", "4", "--n-embd", "64", "--block-size", str(T),
          "--vocab-size", "256", "--batch-size", "8", "--steps", "30", "--lr", "1e-2",
-         "--init-from", base_ck, "--lora-rank", "4", "--lora-alpha", "8", "--ckpt-dir", lck] + extra)
+         "--init-from", base_ck, "--lora-rank", "4", "--lora-alpha", "8", "--ckpt-dir", lck,
+         "--export-format", "gguf-lora"] + extra)
     last = os.path.join(lck, "step_00000030")
     adapter, merged = os.path.join(WORK, name + "-lora.gguf"), os.path.join(WORK, name + "-merged.gguf")
     run(["export", "--checkpoint", last, "--format", "gguf-lora", "--out", adapter])
+    with open(adapter, "rb") as a, open(os.path.join(lck, "adapter.gguf"), "rb") as b:
+        if a.read() != b.read():  # checkpoint.export_format=gguf-lora: the run's own, the same
+            fail("%s: the run's adapter.gguf is not export --format gguf-lora's" % name)
     run(["export", "--checkpoint", last, "--out", merged, "--type", "f32"])
     plain = llama_cpp(os.path.join(WORK, name + ".gguf"), ids=held_out)["loss"]
     with_lora = llama_cpp(os.path.join(WORK, name + ".gguf"), ids=held_out, lora=adapter)["loss"]
@@ -198,7 +202,7 @@ base = ["train", "--data-root", WORK, "--train-data", "bytes/train.bin", "--eval
         "--n-head", "2", "--n-embd", "32", "--block-size", "16", "--vocab-size", "256",
         "--steps", "5", "--ckpt-dir", os.path.join(WORK, "ck-refused")]
 for extra, want, msg in [
-        (["--export-format", "onnx"], 78, b'checkpoint.export_format "onnx" must be gguf, hf or peft'),
+        (["--export-format", "onnx"], 78, b'checkpoint.export_format "onnx" must be gguf, hf, peft or gguf-lora'),
         (["--export-format", "gguf", "--export-type", "q4_0"], 78,
          b'checkpoint.export_type "q4_0" must be f32, f16, bf16 or q8_0'),
         (["--export-format", "gguf", "--export-tokenizer", "../tok.json"], 78,

@@ -142,6 +142,10 @@ static const struct {
      "must be 1, 1 and 0 (the adapters are small; the frozen model is whole on each rank)"},
     {BASE "checkpoint: {export_format: peft}\n",
      "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0"},
+    {BASE "checkpoint: {export_format: gguf-lora}\n",
+     "checkpoint.export_format=gguf-lora writes LoRA adapters: it needs train.lora_rank > 0"},
+    {BASE "checkpoint: {export_format: onnx}\n",
+     "checkpoint.export_format \"onnx\" must be gguf, hf, peft or gguf-lora"},
     {BASE "train: {init_pick: best}\n",
      "train.init_pick=best needs train.init_from_job: it picks among that job's checkpoints"},
     {BASE "train: {eval_interval: 0, eval_batches: 0}\nparallel: {pp: 2}\n"

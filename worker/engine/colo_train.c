@@ -839,11 +839,13 @@ static void train_usage(void) {
       "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
       "  --ckpt-keep-best true|false  also keep the one with the lowest validation loss,\n"
       "                        evaluating at each checkpoint (needs --val-data)\n"
-      "  --export-format gguf|hf|peft  once every step is trained, the last checkpoint also as\n"
-      "                        CKPT_DIR/model.gguf (llama.cpp's), or model.safetensors and\n"
-      "                        config.json (HuggingFace's), or a LoRA run's adapters in\n"
-      "                        CKPT_DIR/adapter (PEFT's); --export-tokenizer PATH (under the\n"
-      "                        data root) and --export-type f32|f16|bf16|q8_0 as export's\n"
+      "  --export-format gguf|hf|peft|gguf-lora  once every step is trained, the last\n"
+      "                        checkpoint also as CKPT_DIR/model.gguf (llama.cpp's), or\n"
+      "                        model.safetensors and config.json (HuggingFace's), or a LoRA\n"
+      "                        run's adapters in CKPT_DIR/adapter (PEFT's) or\n"
+      "                        CKPT_DIR/adapter.gguf (llama.cpp's); --export-tokenizer PATH\n"
+      "                        (under the data root) and --export-type f32|f16|bf16|q8_0 as\n"
+      "                        export's\n"
       "  --early-stop N        end the run when N evaluations in a row find no new lowest\n"
       "                        validation loss (--early-stop-min-delta D: lower by more than D)\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
@@ -1222,15 +1224,18 @@ static int export_last(const char *ckpt_dir, const char *format, const char *tok
     return 1;
   }
   int gguf = !strcmp(format, "gguf"), peft = !strcmp(format, "peft");
+  int glora = !strcmp(format, "gguf-lora");
   snprintf(out, sizeof out, "%s/%s", ckpt_dir,
-           gguf   ? "model.gguf"
-           : peft ? "adapter"
-                  : "model.safetensors");
+           gguf    ? "model.gguf"
+           : peft  ? "adapter"
+           : glora ? "adapter.gguf"
+                   : "model.safetensors");
   snprintf(config, sizeof config, "%s/config.json", ckpt_dir);
   int rc = gguf
                ? colo_export_gguf(last, out, tokenizer, colo_gguf_type_parse(type), err, sizeof err)
-           : peft ? colo_export_peft(last, out, err, sizeof err)
-                  : colo_export_checkpoint(last, out, config, err, sizeof err);
+           : peft  ? colo_export_peft(last, out, err, sizeof err)
+           : glora ? colo_export_gguf_lora(last, out, err, sizeof err)
+                   : colo_export_checkpoint(last, out, config, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "colo-train train: exporting %s: %s\n", last, err);
     return rc == COLO_EINVAL ? COLO_EXIT_CONFIG : 1;
@@ -1239,6 +1244,8 @@ static int export_last(const char *ckpt_dir, const char *format, const char *tok
     printf("exported %s's adapters for PEFT in %s (adapter_model.safetensors, "
            "adapter_config.json)\n",
            last, out);
+  else if (glora)
+    printf("exported %s's adapters as llama.cpp's LoRA adapter file %s\n", last, out);
   else
     printf("exported %s as %s%s%s\n", last, out, gguf ? "" : " and ", gguf ? "" : config);
   return 0;
@@ -1423,7 +1430,7 @@ static int cmd_train(int argc, char **argv) {
            spec->data->val_path ? spec->data->val_path : "");
   /* checkpoint.export_format: what rank 0 writes once every step is trained */
   const Colo__V1__CheckpointSpec *ck = spec->checkpoint;
-  char exp_format[8] = "", exp_type[8] = "f16", exp_tok[2100] = "";
+  char exp_format[16] = "", exp_type[8] = "f16", exp_tok[2100] = "";
   if (ck->export_format && ck->export_format[0]) {
     snprintf(exp_format, sizeof exp_format, "%s", ck->export_format);
     if (ck->export_type && ck->export_type[0])
