@@ -1028,6 +1028,14 @@ TEST(sumsq_and_schedule) {
 
 /* ---- the whole model ---- */
 
+/* x[i] += scale · a standard normal of (seed, i), for i < n */
+static void add_noise(float *x, size_t n, uint64_t seed, float scale) {
+  colo_rng_t r;
+  colo_rng_seed(&r, seed);
+  for (size_t i = 0; i < n; i++)
+    x[i] += scale * colo_rng_normal(&r);
+}
+
 /* arch: COLO_ARCH_*, or -1 for LLAMA with grouped-query attention (4 query heads, 2 key heads),
  * -2 for that with an untied head, -3 for that with Qwen2's q, k and v biases and RMSNorm eps */
 static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
@@ -1050,11 +1058,7 @@ static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
   models[n_models++] = m;
   colo_gpt_init(m, 7);
   /* larger weights than GPT-2's init, so every path carries a sizeable gradient */
-  float *p = colo_gpt_params(m);
-  colo_rng_t r;
-  colo_rng_seed(&r, 99);
-  for (size_t i = 0; i < colo_gpt_num_params(m); i++)
-    p[i] += 0.3f * colo_rng_normal(&r);
+  add_noise(colo_gpt_params(m), colo_gpt_num_params(m), 99, 0.3f);
   return m;
 }
 
@@ -1237,11 +1241,7 @@ static colo_lora_t *tiny_lora(colo_gpt_t *m, colo_pool_t *pool, unsigned targets
       colo_gpt_set_lora(m, l, err, sizeof err) < 0)
     FAIL_AT("%s", err);
   colo_lora_init(l, 5);
-  float *p = colo_lora_params(l);
-  colo_rng_t r;
-  colo_rng_seed(&r, 77);
-  for (size_t i = 0; i < colo_lora_numel(l); i++)
-    p[i] += 0.3f * colo_rng_normal(&r);
+  add_noise(colo_lora_params(l), colo_lora_numel(l), 77, 0.3f);
   return l;
 }
 
@@ -1301,11 +1301,7 @@ TEST(lora_merged_is_the_same_model) {
     colo_lora_init(l, 9);
     float init_loss = colo_gpt_forward(m, IN, TG, 2, 5);
     ASSERT(fabsf(init_loss - base_loss) <= 1e-6f * fabsf(base_loss));
-    colo_rng_t r;
-    colo_rng_seed(&r, 3);
-    float *p = colo_lora_params(l);
-    for (size_t i = 0; i < colo_lora_numel(l); i++)
-      p[i] += 0.2f * colo_rng_normal(&r);
+    add_noise(colo_lora_params(l), colo_lora_numel(l), 3, 0.2f);
     float adapted = colo_gpt_forward(m, IN, TG, 2, 5);
     ASSERT(fabsf(adapted - base_loss) > 1e-3f); /* the adapters change the model */
     colo_lora_merge(l, colo_lora_params(l), colo_gpt_params(base));

@@ -1233,8 +1233,8 @@ static int export_last(const char *ckpt_dir, const char *format, const char *tok
   snprintf(config, sizeof config, "%s/config.json", ckpt_dir);
   int rc = gguf
                ? colo_export_gguf(last, out, tokenizer, colo_gguf_type_parse(type), err, sizeof err)
-           : peft  ? colo_export_peft(last, out, err, sizeof err)
-           : glora ? colo_export_gguf_lora(last, out, err, sizeof err)
+           : peft  ? colo_export_adapters(last, out, COLO_ADAPTERS_PEFT, err, sizeof err)
+           : glora ? colo_export_adapters(last, out, COLO_ADAPTERS_GGUF, err, sizeof err)
                    : colo_export_checkpoint(last, out, config, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "colo-train train: exporting %s: %s\n", last, err);
@@ -2038,8 +2038,8 @@ static int cmd_export(int argc, char **argv) {
   if (pick_checkpoint("export", ckpt, best, dir, sizeof dir) < 0)
     return 1;
   int rc = gguf    ? colo_export_gguf(dir, out, tokenizer, gtype, err, sizeof err)
-           : peft  ? colo_export_peft(dir, out, err, sizeof err)
-           : glora ? colo_export_gguf_lora(dir, out, err, sizeof err)
+           : peft  ? colo_export_adapters(dir, out, COLO_ADAPTERS_PEFT, err, sizeof err)
+           : glora ? colo_export_adapters(dir, out, COLO_ADAPTERS_GGUF, err, sizeof err)
                    : colo_export_checkpoint(dir, out, config, err, sizeof err);
   if (rc < 0) {
     fprintf(stderr, "colo-train export: %s\n", err);

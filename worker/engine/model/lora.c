@@ -220,6 +220,33 @@ void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target) {
   *layer = *target = -1;
 }
 
+int colo_lora_parts(const colo_gpt_config_t *c, int target, colo_lora_part_t p[3]) {
+  int C = c->n_embd, KV = colo_gpt_kv_heads(c) * (C / c->n_head), H = colo_gpt_mlp_hidden(c);
+  static const char *const gpt2[4] = {"attn_qkv", "attn_output", "ffn_up", "ffn_down"};
+  if (c->arch != COLO_ARCH_LLAMA) {
+    int out[4] = {C + 2 * KV, C, H, C};
+    p[0] = (colo_lora_part_t){colo_lora_module(target), gpt2[target], 0, out[target], 0};
+    return 1;
+  }
+  switch (target) {
+  case 0:
+    p[0] = (colo_lora_part_t){"self_attn.q_proj", "attn_q", 0, C, 1};
+    p[1] = (colo_lora_part_t){"self_attn.k_proj", "attn_k", C, KV, 1};
+    p[2] = (colo_lora_part_t){"self_attn.v_proj", "attn_v", C + KV, KV, 0};
+    return 3;
+  case 1:
+    p[0] = (colo_lora_part_t){"self_attn.o_proj", "attn_output", 0, C, 0};
+    return 1;
+  case 2:
+    p[0] = (colo_lora_part_t){"mlp.gate_proj", "ffn_gate", 0, H, 0};
+    p[1] = (colo_lora_part_t){"mlp.up_proj", "ffn_up", H, H, 0};
+    return 2;
+  default:
+    p[0] = (colo_lora_part_t){"mlp.down_proj", "ffn_down", 0, C, 0};
+    return 1;
+  }
+}
+
 size_t colo_lora_numel(const colo_lora_t *l) {
   return l->n_params;
 }

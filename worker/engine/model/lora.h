@@ -67,6 +67,17 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
  * target of a GPT-2 model). */
 void *colo_lora_gelu_scratch(colo_lora_t *l);
 
+/* The matrices an adapted product is in the model's exports: HuggingFace's (hf: the module's
+ * name, as PEFT names it) and llama.cpp's (gguf: the tensor's name without "blk.N." and
+ * ".weight"), each with its first row of the product's output (B's rows) and how many; rotated:
+ * queries or keys, whose rows llama.cpp's "llama" reorders. GPT-2's product is one matrix; a
+ * llama model's c_attn is q, k and v, its c_fc gate and up. Returns how many (1 to 3). */
+typedef struct {
+  const char *hf, *gguf;
+  int row0, rows, rotated;
+} colo_lora_part_t;
+int colo_lora_parts(const colo_gpt_config_t *c, int target, colo_lora_part_t p[3]);
+
 /* Folds the adapters into a host copy of the base model's parameters laid out as the table of the
  * model they were created for (colo_lora_create's, not colo_lora_create_table's):
  * W[in][out] += scale · Σ_k A[k][in] · B[out][k], for each adapted matrix. adapters: host floats

@@ -567,15 +567,8 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
 int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
                          const char *path, char *err, size_t errlen) {
   int llama = c->arch == COLO_ARCH_LLAMA, pairs = llama && !c->qkv_bias;
-  int C = c->n_embd, hd = C / c->n_head, H = colo_gpt_mlp_hidden(c);
-  int KV = colo_gpt_kv_heads(c) * hd, r = colo_lora_config(l)->rank;
+  int hd = c->n_embd / c->n_head, r = colo_lora_config(l)->rank;
   const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
-  /* each product's matrices in the base's file: name, first row of B, rows, reordered */
-  static const char *const gpt2_names[4] = {"attn_qkv", "attn_output", "ffn_up", "ffn_down"};
-  struct part {
-    const char *name;
-    int row0, rows, pairs;
-  };
   size_t nt;
   const colo_param_t *tab = colo_lora_table(l, &nt);
   tensors_t ts = {0};
@@ -583,32 +576,23 @@ int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const
   int ok = 1;
   for (size_t i = 0; ok && i + 1 < nt; i += 2) {
     const colo_param_t *a = &tab[i], *b = &tab[i + 1];
-    int layer, k, np = 1;
+    int layer, k;
     colo_lora_site(l, i, &layer, &k);
-    struct part p[3] = {{gpt2_names[k], 0, b->shape[0], 0}};
-    if (llama && k == 0) {
-      p[0] = (struct part){"attn_q", 0, C, pairs ? hd : 0};
-      p[1] = (struct part){"attn_k", C, KV, pairs ? hd : 0};
-      p[2] = (struct part){"attn_v", C + KV, KV, 0};
-      np = 3;
-    } else if (llama && k == 2) {
-      p[0] = (struct part){"ffn_gate", 0, H, 0};
-      p[1] = (struct part){"ffn_up", H, H, 0};
-      np = 2;
-    }
+    colo_lora_part_t p[3]; /* the base file's matrices of this product */
+    int np = colo_lora_parts(c, k, p);
     for (int q = 0; ok && q < np; q++) {
       char name[96];
-      snprintf(name, sizeof name, "blk.%d.%s.weight.lora_a", layer, p[q].name);
+      snprintf(name, sizeof name, "blk.%d.%s.weight.lora_a", layer, p[q].gguf);
       ok = add(&ts, name, 2, (uint64_t)a->shape[1], (uint64_t)r, COLO_GGUF_F32,
                adapters + a->offset) != NULL;
-      snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", layer, p[q].name);
+      snprintf(name, sizeof name, "blk.%d.%s.weight.lora_b", layer, p[q].gguf);
       tensor_t *x = ok ? add(&ts, name, 2, (uint64_t)r, (uint64_t)p[q].rows, COLO_GGUF_F32,
                              adapters + b->offset)
                        : NULL;
       if ((ok = x != NULL)) {
         x->op = OP_ROWS;
         x->col0 = (size_t)p[q].row0;
-        x->pairs = p[q].pairs;
+        x->pairs = pairs && p[q].rotated ? hd : 0;
       }
     }
   }

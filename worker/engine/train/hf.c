@@ -508,34 +508,6 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
   return write_json(j, path, err, errlen);
 }
 
-/* the PEFT module names of a llama model's adapted product k (COLO_LORA_* bit index), each with
- * its first row of B and rows */
-typedef struct {
-  const char *name;
-  int row0, rows;
-} peft_part_t;
-
-static int llama_parts(const colo_gpt_config_t *c, int k, peft_part_t *p) {
-  int C = c->n_embd, KV = colo_gpt_kv_heads(c) * (C / c->n_head), H = colo_gpt_mlp_hidden(c);
-  switch (k) {
-  case 0:
-    p[0] = (peft_part_t){"self_attn.q_proj", 0, C};
-    p[1] = (peft_part_t){"self_attn.k_proj", C, KV};
-    p[2] = (peft_part_t){"self_attn.v_proj", C + KV, KV};
-    return 3;
-  case 1:
-    p[0] = (peft_part_t){"self_attn.o_proj", 0, C};
-    return 1;
-  case 2:
-    p[0] = (peft_part_t){"mlp.gate_proj", 0, H};
-    p[1] = (peft_part_t){"mlp.up_proj", H, H};
-    return 2;
-  default:
-    p[0] = (peft_part_t){"mlp.down_proj", 0, C};
-    return 1;
-  }
-}
-
 int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
                        const char *base_model, const char *dir, char *err, size_t errlen) {
   const colo_lora_config_t *lc = colo_lora_config(l);
@@ -560,18 +532,16 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
     const colo_param_t *a = &tab[i], *b = &tab[i + 1];
     int layer, k;
     colo_lora_site(l, i, &layer, &k);
-    peft_part_t parts[3];
-    int np = llama ? llama_parts(c, k, parts) : 1;
-    if (!llama)
-      parts[0] = (peft_part_t){colo_lora_module(k), 0, b->shape[0]};
+    colo_lora_part_t parts[3];
+    int np = colo_lora_parts(c, k, parts);
     for (int q = 0; q < np; q++) {
       snprintf(names[n], sizeof names[n], "base_model.model.%s%d.%s.lora_A.weight",
-               llama ? "model.layers." : "transformer.h.", layer, parts[q].name);
+               llama ? "model.layers." : "transformer.h.", layer, parts[q].hf);
       t[n] = (colo_st_tensor_t){
           names[n], adapters + a->offset, 2, {a->shape[0], a->shape[1]}, a->numel};
       n++;
       snprintf(names[n], sizeof names[n], "base_model.model.%s%d.%s.lora_B.weight",
-               llama ? "model.layers." : "transformer.h.", layer, parts[q].name);
+               llama ? "model.layers." : "transformer.h.", layer, parts[q].hf);
       t[n] = (colo_st_tensor_t){names[n],
                                 adapters + b->offset + (size_t)parts[q].row0 * r,
                                 2,
@@ -610,11 +580,11 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
   for (int k = 0; k < COLO_LORA_TARGETS; k++) {
     if (!(lc->targets & (1u << k)))
       continue;
-    peft_part_t parts[3];
-    int np = llama ? llama_parts(c, k, parts) : 1;
-    for (int q = 0; q < np; q++)
-      cJSON_AddItemToArray(
-          tm, cJSON_CreateString(llama ? strchr(parts[q].name, '.') + 1 : colo_lora_module(k)));
+    colo_lora_part_t parts[3];
+    int np = colo_lora_parts(c, k, parts);
+    for (int q = 0; q < np; q++) /* PEFT matches a module by the end of its name */
+      cJSON_AddItemToArray(tm,
+                           cJSON_CreateString(llama ? strchr(parts[q].hf, '.') + 1 : parts[q].hf));
   }
   snprintf(path, sizeof path, "%s/adapter_config.json", dir);
   return write_json(j, path, err, errlen);

@@ -1833,25 +1833,15 @@ static int read_adapters(const char *ckpt, colo_ckpt_meta_t *meta, colo_lora_t *
   return rc;
 }
 
-int colo_export_peft(const char *ckpt, const char *dir, char *err, size_t errlen) {
+int colo_export_adapters(const char *ckpt, const char *out, int format, char *err, size_t errlen) {
   colo_ckpt_meta_t meta;
   colo_lora_t *l;
   float *a;
-  int rc = read_adapters(ckpt, &meta, &l, &a, "peft", err, errlen);
+  int peft = format == COLO_ADAPTERS_PEFT;
+  int rc = read_adapters(ckpt, &meta, &l, &a, peft ? "peft" : "gguf-lora", err, errlen);
   if (rc == 0)
-    rc = colo_hf_write_peft(l, &meta.model, a, meta.lora_base, dir, err, errlen);
-  free(a);
-  colo_lora_destroy(l);
-  return rc;
-}
-
-int colo_export_gguf_lora(const char *ckpt, const char *out, char *err, size_t errlen) {
-  colo_ckpt_meta_t meta;
-  colo_lora_t *l;
-  float *a;
-  int rc = read_adapters(ckpt, &meta, &l, &a, "gguf-lora", err, errlen);
-  if (rc == 0)
-    rc = colo_gguf_write_lora(l, &meta.model, a, out, err, errlen);
+    rc = peft ? colo_hf_write_peft(l, &meta.model, a, meta.lora_base, out, err, errlen)
+              : colo_gguf_write_lora(l, &meta.model, a, out, err, errlen);
   free(a);
   colo_lora_destroy(l);
   return rc;

@@ -121,12 +121,12 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
 int colo_export_checkpoint(const char *ckpt, const char *out, const char *config, char *err,
                            size_t errlen);
 
-/* A LoRA run's checkpoint's adapters as HuggingFace PEFT's adapter_model.safetensors and
- * adapter_config.json in directory dir (colo_hf_write_peft); COLO_EINVAL for a whole model's. */
-int colo_export_peft(const char *ckpt, const char *dir, char *err, size_t errlen);
-/* The same as llama.cpp's LoRA adapter file at out (colo_gguf_write_lora), for the model's own
- * GGUF export. */
-int colo_export_gguf_lora(const char *ckpt, const char *out, char *err, size_t errlen);
+/* A LoRA run's checkpoint's adapters alone (COLO_EINVAL for a whole model's): COLO_ADAPTERS_PEFT
+ * as HuggingFace PEFT's adapter_model.safetensors and adapter_config.json in directory out
+ * (colo_hf_write_peft); COLO_ADAPTERS_GGUF as llama.cpp's LoRA adapter file out
+ * (colo_gguf_write_lora), for the model's own GGUF export. */
+enum { COLO_ADAPTERS_PEFT, COLO_ADAPTERS_GGUF };
+int colo_export_adapters(const char *ckpt, const char *out, int format, char *err, size_t errlen);
 
 /* The same as one GGUF file (gguf.h) for llama.cpp, its matrices of `type` (COLO_GGUF_*), with
  * the tokenizer at tokenizer (a tokenizer.json, or a folder colo_bpe_load reads); NULL for a
