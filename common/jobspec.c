@@ -520,12 +520,24 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     if (t->lora_targets && t->lora_targets[0] &&
         colo_lora_targets_parse(t->lora_targets, &tg, why, sizeof why) < 0)
       return bad(err, errlen, "train.lora_targets: %s", why);
-    if (s->parallel->tp > 1 || s->parallel->pp > 1 || s->parallel->zero_stage > 0)
+    if (s->parallel->tp > 1 || s->parallel->pp > 1)
       return bad(err, errlen,
-                 "train.lora_rank=%u trains with data parallelism alone: parallel.tp=%u, pp=%u and "
-                 "zero_stage=%u must be 1, 1 and 0 (the adapters are small; the frozen model is "
-                 "whole on each rank)",
-                 t->lora_rank, s->parallel->tp, s->parallel->pp, s->parallel->zero_stage);
+                 "train.lora_rank=%u trains with data parallelism alone: parallel.tp=%u and pp=%u "
+                 "must be 1 (the frozen model is whole on each rank, or sharded over them with "
+                 "zero_stage=3)",
+                 t->lora_rank, s->parallel->tp, s->parallel->pp);
+    if (s->parallel->zero_stage == 1 || s->parallel->zero_stage == 2)
+      return bad(err, errlen,
+                 "train.lora_rank=%u with parallel.zero_stage=%u: stages 1 and 2 shard gradients "
+                 "and optimizer state, and the frozen model has none; zero_stage=3 shards its "
+                 "parameters, 0 keeps it whole",
+                 t->lora_rank, s->parallel->zero_stage);
+    if (s->memory->optim_device_fraction < 1.0f || s->memory->optim_nvme_fraction > 0.0f)
+      return bad(err, errlen,
+                 "train.lora_rank=%u: memory.optim_device_fraction and optim_nvme_fraction place "
+                 "the model's optimizer state, and the frozen model has none (the adapters' stays "
+                 "on the device); memory.param_device_fraction places its ZeRO-3 pieces",
+                 t->lora_rank);
   }
   if (ck->keep_best && (!s->data->val_path || !s->data->val_path[0]) && s->data->n_val_sources == 0)
     return bad(err, errlen,

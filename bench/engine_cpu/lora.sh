@@ -6,7 +6,9 @@
 # speed, is the GPU's) with recomputation, where LoRA keeps the frozen blocks' matrices in bf16
 # alone. Reported per run: the memory pool's peak (parameters, gradients,
 # optimizer state, activations, scratch), the parameters that train, the last checkpoint's size
-# and the median step time; and LoRA's ratio to the full run for each. Writes
+# and the median step time; and LoRA's ratio to the full run for each. Then LoRA over 2 ranks
+# (fp32, bf16) and 4 (bf16), the batch split between them, with recomputation: the frozen model
+# whole on each rank against sharded over them by ZeRO-3, rank 0's peak. Writes
 # bench/results/engine_cpu_lora.md.
 #   bash bench/engine_cpu/lora.sh [STEPS] [RANK] [THREADS]
 set -euo pipefail
@@ -27,6 +29,15 @@ for run in fp32 fp32-recompute bf16-recompute; do
     [ "$kind" = lora ] && extra+=(--lora-rank "$RANK" --lora-alpha $((2 * RANK)))
     "$CT" train "${M[@]}" --steps "$STEPS" --init-from base/step_00000001 "${extra[@]}" \
       --ckpt-dir "$TMP/$kind-$run" --progress "$TMP/$kind-$run.jsonl" | grep "^lora:" || true
+  done
+done
+for np in 2:fp32 2:bf16 4:bf16; do
+  n=${np%:*} p=${np#*:}
+  for z in 0 3; do
+    "$CT" train "${M[@]}" --batch-size $((4 / n)) --nproc "$n" --dp "$n" --threads 1 \
+      --steps "$STEPS" --init-from base/step_00000001 --precision "$p" --recompute --zero "$z" \
+      --lora-rank "$RANK" --lora-alpha $((2 * RANK)) --ckpt-dir "$TMP/dp$n-$p-z$z" \
+      --progress "$TMP/dp$n-$p-z$z.jsonl"
   done
 done
 python3 - "$TMP" "$STEPS" "$RANK" "$THREADS" "$SRC/bench/results/engine_cpu_lora.md" <<'PY'
@@ -57,6 +68,17 @@ for rc, what in (("-fp32", ""), ("-fp32-recompute", ", recomputation"),
         ratio = lambda k: "" if r is f else "%.2f" % (r[k] / f[k])
         lines.append("| %s | %.1f | %s | %.1f | %s | %.0f | %s |" %
                      (name, mib(r["peak"]), ratio("peak"), mib(r["ckpt"]), ratio("ckpt"), r["ms"], ratio("ms")))
+lines += ["", "LoRA over N ranks (the same batch of 4 split between them, recomputation, a thread "
+          "each), the frozen model whole on each rank (`--zero 0`) or sharded over them "
+          "(`--zero 3`): rank 0's peak; the same losses both ways (checked).", "",
+          "| run | peak MiB | ZeRO-3 / whole | ms a step | ZeRO-3 / whole |", "|---|---|---|---|---|"]
+for n, p in ((2, "fp32"), (2, "bf16"), (4, "bf16")):
+    w, z = run("dp%d-%s-z0" % (n, p)), run("dp%d-%s-z3" % (n, p))
+    if w["loss"] != z["loss"]:
+        sys.exit("ZeRO-3 changed the training: last loss %r against %r" % (z["loss"], w["loss"]))
+    lines.append("| LoRA, %d ranks, %s, the model whole on each | %.1f |  | %.0f |  |" % (n, p, mib(w["peak"]), w["ms"]))
+    lines.append("| LoRA, %d ranks, %s, the model sharded (ZeRO-3) | %.1f | %.2f | %.0f | %.2f |" %
+                 (n, p, mib(z["peak"]), z["peak"] / w["peak"], z["ms"], z["ms"] / w["ms"]))
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

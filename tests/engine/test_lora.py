@@ -308,24 +308,41 @@ def peft(tmp, tag, arch, ref, last, base_ckpt, merged):
 
 
 def data_parallel(tmp):
-    """the same LoRA run on 2 ranks (--nproc 2, half the batch each) as on one"""
-    dumps = {}
-    for n in (1, 2):
-        dump = os.path.join(tmp, "dp%d.dump" % n)
-        colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
-              "--batch-size", str(B // n), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
-              "--lr", str(LR), "--seed", "1234", "--threads", "1", "--quiet",
-              "--init-from", os.path.join("gpt2-base", "step_00000030"), "--lora-rank", str(RANK),
-              "--dump-reference", dump] + (["--nproc", "2", "--dp", "2"] if n == 2 else []) +
-             MODEL + ARCH["gpt2"])
-        dumps[n] = read_safetensors(dump)
-    a, b = dumps[1], dumps[2]
+    """the same LoRA run on 2 ranks (--nproc 2, half the batch each) as on one; and with the
+    frozen model sharded over the ranks (ZeRO-3), bit for bit the run that keeps it whole"""
+    dumps, out = {}, {}
+    for n, z in ((1, 0), (2, 0), (1, 3), (2, 3)):
+        dump = os.path.join(tmp, "dp%d-z%d.dump" % (n, z))
+        ck = os.path.join(tmp, "dp%d-z%d" % (n, z))
+        out[n, z] = colo(["train", "--data-root", tmp, "--train-data", "train.bin",
+                          "--eval-interval", "0", "--batch-size", str(B // n), "--grad-accum",
+                          str(ACCUM), "--steps", str(STEPS), "--lr", str(LR), "--seed", "1234",
+                          "--threads", "1", "--zero", str(z), "--ckpt-dir", ck,
+                          "--ckpt-interval", str(STEPS), "--init-from",
+                          os.path.join("gpt2-base", "step_00000030"), "--lora-rank", str(RANK),
+                          "--dump-reference", dump] +
+                         (["--nproc", "2", "--dp", "2"] if n == 2 else []) + MODEL + ARCH["gpt2"])
+        dumps[n, z] = read_safetensors(dump)
+    a, b = dumps[1, 0], dumps[2, 0]
     lrel = ((a["losses"] - b["losses"]).abs() / a["losses"].abs()).max().item()
     names = [k for k in a if k.startswith("final.") and ".lora_" in k]
     wabs = max((a[k] - b[k]).abs().max().item() for k in names)
     check("[data parallel] 2 ranks = 1: losses (rel 1e-5)", lrel <= 1e-5, "worst %.2e" % lrel)
     check("[data parallel] 2 ranks = 1: adapters after %d steps (abs 1e-4)" % STEPS,
           wabs <= 1e-4 and len(names) == 16, "worst %.2e over %d tensors" % (wabs, len(names)))
+    for n in (1, 2):
+        a, b = dumps[n, 0], dumps[n, 3]
+        same = all(torch.equal(a[k], b[k]) for k in names + ["losses", "grad_norms"])
+        step = "step_%08d" % STEPS
+        files = sorted(os.listdir(os.path.join(tmp, "dp%d-z0" % n, step)))
+        ckeq = all(open(os.path.join(tmp, "dp%d-z%d" % (n, z), step, f), "rb").read() ==
+                   open(os.path.join(tmp, "dp%d-z0" % n, step, f), "rb").read()
+                   for f in files if f.endswith(".safetensors") for z in (3,))
+        said = "sharded over the data-parallel ranks (ZeRO-3)" in out[n, 3]
+        check("[ZeRO-3] %d rank%s: the frozen model sharded = whole (bit for bit)"
+              % (n, "s" if n > 1 else ""), same and ckeq and said,
+              "losses, norms and %d adapters identical: %s; checkpoint files %s identical: %s; "
+              "said so: %s" % (len(names), same, files, ckeq, said))
 
 
 def main():

@@ -12,7 +12,8 @@
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
 #   - overflows planted at steps 5 and 6 are skipped;
 #   - LoRA adapters on the fp32 run's model train as on the CPU (fp32), in bf16 near fp32, resume
-#     exactly, and their checkpoint evaluates as on the CPU;
+#     exactly, and their checkpoint evaluates as on the CPU; with the frozen model sharded by
+#     ZeRO-3 in host memory, as with it whole on the GPU; the chunk cache keeps its chunks;
 #   - static placement (parameters and optimizer state in host memory and on NVMe) trains as
 #     everything on the GPU does, with less GPU memory, and resumes exactly; automatic placement
 #     trains the same under a memory limit that everything on the GPU exceeds.
@@ -322,6 +323,45 @@ for a, b in zip(on, off):  # every step: fewer copies, as many as without the ca
 assert len(on) == len(off) == len(don) == len(doff) == 5 and total(don, "cache_hits") > 0
 assert total(don, "param_fills") + total(don, "cache_hits") == total(doff, "param_fills")
 assert all(r["cache_hits"] == 0 and r["cache_evictions"] == 0 for r in off + doff)
+PY
+
+# LoRA on a frozen model sharded by ZeRO-3 (the ZeRO-3 run's model above): its pieces all in host
+# memory (static placement), fetched as the blocks need them, train the adapters as the model
+# whole on the GPU does (bit for bit where the GPU is emulated), with less GPU memory and nothing
+# of the model's own gradients or optimizer state anywhere; over two ranks under automatic
+# placement the chunk cache keeps the frozen model's gathered chunks from one step to the next,
+# so that after its first step nothing is all-gathered (a trained model's chunks change with
+# each step: the full run above gathers every step).
+cp -r "$TMP/au-dev3/step_00000006" "$TMP/data/lz-base"
+LZ=("${A[@]}" --init-from lz-base --lora-rank 8 --recompute)
+expect_rc 0 "$CT" train "${LZ[@]}" --ckpt-dir "$TMP/lz0" --progress "$TMP/lz0.jsonl"
+expect_rc 0 "$CT" train "${LZ[@]}" --zero 3 --placement static --param-device-fraction 0 \
+  --ckpt-dir "$TMP/lz3" --progress "$TMP/lz3.jsonl"
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/lz0/step_00000006/rank_00000.safetensors" "$TMP/lz3/step_00000006/rank_00000.safetensors" ||
+    fail "LoRA: the frozen model as ZeRO-3 pieces in host memory trained otherwise than whole on the GPU"
+fi
+same_training "LoRA, the frozen model's ZeRO-3 pieces in host memory vs whole on the GPU" \
+  "$TMP/lz0.jsonl" "$TMP/lz3.jsonl" 1e-3
+expect_rc 0 "$CT" train "${LZ[@]}" --zero 3 --dp 2 --nproc 2 --memory-limit 64 --placement auto \
+  --ckpt-dir "$TMP/lzdp" --progress "$TMP/lzdp.jsonl"
+python3 - "$TMP/lz0.jsonl" "$TMP/lz3.jsonl" "$TMP/lzdp.jsonl" "$TMP/au3dp-true.jsonl" <<'PY' || fail "LoRA under ZeRO-3"
+import json, sys
+recs = lambda f: list(map(json.loads, open(f)))
+steps = lambda f: [r for r in recs(f) if r["event"] == "step"]
+whole, host, dp, full = (steps(f) for f in sys.argv[1:5])
+print("LoRA, rank 0's peak GPU memory: %d bytes with the frozen model whole on the GPU, %d with its "
+      "ZeRO-3 pieces in host memory (%.2fx; %d bytes there)"
+      % (whole[-1]["memory_bytes"], host[-1]["memory_bytes"],
+         host[-1]["memory_bytes"] / whole[-1]["memory_bytes"], host[-1]["host_bytes"]))
+assert host[-1]["memory_bytes"] < whole[-1]["memory_bytes"] and host[-1]["host_bytes"] > 0
+late = [r for r in dp if r["step"] >= 3]
+print("LoRA, ZeRO-3 over 2 ranks with the chunk cache: chunks all-gathered by step %s, cache hits "
+      "%s; the full ZeRO-3 run, all-gathered %s"
+      % ([r["param_fills"] for r in dp], [r["cache_hits"] for r in dp],
+         [r["param_fills"] for r in full]))
+assert len(late) == 4 and all(r["param_fills"] == 0 and r["cache_hits"] > 0 for r in late)
+assert all(r["param_fills"] > 0 for r in full if r["step"] >= 3)
 PY
 
 # bf16 and fp16 activations: the same training within 2% of fp32 at the end, and within 1% of

@@ -214,13 +214,17 @@ ll_next=$("$COLOCTL" logs "$L2" | grep -E "^step +0 \| val loss" | sed 's/.*val 
   fail "the llama stage did not start from its predecessor: val loss '$ll_last' then '$ll_next'"
 echo "figure: llama job $L1 trained 40 steps to val loss $ll_last; job $L2 started there ($ll_next); a gpt2 stage from it failed, naming both"
 
-# LoRA through colod: adapters on the llama job's model, which stays frozen; the job exports the
-# model with them merged. A LoRA job under tensor parallelism is refused at submit.
+# LoRA through colod: adapters on the llama job's model, which stays frozen, kept as ZeRO-3
+# pieces (one rank here: engine_lora shards it over two); the job exports the model with them
+# merged. A LoRA job under tensor
+# parallelism, or ZeRO-1, is refused at submit.
 expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4 --set parallel.tp=2
-expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_rank=4 trains with data parallelism alone: parallel.tp=2, pp=1 and zero_stage=1 must be 1, 1 and 0 (the adapters are small; the frozen model is whole on each rank)"
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_rank=4 trains with data parallelism alone: parallel.tp=2 and pp=1 must be 1 (the frozen model is whole on each rank, or sharded over them with zero_stage=3)"
+expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_rank=4 with parallel.zero_stage=1: stages 1 and 2 shard gradients and optimizer state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"
 L4=$("$COLOCTL" submit "${LL[@]}" --set name=llama-lora --set train.steps=20 --after "$L1" \
   --set train.init_from_job="$L1" --set train.lora_rank=4 --set train.lora_targets=attn.c_attn,mlp.c_proj \
-  --set parallel.zero_stage=0 --set optimizer.lr=0.01 --set checkpoint.export_format=gguf)
+  --set parallel.zero_stage=3 --set optimizer.lr=0.01 --set checkpoint.export_format=gguf)
 for _ in $(seq 1 600); do
   case "$(jstate "$L4")" in succeeded | failed | cancelled) break ;; esac
   sleep 0.1
@@ -231,6 +235,7 @@ expect_contains "$OUT" "  lora       rank 4, alpha 16 on attn.c_attn,mlp.c_proj:
 LG4=$("$COLOCTL" logs "$L4")
 expect_contains "$LG4" "initial weights from $TMP/ckpt/job-$L1/step_00000040"
 expect_contains "$LG4" "lora: rank 4, alpha 16 on attn.c_attn,mlp.c_proj: 1152 parameters train, the model's "
+expect_contains "$LG4" "), sharded over the data-parallel ranks (ZeRO-3)"
 lo_first=$(grep -E "^step +0 \| val loss" <<<"$LG4" | sed 's/.*val loss //')
 lo_last=$(grep -E "^step +20 \| val loss" <<<"$LG4" | sed 's/.*val loss //')
 [ "$lo_first" = "$ll_last" ] || fail "the adapters did not start as the model: val loss $lo_first, the model's $ll_last"

@@ -282,7 +282,7 @@ class ColodTest(WithColod):
 
     def test_lora_adapters(self):
         s = spec(name="py-lora", train__lora_rank=8, train__lora_targets="attn.c_attn,mlp.c_proj",
-                 parallel__zero_stage=0)
+                 parallel__zero_stage=3)  # the frozen model sharded over the ranks
         got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id).spec.train
         self.assertEqual((got.lora_rank, got.lora_targets), (8, "attn.c_attn,mlp.c_proj"))
         self.assertAlmostEqual(got.lora_alpha, 16.0)  # the default, stored explicitly
@@ -295,9 +295,13 @@ class ColodTest(WithColod):
                  "train.lora_targets: lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, "
                  "mlp.c_fc, mlp.c_proj, all"),
                 (spec(train__lora_rank=8, parallel__zero_stage=1),
-                 "train.lora_rank=8 trains with data parallelism alone: parallel.tp=1, pp=1 and "
-                 "zero_stage=1 must be 1, 1 and 0 (the adapters are small; the frozen model is whole "
-                 "on each rank)"),
+                 "train.lora_rank=8 with parallel.zero_stage=1: stages 1 and 2 shard gradients and "
+                 "optimizer state, and the frozen model has none; zero_stage=3 shards its "
+                 "parameters, 0 keeps it whole"),
+                (spec(train__lora_rank=8, parallel__tp=2, parallel__zero_stage=3),
+                 "train.lora_rank=8 trains with data parallelism alone: parallel.tp=2 and pp=1 "
+                 "must be 1 (the frozen model is whole on each rank, or sharded over them with "
+                 "zero_stage=3)"),
                 (spec(checkpoint__export_format="peft"),
                  "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0")):
             with self.assertRaises(grpc.RpcError) as cm:

@@ -936,6 +936,7 @@ TEST(adamw_runs_of_tensors_match_tensors) {
   ASSERT_EQ_INT(colo_gpt_create(&cfg, 2, 0, be, pool, &m, err, sizeof err), 0);
   models[n_models++] = m;
   colo_gpt_init(m, 3);
+  colo_gpt_zero_grad(m); /* makes the gradients' buffer */
   size_t n = colo_gpt_num_params(m), nt;
   const colo_param_t *table = colo_gpt_params_table(m, &nt);
   float *p = colo_gpt_params(m), *g = colo_gpt_grads(m), *p0 = own(malloc(n * 4));

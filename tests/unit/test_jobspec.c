@@ -138,8 +138,16 @@ static const struct {
      "train.lora_targets: lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
      "mlp.c_proj, all"},
     {BASE "train: {lora_rank: 8}\nparallel: {tp: 2}\n",
-     "train.lora_rank=8 trains with data parallelism alone: parallel.tp=2, pp=1 and zero_stage=0 "
-     "must be 1, 1 and 0 (the adapters are small; the frozen model is whole on each rank)"},
+     "train.lora_rank=8 trains with data parallelism alone: parallel.tp=2 and pp=1 must be 1 (the "
+     "frozen model is whole on each rank, or sharded over them with zero_stage=3)"},
+    {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 2}\n",
+     "train.lora_rank=8 with parallel.zero_stage=2: stages 1 and 2 shard gradients and optimizer "
+     "state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"},
+    {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 3}\nresources: {device: gpu}\n"
+          "memory: {placement: static, param_device_fraction: 0, optim_device_fraction: 0.5}\n",
+     "train.lora_rank=8: memory.optim_device_fraction and optim_nvme_fraction place the model's "
+     "optimizer state, and the frozen model has none (the adapters' stays on the device); "
+     "memory.param_device_fraction places its ZeRO-3 pieces"},
     {BASE "checkpoint: {export_format: peft}\n",
      "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0"},
     {BASE "checkpoint: {export_format: gguf-lora}\n",
@@ -506,6 +514,19 @@ TEST(qwen_lora_example_job_is_valid) {
   ASSERT(s->train->lora_alpha == 32.0f);
   ASSERT_EQ_STR(s->train->lora_targets, "all");
   ASSERT_EQ_INT(s->parallel->zero_stage, 0);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+TEST(llama_lora_zero3_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("llama3-8b-lora.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(s->train->lora_rank, 16);
+  ASSERT_EQ_INT(s->parallel->zero_stage, 3);
+  ASSERT_EQ_INT(s->parallel->dp, 8);
+  ASSERT_EQ_INT(s->model->n_layer, 32);
+  ASSERT_EQ_STR(s->checkpoint->export_format, "gguf-lora");
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 

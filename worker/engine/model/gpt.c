@@ -582,13 +582,10 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     return COLO_ENOMEM;
   }
   int rc = 0;
-  float **bufs[] = {&m->params, &m->grads};
-  const char *what[] = {"parameters", "gradients"};
-  for (int i = 0; i < 2 && rc == 0; i++) {
-    *bufs[i] = colo_pool_alloc(pool, m->n_params * sizeof(float), what[i]);
-    if (!*bufs[i])
-      rc = COLO_ENOMEM;
-  }
+  /* the gradients' buffer comes with the first backward (ensure_grads): a frozen model (LoRA)
+   * and one under ZeRO-2/3's hooks never have one, and set-up never holds it */
+  if (!(m->params = colo_pool_alloc(pool, m->n_params * sizeof(float), "parameters")))
+    rc = COLO_ENOMEM;
   size_t A = m->asz, F = sizeof(float);
   /* the compute copies: one block's matrices, laid out q, attention projection, fc, fc projection
    */
@@ -658,11 +655,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     colo_gpt_destroy(m);
     return rc;
   }
-  for (size_t i = 0; i < m->n_tensors; i++) {
-    m->gt[i] = m->grads + m->table[i].offset;
+  for (size_t i = 0; i < m->n_tensors; i++)
     m->pt[i] = m->params + m->table[i].offset;
-  }
-  m->act_bytes = colo_pool_used(pool) - 2 * m->n_params * sizeof(float);
+  m->act_bytes = colo_pool_used(pool) - m->n_params * sizeof(float);
   *out = m;
   return 0;
 }
@@ -1248,7 +1243,7 @@ int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t
   if (m->tp_comm || !m->first || !m->last || m->hooks)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "lora adapters need the whole model on this rank: no tensor or pipeline "
-                     "parallelism, no ZeRO stage 2 or 3");
+                     "parallelism, and ZeRO-3's hooks set after them");
   m->lora = lora;
   if (lora && !m->frozen) {
     m->frozen = 1;
@@ -1316,10 +1311,25 @@ struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m) {
   return m->lora;
 }
 
+/* The model's own gradient buffer, made (zeroed) on first need: none for a frozen model or
+ * under hooks. A pool that cannot hold it stops the pass (COLO_ENOMEM in hook_error). */
+static int ensure_grads(colo_gpt_t *m) {
+  if (m->grads || m->frozen || m->hooks)
+    return 0;
+  if (!(m->grads = colo_pool_alloc(m->pool, m->n_params * sizeof(float), "gradients")))
+    return m->hook_error = COLO_ENOMEM;
+  m->be->zero(m->grads, m->n_params * sizeof(float));
+  for (size_t i = 0; i < m->n_tensors; i++)
+    m->gt[i] = m->grads + m->table[i].offset;
+  return 0;
+}
+
 void colo_gpt_zero_grad(colo_gpt_t *m) {
+  m->hook_error = 0;
   if (m->grads)
     m->be->zero(m->grads, m->n_params * sizeof(float));
-  m->hook_error = 0;
+  else
+    ensure_grads(m);
 }
 
 void colo_gpt_set_hooks(colo_gpt_t *m, const colo_gpt_hooks_t *hooks, void *ctx) {
@@ -1367,7 +1377,7 @@ size_t colo_gpt_activation_bytes(const colo_gpt_t *m) {
 
 /* the hooks around the tensors [first, first + n) */
 static int grads_begin(colo_gpt_t *m, size_t first, size_t n) {
-  if (!m->hooks || m->hook_error)
+  if (!m->hooks || !m->hooks->grads_begin || m->hook_error)
     return m->hook_error;
   for (size_t i = first; i < first + n; i++)
     if (!(m->gt[i] = m->hooks->grads_begin(m->hook_ctx, i)))
@@ -1376,7 +1386,7 @@ static int grads_begin(colo_gpt_t *m, size_t first, size_t n) {
 }
 
 static int grads_ready(colo_gpt_t *m, size_t first, size_t n) {
-  if (!m->hooks || m->hook_error)
+  if (!m->hooks || !m->hooks->grads_ready || m->hook_error)
     return m->hook_error;
   for (size_t i = first; i < first + n; i++) {
     int rc = m->hooks->grads_ready(m->hook_ctx, i);
@@ -1433,6 +1443,8 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   size_t NC = (size_t)N * C;
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
+  if (ensure_grads(m) < 0)
+    return;
   if (!m->last) { /* the gradient of this stage's output, from the next stage */
     be->zero(m->dres, NC * m->asz);
     boundary_in(m, at(m, m->dres, off), d_out, rowf);

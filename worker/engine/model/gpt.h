@@ -139,6 +139,8 @@ const colo_param_t *colo_gpt_params_table(const colo_gpt_t *m, size_t *n);
 /* the operation table the model runs on */
 const colo_backend_t *colo_gpt_backend(const colo_gpt_t *m);
 float *colo_gpt_params(colo_gpt_t *m);
+/* The gradients, made with the first colo_gpt_zero_grad or backward (NULL before, and always
+ * for a frozen model or one under hooks). */
 float *colo_gpt_grads(colo_gpt_t *m);
 size_t colo_gpt_num_params(const colo_gpt_t *m);
 
@@ -186,7 +188,8 @@ typedef struct {
   int (*grads_ready)(void *ctx, size_t tensor);
   /* ZeRO stage 3 (may be NULL): the model holds no parameters of its own either; it fetches a
    * tensor's values before it uses them (forward, and again in backward) and releases them
-   * after, also in an order the same on every rank. */
+   * after, also in an order the same on every rank. A frozen model (colo_gpt_set_lora) computes
+   * no gradients of its tensors: its hooks may have fetch and release alone (grads_* NULL). */
   const float *(*params_fetch)(void *ctx, size_t tensor);
   void (*params_release)(void *ctx, size_t tensor);
 } colo_gpt_hooks_t;
@@ -246,8 +249,9 @@ int colo_gpt_max_rows(const colo_gpt_t *m);
 /* LoRA (model/lora.h): with adapters set, the model's own tensors are frozen: it frees its
  * gradient buffer (colo_gpt_grads then returns NULL), its backward computes the input gradients
  * only, down to the first block, and the adapters' gradients, and the adapted products add their
- * update forward and backward. Needs the whole model on this rank and no hooks; NULL takes them
- * off (the tensors stay frozen). COLO_EINVAL with the reason otherwise. */
+ * update forward and backward. Needs the whole model on this rank and no hooks yet (ZeRO-3's
+ * fetch and release alone may be set after: the frozen model sharded); NULL takes them off (the
+ * tensors stay frozen). COLO_EINVAL with the reason otherwise. */
 struct colo_lora_s;
 int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t errlen);
 struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m);

@@ -76,7 +76,7 @@ static void index_homes(colo_zero_t *z) {
     z->param_off[k] = z->param_n[z->param_home[k]];
     z->param_n[z->param_home[k]] += piece;
     z->optim_off[k] = z->optim_n[z->optim_home[k]];
-    z->optim_n[z->optim_home[k]] += piece;
+    z->optim_n[z->optim_home[k]] += z->frozen ? 0 : piece; /* a frozen model has none */
   }
 }
 
@@ -93,6 +93,12 @@ int colo_zero_place(colo_zero_t *z, const colo_placement_t *pl, char *err, size_
     snprintf(err, errlen, "%s",
              z->stage < 1 ? "optimizer state leaves the device only as ZeRO pieces (stage 1 and up)"
                           : "placing chunks off the device needs a device (resources.device=gpu)");
+    return COLO_EINVAL;
+  }
+  if (z->frozen && (pl->optim_device < 1.0f || pl->optim_nvme > 0.0f)) {
+    snprintf(err, errlen,
+             "memory.optim_device_fraction and optim_nvme_fraction place the model's optimizer "
+             "state, and a frozen model (LoRA) has none: its adapters' stays on the device");
     return COLO_EINVAL;
   }
   size_t n = z->chunks.n;
@@ -164,11 +170,14 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
   index_homes(z);
   size_t pd = z->param_n[COLO_HOME_DEVICE], ph_n = z->param_n[COLO_HOME_HOST];
   size_t od = z->optim_n[COLO_HOME_DEVICE], oh_n = z->optim_n[COLO_HOME_HOST];
-  int s3 = z->stage == 3;
+  int s3 = z->stage == 3, fr = z->frozen; /* frozen: no optimizer pieces to move */
   z->param_piece =
       s3 ? colo_pool_alloc(z->pool, (pd ? pd : 1) * sizeof(float), "parameter pieces") : NULL;
-  float *m = colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state");
-  float *v = m ? colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state") : NULL;
+  float *m =
+      fr ? opt->m : colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state");
+  float *v = fr  ? opt->v
+             : m ? colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state")
+                 : NULL;
   z->param_host = host_floats(z, ph_n);
   z->host_m = host_floats(z, oh_n);
   z->host_v = host_floats(z, oh_n);
@@ -177,8 +186,10 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
              (s3 && !z->param_piece) || !v ? colo_pool_error(z->pool) : "no host memory");
     if (s3)
       colo_pool_free(z->pool, z->param_piece);
-    colo_pool_free(z->pool, m);
-    colo_pool_free(z->pool, v);
+    if (!fr) {
+      colo_pool_free(z->pool, m);
+      colo_pool_free(z->pool, v);
+    }
     host_free(z, z->param_host), host_free(z, z->host_m), host_free(z, z->host_v);
     free(z->param_home), free(z->optim_home), free(z->param_off), free(z->optim_off);
     *z = old; /* as it was */
@@ -188,7 +199,7 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
     size_t bytes = z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
     if (s3)
       xcopy(z, param_at(z, k), param_at(&old, k), bytes);
-    if (oh[k] == COLO_HOME_NVME)
+    if (fr || oh[k] == COLO_HOME_NVME)
       continue;
     int was = old.optim_home[k];
     size_t o = old.optim_off[k], o2 = z->optim_off[k];
@@ -199,9 +210,11 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
   }
   if (s3)
     colo_pool_free(z->pool, old.param_piece);
-  colo_pool_free(opt->pool, opt->m);
-  colo_pool_free(opt->pool, opt->v);
-  opt->m = m, opt->v = v, opt->n = od;
+  if (!fr) {
+    colo_pool_free(opt->pool, opt->m);
+    colo_pool_free(opt->pool, opt->v);
+    opt->m = m, opt->v = v, opt->n = od;
+  }
   host_free(z, old.param_host), host_free(z, old.host_m), host_free(z, old.host_v);
   free(old.param_home), free(old.optim_home), free(old.param_off), free(old.optim_off);
   return 0;
@@ -231,7 +244,7 @@ int colo_zero_place_auto(colo_zero_t *z, colo_adamw_t *opt, size_t room, char *e
   for (size_t k = 0; k < n; k++) {
     size_t bytes = 2 * z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
     oh[k] = z->optim_home[k];
-    if (oh[k] == COLO_HOME_HOST && ph[k] == COLO_HOME_DEVICE) {
+    if (!z->frozen && oh[k] == COLO_HOME_HOST && ph[k] == COLO_HOME_DEVICE) {
       if (full && used + bytes <= room)
         oh[k] = COLO_HOME_DEVICE, used += bytes;
       else

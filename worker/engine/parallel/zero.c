@@ -19,6 +19,7 @@ static const float *hook_fetch(void *ctx, size_t t);
 static void hook_release(void *ctx, size_t t);
 static const colo_gpt_hooks_t HOOKS2 = {hook_begin, hook_ready, NULL, NULL};
 static const colo_gpt_hooks_t HOOKS3 = {hook_begin, hook_ready, hook_fetch, hook_release};
+static const colo_gpt_hooks_t HOOKS3_FROZEN = {NULL, NULL, hook_fetch, hook_release};
 
 /* chunk k's moments: on the device or in host memory where they live, else the scratch (m, v of
  * max_piece floats each) with n floats of each read from NVMe (0: none, for a piece about to be
@@ -49,6 +50,14 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
   z->nvme_fd = -1;
   if (stage < 0 || stage > 3) {
     snprintf(err, errlen, "parallel.zero_stage=%d must be 0, 1, 2 or 3", stage);
+    return COLO_EINVAL;
+  }
+  z->frozen = colo_gpt_lora(model) != NULL;
+  if (z->frozen && (stage == 1 || stage == 2)) {
+    snprintf(err, errlen,
+             "parallel.zero_stage=%d shards gradients and optimizer state, and a frozen model "
+             "(LoRA) has none: zero_stage=3 shards its parameters, 0 keeps it whole",
+             stage);
     return COLO_EINVAL;
   }
   z->model = model;
@@ -92,7 +101,8 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
   }
   for (size_t k = 0; k < z->chunks.n; k++)
     z->param_off[k] = z->optim_off[k] = z->shard_off[k];
-  z->optim_n[COLO_HOME_DEVICE] = z->param_n[COLO_HOME_DEVICE] = z->shard_n;
+  z->param_n[COLO_HOME_DEVICE] = z->shard_n;
+  z->optim_n[COLO_HOME_DEVICE] = z->frozen ? 0 : z->shard_n;
   if (stage >= 2) {
     z->grad_full = calloc(z->chunks.n, sizeof *z->grad_full);
     z->ready = calloc(z->chunks.n, sizeof *z->ready);
@@ -144,7 +154,13 @@ int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
       xcopy(z, param_at(z, k), p + lo, (hi - lo) * sizeof(float));
     }
   }
-  colo_gpt_set_hooks(z->model, z->stage == 3 ? &HOOKS3 : &HOOKS2, z); /* frees the model's */
+  colo_gpt_set_hooks(z->model,
+                     z->stage == 2 ? &HOOKS2
+                     : z->frozen   ? &HOOKS3_FROZEN
+                                   : &HOOKS3,
+                     z); /* frees the model's */
+  if (z->frozen)
+    return 0;
   if (!(z->grad_piece = colo_pool_alloc(z->pool, (z->shard_n ? z->shard_n : 1) * sizeof(float),
                                         "gradient pieces"))) {
     snprintf(err, errlen, "%s", colo_pool_error(z->pool));
@@ -239,10 +255,11 @@ void colo_zero_take_stats(colo_zero_t *z, colo_fetch_stats_t *out) {
   z->stats.cache_bytes = z->cache_bytes;
 }
 
-/* stage 3: the end of a round (the optimizer step): the kept chunks are stale, and this round's
- * order becomes the one eviction goes by */
+/* stage 3: the end of a round (the optimizer step): the kept chunks are stale (unless the model
+ * is frozen), and this round's order becomes the one eviction goes by */
 static void end_round(colo_zero_t *z) {
-  colo_zero_drop_cache(z);
+  if (!z->frozen)
+    colo_zero_drop_cache(z);
   size_t *u = z->prev_uses, cap = z->cap_prev;
   z->prev_uses = z->uses, z->n_prev = z->n_uses, z->cap_prev = z->cap_uses;
   z->uses = u, z->cap_uses = cap, z->n_uses = 0;
@@ -303,6 +320,11 @@ static void hook_release(void *ctx, size_t t) {
     evict(z, used - z->watermark);
   if (z->cache_bytes > z->stats.cache_bytes)
     z->stats.cache_bytes = z->cache_bytes;
+}
+
+void colo_zero_end_step(colo_zero_t *z) {
+  if (z->stage == 3)
+    end_round(z);
 }
 
 void colo_zero_set_tp(colo_zero_t *z, colo_comm_t *tp) {

@@ -8,7 +8,13 @@
  *   stage 3: the parameters too: each rank keeps its pieces; a chunk is all-gathered when the
  *            model fetches one of its tensors and freed when the last is released, so at most a
  *            few chunks of full parameters exist.
- * Gradients are averaged over the group (callers scale the loss by 1/dp). */
+ * Gradients are averaged over the group (callers scale the loss by 1/dp).
+ *
+ * A frozen model (LoRA: colo_gpt_set_lora before colo_zero_init) has no gradients or optimizer
+ * state of its own: stage 3 shards its parameters alone (fetched and released as above, the
+ * hooks without gradients), stage 0 keeps it whole, and stages 1 and 2 are refused. Its
+ * parameters never change, so the chunk cache keeps gathered chunks from one step to the next
+ * (colo_zero_end_step). Its optimizer (the adapters') is the caller's. */
 #ifndef COLO_ZERO_H
 #define COLO_ZERO_H
 
@@ -48,6 +54,7 @@ typedef struct {
 typedef struct {
   colo_comm_t *comm; /* the data-parallel group */
   int stage, rank, dp;
+  int frozen; /* the model's LoRA: no gradients or optimizer pieces here */
   colo_chunks_t chunks;
   size_t *shard_off;        /* where chunk k's piece starts in the sharded moments */
   size_t shard_n;           /* Σ pieces */
@@ -124,6 +131,11 @@ void colo_zero_take_stats(colo_zero_t *z, colo_fetch_stats_t *out);
 /* Stages 2 and 3: installs the model hooks, once the parameters are initialised or loaded
  * (stage 3 takes its pieces from them and frees the model's full copy). */
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen);
+
+/* After an optimizer step that changed none of the model's parameters (a frozen model's: the
+ * adapters' step): this step's order of fetches becomes the one the chunk cache evicts by, and
+ * the chunks it keeps stay (colo_zero_step ends a step of the model's own). */
+void colo_zero_end_step(colo_zero_t *z);
 
 /* Before each step's first backward: clears the stage 2 gradient pieces. */
 void colo_zero_zero_grads(colo_zero_t *z);

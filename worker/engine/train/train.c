@@ -502,6 +502,13 @@ static void print_data(const colo_blend_t *d, uint64_t per_step, int steps) {
 static void print_placement(const colo_zero_t *z, const char *how, const char *nvme_dir) {
   colo_placed_t p;
   colo_zero_placed(z, &p);
+  if (z->frozen) {
+    printf("placement (%s): of %zu chunks of the frozen model, parameters of %zu on the GPU and "
+           "%zu in host memory (%.1f MiB)\n",
+           how, p.chunks, p.param_device, p.chunks - p.param_device,
+           (double)p.host_bytes / (1 << 20));
+    return;
+  }
   printf("placement (%s): of %zu chunks, parameters of %zu on the GPU and %zu in host memory; "
          "optimizer state of %zu on the GPU, %zu in host memory, %zu on NVMe; off the GPU: %.1f "
          "MiB in host memory, %.1f MiB in %s\n",
@@ -1067,13 +1074,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->document_token >= 0)
     CHECK_GOTO(colo_gpt_set_documents(model, cfg->document_token, err, errlen), rc, out);
   if (cfg->lora.rank > 0) {
-    if (tp > 1 || pp > 1 || cfg->zero_stage > 0 || cfg->placement_static || cfg->placement_auto) {
+    if (tp > 1 || pp > 1 || cfg->zero_stage == 1 || cfg->zero_stage == 2) {
       snprintf(err, errlen,
                "train.lora: adapters train with data parallelism alone, the frozen model whole on "
-               "each rank; this run has parallel.tp=%d, pp=%d, zero_stage=%d%s (the adapters "
-               "and their moments are small: ZeRO and placement have nothing to shard)",
-               tp, pp, cfg->zero_stage,
-               cfg->placement_static || cfg->placement_auto ? " and memory placement" : "");
+               "each rank (zero_stage=0) or sharded over them (3); this run has parallel.tp=%d, "
+               "pp=%d, zero_stage=%d",
+               tp, pp, cfg->zero_stage);
       rc = COLO_EINVAL;
       goto out;
     }
@@ -1106,7 +1112,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            cfg->optim_nvme_fraction, cfg->nvme_dir};
     CHECK_GOTO(colo_zero_place(&zero, &pl, err, errlen), rc, out);
   } else if (cfg->placement_auto) { /* the warm-up step with everything that may move off */
-    colo_placement_t pl = {cfg->zero_stage == 3 ? 0.0f : 1.0f, 0.0f, 0.0f, NULL};
+    colo_placement_t pl = {cfg->zero_stage == 3 ? 0.0f : 1.0f, lora ? 1.0f : 0.0f, 0.0f, NULL};
     CHECK_GOTO(colo_zero_place(&zero, &pl, err, errlen), rc, out);
   }
   if (tpc && cfg->zero_stage >= 2)
@@ -1245,10 +1251,19 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     colo_lora_init(lora, cfg->seed);
   /* 16-bit activations: the frozen matrices as their compute copies alone (not with --dump, which
    * writes the model's fp32 tensors) */
-  if (lora && be->act_dtype != COLO_DTYPE_F32 && !(lead && cfg->dump_path))
+  int w16 = lora && be->act_dtype != COLO_DTYPE_F32 && cfg->zero_stage == 0 &&
+            !(lead && cfg->dump_path); /* under ZeRO-3 they are fetched pieces */
+  if (w16)
     CHECK_GOTO(colo_gpt_freeze_matrices(model, err, errlen), rc, out);
   CHECK_GOTO(colo_zero_attach(&zero, err, errlen), rc, out);
-  /* the reported peak is that of training; set-up briefly holds full parameters and gradients */
+  /* the model's own gradients (none under ZeRO-2/3's hooks or LoRA), made now: a run that cannot
+   * hold them fails here rather than in its first step */
+  colo_gpt_zero_grad(model);
+  if (colo_gpt_hook_error(model) < 0) {
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(pool));
+    goto out;
+  }
+  /* the reported peak is that of training; set-up briefly holds the full parameters (ZeRO-3) */
   colo_pool_reset_peak(pool);
 
   size_t n_params = colo_gpt_num_params(model);
@@ -1285,7 +1300,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         cfg->lora.rank, (double)cfg->lora.alpha,
         colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora), n_params,
         cfg->init_from ? cfg->init_from : "initialised from the seed",
-        colo_gpt_params(model) ? "" : ", its blocks' matrices in 16 bits only");
+        w16                    ? ", its blocks' matrices in 16 bits only"
+        : cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)"
+                               : "");
   }
   if (!cfg->quiet && lead)
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
@@ -1299,7 +1316,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     print_placement(&zero, "auto, for the warm-up step", NULL);
   auto_pending = cfg->placement_auto;
   const char *dump_path = lead ? cfg->dump_path : NULL;
-  if (dump_path)
+  if (dump_path && colo_gpt_params(model)) /* ZeRO-3's are pieces: a LoRA run's adapters alone */
     dump_model(&dump, "init.", model, colo_gpt_params(model), be, dump_host);
   if (dump_path && lora)
     dump_lora(&dump, "init.", lora, colo_lora_params(lora), be);
@@ -1518,6 +1535,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       opt.t++;
       be->adamw(colo_lora_params(lora), colo_lora_grads(lora), opt.m, opt.v, colo_lora_numel(lora),
                 lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, gscale, opt.t);
+      colo_zero_end_step(&zero);
     } else if (take && colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, zero.error[0] ? zero.error : colo_comm_error(comm));
       rc = COLO_EIO;
@@ -1626,8 +1644,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                step);
     rc = COLO_ESTOPPED;
   }
-  if (dump_path && colo_gpt_params(model)) {
-    dump_model(&dump, "final.", model, colo_gpt_params(model), be, dump_host);
+  if (dump_path && (colo_gpt_params(model) || lora)) {
+    if (colo_gpt_params(model))
+      dump_model(&dump, "final.", model, colo_gpt_params(model), be, dump_host);
     if (lora)
       dump_lora(&dump, "final.", lora, colo_lora_params(lora), be);
     dump_add(&dump, "losses", dump_losses, cfg->steps, 0);
