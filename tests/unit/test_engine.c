@@ -22,6 +22,7 @@
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
 #include "parallel/chunks.h"
+#include "parallel/zero.h"
 #include "test.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -1396,6 +1397,74 @@ TEST(lora_frozen_matrices_are_the_same) {
   ASSERT_EQ_INT(colo_gpt_freeze_matrices(m, err, sizeof err), COLO_EINVAL);
   ASSERT_EQ_STR(err, "only a frozen model (LoRA) with 16-bit activations keeps its matrices as "
                      "their compute copies alone");
+}
+
+/* ZeRO-3 with a model made without parameters (colo_gpt_stage_t.no_params): the values made in
+ * host memory (colo_gpt_init_into), kept as pieces (colo_zero_keep) and attached from there give
+ * the same loss and gradient pieces, bit for bit, as the model made whole and attached from its
+ * own buffer; set-up never held that buffer. Also for a frozen model (LoRA) under ZeRO-3: the
+ * hooks fetch alone, and the adapters' gradients are the unsharded model's. */
+TEST(zero3_pieces_made_on_the_host_are_the_model) {
+  setup();
+  colo_gpt_config_t cfg = {
+      .vocab_size = 11, .block_size = 5, .n_layer = 2, .n_head = 2, .n_embd = 8};
+  for (int frozen = 0; frozen < 2; frozen++) {
+    float loss[2];
+    size_t used[2], np = 0, shard = 0;
+    float *g[2];
+    for (int k = 0; k < 2; k++) {
+      colo_pool_t *pool = new_pool(0);
+      colo_gpt_t *m;
+      char err[256];
+      colo_gpt_stage_t whole = {0, cfg.n_layer, 1, 1, 1};
+      ASSERT_EQ_INT(
+          colo_gpt_create_stage(&cfg, 2, 0, be, NULL, k ? &whole : NULL, pool, &m, err, sizeof err),
+          0);
+      models[n_models++] = m;
+      used[k] = colo_pool_used(pool);
+      np = colo_gpt_num_params(m);
+      ASSERT((colo_gpt_params(m) == NULL) == (k == 1));
+      colo_lora_t *l = NULL;
+      if (frozen) /* its B away from zero */
+        l = tiny_lora(m, pool, COLO_LORA_ALL);
+      colo_zero_t z;
+      colo_comm_t *one = colo_comm_single();
+      ASSERT_EQ_INT(colo_zero_init(&z, one, 3, 64, m, pool, err, sizeof err), 0);
+      ASSERT_EQ_INT(z.frozen, frozen);
+      float *h = own(malloc(np * sizeof *h)), *pieces = NULL;
+      if (k) {
+        colo_gpt_init_into(m, 7, h);
+        pieces = own(calloc(z.shard_n, sizeof *pieces));
+        colo_zero_keep(&z, 0, h, np, pieces);
+      } else {
+        colo_gpt_init(m, 7);
+        memcpy(h, colo_gpt_params(m), np * sizeof *h);
+      }
+      ASSERT_EQ_INT(colo_zero_attach_from(&z, pieces, err, sizeof err), 0);
+      colo_gpt_zero_grad(m);
+      colo_zero_zero_grads(&z);
+      if (l)
+        colo_lora_zero_grad(l);
+      loss[k] = colo_gpt_forward(m, IN, TG, 2, 5);
+      colo_gpt_backward(m, 1.0f);
+      ASSERT_EQ_INT(colo_gpt_hook_error(m), 0);
+      ASSERT(colo_gpt_grads(m) == NULL);
+      shard = frozen ? colo_lora_numel(l) : z.shard_n;
+      g[k] = own(malloc(shard * sizeof(float)));
+      memcpy(g[k], frozen ? colo_lora_grads(l) : z.grad_piece, shard * sizeof(float));
+      ASSERT((z.grad_piece == NULL) == frozen);
+      colo_zero_free(&z);
+      one->ops->destroy(one);
+      colo_gpt_set_lora(m, NULL, NULL, 0);
+      colo_lora_destroy(l);
+    }
+    printf("  %s: loss %.7f and %.7f; set-up held %zu bytes with the model's buffer, %zu without\n",
+           frozen ? "frozen (LoRA)" : "trained", (double)loss[0], (double)loss[1], used[0],
+           used[1]);
+    ASSERT(loss[0] == loss[1] && isfinite(loss[0]));
+    ASSERT(memcmp(g[0], g[1], shard * sizeof(float)) == 0);
+    ASSERT_EQ_INT(used[0] - used[1], np * sizeof(float));
+  }
 }
 
 TEST(lora_refusals) {

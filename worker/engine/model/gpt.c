@@ -584,7 +584,8 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   int rc = 0;
   /* the gradients' buffer comes with the first backward (ensure_grads): a frozen model (LoRA)
    * and one under ZeRO-2/3's hooks never have one, and set-up never holds it */
-  if (!(m->params = colo_pool_alloc(pool, m->n_params * sizeof(float), "parameters")))
+  if (!(stage && stage->no_params) &&
+      !(m->params = colo_pool_alloc(pool, m->n_params * sizeof(float), "parameters")))
     rc = COLO_ENOMEM;
   size_t A = m->asz, F = sizeof(float);
   /* the compute copies: one block's matrices, laid out q, attention projection, fc, fc projection
@@ -655,9 +656,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     colo_gpt_destroy(m);
     return rc;
   }
-  for (size_t i = 0; i < m->n_tensors; i++)
+  for (size_t i = 0; i < m->n_tensors && m->params; i++)
     m->pt[i] = m->params + m->table[i].offset;
-  m->act_bytes = colo_pool_used(pool) - m->n_params * sizeof(float);
+  m->act_bytes = colo_pool_used(pool) - (m->params ? m->n_params * sizeof(float) : 0);
   *out = m;
   return 0;
 }
@@ -747,6 +748,11 @@ size_t colo_gpt_num_params(const colo_gpt_t *m) {
 }
 
 void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
+  if (m->params)
+    colo_gpt_init_into(m, seed, NULL);
+}
+
+void colo_gpt_init_into(colo_gpt_t *m, uint64_t seed, float *dst) {
   /* a whole tensor's values are those of (seed, its index in the whole model's table), drawn in
    * parallel (colo_rng_normals); a rank draws the tensors it holds a part of and keeps its
    * shards, so any layout starts from the weights one process would */
@@ -757,7 +763,7 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
       biggest = m->full_table[i].numel;
   float *full = malloc(biggest * sizeof *full);
   /* device memory is written from host staging, a tensor at a time */
-  float *stage = m->be->device ? malloc(biggest * sizeof *stage) : NULL;
+  float *stage = m->be->device && !dst ? malloc(biggest * sizeof *stage) : NULL;
   for (size_t gi = 0; gi < m->n_full; gi++) {
     const colo_param_t *f = &m->full_table[gi];
     const char *n = f->name;
@@ -779,7 +785,7 @@ void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
       const colo_param_t *p = &m->table[i];
       if (p->full_offset != f->offset)
         continue;
-      float *x = stage ? stage : m->params + p->offset;
+      float *x = stage ? stage : (dst ? dst : m->params) + p->offset;
       for (size_t k = 0; k < p->numel; k++)
         x[k] = full[colo_param_full_index(p, m->tpr, m->tp, k)];
       if (stage)

@@ -84,17 +84,25 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
     if (z->chunks.chunks[k].capacity > maxcap)
       maxcap = z->chunks.chunks[k].capacity;
   }
-  z->staging = z->be->device
+  /* stages 1 and 2 all-gather updated parameters through it (stage 3 gathers into the chunk
+   * it fetches) */
+  int staged = (stage == 1 || stage == 2) && z->dp > 1;
+  z->staging = !staged ? NULL
+               : z->be->device
                    ? colo_pool_alloc(pool, (maxcap ? maxcap : 1) * sizeof(float), "staging")
                    : calloc(maxcap ? maxcap : 1, sizeof(float));
+  if (staged && !z->staging) {
+    snprintf(err, errlen, "%s", z->be->device ? colo_pool_error(pool) : "out of memory");
+    colo_zero_free(z);
+    return COLO_ENOMEM;
+  }
   z->max_piece = maxcap / (size_t)z->dp;
   /* everything on the device until colo_zero_place says otherwise */
   z->param_home = calloc(z->chunks.n ? z->chunks.n : 1, 1);
   z->optim_home = calloc(z->chunks.n ? z->chunks.n : 1, 1);
   z->param_off = calloc(z->chunks.n ? z->chunks.n : 1, sizeof *z->param_off);
   z->optim_off = calloc(z->chunks.n ? z->chunks.n : 1, sizeof *z->optim_off);
-  if (!z->shard_off || !z->staging || !z->param_home || !z->optim_home || !z->param_off ||
-      !z->optim_off) {
+  if (!z->shard_off || !z->param_home || !z->optim_home || !z->param_off || !z->optim_off) {
     colo_zero_free(z);
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
@@ -135,6 +143,14 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
 }
 
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
+  return colo_zero_attach_from(z, NULL, err, errlen);
+}
+
+int colo_zero_attach_from(colo_zero_t *z, const float *pieces, char *err, size_t errlen) {
+  if (pieces && z->stage != 3) {
+    snprintf(err, errlen, "parameter pieces are ZeRO-3's, and this is stage %d", z->stage);
+    return COLO_EINVAL;
+  }
   if (z->stage < 2)
     return 0;
   /* the pieces are made only now, so that they never share the device with the model's own
@@ -151,7 +167,8 @@ int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
       size_t lo, hi, piece;
       colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
       xzero(z, param_at(z, k), piece * sizeof(float));
-      xcopy(z, param_at(z, k), p + lo, (hi - lo) * sizeof(float));
+      xcopy(z, param_at(z, k), pieces ? pieces + z->shard_off[k] : p + lo,
+            (hi - lo) * sizeof(float));
     }
   }
   colo_gpt_set_hooks(z->model,

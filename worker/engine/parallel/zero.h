@@ -131,6 +131,9 @@ void colo_zero_take_stats(colo_zero_t *z, colo_fetch_stats_t *out);
 /* Stages 2 and 3: installs the model hooks, once the parameters are initialised or loaded
  * (stage 3 takes its pieces from them and frees the model's full copy). */
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen);
+/* Stage 3 with a model made without parameters (colo_gpt_stage_t.no_params): the pieces come
+ * from `pieces`, host memory of shard_n floats laid out as colo_zero_keep fills it. */
+int colo_zero_attach_from(colo_zero_t *z, const float *pieces, char *err, size_t errlen);
 
 /* After an optimizer step that changed none of the model's parameters (a frozen model's: the
  * adapters' step): this step's order of fetches becomes the one the chunk cache evicts by, and

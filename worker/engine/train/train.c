@@ -452,6 +452,8 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     wsum += w;
   }
   float v = (float)(sum / wsum);
+  if (colo_gpt_hook_error(model) < 0) /* a ZeRO-3 fetch failed: the caller stops the run */
+    return NAN;
   if (es)
     early_count(es, cfg, v, step);
   if (!quiet) {
@@ -462,8 +464,9 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     printf("\n");
   }
   if (progress) {
-    fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":%.6f,\"time_ms\":%lld", step,
-            (double)v, (long long)wall_ms());
+    fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":", step);
+    fprintf(progress, isfinite(v) ? "%.6f" : "null", (double)v); /* JSON has no NaN */
+    fprintf(progress, ",\"time_ms\":%lld", (long long)wall_ms());
     for (int k = 0; val->names && k < val->n; k++) {
       fputs(k ? ",\"" : ",\"val_sets\":{\"", progress);
       for (const char *c = val->names[k]; *c; c++) /* a name, or a path: JSON-escaped */
@@ -481,6 +484,15 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     fputs("}\n", progress);
   }
   return v;
+}
+
+/* Whether an evaluation stopped on a failed ZeRO-3 fetch (the pool full, a collective): why */
+static int eval_failed(colo_gpt_t *model, colo_pool_t *pool, colo_comm_t *comm, int me, char *err,
+                       size_t errlen) {
+  if (colo_gpt_hook_error(model) >= 0)
+    return 0;
+  return colo_fail(err, errlen, COLO_EIO, "rank %d: evaluating: %s", me,
+                   colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
 }
 
 /* Where this rank's pieces are. */
@@ -728,25 +740,26 @@ static int save_src_init(save_src_t *s, int d, char *err, size_t errlen) {
 
 /* Where a resume puts what it loads (colo_ckpt_sink_t): the model's parameters and the
  * optimizer's moments where they live, or under ZeRO this rank's pieces of the moments into host
- * memory (pm, pv), for colo_zero_take_moments. */
+ * memory (pm, pv), for colo_zero_take_moments, and under ZeRO-3 its pieces of the parameters
+ * too (pp), for colo_zero_attach_from: a rank reads its own part alone. */
 typedef struct {
   const colo_backend_t *be;
   colo_gpt_t *model;
   colo_adamw_t *opt;
   colo_zero_t *zero; /* NULL: stage 0 */
-  float *pm, *pv;
+  float *pm, *pv, *pp;
 } load_dst_t;
 
 static void load_want(void *ctx, int what, size_t off, size_t n, size_t *lo, size_t *hi) {
   load_dst_t *d = ctx;
-  if (what > 0 && d->zero)
+  if (d->zero && (what > 0 || d->pp))
     colo_zero_owned(d->zero, off, n, lo, hi);
 }
 
 static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) {
   load_dst_t *d = ctx;
-  if (what > 0 && d->zero) {
-    colo_zero_keep(d->zero, off, v, n, what == 1 ? d->pm : d->pv);
+  if (d->zero && (what > 0 || d->pp)) {
+    colo_zero_keep(d->zero, off, v, n, what == 0 ? d->pp : what == 1 ? d->pm : d->pv);
     return;
   }
   float *dst = (what == 0 ? colo_gpt_params(d->model) : what == 1 ? d->opt->m : d->opt->v) + off;
@@ -928,6 +941,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                    size_t errlen) {
   const colo_backend_t *be = colo_backend_cpu();
   float *dump_host = NULL; /* GPU: host copy of the parameters for --dump */
+  float *pieces = NULL;    /* ZeRO-3: this rank's parameter pieces, in host memory at set-up */
   int B = cfg->batch_size, T = cfg->model.block_size, rc = 0;
   colo_blend_t train = {0};
   val_sets_t val = {0};
@@ -1058,10 +1072,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dp_comm = comm;
   }
   pool = colo_pool_create_with(be->device ? "gpu" : "cpu", cfg->memory_limit, be->allocator);
+  /* under ZeRO-3 the model has no parameter buffer: its values go from the host straight into
+   * this rank's pieces (colo_zero_attach_from), never whole in the backend's memory */
+  int z3 = cfg->zero_stage == 3;
   colo_gpt_stage_t stage = {pp_idx * cfg->model.n_layer / pp,
-                            (pp_idx + 1) * cfg->model.n_layer / pp, pp_idx == 0, pp_idx == pp - 1};
+                            (pp_idx + 1) * cfg->model.n_layer / pp, pp_idx == 0, pp_idx == pp - 1,
+                            z3};
   CHECK_GOTO(colo_gpt_create_stage(&cfg->model, B / M, cfg->recompute, be, tpc,
-                                   pp > 1 ? &stage : NULL, pool, &model, err, errlen),
+                                   pp > 1 || z3 ? &stage : NULL, pool, &model, err, errlen),
              rc, out);
   if (cfg->sequence_parallel) {
     if (!tpc || ((B / M) * T) % tp) {
@@ -1117,6 +1135,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (tpc && cfg->zero_stage >= 2)
     colo_zero_set_tp(&zero, tpc);
+  if (z3 && !(pieces = calloc(zero.shard_n ? zero.shard_n : 1, sizeof *pieces))) {
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory for %zu parameters' pieces",
+                   zero.shard_n);
+    goto out;
+  }
   CHECK_GOTO(colo_adamw_init(&opt, &cfg->optim,
                              lora ? colo_lora_numel(lora) : colo_zero_optim_numel(&zero, model),
                              pool, err, errlen),
@@ -1174,7 +1197,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       /* tensor by tensor into where this rank keeps them: the parameters into the model (on a
        * GPU through host memory), the moments into the optimizer's, or under ZeRO into host
        * copies of this rank's pieces, then put where the placement keeps them */
-      load_dst_t ld = {be, model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL};
+      load_dst_t ld = {be, model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL, pieces};
       if (lora) /* the adapters and their moments; the frozen model comes below */
         rc = load_lora(dir, &meta, lora, &opt, be, cfg->init_from, lead, err, errlen);
       else if (ld.zero) {
@@ -1225,13 +1248,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   /* given weights, as a resume takes a checkpoint's; a LoRA run's frozen model, always */
   if ((!ckpt_path[0] || lora) && cfg->init_from) {
-    size_t bytes = colo_gpt_num_params(model) * sizeof(float);
-    float *dst = be->device ? malloc(bytes) : NULL;
-    if (be->device && !dst)
+    size_t n = colo_gpt_num_params(model), bytes = n * sizeof(float);
+    float *dst = be->device || z3 ? malloc(bytes) : NULL;
+    if ((be->device || z3) && !dst)
       rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", cfg->init_from);
     if (rc == 0)
       rc = colo_ckpt_load_weights(cfg->init_from, model, dst, err, errlen);
-    if (rc == 0 && be->device)
+    if (rc == 0 && z3)
+      colo_zero_keep(&zero, 0, dst, n, pieces);
+    else if (rc == 0 && be->device)
       be->from_host(colo_gpt_params(model), dst, bytes);
     free(dst);
     if (rc < 0)
@@ -1244,6 +1269,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
               json_str(js, sizeof js, cfg->init_from));
       fflush(cfg->progress);
     }
+  } else if ((!ckpt_path[0] || lora) && z3) { /* through host memory into the pieces */
+    size_t n = colo_gpt_num_params(model);
+    float *h = malloc(n * sizeof *h + 1);
+    if (!h) {
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to initialise %zu parameters", n);
+      goto out;
+    }
+    colo_gpt_init_into(model, cfg->seed, h);
+    colo_zero_keep(&zero, 0, h, n, pieces);
+    free(h);
   } else if (!ckpt_path[0] || lora) {
     colo_gpt_init(model, cfg->seed);
   }
@@ -1255,7 +1290,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
             !(lead && cfg->dump_path); /* under ZeRO-3 they are fetched pieces */
   if (w16)
     CHECK_GOTO(colo_gpt_freeze_matrices(model, err, errlen), rc, out);
-  CHECK_GOTO(colo_zero_attach(&zero, err, errlen), rc, out);
+  CHECK_GOTO(colo_zero_attach_from(&zero, pieces, err, errlen), rc, out);
+  free(pieces);
+  pieces = NULL;
   /* the model's own gradients (none under ZeRO-2/3's hooks or LoRA), made now: a run that cannot
    * hold them fails here rather than in its first step */
   colo_gpt_zero_grad(model);
@@ -1365,6 +1402,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, count ? &es : NULL, quiet,
                                  progress, in, tg);
       val_step = step;
+      CHECK_GOTO(eval_failed(model, pool, dp_comm, me, err, errlen), rc, out);
       if (count) {
         early = early_stop_here(&es, cfg, comm, world);
         if (early < 0) {
@@ -1463,7 +1501,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       loss += colo_gpt_forward_train(model, in, tg, B, T, ls);
       colo_gpt_backward(model, ls);
       if (colo_gpt_hook_error(model) < 0) {
-        snprintf(err, errlen, "rank %d: reducing gradients: %s", me,
+        snprintf(err, errlen, "rank %d: gathering parameters or reducing gradients: %s", me,
                  colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
         rc = COLO_EIO;
         goto out;
@@ -1600,6 +1638,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     last_val =
         eval_and_report(model, dp_comm, pipe, &val, cfg, step, NULL, quiet, progress, in, tg);
     val_step = step;
+    CHECK_GOTO(eval_failed(model, pool, dp_comm, me, err, errlen), rc, out);
   }
   /* the last checkpoint: at the end, or where the run was told to stop (unless the interval's
    * was just saved there) */
@@ -1673,6 +1712,7 @@ out:
   if (rc < 0 && comm && world > 1)
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
   free(dump_host);
+  free(pieces);
   if (tpc)
     tpc->ops->destroy(tpc);
   if (ppc)
