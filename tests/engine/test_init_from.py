@@ -109,10 +109,13 @@ def first_loss(progress):
 
 
 def layouts_match(tmp, label, args, base):
-    """tp=2 and pp=2 runs from the file label.safetensors start at one process's first loss"""
+    """tp=2, pp=2 and ZeRO-3 runs from the file label.safetensors start at one process's first
+    loss (ZeRO-3's ranks each read only the parts of the file their pieces keep)"""
     for lay, extra in [("tp=2", ["--nproc", "2", "--tp", "2"]),
-                       ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"])]:
-        p2 = os.path.join(tmp, "%s-%s.jsonl" % (label, lay[:2]))
+                       ("pp=2", ["--nproc", "2", "--pp", "2", "--micro-batches", "2"]),
+                       ("dp=2 ZeRO-3", ["--nproc", "2", "--dp", "2", "--zero", "3",
+                                        "--batch-size", str(B // 2)])]:
+        p2 = os.path.join(tmp, "%s-%s.jsonl" % (label, lay[:4].replace(" ", "")))
         colo(tmp, label + ".safetensors", args + extra + ["--progress", p2])
         l2 = first_loss(p2)
         rel = abs(l2 - base) / abs(base)

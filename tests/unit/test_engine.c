@@ -1399,8 +1399,12 @@ TEST(lora_frozen_matrices_are_the_same) {
                      "their compute copies alone");
 }
 
+static void put_into(void *ctx, size_t off, const float *v, size_t n) {
+  memcpy((float *)ctx + off, v, n * sizeof *v);
+}
+
 /* ZeRO-3 with a model made without parameters (colo_gpt_stage_t.no_params): the values made in
- * host memory (colo_gpt_init_into), kept as pieces (colo_zero_keep) and attached from there give
+ * host memory (colo_gpt_init_each), kept as pieces (colo_zero_keep) and attached from there give
  * the same loss and gradient pieces, bit for bit, as the model made whole and attached from its
  * own buffer; set-up never held that buffer. Also for a frozen model (LoRA) under ZeRO-3: the
  * hooks fetch alone, and the adapters' gradients are the unsharded model's. */
@@ -1433,7 +1437,7 @@ TEST(zero3_pieces_made_on_the_host_are_the_model) {
       ASSERT_EQ_INT(z.frozen, frozen);
       float *h = own(malloc(np * sizeof *h)), *pieces = NULL;
       if (k) {
-        colo_gpt_init_into(m, 7, h);
+        colo_gpt_init_each(m, 7, put_into, h);
         pieces = own(calloc(z.shard_n, sizeof *pieces));
         colo_zero_keep(&z, 0, h, np, pieces);
       } else {

@@ -747,12 +747,21 @@ size_t colo_gpt_num_params(const colo_gpt_t *m) {
   return m->n_params;
 }
 
-void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
-  if (m->params)
-    colo_gpt_init_into(m, seed, NULL);
+/* colo_gpt_init's put: into the model's buffer (device memory from the host) */
+static void put_params(void *ctx, size_t off, const float *v, size_t n) {
+  colo_gpt_t *m = ctx;
+  if (m->be->device)
+    m->be->from_host(m->params + off, v, n * sizeof(float));
+  else
+    memcpy(m->params + off, v, n * sizeof(float));
 }
 
-void colo_gpt_init_into(colo_gpt_t *m, uint64_t seed, float *dst) {
+void colo_gpt_init(colo_gpt_t *m, uint64_t seed) {
+  if (m->params)
+    colo_gpt_init_each(m, seed, put_params, m);
+}
+
+void colo_gpt_init_each(colo_gpt_t *m, uint64_t seed, colo_gpt_put_fn put, void *ctx) {
   /* a whole tensor's values are those of (seed, its index in the whole model's table), drawn in
    * parallel (colo_rng_normals); a rank draws the tensors it holds a part of and keeps its
    * shards, so any layout starts from the weights one process would */
@@ -762,8 +771,8 @@ void colo_gpt_init_into(colo_gpt_t *m, uint64_t seed, float *dst) {
     if (m->full_table[i].numel > biggest)
       biggest = m->full_table[i].numel;
   float *full = malloc(biggest * sizeof *full);
-  /* device memory is written from host staging, a tensor at a time */
-  float *stage = m->be->device && !dst ? malloc(biggest * sizeof *stage) : NULL;
+  /* this rank's shard of it, a tensor at a time */
+  float *stage = malloc(biggest * sizeof *stage);
   for (size_t gi = 0; gi < m->n_full; gi++) {
     const colo_param_t *f = &m->full_table[gi];
     const char *n = f->name;
@@ -785,11 +794,9 @@ void colo_gpt_init_into(colo_gpt_t *m, uint64_t seed, float *dst) {
       const colo_param_t *p = &m->table[i];
       if (p->full_offset != f->offset)
         continue;
-      float *x = stage ? stage : (dst ? dst : m->params) + p->offset;
       for (size_t k = 0; k < p->numel; k++)
-        x[k] = full[colo_param_full_index(p, m->tpr, m->tp, k)];
-      if (stage)
-        m->be->from_host(m->params + p->offset, stage, p->numel * sizeof(float));
+        stage[k] = full[colo_param_full_index(p, m->tpr, m->tp, k)];
+      put(ctx, p->offset, stage, p->numel);
     }
   }
   free(full);

@@ -147,8 +147,11 @@ size_t colo_gpt_num_params(const colo_gpt_t *m);
 /* GPT-2 initialisation: N(0, 0.02) for weights and embeddings, residual projections
  * (attn.c_proj, mlp.c_proj) N(0, 0.02/sqrt(2·n_layer)), biases 0, LayerNorm 1 and 0. */
 void colo_gpt_init(colo_gpt_t *m, uint64_t seed);
-/* The same values into dst, host memory of colo_gpt_num_params floats in the table's layout. */
-void colo_gpt_init_into(colo_gpt_t *m, uint64_t seed, float *dst);
+/* The same values, a tensor at a time: put(ctx, off, v, n) gets this rank's n floats of the
+ * tensor at offset off of the table's layout, in host memory (for a model made without a
+ * parameter buffer, where colo_gpt_init does nothing). */
+typedef void (*colo_gpt_put_fn)(void *ctx, size_t off, const float *v, size_t n);
+void colo_gpt_init_each(colo_gpt_t *m, uint64_t seed, colo_gpt_put_fn put, void *ctx);
 
 /* Forward over inputs[B][T]; with targets returns the cross-entropy's sum divided by B·T, else 0. B
  * ≤ max_B, T ≤ block_size. A target of -1 does not count: it adds nothing to the loss nor to the
@@ -211,7 +214,7 @@ size_t colo_gpt_activation_bytes(const colo_gpt_t *m);
 typedef struct {
   int lo, hi, first, last;
   /* ZeRO-3 (no_params): the model makes no parameter buffer of its own (colo_gpt_params is
-   * NULL): its values are initialised or loaded elsewhere (colo_gpt_init_into, a host buffer)
+   * NULL): its values are initialised or loaded elsewhere (colo_gpt_init_each, a host buffer)
    * and fetched through hooks set before the first forward (colo_zero_attach_from), so that
    * set-up never holds the whole model in the backend's memory. */
   int no_params;

@@ -1046,16 +1046,25 @@ static int gpt2_check_shape(const colo_st_file_t *f, const char *pre, const colo
 
 int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, char *err,
                            size_t errlen) {
+  host_sink_t h = {{params ? params : colo_gpt_params(model), NULL, NULL}};
+  colo_ckpt_sink_t sink = {1, host_put, NULL, &h};
+  return colo_ckpt_load_weights_to(path, model, &sink, err, errlen);
+}
+
+int colo_ckpt_load_weights_to(const char *path, colo_gpt_t *model, const colo_ckpt_sink_t *to,
+                              char *err, size_t errlen) {
+  colo_ckpt_sink_t sink = *to;
+  sink.kinds = 1; /* the parameters alone */
   struct stat sb;
   if (stat(path, &sb) < 0)
     return colo_fail(err, errlen, errno == ENOENT ? COLO_ENOENT : COLO_EIO, "%s: %s", path,
                      strerror(errno));
   if (S_ISDIR(sb.st_mode)) { /* a checkpoint: verified, its parameters only */
     colo_ckpt_meta_t meta;
-    return colo_ckpt_load(path, &meta, model, params, NULL, err, errlen);
+    return colo_ckpt_load_to(path, &meta, model, &sink, err, errlen);
   }
   if (colo_gpt_config(model)->arch == COLO_ARCH_LLAMA) /* HuggingFace's Llama layout */
-    return colo_hf_read_llama(path, model, params ? params : colo_gpt_params(model), err, errlen);
+    return colo_hf_read_llama(path, model, &sink, err, errlen);
   source_t s;
   if (source_init(&s, 1, 1, colo_gpt_config(model)->n_layer, 1) < 0)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
@@ -1070,8 +1079,6 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
     rc =
         gpt2_check_shape(&x->f, s.strip ? "" : "transformer.", colo_gpt_config(model), err, errlen);
   }
-  host_sink_t h = {{params ? params : colo_gpt_params(model), NULL, NULL}};
-  colo_ckpt_sink_t sink = {1, host_put, NULL, &h};
   if (rc == 0)
     rc = source_load(&s, model, &sink, err, errlen);
   source_close(&s);

@@ -135,6 +135,10 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
  *   - for a llama model, HuggingFace's Llama layout (colo_hf_read_llama). */
 int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, char *err,
                            size_t errlen);
+/* The same, a tensor at a time into a sink (its parameters: kind 0; the part sink->want narrows
+ * each tensor to), so that a rank that keeps a part (ZeRO-3's pieces) never holds them whole. */
+int colo_ckpt_load_weights_to(const char *path, colo_gpt_t *model, const colo_ckpt_sink_t *sink,
+                              char *err, size_t errlen);
 
 /* The newest checkpoint under root that verifies; the ones that do not are skipped and named
  * in `skipped` (may be NULL). COLO_ENOENT when there is none. */

@@ -297,7 +297,8 @@ static int check_llama_names(const files_t *fs, const char *pre, int untied, int
   return 0;
 }
 
-int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err, size_t errlen) {
+int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *sink, char *err,
+                       size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
   int C = c->n_embd, H = colo_gpt_mlp_hidden(c), V = c->vocab_size;
   int KV = colo_gpt_kv_heads(c) * (C / c->n_head), W = C + 2 * KV;
@@ -340,13 +341,20 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
   size_t biggest = 0;
   for (size_t i = 0; i < nf; i++)
     biggest = full[i].full_numel > biggest ? full[i].full_numel : biggest;
-  /* one whole tensor in colo's layout, and an HF matrix on its way there */
+  /* one whole tensor in colo's layout, an HF matrix on its way there, and the part of this
+   * rank's shard the sink takes: host memory for three tensors, never the whole model */
   float *whole = malloc(biggest * sizeof *whole), *hf = malloc(biggest * sizeof *hf);
-  if (rc == 0 && (!whole || !hf))
-    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu floats", 2 * biggest);
+  float *cut = malloc(biggest * sizeof *cut);
+  if (rc == 0 && (!whole || !hf || !cut))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %zu floats", 3 * biggest);
   int tpr = colo_gpt_tp_rank(m), tp = colo_gpt_tp_size(m);
   for (size_t i = 0; rc == 0 && i < nt; i++) {
     const colo_param_t *p = &t[i];
+    size_t lo = 0, hi = p->numel;
+    if (sink->want)
+      sink->want(sink->ctx, 0, p->offset, p->numel, &lo, &hi);
+    if (lo >= hi) /* none of it is this rank's (a ZeRO-3 piece elsewhere) */
+      continue;
     int l = -1, used = 0;
     const char *n = p->name;
     char hn[96];
@@ -409,11 +417,14 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err
       rc = colo_fail(err, errlen, COLO_EINVAL, "no Llama tensor for %s", p->name);
     }
 #undef HF
-    for (size_t k = 0; rc == 0 && k < p->numel; k++) /* this rank's shard */
-      params[p->offset + k] = whole[colo_param_full_index(p, tpr, tp, k)];
+    for (size_t k = lo; rc == 0 && k < hi; k++) /* this rank's shard, the part it takes */
+      cut[k - lo] = whole[colo_param_full_index(p, tpr, tp, k)];
+    if (rc == 0)
+      sink->put(sink->ctx, 0, p->offset + lo, cut, hi - lo);
   }
   free(whole);
   free(hf);
+  free(cut);
   files_close(fs);
   free(fs);
   return rc;

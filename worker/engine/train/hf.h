@@ -10,6 +10,7 @@
 
 #include "../model/gpt.h"
 #include "../model/lora.h"
+#include "checkpoint.h"
 
 /* Writes the whole (unsplit, one-rank) model's parameters `params` in HuggingFace's layout of
  * its architecture as a safetensors file at path (written whole or not at all). */
@@ -18,13 +19,15 @@ int colo_hf_write(const colo_gpt_t *m, const float *params, const char *path, ch
 
 /* Reads a LlamaForCausalLM (or LlamaModel: names without "model.") safetensors file, F32, F16 or
  * BF16, or the shards a model.safetensors.index.json (path ending in .json) names beside it, into
- * this rank's parameters `params` (its table's layout: its pipeline stage's tensors, its
- * tensor-parallel shards), for a llama model of the same shape: layers, width, vocab, MLP width and
- * key heads (the query head count is not in the file; the rotation's base and the norms' eps
- * neither: colo's are 1e-5 and model.rope_theta). A tied model's file must be tied too (no
- * lm_head.weight, or one equal to the embedding); an untied model takes the file's lm_head.weight.
- * Older files' rotary_emb.inv_freq buffers are skipped; any other tensor is an error naming it. */
-int colo_hf_read_llama(const char *path, colo_gpt_t *m, float *params, char *err, size_t errlen);
+ * this rank's parameters, put into `sink` as kind 0 a tensor at a time (its table's layout: its
+ * pipeline stage's tensors, its tensor-parallel shards; the part sink->want narrows to), for a
+ * llama model of the same shape: layers, width, vocab, MLP width and key heads (the query head
+ * count is not in the file; the rotation's base and the norms' eps neither: colo's are 1e-5 and
+ * model.rope_theta). A tied model's file must be tied too (no lm_head.weight, or one equal to the
+ * embedding); an untied model takes the file's lm_head.weight. Older files' rotary_emb.inv_freq
+ * buffers are skipped; any other tensor is an error naming it. */
+int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *sink, char *err,
+                       size_t errlen);
 
 /* Writes a transformers config.json for cfg (GPT2Config or LlamaConfig, tied embeddings) at
  * path. */

@@ -495,7 +495,6 @@ static int eval_failed(colo_gpt_t *model, colo_pool_t *pool, colo_comm_t *comm, 
                    colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
 }
 
-/* Where this rank's pieces are. */
 /* What the training data is, and how many epochs of each source the run goes through */
 static void print_data(const colo_blend_t *d, uint64_t per_step, int steps) {
   for (size_t k = 0; k < d->n_src; k++) {
@@ -511,6 +510,7 @@ static void print_data(const colo_blend_t *d, uint64_t per_step, int steps) {
   }
 }
 
+/* Where this rank's pieces are. */
 static void print_placement(const colo_zero_t *z, const char *how, const char *nvme_dir) {
   colo_placed_t p;
   colo_zero_placed(z, &p);
@@ -767,6 +767,11 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
     d->be->from_host(dst, v, n * sizeof(float));
   else
     memcpy(dst, v, n * sizeof(float));
+}
+
+/* a fresh ZeRO-3 run's values (colo_gpt_init_each), as a resume's parameters are put */
+static void init_put(void *ctx, size_t off, const float *v, size_t n) {
+  load_put(ctx, 0, off, v, n);
 }
 
 /* A LoRA run's resume: the adapters and their moments from checkpoint dir, through host memory.
@@ -1246,19 +1251,24 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
     }
   }
-  /* given weights, as a resume takes a checkpoint's; a LoRA run's frozen model, always */
-  if ((!ckpt_path[0] || lora) && cfg->init_from) {
-    size_t n = colo_gpt_num_params(model), bytes = n * sizeof(float);
-    float *dst = be->device || z3 ? malloc(bytes) : NULL;
-    if ((be->device || z3) && !dst)
+  /* given weights, as a resume takes a checkpoint's; a LoRA run's frozen model, always. Under
+   * ZeRO-3 a tensor at a time into this rank's pieces, reading only the part it keeps */
+  load_dst_t pd = {be, model, &opt, &zero, NULL, NULL, pieces};
+  colo_ckpt_sink_t to_pieces = {1, load_put, load_want, &pd};
+  if ((!ckpt_path[0] || lora) && cfg->init_from && z3) {
+    rc = colo_ckpt_load_weights_to(cfg->init_from, model, &to_pieces, err, errlen);
+  } else if ((!ckpt_path[0] || lora) && cfg->init_from) {
+    size_t bytes = colo_gpt_num_params(model) * sizeof(float);
+    float *dst = be->device ? malloc(bytes) : NULL;
+    if (be->device && !dst)
       rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", cfg->init_from);
     if (rc == 0)
       rc = colo_ckpt_load_weights(cfg->init_from, model, dst, err, errlen);
-    if (rc == 0 && z3)
-      colo_zero_keep(&zero, 0, dst, n, pieces);
-    else if (rc == 0 && be->device)
+    if (rc == 0 && be->device)
       be->from_host(colo_gpt_params(model), dst, bytes);
     free(dst);
+  }
+  if ((!ckpt_path[0] || lora) && cfg->init_from) {
     if (rc < 0)
       goto out;
     if (!cfg->quiet && lead)
@@ -1269,16 +1279,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
               json_str(js, sizeof js, cfg->init_from));
       fflush(cfg->progress);
     }
-  } else if ((!ckpt_path[0] || lora) && z3) { /* through host memory into the pieces */
-    size_t n = colo_gpt_num_params(model);
-    float *h = malloc(n * sizeof *h + 1);
-    if (!h) {
-      rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to initialise %zu parameters", n);
-      goto out;
-    }
-    colo_gpt_init_into(model, cfg->seed, h);
-    colo_zero_keep(&zero, 0, h, n, pieces);
-    free(h);
+  } else if ((!ckpt_path[0] || lora) && z3) {
+    colo_gpt_init_each(model, cfg->seed, init_put, &pd);
   } else if (!ckpt_path[0] || lora) {
     colo_gpt_init(model, cfg->seed);
   }
@@ -1300,7 +1302,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     rc = colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(pool));
     goto out;
   }
-  /* the reported peak is that of training; set-up briefly holds the full parameters (ZeRO-3) */
+  /* the reported peak is that of training, not set-up's */
   colo_pool_reset_peak(pool);
 
   size_t n_params = colo_gpt_num_params(model);
