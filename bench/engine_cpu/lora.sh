@@ -8,8 +8,8 @@
 # optimizer state, activations, scratch), the parameters that train, the last checkpoint's size
 # and the median step time; and LoRA's ratio to the full run for each. Then LoRA over 2 ranks
 # (fp32, bf16) and 4 (bf16), the batch split between them, with recomputation: the frozen model
-# whole on each rank against sharded over them by ZeRO-3, rank 0's peak. Writes
-# bench/results/engine_cpu_lora.md.
+# whole on each rank against sharded over them by ZeRO-3, rank 0's peak; and again from the model
+# rounded to bf16, whose pieces are then kept in bf16. Writes bench/results/engine_cpu_lora.md.
 #   bash bench/engine_cpu/lora.sh [STEPS] [RANK] [THREADS]
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -31,11 +31,16 @@ for run in fp32 fp32-recompute bf16-recompute; do
       --ckpt-dir "$TMP/$kind-$run" --progress "$TMP/$kind-$run.jsonl" | grep "^lora:" || true
   done
 done
-for np in 2:fp32 2:bf16 4:bf16; do
-  n=${np%:*} p=${np#*:}
+# the same model rounded to bf16 (as the Hub's BF16 files are): its ZeRO-3 pieces are then kept
+# in bf16
+"$CT" export --checkpoint "$TMP/data/base/step_00000001" --out "$TMP/base.safetensors" >/dev/null
+/usr/bin/python3 "$SRC/tests/engine/to_bf16.py" "$TMP/base.safetensors" "$TMP/data/base16.safetensors"
+for np in 2:fp32 2:bf16 4:bf16 2:bf16x 4:bf16x; do
+  n=${np%:*} p=${np#*:} from=base/step_00000001
+  [ "$p" = bf16x ] && from=base16.safetensors
   for z in 0 3; do
     "$CT" train "${M[@]}" --batch-size $((4 / n)) --nproc "$n" --dp "$n" --threads 1 \
-      --steps "$STEPS" --init-from base/step_00000001 --precision "$p" --recompute --zero "$z" \
+      --steps "$STEPS" --init-from "$from" --precision "${p%x}" --recompute --zero "$z" \
       --lora-rank "$RANK" --lora-alpha $((2 * RANK)) --ckpt-dir "$TMP/dp$n-$p-z$z" \
       --progress "$TMP/dp$n-$p-z$z.jsonl"
   done
@@ -72,13 +77,15 @@ lines += ["", "LoRA over N ranks (the same batch of 4 split between them, recomp
           "each), the frozen model whole on each rank (`--zero 0`) or sharded over them "
           "(`--zero 3`): rank 0's peak; the same losses both ways (checked).", "",
           "| run | peak MiB | ZeRO-3 / whole | ms a step | ZeRO-3 / whole |", "|---|---|---|---|---|"]
-for n, p in ((2, "fp32"), (2, "bf16"), (4, "bf16")):
+for n, p in ((2, "fp32"), (2, "bf16"), (4, "bf16"), (2, "bf16x"), (4, "bf16x")):
     w, z = run("dp%d-%s-z0" % (n, p)), run("dp%d-%s-z3" % (n, p))
     if w["loss"] != z["loss"]:
         sys.exit("ZeRO-3 changed the training: last loss %r against %r" % (z["loss"], w["loss"]))
-    lines.append("| LoRA, %d ranks, %s, the model whole on each | %.1f |  | %.0f |  |" % (n, p, mib(w["peak"]), w["ms"]))
-    lines.append("| LoRA, %d ranks, %s, the model sharded (ZeRO-3) | %.1f | %.2f | %.0f | %.2f |" %
-                 (n, p, mib(z["peak"]), z["peak"] / w["peak"], z["ms"], z["ms"] / w["ms"]))
+    what = "bf16, a bf16 model" if p == "bf16x" else p
+    pieces = "bf16 pieces" if p == "bf16x" else "fp32 pieces"
+    lines.append("| LoRA, %d ranks, %s, the model whole on each | %.1f |  | %.0f |  |" % (n, what, mib(w["peak"]), w["ms"]))
+    lines.append("| LoRA, %d ranks, %s, the model sharded (ZeRO-3, %s) | %.1f | %.2f | %.0f | %.2f |" %
+                 (n, what, pieces, mib(z["peak"]), z["peak"] / w["peak"], z["ms"], z["ms"] / w["ms"]))
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PY

@@ -352,8 +352,44 @@ if [ "$DRY" = 1 ]; then
   same_training "LoRA, the frozen model's pieces in host memory, under $((mb * 8 / 10 >> 20)) MiB (the model: $mb bytes)" \
     "$TMP/lz3.jsonl" "$TMP/lz3-lim.jsonl" 0
 fi
-expect_rc 0 "$CT" train "${LZ[@]}" --zero 3 --dp 2 --nproc 2 --memory-limit 64 --placement auto \
+# a frozen model whose every value is exact in bf16 (as the Hub's BF16 files are: here the model
+# above exported and rounded to bf16) keeps its pieces in bf16, half the bytes, and trains bit for
+# bit as with fp32 pieces would: as the model whole on the GPU
+expect_rc 0 "$CT" export --checkpoint "$TMP/data/lz-base" --out "$TMP/lz-f32.safetensors"
+/usr/bin/python3 "$COLO_SRC/tests/engine/to_bf16.py" "$TMP/lz-f32.safetensors" "$TMP/data/lz-bf16.safetensors" ||
+  fail "writing a bf16 model"
+LB=("${A[@]}" --init-from lz-bf16.safetensors --lora-rank 8 --recompute)
+expect_rc 0 "$CT" train "${LB[@]}" --ckpt-dir "$TMP/lb0" --progress "$TMP/lb0.jsonl"
+expect_rc 0 "$CT" train "${LB[@]}" --zero 3 --placement static --param-device-fraction 0 \
+  --ckpt-dir "$TMP/lb3" --progress "$TMP/lb3.jsonl"
+LBV=() # the same, saying what it keeps
+for x in "${LB[@]}"; do [ "$x" = --quiet ] || LBV+=("$x"); done
+expect_rc 0 "$CT" train "${LBV[@]}" --zero 3 --placement static --param-device-fraction 0 \
+  --steps 2 --eval-interval 0
+expect_contains "$OUT" "sharded over the data-parallel ranks (ZeRO-3), its values exact in 16 bits and kept so"
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/lb0/step_00000006/rank_00000.safetensors" "$TMP/lb3/step_00000006/rank_00000.safetensors" ||
+    fail "LoRA: the bf16 model's 16-bit pieces trained otherwise than the model whole on the GPU"
+fi
+same_training "LoRA on a bf16 model, its 16-bit ZeRO-3 pieces in host memory vs whole on the GPU" \
+  "$TMP/lb0.jsonl" "$TMP/lb3.jsonl" 1e-3
+python3 - "$TMP/lz3.jsonl" "$TMP/lb3.jsonl" <<'PY' || fail "16-bit pieces"
+import json, sys
+last = lambda f: [r for r in map(json.loads, open(f)) if r["event"] == "step"][-1]
+a, b = last(sys.argv[1]), last(sys.argv[2])
+print("LoRA, the frozen model's pieces in host memory: %d bytes in fp32, %d in bf16 (%.2fx)"
+      % (a["host_bytes"], b["host_bytes"], b["host_bytes"] / a["host_bytes"]))
+assert b["host_bytes"] * 2 == a["host_bytes"]
+PY
+# (the bf16 model: its 16-bit pieces all-gathered, then kept as gathered chunks; checkpoints the
+# same as the model whole on each of the two ranks')
+expect_rc 0 "$CT" train "${LB[@]}" --dp 2 --nproc 2 --ckpt-dir "$TMP/lbdp0"
+expect_rc 0 "$CT" train "${LB[@]}" --zero 3 --dp 2 --nproc 2 --memory-limit 64 --placement auto \
   --ckpt-dir "$TMP/lzdp" --progress "$TMP/lzdp.jsonl"
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/lbdp0/step_00000006/rank_00000.safetensors" "$TMP/lzdp/step_00000006/rank_00000.safetensors" ||
+    fail "LoRA over 2 ranks: 16-bit pieces gathered and cached trained otherwise than the model whole"
+fi
 python3 - "$TMP/lz0.jsonl" "$TMP/lz3.jsonl" "$TMP/lzdp.jsonl" "$TMP/au3dp-true.jsonl" <<'PY' || fail "LoRA under ZeRO-3"
 import json, sys
 recs = lambda f: list(map(json.loads, open(f)))

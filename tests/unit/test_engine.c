@@ -1399,6 +1399,12 @@ TEST(lora_frozen_matrices_are_the_same) {
                      "their compute copies alone");
 }
 
+/* values rounded to bf16 in place: exact in it */
+static void round_bf16(float *x, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    x[i] = colo_bf16_to_float(colo_bf16_from_float(x[i]));
+}
+
 static void put_into(void *ctx, size_t off, const float *v, size_t n) {
   memcpy((float *)ctx + off, v, n * sizeof *v);
 }
@@ -1412,9 +1418,12 @@ TEST(zero3_pieces_made_on_the_host_are_the_model) {
   setup();
   colo_gpt_config_t cfg = {
       .vocab_size = 11, .block_size = 5, .n_layer = 2, .n_head = 2, .n_embd = 8};
-  for (int frozen = 0; frozen < 2; frozen++) {
+  /* trained; frozen; frozen in bf16 with every value exact in bf16 (its pieces then bf16) */
+  for (int v = 0; v < 3; v++) {
+    int frozen = v > 0, half = v == 2;
+    const colo_backend_t *b = half ? colo_backend_cpu_dtype(COLO_DTYPE_BF16) : be;
     float loss[2];
-    size_t used[2], np = 0, shard = 0;
+    size_t used[2], np = 0, shard = 0, esz[2];
     float *g[2];
     for (int k = 0; k < 2; k++) {
       colo_pool_t *pool = new_pool(0);
@@ -1422,7 +1431,7 @@ TEST(zero3_pieces_made_on_the_host_are_the_model) {
       char err[256];
       colo_gpt_stage_t whole = {0, cfg.n_layer, 1, 1, 1};
       ASSERT_EQ_INT(
-          colo_gpt_create_stage(&cfg, 2, 0, be, NULL, k ? &whole : NULL, pool, &m, err, sizeof err),
+          colo_gpt_create_stage(&cfg, 2, 0, b, NULL, k ? &whole : NULL, pool, &m, err, sizeof err),
           0);
       models[n_models++] = m;
       used[k] = colo_pool_used(pool);
@@ -1438,13 +1447,17 @@ TEST(zero3_pieces_made_on_the_host_are_the_model) {
       float *h = own(malloc(np * sizeof *h)), *pieces = NULL;
       if (k) {
         colo_gpt_init_each(m, 7, put_into, h);
+        if (half)
+          round_bf16(h, np);
         pieces = own(calloc(z.shard_n, sizeof *pieces));
         colo_zero_keep(&z, 0, h, np, pieces);
       } else {
         colo_gpt_init(m, 7);
-        memcpy(h, colo_gpt_params(m), np * sizeof *h);
+        if (half)
+          round_bf16(colo_gpt_params(m), np);
       }
       ASSERT_EQ_INT(colo_zero_attach_from(&z, pieces, err, sizeof err), 0);
+      esz[k] = z.esz;
       colo_gpt_zero_grad(m);
       colo_zero_zero_grads(&z);
       if (l)
@@ -1462,10 +1475,13 @@ TEST(zero3_pieces_made_on_the_host_are_the_model) {
       colo_gpt_set_lora(m, NULL, NULL, 0);
       colo_lora_destroy(l);
     }
-    printf("  %s: loss %.7f and %.7f; set-up held %zu bytes with the model's buffer, %zu without\n",
-           frozen ? "frozen (LoRA)" : "trained", (double)loss[0], (double)loss[1], used[0],
-           used[1]);
+    printf("  %s: loss %.7f and %.7f; set-up held %zu bytes with the model's buffer, %zu without; "
+           "pieces of %zu and %zu bytes a value\n",
+           (const char *[]){"trained", "frozen (LoRA)", "frozen, bf16-exact, bf16"}[v],
+           (double)loss[0], (double)loss[1], used[0], used[1], esz[0], esz[1]);
     ASSERT(loss[0] == loss[1] && isfinite(loss[0]));
+    ASSERT_EQ_INT(esz[0], 4);
+    ASSERT_EQ_INT(esz[1], half ? 2 : 4);
     ASSERT(memcmp(g[0], g[1], shard * sizeof(float)) == 0);
     ASSERT_EQ_INT(used[0] - used[1], np * sizeof(float));
   }

@@ -49,7 +49,8 @@ void colo_zero_placed(const colo_zero_t *z, colo_placed_t *out) {
     out->optim_device += z->optim_home[k] == COLO_HOME_DEVICE;
     out->optim_nvme += z->optim_home[k] == COLO_HOME_NVME;
   }
-  out->host_bytes = (z->param_n[COLO_HOME_HOST] + 2 * z->optim_n[COLO_HOME_HOST]) * sizeof(float);
+  out->host_bytes =
+      z->param_n[COLO_HOME_HOST] * z->esz + 2 * z->optim_n[COLO_HOME_HOST] * sizeof(float);
   out->nvme_bytes = 2 * z->optim_n[COLO_HOME_NVME] * sizeof(float);
 }
 
@@ -171,14 +172,13 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
   size_t pd = z->param_n[COLO_HOME_DEVICE], ph_n = z->param_n[COLO_HOME_HOST];
   size_t od = z->optim_n[COLO_HOME_DEVICE], oh_n = z->optim_n[COLO_HOME_HOST];
   int s3 = z->stage == 3, fr = z->frozen; /* frozen: no optimizer pieces to move */
-  z->param_piece =
-      s3 ? colo_pool_alloc(z->pool, (pd ? pd : 1) * sizeof(float), "parameter pieces") : NULL;
+  z->param_piece = s3 ? colo_pool_alloc(z->pool, (pd ? pd : 1) * z->esz, "parameter pieces") : NULL;
   float *m =
       fr ? opt->m : colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state");
   float *v = fr  ? opt->v
              : m ? colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state")
                  : NULL;
-  z->param_host = host_floats(z, ph_n);
+  z->param_host = host_floats(z, piece_floats(z, ph_n));
   z->host_m = host_floats(z, oh_n);
   z->host_v = host_floats(z, oh_n);
   if ((s3 && !z->param_piece) || !v || !z->param_host || !z->host_m || !z->host_v) {
@@ -198,7 +198,7 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
   for (size_t k = 0; k < n; k++) {
     size_t bytes = z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
     if (s3)
-      xcopy(z, param_at(z, k), param_at(&old, k), bytes);
+      xcopy(z, piece_at(z, k), piece_at(&old, k), bytes / sizeof(float) * z->esz);
     if (fr || oh[k] == COLO_HOME_NVME)
       continue;
     int was = old.optim_home[k];
@@ -231,7 +231,7 @@ int colo_zero_place_auto(colo_zero_t *z, colo_adamw_t *opt, size_t room, char *e
    * its optimizer state once */
   int full = 1;
   for (size_t k = 0; k < n; k++) {
-    size_t bytes = z->chunks.chunks[k].capacity / (size_t)z->dp * sizeof(float);
+    size_t bytes = z->chunks.chunks[k].capacity / (size_t)z->dp * z->esz;
     ph[k] = z->param_home[k];
     if (z->stage == 3 && ph[k] != COLO_HOME_DEVICE) {
       if (full && used + bytes <= room)

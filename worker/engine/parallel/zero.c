@@ -4,12 +4,14 @@
 #include "zero.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../../../common/error.h"
+#include "../core/dtype.h"
 #include "zero_mem.h"
 
 static int gather_chunk(colo_zero_t *z, size_t k, const float *piece_src, float *dst);
@@ -53,6 +55,7 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
     return COLO_EINVAL;
   }
   z->frozen = colo_gpt_lora(model) != NULL;
+  z->esz = sizeof(float);
   if (z->frozen && (stage == 1 || stage == 2)) {
     snprintf(err, errlen,
              "parallel.zero_stage=%d shards gradients and optimizer state, and a frozen model "
@@ -142,6 +145,45 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
   return 0;
 }
 
+/* A frozen model's pieces in the activations' 16-bit type, when every value of every rank's
+ * pieces is exact in it and each piece is a whole number of floats to gather (else fp32, as
+ * always): this rank's pieces (host, fp32) checked, the group agreeing. Host pieces placed
+ * before (colo_zero_place) are made again at the smaller size. */
+static int choose_half(colo_zero_t *z, const float *pieces, char *err, size_t errlen) {
+  colo_dtype_t t = z->be->act_dtype;
+  float bad = t == COLO_DTYPE_F32 ? 1.0f : 0.0f;
+  uint16_t *h = malloc(z->max_piece * sizeof *h + 1);
+  float *back = malloc(z->max_piece * sizeof *back + 1);
+  if (!h || !back)
+    bad = 1.0f;
+  for (size_t k = 0; k < z->chunks.n && bad == 0.0f; k++) {
+    size_t lo, hi, piece;
+    colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+    colo_dtype_from_float(h, pieces + z->shard_off[k], hi - lo, t);
+    colo_dtype_to_float(back, h, hi - lo, t);
+    if ((z->dp > 1 && piece % 2) ||
+        memcmp(back, pieces + z->shard_off[k], (hi - lo) * sizeof(float)))
+      bad = 1.0f;
+  }
+  free(h);
+  free(back);
+  if (z->dp > 1 && z->comm->ops->allreduce_sum(z->comm, &bad, 1) < 0) {
+    snprintf(err, errlen, "agreeing on the pieces' type: %s", colo_comm_error(z->comm));
+    return COLO_EIO;
+  }
+  if (bad != 0.0f)
+    return 0;
+  z->esz = 2;
+  if (z->param_host) { /* placed in host memory at fp32's size */
+    host_free(z, z->param_host);
+    if (!(z->param_host = host_floats(z, piece_floats(z, z->param_n[COLO_HOME_HOST])))) {
+      snprintf(err, errlen, "no host memory for the parameter pieces");
+      return COLO_ENOMEM;
+    }
+  }
+  return 0;
+}
+
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen) {
   return colo_zero_attach_from(z, NULL, err, errlen);
 }
@@ -156,20 +198,30 @@ int colo_zero_attach_from(colo_zero_t *z, const float *pieces, char *err, size_t
   /* the pieces are made only now, so that they never share the device with the model's own
    * full parameters and gradients for longer than the copy (set-up's peak) */
   if (z->stage == 3) { /* keep this rank's pieces of the parameters */
+    int rc = pieces && z->frozen ? choose_half(z, pieces, err, errlen) : 0;
+    if (rc < 0)
+      return rc;
     size_t pd = z->param_n[COLO_HOME_DEVICE];
-    if (!(z->param_piece =
-              colo_pool_alloc(z->pool, (pd ? pd : 1) * sizeof(float), "parameter pieces"))) {
+    if (!(z->param_piece = colo_pool_alloc(z->pool, (pd ? pd : 1) * z->esz, "parameter pieces"))) {
       snprintf(err, errlen, "%s", colo_pool_error(z->pool));
       return COLO_ENOMEM;
     }
     const float *p = colo_gpt_params(z->model);
+    uint16_t *h16 = z->esz == 2 ? malloc(z->max_piece * sizeof *h16 + 1) : NULL;
+    if (z->esz == 2 && !h16) {
+      snprintf(err, errlen, "out of memory");
+      return COLO_ENOMEM;
+    }
     for (size_t k = 0; k < z->chunks.n; k++) {
       size_t lo, hi, piece;
       colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
-      xzero(z, param_at(z, k), piece * sizeof(float));
-      xcopy(z, param_at(z, k), pieces ? pieces + z->shard_off[k] : p + lo,
-            (hi - lo) * sizeof(float));
+      const float *src = pieces ? pieces + z->shard_off[k] : p + lo;
+      xzero(z, piece_at(z, k), piece * z->esz);
+      if (h16) /* exact: choose_half checked every value */
+        colo_dtype_from_float(h16, src, hi - lo, z->be->act_dtype);
+      xcopy(z, piece_at(z, k), h16 ? (const void *)h16 : src, (hi - lo) * z->esz);
     }
+    free(h16);
   }
   colo_gpt_set_hooks(z->model,
                      z->stage == 2 ? &HOOKS2
@@ -292,7 +344,8 @@ static const float *hook_fetch(void *ctx, size_t t) {
   const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
   if (z->fetched[k] == 0)
     record_use(z, k);
-  if (z->dp == 1 && z->param_home[k] == COLO_HOME_DEVICE) { /* the piece is the whole chunk */
+  if (z->dp == 1 && z->param_home[k] == COLO_HOME_DEVICE && z->esz == sizeof(float)) {
+    /* the piece is the whole chunk */
     z->fetched[k]++;
     return param_at(z, k) + (table[t].offset - c->lo);
   }
@@ -304,15 +357,30 @@ static const float *hook_fetch(void *ctx, size_t t) {
     float *full = colo_pool_alloc(z->pool, c->capacity * sizeof(float), "parameters");
     if (!full)
       return NULL;
-    xcopy(z, full + (size_t)z->rank * piece, param_at(z, k), piece * sizeof(float));
-    if (z->dp > 1 && z->comm->ops->all_gather(z->comm, full, piece) < 0) {
+    /* 16-bit pieces are gathered so (a piece is a whole number of floats), then widened */
+    char *g = z->esz == sizeof(float)
+                  ? (char *)full
+                  : colo_pool_alloc(z->pool, c->capacity * z->esz, "parameters");
+    if (!g) {
       colo_pool_free(z->pool, full);
       return NULL;
+    }
+    xcopy(z, g + (size_t)z->rank * piece * z->esz, piece_at(z, k), piece * z->esz);
+    if (z->dp > 1 &&
+        z->comm->ops->all_gather(z->comm, (float *)g, piece * z->esz / sizeof(float)) < 0) {
+      if (g != (char *)full)
+        colo_pool_free(z->pool, g);
+      colo_pool_free(z->pool, full);
+      return NULL;
+    }
+    if (g != (char *)full) {
+      z->be->to_f32(full, g, c->capacity);
+      colo_pool_free(z->pool, g);
     }
     z->param_full[k] = full;
     z->stats.fills++;
     if (z->param_home[k] == COLO_HOME_HOST)
-      z->stats.up_bytes += piece * sizeof(float);
+      z->stats.up_bytes += piece * z->esz;
   }
   z->fetched[k]++;
   return z->param_full[k] + (table[t].offset - c->lo);
@@ -606,6 +674,10 @@ const float *colo_zero_piece_host(colo_zero_t *z, const colo_adamw_t *opt, size_
   size_t piece;
   colo_chunk_piece(&z->chunks, k, z->rank, lo, hi, &piece);
   size_t n = *hi - *lo;
+  if (what == 0 && z->esz != sizeof(float)) { /* a frozen model's: never checkpointed */
+    snprintf(z->error, sizeof z->error, "the frozen model's pieces are 16-bit: no fp32 copy");
+    return NULL;
+  }
   if (!z->scratch && !(z->scratch = host_floats(z, 4 * z->max_piece))) {
     snprintf(z->error, sizeof z->error, "no host memory for a piece's copy");
     return NULL;

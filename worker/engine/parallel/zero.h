@@ -55,6 +55,9 @@ typedef struct {
   colo_comm_t *comm; /* the data-parallel group */
   int stage, rank, dp;
   int frozen; /* the model's LoRA: no gradients or optimizer pieces here */
+  /* bytes of a parameter piece's element: 4, or 2 when a frozen model's pieces are kept in the
+   * activations' 16-bit type, every value exact in it (colo_zero_attach_from decides) */
+  size_t esz;
   colo_chunks_t chunks;
   size_t *shard_off;        /* where chunk k's piece starts in the sharded moments */
   size_t shard_n;           /* Σ pieces */
@@ -68,14 +71,14 @@ typedef struct {
   int *ready, *n_in; /* per chunk: tensors final in this backward, tensors it holds */
   size_t *chunk_of;  /* per tensor: its chunk */
   /* stage 3 */
-  float *param_piece; /* this rank's parameters, shard_n floats */
+  float *param_piece; /* this rank's parameters, shard_n elements of esz bytes */
   float **param_full; /* per chunk: the gathered chunk while fetched */
   int *fetched;       /* per chunk: tensors fetched and not yet released */
   colo_comm_t *tp;    /* tensor-parallel group (replicated tensors count once in the norm) */
   /* placement (colo_zero_place): per chunk, where its pieces live and their offset there */
   unsigned char *param_home, *optim_home; /* COLO_HOME_* */
   size_t *param_off, *optim_off;
-  size_t optim_n[3], param_n[2]; /* floats of pieces by home (optimizer: each of m and v) */
+  size_t optim_n[3], param_n[2]; /* elements of pieces by home (optimizer: each of m and v) */
   float *host_m, *host_v;        /* optimizer pieces in host memory */
   float *param_host;             /* stage 3: parameter pieces in host memory */
   float *scratch;                /* host: one piece each of gradients, parameters, m and v */
@@ -132,7 +135,10 @@ void colo_zero_take_stats(colo_zero_t *z, colo_fetch_stats_t *out);
  * (stage 3 takes its pieces from them and frees the model's full copy). */
 int colo_zero_attach(colo_zero_t *z, char *err, size_t errlen);
 /* Stage 3 with a model made without parameters (colo_gpt_stage_t.no_params): the pieces come
- * from `pieces`, host memory of shard_n floats laid out as colo_zero_keep fills it. */
+ * from `pieces`, host memory of shard_n floats laid out as colo_zero_keep fills it. A frozen
+ * model whose values are all exact in the backend's 16-bit activation type (the Hub's BF16
+ * weights under bf16) keeps its pieces in that type, half the bytes, the group agreeing: a
+ * fetch gathers them so and widens the chunk to fp32, the same values. */
 int colo_zero_attach_from(colo_zero_t *z, const float *pieces, char *err, size_t errlen);
 
 /* After an optimizer step that changed none of the model's parameters (a frozen model's: the

@@ -36,9 +36,20 @@ static inline void xzero(const colo_zero_t *z, void *p, size_t bytes) {
     memset(p, 0, bytes);
 }
 
-/* chunk k's parameter piece (stage 3), wherever it lives */
+/* chunk k's parameter piece (stage 3), wherever it lives: elements of z->esz bytes */
+static inline void *piece_at(const colo_zero_t *z, size_t k) {
+  char *base = (char *)(z->param_home[k] == COLO_HOME_HOST ? z->param_host : z->param_piece);
+  return base + z->param_off[k] * z->esz;
+}
+
+/* the same, of fp32 pieces (every model but a frozen one's in 16 bits) */
 static inline float *param_at(const colo_zero_t *z, size_t k) {
-  return (z->param_home[k] == COLO_HOME_HOST ? z->param_host : z->param_piece) + z->param_off[k];
+  return (float *)piece_at(z, k);
+}
+
+/* host memory for n parameter piece elements */
+static inline size_t piece_floats(const colo_zero_t *z, size_t n) {
+  return (n * z->esz + sizeof(float) - 1) / sizeof(float);
 }
 
 /* host memory for pieces placed off the device and the host update's scratch: the backend's

@@ -1339,7 +1339,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         cfg->lora.rank, (double)cfg->lora.alpha,
         colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora), n_params,
         cfg->init_from ? cfg->init_from : "initialised from the seed",
-        w16                    ? ", its blocks' matrices in 16 bits only"
+        w16 ? ", its blocks' matrices in 16 bits only"
+        : cfg->zero_stage == 3 && zero.esz == 2
+            ? ", sharded over the data-parallel ranks (ZeRO-3), "
+              "its values exact in 16 bits and kept so"
         : cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)"
                                : "");
   }
