@@ -151,7 +151,9 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
  * before (colo_zero_place) are made again at the smaller size. */
 static int choose_half(colo_zero_t *z, const float *pieces, char *err, size_t errlen) {
   colo_dtype_t t = z->be->act_dtype;
-  float bad = t == COLO_DTYPE_F32 ? 1.0f : 0.0f;
+  if (t == COLO_DTYPE_F32) /* the same on every rank: nothing to agree on */
+    return 0;
+  float bad = 0.0f;
   uint16_t *h = malloc(z->max_piece * sizeof *h + 1);
   float *back = malloc(z->max_piece * sizeof *back + 1);
   if (!h || !back)
@@ -195,8 +197,8 @@ int colo_zero_attach_from(colo_zero_t *z, const float *pieces, char *err, size_t
   }
   if (z->stage < 2)
     return 0;
-  /* the pieces are made only now, so that they never share the device with the model's own
-   * full parameters and gradients for longer than the copy (set-up's peak) */
+  /* the pieces are made only now: from `pieces` (a model made without parameters), or from the
+   * model's own buffer, which they share the device with only for the copy (set-up's peak) */
   if (z->stage == 3) { /* keep this rank's pieces of the parameters */
     int rc = pieces && z->frozen ? choose_half(z, pieces, err, errlen) : 0;
     if (rc < 0)
