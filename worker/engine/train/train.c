@@ -769,7 +769,7 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
     memcpy(dst, v, n * sizeof(float));
 }
 
-/* a fresh ZeRO-3 run's values (colo_gpt_init_each), as a resume's parameters are put */
+/* a fresh run's values (colo_gpt_init_each), as a resume's parameters are put */
 static void init_put(void *ctx, size_t off, const float *v, size_t n) {
   load_put(ctx, 0, off, v, n);
 }
@@ -1251,26 +1251,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
     }
   }
-  /* given weights, as a resume takes a checkpoint's; a LoRA run's frozen model, always. Under
-   * ZeRO-3 a tensor at a time into this rank's pieces, reading only the part it keeps */
-  load_dst_t pd = {be, model, &opt, &zero, NULL, NULL, pieces};
-  colo_ckpt_sink_t to_pieces = {1, load_put, load_want, &pd};
-  if ((!ckpt_path[0] || lora) && cfg->init_from && z3) {
-    rc = colo_ckpt_load_weights_to(cfg->init_from, model, &to_pieces, err, errlen);
-  } else if ((!ckpt_path[0] || lora) && cfg->init_from) {
-    size_t bytes = colo_gpt_num_params(model) * sizeof(float);
-    float *dst = be->device ? malloc(bytes) : NULL;
-    if (be->device && !dst)
-      rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", cfg->init_from);
-    if (rc == 0)
-      rc = colo_ckpt_load_weights(cfg->init_from, model, dst, err, errlen);
-    if (rc == 0 && be->device)
-      be->from_host(colo_gpt_params(model), dst, bytes);
-    free(dst);
-  }
+  /* given weights, as a resume takes a checkpoint's; a LoRA run's frozen model, always: a tensor
+   * at a time, as the resume's are put, into the model (on a GPU through host memory) or under
+   * ZeRO-3 into this rank's pieces, reading only the part it keeps */
+  load_dst_t pd = {be, model, &opt, z3 ? &zero : NULL, NULL, NULL, pieces};
+  colo_ckpt_sink_t to_model = {1, load_put, load_want, &pd};
   if ((!ckpt_path[0] || lora) && cfg->init_from) {
-    if (rc < 0)
-      goto out;
+    CHECK_GOTO(colo_ckpt_load_weights_to(cfg->init_from, model, &to_model, err, errlen), rc, out);
     if (!cfg->quiet && lead)
       printf("initial weights from %s\n", cfg->init_from);
     if (lead && cfg->progress) {
@@ -1279,10 +1266,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
               json_str(js, sizeof js, cfg->init_from));
       fflush(cfg->progress);
     }
-  } else if ((!ckpt_path[0] || lora) && z3) {
-    colo_gpt_init_each(model, cfg->seed, init_put, &pd);
   } else if (!ckpt_path[0] || lora) {
-    colo_gpt_init(model, cfg->seed);
+    colo_gpt_init_each(model, cfg->seed, init_put, &pd);
   }
   if (lora && !ckpt_path[0])
     colo_lora_init(lora, cfg->seed);
