@@ -29,6 +29,7 @@
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "core/nf4.h"
 #include "core/pool.h"
 #include "core/rng.h"
 #include "model/gpt.h"
@@ -317,6 +318,27 @@ static void test_layernorm_gelu(double tol) {
   void *d_c = up(y, C, asz), *hc = hact(w, C);
   gpu->to_act(d_c, d_w, C);
   check_a(named("to_act"), d_c, hc, C, 0.0);
+  /* NF4's compute copies (QLoRA): the same values, rounded as the host rounds, exactly; a shape
+   * of odd size whose tiles end inside both dimensions, and one of Llama's */
+  const int shapes[2][2] = {{77, 45}, {256, 1536}};
+  for (int k = 0; k < 2; k++) {
+    int r = shapes[k][0], c = shapes[k][1];
+    size_t nq = (size_t)r * c, nc = colo_nf4_code_bytes(nq), nb = colo_nf4_blocks(nq);
+    float *wq = randv(nq, 0.02f), *amax = malloc(nb * sizeof *amax);
+    uint8_t *codes = malloc(nc);
+    colo_nf4_quantize(wq, r, c, codes, amax);
+    void *hq = malloc(nq * asz);
+    cpu->dequant_nf4(hq, codes, amax, r, c);
+    void *d_q = up(hq, nq, asz); /* overwritten below */
+    gpu->zero(d_q, nq * asz);
+    uint8_t *d_codes = up(codes, nc, 1);
+    float *d_amax = upf(amax, nb);
+    gpu->dequant_nf4(d_q, d_codes, d_amax, r, c);
+    check_a(named(k ? "dequant_nf4 256x1536" : "dequant_nf4 77x45"), d_q, hq, nq, 0.0);
+    colo_pool_free(dpool, d_codes);
+    colo_pool_free(dpool, d_amax);
+    free(wq), free(amax), free(codes), free(hq);
+  }
   void *frees[] = {d_inp, d_w, d_b, d_mean, d_rstd, d_dout, d_x, d_dy};
   for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
     colo_pool_free(dpool, frees[i]);

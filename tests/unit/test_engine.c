@@ -14,6 +14,7 @@
 
 #include "../../common/error.h"
 #include "backend/backend.h"
+#include "core/nf4.h"
 #include "core/pool.h"
 #include "core/rng.h"
 #include <omp.h>
@@ -1397,6 +1398,152 @@ TEST(lora_frozen_matrices_are_the_same) {
   ASSERT_EQ_INT(colo_gpt_freeze_matrices(m, err, sizeof err), COLO_EINVAL);
   ASSERT_EQ_STR(err, "only a frozen model (LoRA) with 16-bit activations keeps its matrices as "
                      "their compute copies alone");
+}
+
+/* NF4 as bitsandbytes stores it: a matrix w[rows][cols] is quantized in [cols][rows] order, two
+ * codes a byte (the first high), absmax per block of 64; values that are levels times the block's
+ * absmax come back exactly; the nearest level wins on each side of a midpoint; refusals */
+TEST(nf4_codes_and_values) {
+  enum { R = 3, C = 5 }; /* 15 values, one block, an odd count */
+  float w[R][C], back[R][C], amax[2];
+  uint8_t codes[36];
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < C; c++) /* value k of [cols][rows] order is level k, times 0.5 */
+      w[r][c] = 0.5f * colo_nf4_levels[c * R + r];
+  ASSERT_EQ_INT(colo_nf4_quantize(&w[0][0], R, C, codes, amax), 0);
+  ASSERT(amax[0] == 0.5f);
+  const uint8_t want[8] = {0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xe0};
+  ASSERT(memcmp(codes, want, sizeof want) == 0);
+  colo_nf4_dequantize(codes, amax, R, C, &back[0][0]);
+  ASSERT(memcmp(back, w, sizeof w) == 0);
+  /* either side of the midpoint between levels 8 and 9, and the largest magnitude negative */
+  float mid = (colo_nf4_levels[8] + colo_nf4_levels[9]) / 2,
+        v[3] = {mid - 1e-4f, mid + 1e-4f, -1.0f};
+  ASSERT_EQ_INT(colo_nf4_quantize(v, 3, 1, codes, amax), 0);
+  ASSERT(amax[0] == 1.0f && codes[0] == 0x89 && codes[1] >> 4 == 0);
+  float z[70] = {0}; /* a block of zeros, and a second block of 6 */
+  z[69] = -3.0f;
+  ASSERT_EQ_INT(colo_nf4_quantize(z, 70, 1, codes + 0, amax), 0);
+  ASSERT(amax[0] == 0.0f && amax[1] == 3.0f && codes[0] == 0x77 && codes[34] == 0x70);
+  z[3] = NAN;
+  ASSERT_EQ_INT(colo_nf4_quantize(z, 70, 1, codes, amax), -1);
+}
+
+/* the table names of a block's four matrices, which NF4 keeps */
+static int nf4_matrix(const char *name) {
+  static const char *const m[4] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
+                                   "mlp.c_proj.weight"};
+  size_t n = strlen(name);
+  for (int k = 0; k < 4; k++)
+    if (n >= strlen(m[k]) && !strcmp(name + n - strlen(m[k]), m[k]))
+      return 1;
+  return 0;
+}
+
+/* QLoRA: a frozen model kept in NF4 (colo_gpt_quantize_nf4) trains as the frozen model made from
+ * its dequantized values, bit for bit (the loss, the adapters' gradients, twice over), whether
+ * its values were in it (quantized then) or come after through colo_gpt_put into a model made
+ * without parameters; fp32 and bf16 activations, GPT-2 and Llama with grouped-query attention and
+ * an untied head, with and without recomputation; in less memory; refusals */
+TEST(qlora_nf4_is_lora_on_the_dequantized_model) {
+  setup();
+  const colo_backend_t *tabs[2] = {colo_backend_cpu(), colo_backend_cpu_dtype(COLO_DTYPE_BF16)};
+  int archs[] = {COLO_ARCH_GPT2, -2};
+  char err[256];
+  colo_pool_t *pool = new_pool(0);
+  for (int t = 0; t < 2; t++)
+    for (int ai = 0; ai < 2; ai++)
+      for (int rc = 0; rc < 2; rc++) {
+        be = tabs[t];
+        colo_gpt_t *src = tiny_model_arch(pool, rc, archs[ai]);
+        size_t np = colo_gpt_num_params(src), nt;
+        float *v = own(malloc(np * sizeof *v)), *deq = own(malloc(np * sizeof *v));
+        memcpy(v, colo_gpt_params(src), np * sizeof *v);
+        memcpy(deq, v, np * sizeof *v);
+        const colo_param_t *tab = colo_gpt_params_table(src, &nt);
+        int quantized = 0;
+        for (size_t i = 0; i < nt; i++) {
+          if (!nf4_matrix(tab[i].name))
+            continue;
+          size_t n = tab[i].numel;
+          uint8_t *c = own(malloc(colo_nf4_code_bytes(n)));
+          float *a = own(malloc(colo_nf4_blocks(n) * sizeof *a));
+          ASSERT_EQ_INT(
+              colo_nf4_quantize(v + tab[i].offset, tab[i].shape[0], tab[i].shape[1], c, a), 0);
+          colo_nf4_dequantize(c, a, tab[i].shape[0], tab[i].shape[1], deq + tab[i].offset);
+          quantized++;
+        }
+        ASSERT_EQ_INT(quantized, 8);
+        float loss[3][2], *g[3];
+        size_t used[3], nl = 0;
+        for (int k = 0; k < 3; k++) {
+          size_t before = colo_pool_used(pool);
+          colo_gpt_t *m;
+          if (k < 2) { /* the dequantized model; the model quantized in place */
+            m = tiny_model_arch(pool, rc, archs[ai]);
+            memcpy(colo_gpt_params(m), k ? v : deq, np * sizeof *v);
+          } else { /* made without parameters, its values put */
+            colo_gpt_stage_t st = {0, 2, 1, 1, 1};
+            ASSERT_EQ_INT(colo_gpt_create_stage(colo_gpt_config(src), 2, rc, be, NULL, &st, pool,
+                                                &m, err, sizeof err),
+                          0);
+            models[n_models++] = m;
+          }
+          colo_lora_t *l = tiny_lora(m, pool, COLO_LORA_ALL);
+          if (k)
+            ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, err, sizeof err), 0);
+          for (size_t i = 0; k == 2 && i < nt; i++)
+            ASSERT_EQ_INT(
+                colo_gpt_put(m, tab[i].offset, v + tab[i].offset, tab[i].numel, err, sizeof err),
+                0);
+          ASSERT(colo_gpt_nf4(m) == (k > 0) && (colo_gpt_params(m) == NULL) == (k > 0));
+          used[k] = colo_pool_used(pool) - before;
+          nl = colo_lora_numel(l);
+          g[k] = own(malloc(nl * 4));
+          for (int rep = 0; rep < 2; rep++) {
+            colo_lora_zero_grad(l);
+            loss[k][rep] = colo_gpt_forward(m, IN, TG, 2, 5);
+            colo_gpt_backward(m, 1.0f);
+          }
+          memcpy(g[k], colo_lora_grads(l), nl * 4);
+          if (k == 1) { /* refusals: a matrix in parts; a value not finite */
+            size_t i = 0;
+            while (!nf4_matrix(tab[i].name))
+              i++;
+            ASSERT_EQ_INT(colo_gpt_put(m, tab[i].offset, v + tab[i].offset, 3, err, sizeof err),
+                          COLO_EINVAL);
+            ASSERT_EQ_STR(err, "transformer.h.0.attn.c_attn.weight comes in parts: NF4 takes it "
+                               "whole");
+            float keep = v[tab[i].offset];
+            v[tab[i].offset] = INFINITY;
+            ASSERT_EQ_INT(
+                colo_gpt_put(m, tab[i].offset, v + tab[i].offset, tab[i].numel, err, sizeof err),
+                COLO_EINVAL);
+            ASSERT_EQ_STR(err, "transformer.h.0.attn.c_attn.weight holds a value that is not "
+                               "finite");
+            v[tab[i].offset] = keep;
+          }
+          colo_gpt_set_lora(m, NULL, NULL, 0);
+          colo_lora_destroy(l);
+        }
+        ASSERT(used[1] < used[0] && used[2] == used[1]);
+        for (int k = 1; k < 3; k++) {
+          ASSERT(loss[k][0] == loss[0][0] && loss[k][1] == loss[0][1] && isfinite(loss[0][0]));
+          ASSERT(memcmp(g[k], g[0], nl * 4) == 0);
+        }
+        while (n_models > 0) { /* this round's four */
+          colo_gpt_destroy(models[--n_models]);
+          models[n_models] = NULL;
+        }
+        printf("  %s, arch %d, recompute %d: loss %.6f and gradients the same as the dequantized "
+               "model's; memory %zu -> %zu, %zu bytes\n",
+               colo_dtype_name(be->act_dtype), archs[ai], rc, (double)loss[0][1], used[0], used[1],
+               used[2]);
+      }
+  be = colo_backend_cpu();
+  colo_gpt_t *m = tiny_model(pool, 0);
+  ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_STR(err, "only a frozen model (LoRA) whole on its rank keeps its matrices in NF4");
 }
 
 /* values rounded to bf16 in place: exact in it */

@@ -19,6 +19,7 @@
 #define COLO_BACKEND_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "../core/dtype.h"
@@ -55,6 +56,10 @@ typedef struct colo_backend_s {
   void (*to_act)(void *dst, const float *src, size_t n);
   /* dst[n] (fp32) = src[n] (act_dtype), exactly: activations on their way to a communicator */
   void (*to_f32)(float *dst, const void *src, size_t n);
+  /* w[rows][cols] (act_dtype) = the NF4 matrix in codes and absmax (core/nf4.h: quantized in
+   * [cols][rows] order), each value level · absmax in fp32, rounded once: a QLoRA model's compute
+   * copy of a frozen matrix. All three within backend memory. */
+  void (*dequant_nf4)(void *w, const uint8_t *codes, const float *absmax, int rows, int cols);
 
   /* out[N][OC] = inp[N][C] · w[C][OC] + b[OC]   (b may be NULL) */
   void (*matmul_fwd)(void *out, const void *inp, const void *w, const float *b, int N, int C,
@@ -179,7 +184,7 @@ typedef struct colo_backend_s {
  * activations are stored in act_dtype; COLO_F32_OPS: the optimizer's and the norms', fp32 only. */
 /* clang-format off */
 #define COLO_ACT_OPS(X, a)                                                                         \
-  X(to_act, a) X(to_f32, a) X(matmul_fwd, a) X(matmul_bwd, a)                                      \
+  X(to_act, a) X(to_f32, a) X(dequant_nf4, a) X(matmul_fwd, a) X(matmul_bwd, a)                                      \
   X(matmul_gelu_fwd, a) X(matmul_gelu_bwd, a)                                                      \
   X(lmhead_fwd, a) X(lmhead_bwd, a) X(encoder_fwd, a) X(encoder_bwd, a)                            \
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \

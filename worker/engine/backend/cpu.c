@@ -6,6 +6,7 @@
  * not even depend on the thread count.
  */
 #include "backend.h"
+#include "../core/nf4.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -777,6 +778,10 @@ static void to_f32(float *dst, const void *src, size_t n) {
   memmove(dst, src, n * sizeof(float));
 }
 
+static void dequant_nf4(void *w, const uint8_t *codes, const float *absmax, int rows, int cols) {
+  colo_nf4_dequantize(codes, absmax, rows, cols, w);
+}
+
 static void accumulate(float *dst, const float *src, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++)
@@ -795,6 +800,7 @@ static const colo_backend_t CPU = {
     .act_size = sizeof(float),
     .to_act = to_act,
     .to_f32 = to_f32,
+    .dequant_nf4 = dequant_nf4,
     .matmul_fwd = matmul_fwd,
     .matmul_bwd = matmul_bwd,
     .matmul_gelu_fwd = matmul_gelu_fwd,

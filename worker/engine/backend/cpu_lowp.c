@@ -381,6 +381,14 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
   colo_dtype_to_float(dst, src, n, t);
 }
 
+static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const float *absmax,
+                          int rows, int cols) {
+  size_t n = (size_t)rows * (size_t)cols;
+  float *f = fresh(n);
+  f32()->dequant_nf4(f, codes, absmax, rows, cols);
+  narrow(t, w, f, n);
+}
+
 /* ---- a table per storage type: entries that name their type and call the above ---- */
 
 /* b.entry = entry_sfx, for each entry of a list */
@@ -500,6 +508,9 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
   }                                                                                                \
   static void to_f32_##sfx(float *d, const void *s, size_t n) {                                    \
     to_f32_t(T, d, s, n);                                                                          \
+  }                                                                                                \
+  static void dequant_nf4_##sfx(void *w, const uint8_t *c, const float *a, int r, int cl) {        \
+    dequant_nf4_t(T, w, c, a, r, cl);                                                              \
   }                                                                                                \
   static colo_backend_t table_##sfx(void) {                                                        \
     colo_backend_t b = *f32(); /* memory, the optimizer and the norms: the fp32 table's */         \

@@ -477,6 +477,55 @@ template <class T> static void to_f32(float *dst, const void *src, size_t n) {
   LAUNCHED();
 }
 
+/* NF4's levels (core/nf4.c's, the same literals) */
+__constant__ static float nf4_levels[16] = {-1.0f,
+                                            -0.6961928009986877f,
+                                            -0.5250730514526367f,
+                                            -0.39491748809814453f,
+                                            -0.28444138169288635f,
+                                            -0.18477343022823334f,
+                                            -0.09105003625154495f,
+                                            0.0f,
+                                            0.07958029955625534f,
+                                            0.16093020141124725f,
+                                            0.24611230194568634f,
+                                            0.33791524171829224f,
+                                            0.44070982933044434f,
+                                            0.5626170039176941f,
+                                            0.7229568362236023f,
+                                            1.0f};
+
+/* A 32×32 tile of w[rows][cols] from codes in [cols][rows] order: read along the codes (threadIdx.x
+ * over rows) into shared memory, written along w's rows (threadIdx.x over cols), both coalesced.
+ * Blocks of 32×8 threads. */
+template <class T>
+__global__ static void dequant_nf4_kernel(T *w, const uint8_t *codes, const float *absmax, int rows,
+                                          int cols) {
+  __shared__ float tile[32][33];
+  int r0 = blockIdx.x * 32, c0 = blockIdx.y * 32;
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    int r = r0 + threadIdx.x, c = c0 + j;
+    if (r < rows && c < cols) {
+      size_t i = (size_t)c * rows + r;
+      int b = codes[i / 2];
+      tile[j][threadIdx.x] = nf4_levels[i % 2 ? b & 15 : b >> 4] * absmax[i / 64];
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    int r = r0 + j, c = c0 + threadIdx.x;
+    if (r < rows && c < cols)
+      w[(size_t)r * cols + c] = st<T>(tile[threadIdx.x][j]);
+  }
+}
+
+template <class T>
+static void dequant_nf4(void *w, const uint8_t *codes, const float *absmax, int rows, int cols) {
+  dim3 grid((unsigned)(rows + 31) / 32, (unsigned)(cols + 31) / 32), block(32, 8);
+  dequant_nf4_kernel<T><<<grid, block, 0, g.stream>>>((T *)w, codes, absmax, rows, cols);
+  LAUNCHED();
+}
+
 /* ---- embeddings ---- */
 
 template <class T>

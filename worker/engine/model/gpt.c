@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../../../common/error.h"
+#include "../core/nf4.h"
 #include "../core/rng.h"
 #include "lora.h"
 
@@ -128,6 +129,15 @@ struct colo_gpt_s {
   int wfrozen;
   void **wkeep;
   float *fparams;
+  /* colo_gpt_quantize_nf4 (QLoRA): the blocks' matrices in NF4 alone, table index i's codes at
+   * qcodes + qc[i] and its absmax values at qabsmax + qa[i]; a block's products read them
+   * dequantized into qw, one block's at a time (by its forward, and again by its backward); the
+   * other tensors in fparams */
+  int wquant;
+  uint8_t *qcodes;
+  float *qabsmax;
+  size_t *qc, *qa;
+  void *qw;
 };
 
 /* element i of an activation buffer */
@@ -670,6 +680,11 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->params);
   colo_pool_free(p, m->grads);
   colo_pool_free(p, m->fparams);
+  colo_pool_free(p, m->qcodes);
+  colo_pool_free(p, m->qabsmax);
+  colo_pool_free(p, m->qw);
+  free(m->qc);
+  free(m->qa);
   for (int l = 0; m->wkeep && l < m->l_hi - m->l_lo; l++)
     colo_pool_free(p, m->wkeep[l]);
   free(m->wkeep);
@@ -913,6 +928,19 @@ typedef struct {
 } block_w_t;
 
 static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int make) {
+  if (m->wquant) { /* NF4: dequantized into the one copy */
+    block_w_t w = {at(m, m->qw, m->wq_off), at(m, m->qw, m->wap_off), at(m, m->qw, m->wfc_off),
+                   at(m, m->qw, m->wfp_off)};
+    const void *dst[4] = {w.qkv, w.attproj, w.fc, w.fcproj};
+    const int which[4] = {P_QKVW, P_ATTPROJW, P_FCW, P_FCPROJW};
+    size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * m->per_layer;
+    for (int j = 0; make && j < 4; j++) {
+      size_t i = first + (size_t)m->slot[which[j]];
+      m->be->dequant_nf4((void *)dst[j], m->qcodes + m->qc[i], m->qabsmax + m->qa[i],
+                         m->table[i].shape[0], m->table[i].shape[1]);
+    }
+    return w;
+  }
   void *wb = m->wkeep ? m->wkeep[l - m->l_lo] : a->w;
   if (!wb)
     return (block_w_t){P(m, l, P_QKVW), P(m, l, P_ATTPROJW), P(m, l, P_FCW), P(m, l, P_FCPROJW)};
@@ -1320,6 +1348,113 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen) {
   return 0;
 }
 
+int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
+  if (m->wquant)
+    return 0;
+  if (!m->frozen || m->hooks || m->wfrozen)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "only a frozen model (LoRA) whole on its rank keeps its matrices in NF4");
+  colo_pool_t *pool = m->pool;
+  size_t codes = 0, blocks = 0, keep = 0;
+  if (!(m->qc = calloc(m->n_tensors, sizeof *m->qc)) ||
+      !(m->qa = calloc(m->n_tensors, sizeof *m->qa)))
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  for (size_t i = 0; i < m->n_tensors; i++) {
+    size_t n = m->table[i].numel;
+    if (!block_matrix(m, i)) {
+      keep += n;
+      continue;
+    }
+    m->qc[i] = codes, m->qa[i] = blocks;
+    codes += colo_nf4_code_bytes(n);
+    blocks += colo_nf4_blocks(n);
+  }
+  size_t wbytes = (m->wfp_off + (size_t)m->Cf * m->cfg.n_embd) * m->asz;
+  if (!(m->qcodes = colo_pool_alloc(pool, codes, "frozen matrices (NF4)")) ||
+      !(m->qabsmax = colo_pool_alloc(pool, blocks * sizeof(float), "frozen matrices (NF4)")) ||
+      !(m->fparams = colo_pool_alloc(pool, (keep ? keep : 1) * sizeof(float), "parameters")) ||
+      !(m->qw = colo_pool_alloc(pool, wbytes, "activations")))
+    return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(pool));
+  /* a block's own compute copies give way to the one qw */
+  for (int l = 0; l < (m->recompute ? 1 : m->l_hi - m->l_lo); l++) {
+    colo_pool_free(pool, m->layers[l].w);
+    m->layers[l].w = NULL;
+  }
+  float *old = m->params;
+  float **was = NULL;
+  if (old && !(was = malloc(m->n_tensors * sizeof *was)))
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  for (size_t i = 0, off = 0; i < m->n_tensors; i++) {
+    if (was)
+      was[i] = m->pt[i];
+    m->pt[i] = block_matrix(m, i) ? NULL : m->fparams + off;
+    off += block_matrix(m, i) ? 0 : m->table[i].numel;
+  }
+  m->params = NULL;
+  m->wquant = 1;
+  int rc = 0;
+  if (old) { /* values already there: through the host, a tensor at a time */
+    size_t big = 0;
+    for (size_t i = 0; i < m->n_tensors; i++)
+      big = m->table[i].numel > big ? m->table[i].numel : big;
+    float *h = malloc((big ? big : 1) * sizeof *h);
+    if (!h)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i < m->n_tensors; i++) {
+      m->be->to_host(h, was[i], m->table[i].numel * sizeof *h);
+      rc = colo_gpt_put(m, m->table[i].offset, h, m->table[i].numel, err, errlen);
+    }
+    free(h);
+    colo_pool_free(pool, old);
+  }
+  free(was);
+  return rc;
+}
+
+int colo_gpt_nf4(const colo_gpt_t *m) {
+  return m->wquant;
+}
+
+int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err, size_t errlen) {
+  while (n > 0) {
+    size_t lo = 0, hi = m->n_tensors; /* the tensor holding off: the last starting at or below */
+    while (hi - lo > 1) {
+      size_t mid = (lo + hi) / 2;
+      if (m->table[mid].offset <= off)
+        lo = mid;
+      else
+        hi = mid;
+    }
+    const colo_param_t *p = &m->table[lo];
+    size_t rel = off - p->offset, take = p->numel - rel < n ? p->numel - rel : n;
+    if (off < p->offset || rel >= p->numel)
+      return colo_fail(err, errlen, COLO_EINVAL, "parameter %zu is outside the model", off);
+    if (m->wquant && block_matrix(m, lo)) {
+      if (rel || take != p->numel)
+        return colo_fail(err, errlen, COLO_EINVAL, "%s comes in parts: NF4 takes it whole",
+                         p->name);
+      size_t nc = colo_nf4_code_bytes(p->numel), nb = colo_nf4_blocks(p->numel);
+      uint8_t *c = malloc(nc + nb * sizeof(float));
+      if (!c)
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+      float *amax = (float *)(void *)(c + nc);
+      if (colo_nf4_quantize(v, p->shape[0], p->shape[1], c, amax) < 0) {
+        free(c);
+        return colo_fail(err, errlen, COLO_EINVAL, "%s holds a value that is not finite", p->name);
+      }
+      m->be->from_host(m->qcodes + m->qc[lo], c, nc);
+      m->be->from_host(m->qabsmax + m->qa[lo], amax, nb * sizeof(float));
+      free(c);
+    } else if (m->pt[lo]) {
+      m->be->from_host(m->pt[lo] + rel, v, take * sizeof(float));
+    } else {
+      return colo_fail(err, errlen, COLO_EINVAL, "%s has no place in this model's memory", p->name);
+    }
+    off += take, v += take, n -= take;
+  }
+  return 0;
+}
+
 struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m) {
   return m->lora;
 }
@@ -1507,8 +1642,8 @@ blocks:
     if (fetch(m, first, per) < 0)
       return;
     /* recomputing: the same forward again (bit-identical activations, and the compute copies) */
-    block_w_t w =
-        m->recompute ? block_forward(m, l, a, m->resid[l], m->dtmp) : block_weights(m, l, a, 0);
+    block_w_t w = m->recompute ? block_forward(m, l, a, m->resid[l], m->dtmp)
+                               : block_weights(m, l, a, m->wquant); /* NF4: dequantized again */
     if (grads_begin(m, first, per) < 0)
       return;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */

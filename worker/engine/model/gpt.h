@@ -273,6 +273,22 @@ struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m);
  * COLO_ENOMEM. */
 int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen);
 
+/* QLoRA: a frozen model (colo_gpt_set_lora, no hooks) keeps the blocks' four matrices in NF4
+ * alone (core/nf4.h: 4 bits a value and an fp32 absmax per 64), and its products read them
+ * dequantized into one block's compute copies (act_dtype), by each block's forward and again by
+ * its backward; the other tensors stay fp32 in a buffer of their own. Values already in the model
+ * are quantized now (through host memory, a tensor at a time; colo_gpt_params then returns NULL);
+ * a model made without parameters (colo_gpt_stage_t.no_params) takes its values after, through
+ * colo_gpt_put. The same training as the frozen model made from the dequantized values (in
+ * 16-bit activations as colo_gpt_freeze_matrices keeps them), bit for bit. COLO_EINVAL for any
+ * other model, COLO_ENOMEM. colo_gpt_nf4: whether m does. */
+int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen);
+int colo_gpt_nf4(const colo_gpt_t *m);
+/* Puts n fp32 values from host memory at parameter offset off (colo_gpt_params_table's), into the
+ * tensors where the model keeps them; an NF4 matrix must come whole, and is quantized. COLO_EINVAL
+ * (reason in err) for a range the model does not keep, or an NF4 matrix in parts or not finite. */
+int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err, size_t errlen);
+
 void colo_gpt_zero_grad(colo_gpt_t *m);
 /* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must
  * have had targets. */

@@ -1,0 +1,67 @@
+/* NF4 quantization on the host (nf4.h). */
+#include "nf4.h"
+
+#include <math.h>
+
+/* the levels of QLoRA's paper (appendix E), as bitsandbytes tabulates them */
+const float colo_nf4_levels[16] = {-1.0f,
+                                   -0.6961928009986877f,
+                                   -0.5250730514526367f,
+                                   -0.39491748809814453f,
+                                   -0.28444138169288635f,
+                                   -0.18477343022823334f,
+                                   -0.09105003625154495f,
+                                   0.0f,
+                                   0.07958029955625534f,
+                                   0.16093020141124725f,
+                                   0.24611230194568634f,
+                                   0.33791524171829224f,
+                                   0.44070982933044434f,
+                                   0.5626170039176941f,
+                                   0.7229568362236023f,
+                                   1.0f};
+
+/* the level nearest x in [−1, 1]: how many midpoints between neighbours lie below x */
+static int nearest(float x) {
+  int q = 0;
+  for (int i = 0; i < 15; i++)
+    q += x > (float)(((double)colo_nf4_levels[i] + (double)colo_nf4_levels[i + 1]) / 2.0);
+  return q;
+}
+
+int colo_nf4_quantize(const float *w, int rows, int cols, uint8_t *codes, float *absmax) {
+  size_t n = (size_t)rows * (size_t)cols;
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(w[i]))
+      return -1;
+  for (size_t i = 0; i < colo_nf4_code_bytes(n); i++)
+    codes[i] = 0;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t b = 0; b < colo_nf4_blocks(n); b++) {
+    size_t lo = b * COLO_NF4_BLOCK, hi = lo + COLO_NF4_BLOCK < n ? lo + COLO_NF4_BLOCK : n;
+    float amax = 0.0f;
+    for (size_t i = lo; i < hi; i++) { /* i in [cols][rows] order: w[i % rows][i / rows] */
+      float a = fabsf(w[(i % (size_t)rows) * (size_t)cols + i / (size_t)rows]);
+      amax = a > amax ? a : amax;
+    }
+    absmax[b] = amax;
+    float inv = amax > 0.0f ? 1.0f / amax : 0.0f;
+    for (size_t i = lo; i < hi; i++) {
+      float v = w[(i % (size_t)rows) * (size_t)cols + i / (size_t)rows];
+      int q = amax > 0.0f ? nearest(v * inv) : 7;
+      /* a block is 32 whole bytes: no two blocks (threads) share one */
+      codes[i / 2] |= (uint8_t)(i % 2 ? q : q << 4);
+    }
+  }
+  return 0;
+}
+
+void colo_nf4_dequantize(const uint8_t *codes, const float *absmax, int rows, int cols, float *w) {
+  size_t n = (size_t)rows * (size_t)cols;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++) {
+    int q = i % 2 ? codes[i / 2] & 15 : codes[i / 2] >> 4;
+    w[(i % (size_t)rows) * (size_t)cols + i / (size_t)rows] =
+        colo_nf4_levels[q] * absmax[i / COLO_NF4_BLOCK];
+  }
+}
