@@ -508,6 +508,14 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (!(t->early_stop_min_delta >= 0.0f && isfinite(t->early_stop_min_delta)))
     return bad(err, errlen, "train.early_stop_min_delta=%g must be a number, at least 0",
                (double)t->early_stop_min_delta);
+  const char *lq = t->lora_quant && t->lora_quant[0] ? t->lora_quant : NULL;
+  if (lq && strcmp(lq, "nf4") && strcmp(lq, "none"))
+    return bad(err, errlen, "train.lora_quant \"%.40s\" must be nf4 or none", lq);
+  int nf4 = lq && !strcmp(lq, "nf4");
+  if (nf4 && t->lora_rank == 0)
+    return bad(err, errlen,
+               "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs "
+               "train.lora_rank > 0");
   if (t->lora_rank > 0) {
     unsigned tg;
     char why[160];
@@ -532,6 +540,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                  "and optimizer state, and the frozen model has none; zero_stage=3 shards its "
                  "parameters, 0 keeps it whole",
                  t->lora_rank, s->parallel->zero_stage);
+    if (nf4 && s->parallel->zero_stage != 0)
+      return bad(err, errlen,
+                 "train.lora_quant=nf4 keeps the frozen model whole on each rank in 4 bits: "
+                 "parallel.zero_stage=%u must be 0",
+                 s->parallel->zero_stage);
     if (s->memory->optim_device_fraction < 1.0f || s->memory->optim_nvme_fraction > 0.0f)
       return bad(err, errlen,
                  "train.lora_rank=%u: memory.optim_device_fraction and optim_nvme_fraction place "

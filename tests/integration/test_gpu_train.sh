@@ -381,6 +381,25 @@ print("LoRA, the frozen model's pieces in host memory: %d bytes in fp32, %d in b
       % (a["host_bytes"], b["host_bytes"], b["host_bytes"] / a["host_bytes"]))
 assert b["host_bytes"] * 2 == a["host_bytes"]
 PY
+# QLoRA: the bf16 model with its block matrices in NF4 (dequantized a block at a time by the
+# GPU's kernel, forward and backward) trains as on the CPU (bit for bit where the GPU is
+# emulated), in less GPU memory than the LoRA run above that keeps them in bf16
+expect_rc 0 "$CT" train "${LB[@]}" --lora-quant nf4 --ckpt-dir "$TMP/lq-gpu" --progress "$TMP/lq-gpu.jsonl"
+expect_rc 0 "$CT" train "${LB[@]}" --lora-quant nf4 --device cpu --ckpt-dir "$TMP/lq-cpu" \
+  --progress "$TMP/lq-cpu.jsonl"
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/lq-cpu/step_00000006/rank_00000.safetensors" "$TMP/lq-gpu/step_00000006/rank_00000.safetensors" ||
+    fail "QLoRA: the GPU trained otherwise than the CPU"
+fi
+same_training "QLoRA (NF4), GPU vs CPU" "$TMP/lq-cpu.jsonl" "$TMP/lq-gpu.jsonl" 5e-3
+python3 - "$TMP/lb0.jsonl" "$TMP/lq-gpu.jsonl" <<'PY' || fail "QLoRA's GPU memory"
+import json, sys
+last = lambda f: [r for r in map(json.loads, open(f)) if r["event"] == "step"][-1]
+b, q = last(sys.argv[1]), last(sys.argv[2])
+print("QLoRA, peak GPU memory: %d bytes with the frozen matrices in NF4, %d in bf16 (%.2fx)"
+      % (q["memory_bytes"], b["memory_bytes"], q["memory_bytes"] / b["memory_bytes"]))
+assert q["memory_bytes"] < b["memory_bytes"]
+PY
 # (the bf16 model: its 16-bit pieces all-gathered, then kept as gathered chunks; checkpoints the
 # same as the model whole on each of the two ranks')
 expect_rc 0 "$CT" train "${LB[@]}" --dp 2 --nproc 2 --ckpt-dir "$TMP/lbdp0"

@@ -796,6 +796,9 @@ static void train_usage(void) {
       "  --lora-alpha A        the adapters' updates are scaled by A/R (default 16)\n"
       "  --lora-targets LIST   the products adapted: attn.c_attn, attn.c_proj, mlp.c_fc,\n"
       "                        mlp.c_proj, comma-separated, or all (default)\n"
+      "  --lora-quant nf4      QLoRA: keep the frozen model's block matrices in NF4 (4 bits a\n"
+      "                        value and a scale per 64, as bitsandbytes): about 0.28x their\n"
+      "                        16-bit bytes; the adapters learn against the dequantized values\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
@@ -979,6 +982,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-rank", "train: {lora_rank: %s}"},
       {"lora-alpha", "train: {lora_alpha: %s}"},
       {"lora-targets", "train: {lora_targets: '%s'}"},
+      {"lora-quant", "train: {lora_quant: '%s'}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1522,6 +1526,8 @@ static int cmd_train(int argc, char **argv) {
     cfg.lora.targets = COLO_LORA_ALL;
     if (spec->train->lora_targets && spec->train->lora_targets[0])
       colo_lora_targets_parse(spec->train->lora_targets, &cfg.lora.targets, NULL, 0);
+    if (spec->train->lora_quant && !strcmp(spec->train->lora_quant, "nf4"))
+      cfg.lora.quant = COLO_LORA_QUANT_NF4;
   }
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;

@@ -1411,6 +1411,28 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
   return rc;
 }
 
+int colo_gpt_nf4_round(const colo_gpt_t *m, float *params, char *err, size_t errlen) {
+  size_t big = 0;
+  for (size_t i = 0; i < m->n_tensors; i++)
+    big = block_matrix(m, i) && m->table[i].numel > big ? m->table[i].numel : big;
+  uint8_t *c = malloc(colo_nf4_code_bytes(big) + colo_nf4_blocks(big) * sizeof(float) + 1);
+  if (!c)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  float *amax = (float *)(void *)(c + colo_nf4_code_bytes(big));
+  int rc = 0;
+  for (size_t i = 0; i < m->n_tensors && rc == 0; i++) {
+    const colo_param_t *p = &m->table[i];
+    if (!block_matrix(m, i))
+      continue;
+    if (colo_nf4_quantize(params + p->offset, p->shape[0], p->shape[1], c, amax) < 0)
+      rc = colo_fail(err, errlen, COLO_EINVAL, "%s holds a value that is not finite", p->name);
+    else
+      colo_nf4_dequantize(c, amax, p->shape[0], p->shape[1], params + p->offset);
+  }
+  free(c);
+  return rc;
+}
+
 int colo_gpt_nf4(const colo_gpt_t *m) {
   return m->wquant;
 }

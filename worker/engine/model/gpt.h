@@ -284,6 +284,10 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen);
  * other model, COLO_ENOMEM. colo_gpt_nf4: whether m does. */
 int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen);
 int colo_gpt_nf4(const colo_gpt_t *m);
+/* The values an NF4 model computes with, in fp32: the block matrices of params (host memory, the
+ * model's layout) quantized and dequantized in place (for merging a QLoRA run's adapters into
+ * the model they learnt against). COLO_EINVAL for a value that is not finite, COLO_ENOMEM. */
+int colo_gpt_nf4_round(const colo_gpt_t *m, float *params, char *err, size_t errlen);
 /* Puts n fp32 values from host memory at parameter offset off (colo_gpt_params_table's), into the
  * tensors where the model keeps them; an NF4 matrix must come whole, and is quantized. COLO_EINVAL
  * (reason in err) for a range the model does not keep, or an NF4 matrix in parts or not finite. */

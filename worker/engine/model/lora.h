@@ -24,7 +24,12 @@ typedef struct {
   int rank;         /* r ≥ 1 */
   float alpha;      /* the update is scaled by alpha / r */
   unsigned targets; /* COLO_LORA_* bits, at least one */
+  /* COLO_LORA_QUANT_NF4: the frozen model's block matrices are kept in NF4 (QLoRA,
+   * colo_gpt_quantize_nf4), and the adapters learn against their dequantized values; 0: as
+   * loaded */
+  int quant;
 } colo_lora_config_t;
+#define COLO_LORA_QUANT_NF4 1
 
 typedef struct colo_lora_s colo_lora_t;
 

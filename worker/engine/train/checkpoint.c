@@ -196,15 +196,18 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     cJSON *lo = cJSON_GetObjectItem(root, "lora");
     if (lo) {
       cJSON *r = cJSON_GetObjectItem(lo, "rank"), *al = cJSON_GetObjectItem(lo, "alpha"),
-            *tg = cJSON_GetObjectItem(lo, "targets"), *bs = cJSON_GetObjectItem(lo, "base");
+            *tg = cJSON_GetObjectItem(lo, "targets"), *bs = cJSON_GetObjectItem(lo, "base"),
+            *qn = cJSON_GetObjectItem(lo, "quant");
       char why[160];
       if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
           r->valuedouble != (int)r->valuedouble || !cJSON_IsNumber(al) ||
           !(al->valuedouble > 0 && al->valuedouble < 1e9) || !cJSON_IsString(tg) ||
           colo_lora_targets_parse(tg->valuestring, &t.lora.targets, why, sizeof why) < 0 ||
-          (bs && (!cJSON_IsString(bs) || strlen(bs->valuestring) >= sizeof t.lora_base)))
+          (bs && (!cJSON_IsString(bs) || strlen(bs->valuestring) >= sizeof t.lora_base)) ||
+          (qn && (!cJSON_IsString(qn) || strcmp(qn->valuestring, "nf4"))))
         bad = 1;
       else {
+        t.lora.quant = qn ? COLO_LORA_QUANT_NF4 : 0;
         t.lora.rank = (int)r->valuedouble;
         t.lora.alpha = (float)al->valuedouble;
         snprintf(t.lora_base, sizeof t.lora_base, "%s", bs ? bs->valuestring : "");
@@ -517,6 +520,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
                             colo_lora_targets_name(meta->lora.targets, tg, sizeof tg));
     if (meta->lora_base[0])
       cJSON_AddStringToObject(lo, "base", meta->lora_base);
+    if (meta->lora.quant == COLO_LORA_QUANT_NF4)
+      cJSON_AddStringToObject(lo, "quant", "nf4");
   }
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;
@@ -1291,6 +1296,12 @@ int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora
                    dir, meta->lora.rank, (double)meta->lora.alpha,
                    colo_lora_targets_name(meta->lora.targets, a, sizeof a), c->rank,
                    (double)c->alpha, colo_lora_targets_name(c->targets, b, sizeof b));
+  else if (meta->lora.quant != c->quant)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s holds LoRA adapters trained on the model %s; this run keeps it "
+                   "%s (train.lora_quant)",
+                   dir, meta->lora.quant ? "in NF4" : "as loaded",
+                   c->quant ? "in NF4" : "as loaded");
   if (rc == 0)
     rc = verify(dir, files, err, errlen);
   cJSON_Delete(root);

@@ -748,6 +748,10 @@ typedef struct {
   colo_adamw_t *opt;
   colo_zero_t *zero; /* NULL: stage 0 */
   float *pm, *pv, *pp;
+  /* a model without a parameter buffer of its own (QLoRA's) takes its values through
+   * colo_gpt_put, whose first failure is kept here */
+  int rc;
+  char err[256];
 } load_dst_t;
 
 static void load_want(void *ctx, int what, size_t off, size_t n, size_t *lo, size_t *hi) {
@@ -760,6 +764,11 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
   load_dst_t *d = ctx;
   if (d->zero && (what > 0 || d->pp)) {
     colo_zero_keep(d->zero, off, v, n, what == 0 ? d->pp : what == 1 ? d->pm : d->pv);
+    return;
+  }
+  if (what == 0 && !colo_gpt_params(d->model)) {
+    if (d->rc == 0)
+      d->rc = colo_gpt_put(d->model, off, v, n, d->err, sizeof d->err);
     return;
   }
   float *dst = (what == 0 ? colo_gpt_params(d->model) : what == 1 ? d->opt->m : d->opt->v) + off;
@@ -1080,11 +1089,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   /* under ZeRO-3 the model has no parameter buffer: its values go from the host straight into
    * this rank's pieces (colo_zero_attach_from), never whole in the backend's memory */
   int z3 = cfg->zero_stage == 3;
+  /* QLoRA's NF4 matrices are made from the host a tensor at a time (colo_gpt_put): never whole
+   * in fp32 in the backend's memory either */
+  int nf4 = cfg->lora.rank > 0 && cfg->lora.quant == COLO_LORA_QUANT_NF4;
   colo_gpt_stage_t stage = {pp_idx * cfg->model.n_layer / pp,
                             (pp_idx + 1) * cfg->model.n_layer / pp, pp_idx == 0, pp_idx == pp - 1,
-                            z3};
+                            z3 || nf4};
   CHECK_GOTO(colo_gpt_create_stage(&cfg->model, B / M, cfg->recompute, be, tpc,
-                                   pp > 1 || z3 ? &stage : NULL, pool, &model, err, errlen),
+                                   pp > 1 || z3 || nf4 ? &stage : NULL, pool, &model, err, errlen),
              rc, out);
   if (cfg->sequence_parallel) {
     if (!tpc || ((B / M) * T) % tp) {
@@ -1106,8 +1118,18 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_EINVAL;
       goto out;
     }
+    if (nf4 && cfg->zero_stage) {
+      snprintf(err, errlen,
+               "train.lora_quant=nf4 keeps the frozen model whole on each rank in 4 bits: "
+               "parallel.zero_stage=%d must be 0",
+               cfg->zero_stage);
+      rc = COLO_EINVAL;
+      goto out;
+    }
     CHECK_GOTO(colo_lora_create(model, &cfg->lora, pool, &lora, err, errlen), rc, out);
     CHECK_GOTO(colo_gpt_set_lora(model, lora, err, errlen), rc, out);
+    if (nf4)
+      CHECK_GOTO(colo_gpt_quantize_nf4(model, err, errlen), rc, out);
   }
   if (pp > 1) { /* boundary tensors: this rank's rows */
     pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
@@ -1202,7 +1224,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       /* tensor by tensor into where this rank keeps them: the parameters into the model (on a
        * GPU through host memory), the moments into the optimizer's, or under ZeRO into host
        * copies of this rank's pieces, then put where the placement keeps them */
-      load_dst_t ld = {be, model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL, pieces};
+      load_dst_t ld = {be,     model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL,
+                       pieces, 0,     ""};
       if (lora) /* the adapters and their moments; the frozen model comes below */
         rc = load_lora(dir, &meta, lora, &opt, be, cfg->init_from, lead, err, errlen);
       else if (ld.zero) {
@@ -1254,10 +1277,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   /* given weights, as a resume takes a checkpoint's; a LoRA run's frozen model, always: a tensor
    * at a time, as the resume's are put, into the model (on a GPU through host memory) or under
    * ZeRO-3 into this rank's pieces, reading only the part it keeps */
-  load_dst_t pd = {be, model, &opt, z3 ? &zero : NULL, NULL, NULL, pieces};
+  load_dst_t pd = {be, model, &opt, z3 ? &zero : NULL, NULL, NULL, pieces, 0, ""};
   colo_ckpt_sink_t to_model = {1, load_put, load_want, &pd};
   if ((!ckpt_path[0] || lora) && cfg->init_from) {
     CHECK_GOTO(colo_ckpt_load_weights_to(cfg->init_from, model, &to_model, err, errlen), rc, out);
+    if ((rc = pd.rc) < 0) {
+      snprintf(err, errlen, "%s: %s", cfg->init_from, pd.err);
+      goto out;
+    }
     if (!cfg->quiet && lead)
       printf("initial weights from %s\n", cfg->init_from);
     if (lead && cfg->progress) {
@@ -1268,12 +1295,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   } else if (!ckpt_path[0] || lora) {
     colo_gpt_init_each(model, cfg->seed, init_put, &pd);
+    if ((rc = pd.rc) < 0) {
+      snprintf(err, errlen, "initialising the model: %s", pd.err);
+      goto out;
+    }
   }
   if (lora && !ckpt_path[0])
     colo_lora_init(lora, cfg->seed);
   /* 16-bit activations: the frozen matrices as their compute copies alone (not with --dump, which
    * writes the model's fp32 tensors) */
-  int w16 = lora && be->act_dtype != COLO_DTYPE_F32 && cfg->zero_stage == 0 &&
+  int w16 = lora && !nf4 && be->act_dtype != COLO_DTYPE_F32 && cfg->zero_stage == 0 &&
             !(lead && cfg->dump_path); /* under ZeRO-3 they are fetched pieces */
   if (w16)
     CHECK_GOTO(colo_gpt_freeze_matrices(model, err, errlen), rc, out);
@@ -1324,7 +1355,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         cfg->lora.rank, (double)cfg->lora.alpha,
         colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora), n_params,
         cfg->init_from ? cfg->init_from : "initialised from the seed",
-        w16 ? ", its blocks' matrices in 16 bits only"
+        nf4   ? ", its blocks' matrices in NF4 (4-bit, QLoRA)"
+        : w16 ? ", its blocks' matrices in 16 bits only"
         : cfg->zero_stage == 3 && zero.esz == 2
             ? ", sharded over the data-parallel ranks (ZeRO-3), "
               "its values exact in 16 bits and kept so"
@@ -1755,6 +1787,9 @@ static int open_lora(const char *ckpt, colo_ckpt_meta_t *meta, colo_gpt_t *model
                                        colo_gpt_num_params(model) * sizeof(float));
   }
   /* the adapters' table (their buffers, for as long as the merge takes) */
+  /* QLoRA's adapters learnt against the dequantized matrices: they are merged into those */
+  if (rc == 0 && meta->lora.quant == COLO_LORA_QUANT_NF4)
+    rc = colo_gpt_nf4_round(model, w, err, errlen);
   if (rc == 0)
     rc = colo_lora_create(model, &meta->lora, pool, &l, err, errlen);
   if (rc == 0 && !(a = malloc(colo_lora_numel(l) * sizeof *a + 1)))

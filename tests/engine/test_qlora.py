@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""QLoRA (train.lora_quant: nf4) against an NF4 written here from QLoRA's paper, and PyTorch.
+
+NF4 here is numpy's, from the paper (Dettmers et al. 2023, appendix E) and bitsandbytes' storage
+rules: each of a model's linear weights is taken in nn.Linear's [out][in] order (GPT-2's Conv1D
+[in][out] transposed first, as transformers does for bitsandbytes), cut into blocks of 64
+consecutive values, each block scaled by the fp32 reciprocal of its largest magnitude, each value
+given the nearest of the 16 levels, and dequantized as level · absmax in fp32.
+
+For GPT-2 and for Llama with grouped-query attention, colo-train trains a small base and exports
+it in HuggingFace's layout; numpy writes the base with its linear weights dequantized. Then:
+
+  - LoRA with --lora-quant nf4 on the base, and LoRA without it on numpy's dequantized base: the
+    same 10 steps bit for bit (every loss, gradient norm and final adapter), in fp32 and in bf16
+    activations: colo's NF4 is numpy's, value for value;
+  - PyTorch's loss of the dequantized base on the first batch is colo's first loss (rel 1e-5),
+    and is not the base's own (the quantization is there);
+  - colo-train says the matrices are in NF4, and its host memory is below the LoRA run's;
+  - the manifest records quant nf4; `colo-train export` of the QLoRA checkpoint merges into the
+    dequantized matrices: the same tensors as the export of the run on numpy's base (exact), and
+    `eval` gives the same loss;
+  - stopped at step 5 and resumed: the same step-10 checkpoint, byte for byte; resuming it without
+    --lora-quant is refused with the reason.
+Exit 0 when all pass.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_init_from import write_safetensors  # noqa: E402
+from test_torch_reference import read_safetensors  # noqa: E402
+from torch_gpt2 import GPT2, Llama  # noqa: E402
+
+COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
+torch.set_num_threads(1)
+
+L, NH, C, T, V, H_LLAMA = 2, 2, 64, 16, 256, 128
+B, ACCUM, STEPS = 4, 2, 10
+RANK, ALPHA = 4, 8.0
+
+# the paper's 16 levels, as bitsandbytes tabulates them
+LEVELS = np.array([-1.0, -0.6961928009986877, -0.5250730514526367, -0.39491748809814453,
+                   -0.28444138169288635, -0.18477343022823334, -0.09105003625154495, 0.0,
+                   0.07958029955625534, 0.16093020141124725, 0.24611230194568634,
+                   0.33791524171829224, 0.44070982933044434, 0.5626170039176941,
+                   0.7229568362236023, 1.0], dtype=np.float32)
+MIDS = ((LEVELS[:-1].astype(np.float64) + LEVELS[1:].astype(np.float64)) / 2).astype(np.float32)
+
+failures = []
+
+
+def check(what, ok, detail):
+    print("%-62s %s  %s" % (what, "ok  " if ok else "FAIL", detail))
+    if not ok:
+        failures.append(what)
+
+
+def colo(args, ok=True):
+    r = subprocess.run([COLO] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if ok and r.returncode != 0:
+        print(r.stdout)
+        raise SystemExit("colo-train %s failed (%d)" % (args[0], r.returncode))
+    return r.stdout if ok else (r.returncode, r.stdout)
+
+
+def nf4(w):
+    """w [out][in] float32 -> its NF4 values, dequantized (float32, same shape)"""
+    x = w.reshape(-1)
+    n = x.size
+    nb = -(-n // 64)
+    blocks = np.zeros(nb * 64, np.float32)
+    blocks[:n] = x
+    blocks = blocks.reshape(nb, 64)
+    amax = np.abs(blocks).max(axis=1)
+    inv = np.zeros_like(amax)
+    inv[amax > 0] = np.float32(1.0) / amax[amax > 0]
+    normed = (blocks * inv[:, None]).astype(np.float32)
+    q = (normed[..., None] > MIDS).sum(axis=-1)
+    q[amax == 0] = 7
+    return (LEVELS[q] * amax[:, None]).astype(np.float32).reshape(-1)[:n].reshape(w.shape)
+
+
+LINEAR = {"gpt2": re.compile(r"\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight$"),
+          "llama": re.compile(r"\.(q_proj|k_proj|v_proj|o_proj|gate_proj|up_proj|down_proj)\.weight$")}
+MODEL = ["--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
+         "--vocab-size", str(V)]
+ARCH = {"gpt2": ["--arch", "gpt2"],
+        "llama": ["--arch", "llama", "--n-kv-head", "1", "--mlp-hidden", str(H_LLAMA)]}
+
+
+def run(tmp, arch):
+    tag = "[%s] " % arch
+    base_dir = os.path.join(tmp, arch + "-base")
+    colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0", "--steps", "30",
+          "--batch-size", "4", "--lr", "1e-2", "--seed", "7", "--threads", "2", "--quiet",
+          "--ckpt-dir", base_dir] + MODEL + ARCH[arch])
+    base = os.path.join(tmp, arch + "-base.safetensors")
+    colo(["export", "--checkpoint", os.path.join(base_dir, "step_00000030"), "--out", base])
+    w = {k: v.numpy() for k, v in read_safetensors(base).items()}
+    deq, count = {}, 0
+    for k, v in w.items():
+        if LINEAR[arch].search(k):  # GPT-2's Conv1D is [in][out]: quantized as its transpose
+            deq[k] = nf4(v.T).T.copy() if arch == "gpt2" else nf4(v)
+            count += 1
+        else:
+            deq[k] = v
+    check(tag + "numpy quantized every linear weight", count == L * (4 if arch == "gpt2" else 7),
+          "%d of them; largest change %.3e" % (count, max(np.abs(deq[k] - w[k]).max() for k in w)))
+    write_safetensors(os.path.join(tmp, arch + "-deq.safetensors"),
+                      {k: ("F32", np.ascontiguousarray(v, np.float32)) for k, v in deq.items()})
+
+    def lora(init, extra, name):
+        ck, dump = os.path.join(tmp, name), os.path.join(tmp, name + ".dump")
+        out = colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+                    "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
+                    "--lr", "3e-3", "--warmup", "3", "--weight-decay", "0.1", "--seed", "1234",
+                    "--threads", "2", "--init-from", init, "--lora-rank", str(RANK),
+                    "--lora-alpha", str(ALPHA), "--ckpt-dir", ck, "--dump-reference", dump]
+                   + extra + MODEL + ARCH[arch])
+        return out, read_safetensors(dump), ck
+
+    for prec in ("fp32", "bf16"):
+        p = ["--precision", prec]
+        qout, q, qck = lora(arch + "-base.safetensors", p + ["--lora-quant", "nf4"], arch + "-q-" + prec)
+        rout, r, rck = lora(arch + "-deq.safetensors", p, arch + "-r-" + prec)
+        names = sorted(k for k in r if k.startswith("final.") and ".lora_" in k)
+        same = all(torch.equal(q[k], r[k]) for k in ["losses", "grad_norms"] + names)
+        moved = max((r[k] - r["init." + k[len("final."):]]).abs().max().item() for k in names)
+        check(tag + "%s: nf4 on the base = LoRA on numpy's NF4 (bit for bit)" % prec,
+              same and len(names) == 2 * 4 * L and moved > 1e-3,
+              "losses %.6f .. %.6f, norms and %d adapters identical: %s" %
+              (q["losses"][0].item(), q["losses"][STEPS - 1].item(), len(names), same))
+        said = [x for x in qout.splitlines() if x.startswith("lora:")]
+        mem = [float(re.search(r"host memory ([0-9.]+) MiB", o).group(1)) for o in (qout, rout)]
+        check(tag + "%s: says NF4; host memory below LoRA's" % prec,
+              len(said) == 1 and "matrices in NF4" in said[0] and mem[0] < mem[1],
+              "%.1f MiB against %.1f" % (mem[0], mem[1]))
+        if prec != "fp32":
+            continue
+        # PyTorch: the dequantized base's loss on the first batch (B is zero: it is colo's)
+        model = GPT2(L, NH, C, T, V) if arch == "gpt2" else Llama(L, NH, C, T, V, H_LLAMA, NKV=1)
+        losses = []
+        for weights in (r, read_safetensors(os.path.join(base_dir, "step_00000030", "rank_00000.safetensors"))):
+            with torch.no_grad():
+                for n in model.names:
+                    model.p[n].copy_(weights[("init." if weights is r else "") + n])
+                losses.append(sum(model(r["batch.0.%d" % m].long()[:B], r["batch.0.%d" % m].long()[B:]).item()
+                                  for m in range(ACCUM)) / ACCUM)
+        rel = abs(losses[0] - q["losses"][0].item()) / losses[0]
+        check(tag + "torch: the NF4 model's first loss (rel 1e-5), not the base's",
+              rel <= 1e-5 and abs(losses[1] - losses[0]) > 1e-4,
+              "torch %.7f colo %.7f; the base unquantized %.7f" % (losses[0], q["losses"][0].item(), losses[1]))
+        last = "step_%08d" % STEPS
+        man = json.load(open(os.path.join(qck, last, "manifest.json")))
+        check(tag + "manifest: lora.quant nf4", man["lora"].get("quant") == "nf4" and
+              "quant" not in json.load(open(os.path.join(rck, last, "manifest.json")))["lora"],
+              json.dumps(man["lora"]))
+        ex = []
+        for ck in (qck, rck):
+            colo(["export", "--checkpoint", os.path.join(ck, last), "--out", ck + "-merged.safetensors"])
+            ex.append(read_safetensors(ck + "-merged.safetensors"))
+        same = sorted(ex[0]) == sorted(ex[1]) and all(torch.equal(ex[0][k], ex[1][k]) for k in ex[0])
+        check(tag + "export merges into the dequantized matrices (exact)", same, "%d tensors" % len(ex[0]))
+        ev = [json.loads(colo(["eval", "--checkpoint", os.path.join(ck, last), "--data",
+                               os.path.join(tmp, "val.bin"), "--batches", "2", "--batch-size", "4",
+                               "--json"]).strip().splitlines()[-1])["loss"] for ck in (qck, rck)]
+        check(tag + "eval of the QLoRA checkpoint = of the LoRA one", ev[0] == ev[1], "%.7f %.7f" % tuple(ev))
+        # stopped halfway and resumed
+        halves = os.path.join(tmp, arch + "-halves")
+        common = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+                  "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", "3e-3",
+                  "--warmup", "3", "--weight-decay", "0.1", "--seed", "1234", "--threads", "2",
+                  "--init-from", arch + "-base.safetensors", "--lora-rank", str(RANK), "--lora-alpha",
+                  str(ALPHA), "--ckpt-dir", halves, "--quiet"] + MODEL + ARCH[arch]
+        colo(common + ["--lora-quant", "nf4", "--stop-at", str(STEPS // 2)])
+        rc, msg = colo(common + ["--resume", "auto"], ok=False)
+        want = "holds LoRA adapters trained on the model in NF4; this run keeps it as loaded (train.lora_quant)"
+        check(tag + "resuming without --lora-quant: refused", rc != 0 and want in msg, msg.strip()[-160:])
+        colo(common + ["--lora-quant", "nf4", "--resume", "auto"])
+        f = os.path.join(last, "rank_00000.safetensors")
+        check(tag + "stopped at step %d and resumed: the same checkpoint" % (STEPS // 2),
+              open(os.path.join(qck, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="colo-qlora-")
+    rng = np.random.default_rng(11)
+    words = ["".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(1, 8))) for _ in range(300)]
+    with open(os.path.join(tmp, "text.txt"), "w") as f:
+        f.write(" ".join(words[i] for i in rng.integers(0, 300, 6000)) + "\n")
+    colo(["prepare", "--input", os.path.join(tmp, "text.txt"), "--out", tmp])
+    run(tmp, "gpt2")
+    run(tmp, "llama")
+    print("%d failed" % len(failures))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
