@@ -1433,6 +1433,13 @@ int colo_gpt_nf4_round(const colo_gpt_t *m, float *params, char *err, size_t err
   return rc;
 }
 
+size_t colo_gpt_block_matrix_numel(const colo_gpt_t *m) {
+  size_t n = 0;
+  for (size_t i = 0; i < m->n_tensors; i++)
+    n += block_matrix(m, i) ? m->table[i].numel : 0;
+  return n;
+}
+
 int colo_gpt_nf4(const colo_gpt_t *m) {
   return m->wquant;
 }

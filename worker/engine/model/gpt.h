@@ -284,6 +284,8 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen);
  * other model, COLO_ENOMEM. colo_gpt_nf4: whether m does. */
 int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen);
 int colo_gpt_nf4(const colo_gpt_t *m);
+/* how many values the blocks' four matrices hold on this rank (what NF4 quantizes) */
+size_t colo_gpt_block_matrix_numel(const colo_gpt_t *m);
 /* The values an NF4 model computes with, in fp32: the block matrices of params (host memory, the
  * model's layout) quantized and dequantized in place (for merging a QLoRA run's adapters into
  * the model they learnt against). COLO_EINVAL for a value that is not finite, COLO_ENOMEM. */

@@ -17,6 +17,7 @@
 #include "../../../common/fs.h"
 #include "../backend/backend.h"
 #include "../comm/comm.h"
+#include "../core/nf4.h"
 #include "../core/pool.h"
 #include "../core/rng.h"
 #include "../optim/loss_scale.h"
@@ -1349,13 +1350,18 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead && lora) {
-    char tg[96];
+    char tg[96], nf4_said[160];
+    size_t nm = colo_gpt_block_matrix_numel(model);
+    snprintf(nf4_said, sizeof nf4_said,
+             ", its blocks' matrices in NF4 (QLoRA): %.1f MiB for %zu values (%.1f MiB in 16 bits)",
+             (double)(colo_nf4_code_bytes(nm) + colo_nf4_blocks(nm) * sizeof(float)) / (1 << 20),
+             nm, (double)(2 * nm) / (1 << 20));
     printf(
         "lora: rank %d, alpha %g on %s: %zu parameters train, the model's %zu are frozen (%s)%s\n",
         cfg->lora.rank, (double)cfg->lora.alpha,
         colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora), n_params,
         cfg->init_from ? cfg->init_from : "initialised from the seed",
-        nf4   ? ", its blocks' matrices in NF4 (4-bit, QLoRA)"
+        nf4   ? nf4_said
         : w16 ? ", its blocks' matrices in 16 bits only"
         : cfg->zero_stage == 3 && zero.esz == 2
             ? ", sharded over the data-parallel ranks (ZeRO-3), "

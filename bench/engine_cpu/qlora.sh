@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# QLoRA (the frozen model's block matrices in NF4) against LoRA with them in bf16, side by side in
+# one run, bf16 activations (emulated on the CPU: its memory, not its speed, is the GPU's) with
+# recomputation, rank-16 adapters on every product, started from the same weights (one step of
+# training, which is all this needs):
+#   - GPT-2 124M's blocks (12 layers, 12 heads, 768 wide; block 256, batch 4), as lora.sh;
+#   - a Llama-shaped model whose weights outweigh its activations: 16 layers, 1024 wide, 16 heads
+#     over 4 key/value heads, SwiGLU of 4096; block 256, batch 1.
+# Vocabulary 256 for both (bytes). Reported per run: the memory pool's peak, the process's
+# maximum resident set (set-up included: QLoRA's model goes from the host into NF4 a tensor at a
+# time, LoRA's is made whole in fp32 first), the frozen matrices' bytes as colo-train states them,
+# the median step time and the last loss; and QLoRA's ratio to LoRA for each.
+# Writes bench/results/engine_cpu_qlora.md.
+#   bash bench/engine_cpu/qlora.sh [STEPS] [THREADS]
+set -euo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+STEPS=${1:-3}
+THREADS=${2:-$(nproc)}
+source "$SRC/bench/lib.sh"
+bench_setup colo-train
+bench_data
+COMMON=(--data-root "$TMP/data" --train-data train.bin --vocab-size 256 --block-size 256
+  --eval-interval 0 --threads "$THREADS" --quiet)
+declare -A SHAPE=(
+  [gpt2]="--n-layer 12 --n-head 12 --n-embd 768 --batch-size 4"
+  [llama]="--arch llama --n-layer 16 --n-head 16 --n-kv-head 4 --n-embd 1024 --mlp-hidden 4096 --batch-size 1"
+)
+for model in gpt2 llama; do
+  read -r -a S <<<"${SHAPE[$model]}"
+  "$CT" train "${COMMON[@]}" "${S[@]}" --steps 1 --ckpt-dir "$TMP/data/$model-base"
+  for kind in lora qlora; do
+    extra=(--precision bf16 --recompute --lora-rank 16 --lora-alpha 32)
+    [ "$kind" = qlora ] && extra+=(--lora-quant nf4)
+    said=()
+    for x in "${COMMON[@]}"; do [ "$x" = --quiet ] || said+=("$x"); done
+    /usr/bin/time -f "%M" -o "$TMP/$model-$kind.rss" "$CT" train "${said[@]}" "${S[@]}" \
+      --steps "$STEPS" --init-from "$model-base/step_00000001" "${extra[@]}" \
+      --progress "$TMP/$model-$kind.jsonl" | grep "^lora:" | tee "$TMP/$model-$kind.said"
+  done
+done
+python3 - "$TMP" "$STEPS" "$THREADS" "$SRC/bench/results/engine_cpu_qlora.md" <<'PY'
+import json, os, re, statistics, sys, datetime
+tmp, steps, threads, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+def run(name):
+    st = [r for r in map(json.loads, open(os.path.join(tmp, name + ".jsonl"))) if r["event"] == "step"]
+    said = open(os.path.join(tmp, name + ".said")).read()
+    m = re.search(r"NF4 \(QLoRA\): ([0-9.]+) MiB for ([0-9]+) values \(([0-9.]+) MiB in 16 bits\)", said)
+    return {"peak": max(r["memory_bytes"] for r in st) / 2**20,
+            "rss": int(open(os.path.join(tmp, name + ".rss")).read().split()[-1]) / 1024,
+            "ms": statistics.median(r["ms"] for r in st[1:]) if len(st) > 1 else st[0]["ms"],
+            "loss": st[-1]["loss"], "nf4": m}
+lines = ["# QLoRA against LoRA (CPU engine)", "",
+         "`bash bench/engine_cpu/qlora.sh %d %s`, %s UTC: bf16 activations (emulated on the CPU: its "
+         "memory, not its speed, is the GPU's), recomputation, LoRA of rank 16 (alpha 32) on every "
+         "product, %d steps from the same weights, %s threads; LoRA keeps the frozen blocks' "
+         "matrices in bf16, QLoRA (`--lora-quant nf4`) in NF4. Peak: the memory pool's "
+         "(`memory_bytes`), what a GPU would hold; RSS: the process's maximum resident set, "
+         "set-up included; time: the median step after the first." %
+         (steps, threads, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), steps, threads), "",
+         "| model | run | frozen matrices MiB | peak MiB | QLoRA / LoRA | max RSS MiB | QLoRA / LoRA | ms a step | QLoRA / LoRA | last loss |",
+         "|---|---|---|---|---|---|---|---|---|---|"]
+names = {"gpt2": "GPT-2 124M's blocks, batch 4", "llama": "Llama-shaped, 16 x 1024, GQA 16/4, batch 1"}
+for model in ("gpt2", "llama"):
+    l, q = run(model + "-lora"), run(model + "-qlora")
+    if not q["nf4"]:
+        sys.exit("colo-train did not say the matrices are in NF4")
+    vals = int(q["nf4"].group(2))
+    for name, r in (("LoRA (bf16 matrices)", l), ("QLoRA (NF4 matrices)", q)):
+        mat = float(q["nf4"].group(3 if r is l else 1))
+        ratio = lambda k: "" if r is l else "%.2f" % (r[k] / l[k])
+        lines.append("| %s | %s | %.1f | %.1f | %s | %.0f | %s | %.0f | %s | %.4f |" %
+                     (names[model] if r is l else "", name, mat, r["peak"], ratio("peak"), r["rss"],
+                      ratio("rss"), r["ms"], ratio("ms"), r["loss"]))
+    lines.append("| | (%d values in the blocks' matrices) | | | | | | | | |" % vals)
+open(out, "w").write("\n".join(lines) + "\n")
+print("\n".join(lines))
+PY
