@@ -9,7 +9,8 @@
 # Vocabulary 256 for both (bytes). Reported per run: the memory pool's peak, the process's
 # maximum resident set (set-up included: QLoRA's model goes from the host into NF4 a tensor at a
 # time, LoRA's is made whole in fp32 first), the frozen matrices' bytes as colo-train states them,
-# the median step time and the last loss; and QLoRA's ratio to LoRA for each.
+# the median step time and the first step's loss (before any update: the model as NF4 leaves
+# it); and QLoRA's ratio to LoRA for each.
 # Writes bench/results/engine_cpu_qlora.md.
 #   bash bench/engine_cpu/qlora.sh [STEPS] [THREADS]
 set -euo pipefail
@@ -48,16 +49,17 @@ def run(name):
     return {"peak": max(r["memory_bytes"] for r in st) / 2**20,
             "rss": int(open(os.path.join(tmp, name + ".rss")).read().split()[-1]) / 1024,
             "ms": statistics.median(r["ms"] for r in st[1:]) if len(st) > 1 else st[0]["ms"],
-            "loss": st[-1]["loss"], "nf4": m}
+            "loss": st[0]["loss"], "nf4": m}
 lines = ["# QLoRA against LoRA (CPU engine)", "",
          "`bash bench/engine_cpu/qlora.sh %d %s`, %s UTC: bf16 activations (emulated on the CPU: its "
          "memory, not its speed, is the GPU's), recomputation, LoRA of rank 16 (alpha 32) on every "
          "product, %d steps from the same weights, %s threads; LoRA keeps the frozen blocks' "
          "matrices in bf16, QLoRA (`--lora-quant nf4`) in NF4. Peak: the memory pool's "
          "(`memory_bytes`), what a GPU would hold; RSS: the process's maximum resident set, "
-         "set-up included; time: the median step after the first." %
+         "set-up included; time: the median step after the first; loss: the first step's, before any "
+         "update (the adapters start as nothing), what NF4 changes in the model." %
          (steps, threads, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), steps, threads), "",
-         "| model | run | frozen matrices MiB | peak MiB | QLoRA / LoRA | max RSS MiB | QLoRA / LoRA | ms a step | QLoRA / LoRA | last loss |",
+         "| model | run | frozen matrices MiB | peak MiB | QLoRA / LoRA | max RSS MiB | QLoRA / LoRA | ms a step | QLoRA / LoRA | first loss |",
          "|---|---|---|---|---|---|---|---|---|---|"]
 names = {"gpt2": "GPT-2 124M's blocks, batch 4", "llama": "Llama-shaped, 16 x 1024, GQA 16/4, batch 1"}
 for model in ("gpt2", "llama"):

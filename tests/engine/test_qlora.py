@@ -7,7 +7,7 @@ rules: each of a model's linear weights is taken in nn.Linear's [out][in] order 
 consecutive values, each block scaled by the fp32 reciprocal of its largest magnitude, each value
 given the nearest of the 16 levels, and dequantized as level · absmax in fp32.
 
-For GPT-2 and for Llama with grouped-query attention, colo-train trains a small base and exports
+For GPT-2 and for Llama with grouped-query attention and an untied head, colo-train trains a small base and exports
 it in HuggingFace's layout; numpy writes the base with its linear weights dequantized. Then:
 
   - LoRA with --lora-quant nf4 on the base, and LoRA without it on numpy's dequantized base: the
@@ -92,7 +92,8 @@ LINEAR = {"gpt2": re.compile(r"\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_pro
 MODEL = ["--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
          "--vocab-size", str(V)]
 ARCH = {"gpt2": ["--arch", "gpt2"],
-        "llama": ["--arch", "llama", "--n-kv-head", "1", "--mlp-hidden", str(H_LLAMA)]}
+        "llama": ["--arch", "llama", "--n-kv-head", "1", "--mlp-hidden", str(H_LLAMA),
+                  "--tie-embeddings", "false"]}
 
 
 def run(tmp, arch):
@@ -145,7 +146,7 @@ def run(tmp, arch):
         if prec != "fp32":
             continue
         # PyTorch: the dequantized base's loss on the first batch (B is zero: it is colo's)
-        model = GPT2(L, NH, C, T, V) if arch == "gpt2" else Llama(L, NH, C, T, V, H_LLAMA, NKV=1)
+        model = GPT2(L, NH, C, T, V) if arch == "gpt2" else Llama(L, NH, C, T, V, H_LLAMA, NKV=1, untied=True)
         losses = []
         for weights in (r, read_safetensors(os.path.join(base_dir, "step_00000030", "rank_00000.safetensors"))):
             with torch.no_grad():

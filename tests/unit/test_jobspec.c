@@ -537,6 +537,19 @@ TEST(llama_lora_zero3_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(llama_qlora_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("llama3-8b-qlora.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(s->train->lora_rank, 16);
+  ASSERT_EQ_STR(s->train->lora_quant, "nf4");
+  ASSERT_EQ_INT(s->parallel->zero_stage, 0);
+  ASSERT_EQ_INT(s->parallel->dp, 1);
+  ASSERT_EQ_STR(s->checkpoint->export_format, "peft");
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(qwen_sft_example_job_is_valid) {
   char err[512];
   Colo__V1__JobSpec *s = example("qwen2.5-sft.yaml", err, sizeof err);

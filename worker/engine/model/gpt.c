@@ -134,6 +134,7 @@ struct colo_gpt_s {
    * dequantized into qw, one block's at a time (by its forward, and again by its backward); the
    * other tensors in fparams */
   int wquant;
+  int head16; /* and an untied head kept only as its compute copy wte_act (16-bit activations) */
   uint8_t *qcodes;
   float *qabsmax;
   size_t *qc, *qa;
@@ -962,7 +963,8 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
 static const void *head_weights(colo_gpt_t *m, int make) {
   if (!m->wte_act)
     return HEAD(m);
-  if (make && !m->wfrozen) /* frozen: made once, by colo_gpt_freeze_matrices */
+  /* frozen: made once, by colo_gpt_freeze_matrices or (QLoRA's untied head) colo_gpt_put */
+  if (make && !m->wfrozen && !m->head16)
     m->be->to_act(m->wte_act, HEAD(m), (size_t)m->Vl * m->cfg.n_embd);
   return m->wte_act;
 }
@@ -1359,8 +1361,11 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
   if (!(m->qc = calloc(m->n_tensors, sizeof *m->qc)) ||
       !(m->qa = calloc(m->n_tensors, sizeof *m->qa)))
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  m->head16 = m->untied && m->wte_act != NULL; /* the head's product reads its copy alone */
   for (size_t i = 0; i < m->n_tensors; i++) {
     size_t n = m->table[i].numel;
+    if (m->head16 && i == (size_t)m->i_head)
+      continue;
     if (!block_matrix(m, i)) {
       keep += n;
       continue;
@@ -1385,10 +1390,11 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
   if (old && !(was = malloc(m->n_tensors * sizeof *was)))
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   for (size_t i = 0, off = 0; i < m->n_tensors; i++) {
+    int fp = !block_matrix(m, i) && !(m->head16 && i == (size_t)m->i_head);
     if (was)
       was[i] = m->pt[i];
-    m->pt[i] = block_matrix(m, i) ? NULL : m->fparams + off;
-    off += block_matrix(m, i) ? 0 : m->table[i].numel;
+    m->pt[i] = fp ? m->fparams + off : NULL;
+    off += fp ? m->table[i].numel : 0;
   }
   m->params = NULL;
   m->wquant = 1;
@@ -1474,6 +1480,16 @@ int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err,
       m->be->from_host(m->qcodes + m->qc[lo], c, nc);
       m->be->from_host(m->qabsmax + m->qa[lo], amax, nb * sizeof(float));
       free(c);
+    } else if (m->head16 && lo == (size_t)m->i_head) { /* rounded on the host, once */
+      if (rel || take != p->numel)
+        return colo_fail(err, errlen, COLO_EINVAL, "%s comes in parts: its copy takes it whole",
+                         p->name);
+      void *h = malloc(p->numel * m->asz);
+      if (!h)
+        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+      colo_dtype_from_float(h, v, p->numel, m->be->act_dtype);
+      m->be->from_host(m->wte_act, h, p->numel * m->asz);
+      free(h);
     } else if (m->pt[lo]) {
       m->be->from_host(m->pt[lo] + rel, v, take * sizeof(float));
     } else {

@@ -276,12 +276,13 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen);
 /* QLoRA: a frozen model (colo_gpt_set_lora, no hooks) keeps the blocks' four matrices in NF4
  * alone (core/nf4.h: 4 bits a value and an fp32 absmax per 64), and its products read them
  * dequantized into one block's compute copies (act_dtype), by each block's forward and again by
- * its backward; the other tensors stay fp32 in a buffer of their own. Values already in the model
- * are quantized now (through host memory, a tensor at a time; colo_gpt_params then returns NULL);
- * a model made without parameters (colo_gpt_stage_t.no_params) takes its values after, through
- * colo_gpt_put. The same training as the frozen model made from the dequantized values (in
- * 16-bit activations as colo_gpt_freeze_matrices keeps them), bit for bit. COLO_EINVAL for any
- * other model, COLO_ENOMEM. colo_gpt_nf4: whether m does. */
+ * its backward; an untied head with 16-bit activations is kept only as the compute copy its
+ * product reads (rounded once); the other tensors stay fp32 in a buffer of their own. Values
+ * already in the model are quantized now (through host memory, a tensor at a time; colo_gpt_params
+ * then returns NULL); a model made without parameters (colo_gpt_stage_t.no_params) takes its values
+ * after, through colo_gpt_put. The same training as the frozen model made from the dequantized
+ * values (in 16-bit activations as colo_gpt_freeze_matrices keeps them), bit for bit. COLO_EINVAL
+ * for any other model, COLO_ENOMEM. colo_gpt_nf4: whether m does. */
 int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen);
 int colo_gpt_nf4(const colo_gpt_t *m);
 /* how many values the blocks' four matrices hold on this rank (what NF4 quantizes) */
