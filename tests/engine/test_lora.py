@@ -345,13 +345,19 @@ def data_parallel(tmp):
               "said so: %s" % (len(names), same, files, ckeq, said))
 
 
-def main():
-    tmp = tempfile.mkdtemp(prefix="colo-lora-")
+def words_data(prefix):
+    """a temporary folder of shards (train.bin, val.bin) of 6,000 random words of 300"""
+    tmp = tempfile.mkdtemp(prefix=prefix)
     rng = np.random.default_rng(11)
     words = ["".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(1, 8))) for _ in range(300)]
     with open(os.path.join(tmp, "text.txt"), "w") as f:
         f.write(" ".join(words[i] for i in rng.integers(0, 300, 6000)) + "\n")
     colo(["prepare", "--input", os.path.join(tmp, "text.txt"), "--out", tmp])
+    return tmp
+
+
+def main():
+    tmp = words_data("colo-lora-")
     run(tmp, "gpt2")
     run(tmp, "llama")
     data_parallel(tmp)

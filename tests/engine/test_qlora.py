@@ -20,7 +20,9 @@ it in HuggingFace's layout; numpy writes the base with its linear weights dequan
     dequantized matrices: the same tensors as the export of the run on numpy's base (exact), and
     `eval` gives the same loss;
   - stopped at step 5 and resumed: the same step-10 checkpoint, byte for byte; resuming it without
-    --lora-quant is refused with the reason.
+    --lora-quant is refused with the reason;
+  - two data-parallel ranks, each with the NF4 model whole, against one (losses within 1e-5
+    relative, adapters within 1e-4).
 Exit 0 when all pass.
 """
 import json
@@ -28,13 +30,13 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_init_from import write_safetensors  # noqa: E402
+from test_lora import words_data  # noqa: E402
 from test_torch_reference import read_safetensors  # noqa: E402
 from torch_gpt2 import GPT2, Llama  # noqa: E402
 
@@ -190,15 +192,31 @@ def run(tmp, arch):
               open(os.path.join(qck, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
 
 
+def data_parallel(tmp):
+    """QLoRA on 2 ranks (--nproc 2, half the batch each), each with the whole NF4 model, against
+    one: as test_lora.py's LoRA"""
+    d = {}
+    for n in (1, 2):
+        dump = os.path.join(tmp, "q-dp%d.dump" % n)
+        colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+              "--batch-size", str(B // n), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
+              "--lr", "3e-3", "--seed", "1234", "--threads", "1", "--init-from", "gpt2-base.safetensors",
+              "--lora-rank", str(RANK), "--lora-quant", "nf4", "--quiet", "--dump-reference", dump] +
+             (["--nproc", "2", "--dp", "2"] if n == 2 else []) + MODEL + ARCH["gpt2"])
+        d[n] = read_safetensors(dump)
+    lrel = ((d[1]["losses"] - d[2]["losses"]).abs() / d[1]["losses"].abs()).max().item()
+    names = [k for k in d[1] if k.startswith("final.") and ".lora_" in k]
+    wabs = max((d[1][k] - d[2][k]).abs().max().item() for k in names)
+    check("[data parallel] QLoRA, 2 ranks = 1: losses (rel 1e-5), adapters (abs 1e-4)",
+          lrel <= 1e-5 and wabs <= 1e-4 and len(names) == 16,
+          "worst %.2e and %.2e over %d tensors" % (lrel, wabs, len(names)))
+
+
 def main():
-    tmp = tempfile.mkdtemp(prefix="colo-qlora-")
-    rng = np.random.default_rng(11)
-    words = ["".join(chr(97 + c) for c in rng.integers(0, 26, rng.integers(1, 8))) for _ in range(300)]
-    with open(os.path.join(tmp, "text.txt"), "w") as f:
-        f.write(" ".join(words[i] for i in rng.integers(0, 300, 6000)) + "\n")
-    colo(["prepare", "--input", os.path.join(tmp, "text.txt"), "--out", tmp])
+    tmp = words_data("colo-qlora-")
     run(tmp, "gpt2")
     run(tmp, "llama")
+    data_parallel(tmp)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 

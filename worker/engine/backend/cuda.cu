@@ -33,6 +33,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "../core/nf4.h"
 #include "cuda_common.cuh"
 
 /* ---- the one GPU this process uses ---- */
@@ -477,23 +478,8 @@ template <class T> static void to_f32(float *dst, const void *src, size_t n) {
   LAUNCHED();
 }
 
-/* NF4's levels (core/nf4.c's, the same literals) */
-__constant__ static float nf4_levels[16] = {-1.0f,
-                                            -0.6961928009986877f,
-                                            -0.5250730514526367f,
-                                            -0.39491748809814453f,
-                                            -0.28444138169288635f,
-                                            -0.18477343022823334f,
-                                            -0.09105003625154495f,
-                                            0.0f,
-                                            0.07958029955625534f,
-                                            0.16093020141124725f,
-                                            0.24611230194568634f,
-                                            0.33791524171829224f,
-                                            0.44070982933044434f,
-                                            0.5626170039176941f,
-                                            0.7229568362236023f,
-                                            1.0f};
+/* NF4's levels, core/nf4.c's */
+__constant__ static float nf4_levels[16] = COLO_NF4_LEVELS;
 
 /* A 32×32 tile of w[rows][cols] from codes in [cols][rows] order: read along the codes (threadIdx.x
  * over rows) into shared memory, written along w's rows (threadIdx.x over cols), both coalesced.

@@ -15,7 +15,15 @@
 
 #define COLO_NF4_BLOCK 64
 
-/* the 16 levels, ascending, from −1 to 1 (level 7 is 0) */
+/* the 16 levels, ascending, from −1 to 1 (level 7 is 0): QLoRA's paper's (appendix E), as
+ * bitsandbytes tabulates them; an initializer, for the CUDA backend's constant memory too */
+#define COLO_NF4_LEVELS                                                                            \
+  {                                                                                                \
+    -1.0f, -0.6961928009986877f, -0.5250730514526367f, -0.39491748809814453f,                      \
+        -0.28444138169288635f, -0.18477343022823334f, -0.09105003625154495f, 0.0f,                 \
+        0.07958029955625534f, 0.16093020141124725f, 0.24611230194568634f, 0.33791524171829224f,    \
+        0.44070982933044434f, 0.5626170039176941f, 0.7229568362236023f, 1.0f                       \
+  }
 extern const float colo_nf4_levels[16];
 
 /* bytes of codes and absmax values for n values */

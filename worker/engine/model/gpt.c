@@ -134,7 +134,8 @@ struct colo_gpt_s {
    * dequantized into qw, one block's at a time (by its forward, and again by its backward); the
    * other tensors in fparams */
   int wquant;
-  int head16; /* and an untied head kept only as its compute copy wte_act (16-bit activations) */
+  /* either way, with 16-bit activations, an untied head kept only as its compute copy wte_act */
+  int head16;
   uint8_t *qcodes;
   float *qabsmax;
   size_t *qc, *qa;
@@ -1308,6 +1309,12 @@ static int block_matrix(const colo_gpt_t *m, size_t i) {
          k == m->slot[P_FCPROJW];
 }
 
+/* whether a frozen model keeps table index i in its fp32 buffer (fparams): not a block's matrix,
+ * nor a head kept as its compute copy alone */
+static int kept_fp32(const colo_gpt_t *m, size_t i) {
+  return !block_matrix(m, i) && !(m->head16 && i == (size_t)m->i_head);
+}
+
 int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen) {
   if (m->wfrozen)
     return 0;
@@ -1324,18 +1331,19 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen) {
       if (!(m->wkeep[l] = colo_pool_alloc(m->pool, wbytes, "frozen matrices")))
         return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
   }
-  for (size_t i = 0; i < m->n_tensors; i++)
-    keep += block_matrix(m, i) ? 0 : m->table[i].numel;
-  float *fp = colo_pool_alloc(m->pool, (keep ? keep : 1) * sizeof(float), "parameters");
-  if (!fp)
-    return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
   for (int l = m->l_lo; l < m->l_hi; l++) /* the copies, from the fp32 matrices a last time */
     block_weights(m, l, &m->layers[m->recompute ? 0 : l - m->l_lo], 1);
   if (m->wte_act)
     head_weights(m, 1);
+  m->head16 = m->untied && m->wte_act != NULL; /* the head's product reads its copy alone */
+  for (size_t i = 0; i < m->n_tensors; i++)
+    keep += kept_fp32(m, i) ? m->table[i].numel : 0;
+  float *fp = colo_pool_alloc(m->pool, (keep ? keep : 1) * sizeof(float), "parameters");
+  if (!fp)
+    return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
   size_t off = 0;
   for (size_t i = 0; i < m->n_tensors; i++) {
-    if (block_matrix(m, i)) {
+    if (!kept_fp32(m, i)) {
       m->pt[i] = NULL;
       continue;
     }
@@ -1364,12 +1372,10 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
   m->head16 = m->untied && m->wte_act != NULL; /* the head's product reads its copy alone */
   for (size_t i = 0; i < m->n_tensors; i++) {
     size_t n = m->table[i].numel;
-    if (m->head16 && i == (size_t)m->i_head)
-      continue;
-    if (!block_matrix(m, i)) {
+    if (kept_fp32(m, i))
       keep += n;
+    if (!block_matrix(m, i))
       continue;
-    }
     m->qc[i] = codes, m->qa[i] = blocks;
     codes += colo_nf4_code_bytes(n);
     blocks += colo_nf4_blocks(n);
@@ -1390,7 +1396,7 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
   if (old && !(was = malloc(m->n_tensors * sizeof *was)))
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   for (size_t i = 0, off = 0; i < m->n_tensors; i++) {
-    int fp = !block_matrix(m, i) && !(m->head16 && i == (size_t)m->i_head);
+    int fp = kept_fp32(m, i);
     if (was)
       was[i] = m->pt[i];
     m->pt[i] = fp ? m->fparams + off : NULL;

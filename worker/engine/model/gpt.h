@@ -268,9 +268,9 @@ struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m);
 /* A frozen model (colo_gpt_set_lora) with 16-bit activations keeps the blocks' four matrices
  * only as the compute copies its products read (2 bytes a value instead of the fp32 parameter
  * and, per block or shared, its copy), made once here from its parameters, which must be
- * loaded: the same computation, bit for bit. colo_gpt_params then returns NULL (the other
- * tensors move to a buffer of their own). COLO_EINVAL for any other model (reason in err),
- * COLO_ENOMEM. */
+ * loaded: the same computation, bit for bit; so is an untied head. colo_gpt_params then returns
+ * NULL (the other tensors move to a buffer of their own). COLO_EINVAL for any other model (reason
+ * in err), COLO_ENOMEM. */
 int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen);
 
 /* QLoRA: a frozen model (colo_gpt_set_lora, no hooks) keeps the blocks' four matrices in NF4
