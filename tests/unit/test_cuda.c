@@ -318,6 +318,23 @@ static void test_layernorm_gelu(double tol) {
   void *d_c = up(y, C, asz), *hc = hact(w, C);
   gpu->to_act(d_c, d_w, C);
   check_a(named("to_act"), d_c, hc, C, 0.0);
+  /* a frozen token embedding kept in the storage type: its rows, copied (a token outside the
+   * vocabulary gets zeros) */
+  {
+    int V = 37, Nt = 29, tok[29];
+    for (int i = 0; i < Nt; i++)
+      tok[i] = (i * 7) % (V + 3) - (i == 5); /* some ≥ V, one −1 */
+    float *tab = randv((size_t)V * C, 1.0f);
+    void *h_tab = hact(tab, (size_t)V * C), *h_e = calloc((size_t)Nt * C, asz);
+    void *d_tab = upa(tab, (size_t)V * C), *d_e = up(h_e, (size_t)Nt * C, asz);
+    int *d_tok = up(tok, Nt, sizeof(int));
+    cpu->embed_fwd(h_e, tok, h_tab, Nt, C, V);
+    gpu->embed_fwd(d_e, d_tok, d_tab, Nt, C, V);
+    check_a(named("embed_fwd"), d_e, h_e, (size_t)Nt * C, 0.0);
+    colo_pool_free(dpool, d_tab);
+    colo_pool_free(dpool, d_tok);
+    free(tab), free(h_tab), free(h_e);
+  }
   /* NF4's compute copies (QLoRA): the same values, rounded as the host rounds, exactly; a shape
    * of odd size whose tiles end inside both dimensions, and one of Llama's */
   const int shapes[2][2] = {{77, 45}, {256, 1536}};

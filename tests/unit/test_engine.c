@@ -1352,12 +1352,13 @@ TEST(lora_bf16_gradients_near_fp32) {
 /* bf16 activations: a frozen model whose matrices are kept only as their compute copies
  * (colo_gpt_freeze_matrices) computes what it did with them, bit for bit (the loss, the
  * adapters' gradients, twice over, with and without recomputation, GPT-2 and Llama with
- * grouped-query attention and an untied head), in less memory */
+ * grouped-query attention, its head tied and untied: Llama's embedding and head then 16-bit
+ * copies alone), in less memory */
 TEST(lora_frozen_matrices_are_the_same) {
   setup();
   be = colo_backend_cpu_dtype(COLO_DTYPE_BF16);
-  int archs[] = {COLO_ARCH_GPT2, -2};
-  for (int ai = 0; ai < 2; ai++)
+  int archs[] = {COLO_ARCH_GPT2, -1, -2};
+  for (int ai = 0; ai < 3; ai++)
     for (int rc = 0; rc < 2; rc++) {
       float loss[2][2];
       float *g[2];
@@ -1443,16 +1444,16 @@ static int nf4_matrix(const char *name) {
 /* QLoRA: a frozen model kept in NF4 (colo_gpt_quantize_nf4) trains as the frozen model made from
  * its dequantized values, bit for bit (the loss, the adapters' gradients, twice over), whether
  * its values were in it (quantized then) or come after through colo_gpt_put into a model made
- * without parameters; fp32 and bf16 activations, GPT-2 and Llama with grouped-query attention and
- * an untied head, with and without recomputation; in less memory; refusals */
+ * without parameters; fp32 and bf16 activations, GPT-2 and Llama with grouped-query attention
+ * (its head tied and untied), with and without recomputation; in less memory; refusals */
 TEST(qlora_nf4_is_lora_on_the_dequantized_model) {
   setup();
   const colo_backend_t *tabs[2] = {colo_backend_cpu(), colo_backend_cpu_dtype(COLO_DTYPE_BF16)};
-  int archs[] = {COLO_ARCH_GPT2, -2};
+  int archs[] = {COLO_ARCH_GPT2, -1, -2};
   char err[256];
   colo_pool_t *pool = new_pool(0);
   for (int t = 0; t < 2; t++)
-    for (int ai = 0; ai < 2; ai++)
+    for (int ai = 0; ai < 3; ai++)
       for (int rc = 0; rc < 2; rc++) {
         be = tabs[t];
         colo_gpt_t *src = tiny_model_arch(pool, rc, archs[ai]);

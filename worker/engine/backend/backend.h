@@ -90,6 +90,9 @@ typedef struct colo_backend_s {
                       int T, int C, int v0, int v1, const int *pos);
   void (*encoder_bwd)(float *dwte, float *dwpe, const void *dout, const int *tokens, int B, int T,
                       int C, int v0, int v1, const int *pos);
+  /* out[n] = table[tokens[n]] (rows of C, act_dtype; a zero row for a token outside [0, V)): a
+   * frozen model's token embedding kept in act_dtype, without positions (Llama's) */
+  void (*embed_fwd)(void *out, const int *tokens, const void *table, int N, int C, int V);
 
   /* LayerNorm with eps 1e-5; mean and rstd [N] are saved for the backward */
   void (*layernorm_fwd)(void *out, float *mean, float *rstd, const void *inp, const float *w,
@@ -186,7 +189,7 @@ typedef struct colo_backend_s {
 #define COLO_ACT_OPS(X, a)                                                                         \
   X(to_act, a) X(to_f32, a) X(dequant_nf4, a) X(matmul_fwd, a) X(matmul_bwd, a)                                      \
   X(matmul_gelu_fwd, a) X(matmul_gelu_bwd, a)                                                      \
-  X(lmhead_fwd, a) X(lmhead_bwd, a) X(encoder_fwd, a) X(encoder_bwd, a)                            \
+  X(lmhead_fwd, a) X(lmhead_bwd, a) X(encoder_fwd, a) X(encoder_bwd, a) X(embed_fwd, a)                            \
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
   X(rmsnorm_fwd, a) X(rmsnorm_bwd, a) X(rope, a) X(swiglu_fwd, a) X(swiglu_bwd, a)                 \
   X(kv_expand, a) X(kv_reduce, a)                                                                  \
@@ -195,6 +198,9 @@ typedef struct colo_backend_s {
   X(vocab_target, a) X(vocab_ce_bwd, a)
 #define COLO_F32_OPS(X, a) X(adamw, a) X(sumsq, a) X(scale, a) X(accumulate, a)
 /* clang-format on */
+
+/* embed_fwd's rows on the host, for the CPU tables: rows of `row` bytes */
+void colo_embed_rows(void *out, const int *tokens, const void *table, int N, size_t row, int V);
 
 /* fp32 on the host: OpenBLAS for matrix products, OpenMP for the rest. */
 const colo_backend_t *colo_backend_cpu(void);

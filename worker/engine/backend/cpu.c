@@ -17,6 +17,17 @@
 
 #define REDUCE_BLOCKS 32 /* fixed: results must not depend on the number of threads */
 
+void colo_embed_rows(void *out, const int *tokens, const void *table, int N, size_t row, int V) {
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++) {
+    char *o = (char *)out + (size_t)n * row;
+    if (tokens[n] >= 0 && tokens[n] < V)
+      memcpy(o, (const char *)table + (size_t)tokens[n] * row, row);
+    else
+      memset(o, 0, row);
+  }
+}
+
 void colo_backend_cpu_set_threads(int n) {
   openblas_set_num_threads(1); /* the GEMM wrappers below parallelise with OpenMP */
   if (n > 0)
@@ -144,6 +155,10 @@ static void encoder_fwd(void *out_, const int *tokens, const float *wte, const f
       for (int i = 0; i < C; i++)
         o[i] = (e ? e[i] : 0.0f) + (p ? p[i] : 0.0f);
     }
+}
+
+static void embed_fwd(void *out, const int *tokens, const void *table, int N, int C, int V) {
+  colo_embed_rows(out, tokens, table, N, (size_t)C * sizeof(float), V);
 }
 
 static void encoder_bwd(float *dwte, float *dwpe, const void *dout_, const int *tokens, int B,
@@ -808,6 +823,7 @@ static const colo_backend_t CPU = {
     .lmhead_fwd = lmhead_fwd,
     .lmhead_bwd = lmhead_bwd,
     .encoder_fwd = encoder_fwd,
+    .embed_fwd = embed_fwd,
     .encoder_bwd = encoder_bwd,
     .layernorm_fwd = layernorm_fwd,
     .layernorm_bwd = layernorm_bwd,

@@ -258,6 +258,9 @@ static void host_free(void *p) {
   static void dequant_nf4_##sfx(void *w, const uint8_t *c, const float *a, int r, int cl) {        \
     RUN("dequant_nf4", base_##sfx()->dequant_nf4(w, c, a, r, cl), w, c, a);                        \
   }                                                                                                \
+  static void embed_fwd_##sfx(void *o, const int *tk, const void *tb, int N, int C, int V) {       \
+    RUN("embed_fwd", base_##sfx()->embed_fwd(o, tk, tb, N, C, V), o, tk, tb);                      \
+  }                                                                                                \
   static void matmul_fwd_##sfx(void *o, const void *i, const void *w, const float *b, int N,       \
                                int C, int OC) {                                                    \
     RUN("matmul_fwd", base_##sfx()->matmul_fwd(o, i, w, b, N, C, OC), o, i, w, b);                 \

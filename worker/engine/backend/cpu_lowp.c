@@ -381,6 +381,11 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
   colo_dtype_to_float(dst, src, n, t);
 }
 
+static void embed_fwd_t(colo_dtype_t t, void *out, const int *tokens, const void *table, int N,
+                        int C, int V) {
+  colo_embed_rows(out, tokens, table, N, (size_t)C * colo_dtype_size(t), V);
+}
+
 static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const float *absmax,
                           int rows, int cols) {
   size_t n = (size_t)rows * (size_t)cols;
@@ -511,6 +516,9 @@ static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const f
   }                                                                                                \
   static void dequant_nf4_##sfx(void *w, const uint8_t *c, const float *a, int r, int cl) {        \
     dequant_nf4_t(T, w, c, a, r, cl);                                                              \
+  }                                                                                                \
+  static void embed_fwd_##sfx(void *o, const int *tk, const void *tb, int N, int C, int V) {       \
+    embed_fwd_t(T, o, tk, tb, N, C, V);                                                            \
   }                                                                                                \
   static colo_backend_t table_##sfx(void) {                                                        \
     colo_backend_t b = *f32(); /* memory, the optimizer and the norms: the fp32 table's */         \

@@ -536,6 +536,24 @@ static void encoder_fwd(void *out, const int *tokens, const float *wte, const fl
   LAUNCHED();
 }
 
+template <class T>
+__global__ static void embed_fwd_kernel(T *out, const int *tokens, const T *table, int N, int C,
+                                        int V) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
+  for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    int tok = tokens[i / C];
+    out[i] = tok >= 0 && tok < V ? table[(size_t)tok * C + i % C] : st<T>(0.0f);
+  }
+}
+
+template <class T>
+static void embed_fwd(void *out, const int *tokens, const void *table, int N, int C, int V) {
+  size_t n = (size_t)N * C;
+  embed_fwd_kernel<T>
+      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, tokens, (const T *)table, N, C, V);
+  LAUNCHED();
+}
+
 /* table[key]: a block per distinct key of the batch (a token for dwte, a position for dwpe with
  * documents), its threads over channels, adding that key's rows in increasing order
  * (rows[first[k] .. first[k+1])), which is the CPU's order: the fp32 result is the CPU's bit for

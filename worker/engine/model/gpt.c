@@ -134,8 +134,11 @@ struct colo_gpt_s {
    * dequantized into qw, one block's at a time (by its forward, and again by its backward); the
    * other tensors in fparams */
   int wquant;
-  /* either way, with 16-bit activations, an untied head kept only as its compute copy wte_act */
-  int head16;
+  /* either way, with 16-bit activations: an untied head kept only as its compute copy wte_act;
+   * a Llama's token embedding (no positions to add) only as a 16-bit table, emb (a tied one's is
+   * wte_act, and then the head too is that copy alone): the encoder's values exactly */
+  int head16, emb16;
+  void *emb;
   uint8_t *qcodes;
   float *qabsmax;
   size_t *qc, *qa;
@@ -685,6 +688,8 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->qcodes);
   colo_pool_free(p, m->qabsmax);
   colo_pool_free(p, m->qw);
+  if (m->emb != m->wte_act)
+    colo_pool_free(p, m->emb);
   free(m->qc);
   free(m->qa);
   for (int l = 0; m->wkeep && l < m->l_hi - m->l_lo; l++)
@@ -1137,8 +1142,11 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     if (fetch(m, (size_t)m->i_wte, (size_t)m->n_top) < 0) /* wte and wpe, adjacent */
       return NAN;
     /* vocab-parallel embedding: each shard adds its rows, the first also the positions */
-    be->encoder_fwd(m->encoded, m->inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
-                    m->v0 + Vl, m->doc_pos);
+    if (m->emb16)
+      be->embed_fwd(m->encoded, m->inputs, m->emb, N, C, m->cfg.vocab_size);
+    else
+      be->encoder_fwd(m->encoded, m->inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
+                      m->v0 + Vl, m->doc_pos);
     release(m, (size_t)m->i_wte, (size_t)m->n_top);
     if (m->sp) { /* summed by rows, this rank's into its residual stream */
       if (rows_reduce_scatter(m, m->encoded, rowf) < 0)
@@ -1310,9 +1318,24 @@ static int block_matrix(const colo_gpt_t *m, size_t i) {
 }
 
 /* whether a frozen model keeps table index i in its fp32 buffer (fparams): not a block's matrix,
- * nor a head kept as its compute copy alone */
+ * nor a head or an embedding kept as a 16-bit copy alone */
 static int kept_fp32(const colo_gpt_t *m, size_t i) {
-  return !block_matrix(m, i) && !(m->head16 && i == (size_t)m->i_head);
+  return !block_matrix(m, i) && !(m->head16 && i == (size_t)m->i_head) &&
+         !(m->emb16 && i == (size_t)m->i_wte);
+}
+
+/* head16 and emb16 for a frozen model about to drop its fp32 tensors (emb's buffer made) */
+static int frozen_copies(colo_gpt_t *m, char *err, size_t errlen) {
+  m->emb16 = m->llama && m->asz == 2 && m->tp == 1 && m->first && m->last && m->i_wpe < 0 &&
+             m->wte_act != NULL;
+  m->head16 = m->wte_act != NULL && (m->untied || m->emb16);
+  if (m->emb16 && !m->untied)
+    m->emb = m->wte_act;
+  else if (m->emb16 &&
+           !(m->emb = colo_pool_alloc(m->pool, (size_t)m->cfg.vocab_size * m->cfg.n_embd * m->asz,
+                                      "parameters")))
+    return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
+  return 0;
 }
 
 int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen) {
@@ -1335,7 +1358,10 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen) {
     block_weights(m, l, &m->layers[m->recompute ? 0 : l - m->l_lo], 1);
   if (m->wte_act)
     head_weights(m, 1);
-  m->head16 = m->untied && m->wte_act != NULL; /* the head's product reads its copy alone */
+  if (frozen_copies(m, err, errlen) < 0)
+    return COLO_ENOMEM;
+  if (m->emb16 && m->emb != m->wte_act)
+    m->be->to_act(m->emb, WTE(m), (size_t)m->cfg.vocab_size * m->cfg.n_embd);
   for (size_t i = 0; i < m->n_tensors; i++)
     keep += kept_fp32(m, i) ? m->table[i].numel : 0;
   float *fp = colo_pool_alloc(m->pool, (keep ? keep : 1) * sizeof(float), "parameters");
@@ -1369,7 +1395,8 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
   if (!(m->qc = calloc(m->n_tensors, sizeof *m->qc)) ||
       !(m->qa = calloc(m->n_tensors, sizeof *m->qa)))
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  m->head16 = m->untied && m->wte_act != NULL; /* the head's product reads its copy alone */
+  if (frozen_copies(m, err, errlen) < 0)
+    return COLO_ENOMEM;
   for (size_t i = 0; i < m->n_tensors; i++) {
     size_t n = m->table[i].numel;
     if (kept_fp32(m, i))
@@ -1486,7 +1513,8 @@ int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err,
       m->be->from_host(m->qcodes + m->qc[lo], c, nc);
       m->be->from_host(m->qabsmax + m->qa[lo], amax, nb * sizeof(float));
       free(c);
-    } else if (m->head16 && lo == (size_t)m->i_head) { /* rounded on the host, once */
+    } else if (!kept_fp32(m, lo)) { /* a 16-bit copy alone: rounded on the host, once */
+      void *dst = m->head16 && lo == (size_t)m->i_head ? m->wte_act : m->emb;
       if (rel || take != p->numel)
         return colo_fail(err, errlen, COLO_EINVAL, "%s comes in parts: its copy takes it whole",
                          p->name);
@@ -1494,7 +1522,7 @@ int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err,
       if (!h)
         return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
       colo_dtype_from_float(h, v, p->numel, m->be->act_dtype);
-      m->be->from_host(m->wte_act, h, p->numel * m->asz);
+      m->be->from_host(dst, h, p->numel * m->asz);
       free(h);
     } else if (m->pt[lo]) {
       m->be->from_host(m->pt[lo] + rel, v, take * sizeof(float));
