@@ -512,6 +512,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (lq && strcmp(lq, "nf4") && strcmp(lq, "none"))
     return bad(err, errlen, "train.lora_quant \"%.40s\" must be nf4 or none", lq);
   int nf4 = lq && !strcmp(lq, "nf4");
+  if (t->lora_dropout != 0.0f && t->lora_rank == 0)
+    return bad(err, errlen,
+               "train.lora_dropout=%g drops the adapters' inputs: it needs train.lora_rank > 0",
+               (double)t->lora_dropout);
   if (nf4 && t->lora_rank == 0)
     return bad(err, errlen,
                "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs "
@@ -525,6 +529,9 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     if (!(t->lora_alpha > 0.0f && isfinite(t->lora_alpha)))
       return bad(err, errlen, "train.lora_alpha=%g must be a number above 0",
                  (double)t->lora_alpha);
+    if (!(t->lora_dropout >= 0.0f && t->lora_dropout < 1.0f))
+      return bad(err, errlen, "train.lora_dropout=%g must be at least 0 and below 1",
+                 (double)t->lora_dropout);
     if (t->lora_targets && t->lora_targets[0] &&
         colo_lora_targets_parse(t->lora_targets, &tg, why, sizeof why) < 0)
       return bad(err, errlen, "train.lora_targets: %s", why);

@@ -345,6 +345,150 @@ def data_parallel(tmp):
               "said so: %s" % (len(names), same, files, ckeq, said))
 
 
+M64, GOLD = (1 << 64) - 1, 0x9e3779b97f4a7c15
+BITS = {"attn.c_attn": 1, "attn.c_proj": 2, "mlp.c_fc": 4, "mlp.c_proj": 8}
+
+
+def mix(z):
+    """splitmix64's finaliser, on Python's integers"""
+    z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & M64
+    return z ^ (z >> 31)
+
+
+def hash4(a, b, c, d):
+    """colo_hash4 (core/rng.c): splitmix64 steps, each word mixed into the state"""
+    x = a
+    for w in (b, c, d):
+        x = mix((x + GOLD) & M64) ^ w
+    return mix((x + GOLD) & M64)
+
+
+def dropout_scale(key, row0, n, c, p):
+    """keep / (1 − p) for rows row0 … row0 + n − 1 and columns 0 … c − 1 (core/rng.h's
+    colo_dropout_keep, written again here in numpy's wrapping uint64 arithmetic)"""
+    u = np.uint64
+    z = u(key) + (((np.arange(n, dtype=u) + u(row0))[:, None] << u(32)) +
+                  np.arange(c, dtype=u)[None, :] + u(1)) * u(GOLD)
+    z = (z ^ (z >> u(30))) * u(0xbf58476d1ce4e5b9)
+    z = (z ^ (z >> u(27))) * u(0x94d049bb133111eb)
+    keep = ((z ^ (z >> u(31))) >> u(40)) >= u(int(p * 16777216.0))
+    return torch.from_numpy(np.where(keep, np.float32(1.0) / (np.float32(1.0) - np.float32(p)),
+                                     np.float32(0.0)).astype(np.float32))
+
+
+def dropout(tmp):
+    """LoRA dropout (--lora-dropout 0.1) on GPT-2 against PyTorch: PEFT's forward,
+    W·x + b + scale·B·A·dropout(x), with colo's masks made again here from their definition (a
+    hash of the seed, step, row, layer, product and column); losses, first gradients, gradient
+    norms and adapters after 10 steps; the manifest and PEFT's config say 0.1; two ranks = one
+    (a row's mask is its own on any rank); stopped and resumed, the same checkpoint"""
+    P, tag = 0.1, "[dropout] "
+    ck, dump = os.path.join(tmp, "drop"), os.path.join(tmp, "drop.dump")
+    args = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+            "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", str(LR), "--min-lr", str(MIN_LR),
+            "--warmup", str(WARMUP), "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
+            "--seed", "1234", "--threads", "2", "--init-from", os.path.join("gpt2-base", "step_00000030"),
+            "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-dropout", str(P)
+            ] + MODEL + ARCH["gpt2"]
+    out = colo(args + ["--batch-size", str(B), "--ckpt-dir", ck, "--dump-reference", dump])
+    ref = read_safetensors(dump)
+    said = [x for x in out.splitlines() if x.startswith("lora:")]
+    check(tag + "colo-train says so", said and "dropout 0.1 on" in said[0], said[0] if said else out[-200:])
+    names = sorted(k[len("init."):] for k in ref if k.startswith("init.") and ".lora_" in k)
+    base = {n: ref["init." + n] for n in GPT2(L, NH, C, T, V).names}
+    ab = {n: ref["init." + n].clone().requires_grad_(True) for n in names}
+
+    def forward(idx, tg, step, micro, P=P):
+        key = hash4(1234, step, 0x6c6f7261, 0)
+        Bt = idx.shape[0]
+
+        def lin(l, mod, x, b=True):
+            h = "transformer.h.%d.%s." % (l, mod)
+            flat = x.reshape(-1, x.shape[-1])
+            mask = dropout_scale(hash4(key, l, BITS[mod], 0x64726f70), micro * Bt * T, flat.shape[0],
+                                 flat.shape[1], P)
+            y = flat @ base[h + "weight"] + base[h + "bias"]
+            y = y + SCALE * ((flat * mask) @ ab[h + "lora_A.weight"].t()) @ ab[h + "lora_B.weight"].t()
+            return y.view(*x.shape[:-1], y.shape[-1])
+        p = base
+        x = p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][:T]
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        for l in range(L):
+            h = "transformer.h.%d." % l
+            a = torch.nn.functional.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5)
+            q, k, v = lin(l, "attn.c_attn", a).split(C, dim=2)
+            heads = lambda t: t.view(Bt, T, NH, C // NH).transpose(1, 2)
+            q, k, v = heads(q), heads(k), heads(v)
+            att = ((q @ k.transpose(-2, -1)) / math.sqrt(C // NH)).masked_fill(~mask, float("-inf"))
+            y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(x.shape)
+            x = x + lin(l, "attn.c_proj", y)
+            m = torch.nn.functional.layer_norm(x, (C,), p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+            m = torch.nn.functional.gelu(lin(l, "mlp.c_fc", m), approximate="tanh")
+            x = x + lin(l, "mlp.c_proj", m)
+        x = torch.nn.functional.layer_norm(x, (C,), p["transformer.ln_f.weight"], p["transformer.ln_f.bias"], 1e-5)
+        logits = x @ p["transformer.wte.weight"].t()
+        return torch.nn.functional.cross_entropy(logits.view(-1, V), tg.reshape(-1))
+
+    params = [ab[n] for n in names]
+    opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
+    worst_loss = worst_norm = 0.0
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for micro in range(ACCUM):
+            batch = ref["batch.%d.%d" % (step, micro)].long()
+            loss = forward(batch[:B], batch[B:], step, micro)
+            (loss / ACCUM).backward()
+            loss_sum += loss.item() / ACCUM
+        worst_loss = max(worst_loss, abs(loss_sum - ref["losses"][step].item()) / loss_sum)
+        if step == 0:
+            worst_grad = max((ab[n].grad - ref["grad." + n]).abs().max().item() /
+                             max(ab[n].grad.abs().max().item(), 1e-12) for n in names)
+            with torch.no_grad():  # the adapters start with B = 0: dropout shows in the gradients
+                g0 = {n: ab[n].grad.clone() for n in names}
+                opt.zero_grad(set_to_none=False)
+            for micro in range(ACCUM):
+                batch = ref["batch.0.%d" % micro].long()
+                (forward(batch[:B], batch[B:], 0, micro, P=0.0) / ACCUM).backward()
+            moved = max((ab[n].grad - g0[n]).abs().max().item() / g0[n].abs().max().item()
+                        for n in names if ".lora_B" in n)  # (A's are zero: B is)
+            with torch.no_grad():
+                for n in names:
+                    ab[n].grad.copy_(g0[n])
+            check(tag + "first step: loss (rel 1e-5), adapter gradients (1e-4 of max)",
+                  worst_loss <= 1e-5 and worst_grad <= 1e-4 and moved > 1e-2,
+                  "torch %.7f colo %.7f; worst gradient %.2e (without dropout they differ by %.2e)"
+                  % (loss_sum, ref["losses"][0].item(), worst_grad, moved))
+        norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
+        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        opt.step()
+    worst_w = max((ab[n].detach() - ref["final." + n]).abs().max().item() for n in names)
+    check(tag + "%d steps: losses, norms (rel 1e-4), adapters (abs 1e-4)" % STEPS,
+          worst_loss <= 1e-4 and worst_norm <= 1e-4 and worst_w <= 1e-4,
+          "worst %.2e, %.2e, %.2e" % (worst_loss, worst_norm, worst_w))
+    last = "step_%08d" % STEPS
+    man = json.load(open(os.path.join(ck, last, "manifest.json")))["lora"]
+    colo(["export", "--checkpoint", os.path.join(ck, last), "--format", "peft", "--out", ck + "-peft"])
+    pc = json.load(open(os.path.join(ck + "-peft", "adapter_config.json")))
+    check(tag + "manifest and PEFT's config: 0.1", man.get("dropout") == P and pc["lora_dropout"] == P,
+          "manifest %s, adapter_config %s" % (man.get("dropout"), pc["lora_dropout"]))
+    two = os.path.join(tmp, "drop2.dump")
+    colo(args + ["--batch-size", str(B // 2), "--nproc", "2", "--dp", "2", "--threads", "1", "--quiet",
+                 "--dump-reference", two])
+    d2 = read_safetensors(two)
+    lrel = ((ref["losses"] - d2["losses"]).abs() / ref["losses"]).max().item()
+    check(tag + "2 ranks = 1: losses (rel 1e-5)", lrel <= 1e-5, "worst %.2e" % lrel)
+    halves = os.path.join(tmp, "drop-halves")
+    colo(args + ["--batch-size", str(B), "--ckpt-dir", halves, "--stop-at", str(STEPS // 2), "--quiet"])
+    colo(args + ["--batch-size", str(B), "--ckpt-dir", halves, "--resume", "auto", "--quiet"])
+    f = os.path.join(last, "rank_00000.safetensors")
+    check(tag + "stopped at step %d and resumed: the same checkpoint" % (STEPS // 2),
+          open(os.path.join(ck, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
+
+
 def words_data(prefix):
     """a temporary folder of shards (train.bin, val.bin) of 6,000 random words of 300"""
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -361,6 +505,7 @@ def main():
     run(tmp, "gpt2")
     run(tmp, "llama")
     data_parallel(tmp)
+    dropout(tmp)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 

@@ -335,6 +335,19 @@ static void test_layernorm_gelu(double tol) {
     colo_pool_free(dpool, d_tok);
     free(tab), free(h_tab), free(h_e);
   }
+  /* LoRA's dropout: the same mask (a hash of its coordinates) and scale, exactly, in place too */
+  {
+    float *dx = randv(n, 1.0f);
+    void *h_d = hact(dx, n), *d_d = upa(dx, n), *h_o = calloc(n, asz), *d_o = up(h_o, n, asz);
+    uint32_t th = (uint32_t)(0.1 * 16777216.0);
+    cpu->dropout(h_o, h_d, N, C, 0x1234567890abcdefull, 77, th, 1.0f / 0.9f);
+    gpu->dropout(d_o, d_d, N, C, 0x1234567890abcdefull, 77, th, 1.0f / 0.9f);
+    check_a(named("dropout"), d_o, h_o, n, 0.0);
+    cpu->dropout(h_d, h_d, N, C, 5, 0, th, 1.0f / 0.9f);
+    gpu->dropout(d_d, d_d, N, C, 5, 0, th, 1.0f / 0.9f);
+    check_a(named("dropout in place"), d_d, h_d, n, 0.0);
+    free(dx), free(h_d), free(h_o);
+  }
   /* NF4's compute copies (QLoRA): the same values, rounded as the host rounds, exactly; a shape
    * of odd size whose tiles end inside both dimensions, and one of Llama's */
   const int shapes[2][2] = {{77, 45}, {256, 1536}};

@@ -1285,6 +1285,76 @@ TEST(lora_grad_finite_differences) {
          checked, worst_rel, worst_abs);
 }
 
+/* LoRA dropout: masks of their coordinates alone (a fraction p dropped, the rest scaled by
+ * 1/(1 − p), a row's mask its own wherever the rows start, the input gradient through the same
+ * mask); the adapters' gradients under dropout against central differences (GPT-2 and Llama,
+ * with and without recomputation, the masks the same in the recomputed forward); dropout off
+ * (evaluation) is the model without it, bit for bit */
+TEST(lora_dropout_masks_and_gradients) {
+  setup();
+  enum { R = 2000, K = 50 };
+  float *x = own(malloc(R * K * sizeof *x)), *y = own(malloc(R * K * sizeof *y));
+  for (size_t i = 0; i < R * K; i++)
+    x[i] = 1.0f;
+  uint32_t th = (uint32_t)(0.25 * 16777216.0);
+  be->dropout(y, x, R, K, 42, 0, th, 1.0f / 0.75f);
+  size_t zeros = 0, other = 0;
+  for (size_t i = 0; i < R * K; i++)
+    zeros += y[i] == 0.0f, other += y[i] != 0.0f && y[i] != 1.0f / 0.75f;
+  printf("  p 0.25: %.4f of %d dropped\n", (double)zeros / (R * K), R * K);
+  ASSERT(fabs((double)zeros / (R * K) - 0.25) < 0.01 && other == 0);
+  be->dropout(x, x, R - 10, K, 42, 10, th, 1.0f / 0.75f); /* rows 10.. on their own, in place */
+  ASSERT(memcmp(x, y + 10 * K, (R - 10) * K * sizeof *x) == 0);
+  for (size_t i = 0; i < R * K; i++)
+    x[i] = 1.0f;
+  be->dropout(x, x, R, K, 43, 0, th, 1.0f); /* another key, another mask: 3/8 differ */
+  size_t differ = 0;
+  for (size_t i = 0; i < R * K; i++)
+    differ += (x[i] == 0.0f) != (y[i] == 0.0f);
+  ASSERT(fabs((double)differ / (R * K) - 0.375) < 0.01);
+
+  colo_pool_t *pool = new_pool(0);
+  int archs[] = {COLO_ARCH_GPT2, -1};
+  for (int ai = 0; ai < 2; ai++)
+    for (int rc = 0; rc < 2; rc++) {
+      colo_gpt_t *m = tiny_model_arch(pool, rc, archs[ai]);
+      float loss[3];
+      colo_lora_t *l[2];
+      for (int k = 0; k < 2; k++) { /* without dropout, and with 0.3 */
+        colo_lora_config_t lc = {3, 6.0f, COLO_LORA_ALL, 0, k ? 0.3f : 0.0f};
+        char err[256];
+        if (colo_lora_create(m, &lc, pool, &l[k], err, sizeof err) < 0)
+          FAIL_AT("%s", err);
+        colo_lora_init(l[k], 5);
+        add_noise(colo_lora_params(l[k]), colo_lora_numel(l[k]), 77, 0.3f);
+      }
+      ASSERT_EQ_INT(colo_gpt_set_lora(m, l[0], NULL, 0), 0);
+      loss[0] = colo_gpt_forward(m, IN, TG, 2, 5);
+      ASSERT_EQ_INT(colo_gpt_set_lora(m, l[1], NULL, 0), 0);
+      loss[1] = colo_gpt_forward(m, IN, TG, 2, 5); /* dropout off */
+      colo_lora_set_dropout(l[1], 1, 1234, 3);
+      colo_lora_zero_grad(l[1]);
+      loss[2] = colo_gpt_forward(m, IN, TG, 2, 5);
+      colo_gpt_backward(m, 1.0f);
+      ASSERT(loss[1] == loss[0] && fabsf(loss[2] - loss[0]) > 1e-4f);
+      size_t nt, np = colo_lora_numel(l[1]);
+      const colo_param_t *tab = colo_lora_table(l[1], &nt);
+      float *g = own(malloc(np * 4));
+      memcpy(g, colo_lora_grads(l[1]), np * 4);
+      for (size_t i = 0; i < nt; i++) {
+        char what[128];
+        snprintf(what, sizeof what, "dropout, arch %d recompute %d %s", archs[ai], rc, tab[i].name);
+        fd_check(what, colo_lora_params(l[1]) + tab[i].offset, g + tab[i].offset, tab[i].numel,
+                 model_loss, m);
+      }
+      printf("  arch %d, recompute %d: loss %.6f without dropout, %.6f with 0.3\n", archs[ai], rc,
+             (double)loss[0], (double)loss[2]);
+      colo_gpt_set_lora(m, NULL, NULL, 0);
+      colo_lora_destroy(l[0]);
+      colo_lora_destroy(l[1]);
+    }
+}
+
 /* The adapters merged into a copy of the weights (colo_lora_merge) give a plain model the
  * adapted model's loss; at initialisation (B = 0) the adapted model is the base */
 TEST(lora_merged_is_the_same_model) {

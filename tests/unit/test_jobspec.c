@@ -143,6 +143,10 @@ static const struct {
     {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 2}\n",
      "train.lora_rank=8 with parallel.zero_stage=2: stages 1 and 2 shard gradients and optimizer "
      "state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"},
+    {BASE "train: {lora_rank: 8, lora_dropout: 1}\n",
+     "train.lora_dropout=1 must be at least 0 and below 1"},
+    {BASE "train: {lora_dropout: 0.1}\n",
+     "train.lora_dropout=0.1 drops the adapters' inputs: it needs train.lora_rank > 0"},
     {BASE "train: {lora_rank: 8, lora_quant: int4}\n",
      "train.lora_quant \"int4\" must be nf4 or none"},
     {BASE "train: {lora_quant: nf4}\n",
@@ -544,6 +548,7 @@ TEST(llama_qlora_example_job_is_valid) {
     FAIL_AT("%s", err);
   ASSERT_EQ_INT(s->train->lora_rank, 16);
   ASSERT_EQ_STR(s->train->lora_quant, "nf4");
+  ASSERT(s->train->lora_dropout == 0.1f);
   ASSERT_EQ_INT(s->parallel->zero_stage, 0);
   ASSERT_EQ_INT(s->parallel->dp, 1);
   ASSERT_EQ_STR(s->checkpoint->export_format, "peft");

@@ -799,6 +799,8 @@ static void train_usage(void) {
       "  --lora-quant nf4      QLoRA: keep the frozen model's block matrices in NF4 (4 bits a\n"
       "                        value and a scale per 64, as bitsandbytes): about 0.28x their\n"
       "                        16-bit bytes; the adapters learn against the dequantized values\n"
+      "  --lora-dropout P      drop each adapter's input element-wise with probability P in\n"
+      "                        training (PEFT's lora_dropout; default 0)\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
@@ -983,6 +985,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-alpha", "train: {lora_alpha: %s}"},
       {"lora-targets", "train: {lora_targets: '%s'}"},
       {"lora-quant", "train: {lora_quant: '%s'}"},
+      {"lora-dropout", "train: {lora_dropout: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1528,6 +1531,7 @@ static int cmd_train(int argc, char **argv) {
       colo_lora_targets_parse(spec->train->lora_targets, &cfg.lora.targets, NULL, 0);
     if (spec->train->lora_quant && !strcmp(spec->train->lora_quant, "nf4"))
       cfg.lora.quant = COLO_LORA_QUANT_NF4;
+    cfg.lora.dropout = spec->train->lora_dropout;
   }
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 
 #include "../core/dtype.h"
+#include "../core/rng.h"
 #include "../core/pool.h"
 
 typedef struct colo_backend_s {
@@ -144,6 +145,12 @@ typedef struct colo_backend_s {
   void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,
                         const float *lse, int B, int T, int C, int NH, const int *pos);
 
+  /* Dropout: out[n][c] = inp[n][c] · (kept ? scale : 0), kept = colo_dropout_keep(key, row0 + n,
+   * c, thresh) (core/rng.h), in fp32, rounded once; out may be inp. LoRA's dropout of an
+   * adapter's input, and (the same mask and scale) of its input gradient. */
+  void (*dropout)(void *out, const void *inp, int N, int C, uint64_t key, uint64_t row0,
+                  uint32_t thresh, float scale);
+
   /* out = a + b (activations) */
   void (*add)(void *out, const void *a, const void *b, size_t n);
 
@@ -193,7 +200,7 @@ typedef struct colo_backend_s {
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
   X(rmsnorm_fwd, a) X(rmsnorm_bwd, a) X(rope, a) X(swiglu_fwd, a) X(swiglu_bwd, a)                 \
   X(kv_expand, a) X(kv_reduce, a)                                                                  \
-  X(attention_fwd, a) X(attention_bwd, a) X(add, a) X(crossentropy_fwd, a)                         \
+  X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
   X(vocab_target, a) X(vocab_ce_bwd, a)
 #define COLO_F32_OPS(X, a) X(adamw, a) X(sumsq, a) X(scale, a) X(accumulate, a)

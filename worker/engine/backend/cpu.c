@@ -157,6 +157,19 @@ static void encoder_fwd(void *out_, const int *tokens, const float *wte, const f
     }
 }
 
+static void dropout(void *out_, const void *inp_, int N, int C, uint64_t key, uint64_t row0,
+                    uint32_t thresh, float scale) {
+  float *out = out_;
+  const float *inp = inp_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      size_t i = (size_t)n * C + c;
+      out[i] =
+          inp[i] * (colo_dropout_keep(key, row0 + (uint64_t)n, (uint64_t)c, thresh) ? scale : 0.0f);
+    }
+}
+
 static void embed_fwd(void *out, const int *tokens, const void *table, int N, int C, int V) {
   colo_embed_rows(out, tokens, table, N, (size_t)C * sizeof(float), V);
 }
@@ -824,6 +837,7 @@ static const colo_backend_t CPU = {
     .lmhead_bwd = lmhead_bwd,
     .encoder_fwd = encoder_fwd,
     .embed_fwd = embed_fwd,
+    .dropout = dropout,
     .encoder_bwd = encoder_bwd,
     .layernorm_fwd = layernorm_fwd,
     .layernorm_bwd = layernorm_bwd,

@@ -554,6 +554,25 @@ static void embed_fwd(void *out, const int *tokens, const void *table, int N, in
   LAUNCHED();
 }
 
+template <class T>
+__global__ static void dropout_kernel(T *out, const T *inp, int N, int C, uint64_t key,
+                                      uint64_t row0, uint32_t thresh, float scale) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
+  for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    int keep = colo_dropout_keep(key, row0 + i / C, i % C, thresh);
+    out[i] = st<T>(ld(inp[i]) * (keep ? scale : 0.0f));
+  }
+}
+
+template <class T>
+static void dropout(void *out, const void *inp, int N, int C, uint64_t key, uint64_t row0,
+                    uint32_t thresh, float scale) {
+  size_t n = (size_t)N * C;
+  dropout_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, N, C, key,
+                                                              row0, thresh, scale);
+  LAUNCHED();
+}
+
 /* table[key]: a block per distinct key of the batch (a token for dwte, a position for dwpe with
  * documents), its threads over channels, adding that key's rows in increasing order
  * (rows[first[k] .. first[k+1])), which is the CPU's order: the fp32 result is the CPU's bit for

@@ -29,4 +29,21 @@ void colo_rng_normals(uint64_t seed, uint64_t stream, float *out, size_t n, floa
 /* A well-mixed 64-bit function of four words (splitmix64 finaliser chained). */
 uint64_t colo_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
 
+/* Dropout masks that depend on their coordinates alone, the same in every backend (the CUDA
+ * kernel includes this): element (row, col) of the mask keyed by key survives when the top 24
+ * bits of splitmix64's output number row·2³² + col from state key are at least thresh (dropout
+ * probability p: thresh = p · 2²⁴, truncated). */
+#ifdef __CUDACC__
+#define COLO_HOST_DEVICE __host__ __device__
+#else
+#define COLO_HOST_DEVICE
+#endif
+static inline COLO_HOST_DEVICE int colo_dropout_keep(uint64_t key, uint64_t row, uint64_t col,
+                                                     uint32_t thresh) {
+  uint64_t z = key + ((row << 32) + col + 1) * 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return ((z ^ (z >> 31)) >> 40) >= thresh;
+}
+
 #endif

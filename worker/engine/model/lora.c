@@ -30,6 +30,12 @@ struct colo_lora_s {
   void *dx;        /* [N][max in]: the update's input gradient, before it is added */
   void *gelu_grad; /* GPT-2 with mlp.c_proj adapted: [N][H] */
   int mergeable;   /* w_offset is known (colo_lora_create's) */
+  /* dropout: on for training passes (colo_lora_set_dropout); xd [N][max in] holds x dropped */
+  int drop;
+  uint64_t drop_key, drop_row0;
+  uint32_t thresh;
+  float drop_scale;
+  void *xd;
   colo_pool_t *own_pool; /* colo_lora_create_table's */
 };
 
@@ -43,8 +49,8 @@ static int bit_index(unsigned target) {
 void colo_lora_destroy(colo_lora_t *l) {
   if (!l)
     return;
-  void *bufs[] = {l->params, l->grads, l->bs,    l->bgrad, l->a_act,    l->bs_act,
-                  l->u,      l->du,    l->delta, l->dx,    l->gelu_grad};
+  void *bufs[] = {l->params, l->grads, l->bs,    l->bgrad, l->a_act,     l->bs_act,
+                  l->u,      l->du,    l->delta, l->dx,    l->gelu_grad, l->xd};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     colo_pool_free(l->pool, bufs[i]);
   free(l->first);
@@ -70,11 +76,16 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
   int r = cfg->rank;
   if (r > C)
     return colo_fail(err, errlen, COLO_EINVAL, "lora.rank=%d is above model.n_embd=%d", r, C);
+  if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
+    return colo_fail(err, errlen, COLO_EINVAL, "lora.dropout=%g must be in [0, 1)",
+                     (double)cfg->dropout);
   colo_lora_t *l = calloc(1, sizeof *l);
   if (!l)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   l->cfg = *cfg;
   l->scale = cfg->alpha / (float)r;
+  l->thresh = (uint32_t)((double)cfg->dropout * 16777216.0);
+  l->drop_scale = 1.0f / (1.0f - cfg->dropout);
   l->be = be;
   l->pool = pool;
   l->L = mc->n_layer;
@@ -145,6 +156,7 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
       {&l->du, Nr * r * A, "activations"},
       {&l->delta, Nr * max_out * A, "activations"},
       {&l->dx, Nr * max_in * A, "activations"},
+      {&l->xd, cfg->dropout > 0.0f ? Nr * max_in * A : 0, "activations"},
       {&l->gelu_grad, !llama && (cfg->targets & COLO_LORA_FCPROJ) ? Nr * H * A : 0, "activations"},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
@@ -292,10 +304,34 @@ static adapter_t adapter(colo_lora_t *l, int layer, unsigned target) {
   return d;
 }
 
+double colo_lora_dropout_decimal(const colo_lora_config_t *cfg) {
+  char s[32];
+  snprintf(s, sizeof s, "%.6g", (double)cfg->dropout);
+  return strtod(s, NULL);
+}
+
+void colo_lora_set_dropout(colo_lora_t *l, int on, uint64_t key, uint64_t row0) {
+  l->drop = on && l->xd != NULL;
+  l->drop_key = key;
+  l->drop_row0 = row0;
+}
+
+/* the adapter's input: x, or under dropout x dropped (in xd), and its mask's key */
+static const void *adapter_input(colo_lora_t *l, int layer, unsigned target, const void *inp, int N,
+                                 int in, uint64_t *key) {
+  if (!l->drop)
+    return inp;
+  *key = colo_hash4(l->drop_key, (uint64_t)layer, target, 0x64726f70); /* "drop" */
+  l->be->dropout(l->xd, inp, N, in, *key, l->drop_row0, l->thresh, l->drop_scale);
+  return l->xd;
+}
+
 void colo_lora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const void *inp, int N) {
   const colo_backend_t *be = l->be;
   adapter_t d = adapter(l, layer, target);
   int r = l->cfg.rank;
+  uint64_t key = 0;
+  inp = adapter_input(l, layer, target, inp, N, d.in, &key);
   be->lmhead_fwd(l->u, inp, d.A, N, d.in, r);        /* u = x·Aᵀ */
   be->lmhead_fwd(l->delta, l->u, d.Bs, N, r, d.out); /* u·(scale·B)ᵀ */
   be->add(out, out, l->delta, (size_t)N * d.out);
@@ -306,6 +342,8 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
   const colo_backend_t *be = l->be;
   adapter_t d = adapter(l, layer, target);
   int r = l->cfg.rank;
+  uint64_t key = 0;
+  inp = adapter_input(l, layer, target, inp, N, d.in, &key); /* the forward's mask again */
   be->lmhead_fwd(l->u, inp, d.A, N, d.in, r); /* u again: r floats a row, cheaper to redo */
   /* du = dout·(scale·B); d(scale·B) = doutᵀ·u, so dB += scale · doutᵀ·u */
   be->zero(l->bgrad, d.b->numel * sizeof(float));
@@ -314,6 +352,8 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
   be->accumulate(l->grads + d.b->offset, l->bgrad, d.b->numel);
   /* dx = du·A (written), dA += duᵀ·x */
   be->lmhead_bwd(l->dx, l->grads + d.a->offset, l->du, inp, d.A, N, d.in, r);
+  if (l->drop) /* through the dropout: the same mask and scale */
+    be->dropout(l->dx, l->dx, N, d.in, key, l->drop_row0, l->thresh, l->drop_scale);
   be->add(dinp, dinp, l->dx, (size_t)N * d.in);
 }
 

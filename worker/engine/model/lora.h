@@ -28,6 +28,10 @@ typedef struct {
    * colo_gpt_quantize_nf4), and the adapters learn against their dequantized values; 0: as
    * loaded */
   int quant;
+  /* LoRA dropout (PEFT's lora_dropout) in [0, 1): in training, each adapter's input x is
+   * dropped element-wise with this probability and the rest scaled by 1/(1 − dropout) before
+   * x·Aᵀ (the model's own product sees x whole); 0: none */
+  float dropout;
 } colo_lora_config_t;
 #define COLO_LORA_QUANT_NF4 1
 
@@ -58,6 +62,16 @@ void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target);
 float *colo_lora_params(colo_lora_t *l);
 float *colo_lora_grads(colo_lora_t *l);
 void colo_lora_zero_grad(colo_lora_t *l);
+
+/* cfg's dropout as the decimal it was written as (0.05, not 0.05000000074505806), for JSON */
+double colo_lora_dropout_decimal(const colo_lora_config_t *cfg);
+
+/* Dropout (cfg.dropout > 0) for the training forwards and backwards that follow, on: its masks
+ * keyed by key (a training step's) and numbered by row from row0 (this micro-batch's first row
+ * in the step's batch over every rank: a row has its mask whichever rank runs it), and by layer,
+ * product and column (core/rng.h's colo_dropout_keep); off: none (evaluation, sampling). A
+ * backward, or a recomputed forward, has the forward's masks. */
+void colo_lora_set_dropout(colo_lora_t *l, int on, uint64_t key, uint64_t row0);
 
 /* Whether layer's product `target` (a COLO_LORA_* bit) has an adapter. */
 int colo_lora_has(const colo_lora_t *l, unsigned target);

@@ -197,16 +197,18 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     if (lo) {
       cJSON *r = cJSON_GetObjectItem(lo, "rank"), *al = cJSON_GetObjectItem(lo, "alpha"),
             *tg = cJSON_GetObjectItem(lo, "targets"), *bs = cJSON_GetObjectItem(lo, "base"),
-            *qn = cJSON_GetObjectItem(lo, "quant");
+            *qn = cJSON_GetObjectItem(lo, "quant"), *dr = cJSON_GetObjectItem(lo, "dropout");
       char why[160];
       if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
           r->valuedouble != (int)r->valuedouble || !cJSON_IsNumber(al) ||
           !(al->valuedouble > 0 && al->valuedouble < 1e9) || !cJSON_IsString(tg) ||
           colo_lora_targets_parse(tg->valuestring, &t.lora.targets, why, sizeof why) < 0 ||
           (bs && (!cJSON_IsString(bs) || strlen(bs->valuestring) >= sizeof t.lora_base)) ||
-          (qn && (!cJSON_IsString(qn) || strcmp(qn->valuestring, "nf4"))))
+          (qn && (!cJSON_IsString(qn) || strcmp(qn->valuestring, "nf4"))) ||
+          (dr && !(cJSON_IsNumber(dr) && dr->valuedouble >= 0 && dr->valuedouble < 1)))
         bad = 1;
       else {
+        t.lora.dropout = dr ? (float)dr->valuedouble : 0.0f;
         t.lora.quant = qn ? COLO_LORA_QUANT_NF4 : 0;
         t.lora.rank = (int)r->valuedouble;
         t.lora.alpha = (float)al->valuedouble;
@@ -522,6 +524,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddStringToObject(lo, "base", meta->lora_base);
     if (meta->lora.quant == COLO_LORA_QUANT_NF4)
       cJSON_AddStringToObject(lo, "quant", "nf4");
+    if (meta->lora.dropout > 0.0f)
+      cJSON_AddNumberToObject(lo, "dropout", colo_lora_dropout_decimal(&meta->lora));
   }
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;

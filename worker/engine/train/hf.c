@@ -582,7 +582,7 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
     cJSON_AddNullToObject(j, "base_model_name_or_path");
   cJSON_AddNumberToObject(j, "r", r);
   cJSON_AddNumberToObject(j, "lora_alpha", lc->alpha);
-  cJSON_AddNumberToObject(j, "lora_dropout", 0.0);
+  cJSON_AddNumberToObject(j, "lora_dropout", colo_lora_dropout_decimal(lc));
   cJSON_AddStringToObject(j, "bias", "none");
   cJSON_AddBoolToObject(j, "fan_in_fan_out", !llama); /* GPT-2's Conv1D: W is [in][out] */
   cJSON_AddBoolToObject(j, "use_rslora", 0);

@@ -1350,24 +1350,26 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead && lora) {
-    char tg[96], nf4_said[160];
+    char tg[96], nf4_said[160], drop_said[48] = "";
+    if (cfg->lora.dropout > 0.0f)
+      snprintf(drop_said, sizeof drop_said, ", dropout %g", colo_lora_dropout_decimal(&cfg->lora));
     size_t nm = colo_gpt_block_matrix_numel(model);
     snprintf(nf4_said, sizeof nf4_said,
              ", its blocks' matrices in NF4 (QLoRA): %.1f MiB for %zu values (%.1f MiB in 16 bits)",
              (double)(colo_nf4_code_bytes(nm) + colo_nf4_blocks(nm) * sizeof(float)) / (1 << 20),
              nm, (double)(2 * nm) / (1 << 20));
-    printf(
-        "lora: rank %d, alpha %g on %s: %zu parameters train, the model's %zu are frozen (%s)%s\n",
-        cfg->lora.rank, (double)cfg->lora.alpha,
-        colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora), n_params,
-        cfg->init_from ? cfg->init_from : "initialised from the seed",
-        nf4   ? nf4_said
-        : w16 ? ", its blocks' matrices in 16 bits only"
-        : cfg->zero_stage == 3 && zero.esz == 2
-            ? ", sharded over the data-parallel ranks (ZeRO-3), "
-              "its values exact in 16 bits and kept so"
-        : cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)"
-                               : "");
+    printf("lora: rank %d, alpha %g%s on %s: %zu parameters train, the model's %zu are frozen "
+           "(%s)%s\n",
+           cfg->lora.rank, (double)cfg->lora.alpha, drop_said,
+           colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora),
+           n_params, cfg->init_from ? cfg->init_from : "initialised from the seed",
+           nf4   ? nf4_said
+           : w16 ? ", its blocks' matrices in 16 bits only"
+           : cfg->zero_stage == 3 && zero.esz == 2
+               ? ", sharded over the data-parallel ranks (ZeRO-3), "
+                 "its values exact in 16 bits and kept so"
+           : cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)"
+                                  : "");
   }
   if (!cfg->quiet && lead)
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
@@ -1526,8 +1528,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       /* the mean over every rank's tokens: gradients are summed over the group below */
       float ls = bscale / (float)(cfg->grad_accum * dp) * cf;
+      if (lora) /* dropout's masks: the step's, each row's its own on whichever rank */
+        colo_lora_set_dropout(lora, 1, colo_hash4(cfg->seed, (uint64_t)step, 0x6c6f7261, 0),
+                              ((uint64_t)micro * (uint64_t)dp + (uint64_t)dp_idx) * B * T);
       loss += colo_gpt_forward_train(model, in, tg, B, T, ls);
       colo_gpt_backward(model, ls);
+      if (lora)
+        colo_lora_set_dropout(lora, 0, 0, 0);
       if (colo_gpt_hook_error(model) < 0) {
         snprintf(err, errlen, "rank %d: gathering parameters or reducing gradients: %s", me,
                  colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
