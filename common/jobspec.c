@@ -512,6 +512,9 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (lq && strcmp(lq, "nf4") && strcmp(lq, "none"))
     return bad(err, errlen, "train.lora_quant \"%.40s\" must be nf4 or none", lq);
   int nf4 = lq && !strcmp(lq, "nf4");
+  if (t->lora_rslora && t->lora_rank == 0)
+    return bad(err, errlen,
+               "train.lora_rslora scales LoRA adapters' updates: it needs train.lora_rank > 0");
   if (t->lora_dropout != 0.0f && t->lora_rank == 0)
     return bad(err, errlen,
                "train.lora_dropout=%g drops the adapters' inputs: it needs train.lora_rank > 0",

@@ -94,7 +94,8 @@ def make_model(arch):
 class Adapted:
     """the base model, frozen, with each adapted weight W replaced by W + scale·(B·A)ᵀ"""
 
-    def __init__(self, arch, base, modules):
+    def __init__(self, arch, base, modules, scale=SCALE):
+        self.scale = scale
         self.m = make_model(arch)
         with torch.no_grad():
             for n in self.m.names:
@@ -110,7 +111,7 @@ class Adapted:
     def weight(self, layer, mod):
         h = "transformer.h.%d.%s." % (layer, mod)
         A, Bm = self.ab[h + "lora_A.weight"], self.ab[h + "lora_B.weight"]
-        return self.base[h + "weight"] + SCALE * (Bm @ A).t()
+        return self.base[h + "weight"] + self.scale * (Bm @ A).t()
 
     def forward(self, idx, tg):
         for name in list(self.ab):
@@ -489,6 +490,57 @@ def dropout(tmp):
           open(os.path.join(ck, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
 
 
+def rslora(tmp):
+    """rank-stabilized LoRA (--lora-rslora true): the update scaled by alpha/sqrt(r); PyTorch's
+    first gradients with that scale; the manifest, PEFT's use_rslora, and the adapters applied as
+    PEFT applies them (alpha/sqrt(r)) give the merged export's loss"""
+    tag, s = "[rslora] ", ALPHA / math.sqrt(RANK)
+    ck, dump = os.path.join(tmp, "rs"), os.path.join(tmp, "rs.dump")
+    out = colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+                "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", "3", "--lr", str(LR),
+                "--seed", "1234", "--threads", "2", "--init-from", os.path.join("gpt2-base", "step_00000030"),
+                "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--lora-rslora", "true",
+                "--ckpt-dir", ck, "--dump-reference", dump] + MODEL + ARCH["gpt2"])
+    ref = read_safetensors(dump)
+    model = Adapted("gpt2", {n: ref["init." + n] for n in make_model("gpt2").names}, MODULES["all"], s)
+    names = sorted(model.ab)
+    for n in names:  # as they started (B zero: B's gradients carry the scale)
+        model.ab[n] = ref["init." + n].clone().requires_grad_(True)
+    for m in range(ACCUM):
+        batch = ref["batch.0.%d" % m].long()
+        (model.forward(batch[:B], batch[B:]) / ACCUM).backward()
+    worst = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
+                max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names if ".lora_B" in n)
+    said = [x for x in out.splitlines() if x.startswith("lora:")]
+    check(tag + "first gradients with scale alpha/sqrt(r) (1e-4 of max)",
+          worst <= 1e-4 and said and "rsLoRA" in said[0], "scale %.4f, worst %.2e" % (s, worst))
+    last = os.path.join(ck, "step_00000003")
+    man = json.load(open(os.path.join(last, "manifest.json")))["lora"]
+    colo(["export", "--checkpoint", last, "--format", "peft", "--out", ck + "-peft"])
+    colo(["export", "--checkpoint", last, "--out", ck + "-merged.safetensors"])
+    cfg = json.load(open(os.path.join(ck + "-peft", "adapter_config.json")))
+    ad, merged = read_safetensors(os.path.join(ck + "-peft", "adapter_model.safetensors")), read_safetensors(ck + "-merged.safetensors")
+    base = read_safetensors(os.path.join(tmp, "gpt2-base", "step_00000030", "rank_00000.safetensors"))
+    m = GPT2(L, NH, C, T, V)
+    batch = ref["batch.0.0"].long()
+    with torch.no_grad():
+        for n in m.names:
+            m.p[n].copy_(base[n])
+        peft_s = cfg["lora_alpha"] / (math.sqrt(cfg["r"]) if cfg["use_rslora"] else cfg["r"])
+        for k in ad:
+            if k.endswith("lora_A.weight"):
+                mod = k[len("base_model.model."):-len(".lora_A.weight")]
+                m.p[mod + ".weight"] += peft_s * (ad[k.replace("lora_A", "lora_B")] @ ad[k]).t()
+        got = m(batch[:B], batch[B:]).item()
+        for n in m.names:
+            m.p[n].copy_(merged[n])
+        want = m(batch[:B], batch[B:]).item()
+    rel = abs(got - want) / want
+    check(tag + "manifest, use_rslora, PEFT's application = merged (rel 1e-5)",
+          man.get("rslora") is True and cfg["use_rslora"] is True and rel <= 1e-5,
+          "loss %.7f vs %.7f rel %.1e" % (got, want, rel))
+
+
 def words_data(prefix):
     """a temporary folder of shards (train.bin, val.bin) of 6,000 random words of 300"""
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -506,6 +558,7 @@ def main():
     run(tmp, "llama")
     data_parallel(tmp)
     dropout(tmp)
+    rslora(tmp)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 

@@ -145,6 +145,8 @@ static const struct {
      "state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"},
     {BASE "train: {lora_rank: 8, lora_dropout: 1}\n",
      "train.lora_dropout=1 must be at least 0 and below 1"},
+    {BASE "train: {lora_rslora: true}\n",
+     "train.lora_rslora scales LoRA adapters' updates: it needs train.lora_rank > 0"},
     {BASE "train: {lora_dropout: 0.1}\n",
      "train.lora_dropout=0.1 drops the adapters' inputs: it needs train.lora_rank > 0"},
     {BASE "train: {lora_rank: 8, lora_quant: int4}\n",

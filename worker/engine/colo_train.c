@@ -801,6 +801,7 @@ static void train_usage(void) {
       "                        16-bit bytes; the adapters learn against the dequantized values\n"
       "  --lora-dropout P      drop each adapter's input element-wise with probability P in\n"
       "                        training (PEFT's lora_dropout; default 0)\n"
+      "  --lora-rslora true    rank-stabilized LoRA: updates scaled by A/sqrt(R), not A/R\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
@@ -986,6 +987,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-targets", "train: {lora_targets: '%s'}"},
       {"lora-quant", "train: {lora_quant: '%s'}"},
       {"lora-dropout", "train: {lora_dropout: %s}"},
+      {"lora-rslora", "train: {lora_rslora: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1532,6 +1534,7 @@ static int cmd_train(int argc, char **argv) {
     if (spec->train->lora_quant && !strcmp(spec->train->lora_quant, "nf4"))
       cfg.lora.quant = COLO_LORA_QUANT_NF4;
     cfg.lora.dropout = spec->train->lora_dropout;
+    cfg.lora.rslora = spec->train->lora_rslora;
   }
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;

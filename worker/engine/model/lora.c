@@ -11,7 +11,7 @@
 
 struct colo_lora_s {
   colo_lora_config_t cfg;
-  float scale; /* alpha / r */
+  float scale; /* alpha / r, or alpha / sqrt(r) (rslora) */
   const colo_backend_t *be;
   colo_pool_t *pool;
   int L, N;            /* layers; the most rows a batch has */
@@ -83,7 +83,7 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
   if (!l)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   l->cfg = *cfg;
-  l->scale = cfg->alpha / (float)r;
+  l->scale = cfg->rslora ? cfg->alpha / sqrtf((float)r) : cfg->alpha / (float)r;
   l->thresh = (uint32_t)((double)cfg->dropout * 16777216.0);
   l->drop_scale = 1.0f / (1.0f - cfg->dropout);
   l->be = be;
@@ -200,6 +200,10 @@ int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t
 
 const colo_lora_config_t *colo_lora_config(const colo_lora_t *l) {
   return &l->cfg;
+}
+
+float colo_lora_scale(const colo_lora_t *l) {
+  return l->scale;
 }
 
 void colo_lora_init(colo_lora_t *l, uint64_t seed) {

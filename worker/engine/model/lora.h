@@ -32,6 +32,9 @@ typedef struct {
    * dropped element-wise with this probability and the rest scaled by 1/(1 − dropout) before
    * x·Aᵀ (the model's own product sees x whole); 0: none */
   float dropout;
+  /* rank-stabilized LoRA (Kalajdzievski 2023; PEFT's use_rslora): the update is scaled by
+   * alpha/sqrt(rank), not alpha/rank */
+  int rslora;
 } colo_lora_config_t;
 #define COLO_LORA_QUANT_NF4 1
 
@@ -49,6 +52,8 @@ int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t
                            colo_lora_t **out, char *err, size_t errlen);
 void colo_lora_destroy(colo_lora_t *l);
 const colo_lora_config_t *colo_lora_config(const colo_lora_t *l);
+/* the update's scale: alpha/rank, or alpha/sqrt(rank) (rslora) */
+float colo_lora_scale(const colo_lora_t *l);
 
 /* A uniform in ±1/sqrt(in) (from (seed, the tensor's index)), B zero. */
 void colo_lora_init(colo_lora_t *l, uint64_t seed);

@@ -197,7 +197,8 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     if (lo) {
       cJSON *r = cJSON_GetObjectItem(lo, "rank"), *al = cJSON_GetObjectItem(lo, "alpha"),
             *tg = cJSON_GetObjectItem(lo, "targets"), *bs = cJSON_GetObjectItem(lo, "base"),
-            *qn = cJSON_GetObjectItem(lo, "quant"), *dr = cJSON_GetObjectItem(lo, "dropout");
+            *qn = cJSON_GetObjectItem(lo, "quant"), *dr = cJSON_GetObjectItem(lo, "dropout"),
+            *rs = cJSON_GetObjectItem(lo, "rslora");
       char why[160];
       if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
           r->valuedouble != (int)r->valuedouble || !cJSON_IsNumber(al) ||
@@ -205,9 +206,11 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
           colo_lora_targets_parse(tg->valuestring, &t.lora.targets, why, sizeof why) < 0 ||
           (bs && (!cJSON_IsString(bs) || strlen(bs->valuestring) >= sizeof t.lora_base)) ||
           (qn && (!cJSON_IsString(qn) || strcmp(qn->valuestring, "nf4"))) ||
-          (dr && !(cJSON_IsNumber(dr) && dr->valuedouble >= 0 && dr->valuedouble < 1)))
+          (dr && !(cJSON_IsNumber(dr) && dr->valuedouble >= 0 && dr->valuedouble < 1)) ||
+          (rs && !cJSON_IsBool(rs)))
         bad = 1;
       else {
+        t.lora.rslora = rs && cJSON_IsTrue(rs);
         t.lora.dropout = dr ? (float)dr->valuedouble : 0.0f;
         t.lora.quant = qn ? COLO_LORA_QUANT_NF4 : 0;
         t.lora.rank = (int)r->valuedouble;
@@ -524,6 +527,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddStringToObject(lo, "base", meta->lora_base);
     if (meta->lora.quant == COLO_LORA_QUANT_NF4)
       cJSON_AddStringToObject(lo, "quant", "nf4");
+    if (meta->lora.rslora)
+      cJSON_AddBoolToObject(lo, "rslora", 1);
     if (meta->lora.dropout > 0.0f)
       cJSON_AddNumberToObject(lo, "dropout", colo_lora_dropout_decimal(&meta->lora));
   }
@@ -1293,13 +1298,14 @@ int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora
                    "it as the model to adapt",
                    dir);
   else if (meta->lora.rank != c->rank || meta->lora.alpha != c->alpha ||
-           meta->lora.targets != c->targets)
-    rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "checkpoint %s holds LoRA adapters of rank %d, alpha %g on %s; this run's are "
-                   "rank %d, alpha %g on %s",
-                   dir, meta->lora.rank, (double)meta->lora.alpha,
-                   colo_lora_targets_name(meta->lora.targets, a, sizeof a), c->rank,
-                   (double)c->alpha, colo_lora_targets_name(c->targets, b, sizeof b));
+           meta->lora.targets != c->targets || meta->lora.rslora != c->rslora)
+    rc = colo_fail(
+        err, errlen, COLO_EINVAL,
+        "checkpoint %s holds LoRA adapters of rank %d, alpha %g%s on %s; this run's are "
+        "rank %d, alpha %g%s on %s",
+        dir, meta->lora.rank, (double)meta->lora.alpha, meta->lora.rslora ? " (rsLoRA)" : "",
+        colo_lora_targets_name(meta->lora.targets, a, sizeof a), c->rank, (double)c->alpha,
+        c->rslora ? " (rsLoRA)" : "", colo_lora_targets_name(c->targets, b, sizeof b));
   else if (meta->lora.quant != c->quant)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "checkpoint %s holds LoRA adapters trained on the model %s; this run keeps it "

@@ -601,7 +601,10 @@ int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const
     kv_str(&kv, NULL, "general.architecture", arch);
     kv_str(&kv, NULL, "general.type", "adapter");
     kv_str(&kv, NULL, "adapter.type", "lora");
-    kv_f32(&kv, NULL, "adapter.lora.alpha", colo_lora_config(l)->alpha);
+    /* llama.cpp scales by alpha / rank: rsLoRA's scale as such an alpha */
+    kv_f32(&kv, NULL, "adapter.lora.alpha",
+           colo_lora_config(l)->rslora ? colo_lora_scale(l) * (float)colo_lora_config(l)->rank
+                                       : colo_lora_config(l)->alpha);
     rc = write_file(path, &kv, &ts, err, errlen);
   }
   free(ts.v);

@@ -585,7 +585,7 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
   cJSON_AddNumberToObject(j, "lora_dropout", colo_lora_dropout_decimal(lc));
   cJSON_AddStringToObject(j, "bias", "none");
   cJSON_AddBoolToObject(j, "fan_in_fan_out", !llama); /* GPT-2's Conv1D: W is [in][out] */
-  cJSON_AddBoolToObject(j, "use_rslora", 0);
+  cJSON_AddBoolToObject(j, "use_rslora", lc->rslora != 0);
   cJSON_AddBoolToObject(j, "inference_mode", 1);
   cJSON *tm = cJSON_AddArrayToObject(j, "target_modules");
   for (int k = 0; k < COLO_LORA_TARGETS; k++) {

@@ -1350,9 +1350,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead && lora) {
-    char tg[96], nf4_said[160], drop_said[48] = "";
+    char tg[96], nf4_said[160], drop_said[80] = "";
+    snprintf(drop_said, sizeof drop_said, "%s",
+             cfg->lora.rslora ? " (rsLoRA: scale alpha/sqrt(r))" : "");
     if (cfg->lora.dropout > 0.0f)
-      snprintf(drop_said, sizeof drop_said, ", dropout %g", colo_lora_dropout_decimal(&cfg->lora));
+      snprintf(drop_said + strlen(drop_said), sizeof drop_said - strlen(drop_said), ", dropout %g",
+               colo_lora_dropout_decimal(&cfg->lora));
     size_t nm = colo_gpt_block_matrix_numel(model);
     snprintf(nf4_said, sizeof nf4_said,
              ", its blocks' matrices in NF4 (QLoRA): %.1f MiB for %zu values (%.1f MiB in 16 bits)",
