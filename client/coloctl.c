@@ -902,10 +902,16 @@ static void print_job_detail(const Colo__V1__Job *j) {
   else if (s->train->has_init_from_job && s->train->init_from_job)
     printf("  weights    from job %llu's newest checkpoint\n",
            (unsigned long long)s->train->init_from_job);
-  if (s->train->lora_rank > 0)
-    printf("  lora       rank %u, alpha %g on %s: the model frozen\n", s->train->lora_rank,
-           (double)s->train->lora_alpha,
-           s->train->lora_targets && s->train->lora_targets[0] ? s->train->lora_targets : "all");
+  if (s->train->lora_rank > 0) {
+    int nf4 = s->train->lora_quant && !strcmp(s->train->lora_quant, "nf4");
+    printf("  lora       rank %u, alpha %g%s on %s: the model frozen%s", s->train->lora_rank,
+           (double)s->train->lora_alpha, s->train->lora_rslora ? " (rsLoRA)" : "",
+           s->train->lora_targets && s->train->lora_targets[0] ? s->train->lora_targets : "all",
+           nf4 ? ", its matrices in NF4 (QLoRA)" : "");
+    if (s->train->lora_dropout > 0.0f)
+      printf("; dropout %g", (double)s->train->lora_dropout);
+    printf("\n");
+  }
   if (j->resume_step)
     printf("  resume     from step %llu\n", (unsigned long long)j->resume_step);
 }
