@@ -11,21 +11,38 @@
 # time, LoRA's is made whole in fp32 first), the frozen matrices' bytes as colo-train states them,
 # the median step time and the first step's loss (before any update: the model as NF4 leaves
 # it); and QLoRA's ratio to LoRA for each.
-# Writes bench/results/engine_cpu_qlora.md.
+# Writes bench/results/engine_cpu_qlora.md. With COLO_BENCH_DEVICE=gpu (bench/engine_gpu/device.sh
+# qlora) it runs on the GPU instead, with larger shapes (GPT-2 124M's blocks at batch 8 of 1024;
+# a Llama-3.2-1B-shaped model, 16 layers, 2048 wide, GQA 32/8, SwiGLU of 8192, at batch 4 of
+# 1024), and writes bench/results/engine_gpu_qlora.md, the GPU named.
 #   bash bench/engine_cpu/qlora.sh [STEPS] [THREADS]
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 STEPS=${1:-3}
 THREADS=${2:-$(nproc)}
+DEVICE=${COLO_BENCH_DEVICE:-cpu}
 source "$SRC/bench/lib.sh"
 bench_setup colo-train
 bench_data
-COMMON=(--data-root "$TMP/data" --train-data train.bin --vocab-size 256 --block-size 256
-  --eval-interval 0 --threads "$THREADS" --quiet)
-declare -A SHAPE=(
-  [gpt2]="--n-layer 12 --n-head 12 --n-embd 768 --batch-size 4"
-  [llama]="--arch llama --n-layer 16 --n-head 16 --n-kv-head 4 --n-embd 1024 --mlp-hidden 4096 --batch-size 1"
-)
+if [ "$DEVICE" = gpu ]; then
+  COMMON=(--data-root "$TMP/data" --train-data train.bin --vocab-size 256 --block-size 1024
+    --eval-interval 0 --device gpu --quiet)
+  declare -A SHAPE=(
+    [gpt2]="--n-layer 12 --n-head 12 --n-embd 768 --batch-size 8"
+    [llama]="--arch llama --n-layer 16 --n-head 32 --n-kv-head 8 --n-embd 2048 --mlp-hidden 8192 --batch-size 4"
+  )
+  RESULT="$SRC/bench/results/engine_gpu_qlora.md"
+  WHERE="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1), bf16"
+else
+  COMMON=(--data-root "$TMP/data" --train-data train.bin --vocab-size 256 --block-size 256
+    --eval-interval 0 --threads "$THREADS" --quiet)
+  declare -A SHAPE=(
+    [gpt2]="--n-layer 12 --n-head 12 --n-embd 768 --batch-size 4"
+    [llama]="--arch llama --n-layer 16 --n-head 16 --n-kv-head 4 --n-embd 1024 --mlp-hidden 4096 --batch-size 1"
+  )
+  RESULT="$SRC/bench/results/engine_cpu_qlora.md"
+  WHERE="CPU, $THREADS threads, bf16 activations emulated (its memory, not its speed, is the GPU's)"
+fi
 for model in gpt2 llama; do
   read -r -a S <<<"${SHAPE[$model]}"
   "$CT" train "${COMMON[@]}" "${S[@]}" --steps 1 --ckpt-dir "$TMP/data/$model-base"
@@ -34,34 +51,39 @@ for model in gpt2 llama; do
     [ "$kind" = qlora ] && extra+=(--lora-quant nf4)
     said=()
     for x in "${COMMON[@]}"; do [ "$x" = --quiet ] || said+=("$x"); done
-    /usr/bin/time -f "%M" -o "$TMP/$model-$kind.rss" "$CT" train "${said[@]}" "${S[@]}" \
+    timed=() # the maximum resident set, where GNU time is installed
+    [ -x /usr/bin/time ] && timed=(/usr/bin/time -f "%M" -o "$TMP/$model-$kind.rss")
+    "${timed[@]}" "$CT" train "${said[@]}" "${S[@]}" \
       --steps "$STEPS" --init-from "$model-base/step_00000001" "${extra[@]}" \
       --progress "$TMP/$model-$kind.jsonl" | grep "^lora:" | tee "$TMP/$model-$kind.said"
   done
 done
-python3 - "$TMP" "$STEPS" "$THREADS" "$SRC/bench/results/engine_cpu_qlora.md" <<'PY'
+python3 - "$TMP" "$STEPS" "$WHERE" "$RESULT" "$DEVICE" <<'PY'
 import json, os, re, statistics, sys, datetime
-tmp, steps, threads, out = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+tmp, steps, where, out, device = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 def run(name):
     st = [r for r in map(json.loads, open(os.path.join(tmp, name + ".jsonl"))) if r["event"] == "step"]
     said = open(os.path.join(tmp, name + ".said")).read()
     m = re.search(r"NF4 \(QLoRA\): ([0-9.]+) MiB for ([0-9]+) values \(([0-9.]+) MiB in 16 bits\)", said)
     return {"peak": max(r["memory_bytes"] for r in st) / 2**20,
-            "rss": int(open(os.path.join(tmp, name + ".rss")).read().split()[-1]) / 1024,
+            "rss": (int(open(os.path.join(tmp, name + ".rss")).read().split()[-1]) / 1024
+                    if os.path.exists(os.path.join(tmp, name + ".rss")) else float("nan")),
             "ms": statistics.median(r["ms"] for r in st[1:]) if len(st) > 1 else st[0]["ms"],
             "loss": st[0]["loss"], "nf4": m}
-lines = ["# QLoRA against LoRA (CPU engine)", "",
-         "`bash bench/engine_cpu/qlora.sh %d %s`, %s UTC: bf16 activations (emulated on the CPU: its "
-         "memory, not its speed, is the GPU's), recomputation, LoRA of rank 16 (alpha 32) on every "
-         "product, %d steps from the same weights, %s threads; LoRA keeps the frozen blocks' "
+lines = ["# QLoRA against LoRA (%s engine)" % device.upper(), "",
+         "`%sbash bench/engine_cpu/qlora.sh %d`, %s UTC, %s: recomputation, LoRA of rank 16 (alpha "
+         "32) on every product, %d steps from the same weights; LoRA keeps the frozen blocks' "
          "matrices in bf16, QLoRA (`--lora-quant nf4`) in NF4. Peak: the memory pool's "
-         "(`memory_bytes`), what a GPU would hold; RSS: the process's maximum resident set, "
-         "set-up included; time: the median step after the first; loss: the first step's, before any "
-         "update (the adapters start as nothing), what NF4 changes in the model." %
-         (steps, threads, datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), steps, threads), "",
+         "(`memory_bytes`); RSS: the process's maximum resident set, set-up included; time: the "
+         "median step after the first; loss: the first step's, before any update (the adapters "
+         "start as nothing), what NF4 changes in the model." %
+         ("COLO_BENCH_DEVICE=gpu " if device == "gpu" else "", steps,
+          datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), where, steps), "",
          "| model | run | frozen matrices MiB | peak MiB | QLoRA / LoRA | max RSS MiB | QLoRA / LoRA | ms a step | QLoRA / LoRA | first loss |",
          "|---|---|---|---|---|---|---|---|---|---|"]
-names = {"gpt2": "GPT-2 124M's blocks, batch 4", "llama": "Llama-shaped, 16 x 1024, GQA 16/4, batch 1"}
+names = ({"gpt2": "GPT-2 124M's blocks, batch 8 x 1024", "llama": "Llama-3.2-1B-shaped, 16 x 2048, GQA 32/8, batch 4 x 1024"}
+         if device == "gpu" else
+         {"gpt2": "GPT-2 124M's blocks, batch 4", "llama": "Llama-shaped, 16 x 1024, GQA 16/4, batch 1"})
 for model in ("gpt2", "llama"):
     l, q = run(model + "-lora"), run(model + "-qlora")
     if not q["nf4"]:
