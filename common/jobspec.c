@@ -550,11 +550,6 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                  "and optimizer state, and the frozen model has none; zero_stage=3 shards its "
                  "parameters, 0 keeps it whole",
                  t->lora_rank, s->parallel->zero_stage);
-    if (nf4 && s->parallel->zero_stage != 0)
-      return bad(err, errlen,
-                 "train.lora_quant=nf4 keeps the frozen model whole on each rank in 4 bits: "
-                 "parallel.zero_stage=%u must be 0",
-                 s->parallel->zero_stage);
     if (s->memory->optim_device_fraction < 1.0f || s->memory->optim_nvme_fraction > 0.0f)
       return bad(err, errlen,
                  "train.lora_rank=%u: memory.optim_device_fraction and optim_nvme_fraction place "

@@ -22,7 +22,8 @@ it in HuggingFace's layout; numpy writes the base with its linear weights dequan
   - stopped at step 5 and resumed: the same step-10 checkpoint, byte for byte; resuming it without
     --lora-quant is refused with the reason;
   - two data-parallel ranks, each with the NF4 model whole, against one (losses within 1e-5
-    relative, adapters within 1e-4).
+    relative, adapters within 1e-4); the NF4 model sharded by ZeRO-3 (its packed matrices in the
+    pieces) against it whole, bit for bit, on one rank and two (GPT-2 in fp32, Llama in bf16).
 Exit 0 when all pass.
 """
 import json
@@ -194,22 +195,41 @@ def run(tmp, arch):
 
 def data_parallel(tmp):
     """QLoRA on 2 ranks (--nproc 2, half the batch each), each with the whole NF4 model, against
-    one: as test_lora.py's LoRA"""
-    d = {}
-    for n in (1, 2):
-        dump = os.path.join(tmp, "q-dp%d.dump" % n)
-        colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
-              "--batch-size", str(B // n), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
-              "--lr", "3e-3", "--seed", "1234", "--threads", "1", "--init-from", "gpt2-base.safetensors",
-              "--lora-rank", str(RANK), "--lora-quant", "nf4", "--quiet", "--dump-reference", dump] +
-             (["--nproc", "2", "--dp", "2"] if n == 2 else []) + MODEL + ARCH["gpt2"])
-        d[n] = read_safetensors(dump)
-    lrel = ((d[1]["losses"] - d[2]["losses"]).abs() / d[1]["losses"].abs()).max().item()
-    names = [k for k in d[1] if k.startswith("final.") and ".lora_" in k]
-    wabs = max((d[1][k] - d[2][k]).abs().max().item() for k in names)
+    one: as test_lora.py's LoRA; and the NF4 model sharded over the ranks by ZeRO-3 (its packed
+    matrices in the pieces), bit for bit the run that keeps it whole, on 1 and 2 ranks, Llama in
+    bf16 too"""
+    d, out = {}, {}
+    for arch, prec in (("gpt2", "fp32"), ("llama", "bf16")):
+        for n, z in ((1, 0), (2, 0), (1, 3), (2, 3)):
+            if arch == "llama" and n == 1 and z == 3:
+                continue
+            tag = "%s-%d-%d" % (arch, n, z)
+            dump = os.path.join(tmp, "q-dp%s.dump" % tag)
+            out[arch, n, z] = colo(
+                ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+                 "--batch-size", str(B // n), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
+                 "--lr", "3e-3", "--seed", "1234", "--threads", "1", "--init-from", arch + "-base.safetensors",
+                 "--lora-rank", str(RANK), "--lora-quant", "nf4", "--zero", str(z), "--precision", prec,
+                 "--ckpt-dir", os.path.join(tmp, "q-dp" + tag), "--dump-reference", dump] +
+                (["--nproc", "2", "--dp", "2"] if n == 2 else []) + MODEL + ARCH[arch])
+            d[arch, n, z] = read_safetensors(dump)
+    a, b = d["gpt2", 1, 0], d["gpt2", 2, 0]
+    lrel = ((a["losses"] - b["losses"]).abs() / a["losses"].abs()).max().item()
+    names = [k for k in a if k.startswith("final.") and ".lora_" in k]
+    wabs = max((a[k] - b[k]).abs().max().item() for k in names)
     check("[data parallel] QLoRA, 2 ranks = 1: losses (rel 1e-5), adapters (abs 1e-4)",
           lrel <= 1e-5 and wabs <= 1e-4 and len(names) == 16,
           "worst %.2e and %.2e over %d tensors" % (lrel, wabs, len(names)))
+    f = os.path.join("step_%08d" % STEPS, "rank_00000.safetensors")
+    for arch, n in (("gpt2", 1), ("gpt2", 2), ("llama", 2)):
+        a, b = d[arch, n, 0], d[arch, n, 3]
+        same = all(torch.equal(a[k], b[k]) for k in names + ["losses", "grad_norms"])
+        ck = [open(os.path.join(tmp, "q-dp%s-%d-%d" % (arch, n, z), f), "rb").read() for z in (0, 3)]
+        said = "in NF4 (QLoRA): " in out[arch, n, 3] and "sharded over the data-parallel ranks (ZeRO-3)" in out[arch, n, 3]
+        check("[ZeRO-3] QLoRA, %s, %d rank%s: NF4 pieces = the model whole (bit for bit)"
+              % (arch, n, "s" if n > 1 else ""), same and ck[0] == ck[1] and said,
+              "losses, norms, adapters identical: %s; checkpoint identical: %s; said so: %s"
+              % (same, ck[0] == ck[1], said))
 
 
 def main():

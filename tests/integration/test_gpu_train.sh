@@ -392,13 +392,25 @@ if [ "$DRY" = 1 ]; then
     fail "QLoRA: the GPU trained otherwise than the CPU"
 fi
 same_training "QLoRA (NF4), GPU vs CPU" "$TMP/lq-cpu.jsonl" "$TMP/lq-gpu.jsonl" 5e-3
-python3 - "$TMP/lb0.jsonl" "$TMP/lq-gpu.jsonl" <<'PY' || fail "QLoRA's GPU memory"
+# and sharded by ZeRO-3, its packed NF4 matrices in the pieces, all in host memory: the same
+# training again, in less GPU memory still
+expect_rc 0 "$CT" train "${LB[@]}" --lora-quant nf4 --zero 3 --placement static \
+  --param-device-fraction 0 --ckpt-dir "$TMP/lq3" --progress "$TMP/lq3.jsonl"
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/lq-gpu/step_00000006/rank_00000.safetensors" "$TMP/lq3/step_00000006/rank_00000.safetensors" ||
+    fail "QLoRA: the NF4 model's ZeRO-3 pieces in host memory trained otherwise than the model whole"
+fi
+same_training "QLoRA, NF4 pieces in host memory vs the model whole on the GPU" \
+  "$TMP/lq-gpu.jsonl" "$TMP/lq3.jsonl" 1e-3
+python3 - "$TMP/lb0.jsonl" "$TMP/lq-gpu.jsonl" "$TMP/lq3.jsonl" <<'PY' || fail "QLoRA's GPU memory"
 import json, sys
 last = lambda f: [r for r in map(json.loads, open(f)) if r["event"] == "step"][-1]
-b, q = last(sys.argv[1]), last(sys.argv[2])
-print("QLoRA, peak GPU memory: %d bytes with the frozen matrices in NF4, %d in bf16 (%.2fx)"
-      % (q["memory_bytes"], b["memory_bytes"], q["memory_bytes"] / b["memory_bytes"]))
-assert q["memory_bytes"] < b["memory_bytes"]
+b, q, z = last(sys.argv[1]), last(sys.argv[2]), last(sys.argv[3])
+print("QLoRA, peak GPU memory: %d bytes with the frozen matrices in NF4, %d in bf16 (%.2fx); %d "
+      "with the NF4 model's ZeRO-3 pieces in host memory (%d bytes there)"
+      % (q["memory_bytes"], b["memory_bytes"], q["memory_bytes"] / b["memory_bytes"],
+         z["memory_bytes"], z["host_bytes"]))
+assert q["memory_bytes"] < b["memory_bytes"] and z["memory_bytes"] < q["memory_bytes"]
 PY
 # (the bf16 model: its 16-bit pieces all-gathered, then kept as gathered chunks; checkpoints the
 # same as the model whole on each of the two ranks')

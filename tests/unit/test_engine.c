@@ -1562,7 +1562,7 @@ TEST(qlora_nf4_is_lora_on_the_dequantized_model) {
           }
           colo_lora_t *l = tiny_lora(m, pool, COLO_LORA_ALL);
           if (k)
-            ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, err, sizeof err), 0);
+            ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, 0, err, sizeof err), 0);
           for (size_t i = 0; k == 2 && i < nt; i++)
             ASSERT_EQ_INT(
                 colo_gpt_put(m, tab[i].offset, v + tab[i].offset, tab[i].numel, err, sizeof err),
@@ -1613,7 +1613,7 @@ TEST(qlora_nf4_is_lora_on_the_dequantized_model) {
       }
   be = colo_backend_cpu();
   colo_gpt_t *m = tiny_model(pool, 0);
-  ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, 0, err, sizeof err), COLO_EINVAL);
   ASSERT_EQ_STR(err, "only a frozen model (LoRA) whole on its rank keeps its matrices in NF4");
 }
 

@@ -153,9 +153,6 @@ static const struct {
      "train.lora_quant \"int4\" must be nf4 or none"},
     {BASE "train: {lora_quant: nf4}\n",
      "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs train.lora_rank > 0"},
-    {BASE "train: {lora_rank: 8, lora_quant: nf4}\nparallel: {zero_stage: 3}\n",
-     "train.lora_quant=nf4 keeps the frozen model whole on each rank in 4 bits: "
-     "parallel.zero_stage=3 must be 0"},
     {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 3}\nresources: {device: gpu}\n"
           "memory: {placement: static, param_device_fraction: 0, optim_device_fraction: 0.5}\n",
      "train.lora_rank=8: memory.optim_device_fraction and optim_nvme_fraction place the model's "

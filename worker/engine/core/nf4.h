@@ -33,6 +33,14 @@ static inline size_t colo_nf4_code_bytes(size_t n) {
 static inline size_t colo_nf4_blocks(size_t n) {
   return (n + COLO_NF4_BLOCK - 1) / COLO_NF4_BLOCK;
 }
+/* A matrix packed as words (ZeRO-3's pieces hold it so): its codes, padded to a whole number of
+ * 4-byte words, then its absmax values. colo_nf4_packed_floats: the words for n values. */
+static inline size_t colo_nf4_codes_padded(size_t n) {
+  return (colo_nf4_code_bytes(n) + 3) / 4 * 4;
+}
+static inline size_t colo_nf4_packed_floats(size_t n) {
+  return colo_nf4_codes_padded(n) / 4 + colo_nf4_blocks(n);
+}
 
 /* codes[colo_nf4_code_bytes(rows·cols)] and absmax[colo_nf4_blocks(rows·cols)] for w. Each value
  * is scaled by the fp32 reciprocal of its block's absmax and takes the nearest level (the upper

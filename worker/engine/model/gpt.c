@@ -134,6 +134,12 @@ struct colo_gpt_s {
    * dequantized into qw, one block's at a time (by its forward, and again by its backward); the
    * other tensors in fparams */
   int wquant;
+  /* NF4 in ZeRO-3's pieces (colo_gpt_quantize_nf4's `pieces`): nothing of the model is kept
+   * here; stable is the table of its storage, each NF4 matrix packed into colo_nf4_packed_floats
+   * words (the other tensors fp32, as before), which ZeRO plans its chunks over and fetches
+   * (pt[i] then points at a matrix's packed codes and absmax) */
+  int qpieces;
+  colo_param_t *stable;
   /* either way, with 16-bit activations: an untied head kept only as its compute copy wte_act;
    * a Llama's token embedding (no positions to add) only as a 16-bit table, emb (a tied one's is
    * wte_act, and then the head too is that copy alone): the encoder's values exactly */
@@ -692,6 +698,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
     colo_pool_free(p, m->emb);
   free(m->qc);
   free(m->qa);
+  free(m->stable);
   for (int l = 0; m->wkeep && l < m->l_hi - m->l_lo; l++)
     colo_pool_free(p, m->wkeep[l]);
   free(m->wkeep);
@@ -943,8 +950,11 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
     size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * m->per_layer;
     for (int j = 0; make && j < 4; j++) {
       size_t i = first + (size_t)m->slot[which[j]];
-      m->be->dequant_nf4((void *)dst[j], m->qcodes + m->qc[i], m->qabsmax + m->qa[i],
-                         m->table[i].shape[0], m->table[i].shape[1]);
+      const uint8_t *c = m->qpieces ? (const uint8_t *)m->pt[i] : m->qcodes + m->qc[i];
+      const float *a =
+          m->qpieces ? (const float *)(const void *)(c + colo_nf4_codes_padded(m->table[i].numel))
+                     : m->qabsmax + m->qa[i];
+      m->be->dequant_nf4((void *)dst[j], c, a, m->table[i].shape[0], m->table[i].shape[1]);
     }
     return w;
   }
@@ -1384,12 +1394,40 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen) {
   return 0;
 }
 
-int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
+/* a block's compute copy for the dequantized matrices, in place of each block's own */
+static int alloc_qw(colo_gpt_t *m, char *err, size_t errlen) {
+  size_t wbytes = (m->wfp_off + (size_t)m->Cf * m->cfg.n_embd) * m->asz;
+  if (!(m->qw = colo_pool_alloc(m->pool, wbytes, "activations")))
+    return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
+  for (int l = 0; l < (m->recompute ? 1 : m->l_hi - m->l_lo); l++) {
+    colo_pool_free(m->pool, m->layers[l].w);
+    m->layers[l].w = NULL;
+  }
+  return 0;
+}
+
+int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, char *err, size_t errlen) {
   if (m->wquant)
     return 0;
-  if (!m->frozen || m->hooks || m->wfrozen)
+  if (!m->frozen || m->hooks || m->wfrozen || (pieces && m->params))
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "only a frozen model (LoRA) whole on its rank keeps its matrices in NF4");
+                     pieces ? "only a frozen model (LoRA) made without parameters keeps its "
+                              "matrices in NF4 in ZeRO-3's pieces"
+                            : "only a frozen model (LoRA) whole on its rank keeps its matrices "
+                              "in NF4");
+  if (pieces) { /* the storage's table: ZeRO keeps the values */
+    if (!(m->stable = malloc(m->n_tensors * sizeof *m->stable)))
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    for (size_t i = 0, off = 0; i < m->n_tensors; i++) {
+      m->stable[i] = m->table[i];
+      if (block_matrix(m, i))
+        m->stable[i].numel = colo_nf4_packed_floats(m->table[i].numel);
+      m->stable[i].offset = off;
+      off += m->stable[i].numel;
+    }
+    m->qpieces = m->wquant = 1;
+    return alloc_qw(m, err, errlen);
+  }
   colo_pool_t *pool = m->pool;
   size_t codes = 0, blocks = 0, keep = 0;
   if (!(m->qc = calloc(m->n_tensors, sizeof *m->qc)) ||
@@ -1407,17 +1445,12 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen) {
     codes += colo_nf4_code_bytes(n);
     blocks += colo_nf4_blocks(n);
   }
-  size_t wbytes = (m->wfp_off + (size_t)m->Cf * m->cfg.n_embd) * m->asz;
   if (!(m->qcodes = colo_pool_alloc(pool, codes, "frozen matrices (NF4)")) ||
       !(m->qabsmax = colo_pool_alloc(pool, blocks * sizeof(float), "frozen matrices (NF4)")) ||
-      !(m->fparams = colo_pool_alloc(pool, (keep ? keep : 1) * sizeof(float), "parameters")) ||
-      !(m->qw = colo_pool_alloc(pool, wbytes, "activations")))
+      !(m->fparams = colo_pool_alloc(pool, (keep ? keep : 1) * sizeof(float), "parameters")))
     return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(pool));
-  /* a block's own compute copies give way to the one qw */
-  for (int l = 0; l < (m->recompute ? 1 : m->l_hi - m->l_lo); l++) {
-    colo_pool_free(pool, m->layers[l].w);
-    m->layers[l].w = NULL;
-  }
+  if (alloc_qw(m, err, errlen) < 0)
+    return COLO_ENOMEM;
   float *old = m->params;
   float **was = NULL;
   if (old && !(was = malloc(m->n_tensors * sizeof *was)))
@@ -1483,16 +1516,42 @@ int colo_gpt_nf4(const colo_gpt_t *m) {
   return m->wquant;
 }
 
+const colo_param_t *colo_gpt_storage_table(const colo_gpt_t *m, size_t *n) {
+  *n = m->n_tensors;
+  return m->stable ? m->stable : m->table;
+}
+
+/* the tensor holding parameter offset off: the last starting at or below it */
+static size_t tensor_at(const colo_gpt_t *m, size_t off) {
+  size_t lo = 0, hi = m->n_tensors;
+  while (hi - lo > 1) {
+    size_t mid = (lo + hi) / 2;
+    if (m->table[mid].offset <= off)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+size_t colo_gpt_storage_at(const colo_gpt_t *m, size_t off, size_t *tensor, int *packed) {
+  size_t i = tensor_at(m, off);
+  *tensor = i;
+  *packed = m->stable && block_matrix(m, i);
+  return m->stable ? m->stable[i].offset + (off - m->table[i].offset) : off;
+}
+
+int colo_gpt_pack_nf4(const colo_gpt_t *m, size_t i, const float *v, float *packed) {
+  const colo_param_t *p = &m->table[i];
+  size_t pad = colo_nf4_codes_padded(p->numel);
+  memset(packed, 0, pad);
+  return colo_nf4_quantize(v, p->shape[0], p->shape[1], (uint8_t *)packed,
+                           (float *)((char *)packed + pad));
+}
+
 int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err, size_t errlen) {
   while (n > 0) {
-    size_t lo = 0, hi = m->n_tensors; /* the tensor holding off: the last starting at or below */
-    while (hi - lo > 1) {
-      size_t mid = (lo + hi) / 2;
-      if (m->table[mid].offset <= off)
-        lo = mid;
-      else
-        hi = mid;
-    }
+    size_t lo = tensor_at(m, off);
     const colo_param_t *p = &m->table[lo];
     size_t rel = off - p->offset, take = p->numel - rel < n ? p->numel - rel : n;
     if (off < p->offset || rel >= p->numel)

@@ -281,10 +281,23 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen);
  * already in the model are quantized now (through host memory, a tensor at a time; colo_gpt_params
  * then returns NULL); a model made without parameters (colo_gpt_stage_t.no_params) takes its values
  * after, through colo_gpt_put. The same training as the frozen model made from the dequantized
- * values (in 16-bit activations as colo_gpt_freeze_matrices keeps them), bit for bit. COLO_EINVAL
- * for any other model, COLO_ENOMEM. colo_gpt_nf4: whether m does. */
-int colo_gpt_quantize_nf4(colo_gpt_t *m, char *err, size_t errlen);
+ * values (in 16-bit activations as colo_gpt_freeze_matrices keeps them), bit for bit. With
+ * `pieces`, a model made without parameters leaves its values to ZeRO-3 (colo_zero_init, before
+ * its hooks): it keeps nothing of them itself, and its storage (colo_gpt_storage_table) holds each
+ * NF4 matrix packed into words (core/nf4.h), which the loop's loader packs (colo_gpt_pack_nf4) and
+ * ZeRO shards, gathers and caches as it does any tensor. COLO_EINVAL for any other model,
+ * COLO_ENOMEM. colo_gpt_nf4: whether m does. */
+int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, char *err, size_t errlen);
 int colo_gpt_nf4(const colo_gpt_t *m);
+/* The table of what the model's storage holds, which ZeRO plans over: colo_gpt_params_table's,
+ * or with NF4 in pieces its packed matrices' sizes and the offsets that follow from them. */
+const colo_param_t *colo_gpt_storage_table(const colo_gpt_t *m, size_t *n);
+/* Parameter offset off (the params table's) in the storage: the offset there, its tensor, and
+ * whether that tensor is a packed NF4 matrix (it comes whole, through colo_gpt_pack_nf4). */
+size_t colo_gpt_storage_at(const colo_gpt_t *m, size_t off, size_t *tensor, int *packed);
+/* Tensor i's fp32 values (host) as its packed storage (host, the storage table's numel words).
+ * −1 when a value is not finite. */
+int colo_gpt_pack_nf4(const colo_gpt_t *m, size_t i, const float *v, float *packed);
 /* how many values the blocks' four matrices hold on this rank (what NF4 quantizes) */
 size_t colo_gpt_block_matrix_numel(const colo_gpt_t *m);
 /* The values an NF4 model computes with, in fp32: the block matrices of params (host memory, the

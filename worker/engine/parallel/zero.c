@@ -71,7 +71,7 @@ int colo_zero_init(colo_zero_t *z, colo_comm_t *comm, int stage, size_t chunk_fl
   z->rank = colo_comm_rank(comm);
   z->dp = colo_comm_size(comm);
   size_t nt;
-  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  const colo_param_t *table = colo_gpt_storage_table(model, &nt);
   int rc = colo_chunks_plan(table, nt, z->dp, chunk_floats, &z->chunks);
   if (rc < 0) {
     snprintf(err, errlen, "cannot plan chunks");
@@ -200,7 +200,9 @@ int colo_zero_attach_from(colo_zero_t *z, const float *pieces, char *err, size_t
   /* the pieces are made only now: from `pieces` (a model made without parameters), or from the
    * model's own buffer, which they share the device with only for the copy (set-up's peak) */
   if (z->stage == 3) { /* keep this rank's pieces of the parameters */
-    int rc = pieces && z->frozen ? choose_half(z, pieces, err, errlen) : 0;
+    /* (NF4's pieces are packed bytes: kept as they are) */
+    int rc =
+        pieces && z->frozen && !colo_gpt_nf4(z->model) ? choose_half(z, pieces, err, errlen) : 0;
     if (rc < 0)
       return rc;
     size_t pd = z->param_n[COLO_HOME_DEVICE];
@@ -343,7 +345,7 @@ static const float *hook_fetch(void *ctx, size_t t) {
   size_t k = z->chunk_of[t];
   const colo_chunk_t *c = &z->chunks.chunks[k];
   size_t nt;
-  const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+  const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
   if (z->fetched[k] == 0)
     record_use(z, k);
   if (z->dp == 1 && z->param_home[k] == COLO_HOME_DEVICE && z->esz == sizeof(float)) {
@@ -432,7 +434,7 @@ static float *hook_begin(void *ctx, size_t t) {
       !(z->grad_full[k] = colo_pool_alloc(z->pool, c->capacity * sizeof(float), "gradients")))
     return NULL;
   size_t nt;
-  const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+  const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
   return z->grad_full[k] + (table[t].offset - c->lo);
 }
 
@@ -465,7 +467,7 @@ int colo_zero_grad_norm(colo_zero_t *z, const colo_backend_t *be, float *norm) {
     sq = (float)be->sumsq(z->grad_piece, z->shard_n);
   } else { /* replicated tensors are on every rank of the tensor-parallel group: a tp-th each */
     size_t nt;
-    const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+    const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
     double acc = 0.0, inv_tp = 1.0 / colo_comm_size(z->tp);
     for (size_t k = 0; k < z->chunks.n; k++) {
       size_t lo, hi, piece;
@@ -593,7 +595,7 @@ static int host_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, size_t lo, siz
     return 0;
   const colo_backend_t *cpu = colo_backend_cpu();
   const colo_adamw_config_t *cf = &opt->cfg;
-  const colo_param_t *table = colo_gpt_params_table(z->model, &nt);
+  const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
   float *g = z->scratch, *p = z->scratch + z->max_piece, *m, *v;
   xcopy(z, g, z->stage == 1 ? colo_gpt_grads(z->model) + lo : z->grad_piece + z->shard_off[k],
         n * sizeof(float));
@@ -630,7 +632,7 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
     end_round(z);
   float *p = colo_gpt_params(model);
   size_t nt;
-  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  const colo_param_t *table = colo_gpt_storage_table(model, &nt);
   const colo_adamw_config_t *cf = &opt->cfg;
   for (size_t k = 0; k < z->chunks.n; k++) {
     size_t lo, hi, piece;

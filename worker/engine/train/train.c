@@ -757,13 +757,40 @@ typedef struct {
 
 static void load_want(void *ctx, int what, size_t off, size_t n, size_t *lo, size_t *hi) {
   load_dst_t *d = ctx;
-  if (d->zero && (what > 0 || d->pp))
-    colo_zero_owned(d->zero, off, n, lo, hi);
+  if (d->zero && (what > 0 || d->pp)) {
+    size_t t;
+    int packed = 0;
+    if (what == 0) /* NF4 in the pieces: their storage's offsets, and a matrix read whole */
+      off = colo_gpt_storage_at(d->model, off, &t, &packed);
+    if (packed)
+      *lo = 0, *hi = n;
+    else
+      colo_zero_owned(d->zero, off, n, lo, hi);
+  }
 }
 
 static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) {
   load_dst_t *d = ctx;
   if (d->zero && (what > 0 || d->pp)) {
+    size_t t, nt;
+    int packed = 0;
+    if (what == 0)
+      off = colo_gpt_storage_at(d->model, off, &t, &packed);
+    if (packed) { /* quantized here, whole, and this rank's part of it kept */
+      size_t pn = colo_gpt_storage_table(d->model, &nt)[t].numel;
+      float *pk = malloc(pn * sizeof *pk);
+      if (!pk || colo_gpt_pack_nf4(d->model, t, v, pk) < 0) {
+        if (d->rc == 0) {
+          d->rc = pk ? COLO_EINVAL : COLO_ENOMEM;
+          snprintf(d->err, sizeof d->err, "%s",
+                   pk ? "a matrix holds a value that is not finite" : "out of memory");
+        }
+      } else {
+        colo_zero_keep(d->zero, off, pk, pn, d->pp);
+      }
+      free(pk);
+      return;
+    }
     colo_zero_keep(d->zero, off, v, n, what == 0 ? d->pp : what == 1 ? d->pm : d->pv);
     return;
   }
@@ -1119,18 +1146,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_EINVAL;
       goto out;
     }
-    if (nf4 && cfg->zero_stage) {
-      snprintf(err, errlen,
-               "train.lora_quant=nf4 keeps the frozen model whole on each rank in 4 bits: "
-               "parallel.zero_stage=%d must be 0",
-               cfg->zero_stage);
-      rc = COLO_EINVAL;
-      goto out;
-    }
     CHECK_GOTO(colo_lora_create(model, &cfg->lora, pool, &lora, err, errlen), rc, out);
     CHECK_GOTO(colo_gpt_set_lora(model, lora, err, errlen), rc, out);
     if (nf4)
-      CHECK_GOTO(colo_gpt_quantize_nf4(model, err, errlen), rc, out);
+      CHECK_GOTO(colo_gpt_quantize_nf4(model, z3, err, errlen), rc, out);
   }
   if (pp > 1) { /* boundary tensors: this rank's rows */
     pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
@@ -1350,7 +1369,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead && lora) {
-    char tg[96], nf4_said[160], drop_said[80] = "";
+    char tg[96], nf4_said[224], drop_said[80] = "";
     snprintf(drop_said, sizeof drop_said, "%s",
              cfg->lora.rslora ? " (rsLoRA: scale alpha/sqrt(r))" : "");
     if (cfg->lora.dropout > 0.0f)
@@ -1366,7 +1385,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->lora.rank, (double)cfg->lora.alpha, drop_said,
            colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora),
            n_params, cfg->init_from ? cfg->init_from : "initialised from the seed",
-           nf4   ? nf4_said
+           nf4 && cfg->zero_stage == 3
+               ? strcat(nf4_said, ", sharded over the data-parallel ranks (ZeRO-3)")
+           : nf4 ? nf4_said
            : w16 ? ", its blocks' matrices in 16 bits only"
            : cfg->zero_stage == 3 && zero.esz == 2
                ? ", sharded over the data-parallel ranks (ZeRO-3), "
