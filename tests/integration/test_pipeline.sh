@@ -23,6 +23,12 @@ train: {steps: 1000, batch_size: 8, eval_interval: 0}
 optimizer: {lr: 0.01, warmup_steps: 5}
 JOB
 jstate() { "$COLOCTL" status "$1" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["state"])'; }
+ended() { # job: waits up to a minute for it to end, in any state
+  for _ in $(seq 1 600); do
+    case "$(jstate "$1")" in succeeded | failed | cancelled) return ;; esac
+    sleep 0.1
+  done
+}
 # both stages are submitted before the worker starts: stage 1 waits for room, stage 2 for stage 1
 S1=$("$COLOCTL" submit "$TMP/stage.yaml")
 # a weights' job that does not exist, and weights from two places, are refused
@@ -225,10 +231,7 @@ expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_rank=4 with parallel.zer
 L4=$("$COLOCTL" submit "${LL[@]}" --set name=llama-lora --set train.steps=20 --after "$L1" \
   --set train.init_from_job="$L1" --set train.lora_rank=4 --set train.lora_targets=attn.c_attn,mlp.c_proj \
   --set parallel.zero_stage=3 --set optimizer.lr=0.01 --set checkpoint.export_format=gguf)
-for _ in $(seq 1 600); do
-  case "$(jstate "$L4")" in succeeded | failed | cancelled) break ;; esac
-  sleep 0.1
-done
+ended "$L4"
 expect_eq "$(jstate "$L4")" "succeeded" "(lora: $("$COLOCTL" status "$L4"))"
 expect_rc 0 "$COLOCTL" status "$L4"
 expect_contains "$OUT" "  lora       rank 4, alpha 16 on attn.c_attn,mlp.c_proj: the model frozen"
@@ -254,10 +257,7 @@ L5=$("$COLOCTL" submit "${LL[@]}" --set name=llama-qlora --set train.steps=10 \
   --set train.init_from_job="$L1" --set train.lora_rank=4 --set train.lora_quant=nf4 \
   --set train.lora_rslora=true --set train.lora_dropout=0.05 --set parallel.zero_stage=0 \
   --set optimizer.lr=0.01)
-for _ in $(seq 1 600); do
-  case "$(jstate "$L5")" in succeeded | failed | cancelled) break ;; esac
-  sleep 0.1
-done
+ended "$L5"
 expect_eq "$(jstate "$L5")" "succeeded" "(qlora: $("$COLOCTL" status "$L5"))"
 expect_rc 0 "$COLOCTL" status "$L5"
 expect_contains "$OUT" "  lora       rank 4, alpha 16 (rsLoRA) on all: the model frozen, its matrices in NF4 (QLoRA); dropout 0.05"
