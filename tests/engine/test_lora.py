@@ -121,12 +121,18 @@ class Adapted:
         return self.m(idx, tg)
 
 
-def run(tmp, arch):
-    tag = "[%s] " % arch
+def train_base(tmp, arch, model):
+    """a base to adapt: 30 steps of the model flags `model`, checkpoints in tmp/ARCH-base"""
     base_dir = os.path.join(tmp, arch + "-base")
     colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0", "--steps", "30",
           "--batch-size", "4", "--lr", "1e-2", "--seed", "7", "--threads", "2", "--quiet",
-          "--ckpt-dir", base_dir] + MODEL + ARCH[arch])
+          "--ckpt-dir", base_dir] + model)
+    return base_dir
+
+
+def run(tmp, arch):
+    tag = "[%s] " % arch
+    train_base(tmp, arch, MODEL + ARCH[arch])
     base_ckpt = os.path.join(arch + "-base", "step_00000030")  # under the data root
     dump, ckpt = os.path.join(tmp, arch + "-lora.dump"), os.path.join(tmp, arch + "-lora")
     lora_run = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",

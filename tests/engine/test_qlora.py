@@ -37,7 +37,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_init_from import write_safetensors  # noqa: E402
-from test_lora import words_data  # noqa: E402
+from test_lora import train_base, words_data  # noqa: E402
 from test_torch_reference import read_safetensors  # noqa: E402
 from torch_gpt2 import GPT2, Llama  # noqa: E402
 
@@ -101,10 +101,7 @@ ARCH = {"gpt2": ["--arch", "gpt2"],
 
 def run(tmp, arch):
     tag = "[%s] " % arch
-    base_dir = os.path.join(tmp, arch + "-base")
-    colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0", "--steps", "30",
-          "--batch-size", "4", "--lr", "1e-2", "--seed", "7", "--threads", "2", "--quiet",
-          "--ckpt-dir", base_dir] + MODEL + ARCH[arch])
+    base_dir = train_base(tmp, arch, MODEL + ARCH[arch])
     base = os.path.join(tmp, arch + "-base.safetensors")
     colo(["export", "--checkpoint", os.path.join(base_dir, "step_00000030"), "--out", base])
     w = {k: v.numpy() for k, v in read_safetensors(base).items()}
