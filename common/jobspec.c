@@ -495,8 +495,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "without \"..\"",
                ck->export_tokenizer);
   const char *et = ck->export_type && ck->export_type[0] ? ck->export_type : NULL;
-  if (et && strcmp(et, "f32") && strcmp(et, "f16") && strcmp(et, "bf16") && strcmp(et, "q8_0"))
-    return bad(err, errlen, "checkpoint.export_type \"%.40s\" must be f32, f16, bf16 or q8_0", et);
+  if (et && strcmp(et, "f32") && strcmp(et, "f16") && strcmp(et, "bf16") && strcmp(et, "q8_0") &&
+      strcmp(et, "q4_0"))
+    return bad(err, errlen, "checkpoint.export_type \"%.40s\" must be f32, f16, bf16, q8_0 or q4_0",
+               et);
   if ((et || (ck->export_tokenizer && ck->export_tokenizer[0])) && !(ef && !strcmp(ef, "gguf")))
     return bad(err, errlen,
                "checkpoint.export_tokenizer and export_type are for checkpoint.export_format=gguf");

@@ -12,7 +12,8 @@ grouped-query attention ("llama": q and k rows reordered for llama.cpp's rotatio
 block with q, k and v biases, RMSNorm's 1e-6 and an untied head ("qwen2"), and Llama 3.1's
 rope scaling (a rope_freqs tensor): the mean loss llama.cpp gives a held-out window equals
 colo-train eval's on it (F32: within 1e-4 relative; F16 and BF16 within 1e-3; ggml's 8-bit Q8_0
-within 5e-3), and llama.cpp reads
+within 5e-3, its 4-bit Q4_0 within 1e-2, the Q4_0 file's bytes those numpy writes from the f32
+file's values by ggml's reference rule), and llama.cpp reads
 the text's bytes as the model's tokens. LoRA adapters trained on each of the first three
 (`export --format gguf-lora`): llama.cpp applying the adapter file to the base's GGUF gives the
 loss of the merged model's GGUF within 1e-4 relative (it must differ from the base alone's by
@@ -86,6 +87,64 @@ def llama_cpp(model, texts=(), ids=(), lora=None):
     return json.loads(p.stdout)
 
 
+def gguf_tensors(path):
+    """a GGUF file's tensors: name -> (ggml type, dims, raw bytes), read here from the format's
+    specification (GGUF v3: the header, the metadata skipped by type, the tensor infos, the data
+    at general.alignment)"""
+    data = open(path, "rb").read()
+    at = [24]
+    n_t, n_kv = struct.unpack_from("<QQ", data, 8)
+
+    def take(fmt):
+        v = struct.unpack_from(fmt, data, at[0])
+        at[0] += struct.calcsize(fmt)
+        return v[0]
+
+    def string():
+        n = take("<Q")
+        at[0] += n
+        return data[at[0] - n:at[0]].decode()
+    sizes = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
+
+    def value(t):
+        if t == 8:
+            return string()
+        if t == 9:
+            et, n = take("<I"), take("<Q")
+            return [value(et) for _ in range(n)]
+        return take(sizes[t])
+    align = 32
+    for _ in range(n_kv):
+        k, t = string(), take("<I")
+        v = value(t)
+        if k == "general.alignment":
+            align = v
+    infos = []
+    for _ in range(n_t):
+        name, nd = string(), take("<I")
+        dims = [take("<Q") for _ in range(nd)]
+        infos.append((name, dims, take("<I"), take("<Q")))
+    base = (at[0] + align - 1) // align * align
+    ends = sorted(o for *_, o in infos) + [len(data) - base]
+    return {name: (t, dims, data[base + o:base + ends[ends.index(o) + 1]]) for name, dims, t, o in infos}
+
+
+def q4_0_bytes(x):
+    """ggml's reference Q4_0 of float32 values x (blocks of 32), written again here in numpy:
+    d = m / -8 (m the value of the largest magnitude) as an F16, then min(15, trunc(x/d + 8.5)),
+    value j in the low half of byte j of the block's 16 and value 16 + j in its high half"""
+    import numpy as np
+    b = x.reshape(-1, 32).astype(np.float32)
+    m = b[np.arange(len(b)), np.abs(b).argmax(axis=1)]
+    d = (m / np.float32(-8.0)).astype(np.float32)
+    inv = np.where(d != 0, np.float32(1.0) / np.where(d != 0, d, 1), 0).astype(np.float32)
+    q = np.minimum(15, (b * inv[:, None] + np.float32(8.5)).astype(np.int8)).astype(np.uint8)
+    out = np.zeros((len(b), 18), np.uint8)
+    out[:, :2] = d.astype(np.float16).view(np.uint8).reshape(-1, 2)
+    out[:, 2:] = q[:, :16] | (q[:, 16:] << 4)
+    return out.tobytes()
+
+
 def window_shard(ids, path):
     """one window of T + 1 tokens as a shard (uint32 past 65,536)"""
     wide = max(ids) >= 65536
@@ -150,11 +209,26 @@ for name, extra, arch in cases:
         fail("%s: llama.cpp's tokens of a text are not its bytes: %s" % (name, ref["tokens"][0]))
     check_loss(name + " f32", ck, out, held_out, 1e-4)
     if name == "llama":
-        for t, tol in (("f16", 1e-3), ("bf16", 1e-3), ("q8_0", 5e-3)):
+        for t, tol in (("f16", 1e-3), ("bf16", 1e-3), ("q8_0", 5e-3), ("q4_0", 1e-2)):
             out = os.path.join(WORK, "%s-%s.gguf" % (name, t))
             run(["export", "--checkpoint", ck, "--out", out, "--type", t])
             check_loss("%s %s" % (name, t), ck, out, held_out, tol)
             print("figure: %s %s: %d bytes" % (name, t, os.path.getsize(out)))
+            if t == "q4_0":  # its bytes are ggml's reference quantizer's of the f32 file's values
+                import numpy as np
+                f32, q4 = gguf_tensors(os.path.join(WORK, name + ".gguf")), gguf_tensors(out)
+                n4 = 0
+                for tn, (ty, dims, raw) in q4.items():
+                    want_t = 0 if len(dims) == 1 else 8 if tn in ("token_embd.weight", "output.weight") else 2
+                    if ty != want_t:
+                        fail("llama q4_0: %s is ggml type %d, expected %d" % (tn, ty, want_t))
+                    if ty == 2:
+                        n4 += 1
+                        if raw != q4_0_bytes(np.frombuffer(f32[tn][2], np.float32)):
+                            fail("llama q4_0: %s's blocks are not ggml's Q4_0 of its values" % tn)
+                if n4 != 2 * 4 + 2 * 3:  # q, k, v, o, gate, up, down of 2 layers
+                    fail("llama q4_0: %d Q4_0 tensors" % n4)
+                print("figure: llama q4_0: %d matrices byte for byte ggml's Q4_0 of the f32 file's values" % n4)
         llama_ck = ck
 
 # ---- LoRA adapters as llama.cpp's adapter file: llama.cpp applying them to the base's GGUF
@@ -203,8 +277,8 @@ base = ["train", "--data-root", WORK, "--train-data", "bytes/train.bin", "--eval
         "--steps", "5", "--ckpt-dir", os.path.join(WORK, "ck-refused")]
 for extra, want, msg in [
         (["--export-format", "onnx"], 78, b'checkpoint.export_format "onnx" must be gguf, hf, peft or gguf-lora'),
-        (["--export-format", "gguf", "--export-type", "q4_0"], 78,
-         b'checkpoint.export_type "q4_0" must be f32, f16, bf16 or q8_0'),
+        (["--export-format", "gguf", "--export-type", "q4_k"], 78,
+         b'checkpoint.export_type "q4_k" must be f32, f16, bf16, q8_0 or q4_0'),
         (["--export-format", "gguf", "--export-tokenizer", "../tok.json"], 78,
          b'checkpoint.export_tokenizer "../tok.json" must be a path relative to the data root'),
         (["--export-format", "hf", "--export-type", "f32"], 78,
@@ -223,9 +297,9 @@ if os.path.exists(os.path.join(WORK, "ck-refused")) and any(
 
 # ---- what is refused, and nothing left behind ----
 bad = os.path.join(WORK, "bad.gguf")
-p = run(["export", "--checkpoint", llama_ck, "--out", bad, "--type", "q4_0"], want=2)
-if b"--type must be f32, f16, bf16 or q8_0" not in p.stderr:
-    fail("--type q4_0: %s" % p.stderr)
+p = run(["export", "--checkpoint", llama_ck, "--out", bad, "--type", "q4_k"], want=2)
+if b"--type must be f32, f16, bf16, q8_0 or q4_0" not in p.stderr:
+    fail("--type q4_k: %s" % p.stderr)
 p = run(["export", "--checkpoint", llama_ck, "--out", os.path.join(WORK, "x.safetensors"),
          "--tokenizer", "somewhere"], want=2)
 if b"--tokenizer and --type are for --format gguf" not in p.stderr:

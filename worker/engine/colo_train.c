@@ -852,7 +852,7 @@ static void train_usage(void) {
       "                        model.safetensors and config.json (HuggingFace's), or a LoRA\n"
       "                        run's adapters in CKPT_DIR/adapter (PEFT's) or\n"
       "                        CKPT_DIR/adapter.gguf (llama.cpp's); --export-tokenizer PATH\n"
-      "                        (under the data root) and --export-type f32|f16|bf16|q8_0 as\n"
+      "                        (under the data root) and --export-type f32|f16|bf16|q8_0|q4_0 as\n"
       "                        export's\n"
       "  --early-stop N        end the run when N evaluations in a row find no new lowest\n"
       "                        validation loss (--early-stop-min-delta D: lower by more than D)\n"
@@ -2008,7 +2008,8 @@ static int cmd_export(int argc, char **argv) {
       printf(
           "usage: colo-train export --checkpoint DIR --out FILE [--format hf|gguf|peft|gguf-lora]\n"
           "                         [--best]\n"
-          "                         [--config FILE] [--tokenizer PATH] [--type f32|f16|bf16|q8_0]\n"
+          "                         [--config FILE] [--tokenizer PATH] [--type "
+          "f32|f16|bf16|q8_0|q4_0]\n"
           "Writes the checkpoint's parameters, whatever layout trained them, as one file of\n"
           "whole tensors. hf (the default, unless FILE ends in .gguf): a safetensors file in\n"
           "HuggingFace's layout, GPT2LMHeadModel's, or for a model.arch=llama model\n"
@@ -2025,7 +2026,8 @@ static int cmd_export(int argc, char **argv) {
           "                    tokenizer.json, or a folder of one or of vocab.json and\n"
           "                    merges.txt); without it the model's 256 tokens are bytes\n"
           "  --type T          gguf: the matrices' and embeddings' type (default f16; q8_0:\n"
-          "                    8-bit blocks of 32 with a scale each; norms and biases are "
+          "                    8-bit blocks of 32 with a scale each; q4_0: 4-bit blocks of 32,\n"
+          "                    the embedding and head in q8_0; norms and biases are "
           "f32)\n" CKPT_DIR_HELP);
       return 0;
     default:
@@ -2044,7 +2046,7 @@ static int cmd_export(int argc, char **argv) {
                                  "written with the adapters)");
   int gtype = colo_gguf_type_parse(type);
   if (gtype < 0)
-    return usage_error("export", "--type must be f32, f16, bf16 or q8_0");
+    return usage_error("export", "--type must be f32, f16, bf16, q8_0 or q4_0");
   if (gguf && config)
     return usage_error("export", "--config is for --format hf (a GGUF file holds its config)");
   if (!gguf && (tokenizer || strcmp(type, "f16")))

@@ -26,6 +26,7 @@ int colo_gguf_type_parse(const char *name) {
          : !strcmp(name, "f16")  ? COLO_GGUF_F16
          : !strcmp(name, "bf16") ? COLO_GGUF_BF16
          : !strcmp(name, "q8_0") ? COLO_GGUF_Q8_0
+         : !strcmp(name, "q4_0") ? COLO_GGUF_Q4_0
                                  : -1;
 }
 
@@ -238,10 +239,16 @@ static tensor_t *add(tensors_t *t, const char *name, int ndim, uint64_t ne0, uin
   x->ndim = ndim;
   x->ne[0] = ne0;
   x->ne[1] = ndim > 1 ? ne1 : 1;
-  /* vectors stay F32, as llama.cpp's converter has them; Q8_0 takes rows of whole blocks */
-  x->type = ndim == 1                                       ? COLO_GGUF_F32
-            : type == COLO_GGUF_Q8_0 && ne0 % Q8_BLOCK != 0 ? COLO_GGUF_F16
-                                                            : type;
+  /* vectors stay F32, as llama.cpp's converter has them; Q8_0 and Q4_0 take rows of whole
+   * blocks; under Q4_0 the token embedding and the head stay at 8 bits (llama.cpp's quantizer
+   * too keeps the head above the rest) */
+  if (type == COLO_GGUF_Q4_0 &&
+      (!strcmp(name, "token_embd.weight") || !strcmp(name, "output.weight")))
+    type = COLO_GGUF_Q8_0;
+  x->type = ndim == 1 ? COLO_GGUF_F32
+            : (type == COLO_GGUF_Q8_0 || type == COLO_GGUF_Q4_0) && ne0 % Q8_BLOCK != 0
+                ? COLO_GGUF_F16
+                : type;
   x->src = src;
   return x;
 }
@@ -267,6 +274,7 @@ static size_t numel(const tensor_t *x) {
 static size_t type_bytes(int type, size_t n) {
   return type == COLO_GGUF_F32    ? 4 * n
          : type == COLO_GGUF_Q8_0 ? n / Q8_BLOCK * (2 + Q8_BLOCK)
+         : type == COLO_GGUF_Q4_0 ? n / Q8_BLOCK * (2 + Q8_BLOCK / 2)
                                   : 2 * n;
 }
 
@@ -281,6 +289,24 @@ static void q8_0(unsigned char *out, const float *x, size_t n) {
     colo_dtype_from_float(out, &d, 1, COLO_DTYPE_F16);
     for (int i = 0; i < Q8_BLOCK; i++)
       out[2 + i] = (unsigned char)(signed char)roundf(x[i] * id);
+  }
+}
+
+/* ggml's Q4_0 (its reference quantizer): per block of 32 values the scale d = m / −8, m the value
+ * of the largest magnitude, as an F16, then each value as min(15, trunc(x / d + 8.5)) in 4 bits,
+ * value j in the low half of byte j and value 16 + j in its high half */
+static void q4_0(unsigned char *out, const float *x, size_t n) {
+  for (size_t b = 0; b < n / Q8_BLOCK; b++, x += Q8_BLOCK, out += 2 + Q8_BLOCK / 2) {
+    float amax = 0.0f, m = 0.0f;
+    for (int i = 0; i < Q8_BLOCK; i++)
+      if (fabsf(x[i]) > amax)
+        amax = fabsf(x[i]), m = x[i];
+    float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    colo_dtype_from_float(out, &d, 1, COLO_DTYPE_F16);
+    for (int i = 0; i < Q8_BLOCK / 2; i++) {
+      int lo = (int)(signed char)(x[i] * id + 8.5f), hi = (int)(signed char)(x[16 + i] * id + 8.5f);
+      out[2 + i] = (unsigned char)((lo < 15 ? lo : 15) | (hi < 15 ? hi : 15) << 4);
+    }
   }
 }
 
@@ -494,6 +520,8 @@ static int write_file(const char *path, const mem_t *kv, const tensors_t *ts, ch
         bad = write_all(f, buf, n * 4);
       else if (x->type == COLO_GGUF_Q8_0)
         q8_0((unsigned char *)half, buf, n), bad = write_all(f, half, type_bytes(x->type, n));
+      else if (x->type == COLO_GGUF_Q4_0)
+        q4_0((unsigned char *)half, buf, n), bad = write_all(f, half, type_bytes(x->type, n));
       else
         colo_dtype_from_float(half, buf, n,
                               x->type == COLO_GGUF_F16 ? COLO_DTYPE_F16 : COLO_DTYPE_BF16),
@@ -519,9 +547,9 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
                     const char *name, const char *path, char *err, size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
   if (type != COLO_GGUF_F32 && type != COLO_GGUF_F16 && type != COLO_GGUF_BF16 &&
-      type != COLO_GGUF_Q8_0)
-    return colo_fail(err, errlen, COLO_EINVAL, "GGUF type %d: colo writes f32, f16, bf16 and q8_0",
-                     type);
+      type != COLO_GGUF_Q8_0 && type != COLO_GGUF_Q4_0)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "GGUF type %d: colo writes f32, f16, bf16, q8_0 and q4_0", type);
   int llama = c->arch == COLO_ARCH_LLAMA;
   const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
   mem_t kv = {0};
@@ -538,6 +566,7 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
            type == COLO_GGUF_F32    ? 0
            : type == COLO_GGUF_F16  ? 1
            : type == COLO_GGUF_Q8_0 ? 7
+           : type == COLO_GGUF_Q4_0 ? 2
                                     : 32);
     kv_u32(&kv, arch, "context_length", (uint32_t)c->block_size);
     kv_u32(&kv, arch, "embedding_length", (uint32_t)c->n_embd);

@@ -26,9 +26,15 @@
 #include "bpe.h"
 
 /* ggml's type numbers */
-enum { COLO_GGUF_F32 = 0, COLO_GGUF_F16 = 1, COLO_GGUF_Q8_0 = 8, COLO_GGUF_BF16 = 30 };
+enum {
+  COLO_GGUF_F32 = 0,
+  COLO_GGUF_F16 = 1,
+  COLO_GGUF_Q4_0 = 2,
+  COLO_GGUF_Q8_0 = 8,
+  COLO_GGUF_BF16 = 30
+};
 
-/* The type of a name ("f32", "f16", "bf16", "q8_0"); -1 for any other. */
+/* The type of a name ("f32", "f16", "bf16", "q8_0", "q4_0"); -1 for any other. */
 int colo_gguf_type_parse(const char *name);
 
 /* Whether tok (NULL: bytes) fits a model of V tokens in GGUF: a model of other than 256 tokens
