@@ -1419,6 +1419,20 @@ TEST(lora_bf16_gradients_near_fp32) {
   ASSERT(n > 0 && sqrt(d / n) < 3e-2);
 }
 
+/* Two forward and backward passes of a LoRA model on the test batch: their losses into loss[2],
+ * and the adapters' gradients after both, into a buffer of their own (freed with the test) */
+static float *lora_twice(colo_gpt_t *m, colo_lora_t *l, float loss[2]) {
+  size_t np = colo_lora_numel(l);
+  float *g = own(malloc(np * 4));
+  for (int rep = 0; rep < 2; rep++) {
+    colo_lora_zero_grad(l);
+    loss[rep] = colo_gpt_forward(m, IN, TG, 2, 5);
+    colo_gpt_backward(m, 1.0f);
+  }
+  memcpy(g, colo_lora_grads(l), np * 4);
+  return g;
+}
+
 /* bf16 activations: a frozen model whose matrices are kept only as their compute copies
  * (colo_gpt_freeze_matrices) computes what it did with them, bit for bit (the loss, the
  * adapters' gradients, twice over, with and without recomputation, GPT-2 and Llama with
@@ -1444,13 +1458,7 @@ TEST(lora_frozen_matrices_are_the_same) {
         ASSERT((colo_gpt_params(m) == NULL) == (k == 1));
         used[k] = colo_pool_used(pool) - before;
         np = colo_lora_numel(l);
-        g[k] = own(malloc(np * 4));
-        for (int rep = 0; rep < 2; rep++) {
-          colo_lora_zero_grad(l);
-          loss[k][rep] = colo_gpt_forward(m, IN, TG, 2, 5);
-          colo_gpt_backward(m, 1.0f);
-        }
-        memcpy(g[k], colo_lora_grads(l), np * 4);
+        g[k] = lora_twice(m, l, loss[k]);
         colo_gpt_set_lora(m, NULL, NULL, 0);
         colo_lora_destroy(l);
         colo_gpt_destroy(m);
@@ -1570,13 +1578,7 @@ TEST(qlora_nf4_is_lora_on_the_dequantized_model) {
           ASSERT(colo_gpt_nf4(m) == (k > 0) && (colo_gpt_params(m) == NULL) == (k > 0));
           used[k] = colo_pool_used(pool) - before;
           nl = colo_lora_numel(l);
-          g[k] = own(malloc(nl * 4));
-          for (int rep = 0; rep < 2; rep++) {
-            colo_lora_zero_grad(l);
-            loss[k][rep] = colo_gpt_forward(m, IN, TG, 2, 5);
-            colo_gpt_backward(m, 1.0f);
-          }
-          memcpy(g[k], colo_lora_grads(l), nl * 4);
+          g[k] = lora_twice(m, l, loss[k]);
           if (k == 1) { /* refusals: a matrix in parts; a value not finite */
             size_t i = 0;
             while (!nf4_matrix(tab[i].name))

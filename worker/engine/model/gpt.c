@@ -129,15 +129,15 @@ struct colo_gpt_s {
   int wfrozen;
   void **wkeep;
   float *fparams;
-  /* colo_gpt_quantize_nf4 (QLoRA): the blocks' matrices in NF4 alone, table index i's codes at
-   * qcodes + qc[i] and its absmax values at qabsmax + qa[i]; a block's products read them
-   * dequantized into qw, one block's at a time (by its forward, and again by its backward); the
-   * other tensors in fparams */
+  /* colo_gpt_quantize_nf4 (QLoRA): the blocks' matrices in NF4 alone, each packed (core/nf4.h:
+   * its codes, then its absmax values; as ZeRO-3's pieces hold it) at qpack + qoff[i]; a block's
+   * products read them dequantized into qw, one block's at a time (by its
+   * forward, and again by its backward); the other tensors in fparams */
   int wquant;
   /* NF4 in ZeRO-3's pieces (colo_gpt_quantize_nf4's `pieces`): nothing of the model is kept
    * here; stable is the table of its storage, each NF4 matrix packed into colo_nf4_packed_floats
    * words (the other tensors fp32, as before), which ZeRO plans its chunks over and fetches
-   * (pt[i] then points at a matrix's packed codes and absmax) */
+   * (pt[i] then points at a matrix's packed words) */
   int qpieces;
   colo_param_t *stable;
   /* either way, with 16-bit activations: an untied head kept only as its compute copy wte_act;
@@ -145,9 +145,8 @@ struct colo_gpt_s {
    * wte_act, and then the head too is that copy alone): the encoder's values exactly */
   int head16, emb16;
   void *emb;
-  uint8_t *qcodes;
-  float *qabsmax;
-  size_t *qc, *qa;
+  float *qpack;
+  size_t *qoff;
   void *qw;
 };
 
@@ -691,13 +690,11 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->params);
   colo_pool_free(p, m->grads);
   colo_pool_free(p, m->fparams);
-  colo_pool_free(p, m->qcodes);
-  colo_pool_free(p, m->qabsmax);
+  colo_pool_free(p, m->qpack);
+  free(m->qoff);
   colo_pool_free(p, m->qw);
   if (m->emb != m->wte_act)
     colo_pool_free(p, m->emb);
-  free(m->qc);
-  free(m->qa);
   free(m->stable);
   for (int l = 0; m->wkeep && l < m->l_hi - m->l_lo; l++)
     colo_pool_free(p, m->wkeep[l]);
@@ -950,10 +947,8 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
     size_t first = (size_t)m->i_l0 + (size_t)(l - m->l_lo) * m->per_layer;
     for (int j = 0; make && j < 4; j++) {
       size_t i = first + (size_t)m->slot[which[j]];
-      const uint8_t *c = m->qpieces ? (const uint8_t *)m->pt[i] : m->qcodes + m->qc[i];
-      const float *a =
-          m->qpieces ? (const float *)(const void *)(c + colo_nf4_codes_padded(m->table[i].numel))
-                     : m->qabsmax + m->qa[i];
+      const uint8_t *c = (const uint8_t *)(m->qpieces ? m->pt[i] : m->qpack + m->qoff[i]);
+      const float *a = (const float *)(const void *)(c + colo_nf4_codes_padded(m->table[i].numel));
       m->be->dequant_nf4((void *)dst[j], c, a, m->table[i].shape[0], m->table[i].shape[1]);
     }
     return w;
@@ -1429,9 +1424,8 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, char *err, size_t errlen) {
     return alloc_qw(m, err, errlen);
   }
   colo_pool_t *pool = m->pool;
-  size_t codes = 0, blocks = 0, keep = 0;
-  if (!(m->qc = calloc(m->n_tensors, sizeof *m->qc)) ||
-      !(m->qa = calloc(m->n_tensors, sizeof *m->qa)))
+  size_t words = 0, keep = 0;
+  if (!(m->qoff = calloc(m->n_tensors, sizeof *m->qoff)))
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   if (frozen_copies(m, err, errlen) < 0)
     return COLO_ENOMEM;
@@ -1441,12 +1435,10 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, char *err, size_t errlen) {
       keep += n;
     if (!block_matrix(m, i))
       continue;
-    m->qc[i] = codes, m->qa[i] = blocks;
-    codes += colo_nf4_code_bytes(n);
-    blocks += colo_nf4_blocks(n);
+    m->qoff[i] = words;
+    words += colo_nf4_packed_floats(n);
   }
-  if (!(m->qcodes = colo_pool_alloc(pool, codes, "frozen matrices (NF4)")) ||
-      !(m->qabsmax = colo_pool_alloc(pool, blocks * sizeof(float), "frozen matrices (NF4)")) ||
+  if (!(m->qpack = colo_pool_alloc(pool, words * sizeof(float), "frozen matrices (NF4)")) ||
       !(m->fparams = colo_pool_alloc(pool, (keep ? keep : 1) * sizeof(float), "parameters")))
     return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(pool));
   if (alloc_qw(m, err, errlen) < 0)
@@ -1560,18 +1552,16 @@ int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err,
       if (rel || take != p->numel)
         return colo_fail(err, errlen, COLO_EINVAL, "%s comes in parts: NF4 takes it whole",
                          p->name);
-      size_t nc = colo_nf4_code_bytes(p->numel), nb = colo_nf4_blocks(p->numel);
-      uint8_t *c = malloc(nc + nb * sizeof(float));
-      if (!c)
+      size_t words = colo_nf4_packed_floats(p->numel);
+      float *pk = malloc(words * sizeof *pk);
+      if (!pk)
         return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-      float *amax = (float *)(void *)(c + nc);
-      if (colo_nf4_quantize(v, p->shape[0], p->shape[1], c, amax) < 0) {
-        free(c);
+      if (colo_gpt_pack_nf4(m, lo, v, pk) < 0) {
+        free(pk);
         return colo_fail(err, errlen, COLO_EINVAL, "%s holds a value that is not finite", p->name);
       }
-      m->be->from_host(m->qcodes + m->qc[lo], c, nc);
-      m->be->from_host(m->qabsmax + m->qa[lo], amax, nb * sizeof(float));
-      free(c);
+      m->be->from_host(m->qpack + m->qoff[lo], pk, words * sizeof *pk);
+      free(pk);
     } else if (!kept_fp32(m, lo)) { /* a 16-bit copy alone: rounded on the host, once */
       void *dst = m->head16 && lo == (size_t)m->i_head ? m->wte_act : m->emb;
       if (rel || take != p->numel)

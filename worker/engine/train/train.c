@@ -1377,17 +1377,17 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                colo_lora_dropout_decimal(&cfg->lora));
     size_t nm = colo_gpt_block_matrix_numel(model);
     snprintf(nf4_said, sizeof nf4_said,
-             ", its blocks' matrices in NF4 (QLoRA): %.1f MiB for %zu values (%.1f MiB in 16 bits)",
+             ", its blocks' matrices in NF4 (QLoRA): %.1f MiB for %zu values (%.1f MiB in 16 "
+             "bits)%s",
              (double)(colo_nf4_code_bytes(nm) + colo_nf4_blocks(nm) * sizeof(float)) / (1 << 20),
-             nm, (double)(2 * nm) / (1 << 20));
+             nm, (double)(2 * nm) / (1 << 20),
+             cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)" : "");
     printf("lora: rank %d, alpha %g%s on %s: %zu parameters train, the model's %zu are frozen "
            "(%s)%s\n",
            cfg->lora.rank, (double)cfg->lora.alpha, drop_said,
            colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora),
            n_params, cfg->init_from ? cfg->init_from : "initialised from the seed",
-           nf4 && cfg->zero_stage == 3
-               ? strcat(nf4_said, ", sharded over the data-parallel ranks (ZeRO-3)")
-           : nf4 ? nf4_said
+           nf4   ? nf4_said
            : w16 ? ", its blocks' matrices in 16 bits only"
            : cfg->zero_stage == 3 && zero.esz == 2
                ? ", sharded over the data-parallel ranks (ZeRO-3), "
