@@ -540,12 +540,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     if (t->lora_targets && t->lora_targets[0] &&
         colo_lora_targets_parse(t->lora_targets, &tg, why, sizeof why) < 0)
       return bad(err, errlen, "train.lora_targets: %s", why);
-    if (s->parallel->tp > 1 || s->parallel->pp > 1)
+    if (s->parallel->tp > 1)
       return bad(err, errlen,
-                 "train.lora_rank=%u trains with data parallelism alone: parallel.tp=%u and pp=%u "
-                 "must be 1 (the frozen model is whole on each rank, or sharded over them with "
-                 "zero_stage=3)",
-                 t->lora_rank, s->parallel->tp, s->parallel->pp);
+                 "train.lora_rank=%u trains with data and pipeline parallelism: parallel.tp=%u "
+                 "must be 1 (each layer of the frozen model is whole on its rank, or sharded over "
+                 "the ranks with zero_stage=3)",
+                 t->lora_rank, s->parallel->tp);
     if (s->parallel->zero_stage == 1 || s->parallel->zero_stage == 2)
       return bad(err, errlen,
                  "train.lora_rank=%u with parallel.zero_stage=%u: stages 1 and 2 shard gradients "

@@ -412,6 +412,16 @@ print("QLoRA, peak GPU memory: %d bytes with the frozen matrices in NF4, %d in b
          z["memory_bytes"], z["host_bytes"]))
 assert q["memory_bytes"] < b["memory_bytes"] and z["memory_bytes"] < q["memory_bytes"]
 PY
+# and on two pipeline stages, each keeping its blocks in NF4 and their adapters (the first
+# gathers them all for the checkpoint): with one micro-batch the same training (bit for bit where
+# the GPU is emulated)
+expect_rc 0 "$CT" train "${LB[@]}" --lora-quant nf4 --nproc 2 --pp 2 --micro-batches 1 \
+  --ckpt-dir "$TMP/lq-pp" --progress "$TMP/lq-pp.jsonl"
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/lq-gpu/step_00000006/rank_00000.safetensors" "$TMP/lq-pp/step_00000006/rank_00000.safetensors" ||
+    fail "QLoRA: two pipeline stages trained otherwise than one rank"
+fi
+same_training "QLoRA on 2 pipeline stages vs 1 rank" "$TMP/lq-gpu.jsonl" "$TMP/lq-pp.jsonl" 1e-3
 # (the bf16 model: its 16-bit pieces all-gathered, then kept as gathered chunks; checkpoints the
 # same as the model whole on each of the two ranks')
 expect_rc 0 "$CT" train "${LB[@]}" --dp 2 --nproc 2 --ckpt-dir "$TMP/lbdp0"

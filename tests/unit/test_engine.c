@@ -1742,6 +1742,67 @@ TEST(lora_refusals) {
   colo_lora_destroy(l);
 }
 
+/* A pipeline stage's adapters (blocks [1, 3) of 3): its layers' tensors alone, named by their
+ * layers in the whole model, a contiguous run of the whole model's layout (colo_lora_span), and
+ * initialised to the whole model's values there; set on a stage model (a later stage: no
+ * embedding) */
+TEST(lora_stage_holds_its_layers) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_config_t cfg = {
+      .vocab_size = 11, .block_size = 5, .n_layer = 3, .n_head = 2, .n_embd = 8};
+  colo_gpt_stage_t st = {1, 3, 0, 1, 0};
+  colo_gpt_t *whole, *stage;
+  char err[256];
+  ASSERT_EQ_INT(colo_gpt_create(&cfg, 2, 0, be, pool, &whole, err, sizeof err), 0);
+  models[n_models++] = whole;
+  ASSERT_EQ_INT(colo_gpt_create_stage(&cfg, 2, 0, be, NULL, &st, pool, &stage, err, sizeof err), 0);
+  models[n_models++] = stage;
+  colo_lora_config_t lc = {2, 4.0f, COLO_LORA_QKV | COLO_LORA_FCPROJ};
+  colo_lora_t *lw, *ls;
+  ASSERT_EQ_INT(colo_lora_create(whole, &lc, pool, &lw, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_lora_create(stage, &lc, pool, &ls, err, sizeof err), 0);
+  ASSERT_EQ_INT(colo_gpt_set_lora(stage, ls, err, sizeof err), 0);
+  colo_lora_init(lw, 5);
+  colo_lora_init(ls, 5);
+  size_t nw, ns, off, all, off_w, all_w;
+  const colo_param_t *tw = colo_lora_table(lw, &nw), *ts = colo_lora_table(ls, &ns);
+  colo_lora_span(ls, &off, &all);
+  colo_lora_span(lw, &off_w, &all_w);
+  /* per layer: c_attn's A [2][8] and B [24][2], mlp.c_proj's A [2][32] and B [8][2] */
+  size_t per = 2 * 8 + 24 * 2 + 2 * 32 + 8 * 2;
+  ASSERT_EQ_INT((int)nw, 12);
+  ASSERT_EQ_INT((int)ns, 8);
+  ASSERT_EQ_INT((int)off_w, 0);
+  ASSERT_EQ_INT((int)all_w, (int)(3 * per));
+  ASSERT_EQ_INT((int)colo_lora_numel(lw), (int)(3 * per));
+  ASSERT_EQ_INT((int)off, (int)per);
+  ASSERT_EQ_INT((int)all, (int)(3 * per));
+  ASSERT_EQ_INT((int)colo_lora_numel(ls), (int)(2 * per));
+  for (size_t i = 0; i < ns; i++) {
+    ASSERT_EQ_STR(ts[i].name, tw[i + 4].name);
+    ASSERT_EQ_INT((int)(ts[i].offset + off), (int)tw[i + 4].offset);
+    int layer, target;
+    colo_lora_site(ls, i, &layer, &target);
+    ASSERT_EQ_INT(layer, 1 + (int)i / 4);
+    ASSERT_EQ_INT(target, i % 4 < 2 ? 0 : 3);
+  }
+  ASSERT_EQ_STR(ts[0].name, "transformer.h.1.attn.c_attn.lora_A.weight");
+  float *hw = malloc(all * sizeof *hw), *hs = malloc(colo_lora_numel(ls) * sizeof *hs);
+  be->to_host(hw, colo_lora_params(lw), all * sizeof *hw);
+  be->to_host(hs, colo_lora_params(ls), colo_lora_numel(ls) * sizeof *hs);
+  ASSERT(memcmp(hs, hw + off, colo_lora_numel(ls) * sizeof *hs) == 0);
+  float amax = 0.0f;
+  for (size_t k = 0; k < colo_lora_numel(ls); k++)
+    amax = fabsf(hs[k]) > amax ? fabsf(hs[k]) : amax;
+  ASSERT(amax > 0.1f); /* A is not zero */
+  free(hw);
+  free(hs);
+  colo_gpt_set_lora(stage, NULL, NULL, 0);
+  colo_lora_destroy(lw);
+  colo_lora_destroy(ls);
+}
+
 /* Documents (colo_gpt_set_documents): in two windows of 12 tokens, each document (from a
  * document token, 0 here, or a row's start, to the next) gets the logits, and the batch's loss
  * the gradient, that each document gives run alone as a sequence of its own: GPT-2 (its learned

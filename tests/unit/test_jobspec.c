@@ -138,8 +138,9 @@ static const struct {
      "train.lora_targets: lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
      "mlp.c_proj, all"},
     {BASE "train: {lora_rank: 8}\nparallel: {tp: 2}\n",
-     "train.lora_rank=8 trains with data parallelism alone: parallel.tp=2 and pp=1 must be 1 (the "
-     "frozen model is whole on each rank, or sharded over them with zero_stage=3)"},
+     "train.lora_rank=8 trains with data and pipeline parallelism: parallel.tp=2 must be 1 (each "
+     "layer of the frozen model is whole on its rank, or sharded over the ranks with "
+     "zero_stage=3)"},
     {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 2}\n",
      "train.lora_rank=8 with parallel.zero_stage=2: stages 1 and 2 shard gradients and optimizer "
      "state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"},
@@ -513,6 +514,18 @@ TEST(llama_sft_example_job_is_valid) {
   ASSERT_EQ_STR(s->data->train_path, "my-pairs-llama/train.bin");
   ASSERT_EQ_INT(s->model->vocab_size, 128256);
   colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+/* LoRA on pipeline stages is a valid layout (ZeRO 0); with ZeRO-3 the pipeline's own rule
+ * refuses it, as for any run */
+TEST(lora_on_pipeline_stages_is_valid) {
+  char err[512];
+  check(BASE "train: {lora_rank: 8, lora_quant: nf4}\nparallel: {pp: 2, dp: 2, micro_batches: 4}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check(BASE "train: {lora_rank: 8}\nparallel: {pp: 2, zero_stage: 3}\n", err, sizeof err);
+  ASSERT_EQ_STR(err,
+                "parallel.zero_stage=3 cannot be combined with parallel.pp=2: use stage 0 or 1");
 }
 
 TEST(qwen_lora_example_job_is_valid) {

@@ -1119,9 +1119,14 @@ float colo_gpt_forward(colo_gpt_t *m, const int *inputs, const int *targets, int
 
 float colo_gpt_forward_train(colo_gpt_t *m, const int *inputs, const int *targets, int B, int T,
                              float loss_scale) {
+  return colo_gpt_forward_stage_train(m, inputs, NULL, targets, B, T, loss_scale);
+}
+
+float colo_gpt_forward_stage_train(colo_gpt_t *m, const int *inputs, const float *x_in,
+                                   const int *targets, int B, int T, float loss_scale) {
   m->fuse_next = 1;
   m->fuse_scale = loss_scale;
-  float loss = colo_gpt_forward_stage(m, inputs, NULL, targets, B, T);
+  float loss = colo_gpt_forward_stage(m, inputs, x_in, targets, B, T);
   m->fuse_next = 0;
   return loss;
 }
@@ -1292,15 +1297,20 @@ void colo_gpt_read_logits(const colo_gpt_t *m, size_t row, float *dst) {
   free(h);
 }
 
+void colo_gpt_stage_layers(const colo_gpt_t *m, int *lo, int *hi) {
+  *lo = m->l_lo;
+  *hi = m->l_hi;
+}
+
 int colo_gpt_max_rows(const colo_gpt_t *m) {
   return m->max_B * m->cfg.block_size;
 }
 
 int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t errlen) {
-  if (m->tp_comm || !m->first || !m->last || m->hooks)
+  if (m->tp_comm || m->hooks)
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "lora adapters need the whole model on this rank: no tensor or pipeline "
-                     "parallelism, and ZeRO-3's hooks set after them");
+                     "lora adapters need each layer whole on this rank (no tensor parallelism), "
+                     "and ZeRO-3's hooks set after them");
   m->lora = lora;
   if (lora && !m->frozen) {
     m->frozen = 1;

@@ -224,6 +224,8 @@ typedef struct {
 int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute,
                           const colo_backend_t *be, colo_comm_t *tp, const colo_gpt_stage_t *stage,
                           colo_pool_t *pool, colo_gpt_t **out, char *err, size_t errlen);
+/* The blocks the model holds: [lo, hi) (all of them but for a pipeline stage). */
+void colo_gpt_stage_layers(const colo_gpt_t *m, int *lo, int *hi);
 /* The index in the parameter table of the stage's token embedding (-1: none), and whether it is
  * the last stage's tied copy (its gradient must be added to the first stage's; never with an
  * untied head). */
@@ -234,6 +236,10 @@ int colo_gpt_wte_index(const colo_gpt_t *m, int *tied_copy);
 float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in,
                              const int *targets, int B, int T);
 const float *colo_gpt_stage_output(colo_gpt_t *m);
+/* A stage's forward before its backward with loss_scale: on the last stage, the loss's gradient
+ * computed with the loss, as colo_gpt_forward_train does (elsewhere colo_gpt_forward_stage). */
+float colo_gpt_forward_stage_train(colo_gpt_t *m, const int *inputs, const float *x_in,
+                                   const int *targets, int B, int T, float loss_scale);
 /* A stage's backward: from the loss (last stage) or from d_out, the next stage's input gradient.
  * The gradient for the previous stage is colo_gpt_stage_input_grad. */
 void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out);
@@ -258,10 +264,11 @@ int colo_gpt_max_rows(const colo_gpt_t *m);
 
 /* LoRA (model/lora.h): with adapters set, the model's own tensors are frozen: it frees its
  * gradient buffer (colo_gpt_grads then returns NULL), its backward computes the input gradients
- * only, down to the first block, and the adapters' gradients, and the adapted products add their
- * update forward and backward. Needs the whole model on this rank and no hooks yet (ZeRO-3's
- * fetch and release alone may be set after: the frozen model sharded); NULL takes them off (the
- * tensors stay frozen). COLO_EINVAL with the reason otherwise. */
+ * only, down to the first block (a later pipeline stage's: down to its input), and the adapters'
+ * gradients, and the adapted products add their update forward and backward. Needs no tensor
+ * parallelism and no hooks yet (ZeRO-3's fetch and release alone may be set after: the frozen
+ * model sharded); NULL takes them off (the tensors stay frozen). COLO_EINVAL with the reason
+ * otherwise. */
 struct colo_lora_s;
 int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t errlen);
 struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m);

@@ -15,6 +15,9 @@ struct colo_lora_s {
   const colo_backend_t *be;
   colo_pool_t *pool;
   int L, N;            /* layers; the most rows a batch has */
+  int lo, hi;          /* the layers with adapters here: [lo, hi) (a pipeline stage's) */
+  size_t t0, p0;       /* the first table entry's index, and its offset, in the whole model's */
+  size_t full_params;  /* the whole model's adapters' floats */
   int in[4], out[4];   /* each target's product: inp[N][in] · W[in][out] */
   int *first;          /* [L][4]: the table index of the layer's target's A (B follows), -1 */
   size_t *w_offset;    /* [L][4]: the adapted matrix's offset in the model's parameters */
@@ -60,9 +63,10 @@ void colo_lora_destroy(colo_lora_t *l) {
   free(l);
 }
 
-/* the adapters of cfg on a model of shape mc, on backend be with scratch for N rows (0: none, a
- * table and its buffers only), from pool; mt: the model's table, for merging (NULL: none) */
-static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
+/* the adapters of cfg on layers [lo, hi) of a model of shape mc, on backend be with scratch for N
+ * rows (0: none, a table and its buffers only), from pool; mt: the model's table, for merging
+ * (NULL: none) */
+static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, int lo, int hi,
                     const colo_backend_t *be, colo_pool_t *pool, int N, const colo_param_t *mt,
                     size_t n_model, colo_lora_t **out, char *err, size_t errlen) {
   *out = NULL;
@@ -89,21 +93,28 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
   l->be = be;
   l->pool = pool;
   l->L = mc->n_layer;
+  l->lo = lo;
+  l->hi = hi;
   l->N = N;
-  l->mergeable = mt != NULL;
+  l->mergeable = mt != NULL && lo == 0 && hi == l->L;
   int in[4] = {C, C, C, H}, outw[4] = {C + 2 * KV, C, llama ? 2 * H : H, C};
   memcpy(l->in, in, sizeof in);
   memcpy(l->out, outw, sizeof outw);
   int per = 0, max_in = 0, max_out = 0;
+  size_t layer_floats = 0;
   for (int k = 0; k < COLO_LORA_TARGETS; k++)
     if (cfg->targets & (1u << k)) {
       per++;
+      layer_floats += (size_t)r * (size_t)(in[k] + outw[k]);
       max_in = in[k] > max_in ? in[k] : max_in;
       max_out = outw[k] > max_out ? outw[k] : max_out;
     }
   l->first = malloc((size_t)l->L * 4 * sizeof *l->first);
   l->w_offset = calloc((size_t)l->L * 4, sizeof *l->w_offset);
-  l->table = calloc((size_t)l->L * per * 2, sizeof *l->table);
+  l->table = calloc((size_t)(hi - lo) * per * 2 + 1, sizeof *l->table);
+  l->t0 = (size_t)lo * per * 2;
+  l->p0 = (size_t)lo * layer_floats;
+  l->full_params = (size_t)l->L * layer_floats;
   if (!l->first || !l->w_offset || !l->table) {
     colo_lora_destroy(l);
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
@@ -112,7 +123,7 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
   for (int layer = 0; layer < l->L; layer++)
     for (int k = 0; k < 4; k++) {
       l->first[layer * 4 + k] = -1;
-      if (!(cfg->targets & (1u << k)))
+      if (!(cfg->targets & (1u << k)) || layer < lo || layer >= hi)
         continue;
       l->first[layer * 4 + k] = (int)n;
       char wname[96];
@@ -175,14 +186,16 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
 int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
                      colo_lora_t **out, char *err, size_t errlen) {
   *out = NULL;
-  if (colo_gpt_tp_size(m) > 1 || colo_gpt_full_numel(m) != colo_gpt_num_params(m))
+  if (colo_gpt_tp_size(m) > 1)
     return colo_fail(err, errlen, COLO_EINVAL,
-                     "lora adapters need the whole model on each rank: no tensor or pipeline "
+                     "lora adapters need each of the model's layers whole on a rank: no tensor "
                      "parallelism");
   size_t nm;
+  int lo, hi;
   const colo_param_t *mt = colo_gpt_params_table(m, &nm);
-  return lora_new(colo_gpt_config(m), cfg, colo_gpt_backend(m), pool, colo_gpt_max_rows(m), mt, nm,
-                  out, err, errlen);
+  colo_gpt_stage_layers(m, &lo, &hi);
+  return lora_new(colo_gpt_config(m), cfg, lo, hi, colo_gpt_backend(m), pool, colo_gpt_max_rows(m),
+                  mt, nm, out, err, errlen);
 }
 
 int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
@@ -190,7 +203,8 @@ int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t
   colo_pool_t *pool = colo_pool_create("cpu", 0);
   if (!pool)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  int rc = lora_new(mc, cfg, colo_backend_cpu(), pool, 0, NULL, 0, out, err, errlen);
+  int rc =
+      lora_new(mc, cfg, 0, mc->n_layer, colo_backend_cpu(), pool, 0, NULL, 0, out, err, errlen);
   if (rc < 0)
     colo_pool_destroy(pool);
   else
@@ -214,7 +228,7 @@ void colo_lora_init(colo_lora_t *l, uint64_t seed) {
     const colo_param_t *a = &l->table[i];
     float bound = 1.0f / sqrtf((float)a->shape[1]);
     colo_rng_t rng;
-    colo_rng_seed(&rng, colo_hash4(seed, 0x6c6f7261 /* "lora" */, i, 0));
+    colo_rng_seed(&rng, colo_hash4(seed, 0x6c6f7261 /* "lora" */, l->t0 + i, 0));
     for (size_t k = 0; k < a->numel; k++)
       h[a->offset + k] = (2.0f * colo_rng_uniform(&rng) - 1.0f) * bound;
   }
@@ -265,6 +279,10 @@ int colo_lora_parts(const colo_gpt_config_t *c, int target, colo_lora_part_t p[3
 
 size_t colo_lora_numel(const colo_lora_t *l) {
   return l->n_params;
+}
+void colo_lora_span(const colo_lora_t *l, size_t *offset, size_t *whole) {
+  *offset = l->p0;
+  *whole = l->full_params;
 }
 float *colo_lora_params(colo_lora_t *l) {
   return l->params;

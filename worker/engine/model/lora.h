@@ -8,8 +8,9 @@
  * adapt (colo_gpt_set_lora), computes no gradient of its own tensors, and the training loop's
  * optimizer holds moments for the adapters alone. The update runs as two products the backend
  * already has (lmhead_fwd: x·Aᵀ, then u·(scale·B)ᵀ), never as a merged matrix; merging is for
- * a model that leaves training (colo_lora_merge). One set per model; the whole model on one rank
- * (no tensor parallelism, pipeline stages or ZeRO hooks). Not thread-safe. */
+ * a model that leaves training (colo_lora_merge). One set per model, with each layer whole on its
+ * rank (no tensor parallelism); a pipeline stage's model has the adapters of its own layers alone
+ * (colo_lora_span), named and initialised as the whole model's. Not thread-safe. */
 #ifndef COLO_LORA_H
 #define COLO_LORA_H
 
@@ -40,10 +41,10 @@ typedef struct {
 
 typedef struct colo_lora_s colo_lora_t;
 
-/* Adapters for every layer of model m and each target of cfg, with scratch for the model's
- * largest batch, from pool (NULL host memory: model's backend). COLO_EINVAL (reason in err) for
- * a bad config or a model that is not whole on this rank; COLO_ENOMEM when the pool is full. The
- * adapters are zero until colo_lora_init or a load. */
+/* Adapters for every layer of model m (a pipeline stage's: its layers) and each target of cfg,
+ * with scratch for the model's largest batch, from pool (NULL host memory: model's backend).
+ * COLO_EINVAL (reason in err) for a bad config or a model split by tensor parallelism;
+ * COLO_ENOMEM when the pool is full. The adapters are zero until colo_lora_init or a load. */
 int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
                      colo_lora_t **out, char *err, size_t errlen);
 /* The table of cfg's adapters for a model of shape mc, and a host buffer of that layout
@@ -55,13 +56,18 @@ const colo_lora_config_t *colo_lora_config(const colo_lora_t *l);
 /* the update's scale: alpha/rank, or alpha/sqrt(rank) (rslora) */
 float colo_lora_scale(const colo_lora_t *l);
 
-/* A uniform in ±1/sqrt(in) (from (seed, the tensor's index)), B zero. */
+/* A uniform in ±1/sqrt(in) (from (seed, the tensor's index in the whole model's table)), B
+ * zero. */
 void colo_lora_init(colo_lora_t *l, uint64_t seed);
 
 /* The table (names "transformer.h.<l>.<module>.lora_A.weight" and "…lora_B.weight", A before B,
  * layer by layer), and the flat parameters and gradients it indexes, in the backend's memory. */
 const colo_param_t *colo_lora_table(const colo_lora_t *l, size_t *n);
 size_t colo_lora_numel(const colo_lora_t *l);
+/* Where these adapters sit in the whole model's (a pipeline stage's are a contiguous run of the
+ * whole table's layout, layer by layer): the offset of their first float there, and how many
+ * floats the whole model's adapters have (colo_lora_numel for the whole model). */
+void colo_lora_span(const colo_lora_t *l, size_t *offset, size_t *whole);
 /* The layer and product (its COLO_LORA_* bit's index) of table entry i. */
 void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target);
 float *colo_lora_params(colo_lora_t *l);

@@ -534,9 +534,10 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   }
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;
-  int writers = meta->zero > 0 ? meta->dp : 1;
-  for (int st = 0; st < meta->pp && rc == 0; st++)
-    for (int t = 0; t < meta->tp && rc == 0; t++)
+  /* a LoRA checkpoint is one file, whatever the mesh: rank 0 gathers the adapters */
+  int writers = meta->zero > 0 ? meta->dp : 1, lora = meta->lora.rank > 0;
+  for (int st = 0; st < (lora ? 1 : meta->pp) && rc == 0; st++)
+    for (int t = 0; t < (lora ? 1 : meta->tp) && rc == 0; t++)
       for (int d = 0; d < writers && rc == 0; d++) {
         char fname[64], hex[65];
         uint64_t bytes = 0;

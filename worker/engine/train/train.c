@@ -124,6 +124,12 @@ typedef struct {
   size_t nc;      /* floats of a micro-batch boundary tensor, [Bm·T][C] (sp: this rank's rows) */
   float *x_store; /* M boundary inputs kept for the recomputation before each backward */
   float *dy;      /* the gradient received from the next stage */
+  /* LoRA: the adapters of this stage's layers; with drop on (a training step), dropout's masks
+   * keyed by drop_key and numbered from drop_row0, micro-batch j's rows from j·Bm·T on */
+  colo_lora_t *lora;
+  int drop;
+  uint64_t drop_key, drop_row0;
+  colo_pool_t *pool; /* the backend's memory, for gathering the adapters */
 } pipe_t;
 
 /* Moves this stage's rows of `send` to stage `peer` and of `recv` from it, at once (NULL:
@@ -144,9 +150,17 @@ static float *pipe_x(pipe_t *p, int j) {
   return p->x_store + (size_t)j * p->nc;
 }
 
+/* LoRA dropout's masks for micro-batch j (none outside training) */
+static void pipe_masks(pipe_t *p, int j) {
+  if (p->lora)
+    colo_lora_set_dropout(p->lora, p->drop, p->drop_key,
+                          p->drop_row0 + (uint64_t)j * (uint64_t)p->Bm * (uint64_t)p->T);
+}
+
 /* micro-batch j's forward on this stage, its input already received */
 static int pipe_fwd(pipe_t *p, int j, const int *in, const int *tg, double *loss) {
   const int *ij = in + (size_t)j * p->Bm * p->T, *tj = tg + (size_t)j * p->Bm * p->T;
+  pipe_masks(p, j);
   float l = colo_gpt_forward_stage(p->model, ij, pipe_x(p, j), tj, p->Bm, p->T);
   if (colo_gpt_hook_error(p->model) < 0)
     return COLO_EIO;
@@ -161,7 +175,8 @@ static int pipe_bwd(pipe_t *p, int j, const int *in, const int *tg, float scale)
   colo_gpt_t *m = p->model;
   int last = p->stage == p->stages - 1;
   const int *ij = in + (size_t)j * p->Bm * p->T, *tj = tg + (size_t)j * p->Bm * p->T;
-  colo_gpt_forward_stage(m, ij, pipe_x(p, j), tj, p->Bm, p->T);
+  pipe_masks(p, j); /* the forward's again */
+  colo_gpt_forward_stage_train(m, ij, pipe_x(p, j), tj, p->Bm, p->T, scale);
   colo_gpt_backward_stage(m, scale, last ? NULL : p->dy);
   return colo_gpt_hook_error(m) < 0 ? COLO_EIO : 0;
 }
@@ -837,21 +852,66 @@ static int load_lora(const char *dir, colo_ckpt_meta_t *meta, colo_lora_t *lora,
   return rc;
 }
 
+/* The adapters and their moments (LoRA), the whole model's, in host memory on a pipeline's first
+ * stage (*h: params, then m, then v, each in the whole table's layout; the caller frees it), and
+ * nothing (*h NULL) on the others, which send their layers' to it. Without a pipeline, this
+ * rank's. Every stage of the pipeline calls it. */
+static int lora_gather(colo_lora_t *lora, const colo_adamw_t *opt, const pipe_t *pipe,
+                       const colo_backend_t *be, float **h, char *err, size_t errlen) {
+  size_t n = colo_lora_numel(lora), off, all;
+  colo_lora_span(lora, &off, &all);
+  const float *src[3] = {colo_lora_params(lora), opt->m, opt->v};
+  int stages = pipe ? pipe->stages : 1, L = pipe ? colo_gpt_config(pipe->model)->n_layer : 1;
+  *h = NULL;
+  if (pipe && pipe->stage > 0) {
+    int rc = agree(pipe->pp, 0, "gathering the adapters", err, errlen);
+    for (int j = 0; rc == 0 && j < 3; j++)
+      if (pipe->pp->ops->sendrecv(pipe->pp, src[j], n, 0, NULL, 0, -1) < 0)
+        rc = colo_fail(err, errlen, COLO_EIO, "sending the adapters to the first stage: %s",
+                       colo_comm_error(pipe->pp));
+    return rc;
+  }
+  size_t per = all / (size_t)L, most = 0;
+  for (int st = 1; st < stages; st++) {
+    size_t cnt = (size_t)((st + 1) * L / stages - st * L / stages) * per;
+    most = cnt > most ? cnt : most;
+  }
+  float *buf = most ? colo_pool_alloc(pipe->pool, most * sizeof *buf, "lora checkpoint") : NULL;
+  float *w = malloc(3 * all * sizeof *w + 1);
+  int rc = !w || (most && !buf)
+               ? colo_fail(err, errlen, COLO_ENOMEM, "no memory to gather the adapters' checkpoint")
+               : 0;
+  if (pipe) /* the senders wait for this: none sends to a stage that cannot take it */
+    rc = agree(pipe->pp, rc, "gathering the adapters", err, errlen);
+  for (int j = 0; rc == 0 && j < 3; j++) {
+    be->to_host(w + (size_t)j * all + off, src[j], n * sizeof *w);
+    for (int st = 1; rc == 0 && st < stages; st++) {
+      size_t lo = (size_t)(st * L / stages) * per, cnt = (size_t)((st + 1) * L / stages) * per - lo;
+      if (pipe->pp->ops->sendrecv(pipe->pp, NULL, 0, -1, buf, cnt, st) < 0)
+        rc = colo_fail(err, errlen, COLO_EIO, "receiving the adapters of stage %d: %s", st,
+                       colo_comm_error(pipe->pp));
+      else
+        be->to_host(w + (size_t)j * all + lo, buf, cnt * sizeof *w);
+    }
+  }
+  if (buf)
+    colo_pool_free(pipe->pool, buf);
+  if (rc < 0)
+    free(w);
+  else
+    *h = w;
+  return rc;
+}
+
 /* A LoRA run's checkpoint files: the adapters and their moments, the same on every
- * data-parallel rank, written by rank 0 alone through host memory (they are small). */
-static int write_lora(const colo_train_config_t *cfg, uint64_t step, colo_lora_t *lora,
-                      const colo_adamw_t *opt, const colo_backend_t *be, char *err, size_t errlen) {
-  size_t n = colo_lora_numel(lora);
-  float *h = malloc(3 * n * sizeof *h + 1);
-  if (!h)
-    return colo_fail(err, errlen, COLO_ENOMEM, "no host memory for the adapters' checkpoint");
-  be->to_host(h, colo_lora_params(lora), n * sizeof *h);
-  be->to_host(h + n, opt->m, n * sizeof *h);
-  be->to_host(h + 2 * n, opt->v, n * sizeof *h);
+ * data-parallel rank, written by rank 0 alone from host memory (they are small): h, from
+ * lora_gather, laid out as table's (the whole model's adapters). */
+static int write_lora(const colo_train_config_t *cfg, uint64_t step, const colo_lora_t *table,
+                      const float *h, char *err, size_t errlen) {
+  size_t n = colo_lora_numel(table);
   int rc = colo_ckpt_begin(cfg->ckpt_dir, step, err, errlen);
   if (rc == 0)
-    rc = colo_ckpt_write_lora(cfg->ckpt_dir, step, lora, h, h + n, h + 2 * n, err, errlen);
-  free(h);
+    rc = colo_ckpt_write_lora(cfg->ckpt_dir, step, table, h, h + n, h + 2 * n, err, errlen);
   return rc;
 }
 
@@ -862,8 +922,9 @@ static int write_lora(const colo_train_config_t *cfg, uint64_t step, colo_lora_t
  * not evaluated there). */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step, int asked,
                 float val, const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
-                colo_zero_t *zero, colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be,
-                int lead, FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
+                colo_zero_t *zero, const pipe_t *pipe, colo_comm_t *world, int dp_idx, int me,
+                const colo_backend_t *be, int lead, FILE *progress, char *path, size_t path_len,
+                char *err, size_t errlen) {
   colo_lora_t *lora = colo_gpt_lora(model);
   meta->step = (uint64_t)step;
   meta->asked = asked;
@@ -873,9 +934,17 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
   meta->adam_t = opt->t;
   meta->zero = lora ? 0 : zero->stage;
   int rc = 0;
-  if (lora && lead) {
-    rc = write_lora(cfg, meta->step, lora, opt, be, err, errlen);
-  } else if (!lora) {
+  if (lora) { /* a pipeline's adapters onto its first stage, and written there by rank 0 */
+    float *h = NULL;
+    colo_lora_t *whole = NULL;
+    rc = lora_gather(lora, opt, pipe, be, &h, err, errlen);
+    if (rc == 0 && lead && pipe)
+      rc = colo_lora_create_table(&cfg->model, &cfg->lora, &whole, err, errlen);
+    if (rc == 0 && lead)
+      rc = write_lora(cfg, meta->step, whole ? whole : lora, h, err, errlen);
+    colo_lora_destroy(whole);
+    free(h);
+  } else {
     save_src_t src = {zero, opt, model, be, 0, NULL, NULL, NULL, NULL, NULL, NULL};
     int writer = save_src_init(&src, dp_idx, err, errlen);
     rc = writer < 0 ? writer : 0;
@@ -1137,11 +1206,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->document_token >= 0)
     CHECK_GOTO(colo_gpt_set_documents(model, cfg->document_token, err, errlen), rc, out);
   if (cfg->lora.rank > 0) {
-    if (tp > 1 || pp > 1 || cfg->zero_stage == 1 || cfg->zero_stage == 2) {
+    if (tp > 1 || cfg->zero_stage == 1 || cfg->zero_stage == 2 ||
+        (pp > 1 && cfg->zero_stage != 0)) {
       snprintf(err, errlen,
-               "train.lora: adapters train with data parallelism alone, the frozen model whole on "
-               "each rank (zero_stage=0) or sharded over them (3); this run has parallel.tp=%d, "
-               "pp=%d, zero_stage=%d",
+               "train.lora: adapters train with data and pipeline parallelism, the frozen model "
+               "whole on each rank or stage (zero_stage=0) or, without stages, sharded over the "
+               "ranks (3); this run has parallel.tp=%d, pp=%d, zero_stage=%d",
                tp, pp, cfg->zero_stage);
       rc = COLO_EINVAL;
       goto out;
@@ -1152,8 +1222,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       CHECK_GOTO(colo_gpt_quantize_nf4(model, z3, err, errlen), rc, out);
   }
   if (pp > 1) { /* boundary tensors: this rank's rows */
-    pipe_s = (pipe_t){model, ppc, pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
-                      NULL,  NULL};
+    pipe_s = (pipe_t){model, ppc,  pp_idx, pp, M, B / M, T,   colo_gpt_stage_rows(model, B / M, T),
+                      NULL,  NULL, lora,   0,  0, 0,     pool};
     /* on a GPU they are its memory: the communicator stages them, the model copies from them */
     if (be->device) {
       pipe_s.x_store = colo_pool_alloc(pool, (size_t)M * pipe_s.nc * sizeof(float), "boundaries");
@@ -1382,11 +1452,17 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
              (double)(colo_nf4_code_bytes(nm) + colo_nf4_blocks(nm) * sizeof(float)) / (1 << 20),
              nm, (double)(2 * nm) / (1 << 20),
              cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)" : "");
-    printf("lora: rank %d, alpha %g%s on %s: %zu parameters train, the model's %zu are frozen "
+    size_t l_off, l_all;
+    colo_lora_span(lora, &l_off, &l_all);
+    char staged[96] = "";
+    if (pp > 1)
+      snprintf(staged, sizeof staged, " (%zu on this stage, of %d)", colo_lora_numel(lora), pp);
+    printf("lora: rank %d, alpha %g%s on %s: %zu parameters train%s, the %s %zu are frozen "
            "(%s)%s\n",
            cfg->lora.rank, (double)cfg->lora.alpha, drop_said,
-           colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), colo_lora_numel(lora),
-           n_params, cfg->init_from ? cfg->init_from : "initialised from the seed",
+           colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), l_all, staged,
+           pp > 1 ? "stage's" : "model's", n_params,
+           cfg->init_from ? cfg->init_from : "initialised from the seed",
            nf4   ? nf4_said
            : w16 ? ", its blocks' matrices in 16 bits only"
            : cfg->zero_stage == 3 && zero.esz == 2
@@ -1473,8 +1549,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (save_due) {
       CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
-                      &zero, comm, dp_idx, me, be, lead, progress, ckpt_path, sizeof ckpt_path, err,
-                      errlen),
+                      &zero, pipe, comm, dp_idx, me, be, lead, progress, ckpt_path,
+                      sizeof ckpt_path, err, errlen),
                  rc, out);
       saved_at = step;
     }
@@ -1493,7 +1569,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (asked & ASKED_SAVE) {
       if (cfg->ckpt_dir && step > start && saved_at != step) {
         CHECK_GOTO(save(cfg, &meta, step, 1, val_step == step ? last_val : NAN, &scaler, model,
-                        &opt, &zero, comm, dp_idx, me, be, lead, progress, ckpt_path,
+                        &opt, &zero, pipe, comm, dp_idx, me, be, lead, progress, ckpt_path,
                         sizeof ckpt_path, err, errlen),
                    rc, out);
         saved_at = step;
@@ -1539,8 +1615,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       if (pipe) {
         double l = 0.0;
+        /* dropout's masks as the loop below has them: rows numbered over the step's batch */
+        pipe->drop = 1;
+        pipe->drop_key = colo_hash4(cfg->seed, (uint64_t)step, 0x6c6f7261, 0);
+        pipe->drop_row0 = ((uint64_t)micro * (uint64_t)dp + (uint64_t)dp_idx) * B * T;
         /* each micro-batch's mean is 1/M of the batch's */
-        if (pipe_step(pipe, in, tg, bscale / (float)(M * cfg->grad_accum * dp) * cf, &l) < 0) {
+        int prc = pipe_step(pipe, in, tg, bscale / (float)(M * cfg->grad_accum * dp) * cf, &l);
+        pipe->drop = 0;
+        if (lora)
+          colo_lora_set_dropout(lora, 0, 0, 0);
+        if (prc < 0) {
           snprintf(err, errlen, "rank %d: pipeline: %s", me,
                    colo_comm_error(ppc)[0] ? colo_comm_error(ppc)
                                            : (tpc ? colo_comm_error(tpc) : "a collective failed"));
@@ -1573,8 +1657,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       int tied, iw = colo_gpt_wte_index(model, &tied);
       size_t nt_;
       const colo_param_t *tab = colo_gpt_params_table(model, &nt_);
-      if ((embc && embc->ops->allreduce_sum(embc, colo_gpt_grads(model) + tab[iw].offset,
-                                            tab[iw].numel) < 0) ||
+      if ((embc && !lora &&
+           embc->ops->allreduce_sum(embc, colo_gpt_grads(model) + tab[iw].offset, tab[iw].numel) <
+               0) ||
           ppc->ops->allreduce_sum(ppc, &l, 1) < 0) {
         snprintf(err, errlen, "rank %d: pipeline: %s", me, colo_comm_error(ppc));
         rc = COLO_EIO;
@@ -1600,11 +1685,17 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (dump_path && step == start && lora)
       dump_lora(&dump, "grad.", lora, colo_lora_grads(lora), be);
     float norm = 0.0f;
-    if (lora)
-      norm = sqrtf((float)be->sumsq(colo_lora_grads(lora), colo_lora_numel(lora)));
-    else if (ppc                          ? pp_grad_norm(be, model, tpc, ppc, &norm) < 0
-             : tpc && cfg->zero_stage < 2 ? tp_grad_norm(be, model, tpc, &norm) < 0
-                                          : colo_zero_grad_norm(&zero, be, &norm) < 0) {
+    if (lora) { /* a pipeline's stages each hold their layers' adapters: their sums add up */
+      float sq = (float)be->sumsq(colo_lora_grads(lora), colo_lora_numel(lora));
+      if (ppc && ppc->ops->allreduce_sum(ppc, &sq, 1) < 0) {
+        snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(ppc));
+        rc = COLO_EIO;
+        goto out;
+      }
+      norm = sqrtf(sq);
+    } else if (ppc                          ? pp_grad_norm(be, model, tpc, ppc, &norm) < 0
+               : tpc && cfg->zero_stage < 2 ? tp_grad_norm(be, model, tpc, &norm) < 0
+                                            : colo_zero_grad_norm(&zero, be, &norm) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(comm));
       rc = COLO_EIO;
       goto out;
@@ -1703,8 +1794,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
    * was just saved there) */
   if (cfg->ckpt_dir && step > start && step != saved_at) {
     CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
-                    &zero, comm, dp_idx, me, be, lead, progress, ckpt_path, sizeof ckpt_path, err,
-                    errlen),
+                    &zero, pipe, comm, dp_idx, me, be, lead, progress, ckpt_path, sizeof ckpt_path,
+                    err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
