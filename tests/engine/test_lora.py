@@ -28,7 +28,10 @@ and clip_grad_norm_ updating them. It checks:
 For GPT-2 with every product adapted, and for Llama with grouped-query attention with the
 queries/keys/values and the MLP's down projection adapted. Then data parallelism: the GPT-2 run on
 two ranks (--nproc 2, half the batch each) against one, the losses within 1e-5 relative and the
-adapters within 1e-4 (AdamW near zero magnifies the sums' other order). Exit 0 when all pass.
+adapters within 1e-4 (AdamW near zero magnifies the sums' other order). Then pipeline stages
+(pipeline(): bit for bit one rank's with one micro-batch, QLoRA too) and tensor parallelism
+(tensor_parallel(): within those tolerances, with sequence parallelism, GQA and dropout), each
+resumed from and into other layouts. Exit 0 when all pass.
 """
 import json
 import math
@@ -381,7 +384,7 @@ def pipeline(tmp):
     said = [x for x in out.splitlines() if x.startswith("lora:")]
     check("[pipeline] 2 stages, 1 micro-batch = 1 rank (checkpoint bytes)",
           same("pp-ref", "pp-m1", STEPS // 2) and same("pp-ref", "pp-m1") and len(said) == 1 and
-          "on this stage, of 2" in said[0], said[0] if said else out[-300:])
+          "on this rank, of pp=2 x tp=1" in said[0], said[0] if said else out[-300:])
     lora_run("pp-m2", "gpt2", g2, extra=drop + pp + ["--micro-batches", "2", "--dump-reference",
                                                     os.path.join(tmp, "pp-m2.dump")])
     a, b = read_safetensors(os.path.join(tmp, "pp-ref.dump")), read_safetensors(os.path.join(tmp, "pp-m2.dump"))
@@ -413,6 +416,72 @@ def pipeline(tmp):
     lora_run("pp-q-ref", "llama", ll, extra=q)
     lora_run("pp-q", "llama", ll, extra=q + pp + ["--micro-batches", "1"])
     check("[pipeline] Llama, bf16, NF4: 2 stages = 1 rank (bytes)", same("pp-q-ref", "pp-q"), f)
+
+
+def tensor_parallel(tmp):
+    """LoRA under tensor parallelism (--tp 2): each rank holds its part of every adapter (a
+    column-parallel product's B by rows, a row-parallel one's A by columns, the other whole, its
+    gradient summed over the group; dropout's masks by the whole input's columns), and rank 0
+    gathers them into the one checkpoint file. Against one rank: GPT-2 in fp32 with dropout on
+    2 ranks, with sequence parallelism, and on tp=2 × pp=2; Llama with grouped-query attention
+    and an untied head in fp32 with sequence parallelism, and in bf16 (losses within 1e-5 and the
+    checkpoint within 1e-4 in fp32; bf16 within 1e-3 and 2e-2). Stopped and resumed under tp=2,
+    the same bytes; one rank's checkpoint resumed on 2."""
+    def lora_run(ck, base, model, extra=()):
+        dump = os.path.join(tmp, ck + ".dump")
+        colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+              "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", str(LR),
+              "--seed", "1234", "--threads", "1", "--ckpt-dir", os.path.join(tmp, ck), "--ckpt-interval",
+              str(STEPS // 2), "--init-from", base, "--lora-rank", str(RANK), "--lora-targets", "all",
+              "--lora-dropout", "0.1", "--quiet", "--dump-reference", dump] + list(extra) + model)
+        return read_safetensors(dump)
+
+    def last(ck):
+        return read_safetensors(os.path.join(tmp, ck, "step_%08d/rank_00000.safetensors" % STEPS))
+
+    def compare(what, ref, got, ck_ref, ck, ltol, wtol):
+        lrel = ((ref["losses"] - got["losses"]).abs() / ref["losses"].abs()).max().item()
+        a, b = last(ck_ref), last(ck)
+        wabs = max((a[k] - b[k]).abs().max().item() for k in a if k in b)
+        check("[tensor parallel] %s (rel %g, abs %g)" % (what, ltol, wtol),
+              lrel <= ltol and wabs <= wtol and sorted(a) == sorted(b),
+              "losses %.2e, checkpoint %.2e over %d tensors" % (lrel, wabs, len(b)))
+
+    g2, gm = os.path.join("gpt2-base", "step_00000030"), MODEL + ARCH["gpt2"]
+    tp = ["--nproc", "2", "--tp", "2"]
+    ref = lora_run("tp-ref", g2, gm)
+    compare("GPT-2, 2 ranks = 1", ref, lora_run("tp-2", g2, gm, tp), "tp-ref", "tp-2", 1e-5, 1e-4)
+    compare("GPT-2, sequence parallel = 1 rank", ref, lora_run("tp-sp", g2, gm, tp + ["--sp", "true"]),
+            "tp-ref", "tp-sp", 1e-5, 1e-4)
+    compare("GPT-2, tp=2 x pp=2 = 1 rank", ref,
+            lora_run("tp-pp", g2, gm, ["--nproc", "4", "--tp", "2", "--pp", "2", "--micro-batches", "2"]),
+            "tp-ref", "tp-pp", 1e-5, 1e-4)
+    lora_run("tp-halves", g2, gm, tp + ["--stop-at", str(STEPS // 2)])
+    lora_run("tp-halves", g2, gm, tp + ["--resume", "auto"])
+    f = "step_%08d/rank_00000.safetensors" % STEPS
+    check("[tensor parallel] stopped at step %d and resumed on 2 ranks: the same bytes" % (STEPS // 2),
+          open(os.path.join(tmp, "tp-2", f), "rb").read() == open(os.path.join(tmp, "tp-halves", f), "rb").read(), f)
+    os.makedirs(os.path.join(tmp, "tp-from-one"))
+    shutil.copytree(os.path.join(tmp, "tp-ref", "step_%08d" % (STEPS // 2)),
+                    os.path.join(tmp, "tp-from-one", "step_%08d" % (STEPS // 2)))
+    lora_run("tp-from-one", g2, gm, tp + ["--resume", "auto"])
+    a, b = last("tp-ref"), last("tp-from-one")
+    wabs = max((a[k] - b[k]).abs().max().item() for k in a)
+    check("[tensor parallel] one rank's step-%d checkpoint resumed on 2 (abs 1e-4)" % (STEPS // 2),
+          wabs <= 1e-4, "worst %.2e" % wabs)
+    # Llama: 4 query heads over 2 of keys and values, split 2 and 1 a rank; an untied head
+    lm = ["--n-layer", str(L), "--n-head", "4", "--n-embd", str(C), "--block-size", str(T),
+          "--vocab-size", str(V), "--arch", "llama", "--n-kv-head", "2", "--mlp-hidden", str(H_LLAMA),
+          "--tie-embeddings", "false"]
+    train_base(tmp, "llama-gqa", lm)
+    lb = os.path.join("llama-gqa-base", "step_00000030")  # under the data root
+    ref = lora_run("tp-l-ref", lb, lm)
+    compare("Llama (GQA, untied head), sequence parallel = 1 rank", ref,
+            lora_run("tp-l", lb, lm, tp + ["--sp", "true"]), "tp-l-ref", "tp-l", 1e-5, 1e-4)
+    bf = ["--precision", "bf16", "--recompute"]
+    ref = lora_run("tp-lb-ref", lb, lm, bf)
+    compare("Llama in bf16, sequence parallel = 1 rank", ref,
+            lora_run("tp-lb", lb, lm, bf + tp + ["--sp", "true"]), "tp-lb-ref", "tp-lb", 1e-3, 2e-2)
 
 
 M64, GOLD = (1 << 64) - 1, 0x9e3779b97f4a7c15
@@ -627,6 +696,7 @@ def main():
     run(tmp, "llama")
     data_parallel(tmp)
     pipeline(tmp)
+    tensor_parallel(tmp)
     dropout(tmp)
     rslora(tmp)
     print("%d failed" % len(failures))

@@ -422,6 +422,13 @@ if [ "$DRY" = 1 ]; then
     fail "QLoRA: two pipeline stages trained otherwise than one rank"
 fi
 same_training "QLoRA on 2 pipeline stages vs 1 rank" "$TMP/lq-gpu.jsonl" "$TMP/lq-pp.jsonl" 1e-3
+# LoRA with dropout on two tensor-parallel ranks with sequence parallelism (each holding its part
+# of the adapters, the dropout kernel numbering a row-parallel rank's columns from its first):
+# the one-rank run's training, within bf16's rounding of the products' other sums
+expect_rc 0 "$CT" train "${LB[@]}" --lora-dropout 0.1 --ckpt-dir "$TMP/ld1" --progress "$TMP/ld1.jsonl"
+expect_rc 0 "$CT" train "${LB[@]}" --lora-dropout 0.1 --nproc 2 --tp 2 --sp true \
+  --ckpt-dir "$TMP/ldtp" --progress "$TMP/ldtp.jsonl"
+same_training "LoRA with dropout on 2 tensor-parallel ranks vs 1" "$TMP/ld1.jsonl" "$TMP/ldtp.jsonl" 1e-3
 # (the bf16 model: its 16-bit pieces all-gathered, then kept as gathered chunks; checkpoints the
 # same as the model whole on each of the two ranks')
 expect_rc 0 "$CT" train "${LB[@]}" --dp 2 --nproc 2 --ckpt-dir "$TMP/lbdp0"

@@ -309,9 +309,9 @@ class ColodTest(WithColod):
                  "optimizer state, and the frozen model has none; zero_stage=3 shards its "
                  "parameters, 0 keeps it whole"),
                 (spec(train__lora_rank=8, parallel__tp=2, parallel__zero_stage=3),
-                 "train.lora_rank=8 trains with data and pipeline parallelism: parallel.tp=2 "
-                 "must be 1 (each layer of the frozen model is whole on its rank, or sharded over "
-                 "the ranks with zero_stage=3)"),
+                 "train.lora_rank=8 with parallel.tp=2 and zero_stage=3: the frozen model is split "
+                 "by the tensor-parallel ranks (zero_stage=0) or sharded by ZeRO-3 (tp=1), not "
+                 "both"),
                 (spec(checkpoint__export_format="peft"),
                  "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0")):
             with self.assertRaises(grpc.RpcError) as cm:

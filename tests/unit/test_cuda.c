@@ -340,11 +340,11 @@ static void test_layernorm_gelu(double tol) {
     float *dx = randv(n, 1.0f);
     void *h_d = hact(dx, n), *d_d = upa(dx, n), *h_o = calloc(n, asz), *d_o = up(h_o, n, asz);
     uint32_t th = (uint32_t)(0.1 * 16777216.0);
-    cpu->dropout(h_o, h_d, N, C, 0x1234567890abcdefull, 77, th, 1.0f / 0.9f);
-    gpu->dropout(d_o, d_d, N, C, 0x1234567890abcdefull, 77, th, 1.0f / 0.9f);
+    cpu->dropout(h_o, h_d, N, C, 0x1234567890abcdefull, 77, 96, th, 1.0f / 0.9f);
+    gpu->dropout(d_o, d_d, N, C, 0x1234567890abcdefull, 77, 96, th, 1.0f / 0.9f);
     check_a(named("dropout"), d_o, h_o, n, 0.0);
-    cpu->dropout(h_d, h_d, N, C, 5, 0, th, 1.0f / 0.9f);
-    gpu->dropout(d_d, d_d, N, C, 5, 0, th, 1.0f / 0.9f);
+    cpu->dropout(h_d, h_d, N, C, 5, 0, 0, th, 1.0f / 0.9f);
+    gpu->dropout(d_d, d_d, N, C, 5, 0, 0, th, 1.0f / 0.9f);
     check_a(named("dropout in place"), d_d, h_d, n, 0.0);
     free(dx), free(h_d), free(h_o);
   }

@@ -1297,17 +1297,24 @@ TEST(lora_dropout_masks_and_gradients) {
   for (size_t i = 0; i < R * K; i++)
     x[i] = 1.0f;
   uint32_t th = (uint32_t)(0.25 * 16777216.0);
-  be->dropout(y, x, R, K, 42, 0, th, 1.0f / 0.75f);
+  be->dropout(y, x, R, K, 42, 0, 0, th, 1.0f / 0.75f);
   size_t zeros = 0, other = 0;
   for (size_t i = 0; i < R * K; i++)
     zeros += y[i] == 0.0f, other += y[i] != 0.0f && y[i] != 1.0f / 0.75f;
   printf("  p 0.25: %.4f of %d dropped\n", (double)zeros / (R * K), R * K);
   ASSERT(fabs((double)zeros / (R * K) - 0.25) < 0.01 && other == 0);
-  be->dropout(x, x, R - 10, K, 42, 10, th, 1.0f / 0.75f); /* rows 10.. on their own, in place */
+  be->dropout(x, x, R - 10, K, 42, 10, 0, th, 1.0f / 0.75f); /* rows 10.. on their own, in place */
   ASSERT(memcmp(x, y + 10 * K, (R - 10) * K * sizeof *x) == 0);
+  /* columns 20.. on their own (a tensor-parallel rank's): each row's part of the whole mask */
+  float *z = own(malloc(R * (K - 20) * sizeof *z));
+  for (size_t i = 0; i < R * (K - 20); i++)
+    z[i] = 1.0f;
+  be->dropout(z, z, R, K - 20, 42, 0, 20, th, 1.0f / 0.75f);
+  for (int n = 0; n < R; n++)
+    ASSERT(memcmp(z + (size_t)n * (K - 20), y + (size_t)n * K + 20, (K - 20) * sizeof *z) == 0);
   for (size_t i = 0; i < R * K; i++)
     x[i] = 1.0f;
-  be->dropout(x, x, R, K, 43, 0, th, 1.0f); /* another key, another mask: 3/8 differ */
+  be->dropout(x, x, R, K, 43, 0, 0, th, 1.0f); /* another key, another mask: 3/8 differ */
   size_t differ = 0;
   for (size_t i = 0; i < R * K; i++)
     differ += (x[i] == 0.0f) != (y[i] == 0.0f);

@@ -137,10 +137,12 @@ static const struct {
     {BASE "train: {lora_rank: 8, lora_targets: 'attn.c_attn,q_proj'}\n",
      "train.lora_targets: lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
      "mlp.c_proj, all"},
-    {BASE "train: {lora_rank: 8}\nparallel: {tp: 2}\n",
-     "train.lora_rank=8 trains with data and pipeline parallelism: parallel.tp=2 must be 1 (each "
-     "layer of the frozen model is whole on its rank, or sharded over the ranks with "
-     "zero_stage=3)"},
+    {BASE "train: {lora_rank: 8}\nparallel: {tp: 2, zero_stage: 3}\n",
+     "train.lora_rank=8 with parallel.tp=2 and zero_stage=3: the frozen model is split by the "
+     "tensor-parallel ranks (zero_stage=0) or sharded by ZeRO-3 (tp=1), not both"},
+    {BASE "train: {lora_rank: 8, lora_quant: nf4}\nparallel: {tp: 2}\n",
+     "train.lora_quant=nf4 with parallel.tp=2: the NF4 model is kept whole on each rank or "
+     "sharded by ZeRO-3 (zero_stage=3), not split by tensor parallelism"},
     {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 2}\n",
      "train.lora_rank=8 with parallel.zero_stage=2: stages 1 and 2 shard gradients and optimizer "
      "state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"},

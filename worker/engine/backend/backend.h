@@ -146,9 +146,10 @@ typedef struct colo_backend_s {
                         const float *lse, int B, int T, int C, int NH, const int *pos);
 
   /* Dropout: out[n][c] = inp[n][c] · (kept ? scale : 0), kept = colo_dropout_keep(key, row0 + n,
-   * c, thresh) (core/rng.h), in fp32, rounded once; out may be inp. LoRA's dropout of an
-   * adapter's input, and (the same mask and scale) of its input gradient. */
-  void (*dropout)(void *out, const void *inp, int N, int C, uint64_t key, uint64_t row0,
+   * col0 + c, thresh) (core/rng.h), in fp32, rounded once; out may be inp. LoRA's dropout of an
+   * adapter's input, and (the same mask and scale) of its input gradient; col0: the first
+   * column's number, where the input is a tensor-parallel rank's columns of a wider one. */
+  void (*dropout)(void *out, const void *inp, int N, int C, uint64_t key, uint64_t row0, int col0,
                   uint32_t thresh, float scale);
 
   /* out = a + b (activations) */

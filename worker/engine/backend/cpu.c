@@ -158,7 +158,7 @@ static void encoder_fwd(void *out_, const int *tokens, const float *wte, const f
 }
 
 static void dropout(void *out_, const void *inp_, int N, int C, uint64_t key, uint64_t row0,
-                    uint32_t thresh, float scale) {
+                    int col0, uint32_t thresh, float scale) {
   float *out = out_;
   const float *inp = inp_;
 #pragma omp parallel for schedule(static)
@@ -166,7 +166,8 @@ static void dropout(void *out_, const void *inp_, int N, int C, uint64_t key, ui
     for (int c = 0; c < C; c++) {
       size_t i = (size_t)n * C + c;
       out[i] =
-          inp[i] * (colo_dropout_keep(key, row0 + (uint64_t)n, (uint64_t)c, thresh) ? scale : 0.0f);
+          inp[i] *
+          (colo_dropout_keep(key, row0 + (uint64_t)n, (uint64_t)(col0 + c), thresh) ? scale : 0.0f);
     }
 }
 

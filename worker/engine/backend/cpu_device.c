@@ -261,9 +261,9 @@ static void host_free(void *p) {
   static void embed_fwd_##sfx(void *o, const int *tk, const void *tb, int N, int C, int V) {       \
     RUN("embed_fwd", base_##sfx()->embed_fwd(o, tk, tb, N, C, V), o, tk, tb);                      \
   }                                                                                                \
-  static void dropout_##sfx(void *o, const void *i, int N, int C, uint64_t k, uint64_t r0,         \
+  static void dropout_##sfx(void *o, const void *i, int N, int C, uint64_t k, uint64_t r0, int c0, \
                             uint32_t th, float s) {                                                \
-    RUN("dropout", base_##sfx()->dropout(o, i, N, C, k, r0, th, s), o, i);                         \
+    RUN("dropout", base_##sfx()->dropout(o, i, N, C, k, r0, c0, th, s), o, i);                     \
   }                                                                                                \
   static void matmul_fwd_##sfx(void *o, const void *i, const void *w, const float *b, int N,       \
                                int C, int OC) {                                                    \

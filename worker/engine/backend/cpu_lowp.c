@@ -382,10 +382,10 @@ static void to_f32_t(colo_dtype_t t, float *dst, const void *src, size_t n) {
 }
 
 static void dropout_t(colo_dtype_t t, void *out, const void *inp, int N, int C, uint64_t key,
-                      uint64_t row0, uint32_t thresh, float scale) {
+                      uint64_t row0, int col0, uint32_t thresh, float scale) {
   size_t n = (size_t)N * C;
   float *f = widen(t, inp, n);
-  f32()->dropout(f, f, N, C, key, row0, thresh, scale);
+  f32()->dropout(f, f, N, C, key, row0, col0, thresh, scale);
   narrow(t, out, f, n);
 }
 
@@ -528,9 +528,9 @@ static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const f
   static void embed_fwd_##sfx(void *o, const int *tk, const void *tb, int N, int C, int V) {       \
     embed_fwd_t(T, o, tk, tb, N, C, V);                                                            \
   }                                                                                                \
-  static void dropout_##sfx(void *o, const void *i, int N, int C, uint64_t k, uint64_t r0,         \
+  static void dropout_##sfx(void *o, const void *i, int N, int C, uint64_t k, uint64_t r0, int c0, \
                             uint32_t th, float s) {                                                \
-    dropout_t(T, o, i, N, C, k, r0, th, s);                                                        \
+    dropout_t(T, o, i, N, C, k, r0, c0, th, s);                                                    \
   }                                                                                                \
   static colo_backend_t table_##sfx(void) {                                                        \
     colo_backend_t b = *f32(); /* memory, the optimizer and the norms: the fp32 table's */         \

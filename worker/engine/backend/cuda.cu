@@ -556,20 +556,20 @@ static void embed_fwd(void *out, const int *tokens, const void *table, int N, in
 
 template <class T>
 __global__ static void dropout_kernel(T *out, const T *inp, int N, int C, uint64_t key,
-                                      uint64_t row0, uint32_t thresh, float scale) {
+                                      uint64_t row0, int col0, uint32_t thresh, float scale) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
   for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int keep = colo_dropout_keep(key, row0 + i / C, i % C, thresh);
+    int keep = colo_dropout_keep(key, row0 + i / C, (uint64_t)col0 + i % C, thresh);
     out[i] = st<T>(ld(inp[i]) * (keep ? scale : 0.0f));
   }
 }
 
 template <class T>
-static void dropout(void *out, const void *inp, int N, int C, uint64_t key, uint64_t row0,
+static void dropout(void *out, const void *inp, int N, int C, uint64_t key, uint64_t row0, int col0,
                     uint32_t thresh, float scale) {
   size_t n = (size_t)N * C;
   dropout_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, N, C, key,
-                                                              row0, thresh, scale);
+                                                              row0, col0, thresh, scale);
   LAUNCHED();
 }
 

@@ -1030,10 +1030,10 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   int Nl = m->sp ? N / m->tp : N;
   size_t off = (m->sp ? (size_t)m->tpr * Nl : 0) * C, rowf = (size_t)Nl * C, NC = (size_t)N * C;
   norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
-  be->matmul_fwd(m->gqa ? m->qsmall : a->qkv, ln_full(m, a->ln1, off, rowf), w.qkv, P(m, l, P_QKVB),
-                 N, C, m->Cqkv);
+  const void *x1 = ln_full(m, a->ln1, off, rowf); /* all rows (gathered under sp) */
+  be->matmul_fwd(m->gqa ? m->qsmall : a->qkv, x1, w.qkv, P(m, l, P_QKVB), N, C, m->Cqkv);
   if (colo_lora_has(m->lora, COLO_LORA_QKV))
-    colo_lora_fwd(m->lora, l, COLO_LORA_QKV, m->gqa ? m->qsmall : a->qkv, a->ln1, N);
+    colo_lora_fwd(m->lora, l, COLO_LORA_QKV, m->gqa ? m->qsmall : a->qkv, x1, N);
   if (m->gqa) /* each key and value head repeated for its group of query heads */
     be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
   if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
@@ -1307,10 +1307,8 @@ int colo_gpt_max_rows(const colo_gpt_t *m) {
 }
 
 int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t errlen) {
-  if (m->tp_comm || m->hooks)
-    return colo_fail(err, errlen, COLO_EINVAL,
-                     "lora adapters need each layer whole on this rank (no tensor parallelism), "
-                     "and ZeRO-3's hooks set after them");
+  if (m->hooks)
+    return colo_fail(err, errlen, COLO_EINVAL, "lora adapters need ZeRO-3's hooks set after them");
   m->lora = lora;
   if (lora && !m->frozen) {
     m->frozen = 1;
@@ -1689,7 +1687,7 @@ static int grads_ready(colo_gpt_t *m, size_t first, size_t n) {
 static void ln_bwd_rows(colo_gpt_t *m, void *dinp, float *dw, float *db, const void *dout,
                         const void *inp, const float *w, const float *mean, const float *rstd,
                         int rows, int C) {
-  if (!m->sp) {
+  if (!m->sp || !dw) { /* (a frozen model's: no weight gradients to sum) */
     norm_bwd(m, dinp, dw, db, dout, inp, w, mean, rstd, rows, C);
     return;
   }
@@ -1808,10 +1806,11 @@ blocks:
       be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj,
                           a->fch, N, Cf, C);
     }
-    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, ln_full(m, a->ln2, off, rowf),
-                   w.fc, N, C, m->llama ? 2 * Cf : Cf);
+    const void *x2 = ln_full(m, a->ln2, off, rowf);
+    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, x2, w.fc, N, C,
+                   m->llama ? 2 * Cf : Cf);
     if (colo_lora_has(lo, COLO_LORA_FC))
-      colo_lora_bwd(lo, l, COLO_LORA_FC, m->dln, m->dfch, a->ln2, N);
+      colo_lora_bwd(lo, l, COLO_LORA_FC, m->dln, m->dfch, x2, N);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN2W), G(m, l, P_LN2B), at(m, m->dln, off),
@@ -1827,10 +1826,11 @@ blocks:
       be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, m->doc_pos);
     if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
       be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
-    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->gqa ? m->qsmall : m->dqkv,
-                   ln_full(m, a->ln1, off, rowf), w.qkv, N, C, m->Cqkv);
+    const void *x1 = ln_full(m, a->ln1, off, rowf);
+    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->gqa ? m->qsmall : m->dqkv, x1,
+                   w.qkv, N, C, m->Cqkv);
     if (colo_lora_has(lo, COLO_LORA_QKV))
-      colo_lora_bwd(lo, l, COLO_LORA_QKV, m->dln, m->gqa ? m->qsmall : m->dqkv, a->ln1, N);
+      colo_lora_bwd(lo, l, COLO_LORA_QKV, m->dln, m->gqa ? m->qsmall : m->dqkv, x1, N);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN1W), G(m, l, P_LN1B), at(m, m->dln, off),

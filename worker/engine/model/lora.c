@@ -14,11 +14,14 @@ struct colo_lora_s {
   float scale; /* alpha / r, or alpha / sqrt(r) (rslora) */
   const colo_backend_t *be;
   colo_pool_t *pool;
-  int L, N;            /* layers; the most rows a batch has */
-  int lo, hi;          /* the layers with adapters here: [lo, hi) (a pipeline stage's) */
-  size_t t0, p0;       /* the first table entry's index, and its offset, in the whole model's */
-  size_t full_params;  /* the whole model's adapters' floats */
-  int in[4], out[4];   /* each target's product: inp[N][in] · W[in][out] */
+  int L, N;           /* layers; the most rows a batch has */
+  int lo, hi;         /* the layers with adapters here: [lo, hi) (a pipeline stage's) */
+  int tp, tpr;        /* the tensor-parallel group's size and this rank in it */
+  int C;              /* the model's width: c_attn's query columns */
+  size_t t0, p0;      /* the first table entry's index, and its offset, in the whole model's */
+  size_t full_params; /* the whole model's adapters' floats */
+  int in[4], out[4];  /* each target's product: inp[N][in] · W[in][out], this rank's part */
+  int in_full[4], out_full[4]; /* the same, whole */
   int *first;          /* [L][4]: the table index of the layer's target's A (B follows), -1 */
   size_t *w_offset;    /* [L][4]: the adapted matrix's offset in the model's parameters */
   colo_param_t *table; /* A, B per adapted product */
@@ -63,12 +66,19 @@ void colo_lora_destroy(colo_lora_t *l) {
   free(l);
 }
 
-/* the adapters of cfg on layers [lo, hi) of a model of shape mc, on backend be with scratch for N
- * rows (0: none, a table and its buffers only), from pool; mt: the model's table, for merging
- * (NULL: none) */
+/* whether target k's product is column-parallel (c_attn, c_fc: its outputs split) rather than
+ * row-parallel (the c_proj: its inputs split) */
+static int column_parallel(int k) {
+  return k == 0 || k == 2;
+}
+
+/* the adapters of cfg on layers [lo, hi) of a model of shape mc, as rank tpr of a
+ * tensor-parallel group of tp holds them, on backend be with scratch for N rows (0: none, a table
+ * and its buffers only), from pool; mt: the model's table, for merging (NULL: none) */
 static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, int lo, int hi,
-                    const colo_backend_t *be, colo_pool_t *pool, int N, const colo_param_t *mt,
-                    size_t n_model, colo_lora_t **out, char *err, size_t errlen) {
+                    int tp, int tpr, const colo_backend_t *be, colo_pool_t *pool, int N,
+                    const colo_param_t *mt, size_t n_model, colo_lora_t **out, char *err,
+                    size_t errlen) {
   *out = NULL;
   if (cfg->rank < 1 || !(cfg->alpha > 0.0f) || !isfinite(cfg->alpha) || !cfg->targets ||
       (cfg->targets & ~(unsigned)COLO_LORA_ALL))
@@ -96,16 +106,28 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
   l->lo = lo;
   l->hi = hi;
   l->N = N;
-  l->mergeable = mt != NULL && lo == 0 && hi == l->L;
-  int in[4] = {C, C, C, H}, outw[4] = {C + 2 * KV, C, llama ? 2 * H : H, C};
+  l->tp = tp;
+  l->tpr = tpr;
+  l->C = C;
+  l->mergeable = mt != NULL && lo == 0 && hi == l->L && tp == 1;
+  int inf[4] = {C, C, C, H}, outf[4] = {C + 2 * KV, C, llama ? 2 * H : H, C};
+  int ws[4] = {COLO_SPLIT_QKV, COLO_SPLIT_ROWS, llama ? COLO_SPLIT_GLU : COLO_SPLIT_COLS,
+               COLO_SPLIT_ROWS};
+  int in[4], outw[4];
+  for (int k = 0; k < 4; k++) { /* this rank's part: the outputs or the inputs split */
+    in[k] = column_parallel(k) ? inf[k] : inf[k] / tp;
+    outw[k] = column_parallel(k) ? outf[k] / tp : outf[k];
+  }
   memcpy(l->in, in, sizeof in);
   memcpy(l->out, outw, sizeof outw);
+  memcpy(l->in_full, inf, sizeof inf);
+  memcpy(l->out_full, outf, sizeof outf);
   int per = 0, max_in = 0, max_out = 0;
   size_t layer_floats = 0;
   for (int k = 0; k < COLO_LORA_TARGETS; k++)
     if (cfg->targets & (1u << k)) {
       per++;
-      layer_floats += (size_t)r * (size_t)(in[k] + outw[k]);
+      layer_floats += (size_t)r * (size_t)(inf[k] + outf[k]);
       max_in = in[k] > max_in ? in[k] : max_in;
       max_out = outw[k] > max_out ? outw[k] : max_out;
     }
@@ -119,7 +141,7 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
     colo_lora_destroy(l);
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   }
-  size_t off = 0, n = 0;
+  size_t off = 0, n = 0, full = l->p0;
   for (int layer = 0; layer < l->L; layer++)
     for (int k = 0; k < 4; k++) {
       l->first[layer * 4 + k] = -1;
@@ -139,13 +161,19 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
         p->shape[0] = ab ? outw[k] : r;
         p->shape[1] = ab ? r : in[k];
         p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
-        p->offset = p->full_offset = off;
-        p->full_numel = p->numel;
-        p->full_shape[0] = p->shape[0];
-        p->full_shape[1] = p->shape[1];
-        p->split = COLO_SPLIT_NONE;
+        p->offset = off;
+        p->full_offset = full;
+        p->full_shape[0] = ab ? outf[k] : r;
+        p->full_shape[1] = ab ? r : inf[k];
+        p->full_numel = (size_t)p->full_shape[0] * (size_t)p->full_shape[1];
+        /* split over the group: a column-parallel product's B by rows as W's columns are, a
+         * row-parallel one's A by columns as W's rows are; the other replicated */
+        p->split =
+            tp > 1 && ab == column_parallel(k) ? (ab ? ws[k] : COLO_SPLIT_COLS) : COLO_SPLIT_NONE;
+        p->q_cols = C;
         p->decay = 1; /* as a Trainer's AdamW decays every matrix */
         off += p->numel;
+        full += p->full_numel;
       }
     }
   l->n_tensors = n;
@@ -186,16 +214,12 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
 int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
                      colo_lora_t **out, char *err, size_t errlen) {
   *out = NULL;
-  if (colo_gpt_tp_size(m) > 1)
-    return colo_fail(err, errlen, COLO_EINVAL,
-                     "lora adapters need each of the model's layers whole on a rank: no tensor "
-                     "parallelism");
   size_t nm;
   int lo, hi;
   const colo_param_t *mt = colo_gpt_params_table(m, &nm);
   colo_gpt_stage_layers(m, &lo, &hi);
-  return lora_new(colo_gpt_config(m), cfg, lo, hi, colo_gpt_backend(m), pool, colo_gpt_max_rows(m),
-                  mt, nm, out, err, errlen);
+  return lora_new(colo_gpt_config(m), cfg, lo, hi, colo_gpt_tp_size(m), colo_gpt_tp_rank(m),
+                  colo_gpt_backend(m), pool, colo_gpt_max_rows(m), mt, nm, out, err, errlen);
 }
 
 int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
@@ -203,8 +227,8 @@ int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t
   colo_pool_t *pool = colo_pool_create("cpu", 0);
   if (!pool)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  int rc =
-      lora_new(mc, cfg, 0, mc->n_layer, colo_backend_cpu(), pool, 0, NULL, 0, out, err, errlen);
+  int rc = lora_new(mc, cfg, 0, mc->n_layer, 1, 0, colo_backend_cpu(), pool, 0, NULL, 0, out, err,
+                    errlen);
   if (rc < 0)
     colo_pool_destroy(pool);
   else
@@ -226,11 +250,16 @@ void colo_lora_init(colo_lora_t *l, uint64_t seed) {
     abort();                                     /* a few MB at most: the adapters are small */
   for (size_t i = 0; i < l->n_tensors; i += 2) { /* A, then B (zero) */
     const colo_param_t *a = &l->table[i];
-    float bound = 1.0f / sqrtf((float)a->shape[1]);
+    float bound = 1.0f / sqrtf((float)a->full_shape[1]);
+    float *whole = malloc(a->full_numel * sizeof *whole);
+    if (!whole)
+      abort();
     colo_rng_t rng;
     colo_rng_seed(&rng, colo_hash4(seed, 0x6c6f7261 /* "lora" */, l->t0 + i, 0));
-    for (size_t k = 0; k < a->numel; k++)
-      h[a->offset + k] = (2.0f * colo_rng_uniform(&rng) - 1.0f) * bound;
+    for (size_t k = 0; k < a->full_numel; k++) /* the whole tensor's, then this rank's part */
+      whole[k] = (2.0f * colo_rng_uniform(&rng) - 1.0f) * bound;
+    colo_lora_take_part(l, i, whole, h + a->offset);
+    free(whole);
   }
   l->be->from_host(l->params, h, l->n_params * sizeof *h);
   free(h);
@@ -283,6 +312,29 @@ size_t colo_lora_numel(const colo_lora_t *l) {
 void colo_lora_span(const colo_lora_t *l, size_t *offset, size_t *whole) {
   *offset = l->p0;
   *whole = l->full_params;
+}
+
+size_t colo_lora_full_index(const colo_lora_t *l, size_t i, int t, size_t li) {
+  const colo_param_t *p = &l->table[i];
+  if (p->split == COLO_SPLIT_NONE)
+    return li;
+  if (!(i & 1)) /* a row-parallel product's A: its columns */
+    return colo_param_full_index(p, t, l->tp, li);
+  /* a column-parallel product's B: its rows, as W's columns (the outputs) are split */
+  size_t r = (size_t)p->shape[1], row = li / r;
+  colo_param_t v = {.ndim = 1,
+                    .shape = {p->shape[0], 0},
+                    .numel = (size_t)p->shape[0],
+                    .full_shape = {p->full_shape[0], 0},
+                    .full_numel = (size_t)p->full_shape[0],
+                    .split = p->split,
+                    .q_cols = l->C};
+  return colo_param_full_index(&v, t, l->tp, row) * r + li % r;
+}
+
+void colo_lora_take_part(const colo_lora_t *l, size_t i, const float *whole, float *part) {
+  for (size_t k = 0; k < l->table[i].numel; k++)
+    part[k] = whole[colo_lora_full_index(l, i, l->tpr, k)];
 }
 float *colo_lora_params(colo_lora_t *l) {
   return l->params;
@@ -338,13 +390,20 @@ void colo_lora_set_dropout(colo_lora_t *l, int on, uint64_t key, uint64_t row0) 
   l->drop_row0 = row0;
 }
 
+/* this rank's first column of a product's input: a row-parallel product's inputs are split */
+static int input_col0(const colo_lora_t *l, unsigned target) {
+  int k = bit_index(target);
+  return column_parallel(k) ? 0 : l->tpr * l->in[k];
+}
+
 /* the adapter's input: x, or under dropout x dropped (in xd), and its mask's key */
 static const void *adapter_input(colo_lora_t *l, int layer, unsigned target, const void *inp, int N,
                                  int in, uint64_t *key) {
   if (!l->drop)
     return inp;
   *key = colo_hash4(l->drop_key, (uint64_t)layer, target, 0x64726f70); /* "drop" */
-  l->be->dropout(l->xd, inp, N, in, *key, l->drop_row0, l->thresh, l->drop_scale);
+  l->be->dropout(l->xd, inp, N, in, *key, l->drop_row0, input_col0(l, target), l->thresh,
+                 l->drop_scale);
   return l->xd;
 }
 
@@ -375,7 +434,8 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
   /* dx = du·A (written), dA += duᵀ·x */
   be->lmhead_bwd(l->dx, l->grads + d.a->offset, l->du, inp, d.A, N, d.in, r);
   if (l->drop) /* through the dropout: the same mask and scale */
-    be->dropout(l->dx, l->dx, N, d.in, key, l->drop_row0, l->thresh, l->drop_scale);
+    be->dropout(l->dx, l->dx, N, d.in, key, l->drop_row0, input_col0(l, target), l->thresh,
+                l->drop_scale);
   be->add(dinp, dinp, l->dx, (size_t)N * d.in);
 }
 
@@ -410,4 +470,8 @@ void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params)
       }
       free(bt);
     }
+}
+
+int colo_lora_tp_size(const colo_lora_t *l) {
+  return l->tp;
 }

@@ -8,9 +8,9 @@
  * adapt (colo_gpt_set_lora), computes no gradient of its own tensors, and the training loop's
  * optimizer holds moments for the adapters alone. The update runs as two products the backend
  * already has (lmhead_fwd: x·Aᵀ, then u·(scale·B)ᵀ), never as a merged matrix; merging is for
- * a model that leaves training (colo_lora_merge). One set per model, with each layer whole on its
- * rank (no tensor parallelism); a pipeline stage's model has the adapters of its own layers alone
- * (colo_lora_span), named and initialised as the whole model's. Not thread-safe. */
+ * a model that leaves training (colo_lora_merge). One set per model; a pipeline stage's model has
+ * the adapters of its own layers alone (colo_lora_span), and a tensor-parallel rank's its part of
+ * them (colo_lora_full_index), named and initialised as the whole model's. Not thread-safe. */
 #ifndef COLO_LORA_H
 #define COLO_LORA_H
 
@@ -41,10 +41,10 @@ typedef struct {
 
 typedef struct colo_lora_s colo_lora_t;
 
-/* Adapters for every layer of model m (a pipeline stage's: its layers) and each target of cfg,
- * with scratch for the model's largest batch, from pool (NULL host memory: model's backend).
- * COLO_EINVAL (reason in err) for a bad config or a model split by tensor parallelism;
- * COLO_ENOMEM when the pool is full. The adapters are zero until colo_lora_init or a load. */
+/* Adapters for every layer of model m (a pipeline stage's: its layers; a tensor-parallel rank's:
+ * its part) and each target of cfg, with scratch for the model's largest batch, from pool (NULL
+ * host memory: model's backend). COLO_EINVAL (reason in err) for a bad config; COLO_ENOMEM when
+ * the pool is full. The adapters are zero until colo_lora_init or a load. */
 int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *pool,
                      colo_lora_t **out, char *err, size_t errlen);
 /* The table of cfg's adapters for a model of shape mc, and a host buffer of that layout
@@ -68,6 +68,17 @@ size_t colo_lora_numel(const colo_lora_t *l);
  * whole table's layout, layer by layer): the offset of their first float there, and how many
  * floats the whole model's adapters have (colo_lora_numel for the whole model). */
 void colo_lora_span(const colo_lora_t *l, size_t *offset, size_t *whole);
+/* Under tensor parallelism each rank holds its part of a product's adapters: a column-parallel
+ * product's (c_attn, c_fc) B by rows as the model splits W's columns (q, k and v, or gate and up,
+ * each split), a row-parallel product's (the c_proj) A by columns as W's rows; the other matrix
+ * whole on every rank, its gradient a partial sum that the group adds (table entries whose split
+ * is COLO_SPLIT_NONE while colo_lora_tp_size > 1). The table's full_shape, full_numel and
+ * full_offset are the whole tensor's, full_offset in the whole model's layout (colo_lora_span).
+ * colo_lora_full_index: where element li of rank t's part of table entry i sits in the whole
+ * tensor; colo_lora_take_part: this rank's part of entry i from the whole tensor's values. */
+size_t colo_lora_full_index(const colo_lora_t *l, size_t i, int t, size_t li);
+void colo_lora_take_part(const colo_lora_t *l, size_t i, const float *whole, float *part);
+int colo_lora_tp_size(const colo_lora_t *l);
 /* The layer and product (its COLO_LORA_* bit's index) of table entry i. */
 void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target);
 float *colo_lora_params(colo_lora_t *l);

@@ -1330,7 +1330,17 @@ int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora
     for (size_t i = 0; dst[j] && i < nt && rc == 0; i++) {
       char name[112];
       snprintf(name, sizeof name, "%s%s", PREFIX[j], tab[i].name);
-      rc = colo_st_get(&f, name, 2, tab[i].shape, dst[j] + tab[i].offset, 0, err, errlen);
+      if (tab[i].numel == tab[i].full_numel) {
+        rc = colo_st_get(&f, name, 2, tab[i].shape, dst[j] + tab[i].offset, 0, err, errlen);
+        continue;
+      }
+      /* a tensor-parallel rank's part: the whole tensor, then the part */
+      float *whole = malloc(tab[i].full_numel * sizeof *whole);
+      rc = whole ? colo_st_get(&f, name, 2, tab[i].full_shape, whole, 0, err, errlen)
+                 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+      if (rc == 0)
+        colo_lora_take_part(l, i, whole, dst[j] + tab[i].offset);
+      free(whole);
     }
   colo_st_close(&f);
   return rc;

@@ -168,7 +168,8 @@ int colo_ckpt_write_lora(const char *root, uint64_t step, const colo_lora_t *l, 
                          const float *m, const float *v, char *err, size_t errlen);
 /* Checks the manifest and its files, that the checkpoint is a LoRA run's of l's rank, alpha and
  * targets (on meta->model), then reads the adapters into p and, when m and v are not NULL, their
- * moments (host floats in l's table layout). */
+ * moments (host floats in l's table layout): a pipeline stage's its own tensors, a
+ * tensor-parallel rank's its parts of them. */
 int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora_t *l, float *p,
                         float *m, float *v, char *err, size_t errlen);
 

@@ -129,7 +129,6 @@ typedef struct {
   colo_lora_t *lora;
   int drop;
   uint64_t drop_key, drop_row0;
-  colo_pool_t *pool; /* the backend's memory, for gathering the adapters */
 } pipe_t;
 
 /* Moves this stage's rows of `send` to stage `peer` and of `recv` from it, at once (NULL:
@@ -337,6 +336,33 @@ static int pp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
     return COLO_EIO;
   *norm = sqrtf(f);
   return 0;
+}
+
+/* Under tensor parallelism the adapters every rank of the group holds whole (a column-parallel
+ * product's A, a row-parallel one's B) have a partial gradient on each: the group adds them. */
+static int lora_tp_sum(colo_lora_t *l, colo_comm_t *tpc) {
+  size_t nt;
+  const colo_param_t *tab = colo_lora_table(l, &nt);
+  float *g = colo_lora_grads(l);
+  for (size_t i = 0; i < nt; i++)
+    if (tab[i].split == COLO_SPLIT_NONE &&
+        tpc->ops->allreduce_sum(tpc, g + tab[i].offset, tab[i].numel) < 0)
+      return COLO_EIO;
+  return 0;
+}
+
+/* The adapters' squared gradient norm on this rank, for the groups to add: all of it, or under
+ * tensor parallelism its parts and, on the group's first rank, the tensors all hold whole. */
+static float lora_sumsq(const colo_backend_t *be, colo_lora_t *l, colo_comm_t *tpc) {
+  if (!tpc)
+    return (float)be->sumsq(colo_lora_grads(l), colo_lora_numel(l));
+  size_t nt;
+  const colo_param_t *tab = colo_lora_table(l, &nt);
+  double sq = 0.0;
+  for (size_t i = 0; i < nt; i++)
+    if (tab[i].split != COLO_SPLIT_NONE || colo_comm_rank(tpc) == 0)
+      sq += be->sumsq(colo_lora_grads(l) + tab[i].offset, tab[i].numel);
+  return (float)sq;
 }
 
 /* s as the inside of a JSON string (quotes, backslashes and control characters escaped; cut to
@@ -854,49 +880,85 @@ static int load_lora(const char *dir, colo_ckpt_meta_t *meta, colo_lora_t *lora,
 
 /* The adapters and their moments (LoRA), the whole model's, in host memory on a pipeline's first
  * stage (*h: params, then m, then v, each in the whole table's layout; the caller frees it), and
- * nothing (*h NULL) on the others, which send their layers' to it. Without a pipeline, this
- * rank's. Every stage of the pipeline calls it. */
+ * nothing (*h NULL) on the other stages, which send their layers' to it. A tensor-parallel group
+ * first all-gathers its ranks' parts (tpc; NULL: none) and puts each where it sits in the whole
+ * tensor. Every rank of the group and every stage calls it; device memory for the collectives
+ * comes from pool. */
 static int lora_gather(colo_lora_t *lora, const colo_adamw_t *opt, const pipe_t *pipe,
-                       const colo_backend_t *be, float **h, char *err, size_t errlen) {
-  size_t n = colo_lora_numel(lora), off, all;
+                       colo_comm_t *tpc, colo_pool_t *pool, const colo_backend_t *be, float **h,
+                       char *err, size_t errlen) {
+  size_t n = colo_lora_numel(lora), nt, off, all, mine = 0;
+  const colo_param_t *tab = colo_lora_table(lora, &nt);
   colo_lora_span(lora, &off, &all);
+  for (size_t i = 0; i < nt; i++) /* this stage's adapters, whole */
+    mine += tab[i].full_numel;
   const float *src[3] = {colo_lora_params(lora), opt->m, opt->v};
+  int tp = tpc ? colo_comm_size(tpc) : 1, tr = tpc ? colo_comm_rank(tpc) : 0;
   int stages = pipe ? pipe->stages : 1, L = pipe ? colo_gpt_config(pipe->model)->n_layer : 1;
-  *h = NULL;
-  if (pipe && pipe->stage > 0) {
-    int rc = agree(pipe->pp, 0, "gathering the adapters", err, errlen);
-    for (int j = 0; rc == 0 && j < 3; j++)
-      if (pipe->pp->ops->sendrecv(pipe->pp, src[j], n, 0, NULL, 0, -1) < 0)
-        rc = colo_fail(err, errlen, COLO_EIO, "sending the adapters to the first stage: %s",
-                       colo_comm_error(pipe->pp));
-    return rc;
-  }
   size_t per = all / (size_t)L, most = 0;
-  for (int st = 1; st < stages; st++) {
+  for (int st = 1; pipe && pipe->stage == 0 && st < stages; st++) {
     size_t cnt = (size_t)((st + 1) * L / stages - st * L / stages) * per;
     most = cnt > most ? cnt : most;
   }
-  float *buf = most ? colo_pool_alloc(pipe->pool, most * sizeof *buf, "lora checkpoint") : NULL;
-  float *w = malloc(3 * all * sizeof *w + 1);
-  int rc = !w || (most && !buf)
+  *h = NULL;
+  /* this stage's adapters whole in s ([3][mine]); dev: device scratch for the collectives */
+  size_t dn = tp > 1 ? (size_t)tp * 3 * n : 0;
+  dn = pipe && pipe->stage > 0 && 3 * mine > dn ? 3 * mine : dn;
+  dn = 3 * most > dn ? 3 * most : dn;
+  float *s = malloc(3 * mine * sizeof *s + 1), *parts = tp > 1 ? malloc(dn * sizeof *parts) : NULL;
+  float *dev = dn ? colo_pool_alloc(pool, dn * sizeof *dev, "lora checkpoint") : NULL;
+  float *w = !pipe || pipe->stage == 0 ? malloc(3 * all * sizeof *w + 1) : NULL;
+  int rc = !s || (tp > 1 && !parts) || (dn && !dev) || ((!pipe || pipe->stage == 0) && !w)
                ? colo_fail(err, errlen, COLO_ENOMEM, "no memory to gather the adapters' checkpoint")
                : 0;
-  if (pipe) /* the senders wait for this: none sends to a stage that cannot take it */
+  if (tpc) /* none starts a collective that another rank of the group cannot join */
+    rc = agree(tpc, rc, "gathering the adapters", err, errlen);
+  if (rc == 0 && tp == 1) {
+    for (int j = 0; j < 3; j++)
+      be->to_host(s + (size_t)j * mine, src[j], n * sizeof *s);
+  } else if (rc == 0) { /* [tp][3][n]: each rank's parts, then each into its whole tensor */
+    for (int j = 0; j < 3; j++)
+      be->copy(dev + ((size_t)tr * 3 + (size_t)j) * n, src[j], n * sizeof *dev);
+    if (tpc->ops->all_gather(tpc, dev, 3 * n) < 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "gathering the adapters' parts: %s",
+                     colo_comm_error(tpc));
+    else
+      be->to_host(parts, dev, (size_t)tp * 3 * n * sizeof *parts);
+    for (int t = 0; rc == 0 && t < tp; t++)
+      for (int j = 0; j < 3; j++)
+        for (size_t i = 0; i < nt; i++) {
+          const float *from = parts + ((size_t)t * 3 + (size_t)j) * n + tab[i].offset;
+          float *to = s + (size_t)j * mine + (tab[i].full_offset - off);
+          for (size_t k = 0; k < tab[i].numel; k++)
+            to[colo_lora_full_index(lora, i, t, k)] = from[k];
+        }
+  }
+  if (pipe) /* a stage sends only to a first stage that can take it */
     rc = agree(pipe->pp, rc, "gathering the adapters", err, errlen);
-  for (int j = 0; rc == 0 && j < 3; j++) {
-    be->to_host(w + (size_t)j * all + off, src[j], n * sizeof *w);
-    for (int st = 1; rc == 0 && st < stages; st++) {
+  if (rc == 0 && pipe && pipe->stage > 0) {
+    be->from_host(dev, s, 3 * mine * sizeof *s);
+    if (pipe->pp->ops->sendrecv(pipe->pp, dev, 3 * mine, 0, NULL, 0, -1) < 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "sending the adapters to the first stage: %s",
+                     colo_comm_error(pipe->pp));
+  } else if (rc == 0) {
+    for (int j = 0; j < 3; j++)
+      memcpy(w + (size_t)j * all + off, s + (size_t)j * mine, mine * sizeof *w);
+    for (int st = 1; rc == 0 && st < stages; st++) { /* [3][cnt] from each stage */
       size_t lo = (size_t)(st * L / stages) * per, cnt = (size_t)((st + 1) * L / stages) * per - lo;
-      if (pipe->pp->ops->sendrecv(pipe->pp, NULL, 0, -1, buf, cnt, st) < 0)
+      if (pipe->pp->ops->sendrecv(pipe->pp, NULL, 0, -1, dev, 3 * cnt, st) < 0) {
         rc = colo_fail(err, errlen, COLO_EIO, "receiving the adapters of stage %d: %s", st,
                        colo_comm_error(pipe->pp));
-      else
-        be->to_host(w + (size_t)j * all + lo, buf, cnt * sizeof *w);
+        break;
+      }
+      for (int j = 0; j < 3; j++)
+        be->to_host(w + (size_t)j * all + lo, dev + (size_t)j * cnt, cnt * sizeof *w);
     }
   }
-  if (buf)
-    colo_pool_free(pipe->pool, buf);
-  if (rc < 0)
+  if (dev)
+    colo_pool_free(pool, dev);
+  free(parts);
+  free(s);
+  if (rc < 0 || (pipe && pipe->stage > 0))
     free(w);
   else
     *h = w;
@@ -922,9 +984,9 @@ static int write_lora(const colo_train_config_t *cfg, uint64_t step, const colo_
  * not evaluated there). */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step, int asked,
                 float val, const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
-                colo_zero_t *zero, const pipe_t *pipe, colo_comm_t *world, int dp_idx, int me,
-                const colo_backend_t *be, int lead, FILE *progress, char *path, size_t path_len,
-                char *err, size_t errlen) {
+                colo_zero_t *zero, const pipe_t *pipe, colo_comm_t *tpc, colo_pool_t *pool,
+                colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be, int lead,
+                FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
   colo_lora_t *lora = colo_gpt_lora(model);
   meta->step = (uint64_t)step;
   meta->asked = asked;
@@ -937,8 +999,8 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
   if (lora) { /* a pipeline's adapters onto its first stage, and written there by rank 0 */
     float *h = NULL;
     colo_lora_t *whole = NULL;
-    rc = lora_gather(lora, opt, pipe, be, &h, err, errlen);
-    if (rc == 0 && lead && pipe)
+    rc = lora_gather(lora, opt, pipe, tpc, pool, be, &h, err, errlen);
+    if (rc == 0 && lead && (pipe || tpc))
       rc = colo_lora_create_table(&cfg->model, &cfg->lora, &whole, err, errlen);
     if (rc == 0 && lead)
       rc = write_lora(cfg, meta->step, whole ? whole : lora, h, err, errlen);
@@ -1206,13 +1268,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->document_token >= 0)
     CHECK_GOTO(colo_gpt_set_documents(model, cfg->document_token, err, errlen), rc, out);
   if (cfg->lora.rank > 0) {
-    if (tp > 1 || cfg->zero_stage == 1 || cfg->zero_stage == 2 ||
-        (pp > 1 && cfg->zero_stage != 0)) {
+    if (cfg->zero_stage == 1 || cfg->zero_stage == 2 ||
+        ((pp > 1 || tp > 1) && cfg->zero_stage != 0) || (tp > 1 && nf4)) {
       snprintf(err, errlen,
-               "train.lora: adapters train with data and pipeline parallelism, the frozen model "
-               "whole on each rank or stage (zero_stage=0) or, without stages, sharded over the "
-               "ranks (3); this run has parallel.tp=%d, pp=%d, zero_stage=%d",
-               tp, pp, cfg->zero_stage);
+               "train.lora: the frozen model is whole on each rank, or split by its stages and "
+               "tensor-parallel ranks (zero_stage=0), or, with neither, sharded over the ranks "
+               "(3); NF4 (lora_quant) needs tp=1; this run has parallel.tp=%d, pp=%d, "
+               "zero_stage=%d%s",
+               tp, pp, cfg->zero_stage, nf4 ? ", lora_quant=nf4" : "");
       rc = COLO_EINVAL;
       goto out;
     }
@@ -1222,8 +1285,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       CHECK_GOTO(colo_gpt_quantize_nf4(model, z3, err, errlen), rc, out);
   }
   if (pp > 1) { /* boundary tensors: this rank's rows */
-    pipe_s = (pipe_t){model, ppc,  pp_idx, pp, M, B / M, T,   colo_gpt_stage_rows(model, B / M, T),
-                      NULL,  NULL, lora,   0,  0, 0,     pool};
+    pipe_s = (pipe_t){model, ppc,  pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
+                      NULL,  NULL, lora,   0,  0, 0};
     /* on a GPU they are its memory: the communicator stages them, the model copies from them */
     if (be->device) {
       pipe_s.x_store = colo_pool_alloc(pool, (size_t)M * pipe_s.nc * sizeof(float), "boundaries");
@@ -1455,13 +1518,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     size_t l_off, l_all;
     colo_lora_span(lora, &l_off, &l_all);
     char staged[96] = "";
-    if (pp > 1)
-      snprintf(staged, sizeof staged, " (%zu on this stage, of %d)", colo_lora_numel(lora), pp);
+    if (pp > 1 || tp > 1)
+      snprintf(staged, sizeof staged, " (%zu on this rank, of pp=%d x tp=%d)",
+               colo_lora_numel(lora), pp, tp);
     printf("lora: rank %d, alpha %g%s on %s: %zu parameters train%s, the %s %zu are frozen "
            "(%s)%s\n",
            cfg->lora.rank, (double)cfg->lora.alpha, drop_said,
            colo_lora_targets_name(cfg->lora.targets, tg, sizeof tg), l_all, staged,
-           pp > 1 ? "stage's" : "model's", n_params,
+           pp > 1 || tp > 1 ? "rank's" : "model's", n_params,
            cfg->init_from ? cfg->init_from : "initialised from the seed",
            nf4   ? nf4_said
            : w16 ? ", its blocks' matrices in 16 bits only"
@@ -1549,7 +1613,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (save_due) {
       CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
-                      &zero, pipe, comm, dp_idx, me, be, lead, progress, ckpt_path,
+                      &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, ckpt_path,
                       sizeof ckpt_path, err, errlen),
                  rc, out);
       saved_at = step;
@@ -1569,8 +1633,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (asked & ASKED_SAVE) {
       if (cfg->ckpt_dir && step > start && saved_at != step) {
         CHECK_GOTO(save(cfg, &meta, step, 1, val_step == step ? last_val : NAN, &scaler, model,
-                        &opt, &zero, pipe, comm, dp_idx, me, be, lead, progress, ckpt_path,
-                        sizeof ckpt_path, err, errlen),
+                        &opt, &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress,
+                        ckpt_path, sizeof ckpt_path, err, errlen),
                    rc, out);
         saved_at = step;
         if (!quiet && lead)
@@ -1667,6 +1731,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       loss = l;
     }
+    if (lora && tpc && lora_tp_sum(lora, tpc) < 0) {
+      snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(tpc));
+      rc = COLO_EIO;
+      goto out;
+    }
     loss /= cfg->grad_accum;
     if (dp > 1) {
       float l = (float)loss;
@@ -1685,10 +1754,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (dump_path && step == start && lora)
       dump_lora(&dump, "grad.", lora, colo_lora_grads(lora), be);
     float norm = 0.0f;
-    if (lora) { /* a pipeline's stages each hold their layers' adapters: their sums add up */
-      float sq = (float)be->sumsq(colo_lora_grads(lora), colo_lora_numel(lora));
-      if (ppc && ppc->ops->allreduce_sum(ppc, &sq, 1) < 0) {
-        snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(ppc));
+    if (lora) { /* stages hold their layers' adapters, tensor-parallel ranks parts: sums add up */
+      float sq = lora_sumsq(be, lora, tpc);
+      if ((tpc && tpc->ops->allreduce_sum(tpc, &sq, 1) < 0) ||
+          (ppc && ppc->ops->allreduce_sum(ppc, &sq, 1) < 0)) {
+        snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(ppc ? ppc : tpc));
         rc = COLO_EIO;
         goto out;
       }
@@ -1794,8 +1864,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
    * was just saved there) */
   if (cfg->ckpt_dir && step > start && step != saved_at) {
     CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
-                    &zero, pipe, comm, dp_idx, me, be, lead, progress, ckpt_path, sizeof ckpt_path,
-                    err, errlen),
+                    &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, ckpt_path,
+                    sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
