@@ -555,6 +555,20 @@ TEST(llama_lora_zero3_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(llama_70b_lora_tp_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("llama3-70b-lora-tp.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(s->train->lora_rank, 16);
+  ASSERT_EQ_INT(s->parallel->tp, 8);
+  ASSERT(s->parallel->sequence_parallel);
+  ASSERT_EQ_INT(s->parallel->zero_stage, 0);
+  ASSERT_EQ_INT(s->model->n_layer, 80);
+  ASSERT_EQ_INT(s->resources->devices_per_node, 8);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(llama_qlora_example_job_is_valid) {
   char err[512];
   Colo__V1__JobSpec *s = example("llama3-8b-qlora.yaml", err, sizeof err);
