@@ -910,6 +910,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
            nf4 ? ", its matrices in NF4 (QLoRA)" : "");
     if (s->train->lora_dropout > 0.0f)
       printf("; dropout %g", (double)s->train->lora_dropout);
+    if (s->train->lora_plus_ratio > 0.0f && s->train->lora_plus_ratio != 1.0f)
+      printf("; LoRA+: B learns at %g x lr", (double)s->train->lora_plus_ratio);
     printf("\n");
   }
   if (j->resume_step)

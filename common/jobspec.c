@@ -521,6 +521,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "train.lora_dropout=%g drops the adapters' inputs: it needs train.lora_rank > 0",
                (double)t->lora_dropout);
+  if (t->lora_plus_ratio != 0.0f && t->lora_rank == 0)
+    return bad(err, errlen,
+               "train.lora_plus_ratio=%g sets the adapters' B learning rate: it needs "
+               "train.lora_rank > 0",
+               (double)t->lora_plus_ratio);
   if (nf4 && t->lora_rank == 0)
     return bad(err, errlen,
                "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs "
@@ -537,6 +542,9 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     if (!(t->lora_dropout >= 0.0f && t->lora_dropout < 1.0f))
       return bad(err, errlen, "train.lora_dropout=%g must be at least 0 and below 1",
                  (double)t->lora_dropout);
+    if (!(t->lora_plus_ratio >= 0.0f && t->lora_plus_ratio <= 1024.0f))
+      return bad(err, errlen, "train.lora_plus_ratio=%g must be between 0 and 1024",
+                 (double)t->lora_plus_ratio);
     if (t->lora_targets && t->lora_targets[0] &&
         colo_lora_targets_parse(t->lora_targets, &tg, why, sizeof why) < 0)
       return bad(err, errlen, "train.lora_targets: %s", why);

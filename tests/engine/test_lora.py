@@ -679,6 +679,60 @@ def rslora(tmp):
           "loss %.7f vs %.7f rel %.1e" % (got, want, rel))
 
 
+def loraplus(tmp):
+    """LoRA+ (--lora-plus-ratio 16): ten steps against PyTorch's AdamW with the A matrices in a
+    group at the rate and the B matrices in one at 16 times it (PEFT's create_loraplus_optimizer),
+    weight decay, clipping and the schedule as above; the losses, norms and adapters, and the
+    adapters' distance from one rate's run; the manifest and coloctl's line say so"""
+    tag, ratio = "[lora+] ", 16.0
+    args = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+            "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", str(LR),
+            "--min-lr", str(MIN_LR), "--warmup", str(WARMUP), "--weight-decay", str(WD),
+            "--grad-clip", str(CLIP), "--beta2", str(B2), "--seed", "1234", "--threads", "2",
+            "--init-from", os.path.join("gpt2-base", "step_00000030"), "--lora-rank", str(RANK),
+            "--lora-alpha", str(ALPHA)] + MODEL + ARCH["gpt2"]
+    ck, dump = os.path.join(tmp, "plus"), os.path.join(tmp, "plus.dump")
+    out = colo(args + ["--lora-plus-ratio", str(ratio), "--ckpt-dir", ck, "--dump-reference", dump])
+    one = read_safetensors(os.path.join(tmp, "gpt2-lora.dump"))  # run()'s: one rate
+    ref = read_safetensors(dump)
+    model = Adapted("gpt2", {n: ref["init." + n] for n in make_model("gpt2").names}, MODULES["all"])
+    names = sorted(model.ab)
+    for n in names:
+        model.ab[n] = ref["init." + n].clone().requires_grad_(True)
+    a_params = [model.ab[n] for n in names if ".lora_A" in n]
+    b_params = [model.ab[n] for n in names if ".lora_B" in n]
+    opt = torch.optim.AdamW([{"params": a_params, "lr": LR}, {"params": b_params, "lr": LR * ratio}],
+                            betas=(B1, B2), eps=EPS, weight_decay=WD)
+    worst_loss = worst_norm = 0.0
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for micro in range(ACCUM):
+            batch = ref["batch.%d.%d" % (step, micro)].long()
+            loss = model.forward(batch[:B], batch[B:])
+            (loss / ACCUM).backward()
+            loss_sum += loss.item() / ACCUM
+        worst_loss = max(worst_loss, abs(loss_sum - ref["losses"][step].item()) / loss_sum)
+        norm = torch.nn.utils.clip_grad_norm_(a_params + b_params, CLIP).item()
+        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
+        opt.param_groups[0]["lr"], opt.param_groups[1]["lr"] = lr_at(step), lr_at(step) * ratio
+        opt.step()
+    # AdamW's step is lr-sized whatever the gradient: where a gradient is near zero its sign, and
+    # so the step, follows the sums' order, by up to lr; B's tolerance scales with its rate
+    worst_a = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names if ".lora_A" in n)
+    worst_b = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names if ".lora_B" in n)
+    apart = max((one["final." + n] - ref["final." + n]).abs().max().item() for n in names if ".lora_B" in n)
+    check(tag + "10 steps: losses, norms (rel 1e-4), A (abs 1e-4), B (abs 1e-4 x 16)",
+          worst_loss <= 1e-4 and worst_norm <= 1e-4 and worst_a <= 1e-4 and worst_b <= 1e-4 * ratio,
+          "worst %.2e, %.2e, %.2e, %.2e" % (worst_loss, worst_norm, worst_a, worst_b))
+    check(tag + "B moved otherwise than at one rate", apart > 1e-2,
+          "B differs from one rate's run by up to %.2e" % apart)
+    man = json.load(open(os.path.join(ck, "step_%08d" % STEPS, "manifest.json")))["lora"]
+    said = [x for x in out.splitlines() if x.startswith("lora:")]
+    check(tag + "manifest and colo-train say so", man.get("plus_ratio") == 16 and said and
+          "LoRA+ (B at 16 x lr)" in said[0], "%s; %s" % (man, said[0] if said else out[-200:]))
+
+
 def words_data(prefix):
     """a temporary folder of shards (train.bin, val.bin) of 6,000 random words of 300"""
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -699,6 +753,7 @@ def main():
     tensor_parallel(tmp)
     dropout(tmp)
     rslora(tmp)
+    loraplus(tmp)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 

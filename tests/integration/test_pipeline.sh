@@ -251,23 +251,23 @@ PY
 [ -s "$TMP/ckpt/job-$L4/model.gguf" ] || fail "the LoRA job wrote no model.gguf: $(ls "$TMP/ckpt/job-$L4")"
 echo "figure: LoRA job $L4 on job $L1's model: val loss $lo_first -> $lo_last in 20 steps; model.gguf $(stat -c %s "$TMP/ckpt/job-$L4/model.gguf") bytes, merged"
 
-# QLoRA through colod: the same model's matrices in NF4, rsLoRA's scale and dropout; the
-# checkpoint's manifest says all three
+# QLoRA through colod: the same model's matrices in NF4, rsLoRA's scale, dropout and LoRA+'s
+# rate for B; the checkpoint's manifest says all four
 L5=$("$COLOCTL" submit "${LL[@]}" --set name=llama-qlora --set train.steps=10 \
   --set train.init_from_job="$L1" --set train.lora_rank=4 --set train.lora_quant=nf4 \
-  --set train.lora_rslora=true --set train.lora_dropout=0.05 --set parallel.zero_stage=0 \
-  --set optimizer.lr=0.01)
+  --set train.lora_rslora=true --set train.lora_dropout=0.05 --set train.lora_plus_ratio=4 \
+  --set parallel.zero_stage=0 --set optimizer.lr=0.01)
 ended "$L5"
 expect_eq "$(jstate "$L5")" "succeeded" "(qlora: $("$COLOCTL" status "$L5"))"
 expect_rc 0 "$COLOCTL" status "$L5"
-expect_contains "$OUT" "  lora       rank 4, alpha 16 (rsLoRA) on all: the model frozen, its matrices in NF4 (QLoRA); dropout 0.05"
+expect_contains "$OUT" "  lora       rank 4, alpha 16 (rsLoRA) on all: the model frozen, its matrices in NF4 (QLoRA); dropout 0.05; LoRA+: B learns at 4 x lr"
 LG5=$("$COLOCTL" logs "$L5")
-expect_contains "$LG5" "lora: rank 4, alpha 16 (rsLoRA: scale alpha/sqrt(r)), dropout 0.05 on attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj: "
+expect_contains "$LG5" "lora: rank 4, alpha 16 (rsLoRA: scale alpha/sqrt(r)), dropout 0.05, LoRA+ (B at 4 x lr) on attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj: "
 expect_contains "$LG5" "its blocks' matrices in NF4 (QLoRA): "
 python3 - "$TMP/ckpt/job-$L5/step_00000010/manifest.json" <<'PY' ||
 import json, sys
 lo = json.load(open(sys.argv[1]))["lora"]
-assert (lo["quant"], lo["rslora"], lo["dropout"]) == ("nf4", True, 0.05), lo
+assert (lo["quant"], lo["rslora"], lo["dropout"], lo["plus_ratio"]) == ("nf4", True, 0.05, 4), lo
 PY
   fail "the QLoRA checkpoint's manifest: $(cat "$TMP/ckpt/job-$L5/step_00000010/manifest.json")"
 q_first=$(grep -E "^step +0 \| val loss" <<<"$LG5" | sed 's/.*val loss //')

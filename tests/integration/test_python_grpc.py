@@ -288,16 +288,23 @@ class ColodTest(WithColod):
         self.assertAlmostEqual(got.lora_alpha, 16.0)  # the default, stored explicitly
         self.assertTrue(got.HasField("lora_alpha"))
         q = spec(name="py-qlora", train__lora_rank=8, train__lora_quant="nf4",  # QLoRA, sharded
-                 train__lora_dropout=0.05, train__lora_rslora=True, parallel__zero_stage=3)
+                 train__lora_dropout=0.05, train__lora_rslora=True, train__lora_plus_ratio=16,
+                 parallel__zero_stage=3)
         got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=q), timeout=5).job.id).spec.train
         self.assertEqual((got.lora_rank, got.lora_quant, got.lora_rslora), (8, "nf4", True))
         self.assertAlmostEqual(got.lora_dropout, 0.05, places=6)
+        self.assertEqual(got.lora_plus_ratio, 16.0)
         plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
         self.assertEqual(plain.spec.train.lora_rank, 0)
         before = job_rows()
         for bad, msg in (
                 (spec(train__lora_rank=8, train__lora_dropout=1.0),
                  "train.lora_dropout=1 must be at least 0 and below 1"),
+                (spec(train__lora_plus_ratio=16.0),
+                 "train.lora_plus_ratio=16 sets the adapters' B learning rate: it needs "
+                 "train.lora_rank > 0"),
+                (spec(train__lora_rank=8, train__lora_plus_ratio=-1.0),
+                 "train.lora_plus_ratio=-1 must be between 0 and 1024"),
                 (spec(train__lora_quant="nf4"),
                  "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs "
                  "train.lora_rank > 0"),

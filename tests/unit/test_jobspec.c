@@ -146,6 +146,10 @@ static const struct {
     {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 2}\n",
      "train.lora_rank=8 with parallel.zero_stage=2: stages 1 and 2 shard gradients and optimizer "
      "state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"},
+    {BASE "train: {lora_plus_ratio: 16}\n",
+     "train.lora_plus_ratio=16 sets the adapters' B learning rate: it needs train.lora_rank > 0"},
+    {BASE "train: {lora_rank: 8, lora_plus_ratio: 2000}\n",
+     "train.lora_plus_ratio=2000 must be between 0 and 1024"},
     {BASE "train: {lora_rank: 8, lora_dropout: 1}\n",
      "train.lora_dropout=1 must be at least 0 and below 1"},
     {BASE "train: {lora_rslora: true}\n",

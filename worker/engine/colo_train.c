@@ -803,6 +803,8 @@ static void train_usage(void) {
       "  --lora-dropout P      drop each adapter's input element-wise with probability P in\n"
       "                        training (PEFT's lora_dropout; default 0)\n"
       "  --lora-rslora true    rank-stabilized LoRA: updates scaled by A/sqrt(R), not A/R\n"
+      "  --lora-plus-ratio X   LoRA+: the B matrices learn at --lr times X, the A matrices at\n"
+      "                        --lr (PEFT's loraplus_lr_ratio; default: one rate)\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
@@ -989,6 +991,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-quant", "train: {lora_quant: '%s'}"},
       {"lora-dropout", "train: {lora_dropout: %s}"},
       {"lora-rslora", "train: {lora_rslora: %s}"},
+      {"lora-plus-ratio", "train: {lora_plus_ratio: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1536,6 +1539,7 @@ static int cmd_train(int argc, char **argv) {
       cfg.lora.quant = COLO_LORA_QUANT_NF4;
     cfg.lora.dropout = spec->train->lora_dropout;
     cfg.lora.rslora = spec->train->lora_rslora;
+    cfg.lora.plus_ratio = spec->train->lora_plus_ratio;
   }
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;

@@ -36,6 +36,9 @@ typedef struct {
   /* rank-stabilized LoRA (Kalajdzievski 2023; PEFT's use_rslora): the update is scaled by
    * alpha/sqrt(rank), not alpha/rank */
   int rslora;
+  /* LoRA+ (Hayou et al. 2024): the B matrices learn at the optimizer's rate times this ratio, the
+   * A matrices at the rate (the training loop's AdamW reads it); 0 or 1: one rate */
+  float plus_ratio;
 } colo_lora_config_t;
 #define COLO_LORA_QUANT_NF4 1
 

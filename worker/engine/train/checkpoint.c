@@ -198,7 +198,7 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       cJSON *r = cJSON_GetObjectItem(lo, "rank"), *al = cJSON_GetObjectItem(lo, "alpha"),
             *tg = cJSON_GetObjectItem(lo, "targets"), *bs = cJSON_GetObjectItem(lo, "base"),
             *qn = cJSON_GetObjectItem(lo, "quant"), *dr = cJSON_GetObjectItem(lo, "dropout"),
-            *rs = cJSON_GetObjectItem(lo, "rslora");
+            *rs = cJSON_GetObjectItem(lo, "rslora"), *pr = cJSON_GetObjectItem(lo, "plus_ratio");
       char why[160];
       if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
           r->valuedouble != (int)r->valuedouble || !cJSON_IsNumber(al) ||
@@ -207,9 +207,11 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
           (bs && (!cJSON_IsString(bs) || strlen(bs->valuestring) >= sizeof t.lora_base)) ||
           (qn && (!cJSON_IsString(qn) || strcmp(qn->valuestring, "nf4"))) ||
           (dr && !(cJSON_IsNumber(dr) && dr->valuedouble >= 0 && dr->valuedouble < 1)) ||
-          (rs && !cJSON_IsBool(rs)))
+          (rs && !cJSON_IsBool(rs)) ||
+          (pr && !(cJSON_IsNumber(pr) && pr->valuedouble >= 0 && pr->valuedouble <= 1024)))
         bad = 1;
       else {
+        t.lora.plus_ratio = pr ? (float)pr->valuedouble : 0.0f;
         t.lora.rslora = rs && cJSON_IsTrue(rs);
         t.lora.dropout = dr ? (float)dr->valuedouble : 0.0f;
         t.lora.quant = qn ? COLO_LORA_QUANT_NF4 : 0;
@@ -531,6 +533,11 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddBoolToObject(lo, "rslora", 1);
     if (meta->lora.dropout > 0.0f)
       cJSON_AddNumberToObject(lo, "dropout", colo_lora_dropout_decimal(&meta->lora));
+    if (meta->lora.plus_ratio > 0.0f && meta->lora.plus_ratio != 1.0f) { /* as written: 16, 2.5 */
+      char v[32];
+      snprintf(v, sizeof v, "%.6g", (double)meta->lora.plus_ratio);
+      cJSON_AddNumberToObject(lo, "plus_ratio", strtod(v, NULL));
+    }
   }
   cJSON *files = cJSON_AddArrayToObject(m, "files");
   int rc = 0;

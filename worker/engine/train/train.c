@@ -1502,12 +1502,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead && lora) {
-    char tg[96], nf4_said[224], drop_said[80] = "";
+    char tg[96], nf4_said[224], drop_said[128] = "";
     snprintf(drop_said, sizeof drop_said, "%s",
              cfg->lora.rslora ? " (rsLoRA: scale alpha/sqrt(r))" : "");
     if (cfg->lora.dropout > 0.0f)
       snprintf(drop_said + strlen(drop_said), sizeof drop_said - strlen(drop_said), ", dropout %g",
                colo_lora_dropout_decimal(&cfg->lora));
+    if (cfg->lora.plus_ratio > 0.0f && cfg->lora.plus_ratio != 1.0f)
+      snprintf(drop_said + strlen(drop_said), sizeof drop_said - strlen(drop_said),
+               ", LoRA+ (B at %g x lr)", (double)cfg->lora.plus_ratio);
     size_t nm = colo_gpt_block_matrix_numel(model);
     snprintf(nf4_said, sizeof nf4_said,
              ", its blocks' matrices in NF4 (QLoRA): %.1f MiB for %zu values (%.1f MiB in 16 "
@@ -1790,9 +1793,22 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     float lr = colo_lr_at(&cfg->optim, step);
     if (take && lora) {
       const colo_adamw_config_t *oc = &opt.cfg;
+      float plus = cfg->lora.plus_ratio;
       opt.t++;
-      be->adamw(colo_lora_params(lora), colo_lora_grads(lora), opt.m, opt.v, colo_lora_numel(lora),
-                lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay, gscale, opt.t);
+      if (plus > 0.0f && plus != 1.0f) { /* LoRA+: each B at lr × ratio */
+        size_t nt;
+        const colo_param_t *tab = colo_lora_table(lora, &nt);
+        for (size_t i = 0; i < nt; i++) {
+          size_t o = tab[i].offset;
+          be->adamw(colo_lora_params(lora) + o, colo_lora_grads(lora) + o, opt.m + o, opt.v + o,
+                    tab[i].numel, i & 1 ? lr * plus : lr, oc->beta1, oc->beta2, oc->eps,
+                    oc->weight_decay, gscale, opt.t);
+        }
+      } else {
+        be->adamw(colo_lora_params(lora), colo_lora_grads(lora), opt.m, opt.v,
+                  colo_lora_numel(lora), lr, oc->beta1, oc->beta2, oc->eps, oc->weight_decay,
+                  gscale, opt.t);
+      }
       colo_zero_end_step(&zero);
     } else if (take && colo_zero_step(&zero, &opt, be, model, lr, gscale) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, zero.error[0] ? zero.error : colo_comm_error(comm));
