@@ -274,6 +274,24 @@ q_first=$(grep -E "^step +0 \| val loss" <<<"$LG5" | sed 's/.*val loss //')
 q_last=$(grep -E "^step +10 \| val loss" <<<"$LG5" | sed 's/.*val loss //')
 echo "figure: QLoRA job $L5 on job $L1's model (its val loss $ll_last): val loss $q_first with the matrices in NF4 -> $q_last in 10 steps"
 
+# LoRA on two tensor-parallel ranks with sequence parallelism through colod: the job's two ranks
+# each hold their part of the adapters, and rank 0 writes them whole; `colo-train eval` reads that
+# checkpoint on one rank
+L6=$("$COLOCTL" submit "${LL[@]}" --set name=llama-lora-tp --set train.steps=10 \
+  --set train.init_from_job="$L1" --set train.lora_rank=4 --set train.lora_dropout=0.05 \
+  --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.zero_stage=0 \
+  --set optimizer.lr=0.01)
+ended "$L6"
+expect_eq "$(jstate "$L6")" "succeeded" "(lora tp: $("$COLOCTL" status "$L6"))"
+LG6=$("$COLOCTL" logs "$L6")
+expect_contains "$LG6" "mesh: pp=1 (1 micro-batches) x dp=1 x tp=2"
+expect_contains "$LG6" "parameters train (1536 on this rank, of pp=1 x tp=2), the rank's "
+expect_rc 0 "$COLO_BIN/colo-train" eval --checkpoint "$TMP/ckpt/job-$L6/step_00000010" \
+  --data "$TMP/data/ts/val.bin" --batches 2 --batch-size 4 --json
+t_eval=$(python3 -c 'import json,sys; print("%.4f" % json.loads(sys.argv[1].splitlines()[-1])["loss"])' "$OUT")
+t_last=$(grep -E "^step +10 \| val loss" <<<"$LG6" | sed 's/.*val loss //')
+echo "figure: LoRA job $L6 on 2 tensor-parallel ranks: val loss $t_last at step 10; colo-train eval of its checkpoint on one rank $t_eval"
+
 kill -TERM $WPID
 wait $WPID || fail "the worker did not exit 0"
 stop_colod
