@@ -339,30 +339,43 @@ static int pp_grad_norm(const colo_backend_t *be, colo_gpt_t *m, colo_comm_t *tp
 }
 
 /* Under tensor parallelism the adapters every rank of the group holds whole (a column-parallel
- * product's A, a row-parallel one's B) have a partial gradient on each: the group adds them. */
-static int lora_tp_sum(colo_lora_t *l, colo_comm_t *tpc) {
-  size_t nt;
+ * product's A, a row-parallel one's B) have a partial gradient on each: the group adds them, all
+ * in one all-reduce through rep (backend memory for colo_lora_tp_whole floats), which then holds
+ * them summed. */
+static int lora_tp_sum(const colo_backend_t *be, colo_lora_t *l, colo_comm_t *tpc, float *rep) {
+  size_t nt, k = 0;
   const colo_param_t *tab = colo_lora_table(l, &nt);
   float *g = colo_lora_grads(l);
-  for (size_t i = 0; i < nt; i++)
-    if (tab[i].split == COLO_SPLIT_NONE &&
-        tpc->ops->allreduce_sum(tpc, g + tab[i].offset, tab[i].numel) < 0)
-      return COLO_EIO;
+  for (size_t i = 0; i < nt; k += tab[i].split == COLO_SPLIT_NONE ? tab[i].numel : 0, i++)
+    if (tab[i].split == COLO_SPLIT_NONE)
+      be->copy(rep + k, g + tab[i].offset, tab[i].numel * sizeof *rep);
+  if (tpc->ops->allreduce_sum(tpc, rep, k) < 0)
+    return COLO_EIO;
+  k = 0;
+  for (size_t i = 0; i < nt; k += tab[i].split == COLO_SPLIT_NONE ? tab[i].numel : 0, i++)
+    if (tab[i].split == COLO_SPLIT_NONE)
+      be->copy(g + tab[i].offset, rep + k, tab[i].numel * sizeof *rep);
   return 0;
 }
 
-/* The adapters' squared gradient norm on this rank, for the groups to add: all of it, or under
- * tensor parallelism its parts and, on the group's first rank, the tensors all hold whole. */
-static float lora_sumsq(const colo_backend_t *be, colo_lora_t *l, colo_comm_t *tpc) {
-  if (!tpc)
-    return (float)be->sumsq(colo_lora_grads(l), colo_lora_numel(l));
-  size_t nt;
+/* the floats of the adapters every rank of a tensor-parallel group holds whole */
+static size_t lora_tp_whole(colo_lora_t *l) {
+  size_t nt, n = 0;
   const colo_param_t *tab = colo_lora_table(l, &nt);
-  double sq = 0.0;
   for (size_t i = 0; i < nt; i++)
-    if (tab[i].split != COLO_SPLIT_NONE || colo_comm_rank(tpc) == 0)
-      sq += be->sumsq(colo_lora_grads(l) + tab[i].offset, tab[i].numel);
-  return (float)sq;
+    n += tab[i].split == COLO_SPLIT_NONE ? tab[i].numel : 0;
+  return n;
+}
+
+/* The adapters' squared gradient norm on this rank, for the groups to add: all of it, or under
+ * tensor parallelism (after lora_tp_sum) the tensors all hold whole counted on the group's first
+ * rank alone (rep: them). */
+static float lora_sumsq(const colo_backend_t *be, colo_lora_t *l, colo_comm_t *tpc,
+                        const float *rep) {
+  double sq = be->sumsq(colo_lora_grads(l), colo_lora_numel(l));
+  if (tpc && colo_comm_rank(tpc) > 0)
+    sq -= be->sumsq(rep, lora_tp_whole(l));
+  return sq > 0.0 ? (float)sq : 0.0f;
 }
 
 /* s as the inside of a JSON string (quotes, backslashes and control characters escaped; cut to
@@ -1121,6 +1134,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_pool_t *pool = NULL;
   colo_gpt_t *model = NULL;
   colo_lora_t *lora = NULL; /* LoRA: the adapters, the only tensors that train */
+  float *lora_rep = NULL;   /* under tensor parallelism: their whole tensors' gradients, summed */
   colo_adamw_t opt = {0};
   colo_comm_t *comm = NULL;    /* the world */
   colo_comm_t *dp_comm = NULL; /* this rank's data-parallel group (the world when tp = 1) */
@@ -1281,6 +1295,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     CHECK_GOTO(colo_lora_create(model, &cfg->lora, pool, &lora, err, errlen), rc, out);
     CHECK_GOTO(colo_gpt_set_lora(model, lora, err, errlen), rc, out);
+    if (tpc && !(lora_rep = colo_pool_alloc(pool, lora_tp_whole(lora) * sizeof(float) + 1,
+                                            "lora gradients"))) {
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(pool));
+      goto out;
+    }
     if (nf4)
       CHECK_GOTO(colo_gpt_quantize_nf4(model, z3, err, errlen), rc, out);
   }
@@ -1734,7 +1753,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       loss = l;
     }
-    if (lora && tpc && lora_tp_sum(lora, tpc) < 0) {
+    if (lora && tpc && lora_tp_sum(be, lora, tpc, lora_rep) < 0) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(tpc));
       rc = COLO_EIO;
       goto out;
@@ -1758,7 +1777,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       dump_lora(&dump, "grad.", lora, colo_lora_grads(lora), be);
     float norm = 0.0f;
     if (lora) { /* stages hold their layers' adapters, tensor-parallel ranks parts: sums add up */
-      float sq = lora_sumsq(be, lora, tpc);
+      float sq = lora_sumsq(be, lora, tpc, lora_rep);
       if ((tpc && tpc->ops->allreduce_sum(tpc, &sq, 1) < 0) ||
           (ppc && ppc->ops->allreduce_sum(ppc, &sq, 1) < 0)) {
         snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(ppc ? ppc : tpc));
@@ -1972,6 +1991,8 @@ out:
     colo_adamw_free(&opt);
   colo_gpt_destroy(model);
   colo_lora_destroy(lora);
+  if (pool)
+    colo_pool_free(pool, lora_rep);
   colo_pool_destroy(pool);
   colo_blend_close(&train);
   val_sets_close(&val);
