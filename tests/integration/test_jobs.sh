@@ -3,7 +3,8 @@
 # data-parallel job on tinyshakespeare, and every fault below ends with the job SUCCEEDED and a
 # final loss bit-identical to the same job run standalone with `colo-train --nproc 2`:
 #   (a) kill -9 of a rank mid-training: a new attempt resumes from the newest checkpoint; the
-#       time from the kill to training again is measured;
+#       time from the kill to training again is measured; (a') the same of a LoRA job on two
+#       tensor-parallel ranks, from the first job's model;
 #   (b) kill -9 of the worker: its host goes DOWN within host_timeout, the job goes RESTARTING;
 #       when the worker comes back it ends the ranks the dead one left, and the job resumes;
 #   (c) kill -9 of colod: the restarted colod picks the job up, its ranks are not restarted;
@@ -109,6 +110,7 @@ expect_rc 1 "$COLOCTL" checkpoint "$J"
 expect_eq "$ERR" "coloctl: FAILED_PRECONDITION: job $J is not running: only a running job's ranks save a checkpoint"
 wait_until 10 "logs -f to end" bash -c "! kill -0 $FOLLOW 2>/dev/null"
 expect_same_loss "$J" "no fault"
+FIRST=$J # its model is the base of the LoRA job in (a')
 grep -qE "^step +$STEPS/$STEPS " "$TMP/follow.txt" ||
   fail "logs -f did not show the last step: $(tail -c 300 "$TMP/follow.txt"); stderr: $(cat "$TMP/follow.err"); colod has: $(tail -c 200 "$TMP/state/logs/job-$J/attempt-1/rank-0.log")"
 # the worker rotated rank 0's log (20 kB files, 2 kept); colod has the whole output. Copy and
@@ -275,6 +277,29 @@ expect_same_loss "$J" "(a) rank killed"
 # the curve has both attempts, the second from where it resumed
 [ "$("$COLOCTL" history "$J" --json | python3 -c 'import json,sys; print(sorted({x["attempt"] for x in json.load(sys.stdin)["samples"]}))')" = "[1, 2]" ] ||
   fail "history of job $J does not have both attempts"
+
+# ---- (a') kill -9 of a rank of a LoRA job on two tensor-parallel ranks ----
+# each rank holds its part of the adapters and rank 0 writes them whole: the new attempt resumes
+# from that checkpoint, each rank taking its part again, and ends where the same job run
+# standalone ends
+cp -r "$TMP/ckpt/job-$FIRST/step_$(printf %08d $STEPS)" "$TMP/data/lora-base"
+sed -e 's/^name: faults/name: lora-tp/' -e 's/^parallel: .*/parallel: {tp: 2}/' \
+  -e "s/^train: .*/train: {steps: 300, batch_size: 4, eval_interval: 100, eval_batches: 2, init_from: lora-base, lora_rank: 4, lora_dropout: 0.1}/" \
+  "$TMP/job.yaml" >"$TMP/lora.yaml"
+"$TRAIN" train --job "$TMP/lora.yaml" --data-root "$TMP/data" --nproc 2 >"$TMP/lora-ref.txt" 2>&1 ||
+  fail "standalone LoRA run failed: $(tail -5 "$TMP/lora-ref.txt")"
+lora_loss() { grep -E "^step +300/300 " | sed 's/.*| loss \([0-9.]*\) |.*/\1/'; }
+LREF=$(lora_loss <"$TMP/lora-ref.txt")
+J=$("$COLOCTL" submit "$TMP/lora.yaml")
+POLL_MAX=0.1 wait_until 60 "a checkpoint at step 100 of job $J" ckpt_on_disk "$J" 100
+P=$(rank_pid "$J" 1 1)
+[ -n "$P" ] || fail "no pid file for job $J rank 1"
+kill -KILL "$P"
+wait_until 60 "job $J success after the rank kill" is_state "$J" succeeded
+expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from"
+LGOT=$("$COLOCTL" logs "$J" | lora_loss)
+[ -n "$LREF" ] && [ "$LGOT" = "$LREF" ] || fail "LoRA job $J: final loss $LGOT, standalone $LREF"
+echo "figure: (a') LoRA job $J on tp=2, rank 1 killed: final loss $LGOT = standalone $LREF, attempts $(jf "$J" 'j["attempt"]')"
 
 # ---- (d) the newest checkpoint corrupted, then a rank dies ----
 J=$(submit)
