@@ -14,14 +14,13 @@ struct colo_lora_s {
   float scale; /* alpha / r, or alpha / sqrt(r) (rslora) */
   const colo_backend_t *be;
   colo_pool_t *pool;
-  int L, N;           /* layers; the most rows a batch has */
-  int lo, hi;         /* the layers with adapters here: [lo, hi) (a pipeline stage's) */
-  int tp, tpr;        /* the tensor-parallel group's size and this rank in it */
-  int C;              /* the model's width: c_attn's query columns */
-  size_t t0, p0;      /* the first table entry's index, and its offset, in the whole model's */
-  size_t full_params; /* the whole model's adapters' floats */
-  int in[4], out[4];  /* each target's product: inp[N][in] · W[in][out], this rank's part */
-  int in_full[4], out_full[4]; /* the same, whole */
+  int L, N;            /* layers; the most rows a batch has */
+  int lo, hi;          /* the layers with adapters here: [lo, hi) (a pipeline stage's) */
+  int tp, tpr;         /* the tensor-parallel group's size and this rank in it */
+  int C;               /* the model's width: c_attn's query columns */
+  size_t t0, p0;       /* the first table entry's index, and its offset, in the whole model's */
+  size_t full_params;  /* the whole model's adapters' floats */
+  int in[4], out[4];   /* each target's product: inp[N][in] · W[in][out], this rank's part */
   int *first;          /* [L][4]: the table index of the layer's target's A (B follows), -1 */
   size_t *w_offset;    /* [L][4]: the adapted matrix's offset in the model's parameters */
   colo_param_t *table; /* A, B per adapted product */
@@ -120,8 +119,6 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
   }
   memcpy(l->in, in, sizeof in);
   memcpy(l->out, outw, sizeof outw);
-  memcpy(l->in_full, inf, sizeof inf);
-  memcpy(l->out_full, outf, sizeof outf);
   int per = 0, max_in = 0, max_out = 0;
   size_t layer_floats = 0;
   for (int k = 0; k < COLO_LORA_TARGETS; k++)

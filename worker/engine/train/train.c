@@ -1009,7 +1009,7 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
   meta->adam_t = opt->t;
   meta->zero = lora ? 0 : zero->stage;
   int rc = 0;
-  if (lora) { /* a pipeline's adapters onto its first stage, and written there by rank 0 */
+  if (lora) { /* the stages' and tensor-parallel ranks' adapters onto rank 0, written there */
     float *h = NULL;
     colo_lora_t *whole = NULL;
     rc = lora_gather(lora, opt, pipe, tpc, pool, be, &h, err, errlen);
