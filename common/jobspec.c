@@ -548,12 +548,6 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     if (t->lora_targets && t->lora_targets[0] &&
         colo_lora_targets_parse(t->lora_targets, &tg, why, sizeof why) < 0)
       return bad(err, errlen, "train.lora_targets: %s", why);
-    if (s->parallel->tp > 1 && s->parallel->zero_stage == 3)
-      return bad(err, errlen,
-                 "train.lora_rank=%u with parallel.tp=%u and zero_stage=3: the frozen model is "
-                 "split by the tensor-parallel ranks (zero_stage=0) or sharded by ZeRO-3 (tp=1), "
-                 "not both",
-                 t->lora_rank, s->parallel->tp);
     if (s->parallel->tp > 1 && nf4)
       return bad(err, errlen,
                  "train.lora_quant=nf4 with parallel.tp=%u: the NF4 model is kept whole on each "

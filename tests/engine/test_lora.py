@@ -425,8 +425,9 @@ def tensor_parallel(tmp):
     gathers them into the one checkpoint file. Against one rank: GPT-2 in fp32 with dropout on
     2 ranks, with sequence parallelism, and on tp=2 × pp=2; Llama with grouped-query attention
     and an untied head in fp32 with sequence parallelism, and in bf16 (losses within 1e-5 and the
-    checkpoint within 1e-4 in fp32; bf16 within 1e-3 and 2e-2). Stopped and resumed under tp=2,
-    the same bytes; one rank's checkpoint resumed on 2."""
+    checkpoint within 1e-4 in fp32; bf16 within 1e-3 and 2e-2). tp=2 x dp=2 with the frozen
+    model's parts sharded by ZeRO-3, the bytes of ZeRO-0's. Stopped and resumed under tp=2, the
+    same bytes; one rank's checkpoint resumed on 2."""
     def lora_run(ck, base, model, extra=()):
         dump = os.path.join(tmp, ck + ".dump")
         colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
@@ -453,12 +454,19 @@ def tensor_parallel(tmp):
     compare("GPT-2, 2 ranks = 1", ref, lora_run("tp-2", g2, gm, tp), "tp-ref", "tp-2", 1e-5, 1e-4)
     compare("GPT-2, sequence parallel = 1 rank", ref, lora_run("tp-sp", g2, gm, tp + ["--sp", "true"]),
             "tp-ref", "tp-sp", 1e-5, 1e-4)
+    f = "step_%08d/rank_00000.safetensors" % STEPS
     compare("GPT-2, tp=2 x pp=2 = 1 rank", ref,
             lora_run("tp-pp", g2, gm, ["--nproc", "4", "--tp", "2", "--pp", "2", "--micro-batches", "2"]),
             "tp-ref", "tp-pp", 1e-5, 1e-4)
+    # the frozen model's tensor-parallel parts sharded again over 2 data-parallel ranks (ZeRO-3):
+    # the same training, bit for bit, as each kept whole
+    half = ["--batch-size", str(B // 2), "--nproc", "4", "--tp", "2", "--dp", "2"]
+    lora_run("tp-dp-z0", g2, gm, half)
+    lora_run("tp-dp-z3", g2, gm, half + ["--zero", "3"])
+    check("[tensor parallel] tp=2 x dp=2, ZeRO-3 = ZeRO-0 (bytes)",
+          open(os.path.join(tmp, "tp-dp-z0", f), "rb").read() == open(os.path.join(tmp, "tp-dp-z3", f), "rb").read(), f)
     lora_run("tp-halves", g2, gm, tp + ["--stop-at", str(STEPS // 2)])
     lora_run("tp-halves", g2, gm, tp + ["--resume", "auto"])
-    f = "step_%08d/rank_00000.safetensors" % STEPS
     check("[tensor parallel] stopped at step %d and resumed on 2 ranks: the same bytes" % (STEPS // 2),
           open(os.path.join(tmp, "tp-2", f), "rb").read() == open(os.path.join(tmp, "tp-halves", f), "rb").read(), f)
     os.makedirs(os.path.join(tmp, "tp-from-one"))

@@ -429,6 +429,20 @@ expect_rc 0 "$CT" train "${LB[@]}" --lora-dropout 0.1 --ckpt-dir "$TMP/ld1" --pr
 expect_rc 0 "$CT" train "${LB[@]}" --lora-dropout 0.1 --nproc 2 --tp 2 --sp true \
   --ckpt-dir "$TMP/ldtp" --progress "$TMP/ldtp.jsonl"
 same_training "LoRA with dropout on 2 tensor-parallel ranks vs 1" "$TMP/ld1.jsonl" "$TMP/ldtp.jsonl" 1e-3
+# and each rank's part of the frozen model sharded again over 2 data-parallel ranks (ZeRO-3), its
+# pieces all in host memory: the same training as tp=2 x dp=2 keeping the parts whole (bit for bit
+# where the GPU is emulated)
+expect_rc 0 "$CT" train "${LB[@]}" --lora-dropout 0.1 --nproc 4 --tp 2 --dp 2 --batch-size 2 \
+  --ckpt-dir "$TMP/ldtd0" --progress "$TMP/ldtd0.jsonl"
+expect_rc 0 "$CT" train "${LB[@]}" --lora-dropout 0.1 --nproc 4 --tp 2 --dp 2 --batch-size 2 \
+  --zero 3 --placement static --param-device-fraction 0 --ckpt-dir "$TMP/ldtd3" \
+  --progress "$TMP/ldtd3.jsonl"
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/ldtd0/step_00000006/rank_00000.safetensors" "$TMP/ldtd3/step_00000006/rank_00000.safetensors" ||
+    fail "LoRA on tp=2 x dp=2: ZeRO-3's pieces in host memory trained otherwise than the parts whole"
+fi
+same_training "LoRA on tp=2 x dp=2, ZeRO-3 pieces in host memory vs the parts whole" \
+  "$TMP/ldtd0.jsonl" "$TMP/ldtd3.jsonl" 1e-3
 # (the bf16 model: its 16-bit pieces all-gathered, then kept as gathered chunks; checkpoints the
 # same as the model whole on each of the two ranks')
 expect_rc 0 "$CT" train "${LB[@]}" --dp 2 --nproc 2 --ckpt-dir "$TMP/lbdp0"

@@ -222,10 +222,10 @@ echo "figure: llama job $L1 trained 40 steps to val loss $ll_last; job $L2 start
 
 # LoRA through colod: adapters on the llama job's model, which stays frozen, kept as ZeRO-3
 # pieces (one rank here: engine_lora shards it over two); the job exports the model with them
-# merged. A LoRA job under tensor parallelism with ZeRO-3, or ZeRO-1, is refused at submit.
-expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4 --set parallel.tp=2 \
-  --set parallel.zero_stage=3
-expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_rank=4 with parallel.tp=2 and zero_stage=3: the frozen model is split by the tensor-parallel ranks (zero_stage=0) or sharded by ZeRO-3 (tp=1), not both"
+# merged. A QLoRA job under tensor parallelism, or a LoRA job with ZeRO-1, is refused at submit.
+expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4 --set train.lora_quant=nf4 \
+  --set parallel.tp=2 --set parallel.zero_stage=3
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_quant=nf4 with parallel.tp=2: the NF4 model is kept whole on each rank or sharded by ZeRO-3 (zero_stage=3), not split by tensor parallelism"
 expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4
 expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_rank=4 with parallel.zero_stage=1: stages 1 and 2 shard gradients and optimizer state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"
 L4=$("$COLOCTL" submit "${LL[@]}" --set name=llama-lora --set train.steps=20 --after "$L1" \

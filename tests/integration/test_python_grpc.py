@@ -315,10 +315,10 @@ class ColodTest(WithColod):
                  "train.lora_rank=8 with parallel.zero_stage=1: stages 1 and 2 shard gradients and "
                  "optimizer state, and the frozen model has none; zero_stage=3 shards its "
                  "parameters, 0 keeps it whole"),
-                (spec(train__lora_rank=8, parallel__tp=2, parallel__zero_stage=3),
-                 "train.lora_rank=8 with parallel.tp=2 and zero_stage=3: the frozen model is split "
-                 "by the tensor-parallel ranks (zero_stage=0) or sharded by ZeRO-3 (tp=1), not "
-                 "both"),
+                (spec(train__lora_rank=8, train__lora_quant="nf4", parallel__tp=2,
+                      parallel__zero_stage=3),
+                 "train.lora_quant=nf4 with parallel.tp=2: the NF4 model is kept whole on each rank "
+                 "or sharded by ZeRO-3 (zero_stage=3), not split by tensor parallelism"),
                 (spec(checkpoint__export_format="peft"),
                  "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0")):
             with self.assertRaises(grpc.RpcError) as cm:

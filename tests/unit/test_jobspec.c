@@ -137,9 +137,6 @@ static const struct {
     {BASE "train: {lora_rank: 8, lora_targets: 'attn.c_attn,q_proj'}\n",
      "train.lora_targets: lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
      "mlp.c_proj, all"},
-    {BASE "train: {lora_rank: 8}\nparallel: {tp: 2, zero_stage: 3}\n",
-     "train.lora_rank=8 with parallel.tp=2 and zero_stage=3: the frozen model is split by the "
-     "tensor-parallel ranks (zero_stage=0) or sharded by ZeRO-3 (tp=1), not both"},
     {BASE "train: {lora_rank: 8, lora_quant: nf4}\nparallel: {tp: 2}\n",
      "train.lora_quant=nf4 with parallel.tp=2: the NF4 model is kept whole on each rank or "
      "sharded by ZeRO-3 (zero_stage=3), not split by tensor parallelism"},

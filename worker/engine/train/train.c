@@ -1282,13 +1282,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->document_token >= 0)
     CHECK_GOTO(colo_gpt_set_documents(model, cfg->document_token, err, errlen), rc, out);
   if (cfg->lora.rank > 0) {
-    if (cfg->zero_stage == 1 || cfg->zero_stage == 2 ||
-        ((pp > 1 || tp > 1) && cfg->zero_stage != 0) || (tp > 1 && nf4)) {
+    if (cfg->zero_stage == 1 || cfg->zero_stage == 2 || (pp > 1 && cfg->zero_stage == 3) ||
+        (tp > 1 && nf4)) {
       snprintf(err, errlen,
-               "train.lora: the frozen model is whole on each rank, or split by its stages and "
-               "tensor-parallel ranks (zero_stage=0), or, with neither, sharded over the ranks "
-               "(3); NF4 (lora_quant) needs tp=1; this run has parallel.tp=%d, pp=%d, "
-               "zero_stage=%d%s",
+               "train.lora: the frozen model is whole on each rank or split by its stages and "
+               "tensor-parallel ranks (zero_stage=0), or sharded over the data-parallel ranks "
+               "without stages (3); NF4 (lora_quant) needs tp=1; this run has parallel.tp=%d, "
+               "pp=%d, zero_stage=%d%s",
                tp, pp, cfg->zero_stage, nf4 ? ", lora_quant=nf4" : "");
       rc = COLO_EINVAL;
       goto out;
