@@ -125,6 +125,32 @@ class Adapted:
         return self.m(idx, tg)
 
 
+def replay(forward, ref, opt, params, rates, first=None):
+    """colo's STEPS steps again in PyTorch from its dump `ref`: each step's micro-batches through
+    forward(idx, tg, step, micro), clipping, and opt's groups at lr_at(step) times their `rates`;
+    first(loss, rel) sees the first step's gradients before clipping. Returns the worst relative
+    loss and norm."""
+    worst_loss = worst_norm = 0.0
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=False)
+        loss_sum = 0.0
+        for micro in range(ACCUM):
+            batch = ref["batch.%d.%d" % (step, micro)].long()
+            loss = forward(batch[:B], batch[B:], step, micro)
+            (loss / ACCUM).backward()
+            loss_sum += loss.item() / ACCUM
+        rel = abs(loss_sum - ref["losses"][step].item()) / abs(loss_sum)
+        worst_loss = max(worst_loss, rel)
+        if step == 0 and first:
+            first(loss_sum, rel)
+        norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
+        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
+        for g, rate in zip(opt.param_groups, rates):
+            g["lr"] = lr_at(step) * rate
+        opt.step()
+    return worst_loss, worst_norm
+
+
 def train_base(tmp, arch, model):
     """a base to adapt: 30 steps of the model flags `model`, checkpoints in tmp/ARCH-base"""
     base_dir = os.path.join(tmp, arch + "-base")
@@ -178,38 +204,25 @@ def run(tmp, arch):
 
     params = [model.ab[n] for n in names]
     opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
-    worst_loss = worst_norm = worst_grad = 0.0
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=False)
-        loss_sum = 0.0
-        for micro in range(ACCUM):
-            batch = ref["batch.%d.%d" % (step, micro)].long()
-            loss = model.forward(batch[:B], batch[B:])
-            (loss / ACCUM).backward()
-            loss_sum += loss.item() / ACCUM
-        colo_loss = ref["losses"][step].item()
-        rel = abs(loss_sum - colo_loss) / abs(loss_sum)
-        worst_loss = max(worst_loss, rel)
-        if step == 0:
-            with torch.no_grad():
-                plain = make_model(arch)
-                for n in plain.names:
-                    plain.p[n].copy_(model.base[n])
-                base_loss = sum(plain(ref["batch.0.%d" % m].long()[:B], ref["batch.0.%d" % m].long()[B:]).item()
-                                for m in range(ACCUM)) / ACCUM
-            check(tag + "first loss (rel 1e-5), the base's", rel <= 1e-5 and abs(base_loss - loss_sum) <= 1e-6 * loss_sum,
-                  "torch %.7f colo %.7f base %.7f" % (loss_sum, colo_loss, base_loss))
-            for n in names:
-                g, cg = model.ab[n].grad, ref["grad." + n]
-                err = (g - cg).abs().max().item() / max(g.abs().max().item(), 1e-12)
-                worst_grad = max(worst_grad, err)
-            check(tag + "adapter gradients, %d tensors (1e-4 of max)" % len(names), worst_grad <= 1e-4,
-                  "worst %.2e" % worst_grad)
-        norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
-        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        opt.step()
+
+    def first(loss_sum, rel):
+        with torch.no_grad():
+            plain = make_model(arch)
+            for n in plain.names:
+                plain.p[n].copy_(model.base[n])
+            base_loss = sum(plain(ref["batch.0.%d" % m].long()[:B], ref["batch.0.%d" % m].long()[B:]).item()
+                            for m in range(ACCUM)) / ACCUM
+        check(tag + "first loss (rel 1e-5), the base's", rel <= 1e-5 and abs(base_loss - loss_sum) <= 1e-6 * loss_sum,
+              "torch %.7f colo %.7f base %.7f" % (loss_sum, ref["losses"][0].item(), base_loss))
+        worst_grad = 0.0
+        for n in names:
+            g, cg = model.ab[n].grad, ref["grad." + n]
+            worst_grad = max(worst_grad, (g - cg).abs().max().item() / max(g.abs().max().item(), 1e-12))
+        check(tag + "adapter gradients, %d tensors (1e-4 of max)" % len(names), worst_grad <= 1e-4,
+              "worst %.2e" % worst_grad)
+
+    worst_loss, worst_norm = replay(lambda i, t, st, mi: model.forward(i, t), ref, opt, params, [1.0],
+                                    first)
     check(tag + "losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4, "worst %.2e" % worst_loss)
     check(tag + "gradient norms of %d steps (rel 1e-4)" % STEPS, worst_norm <= 1e-4, "worst %.2e" % worst_norm)
     worst_w = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names)
@@ -579,39 +592,27 @@ def dropout(tmp):
 
     params = [ab[n] for n in names]
     opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
-    worst_loss = worst_norm = 0.0
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=False)
-        loss_sum = 0.0
+
+    def first(loss_sum, rel):
+        worst_grad = max((ab[n].grad - ref["grad." + n]).abs().max().item() /
+                         max(ab[n].grad.abs().max().item(), 1e-12) for n in names)
+        with torch.no_grad():  # the adapters start with B = 0: dropout shows in the gradients
+            g0 = {n: ab[n].grad.clone() for n in names}
+            opt.zero_grad(set_to_none=False)
         for micro in range(ACCUM):
-            batch = ref["batch.%d.%d" % (step, micro)].long()
-            loss = forward(batch[:B], batch[B:], step, micro)
-            (loss / ACCUM).backward()
-            loss_sum += loss.item() / ACCUM
-        worst_loss = max(worst_loss, abs(loss_sum - ref["losses"][step].item()) / loss_sum)
-        if step == 0:
-            worst_grad = max((ab[n].grad - ref["grad." + n]).abs().max().item() /
-                             max(ab[n].grad.abs().max().item(), 1e-12) for n in names)
-            with torch.no_grad():  # the adapters start with B = 0: dropout shows in the gradients
-                g0 = {n: ab[n].grad.clone() for n in names}
-                opt.zero_grad(set_to_none=False)
-            for micro in range(ACCUM):
-                batch = ref["batch.0.%d" % micro].long()
-                (forward(batch[:B], batch[B:], 0, micro, P=0.0) / ACCUM).backward()
-            moved = max((ab[n].grad - g0[n]).abs().max().item() / g0[n].abs().max().item()
-                        for n in names if ".lora_B" in n)  # (A's are zero: B is)
-            with torch.no_grad():
-                for n in names:
-                    ab[n].grad.copy_(g0[n])
-            check(tag + "first step: loss (rel 1e-5), adapter gradients (1e-4 of max)",
-                  worst_loss <= 1e-5 and worst_grad <= 1e-4 and moved > 1e-2,
-                  "torch %.7f colo %.7f; worst gradient %.2e (without dropout they differ by %.2e)"
-                  % (loss_sum, ref["losses"][0].item(), worst_grad, moved))
-        norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
-        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        opt.step()
+            batch = ref["batch.0.%d" % micro].long()
+            (forward(batch[:B], batch[B:], 0, micro, P=0.0) / ACCUM).backward()
+        moved = max((ab[n].grad - g0[n]).abs().max().item() / g0[n].abs().max().item()
+                    for n in names if ".lora_B" in n)  # (A's are zero: B is)
+        with torch.no_grad():
+            for n in names:
+                ab[n].grad.copy_(g0[n])
+        check(tag + "first step: loss (rel 1e-5), adapter gradients (1e-4 of max)",
+              rel <= 1e-5 and worst_grad <= 1e-4 and moved > 1e-2,
+              "torch %.7f colo %.7f; worst gradient %.2e (without dropout they differ by %.2e)"
+              % (loss_sum, ref["losses"][0].item(), worst_grad, moved))
+
+    worst_loss, worst_norm = replay(forward, ref, opt, params, [1.0], first)
     worst_w = max((ab[n].detach() - ref["final." + n]).abs().max().item() for n in names)
     check(tag + "%d steps: losses, norms (rel 1e-4), adapters (abs 1e-4)" % STEPS,
           worst_loss <= 1e-4 and worst_norm <= 1e-4 and worst_w <= 1e-4,
@@ -711,20 +712,8 @@ def loraplus(tmp):
     b_params = [model.ab[n] for n in names if ".lora_B" in n]
     opt = torch.optim.AdamW([{"params": a_params, "lr": LR}, {"params": b_params, "lr": LR * ratio}],
                             betas=(B1, B2), eps=EPS, weight_decay=WD)
-    worst_loss = worst_norm = 0.0
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=False)
-        loss_sum = 0.0
-        for micro in range(ACCUM):
-            batch = ref["batch.%d.%d" % (step, micro)].long()
-            loss = model.forward(batch[:B], batch[B:])
-            (loss / ACCUM).backward()
-            loss_sum += loss.item() / ACCUM
-        worst_loss = max(worst_loss, abs(loss_sum - ref["losses"][step].item()) / loss_sum)
-        norm = torch.nn.utils.clip_grad_norm_(a_params + b_params, CLIP).item()
-        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
-        opt.param_groups[0]["lr"], opt.param_groups[1]["lr"] = lr_at(step), lr_at(step) * ratio
-        opt.step()
+    worst_loss, worst_norm = replay(lambda i, t, st, mi: model.forward(i, t), ref, opt,
+                                    a_params + b_params, [1.0, ratio])
     # AdamW's step is lr-sized whatever the gradient: where a gradient is near zero its sign, and
     # so the step, follows the sums' order, by up to lr; B's tolerance scales with its rate
     worst_a = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names if ".lora_A" in n)
