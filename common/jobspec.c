@@ -128,6 +128,13 @@ int colo_url_allowed(const char *url, const char *prefixes) {
   return 0;
 }
 
+/* the MLP's width as the engine takes it (colo_gpt_mlp_hidden) */
+static unsigned mlp_width(const Colo__V1__ModelSpec *m) {
+  return m->mlp_hidden                           ? m->mlp_hidden
+         : m->arch == COLO__V1__ARCH__ARCH_LLAMA ? (8 * m->n_embd / 3 + 63) / 64 * 64
+                                                 : 4 * m->n_embd;
+}
+
 /* data.sources or data.val_sources (`field`, sets of `what`): at most COLO_MAX_SOURCES, each
  * with a path under the data root and a positive weight */
 static int check_sources(const char *field, const char *what, Colo__V1__DataSource *const *src,
@@ -319,10 +326,7 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "parallel.tp=%u does not divide model.n_kv_head=%u: each rank keeps whole key and "
                "value heads",
                p->tp, m->n_kv_head);
-  /* the MLP's width as the engine takes it (colo_gpt_mlp_hidden) */
-  unsigned mlp = m->mlp_hidden                           ? m->mlp_hidden
-                 : m->arch == COLO__V1__ARCH__ARCH_LLAMA ? (8 * m->n_embd / 3 + 63) / 64 * 64
-                                                         : 4 * m->n_embd;
+  unsigned mlp = mlp_width(m);
   if (mlp % p->tp)
     return bad(err, errlen, "parallel.tp=%u does not divide the MLP's width %u (model.mlp_hidden)",
                p->tp, mlp);
@@ -548,11 +552,14 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     if (t->lora_targets && t->lora_targets[0] &&
         colo_lora_targets_parse(t->lora_targets, &tg, why, sizeof why) < 0)
       return bad(err, errlen, "train.lora_targets: %s", why);
-    if (s->parallel->tp > 1 && nf4)
+    unsigned tp = s->parallel->tp ? s->parallel->tp : 1, cw = s->model->n_embd / tp,
+             hw = mlp_width(s->model) / tp;
+    if (tp > 1 && nf4 && (cw % 64 || hw % 64))
       return bad(err, errlen,
-                 "train.lora_quant=nf4 with parallel.tp=%u: the NF4 model is kept whole on each "
-                 "rank or sharded by ZeRO-3 (zero_stage=3), not split by tensor parallelism",
-                 s->parallel->tp);
+                 "train.lora_quant=nf4 with parallel.tp=%u needs model.n_embd/tp (%u) and the "
+                 "MLP's width/tp (%u) to be multiples of 64: each rank's part of a matrix must "
+                 "hold whole NF4 blocks, as the model whole does",
+                 tp, cw, hw);
     if (s->parallel->zero_stage == 1 || s->parallel->zero_stage == 2)
       return bad(err, errlen,
                  "train.lora_rank=%u with parallel.zero_stage=%u: stages 1 and 2 shard gradients "

@@ -23,7 +23,8 @@ it in HuggingFace's layout; numpy writes the base with its linear weights dequan
     --lora-quant is refused with the reason;
   - two data-parallel ranks, each with the NF4 model whole, against one (losses within 1e-5
     relative, adapters within 1e-4); the NF4 model sharded by ZeRO-3 (its packed matrices in the
-    pieces) against it whole, bit for bit, on one rank and two (GPT-2 in fp32, Llama in bf16).
+    pieces) against it whole, bit for bit, on one rank and two (GPT-2 in fp32, Llama in bf16);
+  - two tensor-parallel ranks against one (tensor_parallel()), and their parts sharded by ZeRO-3.
 Exit 0 when all pass.
 """
 import json
@@ -229,11 +230,58 @@ def data_parallel(tmp):
               % (same, ck[0] == ck[1], said))
 
 
+def tensor_parallel(tmp):
+    """QLoRA on 2 tensor-parallel ranks (with sequence parallelism): each rank quantizes its part
+    of each matrix, which holds whole NF4 blocks when n_embd/tp and the MLP's width/tp are
+    multiples of 64, so the model is the one rank's NF4 model: losses within 1e-5 and the
+    checkpoint within 1e-4 of one rank's (the products' sums in another order); on tp=2 x dp=2
+    the parts' packed NF4 sharded by ZeRO-3, bit for bit ZeRO-0's. A width that would split
+    blocks is refused with the reason."""
+    lm = ["--n-layer", "2", "--n-head", "4", "--n-embd", "128", "--block-size", str(T),
+          "--vocab-size", str(V), "--arch", "llama", "--n-kv-head", "2", "--mlp-hidden", "256",
+          "--tie-embeddings", "false"]
+    train_base(tmp, "llama-wide", lm)
+    base = os.path.join("llama-wide-base", "step_00000030")
+
+    def q(ck, extra=(), ok=True, model=lm):
+        return colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+                     "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", "3e-3", "--seed", "1234",
+                     "--threads", "1", "--init-from", base, "--lora-rank", str(RANK), "--lora-quant", "nf4",
+                     "--lora-dropout", "0.1", "--ckpt-dir", os.path.join(tmp, ck), "--dump-reference",
+                     os.path.join(tmp, ck + ".dump")] + list(extra) + model, ok)
+
+    def last(ck):
+        return read_safetensors(os.path.join(tmp, ck, "step_%08d" % STEPS, "rank_00000.safetensors"))
+
+    q("qtp-1", ["--batch-size", str(B)])
+    q("qtp-2", ["--batch-size", str(B), "--nproc", "2", "--tp", "2", "--sp", "true"])
+    a, b = read_safetensors(os.path.join(tmp, "qtp-1.dump")), read_safetensors(os.path.join(tmp, "qtp-2.dump"))
+    lrel = ((a["losses"] - b["losses"]).abs() / a["losses"].abs()).max().item()
+    ca, cb = last("qtp-1"), last("qtp-2")
+    wabs = max((ca[k] - cb[k]).abs().max().item() for k in ca)
+    check("[tensor parallel] QLoRA, tp=2 with sp = 1 rank: losses (rel 1e-5), checkpoint (abs 1e-4)",
+          lrel <= 1e-5 and wabs <= 1e-4 and sorted(ca) == sorted(cb),
+          "worst %.2e and %.2e over %d tensors" % (lrel, wabs, len(cb)))
+    half = ["--batch-size", str(B // 2), "--nproc", "4", "--tp", "2", "--dp", "2", "--precision", "bf16"]
+    q("qtp-z0", half)
+    q("qtp-z3", half + ["--zero", "3"])
+    f = os.path.join(tmp, "%s", "step_%08d" % STEPS, "rank_00000.safetensors")
+    check("[tensor parallel] QLoRA on tp=2 x dp=2 in bf16, ZeRO-3 = ZeRO-0 (bytes)",
+          open(f % "qtp-z0", "rb").read() == open(f % "qtp-z3", "rb").read(), "step %d" % STEPS)
+    kv = lm.index("--n-kv-head") + 1  # 4 key heads, which 4 ranks split
+    rc, out = q("qtp-bad", ["--batch-size", str(B), "--nproc", "4", "--tp", "4"], ok=False,
+                model=lm[:kv] + ["4"] + lm[kv + 1:])
+    check("[tensor parallel] QLoRA whose parts would split NF4's blocks: refused",
+          rc != 0 and "train.lora_quant=nf4 with parallel.tp=4 needs model.n_embd/tp (32) and the "
+          "MLP's width/tp (64) to be multiples of 64" in out, "exit %d: %s" % (rc, out.strip()[-200:]))
+
+
 def main():
     tmp = words_data("colo-qlora-")
     run(tmp, "gpt2")
     run(tmp, "llama")
     data_parallel(tmp)
+    tensor_parallel(tmp)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 

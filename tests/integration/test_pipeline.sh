@@ -222,10 +222,11 @@ echo "figure: llama job $L1 trained 40 steps to val loss $ll_last; job $L2 start
 
 # LoRA through colod: adapters on the llama job's model, which stays frozen, kept as ZeRO-3
 # pieces (one rank here: engine_lora shards it over two); the job exports the model with them
-# merged. A QLoRA job under tensor parallelism, or a LoRA job with ZeRO-1, is refused at submit.
+# merged. A QLoRA job whose tensor-parallel parts would split NF4's blocks, or a LoRA job with
+# ZeRO-1, is refused at submit.
 expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4 --set train.lora_quant=nf4 \
   --set parallel.tp=2 --set parallel.zero_stage=3
-expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_quant=nf4 with parallel.tp=2: the NF4 model is kept whole on each rank or sharded by ZeRO-3 (zero_stage=3), not split by tensor parallelism"
+expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_quant=nf4 with parallel.tp=2 needs model.n_embd/tp (16) and the MLP's width/tp (64) to be multiples of 64: each rank's part of a matrix must hold whole NF4 blocks, as the model whole does"
 expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4
 expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_rank=4 with parallel.zero_stage=1: stages 1 and 2 shard gradients and optimizer state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"
 L4=$("$COLOCTL" submit "${LL[@]}" --set name=llama-lora --set train.steps=20 --after "$L1" \

@@ -315,10 +315,11 @@ class ColodTest(WithColod):
                  "train.lora_rank=8 with parallel.zero_stage=1: stages 1 and 2 shard gradients and "
                  "optimizer state, and the frozen model has none; zero_stage=3 shards its "
                  "parameters, 0 keeps it whole"),
-                (spec(train__lora_rank=8, train__lora_quant="nf4", parallel__tp=2,
+                (spec(train__lora_rank=8, train__lora_quant="nf4", parallel__tp=4,
                       parallel__zero_stage=3),
-                 "train.lora_quant=nf4 with parallel.tp=2: the NF4 model is kept whole on each rank "
-                 "or sharded by ZeRO-3 (zero_stage=3), not split by tensor parallelism"),
+                 "train.lora_quant=nf4 with parallel.tp=4 needs model.n_embd/tp (32) and the MLP's "
+                 "width/tp (128) to be multiples of 64: each rank's part of a matrix must hold "
+                 "whole NF4 blocks, as the model whole does"),
                 (spec(checkpoint__export_format="peft"),
                  "checkpoint.export_format=peft writes LoRA adapters: it needs train.lora_rank > 0")):
             with self.assertRaises(grpc.RpcError) as cm:

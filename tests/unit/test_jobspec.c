@@ -137,9 +137,10 @@ static const struct {
     {BASE "train: {lora_rank: 8, lora_targets: 'attn.c_attn,q_proj'}\n",
      "train.lora_targets: lora target 'q_proj' is not one of attn.c_attn, attn.c_proj, mlp.c_fc, "
      "mlp.c_proj, all"},
-    {BASE "train: {lora_rank: 8, lora_quant: nf4}\nparallel: {tp: 2}\n",
-     "train.lora_quant=nf4 with parallel.tp=2: the NF4 model is kept whole on each rank or "
-     "sharded by ZeRO-3 (zero_stage=3), not split by tensor parallelism"},
+    {BASE "train: {lora_rank: 8, lora_quant: nf4}\nparallel: {tp: 4}\n",
+     "train.lora_quant=nf4 with parallel.tp=4 needs model.n_embd/tp (32) and the MLP's width/tp "
+     "(128) to be multiples of 64: each rank's part of a matrix must hold whole NF4 blocks, as the "
+     "model whole does"},
     {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 2}\n",
      "train.lora_rank=8 with parallel.zero_stage=2: stages 1 and 2 shard gradients and optimizer "
      "state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"},
