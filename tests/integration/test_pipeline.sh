@@ -229,14 +229,23 @@ expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4 --set train.lor
 expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_quant=nf4 with parallel.tp=2 needs model.n_embd/tp (16) and the MLP's width/tp (64) to be multiples of 64: each rank's part of a matrix must hold whole NF4 blocks, as the model whole does"
 expect_rc 1 "$COLOCTL" submit "${LL[@]}" --set train.lora_rank=4
 expect_eq "$ERR" "coloctl: INVALID_ARGUMENT: train.lora_rank=4 with parallel.zero_stage=1: stages 1 and 2 shard gradients and optimizer state, and the frozen model has none; zero_stage=3 shards its parameters, 0 keeps it whole"
-L4=$("$COLOCTL" submit "${LL[@]}" --set name=llama-lora --set train.steps=20 --after "$L1" \
-  --set train.init_from_job="$L1" --set train.lora_rank=4 --set train.lora_targets=attn.c_attn,mlp.c_proj \
-  --set parallel.zero_stage=3 --set optimizer.lr=0.01 --set checkpoint.export_format=gguf)
-ended "$L4"
-expect_eq "$(jstate "$L4")" "succeeded" "(lora: $("$COLOCTL" status "$L4"))"
-expect_rc 0 "$COLOCTL" status "$L4"
-expect_contains "$OUT" "  lora       rank 4, alpha 16 on attn.c_attn,mlp.c_proj: the model frozen"
-LG4=$("$COLOCTL" logs "$L4")
+# a LoRA job of the llama job's settings and these: it succeeds, and `coloctl status` shows its
+# lora line; LJ: its id, LG: its logs
+lora_job() { # the status line's lora text, submit's settings...
+  local line=$1
+  shift
+  LJ=$("$COLOCTL" submit "${LL[@]}" --set train.init_from_job="$L1" --set optimizer.lr=0.01 "$@")
+  ended "$LJ"
+  expect_eq "$(jstate "$LJ")" "succeeded" "(job $LJ: $("$COLOCTL" status "$LJ"))"
+  expect_rc 0 "$COLOCTL" status "$LJ"
+  expect_contains "$OUT" "  lora       $line"
+  LG=$("$COLOCTL" logs "$LJ")
+}
+lora_job "rank 4, alpha 16 on attn.c_attn,mlp.c_proj: the model frozen" --set name=llama-lora \
+  --set train.steps=20 --after "$L1" --set train.lora_rank=4 \
+  --set train.lora_targets=attn.c_attn,mlp.c_proj --set parallel.zero_stage=3 \
+  --set checkpoint.export_format=gguf
+L4=$LJ LG4=$LG
 expect_contains "$LG4" "initial weights from $TMP/ckpt/job-$L1/step_00000040"
 expect_contains "$LG4" "lora: rank 4, alpha 16 on attn.c_attn,mlp.c_proj: 1152 parameters train, the model's "
 expect_contains "$LG4" "), sharded over the data-parallel ranks (ZeRO-3)"
@@ -254,15 +263,11 @@ echo "figure: LoRA job $L4 on job $L1's model: val loss $lo_first -> $lo_last in
 
 # QLoRA through colod: the same model's matrices in NF4, rsLoRA's scale, dropout and LoRA+'s
 # rate for B; the checkpoint's manifest says all four
-L5=$("$COLOCTL" submit "${LL[@]}" --set name=llama-qlora --set train.steps=10 \
-  --set train.init_from_job="$L1" --set train.lora_rank=4 --set train.lora_quant=nf4 \
-  --set train.lora_rslora=true --set train.lora_dropout=0.05 --set train.lora_plus_ratio=4 \
-  --set parallel.zero_stage=0 --set optimizer.lr=0.01)
-ended "$L5"
-expect_eq "$(jstate "$L5")" "succeeded" "(qlora: $("$COLOCTL" status "$L5"))"
-expect_rc 0 "$COLOCTL" status "$L5"
-expect_contains "$OUT" "  lora       rank 4, alpha 16 (rsLoRA) on all: the model frozen, its matrices in NF4 (QLoRA); dropout 0.05; LoRA+: B learns at 4 x lr"
-LG5=$("$COLOCTL" logs "$L5")
+lora_job "rank 4, alpha 16 (rsLoRA) on all: the model frozen, its matrices in NF4 (QLoRA); dropout 0.05; LoRA+: B learns at 4 x lr" \
+  --set name=llama-qlora --set train.steps=10 --set train.lora_rank=4 \
+  --set train.lora_quant=nf4 --set train.lora_rslora=true --set train.lora_dropout=0.05 \
+  --set train.lora_plus_ratio=4 --set parallel.zero_stage=0
+L5=$LJ LG5=$LG
 expect_contains "$LG5" "lora: rank 4, alpha 16 (rsLoRA: scale alpha/sqrt(r)), dropout 0.05, LoRA+ (B at 4 x lr) on attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj: "
 expect_contains "$LG5" "its blocks' matrices in NF4 (QLoRA): "
 python3 - "$TMP/ckpt/job-$L5/step_00000010/manifest.json" <<'PY' ||
@@ -278,13 +283,10 @@ echo "figure: QLoRA job $L5 on job $L1's model (its val loss $ll_last): val loss
 # LoRA on two tensor-parallel ranks with sequence parallelism through colod: the job's two ranks
 # each hold their part of the adapters, and rank 0 writes them whole; `colo-train eval` reads that
 # checkpoint on one rank
-L6=$("$COLOCTL" submit "${LL[@]}" --set name=llama-lora-tp --set train.steps=10 \
-  --set train.init_from_job="$L1" --set train.lora_rank=4 --set train.lora_dropout=0.05 \
-  --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.zero_stage=0 \
-  --set optimizer.lr=0.01)
-ended "$L6"
-expect_eq "$(jstate "$L6")" "succeeded" "(lora tp: $("$COLOCTL" status "$L6"))"
-LG6=$("$COLOCTL" logs "$L6")
+lora_job "rank 4, alpha 16 on all: the model frozen; dropout 0.05" --set name=llama-lora-tp \
+  --set train.steps=10 --set train.lora_rank=4 --set train.lora_dropout=0.05 \
+  --set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.zero_stage=0
+L6=$LJ LG6=$LG
 expect_contains "$LG6" "mesh: pp=1 (1 micro-batches) x dp=1 x tp=2"
 expect_contains "$LG6" "parameters train (1536 on this rank, of pp=1 x tp=2), the rank's "
 expect_rc 0 "$COLO_BIN/colo-train" eval --checkpoint "$TMP/ckpt/job-$L6/step_00000010" \
