@@ -330,8 +330,9 @@ size_t colo_lora_full_index(const colo_lora_t *l, size_t i, int t, size_t li) {
 }
 
 void colo_lora_take_part(const colo_lora_t *l, size_t i, const float *whole, float *part) {
-  for (size_t k = 0; k < l->table[i].numel; k++)
-    part[k] = whole[colo_lora_full_index(l, i, l->tpr, k)];
+  size_t w = (size_t)l->table[i].shape[1]; /* a row of the part is a run of the whole */
+  for (size_t k = 0; k < l->table[i].numel; k += w)
+    memcpy(part + k, whole + colo_lora_full_index(l, i, l->tpr, k), w * sizeof *part);
 }
 float *colo_lora_params(colo_lora_t *l) {
   return l->params;

@@ -78,7 +78,8 @@ void colo_lora_span(const colo_lora_t *l, size_t *offset, size_t *whole);
  * is COLO_SPLIT_NONE while colo_lora_tp_size > 1). The table's full_shape, full_numel and
  * full_offset are the whole tensor's, full_offset in the whole model's layout (colo_lora_span).
  * colo_lora_full_index: where element li of rank t's part of table entry i sits in the whole
- * tensor; colo_lora_take_part: this rank's part of entry i from the whole tensor's values. */
+ * tensor (each row of a part, shape[1] floats, is a run of the whole); colo_lora_take_part: this
+ * rank's part of entry i from the whole tensor's values. */
 size_t colo_lora_full_index(const colo_lora_t *l, size_t i, int t, size_t li);
 void colo_lora_take_part(const colo_lora_t *l, size_t i, const float *whole, float *part);
 int colo_lora_tp_size(const colo_lora_t *l);

@@ -893,10 +893,10 @@ static int load_lora(const char *dir, colo_ckpt_meta_t *meta, colo_lora_t *lora,
 
 /* The adapters and their moments (LoRA), the whole model's, in host memory on a pipeline's first
  * stage (*h: params, then m, then v, each in the whole table's layout; the caller frees it), and
- * nothing (*h NULL) on the other stages, which send their layers' to it. A tensor-parallel group
- * first all-gathers its ranks' parts (tpc; NULL: none) and puts each where it sits in the whole
- * tensor. Every rank of the group and every stage calls it; device memory for the collectives
- * comes from pool. */
+ * nothing (*h NULL) elsewhere. A tensor-parallel group first all-gathers its ranks' parts (tpc;
+ * NULL: none), which its first rank puts each where it sits in the whole tensor; a later stage's
+ * first tensor-parallel rank then sends its layers' to the first stage's. Every rank of the group
+ * and every stage calls it; device memory for the collectives comes from pool. */
 static int lora_gather(colo_lora_t *lora, const colo_adamw_t *opt, const pipe_t *pipe,
                        colo_comm_t *tpc, colo_pool_t *pool, const colo_backend_t *be, float **h,
                        char *err, size_t errlen) {
@@ -907,74 +907,74 @@ static int lora_gather(colo_lora_t *lora, const colo_adamw_t *opt, const pipe_t 
     mine += tab[i].full_numel;
   const float *src[3] = {colo_lora_params(lora), opt->m, opt->v};
   int tp = tpc ? colo_comm_size(tpc) : 1, tr = tpc ? colo_comm_rank(tpc) : 0;
+  int first = !pipe || pipe->stage == 0, keep = tr == 0; /* the others join the all-gather alone */
   int stages = pipe ? pipe->stages : 1, L = pipe ? colo_gpt_config(pipe->model)->n_layer : 1;
   size_t per = all / (size_t)L, most = 0;
-  for (int st = 1; pipe && pipe->stage == 0 && st < stages; st++) {
+  for (int st = 1; first && st < stages; st++) {
     size_t cnt = (size_t)((st + 1) * L / stages - st * L / stages) * per;
     most = cnt > most ? cnt : most;
   }
   *h = NULL;
-  /* this stage's adapters whole in s ([3][mine]); dev: device scratch for the collectives */
+  /* this stage's adapters whole in s, [3][stride] (the first stage's: in the whole model's
+   * layout, where they begin it); dev: device scratch for the collectives */
+  size_t stride = first ? all : mine;
   size_t dn = tp > 1 ? (size_t)tp * 3 * n : 0;
-  dn = pipe && pipe->stage > 0 && 3 * mine > dn ? 3 * mine : dn;
-  dn = 3 * most > dn ? 3 * most : dn;
-  float *s = malloc(3 * mine * sizeof *s + 1), *parts = tp > 1 ? malloc(dn * sizeof *parts) : NULL;
+  dn = keep && !first && 3 * mine > dn ? 3 * mine : dn;
+  dn = keep && 3 * most > dn ? 3 * most : dn;
+  float *s = keep ? malloc(3 * stride * sizeof *s + 1) : NULL;
+  float *parts = keep && tp > 1 ? malloc((size_t)tp * 3 * n * sizeof *parts) : NULL;
   float *dev = dn ? colo_pool_alloc(pool, dn * sizeof *dev, "lora checkpoint") : NULL;
-  float *w = !pipe || pipe->stage == 0 ? malloc(3 * all * sizeof *w + 1) : NULL;
-  int rc = !s || (tp > 1 && !parts) || (dn && !dev) || ((!pipe || pipe->stage == 0) && !w)
+  int rc = (keep && !s) || (keep && tp > 1 && !parts) || (dn && !dev)
                ? colo_fail(err, errlen, COLO_ENOMEM, "no memory to gather the adapters' checkpoint")
                : 0;
   if (tpc) /* none starts a collective that another rank of the group cannot join */
     rc = agree(tpc, rc, "gathering the adapters", err, errlen);
   if (rc == 0 && tp == 1) {
     for (int j = 0; j < 3; j++)
-      be->to_host(s + (size_t)j * mine, src[j], n * sizeof *s);
+      be->to_host(s + (size_t)j * stride, src[j], n * sizeof *s);
   } else if (rc == 0) { /* [tp][3][n]: each rank's parts, then each into its whole tensor */
     for (int j = 0; j < 3; j++)
       be->copy(dev + ((size_t)tr * 3 + (size_t)j) * n, src[j], n * sizeof *dev);
     if (tpc->ops->all_gather(tpc, dev, 3 * n) < 0)
       rc = colo_fail(err, errlen, COLO_EIO, "gathering the adapters' parts: %s",
                      colo_comm_error(tpc));
-    else
+    else if (keep)
       be->to_host(parts, dev, (size_t)tp * 3 * n * sizeof *parts);
-    for (int t = 0; rc == 0 && t < tp; t++)
+    for (int t = 0; rc == 0 && keep && t < tp; t++)
       for (int j = 0; j < 3; j++)
         for (size_t i = 0; i < nt; i++) {
           const float *from = parts + ((size_t)t * 3 + (size_t)j) * n + tab[i].offset;
-          float *to = s + (size_t)j * mine + (tab[i].full_offset - off);
-          for (size_t k = 0; k < tab[i].numel; k++)
-            to[colo_lora_full_index(lora, i, t, k)] = from[k];
+          float *to = s + (size_t)j * stride + (tab[i].full_offset - off);
+          size_t w = (size_t)tab[i].shape[1]; /* a part's row is a run of the whole */
+          for (size_t k = 0; k < tab[i].numel; k += w)
+            memcpy(to + colo_lora_full_index(lora, i, t, k), from + k, w * sizeof *to);
         }
   }
-  if (pipe) /* a stage sends only to a first stage that can take it */
+  if (pipe && keep) /* a stage sends only to a first stage that can take it */
     rc = agree(pipe->pp, rc, "gathering the adapters", err, errlen);
-  if (rc == 0 && pipe && pipe->stage > 0) {
+  if (rc == 0 && keep && !first) {
     be->from_host(dev, s, 3 * mine * sizeof *s);
     if (pipe->pp->ops->sendrecv(pipe->pp, dev, 3 * mine, 0, NULL, 0, -1) < 0)
       rc = colo_fail(err, errlen, COLO_EIO, "sending the adapters to the first stage: %s",
                      colo_comm_error(pipe->pp));
-  } else if (rc == 0) {
-    for (int j = 0; j < 3; j++)
-      memcpy(w + (size_t)j * all + off, s + (size_t)j * mine, mine * sizeof *w);
-    for (int st = 1; rc == 0 && st < stages; st++) { /* [3][cnt] from each stage */
-      size_t lo = (size_t)(st * L / stages) * per, cnt = (size_t)((st + 1) * L / stages) * per - lo;
-      if (pipe->pp->ops->sendrecv(pipe->pp, NULL, 0, -1, dev, 3 * cnt, st) < 0) {
-        rc = colo_fail(err, errlen, COLO_EIO, "receiving the adapters of stage %d: %s", st,
-                       colo_comm_error(pipe->pp));
-        break;
-      }
-      for (int j = 0; j < 3; j++)
-        be->to_host(w + (size_t)j * all + lo, dev + (size_t)j * cnt, cnt * sizeof *w);
+  }
+  for (int st = 1; rc == 0 && keep && first && st < stages; st++) { /* [3][cnt] from each */
+    size_t lo = (size_t)(st * L / stages) * per, cnt = (size_t)((st + 1) * L / stages) * per - lo;
+    if (pipe->pp->ops->sendrecv(pipe->pp, NULL, 0, -1, dev, 3 * cnt, st) < 0) {
+      rc = colo_fail(err, errlen, COLO_EIO, "receiving the adapters of stage %d: %s", st,
+                     colo_comm_error(pipe->pp));
+      break;
     }
+    for (int j = 0; j < 3; j++)
+      be->to_host(s + (size_t)j * all + lo, dev + (size_t)j * cnt, cnt * sizeof *s);
   }
   if (dev)
     colo_pool_free(pool, dev);
   free(parts);
-  free(s);
-  if (rc < 0 || (pipe && pipe->stage > 0))
-    free(w);
+  if (rc == 0 && keep && first)
+    *h = s;
   else
-    *h = w;
+    free(s);
   return rc;
 }
 
@@ -1012,7 +1012,8 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
   if (lora) { /* the stages' and tensor-parallel ranks' adapters onto rank 0, written there */
     float *h = NULL;
     colo_lora_t *whole = NULL;
-    rc = lora_gather(lora, opt, pipe, tpc, pool, be, &h, err, errlen);
+    /* the data-parallel ranks hold the same adapters: the first position's alone gather */
+    rc = dp_idx == 0 ? lora_gather(lora, opt, pipe, tpc, pool, be, &h, err, errlen) : 0;
     if (rc == 0 && lead && (pipe || tpc))
       rc = colo_lora_create_table(&cfg->model, &cfg->lora, &whole, err, errlen);
     if (rc == 0 && lead)
