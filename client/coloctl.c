@@ -912,6 +912,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
       printf("; dropout %g", (double)s->train->lora_dropout);
     if (s->train->lora_plus_ratio > 0.0f && s->train->lora_plus_ratio != 1.0f)
       printf("; LoRA+: B learns at %g x lr", (double)s->train->lora_plus_ratio);
+    if (s->train->lora_dora)
+      printf("; DoRA: a magnitude per output");
     printf("\n");
   }
   if (j->resume_step)

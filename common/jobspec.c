@@ -492,6 +492,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "checkpoint.export_format=%s writes LoRA adapters: it needs train.lora_rank > 0",
                ef);
+  if (ef && !strcmp(ef, "gguf-lora") && t->lora_dora)
+    return bad(err, errlen,
+               "checkpoint.export_format=gguf-lora with train.lora_dora: llama.cpp's LoRA "
+               "adapters have no DoRA magnitudes; export gguf or hf (the adapters merged in) or "
+               "peft");
   if (ck->export_tokenizer && ck->export_tokenizer[0] &&
       !colo_path_is_contained(ck->export_tokenizer))
     return bad(err, errlen,
@@ -530,6 +535,15 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "train.lora_plus_ratio=%g sets the adapters' B learning rate: it needs "
                "train.lora_rank > 0",
                (double)t->lora_plus_ratio);
+  if (t->lora_dora && t->lora_rank == 0)
+    return bad(err, errlen,
+               "train.lora_dora rescales LoRA adapters' products: it needs train.lora_rank > 0");
+  if (t->lora_dora && t->lora_dropout != 0.0f)
+    return bad(err, errlen,
+               "train.lora_dora with train.lora_dropout=%g: DoRA takes no dropout here (PEFT's "
+               "DoRA under dropout adds a product of each frozen matrix with the dropped input); "
+               "set lora_dropout to 0",
+               (double)t->lora_dropout);
   if (nf4 && t->lora_rank == 0)
     return bad(err, errlen,
                "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs "

@@ -730,6 +730,152 @@ def loraplus(tmp):
           "LoRA+ (B at 16 x lr)" in said[0], "%s; %s" % (man, said[0] if said else out[-200:]))
 
 
+class Dora(Adapted):
+    """DoRA as PEFT computes it (use_dora): each adapted weight's columns (HF Conv1D's [in][out]:
+    an output's weights) rescaled, W' = m / ‖W + s·(B·A)ᵀ‖ · (W + s·(B·A)ᵀ), the norm detached;
+    m starts at W's column norms"""
+
+    def __init__(self, arch, base, modules):
+        super().__init__(arch, base, modules)
+        for name in list(self.ab):
+            if name.endswith("lora_A.weight"):
+                self.ab[name.replace("lora_A.weight", "lora_magnitude_vector")] = None
+
+    def start(self, ref):
+        for n in self.ab:
+            if n.endswith("lora_magnitude_vector"):  # PEFT's: the norms with B zero
+                w = self.base[n.replace("lora_magnitude_vector", "weight")]
+                self.ab[n] = w.norm(dim=0).reshape(-1, 1).clone().requires_grad_(True)
+            else:
+                self.ab[n] = ref["init." + n].clone().requires_grad_(True)
+
+    def weight(self, layer, mod):
+        h = "transformer.h.%d.%s." % (layer, mod)
+        w = super().weight(layer, mod)
+        return (self.ab[h + "lora_magnitude_vector"].reshape(-1) / w.norm(dim=0).detach()) * w
+
+
+def dora(tmp):
+    """DoRA (--lora-dora true) against PyTorch: ten steps of GPT-2 with every product adapted and
+    of Llama (grouped-query c_attn and the MLP's down projection), as run() replays LoRA, with the
+    magnitudes trained too; a run stopped and resumed; the merged export, PEFT's application of
+    the peft export (use_dora, lora_magnitude_vector) and eval of the checkpoint agree; two
+    stages and tensor parallelism against one rank; dropout and a gguf-lora export refused"""
+    for arch in ("gpt2", "llama"):
+        tag = "[dora %s] " % arch
+        args = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+                "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", str(LR),
+                "--min-lr", str(MIN_LR), "--warmup", str(WARMUP), "--weight-decay", str(WD),
+                "--grad-clip", str(CLIP), "--beta2", str(B2), "--seed", "1234", "--threads", "2",
+                "--init-from", os.path.join(arch + "-base", "step_00000030"), "--lora-rank", str(RANK),
+                "--lora-alpha", str(ALPHA), "--lora-targets", TARGETS[arch], "--lora-dora", "true"
+                ] + MODEL + ARCH[arch]
+        ck, dump = os.path.join(tmp, arch + "-dora"), os.path.join(tmp, arch + "-dora.dump")
+        out = colo(args + ["--ckpt-dir", ck, "--dump-reference", dump])
+        ref = read_safetensors(dump)
+        model = Dora(arch, {n: ref["init." + n] for n in make_model(arch).names}, MODULES[TARGETS[arch]])
+        model.start(ref)
+        names = sorted(model.ab)
+        got = sorted(k[len("grad."):] for k in ref if k.startswith("grad.") and ".lora_" in k)
+        check(tag + "the adapters and magnitudes, by name", got == names, "%d tensors" % len(got))
+        params = [model.ab[n] for n in names]
+        opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
+
+        def first(loss_sum, rel):
+            worst = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
+                        max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names)
+            worst_m = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
+                          max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names if "magnitude" in n)
+            check(tag + "first loss (rel 1e-5), gradients (1e-4 of max)", rel <= 1e-5 and worst <= 1e-4,
+                  "loss rel %.1e; worst %.2e, magnitudes' %.2e" % (rel, worst, worst_m))
+
+        worst_loss, worst_norm = replay(lambda i, t, st, mi: model.forward(i, t), ref, opt, params, [1.0], first)
+        # a magnitude's gradient is a sum over every token of a column: where it is near zero,
+        # AdamW's lr-sized step follows its rounding (see loraplus), so its tolerance is 3e-4
+        worst_w, worst_n = max(((model.ab[n].detach() - ref["final." + n]).abs().max().item() /
+                                (3.0 if "magnitude" in n else 1.0), n) for n in names)
+        moved = max((ref["final." + n] - model.base[n.replace("lora_magnitude_vector", "weight")].norm(dim=0)
+                     .reshape(-1, 1)).abs().max().item() for n in names if "magnitude" in n)
+        check(tag + "10 steps: losses, norms (rel 1e-4), A, B (abs 1e-4), m (3e-4)",
+              worst_loss <= 1e-4 and worst_norm <= 1e-4 and worst_w <= 1e-4 and moved > 1e-3,
+              "worst %.2e, %.2e, %.2e of tolerance 1e-4 (%s); magnitudes moved up to %.2e" %
+              (worst_loss, worst_norm, worst_w, worst_n.split(".", 2)[2], moved))
+        said = [x for x in out.splitlines() if x.startswith("lora:")]
+        last = os.path.join(ck, "step_%08d" % STEPS)
+        man = json.load(open(os.path.join(last, "manifest.json")))["lora"]
+        check(tag + "manifest and colo-train say so", man.get("dora") is True and said and "DoRA" in said[0],
+              "%s; %s" % (man, said[0] if said else out[-200:]))
+        # the merged export, PEFT's application of the peft export and eval of the adapters
+        merged = ck + "-merged.safetensors"
+        colo(["export", "--checkpoint", last, "--out", merged])
+        colo(["export", "--checkpoint", last, "--format", "peft", "--out", ck + "-peft"])
+        ev = json.loads(colo(["eval", "--checkpoint", last, "--data", os.path.join(tmp, "val.bin"),
+                              "--batches", "2", "--batch-size", "4", "--json"]).strip().splitlines()[-1])
+        batch = ref["batch.0.0"].long()
+        with torch.no_grad():
+            for n in names:
+                model.ab[n].copy_(ref["final." + n])
+            want = model.forward(batch[:B], batch[B:]).item()
+        if arch == "gpt2":
+            cfg = json.load(open(os.path.join(ck + "-peft", "adapter_config.json")))
+            ad = read_safetensors(os.path.join(ck + "-peft", "adapter_model.safetensors"))
+            mt = read_safetensors(merged)
+            m = GPT2(L, NH, C, T, V)
+            with torch.no_grad():
+                for n in m.names:
+                    m.p[n].copy_(model.base[n])
+                s = cfg["lora_alpha"] / cfg["r"]
+                for k in ad:
+                    if k.endswith("lora_A.weight"):  # PEFT's merge: fan_in_fan_out, so Wᵀ is [out][in]
+                        mod = k[len("base_model.model."):-len(".lora_A.weight")]
+                        w = m.p[mod + ".weight"].t() + s * (ad[k.replace("lora_A.weight", "lora_B.weight")] @ ad[k])
+                        mag = ad[k.replace("lora_A.weight", "lora_magnitude_vector")]
+                        m.p[mod + ".weight"] = ((mag / w.norm(dim=1)).reshape(-1, 1) * w).t()
+                peft_loss = m(batch[:B], batch[B:]).item()
+                for n in m.names:
+                    m.p[n] = mt[n]
+                merged_loss = m(batch[:B], batch[B:]).item()
+            mags = [k for k in ad if k.endswith("lora_magnitude_vector")]
+            check(tag + "peft export (use_dora) as PEFT applies it = merged = torch (rel 1e-5)",
+                  cfg.get("use_dora") is True and len(mags) == 4 * L and ad[mags[0]].dim() == 1 and
+                  abs(peft_loss - want) <= 1e-5 * want and abs(merged_loss - want) <= 1e-5 * want,
+                  "%d magnitudes; loss peft %.7f merged %.7f torch %.7f" % (len(mags), peft_loss, merged_loss, want))
+        # eval of the adapters: the merged file as a checkpoint, evaluated on the same windows
+        colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0", "--steps", "1",
+              "--batch-size", "4", "--lr", "1e-12", "--min-lr", "0", "--seed", "1", "--threads", "2", "--quiet",
+              "--init-from", os.path.basename(merged), "--ckpt-dir", ck + "-m"] + MODEL + ARCH[arch])
+        ev2 = json.loads(colo(["eval", "--checkpoint", os.path.join(ck + "-m", "step_00000001"),
+                               "--data", os.path.join(tmp, "val.bin"), "--batches", "2", "--batch-size", "4",
+                               "--json"]).strip().splitlines()[-1])
+        rel = abs(ev["loss"] - ev2["loss"]) / ev2["loss"]
+        check(tag + "eval of the adapters = eval of the merged export", rel <= 1e-5,
+              "%.7f vs %.7f rel %.1e" % (ev["loss"], ev2["loss"], rel))
+        # stopped and resumed; two stages (one micro-batch: one rank's bytes); tensor parallelism
+        halves = ck + "-halves"
+        colo(args + ["--ckpt-dir", halves, "--stop-at", str(STEPS // 2), "--quiet"])
+        colo(args + ["--ckpt-dir", halves, "--resume", "auto", "--quiet"])
+        f = "step_%08d/rank_00000.safetensors" % STEPS
+        check(tag + "stopped at step %d and resumed: the same checkpoint (bytes)" % (STEPS // 2),
+              open(os.path.join(ck, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
+        colo(args + ["--nproc", "2", "--pp", "2", "--micro-batches", "1", "--ckpt-dir", ck + "-pp", "--quiet"])
+        check(tag + "2 stages, 1 micro-batch = 1 rank (checkpoint bytes)",
+              open(os.path.join(ck, f), "rb").read() == open(os.path.join(ck + "-pp", f), "rb").read(), f)
+        if arch == "gpt2":  # (this Llama's one key-value head cannot be split)
+            colo(args + ["--nproc", "2", "--tp", "2", "--sp", "true", "--ckpt-dir", ck + "-tp", "--quiet"])
+            a, b = read_safetensors(os.path.join(ck, f)), read_safetensors(os.path.join(ck + "-tp", f))
+            worst = max((a[k] - b[k]).abs().max().item() for k in a)
+            check(tag + "tp=2 with sp = 1 rank (checkpoint abs 1e-4)", sorted(a) == sorted(b) and worst <= 1e-4,
+                  "%d tensors, worst %.2e" % (len(a), worst))
+    r = subprocess.run([COLO] + args + ["--lora-dropout", "0.1", "--ckpt-dir", os.path.join(tmp, "no")],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check("[dora] dropout refused", r.returncode != 0 and "DoRA takes no dropout here" in r.stdout
+          and not os.path.exists(os.path.join(tmp, "no")), r.stdout.strip().splitlines()[-1][:150])
+    r = subprocess.run([COLO, "export", "--checkpoint", last, "--format", "gguf-lora", "--out", ck + ".gguf"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check("[dora] gguf-lora export refused", r.returncode != 0 and "no DoRA magnitudes" in r.stdout
+          and not os.path.exists(ck + ".gguf"), r.stdout.strip().splitlines()[-1][:150])
+
+
 def words_data(prefix):
     """a temporary folder of shards (train.bin, val.bin) of 6,000 random words of 300"""
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -751,6 +897,7 @@ def main():
     dropout(tmp)
     rslora(tmp)
     loraplus(tmp)
+    dora(tmp)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 

@@ -139,6 +139,15 @@ def run(tmp, arch):
               same and len(names) == 2 * 4 * L and moved > 1e-3,
               "losses %.6f .. %.6f, norms and %d adapters identical: %s" %
               (q["losses"][0].item(), q["losses"][STEPS - 1].item(), len(names), same))
+        # DoRA (QDoRA): the columns' norms from the dequantized matrices, the same bits again
+        qd = lora(arch + "-base.safetensors", p + ["--lora-quant", "nf4", "--lora-dora", "true"],
+                  arch + "-qd-" + prec)[1]
+        rd = lora(arch + "-deq.safetensors", p + ["--lora-dora", "true"], arch + "-rd-" + prec)[1]
+        dn = sorted(k for k in rd if k.startswith("final.") and ".lora_" in k)
+        check(tag + "%s: DoRA, nf4 on the base = on numpy's NF4 (bit for bit)" % prec,
+              all(torch.equal(qd[k], rd[k]) for k in ["losses", "grad_norms"] + dn) and
+              len(dn) == 3 * 4 * L and not torch.equal(qd["losses"], q["losses"]),
+              "losses %.6f .. %.6f, %d tensors" % (qd["losses"][0].item(), qd["losses"][STEPS - 1].item(), len(dn)))
         said = [x for x in qout.splitlines() if x.startswith("lora:")]
         mem = [float(re.search(r"host memory ([0-9.]+) MiB", o).group(1)) for o in (qout, rout)]
         check(tag + "%s: says NF4; host memory below LoRA's" % prec,

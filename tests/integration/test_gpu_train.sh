@@ -422,6 +422,30 @@ if [ "$DRY" = 1 ]; then
     fail "QLoRA: two pipeline stages trained otherwise than one rank"
 fi
 same_training "QLoRA on 2 pipeline stages vs 1 rank" "$TMP/lq-gpu.jsonl" "$TMP/lq-pp.jsonl" 1e-3
+# DoRA on the NF4 model (the columns' norms of the dequantized matrices plus the update, the
+# rescaling and the magnitudes' gradient in the GPU's kernels): the CPU's training (bit for bit
+# where the GPU is emulated), and with the NF4 pieces in host memory (ZeRO-3) the model whole's;
+# DoRA on two tensor-parallel ranks with sequence parallelism (a row-parallel product's norms
+# summed over the group) as on one, within bf16's rounding of the products' other sums
+LD=("${LB[@]}" --lora-dora true)
+expect_rc 0 "$CT" train "${LD[@]}" --lora-quant nf4 --ckpt-dir "$TMP/qd-gpu" --progress "$TMP/qd-gpu.jsonl"
+expect_rc 0 "$CT" train "${LD[@]}" --lora-quant nf4 --device cpu --ckpt-dir "$TMP/qd-cpu" \
+  --progress "$TMP/qd-cpu.jsonl"
+expect_rc 0 "$CT" train "${LD[@]}" --lora-quant nf4 --zero 3 --placement static \
+  --param-device-fraction 0 --ckpt-dir "$TMP/qd3" --progress "$TMP/qd3.jsonl"
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/qd-cpu/step_00000006/rank_00000.safetensors" "$TMP/qd-gpu/step_00000006/rank_00000.safetensors" ||
+    fail "QLoRA with DoRA: the GPU trained otherwise than the CPU"
+  cmp "$TMP/qd-gpu/step_00000006/rank_00000.safetensors" "$TMP/qd3/step_00000006/rank_00000.safetensors" ||
+    fail "QLoRA with DoRA: ZeRO-3's NF4 pieces in host memory trained otherwise than the model whole"
+fi
+same_training "QLoRA with DoRA, GPU vs CPU" "$TMP/qd-cpu.jsonl" "$TMP/qd-gpu.jsonl" 5e-3
+same_training "QLoRA with DoRA, NF4 pieces in host memory vs whole" "$TMP/qd-gpu.jsonl" \
+  "$TMP/qd3.jsonl" 1e-3
+expect_rc 0 "$CT" train "${LD[@]}" --ckpt-dir "$TMP/dd1" --progress "$TMP/dd1.jsonl"
+expect_rc 0 "$CT" train "${LD[@]}" --nproc 2 --tp 2 --sp true --ckpt-dir "$TMP/ddtp" \
+  --progress "$TMP/ddtp.jsonl"
+same_training "DoRA on 2 tensor-parallel ranks vs 1" "$TMP/dd1.jsonl" "$TMP/ddtp.jsonl" 1e-3
 # LoRA with dropout on two tensor-parallel ranks with sequence parallelism (each holding its part
 # of the adapters, the dropout kernel numbering a row-parallel rank's columns from its first):
 # the one-rank run's training, within bf16's rounding of the products' other sums

@@ -378,6 +378,45 @@ static void test_layernorm_gelu(double tol) {
     free(hfrees[i]);
 }
 
+/* DoRA's entries: the columns' squared norms of w + dtᵀ (shapes whose 32-wide tiles end inside
+ * both dimensions, and one wider than a block's rows), the rescaling forward (with a bias, and in
+ * place without one, as the backward runs it), and the magnitude's gradient. The sums are fp32 on
+ * both sides, in another order on the GPU. */
+static void test_dora(double tol) {
+  const int shapes[2][2] = {{77, 45}, {96, 300}};
+  for (int k = 0; k < 2; k++) {
+    int in = shapes[k][0], out = shapes[k][1];
+    size_t nw = (size_t)in * out, no = (size_t)N * out;
+    float *w = randv(nw, 0.1f), *dtf = randv(nw, 0.02f), *sq = malloc(out * sizeof *sq);
+    void *h_w = hact(w, nw), *h_dt = hact(dtf, nw), *d_w = upa(w, nw), *d_dt = upa(dtf, nw);
+    float *d_sq = upf(w, out);
+    cpu->dora_norm(sq, h_w, h_dt, in, out);
+    gpu->dora_norm(d_sq, d_w, d_dt, in, out);
+    check(named(k ? "dora_norm 96x300 (fp32)" : "dora_norm 77x45 (fp32)"), d_sq, sq, out, 1e-5);
+    float *mag = randv(out, 1.0f), *b = randv(out, 1.0f), *z = randv(no, 1.0f);
+    float *dm = randv(out, 1.0f), *d_sqf = upf(sq, out), *d_mag = upf(mag, out), *d_b = upf(b, out);
+    void *h_z = hact(z, no), *h_o = calloc(no, asz), *d_z = upa(z, no), *d_o = up(h_o, no, asz);
+    cpu->dora_scale(h_o, h_z, mag, sq, b, N, out);
+    gpu->dora_scale(d_o, d_z, d_mag, d_sqf, d_b, N, out);
+    check_a(named("dora_scale"), d_o, h_o, no, tol);
+    void *d_z2 = upa(z, no);
+    cpu->dora_scale(h_z, h_z, mag, sq, NULL, N, out);
+    gpu->dora_scale(d_z2, d_z2, d_mag, d_sqf, NULL, N, out);
+    check_a(named("dora_scale in place, no bias"), d_z2, h_z, no, tol);
+    float *dout = randv(no, 1.0f), *d_dm = upf(dm, out);
+    void *h_d = hact(dout, no), *d_d = upa(dout, no), *h_z1 = hact(z, no);
+    cpu->dora_dmag(dm, h_d, h_z1, sq, N, out);
+    gpu->dora_dmag(d_dm, d_d, d_z, d_sqf, N, out);
+    check(named("dora_dmag (fp32, accumulated)"), d_dm, dm, out, 1e-5);
+    void *frees[] = {d_w, d_dt, d_sqf, d_mag, d_b, d_z, d_d};
+    for (size_t i = 0; i < sizeof frees / sizeof frees[0]; i++)
+      colo_pool_free(dpool, frees[i]);
+    void *hfrees[] = {w, dtf, sq, h_w, h_dt, mag, b, z, dm, h_z, h_o, dout, h_d, h_z1};
+    for (size_t i = 0; i < sizeof hfrees / sizeof hfrees[0]; i++)
+      free(hfrees[i]);
+  }
+}
+
 /* attention of B sequences of T tokens, C channels in NH heads. In 16-bit storage the GPU fuses
  * it (cuda_flash.cu) for head sizes 32, 64 and 128 and runs batched products otherwise (as in
  * fp32), so the shapes below take both paths, with sequences that end inside a 64-row tile. */
@@ -760,6 +799,7 @@ int main(int argc, char **argv) {
       test_encoder();
       test_layernorm_gelu(modes[i].tol);
       test_llama_ops(modes[i].tol);
+      test_dora(modes[i].tol);
       test_losses(modes[i].tol);
     }
     test_model(modes[i].loss_tol, modes[i].grad_tol, COLO_ARCH_GPT2, 0, 0);

@@ -152,6 +152,14 @@ static const struct {
      "train.lora_dropout=1 must be at least 0 and below 1"},
     {BASE "train: {lora_rslora: true}\n",
      "train.lora_rslora scales LoRA adapters' updates: it needs train.lora_rank > 0"},
+    {BASE "train: {lora_dora: true}\n",
+     "train.lora_dora rescales LoRA adapters' products: it needs train.lora_rank > 0"},
+    {BASE "train: {lora_rank: 8, lora_dora: true, lora_dropout: 0.05}\n",
+     "train.lora_dora with train.lora_dropout=0.05: DoRA takes no dropout here (PEFT's DoRA under "
+     "dropout adds a product of each frozen matrix with the dropped input); set lora_dropout to 0"},
+    {BASE "train: {lora_rank: 8, lora_dora: true}\ncheckpoint: {export_format: gguf-lora}\n",
+     "checkpoint.export_format=gguf-lora with train.lora_dora: llama.cpp's LoRA adapters have no "
+     "DoRA magnitudes; export gguf or hf (the adapters merged in) or peft"},
     {BASE "train: {lora_dropout: 0.1}\n",
      "train.lora_dropout=0.1 drops the adapters' inputs: it needs train.lora_rank > 0"},
     {BASE "train: {lora_rank: 8, lora_quant: int4}\n",
@@ -530,6 +538,15 @@ TEST(lora_on_pipeline_stages_is_valid) {
   check(BASE "train: {lora_rank: 8}\nparallel: {pp: 2, zero_stage: 3}\n", err, sizeof err);
   ASSERT_EQ_STR(err,
                 "parallel.zero_stage=3 cannot be combined with parallel.pp=2: use stage 0 or 1");
+}
+
+/* DoRA: with NF4, on tensor-parallel ranks, and exported for PEFT */
+TEST(dora_is_valid) {
+  char err[512];
+  check(BASE "train: {lora_rank: 8, lora_dora: true, lora_quant: nf4}\n"
+             "parallel: {tp: 2, sequence_parallel: true}\ncheckpoint: {export_format: peft}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
 }
 
 TEST(qwen_lora_example_job_is_valid) {

@@ -805,7 +805,10 @@ static void train_usage(void) {
       "                        training (PEFT's lora_dropout; default 0)\n"
       "  --lora-rslora true    rank-stabilized LoRA: updates scaled by A/sqrt(R), not A/R\n"
       "  --lora-plus-ratio X   LoRA+: the B matrices learn at --lr times X, the A matrices at\n"
-      "                        --lr (PEFT's loraplus_lr_ratio; default: one rate)\n"
+      "                        --lr (PEFT's loraplus_lr_ratio; default: one rate); DoRA's\n"
+      "                        magnitudes learn at --lr times X too, as PEFT's 1-D tensors\n"
+      "  --lora-dora true      DoRA: each adapted product's output columns rescaled to a\n"
+      "                        learned magnitude (PEFT's use_dora); no --lora-dropout"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"
@@ -993,6 +996,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-dropout", "train: {lora_dropout: %s}"},
       {"lora-rslora", "train: {lora_rslora: %s}"},
       {"lora-plus-ratio", "train: {lora_plus_ratio: %s}"},
+      {"lora-dora", "train: {lora_dora: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1541,6 +1545,7 @@ static int cmd_train(int argc, char **argv) {
     cfg.lora.dropout = spec->train->lora_dropout;
     cfg.lora.rslora = spec->train->lora_rslora;
     cfg.lora.plus_ratio = spec->train->lora_plus_ratio;
+    cfg.lora.dora = spec->train->lora_dora;
   }
   cfg.ckpt_dir = ckpt_dir;
   cfg.resume = resume;

@@ -171,6 +171,51 @@ static void dropout(void *out_, const void *inp_, int N, int C, uint64_t key, ui
     }
 }
 
+/* DoRA's entries (backend.h): each column's sum in a fixed order (rows ascending), whatever the
+ * threads, in blocks of DORA_COLS columns */
+#define DORA_COLS 64
+static void dora_norm(float *sq, const void *w_, const void *dt_, int in, int out) {
+  const float *w = w_, *dt = dt_;
+#pragma omp parallel for schedule(static)
+  for (int j0 = 0; j0 < out; j0 += DORA_COLS) {
+    int nj = out - j0 < DORA_COLS ? out - j0 : DORA_COLS;
+    float acc[DORA_COLS] = {0};
+    for (int i = 0; i < in; i++)
+      for (int j = 0; j < nj; j++) {
+        float d = w[(size_t)i * out + j0 + j] + dt[(size_t)(j0 + j) * in + i];
+        acc[j] += d * d;
+      }
+    memcpy(sq + j0, acc, (size_t)nj * sizeof *sq);
+  }
+}
+
+static void dora_scale(void *out_, const void *inp_, const float *mag, const float *sq,
+                       const float *b, int N, int C) {
+  float *out = out_;
+  const float *inp = inp_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      size_t i = (size_t)n * C + c;
+      out[i] = inp[i] * (mag[c] / sqrtf(sq[c])) + (b ? b[c] : 0.0f);
+    }
+}
+
+static void dora_dmag(float *dmag, const void *dout_, const void *z_, const float *sq, int N,
+                      int C) {
+  const float *dout = dout_, *z = z_;
+#pragma omp parallel for schedule(static)
+  for (int c0 = 0; c0 < C; c0 += DORA_COLS) {
+    int nc = C - c0 < DORA_COLS ? C - c0 : DORA_COLS;
+    float acc[DORA_COLS] = {0};
+    for (int n = 0; n < N; n++)
+      for (int c = 0; c < nc; c++)
+        acc[c] += dout[(size_t)n * C + c0 + c] * z[(size_t)n * C + c0 + c];
+    for (int c = 0; c < nc; c++)
+      dmag[c0 + c] += acc[c] / sqrtf(sq[c0 + c]);
+  }
+}
+
 static void embed_fwd(void *out, const int *tokens, const void *table, int N, int C, int V) {
   colo_embed_rows(out, tokens, table, N, (size_t)C * sizeof(float), V);
 }
@@ -839,6 +884,9 @@ static const colo_backend_t CPU = {
     .encoder_fwd = encoder_fwd,
     .embed_fwd = embed_fwd,
     .dropout = dropout,
+    .dora_norm = dora_norm,
+    .dora_scale = dora_scale,
+    .dora_dmag = dora_dmag,
     .encoder_bwd = encoder_bwd,
     .layernorm_fwd = layernorm_fwd,
     .layernorm_bwd = layernorm_bwd,

@@ -265,6 +265,17 @@ static void host_free(void *p) {
                             uint32_t th, float s) {                                                \
     RUN("dropout", base_##sfx()->dropout(o, i, N, C, k, r0, c0, th, s), o, i);                     \
   }                                                                                                \
+  static void dora_norm_##sfx(float *sq, const void *w, const void *d, int in, int out) {          \
+    RUN("dora_norm", base_##sfx()->dora_norm(sq, w, d, in, out), sq, w, d);                        \
+  }                                                                                                \
+  static void dora_scale_##sfx(void *o, const void *i, const float *m, const float *sq,            \
+                               const float *b, int N, int C) {                                     \
+    RUN("dora_scale", base_##sfx()->dora_scale(o, i, m, sq, b, N, C), o, i, m, sq, b);             \
+  }                                                                                                \
+  static void dora_dmag_##sfx(float *dm, const void *d, const void *z, const float *sq, int N,     \
+                              int C) {                                                             \
+    RUN("dora_dmag", base_##sfx()->dora_dmag(dm, d, z, sq, N, C), dm, d, z, sq);                   \
+  }                                                                                                \
   static void matmul_fwd_##sfx(void *o, const void *i, const void *w, const float *b, int N,       \
                                int C, int OC) {                                                    \
     RUN("matmul_fwd", base_##sfx()->matmul_fwd(o, i, w, b, N, C, OC), o, i, w, b);                 \

@@ -389,6 +389,31 @@ static void dropout_t(colo_dtype_t t, void *out, const void *inp, int N, int C, 
   narrow(t, out, f, n);
 }
 
+static void dora_norm_t(colo_dtype_t t, float *sq, const void *w, const void *dt, int in, int out) {
+  size_t n = (size_t)in * out;
+  float *fw = widen(t, w, n), *fd = widen(t, dt, n);
+  f32()->dora_norm(sq, fw, fd, in, out);
+  scratch_give(fw);
+  scratch_give(fd);
+}
+
+static void dora_scale_t(colo_dtype_t t, void *out, const void *inp, const float *mag,
+                         const float *sq, const float *b, int N, int C) {
+  size_t n = (size_t)N * C;
+  float *f = widen(t, inp, n);
+  f32()->dora_scale(f, f, mag, sq, b, N, C);
+  narrow(t, out, f, n);
+}
+
+static void dora_dmag_t(colo_dtype_t t, float *dmag, const void *dout, const void *z,
+                        const float *sq, int N, int C) {
+  size_t n = (size_t)N * C;
+  float *fd = widen(t, dout, n), *fz = widen(t, z, n);
+  f32()->dora_dmag(dmag, fd, fz, sq, N, C);
+  scratch_give(fd);
+  scratch_give(fz);
+}
+
 static void embed_fwd_t(colo_dtype_t t, void *out, const int *tokens, const void *table, int N,
                         int C, int V) {
   colo_embed_rows(out, tokens, table, N, (size_t)C * colo_dtype_size(t), V);
@@ -531,6 +556,17 @@ static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const f
   static void dropout_##sfx(void *o, const void *i, int N, int C, uint64_t k, uint64_t r0, int c0, \
                             uint32_t th, float s) {                                                \
     dropout_t(T, o, i, N, C, k, r0, c0, th, s);                                                    \
+  }                                                                                                \
+  static void dora_norm_##sfx(float *sq, const void *w, const void *d, int in, int out) {          \
+    dora_norm_t(T, sq, w, d, in, out);                                                             \
+  }                                                                                                \
+  static void dora_scale_##sfx(void *o, const void *i, const float *m, const float *sq,            \
+                               const float *b, int N, int C) {                                     \
+    dora_scale_t(T, o, i, m, sq, b, N, C);                                                         \
+  }                                                                                                \
+  static void dora_dmag_##sfx(float *dm, const void *d, const void *z, const float *sq, int N,     \
+                              int C) {                                                             \
+    dora_dmag_t(T, dm, d, z, sq, N, C);                                                            \
   }                                                                                                \
   static colo_backend_t table_##sfx(void) {                                                        \
     colo_backend_t b = *f32(); /* memory, the optimizer and the norms: the fp32 table's */         \

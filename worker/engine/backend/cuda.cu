@@ -573,6 +573,92 @@ static void dropout(void *out, const void *inp, int N, int C, uint64_t key, uint
   LAUNCHED();
 }
 
+/* DoRA (backend.h). dora_norm: a block per 32 columns j, its 32 × 8 threads walking the rows i
+ * in tiles of 32; each tile of dt[j][i] goes through shared memory, so that both w's rows and
+ * dt's are read along their length. Each column's sum runs over i in the same order in every
+ * run (thread ty takes rows ty, ty + 8, ..., then the 8 partial sums are added in order). */
+template <class T>
+__global__ static void dora_norm_kernel(float *sq, const T *w, const T *dt, int in, int out) {
+  __shared__ float tile[32][33];
+  __shared__ float part[8][32];
+  int tx = threadIdx.x, ty = threadIdx.y, j0 = blockIdx.x * 32, j = j0 + tx;
+  float acc = 0.0f;
+  for (int i0 = 0; i0 < in; i0 += 32) {
+    for (int r = ty; r < 32; r += 8) { /* dt[j0 + r][i0 + tx] */
+      int jj = j0 + r, ii = i0 + tx;
+      tile[r][tx] = jj < out && ii < in ? ld(dt[(size_t)jj * in + ii]) : 0.0f;
+    }
+    __syncthreads();
+    if (j < out)
+      for (int ii = ty; ii < 32 && i0 + ii < in; ii += 8) {
+        float d = ld(w[(size_t)(i0 + ii) * out + j]) + tile[tx][ii];
+        acc += d * d;
+      }
+    __syncthreads();
+  }
+  part[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && j < out) {
+    float s = 0.0f;
+    for (int k = 0; k < 8; k++)
+      s += part[k][tx];
+    sq[j] = s;
+  }
+}
+
+template <class T>
+static void dora_norm(float *sq, const void *w, const void *dt, int in, int out) {
+  dora_norm_kernel<T>
+      <<<(out + 31) / 32, dim3(32, 8), 0, g.stream>>>(sq, (const T *)w, (const T *)dt, in, out);
+  LAUNCHED();
+}
+
+template <class T>
+__global__ static void dora_scale_kernel(T *out, const T *inp, const float *mag, const float *sq,
+                                         const float *b, int N, int C) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
+  for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    int c = (int)(i % C);
+    out[i] = st<T>(ld(inp[i]) * (mag[c] / sqrtf(sq[c])) + (b ? b[c] : 0.0f));
+  }
+}
+
+template <class T>
+static void dora_scale(void *out, const void *inp, const float *mag, const float *sq,
+                       const float *b, int N, int C) {
+  size_t n = (size_t)N * C;
+  dora_scale_kernel<T>
+      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, mag, sq, b, N, C);
+  LAUNCHED();
+}
+
+/* a block per 32 columns, its 32 × 8 threads over the rows as dora_norm's */
+template <class T>
+__global__ static void dora_dmag_kernel(float *dmag, const T *dout, const T *z, const float *sq,
+                                        int N, int C) {
+  __shared__ float part[8][32];
+  int tx = threadIdx.x, ty = threadIdx.y, c = blockIdx.x * 32 + tx;
+  float acc = 0.0f;
+  if (c < C)
+    for (int n = ty; n < N; n += 8)
+      acc += ld(dout[(size_t)n * C + c]) * ld(z[(size_t)n * C + c]);
+  part[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && c < C) {
+    float s = 0.0f;
+    for (int k = 0; k < 8; k++)
+      s += part[k][tx];
+    dmag[c] += s / sqrtf(sq[c]);
+  }
+}
+
+template <class T>
+static void dora_dmag(float *dmag, const void *dout, const void *z, const float *sq, int N, int C) {
+  dora_dmag_kernel<T>
+      <<<(C + 31) / 32, dim3(32, 8), 0, g.stream>>>(dmag, (const T *)dout, (const T *)z, sq, N, C);
+  LAUNCHED();
+}
+
 /* table[key]: a block per distinct key of the batch (a token for dwte, a position for dwpe with
  * documents), its threads over channels, adding that key's rows in increasing order
  * (rows[first[k] .. first[k+1])), which is the CPU's order: the fp32 result is the CPU's bit for

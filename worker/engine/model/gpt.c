@@ -998,15 +998,33 @@ static void norm_bwd(colo_gpt_t *m, void *dinp, float *dw, float *db, const void
     m->be->layernorm_bwd(dinp, dw, db, dout, inp, w, mean, rstd, N, C);
 }
 
+/* An adapted product: out[N][OC] = inp·w + b, with the adapter's update added, and under DoRA
+ * its columns rescaled (lora.h; the norms of a row-parallel product's columns summed over the
+ * tensor-parallel group first, as its inputs, and so its weights' rows, are split) */
+static void product_fwd(colo_gpt_t *m, int l, unsigned target, void *out, const void *inp,
+                        const void *w, const float *b, int N, int C, int OC) {
+  int dora = colo_lora_dora(m->lora, target);
+  m->be->matmul_fwd(out, inp, w, dora ? NULL : b, N, C, OC);
+  if (!colo_lora_has(m->lora, target))
+    return;
+  colo_lora_fwd(m->lora, l, target, out, inp, N);
+  if (!dora)
+    return;
+  int n;
+  float *sq = colo_lora_dora_norm(m->lora, l, target, w, &n);
+  if (m->tp > 1 && (target == COLO_LORA_ATTPROJ || target == COLO_LORA_FCPROJ) &&
+      m->tp_comm->ops->allreduce_sum(m->tp_comm, sq, (size_t)n) < 0)
+    m->hook_error = COLO_EIO;
+  colo_lora_dora_fwd(m->lora, l, target, out, b, N);
+}
+
 /* The MLP's first product and its activation: out = gelu(pre = inp·W + b), or LLAMA's
  * out = silu(gate)·up of pre = inp·[W_gate | W_up] */
 static void mlp_up(colo_gpt_t *m, int l, void *out, void *pre, const void *inp, const void *w,
                    const float *b, int N, int C, int Cf) {
   if (m->llama ||
       colo_lora_has(m->lora, COLO_LORA_FC)) { /* an adapter adds before the activation */
-    m->be->matmul_fwd(pre, inp, w, b, N, C, m->llama ? 2 * Cf : Cf);
-    if (colo_lora_has(m->lora, COLO_LORA_FC))
-      colo_lora_fwd(m->lora, l, COLO_LORA_FC, pre, inp, N);
+    product_fwd(m, l, COLO_LORA_FC, pre, inp, w, b, N, C, m->llama ? 2 * Cf : Cf);
     if (m->llama)
       m->be->swiglu_fwd(out, pre, N, Cf);
     else
@@ -1031,23 +1049,18 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   size_t off = (m->sp ? (size_t)m->tpr * Nl : 0) * C, rowf = (size_t)Nl * C, NC = (size_t)N * C;
   norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, in, P(m, l, P_LN1W), P(m, l, P_LN1B), Nl, C);
   const void *x1 = ln_full(m, a->ln1, off, rowf); /* all rows (gathered under sp) */
-  be->matmul_fwd(m->gqa ? m->qsmall : a->qkv, x1, w.qkv, P(m, l, P_QKVB), N, C, m->Cqkv);
-  if (colo_lora_has(m->lora, COLO_LORA_QKV))
-    colo_lora_fwd(m->lora, l, COLO_LORA_QKV, m->gqa ? m->qsmall : a->qkv, x1, N);
+  product_fwd(m, l, COLO_LORA_QKV, m->gqa ? m->qsmall : a->qkv, x1, w.qkv, P(m, l, P_QKVB), N, C,
+              m->Cqkv);
   if (m->gqa) /* each key and value head repeated for its group of query heads */
     be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
   if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
     be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1, m->doc_pos);
   be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl, m->doc_pos);
-  be->matmul_fwd(m->proj, a->atty, w.attproj, apb, N, Cq, C);
-  if (colo_lora_has(m->lora, COLO_LORA_ATTPROJ))
-    colo_lora_fwd(m->lora, l, COLO_LORA_ATTPROJ, m->proj, a->atty, N);
+  product_fwd(m, l, COLO_LORA_ATTPROJ, m->proj, a->atty, w.attproj, apb, N, Cq, C);
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
   norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
   mlp_up(m, l, m->gelu, a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C, Cf);
-  be->matmul_fwd(m->proj, m->gelu, w.fcproj, fpb, N, Cf, C);
-  if (colo_lora_has(m->lora, COLO_LORA_FCPROJ))
-    colo_lora_fwd(m->lora, l, COLO_LORA_FCPROJ, m->proj, m->gelu, N);
+  product_fwd(m, l, COLO_LORA_FCPROJ, m->proj, m->gelu, w.fcproj, fpb, N, Cf, C);
   be->add(out, a->res2, proj_sum(m, off, rowf, NC), rowf);
   return w;
 }
@@ -1304,6 +1317,10 @@ void colo_gpt_stage_layers(const colo_gpt_t *m, int *lo, int *hi) {
 
 int colo_gpt_max_rows(const colo_gpt_t *m) {
   return m->max_B * m->cfg.block_size;
+}
+
+int colo_gpt_recomputes(const colo_gpt_t *m) {
+  return m->recompute;
 }
 
 int colo_gpt_set_lora(colo_gpt_t *m, struct colo_lora_s *lora, char *err, size_t errlen) {
@@ -1792,45 +1809,49 @@ blocks:
     /* the products', GELU's and attention's input gradients are written, not added to
      * (backend.h): no buffer needs zeroing first */
     colo_lora_t *lo = m->lora;
+    /* under DoRA each adapted product's gradient goes through its rescaling first (lora.h) */
+    const void *dz = colo_lora_dora_bwd(lo, l, COLO_LORA_FCPROJ, dout, N);
     if (m->llama) {
-      be->matmul_bwd(m->dglu, G(m, l, P_FCPROJW), NULL, dout, m->gelu, w.fcproj, N, Cf, C);
+      be->matmul_bwd(m->dglu, G(m, l, P_FCPROJW), NULL, dz, m->gelu, w.fcproj, N, Cf, C);
       if (colo_lora_has(lo, COLO_LORA_FCPROJ))
-        colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, m->dglu, dout, m->gelu, N);
+        colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, m->dglu, dz, m->gelu, N);
       be->swiglu_bwd(m->dfch, a->fch, m->dglu, N, Cf);
     } else if (colo_lora_has(lo, COLO_LORA_FCPROJ)) { /* the adapter's part before GELU's */
       void *dg = colo_lora_gelu_scratch(lo);
-      be->matmul_bwd(dg, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj, N, Cf, C);
-      colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, dg, dout, m->gelu, N);
+      be->matmul_bwd(dg, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dz, m->gelu, w.fcproj, N, Cf, C);
+      colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, dg, dz, m->gelu, N);
       be->gelu_bwd(m->dfch, a->fch, dg, (size_t)N * Cf);
     } else {
       be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj,
                           a->fch, N, Cf, C);
     }
     const void *x2 = ln_full(m, a->ln2, off, rowf);
-    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), m->dfch, x2, w.fc, N, C,
+    dz = colo_lora_dora_bwd(lo, l, COLO_LORA_FC, m->dfch, N);
+    be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), dz, x2, w.fc, N, C,
                    m->llama ? 2 * Cf : Cf);
     if (colo_lora_has(lo, COLO_LORA_FC))
-      colo_lora_bwd(lo, l, COLO_LORA_FC, m->dln, m->dfch, x2, N);
+      colo_lora_bwd(lo, l, COLO_LORA_FC, m->dln, dz, x2, N);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN2W), G(m, l, P_LN2B), at(m, m->dln, off),
                 a->res2, P(m, l, P_LN2W), a->ln2_mean, a->ln2_rstd, Nl, C);
     /* attention: res2 = in + attproj(attn(qkv(ln1(in)))) */
     dout = full_rows(m, off, rowf);
-    be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dout, a->atty, w.attproj, N,
+    dz = colo_lora_dora_bwd(lo, l, COLO_LORA_ATTPROJ, dout, N);
+    be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dz, a->atty, w.attproj, N,
                    Cq, C);
     if (colo_lora_has(lo, COLO_LORA_ATTPROJ))
-      colo_lora_bwd(lo, l, COLO_LORA_ATTPROJ, m->datty, dout, a->atty, N);
+      colo_lora_bwd(lo, l, COLO_LORA_ATTPROJ, m->datty, dz, a->atty, N);
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl, m->doc_pos);
     if (m->llama) /* through the rotation: its transpose */
       be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, m->doc_pos);
     if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
       be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
     const void *x1 = ln_full(m, a->ln1, off, rowf);
-    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), m->gqa ? m->qsmall : m->dqkv, x1,
-                   w.qkv, N, C, m->Cqkv);
+    dz = colo_lora_dora_bwd(lo, l, COLO_LORA_QKV, m->gqa ? m->qsmall : m->dqkv, N);
+    be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), dz, x1, w.qkv, N, C, m->Cqkv);
     if (colo_lora_has(lo, COLO_LORA_QKV))
-      colo_lora_bwd(lo, l, COLO_LORA_QKV, m->dln, m->gqa ? m->qsmall : m->dqkv, x1, N);
+      colo_lora_bwd(lo, l, COLO_LORA_QKV, m->dln, dz, x1, N);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN1W), G(m, l, P_LN1B), at(m, m->dln, off),

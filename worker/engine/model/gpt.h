@@ -261,6 +261,8 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
 
 /* The most rows (max_B · block_size) a forward takes. */
 int colo_gpt_max_rows(const colo_gpt_t *m);
+/* Whether the model keeps only each block's input and recomputes the rest (its recompute). */
+int colo_gpt_recomputes(const colo_gpt_t *m);
 
 /* LoRA (model/lora.h): with adapters set, the model's own tensors are frozen: it frees its
  * gradient buffer (colo_gpt_grads then returns NULL), its backward computes the input gradients

@@ -41,6 +41,15 @@ struct colo_lora_s {
   uint32_t thresh;
   float drop_scale;
   void *xd;
+  /* DoRA: each site's entries are A, B, magnitude (per_site 3; else 2). slots: the layers whose
+   * kept outputs and norms are held (1 when the model recomputes), z [slot][target] [N][out] at
+   * z_off, sq [slot][target] [out] at sq_off; dt [max out][max in]: s·B·A; pending [L][4]: a
+   * magnitude to set from the first norms (a fresh run's) */
+  int per_site, slots;
+  size_t z_off[4], sq_off[4], z_per, sq_per;
+  void *z, *dt;
+  float *sq;
+  unsigned char *pending;
   colo_pool_t *own_pool; /* colo_lora_create_table's */
 };
 
@@ -54,11 +63,12 @@ static int bit_index(unsigned target) {
 void colo_lora_destroy(colo_lora_t *l) {
   if (!l)
     return;
-  void *bufs[] = {l->params, l->grads, l->bs,    l->bgrad, l->a_act,     l->bs_act,
-                  l->u,      l->du,    l->delta, l->dx,    l->gelu_grad, l->xd};
+  void *bufs[] = {l->params, l->grads, l->bs, l->bgrad, l->a_act, l->bs_act, l->u,        l->du,
+                  l->delta,  l->dx,    l->xd, l->z,     l->dt,    l->sq,     l->gelu_grad};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     colo_pool_free(l->pool, bufs[i]);
   free(l->first);
+  free(l->pending);
   free(l->w_offset);
   free(l->table);
   colo_pool_destroy(l->own_pool);
@@ -73,9 +83,10 @@ static int column_parallel(int k) {
 
 /* the adapters of cfg on layers [lo, hi) of a model of shape mc, as rank tpr of a
  * tensor-parallel group of tp holds them, on backend be with scratch for N rows (0: none, a table
- * and its buffers only), from pool; mt: the model's table, for merging (NULL: none) */
+ * and its buffers only) and DoRA's kept outputs for `slots` layers, from pool; mt: the model's
+ * table, for merging (NULL: none) */
 static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, int lo, int hi,
-                    int tp, int tpr, const colo_backend_t *be, colo_pool_t *pool, int N,
+                    int tp, int tpr, const colo_backend_t *be, colo_pool_t *pool, int N, int slots,
                     const colo_param_t *mt, size_t n_model, colo_lora_t **out, char *err,
                     size_t errlen) {
   *out = NULL;
@@ -92,6 +103,10 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
   if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
     return colo_fail(err, errlen, COLO_EINVAL, "lora.dropout=%g must be in [0, 1)",
                      (double)cfg->dropout);
+  if (cfg->dora && cfg->dropout > 0.0f)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "lora: DoRA takes no dropout (PEFT's DoRA under dropout adds a product of W "
+                     "with the dropped input)");
   colo_lora_t *l = calloc(1, sizeof *l);
   if (!l)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
@@ -108,6 +123,8 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
   l->tp = tp;
   l->tpr = tpr;
   l->C = C;
+  l->per_site = cfg->dora ? 3 : 2;
+  l->slots = cfg->dora && N > 0 ? slots : 0;
   l->mergeable = mt != NULL && lo == 0 && hi == l->L && tp == 1;
   int inf[4] = {C, C, C, H}, outf[4] = {C + 2 * KV, C, llama ? 2 * H : H, C};
   int ws[4] = {COLO_SPLIT_QKV, COLO_SPLIT_ROWS, llama ? COLO_SPLIT_GLU : COLO_SPLIT_COLS,
@@ -124,17 +141,23 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
   for (int k = 0; k < COLO_LORA_TARGETS; k++)
     if (cfg->targets & (1u << k)) {
       per++;
-      layer_floats += (size_t)r * (size_t)(inf[k] + outf[k]);
+      layer_floats += (size_t)r * (size_t)(inf[k] + outf[k]) + (cfg->dora ? (size_t)outf[k] : 0);
       max_in = in[k] > max_in ? in[k] : max_in;
       max_out = outw[k] > max_out ? outw[k] : max_out;
+      l->z_off[k] = l->z_per;
+      l->sq_off[k] = l->sq_per;
+      l->z_per += (size_t)N * outw[k];
+      l->sq_per += (size_t)outw[k];
     }
+  int ps = l->per_site;
   l->first = malloc((size_t)l->L * 4 * sizeof *l->first);
   l->w_offset = calloc((size_t)l->L * 4, sizeof *l->w_offset);
-  l->table = calloc((size_t)(hi - lo) * per * 2 + 1, sizeof *l->table);
-  l->t0 = (size_t)lo * per * 2;
+  l->pending = calloc((size_t)l->L * 4, 1);
+  l->table = calloc((size_t)(hi - lo) * per * ps + 1, sizeof *l->table);
+  l->t0 = (size_t)lo * per * ps;
   l->p0 = (size_t)lo * layer_floats;
   l->full_params = (size_t)l->L * layer_floats;
-  if (!l->first || !l->w_offset || !l->table) {
+  if (!l->first || !l->w_offset || !l->table || !l->pending) {
     colo_lora_destroy(l);
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   }
@@ -150,23 +173,29 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
       for (size_t t = 0; mt && t < n_model; t++)
         if (!strcmp(mt[t].name, wname))
           l->w_offset[layer * 4 + k] = mt[t].offset;
-      for (int ab = 0; ab < 2; ab++) {
+      for (int ab = 0; ab < ps; ab++) {
         colo_param_t *p = &l->table[n++];
-        snprintf(p->name, sizeof p->name, "transformer.h.%d.%s.lora_%c.weight", layer,
-                 colo_lora_module(k), ab ? 'B' : 'A');
+        if (ab == COLO_LORA_MAG) /* a column per output, as B's rows */
+          snprintf(p->name, sizeof p->name, "transformer.h.%d.%s.lora_magnitude_vector", layer,
+                   colo_lora_module(k));
+        else
+          snprintf(p->name, sizeof p->name, "transformer.h.%d.%s.lora_%c.weight", layer,
+                   colo_lora_module(k), ab ? 'B' : 'A');
+        int cols = ab == COLO_LORA_MAG ? 1 : r;
         p->ndim = 2;
         p->shape[0] = ab ? outw[k] : r;
-        p->shape[1] = ab ? r : in[k];
+        p->shape[1] = ab ? cols : in[k];
         p->numel = (size_t)p->shape[0] * (size_t)p->shape[1];
         p->offset = off;
         p->full_offset = full;
         p->full_shape[0] = ab ? outf[k] : r;
-        p->full_shape[1] = ab ? r : inf[k];
+        p->full_shape[1] = ab ? cols : inf[k];
         p->full_numel = (size_t)p->full_shape[0] * (size_t)p->full_shape[1];
-        /* split over the group: a column-parallel product's B by rows as W's columns are, a
-         * row-parallel one's A by columns as W's rows are; the other replicated */
-        p->split =
-            tp > 1 && ab == column_parallel(k) ? (ab ? ws[k] : COLO_SPLIT_COLS) : COLO_SPLIT_NONE;
+        /* split over the group: a column-parallel product's B (and magnitude) by rows as W's
+         * columns are, a row-parallel one's A by columns as W's rows are; the others replicated */
+        int by_out = ab != COLO_LORA_A;
+        p->split = tp > 1 && by_out == column_parallel(k) ? (by_out ? ws[k] : COLO_SPLIT_COLS)
+                                                          : COLO_SPLIT_NONE;
         p->q_cols = C;
         p->decay = 1; /* as a Trainer's AdamW decays every matrix */
         off += p->numel;
@@ -194,6 +223,9 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
       {&l->dx, Nr * max_in * A, "activations"},
       {&l->xd, cfg->dropout > 0.0f ? Nr * max_in * A : 0, "activations"},
       {&l->gelu_grad, !llama && (cfg->targets & COLO_LORA_FCPROJ) ? Nr * H * A : 0, "activations"},
+      {&l->z, (size_t)l->slots * l->z_per * A, "activations"},
+      {(void **)&l->sq, (size_t)l->slots * l->sq_per * F, "activations"},
+      {&l->dt, l->slots ? (size_t)max_out * max_in * A : 0, "lora scratch"},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i].bytes && !(*bufs[i].p = colo_pool_alloc(pool, bufs[i].bytes, bufs[i].what))) {
@@ -216,7 +248,8 @@ int colo_lora_create(colo_gpt_t *m, const colo_lora_config_t *cfg, colo_pool_t *
   const colo_param_t *mt = colo_gpt_params_table(m, &nm);
   colo_gpt_stage_layers(m, &lo, &hi);
   return lora_new(colo_gpt_config(m), cfg, lo, hi, colo_gpt_tp_size(m), colo_gpt_tp_rank(m),
-                  colo_gpt_backend(m), pool, colo_gpt_max_rows(m), mt, nm, out, err, errlen);
+                  colo_gpt_backend(m), pool, colo_gpt_max_rows(m),
+                  colo_gpt_recomputes(m) ? 1 : hi - lo, mt, nm, out, err, errlen);
 }
 
 int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg,
@@ -224,8 +257,8 @@ int colo_lora_create_table(const colo_gpt_config_t *mc, const colo_lora_config_t
   colo_pool_t *pool = colo_pool_create("cpu", 0);
   if (!pool)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  int rc = lora_new(mc, cfg, 0, mc->n_layer, 1, 0, colo_backend_cpu(), pool, 0, NULL, 0, out, err,
-                    errlen);
+  int rc = lora_new(mc, cfg, 0, mc->n_layer, 1, 0, colo_backend_cpu(), pool, 0, 0, NULL, 0, out,
+                    err, errlen);
   if (rc < 0)
     colo_pool_destroy(pool);
   else
@@ -244,8 +277,11 @@ float colo_lora_scale(const colo_lora_t *l) {
 void colo_lora_init(colo_lora_t *l, uint64_t seed) {
   float *h = calloc(l->n_params ? l->n_params : 1, sizeof *h);
   if (!h)
-    abort();                                     /* a few MB at most: the adapters are small */
-  for (size_t i = 0; i < l->n_tensors; i += 2) { /* A, then B (zero) */
+    abort(); /* a few MB at most: the adapters are small */
+  /* DoRA's magnitudes: the first norms, W's columns' (B is zero then) */
+  for (int q = 0; q < l->L * 4; q++)
+    l->pending[q] = l->cfg.dora && l->first[q] >= 0;
+  for (size_t i = 0; i < l->n_tensors; i += (size_t)l->per_site) { /* A, then B (zero) */
     const colo_param_t *a = &l->table[i];
     float bound = 1.0f / sqrtf((float)a->full_shape[1]);
     float *whole = malloc(a->full_numel * sizeof *whole);
@@ -268,7 +304,7 @@ const colo_param_t *colo_lora_table(const colo_lora_t *l, size_t *n) {
 }
 void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target) {
   for (int q = 0; q < l->L * 4; q++)
-    if (l->first[q] >= 0 && (size_t)l->first[q] / 2 == i / 2) {
+    if (l->first[q] >= 0 && (size_t)l->first[q] / l->per_site == i / l->per_site) {
       *layer = q / 4;
       *target = q % 4;
       return;
@@ -315,9 +351,9 @@ size_t colo_lora_full_index(const colo_lora_t *l, size_t i, int t, size_t li) {
   const colo_param_t *p = &l->table[i];
   if (p->split == COLO_SPLIT_NONE)
     return li;
-  if (!(i & 1)) /* a row-parallel product's A: its columns */
+  if (colo_lora_kind(l, i) == COLO_LORA_A) /* a row-parallel product's A: its columns */
     return colo_param_full_index(p, t, l->tp, li);
-  /* a column-parallel product's B: its rows, as W's columns (the outputs) are split */
+  /* a column-parallel product's B (or magnitude): its rows, as W's columns (the outputs) are */
   size_t r = (size_t)p->shape[1], row = li / r;
   colo_param_t v = {.ndim = 1,
                     .shape = {p->shape[0], 0},
@@ -349,6 +385,14 @@ void *colo_lora_gelu_scratch(colo_lora_t *l) {
 
 int colo_lora_has(const colo_lora_t *l, unsigned target) {
   return l && (l->cfg.targets & target) != 0;
+}
+
+int colo_lora_kind(const colo_lora_t *l, size_t i) {
+  return (int)(i % (size_t)l->per_site);
+}
+
+int colo_lora_dora(const colo_lora_t *l, unsigned target) {
+  return l && l->cfg.dora && (l->cfg.targets & target) != 0;
 }
 
 /* The layer's target's tensors, with the matrices the products read: A, and scale · B, in
@@ -437,6 +481,77 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
   be->add(dinp, dinp, l->dx, (size_t)N * d.in);
 }
 
+/* DoRA's merge: each column j of W[in][out] (the sum) scaled by mag[j] / its norm, as PEFT's */
+static void dora_merge(float *W, const float *mag, int in, int out) {
+  double *sq = calloc((size_t)out, sizeof *sq);
+  if (!sq)
+    abort();
+  for (int c = 0; c < in; c++)
+    for (int o = 0; o < out; o++)
+      sq[o] += (double)W[(size_t)c * out + o] * W[(size_t)c * out + o];
+  for (int o = 0; o < out; o++)
+    sq[o] = mag[o] / sqrt(sq[o]);
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < in; c++)
+    for (int o = 0; o < out; o++)
+      W[(size_t)c * out + o] = (float)(W[(size_t)c * out + o] * sq[o]);
+  free(sq);
+}
+
+/* DoRA's buffers for a layer's product: its slot's kept output and norms */
+static int dora_slot(const colo_lora_t *l, int layer) {
+  return l->slots == 1 ? 0 : layer - l->lo;
+}
+
+float *colo_lora_dora_norm(colo_lora_t *l, int layer, unsigned target, const void *w, int *n) {
+  const colo_backend_t *be = l->be;
+  int k = bit_index(target);
+  adapter_t d = adapter(l, layer, target);
+  float *sq = l->sq + (size_t)dora_slot(l, layer) * l->sq_per + l->sq_off[k];
+  /* dt[out][in] = (s·B)·A, then each column of w + dtᵀ */
+  be->matmul_fwd(l->dt, d.Bs, d.A, NULL, d.out, l->cfg.rank, d.in);
+  be->dora_norm(sq, w, l->dt, d.in, d.out);
+  *n = d.out;
+  return sq;
+}
+
+void colo_lora_dora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const float *b,
+                        int N) {
+  const colo_backend_t *be = l->be;
+  int k = bit_index(target), q = layer * 4 + k, o = l->out[k], slot = dora_slot(l, layer);
+  const colo_param_t *mp = &l->table[l->first[q] + COLO_LORA_MAG];
+  float *mag = l->params + mp->offset;
+  float *sq = l->sq + (size_t)slot * l->sq_per + l->sq_off[k];
+  if (l->pending[q]) { /* a fresh run's first forward: m = the norms (B is zero) */
+    float *h = malloc((size_t)o * sizeof *h);
+    if (!h)
+      abort(); /* a row of floats */
+    be->to_host(h, sq, (size_t)o * sizeof *h);
+    for (int j = 0; j < o; j++)
+      h[j] = sqrtf(h[j]);
+    be->from_host(mag, h, (size_t)o * sizeof *h);
+    free(h);
+    l->pending[q] = 0;
+  }
+  void *z = (char *)l->z + ((size_t)slot * l->z_per + l->z_off[k]) * be->act_size;
+  be->copy(z, out, (size_t)N * o * be->act_size);
+  be->dora_scale(out, z, mag, sq, b, N, o);
+}
+
+const void *colo_lora_dora_bwd(colo_lora_t *l, int layer, unsigned target, const void *dout,
+                               int N) {
+  if (!colo_lora_dora(l, target))
+    return dout;
+  const colo_backend_t *be = l->be;
+  int k = bit_index(target), q = layer * 4 + k, o = l->out[k], slot = dora_slot(l, layer);
+  const colo_param_t *mp = &l->table[l->first[q] + COLO_LORA_MAG];
+  const float *sq = l->sq + (size_t)slot * l->sq_per + l->sq_off[k];
+  const void *z = (char *)l->z + ((size_t)slot * l->z_per + l->z_off[k]) * be->act_size;
+  be->dora_dmag(l->grads + mp->offset, dout, z, sq, N, o);
+  be->dora_scale(l->delta, dout, l->params + mp->offset, sq, NULL, N, o);
+  return l->delta;
+}
+
 void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params) {
   if (!l->mergeable)
     abort(); /* a table's adapters know no model's layout */
@@ -467,6 +582,8 @@ void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params)
         }
       }
       free(bt);
+      if (l->cfg.dora)
+        dora_merge(W, adapters + l->table[i + COLO_LORA_MAG].offset, in, out);
     }
 }
 

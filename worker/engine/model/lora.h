@@ -10,7 +10,9 @@
  * already has (lmhead_fwd: x·Aᵀ, then u·(scale·B)ᵀ), never as a merged matrix; merging is for
  * a model that leaves training (colo_lora_merge). One set per model; a pipeline stage's model has
  * the adapters of its own layers alone (colo_lora_span), and a tensor-parallel rank's its part of
- * them (colo_lora_full_index), named and initialised as the whole model's. Not thread-safe. */
+ * them (colo_lora_full_index), named and initialised as the whole model's. With DoRA each adapted
+ * product also has a magnitude per output, and the model rescales the product's columns with the
+ * colo_lora_dora_* calls. Not thread-safe. */
 #ifndef COLO_LORA_H
 #define COLO_LORA_H
 
@@ -39,6 +41,11 @@ typedef struct {
   /* LoRA+ (Hayou et al. 2024): the B matrices learn at the optimizer's rate times this ratio, the
    * A matrices at the rate (the training loop's AdamW reads it); 0 or 1: one rate */
   float plus_ratio;
+  /* DoRA (Liu et al. 2024; PEFT's use_dora): each adapted product's output columns are rescaled
+   * to a learned magnitude, out = m / ‖W + s·(BA)ᵀ‖ · (x·W + s·(x·Aᵀ)·Bᵀ) + b, the norm over each
+   * column's weights taken as a constant in the backward (as PEFT does); m starts at W's column
+   * norms (set at the first forward: B is zero then). Takes no dropout. */
+  int dora;
 } colo_lora_config_t;
 #define COLO_LORA_QUANT_NF4 1
 
@@ -64,7 +71,8 @@ float colo_lora_scale(const colo_lora_t *l);
 void colo_lora_init(colo_lora_t *l, uint64_t seed);
 
 /* The table (names "transformer.h.<l>.<module>.lora_A.weight" and "…lora_B.weight", A before B,
- * layer by layer), and the flat parameters and gradients it indexes, in the backend's memory. */
+ * and with DoRA "…lora_magnitude_vector" [out][1] after them, layer by layer), and the flat
+ * parameters and gradients it indexes, in the backend's memory. */
 const colo_param_t *colo_lora_table(const colo_lora_t *l, size_t *n);
 size_t colo_lora_numel(const colo_lora_t *l);
 /* Where these adapters sit in the whole model's (a pipeline stage's are a contiguous run of the
@@ -85,6 +93,10 @@ void colo_lora_take_part(const colo_lora_t *l, size_t i, const float *whole, flo
 int colo_lora_tp_size(const colo_lora_t *l);
 /* The layer and product (its COLO_LORA_* bit's index) of table entry i. */
 void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target);
+/* What table entry i is: COLO_LORA_A, COLO_LORA_B or COLO_LORA_MAG (DoRA's magnitude); each
+ * adapted product's entries are consecutive, in that order. */
+enum { COLO_LORA_A = 0, COLO_LORA_B = 1, COLO_LORA_MAG = 2 };
+int colo_lora_kind(const colo_lora_t *l, size_t i);
 float *colo_lora_params(colo_lora_t *l);
 float *colo_lora_grads(colo_lora_t *l);
 void colo_lora_zero_grad(colo_lora_t *l);
@@ -107,6 +119,24 @@ void colo_lora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const 
  * dinp[N][in] += the update's input gradient. inp is the forward's. */
 void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const void *dout,
                    const void *inp, int N);
+/* DoRA, around a product and its adapter's update (colo_lora_fwd), for the model:
+ * colo_lora_dora_norm: the squared norms of the columns of w + s·(BA)ᵀ, w[in][out] the
+ * product's weights as it reads them (act_dtype), into a buffer of *n floats in the backend's
+ * memory that it returns. A row-parallel product's (its inputs split over a tensor-parallel
+ * group) are this rank's rows' part: the model sums them over the group before
+ * colo_lora_dora_fwd: out[N][out], the product and its update without the bias, becomes
+ * m / norm · out + b (b may be NULL), and the output before it is kept for the backward.
+ * colo_lora_dora_bwd: for out's gradient dout, the magnitude's gradient accumulates, and the
+ * gradient of the output before the rescaling is returned (scratch valid until the next
+ * colo_lora_* call; dout itself for a product without DoRA), for the product's and the update's
+ * backwards. The backward must follow the layer's forward (or its recomputation) as the model
+ * runs them: the kept output is one per layer, or one in all when the model recomputes. */
+int colo_lora_dora(const colo_lora_t *l, unsigned target);
+float *colo_lora_dora_norm(colo_lora_t *l, int layer, unsigned target, const void *w, int *n);
+void colo_lora_dora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const float *b,
+                        int N);
+const void *colo_lora_dora_bwd(colo_lora_t *l, int layer, unsigned target, const void *dout, int N);
+
 /* Scratch [N][H] in act_dtype for the model's GPT-2 MLP backward, where the fused GELU backward
  * must be split to add the adapter's part between its two halves (NULL unless mlp.c_proj is a
  * target of a GPT-2 model). */
@@ -125,8 +155,8 @@ int colo_lora_parts(const colo_gpt_config_t *c, int target, colo_lora_part_t p[3
 
 /* Folds the adapters into a host copy of the base model's parameters laid out as the table of the
  * model they were created for (colo_lora_create's, not colo_lora_create_table's):
- * W[in][out] += scale · Σ_k A[k][in] · B[out][k], for each adapted matrix. adapters: host floats
- * in the table's layout. */
+ * W[in][out] += scale · Σ_k A[k][in] · B[out][k], for each adapted matrix, and with DoRA each
+ * column of the sum then scaled by m / its norm. adapters: host floats in the table's layout. */
 void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params);
 
 #endif

@@ -198,7 +198,8 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       cJSON *r = cJSON_GetObjectItem(lo, "rank"), *al = cJSON_GetObjectItem(lo, "alpha"),
             *tg = cJSON_GetObjectItem(lo, "targets"), *bs = cJSON_GetObjectItem(lo, "base"),
             *qn = cJSON_GetObjectItem(lo, "quant"), *dr = cJSON_GetObjectItem(lo, "dropout"),
-            *rs = cJSON_GetObjectItem(lo, "rslora"), *pr = cJSON_GetObjectItem(lo, "plus_ratio");
+            *rs = cJSON_GetObjectItem(lo, "rslora"), *pr = cJSON_GetObjectItem(lo, "plus_ratio"),
+            *dd = cJSON_GetObjectItem(lo, "dora");
       char why[160];
       if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
           r->valuedouble != (int)r->valuedouble || !cJSON_IsNumber(al) ||
@@ -207,12 +208,13 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
           (bs && (!cJSON_IsString(bs) || strlen(bs->valuestring) >= sizeof t.lora_base)) ||
           (qn && (!cJSON_IsString(qn) || strcmp(qn->valuestring, "nf4"))) ||
           (dr && !(cJSON_IsNumber(dr) && dr->valuedouble >= 0 && dr->valuedouble < 1)) ||
-          (rs && !cJSON_IsBool(rs)) ||
+          (rs && !cJSON_IsBool(rs)) || (dd && !cJSON_IsBool(dd)) ||
           (pr && !(cJSON_IsNumber(pr) && pr->valuedouble >= 0 && pr->valuedouble <= 1024)))
         bad = 1;
       else {
         t.lora.plus_ratio = pr ? (float)pr->valuedouble : 0.0f;
         t.lora.rslora = rs && cJSON_IsTrue(rs);
+        t.lora.dora = dd && cJSON_IsTrue(dd);
         t.lora.dropout = dr ? (float)dr->valuedouble : 0.0f;
         t.lora.quant = qn ? COLO_LORA_QUANT_NF4 : 0;
         t.lora.rank = (int)r->valuedouble;
@@ -531,6 +533,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddStringToObject(lo, "quant", "nf4");
     if (meta->lora.rslora)
       cJSON_AddBoolToObject(lo, "rslora", 1);
+    if (meta->lora.dora)
+      cJSON_AddBoolToObject(lo, "dora", 1);
     if (meta->lora.dropout > 0.0f)
       cJSON_AddNumberToObject(lo, "dropout", colo_lora_dropout_decimal(&meta->lora));
     if (meta->lora.plus_ratio > 0.0f && meta->lora.plus_ratio != 1.0f) { /* as written: 16, 2.5 */
@@ -1306,14 +1310,16 @@ int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora
                    "it as the model to adapt",
                    dir);
   else if (meta->lora.rank != c->rank || meta->lora.alpha != c->alpha ||
-           meta->lora.targets != c->targets || meta->lora.rslora != c->rslora)
-    rc = colo_fail(
-        err, errlen, COLO_EINVAL,
-        "checkpoint %s holds LoRA adapters of rank %d, alpha %g%s on %s; this run's are "
-        "rank %d, alpha %g%s on %s",
-        dir, meta->lora.rank, (double)meta->lora.alpha, meta->lora.rslora ? " (rsLoRA)" : "",
-        colo_lora_targets_name(meta->lora.targets, a, sizeof a), c->rank, (double)c->alpha,
-        c->rslora ? " (rsLoRA)" : "", colo_lora_targets_name(c->targets, b, sizeof b));
+           meta->lora.targets != c->targets || meta->lora.rslora != c->rslora ||
+           meta->lora.dora != c->dora)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s holds LoRA adapters of rank %d, alpha %g%s%s on %s; this run's "
+                   "are rank %d, alpha %g%s%s on %s",
+                   dir, meta->lora.rank, (double)meta->lora.alpha,
+                   meta->lora.rslora ? " (rsLoRA)" : "", meta->lora.dora ? " (DoRA)" : "",
+                   colo_lora_targets_name(meta->lora.targets, a, sizeof a), c->rank,
+                   (double)c->alpha, c->rslora ? " (rsLoRA)" : "", c->dora ? " (DoRA)" : "",
+                   colo_lora_targets_name(c->targets, b, sizeof b));
   else if (meta->lora.quant != c->quant)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "checkpoint %s holds LoRA adapters trained on the model %s; this run keeps it "

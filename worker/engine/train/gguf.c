@@ -597,6 +597,11 @@ int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const
                          const char *path, char *err, size_t errlen) {
   int llama = c->arch == COLO_ARCH_LLAMA, pairs = llama && !c->qkv_bias;
   int hd = c->n_embd / c->n_head, r = colo_lora_config(l)->rank;
+  if (colo_lora_config(l)->dora)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "llama.cpp's LoRA adapters have no DoRA magnitudes: export the model with "
+                     "the adapters merged in (--format gguf or hf), or the adapters for PEFT "
+                     "(--format peft)");
   const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
   size_t nt;
   const colo_param_t *tab = colo_lora_table(l, &nt);

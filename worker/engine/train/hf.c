@@ -525,7 +525,8 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
   int llama = c->arch == COLO_ARCH_LLAMA, r = lc->rank;
   size_t nt;
   const colo_param_t *tab = colo_lora_table(l, &nt);
-  size_t cap = nt / 2 * 3 * 2; /* at most 3 parts of an A and a B */
+  int ps = lc->dora ? 3 : 2;
+  size_t cap = nt / (size_t)ps * 3 * 3; /* at most 3 parts of an A, a B and a magnitude */
   colo_st_tensor_t *t = calloc(cap, sizeof *t);
   char(*names)[160] = calloc(cap, sizeof *names);
   if (!t || !names) {
@@ -539,13 +540,23 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", dir, strerror(errno));
   }
   size_t n = 0;
-  for (size_t i = 0; i + 1 < nt; i += 2) {
+  for (size_t i = 0; i + 1 < nt; i += (size_t)ps) {
     const colo_param_t *a = &tab[i], *b = &tab[i + 1];
     int layer, k;
     colo_lora_site(l, i, &layer, &k);
     colo_lora_part_t parts[3];
     int np = colo_lora_parts(c, k, parts);
     for (int q = 0; q < np; q++) {
+      if (lc->dora) { /* PEFT's name for it: no ".weight" (its state dict drops it) */
+        snprintf(names[n], sizeof names[n], "base_model.model.%s%d.%s.lora_magnitude_vector",
+                 llama ? "model.layers." : "transformer.h.", layer, parts[q].hf);
+        t[n] = (colo_st_tensor_t){names[n],
+                                  adapters + tab[i + 2].offset + parts[q].row0,
+                                  1,
+                                  {parts[q].rows, 0},
+                                  (size_t)parts[q].rows};
+        n++;
+      }
       snprintf(names[n], sizeof names[n], "base_model.model.%s%d.%s.lora_A.weight",
                llama ? "model.layers." : "transformer.h.", layer, parts[q].hf);
       t[n] = (colo_st_tensor_t){
@@ -586,6 +597,7 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
   cJSON_AddStringToObject(j, "bias", "none");
   cJSON_AddBoolToObject(j, "fan_in_fan_out", !llama); /* GPT-2's Conv1D: W is [in][out] */
   cJSON_AddBoolToObject(j, "use_rslora", lc->rslora != 0);
+  cJSON_AddBoolToObject(j, "use_dora", lc->dora != 0);
   cJSON_AddBoolToObject(j, "inference_mode", 1);
   cJSON *tm = cJSON_AddArrayToObject(j, "target_modules");
   for (int k = 0; k < COLO_LORA_TARGETS; k++) {

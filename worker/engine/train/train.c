@@ -1529,6 +1529,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     char tg[96], nf4_said[224], drop_said[128] = "";
     snprintf(drop_said, sizeof drop_said, "%s",
              cfg->lora.rslora ? " (rsLoRA: scale alpha/sqrt(r))" : "");
+    if (cfg->lora.dora)
+      snprintf(drop_said + strlen(drop_said), sizeof drop_said - strlen(drop_said),
+               ", DoRA (a magnitude per output)");
     if (cfg->lora.dropout > 0.0f)
       snprintf(drop_said + strlen(drop_said), sizeof drop_said - strlen(drop_said), ", dropout %g",
                colo_lora_dropout_decimal(&cfg->lora));
@@ -1819,14 +1822,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       const colo_adamw_config_t *oc = &opt.cfg;
       float plus = cfg->lora.plus_ratio;
       opt.t++;
-      if (plus > 0.0f && plus != 1.0f) { /* LoRA+: each B at lr × ratio */
+      if (plus > 0.0f && plus != 1.0f) { /* LoRA+: each B (and DoRA magnitude) at lr × ratio */
         size_t nt;
         const colo_param_t *tab = colo_lora_table(lora, &nt);
         for (size_t i = 0; i < nt; i++) {
           size_t o = tab[i].offset;
           be->adamw(colo_lora_params(lora) + o, colo_lora_grads(lora) + o, opt.m + o, opt.v + o,
-                    tab[i].numel, i & 1 ? lr * plus : lr, oc->beta1, oc->beta2, oc->eps,
-                    oc->weight_decay, gscale, opt.t);
+                    tab[i].numel, colo_lora_kind(lora, i) != COLO_LORA_A ? lr * plus : lr,
+                    oc->beta1, oc->beta2, oc->eps, oc->weight_decay, gscale, opt.t);
         }
       } else {
         be->adamw(colo_lora_params(lora), colo_lora_grads(lora), opt.m, opt.v,
