@@ -538,12 +538,6 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (t->lora_dora && t->lora_rank == 0)
     return bad(err, errlen,
                "train.lora_dora rescales LoRA adapters' products: it needs train.lora_rank > 0");
-  if (t->lora_dora && t->lora_dropout != 0.0f)
-    return bad(err, errlen,
-               "train.lora_dora with train.lora_dropout=%g: DoRA takes no dropout here (PEFT's "
-               "DoRA under dropout adds a product of each frozen matrix with the dropped input); "
-               "set lora_dropout to 0",
-               (double)t->lora_dropout);
   if (nf4 && t->lora_rank == 0)
     return bad(err, errlen,
                "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs "

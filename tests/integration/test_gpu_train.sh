@@ -425,7 +425,8 @@ same_training "QLoRA on 2 pipeline stages vs 1 rank" "$TMP/lq-gpu.jsonl" "$TMP/l
 # DoRA on the NF4 model (the columns' norms of the dequantized matrices plus the update, the
 # rescaling and the magnitudes' gradient in the GPU's kernels): the CPU's training (bit for bit
 # where the GPU is emulated), and with the NF4 pieces in host memory (ZeRO-3) the model whole's;
-# DoRA on two tensor-parallel ranks with sequence parallelism (a row-parallel product's norms
+# DoRA under dropout (PEFT's form: a second product of each frozen matrix, with the dropped
+# input) on two tensor-parallel ranks with sequence parallelism (a row-parallel product's norms
 # summed over the group) as on one, within bf16's rounding of the products' other sums
 LD=("${LB[@]}" --lora-dora true)
 expect_rc 0 "$CT" train "${LD[@]}" --lora-quant nf4 --ckpt-dir "$TMP/qd-gpu" --progress "$TMP/qd-gpu.jsonl"
@@ -442,10 +443,11 @@ fi
 same_training "QLoRA with DoRA, GPU vs CPU" "$TMP/qd-cpu.jsonl" "$TMP/qd-gpu.jsonl" 5e-3
 same_training "QLoRA with DoRA, NF4 pieces in host memory vs whole" "$TMP/qd-gpu.jsonl" \
   "$TMP/qd3.jsonl" 1e-3
-expect_rc 0 "$CT" train "${LD[@]}" --ckpt-dir "$TMP/dd1" --progress "$TMP/dd1.jsonl"
-expect_rc 0 "$CT" train "${LD[@]}" --nproc 2 --tp 2 --sp true --ckpt-dir "$TMP/ddtp" \
-  --progress "$TMP/ddtp.jsonl"
-same_training "DoRA on 2 tensor-parallel ranks vs 1" "$TMP/dd1.jsonl" "$TMP/ddtp.jsonl" 1e-3
+expect_rc 0 "$CT" train "${LD[@]}" --lora-dropout 0.1 --ckpt-dir "$TMP/dd1" --progress "$TMP/dd1.jsonl"
+expect_rc 0 "$CT" train "${LD[@]}" --lora-dropout 0.1 --nproc 2 --tp 2 --sp true \
+  --ckpt-dir "$TMP/ddtp" --progress "$TMP/ddtp.jsonl"
+same_training "DoRA with dropout on 2 tensor-parallel ranks vs 1" "$TMP/dd1.jsonl" \
+  "$TMP/ddtp.jsonl" 1e-3
 # LoRA with dropout on two tensor-parallel ranks with sequence parallelism (each holding its part
 # of the adapters, the dropout kernel numbering a row-parallel rank's columns from its first):
 # the one-rank run's training, within bf16's rounding of the products' other sums

@@ -294,7 +294,8 @@ class ColodTest(WithColod):
         self.assertEqual((got.lora_rank, got.lora_quant, got.lora_rslora), (8, "nf4", True))
         self.assertAlmostEqual(got.lora_dropout, 0.05, places=6)
         self.assertEqual(got.lora_plus_ratio, 16.0)
-        d = spec(name="py-qdora", train__lora_rank=8, train__lora_quant="nf4", train__lora_dora=True)
+        d = spec(name="py-qdora", train__lora_rank=8, train__lora_quant="nf4", train__lora_dora=True,
+                 train__lora_dropout=0.05)
         got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=d), timeout=5).job.id).spec.train
         self.assertTrue(got.lora_dora)
         plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
@@ -303,10 +304,8 @@ class ColodTest(WithColod):
         for bad, msg in (
                 (spec(train__lora_rank=8, train__lora_dropout=1.0),
                  "train.lora_dropout=1 must be at least 0 and below 1"),
-                (spec(train__lora_rank=8, train__lora_dora=True, train__lora_dropout=0.1),
-                 "train.lora_dora with train.lora_dropout=0.1: DoRA takes no dropout here (PEFT's "
-                 "DoRA under dropout adds a product of each frozen matrix with the dropped input); "
-                 "set lora_dropout to 0"),
+                (spec(train__lora_dora=True),
+                 "train.lora_dora rescales LoRA adapters' products: it needs train.lora_rank > 0"),
                 (spec(train__lora_plus_ratio=16.0),
                  "train.lora_plus_ratio=16 sets the adapters' B learning rate: it needs "
                  "train.lora_rank > 0"),

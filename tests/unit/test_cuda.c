@@ -403,6 +403,14 @@ static void test_dora(double tol) {
     cpu->dora_scale(h_z, h_z, mag, sq, NULL, N, out);
     gpu->dora_scale(d_z2, d_z2, d_mag, d_sqf, NULL, N, out);
     check_a(named("dora_scale in place, no bias"), d_z2, h_z, no, tol);
+    /* the dropped path's: out += z · (g − 1) + b */
+    float *acc = randv(no, 1.0f);
+    void *h_acc = hact(acc, no), *d_acc = upa(acc, no), *h_z0 = hact(z, no), *d_z0 = upa(z, no);
+    cpu->dora_add(h_acc, h_z0, mag, sq, b, N, out);
+    gpu->dora_add(d_acc, d_z0, d_mag, d_sqf, d_b, N, out);
+    check_a(named("dora_add"), d_acc, h_acc, no, tol);
+    colo_pool_free(dpool, d_z0);
+    free(acc), free(h_acc), free(h_z0);
     float *dout = randv(no, 1.0f), *d_dm = upf(dm, out);
     void *h_d = hact(dout, no), *d_d = upa(dout, no), *h_z1 = hact(z, no);
     cpu->dora_dmag(dm, h_d, h_z1, sq, N, out);

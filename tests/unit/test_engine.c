@@ -36,7 +36,7 @@ static colo_rng_t rng;
 /* every allocation of a test is released at exit, so LeakSanitizer sees only library leaks */
 static void *owned[256];
 static int n_owned;
-static colo_gpt_t *models[16];
+static colo_gpt_t *models[64];
 static colo_pool_t *pools[8];
 static int n_models, n_pools;
 
@@ -1397,18 +1397,19 @@ TEST(lora_merged_is_the_same_model) {
 /* DoRA: a fresh model's magnitudes are W's column norms, so it starts as the base; the
  * magnitudes' gradients against central differences (the norm is a constant in the backward, as
  * PEFT takes it, so A's and B's are not the loss's own derivatives: engine_lora checks those
- * against PyTorch), with and without recomputation; the merged weights give the adapted loss */
+ * against PyTorch), with and without recomputation, and under dropout (its masks fixed by their
+ * key); the merged weights give the adapted loss (dropout off, as in evaluation) */
 TEST(dora_magnitudes_start_gradients_merge) {
   setup();
   colo_pool_t *pool = new_pool(0);
   int archs[] = {COLO_ARCH_GPT2, -1, -3};
   size_t checked = 0;
   for (int ai = 0; ai < 3; ai++)
-    for (int rc = 0; rc < 2; rc++) {
+    for (int rc = 0; rc < 4; rc++) { /* rc & 1: recompute; rc & 2: dropout */
       colo_gpt_t *base = tiny_model_arch(pool, 0, archs[ai]);
-      colo_gpt_t *m = tiny_model_arch(pool, rc, archs[ai]);
+      colo_gpt_t *m = tiny_model_arch(pool, rc & 1, archs[ai]);
       float base_loss = colo_gpt_forward(base, IN, TG, 2, 5);
-      colo_lora_config_t lc = {3, 6.0f, COLO_LORA_ALL, .dora = 1};
+      colo_lora_config_t lc = {3, 6.0f, COLO_LORA_ALL, .dora = 1, .dropout = rc & 2 ? 0.2f : 0};
       colo_lora_t *l;
       char err[256];
       ASSERT_EQ_INT(colo_lora_create(m, &lc, pool, &l, err, sizeof err), 0);
@@ -1418,8 +1419,9 @@ TEST(dora_magnitudes_start_gradients_merge) {
       ASSERT(fabsf(init_loss - base_loss) <= 1e-6f * fabsf(base_loss));
       size_t nt, np = colo_lora_numel(l);
       const colo_param_t *tab = colo_lora_table(l, &nt);
-      ASSERT_EQ_INT(nt, 3 * 4 * 2); /* 2 layers × 4 products × A, B, magnitude */
+      ASSERT_EQ_INT(nt, 3 * 4 * 2);                 /* 2 layers × 4 products × A, B, magnitude */
       add_noise(colo_lora_params(l), np, 77, 0.3f); /* B too, and the magnitudes off the norms */
+      colo_lora_set_dropout(l, 1, 99, 0);
       colo_lora_zero_grad(l);
       colo_gpt_forward(m, IN, TG, 2, 5);
       colo_gpt_backward(m, 1.0f);
@@ -1434,19 +1436,20 @@ TEST(dora_magnitudes_start_gradients_merge) {
                  model_loss, m);
         checked += tab[i].numel;
       }
+      colo_lora_set_dropout(l, 0, 0, 0);
       float adapted = colo_gpt_forward(m, IN, TG, 2, 5);
       ASSERT(fabsf(adapted - base_loss) > 1e-3f);
       colo_lora_merge(l, colo_lora_params(l), colo_gpt_params(base));
       float merged = colo_gpt_forward(base, IN, TG, 2, 5);
       ASSERT(fabsf(merged - adapted) <= 2e-6f * fabsf(adapted));
-      if (rc == 0)
+      if (rc == 2)
         printf("  arch %d: base %.6f, at the start %.6f, adapted %.6f, merged %.6f\n", archs[ai],
                (double)base_loss, (double)init_loss, (double)adapted, (double)merged);
       colo_gpt_set_lora(m, NULL, NULL, 0);
       colo_lora_destroy(l);
     }
-  printf("  %zu magnitudes checked; worst error %.2e relative, %.2e absolute\n", checked,
-         worst_rel, worst_abs);
+  printf("  %zu magnitudes checked; worst error %.2e relative, %.2e absolute\n", checked, worst_rel,
+         worst_abs);
 }
 
 /* 16-bit activations (bf16, emulated) read rounded copies of A and scale·B: the adapters'

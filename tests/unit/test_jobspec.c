@@ -154,9 +154,6 @@ static const struct {
      "train.lora_rslora scales LoRA adapters' updates: it needs train.lora_rank > 0"},
     {BASE "train: {lora_dora: true}\n",
      "train.lora_dora rescales LoRA adapters' products: it needs train.lora_rank > 0"},
-    {BASE "train: {lora_rank: 8, lora_dora: true, lora_dropout: 0.05}\n",
-     "train.lora_dora with train.lora_dropout=0.05: DoRA takes no dropout here (PEFT's DoRA under "
-     "dropout adds a product of each frozen matrix with the dropped input); set lora_dropout to 0"},
     {BASE "train: {lora_rank: 8, lora_dora: true}\ncheckpoint: {export_format: gguf-lora}\n",
      "checkpoint.export_format=gguf-lora with train.lora_dora: llama.cpp's LoRA adapters have no "
      "DoRA magnitudes; export gguf or hf (the adapters merged in) or peft"},
@@ -540,10 +537,10 @@ TEST(lora_on_pipeline_stages_is_valid) {
                 "parallel.zero_stage=3 cannot be combined with parallel.pp=2: use stage 0 or 1");
 }
 
-/* DoRA: with NF4, on tensor-parallel ranks, and exported for PEFT */
+/* DoRA: with NF4 and dropout, on tensor-parallel ranks, and exported for PEFT */
 TEST(dora_is_valid) {
   char err[512];
-  check(BASE "train: {lora_rank: 8, lora_dora: true, lora_quant: nf4}\n"
+  check(BASE "train: {lora_rank: 8, lora_dora: true, lora_quant: nf4, lora_dropout: 0.05}\n"
              "parallel: {tp: 2, sequence_parallel: true}\ncheckpoint: {export_format: peft}\n",
         err, sizeof err);
   ASSERT_EQ_STR(err, "");

@@ -808,7 +808,7 @@ static void train_usage(void) {
       "                        --lr (PEFT's loraplus_lr_ratio; default: one rate); DoRA's\n"
       "                        magnitudes learn at --lr times X too, as PEFT's 1-D tensors\n"
       "  --lora-dora true      DoRA: each adapted product's output columns rescaled to a\n"
-      "                        learned magnitude (PEFT's use_dora); no --lora-dropout"
+      "                        learned magnitude (PEFT's use_dora)\n"
       "  --ckpt-dir DIR        checkpoint directory (default: no checkpoints)\n"
       "  --resume DIR|auto     resume from a checkpoint, or the newest valid one in --ckpt-dir\n"
       "  --stop-at STEP        save a checkpoint and stop after STEP steps (schedule unchanged)\n"

@@ -154,15 +154,20 @@ typedef struct colo_backend_s {
 
   /* DoRA (Liu et al. 2024, as PEFT computes it) on a product out = inp·w: each output column's
    * weights are w + the adapters' update, rescaled to a learned magnitude.
-   * dora_norm: sq[j] = Σ_i (w[i][j] + dt[j][i])² (WRITTEN, fp32, summed over i in order),
-   * w[in][out] the product's weights and dt[out][in] the update s·B·A, both act_dtype. dora_scale:
-   * out[n][j] = inp[n][j] · mag[j] / sqrt(sq[j]) + b[j] (b may be NULL; out may be inp): the
-   * forward's rescaling, and the backward's gradient through it (b NULL). dora_dmag: dmag[j] += Σ_n
-   * dout[n][j] · z[n][j] / sqrt(sq[j]) (fp32, summed over n in order): the magnitude's gradient, z
-   * the output before the rescaling. */
+   *   dora_norm: sq[j] = Σ_i (w[i][j] + dt[j][i])² (WRITTEN, fp32, summed over i in order),
+   *     w[in][out] the product's weights and dt[out][in] the update s·B·A, both act_dtype.
+   *   dora_scale: out[n][j] = inp[n][j] · mag[j] / sqrt(sq[j]) + b[j] (b may be NULL; out may
+   *     be inp): the forward's rescaling, and the backward's gradient through it (b NULL).
+   *   dora_add: out[n][j] += inp[n][j] · (mag[j] / sqrt(sq[j]) − 1) + b[j] (b may be NULL): the
+   *     rescaling where the update's input was dropped (PEFT's (g − 1)·W·dropout(x) term), and
+   *     its gradient (out zero, b NULL).
+   *   dora_dmag: dmag[j] += Σ_n dout[n][j] · z[n][j] / sqrt(sq[j]) (fp32, summed over n in
+   *     order): the magnitude's gradient, z the output before the rescaling. */
   void (*dora_norm)(float *sq, const void *w, const void *dt, int in, int out);
   void (*dora_scale)(void *out, const void *inp, const float *mag, const float *sq, const float *b,
                      int N, int C);
+  void (*dora_add)(void *out, const void *inp, const float *mag, const float *sq, const float *b,
+                   int N, int C);
   void (*dora_dmag)(float *dmag, const void *dout, const void *z, const float *sq, int N, int C);
 
   /* out = a + b (activations) */
@@ -214,7 +219,7 @@ typedef struct colo_backend_s {
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
   X(rmsnorm_fwd, a) X(rmsnorm_bwd, a) X(rope, a) X(swiglu_fwd, a) X(swiglu_bwd, a)                 \
   X(kv_expand, a) X(kv_reduce, a)                                                                  \
-  X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(dora_norm, a) X(dora_scale, a) X(dora_dmag, a) X(add, a) X(crossentropy_fwd, a)                         \
+  X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(dora_norm, a) X(dora_scale, a) X(dora_add, a) X(dora_dmag, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
   X(vocab_target, a) X(vocab_ce_bwd, a)
 #define COLO_F32_OPS(X, a) X(adamw, a) X(sumsq, a) X(scale, a) X(accumulate, a)

@@ -201,6 +201,18 @@ static void dora_scale(void *out_, const void *inp_, const float *mag, const flo
     }
 }
 
+static void dora_add(void *out_, const void *inp_, const float *mag, const float *sq,
+                     const float *b, int N, int C) {
+  float *out = out_;
+  const float *inp = inp_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      size_t i = (size_t)n * C + c;
+      out[i] = out[i] + inp[i] * (mag[c] / sqrtf(sq[c]) - 1.0f) + (b ? b[c] : 0.0f);
+    }
+}
+
 static void dora_dmag(float *dmag, const void *dout_, const void *z_, const float *sq, int N,
                       int C) {
   const float *dout = dout_, *z = z_;
@@ -886,6 +898,7 @@ static const colo_backend_t CPU = {
     .dropout = dropout,
     .dora_norm = dora_norm,
     .dora_scale = dora_scale,
+    .dora_add = dora_add,
     .dora_dmag = dora_dmag,
     .encoder_bwd = encoder_bwd,
     .layernorm_fwd = layernorm_fwd,

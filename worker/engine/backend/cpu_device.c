@@ -272,6 +272,10 @@ static void host_free(void *p) {
                                const float *b, int N, int C) {                                     \
     RUN("dora_scale", base_##sfx()->dora_scale(o, i, m, sq, b, N, C), o, i, m, sq, b);             \
   }                                                                                                \
+  static void dora_add_##sfx(void *o, const void *i, const float *m, const float *sq,              \
+                             const float *b, int N, int C) {                                       \
+    RUN("dora_add", base_##sfx()->dora_add(o, i, m, sq, b, N, C), o, i, m, sq, b);                 \
+  }                                                                                                \
   static void dora_dmag_##sfx(float *dm, const void *d, const void *z, const float *sq, int N,     \
                               int C) {                                                             \
     RUN("dora_dmag", base_##sfx()->dora_dmag(dm, d, z, sq, N, C), dm, d, z, sq);                   \

@@ -405,6 +405,15 @@ static void dora_scale_t(colo_dtype_t t, void *out, const void *inp, const float
   narrow(t, out, f, n);
 }
 
+static void dora_add_t(colo_dtype_t t, void *out, const void *inp, const float *mag,
+                       const float *sq, const float *b, int N, int C) {
+  size_t n = (size_t)N * C;
+  float *fo = widen(t, out, n), *fi = widen(t, inp, n);
+  f32()->dora_add(fo, fi, mag, sq, b, N, C);
+  narrow(t, out, fo, n);
+  scratch_give(fi);
+}
+
 static void dora_dmag_t(colo_dtype_t t, float *dmag, const void *dout, const void *z,
                         const float *sq, int N, int C) {
   size_t n = (size_t)N * C;
@@ -563,6 +572,10 @@ static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const f
   static void dora_scale_##sfx(void *o, const void *i, const float *m, const float *sq,            \
                                const float *b, int N, int C) {                                     \
     dora_scale_t(T, o, i, m, sq, b, N, C);                                                         \
+  }                                                                                                \
+  static void dora_add_##sfx(void *o, const void *i, const float *m, const float *sq,              \
+                             const float *b, int N, int C) {                                       \
+    dora_add_t(T, o, i, m, sq, b, N, C);                                                           \
   }                                                                                                \
   static void dora_dmag_##sfx(float *dm, const void *d, const void *z, const float *sq, int N,     \
                               int C) {                                                             \

@@ -632,6 +632,25 @@ static void dora_scale(void *out, const void *inp, const float *mag, const float
   LAUNCHED();
 }
 
+template <class T>
+__global__ static void dora_add_kernel(T *out, const T *inp, const float *mag, const float *sq,
+                                       const float *b, int N, int C) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
+  for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
+    int c = (int)(i % C);
+    out[i] = st<T>(ld(out[i]) + ld(inp[i]) * (mag[c] / sqrtf(sq[c]) - 1.0f) + (b ? b[c] : 0.0f));
+  }
+}
+
+template <class T>
+static void dora_add(void *out, const void *inp, const float *mag, const float *sq, const float *b,
+                     int N, int C) {
+  size_t n = (size_t)N * C;
+  dora_add_kernel<T>
+      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, mag, sq, b, N, C);
+  LAUNCHED();
+}
+
 /* a block per 32 columns, its 32 × 8 threads over the rows as dora_norm's */
 template <class T>
 __global__ static void dora_dmag_kernel(float *dmag, const T *dout, const T *z, const float *sq,

@@ -1015,7 +1015,7 @@ static void product_fwd(colo_gpt_t *m, int l, unsigned target, void *out, const 
   if (m->tp > 1 && (target == COLO_LORA_ATTPROJ || target == COLO_LORA_FCPROJ) &&
       m->tp_comm->ops->allreduce_sum(m->tp_comm, sq, (size_t)n) < 0)
     m->hook_error = COLO_EIO;
-  colo_lora_dora_fwd(m->lora, l, target, out, b, N);
+  colo_lora_dora_fwd(m->lora, l, target, out, b, w, N);
 }
 
 /* The MLP's first product and its activation: out = gelu(pre = inp·W + b), or LLAMA's
@@ -1814,12 +1814,12 @@ blocks:
     if (m->llama) {
       be->matmul_bwd(m->dglu, G(m, l, P_FCPROJW), NULL, dz, m->gelu, w.fcproj, N, Cf, C);
       if (colo_lora_has(lo, COLO_LORA_FCPROJ))
-        colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, m->dglu, dz, m->gelu, N);
+        colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, m->dglu, dout, m->gelu, w.fcproj, N);
       be->swiglu_bwd(m->dfch, a->fch, m->dglu, N, Cf);
     } else if (colo_lora_has(lo, COLO_LORA_FCPROJ)) { /* the adapter's part before GELU's */
       void *dg = colo_lora_gelu_scratch(lo);
       be->matmul_bwd(dg, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dz, m->gelu, w.fcproj, N, Cf, C);
-      colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, dg, dz, m->gelu, N);
+      colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, dg, dout, m->gelu, w.fcproj, N);
       be->gelu_bwd(m->dfch, a->fch, dg, (size_t)N * Cf);
     } else {
       be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj,
@@ -1830,7 +1830,7 @@ blocks:
     be->matmul_bwd(m->dln, G(m, l, P_FCW), G(m, l, P_FCB), dz, x2, w.fc, N, C,
                    m->llama ? 2 * Cf : Cf);
     if (colo_lora_has(lo, COLO_LORA_FC))
-      colo_lora_bwd(lo, l, COLO_LORA_FC, m->dln, dz, x2, N);
+      colo_lora_bwd(lo, l, COLO_LORA_FC, m->dln, m->dfch, x2, w.fc, N);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN2W), G(m, l, P_LN2B), at(m, m->dln, off),
@@ -1841,7 +1841,7 @@ blocks:
     be->matmul_bwd(m->datty, G(m, l, P_ATTPROJW), G(m, l, P_ATTPROJB), dz, a->atty, w.attproj, N,
                    Cq, C);
     if (colo_lora_has(lo, COLO_LORA_ATTPROJ))
-      colo_lora_bwd(lo, l, COLO_LORA_ATTPROJ, m->datty, dz, a->atty, N);
+      colo_lora_bwd(lo, l, COLO_LORA_ATTPROJ, m->datty, dout, a->atty, w.attproj, N);
     be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl, m->doc_pos);
     if (m->llama) /* through the rotation: its transpose */
       be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, m->doc_pos);
@@ -1851,7 +1851,7 @@ blocks:
     dz = colo_lora_dora_bwd(lo, l, COLO_LORA_QKV, m->gqa ? m->qsmall : m->dqkv, N);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), dz, x1, w.qkv, N, C, m->Cqkv);
     if (colo_lora_has(lo, COLO_LORA_QKV))
-      colo_lora_bwd(lo, l, COLO_LORA_QKV, m->dln, dz, x1, N);
+      colo_lora_bwd(lo, l, COLO_LORA_QKV, m->dln, m->gqa ? m->qsmall : m->dqkv, x1, w.qkv, N);
     if (reduce_dln(m, rowf, NC) < 0)
       return;
     ln_bwd_rows(m, at(m, m->dres, off), G(m, l, P_LN1W), G(m, l, P_LN1B), at(m, m->dln, off),

@@ -48,6 +48,7 @@ struct colo_lora_s {
   int per_site, slots;
   size_t z_off[4], sq_off[4], z_per, sq_per;
   void *z, *dt;
+  void *dd; /* DoRA under dropout: [N][max out], the gradient (g − 1)·dout of W·dropout(x) */
   float *sq;
   unsigned char *pending;
   colo_pool_t *own_pool; /* colo_lora_create_table's */
@@ -63,8 +64,8 @@ static int bit_index(unsigned target) {
 void colo_lora_destroy(colo_lora_t *l) {
   if (!l)
     return;
-  void *bufs[] = {l->params, l->grads, l->bs, l->bgrad, l->a_act, l->bs_act, l->u,        l->du,
-                  l->delta,  l->dx,    l->xd, l->z,     l->dt,    l->sq,     l->gelu_grad};
+  void *bufs[] = {l->params, l->grads, l->bs, l->bgrad, l->a_act, l->bs_act, l->u,  l->du,
+                  l->delta,  l->dx,    l->xd, l->z,     l->dt,    l->sq,     l->dd, l->gelu_grad};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     colo_pool_free(l->pool, bufs[i]);
   free(l->first);
@@ -103,10 +104,6 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
   if (!(cfg->dropout >= 0.0f && cfg->dropout < 1.0f))
     return colo_fail(err, errlen, COLO_EINVAL, "lora.dropout=%g must be in [0, 1)",
                      (double)cfg->dropout);
-  if (cfg->dora && cfg->dropout > 0.0f)
-    return colo_fail(err, errlen, COLO_EINVAL,
-                     "lora: DoRA takes no dropout (PEFT's DoRA under dropout adds a product of W "
-                     "with the dropped input)");
   colo_lora_t *l = calloc(1, sizeof *l);
   if (!l)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
@@ -226,6 +223,7 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
       {&l->z, (size_t)l->slots * l->z_per * A, "activations"},
       {(void **)&l->sq, (size_t)l->slots * l->sq_per * F, "activations"},
       {&l->dt, l->slots ? (size_t)max_out * max_in * A : 0, "lora scratch"},
+      {&l->dd, l->slots && cfg->dropout > 0.0f ? Nr * max_out * A : 0, "activations"},
   };
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
     if (bufs[i].bytes && !(*bufs[i].p = colo_pool_alloc(pool, bufs[i].bytes, bufs[i].what))) {
@@ -461,12 +459,21 @@ void colo_lora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const 
 }
 
 void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const void *dout,
-                   const void *inp, int N) {
+                   const void *inp, const void *w, int N) {
   const colo_backend_t *be = l->be;
   adapter_t d = adapter(l, layer, target);
   int r = l->cfg.rank;
   uint64_t key = 0;
   inp = adapter_input(l, layer, target, inp, N, d.in, &key); /* the forward's mask again */
+  if (colo_lora_dora(l, target)) { /* the rescaled gradient (colo_lora_dora_bwd's) */
+    dout = l->delta;
+    if (l->drop) { /* and W·xd's input gradient, through the mask */
+      be->matmul_bwd(l->dx, NULL, NULL, l->dd, NULL, w, N, d.in, d.out);
+      be->dropout(l->dx, l->dx, N, d.in, key, l->drop_row0, input_col0(l, target), l->thresh,
+                  l->drop_scale);
+      be->add(dinp, dinp, l->dx, (size_t)N * d.in);
+    }
+  }
   be->lmhead_fwd(l->u, inp, d.A, N, d.in, r); /* u again: r floats a row, cheaper to redo */
   /* du = dout·(scale·B); d(scale·B) = doutᵀ·u, so dB += scale · doutᵀ·u */
   be->zero(l->bgrad, d.b->numel * sizeof(float));
@@ -516,7 +523,7 @@ float *colo_lora_dora_norm(colo_lora_t *l, int layer, unsigned target, const voi
 }
 
 void colo_lora_dora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const float *b,
-                        int N) {
+                        const void *w, int N) {
   const colo_backend_t *be = l->be;
   int k = bit_index(target), q = layer * 4 + k, o = l->out[k], slot = dora_slot(l, layer);
   const colo_param_t *mp = &l->table[l->first[q] + COLO_LORA_MAG];
@@ -534,8 +541,17 @@ void colo_lora_dora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, c
     l->pending[q] = 0;
   }
   void *z = (char *)l->z + ((size_t)slot * l->z_per + l->z_off[k]) * be->act_size;
-  be->copy(z, out, (size_t)N * o * be->act_size);
-  be->dora_scale(out, z, mag, sq, b, N, o);
+  if (!l->drop) { /* out = x·W + s·update(x): all of it rescaled */
+    be->copy(z, out, (size_t)N * o * be->act_size);
+    be->dora_scale(out, z, mag, sq, b, N, o);
+    return;
+  }
+  /* under dropout, PEFT's x·W + (g − 1)·W·xd + g·s·update(xd) (xd = dropout(x), as the update
+   * just read it, in xd; the update itself still in delta): z = W·xd + s·update(xd), and out,
+   * which holds x·W + s·update(xd), gains (g − 1)·z */
+  be->matmul_fwd(z, l->xd, w, NULL, N, l->in[k], o);
+  be->add(z, z, l->delta, (size_t)N * o);
+  be->dora_add(out, z, mag, sq, b, N, o);
 }
 
 const void *colo_lora_dora_bwd(colo_lora_t *l, int layer, unsigned target, const void *dout,
@@ -547,9 +563,14 @@ const void *colo_lora_dora_bwd(colo_lora_t *l, int layer, unsigned target, const
   const colo_param_t *mp = &l->table[l->first[q] + COLO_LORA_MAG];
   const float *sq = l->sq + (size_t)slot * l->sq_per + l->sq_off[k];
   const void *z = (char *)l->z + ((size_t)slot * l->z_per + l->z_off[k]) * be->act_size;
+  const float *mag = l->params + mp->offset;
   be->dora_dmag(l->grads + mp->offset, dout, z, sq, N, o);
-  be->dora_scale(l->delta, dout, l->params + mp->offset, sq, NULL, N, o);
-  return l->delta;
+  be->dora_scale(l->delta, dout, mag, sq, NULL, N, o); /* the update's: g·dout */
+  if (!l->drop)
+    return l->delta;                             /* and the product's */
+  be->zero(l->dd, (size_t)N * o * be->act_size); /* W·xd's: (g − 1)·dout */
+  be->dora_add(l->dd, dout, mag, sq, NULL, N, o);
+  return dout; /* the product's, of x·W */
 }
 
 void colo_lora_merge(const colo_lora_t *l, const float *adapters, float *params) {

@@ -44,7 +44,8 @@ typedef struct {
   /* DoRA (Liu et al. 2024; PEFT's use_dora): each adapted product's output columns are rescaled
    * to a learned magnitude, out = m / ‖W + s·(BA)ᵀ‖ · (x·W + s·(x·Aᵀ)·Bᵀ) + b, the norm over each
    * column's weights taken as a constant in the backward (as PEFT does); m starts at W's column
-   * norms (set at the first forward: B is zero then). Takes no dropout. */
+   * norms (set at the first forward: B is zero then). Under dropout, PEFT's form:
+   * x·W + b + (g − 1)·(xd·W) + g·s·(xd·Aᵀ)·Bᵀ, xd = dropout(x), g = m / ‖W + s·(BA)ᵀ‖. */
   int dora;
 } colo_lora_config_t;
 #define COLO_LORA_QUANT_NF4 1
@@ -116,25 +117,28 @@ int colo_lora_has(const colo_lora_t *l, unsigned target);
 /* For the model: out[N][out] += scale · (inp[N][in]·Aᵀ)·Bᵀ, activations in act_dtype. */
 void colo_lora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const void *inp, int N);
 /* Its backward for the gradient dout of out: the adapters' gradients accumulate, and
- * dinp[N][in] += the update's input gradient. inp is the forward's. */
+ * dinp[N][in] += the update's input gradient. inp is the forward's; w the product's weights (read
+ * by DoRA under dropout alone). Under DoRA, colo_lora_dora_bwd of the same dout comes first. */
 void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const void *dout,
-                   const void *inp, int N);
+                   const void *inp, const void *w, int N);
 /* DoRA, around a product and its adapter's update (colo_lora_fwd), for the model:
  * colo_lora_dora_norm: the squared norms of the columns of w + s·(BA)ᵀ, w[in][out] the
  * product's weights as it reads them (act_dtype), into a buffer of *n floats in the backend's
  * memory that it returns. A row-parallel product's (its inputs split over a tensor-parallel
  * group) are this rank's rows' part: the model sums them over the group before
  * colo_lora_dora_fwd: out[N][out], the product and its update without the bias, becomes
- * m / norm · out + b (b may be NULL), and the output before it is kept for the backward.
- * colo_lora_dora_bwd: for out's gradient dout, the magnitude's gradient accumulates, and the
- * gradient of the output before the rescaling is returned (scratch valid until the next
- * colo_lora_* call; dout itself for a product without DoRA), for the product's and the update's
- * backwards. The backward must follow the layer's forward (or its recomputation) as the model
- * runs them: the kept output is one per layer, or one in all when the model recomputes. */
+ * g · out + b (b may be NULL; g = m / norm), and the output before it is kept for the backward;
+ * under dropout (colo_lora_set_dropout) PEFT's form (above): w, the product's weights, makes
+ * xd·W. colo_lora_dora_bwd: for out's gradient dout, the magnitude's gradient accumulates, and
+ * the gradient for the product's own backward is returned (g · dout, scratch valid until the
+ * next colo_lora_* call; dout itself under dropout, or for a product without DoRA);
+ * colo_lora_bwd of the same dout then does the update's (and under dropout xd·W's). The
+ * backward must follow the layer's forward (or its recomputation) as the model runs them: the
+ * kept output is one per layer, or one in all when the model recomputes. */
 int colo_lora_dora(const colo_lora_t *l, unsigned target);
 float *colo_lora_dora_norm(colo_lora_t *l, int layer, unsigned target, const void *w, int *n);
 void colo_lora_dora_fwd(colo_lora_t *l, int layer, unsigned target, void *out, const float *b,
-                        int N);
+                        const void *w, int N);
 const void *colo_lora_dora_bwd(colo_lora_t *l, int layer, unsigned target, const void *dout, int N);
 
 /* Scratch [N][H] in act_dtype for the model's GPT-2 MLP backward, where the fused GELU backward
