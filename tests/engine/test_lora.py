@@ -813,6 +813,22 @@ def dora(tmp):
               worst_loss <= 1e-4 and worst_norm <= 1e-4 and worst_w <= 1e-4 and moved > 1e-3,
               "worst %.2e, %.2e, %.2e of tolerance 1e-4 (%s); magnitudes moved up to %.2e" %
               (worst_loss, worst_norm, worst_w, worst_n.split(".", 2)[2], moved))
+        if arch == "gpt2":  # LoRA+: the magnitudes at B's rate (PEFT's optimizer: 1-D tensors with B)
+            ratio, pdump = 16.0, ck + "-plus.dump"
+            colo(args + ["--lora-plus-ratio", str(ratio), "--quiet", "--dump-reference", pdump])
+            pref = read_safetensors(pdump)
+            pm = Dora(arch, {n: pref["init." + n] for n in make_model(arch).names}, MODULES[TARGETS[arch]])
+            pm.start(pref)
+            slow = [pm.ab[n] for n in names if ".lora_A" in n]
+            fast = [pm.ab[n] for n in names if ".lora_A" not in n]
+            popt = torch.optim.AdamW([{"params": slow}, {"params": fast}], lr=LR, betas=(B1, B2), eps=EPS,
+                                     weight_decay=WD)
+            pl, pn = replay(lambda i, t, st, mi: pm.forward(i, t), pref, popt, slow + fast, [1.0, ratio])
+            pw = max((pm.ab[n].detach() - pref["final." + n]).abs().max().item() /
+                     (1.0 if ".lora_A" in n else ratio * (3.0 if "magnitude" in n else 1.0)) for n in names)
+            check(tag + "LoRA+ x16, magnitudes with B: losses, norms (rel 1e-4), tensors",
+                  pl <= 1e-4 and pn <= 1e-4 and pw <= 1e-4,
+                  "worst %.2e, %.2e, %.2e of the tolerance 1e-4 (B's x 16, m's x 48)" % (pl, pn, pw))
         said = [x for x in out.splitlines() if x.startswith("lora:")]
         last = os.path.join(ck, "step_%08d" % STEPS)
         man = json.load(open(os.path.join(last, "manifest.json")))["lora"]
