@@ -189,28 +189,26 @@ static void dora_norm(float *sq, const void *w_, const void *dt_, int in, int ou
   }
 }
 
-static void dora_scale(void *out_, const void *inp_, const float *mag, const float *sq,
-                       const float *b, int N, int C) {
-  float *out = out_;
-  const float *inp = inp_;
+/* dora_scale's out = inp · g + b, or (add) dora_add's out += inp · (g − 1) + b */
+static void dora_rescale(float *out, const float *inp, const float *mag, const float *sq,
+                         const float *b, int N, int C, int add) {
 #pragma omp parallel for schedule(static)
   for (int n = 0; n < N; n++)
     for (int c = 0; c < C; c++) {
       size_t i = (size_t)n * C + c;
-      out[i] = inp[i] * (mag[c] / sqrtf(sq[c])) + (b ? b[c] : 0.0f);
+      float g = mag[c] / sqrtf(sq[c]), bias = b ? b[c] : 0.0f;
+      out[i] = add ? out[i] + inp[i] * (g - 1.0f) + bias : inp[i] * g + bias;
     }
 }
 
-static void dora_add(void *out_, const void *inp_, const float *mag, const float *sq,
-                     const float *b, int N, int C) {
-  float *out = out_;
-  const float *inp = inp_;
-#pragma omp parallel for schedule(static)
-  for (int n = 0; n < N; n++)
-    for (int c = 0; c < C; c++) {
-      size_t i = (size_t)n * C + c;
-      out[i] = out[i] + inp[i] * (mag[c] / sqrtf(sq[c]) - 1.0f) + (b ? b[c] : 0.0f);
-    }
+static void dora_scale(void *out, const void *inp, const float *mag, const float *sq,
+                       const float *b, int N, int C) {
+  dora_rescale(out, inp, mag, sq, b, N, C, 0);
+}
+
+static void dora_add(void *out, const void *inp, const float *mag, const float *sq, const float *b,
+                     int N, int C) {
+  dora_rescale(out, inp, mag, sq, b, N, C, 1);
 }
 
 static void dora_dmag(float *dmag, const void *dout_, const void *z_, const float *sq, int N,

@@ -613,42 +613,38 @@ static void dora_norm(float *sq, const void *w, const void *dt, int in, int out)
   LAUNCHED();
 }
 
+/* dora_scale's out = inp · g + b, or (add) dora_add's out += inp · (g − 1) + b: the CPU's
+ * expressions */
 template <class T>
-__global__ static void dora_scale_kernel(T *out, const T *inp, const float *mag, const float *sq,
-                                         const float *b, int N, int C) {
+__global__ static void dora_rescale_kernel(T *out, const T *inp, const float *mag, const float *sq,
+                                           const float *b, int N, int C, int add) {
   size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
   for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
     int c = (int)(i % C);
-    out[i] = st<T>(ld(inp[i]) * (mag[c] / sqrtf(sq[c])) + (b ? b[c] : 0.0f));
+    float g = mag[c] / sqrtf(sq[c]), bias = b ? b[c] : 0.0f;
+    out[i] = st<T>(add ? ld(out[i]) + ld(inp[i]) * (g - 1.0f) + bias : ld(inp[i]) * g + bias);
   }
+}
+
+template <class T>
+static void dora_rescale(void *out, const void *inp, const float *mag, const float *sq,
+                         const float *b, int N, int C, int add) {
+  size_t n = (size_t)N * C;
+  dora_rescale_kernel<T>
+      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, mag, sq, b, N, C, add);
+  LAUNCHED();
 }
 
 template <class T>
 static void dora_scale(void *out, const void *inp, const float *mag, const float *sq,
                        const float *b, int N, int C) {
-  size_t n = (size_t)N * C;
-  dora_scale_kernel<T>
-      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, mag, sq, b, N, C);
-  LAUNCHED();
-}
-
-template <class T>
-__global__ static void dora_add_kernel(T *out, const T *inp, const float *mag, const float *sq,
-                                       const float *b, int N, int C) {
-  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
-  for (; i < n; i += (size_t)gridDim.x * blockDim.x) {
-    int c = (int)(i % C);
-    out[i] = st<T>(ld(out[i]) + ld(inp[i]) * (mag[c] / sqrtf(sq[c]) - 1.0f) + (b ? b[c] : 0.0f));
-  }
+  dora_rescale<T>(out, inp, mag, sq, b, N, C, 0);
 }
 
 template <class T>
 static void dora_add(void *out, const void *inp, const float *mag, const float *sq, const float *b,
                      int N, int C) {
-  size_t n = (size_t)N * C;
-  dora_add_kernel<T>
-      <<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)out, (const T *)inp, mag, sq, b, N, C);
-  LAUNCHED();
+  dora_rescale<T>(out, inp, mag, sq, b, N, C, 1);
 }
 
 /* a block per 32 columns, its 32 × 8 threads over the rows as dora_norm's */
