@@ -770,6 +770,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
       printf("%s %llu", i ? "," : "", (unsigned long long)s->after[i]);
     printf(s->after_condition == COLO__V1__AFTER_CONDITION__AFTER_CONDITION_ENDED
                ? " (each must end first, in any state)\n"
+           : s->cancel_on_dependency_failure
+               ? " (each must succeed first; cancelled if one ends otherwise)\n"
                : " (each must succeed first)\n");
   }
   if (s && s->resources && s->resources->time_limit_s) {

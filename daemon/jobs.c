@@ -960,8 +960,11 @@ static void held_note(colod_t *d, const colo_plan_t *p, const colo_plan_taken_t 
 
 /* Whether a PENDING job still waits for a job in its `after` to succeed (or, with
  * after_condition ended, to end) or for its train.init_from_job to succeed, saying which in
- * `why`. Once all have, it never waits for them again. */
-static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
+ * `why`. Once all have, it never waits for them again. never (when not NULL) says why the job
+ * waited for can no longer do so by itself (it ended otherwise, or was deleted first), or is
+ * left empty. */
+static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len, char *never,
+                       size_t never_len) {
   const Colo__V1__TrainSpec *t = j->spec->train;
   uint64_t from = t->has_init_from_job ? t->init_from_job : 0;
   size_t n = j->spec->n_after + (from != 0); /* the weights' job is waited for too */
@@ -984,6 +987,8 @@ static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
                  "waits for job %llu, which was deleted before this job started: it can never "
                  "start (cancel it)",
                  (unsigned long long)id);
+        snprintf(never, never_len, "job %llu, which it waited for, was deleted before it started",
+                 (unsigned long long)id);
         return 1;
       }
       if (rc < 0) {
@@ -1000,12 +1005,14 @@ static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len) {
     char more[48] = "";
     if (left)
       snprintf(more, sizeof more, "; %zu more in its after not checked yet", left);
-    if (colo_job_state_terminal(state))
+    if (colo_job_state_terminal(state)) {
       snprintf(why, len,
                "waits for job %llu to succeed: it ended %s, and starts only if that job is "
                "resumed and succeeds (or cancel this one)%s",
                (unsigned long long)id, colo_job_state_name(state), more);
-    else
+      snprintf(never, never_len, "job %llu, which it waited for to succeed, ended %s",
+               (unsigned long long)id, colo_job_state_name(state));
+    } else
       snprintf(why, len, "waits for job %llu to %s (it is %s)%s", (unsigned long long)id, goal,
                colo_job_state_name(state), more);
     return 1;
@@ -1213,6 +1220,15 @@ static void grow_back(colod_t *d) {
   free(busy);
 }
 
+/* cancel_on_dependency_failure: a job waited for ended otherwise (why: waits_after's `never`).
+ * Jobs that wait for this one see it CANCELLED on the next pass, which the kick brings. */
+static void cancel_for_dependency(colod_t *d, colod_job_live_t *j, const char *why) {
+  char msg[256];
+  snprintf(msg, sizeof msg, "cancelled (cancel_on_dependency_failure): %s", why);
+  if (transition(d, j, COLO_JOB_CANCELLED, msg) == 0)
+    colod_jobs_kick(d);
+}
+
 static void schedule(colod_t *d) {
   uint64_t now = colod_mono_ms(d), t0 = uv_hrtime();
   size_t n_wait = 0;
@@ -1227,15 +1243,18 @@ static void schedule(colod_t *d) {
     return;
   n_wait = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
-    char why[sizeof j->wait_why];
+    char why[sizeof j->wait_why], never[160] = "";
     j->holds = 0;
     if (j->hold && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING)) {
       held_why(j, why, sizeof why);
       set_waiting(j, why); /* not a candidate either, until released */
       j->in_line = 0;
-    } else if (j->state == COLO_JOB_PENDING && waits_after(d, j, why, sizeof why)) {
+    } else if (j->state == COLO_JOB_PENDING &&
+               waits_after(d, j, why, sizeof why, never, sizeof never)) {
       set_waiting(j, why); /* not a candidate: it neither holds room nor preempts */
       j->in_line = 0;
+      if (never[0] && j->spec->cancel_on_dependency_failure)
+        cancel_for_dependency(d, j, never);
     } else if ((j->state == COLO_JOB_PENDING ||
                 (j->state == COLO_JOB_RESTARTING && now >= j->not_before_mono_ms)))
       waiting[n_wait++] = j;

@@ -184,6 +184,18 @@ expect_rc 0 "$COLOCTL" cancel --name tiny2.
 expect_eq "$OUT" "no unfinished job's name starts with 'tiny2.': nothing cancelled"
 expect_rc 0 "$COLOCTL" list --name tiny --state cancelled --json
 expect_eq "$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)))' <<<"$OUT")" 3
+# a pipeline given cancel_on_dependency_failure: its first stage cancelled, the others end with it
+sed 's/^name: tiny$/name: tiny3/' "$TMP/pipe/p.yaml" >"$TMP/pipe/p3.yaml"
+expect_rc 0 "$COLOCTL" submit "$TMP/pipe/p3.yaml" --set cancel_on_dependency_failure=true
+read -r R1 R2 R3 <<<"$(cut -d' ' -f1 <<<"$OUT" | tr '\n' ' ')"
+expect_rc 0 "$COLOCTL" cancel "$R1"
+for _ in $(seq 1 100); do
+  [ "$(jstate "$R3")" = cancelled ] && break
+  sleep 0.1
+done
+expect_eq "$(jstate "$R1") $(jstate "$R2") $(jstate "$R3")" "cancelled cancelled cancelled"
+expect_rc 0 "$COLOCTL" status "$R3"
+expect_contains "$OUT" "cancelled (cancel_on_dependency_failure): job $R1, which it waited for to succeed, ended CANCELLED"
 expect_rc 2 "$COLOCTL" cancel 7 --name tiny2.
 expect_eq "$ERR" "coloctl: cancel: give job ids, or --name PREFIX [--owner O] [--account A], not both; try 'coloctl --help'"
 expect_rc 2 "$COLOCTL" cancel --owner alice
@@ -202,11 +214,24 @@ L2=$("$COLOCTL" submit "${LL[@]}" --set name=llama-next --set train.steps=2 --af
   --set train.init_from_job="$L1")
 L3=$("$COLOCTL" submit "${LL[@]}" --set name=gpt2-next --set model.arch=gpt2 --set train.steps=2 \
   --after "$L1" --set train.init_from_job="$L1" --set max_restarts=0)
+# after the stage that fails: one cancelled with it (cancel_on_dependency_failure), one that keeps
+# waiting for it to be resumed (the default)
+L3C=$("$COLOCTL" submit "${LL[@]}" --set name=after-gpt2-c --set train.steps=2 --after "$L3" \
+  --set cancel_on_dependency_failure=true)
+L3W=$("$COLOCTL" submit "${LL[@]}" --set name=after-gpt2-w --set train.steps=2 --after "$L3")
+expect_rc 0 "$COLOCTL" status "$L3C"
+expect_contains "$OUT" "after      job $L3 (each must succeed first; cancelled if one ends otherwise)"
 for _ in $(seq 1 600); do
-  case "$(jstate "$L2")$(jstate "$L3")" in succeededfailed | *cancelled*) break ;; esac
+  case "$(jstate "$L2")$(jstate "$L3")$(jstate "$L3C")" in succeededfailedcancelled) break ;; esac
   sleep 0.1
 done
-expect_eq "$(jstate "$L1") $(jstate "$L2") $(jstate "$L3")" "succeeded succeeded failed"
+expect_eq "$(jstate "$L1") $(jstate "$L2") $(jstate "$L3") $(jstate "$L3C") $(jstate "$L3W")" \
+  "succeeded succeeded failed cancelled pending"
+expect_rc 0 "$COLOCTL" status "$L3C"
+expect_contains "$OUT" "cancelled (cancel_on_dependency_failure): job $L3, which it waited for to succeed, ended FAILED"
+expect_rc 0 "$COLOCTL" status "$L3W"
+expect_contains "$OUT" "waits for job $L3 to succeed: it ended FAILED, and starts only if that job is resumed and succeeds (or cancel this one)"
+expect_rc 0 "$COLOCTL" cancel "$L3W"
 expect_contains "$("$COLOCTL" logs "$L1")" "model: llama, 1 layers, 4 heads, 32 wide"
 expect_rc 0 "$COLOCTL" status "$L1"
 expect_contains "$OUT" "  model      llama, 1 layers, 4 heads, 32 wide, block 64, vocab 256"

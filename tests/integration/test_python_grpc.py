@@ -1232,7 +1232,8 @@ class TimeLimitPolicyTest(WithColod):
 class AfterTest(WithColod):
     """JobSpec.after on a colod of its own, this client acting as the worker of one 2-device
     host: a job waits for the jobs it runs after to succeed, with room free, and starts when they
-    have; one after a job that was cancelled keeps waiting, saying so, until that job is resumed;
+    have; one after a job that was cancelled keeps waiting, saying so, until that job is resumed,
+    or with cancel_on_dependency_failure is cancelled, and so is a job after it;
     with after_condition ended, a job starts once the jobs it runs after end, though they
     failed; ids that do not exist, repeat or are 0 are refused."""
 
@@ -1288,6 +1289,22 @@ class AfterTest(WithColod):
         self.assertNotIn(third, beat())
         self.api.CancelJob(pb.CancelJobRequest(id=second), timeout=5)
         self.api.CancelJob(pb.CancelJobRequest(id=third), timeout=5)
+
+        # cancel_on_dependency_failure: a chain of two such jobs ends with the one they wait for
+        head = submit(self.api, "chain-head", 1)
+        chain = []
+        for k in range(2):
+            s = spec(name="chain-%d" % k, dp=1)
+            s.after.append(chain[-1] if chain else head)
+            s.cancel_on_dependency_failure = True
+            chain.append(self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id)
+        self.assertTrue(self.job(chain[0]).spec.cancel_on_dependency_failure)
+        self.api.CancelJob(pb.CancelJobRequest(id=head), timeout=5)
+        for k, (job, was) in enumerate(zip(chain, [head] + chain)):
+            self.until("chain-%d CANCELLED" % k, lambda: self.job(job).state == pb.JOB_STATE_CANCELLED)
+            self.assertEqual(self.job(job).message,
+                             "cancelled (cancel_on_dependency_failure): job %d, which it waited for "
+                             "to succeed, ended CANCELLED" % was)
 
         # after_condition ended: it waits for the job to end, and starts though it failed
         s = spec(name="after-any", dp=1)

@@ -537,6 +537,18 @@ TEST(lora_on_pipeline_stages_is_valid) {
                 "parallel.zero_stage=3 cannot be combined with parallel.pp=2: use stage 0 or 1");
 }
 
+/* cancel_on_dependency_failure with a job to wait for, and without (a pipeline's first stage, given
+ * it with the rest: it has nothing to cancel it) */
+TEST(cancel_on_dependency_failure_is_valid) {
+  char err[512];
+  check(BASE "cancel_on_dependency_failure: true\nafter: [3]\n", err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check(BASE "cancel_on_dependency_failure: true\n", err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check(BASE "cancel_on_dependency_failure: true\ntrain: {init_from_job: 3}\n", err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+}
+
 /* DoRA: with NF4 and dropout, on tensor-parallel ranks, and exported for PEFT */
 TEST(dora_is_valid) {
   char err[512];
