@@ -16,6 +16,13 @@ bench_setup() { # targets...
   CT="$BIN/colo-train"
 }
 
+# GPT-2 124M's blocks (12 layers, 12 heads, 768 wide; block 256, vocabulary 256) on bench_data's
+# text, quiet, without evaluations: their flags and those given, in M
+bench_gpt2_blocks() { # flags...
+  M=(--data-root "$TMP/data" --train-data train.bin --n-layer 12 --n-head 12 --n-embd 768
+    --block-size 256 --vocab-size 256 --eval-interval 0 --quiet "$@")
+}
+
 bench_data() {
   bash "$SRC/deploy/fetch-data.sh" "$TMP/text" >/dev/null
   "$CT" prepare --input "$TMP/text/tinyshakespeare.txt" --out "$TMP/data" >/dev/null

@@ -960,11 +960,11 @@ static void held_note(colod_t *d, const colo_plan_t *p, const colo_plan_taken_t 
 
 /* Whether a PENDING job still waits for a job in its `after` to succeed (or, with
  * after_condition ended, to end) or for its train.init_from_job to succeed, saying which in
- * `why`. Once all have, it never waits for them again. never (when not NULL) says why the job
- * waited for can no longer do so by itself (it ended otherwise, or was deleted first), or is
- * left empty. */
+ * `why`. Once all have, it never waits for them again. `never` says why the job waited for can
+ * no longer do so by itself (it ended otherwise, or was deleted first), or is left empty. */
 static int waits_after(colod_t *d, colod_job_live_t *j, char *why, size_t len, char *never,
                        size_t never_len) {
+  never[0] = '\0';
   const Colo__V1__TrainSpec *t = j->spec->train;
   uint64_t from = t->has_init_from_job ? t->init_from_job : 0;
   size_t n = j->spec->n_after + (from != 0); /* the weights' job is waited for too */
@@ -1243,7 +1243,7 @@ static void schedule(colod_t *d) {
     return;
   n_wait = 0;
   for (colod_job_live_t *j = d->jobs; j; j = j->next) {
-    char why[sizeof j->wait_why], never[160] = "";
+    char why[sizeof j->wait_why], never[160];
     j->holds = 0;
     if (j->hold && (j->state == COLO_JOB_PENDING || j->state == COLO_JOB_RESTARTING)) {
       held_why(j, why, sizeof why);

@@ -14,8 +14,7 @@ RANK=${2:-16}
 source "$SRC/bench/lib.sh"
 bench_setup colo-train
 bench_data
-M=(--data-root "$TMP/data" --train-data train.bin --n-layer 12 --n-head 12 --n-embd 768
-  --block-size 256 --vocab-size 256 --eval-interval 0 --quiet --threads "$(nproc)")
+bench_gpt2_blocks --threads "$(nproc)"
 "$CT" train "${M[@]}" --batch-size 4 --steps 1 --ckpt-dir "$TMP/data/base"
 L=(--batch-size 4 --steps "$STEPS" --init-from base/step_00000001 --precision bf16
   --lora-rank "$RANK" --lora-alpha $((2 * RANK)))

@@ -19,8 +19,7 @@ THREADS=${3:-$(nproc)}
 source "$SRC/bench/lib.sh"
 bench_setup colo-train
 bench_data
-M=(--data-root "$TMP/data" --train-data train.bin --n-layer 12 --n-head 12 --n-embd 768
-  --block-size 256 --vocab-size 256 --batch-size 4 --eval-interval 0 --threads "$THREADS" --quiet)
+bench_gpt2_blocks --batch-size 4 --threads "$THREADS"
 "$CT" train "${M[@]}" --steps 1 --ckpt-dir "$TMP/data/base"
 for run in fp32 fp32-recompute bf16-recompute; do
   for kind in full lora; do

@@ -16,8 +16,7 @@ RANK=${2:-16}
 source "$SRC/bench/lib.sh"
 bench_setup colo-train
 bench_data
-M=(--data-root "$TMP/data" --train-data train.bin --n-layer 12 --n-head 12 --n-embd 768
-  --block-size 256 --vocab-size 256 --eval-interval 0 --quiet)
+bench_gpt2_blocks
 "$CT" train "${M[@]}" --batch-size 4 --threads "$(nproc)" --steps 1 --ckpt-dir "$TMP/data/base"
 L=(--steps "$STEPS" --init-from base/step_00000001 --precision bf16 --recompute
   --lora-rank "$RANK" --lora-alpha $((2 * RANK)))
