@@ -909,7 +909,9 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  lora       rank %u, alpha %g%s on %s: the model frozen%s", s->train->lora_rank,
            (double)s->train->lora_alpha, s->train->lora_rslora ? " (rsLoRA)" : "",
            s->train->lora_targets && s->train->lora_targets[0] ? s->train->lora_targets : "all",
-           nf4 ? ", its matrices in NF4 (QLoRA)" : "");
+           nf4 && s->train->lora_double_quant ? ", its matrices in NF4 (QLoRA), double-quantized"
+           : nf4                              ? ", its matrices in NF4 (QLoRA)"
+                                              : "");
     if (s->train->lora_dropout > 0.0f)
       printf("; dropout %g", (double)s->train->lora_dropout);
     if (s->train->lora_plus_ratio > 0.0f && s->train->lora_plus_ratio != 1.0f)

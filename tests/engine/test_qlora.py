@@ -25,6 +25,15 @@ it in HuggingFace's layout; numpy writes the base with its linear weights dequan
     relative, adapters within 1e-4); the NF4 model sharded by ZeRO-3 (its packed matrices in the
     pieces) against it whole, bit for bit, on one rank and two (GPT-2 in fp32, Llama in bf16);
   - two tensor-parallel ranks against one (tensor_parallel()), and their parts sharded by ZeRO-3.
+
+Double quantization (--lora-double-quant true; QLoRA's, bitsandbytes' compress_statistics): the
+dynamic map colo compiles in is bitsandbytes' create_dynamic_map() built here in PyTorch, bit for
+bit; numpy double-quantizes each matrix's absmax values as bitsandbytes does (less their mean, in
+blocks of 256, the nearest value of the map, back as map[q] * absmax2 + offset), and LoRA on that
+model is colo's run bit for bit (fp32, bf16; GPT-2, Llama), which is not NF4's; the log says
+0.516 bytes a value; export and eval merge into those values; the manifest records it and a resume
+that asks otherwise is refused; ZeRO-3's pieces hold it (bytes); tp=2 quantizes each rank's part on
+its own, and equals one rank on numpy's model quantized part by part.
 Exit 0 when all pass.
 """
 import json
@@ -74,8 +83,61 @@ def colo(args, ok=True):
     return r.stdout if ok else (r.returncode, r.stdout)
 
 
-def nf4(w):
-    """w [out][in] float32 -> its NF4 values, dequantized (float32, same shape)"""
+def dynamic_map():
+    """bitsandbytes' create_dynamic_map(signed=True, max_exponent_bits=7, total_bits=8), the 8-bit
+    type its double quantization stores the scales in, built in PyTorch as bitsandbytes builds it:
+    for each exponent 10^(i-6), the midpoints of linspace(0.1, 1, 2^i + 1) with either sign; then
+    0 and 1; sorted"""
+    data = []
+    for i in range(7):
+        bounds = torch.linspace(0.1, 1, 2 ** i + 1, dtype=torch.float32)
+        means = (bounds[:-1] + bounds[1:]) / 2.0
+        data += ((10 ** (-6 + i)) * means).tolist()
+        data += (-(10 ** (-6 + i)) * means).tolist()
+    data += [0.0, 1.0]
+    data.sort()
+    return torch.tensor(data, dtype=torch.float32).numpy()
+
+
+DMAP = dynamic_map()
+DMIDS = ((DMAP[:-1] + DMAP[1:]) * np.float32(0.5)).astype(np.float32)
+
+
+def colo_dynamic_map():
+    """the table colo's nf4.h compiles in (COLO_NF4_DQ_MAP), read from its source"""
+    src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "worker",
+                            "engine", "core", "nf4.h")).read()
+    body = src[src.index("#define COLO_NF4_DQ_MAP"):]
+    body = body[body.index("{") + 1:body.index("}")].replace("\\", "")
+    return np.array([np.float32(x.strip().rstrip("f")) for x in body.split(",")], np.float32)
+
+
+def double_quant(amax):
+    """QLoRA's double quantization of a matrix's absmax values, as bitsandbytes'
+    quantize_4bit(compress_statistics=True) then dequantize_4bit compute them: less their mean
+    (the offset; here summed in order in double, and rounded once), in blocks of 256 scaled by the
+    fp32 reciprocal of the block's largest magnitude, each given the nearest value of the dynamic
+    map (the lower at a midpoint), and back as map[q] * absmax2 + offset, rounded after each"""
+    total = 0.0
+    for x in amax:
+        total += float(x)
+    offset = np.float32(total / amax.size)
+    centred = (amax - offset).astype(np.float32)
+    out = np.empty_like(amax)
+    for lo in range(0, amax.size, 256):
+        blk = centred[lo:lo + 256]
+        a2 = np.abs(blk).max()
+        if a2 > 0:
+            q = ((blk * (np.float32(1.0) / a2)).astype(np.float32)[:, None] > DMIDS).sum(axis=1)
+        else:
+            q = np.full(blk.size, 127)
+        out[lo:lo + 256] = (DMAP[q] * a2).astype(np.float32) + offset
+    return out.astype(np.float32)
+
+
+def nf4(w, dq=False):
+    """w [out][in] float32 -> its NF4 values, dequantized (float32, same shape); with dq, its
+    scales double-quantized"""
     x = w.reshape(-1)
     n = x.size
     nb = -(-n // 64)
@@ -88,6 +150,8 @@ def nf4(w):
     normed = (blocks * inv[:, None]).astype(np.float32)
     q = (normed[..., None] > MIDS).sum(axis=-1)
     q[amax == 0] = 7
+    if dq:
+        amax = double_quant(amax)
     return (LEVELS[q] * amax[:, None]).astype(np.float32).reshape(-1)[:n].reshape(w.shape)
 
 
@@ -100,23 +164,59 @@ ARCH = {"gpt2": ["--arch", "gpt2"],
                   "--tie-embeddings", "false"]}
 
 
+def nf4_model(w, arch, tp=1, dq=False):
+    """the base's tensors with its linear weights as colo keeps them in NF4: each product's matrix
+    quantized as one (GPT-2's Conv1D as its transpose; Llama's q, k and v as one, as its gate and
+    up: colo's c_attn and c_fc), and on tp tensor-parallel ranks each rank's part of it on its own
+    (the column-parallel products' rows of each of q, k, v or of gate and up; the row-parallel
+    ones' columns). Which differs from the whole matrix's only in double quantization's offset
+    and blocks: NF4's own blocks are whole in each part. Returns the tensors and how many
+    linear weights changed."""
+    out, count = dict(w), 0
+    if arch == "gpt2":
+        for k, v in w.items():
+            if LINEAR[arch].search(k):
+                out[k], count = nf4(v.T, dq).T.copy(), count + 1
+        return out, count
+    layers = sorted({int(m.group(1)) for m in (re.match(r"model\.layers\.(\d+)\.", k) for k in w) if m})
+    for layer in layers:
+        p = "model.layers.%d." % layer
+        groups = ((["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"], 0),
+                  (["mlp.gate_proj", "mlp.up_proj"], 0), (["self_attn.o_proj"], 1), (["mlp.down_proj"], 1))
+        for names, by_cols in groups:
+            names = [p + n + ".weight" for n in names]
+            for n in names:
+                out[n], count = w[n].copy(), count + 1
+            for r in range(tp):
+                if by_cols:
+                    c = w[names[0]].shape[1] // tp
+                    out[names[0]][:, r * c:(r + 1) * c] = nf4(w[names[0]][:, r * c:(r + 1) * c], dq)
+                    continue
+                cuts = [(n, w[n].shape[0] // tp) for n in names]
+                d = nf4(np.vstack([w[n][r * k:(r + 1) * k] for n, k in cuts]), dq)
+                at = 0
+                for n, k in cuts:
+                    out[n][r * k:(r + 1) * k] = d[at:at + k]
+                    at += k
+    return out, count
+
+
 def run(tmp, arch):
     tag = "[%s] " % arch
     base_dir = train_base(tmp, arch, MODEL + ARCH[arch])
     base = os.path.join(tmp, arch + "-base.safetensors")
     colo(["export", "--checkpoint", os.path.join(base_dir, "step_00000030"), "--out", base])
     w = {k: v.numpy() for k, v in read_safetensors(base).items()}
-    deq, count = {}, 0
-    for k, v in w.items():
-        if LINEAR[arch].search(k):  # GPT-2's Conv1D is [in][out]: quantized as its transpose
-            deq[k] = nf4(v.T).T.copy() if arch == "gpt2" else nf4(v)
-            count += 1
-        else:
-            deq[k] = v
+    deq, count = nf4_model(w, arch)
     check(tag + "numpy quantized every linear weight", count == L * (4 if arch == "gpt2" else 7),
           "%d of them; largest change %.3e" % (count, max(np.abs(deq[k] - w[k]).max() for k in w)))
-    write_safetensors(os.path.join(tmp, arch + "-deq.safetensors"),
-                      {k: ("F32", np.ascontiguousarray(v, np.float32)) for k, v in deq.items()})
+    deqq = nf4_model(w, arch, dq=True)[0]
+    check(tag + "numpy's double quantization moves the scales a little",
+          0 < max(np.abs(deqq[k] - deq[k]).max() for k in w) < 0.02 * max(np.abs(w[k]).max() for k in w),
+          "largest change from NF4's %.3e" % max(np.abs(deqq[k] - deq[k]).max() for k in w))
+    for name, d in (("deq", deq), ("deqq", deqq)):
+        write_safetensors(os.path.join(tmp, "%s-%s.safetensors" % (arch, name)),
+                          {k: ("F32", np.ascontiguousarray(v, np.float32)) for k, v in d.items()})
 
     def lora(init, extra, name):
         ck, dump = os.path.join(tmp, name), os.path.join(tmp, name + ".dump")
@@ -153,6 +253,19 @@ def run(tmp, arch):
         check(tag + "%s: says NF4; host memory below LoRA's" % prec,
               len(said) == 1 and "matrices in NF4" in said[0] and mem[0] < mem[1],
               "%.1f MiB against %.1f" % (mem[0], mem[1]))
+        # double quantization: the scales in a byte each; the same bits as LoRA on numpy's
+        qqout, qq, qqck = lora(arch + "-base.safetensors",
+                               p + ["--lora-quant", "nf4", "--lora-double-quant", "true"], arch + "-qq-" + prec)
+        rq = lora(arch + "-deqq.safetensors", p, arch + "-rq-" + prec)[1]
+        check(tag + "%s: double-quantized nf4 = LoRA on numpy's (bit for bit), not NF4's" % prec,
+              all(torch.equal(qq[k], rq[k]) for k in ["losses", "grad_norms"] + names) and
+              not torch.equal(qq["losses"], q["losses"]),
+              "losses %.6f .. %.6f (NF4's %.6f .. %.6f)" % (qq["losses"][0].item(), qq["losses"][STEPS - 1].item(),
+                                                            q["losses"][0].item(), q["losses"][STEPS - 1].item()))
+        per = [float(re.search(r"MiB for \d+ values, ([0-9.]+) bytes each", o).group(1)) for o in (qout, qqout)]
+        check(tag + "%s: says double quantization, 0.516 bytes a value where NF4 takes 0.5625" % prec,
+              "(QLoRA, double quantization)" in qqout and per[0] == 0.5625 and 0.515 < per[1] < 0.517,
+              "%.4f and %.4f bytes a value" % tuple(per))
         if prec != "fp32":
             continue
         # PyTorch: the dequantized base's loss on the first batch (B is zero: it is colo's)
@@ -170,19 +283,25 @@ def run(tmp, arch):
               "torch %.7f colo %.7f; the base unquantized %.7f" % (losses[0], q["losses"][0].item(), losses[1]))
         last = "step_%08d" % STEPS
         man = json.load(open(os.path.join(qck, last, "manifest.json")))
-        check(tag + "manifest: lora.quant nf4", man["lora"].get("quant") == "nf4" and
+        mq = json.load(open(os.path.join(qqck, last, "manifest.json")))
+        check(tag + "manifest: lora.quant nf4 (and double_quant)", man["lora"].get("quant") == "nf4" and
+              "double_quant" not in man["lora"] and mq["lora"].get("double_quant") is True and
               "quant" not in json.load(open(os.path.join(rck, last, "manifest.json")))["lora"],
-              json.dumps(man["lora"]))
-        ex = []
-        for ck in (qck, rck):
-            colo(["export", "--checkpoint", os.path.join(ck, last), "--out", ck + "-merged.safetensors"])
-            ex.append(read_safetensors(ck + "-merged.safetensors"))
-        same = sorted(ex[0]) == sorted(ex[1]) and all(torch.equal(ex[0][k], ex[1][k]) for k in ex[0])
-        check(tag + "export merges into the dequantized matrices (exact)", same, "%d tensors" % len(ex[0]))
-        ev = [json.loads(colo(["eval", "--checkpoint", os.path.join(ck, last), "--data",
-                               os.path.join(tmp, "val.bin"), "--batches", "2", "--batch-size", "4",
-                               "--json"]).strip().splitlines()[-1])["loss"] for ck in (qck, rck)]
-        check(tag + "eval of the QLoRA checkpoint = of the LoRA one", ev[0] == ev[1], "%.7f %.7f" % tuple(ev))
+              json.dumps(man["lora"]) + " " + json.dumps(mq["lora"]))
+        rqck = os.path.join(tmp, arch + "-rq-" + prec)
+        for what, pair in (("", (qck, rck)), (" (double-quantized)", (qqck, rqck))):
+            ex = []
+            for ck in pair:
+                colo(["export", "--checkpoint", os.path.join(ck, last), "--out", ck + "-merged.safetensors"])
+                ex.append(read_safetensors(ck + "-merged.safetensors"))
+            same = sorted(ex[0]) == sorted(ex[1]) and all(torch.equal(ex[0][k], ex[1][k]) for k in ex[0])
+            check(tag + "export merges into the dequantized matrices%s (exact)" % what, same,
+                  "%d tensors" % len(ex[0]))
+            ev = [json.loads(colo(["eval", "--checkpoint", os.path.join(ck, last), "--data",
+                                   os.path.join(tmp, "val.bin"), "--batches", "2", "--batch-size", "4",
+                                   "--json"]).strip().splitlines()[-1])["loss"] for ck in pair]
+            check(tag + "eval of the QLoRA checkpoint%s = of the LoRA one" % what, ev[0] == ev[1],
+                  "%.7f %.7f" % tuple(ev))
         # stopped halfway and resumed
         halves = os.path.join(tmp, arch + "-halves")
         common = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
@@ -192,8 +311,14 @@ def run(tmp, arch):
                   str(ALPHA), "--ckpt-dir", halves, "--quiet"] + MODEL + ARCH[arch]
         colo(common + ["--lora-quant", "nf4", "--stop-at", str(STEPS // 2)])
         rc, msg = colo(common + ["--resume", "auto"], ok=False)
-        want = "holds LoRA adapters trained on the model in NF4; this run keeps it as loaded (train.lora_quant)"
+        want = ("holds LoRA adapters trained on the model in NF4; this run keeps it as loaded "
+                "(train.lora_quant, train.lora_double_quant)")
         check(tag + "resuming without --lora-quant: refused", rc != 0 and want in msg, msg.strip()[-160:])
+        rc, msg = colo(common + ["--lora-quant", "nf4", "--lora-double-quant", "true", "--resume", "auto"], ok=False)
+        want = ("holds LoRA adapters trained on the model in NF4; this run keeps it in NF4 with double "
+                "quantization (train.lora_quant, train.lora_double_quant)")
+        check(tag + "resuming with double quantization added: refused", rc != 0 and want in msg,
+              msg.strip()[-160:])
         colo(common + ["--lora-quant", "nf4", "--resume", "auto"])
         f = os.path.join(last, "rank_00000.safetensors")
         check(tag + "stopped at step %d and resumed: the same checkpoint" % (STEPS // 2),
@@ -237,6 +362,18 @@ def data_parallel(tmp):
               % (arch, n, "s" if n > 1 else ""), same and ck[0] == ck[1] and said,
               "losses, norms, adapters identical: %s; checkpoint identical: %s; said so: %s"
               % (same, ck[0] == ck[1], said))
+    # double quantization's packed matrices (a byte a scale, then absmax2 and the offset) in the
+    # pieces: the same again
+    for z in (0, 3):
+        colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+              "--batch-size", str(B // 2), "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", "3e-3",
+              "--seed", "1234", "--threads", "1", "--init-from", "gpt2-base.safetensors", "--lora-rank",
+              str(RANK), "--lora-quant", "nf4", "--lora-double-quant", "true", "--zero", str(z),
+              "--ckpt-dir", os.path.join(tmp, "qq-dp-%d" % z), "--quiet", "--nproc", "2", "--dp", "2"]
+             + MODEL + ARCH["gpt2"])
+    ck = [open(os.path.join(tmp, "qq-dp-%d" % z, f), "rb").read() for z in (0, 3)]
+    check("[ZeRO-3] double-quantized QLoRA, gpt2, 2 ranks: pieces = whole (bytes)", ck[0] == ck[1],
+          "step %d checkpoint, %d bytes" % (STEPS, len(ck[0])))
 
 
 def tensor_parallel(tmp):
@@ -252,10 +389,10 @@ def tensor_parallel(tmp):
     train_base(tmp, "llama-wide", lm)
     base = os.path.join("llama-wide-base", "step_00000030")
 
-    def q(ck, extra=(), ok=True, model=lm):
+    def q(ck, extra=(), ok=True, model=lm, init=base, quant=("--lora-quant", "nf4")):
         return colo(["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
                      "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", "3e-3", "--seed", "1234",
-                     "--threads", "1", "--init-from", base, "--lora-rank", str(RANK), "--lora-quant", "nf4",
+                     "--threads", "1", "--init-from", init, "--lora-rank", str(RANK), *quant,
                      "--lora-dropout", "0.1", "--ckpt-dir", os.path.join(tmp, ck), "--dump-reference",
                      os.path.join(tmp, ck + ".dump")] + list(extra) + model, ok)
 
@@ -271,6 +408,31 @@ def tensor_parallel(tmp):
     check("[tensor parallel] QLoRA, tp=2 with sp = 1 rank: losses (rel 1e-5), checkpoint (abs 1e-4)",
           lrel <= 1e-5 and wabs <= 1e-4 and sorted(ca) == sorted(cb),
           "worst %.2e and %.2e over %d tensors" % (lrel, wabs, len(cb)))
+    # double quantization: each rank's part has its own offset and blocks of 256 scales (as
+    # bitsandbytes would quantize a sharded layer), so tp=2 is one rank on numpy's model quantized
+    # part by part, within the same tolerances; and not the model double-quantized whole
+    hf = os.path.join(tmp, "llama-wide-base.safetensors")
+    colo(["export", "--checkpoint", os.path.join(tmp, base), "--out", hf])
+    w = {k: v.numpy() for k, v in read_safetensors(hf).items()}
+    for name, tp in (("llama-wide-parts", 2), ("llama-wide-whole", 1)):
+        write_safetensors(os.path.join(tmp, name + ".safetensors"),
+                          {k: ("F32", np.ascontiguousarray(v, np.float32))
+                           for k, v in nf4_model(w, "llama", tp=tp, dq=True)[0].items()})
+    dq = ("--lora-quant", "nf4", "--lora-double-quant", "true")
+    q("qqtp-2", ["--batch-size", str(B), "--nproc", "2", "--tp", "2", "--sp", "true"], quant=dq)
+    q("qqtp-1", ["--batch-size", str(B)], quant=dq)
+    q("qqtp-ref", ["--batch-size", str(B)], init="llama-wide-parts.safetensors", quant=())
+    q("qqtp-whole", ["--batch-size", str(B)], init="llama-wide-whole.safetensors", quant=())
+    d = {k: read_safetensors(os.path.join(tmp, k + ".dump")) for k in ("qqtp-2", "qqtp-1", "qqtp-ref", "qqtp-whole")}
+    lrel = ((d["qqtp-ref"]["losses"] - d["qqtp-2"]["losses"]).abs() / d["qqtp-ref"]["losses"].abs()).max().item()
+    ca, cb = last("qqtp-ref"), last("qqtp-2")
+    wabs = max((ca[k] - cb[k]).abs().max().item() for k in ca)
+    apart = ((d["qqtp-1"]["losses"] - d["qqtp-2"]["losses"]).abs() / d["qqtp-1"]["losses"].abs()).max().item()
+    check("[tensor parallel] double-quantized QLoRA, tp=2 = 1 rank on numpy's parts (1e-5, 1e-4)",
+          lrel <= 1e-5 and wabs <= 1e-4 and sorted(ca) == sorted(cb) and apart > 0 and
+          torch.equal(d["qqtp-1"]["losses"], d["qqtp-whole"]["losses"]),
+          "worst %.2e and %.2e over %d tensors; from one rank's double quantization of the whole "
+          "matrices: losses %.2e apart (one rank = numpy's whole: bits)" % (lrel, wabs, len(cb), apart))
     half = ["--batch-size", str(B // 2), "--nproc", "4", "--tp", "2", "--dp", "2", "--precision", "bf16"]
     q("qtp-z0", half)
     q("qtp-z3", half + ["--zero", "3"])
@@ -286,6 +448,10 @@ def tensor_parallel(tmp):
 
 
 def main():
+    mine, theirs = colo_dynamic_map(), DMAP
+    check("colo's dynamic map = bitsandbytes' create_dynamic_map() in PyTorch (bits)",
+          mine.shape == (256,) and mine.tobytes() == theirs.tobytes(),
+          "256 values, %.9g .. %.9g, %d distinct" % (theirs[0], theirs[-1], len(set(theirs.tolist()))))
     tmp = words_data("colo-qlora-")
     run(tmp, "gpt2")
     run(tmp, "llama")

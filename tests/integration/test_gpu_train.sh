@@ -427,12 +427,15 @@ same_training "QLoRA on 2 pipeline stages vs 1 rank" "$TMP/lq-gpu.jsonl" "$TMP/l
 # where the GPU is emulated), and with the NF4 pieces in host memory (ZeRO-3) the model whole's;
 # DoRA under dropout (PEFT's form: a second product of each frozen matrix, with the dropped
 # input) on two tensor-parallel ranks with sequence parallelism (a row-parallel product's norms
-# summed over the group) as on one, within bf16's rounding of the products' other sums
+# summed over the group) as on one, within bf16's rounding of the products' other sums. The QDoRA
+# runs double-quantize NF4's scales (the GPU makes them again with its dequant_scales kernel
+# before each dequantization, from the pieces in host memory under ZeRO-3)
 LD=("${LB[@]}" --lora-dora true)
-expect_rc 0 "$CT" train "${LD[@]}" --lora-quant nf4 --ckpt-dir "$TMP/qd-gpu" --progress "$TMP/qd-gpu.jsonl"
-expect_rc 0 "$CT" train "${LD[@]}" --lora-quant nf4 --device cpu --ckpt-dir "$TMP/qd-cpu" \
+QQ=(--lora-quant nf4 --lora-double-quant true)
+expect_rc 0 "$CT" train "${LD[@]}" "${QQ[@]}" --ckpt-dir "$TMP/qd-gpu" --progress "$TMP/qd-gpu.jsonl"
+expect_rc 0 "$CT" train "${LD[@]}" "${QQ[@]}" --device cpu --ckpt-dir "$TMP/qd-cpu" \
   --progress "$TMP/qd-cpu.jsonl"
-expect_rc 0 "$CT" train "${LD[@]}" --lora-quant nf4 --zero 3 --placement static \
+expect_rc 0 "$CT" train "${LD[@]}" "${QQ[@]}" --zero 3 --placement static \
   --param-device-fraction 0 --ckpt-dir "$TMP/qd3" --progress "$TMP/qd3.jsonl"
 if [ "$DRY" = 1 ]; then
   cmp "$TMP/qd-cpu/step_00000006/rank_00000.safetensors" "$TMP/qd-gpu/step_00000006/rank_00000.safetensors" ||

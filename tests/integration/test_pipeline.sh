@@ -320,16 +320,19 @@ t_eval=$(python3 -c 'import json,sys; print("%.4f" % json.loads(sys.argv[1].spli
 t_last=$(grep -E "^step +10 \| val loss" <<<"$LG6" | sed 's/.*val loss //')
 echo "figure: LoRA job $L6 on 2 tensor-parallel ranks: val loss $t_last at step 10; colo-train eval of its checkpoint on one rank $t_eval"
 
-# QDoRA through colod: the NF4 model with DoRA's magnitudes, exported for PEFT at the end
-lora_job "rank 4, alpha 16 on all: the model frozen, its matrices in NF4 (QLoRA); DoRA: a magnitude per output" \
+# QDoRA through colod: the NF4 model (its scales double-quantized) with DoRA's magnitudes,
+# exported for PEFT at the end
+lora_job "rank 4, alpha 16 on all: the model frozen, its matrices in NF4 (QLoRA), double-quantized; DoRA: a magnitude per output" \
   --set name=llama-qdora --set train.steps=10 --set train.lora_rank=4 --set train.lora_quant=nf4 \
-  --set train.lora_dora=true --set checkpoint.export_format=peft --set parallel.zero_stage=0
+  --set train.lora_double_quant=true --set train.lora_dora=true --set checkpoint.export_format=peft \
+  --set parallel.zero_stage=0
 L7=$LJ LG7=$LG
 expect_contains "$LG7" "lora: rank 4, alpha 16, DoRA (a magnitude per output) on attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj: "
+expect_contains "$LG7" "its blocks' matrices in NF4 (QLoRA, double quantization): "
 python3 - "$TMP/ckpt/job-$L7" <<'PY' || fail "the QDoRA job's checkpoint or PEFT export: $(ls "$TMP/ckpt/job-$L7")"
 import json, os, sys
 lo = json.load(open(os.path.join(sys.argv[1], "step_00000010", "manifest.json")))["lora"]
-assert (lo["quant"], lo["dora"]) == ("nf4", True), lo
+assert (lo["quant"], lo["dora"], lo["double_quant"]) == ("nf4", True, True), lo
 cfg = json.load(open(os.path.join(sys.argv[1], "adapter", "adapter_config.json")))
 assert cfg["use_dora"] is True, cfg
 PY

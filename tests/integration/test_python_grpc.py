@@ -295,9 +295,10 @@ class ColodTest(WithColod):
         self.assertAlmostEqual(got.lora_dropout, 0.05, places=6)
         self.assertEqual(got.lora_plus_ratio, 16.0)
         d = spec(name="py-qdora", train__lora_rank=8, train__lora_quant="nf4", train__lora_dora=True,
-                 train__lora_dropout=0.05)
+                 train__lora_dropout=0.05, train__lora_double_quant=True)
         got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=d), timeout=5).job.id).spec.train
         self.assertTrue(got.lora_dora)
+        self.assertTrue(got.lora_double_quant)
         plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
         self.assertEqual(plain.spec.train.lora_rank, 0)
         before = job_rows()
@@ -306,6 +307,8 @@ class ColodTest(WithColod):
                  "train.lora_dropout=1 must be at least 0 and below 1"),
                 (spec(train__lora_dora=True),
                  "train.lora_dora rescales LoRA adapters' products: it needs train.lora_rank > 0"),
+                (spec(train__lora_rank=8, train__lora_double_quant=True),
+                 "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4"),
                 (spec(train__lora_plus_ratio=16.0),
                  "train.lora_plus_ratio=16 sets the adapters' B learning rate: it needs "
                  "train.lora_rank > 0"),

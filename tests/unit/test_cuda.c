@@ -365,6 +365,21 @@ static void test_layernorm_gelu(double tol) {
     float *d_amax = upf(amax, nb);
     gpu->dequant_nf4(d_q, d_codes, d_amax, r, c);
     check_a(named(k ? "dequant_nf4 256x1536" : "dequant_nf4 77x45"), d_q, hq, nq, 0.0);
+    /* double quantization's scales (one block of 256 of them, and 24): exactly the host's */
+    size_t words = colo_nf4_packed_floats(nq, 1);
+    float *pk = malloc(words * sizeof *pk), *hs = malloc(nb * sizeof *hs);
+    colo_nf4_pack(wq, r, c, 1, pk);
+    const uint8_t *pb = (const uint8_t *)pk;
+    const float *stats = (const float *)(const void *)(pb + colo_nf4_stats_at(nq));
+    cpu->dequant_scales(hs, pb + colo_nf4_codes_padded(nq), stats, (int)nb);
+    float *d_pk = upf(pk, words), *d_s = upf(hs, nb);
+    gpu->zero(d_s, nb * sizeof *d_s);
+    const uint8_t *d_pb = (const uint8_t *)d_pk;
+    gpu->dequant_scales(d_s, d_pb + colo_nf4_codes_padded(nq),
+                        (const float *)(const void *)(d_pb + colo_nf4_stats_at(nq)), (int)nb);
+    check(named(k ? "dequant_scales 6144" : "dequant_scales 55"), d_s, hs, nb, 0.0);
+    colo_pool_free(dpool, d_pk);
+    free(pk), free(hs);
     colo_pool_free(dpool, d_codes);
     colo_pool_free(dpool, d_amax);
     free(wq), free(amax), free(codes), free(hq);

@@ -1573,6 +1573,78 @@ TEST(nf4_codes_and_values) {
   ASSERT_EQ_INT(colo_nf4_quantize(z, 70, 1, codes, amax), -1);
 }
 
+/* Double quantization: bitsandbytes' dynamic map's shape; each scale takes the map's nearest value
+ * (by a search of all 256) to its offset-less value over its block's absmax2; the offset is the
+ * mean; a block of equal scales comes back exactly; packed, the scales take a byte, and the
+ * matrix unpacks as NF4 with the scales made again */
+TEST(nf4_double_quant_scales) {
+  const float *map = colo_nf4_dq_map;
+  for (int i = 0; i < 255; i++)
+    ASSERT(map[i] < map[i + 1]);
+  ASSERT(map[127] == 0.0f && map[255] == 1.0f && map[0] == -map[254] && map[128] == -map[126]);
+  enum { NB = 700 }; /* three blocks of 256, the last of 188 */
+  static float a[NB], back[NB], st[4];
+  static uint8_t q[NB];
+  uint64_t s = 7;
+  double sum = 0.0;
+  for (int b = 0; b < NB; b++) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    a[b] = b == 5 ? 0.0f : 0.01f + 0.2f * (float)(s >> 40) / (float)(1 << 24);
+    sum += a[b];
+  }
+  colo_nf4_dq_quantize(a, NB, q, st);
+  ASSERT(st[3] == (float)(sum / NB));
+  colo_nf4_dq_dequantize(q, st, NB, back);
+  float worst = 0.0f;
+  for (int b = 0; b < NB; b++) {
+    float x = (a[b] - st[3]) * (1.0f / st[b / 256]), best = INFINITY;
+    for (int j = 0; j < 256; j++)
+      best = fabsf(map[j] - x) < best ? fabsf(map[j] - x) : best;
+    ASSERT(fabsf(map[q[b]] - x) == best);
+    volatile float p = map[q[b]] * st[b / 256]; /* rounded before the sum */
+    ASSERT(back[b] == p + st[3]);
+    worst = fabsf(back[b] - a[b]) > worst ? fabsf(back[b] - a[b]) : worst;
+  }
+  /* near ±1 the map's steps are 1/71; each block's absmax2 is about 0.1 */
+  ASSERT(worst > 0.0f && worst < 0.1f / 71.0f);
+  const float same[3] = {0.5f, 0.5f, 0.5f};
+  colo_nf4_dq_quantize(same, 3, q, st);
+  colo_nf4_dq_dequantize(q, st, 3, back);
+  ASSERT(st[0] == 0.0f && st[1] == 0.5f && q[0] == 127 && back[2] == 0.5f);
+  /* packed: a 300-block matrix, 128 x 150 */
+  enum { R = 128, C = 150, N = R * C };
+  static float w[N], u0[N], u1[N], sc[N / 64];
+  for (int i = 0; i < N; i++) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    w[i] = ((float)(s >> 40) / (float)(1 << 24) - 0.5f) * (1.0f + (float)(i % 7));
+  }
+  size_t f0 = colo_nf4_packed_floats(N, 0), f1 = colo_nf4_packed_floats(N, 1);
+  ASSERT_EQ_INT((int)f0, N / 8 + N / 64);
+  ASSERT_EQ_INT((int)f1, N / 8 + N / 256 + 2 + 1);
+  ASSERT(colo_nf4_bytes(N, 1) == (size_t)N / 2 + N / 64 + 8 + 4);
+  float *p0 = own(malloc(f0 * 4)), *p1 = own(malloc(f1 * 4));
+  ASSERT_EQ_INT(colo_nf4_pack(w, R, C, 0, p0), 0);
+  ASSERT_EQ_INT(colo_nf4_pack(w, R, C, 1, p1), 0);
+  ASSERT(memcmp(p0, p1, N / 2) == 0); /* the same codes */
+  ASSERT_EQ_INT(colo_nf4_unpack(p0, R, C, 0, u0), 0);
+  ASSERT_EQ_INT(colo_nf4_unpack(p1, R, C, 1, u1), 0);
+  const uint8_t *b1 = (const uint8_t *)p1;
+  colo_nf4_dq_dequantize(b1 + N / 2, (const float *)(const void *)(b1 + colo_nf4_stats_at(N)),
+                         N / 64, sc);
+  static float want[N];
+  colo_nf4_dequantize(b1, sc, R, C, want);
+  ASSERT(memcmp(u1, want, sizeof want) == 0);
+  double d0 = 0.0, d1 = 0.0;
+  for (int i = 0; i < N; i++)
+    d0 += fabs(u0[i] - w[i]), d1 += fabs(u1[i] - w[i]);
+  printf("  scales' worst error %.3g; a matrix's mean error %.4g (NF4) and %.4g (double-quantized)"
+         "; %zu words packed, not %zu\n",
+         (double)worst, d0 / N, d1 / N, f1, f0);
+  ASSERT(d1 > d0 && d1 < 1.05 * d0);
+  w[77] = NAN;
+  ASSERT_EQ_INT(colo_nf4_pack(w, R, C, 1, p1), -1);
+}
+
 /* the table names of a block's four matrices, which NF4 keeps */
 static int nf4_matrix(const char *name) {
   static const char *const m[4] = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight",
@@ -1588,99 +1660,101 @@ static int nf4_matrix(const char *name) {
  * its dequantized values, bit for bit (the loss, the adapters' gradients, twice over), whether
  * its values were in it (quantized then) or come after through colo_gpt_put into a model made
  * without parameters; fp32 and bf16 activations, GPT-2 and Llama with grouped-query attention
- * (its head tied and untied), with and without recomputation; in less memory; refusals */
+ * (its head tied and untied), with and without recomputation, with and without double
+ * quantization; in less memory; refusals */
 TEST(qlora_nf4_is_lora_on_the_dequantized_model) {
   setup();
   const colo_backend_t *tabs[2] = {colo_backend_cpu(), colo_backend_cpu_dtype(COLO_DTYPE_BF16)};
   int archs[] = {COLO_ARCH_GPT2, -1, -2};
   char err[256];
   colo_pool_t *pool = new_pool(0);
-  for (int t = 0; t < 2; t++)
-    for (int ai = 0; ai < 3; ai++)
-      for (int rc = 0; rc < 2; rc++) {
-        be = tabs[t];
-        colo_gpt_t *src = tiny_model_arch(pool, rc, archs[ai]);
-        size_t np = colo_gpt_num_params(src), nt;
-        float *v = own(malloc(np * sizeof *v)), *deq = own(malloc(np * sizeof *v));
-        memcpy(v, colo_gpt_params(src), np * sizeof *v);
-        memcpy(deq, v, np * sizeof *v);
-        const colo_param_t *tab = colo_gpt_params_table(src, &nt);
-        int quantized = 0;
-        for (size_t i = 0; i < nt; i++) {
-          if (!nf4_matrix(tab[i].name))
-            continue;
-          size_t n = tab[i].numel;
-          uint8_t *c = own(malloc(colo_nf4_code_bytes(n)));
-          float *a = own(malloc(colo_nf4_blocks(n) * sizeof *a));
-          ASSERT_EQ_INT(
-              colo_nf4_quantize(v + tab[i].offset, tab[i].shape[0], tab[i].shape[1], c, a), 0);
-          colo_nf4_dequantize(c, a, tab[i].shape[0], tab[i].shape[1], deq + tab[i].offset);
-          quantized++;
-        }
-        ASSERT_EQ_INT(quantized, 8);
-        float loss[3][2], *g[3];
-        size_t used[3], nl = 0;
-        for (int k = 0; k < 3; k++) {
-          size_t before = colo_pool_used(pool);
-          colo_gpt_t *m;
-          if (k < 2) { /* the dequantized model; the model quantized in place */
-            m = tiny_model_arch(pool, rc, archs[ai]);
-            memcpy(colo_gpt_params(m), k ? v : deq, np * sizeof *v);
-          } else { /* made without parameters, its values put */
-            colo_gpt_stage_t st = {0, 2, 1, 1, 1};
-            ASSERT_EQ_INT(colo_gpt_create_stage(colo_gpt_config(src), 2, rc, be, NULL, &st, pool,
-                                                &m, err, sizeof err),
-                          0);
-            models[n_models++] = m;
+  for (int dq = 0; dq < 2; dq++)
+    for (int t = 0; t < 2; t++)
+      for (int ai = 0; ai < 3; ai++)
+        for (int rc = 0; rc < 2; rc++) {
+          be = tabs[t];
+          colo_gpt_t *src = tiny_model_arch(pool, rc, archs[ai]);
+          size_t np = colo_gpt_num_params(src), nt;
+          float *v = own(malloc(np * sizeof *v)), *deq = own(malloc(np * sizeof *v));
+          memcpy(v, colo_gpt_params(src), np * sizeof *v);
+          memcpy(deq, v, np * sizeof *v);
+          const colo_param_t *tab = colo_gpt_params_table(src, &nt);
+          int quantized = 0;
+          for (size_t i = 0; i < nt; i++) {
+            if (!nf4_matrix(tab[i].name))
+              continue;
+            int r0 = -2, r1 = -2, rw = tab[i].shape[0], cl = tab[i].shape[1];
+            float *pk = malloc(colo_nf4_packed_floats(tab[i].numel, dq) * sizeof *pk);
+            if (pk && (r0 = colo_nf4_pack(v + tab[i].offset, rw, cl, dq, pk)) == 0)
+              r1 = colo_nf4_unpack(pk, rw, cl, dq, deq + tab[i].offset);
+            free(pk);
+            ASSERT(r0 == 0 && r1 == 0);
+            quantized++;
           }
-          colo_lora_t *l = tiny_lora(m, pool, COLO_LORA_ALL);
-          if (k)
-            ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, 0, err, sizeof err), 0);
-          for (size_t i = 0; k == 2 && i < nt; i++)
-            ASSERT_EQ_INT(
-                colo_gpt_put(m, tab[i].offset, v + tab[i].offset, tab[i].numel, err, sizeof err),
-                0);
-          ASSERT(colo_gpt_nf4(m) == (k > 0) && (colo_gpt_params(m) == NULL) == (k > 0));
-          used[k] = colo_pool_used(pool) - before;
-          nl = colo_lora_numel(l);
-          g[k] = lora_twice(m, l, loss[k]);
-          if (k == 1) { /* refusals: a matrix in parts; a value not finite */
-            size_t i = 0;
-            while (!nf4_matrix(tab[i].name))
-              i++;
-            ASSERT_EQ_INT(colo_gpt_put(m, tab[i].offset, v + tab[i].offset, 3, err, sizeof err),
-                          COLO_EINVAL);
-            ASSERT_EQ_STR(err, "transformer.h.0.attn.c_attn.weight comes in parts: NF4 takes it "
-                               "whole");
-            float keep = v[tab[i].offset];
-            v[tab[i].offset] = INFINITY;
-            ASSERT_EQ_INT(
-                colo_gpt_put(m, tab[i].offset, v + tab[i].offset, tab[i].numel, err, sizeof err),
-                COLO_EINVAL);
-            ASSERT_EQ_STR(err, "transformer.h.0.attn.c_attn.weight holds a value that is not "
-                               "finite");
-            v[tab[i].offset] = keep;
+          ASSERT_EQ_INT(quantized, 8);
+          float loss[3][2], *g[3];
+          size_t used[3], nl = 0;
+          for (int k = 0; k < 3; k++) {
+            size_t before = colo_pool_used(pool);
+            colo_gpt_t *m;
+            if (k < 2) { /* the dequantized model; the model quantized in place */
+              m = tiny_model_arch(pool, rc, archs[ai]);
+              memcpy(colo_gpt_params(m), k ? v : deq, np * sizeof *v);
+            } else { /* made without parameters, its values put */
+              colo_gpt_stage_t st = {0, 2, 1, 1, 1};
+              ASSERT_EQ_INT(colo_gpt_create_stage(colo_gpt_config(src), 2, rc, be, NULL, &st, pool,
+                                                  &m, err, sizeof err),
+                            0);
+              models[n_models++] = m;
+            }
+            colo_lora_t *l = tiny_lora(m, pool, COLO_LORA_ALL);
+            if (k)
+              ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, 0, dq, err, sizeof err), 0);
+            for (size_t i = 0; k == 2 && i < nt; i++)
+              ASSERT_EQ_INT(
+                  colo_gpt_put(m, tab[i].offset, v + tab[i].offset, tab[i].numel, err, sizeof err),
+                  0);
+            ASSERT(colo_gpt_nf4(m) == (k > 0) && (colo_gpt_params(m) == NULL) == (k > 0));
+            used[k] = colo_pool_used(pool) - before;
+            nl = colo_lora_numel(l);
+            g[k] = lora_twice(m, l, loss[k]);
+            if (k == 1) { /* refusals: a matrix in parts; a value not finite */
+              size_t i = 0;
+              while (!nf4_matrix(tab[i].name))
+                i++;
+              ASSERT_EQ_INT(colo_gpt_put(m, tab[i].offset, v + tab[i].offset, 3, err, sizeof err),
+                            COLO_EINVAL);
+              ASSERT_EQ_STR(err, "transformer.h.0.attn.c_attn.weight comes in parts: NF4 takes it "
+                                 "whole");
+              float keep = v[tab[i].offset];
+              v[tab[i].offset] = INFINITY;
+              ASSERT_EQ_INT(
+                  colo_gpt_put(m, tab[i].offset, v + tab[i].offset, tab[i].numel, err, sizeof err),
+                  COLO_EINVAL);
+              ASSERT_EQ_STR(err, "transformer.h.0.attn.c_attn.weight holds a value that is not "
+                                 "finite");
+              v[tab[i].offset] = keep;
+            }
+            colo_gpt_set_lora(m, NULL, NULL, 0);
+            colo_lora_destroy(l);
           }
-          colo_gpt_set_lora(m, NULL, NULL, 0);
-          colo_lora_destroy(l);
+          ASSERT(used[1] < used[0] && used[2] == used[1]);
+          for (int k = 1; k < 3; k++) {
+            ASSERT(loss[k][0] == loss[0][0] && loss[k][1] == loss[0][1] && isfinite(loss[0][0]));
+            ASSERT(memcmp(g[k], g[0], nl * 4) == 0);
+          }
+          while (n_models > 0) { /* this round's four */
+            colo_gpt_destroy(models[--n_models]);
+            models[n_models] = NULL;
+          }
+          printf("  %s, arch %d, recompute %d, double quantization %d: loss %.6f and gradients "
+                 "the same as the dequantized model's; memory %zu -> %zu, %zu bytes\n",
+                 colo_dtype_name(be->act_dtype), archs[ai], rc, dq, (double)loss[0][1], used[0],
+                 used[1], used[2]);
         }
-        ASSERT(used[1] < used[0] && used[2] == used[1]);
-        for (int k = 1; k < 3; k++) {
-          ASSERT(loss[k][0] == loss[0][0] && loss[k][1] == loss[0][1] && isfinite(loss[0][0]));
-          ASSERT(memcmp(g[k], g[0], nl * 4) == 0);
-        }
-        while (n_models > 0) { /* this round's four */
-          colo_gpt_destroy(models[--n_models]);
-          models[n_models] = NULL;
-        }
-        printf("  %s, arch %d, recompute %d: loss %.6f and gradients the same as the dequantized "
-               "model's; memory %zu -> %zu, %zu bytes\n",
-               colo_dtype_name(be->act_dtype), archs[ai], rc, (double)loss[0][1], used[0], used[1],
-               used[2]);
-      }
   be = colo_backend_cpu();
   colo_gpt_t *m = tiny_model(pool, 0);
-  ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, 0, err, sizeof err), COLO_EINVAL);
+  ASSERT_EQ_INT(colo_gpt_quantize_nf4(m, 0, 0, err, sizeof err), COLO_EINVAL);
   ASSERT_EQ_STR(err, "only a frozen model (LoRA) whole on its rank keeps its matrices in NF4");
 }
 

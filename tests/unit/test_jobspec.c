@@ -163,6 +163,10 @@ static const struct {
      "train.lora_quant \"int4\" must be nf4 or none"},
     {BASE "train: {lora_quant: nf4}\n",
      "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs train.lora_rank > 0"},
+    {BASE "train: {lora_rank: 8, lora_double_quant: true}\n",
+     "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4"},
+    {BASE "train: {lora_rank: 8, lora_quant: none, lora_double_quant: true}\n",
+     "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4"},
     {BASE "train: {lora_rank: 8}\nparallel: {zero_stage: 3}\nresources: {device: gpu}\n"
           "memory: {placement: static, param_device_fraction: 0, optim_device_fraction: 0.5}\n",
      "train.lora_rank=8: memory.optim_device_fraction and optim_nvme_fraction place the model's "
@@ -549,10 +553,11 @@ TEST(cancel_on_dependency_failure_is_valid) {
   ASSERT_EQ_STR(err, "");
 }
 
-/* DoRA: with NF4 and dropout, on tensor-parallel ranks, and exported for PEFT */
+/* DoRA: with NF4 (double-quantized) and dropout, on tensor-parallel ranks, and exported for PEFT */
 TEST(dora_is_valid) {
   char err[512];
-  check(BASE "train: {lora_rank: 8, lora_dora: true, lora_quant: nf4, lora_dropout: 0.05}\n"
+  check(BASE "train: {lora_rank: 8, lora_dora: true, lora_quant: nf4, lora_dropout: 0.05, "
+             "lora_double_quant: true}\n"
              "parallel: {tp: 2, sequence_parallel: true}\ncheckpoint: {export_format: peft}\n",
         err, sizeof err);
   ASSERT_EQ_STR(err, "");
@@ -604,6 +609,7 @@ TEST(llama_qlora_example_job_is_valid) {
     FAIL_AT("%s", err);
   ASSERT_EQ_INT(s->train->lora_rank, 16);
   ASSERT_EQ_STR(s->train->lora_quant, "nf4");
+  ASSERT(s->train->lora_double_quant);
   ASSERT(s->train->lora_dropout == 0.1f);
   ASSERT_EQ_INT(s->parallel->zero_stage, 0);
   ASSERT_EQ_INT(s->parallel->dp, 1);

@@ -61,6 +61,10 @@ typedef struct colo_backend_s {
    * [cols][rows] order), each value level · absmax in fp32, rounded once: a QLoRA model's compute
    * copy of a frozen matrix. All three within backend memory. */
   void (*dequant_nf4)(void *w, const uint8_t *codes, const float *absmax, int rows, int cols);
+  /* absmax[blocks] (fp32) = a double-quantized NF4 matrix's scales again from their bytes q and
+   * stats (absmax2 per 256, then the offset; core/nf4.h): map[q]·absmax2 + offset, the product
+   * and the sum each rounded to fp32. All three within backend memory. */
+  void (*dequant_scales)(float *absmax, const uint8_t *q, const float *stats, int blocks);
 
   /* out[N][OC] = inp[N][C] · w[C][OC] + b[OC]   (b may be NULL) */
   void (*matmul_fwd)(void *out, const void *inp, const void *w, const float *b, int N, int C,
@@ -222,7 +226,7 @@ typedef struct colo_backend_s {
   X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(dora_norm, a) X(dora_scale, a) X(dora_add, a) X(dora_dmag, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
   X(vocab_target, a) X(vocab_ce_bwd, a)
-#define COLO_F32_OPS(X, a) X(adamw, a) X(sumsq, a) X(scale, a) X(accumulate, a)
+#define COLO_F32_OPS(X, a) X(adamw, a) X(sumsq, a) X(scale, a) X(accumulate, a) X(dequant_scales, a)
 /* clang-format on */
 
 /* embed_fwd's rows on the host, for the CPU tables: rows of `row` bytes */

@@ -866,6 +866,10 @@ static void dequant_nf4(void *w, const uint8_t *codes, const float *absmax, int 
   colo_nf4_dequantize(codes, absmax, rows, cols, w);
 }
 
+static void dequant_scales(float *absmax, const uint8_t *q, const float *stats, int blocks) {
+  colo_nf4_dq_dequantize(q, stats, (size_t)blocks, absmax);
+}
+
 static void accumulate(float *dst, const float *src, size_t n) {
 #pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++)
@@ -924,6 +928,7 @@ static const colo_backend_t CPU = {
     .sumsq = sumsq,
     .scale = scale,
     .accumulate = accumulate,
+    .dequant_scales = dequant_scales,
 };
 
 const colo_backend_t *colo_backend_cpu(void) {

@@ -411,6 +411,9 @@ static void host_free(void *p) {
   static void accumulate_##sfx(float *d, const float *s, size_t n) {                               \
     RUN("accumulate", base_##sfx()->accumulate(d, s, n), d, s);                                    \
   }                                                                                                \
+  static void dequant_scales_##sfx(float *a, const uint8_t *q, const float *s, int nb) {           \
+    RUN("dequant_scales", base_##sfx()->dequant_scales(a, q, s, nb), a, q, s);                     \
+  }                                                                                                \
   static colo_backend_t table_##sfx(const char *name) {                                            \
     colo_backend_t b = *base_##sfx();                                                              \
     b.name = name;                                                                                 \

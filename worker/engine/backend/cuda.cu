@@ -512,6 +512,26 @@ static void dequant_nf4(void *w, const uint8_t *codes, const float *absmax, int 
   LAUNCHED();
 }
 
+/* a double-quantized NF4 matrix's scales: one thread each, the product and the sum rounded
+ * apart (no contraction into one fused multiply-add), as core/nf4.c computes them */
+__constant__ static float dq_map[256] = COLO_NF4_DQ_MAP;
+
+__global__ static void dequant_scales_kernel(float *absmax, const uint8_t *q, const float *stats,
+                                             int blocks) {
+  int b = blockIdx.x * blockDim.x + threadIdx.x;
+  if (b < blocks)
+    absmax[b] = __fadd_rn(__fmul_rn(dq_map[q[b]], stats[b / COLO_NF4_DQ_BLOCK]),
+                          stats[(blocks + COLO_NF4_DQ_BLOCK - 1) / COLO_NF4_DQ_BLOCK]);
+}
+
+static void dequant_scales(float *absmax, const uint8_t *q, const float *stats, int blocks) {
+  if (blocks <= 0)
+    return;
+  dequant_scales_kernel<<<(unsigned)(blocks + 255) / 256, 256, 0, g.stream>>>(absmax, q, stats,
+                                                                              blocks);
+  LAUNCHED();
+}
+
 /* ---- embeddings ---- */
 
 template <class T>

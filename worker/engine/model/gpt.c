@@ -148,6 +148,11 @@ struct colo_gpt_s {
   float *qpack;
   size_t *qoff;
   void *qw;
+  /* with double quantization (colo_gpt_quantize_nf4's dq): the scales are bytes, and a matrix's
+   * absmax values are made again into qabs (fp32, the largest matrix's blocks) before each
+   * dequantization */
+  int wdq;
+  float *qabs;
 };
 
 /* element i of an activation buffer */
@@ -693,6 +698,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->qpack);
   free(m->qoff);
   colo_pool_free(p, m->qw);
+  colo_pool_free(p, m->qabs);
   if (m->emb != m->wte_act)
     colo_pool_free(p, m->emb);
   free(m->stable);
@@ -948,7 +954,14 @@ static block_w_t block_weights(colo_gpt_t *m, int l, const layer_acts_t *a, int 
     for (int j = 0; make && j < 4; j++) {
       size_t i = first + (size_t)m->slot[which[j]];
       const uint8_t *c = (const uint8_t *)(m->qpieces ? m->pt[i] : m->qpack + m->qoff[i]);
-      const float *a = (const float *)(const void *)(c + colo_nf4_codes_padded(m->table[i].numel));
+      size_t n = m->table[i].numel;
+      const float *a = (const float *)(const void *)(c + colo_nf4_codes_padded(n));
+      if (m->wdq) {
+        m->be->dequant_scales(m->qabs, c + colo_nf4_codes_padded(n),
+                              (const float *)(const void *)(c + colo_nf4_stats_at(n)),
+                              (int)colo_nf4_blocks(n));
+        a = m->qabs;
+      }
       m->be->dequant_nf4((void *)dst[j], c, a, m->table[i].shape[0], m->table[i].shape[1]);
     }
     return w;
@@ -1419,6 +1432,14 @@ static int alloc_qw(colo_gpt_t *m, char *err, size_t errlen) {
   size_t wbytes = (m->wfp_off + (size_t)m->Cf * m->cfg.n_embd) * m->asz;
   if (!(m->qw = colo_pool_alloc(m->pool, wbytes, "activations")))
     return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
+  if (m->wdq) {
+    size_t big = 0;
+    for (size_t i = 0; i < m->n_tensors; i++)
+      big = block_matrix(m, i) && m->table[i].numel > big ? m->table[i].numel : big;
+    if (!(m->qabs =
+              colo_pool_alloc(m->pool, (colo_nf4_blocks(big) + 1) * sizeof(float), "activations")))
+      return colo_fail(err, errlen, COLO_ENOMEM, "%s", colo_pool_error(m->pool));
+  }
   for (int l = 0; l < (m->recompute ? 1 : m->l_hi - m->l_lo); l++) {
     colo_pool_free(m->pool, m->layers[l].w);
     m->layers[l].w = NULL;
@@ -1426,22 +1447,26 @@ static int alloc_qw(colo_gpt_t *m, char *err, size_t errlen) {
   return 0;
 }
 
-int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, char *err, size_t errlen) {
+int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, int dq, char *err, size_t errlen) {
   if (m->wquant)
-    return 0;
+    return m->wdq == !!dq ? 0
+                          : colo_fail(err, errlen, COLO_EINVAL,
+                                      "the model is in NF4 %s double quantization already",
+                                      m->wdq ? "with" : "without");
   if (!m->frozen || m->hooks || m->wfrozen || (pieces && m->params))
     return colo_fail(err, errlen, COLO_EINVAL,
                      pieces ? "only a frozen model (LoRA) made without parameters keeps its "
                               "matrices in NF4 in ZeRO-3's pieces"
                             : "only a frozen model (LoRA) whole on its rank keeps its matrices "
                               "in NF4");
+  m->wdq = !!dq;
   if (pieces) { /* the storage's table: ZeRO keeps the values */
     if (!(m->stable = malloc(m->n_tensors * sizeof *m->stable)))
       return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
     for (size_t i = 0, off = 0; i < m->n_tensors; i++) {
       m->stable[i] = m->table[i];
       if (block_matrix(m, i))
-        m->stable[i].numel = colo_nf4_packed_floats(m->table[i].numel);
+        m->stable[i].numel = colo_nf4_packed_floats(m->table[i].numel, m->wdq);
       m->stable[i].offset = off;
       off += m->stable[i].numel;
     }
@@ -1461,7 +1486,7 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, char *err, size_t errlen) {
     if (!block_matrix(m, i))
       continue;
     m->qoff[i] = words;
-    words += colo_nf4_packed_floats(n);
+    words += colo_nf4_packed_floats(n, m->wdq);
   }
   if (!(m->qpack = colo_pool_alloc(pool, words * sizeof(float), "frozen matrices (NF4)")) ||
       !(m->fparams = colo_pool_alloc(pool, (keep ? keep : 1) * sizeof(float), "parameters")))
@@ -1500,25 +1525,27 @@ int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, char *err, size_t errlen) {
   return rc;
 }
 
-int colo_gpt_nf4_round(const colo_gpt_t *m, float *params, char *err, size_t errlen) {
+int colo_gpt_nf4_round(const colo_gpt_t *m, float *params, int dq, char *err, size_t errlen) {
   size_t big = 0;
   for (size_t i = 0; i < m->n_tensors; i++)
     big = block_matrix(m, i) && m->table[i].numel > big ? m->table[i].numel : big;
-  uint8_t *c = malloc(colo_nf4_code_bytes(big) + colo_nf4_blocks(big) * sizeof(float) + 1);
-  if (!c)
+  float *pk = malloc(colo_nf4_packed_floats(big, dq) * sizeof *pk);
+  if (!pk)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  float *amax = (float *)(void *)(c + colo_nf4_code_bytes(big));
   int rc = 0;
   for (size_t i = 0; i < m->n_tensors && rc == 0; i++) {
     const colo_param_t *p = &m->table[i];
     if (!block_matrix(m, i))
       continue;
-    if (colo_nf4_quantize(params + p->offset, p->shape[0], p->shape[1], c, amax) < 0)
+    int q = colo_nf4_pack(params + p->offset, p->shape[0], p->shape[1], dq, pk);
+    if (q == 0)
+      q = colo_nf4_unpack(pk, p->shape[0], p->shape[1], dq, params + p->offset);
+    if (q == -1)
       rc = colo_fail(err, errlen, COLO_EINVAL, "%s holds a value that is not finite", p->name);
-    else
-      colo_nf4_dequantize(c, amax, p->shape[0], p->shape[1], params + p->offset);
+    else if (q < 0)
+      rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   }
-  free(c);
+  free(pk);
   return rc;
 }
 
@@ -1526,6 +1553,13 @@ size_t colo_gpt_block_matrix_numel(const colo_gpt_t *m) {
   size_t n = 0;
   for (size_t i = 0; i < m->n_tensors; i++)
     n += block_matrix(m, i) ? m->table[i].numel : 0;
+  return n;
+}
+
+size_t colo_gpt_nf4_bytes(const colo_gpt_t *m, int dq) {
+  size_t n = 0;
+  for (size_t i = 0; i < m->n_tensors; i++)
+    n += block_matrix(m, i) ? colo_nf4_bytes(m->table[i].numel, dq) : 0;
   return n;
 }
 
@@ -1560,10 +1594,7 @@ size_t colo_gpt_storage_at(const colo_gpt_t *m, size_t off, size_t *tensor, int 
 
 int colo_gpt_pack_nf4(const colo_gpt_t *m, size_t i, const float *v, float *packed) {
   const colo_param_t *p = &m->table[i];
-  size_t pad = colo_nf4_codes_padded(p->numel);
-  memset(packed, 0, pad);
-  return colo_nf4_quantize(v, p->shape[0], p->shape[1], (uint8_t *)packed,
-                           (float *)((char *)packed + pad));
+  return colo_nf4_pack(v, p->shape[0], p->shape[1], m->wdq, packed);
 }
 
 int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err, size_t errlen) {
@@ -1577,13 +1608,14 @@ int colo_gpt_put(colo_gpt_t *m, size_t off, const float *v, size_t n, char *err,
       if (rel || take != p->numel)
         return colo_fail(err, errlen, COLO_EINVAL, "%s comes in parts: NF4 takes it whole",
                          p->name);
-      size_t words = colo_nf4_packed_floats(p->numel);
+      size_t words = colo_nf4_packed_floats(p->numel, m->wdq);
       float *pk = malloc(words * sizeof *pk);
-      if (!pk)
-        return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-      if (colo_gpt_pack_nf4(m, lo, v, pk) < 0) {
+      int q = pk ? colo_gpt_pack_nf4(m, lo, v, pk) : -2;
+      if (q < 0) {
         free(pk);
-        return colo_fail(err, errlen, COLO_EINVAL, "%s holds a value that is not finite", p->name);
+        return q == -1 ? colo_fail(err, errlen, COLO_EINVAL, "%s holds a value that is not finite",
+                                   p->name)
+                       : colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
       }
       m->be->from_host(m->qpack + m->qoff[lo], pk, words * sizeof *pk);
       free(pk);

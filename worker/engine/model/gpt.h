@@ -295,8 +295,10 @@ int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen);
  * its hooks): it keeps nothing of them itself, and its storage (colo_gpt_storage_table) holds each
  * NF4 matrix packed into words (core/nf4.h), which the loop's loader packs (colo_gpt_pack_nf4) and
  * ZeRO shards, gathers and caches as it does any tensor. COLO_EINVAL for any other model,
- * COLO_ENOMEM. colo_gpt_nf4: whether m does. */
-int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, char *err, size_t errlen);
+ * COLO_ENOMEM. With dq, double quantization (core/nf4.h): each matrix's absmax values kept as
+ * bytes and made again (dequant_scales) before each dequantization. colo_gpt_nf4: whether m
+ * keeps its matrices in NF4. */
+int colo_gpt_quantize_nf4(colo_gpt_t *m, int pieces, int dq, char *err, size_t errlen);
 int colo_gpt_nf4(const colo_gpt_t *m);
 /* The table of what the model's storage holds, which ZeRO plans over: colo_gpt_params_table's,
  * or with NF4 in pieces its packed matrices' sizes and the offsets that follow from them. */
@@ -305,14 +307,17 @@ const colo_param_t *colo_gpt_storage_table(const colo_gpt_t *m, size_t *n);
  * whether that tensor is a packed NF4 matrix (it comes whole, through colo_gpt_pack_nf4). */
 size_t colo_gpt_storage_at(const colo_gpt_t *m, size_t off, size_t *tensor, int *packed);
 /* Tensor i's fp32 values (host) as its packed storage (host, the storage table's numel words).
- * −1 when a value is not finite. */
+ * −1 when a value is not finite, −2 when out of memory. */
 int colo_gpt_pack_nf4(const colo_gpt_t *m, size_t i, const float *v, float *packed);
 /* how many values the blocks' four matrices hold on this rank (what NF4 quantizes) */
 size_t colo_gpt_block_matrix_numel(const colo_gpt_t *m);
+/* the bytes those take in NF4 (codes and scales, unpadded), with double quantization when dq */
+size_t colo_gpt_nf4_bytes(const colo_gpt_t *m, int dq);
 /* The values an NF4 model computes with, in fp32: the block matrices of params (host memory, the
  * model's layout) quantized and dequantized in place (for merging a QLoRA run's adapters into
- * the model they learnt against). COLO_EINVAL for a value that is not finite, COLO_ENOMEM. */
-int colo_gpt_nf4_round(const colo_gpt_t *m, float *params, char *err, size_t errlen);
+ * the model they learnt against), with double quantization when dq. COLO_EINVAL for a value that
+ * is not finite, COLO_ENOMEM. */
+int colo_gpt_nf4_round(const colo_gpt_t *m, float *params, int dq, char *err, size_t errlen);
 /* Puts n fp32 values from host memory at parameter offset off (colo_gpt_params_table's), into the
  * tensors where the model keeps them; an NF4 matrix must come whole, and is quantized. COLO_EINVAL
  * (reason in err) for a range the model does not keep, or an NF4 matrix in parts or not finite. */

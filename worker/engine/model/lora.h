@@ -47,6 +47,9 @@ typedef struct {
    * norms (set at the first forward: B is zero then). Under dropout, PEFT's form:
    * x·W + b + (g − 1)·(xd·W) + g·s·(xd·Aᵀ)·Bᵀ, xd = dropout(x), g = m / ‖W + s·(BA)ᵀ‖. */
   int dora;
+  /* with NF4: double quantization (QLoRA's; bitsandbytes' bnb_4bit_use_double_quant), each
+   * matrix's absmax values themselves quantized to bytes (core/nf4.h) */
+  int double_quant;
 } colo_lora_config_t;
 #define COLO_LORA_QUANT_NF4 1
 

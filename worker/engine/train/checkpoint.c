@@ -199,7 +199,7 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
             *tg = cJSON_GetObjectItem(lo, "targets"), *bs = cJSON_GetObjectItem(lo, "base"),
             *qn = cJSON_GetObjectItem(lo, "quant"), *dr = cJSON_GetObjectItem(lo, "dropout"),
             *rs = cJSON_GetObjectItem(lo, "rslora"), *pr = cJSON_GetObjectItem(lo, "plus_ratio"),
-            *dd = cJSON_GetObjectItem(lo, "dora");
+            *dd = cJSON_GetObjectItem(lo, "dora"), *dq = cJSON_GetObjectItem(lo, "double_quant");
       char why[160];
       if (!cJSON_IsNumber(r) || !(r->valuedouble >= 1 && r->valuedouble <= 65536) ||
           r->valuedouble != (int)r->valuedouble || !cJSON_IsNumber(al) ||
@@ -209,6 +209,7 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
           (qn && (!cJSON_IsString(qn) || strcmp(qn->valuestring, "nf4"))) ||
           (dr && !(cJSON_IsNumber(dr) && dr->valuedouble >= 0 && dr->valuedouble < 1)) ||
           (rs && !cJSON_IsBool(rs)) || (dd && !cJSON_IsBool(dd)) ||
+          (dq && (!cJSON_IsBool(dq) || !qn)) ||
           (pr && !(cJSON_IsNumber(pr) && pr->valuedouble >= 0 && pr->valuedouble <= 1024)))
         bad = 1;
       else {
@@ -217,6 +218,7 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
         t.lora.dora = dd && cJSON_IsTrue(dd);
         t.lora.dropout = dr ? (float)dr->valuedouble : 0.0f;
         t.lora.quant = qn ? COLO_LORA_QUANT_NF4 : 0;
+        t.lora.double_quant = dq && cJSON_IsTrue(dq);
         t.lora.rank = (int)r->valuedouble;
         t.lora.alpha = (float)al->valuedouble;
         snprintf(t.lora_base, sizeof t.lora_base, "%s", bs ? bs->valuestring : "");
@@ -531,6 +533,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddStringToObject(lo, "base", meta->lora_base);
     if (meta->lora.quant == COLO_LORA_QUANT_NF4)
       cJSON_AddStringToObject(lo, "quant", "nf4");
+    if (meta->lora.quant == COLO_LORA_QUANT_NF4 && meta->lora.double_quant)
+      cJSON_AddBoolToObject(lo, "double_quant", 1);
     if (meta->lora.rslora)
       cJSON_AddBoolToObject(lo, "rslora", 1);
     if (meta->lora.dora)
@@ -1296,6 +1300,11 @@ int colo_ckpt_write_lora(const char *root, uint64_t step, const colo_lora_t *l, 
   return rc;
 }
 
+/* how a LoRA run keeps its frozen model, for a refusal */
+static const char *quant_said(const colo_lora_config_t *c) {
+  return !c->quant ? "as loaded" : c->double_quant ? "in NF4 with double quantization" : "in NF4";
+}
+
 int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora_t *l, float *p,
                         float *m, float *v, char *err, size_t errlen) {
   cJSON *files, *root;
@@ -1320,12 +1329,11 @@ int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora
                    colo_lora_targets_name(meta->lora.targets, a, sizeof a), c->rank,
                    (double)c->alpha, c->rslora ? " (rsLoRA)" : "", c->dora ? " (DoRA)" : "",
                    colo_lora_targets_name(c->targets, b, sizeof b));
-  else if (meta->lora.quant != c->quant)
+  else if (meta->lora.quant != c->quant || (c->quant && meta->lora.double_quant != c->double_quant))
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "checkpoint %s holds LoRA adapters trained on the model %s; this run keeps it "
-                   "%s (train.lora_quant)",
-                   dir, meta->lora.quant ? "in NF4" : "as loaded",
-                   c->quant ? "in NF4" : "as loaded");
+                   "%s (train.lora_quant, train.lora_double_quant)",
+                   dir, quant_said(&meta->lora), quant_said(c));
   if (rc == 0)
     rc = verify(dir, files, err, errlen);
   cJSON_Delete(root);

@@ -833,11 +833,12 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
     if (packed) { /* quantized here, whole, and this rank's part of it kept */
       size_t pn = colo_gpt_storage_table(d->model, &nt)[t].numel;
       float *pk = malloc(pn * sizeof *pk);
-      if (!pk || colo_gpt_pack_nf4(d->model, t, v, pk) < 0) {
+      int q = pk ? colo_gpt_pack_nf4(d->model, t, v, pk) : -2;
+      if (q < 0) {
         if (d->rc == 0) {
-          d->rc = pk ? COLO_EINVAL : COLO_ENOMEM;
+          d->rc = q == -1 ? COLO_EINVAL : COLO_ENOMEM;
           snprintf(d->err, sizeof d->err, "%s",
-                   pk ? "a matrix holds a value that is not finite" : "out of memory");
+                   q == -1 ? "a matrix holds a value that is not finite" : "out of memory");
         }
       } else {
         colo_zero_keep(d->zero, off, pk, pn, d->pp);
@@ -1306,7 +1307,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
     if (nf4)
-      CHECK_GOTO(colo_gpt_quantize_nf4(model, z3, err, errlen), rc, out);
+      CHECK_GOTO(colo_gpt_quantize_nf4(model, z3, cfg->lora.double_quant, err, errlen), rc, out);
   }
   if (pp > 1) { /* boundary tensors: this rank's rows */
     pipe_s = (pipe_t){model, ppc,  pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
@@ -1538,12 +1539,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (cfg->lora.plus_ratio > 0.0f && cfg->lora.plus_ratio != 1.0f)
       snprintf(drop_said + strlen(drop_said), sizeof drop_said - strlen(drop_said),
                ", LoRA+ (B at %g x lr)", (double)cfg->lora.plus_ratio);
-    size_t nm = colo_gpt_block_matrix_numel(model);
+    size_t nm = colo_gpt_block_matrix_numel(model),
+           nb = colo_gpt_nf4_bytes(model, cfg->lora.double_quant);
     snprintf(nf4_said, sizeof nf4_said,
-             ", its blocks' matrices in NF4 (QLoRA): %.1f MiB for %zu values (%.1f MiB in 16 "
-             "bits)%s",
-             (double)(colo_nf4_code_bytes(nm) + colo_nf4_blocks(nm) * sizeof(float)) / (1 << 20),
-             nm, (double)(2 * nm) / (1 << 20),
+             ", its blocks' matrices in NF4 (QLoRA%s): %.1f MiB for %zu values, %.4f bytes each "
+             "(%.1f MiB in 16 bits)%s",
+             cfg->lora.double_quant ? ", double quantization" : "", (double)nb / (1 << 20), nm,
+             nm ? (double)nb / (double)nm : 0.0, (double)(2 * nm) / (1 << 20),
              cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)" : "");
     size_t l_off, l_all;
     colo_lora_span(lora, &l_off, &l_all);
@@ -2032,7 +2034,7 @@ static int open_lora(const char *ckpt, colo_ckpt_meta_t *meta, colo_gpt_t *model
   /* the adapters' table (their buffers, for as long as the merge takes) */
   /* QLoRA's adapters learnt against the dequantized matrices: they are merged into those */
   if (rc == 0 && meta->lora.quant == COLO_LORA_QUANT_NF4)
-    rc = colo_gpt_nf4_round(model, w, err, errlen);
+    rc = colo_gpt_nf4_round(model, w, meta->lora.double_quant, err, errlen);
   if (rc == 0)
     rc = colo_lora_create(model, &meta->lora, pool, &l, err, errlen);
   if (rc == 0 && !(a = malloc(colo_lora_numel(l) * sizeof *a + 1)))
