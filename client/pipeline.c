@@ -82,6 +82,10 @@ static int load_stage(const Colo__V1__Pipeline *pl, size_t k, const char *file, 
                 st->name, name, COLO_MAX_NAME);
   free(s->spec->name);
   s->spec->name = strdup(name);
+  if (pl->has_cancel_on_dependency_failure) { /* the pipeline's, over the job file's */
+    s->spec->has_cancel_on_dependency_failure = 1;
+    s->spec->cancel_on_dependency_failure = pl->cancel_on_dependency_failure;
+  }
   for (int i = 0; i < n_sets + (int)st->n_set; i++) {
     const char *set = i < n_sets ? sets[i] : st->set[i - n_sets];
     if (colo_pb_set((ProtobufCMessage **)&s->spec, &colo__v1__job_spec__descriptor, set, why,

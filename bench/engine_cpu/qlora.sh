@@ -2,7 +2,8 @@
 # QLoRA (the frozen model's block matrices in NF4) against LoRA with them in bf16, side by side in
 # one run, bf16 activations (emulated on the CPU: its memory, not its speed, is the GPU's) with
 # recomputation, rank-16 adapters on every product, started from the same weights (one step of
-# training, which is all this needs):
+# training, which is all this needs); and QLoRA with its scales double-quantized
+# (--lora-double-quant true: a byte per 64 values, bitsandbytes' bnb_4bit_use_double_quant):
 #   - GPT-2 124M's blocks (12 layers, 12 heads, 768 wide; block 256, batch 4), as lora.sh;
 #   - a Llama-shaped model whose weights outweigh its activations: 16 layers, 1024 wide, 16 heads
 #     over 4 key/value heads, SwiGLU of 4096; block 256, batch 1.
@@ -46,9 +47,10 @@ fi
 for model in gpt2 llama; do
   read -r -a S <<<"${SHAPE[$model]}"
   "$CT" train "${COMMON[@]}" "${S[@]}" --steps 1 --ckpt-dir "$TMP/data/$model-base"
-  for kind in lora qlora; do
+  for kind in lora qlora qlora-dq; do
     extra=(--precision bf16 --recompute --lora-rank 16 --lora-alpha 32)
-    [ "$kind" = qlora ] && extra+=(--lora-quant nf4)
+    [ "$kind" != lora ] && extra+=(--lora-quant nf4)
+    [ "$kind" = qlora-dq ] && extra+=(--lora-double-quant true)
     said=()
     for x in "${COMMON[@]}"; do [ "$x" = --quiet ] || said+=("$x"); done
     timed=() # the maximum resident set, where GNU time is installed
@@ -72,7 +74,8 @@ tmp, steps, where, out, device = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys
 def run(name):
     st = [r for r in map(json.loads, open(os.path.join(tmp, name + ".jsonl"))) if r["event"] == "step"]
     said = open(os.path.join(tmp, name + ".said")).read()
-    m = re.search(r"NF4 \(QLoRA\): ([0-9.]+) MiB for ([0-9]+) values \(([0-9.]+) MiB in 16 bits\)", said)
+    m = re.search(r"NF4 \(QLoRA(?:, double quantization)?\): ([0-9.]+) MiB for ([0-9]+) values, "
+                  r"([0-9.]+) bytes each \(([0-9.]+) MiB in 16 bits\)", said)
     return {"peak": max(r["memory_bytes"] for r in st) / 2**20,
             "rss": (int(open(os.path.join(tmp, name + ".rss")).read().split()[-1]) / 1024
                     if os.path.exists(os.path.join(tmp, name + ".rss")) else float("nan")),
@@ -81,7 +84,8 @@ def run(name):
 lines = ["# QLoRA against LoRA (%s engine)" % device.upper(), "",
          "`%sbash bench/engine_cpu/qlora.sh %d`, %s UTC, %s: recomputation, LoRA of rank 16 (alpha "
          "32) on every product, %d steps from the same weights; LoRA keeps the frozen blocks' "
-         "matrices in bf16, QLoRA (`--lora-quant nf4`) in NF4. Peak: the memory pool's "
+         "matrices in bf16, QLoRA (`--lora-quant nf4`) in NF4, and with `--lora-double-quant "
+         "true` with its scales double-quantized (a byte per 64 values, an fp32 per 16,384). Peak: the memory pool's "
          "(`memory_bytes`); RSS: the process's maximum resident set, set-up included; time: the "
          "median step after the first; loss: the first step's, before any update (the adapters "
          "start as nothing), what NF4 changes in the model." %
@@ -93,17 +97,19 @@ names = ({"gpt2": "GPT-2 124M's blocks, batch 8 x 1024", "llama": "Llama-3.2-1B-
          if device == "gpu" else
          {"gpt2": "GPT-2 124M's blocks, batch 4", "llama": "Llama-shaped, 16 x 1024, GQA 16/4, batch 1"})
 for model in ("gpt2", "llama"):
-    l, q = run(model + "-lora"), run(model + "-qlora")
-    if not q["nf4"]:
+    l, q, d = run(model + "-lora"), run(model + "-qlora"), run(model + "-qlora-dq")
+    if not q["nf4"] or not d["nf4"]:
         sys.exit("colo-train did not say the matrices are in NF4")
     vals = int(q["nf4"].group(2))
-    for name, r in (("LoRA (bf16 matrices)", l), ("QLoRA (NF4 matrices)", q)):
-        mat = float(q["nf4"].group(3 if r is l else 1))
+    for name, r in (("LoRA (bf16 matrices)", l), ("QLoRA (NF4 matrices)", q),
+                    ("QLoRA, scales double-quantized", d)):
+        mat = float(q["nf4"].group(4)) if r is l else float(r["nf4"].group(1))
         ratio = lambda k: "" if r is l else "%.2f" % (r[k] / l[k])
         lines.append("| %s | %s | %.1f | %.1f | %s | %.0f | %s | %.0f | %s | %.4f |" %
                      (names[model] if r is l else "", name, mat, r["peak"], ratio("peak"), r["rss"],
                       ratio("rss"), r["ms"], ratio("ms"), r["loss"]))
-    lines.append("| | (%d values in the blocks' matrices) | | | | | | | | |" % vals)
+    lines.append("| | (%d values in the blocks' matrices; %s and %s bytes each in NF4) | | | | | | | | |"
+                 % (vals, q["nf4"].group(3), d["nf4"].group(3)))
 st = lambda f: [r for r in map(json.loads, open(os.path.join(tmp, f))) if r["event"] == "step"]
 w, z = st("dp2-z0.jsonl"), st("dp2-z3.jsonl")
 if [r["loss"] for r in w] != [r["loss"] for r in z]:

@@ -98,6 +98,7 @@ void colo_nf4_dq_quantize(const float *absmax, size_t nb, uint8_t *q, float *sta
 
 void colo_nf4_dq_dequantize(const uint8_t *q, const float *stats, size_t nb, float *absmax) {
   float offset = stats[(nb + COLO_NF4_DQ_BLOCK - 1) / COLO_NF4_DQ_BLOCK];
+#pragma omp parallel for schedule(static) if (nb > 65536)
   for (size_t b = 0; b < nb; b++) {
     float v = colo_nf4_dq_map[q[b]] * stats[b / COLO_NF4_DQ_BLOCK];
     absmax[b] = v + offset;
