@@ -31,7 +31,10 @@ two ranks (--nproc 2, half the batch each) against one, the losses within 1e-5 r
 adapters within 1e-4 (AdamW near zero magnifies the sums' other order). Then pipeline stages
 (pipeline(): bit for bit one rank's with one micro-batch, QLoRA too) and tensor parallelism
 (tensor_parallel(): within those tolerances, with sequence parallelism, GQA and dropout), each
-resumed from and into other layouts. Exit 0 when all pass.
+resumed from and into other layouts. Then continued(): a LoRA run started from this one's
+checkpoint goes on training its adapters on its base, as PyTorch's AdamW from them does (1e-4),
+resumed in bytes, with NF4, and refused with another rank or DoRA, or by a run that is not LoRA.
+Exit 0 when all pass.
 """
 import json
 import math
@@ -901,6 +904,79 @@ def dora(tmp):
           and not os.path.exists(ck + ".gguf"), r.stdout.strip().splitlines()[-1][:150])
 
 
+def continued(tmp):
+    """A LoRA run started from another LoRA run's checkpoint (train.init_from, or a pipeline
+    stage's init_from_job): its adapters go on training with a fresh optimizer from step 0, on the
+    model they adapted (the checkpoint's base, found in its manifest). Against PyTorch: AdamW from
+    those adapters on that base, 10 steps; resumed halfway: bytes; with NF4 too; refusals."""
+    tag = "[continued] "
+    rel = os.path.join("gpt2-lora", "step_%08d" % STEPS)  # run()'s GPT-2 LoRA checkpoint
+    src = os.path.join(tmp, rel)
+    base_ckpt = os.path.join(tmp, "gpt2-base", "step_00000030")
+    dump, ckpt = os.path.join(tmp, "cont.dump"), os.path.join(tmp, "cont")
+    cont = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+            "--batch-size", str(B), "--grad-accum", str(ACCUM), "--steps", str(STEPS),
+            "--lr", str(LR), "--min-lr", str(MIN_LR), "--warmup", str(WARMUP),
+            "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
+            "--seed", "99", "--threads", "2", "--init-from", rel,
+            "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA)] + MODEL + ARCH["gpt2"]
+    out = colo(cont + ["--ckpt-dir", ckpt, "--dump-reference", dump])
+    ref = read_safetensors(dump)
+    have = read_safetensors(os.path.join(src, "rank_00000.safetensors"))
+    base = read_safetensors(os.path.join(base_ckpt, "rank_00000.safetensors"))
+    names = sorted(k[len("init."):] for k in ref if k.startswith("init.") and ".lora_" in k)
+    same_ab = len(names) == 16 and all(torch.equal(ref["init." + n], have[n]) for n in names)
+    same_base = all(torch.equal(ref["init." + n], base[n]) for n in make_model("gpt2").names)
+    check(tag + "its adapters and base: the checkpoint's (bits)", same_ab and same_base and
+          "adapters from %s (step %d of its run)" % (src, STEPS) in out and
+          "initial weights from %s, which checkpoint %s" % (os.path.realpath(base_ckpt), src) in out,
+          "%d adapters; base %s" % (len(names), os.path.basename(base_ckpt)))
+    model = Adapted("gpt2", {n: base[n] for n in make_model("gpt2").names}, MODULES["all"])
+    for n in names:
+        model.ab[n] = have[n].clone().requires_grad_(True)
+    params = [model.ab[n] for n in names]
+    opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
+    worst_loss, worst_norm = replay(lambda i, t, st, mi: model.forward(i, t), ref, opt, params, [1.0])
+    worst_w = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names)
+    check(tag + "10 steps = PyTorch's AdamW from them (1e-4)",
+          worst_loss <= 1e-4 and worst_norm <= 1e-4 and worst_w <= 1e-4,
+          "losses %.2e, norms %.2e, adapters %.2e; loss %.5f -> %.5f" %
+          (worst_loss, worst_norm, worst_w, ref["losses"][0].item(), ref["losses"][STEPS - 1].item()))
+    last = os.path.join(ckpt, "step_%08d" % STEPS)
+    man = json.load(open(os.path.join(last, "manifest.json")))
+    check(tag + "its manifest names the checkpoint's base, not the checkpoint",
+          man["lora"].get("base") == os.path.realpath(base_ckpt), json.dumps(man["lora"]))
+    halves = os.path.join(tmp, "cont-halves")
+    colo(cont + ["--ckpt-dir", halves, "--stop-at", str(STEPS // 2), "--quiet"])
+    colo(cont + ["--ckpt-dir", halves, "--resume", "auto", "--quiet"])
+    f = os.path.join("step_%08d" % STEPS, "rank_00000.safetensors")
+    check(tag + "stopped at step %d and resumed: the same checkpoint (bytes)" % (STEPS // 2),
+          open(os.path.join(ckpt, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
+    ev = json.loads(colo(["eval", "--checkpoint", last, "--data", os.path.join(tmp, "val.bin"),
+                          "--batches", "2", "--batch-size", "4", "--json"]).strip().splitlines()[-1])
+    q = colo(cont + ["--ckpt-dir", os.path.join(tmp, "cont-nf4"), "--lora-quant", "nf4", "--quiet",
+                     "--dump-reference", dump + "-nf4"])
+    qd = read_safetensors(dump + "-nf4")
+    check(tag + "eval of it; the same start on the model in NF4", math.isfinite(ev["loss"]) and
+          all(torch.equal(qd["init." + n], have[n]) for n in names) and
+          0 < abs(qd["losses"][0].item() - ref["losses"][0].item()) < 1e-2,
+          "eval %.5f; first loss %.6f in NF4, %.6f" % (ev["loss"], qd["losses"][0].item(),
+                                                      ref["losses"][0].item()))
+    for what, extra, want in (
+            ("another rank", ["--lora-rank", "8"],
+             "holds LoRA adapters of rank 4, alpha 8 on attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj; "
+             "this run's are rank 8, alpha 8"),
+            ("DoRA added", ["--lora-dora", "true"], "this run's are rank 4, alpha 8 (DoRA)"),
+            ("not a LoRA run", ["--lora-rank", "0"],
+             "holds LoRA adapters (rank 4), not a whole model: a LoRA run (train.lora_rank) goes on "
+             "training them")):
+        r = subprocess.run([COLO] + cont + ["--ckpt-dir", os.path.join(tmp, "cont-bad"), "--quiet"] + extra,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check(tag + "refused: " + what, r.returncode != 0 and want in r.stdout and
+              not os.path.exists(os.path.join(tmp, "cont-bad", "step_%08d" % STEPS)),
+              r.stdout.strip().splitlines()[-1][:170] if r.stdout.strip() else "")
+
+
 def words_data(prefix):
     """a temporary folder of shards (train.bin, val.bin) of 6,000 random words of 300"""
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -924,6 +1000,7 @@ def main():
     loraplus(tmp)
     dora(tmp)
     dropout(tmp, dora=True)
+    continued(tmp)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 

@@ -301,6 +301,21 @@ PY
 [ -s "$TMP/ckpt/job-$L4/model.gguf" ] || fail "the LoRA job wrote no model.gguf: $(ls "$TMP/ckpt/job-$L4")"
 echo "figure: LoRA job $L4 on job $L1's model: val loss $lo_first -> $lo_last in 20 steps; model.gguf $(stat -c %s "$TMP/ckpt/job-$L4/model.gguf") bytes, merged"
 
+# a LoRA stage after a LoRA stage (init_from_job of a LoRA job): its adapters go on training, on
+# the model they adapted, and start where they ended
+L4C=$("$COLOCTL" submit "${LL[@]}" --set name=llama-lora-more --set train.init_from_job="$L4" \
+  --set optimizer.lr=0.01 --set train.steps=10 --set train.lora_rank=4 \
+  --set train.lora_targets=attn.c_attn,mlp.c_proj --set parallel.zero_stage=0)
+ended "$L4C"
+expect_eq "$(jstate "$L4C")" "succeeded" "(job $L4C: $("$COLOCTL" status "$L4C"))"
+LG4C=$("$COLOCTL" logs "$L4C")
+expect_contains "$LG4C" "initial weights from $(realpath "$TMP/ckpt/job-$L1/step_00000040"), which checkpoint $TMP/ckpt/job-$L4/step_00000020"
+expect_contains "$LG4C" "adapters from $TMP/ckpt/job-$L4/step_00000020 (step 20 of its run)"
+lc_first=$(grep -E "^step +0 \| val loss" <<<"$LG4C" | sed 's/.*val loss //')
+lc_last=$(grep -E "^step +10 \| val loss" <<<"$LG4C" | sed 's/.*val loss //')
+[ "$lc_first" = "$lo_last" ] || fail "the continued adapters did not start where job $L4's ended: val loss $lc_first, its $lo_last"
+echo "figure: LoRA job $L4C from job $L4's adapters: val loss $lc_first (job $L4's last) -> $lc_last in 10 steps"
+
 # QLoRA through colod: the same model's matrices in NF4, rsLoRA's scale, dropout and LoRA+'s
 # rate for B; the checkpoint's manifest says all four
 lora_job "rank 4, alpha 16 (rsLoRA) on all: the model frozen, its matrices in NF4 (QLoRA); dropout 0.05; LoRA+: B learns at 4 x lr" \

@@ -892,9 +892,10 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
   }
   if (rc == 0 && t.lora.rank > 0)
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "checkpoint %s holds LoRA adapters (rank %d), not a whole model: `colo-train "
-                   "export --checkpoint %s --out model.safetensors` writes the model with them "
-                   "merged, which train.init_from takes",
+                   "checkpoint %s holds LoRA adapters (rank %d), not a whole model: a LoRA run "
+                   "(train.lora_rank) goes on training them; `colo-train export --checkpoint %s "
+                   "--out model.safetensors` writes the model with them merged, which "
+                   "train.init_from takes",
                    dir, t.lora.rank, dir);
   const colo_gpt_config_t *c = colo_gpt_config(model);
   float th_c = c->rope_theta > 0 ? c->rope_theta : 10000.0f;
@@ -1306,7 +1307,7 @@ static const char *quant_said(const colo_lora_config_t *c) {
 }
 
 int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora_t *l, float *p,
-                        float *m, float *v, char *err, size_t errlen) {
+                        float *m, float *v, int same_model, char *err, size_t errlen) {
   cJSON *files, *root;
   int rc = parse_manifest(dir, meta, &files, &root, err, errlen);
   if (rc < 0)
@@ -1329,7 +1330,8 @@ int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora
                    colo_lora_targets_name(meta->lora.targets, a, sizeof a), c->rank,
                    (double)c->alpha, c->rslora ? " (rsLoRA)" : "", c->dora ? " (DoRA)" : "",
                    colo_lora_targets_name(c->targets, b, sizeof b));
-  else if (meta->lora.quant != c->quant || (c->quant && meta->lora.double_quant != c->double_quant))
+  else if (same_model && (meta->lora.quant != c->quant ||
+                          (c->quant && meta->lora.double_quant != c->double_quant)))
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "checkpoint %s holds LoRA adapters trained on the model %s; this run keeps it "
                    "%s (train.lora_quant, train.lora_double_quant)",

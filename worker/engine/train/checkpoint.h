@@ -166,12 +166,13 @@ int colo_ckpt_drop_after(const char *root, uint64_t step, char *removed, size_t 
  * optimizer.exp_avg.<name>, optimizer.exp_avg_sq.<name>. */
 int colo_ckpt_write_lora(const char *root, uint64_t step, const colo_lora_t *l, const float *p,
                          const float *m, const float *v, char *err, size_t errlen);
-/* Checks the manifest and its files, that the checkpoint is a LoRA run's of l's rank, alpha and
- * targets (on meta->model), then reads the adapters into p and, when m and v are not NULL, their
- * moments (host floats in l's table layout): a pipeline stage's its own tensors, a
- * tensor-parallel rank's its parts of them. */
+/* Checks the manifest and its files, that the checkpoint is a LoRA run's of l's rank, alpha,
+ * targets, rsLoRA and DoRA (on meta->model) and, with same_model (a resume), that it kept its
+ * frozen model as l's does (NF4 or not), then reads the adapters into p and, when m and v are
+ * not NULL, their moments (host floats in l's table layout): a pipeline stage's its own tensors,
+ * a tensor-parallel rank's its parts of them. */
 int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora_t *l, float *p,
-                        float *m, float *v, char *err, size_t errlen);
+                        float *m, float *v, int same_model, char *err, size_t errlen);
 
 /* sha256 of a file as 64 hex characters; also its size. */
 int colo_sha256_file(const char *path, char hex[65], uint64_t *bytes);

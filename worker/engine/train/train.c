@@ -867,7 +867,9 @@ static void init_put(void *ctx, size_t off, const float *v, size_t n) {
 }
 
 /* A LoRA run's resume: the adapters and their moments from checkpoint dir, through host memory.
- * A model to adapt other than the checkpoint's is allowed (a moved file), but said. */
+ * A model to adapt other than the checkpoint's is allowed (a moved file), but said. Without opt,
+ * a LoRA run started from another's checkpoint: its adapters alone, whatever way that run kept
+ * its frozen model (NF4 or not). */
 static int load_lora(const char *dir, colo_ckpt_meta_t *meta, colo_lora_t *lora, colo_adamw_t *opt,
                      const colo_backend_t *be, const char *init_from, int lead, char *err,
                      size_t errlen) {
@@ -875,11 +877,14 @@ static int load_lora(const char *dir, colo_ckpt_meta_t *meta, colo_lora_t *lora,
   float *h = malloc(3 * n * sizeof *h + 1);
   if (!h)
     return colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", dir);
-  int rc = colo_ckpt_load_lora(dir, meta, lora, h, h + n, h + 2 * n, err, errlen);
+  int rc = colo_ckpt_load_lora(dir, meta, lora, h, opt ? h + n : NULL, opt ? h + 2 * n : NULL,
+                               opt != NULL, err, errlen);
   if (rc == 0) {
     be->from_host(colo_lora_params(lora), h, n * sizeof *h);
-    be->from_host(opt->m, h + n, n * sizeof *h);
-    be->from_host(opt->v, h + 2 * n, n * sizeof *h);
+    if (opt) {
+      be->from_host(opt->m, h + n, n * sizeof *h);
+      be->from_host(opt->v, h + 2 * n, n * sizeof *h);
+    }
     char *abs = init_from ? realpath(init_from, NULL) : NULL; /* as the manifest has it */
     const char *was = meta->lora_base[0] ? meta->lora_base : "the seed's initialisation";
     const char *is = abs ? abs : init_from ? init_from : "the seed's initialisation";
@@ -1309,6 +1314,40 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (nf4)
       CHECK_GOTO(colo_gpt_quantize_nf4(model, z3, cfg->lora.double_quant, err, errlen), rc, out);
   }
+  /* train.init_from a LoRA run's checkpoint, in a LoRA run: its adapters start this one's (with
+   * a fresh optimizer, at step 0), and the model they adapted (its manifest's base, or its seed's
+   * initialisation) is the frozen one, now and on a resume */
+  colo_ckpt_meta_t from;
+  int lora_from = 0;
+  const char *base = cfg->init_from;
+  if (lora && cfg->init_from) {
+    char why[256];
+    if (colo_ckpt_read_meta(cfg->init_from, &from, why, sizeof why) == 0 && from.lora.rank > 0) {
+      const colo_gpt_config_t *a = &from.model, *b = &cfg->model;
+      lora_from = 1;
+      base = from.lora_base[0] ? from.lora_base : NULL;
+      if (a->arch != b->arch || a->n_layer != b->n_layer || a->n_head != b->n_head ||
+          a->n_embd != b->n_embd || a->block_size != b->block_size ||
+          a->vocab_size != b->vocab_size) {
+        snprintf(err, errlen,
+                 "checkpoint %s adapted a %s model of %d layers, %d heads, %d wide, block %d, "
+                 "vocabulary %d; this run's is %s, %d, %d, %d, %d, %d",
+                 cfg->init_from, colo_gpt_arch_name(a->arch), a->n_layer, a->n_head, a->n_embd,
+                 a->block_size, a->vocab_size, colo_gpt_arch_name(b->arch), b->n_layer, b->n_head,
+                 b->n_embd, b->block_size, b->vocab_size);
+        rc = COLO_EINVAL;
+        goto out;
+      }
+      if (!base && from.seed != cfg->seed) { /* its checkpoints could not say which model */
+        snprintf(err, errlen,
+                 "checkpoint %s adapted the model of its seed's initialisation (seed %llu): "
+                 "train.seed must be the same (this run's is %llu)",
+                 cfg->init_from, (unsigned long long)from.seed, (unsigned long long)cfg->seed);
+        rc = COLO_EINVAL;
+        goto out;
+      }
+    }
+  }
   if (pp > 1) { /* boundary tensors: this rank's rows */
     pipe_s = (pipe_t){model, ppc,  pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
                       NULL,  NULL, lora,   0,  0, 0};
@@ -1405,7 +1444,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       load_dst_t ld = {be,     model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL,
                        pieces, 0,     ""};
       if (lora) /* the adapters and their moments; the frozen model comes below */
-        rc = load_lora(dir, &meta, lora, &opt, be, cfg->init_from, lead, err, errlen);
+        rc = load_lora(dir, &meta, lora, &opt, be, base, lead, err, errlen);
       else if (ld.zero) {
         ld.pm = malloc((zero.shard_n ? zero.shard_n : 1) * sizeof(float));
         ld.pv = malloc((zero.shard_n ? zero.shard_n : 1) * sizeof(float));
@@ -1457,14 +1496,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
    * ZeRO-3 into this rank's pieces, reading only the part it keeps */
   load_dst_t pd = {be, model, &opt, z3 ? &zero : NULL, NULL, NULL, pieces, 0, ""};
   colo_ckpt_sink_t to_model = {1, load_put, load_want, &pd};
-  if ((!ckpt_path[0] || lora) && cfg->init_from) {
-    CHECK_GOTO(colo_ckpt_load_weights_to(cfg->init_from, model, &to_model, err, errlen), rc, out);
+  if ((!ckpt_path[0] || lora) && base) {
+    CHECK_GOTO(colo_ckpt_load_weights_to(base, model, &to_model, err, errlen), rc, out);
     if ((rc = pd.rc) < 0) {
-      snprintf(err, errlen, "%s: %s", cfg->init_from, pd.err);
+      snprintf(err, errlen, "%s: %s", base, pd.err);
       goto out;
     }
     if (!cfg->quiet && lead)
-      printf("initial weights from %s\n", cfg->init_from);
+      printf("initial weights from %s%s%s\n", base, lora_from ? ", which checkpoint " : "",
+             lora_from ? cfg->init_from : "");
     if (lead && cfg->progress) {
       char js[2500];
       fprintf(cfg->progress, "{\"event\":\"init_from\",\"path\":\"%s\"}\n",
@@ -1478,8 +1518,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
   }
-  if (lora && !ckpt_path[0])
+  if (lora && !ckpt_path[0] && lora_from) { /* its adapters, to train on */
+    colo_ckpt_meta_t am;
+    CHECK_GOTO(load_lora(cfg->init_from, &am, lora, NULL, be, base, lead, err, errlen), rc, out);
+    if (!cfg->quiet && lead)
+      printf("adapters from %s (step %llu of its run)\n", cfg->init_from,
+             (unsigned long long)am.step);
+  } else if (lora && !ckpt_path[0]) {
     colo_lora_init(lora, cfg->seed);
+  }
   /* 16-bit activations: the frozen matrices as their compute copies alone (not with --dump, which
    * writes the model's fp32 tensors) */
   int w16 = lora && !nf4 && be->act_dtype != COLO_DTYPE_F32 && cfg->zero_stage == 0 &&
@@ -1603,9 +1650,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .documents = cfg->document_token >= 0,
                            .document_token = cfg->document_token,
                            .lora = lora ? cfg->lora : (colo_lora_config_t){0}};
-  if (lora && cfg->init_from) { /* absolute, for an eval or export run from anywhere */
-    char *abs = realpath(cfg->init_from, NULL);
-    snprintf(meta.lora_base, sizeof meta.lora_base, "%s", abs ? abs : cfg->init_from);
+  if (lora && base) { /* absolute, for an eval or export run from anywhere */
+    char *abs = realpath(base, NULL);
+    snprintf(meta.lora_base, sizeof meta.lora_base, "%s", abs ? abs : base);
     free(abs);
   }
   int step = start, saved_at = -1, stopped = 0, early = 0;
@@ -2041,7 +2088,7 @@ static int open_lora(const char *ckpt, colo_ckpt_meta_t *meta, colo_gpt_t *model
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the adapters");
   colo_ckpt_meta_t lm;
   if (rc == 0)
-    rc = colo_ckpt_load_lora(ckpt, &lm, l, a, NULL, NULL, err, errlen);
+    rc = colo_ckpt_load_lora(ckpt, &lm, l, a, NULL, NULL, 1, err, errlen);
   if (rc == 0)
     colo_lora_merge(l, a, w);
   free(a);
@@ -2158,7 +2205,7 @@ static int read_adapters(const char *ckpt, colo_ckpt_meta_t *meta, colo_lora_t *
   if (rc == 0 && !(*a = malloc(colo_lora_numel(*l) * sizeof **a + 1)))
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the adapters");
   if (rc == 0)
-    rc = colo_ckpt_load_lora(ckpt, meta, *l, *a, NULL, NULL, err, errlen);
+    rc = colo_ckpt_load_lora(ckpt, meta, *l, *a, NULL, NULL, 1, err, errlen);
   return rc;
 }
 
