@@ -47,13 +47,24 @@ int colo_nf4_quantize(const float *w, int rows, int cols, uint8_t *codes, float 
   return 0;
 }
 
+/* A tile of 64 × 64 at a time: read along the codes (down a column of w) into the tile, then
+ * written along w's rows, so that neither the reads nor the writes stride the whole matrix */
 void colo_nf4_dequantize(const uint8_t *codes, const float *absmax, int rows, int cols, float *w) {
-  size_t n = (size_t)rows * (size_t)cols;
-#pragma omp parallel for schedule(static) if (n > 65536)
-  for (size_t i = 0; i < n; i++) {
-    int q = i % 2 ? codes[i / 2] & 15 : codes[i / 2] >> 4;
-    w[(i % (size_t)rows) * (size_t)cols + i / (size_t)rows] =
-        colo_nf4_levels[q] * absmax[i / COLO_NF4_BLOCK];
+  enum { TILE = 64 };
+  size_t R = (size_t)rows, C = (size_t)cols, tr = (R + TILE - 1) / TILE, tc = (C + TILE - 1) / TILE;
+#pragma omp parallel for schedule(static) if (R * C > 65536)
+  for (size_t t = 0; t < tr * tc; t++) {
+    size_t r0 = t / tc * TILE, c0 = t % tc * TILE;
+    size_t rn = R - r0 < TILE ? R - r0 : TILE, cn = C - c0 < TILE ? C - c0 : TILE;
+    float tile[TILE][TILE + 1]; /* [column][row] */
+    for (size_t c = 0; c < cn; c++)
+      for (size_t r = 0, i = (c0 + c) * R + r0; r < rn; r++, i++) {
+        int q = i % 2 ? codes[i / 2] & 15 : codes[i / 2] >> 4;
+        tile[c][r] = colo_nf4_levels[q] * absmax[i / COLO_NF4_BLOCK];
+      }
+    for (size_t r = 0; r < rn; r++)
+      for (size_t c = 0; c < cn; c++)
+        w[(r0 + r) * C + c0 + c] = tile[c][r];
   }
 }
 
