@@ -33,7 +33,8 @@ adapters within 1e-4 (AdamW near zero magnifies the sums' other order). Then pip
 (tensor_parallel(): within those tolerances, with sequence parallelism, GQA and dropout), each
 resumed from and into other layouts. Then continued(): a LoRA run started from this one's
 checkpoint goes on training its adapters on its base, as PyTorch's AdamW from them does (1e-4),
-resumed in bytes, with NF4, and refused with another rank or DoRA, or by a run that is not LoRA.
+resumed in bytes, with NF4, and refused with another rank or DoRA; a run that is not LoRA starts
+from the model the export merges, bit for bit (refused on tensor-parallel ranks).
 Exit 0 when all pass.
 """
 import json
@@ -962,14 +963,31 @@ def continued(tmp):
           0 < abs(qd["losses"][0].item() - ref["losses"][0].item()) < 1e-2,
           "eval %.5f; first loss %.6f in NF4, %.6f" % (ev["loss"], qd["losses"][0].item(),
                                                       ref["losses"][0].item()))
+    # a run that is not LoRA: the model those adapters make, merged as export merges them
+    full = os.path.join(tmp, "cont-full.dump")
+    out = colo(cont + ["--lora-rank", "0", "--steps", "4", "--ckpt-dir", os.path.join(tmp, "cont-full"),
+                       "--dump-reference", full])
+    merged = os.path.join(tmp, "cont-merged.safetensors")
+    colo(["export", "--checkpoint", src, "--out", merged])
+    fd, ex = read_safetensors(full), read_safetensors(merged)
+    mine = {k[len("init."):]: v for k, v in fd.items() if k.startswith("init.")}
+    both = [k for k in mine if k in ex or "transformer." + k in ex]
+    same = all(torch.equal(mine[k], ex[k] if k in ex else ex["transformer." + k]) for k in both)
+    check(tag + "a full run from it: the export's merged model (bits)",
+          len(both) == len(mine) == len(make_model("gpt2").names) and same and
+          "with the adapters of %s merged in" % src in out and
+          abs(fd["losses"][0].item() - ref["losses"][0].item()) <= 1e-5 * ref["losses"][0].item(),
+          "%d tensors; first loss %.6f, the LoRA run's from them %.6f" %
+          (len(both), fd["losses"][0].item(), ref["losses"][0].item()))
     for what, extra, want in (
             ("another rank", ["--lora-rank", "8"],
              "holds LoRA adapters of rank 4, alpha 8 on attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj; "
              "this run's are rank 8, alpha 8"),
             ("DoRA added", ["--lora-dora", "true"], "this run's are rank 4, alpha 8 (DoRA)"),
-            ("not a LoRA run", ["--lora-rank", "0"],
-             "holds LoRA adapters (rank 4), not a whole model: a LoRA run (train.lora_rank) goes on "
-             "training them")):
+            ("not LoRA, on 2 tensor-parallel ranks", ["--lora-rank", "0", "--nproc", "2", "--tp", "2"],
+             "holds LoRA adapters: a run that is not LoRA starts from the model they make, merged, "
+             "with the model whole on each rank (parallel.tp=1, pp=1, zero_stage below 3; this run "
+             "has tp=2, pp=1, zero_stage=0)")):
         r = subprocess.run([COLO] + cont + ["--ckpt-dir", os.path.join(tmp, "cont-bad"), "--quiet"] + extra,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         check(tag + "refused: " + what, r.returncode != 0 and want in r.stdout and

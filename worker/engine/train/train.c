@@ -897,6 +897,38 @@ static int load_lora(const char *dir, colo_ckpt_meta_t *meta, colo_lora_t *lora,
   return rc;
 }
 
+/* A run that is not LoRA from LoRA checkpoint dir (meta its manifest's): its adapters merged into
+ * the model, which holds their base whole (as eval and export merge them: into the NF4 values
+ * where they learnt against those) */
+static int merge_adapters(colo_gpt_t *model, const char *dir, const colo_ckpt_meta_t *meta,
+                          colo_pool_t *pool, char *err, size_t errlen) {
+  const colo_backend_t *be = colo_gpt_backend(model);
+  size_t n = colo_gpt_num_params(model);
+  float *h = malloc(n * sizeof *h + 1), *a = NULL;
+  colo_lora_t *l = NULL;
+  colo_ckpt_meta_t am;
+  if (!h)
+    return colo_fail(err, errlen, COLO_ENOMEM, "no host memory to merge %s", dir);
+  be->to_host(h, colo_gpt_params(model), n * sizeof *h);
+  int rc = meta->lora.quant == COLO_LORA_QUANT_NF4
+               ? colo_gpt_nf4_round(model, h, meta->lora.double_quant, err, errlen)
+               : 0;
+  if (rc == 0)
+    rc = colo_lora_create(model, &meta->lora, pool, &l, err, errlen);
+  if (rc == 0 && !(a = malloc(colo_lora_numel(l) * sizeof *a + 1)))
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory for the adapters of %s", dir);
+  if (rc == 0)
+    rc = colo_ckpt_load_lora(dir, &am, l, a, NULL, NULL, 0, err, errlen);
+  if (rc == 0) {
+    colo_lora_merge(l, a, h);
+    be->from_host(colo_gpt_params(model), h, n * sizeof *h);
+  }
+  colo_lora_destroy(l);
+  free(a);
+  free(h);
+  return rc;
+}
+
 /* The adapters and their moments (LoRA), the whole model's, in host memory on a pipeline's first
  * stage (*h: params, then m, then v, each in the whole table's layout; the caller frees it), and
  * nothing (*h NULL) elsewhere. A tensor-parallel group first all-gathers its ranks' parts (tpc;
@@ -1314,18 +1346,32 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (nf4)
       CHECK_GOTO(colo_gpt_quantize_nf4(model, z3, cfg->lora.double_quant, err, errlen), rc, out);
   }
-  /* train.init_from a LoRA run's checkpoint, in a LoRA run: its adapters start this one's (with
-   * a fresh optimizer, at step 0), and the model they adapted (its manifest's base, or its seed's
-   * initialisation) is the frozen one, now and on a resume */
+  /* train.init_from a LoRA run's checkpoint. In a LoRA run its adapters start this one's (with a
+   * fresh optimizer, at step 0), and the model they adapted (its manifest's base, or its seed's
+   * initialisation) is the frozen one, now and on a resume; in a run that is not LoRA the model
+   * starts as that one with the adapters merged in (merge_from) */
   colo_ckpt_meta_t from;
-  int lora_from = 0;
+  int lora_from = 0, merge_from = 0;
   const char *base = cfg->init_from;
-  if (lora && cfg->init_from) {
+  uint64_t base_seed = cfg->seed;
+  if (cfg->init_from) {
     char why[256];
     if (colo_ckpt_read_meta(cfg->init_from, &from, why, sizeof why) == 0 && from.lora.rank > 0) {
       const colo_gpt_config_t *a = &from.model, *b = &cfg->model;
-      lora_from = 1;
+      lora_from = lora != NULL;
+      merge_from = lora == NULL;
       base = from.lora_base[0] ? from.lora_base : NULL;
+      base_seed = from.seed;
+      if (merge_from && (tp > 1 || pp > 1 || z3)) {
+        snprintf(err, errlen,
+                 "checkpoint %s holds LoRA adapters: a run that is not LoRA starts from the model "
+                 "they make, merged, with the model whole on each rank (parallel.tp=1, pp=1, "
+                 "zero_stage below 3; this run has tp=%d, pp=%d, zero_stage=%d); `colo-train "
+                 "export --checkpoint %s --out model.safetensors` writes it for any layout",
+                 cfg->init_from, tp, pp, cfg->zero_stage, cfg->init_from);
+        rc = COLO_EINVAL;
+        goto out;
+      }
       if (a->arch != b->arch || a->n_layer != b->n_layer || a->n_head != b->n_head ||
           a->n_embd != b->n_embd || a->block_size != b->block_size ||
           a->vocab_size != b->vocab_size) {
@@ -1338,7 +1384,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         rc = COLO_EINVAL;
         goto out;
       }
-      if (!base && from.seed != cfg->seed) { /* its checkpoints could not say which model */
+      if (lora_from && !base && from.seed != cfg->seed) { /* its checkpoints could not say */
         snprintf(err, errlen,
                  "checkpoint %s adapted the model of its seed's initialisation (seed %llu): "
                  "train.seed must be the same (this run's is %llu)",
@@ -1503,8 +1549,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
     if (!cfg->quiet && lead)
-      printf("initial weights from %s%s%s\n", base, lora_from ? ", which checkpoint " : "",
-             lora_from ? cfg->init_from : "");
+      printf("initial weights from %s%s%s%s\n", base,
+             lora_from    ? ", which checkpoint "
+             : merge_from ? ", with the adapters of "
+                          : "",
+             lora_from || merge_from ? cfg->init_from : "",
+             lora_from    ? " adapted"
+             : merge_from ? " merged in"
+                          : "");
     if (lead && cfg->progress) {
       char js[2500];
       fprintf(cfg->progress, "{\"event\":\"init_from\",\"path\":\"%s\"}\n",
@@ -1512,12 +1564,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       fflush(cfg->progress);
     }
   } else if (!ckpt_path[0] || lora) {
-    colo_gpt_init_each(model, cfg->seed, init_put, &pd);
+    colo_gpt_init_each(model, base_seed, init_put, &pd);
     if ((rc = pd.rc) < 0) {
       snprintf(err, errlen, "initialising the model: %s", pd.err);
       goto out;
     }
   }
+  if (merge_from && !ckpt_path[0])
+    CHECK_GOTO(merge_adapters(model, cfg->init_from, &from, pool, err, errlen), rc, out);
   if (lora && !ckpt_path[0] && lora_from) { /* its adapters, to train on */
     colo_ckpt_meta_t am;
     CHECK_GOTO(load_lora(cfg->init_from, &am, lora, NULL, be, base, lead, err, errlen), rc, out);
