@@ -881,11 +881,14 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("\n");
   }
   printf(
-      "  training   %u steps, batch %u × accum %u, %s, lr %g (%s)\n", s->train->steps,
+      "  training   %u steps, batch %u × accum %u, %s, lr %g (%s)", s->train->steps,
       s->train->batch_size, s->train->grad_accum,
       colo_pb_enum_short(&colo__v1__precision__descriptor, s->train->precision, buf, sizeof buf),
       (double)s->optimizer->lr,
       colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age, sizeof age));
+  if (s->train->neftune_alpha > 0.0f)
+    printf(", NEFTune noise alpha %g", (double)s->train->neftune_alpha);
+  printf("\n");
   const Colo__V1__DataSpec *d = s->data;
   printf("  data       train %s", d->train_path ? d->train_path : d->n_sources ? "" : "-");
   double wsum = 0;

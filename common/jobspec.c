@@ -542,6 +542,9 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs "
                "train.lora_rank > 0");
+  if (!(t->neftune_alpha >= 0.0f && t->neftune_alpha <= 1000.0f))
+    return bad(err, errlen, "train.neftune_alpha=%g must be between 0 and 1000",
+               (double)t->neftune_alpha);
   if (t->lora_double_quant && !nf4)
     return bad(err, errlen,
                "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4");

@@ -35,6 +35,7 @@ resumed from and into other layouts. Then continued(): a LoRA run started from t
 checkpoint goes on training its adapters on its base, as PyTorch's AdamW from them does (1e-4),
 resumed in bytes, with NF4, and refused with another rank or DoRA; a run that is not LoRA starts
 from the model the export merges, bit for bit (refused on tensor-parallel ranks).
+Then neftune(): NEFTune's noise on the embeddings, made again in numpy, against PyTorch.
 Exit 0 when all pass.
 """
 import json
@@ -995,6 +996,68 @@ def continued(tmp):
               r.stdout.strip().splitlines()[-1][:170] if r.stdout.strip() else "")
 
 
+def neftune_noise(key, row0, n, c, mag):
+    """NEFTune's noise for rows row0 … row0 + n − 1 and columns 0 … c − 1: mag · (2u − 1), u the
+    top 24 bits of the hash the dropout masks take (core/rng.h's colo_noise_unit), in float32"""
+    u = np.uint64
+    z = u(key) + (((np.arange(n, dtype=u) + u(row0))[:, None] << u(32)) +
+                  np.arange(c, dtype=u)[None, :] + u(1)) * u(GOLD)
+    z = (z ^ (z >> u(30))) * u(0xbf58476d1ce4e5b9)
+    z = (z ^ (z >> u(27))) * u(0x94d049bb133111eb)
+    unit = ((z ^ (z >> u(31))) >> u(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+    unit = (np.float32(2.0) * unit - np.float32(1.0)).astype(np.float32)
+    return torch.from_numpy((np.float32(mag) * unit).astype(np.float32))
+
+
+def neftune(tmp):
+    """NEFTune (--neftune-alpha 5; Transformers' neftune_noise_alpha) on run()'s GPT-2 LoRA run
+    against PyTorch: uniform noise in ±5/sqrt(T·C) added to the embeddings in training, made again
+    here from its definition (the hash of the seed, step, row and column): losses, norms and
+    adapters after 10 steps; not the run without it; two data-parallel ranks and two pipeline
+    stages against one (a row's noise is its own on any rank)"""
+    tag, alpha = "[neftune] ", 5.0
+    mag = np.float32(alpha / math.sqrt(T * C))
+    args = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
+            "--grad-accum", str(ACCUM), "--steps", str(STEPS), "--lr", str(LR), "--min-lr", str(MIN_LR),
+            "--warmup", str(WARMUP), "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
+            "--seed", "1234", "--threads", "1", "--init-from", os.path.join("gpt2-base", "step_00000030"),
+            "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--neftune-alpha", str(alpha)
+            ] + MODEL + ARCH["gpt2"]
+    dump = os.path.join(tmp, "neft.dump")
+    colo(args + ["--batch-size", str(B), "--ckpt-dir", os.path.join(tmp, "neft"), "--dump-reference", dump])
+    ref, plain = read_safetensors(dump), read_safetensors(os.path.join(tmp, "gpt2-lora.dump"))
+    model = Adapted("gpt2", {n: ref["init." + n] for n in make_model("gpt2").names}, MODULES["all"])
+    names = sorted(model.ab)
+    for n in names:
+        model.ab[n] = ref["init." + n].clone().requires_grad_(True)
+    params = [model.ab[n] for n in names]
+    opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
+
+    def forward(idx, tg, step, micro):
+        key = hash4(1234, step, 0x6e656674, 0)
+        model.m.noise = neftune_noise(key, micro * B * T, B * T, C, mag).view(B, T, C)
+        return model.forward(idx, tg)
+
+    worst_loss, worst_norm = replay(forward, ref, opt, params, [1.0])
+    worst_w = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names)
+    apart = abs(ref["losses"][0].item() - plain["losses"][0].item())
+    check(tag + "10 steps = PyTorch with the noise made again (1e-4)",
+          worst_loss <= 1e-4 and worst_norm <= 1e-4 and worst_w <= 1e-4 and apart > 1e-4,
+          "losses %.2e, norms %.2e, adapters %.2e; first loss %.6f, %.6f without (magnitude %.4f)" %
+          (worst_loss, worst_norm, worst_w, ref["losses"][0].item(), plain["losses"][0].item(), mag))
+    two = os.path.join(tmp, "neft-dp2.dump")
+    colo(args + ["--batch-size", str(B // 2), "--nproc", "2", "--dp", "2", "--ckpt-dir",
+                 os.path.join(tmp, "neft-dp2"), "--dump-reference", two, "--quiet"])
+    colo(args + ["--batch-size", str(B), "--nproc", "2", "--pp", "2", "--micro-batches", "1",
+                 "--ckpt-dir", os.path.join(tmp, "neft-pp2"), "--quiet"])
+    d2 = read_safetensors(two)
+    lrel = ((d2["losses"] - ref["losses"]).abs() / ref["losses"]).max().item()
+    f = os.path.join("step_%08d" % STEPS, "rank_00000.safetensors")
+    pp_same = open(os.path.join(tmp, "neft", f), "rb").read() == open(os.path.join(tmp, "neft-pp2", f), "rb").read()
+    check(tag + "2 data-parallel ranks (1e-5); 2 stages, 1 micro-batch (bytes)", lrel <= 1e-5 and pp_same,
+          "worst %.2e; stages: %s" % (lrel, pp_same))
+
+
 def words_data(prefix):
     """a temporary folder of shards (train.bin, val.bin) of 6,000 random words of 300"""
     tmp = tempfile.mkdtemp(prefix=prefix)
@@ -1019,6 +1082,7 @@ def main():
     dora(tmp)
     dropout(tmp, dora=True)
     continued(tmp)
+    neftune(tmp)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
 

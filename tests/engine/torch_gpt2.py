@@ -66,6 +66,7 @@ class GPT2(torch.nn.Module):
         self.sdpa = False
         self.reduction = "mean"
         self.doc_token = None  # documents(): the token that begins each, or None
+        self.noise = None  # NEFTune: a tensor added to the embeddings (after the positions)
 
     def forward(self, idx, targets, store=None):
         """store, when given, is applied to every tensor a 16-bit engine would store (each
@@ -78,6 +79,8 @@ class GPT2(torch.nn.Module):
         else:
             pos, mask = documents(idx, self.doc_token)
             x = s(p["transformer.wte.weight"][idx] + p["transformer.wpe.weight"][pos])
+        if self.noise is not None:
+            x = s(x + self.noise)
         for l in range(L):
             h = "transformer.h.%d." % l
             a = s(F.layer_norm(x, (C,), p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5))

@@ -429,9 +429,10 @@ same_training "QLoRA on 2 pipeline stages vs 1 rank" "$TMP/lq-gpu.jsonl" "$TMP/l
 # input) on two tensor-parallel ranks with sequence parallelism (a row-parallel product's norms
 # summed over the group) as on one, within bf16's rounding of the products' other sums. The QDoRA
 # runs double-quantize NF4's scales (the GPU makes them again with its dequant_scales kernel
-# before each dequantization, from the pieces in host memory under ZeRO-3)
+# before each dequantization, from the pieces in host memory under ZeRO-3), with NEFTune's noise
+# on the embeddings (its kernel against the host's)
 LD=("${LB[@]}" --lora-dora true)
-QQ=(--lora-quant nf4 --lora-double-quant true)
+QQ=(--lora-quant nf4 --lora-double-quant true --neftune-alpha 5)
 expect_rc 0 "$CT" train "${LD[@]}" "${QQ[@]}" --ckpt-dir "$TMP/qd-gpu" --progress "$TMP/qd-gpu.jsonl"
 expect_rc 0 "$CT" train "${LD[@]}" "${QQ[@]}" --device cpu --ckpt-dir "$TMP/qd-cpu" \
   --progress "$TMP/qd-cpu.jsonl"

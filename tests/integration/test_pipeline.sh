@@ -355,8 +355,11 @@ echo "figure: LoRA job $L6 on 2 tensor-parallel ranks: val loss $t_last at step 
 lora_job "rank 4, alpha 16 on all: the model frozen, its matrices in NF4 (QLoRA), double-quantized; DoRA: a magnitude per output" \
   --set name=llama-qdora --set train.steps=10 --set train.lora_rank=4 --set train.lora_quant=nf4 \
   --set train.lora_double_quant=true --set train.lora_dora=true --set checkpoint.export_format=peft \
-  --set parallel.zero_stage=0
+  --set parallel.zero_stage=0 --set train.neftune_alpha=5
 L7=$LJ LG7=$LG
+expect_rc 0 "$COLOCTL" status "$L7"
+expect_contains "$OUT" ", NEFTune noise alpha 5"
+expect_contains "$LG7" "neftune: uniform noise in +-0.1105 (alpha 5 / sqrt(64 x 32)) on the embeddings in training"
 expect_contains "$LG7" "lora: rank 4, alpha 16, DoRA (a magnitude per output) on attn.c_attn,attn.c_proj,mlp.c_fc,mlp.c_proj: "
 expect_contains "$LG7" "its blocks' matrices in NF4 (QLoRA, double quantization): "
 python3 - "$TMP/ckpt/job-$L7" <<'PY' || fail "the QDoRA job's checkpoint or PEFT export: $(ls "$TMP/ckpt/job-$L7")"

@@ -348,6 +348,15 @@ static void test_layernorm_gelu(double tol) {
     check_a(named("dropout in place"), d_d, h_d, n, 0.0);
     free(dx), free(h_d), free(h_o);
   }
+  /* NEFTune's noise: the same values (a hash of their coordinates), added and rounded alike */
+  {
+    float *dx = randv(n, 1.0f);
+    void *h_x = hact(dx, n), *d_x = upa(dx, n);
+    cpu->noise(h_x, N, C, 0xfedcba9876543210ull, 4096, 0.125f);
+    gpu->noise(d_x, N, C, 0xfedcba9876543210ull, 4096, 0.125f);
+    check_a(named("noise"), d_x, h_x, n, 0.0);
+    free(dx), free(h_x);
+  }
   /* NF4's compute copies (QLoRA): the same values, rounded as the host rounds, exactly; a shape
    * of odd size whose tiles end inside both dimensions, and one of Llama's */
   const int shapes[2][2] = {{77, 45}, {256, 1536}};

@@ -792,6 +792,9 @@ static void train_usage(void) {
       "                        model they adapted; another starts from them merged in)\n"
       "  --init-from-checkpoints DIR  start from the newest complete checkpoint under DIR\n"
       "                        (another run's --ckpt-dir; how a worker runs train.init_from_job)\n"
+      "  --neftune-alpha A     NEFTune: uniform noise in +-A/sqrt(block·n_embd) on the\n"
+      "                        embeddings in training (Transformers' neftune_noise_alpha;\n"
+      "                        the paper used 5; default 0: none)\n"
       "  --lora-rank R         LoRA: freeze the model and train adapters of rank R (default 0:\n"
       "                        the whole model); checkpoints hold the adapters alone, one\n"
       "                        file whatever the layout; --pp and --tp split the model and\n"
@@ -1005,6 +1008,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-plus-ratio", "train: {lora_plus_ratio: %s}"},
       {"lora-dora", "train: {lora_dora: %s}"},
       {"lora-double-quant", "train: {lora_double_quant: %s}"},
+      {"neftune-alpha", "train: {neftune_alpha: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1527,6 +1531,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.early_stop = (int)spec->train->early_stop_patience;
   cfg.early_stop_delta = spec->train->early_stop_min_delta;
   cfg.recompute = spec->train->recompute;
+  cfg.neftune_alpha = spec->train->neftune_alpha;
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;
   cfg.val_path = val_path;

@@ -171,6 +171,10 @@ static void dropout(void *out_, const void *inp_, int N, int C, uint64_t key, ui
     }
 }
 
+static void noise(void *x, int N, int C, uint64_t key, uint64_t row0, float mag) {
+  colo_noise_add(x, N, C, key, row0, mag);
+}
+
 /* DoRA's entries (backend.h): each column's sum in a fixed order (rows ascending), whatever the
  * threads, in blocks of DORA_COLS columns */
 #define DORA_COLS 64
@@ -898,6 +902,7 @@ static const colo_backend_t CPU = {
     .encoder_fwd = encoder_fwd,
     .embed_fwd = embed_fwd,
     .dropout = dropout,
+    .noise = noise,
     .dora_norm = dora_norm,
     .dora_scale = dora_scale,
     .dora_add = dora_add,

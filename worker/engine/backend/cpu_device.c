@@ -265,6 +265,9 @@ static void host_free(void *p) {
                             uint32_t th, float s) {                                                \
     RUN("dropout", base_##sfx()->dropout(o, i, N, C, k, r0, c0, th, s), o, i);                     \
   }                                                                                                \
+  static void noise_##sfx(void *x, int N, int C, uint64_t k, uint64_t r0, float mag) {             \
+    RUN("noise", base_##sfx()->noise(x, N, C, k, r0, mag), x);                                     \
+  }                                                                                                \
   static void dora_norm_##sfx(float *sq, const void *w, const void *d, int in, int out) {          \
     RUN("dora_norm", base_##sfx()->dora_norm(sq, w, d, in, out), sq, w, d);                        \
   }                                                                                                \

@@ -389,6 +389,13 @@ static void dropout_t(colo_dtype_t t, void *out, const void *inp, int N, int C, 
   narrow(t, out, f, n);
 }
 
+static void noise_t(colo_dtype_t t, void *x, int N, int C, uint64_t key, uint64_t row0, float mag) {
+  size_t n = (size_t)N * C;
+  float *f = widen(t, x, n);
+  f32()->noise(f, N, C, key, row0, mag);
+  narrow(t, x, f, n);
+}
+
 static void dora_norm_t(colo_dtype_t t, float *sq, const void *w, const void *dt, int in, int out) {
   size_t n = (size_t)in * out;
   float *fw = widen(t, w, n), *fd = widen(t, dt, n);
@@ -565,6 +572,9 @@ static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const f
   static void dropout_##sfx(void *o, const void *i, int N, int C, uint64_t k, uint64_t r0, int c0, \
                             uint32_t th, float s) {                                                \
     dropout_t(T, o, i, N, C, k, r0, c0, th, s);                                                    \
+  }                                                                                                \
+  static void noise_##sfx(void *x, int N, int C, uint64_t k, uint64_t r0, float mag) {             \
+    noise_t(T, x, N, C, k, r0, mag);                                                               \
   }                                                                                                \
   static void dora_norm_##sfx(float *sq, const void *w, const void *d, int in, int out) {          \
     dora_norm_t(T, sq, w, d, in, out);                                                             \

@@ -593,6 +593,21 @@ static void dropout(void *out, const void *inp, int N, int C, uint64_t key, uint
   LAUNCHED();
 }
 
+/* NEFTune's noise: the product rounded, then the sum (no fused multiply-add), as the host does */
+template <class T>
+__global__ static void noise_kernel(T *x, int N, int C, uint64_t key, uint64_t row0, float mag) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
+  for (; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = st<T>(__fadd_rn(ld(x[i]), __fmul_rn(mag, colo_noise_unit(key, row0 + i / C, i % C))));
+}
+
+template <class T>
+static void noise(void *x, int N, int C, uint64_t key, uint64_t row0, float mag) {
+  size_t n = (size_t)N * C;
+  noise_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)x, N, C, key, row0, mag);
+  LAUNCHED();
+}
+
 /* DoRA (backend.h). dora_norm: a block per 32 columns j, its 32 × 8 threads walking the rows i
  * in tiles of 32; each tile of dt[j][i] goes through shared memory, so that both w's rows and
  * dt's are read along their length. Each column's sum runs over i in the same order in every

@@ -72,3 +72,13 @@ uint64_t colo_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d) {
   x = h ^ d;
   return splitmix64(&x);
 }
+
+/* built without floating-point contraction (CMakeLists.txt): the product, then the sum */
+void colo_noise_add(float *x, int N, int C, uint64_t key, uint64_t row0, float mag) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C > 65536)
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++) {
+      float e = mag * colo_noise_unit(key, row0 + (uint64_t)n, (uint64_t)c);
+      x[(size_t)n * C + c] += e;
+    }
+}

@@ -38,12 +38,27 @@ uint64_t colo_hash4(uint64_t a, uint64_t b, uint64_t c, uint64_t d);
 #else
 #define COLO_HOST_DEVICE
 #endif
-static inline COLO_HOST_DEVICE int colo_dropout_keep(uint64_t key, uint64_t row, uint64_t col,
-                                                     uint32_t thresh) {
+static inline COLO_HOST_DEVICE uint32_t colo_cell_u24(uint64_t key, uint64_t row, uint64_t col) {
   uint64_t z = key + ((row << 32) + col + 1) * 0x9e3779b97f4a7c15ull;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return ((z ^ (z >> 31)) >> 40) >= thresh;
+  return (uint32_t)((z ^ (z >> 31)) >> 40);
 }
+static inline COLO_HOST_DEVICE int colo_dropout_keep(uint64_t key, uint64_t row, uint64_t col,
+                                                     uint32_t thresh) {
+  return colo_cell_u24(key, row, col) >= thresh;
+}
+
+/* NEFTune's noise (Jain et al. 2023) for element (row, col) keyed by key: mag · (2u − 1), u =
+ * colo_cell_u24's 24 bits / 2²⁴ (the dropout masks' numbers, so exact in fp32), the product
+ * rounded before it is added (colo_noise_add; the CUDA kernel rounds alike). Uniform in
+ * [−mag, mag). */
+static inline COLO_HOST_DEVICE float colo_noise_unit(uint64_t key, uint64_t row, uint64_t col) {
+  return 2.0f * ((float)colo_cell_u24(key, row, col) * (1.0f / 16777216.0f)) - 1.0f;
+}
+#ifndef __CUDACC__
+/* x[n][c] += mag · colo_noise_unit(key, row0 + n, c), for n < N, c < C (host, fp32) */
+void colo_noise_add(float *x, int N, int C, uint64_t key, uint64_t row0, float mag);
+#endif
 
 #endif

@@ -153,6 +153,9 @@ struct colo_gpt_s {
    * dequantization */
   int wdq;
   float *qabs;
+  /* NEFTune (colo_gpt_set_noise): noise of this magnitude on the embeddings, keyed and numbered */
+  float noise_mag;
+  uint64_t noise_key, noise_row0;
 };
 
 /* element i of an activation buffer */
@@ -1191,6 +1194,8 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     } else if (act_sum(m, m->encoded, (size_t)N * C) < 0) {
       return NAN;
     }
+    if (m->noise_mag > 0.0f) /* NEFTune: this rank's rows, numbered as the whole batch's */
+      be->noise(m->resid[0], Nl, C, m->noise_key, m->noise_row0 + r0, m->noise_mag);
   } else { /* the previous stage's output */
     boundary_in(m, m->resid[m->l_lo], x_in, rowf);
   }
@@ -1908,4 +1913,10 @@ blocks:
   if (m->i_wpe >= 0)
     grads_ready(m, (size_t)m->i_wpe, 1);
   (void)L;
+}
+
+void colo_gpt_set_noise(colo_gpt_t *m, float mag, uint64_t key, uint64_t row0) {
+  m->noise_mag = mag;
+  m->noise_key = key;
+  m->noise_row0 = row0;
 }

@@ -282,6 +282,13 @@ struct colo_lora_s *colo_gpt_lora(const colo_gpt_t *m);
  * in err), COLO_ENOMEM. */
 int colo_gpt_freeze_matrices(colo_gpt_t *m, char *err, size_t errlen);
 
+/* NEFTune (Jain et al. 2023; Transformers' neftune_noise_alpha): until set again with mag 0, each
+ * forward adds uniform noise in [−mag, mag) to the embeddings (after the positions, before the
+ * first block; the first stage's), element (row, col) of the batch's rows numbered from row0 and
+ * keyed by key (core/rng.h's colo_noise_unit), so that a row has its noise on whichever rank runs
+ * it. The noise is a constant in the backward; recomputation keeps the block inputs it made. */
+void colo_gpt_set_noise(colo_gpt_t *m, float mag, uint64_t key, uint64_t row0);
+
 /* QLoRA: a frozen model (colo_gpt_set_lora, no hooks) keeps the blocks' four matrices in NF4
  * alone (core/nf4.h: 4 bits a value and an fp32 absmax per 64), and its products read them
  * dequantized into one block's compute copies (act_dtype), by each block's forward and again by

@@ -129,7 +129,14 @@ typedef struct {
   colo_lora_t *lora;
   int drop;
   uint64_t drop_key, drop_row0;
+  /* NEFTune: noise of this magnitude on the first stage's embeddings while drop is on, keyed by
+   * noise_key and numbered as the masks are */
+  float noise_mag;
+  uint64_t noise_key;
 } pipe_t;
+
+/* NEFTune's noise is keyed by (seed, step, this) */
+#define NEFTUNE_KEY 0x6e656674
 
 /* Moves this stage's rows of `send` to stage `peer` and of `recv` from it, at once (NULL:
  * nothing that way; a peer outside the pipeline: nothing at all). Two neighbours always call it
@@ -149,11 +156,12 @@ static float *pipe_x(pipe_t *p, int j) {
   return p->x_store + (size_t)j * p->nc;
 }
 
-/* LoRA dropout's masks for micro-batch j (none outside training) */
+/* LoRA dropout's masks and NEFTune's noise for micro-batch j (none outside training) */
 static void pipe_masks(pipe_t *p, int j) {
+  uint64_t row0 = p->drop_row0 + (uint64_t)j * (uint64_t)p->Bm * (uint64_t)p->T;
   if (p->lora)
-    colo_lora_set_dropout(p->lora, p->drop, p->drop_key,
-                          p->drop_row0 + (uint64_t)j * (uint64_t)p->Bm * (uint64_t)p->T);
+    colo_lora_set_dropout(p->lora, p->drop, p->drop_key, row0);
+  colo_gpt_set_noise(p->model, p->drop ? p->noise_mag : 0.0f, p->noise_key, row0);
 }
 
 /* micro-batch j's forward on this stage, its input already received */
@@ -1395,8 +1403,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   }
   if (pp > 1) { /* boundary tensors: this rank's rows */
-    pipe_s = (pipe_t){model, ppc,  pp_idx, pp, M, B / M, T, colo_gpt_stage_rows(model, B / M, T),
-                      NULL,  NULL, lora,   0,  0, 0};
+    pipe_s = (pipe_t){model, ppc,  pp_idx, pp, M, B / M, T,    colo_gpt_stage_rows(model, B / M, T),
+                      NULL,  NULL, lora,   0,  0, 0,     0.0f, 0};
     /* on a GPU they are its memory: the communicator stages them, the model copies from them */
     if (be->device) {
       pipe_s.x_store = colo_pool_alloc(pool, (size_t)M * pipe_s.nc * sizeof(float), "boundaries");
@@ -1668,6 +1676,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            : cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)"
                                   : "");
   }
+  if (!cfg->quiet && lead && cfg->neftune_alpha > 0.0f)
+    printf("neftune: uniform noise in +-%.4g (alpha %g / sqrt(%d x %d)) on the embeddings in "
+           "training\n",
+           cfg->neftune_alpha / sqrt((double)T * cfg->model.n_embd), (double)cfg->neftune_alpha, T,
+           cfg->model.n_embd);
   if (!cfg->quiet && lead)
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
   if (!cfg->quiet && lead && cfg->document_token >= 0)
@@ -1710,6 +1723,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     free(abs);
   }
   int step = start, saved_at = -1, stopped = 0, early = 0;
+  /* NEFTune's magnitude: alpha / sqrt(L·d), as Transformers' hook takes it (the padded length) */
+  float noise_mag = cfg->neftune_alpha > 0.0f
+                        ? (float)(cfg->neftune_alpha / sqrt((double)T * cfg->model.n_embd))
+                        : 0.0f;
   sig_atomic_t seen_save = cfg->save_requested ? *cfg->save_requested : 0;
   for (; step < cfg->steps; step++) {
     /* a rank started by colo-workerd ends with it: a new worker ends leftovers too, but a rank
@@ -1816,9 +1833,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         pipe->drop = 1;
         pipe->drop_key = colo_hash4(cfg->seed, (uint64_t)step, 0x6c6f7261, 0);
         pipe->drop_row0 = ((uint64_t)micro * (uint64_t)dp + (uint64_t)dp_idx) * B * T;
+        pipe->noise_mag = noise_mag;
+        pipe->noise_key = colo_hash4(cfg->seed, (uint64_t)step, NEFTUNE_KEY, 0);
         /* each micro-batch's mean is 1/M of the batch's */
         int prc = pipe_step(pipe, in, tg, bscale / (float)(M * cfg->grad_accum * dp) * cf, &l);
         pipe->drop = 0;
+        colo_gpt_set_noise(model, 0.0f, 0, 0);
         if (lora)
           colo_lora_set_dropout(lora, 0, 0, 0);
         if (prc < 0) {
@@ -1833,11 +1853,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
       /* the mean over every rank's tokens: gradients are summed over the group below */
       float ls = bscale / (float)(cfg->grad_accum * dp) * cf;
+      uint64_t row0 = ((uint64_t)micro * (uint64_t)dp + (uint64_t)dp_idx) * B * T;
       if (lora) /* dropout's masks: the step's, each row's its own on whichever rank */
-        colo_lora_set_dropout(lora, 1, colo_hash4(cfg->seed, (uint64_t)step, 0x6c6f7261, 0),
-                              ((uint64_t)micro * (uint64_t)dp + (uint64_t)dp_idx) * B * T);
+        colo_lora_set_dropout(lora, 1, colo_hash4(cfg->seed, (uint64_t)step, 0x6c6f7261, 0), row0);
+      colo_gpt_set_noise(model, noise_mag, colo_hash4(cfg->seed, (uint64_t)step, NEFTUNE_KEY, 0),
+                         row0); /* NEFTune's, numbered alike */
       loss += colo_gpt_forward_train(model, in, tg, B, T, ls);
       colo_gpt_backward(model, ls);
+      colo_gpt_set_noise(model, 0.0f, 0, 0);
       if (lora)
         colo_lora_set_dropout(lora, 0, 0, 0);
       if (colo_gpt_hook_error(model) < 0) {

@@ -27,6 +27,9 @@ typedef struct {
   int ckpt_keep_best;     /* also keep the one with the lowest validation loss, evaluating at each
                            * checkpoint written on schedule (a validation set is needed) */
   int recompute;
+  /* NEFTune (train.neftune_alpha): uniform noise in ±alpha/sqrt(block_size·n_embd) on the
+   * embeddings in training (colo_gpt_set_noise; each row its own on whichever rank); 0: none */
+  float neftune_alpha;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
   /* a blend in place of train_path (n_sources > 0): the resolved paths and their weights */
