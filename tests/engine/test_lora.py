@@ -1013,8 +1013,9 @@ def neftune(tmp):
     """NEFTune (--neftune-alpha 5; Transformers' neftune_noise_alpha) on run()'s GPT-2 LoRA run
     against PyTorch: uniform noise in ±5/sqrt(T·C) added to the embeddings in training, made again
     here from its definition (the hash of the seed, step, row and column): losses, norms and
-    adapters after 10 steps; not the run without it; two data-parallel ranks and two pipeline
-    stages against one (a row's noise is its own on any rank)"""
+    adapters after 10 steps; not the run without it; two data-parallel ranks, two tensor-parallel
+    ranks with sequence parallelism and two pipeline stages against one (a row's noise is its own
+    on any rank)"""
     tag, alpha = "[neftune] ", 5.0
     mag = np.float32(alpha / math.sqrt(T * C))
     args = ["train", "--data-root", tmp, "--train-data", "train.bin", "--eval-interval", "0",
@@ -1050,11 +1051,14 @@ def neftune(tmp):
                  os.path.join(tmp, "neft-dp2"), "--dump-reference", two, "--quiet"])
     colo(args + ["--batch-size", str(B), "--nproc", "2", "--pp", "2", "--micro-batches", "1",
                  "--ckpt-dir", os.path.join(tmp, "neft-pp2"), "--quiet"])
-    d2 = read_safetensors(two)
-    lrel = ((d2["losses"] - ref["losses"]).abs() / ref["losses"]).max().item()
+    tpd = os.path.join(tmp, "neft-tp2.dump")
+    colo(args + ["--batch-size", str(B), "--nproc", "2", "--tp", "2", "--sp", "true", "--ckpt-dir",
+                 os.path.join(tmp, "neft-tp2"), "--dump-reference", tpd, "--quiet"])
+    d2, dt = read_safetensors(two), read_safetensors(tpd)
+    lrel = max(((d["losses"] - ref["losses"]).abs() / ref["losses"]).max().item() for d in (d2, dt))
     f = os.path.join("step_%08d" % STEPS, "rank_00000.safetensors")
     pp_same = open(os.path.join(tmp, "neft", f), "rb").read() == open(os.path.join(tmp, "neft-pp2", f), "rb").read()
-    check(tag + "2 data-parallel ranks (1e-5); 2 stages, 1 micro-batch (bytes)", lrel <= 1e-5 and pp_same,
+    check(tag + "2 data-parallel ranks, tp=2 with sp (1e-5); 2 stages (bytes)", lrel <= 1e-5 and pp_same,
           "worst %.2e; stages: %s" % (lrel, pp_same))
 
 
