@@ -184,29 +184,29 @@ expect_rc 0 "$COLOCTL" cancel --name tiny2.
 expect_eq "$OUT" "no unfinished job's name starts with 'tiny2.': nothing cancelled"
 expect_rc 0 "$COLOCTL" list --name tiny --state cancelled --json
 expect_eq "$(python3 -c 'import json,sys; print(len(json.load(sys.stdin)))' <<<"$OUT")" 3
+# submits three-stage pipeline file $1 (jobs R1 R2 R3), cancels its first stage, and waits up to
+# 10 s for stage $2 to be cancelled after it
+cancel_first_stage() {
+  expect_rc 0 "$COLOCTL" submit "$1"
+  read -r R1 R2 R3 <<<"$(cut -d' ' -f1 <<<"$OUT" | tr '\n' ' ')"
+  expect_rc 0 "$COLOCTL" cancel "$R1"
+  local last="R$2"
+  for _ in $(seq 1 100); do
+    [ "$(jstate "${!last}")" = cancelled ] && break
+    sleep 0.1
+  done
+}
 # a pipeline file with cancel_on_dependency_failure: its first stage cancelled, the others end
 # with it
 sed 's/^name: tiny$/name: tiny3\ncancel_on_dependency_failure: true/' "$TMP/pipe/p.yaml" >"$TMP/pipe/p3.yaml"
-expect_rc 0 "$COLOCTL" submit "$TMP/pipe/p3.yaml"
-read -r R1 R2 R3 <<<"$(cut -d' ' -f1 <<<"$OUT" | tr '\n' ' ')"
-expect_rc 0 "$COLOCTL" cancel "$R1"
-for _ in $(seq 1 100); do
-  [ "$(jstate "$R3")" = cancelled ] && break
-  sleep 0.1
-done
+cancel_first_stage "$TMP/pipe/p3.yaml" 3
 expect_eq "$(jstate "$R1") $(jstate "$R2") $(jstate "$R3")" "cancelled cancelled cancelled"
 expect_rc 0 "$COLOCTL" status "$R3"
 expect_contains "$OUT" "cancelled (cancel_on_dependency_failure): job $R1, which it waited for to succeed, ended CANCELLED"
 # a stage's own set overrides the file's: that stage keeps waiting, saying why
 sed -e 's/^name: tiny3$/name: tiny4/' -e 's/train.steps=5]/train.steps=5, cancel_on_dependency_failure=false]/' \
   "$TMP/pipe/p3.yaml" >"$TMP/pipe/p4.yaml"
-expect_rc 0 "$COLOCTL" submit "$TMP/pipe/p4.yaml"
-read -r R1 R2 R3 <<<"$(cut -d' ' -f1 <<<"$OUT" | tr '\n' ' ')"
-expect_rc 0 "$COLOCTL" cancel "$R1"
-for _ in $(seq 1 100); do
-  [ "$(jstate "$R2")" = cancelled ] && break
-  sleep 0.1
-done
+cancel_first_stage "$TMP/pipe/p4.yaml" 2
 expect_rc 0 "$COLOCTL" status "$R3"
 expect_eq "$(jstate "$R1") $(jstate "$R2") $(jstate "$R3")" "cancelled cancelled pending" "$OUT"
 expect_contains "$OUT" "it ended CANCELLED, and starts only if that job is resumed"

@@ -1676,11 +1676,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            : cfg->zero_stage == 3 ? ", sharded over the data-parallel ranks (ZeRO-3)"
                                   : "");
   }
-  if (!cfg->quiet && lead && cfg->neftune_alpha > 0.0f)
+  /* NEFTune's magnitude: alpha / sqrt(L·d), as Transformers' hook takes it (the padded length) */
+  float noise_mag = cfg->neftune_alpha > 0.0f
+                        ? (float)(cfg->neftune_alpha / sqrt((double)T * cfg->model.n_embd))
+                        : 0.0f;
+  if (!cfg->quiet && lead && noise_mag > 0.0f)
     printf("neftune: uniform noise in +-%.4g (alpha %g / sqrt(%d x %d)) on the embeddings in "
            "training\n",
-           cfg->neftune_alpha / sqrt((double)T * cfg->model.n_embd), (double)cfg->neftune_alpha, T,
-           cfg->model.n_embd);
+           (double)noise_mag, (double)cfg->neftune_alpha, T, cfg->model.n_embd);
   if (!cfg->quiet && lead)
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
   if (!cfg->quiet && lead && cfg->document_token >= 0)
@@ -1723,10 +1726,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     free(abs);
   }
   int step = start, saved_at = -1, stopped = 0, early = 0;
-  /* NEFTune's magnitude: alpha / sqrt(L·d), as Transformers' hook takes it (the padded length) */
-  float noise_mag = cfg->neftune_alpha > 0.0f
-                        ? (float)(cfg->neftune_alpha / sqrt((double)T * cfg->model.n_embd))
-                        : 0.0f;
   sig_atomic_t seen_save = cfg->save_requested ? *cfg->save_requested : 0;
   for (; step < cfg->steps; step++) {
     /* a rank started by colo-workerd ends with it: a new worker ends leftovers too, but a rank
