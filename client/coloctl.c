@@ -888,6 +888,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
       colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age, sizeof age));
   if (s->train->neftune_alpha > 0.0f)
     printf(", NEFTune noise alpha %g", (double)s->train->neftune_alpha);
+  if (s->train->dpo_beta > 0.0f)
+    printf(", DPO beta %g on preference pairs", (double)s->train->dpo_beta);
   printf("\n");
   const Colo__V1__DataSpec *d = s->data;
   printf("  data       train %s", d->train_path ? d->train_path : d->n_sources ? "" : "-");

@@ -548,6 +548,22 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (t->lora_double_quant && !nf4)
     return bad(err, errlen,
                "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4");
+  if (!(t->dpo_beta >= 0.0f && t->dpo_beta <= 100.0f))
+    return bad(err, errlen, "train.dpo_beta=%g must be between 0 and 100", (double)t->dpo_beta);
+  if (t->dpo_beta > 0.0f && t->lora_rank == 0)
+    return bad(err, errlen,
+               "train.dpo_beta=%g needs train.lora_rank > 0: DPO's reference is the frozen model "
+               "with the adapters left out",
+               (double)t->dpo_beta);
+  if (t->dpo_beta > 0.0f && t->batch_size % 2)
+    return bad(err, errlen,
+               "train.dpo_beta=%g needs an even train.batch_size (%u): a pair is two rows, its "
+               "chosen and its rejected answer",
+               (double)t->dpo_beta, t->batch_size);
+  if (t->dpo_beta > 0.0f && s->parallel->pp > 1)
+    return bad(err, errlen,
+               "train.dpo_beta=%g with parallel.pp=%u: DPO over pipeline stages is not built",
+               (double)t->dpo_beta, s->parallel->pp);
   if (t->lora_rank > 0) {
     unsigned tg;
     char why[160];

@@ -87,6 +87,20 @@ static void shard(const uint8_t *data, size_t size) {
         colo_eval_counted(&s, 1, 3, 1, 2, T) > (uint64_t)6 * T)
       abort();
   }
+  /* preference pairs: rows from each sequence's start, within it; a pair whose answer a shorter
+   * block cuts off counts nothing */
+  for (int T = 1; s.pairs && s.n_pairs && T <= 64; T *= 4) {
+    int in[4 * 64], tg[4 * 64];
+    size_t cut, lost;
+    colo_pairs_batch(&s, 1, 3, 2, 1, 0, 1, 2, T, in, tg);
+    colo_pairs_eval_batch(&s, 5, 0, 1, 2, T, in, tg);
+    for (int i = 0; i < 4 * T; i++)
+      if (tg[i] >= 0 && (tg[i] > 65535 || in[i] < 0))
+        abort();
+    colo_pairs_cut(&s, T, &cut, &lost);
+    if (lost > cut || cut > 2 * s.n_pairs)
+      abort();
+  }
   const char *file;
   size_t at;
   unsigned token;
@@ -244,6 +258,17 @@ void colo_fuzz_seeds(const uint8_t *file, size_t size, colo_fuzz_emit_fn emit) {
       fwrite(bits, sizeof bits, 1, mf) != 1 || fclose(mf) != 0)
     abort();
   emit_file("seedm.bin", 2, emit);
+  /* the same as preference pairs: 4 sequences (two pairs), the table after the mask at 8 bytes */
+  snprintf(path, sizeof path, "%s/seedp.bin", colo_fuzz_dir());
+  int32_t ph[COLO_SHARD_HEADER_INTS] = {COLO_SHARD_MAGIC_PAIRS, COLO_SHARD_VERSION_PAIRS, 40, 2, 4};
+  uint64_t seq[4] = {0, 9, 20, 31};
+  uint8_t pad[3] = {0};
+  mf = fopen(path, "wb");
+  if (!mf || fwrite(ph, sizeof ph, 1, mf) != 1 || fwrite(tok, sizeof tok, 1, mf) != 1 ||
+      fwrite(bits, sizeof bits, 1, mf) != 1 || fwrite(pad, sizeof pad, 1, mf) != 1 ||
+      fwrite(seq, sizeof seq, 1, mf) != 1 || fclose(mf) != 0)
+    abort();
+  emit_file("seedp.bin", 2, emit);
   /* a tokenizer.json of the 256 bytes (GPT-2's characters for them), two merges, Llama 3's kind
    * of pre-tokenizer, an added token and a template */
   static char tj[16384];

@@ -357,6 +357,18 @@ static void test_layernorm_gelu(double tol) {
     check_a(named("noise"), d_x, h_x, n, 0.0);
     free(dx), free(h_x);
   }
+  /* a loss's gradient weighted by rows (DPO): the same products, rounded alike; weights of
+   * either sign and zero */
+  {
+    float *dx = randv(n, 1.0f), *w = randv((size_t)N, 2.0f);
+    w[0] = 0.0f;
+    void *h_x = hact(dx, n), *d_x = upa(dx, n);
+    float *d_w = upf(w, (size_t)N);
+    cpu->scale_rows(h_x, w, N, C);
+    gpu->scale_rows(d_x, d_w, N, C);
+    check_a(named("scale_rows"), d_x, h_x, n, 0.0);
+    free(dx), free(w), free(h_x);
+  }
   /* NF4's compute copies (QLoRA): the same values, rounded as the host rounds, exactly; a shape
    * of odd size whose tiles end inside both dimensions, and one of Llama's */
   const int shapes[2][2] = {{77, 45}, {256, 1536}};

@@ -165,6 +165,16 @@ static const struct {
      "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs train.lora_rank > 0"},
     {BASE "train: {neftune_alpha: -1}\n", "train.neftune_alpha=-1 must be between 0 and 1000"},
     {BASE "train: {neftune_alpha: 5000}\n", "train.neftune_alpha=5000 must be between 0 and 1000"},
+    {BASE "train: {lora_rank: 8, dpo_beta: 200}\n", "train.dpo_beta=200 must be between 0 and 100"},
+    {BASE "train: {dpo_beta: 0.1}\n",
+     "train.dpo_beta=0.1 needs train.lora_rank > 0: DPO's reference is the frozen model with the "
+     "adapters left out"},
+    {BASE "train: {lora_rank: 8, dpo_beta: 0.1, batch_size: 7}\n",
+     "train.dpo_beta=0.1 needs an even train.batch_size (7): a pair is two rows, its chosen and "
+     "its "
+     "rejected answer"},
+    {BASE "train: {lora_rank: 8, dpo_beta: 0.1}\nparallel: {pp: 2}\n",
+     "train.dpo_beta=0.1 with parallel.pp=2: DPO over pipeline stages is not built"},
     {BASE "train: {lora_rank: 8, lora_double_quant: true}\n",
      "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4"},
     {BASE "train: {lora_rank: 8, lora_quant: none, lora_double_quant: true}\n",
@@ -559,7 +569,7 @@ TEST(cancel_on_dependency_failure_is_valid) {
 TEST(dora_is_valid) {
   char err[512];
   check(BASE "train: {lora_rank: 8, lora_dora: true, lora_quant: nf4, lora_dropout: 0.05, "
-             "lora_double_quant: true, neftune_alpha: 5}\n"
+             "lora_double_quant: true, neftune_alpha: 5, dpo_beta: 0.1}\n"
              "parallel: {tp: 2, sequence_parallel: true}\ncheckpoint: {export_format: peft}\n",
         err, sizeof err);
   ASSERT_EQ_STR(err, "");

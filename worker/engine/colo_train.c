@@ -118,6 +118,10 @@ static int prepare_json(const char *out, const colo_prepare_opts_t *po,
   cJSON_AddNumberToObject(r, "vocab_size", vocab ? vocab : 256);
   cJSON_AddBoolToObject(r, "uint32", st->wide);
   cJSON_AddBoolToObject(r, "masked", st->masked);
+  if (po->chosen_field) {
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(r, "train"), "pairs", (double)st->pairs[0]);
+    cJSON_AddNumberToObject(cJSON_GetObjectItem(r, "val"), "pairs", (double)st->pairs[1]);
+  }
   return print_json(r);
 }
 
@@ -133,6 +137,8 @@ static int cmd_prepare(int argc, char **argv) {
                                     {"text-field", required_argument, 0, 'f'},
                                     {"prompt-field", required_argument, 0, 'p'},
                                     {"completion-field", required_argument, 0, 'c'},
+                                    {"chosen-field", required_argument, 0, 'C'},
+                                    {"rejected-field", required_argument, 0, 'R'},
                                     {"messages-field", required_argument, 0, 'm'},
                                     {"chat-template", required_argument, 0, 'T'},
                                     {"json", no_argument, 0, 'j'},
@@ -140,7 +146,7 @@ static int cmd_prepare(int argc, char **argv) {
                                     {0, 0, 0, 0}};
   int c, json = 0;
   char *end;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:m:T:jh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:C:R:m:T:jh", o, NULL)) != -1) {
     switch (c) {
     case 'j':
       json = 1;
@@ -181,6 +187,13 @@ static int cmd_prepare(int argc, char **argv) {
                                                : "--completion-field needs a field's name");
       *(c == 'p' ? &po.prompt_field : &po.completion_field) = optarg;
       break;
+    case 'C':
+    case 'R':
+      if (!*optarg)
+        return usage_error("prepare", c == 'C' ? "--chosen-field needs a field's name"
+                                               : "--rejected-field needs a field's name");
+      *(c == 'C' ? &po.chosen_field : &po.rejected_field) = optarg;
+      break;
     case 'm':
       if (!*optarg)
         return usage_error("prepare", "--messages-field needs a field's name");
@@ -194,6 +207,8 @@ static int cmd_prepare(int argc, char **argv) {
              "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
              "                          [--text-field NAME (text)]\n"
              "                          [--prompt-field NAME --completion-field NAME]\n"
+             "                          [--prompt-field NAME --chosen-field NAME\n"
+             "                           --rejected-field NAME]\n"
              "                          [--messages-field NAME --chat-template T] [--json]\n"
              "Writes DIR/train.bin and DIR/val.bin in llm.c's shard format; the last F of the\n"
              "input is the validation split. Tokens are the text's bytes (vocabulary 256), or\n"
@@ -218,6 +233,15 @@ static int cmd_prepare(int argc, char **argv) {
              "(tokenizer_config.json) or else its document token. The shards then carry a loss\n"
              "mask (colo's format, magic 20261125): training and evaluation take the loss on\n"
              "the completions and their ends alone.\n"
+             "Preference pairs (DPO, train.dpo_beta): with --prompt-field, --chosen-field and\n"
+             "--rejected-field each line holds a prompt, the preferred answer and the other\n"
+             "(TRL's prompt, chosen, rejected); each answer becomes a sequence [document\n"
+             "token] prompt answer [end], written to colo's preference shards (magic 20261128:\n"
+             "the masked format and a table of where each sequence begins); the answers and\n"
+             "their ends are the targets. A pair goes whole to train.bin or val.bin. In TRL's\n"
+             "conversational form (the prompt a list of messages, each answer a list of the\n"
+             "assistant's or a string) each answer follows the prompt in --chat-template (by\n"
+             "default the tokenizer's own), its messages alone counting.\n"
              "Conversations: with --messages-field each line holds a list of messages, each\n"
              "{\"role\": ..., \"content\": ...}, written out in --chat-template after the\n"
              "document token: llama3 (<|start_header_id|>role<|end_header_id|>\\n\\ncontent\n"
@@ -241,12 +265,20 @@ static int cmd_prepare(int argc, char **argv) {
   }
   if (!input || !out)
     return usage_error("prepare", "--input and --out are required");
-  if (!po.prompt_field != !po.completion_field)
+  if (!po.chosen_field != !po.rejected_field)
+    return usage_error("prepare", "--chosen-field and --rejected-field go together");
+  if (po.chosen_field && (!po.prompt_field || po.completion_field))
+    return usage_error("prepare", "--chosen-field and --rejected-field take --prompt-field, and "
+                                  "no --completion-field");
+  if (po.chosen_field && po.shard_tokens)
+    return usage_error("prepare", "--shard-tokens cuts a stream of tokens; preference pairs are "
+                                  "written whole into one train.bin and one val.bin");
+  if (!po.chosen_field && !po.prompt_field != !po.completion_field)
     return usage_error("prepare", "--prompt-field and --completion-field go together");
   if (po.prompt_field && po.text_field)
     return usage_error("prepare", "--text-field is for documents of text, not with --prompt-field");
-  if (po.chat_template && !po.messages_field)
-    return usage_error("prepare", "--chat-template goes with --messages-field");
+  if (po.chat_template && !po.messages_field && !po.chosen_field)
+    return usage_error("prepare", "--chat-template goes with --messages-field or --chosen-field");
   if (po.messages_field && (po.text_field || po.prompt_field))
     return usage_error("prepare", "--messages-field takes conversations, not with --text-field "
                                   "or --prompt-field");
@@ -265,6 +297,8 @@ static int cmd_prepare(int argc, char **argv) {
     }
     po.chat_template = "tokenizer";
   }
+  if (po.chosen_field && !po.chat_template && bpe && colo_bpe_chat_template(bpe))
+    po.chat_template = "tokenizer"; /* for prompts that are lists of messages */
   char err[1400];
   colo_prepare_stats_t st;
   int rc = colo_prepare(input, out, &po, &st, err, sizeof err);
@@ -278,8 +312,9 @@ static int cmd_prepare(int argc, char **argv) {
   char ending[96] = "";
   const char *et = st.end >= 0 ? colo_bpe_token(bpe, st.end, &dl) : NULL;
   if (et)
-    snprintf(ending, sizeof ending, "; each completion ends with %.*s (%d)",
-             (int)(dl < 40 ? dl : 40), et, st.end);
+    snprintf(ending, sizeof ending, "; each %s ends with %.*s (%d)",
+             po.chosen_field ? "answer given as text" : "completion", (int)(dl < 40 ? dl : 40), et,
+             st.end);
   colo_bpe_free(bpe);
   if (rc < 0) {
     fprintf(stderr, "colo-train prepare: %s\n", err);
@@ -291,11 +326,14 @@ static int cmd_prepare(int argc, char **argv) {
     printf("%d conversations of %zu bytes in %s%s template%s\n", st.documents, st.bytes,
            strcmp(po.chat_template, "tokenizer") ? po.chat_template : "the tokenizer's own",
            strcmp(po.chat_template, "tokenizer") ? "'s" : "", doc);
+  else if (st.masked && po.chosen_field)
+    printf("%d preference pairs of %zu bytes (%zu train, %zu val), each answer a sequence%s%s\n",
+           st.documents, st.bytes, st.pairs[0], st.pairs[1], doc, ending);
   else if (st.masked)
     printf("%d prompts and completions of %zu bytes%s%s\n", st.documents, st.bytes, doc, ending);
   else if (st.documents > 1)
     printf("%d documents of %zu bytes%s\n", st.documents, st.bytes, doc);
-  if (dt && st.documents > 1)
+  if (dt && st.documents > 1 && !po.chosen_field)
     printf("to train with attention within each document: data.document_token: %d (colo-train "
            "train --document-token %d)\n",
            st.eot, st.eot);
@@ -795,6 +833,10 @@ static void train_usage(void) {
       "  --neftune-alpha A     NEFTune: uniform noise in +-A/sqrt(block·n_embd) on the\n"
       "                        embeddings in training (Transformers' neftune_noise_alpha;\n"
       "                        the paper used 5; default 0: none)\n"
+      "  --dpo-beta B          DPO: train on preference pairs (prepare --chosen-field\n"
+      "                        --rejected-field) with beta B (TRL's default 0.1), the\n"
+      "                        reference the model without its LoRA adapters (needs\n"
+      "                        --lora-rank); the loss, reward accuracy and margin are reported\n"
       "  --lora-rank R         LoRA: freeze the model and train adapters of rank R (default 0:\n"
       "                        the whole model); checkpoints hold the adapters alone, one\n"
       "                        file whatever the layout; --pp and --tp split the model and\n"
@@ -1009,6 +1051,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-dora", "train: {lora_dora: %s}"},
       {"lora-double-quant", "train: {lora_double_quant: %s}"},
       {"neftune-alpha", "train: {neftune_alpha: %s}"},
+      {"dpo-beta", "train: {dpo_beta: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1532,6 +1575,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.early_stop_delta = spec->train->early_stop_min_delta;
   cfg.recompute = spec->train->recompute;
   cfg.neftune_alpha = spec->train->neftune_alpha;
+  cfg.dpo_beta = spec->train->dpo_beta;
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;
   cfg.val_path = val_path;

@@ -68,6 +68,9 @@ typedef struct colo_backend_s {
   /* NEFTune: x[n][c] (act_dtype) += mag · colo_noise_unit(key, row0 + n, c) (core/rng.h), the
    * sum in fp32, rounded once. In place, in backend memory. */
   void (*noise)(void *x, int N, int C, uint64_t key, uint64_t row0, float mag);
+  /* x[n][c] (act_dtype) *= w[n] (fp32), the product in fp32, rounded once: a loss's gradient
+   * weighted by rows (DPO's). In place, in backend memory. */
+  void (*scale_rows)(void *x, const float *w, int N, int C);
 
   /* out[N][OC] = inp[N][C] · w[C][OC] + b[OC]   (b may be NULL) */
   void (*matmul_fwd)(void *out, const void *inp, const void *w, const float *b, int N, int C,
@@ -226,7 +229,7 @@ typedef struct colo_backend_s {
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
   X(rmsnorm_fwd, a) X(rmsnorm_bwd, a) X(rope, a) X(swiglu_fwd, a) X(swiglu_bwd, a)                 \
   X(kv_expand, a) X(kv_reduce, a)                                                                  \
-  X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(noise, a) X(dora_norm, a) X(dora_scale, a) X(dora_add, a) X(dora_dmag, a) X(add, a) X(crossentropy_fwd, a)                         \
+  X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(noise, a) X(scale_rows, a) X(dora_norm, a) X(dora_scale, a) X(dora_add, a) X(dora_dmag, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
   X(vocab_target, a) X(vocab_ce_bwd, a)
 #define COLO_F32_OPS(X, a) X(adamw, a) X(sumsq, a) X(scale, a) X(accumulate, a) X(dequant_scales, a)

@@ -175,6 +175,14 @@ static void noise(void *x, int N, int C, uint64_t key, uint64_t row0, float mag)
   colo_noise_add(x, N, C, key, row0, mag);
 }
 
+static void scale_rows(void *x_, const float *w, int N, int C) {
+  float *x = x_;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    for (int c = 0; c < C; c++)
+      x[(size_t)n * C + c] *= w[n];
+}
+
 /* DoRA's entries (backend.h): each column's sum in a fixed order (rows ascending), whatever the
  * threads, in blocks of DORA_COLS columns */
 #define DORA_COLS 64
@@ -903,6 +911,7 @@ static const colo_backend_t CPU = {
     .embed_fwd = embed_fwd,
     .dropout = dropout,
     .noise = noise,
+    .scale_rows = scale_rows,
     .dora_norm = dora_norm,
     .dora_scale = dora_scale,
     .dora_add = dora_add,

@@ -268,6 +268,9 @@ static void host_free(void *p) {
   static void noise_##sfx(void *x, int N, int C, uint64_t k, uint64_t r0, float mag) {             \
     RUN("noise", base_##sfx()->noise(x, N, C, k, r0, mag), x);                                     \
   }                                                                                                \
+  static void scale_rows_##sfx(void *x, const float *w, int N, int C) {                            \
+    RUN("scale_rows", base_##sfx()->scale_rows(x, w, N, C), x, w);                                 \
+  }                                                                                                \
   static void dora_norm_##sfx(float *sq, const void *w, const void *d, int in, int out) {          \
     RUN("dora_norm", base_##sfx()->dora_norm(sq, w, d, in, out), sq, w, d);                        \
   }                                                                                                \

@@ -396,6 +396,13 @@ static void noise_t(colo_dtype_t t, void *x, int N, int C, uint64_t key, uint64_
   narrow(t, x, f, n);
 }
 
+static void scale_rows_t(colo_dtype_t t, void *x, const float *w, int N, int C) {
+  size_t n = (size_t)N * C;
+  float *f = widen(t, x, n);
+  f32()->scale_rows(f, w, N, C);
+  narrow(t, x, f, n);
+}
+
 static void dora_norm_t(colo_dtype_t t, float *sq, const void *w, const void *dt, int in, int out) {
   size_t n = (size_t)in * out;
   float *fw = widen(t, w, n), *fd = widen(t, dt, n);
@@ -575,6 +582,9 @@ static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const f
   }                                                                                                \
   static void noise_##sfx(void *x, int N, int C, uint64_t k, uint64_t r0, float mag) {             \
     noise_t(T, x, N, C, k, r0, mag);                                                               \
+  }                                                                                                \
+  static void scale_rows_##sfx(void *x, const float *w, int N, int C) {                            \
+    scale_rows_t(T, x, w, N, C);                                                                   \
   }                                                                                                \
   static void dora_norm_##sfx(float *sq, const void *w, const void *d, int in, int out) {          \
     dora_norm_t(T, sq, w, d, in, out);                                                             \

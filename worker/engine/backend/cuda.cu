@@ -608,6 +608,19 @@ static void noise(void *x, int N, int C, uint64_t key, uint64_t row0, float mag)
   LAUNCHED();
 }
 
+/* a loss's gradient weighted by rows: the product in fp32, rounded once */
+template <class T> __global__ static void scale_rows_kernel(T *x, const float *w, int N, int C) {
+  size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x, n = (size_t)N * C;
+  for (; i < n; i += (size_t)gridDim.x * blockDim.x)
+    x[i] = st<T>(__fmul_rn(ld(x[i]), w[i / C]));
+}
+
+template <class T> static void scale_rows(void *x, const float *w, int N, int C) {
+  size_t n = (size_t)N * C;
+  scale_rows_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)x, w, N, C);
+  LAUNCHED();
+}
+
 /* DoRA (backend.h). dora_norm: a block per 32 columns j, its 32 × 8 threads walking the rows i
  * in tiles of 32; each tile of dt[j][i] goes through shared memory, so that both w's rows and
  * dt's are read along their length. Each column's sum runs over i in the same order in every

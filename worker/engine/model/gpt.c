@@ -110,6 +110,8 @@ struct colo_gpt_s {
    * loss (fuse_next), and the logits then hold it (logits_grad) */
   int fuse_next, logits_grad;
   float fuse_scale;
+  int weighted;                 /* the next backward's loss is Σ w[n]·CE_n, w in `losses` */
+  struct colo_lora_s *bypassed; /* colo_gpt_bypass_lora: the adapters set aside */
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dtmp;
   void *gelu;   /* [N][H/tp]: the GELU (SwiGLU) output of the block at hand, forward and backward */
@@ -1774,6 +1776,30 @@ void colo_gpt_backward(colo_gpt_t *m, float loss_scale) {
   colo_gpt_backward_stage(m, loss_scale, NULL);
 }
 
+void colo_gpt_backward_weighted(colo_gpt_t *m, const float *w) {
+  if (m->logits_grad) { /* the caller's error: a fused forward's gradient is the mean's */
+    fprintf(stderr, "colo_gpt_backward_weighted: after colo_gpt_forward_train\n");
+    abort();
+  }
+  m->be->from_host(m->losses, w, (size_t)m->B * m->T * sizeof(float));
+  m->weighted = 1;
+  colo_gpt_backward_stage(m, 1.0f, NULL);
+}
+
+void colo_gpt_read_losses(const colo_gpt_t *m, float *dst) {
+  memcpy(dst, m->host, (size_t)m->B * m->T * sizeof(float));
+}
+
+void colo_gpt_bypass_lora(colo_gpt_t *m, int on) {
+  if (on && m->lora) {
+    m->bypassed = m->lora;
+    m->lora = NULL;
+  } else if (!on && m->bypassed) {
+    m->lora = m->bypassed;
+    m->bypassed = NULL;
+  }
+}
+
 void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out) {
   const colo_backend_t *be = m->be;
   int B = m->B, T = m->T, C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T;
@@ -1788,12 +1814,13 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
     boundary_in(m, at(m, m->dres, off), d_out, rowf);
     goto blocks;
   }
-  /* loss -> logits (in place) -> final LayerNorm */
+  /* loss -> logits (in place) -> final LayerNorm; weighted: each row's gradient times its weight
+   * (colo_gpt_backward_weighted put them where the losses were) */
+  float dl = m->weighted ? loss_scale : loss_scale / (float)N;
   if (m->tp_comm)
-    be->vocab_ce_bwd(m->logits, m->logits, m->gmax, m->gsum, m->targets, m->v0,
-                     loss_scale / (float)N, N, Vl);
+    be->vocab_ce_bwd(m->logits, m->logits, m->gmax, m->gsum, m->targets, m->v0, dl, N, Vl);
   else if (!m->logits_grad)
-    be->crossentropy_bwd(m->logits, m->logits, m->targets, loss_scale / (float)N, N, Vl);
+    be->crossentropy_bwd(m->logits, m->logits, m->targets, dl, N, Vl);
   else if (loss_scale != m->fuse_scale) { /* the caller's error: the gradient is for another */
     fprintf(stderr,
             "colo_gpt_backward: loss scale %g, but the forward computed the loss's "
@@ -1802,6 +1829,9 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
     abort();
   }
   m->logits_grad = 0;
+  if (m->weighted)
+    be->scale_rows(m->logits, m->losses, N, Vl);
+  m->weighted = 0;
   /* a tied embedding's gradients stay open until the encoder's backward, at the very end (an
    * untied head's close with the final norm's) */
   size_t ih = (size_t)m->i_head, il = (size_t)m->i_lnf;

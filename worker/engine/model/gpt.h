@@ -334,5 +334,14 @@ void colo_gpt_zero_grad(colo_gpt_t *m);
 /* Accumulates into the gradients d(loss · loss_scale)/dparams for the last forward, which must
  * have had targets. */
 void colo_gpt_backward(colo_gpt_t *m, float loss_scale);
+/* The last forward's (colo_gpt_forward with targets, not _train) losses, B·T of them in host
+ * memory, row by row (0 where the target does not count). */
+void colo_gpt_read_losses(const colo_gpt_t *m, float *dst);
+/* Accumulates the gradients of Σ_n w[n]·loss_n for that forward: each row's loss weighted on
+ * its own (w: B·T floats in host memory, of either sign), as DPO weighs its sequences' tokens. */
+void colo_gpt_backward_weighted(colo_gpt_t *m, const float *w);
+/* on: forwards leave out the LoRA adapters (the frozen model alone: DPO's reference), until
+ * called with 0. Forwards only: a backward needs the adapters' forward. */
+void colo_gpt_bypass_lora(colo_gpt_t *m, int on);
 
 #endif

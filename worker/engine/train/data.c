@@ -37,23 +37,29 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
   memcpy(hdr, map, sizeof hdr);
   int rc = 0;
-  int masked = hdr[0] == COLO_SHARD_MAGIC_MASKED;
+  int pairs = hdr[0] == COLO_SHARD_MAGIC_PAIRS;
+  int masked = hdr[0] == COLO_SHARD_MAGIC_MASKED || pairs;
   int wide = hdr[0] == COLO_SHARD_MAGIC_U32 || (masked && hdr[3] == 4);
-  int version = masked ? COLO_SHARD_VERSION_MASKED
-                : wide ? COLO_SHARD_VERSION_U32
-                       : COLO_SHARD_VERSION;
+  int version = pairs    ? COLO_SHARD_VERSION_PAIRS
+                : masked ? COLO_SHARD_VERSION_MASKED
+                : wide   ? COLO_SHARD_VERSION_U32
+                         : COLO_SHARD_VERSION;
   size_t tsz = wide ? sizeof(uint32_t) : sizeof(uint16_t);
+  /* a preference shard's sequence table: after the mask, at a multiple of 8 */
+  size_t n = hdr[2] < 0 ? 0 : (size_t)hdr[2], at = (sizeof hdr + n * tsz + (n + 7) / 8 + 7) & ~7ul;
   if (hdr[0] != COLO_SHARD_MAGIC && hdr[0] != COLO_SHARD_MAGIC_U32 && !masked)
     rc = colo_fail(err, errlen, COLO_EPARSE,
                    "%s: not a token shard (magic %d, expected %d, or %d for uint32 tokens, or %d "
-                   "with a loss mask)",
-                   path, hdr[0], COLO_SHARD_MAGIC, COLO_SHARD_MAGIC_U32, COLO_SHARD_MAGIC_MASKED);
+                   "with a loss mask, or %d of preference pairs)",
+                   path, hdr[0], COLO_SHARD_MAGIC, COLO_SHARD_MAGIC_U32, COLO_SHARD_MAGIC_MASKED,
+                   COLO_SHARD_MAGIC_PAIRS);
   else if (hdr[1] != version)
     rc = colo_fail(err, errlen, COLO_EPARSE,
                    "%s: shard version %d is not supported (expected %d: %s)", path, hdr[1], version,
-                   masked ? "tokens with a loss mask"
-                   : wide ? "uint32 tokens"
-                          : "uint16 tokens");
+                   pairs    ? "preference pairs"
+                   : masked ? "tokens with a loss mask"
+                   : wide   ? "uint32 tokens"
+                            : "uint16 tokens");
   else if (masked && hdr[3] != 2 && hdr[3] != 4)
     rc =
         colo_fail(err, errlen, COLO_EPARSE, "%s: a token width of %d bytes (2 or 4)", path, hdr[3]);
@@ -63,6 +69,22 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
            (masked && len - sizeof hdr - (size_t)hdr[2] * tsz < ((size_t)hdr[2] + 7) / 8))
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: truncated: the header says %d tokens%s", path,
                    hdr[2], masked ? " and their loss mask" : "");
+  else if (pairs && (hdr[4] < 0 || hdr[4] % 2))
+    rc = colo_fail(err, errlen, COLO_EPARSE,
+                   "%s: %d sequences: a preference shard holds two a pair", path, hdr[4]);
+  else if (pairs && (len < at || (len - at) / 8 < (size_t)hdr[4]))
+    rc = colo_fail(err, errlen, COLO_EPARSE,
+                   "%s: truncated: the header says %d sequences, and their table is not all there",
+                   path, hdr[4]);
+  for (size_t i = 0; rc == 0 && pairs && i < (size_t)hdr[4]; i++) {
+    const uint64_t *q = (const uint64_t *)((const char *)map + at);
+    uint64_t end = i + 1 < (size_t)hdr[4] ? q[i + 1] : n;
+    if ((i == 0 && q[0] != 0) || q[i] + 2 > end)
+      rc = colo_fail(err, errlen, COLO_EPARSE,
+                     "%s: sequence %zu begins at token %llu and ends at %llu: each holds two "
+                     "tokens at least, the first beginning at 0, in order",
+                     path, i, (unsigned long long)q[i], (unsigned long long)end);
+  }
   if (rc < 0) {
     munmap(map, len);
     return rc;
@@ -74,6 +96,10 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
   out->n = (size_t)hdr[2];
   if (masked)
     out->mask = (const uint8_t *)out->tokens + out->n * tsz;
+  if (pairs) {
+    out->seq = (const uint64_t *)((const char *)map + at);
+    out->n_seq = (size_t)hdr[4];
+  }
   return 0;
 }
 
@@ -152,9 +178,14 @@ int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errle
       s.n_files++;
       s.n += s.files[i].n;
       s.masked |= s.files[i].mask != NULL;
+      s.pairs = (i == 0 || s.pairs) && s.files[i].seq != NULL;
+      s.n_pairs += s.files[i].n_seq / 2;
     }
   }
   colo_paths_close(&ps);
+  if (rc == 0 && s.n_pairs && !s.pairs)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: some of its files are preference shards and some are not", path);
   if (rc < 0) {
     colo_shard_free(&s);
     return rc;
@@ -522,4 +553,63 @@ uint64_t colo_eval_counted(const colo_shard_t *s, uint64_t seed, int batches, in
     for (int r = 0; r < world; r++)
       c += eval_batch(s, seed, i, r, world, B, T, NULL, NULL);
   return c;
+}
+
+/* ---- preference pairs ---- */
+
+#define TAG_PAIRS 0x70616972ull /* "pair" */
+
+/* sequence q of file x into one row of T: its tokens from its start, padded */
+static void copy_sequence(const colo_shard_file_t *x, size_t q, int T, int *in, int *tg) {
+  size_t a = (size_t)x->seq[q], e = q + 1 < x->n_seq ? (size_t)x->seq[q + 1] : x->n;
+  for (int t = 0; t < T; t++) {
+    size_t i = a + (size_t)t + 1;
+    in[t] = i <= e ? (int)colo_shard_token(x, i - 1) : 0;
+    tg[t] = i < e && colo_shard_counts(x, i) ? (int)colo_shard_token(x, i) : -1;
+  }
+}
+
+/* pair p of the set into rows 2b and 2b + 1 */
+static void copy_pair(const colo_shard_t *s, size_t p, int T, int b, int *in, int *tg) {
+  size_t f = 0;
+  while (f + 1 < s->n_files && p >= s->files[f].n_seq / 2)
+    p -= s->files[f++].n_seq / 2;
+  for (int k = 0; k < 2; k++) {
+    size_t o = (size_t)(2 * b + k) * (size_t)T;
+    copy_sequence(&s->files[f], 2 * p + (size_t)k, T, in + o, tg + o);
+  }
+}
+
+void colo_pairs_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int accum, int micro,
+                      int rank, int world, int P, int T, int *inputs, int *targets) {
+  uint64_t n = s->n_pairs;
+  for (int b = 0; b < P; b++) {
+    uint64_t g = (((step * (uint64_t)accum + (uint64_t)micro) * (uint64_t)world + (uint64_t)rank) *
+                  (uint64_t)P) +
+                 (uint64_t)b;
+    uint64_t p = colo_permute(g % n, n, colo_hash4(seed, 0, TAG_PAIRS, 0), g / n);
+    copy_pair(s, (size_t)p, T, b, inputs, targets);
+  }
+}
+
+void colo_pairs_eval_batch(const colo_shard_t *s, int i, int rank, int world, int P, int T,
+                           int *inputs, int *targets) {
+  for (int b = 0; b < P; b++) {
+    uint64_t g = ((uint64_t)i * (uint64_t)world + (uint64_t)rank) * (uint64_t)P + (uint64_t)b;
+    copy_pair(s, (size_t)(g % s->n_pairs), T, b, inputs, targets);
+  }
+}
+
+void colo_pairs_cut(const colo_shard_t *s, int T, size_t *cut, size_t *lost) {
+  *cut = *lost = 0;
+  for (size_t f = 0; f < s->n_files; f++) {
+    const colo_shard_file_t *x = &s->files[f];
+    for (size_t q = 0; q < x->n_seq; q++) {
+      size_t a = (size_t)x->seq[q], e = q + 1 < x->n_seq ? (size_t)x->seq[q + 1] : x->n;
+      if (e - a <= (size_t)T + 1)
+        continue;
+      (*cut)++;
+      *lost += count_bits(x->mask, a + 1, a + 1 + (size_t)T) == 0;
+    }
+  }
 }

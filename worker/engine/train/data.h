@@ -25,11 +25,21 @@
  * prompts. */
 #define COLO_SHARD_MAGIC_MASKED   20261125
 #define COLO_SHARD_VERSION_MASKED 1
+/* colo's preference shards (DPO, `colo-train prepare --chosen-field --rejected-field`): the
+ * masked layout, with the number of sequences S in the header's fifth int, and after the mask,
+ * zero bytes to a multiple of 8, then S uint64 offsets where the sequences begin (the first 0,
+ * ascending; the last runs to the end of the tokens). Sequences 2i and 2i + 1 are pair i's
+ * chosen and rejected answers, each [document token] prompt answer [end], the answer and its
+ * end counting as targets. */
+#define COLO_SHARD_MAGIC_PAIRS   20261128
+#define COLO_SHARD_VERSION_PAIRS 1
 
 /* One shard file, mapped read-only (ranks of a node share its pages). */
 typedef struct {
   const void *tokens;  /* uint16, or uint32 when wide */
   const uint8_t *mask; /* a bit a token, set where it counts as a target; NULL: all count */
+  const uint64_t *seq; /* a preference shard's sequence starts, n_seq of them; else NULL */
+  size_t n_seq;
   int wide;
   size_t n;
   void *map;
@@ -47,7 +57,9 @@ typedef struct {
       *windows;   /* [n_files + 1]: windows of block_size T before each file (colo_shard_windows) */
   size_t *blocks; /* [n_files + 1]: the same for windows that do not overlap (data.order shuffle) */
   int T;
-  int masked;      /* some file has a loss mask */
+  int masked; /* some file has a loss mask */
+  int pairs;  /* every file is a preference shard; n_pairs of them in all */
+  size_t n_pairs;
   char path[1024]; /* as given */
 } colo_shard_t;
 
@@ -174,5 +186,23 @@ void colo_sample_eval_batch(const colo_shard_t *s, uint64_t seed, int i, int ran
  * window at multiples of T, what an evaluation of the whole set reads) */
 uint64_t colo_eval_counted(const colo_shard_t *s, uint64_t seed, int batches, int world, int B,
                            int T);
+
+/* Preference pairs (DPO) from a preference shard (every file one): a batch of P pairs is 2P rows,
+ * pair b's chosen answer in row 2b and its rejected one in row 2b + 1, each its sequence from its
+ * start (inputs its tokens, targets the next tokens where they count, -1 elsewhere), its first
+ * T + 1 tokens when it is longer (the end of the answer cut), padded after its end with input 0
+ * and target -1. Pair g of the run (g = ((step·accum + micro)·world + rank)·P + b) is pair
+ * π_e(g mod n) of epoch e = g / n, π_e a seeded permutation drawn anew each epoch, so that a
+ * resumed or resized run reads what the uninterrupted one does. */
+void colo_pairs_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int accum, int micro,
+                      int rank, int world, int P, int T, int *inputs, int *targets);
+/* Evaluation batch i: pairs ((i·world + rank)·P + b) mod n, in the file's order, the same at
+ * every evaluation; batches 0 (colo_pairs_eval_batches) reads each pair once. */
+void colo_pairs_eval_batch(const colo_shard_t *s, int i, int rank, int world, int P, int T,
+                           int *inputs, int *targets);
+/* How many sequences of the set are longer than T + 1 tokens (cut), and how many of those keep
+ * no target that counts (their answer wholly past the window): a pair with such a sequence
+ * compares nothing of it. */
+void colo_pairs_cut(const colo_shard_t *s, int T, size_t *cut, size_t *lost);
 
 #endif

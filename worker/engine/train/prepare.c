@@ -28,7 +28,10 @@ typedef struct {
   size_t shard_tokens; /* 0: one file */
   int wide;            /* uint32 tokens (llm.c's Llama 3 shards), else uint16 */
   int masked;          /* colo's shards with a loss mask (COLO_SHARD_MAGIC_MASKED) */
+  int pairs;           /* preference shards (COLO_SHARD_MAGIC_PAIRS): a table of sequences */
   FILE *f;
+  uint64_t *seq; /* pairs: where the file's sequences begin */
+  size_t n_seq, seq_cap;
   size_t in_file, total, counted; /* counted: tokens that count as targets */
   uint8_t *bits;                  /* masked: the file's mask so far, written after its tokens */
   size_t bits_cap;
@@ -43,14 +46,15 @@ static void final_name(const out_t *o, int i, char *out, size_t len) {
     snprintf(out, len, "%s/%s.bin", o->dir, o->kind);
 }
 
-static int write_header(FILE *f, size_t n, int wide, int masked) {
+static int write_header(FILE *f, size_t n, int wide, int masked, int pairs, size_t n_seq) {
   int32_t hdr[COLO_SHARD_HEADER_INTS] = {wide ? COLO_SHARD_MAGIC_U32 : COLO_SHARD_MAGIC,
                                          wide ? COLO_SHARD_VERSION_U32 : COLO_SHARD_VERSION,
                                          (int32_t)n};
   if (masked) {
-    hdr[0] = COLO_SHARD_MAGIC_MASKED;
-    hdr[1] = COLO_SHARD_VERSION_MASKED;
+    hdr[0] = pairs ? COLO_SHARD_MAGIC_PAIRS : COLO_SHARD_MAGIC_MASKED;
+    hdr[1] = pairs ? COLO_SHARD_VERSION_PAIRS : COLO_SHARD_VERSION_MASKED;
     hdr[3] = wide ? 4 : 2;
+    hdr[4] = (int32_t)n_seq;
   }
   return fseek(f, 0, SEEK_SET) == 0 && fwrite(hdr, sizeof hdr, 1, f) == 1 ? 0 : -1;
 }
@@ -73,7 +77,8 @@ static int out_open(out_t *o, char *err, size_t errlen) {
   o->in_file = 0;
   if (o->bits)
     memset(o->bits, 0, o->bits_cap);
-  if (write_header(o->f, 0, o->wide, o->masked) < 0)
+  o->n_seq = 0;
+  if (write_header(o->f, 0, o->wide, o->masked, o->pairs, 0) < 0)
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count - 1], strerror(errno));
   return 0;
 }
@@ -84,8 +89,12 @@ static int out_finish_file(out_t *o, char *err, size_t errlen) {
   o->f = NULL;
   size_t nb = (o->in_file + 7) / 8;
   int ok = !o->masked || nb == 0 || fwrite(o->bits, 1, nb, f) == nb;
-  ok = ok && write_header(f, o->in_file, o->wide, o->masked) == 0 && fflush(f) == 0 &&
-       fsync(fileno(f)) == 0;
+  static const uint8_t zero[8];
+  size_t pad = (8 - (COLO_SHARD_HEADER_INTS * 4 + o->in_file * (o->wide ? 4 : 2) + nb) % 8) % 8;
+  ok = ok && (!o->pairs || ((pad == 0 || fwrite(zero, 1, pad, f) == pad) &&
+                            (o->n_seq == 0 || fwrite(o->seq, 8, o->n_seq, f) == o->n_seq)));
+  ok = ok && write_header(f, o->in_file, o->wide, o->masked, o->pairs, o->n_seq) == 0 &&
+       fflush(f) == 0 && fsync(fileno(f)) == 0;
   ok = fclose(f) == 0 && ok;
   return ok ? 0 : colo_fail(err, errlen, COLO_EIO, "%s: %s", o->tmp[o->count - 1], strerror(errno));
 }
@@ -104,6 +113,25 @@ static int mask_room(out_t *o, size_t n) {
   memset(g + o->bits_cap, 0, c - o->bits_cap);
   o->bits = g;
   o->bits_cap = c;
+  return 0;
+}
+
+/* pairs: a sequence begins at o's next token */
+static int out_sequence(out_t *o, char *err, size_t errlen) {
+  if (!o->f) {
+    int rc = out_open(o, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  if (o->n_seq == o->seq_cap) {
+    size_t c = o->seq_cap ? 2 * o->seq_cap : 1024;
+    uint64_t *g = realloc(o->seq, c * sizeof *g);
+    if (!g)
+      return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    o->seq = g;
+    o->seq_cap = c;
+  }
+  o->seq[o->n_seq++] = o->in_file;
   return 0;
 }
 
@@ -176,6 +204,7 @@ static void out_free(out_t *o, int remove) {
     unlink(o->tmp[i]);
   free(o->tmp);
   free(o->bits);
+  free(o->seq);
 }
 
 #define MAX_SEG 16
@@ -206,7 +235,8 @@ typedef struct {
   int end;          /* prompt and completion pairs: the token after each completion; -1: none */
   int ended[2];     /* the part's last token is `end`, which is also the document token */
   colo_chat_t chat; /* conversations' template */
-  uint32_t *ends;   /* under BPE: where the round's pieces end */
+  int chat_open;
+  uint32_t *ends; /* under BPE: where the round's pieces end */
   size_t n_ends, ends_cap;
   seg_t seg[MAX_SEG];
   void *tok; /* tokens of the outputs' width */
@@ -808,7 +838,7 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
       ntok[d] = g->n - before;
     }
   }
-  int masked = r->out[0].masked;
+  int masked = r->out[0].masked, pairs = r->out[0].pairs;
   for (int i = 0; i < ns && rc == 0; i++) { /* in order */
     seg_t *g = &r->seg[i];
     if (g->rc < 0) {
@@ -822,10 +852,13 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
         if (r->part == 0 && e->at >= r->split)
           r->part = 1; /* validation starts with the first line at or past the split */
         /* the document token, unless the text before ended with it (GPT-2's <|endoftext|> ends
-         * one pair and begins the next); not a target where there is a mask */
-        if (r->eot >= 0 && !r->ended[r->part])
+         * one pair and begins the next; a preference pair's sequences each have their own); not
+         * a target where there is a mask */
+        if (pairs)
+          rc = out_sequence(&r->out[r->part], err, errlen);
+        if (rc == 0 && r->eot >= 0 && (!r->ended[r->part] || pairs))
           rc = emit(r, &r->out[r->part], &r->eot, 1, !masked, err, errlen);
-        r->docs++;
+        r->docs += !pairs || r->out[r->part].n_seq % 2;
       }
       out_t *o = &r->out[r->part];
       if (rc == 0 && e->pre >= 0)
@@ -849,7 +882,7 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
  * at the added tokens into entries, each text's tokens counting within what the assistant says
  * (colo_chat_render's spans), and each added token counting where it begins within one. */
 static int jinja_entries(run_t *r, batch_t *b, const cJSON *j, const cJSON *m, size_t at, int line,
-                         const char *path, char *err, size_t errlen) {
+                         const char *path, size_t skip, char *err, size_t errlen) {
   const colo_bpe_t *bpe = r->o->bpe;
   int bad, rc = 0;
   cJSON *msgs = colo_chat_messages(m, &bad);
@@ -879,7 +912,7 @@ static int jinja_entries(run_t *r, batch_t *b, const cJSON *j, const cJSON *m, s
     /* the text [seg, i), then the added token id (-1: the end) */
     e.from = e.until = NONE, e.post = id, e.post_counts = 0;
     int hits = 0;
-    for (size_t s = 0; s < ns; s++) {
+    for (size_t s = skip; s < ns; s++) { /* the first `skip` are the prompt's */
       if (sp[s].from < i && sp[s].to > seg) {
         hits++;
         e.from = (sp[s].from > seg ? sp[s].from : seg) - seg;
@@ -914,6 +947,99 @@ static int jinja_entries(run_t *r, batch_t *b, const cJSON *j, const cJSON *m, s
   return rc == COLO_ENOMEM ? colo_fail(err, errlen, rc, "out of memory") : rc;
 }
 
+/* The entries of a conversation m (messages {"role", "content"}, or ShareGPT's {"from",
+ * "value"}) of line j in the chat template, a document of its own. Its first `prompt` messages
+ * are a preference pair's prompt: what the assistant says in them does not count. */
+static int conversation_entries(run_t *r, batch_t *b, const cJSON *j, const cJSON *m, int prompt,
+                                size_t at, int line, const char *path, char *err, size_t errlen) {
+  const cJSON *x;
+  entry_t e = {at, NONE, -1, -1, 0, 1, line, NONE};
+  if (r->chat.kind == COLO_CHAT_JINJA) { /* spans: one a message of the assistant's, in order */
+    size_t skip = 0;
+    int k = 0;
+    cJSON_ArrayForEach(x, m) {
+      const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
+      const char *cs;
+      const char *rs = cJSON_IsString(role) ? role->valuestring : colo_chat_sharegpt_role(x, &cs);
+      skip += k++ < prompt && rs && !strcmp(rs, "assistant");
+    }
+    return jinja_entries(r, b, j, m, at, line, path, skip, err, errlen);
+  }
+  int k = 0;
+  cJSON_ArrayForEach(x, m) {
+    const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
+    k++;
+    const char *rs, *cs;
+    if (cJSON_IsString(role) && cJSON_IsString(content)) {
+      rs = role->valuestring, cs = content->valuestring;
+    } else if ((rs = colo_chat_sharegpt_role(x, &cs)) == NULL) {
+      const cJSON *from = cJSON_GetObjectItemCaseSensitive(x, "from");
+      if (cJSON_IsString(from) && cs)
+        return colo_fail(err, errlen, COLO_EPARSE,
+                         "%s:%d: message %d is from \"%.40s\": ShareGPT's \"human\", \"gpt\" "
+                         "and \"system\" are known",
+                         path, line, k, from->valuestring);
+      return colo_fail(err, errlen, COLO_EPARSE,
+                       "%s:%d: message %d is not an object with strings \"role\" and "
+                       "\"content\" (or ShareGPT's \"from\" and \"value\")",
+                       path, line, k);
+    }
+    size_t rn = strlen(rs), cn = strlen(cs);
+    int learn = !strcmp(rs, "assistant") && k > prompt;
+    colo_chat_piece_t pc[2];
+    int np = colo_chat_message(&r->chat, rs, rn, cs, cn, pc);
+    for (int i = 0; i < np; i++, e.starts = 0) {
+      e.pre = pc[i].pre, e.post = pc[i].post;
+      e.from = learn ? pc[i].from : NONE;
+      e.post_counts = learn && pc[i].learn_post;
+      if (batch_add(b, pc[i].text[0], pc[i].len[0], e) < 0 ||
+          batch_append(b, pc[i].text[1], pc[i].len[1]) < 0 ||
+          batch_append(b, pc[i].text[2], pc[i].len[2]) < 0)
+        return COLO_ENOMEM;
+    }
+  }
+  return 0;
+}
+
+/* A preference pair in TRL's conversational form: the prompt a list of messages, each answer a
+ * list of messages (the assistant's) or a string (one assistant message): each answer after the
+ * prompt, a conversation of its own in the chat template, the answer's messages alone counting. */
+static int conversational_pair(run_t *r, batch_t *b, const cJSON *j, const cJSON *const v[3],
+                               const char *const f[3], size_t at, int line, const char *path,
+                               char *err, size_t errlen) {
+  if (!r->chat_open)
+    return colo_fail(err, errlen, COLO_EPARSE,
+                     "%s:%d: \"%s\" is a list of messages: they need a chat template "
+                     "(--chat-template, or a tokenizer with its own)",
+                     path, line, f[0]);
+  int rc = 0;
+  for (int k = 1; k < 3 && rc == 0; k++) {
+    if (!cJSON_IsArray(v[k]) && !cJSON_IsString(v[k]))
+      return colo_fail(err, errlen, COLO_EPARSE,
+                       "%s:%d: \"%s\" is neither a list of messages nor a string", path, line,
+                       f[k]);
+    cJSON *msgs = cJSON_Duplicate(v[0], 1), *x;
+    if (msgs && cJSON_IsString(v[k])) {
+      cJSON *a = cJSON_CreateObject();
+      cJSON_AddItemToArray(msgs, a);
+      if (!cJSON_AddStringToObject(a, "role", "assistant") ||
+          !cJSON_AddStringToObject(a, "content", v[k]->valuestring))
+        rc = COLO_ENOMEM;
+    }
+    for (x = cJSON_IsArray(v[k]) ? v[k]->child : NULL; msgs && x && rc == 0; x = x->next)
+      if (!cJSON_AddItemToArray(msgs, cJSON_Duplicate(x, 1)))
+        rc = COLO_ENOMEM;
+    if (!msgs)
+      rc = COLO_ENOMEM;
+    if (rc == 0)
+      rc = conversation_entries(r, b, j, msgs, cJSON_GetArraySize(v[0]), at, line, path, err,
+                                errlen);
+    cJSON_Delete(msgs);
+  }
+  return rc;
+}
+
 /* The entries of one line's object j (at: where the line begins): its document, its prompt and
  * completion, or its conversation in the chat template (each message {"role", "content"}, or
  * ShareGPT's {"from", "value"}). COLO_EPARSE naming what is missing. */
@@ -922,46 +1048,30 @@ static int line_entries(run_t *r, batch_t *b, const cJSON *j, size_t at, int lin
   const colo_prepare_opts_t *o = r->o;
   entry_t e = {at, NONE, -1, -1, 0, 1, line, NONE};
   if (o->messages_field) {
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, o->messages_field), *x;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(j, o->messages_field);
     if (!cJSON_IsArray(m) || cJSON_GetArraySize(m) == 0)
       return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not a JSON object with a list \"%s\"",
                        path, line, o->messages_field);
-    if (r->chat.kind == COLO_CHAT_JINJA)
-      return jinja_entries(r, b, j, m, at, line, path, err, errlen);
-    int k = 0;
-    cJSON_ArrayForEach(x, m) {
-      const cJSON *role = cJSON_GetObjectItemCaseSensitive(x, "role");
-      const cJSON *content = cJSON_GetObjectItemCaseSensitive(x, "content");
-      k++;
-      const char *rs, *cs;
-      if (cJSON_IsString(role) && cJSON_IsString(content)) {
-        rs = role->valuestring, cs = content->valuestring;
-      } else if ((rs = colo_chat_sharegpt_role(x, &cs)) == NULL) {
-        const cJSON *from = cJSON_GetObjectItemCaseSensitive(x, "from");
-        if (cJSON_IsString(from) && cs)
-          return colo_fail(err, errlen, COLO_EPARSE,
-                           "%s:%d: message %d is from \"%.40s\": ShareGPT's \"human\", \"gpt\" "
-                           "and \"system\" are known",
-                           path, line, k, from->valuestring);
+    return conversation_entries(r, b, j, m, 0, at, line, path, err, errlen);
+  }
+  if (o->chosen_field) { /* the prompt with each answer: two sequences */
+    const char *f[3] = {o->prompt_field, o->chosen_field, o->rejected_field};
+    const cJSON *v[3];
+    for (int k = 0; k < 3; k++)
+      v[k] = cJSON_GetObjectItemCaseSensitive(j, f[k]);
+    if (cJSON_IsArray(v[0]) && cJSON_GetArraySize(v[0]) > 0)
+      return conversational_pair(r, b, j, v, f, at, line, path, err, errlen);
+    for (int k = 0; k < 3; k++)
+      if (!cJSON_IsString(v[k]))
         return colo_fail(err, errlen, COLO_EPARSE,
-                         "%s:%d: message %d is not an object with strings \"role\" and "
-                         "\"content\" (or ShareGPT's \"from\" and \"value\")",
-                         path, line, k);
-      }
-      size_t rn = strlen(rs), cn = strlen(cs);
-      int learn = !strcmp(rs, "assistant");
-      colo_chat_piece_t pc[2];
-      int np = colo_chat_message(&r->chat, rs, rn, cs, cn, pc);
-      for (int i = 0; i < np; i++, e.starts = 0) {
-        e.pre = pc[i].pre, e.post = pc[i].post;
-        e.from = learn ? pc[i].from : NONE;
-        e.post_counts = learn && pc[i].learn_post;
-        if (batch_add(b, pc[i].text[0], pc[i].len[0], e) < 0 ||
-            batch_append(b, pc[i].text[1], pc[i].len[1]) < 0 ||
-            batch_append(b, pc[i].text[2], pc[i].len[2]) < 0)
-          return COLO_ENOMEM;
-      }
-    }
+                         "%s:%d: not a JSON object with strings \"%s\", \"%s\" and \"%s\" (or "
+                         "TRL's conversational form: \"%s\" a list of messages)",
+                         path, line, f[0], f[1], f[2], f[0]);
+    entry_t ce = {at, 0, -1, r->end, 1, 0, line, NONE};
+    for (int k = 1; k < 3; k++)
+      if (batch_add(b, v[0]->valuestring, strlen(v[0]->valuestring), e) < 0 ||
+          batch_add(b, v[k]->valuestring, strlen(v[k]->valuestring), ce) < 0)
+        return COLO_ENOMEM;
     return 0;
   }
   if (o->prompt_field) {
@@ -1077,9 +1187,22 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   size_t nd = docs.n;
   int wide = o->bpe && colo_bpe_vocab_size(o->bpe) > 65536; /* llm.c's uint32 shards */
   int masked = o->prompt_field != NULL || o->messages_field != NULL;
+  int pairs = o->chosen_field != NULL;
+  if (pairs && (!o->prompt_field || !o->rejected_field || o->completion_field)) {
+    colo_paths_close(&docs);
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "preference pairs need a prompt, a chosen and a rejected field, and no "
+                     "completion field");
+  }
+  if (pairs && o->shard_tokens) {
+    colo_paths_close(&docs);
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "--shard-tokens cuts a stream of tokens; preference pairs are written whole "
+                     "into one train.bin and one val.bin");
+  }
   run_t r = {o,
-             {{out_dir, "train", o->shard_tokens, wide, masked},
-              {out_dir, "val", o->shard_tokens, wide, masked}}};
+             {{out_dir, "train", o->shard_tokens, wide, masked, pairs},
+              {out_dir, "val", o->shard_tokens, wide, masked, pairs}}};
   for (size_t i = 0; rc == 0 && i < nd; i++) { /* the split's measure: bytes of text */
     size_t n = 0;
     rc = text_size(paths[i], &n, err, errlen);
@@ -1094,7 +1217,10 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   for (size_t i = 0; rc == 0 && masked && i < nd; i++)
     if (!is_jsonl(paths[i]))
       rc = colo_fail(err, errlen, COLO_EINVAL, "%s: %s come in JSON lines (*.jsonl, *.ndjson)",
-                     paths[i], o->prompt_field ? "prompts and completions" : "conversations");
+                     paths[i],
+                     pairs             ? "preference pairs"
+                     : o->prompt_field ? "prompts and completions"
+                                       : "conversations");
   r.eot = -1;
   if (o->bpe && (nd > 1 || jsonl)) { /* documents apart: the tokenizer's document token */
     int bos;
@@ -1105,8 +1231,10 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   r.end = -1;
   if (o->prompt_field && o->bpe)
     r.end = colo_bpe_eos(o->bpe) >= 0 ? colo_bpe_eos(o->bpe) : r.eot;
-  if (rc == 0 && o->messages_field)
+  if (rc == 0 && (o->messages_field || (pairs && o->chat_template))) {
     rc = colo_chat_open(&r.chat, o->chat_template, o->bpe, err, errlen);
+    r.chat_open = rc == 0;
+  }
   r.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r.threads = r.threads < 1 ? 1 : r.threads > MAX_SEG ? MAX_SEG : r.threads;
   r.cap = BUF * (size_t)(o->bpe ? r.threads : 1); /* a round gives each thread a buffer's worth */
@@ -1136,6 +1264,7 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
     st->tokens[k] = r.out[k].total;
     st->counted[k] = r.out[k].counted;
     st->files[k] = r.out[k].count;
+    st->pairs[k] = r.out[k].n_seq / 2;
     out_free(&r.out[k], rc < 0);
   }
   st->bytes = r.total;

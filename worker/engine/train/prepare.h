@@ -17,6 +17,9 @@ typedef struct {
   /* JSON lines of prompts and completions (supervised fine-tuning): the fields of each; NULL:
    * documents of text. Both or neither. */
   const char *prompt_field, *completion_field;
+  /* JSON lines of preference pairs (DPO): with prompt_field, the fields of the chosen and the
+   * rejected answer; NULL: none. Both or neither, without completion_field. */
+  const char *chosen_field, *rejected_field;
   /* JSON lines of conversations: the field of each line's list of messages ({"role",
    * "content"}), written out in chat_template ("llama3" or "chatml"); NULL: none */
   const char *messages_field, *chat_template;
@@ -32,6 +35,7 @@ typedef struct {
   int masked;        /* shards with a loss mask (prompts and completions, conversations) */
   int end;           /* masked: the token put after each completion; -1: none */
   size_t counted[2]; /* the tokens that count as targets: all but a masked shard's prompts */
+  size_t pairs[2];   /* preference pairs written */
 } colo_prepare_stats_t;
 
 /* Tokenises input into out_dir: a file, or with *, ? or [ every file the pattern matches, in
@@ -63,7 +67,17 @@ typedef struct {
  *           trimmed of whitespace, as Llama 3's template does (no date header);
  *   chatml: <|im_start|>ROLE "\n" CONTENT <|im_end|> then "\n".
  * The texts between special tokens are encoded whole, as HuggingFace encodes a rendered
- * template; of the assistant's, the tokens that begin in its content count. */
+ * template; of the assistant's, the tokens that begin in its content count.
+ *
+ * With prompt_field, chosen_field and rejected_field, every line holds a prompt and two answers
+ * to it, the preferred and the other; the pair becomes two sequences, [document token] prompt
+ * chosen [end] and [document token] prompt rejected [end] (prompt and answer encoded apart, as
+ * TRL's DPO trainer encodes them; the end as a completion's). In TRL's conversational form, the
+ * prompt a list of messages and each answer a list of the assistant's messages (or a string: one
+ * such message), each answer is the conversation prompt + answer in chat_template (as
+ * messages_field writes one), of which only the answer's messages count. They are written to
+ * colo's preference shards (COLO_SHARD_MAGIC_PAIRS, data.h): the sequences' starts in a table.
+ * A pair is written whole to train.bin or val.bin (shard_tokens is refused). */
 int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts_t *o,
                  colo_prepare_stats_t *st, char *err, size_t errlen);
 

@@ -296,6 +296,117 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
                                (double)batches * world * B * T);
 }
 
+/* ---- DPO (train.dpo_beta) ---- */
+
+/* A DPO run's scratch and sums: per token weights, per row log-probabilities */
+typedef struct {
+  float beta;
+  float *w;          /* [B·T]: the losses read back, then the backward's weights */
+  double *ref, *pol; /* [B]: each row's summed log-probability, the reference's and the model's */
+} dpo_t;
+
+/* sums over pairs: the loss, the pairs whose chosen answer gains more (z > 0), the margins z, the
+ * chosen and the rejected answers' rewards β(π − ρ), and the pairs */
+typedef struct {
+  double loss, correct, margin, chosen, rejected, pairs;
+} dpo_sums_t;
+
+/* each row's log-probability of its targets that count, −Σ of the last forward's losses, summed
+ * in order */
+static void row_logps(colo_gpt_t *m, dpo_t *d, int B, int T, double *out) {
+  colo_gpt_read_losses(m, d->w);
+  for (int r = 0; r < B; r++) {
+    double s = 0.0;
+    for (int t = 0; t < T; t++)
+      s += d->w[(size_t)r * T + t];
+    out[r] = -s;
+  }
+}
+
+/* The reference's log-probabilities: the frozen model, the adapters left out, with neither
+ * dropout nor noise (the caller sets those for the model's forward after this) */
+static void dpo_reference(colo_gpt_t *m, dpo_t *d, const int *in, const int *tg, int B, int T) {
+  colo_gpt_bypass_lora(m, 1);
+  colo_gpt_forward(m, in, tg, B, T);
+  colo_gpt_bypass_lora(m, 0);
+  row_logps(m, d, B, T, d->ref);
+}
+
+/* Pair i (rows 2i and 2i + 1): z = β((π_c − ρ_c) − (π_r − ρ_r)), its loss softplus(−z) =
+ * −log σ(z) counted into s; returns g = β·σ(−z), the loss's derivative by each of the chosen
+ * row's token losses (−g by the rejected row's) */
+static double dpo_pair(const dpo_t *d, int i, dpo_sums_t *s) {
+  double beta = d->beta, rc = beta * (d->pol[2 * i] - d->ref[2 * i]);
+  double rr = beta * (d->pol[2 * i + 1] - d->ref[2 * i + 1]), z = rc - rr;
+  s->loss += z > 0 ? log1p(exp(-z)) : -z + log1p(exp(z));
+  s->correct += z > 0;
+  s->margin += z;
+  s->chosen += rc;
+  s->rejected += rr;
+  s->pairs += 1.0;
+  return beta / (1.0 + exp(z));
+}
+
+/* One training micro-batch of B/2 pairs: the reference's forward, the model's, and its backward
+ * with each row's token losses weighted by the loss's derivative (the chosen row's +g·scale, the
+ * rejected's −g·scale). The model's forward has the caller's dropout and noise. Returns the
+ * micro-batch's mean loss. */
+static double dpo_train_micro(colo_gpt_t *m, dpo_t *d, const int *in, const int *tg, int B, int T,
+                              float scale, colo_lora_t *lora, uint64_t drop_key, uint64_t row0,
+                              float noise_mag, uint64_t noise_key, dpo_sums_t *s) {
+  dpo_reference(m, d, in, tg, B, T);
+  colo_lora_set_dropout(lora, 1, drop_key, row0);
+  colo_gpt_set_noise(m, noise_mag, noise_key, row0);
+  colo_gpt_forward(m, in, tg, B, T);
+  row_logps(m, d, B, T, d->pol);
+  double before = s->loss;
+  for (int i = 0; i < B / 2; i++) {
+    float g = (float)(dpo_pair(d, i, s) * scale);
+    for (int t = 0; t < T; t++) {
+      d->w[(size_t)(2 * i) * T + t] = g;
+      d->w[(size_t)(2 * i + 1) * T + t] = -g;
+    }
+  }
+  colo_gpt_backward_weighted(m, d->w);
+  colo_gpt_set_noise(m, 0.0f, 0, 0);
+  colo_lora_set_dropout(lora, 0, 0, 0);
+  return (s->loss - before) / (B / 2);
+}
+
+/* sums added up over a group (as floats: the means the reports print) */
+static int dpo_sums_reduce(colo_comm_t *c, dpo_sums_t *s) {
+  float v[6] = {(float)s->loss,   (float)s->correct,  (float)s->margin,
+                (float)s->chosen, (float)s->rejected, (float)s->pairs};
+  if (c && colo_comm_size(c) > 1 && c->ops->allreduce_sum(c, v, 6) < 0)
+    return -1;
+  *s = (dpo_sums_t){v[0], v[1], v[2], v[3], v[4], v[5]};
+  return 0;
+}
+
+/* The mean DPO loss over `batches` evaluation batches of B/2 pairs (colo_pairs_eval_batch; 0:
+ * each pair of the set once, the last batch's pairs past the end left out), the group's ranks
+ * each taking their share; the sums in *out. NaN when the group fails. */
+static float evaluate_dpo(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val, dpo_t *d,
+                          int batches, int B, int T, int *in, int *tg, dpo_sums_t *out) {
+  int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1, P = B / 2;
+  size_t n = val->n_pairs, per = (size_t)world * P;
+  int nb = batches > 0 ? batches : (int)((n + per - 1) / per);
+  dpo_sums_t s = {0};
+  for (int i = 0; i < nb; i++) {
+    colo_pairs_eval_batch(val, i, rank, world, P, T, in, tg);
+    dpo_reference(m, d, in, tg, B, T);
+    colo_gpt_forward(m, in, tg, B, T);
+    row_logps(m, d, B, T, d->pol);
+    for (int b = 0; b < P; b++)
+      if (batches > 0 || ((size_t)i * world + rank) * P + b < n)
+        dpo_pair(d, b, &s);
+  }
+  if (dpo_sums_reduce(comm, &s) < 0)
+    return NAN;
+  *out = s;
+  return (float)(s.loss / s.pairs);
+}
+
 /* whether the tests planted an overflow at this step (1-based) */
 static int planted(const colo_train_config_t *cfg, int step) {
   for (int i = 0; i < cfg->n_plant; i++)
@@ -504,12 +615,15 @@ static int early_stop_here(const early_t *es, const colo_train_config_t *cfg,
  * stopping's count, which counts this evaluation and goes into the record too; NULL: none. */
 static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
                              const val_sets_t *val, const colo_train_config_t *cfg, int step,
-                             early_t *es, int quiet, FILE *progress, int *in, int *tg) {
+                             early_t *es, int quiet, FILE *progress, int *in, int *tg, dpo_t *dpo) {
   double sum = 0, wsum = 0;
   float each[COLO_MAX_SOURCES];
+  dpo_sums_t ds[COLO_MAX_SOURCES] = {{0}};
   for (int k = 0; k < val->n && k < COLO_MAX_SOURCES; k++) {
-    each[k] = evaluate(model, comm, pipe, &val->s[k], cfg->seed, cfg->eval_batches, cfg->batch_size,
-                       cfg->model.block_size, in, tg);
+    each[k] = dpo ? evaluate_dpo(model, comm, &val->s[k], dpo, cfg->eval_batches, cfg->batch_size,
+                                 cfg->model.block_size, in, tg, &ds[k])
+                  : evaluate(model, comm, pipe, &val->s[k], cfg->seed, cfg->eval_batches,
+                             cfg->batch_size, cfg->model.block_size, in, tg);
     double w = val->w ? val->w[k] : 1.0;
     sum += w * each[k];
     wsum += w;
@@ -524,6 +638,10 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     for (int k = 0; val->names && k < val->n; k++)
       printf("%s%s %.4f%s", k ? ", " : " (", val->names[k], (double)each[k],
              k == val->n - 1 ? ")" : "");
+    for (int k = 0; dpo && k < val->n; k++)
+      printf(" | %s%sreward accuracy %.4f, margin %.4f over %.0f pairs",
+             val->names ? val->names[k] : "", val->names ? ": " : "", ds[k].correct / ds[k].pairs,
+             ds[k].margin / ds[k].pairs, ds[k].pairs);
     printf("\n");
   }
   if (progress) {
@@ -541,6 +659,12 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
       fprintf(progress, "\":%.6f", (double)each[k]);
     }
     fputs(val->names ? "}" : "", progress);
+    if (dpo) /* the first set's (the only one, or the first named) */
+      fprintf(progress,
+              ",\"dpo\":{\"accuracy\":%.6f,\"margin\":%.6f,\"chosen\":%.6f,\"rejected\":%.6f,"
+              "\"pairs\":%.0f}",
+              ds[0].correct / ds[0].pairs, ds[0].margin / ds[0].pairs, ds[0].chosen / ds[0].pairs,
+              ds[0].rejected / ds[0].pairs, ds[0].pairs);
     if (es && isfinite(es->best)) /* early stopping's count, as of this evaluation */
       fprintf(progress, ",\"best_val_loss\":%.6f,\"best_step\":%d,\"evals_since_best\":%d",
               (double)es->best, es->best_step, es->since);
@@ -1189,6 +1313,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_zero_t zero = {0};
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
+  dpo_t dpo_s = {0}, *dpo = NULL; /* train.dpo_beta */
   float last_loss = NAN, last_val = NAN;
   int val_step = -1;    /* the step last_val was measured at */
   int auto_pending = 0; /* memory.placement=auto, in its warm-up step */
@@ -1254,10 +1379,61 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
   }
+  /* DPO trains on preference pairs, and nothing else does */
+  if (cfg->dpo_beta > 0.0f) {
+    const char *why = NULL;
+    if (train.n_src != 1 || !train.src[0].pairs)
+      why = "it trains on preference pairs (colo-train prepare --prompt-field --chosen-field "
+            "--rejected-field writes them), and data.train_path is not a preference shard";
+    else if (cfg->lora.rank <= 0)
+      why = "it needs train.lora_rank > 0: the reference is the frozen model with the adapters "
+            "left out (a whole second model as the reference is not built)";
+    else if (pp > 1)
+      why = "pipeline stages (parallel.pp > 1) are not built for it";
+    else if (B % 2)
+      why = "train.batch_size must be even: a pair is two rows, its chosen and its rejected "
+            "answer";
+    if (why) {
+      snprintf(err, errlen, "train.dpo_beta=%g: %s", (double)cfg->dpo_beta, why);
+      rc = COLO_EINVAL;
+      goto out;
+    }
+    dpo_s.beta = cfg->dpo_beta;
+    dpo_s.w = malloc((size_t)B * T * sizeof *dpo_s.w);
+    dpo_s.ref = malloc((size_t)B * sizeof *dpo_s.ref);
+    dpo_s.pol = malloc((size_t)B * sizeof *dpo_s.pol);
+    if (!dpo_s.w || !dpo_s.ref || !dpo_s.pol) {
+      snprintf(err, errlen, "out of memory");
+      rc = COLO_ENOMEM;
+      goto out;
+    }
+    dpo = &dpo_s;
+  } else {
+    for (size_t k = 0; k < train.n_src; k++)
+      if (train.src[k].pairs) {
+        snprintf(err, errlen,
+                 "%s holds preference pairs (two answers to each prompt): train.dpo_beta trains "
+                 "on them",
+                 train.src[k].path);
+        rc = COLO_EINVAL;
+        goto out;
+      }
+  }
   /* keep_best evaluates at each checkpoint written on schedule, with or without an interval */
   int keep_best = cfg->ckpt_dir && cfg->ckpt_keep_best;
   if (cfg->eval_interval > 0 || keep_best) {
     CHECK_GOTO(val_sets_open(&val, cfg, T, err, errlen), rc, out);
+    for (int k = 0; k < val.n; k++)
+      if (!val.s[k].pairs != !dpo) {
+        snprintf(err, errlen,
+                 dpo ? "%s: not a preference shard: a DPO run (train.dpo_beta) evaluates its "
+                       "loss on pairs"
+                     : "%s holds preference pairs: only a DPO run (train.dpo_beta) evaluates on "
+                       "them",
+                 val.s[k].path);
+        rc = COLO_EINVAL;
+        goto out;
+      }
   }
   CHECK_GOTO(make_world(cfg, be, me, world, &comm, err, errlen), rc, out);
   if (dp < 1 || world % (tp * pp)) {
@@ -1684,8 +1860,22 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     printf("neftune: uniform noise in +-%.4g (alpha %g / sqrt(%d x %d)) on the embeddings in "
            "training\n",
            (double)noise_mag, (double)cfg->neftune_alpha, T, cfg->model.n_embd);
-  if (!cfg->quiet && lead)
+  if (!cfg->quiet && lead && dpo) {
+    size_t cut, lost;
+    const colo_shard_t *s = &train.src[0];
+    colo_pairs_cut(s, T, &cut, &lost);
+    double per = (double)B / 2 * cfg->grad_accum * dp;
+    printf("dpo: beta %g, reference the model without its adapters; %s: %zu pairs, %d a step, "
+           "%.2f epochs in %d steps\n",
+           (double)cfg->dpo_beta, s->path, s->n_pairs, (int)per,
+           per * cfg->steps / (double)s->n_pairs, cfg->steps);
+    if (cut)
+      printf("dpo: %zu of %zu sequences are longer than block_size + 1 = %d tokens and are cut "
+             "there (%zu of them keep none of their answer)\n",
+             cut, 2 * s->n_pairs, T + 1, lost);
+  } else if (!cfg->quiet && lead) {
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
+  }
   if (!cfg->quiet && lead && cfg->document_token >= 0)
     printf("documents: each begins at token %d; attention stays within it and positions restart "
            "at its first token\n",
@@ -1743,7 +1933,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       /* a resumed run's evaluation at its first step was counted before its checkpoint */
       int count = cfg->early_stop > 0 && !(step == start && start > 0);
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, count ? &es : NULL, quiet,
-                                 progress, in, tg);
+                                 progress, in, tg, dpo);
       val_step = step;
       CHECK_GOTO(eval_failed(model, pool, dp_comm, me, err, errlen), rc, out);
       if (count) {
@@ -1806,15 +1996,21 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (lora)
       colo_lora_zero_grad(lora);
     double loss = 0.0;
+    dpo_sums_t dsum = {0};
     /* the loss is the mean over the targets of the whole batch that count (all of them without a
-     * loss mask): each rank's gradients are scaled for that mean */
-    float cf = counted_factor(
-        colo_blend_counted(&train, cfg->seed, (uint64_t)step, cfg->grad_accum, dp, B),
-        (double)B * T * cfg->grad_accum * dp);
+     * loss mask): each rank's gradients are scaled for that mean (DPO's, over the pairs) */
+    float cf = dpo ? 1.0f
+                   : counted_factor(colo_blend_counted(&train, cfg->seed, (uint64_t)step,
+                                                       cfg->grad_accum, dp, B),
+                                    (double)B * T * cfg->grad_accum * dp);
     for (int micro = 0; micro < cfg->grad_accum; micro++) {
       /* the ranks of a tensor-parallel group, and the stages of a pipeline, see the same batch */
-      colo_blend_batch(&train, cfg->seed, (uint64_t)step, cfg->grad_accum, micro, dp_idx, dp, B, in,
-                       tg);
+      if (dpo)
+        colo_pairs_batch(&train.src[0], cfg->seed, (uint64_t)step, cfg->grad_accum, micro, dp_idx,
+                         dp, B / 2, T, in, tg);
+      else
+        colo_blend_batch(&train, cfg->seed, (uint64_t)step, cfg->grad_accum, micro, dp_idx, dp, B,
+                         in, tg);
       if (dump_path) {
         float *fb = malloc((size_t)B * T * 2 * sizeof(float));
         for (int i = 0; i < B * T; i++) {
@@ -1853,6 +2049,19 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       /* the mean over every rank's tokens: gradients are summed over the group below */
       float ls = bscale / (float)(cfg->grad_accum * dp) * cf;
       uint64_t row0 = ((uint64_t)micro * (uint64_t)dp + (uint64_t)dp_idx) * B * T;
+      if (dpo) { /* the mean over every rank's pairs */
+        loss +=
+            dpo_train_micro(model, dpo, in, tg, B, T, ls / (float)(B / 2), lora,
+                            colo_hash4(cfg->seed, (uint64_t)step, 0x6c6f7261, 0), row0, noise_mag,
+                            colo_hash4(cfg->seed, (uint64_t)step, NEFTUNE_KEY, 0), &dsum);
+        if (colo_gpt_hook_error(model) < 0) {
+          snprintf(err, errlen, "rank %d: gathering parameters: %s", me,
+                   colo_comm_error(comm)[0] ? colo_comm_error(comm) : colo_pool_error(pool));
+          rc = COLO_EIO;
+          goto out;
+        }
+        continue;
+      }
       if (lora) /* dropout's masks: the step's, each row's its own on whichever rank */
         colo_lora_set_dropout(lora, 1, colo_hash4(cfg->seed, (uint64_t)step, 0x6c6f7261, 0), row0);
       colo_gpt_set_noise(model, noise_mag, colo_hash4(cfg->seed, (uint64_t)step, NEFTUNE_KEY, 0),
@@ -1904,6 +2113,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       loss = (double)l / dp;
     }
     loss *= cf;
+    if (dpo && dpo_sums_reduce(dp_comm, &dsum) < 0) {
+      snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(dp_comm));
+      rc = COLO_EIO;
+      goto out;
+    }
     if (dump_path && step == start && colo_gpt_grads(model))
       dump_model(&dump, "grad.", model, colo_gpt_grads(model), be, dump_host);
     if (dump_path && step == start && lora)
@@ -1986,9 +2200,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       dump_scales[step] = used_scale;
     }
     double tok_s = (double)B * T * cfg->grad_accum * dp / dt; /* the run's, all its groups' */
+    char dpo_said[96] = "";
+    if (dpo)
+      snprintf(dpo_said, sizeof dpo_said, " | accuracy %.3f | margin %.4f",
+               dsum.correct / dsum.pairs, dsum.margin / dsum.pairs);
     if (!quiet && take)
-      printf("step %6d/%d | loss %.6f | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1,
-             cfg->steps, loss, (double)lr, (double)norm, dt * 1e3, tok_s);
+      printf("step %6d/%d | loss %.6f%s | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1,
+             cfg->steps, loss, dpo_said, (double)lr, (double)norm, dt * 1e3, tok_s);
     else if (!quiet)
       printf("step %6d/%d | loss %.6f | gradients overflowed at loss scale %g: step skipped, "
              "scale now %g\n",
@@ -2000,8 +2218,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
               "\"activation_bytes\":%zu,\"time_ms\":%lld,\"epochs\":%.6f",
               step + 1, cfg->steps, loss, (double)lr, take ? (double)norm : 0.0, dt * 1e3, tok_s,
               colo_pool_peak(pool), colo_gpt_activation_bytes(model), (long long)wall_ms(),
-              colo_blend_epochs_most(&train, (uint64_t)(step + 1) * (uint64_t)B *
-                                                 (uint64_t)cfg->grad_accum * (uint64_t)dp));
+              dpo ? (double)(step + 1) * (B / 2) * cfg->grad_accum * dp /
+                        (double)train.src[0].n_pairs
+                  : colo_blend_epochs_most(&train, (uint64_t)(step + 1) * (uint64_t)B *
+                                                       (uint64_t)cfg->grad_accum * (uint64_t)dp));
+      if (dpo)
+        fprintf(progress,
+                ",\"dpo\":{\"accuracy\":%.6f,\"margin\":%.6f,\"chosen\":%.6f,"
+                "\"rejected\":%.6f}",
+                dsum.correct / dsum.pairs, dsum.margin / dsum.pairs, dsum.chosen / dsum.pairs,
+                dsum.rejected / dsum.pairs);
       if (cfg->placement_static || cfg->placement_auto) {
         colo_placed_t p;
         colo_zero_placed(&zero, &p);
@@ -2024,7 +2250,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   if (step == cfg->steps && (cfg->eval_interval > 0 || keep_best)) {
     last_val =
-        eval_and_report(model, dp_comm, pipe, &val, cfg, step, NULL, quiet, progress, in, tg);
+        eval_and_report(model, dp_comm, pipe, &val, cfg, step, NULL, quiet, progress, in, tg, dpo);
     val_step = step;
     CHECK_GOTO(eval_failed(model, pool, dp_comm, me, err, errlen), rc, out);
   }
@@ -2120,6 +2346,9 @@ out:
   dump_free(&dump);
   colo_host_free(be, in);
   colo_host_free(be, tg);
+  free(dpo_s.w);
+  free(dpo_s.ref);
+  free(dpo_s.pol);
   if (opt.m)
     colo_adamw_free(&opt);
   colo_gpt_destroy(model);
@@ -2220,7 +2449,13 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
   int rc = colo_shard_load(data, &val, err, errlen);
   if (rc < 0)
     return rc;
-  if (document_token >= 0 && !colo_shard_has(&val, (unsigned)document_token))
+  if (val.pairs)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s holds preference pairs: colo-train eval measures the cross-entropy of "
+                   "text; a DPO run reports its loss on pairs at its evaluations "
+                   "(train.eval_interval)",
+                   data);
+  else if (document_token >= 0 && !colo_shard_has(&val, (unsigned)document_token))
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "--document-token %d: %s holds no such token, so no document begins with it",
                    document_token, data);

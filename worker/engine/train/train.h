@@ -30,6 +30,12 @@ typedef struct {
   /* NEFTune (train.neftune_alpha): uniform noise in ±alpha/sqrt(block_size·n_embd) on the
    * embeddings in training (colo_gpt_set_noise; each row its own on whichever rank); 0: none */
   float neftune_alpha;
+  /* DPO (train.dpo_beta > 0; Rafailov et al. 2023, TRL's DPOTrainer with loss_type sigmoid): the
+   * training data are preference pairs (data.h's colo_pairs_batch: a batch of batch_size rows is
+   * batch_size/2 pairs), the loss −log σ(β·((π_c − ρ_c) − (π_r − ρ_r))) of each pair's summed
+   * answer log-probabilities under the model (π) and the reference (ρ: the frozen model, the LoRA
+   * adapters left out), its mean over the step's pairs; validation likewise. Needs lora.rank. */
+  float dpo_beta;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
   /* a blend in place of train_path (n_sources > 0): the resolved paths and their weights */

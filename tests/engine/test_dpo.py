@@ -1,0 +1,395 @@
+#!/usr/bin/python3
+"""DPO (train.dpo_beta) against PyTorch (Debian's python3-torch).
+
+`colo-train prepare --prompt-field --chosen-field --rejected-field` writes preference pairs; this
+reads the shard back with numpy (header, tokens, loss mask, the table of sequences) and checks
+each sequence is its line's prompt and answer, the answer alone counting; in TRL's
+conversational form, through a built-in chat template and the tokenizer's own Jinja, each
+sequence is what `--messages-field` writes for prompt + answer, only the answer counting. Then a LoRA run on a
+small GPT-2 with --dpo-beta trains 10 steps (2 micro-batches of 2 pairs a step, AdamW with weight
+decay, clipping, warm-up and cosine) with a reference dump (the base, the adapters, every batch,
+each step's loss and gradient norm, the final adapters). The replay here is DPO written out in
+PyTorch, as TRL's DPOTrainer computes its sigmoid loss: each answer's log-probability the sum of
+its tokens' (cross-entropy with ignore_index), the reference's from the base model alone (no
+adapters) under no_grad, the loss −logsigmoid(β·((π_c − ρ_c) − (π_r − ρ_r))) averaged over the
+pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_norm_. It checks:
+
+  - the first loss is log 2 (B starts at zero: the model is its reference);
+  - every adapter gradient of the first step within 1e-4 of the tensor's largest;
+  - the losses and gradient norms of all 10 steps within 1e-4 relative; the adapters after 10
+    steps within 1e-4 absolute;
+  - each batch's rows are pairs of the file (chosen, rejected, one prompt), no pair twice within
+    the run's first epoch;
+  - the validation DPO loss, reward accuracy and margin over every validation pair at the end,
+    against PyTorch's on the same pairs with colo's final adapters (1e-4);
+  - a run stopped at step 5 and resumed: its step-10 checkpoint the same, byte for byte;
+  - 2 data-parallel ranks (dropout on, its masks numbered by row) = 1 rank within 1e-5 (losses)
+    and 1e-4 (adapters); tensor parallelism (tp=2, with sequence parallelism) likewise;
+  - QLoRA (NF4) with DPO: the reference is the quantized model, the first loss log 2;
+  - refusals, each with its message: no LoRA, pipeline stages, an odd batch, a shard without
+    pairs under DPO, pairs without DPO, a validation set without pairs.
+Exit 0 when all pass.
+"""
+import json
+import math
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from byte_tokenizer import hf_tokenizer  # noqa: E402
+from test_torch_reference import read_safetensors  # noqa: E402
+import test_lora as tl  # noqa: E402  (its Adapted model and constants; its main does not run)
+
+COLO = os.path.join(os.environ["COLO_BIN"], "colo-train")
+torch.set_num_threads(1)
+
+L, NH, C, T, V = tl.L, tl.NH, tl.C, tl.T, tl.V
+B, ACCUM, STEPS = 4, 2, tl.STEPS  # rows: 2 pairs a micro-batch
+P = B // 2
+BETA = 0.5
+LR, MIN_LR, WARMUP, WD, CLIP, B1, B2, EPS = tl.LR, tl.MIN_LR, tl.WARMUP, tl.WD, tl.CLIP, tl.B1, tl.B2, tl.EPS
+lr_at = tl.lr_at  # the schedule over tl.STEPS = STEPS
+RANK, ALPHA = 4, 8.0
+MODEL = ["--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
+         "--vocab-size", str(V), "--arch", "gpt2"]
+
+failures = []
+
+
+def check(what, ok, detail):
+    print("%-62s %s  %s" % (what, "ok  " if ok else "FAIL", detail))
+    if not ok:
+        failures.append(what)
+
+
+def colo(args, expect=0):
+    r = subprocess.run([COLO] + args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if (r.returncode == 0) != (expect == 0):
+        print(r.stdout)
+        raise SystemExit("colo-train %s exited %d" % (args[0], r.returncode))
+    return r.stdout
+
+
+def make_pairs(tmp):
+    """sums with a right and a wrong answer; a few long prompts that the block cuts"""
+    rnd = random.Random(5)
+    lines = []
+    for i in range(200):
+        a, b = rnd.randint(0, 99), rnd.randint(0, 99)
+        prompt = "%d+%d=" % (a, b) if i % 25 else "what is the sum of %d and %d? " % (a, b)
+        lines.append({"prompt": prompt, "chosen": str(a + b), "rejected": str(a + b + rnd.randint(1, 9)),
+                      "id": i})
+    with open(os.path.join(tmp, "pairs.jsonl"), "w") as f:
+        for x in lines:
+            f.write(json.dumps(x) + "\n")
+    return lines
+
+
+def read_pairs_shard(path):
+    b = open(path, "rb").read()
+    h = np.frombuffer(b[:1024], dtype=np.int32)
+    n, w, S = int(h[2]), int(h[3]), int(h[4])
+    tok = np.frombuffer(b[1024:1024 + w * n], dtype=np.uint16 if w == 2 else np.uint32)
+    m0 = 1024 + w * n
+    bits = np.unpackbits(np.frombuffer(b[m0:m0 + (n + 7) // 8], dtype=np.uint8), bitorder="little")[:n]
+    at = (m0 + (n + 7) // 8 + 7) // 8 * 8
+    seq = np.frombuffer(b[at:at + 8 * S], dtype=np.uint64).astype(np.int64)
+    ends = list(seq[1:]) + [n]
+    return h, [(tok[a:e], bits[a:e]) for a, e in zip(seq, ends)], len(b) - (at + 8 * S)
+
+
+def prepare(tmp, lines):
+    out = colo(["prepare", "--input", os.path.join(tmp, "pairs.jsonl"), "--out", os.path.join(tmp, "d"),
+                "--prompt-field", "prompt", "--chosen-field", "chosen", "--rejected-field", "rejected",
+                "--val-fraction", "0.1", "--json"])
+    js = json.loads(out)
+    h, seqs, extra = read_pairs_shard(os.path.join(tmp, "d", "train.bin"))
+    _, vseqs, _ = read_pairs_shard(os.path.join(tmp, "d", "val.bin"))
+    ntrain = len(seqs) // 2
+    ok = h[0] == 20261128 and h[1] == 1 and extra == 0 and len(seqs) % 2 == 0
+    ok &= js["train"]["pairs"] == ntrain and js["val"]["pairs"] == len(vseqs) // 2
+    ok &= ntrain + len(vseqs) // 2 == len(lines)
+    for i, x in enumerate(lines):  # train's pairs, then val's, in the file's order
+        s = seqs if i < ntrain else vseqs
+        k = i if i < ntrain else i - ntrain
+        for j, ans in ((0, x["chosen"]), (1, x["rejected"])):
+            t, m = s[2 * k + j]
+            want = (x["prompt"] + ans).encode()
+            ok &= bytes(t.astype(np.uint8)) == want
+            ok &= list(m) == [0] * len(x["prompt"]) + [1] * len(ans)
+    check("prepare: pairs, sequences and masks as the lines say", bool(ok),
+          "%d train pairs, %d val, %d tokens" % (ntrain, len(vseqs) // 2, h[2]))
+    return seqs, vseqs
+
+
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}")
+
+
+def conversational(tmp):
+    """TRL's conversational pairs (a multi-turn prompt, answers as a string or a list of the
+    assistant's messages) through a chat template: each sequence the tokens `--messages-field`
+    writes for the conversation prompt + answer, its mask that one's with only the last
+    assistant message counting (the prompt's own assistant turn not)"""
+    tok = os.path.join(tmp, "chat-tok")
+    hf_tokenizer(tok, specials=["<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                                "<|im_start|>", "<|im_end|>"])
+    cfg = json.load(open(os.path.join(tok, "tokenizer_config.json")))
+    cfg["chat_template"] = CHATML
+    json.dump(cfg, open(os.path.join(tok, "tokenizer_config.json"), "w"))
+    rnd = random.Random(9)
+    pairs, convs = [], []
+    for i in range(30):
+        a, b = rnd.randint(0, 99), rnd.randint(0, 99)
+        prompt = [{"role": "user", "content": "add %d and %d" % (a, b)}]
+        if i % 3 == 0:
+            prompt = [{"role": "system", "content": "be brief"}] + prompt + \
+                [{"role": "assistant", "content": "which order?"}, {"role": "user", "content": "any"}]
+        chosen = str(a + b)
+        rejected = [{"role": "assistant", "content": "maybe %d" % (a + b + 1)}]
+        pairs.append({"prompt": prompt, "chosen": chosen, "rejected": rejected})
+        convs.append({"messages": prompt + [{"role": "assistant", "content": chosen}]})
+        convs.append({"messages": prompt + rejected})
+    for name, rows in (("conv-pairs.jsonl", pairs), ("conv-sft.jsonl", convs)):
+        with open(os.path.join(tmp, name), "w") as f:
+            f.write("".join(json.dumps(x) + "\n" for x in rows))
+    for template in ("llama3", None):  # built in, and the tokenizer's own (Jinja)
+        tpl = ["--chat-template", template] if template else []
+        d, ds = os.path.join(tmp, "cp-%s" % template), os.path.join(tmp, "cs-%s" % template)
+        said = colo(["prepare", "--input", os.path.join(tmp, "conv-pairs.jsonl"), "--out", d, "--tokenizer", tok,
+                     "--prompt-field", "prompt", "--chosen-field", "chosen", "--rejected-field", "rejected",
+                     "--val-fraction", "0"] + tpl)
+        colo(["prepare", "--input", os.path.join(tmp, "conv-sft.jsonl"), "--out", ds, "--tokenizer", tok,
+              "--messages-field", "messages", "--val-fraction", "0"] + tpl)
+        _, seqs, _ = read_pairs_shard(os.path.join(d, "train.bin"))
+        b = open(os.path.join(ds, "train.bin"), "rb").read()
+        n = struct.unpack("<i", b[8:12])[0]
+        t = np.frombuffer(b[1024:1024 + 2 * n], dtype=np.uint16)
+        m = np.unpackbits(np.frombuffer(b[1024 + 2 * n:1024 + 2 * n + (n + 7) // 8], dtype=np.uint8),
+                          bitorder="little")[:n]
+        starts = [i for i in range(n) if t[i] == 256] + [n]
+        ok = len(starts) - 1 == len(seqs) == 2 * len(pairs)
+        for k in range(len(seqs) if ok else 0):
+            a0, a1 = starts[k], starts[k + 1]
+            want = m[a0:a1].copy()
+            ones = [i for i in range(1, len(want)) if want[i] and not want[i - 1]]
+            want[:ones[-1]] = 0  # the last assistant message's run alone
+            ok &= list(seqs[k][0]) == list(t[a0:a1]) and list(seqs[k][1]) == list(want)
+        check("conversational pairs (%s): the conversations' tokens, the answers alone counting"
+              % (template or "the tokenizer's Jinja"), bool(ok),
+              "%d sequences; %s" % (len(seqs), said.splitlines()[0]))
+
+
+def rows_of(seqs, k):
+    """sequence k as colo's row: inputs, targets (−1 where the mask leaves it out), padded/cut"""
+    t, m = seqs[k]
+    t = [int(x) for x in t]
+    inp, tg = [0] * T, [-1] * T
+    for i in range(T):
+        if i + 1 <= len(t):
+            inp[i] = t[i]
+        if i + 1 < len(t) and m[i + 1]:
+            tg[i] = t[i + 1]
+    return inp, tg
+
+
+def logps(model_fwd, idx, tg):
+    ce = model_fwd(idx, tg)  # reduction none: [rows·T], 0 where ignored
+    return -ce.view(idx.shape[0], T).sum(1)
+
+
+def dpo_loss(pol, ref):
+    z = BETA * ((pol[0::2] - ref[0::2]) - (pol[1::2] - ref[1::2]))
+    return -F.logsigmoid(z).mean(), z
+
+
+def run_args(tmp, extra=(), steps=STEPS, b=B):
+    return (["train", "--data-root", tmp, "--train-data", "d/train.bin", "--val-data", "d/val.bin",
+             "--eval-interval", str(steps), "--eval-batches", "0", "--batch-size", str(b),
+             "--grad-accum", str(ACCUM), "--steps", str(steps), "--lr", str(LR), "--min-lr", str(MIN_LR),
+             "--warmup", str(WARMUP), "--weight-decay", str(WD), "--grad-clip", str(CLIP), "--beta2", str(B2),
+             "--seed", "1234", "--threads", "2", "--init-from", os.path.join("base", "step_00000040"),
+             "--lora-rank", str(RANK), "--lora-alpha", str(ALPHA), "--dpo-beta", str(BETA)]
+            + MODEL + list(extra))
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="colo-dpo-")
+    try:
+        lines = make_pairs(tmp)
+        seqs, vseqs = prepare(tmp, lines)
+        conversational(tmp)
+        # a base that has learnt a little: 40 steps on the pairs written as text
+        with open(os.path.join(tmp, "text.txt"), "w") as f:
+            for x in lines:
+                f.write(x["prompt"] + x["chosen"] + "\n")
+        colo(["prepare", "--input", os.path.join(tmp, "text.txt"), "--out", os.path.join(tmp, "t")])
+        colo(["train", "--data-root", tmp, "--train-data", "t/train.bin", "--eval-interval", "0",
+              "--steps", "40", "--batch-size", "8", "--lr", "1e-2", "--seed", "7", "--threads", "2",
+              "--quiet", "--ckpt-dir", os.path.join(tmp, "base")] + MODEL)
+
+        dump, ck = os.path.join(tmp, "dpo.dump"), os.path.join(tmp, "dpo")
+        out = colo(run_args(tmp, ["--ckpt-dir", ck, "--dump-reference", dump]))
+        said = [x for x in out.splitlines() if x.startswith("dpo:")]
+        check("colo-train says DPO, its pairs and the cut sequences",
+              len(said) == 2 and "beta 0.5" in said[0] and "180 pairs" in said[0] and "are cut" in said[1],
+              " / ".join(said))
+        ref = read_safetensors(dump)
+
+        # every batch: pairs of the file, one prompt each; none twice in the first epoch
+        key = {}
+        for k in range(0, len(seqs), 2):
+            a, ta = rows_of(seqs, k)
+            key[tuple(a) + tuple(ta)] = k // 2
+        seen, ok = [], True
+        for step in range(STEPS):
+            for micro in range(ACCUM):
+                bt = ref["batch.%d.%d" % (step, micro)].long()
+                for p in range(P):
+                    c = bt[2 * p].tolist() + bt[B + 2 * p].tolist()
+                    r = bt[2 * p + 1].tolist() + bt[B + 2 * p + 1].tolist()
+                    i = key.get(tuple(c))
+                    ok &= i is not None and (r[:T], r[T:]) == tuple(map(list, rows_of(seqs, 2 * i + 1)))
+                    seen.append(i)
+        check("batches: each pair's chosen and rejected rows, from the file", bool(ok),
+              "%d pairs read" % len(seen))
+        check("batches: no pair twice within the first epoch", len(set(seen)) == len(seen),
+              "%d distinct of %d" % (len(set(seen)), len(seen)))
+
+        modules = tl.MODULES["all"]
+        base = {n: ref["init." + n] for n in tl.make_model("gpt2").names}
+        model = tl.Adapted("gpt2", base, modules, scale=ALPHA / RANK)
+        model.m.reduction = "none"
+        plain = tl.make_model("gpt2")
+        plain.reduction = "none"
+        with torch.no_grad():
+            for n in plain.names:
+                plain.p[n].copy_(base[n])
+        names = sorted(model.ab)
+        for n in names:
+            model.ab[n] = ref["init." + n].clone().requires_grad_(True)
+        params = [model.ab[n] for n in names]
+        opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
+        worst_loss = worst_norm = 0.0
+        for step in range(STEPS):
+            opt.zero_grad(set_to_none=False)
+            total = 0.0
+            for micro in range(ACCUM):
+                bt = ref["batch.%d.%d" % (step, micro)].long()
+                idx, tg = bt[:B], bt[B:]
+                with torch.no_grad():
+                    rho = logps(plain, idx, tg)
+                loss, _ = dpo_loss(logps(model.forward, idx, tg), rho)
+                (loss / ACCUM).backward()
+                total += loss.item() / ACCUM
+            colo_loss = ref["losses"][step].item()
+            worst_loss = max(worst_loss, abs(total - colo_loss) / total)
+            if step == 0:
+                check("first loss: log 2 (the model is its reference)",
+                      abs(colo_loss - math.log(2)) <= 1e-6 and abs(total - math.log(2)) <= 1e-6,
+                      "colo %.7f torch %.7f" % (colo_loss, total))
+                worst_grad = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
+                                 max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names)
+                check("adapter gradients of step 1, %d tensors (1e-4 of max)" % len(names),
+                      worst_grad <= 1e-4, "worst %.2e" % worst_grad)
+            norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
+            worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step)
+            opt.step()
+        check("DPO losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4,
+              "worst %.2e; last colo %.6f" % (worst_loss, ref["losses"][STEPS - 1].item()))
+        check("gradient norms of %d steps (rel 1e-4)" % STEPS, worst_norm <= 1e-4, "worst %.2e" % worst_norm)
+        worst_w = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names)
+        moved = max((ref["final." + n] - ref["init." + n]).abs().max().item() for n in names)
+        check("adapters after %d steps (abs 1e-4)" % STEPS, worst_w <= 1e-4 and moved > 1e-3,
+              "worst %.2e, moved up to %.2e" % (worst_w, moved))
+
+        # validation over every val pair with the final adapters
+        with torch.no_grad():
+            for n in names:
+                model.ab[n] = ref["final." + n]
+            rows = [rows_of(vseqs, k) for k in range(len(vseqs))]
+            idx = torch.tensor([r[0] for r in rows])
+            tg = torch.tensor([r[1] for r in rows])
+            vloss, z = dpo_loss(logps(model.forward, idx, tg), logps(plain, idx, tg))
+        line = [x for x in out.splitlines() if x.startswith("step %6d | val loss" % STEPS)]
+        parts = line[0].split() if line else []
+        got = float(parts[5]) if line else float("nan")
+        acc = float(parts[9].rstrip(",")) if line else float("nan")
+        marg = float(parts[11]) if line else float("nan")
+        check("validation: DPO loss over every val pair (1e-4)",
+              abs(got - vloss.item()) <= 1e-4 and "over %d pairs" % (len(vseqs) // 2) in line[0],
+              "colo %.4f torch %.6f: %s" % (got, vloss.item(), line[0] if line else out[-300:]))
+        check("validation: reward accuracy and margin",
+              abs(acc - (z > 0).float().mean().item()) <= 1e-4 and abs(marg - z.mean().item()) <= 1e-4,
+              "colo %.4f, %.4f; torch %.4f, %.4f" % (acc, marg, (z > 0).float().mean().item(), z.mean().item()))
+        first = [x for x in out.splitlines() if x.startswith("step      0 | val loss")]
+        check("validation at step 0: log 2, margin 0", first and "val loss 0.6931" in first[0]
+              and "margin 0.0000" in first[0], first[0] if first else "")
+
+        # stopped at step 5 and resumed: the same checkpoint
+        halves = os.path.join(tmp, "halves")
+        colo(run_args(tmp, ["--ckpt-dir", halves, "--stop-at", "5", "--quiet"]))
+        colo(run_args(tmp, ["--ckpt-dir", halves, "--resume", "auto", "--quiet"]))
+        f = "step_%08d/rank_00000.safetensors" % STEPS
+        check("stopped at step 5 and resumed: the same checkpoint (bytes)",
+              open(os.path.join(ck, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
+
+        # layouts: 2 data-parallel ranks with dropout; tensor parallelism with sp
+        def layout(name, extra, b=B):
+            d, c = os.path.join(tmp, name + ".dump"), os.path.join(tmp, name)
+            colo(run_args(tmp, ["--dump-reference", d, "--ckpt-dir", c, "--quiet"] + extra, b=b))
+            return read_safetensors(d), read_safetensors(os.path.join(c, f))
+        drop = ["--lora-dropout", "0.1"]
+        one, two = layout("d1", drop), layout("d2", drop + ["--nproc", "2", "--dp", "2"], b=B // 2)
+        tp = layout("tp", ["--nproc", "2", "--tp", "2", "--sp", "true"])
+        whole = (ref, read_safetensors(os.path.join(ck, f)))
+        for tag, (a, ca), (b, cb) in (("2 data-parallel ranks (dropout 0.1) = 1", one, two),
+                                      ("tp=2 with sequence parallelism = 1 rank", whole, tp)):
+            lrel = ((a["losses"] - b["losses"]).abs() / a["losses"].abs()).max().item()
+            wabs = max((ca[k] - cb[k]).abs().max().item() for k in ca)
+            check(tag, lrel <= 1e-5 and wabs <= 1e-4 and sorted(ca) == sorted(cb),
+                  "losses %.2e, checkpoint %.2e over %d tensors" % (lrel, wabs, len(ca)))
+        one = one[0]
+        dmoved = (one["losses"] - ref["losses"]).abs().max().item()
+        check("dropout changes the run (the reference has none)", dmoved > 1e-6, "losses apart %.2e" % dmoved)
+
+        q = colo(run_args(tmp, ["--lora-quant", "nf4", "--steps", "4", "--eval-interval", "0"]))
+        s1 = [x for x in q.splitlines() if x.startswith("step      1/4")]
+        check("QLoRA: the reference is the NF4 model (first loss log 2)",
+              s1 and "loss 0.693147 " in s1[0], s1[0] if s1 else q[-300:])
+
+        refusals = [
+            (run_args(tmp, ["--lora-rank", "0"]), "train.dpo_beta=0.5 needs train.lora_rank > 0"),
+            (run_args(tmp, ["--nproc", "2", "--pp", "2", "--eval-batches", "2"]),
+             "DPO over pipeline stages is not built"),
+            (run_args(tmp, b=3), "needs an even train.batch_size (3)"),
+            (run_args(tmp, ["--train-data", "t/train.bin"]), "data.train_path is not a preference shard"),
+            (run_args(tmp, ["--val-data", "t/val.bin"]), "not a preference shard: a DPO run"),
+            (run_args(tmp, ["--dpo-beta", "0"]), "holds preference pairs (two answers to each prompt)"),
+            (run_args(tmp, ["--dpo-beta", "1000"]), "train.dpo_beta=1000 must be between 0 and 100"),
+        ]
+        refusals.append((["eval", "--checkpoint", os.path.join(ck, "step_%08d" % STEPS),
+                          "--data", os.path.join(tmp, "d", "val.bin")],
+                         "holds preference pairs: colo-train eval measures"))
+        for args, want in refusals:
+            r = colo(args, expect=1)
+            check("refused: " + want[:50], want in r, r.strip().splitlines()[-1][:150] if r.strip() else "")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failed" % len(failures))
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
