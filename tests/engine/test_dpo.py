@@ -23,6 +23,9 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
   - the validation DPO loss, reward accuracy and margin over every validation pair at the end,
     against PyTorch's on the same pairs with colo's final adapters (1e-4);
   - a run stopped at step 5 and resumed: its step-10 checkpoint the same, byte for byte;
+  - a DPO run from that run's checkpoint: its adapters go on training with the model as it starts
+    (those adapters included) as the reference: the replay's reference is that adapted model (the
+    first loss log 2 again; losses, norms, adapters as above), and its resume in bytes;
   - 2 data-parallel ranks (dropout on, its masks numbered by row) = 1 rank within 1e-5 (losses)
     and 1e-4 (adapters); tensor parallelism (tp=2, with sequence parallelism) likewise;
   - QLoRA (NF4) with DPO: the reference is the quantized model, the first loss log 2;
@@ -222,6 +225,66 @@ def run_args(tmp, extra=(), steps=STEPS, b=B):
             + MODEL + list(extra))
 
 
+def replay(tag, ref, reference=None):
+    """colo's STEPS steps of dump `ref` again in PyTorch, from its initial adapters; the reference
+    the base alone, or with the adapters `reference` (a continued run's first). Returns the
+    adapted model (its adapters the replay's last), the base alone, and the adapters' names."""
+    base = {n: ref["init." + n] for n in tl.make_model("gpt2").names}
+    model = tl.Adapted("gpt2", base, tl.MODULES["all"], scale=ALPHA / RANK)
+    model.m.reduction = "none"
+    plain = tl.make_model("gpt2")
+    plain.reduction = "none"
+    with torch.no_grad():
+        for n in plain.names:
+            plain.p[n].copy_(base[n])
+    names = sorted(model.ab)
+    rmodel = None
+    if reference:
+        rmodel = tl.Adapted("gpt2", base, tl.MODULES["all"], scale=ALPHA / RANK)
+        rmodel.m.reduction = "none"
+        for n in names:
+            rmodel.ab[n] = reference[n].clone()
+    for n in names:
+        model.ab[n] = ref["init." + n].clone().requires_grad_(True)
+    params = [model.ab[n] for n in names]
+    opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
+    worst_loss = worst_norm = 0.0
+    for step in range(STEPS):
+        opt.zero_grad(set_to_none=False)
+        total = 0.0
+        for micro in range(ACCUM):
+            bt = ref["batch.%d.%d" % (step, micro)].long()
+            idx, tg = bt[:B], bt[B:]
+            with torch.no_grad():
+                rho = logps(rmodel.forward if rmodel else plain, idx, tg)
+            loss, _ = dpo_loss(logps(model.forward, idx, tg), rho)
+            (loss / ACCUM).backward()
+            total += loss.item() / ACCUM
+        colo_loss = ref["losses"][step].item()
+        worst_loss = max(worst_loss, abs(total - colo_loss) / total)
+        if step == 0:
+            check(tag + "first loss: log 2 (the model is its reference)",
+                  abs(colo_loss - math.log(2)) <= 1e-6 and abs(total - math.log(2)) <= 1e-6,
+                  "colo %.7f torch %.7f" % (colo_loss, total))
+            worst_grad = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
+                             max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names)
+            check(tag + "adapter gradients of step 1, %d tensors (1e-4 of max)" % len(names),
+                  worst_grad <= 1e-4, "worst %.2e" % worst_grad)
+        norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
+        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        opt.step()
+    check(tag + "DPO losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4,
+          "worst %.2e; last colo %.6f" % (worst_loss, ref["losses"][STEPS - 1].item()))
+    check(tag + "gradient norms of %d steps (rel 1e-4)" % STEPS, worst_norm <= 1e-4, "worst %.2e" % worst_norm)
+    worst_w = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names)
+    moved = max((ref["final." + n] - ref["init." + n]).abs().max().item() for n in names)
+    check(tag + "adapters after %d steps (abs 1e-4)" % STEPS, worst_w <= 1e-4 and moved > 1e-3,
+          "worst %.2e, moved up to %.2e" % (worst_w, moved))
+    return model, plain, names
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="colo-dpo-")
     try:
@@ -265,55 +328,7 @@ def main():
         check("batches: no pair twice within the first epoch", len(set(seen)) == len(seen),
               "%d distinct of %d" % (len(set(seen)), len(seen)))
 
-        modules = tl.MODULES["all"]
-        base = {n: ref["init." + n] for n in tl.make_model("gpt2").names}
-        model = tl.Adapted("gpt2", base, modules, scale=ALPHA / RANK)
-        model.m.reduction = "none"
-        plain = tl.make_model("gpt2")
-        plain.reduction = "none"
-        with torch.no_grad():
-            for n in plain.names:
-                plain.p[n].copy_(base[n])
-        names = sorted(model.ab)
-        for n in names:
-            model.ab[n] = ref["init." + n].clone().requires_grad_(True)
-        params = [model.ab[n] for n in names]
-        opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
-        worst_loss = worst_norm = 0.0
-        for step in range(STEPS):
-            opt.zero_grad(set_to_none=False)
-            total = 0.0
-            for micro in range(ACCUM):
-                bt = ref["batch.%d.%d" % (step, micro)].long()
-                idx, tg = bt[:B], bt[B:]
-                with torch.no_grad():
-                    rho = logps(plain, idx, tg)
-                loss, _ = dpo_loss(logps(model.forward, idx, tg), rho)
-                (loss / ACCUM).backward()
-                total += loss.item() / ACCUM
-            colo_loss = ref["losses"][step].item()
-            worst_loss = max(worst_loss, abs(total - colo_loss) / total)
-            if step == 0:
-                check("first loss: log 2 (the model is its reference)",
-                      abs(colo_loss - math.log(2)) <= 1e-6 and abs(total - math.log(2)) <= 1e-6,
-                      "colo %.7f torch %.7f" % (colo_loss, total))
-                worst_grad = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
-                                 max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names)
-                check("adapter gradients of step 1, %d tensors (1e-4 of max)" % len(names),
-                      worst_grad <= 1e-4, "worst %.2e" % worst_grad)
-            norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
-            worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            opt.step()
-        check("DPO losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4,
-              "worst %.2e; last colo %.6f" % (worst_loss, ref["losses"][STEPS - 1].item()))
-        check("gradient norms of %d steps (rel 1e-4)" % STEPS, worst_norm <= 1e-4, "worst %.2e" % worst_norm)
-        worst_w = max((model.ab[n].detach() - ref["final." + n]).abs().max().item() for n in names)
-        moved = max((ref["final." + n] - ref["init." + n]).abs().max().item() for n in names)
-        check("adapters after %d steps (abs 1e-4)" % STEPS, worst_w <= 1e-4 and moved > 1e-3,
-              "worst %.2e, moved up to %.2e" % (worst_w, moved))
-
+        model, plain, names = replay("", ref)
         # validation over every val pair with the final adapters
         with torch.no_grad():
             for n in names:
@@ -344,6 +359,26 @@ def main():
         f = "step_%08d/rank_00000.safetensors" % STEPS
         check("stopped at step 5 and resumed: the same checkpoint (bytes)",
               open(os.path.join(ck, f), "rb").read() == open(os.path.join(halves, f), "rb").read(), f)
+
+        # a DPO run from this one's checkpoint: its adapters go on training, and the reference is
+        # the model as that run starts (those adapters included)
+        cont = os.path.join(tmp, "cont.dump")
+        out2 = colo(run_args(tmp, ["--init-from", os.path.join("dpo", "step_%08d" % STEPS),
+                                   "--dump-reference", cont]))
+        said = [x for x in out2.splitlines() if x.startswith("dpo:")]
+        check("[continued] colo-train names the reference's adapters",
+              said and "dpo/step_%08d)" % STEPS in said[0] and "with the adapters of " in said[0],
+              said[0] if said else "")
+        cargs = run_args(tmp, ["--init-from", os.path.join("dpo", "step_%08d" % STEPS), "--quiet"])
+        colo(cargs + ["--ckpt-dir", os.path.join(tmp, "cont")])
+        colo(cargs + ["--ckpt-dir", os.path.join(tmp, "cont-halves"), "--stop-at", "5"])
+        colo(cargs + ["--ckpt-dir", os.path.join(tmp, "cont-halves"), "--resume", "auto"])
+        check("[continued] stopped at step 5 and resumed: the same checkpoint (bytes)",
+              open(os.path.join(tmp, "cont", f), "rb").read() ==
+              open(os.path.join(tmp, "cont-halves", f), "rb").read(), f)
+        last = read_safetensors(os.path.join(ck, f))
+        replay("[continued] ", read_safetensors(cont),
+               {n: last[n] for n in last if ".lora_" in n})
 
         # layouts: 2 data-parallel ranks with dropout; tensor parallelism with sp
         def layout(name, extra, b=B):

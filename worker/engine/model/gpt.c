@@ -110,8 +110,7 @@ struct colo_gpt_s {
    * loss (fuse_next), and the logits then hold it (logits_grad) */
   int fuse_next, logits_grad;
   float fuse_scale;
-  int weighted;                 /* the next backward's loss is Σ w[n]·CE_n, w in `losses` */
-  struct colo_lora_s *bypassed; /* colo_gpt_bypass_lora: the adapters set aside */
+  int weighted; /* the next backward's loss is Σ w[n]·CE_n, w in `losses` */
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dtmp;
   void *gelu;   /* [N][H/tp]: the GELU (SwiGLU) output of the block at hand, forward and backward */
@@ -1790,14 +1789,10 @@ void colo_gpt_read_losses(const colo_gpt_t *m, float *dst) {
   memcpy(dst, m->host, (size_t)m->B * m->T * sizeof(float));
 }
 
-void colo_gpt_bypass_lora(colo_gpt_t *m, int on) {
-  if (on && m->lora) {
-    m->bypassed = m->lora;
-    m->lora = NULL;
-  } else if (!on && m->bypassed) {
-    m->lora = m->bypassed;
-    m->bypassed = NULL;
-  }
+struct colo_lora_s *colo_gpt_swap_lora(colo_gpt_t *m, struct colo_lora_s *l) {
+  struct colo_lora_s *was = m->lora;
+  m->lora = l;
+  return was;
 }
 
 void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out) {

@@ -340,8 +340,9 @@ void colo_gpt_read_losses(const colo_gpt_t *m, float *dst);
 /* Accumulates the gradients of Σ_n w[n]·loss_n for that forward: each row's loss weighted on
  * its own (w: B·T floats in host memory, of either sign), as DPO weighs its sequences' tokens. */
 void colo_gpt_backward_weighted(colo_gpt_t *m, const float *w);
-/* on: forwards leave out the LoRA adapters (the frozen model alone: DPO's reference), until
- * called with 0. Forwards only: a backward needs the adapters' forward. */
-void colo_gpt_bypass_lora(colo_gpt_t *m, int on);
+/* Forwards use adapters l (NULL: none, the frozen model alone) in place of those set, until
+ * swapped back; returns those. DPO's reference. Forwards only: a backward needs the forward of
+ * the adapters set. */
+struct colo_lora_s *colo_gpt_swap_lora(colo_gpt_t *m, struct colo_lora_s *l);
 
 #endif

@@ -301,8 +301,9 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
 /* A DPO run's scratch and sums: per token weights, per row log-probabilities */
 typedef struct {
   float beta;
-  float *w;          /* [B·T]: the losses read back, then the backward's weights */
-  double *ref, *pol; /* [B]: each row's summed log-probability, the reference's and the model's */
+  colo_lora_t *ref;     /* the reference's adapters (the run's first); NULL: none */
+  float *w;             /* [B·T]: the losses read back, then the backward's weights */
+  double *ref_lp, *pol; /* [B]: each row's summed log-probability, the reference's, the model's */
 } dpo_t;
 
 /* sums over pairs: the loss, the pairs whose chosen answer gains more (z > 0), the margins z, the
@@ -323,21 +324,22 @@ static void row_logps(colo_gpt_t *m, dpo_t *d, int B, int T, double *out) {
   }
 }
 
-/* The reference's log-probabilities: the frozen model, the adapters left out, with neither
- * dropout nor noise (the caller sets those for the model's forward after this) */
+/* The reference's log-probabilities: the model as the run began, the frozen model with the
+ * adapters it started with (none: fresh adapters add nothing), with neither dropout nor noise
+ * (the caller sets those for the model's forward after this) */
 static void dpo_reference(colo_gpt_t *m, dpo_t *d, const int *in, const int *tg, int B, int T) {
-  colo_gpt_bypass_lora(m, 1);
+  colo_lora_t *mine = colo_gpt_swap_lora(m, d->ref);
   colo_gpt_forward(m, in, tg, B, T);
-  colo_gpt_bypass_lora(m, 0);
-  row_logps(m, d, B, T, d->ref);
+  colo_gpt_swap_lora(m, mine);
+  row_logps(m, d, B, T, d->ref_lp);
 }
 
 /* Pair i (rows 2i and 2i + 1): z = β((π_c − ρ_c) − (π_r − ρ_r)), its loss softplus(−z) =
  * −log σ(z) counted into s; returns g = β·σ(−z), the loss's derivative by each of the chosen
  * row's token losses (−g by the rejected row's) */
 static double dpo_pair(const dpo_t *d, int i, dpo_sums_t *s) {
-  double beta = d->beta, rc = beta * (d->pol[2 * i] - d->ref[2 * i]);
-  double rr = beta * (d->pol[2 * i + 1] - d->ref[2 * i + 1]), z = rc - rr;
+  double beta = d->beta, rc = beta * (d->pol[2 * i] - d->ref_lp[2 * i]);
+  double rr = beta * (d->pol[2 * i + 1] - d->ref_lp[2 * i + 1]), z = rc - rr;
   s->loss += z > 0 ? log1p(exp(-z)) : -z + log1p(exp(z));
   s->correct += z > 0;
   s->margin += z;
@@ -1400,9 +1402,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     dpo_s.beta = cfg->dpo_beta;
     dpo_s.w = malloc((size_t)B * T * sizeof *dpo_s.w);
-    dpo_s.ref = malloc((size_t)B * sizeof *dpo_s.ref);
+    dpo_s.ref_lp = malloc((size_t)B * sizeof *dpo_s.ref_lp);
     dpo_s.pol = malloc((size_t)B * sizeof *dpo_s.pol);
-    if (!dpo_s.w || !dpo_s.ref || !dpo_s.pol) {
+    if (!dpo_s.w || !dpo_s.ref_lp || !dpo_s.pol) {
       snprintf(err, errlen, "out of memory");
       rc = COLO_ENOMEM;
       goto out;
@@ -1765,6 +1767,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   } else if (lora && !ckpt_path[0]) {
     colo_lora_init(lora, cfg->seed);
   }
+  if (dpo && lora_from) { /* DPO's reference: the model as the run starts, those adapters too */
+    colo_ckpt_meta_t am;
+    CHECK_GOTO(colo_lora_create(model, &cfg->lora, pool, &dpo_s.ref, err, errlen), rc, out);
+    CHECK_GOTO(load_lora(cfg->init_from, &am, dpo_s.ref, NULL, be, base, 0, err, errlen), rc, out);
+  }
   /* 16-bit activations: the frozen matrices as their compute copies alone (not with --dump, which
    * writes the model's fp32 tensors) */
   int w16 = lora && !nf4 && be->act_dtype != COLO_DTYPE_F32 && cfg->zero_stage == 0 &&
@@ -1865,9 +1872,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     const colo_shard_t *s = &train.src[0];
     colo_pairs_cut(s, T, &cut, &lost);
     double per = (double)B / 2 * cfg->grad_accum * dp;
-    printf("dpo: beta %g, reference the model without its adapters; %s: %zu pairs, %d a step, "
-           "%.2f epochs in %d steps\n",
-           (double)cfg->dpo_beta, s->path, s->n_pairs, (int)per,
+    printf("dpo: beta %g, reference the model as the run starts (%s%s); %s: %zu pairs, %d a "
+           "step, %.2f epochs in %d steps\n",
+           (double)cfg->dpo_beta, dpo->ref ? "with the adapters of " : "without adapters",
+           dpo->ref ? cfg->init_from : "", s->path, s->n_pairs, (int)per,
            per * cfg->steps / (double)s->n_pairs, cfg->steps);
     if (cut)
       printf("dpo: %zu of %zu sequences are longer than block_size + 1 = %d tokens and are cut "
@@ -2347,8 +2355,9 @@ out:
   colo_host_free(be, in);
   colo_host_free(be, tg);
   free(dpo_s.w);
-  free(dpo_s.ref);
+  free(dpo_s.ref_lp);
   free(dpo_s.pol);
+  colo_lora_destroy(dpo_s.ref);
   if (opt.m)
     colo_adamw_free(&opt);
   colo_gpt_destroy(model);

@@ -33,8 +33,9 @@ typedef struct {
   /* DPO (train.dpo_beta > 0; Rafailov et al. 2023, TRL's DPOTrainer with loss_type sigmoid): the
    * training data are preference pairs (data.h's colo_pairs_batch: a batch of batch_size rows is
    * batch_size/2 pairs), the loss −log σ(β·((π_c − ρ_c) − (π_r − ρ_r))) of each pair's summed
-   * answer log-probabilities under the model (π) and the reference (ρ: the frozen model, the LoRA
-   * adapters left out), its mean over the step's pairs; validation likewise. Needs lora.rank. */
+   * answer log-probabilities under the model (π) and the reference (ρ: the model as the run
+   * starts: the frozen model without adapters, or with those of the LoRA checkpoint init_from
+   * names), its mean over the step's pairs; validation likewise. Needs lora.rank. */
   float dpo_beta;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
