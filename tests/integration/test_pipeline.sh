@@ -316,6 +316,35 @@ lc_last=$(grep -E "^step +10 \| val loss" <<<"$LG4C" | sed 's/.*val loss //')
 [ "$lc_first" = "$lo_last" ] || fail "the continued adapters did not start where job $L4's ended: val loss $lc_first, its $lo_last"
 echo "figure: LoRA job $L4C from job $L4's adapters: val loss $lc_first (job $L4's last) -> $lc_last in 10 steps"
 
+# DPO after the LoRA stage: preference pairs made from the text (a line's own end preferred to
+# another line's), prepared into the data root; job L4's adapters go on training against the
+# model as the job starts (those adapters in it) as the reference, so its val loss starts at log 2
+python3 - "$TEXT" "$TMP/pairs.jsonl" <<'PY'
+import json, random, sys
+lines = [x for x in open(sys.argv[1]).read().split("\n") if len(x) >= 30]
+rnd = random.Random(3)
+with open(sys.argv[2], "w") as f:
+    for a in lines[:1500]:
+        other = lines[rnd.randrange(len(lines))]
+        f.write(json.dumps({"prompt": a[:20], "chosen": a[20:], "rejected": other[20:]}) + "\n")
+PY
+"$COLO_BIN/colo-train" prepare --input "$TMP/pairs.jsonl" --out "$TMP/data/pairs" --prompt-field prompt \
+  --chosen-field chosen --rejected-field rejected >/dev/null
+LD=$("$COLOCTL" submit "${LL[@]}" --set name=llama-dpo --set train.init_from_job="$L4" \
+  --set optimizer.lr=0.01 --set train.steps=20 --set train.lora_rank=4 \
+  --set train.lora_targets=attn.c_attn,mlp.c_proj --set parallel.zero_stage=3 \
+  --set train.dpo_beta=0.1 --set data.train_path=pairs/train.bin --set data.val_path=pairs/val.bin)
+ended "$LD"
+expect_eq "$(jstate "$LD")" "succeeded" "(job $LD: $("$COLOCTL" status "$LD"))"
+expect_rc 0 "$COLOCTL" status "$LD"
+expect_contains "$OUT" ", DPO beta 0.1 on preference pairs"
+LGD=$("$COLOCTL" logs "$LD")
+expect_contains "$LGD" "dpo: beta 0.1, reference the model as the run starts (with the adapters of $TMP/ckpt/job-$L4/step_00000020); "
+expect_contains "$LGD" "step      0 | val loss 0.6931 | reward accuracy 0.0000, margin 0.0000 over 4 pairs"
+dpo_last=$(grep -E "^step +20 \| val loss" <<<"$LGD")
+[ -n "$dpo_last" ] || fail "the DPO job evaluated nothing at step 20: $LGD"
+echo "figure: DPO job $LD from job $L4's adapters on $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["pairs"])' <("$COLO_BIN/colo-train" prepare --input "$TMP/pairs.jsonl" --out "$TMP/pairs-again" --prompt-field prompt --chosen-field chosen --rejected-field rejected --json)) pairs: ${dpo_last#step     20 | }"
+
 # QLoRA through colod: the same model's matrices in NF4, rsLoRA's scale, dropout and LoRA+'s
 # rate for B; the checkpoint's manifest says all four
 lora_job "rank 4, alpha 16 (rsLoRA) on all: the model frozen, its matrices in NF4 (QLoRA); dropout 0.05; LoRA+: B learns at 4 x lr" \

@@ -587,6 +587,18 @@ TEST(qwen_lora_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(qwen_dpo_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("qwen2.5-dpo.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT(s->train->dpo_beta == 0.1f);
+  ASSERT_EQ_INT(s->train->lora_rank, 16);
+  ASSERT_EQ_INT(s->train->batch_size % 2, 0);
+  ASSERT_EQ_STR(s->data->train_path, "my-prefs-qwen/train.bin");
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(llama_lora_zero3_example_job_is_valid) {
   char err[512];
   Colo__V1__JobSpec *s = example("llama3-8b-lora.yaml", err, sizeof err);
