@@ -60,7 +60,6 @@ B, ACCUM, STEPS = 4, 2, tl.STEPS  # rows: 2 pairs a micro-batch
 P = B // 2
 BETA = 0.5
 LR, MIN_LR, WARMUP, WD, CLIP, B1, B2, EPS = tl.LR, tl.MIN_LR, tl.WARMUP, tl.WD, tl.CLIP, tl.B1, tl.B2, tl.EPS
-lr_at = tl.lr_at  # the schedule over tl.STEPS = STEPS
 RANK, ALPHA = 4, 8.0
 MODEL = ["--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
          "--vocab-size", str(V), "--arch", "gpt2"]
@@ -248,33 +247,26 @@ def replay(tag, ref, reference=None):
         model.ab[n] = ref["init." + n].clone().requires_grad_(True)
     params = [model.ab[n] for n in names]
     opt = torch.optim.AdamW(params, lr=LR, betas=(B1, B2), eps=EPS, weight_decay=WD)
-    worst_loss = worst_norm = 0.0
-    for step in range(STEPS):
-        opt.zero_grad(set_to_none=False)
-        total = 0.0
-        for micro in range(ACCUM):
-            bt = ref["batch.%d.%d" % (step, micro)].long()
-            idx, tg = bt[:B], bt[B:]
-            with torch.no_grad():
-                rho = logps(rmodel.forward if rmodel else plain, idx, tg)
-            loss, _ = dpo_loss(logps(model.forward, idx, tg), rho)
-            (loss / ACCUM).backward()
-            total += loss.item() / ACCUM
-        colo_loss = ref["losses"][step].item()
-        worst_loss = max(worst_loss, abs(total - colo_loss) / total)
-        if step == 0:
-            check(tag + "first loss: log 2 (the model is its reference)",
-                  abs(colo_loss - math.log(2)) <= 1e-6 and abs(total - math.log(2)) <= 1e-6,
-                  "colo %.7f torch %.7f" % (colo_loss, total))
-            worst_grad = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
-                             max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names)
-            check(tag + "adapter gradients of step 1, %d tensors (1e-4 of max)" % len(names),
-                  worst_grad <= 1e-4, "worst %.2e" % worst_grad)
-        norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
-        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step)
-        opt.step()
+
+    def forward(idx, tg, step, micro):
+        with torch.no_grad():
+            rho = logps(rmodel.forward if rmodel else plain, idx, tg)
+        return dpo_loss(logps(model.forward, idx, tg), rho)[0]
+
+    def first(total, rel):
+        colo_loss = ref["losses"][0].item()
+        check(tag + "first loss: log 2 (the model is its reference)",
+              abs(colo_loss - math.log(2)) <= 1e-6 and abs(total - math.log(2)) <= 1e-6,
+              "colo %.7f torch %.7f" % (colo_loss, total))
+        worst_grad = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
+                         max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names)
+        check(tag + "adapter gradients of step 1, %d tensors (1e-4 of max)" % len(names),
+              worst_grad <= 1e-4, "worst %.2e" % worst_grad)
+
+    # test_lora's replay: the same batches (its B rows, ACCUM micro-batches, STEPS steps), clipping
+    # and schedule
+    assert (tl.B, tl.ACCUM) == (B, ACCUM)
+    worst_loss, worst_norm = tl.replay(forward, ref, opt, params, [1.0], first)
     check(tag + "DPO losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4,
           "worst %.2e; last colo %.6f" % (worst_loss, ref["losses"][STEPS - 1].item()))
     check(tag + "gradient norms of %d steps (rel 1e-4)" % STEPS, worst_norm <= 1e-4, "worst %.2e" % worst_norm)
@@ -417,6 +409,11 @@ def main():
         refusals.append((["eval", "--checkpoint", os.path.join(ck, "step_%08d" % STEPS),
                           "--data", os.path.join(tmp, "d", "val.bin")],
                          "holds preference pairs: colo-train eval measures"))
+        pf = ["prepare", "--input", os.path.join(tmp, "pairs.jsonl"), "--out", os.path.join(tmp, "none"),
+              "--chosen-field", "chosen", "--rejected-field", "rejected"]
+        refusals += [(pf + ["--prompt-field", "prompt", "--shard-tokens", "100"],
+                      "--shard-tokens cuts a stream of tokens; preference pairs are written whole"),
+                     (pf, "preference pairs need a prompt, a chosen and a rejected field")]
         for args, want in refusals:
             r = colo(args, expect=1)
             check("refused: " + want[:50], want in r, r.strip().splitlines()[-1][:150] if r.strip() else "")

@@ -267,12 +267,6 @@ static int cmd_prepare(int argc, char **argv) {
     return usage_error("prepare", "--input and --out are required");
   if (!po.chosen_field != !po.rejected_field)
     return usage_error("prepare", "--chosen-field and --rejected-field go together");
-  if (po.chosen_field && (!po.prompt_field || po.completion_field))
-    return usage_error("prepare", "--chosen-field and --rejected-field take --prompt-field, and "
-                                  "no --completion-field");
-  if (po.chosen_field && po.shard_tokens)
-    return usage_error("prepare", "--shard-tokens cuts a stream of tokens; preference pairs are "
-                                  "written whole into one train.bin and one val.bin");
   if (!po.chosen_field && !po.prompt_field != !po.completion_field)
     return usage_error("prepare", "--prompt-field and --completion-field go together");
   if (po.prompt_field && po.text_field)
@@ -305,12 +299,12 @@ static int cmd_prepare(int argc, char **argv) {
   int vocab = bpe ? colo_bpe_vocab_size(bpe) : 0;
   char doc[64] = "";
   size_t dl;
-  const char *dt = st.eot >= 0 ? colo_bpe_token(bpe, st.eot, &dl) : NULL;
+  const char *dt = bpe && st.eot >= 0 ? colo_bpe_token(bpe, st.eot, &dl) : NULL;
   if (dt)
     snprintf(doc, sizeof doc, ", each after the %.*s token (%d)", (int)(dl < 40 ? dl : 40), dt,
              st.eot);
   char ending[96] = "";
-  const char *et = st.end >= 0 ? colo_bpe_token(bpe, st.end, &dl) : NULL;
+  const char *et = bpe && st.end >= 0 ? colo_bpe_token(bpe, st.end, &dl) : NULL;
   if (et)
     snprintf(ending, sizeof ending, "; each %s ends with %.*s (%d)",
              po.chosen_field ? "answer given as text" : "completion", (int)(dl < 40 ? dl : 40), et,
