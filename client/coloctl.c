@@ -889,7 +889,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
   if (s->train->neftune_alpha > 0.0f)
     printf(", NEFTune noise alpha %g", (double)s->train->neftune_alpha);
   if (s->train->dpo_beta > 0.0f)
-    printf(", DPO beta %g on preference pairs", (double)s->train->dpo_beta);
+    printf(", DPO beta %g on preference pairs%s", (double)s->train->dpo_beta,
+           s->train->lora_rank == 0 || s->train->dpo_precompute ? " (reference precomputed)" : "");
   printf("\n");
   const Colo__V1__DataSpec *d = s->data;
   printf("  data       train %s", d->train_path ? d->train_path : d->n_sources ? "" : "-");

@@ -550,11 +550,9 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4");
   if (!(t->dpo_beta >= 0.0f && t->dpo_beta <= 100.0f))
     return bad(err, errlen, "train.dpo_beta=%g must be between 0 and 100", (double)t->dpo_beta);
-  if (t->dpo_beta > 0.0f && t->lora_rank == 0)
+  if (t->dpo_precompute && !(t->dpo_beta > 0.0f))
     return bad(err, errlen,
-               "train.dpo_beta=%g needs train.lora_rank > 0: DPO's reference is the frozen model "
-               "with the adapters left out",
-               (double)t->dpo_beta);
+               "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0");
   if (t->dpo_beta > 0.0f && t->batch_size % 2)
     return bad(err, errlen,
                "train.dpo_beta=%g needs an even train.batch_size (%u): a pair is two rows, its "

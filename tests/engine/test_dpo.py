@@ -29,8 +29,18 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
   - 2 data-parallel ranks (dropout on, its masks numbered by row) = 1 rank within 1e-5 (losses)
     and 1e-4 (adapters); tensor parallelism (tp=2, with sequence parallelism) likewise;
   - QLoRA (NF4) with DPO: the reference is the quantized model, the first loss log 2;
-  - refusals, each with its message: no LoRA, pipeline stages, an odd batch, a shard without
-    pairs under DPO, pairs without DPO, a validation set without pairs.
+  - DPO of the whole model (no LoRA), its reference precomputed (a forward over every pair
+    before the first step, the table carried in the checkpoints): replayed in PyTorch with a
+    trainable GPT-2 and a frozen copy of its first weights as the reference (first loss log 2,
+    step-1 gradients 1e-4 of max, losses and norms 1e-4 relative, weights 1e-4 absolute but for
+    the attention's key biases, whose gradients are rounding noise); the validation loss; the
+    checkpoint's table against PyTorch's log-probabilities; a resume at step 5 in bytes, table
+    included; a damaged table refused; 2 data-parallel ranks under ZeRO-3 and tp=2 with
+    sequence parallelism = 1 rank (losses 1e-5, weights 1e-4);
+  - LoRA with --dpo-precompute = the reference's forward at every step (losses 1e-5, adapters
+    1e-4); resuming a checkpoint without a table that way is refused;
+  - refusals, each with its message: --dpo-precompute without DPO, pipeline stages, an odd
+    batch, a shard without pairs under DPO, pairs without DPO, a validation set without pairs.
 Exit 0 when all pass.
 """
 import json
@@ -277,6 +287,165 @@ def replay(tag, ref, reference=None):
     return model, plain, names
 
 
+def whole_args(tmp, extra=(), b=B):
+    """run_args without LoRA: the whole model trains"""
+    a = run_args(tmp, extra, b=b)
+    i = a.index("--lora-rank")
+    return a[:i] + a[i + 4:]
+
+
+def export(tmp, ck):
+    """a checkpoint of any mesh as whole tensors (colo-train export)"""
+    out = ck + ".safetensors"
+    colo(["export", "--checkpoint", ck, "--out", out])
+    return read_safetensors(out)
+
+
+def apart(a, b, names):
+    """the largest difference of tensors `names` in a and b, without the attention's key biases
+    (c_attn.bias[C:2C]): softmax does not see them, so their gradients are rounding noise, which
+    AdamW's first steps turn into steps of the learning rate's size, different in each run"""
+    worst = 0.0
+    for n in names:
+        d = (a[n] - b[n]).abs()
+        if n.endswith("attn.c_attn.bias"):
+            d = torch.cat([d[:C], d[2 * C:]])
+        worst = max(worst, d.max().item())
+    return worst
+
+
+def step_losses(out):
+    return torch.tensor([float(x.split("| loss ")[1].split()[0]) for x in out.splitlines()
+                         if x.startswith("step ") and "| loss " in x])
+
+
+def whole_model(tmp, vseqs):
+    """DPO of the whole model, its reference precomputed: replayed in PyTorch (a trainable GPT-2,
+    the reference a frozen copy of its first weights); a resume; data and tensor parallelism;
+    ZeRO-3; a damaged table"""
+    f = "step_%08d" % STEPS
+    dump, ck = os.path.join(tmp, "whole.dump"), os.path.join(tmp, "whole")
+    out = colo(whole_args(tmp, ["--ckpt-dir", ck, "--dump-reference", dump]))
+    said = [x for x in out.splitlines() if x.startswith("dpo:")]
+    check("[whole] colo-train says the reference is precomputed, and over how many pairs",
+          len(said) == 3 and "precomputed: a forward over every pair" in said[0]
+          and "of 200 pairs (180 training, 20 validation) computed in" in said[2], " / ".join(said))
+    ref = read_safetensors(dump)
+    model, frozen = tl.make_model("gpt2"), tl.make_model("gpt2")
+    model.reduction = frozen.reduction = "none"
+    with torch.no_grad():
+        for n in model.names:
+            model.p[n].copy_(ref["init." + n])
+            frozen.p[n].copy_(ref["init." + n])
+    params = [model.p[n] for n in model.names]
+    opt = torch.optim.AdamW(model.param_groups(WD), lr=LR, betas=(B1, B2), eps=EPS)
+
+    def forward(idx, tg, step, micro):
+        with torch.no_grad():
+            rho = logps(frozen, idx, tg)
+        return dpo_loss(logps(model, idx, tg), rho)[0]
+
+    def first(total, rel):
+        colo_loss = ref["losses"][0].item()
+        check("[whole] first loss: log 2 (the model is its reference)",
+              abs(colo_loss - math.log(2)) <= 1e-6 and abs(total - math.log(2)) <= 1e-6,
+              "colo %.7f torch %.7f" % (colo_loss, total))
+        worst = max((model.p[n].grad - ref["grad." + n]).abs().max().item() /
+                    max(model.p[n].grad.abs().max().item(), 1e-12) for n in model.names)
+        check("[whole] gradients of step 1, %d tensors (1e-4 of max)" % len(model.names),
+              worst <= 1e-4, "worst %.2e" % worst)
+
+    worst_loss, worst_norm = tl.replay(forward, ref, opt, params, [1.0, 1.0], first)
+    check("[whole] DPO losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4,
+          "worst %.2e; last colo %.6f" % (worst_loss, ref["losses"][STEPS - 1].item()))
+    check("[whole] gradient norms of %d steps (rel 1e-4)" % STEPS, worst_norm <= 1e-4,
+          "worst %.2e" % worst_norm)
+    mine = {"final." + n: model.p[n].detach() for n in model.names}
+    worst_w = apart(mine, ref, mine)
+    moved = max((ref["final." + n] - ref["init." + n]).abs().max().item() for n in model.names)
+    check("[whole] weights after %d steps, key biases aside (abs 1e-4)" % STEPS,
+          worst_w <= 1e-4 and moved > 1e-3, "worst %.2e, moved up to %.2e; key biases %.2e" %
+          (worst_w, moved, max((mine[n] - ref[n]).abs().max().item() for n in mine if "c_attn.bias" in n)))
+    with torch.no_grad():
+        for n in model.names:
+            model.p[n].copy_(ref["final." + n])
+        rows = [rows_of(vseqs, k) for k in range(len(vseqs))]
+        idx, tg = torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
+        vloss, z = dpo_loss(logps(model, idx, tg), logps(frozen, idx, tg))
+    line = [x for x in out.splitlines() if x.startswith("step %6d | val loss" % STEPS)]
+    got = float(line[0].split()[5]) if line else float("nan")
+    check("[whole] validation: DPO loss over every val pair (1e-4)", abs(got - vloss.item()) <= 1e-4,
+          "colo %.4f torch %.6f" % (got, vloss.item()))
+    first_eval = [x for x in out.splitlines() if x.startswith("step      0 | val loss")]
+    check("[whole] validation at step 0: log 2, accuracy 0, margin 0 (the table is the model)",
+          first_eval and "val loss 0.6931 | reward accuracy 0.0000, margin 0.0000" in first_eval[0],
+          first_eval[0] if first_eval else "")
+
+    # the table in the checkpoint: every training and validation pair's reference, as PyTorch's
+    tab = read_safetensors(os.path.join(ck, f, "dpo_reference.safetensors"))
+    with torch.no_grad():
+        want = logps(frozen, idx, tg).view(-1, 2)
+    terr = (tab["val.0"] - want).abs().max().item()
+    check("[whole] checkpoint's table of the reference (val pairs vs PyTorch, 1e-4)",
+          sorted(tab) == ["train", "val.0"] and tuple(tab["train"].shape) == (180, 2) and terr <= 1e-4,
+          "%s, worst %.2e" % ({k: tuple(v.shape) for k, v in tab.items()}, terr))
+
+    # stopped at step 5 and resumed: the table read back, the same checkpoint
+    halves = os.path.join(tmp, "whole-halves")
+    colo(whole_args(tmp, ["--ckpt-dir", halves, "--stop-at", "5", "--quiet"]))
+    r = colo(whole_args(tmp, ["--ckpt-dir", halves, "--resume", "auto"]))
+    same = all(open(os.path.join(ck, f, x), "rb").read() == open(os.path.join(halves, f, x), "rb").read()
+               for x in ("rank_00000.safetensors", "dpo_reference.safetensors"))
+    check("[whole] stopped at step 5 and resumed: the same checkpoint, table too (bytes)",
+          same and "log-probabilities of 200 pairs read from" in r,
+          [x for x in r.splitlines() if "read from" in x][0] if "read from" in r else r[-200:])
+
+    # a damaged table: the checkpoint does not verify
+    bad = os.path.join(tmp, "whole-bad")
+    shutil.copytree(os.path.join(halves, "step_00000005"), os.path.join(bad, "step_00000005"))
+    with open(os.path.join(bad, "step_00000005", "dpo_reference.safetensors"), "r+b") as fh:
+        fh.seek(-4, 2)
+        fh.write(b"\x00\x00\x80\x7f")
+    r = colo(whole_args(tmp, ["--ckpt-dir", bad, "--resume", os.path.join(bad, "step_00000005")]),
+             expect=1)
+    check("[whole] a damaged table is refused", "dpo_reference.safetensors does not match its sha256" in r,
+          r.strip().splitlines()[-1][:160])
+
+    # layouts: 2 data-parallel ranks under ZeRO-3 (the parameters in pieces: the table's forward
+    # gathers them), tp=2 with sequence parallelism; the losses as printed, the weights exported
+    whole = export(tmp, os.path.join(ck, f))
+    for name, tag, extra, b in (
+            ("whole-z3", "[whole] 2 data-parallel ranks, ZeRO-3 = 1 rank",
+             ["--nproc", "2", "--dp", "2", "--zero", "3"], B // 2),
+            ("whole-tp", "[whole] tp=2 with sequence parallelism = 1 rank",
+             ["--nproc", "2", "--tp", "2", "--sp", "true"], B)):
+        c = os.path.join(tmp, name)
+        lo = step_losses(colo(whole_args(tmp, ["--ckpt-dir", c] + extra, b=b)))
+        other = export(tmp, os.path.join(c, f))
+        lrel = ((lo - ref["losses"]).abs() / ref["losses"].abs()).max().item() if len(lo) == STEPS else 1
+        wabs = apart(whole, other, whole)
+        check(tag + " (losses 1e-5, weights 1e-4)", lrel <= 1e-5 and wabs <= 1e-4 and sorted(whole) == sorted(other),
+              "losses %.2e, weights %.2e over %d tensors" % (lrel, wabs, len(whole)))
+
+
+def precomputed_lora(tmp, ref):
+    """LoRA with --dpo-precompute: the table in place of the reference's forward, the same run"""
+    f = "step_%08d" % STEPS
+    d, c = os.path.join(tmp, "pre.dump"), os.path.join(tmp, "pre")
+    out = colo(run_args(tmp, ["--dpo-precompute", "true", "--dump-reference", d, "--ckpt-dir", c]))
+    pre = read_safetensors(d)
+    lrel = ((pre["losses"] - ref["losses"]).abs() / ref["losses"].abs()).max().item()
+    wabs = max((pre[n] - ref[n]).abs().max().item() for n in ref if n.startswith("final.") and ".lora_" in n)
+    check("[lora] --dpo-precompute = the reference's forward at every step",
+          "precomputed: a forward over every pair" in out and lrel <= 1e-5 and wabs <= 1e-4,
+          "losses %.2e, adapters %.2e" % (lrel, wabs))
+    # a run that did not precompute has no table to resume with
+    r = colo(run_args(tmp, ["--dpo-precompute", "true", "--resume", os.path.join(tmp, "dpo", f),
+                            "--steps", str(STEPS + 2)]), expect=1)
+    check("[lora] resuming a checkpoint without a table, precomputing, is refused",
+          "holds no table of DPO's reference log-probabilities" in r, r.strip().splitlines()[-1][:160])
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="colo-dpo-")
     try:
@@ -396,8 +565,12 @@ def main():
         check("QLoRA: the reference is the NF4 model (first loss log 2)",
               s1 and "loss 0.693147 " in s1[0], s1[0] if s1 else q[-300:])
 
+        whole_model(tmp, vseqs)
+        precomputed_lora(tmp, ref)
+
         refusals = [
-            (run_args(tmp, ["--lora-rank", "0"]), "train.dpo_beta=0.5 needs train.lora_rank > 0"),
+            (run_args(tmp, ["--dpo-beta", "0", "--dpo-precompute", "true"]),
+             "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0"),
             (run_args(tmp, ["--nproc", "2", "--pp", "2", "--eval-batches", "2"]),
              "DPO over pipeline stages is not built"),
             (run_args(tmp, b=3), "needs an even train.batch_size (3)"),

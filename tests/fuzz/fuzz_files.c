@@ -92,8 +92,8 @@ static void shard(const uint8_t *data, size_t size) {
   for (int T = 1; s.pairs && s.n_pairs && T <= 64; T *= 4) {
     int in[4 * 64], tg[4 * 64];
     size_t cut, lost;
-    colo_pairs_batch(&s, 1, 3, 2, 1, 0, 1, 2, T, in, tg);
-    colo_pairs_eval_batch(&s, 5, 0, 1, 2, T, in, tg);
+    colo_pairs_batch(&s, 1, 3, 2, 1, 0, 1, 2, T, in, tg, NULL);
+    colo_pairs_eval_batch(&s, 5, 0, 1, 2, T, in, tg, NULL);
     for (int i = 0; i < 4 * T; i++)
       if (tg[i] >= 0 && (tg[i] > 65535 || in[i] < 0))
         abort();

@@ -166,9 +166,8 @@ static const struct {
     {BASE "train: {neftune_alpha: -1}\n", "train.neftune_alpha=-1 must be between 0 and 1000"},
     {BASE "train: {neftune_alpha: 5000}\n", "train.neftune_alpha=5000 must be between 0 and 1000"},
     {BASE "train: {lora_rank: 8, dpo_beta: 200}\n", "train.dpo_beta=200 must be between 0 and 100"},
-    {BASE "train: {dpo_beta: 0.1}\n",
-     "train.dpo_beta=0.1 needs train.lora_rank > 0: DPO's reference is the frozen model with the "
-     "adapters left out"},
+    {BASE "train: {lora_rank: 8, dpo_precompute: true}\n",
+     "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0"},
     {BASE "train: {lora_rank: 8, dpo_beta: 0.1, batch_size: 7}\n",
      "train.dpo_beta=0.1 needs an even train.batch_size (7): a pair is two rows, its chosen and "
      "its "

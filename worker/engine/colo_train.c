@@ -829,8 +829,11 @@ static void train_usage(void) {
       "                        the paper used 5; default 0: none)\n"
       "  --dpo-beta B          DPO: train on preference pairs (prepare --chosen-field\n"
       "                        --rejected-field) with beta B (TRL's default 0.1), the\n"
-      "                        reference the model as the run starts (needs --lora-rank);\n"
-      "                        the loss, reward accuracy and margin are reported\n"
+      "                        reference the model as the run starts; the loss, reward\n"
+      "                        accuracy and margin are reported\n"
+      "  --dpo-precompute true the reference's log-probabilities computed once, before the\n"
+      "                        first step, and kept in the checkpoints (always so for a\n"
+      "                        whole model's run: without --lora-rank)\n"
       "  --lora-rank R         LoRA: freeze the model and train adapters of rank R (default 0:\n"
       "                        the whole model); checkpoints hold the adapters alone, one\n"
       "                        file whatever the layout; --pp and --tp split the model and\n"
@@ -1046,6 +1049,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-double-quant", "train: {lora_double_quant: %s}"},
       {"neftune-alpha", "train: {neftune_alpha: %s}"},
       {"dpo-beta", "train: {dpo_beta: %s}"},
+      {"dpo-precompute", "train: {dpo_precompute: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1570,6 +1574,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.recompute = spec->train->recompute;
   cfg.neftune_alpha = spec->train->neftune_alpha;
   cfg.dpo_beta = spec->train->dpo_beta;
+  cfg.dpo_precompute = spec->train->dpo_precompute;
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;
   cfg.val_path = val_path;

@@ -23,6 +23,13 @@
 
 #define MANIFEST "manifest.json"
 #define FORMAT   "colo-checkpoint"
+#define DPO_FILE "dpo_reference.safetensors"
+#define DPO_KIND "dpo_reference"
+
+/* a manifest's file entry that is not a shard of the model (DPO's reference table) */
+static int extra_entry(const cJSON *it) {
+  return cJSON_GetObjectItem(it, "kind") != NULL;
+}
 
 int colo_sha256_file(const char *path, char hex[65], uint64_t *bytes) {
   FILE *f = fopen(path, "rb");
@@ -243,6 +250,11 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     cJSON_Delete(root);
     return colo_fail(err, errlen, COLO_EPARSE, "%s: a required field is missing or malformed",
                      path);
+  }
+  cJSON *it;
+  cJSON_ArrayForEach(it, files) {
+    cJSON *kind = cJSON_GetObjectItem(it, "kind");
+    t.dpo_reference |= cJSON_IsString(kind) && !strcmp(kind->valuestring, DPO_KIND);
   }
   *meta = t;
   *files_out = files;
@@ -571,6 +583,21 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
         cJSON_AddNumberToObject(fe, "dp", d);
         cJSON_AddItemToArray(files, fe);
       }
+  if (rc == 0 && meta->dpo_reference) {
+    char hex[65];
+    uint64_t bytes = 0;
+    snprintf(file, sizeof file, "%s/" DPO_FILE, tmp);
+    if (colo_sha256_file(file, hex, &bytes) < 0 || fsync_path(file, 0) != 0)
+      rc = colo_fail(err, errlen, COLO_EIO, "%s: missing or unreadable", file);
+    else {
+      cJSON *fe = cJSON_CreateObject();
+      cJSON_AddStringToObject(fe, "name", DPO_FILE);
+      cJSON_AddNumberToObject(fe, "bytes", (double)bytes);
+      cJSON_AddStringToObject(fe, "sha256", hex);
+      cJSON_AddStringToObject(fe, "kind", DPO_KIND);
+      cJSON_AddItemToArray(files, fe);
+    }
+  }
   char *txt = rc == 0 ? cJSON_Print(m) : NULL;
   cJSON_Delete(m);
   if (rc == 0) {
@@ -948,6 +975,8 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
   cJSON_ArrayForEach(it, files) {
     if (rc < 0)
       break;
+    if (extra_entry(it))
+      continue;
     cJSON *name = cJSON_GetObjectItem(it, "name"), *pp = cJSON_GetObjectItem(it, "pp"),
           *tp = cJSON_GetObjectItem(it, "tp"), *dpi = cJSON_GetObjectItem(it, "dp");
     int st = v2 && cJSON_IsNumber(pp) ? (int)pp->valuedouble : 0;
@@ -1365,6 +1394,79 @@ int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora
         colo_lora_take_part(l, i, whole, dst[j] + tab[i].offset);
       free(whole);
     }
+  colo_st_close(&f);
+  return rc;
+}
+
+/* ---- DPO's reference ---- */
+
+int colo_ckpt_write_dpo(const char *root, uint64_t step, const char *const *names,
+                        const float *const *tables, const size_t *pairs, int n, char *err,
+                        size_t errlen) {
+  colo_st_tensor_t *t = calloc(n > 0 ? (size_t)n : 1, sizeof *t);
+  if (!t)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  for (int i = 0; i < n; i++) {
+    if (pairs[i] > (size_t)INT32_MAX) {
+      free(t);
+      return colo_fail(err, errlen, COLO_EINVAL, "DPO reference %s: %zu pairs", names[i], pairs[i]);
+    }
+    t[i] = (colo_st_tensor_t){names[i], tables[i], 2, {(int)pairs[i], 2}, 2 * pairs[i]};
+  }
+  char dir[1200], path[1300];
+  tmp_dir(root, step, dir, sizeof dir);
+  snprintf(path, sizeof path, "%s/" DPO_FILE, dir);
+  int rc = colo_safetensors_write(path, t, (size_t)n, err, errlen);
+  free(t);
+  return rc;
+}
+
+int colo_ckpt_read_dpo(const char *dir, const char *name, float *dst, size_t pairs, char *err,
+                       size_t errlen) {
+  cJSON *files, *root, *it, *found = NULL;
+  colo_ckpt_meta_t meta;
+  int rc = parse_manifest(dir, &meta, &files, &root, err, errlen);
+  if (rc < 0)
+    return rc;
+  cJSON_ArrayForEach(it, files) {
+    cJSON *kind = cJSON_GetObjectItem(it, "kind");
+    if (cJSON_IsString(kind) && !strcmp(kind->valuestring, DPO_KIND))
+      found = it;
+  }
+  if (!found)
+    rc = colo_fail(err, errlen, COLO_ENOENT,
+                   "checkpoint %s holds no table of DPO's reference log-probabilities (its run "
+                   "did not precompute them)",
+                   dir);
+  if (rc == 0)
+    rc = check_entry(dir, found, err, errlen);
+  if (rc == 0)
+    rc = verify_file(dir, cJSON_GetObjectItem(found, "name")->valuestring,
+                     cJSON_GetObjectItem(found, "bytes")->valuedouble,
+                     cJSON_GetObjectItem(found, "sha256")->valuestring, err, errlen);
+  char path[1400];
+  if (rc == 0)
+    snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetObjectItem(found, "name")->valuestring);
+  cJSON_Delete(root);
+  colo_st_file_t f;
+  if (rc == 0)
+    rc = colo_st_open(path, &f, err, errlen);
+  if (rc < 0)
+    return rc;
+  const char *dtype, *data;
+  int ndim;
+  long shape[2];
+  size_t bytes;
+  if (colo_st_entry(&f, name, &dtype, &ndim, shape, &data, &bytes) < 0)
+    rc = colo_fail(err, errlen, COLO_ENOENT,
+                   "checkpoint %s: its DPO reference has no table of the set %s", dir, name);
+  else if (ndim != 2 || shape[1] != 2 || (size_t)shape[0] != pairs)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s: its DPO reference of the set %s is of %ld pairs, this run's set "
+                   "has %zu (the data changed since its run began)",
+                   dir, name, ndim == 2 ? shape[0] : -1L, pairs);
+  else
+    rc = colo_st_get(&f, name, 2, (const int[]){(int)pairs, 2}, dst, 0, err, errlen);
   colo_st_close(&f);
   return rc;
 }

@@ -2,7 +2,9 @@
  * (rank_RRRRR.safetensors: its parameters under HuggingFace GPT-2 names, and the AdamW moments
  * as optimizer.exp_avg.<name> and optimizer.exp_avg_sq.<name>; under ZeRO, slices of them as
  * <name>@<first element>) and manifest.json (step, model, mesh, data position, RNG, optimizer
- * step, loss scale, size, sha256 and mesh place of every file).
+ * step, loss scale, size, sha256 and mesh place of every file). A DPO run with a precomputed
+ * reference adds dpo_reference.safetensors, listed among the files with "kind": "dpo_reference"
+ * (not a shard of the model).
  *
  * The manifest is written last; the directory is built under a temporary name, every file and
  * the directory are fsync'd, then it is renamed into place. A directory without a valid manifest
@@ -45,6 +47,9 @@ typedef struct {
    * the seed's initialisation */
   colo_lora_config_t lora;
   char lora_base[1024];
+  /* DPO with a precomputed reference (train.dpo_beta): the checkpoint holds its table of the
+   * reference's log-probabilities (colo_ckpt_write_dpo), listed in the manifest */
+  int dpo_reference;
 } colo_ckpt_meta_t;
 
 /* Ranges of the model's flat layout that a file holds, for colo_ckpt_write_tensors (a ZeRO
@@ -173,6 +178,19 @@ int colo_ckpt_write_lora(const char *root, uint64_t step, const colo_lora_t *l, 
  * a tensor-parallel rank's its parts of them. */
 int colo_ckpt_load_lora(const char *dir, colo_ckpt_meta_t *meta, const colo_lora_t *l, float *p,
                         float *m, float *v, int same_model, char *err, size_t errlen);
+
+/* DPO's precomputed reference (train.dpo_beta): each set's table of the reference's
+ * log-probabilities of its pairs, (chosen, rejected) as pairs[i] x 2 floats, under names[i]
+ * ("train", "val.K"), in dpo_reference.safetensors of the checkpoint being made; written by rank
+ * 0 before colo_ckpt_commit, which lists it in the manifest when meta->dpo_reference is set. */
+int colo_ckpt_write_dpo(const char *root, uint64_t step, const char *const *names,
+                        const float *const *tables, const size_t *pairs, int n, char *err,
+                        size_t errlen);
+/* Reads table `name` of a checkpoint's DPO reference (verified against the manifest first) into
+ * dst, which takes `pairs` x 2 floats: COLO_ENOENT when the checkpoint has none, COLO_EINVAL when
+ * it holds another number of pairs, each with a message. */
+int colo_ckpt_read_dpo(const char *dir, const char *name, float *dst, size_t pairs, char *err,
+                       size_t errlen);
 
 /* sha256 of a file as 64 hex characters; also its size. */
 int colo_sha256_file(const char *path, char hex[65], uint64_t *bytes);

@@ -581,7 +581,7 @@ static void copy_pair(const colo_shard_t *s, size_t p, int T, int b, int *in, in
 }
 
 void colo_pairs_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int accum, int micro,
-                      int rank, int world, int P, int T, int *inputs, int *targets) {
+                      int rank, int world, int P, int T, int *inputs, int *targets, size_t *pairs) {
   uint64_t n = s->n_pairs;
   for (int b = 0; b < P; b++) {
     uint64_t g = (((step * (uint64_t)accum + (uint64_t)micro) * (uint64_t)world + (uint64_t)rank) *
@@ -589,14 +589,18 @@ void colo_pairs_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int a
                  (uint64_t)b;
     uint64_t p = colo_permute(g % n, n, colo_hash4(seed, 0, TAG_PAIRS, 0), g / n);
     copy_pair(s, (size_t)p, T, b, inputs, targets);
+    if (pairs)
+      pairs[b] = (size_t)p;
   }
 }
 
 void colo_pairs_eval_batch(const colo_shard_t *s, int i, int rank, int world, int P, int T,
-                           int *inputs, int *targets) {
+                           int *inputs, int *targets, size_t *pairs) {
   for (int b = 0; b < P; b++) {
     uint64_t g = ((uint64_t)i * (uint64_t)world + (uint64_t)rank) * (uint64_t)P + (uint64_t)b;
     copy_pair(s, (size_t)(g % s->n_pairs), T, b, inputs, targets);
+    if (pairs)
+      pairs[b] = (size_t)(g % s->n_pairs);
   }
 }
 

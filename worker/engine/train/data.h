@@ -193,13 +193,15 @@ uint64_t colo_eval_counted(const colo_shard_t *s, uint64_t seed, int batches, in
  * T + 1 tokens when it is longer (the end of the answer cut), padded after its end with input 0
  * and target -1. Pair g of the run (g = ((step·accum + micro)·world + rank)·P + b) is pair
  * π_e(g mod n) of epoch e = g / n, π_e a seeded permutation drawn anew each epoch, so that a
- * resumed or resized run reads what the uninterrupted one does. */
+ * resumed or resized run reads what the uninterrupted one does. pairs (NULL: not wanted) gets
+ * the P pairs' numbers in the set (0 .. n − 1, the file's order). */
 void colo_pairs_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int accum, int micro,
-                      int rank, int world, int P, int T, int *inputs, int *targets);
+                      int rank, int world, int P, int T, int *inputs, int *targets, size_t *pairs);
 /* Evaluation batch i: pairs ((i·world + rank)·P + b) mod n, in the file's order, the same at
- * every evaluation; batches 0 (colo_pairs_eval_batches) reads each pair once. */
+ * every evaluation; batches 0 (colo_pairs_eval_batches) reads each pair once. pairs as
+ * colo_pairs_batch's. */
 void colo_pairs_eval_batch(const colo_shard_t *s, int i, int rank, int world, int P, int T,
-                           int *inputs, int *targets);
+                           int *inputs, int *targets, size_t *pairs);
 /* How many sequences of the set are longer than T + 1 tokens (cut), and how many of those keep
  * no target that counts (their answer wholly past the window): a pair with such a sequence
  * compares nothing of it. */

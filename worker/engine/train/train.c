@@ -304,6 +304,16 @@ typedef struct {
   colo_lora_t *ref;     /* the reference's adapters (the run's first); NULL: none */
   float *w;             /* [B·T]: the losses read back, then the backward's weights */
   double *ref_lp, *pol; /* [B]: each row's summed log-probability, the reference's, the model's */
+  size_t *idx;          /* [B/2]: the batch's pairs' numbers in their set */
+  /* a precomputed reference (train.dpo_precompute; a whole model's run always): each set's
+   * table of its pairs' log-probabilities, (chosen, rejected) floats, tab[0] the training set's
+   * and tab[1 + k] validation set k's, tab_n their pairs; n_tab 0: the reference's forward at
+   * every step instead */
+  int n_tab;
+  float **tab;
+  size_t *tab_n;
+  char (*tab_name)[16]; /* "train", "val.K": their names in a checkpoint */
+  const char **names;   /* [n_tab]: pointers to them */
 } dpo_t;
 
 /* sums over pairs: the loss, the pairs whose chosen answer gains more (z > 0), the margins z, the
@@ -324,10 +334,19 @@ static void row_logps(colo_gpt_t *m, dpo_t *d, int B, int T, double *out) {
   }
 }
 
-/* The reference's log-probabilities: the model as the run began, the frozen model with the
- * adapters it started with (none: fresh adapters add nothing), with neither dropout nor noise
- * (the caller sets those for the model's forward after this) */
-static void dpo_reference(colo_gpt_t *m, dpo_t *d, const int *in, const int *tg, int B, int T) {
+/* The reference's log-probabilities of the batch's rows (its pairs d->idx): from the table when
+ * precomputed, else its forward: the model as the run began, the frozen model with the adapters
+ * it started with (none: fresh adapters add nothing), with neither dropout nor noise (the caller
+ * sets those for the model's forward after this) */
+static void dpo_reference(colo_gpt_t *m, dpo_t *d, const float *table, const int *in, const int *tg,
+                          int B, int T) {
+  if (table) {
+    for (int b = 0; b < B / 2; b++) {
+      d->ref_lp[2 * b] = table[2 * d->idx[b]];
+      d->ref_lp[2 * b + 1] = table[2 * d->idx[b] + 1];
+    }
+    return;
+  }
   colo_lora_t *mine = colo_gpt_swap_lora(m, d->ref);
   colo_gpt_forward(m, in, tg, B, T);
   colo_gpt_swap_lora(m, mine);
@@ -338,8 +357,12 @@ static void dpo_reference(colo_gpt_t *m, dpo_t *d, const int *in, const int *tg,
  * −log σ(z) counted into s; returns g = β·σ(−z), the loss's derivative by each of the chosen
  * row's token losses (−g by the rejected row's) */
 static double dpo_pair(const dpo_t *d, int i, dpo_sums_t *s) {
-  double beta = d->beta, rc = beta * (d->pol[2 * i] - d->ref_lp[2 * i]);
-  double rr = beta * (d->pol[2 * i + 1] - d->ref_lp[2 * i + 1]), z = rc - rr;
+  /* a precomputed reference is kept in floats: the model's log-probabilities are taken at that
+   * precision too, so that the model as it starts is its reference exactly (z = 0) */
+  double pc = d->n_tab ? (float)d->pol[2 * i] : d->pol[2 * i];
+  double pr = d->n_tab ? (float)d->pol[2 * i + 1] : d->pol[2 * i + 1];
+  double beta = d->beta, rc = beta * (pc - d->ref_lp[2 * i]);
+  double rr = beta * (pr - d->ref_lp[2 * i + 1]), z = rc - rr;
   s->loss += z > 0 ? log1p(exp(-z)) : -z + log1p(exp(z));
   s->correct += z > 0;
   s->margin += z;
@@ -349,15 +372,16 @@ static double dpo_pair(const dpo_t *d, int i, dpo_sums_t *s) {
   return beta / (1.0 + exp(z));
 }
 
-/* One training micro-batch of B/2 pairs: the reference's forward, the model's, and its backward
- * with each row's token losses weighted by the loss's derivative (the chosen row's +g·scale, the
- * rejected's −g·scale). The model's forward has the caller's dropout and noise. Returns the
- * micro-batch's mean loss. */
+/* One training micro-batch of B/2 pairs (d->idx): the reference's log-probabilities, the model's
+ * forward, and its backward with each row's token losses weighted by the loss's derivative (the
+ * chosen row's +g·scale, the rejected's −g·scale). The model's forward has the caller's dropout
+ * and noise. Returns the micro-batch's mean loss. */
 static double dpo_train_micro(colo_gpt_t *m, dpo_t *d, const int *in, const int *tg, int B, int T,
                               float scale, colo_lora_t *lora, uint64_t drop_key, uint64_t row0,
                               float noise_mag, uint64_t noise_key, dpo_sums_t *s) {
-  dpo_reference(m, d, in, tg, B, T);
-  colo_lora_set_dropout(lora, 1, drop_key, row0);
+  dpo_reference(m, d, d->n_tab ? d->tab[0] : NULL, in, tg, B, T);
+  if (lora)
+    colo_lora_set_dropout(lora, 1, drop_key, row0);
   colo_gpt_set_noise(m, noise_mag, noise_key, row0);
   colo_gpt_forward(m, in, tg, B, T);
   row_logps(m, d, B, T, d->pol);
@@ -371,7 +395,8 @@ static double dpo_train_micro(colo_gpt_t *m, dpo_t *d, const int *in, const int 
   }
   colo_gpt_backward_weighted(m, d->w);
   colo_gpt_set_noise(m, 0.0f, 0, 0);
-  colo_lora_set_dropout(lora, 0, 0, 0);
+  if (lora)
+    colo_lora_set_dropout(lora, 0, 0, 0);
   return (s->loss - before) / (B / 2);
 }
 
@@ -387,16 +412,18 @@ static int dpo_sums_reduce(colo_comm_t *c, dpo_sums_t *s) {
 
 /* The mean DPO loss over `batches` evaluation batches of B/2 pairs (colo_pairs_eval_batch; 0:
  * each pair of the set once, the last batch's pairs past the end left out), the group's ranks
- * each taking their share; the sums in *out. NaN when the group fails. */
+ * each taking their share, the reference's log-probabilities from `table` (NULL: its forward);
+ * the sums in *out. NaN when the group fails. */
 static float evaluate_dpo(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val, dpo_t *d,
-                          int batches, int B, int T, int *in, int *tg, dpo_sums_t *out) {
+                          const float *table, int batches, int B, int T, int *in, int *tg,
+                          dpo_sums_t *out) {
   int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1, P = B / 2;
   size_t n = val->n_pairs, per = (size_t)world * P;
   int nb = batches > 0 ? batches : (int)((n + per - 1) / per);
   dpo_sums_t s = {0};
   for (int i = 0; i < nb; i++) {
-    colo_pairs_eval_batch(val, i, rank, world, P, T, in, tg);
-    dpo_reference(m, d, in, tg, B, T);
+    colo_pairs_eval_batch(val, i, rank, world, P, T, in, tg, d->idx);
+    dpo_reference(m, d, table, in, tg, B, T);
     colo_gpt_forward(m, in, tg, B, T);
     row_logps(m, d, B, T, d->pol);
     for (int b = 0; b < P; b++)
@@ -407,6 +434,45 @@ static float evaluate_dpo(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *
     return NAN;
   *out = s;
   return (float)(s.loss / s.pairs);
+}
+
+/* DPO's precomputed reference: the log-probabilities of every pair of set s under the model as it
+ * is now (neither dropout nor noise) into table (2 floats a pair, chosen then rejected). The
+ * group's ranks take batches of B/2 pairs in turn (colo_pairs_eval_batch), each entry written by
+ * the rank that computed it, zeros elsewhere, and the tables summed over the group: exact, so any
+ * split gives the same floats. With `say`, a line every 30 s. */
+static int dpo_precompute(colo_gpt_t *m, colo_comm_t *comm, dpo_t *d, const colo_shard_t *s, int B,
+                          int T, int *in, int *tg, float *table, const char *what, int say,
+                          char *err, size_t errlen) {
+  int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1, P = B / 2;
+  size_t n = s->n_pairs, per = (size_t)world * P, nb = (n + per - 1) / per;
+  double t0 = now_s(), said = t0;
+  memset(table, 0, 2 * n * sizeof *table);
+  for (size_t i = 0; i < nb; i++) {
+    colo_pairs_eval_batch(s, (int)i, rank, world, P, T, in, tg, d->idx);
+    colo_gpt_forward(m, in, tg, B, T);
+    if (colo_gpt_hook_error(m) < 0)
+      return colo_fail(err, errlen, COLO_EIO, "DPO's reference of %s: gathering parameters: %s",
+                       what, comm && colo_comm_error(comm)[0] ? colo_comm_error(comm) : "failed");
+    row_logps(m, d, B, T, d->ref_lp);
+    for (int b = 0; b < P; b++) {
+      size_t g = (i * world + (size_t)rank) * P + (size_t)b;
+      if (g < n) {
+        table[2 * g] = (float)d->ref_lp[2 * b];
+        table[2 * g + 1] = (float)d->ref_lp[2 * b + 1];
+      }
+    }
+    if (say && now_s() - said >= 30.0) {
+      said = now_s();
+      printf("dpo: the reference's log-probabilities of %s: %zu of %zu pairs, %.0f s\n", what,
+             (i + 1) * per < n ? (i + 1) * per : n, n, said - t0);
+      fflush(stdout);
+    }
+  }
+  if (comm && world > 1 && comm->ops->allreduce_sum(comm, table, 2 * n) < 0)
+    return colo_fail(err, errlen, COLO_EIO, "DPO's reference of %s: %s", what,
+                     colo_comm_error(comm));
+  return 0;
 }
 
 /* whether the tests planted an overflow at this step (1-based) */
@@ -583,6 +649,48 @@ static void val_sets_close(val_sets_t *v) {
   memset(v, 0, sizeof *v);
 }
 
+/* The precomputed reference's tables: computed now (a fresh run's start), or read from the
+ * checkpoint the run resumes from (resumed: its directory), each validation set's after the
+ * training set's. */
+static int dpo_tables(colo_gpt_t *m, colo_comm_t *comm, dpo_t *d, const colo_shard_t *train,
+                      const val_sets_t *val, const char *resumed, int B, int T, int *in, int *tg,
+                      int say, char *err, size_t errlen) {
+  int n = 1 + val->n;
+  d->tab = calloc((size_t)n, sizeof *d->tab);
+  d->tab_n = calloc((size_t)n, sizeof *d->tab_n);
+  d->tab_name = calloc((size_t)n, sizeof *d->tab_name);
+  d->names = calloc((size_t)n, sizeof *d->names);
+  if (!d->tab || !d->tab_n || !d->tab_name || !d->names)
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  d->n_tab = n;
+  double t0 = now_s();
+  size_t all = 0;
+  for (int k = 0; k < n; k++) {
+    const colo_shard_t *s = k ? &val->s[k - 1] : train;
+    d->tab_n[k] = s->n_pairs;
+    all += s->n_pairs;
+    if (k)
+      snprintf(d->tab_name[k], sizeof d->tab_name[k], "val.%d", k - 1);
+    else
+      snprintf(d->tab_name[k], sizeof d->tab_name[k], "train");
+    d->names[k] = d->tab_name[k];
+    if (!(d->tab[k] = malloc(2 * s->n_pairs * sizeof(float))))
+      return colo_fail(err, errlen, COLO_ENOMEM, "no memory for DPO's reference of %s", s->path);
+    int rc =
+        resumed ? colo_ckpt_read_dpo(resumed, d->tab_name[k], d->tab[k], s->n_pairs, err, errlen)
+                : dpo_precompute(m, comm, d, s, B, T, in, tg, d->tab[k], s->path, say, err, errlen);
+    if (rc < 0)
+      return rc;
+  }
+  if (say && resumed)
+    printf("dpo: the reference's log-probabilities of %zu pairs read from %s\n", all, resumed);
+  else if (say)
+    printf("dpo: the reference's log-probabilities of %zu pairs (%zu training, %zu validation) "
+           "computed in %.1f s, once, before the first step\n",
+           all, d->tab_n[0], all - d->tab_n[0], now_s() - t0);
+  return 0;
+}
+
 /* Early stopping's count (train.early_stop_patience), kept in the checkpoints' manifests */
 typedef struct {
   float best; /* the lowest validation loss so far; INFINITY: none */
@@ -622,8 +730,9 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   float each[COLO_MAX_SOURCES];
   dpo_sums_t ds[COLO_MAX_SOURCES] = {{0}};
   for (int k = 0; k < val->n && k < COLO_MAX_SOURCES; k++) {
-    each[k] = dpo ? evaluate_dpo(model, comm, &val->s[k], dpo, cfg->eval_batches, cfg->batch_size,
-                                 cfg->model.block_size, in, tg, &ds[k])
+    each[k] = dpo ? evaluate_dpo(model, comm, &val->s[k], dpo,
+                                 dpo->n_tab > k + 1 ? dpo->tab[k + 1] : NULL, cfg->eval_batches,
+                                 cfg->batch_size, cfg->model.block_size, in, tg, &ds[k])
                   : evaluate(model, comm, pipe, &val->s[k], cfg->seed, cfg->eval_batches,
                              cfg->batch_size, cfg->model.block_size, in, tg);
     double w = val->w ? val->w[k] : 1.0;
@@ -1171,7 +1280,8 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
                 float val, const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
                 colo_zero_t *zero, const pipe_t *pipe, colo_comm_t *tpc, colo_pool_t *pool,
                 colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be, int lead,
-                FILE *progress, char *path, size_t path_len, char *err, size_t errlen) {
+                FILE *progress, const dpo_t *dpo, char *path, size_t path_len, char *err,
+                size_t errlen) {
   colo_lora_t *lora = colo_gpt_lora(model);
   meta->step = (uint64_t)step;
   meta->asked = asked;
@@ -1206,6 +1316,10 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
     }
     save_src_free(&src);
   }
+  /* a precomputed DPO reference: its tables, the same on every rank */
+  if (rc == 0 && lead && dpo && dpo->n_tab)
+    rc = colo_ckpt_write_dpo(cfg->ckpt_dir, meta->step, dpo->names, (const float *const *)dpo->tab,
+                             dpo->tab_n, dpo->n_tab, err, errlen);
   rc = agree(world, rc, "writing the checkpoint's shards", err, errlen);
   if (rc == 0 && lead)
     rc = colo_ckpt_commit(cfg->ckpt_dir, meta, path, path_len, err, errlen);
@@ -1387,9 +1501,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (train.n_src != 1 || !train.src[0].pairs)
       why = "it trains on preference pairs (colo-train prepare --prompt-field --chosen-field "
             "--rejected-field writes them), and data.train_path is not a preference shard";
-    else if (cfg->lora.rank <= 0)
-      why = "it needs train.lora_rank > 0: the reference is the frozen model with the adapters "
-            "left out (a whole second model as the reference is not built)";
     else if (pp > 1)
       why = "pipeline stages (parallel.pp > 1) are not built for it";
     else if (B % 2)
@@ -1404,7 +1515,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dpo_s.w = malloc((size_t)B * T * sizeof *dpo_s.w);
     dpo_s.ref_lp = malloc((size_t)B * sizeof *dpo_s.ref_lp);
     dpo_s.pol = malloc((size_t)B * sizeof *dpo_s.pol);
-    if (!dpo_s.w || !dpo_s.ref_lp || !dpo_s.pol) {
+    dpo_s.idx = malloc((size_t)(B / 2 + 1) * sizeof *dpo_s.idx);
+    if (!dpo_s.w || !dpo_s.ref_lp || !dpo_s.pol || !dpo_s.idx) {
       snprintf(err, errlen, "out of memory");
       rc = COLO_ENOMEM;
       goto out;
@@ -1767,7 +1879,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   } else if (lora && !ckpt_path[0]) {
     colo_lora_init(lora, cfg->seed);
   }
-  if (dpo && lora_from) { /* DPO's reference: the model as the run starts, those adapters too */
+  /* DPO's reference: the model as the run starts, those adapters too (precomputed: the model as
+   * it is now, below) */
+  int dpo_pre = dpo && (cfg->lora.rank <= 0 || cfg->dpo_precompute);
+  if (dpo && lora_from && !dpo_pre) {
     colo_ckpt_meta_t am;
     CHECK_GOTO(colo_lora_create(model, &cfg->lora, pool, &dpo_s.ref, err, errlen), rc, out);
     CHECK_GOTO(load_lora(cfg->init_from, &am, dpo_s.ref, NULL, be, base, 0, err, errlen), rc, out);
@@ -1874,7 +1989,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     double per = (double)B / 2 * cfg->grad_accum * dp;
     printf("dpo: beta %g, reference the model as the run starts (%s%s); %s: %zu pairs, %d a "
            "step, %.2f epochs in %d steps\n",
-           (double)cfg->dpo_beta, dpo->ref ? "with the adapters of " : "without adapters",
+           (double)cfg->dpo_beta,
+           dpo_pre    ? "precomputed: a forward over every pair before the first step"
+           : dpo->ref ? "with the adapters of "
+                      : "without adapters",
            dpo->ref ? cfg->init_from : "", s->path, s->n_pairs, (int)per,
            per * cfg->steps / (double)s->n_pairs, cfg->steps);
     if (cut)
@@ -1904,6 +2022,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   FILE *progress = lead ? cfg->progress : NULL;
   int quiet = cfg->quiet || !lead;
 
+  if (dpo_pre) /* every rank holds the tables: a checkpoint carries them on */
+    CHECK_GOTO(dpo_tables(model, dp_comm, dpo, &train.src[0], &val, ckpt_path[0] ? ckpt_path : NULL,
+                          B, T, in, tg, !quiet, err, errlen),
+               rc, out);
   colo_ckpt_meta_t meta = {.seed = cfg->seed,
                            .loss_scale = 1.0f,
                            .model = cfg->model,
@@ -1917,7 +2039,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .es_since = es.since,
                            .documents = cfg->document_token >= 0,
                            .document_token = cfg->document_token,
-                           .lora = lora ? cfg->lora : (colo_lora_config_t){0}};
+                           .lora = lora ? cfg->lora : (colo_lora_config_t){0},
+                           .dpo_reference = dpo_pre};
   if (lora && base) { /* absolute, for an eval or export run from anywhere */
     char *abs = realpath(base, NULL);
     snprintf(meta.lora_base, sizeof meta.lora_base, "%s", abs ? abs : base);
@@ -1960,7 +2083,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (save_due) {
       CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
-                      &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, ckpt_path,
+                      &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path,
                       sizeof ckpt_path, err, errlen),
                  rc, out);
       saved_at = step;
@@ -1980,7 +2103,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (asked & ASKED_SAVE) {
       if (cfg->ckpt_dir && step > start && saved_at != step) {
         CHECK_GOTO(save(cfg, &meta, step, 1, val_step == step ? last_val : NAN, &scaler, model,
-                        &opt, &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress,
+                        &opt, &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, dpo,
                         ckpt_path, sizeof ckpt_path, err, errlen),
                    rc, out);
         saved_at = step;
@@ -2015,7 +2138,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       /* the ranks of a tensor-parallel group, and the stages of a pipeline, see the same batch */
       if (dpo)
         colo_pairs_batch(&train.src[0], cfg->seed, (uint64_t)step, cfg->grad_accum, micro, dp_idx,
-                         dp, B / 2, T, in, tg);
+                         dp, B / 2, T, in, tg, dpo->idx);
       else
         colo_blend_batch(&train, cfg->seed, (uint64_t)step, cfg->grad_accum, micro, dp_idx, dp, B,
                          in, tg);
@@ -2266,7 +2389,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
    * was just saved there) */
   if (cfg->ckpt_dir && step > start && step != saved_at) {
     CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
-                    &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, ckpt_path,
+                    &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path,
                     sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
@@ -2357,6 +2480,13 @@ out:
   free(dpo_s.w);
   free(dpo_s.ref_lp);
   free(dpo_s.pol);
+  free(dpo_s.idx);
+  for (int k = 0; k < dpo_s.n_tab; k++)
+    free(dpo_s.tab[k]);
+  free(dpo_s.tab);
+  free(dpo_s.tab_n);
+  free(dpo_s.tab_name);
+  free(dpo_s.names);
   colo_lora_destroy(dpo_s.ref);
   if (opt.m)
     colo_adamw_free(&opt);

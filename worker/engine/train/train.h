@@ -35,8 +35,12 @@ typedef struct {
    * batch_size/2 pairs), the loss −log σ(β·((π_c − ρ_c) − (π_r − ρ_r))) of each pair's summed
    * answer log-probabilities under the model (π) and the reference (ρ: the model as the run
    * starts: the frozen model without adapters, or with those of the LoRA checkpoint init_from
-   * names), its mean over the step's pairs; validation likewise. Needs lora.rank. */
+   * names; a whole model's run: its weights as loaded), its mean over the step's pairs;
+   * validation likewise. dpo_precompute (always without lora.rank): the reference's
+   * log-probabilities of every pair computed once before the first step and carried in the
+   * checkpoints, instead of its forward at every step. */
   float dpo_beta;
+  int dpo_precompute;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
   /* a blend in place of train_path (n_sources > 0): the resolved paths and their weights */
