@@ -345,6 +345,31 @@ dpo_last=$(grep -E "^step +20 \| val loss" <<<"$LGD")
 [ -n "$dpo_last" ] || fail "the DPO job evaluated nothing at step 20: $LGD"
 echo "figure: DPO job $LD from job $L4's adapters on $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["pairs"])' <("$COLO_BIN/colo-train" prepare --input "$TMP/pairs.jsonl" --out "$TMP/pairs-again" --prompt-field prompt --chosen-field chosen --rejected-field rejected --json)) pairs: ${dpo_last#step     20 | }"
 
+# DPO of the whole model through colod, from job L1's weights: its reference precomputed once
+# (the pairs' log-probabilities under L1's model), the table in each checkpoint, so a resume of
+# the job would read it; val loss log 2 at step 0
+LW=$("$COLOCTL" submit "${LL[@]}" --set name=llama-dpo-whole --set train.init_from_job="$L1" \
+  --set optimizer.lr=0.001 --set train.steps=10 --set train.eval_interval=10 \
+  --set checkpoint.interval=5 --set train.dpo_beta=0.1 --set data.train_path=pairs/train.bin \
+  --set data.val_path=pairs/val.bin)
+ended "$LW"
+expect_eq "$(jstate "$LW")" "succeeded" "(job $LW: $("$COLOCTL" status "$LW"))"
+expect_rc 0 "$COLOCTL" status "$LW"
+expect_contains "$OUT" ", DPO beta 0.1 on preference pairs (reference precomputed)"
+LGW=$("$COLOCTL" logs "$LW")
+expect_contains "$LGW" "dpo: beta 0.1, reference the model as the run starts (precomputed: a forward over every pair before the first step); "
+expect_contains "$LGW" "step      0 | val loss 0.6931 | reward accuracy 0.0000, margin 0.0000 over 4 pairs"
+dpo_pre=$(grep -E "^dpo: the reference's log-probabilities of [0-9]+ pairs" <<<"$LGW")
+[ -n "$dpo_pre" ] || fail "the whole-model DPO job did not say it precomputed its reference: $LGW"
+python3 - "$TMP/ckpt/job-$LW/step_00000005/manifest.json" "$TMP/ckpt/job-$LW/step_00000010/manifest.json" <<'PY' ||
+import json, sys
+for m in sys.argv[1:]:
+    kinds = [f.get("kind") for f in json.load(open(m))["files"]]
+    assert kinds == [None, "dpo_reference"], (m, kinds)
+PY
+  fail "the whole-model DPO job's checkpoints do not list their reference table"
+echo "figure: whole-model DPO job $LW from job $L1: ${dpo_pre#dpo: }"
+
 # QLoRA through colod: the same model's matrices in NF4, rsLoRA's scale, dropout and LoRA+'s
 # rate for B; the checkpoint's manifest says all four
 lora_job "rank 4, alpha 16 (rsLoRA) on all: the model frozen, its matrices in NF4 (QLoRA); dropout 0.05; LoRA+: B learns at 4 x lr" \

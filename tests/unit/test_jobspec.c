@@ -574,6 +574,19 @@ TEST(dora_is_valid) {
   ASSERT_EQ_STR(err, "");
 }
 
+/* DPO of the whole model (its reference precomputed), under ZeRO-3; a LoRA run precomputing */
+TEST(whole_model_dpo_is_valid) {
+  char err[512];
+  int rc;
+  check(BASE "train: {dpo_beta: 0.1}\nparallel: {dp: 2, zero_stage: 3}\n", err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  Colo__V1__JobSpec *s = parse(BASE "train: {lora_rank: 8, dpo_beta: 0.1, dpo_precompute: true}\n",
+                               err, sizeof err, &rc);
+  ASSERT_EQ_INT(rc, 0);
+  ASSERT(s->train->has_dpo_precompute && s->train->dpo_precompute);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(qwen_lora_example_job_is_valid) {
   char err[512];
   Colo__V1__JobSpec *s = example("qwen2.5-lora.yaml", err, sizeof err);
