@@ -888,9 +888,15 @@ static void print_job_detail(const Colo__V1__Job *j) {
       colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age, sizeof age));
   if (s->train->neftune_alpha > 0.0f)
     printf(", NEFTune noise alpha %g", (double)s->train->neftune_alpha);
-  if (s->train->dpo_beta > 0.0f)
+  if (s->train->dpo_beta > 0.0f) {
+    const char *dl = s->train->dpo_loss && s->train->dpo_loss[0] ? s->train->dpo_loss : "sigmoid";
     printf(", DPO beta %g on preference pairs%s", (double)s->train->dpo_beta,
            s->train->lora_rank == 0 || s->train->dpo_precompute ? " (reference precomputed)" : "");
+    if (strcmp(dl, "sigmoid") != 0)
+      printf(", %s loss", dl);
+    if (s->train->dpo_label_smoothing > 0.0f)
+      printf(", label smoothing %g", (double)s->train->dpo_label_smoothing);
+  }
   printf("\n");
   const Colo__V1__DataSpec *d = s->data;
   printf("  data       train %s", d->train_path ? d->train_path : d->n_sources ? "" : "-");

@@ -550,6 +550,19 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4");
   if (!(t->dpo_beta >= 0.0f && t->dpo_beta <= 100.0f))
     return bad(err, errlen, "train.dpo_beta=%g must be between 0 and 100", (double)t->dpo_beta);
+  const char *dl = t->dpo_loss && t->dpo_loss[0] ? t->dpo_loss : NULL;
+  if (dl && strcmp(dl, "sigmoid") && strcmp(dl, "hinge") && strcmp(dl, "ipo"))
+    return bad(err, errlen, "train.dpo_loss \"%.40s\" must be sigmoid, hinge or ipo", dl);
+  if (dl && !(t->dpo_beta > 0.0f))
+    return bad(err, errlen, "train.dpo_loss=%s is DPO's loss: it needs train.dpo_beta > 0", dl);
+  if (!(t->dpo_label_smoothing >= 0.0f && t->dpo_label_smoothing < 0.5f))
+    return bad(err, errlen, "train.dpo_label_smoothing=%g must be at least 0 and below 0.5",
+               (double)t->dpo_label_smoothing);
+  if (t->dpo_label_smoothing > 0.0f && (!(t->dpo_beta > 0.0f) || (dl && strcmp(dl, "sigmoid"))))
+    return bad(err, errlen,
+               "train.dpo_label_smoothing=%g smooths DPO's sigmoid loss: it needs train.dpo_beta "
+               "> 0 and train.dpo_loss sigmoid",
+               (double)t->dpo_label_smoothing);
   if (t->dpo_precompute && !(t->dpo_beta > 0.0f))
     return bad(err, errlen,
                "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0");

@@ -37,9 +37,13 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
     checkpoint's table against PyTorch's log-probabilities; a resume at step 5 in bytes, table
     included; a damaged table refused; 2 data-parallel ranks under ZeRO-3 and tp=2 with
     sequence parallelism = 1 rank (losses 1e-5, weights 1e-4);
+  - TRL's other losses, each ten LoRA steps replayed in PyTorch as above: hinge (first loss 1),
+    IPO on the mean log-probabilities per counted token (first loss (1/(2β))² = 1), and the
+    sigmoid loss with label smoothing 0.1 (cDPO);
   - LoRA with --dpo-precompute = the reference's forward at every step (losses 1e-5, adapters
     1e-4); resuming a checkpoint without a table that way is refused;
-  - refusals, each with its message: --dpo-precompute without DPO, pipeline stages, an odd
+  - refusals, each with its message: --dpo-precompute without DPO, an unknown loss, label
+    smoothing on IPO or at 0.5, pipeline stages, an odd
     batch, a shard without pairs under DPO, pairs without DPO, a validation set without pairs.
 Exit 0 when all pass.
 """
@@ -219,9 +223,17 @@ def logps(model_fwd, idx, tg):
     return -ce.view(idx.shape[0], T).sum(1)
 
 
-def dpo_loss(pol, ref):
+def dpo_loss(pol, ref, kind="sigmoid", eps=0.0, counts=None):
+    """TRL's losses of the pairs (rows 2i, 2i + 1) and z: sigmoid (with label smoothing eps),
+    hinge, and ipo on the mean log-probabilities per counted token (counts: each row's)"""
+    if kind == "ipo":
+        pol, ref = pol / counts, ref / counts
     z = BETA * ((pol[0::2] - ref[0::2]) - (pol[1::2] - ref[1::2]))
-    return -F.logsigmoid(z).mean(), z
+    if kind == "hinge":
+        return torch.relu(1 - z).mean(), z
+    if kind == "ipo":
+        return ((z / BETA - 1 / (2 * BETA)) ** 2).mean(), z
+    return (-(1 - eps) * F.logsigmoid(z) - eps * F.logsigmoid(-z)).mean(), z
 
 
 def run_args(tmp, extra=(), steps=STEPS, b=B):
@@ -234,7 +246,7 @@ def run_args(tmp, extra=(), steps=STEPS, b=B):
             + MODEL + list(extra))
 
 
-def replay(tag, ref, reference=None):
+def replay(tag, ref, reference=None, kind="sigmoid", eps=0.0):
     """colo's STEPS steps of dump `ref` again in PyTorch, from its initial adapters; the reference
     the base alone, or with the adapters `reference` (a continued run's first). Returns the
     adapted model (its adapters the replay's last), the base alone, and the adapters' names."""
@@ -261,12 +273,14 @@ def replay(tag, ref, reference=None):
     def forward(idx, tg, step, micro):
         with torch.no_grad():
             rho = logps(rmodel.forward if rmodel else plain, idx, tg)
-        return dpo_loss(logps(model.forward, idx, tg), rho)[0]
+        return dpo_loss(logps(model.forward, idx, tg), rho, kind, eps, (tg >= 0).sum(1))[0]
+
+    z0 = {"sigmoid": math.log(2), "hinge": 1.0, "ipo": (1 / (2 * BETA)) ** 2}[kind]
 
     def first(total, rel):
         colo_loss = ref["losses"][0].item()
-        check(tag + "first loss: log 2 (the model is its reference)",
-              abs(colo_loss - math.log(2)) <= 1e-6 and abs(total - math.log(2)) <= 1e-6,
+        check(tag + "first loss: %.6f, z = 0 (the model is its reference)" % z0,
+              abs(colo_loss - z0) <= 1e-6 and abs(total - z0) <= 1e-6,
               "colo %.7f torch %.7f" % (colo_loss, total))
         worst_grad = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
                          max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names)
@@ -446,6 +460,20 @@ def precomputed_lora(tmp, ref):
           "holds no table of DPO's reference log-probabilities" in r, r.strip().splitlines()[-1][:160])
 
 
+def losses(tmp):
+    """TRL's other losses: hinge, IPO, and the sigmoid loss with label smoothing (cDPO), each ten
+    LoRA steps replayed in PyTorch"""
+    for kind, eps, flags in (("hinge", 0.0, ["--dpo-loss", "hinge"]), ("ipo", 0.0, ["--dpo-loss", "ipo"]),
+                             ("sigmoid", 0.1, ["--dpo-label-smoothing", "0.1"])):
+        d = os.path.join(tmp, "loss-%s.dump" % kind)
+        out = colo(run_args(tmp, flags + ["--dump-reference", d]))
+        said = [x for x in out.splitlines() if x.startswith("dpo: beta")]
+        want = {"hinge": "(hinge loss", "ipo": "(IPO loss", "sigmoid": "(sigmoid loss, label smoothing 0.1)"}[kind]
+        tag = "[%s%s] " % (kind, ", eps %g" % eps if eps else "")
+        check(tag + "colo-train names the loss", said and want in said[0], said[0] if said else out[-200:])
+        replay(tag, read_safetensors(d), kind=kind, eps=eps)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="colo-dpo-")
     try:
@@ -565,12 +593,18 @@ def main():
         check("QLoRA: the reference is the NF4 model (first loss log 2)",
               s1 and "loss 0.693147 " in s1[0], s1[0] if s1 else q[-300:])
 
+        losses(tmp)
         whole_model(tmp, vseqs)
         precomputed_lora(tmp, ref)
 
         refusals = [
             (run_args(tmp, ["--dpo-beta", "0", "--dpo-precompute", "true"]),
              "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0"),
+            (run_args(tmp, ["--dpo-loss", "kto"]), "train.dpo_loss \"kto\" must be sigmoid, hinge or ipo"),
+            (run_args(tmp, ["--dpo-loss", "ipo", "--dpo-label-smoothing", "0.1"]),
+             "train.dpo_label_smoothing=0.1 smooths DPO's sigmoid loss"),
+            (run_args(tmp, ["--dpo-label-smoothing", "0.5"]),
+             "train.dpo_label_smoothing=0.5 must be at least 0 and below 0.5"),
             (run_args(tmp, ["--nproc", "2", "--pp", "2", "--eval-batches", "2"]),
              "DPO over pipeline stages is not built"),
             (run_args(tmp, b=3), "needs an even train.batch_size (3)"),

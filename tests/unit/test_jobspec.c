@@ -168,6 +168,15 @@ static const struct {
     {BASE "train: {lora_rank: 8, dpo_beta: 200}\n", "train.dpo_beta=200 must be between 0 and 100"},
     {BASE "train: {lora_rank: 8, dpo_precompute: true}\n",
      "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0"},
+    {BASE "train: {dpo_beta: 0.1, dpo_loss: kto}\n",
+     "train.dpo_loss \"kto\" must be sigmoid, hinge or ipo"},
+    {BASE "train: {dpo_loss: ipo}\n",
+     "train.dpo_loss=ipo is DPO's loss: it needs train.dpo_beta > 0"},
+    {BASE "train: {dpo_beta: 0.1, dpo_label_smoothing: 0.5}\n",
+     "train.dpo_label_smoothing=0.5 must be at least 0 and below 0.5"},
+    {BASE "train: {dpo_beta: 0.1, dpo_loss: hinge, dpo_label_smoothing: 0.1}\n",
+     "train.dpo_label_smoothing=0.1 smooths DPO's sigmoid loss: it needs train.dpo_beta > 0 and "
+     "train.dpo_loss sigmoid"},
     {BASE "train: {lora_rank: 8, dpo_beta: 0.1, batch_size: 7}\n",
      "train.dpo_beta=0.1 needs an even train.batch_size (7): a pair is two rows, its chosen and "
      "its "
@@ -585,6 +594,11 @@ TEST(whole_model_dpo_is_valid) {
   ASSERT_EQ_INT(rc, 0);
   ASSERT(s->train->has_dpo_precompute && s->train->dpo_precompute);
   colo__v1__job_spec__free_unpacked(s, NULL);
+  check(BASE "train: {dpo_beta: 0.1, dpo_loss: ipo}\n", err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check(BASE "train: {dpo_beta: 0.1, dpo_loss: sigmoid, dpo_label_smoothing: 0.2}\n", err,
+        sizeof err);
+  ASSERT_EQ_STR(err, "");
 }
 
 TEST(qwen_lora_example_job_is_valid) {

@@ -301,10 +301,13 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
 /* A DPO run's scratch and sums: per token weights, per row log-probabilities */
 typedef struct {
   float beta;
+  int loss;             /* COLO_DPO_SIGMOID, _HINGE, _IPO */
+  double smooth;        /* the sigmoid loss's label smoothing ε */
   colo_lora_t *ref;     /* the reference's adapters (the run's first); NULL: none */
   float *w;             /* [B·T]: the losses read back, then the backward's weights */
   double *ref_lp, *pol; /* [B]: each row's summed log-probability, the reference's, the model's */
   size_t *idx;          /* [B/2]: the batch's pairs' numbers in their set */
+  int *cnt;             /* [B]: each row's targets that count (IPO's means) */
   /* a precomputed reference (train.dpo_precompute; a whole model's run always): each set's
    * table of its pairs' log-probabilities, (chosen, rejected) floats, tab[0] the training set's
    * and tab[1 + k] validation set k's, tab_n their pairs; n_tab 0: the reference's forward at
@@ -353,23 +356,56 @@ static void dpo_reference(colo_gpt_t *m, dpo_t *d, const float *table, const int
   row_logps(m, d, B, T, d->ref_lp);
 }
 
-/* Pair i (rows 2i and 2i + 1): z = β((π_c − ρ_c) − (π_r − ρ_r)), its loss softplus(−z) =
- * −log σ(z) counted into s; returns g = β·σ(−z), the loss's derivative by each of the chosen
- * row's token losses (−g by the rejected row's) */
-static double dpo_pair(const dpo_t *d, int i, dpo_sums_t *s) {
+/* each row's targets that count */
+static void row_counts(dpo_t *d, const int *tg, int B, int T) {
+  for (int r = 0; r < B; r++) {
+    int n = 0;
+    for (int t = 0; t < T; t++)
+      n += tg[(size_t)r * T + t] >= 0;
+    d->cnt[r] = n;
+  }
+}
+
+static double softplus(double x) {
+  return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+/* Pair i (rows 2i and 2i + 1): the answers' rewards r = β(π − ρ) (IPO's of the mean
+ * log-probabilities per counted token), z = r_c − r_r, and the pair's loss of z counted into s
+ * (d->loss: −log σ(z), smoothed by ε: (1 − ε)·softplus(−z) + ε·softplus(z); hinge max(0, 1 − z);
+ * IPO (z/β − 1/(2β))²). *gc and *gr get the loss's derivatives by each of the chosen row's and
+ * the rejected row's token losses (π = −Σ of them): for the sigmoid loss ±β((1 − ε)σ(−z) −
+ * εσ(z)), for hinge ±β when z < 1, for IPO ∓2(h − 1/(2β))/n of each row's n counted tokens. */
+static void dpo_pair(const dpo_t *d, int i, dpo_sums_t *s, double *gc, double *gr) {
   /* a precomputed reference is kept in floats: the model's log-probabilities are taken at that
    * precision too, so that the model as it starts is its reference exactly (z = 0) */
   double pc = d->n_tab ? (float)d->pol[2 * i] : d->pol[2 * i];
   double pr = d->n_tab ? (float)d->pol[2 * i + 1] : d->pol[2 * i + 1];
-  double beta = d->beta, rc = beta * (pc - d->ref_lp[2 * i]);
-  double rr = beta * (pr - d->ref_lp[2 * i + 1]), z = rc - rr;
-  s->loss += z > 0 ? log1p(exp(-z)) : -z + log1p(exp(z));
+  double nc = 1.0, nr = 1.0, beta = d->beta;
+  if (d->loss == COLO_DPO_IPO) {
+    nc = d->cnt[2 * i] > 0 ? d->cnt[2 * i] : 1;
+    nr = d->cnt[2 * i + 1] > 0 ? d->cnt[2 * i + 1] : 1;
+  }
+  double rc = beta * (pc - d->ref_lp[2 * i]) / nc;
+  double rr = beta * (pr - d->ref_lp[2 * i + 1]) / nr, z = rc - rr, g;
+  if (d->loss == COLO_DPO_HINGE) {
+    s->loss += z < 1.0 ? 1.0 - z : 0.0;
+    g = z < 1.0 ? beta : 0.0;
+  } else if (d->loss == COLO_DPO_IPO) {
+    double e = z / beta - 1.0 / (2.0 * beta);
+    s->loss += e * e;
+    g = -2.0 * e; /* by h; h's by a chosen token loss is −1/n_c, by a rejected one +1/n_r */
+  } else {
+    s->loss += (1.0 - d->smooth) * softplus(-z) + d->smooth * softplus(z);
+    g = beta * ((1.0 - d->smooth) / (1.0 + exp(z)) - d->smooth / (1.0 + exp(-z)));
+  }
+  *gc = g / nc;
+  *gr = -g / nr;
   s->correct += z > 0;
   s->margin += z;
   s->chosen += rc;
   s->rejected += rr;
   s->pairs += 1.0;
-  return beta / (1.0 + exp(z));
 }
 
 /* One training micro-batch of B/2 pairs (d->idx): the reference's log-probabilities, the model's
@@ -385,12 +421,14 @@ static double dpo_train_micro(colo_gpt_t *m, dpo_t *d, const int *in, const int 
   colo_gpt_set_noise(m, noise_mag, noise_key, row0);
   colo_gpt_forward(m, in, tg, B, T);
   row_logps(m, d, B, T, d->pol);
+  row_counts(d, tg, B, T);
   double before = s->loss;
   for (int i = 0; i < B / 2; i++) {
-    float g = (float)(dpo_pair(d, i, s) * scale);
+    double gc, gr;
+    dpo_pair(d, i, s, &gc, &gr);
     for (int t = 0; t < T; t++) {
-      d->w[(size_t)(2 * i) * T + t] = g;
-      d->w[(size_t)(2 * i + 1) * T + t] = -g;
+      d->w[(size_t)(2 * i) * T + t] = (float)(gc * scale);
+      d->w[(size_t)(2 * i + 1) * T + t] = (float)(gr * scale);
     }
   }
   colo_gpt_backward_weighted(m, d->w);
@@ -426,9 +464,12 @@ static float evaluate_dpo(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *
     dpo_reference(m, d, table, in, tg, B, T);
     colo_gpt_forward(m, in, tg, B, T);
     row_logps(m, d, B, T, d->pol);
-    for (int b = 0; b < P; b++)
+    row_counts(d, tg, B, T);
+    for (int b = 0; b < P; b++) {
+      double gc, gr;
       if (batches > 0 || ((size_t)i * world + rank) * P + b < n)
-        dpo_pair(d, b, &s);
+        dpo_pair(d, b, &s, &gc, &gr);
+    }
   }
   if (dpo_sums_reduce(comm, &s) < 0)
     return NAN;
@@ -1516,7 +1557,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dpo_s.ref_lp = malloc((size_t)B * sizeof *dpo_s.ref_lp);
     dpo_s.pol = malloc((size_t)B * sizeof *dpo_s.pol);
     dpo_s.idx = malloc((size_t)(B / 2 + 1) * sizeof *dpo_s.idx);
-    if (!dpo_s.w || !dpo_s.ref_lp || !dpo_s.pol || !dpo_s.idx) {
+    dpo_s.cnt = malloc((size_t)B * sizeof *dpo_s.cnt);
+    dpo_s.loss = cfg->dpo_loss;
+    dpo_s.smooth = cfg->dpo_label_smoothing;
+    if (!dpo_s.w || !dpo_s.ref_lp || !dpo_s.pol || !dpo_s.idx || !dpo_s.cnt) {
       snprintf(err, errlen, "out of memory");
       rc = COLO_ENOMEM;
       goto out;
@@ -1987,9 +2031,18 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     const colo_shard_t *s = &train.src[0];
     colo_pairs_cut(s, T, &cut, &lost);
     double per = (double)B / 2 * cfg->grad_accum * dp;
-    printf("dpo: beta %g, reference the model as the run starts (%s%s); %s: %zu pairs, %d a "
+    char loss_said[96] = "";
+    if (cfg->dpo_loss == COLO_DPO_HINGE)
+      snprintf(loss_said, sizeof loss_said, " (hinge loss: max(0, 1 - z))");
+    else if (cfg->dpo_loss == COLO_DPO_IPO)
+      snprintf(loss_said, sizeof loss_said,
+               " (IPO loss: (h - 1/(2 beta))^2 of mean log-probabilities per token)");
+    else if (cfg->dpo_label_smoothing > 0.0f)
+      snprintf(loss_said, sizeof loss_said, " (sigmoid loss, label smoothing %g)",
+               (double)cfg->dpo_label_smoothing);
+    printf("dpo: beta %g%s, reference the model as the run starts (%s%s); %s: %zu pairs, %d a "
            "step, %.2f epochs in %d steps\n",
-           (double)cfg->dpo_beta,
+           (double)cfg->dpo_beta, loss_said,
            dpo_pre    ? "precomputed: a forward over every pair before the first step"
            : dpo->ref ? "with the adapters of "
                       : "without adapters",
@@ -2481,6 +2534,7 @@ out:
   free(dpo_s.ref_lp);
   free(dpo_s.pol);
   free(dpo_s.idx);
+  free(dpo_s.cnt);
   for (int k = 0; k < dpo_s.n_tab; k++)
     free(dpo_s.tab[k]);
   free(dpo_s.tab);

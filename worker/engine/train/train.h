@@ -14,6 +14,8 @@
  * or through host memory (tcp, with shared memory on one host; device buffers staged). */
 enum { COLO_COMM_AUTO, COLO_COMM_NCCL, COLO_COMM_HOST };
 
+enum { COLO_DPO_SIGMOID = 0, COLO_DPO_HINGE = 1, COLO_DPO_IPO = 2 };
+
 typedef struct {
   colo_gpt_config_t model;
   colo_adamw_config_t optim;
@@ -41,6 +43,11 @@ typedef struct {
    * checkpoints, instead of its forward at every step. */
   float dpo_beta;
   int dpo_precompute;
+  /* the loss of z (TRL's loss_type): COLO_DPO_SIGMOID −log σ(z) (with dpo_label_smoothing ε,
+   * cDPO's −(1 − ε)·log σ(z) − ε·log σ(−z)), _HINGE max(0, 1 − z), _IPO (h − 1/(2β))² of the
+   * answers' mean log-probabilities per counted token */
+  int dpo_loss;
+  float dpo_label_smoothing;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
   /* a blend in place of train_path (n_sources > 0): the resolved paths and their weights */
