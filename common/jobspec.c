@@ -551,18 +551,31 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (!(t->dpo_beta >= 0.0f && t->dpo_beta <= 100.0f))
     return bad(err, errlen, "train.dpo_beta=%g must be between 0 and 100", (double)t->dpo_beta);
   const char *dl = t->dpo_loss && t->dpo_loss[0] ? t->dpo_loss : NULL;
-  if (dl && strcmp(dl, "sigmoid") && strcmp(dl, "hinge") && strcmp(dl, "ipo"))
-    return bad(err, errlen, "train.dpo_loss \"%.40s\" must be sigmoid, hinge or ipo", dl);
+  int ref_free = dl && (!strcmp(dl, "simpo") || !strcmp(dl, "orpo"));
+  if (dl && strcmp(dl, "sigmoid") && strcmp(dl, "hinge") && strcmp(dl, "ipo") && !ref_free)
+    return bad(err, errlen, "train.dpo_loss \"%.40s\" must be sigmoid, hinge, ipo, simpo or orpo",
+               dl);
   if (dl && !(t->dpo_beta > 0.0f))
     return bad(err, errlen, "train.dpo_loss=%s is DPO's loss: it needs train.dpo_beta > 0", dl);
   if (!(t->dpo_label_smoothing >= 0.0f && t->dpo_label_smoothing < 0.5f))
     return bad(err, errlen, "train.dpo_label_smoothing=%g must be at least 0 and below 0.5",
                (double)t->dpo_label_smoothing);
-  if (t->dpo_label_smoothing > 0.0f && (!(t->dpo_beta > 0.0f) || (dl && strcmp(dl, "sigmoid"))))
+  if (t->dpo_label_smoothing > 0.0f &&
+      (!(t->dpo_beta > 0.0f) || (dl && strcmp(dl, "sigmoid") && strcmp(dl, "simpo"))))
     return bad(err, errlen,
-               "train.dpo_label_smoothing=%g smooths DPO's sigmoid loss: it needs train.dpo_beta "
-               "> 0 and train.dpo_loss sigmoid",
+               "train.dpo_label_smoothing=%g smooths the sigmoid loss: it needs train.dpo_beta > 0 "
+               "and train.dpo_loss sigmoid or simpo",
                (double)t->dpo_label_smoothing);
+  if (!(t->dpo_simpo_gamma >= 0.0f && t->dpo_simpo_gamma <= 100.0f))
+    return bad(err, errlen, "train.dpo_simpo_gamma=%g must be between 0 and 100",
+               (double)t->dpo_simpo_gamma);
+  if (t->dpo_simpo_gamma != 0.5f && !(dl && !strcmp(dl, "simpo"))) /* set, not the default */
+    return bad(err, errlen,
+               "train.dpo_simpo_gamma=%g is SimPO's margin: it needs train.dpo_loss simpo",
+               (double)t->dpo_simpo_gamma);
+  if (t->dpo_precompute && ref_free)
+    return bad(err, errlen,
+               "train.dpo_precompute computes DPO's reference, and train.dpo_loss=%s has none", dl);
   if (t->dpo_precompute && !(t->dpo_beta > 0.0f))
     return bad(err, errlen,
                "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0");

@@ -38,8 +38,10 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
     included; a damaged table refused; 2 data-parallel ranks under ZeRO-3 and tp=2 with
     sequence parallelism = 1 rank (losses 1e-5, weights 1e-4);
   - TRL's other losses, each ten LoRA steps replayed in PyTorch as above: hinge (first loss 1),
-    IPO on the mean log-probabilities per counted token (first loss (1/(2β))² = 1), and the
-    sigmoid loss with label smoothing 0.1 (cDPO);
+    IPO on the mean log-probabilities per counted token (first loss (1/(2β))² = 1), the
+    sigmoid loss with label smoothing 0.1 (cDPO), and without a reference SimPO (margin 0.3,
+    smoothing 0.1) and ORPO (the chosen answer's NLL per token + β·the odds ratio's loss);
+    ORPO on the whole model computes and keeps no reference table;
   - LoRA with --dpo-precompute = the reference's forward at every step (losses 1e-5, adapters
     1e-4); resuming a checkpoint without a table that way is refused;
   - refusals, each with its message: --dpo-precompute without DPO, an unknown loss, label
@@ -73,6 +75,7 @@ L, NH, C, T, V = tl.L, tl.NH, tl.C, tl.T, tl.V
 B, ACCUM, STEPS = 4, 2, tl.STEPS  # rows: 2 pairs a micro-batch
 P = B // 2
 BETA = 0.5
+GAMMA = 0.3  # SimPO's margin in its test
 LR, MIN_LR, WARMUP, WD, CLIP, B1, B2, EPS = tl.LR, tl.MIN_LR, tl.WARMUP, tl.WD, tl.CLIP, tl.B1, tl.B2, tl.EPS
 RANK, ALPHA = 4, 8.0
 MODEL = ["--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
@@ -225,9 +228,20 @@ def logps(model_fwd, idx, tg):
 
 def dpo_loss(pol, ref, kind="sigmoid", eps=0.0, counts=None):
     """TRL's losses of the pairs (rows 2i, 2i + 1) and z: sigmoid (with label smoothing eps),
-    hinge, and ipo on the mean log-probabilities per counted token (counts: each row's)"""
+    hinge, and ipo, simpo and orpo on the mean log-probabilities per counted token (counts: each
+    row's; an answer cut away entirely counts as 1, as colo takes it), simpo and orpo without the
+    reference"""
+    if kind in ("simpo", "orpo"):
+        lp = pol.double() / counts.clamp(min=1)
+        lc, lr = lp[0::2], lp[1::2]
+        z = BETA * (lc - lr)
+        if kind == "simpo":
+            zs = z - GAMMA
+            return (-(1 - eps) * F.logsigmoid(zs) - eps * F.logsigmoid(-zs)).mean(), z
+        odds = lambda x: x - torch.log1p(-torch.clamp(torch.exp(x), max=1 - 1e-12))  # noqa: E731
+        return (-lc - BETA * F.logsigmoid(odds(lc) - odds(lr))).mean(), z
     if kind == "ipo":
-        pol, ref = pol / counts, ref / counts
+        pol, ref = pol / counts.clamp(min=1), ref / counts.clamp(min=1)
     z = BETA * ((pol[0::2] - ref[0::2]) - (pol[1::2] - ref[1::2]))
     if kind == "hinge":
         return torch.relu(1 - z).mean(), z
@@ -275,13 +289,16 @@ def replay(tag, ref, reference=None, kind="sigmoid", eps=0.0):
             rho = logps(rmodel.forward if rmodel else plain, idx, tg)
         return dpo_loss(logps(model.forward, idx, tg), rho, kind, eps, (tg >= 0).sum(1))[0]
 
-    z0 = {"sigmoid": math.log(2), "hinge": 1.0, "ipo": (1 / (2 * BETA)) ** 2}[kind]
+    z0 = {"sigmoid": math.log(2), "hinge": 1.0, "ipo": (1 / (2 * BETA)) ** 2}.get(kind)
 
     def first(total, rel):
         colo_loss = ref["losses"][0].item()
-        check(tag + "first loss: %.6f, z = 0 (the model is its reference)" % z0,
-              abs(colo_loss - z0) <= 1e-6 and abs(total - z0) <= 1e-6,
-              "colo %.7f torch %.7f" % (colo_loss, total))
+        if z0 is None:  # no reference: the loss of the model as it is
+            check(tag + "first loss (1e-6 relative)", rel <= 1e-6, "colo %.7f torch %.7f" % (colo_loss, total))
+        else:
+            check(tag + "first loss: %.6f, z = 0 (the model is its reference)" % z0,
+                  abs(colo_loss - z0) <= 1e-6 and abs(total - z0) <= 1e-6,
+                  "colo %.7f torch %.7f" % (colo_loss, total))
         worst_grad = max((model.ab[n].grad - ref["grad." + n]).abs().max().item() /
                          max(model.ab[n].grad.abs().max().item(), 1e-12) for n in names)
         check(tag + "adapter gradients of step 1, %d tensors (1e-4 of max)" % len(names),
@@ -464,14 +481,27 @@ def losses(tmp):
     """TRL's other losses: hinge, IPO, and the sigmoid loss with label smoothing (cDPO), each ten
     LoRA steps replayed in PyTorch"""
     for kind, eps, flags in (("hinge", 0.0, ["--dpo-loss", "hinge"]), ("ipo", 0.0, ["--dpo-loss", "ipo"]),
-                             ("sigmoid", 0.1, ["--dpo-label-smoothing", "0.1"])):
+                             ("sigmoid", 0.1, ["--dpo-label-smoothing", "0.1"]),
+                             ("simpo", 0.1, ["--dpo-loss", "simpo", "--dpo-simpo-gamma", str(GAMMA),
+                                             "--dpo-label-smoothing", "0.1"]),
+                             ("orpo", 0.0, ["--dpo-loss", "orpo"])):
         d = os.path.join(tmp, "loss-%s.dump" % kind)
         out = colo(run_args(tmp, flags + ["--dump-reference", d]))
         said = [x for x in out.splitlines() if x.startswith("dpo: beta")]
-        want = {"hinge": "(hinge loss", "ipo": "(IPO loss", "sigmoid": "(sigmoid loss, label smoothing 0.1)"}[kind]
+        want = {"hinge": "(hinge loss", "ipo": "(IPO loss", "sigmoid": "(sigmoid loss, label smoothing 0.1)",
+                "simpo": "(SimPO loss: mean log-probabilities per token, margin gamma 0.3, label smoothing 0.1), "
+                         "no reference", "orpo": "(ORPO loss"}[kind]
         tag = "[%s%s] " % (kind, ", eps %g" % eps if eps else "")
         check(tag + "colo-train names the loss", said and want in said[0], said[0] if said else out[-200:])
         replay(tag, read_safetensors(d), kind=kind, eps=eps)
+    # the whole model with ORPO: no reference computed, none kept
+    c = os.path.join(tmp, "orpo-whole")
+    out = colo(whole_args(tmp, ["--dpo-loss", "orpo", "--steps", "4", "--eval-interval", "4", "--ckpt-dir", c]))
+    said = [x for x in out.splitlines() if x.startswith("dpo:")]
+    kinds = [f.get("kind") for f in json.load(open(os.path.join(c, "step_00000004", "manifest.json")))["files"]]
+    check("[orpo] the whole model: no reference computed, no table kept",
+          said and ", no reference (this loss has none);" in said[0] and len(said) == 2 and kinds == [None],
+          "%s; files %s" % (said[0] if said else out[-200:], kinds))
 
 
 def main():
@@ -600,9 +630,11 @@ def main():
         refusals = [
             (run_args(tmp, ["--dpo-beta", "0", "--dpo-precompute", "true"]),
              "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0"),
-            (run_args(tmp, ["--dpo-loss", "kto"]), "train.dpo_loss \"kto\" must be sigmoid, hinge or ipo"),
+            (run_args(tmp, ["--dpo-loss", "kto"]), "train.dpo_loss \"kto\" must be sigmoid, hinge, ipo, simpo or orpo"),
             (run_args(tmp, ["--dpo-loss", "ipo", "--dpo-label-smoothing", "0.1"]),
-             "train.dpo_label_smoothing=0.1 smooths DPO's sigmoid loss"),
+             "train.dpo_label_smoothing=0.1 smooths the sigmoid loss"),
+            (run_args(tmp, ["--dpo-loss", "orpo", "--dpo-precompute", "true"]),
+             "train.dpo_precompute computes DPO's reference, and train.dpo_loss=orpo has none"),
             (run_args(tmp, ["--dpo-label-smoothing", "0.5"]),
              "train.dpo_label_smoothing=0.5 must be at least 0 and below 0.5"),
             (run_args(tmp, ["--nproc", "2", "--pp", "2", "--eval-batches", "2"]),

@@ -145,11 +145,12 @@ def replay(forward, ref, opt, params, rates, first=None):
             (loss / ACCUM).backward()
             loss_sum += loss.item() / ACCUM
         rel = abs(loss_sum - ref["losses"][step].item()) / abs(loss_sum)
-        worst_loss = max(worst_loss, rel)
+        worst_loss = max(worst_loss, rel if rel == rel else math.inf)  # NaN never passes
         if step == 0 and first:
             first(loss_sum, rel)
         norm = torch.nn.utils.clip_grad_norm_(params, CLIP).item()
-        worst_norm = max(worst_norm, abs(norm - ref["grad_norms"][step].item()) / norm)
+        rel = abs(norm - ref["grad_norms"][step].item()) / norm
+        worst_norm = max(worst_norm, rel if rel == rel else math.inf)
         for g, rate in zip(opt.param_groups, rates):
             g["lr"] = lr_at(step) * rate
         opt.step()

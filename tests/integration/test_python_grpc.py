@@ -316,7 +316,7 @@ class ColodTest(WithColod):
                 (spec(train__neftune_alpha=-1.0),
                  "train.neftune_alpha=-1 must be between 0 and 1000"),
                 (spec(train__lora_rank=8, train__dpo_beta=0.1, train__dpo_loss="kto"),
-                 'train.dpo_loss "kto" must be sigmoid, hinge or ipo'),
+                 'train.dpo_loss "kto" must be sigmoid, hinge, ipo, simpo or orpo'),
                 (spec(train__lora_rank=8, train__dpo_precompute=True),
                  "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0"),
                 (spec(train__lora_rank=8, train__lora_double_quant=True),

@@ -169,14 +169,20 @@ static const struct {
     {BASE "train: {lora_rank: 8, dpo_precompute: true}\n",
      "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0"},
     {BASE "train: {dpo_beta: 0.1, dpo_loss: kto}\n",
-     "train.dpo_loss \"kto\" must be sigmoid, hinge or ipo"},
+     "train.dpo_loss \"kto\" must be sigmoid, hinge, ipo, simpo or orpo"},
     {BASE "train: {dpo_loss: ipo}\n",
      "train.dpo_loss=ipo is DPO's loss: it needs train.dpo_beta > 0"},
     {BASE "train: {dpo_beta: 0.1, dpo_label_smoothing: 0.5}\n",
      "train.dpo_label_smoothing=0.5 must be at least 0 and below 0.5"},
     {BASE "train: {dpo_beta: 0.1, dpo_loss: hinge, dpo_label_smoothing: 0.1}\n",
-     "train.dpo_label_smoothing=0.1 smooths DPO's sigmoid loss: it needs train.dpo_beta > 0 and "
-     "train.dpo_loss sigmoid"},
+     "train.dpo_label_smoothing=0.1 smooths the sigmoid loss: it needs train.dpo_beta > 0 and "
+     "train.dpo_loss sigmoid or simpo"},
+    {BASE "train: {dpo_beta: 2, dpo_loss: orpo, dpo_simpo_gamma: 1}\n",
+     "train.dpo_simpo_gamma=1 is SimPO's margin: it needs train.dpo_loss simpo"},
+    {BASE "train: {dpo_beta: 2, dpo_loss: simpo, dpo_simpo_gamma: 101}\n",
+     "train.dpo_simpo_gamma=101 must be between 0 and 100"},
+    {BASE "train: {dpo_beta: 2, dpo_loss: simpo, dpo_precompute: true}\n",
+     "train.dpo_precompute computes DPO's reference, and train.dpo_loss=simpo has none"},
     {BASE "train: {lora_rank: 8, dpo_beta: 0.1, batch_size: 7}\n",
      "train.dpo_beta=0.1 needs an even train.batch_size (7): a pair is two rows, its chosen and "
      "its "
@@ -599,6 +605,15 @@ TEST(whole_model_dpo_is_valid) {
   check(BASE "train: {dpo_beta: 0.1, dpo_loss: sigmoid, dpo_label_smoothing: 0.2}\n", err,
         sizeof err);
   ASSERT_EQ_STR(err, "");
+  check(BASE
+        "train: {dpo_beta: 2, dpo_loss: simpo, dpo_simpo_gamma: 1, dpo_label_smoothing: 0.1}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  s = parse(BASE "train: {dpo_beta: 0.1, dpo_loss: orpo}\n", err, sizeof err, &rc);
+  ASSERT_EQ_INT(rc, 0);
+  ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
+  ASSERT(s->train->dpo_simpo_gamma == 0.5f); /* TRL's default */
+  colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
 TEST(qwen_lora_example_job_is_valid) {

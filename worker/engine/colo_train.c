@@ -835,9 +835,11 @@ static void train_usage(void) {
       "                        first step, and kept in the checkpoints (always so for a\n"
       "                        whole model's run: without --lora-rank)\n"
       "  --dpo-loss L          sigmoid (DPO's, the default), hinge (SLiC) or ipo (IPO, on\n"
-      "                        the answers' mean log-probabilities per token)\n"
-      "  --dpo-label-smoothing E  cDPO: the sigmoid loss for labels flipped with\n"
-      "                        probability E (TRL's label_smoothing; default 0)\n"
+      "                        the answers' mean log-probabilities per token); without a\n"
+      "                        reference: simpo (SimPO) or orpo (ORPO, beta its lambda)\n"
+      "  --dpo-label-smoothing E  cDPO: the sigmoid (or SimPO) loss for labels flipped\n"
+      "                        with probability E (TRL's label_smoothing; default 0)\n"
+      "  --dpo-simpo-gamma G   SimPO's target margin (TRL's simpo_gamma; default 0.5)\n"
       "  --lora-rank R         LoRA: freeze the model and train adapters of rank R (default 0:\n"
       "                        the whole model); checkpoints hold the adapters alone, one\n"
       "                        file whatever the layout; --pp and --tp split the model and\n"
@@ -1056,6 +1058,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"dpo-precompute", "train: {dpo_precompute: %s}"},
       {"dpo-loss", "train: {dpo_loss: '%s'}"},
       {"dpo-label-smoothing", "train: {dpo_label_smoothing: %s}"},
+      {"dpo-simpo-gamma", "train: {dpo_simpo_gamma: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1581,11 +1584,8 @@ static int cmd_train(int argc, char **argv) {
   cfg.neftune_alpha = spec->train->neftune_alpha;
   cfg.dpo_beta = spec->train->dpo_beta;
   cfg.dpo_precompute = spec->train->dpo_precompute;
-  cfg.dpo_loss = !spec->train->dpo_loss || !spec->train->dpo_loss[0] ||
-                         !strcmp(spec->train->dpo_loss, "sigmoid")
-                     ? COLO_DPO_SIGMOID
-                 : !strcmp(spec->train->dpo_loss, "hinge") ? COLO_DPO_HINGE
-                                                           : COLO_DPO_IPO;
+  cfg.dpo_loss = colo_dpo_loss_parse(spec->train->dpo_loss);
+  cfg.dpo_simpo_gamma = spec->train->dpo_simpo_gamma;
   cfg.dpo_label_smoothing = spec->train->dpo_label_smoothing;
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;

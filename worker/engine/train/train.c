@@ -301,8 +301,8 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
 /* A DPO run's scratch and sums: per token weights, per row log-probabilities */
 typedef struct {
   float beta;
-  int loss;             /* COLO_DPO_SIGMOID, _HINGE, _IPO */
-  double smooth;        /* the sigmoid loss's label smoothing ε */
+  int loss;             /* COLO_DPO_SIGMOID, _HINGE, _IPO, _SIMPO, _ORPO */
+  double smooth, gamma; /* the sigmoid and SimPO losses' label smoothing ε; SimPO's margin */
   colo_lora_t *ref;     /* the reference's adapters (the run's first); NULL: none */
   float *w;             /* [B·T]: the losses read back, then the backward's weights */
   double *ref_lp, *pol; /* [B]: each row's summed log-probability, the reference's, the model's */
@@ -341,8 +341,24 @@ static void row_logps(colo_gpt_t *m, dpo_t *d, int B, int T, double *out) {
  * precomputed, else its forward: the model as the run began, the frozen model with the adapters
  * it started with (none: fresh adapters add nothing), with neither dropout nor noise (the caller
  * sets those for the model's forward after this) */
+static int ref_free(const dpo_t *d) {
+  return d->loss == COLO_DPO_SIMPO || d->loss == COLO_DPO_ORPO;
+}
+
+int colo_dpo_loss_parse(const char *name) {
+  static const char *const names[] = {"sigmoid", "hinge", "ipo", "simpo", "orpo"};
+  for (int i = 0; name && i < (int)(sizeof names / sizeof names[0]); i++)
+    if (!strcmp(name, names[i]))
+      return i;
+  return COLO_DPO_SIGMOID;
+}
+
 static void dpo_reference(colo_gpt_t *m, dpo_t *d, const float *table, const int *in, const int *tg,
                           int B, int T) {
+  if (ref_free(d)) { /* SimPO, ORPO: none */
+    memset(d->ref_lp, 0, (size_t)B * sizeof *d->ref_lp);
+    return;
+  }
   if (table) {
     for (int b = 0; b < B / 2; b++) {
       d->ref_lp[2 * b] = table[2 * d->idx[b]];
@@ -382,7 +398,7 @@ static void dpo_pair(const dpo_t *d, int i, dpo_sums_t *s, double *gc, double *g
   double pc = d->n_tab ? (float)d->pol[2 * i] : d->pol[2 * i];
   double pr = d->n_tab ? (float)d->pol[2 * i + 1] : d->pol[2 * i + 1];
   double nc = 1.0, nr = 1.0, beta = d->beta;
-  if (d->loss == COLO_DPO_IPO) {
+  if (d->loss == COLO_DPO_IPO || ref_free(d)) {
     nc = d->cnt[2 * i] > 0 ? d->cnt[2 * i] : 1;
     nr = d->cnt[2 * i + 1] > 0 ? d->cnt[2 * i + 1] : 1;
   }
@@ -395,12 +411,24 @@ static void dpo_pair(const dpo_t *d, int i, dpo_sums_t *s, double *gc, double *g
     double e = z / beta - 1.0 / (2.0 * beta);
     s->loss += e * e;
     g = -2.0 * e; /* by h; h's by a chosen token loss is −1/n_c, by a rejected one +1/n_r */
+  } else if (d->loss == COLO_DPO_ORPO) {
+    /* ℓ = π/n, the odds e^ℓ/(1 − e^ℓ) (e^ℓ kept below 1: an answer with nothing counted has
+     * ℓ = 0); r = log odds_c − log odds_r, d log odds/dℓ = 1/(1 − e^ℓ) */
+    double lc = pc / nc, lr = pr / nr, qc = fmin(exp(lc), 1.0 - 1e-12);
+    double qr = fmin(exp(lr), 1.0 - 1e-12);
+    double r = (lc - log1p(-qc)) - (lr - log1p(-qr)), sg = 1.0 / (1.0 + exp(r));
+    s->loss += -lc + beta * softplus(-r);
+    *gc = (1.0 + beta * sg / (1.0 - qc)) / nc;
+    *gr = -beta * sg / ((1.0 - qr) * nr);
+    goto counted;
   } else {
-    s->loss += (1.0 - d->smooth) * softplus(-z) + d->smooth * softplus(z);
-    g = beta * ((1.0 - d->smooth) / (1.0 + exp(z)) - d->smooth / (1.0 + exp(-z)));
+    double zs = d->loss == COLO_DPO_SIMPO ? z - d->gamma : z; /* SimPO's margin */
+    s->loss += (1.0 - d->smooth) * softplus(-zs) + d->smooth * softplus(zs);
+    g = beta * ((1.0 - d->smooth) / (1.0 + exp(zs)) - d->smooth / (1.0 + exp(-zs)));
   }
   *gc = g / nc;
   *gr = -g / nr;
+counted:
   s->correct += z > 0;
   s->margin += z;
   s->chosen += rc;
@@ -1560,6 +1588,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dpo_s.cnt = malloc((size_t)B * sizeof *dpo_s.cnt);
     dpo_s.loss = cfg->dpo_loss;
     dpo_s.smooth = cfg->dpo_label_smoothing;
+    dpo_s.gamma = cfg->dpo_simpo_gamma;
     if (!dpo_s.w || !dpo_s.ref_lp || !dpo_s.pol || !dpo_s.idx || !dpo_s.cnt) {
       snprintf(err, errlen, "out of memory");
       rc = COLO_ENOMEM;
@@ -1925,8 +1954,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   /* DPO's reference: the model as the run starts, those adapters too (precomputed: the model as
    * it is now, below) */
-  int dpo_pre = dpo && (cfg->lora.rank <= 0 || cfg->dpo_precompute);
-  if (dpo && lora_from && !dpo_pre) {
+  int dpo_pre = dpo && !ref_free(dpo) && (cfg->lora.rank <= 0 || cfg->dpo_precompute);
+  if (dpo && lora_from && !dpo_pre && !ref_free(dpo)) {
     colo_ckpt_meta_t am;
     CHECK_GOTO(colo_lora_create(model, &cfg->lora, pool, &dpo_s.ref, err, errlen), rc, out);
     CHECK_GOTO(load_lora(cfg->init_from, &am, dpo_s.ref, NULL, be, base, 0, err, errlen), rc, out);
@@ -2031,22 +2060,37 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     const colo_shard_t *s = &train.src[0];
     colo_pairs_cut(s, T, &cut, &lost);
     double per = (double)B / 2 * cfg->grad_accum * dp;
-    char loss_said[96] = "";
+    char loss_said[160] = "", ref_said[1300];
+    if (ref_free(dpo))
+      snprintf(ref_said, sizeof ref_said, "no reference (this loss has none)");
+    else
+      snprintf(ref_said, sizeof ref_said, "reference the model as the run starts (%s%s)",
+               dpo_pre    ? "precomputed: a forward over every pair before the first step"
+               : dpo->ref ? "with the adapters of "
+                          : "without adapters",
+               dpo->ref ? cfg->init_from : "");
     if (cfg->dpo_loss == COLO_DPO_HINGE)
       snprintf(loss_said, sizeof loss_said, " (hinge loss: max(0, 1 - z))");
     else if (cfg->dpo_loss == COLO_DPO_IPO)
       snprintf(loss_said, sizeof loss_said,
                " (IPO loss: (h - 1/(2 beta))^2 of mean log-probabilities per token)");
+    else if (cfg->dpo_loss == COLO_DPO_SIMPO && cfg->dpo_label_smoothing > 0.0f)
+      snprintf(loss_said, sizeof loss_said,
+               " (SimPO loss: mean log-probabilities per token, margin gamma %g, label smoothing "
+               "%g)",
+               (double)cfg->dpo_simpo_gamma, (double)cfg->dpo_label_smoothing);
+    else if (cfg->dpo_loss == COLO_DPO_SIMPO)
+      snprintf(loss_said, sizeof loss_said,
+               " (SimPO loss: mean log-probabilities per token, margin gamma %g)",
+               (double)cfg->dpo_simpo_gamma);
+    else if (cfg->dpo_loss == COLO_DPO_ORPO)
+      snprintf(loss_said, sizeof loss_said,
+               " (ORPO loss: the chosen answer's NLL + beta x its odds ratio's)");
     else if (cfg->dpo_label_smoothing > 0.0f)
       snprintf(loss_said, sizeof loss_said, " (sigmoid loss, label smoothing %g)",
                (double)cfg->dpo_label_smoothing);
-    printf("dpo: beta %g%s, reference the model as the run starts (%s%s); %s: %zu pairs, %d a "
-           "step, %.2f epochs in %d steps\n",
-           (double)cfg->dpo_beta, loss_said,
-           dpo_pre    ? "precomputed: a forward over every pair before the first step"
-           : dpo->ref ? "with the adapters of "
-                      : "without adapters",
-           dpo->ref ? cfg->init_from : "", s->path, s->n_pairs, (int)per,
+    printf("dpo: beta %g%s, %s; %s: %zu pairs, %d a step, %.2f epochs in %d steps\n",
+           (double)cfg->dpo_beta, loss_said, ref_said, s->path, s->n_pairs, (int)per,
            per * cfg->steps / (double)s->n_pairs, cfg->steps);
     if (cut)
       printf("dpo: %zu of %zu sequences are longer than block_size + 1 = %d tokens and are cut "

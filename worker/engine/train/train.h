@@ -14,7 +14,10 @@
  * or through host memory (tcp, with shared memory on one host; device buffers staged). */
 enum { COLO_COMM_AUTO, COLO_COMM_NCCL, COLO_COMM_HOST };
 
-enum { COLO_DPO_SIGMOID = 0, COLO_DPO_HINGE = 1, COLO_DPO_IPO = 2 };
+/* DPO's losses (train.dpo_loss); SimPO and ORPO have no reference */
+enum { COLO_DPO_SIGMOID = 0, COLO_DPO_HINGE, COLO_DPO_IPO, COLO_DPO_SIMPO, COLO_DPO_ORPO };
+/* the loss a train.dpo_loss value names (NULL or "": sigmoid); a validated spec's only */
+int colo_dpo_loss_parse(const char *name);
 
 typedef struct {
   colo_gpt_config_t model;
@@ -45,9 +48,12 @@ typedef struct {
   int dpo_precompute;
   /* the loss of z (TRL's loss_type): COLO_DPO_SIGMOID −log σ(z) (with dpo_label_smoothing ε,
    * cDPO's −(1 − ε)·log σ(z) − ε·log σ(−z)), _HINGE max(0, 1 − z), _IPO (h − 1/(2β))² of the
-   * answers' mean log-probabilities per counted token */
+   * answers' mean log-probabilities per counted token; without a reference, on those means ℓ:
+   * _SIMPO −log σ(β(ℓ_c − ℓ_r) − dpo_simpo_gamma) (smoothed likewise), _ORPO
+   * −ℓ_c − β·log σ(log odds(ℓ_c) − log odds(ℓ_r)) */
   int dpo_loss;
   float dpo_label_smoothing;
+  float dpo_simpo_gamma;
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
   /* a blend in place of train_path (n_sources > 0): the resolved paths and their weights */
