@@ -462,10 +462,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (t->loss_scale_window < 1)
     return bad(err, errlen, "train.loss_scale_window=%u must be at least 1", t->loss_scale_window);
   int evaluates = t->eval_interval > 0 || ck->keep_best;
-  if (t->eval_batches == 0 && evaluates && p->pp > 1)
+  if (t->eval_batches == 0 && evaluates && p->pp > 1 && !(t->dpo_beta > 0.0f))
     return bad(err, errlen,
                "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: "
-               "a pipeline evaluates whole batches");
+               "a pipeline evaluates whole batches"); /* DPO's, of pairs, are whole batches */
   if (t->eval_interval > 0 && (!s->data->val_path || !s->data->val_path[0]) &&
       s->data->n_val_sources == 0)
     return bad(err, errlen,
@@ -584,10 +584,13 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "train.dpo_beta=%g needs an even train.batch_size (%u): a pair is two rows, its "
                "chosen and its rejected answer",
                (double)t->dpo_beta, t->batch_size);
-  if (t->dpo_beta > 0.0f && s->parallel->pp > 1)
+  if (t->dpo_beta > 0.0f && s->parallel->pp > 1 && s->parallel->micro_batches > 0 &&
+      (t->batch_size / s->parallel->micro_batches) % 2)
     return bad(err, errlen,
-               "train.dpo_beta=%g with parallel.pp=%u: DPO over pipeline stages is not built",
-               (double)t->dpo_beta, s->parallel->pp);
+               "train.dpo_beta=%g with parallel.micro_batches=%u: each micro-batch of %u rows "
+               "must hold whole pairs (an even number of rows)",
+               (double)t->dpo_beta, s->parallel->micro_batches,
+               t->batch_size / s->parallel->micro_batches);
   if (t->lora_rank > 0) {
     unsigned tg;
     char why[160];

@@ -27,7 +27,9 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
     (those adapters included) as the reference: the replay's reference is that adapted model (the
     first loss log 2 again; losses, norms, adapters as above), and its resume in bytes;
   - 2 data-parallel ranks (dropout on, its masks numbered by row) = 1 rank within 1e-5 (losses)
-    and 1e-4 (adapters); tensor parallelism (tp=2, with sequence parallelism) likewise;
+    and 1e-4 (adapters); tensor parallelism (tp=2, with sequence parallelism) likewise; 2
+    pipeline stages of 2 micro-batches (the live reference a pass of its own) likewise, and the
+    validation loss within 1e-4;
   - QLoRA (NF4) with DPO: the reference is the quantized model, the first loss log 2;
   - DPO of the whole model (no LoRA), its reference precomputed (a forward over every pair
     before the first step, the table carried in the checkpoints): replayed in PyTorch with a
@@ -36,7 +38,7 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
     the attention's key biases, whose gradients are rounding noise); the validation loss; the
     checkpoint's table against PyTorch's log-probabilities; a resume at step 5 in bytes, table
     included; a damaged table refused; 2 data-parallel ranks under ZeRO-3 and tp=2 with
-    sequence parallelism = 1 rank (losses 1e-5, weights 1e-4);
+    sequence parallelism and 2 pipeline stages = 1 rank (losses 1e-5, weights 1e-4);
   - TRL's other losses, each ten LoRA steps replayed in PyTorch as above: hinge (first loss 1),
     IPO on the mean log-probabilities per counted token (first loss (1/(2β))² = 1), the
     sigmoid loss with label smoothing 0.1 (cDPO), and without a reference SimPO (margin 0.3,
@@ -45,7 +47,7 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
   - LoRA with --dpo-precompute = the reference's forward at every step (losses 1e-5, adapters
     1e-4); resuming a checkpoint without a table that way is refused;
   - refusals, each with its message: --dpo-precompute without DPO, an unknown loss, label
-    smoothing on IPO or at 0.5, pipeline stages, an odd
+    smoothing on IPO or at 0.5, a pipeline's micro-batch of an odd number of rows, an odd
     batch, a shard without pairs under DPO, pairs without DPO, a validation set without pairs.
 Exit 0 when all pass.
 """
@@ -345,6 +347,11 @@ def apart(a, b, names):
     return worst
 
 
+def val_of(out):
+    line = [x for x in out.splitlines() if x.startswith("step %6d | val loss" % STEPS)]
+    return float(line[0].split()[5]) if line else float("nan")
+
+
 def step_losses(out):
     return torch.tensor([float(x.split("| loss ")[1].split()[0]) for x in out.splitlines()
                          if x.startswith("step ") and "| loss " in x])
@@ -449,7 +456,9 @@ def whole_model(tmp, vseqs):
             ("whole-z3", "[whole] 2 data-parallel ranks, ZeRO-3 = 1 rank",
              ["--nproc", "2", "--dp", "2", "--zero", "3"], B // 2),
             ("whole-tp", "[whole] tp=2 with sequence parallelism = 1 rank",
-             ["--nproc", "2", "--tp", "2", "--sp", "true"], B)):
+             ["--nproc", "2", "--tp", "2", "--sp", "true"], B),
+            ("whole-pp", "[whole] 2 pipeline stages (2 micro-batches; the table through them) = 1 rank",
+             ["--nproc", "2", "--pp", "2", "--micro-batches", "2"], B)):
         c = os.path.join(tmp, name)
         lo = step_losses(colo(whole_args(tmp, ["--ckpt-dir", c] + extra, b=b)))
         other = export(tmp, os.path.join(c, f))
@@ -614,6 +623,17 @@ def main():
             wabs = max((ca[k] - cb[k]).abs().max().item() for k in ca)
             check(tag, lrel <= 1e-5 and wabs <= 1e-4 and sorted(ca) == sorted(cb),
                   "losses %.2e, checkpoint %.2e over %d tensors" % (lrel, wabs, len(ca)))
+        # 2 pipeline stages of 2 micro-batches (a pair each): the live reference a pass of its own
+        # through the stages, the last stage weighting each micro-batch's backward
+        pout = colo(run_args(tmp, ["--ckpt-dir", os.path.join(tmp, "pp"), "--nproc", "2", "--pp", "2",
+                                   "--micro-batches", "2"]))
+        lo, cpp, c1 = step_losses(pout), read_safetensors(os.path.join(tmp, "pp", f)), whole[1]
+        lrel = ((lo - ref["losses"]).abs() / ref["losses"].abs()).max().item() if len(lo) == STEPS else 1
+        wabs = max((c1[k] - cpp[k]).abs().max().item() for k in c1)
+        v1, v2 = val_of(out), val_of(pout)
+        check("2 pipeline stages (2 micro-batches) = 1 rank: losses 1e-5, adapters and val 1e-4",
+              lrel <= 1e-5 and wabs <= 1e-4 and sorted(c1) == sorted(cpp) and abs(v1 - v2) <= 1e-4,
+              "losses %.2e, adapters %.2e; val %.4f and %.4f" % (lrel, wabs, v1, v2))
         one = one[0]
         dmoved = (one["losses"] - ref["losses"]).abs().max().item()
         check("dropout changes the run (the reference has none)", dmoved > 1e-6, "losses apart %.2e" % dmoved)
@@ -637,8 +657,8 @@ def main():
              "train.dpo_precompute computes DPO's reference, and train.dpo_loss=orpo has none"),
             (run_args(tmp, ["--dpo-label-smoothing", "0.5"]),
              "train.dpo_label_smoothing=0.5 must be at least 0 and below 0.5"),
-            (run_args(tmp, ["--nproc", "2", "--pp", "2", "--eval-batches", "2"]),
-             "DPO over pipeline stages is not built"),
+            (run_args(tmp, ["--nproc", "2", "--pp", "2", "--micro-batches", "4"]),
+             "each micro-batch of 1 rows must hold whole pairs"),
             (run_args(tmp, b=3), "needs an even train.batch_size (3)"),
             (run_args(tmp, ["--train-data", "t/train.bin"]), "data.train_path is not a preference shard"),
             (run_args(tmp, ["--val-data", "t/val.bin"]), "not a preference shard: a DPO run"),

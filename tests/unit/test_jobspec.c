@@ -187,8 +187,10 @@ static const struct {
      "train.dpo_beta=0.1 needs an even train.batch_size (7): a pair is two rows, its chosen and "
      "its "
      "rejected answer"},
-    {BASE "train: {lora_rank: 8, dpo_beta: 0.1}\nparallel: {pp: 2}\n",
-     "train.dpo_beta=0.1 with parallel.pp=2: DPO over pipeline stages is not built"},
+    {BASE "train: {lora_rank: 8, dpo_beta: 0.1, batch_size: 12}\nparallel: {pp: 2, "
+          "micro_batches: 4}\n",
+     "train.dpo_beta=0.1 with parallel.micro_batches=4: each micro-batch of 3 rows must hold "
+     "whole pairs (an even number of rows)"},
     {BASE "train: {lora_rank: 8, lora_double_quant: true}\n",
      "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4"},
     {BASE "train: {lora_rank: 8, lora_quant: none, lora_double_quant: true}\n",

@@ -114,6 +114,126 @@ static void dump_free(dump_t *d) {
 
 /* ---- evaluation ---- */
 
+/* ---- DPO (train.dpo_beta) ---- */
+
+/* A DPO run's scratch and sums: per token weights, per row log-probabilities */
+typedef struct {
+  float beta;
+  int loss;             /* COLO_DPO_SIGMOID, _HINGE, _IPO, _SIMPO, _ORPO */
+  double smooth, gamma; /* the sigmoid and SimPO losses' label smoothing ε; SimPO's margin */
+  colo_lora_t *ref;     /* the reference's adapters (the run's first); NULL: none */
+  float *w;             /* [B·T]: the losses read back, then the backward's weights */
+  double *ref_lp, *pol; /* [B]: each row's summed log-probability, the reference's, the model's */
+  size_t *idx;          /* [B/2]: the batch's pairs' numbers in their set */
+  int *cnt;             /* [B]: each row's targets that count (IPO's means) */
+  /* a precomputed reference (train.dpo_precompute; a whole model's run always): each set's
+   * table of its pairs' log-probabilities, (chosen, rejected) floats, tab[0] the training set's
+   * and tab[1 + k] validation set k's, tab_n their pairs; n_tab 0: the reference's forward at
+   * every step instead */
+  int n_tab;
+  float **tab;
+  size_t *tab_n;
+  char (*tab_name)[16]; /* "train", "val.K": their names in a checkpoint */
+  const char **names;   /* [n_tab]: pointers to them */
+} dpo_t;
+
+/* sums over pairs: the loss, the pairs whose chosen answer gains more (z > 0), the margins z, the
+ * chosen and the rejected answers' rewards β(π − ρ), and the pairs */
+typedef struct {
+  double loss, correct, margin, chosen, rejected, pairs;
+} dpo_sums_t;
+
+/* each row's log-probability of its targets that count, −Σ of the last forward's losses, summed
+ * in order */
+static void row_logps(colo_gpt_t *m, dpo_t *d, int B, int T, double *out) {
+  colo_gpt_read_losses(m, d->w);
+  for (int r = 0; r < B; r++) {
+    double s = 0.0;
+    for (int t = 0; t < T; t++)
+      s += d->w[(size_t)r * T + t];
+    out[r] = -s;
+  }
+}
+
+/* SimPO and ORPO have no reference */
+static int ref_free(const dpo_t *d) {
+  return d->loss == COLO_DPO_SIMPO || d->loss == COLO_DPO_ORPO;
+}
+
+int colo_dpo_loss_parse(const char *name) {
+  static const char *const names[] = {"sigmoid", "hinge", "ipo", "simpo", "orpo"};
+  for (int i = 0; name && i < (int)(sizeof names / sizeof names[0]); i++)
+    if (!strcmp(name, names[i]))
+      return i;
+  return COLO_DPO_SIGMOID;
+}
+
+/* each row's targets that count */
+static void row_counts(dpo_t *d, const int *tg, int B, int T) {
+  for (int r = 0; r < B; r++) {
+    int n = 0;
+    for (int t = 0; t < T; t++)
+      n += tg[(size_t)r * T + t] >= 0;
+    d->cnt[r] = n;
+  }
+}
+
+static double softplus(double x) {
+  return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
+}
+
+/* A pair, its chosen row's log-probabilities under the model and the reference and counted
+ * targets at pol[0], ref[0], cnt[0], its rejected row's at [1]: the answers' rewards r = β(π − ρ)
+ * (IPO's of the mean log-probabilities per counted token), z = r_c − r_r, and the pair's loss of z
+ * counted into s (d->loss: −log σ(z), smoothed by ε: (1 − ε)·softplus(−z) + ε·softplus(z); hinge
+ * max(0, 1 − z); IPO (z/β − 1/(2β))²). *gc and *gr get the loss's derivatives by each of the chosen
+ * row's and the rejected row's token losses (π = −Σ of them): for the sigmoid loss ±β((1 − ε)σ(−z)
+ * − εσ(z)), for hinge ±β when z < 1, for IPO ∓2(h − 1/(2β))/n of each row's n counted tokens. */
+static void dpo_pair(const dpo_t *d, const double *pol, const double *ref, const int *cnt,
+                     dpo_sums_t *s, double *gc, double *gr) {
+  /* a precomputed reference is kept in floats: the model's log-probabilities are taken at that
+   * precision too, so that the model as it starts is its reference exactly (z = 0) */
+  double pc = d->n_tab ? (float)pol[0] : pol[0];
+  double pr = d->n_tab ? (float)pol[1] : pol[1];
+  double nc = 1.0, nr = 1.0, beta = d->beta;
+  if (d->loss == COLO_DPO_IPO || ref_free(d)) {
+    nc = cnt[0] > 0 ? cnt[0] : 1;
+    nr = cnt[1] > 0 ? cnt[1] : 1;
+  }
+  double rc = beta * (pc - ref[0]) / nc;
+  double rr = beta * (pr - ref[1]) / nr, z = rc - rr, g;
+  if (d->loss == COLO_DPO_HINGE) {
+    s->loss += z < 1.0 ? 1.0 - z : 0.0;
+    g = z < 1.0 ? beta : 0.0;
+  } else if (d->loss == COLO_DPO_IPO) {
+    double e = z / beta - 1.0 / (2.0 * beta);
+    s->loss += e * e;
+    g = -2.0 * e; /* by h; h's by a chosen token loss is −1/n_c, by a rejected one +1/n_r */
+  } else if (d->loss == COLO_DPO_ORPO) {
+    /* ℓ = π/n, the odds e^ℓ/(1 − e^ℓ) (e^ℓ kept below 1: an answer with nothing counted has
+     * ℓ = 0); r = log odds_c − log odds_r, d log odds/dℓ = 1/(1 − e^ℓ) */
+    double lc = pc / nc, lr = pr / nr, qc = fmin(exp(lc), 1.0 - 1e-12);
+    double qr = fmin(exp(lr), 1.0 - 1e-12);
+    double r = (lc - log1p(-qc)) - (lr - log1p(-qr)), sg = 1.0 / (1.0 + exp(r));
+    s->loss += -lc + beta * softplus(-r);
+    *gc = (1.0 + beta * sg / (1.0 - qc)) / nc;
+    *gr = -beta * sg / ((1.0 - qr) * nr);
+    goto counted;
+  } else {
+    double zs = d->loss == COLO_DPO_SIMPO ? z - d->gamma : z; /* SimPO's margin */
+    s->loss += (1.0 - d->smooth) * softplus(-zs) + d->smooth * softplus(zs);
+    g = beta * ((1.0 - d->smooth) / (1.0 + exp(zs)) - d->smooth / (1.0 + exp(-zs)));
+  }
+  *gc = g / nc;
+  *gr = -g / nr;
+counted:
+  s->correct += z > 0;
+  s->margin += z;
+  s->chosen += rc;
+  s->rejected += rr;
+  s->pairs += 1.0;
+}
+
 /* ---- the pipeline: 1F1B over micro-batches ---- */
 
 typedef struct {
@@ -133,6 +253,15 @@ typedef struct {
    * noise_key and numbered as the masks are */
   float noise_mag;
   uint64_t noise_key;
+  /* DPO (train.dpo_beta), at the last stage: with rows set, each micro-batch's rows'
+   * log-probabilities go to rows[j·Bm ...] after its forward; with sums set (a training step),
+   * each micro-batch's backward is its rows' token losses weighted by its pairs' loss
+   * derivatives (the reference's log-probabilities of the batch's rows in dpo->ref_lp), each
+   * pair's loss weighing pair_scale, counted into sums */
+  dpo_t *dpo;
+  double *rows;
+  dpo_sums_t *sums;
+  double pair_scale;
 } pipe_t;
 
 /* NEFTune's noise is keyed by (seed, step, this) */
@@ -171,9 +300,33 @@ static int pipe_fwd(pipe_t *p, int j, const int *in, const int *tg, double *loss
   float l = colo_gpt_forward_stage(p->model, ij, pipe_x(p, j), tj, p->Bm, p->T);
   if (colo_gpt_hook_error(p->model) < 0)
     return COLO_EIO;
-  if (p->stage == p->stages - 1)
+  if (p->stage == p->stages - 1 && p->dpo && p->rows)
+    row_logps(p->model, p->dpo, p->Bm, p->T, p->rows + (size_t)j * p->Bm);
+  else if (p->stage == p->stages - 1 && !p->dpo)
     *loss += l;
   return 0;
+}
+
+/* DPO's backward of micro-batch j at the last stage: its forward again (unfused), its pairs'
+ * losses and derivatives, the backward of the rows' token losses so weighted */
+static int pipe_bwd_dpo(pipe_t *p, int j, const int *ij, const int *tj) {
+  colo_gpt_t *m = p->model;
+  dpo_t *d = p->dpo;
+  int Bm = p->Bm, T = p->T;
+  colo_gpt_forward_stage(m, ij, pipe_x(p, j), tj, Bm, T);
+  row_logps(m, d, Bm, T, d->pol);
+  row_counts(d, tj, Bm, T);
+  for (int i = 0; i < Bm / 2; i++) {
+    double gc, gr;
+    dpo_pair(d, d->pol + 2 * i, d->ref_lp + (size_t)j * Bm + 2 * i, d->cnt + 2 * i, p->sums, &gc,
+             &gr);
+    for (int t = 0; t < T; t++) {
+      d->w[(size_t)(2 * i) * T + t] = (float)(gc * p->pair_scale);
+      d->w[(size_t)(2 * i + 1) * T + t] = (float)(gr * p->pair_scale);
+    }
+  }
+  colo_gpt_backward_weighted(m, d->w);
+  return colo_gpt_hook_error(m) < 0 ? COLO_EIO : 0;
 }
 
 /* micro-batch j's backward, the next stage's gradient already in dy: its activations again
@@ -183,6 +336,8 @@ static int pipe_bwd(pipe_t *p, int j, const int *in, const int *tg, float scale)
   int last = p->stage == p->stages - 1;
   const int *ij = in + (size_t)j * p->Bm * p->T, *tj = tg + (size_t)j * p->Bm * p->T;
   pipe_masks(p, j); /* the forward's again */
+  if (last && p->dpo && p->sums)
+    return pipe_bwd_dpo(p, j, ij, tj);
   colo_gpt_forward_stage_train(m, ij, pipe_x(p, j), tj, p->Bm, p->T, scale);
   colo_gpt_backward_stage(m, scale, last ? NULL : p->dy);
   return colo_gpt_hook_error(m) < 0 ? COLO_EIO : 0;
@@ -296,144 +451,45 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
                                (double)batches * world * B * T);
 }
 
-/* ---- DPO (train.dpo_beta) ---- */
-
-/* A DPO run's scratch and sums: per token weights, per row log-probabilities */
-typedef struct {
-  float beta;
-  int loss;             /* COLO_DPO_SIGMOID, _HINGE, _IPO, _SIMPO, _ORPO */
-  double smooth, gamma; /* the sigmoid and SimPO losses' label smoothing ε; SimPO's margin */
-  colo_lora_t *ref;     /* the reference's adapters (the run's first); NULL: none */
-  float *w;             /* [B·T]: the losses read back, then the backward's weights */
-  double *ref_lp, *pol; /* [B]: each row's summed log-probability, the reference's, the model's */
-  size_t *idx;          /* [B/2]: the batch's pairs' numbers in their set */
-  int *cnt;             /* [B]: each row's targets that count (IPO's means) */
-  /* a precomputed reference (train.dpo_precompute; a whole model's run always): each set's
-   * table of its pairs' log-probabilities, (chosen, rejected) floats, tab[0] the training set's
-   * and tab[1 + k] validation set k's, tab_n their pairs; n_tab 0: the reference's forward at
-   * every step instead */
-  int n_tab;
-  float **tab;
-  size_t *tab_n;
-  char (*tab_name)[16]; /* "train", "val.K": their names in a checkpoint */
-  const char **names;   /* [n_tab]: pointers to them */
-} dpo_t;
-
-/* sums over pairs: the loss, the pairs whose chosen answer gains more (z > 0), the margins z, the
- * chosen and the rejected answers' rewards β(π − ρ), and the pairs */
-typedef struct {
-  double loss, correct, margin, chosen, rejected, pairs;
-} dpo_sums_t;
-
-/* each row's log-probability of its targets that count, −Σ of the last forward's losses, summed
- * in order */
-static void row_logps(colo_gpt_t *m, dpo_t *d, int B, int T, double *out) {
-  colo_gpt_read_losses(m, d->w);
-  for (int r = 0; r < B; r++) {
-    double s = 0.0;
-    for (int t = 0; t < T; t++)
-      s += d->w[(size_t)r * T + t];
-    out[r] = -s;
+/* The batch's rows' log-probabilities under the model as it is (its adapters, no dropout or
+ * noise) into out: its forward, or through the pipeline's stages with pipe (the last stage's);
+ * < 0 when a collective or a parameter gather failed */
+static int rows_forward(colo_gpt_t *m, pipe_t *pipe, dpo_t *d, const int *in, const int *tg, int B,
+                        int T, double *out) {
+  if (pipe) {
+    double unused = 0.0;
+    pipe->rows = out;
+    int rc = pipe_eval(pipe, in, tg, &unused);
+    pipe->rows = NULL;
+    return rc;
   }
+  colo_gpt_forward(m, in, tg, B, T);
+  row_logps(m, d, B, T, out);
+  return colo_gpt_hook_error(m) < 0 ? COLO_EIO : 0;
 }
 
-/* The reference's log-probabilities of the batch's rows (its pairs d->idx): from the table when
- * precomputed, else its forward: the model as the run began, the frozen model with the adapters
- * it started with (none: fresh adapters add nothing), with neither dropout nor noise (the caller
- * sets those for the model's forward after this) */
-static int ref_free(const dpo_t *d) {
-  return d->loss == COLO_DPO_SIMPO || d->loss == COLO_DPO_ORPO;
-}
-
-int colo_dpo_loss_parse(const char *name) {
-  static const char *const names[] = {"sigmoid", "hinge", "ipo", "simpo", "orpo"};
-  for (int i = 0; name && i < (int)(sizeof names / sizeof names[0]); i++)
-    if (!strcmp(name, names[i]))
-      return i;
-  return COLO_DPO_SIGMOID;
-}
-
-static void dpo_reference(colo_gpt_t *m, dpo_t *d, const float *table, const int *in, const int *tg,
-                          int B, int T) {
+/* The reference's log-probabilities of the batch's rows (its pairs d->idx): none (SimPO, ORPO),
+ * from the table when precomputed, else its forward (through the pipeline's stages with pipe,
+ * the last stage's): the model as the run began, the frozen model with the adapters it started
+ * with (none: fresh adapters add nothing), with neither dropout nor noise (the caller sets those
+ * for the model's forward after this). A failed pipeline's error. */
+static int dpo_reference(colo_gpt_t *m, pipe_t *pipe, dpo_t *d, const float *table, const int *in,
+                         const int *tg, int B, int T) {
   if (ref_free(d)) { /* SimPO, ORPO: none */
     memset(d->ref_lp, 0, (size_t)B * sizeof *d->ref_lp);
-    return;
+    return 0;
   }
   if (table) {
     for (int b = 0; b < B / 2; b++) {
       d->ref_lp[2 * b] = table[2 * d->idx[b]];
       d->ref_lp[2 * b + 1] = table[2 * d->idx[b] + 1];
     }
-    return;
+    return 0;
   }
   colo_lora_t *mine = colo_gpt_swap_lora(m, d->ref);
-  colo_gpt_forward(m, in, tg, B, T);
+  int rc = rows_forward(m, pipe, d, in, tg, B, T, d->ref_lp);
   colo_gpt_swap_lora(m, mine);
-  row_logps(m, d, B, T, d->ref_lp);
-}
-
-/* each row's targets that count */
-static void row_counts(dpo_t *d, const int *tg, int B, int T) {
-  for (int r = 0; r < B; r++) {
-    int n = 0;
-    for (int t = 0; t < T; t++)
-      n += tg[(size_t)r * T + t] >= 0;
-    d->cnt[r] = n;
-  }
-}
-
-static double softplus(double x) {
-  return x > 0 ? x + log1p(exp(-x)) : log1p(exp(x));
-}
-
-/* Pair i (rows 2i and 2i + 1): the answers' rewards r = β(π − ρ) (IPO's of the mean
- * log-probabilities per counted token), z = r_c − r_r, and the pair's loss of z counted into s
- * (d->loss: −log σ(z), smoothed by ε: (1 − ε)·softplus(−z) + ε·softplus(z); hinge max(0, 1 − z);
- * IPO (z/β − 1/(2β))²). *gc and *gr get the loss's derivatives by each of the chosen row's and
- * the rejected row's token losses (π = −Σ of them): for the sigmoid loss ±β((1 − ε)σ(−z) −
- * εσ(z)), for hinge ±β when z < 1, for IPO ∓2(h − 1/(2β))/n of each row's n counted tokens. */
-static void dpo_pair(const dpo_t *d, int i, dpo_sums_t *s, double *gc, double *gr) {
-  /* a precomputed reference is kept in floats: the model's log-probabilities are taken at that
-   * precision too, so that the model as it starts is its reference exactly (z = 0) */
-  double pc = d->n_tab ? (float)d->pol[2 * i] : d->pol[2 * i];
-  double pr = d->n_tab ? (float)d->pol[2 * i + 1] : d->pol[2 * i + 1];
-  double nc = 1.0, nr = 1.0, beta = d->beta;
-  if (d->loss == COLO_DPO_IPO || ref_free(d)) {
-    nc = d->cnt[2 * i] > 0 ? d->cnt[2 * i] : 1;
-    nr = d->cnt[2 * i + 1] > 0 ? d->cnt[2 * i + 1] : 1;
-  }
-  double rc = beta * (pc - d->ref_lp[2 * i]) / nc;
-  double rr = beta * (pr - d->ref_lp[2 * i + 1]) / nr, z = rc - rr, g;
-  if (d->loss == COLO_DPO_HINGE) {
-    s->loss += z < 1.0 ? 1.0 - z : 0.0;
-    g = z < 1.0 ? beta : 0.0;
-  } else if (d->loss == COLO_DPO_IPO) {
-    double e = z / beta - 1.0 / (2.0 * beta);
-    s->loss += e * e;
-    g = -2.0 * e; /* by h; h's by a chosen token loss is −1/n_c, by a rejected one +1/n_r */
-  } else if (d->loss == COLO_DPO_ORPO) {
-    /* ℓ = π/n, the odds e^ℓ/(1 − e^ℓ) (e^ℓ kept below 1: an answer with nothing counted has
-     * ℓ = 0); r = log odds_c − log odds_r, d log odds/dℓ = 1/(1 − e^ℓ) */
-    double lc = pc / nc, lr = pr / nr, qc = fmin(exp(lc), 1.0 - 1e-12);
-    double qr = fmin(exp(lr), 1.0 - 1e-12);
-    double r = (lc - log1p(-qc)) - (lr - log1p(-qr)), sg = 1.0 / (1.0 + exp(r));
-    s->loss += -lc + beta * softplus(-r);
-    *gc = (1.0 + beta * sg / (1.0 - qc)) / nc;
-    *gr = -beta * sg / ((1.0 - qr) * nr);
-    goto counted;
-  } else {
-    double zs = d->loss == COLO_DPO_SIMPO ? z - d->gamma : z; /* SimPO's margin */
-    s->loss += (1.0 - d->smooth) * softplus(-zs) + d->smooth * softplus(zs);
-    g = beta * ((1.0 - d->smooth) / (1.0 + exp(zs)) - d->smooth / (1.0 + exp(-zs)));
-  }
-  *gc = g / nc;
-  *gr = -g / nr;
-counted:
-  s->correct += z > 0;
-  s->margin += z;
-  s->chosen += rc;
-  s->rejected += rr;
-  s->pairs += 1.0;
+  return rc;
 }
 
 /* One training micro-batch of B/2 pairs (d->idx): the reference's log-probabilities, the model's
@@ -443,7 +499,7 @@ counted:
 static double dpo_train_micro(colo_gpt_t *m, dpo_t *d, const int *in, const int *tg, int B, int T,
                               float scale, colo_lora_t *lora, uint64_t drop_key, uint64_t row0,
                               float noise_mag, uint64_t noise_key, dpo_sums_t *s) {
-  dpo_reference(m, d, d->n_tab ? d->tab[0] : NULL, in, tg, B, T);
+  dpo_reference(m, NULL, d, d->n_tab ? d->tab[0] : NULL, in, tg, B, T);
   if (lora)
     colo_lora_set_dropout(lora, 1, drop_key, row0);
   colo_gpt_set_noise(m, noise_mag, noise_key, row0);
@@ -453,7 +509,7 @@ static double dpo_train_micro(colo_gpt_t *m, dpo_t *d, const int *in, const int 
   double before = s->loss;
   for (int i = 0; i < B / 2; i++) {
     double gc, gr;
-    dpo_pair(d, i, s, &gc, &gr);
+    dpo_pair(d, d->pol + 2 * i, d->ref_lp + 2 * i, d->cnt + 2 * i, s, &gc, &gr);
     for (int t = 0; t < T; t++) {
       d->w[(size_t)(2 * i) * T + t] = (float)(gc * scale);
       d->w[(size_t)(2 * i + 1) * T + t] = (float)(gr * scale);
@@ -478,28 +534,30 @@ static int dpo_sums_reduce(colo_comm_t *c, dpo_sums_t *s) {
 
 /* The mean DPO loss over `batches` evaluation batches of B/2 pairs (colo_pairs_eval_batch; 0:
  * each pair of the set once, the last batch's pairs past the end left out), the group's ranks
- * each taking their share, the reference's log-probabilities from `table` (NULL: its forward);
- * the sums in *out. NaN when the group fails. */
-static float evaluate_dpo(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *val, dpo_t *d,
-                          const float *table, int batches, int B, int T, int *in, int *tg,
+ * each taking their share, through the pipeline's stages with pipe (the last stage's sums, added
+ * up over the stages), the reference's log-probabilities from `table` (NULL: its forward); the
+ * sums in *out. NaN when the group fails. */
+static float evaluate_dpo(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo_shard_t *val,
+                          dpo_t *d, const float *table, int batches, int B, int T, int *in, int *tg,
                           dpo_sums_t *out) {
   int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1, P = B / 2;
+  int last = !pipe || pipe->stage == pipe->stages - 1;
   size_t n = val->n_pairs, per = (size_t)world * P;
   int nb = batches > 0 ? batches : (int)((n + per - 1) / per);
   dpo_sums_t s = {0};
   for (int i = 0; i < nb; i++) {
     colo_pairs_eval_batch(val, i, rank, world, P, T, in, tg, d->idx);
-    dpo_reference(m, d, table, in, tg, B, T);
-    colo_gpt_forward(m, in, tg, B, T);
-    row_logps(m, d, B, T, d->pol);
+    if (dpo_reference(m, pipe, d, table, in, tg, B, T) < 0 ||
+        rows_forward(m, pipe, d, in, tg, B, T, d->pol) < 0)
+      return NAN;
     row_counts(d, tg, B, T);
-    for (int b = 0; b < P; b++) {
+    for (int b = 0; last && b < P; b++) {
       double gc, gr;
       if (batches > 0 || ((size_t)i * world + rank) * P + b < n)
-        dpo_pair(d, b, &s, &gc, &gr);
+        dpo_pair(d, d->pol + 2 * b, d->ref_lp + 2 * b, d->cnt + 2 * b, &s, &gc, &gr);
     }
   }
-  if (dpo_sums_reduce(comm, &s) < 0)
+  if ((pipe && dpo_sums_reduce(pipe->pp, &s) < 0) || dpo_sums_reduce(comm, &s) < 0)
     return NAN;
   *out = s;
   return (float)(s.loss / s.pairs);
@@ -510,21 +568,22 @@ static float evaluate_dpo(colo_gpt_t *m, colo_comm_t *comm, const colo_shard_t *
  * group's ranks take batches of B/2 pairs in turn (colo_pairs_eval_batch), each entry written by
  * the rank that computed it, zeros elsewhere, and the tables summed over the group: exact, so any
  * split gives the same floats. With `say`, a line every 30 s. */
-static int dpo_precompute(colo_gpt_t *m, colo_comm_t *comm, dpo_t *d, const colo_shard_t *s, int B,
-                          int T, int *in, int *tg, float *table, const char *what, int say,
-                          char *err, size_t errlen) {
+static int dpo_precompute(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, dpo_t *d,
+                          const colo_shard_t *s, int B, int T, int *in, int *tg, float *table,
+                          const char *what, int say, char *err, size_t errlen) {
   int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1, P = B / 2;
+  int last = !pipe || pipe->stage == pipe->stages - 1;
   size_t n = s->n_pairs, per = (size_t)world * P, nb = (n + per - 1) / per;
   double t0 = now_s(), said = t0;
   memset(table, 0, 2 * n * sizeof *table);
   for (size_t i = 0; i < nb; i++) {
     colo_pairs_eval_batch(s, (int)i, rank, world, P, T, in, tg, d->idx);
-    colo_gpt_forward(m, in, tg, B, T);
-    if (colo_gpt_hook_error(m) < 0)
-      return colo_fail(err, errlen, COLO_EIO, "DPO's reference of %s: gathering parameters: %s",
-                       what, comm && colo_comm_error(comm)[0] ? colo_comm_error(comm) : "failed");
-    row_logps(m, d, B, T, d->ref_lp);
-    for (int b = 0; b < P; b++) {
+    if (rows_forward(m, pipe, d, in, tg, B, T, d->ref_lp) < 0)
+      return colo_fail(err, errlen, COLO_EIO, "DPO's reference of %s: %s", what,
+                       pipe && colo_comm_error(pipe->pp)[0] ? colo_comm_error(pipe->pp)
+                       : comm && colo_comm_error(comm)[0]   ? colo_comm_error(comm)
+                                                            : "a collective failed");
+    for (int b = 0; last && b < P; b++) {
       size_t g = (i * world + (size_t)rank) * P + (size_t)b;
       if (g < n) {
         table[2 * g] = (float)d->ref_lp[2 * b];
@@ -538,6 +597,9 @@ static int dpo_precompute(colo_gpt_t *m, colo_comm_t *comm, dpo_t *d, const colo
       fflush(stdout);
     }
   }
+  if (pipe && pipe->pp->ops->allreduce_sum(pipe->pp, table, 2 * n) < 0) /* the last stage's */
+    return colo_fail(err, errlen, COLO_EIO, "DPO's reference of %s: %s", what,
+                     colo_comm_error(pipe->pp));
   if (comm && world > 1 && comm->ops->allreduce_sum(comm, table, 2 * n) < 0)
     return colo_fail(err, errlen, COLO_EIO, "DPO's reference of %s: %s", what,
                      colo_comm_error(comm));
@@ -721,9 +783,9 @@ static void val_sets_close(val_sets_t *v) {
 /* The precomputed reference's tables: computed now (a fresh run's start), or read from the
  * checkpoint the run resumes from (resumed: its directory), each validation set's after the
  * training set's. */
-static int dpo_tables(colo_gpt_t *m, colo_comm_t *comm, dpo_t *d, const colo_shard_t *train,
-                      const val_sets_t *val, const char *resumed, int B, int T, int *in, int *tg,
-                      int say, char *err, size_t errlen) {
+static int dpo_tables(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, dpo_t *d,
+                      const colo_shard_t *train, const val_sets_t *val, const char *resumed, int B,
+                      int T, int *in, int *tg, int say, char *err, size_t errlen) {
   int n = 1 + val->n;
   d->tab = calloc((size_t)n, sizeof *d->tab);
   d->tab_n = calloc((size_t)n, sizeof *d->tab_n);
@@ -745,9 +807,10 @@ static int dpo_tables(colo_gpt_t *m, colo_comm_t *comm, dpo_t *d, const colo_sha
     d->names[k] = d->tab_name[k];
     if (!(d->tab[k] = malloc(2 * s->n_pairs * sizeof(float))))
       return colo_fail(err, errlen, COLO_ENOMEM, "no memory for DPO's reference of %s", s->path);
-    int rc =
-        resumed ? colo_ckpt_read_dpo(resumed, d->tab_name[k], d->tab[k], s->n_pairs, err, errlen)
-                : dpo_precompute(m, comm, d, s, B, T, in, tg, d->tab[k], s->path, say, err, errlen);
+    int rc = resumed
+                 ? colo_ckpt_read_dpo(resumed, d->tab_name[k], d->tab[k], s->n_pairs, err, errlen)
+                 : dpo_precompute(m, comm, pipe, d, s, B, T, in, tg, d->tab[k], s->path, say, err,
+                                  errlen);
     if (rc < 0)
       return rc;
   }
@@ -799,7 +862,7 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   float each[COLO_MAX_SOURCES];
   dpo_sums_t ds[COLO_MAX_SOURCES] = {{0}};
   for (int k = 0; k < val->n && k < COLO_MAX_SOURCES; k++) {
-    each[k] = dpo ? evaluate_dpo(model, comm, &val->s[k], dpo,
+    each[k] = dpo ? evaluate_dpo(model, comm, pipe, &val->s[k], dpo,
                                  dpo->n_tab > k + 1 ? dpo->tab[k + 1] : NULL, cfg->eval_batches,
                                  cfg->batch_size, cfg->model.block_size, in, tg, &ds[k])
                   : evaluate(model, comm, pipe, &val->s[k], cfg->seed, cfg->eval_batches,
@@ -1570,8 +1633,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (train.n_src != 1 || !train.src[0].pairs)
       why = "it trains on preference pairs (colo-train prepare --prompt-field --chosen-field "
             "--rejected-field writes them), and data.train_path is not a preference shard";
-    else if (pp > 1)
-      why = "pipeline stages (parallel.pp > 1) are not built for it";
+    else if (pp > 1 && (B / M) % 2)
+      why = "each of the pipeline's micro-batches must hold whole pairs (an even number of "
+            "rows: train.batch_size / parallel.micro_batches)";
     else if (B % 2)
       why = "train.batch_size must be even: a pair is two rows, its chosen and its rejected "
             "answer";
@@ -1781,6 +1845,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_ENOMEM;
       goto out;
     }
+    pipe_s.dpo = dpo;
     pipe = &pipe_s;
   }
   CHECK_GOTO(
@@ -2120,8 +2185,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   int quiet = cfg->quiet || !lead;
 
   if (dpo_pre) /* every rank holds the tables: a checkpoint carries them on */
-    CHECK_GOTO(dpo_tables(model, dp_comm, dpo, &train.src[0], &val, ckpt_path[0] ? ckpt_path : NULL,
-                          B, T, in, tg, !quiet, err, errlen),
+    CHECK_GOTO(dpo_tables(model, dp_comm, pipe, dpo, &train.src[0], &val,
+                          ckpt_path[0] ? ckpt_path : NULL, B, T, in, tg, !quiet, err, errlen),
                rc, out);
   colo_ckpt_meta_t meta = {.seed = cfg->seed,
                            .loss_scale = 1.0f,
@@ -2251,7 +2316,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         free(fb);
       }
       if (pipe) {
-        double l = 0.0;
+        double l = 0.0, dpo_before = dsum.loss;
+        int prc = 0;
+        if (dpo) { /* the reference's log-probabilities first (a pass of its own when live) */
+          prc = dpo_reference(model, pipe, dpo, dpo->n_tab ? dpo->tab[0] : NULL, in, tg, B, T);
+          pipe->sums = &dsum;
+          pipe->pair_scale = bscale / ((double)cfg->grad_accum * dp * (B / 2));
+        }
         /* dropout's masks as the loop below has them: rows numbered over the step's batch */
         pipe->drop = 1;
         pipe->drop_key = colo_hash4(cfg->seed, (uint64_t)step, 0x6c6f7261, 0);
@@ -2259,8 +2330,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         pipe->noise_mag = noise_mag;
         pipe->noise_key = colo_hash4(cfg->seed, (uint64_t)step, NEFTUNE_KEY, 0);
         /* each micro-batch's mean is 1/M of the batch's */
-        int prc = pipe_step(pipe, in, tg, bscale / (float)(M * cfg->grad_accum * dp) * cf, &l);
+        if (prc == 0)
+          prc = pipe_step(pipe, in, tg, bscale / (float)(M * cfg->grad_accum * dp) * cf, &l);
         pipe->drop = 0;
+        pipe->sums = NULL;
         colo_gpt_set_noise(model, 0.0f, 0, 0);
         if (lora)
           colo_lora_set_dropout(lora, 0, 0, 0);
@@ -2271,7 +2344,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
           rc = COLO_EIO;
           goto out;
         }
-        loss += l / M;
+        /* DPO's: the mean over the batch's pairs, which the last stage counted */
+        loss += dpo ? (dsum.loss - dpo_before) / (B / 2) : l / M;
         continue;
       }
       /* the mean over every rank's tokens: gradients are summed over the group below */
@@ -2341,7 +2415,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       loss = (double)l / dp;
     }
     loss *= cf;
-    if (dpo && dpo_sums_reduce(dp_comm, &dsum) < 0) {
+    if (dpo && ((pipe && dpo_sums_reduce(ppc, &dsum) < 0) || dpo_sums_reduce(dp_comm, &dsum) < 0)) {
       snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(dp_comm));
       rc = COLO_EIO;
       goto out;
