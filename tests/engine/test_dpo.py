@@ -36,7 +36,8 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
     trainable GPT-2 and a frozen copy of its first weights as the reference (first loss log 2,
     step-1 gradients 1e-4 of max, losses and norms 1e-4 relative, weights 1e-4 absolute but for
     the attention's key biases, whose gradients are rounding noise); the validation loss; the
-    checkpoint's table against PyTorch's log-probabilities; a resume at step 5 in bytes, table
+    checkpoint's table of every pair against PyTorch's log-probabilities on rows_of's windows (a
+    sequence over T + 1 tokens keeps its first token, the prompt's end and the whole answer); a resume at step 5 in bytes, table
     included; a damaged table refused; 2 data-parallel ranks under ZeRO-3 and tp=2 with
     sequence parallelism and 2 pipeline stages = 1 rank (losses 1e-5, weights 1e-4);
   - TRL's other losses, each ten LoRA steps replayed in PyTorch as above: hinge (first loss 1),
@@ -211,9 +212,16 @@ def conversational(tmp):
 
 
 def rows_of(seqs, k):
-    """sequence k as colo's row: inputs, targets (−1 where the mask leaves it out), padded/cut"""
+    """sequence k as colo's row: inputs, targets (−1 where the mask leaves it out), padded; one
+    longer than T + 1 tokens keeps its first token and the prompt's end before the whole answer
+    (TRL's prompt truncation), or, an answer of T tokens or more, the answer's start"""
     t, m = seqs[k]
-    t = [int(x) for x in t]
+    t, m = [int(x) for x in t], [int(x) for x in m]
+    if len(t) > T + 1:
+        c = next((i for i in range(1, len(t)) if m[i]), len(t))  # the answer's first token
+        start = len(t) - T if len(t) - c <= T - 1 else max(c - 1, 1)
+        keep = [0] + list(range(start, start + T))
+        t, m = [t[i] for i in keep], [m[i] for i in keep]
     inp, tg = [0] * T, [-1] * T
     for i in range(T):
         if i + 1 <= len(t):
@@ -357,7 +365,7 @@ def step_losses(out):
                          if x.startswith("step ") and "| loss " in x])
 
 
-def whole_model(tmp, vseqs):
+def whole_model(tmp, seqs, vseqs):
     """DPO of the whole model, its reference precomputed: replayed in PyTorch (a trainable GPT-2,
     the reference a frozen copy of its first weights); a resume; data and tensor parallelism;
     ZeRO-3; a damaged table"""
@@ -420,13 +428,18 @@ def whole_model(tmp, vseqs):
           first_eval[0] if first_eval else "")
 
     # the table in the checkpoint: every training and validation pair's reference, as PyTorch's
+    # on rows_of's windows (the long prompts' pairs kept to their end and the whole answer)
     tab = read_safetensors(os.path.join(ck, f, "dpo_reference.safetensors"))
     with torch.no_grad():
         want = logps(frozen, idx, tg).view(-1, 2)
-    terr = (tab["val.0"] - want).abs().max().item()
-    check("[whole] checkpoint's table of the reference (val pairs vs PyTorch, 1e-4)",
-          sorted(tab) == ["train", "val.0"] and tuple(tab["train"].shape) == (180, 2) and terr <= 1e-4,
-          "%s, worst %.2e" % ({k: tuple(v.shape) for k, v in tab.items()}, terr))
+        trows = [rows_of(seqs, k) for k in range(len(seqs))]
+        want_t = logps(frozen, torch.tensor([r[0] for r in trows]), torch.tensor([r[1] for r in trows])).view(-1, 2)
+    terr = max((tab["val.0"] - want).abs().max().item(), (tab["train"] - want_t).abs().max().item())
+    longs = sum(len(x[0]) > T + 1 for x in seqs)
+    check("[whole] checkpoint's table: every pair's reference as PyTorch's (1e-4), long prompts cut",
+          sorted(tab) == ["train", "val.0"] and tuple(tab["train"].shape) == (180, 2) and terr <= 1e-4
+          and longs > 0, "%s, worst %.2e; %d training sequences over T + 1 tokens" %
+          ({k: tuple(v.shape) for k, v in tab.items()}, terr, longs))
 
     # stopped at step 5 and resumed: the table read back, the same checkpoint
     halves = os.path.join(tmp, "whole-halves")
@@ -532,7 +545,8 @@ def main():
         out = colo(run_args(tmp, ["--ckpt-dir", ck, "--dump-reference", dump]))
         said = [x for x in out.splitlines() if x.startswith("dpo:")]
         check("colo-train says DPO, its pairs and the cut sequences",
-              len(said) == 2 and "beta 0.5" in said[0] and "180 pairs" in said[0] and "are cut" in said[1],
+              len(said) == 2 and "beta 0.5" in said[0] and "180 pairs" in said[0]
+              and "their prompts lose their earliest tokens after the first (0, whose answer" in said[1],
               " / ".join(said))
         ref = read_safetensors(dump)
 
@@ -644,7 +658,7 @@ def main():
               s1 and "loss 0.693147 " in s1[0], s1[0] if s1 else q[-300:])
 
         losses(tmp)
-        whole_model(tmp, vseqs)
+        whole_model(tmp, seqs, vseqs)
         precomputed_lora(tmp, ref)
 
         refusals = [

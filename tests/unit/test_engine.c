@@ -2653,6 +2653,67 @@ TEST(uint32_shards) {
   rmdir(dir);
 }
 
+/* A preference shard's windows at T = 8: a pair that fits is its sequences from their starts;
+ * a long prompt keeps its first token and its end before the whole answer; an answer of T tokens
+ * or more keeps its start and the prompt's last token; an answer with no prompt before it keeps
+ * the sequence's start. Tokens are 100·sequence + position, answers' positions from 50. */
+TEST(preference_pair_windows) {
+  char dir[] = "/tmp/colo-pairs-XXXXXX", path[128], err[512];
+  ASSERT(mkdtemp(dir) != NULL);
+  snprintf(path, sizeof path, "%s/pairs.bin", dir);
+  enum { T = 8, S = 6 };
+  /* (prompt, answer) lengths, the prompt's first token included */
+  const int pl[S] = {3, 2, 12, 3, 10, 1}, al[S] = {3, 4, 4, 3, 10, 12};
+  uint16_t tok[200];
+  uint8_t bits[25] = {0};
+  uint64_t starts[S];
+  int n = 0;
+  for (int q = 0; q < S; q++) {
+    starts[q] = (uint64_t)n;
+    for (int i = 0; i < pl[q] + al[q]; i++, n++) {
+      tok[n] = (uint16_t)(100 * q + (i < pl[q] ? i : 50 + i - pl[q]));
+      if (i >= pl[q])
+        bits[n / 8] |= (uint8_t)(1u << (n % 8));
+    }
+  }
+  int32_t hdr[COLO_SHARD_HEADER_INTS] = {COLO_SHARD_MAGIC_PAIRS, COLO_SHARD_VERSION_PAIRS, n, 2, S};
+  size_t mb = ((size_t)n + 7) / 8, at = sizeof hdr + 2 * (size_t)n + mb, pad = (8 - at % 8) % 8;
+  uint8_t zeros[8] = {0};
+  FILE *f = fopen(path, "wb");
+  ASSERT(f && fwrite(hdr, sizeof hdr, 1, f) == 1 && fwrite(tok, 2, (size_t)n, f) == (size_t)n &&
+         fwrite(bits, 1, mb, f) == mb && fwrite(zeros, 1, pad, f) == pad &&
+         fwrite(starts, sizeof starts, 1, f) == 1);
+  fclose(f);
+  colo_shard_t s;
+  ASSERT_EQ_INT(colo_shard_load(path, &s, err, sizeof err), 0);
+  ASSERT(s.pairs && s.n_pairs == 3);
+  size_t cut, lost, idx[3];
+  colo_pairs_cut(&s, T, &cut, &lost);
+  ASSERT_EQ_INT(cut, 3);  /* sequences 2, 4 and 5 */
+  ASSERT_EQ_INT(lost, 2); /* 4 and 5: answers of 10 and 12 tokens */
+  int in[6 * T], tg[6 * T];
+  colo_pairs_eval_batch(&s, 0, 0, 1, 3, T, in, tg, idx);
+  ASSERT(idx[0] == 0 && idx[1] == 1 && idx[2] == 2);
+  /* the window's tokens (input t, and the last target), by sequence: -1 a pad */
+  const int want[S][T + 1] = {
+      {0, 1, 2, 50, 51, 52, -1, -1, -1},             /* fits */
+      {100, 101, 150, 151, 152, 153, -1, -1, -1},    /* fits */
+      {200, 208, 209, 210, 211, 250, 251, 252, 253}, /* the prompt's 1..7 dropped */
+      {300, 301, 302, 350, 351, 352, -1, -1, -1},    /* fits */
+      {400, 409, 450, 451, 452, 453, 454, 455, 456}, /* the answer's start, its end lost */
+      {500, 550, 551, 552, 553, 554, 555, 556, 557}, /* no prompt: the start */
+  };
+  for (int r = 0; r < S; r++)
+    for (int t = 0; t < T; t++) {
+      int w = want[r][t], nx = want[r][t + 1];
+      ASSERT_EQ_INT(in[r * T + t], w < 0 ? 0 : w);
+      ASSERT_EQ_INT(tg[r * T + t], nx >= 0 && nx % 100 >= 50 ? nx : -1); /* answers count */
+    }
+  colo_shard_free(&s);
+  unlink(path);
+  rmdir(dir);
+}
+
 /* colo's shards with a loss mask: a target is -1 where its token's bit is clear, and the count of
  * a step's targets that count (every micro-step's, every rank's) is what the batches hold, in
  * either order and in a blend with a shard without a mask */

@@ -559,13 +559,38 @@ uint64_t colo_eval_counted(const colo_shard_t *s, uint64_t seed, int batches, in
 
 #define TAG_PAIRS 0x70616972ull /* "pair" */
 
-/* sequence q of file x into one row of T: its tokens from its start, padded */
+/* Where sequence q of file x begins, ends, and where its answer (the first token that counts)
+ * begins (its end when nothing counts). */
+static void sequence_span(const colo_shard_file_t *x, size_t q, size_t *a, size_t *e, size_t *c) {
+  *a = (size_t)x->seq[q];
+  *e = q + 1 < x->n_seq ? (size_t)x->seq[q + 1] : x->n;
+  for (*c = *a + 1; *c < *e && !colo_shard_counts(x, *c); (*c)++)
+    ;
+}
+
+/* The first token of the window of sequence [a, e) of T + 1 tokens that follows its first: the
+ * sequence's second when it fits; else, keeping the first token, the prompt loses its earliest
+ * tokens so that the answer (from c) ends the window (TRL's prompt truncation, keeping the
+ * prompt's end); an answer of T tokens or more keeps its start and the token before it, and
+ * loses its end. */
+static size_t window_from(size_t a, size_t e, size_t c, int T) {
+  if (e - a <= (size_t)T + 1)
+    return a + 1;
+  if (e - c <= (size_t)T - 1)
+    return e - (size_t)T;
+  return c - 1 > a ? c - 1 : a + 1; /* no prompt at all: the sequence's start */
+}
+
+/* sequence q of file x into one row of T: its window (window_from), padded */
 static void copy_sequence(const colo_shard_file_t *x, size_t q, int T, int *in, int *tg) {
-  size_t a = (size_t)x->seq[q], e = q + 1 < x->n_seq ? (size_t)x->seq[q + 1] : x->n;
+  size_t a, e, c;
+  sequence_span(x, q, &a, &e, &c);
+  size_t from = window_from(a, e, c, T);
+  /* window token k: the sequence's first for k = 0, then from + k − 1 */
   for (int t = 0; t < T; t++) {
-    size_t i = a + (size_t)t + 1;
-    in[t] = i <= e ? (int)colo_shard_token(x, i - 1) : 0;
-    tg[t] = i < e && colo_shard_counts(x, i) ? (int)colo_shard_token(x, i) : -1;
+    size_t i = t == 0 ? a : from + (size_t)t - 1, j = from + (size_t)t;
+    in[t] = i < e ? (int)colo_shard_token(x, i) : 0;
+    tg[t] = j < e && colo_shard_counts(x, j) ? (int)colo_shard_token(x, j) : -1;
   }
 }
 
@@ -609,11 +634,12 @@ void colo_pairs_cut(const colo_shard_t *s, int T, size_t *cut, size_t *lost) {
   for (size_t f = 0; f < s->n_files; f++) {
     const colo_shard_file_t *x = &s->files[f];
     for (size_t q = 0; q < x->n_seq; q++) {
-      size_t a = (size_t)x->seq[q], e = q + 1 < x->n_seq ? (size_t)x->seq[q + 1] : x->n;
+      size_t a, e, c;
+      sequence_span(x, q, &a, &e, &c);
       if (e - a <= (size_t)T + 1)
         continue;
       (*cut)++;
-      *lost += count_bits(x->mask, a + 1, a + 1 + (size_t)T) == 0;
+      *lost += e - c > (size_t)T - 1;
     }
   }
 }

@@ -189,10 +189,12 @@ uint64_t colo_eval_counted(const colo_shard_t *s, uint64_t seed, int batches, in
 
 /* Preference pairs (DPO) from a preference shard (every file one): a batch of P pairs is 2P rows,
  * pair b's chosen answer in row 2b and its rejected one in row 2b + 1, each its sequence from its
- * start (inputs its tokens, targets the next tokens where they count, -1 elsewhere), its first
- * T + 1 tokens when it is longer (the end of the answer cut), padded after its end with input 0
- * and target -1. Pair g of the run (g = ((step·accum + micro)·world + rank)·P + b) is pair
- * π_e(g mod n) of epoch e = g / n, π_e a seeded permutation drawn anew each epoch, so that a
+ * start (inputs its tokens, targets the next tokens where they count, -1 elsewhere), padded after
+ * its end with input 0 and target -1. A sequence longer than T + 1 tokens keeps its first token
+ * and loses the prompt's earliest tokens after it, so that the answer ends the window (TRL keeps
+ * a prompt's end likewise); an answer of T tokens or more keeps its start (and the prompt's last
+ * token) and loses its end. Pair g of the run (g = ((step·accum + micro)·world + rank)·P + b) is
+ * pair π_e(g mod n) of epoch e = g / n, π_e a seeded permutation drawn anew each epoch, so that a
  * resumed or resized run reads what the uninterrupted one does. pairs (NULL: not wanted) gets
  * the P pairs' numbers in the set (0 .. n − 1, the file's order). */
 void colo_pairs_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int accum, int micro,
@@ -202,9 +204,9 @@ void colo_pairs_batch(const colo_shard_t *s, uint64_t seed, uint64_t step, int a
  * colo_pairs_batch's. */
 void colo_pairs_eval_batch(const colo_shard_t *s, int i, int rank, int world, int P, int T,
                            int *inputs, int *targets, size_t *pairs);
-/* How many sequences of the set are longer than T + 1 tokens (cut), and how many of those keep
- * no target that counts (their answer wholly past the window): a pair with such a sequence
- * compares nothing of it. */
+/* How many sequences of the set are longer than T + 1 tokens (cut: their prompts lose their
+ * earliest tokens), and how many of those also lose their answer's end (an answer of T tokens or
+ * more). */
 void colo_pairs_cut(const colo_shard_t *s, int T, size_t *cut, size_t *lost);
 
 #endif

@@ -2158,9 +2158,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            (double)cfg->dpo_beta, loss_said, ref_said, s->path, s->n_pairs, (int)per,
            per * cfg->steps / (double)s->n_pairs, cfg->steps);
     if (cut)
-      printf("dpo: %zu of %zu sequences are longer than block_size + 1 = %d tokens and are cut "
-             "there (%zu of them keep none of their answer)\n",
-             cut, 2 * s->n_pairs, T + 1, lost);
+      printf("dpo: %zu of %zu sequences are longer than block_size + 1 = %d tokens: their "
+             "prompts lose their earliest tokens after the first (%zu, whose answer alone is %d "
+             "tokens or more, keep its start and lose its end)\n",
+             cut, 2 * s->n_pairs, T + 1, lost, T);
   } else if (!cfg->quiet && lead) {
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
   }
