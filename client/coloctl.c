@@ -896,6 +896,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
       printf(", %s loss", dl);
     if (s->train->dpo_label_smoothing > 0.0f)
       printf(", label smoothing %g", (double)s->train->dpo_label_smoothing);
+    if (s->train->dpo_rpo_alpha > 0.0f)
+      printf(", RPO alpha %g", (double)s->train->dpo_rpo_alpha);
   }
   printf("\n");
   const Colo__V1__DataSpec *d = s->data;

@@ -573,6 +573,14 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "train.dpo_simpo_gamma=%g is SimPO's margin: it needs train.dpo_loss simpo",
                (double)t->dpo_simpo_gamma);
+  if (!(t->dpo_rpo_alpha >= 0.0f && t->dpo_rpo_alpha <= 100.0f))
+    return bad(err, errlen, "train.dpo_rpo_alpha=%g must be between 0 and 100",
+               (double)t->dpo_rpo_alpha);
+  if (t->dpo_rpo_alpha > 0.0f && (!(t->dpo_beta > 0.0f) || (dl && !strcmp(dl, "orpo"))))
+    return bad(err, errlen,
+               "train.dpo_rpo_alpha=%g adds the chosen answer's NLL to DPO's loss: it needs "
+               "train.dpo_beta > 0, and train.dpo_loss orpo has its own",
+               (double)t->dpo_rpo_alpha);
   if (t->dpo_precompute && ref_free)
     return bad(err, errlen,
                "train.dpo_precompute computes DPO's reference, and train.dpo_loss=%s has none", dl);

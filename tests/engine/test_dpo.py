@@ -43,7 +43,8 @@ pairs, autograd for the adapters' gradients, torch.optim.AdamW and clip_grad_nor
   - TRL's other losses, each ten LoRA steps replayed in PyTorch as above: hinge (first loss 1),
     IPO on the mean log-probabilities per counted token (first loss (1/(2β))² = 1), the
     sigmoid loss with label smoothing 0.1 (cDPO), and without a reference SimPO (margin 0.3,
-    smoothing 0.1) and ORPO (the chosen answer's NLL per token + β·the odds ratio's loss);
+    smoothing 0.1) and ORPO (the chosen answer's NLL per token + β·the odds ratio's loss), and
+    the sigmoid loss with RPO's NLL term (alpha 1);
     ORPO on the whole model computes and keeps no reference table;
   - LoRA with --dpo-precompute = the reference's forward at every step (losses 1e-5, adapters
     1e-4); resuming a checkpoint without a table that way is refused;
@@ -236,7 +237,15 @@ def logps(model_fwd, idx, tg):
     return -ce.view(idx.shape[0], T).sum(1)
 
 
-def dpo_loss(pol, ref, kind="sigmoid", eps=0.0, counts=None):
+def dpo_loss(pol, ref, kind="sigmoid", eps=0.0, counts=None, rpo=0.0):
+    """dpo_loss_of, plus RPO's rpo times the chosen answers' mean NLL per counted token"""
+    loss, z = dpo_loss_of(pol, ref, kind, eps, counts)
+    if rpo:
+        loss = loss + rpo * (-pol[0::2] / counts[0::2].clamp(min=1)).mean()
+    return loss, z
+
+
+def dpo_loss_of(pol, ref, kind="sigmoid", eps=0.0, counts=None):
     """TRL's losses of the pairs (rows 2i, 2i + 1) and z: sigmoid (with label smoothing eps),
     hinge, and ipo, simpo and orpo on the mean log-probabilities per counted token (counts: each
     row's; an answer cut away entirely counts as 1, as colo takes it), simpo and orpo without the
@@ -270,7 +279,7 @@ def run_args(tmp, extra=(), steps=STEPS, b=B):
             + MODEL + list(extra))
 
 
-def replay(tag, ref, reference=None, kind="sigmoid", eps=0.0):
+def replay(tag, ref, reference=None, kind="sigmoid", eps=0.0, rpo=0.0):
     """colo's STEPS steps of dump `ref` again in PyTorch, from its initial adapters; the reference
     the base alone, or with the adapters `reference` (a continued run's first). Returns the
     adapted model (its adapters the replay's last), the base alone, and the adapters' names."""
@@ -297,9 +306,9 @@ def replay(tag, ref, reference=None, kind="sigmoid", eps=0.0):
     def forward(idx, tg, step, micro):
         with torch.no_grad():
             rho = logps(rmodel.forward if rmodel else plain, idx, tg)
-        return dpo_loss(logps(model.forward, idx, tg), rho, kind, eps, (tg >= 0).sum(1))[0]
+        return dpo_loss(logps(model.forward, idx, tg), rho, kind, eps, (tg >= 0).sum(1), rpo)[0]
 
-    z0 = {"sigmoid": math.log(2), "hinge": 1.0, "ipo": (1 / (2 * BETA)) ** 2}.get(kind)
+    z0 = None if rpo else {"sigmoid": math.log(2), "hinge": 1.0, "ipo": (1 / (2 * BETA)) ** 2}.get(kind)
 
     def first(total, rel):
         colo_loss = ref["losses"][0].item()
@@ -502,20 +511,22 @@ def precomputed_lora(tmp, ref):
 def losses(tmp):
     """TRL's other losses: hinge, IPO, and the sigmoid loss with label smoothing (cDPO), each ten
     LoRA steps replayed in PyTorch"""
-    for kind, eps, flags in (("hinge", 0.0, ["--dpo-loss", "hinge"]), ("ipo", 0.0, ["--dpo-loss", "ipo"]),
-                             ("sigmoid", 0.1, ["--dpo-label-smoothing", "0.1"]),
-                             ("simpo", 0.1, ["--dpo-loss", "simpo", "--dpo-simpo-gamma", str(GAMMA),
-                                             "--dpo-label-smoothing", "0.1"]),
-                             ("orpo", 0.0, ["--dpo-loss", "orpo"])):
-        d = os.path.join(tmp, "loss-%s.dump" % kind)
+    for kind, eps, rpo, flags, want in (
+            ("hinge", 0.0, 0.0, ["--dpo-loss", "hinge"], "(hinge loss"),
+            ("ipo", 0.0, 0.0, ["--dpo-loss", "ipo"], "(IPO loss"),
+            ("sigmoid", 0.1, 0.0, ["--dpo-label-smoothing", "0.1"], "(sigmoid loss, label smoothing 0.1)"),
+            ("simpo", 0.1, 0.0, ["--dpo-loss", "simpo", "--dpo-simpo-gamma", str(GAMMA), "--dpo-label-smoothing",
+                                 "0.1"],
+             "(SimPO loss: mean log-probabilities per token, margin gamma 0.3, label smoothing 0.1), no reference"),
+            ("orpo", 0.0, 0.0, ["--dpo-loss", "orpo"], "(ORPO loss"),
+            ("sigmoid", 0.0, 1.0, ["--dpo-rpo-alpha", "1"],
+             "beta 0.5 + RPO: 1 x the chosen answer's NLL per token, reference")):
+        d = os.path.join(tmp, "loss-%s-%g.dump" % (kind, rpo))
         out = colo(run_args(tmp, flags + ["--dump-reference", d]))
         said = [x for x in out.splitlines() if x.startswith("dpo: beta")]
-        want = {"hinge": "(hinge loss", "ipo": "(IPO loss", "sigmoid": "(sigmoid loss, label smoothing 0.1)",
-                "simpo": "(SimPO loss: mean log-probabilities per token, margin gamma 0.3, label smoothing 0.1), "
-                         "no reference", "orpo": "(ORPO loss"}[kind]
-        tag = "[%s%s] " % (kind, ", eps %g" % eps if eps else "")
+        tag = "[%s%s%s] " % (kind, ", eps %g" % eps if eps else "", ", RPO alpha %g" % rpo if rpo else "")
         check(tag + "colo-train names the loss", said and want in said[0], said[0] if said else out[-200:])
-        replay(tag, read_safetensors(d), kind=kind, eps=eps)
+        replay(tag, read_safetensors(d), kind=kind, eps=eps, rpo=rpo)
     # the whole model with ORPO: no reference computed, none kept
     c = os.path.join(tmp, "orpo-whole")
     out = colo(whole_args(tmp, ["--dpo-loss", "orpo", "--steps", "4", "--eval-interval", "4", "--ckpt-dir", c]))
@@ -669,6 +680,8 @@ def main():
              "train.dpo_label_smoothing=0.1 smooths the sigmoid loss"),
             (run_args(tmp, ["--dpo-loss", "orpo", "--dpo-precompute", "true"]),
              "train.dpo_precompute computes DPO's reference, and train.dpo_loss=orpo has none"),
+            (run_args(tmp, ["--dpo-loss", "orpo", "--dpo-rpo-alpha", "1"]),
+             "train.dpo_rpo_alpha=1 adds the chosen answer's NLL to DPO's loss"),
             (run_args(tmp, ["--dpo-label-smoothing", "0.5"]),
              "train.dpo_label_smoothing=0.5 must be at least 0 and below 0.5"),
             (run_args(tmp, ["--nproc", "2", "--pp", "2", "--micro-batches", "4"]),

@@ -297,14 +297,14 @@ class ColodTest(WithColod):
         d = spec(name="py-qdora", train__lora_rank=8, train__lora_quant="nf4", train__lora_dora=True,
                  train__lora_dropout=0.05, train__lora_double_quant=True, train__neftune_alpha=5.0,
                  train__dpo_beta=0.25, train__dpo_precompute=True, train__dpo_loss="sigmoid",
-                 train__dpo_label_smoothing=0.125)
+                 train__dpo_label_smoothing=0.125, train__dpo_rpo_alpha=1.0)
         got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=d), timeout=5).job.id).spec.train
         self.assertTrue(got.lora_dora)
         self.assertTrue(got.lora_double_quant)
         self.assertEqual(got.neftune_alpha, 5.0)
         self.assertEqual(got.dpo_beta, 0.25)
         self.assertTrue(got.dpo_precompute)
-        self.assertEqual((got.dpo_loss, got.dpo_label_smoothing), ("sigmoid", 0.125))
+        self.assertEqual((got.dpo_loss, got.dpo_label_smoothing, got.dpo_rpo_alpha), ("sigmoid", 0.125, 1.0))
         plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
         self.assertEqual(plain.spec.train.lora_rank, 0)
         before = job_rows()

@@ -181,6 +181,11 @@ static const struct {
      "train.dpo_simpo_gamma=1 is SimPO's margin: it needs train.dpo_loss simpo"},
     {BASE "train: {dpo_beta: 2, dpo_loss: simpo, dpo_simpo_gamma: 101}\n",
      "train.dpo_simpo_gamma=101 must be between 0 and 100"},
+    {BASE "train: {dpo_beta: 0.1, dpo_loss: orpo, dpo_rpo_alpha: 1}\n",
+     "train.dpo_rpo_alpha=1 adds the chosen answer's NLL to DPO's loss: it needs train.dpo_beta > "
+     "0, and train.dpo_loss orpo has its own"},
+    {BASE "train: {dpo_beta: 0.1, dpo_rpo_alpha: 101}\n",
+     "train.dpo_rpo_alpha=101 must be between 0 and 100"},
     {BASE "train: {dpo_beta: 2, dpo_loss: simpo, dpo_precompute: true}\n",
      "train.dpo_precompute computes DPO's reference, and train.dpo_loss=simpo has none"},
     {BASE "train: {lora_rank: 8, dpo_beta: 0.1, batch_size: 7}\n",
@@ -602,7 +607,7 @@ TEST(whole_model_dpo_is_valid) {
   ASSERT_EQ_INT(rc, 0);
   ASSERT(s->train->has_dpo_precompute && s->train->dpo_precompute);
   colo__v1__job_spec__free_unpacked(s, NULL);
-  check(BASE "train: {dpo_beta: 0.1, dpo_loss: ipo}\n", err, sizeof err);
+  check(BASE "train: {dpo_beta: 0.1, dpo_loss: ipo, dpo_rpo_alpha: 1}\n", err, sizeof err);
   ASSERT_EQ_STR(err, "");
   check(BASE "train: {dpo_beta: 0.1, dpo_loss: sigmoid, dpo_label_smoothing: 0.2}\n", err,
         sizeof err);

@@ -840,6 +840,8 @@ static void train_usage(void) {
       "  --dpo-label-smoothing E  cDPO: the sigmoid (or SimPO) loss for labels flipped\n"
       "                        with probability E (TRL's label_smoothing; default 0)\n"
       "  --dpo-simpo-gamma G   SimPO's target margin (TRL's simpo_gamma; default 0.5)\n"
+      "  --dpo-rpo-alpha A     RPO: add A x the chosen answer's NLL per token to the loss\n"
+      "                        (TRL's rpo_alpha; default 0)\n"
       "  --lora-rank R         LoRA: freeze the model and train adapters of rank R (default 0:\n"
       "                        the whole model); checkpoints hold the adapters alone, one\n"
       "                        file whatever the layout; --pp and --tp split the model and\n"
@@ -1059,6 +1061,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"dpo-loss", "train: {dpo_loss: '%s'}"},
       {"dpo-label-smoothing", "train: {dpo_label_smoothing: %s}"},
       {"dpo-simpo-gamma", "train: {dpo_simpo_gamma: %s}"},
+      {"dpo-rpo-alpha", "train: {dpo_rpo_alpha: %s}"},
       {"zero", "parallel: {zero_stage: %s}"},
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
@@ -1586,6 +1589,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.dpo_precompute = spec->train->dpo_precompute;
   cfg.dpo_loss = colo_dpo_loss_parse(spec->train->dpo_loss);
   cfg.dpo_simpo_gamma = spec->train->dpo_simpo_gamma;
+  cfg.dpo_rpo_alpha = spec->train->dpo_rpo_alpha;
   cfg.dpo_label_smoothing = spec->train->dpo_label_smoothing;
   cfg.seed = spec->train->seed;
   cfg.train_path = train_path;

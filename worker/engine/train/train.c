@@ -121,6 +121,7 @@ typedef struct {
   float beta;
   int loss;             /* COLO_DPO_SIGMOID, _HINGE, _IPO, _SIMPO, _ORPO */
   double smooth, gamma; /* the sigmoid and SimPO losses' label smoothing ε; SimPO's margin */
+  double rpo;           /* RPO's alpha: its weight on the chosen answer's NLL per token */
   colo_lora_t *ref;     /* the reference's adapters (the run's first); NULL: none */
   float *w;             /* [B·T]: the losses read back, then the backward's weights */
   double *ref_lp, *pol; /* [B]: each row's summed log-probability, the reference's, the model's */
@@ -226,6 +227,11 @@ static void dpo_pair(const dpo_t *d, const double *pol, const double *ref, const
   }
   *gc = g / nc;
   *gr = -g / nr;
+  if (d->rpo > 0.0) { /* + α·(−π_c/n_c): each chosen token loss's derivative α/n_c */
+    double n = cnt[0] > 0 ? cnt[0] : 1;
+    s->loss += d->rpo * (-pc / n);
+    *gc += d->rpo / n;
+  }
 counted:
   s->correct += z > 0;
   s->margin += z;
@@ -1653,6 +1659,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     dpo_s.loss = cfg->dpo_loss;
     dpo_s.smooth = cfg->dpo_label_smoothing;
     dpo_s.gamma = cfg->dpo_simpo_gamma;
+    dpo_s.rpo = cfg->dpo_rpo_alpha;
     if (!dpo_s.w || !dpo_s.ref_lp || !dpo_s.pol || !dpo_s.idx || !dpo_s.cnt) {
       snprintf(err, errlen, "out of memory");
       rc = COLO_ENOMEM;
@@ -2154,6 +2161,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     else if (cfg->dpo_label_smoothing > 0.0f)
       snprintf(loss_said, sizeof loss_said, " (sigmoid loss, label smoothing %g)",
                (double)cfg->dpo_label_smoothing);
+    if (cfg->dpo_rpo_alpha > 0.0f)
+      snprintf(loss_said + strlen(loss_said), sizeof loss_said - strlen(loss_said),
+               " + RPO: %g x the chosen answer's NLL per token", (double)cfg->dpo_rpo_alpha);
     printf("dpo: beta %g%s, %s; %s: %zu pairs, %d a step, %.2f epochs in %d steps\n",
            (double)cfg->dpo_beta, loss_said, ref_said, s->path, s->n_pairs, (int)per,
            per * cfg->steps / (double)s->n_pairs, cfg->steps);

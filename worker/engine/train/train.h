@@ -54,6 +54,7 @@ typedef struct {
   int dpo_loss;
   float dpo_label_smoothing;
   float dpo_simpo_gamma;
+  float dpo_rpo_alpha; /* RPO: + alpha·(the chosen answer's NLL per counted token) a pair */
   uint64_t seed;
   const char *train_path, *val_path; /* resolved paths */
   /* a blend in place of train_path (n_sources > 0): the resolved paths and their weights */
