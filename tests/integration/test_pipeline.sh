@@ -330,17 +330,25 @@ with open(sys.argv[2], "w") as f:
 PY
 "$COLO_BIN/colo-train" prepare --input "$TMP/pairs.jsonl" --out "$TMP/data/pairs" --prompt-field prompt \
   --chosen-field chosen --rejected-field rejected >/dev/null
-LD=$("$COLOCTL" submit "${LL[@]}" --set name=llama-dpo --set train.init_from_job="$L4" \
-  --set optimizer.lr=0.01 --set train.steps=20 --set train.lora_rank=4 \
-  --set train.lora_targets=attn.c_attn,mlp.c_proj --set parallel.zero_stage=3 \
-  --set train.dpo_beta=0.1 --set data.train_path=pairs/train.bin --set data.val_path=pairs/val.bin)
-ended "$LD"
-expect_eq "$(jstate "$LD")" "succeeded" "(job $LD: $("$COLOCTL" status "$LD"))"
-expect_rc 0 "$COLOCTL" status "$LD"
-expect_contains "$OUT" ", DPO beta 0.1 on preference pairs"
-LGD=$("$COLOCTL" logs "$LD")
+# a DPO job (beta 0.1) on those pairs, of the llama job's settings and these: it succeeds,
+# `coloctl status` says so, and its validation starts at log 2; DJ: its id, DG: its logs
+dpo_job() { # the status line's text after "on preference pairs", submit's settings...
+  local line=$1
+  shift
+  DJ=$("$COLOCTL" submit "${LL[@]}" --set train.dpo_beta=0.1 --set data.train_path=pairs/train.bin \
+    --set data.val_path=pairs/val.bin "$@")
+  ended "$DJ"
+  expect_eq "$(jstate "$DJ")" "succeeded" "(job $DJ: $("$COLOCTL" status "$DJ"))"
+  expect_rc 0 "$COLOCTL" status "$DJ"
+  expect_contains "$OUT" ", DPO beta 0.1 on preference pairs$line"
+  DG=$("$COLOCTL" logs "$DJ")
+  expect_contains "$DG" "step      0 | val loss 0.6931 | reward accuracy 0.0000, margin 0.0000 over 4 pairs"
+}
+dpo_job "" --set name=llama-dpo --set train.init_from_job="$L4" --set optimizer.lr=0.01 \
+  --set train.steps=20 --set train.lora_rank=4 --set train.lora_targets=attn.c_attn,mlp.c_proj \
+  --set parallel.zero_stage=3
+LD=$DJ LGD=$DG
 expect_contains "$LGD" "dpo: beta 0.1, reference the model as the run starts (with the adapters of $TMP/ckpt/job-$L4/step_00000020); "
-expect_contains "$LGD" "step      0 | val loss 0.6931 | reward accuracy 0.0000, margin 0.0000 over 4 pairs"
 dpo_last=$(grep -E "^step +20 \| val loss" <<<"$LGD")
 [ -n "$dpo_last" ] || fail "the DPO job evaluated nothing at step 20: $LGD"
 echo "figure: DPO job $LD from job $L4's adapters on $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["train"]["pairs"])' <("$COLO_BIN/colo-train" prepare --input "$TMP/pairs.jsonl" --out "$TMP/pairs-again" --prompt-field prompt --chosen-field chosen --rejected-field rejected --json)) pairs: ${dpo_last#step     20 | }"
@@ -348,17 +356,11 @@ echo "figure: DPO job $LD from job $L4's adapters on $(python3 -c 'import json,s
 # DPO of the whole model through colod, from job L1's weights: its reference precomputed once
 # (the pairs' log-probabilities under L1's model), the table in each checkpoint, so a resume of
 # the job would read it; val loss log 2 at step 0
-LW=$("$COLOCTL" submit "${LL[@]}" --set name=llama-dpo-whole --set train.init_from_job="$L1" \
+dpo_job " (reference precomputed)" --set name=llama-dpo-whole --set train.init_from_job="$L1" \
   --set optimizer.lr=0.001 --set train.steps=10 --set train.eval_interval=10 \
-  --set checkpoint.interval=5 --set train.dpo_beta=0.1 --set data.train_path=pairs/train.bin \
-  --set data.val_path=pairs/val.bin)
-ended "$LW"
-expect_eq "$(jstate "$LW")" "succeeded" "(job $LW: $("$COLOCTL" status "$LW"))"
-expect_rc 0 "$COLOCTL" status "$LW"
-expect_contains "$OUT" ", DPO beta 0.1 on preference pairs (reference precomputed)"
-LGW=$("$COLOCTL" logs "$LW")
+  --set checkpoint.interval=5
+LW=$DJ LGW=$DG
 expect_contains "$LGW" "dpo: beta 0.1, reference the model as the run starts (precomputed: a forward over every pair before the first step); "
-expect_contains "$LGW" "step      0 | val loss 0.6931 | reward accuracy 0.0000, margin 0.0000 over 4 pairs"
 dpo_pre=$(grep -E "^dpo: the reference's log-probabilities of [0-9]+ pairs" <<<"$LGW")
 [ -n "$dpo_pre" ] || fail "the whole-model DPO job did not say it precomputed its reference: $LGW"
 python3 - "$TMP/ckpt/job-$LW/step_00000005/manifest.json" "$TMP/ckpt/job-$LW/step_00000010/manifest.json" <<'PY' ||

@@ -217,27 +217,46 @@ static void dpo_pair(const dpo_t *d, const double *pol, const double *ref, const
     double qr = fmin(exp(lr), 1.0 - 1e-12);
     double r = (lc - log1p(-qc)) - (lr - log1p(-qr)), sg = 1.0 / (1.0 + exp(r));
     s->loss += -lc + beta * softplus(-r);
+    g = 0.0; /* the rows' derivatives are not ±g/n: set here */
     *gc = (1.0 + beta * sg / (1.0 - qc)) / nc;
     *gr = -beta * sg / ((1.0 - qr) * nr);
-    goto counted;
   } else {
     double zs = d->loss == COLO_DPO_SIMPO ? z - d->gamma : z; /* SimPO's margin */
     s->loss += (1.0 - d->smooth) * softplus(-zs) + d->smooth * softplus(zs);
     g = beta * ((1.0 - d->smooth) / (1.0 + exp(zs)) - d->smooth / (1.0 + exp(-zs)));
   }
-  *gc = g / nc;
-  *gr = -g / nr;
+  if (d->loss != COLO_DPO_ORPO) {
+    *gc = g / nc;
+    *gr = -g / nr;
+  }
   if (d->rpo > 0.0) { /* + α·(−π_c/n_c): each chosen token loss's derivative α/n_c */
     double n = cnt[0] > 0 ? cnt[0] : 1;
     s->loss += d->rpo * (-pc / n);
     *gc += d->rpo / n;
   }
-counted:
   s->correct += z > 0;
   s->margin += z;
   s->chosen += rc;
   s->rejected += rr;
   s->pairs += 1.0;
+}
+
+/* The backward of the last forward's B rows (B/2 pairs, targets tg): their log-probabilities,
+ * each pair's loss and derivatives against the reference's log-probabilities ref (counted into
+ * s), and the rows' token losses weighted by those derivatives times `scale` */
+static void dpo_backward(colo_gpt_t *m, dpo_t *d, const double *ref, const int *tg, int B, int T,
+                         double scale, dpo_sums_t *s) {
+  row_logps(m, d, B, T, d->pol);
+  row_counts(d, tg, B, T);
+  for (int i = 0; i < B / 2; i++) {
+    double gc, gr;
+    dpo_pair(d, d->pol + 2 * i, ref + 2 * i, d->cnt + 2 * i, s, &gc, &gr);
+    for (int t = 0; t < T; t++) {
+      d->w[(size_t)(2 * i) * T + t] = (float)(gc * scale);
+      d->w[(size_t)(2 * i + 1) * T + t] = (float)(gr * scale);
+    }
+  }
+  colo_gpt_backward_weighted(m, d->w);
 }
 
 /* ---- the pipeline: 1F1B over micro-batches ---- */
@@ -320,18 +339,7 @@ static int pipe_bwd_dpo(pipe_t *p, int j, const int *ij, const int *tj) {
   dpo_t *d = p->dpo;
   int Bm = p->Bm, T = p->T;
   colo_gpt_forward_stage(m, ij, pipe_x(p, j), tj, Bm, T);
-  row_logps(m, d, Bm, T, d->pol);
-  row_counts(d, tj, Bm, T);
-  for (int i = 0; i < Bm / 2; i++) {
-    double gc, gr;
-    dpo_pair(d, d->pol + 2 * i, d->ref_lp + (size_t)j * Bm + 2 * i, d->cnt + 2 * i, p->sums, &gc,
-             &gr);
-    for (int t = 0; t < T; t++) {
-      d->w[(size_t)(2 * i) * T + t] = (float)(gc * p->pair_scale);
-      d->w[(size_t)(2 * i + 1) * T + t] = (float)(gr * p->pair_scale);
-    }
-  }
-  colo_gpt_backward_weighted(m, d->w);
+  dpo_backward(m, d, d->ref_lp + (size_t)j * Bm, tj, Bm, T, p->pair_scale, p->sums);
   return colo_gpt_hook_error(m) < 0 ? COLO_EIO : 0;
 }
 
@@ -510,18 +518,8 @@ static double dpo_train_micro(colo_gpt_t *m, dpo_t *d, const int *in, const int 
     colo_lora_set_dropout(lora, 1, drop_key, row0);
   colo_gpt_set_noise(m, noise_mag, noise_key, row0);
   colo_gpt_forward(m, in, tg, B, T);
-  row_logps(m, d, B, T, d->pol);
-  row_counts(d, tg, B, T);
   double before = s->loss;
-  for (int i = 0; i < B / 2; i++) {
-    double gc, gr;
-    dpo_pair(d, d->pol + 2 * i, d->ref_lp + 2 * i, d->cnt + 2 * i, s, &gc, &gr);
-    for (int t = 0; t < T; t++) {
-      d->w[(size_t)(2 * i) * T + t] = (float)(gc * scale);
-      d->w[(size_t)(2 * i + 1) * T + t] = (float)(gr * scale);
-    }
-  }
-  colo_gpt_backward_weighted(m, d->w);
+  dpo_backward(m, d, d->ref_lp, tg, B, T, scale, s);
   colo_gpt_set_noise(m, 0.0f, 0, 0);
   if (lora)
     colo_lora_set_dropout(lora, 0, 0, 0);
@@ -2141,26 +2139,22 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                : dpo->ref ? "with the adapters of "
                           : "without adapters",
                dpo->ref ? cfg->init_from : "");
-    if (cfg->dpo_loss == COLO_DPO_HINGE)
-      snprintf(loss_said, sizeof loss_said, " (hinge loss: max(0, 1 - z))");
-    else if (cfg->dpo_loss == COLO_DPO_IPO)
-      snprintf(loss_said, sizeof loss_said,
-               " (IPO loss: (h - 1/(2 beta))^2 of mean log-probabilities per token)");
-    else if (cfg->dpo_loss == COLO_DPO_SIMPO && cfg->dpo_label_smoothing > 0.0f)
-      snprintf(loss_said, sizeof loss_said,
-               " (SimPO loss: mean log-probabilities per token, margin gamma %g, label smoothing "
-               "%g)",
-               (double)cfg->dpo_simpo_gamma, (double)cfg->dpo_label_smoothing);
-    else if (cfg->dpo_loss == COLO_DPO_SIMPO)
-      snprintf(loss_said, sizeof loss_said,
-               " (SimPO loss: mean log-probabilities per token, margin gamma %g)",
-               (double)cfg->dpo_simpo_gamma);
-    else if (cfg->dpo_loss == COLO_DPO_ORPO)
-      snprintf(loss_said, sizeof loss_said,
-               " (ORPO loss: the chosen answer's NLL + beta x its odds ratio's)");
-    else if (cfg->dpo_label_smoothing > 0.0f)
-      snprintf(loss_said, sizeof loss_said, " (sigmoid loss, label smoothing %g)",
-               (double)cfg->dpo_label_smoothing);
+    /* the loss unless plain sigmoid: its name, SimPO's margin, the label smoothing */
+    static const char *const loss_name[] = {
+        " (sigmoid loss", " (hinge loss: max(0, 1 - z)",
+        " (IPO loss: (h - 1/(2 beta))^2 of mean log-probabilities per token",
+        " (SimPO loss: mean log-probabilities per token, margin gamma",
+        " (ORPO loss: the chosen answer's NLL + beta x its odds ratio's"};
+    if (cfg->dpo_loss != COLO_DPO_SIGMOID || cfg->dpo_label_smoothing > 0.0f) {
+      snprintf(loss_said, sizeof loss_said, "%s", loss_name[cfg->dpo_loss]);
+      if (cfg->dpo_loss == COLO_DPO_SIMPO)
+        snprintf(loss_said + strlen(loss_said), sizeof loss_said - strlen(loss_said), " %g",
+                 (double)cfg->dpo_simpo_gamma);
+      if (cfg->dpo_label_smoothing > 0.0f)
+        snprintf(loss_said + strlen(loss_said), sizeof loss_said - strlen(loss_said),
+                 ", label smoothing %g", (double)cfg->dpo_label_smoothing);
+      snprintf(loss_said + strlen(loss_said), sizeof loss_said - strlen(loss_said), ")");
+    }
     if (cfg->dpo_rpo_alpha > 0.0f)
       snprintf(loss_said + strlen(loss_said), sizeof loss_said - strlen(loss_said),
                " + RPO: %g x the chosen answer's NLL per token", (double)cfg->dpo_rpo_alpha);
