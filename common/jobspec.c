@@ -161,6 +161,24 @@ const char *colo_val_source_name(const Colo__V1__DataSource *src) {
   return src->name && src->name[0] ? src->name : src->path;
 }
 
+/* data.val_sources' or data.choice_sets' (`field`) names: each well formed, none twice (a set
+ * without one goes by its path) */
+static int check_names(const char *field, Colo__V1__DataSource *const *src, size_t n, char *err,
+                       size_t errlen) {
+  for (size_t i = 0; i < n; i++) {
+    if (src[i]->name && src[i]->name[0] && !colo_jobspec_name_ok(src[i]->name))
+      return bad(err, errlen,
+                 "data.%s[%zu].name \"%.80s\" must be 1 to 64 characters of letters, digits, "
+                 "'-', '_' and '.'",
+                 field, i, src[i]->name);
+    for (size_t k = 0; k < i; k++)
+      if (!strcmp(colo_val_source_name(src[k]), colo_val_source_name(src[i])))
+        return bad(err, errlen, "data.%s[%zu] and [%zu] are both named \"%.200s\"", field, k, i,
+                   colo_val_source_name(src[i]));
+  }
+  return 0;
+}
+
 unsigned colo_decay_steps(const Colo__V1__JobSpec *s) {
   return s->optimizer->decay_steps ? s->optimizer->decay_steps : s->train->steps / 5;
 }
@@ -272,18 +290,18 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if ((rc = check_sources("val_sources", "validation", d->val_sources, d->n_val_sources, err,
                           errlen)) < 0)
     return rc;
-  for (size_t i = 0; i < d->n_val_sources; i++) {
-    const Colo__V1__DataSource *src = d->val_sources[i];
-    if (src->name && src->name[0] && !colo_jobspec_name_ok(src->name))
+  if ((rc = check_names("val_sources", d->val_sources, d->n_val_sources, err, errlen)) < 0)
+    return rc;
+  if ((rc = check_sources("choice_sets", "multiple-choice", d->choice_sets, d->n_choice_sets, err,
+                          errlen)) < 0 ||
+      (rc = check_names("choice_sets", d->choice_sets, d->n_choice_sets, err, errlen)) < 0)
+    return rc;
+  for (size_t i = 0; i < d->n_choice_sets; i++)
+    if (d->choice_sets[i]->has_weight && d->choice_sets[i]->weight != 1.0f)
       return bad(err, errlen,
-                 "data.val_sources[%zu].name \"%.80s\" must be 1 to 64 characters of letters, "
-                 "digits, '-', '_' and '.'",
-                 i, src->name);
-    for (size_t k = 0; k < i; k++)
-      if (!strcmp(colo_val_source_name(d->val_sources[k]), colo_val_source_name(src)))
-        return bad(err, errlen, "data.val_sources[%zu] and [%zu] are both named \"%.200s\"", k, i,
-                   colo_val_source_name(src));
-  }
+                 "data.choice_sets[%zu].weight=%g: a multiple-choice set has no weight (each "
+                 "one's accuracy is reported alone)",
+                 i, (double)d->choice_sets[i]->weight);
   if (d->order == COLO__V1__DATA_ORDER__DATA_ORDER_UNSPECIFIED)
     return bad(err, errlen, "data.order must be random or shuffle");
   if (d->document_token < -1 || (long long)d->document_token >= (long long)m->vocab_size)
@@ -466,6 +484,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: "
                "a pipeline evaluates whole batches"); /* DPO's, of pairs, are whole batches */
+  if (s->data->n_choice_sets > 0 && !evaluates)
+    return bad(err, errlen,
+               "data.choice_sets are scored at each evaluation: they need train.eval_interval "
+               "(or checkpoint.keep_best)");
   if (t->eval_interval > 0 && (!s->data->val_path || !s->data->val_path[0]) &&
       s->data->n_val_sources == 0)
     return bad(err, errlen,

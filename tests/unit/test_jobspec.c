@@ -773,11 +773,40 @@ TEST(json_output_round_trips_enums) {
   char *txt = cJSON_PrintUnformatted(j);
   ASSERT_EQ_STR(txt, "{\"name\":\"t\",\"data\":{\"train_path\":\"d/train.bin\",\"val_path\":"
                      "\"d/"
-                     "val.bin\",\"sources\":[],\"val_sources\":[]},\"train\":{\"precision\":"
+                     "val.bin\",\"sources\":[],\"val_sources\":[],\"choice_sets\":[]},"
+                     "\"train\":{\"precision\":"
                      "\"fp16\"},\"after\":[]}");
   cJSON_free(txt);
   cJSON_Delete(j);
   colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+TEST(choice_sets_are_validated) {
+  char err[512], doc[512];
+#define CHOICE_BASE "name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin, choice_sets: "
+  snprintf(doc, sizeof doc, CHOICE_BASE "[{path: hs/choices.bin, name: hs}]}\n%s",
+           "train: {eval_interval: 0}\n");
+  check(doc, err, sizeof err);
+  ASSERT(strstr(err, "data.choice_sets are scored at each evaluation") != NULL);
+  /* a path out of the data root, a weight, two of one name, a bad name */
+  static const char *const bad[][2] = {
+      {"[{path: ../x.bin}]", "data.choice_sets[0].path \"../x.bin\" must be a path relative"},
+      {"[{path: x.bin, weight: 2}]", "data.choice_sets[0].weight=2: a multiple-choice set has no "
+                                     "weight"},
+      {"[{path: x.bin, name: a}, {path: y.bin, name: a}]",
+       "data.choice_sets[0] and [1] are both named \"a\""},
+      {"[{path: x.bin, name: 'a b'}]", "data.choice_sets[0].name \"a b\" must be 1 to 64"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    snprintf(doc, sizeof doc, CHOICE_BASE "%s}\ntrain: {eval_interval: 10}\n", bad[i][0]);
+    check(doc, err, sizeof err);
+    ASSERT(strstr(err, bad[i][1]) != NULL);
+  }
+  snprintf(doc, sizeof doc, CHOICE_BASE "[{path: hs/choices.bin, name: hellaswag}]}\n%s",
+           "train: {eval_interval: 10}\n");
+  check(doc, err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+#undef CHOICE_BASE
 }
 
 TEST_MAIN()

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -125,6 +126,33 @@ static int prepare_json(const char *out, const colo_prepare_opts_t *po,
   return print_json(r);
 }
 
+/* prepare's multiple-choice questions: DIR/choices.bin */
+static int prepare_choices(const char *input, const char *dir, const colo_bpe_t *bpe,
+                           const colo_choices_fields_t *cf, int json, char *err, size_t errlen) {
+  char path[2100];
+  snprintf(path, sizeof path, "%s/choices.bin", dir);
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST)
+    return colo_fail(err, errlen, COLO_EIO, "%s: %s", dir, strerror(errno));
+  colo_choices_stats_t st;
+  int rc = colo_choices_prepare(input, path, bpe, cf, &st, err, errlen);
+  if (rc < 0)
+    return rc;
+  if (json) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "choices", path);
+    cJSON_AddNumberToObject(r, "questions", (double)st.questions);
+    cJSON_AddNumberToObject(r, "sequences", (double)st.sequences);
+    cJSON_AddNumberToObject(r, "tokens", (double)st.tokens);
+    cJSON_AddNumberToObject(r, "longest", (double)st.longest);
+    cJSON_AddNumberToObject(r, "vocab_size", bpe ? colo_bpe_vocab_size(bpe) : 256);
+    cJSON_AddBoolToObject(r, "uint32", st.wide);
+    return print_json(r) == 0 ? 0 : COLO_EIO;
+  }
+  printf("%zu questions, %zu endings of %zu tokens (the longest sequence %zu) -> %s\n",
+         st.questions, st.sequences, st.tokens, st.longest, path);
+  return 0;
+}
+
 static int cmd_prepare(int argc, char **argv) {
   const char *input = NULL, *out = NULL, *tokdir = NULL;
   colo_prepare_opts_t po = {.val_fraction = 0.1, .progress = stderr};
@@ -141,13 +169,31 @@ static int cmd_prepare(int argc, char **argv) {
                                     {"rejected-field", required_argument, 0, 'R'},
                                     {"messages-field", required_argument, 0, 'm'},
                                     {"chat-template", required_argument, 0, 'T'},
+                                    {"context-field", required_argument, 0, 'X'},
+                                    {"endings-field", required_argument, 0, 'E'},
+                                    {"label-field", required_argument, 0, 'L'},
+                                    {"choice-separator", required_argument, 0, 'S'},
                                     {"json", no_argument, 0, 'j'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
-  int c, json = 0;
+  int c, json = 0, choices = 0;
+  colo_choices_fields_t cf = {"ctx", "endings", "label", " "};
   char *end;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:C:R:m:T:jh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:C:R:m:T:X:E:L:S:jh", o, NULL)) != -1) {
     switch (c) {
+    case 'X':
+    case 'E':
+    case 'L':
+      if (!*optarg)
+        return usage_error("prepare", c == 'X'   ? "--context-field needs a field's name"
+                                      : c == 'E' ? "--endings-field needs a field's name"
+                                                 : "--label-field needs a field's name");
+      *(c == 'X' ? &cf.context_field : c == 'E' ? &cf.endings_field : &cf.label_field) = optarg;
+      choices = 1;
+      break;
+    case 'S':
+      cf.sep = optarg;
+      break;
     case 'j':
       json = 1;
       break;
@@ -255,6 +301,15 @@ static int cmd_prepare(int argc, char **argv) {
              "with the generation prompt). ShareGPT's messages, {\"from\": \"human\"|\"gpt\"|\n"
              "\"system\", \"value\": ...}, are taken as the user's, the assistant's and the\n"
              "system's (--messages-field conversations).\n"
+             "Multiple-choice questions (HellaSwag's, to score a model on): with\n"
+             "--endings-field (or --context-field or --label-field; by default HellaSwag's\n"
+             "ctx, endings and label) each line holds a context, a list of endings and the\n"
+             "right one's number (or a string of digits, or a letter: A is 0); each ending\n"
+             "becomes a sequence, the context's tokens then those of --choice-separator\n"
+             "(default \" \") and the ending, encoded apart, as llm.c's HellaSwag evaluation,\n"
+             "written whole to DIR/choices.bin (magic 20261129; --val-fraction and\n"
+             "--shard-tokens do not apply). Score a checkpoint on it with colo-train eval\n"
+             "--choices, or name it in a job's data.choice_sets (train --choice-set).\n"
              "--json: what was written as one JSON object on standard output (the shards'\n"
              "paths, tokens, files and targets of the loss; bytes, documents, the document\n"
              "and end tokens, the vocabulary's size, uint32 or not, masked or not).\n");
@@ -276,6 +331,10 @@ static int cmd_prepare(int argc, char **argv) {
   if (po.messages_field && (po.text_field || po.prompt_field))
     return usage_error("prepare", "--messages-field takes conversations, not with --text-field "
                                   "or --prompt-field");
+  if (choices && (po.text_field || po.prompt_field || po.messages_field || po.shard_tokens))
+    return usage_error("prepare", "--context-field, --endings-field and --label-field take "
+                                  "multiple-choice questions, not with --text-field, "
+                                  "--prompt-field, --messages-field or --shard-tokens");
   colo_bpe_t *bpe;
   if (open_tokenizer("prepare", tokdir, &bpe) < 0)
     return 1;
@@ -294,6 +353,13 @@ static int cmd_prepare(int argc, char **argv) {
   if (po.chosen_field && !po.chat_template && bpe && colo_bpe_chat_template(bpe))
     po.chat_template = "tokenizer"; /* for prompts that are lists of messages */
   char err[1400];
+  if (choices) {
+    int rc = prepare_choices(input, out, bpe, &cf, json, err, sizeof err);
+    colo_bpe_free(bpe);
+    if (rc < 0)
+      fprintf(stderr, "colo-train prepare: %s\n", err);
+    return rc < 0 ? 1 : 0;
+  }
   colo_prepare_stats_t st;
   int rc = colo_prepare(input, out, &po, &st, err, sizeof err);
   int vocab = bpe ? colo_bpe_vocab_size(bpe) : 0;
@@ -814,6 +880,9 @@ static void train_usage(void) {
       "  --val-source PATH[=WEIGHT]  a validation set (once per set; in place of --val-data\n"
       "                        and the job file's): the validation loss is the sets' weighted\n"
       "                        mean, and each one's is reported by its path\n"
+      "  --choice-set [NAME=]PATH  a multiple-choice set (prepare --endings-field; once per\n"
+      "                        set): at each evaluation each set's accuracy is reported by\n"
+      "                        NAME (default its path): acc, and acc_norm per character\n"
       "  --data-order random|shuffle  windows at any offset drawn with replacement (default),\n"
       "                        or epochs of windows that do not overlap, shuffled each epoch\n"
       "  --document-token N    the token that begins each document (prepare prints it):\n"
@@ -1073,7 +1142,8 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
   for (size_t i = 0; i < sizeof MAP / sizeof MAP[0] && !yaml; i++)
     if (strcmp(MAP[i].flag, flag) == 0)
       yaml = MAP[i].yaml;
-  if (!yaml && strcmp(flag, "data-source") != 0 && strcmp(flag, "val-source") != 0)
+  int choice = !strcmp(flag, "choice-set");
+  if (!yaml && strcmp(flag, "data-source") != 0 && strcmp(flag, "val-source") != 0 && !choice)
     return 1;
   if (strchr(val, '\'') || strchr(val, '\n')) {
     fprintf(stderr, "colo-train train: --%s: bad value\n", flag);
@@ -1082,6 +1152,10 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
   char doc[1200], err[512];
   if (yaml) {
     snprintf(doc, sizeof doc, yaml, val);
+  } else if (choice) { /* NAME=PATH, or PATH: one more multiple-choice set */
+    const char *eq = strchr(val, '=');
+    snprintf(doc, sizeof doc, "data: {choice_sets: [{path: '%s', name: '%.*s'}]}",
+             eq ? eq + 1 : val, eq ? (int)(eq - val) : 0, val);
   } else { /* PATH or PATH=WEIGHT: one more source of a blend, or validation set */
     const char *eq = strrchr(val, '=');
     snprintf(doc, sizeof doc, "data: {%s: [{path: '%.*s', weight: %s}]}",
@@ -1115,7 +1189,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
     colo__v1__job_spec__free_unpacked(merged, NULL);
     /* a blend's sources and one training set replace each other, as do validation sets */
     Colo__V1__DataSpec *d = s->data;
-    if (!yaml)
+    if (!yaml && !choice)
       clear_path(flag[0] == 'v' ? &d->val_path : &d->train_path);
     else if (!strcmp(flag, "val-data"))
       clear_sources(&d->val_sources, &d->n_val_sources);
@@ -1507,9 +1581,10 @@ static int cmd_train(int argc, char **argv) {
   snprintf(train_path, sizeof train_path, "%s/%s", data_root,
            spec->data->train_path ? spec->data->train_path : "");
   /* a blend's sources, resolved under the data root (validated: at most COLO_MAX_SOURCES) */
-  static resolved_t blend, vals; /* static: 270 KiB each */
+  static resolved_t blend, vals, choices; /* static: 270 KiB each */
   resolve_sources(&blend, spec->data->sources, spec->data->n_sources, data_root);
   resolve_sources(&vals, spec->data->val_sources, spec->data->n_val_sources, data_root);
+  resolve_sources(&choices, spec->data->choice_sets, spec->data->n_choice_sets, data_root);
   snprintf(val_path, sizeof val_path, "%s/%s", data_root,
            spec->data->val_path ? spec->data->val_path : "");
   /* checkpoint.export_format: what rank 0 writes once every step is trained */
@@ -1601,6 +1676,9 @@ static int cmd_train(int argc, char **argv) {
   cfg.val_names = vals.names;
   cfg.val_weights = vals.weights;
   cfg.n_val = (int)spec->data->n_val_sources;
+  cfg.choice_paths = choices.paths;
+  cfg.choice_names = choices.names;
+  cfg.n_choice = (int)spec->data->n_choice_sets;
   cfg.data_order = spec->data->order == COLO__V1__DATA_ORDER__DATA_ORDER_SHUFFLE
                        ? COLO_ORDER_SHUFFLE
                        : COLO_ORDER_RANDOM;
@@ -1791,8 +1869,55 @@ static int pick_checkpoint(const char *cmd, const char *arg, int best, char *out
   return 0;
 }
 
+/* eval --choices: a checkpoint's scores on a multiple-choice set */
+static int eval_choices(const char *ckpt, const char *set, const char *samples, int bs, int threads,
+                        const char *device, int gpu, int best, int doc, int json) {
+  if (bs < 1)
+    return usage_error("eval", "--batch-size must be 1 or more");
+  colo_backend_cpu_set_threads(threads);
+  char err[1400], dir[2100], tmp[2200];
+  int on = device_flag("eval", device, gpu);
+  if (on == -2)
+    return 2;
+  if (pick_checkpoint("eval", ckpt, best, dir, sizeof dir) < 0)
+    return 1;
+  FILE *sf = NULL;
+  if (samples) { /* written under a temporary name, renamed once complete */
+    snprintf(tmp, sizeof tmp, "%s.tmp", samples);
+    if (!(sf = fopen(tmp, "w"))) {
+      fprintf(stderr, "colo-train eval: %s: %s\n", tmp, strerror(errno));
+      return 1;
+    }
+  }
+  colo_choices_score_t sc;
+  int rc = colo_eval_choices(dir, set, bs, on, doc, &sc, sf, err, sizeof err);
+  if (sf && fclose(sf) != 0 && rc == 0)
+    rc = colo_fail(err, sizeof err, COLO_EIO, "%s: %s", tmp, strerror(errno));
+  if (sf && rc == 0 && rename(tmp, samples) != 0)
+    rc = colo_fail(err, sizeof err, COLO_EIO, "%s: %s", samples, strerror(errno));
+  if (sf && rc < 0)
+    unlink(tmp);
+  if (rc < 0) {
+    fprintf(stderr, "colo-train eval: %s\n", err);
+    return 1;
+  }
+  if (json) {
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "checkpoint", dir);
+    cJSON_AddStringToObject(r, "choices", set);
+    cJSON_AddNumberToObject(r, "questions", (double)sc.questions);
+    cJSON_AddNumberToObject(r, "acc", sc.acc);
+    cJSON_AddNumberToObject(r, "acc_norm", sc.acc_norm);
+    cJSON_AddNumberToObject(r, "acc_token", sc.acc_token);
+    return print_json(r);
+  }
+  printf("%zu questions: acc %.4f, acc_norm %.4f (per character), acc_token %.4f (per token)\n",
+         sc.questions, sc.acc, sc.acc_norm, sc.acc_token);
+  return 0;
+}
+
 static int cmd_eval(int argc, char **argv) {
-  const char *ckpt = NULL, *data = NULL, *device = NULL;
+  const char *ckpt = NULL, *data = NULL, *device = NULL, *choices = NULL, *samples = NULL;
   int batches = 20, bs = 12, threads = 0, gpu = 0, doc = COLO_EVAL_AS_TRAINED;
   unsigned long long seed = 1337;
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
@@ -1805,12 +1930,20 @@ static int cmd_eval(int argc, char **argv) {
                                     {"threads", required_argument, 0, 't'},
                                     {"best", no_argument, 0, 'B'},
                                     {"document-token", required_argument, 0, 'o'},
+                                    {"choices", required_argument, 0, 'C'},
+                                    {"samples", required_argument, 0, 'S'},
                                     {"json", no_argument, 0, 'j'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c, best = 0, json = 0;
-  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bo:jh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bo:C:S:jh", o, NULL)) != -1) {
     switch (c) {
+    case 'C':
+      choices = optarg;
+      break;
+    case 'S':
+      samples = optarg;
+      break;
     case 'j':
       json = 1;
       break;
@@ -1858,7 +1991,18 @@ static int cmd_eval(int argc, char **argv) {
           "[--best]\n"
           "                       [--document-token N (the checkpoint's own; -1: none)] "
           "[--json]\n"
+          "       colo-train eval --checkpoint DIR --choices SET [--samples FILE] [--batch-size "
+          "B]\n"
+          "                       [--device cpu|gpu] [--gpu N] [--threads N] [--best] [--json]\n"
           "--json prints {\"checkpoint\", \"loss\" (to 9 digits), \"batches\", \"batch_size\"}.\n"
+          "--choices scores a multiple-choice set (prepare --endings-field: HellaSwag's, say):\n"
+          "for each question the ending of the highest log-probability after its context is\n"
+          "the model's pick. It prints acc, acc_norm (the log-probability per character of\n"
+          "the ending: lm-evaluation-harness's) and acc_token (per token: llm.c's); --json\n"
+          "as {\"checkpoint\", \"choices\", \"questions\", \"acc\", \"acc_norm\", \"acc_token\"};\n"
+          "--samples writes a JSON line a question (its label, the picks, and each ending's\n"
+          "log-probability, tokens and characters). A sequence longer than the block keeps\n"
+          "its last block_size + 1 tokens.\n"
           "A checkpoint trained with data.document_token is evaluated with attention within\n"
           "documents, as its training evaluated; --document-token sets another token (one the\n"
           "shard holds), or -1 for whole windows.\n" CKPT_DIR_HELP);
@@ -1867,8 +2011,12 @@ static int cmd_eval(int argc, char **argv) {
       return 2;
     }
   }
-  if (!ckpt || !data)
-    return usage_error("eval", "--checkpoint and --data are required");
+  if (!ckpt || (!data == !choices))
+    return usage_error("eval", "--checkpoint and one of --data and --choices are required");
+  if (samples && !choices)
+    return usage_error("eval", "--samples goes with --choices");
+  if (choices)
+    return eval_choices(ckpt, choices, samples, bs, threads, device, gpu, best, doc, json);
   if (batches < 0 || bs < 1)
     return usage_error("eval", "--batches must be 0 or more and --batch-size 1 or more");
   colo_backend_cpu_set_threads(threads);

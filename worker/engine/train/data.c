@@ -37,26 +37,32 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
     return colo_fail(err, errlen, COLO_EIO, "%s: %s", path, strerror(errno));
   memcpy(hdr, map, sizeof hdr);
   int rc = 0;
-  int pairs = hdr[0] == COLO_SHARD_MAGIC_PAIRS;
-  int masked = hdr[0] == COLO_SHARD_MAGIC_MASKED || pairs;
+  int choices = hdr[0] == COLO_SHARD_MAGIC_CHOICES;
+  int seqs = hdr[0] == COLO_SHARD_MAGIC_PAIRS || choices; /* a table of sequences */
+  int masked = hdr[0] == COLO_SHARD_MAGIC_MASKED || seqs;
   int wide = hdr[0] == COLO_SHARD_MAGIC_U32 || (masked && hdr[3] == 4);
-  int version = pairs    ? COLO_SHARD_VERSION_PAIRS
+  int version = choices  ? COLO_SHARD_VERSION_CHOICES
+                : seqs   ? COLO_SHARD_VERSION_PAIRS
                 : masked ? COLO_SHARD_VERSION_MASKED
                 : wide   ? COLO_SHARD_VERSION_U32
                          : COLO_SHARD_VERSION;
   size_t tsz = wide ? sizeof(uint32_t) : sizeof(uint16_t);
-  /* a preference shard's sequence table: after the mask, at a multiple of 8 */
+  /* the sequence table: after the mask, at a multiple of 8; a choice shard's questions and the
+   * endings' lengths after it */
   size_t n = hdr[2] < 0 ? 0 : (size_t)hdr[2], at = (sizeof hdr + n * tsz + (n + 7) / 8 + 7) & ~7ul;
+  size_t ns = hdr[4] < 0 ? 0 : (size_t)hdr[4], nq = choices && hdr[5] > 0 ? (size_t)hdr[5] : 0;
   if (hdr[0] != COLO_SHARD_MAGIC && hdr[0] != COLO_SHARD_MAGIC_U32 && !masked)
     rc = colo_fail(err, errlen, COLO_EPARSE,
                    "%s: not a token shard (magic %d, expected %d, or %d for uint32 tokens, or %d "
-                   "with a loss mask, or %d of preference pairs)",
+                   "with a loss mask, or %d of preference pairs, or %d of multiple-choice "
+                   "questions)",
                    path, hdr[0], COLO_SHARD_MAGIC, COLO_SHARD_MAGIC_U32, COLO_SHARD_MAGIC_MASKED,
-                   COLO_SHARD_MAGIC_PAIRS);
+                   COLO_SHARD_MAGIC_PAIRS, COLO_SHARD_MAGIC_CHOICES);
   else if (hdr[1] != version)
     rc = colo_fail(err, errlen, COLO_EPARSE,
                    "%s: shard version %d is not supported (expected %d: %s)", path, hdr[1], version,
-                   pairs    ? "preference pairs"
+                   choices  ? "multiple-choice questions"
+                   : seqs   ? "preference pairs"
                    : masked ? "tokens with a loss mask"
                    : wide   ? "uint32 tokens"
                             : "uint16 tokens");
@@ -69,22 +75,42 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
            (masked && len - sizeof hdr - (size_t)hdr[2] * tsz < ((size_t)hdr[2] + 7) / 8))
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: truncated: the header says %d tokens%s", path,
                    hdr[2], masked ? " and their loss mask" : "");
-  else if (pairs && (hdr[4] < 0 || hdr[4] % 2))
+  else if (seqs && !choices && (hdr[4] < 0 || hdr[4] % 2))
     rc = colo_fail(err, errlen, COLO_EPARSE,
                    "%s: %d sequences: a preference shard holds two a pair", path, hdr[4]);
-  else if (pairs && (len < at || (len - at) / 8 < (size_t)hdr[4]))
+  else if (choices && (hdr[4] < 0 || hdr[5] < 0))
+    rc = colo_fail(err, errlen, COLO_EPARSE, "%s: %d sequences of %d questions", path, hdr[4],
+                   hdr[5]);
+  else if (seqs && (len < at || (len - at) / 8 < ns ||
+                    (len - at - 8 * ns) / 4 < (choices ? 2 * nq + ns : 0)))
     rc = colo_fail(err, errlen, COLO_EPARSE,
-                   "%s: truncated: the header says %d sequences, and their table is not all there",
-                   path, hdr[4]);
-  for (size_t i = 0; rc == 0 && pairs && i < (size_t)hdr[4]; i++) {
+                   "%s: truncated: the header says %d sequences%s, and their table is not all "
+                   "there",
+                   path, hdr[4], choices ? " and their questions" : "");
+  for (size_t i = 0; rc == 0 && seqs && i < ns; i++) {
     const uint64_t *q = (const uint64_t *)((const char *)map + at);
-    uint64_t end = i + 1 < (size_t)hdr[4] ? q[i + 1] : n;
+    uint64_t end = i + 1 < ns ? q[i + 1] : n;
     if ((i == 0 && q[0] != 0) || q[i] + 2 > end)
       rc = colo_fail(err, errlen, COLO_EPARSE,
                      "%s: sequence %zu begins at token %llu and ends at %llu: each holds two "
                      "tokens at least, the first beginning at 0, in order",
                      path, i, (unsigned long long)q[i], (unsigned long long)end);
   }
+  const uint32_t *quest =
+      choices && rc == 0 ? (const uint32_t *)((const char *)map + at + 8 * ns) : NULL;
+  size_t used = 0;
+  for (size_t i = 0; rc == 0 && choices && i < nq; i++) {
+    if (quest[2 * i] < 2 || quest[2 * i + 1] >= quest[2 * i] || quest[2 * i] > ns - used)
+      rc = colo_fail(err, errlen, COLO_EPARSE,
+                     "%s: question %zu has %u choices, the right one number %u, after %zu "
+                     "sequences of %zu: each has 2 or more, the right one among them",
+                     path, i, quest[2 * i], quest[2 * i + 1], used, ns);
+    used += rc == 0 ? quest[2 * i] : 0;
+  }
+  if (rc == 0 && choices && used != ns)
+    rc = colo_fail(err, errlen, COLO_EPARSE,
+                   "%s: its %zu questions have %zu choices, and it holds %zu sequences", path, nq,
+                   used, ns);
   if (rc < 0) {
     munmap(map, len);
     return rc;
@@ -96,9 +122,14 @@ static int map_file(const char *path, colo_shard_file_t *out, char *err, size_t 
   out->n = (size_t)hdr[2];
   if (masked)
     out->mask = (const uint8_t *)out->tokens + out->n * tsz;
-  if (pairs) {
+  if (seqs) {
     out->seq = (const uint64_t *)((const char *)map + at);
-    out->n_seq = (size_t)hdr[4];
+    out->n_seq = ns;
+  }
+  if (choices) {
+    out->quest = quest;
+    out->n_quest = nq;
+    out->chars = quest + 2 * nq;
   }
   return 0;
 }
@@ -178,8 +209,9 @@ int colo_shard_load(const char *path, colo_shard_t *out, char *err, size_t errle
       s.n_files++;
       s.n += s.files[i].n;
       s.masked |= s.files[i].mask != NULL;
-      s.pairs = (i == 0 || s.pairs) && s.files[i].seq != NULL;
-      s.n_pairs += s.files[i].n_seq / 2;
+      s.pairs = (i == 0 || s.pairs) && s.files[i].seq && !s.files[i].quest;
+      s.n_pairs += s.files[i].quest ? 0 : s.files[i].n_seq / 2;
+      s.choices |= s.files[i].quest != NULL;
     }
   }
   colo_paths_close(&ps);

@@ -33,13 +33,26 @@
  * end counting as targets. */
 #define COLO_SHARD_MAGIC_PAIRS   20261128
 #define COLO_SHARD_VERSION_PAIRS 1
+/* colo's multiple-choice shards (`colo-train prepare --context-field --endings-field
+ * --label-field`: HellaSwag's questions, or any set of questions each with one right answer among
+ * several): the preference shard's layout, with the number of sequences S in the header's fifth
+ * int and of questions Q in its sixth; after the sequences' starts, Q pairs of uint32 (the
+ * question's number of choices K >= 2, and the right one's number, below K), question q's
+ * sequences the K after question q - 1's; then S uint32, each ending's length in characters
+ * (Unicode code points: lm-evaluation-harness's acc_norm divides by it). A sequence is a context
+ * and one of its endings, the ending's tokens counting as targets. */
+#define COLO_SHARD_MAGIC_CHOICES   20261129
+#define COLO_SHARD_VERSION_CHOICES 1
 
 /* One shard file, mapped read-only (ranks of a node share its pages). */
 typedef struct {
   const void *tokens;  /* uint16, or uint32 when wide */
   const uint8_t *mask; /* a bit a token, set where it counts as a target; NULL: all count */
-  const uint64_t *seq; /* a preference shard's sequence starts, n_seq of them; else NULL */
+  const uint64_t *seq; /* a preference or choice shard's sequence starts, n_seq of them */
   size_t n_seq;
+  const uint32_t *quest; /* a choice shard's questions: (choices, right one) each; else NULL */
+  size_t n_quest;
+  const uint32_t *chars; /* a choice shard's endings' lengths in characters, n_seq of them */
   int wide;
   size_t n;
   void *map;
@@ -60,6 +73,7 @@ typedef struct {
   int masked; /* some file has a loss mask */
   int pairs;  /* every file is a preference shard; n_pairs of them in all */
   size_t n_pairs;
+  int choices;     /* a file is a multiple-choice shard (colo_choices_open takes one alone) */
   char path[1024]; /* as given */
 } colo_shard_t;
 

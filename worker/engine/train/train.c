@@ -27,6 +27,7 @@
 #include "checkpoint.h"
 #include "gguf.h"
 #include "hf.h"
+#include "choices.h"
 #include "data.h"
 
 #ifndef COLO_HAVE_NCCL
@@ -145,13 +146,13 @@ typedef struct {
 } dpo_sums_t;
 
 /* each row's log-probability of its targets that count, −Σ of the last forward's losses, summed
- * in order */
-static void row_logps(colo_gpt_t *m, dpo_t *d, int B, int T, double *out) {
-  colo_gpt_read_losses(m, d->w);
+ * in order (w: B·T floats of scratch) */
+static void row_logps(colo_gpt_t *m, float *w, int B, int T, double *out) {
+  colo_gpt_read_losses(m, w);
   for (int r = 0; r < B; r++) {
     double s = 0.0;
     for (int t = 0; t < T; t++)
-      s += d->w[(size_t)r * T + t];
+      s += w[(size_t)r * T + t];
     out[r] = -s;
   }
 }
@@ -246,7 +247,7 @@ static void dpo_pair(const dpo_t *d, const double *pol, const double *ref, const
  * s), and the rows' token losses weighted by those derivatives times `scale` */
 static void dpo_backward(colo_gpt_t *m, dpo_t *d, const double *ref, const int *tg, int B, int T,
                          double scale, dpo_sums_t *s) {
-  row_logps(m, d, B, T, d->pol);
+  row_logps(m, d->w, B, T, d->pol);
   row_counts(d, tg, B, T);
   for (int i = 0; i < B / 2; i++) {
     double gc, gr;
@@ -278,13 +279,14 @@ typedef struct {
    * noise_key and numbered as the masks are */
   float noise_mag;
   uint64_t noise_key;
-  /* DPO (train.dpo_beta), at the last stage: with rows set, each micro-batch's rows'
-   * log-probabilities go to rows[j·Bm ...] after its forward; with sums set (a training step),
-   * each micro-batch's backward is its rows' token losses weighted by its pairs' loss
-   * derivatives (the reference's log-probabilities of the batch's rows in dpo->ref_lp), each
+  /* DPO (train.dpo_beta) and multiple-choice evaluation, at the last stage: with rows set, each
+   * micro-batch's rows' log-probabilities go to rows[j·Bm ...] after its forward; with sums set (a
+   * training step), each micro-batch's backward is its rows' token losses weighted by its pairs'
+   * loss derivatives (the reference's log-probabilities of the batch's rows in dpo->ref_lp), each
    * pair's loss weighing pair_scale, counted into sums */
   dpo_t *dpo;
   double *rows;
+  float *rows_w; /* with rows: scratch of Bm·T floats */
   dpo_sums_t *sums;
   double pair_scale;
 } pipe_t;
@@ -325,8 +327,8 @@ static int pipe_fwd(pipe_t *p, int j, const int *in, const int *tg, double *loss
   float l = colo_gpt_forward_stage(p->model, ij, pipe_x(p, j), tj, p->Bm, p->T);
   if (colo_gpt_hook_error(p->model) < 0)
     return COLO_EIO;
-  if (p->stage == p->stages - 1 && p->dpo && p->rows)
-    row_logps(p->model, p->dpo, p->Bm, p->T, p->rows + (size_t)j * p->Bm);
+  if (p->stage == p->stages - 1 && p->rows)
+    row_logps(p->model, p->rows_w, p->Bm, p->T, p->rows + (size_t)j * p->Bm);
   else if (p->stage == p->stages - 1 && !p->dpo)
     *loss += l;
   return 0;
@@ -468,17 +470,18 @@ static float evaluate(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo
 /* The batch's rows' log-probabilities under the model as it is (its adapters, no dropout or
  * noise) into out: its forward, or through the pipeline's stages with pipe (the last stage's);
  * < 0 when a collective or a parameter gather failed */
-static int rows_forward(colo_gpt_t *m, pipe_t *pipe, dpo_t *d, const int *in, const int *tg, int B,
+static int rows_forward(colo_gpt_t *m, pipe_t *pipe, float *w, const int *in, const int *tg, int B,
                         int T, double *out) {
   if (pipe) {
     double unused = 0.0;
     pipe->rows = out;
+    pipe->rows_w = w;
     int rc = pipe_eval(pipe, in, tg, &unused);
     pipe->rows = NULL;
     return rc;
   }
   colo_gpt_forward(m, in, tg, B, T);
-  row_logps(m, d, B, T, out);
+  row_logps(m, w, B, T, out);
   return colo_gpt_hook_error(m) < 0 ? COLO_EIO : 0;
 }
 
@@ -501,7 +504,7 @@ static int dpo_reference(colo_gpt_t *m, pipe_t *pipe, dpo_t *d, const float *tab
     return 0;
   }
   colo_lora_t *mine = colo_gpt_swap_lora(m, d->ref);
-  int rc = rows_forward(m, pipe, d, in, tg, B, T, d->ref_lp);
+  int rc = rows_forward(m, pipe, d->w, in, tg, B, T, d->ref_lp);
   colo_gpt_swap_lora(m, mine);
   return rc;
 }
@@ -552,7 +555,7 @@ static float evaluate_dpo(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const 
   for (int i = 0; i < nb; i++) {
     colo_pairs_eval_batch(val, i, rank, world, P, T, in, tg, d->idx);
     if (dpo_reference(m, pipe, d, table, in, tg, B, T) < 0 ||
-        rows_forward(m, pipe, d, in, tg, B, T, d->pol) < 0)
+        rows_forward(m, pipe, d->w, in, tg, B, T, d->pol) < 0)
       return NAN;
     row_counts(d, tg, B, T);
     for (int b = 0; last && b < P; b++) {
@@ -582,7 +585,7 @@ static int dpo_precompute(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, dpo_t 
   memset(table, 0, 2 * n * sizeof *table);
   for (size_t i = 0; i < nb; i++) {
     colo_pairs_eval_batch(s, (int)i, rank, world, P, T, in, tg, d->idx);
-    if (rows_forward(m, pipe, d, in, tg, B, T, d->ref_lp) < 0)
+    if (rows_forward(m, pipe, d->w, in, tg, B, T, d->ref_lp) < 0)
       return colo_fail(err, errlen, COLO_EIO, "DPO's reference of %s: %s", what,
                        pipe && colo_comm_error(pipe->pp)[0] ? colo_comm_error(pipe->pp)
                        : comm && colo_comm_error(comm)[0]   ? colo_comm_error(comm)
@@ -757,6 +760,13 @@ typedef struct {
   int n;
   const double *w; /* NULL: val_path alone */
   const char *const *names;
+  /* the multiple-choice sets (data.choice_sets), scored at each evaluation: n_ch of them, and
+   * their scratch: tab (a set's sequences' log-probabilities, then their counted tokens), ch_w
+   * (B·T token losses), rows (B rows' log-probabilities) */
+  colo_choices_t *ch;
+  int n_ch;
+  float *tab, *ch_w;
+  double *rows;
 } val_sets_t;
 
 static int val_sets_open(val_sets_t *v, const colo_train_config_t *cfg, int T, char *err,
@@ -774,14 +784,66 @@ static int val_sets_open(val_sets_t *v, const colo_train_config_t *cfg, int T, c
     if (rc < 0)
       return rc;
   }
+  if (cfg->n_choice > 0 && !(v->ch = calloc((size_t)cfg->n_choice, sizeof *v->ch)))
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  size_t most = 0;
+  for (; v->n_ch < cfg->n_choice; v->n_ch++) {
+    int rc = colo_choices_open(cfg->choice_paths[v->n_ch], &v->ch[v->n_ch], err, errlen);
+    if (rc < 0)
+      return rc;
+    most = v->ch[v->n_ch].n_seq > most ? v->ch[v->n_ch].n_seq : most;
+  }
+  size_t BT = (size_t)cfg->batch_size * (size_t)T;
+  if (v->n_ch &&
+      (!(v->tab = malloc(2 * most * sizeof *v->tab)) || !(v->ch_w = malloc(BT * sizeof *v->ch_w)) ||
+       !(v->rows = malloc((size_t)cfg->batch_size * sizeof *v->rows))))
+    return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the multiple-choice sets");
   return 0;
 }
 
 static void val_sets_close(val_sets_t *v) {
   for (int k = 0; k < v->n; k++)
     colo_shard_free(&v->s[k]);
+  for (int k = 0; k < v->n_ch; k++)
+    colo_choices_close(&v->ch[k]);
   free(v->s);
+  free(v->ch);
+  free(v->tab);
+  free(v->ch_w);
+  free(v->rows);
   memset(v, 0, sizeof *v);
+}
+
+/* Multiple-choice set c's sequences' log-probabilities of their endings under the model as it is
+ * (tab[0 .. S)) and the tokens each counted (tab[S .. 2S)), S its sequences: the group's ranks
+ * take batches of B sequences in turn (batch i's rank r the B from (i·world + r)·B), through the
+ * pipeline's stages with pipe (the last stage's), each entry written by the rank that computed it,
+ * zeros elsewhere, then summed over the stages and the group: any split gives the same floats.
+ * w and rows: scratch of B·T floats and B doubles. < 0 when a collective failed. */
+static int choice_table(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo_choices_t *c,
+                        int B, int T, int *in, int *tg, float *w, double *rows, float *tab) {
+  int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1;
+  int last = !pipe || pipe->stage == pipe->stages - 1;
+  size_t S = c->n_seq, per = (size_t)world * B, nb = (S + per - 1) / per;
+  memset(tab, 0, 2 * S * sizeof *tab);
+  for (size_t i = 0; i < nb; i++) {
+    size_t first = (i * world + (size_t)rank) * B;
+    colo_choices_batch(c, first, B, T, in, tg);
+    if (rows_forward(m, pipe, w, in, tg, B, T, rows) < 0)
+      return COLO_EIO;
+    for (int b = 0; last && b < B && first + (size_t)b < S; b++) {
+      int n = 0;
+      for (int t = 0; t < T; t++)
+        n += tg[(size_t)b * T + t] >= 0;
+      tab[first + (size_t)b] = (float)rows[b];
+      tab[S + first + (size_t)b] = (float)n;
+    }
+  }
+  if (pipe && pipe->pp->ops->allreduce_sum(pipe->pp, tab, 2 * S) < 0)
+    return COLO_EIO;
+  if (comm && world > 1 && comm->ops->allreduce_sum(comm, tab, 2 * S) < 0)
+    return COLO_EIO;
+  return 0;
 }
 
 /* The precomputed reference's tables: computed now (a fresh run's start), or read from the
@@ -876,6 +938,14 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     wsum += w;
   }
   float v = (float)(sum / wsum);
+  colo_choices_score_t sc[COLO_MAX_SOURCES];
+  for (int k = 0; k < val->n_ch && k < COLO_MAX_SOURCES; k++) {
+    const colo_choices_t *c = &val->ch[k];
+    if (choice_table(model, comm, pipe, c, cfg->batch_size, cfg->model.block_size, in, tg,
+                     val->ch_w, val->rows, val->tab) < 0)
+      return NAN;
+    colo_choices_score(c, val->tab, val->tab + c->n_seq, &sc[k], NULL);
+  }
   if (colo_gpt_hook_error(model) < 0) /* a ZeRO-3 fetch failed: the caller stops the run */
     return NAN;
   if (es)
@@ -889,6 +959,9 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
       printf(" | %s%sreward accuracy %.4f, margin %.4f over %.0f pairs",
              val->names ? val->names[k] : "", val->names ? ": " : "", ds[k].correct / ds[k].pairs,
              ds[k].margin / ds[k].pairs, ds[k].pairs);
+    for (int k = 0; k < val->n_ch; k++)
+      printf(" | %s acc %.4f, acc_norm %.4f over %zu questions", cfg->choice_names[k], sc[k].acc,
+             sc[k].acc_norm, sc[k].questions);
     printf("\n");
   }
   if (progress) {
@@ -912,6 +985,15 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
               "\"pairs\":%.0f}",
               ds[0].correct / ds[0].pairs, ds[0].margin / ds[0].pairs, ds[0].chosen / ds[0].pairs,
               ds[0].rejected / ds[0].pairs, ds[0].pairs);
+    for (int k = 0; k < val->n_ch; k++) {
+      char name[1024];
+      fprintf(progress,
+              "%s\"%s\":{\"acc\":%.6f,\"acc_norm\":%.6f,\"acc_token\":%.6f,"
+              "\"questions\":%zu}",
+              k ? "," : ",\"choices\":{", json_str(name, sizeof name, cfg->choice_names[k]),
+              sc[k].acc, sc[k].acc_norm, sc[k].acc_token, sc[k].questions);
+      fputs(k == val->n_ch - 1 ? "}" : "", progress);
+    }
     if (es && isfinite(es->best)) /* early stopping's count, as of this evaluation */
       fprintf(progress, ",\"best_val_loss\":%.6f,\"best_step\":%d,\"evals_since_best\":%d",
               (double)es->best, es->best_step, es->since);
@@ -1631,6 +1713,19 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
   }
+  /* multiple-choice questions are scored, not trained on; preference pairs are DPO's alone */
+  for (size_t k = 0; k < train.n_src; k++)
+    if (train.src[k].choices || (train.src[k].pairs && !(cfg->dpo_beta > 0.0f))) {
+      snprintf(err, errlen,
+               train.src[k].choices
+                   ? "%s holds multiple-choice questions: a run scores its model on them at each "
+                     "evaluation when data.choice_sets names them, and does not train on them"
+                   : "%s holds preference pairs (two answers to each prompt): train.dpo_beta "
+                     "trains on them",
+               train.src[k].path);
+      rc = COLO_EINVAL;
+      goto out;
+    }
   /* DPO trains on preference pairs, and nothing else does */
   if (cfg->dpo_beta > 0.0f) {
     const char *why = NULL;
@@ -1664,23 +1759,20 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
     dpo = &dpo_s;
-  } else {
-    for (size_t k = 0; k < train.n_src; k++)
-      if (train.src[k].pairs) {
-        snprintf(err, errlen,
-                 "%s holds preference pairs (two answers to each prompt): train.dpo_beta trains "
-                 "on them",
-                 train.src[k].path);
-        rc = COLO_EINVAL;
-        goto out;
-      }
   }
   /* keep_best evaluates at each checkpoint written on schedule, with or without an interval */
   int keep_best = cfg->ckpt_dir && cfg->ckpt_keep_best;
   if (cfg->eval_interval > 0 || keep_best) {
     CHECK_GOTO(val_sets_open(&val, cfg, T, err, errlen), rc, out);
     for (int k = 0; k < val.n; k++)
-      if (!val.s[k].pairs != !dpo) {
+      if (val.s[k].choices) {
+        snprintf(err, errlen,
+                 "%s holds multiple-choice questions: name it in data.choice_sets, which are "
+                 "scored at each evaluation",
+                 val.s[k].path);
+        rc = COLO_EINVAL;
+        goto out;
+      } else if (!val.s[k].pairs != !dpo) {
         snprintf(err, errlen,
                  dpo ? "%s: not a preference shard: a DPO run (train.dpo_beta) evaluates its "
                        "loss on pairs"
@@ -2755,6 +2847,25 @@ static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool,
   return rc;
 }
 
+/* The checkpoint's model for evaluating `data` (a loaded shard, named path) in batches of B, with
+ * attention within documents as trained (document_token COLO_EVAL_AS_TRAINED), or within those
+ * another token begins (one the shard must hold), or whole windows (-1) */
+static int open_for_eval(const char *ckpt, const colo_shard_t *data, const char *path, int B,
+                         int gpu, int document_token, colo_pool_t **pool, colo_gpt_t **model,
+                         colo_ckpt_meta_t *meta, char *err, size_t errlen) {
+  if (document_token >= 0 && !colo_shard_has(data, (unsigned)document_token))
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "--document-token %d: %s holds no such token, so no document begins with it",
+                     document_token, path);
+  int rc = open_checkpoint(ckpt, B, gpu, pool, model, meta, err, errlen);
+  if (rc == 0 && document_token != COLO_EVAL_AS_TRAINED &&
+      (rc = colo_gpt_set_documents(*model, document_token, err, errlen)) < 0) {
+    colo_gpt_destroy(*model);
+    colo_pool_destroy(*pool);
+  }
+  return rc;
+}
+
 int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
                          uint64_t seed, int gpu, int document_token, float *loss, char *err,
                          size_t errlen) {
@@ -2771,17 +2882,13 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
                    "text; a DPO run reports its loss on pairs at its evaluations "
                    "(train.eval_interval)",
                    data);
-  else if (document_token >= 0 && !colo_shard_has(&val, (unsigned)document_token))
+  else if (val.choices)
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "--document-token %d: %s holds no such token, so no document begins with it",
-                   document_token, data);
+                   "%s holds multiple-choice questions: colo-train eval --choices scores them",
+                   data);
   if (rc == 0)
-    rc = open_checkpoint(ckpt, batch_size, gpu, &pool, &model, &meta, err, errlen);
-  if (rc == 0 && document_token != COLO_EVAL_AS_TRAINED &&
-      (rc = colo_gpt_set_documents(model, document_token, err, errlen)) < 0) {
-    colo_gpt_destroy(model);
-    colo_pool_destroy(pool);
-  }
+    rc = open_for_eval(ckpt, &val, data, batch_size, gpu, document_token, &pool, &model, &meta, err,
+                       errlen);
   if (rc == 0) {
     int T = meta.model.block_size;
     rc = colo_shard_windows(&val, T, err, errlen);
@@ -2796,6 +2903,63 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
     colo_pool_destroy(pool);
   }
   colo_shard_free(&val);
+  return rc;
+}
+
+int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gpu,
+                      int document_token, colo_choices_score_t *score, FILE *samples, char *err,
+                      size_t errlen) {
+  colo_pool_t *pool;
+  colo_gpt_t *model = NULL;
+  colo_ckpt_meta_t meta;
+  colo_choices_t c;
+  int rc = colo_choices_open(path, &c, err, errlen);
+  if (rc < 0)
+    return rc;
+  rc = open_for_eval(ckpt, &c.s, path, batch_size, gpu, document_token, &pool, &model, &meta, err,
+                     errlen);
+  if (rc < 0) {
+    colo_choices_close(&c);
+    return rc;
+  }
+  int T = meta.model.block_size, B = batch_size;
+  int *in = malloc((size_t)B * T * sizeof *in), *tg = malloc((size_t)B * T * sizeof *tg);
+  float *w = malloc((size_t)B * T * sizeof *w), *tab = malloc(2 * c.n_seq * sizeof *tab);
+  double *rows = malloc((size_t)B * sizeof *rows);
+  int(*pick)[3] = malloc(c.n_quest * sizeof *pick);
+  if (!in || !tg || !w || !tab || !rows || !pick)
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+  if (rc == 0 && choice_table(model, NULL, NULL, &c, B, T, in, tg, w, rows, tab) < 0)
+    rc = colo_fail(err, errlen, COLO_EIO, "scoring %s: %s", path, colo_pool_error(pool));
+  if (rc == 0)
+    colo_choices_score(&c, tab, tab + c.n_seq, score, pick);
+  for (size_t q = 0; rc == 0 && samples && q < c.n_quest; q++) {
+    size_t s0 = c.first[q], K = c.first[q + 1] - s0;
+    fprintf(samples,
+            "{\"question\":%zu,\"label\":%u,\"pred\":%d,\"pred_norm\":%d,"
+            "\"pred_token\":%d,\"logprobs\":[",
+            q, c.f->quest[2 * q + 1], pick[q][0], pick[q][1], pick[q][2]);
+    for (size_t k = 0; k < K; k++)
+      fprintf(samples, "%s%.9g", k ? "," : "", (double)tab[s0 + k]);
+    fputs("],\"tokens\":[", samples);
+    for (size_t k = 0; k < K; k++)
+      fprintf(samples, "%s%.0f", k ? "," : "", (double)tab[c.n_seq + s0 + k]);
+    fputs("],\"chars\":[", samples);
+    for (size_t k = 0; k < K; k++)
+      fprintf(samples, "%s%u", k ? "," : "", c.f->chars[s0 + k]);
+    fputs("]}\n", samples);
+  }
+  if (rc == 0 && samples && (fflush(samples) != 0 || ferror(samples)))
+    rc = colo_fail(err, errlen, COLO_EIO, "writing the samples: %s", strerror(errno));
+  free(in);
+  free(tg);
+  free(w);
+  free(tab);
+  free(rows);
+  free(pick);
+  colo_gpt_destroy(model);
+  colo_pool_destroy(pool);
+  colo_choices_close(&c);
   return rc;
 }
 

@@ -9,6 +9,7 @@
 #include "../model/gpt.h"
 #include "../model/lora.h"
 #include "../optim/adamw.h"
+#include "choices.h"
 
 /* How GPU ranks reach each other: NCCL when every rank has a GPU of its own (auto), NCCL or fail,
  * or through host memory (tcp, with shared memory on one host; device buffers staged). */
@@ -71,6 +72,11 @@ typedef struct {
   const double *val_weights;
   const char *const *val_names;
   int n_val;
+  /* multiple-choice sets (data.choice_sets: choices.h), scored at each evaluation: resolved
+   * paths and names for the reports */
+  const char *const *choice_paths;
+  const char *const *choice_names;
+  int n_choice;
   const char *init_from; /* weights to start from (colo_ckpt_load_weights), or NULL: random */
   /* LoRA adapters (lora.rank > 0): the model (init_from's, or the seed's) is frozen and only the
    * adapters train; their checkpoints hold the adapters alone, and name init_from */
@@ -141,6 +147,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int batch_size,
                          uint64_t seed, int gpu, int document_token, float *loss, char *err,
                          size_t errlen);
+
+/* A checkpoint's scores on a multiple-choice set (choices.h) at path, in batches of batch_size
+ * sequences; document_token as colo_eval_checkpoint's. samples (NULL: none) gets a JSON line a
+ * question: its number, label, the three picks (pred: by log-probability, pred_norm: per
+ * character, pred_token: per token), and each ending's log-probability, tokens and characters. */
+int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gpu,
+                      int document_token, colo_choices_score_t *score, FILE *samples, char *err,
+                      size_t errlen);
 
 /* The parameters of a checkpoint of any layout as one safetensors file of whole tensors in
  * HuggingFace's layout of its architecture (hf.h: GPT2LMHeadModel's names, what colo's

@@ -1,0 +1,334 @@
+#!/usr/bin/python3
+"""Multiple-choice evaluation (HellaSwag's, as llm.c and lm-evaluation-harness score it) against
+PyTorch (Debian's python3-torch).
+
+Questions are made from tinyshakespeare's lines (../shared/data; a fixed text without it): the
+context a line's first words, the right ending the rest of that line, the wrong ones the ends of
+other lines, some of them with characters past ASCII, one context longer than the block. Then:
+
+  - `colo-train prepare --endings-field` writes choices.bin; read back with numpy (header,
+    tokens, loss mask, the sequence table, the questions, the endings' characters), each
+    sequence is the context's bytes then " " + the ending's, the ending's alone counting, each
+    question's number of endings and label as the line's (an integer, a string, a letter), each
+    ending's length in characters (code points, not bytes);
+  - a small GPT-2 trained here on the text, its checkpoint exported to HuggingFace's layout and
+    loaded into an independent PyTorch GPT-2 (tests/engine/torch_gpt2.py): `eval --choices
+    --samples` gives each ending's log-probability within 1e-4 (relative) of PyTorch's
+    log_softmax summed over the ending's tokens, on lm-evaluation-harness's window (the last
+    block + 1 tokens of a longer sequence), its counted tokens PyTorch's, and acc, acc_norm
+    (per character) and acc_token (per token) those of PyTorch's log-probabilities (questions
+    whose two best are within 1e-3 of each other left out of the picks' comparison, counted);
+  - a run with --choice-set reports at each evaluation the scores `eval --choices` gives its
+    checkpoint at that step, and so does it on 2 data-parallel ranks, under ZeRO-3, on tp=2
+    with sequence parallelism, and on 2 pipeline stages of 2 micro-batches (each layout's
+    progress record against one process's);
+  - refusals, each with its message and no file left: a line without endings, with one ending,
+    with a label out of range, an empty ending; a choice shard as training or validation data;
+    eval --choices on a shard of text; --samples without --choices; a choice set without
+    evaluations; a bad name.
+Exit 0 when all pass.
+"""
+import json
+import os
+import random
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_torch_reference import read_safetensors  # noqa: E402
+from torch_gpt2 import GPT2  # noqa: E402
+
+BIN = os.environ["COLO_BIN"]
+COLO = os.path.join(BIN, "colo-train")
+SRC = os.environ.get("COLO_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TEXT = os.path.join(SRC, "..", "shared", "data", "tinyshakespeare.txt")
+L, NH, C, T, V = 2, 2, 48, 48, 256
+B = 8
+torch.set_num_threads(1)
+
+passed = failed = 0
+
+
+def check(name, ok, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("ok   " + name)
+    else:
+        failed += 1
+        print("FAIL " + name + ("  " + detail if detail else ""))
+
+
+def run(args, ok=True):
+    r = subprocess.run([COLO] + args, capture_output=True, text=True)
+    if ok and r.returncode != 0:
+        print(r.stdout + r.stderr)
+        raise SystemExit("colo-train %s failed" % args[0])
+    return r
+
+
+def corpus():
+    if os.path.exists(TEXT):
+        return open(TEXT, encoding="utf-8").read()
+    words = ("the king is dead long live the queen where art thou romeo o fortune thou fool "
+             "what light through yonder window breaks").split()
+    rnd = random.Random(5)
+    return "\n".join(" ".join(rnd.choice(words) for _ in range(rnd.randint(5, 11)))
+                     for _ in range(4000)) + "\n"
+
+
+def make_questions(text, n):
+    rnd = random.Random(11)
+    lines = [l for l in text.split("\n") if len(l.split()) >= 6]
+    qs = []
+    for i in range(n):
+        w = rnd.choice(lines).split()
+        cut = rnd.randint(2, len(w) - 3)
+        K = 2 + i % 3  # 2, 3 or 4 endings
+        wrong = [" ".join(rnd.choice(lines).split()[-3:]) for _ in range(K - 1)]
+        if i % 7 == 3:
+            wrong[0] = wrong[0] + " café naïve"  # characters past ASCII: 2 bytes each
+        ends = wrong[:]
+        label = rnd.randrange(K)
+        ends.insert(label, " ".join(w[cut:]))
+        ctx = " ".join(w[:cut])
+        if i == 5:  # longer than the block: the window keeps the sequence's last T + 1 tokens
+            ctx = " ".join(rnd.choice(lines) for _ in range(4))
+        lab = [label, str(label), "ABCD"[label]][i % 3]
+        qs.append({"ctx": ctx, "endings": ends, "label": lab, "right": label})
+    return qs
+
+
+def read_choices(path):
+    raw = open(path, "rb").read()
+    hdr = struct.unpack("<256i", raw[:1024])
+    n, width, S, Q = hdr[2], hdr[3], hdr[4], hdr[5]
+    tok = np.frombuffer(raw, dtype=np.uint16 if width == 2 else np.uint32, count=n, offset=1024)
+    at = 1024 + n * width
+    bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8, count=(n + 7) // 8, offset=at),
+                         bitorder="little")[:n]
+    at = (at + (n + 7) // 8 + 7) // 8 * 8
+    seq = np.frombuffer(raw, dtype=np.uint64, count=S, offset=at)
+    at += 8 * S
+    quest = np.frombuffer(raw, dtype=np.uint32, count=2 * Q, offset=at).reshape(Q, 2)
+    at += 8 * Q
+    chars = np.frombuffer(raw, dtype=np.uint32, count=S, offset=at)
+    check("choices.bin: its size is what the header says", at + 4 * S == len(raw),
+          "%d != %d" % (at + 4 * S, len(raw)))
+    return hdr, tok, bits, seq, quest, chars
+
+
+def window(seq):
+    """lm-evaluation-harness's: a sequence over T + 1 tokens keeps its last T + 1"""
+    return seq[-(T + 1):] if len(seq) > T + 1 else seq
+
+
+def torch_logprobs(model, seqs):
+    """each (tokens, counts) sequence's log-probability of its counted tokens, and their number"""
+    out = []
+    with torch.no_grad():
+        for toks, cnt in seqs:
+            toks, cnt = window(toks), window(cnt)
+            n = len(toks) - 1
+            idx = torch.zeros(1, T, dtype=torch.long)
+            tg = torch.full((1, T), -1, dtype=torch.long)
+            idx[0, :n] = torch.tensor(toks[:-1])
+            for t in range(n):
+                if cnt[t + 1]:
+                    tg[0, t] = toks[t + 1]
+            model.reduction = "none"
+            nll = model(idx, tg)
+            out.append((-float(nll.double().sum()), int((tg >= 0).sum())))
+    return out
+
+
+def picks(lps, chars, cnts):
+    return [int(np.argmax(lps)), int(np.argmax(np.array(lps) / np.array(chars))),
+            int(np.argmax(np.array(lps) / np.array(cnts)))]
+
+
+def main():
+    work = tempfile.mkdtemp(prefix="colo-choices-")
+    try:
+        text = corpus()
+        open(os.path.join(work, "text.txt"), "w", encoding="utf-8").write(text[:400000])
+        run(["prepare", "--input", os.path.join(work, "text.txt"), "--out", work])
+        qs = make_questions(text, 60)
+        qpath = os.path.join(work, "q.jsonl")
+        with open(qpath, "w", encoding="utf-8") as f:
+            for q in qs:
+                f.write(json.dumps({k: q[k] for k in ("ctx", "endings", "label")},
+                                   ensure_ascii=False) + "\n")
+            f.write("\n")  # a blank line is skipped
+        cdir = os.path.join(work, "hs")
+        r = run(["prepare", "--input", qpath, "--out", cdir, "--endings-field", "endings", "--json"])
+        st = json.loads(r.stdout)
+        cpath = os.path.join(cdir, "choices.bin")
+        check("prepare --json: 60 questions, their endings", st["questions"] == 60 and
+              st["sequences"] == sum(len(q["endings"]) for q in qs), r.stdout)
+
+        # the file, read back
+        hdr, tok, bits, seq, quest, chars = read_choices(cpath)
+        check("choices.bin: magic 20261129, version 1, uint16", hdr[:2] == (20261129, 1) and hdr[3] == 2)
+        ok_seq = ok_q = ok_c = True
+        s = 0
+        seqs = []
+        ends = list(seq[1:]) + [len(tok)]
+        for qi, q in enumerate(qs):
+            ok_q &= tuple(quest[qi]) == (len(q["endings"]), q["right"])
+            for e in q["endings"]:
+                want = list(q["ctx"].encode()) + list((" " + e).encode())
+                wcnt = [0] * len(q["ctx"].encode()) + [1] * len((" " + e).encode())
+                got = list(tok[seq[s]:ends[s]])
+                gcnt = list(bits[seq[s]:ends[s]])
+                ok_seq &= got == want and gcnt == wcnt
+                ok_c &= int(chars[s]) == len(" " + e)
+                seqs.append((want, wcnt))
+                s += 1
+        check("choices.bin: each sequence the context's bytes then ' ' + the ending's, the ending counting", ok_seq)
+        check("choices.bin: each question's endings and label (integer, string, letter)", ok_q)
+        check("choices.bin: each ending's length in characters (code points, not bytes)",
+              ok_c and any(len(e.encode()) != len(e) for q in qs for e in q["endings"]))
+
+        # a small model trained on the text, scored by colo and by PyTorch
+        base = ["train", "--data-root", work, "--train-data", "train.bin", "--val-data", "val.bin",
+                "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
+                "--vocab-size", str(V), "--batch-size", str(B), "--steps", "40", "--lr", "3e-3",
+                "--eval-interval", "20", "--eval-batches", "2", "--seed", "7", "--threads", "2",
+                "--choice-set", "hs=hs/choices.bin"]
+        ck = os.path.join(work, "ck")
+        prog = os.path.join(work, "p1.jsonl")
+        r = run(base + ["--ckpt-dir", ck, "--ckpt-interval", "20", "--progress", prog])
+        check("the run's log names the set's scores", "| hs acc " in r.stdout, r.stdout[-400:])
+        evals = [json.loads(l) for l in open(prog) if '"event":"eval"' in l]
+        check("evaluations at steps 0, 20, 40 with the set's scores",
+              [e["step"] for e in evals] == [0, 20, 40] and all("hs" in e.get("choices", {}) for e in evals),
+              str(evals))
+        smp = os.path.join(work, "samples.jsonl")
+        r = run(["eval", "--checkpoint", os.path.join(ck, "step_00000040"), "--choices", cpath,
+                 "--samples", smp, "--json", "--batch-size", "5"])
+        got = json.loads(r.stdout)
+        samples = [json.loads(l) for l in open(smp)]
+        last = evals[-1]["choices"]["hs"]
+        check("the run's scores at step 40 = eval --choices on its checkpoint",
+              all(abs(last[k] - got[k]) < 1e-6 for k in ("acc", "acc_norm", "acc_token")) and
+              last["questions"] == 60, "%s %s" % (last, got))
+        out = os.path.join(work, "model.safetensors")
+        run(["export", "--checkpoint", os.path.join(ck, "step_00000040"), "--out", out])
+        w = read_safetensors(out)
+        model = GPT2(L, NH, C, T, V)
+        with torch.no_grad():
+            for n in model.names:
+                model.p[n].copy_(w[n])
+        ref = torch_logprobs(model, seqs)
+        worst, cnt_ok, s = 0.0, True, 0
+        pk = [0, 0, 0]
+        agree, close = True, 0
+        right = [0, 0, 0]
+        for qi, q in enumerate(qs):
+            K = len(q["endings"])
+            lp = [ref[s + k][0] for k in range(K)]
+            cn = [ref[s + k][1] for k in range(K)]
+            ch = [len(" " + e) for e in q["endings"]]
+            sm = samples[qi]
+            for k in range(K):
+                worst = max(worst, abs(sm["logprobs"][k] - lp[k]) / max(1.0, abs(lp[k])))
+            cnt_ok &= sm["tokens"] == cn and sm["chars"] == ch and sm["label"] == q["right"]
+            p = picks(lp, ch, cn)
+            for m, key in enumerate(("pred", "pred_norm", "pred_token")):
+                right[m] += p[m] == q["right"]
+                vals = sorted([lp, np.array(lp) / ch, np.array(lp) / cn][m], reverse=True)
+                if vals[0] - vals[1] < 1e-3:
+                    close += 1
+                    continue
+                agree &= sm[key] == p[m]
+            s += K
+        check("eval --choices: each ending's log-probability within 1e-4 of PyTorch's (worst %.2e)" % worst,
+              worst < 1e-4)
+        check("eval --choices: counted tokens, characters and labels PyTorch's", cnt_ok)
+        check("eval --choices: the picks PyTorch's (%d near-ties left out)" % close, agree and close < 20)
+        want = [x / 60 for x in right]
+        check("eval --choices: acc, acc_norm, acc_token from PyTorch's log-probabilities %s" % want,
+              close > 0 or all(abs(got[k] - want[m]) < 1e-9 for m, k in enumerate(("acc", "acc_norm", "acc_token"))),
+              str(got))
+        print("scores at step 40: acc %.4f, acc_norm %.4f, acc_token %.4f (chance about %.3f)" %
+              (got["acc"], got["acc_norm"], got["acc_token"],
+               sum(1 / len(q["endings"]) for q in qs) / 60))
+
+        # the layouts: their progress records' scores = one process's (two data-parallel ranks
+        # against one accumulating two micro-batches: the same global batch)
+        def scores(extra):
+            pp = os.path.join(work, "pl.jsonl")
+            if os.path.exists(pp):
+                os.unlink(pp)
+            run(base + extra + ["--progress", pp])
+            return [json.loads(l)["choices"]["hs"] for l in open(pp) if '"event":"eval"' in l]
+        one = [e["choices"]["hs"] for e in evals]
+        accum = scores(["--grad-accum", "2"])
+        for name, extra in [("2 data-parallel ranks", ["--nproc", "2", "--dp", "2"]),
+                            ("ZeRO-3 over 2 ranks", ["--nproc", "2", "--dp", "2", "--zero", "3"]),
+                            ("tp=2 with sequence parallelism", ["--nproc", "2", "--tp", "2", "--sp", "true"]),
+                            ("2 pipeline stages, 2 micro-batches", ["--nproc", "2", "--pp", "2",
+                                                                    "--micro-batches", "2"])]:
+            ev = scores(extra)
+            want = accum if "--dp" in extra else one
+            same = len(ev) == len(want) and all(
+                abs(a[k] - b[k]) < 1e-9 for a, b in zip(ev, want) for k in ("acc", "acc_norm", "acc_token"))
+            check("%s: the scores at each evaluation = one process's" % name, same,
+                  "%s vs %s" % (ev, want))
+
+        # refusals
+        def refused(lines, why, name):
+            p = os.path.join(work, "bad.jsonl")
+            open(p, "w").write("".join(json.dumps(x) + "\n" for x in lines))
+            d = os.path.join(work, "bad")
+            r = run(["prepare", "--input", p, "--out", d, "--endings-field", "endings"], ok=False)
+            check("refused: " + name, r.returncode == 1 and why in r.stderr and
+                  not os.path.exists(os.path.join(d, "choices.bin")) and
+                  not os.path.exists(os.path.join(d, "choices.bin.tmp")), r.stderr)
+        good = {"ctx": "a b", "endings": ["c", "d"], "label": 0}
+        refused([good, {"ctx": "a"}], 'bad.jsonl:2: not a JSON object with a string "ctx", a list '
+                '"endings" and a label "label"', "a line without endings")
+        refused([{"ctx": "a", "endings": ["x"], "label": 0}], '"endings" has 1 endings: 2 or more',
+                "one ending")
+        refused([{"ctx": "a", "endings": ["x", "y"], "label": 2}],
+                'bad.jsonl:1: "label" is not the number of one of the 2 endings', "a label out of range")
+        refused([{"ctx": "a", "endings": ["x", ""], "label": 1}],
+                "bad.jsonl:1: ending 1 is not a string of text", "an empty ending")
+        r = run(base[:1] + ["--data-root", work, "--train-data", "hs/choices.bin", "--eval-interval", "0",
+                            "--steps", "1", "--n-layer", "1", "--n-head", "1", "--n-embd", "16",
+                            "--block-size", "8"], ok=False)
+        check("refused: a choice shard as training data", r.returncode != 0 and
+              "holds multiple-choice questions: a run scores its model on them" in r.stderr, r.stderr)
+        r = run(base[:1] + ["--data-root", work, "--train-data", "train.bin", "--val-data", "hs/choices.bin",
+                            "--steps", "1", "--n-layer", "1", "--n-head", "1", "--n-embd", "16",
+                            "--block-size", "8"], ok=False)
+        check("refused: a choice shard as validation data", r.returncode != 0 and
+              "holds multiple-choice questions: name it in data.choice_sets" in r.stderr, r.stderr)
+        r = run(["eval", "--checkpoint", ck, "--choices", os.path.join(work, "val.bin")], ok=False)
+        check("refused: eval --choices on a shard of text", r.returncode == 1 and
+              "is not a multiple-choice shard" in r.stderr, r.stderr)
+        r = run(["eval", "--checkpoint", ck, "--data", os.path.join(work, "val.bin"), "--samples", "x"], ok=False)
+        check("refused: --samples without --choices", r.returncode == 2 and
+              "--samples goes with --choices" in r.stderr, r.stderr)
+        r = run(base + ["--eval-interval", "0"], ok=False)
+        check("refused: a choice set without evaluations", r.returncode != 0 and
+              "data.choice_sets are scored at each evaluation" in r.stderr, r.stderr)
+        r = run(base + ["--choice-set", "two words=hs/choices.bin"], ok=False)
+        check("refused: a bad name", r.returncode != 0 and
+              'data.choice_sets[1].name "two words" must be 1 to 64 characters' in r.stderr, r.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
