@@ -844,6 +844,13 @@ static void print_job_detail(const Colo__V1__Job *j) {
     for (size_t i = 0; i < j->progress->n_val_sets; i++) /* data.val_sources: each set's */
       printf("             %s %.4f\n", j->progress->val_sets[i]->name,
              (double)j->progress->val_sets[i]->loss);
+    for (size_t i = 0; i < j->progress->n_choice_scores; i++) { /* data.choice_sets */
+      const Colo__V1__SetScore *c = j->progress->choice_scores[i];
+      printf("             %s acc %.4f, acc_norm %.4f (per character), acc_token %.4f over %u "
+             "questions\n",
+             c->name ? c->name : "", (double)c->acc, (double)c->acc_norm, (double)c->acc_token,
+             c->questions);
+    }
   }
   if (j->progress && j->progress->has_evals_since_best) { /* train.early_stop_patience */
     uint32_t patience = s && s->train ? s->train->early_stop_patience : 0;
@@ -2398,8 +2405,23 @@ static int cmd_history(ctl_t *c, int argc, char **argv) {
         if (q == ns && ns < MAX_SETS)
           sets[ns++] = name ? name : "";
       }
+    /* and after them, for each multiple-choice set (data.choice_sets), its acc_norm */
+    size_t nv = ns;
+    char chead[MAX_SETS][160];
+    for (size_t i = 0; i < n; i++)
+      for (size_t s = 0; s < resp->samples[i]->n_choice_scores; s++) {
+        const char *name = resp->samples[i]->choice_scores[s]->name;
+        size_t q = nv;
+        while (q < ns && strcmp(sets[q], name ? name : ""))
+          q++;
+        if (q == ns && ns < MAX_SETS) {
+          sets[ns] = name ? name : "";
+          snprintf(chead[ns], sizeof chead[ns], "%.140s ACC_NORM", sets[ns]);
+          ns++;
+        }
+      }
     for (size_t s = 0; s < ns; s++)
-      H[nh++] = sets[s];
+      H[nh++] = s < nv ? sets[s] : chead[s];
     H[nh++] = "LR";
     H[nh++] = "TOK/S";
     H[nh] = NULL;
@@ -2425,9 +2447,13 @@ static int cmd_history(ctl_t *c, int argc, char **argv) {
       if (x->has_val_loss)
         snprintf(cells[3], sizeof cells[3], "%.4f", (double)x->val_loss);
       for (size_t v = 0; v < x->n_val_sets; v++)
-        for (size_t s = 0; s < ns; s++)
+        for (size_t s = 0; s < nv; s++)
           if (!strcmp(sets[s], x->val_sets[v]->name ? x->val_sets[v]->name : ""))
             snprintf(cells[4 + s], sizeof cells[0], "%.4f", (double)x->val_sets[v]->loss);
+      for (size_t v = 0; v < x->n_choice_scores; v++)
+        for (size_t s = nv; s < ns; s++)
+          if (!strcmp(sets[s], x->choice_scores[v]->name ? x->choice_scores[v]->name : ""))
+            snprintf(cells[4 + s], sizeof cells[0], "%.4f", (double)x->choice_scores[v]->acc_norm);
       table_row_cells(t, row);
     }
     table_print(t, stdout);

@@ -1789,6 +1789,8 @@ static int sample_list_cb(const colo_progress_sample_t *p, void *data) {
       a->sets[a->n_sets++] = u;
       x->n_val_sets = u->n_val_sets;
       x->val_sets = u->val_sets;
+      x->n_choice_scores = u->n_choice_scores;
+      x->choice_scores = u->choice_scores;
     }
   }
   return 0;

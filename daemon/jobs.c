@@ -1568,10 +1568,12 @@ static void add_sample(colod_t *d, colod_job_live_t *j, uint64_t step, const Col
                                 .time_ms = p->has_time_ms ? p->time_ms : colod_now_ms()};
   /* each validation set's loss, packed as a ProgressSample of them alone */
   uint8_t *sets = NULL;
-  if (val && p->n_val_sets) {
+  if (val && (p->n_val_sets || p->n_choice_scores)) {
     Colo__V1__ProgressSample only = COLO__V1__PROGRESS_SAMPLE__INIT;
     only.n_val_sets = p->n_val_sets;
     only.val_sets = p->val_sets;
+    only.n_choice_scores = p->n_choice_scores; /* data.choice_sets': with them */
+    only.choice_scores = p->choice_scores;
     size_t len = colo__v1__progress_sample__get_packed_size(&only);
     if ((sets = malloc(len ? len : 1))) {
       smp.val_sets_len = colo__v1__progress_sample__pack(&only, sets);
@@ -1622,7 +1624,9 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
     q.has_val_loss = q.has_val_step = 1;
     q.val_loss = p->val_loss;
     q.val_step = p->val_step;
-    if (copy_sets(&j->val_sets, p->val_sets, p->n_val_sets, &q.val_sets, &q.n_val_sets) < 0)
+    if (copy_sets(&j->val_sets, p->val_sets, p->n_val_sets, &q.val_sets, &q.n_val_sets) < 0 ||
+        colo_set_scores_put(&j->val_sets, &q.choice_scores, &q.n_choice_scores, p->choice_scores,
+                            p->n_choice_scores) < 0)
       colo_log(COLO_LOG_WARN, "jobs", "job %llu: no memory for its validation sets' losses",
                (unsigned long long)j->id);
     q.has_best_val_loss = p->has_best_val_loss;
@@ -1661,6 +1665,8 @@ static void take_eval(colod_t *d, colod_job_live_t *j, uint32_t attempt,
   p.has_time_ms = e->has_time_ms;
   p.time_ms = e->time_ms;
   copy_sets(&j->eval_sets, e->val_sets, e->n_val_sets, &p.val_sets, &p.n_val_sets);
+  colo_set_scores_put(&j->eval_sets, &p.choice_scores, &p.n_choice_scores, e->choice_scores,
+                      e->n_choice_scores);
   add_sample(d, j, e->step, &p, 0, 1);
 }
 

@@ -371,6 +371,23 @@ static void set_val_losses(const colod_job_view_t *j, void *data) {
   }
 }
 
+/* colo_job_choice_accuracy: each multiple-choice set's scores (data.choice_sets), by name and
+ * by how the pick is made */
+static void choice_scores(const colod_job_view_t *j, void *data) {
+  FILE *out = data;
+  for (size_t i = 0; j->progress && i < j->progress->n_choice_scores; i++) {
+    const Colo__V1__SetScore *c = j->progress->choice_scores[i];
+    const char *by[3] = {"acc", "acc_norm", "acc_token"};
+    const float v[3] = {c->acc, c->acc_norm, c->acc_token};
+    for (int k = 0; k < 3; k++) {
+      fprintf(out, "colo_job_choice_accuracy{job=\"%llu\",set=", (unsigned long long)j->id);
+      label(out, c->name ? c->name : "");
+      fprintf(out, ",score=\"%s\"}", by[k]);
+      number(out, v[k]);
+    }
+  }
+}
+
 static int job_metrics(colod_t *d, FILE *out) {
   uint32_t counts[COLO_JOB_STATE_MAX + 1] = {0};
   int rc = colo_store_job_counts(d->store, counts);
@@ -405,6 +422,11 @@ static int job_metrics(colod_t *d, FILE *out) {
          "The newest validation loss of each of the job's validation sets (data.val_sources), "
          "by name; colo_job_val_loss is their weighted mean.");
   colod_jobs_each(d, set_val_losses, out);
+  family(out, "colo_job_choice_accuracy", "gauge",
+         "The newest accuracy on each of the job's multiple-choice sets (data.choice_sets), by "
+         "name and score: acc (the ending of the highest log-probability), acc_norm (per "
+         "character), acc_token (per token).");
+  colod_jobs_each(d, choice_scores, out);
   return rc < 0 ? -1 : 0;
 }
 

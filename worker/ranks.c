@@ -603,6 +603,23 @@ static void apply_record(colo_wrank_t *r, const char *line) {
       }
     }
     colo_set_losses_put(&r->val_sets, &p->val_sets, &p->n_val_sets, names, losses, n);
+    /* each multiple-choice set's scores, by name (data.choice_sets) */
+    Colo__V1__SetScore sc[COLO_SET_LOSSES_MAX], *scp[COLO_SET_LOSSES_MAX];
+    size_t ns = 0;
+    cJSON_ArrayForEach(it, cJSON_GetObjectItem(j, "choices")) {
+      if (ns < COLO_SET_LOSSES_MAX && it->string && cJSON_IsObject(it)) {
+        colo__v1__set_score__init(&sc[ns]);
+        sc[ns].name = it->string;
+        sc[ns].acc = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "acc"));
+        sc[ns].acc_norm = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "acc_norm"));
+        sc[ns].acc_token = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "acc_token"));
+        double q = cJSON_GetNumberValue(cJSON_GetObjectItem(it, "questions"));
+        sc[ns].questions = q >= 0 && q < 4294967296.0 ? (uint32_t)q : 0;
+        scp[ns] = &sc[ns];
+        ns++;
+      }
+    }
+    colo_set_scores_put(&r->val_sets, &p->choice_scores, &p->n_choice_scores, scp, ns);
     /* early stopping's count, as of this evaluation (train.early_stop_patience) */
     const cJSON *bv = cJSON_GetObjectItem(j, "best_val_loss"),
                 *bs = cJSON_GetObjectItem(j, "best_step"),
@@ -624,6 +641,7 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     e->step = (uint64_t)step;
     e->val_loss = p->val_loss;
     colo_set_losses_put(&r->ev_sets[k], &e->val_sets, &e->n_val_sets, names, losses, n);
+    colo_set_scores_put(&r->ev_sets[k], &e->choice_scores, &e->n_choice_scores, scp, ns);
     e->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
   } else if (ev && !strcmp(ev, "early_stop")) { /* why it ends before its last step */
     const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(j, "message"));

@@ -669,6 +669,9 @@ class ColodTest(WithColod):
         ev = running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2)
         ev.val_sets.add(name="web", loss=4.5)
         ev.val_sets.add(name="code/val.bin", loss=3.25)
+        ev.choice_scores.add(name="hs", acc=0.5, acc_norm=0.75, acc_token=0.625, questions=4)
+        running[0].progress.choice_scores.add(name="hs", acc=0.25, acc_norm=0.5, acc_token=0.5,
+                                              questions=4)
         running[0].checkpoints.add(job_id=job.id, attempt=1, step=5, path="/ck/step_00000005",
                                    manifest_sha256=sha, bytes=123, val_loss=3.75)
         running[0].log_offset = 0
@@ -709,6 +712,12 @@ class ColodTest(WithColod):
         self.assertEqual([(x.name, x.loss) for x in h[2].val_sets],
                          [("web", 4.0), ("code/val.bin", 3.0)])
         self.assertEqual(len(h[0].val_sets), 0)
+        # each multiple-choice set's scores (data.choice_sets), likewise
+        self.assertEqual([(x.name, x.acc, x.acc_norm, x.acc_token, x.questions)
+                          for x in h[1].choice_scores], [("hs", 0.5, 0.75, 0.625, 4)])
+        self.assertEqual([(x.name, x.acc, x.acc_norm, x.questions) for x in h[2].choice_scores],
+                         [("hs", 0.25, 0.5, 4)])
+        self.assertEqual([(x.name, x.acc_norm) for x in j.progress.choice_scores], [("hs", 0.5)])
         self.assertAlmostEqual(h[2].val_loss, 3.75)
         self.assertAlmostEqual(h[3].loss, 3.5)
         with self.assertRaises(grpc.RpcError) as cm:
@@ -1848,6 +1857,8 @@ class MetricsTest(WithMetrics):
                                              epochs=1.5))
         run[0].progress.val_sets.add(name='web "a"', loss=3.25)
         run[0].progress.val_sets.add(name="code", loss=3.75)
+        run[0].progress.choice_scores.add(name="hellaswag", acc=0.25, acc_norm=0.5,
+                                          acc_token=0.375, questions=8)
         before, _ = self.scrape()
         beat(*run, sick=[2])
         beat(*run, sick=[2])
@@ -1884,6 +1895,9 @@ class MetricsTest(WithMetrics):
         self.assertEqual(m[("colo_job_epochs", job)], 1.5)
         self.assertEqual(m[("colo_job_set_val_loss", (("job", str(j)), ("set", 'web "a"')))], 3.25)
         self.assertEqual(m[("colo_job_set_val_loss", (("job", str(j)), ("set", "code")))], 3.75)
+        for score, v in (("acc", 0.25), ("acc_norm", 0.5), ("acc_token", 0.375)):
+            self.assertEqual(m[("colo_job_choice_accuracy",
+                                (("job", str(j)), ("score", score), ("set", "hellaswag")))], v)
         self.assertAlmostEqual(m[("colo_job_attempt_start_timestamp_seconds", job)], time.time(),
                                delta=10)
         self.assertEqual(m[("colo_jobs", (("state", "running"),))], 1)

@@ -176,10 +176,17 @@ expect_eq "$(gpus)" "gpu/Fake_H100_0/GPU-fake-0/80 gpu/Fake_H100_1/GPU-fake-1/80
   --ckpt-dir "$TMP/pre" || fail "training the initial weights failed"
 mkdir -p "$TMP/gdata/pre"
 cp "$TMP/pre/step_00000005/rank_00000.safetensors" "$TMP/gdata/pre/gpt.safetensors"
+# a multiple-choice set for data.choice_sets (HellaSwag's fields)
+cat >"$TMP/q.jsonl" <<'Q'
+{"ctx": "First Citizen: Before we proceed any", "endings": ["further, hear me speak.", "qqq zzz", "xx"], "label": 0}
+{"ctx": "All: Speak,", "endings": ["zzzz", "speak."], "label": 1}
+Q
+"$COLO_BIN/colo-train" prepare --input "$TMP/q.jsonl" --out "$TMP/gdata/hs" --endings-field endings >/dev/null ||
+  fail "preparing the multiple-choice set failed"
 cat >"$TMP/gjob.yaml" <<JOB
 name: on-gpus
 model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
-data: {train_path: ts/train.bin, val_sources: [{path: ts/val.bin, name: held-out}, {path: ts/train.bin, name: seen}]}
+data: {train_path: ts/train.bin, val_sources: [{path: ts/val.bin, name: held-out}, {path: ts/train.bin, name: seen}], choice_sets: [{path: hs/choices.bin, name: hs}]}
 parallel: {dp: 2, zero_stage: 3}
 train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2, init_from: pre/gpt.safetensors}
 checkpoint: {interval: 10}
@@ -215,6 +222,11 @@ expect_contains "$OUT" "
              seen "
 expect_contains "$GLOG" "step     20 | val loss "
 expect_contains "$GLOG" " (held-out "
+# and its multiple-choice set's scores (data.choice_sets), in the status
+expect_contains "$OUT" "
+             hs acc "
+expect_contains "$OUT" " over 2 questions"
+expect_contains "$GLOG" " | hs acc "
 # and in the training curve: each evaluation's per-set losses, as rank 0 printed them
 "$COLOCTL" history "$GJ" --json >"$TMP/ghist.json"
 "$COLOCTL" logs "$GJ" >"$TMP/glog.txt"
@@ -228,9 +240,18 @@ for s in evals:
     sets = {x["name"]: x["loss"] for x in s["val_sets"]}
     assert list(sets) == ["held-out", "seen"], sets
     assert all(abs(sets[k] - v) < 6e-5 for k, v in zip(("held-out", "seen"), printed[int(s["step"])])), (sets, printed)
+# each evaluation's multiple-choice scores, as rank 0 printed them
+scores = {int(m[0]): (float(m[1]), float(m[2])) for m in re.findall(
+    r"step +(\d+) \|.*\| hs acc ([0-9.]+), acc_norm ([0-9.]+) over 2 questions", open(sys.argv[2]).read())}
+assert sorted(scores) == [0, 20], scores
+for s in evals:
+    c = s["choice_scores"]
+    assert [x["name"] for x in c] == ["hs"] and c[0]["questions"] == 2, c
+    assert abs(c[0].get("acc", 0) - scores[int(s["step"])][0]) < 1e-4, (c, scores)
+    assert abs(c[0].get("acc_norm", 0) - scores[int(s["step"])][1]) < 1e-4, (c, scores)
 PY
 expect_rc 0 "$COLOCTL" history "$GJ"
-expect_contains "$(sed -n 2p <<<"$OUT")" "VAL LOSS  held-out  seen"
+expect_contains "$(sed -n 2p <<<"$OUT")" "VAL LOSS  held-out  seen    hs ACC_NORM"
 # coloctl compare: a column for each validation set, with the job's latest per-set losses
 expect_rc 0 "$COLOCTL" compare "$GJ"
 expect_contains "$(head -1 <<<"$OUT")" "VAL LOSS  held-out  seen"
