@@ -18,6 +18,8 @@ other lines, some of them with characters past ASCII, one context longer than th
     block + 1 tokens of a longer sequence), its counted tokens PyTorch's, and acc, acc_norm
     (per character) and acc_token (per token) those of PyTorch's log-probabilities (questions
     whose two best are within 1e-3 of each other left out of the picks' comparison, counted);
+    eval reads the model as a HuggingFace directory too (export --config: config.json and
+    model.safetensors), giving the checkpoint's samples to the digit;
   - a run with --choice-set reports at each evaluation the scores `eval --choices` gives its
     checkpoint at that step, and so does it on 2 data-parallel ranks, under ZeRO-3, on tp=2
     with sequence parallelism, and on 2 pipeline stages of 2 micro-batches (each layout's
@@ -220,8 +222,17 @@ def main():
         check("the run's scores at step 40 = eval --choices on its checkpoint",
               all(abs(last[k] - got[k]) < 1e-6 for k in ("acc", "acc_norm", "acc_token")) and
               last["questions"] == 60, "%s %s" % (last, got))
-        out = os.path.join(work, "model.safetensors")
-        run(["export", "--checkpoint", os.path.join(ck, "step_00000040"), "--out", out])
+        hfdir = os.path.join(work, "hf")
+        os.mkdir(hfdir)
+        out = os.path.join(hfdir, "model.safetensors")
+        run(["export", "--checkpoint", os.path.join(ck, "step_00000040"), "--out", out,
+             "--config", os.path.join(hfdir, "config.json")])
+        smp_hf = os.path.join(work, "samples-hf.jsonl")
+        r = run(["eval", "--checkpoint", hfdir, "--choices", cpath, "--samples", smp_hf, "--json",
+                 "--batch-size", "5"])
+        check("eval --choices of the model as HuggingFace's directory (config.json, "
+              "model.safetensors): the checkpoint's samples, to the digit",
+              open(smp_hf).read() == open(smp).read() and json.loads(r.stdout)["acc"] == got["acc"])
         w = read_safetensors(out)
         model = GPT2(L, NH, C, T, V)
         with torch.no_grad():

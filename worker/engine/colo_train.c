@@ -1829,7 +1829,9 @@ static int device_flag(const char *cmd, const char *device, int gpu) {
 /* What --checkpoint DIR of eval, sample and export takes (pick_checkpoint), for their --help */
 #define CKPT_DIR_HELP                                                                              \
   "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"             \
-  "with --best the one with the lowest validation loss (checkpoint.keep_best).\n"
+  "with --best the one with the lowest validation loss (checkpoint.keep_best); or a\n"             \
+  "HuggingFace model's directory (config.json and model.safetensors: GPT-2's, Llama's,\n"          \
+  "Qwen2's, as the Hub has them).\n"
 
 /* --checkpoint DIR of eval, sample and export: a checkpoint (step_N), or a directory of them
  * (a job's), of which the newest complete one, or with --best the one with the lowest

@@ -66,6 +66,16 @@ void colo_choices_batch(const colo_choices_t *c, size_t first, int B, int T, int
   }
 }
 
+int colo_choices_width(const colo_choices_t *c, size_t first, int B, int T) {
+  const colo_shard_file_t *x = c->f;
+  size_t most = 1;
+  for (size_t q = first; q < first + (size_t)B && q < c->n_seq; q++) {
+    size_t e = q + 1 < x->n_seq ? (size_t)x->seq[q + 1] : x->n, n = e - (size_t)x->seq[q] - 1;
+    most = n > most ? n : most;
+  }
+  return most < (size_t)T ? (int)most : T;
+}
+
 /* the first of n values that is highest (NaN never is) */
 static int argmax(const double *v, int n) {
   int best = 0;

@@ -29,6 +29,11 @@ void colo_choices_close(colo_choices_t *c);
  * truncation). Rows past the last sequence are all padding. */
 void colo_choices_batch(const colo_choices_t *c, size_t first, int B, int T, int *in, int *tg);
 
+/* The fewest positions (at most T) that hold the windows of rows first .. first + B - 1 whole: a
+ * batch of that width gives each row the log-probabilities of a batch of T (attention is causal,
+ * and padding follows a sequence's end). */
+int colo_choices_width(const colo_choices_t *c, size_t first, int B, int T);
+
 /* the fraction of the questions whose right ending has the highest log-probability (acc), the
  * highest per character of the ending (acc_norm: lm-evaluation-harness's), the highest per token
  * (acc_token: llm.c's HellaSwag evaluation's "acc_norm"); ties go to the first */

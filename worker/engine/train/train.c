@@ -819,22 +819,26 @@ static void val_sets_close(val_sets_t *v) {
  * take batches of B sequences in turn (batch i's rank r the B from (i·world + r)·B), through the
  * pipeline's stages with pipe (the last stage's), each entry written by the rank that computed it,
  * zeros elsewhere, then summed over the stages and the group: any split gives the same floats.
- * w and rows: scratch of B·T floats and B doubles. < 0 when a collective failed. */
+ * narrow (a model of its own, on one process: colo-train eval): each batch as wide as its longest
+ * window (colo_choices_width), not T. w and rows: scratch of B·T floats and B doubles. < 0 when a
+ * collective failed. */
 static int choice_table(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo_choices_t *c,
-                        int B, int T, int *in, int *tg, float *w, double *rows, float *tab) {
+                        int B, int T, int narrow, int *in, int *tg, float *w, double *rows,
+                        float *tab) {
   int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1;
   int last = !pipe || pipe->stage == pipe->stages - 1;
   size_t S = c->n_seq, per = (size_t)world * B, nb = (S + per - 1) / per;
   memset(tab, 0, 2 * S * sizeof *tab);
   for (size_t i = 0; i < nb; i++) {
     size_t first = (i * world + (size_t)rank) * B;
-    colo_choices_batch(c, first, B, T, in, tg);
-    if (rows_forward(m, pipe, w, in, tg, B, T, rows) < 0)
+    int Ti = narrow ? colo_choices_width(c, first, B, T) : T;
+    colo_choices_batch(c, first, B, Ti, in, tg);
+    if (rows_forward(m, pipe, w, in, tg, B, Ti, rows) < 0)
       return COLO_EIO;
     for (int b = 0; last && b < B && first + (size_t)b < S; b++) {
       int n = 0;
-      for (int t = 0; t < T; t++)
-        n += tg[(size_t)b * T + t] >= 0;
+      for (int t = 0; t < Ti; t++)
+        n += tg[(size_t)b * Ti + t] >= 0;
       tab[first + (size_t)b] = (float)rows[b];
       tab[S + first + (size_t)b] = (float)n;
     }
@@ -941,7 +945,7 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   colo_choices_score_t sc[COLO_MAX_SOURCES];
   for (int k = 0; k < val->n_ch && k < COLO_MAX_SOURCES; k++) {
     const colo_choices_t *c = &val->ch[k];
-    if (choice_table(model, comm, pipe, c, cfg->batch_size, cfg->model.block_size, in, tg,
+    if (choice_table(model, comm, pipe, c, cfg->batch_size, cfg->model.block_size, 0, in, tg,
                      val->ch_w, val->rows, val->tab) < 0)
       return NAN;
     colo_choices_score(c, val->tab, val->tab + c->n_seq, &sc[k], NULL);
@@ -2812,10 +2816,33 @@ static int open_lora(const char *ckpt, colo_ckpt_meta_t *meta, colo_gpt_t *model
 /* A checkpoint's model for batches of B, on the CPU (gpu < 0) or on GPU `gpu` in fp32 storage
  * (the CUDA backend; decoding needs fp32): the weights are read into host memory, then copied
  * up. */
+/* A HuggingFace model's directory (config.json and model.safetensors, or a Llama's index of
+ * shards, no colo manifest): its weights' file into weights, its shape into meta; 0 when dir is
+ * not one */
+static int hf_model(const char *dir, colo_ckpt_meta_t *meta, char *weights, size_t len, char *err,
+                    size_t errlen) {
+  char p[2200];
+  snprintf(p, sizeof p, "%s/manifest.json", dir);
+  if (access(p, F_OK) == 0)
+    return 0;
+  snprintf(p, sizeof p, "%s/config.json", dir);
+  if (access(p, F_OK) != 0)
+    return 0;
+  snprintf(weights, len, "%s/model.safetensors", dir);
+  if (access(weights, F_OK) != 0)
+    snprintf(weights, len, "%s/model.safetensors.index.json", dir);
+  memset(meta, 0, sizeof *meta);
+  meta->val_loss = NAN;
+  int rc = colo_hf_read_config(p, &meta->model, err, errlen);
+  return rc < 0 ? rc : 1;
+}
+
 static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool, colo_gpt_t **model,
                            colo_ckpt_meta_t *meta, char *err, size_t errlen) {
   *model = NULL;
-  int rc = colo_ckpt_read_meta(ckpt, meta, err, errlen);
+  char weights[2200];
+  int hf = hf_model(ckpt, meta, weights, sizeof weights, err, errlen);
+  int rc = hf ? (hf < 0 ? hf : 0) : colo_ckpt_read_meta(ckpt, meta, err, errlen);
   if (rc < 0)
     return rc;
   const colo_backend_t *be = colo_backend_cpu();
@@ -2830,7 +2857,9 @@ static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool,
   size_t bytes = rc == 0 ? colo_gpt_num_params(*model) * sizeof(float) : 0;
   if (rc == 0 && be->device && !(host = malloc(bytes)))
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the weights");
-  if (rc == 0 && meta->lora.rank > 0)
+  if (rc == 0 && hf)
+    rc = colo_ckpt_load_weights(weights, *model, host, err, errlen);
+  else if (rc == 0 && meta->lora.rank > 0)
     rc = open_lora(ckpt, meta, *model, *pool, host, err, errlen);
   else if (rc == 0)
     rc = colo_ckpt_load(ckpt, meta, *model, host, NULL, err, errlen);
@@ -2929,7 +2958,7 @@ int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gp
   int(*pick)[3] = malloc(c.n_quest * sizeof *pick);
   if (!in || !tg || !w || !tab || !rows || !pick)
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  if (rc == 0 && choice_table(model, NULL, NULL, &c, B, T, in, tg, w, rows, tab) < 0)
+  if (rc == 0 && choice_table(model, NULL, NULL, &c, B, T, 1, in, tg, w, rows, tab) < 0)
     rc = colo_fail(err, errlen, COLO_EIO, "scoring %s: %s", path, colo_pool_error(pool));
   if (rc == 0)
     colo_choices_score(&c, tab, tab + c.n_seq, score, pick);
