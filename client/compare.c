@@ -140,22 +140,38 @@ static const Colo__V1__SetLoss *set_loss(const Colo__V1__Job *j, const char *nam
   return NULL;
 }
 
+/* job j's scores on the multiple-choice set named name (data.choice_sets), or NULL */
+static const Colo__V1__SetScore *set_score(const Colo__V1__Job *j, const char *name) {
+  for (size_t i = 0; j->progress && i < j->progress->n_choice_scores; i++) {
+    const Colo__V1__SetScore *v = j->progress->choice_scores[i];
+    if (v->name && !strcmp(v->name, name))
+      return v;
+  }
+  return NULL;
+}
+
+/* name into names (*n of them) unless it is there already (or NULL) */
+static int push_new(const char ***names, size_t *n, const char *name) {
+  for (size_t k = 0; name && k < *n; k++)
+    if (!strcmp((*names)[k], name))
+      return 0;
+  return name ? push(names, n, name) : 0;
+}
+
 int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *out) {
   flat_t *flat = calloc(n ? n : 1, sizeof *flat);
   row_t *rows = calloc(n ? n : 1, sizeof *rows);
-  const char **diff = NULL, **sets = NULL;
-  size_t n_diff = 0, n_sets = 0;
+  const char **diff = NULL, **sets = NULL, **chs = NULL;
+  size_t n_diff = 0, n_sets = 0, n_chs = 0;
   int rc = flat && rows ? 0 : -1;
-  /* the validation sets' names, of any job and in the order met */
-  for (size_t j = 0; j < n && rc == 0; j++)
-    for (size_t i = 0; jobs[j]->progress && i < jobs[j]->progress->n_val_sets && rc == 0; i++) {
-      const char *name = jobs[j]->progress->val_sets[i]->name;
-      int seen = !name;
-      for (size_t k = 0; k < n_sets && !seen; k++)
-        seen = !strcmp(sets[k], name);
-      if (!seen)
-        rc = push(&sets, &n_sets, name);
-    }
+  /* the validation sets' and the multiple-choice sets' names, of any job and in the order met */
+  for (size_t j = 0; j < n && rc == 0; j++) {
+    const Colo__V1__Progress *p = jobs[j]->progress;
+    for (size_t i = 0; p && i < p->n_val_sets && rc == 0; i++)
+      rc = push_new(&sets, &n_sets, p->val_sets[i]->name);
+    for (size_t i = 0; p && i < p->n_choice_scores && rc == 0; i++)
+      rc = push_new(&chs, &n_chs, p->choice_scores[i]->name);
+  }
   for (size_t j = 0; j < n && rc == 0; j++) {
     cJSON *spec = jobs[j]->spec ? colo_pb_to_json(&jobs[j]->spec->base) : cJSON_CreateObject();
     rc = spec ? flatten(spec, "", &flat[j]) : -1;
@@ -215,6 +231,16 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
         if (v)
           cJSON_AddNumberToObject(vs, sets[k], v->loss);
       }
+      cJSON *cs = n_chs ? cJSON_AddObjectToObject(o, "choice_scores") : NULL;
+      for (size_t k = 0; cs && k < n_chs; k++) {
+        const Colo__V1__SetScore *v = set_score(j, chs[k]);
+        cJSON *x = v ? cJSON_AddObjectToObject(cs, chs[k]) : NULL;
+        if (x) {
+          cJSON_AddNumberToObject(x, "acc", v->acc);
+          cJSON_AddNumberToObject(x, "acc_norm", v->acc_norm);
+          cJSON_AddNumberToObject(x, "acc_token", v->acc_token);
+        }
+      }
       cJSON_AddItemToArray(arr, o);
     }
     char *s = arr ? cJSON_PrintUnformatted(arr) : NULL;
@@ -225,11 +251,13 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
     cJSON_free(s);
     cJSON_Delete(arr);
   } else if (rc == 0) {
-    const char **head = calloc(n_diff + n_sets + 7, sizeof *head),
-               **cells = calloc(n_diff + n_sets + 6, sizeof *cells);
-    char(*setv)[24] = calloc(n_sets ? n_sets : 1, sizeof *setv);
+    size_t nc = n_sets + n_chs; /* a column each: its loss, or its acc_norm */
+    const char **head = calloc(n_diff + nc + 7, sizeof *head),
+               **cells = calloc(n_diff + nc + 6, sizeof *cells);
+    char(*setv)[24] = calloc(nc ? nc : 1, sizeof *setv);
+    char(*chead)[160] = calloc(n_chs ? n_chs : 1, sizeof *chead);
     table_t *t = NULL;
-    if (head && cells && setv) {
+    if (head && cells && setv && chead) {
       size_t h = 0;
       head[h++] = "ID";
       head[h++] = "NAME";
@@ -241,6 +269,10 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
       head[h++] = "VAL LOSS";
       for (size_t k = 0; k < n_sets; k++)
         head[h++] = sets[k];
+      for (size_t k = 0; k < n_chs; k++) {
+        snprintf(chead[k], sizeof chead[k], "%.140s ACC_NORM", chs[k]);
+        head[h++] = chead[k];
+      }
       t = table_new(head);
     }
     for (size_t r = 0; t && r < n; r++) {
@@ -272,6 +304,11 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
           snprintf(setv[k], sizeof setv[k], "-");
         cells[c++] = setv[k];
       }
+      for (size_t k = 0; k < n_chs; k++) {
+        const Colo__V1__SetScore *v = set_score(j, chs[k]);
+        snprintf(setv[n_sets + k], sizeof setv[0], v ? "%.4f" : "-", v ? (double)v->acc_norm : 0.0);
+        cells[c++] = setv[n_sets + k];
+      }
       table_row_cells(t, cells);
     }
     if (t) {
@@ -283,6 +320,7 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
     free(head);
     free(cells);
     free(setv);
+    free(chead);
   }
   for (size_t j = 0; flat && j < n; j++)
     flat_free(&flat[j]);
@@ -290,5 +328,6 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
   free(rows);
   free(diff);
   free(sets);
+  free(chs);
   return rc;
 }

@@ -254,7 +254,7 @@ expect_rc 0 "$COLOCTL" history "$GJ"
 expect_contains "$(sed -n 2p <<<"$OUT")" "VAL LOSS  held-out  seen    hs ACC_NORM"
 # coloctl compare: a column for each validation set, with the job's latest per-set losses
 expect_rc 0 "$COLOCTL" compare "$GJ"
-expect_contains "$(head -1 <<<"$OUT")" "VAL LOSS  held-out  seen"
+expect_contains "$(head -1 <<<"$OUT")" "VAL LOSS  held-out  seen    hs ACC_NORM"
 expect_rc 0 "$COLOCTL" --json compare "$GJ"
 python3 - "$OUT" "$("$COLOCTL" status "$GJ" --json)" <<'PY' || fail "compare's per-set losses: $OUT"
 import json, sys
@@ -262,6 +262,9 @@ row, job = json.loads(sys.argv[1])[0], json.loads(sys.argv[2])
 want = {x["name"]: x["loss"] for x in job["progress"]["val_sets"]}
 assert list(row["val_sets"]) == ["held-out", "seen"], row
 assert all(abs(row["val_sets"][k] - want[k]) < 1e-6 for k in want), (row, want)
+sc = {x["name"]: x for x in job["progress"]["choice_scores"]}
+assert list(row["choice_scores"]) == ["hs"], row
+assert abs(row["choice_scores"]["hs"]["acc_norm"] - sc["hs"].get("acc_norm", 0)) < 1e-6, (row, sc)
 print("figure: compare of job %d: val loss %.4f, held-out %.4f, seen %.4f" % (row["id"], row["val_loss"], want["held-out"], want["seen"]))
 PY
 [ -d "$TMP/gnvme/scratch/on-gpus" ] && [ -z "$(ls -A "$TMP/gnvme/scratch/on-gpus")" ] ||

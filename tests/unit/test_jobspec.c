@@ -532,6 +532,18 @@ TEST(finetune_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(fineweb_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("gpt2-124m-fineweb.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(s->data->n_choice_sets, 1);
+  ASSERT_EQ_STR(s->data->choice_sets[0]->path, "hellaswag/choices.bin");
+  /* llm.c's 524,288 tokens a step */
+  ASSERT_EQ_INT(s->parallel->dp * s->train->batch_size * s->model->block_size, 524288);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(llama_finetune_example_job_is_valid) {
   char err[512];
   Colo__V1__JobSpec *s = example("llama3-finetune.yaml", err, sizeof err);

@@ -87,25 +87,28 @@ static int argmax(const double *v, int n) {
 
 void colo_choices_score(const colo_choices_t *c, const float *lp, const float *cnt,
                         colo_choices_score_t *out, int (*pick)[3]) {
-  size_t right[3] = {0, 0, 0};
-  for (size_t q = 0; q < c->n_quest; q++) {
+  size_t right[3] = {0, 0, 0}, most = 0;
+  for (size_t q = 0; q < c->n_quest; q++)
+    most = c->f->quest[2 * q] > most ? c->f->quest[2 * q] : most;
+  double *v = malloc(3 * most * sizeof *v); /* a question's endings' three measures */
+  for (size_t q = 0; v && q < c->n_quest; q++) {
     size_t s0 = c->first[q];
     int K = (int)c->f->quest[2 * q], label = (int)c->f->quest[2 * q + 1];
-    double v[3][K];
     for (int k = 0; k < K; k++) {
       double l = lp[s0 + k], chars = c->f->chars[s0 + k], n = cnt[s0 + k];
-      v[0][k] = l;
-      v[1][k] = chars > 0 ? l / chars : -INFINITY;
-      v[2][k] = n > 0 ? l / n : -INFINITY;
+      v[k] = l;
+      v[most + k] = chars > 0 ? l / chars : -INFINITY;
+      v[2 * most + k] = n > 0 ? l / n : -INFINITY;
     }
     for (int m = 0; m < 3; m++) {
-      int p = argmax(v[m], K);
+      int p = argmax(v + m * most, K);
       right[m] += p == label;
       if (pick)
         pick[q][m] = p;
     }
   }
-  double n = (double)c->n_quest;
+  double n = v ? (double)c->n_quest : NAN; /* no memory: no scores */
+  free(v);
   *out = (colo_choices_score_t){right[0] / n, right[1] / n, right[2] / n, c->n_quest};
 }
 
