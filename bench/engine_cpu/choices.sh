@@ -53,18 +53,16 @@ for s in other-lines shuffled; do
   "$CT" prepare --input "$TMP/$s.jsonl" --out "$TMP/data/$s" --endings-field endings --json \
     >"$TMP/$s.prepared.json"
 done
+# learn.sh's model and training, with both sets scored at each evaluation, then without
+R=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 --n-head 4
+  --n-embd 128 --block-size 64 --threads "$THREADS" --quiet --batch-size 12 --steps 1500
+  --lr 1e-3 --min-lr 1e-4 --warmup 100 --beta2 0.99 --weight-decay 0.1 --grad-clip 1.0
+  --eval-interval 250 --eval-batches 20)
 t0=$(date +%s.%N)
-"$CT" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 \
-  --n-head 4 --n-embd 128 --block-size 64 --threads "$THREADS" --quiet --batch-size 12 \
-  --steps 1500 --lr 1e-3 --min-lr 1e-4 --warmup 100 --beta2 0.99 --weight-decay 0.1 \
-  --grad-clip 1.0 --eval-interval 250 --eval-batches 20 --ckpt-dir "$TMP/ck" \
-  --choice-set other-lines=other-lines/choices.bin --choice-set shuffled=shuffled/choices.bin \
-  --progress "$TMP/run.jsonl"
+"$CT" train "${R[@]}" --ckpt-dir "$TMP/ck" --progress "$TMP/run.jsonl" \
+  --choice-set other-lines=other-lines/choices.bin --choice-set shuffled=shuffled/choices.bin
 t1=$(date +%s.%N)
-"$CT" train --data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 \
-  --n-head 4 --n-embd 128 --block-size 64 --threads "$THREADS" --quiet --batch-size 12 \
-  --steps 1500 --lr 1e-3 --min-lr 1e-4 --warmup 100 --beta2 0.99 --weight-decay 0.1 \
-  --grad-clip 1.0 --eval-interval 250 --eval-batches 20 --progress "$TMP/plain.jsonl"
+"$CT" train "${R[@]}" --progress "$TMP/plain.jsonl"
 t2=$(date +%s.%N)
 for s in other-lines shuffled; do
   a=$(date +%s.%N)
