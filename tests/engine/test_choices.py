@@ -24,8 +24,11 @@ other lines, some of them with characters past ASCII, one context longer than th
     checkpoint at that step, and so does it on 2 data-parallel ranks, under ZeRO-3, on tp=2
     with sequence parallelism, and on 2 pipeline stages of 2 micro-batches (each layout's
     progress record against one process's);
+  - other sets' shapes: PIQA's (--endings-field sol1,sol2), ARC's (--context-template,
+    --endings-field choices.text, --label-names-field choices.label), each sequence read back;
   - refusals, each with its message and no file left: a line without endings, with one ending,
-    with a label out of range, an empty ending; a choice shard as training or validation data;
+    not an object, without a context, with a label out of range or not among the names, an
+    empty ending, a template's field not there; --context-field with --context-template; a choice shard as training or validation data;
     eval --choices on a shard of text; --samples without --choices; a choice set without
     evaluations; a bad name.
 Exit 0 when all pass.
@@ -199,6 +202,40 @@ def main():
         check("choices.bin: each ending's length in characters (code points, not bytes)",
               ok_c and any(len(e.encode()) != len(e) for q in qs for e in q["endings"]))
 
+        # other sets' shapes: PIQA's (an ending a field), ARC's (the endings and their names
+        # in an object, the label one of the names), the context from a template
+        piqa = [{"goal": "Open a jar", "sol1": "twist the lid.", "sol2": "eat the lid.", "label": 0},
+                {"goal": "Dry a cup", "sol1": "use water.", "sol2": "use a towel.", "label": 1}]
+        arc = [{"question": "Which is a gas?", "choices": {"text": ["ice", "steam", "rock"],
+                                                          "label": ["A", "B", "C"]}, "answerKey": "B"},
+               {"question": "2 + 2?", "choices": {"text": ["3", "4"], "label": ["1", "2"]},
+                "answerKey": "2"}]
+        def prepared(lines, flags):
+            p = os.path.join(work, "other.jsonl")
+            open(p, "w").write("".join(json.dumps(x) + "\n" for x in lines))
+            d = os.path.join(work, "other")
+            run(["prepare", "--input", p, "--out", d] + flags)
+            h, tk, bt, sq, qu, _ = read_choices(os.path.join(d, "choices.bin"))
+            ends = list(sq[1:]) + [len(tk)]
+            texts = [(bytes(tk[sq[i]:ends[i]][bt[sq[i]:ends[i]] == 0].astype(np.uint8)).decode(),
+                      bytes(tk[sq[i]:ends[i]][bt[sq[i]:ends[i]] == 1].astype(np.uint8)).decode())
+                     for i in range(len(sq))]
+            return texts, [tuple(x) for x in qu]
+        texts, qu = prepared(piqa, ["--context-field", "goal", "--endings-field", "sol1,sol2"])
+        check("PIQA's shape: an ending a field (--endings-field sol1,sol2)",
+              texts == [("Open a jar", " twist the lid."), ("Open a jar", " eat the lid."),
+                        ("Dry a cup", " use water."), ("Dry a cup", " use a towel.")] and
+              qu == [(2, 0), (2, 1)], "%s %s" % (texts, qu))
+        texts, qu = prepared(arc, ["--context-template", "Question: {question}\\nAnswer:",
+                                   "--endings-field", "choices.text", "--label-field", "answerKey",
+                                   "--label-names-field", "choices.label"])
+        check("ARC's shape: a template, a path into an object, the label among names",
+              texts == [("Question: Which is a gas?\nAnswer:", " ice"),
+                        ("Question: Which is a gas?\nAnswer:", " steam"),
+                        ("Question: Which is a gas?\nAnswer:", " rock"),
+                        ("Question: 2 + 2?\nAnswer:", " 3"), ("Question: 2 + 2?\nAnswer:", " 4")] and
+              qu == [(3, 1), (2, 1)], "%s %s" % (texts, qu))
+
         # a small model trained on the text, scored by colo and by PyTorch
         base = ["train", "--data-root", work, "--train-data", "train.bin", "--val-data", "val.bin",
                 "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T),
@@ -296,23 +333,37 @@ def main():
                   "%s vs %s" % (ev, want))
 
         # refusals
-        def refused(lines, why, name):
+        def refused(lines, why, name, flags=()):
             p = os.path.join(work, "bad.jsonl")
             open(p, "w").write("".join(json.dumps(x) + "\n" for x in lines))
             d = os.path.join(work, "bad")
-            r = run(["prepare", "--input", p, "--out", d, "--endings-field", "endings"], ok=False)
+            r = run(["prepare", "--input", p, "--out", d, "--endings-field", "endings"] + list(flags),
+                    ok=False)
             check("refused: " + name, r.returncode == 1 and why in r.stderr and
                   not os.path.exists(os.path.join(d, "choices.bin")) and
                   not os.path.exists(os.path.join(d, "choices.bin.tmp")), r.stderr)
         good = {"ctx": "a b", "endings": ["c", "d"], "label": 0}
-        refused([good, {"ctx": "a"}], 'bad.jsonl:2: not a JSON object with a string "ctx", a list '
-                '"endings" and a label "label"', "a line without endings")
-        refused([{"ctx": "a", "endings": ["x"], "label": 0}], '"endings" has 1 endings: 2 or more',
-                "one ending")
+        refused([good, {"ctx": "a"}], 'bad.jsonl:2: "endings" is not there: 2 endings or more',
+                "a line without endings")
+        refused([{"ctx": "a", "endings": ["x"], "label": 0}],
+                'bad.jsonl:1: "endings" is a list of 1: 2 endings or more', "one ending")
+        refused([good, [1, 2]], "bad.jsonl:2: not a JSON object", "a line that is not an object")
+        refused([{"endings": ["x", "y"], "label": 0}], 'bad.jsonl:1: "ctx" is not a string',
+                "a line without a context")
         refused([{"ctx": "a", "endings": ["x", "y"], "label": 2}],
                 'bad.jsonl:1: "label" is not the number of one of the 2 endings', "a label out of range")
         refused([{"ctx": "a", "endings": ["x", ""], "label": 1}],
                 "bad.jsonl:1: ending 1 is not a string of text", "an empty ending")
+        refused([{"q": "a", "endings": ["x", "y"], "label": 1}],
+                "bad.jsonl:1: the context template's {question} is not a string of the line",
+                "a template's field not there", ["--context-template", "Q: {question}"])
+        refused([{"ctx": "a", "endings": ["x", "y"], "key": "C", "names": ["A", "B"]}],
+                'bad.jsonl:1: "key" is not one of the names in "names" of the 2 endings',
+                "a label not among the names", ["--label-field", "key", "--label-names-field", "names"])
+        r = run(["prepare", "--input", qpath, "--out", os.path.join(work, "bad"), "--context-field",
+                 "ctx", "--context-template", "{ctx}"], ok=False)
+        check("refused: --context-field with --context-template", r.returncode == 2 and
+              "--context-field and --context-template do not go together" in r.stderr, r.stderr)
         r = run(base[:1] + ["--data-root", work, "--train-data", "hs/choices.bin", "--eval-interval", "0",
                             "--steps", "1", "--n-layer", "1", "--n-head", "1", "--n-embd", "16",
                             "--block-size", "8"], ok=False)

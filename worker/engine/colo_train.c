@@ -173,22 +173,39 @@ static int cmd_prepare(int argc, char **argv) {
                                     {"endings-field", required_argument, 0, 'E'},
                                     {"label-field", required_argument, 0, 'L'},
                                     {"choice-separator", required_argument, 0, 'S'},
+                                    {"context-template", required_argument, 0, 'P'},
+                                    {"label-names-field", required_argument, 0, 'N'},
                                     {"json", no_argument, 0, 'j'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
-  int c, json = 0, choices = 0;
-  colo_choices_fields_t cf = {"ctx", "endings", "label", " "};
+  int c, json = 0, choices = 0, context_field = 0;
+  colo_choices_fields_t cf = {"ctx", "endings", "label", " ", NULL, NULL};
   char *end;
-  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:C:R:m:T:X:E:L:S:jh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "i:o:v:k:s:t:f:p:c:C:R:m:T:X:E:L:S:P:N:jh", o, NULL)) != -1) {
     switch (c) {
+    case 'P':
+      cf.context_template = optarg;
+      choices = 1;
+      break;
     case 'X':
+      if (!*optarg)
+        return usage_error("prepare", "--context-field needs a field's name");
+      cf.context_field = optarg;
+      choices = 1;
+      context_field = 1;
+      break;
+    case 'N':
+      if (!*optarg)
+        return usage_error("prepare", "--label-names-field needs a field's name");
+      cf.label_names_field = optarg;
+      choices = 1;
+      break;
     case 'E':
     case 'L':
       if (!*optarg)
-        return usage_error("prepare", c == 'X'   ? "--context-field needs a field's name"
-                                      : c == 'E' ? "--endings-field needs a field's name"
-                                                 : "--label-field needs a field's name");
-      *(c == 'X' ? &cf.context_field : c == 'E' ? &cf.endings_field : &cf.label_field) = optarg;
+        return usage_error("prepare", c == 'E' ? "--endings-field needs a field's name"
+                                               : "--label-field needs a field's name");
+      *(c == 'E' ? &cf.endings_field : &cf.label_field) = optarg;
       choices = 1;
       break;
     case 'S':
@@ -310,6 +327,12 @@ static int cmd_prepare(int argc, char **argv) {
              "written whole to DIR/choices.bin (magic 20261129; --val-fraction and\n"
              "--shard-tokens do not apply). Score a checkpoint on it with colo-train eval\n"
              "--choices, or name it in a job's data.choice_sets (train --choice-set).\n"
+             "A field may be a path into objects (choices.text); --endings-field may name\n"
+             "several fields, each an ending (sol1,sol2: PIQA's); --context-template makes\n"
+             "the context of the line's fields ('Question: {question}\\nAnswer:', \\n a new\n"
+             "line); --label-names-field names a list in which the label is found (ARC's\n"
+             "--endings-field choices.text --label-field answerKey --label-names-field\n"
+             "choices.label).\n"
              "--json: what was written as one JSON object on standard output (the shards'\n"
              "paths, tokens, files and targets of the loss; bytes, documents, the document\n"
              "and end tokens, the vocabulary's size, uint32 or not, masked or not).\n");
@@ -331,6 +354,8 @@ static int cmd_prepare(int argc, char **argv) {
   if (po.messages_field && (po.text_field || po.prompt_field))
     return usage_error("prepare", "--messages-field takes conversations, not with --text-field "
                                   "or --prompt-field");
+  if (context_field && cf.context_template)
+    return usage_error("prepare", "--context-field and --context-template do not go together");
   if (choices && (po.text_field || po.prompt_field || po.messages_field || po.shard_tokens))
     return usage_error("prepare", "--context-field, --endings-field and --label-field take "
                                   "multiple-choice questions, not with --text-field, "

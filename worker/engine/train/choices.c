@@ -196,32 +196,147 @@ static int label_of(const cJSON *v, long *out) {
   return *e || errno ? -1 : 0;
 }
 
+/* the value at a dotted path of n bytes ("choices.text": j's "choices" object's "text"), or NULL */
+static const cJSON *field_at(const cJSON *j, const char *path, size_t n) {
+  char key[256];
+  while (j && n) {
+    const char *dot = memchr(path, '.', n);
+    size_t k = dot ? (size_t)(dot - path) : n;
+    if (k >= sizeof key)
+      return NULL;
+    memcpy(key, path, k);
+    key[k] = '\0';
+    j = cJSON_IsObject(j) ? cJSON_GetObjectItemCaseSensitive(j, key) : NULL;
+    path += k + (dot != NULL);
+    n -= k + (dot != NULL);
+  }
+  return j;
+}
+
+static const cJSON *field(const cJSON *j, const char *path) {
+  return field_at(j, path, strlen(path));
+}
+
+/* n bytes of s onto the text *t (*len of *cap) */
+static int text_add(char **t, size_t *len, size_t *cap, const char *s, size_t n) {
+  if (grow((void **)t, cap, *len + n + 1, 1) < 0)
+    return COLO_ENOMEM;
+  memcpy(*t + *len, s, n);
+  *len += n;
+  (*t)[*len] = '\0';
+  return 0;
+}
+
+/* the context: the field's string, or the template with each {path} the line's string there and
+ * each \n a new line */
+static int context_of(const cJSON *j, const colo_choices_fields_t *fl, char **t, size_t *cap,
+                      const char *path, int line, char *err, size_t errlen) {
+  size_t len = 0;
+  if (!fl->context_template) {
+    const cJSON *c = field(j, fl->context_field);
+    if (!cJSON_IsString(c))
+      return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: \"%s\" is not a string", path, line,
+                       fl->context_field);
+    return text_add(t, &len, cap, c->valuestring, strlen(c->valuestring));
+  }
+  int rc = text_add(t, &len, cap, "", 0);
+  for (const char *p = fl->context_template; rc == 0 && *p;) {
+    const char *close = *p == '{' ? strchr(p, '}') : NULL;
+    if (close) {
+      const cJSON *v = field_at(j, p + 1, (size_t)(close - p - 1));
+      if (!cJSON_IsString(v))
+        return colo_fail(err, errlen, COLO_EPARSE,
+                         "%s:%d: the context template's %.*s is not a string of the line", path,
+                         line, (int)(close - p + 1), p);
+      rc = text_add(t, &len, cap, v->valuestring, strlen(v->valuestring));
+      p = close + 1;
+    } else if (p[0] == '\\' && p[1] == 'n') {
+      rc = text_add(t, &len, cap, "\n", 1);
+      p += 2;
+    } else {
+      rc = text_add(t, &len, cap, p++, 1);
+    }
+  }
+  return rc;
+}
+
+/* ending k's text: of the list at endings_field, or of its k-th comma-separated field; NULL past
+ * the last. *K gets their number. */
+static const cJSON *ending_at(const cJSON *j, const char *fields, int k, int *K) {
+  if (!strchr(fields, ',')) {
+    const cJSON *l = field(j, fields);
+    *K = cJSON_IsArray(l) ? cJSON_GetArraySize(l) : 0;
+    return cJSON_IsArray(l) ? cJSON_GetArrayItem(l, k) : NULL;
+  }
+  const cJSON *got = NULL;
+  int n = 0;
+  for (const char *p = fields;; n++) {
+    const char *comma = strchr(p, ',');
+    size_t len = comma ? (size_t)(comma - p) : strlen(p);
+    if (n == k)
+      got = field_at(j, p, len);
+    if (!comma)
+      break;
+    p = comma + 1;
+  }
+  *K = n + 1;
+  return got;
+}
+
+/* the right ending's number: label_of's, or with label_names_field the label's place among
+ * those strings (ARC's answerKey among choices.label) */
+static int right_one(const cJSON *j, const colo_choices_fields_t *fl, long *out) {
+  const cJSON *lab = field(j, fl->label_field);
+  if (!fl->label_names_field)
+    return lab ? label_of(lab, out) : -1;
+  const cJSON *names = field(j, fl->label_names_field), *it;
+  long k = 0;
+  if (!cJSON_IsArray(names))
+    return -1;
+  cJSON_ArrayForEach(it, names) {
+    if (cJSON_IsString(it) && cJSON_IsString(lab) && !strcmp(it->valuestring, lab->valuestring)) {
+      *out = k;
+      return 0;
+    }
+    k++;
+  }
+  return -1;
+}
+
 /* one line's question */
 static int question(build_t *b, const cJSON *j, const colo_bpe_t *bpe,
                     const colo_choices_fields_t *fl, const char *path, int line, int **ids,
                     size_t *cap, colo_choices_stats_t *st, char *err, size_t errlen) {
-  const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(j, fl->context_field);
-  const cJSON *ends = cJSON_GetObjectItemCaseSensitive(j, fl->endings_field);
-  const cJSON *lab = cJSON_GetObjectItemCaseSensitive(j, fl->label_field);
   long label;
-  int K = cJSON_IsArray(ends) ? cJSON_GetArraySize(ends) : 0;
-  if (!cJSON_IsString(ctx) || !cJSON_IsArray(ends) || !lab)
-    return colo_fail(err, errlen, COLO_EPARSE,
-                     "%s:%d: not a JSON object with a string \"%s\", a list \"%s\" and a label "
-                     "\"%s\"",
-                     path, line, fl->context_field, fl->endings_field, fl->label_field);
+  int K;
+  if (!cJSON_IsObject(j))
+    return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: not a JSON object", path, line);
+  ending_at(j, fl->endings_field, 0, &K);
   if (K < 2)
-    return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: \"%s\" has %d endings: 2 or more", path,
-                     line, fl->endings_field, K);
-  if (label_of(lab, &label) < 0 || label < 0 || label >= K)
+    return colo_fail(err, errlen, COLO_EPARSE, "%s:%d: \"%s\" %s: 2 endings or more", path, line,
+                     fl->endings_field,
+                     strchr(fl->endings_field, ',') ? "names one field"
+                     : K == 1                       ? "is a list of 1"
+                     : field(j, fl->endings_field)  ? "is not a list of them"
+                                                    : "is not there");
+  int bad = right_one(j, fl, &label) < 0 || label < 0 || label >= K;
+  if (bad && fl->label_names_field)
+    return colo_fail(err, errlen, COLO_EPARSE,
+                     "%s:%d: \"%s\" is not one of the names in \"%s\" of the %d endings", path,
+                     line, fl->label_field, fl->label_names_field, K);
+  if (bad)
     return colo_fail(err, errlen, COLO_EPARSE,
                      "%s:%d: \"%s\" is not the number of one of the %d endings (0 to %d, as a "
                      "number or a string, or a letter A to %c)",
                      path, line, fl->label_field, K, K - 1, 'A' + K - 1);
-  size_t nc = 0, ne = 0;
+  char *ctx = NULL;
+  size_t nc = 0, ne = 0, ctx_cap = 0;
   int *cids = NULL, *eids = *ids, doc = -1, bos;
   size_t ccap = 0;
-  int rc = encode(bpe, ctx->valuestring, strlen(ctx->valuestring), &cids, &nc, &ccap, err, errlen);
+  int rc = context_of(j, fl, &ctx, &ctx_cap, path, line, err, errlen);
+  if (rc == 0)
+    rc = encode(bpe, ctx, strlen(ctx), &cids, &nc, &ccap, err, errlen);
+  free(ctx);
   if (rc == 0 && nc == 0) { /* nothing to predict the ending from but the document token */
     doc = bpe ? colo_bpe_doc_token(bpe, &bos) : -1;
     if (doc < 0)
@@ -231,7 +346,8 @@ static int question(build_t *b, const cJSON *j, const colo_bpe_t *bpe,
   }
   size_t sl = strlen(fl->sep);
   for (int k = 0; rc == 0 && k < K; k++) {
-    const cJSON *e = cJSON_GetArrayItem(ends, k);
+    int unused;
+    const cJSON *e = ending_at(j, fl->endings_field, k, &unused);
     if (!cJSON_IsString(e) || !e->valuestring[0]) {
       rc = colo_fail(err, errlen, COLO_EPARSE, "%s:%d: ending %d is not a string of text", path,
                      line, k);

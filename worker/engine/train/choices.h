@@ -48,11 +48,19 @@ typedef struct {
 void colo_choices_score(const colo_choices_t *c, const float *lp, const float *cnt,
                         colo_choices_score_t *out, int (*pick)[3]);
 
-/* what colo_choices_prepare reads: each JSON line's fields of the context (a string), the endings
- * (a list of strings) and the right ending's number (an integer, a string of digits, or a letter:
- * "A" is 0); sep goes between a context and each ending (HellaSwag's " ") */
+/* What colo_choices_prepare reads of each JSON line, by field paths (a name, or names joined by
+ * dots for a field of an object: "choices.text"):
+ *   context_field: the context, a string; or context_template (NULL: the field), text with each
+ *     {path} replaced by the line's string there and each \n a new line
+ *     ("Question: {question}\nAnswer:");
+ *   endings_field: a list of strings, or several paths joined by commas, each a string
+ * ("sol1,sol2"); label_field: the right ending's number (an integer, a string of digits, or a
+ * letter: "A" is 0); or with label_names_field (NULL: none), a path to a list of strings, the place
+ * there of the label's string (ARC's answerKey among choices.label); sep goes between a context and
+ * each ending (HellaSwag's " "). */
 typedef struct {
   const char *context_field, *endings_field, *label_field, *sep;
+  const char *context_template, *label_names_field;
 } colo_choices_fields_t;
 
 typedef struct {
