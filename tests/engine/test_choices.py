@@ -19,7 +19,8 @@ other lines, some of them with characters past ASCII, one context longer than th
     (per character) and acc_token (per token) those of PyTorch's log-probabilities (questions
     whose two best are within 1e-3 of each other left out of the picks' comparison, counted);
     eval reads the model as a HuggingFace directory too (export --config: config.json and
-    model.safetensors), giving the checkpoint's samples to the digit;
+    model.safetensors), giving the checkpoint's samples to the digit; on the (emulated) GPU,
+    each log-probability the CPU's within 1e-5;
   - a run with --choice-set reports at each evaluation the scores `eval --choices` gives its
     checkpoint at that step, and so does it on 2 data-parallel ranks, under ZeRO-3, on tp=2
     with sequence parallelism, and on 2 pipeline stages of 2 micro-batches (each layout's
@@ -270,6 +271,20 @@ def main():
         check("eval --choices of the model as HuggingFace's directory (config.json, "
               "model.safetensors): the checkpoint's samples, to the digit",
               open(smp_hf).read() == open(smp).read() and json.loads(r.stdout)["acc"] == got["acc"])
+        # the GPU path (the emulated GPU here: the CPU dressed as one; a real one with a GPU)
+        smp_gpu = os.path.join(work, "samples-gpu.jsonl")
+        env = dict(os.environ, COLO_CUDA_EMULATE="1")
+        r = subprocess.run([COLO, "eval", "--checkpoint", os.path.join(ck, "step_00000040"),
+                            "--choices", cpath, "--samples", smp_gpu, "--batch-size", "5",
+                            "--device", "gpu"], capture_output=True, text=True, env=env)
+        gs = [json.loads(l) for l in open(smp_gpu)] if r.returncode == 0 else []
+        if "built without the CUDA backend" in r.stderr:
+            print("skip eval --choices --device gpu: this colo-train has no CUDA backend")
+        else:
+            check("eval --choices --device gpu (emulated): each log-probability the CPU's within 1e-5",
+                  len(gs) == len(samples) and all(
+                      abs(a - b) <= 1e-5 * max(1.0, abs(b)) for g, c in zip(gs, samples)
+                      for a, b in zip(g["logprobs"], c["logprobs"])), r.stderr[-300:])
         w = read_safetensors(out)
         model = GPT2(L, NH, C, T, V)
         with torch.no_grad():
