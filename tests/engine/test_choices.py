@@ -23,8 +23,9 @@ other lines, some of them with characters past ASCII, one context longer than th
     each log-probability the CPU's within 1e-5;
   - a run with --choice-set reports at each evaluation the scores `eval --choices` gives its
     checkpoint at that step, and so does it on 2 data-parallel ranks, under ZeRO-3, on tp=2
-    with sequence parallelism, and on 2 pipeline stages of 2 micro-batches (each layout's
-    progress record against one process's);
+    with and without sequence parallelism, and on 2 pipeline stages of 2 micro-batches (each
+    layout's progress record against one process's; batches narrower than the block but under
+    sequence parallelism);
   - other sets' shapes: PIQA's (--endings-field sol1,sol2), ARC's (--context-template,
     --endings-field choices.text, --label-names-field choices.label), each sequence read back;
   - refusals, each with its message and no file left: a line without endings, with one ending,
@@ -55,7 +56,7 @@ BIN = os.environ["COLO_BIN"]
 COLO = os.path.join(BIN, "colo-train")
 SRC = os.environ.get("COLO_SRC", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TEXT = os.path.join(SRC, "..", "shared", "data", "tinyshakespeare.txt")
-L, NH, C, T, V = 2, 2, 48, 48, 256
+L, NH, C, T, V = 2, 2, 48, 96, 256
 B = 8
 torch.set_num_threads(1)
 
@@ -337,6 +338,7 @@ def main():
         accum = scores(["--grad-accum", "2"])
         for name, extra in [("2 data-parallel ranks", ["--nproc", "2", "--dp", "2"]),
                             ("ZeRO-3 over 2 ranks", ["--nproc", "2", "--dp", "2", "--zero", "3"]),
+                            ("tp=2", ["--nproc", "2", "--tp", "2"]),
                             ("tp=2 with sequence parallelism", ["--nproc", "2", "--tp", "2", "--sp", "true"]),
                             ("2 pipeline stages, 2 micro-batches", ["--nproc", "2", "--pp", "2",
                                                                     "--micro-batches", "2"])]:

@@ -819,21 +819,33 @@ static void val_sets_close(val_sets_t *v) {
  * take batches of B sequences in turn (batch i's rank r the B from (i·world + r)·B), through the
  * pipeline's stages with pipe (the last stage's), each entry written by the rank that computed it,
  * zeros elsewhere, then summed over the stages and the group: any split gives the same floats.
- * narrow (a model of its own, on one process: colo-train eval): each batch as wide as its longest
- * window (colo_choices_width), not T. w and rows: scratch of B·T floats and B doubles. < 0 when a
- * collective failed. */
+ * Each batch is as wide as its longest window (colo_choices_width) rounded up to a multiple of
+ * CHOICE_WIDTH (fewer shapes for a GPU's attention plans), at most T, and T itself under sequence
+ * parallelism (whose rows must split evenly): attention is causal and padding follows a
+ * sequence, so the log-probabilities are a batch of T's, to BLAS's rounding. w and rows: scratch
+ * of B·T floats and B doubles. < 0 when a collective failed. */
+#define CHOICE_WIDTH 32
+
 static int choice_table(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo_choices_t *c,
-                        int B, int T, int narrow, int *in, int *tg, float *w, double *rows,
-                        float *tab) {
+                        int B, int T, int *in, int *tg, float *w, double *rows, float *tab) {
   int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1;
   int last = !pipe || pipe->stage == pipe->stages - 1;
   size_t S = c->n_seq, per = (size_t)world * B, nb = (S + per - 1) / per;
   memset(tab, 0, 2 * S * sizeof *tab);
   for (size_t i = 0; i < nb; i++) {
     size_t first = (i * world + (size_t)rank) * B;
-    int Ti = narrow ? colo_choices_width(c, first, B, T) : T;
+    int Ti = T;
+    if (!colo_gpt_sequence_parallel(m)) { /* a batch no wider than its longest window needs */
+      Ti = (colo_choices_width(c, first, B, T) + CHOICE_WIDTH - 1) / CHOICE_WIDTH * CHOICE_WIDTH;
+      Ti = Ti < T ? Ti : T;
+    }
     colo_choices_batch(c, first, B, Ti, in, tg);
-    if (rows_forward(m, pipe, w, in, tg, B, Ti, rows) < 0)
+    if (pipe) /* every stage makes the same batch, so agrees on its width */
+      pipe->T = Ti;
+    int rc = rows_forward(m, pipe, w, in, tg, B, Ti, rows);
+    if (pipe)
+      pipe->T = T;
+    if (rc < 0)
       return COLO_EIO;
     for (int b = 0; last && b < B && first + (size_t)b < S; b++) {
       int n = 0;
@@ -945,7 +957,7 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   colo_choices_score_t sc[COLO_MAX_SOURCES];
   for (int k = 0; k < val->n_ch && k < COLO_MAX_SOURCES; k++) {
     const colo_choices_t *c = &val->ch[k];
-    if (choice_table(model, comm, pipe, c, cfg->batch_size, cfg->model.block_size, 0, in, tg,
+    if (choice_table(model, comm, pipe, c, cfg->batch_size, cfg->model.block_size, in, tg,
                      val->ch_w, val->rows, val->tab) < 0)
       return NAN;
     colo_choices_score(c, val->tab, val->tab + c->n_seq, &sc[k], NULL);
@@ -2958,7 +2970,7 @@ int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gp
   int(*pick)[3] = malloc(c.n_quest * sizeof *pick);
   if (!in || !tg || !w || !tab || !rows || !pick)
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  if (rc == 0 && choice_table(model, NULL, NULL, &c, B, T, 1, in, tg, w, rows, tab) < 0)
+  if (rc == 0 && choice_table(model, NULL, NULL, &c, B, T, in, tg, w, rows, tab) < 0)
     rc = colo_fail(err, errlen, COLO_EIO, "scoring %s: %s", path, colo_pool_error(pool));
   if (rc == 0)
     colo_choices_score(&c, tab, tab + c.n_seq, score, pick);
