@@ -823,16 +823,24 @@ static void val_sets_close(val_sets_t *v) {
  * CHOICE_WIDTH (fewer shapes for a GPU's attention plans), at most T, and T itself under sequence
  * parallelism (whose rows must split evenly): attention is causal and padding follows a
  * sequence, so the log-probabilities are a batch of T's, to BLAS's rounding. w and rows: scratch
- * of B·T floats and B doubles. < 0 when a collective failed. */
+ * of B·T floats and B doubles. say (NULL: quiet): a line there every 30 s. < 0 when a collective
+ * failed. */
 #define CHOICE_WIDTH 32
 
 static int choice_table(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const colo_choices_t *c,
-                        int B, int T, int *in, int *tg, float *w, double *rows, float *tab) {
+                        int B, int T, int *in, int *tg, float *w, double *rows, float *tab,
+                        FILE *say) {
   int rank = comm ? colo_comm_rank(comm) : 0, world = comm ? colo_comm_size(comm) : 1;
   int last = !pipe || pipe->stage == pipe->stages - 1;
   size_t S = c->n_seq, per = (size_t)world * B, nb = (S + per - 1) / per;
+  double t0 = now_s(), said = t0;
   memset(tab, 0, 2 * S * sizeof *tab);
   for (size_t i = 0; i < nb; i++) {
+    if (say && now_s() - said >= 30.0) {
+      said = now_s();
+      fprintf(say, "scoring: %zu of %zu endings, %.0f s\n", i * per, S, said - t0);
+      fflush(say);
+    }
     size_t first = (i * world + (size_t)rank) * B;
     int Ti = T;
     if (!colo_gpt_sequence_parallel(m)) { /* a batch no wider than its longest window needs */
@@ -958,7 +966,7 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   for (int k = 0; k < val->n_ch && k < COLO_MAX_SOURCES; k++) {
     const colo_choices_t *c = &val->ch[k];
     if (choice_table(model, comm, pipe, c, cfg->batch_size, cfg->model.block_size, in, tg,
-                     val->ch_w, val->rows, val->tab) < 0)
+                     val->ch_w, val->rows, val->tab, NULL) < 0)
       return NAN;
     colo_choices_score(c, val->tab, val->tab + c->n_seq, &sc[k], NULL);
   }
@@ -2970,7 +2978,7 @@ int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gp
   int(*pick)[3] = malloc(c.n_quest * sizeof *pick);
   if (!in || !tg || !w || !tab || !rows || !pick)
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-  if (rc == 0 && choice_table(model, NULL, NULL, &c, B, T, in, tg, w, rows, tab) < 0)
+  if (rc == 0 && choice_table(model, NULL, NULL, &c, B, T, in, tg, w, rows, tab, stderr) < 0)
     rc = colo_fail(err, errlen, COLO_EIO, "scoring %s: %s", path, colo_pool_error(pool));
   if (rc == 0)
     colo_choices_score(&c, tab, tab + c.n_seq, score, pick);
