@@ -243,6 +243,10 @@ class ColodTest(WithColod):
         twice.data.ClearField("val_path")
         twice.data.val_sources.add(path="web/val.bin", name="v")
         twice.data.val_sources.add(path="code/val.bin", name="v")
+        escape = spec()
+        escape.data.choice_sets.add(path="../hellaswag/choices.bin", name="hellaswag")
+        weighed = spec()
+        weighed.data.choice_sets.add(path="hellaswag/choices.bin", weight=2)
         for bad, msg in (
                 (both, "data.train_path and data.sources do not go together: a blend names "
                        "every training set in data.sources"),
@@ -250,7 +254,11 @@ class ColodTest(WithColod):
                 (out, "data.sources[0].path \"../../etc/passwd\" must be a path relative to the "
                       "data root, without \"..\""),
                 (spec(data__order=pb.DATA_ORDER_UNSPECIFIED), "data.order must be random or shuffle"),
-                (twice, "data.val_sources[0] and [1] are both named \"v\"")):
+                (twice, "data.val_sources[0] and [1] are both named \"v\""),
+                (escape, "data.choice_sets[0].path \"../hellaswag/choices.bin\" must be a path "
+                         "relative to the data root, without \"..\""),
+                (weighed, "data.choice_sets[0].weight=2: a multiple-choice set has no weight (each "
+                          "one's accuracy is reported alone)")):
             with self.assertRaises(grpc.RpcError) as cm:
                 self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
