@@ -26,6 +26,7 @@
 #include "parallel/zero.h"
 #include "test.h"
 #include "train/checkpoint.h"
+#include "train/choices.h"
 #include "train/data.h"
 #include "train/nfc.h"
 #include "train/safetensors.h"
@@ -2711,6 +2712,70 @@ TEST(preference_pair_windows) {
     }
   colo_shard_free(&s);
   unlink(path);
+  rmdir(dir);
+}
+
+/* A multiple-choice set made from JSON lines (bytes as tokens): its questions, the endings'
+ * characters, each row's window (a sequence over T + 1 tokens keeps its last T + 1), the widths
+ * a batch needs, the three scores with ties to the first ending and NaN never picked, and a file
+ * whose questions do not add up to its sequences refused */
+TEST(choice_windows_and_scores) {
+  char dir[] = "/tmp/colo-choices-XXXXXX", in[128], out[128], err[512];
+  ASSERT(mkdtemp(dir) != NULL);
+  snprintf(in, sizeof in, "%s/q.jsonl", dir);
+  snprintf(out, sizeof out, "%s/choices.bin", dir);
+  FILE *f = fopen(in, "w");
+  ASSERT(f != NULL);
+  fputs("{\"ctx\": \"ab\", \"endings\": [\"cd\", \"e\"], \"label\": 0}\n"
+        "{\"ctx\": \"0123456789\", \"endings\": [\"xy\", \"z\u00e9\"], \"label\": \"B\"}\n",
+        f);
+  fclose(f);
+  colo_choices_fields_t fl = {"ctx", "endings", "label", " ", NULL, NULL};
+  colo_choices_stats_t st;
+  ASSERT_EQ_INT(colo_choices_prepare(in, out, NULL, &fl, &st, err, sizeof err), 0);
+  ASSERT(st.questions == 2 && st.sequences == 4 && st.tokens == 5 + 4 + 13 + 14);
+  colo_choices_t c;
+  ASSERT_EQ_INT(colo_choices_open(out, &c, err, sizeof err), 0);
+  ASSERT(c.n_quest == 2 && c.n_seq == 4 && c.first[1] == 2 && c.first[2] == 4);
+  ASSERT(c.f->chars[0] == 3 && c.f->chars[1] == 2 && c.f->chars[2] == 3 && c.f->chars[3] == 3);
+  enum { T = 8 };
+  int inp[4 * T], tg[4 * T];
+  colo_choices_batch(&c, 0, 4, T, inp, tg);
+  /* row 0: "ab cd", the ending " cd" counting; row 2: "0123456789 xy" keeps "456789 xy" */
+  const char *w0 = "ab cd", *w2 = "456789 xy";
+  for (int t = 0; t < T; t++) {
+    ASSERT_EQ_INT(inp[t], t + 1 < 5 ? (unsigned char)w0[t] : 0);
+    ASSERT_EQ_INT(tg[t], t >= 1 && t + 1 < 5 ? (unsigned char)w0[t + 1] : -1);
+    ASSERT_EQ_INT(inp[2 * T + t], (unsigned char)w2[t]);
+    ASSERT_EQ_INT(tg[2 * T + t], t >= 5 ? (unsigned char)w2[t + 1] : -1);
+  }
+  colo_choices_batch(&c, 3, 2, T, inp, tg); /* past the last sequence: padding */
+  for (int t = 0; t < T; t++)
+    ASSERT(inp[T + t] == 0 && tg[T + t] == -1);
+  ASSERT_EQ_INT(colo_choices_width(&c, 0, 2, T), 4);
+  ASSERT_EQ_INT(colo_choices_width(&c, 2, 2, T), T);
+  /* question 1's endings tie by sum and per character; per token the second (right) one wins */
+  float lp[4] = {-1.0f, -2.0f, -5.0f, -5.0f}, cnt[4] = {3, 2, 3, 4};
+  colo_choices_score_t sc;
+  int pick[2][3];
+  colo_choices_score(&c, lp, cnt, &sc, pick);
+  ASSERT(sc.questions == 2 && sc.acc == 0.5 && sc.acc_norm == 0.5 && sc.acc_token == 1.0);
+  ASSERT(pick[1][0] == 0 && pick[1][1] == 0 && pick[1][2] == 1);
+  lp[0] = NAN;
+  colo_choices_score(&c, lp, cnt, &sc, pick);
+  ASSERT(pick[0][0] == 1 && sc.acc == 0.0);
+  colo_choices_close(&c);
+  /* question 0 claiming 3 endings: 5 in all of 4 sequences */
+  int fd = open(out, O_RDWR);
+  size_t n = st.tokens, at = (1024 + 2 * n + (n + 7) / 8 + 7) / 8 * 8 + 8 * 4;
+  uint32_t three = 3;
+  ASSERT(fd >= 0 && pwrite(fd, &three, 4, (off_t)at) == 4);
+  close(fd);
+  ASSERT_EQ_INT(colo_choices_open(out, &c, err, sizeof err), COLO_EPARSE);
+  ASSERT(strstr(err, "question 1 has 2 choices, the right one number 1, after 3 sequences of 4") !=
+         NULL);
+  unlink(in);
+  unlink(out);
   rmdir(dir);
 }
 
