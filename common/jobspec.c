@@ -484,6 +484,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: "
                "a pipeline evaluates whole batches"); /* DPO's, of pairs, are whole batches */
+  if (t->choice_questions > 0 && s->data->n_choice_sets == 0)
+    return bad(err, errlen,
+               "train.choice_questions=%u limits the questions of data.choice_sets, and the job "
+               "names none",
+               t->choice_questions);
   if (s->data->n_choice_sets > 0 && !evaluates)
     return bad(err, errlen,
                "data.choice_sets are scored at each evaluation: they need train.eval_interval "

@@ -18,6 +18,8 @@ other lines, some of them with characters past ASCII, one context longer than th
     block + 1 tokens of a longer sequence), its counted tokens PyTorch's, and acc, acc_norm
     (per character) and acc_token (per token) those of PyTorch's log-probabilities (questions
     whose two best are within 1e-3 of each other left out of the picks' comparison, counted);
+    eval --limit 10 gives the first 10 questions' samples and scores, and a run with
+    --choice-questions 10 the scores eval --limit 10 gives its checkpoint;
     eval reads the model as a HuggingFace directory too (export --config: config.json and
     model.safetensors), giving the checkpoint's samples to the digit; on the (emulated) GPU,
     each log-probability the CPU's within 1e-5;
@@ -32,7 +34,7 @@ other lines, some of them with characters past ASCII, one context longer than th
     not an object, without a context, with a label out of range or not among the names, an
     empty ending, a template's field not there; --context-field with --context-template; a choice shard as training or validation data;
     eval --choices on a shard of text; --samples without --choices; a choice set without
-    evaluations; a bad name.
+    evaluations; --choice-questions without a set; --limit without --choices; a bad name.
 Exit 0 when all pass.
 """
 import json
@@ -272,6 +274,30 @@ def main():
         check("eval --choices of the model as HuggingFace's directory (config.json, "
               "model.safetensors): the checkpoint's samples, to the digit",
               open(smp_hf).read() == open(smp).read() and json.loads(r.stdout)["acc"] == got["acc"])
+        # the first 10 questions alone (eval --limit; train.choice_questions in a run)
+        smp10 = os.path.join(work, "samples10.jsonl")
+        r = run(["eval", "--checkpoint", os.path.join(ck, "step_00000040"), "--choices", cpath,
+                 "--samples", smp10, "--json", "--batch-size", "5", "--limit", "10"])
+        got10, s10 = json.loads(r.stdout), [json.loads(l) for l in open(smp10)]
+        check("eval --limit 10: the first 10 questions' samples, and their scores",
+              got10["questions"] == 10 and len(s10) == 10 and
+              [x["pred_norm"] for x in s10] == [x["pred_norm"] for x in samples[:10]] and
+              all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for x, y in zip(s10, samples)
+                  for a, b in zip(x["logprobs"], y["logprobs"])) and
+              abs(got10["acc_norm"] - sum(x["pred_norm"] == x["label"] for x in s10) / 10) < 1e-12,
+              r.stdout)
+        p10 = os.path.join(work, "p10.jsonl")
+        run(base + ["--choice-questions", "10", "--progress", p10, "--ckpt-dir",
+                    os.path.join(work, "ck10"), "--ckpt-interval", "40"])
+        last10 = [json.loads(l) for l in open(p10) if '"event":"eval"' in l][-1]["choices"]["hs"]
+        r = run(["eval", "--checkpoint", os.path.join(work, "ck10"), "--choices", cpath, "--json",
+                 "--limit", "10"])
+        e10 = json.loads(r.stdout)
+        check("a run with --choice-questions 10 scores the first 10: eval --limit 10's scores",
+              last10["questions"] == 10 and
+              all(abs(last10[k] - e10[k]) < 1e-6 for k in ("acc", "acc_norm", "acc_token")),
+              "%s %s" % (last10, e10))
+
         # the GPU path (the emulated GPU here: the CPU dressed as one; a real one with a GPU)
         smp_gpu = os.path.join(work, "samples-gpu.jsonl")
         env = dict(os.environ, COLO_CUDA_EMULATE="1")
@@ -396,10 +422,18 @@ def main():
               "is not a multiple-choice shard" in r.stderr, r.stderr)
         r = run(["eval", "--checkpoint", ck, "--data", os.path.join(work, "val.bin"), "--samples", "x"], ok=False)
         check("refused: --samples without --choices", r.returncode == 2 and
-              "--samples goes with --choices" in r.stderr, r.stderr)
+              "--samples and --limit go with --choices" in r.stderr, r.stderr)
         r = run(base + ["--eval-interval", "0"], ok=False)
         check("refused: a choice set without evaluations", r.returncode != 0 and
               "data.choice_sets are scored at each evaluation" in r.stderr, r.stderr)
+        r = run(base[:base.index("--choice-set")] + ["--choice-questions", "5"], ok=False)
+        check("refused: --choice-questions without a choice set", r.returncode != 0 and
+              "train.choice_questions=5 limits the questions of data.choice_sets, and the job "
+              "names none" in r.stderr, r.stderr)
+        r = run(["eval", "--checkpoint", ck, "--data", os.path.join(work, "val.bin"), "--limit", "3"],
+                ok=False)
+        check("refused: --limit without --choices", r.returncode == 2 and
+              "--samples and --limit go with --choices" in r.stderr, r.stderr)
         r = run(base + ["--choice-set", "two words=hs/choices.bin"], ok=False)
         check("refused: a bad name", r.returncode != 0 and
               'data.choice_sets[1].name "two words" must be 1 to 64 characters' in r.stderr, r.stderr)

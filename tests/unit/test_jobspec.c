@@ -818,6 +818,9 @@ TEST(choice_sets_are_validated) {
            "train: {eval_interval: 10}\n");
   check(doc, err, sizeof err);
   ASSERT_EQ_STR(err, "");
+  check(BASE "train: {choice_questions: 100}\n", err, sizeof err);
+  ASSERT_EQ_STR(err, "train.choice_questions=100 limits the questions of data.choice_sets, and the "
+                     "job names none");
 #undef CHOICE_BASE
 }
 

@@ -908,6 +908,7 @@ static void train_usage(void) {
       "  --choice-set [NAME=]PATH  a multiple-choice set (prepare --endings-field; once per\n"
       "                        set): at each evaluation each set's accuracy is reported by\n"
       "                        NAME (default its path): acc, and acc_norm per character\n"
+      "  --choice-questions N  score each set's first N questions alone (0: all)\n"
       "  --data-order random|shuffle  windows at any offset drawn with replacement (default),\n"
       "                        or epochs of windows that do not overlap, shuffled each epoch\n"
       "  --document-token N    the token that begins each document (prepare prints it):\n"
@@ -1105,6 +1106,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"seed", "train: {seed: %s}"},
       {"eval-interval", "train: {eval_interval: %s}"},
       {"eval-batches", "train: {eval_batches: %s}"},
+      {"choice-questions", "train: {choice_questions: %s}"},
       {"lr", "optimizer: {lr: %s}"},
       {"min-lr", "optimizer: {min_lr: %s}"},
       {"warmup", "optimizer: {warmup_steps: %s}"},
@@ -1678,6 +1680,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.steps = (int)spec->train->steps;
   cfg.eval_interval = (int)spec->train->eval_interval;
   cfg.eval_batches = (int)spec->train->eval_batches;
+  cfg.choice_questions = spec->train->choice_questions;
   cfg.ckpt_interval = (int)spec->checkpoint->interval;
   cfg.ckpt_keep = (int)spec->checkpoint->keep;
   cfg.ckpt_keep_best = spec->checkpoint->keep_best;
@@ -1897,8 +1900,8 @@ static int pick_checkpoint(const char *cmd, const char *arg, int best, char *out
 }
 
 /* eval --choices: a checkpoint's scores on a multiple-choice set */
-static int eval_choices(const char *ckpt, const char *set, const char *samples, int bs, int threads,
-                        const char *device, int gpu, int best, int doc, int json) {
+static int eval_choices(const char *ckpt, const char *set, const char *samples, long limit, int bs,
+                        int threads, const char *device, int gpu, int best, int doc, int json) {
   if (bs < 1)
     return usage_error("eval", "--batch-size must be 1 or more");
   colo_backend_cpu_set_threads(threads);
@@ -1917,7 +1920,7 @@ static int eval_choices(const char *ckpt, const char *set, const char *samples, 
     }
   }
   colo_choices_score_t sc;
-  int rc = colo_eval_choices(dir, set, bs, on, doc, &sc, sf, err, sizeof err);
+  int rc = colo_eval_choices(dir, set, bs, on, doc, (size_t)limit, &sc, sf, err, sizeof err);
   if (sf && fclose(sf) != 0 && rc == 0)
     rc = colo_fail(err, sizeof err, COLO_EIO, "%s: %s", tmp, strerror(errno));
   if (sf && rc == 0 && rename(tmp, samples) != 0)
@@ -1946,6 +1949,7 @@ static int eval_choices(const char *ckpt, const char *set, const char *samples, 
 static int cmd_eval(int argc, char **argv) {
   const char *ckpt = NULL, *data = NULL, *device = NULL, *choices = NULL, *samples = NULL;
   int batches = 20, bs = 12, threads = 0, gpu = 0, doc = COLO_EVAL_AS_TRAINED;
+  long limit = 0;
   unsigned long long seed = 1337;
   static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
                                     {"data", required_argument, 0, 'd'},
@@ -1959,12 +1963,20 @@ static int cmd_eval(int argc, char **argv) {
                                     {"document-token", required_argument, 0, 'o'},
                                     {"choices", required_argument, 0, 'C'},
                                     {"samples", required_argument, 0, 'S'},
+                                    {"limit", required_argument, 0, 'l'},
                                     {"json", no_argument, 0, 'j'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c, best = 0, json = 0;
-  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bo:C:S:jh", o, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, "c:d:n:b:s:t:D:g:Bo:C:S:l:jh", o, NULL)) != -1) {
     switch (c) {
+    case 'l': {
+      char *e;
+      limit = strtol(optarg, &e, 10);
+      if (*e || e == optarg || limit < 0)
+        return usage_error("eval", "--limit is a number of questions, 0 or more");
+      break;
+    }
     case 'C':
       choices = optarg;
       break;
@@ -2018,8 +2030,8 @@ static int cmd_eval(int argc, char **argv) {
           "[--best]\n"
           "                       [--document-token N (the checkpoint's own; -1: none)] "
           "[--json]\n"
-          "       colo-train eval --checkpoint DIR --choices SET [--samples FILE] [--batch-size "
-          "B]\n"
+          "       colo-train eval --checkpoint DIR --choices SET [--samples FILE] [--limit N]\n"
+          "                       [--batch-size B]\n"
           "                       [--device cpu|gpu] [--gpu N] [--threads N] [--best] [--json]\n"
           "--json prints {\"checkpoint\", \"loss\" (to 9 digits), \"batches\", \"batch_size\"}.\n"
           "--choices scores a multiple-choice set (prepare --endings-field: HellaSwag's, say):\n"
@@ -2028,8 +2040,9 @@ static int cmd_eval(int argc, char **argv) {
           "the ending: lm-evaluation-harness's) and acc_token (per token: llm.c's); --json\n"
           "as {\"checkpoint\", \"choices\", \"questions\", \"acc\", \"acc_norm\", \"acc_token\"};\n"
           "--samples writes a JSON line a question (its label, the picks, and each ending's\n"
-          "log-probability, tokens and characters). A sequence longer than the block keeps\n"
-          "its last block_size + 1 tokens.\n"
+          "log-probability, tokens and characters); --limit N scores the first N questions\n"
+          "alone (0: all). A sequence longer than the block keeps its last block_size + 1\n"
+          "tokens.\n"
           "A checkpoint trained with data.document_token is evaluated with attention within\n"
           "documents, as its training evaluated; --document-token sets another token (one the\n"
           "shard holds), or -1 for whole windows.\n" CKPT_DIR_HELP);
@@ -2040,10 +2053,10 @@ static int cmd_eval(int argc, char **argv) {
   }
   if (!ckpt || (!data == !choices))
     return usage_error("eval", "--checkpoint and one of --data and --choices are required");
-  if (samples && !choices)
-    return usage_error("eval", "--samples goes with --choices");
+  if ((samples || limit) && !choices)
+    return usage_error("eval", "--samples and --limit go with --choices");
   if (choices)
-    return eval_choices(ckpt, choices, samples, bs, threads, device, gpu, best, doc, json);
+    return eval_choices(ckpt, choices, samples, limit, bs, threads, device, gpu, best, doc, json);
   if (batches < 0 || bs < 1)
     return usage_error("eval", "--batches must be 0 or more and --batch-size 1 or more");
   colo_backend_cpu_set_threads(threads);

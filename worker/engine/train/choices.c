@@ -43,6 +43,13 @@ int colo_choices_open(const char *path, colo_choices_t *c, char *err, size_t err
   return 0;
 }
 
+void colo_choices_limit(colo_choices_t *c, size_t n) {
+  if (n > 0 && n < c->f->n_quest) {
+    c->n_quest = n;
+    c->n_seq = c->first[n];
+  }
+}
+
 void colo_choices_close(colo_choices_t *c) {
   colo_shard_free(&c->s);
   free(c->first);

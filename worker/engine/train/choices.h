@@ -14,7 +14,7 @@
 typedef struct {
   colo_shard_t s;
   const colo_shard_file_t *f; /* its one file */
-  size_t n_seq, n_quest;
+  size_t n_seq, n_quest;      /* what is scored: colo_choices_limit may lower them */
   size_t *first; /* [n_quest + 1]: question q's sequences are first[q] .. first[q + 1] - 1 */
 } colo_choices_t;
 
@@ -22,6 +22,9 @@ typedef struct {
  * shard of another kind, a pattern, or one without questions, naming why. */
 int colo_choices_open(const char *path, colo_choices_t *c, char *err, size_t errlen);
 void colo_choices_close(colo_choices_t *c);
+/* Scores the first n questions alone from now on (lm-evaluation-harness's --limit; 0 or more than
+ * there are: all). */
+void colo_choices_limit(colo_choices_t *c, size_t n);
 
 /* B rows of T: row b is sequence first + b from its start (inputs its tokens, targets the next
  * tokens where they count, -1 elsewhere), padded after its end with input 0 and target -1; a

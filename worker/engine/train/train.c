@@ -791,6 +791,7 @@ static int val_sets_open(val_sets_t *v, const colo_train_config_t *cfg, int T, c
     int rc = colo_choices_open(cfg->choice_paths[v->n_ch], &v->ch[v->n_ch], err, errlen);
     if (rc < 0)
       return rc;
+    colo_choices_limit(&v->ch[v->n_ch], cfg->choice_questions);
     most = v->ch[v->n_ch].n_seq > most ? v->ch[v->n_ch].n_seq : most;
   }
   size_t BT = (size_t)cfg->batch_size * (size_t)T;
@@ -2956,8 +2957,8 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
 }
 
 int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gpu,
-                      int document_token, colo_choices_score_t *score, FILE *samples, char *err,
-                      size_t errlen) {
+                      int document_token, size_t limit, colo_choices_score_t *score, FILE *samples,
+                      char *err, size_t errlen) {
   colo_pool_t *pool;
   colo_gpt_t *model = NULL;
   colo_ckpt_meta_t meta;
@@ -2965,6 +2966,7 @@ int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gp
   int rc = colo_choices_open(path, &c, err, errlen);
   if (rc < 0)
     return rc;
+  colo_choices_limit(&c, limit);
   rc = open_for_eval(ckpt, &c.s, path, batch_size, gpu, document_token, &pool, &model, &meta, err,
                      errlen);
   if (rc < 0) {

@@ -77,7 +77,8 @@ typedef struct {
   const char *const *choice_paths;
   const char *const *choice_names;
   int n_choice;
-  const char *init_from; /* weights to start from (colo_ckpt_load_weights), or NULL: random */
+  unsigned choice_questions; /* > 0: each evaluation scores each set's first this many alone */
+  const char *init_from;     /* weights to start from (colo_ckpt_load_weights), or NULL: random */
   /* LoRA adapters (lora.rank > 0): the model (init_from's, or the seed's) is frozen and only the
    * adapters train; their checkpoints hold the adapters alone, and name init_from */
   colo_lora_config_t lora;
@@ -149,12 +150,13 @@ int colo_eval_checkpoint(const char *ckpt, const char *data, int batches, int ba
                          size_t errlen);
 
 /* A checkpoint's scores on a multiple-choice set (choices.h) at path, in batches of batch_size
- * sequences; document_token as colo_eval_checkpoint's. samples (NULL: none) gets a JSON line a
- * question: its number, label, the three picks (pred: by log-probability, pred_norm: per
- * character, pred_token: per token), and each ending's log-probability, tokens and characters. */
+ * sequences, its first `limit` questions alone (0: all); document_token as colo_eval_checkpoint's.
+ * samples (NULL: none) gets a JSON line a question: its number, label, the three picks (pred: by
+ * log-probability, pred_norm: per character, pred_token: per token), and each ending's
+ * log-probability, tokens and characters. */
 int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gpu,
-                      int document_token, colo_choices_score_t *score, FILE *samples, char *err,
-                      size_t errlen);
+                      int document_token, size_t limit, colo_choices_score_t *score, FILE *samples,
+                      char *err, size_t errlen);
 
 /* The parameters of a checkpoint of any layout as one safetensors file of whole tensors in
  * HuggingFace's layout of its architecture (hf.h: GPT2LMHeadModel's names, what colo's
