@@ -822,7 +822,8 @@ static void val_sets_close(val_sets_t *v) {
  * zeros elsewhere, then summed over the stages and the group: any split gives the same floats.
  * Each batch is as wide as its longest window (colo_choices_width) rounded up to a multiple of
  * CHOICE_WIDTH (fewer shapes for a GPU's attention plans), at most T, and T itself under sequence
- * parallelism (whose rows must split evenly): attention is causal and padding follows a
+ * parallelism (whose rows must split evenly) or with COLO_CHOICE_FULL_WIDTH=1 (the block, for
+ * comparison: bench/engine_cpu/choices.sh): attention is causal and padding follows a
  * sequence, so the log-probabilities are a batch of T's, to BLAS's rounding. w and rows: scratch
  * of B·T floats and B doubles. say (NULL: quiet): a line there every 30 s. < 0 when a collective
  * failed. */
@@ -835,6 +836,8 @@ static int choice_table(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const co
   int last = !pipe || pipe->stage == pipe->stages - 1;
   size_t S = c->n_seq, per = (size_t)world * B, nb = (S + per - 1) / per;
   double t0 = now_s(), said = t0;
+  const char *full = getenv("COLO_CHOICE_FULL_WIDTH"); /* for comparison (bench/): the block */
+  int narrow = !colo_gpt_sequence_parallel(m) && !(full && full[0] == '1');
   memset(tab, 0, 2 * S * sizeof *tab);
   for (size_t i = 0; i < nb; i++) {
     if (say && now_s() - said >= 30.0) {
@@ -844,7 +847,7 @@ static int choice_table(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const co
     }
     size_t first = (i * world + (size_t)rank) * B;
     int Ti = T;
-    if (!colo_gpt_sequence_parallel(m)) { /* a batch no wider than its longest window needs */
+    if (narrow) { /* a batch no wider than its longest window needs */
       Ti = (colo_choices_width(c, first, B, T) + CHOICE_WIDTH - 1) / CHOICE_WIDTH * CHOICE_WIDTH;
       Ti = Ti < T ? Ti : T;
     }
