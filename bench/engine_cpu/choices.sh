@@ -74,7 +74,7 @@ done
 # the batches' width: a block-512 model (one step: its scores do not matter here) scoring the
 # first 200 other-lines questions with each batch as wide as its longest window (the default)
 # and as wide as the block (COLO_CHOICE_FULL_WIDTH=1), one after the other
-"$CT" train "${R[@]}" --block-size 512 --steps 1 --eval-interval 0 --ckpt-dir "$TMP/ck512" \
+"$CT" train "${R[@]}" --block-size 512 --steps 1 --warmup 0 --eval-interval 0 --ckpt-dir "$TMP/ck512" \
   >/dev/null
 for how in narrow full; do
   a=$(date +%s.%N)
