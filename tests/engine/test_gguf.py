@@ -43,6 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = tempfile.mkdtemp(prefix="colo-gguf-")
 TEXT = os.path.join(SRC, "..", "shared", "data", "tinyshakespeare.txt")
 T = 64
+TOK_T = 16  # the block of the models with real tokenizers
 
 
 def fail(msg):
@@ -76,15 +77,24 @@ if p.returncode != 0:
 REF = p.stdout.decode().strip()
 
 
+LLAMA = None  # one llama.cpp process answering every request (gguf_ref.mjs), started on first use
+
+
 def llama_cpp(model, texts=(), ids=(), lora=None):
-    req = os.path.join(WORK, "req.json")
-    with open(req, "w") as f:
-        json.dump({"model": model, "texts": list(texts), "ids": list(ids), "lora": lora}, f)
-    p = subprocess.run(["node", os.path.join(HERE, "gguf_ref.mjs"), REF, req], capture_output=True,
-                       timeout=600)
-    if p.returncode != 0:
-        fail("llama.cpp on %s: %s" % (model, p.stderr.decode(errors="replace")[-800:]))
-    return json.loads(p.stdout)
+    global LLAMA
+    if LLAMA is None:
+        LLAMA = subprocess.Popen(["node", os.path.join(HERE, "gguf_ref.mjs"), REF],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    LLAMA.stdin.write(json.dumps({"model": model, "texts": list(texts), "ids": list(ids),
+                                  "lora": lora}) + "\n")
+    LLAMA.stdin.flush()
+    line = LLAMA.stdout.readline()
+    if not line:
+        fail("llama.cpp on %s: the reference exited %s" % (model, LLAMA.wait()))
+    out = json.loads(line)
+    if "error" in out:
+        fail("llama.cpp on %s: %s" % (model, out["error"][-800:]))
+    return out
 
 
 def gguf_tensors(path):
@@ -162,11 +172,11 @@ def colo_loss(ckpt, ids):
     return json.loads(out)["loss"]
 
 
-def train(name, data, vocab, extra, steps=150, batch=8):
+def train(name, data, vocab, extra, steps=150, batch=8, block=T):
     ck = os.path.join(WORK, "ck-" + name)
     run(["train", "--data-root", WORK, "--train-data", data + "/train.bin",
          "--val-data", data + "/val.bin", "--n-layer", "2", "--n-head", "4", "--n-embd", "64",
-         "--block-size", str(T), "--vocab-size", str(vocab), "--batch-size", str(batch), "--steps",
+         "--block-size", str(block), "--vocab-size", str(vocab), "--batch-size", str(batch), "--steps",
          str(steps), "--lr", "3e-3", "--warmup", str(min(10, steps)), "--ckpt-dir", ck] + extra)
     return ck
 
@@ -335,9 +345,10 @@ for name, pkg, vocab, extra in toks:
     run(["prepare", "--input", os.path.join(WORK, "sample.txt"), "--out", data, "--tokenizer", tj])
     if name == "gpt2":
         extra = []  # GPT-2's block: its head is always the embedding
-    # a few steps: the vocabulary's size makes them slow, and the loss checks the file, not the
+    # a few steps of a short block: the vocabulary's size makes them slow (and llama.cpp's
+    # probabilities of every token at each position), and the loss checks the file, not the
     # training
-    ck = train("tok-" + name, "tok-" + name, vocab, extra, steps=4, batch=2)
+    ck = train("tok-" + name, "tok-" + name, vocab, extra, steps=4, batch=2, block=TOK_T)
     out = os.path.join(WORK, "tok-%s.gguf" % name)
     p = run(["export", "--checkpoint", ck, "--out", out], want=1)  # no tokenizer named
     if b"its tokens are not bytes: name its tokenizer with --tokenizer" not in p.stderr:
@@ -358,7 +369,7 @@ for name, pkg, vocab, extra in toks:
             fail("%s: llama.cpp's tokens of %r are %s, colo's %s" % (name, t, got, want))
     print("figure: %s: llama.cpp's tokens of %d texts equal colo's (%d tokens)" % (
         name, len(texts), sum(len(x) for x in colo_ids)))
-    window = (colo_ids[0] * 8)[:T + 1]
+    window = (colo_ids[0] * 8)[:TOK_T + 1]
     check_loss(name + " f16", ck, out, window, 1e-3)
     cfg_path = os.path.join(os.path.dirname(tj), "tokenizer_config.json")
     cfg = json.load(open(cfg_path)) if os.path.exists(cfg_path) else {}
@@ -385,5 +396,8 @@ for name, pkg, vocab, extra in toks:
         if os.path.exists(bad) or os.path.exists(bad + ".tmp"):
             fail("a refused export left a file")
 
+LLAMA.stdin.close()
+if LLAMA.wait(timeout=60) != 0:
+    fail("the llama.cpp reference exited %d" % LLAMA.returncode)
 shutil.rmtree(WORK, ignore_errors=True)
 print("PASS")
