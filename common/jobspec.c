@@ -265,7 +265,8 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   /* data */
   const Colo__V1__DataSpec *d = s->data;
   int have_train = d->train_path && d->train_path[0];
-  if (!have_train && d->n_sources == 0)
+  /* train.steps=0: a model evaluated, not trained; its job needs no training data */
+  if (!have_train && d->n_sources == 0 && s->train->steps > 0)
     return bad(err, errlen, "data.train_path must be set (or data.sources, a blend)");
   if (have_train && d->n_sources > 0)
     return bad(err, errlen,
@@ -446,13 +447,30 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "warm-up's end)",
                o->decay_steps);
 
-  /* training */
-  if (t->steps < 1)
-    return bad(err, errlen, "train.steps=%u must be at least 1", t->steps);
-  if (o->warmup_steps > t->steps)
+  /* training; or, at train.steps=0, a model's evaluation alone */
+  int eval_only = t->steps == 0;
+  int has_val = (s->data->val_path && s->data->val_path[0]) || s->data->n_val_sources > 0;
+  if (eval_only) {
+    const char *why = NULL;
+    if (!(t->init_from && t->init_from[0]) && !(t->has_init_from_job && t->init_from_job))
+      why = "it needs a model: train.init_from or train.init_from_job";
+    else if (!has_val && s->data->n_choice_sets == 0)
+      why = "it needs something to evaluate on: data.val_path, data.val_sources or "
+            "data.choice_sets";
+    else if (t->dpo_beta > 0.0f)
+      why = "train.dpo_beta's evaluation compares the model with its reference as training "
+            "starts: it needs training steps";
+    else if (ck->keep_best || t->early_stop_patience > 0 || ck->interval > 0 ||
+             (ck->export_format && ck->export_format[0]))
+      why = "it writes no checkpoint, so checkpoint.keep_best, checkpoint.interval, "
+            "checkpoint.export_format and train.early_stop_patience do not apply";
+    if (why)
+      return bad(err, errlen, "train.steps=0 evaluates a model without training it: %s", why);
+  }
+  if (!eval_only && o->warmup_steps > t->steps)
     return bad(err, errlen, "optimizer.warmup_steps=%u exceeds train.steps=%u", o->warmup_steps,
                t->steps);
-  if (o->schedule == COLO__V1__SCHEDULE__SCHEDULE_WSD &&
+  if (!eval_only && o->schedule == COLO__V1__SCHEDULE__SCHEDULE_WSD &&
       (unsigned long long)o->warmup_steps + colo_decay_steps(s) > t->steps)
     return bad(err, errlen,
                "optimizer.warmup_steps=%u and the decay's %u steps exceed train.steps=%u",
@@ -479,7 +497,7 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                fmt_float(t->loss_scale_init, a, sizeof a));
   if (t->loss_scale_window < 1)
     return bad(err, errlen, "train.loss_scale_window=%u must be at least 1", t->loss_scale_window);
-  int evaluates = t->eval_interval > 0 || ck->keep_best;
+  int evaluates = t->eval_interval > 0 || ck->keep_best || eval_only;
   if (t->eval_batches == 0 && evaluates && p->pp > 1 && !(t->dpo_beta > 0.0f))
     return bad(err, errlen,
                "train.eval_batches=0 (every window of the validation set) needs parallel.pp=1: "
@@ -493,8 +511,7 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "data.choice_sets are scored at each evaluation: they need train.eval_interval "
                "(or checkpoint.keep_best)");
-  if (t->eval_interval > 0 && (!s->data->val_path || !s->data->val_path[0]) &&
-      s->data->n_val_sources == 0)
+  if (t->eval_interval > 0 && !has_val && !eval_only)
     return bad(err, errlen,
                "train.eval_interval=%u needs data.val_path or data.val_sources (0 disables "
                "evaluation)",

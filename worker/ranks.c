@@ -588,8 +588,11 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     r->has_progress = 1;
   } else if (ev && !strcmp(ev, "eval") && step >= 0) {
     Colo__V1__Progress *p = &r->progress;
-    p->has_val_loss = p->has_val_step = 1;
-    p->val_loss = (float)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "val_loss"));
+    /* null: no validation set, multiple-choice sets alone (a train.steps=0 job's) */
+    const cJSON *vl = cJSON_GetObjectItem(j, "val_loss");
+    p->has_val_loss = cJSON_IsNumber(vl);
+    p->has_val_step = 1;
+    p->val_loss = p->has_val_loss ? (float)cJSON_GetNumberValue(vl) : 0.0f;
     p->val_step = (uint64_t)step;
     /* each validation set's, by name (data.val_sources) */
     const char *names[COLO_SET_LOSSES_MAX];
@@ -636,7 +639,8 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     size_t k = r->n_ev++;
     Colo__V1__ProgressSample *e = &r->ev[k];
     colo__v1__progress_sample__init(e);
-    e->has_attempt = e->has_step = e->has_val_loss = e->has_time_ms = 1;
+    e->has_attempt = e->has_step = e->has_time_ms = 1;
+    e->has_val_loss = p->has_val_loss;
     e->attempt = r->attempt;
     e->step = (uint64_t)step;
     e->val_loss = p->val_loss;

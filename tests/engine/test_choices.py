@@ -263,6 +263,20 @@ def main():
         check("the run's scores at step 40 = eval --choices on its checkpoint",
               all(abs(last[k] - got[k]) < 1e-6 for k in ("acc", "acc_norm", "acc_token")) and
               last["questions"] == 60, "%s %s" % (last, got))
+        # train.steps=0: the checkpoint evaluated, not trained, without training data: the run's
+        # own last evaluation, to the digit
+        ev = [a for a in base if a not in ("--train-data", "train.bin")]
+        ev[ev.index("--steps") + 1] = "0"
+        p0 = os.path.join(work, "p0.jsonl")
+        r = run(ev + ["--init-from", "ck/step_00000040", "--progress", p0])
+        e0 = [json.loads(l) for l in open(p0) if '"event":"eval"' in l]
+        check("train.steps=0 from the step-40 checkpoint: one evaluation, at step 0, with the "
+              "run's validation loss and scores at step 40",
+              len(e0) == 1 and e0[0]["step"] == 0 and e0[0]["val_loss"] == evals[-1]["val_loss"] and
+              e0[0]["choices"] == evals[-1]["choices"] and
+              "train.steps=0: the model is evaluated, not trained" in r.stdout and
+              not any(l.startswith("checkpoint ") for l in r.stdout.splitlines()),
+              "%s %s %s" % (e0, evals[-1], r.stdout[-300:]))
         hfdir = os.path.join(work, "hf")
         os.mkdir(hfdir)
         out = os.path.join(hfdir, "model.safetensors")

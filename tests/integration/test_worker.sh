@@ -271,6 +271,46 @@ PY
   fail "the NVMe directory should exist and hold nothing once the ranks are gone"
 [ "$("$COLOCTL" checkpoints "$GJ" --json | python3 -c 'import json,sys; print(max(c["step"] for c in json.load(sys.stdin)["checkpoints"]))')" = 20 ] ||
   fail "the GPU job's checkpoints: $("$COLOCTL" checkpoints "$GJ")"
+# an evaluation job (train.steps=0): the model of the GPU job's newest checkpoint
+# (train.init_from_job), evaluated on its validation sets and its multiple-choice set and not
+# trained, with no training data named: SUCCEEDED with no checkpoint, its scores those the GPU
+# job's own last evaluation reported
+cat >"$TMP/ejob.yaml" <<JOB
+name: eval-on-gpus
+model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
+data: {val_sources: [{path: ts/val.bin, name: held-out}, {path: ts/train.bin, name: seen}], choice_sets: [{path: hs/choices.bin, name: hs}]}
+parallel: {dp: 2, zero_stage: 3}
+train: {steps: 0, batch_size: 4, eval_batches: 2, init_from_job: $GJ}
+resources: {device: gpu}
+JOB
+rc=0
+timeout 120 "$COLOCTL" submit "$TMP/ejob.yaml" --wait >"$TMP/ewait.out" 2>&1 || rc=$?
+expect_eq "$rc" "0"
+EJ=$(head -1 "$TMP/ewait.out")
+expect_contains "$(tail -1 "$TMP/ewait.out")" "job $EJ  SUCCEEDED   all 2 ranks exited 0"
+expect_contains "$("$COLOCTL" logs "$EJ")" "train.steps=0: the model is evaluated, not trained, and no checkpoint is written"
+expect_eq "$("$COLOCTL" checkpoints "$EJ" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["checkpoints"]))')" "0"
+python3 - "$("$COLOCTL" status "$GJ" --json)" "$("$COLOCTL" status "$EJ" --json)" <<'PY' || fail "the evaluation job's scores"
+import json, sys
+g, e = (json.loads(a)["progress"] for a in sys.argv[1:3])
+sets = lambda p: {x["name"]: x["loss"] for x in p["val_sets"]}
+score = lambda p: {x["name"]: (x.get("acc", 0), x.get("acc_norm", 0), x["questions"]) for x in p["choice_scores"]}
+print("figure: evaluation job: val loss %.6f (held-out %.6f, seen %.6f), hs %s; the GPU job's last "
+      "evaluation %.6f (held-out %.6f, seen %.6f), hs %s" % (e["val_loss"], sets(e)["held-out"],
+      sets(e)["seen"], score(e)["hs"], g["val_loss"], sets(g)["held-out"], sets(g)["seen"], score(g)["hs"]))
+assert int(e.get("val_step", 0)) == 0 and int(g["val_step"]) == 20, (e, g)
+assert abs(e["val_loss"] - g["val_loss"]) <= 1e-5 * g["val_loss"], (e, g)
+assert list(sets(e)) == ["held-out", "seen"] and all(abs(sets(e)[k] - v) <= 1e-5 * v for k, v in sets(g).items())
+assert score(e) == score(g), (score(e), score(g))
+PY
+# refused at submission, saying why: no model to evaluate, nothing to evaluate it on
+sed -e "s|, init_from_job: $GJ||" "$TMP/ejob.yaml" >"$TMP/ejob-bad.yaml"
+expect_rc 1 "$COLOCTL" submit "$TMP/ejob-bad.yaml"
+expect_contains "$ERR" "train.steps=0 evaluates a model without training it: it needs a model: train.init_from or train.init_from_job"
+sed -e 's|^data: .*|data: {train_path: ts/train.bin}|' "$TMP/ejob.yaml" >"$TMP/ejob-bad.yaml"
+expect_rc 1 "$COLOCTL" submit "$TMP/ejob-bad.yaml"
+expect_contains "$ERR" "train.steps=0 evaluates a model without training it: it needs something to evaluate on: data.val_path, data.val_sources or data.choice_sets"
+
 # a job that cannot run as written (its weights are not there) fails at once, saying why in its
 # status, and spends none of its restarts: another attempt would fail the same way
 sed -e 's|name: on-gpus|name: no-weights|' -e 's|init_from: pre/gpt.safetensors|init_from: pre/none.safetensors|' \

@@ -121,7 +121,8 @@ static const struct {
      "train.tf32 needs resources.device=gpu: TF32 is a GPU's tensor-core mode"},
     {BASE "train: {tf32: true, precision: bf16}\nresources: {device: gpu}\n",
      "train.tf32 applies to train.precision=fp32 only, not bf16"},
-    {BASE "train: {steps: 0}\n", "train.steps=0 must be at least 1"},
+    {BASE "train: {steps: 0}\n", "train.steps=0 evaluates a model without training it: it needs a "
+                                 "model: train.init_from or train.init_from_job"},
     {"name: t\ndata: {train_path: a}\n",
      "train.eval_interval=100 needs data.val_path or data.val_sources (0 disables evaluation)"},
     {"name: t\ndata: {train_path: a}\ntrain: {eval_interval: 0}\ncheckpoint: {keep_best: true}\n",
@@ -822,6 +823,50 @@ TEST(choice_sets_are_validated) {
   ASSERT_EQ_STR(err, "train.choice_questions=100 limits the questions of data.choice_sets, and the "
                      "job names none");
 #undef CHOICE_BASE
+}
+
+/* train.steps=0: a model evaluated, not trained. It needs a model and something to evaluate on,
+ * no training data, and nothing that writes or picks checkpoints; a warm-up of a training job's
+ * file is no matter */
+TEST(evaluation_jobs_are_validated) {
+  char err[512];
+#define EVAL_OK "train: {steps: 0, init_from: m/model.safetensors}\n"
+  check("name: t\ndata: {val_path: d/val.bin}\n" EVAL_OK, err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check("name: t\ndata: {choice_sets: [{path: hs/choices.bin, name: hs}]}\n" EVAL_OK, err,
+        sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check("name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\n"
+        "optimizer: {warmup_steps: 700}\n"
+        "train: {steps: 0, init_from_job: 12, eval_interval: 250}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  static const char *const bad[][2] = {
+      {"data: {val_path: d/val.bin}\ntrain: {steps: 0}\n", "it needs a model: train.init_from or "
+                                                           "train.init_from_job"},
+      {"data: {train_path: d/train.bin}\n" EVAL_OK, "it needs something to evaluate on: "
+                                                    "data.val_path, data.val_sources or "
+                                                    "data.choice_sets"},
+      {"data: {val_path: d/val.bin}\n" EVAL_OK "checkpoint: {keep_best: true}\n",
+       "it writes no checkpoint, so checkpoint.keep_best"},
+      {"data: {val_path: d/val.bin}\n" EVAL_OK "checkpoint: {interval: 10}\n",
+       "it writes no checkpoint, so checkpoint.keep_best, checkpoint.interval"},
+      {"data: {val_path: d/val.bin}\ntrain: {steps: 0, init_from: m/x.safetensors, dpo_beta: "
+       "0.1}\n",
+       "train.dpo_beta's evaluation compares the model with its reference"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char doc[512];
+    snprintf(doc, sizeof doc, "name: t\n%s", bad[i][0]);
+    check(doc, err, sizeof err);
+    static const char lead[] = "train.steps=0 evaluates a model without training it: ";
+    ASSERT(strncmp(err, lead, sizeof lead - 1) == 0);
+    ASSERT(strstr(err, bad[i][1]) != NULL);
+  }
+  /* a training job still needs its data */
+  check("name: t\ndata: {val_path: d/val.bin}\ntrain: {steps: 10}\n", err, sizeof err);
+  ASSERT_EQ_STR(err, "data.train_path must be set (or data.sources, a blend)");
+#undef EVAL_OK
 }
 
 TEST_MAIN()

@@ -1612,8 +1612,9 @@ static int cmd_train(int argc, char **argv) {
   resolve_sources(&blend, spec->data->sources, spec->data->n_sources, data_root);
   resolve_sources(&vals, spec->data->val_sources, spec->data->n_val_sources, data_root);
   resolve_sources(&choices, spec->data->choice_sets, spec->data->n_choice_sets, data_root);
-  snprintf(val_path, sizeof val_path, "%s/%s", data_root,
-           spec->data->val_path ? spec->data->val_path : "");
+  val_path[0] = '\0'; /* none: only multiple-choice sets are evaluated (train.steps=0) */
+  if (spec->data->val_path && spec->data->val_path[0])
+    snprintf(val_path, sizeof val_path, "%s/%s", data_root, spec->data->val_path);
   /* checkpoint.export_format: what rank 0 writes once every step is trained */
   const Colo__V1__CheckpointSpec *ck = spec->checkpoint;
   char exp_format[16] = "", exp_type[8] = "f16", exp_tok[2100] = "";

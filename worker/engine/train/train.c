@@ -771,8 +771,9 @@ typedef struct {
 
 static int val_sets_open(val_sets_t *v, const colo_train_config_t *cfg, int T, char *err,
                          size_t errlen) {
-  int n = cfg->n_val > 0 ? cfg->n_val : 1;
-  if (!(v->s = calloc((size_t)n, sizeof *v->s)))
+  /* none where only multiple-choice sets are scored (train.steps=0) */
+  int n = cfg->n_val > 0 ? cfg->n_val : cfg->val_path && cfg->val_path[0] ? 1 : 0;
+  if (!(v->s = calloc((size_t)(n ? n : 1), sizeof *v->s)))
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   v->w = cfg->n_val > 0 ? cfg->val_weights : NULL;
   v->names = cfg->n_val > 0 ? cfg->val_names : NULL;
@@ -965,7 +966,7 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     sum += w * each[k];
     wsum += w;
   }
-  float v = (float)(sum / wsum);
+  float v = val->n ? (float)(sum / wsum) : NAN; /* NaN: no validation set, choices alone */
   colo_choices_score_t sc[COLO_MAX_SOURCES];
   for (int k = 0; k < val->n_ch && k < COLO_MAX_SOURCES; k++) {
     const colo_choices_t *c = &val->ch[k];
@@ -979,7 +980,9 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   if (es)
     early_count(es, cfg, v, step);
   if (!quiet) {
-    printf("step %6d | val loss %.4f", step, (double)v);
+    printf("step %6d", step);
+    if (val->n)
+      printf(" | val loss %.4f", (double)v);
     for (int k = 0; val->names && k < val->n; k++)
       printf("%s%s %.4f%s", k ? ", " : " (", val->names[k], (double)each[k],
              k == val->n - 1 ? ")" : "");
@@ -1716,10 +1719,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     goto out;
   }
   int blend = cfg->n_sources > 0;
-  CHECK_GOTO(colo_blend_open(&train, blend ? cfg->source_paths : &cfg->train_path,
-                             blend ? cfg->source_weights : NULL, blend ? (size_t)cfg->n_sources : 1,
-                             cfg->data_order ? cfg->data_order : COLO_ORDER_RANDOM, T, err, errlen),
-             rc, out);
+  /* train.steps=0 evaluates the model it starts from: training data, named or not, goes unread */
+  int eval_only = cfg->steps == 0;
+  if (!eval_only)
+    CHECK_GOTO(
+        colo_blend_open(&train, blend ? cfg->source_paths : &cfg->train_path,
+                        blend ? cfg->source_weights : NULL, blend ? (size_t)cfg->n_sources : 1,
+                        cfg->data_order ? cfg->data_order : COLO_ORDER_RANDOM, T, err, errlen),
+        rc, out);
   for (size_t k = 0; k < train.n_src; k++) {
     const char *bad_file;
     size_t bad_at;
@@ -1790,7 +1797,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
   /* keep_best evaluates at each checkpoint written on schedule, with or without an interval */
   int keep_best = cfg->ckpt_dir && cfg->ckpt_keep_best;
-  if (cfg->eval_interval > 0 || keep_best) {
+  if (cfg->eval_interval > 0 || keep_best || eval_only) {
     CHECK_GOTO(val_sets_open(&val, cfg, T, err, errlen), rc, out);
     for (int k = 0; k < val.n; k++)
       if (val.s[k].choices) {
@@ -2286,6 +2293,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
              "prompts lose their earliest tokens after the first (%zu, whose answer alone is %d "
              "tokens or more, keep its start and lose its end)\n",
              cut, 2 * s->n_pairs, T + 1, lost, T);
+  } else if (!cfg->quiet && lead && eval_only) {
+    printf("train.steps=0: the model is evaluated, not trained, and no checkpoint is written\n");
   } else if (!cfg->quiet && lead) {
     print_data(&train, (uint64_t)B * (uint64_t)cfg->grad_accum * (uint64_t)dp, cfg->steps);
   }
@@ -2675,7 +2684,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       fflush(progress);
     }
   }
-  if (step == cfg->steps && (cfg->eval_interval > 0 || keep_best)) {
+  if (step == cfg->steps && (cfg->eval_interval > 0 || keep_best || eval_only)) {
     last_val =
         eval_and_report(model, dp_comm, pipe, &val, cfg, step, NULL, quiet, progress, in, tg, dpo);
     val_step = step;
