@@ -887,12 +887,19 @@ static void print_job_detail(const Colo__V1__Job *j) {
              j->running_dp, s->train->grad_accum * (s->parallel->dp / j->running_dp));
     printf("\n");
   }
-  printf(
-      "  training   %u steps, batch %u × accum %u, %s, lr %g (%s)", s->train->steps,
-      s->train->batch_size, s->train->grad_accum,
-      colo_pb_enum_short(&colo__v1__precision__descriptor, s->train->precision, buf, sizeof buf),
-      (double)s->optimizer->lr,
-      colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age, sizeof age));
+  if (s->train->steps == 0) /* an evaluation job: its model evaluated once, not trained */
+    printf(
+        "  training   none: the model is evaluated (train.steps 0), batch %u, %s",
+        s->train->batch_size,
+        colo_pb_enum_short(&colo__v1__precision__descriptor, s->train->precision, buf, sizeof buf));
+  else
+    printf(
+        "  training   %u steps, batch %u × accum %u, %s, lr %g (%s)", s->train->steps,
+        s->train->batch_size, s->train->grad_accum,
+        colo_pb_enum_short(&colo__v1__precision__descriptor, s->train->precision, buf, sizeof buf),
+        (double)s->optimizer->lr,
+        colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age,
+                           sizeof age));
   if (s->train->neftune_alpha > 0.0f)
     printf(", NEFTune noise alpha %g", (double)s->train->neftune_alpha);
   if (s->train->dpo_beta > 0.0f) {
@@ -1637,7 +1644,17 @@ static int on_event(const ProtobufCMessage *m, void *data) {
              (unsigned long long)ev->job_id, (unsigned long long)ev->progress->step,
              (unsigned long long)ev->progress->total_steps, (double)ev->progress->loss,
              (double)ev->progress->tokens_per_s);
-    else
+    else if (ev->progress && ev->progress->has_val_step) { /* an evaluation alone (train.steps 0) */
+      const Colo__V1__Progress *p = ev->progress;
+      printf("%s  job %llu  evaluated at step %llu", ts, (unsigned long long)ev->job_id,
+             (unsigned long long)p->val_step);
+      if (p->has_val_loss)
+        printf("  val loss %.4f", (double)p->val_loss);
+      for (size_t k = 0; k < p->n_choice_scores; k++)
+        printf("  %s acc_norm %.4f", p->choice_scores[k]->name ? p->choice_scores[k]->name : "",
+               (double)p->choice_scores[k]->acc_norm);
+      printf("\n");
+    } else
       printf("%s  job %llu  %-10s  %s\n", ts, (unsigned long long)ev->job_id, state_name(ev->state),
              ev->message ? ev->message : "");
   }
