@@ -929,9 +929,13 @@ static void print_job_detail(const Colo__V1__Job *j) {
   printf("\n");
   if (s->train->init_from && s->train->init_from[0])
     printf("  weights    from %s\n", s->train->init_from);
+  else if (s->train->has_init_from_job && s->train->init_from_job && s->train->init_step)
+    printf("  weights    from job %llu's checkpoint at step %u\n",
+           (unsigned long long)s->train->init_from_job, s->train->init_step);
   else if (s->train->has_init_from_job && s->train->init_from_job)
-    printf("  weights    from job %llu's newest checkpoint\n",
-           (unsigned long long)s->train->init_from_job);
+    printf("  weights    from job %llu's %s checkpoint\n",
+           (unsigned long long)s->train->init_from_job,
+           s->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST ? "best" : "newest");
   if (s->train->lora_rank > 0) {
     int nf4 = s->train->lora_quant && !strcmp(s->train->lora_quant, "nf4");
     printf("  lora       rank %u, alpha %g%s on %s: the model frozen%s", s->train->lora_rank,

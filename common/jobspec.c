@@ -729,6 +729,15 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen,
                "train.init_pick=best needs train.init_from_job: it picks among that job's "
                "checkpoints");
+  if (s->train->init_step > 0 && !(s->train->has_init_from_job && s->train->init_from_job))
+    return bad(err, errlen,
+               "train.init_step=%u needs train.init_from_job: it picks that job's checkpoint at "
+               "that step",
+               s->train->init_step);
+  if (s->train->init_step > 0 && s->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST)
+    return bad(err, errlen,
+               "train.init_step=%u and train.init_pick=best each pick a checkpoint: set one",
+               s->train->init_step);
   if (s->account && s->account[0] && !colo_jobspec_name_ok(s->account))
     return bad(err, errlen,
                "account \"%.80s\" must be 1 to %d letters, digits, '-', '_' and '.', or empty",

@@ -306,6 +306,30 @@ assert abs(e["val_loss"] - g["val_loss"]) <= 1e-5 * g["val_loss"], (e, g)
 assert list(sets(e)) == ["held-out", "seen"] and all(abs(sets(e)[k] - v) <= 1e-5 * v for k, v in sets(g).items())
 assert score(e) == score(g), (score(e), score(g))
 PY
+# each of the GPU job's checkpoints evaluated in turn: a sweep over train.init_step picks the
+# checkpoint at each step in place of the newest; the one at step 20 gives the figures above, the
+# one at step 10 others; a step with no checkpoint fails the job at once, saying so
+expect_rc 0 "$COLOCTL" submit "$TMP/ejob.yaml" --sweep train.init_step=10,20,15
+expect_eq "$(echo "$OUT" | cut -d' ' -f2-)" "eval-on-gpus-1 train.init_step=10
+eval-on-gpus-2 train.init_step=20
+eval-on-gpus-3 train.init_step=15"
+read -r E10 E20 E15 <<<"$(echo "$OUT" | cut -d' ' -f1 | tr '\n' ' ')"
+wait_until 60 "evaluation job $E10" is_state "$E10" succeeded
+wait_until 60 "evaluation job $E20" is_state "$E20" succeeded
+wait_until 60 "evaluation job $E15 to fail" is_state "$E15" failed
+expect_contains "$("$COLOCTL" status "$E10")" "  weights    from job $GJ's checkpoint at step 10"
+expect_contains "$("$COLOCTL" status "$E15")" "train.init_step=15: no complete checkpoint at step 15 under "
+python3 - "$("$COLOCTL" status "$EJ" --json)" "$("$COLOCTL" status "$E20" --json)" \
+  "$("$COLOCTL" status "$E10" --json)" <<'PY' || fail "the evaluation jobs of each checkpoint"
+import json, sys
+newest, at20, at10 = (json.loads(a)["progress"] for a in sys.argv[1:4])
+print("figure: job's checkpoints evaluated by train.init_step: step 10 val loss %.6f, step 20 "
+      "%.6f (its newest: %.6f)" % (at10["val_loss"], at20["val_loss"], newest["val_loss"]))
+assert at20["val_loss"] == newest["val_loss"] and at20["val_sets"] == newest["val_sets"]
+assert at10["val_loss"] != at20["val_loss"]
+PY
+expect_rc 0 "$COLOCTL" compare --name eval-on-gpus-
+expect_contains "$(head -1 <<<"$OUT" | tr -s ' ')" "train.init_step"
 # refused at submission, saying why: no model to evaluate, nothing to evaluate it on
 sed -e "s|, init_from_job: $GJ||" "$TMP/ejob.yaml" >"$TMP/ejob-bad.yaml"
 expect_rc 1 "$COLOCTL" submit "$TMP/ejob-bad.yaml"

@@ -863,6 +863,21 @@ TEST(evaluation_jobs_are_validated) {
     ASSERT(strncmp(err, lead, sizeof lead - 1) == 0);
     ASSERT(strstr(err, bad[i][1]) != NULL);
   }
+  /* train.init_step: a checkpoint of train.init_from_job's by its step */
+  check("name: t\ndata: {val_path: d/val.bin}\ntrain: {steps: 0, init_from_job: 3, init_step: "
+        "200}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check("name: t\ndata: {val_path: d/val.bin}\ntrain: {steps: 0, init_from: m/x.safetensors, "
+        "init_step: 200}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "train.init_step=200 needs train.init_from_job: it picks that job's "
+                     "checkpoint at that step");
+  check("name: t\ndata: {val_path: d/val.bin}\ntrain: {steps: 0, init_from_job: 3, init_step: "
+        "200, init_pick: best}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err,
+                "train.init_step=200 and train.init_pick=best each pick a checkpoint: set one");
   /* a training job still needs its data */
   check("name: t\ndata: {val_path: d/val.bin}\ntrain: {steps: 10}\n", err, sizeof err);
   ASSERT_EQ_STR(err, "data.train_path must be set (or data.sources, a blend)");

@@ -918,7 +918,8 @@ static void train_usage(void) {
       "                        LoRA run's: a LoRA run goes on training its adapters on the\n"
       "                        model they adapted; another starts from them merged in)\n"
       "  --init-from-checkpoints DIR  start from the newest complete checkpoint under DIR\n"
-      "                        (another run's --ckpt-dir; how a worker runs train.init_from_job)\n"
+      "                        (another run's --ckpt-dir; how a worker runs train.init_from_job;\n"
+      "                        its train.init_pick and init_step pick another)\n"
       "  --neftune-alpha A     NEFTune: uniform noise in +-A/sqrt(block·n_embd) on the\n"
       "                        embeddings in training (Transformers' neftune_noise_alpha;\n"
       "                        the paper used 5; default 0: none)\n"
@@ -1562,7 +1563,19 @@ static int cmd_train(int argc, char **argv) {
       return COLO_EXIT_CONFIG;
     }
     int best = spec->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST;
-    if ((best ? colo_ckpt_find_best : colo_ckpt_find_latest)(
+    char why[512];
+    if (spec->train->init_step > 0 &&
+        colo_ckpt_find_step(init_ckpts, spec->train->init_step, init_ckpt, sizeof init_ckpt, why,
+                            sizeof why) < 0) {
+      fprintf(stderr,
+              "colo-train train: train.init_step=%u: no complete checkpoint at step %u under %s "
+              "to take the initial weights from: %s\n",
+              spec->train->init_step, spec->train->init_step, init_ckpts, why);
+      colo__v1__job_spec__free_unpacked(spec, NULL);
+      return COLO_EXIT_CONFIG;
+    }
+    if (spec->train->init_step == 0 &&
+        (best ? colo_ckpt_find_best : colo_ckpt_find_latest)(
             init_ckpts, init_ckpt, sizeof init_ckpt, skipped, sizeof skipped) < 0) {
       fprintf(stderr,
               "colo-train train: no complete checkpoint under %s%s to take the initial weights "

@@ -1213,6 +1213,22 @@ static int find_verified(const char *root, int best, char *out, size_t out_len, 
   }
 }
 
+int colo_ckpt_find_step(const char *root, uint64_t step, char *out, size_t out_len, char *err,
+                        size_t errlen) {
+  char dir[1200];
+  colo_ckpt_step_dir(root, step, dir, sizeof dir);
+  cJSON *files, *rootj;
+  colo_ckpt_meta_t meta;
+  int rc = parse_manifest(dir, &meta, &files, &rootj, err, errlen);
+  if (rc == 0) {
+    rc = verify(dir, files, err, errlen);
+    cJSON_Delete(rootj);
+  }
+  if (rc == 0)
+    snprintf(out, out_len, "%s", dir);
+  return rc;
+}
+
 int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
                           size_t skipped_len) {
   return find_verified(root, 0, out, out_len, skipped, skipped_len);

@@ -145,6 +145,10 @@ int colo_ckpt_load_weights(const char *path, colo_gpt_t *model, float *params, c
 int colo_ckpt_load_weights_to(const char *path, colo_gpt_t *model, const colo_ckpt_sink_t *sink,
                               char *err, size_t errlen);
 
+/* The checkpoint at `step` under root, when it is complete and verifies (as
+ * colo_ckpt_find_latest's): its directory in out; else < 0 and why in err. */
+int colo_ckpt_find_step(const char *root, uint64_t step, char *out, size_t out_len, char *err,
+                        size_t errlen);
 /* The newest checkpoint under root that verifies; the ones that do not are skipped and named
  * in `skipped` (may be NULL). COLO_ENOENT when there is none. */
 int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
