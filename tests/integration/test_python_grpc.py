@@ -265,6 +265,39 @@ class ColodTest(WithColod):
             self.assertEqual(cm.exception.details(), msg)
         self.assertEqual(job_rows(), before)
 
+    def test_an_evaluation_job(self):
+        # train.steps 0: a model evaluated, not trained; no training data needed
+        ev = spec(name="py-eval", train__steps=0, train__init_from="m/model.safetensors")
+        ev.data.ClearField("train_path")
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=ev), timeout=5).job.id).spec
+        self.assertTrue(got.train.HasField("steps"))
+        self.assertEqual((got.train.steps, got.data.train_path), (0, ""))
+        base = self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id
+        at = spec(name="py-eval-at", train__steps=0, train__init_from_job=base, train__init_step=200)
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=at), timeout=5).job.id).spec
+        self.assertEqual((got.train.init_from_job, got.train.init_step), (base, 200))
+        before = job_rows()
+        nothing = spec(train__steps=0)
+        unnamed = spec(train__steps=0, train__init_from="m/model.safetensors")
+        unnamed.data.ClearField("val_path")
+        kept = spec(train__steps=0, train__init_from="m/model.safetensors", checkpoint__keep_best=True)
+        loose = spec(train__init_from="m/model.safetensors", train__init_step=5)
+        for bad, msg in (
+                (nothing, "train.steps=0 evaluates a model without training it: it needs a model: "
+                          "train.init_from or train.init_from_job"),
+                (unnamed, "train.steps=0 evaluates a model without training it: it needs something "
+                          "to evaluate on: data.val_path, data.val_sources or data.choice_sets"),
+                (kept, "train.steps=0 evaluates a model without training it: it writes no "
+                       "checkpoint, so checkpoint.keep_best, checkpoint.interval, "
+                       "checkpoint.export_format and train.early_stop_patience do not apply"),
+                (loose, "train.init_step=5 needs train.init_from_job: it picks that job's "
+                        "checkpoint at that step")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), msg)
+        self.assertEqual(job_rows(), before)
+
     def test_a_llama_model(self):
         s = spec(name="py-llama", model__arch=pb.ARCH_LLAMA, model__n_kv_head=2,
                  model__tie_embeddings=False)
