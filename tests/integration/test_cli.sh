@@ -63,7 +63,7 @@ expect_eq "$OUT" "$EX: valid (world 2)"
 expect_eq "$(db_count "$STATE")" "$before"
 # the example pipeline file: both stages checked, nothing sent; a pipeline's own errors are its
 expect_rc 0 "$COLOCTL" submit --dry-run "$COLO_SRC/examples/tinyshakespeare-pipeline.yaml"
-expect_eq "$OUT" "$COLO_SRC/examples/tinyshakespeare-pipeline.yaml: a pipeline of 3 stages, valid: pretrain (world 2), finetune (world 2), adapt (world 2)"
+expect_eq "$OUT" "$COLO_SRC/examples/tinyshakespeare-pipeline.yaml: a pipeline of 4 stages, valid: pretrain (world 2), finetune (world 2), adapt (world 2), evaluate (world 2)"
 printf 'stages:\n  - name: a\n    jbo: x.yaml\n' >"$TMP/pipe.yaml"
 expect_rc 1 "$COLOCTL" submit "$TMP/pipe.yaml"
 expect_eq "$ERR" "coloctl: $TMP/pipe.yaml:3: unknown field \"stages[0].jbo\""

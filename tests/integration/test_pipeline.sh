@@ -102,7 +102,7 @@ stages:
     init_from: pretrain
   - name: eval
     job: ../stage.yaml
-    set: [train.steps=5]
+    set: [train.steps=0, data.val_path=ts/val.bin, train.eval_batches=2]
     after: [pretrain]
     init_from: finetune
 PIPE
@@ -114,7 +114,7 @@ expect_eq "$ERR" "coloctl: $TMP/pipe/bad.yaml: stage finetune: init_from \"eval\
 sed 's/after: \[pretrain\]/after: [pretrain, nope]/' "$TMP/pipe/p.yaml" >"$TMP/pipe/bad.yaml"
 expect_rc 1 "$COLOCTL" submit "$TMP/pipe/bad.yaml"
 expect_eq "$ERR" "coloctl: $TMP/pipe/bad.yaml: stage eval: after \"nope\": there is no such stage"
-sed 's/train.steps=5]/train.steps=5, parallel.tp=3]/' "$TMP/pipe/p.yaml" >"$TMP/pipe/bad.yaml"
+sed 's/train.eval_batches=2]/train.eval_batches=2, parallel.tp=3]/' "$TMP/pipe/p.yaml" >"$TMP/pipe/bad.yaml"
 expect_rc 1 "$COLOCTL" submit "$TMP/pipe/bad.yaml"
 expect_eq "$ERR" "coloctl: $TMP/pipe/bad.yaml: stage eval ($TMP/pipe/../stage.yaml): parallel.tp=3 does not divide model.n_head=2"
 expect_rc 2 "$COLOCTL" submit "$TMP/pipe/p.yaml" --after "$S1"
@@ -142,6 +142,9 @@ done
 expect_eq "$(jstate "$P1") $(jstate "$P2") $(jstate "$P3")" "succeeded succeeded succeeded" "(eval: $("$COLOCTL" status "$P3"))"
 expect_contains "$("$COLOCTL" logs "$P2")" "initial weights from $TMP/ckpt/job-$P1/step_00000200"
 expect_contains "$("$COLOCTL" logs "$P3")" "initial weights from $TMP/ckpt/job-$P2/step_00000020"
+# the last stage an evaluation (train.steps 0): the fine-tuned model's loss, nothing trained
+expect_contains "$("$COLOCTL" logs "$P3")" "train.steps=0: the model is evaluated, not trained, and no checkpoint is written"
+expect_contains "$("$COLOCTL" status "$P3")" "  eval       val loss "
 
 # accounting: the five jobs, one CPU slot each for one attempt
 expect_rc 0 "$COLOCTL" usage
@@ -204,7 +207,7 @@ expect_eq "$(jstate "$R1") $(jstate "$R2") $(jstate "$R3")" "cancelled cancelled
 expect_rc 0 "$COLOCTL" status "$R3"
 expect_contains "$OUT" "cancelled (cancel_on_dependency_failure): job $R1, which it waited for to succeed, ended CANCELLED"
 # a stage's own set overrides the file's: that stage keeps waiting, saying why
-sed -e 's/^name: tiny3$/name: tiny4/' -e 's/train.steps=5]/train.steps=5, cancel_on_dependency_failure=false]/' \
+sed -e 's/^name: tiny3$/name: tiny4/' -e 's/train.eval_batches=2]/train.eval_batches=2, cancel_on_dependency_failure=false]/' \
   "$TMP/pipe/p3.yaml" >"$TMP/pipe/p4.yaml"
 cancel_first_stage "$TMP/pipe/p4.yaml" 2
 expect_rc 0 "$COLOCTL" status "$R3"
