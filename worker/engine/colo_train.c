@@ -979,6 +979,8 @@ static void train_usage(void) {
       "                        (with --rope-low-freq-factor, --rope-high-freq-factor and\n"
       "                        --rope-original-context; default none)\n"
       "  --batch-size B --grad-accum N --steps N --seed S\n"
+      "                        (--steps 0 with --init-from: the model evaluated once on\n"
+      "                        --val-data and --choice-set sets, not trained)\n"
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant|wsd  after the warm-up; wsd holds lr, then decays\n"
       "                        linearly over the last --decay-steps N (default: a fifth)\n"
