@@ -15,7 +15,7 @@ random strings of all of those; GPT-2's tokenizer.json and the vocab.json and me
 from it give the same ids; a tokenizer.json of several splits (Digits, a Split with text between
 its matches, ByteLevel) as the reference splits it; decoding gives the bytes back; prepare writes
 llm.c's uint32 shards (magic 20240801, version 7) of <|begin_of_text|> and each document's ids,
-also through its 16 MiB buffer, and of JSON lines (a document a line), gzip'd or not; a llama model trains on them and samples from
+also through its buffer (--buffer-mib 1), and of JSON lines (a document a line), gzip'd or not; a llama model trains on them and samples from
 <|begin_of_text|>, ending at the next, or at the tokenizer_config.json's eos_token; what colo does
 not read is refused with the reason.
 
@@ -232,17 +232,19 @@ print("figure: prepare of 3 documents (%d bytes) with Llama 3's tokenizer: uint3
       "<|begin_of_text|> before each, train %d + val %d tokens, tokenizers.js's; split at byte %d "
       "of the third (due at %d)" % (N, len(tr), len(va), len(cut), at))
 
-# through prepare's buffer (16 MiB for one thread): tinyshakespeare 16 times, whose copies meet
-# where a piece ends, is its ids 16 times
+# through prepare's buffer (--buffer-mib 1: 1 MiB for one thread, as the default 16 MiB is
+# crossed, in a sixteenth of the bytes): tinyshakespeare twice, whose copies meet where a piece
+# ends, is its ids twice
+BUF = ["--buffer-mib", "1"]
 if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
-    reps = (16 << 20) // len(shakespeare) + 1
+    reps = (1 << 20) // len(shakespeare) + 2  # 2: past the buffer twice
     big = os.path.join(WORK, "big.txt")
     with open(big, "wb") as f:
         for _ in range(reps):
             f.write(shakespeare)
     bo = os.path.join(WORK, "big")
     run(["prepare", "--input", big, "--out", bo, "--tokenizer", LLAMA, "--threads", "1",
-         "--val-fraction", "0"])
+         "--val-fraction", "0"] + BUF)
     got = shard32(bo + "/train.bin")
     if got != llama_ref["tinyshakespeare"] * reps or shard32(bo + "/val.bin"):
         fail("prepare of %d bytes through its buffer: not tinyshakespeare's ids %d times (token "
@@ -252,32 +254,32 @@ if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
     with open(big, "rb") as f, gzip.open(big + ".gz", "wb", compresslevel=1) as g:
         shutil.copyfileobj(f, g)
     run(["prepare", "--input", big + ".gz", "--out", bo + "-gz", "--tokenizer", LLAMA,
-         "--threads", "1", "--val-fraction", "0.1"])
+         "--threads", "1", "--val-fraction", "0.1"] + BUF)
     run(["prepare", "--input", big, "--out", bo + "-plain", "--tokenizer", LLAMA,
-         "--threads", "1", "--val-fraction", "0.1"])
+         "--threads", "1", "--val-fraction", "0.1"] + BUF)
     for k in ("train.bin", "val.bin"):
         if open(os.path.join(bo + "-gz", k), "rb").read() != \
                 open(os.path.join(bo + "-plain", k), "rb").read():
             fail("prepare of the text gzip'd: %s differs from the plain text's" % k)
     print("figure: prepare streamed %d bytes (%d buffers' worth) with Llama 3's tokenizer: "
           "tinyshakespeare's %d ids %d times" % (reps * len(shakespeare),
-                                                 reps * len(shakespeare) // (16 << 20) + 1,
+                                                 reps * len(shakespeare) // (1 << 20) + 1,
                                                  len(llama_ref["tinyshakespeare"]), reps))
 
-# Qwen2.5's NFC through prepare's buffer: tinyshakespeare with each "e " written decomposed
-# (e, U+0301), 6 times (past a third of the 16 MiB buffer, where the normalized reads are cut,
-# and past its end), is tokenizers.js's ids of one copy 6 times
+# Qwen2.5's NFC through prepare's buffer (1 MiB): tinyshakespeare with each "e " written
+# decomposed (e, U+0301), twice (past a third of the buffer, where the normalized reads are cut,
+# and past its end), is tokenizers.js's ids of one copy twice
 if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
     unit = shakespeare.replace(b"e ", "e\u0301 ".encode())
     open(os.path.join(WORK, "decomposed.txt"), "wb").write(unit)
     qref = reference(QWEN, [os.path.join(WORK, "decomposed.txt")])[0]
-    reps = (16 << 20) // len(unit) + 1
+    reps = (1 << 20) // len(unit) + 2
     with open(os.path.join(WORK, "qbig.txt"), "wb") as f:
         for _ in range(reps):
             f.write(unit)
     qo = os.path.join(WORK, "qbig")
     p = run(["prepare", "--input", os.path.join(WORK, "qbig.txt"), "--out", qo, "--tokenizer", QWEN,
-             "--threads", "1", "--val-fraction", "0"])
+             "--threads", "1", "--val-fraction", "0"] + BUF)
     got = shard32(qo + "/train.bin")
     if got != qref * reps:
         fail("prepare with Qwen2.5 (NFC) of %d bytes: not tokenizers.js's ids of a copy %d times "

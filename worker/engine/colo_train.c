@@ -162,6 +162,7 @@ static int cmd_prepare(int argc, char **argv) {
                                     {"tokenizer", required_argument, 0, 'k'},
                                     {"shard-tokens", required_argument, 0, 's'},
                                     {"threads", required_argument, 0, 't'},
+                                    {"buffer-mib", required_argument, 0, 'B'},
                                     {"text-field", required_argument, 0, 'f'},
                                     {"prompt-field", required_argument, 0, 'p'},
                                     {"completion-field", required_argument, 0, 'c'},
@@ -238,6 +239,13 @@ static int cmd_prepare(int argc, char **argv) {
       if (end == optarg || *end || po.threads < 1)
         return usage_error("prepare", "--threads needs a positive number");
       break;
+    case 'B': {
+      long mib = strtol(optarg, &end, 10);
+      if (end == optarg || *end || mib < 1 || mib > 1024)
+        return usage_error("prepare", "--buffer-mib needs a number of MiB from 1 to 1024");
+      po.buffer_bytes = (size_t)mib << 20;
+      break;
+    }
     case 'f':
       if (!*optarg)
         return usage_error("prepare", "--text-field needs a field's name");
@@ -268,6 +276,7 @@ static int cmd_prepare(int argc, char **argv) {
     case 'h':
       printf("usage: colo-train prepare --input TEXT|PATTERN --out DIR [--val-fraction F (0.1)]\n"
              "                          [--tokenizer PATH] [--shard-tokens N] [--threads N]\n"
+             "                          [--buffer-mib N (16)]\n"
              "                          [--text-field NAME (text)]\n"
              "                          [--prompt-field NAME --completion-field NAME]\n"
              "                          [--prompt-field NAME --chosen-field NAME\n"
@@ -281,8 +290,9 @@ static int cmd_prepare(int argc, char **argv) {
              "A vocabulary past 65,536 tokens writes llm.c's uint32 shards. With --shard-tokens,\n"
              "train_000000.bin, train_000001.bin, ... and val_* of N tokens each (a corpus\n"
              "larger than one shard's 2^31 tokens needs it); train on them with --train-data\n"
-             "'train_*.bin'. The input is streamed: any size passes through a 16 MiB buffer;\n"
-             "progress goes to standard error. A pattern ('docs/*.txt') takes every file it\n"
+             "'train_*.bin'. The input is streamed: any size passes through a 16 MiB buffer\n"
+             "(--buffer-mib; a BPE thread's each); progress goes to standard error. A pattern "
+             "('docs/*.txt') takes every file it\n"
              "matches, each a document, after the tokenizer's document token under --tokenizer\n"
              "(GPT-2's <|endoftext|>, Llama 3's <|begin_of_text|>). A file of JSON lines\n"
              "(*.jsonl, *.ndjson) holds a document a line, its text in the field --text-field;\n"

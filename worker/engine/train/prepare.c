@@ -1237,7 +1237,8 @@ int colo_prepare(const char *input, const char *out_dir, const colo_prepare_opts
   }
   r.threads = o->threads > 0 ? o->threads : omp_get_max_threads();
   r.threads = r.threads < 1 ? 1 : r.threads > MAX_SEG ? MAX_SEG : r.threads;
-  r.cap = BUF * (size_t)(o->bpe ? r.threads : 1); /* a round gives each thread a buffer's worth */
+  /* a round gives each thread a buffer's worth */
+  r.cap = (o->buffer_bytes ? o->buffer_bytes : BUF) * (size_t)(o->bpe ? r.threads : 1);
   if (rc == 0 && !(r.buf = malloc(r.cap + 1)))
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   r.t0 = r.last = now_s();

@@ -13,6 +13,7 @@ typedef struct {
   size_t shard_tokens;    /* 0: one train.bin and one val.bin; else train_NNNNNN.bin, ... */
   FILE *progress;         /* a line every few seconds on long work; NULL: none */
   int threads;            /* BPE encoding threads (at most 16); 0: OpenMP's default */
+  size_t buffer_bytes;    /* the text read a round, per BPE thread; 0: 16 MiB */
   const char *text_field; /* JSON lines: the field of a document's text; NULL: "text" */
   /* JSON lines of prompts and completions (supervised fine-tuning): the fields of each; NULL:
    * documents of text. Both or neither. */
