@@ -1165,6 +1165,22 @@ static int list_steps(const char *root, unsigned long long *steps, size_t cap, s
 /* The checkpoint under root that verifies, tried in order: the newest first, or with `best` the
  * lowest validation loss its manifest records first (the newest of equals; those without one are
  * not tried). */
+int colo_ckpt_find_step(const char *root, uint64_t step, char *out, size_t out_len, char *err,
+                        size_t errlen) {
+  char dir[1200];
+  colo_ckpt_step_dir(root, step, dir, sizeof dir);
+  cJSON *files, *rootj;
+  colo_ckpt_meta_t meta;
+  int rc = parse_manifest(dir, &meta, &files, &rootj, err, errlen);
+  if (rc == 0) {
+    rc = verify(dir, files, err, errlen);
+    cJSON_Delete(rootj);
+  }
+  if (rc == 0)
+    snprintf(out, out_len, "%s", dir);
+  return rc;
+}
+
 static int find_verified(const char *root, int best, char *out, size_t out_len, char *skipped,
                          size_t skipped_len) {
   static const unsigned long long TRIED = (unsigned long long)-1;
@@ -1192,41 +1208,16 @@ static int find_verified(const char *root, int best, char *out, size_t out_len, 
         k = i;
     if (k == n)
       return COLO_ENOENT;
-    char dir[1200], err[512];
-    colo_ckpt_step_dir(root, steps[k], dir, sizeof dir);
+    char err[512];
+    unsigned long long step = steps[k];
     steps[k] = TRIED;
-    cJSON *files, *rootj;
-    colo_ckpt_meta_t meta;
-    int rc = parse_manifest(dir, &meta, &files, &rootj, err, sizeof err);
-    if (rc == 0) {
-      rc = verify(dir, files, err, sizeof err);
-      cJSON_Delete(rootj);
-    }
-    if (rc == 0) {
-      snprintf(out, out_len, "%s", dir);
+    if (colo_ckpt_find_step(root, step, out, out_len, err, sizeof err) == 0)
       return 0;
-    }
     if (skipped && skipped_len) {
       size_t m = strlen(skipped);
       snprintf(skipped + m, skipped_len - m, "%s%s", m ? "; " : "", err);
     }
   }
-}
-
-int colo_ckpt_find_step(const char *root, uint64_t step, char *out, size_t out_len, char *err,
-                        size_t errlen) {
-  char dir[1200];
-  colo_ckpt_step_dir(root, step, dir, sizeof dir);
-  cJSON *files, *rootj;
-  colo_ckpt_meta_t meta;
-  int rc = parse_manifest(dir, &meta, &files, &rootj, err, errlen);
-  if (rc == 0) {
-    rc = verify(dir, files, err, errlen);
-    cJSON_Delete(rootj);
-  }
-  if (rc == 0)
-    snprintf(out, out_len, "%s", dir);
-  return rc;
 }
 
 int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
