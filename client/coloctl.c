@@ -112,7 +112,8 @@ static void usage(FILE *out) {
       "  checkpoint JOB [--wait]              a running job's ranks save a checkpoint at their\n"
       "                                       next step and train on; --wait until it is there\n"
       "  checkpoints JOB [--best]             the job's complete checkpoints, newest first;\n"
-      "                                       --best: the path of the one with the lowest\n"
+      "                                       --best: the path of the best: the highest\n"
+      "                                       score (train.best_metric), else the lowest\n"
       "                                       validation loss (exit 1: none records one)\n"
       "  usage [--since T] [--until T] [--by owner|job|account] [--limit N]\n"
       "        [--owner O] [--account A]\n"
@@ -854,10 +855,18 @@ static void print_job_detail(const Colo__V1__Job *j) {
   }
   if (j->progress && j->progress->has_evals_since_best) { /* train.early_stop_patience */
     uint32_t patience = s && s->train ? s->train->early_stop_patience : 0;
-    printf("  early stop lowest val loss %.4f at step %llu; %u evaluation%s since without a new "
-           "lowest, of %u\n",
-           (double)j->progress->best_val_loss, (unsigned long long)j->progress->best_val_step,
-           j->progress->evals_since_best, j->progress->evals_since_best == 1 ? "" : "s", patience);
+    const Colo__V1__Progress *p = j->progress;
+    if (p->has_best_score) /* train.best_metric: a score, higher better */
+      printf("  early stop highest %s %.4f at step %llu; %u evaluation%s since without a new "
+             "highest, of %u\n",
+             s && s->train && s->train->best_metric ? s->train->best_metric : "score",
+             (double)p->best_score, (unsigned long long)p->best_val_step, p->evals_since_best,
+             p->evals_since_best == 1 ? "" : "s", patience);
+    else
+      printf("  early stop lowest val loss %.4f at step %llu; %u evaluation%s since without a new "
+             "lowest, of %u\n",
+             (double)p->best_val_loss, (unsigned long long)p->best_val_step, p->evals_since_best,
+             p->evals_since_best == 1 ? "" : "s", patience);
   }
   if (j->newest_checkpoint) {
     char ckage[32];
@@ -2009,6 +2018,14 @@ static int cmd_logs(ctl_t *c, int argc, char **argv) {
 
 /* ---- checkpoints ---- */
 
+/* What ranks a checkpoint's row for --best, lower better: minus the score of the job's
+ * train.best_metric when it records one, else its validation loss; NaN: neither */
+static float ckpt_rank(const Colo__V1__Checkpoint *k) {
+  if (k->has_score && isfinite(k->score))
+    return -k->score;
+  return k->has_val_loss && isfinite(k->val_loss) ? k->val_loss : NAN;
+}
+
 static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
   uint64_t id = 0;
   int best_only = 0, have = 0;
@@ -2033,13 +2050,15 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
             (ProtobufCMessage **)&resp);
   if (rc)
     return rc;
-  if (best_only) { /* the lowest loss its row records (checkpoint.keep_best), the newest of equals
-                    */
+  if (best_only) { /* the best its row records (checkpoint.keep_best), the newest of equals */
     const Colo__V1__Checkpoint *b = NULL;
+    float brank = INFINITY;
     for (size_t i = 0; i < resp->n_checkpoints; i++) { /* newest first */
-      const Colo__V1__Checkpoint *k = resp->checkpoints[i];
-      if (k->has_val_loss && isfinite(k->val_loss) && (!b || k->val_loss < b->val_loss))
-        b = k;
+      float r = ckpt_rank(resp->checkpoints[i]);
+      if (r < brank) { /* NaN never is */
+        b = resp->checkpoints[i];
+        brank = r;
+      }
     }
     if (b && c->json)
       print_json(&b->base);
@@ -2047,7 +2066,7 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
       printf("%s\n", b->path ? b->path : "");
     else
       fprintf(stderr,
-              "coloctl: job %llu has no checkpoint that records a validation loss (its "
+              "coloctl: job %llu has no checkpoint that records a validation loss or a score (its "
               "checkpoint.keep_best evaluates each one)\n",
               (unsigned long long)id);
     colo__v1__list_checkpoints_response__free_unpacked(resp, NULL);
@@ -2069,7 +2088,15 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
              (ProtobufCMessage **)&hist) != 0)
       hist = NULL; /* the table without them */
     float *val = calloc(resp->n_checkpoints, sizeof *val);
-    size_t best = SIZE_MAX;
+    size_t best = SIZE_MAX, best_score = SIZE_MAX; /* the lowest loss; the highest score */
+    int scores = 0; /* train.best_metric's: they rank the checkpoints, not the losses */
+    for (size_t i = 0; i < resp->n_checkpoints; i++) {
+      const Colo__V1__Checkpoint *k = resp->checkpoints[i];
+      scores |= k->has_score;
+      if (k->has_score &&
+          (best_score == SIZE_MAX || k->score > resp->checkpoints[best_score]->score))
+        best_score = i;
+    }
     for (size_t i = 0; val && i < resp->n_checkpoints; i++) {
       val[i] = resp->checkpoints[i]->has_val_loss ? resp->checkpoints[i]->val_loss : NAN;
       for (size_t k = 0; hist && !resp->checkpoints[i]->has_val_loss && k < hist->n_samples; k++) {
@@ -2082,19 +2109,26 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
     }
     static const char *const H[] = {"STEP",     "ATTEMPT",         "SIZE", "AGE",
                                     "VAL LOSS", "MANIFEST SHA256", "PATH", NULL};
-    table_t *t = table_new(H);
+    static const char *const HS[] = {"STEP",  "ATTEMPT",         "SIZE", "AGE", "VAL LOSS",
+                                     "SCORE", "MANIFEST SHA256", "PATH", NULL};
+    table_t *t = table_new(scores ? HS : H);
     int64_t now = now_ms();
     for (size_t i = 0; i < resp->n_checkpoints; i++) {
       const Colo__V1__Checkpoint *k = resp->checkpoints[i];
-      char step[24], att[16], size[32], age[32], sha[20], vl[32] = "-";
+      char step[24], att[16], size[32], age[32], sha[20], vl[32] = "-", sc[32] = "-";
       snprintf(step, sizeof step, "%llu", (unsigned long long)k->step);
       snprintf(att, sizeof att, "%u", k->attempt);
       fmt_bytes(k->bytes, size, sizeof size);
       fmt_age(now - k->created_ms, age, sizeof age);
       snprintf(sha, sizeof sha, "%.12s", k->manifest_sha256 ? k->manifest_sha256 : "");
       if (val && isfinite(val[i]))
-        snprintf(vl, sizeof vl, "%.4f%s", (double)val[i], i == best ? " (lowest)" : "");
-      table_row(t, step, att, size, age, vl, sha, k->path ? k->path : "");
+        snprintf(vl, sizeof vl, "%.4f%s", (double)val[i], i == best && !scores ? " (lowest)" : "");
+      if (k->has_score)
+        snprintf(sc, sizeof sc, "%.4f%s", (double)k->score, i == best_score ? " (highest)" : "");
+      if (scores)
+        table_row(t, step, att, size, age, vl, sc, sha, k->path ? k->path : "");
+      else
+        table_row(t, step, att, size, age, vl, sha, k->path ? k->path : "");
     }
     table_print(t, stdout);
     table_free(t);

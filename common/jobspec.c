@@ -179,6 +179,30 @@ static int check_names(const char *field, Colo__V1__DataSource *const *src, size
   return 0;
 }
 
+int colo_best_metric(const Colo__V1__JobSpec *s, int *set, int *kind) {
+  const char *m = s->train ? s->train->best_metric : NULL;
+  *set = *kind = 0;
+  if (!m || !m[0] || !strcmp(m, "val_loss"))
+    return 0;
+  const char *dot = strrchr(m, '.');
+  if (!dot || !s->data)
+    return COLO_EINVAL;
+  if (!strcmp(dot, ".acc_norm"))
+    *kind = 1;
+  else if (!strcmp(dot, ".acc_token"))
+    *kind = 2;
+  else if (strcmp(dot, ".acc"))
+    return COLO_EINVAL;
+  for (size_t k = 0; k < s->data->n_choice_sets; k++) {
+    const char *name = colo_val_source_name(s->data->choice_sets[k]);
+    if (strlen(name) == (size_t)(dot - m) && !strncmp(name, m, (size_t)(dot - m))) {
+      *set = (int)k + 1;
+      return 0;
+    }
+  }
+  return COLO_EINVAL;
+}
+
 unsigned colo_decay_steps(const Colo__V1__JobSpec *s) {
   return s->optimizer->decay_steps ? s->optimizer->decay_steps : s->train->steps / 5;
 }
@@ -682,10 +706,18 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                  "on the device); memory.param_device_fraction places its ZeRO-3 pieces",
                  t->lora_rank);
   }
-  if (ck->keep_best && (!s->data->val_path || !s->data->val_path[0]) && s->data->n_val_sources == 0)
+  int best_set, best_kind;
+  if (colo_best_metric(s, &best_set, &best_kind) < 0)
+    return bad(err, errlen,
+               "train.best_metric \"%.80s\" must be val_loss, or NAME.acc, NAME.acc_norm or "
+               "NAME.acc_token with NAME one of data.choice_sets",
+               t->best_metric);
+  if (ck->keep_best && !best_set && (!s->data->val_path || !s->data->val_path[0]) &&
+      s->data->n_val_sources == 0)
     return bad(err, errlen,
                "checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint "
-               "is the one with the lowest validation loss");
+               "is the one with the lowest validation loss (or train.best_metric: a "
+               "data.choice_sets score)");
 
   /* resources and restarts */
   if (r->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_UNSPECIFIED)

@@ -54,6 +54,10 @@ int colo_url_allowed(const char *url, const char *prefixes);
 int colo_jobspec_validate(const Colo__V1__JobSpec *spec, char *err, size_t errlen);
 /* A validation set's name in reports: its name, or else its path. */
 const char *colo_val_source_name(const Colo__V1__DataSource *src);
+/* What train.best_metric names: *set 0, the validation loss; k + 1, data.choice_sets[k]'s score
+ * *kind (0 acc, 1 acc_norm, 2 acc_token; a score ranks higher-better). Returns 0, or COLO_EINVAL
+ * when it names none of them. */
+int colo_best_metric(const Colo__V1__JobSpec *spec, int *set, int *kind);
 /* The steps of a wsd schedule's decay: optimizer.decay_steps, or 0 there: a fifth of the steps. */
 unsigned colo_decay_steps(const Colo__V1__JobSpec *spec);
 

@@ -49,6 +49,8 @@ static void checkpoint_to_msg(const colo_checkpoint_t *ck, Colo__V1__Checkpoint 
   c->request = ck->request;
   c->has_val_loss = ck->has_val_loss;
   c->val_loss = ck->val_loss;
+  c->has_score = ck->has_score;
+  c->score = ck->score;
   c->path = strdup(ck->path);
   c->manifest_sha256 = strdup(ck->manifest_sha256);
 }

@@ -1491,6 +1491,8 @@ static void register_checkpoint(colod_t *d, uint64_t job_id, uint32_t attempt,
   ck.request = answers ? c->request : 0;
   ck.has_val_loss = c->has_val_loss && isfinite(c->val_loss);
   ck.val_loss = ck.has_val_loss ? c->val_loss : 0;
+  ck.has_score = c->has_score && isfinite(c->score);
+  ck.score = ck.has_score ? c->score : 0;
   if (colo_store_checkpoint_add(d->store, &ck) < 0) {
     colo_log(COLO_LOG_ERROR, "jobs", "job %llu: cannot register checkpoint %llu: %s",
              (unsigned long long)job_id, (unsigned long long)c->step, colo_store_errmsg(d->store));
@@ -1631,6 +1633,8 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
                (unsigned long long)j->id);
     q.has_best_val_loss = p->has_best_val_loss;
     q.best_val_loss = p->best_val_loss;
+    q.has_best_score = p->has_best_score;
+    q.best_score = p->best_score;
     q.has_best_val_step = p->has_best_val_step;
     q.best_val_step = p->best_val_step;
     q.has_evals_since_best = p->has_evals_since_best;

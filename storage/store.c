@@ -163,6 +163,10 @@ static const char *const MIGRATIONS[] = {
 
     /* 16: the per-set validation losses of a curve's evaluations (data.val_sources) */
     "ALTER TABLE progress_samples ADD COLUMN val_sets BLOB;",
+
+    /* 17: train.best_metric's score at a checkpoint's step (NULL: none; it then ranks by
+     * val_loss), for checkpoint.keep_best */
+    "ALTER TABLE checkpoints ADD COLUMN score REAL;",
 };
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per schema version");
@@ -272,17 +276,18 @@ _Static_assert(N_MIGRATIONS == COLO_STORE_SCHEMA_VERSION, "one migration per sch
                   "FROM progress_samples WHERE job_id = ?1 ORDER BY attempt, step")                \
   XX(CKPT_INSERT,                                                                                  \
      "INSERT OR REPLACE INTO checkpoints (job_id, step, attempt, path, manifest_sha256, bytes, "   \
-     "created_ms, request, val_loss) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")                 \
+     "created_ms, request, val_loss, score) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)")     \
   XX(CKPT_PRUNE, "DELETE FROM checkpoints WHERE job_id = ?1 AND request = 0 AND step NOT IN "      \
                  "(SELECT step FROM checkpoints WHERE job_id = ?1 AND request = 0 "                \
                  "ORDER BY step DESC LIMIT ?2) AND (?3 = 0 OR step IS NOT "                        \
                  "(SELECT step FROM checkpoints WHERE job_id = ?1 AND request = 0 AND "            \
-                 "val_loss IS NOT NULL ORDER BY val_loss, step DESC LIMIT 1))")                    \
+                 "coalesce(-score, val_loss) IS NOT NULL ORDER BY coalesce(-score, val_loss), "    \
+                 "step DESC LIMIT 1))")                                                            \
   XX(JOB_PROGRESS, "UPDATE jobs SET progress = ?2 WHERE id = ?1")                                  \
   XX(CKPT_DROP_AFTER, "DELETE FROM checkpoints WHERE job_id = ?1 AND step > ?2")                   \
   XX(CKPT_LIST,                                                                                    \
      "SELECT job_id, step, attempt, path, manifest_sha256, bytes, created_ms, request, "           \
-     "val_loss FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")                             \
+     "val_loss, score FROM checkpoints WHERE job_id = ?1 ORDER BY step DESC")                      \
   XX(USAGE, "SELECT a.job_id, a.attempt, j.owner, j.name, j.spec, a.started_ms, "                  \
             "coalesce(a.ended_ms, 0), (SELECT count(*) FROM ranks r WHERE r.job_id = a.job_id "    \
             "AND r.attempt = a.attempt) FROM job_attempts a INDEXED BY job_attempts_ended "        \
@@ -1288,6 +1293,10 @@ int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck) {
     sqlite3_bind_double(s, 9, ck->val_loss);
   else
     sqlite3_bind_null(s, 9);
+  if (ck->has_score && isfinite(ck->score))
+    sqlite3_bind_double(s, 10, ck->score);
+  else
+    sqlite3_bind_null(s, 10);
   return step_done(st, s, "add checkpoint");
 }
 
@@ -1583,6 +1592,8 @@ int colo_store_checkpoint_list(colo_store_t *st, uint64_t job_id, colo_store_che
     ck.request = (uint32_t)sqlite3_column_int64(s, 7);
     ck.has_val_loss = sqlite3_column_type(s, 8) != SQLITE_NULL;
     ck.val_loss = ck.has_val_loss ? (float)sqlite3_column_double(s, 8) : 0;
+    ck.has_score = sqlite3_column_type(s, 9) != SQLITE_NULL;
+    ck.score = ck.has_score ? (float)sqlite3_column_double(s, 9) : 0;
     if (cb(&ck, data))
       break;
   }

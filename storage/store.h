@@ -14,7 +14,7 @@
 typedef struct colo_store_s colo_store_t;
 
 /* The schema version this build migrates to. */
-#define COLO_STORE_SCHEMA_VERSION 16
+#define COLO_STORE_SCHEMA_VERSION 17
 
 /* Job states; the numbers equal colo.v1.JobState. */
 enum {
@@ -95,6 +95,9 @@ typedef struct {
   uint32_t request; /* the CheckpointJob request of its attempt it answers; 0: none */
   int has_val_loss; /* 1: val_loss was measured at its step (checkpoint.keep_best) */
   float val_loss;
+  int has_score; /* 1: the job's train.best_metric, a score, was measured at its step; it ranks
+                  * the checkpoint (higher better) in place of val_loss */
+  float score;
 } colo_checkpoint_t;
 
 /* Opens (creating if needed) and migrates to COLO_STORE_SCHEMA_VERSION. */
@@ -279,7 +282,8 @@ int colo_store_host_list(colo_store_t *st, colo_store_host_cb cb, void *data);
 int colo_store_checkpoint_add(colo_store_t *st, const colo_checkpoint_t *ck);
 /* Keeps the rows of the `keep` newest steps of a job (0: all), as the engine keeps their files;
  * those written as asked (request > 0) are kept besides, and not counted; with keep_best, so is
- * the one of the others with the lowest validation loss (the newest of equals). */
+ * the best of the others: the highest score (train.best_metric) where rows record one, else the
+ * lowest validation loss (the newest of equals). */
 int colo_store_checkpoint_prune(colo_store_t *st, uint64_t job_id, uint32_t keep, int keep_best);
 /* Removes the rows of steps after `step` (a resume from `step` removed their files). */
 int colo_store_checkpoint_drop_after(colo_store_t *st, uint64_t job_id, uint64_t step);

@@ -624,13 +624,18 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     }
     colo_set_scores_put(&r->val_sets, &p->choice_scores, &p->n_choice_scores, scp, ns);
     /* early stopping's count, as of this evaluation (train.early_stop_patience) */
+    /* (a score's, higher better, under train.best_metric) */
     const cJSON *bv = cJSON_GetObjectItem(j, "best_val_loss"),
+                *bsc = cJSON_GetObjectItem(j, "best_score"),
                 *bs = cJSON_GetObjectItem(j, "best_step"),
                 *since = cJSON_GetObjectItem(j, "evals_since_best");
-    p->has_best_val_loss = p->has_best_val_step = p->has_evals_since_best =
-        cJSON_IsNumber(bv) && cJSON_IsNumber(bs) && cJSON_IsNumber(since) &&
-        cJSON_GetNumberValue(bs) >= 0 && cJSON_GetNumberValue(since) >= 0;
+    p->has_best_val_step = p->has_evals_since_best =
+        (cJSON_IsNumber(bv) || cJSON_IsNumber(bsc)) && cJSON_IsNumber(bs) &&
+        cJSON_IsNumber(since) && cJSON_GetNumberValue(bs) >= 0 && cJSON_GetNumberValue(since) >= 0;
+    p->has_best_val_loss = p->has_best_val_step && cJSON_IsNumber(bv);
+    p->has_best_score = p->has_best_val_step && !p->has_best_val_loss;
     p->best_val_loss = p->has_best_val_loss ? (float)cJSON_GetNumberValue(bv) : 0.0f;
+    p->best_score = p->has_best_score ? (float)cJSON_GetNumberValue(bsc) : 0.0f;
     p->best_val_step = p->has_best_val_step ? (uint64_t)cJSON_GetNumberValue(bs) : 0;
     p->evals_since_best = p->has_evals_since_best ? (uint32_t)cJSON_GetNumberValue(since) : 0;
     r->has_progress = 1;
@@ -683,6 +688,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
       const cJSON *vl = cJSON_GetObjectItem(j, "val_loss"); /* evaluated at its step */
       c->has_val_loss = cJSON_IsNumber(vl) && isfinite(cJSON_GetNumberValue(vl));
       c->val_loss = c->has_val_loss ? (float)cJSON_GetNumberValue(vl) : 0;
+      const cJSON *sc = cJSON_GetObjectItem(j, "score"); /* train.best_metric's, there */
+      c->has_score = cJSON_IsNumber(sc) && isfinite(cJSON_GetNumberValue(sc));
+      c->score = c->has_score ? (float)cJSON_GetNumberValue(sc) : 0;
     }
   }
   cJSON_Delete(j);

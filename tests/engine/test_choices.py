@@ -277,6 +277,57 @@ def main():
               "train.steps=0: the model is evaluated, not trained" in r.stdout and
               not any(l.startswith("checkpoint ") for l in r.stdout.splitlines()),
               "%s %s %s" % (e0, evals[-1], r.stdout[-300:]))
+        # train.best_metric: a choice set's score, higher better, ranks the checkpoints (keep_best
+        # and eval --best, by the manifests) and counts early stopping, in place of the loss
+        ckb = os.path.join(work, "ckb")
+        pb = os.path.join(work, "pb.jsonl")
+        run(base + ["--ckpt-dir", ckb, "--ckpt-interval", "10", "--ckpt-keep", "1",
+                    "--ckpt-keep-best", "true", "--best-metric", "hs.acc_norm", "--progress", pb])
+        recs = [json.loads(l) for l in open(pb)]
+        evb = {e["step"]: e for e in recs if e.get("event") == "eval"}
+        ckev = [e for e in recs if e.get("event") == "checkpoint"]
+        sc = {k: evb[k]["choices"]["hs"]["acc_norm"] for k in (10, 20, 30, 40) if k in evb}
+        best = max(sc, key=lambda k: (sc[k], k)) if len(sc) == 4 else -1  # the newest of equals
+        low = min(sc, key=lambda k: (evb[k]["val_loss"], -k)) if len(sc) == 4 else -1
+        kept = sorted(int(d[5:]) for d in os.listdir(ckb) if d.startswith("step_"))
+        check("--best-metric hs.acc_norm --ckpt-keep 1 --ckpt-keep-best: the newest (40) and the "
+              "highest acc_norm (step %d; the lowest loss at step %d) kept: %s" % (best, low, kept),
+              kept == sorted({40, best}))
+        check("each checkpoint's record carries its step's acc_norm as its score",
+              [e["step"] for e in ckev] == [10, 20, 30, 40] and
+              all(abs(e["score"] - sc[e["step"]]) < 1e-6 for e in ckev), str(ckev))
+        man = json.load(open(os.path.join(ckb, "step_%08d" % best, "manifest.json")))
+        check("the best's manifest: score {metric: hs.acc_norm, value}",
+              man.get("score", {}).get("metric") == "hs.acc_norm" and
+              abs(man["score"]["value"] - sc[best]) < 1e-6, str(man.get("score")))
+        r = run(["eval", "--checkpoint", ckb, "--best", "--data", os.path.join(work, "val.bin"),
+                 "--batches", "1"])
+        check("eval --best picks the highest score's", "step_%08d" % best in r.stderr, r.stderr)
+        pe = os.path.join(work, "pe.jsonl")
+        r = run(base + ["--eval-interval", "5", "--early-stop", "2", "--best-metric", "hs.acc",
+                        "--progress", pe])
+        recs = [json.loads(l) for l in open(pe)]
+        eve = [e for e in recs if e.get("event") == "eval"]
+        hi, at, since, stop, counts = -1.0, -1, 0, None, True
+        for e in eve:  # the count as the engine keeps it: a new highest by more than 0
+            if stop is not None:
+                counts = False  # evaluations after the stop
+            a = e["choices"]["hs"]["acc"]
+            if a > hi:
+                hi, at, since = a, e["step"], 0
+            else:
+                since += 1
+            counts &= abs(e.get("best_score", -9) - hi) < 1e-6 and e.get("best_step") == at and \
+                e.get("evals_since_best") == since and "best_val_loss" not in e
+            if since >= 2 and stop is None:
+                stop = e["step"]
+        es = [e for e in recs if e.get("event") == "early_stop"]
+        check("--early-stop 2 --best-metric hs.acc: each evaluation's count (best_score, "
+              "best_step, evals_since_best) as the scores give it; stopped at step %s" % stop,
+              counts and (stop is None) == (not es) and
+              (stop is None or (es[0]["step"] == stop and abs(es[0]["best_score"] - hi) < 1e-6 and
+                                "hs.acc has not risen above" in es[0]["message"])),
+              "%s %s" % ([(e["step"], e["choices"]["hs"]["acc"]) for e in eve], es))
         hfdir = os.path.join(work, "hf")
         os.mkdir(hfdir)
         out = os.path.join(hfdir, "model.safetensors")

@@ -350,12 +350,12 @@ expect_rc 0 "$CT" export --checkpoint "$TMP/best" --best --out "$TMP/best.safete
 expect_rc 1 "$CT" sample --checkpoint "$TMP/best/step_00000060" --best
 expect_eq "$ERR" "colo-train sample: $TMP/best/step_00000060 is one checkpoint; --best picks among a directory of them"
 expect_rc 1 "$CT" export --checkpoint "$TMP/sig-one" --best --out "$TMP/none.safetensors"
-expect_eq "$ERR" "colo-train export: $TMP/sig-one is not a checkpoint, nor a directory with a complete one that records a validation loss"
+expect_eq "$ERR" "colo-train export: $TMP/sig-one is not a checkpoint, nor a directory with a complete one that records a validation loss or a score"
 printf 'name: next\ntrain: {init_from_job: 1, init_pick: best}\n' >"$TMP/next.yaml"
 expect_rc 78 "$CT" train --job "$TMP/next.yaml" "${MODEL[@]}" --steps 1 --init-from-checkpoints "$TMP/sig-one"
-expect_eq "$ERR" "colo-train train: no complete checkpoint under $TMP/sig-one that records a validation loss (train.init_pick=best; the job's checkpoint.keep_best evaluates each) to take the initial weights from"
+expect_eq "$ERR" "colo-train train: no complete checkpoint under $TMP/sig-one that records a validation loss or a score (train.init_pick=best; the job's checkpoint.keep_best evaluates each) to take the initial weights from"
 expect_rc 78 "$CT" train "${best[@]}" --val-data "" --ckpt-dir "$TMP/best2"
-expect_eq "$ERR" "colo-train train: checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint is the one with the lowest validation loss"
+expect_eq "$ERR" "colo-train train: checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint is the one with the lowest validation loss (or train.best_metric: a data.choice_sets score)"
 
 # train.early_stop_patience: the same wrecking rate over 200 steps, evaluated every 10; the run
 # ends (exit 0, with a checkpoint) at the third evaluation in a row without a new lowest. Stopped

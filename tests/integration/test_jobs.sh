@@ -214,7 +214,62 @@ sed -e 's/^name: best/name: no-best/' -e 's/keep_best: true/keep_best: false/' "
 NB=$("$COLOCTL" submit "$TMP/nobest.yaml")
 wait_until 60 "job $NB success" is_state "$NB" succeeded
 expect_rc 1 "$COLOCTL" checkpoints "$NB" --best
-expect_eq "$ERR" "coloctl: job $NB has no checkpoint that records a validation loss (its checkpoint.keep_best evaluates each one)"
+expect_eq "$ERR" "coloctl: job $NB has no checkpoint that records a validation loss or a score (its checkpoint.keep_best evaluates each one)"
+# train.best_metric: a multiple-choice set's acc_norm ranks the same run's checkpoints, higher
+# better, in place of the loss: colod keeps the rows of the newest and the highest score's, the
+# engine their directories, each row with its score; early stopping counts the score too
+python3 - "$DATA_SRC" >"$TMP/q.jsonl" <<'PY'
+import json, random, sys
+lines = [l.strip() for l in open(sys.argv[1], encoding="utf-8") if len(l.strip()) > 40][:400]
+rng = random.Random(5)
+for i in range(0, 240, 10):  # the right ending its own line's; the others another line's
+    h = len(lines[i]) // 2
+    ends = [lines[i][h:], lines[i + 3][len(lines[i + 3]) // 2:], lines[i + 7][len(lines[i + 7]) // 2:]]
+    label = rng.randrange(3)
+    ends[0], ends[label] = ends[label], ends[0]
+    print(json.dumps({"ctx": lines[i][:h], "endings": ends, "label": label}))
+PY
+"$TRAIN" prepare --input "$TMP/q.jsonl" --out "$TMP/data/hs" --endings-field endings >/dev/null ||
+  fail "preparing the multiple-choice set"
+sed -e 's/^name: best/name: best-score/' -e 's|^data: .*|data: {train_path: ts/train.bin, val_path: ts/val.bin, choice_sets: [{path: hs/choices.bin, name: hs}]}|' \
+  -e 's/^train: .*/train: {steps: 60, batch_size: 4, eval_interval: 0, eval_batches: 4, best_metric: hs.acc_norm, early_stop_patience: 100}/' \
+  "$TMP/best.yaml" >"$TMP/best-score.yaml"
+BS=$("$COLOCTL" submit "$TMP/best-score.yaml")
+wait_until 60 "job $BS success" is_state "$BS" succeeded
+"$COLOCTL" checkpoints "$BS" --json >"$TMP/bs.json"
+"$COLOCTL" history "$BS" --json >"$TMP/bs-history.json"
+"$COLOCTL" checkpoints "$BS" >"$TMP/bs.txt"
+"$COLOCTL" checkpoints "$BS" --best >"$TMP/bs-best.txt"
+"$COLOCTL" status "$BS" >"$TMP/bs-status.txt"
+python3 - "$TMP/bs.json" "$TMP/bs-history.json" "$TMP/bs.txt" "$TMP/ckpt/job-$BS" "$TMP/bs-best.txt" "$TMP/bs-status.txt" <<'PY' ||
+import json, os, re, struct, sys
+f32 = lambda x: struct.unpack("f", struct.pack("f", x))[0]
+rows = {int(c["step"]): c for c in json.load(open(sys.argv[1]))["checkpoints"]}
+smp = [x for x in json.load(open(sys.argv[2]))["samples"] if x.get("choice_scores")]
+sc = {int(x["step"]): x["choice_scores"][0].get("acc_norm", 0) for x in smp}
+vl = {int(x["step"]): x["val_loss"] for x in smp}
+assert sorted(sc) == [10, 20, 30, 40, 50, 60], sc
+best = max(sorted(sc), key=lambda s: (sc[s], s))  # the newest of equals
+low = min(sorted(vl, reverse=True), key=lambda s: vl[s])
+disk = sorted(int(d[5:]) for d in os.listdir(sys.argv[4]) if d.startswith("step_"))
+assert sorted(rows) == disk == sorted({best, 60}), (sorted(rows), disk, best, sc)
+assert best != low, ("the lowest loss's is the highest score's: this does not show the score ranks", sc, vl)
+for s, c in rows.items():
+    m = json.load(open(os.path.join(sys.argv[4], "step_%08d" % s, "manifest.json")))
+    assert m["score"]["metric"] == "hs.acc_norm" and f32(c["score"]) == f32(m["score"]["value"]), (c, m)
+    assert abs(c["score"] - sc[s]) < 1e-6, (c, sc[s])
+table = {int(l.split()[0]): l for l in open(sys.argv[3]).read().splitlines()[1:]}
+assert "SCORE" in open(sys.argv[3]).readline(), open(sys.argv[3]).read()
+assert re.search(r"\s%.4f \(highest\)\s" % sc[best], table[best]), table
+assert open(sys.argv[5]).read().strip() == rows[best]["path"], open(sys.argv[5]).read()
+hi = max(sc.values())
+st = open(sys.argv[6]).read()
+assert re.search(r"early stop highest hs.acc_norm %.4f at step \d+; \d+ evaluations? since without a "
+                 r"new highest, of 100" % hi, st), st
+print("figure: keep_best by hs.acc_norm: steps %s kept (colod's rows and the disk), the highest "
+      "%d at %.4f (acc_norm by step %s); the lowest loss at step %d" % (disk, best, sc[best], sc, low))
+PY
+  fail "keep_best by a score, job $BS: $(cat "$TMP/bs.txt")"
 # a next stage from its best checkpoint (train.init_pick: best): its evaluation before a first
 # step is the best's loss
 sed -e 's/^name: best/name: after-best/' -e '/^checkpoint:/d' -e '/^optimizer:/d' \

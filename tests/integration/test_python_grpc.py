@@ -298,6 +298,31 @@ class ColodTest(WithColod):
             self.assertEqual(cm.exception.details(), msg)
         self.assertEqual(job_rows(), before)
 
+    def test_a_best_metric(self):
+        # train.best_metric: a choice set's score ranks the checkpoints; stored as asked
+        s = spec(name="py-best", train__best_metric="hs.acc_norm", train__eval_interval=0,
+                 checkpoint__keep_best=True, checkpoint__interval=10)
+        s.data.ClearField("val_path")  # a score needs no validation set
+        s.data.choice_sets.add(path="hs/choices.bin", name="hs")
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id).spec
+        self.assertEqual((got.train.best_metric, got.checkpoint.keep_best), ("hs.acc_norm", True))
+        before = job_rows()
+        unknown = spec(train__best_metric="piqa.acc")
+        unknown.data.choice_sets.add(path="hs/choices.bin", name="hs")
+        lossless = spec(train__eval_interval=0, checkpoint__keep_best=True, checkpoint__interval=10)
+        lossless.data.ClearField("val_path")
+        for bad, msg in (
+                (unknown, 'train.best_metric "piqa.acc" must be val_loss, or NAME.acc, '
+                          "NAME.acc_norm or NAME.acc_token with NAME one of data.choice_sets"),
+                (lossless, "checkpoint.keep_best needs data.val_path or data.val_sources: the best "
+                           "checkpoint is the one with the lowest validation loss (or "
+                           "train.best_metric: a data.choice_sets score)")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), msg)
+        self.assertEqual(job_rows(), before)
+
     def test_a_llama_model(self):
         s = spec(name="py-llama", model__arch=pb.ARCH_LLAMA, model__n_kv_head=2,
                  model__tie_embeddings=False)

@@ -2538,7 +2538,9 @@ TEST(checkpoint_pieces_round_trip) {
 /* Pruning keeps the `keep` newest, those asked for, and with keep_best the checkpoint whose
  * manifest records the lowest validation loss, the newest of equals; one without a loss is never
  * the best. The loss goes through the manifest and back. */
-static void write_ck(const char *root, colo_gpt_t *m, uint64_t step, float val, int asked) {
+/* score: train.best_metric's, recorded besides the loss; NaN: none */
+static void write_ck_scored(const char *root, colo_gpt_t *m, uint64_t step, float val, int asked,
+                            float score) {
   char err[512], path[1200];
   colo_ckpt_meta_t meta = {.step = step,
                            .seed = 1,
@@ -2550,11 +2552,18 @@ static void write_ck(const char *root, colo_gpt_t *m, uint64_t step, float val, 
                            .pp = 1,
                            .world = 1,
                            .asked = asked,
-                           .val_loss = val};
+                           .val_loss = val,
+                           .has_score = isfinite(score),
+                           .score = score,
+                           .score_name = "hs.acc_norm"};
   ASSERT_EQ_INT(colo_ckpt_begin(root, step, err, sizeof err), 0);
   ASSERT_EQ_INT(colo_ckpt_write_shard(root, step, m, NULL, NULL, NULL, NULL, 0, err, sizeof err),
                 0);
   ASSERT_EQ_INT(colo_ckpt_commit(root, &meta, path, sizeof path, err, sizeof err), 0);
+}
+
+static void write_ck(const char *root, colo_gpt_t *m, uint64_t step, float val, int asked) {
+  write_ck_scored(root, m, step, val, asked, NAN);
 }
 
 static int ck_present(const char *root, uint64_t step) {
@@ -2601,6 +2610,42 @@ TEST(checkpoint_prune_keeps_the_best) {
   ASSERT_EQ_INT(removed, 1); /* without keep_best 40 goes */
   ASSERT(!ck_present(root, 40) && ck_present(root, 50) && ck_present(root, 60) &&
          ck_present(root, 70));
+  char rm[1400];
+  snprintf(rm, sizeof rm, "rm -rf %s", root);
+  ASSERT_EQ_INT(system(rm), 0);
+}
+
+/* Checkpoints that record a score (train.best_metric) are ranked by it, higher better, the newest
+ * of equals: by the prune's keep_best and colo_ckpt_find_best alike, whatever their losses say.
+ * The score and its metric's name go through the manifest and back. */
+TEST(checkpoint_best_by_score) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_gpt_config_t cfg = {64, 16, 2, 2, 16};
+  colo_gpt_t *m;
+  char err[512], root[] = "/tmp/colo-ck-XXXXXX", out[1200], want[1200];
+  ASSERT(mkdtemp(root) != NULL);
+  ASSERT_EQ_INT(colo_gpt_create(&cfg, 1, 0, be, pool, &m, err, sizeof err), 0);
+  models[n_models++] = m;
+  colo_gpt_init(m, 7);
+  const float val[5] = {3.0f, 2.0f, 2.5f, 2.6f, 2.7f};    /* the lowest loss at 20 */
+  const float score[5] = {0.2f, 0.3f, 0.5f, 0.5f, 0.25f}; /* the highest at 30 and 40 */
+  for (int i = 0; i < 5; i++)
+    write_ck_scored(root, m, 10 * (uint64_t)(i + 1), val[i], 0, score[i]);
+  colo_ckpt_meta_t meta;
+  colo_ckpt_step_dir(root, 30, want, sizeof want);
+  ASSERT_EQ_INT(colo_ckpt_read_meta(want, &meta, err, sizeof err), 0);
+  ASSERT(meta.has_score && meta.score == 0.5f && meta.val_loss == 2.5f);
+  ASSERT_EQ_STR(meta.score_name, "hs.acc_norm");
+  ASSERT(colo_ckpt_rank(&meta) == -0.5f);
+  ASSERT_EQ_INT(colo_ckpt_find_best(root, out, sizeof out, NULL, 0), 0);
+  colo_ckpt_step_dir(root, 40, want, sizeof want);
+  ASSERT_EQ_STR(out, want);
+  int removed = -1;
+  ASSERT_EQ_INT(colo_ckpt_prune(root, 1, 1, &removed), 0);
+  ASSERT_EQ_INT(removed, 3); /* 10, 20 (the lowest loss) and 30: 50 the newest, 40 the best */
+  ASSERT(!ck_present(root, 10) && !ck_present(root, 20) && !ck_present(root, 30) &&
+         ck_present(root, 40) && ck_present(root, 50));
   char rm[1400];
   snprintf(rm, sizeof rm, "rm -rf %s", root);
   ASSERT_EQ_INT(system(rm), 0);

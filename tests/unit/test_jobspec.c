@@ -127,7 +127,7 @@ static const struct {
      "train.eval_interval=100 needs data.val_path or data.val_sources (0 disables evaluation)"},
     {"name: t\ndata: {train_path: a}\ntrain: {eval_interval: 0}\ncheckpoint: {keep_best: true}\n",
      "checkpoint.keep_best needs data.val_path or data.val_sources: the best checkpoint is the "
-     "one with the lowest validation loss"},
+     "one with the lowest validation loss (or train.best_metric: a data.choice_sets score)"},
     {BASE "train: {eval_interval: 0, early_stop_patience: 2}\ncheckpoint: {keep_best: true}\n",
      "train.early_stop_patience=2 needs evaluations: train.eval_interval > 0, or "
      "checkpoint.keep_best with a checkpoint.interval"},
@@ -882,6 +882,65 @@ TEST(evaluation_jobs_are_validated) {
   check("name: t\ndata: {val_path: d/val.bin}\ntrain: {steps: 10}\n", err, sizeof err);
   ASSERT_EQ_STR(err, "data.train_path must be set (or data.sources, a blend)");
 #undef EVAL_OK
+}
+
+/* Parses and fills defaults: a spec the caller frees */
+static Colo__V1__JobSpec *parse_ok(const char *yaml) {
+  char err[512];
+  int rc;
+  Colo__V1__JobSpec *s = parse(yaml, err, sizeof err, &rc);
+  if (rc < 0)
+    FAIL_AT("%s", err);
+  ASSERT_EQ_INT(colo_jobspec_fill_defaults(s), 0);
+  return s;
+}
+
+/* train.best_metric: the validation loss, or a choice set's score by the set's name (which may
+ * hold dots); it lets keep_best go without a validation set */
+TEST(best_metric_is_validated) {
+  char err[512];
+  int set = -1, kind = -1;
+#define HS_DATA                                                                                    \
+  "data: {train_path: d/train.bin, choice_sets: [{path: a/c.bin, name: arc.e}, {path: hs/c.bin, "  \
+  "name: hs}]}\n"
+  Colo__V1__JobSpec *s = parse_ok("name: t\n" HS_DATA "train: {best_metric: arc.e.acc_norm}\n");
+  ASSERT_EQ_INT(colo_best_metric(s, &set, &kind), 0);
+  ASSERT(set == 1 && kind == 1);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+  s = parse_ok("name: t\n" HS_DATA "train: {best_metric: hs.acc_token}\n");
+  ASSERT_EQ_INT(colo_best_metric(s, &set, &kind), 0);
+  ASSERT(set == 2 && kind == 2);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+  s = parse_ok("name: t\n" HS_DATA "train: {best_metric: val_loss}\n");
+  ASSERT_EQ_INT(colo_best_metric(s, &set, &kind), 0);
+  ASSERT(set == 0 && kind == 0);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+  /* keep_best by a score needs no validation set */
+  check("name: t\n" HS_DATA "train: {best_metric: hs.acc, eval_interval: 0}\n"
+        "checkpoint: {keep_best: true, interval: 100}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check("name: t\n" HS_DATA
+        "train: {eval_interval: 0}\ncheckpoint: {keep_best: true, interval: 100}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "checkpoint.keep_best needs data.val_path or data.val_sources: the best "
+                     "checkpoint is the one with the lowest validation loss (or "
+                     "train.best_metric: a data.choice_sets score)");
+  static const char *const bad[] = {"hs.accuracy", "piqa.acc", "hs", "acc_norm", "arc.acc", "loss"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char doc[512], want[256];
+    snprintf(doc, sizeof doc,
+             "name: t\n" HS_DATA "train: {best_metric: '%s', eval_interval: 0}\n"
+             "checkpoint: {keep_best: true, interval: 100}\n",
+             bad[i]);
+    check(doc, err, sizeof err);
+    snprintf(want, sizeof want,
+             "train.best_metric \"%s\" must be val_loss, or NAME.acc, NAME.acc_norm or "
+             "NAME.acc_token with NAME one of data.choice_sets",
+             bad[i]);
+    ASSERT_EQ_STR(err, want);
+  }
+#undef HS_DATA
 }
 
 TEST_MAIN()

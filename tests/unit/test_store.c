@@ -754,6 +754,17 @@ static int ck_val_cb(const colo_checkpoint_t *ck, void *data) {
   return v->n == 10;
 }
 
+static int ck_score_cb(const colo_checkpoint_t *ck, void *data) {
+  float *got = data;
+  int i = 0;
+  while (i < 3 && got[i] != 0.0f)
+    i++;
+  ASSERT(ck->has_score);
+  if (i < 3)
+    got[i] = ck->score;
+  return i >= 2;
+}
+
 /* keep_best: besides the `keep` newest, the row with the lowest validation loss stays (the
  * newest of equals; rows without a loss and those asked for are not candidates), and the loss
  * reads back as written; without keep_best it goes like any other. */
@@ -791,6 +802,39 @@ TEST(checkpoints_keep_the_best) {
   ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
   ASSERT_EQ_INT(steps[0], 3);
   ASSERT_EQ_INT(steps[3], 500);
+  colo_store_close(st);
+}
+
+/* With train.best_metric a score, the rows that record one are ranked by it, higher better (the
+ * newest of equals), not by their loss; it reads back as written. */
+TEST(checkpoints_keep_the_best_score) {
+  colo_store_t *st = open_fresh();
+  uint64_t id = submit(st, "j");
+  const float val[6] = {3.0f, 2.0f, 2.5f, 2.6f, 2.7f, 2.8f};   /* the lowest loss at 200 */
+  const float score[6] = {0.2f, 0.3f, 0.5f, 0.5f, 0.4f, 0.1f}; /* the highest at 300 and 400 */
+  for (int i = 0; i < 6; i++) {
+    colo_checkpoint_t ck = {.job_id = id,
+                            .step = 100 * (uint64_t)(i + 1),
+                            .attempt = 1,
+                            .created_ms = 1,
+                            .has_val_loss = 1,
+                            .val_loss = val[i],
+                            .has_score = 1,
+                            .score = score[i]};
+    snprintf(ck.path, sizeof ck.path, "1/step_%08llu", (unsigned long long)ck.step);
+    snprintf(ck.manifest_sha256, sizeof ck.manifest_sha256, "%064d", 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_add(st, &ck), 0);
+    ASSERT_EQ_INT(colo_store_checkpoint_prune(st, id, 2, 1), 0);
+  }
+  uint64_t steps[10] = {0};
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_cb, steps), 0);
+  ASSERT_EQ_INT(steps[0], 3); /* 600, 500, and 400 the best score */
+  ASSERT_EQ_INT(steps[1], 600);
+  ASSERT_EQ_INT(steps[2], 500);
+  ASSERT_EQ_INT(steps[3], 400);
+  float got[3] = {0};
+  ASSERT_EQ_INT(colo_store_checkpoint_list(st, id, ck_score_cb, got), 0);
+  ASSERT(got[0] == 0.1f && got[1] == 0.4f && got[2] == 0.5f);
   colo_store_close(st);
 }
 

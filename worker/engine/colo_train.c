@@ -1027,6 +1027,9 @@ static void train_usage(void) {
       "                        export's\n"
       "  --early-stop N        end the run when N evaluations in a row find no new lowest\n"
       "                        validation loss (--early-stop-min-delta D: lower by more than D)\n"
+      "  --best-metric M       what ranks evaluations for --ckpt-keep-best and --early-stop:\n"
+      "                        val_loss (default), or a choice set's score, higher better:\n"
+      "                        NAME.acc, NAME.acc_norm or NAME.acc_token\n"
       "  --threads N           OpenMP and OpenBLAS threads (default: all cores)\n"
       "  --memory-limit MIB    capacity of the memory pool\n"
       "  --placement device|static|auto  where a GPU run's chunks live: all on the GPU; the\n"
@@ -1150,6 +1153,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"export-type", "checkpoint: {export_type: %s}"},
       {"early-stop", "train: {early_stop_patience: %s}"},
       {"early-stop-min-delta", "train: {early_stop_min_delta: %s}"},
+      {"best-metric", "train: {best_metric: '%s'}"},
       {"train-data", "data: {train_path: '%s'}"},
       {"val-data", "data: {val_path: '%s'}"},
       {"data-order", "data: {order: %s}"},
@@ -1593,8 +1597,8 @@ static int cmd_train(int argc, char **argv) {
               "colo-train train: no complete checkpoint under %s%s to take the initial weights "
               "from%s%s%s\n",
               init_ckpts,
-              best ? " that records a validation loss (train.init_pick=best; the job's "
-                     "checkpoint.keep_best evaluates each)"
+              best ? " that records a validation loss or a score (train.init_pick=best; the "
+                     "job's checkpoint.keep_best evaluates each)"
                    : "",
               skipped[0] ? " (unusable: " : "", skipped, skipped[0] ? ")" : "");
       colo__v1__job_spec__free_unpacked(spec, NULL);
@@ -1712,6 +1716,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.ckpt_keep_best = spec->checkpoint->keep_best;
   cfg.early_stop = (int)spec->train->early_stop_patience;
   cfg.early_stop_delta = spec->train->early_stop_min_delta;
+  colo_best_metric(spec, &cfg.best_set, &cfg.best_kind); /* validated */
   cfg.recompute = spec->train->recompute;
   cfg.neftune_alpha = spec->train->neftune_alpha;
   cfg.dpo_beta = spec->train->dpo_beta;
@@ -1883,7 +1888,8 @@ static int device_flag(const char *cmd, const char *device, int gpu) {
 /* What --checkpoint DIR of eval, sample and export takes (pick_checkpoint), for their --help */
 #define CKPT_DIR_HELP                                                                              \
   "DIR: a checkpoint, or a directory of them (a job's): its newest complete one, or\n"             \
-  "with --best the one with the lowest validation loss (checkpoint.keep_best); or a\n"             \
+  "with --best the best by its manifest (checkpoint.keep_best: the lowest validation\n"            \
+  "loss, or the highest score of the run's train.best_metric); or a\n"                             \
   "HuggingFace model's directory (config.json and model.safetensors: GPT-2's, Llama's,\n"          \
   "Qwen2's, as the Hub has them).\n"
 
@@ -1917,7 +1923,7 @@ static int pick_checkpoint(const char *cmd, const char *arg, int best, char *out
       0) {
     fprintf(stderr,
             "colo-train %s: %s is not a checkpoint, nor a directory with a complete one%s%s%s%s\n",
-            cmd, arg, best ? " that records a validation loss" : "",
+            cmd, arg, best ? " that records a validation loss or a score" : "",
             skipped[0] ? " (unusable: " : "", skipped, skipped[0] ? ")" : "");
     return -1;
   }

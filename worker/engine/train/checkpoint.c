@@ -234,6 +234,13 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     /* the validation loss at its step, and early stopping's count: absent when there were none */
     cJSON *vl = cJSON_GetObjectItem(root, "val_loss");
     t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
+    cJSON *sc = cJSON_GetObjectItem(root, "score"), *sv = cJSON_GetObjectItem(sc, "value"),
+          *sn = cJSON_GetObjectItem(sc, "metric");
+    if (cJSON_IsNumber(sv) && isfinite(sv->valuedouble) && cJSON_IsString(sn)) {
+      t.has_score = 1;
+      t.score = (float)sv->valuedouble;
+      snprintf(t.score_name, sizeof t.score_name, "%s", sn->valuestring);
+    }
     cJSON *es = cJSON_GetObjectItem(root, "early_stop");
     cJSON *eb = cJSON_GetObjectItem(es, "best"), *ebs = cJSON_GetObjectItem(es, "best_step"),
           *esn = cJSON_GetObjectItem(es, "since");
@@ -528,6 +535,11 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
     cJSON_AddTrueToObject(m, "asked");
   if (isfinite(meta->val_loss))
     cJSON_AddNumberToObject(m, "val_loss", meta->val_loss);
+  if (meta->has_score && isfinite(meta->score)) {
+    cJSON *sc = cJSON_AddObjectToObject(m, "score");
+    cJSON_AddStringToObject(sc, "metric", meta->score_name);
+    cJSON_AddNumberToObject(sc, "value", meta->score);
+  }
   if (meta->es_kept && isfinite(meta->es_best)) {
     cJSON *es = cJSON_AddObjectToObject(m, "early_stop");
     cJSON_AddNumberToObject(es, "best", meta->es_best);
@@ -1181,6 +1193,10 @@ int colo_ckpt_find_step(const char *root, uint64_t step, char *out, size_t out_l
   return rc;
 }
 
+float colo_ckpt_rank(const colo_ckpt_meta_t *meta) {
+  return meta->has_score ? -meta->score : meta->val_loss;
+}
+
 static int find_verified(const char *root, int best, char *out, size_t out_len, char *skipped,
                          size_t skipped_len) {
   static const unsigned long long TRIED = (unsigned long long)-1;
@@ -1195,7 +1211,7 @@ static int find_verified(const char *root, int best, char *out, size_t out_len, 
     char dir[1200], err[256];
     colo_ckpt_meta_t meta;
     colo_ckpt_step_dir(root, steps[i], dir, sizeof dir);
-    val[i] = colo_ckpt_read_meta(dir, &meta, err, sizeof err) == 0 ? meta.val_loss : NAN;
+    val[i] = colo_ckpt_read_meta(dir, &meta, err, sizeof err) == 0 ? colo_ckpt_rank(&meta) : NAN;
     if (!isfinite(val[i]))
       steps[i] = TRIED;
   }
@@ -1248,7 +1264,7 @@ int colo_ckpt_prune(const char *root, int keep, int keep_best, int *removed) {
   unsigned char fate[4096];
   int complete = 0;
   size_t best = n;
-  float best_loss = INFINITY;
+  float best_rank = INFINITY;
   for (size_t i = 0; i < n; i++) {
     char dir[1200], err[256];
     colo_ckpt_step_dir(root, steps[i], dir, sizeof dir);
@@ -1264,9 +1280,10 @@ int colo_ckpt_prune(const char *root, int keep, int keep_best, int *removed) {
     if (meta.asked || complete < keep) /* asked for, or among the newest: kept */
       fate[i] = 1;
     complete += !meta.asked;
-    /* the lowest loss; the newest of equals, which has trained the longest */
-    if (keep_best && !meta.asked && isfinite(meta.val_loss) && meta.val_loss < best_loss) {
-      best_loss = meta.val_loss;
+    /* the best; the newest of equals, which has trained the longest */
+    float rank = colo_ckpt_rank(&meta);
+    if (keep_best && !meta.asked && isfinite(rank) && rank < best_rank) {
+      best_rank = rank;
       best = i;
     }
   }

@@ -34,6 +34,11 @@ typedef struct {
   int asked;      /* written because it was asked for (SIGUSR1, CheckpointJob): kept by
                    * colo_ckpt_prune, which counts and removes only the others */
   float val_loss; /* the validation loss measured at its step; NaN: none was */
+  /* has_score: train.best_metric's score (score_name, say "hs.acc_norm") measured at its step,
+   * which ranks it, higher better, in place of val_loss */
+  int has_score;
+  float score;
+  char score_name[80];
   /* early stopping (train.early_stop_patience), when es_kept: the lowest validation loss so far,
    * its step, and the evaluations since it */
   int es_kept;
@@ -153,15 +158,18 @@ int colo_ckpt_find_step(const char *root, uint64_t step, char *out, size_t out_l
  * in `skipped` (may be NULL). COLO_ENOENT when there is none. */
 int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
                           size_t skipped_len);
-/* The checkpoint under root with the lowest validation loss its manifest records (the newest of
- * equals) that verifies, as colo_ckpt_find_latest; COLO_ENOENT when none records one or none of
- * those verifies. */
+/* The best checkpoint under root by what its manifest records (colo_ckpt_rank: the highest score,
+ * else the lowest validation loss; the newest of equals) that verifies, as
+ * colo_ckpt_find_latest; COLO_ENOENT when none records one or none of those verifies. */
+/* What ranks a checkpoint, lower better: minus its score when it records one (the run's
+ * train.best_metric), else its validation loss; NaN: neither (it is not ranked). */
+float colo_ckpt_rank(const colo_ckpt_meta_t *meta);
 int colo_ckpt_find_best(const char *root, char *out, size_t out_len, char *skipped,
                         size_t skipped_len);
 
 /* Keeps the `keep` newest checkpoints under root that have a manifest (and anything newer than
- * the oldest of them), those written as asked, and with keep_best the one whose manifest records
- * the lowest validation loss (the newest of equals); removes the others. *removed says how many.
+ * the oldest of them), those written as asked, and with keep_best the best by what its manifest
+ * records (colo_ckpt_rank; the newest of equals); removes the others. *removed says how many.
  * keep <= 0 keeps all. */
 int colo_ckpt_prune(const char *root, int keep, int keep_best, int *removed);
 

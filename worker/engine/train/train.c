@@ -724,7 +724,7 @@ static const char *json_str(char *out, size_t len, const char *s) {
  * bytes of all its files, so that the worker can report it to colod as it is; with the number
  * of the CheckpointJob request it answers (0: none). */
 static void report_checkpoint(FILE *progress, int step, const char *dir, long request,
-                              float val_loss) {
+                              float val_loss, float score) {
   if (!progress)
     return;
   char path[1200], js[2500], hex[65] = "";
@@ -749,6 +749,8 @@ static void report_checkpoint(FILE *progress, int step, const char *dir, long re
           request > 0 ? request : 0L);
   if (isfinite(val_loss))
     fprintf(progress, ",\"val_loss\":%.9g", (double)val_loss); /* the float exactly */
+  if (isfinite(score))
+    fprintf(progress, ",\"score\":%.9g", (double)score);
   fputs("}\n", progress);
   fflush(progress);
 }
@@ -920,14 +922,26 @@ static int dpo_tables(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, dpo_t *d,
 
 /* Early stopping's count (train.early_stop_patience), kept in the checkpoints' manifests */
 typedef struct {
-  float best; /* the lowest validation loss so far; INFINITY: none */
+  float best; /* the best of train.best_metric so far: the lowest loss or highest score; not
+               * finite: none */
   int best_step, since;
 } early_t;
 
-/* Counts the evaluation of `step` (loss v): a new lowest when it falls more than `delta` below
- * the lowest so far, else one more evaluation without one. */
+/* The name of what ranks the evaluations (train.best_metric), for messages */
+static const char *metric_name(const colo_train_config_t *cfg, char *buf, size_t len) {
+  if (!cfg->best_set)
+    return "the validation loss";
+  static const char *kinds[] = {"acc", "acc_norm", "acc_token"};
+  snprintf(buf, len, "%s.%s", cfg->choice_names[cfg->best_set - 1], kinds[cfg->best_kind % 3]);
+  return buf;
+}
+
+/* Counts the evaluation of `step` (metric v): a new best when it falls more than `delta` below
+ * the lowest loss so far (or rises that much above the highest score), else one more
+ * evaluation without one. */
 static void early_count(early_t *es, const colo_train_config_t *cfg, float v, int step) {
-  if (v < es->best - cfg->early_stop_delta) { /* NaN never is */
+  float d = cfg->early_stop_delta;
+  if (cfg->best_set ? v > es->best + d : v < es->best - d) { /* NaN never is */
     es->best = v;
     es->best_step = step;
     es->since = 0;
@@ -949,10 +963,13 @@ static int early_stop_here(const early_t *es, const colo_train_config_t *cfg,
 
 /* Evaluates every validation set: the loss is their weighted mean, and with several sets each
  * one's is reported by name too, on stdout and in the progress record (val_sets). es: early
- * stopping's count, which counts this evaluation and goes into the record too; NULL: none. */
+ * stopping's count, which counts this evaluation and goes into the record too; NULL: none.
+ * *score: train.best_metric's score when it names one, else NaN. */
 static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
                              const val_sets_t *val, const colo_train_config_t *cfg, int step,
-                             early_t *es, int quiet, FILE *progress, int *in, int *tg, dpo_t *dpo) {
+                             early_t *es, int quiet, FILE *progress, int *in, int *tg, dpo_t *dpo,
+                             float *score) {
+  *score = NAN;
   double sum = 0, wsum = 0;
   float each[COLO_MAX_SOURCES];
   dpo_sums_t ds[COLO_MAX_SOURCES] = {{0}};
@@ -977,8 +994,14 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   }
   if (colo_gpt_hook_error(model) < 0) /* a ZeRO-3 fetch failed: the caller stops the run */
     return NAN;
+  if (cfg->best_set > 0 && cfg->best_set <= val->n_ch) {
+    const colo_choices_score_t *b = &sc[cfg->best_set - 1];
+    *score = (float)(cfg->best_kind == 1   ? b->acc_norm
+                     : cfg->best_kind == 2 ? b->acc_token
+                                           : b->acc);
+  }
   if (es)
-    early_count(es, cfg, v, step);
+    early_count(es, cfg, cfg->best_set ? *score : v, step);
   if (!quiet) {
     printf("step %6d", step);
     if (val->n)
@@ -1026,8 +1049,9 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
       fputs(k == val->n_ch - 1 ? "}" : "", progress);
     }
     if (es && isfinite(es->best)) /* early stopping's count, as of this evaluation */
-      fprintf(progress, ",\"best_val_loss\":%.6f,\"best_step\":%d,\"evals_since_best\":%d",
-              (double)es->best, es->best_step, es->since);
+      fprintf(progress, ",\"%s\":%.6f,\"best_step\":%d,\"evals_since_best\":%d",
+              cfg->best_set ? "best_score" : "best_val_loss", (double)es->best, es->best_step,
+              es->since);
     fputs("}\n", progress);
   }
   return v;
@@ -1523,18 +1547,20 @@ static int write_lora(const colo_train_config_t *cfg, uint64_t step, const colo_
 /* A checkpoint, written by the ranks together: its shard writers (colo_ckpt_begin's comment)
  * write their files, with nothing gathered, then rank 0 commits it (a LoRA run's: rank 0 writes
  * and commits). No rank holds more than a
- * chunk of it in memory beyond what it trains with. val: the validation loss at `step` (NaN:
- * not evaluated there). */
+ * chunk of it in memory beyond what it trains with. val, score: the validation loss and
+ * train.best_metric's score at `step` (NaN: not evaluated there; no score named). */
 static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step, int asked,
-                float val, const colo_loss_scaler_t *scaler, colo_gpt_t *model, colo_adamw_t *opt,
-                colo_zero_t *zero, const pipe_t *pipe, colo_comm_t *tpc, colo_pool_t *pool,
-                colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be, int lead,
-                FILE *progress, const dpo_t *dpo, char *path, size_t path_len, char *err,
+                float val, float score, const colo_loss_scaler_t *scaler, colo_gpt_t *model,
+                colo_adamw_t *opt, colo_zero_t *zero, const pipe_t *pipe, colo_comm_t *tpc,
+                colo_pool_t *pool, colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be,
+                int lead, FILE *progress, const dpo_t *dpo, char *path, size_t path_len, char *err,
                 size_t errlen) {
   colo_lora_t *lora = colo_gpt_lora(model);
   meta->step = (uint64_t)step;
   meta->asked = asked;
   meta->val_loss = val;
+  meta->has_score = isfinite(score);
+  meta->score = score;
   meta->loss_scale = scaler->scale;
   meta->loss_scale_good = scaler->good_steps;
   meta->adam_t = opt->t;
@@ -1582,7 +1608,7 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
   /* asked: the newest request so far, read now that it is written, answers it and those before */
   if (rc == 0)
     report_checkpoint(progress, step, path,
-                      asked && cfg->save_requested ? (long)*cfg->save_requested : 0, val);
+                      asked && cfg->save_requested ? (long)*cfg->save_requested : 0, val, score);
   return rc;
 }
 
@@ -1679,7 +1705,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
   dpo_t dpo_s = {0}, *dpo = NULL; /* train.dpo_beta */
-  float last_loss = NAN, last_val = NAN;
+  float last_loss = NAN, last_val = NAN, last_score = NAN;
   int val_step = -1;    /* the step last_val was measured at */
   int auto_pending = 0; /* memory.placement=auto, in its warm-up step */
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
@@ -2019,7 +2045,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   }
 
   int start = 0;
-  early_t es = {INFINITY, -1, 0};
+  early_t es = {cfg->best_set ? -INFINITY : INFINITY, -1, 0}; /* none yet */
   char ckpt_path[1200] = "";
   colo_loss_scaler_t scaler;
   colo_loss_scaler_init(&scaler, cfg->loss_scale_init, cfg->loss_scale_window);
@@ -2337,6 +2363,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .document_token = cfg->document_token,
                            .lora = lora ? cfg->lora : (colo_lora_config_t){0},
                            .dpo_reference = dpo_pre};
+  if (cfg->best_set)
+    metric_name(cfg, meta.score_name, sizeof meta.score_name);
   if (lora && base) { /* absolute, for an eval or export run from anywhere */
     char *abs = realpath(base, NULL);
     snprintf(meta.lora_base, sizeof meta.lora_base, "%s", abs ? abs : base);
@@ -2360,7 +2388,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       /* a resumed run's evaluation at its first step was counted before its checkpoint */
       int count = cfg->early_stop > 0 && !(step == start && start > 0);
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, count ? &es : NULL, quiet,
-                                 progress, in, tg, dpo);
+                                 progress, in, tg, dpo, &last_score);
       val_step = step;
       CHECK_GOTO(eval_failed(model, pool, dp_comm, me, err, errlen), rc, out);
       if (count) {
@@ -2378,9 +2406,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       meta.es_since = es.since;
     }
     if (save_due) {
-      CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
-                      &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path,
-                      sizeof ckpt_path, err, errlen),
+      CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN,
+                      val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
+                      pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path, sizeof ckpt_path,
+                      err, errlen),
                  rc, out);
       saved_at = step;
     }
@@ -2398,9 +2427,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
     if (asked & ASKED_SAVE) {
       if (cfg->ckpt_dir && step > start && saved_at != step) {
-        CHECK_GOTO(save(cfg, &meta, step, 1, val_step == step ? last_val : NAN, &scaler, model,
-                        &opt, &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, dpo,
-                        ckpt_path, sizeof ckpt_path, err, errlen),
+        CHECK_GOTO(save(cfg, &meta, step, 1, val_step == step ? last_val : NAN,
+                        val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
+                        pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path,
+                        sizeof ckpt_path, err, errlen),
                    rc, out);
         saved_at = step;
         if (!quiet && lead)
@@ -2685,34 +2715,44 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     }
   }
   if (step == cfg->steps && (cfg->eval_interval > 0 || keep_best || eval_only)) {
-    last_val =
-        eval_and_report(model, dp_comm, pipe, &val, cfg, step, NULL, quiet, progress, in, tg, dpo);
+    /* counted, so that its record (and the last checkpoint) carries early stopping's count as
+     * of it; the run ends here either way */
+    last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step,
+                               cfg->early_stop > 0 && step > start ? &es : NULL, quiet, progress,
+                               in, tg, dpo, &last_score);
     val_step = step;
+    meta.es_kept = cfg->early_stop > 0 && isfinite(es.best);
+    meta.es_best = es.best;
+    meta.es_best_step = es.best_step;
+    meta.es_since = es.since;
     CHECK_GOTO(eval_failed(model, pool, dp_comm, me, err, errlen), rc, out);
   }
   /* the last checkpoint: at the end, or where the run was told to stop (unless the interval's
    * was just saved there) */
   if (cfg->ckpt_dir && step > start && step != saved_at) {
-    CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN, &scaler, model, &opt,
-                    &zero, pipe, tpc, pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path,
-                    sizeof ckpt_path, err, errlen),
+    CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN,
+                    val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
+                    pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path, sizeof ckpt_path,
+                    err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
   }
   if (early) {
-    char why[256];
+    char why[512], name[200], js[1100];
     snprintf(why, sizeof why,
-             "stopped early at step %d of %d: the validation loss has not fallen below %.4f "
-             "(step %d) in %d evaluations",
-             step, cfg->steps, (double)es.best, es.best_step, es.since);
+             "stopped early at step %d of %d: %s has not %s %.4f (step %d) in %d evaluations", step,
+             cfg->steps, metric_name(cfg, name, sizeof name),
+             cfg->best_set ? "risen above" : "fallen below", (double)es.best, es.best_step,
+             es.since);
     if (!quiet && lead)
       printf("%s\n", why);
     if (progress) {
       fprintf(progress,
-              "{\"event\":\"early_stop\",\"step\":%d,\"best_val_loss\":%.9g,\"best_step\":%d,"
+              "{\"event\":\"early_stop\",\"step\":%d,\"%s\":%.9g,\"best_step\":%d,"
               "\"message\":\"%s\",\"time_ms\":%lld}\n",
-              step, (double)es.best, es.best_step, why, (long long)wall_ms());
+              step, cfg->best_set ? "best_score" : "best_val_loss", (double)es.best, es.best_step,
+              json_str(js, sizeof js, why), (long long)wall_ms());
       fflush(progress);
     }
   }

@@ -32,6 +32,10 @@ typedef struct {
   float early_stop_delta; /* how far below the lowest a loss must fall to count as one */
   int ckpt_keep_best;     /* also keep the one with the lowest validation loss, evaluating at each
                            * checkpoint written on schedule (a validation set is needed) */
+  /* what ranks evaluations for keep_best and early stopping (train.best_metric): best_set 0, the
+   * validation loss (lower better); k + 1, choice set k's score best_kind (0 acc, 1 acc_norm,
+   * 2 acc_token; higher better), and early_stop_delta is how far above the highest it must rise */
+  int best_set, best_kind;
   int recompute;
   /* NEFTune (train.neftune_alpha): uniform noise in ±alpha/sqrt(block_size·n_embd) on the
    * embeddings in training (colo_gpt_set_noise; each row its own on whichever rank); 0: none */
