@@ -186,7 +186,8 @@ def main():
     subprocess.run([os.path.join(BIN, "colo-train"), "train", "--data-root", tmp, "--train-data", "train.bin",
                     "--val-data", "val.bin", "--n-layer", str(L), "--n-head", str(NH), "--n-embd", str(C),
                     "--block-size", str(T), "--batch-size", str(B), "--steps", "20", "--eval-interval", "20",
-                    "--threads", "1", "--quiet", "--ckpt-dir", ck, "--progress", os.path.join(tmp, "ck.jsonl")],
+                    "--threads", "1", "--quiet", "--ckpt-dir", ck, "--ckpt-interval", "10",
+                    "--progress", os.path.join(tmp, "ck.jsonl")],
                    check=True)
     os.symlink(os.path.join(ck, "step_00000020"), os.path.join(tmp, "pretrained"))
     before = [json.loads(x) for x in open(os.path.join(tmp, "ck.jsonl")) if '"eval"' in x][-1]["val_loss"]
@@ -194,6 +195,8 @@ def main():
     after = [json.loads(x) for x in open(os.path.join(tmp, "again.jsonl")) if '"eval"' in x][0]
     check("checkpoint directory: validation loss at step 0 is its run's", after["step"] == 0 and
           after["val_loss"] == before, "%.6f, its run measured %.6f" % (after["val_loss"], before))
+
+    average(tmp, ck)
 
     # refused, with the reason
     good = {n[len("transformer."):]: encode(w[n], "F32")[0] for n in ref.names}
@@ -220,6 +223,75 @@ def main():
           r.stderr.strip())
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
+
+
+def average(tmp, ck):
+    """colo-train average: the mean of checkpoints' weights, as numpy takes it of their exports"""
+    ct = os.path.join(BIN, "colo-train")
+    run = lambda *a: subprocess.run([ct] + list(a), capture_output=True, text=True)
+    ex = {}
+    for s in (10, 20):
+        out = os.path.join(tmp, "ex%d.safetensors" % s)
+        subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_%08d" % s), "--out", out],
+                       check=True, capture_output=True)
+        ex[s] = read_safetensors(out)
+    os.mkdir(os.path.join(tmp, "avg"))
+    avg = os.path.join(tmp, "avg", "model.safetensors")
+    r = run("average", "--checkpoint", ck, "--last", "2", "--out", avg, "--config",
+            os.path.join(tmp, "avg", "config.json"))
+    got = read_safetensors(avg) if r.returncode == 0 else {}
+    same = sorted(got) == sorted(ex[10]) and all(np.array_equal(
+        got[k], ((ex[10][k].astype(np.float64) + ex[20][k].astype(np.float64)) / 2).astype(np.float32))
+        for k in got)
+    check("average --last 2: the mean of steps 10 and 20, bit for bit", same,
+          r.stdout.strip() + r.stderr.strip()[-200:])
+    check("average: each checkpoint named as it is read, oldest first",
+          r.stderr.index("[1/2] %s/step_00000010" % ck) < r.stderr.index("[2/2] %s/step_00000020" % ck)
+          if r.returncode == 0 else False, r.stderr)
+    wavg = os.path.join(tmp, "wavg.safetensors")
+    r = run("average", "--checkpoint", os.path.join(ck, "step_00000010"), "--checkpoint",
+            os.path.join(ck, "step_00000020"), "--weights", "1,3", "--out", wavg)
+    got = read_safetensors(wavg) if r.returncode == 0 else {}
+    check("average --weights 1,3: (step 10 + 3 step 20) / 4, bit for bit", sorted(got) == sorted(ex[10]) and all(
+        np.array_equal(got[k], ((ex[10][k].astype(np.float64) + 3 * ex[20][k].astype(np.float64)) / 4)
+                       .astype(np.float32)) for k in got), r.stdout.strip() + r.stderr.strip()[-200:])
+    # the average is a model train.init_from and eval take
+    dump = os.path.join(tmp, "avg.dump")
+    colo(tmp, "avg/model.safetensors", ["--dump-reference", dump])
+    d = read_safetensors(dump)
+    mean = read_safetensors(avg)
+    strip = lambda k: k[len("transformer."):] if k.startswith("transformer.") else k
+    init = {strip(k[len("init."):]): v for k, v in d.items() if k.startswith("init.")}
+    check("the average as train.init_from: the run's initial weights, bit for bit",
+          len(init) > 0 and all(np.array_equal(init[strip(k)], v) for k, v in mean.items() if strip(k) in init)
+          and all(strip(k) in init for k in mean), "%d tensors" % len(init))
+    r = run("eval", "--checkpoint", os.path.join(tmp, "avg"), "--data", os.path.join(tmp, "val.bin"))
+    check("eval --checkpoint of the average's directory (config.json beside it)",
+          r.returncode == 0 and "val loss" in r.stdout, r.stdout.strip() + r.stderr.strip()[-200:])
+    # refused, with nothing written
+    small = os.path.join(tmp, "ck-small")
+    subprocess.run([ct, "train", "--data-root", tmp, "--train-data", "train.bin", "--n-layer", "1",
+                    "--n-head", str(NH), "--n-embd", str(C), "--block-size", str(T), "--batch-size", str(B),
+                    "--steps", "1", "--eval-interval", "0", "--threads", "1", "--quiet", "--ckpt-dir", small],
+                   check=True)
+    bad = os.path.join(tmp, "bad.safetensors")
+    for label, args, rc, want in [
+            ("another model", ["--checkpoint", os.path.join(ck, "step_00000020"), "--checkpoint",
+                               os.path.join(small, "step_00000001")], 1,
+             "colo-train average: %s/step_00000001 is a gpt2 of 1 layers, %d heads, width %d, vocab %d, "
+             "block %d (or otherwise configured), %s/step_00000020 a gpt2 of %d layers, %d heads, width %d, "
+             "vocab %d, block %d: checkpoints average only with those of the same model" %
+             (small, NH, C, V, T, ck, L, NH, C, V, T)),
+            ("--last beyond the checkpoints", ["--checkpoint", ck, "--last", "3"], 1,
+             "colo-train average: --last 3: %s holds 2 complete checkpoints, not 3" % ck),
+            ("a weight short", ["--checkpoint", ck, "--last", "2", "--weights", "1"], 2,
+             "colo-train average: --weights gives 1 weight for 2 checkpoints; try 'colo-train average --help'"),
+            ("a weight of 0", ["--checkpoint", ck, "--last", "2", "--weights", "1,0"], 2,
+             "colo-train average: --weights must be numbers above 0, comma-separated; try "
+             "'colo-train average --help'")]:
+        r = run("average", *args, "--out", bad)
+        check("average refused: " + label, r.returncode == rc and r.stderr.strip().splitlines()[-1] == want and
+              not os.path.exists(bad) and not os.path.exists(bad + ".tmp"), r.stderr.strip())
 
 
 def llama(tmp):

@@ -9,6 +9,7 @@
  *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
  *                      [--prompt TEXT] [--tokenizer DIR]
  *   colo-train export  --checkpoint DIR --out FILE [--format hf|gguf|peft] [--tokenizer PATH]
+ *   colo-train average --checkpoint DIR... [--last N] [--weights W,...] --out FILE
  *
  * Exit codes: 0 success, 1 the work failed (the reason on one line), 2 bad usage, 78
  * (COLO_EXIT_CONFIG) train failed on what the job asks for (a missing data file, weights that
@@ -68,6 +69,7 @@ static void usage(FILE *out) {
           "  eval      validation loss of a checkpoint on a shard\n"
           "  sample    generate text from a checkpoint\n"
           "  export    a checkpoint of any layout as one HuggingFace safetensors file, or GGUF\n"
+          "  average   the mean of several checkpoints' weights (checkpoint averaging, a soup)\n"
           "  hf-config a transformers config.json as a job file's model section\n"
           "\n"
           "'colo-train COMMAND --help' lists a command's options.\n");
@@ -2368,6 +2370,111 @@ static int cmd_export(int argc, char **argv) {
   return 0;
 }
 
+#define MAX_AVERAGE 64
+
+static int cmd_average(int argc, char **argv) {
+  const char *ckpts[MAX_AVERAGE], *out = NULL, *config = NULL, *weights = NULL;
+  int n = 0, last = 0;
+  static const struct option o[] = {{"checkpoint", required_argument, 0, 'c'},
+                                    {"last", required_argument, 0, 'l'},
+                                    {"weights", required_argument, 0, 'w'},
+                                    {"out", required_argument, 0, 'o'},
+                                    {"config", required_argument, 0, 'C'},
+                                    {"help", no_argument, 0, 'h'},
+                                    {0, 0, 0, 0}};
+  int c;
+  while ((c = getopt_long(argc, argv, "c:l:w:o:C:h", o, NULL)) != -1) {
+    switch (c) {
+    case 'c':
+      if (n == MAX_AVERAGE)
+        return usage_error("average", "at most 64 checkpoints");
+      ckpts[n++] = optarg;
+      break;
+    case 'l': {
+      char *end;
+      long v = strtol(optarg, &end, 10);
+      if (*end || v < 1 || v > MAX_AVERAGE)
+        return usage_error("average", "--last must be 1 to 64");
+      last = (int)v;
+      break;
+    }
+    case 'w':
+      weights = optarg;
+      break;
+    case 'o':
+      out = optarg;
+      break;
+    case 'C':
+      config = optarg;
+      break;
+    case 'h':
+      printf("usage: colo-train average --checkpoint DIR [--checkpoint DIR]... --out FILE\n"
+             "                          [--last N] [--weights W,W,...] [--config FILE]\n"
+             "Writes the mean of the checkpoints' parameters, whatever layout trained each, as\n"
+             "export --format hf writes one checkpoint's: a safetensors file in HuggingFace's\n"
+             "layout, which train.init_from, eval, sample and export take (with its\n"
+             "config.json beside it, a directory of them). Checkpoint averaging (fairseq's\n"
+             "average_checkpoints.py; LAWA) smooths the end of a run; the mean of fine-tunings\n"
+             "of one model is a model soup. All must be of one model. Each is read in turn, in\n"
+             "double precision, so the memory needed is about three models' worth.\n"
+             "  --checkpoint DIR  a checkpoint, a HuggingFace model's directory, or with --last\n"
+             "                    a directory of checkpoints (a job's); up to 64\n"
+             "  --last N          the N newest complete checkpoints of that one directory\n"
+             "  --weights W,...   a weight for each, in order (> 0); default: equal\n"
+             "  --config FILE     also write a transformers config.json for it there\n");
+      return 0;
+    default:
+      return 2;
+    }
+  }
+  if (n == 0 || !out || optind < argc)
+    return usage_error("average", "--checkpoint and --out are required");
+  char dirs[MAX_AVERAGE][1200];
+  if (last) {
+    if (n != 1)
+      return usage_error("average", "--last takes one --checkpoint: a directory of checkpoints");
+    uint64_t steps[MAX_AVERAGE];
+    size_t have;
+    if (colo_ckpt_newest(ckpts[0], steps, (size_t)last, &have) < 0 || have < (size_t)last) {
+      fprintf(stderr, "colo-train average: --last %d: %s holds %zu complete checkpoint%s, not %d\n",
+              last, ckpts[0], have, have == 1 ? "" : "s", last);
+      return 1;
+    }
+    const char *root = ckpts[0];
+    for (int i = 0; i < last; i++) {
+      colo_ckpt_step_dir(root, steps[last - 1 - i], dirs[i], sizeof dirs[i]); /* oldest first */
+      ckpts[i] = dirs[i];
+    }
+    n = last;
+  }
+  double w[MAX_AVERAGE];
+  int nw = 0;
+  for (const char *p = weights; p && *p;) {
+    char *end;
+    double v = strtod(p, &end);
+    if (end == p || !(v > 0 && isfinite(v)) || (*end && *end != ','))
+      return usage_error("average", "--weights must be numbers above 0, comma-separated");
+    if (nw < MAX_AVERAGE)
+      w[nw] = v;
+    nw++;
+    p = *end ? end + 1 : end;
+  }
+  if (weights && nw != n) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "--weights gives %d weight%s for %d checkpoint%s", nw,
+             nw == 1 ? "" : "s", n, n == 1 ? "" : "s");
+    return usage_error("average", msg);
+  }
+  char err[1024];
+  if (colo_average_checkpoints(ckpts, weights ? w : NULL, n, out, config, err, sizeof err) < 0) {
+    fprintf(stderr, "colo-train average: %s\n", err);
+    return 1;
+  }
+  printf("colo-train average: %s: the %s of %d checkpoint%s\n", out,
+         weights ? "weighted mean" : "mean", n, n == 1 ? "" : "s");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   main_argv = argv;
   colo_rdzv_colod_register();
@@ -2404,6 +2511,8 @@ int main(int argc, char **argv) {
     return cmd_sample(argc - 1, argv + 1);
   if (!strcmp(cmd, "export"))
     return cmd_export(argc - 1, argv + 1);
+  if (!strcmp(cmd, "average"))
+    return cmd_average(argc - 1, argv + 1);
   if (!strcmp(cmd, "hf-config"))
     return cmd_hf_config(argc - 1, argv + 1);
   fprintf(stderr, "colo-train: unknown command '%s'; try 'colo-train --help'\n", cmd);

@@ -1175,8 +1175,8 @@ static int list_steps(const char *root, unsigned long long *steps, size_t cap, s
 }
 
 /* The checkpoint under root that verifies, tried in order: the newest first, or with `best` the
- * lowest validation loss its manifest records first (the newest of equals; those without one are
- * not tried). */
+ * best its manifest records first (colo_ckpt_rank; the newest of equals; those without a loss or
+ * score are not tried). */
 int colo_ckpt_find_step(const char *root, uint64_t step, char *out, size_t out_len, char *err,
                         size_t errlen) {
   char dir[1200];
@@ -1236,6 +1236,26 @@ static int find_verified(const char *root, int best, char *out, size_t out_len, 
   }
 }
 
+static int cmp_desc(const void *a, const void *b) {
+  unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
+  return x > y ? -1 : x < y;
+}
+
+int colo_ckpt_newest(const char *root, uint64_t *steps, size_t want, size_t *n) {
+  unsigned long long all[4096];
+  size_t k;
+  *n = 0;
+  if (list_steps(root, all, 4096, &k) < 0)
+    return COLO_ENOENT;
+  qsort(all, k, sizeof all[0], cmp_desc);
+  for (size_t i = 0; i < k && *n < want; i++) {
+    char dir[1200], err[512];
+    if (colo_ckpt_find_step(root, all[i], dir, sizeof dir, err, sizeof err) == 0)
+      steps[(*n)++] = all[i];
+  }
+  return 0;
+}
+
 int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *skipped,
                           size_t skipped_len) {
   return find_verified(root, 0, out, out_len, skipped, skipped_len);
@@ -1244,11 +1264,6 @@ int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *ski
 int colo_ckpt_find_best(const char *root, char *out, size_t out_len, char *skipped,
                         size_t skipped_len) {
   return find_verified(root, 1, out, out_len, skipped, skipped_len);
-}
-
-static int cmp_desc(const void *a, const void *b) {
-  unsigned long long x = *(const unsigned long long *)a, y = *(const unsigned long long *)b;
-  return x > y ? -1 : x < y;
 }
 
 int colo_ckpt_prune(const char *root, int keep, int keep_best, int *removed) {

@@ -161,6 +161,10 @@ int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *ski
 /* The best checkpoint under root by what its manifest records (colo_ckpt_rank: the highest score,
  * else the lowest validation loss; the newest of equals) that verifies, as
  * colo_ckpt_find_latest; COLO_ENOENT when none records one or none of those verifies. */
+/* The steps of the `want` newest checkpoints under root that verify, newest first, in steps; *n
+ * says how many there are (fewer when there are not so many). COLO_ENOENT: root is no
+ * directory. */
+int colo_ckpt_newest(const char *root, uint64_t *steps, size_t want, size_t *n);
 /* What ranks a checkpoint, lower better: minus its score when it records one (the run's
  * train.best_metric), else its validation loss; NaN: neither (it is not ranked). */
 float colo_ckpt_rank(const colo_ckpt_meta_t *meta);

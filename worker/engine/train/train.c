@@ -3082,6 +3082,67 @@ int colo_export_checkpoint(const char *ckpt, const char *out, const char *config
   return rc;
 }
 
+/* a model's shape in words, for a refusal */
+static void describe_model(const colo_gpt_config_t *m, char *out, size_t len) {
+  snprintf(out, len, "%s of %d layers, %d heads, width %d, vocab %d, block %d",
+           colo_gpt_arch_name(m->arch), m->n_layer, m->n_head, m->n_embd, m->vocab_size,
+           m->block_size);
+}
+
+int colo_average_checkpoints(const char *const *ckpts, const double *w, int n, const char *out,
+                             const char *config, char *err, size_t errlen) {
+  colo_pool_t *pool = NULL, *first_pool = NULL;
+  colo_gpt_t *model = NULL, *first = NULL;
+  colo_ckpt_meta_t meta;
+  double *sum = NULL, wsum = 0;
+  size_t numel = 0;
+  int rc = 0;
+  for (int i = 0; i < n && rc == 0; i++) {
+    fprintf(stderr, "colo-train average: [%d/%d] %s\n", i + 1, n, ckpts[i]);
+    if ((rc = open_checkpoint(ckpts[i], 1, -1, &pool, &model, &meta, err, errlen)) < 0)
+      break;
+    if (!first) { /* the first is kept: its table writes the mean */
+      first = model;
+      first_pool = pool;
+      numel = colo_gpt_num_params(first);
+      if (!(sum = calloc(numel, sizeof *sum)))
+        rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the sum of %zu parameters",
+                       numel);
+    } else if (memcmp(colo_gpt_config(model), colo_gpt_config(first), sizeof meta.model) != 0) {
+      char a[160], b[160];
+      describe_model(colo_gpt_config(model), a, sizeof a);
+      describe_model(colo_gpt_config(first), b, sizeof b);
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s is a %s (or otherwise configured), %s a %s: checkpoints average only "
+                     "with those of the same model",
+                     ckpts[i], a, ckpts[0], b);
+    }
+    const float *p = colo_gpt_params(model); /* host memory: the CPU backend's */
+    double wi = w ? w[i] : 1.0;
+    for (size_t k = 0; rc == 0 && k < numel; k++)
+      sum[k] += wi * (double)p[k];
+    wsum += wi;
+    if (model != first) {
+      colo_gpt_destroy(model);
+      colo_pool_destroy(pool);
+    }
+  }
+  if (rc == 0) {
+    float *mean = colo_gpt_params(first); /* the first's own, overwritten: it is done with */
+    for (size_t k = 0; k < numel; k++)
+      mean[k] = (float)(sum[k] / wsum);
+    rc = colo_hf_write(first, mean, out, err, errlen);
+    if (rc == 0 && config)
+      rc = colo_hf_write_config(colo_gpt_config(first), config, err, errlen);
+  }
+  free(sum);
+  if (first) {
+    colo_gpt_destroy(first);
+    colo_pool_destroy(first_pool);
+  }
+  return rc;
+}
+
 /* A LoRA run's checkpoint's adapters, in host memory with their table (for writing them out) */
 static int read_adapters(const char *ckpt, colo_ckpt_meta_t *meta, colo_lora_t **l, float **a,
                          const char *format, char *err, size_t errlen) {

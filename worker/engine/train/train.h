@@ -169,6 +169,14 @@ int colo_eval_choices(const char *ckpt, const char *path, int batch_size, int gp
 int colo_export_checkpoint(const char *ckpt, const char *out, const char *config, char *err,
                            size_t errlen);
 
+/* The weighted mean of n checkpoints' parameters (w NULL: each weighs 1), each checkpoint of any
+ * layout or a HuggingFace model's directory, all of one model (COLO_EINVAL naming the first that
+ * is not), written as colo_export_checkpoint writes one: checkpoint averaging (fairseq's
+ * average_checkpoints, LAWA), or a model soup of fine-tunings of one model. Sums in double, one
+ * checkpoint in memory at a time; names each on stderr as it is read. */
+int colo_average_checkpoints(const char *const *ckpts, const double *w, int n, const char *out,
+                             const char *config, char *err, size_t errlen);
+
 /* A LoRA run's checkpoint's adapters alone (COLO_EINVAL for a whole model's): COLO_ADAPTERS_PEFT
  * as HuggingFace PEFT's adapter_model.safetensors and adapter_config.json in directory out
  * (colo_hf_write_peft); COLO_ADAPTERS_GGUF as llama.cpp's LoRA adapter file out
