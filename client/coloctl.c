@@ -828,6 +828,12 @@ static void print_job_detail(const Colo__V1__Job *j) {
            epochs, (double)j->progress->loss, (double)j->progress->lr,
            (double)j->progress->tokens_per_s, eta);
   }
+  if (j->progress && j->progress->has_spikes_skipped && s && s->optimizer) /* skip_spike_sigma */
+    printf("  spikes     %llu step%s skipped: loss or gradient norm above the last %u steps' mean "
+           "+ %g sd\n",
+           (unsigned long long)j->progress->spikes_skipped,
+           j->progress->spikes_skipped == 1 ? "" : "s", s->optimizer->skip_spike_window,
+           (double)s->optimizer->skip_spike_sigma);
   if (j->progress && j->progress->has_memory_bytes && j->progress->memory_bytes) {
     char dev[32], host[32];
     int gpu = s && s->resources && s->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU;

@@ -463,6 +463,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (!(o->grad_clip >= 0))
     return bad(err, errlen, "optimizer.grad_clip=%s must not be negative (0 disables clipping)",
                fmt_float(o->grad_clip, a, sizeof a));
+  if (!(o->skip_spike_sigma >= 0.0f && o->skip_spike_sigma <= 100.0f))
+    return bad(err, errlen, "optimizer.skip_spike_sigma=%s must be in [0, 100] (0: never skip)",
+               fmt_float(o->skip_spike_sigma, a, sizeof a));
+  if (o->skip_spike_window < 4 || o->skip_spike_window > 1024)
+    return bad(err, errlen, "optimizer.skip_spike_window=%u must be 4 to 1024 steps",
+               o->skip_spike_window);
   if (o->schedule == COLO__V1__SCHEDULE__SCHEDULE_UNSPECIFIED)
     return bad(err, errlen, "optimizer.schedule must be cosine, linear, constant or wsd");
   if (o->decay_steps && o->schedule != COLO__V1__SCHEDULE__SCHEDULE_WSD)

@@ -1619,6 +1619,8 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
     q.host_memory_bytes = p->host_memory_bytes;
     q.has_epochs = p->has_epochs;
     q.epochs = p->epochs;
+    q.has_spikes_skipped = p->has_spikes_skipped;
+    q.spikes_skipped = p->spikes_skipped;
     q.has_time_ms = p->has_time_ms;
     q.time_ms = p->time_ms;
   }

@@ -585,6 +585,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     const cJSON *hb = cJSON_GetObjectItem(j, "host_bytes"); /* placement off the device */
     p->has_host_memory_bytes = cJSON_IsNumber(hb);
     p->host_memory_bytes = cJSON_IsNumber(hb) ? (uint64_t)cJSON_GetNumberValue(hb) : 0;
+    const cJSON *sk = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "spike"), "skipped_total");
+    p->has_spikes_skipped = cJSON_IsNumber(sk) && cJSON_GetNumberValue(sk) >= 0;
+    p->spikes_skipped = p->has_spikes_skipped ? (uint64_t)cJSON_GetNumberValue(sk) : 0;
     r->has_progress = 1;
   } else if (ev && !strcmp(ev, "eval") && step >= 0) {
     Colo__V1__Progress *p = &r->progress;

@@ -417,6 +417,64 @@ cmp "$TMP/es/step_$(printf %08d "$S")/rank_00000.safetensors" "$TMP/es2/step_$(p
 expect_rc 78 "$CT" train "${MODEL[@]}" --eval-interval 0 --early-stop 3
 expect_eq "$ERR" "colo-train train: train.early_stop_patience=3 needs evaluations: train.eval_interval > 0, or checkpoint.keep_best with a checkpoint.interval"
 
+# skipping spikes (optimizer.skip_spike_sigma, OLMo-core's SkipStepAdamW): a step whose loss or
+# gradient norm is above the last 8 steps' mean + 1 sd is not applied. Each record's verdict and
+# limits follow from the values before it, replayed here; the skipped steps are not optimizer
+# steps (the manifest's AdamW t); a run stopped at 30 and resumed judges as the whole one did (the
+# history is in the manifest), to the last weight; two data-parallel ranks agree on each skip.
+spk=("${MODEL[@]}" --steps 60 --eval-interval 0 --lr 3e-3 --ckpt-interval 10 --skip-spike-sigma 1
+  --skip-spike-window 8)
+expect_rc 0 "$CT" train "${spk[@]}" --ckpt-dir "$TMP/sp" --progress "$TMP/sp.jsonl"
+expect_rc 0 "$CT" train "${spk[@]}" --ckpt-dir "$TMP/sp2" --progress "$TMP/sp2a.jsonl" --stop-at 30
+expect_rc 0 "$CT" train "${spk[@]}" --ckpt-dir "$TMP/sp2" --progress "$TMP/sp2b.jsonl" --resume auto
+expect_rc 0 "$CT" train "${spk[@]}" --nproc 2 --dp 2 --threads 1 --ckpt-dir "$TMP/sp3" --progress "$TMP/sp3.jsonl"
+python3 - "$TMP/sp.jsonl" "$TMP/sp2b.jsonl" "$TMP/sp/step_00000060/manifest.json" "$TMP/sp3.jsonl" <<'PY' || fail "skipping spikes"
+import json, math, sys
+import numpy as np
+f32 = np.float32
+recs = [r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "step"]
+hist, skipped, bad = [], 0, []
+for r in recs:
+    sp = r["spike"]
+    x32 = lambda k: None if sp[k] is None else float(f32(sp[k]))  # the engine's floats, exactly
+    lim = [None, None]
+    if len(hist) >= 4:
+        for j in range(2):
+            xs = [h[j] for h in hist if math.isfinite(h[j])]
+            s = 0.0
+            for x in xs:
+                s += x
+            mean = s / len(xs)
+            q = 0.0
+            for x in xs:
+                q += (x - mean) * (x - mean)
+            lim[j] = float(f32(mean + 1.0 * math.sqrt(q / (len(xs) - 1))))
+    skip = lim[0] is not None and (x32("loss") > lim[0] or x32("norm") > lim[1])
+    skipped += skip
+    if (x32("loss_limit"), x32("norm_limit")) != tuple(lim) or sp["skipped"] != skip or \
+            sp["skipped_total"] != skipped:
+        bad.append((r["step"], sp, lim, skip))
+    hist = (hist + [(x32("loss"), x32("norm"))])[-8:]
+assert not bad, bad[:3]
+assert 0 < skipped < 30, ("the rule skips too little or too much to show anything", skipped)
+m = json.load(open(sys.argv[3]))
+assert m["optimizer"]["t"] == 60 - skipped and m["skip_spike"]["skipped"] == skipped, (m["optimizer"], skipped)
+assert [x for x, _ in hist] == [float(f32(v)) for v in m["skip_spike"]["loss"]], (hist, m["skip_spike"])
+res = [r for r in map(json.loads, open(sys.argv[2])) if r["event"] == "step"]
+assert [(r["step"], r["loss"], r["spike"]) for r in res] == [(r["step"], r["loss"], r["spike"]) for r in recs[30:]], "resumed"
+two = [r for r in map(json.loads, open(sys.argv[4])) if r["event"] == "step"]
+assert any(r["spike"]["skipped"] for r in two), "two ranks: none skipped"
+print("skip spikes: %d of 60 steps skipped (steps %s), each as the replayed rule says; AdamW t %d; "
+      "resumed at 30: the same; two ranks: %d skipped" % (skipped, [r["step"] for r in recs if r["spike"]["skipped"]],
+      m["optimizer"]["t"], sum(r["spike"]["skipped"] for r in two)))
+PY
+cmp "$TMP/sp/step_00000060/rank_00000.safetensors" "$TMP/sp2/step_00000060/rank_00000.safetensors" ||
+  fail "skipping spikes: the resumed run's weights differ at step 60"
+expect_rc 78 "$CT" train "${MODEL[@]}" --skip-spike-sigma -1
+expect_eq "$ERR" "colo-train train: optimizer.skip_spike_sigma=-1 must be in [0, 100] (0: never skip)"
+expect_rc 78 "$CT" train "${MODEL[@]}" --skip-spike-sigma 3 --skip-spike-window 2
+expect_eq "$ERR" "colo-train train: optimizer.skip_spike_window=2 must be 4 to 1024 steps"
+
 # The checkpoint directory must be one for every rank. Two ranks started by hand, as the workers
 # of two hosts without a shared checkpoint root would start them, each with a directory of its
 # own: both stop before a first step (exit 78), rank 1 naming its host and what it did not see.

@@ -314,6 +314,17 @@ DJ=$("$COLOCTL" submit "$TMP/early.yaml" --set data.document_token=10 --set trai
 wait_until 60 "job $DJ success" is_state "$DJ" succeeded
 expect_contains "$("$COLOCTL" status "$DJ")" ", attention within documents (token 10 begins each)"
 expect_contains "$("$COLOCTL" logs "$DJ")" "documents: each begins at token 10; attention stays within it"
+# skipping spikes: optimizer.skip_spike_sigma from the job file to the ranks, and the count of
+# skipped updates back through the worker and colod to the status, as rank 0's log has them
+SJ=$("$COLOCTL" submit "$TMP/early.yaml" --set train.steps=40 --set train.early_stop_patience=0 \
+  --set optimizer.warmup_steps=0 --set optimizer.lr=0.003 --set optimizer.skip_spike_sigma=1 \
+  --set optimizer.skip_spike_window=8)
+wait_until 60 "job $SJ success" is_state "$SJ" succeeded
+NSK=$(jf "$SJ" 'int(j["progress"].get("spikes_skipped", -1))')
+LSK=$("$COLOCTL" logs "$SJ" | grep -c "update skipped" || true)
+[ "$NSK" -gt 0 ] && [ "$NSK" = "$LSK" ] || fail "skip spikes job $SJ: progress says $NSK, the log $LSK"
+expect_contains "$("$COLOCTL" status "$SJ")" "  spikes     $NSK steps skipped: loss or gradient norm above the last 8 steps' mean + 1 sd"
+echo "figure: skip spikes: job $SJ skipped $NSK of 40 updates"
 
 # ---- (a) kill -9 of a rank ----
 J=$(submit)

@@ -996,6 +996,9 @@ static void train_usage(void) {
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant|wsd  after the warm-up; wsd holds lr, then decays\n"
       "                        linearly over the last --decay-steps N (default: a fifth)\n"
+      "  --skip-spike-sigma S  skip the update of a step whose loss or gradient norm is more\n"
+      "                        than S standard deviations above the mean of the last\n"
+      "                        --skip-spike-window N steps' (default 128); 0: never\n"
       "  --device cpu|gpu      the CPU backend, or the CUDA one (a GPU per rank)\n"
       "  --gpu N               which GPU (default 0, or the rank under --nproc; a worker sets\n"
       "                        CUDA_VISIBLE_DEVICES)\n"
@@ -1130,6 +1133,8 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"warmup", "optimizer: {warmup_steps: %s}"},
       {"weight-decay", "optimizer: {weight_decay: %s}"},
       {"grad-clip", "optimizer: {grad_clip: %s}"},
+      {"skip-spike-sigma", "optimizer: {skip_spike_sigma: %s}"},
+      {"skip-spike-window", "optimizer: {skip_spike_window: %s}"},
       {"beta2", "optimizer: {beta2: %s}"},
       {"schedule", "optimizer: {schedule: %s}"},
       {"decay-steps", "optimizer: {decay_steps: %s}"},
@@ -1707,6 +1712,8 @@ static int cmd_train(int argc, char **argv) {
                                     (int)spec->train->steps,
                                     (int)o->schedule,
                                     (int)colo_decay_steps(spec)};
+  cfg.spike_sigma = o->skip_spike_sigma;
+  cfg.spike_window = (int)o->skip_spike_window;
   cfg.batch_size = (int)spec->train->batch_size;
   cfg.grad_accum = (int)spec->train->grad_accum;
   cfg.steps = (int)spec->train->steps;

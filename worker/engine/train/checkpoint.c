@@ -241,6 +241,23 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       t.score = (float)sv->valuedouble;
       snprintf(t.score_name, sizeof t.score_name, "%s", sn->valuestring);
     }
+    cJSON *sp = cJSON_GetObjectItem(root, "skip_spike"), *spn = cJSON_GetObjectItem(sp, "skipped"),
+          *spl = cJSON_GetObjectItem(sp, "loss"), *spg = cJSON_GetObjectItem(sp, "norm");
+    int spk = cJSON_GetArraySize(spl);
+    if (sp &&
+        (!cJSON_IsNumber(spn) || spn->valuedouble < 0 || !cJSON_IsArray(spl) ||
+         !cJSON_IsArray(spg) || spk != cJSON_GetArraySize(spg) || spk > COLO_SPIKE_MAX_WINDOW))
+      bad = 1;
+    else if (sp) {
+      t.spike_kept = 1;
+      t.spike.skipped = (uint64_t)spn->valuedouble;
+      t.spike.n = spk;
+      for (int i = 0; i < spk; i++) { /* null: a value that was not finite */
+        cJSON *a = cJSON_GetArrayItem(spl, i), *b = cJSON_GetArrayItem(spg, i);
+        t.spike.loss[i] = cJSON_IsNumber(a) ? (float)a->valuedouble : NAN;
+        t.spike.norm[i] = cJSON_IsNumber(b) ? (float)b->valuedouble : NAN;
+      }
+    }
     cJSON *es = cJSON_GetObjectItem(root, "early_stop");
     cJSON *eb = cJSON_GetObjectItem(es, "best"), *ebs = cJSON_GetObjectItem(es, "best_step"),
           *esn = cJSON_GetObjectItem(es, "since");
@@ -478,6 +495,11 @@ void colo_ckpt_step_dir(const char *root, uint64_t step, char *out, size_t len) 
   snprintf(out, len, "%s/step_%08llu", root, (unsigned long long)step);
 }
 
+/* a float as JSON: null when not finite (JSON has no NaN) */
+static cJSON *finite_or_null(float x) {
+  return isfinite(x) ? cJSON_CreateNumber(x) : cJSON_CreateNull();
+}
+
 int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_out,
                      size_t path_len, char *err, size_t errlen) {
   char final[1100], tmp[1200], file[1300];
@@ -539,6 +561,15 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
     cJSON *sc = cJSON_AddObjectToObject(m, "score");
     cJSON_AddStringToObject(sc, "metric", meta->score_name);
     cJSON_AddNumberToObject(sc, "value", meta->score);
+  }
+  if (meta->spike_kept) { /* the floats exactly: a resumed run judges as this one would */
+    cJSON *sp = cJSON_AddObjectToObject(m, "skip_spike");
+    cJSON_AddNumberToObject(sp, "skipped", (double)meta->spike.skipped);
+    cJSON *l = cJSON_AddArrayToObject(sp, "loss"), *g = cJSON_AddArrayToObject(sp, "norm");
+    for (int i = 0; i < meta->spike.n; i++) {
+      cJSON_AddItemToArray(l, finite_or_null(meta->spike.loss[i]));
+      cJSON_AddItemToArray(g, finite_or_null(meta->spike.norm[i]));
+    }
   }
   if (meta->es_kept && isfinite(meta->es_best)) {
     cJSON *es = cJSON_AddObjectToObject(m, "early_stop");

@@ -20,6 +20,7 @@
 #include "../model/gpt.h"
 #include "../model/lora.h"
 #include "../optim/adamw.h"
+#include "../optim/spike.h"
 #include "safetensors.h"
 
 typedef struct {
@@ -44,6 +45,9 @@ typedef struct {
   int es_kept;
   float es_best;
   int es_best_step, es_since;
+  /* skipping spikes (optimizer.skip_spike_sigma), when spike_kept: the history it judges by */
+  int spike_kept;
+  colo_spike_t spike;
   /* documents (data.document_token), when documents: the token that begins each; a run that
    * evaluates the checkpoint attends within them as its training did */
   int documents, document_token;

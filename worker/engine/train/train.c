@@ -1706,8 +1706,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   int *in = NULL, *tg = NULL;
   dpo_t dpo_s = {0}, *dpo = NULL; /* train.dpo_beta */
   float last_loss = NAN, last_val = NAN, last_score = NAN;
-  int val_step = -1;    /* the step last_val was measured at */
-  int auto_pending = 0; /* memory.placement=auto, in its warm-up step */
+  colo_spike_t *spike = NULL; /* optimizer.skip_spike_sigma's history */
+  int val_step = -1;          /* the step last_val was measured at */
+  int auto_pending = 0;       /* memory.placement=auto, in its warm-up step */
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
   /* the mesh: rank = dp_idx × tp + tp_idx, tensor-parallel ranks adjacent (one host, one NVLink
@@ -2046,6 +2047,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 
   int start = 0;
   early_t es = {cfg->best_set ? -INFINITY : INFINITY, -1, 0}; /* none yet */
+  if (cfg->spike_sigma > 0 && !(spike = calloc(1, sizeof *spike))) {
+    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+    goto out;
+  }
   char ckpt_path[1200] = "";
   colo_loss_scaler_t scaler;
   colo_loss_scaler_init(&scaler, cfg->loss_scale_init, cfg->loss_scale_window);
@@ -2114,6 +2119,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       start = (int)meta.step;
       if (meta.es_kept)
         es = (early_t){meta.es_best, meta.es_best_step, meta.es_since};
+      if (spike && meta.spike_kept)
+        *spike = meta.spike;
       snprintf(ckpt_path, sizeof ckpt_path, "%s", dir);
       if (!cfg->quiet && lead)
         printf("resumed from %s at step %d\n", dir, start);
@@ -2622,6 +2629,25 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_EINTERNAL;
       goto out;
     }
+    /* a spike's update is not applied (optimizer.skip_spike_sigma): every rank agrees */
+    colo_spike_verdict_t sv = {0, NAN, NAN, 0};
+    if (spike && take) {
+      sv = colo_spike_judge(spike, cfg->spike_sigma, cfg->spike_window, (float)loss, norm);
+      float any = (float)sv.skip;
+      if (world > 1 && comm->ops->allreduce_sum(comm, &any, 1) < 0) {
+        snprintf(err, errlen, "rank %d: agreeing on a spike: %s", me, colo_comm_error(comm));
+        rc = COLO_EIO;
+        goto out;
+      }
+      sv.skip = any > 0;
+      take = !sv.skip;
+      spike->skipped += (uint64_t)sv.skip;
+    }
+    if (spike) {
+      colo_spike_push(spike, cfg->spike_window, (float)loss, norm);
+      meta.spike_kept = 1;
+      meta.spike = *spike;
+    }
     float lr = colo_lr_at(&cfg->optim, step);
     if (take && lora) {
       const colo_adamw_config_t *oc = &opt.cfg;
@@ -2673,6 +2699,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (!quiet && take)
       printf("step %6d/%d | loss %.6f%s | lr %.3e | norm %.4f | %.1f ms | %.0f tok/s\n", step + 1,
              cfg->steps, loss, dpo_said, (double)lr, (double)norm, dt * 1e3, tok_s);
+    else if (!quiet && sv.skip)
+      printf("step %6d/%d | loss %.6f | norm %.4f | a spike, above the last %d steps' mean + "
+             "%g sd (loss %.4f, norm %.4f): update skipped\n",
+             step + 1, cfg->steps, loss, (double)norm, sv.history, (double)cfg->spike_sigma,
+             (double)sv.loss_limit, (double)sv.norm_limit);
     else if (!quiet)
       printf("step %6d/%d | loss %.6f | gradients overflowed at loss scale %g: step skipped, "
              "scale now %g\n",
@@ -2694,6 +2725,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                 "\"rejected\":%.6f}",
                 dsum.correct / dsum.pairs, dsum.margin / dsum.pairs, dsum.chosen / dsum.pairs,
                 dsum.rejected / dsum.pairs);
+      if (spike) { /* the values it judged, exactly, its limits (null: not judged), the verdict */
+        const float x[4] = {(float)loss, norm, sv.loss_limit, sv.norm_limit};
+        static const char *const k[4] = {"loss", "norm", "loss_limit", "norm_limit"};
+        for (int i = 0; i < 4; i++)
+          fprintf(progress, isfinite(x[i]) ? "%s\"%s\":%.9g" : "%s\"%s\":null",
+                  i ? "," : ",\"spike\":{", k[i], (double)x[i]);
+        fprintf(progress, ",\"skipped\":%s,\"skipped_total\":%llu}", sv.skip ? "true" : "false",
+                (unsigned long long)spike->skipped);
+      }
       if (cfg->placement_static || cfg->placement_auto) {
         colo_placed_t p;
         colo_zero_placed(&zero, &p);
@@ -2802,6 +2842,7 @@ out:
   if (rc < 0 && comm && world > 1)
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
   free(dump_host);
+  free(spike);
   free(pieces);
   if (tpc)
     tpc->ops->destroy(tpc);

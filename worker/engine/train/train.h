@@ -36,6 +36,10 @@ typedef struct {
    * validation loss (lower better); k + 1, choice set k's score best_kind (0 acc, 1 acc_norm,
    * 2 acc_token; higher better), and early_stop_delta is how far above the highest it must rise */
   int best_set, best_kind;
+  /* optimizer.skip_spike_sigma and _window (spike.h): a step whose loss or gradient norm spikes
+   * is not applied; sigma 0: never */
+  float spike_sigma;
+  int spike_window;
   int recompute;
   /* NEFTune (train.neftune_alpha): uniform noise in ±alpha/sqrt(block_size·n_embd) on the
    * embeddings in training (colo_gpt_set_noise; each row its own on whichever rank); 0: none */
