@@ -944,6 +944,9 @@ static void print_job_detail(const Colo__V1__Job *j) {
   printf("\n");
   if (s->train->init_from && s->train->init_from[0])
     printf("  weights    from %s\n", s->train->init_from);
+  else if (s->train->has_init_from_job && s->train->init_from_job && s->train->init_average)
+    printf("  weights    the mean of job %llu's %u newest checkpoints\n",
+           (unsigned long long)s->train->init_from_job, s->train->init_average);
   else if (s->train->has_init_from_job && s->train->init_from_job && s->train->init_step)
     printf("  weights    from job %llu's checkpoint at step %u\n",
            (unsigned long long)s->train->init_from_job, s->train->init_step);

@@ -772,6 +772,20 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "train.init_step=%u needs train.init_from_job: it picks that job's checkpoint at "
                "that step",
                s->train->init_step);
+  if (s->train->init_average == 1 || s->train->init_average > 64)
+    return bad(err, errlen, "train.init_average=%u must be 2 to 64 checkpoints (0: none)",
+               s->train->init_average);
+  if (s->train->init_average > 0 && !(s->train->has_init_from_job && s->train->init_from_job))
+    return bad(err, errlen,
+               "train.init_average=%u needs train.init_from_job: it averages that job's newest "
+               "checkpoints",
+               s->train->init_average);
+  if (s->train->init_average > 0 &&
+      (s->train->init_step > 0 || s->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST))
+    return bad(err, errlen,
+               "train.init_average=%u averages the newest checkpoints: not with train.init_step or "
+               "train.init_pick=best",
+               s->train->init_average);
   if (s->train->init_step > 0 && s->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST)
     return bad(err, errlen,
                "train.init_step=%u and train.init_pick=best each pick a checkpoint: set one",

@@ -287,6 +287,27 @@ assert abs(nxt[0] - run[b]) < 1e-6, (nxt, run)
 print("figure: init_pick best: the next stage starts at %.4f, step %d's of the job before" % (nxt[0], b))
 PY
 expect_contains "$("$COLOCTL" logs "$N")" "initial weights from $TMP/ckpt/job-$B/step_"
+# train.init_average: a next stage from the mean of the job's 2 newest checkpoints (30 and 60):
+# the weights it starts from are colo-train average's of them, bit for bit
+sed -e 's/^name: best/name: after-average/' -e '/^checkpoint:/d' -e '/^optimizer:/d' \
+  -e "s/^train: .*/train: {steps: 1, batch_size: 4, eval_interval: 1, eval_batches: 4, init_from_job: $B, init_average: 2}/" \
+  "$TMP/best.yaml" >"$TMP/avg.yaml"
+AV=$("$COLOCTL" submit "$TMP/avg.yaml")
+wait_until 60 "job $AV success" is_state "$AV" succeeded
+expect_contains "$("$COLOCTL" logs "$AV")" "initial weights: the mean of 2 checkpoints of $TMP/ckpt/job-$B, steps 30 to 60, in $TMP/ckpt/job-$AV/init_average.safetensors"
+expect_contains "$("$COLOCTL" status "$AV")" "  weights    the mean of job $B's 2 newest checkpoints"
+expect_rc 0 "$TRAIN" average --checkpoint "$TMP/ckpt/job-$B" --last 2 --out "$TMP/avg-ref.safetensors"
+cmp "$TMP/ckpt/job-$AV/init_average.safetensors" "$TMP/avg-ref.safetensors" ||
+  fail "init_average: job $AV's initial weights are not colo-train average's"
+# more than the job has: FAILED at once, saying so; refusals at submit
+AV3=$("$COLOCTL" submit "$TMP/avg.yaml" --set train.init_average=3)
+wait_until 60 "job $AV3 to fail" is_state "$AV3" failed
+expect_contains "$(jf "$AV3" 'j["message"]')" "train.init_average=3: $TMP/ckpt/job-$B holds 2 complete checkpoints to average"
+expect_rc 1 "$COLOCTL" submit "$TMP/avg.yaml" --set train.init_average=1
+expect_contains "$ERR" "train.init_average=1 must be 2 to 64 checkpoints (0: none)"
+expect_rc 1 "$COLOCTL" submit "$TMP/avg.yaml" --set train.init_step=30
+expect_contains "$ERR" "train.init_average=2 averages the newest checkpoints: not with train.init_step or train.init_pick=best"
+echo "figure: init_average: job $AV started from the mean of job $B's steps 30 and 60 (colo-train average's bits)"
 # early stopping: the same wrecking rate over 200 steps, evaluated every 10, patience 3; the job
 # SUCCEEDS before its last step, and its status says why
 sed -e 's/^name: best/name: early/' -e '/^checkpoint:/d' -e '/^optimizer:/d' \
