@@ -22,6 +22,7 @@
 #include "model/lora.h"
 #include "optim/adamw.h"
 #include "optim/loss_scale.h"
+#include "optim/spike.h"
 #include "parallel/chunks.h"
 #include "parallel/zero.h"
 #include "test.h"
@@ -2613,6 +2614,31 @@ TEST(checkpoint_prune_keeps_the_best) {
   char rm[1400];
   snprintf(rm, sizeof rm, "rm -rf %s", root);
   ASSERT_EQ_INT(system(rm), 0);
+}
+
+/* Skipping spikes: nothing is judged before half a window; the limit is mean + sigma·(sample
+ * sd) of the finite values in the window; either value above its limit (or not finite) skips;
+ * the window keeps the newest `window` steps, skipped or not. */
+TEST(spike_judge_and_window) {
+  colo_spike_t s = {0};
+  const int W = 8;
+  for (int i = 0; i < 3; i++)
+    colo_spike_push(&s, W, 2.0f + 0.1f * (float)i, 1.0f);
+  colo_spike_verdict_t v = colo_spike_judge(&s, 1.0f, W, 100.0f, 100.0f);
+  ASSERT(!v.skip && isnan(v.loss_limit) && v.history == 3); /* 3 < 4: not judged */
+  colo_spike_push(&s, W, 2.3f, NAN); /* a norm that was not finite: left out of its statistics */
+  v = colo_spike_judge(&s, 2.0f, W, 2.0f, 1.0f);
+  /* losses 2.0 2.1 2.2 2.3: mean 2.15, sd sqrt(0.05/3); norms 1 1 1: sd 0 */
+  double sd = sqrt((0.15 * 0.15 + 0.05 * 0.05) * 2 / 3);
+  ASSERT(fabsf(v.loss_limit - (float)(2.15 + 2 * sd)) < 1e-6f && v.norm_limit == 1.0f);
+  ASSERT(!v.skip && v.history == 4);
+  ASSERT(colo_spike_judge(&s, 2.0f, W, v.loss_limit + 1e-3f, 1.0f).skip); /* the loss */
+  ASSERT(colo_spike_judge(&s, 2.0f, W, 2.0f, 1.001f).skip);               /* the norm */
+  ASSERT(colo_spike_judge(&s, 2.0f, W, NAN, 1.0f).skip);                  /* not finite */
+  ASSERT(!colo_spike_judge(&s, 0.0f, W, 1e9f, 1e9f).skip);                /* sigma 0: never */
+  for (int i = 0; i < 20; i++)
+    colo_spike_push(&s, W, (float)i, (float)i);
+  ASSERT(s.n == W && s.loss[0] == 12.0f && s.loss[W - 1] == 19.0f && s.norm[W - 1] == 19.0f);
 }
 
 /* Checkpoints that record a score (train.best_metric) are ranked by it, higher better, the newest
