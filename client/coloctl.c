@@ -950,10 +950,14 @@ static void print_job_detail(const Colo__V1__Job *j) {
   else if (s->train->has_init_from_job && s->train->init_from_job && s->train->init_step)
     printf("  weights    from job %llu's checkpoint at step %u\n",
            (unsigned long long)s->train->init_from_job, s->train->init_step);
-  else if (s->train->has_init_from_job && s->train->init_from_job)
-    printf("  weights    from job %llu's %s checkpoint\n",
+  else if (s->train->has_init_from_job && s->train->init_from_job) {
+    char at[48] = ""; /* the step it was, once the ranks have said */
+    if (j->progress && j->progress->has_model_step)
+      snprintf(at, sizeof at, " (step %llu)", (unsigned long long)j->progress->model_step);
+    printf("  weights    from job %llu's %s checkpoint%s\n",
            (unsigned long long)s->train->init_from_job,
-           s->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST ? "best" : "newest");
+           s->train->init_pick == COLO__V1__INIT_PICK__INIT_PICK_BEST ? "best" : "newest", at);
+  }
   if (s->train->lora_rank > 0) {
     int nf4 = s->train->lora_quant && !strcmp(s->train->lora_quant, "nf4");
     printf("  lora       rank %u, alpha %g%s on %s: the model frozen%s", s->train->lora_rank,

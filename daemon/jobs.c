@@ -1602,6 +1602,10 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
   Colo__V1__Progress q = COLO__V1__PROGRESS__INIT;
   if (j->has_progress)
     q = j->progress;
+  if (p->has_model_step) { /* said once, as an attempt starts from given weights */
+    q.has_model_step = 1;
+    q.model_step = p->model_step;
+  }
   if (new_step) {
     q.has_step = 1;
     q.step = p->step;

@@ -655,6 +655,9 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     colo_set_losses_put(&r->ev_sets[k], &e->val_sets, &e->n_val_sets, names, losses, n);
     colo_set_scores_put(&r->ev_sets[k], &e->choice_scores, &e->n_choice_scores, scp, ns);
     e->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));
+  } else if (ev && !strcmp(ev, "init_from") && step >= 0) { /* a checkpoint's weights: its step */
+    r->progress.has_model_step = 1;
+    r->progress.model_step = (uint64_t)step;
   } else if (ev && !strcmp(ev, "early_stop")) { /* why it ends before its last step */
     const char *why = cJSON_GetStringValue(cJSON_GetObjectItem(j, "message"));
     size_t k = 0;

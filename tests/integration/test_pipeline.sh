@@ -69,6 +69,8 @@ expect_eq "$(jstate "$S2")" "succeeded" "(stage 2: $("$COLOCTL" status "$S2"))"
 L1=$("$COLOCTL" logs "$S1")
 L2=$("$COLOCTL" logs "$S2")
 expect_contains "$L2" "initial weights from $TMP/ckpt/job-$S1/step_00001000"
+# the status names the step "newest" was, as the ranks loaded it (Progress.model_step)
+expect_contains "$("$COLOCTL" status "$S2")" "weights    from job $S1's newest checkpoint (step 1000)"
 first_loss() { python3 -c 'import re,sys; print(re.search(r"step\s+1/\d+ \| loss ([0-9.]+)", sys.stdin.read()).group(1))'; }
 l1_first=$(first_loss <<<"$L1")
 l1_last=$(python3 -c 'import re,sys; print(re.findall(r"step\s+1000/1000 \| loss ([0-9.]+)", sys.stdin.read())[-1])' <<<"$L1")

@@ -291,6 +291,7 @@ expect_contains "$(tail -1 "$TMP/ewait.out")" "job $EJ  SUCCEEDED   all 2 ranks 
 expect_contains "$(cat "$TMP/ewait.out")" "job $EJ  evaluated at step 0  val loss "
 expect_contains "$(cat "$TMP/ewait.out")" "  hs acc_norm "
 expect_contains "$("$COLOCTL" status "$EJ")" "  training   none: the model is evaluated (train.steps 0), batch 4, bf16"
+expect_contains "$("$COLOCTL" status "$EJ")" "  weights    from job $GJ's newest checkpoint (step 20)"
 expect_contains "$("$COLOCTL" logs "$EJ")" "train.steps=0: the model is evaluated, not trained, and no checkpoint is written"
 expect_eq "$("$COLOCTL" checkpoints "$EJ" --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["checkpoints"]))')" "0"
 python3 - "$("$COLOCTL" status "$GJ" --json)" "$("$COLOCTL" status "$EJ" --json)" <<'PY' || fail "the evaluation job's scores"

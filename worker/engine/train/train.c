@@ -2160,8 +2160,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                           : "");
     if (lead && cfg->progress) {
       char js[2500];
-      fprintf(cfg->progress, "{\"event\":\"init_from\",\"path\":\"%s\"}\n",
+      colo_ckpt_meta_t im; /* a colo checkpoint's: its step too */
+      char why[256];
+      int known = colo_ckpt_read_meta(cfg->init_from, &im, why, sizeof why) == 0;
+      fprintf(cfg->progress, "{\"event\":\"init_from\",\"path\":\"%s\"",
               json_str(js, sizeof js, cfg->init_from));
+      if (known)
+        fprintf(cfg->progress, ",\"step\":%llu", (unsigned long long)im.step);
+      fputs("}\n", cfg->progress);
       fflush(cfg->progress);
     }
   } else if (!ckpt_path[0] || lora) {
