@@ -4,6 +4,7 @@
  * printed on one line); 2 bad usage.
  */
 #define _GNU_SOURCE /* strptime, timegm */
+#include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -2122,8 +2123,19 @@ static int cmd_checkpoints(ctl_t *c, int argc, char **argv) {
     }
     static const char *const H[] = {"STEP",     "ATTEMPT",         "SIZE", "AGE",
                                     "VAL LOSS", "MANIFEST SHA256", "PATH", NULL};
-    static const char *const HS[] = {"STEP",  "ATTEMPT",         "SIZE", "AGE", "VAL LOSS",
-                                     "SCORE", "MANIFEST SHA256", "PATH", NULL};
+    /* the score's column is named for the job's train.best_metric (HS.ACC_NORM) */
+    char metric[80] = "SCORE";
+    Colo__V1__GetJobResponse *gj = NULL;
+    if (scores && get_job(c, id, &gj) == 0 && gj->job && gj->job->spec && gj->job->spec->train &&
+        gj->job->spec->train->best_metric && gj->job->spec->train->best_metric[0]) {
+      snprintf(metric, sizeof metric, "%s", gj->job->spec->train->best_metric);
+      for (char *q = metric; *q; q++)
+        *q = (char)toupper((unsigned char)*q);
+    }
+    if (gj)
+      colo__v1__get_job_response__free_unpacked(gj, NULL);
+    const char *const HS[] = {"STEP", "ATTEMPT",         "SIZE", "AGE", "VAL LOSS",
+                              metric, "MANIFEST SHA256", "PATH", NULL};
     table_t *t = table_new(scores ? HS : H);
     int64_t now = now_ms();
     for (size_t i = 0; i < resp->n_checkpoints; i++) {

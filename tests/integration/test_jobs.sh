@@ -259,7 +259,7 @@ for s, c in rows.items():
     assert m["score"]["metric"] == "hs.acc_norm" and f32(c["score"]) == f32(m["score"]["value"]), (c, m)
     assert abs(c["score"] - sc[s]) < 1e-6, (c, sc[s])
 table = {int(l.split()[0]): l for l in open(sys.argv[3]).read().splitlines()[1:]}
-assert "SCORE" in open(sys.argv[3]).readline(), open(sys.argv[3]).read()
+assert "VAL LOSS  HS.ACC_NORM  " in open(sys.argv[3]).readline(), open(sys.argv[3]).read()
 assert re.search(r"\s%.4f \(highest\)\s" % sc[best], table[best]), table
 assert open(sys.argv[5]).read().strip() == rows[best]["path"], open(sys.argv[5]).read()
 hi = max(sc.values())
