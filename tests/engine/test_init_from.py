@@ -235,8 +235,7 @@ def average(tmp, ck):
         subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_%08d" % s), "--out", out],
                        check=True, capture_output=True)
         ex[s] = read_safetensors(out)
-    os.mkdir(os.path.join(tmp, "avg"))
-    avg = os.path.join(tmp, "avg", "model.safetensors")
+    avg = os.path.join(tmp, "avg", "model.safetensors")  # its folder made as needed
     r = run("average", "--checkpoint", ck, "--last", "2", "--out", avg, "--config",
             os.path.join(tmp, "avg", "config.json"))
     got = read_safetensors(avg) if r.returncode == 0 else {}

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "../../common/error.h"
+#include "../../common/fs.h"
 #include "../../common/jobspec.h"
 #include "../../common/pbcodec.h"
 #include "backend/backend.h"
@@ -2521,6 +2522,18 @@ static int cmd_average(int argc, char **argv) {
     return usage_error("average", msg);
   }
   char err[1024];
+  for (int k = 0; k < 2; k++) { /* their folders, made as needed (avg/model.safetensors) */
+    const char *f = k ? config : out;
+    const char *slash = f ? strrchr(f, '/') : NULL;
+    char dir[2100];
+    if (!slash || slash == f || (size_t)(slash - f) >= sizeof dir)
+      continue;
+    snprintf(dir, sizeof dir, "%.*s", (int)(slash - f), f);
+    if (colo_mkdirs(dir, 0755) < 0) {
+      fprintf(stderr, "colo-train average: %s: %s\n", dir, strerror(errno));
+      return 1;
+    }
+  }
   if (colo_average_checkpoints(ckpts, weights ? w : NULL, n, out, config, err, sizeof err) < 0) {
     fprintf(stderr, "colo-train average: %s\n", err);
     return 1;
