@@ -1683,8 +1683,10 @@ static int cmd_train(int argc, char **argv) {
   if (init_ckpts && spec->train->init_average > 1) {
     unsigned na = spec->train->init_average;
     uint64_t steps[64];
+    static char dirs[64][1200];
+    const char *p[64];
     size_t have = 0;
-    colo_ckpt_newest(init_ckpts, steps, na, &have);
+    colo_ckpt_newest(init_ckpts, na, dirs, steps, &have);
     if (have < na) {
       fprintf(stderr,
               "colo-train train: train.init_average=%u: %s holds %zu complete checkpoint%s to "
@@ -1693,12 +1695,8 @@ static int cmd_train(int argc, char **argv) {
       colo__v1__job_spec__free_unpacked(spec, NULL);
       return COLO_EXIT_CONFIG;
     }
-    static char dirs[64][1200];
-    const char *p[64];
-    for (unsigned i = 0; i < na; i++) { /* oldest first */
-      colo_ckpt_step_dir(init_ckpts, steps[na - 1 - i], dirs[i], sizeof dirs[i]);
+    for (unsigned i = 0; i < na; i++) /* oldest first */
       p[i] = dirs[i];
-    }
     char mine[2300];
     if (ckpt_dir) {
       mkdir(ckpt_dir, 0755);
@@ -1720,7 +1718,7 @@ static int cmd_train(int argc, char **argv) {
     }
     if (rank == 0)
       printf("initial weights: the mean of %u checkpoints of %s, steps %llu to %llu, in %s\n", na,
-             init_ckpts, (unsigned long long)steps[na - 1], (unsigned long long)steps[0],
+             init_ckpts, (unsigned long long)steps[0], (unsigned long long)steps[na - 1],
              init_ckpt);
   }
   char init_from[2100] = "";
@@ -2491,16 +2489,13 @@ static int cmd_average(int argc, char **argv) {
       return usage_error("average", "--last takes one --checkpoint: a directory of checkpoints");
     uint64_t steps[MAX_AVERAGE];
     size_t have;
-    if (colo_ckpt_newest(ckpts[0], steps, (size_t)last, &have) < 0 || have < (size_t)last) {
+    if (colo_ckpt_newest(ckpts[0], (size_t)last, dirs, steps, &have) < 0 || have < (size_t)last) {
       fprintf(stderr, "colo-train average: --last %d: %s holds %zu complete checkpoint%s, not %d\n",
               last, ckpts[0], have, have == 1 ? "" : "s", last);
       return 1;
     }
-    const char *root = ckpts[0];
-    for (int i = 0; i < last; i++) {
-      colo_ckpt_step_dir(root, steps[last - 1 - i], dirs[i], sizeof dirs[i]); /* oldest first */
+    for (int i = 0; i < last; i++) /* oldest first */
       ckpts[i] = dirs[i];
-    }
     n = last;
   }
   double w[MAX_AVERAGE];

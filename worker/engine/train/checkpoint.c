@@ -1272,17 +1272,27 @@ static int cmp_desc(const void *a, const void *b) {
   return x > y ? -1 : x < y;
 }
 
-int colo_ckpt_newest(const char *root, uint64_t *steps, size_t want, size_t *n) {
+int colo_ckpt_newest(const char *root, size_t want, char (*dirs)[1200], uint64_t *steps,
+                     size_t *n) {
   unsigned long long all[4096];
   size_t k;
   *n = 0;
   if (list_steps(root, all, 4096, &k) < 0)
     return COLO_ENOENT;
   qsort(all, k, sizeof all[0], cmp_desc);
-  for (size_t i = 0; i < k && *n < want; i++) {
-    char dir[1200], err[512];
-    if (colo_ckpt_find_step(root, all[i], dir, sizeof dir, err, sizeof err) == 0)
+  for (size_t i = 0; i < k && *n < want; i++) { /* newest first, then turned round */
+    char err[512];
+    if (colo_ckpt_find_step(root, all[i], dirs[*n], sizeof dirs[0], err, sizeof err) == 0)
       steps[(*n)++] = all[i];
+  }
+  for (size_t i = 0; i < *n / 2; i++) {
+    char d[1200];
+    uint64_t s = steps[i];
+    memcpy(d, dirs[i], sizeof d);
+    memcpy(dirs[i], dirs[*n - 1 - i], sizeof d);
+    memcpy(dirs[*n - 1 - i], d, sizeof d);
+    steps[i] = steps[*n - 1 - i];
+    steps[*n - 1 - i] = s;
   }
   return 0;
 }

@@ -165,15 +165,15 @@ int colo_ckpt_find_latest(const char *root, char *out, size_t out_len, char *ski
 /* The best checkpoint under root by what its manifest records (colo_ckpt_rank: the highest score,
  * else the lowest validation loss; the newest of equals) that verifies, as
  * colo_ckpt_find_latest; COLO_ENOENT when none records one or none of those verifies. */
-/* The steps of the `want` newest checkpoints under root that verify, newest first, in steps; *n
- * says how many there are (fewer when there are not so many). COLO_ENOENT: root is no
- * directory. */
-int colo_ckpt_newest(const char *root, uint64_t *steps, size_t want, size_t *n);
+int colo_ckpt_find_best(const char *root, char *out, size_t out_len, char *skipped,
+                        size_t skipped_len);
 /* What ranks a checkpoint, lower better: minus its score when it records one (the run's
  * train.best_metric), else its validation loss; NaN: neither (it is not ranked). */
 float colo_ckpt_rank(const colo_ckpt_meta_t *meta);
-int colo_ckpt_find_best(const char *root, char *out, size_t out_len, char *skipped,
-                        size_t skipped_len);
+/* The `want` newest checkpoints under root that verify, oldest first: their directories in dirs
+ * and their steps in steps; *n says how many there are (fewer when there are not so many).
+ * COLO_ENOENT: root is no directory. */
+int colo_ckpt_newest(const char *root, size_t want, char (*dirs)[1200], uint64_t *steps, size_t *n);
 
 /* Keeps the `keep` newest checkpoints under root that have a manifest (and anything newer than
  * the oldest of them), those written as asked, and with keep_best the best by what its manifest

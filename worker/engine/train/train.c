@@ -1706,9 +1706,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   int *in = NULL, *tg = NULL;
   dpo_t dpo_s = {0}, *dpo = NULL; /* train.dpo_beta */
   float last_loss = NAN, last_val = NAN, last_score = NAN;
-  colo_spike_t *spike = NULL; /* optimizer.skip_spike_sigma's history */
-  int val_step = -1;          /* the step last_val was measured at */
-  int auto_pending = 0;       /* memory.placement=auto, in its warm-up step */
+  colo_spike_t *resumed_spike = NULL; /* optimizer.skip_spike_sigma's history, as resumed */
+  int val_step = -1;                  /* the step last_val was measured at */
+  int auto_pending = 0;               /* memory.placement=auto, in its warm-up step */
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
   /* the mesh: rank = dp_idx × tp + tp_idx, tensor-parallel ranks adjacent (one host, one NVLink
@@ -2047,10 +2047,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
 
   int start = 0;
   early_t es = {cfg->best_set ? -INFINITY : INFINITY, -1, 0}; /* none yet */
-  if (cfg->spike_sigma > 0 && !(spike = calloc(1, sizeof *spike))) {
-    rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
-    goto out;
-  }
   char ckpt_path[1200] = "";
   colo_loss_scaler_t scaler;
   colo_loss_scaler_init(&scaler, cfg->loss_scale_init, cfg->loss_scale_window);
@@ -2119,8 +2115,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       start = (int)meta.step;
       if (meta.es_kept)
         es = (early_t){meta.es_best, meta.es_best_step, meta.es_since};
-      if (spike && meta.spike_kept)
-        *spike = meta.spike;
+      if (cfg->spike_sigma > 0 && meta.spike_kept) { /* into the run's meta, once it is made */
+        if (!(resumed_spike = malloc(sizeof *resumed_spike))) {
+          rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
+          goto out;
+        }
+        *resumed_spike = meta.spike;
+      }
       snprintf(ckpt_path, sizeof ckpt_path, "%s", dir);
       if (!cfg->quiet && lead)
         printf("resumed from %s at step %d\n", dir, start);
@@ -2378,6 +2379,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .dpo_reference = dpo_pre};
   if (cfg->best_set)
     metric_name(cfg, meta.score_name, sizeof meta.score_name);
+  /* skipping spikes: the history lives in the meta that every checkpoint writes */
+  colo_spike_t *spike = cfg->spike_sigma > 0 ? &meta.spike : NULL;
+  meta.spike_kept = spike != NULL;
+  if (spike && resumed_spike)
+    *spike = *resumed_spike;
   if (lora && base) { /* absolute, for an eval or export run from anywhere */
     char *abs = realpath(base, NULL);
     snprintf(meta.lora_base, sizeof meta.lora_base, "%s", abs ? abs : base);
@@ -2649,11 +2655,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       take = !sv.skip;
       spike->skipped += (uint64_t)sv.skip;
     }
-    if (spike) {
+    if (spike)
       colo_spike_push(spike, cfg->spike_window, (float)loss, norm);
-      meta.spike_kept = 1;
-      meta.spike = *spike;
-    }
     float lr = colo_lr_at(&cfg->optim, step);
     if (take && lora) {
       const colo_adamw_config_t *oc = &opt.cfg;
@@ -2848,7 +2851,7 @@ out:
   if (rc < 0 && comm && world > 1)
     comm->ops->abort(comm); /* the peers fail at once rather than at their deadlines */
   free(dump_host);
-  free(spike);
+  free(resumed_spike);
   free(pieces);
   if (tpc)
     tpc->ops->destroy(tpc);
