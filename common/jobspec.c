@@ -471,6 +471,31 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                o->skip_spike_window);
   if (o->schedule == COLO__V1__SCHEDULE__SCHEDULE_UNSPECIFIED)
     return bad(err, errlen, "optimizer.schedule must be cosine, linear, constant or wsd");
+  if (o->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_UNSPECIFIED)
+    return bad(err, errlen, "optimizer.name must be adamw or muon");
+  if (!(o->muon_momentum >= 0.0f && o->muon_momentum < 1.0f))
+    return bad(err, errlen, "optimizer.muon_momentum=%s must be in [0, 1)",
+               fmt_float(o->muon_momentum, a, sizeof a));
+  if (o->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON) {
+    /* Muon orthogonalizes whole matrices: tensor parallelism would split them (ZeRO's pieces are
+     * gathered for it, a chunk at a time) */
+    if (p->tp > 1)
+      return bad(err, errlen,
+                 "optimizer.name=muon needs parallel.tp=1 (it is %u): Muon orthogonalizes whole "
+                 "matrices, and tensor parallelism splits them",
+                 p->tp);
+    if (mem->placement != COLO__V1__PLACEMENT__PLACEMENT_DEVICE)
+      return bad(err, errlen,
+                 "optimizer.name=muon needs memory.placement=device: Muon's matrices are "
+                 "orthogonalized on the device");
+    if (t->lora_rank > 0)
+      return bad(err, errlen,
+                 "optimizer.name=muon trains a whole model: train.lora_rank=%u's adapters take "
+                 "adamw",
+                 t->lora_rank);
+  } else if (o->muon_momentum != 0.95f)
+    return bad(err, errlen, "optimizer.muon_momentum=%s needs optimizer.name=muon",
+               fmt_float(o->muon_momentum, a, sizeof a));
   if (o->decay_steps && o->schedule != COLO__V1__SCHEDULE__SCHEDULE_WSD)
     return bad(err, errlen,
                "optimizer.decay_steps=%u needs optimizer.schedule=wsd (the others decay from the "

@@ -36,6 +36,12 @@ the rotary frequencies (its formula written here as HF's), and with Qwen2's bias
 and another RMSNorm epsilon (exported as Qwen2ForCausalLM); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
 file and config.json, loaded into a model written under HF's names and layout: its loss on a
 batch equals the colo-layout model's on the run's final weights.
+
+Last, `--optimizer muon` (GPT-2, Llama with grouped-query attention, Llama): the blocks' weight
+matrices by torch.optim.Muon's algorithm (PyTorch 2.9's, written out here as MuonRef: Debian's
+torch has no Muon), each of q, k, v and gate, up orthogonalized by itself, with
+adjust_lr_fn="match_rms_adamw"; the rest by torch.optim.AdamW. Losses, norms and final weights
+as above.
 """
 import json
 import math
@@ -140,6 +146,8 @@ def main():
     replay(tmp, check, None, "llama-untied")
     replay(tmp, check, None, "llama-rope3")
     replay(tmp, check, None, "qwen2")
+    replay(tmp, check, None, optim="muon")
+    replay(tmp, check, None, "llama-mqa", optim="muon")
     for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3", "qwen2"):
         export_llama(tmp, check, arch)
     print("%d failed" % len(failures))
@@ -184,17 +192,68 @@ def make_model(arch):
                  qkv_bias=arch == "qwen2", eps=1e-2 if arch == "qwen2" else 1e-5)
 
 
-def replay(tmp, check, ls, arch="gpt2", data=None, doc=None):
+def newton_schulz(G, steps=5, eps=1e-7):
+    """torch.optim.Muon's _zeropower_via_newtonschulz (PyTorch 2.9), in fp32: the matrix (its
+    transpose when taller than wide) over its Frobenius norm, then five quintic iterations"""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    X = G.T if G.size(0) > G.size(1) else G
+    X = X / X.norm().clamp(min=eps)
+    for _ in range(steps):
+        A = X @ X.T
+        B = torch.addmm(A, A, A, beta=b, alpha=c)
+        X = torch.addmm(X, B, X, beta=a)
+    return X.T if G.size(0) > G.size(1) else X
+
+
+class MuonRef:
+    """torch.optim.Muon's step (PyTorch 2.9; Debian's torch has none) with adjust_lr_fn=
+    "match_rms_adamw", nesterov: buf.lerp_(g, 1 − β); u = g.lerp(buf, β); each of the tensor's
+    matrices (blocks: column ranges; q, k and v of c_attn, gate and up of Llama's c_fc)
+    orthogonalized and scaled by 0.2·√max(rows, cols); p·(1 − lr·wd) − lr·that."""
+
+    def __init__(self, params, blocks, beta, wd):
+        self.params, self.blocks, self.beta, self.wd = params, blocks, beta, wd
+        self.buf = {n: torch.zeros_like(p) for n, p in params.items()}
+
+    @torch.no_grad()
+    def step(self, lr):
+        for n, p in self.params.items():
+            g = p.grad
+            self.buf[n].lerp_(g, 1 - self.beta)
+            u = g.lerp(self.buf[n], self.beta)
+            out = torch.empty_like(u)
+            for c0, c1 in self.blocks[n]:
+                blk = u[:, c0:c1]
+                out[:, c0:c1] = newton_schulz(blk) * 0.2 * math.sqrt(max(blk.shape))
+            p.mul_(1 - lr * self.wd)
+            p.add_(out, alpha=-lr)
+
+
+def muon_blocks(model, n, arch):
+    """the column ranges Muon orthogonalizes one by one in tensor n"""
+    rows, cols = model.p[n].shape
+    if n.endswith("attn.c_attn.weight"):  # [C][C + 2·KV]
+        kv = (cols - C) // 2
+        return [(0, C), (C, C + kv), (C + kv, cols)]
+    if n.endswith("mlp.c_fc.weight") and arch != "gpt2":  # Llama's [C][2H]: gate, up
+        return [(0, cols // 2), (cols // 2, cols)]
+    return [(0, cols)]
+
+
+def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
     tag = ("" if ls is None else "[loss scaling] ") + ("" if arch == "gpt2" else "[%s] " % arch) + \
-        ("" if data is None else "[loss mask] ") + ("" if doc is None else "[documents] ")
-    dump = os.path.join(tmp, "dump%s-%s%s%s.safetensors" % ("" if ls is None else "-ls", arch,
-                                                             "" if data is None else "-mask",
-                                                             "" if doc is None else "-doc"))
+        ("" if data is None else "[loss mask] ") + ("" if doc is None else "[documents] ") + \
+        ("" if optim == "adamw" else "[%s] " % optim)
+    dump = os.path.join(tmp, "dump%s-%s%s%s%s.safetensors" % ("" if ls is None else "-ls", arch,
+                                                               "" if data is None else "-mask",
+                                                               "" if doc is None else "-doc",
+                                                               "" if optim == "adamw" else "-" + optim))
     extra = ARCH_ARGS[arch] + ([] if ls is None else [
         "--loss-scaling", "dynamic", "--loss-scale-init", str(ls["init"]),
         "--loss-scale-window", str(ls["window"]),
         "--plant-overflow", ",".join(str(x) for x in ls["planted"])]) + \
-        ([] if doc is None else ["--document-token", str(doc)])
+        ([] if doc is None else ["--document-token", str(doc)]) + \
+        ([] if optim == "adamw" else ["--optimizer", optim])
     ref = colo_train(tmp, dump, extra, data)
     names = [k[len("init."):] for k in ref if k.startswith("init.")]
 
@@ -217,12 +276,29 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None):
     with torch.no_grad():
         for n in model.names:
             model.p[n].copy_(ref["init." + n])
-    opt = torch.optim.AdamW(model.param_groups(WD), lr=LR, betas=(B1, B2), eps=EPS)
+    muon = None
+    if optim == "muon":  # the blocks' matrices by Muon, the rest by AdamW
+        mu = [n for n in model.names if n.startswith("transformer.h.") and model.p[n].dim() == 2]
+        rest = [n for n in model.names if n not in mu]
+        opt = torch.optim.AdamW([{"params": [model.p[n] for n in rest if model.p[n].dim() == 2],
+                                  "weight_decay": WD},
+                                 {"params": [model.p[n] for n in rest if model.p[n].dim() == 1],
+                                  "weight_decay": 0.0}], lr=LR, betas=(B1, B2), eps=EPS)
+        muon = MuonRef({n: model.p[n] for n in mu}, {n: muon_blocks(model, n, arch) for n in mu},
+                       0.95, WD)
+        nblocks = sum(len(b) for b in muon.blocks.values())
+        check(tag + "Muon's matrices", nblocks == L * (6 if arch == "gpt2" else 7),
+              "%d tensors, %d matrices" % (len(mu), nblocks))
+    else:
+        opt = torch.optim.AdamW(model.param_groups(WD), lr=LR, betas=(B1, B2), eps=EPS)
     scaler = None if ls is None else ScalerRef(ls["init"], ls["window"])
 
     worst_grad, worst_loss, worst_norm, scales_ok, skipped = 0.0, 0.0, 0.0, True, 0
     for step in range(STEPS):
         opt.zero_grad(set_to_none=False)
+        for n in (muon.params if muon is not None else ()):
+            if model.p[n].grad is not None:
+                model.p[n].grad.zero_()
         scale = 1.0 if scaler is None else scaler.scale
         loss_sum = 0.0
         batches = [ref["batch.%d.%d" % (step, micro)].long() for micro in range(ACCUM)]
@@ -267,6 +343,8 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None):
         for g in opt.param_groups:
             g["lr"] = lr_at(step)
         opt.step()
+        if muon is not None:
+            muon.step(lr_at(step))
     check(tag + "losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4, "worst %.2e" % worst_loss)
     check(tag + "gradient norms of %d taken steps (rel 1e-4)" % (STEPS - skipped), worst_norm <= 1e-4,
           "worst %.2e" % worst_norm)
@@ -275,7 +353,8 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None):
               "%s" % " ".join("%g" % x for x in ref["loss_scales"].tolist()))
         check(tag + "steps skipped", skipped == len(ls["planted"]), "%d" % skipped)
     worst_w = max((model.p[n].detach() - ref["final." + n]).abs().max().item() for n in model.names)
-    check(tag + "weights after %d AdamW steps (abs 1e-4)" % (STEPS - skipped), worst_w <= 1e-4,
+    check(tag + "weights after %d %s steps (abs 1e-4)" % (STEPS - skipped, "AdamW" if muon is None else "Muon and AdamW"),
+          worst_w <= 1e-4,
           "worst %.2e" % worst_w)
     moved = max((model.p[n].detach() - ref["init." + n]).abs().max().item() for n in model.names)
     check(tag + "the weights did move", moved > 1e-3, "max change %.2e" % moved)

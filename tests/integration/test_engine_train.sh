@@ -475,6 +475,51 @@ expect_eq "$ERR" "colo-train train: optimizer.skip_spike_sigma=-1 must be in [0,
 expect_rc 78 "$CT" train "${MODEL[@]}" --skip-spike-sigma 3 --skip-spike-window 2
 expect_eq "$ERR" "colo-train train: optimizer.skip_spike_window=2 must be 4 to 1024 steps"
 
+# Muon (optimizer.name: muon): the run says which matrices it takes; its checkpoints say "muon"
+# with the momentum, hold Muon's momentum as the matrices' first moments and zeros as their
+# second; a run stopped at 15 and resumed ends on the whole run's weights, bit for bit; two
+# pipeline stages give the single process's losses; a muon checkpoint is not resumed by AdamW.
+mu=("${MODEL[@]:0:${#MODEL[@]}-1}" --steps 30 --eval-interval 10 --lr 3e-3 --ckpt-interval 10
+  --optimizer muon)
+expect_rc 0 "$CT" train "${mu[@]}" --ckpt-dir "$TMP/mu" --progress "$TMP/mu.jsonl"
+expect_contains "$OUT" "optimizer: muon (momentum 0.95, Nesterov, 5 Newton-Schulz steps, the update's RMS matched to AdamW's) for 12 matrices, 98304 parameters; adamw for the other 20224"
+mu+=(--quiet)
+expect_rc 0 "$CT" train "${mu[@]}" --ckpt-dir "$TMP/mu2" --progress "$TMP/mu2a.jsonl" --stop-at 15
+expect_rc 0 "$CT" train "${mu[@]}" --ckpt-dir "$TMP/mu2" --progress "$TMP/mu2b.jsonl" --resume auto
+expect_rc 0 "$CT" train "${mu[@]}" --nproc 2 --pp 2 --threads 1 --ckpt-dir "$TMP/mu3" --progress "$TMP/mu3.jsonl"
+cmp "$TMP/mu/step_00000030/rank_00000.safetensors" "$TMP/mu2/step_00000030/rank_00000.safetensors" ||
+  fail "muon: the resumed run's weights differ at step 30"
+python3 - "$TMP/mu" "$TMP/mu.jsonl" "$TMP/mu2b.jsonl" "$TMP/mu3.jsonl" <<'PY' || fail "muon"
+import json, struct, sys
+import numpy as np
+d = sys.argv[1] + "/step_00000030/"
+m = json.load(open(d + "manifest.json"))
+assert m["optimizer"] == {"kind": "muon", "momentum": 0.95, "t": 30}, m["optimizer"]
+with open(d + "rank_00000.safetensors", "rb") as f:
+    n = struct.unpack("<Q", f.read(8))[0]
+    hdr, data = json.loads(f.read(n)), f.read()
+def t(name):
+    b, e = hdr[name]["data_offsets"]
+    return np.frombuffer(data[b:e], dtype=np.float32)
+mats = [k[len("optimizer.exp_avg."):] for k in hdr if k.startswith("optimizer.exp_avg.transformer.h.") and len(hdr[k]["shape"]) == 2]
+assert len(mats) == 8, mats
+for k in mats:  # Muon's: momentum, no second moment
+    assert np.abs(t("optimizer.exp_avg." + k)).max() > 0 and not t("optimizer.exp_avg_sq." + k).any(), k
+for k in ("transformer.wte.weight", "transformer.h.0.ln_1.weight"):  # AdamW's: both
+    assert t("optimizer.exp_avg_sq." + k).any(), k
+steps = lambda f: [(r["step"], r["loss"]) for r in map(json.loads, open(f)) if r["event"] == "step"]
+a, b, p = steps(sys.argv[2]), steps(sys.argv[3]), steps(sys.argv[4])
+assert b == a[15:], "resumed"
+worst = max(abs(x[1] - y[1]) / abs(x[1]) for x, y in zip(a, p))
+assert len(p) == 30 and worst <= 1e-5, ("two stages", worst)
+print("muon: %d matrices with momentum alone; loss %.4f -> %.4f; resumed at 15: the same; two "
+      "stages: losses within %.1e" % (len(mats), a[0][1], a[-1][1], worst))
+PY
+expect_rc 78 "$CT" train "${MODEL[@]}" --steps 30 --eval-interval 10 --lr 3e-3 --ckpt-interval 10 --ckpt-dir "$TMP/mu" --resume auto
+expect_eq "$ERR" "colo-train train: checkpoint $TMP/mu/step_00000030 was trained with optimizer muon, this run has adamw: its moments do not carry over (train.init_from takes its weights alone)"
+expect_rc 78 "$CT" train "${MODEL[@]}" --optimizer muon --tp 2 --nproc 2
+expect_eq "$ERR" "colo-train train: optimizer.name=muon needs parallel.tp=1 (it is 2): Muon orthogonalizes whole matrices, and tensor parallelism splits them"
+
 # The checkpoint directory must be one for every rank. Two ranks started by hand, as the workers
 # of two hosts without a shared checkpoint root would start them, each with a directory of its
 # own: both stop before a first step (exit 78), rank 1 naming its host and what it did not see.

@@ -11,6 +11,8 @@
 #   - bf16 (the GPU's default) and fp16 (with dynamic loss scaling) activations: the validation
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
 #   - overflows planted at steps 5 and 6 are skipped;
+#   - Muon trains as on the CPU (fp32, and under ZeRO-3 on two ranks), in bf16 near fp32, and
+#     resumes exactly;
 #   - LoRA adapters on the fp32 run's model train as on the CPU (fp32), in bf16 near fp32, resume
 #     exactly, and their checkpoint evaluates as on the CPU; with the frozen model sharded by
 #     ZeRO-3 in host memory, as with it whole on the GPU; the chunk cache keeps its chunks;
@@ -522,26 +524,34 @@ assert abs(a - b) <= 0.02 * a and abs(c - b) <= 0.01 * c
 PY
 done
 
-# LoRA on the GPU: adapters on the fp32 run's model (frozen) train as on the CPU (every step's
-# loss within 1e-3, val loss within 1%), in bf16 within 2% of fp32; stopped and resumed, the same
-# checkpoint; its eval (the adapters merged) on the GPU as on the CPU
+# a run's training (its flags after `what` and `dir`) on the CPU and the GPU in fp32 (every step's
+# loss within 1e-3, val loss within 1%), on the GPU in bf16 within 2% of fp32, and stopped at D/2
+# and resumed on the GPU: the straight run's checkpoint, bit for bit ($TMP/dir-gpu, -cpu, -r)
+like_the_cpu() { # what dir flags...
+  local what=$1 dir=$2
+  shift 2
+  for dev in cpu gpu; do
+    expect_rc 0 "$CT" train "${M[@]}" "$@" --device "$([ "$dev" = gpu ] && echo "$GPU" || echo cpu)" \
+      --precision fp32 --ckpt-dir "$TMP/$dir-$dev" --progress "$TMP/$dir-$dev.jsonl" --quiet
+  done
+  same_training "$what, GPU vs CPU" "$TMP/$dir-cpu.jsonl" "$TMP/$dir-gpu.jsonl" 1e-3
+  expect_rc 0 "$CT" train "${M[@]}" "$@" --device "$GPU" --precision bf16 \
+    --progress "$TMP/$dir-bf16.jsonl" --quiet
+  same_training "$what, GPU bf16 vs fp32" "$TMP/$dir-gpu.jsonl" "$TMP/$dir-bf16.jsonl" 2e-2
+  expect_rc 0 "$CT" train "${M[@]}" "$@" --device "$GPU" --precision fp32 --ckpt-dir "$TMP/$dir-r" \
+    --stop-at $((D / 2)) --quiet
+  expect_rc 0 "$CT" train "${M[@]}" "$@" --device "$GPU" --precision fp32 --ckpt-dir "$TMP/$dir-r" \
+    --resume auto --quiet
+  cmp "$TMP/$dir-gpu/$dlast/rank_00000.safetensors" "$TMP/$dir-r/$dlast/rank_00000.safetensors" ||
+    fail "GPU $what: stop at $((D / 2)) and resume differs from the straight run"
+}
+
+# LoRA on the GPU: adapters on the fp32 run's model (frozen) train as on the CPU (like_the_cpu);
+# its checkpoint's eval (the adapters merged) on the GPU as on the CPU
 cp -r "$ck" "$TMP/data/lora-base"
 LO=(--init-from lora-base --lora-rank 8 --lora-alpha 16 --steps "$D" --warmup 5 --lr 1e-2
   --eval-interval "$D")
-for dev in cpu gpu; do
-  expect_rc 0 "$CT" train "${M[@]}" "${LO[@]}" --device "$([ "$dev" = gpu ] && echo "$GPU" || echo cpu)" \
-    --precision fp32 --ckpt-dir "$TMP/lora-$dev" --progress "$TMP/lora-$dev.jsonl" --quiet
-done
-same_training "LoRA, GPU vs CPU" "$TMP/lora-cpu.jsonl" "$TMP/lora-gpu.jsonl" 1e-3
-expect_rc 0 "$CT" train "${M[@]}" "${LO[@]}" --device "$GPU" --precision bf16 \
-  --progress "$TMP/lora-bf16.jsonl" --quiet
-same_training "LoRA, GPU bf16 vs fp32" "$TMP/lora-gpu.jsonl" "$TMP/lora-bf16.jsonl" 2e-2
-expect_rc 0 "$CT" train "${M[@]}" "${LO[@]}" --device "$GPU" --precision fp32 --ckpt-dir "$TMP/lora-r" \
-  --stop-at $((D / 2)) --quiet
-expect_rc 0 "$CT" train "${M[@]}" "${LO[@]}" --device "$GPU" --precision fp32 --ckpt-dir "$TMP/lora-r" \
-  --resume auto --quiet
-cmp "$TMP/lora-gpu/$dlast/rank_00000.safetensors" "$TMP/lora-r/$dlast/rank_00000.safetensors" ||
-  fail "GPU LoRA: stop at $((D / 2)) and resume differs from the straight run"
+like_the_cpu LoRA lora "${LO[@]}"
 for dev in cpu gpu; do
   expect_rc 0 "$CT" eval --checkpoint "$TMP/lora-gpu/$dlast" --data "$TMP/data/val.bin" --batches "$EVB" --device $dev
   eval "lev_$dev=$(sed -n 's/^val loss \([0-9.]*\) .*/\1/p' <<<"$OUT")"
@@ -549,6 +559,13 @@ done
 python3 -c "import sys; a, b = $lev_cpu, $lev_gpu; sys.exit(0 if abs(a - b) <= 1e-4 * a else 1)" ||
   fail "LoRA checkpoint: eval on the GPU $lev_gpu, on the CPU $lev_cpu"
 echo "LoRA on the GPU: eval of its checkpoint $lev_gpu (CPU $lev_cpu); resumed exactly"
+
+# Muon (optimizer.name: muon), its Newton-Schulz products in fp32 (on TF32 tensor cores in bf16)
+like_the_cpu Muon muon --optimizer muon --steps "$D" --warmup 5 --eval-interval "$D"
+# and under ZeRO-3 over two GPU ranks (a chunk's pieces of its input gathered on the GPU)
+dp_run mu-dp-cpu cpu 0 --optimizer muon
+dp_run mu-dp-gpu3 gpu 3 --optimizer muon
+same_training "Muon, data parallel (ZeRO 3), 2 GPU ranks vs 2 CPU ranks" "$TMP/mu-dp-cpu.jsonl" "$TMP/mu-dp-gpu3.jsonl" 1e-3
 
 # loss scaling with planted overflows
 expect_rc 0 "$CT" train "${M[@]}" --steps 8 --eval-interval 0 --device "$GPU" --precision fp16 --loss-scaling dynamic \

@@ -329,12 +329,16 @@ ESTEP=$(jf "$E" 'j["progress"]["step"]')
 expect_contains "$("$COLOCTL" status "$E")" "early stop lowest val loss $(jf "$E" '"%.4f" % j["progress"]["best_val_loss"]') at step $(jf "$E" 'j["progress"]["best_val_step"]'); 3 evaluations since without a new lowest, of 3"
 echo "figure: early stop: job $E SUCCEEDED at step $ESTEP of 200: $MSG"
 # documents: data.document_token goes from the job file through colod and the worker to the
-# ranks, and the status shows it
+# ranks, and the status shows it; the same job has optimizer.name: muon, which the status and
+# rank 0's log show
 DJ=$("$COLOCTL" submit "$TMP/early.yaml" --set data.document_token=10 --set train.steps=20 \
-  --set train.early_stop_patience=0 --set optimizer.warmup_steps=0 --set optimizer.lr=0.003)
+  --set train.early_stop_patience=0 --set optimizer.warmup_steps=0 --set optimizer.lr=0.003 \
+  --set optimizer.name=muon)
 wait_until 60 "job $DJ success" is_state "$DJ" succeeded
 expect_contains "$("$COLOCTL" status "$DJ")" ", attention within documents (token 10 begins each)"
 expect_contains "$("$COLOCTL" logs "$DJ")" "documents: each begins at token 10; attention stays within it"
+expect_contains "$("$COLOCTL" status "$DJ")" ", Muon (momentum 0.95) for the blocks' matrices, AdamW for the rest"
+expect_contains "$("$COLOCTL" logs "$DJ")" "optimizer: muon (momentum 0.95, Nesterov, 5 Newton-Schulz steps"
 # skipping spikes: optimizer.skip_spike_sigma from the job file to the ranks, and the count of
 # skipped updates back through the worker and colod to the status, as rank 0's log has them
 SJ=$("$COLOCTL" submit "$TMP/early.yaml" --set train.steps=40 --set train.early_stop_patience=0 \

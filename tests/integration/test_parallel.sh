@@ -9,6 +9,8 @@
 #     loss mask and with documents (attention within each) at several layouts, against
 #     one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
+#     and Muon (optimizer.name: muon) at dp=2 with ZeRO 0-3, dp=4 ZeRO-1,
+#     pp=2 x dp=2, and llama GQA at ZeRO-3;
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and ones saved at tp=2 and at
@@ -55,6 +57,17 @@ wa, wb = weights(sys.argv[1], int(sys.argv[4])), weights(sys.argv[2], int(sys.ar
 wworst = max(float(np.abs(wa[k] - wb[k]).max()) for k in wa)
 print("%-28s %d losses, worst rel diff %.2e; final weights, worst abs diff %.2e" % (sys.argv[3], len(a), worst, wworst))
 sys.exit(0 if worst <= 1e-5 and wworst <= 1e-4 else 1)
+PYEOF
+}
+
+# two runs that must not train alike: their step-10 losses differ by more than `by`
+# (reference-dir other-dir label by)
+differs() {
+  $PY - "$1/progress.jsonl" "$2/progress.jsonl" "$3" "$4" <<'PYEOF' || fail "$3: the same losses"
+import json, sys
+a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] for f in sys.argv[1:3])
+print("%s: step-10 loss %.4f and %.4f" % (sys.argv[3], a[-1], b[-1]))
+sys.exit(0 if abs(a[-1] - b[-1]) > float(sys.argv[4]) else 1)
 PYEOF
 }
 
@@ -154,13 +167,27 @@ run "$TMP/untied_pp2tp2" "${UT[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --
 run "$TMP/untied_dp2z3" "${UT[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/untied" "$TMP/untied_pp2tp2" "llama untied head pp=2 x tp=2"
 compare "$TMP/untied" "$TMP/untied_dp2z3" "llama untied head dp=2 ZeRO-3"
+# Muon (optimizer.name: muon) in every layout it takes: data parallel at each ZeRO stage (its
+# input gathered a chunk at a time, each rank orthogonalizing the matrices its pieces touch),
+# dp=4 (pieces that cut through matrices), pipeline x data parallel, and Llama with grouped-query
+# attention (q, k, v and gate, up orthogonalized each) at ZeRO-3
+MU=(--optimizer muon)
+run "$TMP/mu" "${MU[@]}" --batch-size $GLOBAL_B
+for z in 0 1 2 3; do
+  run "$TMP/mu_dp2z$z" "${MU[@]}" --nproc 2 --dp 2 --zero "$z" --batch-size $((GLOBAL_B / 2))
+  compare "$TMP/mu" "$TMP/mu_dp2z$z" "muon dp=2 ZeRO-$z"
+done
+run "$TMP/mu_dp4z1" "${MU[@]}" --nproc 4 --dp 4 --zero 1 --batch-size $((GLOBAL_B / 4))
+run "$TMP/mu_pp2dp2z1" "${MU[@]}" --nproc 4 --pp 2 --dp 2 --zero 1 --micro-batches 2 --batch-size $((GLOBAL_B / 2))
+compare "$TMP/mu" "$TMP/mu_dp4z1" "muon dp=4 ZeRO-1"
+compare "$TMP/mu" "$TMP/mu_pp2dp2z1" "muon pp=2 x dp=2 ZeRO-1"
+run "$TMP/mu_gqa" "${GQ[@]}" "${MU[@]}" --batch-size $GLOBAL_B
+run "$TMP/mu_gqa_dp2z3" "${GQ[@]}" "${MU[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+compare "$TMP/mu_gqa" "$TMP/mu_gqa_dp2z3" "muon llama GQA dp=2 ZeRO-3"
+# and it is another optimizer: not AdamW's losses
+differs "$TMP/single" "$TMP/mu" "adamw and muon" 1e-3
 # and it is another model: not GPT-2's losses
-$PY - "$TMP/single/progress.jsonl" "$TMP/llama/progress.jsonl" <<'PYEOF' || fail "llama's run is GPT-2's"
-import json, sys
-a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] for f in sys.argv[1:])
-print("gpt2 step-10 loss %.4f, llama %.4f" % (a[-1], b[-1]))
-sys.exit(0 if abs(a[-1] - b[-1]) > 1e-3 else 1)
-PYEOF
+differs "$TMP/single" "$TMP/llama" "gpt2 and llama" 1e-3
 
 # a loss mask (prompts and completions, `prepare --prompt-field`): the loss is the mean over the
 # targets of the whole batch that count, so every layout takes the same mean as one process,
@@ -238,12 +265,7 @@ run "$TMP/qwen_tp2sp" "${Q[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_
 run "$TMP/qwen_dp2z3" "${Q[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/qwen1" "$TMP/qwen_tp2sp" "qwen2 block: tp=2 sequence parallel"
 compare "$TMP/qwen1" "$TMP/qwen_dp2z3" "qwen2 block: dp=2 ZeRO-3"
-$PY - "$TMP/single/progress.jsonl" "$TMP/doc1/progress.jsonl" <<'PYEOF' || fail "documents changed nothing"
-import json, sys
-a, b = ([r["loss"] for r in map(json.loads, open(f)) if r["event"] == "step"] for f in sys.argv[1:])
-print("step-10 loss attending whole windows %.4f, within documents %.4f" % (a[-1], b[-1]))
-sys.exit(0 if abs(a[-1] - b[-1]) > 1e-2 else 1)
-PYEOF
+differs "$TMP/single" "$TMP/doc1" "attending whole windows and within documents" 1e-2
 # a stage holds only its parameters: model states (pool peak less activations) of stage 0
 read -r s1 s2 <<<"$($PY -c '
 import json, sys

@@ -323,6 +323,32 @@ class ColodTest(WithColod):
             self.assertEqual(cm.exception.details(), msg)
         self.assertEqual(job_rows(), before)
 
+    def test_a_muon_optimizer(self):
+        # optimizer.name: muon, stored as asked; its needs refused with the exact messages
+        s = spec(name="py-muon", optimizer__name=pb.OPTIMIZER_NAME_MUON, optimizer__muon_momentum=0.9)
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=s), timeout=5).job.id).spec
+        self.assertEqual(got.optimizer.name, pb.OPTIMIZER_NAME_MUON)
+        self.assertAlmostEqual(got.optimizer.muon_momentum, 0.9, places=6)
+        plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
+        self.assertEqual(plain.spec.optimizer.name, pb.OPTIMIZER_NAME_ADAMW)
+        before = job_rows()
+        for bad, msg in (
+                (spec(optimizer__name=pb.OPTIMIZER_NAME_MUON, parallel__tp=2),
+                 "optimizer.name=muon needs parallel.tp=1 (it is 2): Muon orthogonalizes whole "
+                 "matrices, and tensor parallelism splits them"),
+                (spec(optimizer__name=pb.OPTIMIZER_NAME_MUON, parallel__zero_stage=1,
+                      memory__placement=pb.PLACEMENT_AUTO, resources__device=pb.DEVICE_KIND_GPU),
+                 "optimizer.name=muon needs memory.placement=device: Muon's matrices are "
+                 "orthogonalized on the device"),
+                (spec(optimizer__name=pb.OPTIMIZER_NAME_UNSPECIFIED),
+                 "optimizer.name must be adamw or muon"),
+                (spec(optimizer__muon_momentum=0.5), "optimizer.muon_momentum=0.5 needs optimizer.name=muon")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), msg)
+        self.assertEqual(job_rows(), before)
+
     def test_a_llama_model(self):
         s = spec(name="py-llama", model__arch=pb.ARCH_LLAMA, model__n_kv_head=2,
                  model__tie_embeddings=False)

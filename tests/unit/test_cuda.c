@@ -607,6 +607,47 @@ static void test_optimizer(void) {
   free(p), free(g), free(m), free(v);
 }
 
+/* Muon's three entries: the momentum and the update elementwise (fp32 always), the Newton–Schulz
+ * orthogonalization of a wide block and of a tall one inside wider rows (the columns past the
+ * block untouched), on fp32 products, or on TF32 tensor cores in a 16-bit run (tol) */
+static void test_muon(double tol) {
+  size_t n = 200003;
+  float *g = randv(n, 1.0f), *m = randv(n, 0.1f), *u = calloc(n, sizeof *u);
+  float *d_g = upf(g, n), *d_m = upf(m, n), *d_u = upf(u, n);
+  for (int t = 1; t <= 3; t++) {
+    cpu->muon_momentum(u, g, m, n, 0.95f, 0.5f);
+    gpu->muon_momentum(d_u, d_g, d_m, n, 0.95f, 0.5f);
+  }
+  check("muon_momentum momentum, 3 steps", d_m, m, n, 1e-6);
+  check("muon_momentum (Nesterov) update", d_u, u, n, 1e-6);
+  float *p = randv(n, 1.0f), *d_p = upf(p, n);
+  d_u = upf(u, n);
+  cpu->muon_apply(p, u, n, 2e-2f, 0.1f);
+  gpu->muon_apply(d_p, d_u, n, 2e-2f, 0.1f);
+  check("muon_apply", d_p, p, n, 1e-6);
+  colo_pool_free(dpool, d_u);
+  static const struct {
+    int rows, cols, ld;
+    const char *what;
+  } shape[] = {{96, 300, 320, "muon_orth 96 x 300 of rows of 320"},
+               {200, 64, 192, "muon_orth 200 x 64 (tall) of rows of 192"}};
+  for (int k = 0; k < 2; k++) {
+    int r = shape[k].rows, c = shape[k].cols, ld = shape[k].ld, s = r < c ? r : c;
+    size_t nx = (size_t)r * ld, nw = 2 * (size_t)r * c + 2 * (size_t)s * s;
+    float *x = randv(nx, 1.0f), *w = calloc(nw, sizeof *w);
+    float *d_x = upf(x, nx), *d_w = upf(w, nw);
+    cpu->muon_orth(x, w, r, c, ld, 5, 1e-7f, 0.2f * sqrtf((float)(r > c ? r : c)));
+    gpu->muon_orth(d_x, d_w, r, c, ld, 5, 1e-7f, 0.2f * sqrtf((float)(r > c ? r : c)));
+    colo_pool_free(dpool, d_w);
+    char what[96];
+    snprintf(what, sizeof what, "%s%s", shape[k].what, tag);
+    check(what, d_x, x, nx, tol);
+    free(x), free(w);
+  }
+  colo_pool_free(dpool, d_g);
+  free(g), free(m), free(u), free(p);
+}
+
 /* The whole model on both sides from the same initial weights (recomputing on the GPU side): the
  * loss, every gradient, and the loss after two AdamW steps. Three heads of 32: the GPU's fused
  * attention in 16-bit storage. */
@@ -832,6 +873,8 @@ int main(int argc, char **argv) {
       test_pool();
       test_optimizer();
     }
+    if (modes[i].math == COLO_MATH_FP32 || modes[i].math == COLO_MATH_BF16)
+      test_muon(modes[i].math == COLO_MATH_FP32 ? 1e-4 : 2e-2); /* 16-bit: TF32 products */
     test_matmul(modes[i].tol);
     for (int docs = 0; docs < 2; docs++) {
       test_attention(modes[i].tol, B, T, C, NH, docs); /* head size 24 */

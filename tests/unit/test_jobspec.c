@@ -943,4 +943,51 @@ TEST(best_metric_is_validated) {
 #undef HS_DATA
 }
 
+TEST(muon_is_validated) {
+  char err[512];
+  check("name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\noptimizer: {name: muon}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check("name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\noptimizer: {name: muon, "
+        "muon_momentum: 0.9}\n"
+        "parallel: {dp: 2, pp: 2}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  check("name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\noptimizer: {name: muon}\n"
+        "parallel: {dp: 2, zero_stage: 3}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  Colo__V1__JobSpec *s = parse_ok(
+      "name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\noptimizer: {name: muon}\n");
+  ASSERT(s->optimizer->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON);
+  ASSERT(s->optimizer->muon_momentum == 0.95f);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+  static const struct {
+    const char *doc, *want;
+  } bad[] = {
+      {"optimizer: {name: muon}\nparallel: {tp: 2}\n",
+       "optimizer.name=muon needs parallel.tp=1 (it is 2): Muon orthogonalizes whole matrices, "
+       "and tensor parallelism splits them"},
+      {"optimizer: {name: muon}\nparallel: {dp: 2, zero_stage: 1}\nmemory: {placement: auto}\n"
+       "resources: {device: gpu}\n",
+       "optimizer.name=muon needs memory.placement=device: Muon's matrices are orthogonalized on "
+       "the device"},
+      {"optimizer: {name: muon}\ntrain: {lora_rank: 8}\n",
+       "optimizer.name=muon trains a whole model: train.lora_rank=8's adapters take adamw"},
+      {"optimizer: {name: muon, muon_momentum: 1}\n",
+       "optimizer.muon_momentum=1 must be in [0, 1)"},
+      {"optimizer: {name: muon, muon_momentum: -0.5}\n",
+       "optimizer.muon_momentum=-0.5 must be in [0, 1)"},
+      {"optimizer: {muon_momentum: 0.9}\n",
+       "optimizer.muon_momentum=0.9 needs optimizer.name=muon"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    char doc[512];
+    snprintf(doc, sizeof doc, "name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\n%s",
+             bad[i].doc);
+    check(doc, err, sizeof err);
+    ASSERT_EQ_STR(err, bad[i].want);
+  }
+}
+
 TEST_MAIN()

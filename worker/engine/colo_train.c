@@ -997,6 +997,9 @@ static void train_usage(void) {
       "  --lr X --min-lr X --warmup N --weight-decay X --grad-clip X --beta2 X\n"
       "  --schedule cosine|linear|constant|wsd  after the warm-up; wsd holds lr, then decays\n"
       "                        linearly over the last --decay-steps N (default: a fifth)\n"
+      "  --optimizer adamw|muon  muon: the blocks' weight matrices by Muon (momentum\n"
+      "                        --muon-momentum X, default 0.95; its update's RMS matched to\n"
+      "                        AdamW's, so --lr and --weight-decay serve both), the rest by AdamW\n"
       "  --skip-spike-sigma S  skip the update of a step whose loss or gradient norm is more\n"
       "                        than S standard deviations above the mean of the last\n"
       "                        --skip-spike-window N steps' (default 128); 0: never\n"
@@ -1134,6 +1137,8 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"warmup", "optimizer: {warmup_steps: %s}"},
       {"weight-decay", "optimizer: {weight_decay: %s}"},
       {"grad-clip", "optimizer: {grad_clip: %s}"},
+      {"optimizer", "optimizer: {name: %s}"},
+      {"muon-momentum", "optimizer: {muon_momentum: %s}"},
       {"skip-spike-sigma", "optimizer: {skip_spike_sigma: %s}"},
       {"skip-spike-window", "optimizer: {skip_spike_window: %s}"},
       {"beta2", "optimizer: {beta2: %s}"},
@@ -1756,7 +1761,9 @@ static int cmd_train(int argc, char **argv) {
                                     (int)o->warmup_steps,
                                     (int)spec->train->steps,
                                     (int)o->schedule,
-                                    (int)colo_decay_steps(spec)};
+                                    (int)colo_decay_steps(spec),
+                                    o->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON,
+                                    o->muon_momentum};
   cfg.spike_sigma = o->skip_spike_sigma;
   cfg.spike_window = (int)o->skip_spike_window;
   cfg.batch_size = (int)spec->train->batch_size;

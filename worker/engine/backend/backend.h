@@ -211,6 +211,16 @@ typedef struct colo_backend_s {
    * update */
   void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                 float beta2, float eps, float wd, float grad_scale, int t);
+  /* Muon (optim/muon.h), torch.optim.Muon's three parts. muon_momentum: m = β·m + (1−β)·g·gs,
+   * then u = (1−β)·g·gs + β·m (Nesterov's). muon_orth: the rows × cols block of x at row stride
+   * ld (≥ cols) replaced by scale times its Newton–Schulz orthogonalization: X = the block (its
+   * transpose when rows > cols) over max(‖X‖_F, eps), then `steps` times A = X·Xᵀ,
+   * X = a·X + (b·A + c·A·A)·X with (a, b, c) = (3.4445, −4.7750, 2.0315). work: backend memory
+   * of 2·rows·cols + 2·min(rows, cols)² floats. muon_apply: p = p·(1 − lr·wd) − lr·u. */
+  void (*muon_momentum)(float *u, const float *g, float *m, size_t n, float beta, float grad_scale);
+  void (*muon_orth)(float *x, float *work, int rows, int cols, int ld, int steps, float eps,
+                    float scale);
+  void (*muon_apply)(float *p, const float *u, size_t n, float lr, float wd);
   /* Σ x², accumulated in double in a fixed order, so the result does not depend on threads */
   double (*sumsq)(const float *x, size_t n);
   void (*scale)(float *x, float s, size_t n);
@@ -232,7 +242,7 @@ typedef struct colo_backend_s {
   X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(noise, a) X(scale_rows, a) X(dora_norm, a) X(dora_scale, a) X(dora_add, a) X(dora_dmag, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
   X(vocab_target, a) X(vocab_ce_bwd, a)
-#define COLO_F32_OPS(X, a) X(adamw, a) X(sumsq, a) X(scale, a) X(accumulate, a) X(dequant_scales, a)
+#define COLO_F32_OPS(X, a) X(adamw, a) X(muon_momentum, a) X(muon_orth, a) X(muon_apply, a) X(sumsq, a) X(scale, a) X(accumulate, a) X(dequant_scales, a)
 /* clang-format on */
 
 /* embed_fwd's rows on the host, for the CPU tables: rows of `row` bytes */

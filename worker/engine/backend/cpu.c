@@ -833,6 +833,56 @@ static void adamw(float *p, const float *g, float *m, float *v, size_t n, float 
   }
 }
 
+static void muon_momentum(float *u, const float *g, float *m, size_t n, float beta,
+                          float grad_scale) {
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * grad_scale;
+    float mi = m[i] + (gi - m[i]) * (1.0f - beta); /* torch's lerp, as torch.optim.Muon */
+    m[i] = mi;
+    u[i] = gi + (mi - gi) * beta;
+  }
+}
+
+static void muon_orth(float *x, float *work, int rows, int cols, int ld, int steps, float eps,
+                      float scale) {
+  const float ca = 3.4445f, cb = -4.7750f, cc = 2.0315f;
+  int tr = rows > cols, a = tr ? cols : rows, b = tr ? rows : cols; /* X is a × b, a ≤ b */
+  size_t n = (size_t)a * b;
+  float *X = work, *Y = work + n, *A = Y + n, *B = A + (size_t)a * a;
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      X[tr ? (size_t)c * b + r : (size_t)r * b + c] = x[(size_t)r * ld + c];
+  double s = 0.0;
+  for (size_t i = 0; i < n; i++)
+    s += (double)X[i] * (double)X[i];
+  float norm = (float)sqrt(s), inv = 1.0f / (norm > eps ? norm : eps);
+  for (size_t i = 0; i < n; i++)
+    X[i] *= inv;
+  for (int k = 0; k < steps; k++) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, a, a, b, 1.0f, X, b, X, b, 0.0f, A, a);
+    memcpy(B, A, (size_t)a * a * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a, a, a, cc, A, a, A, a, cb, B, a);
+    memcpy(Y, X, n * sizeof(float));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, a, b, a, 1.0f, B, a, X, b, ca, Y, b);
+    float *t = X;
+    X = Y;
+    Y = t;
+  }
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; r++)
+    for (int c = 0; c < cols; c++)
+      x[(size_t)r * ld + c] = scale * X[tr ? (size_t)c * b + r : (size_t)r * b + c];
+}
+
+static void muon_apply(float *p, const float *u, size_t n, float lr, float wd) {
+  float decay = 1.0f - lr * wd;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++)
+    p[i] = p[i] * decay - lr * u[i];
+}
+
 static double sumsq(const float *x, size_t n) {
   double part[REDUCE_BLOCKS] = {0};
   size_t per = (n + REDUCE_BLOCKS - 1) / REDUCE_BLOCKS;
@@ -939,6 +989,9 @@ static const colo_backend_t CPU = {
     .vocab_target = vocab_target,
     .vocab_ce_bwd = vocab_ce_bwd,
     .adamw = adamw,
+    .muon_momentum = muon_momentum,
+    .muon_orth = muon_orth,
+    .muon_apply = muon_apply,
     .sumsq = sumsq,
     .scale = scale,
     .accumulate = accumulate,

@@ -427,6 +427,16 @@ static void host_free(void *p) {
                           float b1, float b2, float eps, float wd, float gs, int t) {              \
     RUN("adamw", base_##sfx()->adamw(p, g, m, v, n, lr, b1, b2, eps, wd, gs, t), p, g, m, v);      \
   }                                                                                                \
+  static void muon_momentum_##sfx(float *u, const float *g, float *m, size_t n, float b,           \
+                                  float gs) {                                                      \
+    RUN("muon_momentum", base_##sfx()->muon_momentum(u, g, m, n, b, gs), u, g, m);                 \
+  }                                                                                                \
+  static void muon_orth_##sfx(float *x, float *w, int r, int c, int ld, int k, float e, float s) { \
+    RUN("muon_orth", base_##sfx()->muon_orth(x, w, r, c, ld, k, e, s), x, w);                      \
+  }                                                                                                \
+  static void muon_apply_##sfx(float *p, const float *u, size_t n, float lr, float wd) {           \
+    RUN("muon_apply", base_##sfx()->muon_apply(p, u, n, lr, wd), p, u);                            \
+  }                                                                                                \
   static double sumsq_##sfx(const float *x, size_t n) {                                            \
     double r = 0.0;                                                                                \
     RUN("sumsq", r = base_##sfx()->sumsq(x, n), x);                                                \

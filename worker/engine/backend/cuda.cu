@@ -48,7 +48,8 @@ static struct {
   cublasComputeType_t compute; /* fp32 storage's products: fp32, or TF32 tensor cores */
   void *scratch[S_SLOTS];
   size_t scratch_bytes[S_SLOTS];
-  double *part;        /* sumsq: one double per block */
+  double *part;        /* sumsq: one double per block; Muon's norm after them */
+  int fp32;            /* the run is fp32 (COLO_MATH_FP32): Muon's products too */
   cublasLtHandle_t lt; /* products with a bias, or a bias gradient, in their epilogue */
   void *lt_work;       /* its workspace, LT_WORK bytes */
   int lt_off;          /* COLO_CUDA_EPILOGUES=0: without them */
@@ -1670,6 +1671,112 @@ static double sumsq(const float *x, size_t n) {
   return s;
 }
 
+/* ---- Muon (backend.h): the momentum and the update are elementwise; the orthogonalization is
+ * five rounds of three products on cuBLAS, in fp32 storage, on TF32 tensor cores unless the run
+ * is fp32 (the reference runs them in bf16). The norm stays on the device: no synchronisation. */
+__global__ static void muon_momentum_kernel(float *u, const float *g_, float *m, size_t n,
+                                            float beta, float grad_scale) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float gi = g_[i] * grad_scale;
+    float mi = m[i] + (gi - m[i]) * (1.0f - beta);
+    m[i] = mi;
+    u[i] = gi + (mi - gi) * beta;
+  }
+}
+
+static void muon_momentum(float *u, const float *grad, float *m, size_t n, float beta,
+                          float grad_scale) {
+  muon_momentum_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(u, grad, m, n, beta, grad_scale);
+  LAUNCHED();
+}
+
+/* X[a][b] (a ≤ b) from the rows × cols block at stride ld, transposed when rows > cols, or back
+ * (back: times scale) */
+__global__ static void muon_block_kernel(float *X, float *x, int rows, int cols, int ld, int back,
+                                         float scale) {
+  int tr = rows > cols, b = tr ? rows : cols;
+  size_t n = (size_t)rows * cols;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / (size_t)cols, c = i % (size_t)cols;
+    size_t xi = tr ? c * b + r : r * b + c;
+    if (back)
+      x[r * ld + c] = scale * X[xi];
+    else
+      X[xi] = x[r * ld + c];
+  }
+}
+
+/* part[0..SUMSQ_BLOCKS) summed in order (as sumsq's host loop) into part[SUMSQ_BLOCKS]: the
+ * factor 1/max(√Σ, eps) */
+__global__ static void muon_inv_norm_kernel(double *part, float eps) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    double s = 0.0;
+    for (int i = 0; i < SUMSQ_BLOCKS; i++)
+      s += part[i];
+    float norm = (float)sqrt(s);
+    part[SUMSQ_BLOCKS] = 1.0 / (double)(norm > eps ? norm : eps);
+  }
+}
+
+__global__ static void muon_scale_kernel(float *X, size_t n, const double *inv) {
+  float f = (float)*inv;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    X[i] *= f;
+}
+
+/* row-major C[M][N] = alpha·A·op(B) + beta·C in fp32 storage, compute type ct */
+static void muon_gemm(int tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+  cublasComputeType_t ct =
+      g.compute == CUBLAS_COMPUTE_32F && !g.fp32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : g.compute;
+  CKB(cublasGemmEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B,
+                   CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, ct,
+                   CUBLAS_GEMM_DEFAULT));
+}
+
+static void muon_orth(float *x, float *work, int rows, int cols, int ld, int steps, float eps,
+                      float scale) {
+  const float ca = 3.4445f, cb = -4.7750f, cc = 2.0315f;
+  int tr = rows > cols, a = tr ? cols : rows, b = tr ? rows : cols;
+  size_t n = (size_t)a * b;
+  float *X = work, *Y = work + n, *A = Y + n, *B = A + (size_t)a * a;
+  muon_block_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(X, x, rows, cols, ld, 0, 1.0f);
+  LAUNCHED();
+  sumsq_kernel<<<SUMSQ_BLOCKS, 256, 0, g.stream>>>(g.part, X, n);
+  LAUNCHED();
+  muon_inv_norm_kernel<<<1, 32, 0, g.stream>>>(g.part, eps);
+  LAUNCHED();
+  muon_scale_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(X, n, g.part + SUMSQ_BLOCKS);
+  LAUNCHED();
+  for (int k = 0; k < steps; k++) {
+    muon_gemm(1, a, a, b, 1.0f, X, b, X, b, 0.0f, A, a);
+    CK(cudaMemcpyAsync(B, A, (size_t)a * a * sizeof(float), cudaMemcpyDeviceToDevice, g.stream));
+    muon_gemm(0, a, a, a, cc, A, a, A, a, cb, B, a);
+    CK(cudaMemcpyAsync(Y, X, n * sizeof(float), cudaMemcpyDeviceToDevice, g.stream));
+    muon_gemm(0, a, b, a, 1.0f, B, a, X, b, ca, Y, b);
+    float *t = X;
+    X = Y;
+    Y = t;
+  }
+  muon_block_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(X, x, rows, cols, ld, 1, scale);
+  LAUNCHED();
+}
+
+__global__ static void muon_apply_kernel(float *p, const float *u, size_t n, float lr,
+                                         float decay) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    p[i] = p[i] * decay - lr * u[i];
+}
+
+static void muon_apply(float *p, const float *u, size_t n, float lr, float wd) {
+  muon_apply_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(p, u, n, lr, 1.0f - lr * wd);
+  LAUNCHED();
+}
+
 /* ---- the profile: with COLO_CUDA_PROFILE=1 every table entry is timed on the GPU (a pair of
  * events around it on the stream), and the totals go to stderr when the process exits: where a
  * step's time goes, and how much of the span from the first operation to the last the GPU spent
@@ -1816,6 +1923,7 @@ static cublasComputeType_t compute_type(int math) {
 extern "C" __attribute__((visibility("default"))) const colo_backend_t *
 colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   g.compute = compute_type(math);
+  g.fp32 = math == COLO_MATH_FP32;
   const colo_backend_t *table = math == COLO_MATH_BF16   ? &TABLE_BF16
                                 : math == COLO_MATH_FP16 ? &TABLE_F16
                                                          : &TABLE_F32;
@@ -1844,7 +1952,7 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   }
   if ((e = cudaSetDevice(ordinal)) != cudaSuccess ||
       (e = cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking)) != cudaSuccess ||
-      (e = cudaMalloc(&g.part, SUMSQ_BLOCKS * sizeof(double))) != cudaSuccess) {
+      (e = cudaMalloc(&g.part, (SUMSQ_BLOCKS + 1) * sizeof(double))) != cudaSuccess) {
     snprintf(err, errlen, "CUDA device %d: %s", ordinal, cudaGetErrorString(e));
     return NULL;
   }

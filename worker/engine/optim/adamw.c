@@ -1,5 +1,6 @@
 /* AdamW, the schedule and gradient clipping. */
 #include "adamw.h"
+#include "muon.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@ int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_
   opt->n = n_params;
   opt->t = 0;
   opt->pool = pool;
+  opt->work = NULL;
   opt->m = colo_pool_alloc(pool, n_params * sizeof(float), "optimizer state");
   opt->v = opt->m ? colo_pool_alloc(pool, n_params * sizeof(float), "optimizer state") : NULL;
   if (!opt->v) {
@@ -23,10 +25,25 @@ int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_
   return 0;
 }
 
+int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, char *err, size_t errlen) {
+  size_t nt;
+  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  size_t n = colo_muon_work_floats(table, nt);
+  if (!n)
+    return 0;
+  opt->work = colo_pool_alloc(opt->pool, n * sizeof(float), "Muon's scratch");
+  if (!opt->work) {
+    snprintf(err, errlen, "%s", colo_pool_error(opt->pool));
+    return COLO_ENOMEM;
+  }
+  return 0;
+}
+
 void colo_adamw_free(colo_adamw_t *opt) {
   colo_pool_free(opt->pool, opt->m);
   colo_pool_free(opt->pool, opt->v);
-  opt->m = opt->v = NULL;
+  colo_pool_free(opt->pool, opt->work);
+  opt->m = opt->v = opt->work = NULL;
 }
 
 float colo_lr_at(const colo_adamw_config_t *c, int step) {
@@ -62,8 +79,29 @@ float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, flo
 void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
                      float grad_scale) {
   opt->t++;
-  colo_adamw_step_range(&opt->cfg, opt->t, be, model, 0, colo_gpt_num_params(model), opt->m, opt->v,
-                        lr, grad_scale);
+  const colo_adamw_config_t *c = &opt->cfg;
+  if (!c->muon || !opt->work) {
+    colo_adamw_step_range(c, opt->t, be, model, 0, colo_gpt_num_params(model), opt->m, opt->v, lr,
+                          grad_scale);
+    return;
+  }
+  /* Muon's tensors one by one, AdamW over the runs between them */
+  size_t nt, lo = 0;
+  const colo_param_t *table = colo_gpt_params_table(model, &nt);
+  float *p = colo_gpt_params(model), *g = colo_gpt_grads(model);
+  for (size_t i = 0; i <= nt; i++) {
+    if (i < nt && !colo_muon_takes(&table[i]))
+      continue;
+    size_t hi = i < nt ? table[i].offset : colo_gpt_num_params(model);
+    if (hi > lo)
+      colo_adamw_step_range(c, opt->t, be, model, lo, hi, opt->m + lo, opt->v + lo, lr, grad_scale);
+    if (i == nt)
+      break;
+    const colo_param_t *t = &table[i];
+    colo_muon_tensor(be, t, p, g, opt->m + t->offset, opt->work, c->muon_momentum, lr,
+                     c->weight_decay, grad_scale);
+    lo = t->offset + t->numel;
+  }
 }
 
 /* One call a run of adjacent tensors that share their decay (a block's LayerNorm parameters

@@ -15,6 +15,10 @@ typedef struct {
   int warmup_steps, total_steps;
   int schedule;    /* colo.v1.Schedule: 1 cosine, 2 linear, 3 constant, 4 wsd */
   int decay_steps; /* wsd: the last decay_steps steps decay linearly to min_lr */
+  /* optimizer.name: muon: the blocks' weight matrices by Muon with momentum muon_momentum
+   * (muon.h), the other tensors by AdamW; 0: AdamW for all */
+  int muon;
+  float muon_momentum;
 } colo_adamw_config_t;
 
 typedef struct {
@@ -23,11 +27,15 @@ typedef struct {
   size_t n;
   int t; /* updates done */
   colo_pool_t *pool;
+  float *work; /* Muon's scratch (colo_muon_work_floats), when cfg.muon */
 } colo_adamw_t;
 
 int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_params,
                     colo_pool_t *pool, char *err, size_t errlen);
 void colo_adamw_free(colo_adamw_t *opt);
+
+/* Muon's scratch for model's tensors, from the optimizer's pool (cfg.muon only). */
+int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, char *err, size_t errlen);
 
 /* The learning rate for step (0-based) under the schedule. */
 float colo_lr_at(const colo_adamw_config_t *cfg, int step);
@@ -40,12 +48,13 @@ float colo_clip_factor(float clip, float norm);
 float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, float clip,
                      float *scale_out);
 
-/* One update with learning rate lr; gradients are multiplied by grad_scale first. */
+/* One update with learning rate lr; gradients are multiplied by grad_scale first. With cfg.muon
+ * Muon updates the blocks' weight matrices (muon.h), AdamW the rest. */
 void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
                      float grad_scale);
 
-/* AdamW on the flat parameter range [lo, hi) only, with moments m[0..hi-lo) for that range and
- * update number t (ZeRO: a rank updates the piece it owns). */
+/* AdamW (never Muon) on the flat parameter range [lo, hi) only, with moments m[0..hi-lo) for that
+ * range and update number t (ZeRO: a rank updates the piece it owns). */
 void colo_adamw_step_range(const colo_adamw_config_t *cfg, int t, const colo_backend_t *be,
                            colo_gpt_t *model, size_t lo, size_t hi, float *m, float *v, float lr,
                            float grad_scale);

@@ -12,6 +12,7 @@
 
 #include "../../../common/error.h"
 #include "../core/dtype.h"
+#include "../optim/muon.h"
 #include "zero_mem.h"
 
 static int gather_chunk(colo_zero_t *z, size_t k, const float *piece_src, float *dst);
@@ -551,8 +552,31 @@ void colo_zero_free(colo_zero_t *z) {
     colo_pool_free(z->pool, z->staging);
   else
     free(z->staging);
+  if (z->muon_chunk)
+    colo_pool_free(z->pool, z->muon_chunk);
   z->shard_off = NULL;
-  z->staging = NULL;
+  z->staging = z->muon_chunk = NULL;
+}
+
+int colo_zero_muon(colo_zero_t *z, char *err, size_t errlen) {
+  if (z->stage == 0)
+    return 0;
+  for (size_t k = 0; k < z->chunks.n; k++)
+    if (z->optim_home[k] != COLO_HOME_DEVICE || z->param_home[k] != COLO_HOME_DEVICE) {
+      snprintf(err, errlen,
+               "optimizer.name=muon needs every piece on the device "
+               "(memory.placement=device)");
+      return COLO_EINVAL;
+    }
+  size_t cap = 0;
+  for (size_t k = 0; k < z->chunks.n; k++)
+    cap = z->chunks.chunks[k].capacity > cap ? z->chunks.chunks[k].capacity : cap;
+  if (!(z->muon_chunk =
+            colo_pool_alloc(z->pool, (cap ? cap : 1) * sizeof(float), "Muon's chunk"))) {
+    snprintf(err, errlen, "%s", colo_pool_error(z->pool));
+    return COLO_ENOMEM;
+  }
+  return 0;
 }
 
 size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model) {
@@ -621,6 +645,62 @@ static int host_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, size_t lo, siz
   return z->optim_home[k] == COLO_HOME_NVME ? colo_zero_nvme_moments(z, k, m, v, n, 1) : 0;
 }
 
+/* chunk k's update with Muon (colo_zero_muon): AdamW on this rank's piece of the other tensors,
+ * Muon's input for its piece of Muon's in the chunk buffer, gathered, then each of Muon's tensors
+ * that the piece touches orthogonalized whole and its piece applied */
+static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, float grad_scale) {
+  const colo_backend_t *be = z->be;
+  const colo_adamw_config_t *cf = &opt->cfg;
+  const colo_chunk_t *c = &z->chunks.chunks[k];
+  size_t lo, hi, piece, nt;
+  colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+  const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
+  float *m = opt->m + z->optim_off[k], *v = opt->v + z->optim_off[k];
+  float *g = z->stage == 1 ? colo_gpt_grads(z->model) + lo : z->grad_piece + z->shard_off[k];
+  float *p = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + lo;
+  float *u = z->muon_chunk + (size_t)z->rank * piece;
+  int any = 0; /* the chunk holds one of Muon's tensors: every rank of the group gathers it */
+  xzero(z, u, piece * sizeof(float));
+  for (size_t i = 0; i < nt; i++) {
+    size_t a = table[i].offset, b = a + table[i].numel;
+    if (b <= c->lo || a >= c->hi)
+      continue;
+    int mu = colo_muon_takes(&table[i]);
+    any |= mu;
+    if (b <= lo || a >= hi)
+      continue;
+    size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
+    if (mu)
+      be->muon_momentum(u + o, g + o, m + o, y - x, cf->muon_momentum, grad_scale);
+    else
+      be->adamw(p + o, g + o, m + o, v + o, y - x, lr, cf->beta1, cf->beta2, cf->eps,
+                table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
+  }
+  if (!any)
+    return 0;
+  if (z->dp > 1) {
+    int rc = z->comm->ops->all_gather(z->comm, z->muon_chunk, piece);
+    if (rc < 0)
+      return rc;
+  }
+  for (size_t i = 0; i < nt; i++) {
+    size_t a = table[i].offset, b = a + table[i].numel;
+    if (b <= lo || a >= hi || !colo_muon_takes(&table[i]))
+      continue;
+    float *t = z->muon_chunk + (a - c->lo); /* the tensor's input, whole */
+    colo_muon_block_t blk[3];
+    int nb = colo_muon_blocks(&table[i], blk);
+    for (int j = 0; j < nb; j++) {
+      int big = blk[j].rows > blk[j].cols ? blk[j].rows : blk[j].cols;
+      be->muon_orth(t + blk[j].offset, opt->work, blk[j].rows, blk[j].cols, blk[j].ld,
+                    COLO_MUON_NS_STEPS, COLO_MUON_EPS, 0.2f * sqrtf((float)big));
+    }
+    size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
+    be->muon_apply(p + (x - lo), t + (x - a), y - x, lr, cf->weight_decay);
+  }
+  return 0;
+}
+
 int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model,
                    float lr, float grad_scale) {
   if (z->stage == 0) {
@@ -637,6 +717,12 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
   for (size_t k = 0; k < z->chunks.n; k++) {
     size_t lo, hi, piece;
     colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+    if (z->muon_chunk) {
+      int rc = muon_step(z, opt, k, lr, grad_scale);
+      if (rc < 0)
+        return rc;
+      continue;
+    }
     if (z->optim_home[k] != COLO_HOME_DEVICE) {
       int rc = host_step(z, opt, k, lo, hi, lr, grad_scale);
       if (rc < 0)

@@ -96,6 +96,8 @@ typedef struct {
   size_t *prev_uses, n_prev, cap_prev; /* the previous round's */
   size_t *last_use;                    /* per chunk: its latest use in this round */
   colo_fetch_stats_t stats;
+  /* Muon (colo_zero_muon): a chunk's capacity, where its pieces of Muon's input are gathered */
+  float *muon_chunk;
 } colo_zero_t;
 
 /* chunk_floats: the chunks' capacity (memory.chunk_mib), 0 to search for the least padding.
@@ -164,7 +166,15 @@ size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model);
 /* Sums the gradients over the group, chunk by chunk. */
 int colo_zero_reduce_grads(colo_zero_t *z, colo_gpt_t *model);
 
-/* One AdamW update of this rank's share, then (stage 1) the all-gather of the parameters. */
+/* Muon at stages 1 to 3 (opt's cfg.muon; memory.placement device): a chunk's buffer from the
+ * pool. Each rank makes the update's input (muon.h's u) for its piece of a chunk from its piece
+ * of the momentum, the chunk's pieces are all-gathered into it, and each rank orthogonalizes the
+ * matrices its piece touches (whole: a tensor never straddles chunks) and applies its piece: an
+ * all-gather a chunk that holds one of Muon's tensors, and the same update as stage 0's. */
+int colo_zero_muon(colo_zero_t *z, char *err, size_t errlen);
+
+/* One AdamW (and Muon) update of this rank's share, then (stage 1) the all-gather of the
+ * parameters. */
 int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model,
                    float lr, float grad_scale);
 

@@ -231,6 +231,17 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
         snprintf(t.lora_base, sizeof t.lora_base, "%s", bs ? bs->valuestring : "");
       }
     }
+    /* the optimizer: "adamw" (or absent, before Muon) or "muon" with its momentum */
+    cJSON *ok = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "optimizer"), "kind"),
+          *om = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "optimizer"), "momentum");
+    if (ok && !(cJSON_IsString(ok) && (!strcmp(ok->valuestring, "adamw") ||
+                                       (!strcmp(ok->valuestring, "muon") && cJSON_IsNumber(om) &&
+                                        om->valuedouble >= 0 && om->valuedouble < 1))))
+      bad = 1;
+    else if (ok && !strcmp(ok->valuestring, "muon")) {
+      t.muon = 1;
+      t.muon_momentum = (float)om->valuedouble;
+    }
     /* the validation loss at its step, and early stopping's count: absent when there were none */
     cJSON *vl = cJSON_GetObjectItem(root, "val_loss");
     t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
@@ -549,7 +560,12 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
   cJSON *rng = cJSON_AddObjectToObject(m, "rng");
   cJSON_AddStringToObject(rng, "kind", "stateless: hash(seed, step, sequence)");
   cJSON *o = cJSON_AddObjectToObject(m, "optimizer");
-  cJSON_AddStringToObject(o, "kind", "adamw");
+  cJSON_AddStringToObject(o, "kind", meta->muon ? "muon" : "adamw");
+  if (meta->muon) {
+    char v[32]; /* as written: 0.95 */
+    snprintf(v, sizeof v, "%.6g", (double)meta->muon_momentum);
+    cJSON_AddNumberToObject(o, "momentum", strtod(v, NULL));
+  }
   cJSON_AddNumberToObject(o, "t", meta->adam_t);
   cJSON_AddNumberToObject(m, "loss_scale", meta->loss_scale);
   cJSON_AddNumberToObject(m, "loss_scale_good_steps", meta->loss_scale_good);

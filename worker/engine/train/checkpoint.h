@@ -24,9 +24,13 @@
 #include "safetensors.h"
 
 typedef struct {
-  uint64_t step;       /* optimizer steps done */
-  uint64_t seed;       /* data sampling and initialisation seed */
-  int adam_t;          /* AdamW updates done */
+  uint64_t step; /* optimizer steps done */
+  uint64_t seed; /* data sampling and initialisation seed */
+  int adam_t;    /* AdamW updates done */
+  /* optimizer.name: muon (manifest "optimizer": {"kind": "muon", "momentum"}): the first moments
+   * of the blocks' weight matrices are Muon's momentum, their second moments zero */
+  int muon;
+  float muon_momentum;
   float loss_scale;    /* the dynamic loss scale; 1 without loss scaling */
   int loss_scale_good; /* clean steps since the scale last changed */
   colo_gpt_config_t model;

@@ -21,6 +21,7 @@
 #include "../core/pool.h"
 #include "../core/rng.h"
 #include "../optim/loss_scale.h"
+#include "../optim/muon.h"
 #include "../parallel/zero.h"
 #include "bpe.h"
 #include "chat.h"
@@ -2029,6 +2030,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                              lora ? colo_lora_numel(lora) : colo_zero_optim_numel(&zero, model),
                              pool, err, errlen),
              rc, out);
+  if (cfg->optim.muon && !lora) {
+    CHECK_GOTO(colo_adamw_muon_init(&opt, model, err, errlen), rc, out);
+    CHECK_GOTO(colo_zero_muon(&zero, err, errlen), rc, out);
+  }
   /* the batch's tokens, page-locked where the backend has such memory: the device copies them
    * at the bus's speed every micro-step, without a staging copy of the driver's */
   if (!(in = colo_host_alloc(be, (size_t)B * T * sizeof *in)) ||
@@ -2105,6 +2110,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       if (scaler.enabled && meta.loss_scale > 1.0f) { /* the scale and window carry on */
         scaler.scale = meta.loss_scale;
         scaler.good_steps = meta.loss_scale_good;
+      }
+      if (meta.muon != cfg->optim.muon) {
+        snprintf(err, errlen,
+                 "checkpoint %s was trained with optimizer %s, this run has %s: its moments "
+                 "do not carry over (train.init_from takes its weights alone)",
+                 dir, meta.muon ? "muon" : "adamw", cfg->optim.muon ? "muon" : "adamw");
+        rc = COLO_EINVAL;
+        goto out;
       }
       if (meta.seed != cfg->seed) {
         snprintf(err, errlen, "checkpoint %s was trained with seed %llu, this run has %llu", dir,
@@ -2243,6 +2256,20 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
            colo_gpt_arch_name(cfg->model.arch), cfg->model.n_layer, cfg->model.n_head,
            cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
+  if (!cfg->quiet && lead && cfg->optim.muon && !lora) {
+    size_t nt, nm = 0, nmat = 0;
+    const colo_param_t *table = colo_gpt_params_table(model, &nt);
+    for (size_t i = 0; i < nt; i++)
+      if (colo_muon_takes(&table[i])) {
+        colo_muon_block_t b[3];
+        nmat += (size_t)colo_muon_blocks(&table[i], b);
+        nm += table[i].numel;
+      }
+    printf("optimizer: muon (momentum %g, Nesterov, %d Newton-Schulz steps, the update's RMS "
+           "matched to AdamW's) for %zu matrices, %zu parameters%s; adamw for the other %zu\n",
+           (double)cfg->optim.muon_momentum, COLO_MUON_NS_STEPS, nmat, nm,
+           pp > 1 ? " on this stage" : "", n_params - nm);
+  }
   if (!cfg->quiet && lead && lora) {
     char tg[96], nf4_said[224], drop_said[128] = "";
     snprintf(drop_said, sizeof drop_said, "%s",
@@ -2376,7 +2403,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                            .documents = cfg->document_token >= 0,
                            .document_token = cfg->document_token,
                            .lora = lora ? cfg->lora : (colo_lora_config_t){0},
-                           .dpo_reference = dpo_pre};
+                           .dpo_reference = dpo_pre,
+                           .muon = cfg->optim.muon,
+                           .muon_momentum = cfg->optim.muon_momentum};
   if (cfg->best_set)
     metric_name(cfg, meta.score_name, sizeof meta.score_name);
   /* skipping spikes: the history lives in the meta that every checkpoint writes */

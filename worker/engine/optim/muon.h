@@ -1,0 +1,46 @@
+/* Muon (Jordan et al. 2024, "Muon: an optimizer for hidden layers"; torch.optim.Muon) for the
+ * blocks' weight matrices, with the update's RMS matched to AdamW's (Liu et al. 2025,
+ * "Muon is Scalable for LLM Training": torch's adjust_lr_fn="match_rms_adamw"), so that
+ * optimizer.lr, the schedule and weight_decay serve both. The embeddings, a separate head,
+ * norms and biases stay with AdamW (optimizer.name: muon; adamw.h's colo_adamw_step runs both).
+ *
+ * Each matrix is orthogonalized by itself: attention's q, k and v (GPT-2's c_attn holds them
+ * side by side, as columns), its output projection, the MLP's up projection (Llama's gate and up
+ * each), and its down projection: a step of Muon on one is m = β·m + (1−β)·g, u = (1−β)·g + β·m
+ * (Nesterov's), O = NewtonSchulz5(u), p = p·(1 − lr·wd) − lr·0.2·√max(rows, cols)·O. The
+ * momentum lives in the moments' first buffer (the checkpoints' optimizer.exp_avg); the second
+ * stays zero for these tensors. */
+#ifndef COLO_MUON_H
+#define COLO_MUON_H
+
+#include <stddef.h>
+
+#include "../backend/backend.h"
+#include "../model/gpt.h"
+
+#define COLO_MUON_NS_STEPS 5
+#define COLO_MUON_EPS      1e-7f
+
+/* One matrix Muon orthogonalizes: rows × cols at row stride ld, from `offset` within its
+ * tensor. */
+typedef struct {
+  size_t offset;
+  int rows, cols, ld;
+} colo_muon_block_t;
+
+/* Whether Muon updates tensor p (a block's 2-D weight, this rank's table); 0: AdamW does. */
+int colo_muon_takes(const colo_param_t *p);
+/* The matrices of tensor p (colo_muon_takes): q, k and v, gate and up, or the whole; returns how
+ * many (1 to 3). */
+int colo_muon_blocks(const colo_param_t *p, colo_muon_block_t out[3]);
+/* The scratch a step needs, in floats of backend memory: the largest of the tensors' size plus
+ * muon_orth's work for the largest of their matrices. 0: the model has none. */
+size_t colo_muon_work_floats(const colo_param_t *table, size_t n);
+/* One Muon update of tensor p (colo_muon_takes) of the flat buffers params and grads: momentum m
+ * (p's numel), momentum beta, learning rate lr, weight decay wd, gradients times grad_scale
+ * first; work: colo_muon_work_floats of backend memory. */
+void colo_muon_tensor(const colo_backend_t *be, const colo_param_t *p, float *params,
+                      const float *grads, float *m, float *work, float beta, float lr, float wd,
+                      float grad_scale);
+
+#endif
