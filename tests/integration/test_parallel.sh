@@ -13,7 +13,8 @@
 #     pp=2 x dp=2, and llama GQA at ZeRO-3;
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
-#     dp=2, one saved under ZeRO-3 resumes under ZeRO-1, and ones saved at tp=2 and at
+#     dp=2, one saved under ZeRO-3 resumes under ZeRO-1 (and Muon's, without its matrices'
+#     second moments, under other layouts), and ones saved at tp=2 and at
 #     pp=2 x tp=2 resume at dp=4, with the losses of a run that never stopped; under ZeRO each
 #     data-parallel rank writes its own pieces, whose slices tile every tensor once;
 #   - fault: kill -9 of one rank mid-training; every other rank exits non-zero within the
@@ -296,6 +297,14 @@ compare "$TMP/single" "$TMP/re4" "tp=2 -> dp=4 resume"
 run "$TMP/re5" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/re5" --nproc 4 --dp 4 --zero 1 --batch-size 2 --ckpt-interval 5 --resume auto
 compare "$TMP/single" "$TMP/re5" "pp=2 x tp=2 -> dp=4 resume"
+# Muon's checkpoints leave out its matrices' second moments (zero): saved under ZeRO-3 (slices)
+# and at one stage of two, resumed at dp=1 and under ZeRO-1, as the run that never stopped
+run "$TMP/mure1" "${MU[@]}" --nproc 2 --dp 2 --zero 3 --batch-size 4 --ckpt-interval 5 --stop-at 5
+run "$TMP/mure1" "${MU[@]}" --batch-size 8 --ckpt-interval 5 --resume auto
+compare "$TMP/mu" "$TMP/mure1" "muon ZeRO-3 dp=2 -> dp=1 resume"
+run "$TMP/mure2" "${MU[@]}" --nproc 2 --pp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
+run "$TMP/mure2" "${MU[@]}" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
+compare "$TMP/mu" "$TMP/mure2" "muon pp=2 -> dp=2 ZeRO-1 resume"
 # sharded checkpoints: a shard per stage and tensor-parallel rank, resumed under other splits
 python3 - "$TMP/re5/ckpt/step_00000005/manifest.json" <<'PYEOF' || fail "pp=2 x tp=2 should write 4 shards"
 import json, sys

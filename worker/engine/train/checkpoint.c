@@ -17,6 +17,7 @@
 #include <openssl/evp.h>
 
 #include "../../../common/error.h"
+#include "../optim/muon.h"
 #include "data.h"
 #include "hf.h"
 #include "safetensors.h"
@@ -423,7 +424,8 @@ static size_t plan_tensors(colo_gpt_t *model, const float *const whole[3],
     for (int j = 0; j < 3; j++)
       for (size_t i = 0; (pc->kinds[r] >> j & 1) && i < nt; i++) {
         size_t a = table[i].offset, b = a + table[i].numel, lo = pc->lo[r], hi = pc->hi[r];
-        if ((tied && (int)i == iw) || b <= lo || a >= hi)
+        if ((tied && (int)i == iw) || b <= lo || a >= hi ||
+            (j == 2 && pc->muon && colo_muon_takes(&table[i])))
           continue;
         size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
         if (out) {
@@ -715,6 +717,7 @@ typedef struct {
 typedef struct {
   int pp, tp, n_layer;
   int strip, any_float;
+  int muon; /* a Muon run's checkpoint: its tensors' second moments are zero, and not written */
   const char *dir; /* a checkpoint's directory; NULL: files without a manifest */
   source_file_t *file;
   size_t n;
@@ -920,6 +923,11 @@ static int source_load(source_t *s, colo_gpt_t *model, const colo_ckpt_sink_t *s
         sink->want(sink->ctx, j, q->offset, q->numel, &lo, &hi);
       if (lo >= hi)
         continue;
+      if (j == 2 && s->muon && colo_muon_takes(f)) { /* not written: zero */
+        memset(cut, 0, (hi - lo) * sizeof(float));
+        sink->put(sink->ctx, j, q->offset + lo, cut, hi - lo);
+        continue;
+      }
       if (s->tp == tp) { /* the same split: this rank's shard as the file has it, the part */
         char name[160];
         source_name(s, f, PREFIX[j], name, sizeof name);
@@ -1031,6 +1039,7 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
                              (size_t)cJSON_GetArraySize(files)) < 0)
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   s.dir = dir;
+  s.muon = t.muon;
   cJSON_ArrayForEach(it, files) {
     if (rc < 0)
       break;

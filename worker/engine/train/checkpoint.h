@@ -76,6 +76,9 @@ typedef struct {
   const unsigned char *kinds;
   const float *(*read)(void *ctx, size_t r, int what, char *err, size_t errlen);
   void *ctx;
+  /* optimizer.name: muon: the second moments of Muon's tensors (zero) are not written; loading
+   * a checkpoint whose manifest says "muon" gives them zeros */
+  int muon;
 } colo_ckpt_pieces_t;
 
 /* Saving is done by the ranks together, in three calls with a barrier of the world between each

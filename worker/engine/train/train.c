@@ -1586,7 +1586,7 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
       rc = colo_ckpt_begin(cfg->ckpt_dir, meta->step, err, errlen);
     rc = agree(world, rc, "beginning the checkpoint", err, errlen);
     if (rc == 0 && writer > 0) {
-      colo_ckpt_pieces_t pc = {src.n, src.lo, src.hi, src.kinds, save_read, &src};
+      colo_ckpt_pieces_t pc = {src.n, src.lo, src.hi, src.kinds, save_read, &src, cfg->optim.muon};
       rc = colo_ckpt_write_shard(cfg->ckpt_dir, meta->step, model, NULL, NULL, NULL, &pc, me, err,
                                  errlen);
     }
