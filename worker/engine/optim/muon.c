@@ -43,17 +43,22 @@ size_t colo_muon_work_floats(const colo_param_t *table, size_t n) {
   return numel ? numel + orth : 0;
 }
 
-void colo_muon_tensor(const colo_backend_t *be, const colo_param_t *p, float *params,
-                      const float *grads, float *m, float *work, float beta, float lr, float wd,
-                      float grad_scale) {
-  float *u = work, *orth = work + p->numel;
-  be->muon_momentum(u, grads + p->offset, m, p->numel, beta, grad_scale);
+void colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, float *u,
+                             float *work) {
   colo_muon_block_t b[3];
   int k = colo_muon_blocks(p, b);
   for (int j = 0; j < k; j++) {
     int big = b[j].rows > b[j].cols ? b[j].rows : b[j].cols;
-    be->muon_orth(u + b[j].offset, orth, b[j].rows, b[j].cols, b[j].ld, COLO_MUON_NS_STEPS,
+    be->muon_orth(u + b[j].offset, work, b[j].rows, b[j].cols, b[j].ld, COLO_MUON_NS_STEPS,
                   COLO_MUON_EPS, 0.2f * sqrtf((float)big));
   }
+}
+
+void colo_muon_tensor(const colo_backend_t *be, const colo_param_t *p, float *params,
+                      const float *grads, float *m, float *work, float beta, float lr, float wd,
+                      float grad_scale) {
+  float *u = work;
+  be->muon_momentum(u, grads + p->offset, m, p->numel, beta, grad_scale);
+  colo_muon_orthogonalize(be, p, u, work + p->numel);
   be->muon_apply(params + p->offset, u, p->numel, lr, wd);
 }

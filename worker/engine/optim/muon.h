@@ -36,6 +36,10 @@ int colo_muon_blocks(const colo_param_t *p, colo_muon_block_t out[3]);
 /* The scratch a step needs, in floats of backend memory: the largest of the tensors' size plus
  * muon_orth's work for the largest of their matrices. 0: the model has none. */
 size_t colo_muon_work_floats(const colo_param_t *table, size_t n);
+/* u: tensor p's Muon input, whole, in p's layout: each of its matrices replaced by its
+ * orthogonalization scaled by 0.2·√max(rows, cols); work: muon_orth's. */
+void colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, float *u,
+                             float *work);
 /* One Muon update of tensor p (colo_muon_takes) of the flat buffers params and grads: momentum m
  * (p's numel), momentum beta, learning rate lr, weight decay wd, gradients times grad_scale
  * first; work: colo_muon_work_floats of backend memory. */

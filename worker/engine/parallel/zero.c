@@ -688,13 +688,7 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
     if (b <= lo || a >= hi || !colo_muon_takes(&table[i]))
       continue;
     float *t = z->muon_chunk + (a - c->lo); /* the tensor's input, whole */
-    colo_muon_block_t blk[3];
-    int nb = colo_muon_blocks(&table[i], blk);
-    for (int j = 0; j < nb; j++) {
-      int big = blk[j].rows > blk[j].cols ? blk[j].rows : blk[j].cols;
-      be->muon_orth(t + blk[j].offset, opt->work, blk[j].rows, blk[j].cols, blk[j].ld,
-                    COLO_MUON_NS_STEPS, COLO_MUON_EPS, 0.2f * sqrtf((float)big));
-    }
+    colo_muon_orthogonalize(be, &table[i], t, opt->work);
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
     be->muon_apply(p + (x - lo), t + (x - a), y - x, lr, cf->weight_decay);
   }
