@@ -180,13 +180,20 @@ template <class Op> __device__ static float block_reduce(float v) {
 /* ---- matrix products ---- */
 
 /* row-major C[M][N] (ldc) = alpha·op(A)·op(B) + beta·C, op(A) M×K, op(B) K×N, with fp32
- * accumulation: fp32 operands multiply as g.compute says, 16-bit ones on tensor cores */
+ * accumulation, computed as ct says */
+static void gemm_ct(cublasComputeType_t ct, int ta, int tb, int M, int N, int K, float alpha,
+                    const void *A, int lda, const void *B, int ldb, cudaDataType_t ab, float beta,
+                    void *C, int ldc, cudaDataType_t c) {
+  CKB(cublasGemmEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                   &alpha, B, ab, ldb, A, ab, lda, &beta, C, c, ldc, ct, CUBLAS_GEMM_DEFAULT));
+}
+
+/* the same, fp32 operands multiplying as g.compute says, 16-bit ones on tensor cores */
 static void gemm(int ta, int tb, int M, int N, int K, float alpha, const void *A, int lda,
                  const void *B, int ldb, cudaDataType_t ab, float beta, void *C, int ldc,
                  cudaDataType_t c) {
-  cublasComputeType_t ct = ab == CUDA_R_32F ? g.compute : CUBLAS_COMPUTE_32F;
-  CKB(cublasGemmEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                   &alpha, B, ab, ldb, A, ab, lda, &beta, C, c, ldc, ct, CUBLAS_GEMM_DEFAULT));
+  gemm_ct(ab == CUDA_R_32F ? g.compute : CUBLAS_COMPUTE_32F, ta, tb, M, N, K, alpha, A, lda, B, ldb,
+          ab, beta, C, ldc, c);
 }
 
 /* ---- cuBLASLt: products that add a bias, or take a bias gradient, in their epilogue ----
@@ -1727,14 +1734,11 @@ __global__ static void muon_scale_kernel(float *X, size_t n, const double *inv) 
     X[i] *= f;
 }
 
-/* row-major C[M][N] = alpha·A·op(B) + beta·C in fp32 storage, compute type ct */
+/* Muon's products, fp32 storage: on TF32 tensor cores unless the run is fp32 */
 static void muon_gemm(int tb, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc) {
-  cublasComputeType_t ct =
-      g.compute == CUBLAS_COMPUTE_32F && !g.fp32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : g.compute;
-  CKB(cublasGemmEx(g.blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, &alpha, B,
-                   CUDA_R_32F, ldb, A, CUDA_R_32F, lda, &beta, C, CUDA_R_32F, ldc, ct,
-                   CUBLAS_GEMM_DEFAULT));
+  gemm_ct(g.fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32, 0, tb, M, N, K, alpha, A, lda,
+          B, ldb, CUDA_R_32F, beta, C, ldc, CUDA_R_32F);
 }
 
 static void muon_orth(float *x, float *work, int rows, int cols, int ld, int steps, float eps,

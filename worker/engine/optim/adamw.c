@@ -25,10 +25,11 @@ int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_
   return 0;
 }
 
-int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, char *err, size_t errlen) {
+int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_input, char *err,
+                         size_t errlen) {
   size_t nt;
   const colo_param_t *table = colo_gpt_params_table(model, &nt);
-  size_t n = colo_muon_work_floats(table, nt);
+  size_t n = colo_muon_work_floats(table, nt, with_input);
   if (!n)
     return 0;
   opt->work = colo_pool_alloc(opt->pool, n * sizeof(float), "Muon's scratch");

@@ -34,8 +34,11 @@ int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_
                     colo_pool_t *pool, char *err, size_t errlen);
 void colo_adamw_free(colo_adamw_t *opt);
 
-/* Muon's scratch for model's tensors, from the optimizer's pool (cfg.muon only). */
-int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, char *err, size_t errlen);
+/* Muon's scratch for model's tensors, from the optimizer's pool (cfg.muon only); with_input:
+ * room for a tensor's input too (colo_muon_work_floats; ZeRO stage 0, whose step is
+ * colo_adamw_step's). */
+int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_input, char *err,
+                         size_t errlen);
 
 /* The learning rate for step (0-based) under the schedule. */
 float colo_lr_at(const colo_adamw_config_t *cfg, int step);

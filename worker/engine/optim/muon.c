@@ -26,7 +26,7 @@ int colo_muon_blocks(const colo_param_t *p, colo_muon_block_t out[3]) {
   return n;
 }
 
-size_t colo_muon_work_floats(const colo_param_t *table, size_t n) {
+size_t colo_muon_work_floats(const colo_param_t *table, size_t n, int with_input) {
   size_t numel = 0, orth = 0;
   for (size_t i = 0; i < n; i++) {
     if (!colo_muon_takes(&table[i]))
@@ -40,7 +40,7 @@ size_t colo_muon_work_floats(const colo_param_t *table, size_t n) {
       orth = w > orth ? w : orth;
     }
   }
-  return numel ? numel + orth : 0;
+  return orth ? (with_input ? numel : 0) + orth : 0;
 }
 
 void colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, float *u,

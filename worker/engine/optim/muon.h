@@ -33,9 +33,10 @@ int colo_muon_takes(const colo_param_t *p);
 /* The matrices of tensor p (colo_muon_takes): q, k and v, gate and up, or the whole; returns how
  * many (1 to 3). */
 int colo_muon_blocks(const colo_param_t *p, colo_muon_block_t out[3]);
-/* The scratch a step needs, in floats of backend memory: the largest of the tensors' size plus
- * muon_orth's work for the largest of their matrices. 0: the model has none. */
-size_t colo_muon_work_floats(const colo_param_t *table, size_t n);
+/* The scratch a step needs, in floats of backend memory: muon_orth's work for the largest of the
+ * matrices, after room for the largest tensor's input when with_input (colo_muon_tensor's; ZeRO
+ * keeps the input in its chunk buffer). 0: the model has none. */
+size_t colo_muon_work_floats(const colo_param_t *table, size_t n, int with_input);
 /* u: tensor p's Muon input, whole, in p's layout: each of its matrices replaced by its
  * orthogonalization scaled by 0.2·√max(rows, cols); work: muon_orth's. */
 void colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, float *u,

@@ -2031,7 +2031,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                              pool, err, errlen),
              rc, out);
   if (cfg->optim.muon && !lora) {
-    CHECK_GOTO(colo_adamw_muon_init(&opt, model, err, errlen), rc, out);
+    CHECK_GOTO(colo_adamw_muon_init(&opt, model, cfg->zero_stage == 0, err, errlen), rc, out);
     CHECK_GOTO(colo_zero_muon(&zero, err, errlen), rc, out);
   }
   /* the batch's tokens, page-locked where the backend has such memory: the device copies them
