@@ -11,8 +11,8 @@
 #   - bf16 (the GPU's default) and fp16 (with dynamic loss scaling) activations: the validation
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
 #   - overflows planted at steps 5 and 6 are skipped;
-#   - Muon trains as on the CPU (fp32, and under ZeRO-3 on two ranks), in bf16 near fp32, and
-#     resumes exactly;
+#   - Muon trains as on the CPU (fp32, under ZeRO-3 on two ranks and Llama at tp=2), in bf16 near
+#     fp32, and resumes exactly;
 #   - LoRA adapters on the fp32 run's model train as on the CPU (fp32), in bf16 near fp32, resume
 #     exactly, and their checkpoint evaluates as on the CPU; with the frozen model sharded by
 #     ZeRO-3 in host memory, as with it whole on the GPU; the chunk cache keeps its chunks;
@@ -566,6 +566,14 @@ like_the_cpu Muon muon --optimizer muon --steps "$D" --warmup 5 --eval-interval 
 dp_run mu-dp-cpu cpu 0 --optimizer muon
 dp_run mu-dp-gpu3 gpu 3 --optimizer muon
 same_training "Muon, data parallel (ZeRO 3), 2 GPU ranks vs 2 CPU ranks" "$TMP/mu-dp-cpu.jsonl" "$TMP/mu-dp-gpu3.jsonl" 1e-3
+# and under tensor parallelism: Llama's q, k, v, gate and up shares transposed, gathered and
+# orthogonalized whole on the device
+for dev in cpu gpu; do
+  expect_rc 0 "$CT" train "${M[@]}" --steps "$D" --warmup 5 --eval-interval "$D" --device "$dev" \
+    --gpu 0 --precision fp32 --nproc 2 --arch llama --n-kv-head 2 --tp 2 --optimizer muon \
+    --progress "$TMP/mu-tp-$dev.jsonl" --quiet
+done
+same_training "Muon, llama tp=2, 2 GPU ranks vs 2 CPU ranks" "$TMP/mu-tp-cpu.jsonl" "$TMP/mu-tp-gpu.jsonl" 1e-3
 
 # loss scaling with planted overflows
 expect_rc 0 "$CT" train "${M[@]}" --steps 8 --eval-interval 0 --device "$GPU" --precision fp16 --loss-scaling dynamic \

@@ -9,12 +9,12 @@
 #     loss mask and with documents (attention within each) at several layouts, against
 #     one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
-#     and Muon (optimizer.name: muon) at dp=2 with ZeRO 0-3, dp=4 ZeRO-1,
-#     pp=2 x dp=2, and llama GQA at ZeRO-3;
+#     and Muon (optimizer.name: muon) at dp=2 with ZeRO 0-3, dp=4 ZeRO-1, pp=2 x dp=2, tp=2
+#     (sequence parallel), dp=2 x tp=2 ZeRO-3, pp=2 x tp=2, and llama GQA at ZeRO-3 and tp=2;
 #     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1 (and Muon's, without its matrices'
-#     second moments, under other layouts), and ones saved at tp=2 and at
+#     second moments, under other layouts, tp=2's among them), and ones saved at tp=2 and at
 #     pp=2 x tp=2 resume at dp=4, with the losses of a run that never stopped; under ZeRO each
 #     data-parallel rank writes its own pieces, whose slices tile every tensor once;
 #   - fault: kill -9 of one rank mid-training; every other rank exits non-zero within the
@@ -185,6 +185,17 @@ compare "$TMP/mu" "$TMP/mu_pp2dp2z1" "muon pp=2 x dp=2 ZeRO-1"
 run "$TMP/mu_gqa" "${GQ[@]}" "${MU[@]}" --batch-size $GLOBAL_B
 run "$TMP/mu_gqa_dp2z3" "${GQ[@]}" "${MU[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/mu_gqa" "$TMP/mu_gqa_dp2z3" "muon llama GQA dp=2 ZeRO-3"
+# tensor parallelism: each matrix's shares gathered over the group and orthogonalized whole (q, k
+# and v each, the narrower k and v of grouped-query attention, gate and up each, the row-split
+# projections), alone, under ZeRO-3 and across pipeline stages
+run "$TMP/mu_tp2sp" "${MU[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+run "$TMP/mu_dp2tp2z3" "${MU[@]}" --nproc 4 --dp 2 --tp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/mu_pp2tp2" "${MU[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
+run "$TMP/mu_gqa_tp2sp" "${GQ[@]}" "${MU[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+compare "$TMP/mu" "$TMP/mu_tp2sp" "muon tp=2 sequence parallel"
+compare "$TMP/mu" "$TMP/mu_dp2tp2z3" "muon dp=2 x tp=2 ZeRO-3"
+compare "$TMP/mu" "$TMP/mu_pp2tp2" "muon pp=2 x tp=2"
+compare "$TMP/mu_gqa" "$TMP/mu_gqa_tp2sp" "muon llama GQA tp=2 sp"
 # and it is another optimizer: not AdamW's losses
 differs "$TMP/single" "$TMP/mu" "adamw and muon" 1e-3
 # and it is another model: not GPT-2's losses
@@ -305,6 +316,9 @@ compare "$TMP/mu" "$TMP/mure1" "muon ZeRO-3 dp=2 -> dp=1 resume"
 run "$TMP/mure2" "${MU[@]}" --nproc 2 --pp 2 --micro-batches 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/mure2" "${MU[@]}" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --resume auto
 compare "$TMP/mu" "$TMP/mure2" "muon pp=2 -> dp=2 ZeRO-1 resume"
+run "$TMP/mure3" "${MU[@]}" --nproc 2 --tp 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
+run "$TMP/mure3" "${MU[@]}" --batch-size 8 --ckpt-interval 5 --resume auto
+compare "$TMP/mu" "$TMP/mure3" "muon tp=2 -> dp=1 resume"
 # sharded checkpoints: a shard per stage and tensor-parallel rank, resumed under other splits
 python3 - "$TMP/re5/ckpt/step_00000005/manifest.json" <<'PYEOF' || fail "pp=2 x tp=2 should write 4 shards"
 import json, sys

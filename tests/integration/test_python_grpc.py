@@ -331,11 +331,12 @@ class ColodTest(WithColod):
         self.assertAlmostEqual(got.optimizer.muon_momentum, 0.9, places=6)
         plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
         self.assertEqual(plain.spec.optimizer.name, pb.OPTIMIZER_NAME_ADAMW)
+        # tensor parallelism too: each matrix's shares are gathered over the group
+        tp = spec(name="py-muon-tp", optimizer__name=pb.OPTIMIZER_NAME_MUON, parallel__tp=2)
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=tp), timeout=5).job.id).spec
+        self.assertEqual((got.optimizer.name, got.parallel.tp), (pb.OPTIMIZER_NAME_MUON, 2))
         before = job_rows()
         for bad, msg in (
-                (spec(optimizer__name=pb.OPTIMIZER_NAME_MUON, parallel__tp=2),
-                 "optimizer.name=muon needs parallel.tp=1 (it is 2): Muon orthogonalizes whole "
-                 "matrices, and tensor parallelism splits them"),
                 (spec(optimizer__name=pb.OPTIMIZER_NAME_MUON, parallel__zero_stage=1,
                       memory__placement=pb.PLACEMENT_AUTO, resources__device=pb.DEVICE_KIND_GPU),
                  "optimizer.name=muon needs memory.placement=device: Muon's matrices are "

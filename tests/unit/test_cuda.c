@@ -644,6 +644,25 @@ static void test_muon(double tol) {
     check(what, d_x, x, nx, tol);
     free(x), free(w);
   }
+  /* a column block of a tensor-parallel share, as rows (Muon's gather), into wider rows: the
+   * CPU's against the definition, the device's against the CPU's, padding untouched */
+  int tr = 70, tc = 50, sld = 64, dld = 80;
+  size_t ns = (size_t)tr * sld, nd = (size_t)tc * dld;
+  float *src = randv(ns, 1.0f), *dst = randv(nd, 1.0f), *want = malloc(nd * sizeof *want);
+  memcpy(want, dst, nd * sizeof *want);
+  for (int r = 0; r < tr; r++)
+    for (int c = 0; c < tc; c++)
+      want[(size_t)c * dld + r] = src[(size_t)r * sld + c];
+  float *d_src = upf(src, ns), *d_dst = upf(dst, nd);
+  cpu->muon_transpose(dst, dld, src, sld, tr, tc);
+  gpu->muon_transpose(d_dst, dld, d_src, sld, tr, tc);
+  double worst = 0.0;
+  for (size_t i = 0; i < nd; i++)
+    worst = fmax(worst, fabs((double)dst[i] - want[i]));
+  verdict("muon_transpose on the CPU: 70 x 50 of rows of 64 into rows of 80", worst, 0.0, 1);
+  check("muon_transpose 70 x 50 of rows of 64 into rows of 80", d_dst, dst, nd, 0.0);
+  colo_pool_free(dpool, d_src);
+  free(src), free(dst), free(want);
   colo_pool_free(dpool, d_g);
   free(g), free(m), free(u), free(p);
 }

@@ -221,6 +221,9 @@ typedef struct colo_backend_s {
   void (*muon_orth)(float *x, float *work, int rows, int cols, int ld, int steps, float eps,
                     float scale);
   void (*muon_apply)(float *p, const float *u, size_t n, float lr, float wd);
+  /* dst (cols × rows at row stride dld) = the transpose of src (rows × cols at row stride sld):
+   * a tensor-parallel rank's column block of a matrix as rows, for Muon's gather, and back */
+  void (*muon_transpose)(float *dst, int dld, const float *src, int sld, int rows, int cols);
   /* Σ x², accumulated in double in a fixed order, so the result does not depend on threads */
   double (*sumsq)(const float *x, size_t n);
   void (*scale)(float *x, float s, size_t n);
@@ -242,7 +245,7 @@ typedef struct colo_backend_s {
   X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(noise, a) X(scale_rows, a) X(dora_norm, a) X(dora_scale, a) X(dora_add, a) X(dora_dmag, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \
   X(vocab_target, a) X(vocab_ce_bwd, a)
-#define COLO_F32_OPS(X, a) X(adamw, a) X(muon_momentum, a) X(muon_orth, a) X(muon_apply, a) X(sumsq, a) X(scale, a) X(accumulate, a) X(dequant_scales, a)
+#define COLO_F32_OPS(X, a) X(adamw, a) X(muon_momentum, a) X(muon_orth, a) X(muon_apply, a) X(muon_transpose, a) X(sumsq, a) X(scale, a) X(accumulate, a) X(dequant_scales, a)
 /* clang-format on */
 
 /* embed_fwd's rows on the host, for the CPU tables: rows of `row` bytes */

@@ -876,6 +876,13 @@ static void muon_orth(float *x, float *work, int rows, int cols, int ld, int ste
       x[(size_t)r * ld + c] = scale * X[tr ? (size_t)c * b + r : (size_t)r * b + c];
 }
 
+static void muon_transpose(float *dst, int dld, const float *src, int sld, int rows, int cols) {
+#pragma omp parallel for schedule(static)
+  for (int c = 0; c < cols; c++)
+    for (int r = 0; r < rows; r++)
+      dst[(size_t)c * dld + r] = src[(size_t)r * sld + c];
+}
+
 static void muon_apply(float *p, const float *u, size_t n, float lr, float wd) {
   float decay = 1.0f - lr * wd;
 #pragma omp parallel for simd schedule(static)
@@ -992,6 +999,7 @@ static const colo_backend_t CPU = {
     .muon_momentum = muon_momentum,
     .muon_orth = muon_orth,
     .muon_apply = muon_apply,
+    .muon_transpose = muon_transpose,
     .sumsq = sumsq,
     .scale = scale,
     .accumulate = accumulate,

@@ -437,6 +437,9 @@ static void host_free(void *p) {
   static void muon_apply_##sfx(float *p, const float *u, size_t n, float lr, float wd) {           \
     RUN("muon_apply", base_##sfx()->muon_apply(p, u, n, lr, wd), p, u);                            \
   }                                                                                                \
+  static void muon_transpose_##sfx(float *d, int dld, const float *s, int sld, int r, int c) {     \
+    RUN("muon_transpose", base_##sfx()->muon_transpose(d, dld, s, sld, r, c), d, s);               \
+  }                                                                                                \
   static double sumsq_##sfx(const float *x, size_t n) {                                            \
     double r = 0.0;                                                                                \
     RUN("sumsq", r = base_##sfx()->sumsq(x, n), x);                                                \

@@ -1769,6 +1769,22 @@ static void muon_orth(float *x, float *work, int rows, int cols, int ld, int ste
   LAUNCHED();
 }
 
+__global__ static void muon_transpose_kernel(float *dst, int dld, const float *src, int sld,
+                                             int rows, int cols) {
+  size_t n = (size_t)rows * cols;
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x) {
+    size_t r = i / (size_t)cols, c = i % (size_t)cols;
+    dst[c * dld + r] = src[r * sld + c];
+  }
+}
+
+static void muon_transpose(float *dst, int dld, const float *src, int sld, int rows, int cols) {
+  muon_transpose_kernel<<<blocks_for((size_t)rows * cols, 256), 256, 0, g.stream>>>(
+      dst, dld, src, sld, rows, cols);
+  LAUNCHED();
+}
+
 __global__ static void muon_apply_kernel(float *p, const float *u, size_t n, float lr,
                                          float decay) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;

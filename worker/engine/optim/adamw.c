@@ -14,6 +14,7 @@ int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_
   opt->t = 0;
   opt->pool = pool;
   opt->work = NULL;
+  opt->tp = NULL;
   opt->m = colo_pool_alloc(pool, n_params * sizeof(float), "optimizer state");
   opt->v = opt->m ? colo_pool_alloc(pool, n_params * sizeof(float), "optimizer state") : NULL;
   if (!opt->v) {
@@ -25,9 +26,10 @@ int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_
   return 0;
 }
 
-int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_input, char *err,
-                         size_t errlen) {
+int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_input,
+                         colo_comm_t *tp, char *err, size_t errlen) {
   size_t nt;
+  opt->tp = tp;
   const colo_param_t *table = colo_gpt_params_table(model, &nt);
   size_t n = colo_muon_work_floats(table, nt, with_input);
   if (!n)
@@ -77,14 +79,14 @@ float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, flo
   return norm;
 }
 
-void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
-                     float grad_scale) {
+int colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
+                    float grad_scale) {
   opt->t++;
   const colo_adamw_config_t *c = &opt->cfg;
   if (!c->muon || !opt->work) {
     colo_adamw_step_range(c, opt->t, be, model, 0, colo_gpt_num_params(model), opt->m, opt->v, lr,
                           grad_scale);
-    return;
+    return 0;
   }
   /* Muon's tensors one by one, AdamW over the runs between them */
   size_t nt, lo = 0;
@@ -99,10 +101,13 @@ void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *mo
     if (i == nt)
       break;
     const colo_param_t *t = &table[i];
-    colo_muon_tensor(be, t, p, g, opt->m + t->offset, opt->work, c->muon_momentum, lr,
-                     c->weight_decay, grad_scale);
+    int rc = colo_muon_tensor(be, t, p, g, opt->m + t->offset, opt->work, opt->tp, c->muon_momentum,
+                              lr, c->weight_decay, grad_scale);
+    if (rc < 0)
+      return rc;
     lo = t->offset + t->numel;
   }
+  return 0;
 }
 
 /* One call a run of adjacent tensors that share their decay (a block's LayerNorm parameters

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "../backend/backend.h"
+#include "../comm/comm.h"
 #include "../core/pool.h"
 #include "../model/gpt.h"
 
@@ -27,7 +28,8 @@ typedef struct {
   size_t n;
   int t; /* updates done */
   colo_pool_t *pool;
-  float *work; /* Muon's scratch (colo_muon_work_floats), when cfg.muon */
+  float *work;     /* Muon's scratch (colo_muon_work_floats), when cfg.muon */
+  colo_comm_t *tp; /* Muon: the tensor-parallel group its split matrices are gathered over */
 } colo_adamw_t;
 
 int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_params,
@@ -36,9 +38,9 @@ void colo_adamw_free(colo_adamw_t *opt);
 
 /* Muon's scratch for model's tensors, from the optimizer's pool (cfg.muon only); with_input:
  * room for a tensor's input too (colo_muon_work_floats; ZeRO stage 0, whose step is
- * colo_adamw_step's). */
-int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_input, char *err,
-                         size_t errlen);
+ * colo_adamw_step's); tp: the model's tensor-parallel group (NULL when tp = 1). */
+int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_input,
+                         colo_comm_t *tp, char *err, size_t errlen);
 
 /* The learning rate for step (0-based) under the schedule. */
 float colo_lr_at(const colo_adamw_config_t *cfg, int step);
@@ -52,9 +54,10 @@ float colo_grad_norm(const colo_backend_t *be, const float *grads, size_t n, flo
                      float *scale_out);
 
 /* One update with learning rate lr; gradients are multiplied by grad_scale first. With cfg.muon
- * Muon updates the blocks' weight matrices (muon.h), AdamW the rest. */
-void colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
-                     float grad_scale);
+ * Muon updates the blocks' weight matrices (muon.h), AdamW the rest. Returns 0, or the error of
+ * Muon's gather over the tensor-parallel group (< 0). */
+int colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model, float lr,
+                    float grad_scale);
 
 /* AdamW (never Muon) on the flat parameter range [lo, hi) only, with moments m[0..hi-lo) for that
  * range and update number t (ZeRO: a rank updates the piece it owns). */

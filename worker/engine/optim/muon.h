@@ -16,6 +16,7 @@
 #include <stddef.h>
 
 #include "../backend/backend.h"
+#include "../comm/comm.h"
 #include "../model/gpt.h"
 
 #define COLO_MUON_NS_STEPS 5
@@ -30,22 +31,30 @@ typedef struct {
 
 /* Whether Muon updates tensor p (a block's 2-D weight, this rank's table); 0: AdamW does. */
 int colo_muon_takes(const colo_param_t *p);
-/* The matrices of tensor p (colo_muon_takes): q, k and v, gate and up, or the whole; returns how
- * many (1 to 3). */
+/* How many tensor-parallel ranks share tensor p's matrices (1: this rank holds them whole). */
+int colo_muon_shards(const colo_param_t *p);
+/* The matrices of tensor p (colo_muon_takes) as this rank holds them: q, k and v, gate and up, or
+ * the whole (each its share under tensor parallelism); returns how many (1 to 3). */
 int colo_muon_blocks(const colo_param_t *p, colo_muon_block_t out[3]);
-/* The scratch a step needs, in floats of backend memory: muon_orth's work for the largest of the
- * matrices, after room for the largest tensor's input when with_input (colo_muon_tensor's; ZeRO
- * keeps the input in its chunk buffer). 0: the model has none. */
+/* The scratch a step needs, in floats of backend memory: for the largest of the matrices whole,
+ * muon_orth's work and (split by tensor parallelism) room for the gathered matrix, after room
+ * for the largest tensor's input when with_input (colo_muon_tensor's; ZeRO keeps the input in
+ * its chunk buffer). 0: the model has none. */
 size_t colo_muon_work_floats(const colo_param_t *table, size_t n, int with_input);
-/* u: tensor p's Muon input, whole, in p's layout: each of its matrices replaced by its
- * orthogonalization scaled by 0.2·√max(rows, cols); work: muon_orth's. */
-void colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, float *u,
-                             float *work);
+/* u: tensor p's Muon input, this rank's, in p's layout: each of its matrices replaced by its
+ * orthogonalization scaled by 0.2·√max(rows, cols) of the matrix whole; work: muon_orth's, and
+ * the gathered matrix's. A matrix split by tensor parallelism (colo_muon_shards > 1) is
+ * all-gathered over tp, its group (rank t holding share t), orthogonalized whole by every rank,
+ * and each keeps its share: every rank of the group must call this for the same tensors in the
+ * same order. Returns 0, or the gather's error (< 0). */
+int colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, float *u, float *work,
+                            colo_comm_t *tp);
 /* One Muon update of tensor p (colo_muon_takes) of the flat buffers params and grads: momentum m
  * (p's numel), momentum beta, learning rate lr, weight decay wd, gradients times grad_scale
- * first; work: colo_muon_work_floats of backend memory. */
-void colo_muon_tensor(const colo_backend_t *be, const colo_param_t *p, float *params,
-                      const float *grads, float *m, float *work, float beta, float lr, float wd,
-                      float grad_scale);
+ * first; work: colo_muon_work_floats of backend memory; tp: p's tensor-parallel group (NULL
+ * when tp = 1). Returns 0 or the gather's error. */
+int colo_muon_tensor(const colo_backend_t *be, const colo_param_t *p, float *params,
+                     const float *grads, float *m, float *work, colo_comm_t *tp, float beta,
+                     float lr, float wd, float grad_scale);
 
 #endif

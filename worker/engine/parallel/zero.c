@@ -688,7 +688,9 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
     if (b <= lo || a >= hi || !colo_muon_takes(&table[i]))
       continue;
     float *t = z->muon_chunk + (a - c->lo); /* the tensor's input, whole */
-    colo_muon_orthogonalize(be, &table[i], t, opt->work);
+    int rc = colo_muon_orthogonalize(be, &table[i], t, opt->work, opt->tp);
+    if (rc < 0)
+      return rc;
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
     be->muon_apply(p + (x - lo), t + (x - a), y - x, lr, cf->weight_decay);
   }
@@ -697,10 +699,8 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
 
 int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *model,
                    float lr, float grad_scale) {
-  if (z->stage == 0) {
-    colo_adamw_step(opt, be, model, lr, grad_scale);
-    return 0;
-  }
+  if (z->stage == 0)
+    return colo_adamw_step(opt, be, model, lr, grad_scale);
   opt->t++;
   if (z->stage == 3)
     end_round(z);

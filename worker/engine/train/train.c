@@ -2031,7 +2031,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                              pool, err, errlen),
              rc, out);
   if (cfg->optim.muon && !lora) {
-    CHECK_GOTO(colo_adamw_muon_init(&opt, model, cfg->zero_stage == 0, err, errlen), rc, out);
+    CHECK_GOTO(colo_adamw_muon_init(&opt, model, cfg->zero_stage == 0, tpc, err, errlen), rc, out);
     CHECK_GOTO(colo_zero_muon(&zero, err, errlen), rc, out);
   }
   /* the batch's tokens, page-locked where the backend has such memory: the device copies them
@@ -2268,7 +2268,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     printf("optimizer: muon (momentum %g, Nesterov, %d Newton-Schulz steps, the update's RMS "
            "matched to AdamW's) for %zu matrices, %zu parameters%s; adamw for the other %zu\n",
            (double)cfg->optim.muon_momentum, COLO_MUON_NS_STEPS, nmat, nm,
-           pp > 1 ? " on this stage" : "", n_params - nm);
+           tp > 1   ? " (this rank's shares: each gathered whole over the tensor-parallel group)"
+           : pp > 1 ? " on this stage"
+                    : "",
+           n_params - nm);
   }
   if (!cfg->quiet && lead && lora) {
     char tg[96], nf4_said[224], drop_said[128] = "";
