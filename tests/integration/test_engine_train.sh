@@ -484,6 +484,22 @@ mu=("${MODEL[@]:0:${#MODEL[@]}-1}" --steps 30 --eval-interval 10 --lr 3e-3 --ckp
 expect_rc 0 "$CT" train "${mu[@]}" --ckpt-dir "$TMP/mu" --progress "$TMP/mu.jsonl"
 expect_contains "$OUT" "optimizer: muon (momentum 0.95, Nesterov, 5 Newton-Schulz steps, the update's RMS matched to AdamW's) for 12 matrices, 98304 parameters; adamw for the other 20224"
 mu+=(--quiet)
+# Muon keeps no second moments for its matrices: the peak is AdamW's less their 98304 floats,
+# plus Muon's scratch (the largest tensor's input and the Newton-Schulz work of the largest matrix)
+for o in adamw muon; do
+  expect_rc 0 "$CT" train "${MODEL[@]}" --steps 2 --eval-interval 0 --optimizer $o --progress "$TMP/mem-$o.jsonl"
+done
+python3 - "$TMP/mem-adamw.jsonl" "$TMP/mem-muon.jsonl" <<'PY' || fail "muon: memory"
+import json, sys
+peak = lambda f: max(r["memory_bytes"] for r in map(json.loads, open(f)) if r["event"] == "step")
+a, m = peak(sys.argv[1]), peak(sys.argv[2])
+C = 64  # q, k, v, c_proj C x C; c_fc C x 4C; mlp.c_proj 4C x C; 2 layers
+blocks = [(C, C)] * 4 + [(C, 4 * C), (4 * C, C)]
+numel = 2 * (4 * C * C + 2 * 4 * C * C)
+work = 4 * C * C + max(2 * r * c + 2 * min(r, c) ** 2 for r, c in blocks)
+assert numel == 98304 and a - m == 4 * (numel - work), (a, m, numel, work)
+print("muon: peak %d bytes, AdamW's %d: %d floats of second moments not kept, %d of scratch" % (m, a, numel, work))
+PY
 expect_rc 0 "$CT" train "${mu[@]}" --ckpt-dir "$TMP/mu2" --progress "$TMP/mu2a.jsonl" --stop-at 15
 expect_rc 0 "$CT" train "${mu[@]}" --ckpt-dir "$TMP/mu2" --progress "$TMP/mu2b.jsonl" --resume auto
 expect_rc 0 "$CT" train "${mu[@]}" --nproc 2 --pp 2 --threads 1 --ckpt-dir "$TMP/mu3" --progress "$TMP/mu3.jsonl"

@@ -968,6 +968,38 @@ TEST(adamw_runs_of_tensors_match_tensors) {
   colo_adamw_free(&opt);
 }
 
+/* colo_adamw_drop_v: the second moments of the holes (Muon's matrices) are gone from v, whose
+ * other moments keep their order; a range read gives zeros at the holes, a write leaves them out */
+TEST(adamw_dropped_second_moments) {
+  setup();
+  colo_pool_t *pool = new_pool(0);
+  colo_adamw_config_t c = {.lr = 1e-2f};
+  colo_adamw_t opt;
+  char err[256];
+  ASSERT_EQ_INT(colo_adamw_init(&opt, &c, 20, pool, err, sizeof err), 0);
+  const size_t holes[] = {2, 5, 9, 12, 19, 20};
+  ASSERT_EQ_INT(colo_adamw_drop_v(&opt, holes, 3, err, sizeof err), 0);
+  ASSERT_EQ_INT((int)colo_pool_used(pool), (int)((20 + 13) * sizeof(float)));
+  static const struct {
+    size_t i, at;
+  } off[] = {{0, 0}, {1, 1}, {5, 2}, {8, 5}, {12, 6}, {18, 12}, {20, 13}};
+  for (size_t k = 0; k < sizeof off / sizeof off[0]; k++)
+    ASSERT_EQ_INT((int)colo_adamw_v_off(&opt, off[k].i), (int)off[k].at);
+  float in[20], out[20];
+  for (int i = 0; i < 20; i++)
+    in[i] = (float)(i + 1);
+  colo_adamw_v_put(&opt, be, 0, 20, in);
+  for (int i = 0; i < 13; i++) /* 1 2 6 7 8 9 13 ... 19: the kept, in order */
+    ASSERT(opt.v[i] == (float)(i < 2 ? i + 1 : i < 6 ? i + 4 : i + 7));
+  colo_adamw_v_get(&opt, be, 1, 17, out); /* [1, 18): from inside a run to inside a run */
+  for (int i = 1; i < 18; i++)
+    ASSERT(out[i - 1] == ((i >= 2 && i < 5) || (i >= 9 && i < 12) ? 0.0f : (float)(i + 1)));
+  colo_adamw_v_get(&opt, be, 3, 8, out); /* [3, 11): from inside a hole to inside a hole */
+  for (int i = 3; i < 11; i++)
+    ASSERT(out[i - 3] == (i < 5 || i >= 9 ? 0.0f : (float)(i + 1)));
+  colo_adamw_free(&opt);
+}
+
 TEST(loss_scaler_rule) {
   colo_loss_scaler_t s;
   colo_loss_scaler_init(&s, 0.0f, 5);

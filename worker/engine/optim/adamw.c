@@ -4,6 +4,8 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "../../../common/error.h"
 
@@ -15,6 +17,8 @@ int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_
   opt->pool = pool;
   opt->work = NULL;
   opt->tp = NULL;
+  opt->hole = opt->hole_before = NULL;
+  opt->n_hole = 0;
   opt->m = colo_pool_alloc(pool, n_params * sizeof(float), "optimizer state");
   opt->v = opt->m ? colo_pool_alloc(pool, n_params * sizeof(float), "optimizer state") : NULL;
   if (!opt->v) {
@@ -47,6 +51,97 @@ void colo_adamw_free(colo_adamw_t *opt) {
   colo_pool_free(opt->pool, opt->v);
   colo_pool_free(opt->pool, opt->work);
   opt->m = opt->v = opt->work = NULL;
+  free(opt->hole);
+  free(opt->hole_before);
+  opt->hole = opt->hole_before = NULL;
+  opt->n_hole = 0;
+}
+
+int colo_adamw_drop_v(colo_adamw_t *opt, const size_t *pairs, size_t n_pairs, char *err,
+                      size_t errlen) {
+  size_t gone = 0;
+  for (size_t i = 0; i < n_pairs; i++)
+    gone += pairs[2 * i + 1] - pairs[2 * i];
+  if (!gone || opt->n_hole)
+    return 0;
+  size_t *hole = malloc(2 * n_pairs * sizeof *hole), *before = malloc(n_pairs * sizeof *before);
+  if (!hole || !before) {
+    free(hole), free(before);
+    snprintf(err, errlen, "no host memory for the optimizer's map");
+    return COLO_ENOMEM;
+  }
+  memcpy(hole, pairs, 2 * n_pairs * sizeof *hole);
+  for (size_t i = 0, sum = 0; i < n_pairs; i++) {
+    before[i] = sum;
+    sum += hole[2 * i + 1] - hole[2 * i];
+  }
+  /* the kept second moments (all zero before a first step) in a buffer of their own size */
+  colo_pool_free(opt->pool, opt->v);
+  opt->v = colo_pool_alloc(opt->pool, (opt->n - gone ? opt->n - gone : 1) * sizeof(float),
+                           "optimizer state");
+  if (!opt->v) {
+    free(hole), free(before);
+    snprintf(err, errlen, "%s", colo_pool_error(opt->pool));
+    return COLO_ENOMEM;
+  }
+  opt->hole = hole, opt->hole_before = before, opt->n_hole = n_pairs;
+  return 0;
+}
+
+/* the holes before offset i: the first hole whose end is past i, by bisection */
+static size_t holes_below(const colo_adamw_t *opt, size_t i) {
+  size_t lo = 0, hi = opt->n_hole;
+  while (lo < hi) {
+    size_t mid = (lo + hi) / 2;
+    if (opt->hole[2 * mid + 1] <= i)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+size_t colo_adamw_v_off(const colo_adamw_t *opt, size_t i) {
+  size_t h = holes_below(opt, i);
+  if (h == opt->n_hole)
+    return i - (h ? opt->hole_before[h - 1] + opt->hole[2 * h - 1] - opt->hole[2 * h - 2] : 0);
+  return i - opt->hole_before[h] - (i > opt->hole[2 * h] ? i - opt->hole[2 * h] : 0);
+}
+
+/* the kept runs of [off, off + n): each with its place in v, to or from h */
+static void v_runs(const colo_adamw_t *opt, const colo_backend_t *be, size_t off, size_t n,
+                   float *get, const float *put) {
+  size_t end = off + n, i = off, h = holes_below(opt, off);
+  while (i < end) {
+    size_t a = h < opt->n_hole ? opt->hole[2 * h] : end,
+           b = h < opt->n_hole ? opt->hole[2 * h + 1] : end;
+    size_t stop = a < end ? a : end;
+    if (i < stop) { /* kept: [i, stop) */
+      size_t at = colo_adamw_v_off(opt, i), bytes = (stop - i) * sizeof(float);
+      if (get)
+        be->to_host(get + (i - off), opt->v + at, bytes);
+      else
+        be->from_host(opt->v + at, put + (i - off), bytes);
+      i = stop;
+    }
+    if (i >= end)
+      break;
+    size_t skip = b < end ? b : end; /* dropped: [i, skip) */
+    if (get)
+      memset(get + (i - off), 0, (skip - i) * sizeof(float));
+    i = skip;
+    h++;
+  }
+}
+
+void colo_adamw_v_get(const colo_adamw_t *opt, const colo_backend_t *be, size_t off, size_t n,
+                      float *h) {
+  v_runs(opt, be, off, n, h, NULL);
+}
+
+void colo_adamw_v_put(const colo_adamw_t *opt, const colo_backend_t *be, size_t off, size_t n,
+                      const float *h) {
+  v_runs(opt, be, off, n, NULL, h);
 }
 
 float colo_lr_at(const colo_adamw_config_t *c, int step) {
@@ -97,7 +192,8 @@ int colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *mod
       continue;
     size_t hi = i < nt ? table[i].offset : colo_gpt_num_params(model);
     if (hi > lo)
-      colo_adamw_step_range(c, opt->t, be, model, lo, hi, opt->m + lo, opt->v + lo, lr, grad_scale);
+      colo_adamw_step_range(c, opt->t, be, model, lo, hi, opt->m + lo,
+                            opt->v + colo_adamw_v_off(opt, lo), lr, grad_scale);
     if (i == nt)
       break;
     const colo_param_t *t = &table[i];

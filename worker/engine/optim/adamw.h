@@ -30,6 +30,10 @@ typedef struct {
   colo_pool_t *pool;
   float *work;     /* Muon's scratch (colo_muon_work_floats), when cfg.muon */
   colo_comm_t *tp; /* Muon: the tensor-parallel group its split matrices are gathered over */
+  /* Muon's matrices have no second moment: moment offsets [hole[2i], hole[2i+1]) (sorted,
+   * disjoint) have none in v, which holds the others' in order (colo_adamw_drop_v);
+   * hole_before[i]: how many offsets the holes before hole i cover */
+  size_t *hole, *hole_before, n_hole;
 } colo_adamw_t;
 
 int colo_adamw_init(colo_adamw_t *opt, const colo_adamw_config_t *cfg, size_t n_params,
@@ -41,6 +45,21 @@ void colo_adamw_free(colo_adamw_t *opt);
  * colo_adamw_step's); tp: the model's tensor-parallel group (NULL when tp = 1). */
 int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_input,
                          colo_comm_t *tp, char *err, size_t errlen);
+
+/* Drops the second moments of moment offsets [pairs[2i], pairs[2i+1]) for i < n_pairs (sorted,
+ * disjoint: Muon's matrices, which have none): v shrinks to the other offsets', in order. Once,
+ * before a first step. */
+int colo_adamw_drop_v(colo_adamw_t *opt, const size_t *pairs, size_t n_pairs, char *err,
+                      size_t errlen);
+/* Where moment offset i's second moment is in v (i not in a dropped range; i itself without any).
+ */
+size_t colo_adamw_v_off(const colo_adamw_t *opt, size_t i);
+/* The second moments of offsets [off, off + n) to host memory h, zeros for dropped ones; and
+ * from h into v, dropped ones left out. */
+void colo_adamw_v_get(const colo_adamw_t *opt, const colo_backend_t *be, size_t off, size_t n,
+                      float *h);
+void colo_adamw_v_put(const colo_adamw_t *opt, const colo_backend_t *be, size_t off, size_t n,
+                      const float *h);
 
 /* The learning rate for step (0-based) under the schedule. */
 float colo_lr_at(const colo_adamw_config_t *cfg, int step);

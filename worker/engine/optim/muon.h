@@ -8,8 +8,8 @@
  * side by side, as columns), its output projection, the MLP's up projection (Llama's gate and up
  * each), and its down projection: a step of Muon on one is m = β·m + (1−β)·g, u = (1−β)·g + β·m
  * (Nesterov's), O = NewtonSchulz5(u), p = p·(1 − lr·wd) − lr·0.2·√max(rows, cols)·O. The
- * momentum lives in the moments' first buffer (the checkpoints' optimizer.exp_avg); the second
- * stays zero for these tensors. */
+ * momentum lives in the moments' first buffer (the checkpoints' optimizer.exp_avg); these tensors
+ * have no second moments (colo_adamw_drop_v). */
 #ifndef COLO_MUON_H
 #define COLO_MUON_H
 

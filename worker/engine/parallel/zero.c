@@ -558,9 +558,42 @@ void colo_zero_free(colo_zero_t *z) {
   z->staging = z->muon_chunk = NULL;
 }
 
-int colo_zero_muon(colo_zero_t *z, char *err, size_t errlen) {
+/* the moment offsets of Muon's matrices (stage 0: the model's; under ZeRO: those of this rank's
+ * pieces), which have no second moment: dropped from v */
+static int muon_holes(colo_zero_t *z, colo_adamw_t *opt, char *err, size_t errlen) {
+  size_t nt, n = 0;
+  const colo_param_t *table =
+      z->stage == 0 ? colo_gpt_params_table(z->model, &nt) : colo_gpt_storage_table(z->model, &nt);
+  size_t *pairs = malloc(2 * (nt * (z->stage == 0 ? 1 : z->chunks.n) + 1) * sizeof *pairs);
+  if (!pairs) {
+    snprintf(err, errlen, "no host memory for Muon's map");
+    return COLO_ENOMEM;
+  }
+  for (size_t k = 0; k < (z->stage == 0 ? 1 : z->chunks.n); k++) {
+    size_t lo = 0, hi = colo_gpt_num_params(z->model), piece, base = 0;
+    if (z->stage > 0) {
+      colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+      base = z->optim_off[k];
+    }
+    for (size_t i = 0; i < nt; i++) {
+      size_t a = table[i].offset, b = a + table[i].numel;
+      if (b <= lo || a >= hi || !colo_muon_takes(&table[i]))
+        continue;
+      size_t x = base + (a > lo ? a : lo) - lo, y = base + (b < hi ? b : hi) - lo;
+      if (n && pairs[2 * n - 1] == x) /* adjacent matrices: one hole */
+        pairs[2 * n - 1] = y;
+      else
+        pairs[2 * n] = x, pairs[2 * n + 1] = y, n++;
+    }
+  }
+  int rc = colo_adamw_drop_v(opt, pairs, n, err, errlen);
+  free(pairs);
+  return rc;
+}
+
+int colo_zero_muon(colo_zero_t *z, colo_adamw_t *opt, char *err, size_t errlen) {
   if (z->stage == 0)
-    return 0;
+    return muon_holes(z, opt, err, errlen);
   for (size_t k = 0; k < z->chunks.n; k++)
     if (z->optim_home[k] != COLO_HOME_DEVICE || z->param_home[k] != COLO_HOME_DEVICE) {
       snprintf(err, errlen,
@@ -576,7 +609,7 @@ int colo_zero_muon(colo_zero_t *z, char *err, size_t errlen) {
     snprintf(err, errlen, "%s", colo_pool_error(z->pool));
     return COLO_ENOMEM;
   }
-  return 0;
+  return muon_holes(z, opt, err, errlen);
 }
 
 size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model) {
@@ -655,7 +688,7 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
   size_t lo, hi, piece, nt;
   colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
   const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
-  float *m = opt->m + z->optim_off[k], *v = opt->v + z->optim_off[k];
+  float *m = opt->m + z->optim_off[k];
   float *g = z->stage == 1 ? colo_gpt_grads(z->model) + lo : z->grad_piece + z->shard_off[k];
   float *p = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + lo;
   float *u = z->muon_chunk + (size_t)z->rank * piece;
@@ -672,9 +705,10 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
     if (mu)
       be->muon_momentum(u + o, g + o, m + o, y - x, cf->muon_momentum, grad_scale);
-    else
-      be->adamw(p + o, g + o, m + o, v + o, y - x, lr, cf->beta1, cf->beta2, cf->eps,
-                table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
+    else /* v holds the other tensors' second moments alone */
+      be->adamw(p + o, g + o, m + o, opt->v + colo_adamw_v_off(opt, z->optim_off[k] + o), y - x, lr,
+                cf->beta1, cf->beta2, cf->eps, table[i].decay ? cf->weight_decay : 0.0f, grad_scale,
+                opt->t);
   }
   if (!any)
     return 0;
@@ -767,6 +801,11 @@ const float *colo_zero_piece_host(colo_zero_t *z, const colo_adamw_t *opt, size_
     return NULL;
   }
   float *src, *m, *v;
+  if (what == 2 && opt->n_hole) { /* Muon's: zeros for its matrices */
+    float *dst = z->scratch + 3 * z->max_piece;
+    colo_adamw_v_get(opt, z->be, z->optim_off[k], n, dst);
+    return dst;
+  }
   if (what == 0) {
     src = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + *lo;
   } else {
@@ -814,8 +853,12 @@ int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *piece
     colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
     moments_at(z, opt, k, 0, &m, &v); /* reads nothing */
     xzero(z, m, piece * sizeof(float));
-    xzero(z, v, piece * sizeof(float));
     xcopy(z, m, piece_m + z->shard_off[k], (hi - lo) * sizeof(float));
+    if (opt->n_hole) { /* Muon's: its matrices' left out */
+      colo_adamw_v_put(opt, z->be, z->optim_off[k], hi - lo, piece_v + z->shard_off[k]);
+      continue;
+    }
+    xzero(z, v, piece * sizeof(float));
     xcopy(z, v, piece_v + z->shard_off[k], (hi - lo) * sizeof(float));
     if (z->optim_home[k] == COLO_HOME_NVME && colo_zero_nvme_moments(z, k, m, v, piece, 1) < 0)
       return COLO_EIO;

@@ -1246,6 +1246,8 @@ typedef struct {
   size_t n, *lo, *hi, *chunk;
   unsigned char *kinds, *piece; /* per range: its kinds; whether it is this rank's piece */
   float *scratch;               /* host, a chunk's capacity; NULL on the CPU */
+  float *vbuf;                  /* Muon's second moments of a range, with its matrices' zeros */
+  size_t vn;                    /* vbuf's floats */
 } save_src_t;
 
 static const float *save_read(void *ctx, size_t r, int what, char *err, size_t errlen) {
@@ -1257,6 +1259,20 @@ static const float *save_read(void *ctx, size_t r, int what, char *err, size_t e
       colo_fail(err, errlen, COLO_EIO, "reading a piece for the checkpoint: %s",
                 colo_zero_error(s->zero));
     return p;
+  }
+  if (what == 2 && s->opt->n_hole) { /* Muon's: zeros for its matrices */
+    size_t n = s->hi[r] - s->lo[r];
+    if (n > s->vn) {
+      free(s->vbuf);
+      if (!(s->vbuf = malloc(n * sizeof(float)))) {
+        s->vn = 0;
+        colo_fail(err, errlen, COLO_ENOMEM, "no host memory for a chunk's second moments");
+        return NULL;
+      }
+      s->vn = n;
+    }
+    colo_adamw_v_get(s->opt, s->be, s->lo[r], n, s->vbuf);
+    return s->vbuf;
   }
   const float *base = what == 0 ? colo_gpt_params(s->model) : what == 1 ? s->opt->m : s->opt->v;
   if (!s->scratch)
@@ -1272,6 +1288,7 @@ static void save_src_free(save_src_t *s) {
   free(s->kinds);
   free(s->piece);
   free(s->scratch);
+  free(s->vbuf);
 }
 
 /* The ranges data-parallel rank d writes; 0 when it writes none. */
@@ -1369,6 +1386,10 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
   if (what == 0 && !colo_gpt_params(d->model)) {
     if (d->rc == 0)
       d->rc = colo_gpt_put(d->model, off, v, n, d->err, sizeof d->err);
+    return;
+  }
+  if (what == 2 && d->opt->n_hole) { /* Muon's: its matrices' left out */
+    colo_adamw_v_put(d->opt, d->be, off, n, v);
     return;
   }
   float *dst = (what == 0 ? colo_gpt_params(d->model) : what == 1 ? d->opt->m : d->opt->v) + off;
@@ -2032,7 +2053,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
              rc, out);
   if (cfg->optim.muon && !lora) {
     CHECK_GOTO(colo_adamw_muon_init(&opt, model, cfg->zero_stage == 0, tpc, err, errlen), rc, out);
-    CHECK_GOTO(colo_zero_muon(&zero, err, errlen), rc, out);
+    CHECK_GOTO(colo_zero_muon(&zero, &opt, err, errlen), rc, out);
   }
   /* the batch's tokens, page-locked where the backend has such memory: the device copies them
    * at the bus's speed every micro-step, without a staging copy of the driver's */
