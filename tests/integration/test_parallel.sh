@@ -11,7 +11,8 @@
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #     and Muon (optimizer.name: muon) at dp=2 with ZeRO 0-3, dp=4 ZeRO-1, pp=2 x dp=2, tp=2
 #     (sequence parallel), dp=2 x tp=2 ZeRO-3, pp=2 x tp=2, and llama GQA at ZeRO-3 and tp=2;
-#     and pp=2 with boundary tensors larger than the transport's buffers (3 steps);
+#     and pp=2 with boundary tensors larger than the transport's buffers (2 steps; the
+#     shared-memory rings at 1 MiB, and a size out of range refused);
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1 (and Muon's, without its matrices'
 #     second moments, under other layouts, tp=2's among them), and ones saved at tp=2 and at
@@ -288,12 +289,15 @@ print(states(sys.argv[1]), states(sys.argv[2]))' "$TMP/single" "$TMP/pp2")"
 echo "model states: one process $s1 bytes, pipeline stage 0 of 2 $s2 bytes"
 [ "$s2" -lt $((s1 * 3 / 4)) ] || fail "stage 0 holds $s2 bytes of model states, not much less than $s1"
 
-# boundary tensors larger than the shared-memory ring (4 MiB): 300 sequences x 128 x 32 floats
-# = 4.9 MB a micro-batch, where two stages each sending theirs would wait for the other forever
-BIG=(--n-layer 2 --n-head 2 --n-embd 32 --block-size 128 --steps 2 --eval-interval 0 --batch-size 600)
+# boundary tensors larger than the shared-memory ring (1 MiB here: COLO_COMM_SHM_MIB; 4 by
+# default): 75 sequences x 128 x 32 floats = 1.2 MB a micro-batch, where two stages each sending
+# theirs would wait for the other forever
+BIG=(--n-layer 2 --n-head 2 --n-embd 32 --block-size 128 --steps 2 --eval-interval 0 --batch-size 150)
 run "$TMP/big1" "${BIG[@]}"
-run "$TMP/bigpp2" "${BIG[@]}" --nproc 2 --pp 2 --micro-batches 2 --comm-timeout 30000
-compare "$TMP/big1" "$TMP/bigpp2" "pp=2, 4.9 MB boundaries" 2
+COLO_COMM_SHM_MIB=1 run "$TMP/bigpp2" "${BIG[@]}" --nproc 2 --pp 2 --micro-batches 2 --comm-timeout 30000
+compare "$TMP/big1" "$TMP/bigpp2" "pp=2, 1.2 MB boundaries, 1 MiB rings" 2
+COLO_COMM_SHM_MIB=0 expect_rc 78 "$CT" train "${M[@]}" --steps 2 --nproc 2 --dp 2
+expect_contains "$ERR" "colo-train train: rank 0: COLO_COMM_SHM_MIB=0 must be 1 to 1024 (MiB of ring a direction, for each pair of ranks on one machine)"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5

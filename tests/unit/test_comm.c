@@ -22,6 +22,8 @@ typedef int (*rank_fn)(colo_comm_t *c, int rank, int world);
 
 /* set by a test whose rank functions take the communicator over (each test is a process) */
 static int fn_takes_comm;
+/* set by a test: each rank's COLO_COMM_SHM_MIB (NULL: the environment's) */
+static const char *ring_mib[16];
 
 /* Runs fn on `world` forked ranks; returns how many exited 0. */
 static int run_world(int world, int timeout_ms, rank_fn fn) {
@@ -33,6 +35,8 @@ static int run_world(int world, int timeout_ms, rank_fn fn) {
     if (pids[r] == 0) {
       colo_comm_t *c;
       char err[256];
+      if (ring_mib[r])
+        setenv("COLO_COMM_SHM_MIB", ring_mib[r], 1);
       if (colo_comm_tcp_create(addr, r, world, "127.0.0.1", timeout_ms, &c, err, sizeof err) < 0) {
         fprintf(stderr, "rank %d: %s\n", r, err);
         _exit(3);
@@ -52,11 +56,11 @@ static int run_world(int world, int timeout_ms, rank_fn fn) {
   return ok;
 }
 
-static int expect_shm = 1;
+static int expect_shm = 1; /* -1: as mixed_rings says */
 
 static int collectives(colo_comm_t *c, int rank, int world) {
   /* on one host every peer is reached through shared memory, unless COLO_COMM_SHM=0 */
-  CHECKR(c->shm_peers == (expect_shm ? world - 1 : 0));
+  CHECKR(expect_shm < 0 || c->shm_peers == (expect_shm ? world - 1 : 0));
   /* allreduce of sizes that do and do not split evenly, including fewer elements than ranks */
   size_t sizes[] = {1, 3, 1000, 12345, 1 << 20};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
@@ -137,6 +141,20 @@ TEST(collectives_over_tcp_only) {
   setenv("COLO_COMM_SHM", "0", 1);
   expect_shm = 0;
   ASSERT_EQ_INT(run_world(3, 10000, collectives), 3);
+}
+
+/* rings of 1 MiB for ranks 0 and 1, 2 MiB for rank 2 (COLO_COMM_SHM_MIB): 0 and 1 share memory,
+ * rank 2 refuses their segments of the other size and talks TCP with both; all collectives work */
+static int mixed_rings(colo_comm_t *c, int rank, int world) {
+  CHECKR(c->shm_peers == (rank == 2 ? 0 : 1));
+  return collectives(c, rank, world);
+}
+
+TEST(ranks_with_rings_of_other_sizes_keep_tcp) {
+  ring_mib[0] = ring_mib[1] = "1";
+  ring_mib[2] = "2";
+  expect_shm = -1;
+  ASSERT_EQ_INT(run_world(3, 10000, mixed_rings), 3);
 }
 
 /* Neighbours exchanging tensors far larger than the 4 MiB shared-memory ring and the socket

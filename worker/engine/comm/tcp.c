@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,7 +28,7 @@
 #include "ring.h"
 #include "store.h"
 
-#define RING_BYTES (4u << 20) /* per direction, per pair of ranks on one host */
+#define RING_MIB 4 /* per direction, per pair of ranks on one host (COLO_COMM_SHM_MIB) */
 
 typedef struct tcp_world_s tcp_world_t;
 
@@ -46,7 +47,7 @@ struct tcp_world_s {
    * socket then only tells whether the peer is alive) */
   colo_ring_t **out, **in;
   void **maps;
-  size_t map_len;
+  size_t ring, map_len; /* a ring's data bytes; a pair's segment: two rings */
   int world, rank;
   int timeout_ms;
   int aborted;
@@ -415,7 +416,8 @@ static int hs_recv(int fd, int timeout_ms) {
  * lower rank creates a segment with one ring per direction, says 'S' over the socket, the higher
  * maps it and answers 'A', and the name is unlinked. Any failure answers 'N' and the pair keeps
  * TCP. Every rank handles its pairs in the same global order (by lower rank, then higher), so
- * the handshakes cannot deadlock. COLO_COMM_SHM=0 turns this off. */
+ * the handshakes cannot deadlock. COLO_COMM_SHM=0 turns this off; COLO_COMM_SHM_MIB sizes the
+ * rings (a segment of another size is refused: that pair keeps TCP). */
 static void shm_setup(tcp_world_t *w, int timeout_ms) {
   const char *env = getenv("COLO_COMM_SHM");
   if (env && !strcmp(env, "0"))
@@ -439,7 +441,7 @@ static void shm_setup(tcp_world_t *w, int timeout_ms) {
                            sizeof err) < 0) {
     return;
   }
-  size_t half = colo_ring_size(RING_BYTES);
+  size_t half = colo_ring_size(w->ring);
   for (int j = 0; j < w->world; j++) {
     if (j == w->rank)
       continue;
@@ -460,8 +462,8 @@ static void shm_setup(tcp_world_t *w, int timeout_ms) {
       if (map == MAP_FAILED)
         map = NULL;
       if (map) {
-        colo_ring_init((colo_ring_t *)map, RING_BYTES);
-        colo_ring_init((colo_ring_t *)((char *)map + half), RING_BYTES);
+        colo_ring_init((colo_ring_t *)map, w->ring);
+        colo_ring_init((colo_ring_t *)((char *)map + half), w->ring);
       }
       int reply = hs_send(fd, map ? 'S' : 'N') == 0 ? hs_recv(fd, timeout_ms) : -1;
       shm_unlink(name);
@@ -473,6 +475,12 @@ static void shm_setup(tcp_world_t *w, int timeout_ms) {
       int said = hs_recv(fd, timeout_ms);
       if (said == 'S') {
         int sfd = shm_open(name, O_RDWR, 0);
+        struct stat st;
+        /* rings of another size (another COLO_COMM_SHM_MIB): the pair keeps TCP */
+        if (sfd >= 0 && (fstat(sfd, &st) != 0 || (size_t)st.st_size != 2 * half)) {
+          close(sfd);
+          sfd = -1;
+        }
         if (sfd >= 0) {
           map = mmap(NULL, 2 * half, PROT_READ | PROT_WRITE, MAP_SHARED, sfd, 0);
           close(sfd);
@@ -499,13 +507,28 @@ int colo_comm_tcp_create(const char *store_addr, int rank, int world, const char
     snprintf(err, errlen, "rank %d outside a world of %d", rank, world);
     return COLO_EINVAL;
   }
+  long mib = RING_MIB;
+  const char *env = getenv("COLO_COMM_SHM_MIB");
+  if (env) {
+    char *end;
+    errno = 0;
+    mib = strtol(env, &end, 10);
+    if (!*env || *end || errno || mib < 1 || mib > 1024) {
+      snprintf(err, errlen,
+               "COLO_COMM_SHM_MIB=%s must be 1 to 1024 (MiB of ring a direction, for each pair of "
+               "ranks on one machine)",
+               env);
+      return COLO_EINVAL;
+    }
+  }
   tcp_world_t *w = calloc(1, sizeof *w);
   tcp_comm_t *c = calloc(1, sizeof *c);
   w->fds = malloc((size_t)world * sizeof *w->fds);
   w->out = calloc((size_t)world, sizeof *w->out);
   w->in = calloc((size_t)world, sizeof *w->in);
   w->maps = calloc((size_t)world, sizeof *w->maps);
-  w->map_len = 2 * colo_ring_size(RING_BYTES);
+  w->ring = (size_t)mib << 20;
+  w->map_len = 2 * colo_ring_size(w->ring);
   c->members = malloc((size_t)world * sizeof *c->members);
   for (int i = 0; i < world; i++) {
     w->fds[i] = -1;
