@@ -73,12 +73,22 @@ def run(args, stdin=b"", want=0):
     return p
 
 
+NODE = None  # one tokenizers.js process answering every request (hf_tokenize.mjs -)
+
+
 def reference(tok, paths):
-    p = subprocess.run(["node", os.path.join(HERE, "hf_tokenize.mjs"), REF, tok] + paths,
-                       capture_output=True)
-    if p.returncode != 0:
-        fail("tokenizers.js: " + p.stderr.decode(errors="replace")[-600:])
-    return [json.loads(line) for line in p.stdout.decode().splitlines()]
+    global NODE
+    if NODE is None:
+        NODE = subprocess.Popen(["node", os.path.join(HERE, "hf_tokenize.mjs"), REF, "-"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=open(os.path.join(WORK, "node.err"), "wb"))
+    NODE.stdin.write((json.dumps([tok] + paths) + "\n").encode())
+    NODE.stdin.flush()
+    line = NODE.stdout.readline()
+    if not line:
+        fail("tokenizers.js: " + open(os.path.join(WORK, "node.err"), "rb").read()
+             .decode(errors="replace")[-600:])
+    return json.loads(line)
 
 
 def colo_ids(tok, data):
@@ -573,5 +583,9 @@ refused(lambda j: j["model"]["merges"].insert(5, "zq xj"),
 refused(lambda j: j.pop("model"), "not a tokenizer.json (no model object)")
 print("figure: 8 kinds of tokenizer.json colo does not read refused with the reason, nothing "
       "written")
+if NODE is not None:
+    NODE.stdin.close()
+    if NODE.wait(timeout=60) != 0:
+        fail("the tokenizers.js reference exited %d" % NODE.returncode)
 print("engine_hf_tokenizer: Llama 3's, GPT-2's and Qwen2.5's tokenizer.json give tokenizers.js's ids")
 shutil.rmtree(WORK)
