@@ -916,9 +916,14 @@ static void print_job_detail(const Colo__V1__Job *j) {
         (double)s->optimizer->lr,
         colo_pb_enum_short(&colo__v1__schedule__descriptor, s->optimizer->schedule, age,
                            sizeof age));
-  if (s->train->steps && s->optimizer->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON)
-    printf(", Muon (momentum %g) for the blocks' matrices, AdamW for the rest",
-           (double)s->optimizer->muon_momentum);
+  if (s->train->steps && s->optimizer->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON) {
+    printf(", Muon (momentum %g", (double)s->optimizer->muon_momentum);
+    if (s->optimizer->muon_lr > 0.0f)
+      printf(", lr %g", (double)s->optimizer->muon_lr);
+    if (s->optimizer->muon_adjust_lr == COLO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_ORIGINAL)
+      printf(", scaled as the original");
+    printf(") for the blocks' matrices, AdamW for the rest");
+  }
   if (s->train->neftune_alpha > 0.0f)
     printf(", NEFTune noise alpha %g", (double)s->train->neftune_alpha);
   if (s->train->dpo_beta > 0.0f) {

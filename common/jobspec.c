@@ -491,6 +491,16 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   } else if (o->muon_momentum != 0.95f)
     return bad(err, errlen, "optimizer.muon_momentum=%s needs optimizer.name=muon",
                fmt_float(o->muon_momentum, a, sizeof a));
+  if (!(o->muon_lr >= 0.0f && o->muon_lr <= 10.0f))
+    return bad(err, errlen, "optimizer.muon_lr=%s must be 0 (lr) to 10",
+               fmt_float(o->muon_lr, a, sizeof a));
+  if (o->muon_adjust_lr == COLO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_UNSPECIFIED)
+    return bad(err, errlen, "optimizer.muon_adjust_lr must be match_rms_adamw or original");
+  if (o->name != COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON &&
+      (o->muon_lr != 0.0f ||
+       o->muon_adjust_lr != COLO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_MATCH_RMS_ADAMW))
+    return bad(err, errlen, "optimizer.%s needs optimizer.name=muon",
+               o->muon_lr != 0.0f ? "muon_lr" : "muon_adjust_lr");
   if (o->decay_steps && o->schedule != COLO__V1__SCHEDULE__SCHEDULE_WSD)
     return bad(err, errlen,
                "optimizer.decay_steps=%u needs optimizer.schedule=wsd (the others decay from the "

@@ -65,6 +65,7 @@ L, NH, C, T, V = 2, 2, 32, 16, 256
 H_LLAMA = 128  # model.arch=llama's default MLP width at C=32: 8·32/3 rounded up to 64
 B, ACCUM, STEPS = 4, 2, 10
 LR, MIN_LR, WARMUP, WD, CLIP, B1, B2, EPS = 3e-3, 3e-4, 3, 0.1, 1.0, 0.9, 0.95, 1e-8
+MUON_LR = 0.02  # optimizer.muon_lr of the run with adjust_lr_fn="original"
 
 
 def read_safetensors(path):
@@ -148,6 +149,7 @@ def main():
     replay(tmp, check, None, "qwen2")
     replay(tmp, check, None, optim="muon")
     replay(tmp, check, None, "llama-mqa", optim="muon")
+    replay(tmp, check, None, "llama", optim="muon-original")
     for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3", "qwen2"):
         export_llama(tmp, check, arch)
     print("%d failed" % len(failures))
@@ -209,11 +211,17 @@ class MuonRef:
     """torch.optim.Muon's step (PyTorch 2.9; Debian's torch has none) with adjust_lr_fn=
     "match_rms_adamw", nesterov: buf.lerp_(g, 1 − β); u = g.lerp(buf, β); each of the tensor's
     matrices (blocks: column ranges; q, k and v of c_attn, gate and up of Llama's c_fc)
-    orthogonalized and scaled by 0.2·√max(rows, cols); p·(1 − lr·wd) − lr·that."""
+    orthogonalized and scaled by 0.2·√max(rows, cols); p·(1 − lr·wd) − lr·that. With
+    original: adjust_lr_fn="original", √max(1, A/B) of the nn.Linear (A out × B in) a block is:
+    these blocks are [in][out], so out/in is columns over rows."""
 
-    def __init__(self, params, blocks, beta, wd):
+    def __init__(self, params, blocks, beta, wd, original=False):
         self.params, self.blocks, self.beta, self.wd = params, blocks, beta, wd
+        self.original = original
         self.buf = {n: torch.zeros_like(p) for n, p in params.items()}
+
+    def scale(self, rows, cols):
+        return math.sqrt(max(1.0, cols / rows)) if self.original else 0.2 * math.sqrt(max(rows, cols))
 
     @torch.no_grad()
     def step(self, lr):
@@ -224,7 +232,7 @@ class MuonRef:
             out = torch.empty_like(u)
             for c0, c1 in self.blocks[n]:
                 blk = u[:, c0:c1]
-                out[:, c0:c1] = newton_schulz(blk) * 0.2 * math.sqrt(max(blk.shape))
+                out[:, c0:c1] = newton_schulz(blk) * self.scale(*blk.shape)
             p.mul_(1 - lr * self.wd)
             p.add_(out, alpha=-lr)
 
@@ -253,7 +261,8 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
         "--loss-scale-window", str(ls["window"]),
         "--plant-overflow", ",".join(str(x) for x in ls["planted"])]) + \
         ([] if doc is None else ["--document-token", str(doc)]) + \
-        ([] if optim == "adamw" else ["--optimizer", optim])
+        ([] if optim == "adamw" else ["--optimizer", "muon"]) + \
+        (["--muon-adjust-lr", "original", "--muon-lr", str(MUON_LR)] if optim == "muon-original" else [])
     ref = colo_train(tmp, dump, extra, data)
     names = [k[len("init."):] for k in ref if k.startswith("init.")]
 
@@ -277,7 +286,7 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
         for n in model.names:
             model.p[n].copy_(ref["init." + n])
     muon = None
-    if optim == "muon":  # the blocks' matrices by Muon, the rest by AdamW
+    if optim.startswith("muon"):  # the blocks' matrices by Muon, the rest by AdamW
         mu = [n for n in model.names if n.startswith("transformer.h.") and model.p[n].dim() == 2]
         rest = [n for n in model.names if n not in mu]
         opt = torch.optim.AdamW([{"params": [model.p[n] for n in rest if model.p[n].dim() == 2],
@@ -285,7 +294,7 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
                                  {"params": [model.p[n] for n in rest if model.p[n].dim() == 1],
                                   "weight_decay": 0.0}], lr=LR, betas=(B1, B2), eps=EPS)
         muon = MuonRef({n: model.p[n] for n in mu}, {n: muon_blocks(model, n, arch) for n in mu},
-                       0.95, WD)
+                       0.95, WD, optim == "muon-original")
         nblocks = sum(len(b) for b in muon.blocks.values())
         check(tag + "Muon's matrices", nblocks == L * (6 if arch == "gpt2" else 7),
               "%d tensors, %d matrices" % (len(mu), nblocks))
@@ -344,7 +353,7 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
             g["lr"] = lr_at(step)
         opt.step()
         if muon is not None:
-            muon.step(lr_at(step))
+            muon.step(lr_at(step) * (MUON_LR / LR if muon.original else 1.0))
     check(tag + "losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4, "worst %.2e" % worst_loss)
     check(tag + "gradient norms of %d taken steps (rel 1e-4)" % (STEPS - skipped), worst_norm <= 1e-4,
           "worst %.2e" % worst_norm)

@@ -332,9 +332,12 @@ class ColodTest(WithColod):
         plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
         self.assertEqual(plain.spec.optimizer.name, pb.OPTIMIZER_NAME_ADAMW)
         # tensor parallelism too: each matrix's shares are gathered over the group
-        tp = spec(name="py-muon-tp", optimizer__name=pb.OPTIMIZER_NAME_MUON, parallel__tp=2)
+        tp = spec(name="py-muon-tp", optimizer__name=pb.OPTIMIZER_NAME_MUON, parallel__tp=2,
+                  optimizer__muon_lr=0.02, optimizer__muon_adjust_lr=pb.MUON_ADJUST_LR_ORIGINAL)
         got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=tp), timeout=5).job.id).spec
-        self.assertEqual((got.optimizer.name, got.parallel.tp), (pb.OPTIMIZER_NAME_MUON, 2))
+        self.assertEqual((got.optimizer.name, got.parallel.tp, got.optimizer.muon_adjust_lr),
+                         (pb.OPTIMIZER_NAME_MUON, 2, pb.MUON_ADJUST_LR_ORIGINAL))
+        self.assertAlmostEqual(got.optimizer.muon_lr, 0.02, places=6)
         before = job_rows()
         for bad, msg in (
                 (spec(optimizer__name=pb.OPTIMIZER_NAME_MUON, parallel__zero_stage=1,
@@ -343,7 +346,11 @@ class ColodTest(WithColod):
                  "orthogonalized on the device"),
                 (spec(optimizer__name=pb.OPTIMIZER_NAME_UNSPECIFIED),
                  "optimizer.name must be adamw or muon"),
-                (spec(optimizer__muon_momentum=0.5), "optimizer.muon_momentum=0.5 needs optimizer.name=muon")):
+                (spec(optimizer__muon_momentum=0.5), "optimizer.muon_momentum=0.5 needs optimizer.name=muon"),
+                (spec(optimizer__muon_lr=0.02), "optimizer.muon_lr needs optimizer.name=muon"),
+                (spec(optimizer__name=pb.OPTIMIZER_NAME_MUON,
+                      optimizer__muon_adjust_lr=pb.MUON_ADJUST_LR_UNSPECIFIED),
+                 "optimizer.muon_adjust_lr must be match_rms_adamw or original")):
             with self.assertRaises(grpc.RpcError) as cm:
                 self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
             self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)

@@ -966,6 +966,13 @@ TEST(muon_is_validated) {
       "name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\noptimizer: {name: muon}\n");
   ASSERT(s->optimizer->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON);
   ASSERT(s->optimizer->muon_momentum == 0.95f);
+  ASSERT(s->optimizer->muon_lr == 0.0f &&
+         s->optimizer->muon_adjust_lr == COLO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_MATCH_RMS_ADAMW);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+  s = parse_ok("name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin}\n"
+               "optimizer: {name: muon, muon_lr: 0.02, muon_adjust_lr: original}\n");
+  ASSERT(s->optimizer->muon_lr == 0.02f &&
+         s->optimizer->muon_adjust_lr == COLO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_ORIGINAL);
   colo__v1__job_spec__free_unpacked(s, NULL);
   static const struct {
     const char *doc, *want;
@@ -976,6 +983,11 @@ TEST(muon_is_validated) {
        "the device"},
       {"optimizer: {name: muon}\ntrain: {lora_rank: 8}\n",
        "optimizer.name=muon trains a whole model: train.lora_rank=8's adapters take adamw"},
+      {"optimizer: {muon_lr: 0.02}\n", "optimizer.muon_lr needs optimizer.name=muon"},
+      {"optimizer: {muon_adjust_lr: original}\n",
+       "optimizer.muon_adjust_lr needs optimizer.name=muon"},
+      {"optimizer: {name: muon, muon_lr: 11}\n", "optimizer.muon_lr=11 must be 0 (lr) to 10"},
+
       {"optimizer: {name: muon, muon_momentum: 1}\n",
        "optimizer.muon_momentum=1 must be in [0, 1)"},
       {"optimizer: {name: muon, muon_momentum: -0.5}\n",

@@ -1000,6 +1000,11 @@ static void train_usage(void) {
       "  --optimizer adamw|muon  muon: the blocks' weight matrices by Muon (momentum\n"
       "                        --muon-momentum X, default 0.95; its update's RMS matched to\n"
       "                        AdamW's, so --lr and --weight-decay serve both), the rest by AdamW\n"
+      "  --muon-lr X           Muon's peak learning rate, scheduled as --lr is (default: --lr)\n"
+      "  --muon-adjust-lr match_rms_adamw|original  Muon's update scaled by 0.2*sqrt(max(rows,\n"
+      "                        cols)) (the default), or sqrt(max(1, out/in)) as "
+      "torch.optim.Muon's\n"
+      "                        default (pair it with a --muon-lr of its own, e.g. 0.02)\n"
       "  --skip-spike-sigma S  skip the update of a step whose loss or gradient norm is more\n"
       "                        than S standard deviations above the mean of the last\n"
       "                        --skip-spike-window N steps' (default 128); 0: never\n"
@@ -1139,6 +1144,8 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"grad-clip", "optimizer: {grad_clip: %s}"},
       {"optimizer", "optimizer: {name: %s}"},
       {"muon-momentum", "optimizer: {muon_momentum: %s}"},
+      {"muon-lr", "optimizer: {muon_lr: %s}"},
+      {"muon-adjust-lr", "optimizer: {muon_adjust_lr: %s}"},
       {"skip-spike-sigma", "optimizer: {skip_spike_sigma: %s}"},
       {"skip-spike-window", "optimizer: {skip_spike_window: %s}"},
       {"beta2", "optimizer: {beta2: %s}"},
@@ -1751,19 +1758,22 @@ static int cmd_train(int argc, char **argv) {
                                   .norm_eps = ms->rms_norm_eps,
                                   .qkv_bias = ms->qkv_bias};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
-  cfg.optim = (colo_adamw_config_t){o->lr,
-                                    o->min_lr,
-                                    o->beta1,
-                                    o->beta2,
-                                    o->eps,
-                                    o->weight_decay,
-                                    o->grad_clip,
-                                    (int)o->warmup_steps,
-                                    (int)spec->train->steps,
-                                    (int)o->schedule,
-                                    (int)colo_decay_steps(spec),
-                                    o->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON,
-                                    o->muon_momentum};
+  cfg.optim =
+      (colo_adamw_config_t){o->lr,
+                            o->min_lr,
+                            o->beta1,
+                            o->beta2,
+                            o->eps,
+                            o->weight_decay,
+                            o->grad_clip,
+                            (int)o->warmup_steps,
+                            (int)spec->train->steps,
+                            (int)o->schedule,
+                            (int)colo_decay_steps(spec),
+                            o->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON,
+                            o->muon_momentum,
+                            o->muon_lr > 0.0f ? o->muon_lr / o->lr : 1.0f,
+                            o->muon_adjust_lr == COLO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_ORIGINAL};
   cfg.spike_sigma = o->skip_spike_sigma;
   cfg.spike_window = (int)o->skip_spike_window;
   cfg.batch_size = (int)spec->train->batch_size;

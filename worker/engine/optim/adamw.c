@@ -144,6 +144,10 @@ void colo_adamw_v_put(const colo_adamw_t *opt, const colo_backend_t *be, size_t 
   v_runs(opt, be, off, n, NULL, h);
 }
 
+float colo_muon_lr_ratio(const colo_adamw_config_t *c) {
+  return c->muon_lr_ratio > 0.0f ? c->muon_lr_ratio : 1.0f;
+}
+
 float colo_lr_at(const colo_adamw_config_t *c, int step) {
   if (step < c->warmup_steps)
     return c->lr * (float)(step + 1) / (float)(c->warmup_steps + 1);
@@ -197,8 +201,9 @@ int colo_adamw_step(colo_adamw_t *opt, const colo_backend_t *be, colo_gpt_t *mod
     if (i == nt)
       break;
     const colo_param_t *t = &table[i];
-    int rc = colo_muon_tensor(be, t, p, g, opt->m + t->offset, opt->work, opt->tp, c->muon_momentum,
-                              lr, c->weight_decay, grad_scale);
+    int rc =
+        colo_muon_tensor(be, t, p, g, opt->m + t->offset, opt->work, opt->tp, c->muon_momentum,
+                         lr * colo_muon_lr_ratio(c), c->weight_decay, grad_scale, c->muon_original);
     if (rc < 0)
       return rc;
     lo = t->offset + t->numel;

@@ -20,6 +20,8 @@ typedef struct {
    * (muon.h), the other tensors by AdamW; 0: AdamW for all */
   int muon;
   float muon_momentum;
+  float muon_lr_ratio; /* Muon's learning rate over lr (optimizer.muon_lr / lr; 0 or 1: lr) */
+  int muon_original;   /* optimizer.muon_adjust_lr: original (else match_rms_adamw) */
 } colo_adamw_config_t;
 
 typedef struct {
@@ -60,6 +62,9 @@ void colo_adamw_v_get(const colo_adamw_t *opt, const colo_backend_t *be, size_t 
                       float *h);
 void colo_adamw_v_put(const colo_adamw_t *opt, const colo_backend_t *be, size_t off, size_t n,
                       const float *h);
+
+/* Muon's learning rate over lr's at every step (optimizer.muon_lr / lr; 1 without muon_lr). */
+float colo_muon_lr_ratio(const colo_adamw_config_t *cfg);
 
 /* The learning rate for step (0-based) under the schedule. */
 float colo_lr_at(const colo_adamw_config_t *cfg, int step);

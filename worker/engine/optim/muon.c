@@ -62,15 +62,21 @@ size_t colo_muon_work_floats(const colo_param_t *table, size_t n, int with_input
   return work ? (with_input ? numel : 0) + work : 0;
 }
 
+float colo_muon_scale(int rows, int cols, int original) {
+  if (original)
+    return sqrtf(cols > rows ? (float)cols / (float)rows : 1.0f);
+  return 0.2f * sqrtf((float)(rows > cols ? rows : cols));
+}
+
 int colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, float *u, float *work,
-                            colo_comm_t *tp) {
+                            colo_comm_t *tp, int original) {
   colo_muon_block_t b[3];
   int k = colo_muon_blocks(p, b), shards = colo_muon_shards(p);
   int by_rows = p->split == COLO_SPLIT_ROWS;
   for (int j = 0; j < k; j++) {
     int wr, wc;
     whole(p, &b[j], &wr, &wc);
-    float scale = 0.2f * sqrtf((float)(wr > wc ? wr : wc));
+    float scale = colo_muon_scale(wr, wc, original);
     float *x = u + b[j].offset;
     if (shards == 1) {
       be->muon_orth(x, work, b[j].rows, b[j].cols, b[j].ld, COLO_MUON_NS_STEPS, COLO_MUON_EPS,
@@ -104,10 +110,10 @@ int colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, flo
 
 int colo_muon_tensor(const colo_backend_t *be, const colo_param_t *p, float *params,
                      const float *grads, float *m, float *work, colo_comm_t *tp, float beta,
-                     float lr, float wd, float grad_scale) {
+                     float lr, float wd, float grad_scale, int original) {
   float *u = work;
   be->muon_momentum(u, grads + p->offset, m, p->numel, beta, grad_scale);
-  int rc = colo_muon_orthogonalize(be, p, u, work + p->numel, tp);
+  int rc = colo_muon_orthogonalize(be, p, u, work + p->numel, tp, original);
   if (rc < 0)
     return rc;
   be->muon_apply(params + p->offset, u, p->numel, lr, wd);

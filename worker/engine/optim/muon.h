@@ -41,20 +41,25 @@ int colo_muon_blocks(const colo_param_t *p, colo_muon_block_t out[3]);
  * for the largest tensor's input when with_input (colo_muon_tensor's; ZeRO keeps the input in
  * its chunk buffer). 0: the model has none. */
 size_t colo_muon_work_floats(const colo_param_t *table, size_t n, int with_input);
+/* The factor Muon's orthogonalized update of a rows × cols matrix (colo's layout: rows in, cols
+ * out) is scaled by: 0.2·√max(rows, cols), its RMS AdamW's; original: √max(1, cols/rows), as
+ * torch.optim.Muon's adjust_lr_fn="original" for the nn.Linear (out × in) it would be. */
+float colo_muon_scale(int rows, int cols, int original);
 /* u: tensor p's Muon input, this rank's, in p's layout: each of its matrices replaced by its
- * orthogonalization scaled by 0.2·√max(rows, cols) of the matrix whole; work: muon_orth's, and
+ * orthogonalization scaled by colo_muon_scale of the matrix whole; work: muon_orth's, and
  * the gathered matrix's. A matrix split by tensor parallelism (colo_muon_shards > 1) is
  * all-gathered over tp, its group (rank t holding share t), orthogonalized whole by every rank,
  * and each keeps its share: every rank of the group must call this for the same tensors in the
  * same order. Returns 0, or the gather's error (< 0). */
 int colo_muon_orthogonalize(const colo_backend_t *be, const colo_param_t *p, float *u, float *work,
-                            colo_comm_t *tp);
+                            colo_comm_t *tp, int original);
 /* One Muon update of tensor p (colo_muon_takes) of the flat buffers params and grads: momentum m
  * (p's numel), momentum beta, learning rate lr, weight decay wd, gradients times grad_scale
- * first; work: colo_muon_work_floats of backend memory; tp: p's tensor-parallel group (NULL
- * when tp = 1). Returns 0 or the gather's error. */
+ * first, the update scaled as colo_muon_scale's original says; work: colo_muon_work_floats of
+ * backend memory; tp: p's tensor-parallel group (NULL when tp = 1). Returns 0 or the gather's
+ * error. */
 int colo_muon_tensor(const colo_backend_t *be, const colo_param_t *p, float *params,
                      const float *grads, float *m, float *work, colo_comm_t *tp, float beta,
-                     float lr, float wd, float grad_scale);
+                     float lr, float wd, float grad_scale, int original);
 
 #endif

@@ -722,11 +722,11 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
     if (b <= lo || a >= hi || !colo_muon_takes(&table[i]))
       continue;
     float *t = z->muon_chunk + (a - c->lo); /* the tensor's input, whole */
-    int rc = colo_muon_orthogonalize(be, &table[i], t, opt->work, opt->tp);
+    int rc = colo_muon_orthogonalize(be, &table[i], t, opt->work, opt->tp, cf->muon_original);
     if (rc < 0)
       return rc;
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
-    be->muon_apply(p + (x - lo), t + (x - a), y - x, lr, cf->weight_decay);
+    be->muon_apply(p + (x - lo), t + (x - a), y - x, lr * colo_muon_lr_ratio(cf), cf->weight_decay);
   }
   return 0;
 }

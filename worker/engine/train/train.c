@@ -2286,9 +2286,18 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         nmat += (size_t)colo_muon_blocks(&table[i], b);
         nm += table[i].numel;
       }
-    printf("optimizer: muon (momentum %g, Nesterov, %d Newton-Schulz steps, the update's RMS "
-           "matched to AdamW's) for %zu matrices, %zu parameters%s; adamw for the other %zu\n",
-           (double)cfg->optim.muon_momentum, COLO_MUON_NS_STEPS, nmat, nm,
+    char how[96];
+    if (cfg->optim.muon_original)
+      snprintf(how, sizeof how, "scaled by sqrt(max(1, out/in)), lr %g",
+               (double)(cfg->optim.lr * colo_muon_lr_ratio(&cfg->optim)));
+    else if (colo_muon_lr_ratio(&cfg->optim) != 1.0f)
+      snprintf(how, sizeof how, "the update's RMS matched to AdamW's, lr %g",
+               (double)(cfg->optim.lr * colo_muon_lr_ratio(&cfg->optim)));
+    else
+      snprintf(how, sizeof how, "the update's RMS matched to AdamW's");
+    printf("optimizer: muon (momentum %g, Nesterov, %d Newton-Schulz steps, %s) for %zu matrices, "
+           "%zu parameters%s; adamw for the other %zu\n",
+           (double)cfg->optim.muon_momentum, COLO_MUON_NS_STEPS, how, nmat, nm,
            tp > 1   ? " (this rank's shares: each gathered whole over the tensor-parallel group)"
            : pp > 1 ? " on this stage"
                     : "",
