@@ -1772,7 +1772,7 @@ static int cmd_train(int argc, char **argv) {
                             (int)colo_decay_steps(spec),
                             o->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON,
                             o->muon_momentum,
-                            o->muon_lr > 0.0f ? o->muon_lr / o->lr : 1.0f,
+                            o->muon_lr / o->lr, /* 0: lr (colo_muon_lr_ratio) */
                             o->muon_adjust_lr == COLO__V1__MUON_ADJUST_LR__MUON_ADJUST_LR_ORIGINAL};
   cfg.spike_sigma = o->skip_spike_sigma;
   cfg.spike_window = (int)o->skip_spike_window;

@@ -64,17 +64,17 @@ int colo_adamw_drop_v(colo_adamw_t *opt, const size_t *pairs, size_t n_pairs, ch
     gone += pairs[2 * i + 1] - pairs[2 * i];
   if (!gone || opt->n_hole)
     return 0;
-  size_t *hole = malloc(2 * n_pairs * sizeof *hole), *before = malloc(n_pairs * sizeof *before);
+  size_t *hole = malloc(2 * n_pairs * sizeof *hole),
+         *before = malloc((n_pairs + 1) * sizeof *before);
   if (!hole || !before) {
     free(hole), free(before);
     snprintf(err, errlen, "no host memory for the optimizer's map");
     return COLO_ENOMEM;
   }
   memcpy(hole, pairs, 2 * n_pairs * sizeof *hole);
-  for (size_t i = 0, sum = 0; i < n_pairs; i++) {
-    before[i] = sum;
-    sum += hole[2 * i + 1] - hole[2 * i];
-  }
+  before[0] = 0;
+  for (size_t i = 0; i < n_pairs; i++)
+    before[i + 1] = before[i] + hole[2 * i + 1] - hole[2 * i];
   /* the kept second moments (all zero before a first step) in a buffer of their own size */
   colo_pool_free(opt->pool, opt->v);
   opt->v = colo_pool_alloc(opt->pool, (opt->n - gone ? opt->n - gone : 1) * sizeof(float),
@@ -102,10 +102,7 @@ static size_t holes_below(const colo_adamw_t *opt, size_t i) {
 }
 
 size_t colo_adamw_v_off(const colo_adamw_t *opt, size_t i) {
-  size_t h = holes_below(opt, i);
-  if (h == opt->n_hole)
-    return i - (h ? opt->hole_before[h - 1] + opt->hole[2 * h - 1] - opt->hole[2 * h - 2] : 0);
-  return i - opt->hole_before[h] - (i > opt->hole[2 * h] ? i - opt->hole[2 * h] : 0);
+  return opt->n_hole ? i - opt->hole_before[holes_below(opt, i)] : i;
 }
 
 /* the kept runs of [off, off + n): each with its place in v, to or from h */
@@ -116,8 +113,8 @@ static void v_runs(const colo_adamw_t *opt, const colo_backend_t *be, size_t off
     size_t a = h < opt->n_hole ? opt->hole[2 * h] : end,
            b = h < opt->n_hole ? opt->hole[2 * h + 1] : end;
     size_t stop = a < end ? a : end;
-    if (i < stop) { /* kept: [i, stop) */
-      size_t at = colo_adamw_v_off(opt, i), bytes = (stop - i) * sizeof(float);
+    if (i < stop) { /* kept: [i, stop), after the h holes before it */
+      size_t at = i - opt->hole_before[h], bytes = (stop - i) * sizeof(float);
       if (get)
         be->to_host(get + (i - off), opt->v + at, bytes);
       else

@@ -34,7 +34,7 @@ typedef struct {
   colo_comm_t *tp; /* Muon: the tensor-parallel group its split matrices are gathered over */
   /* Muon's matrices have no second moment: moment offsets [hole[2i], hole[2i+1]) (sorted,
    * disjoint) have none in v, which holds the others' in order (colo_adamw_drop_v);
-   * hole_before[i]: how many offsets the holes before hole i cover */
+   * hole_before[i]: how many offsets the holes before hole i cover (i ≤ n_hole) */
   size_t *hole, *hole_before, n_hole;
 } colo_adamw_t;
 
@@ -53,8 +53,8 @@ int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_in
  * before a first step. */
 int colo_adamw_drop_v(colo_adamw_t *opt, const size_t *pairs, size_t n_pairs, char *err,
                       size_t errlen);
-/* Where moment offset i's second moment is in v (i not in a dropped range; i itself without any).
- */
+/* Where moment offset i's second moment is in v (i not in a dropped range; i itself without any):
+ * a bisection of the holes, once for a run of tensors. */
 size_t colo_adamw_v_off(const colo_adamw_t *opt, size_t i);
 /* The second moments of offsets [off, off + n) to host memory h, zeros for dropped ones; and
  * from h into v, dropped ones left out. */

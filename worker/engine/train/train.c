@@ -2287,14 +2287,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         nm += table[i].numel;
       }
     char how[96];
-    if (cfg->optim.muon_original)
-      snprintf(how, sizeof how, "scaled by sqrt(max(1, out/in)), lr %g",
-               (double)(cfg->optim.lr * colo_muon_lr_ratio(&cfg->optim)));
-    else if (colo_muon_lr_ratio(&cfg->optim) != 1.0f)
-      snprintf(how, sizeof how, "the update's RMS matched to AdamW's, lr %g",
-               (double)(cfg->optim.lr * colo_muon_lr_ratio(&cfg->optim)));
-    else
-      snprintf(how, sizeof how, "the update's RMS matched to AdamW's");
+    float ratio = colo_muon_lr_ratio(&cfg->optim);
+    int n = snprintf(how, sizeof how, "%s",
+                     cfg->optim.muon_original ? "scaled by sqrt(max(1, out/in))"
+                                              : "the update's RMS matched to AdamW's");
+    if (cfg->optim.muon_original || ratio != 1.0f)
+      snprintf(how + n, sizeof how - (size_t)n, ", lr %g", (double)(cfg->optim.lr * ratio));
     printf("optimizer: muon (momentum %g, Nesterov, %d Newton-Schulz steps, %s) for %zu matrices, "
            "%zu parameters%s; adamw for the other %zu\n",
            (double)cfg->optim.muon_momentum, COLO_MUON_NS_STEPS, how, nmat, nm,
