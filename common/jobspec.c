@@ -477,12 +477,6 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "optimizer.muon_momentum=%s must be in [0, 1)",
                fmt_float(o->muon_momentum, a, sizeof a));
   if (o->name == COLO__V1__OPTIMIZER_NAME__OPTIMIZER_NAME_MUON) {
-    /* Muon orthogonalizes whole matrices: ZeRO's pieces are gathered for it a chunk at a time,
-     * tensor parallelism's shares a matrix at a time */
-    if (mem->placement != COLO__V1__PLACEMENT__PLACEMENT_DEVICE)
-      return bad(err, errlen,
-                 "optimizer.name=muon needs memory.placement=device: Muon's matrices are "
-                 "orthogonalized on the device");
     if (t->lora_rank > 0)
       return bad(err, errlen,
                  "optimizer.name=muon trains a whole model: train.lora_rank=%u's adapters take "

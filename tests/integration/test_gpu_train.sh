@@ -12,7 +12,7 @@
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
 #   - overflows planted at steps 5 and 6 are skipped;
 #   - Muon trains as on the CPU (fp32, under ZeRO-3 on two ranks and Llama at tp=2), in bf16 near
-#     fp32, and resumes exactly;
+#     fp32, and resumes exactly; with static and automatic placement as everything on the GPU;
 #   - LoRA adapters on the fp32 run's model train as on the CPU (fp32), in bf16 near fp32, resume
 #     exactly, and their checkpoint evaluates as on the CPU; with the frozen model sharded by
 #     ZeRO-3 in host memory, as with it whole on the GPU; the chunk cache keeps its chunks;
@@ -566,6 +566,38 @@ like_the_cpu Muon muon --optimizer muon --steps "$D" --warmup 5 --eval-interval 
 dp_run mu-dp-cpu cpu 0 --optimizer muon
 dp_run mu-dp-gpu3 gpu 3 --optimizer muon
 same_training "Muon, data parallel (ZeRO 3), 2 GPU ranks vs 2 CPU ranks" "$TMP/mu-dp-cpu.jsonl" "$TMP/mu-dp-gpu3.jsonl" 1e-3
+# Muon with its pieces placed off the GPU: momentum in host memory and on NVMe made into Muon's
+# input by the CPU, orthogonalized on the GPU, applied by the CPU to parameters in host memory;
+# the same training as everything on the GPU, and a checkpoint of that run resumes under the
+# placement (moments without their Muon second moments put into host memory and NVMe)
+dp_run mu-pl3 gpu 3 --optimizer muon "${PL[@]}" --param-device-fraction 0.5
+mkdir "$TMP/mu-pl3r" && cp -r "$TMP/mu-dp-gpu3/$(printf 'step_%08d' $((D / 2)))" "$TMP/mu-pl3r/"
+dp_run mu-pl3r gpu 3 --optimizer muon "${PL[@]}" --param-device-fraction 0.5 --resume auto
+# and automatic placement at ZeRO-1 under 90% of everything on the GPU's peak: optimizer pieces
+# move onto the GPU after the warm-up step, their Muon second moments left out as they go
+expect_rc 0 "$CT" train "${A[@]}" --zero 1 --optimizer muon --ckpt-dir "$TMP/mu-au-dev" \
+  --progress "$TMP/mu-au-dev.jsonl"
+peak=$(python3 -c 'import json,sys; print([r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "step"][-1]["memory_bytes"])' "$TMP/mu-au-dev.jsonl")
+expect_rc 0 "$CT" train "${A[@]}" --zero 1 --optimizer muon --memory-limit $((peak * 9 / 10 >> 20)) \
+  --placement auto --ckpt-dir "$TMP/mu-au" --progress "$TMP/mu-au.jsonl"
+python3 - "$TMP/mu-au.jsonl" "$TMP/mu-pl3.jsonl" <<'PY' || fail "Muon: placement kept nothing off the GPU"
+import json, sys
+p = [r for r in map(json.loads, open(sys.argv[1])) if r["event"] == "placement"][0]
+s = [r for r in map(json.loads, open(sys.argv[2])) if r["event"] == "step"][-1]
+print("Muon, automatic placement: %d of %d chunks' optimizer state moved onto the GPU; static: "
+      "%d bytes in host memory, %d on NVMe" % (p["optim_chunks_on_device"], p["chunks"],
+                                               s["host_bytes"], s["nvme_bytes"]))
+assert 0 < p["optim_chunks_on_device"] < p["chunks"] and s["host_bytes"] > 0 and s["nvme_bytes"] > 0
+PY
+if [ "$DRY" = 1 ]; then
+  for pair in mu-dp-gpu3:mu-pl3/$dlast mu-dp-gpu3:mu-pl3r/$dlast mu-au-dev:mu-au/step_00000006; do
+    a=${pair%%:*} b=${pair#*:}
+    cmp "$TMP/$a/${b#*/}/rank_00000.safetensors" "$TMP/$b/rank_00000.safetensors" ||
+      fail "Muon: ${b%/*} trained otherwise than $a"
+  done
+fi
+same_training "Muon, ZeRO 3, 2 GPU ranks, static placement vs everything on the GPU" "$TMP/mu-dp-gpu3.jsonl" "$TMP/mu-pl3.jsonl" 1e-3
+same_training "Muon, ZeRO 1, automatic placement vs everything on the GPU" "$TMP/mu-au-dev.jsonl" "$TMP/mu-au.jsonl" 1e-3
 # and under tensor parallelism: Llama's q, k, v, gate and up shares transposed, gathered and
 # orthogonalized whole on the device
 for dev in cpu gpu; do

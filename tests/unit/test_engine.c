@@ -969,7 +969,8 @@ TEST(adamw_runs_of_tensors_match_tensors) {
 }
 
 /* colo_adamw_drop_v: the second moments of the holes (Muon's matrices) are gone from v, whose
- * other moments keep their order; a range read gives zeros at the holes, a write leaves them out */
+ * other moments keep their order; a range read gives zeros at the holes, a write leaves them out;
+ * colo_adamw_set_v lays them out anew */
 TEST(adamw_dropped_second_moments) {
   setup();
   colo_pool_t *pool = new_pool(0);
@@ -997,6 +998,18 @@ TEST(adamw_dropped_second_moments) {
   colo_adamw_v_get(&opt, be, 3, 8, out); /* [3, 11): from inside a hole to inside a hole */
   for (int i = 3; i < 11; i++)
     ASSERT(out[i - 3] == (i < 5 || i >= 9 ? 0.0f : (float)(i + 1)));
+  /* laid out anew (placement's moves): 12 offsets with one hole, [4, 10); the old v freed */
+  const size_t moved[] = {4, 10};
+  ASSERT_EQ_INT((int)colo_adamw_v_floats(12, moved, 1), 6);
+  float *v = colo_pool_alloc(pool, 6 * sizeof(float), "optimizer state");
+  ASSERT(v);
+  ASSERT_EQ_INT(colo_adamw_set_v(&opt, v, 12, moved, 1, err, sizeof err), 0);
+  ASSERT_EQ_INT((int)colo_pool_used(pool), (int)((20 + 6) * sizeof(float)));
+  ASSERT(opt.v == v && opt.n == 12 && colo_adamw_v_off(&opt, 11) == 5);
+  colo_adamw_v_put(&opt, be, 0, 12, in);
+  colo_adamw_v_get(&opt, be, 0, 12, out);
+  for (int i = 0; i < 12; i++)
+    ASSERT(out[i] == (i >= 4 && i < 10 ? 0.0f : (float)(i + 1)));
   colo_adamw_free(&opt);
 }
 

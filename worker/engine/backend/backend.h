@@ -212,11 +212,12 @@ typedef struct colo_backend_s {
   void (*adamw)(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
                 float beta2, float eps, float wd, float grad_scale, int t);
   /* Muon (optim/muon.h), torch.optim.Muon's three parts. muon_momentum: m = β·m + (1−β)·g·gs,
-   * then u = (1−β)·g·gs + β·m (Nesterov's). muon_orth: the rows × cols block of x at row stride
-   * ld (≥ cols) replaced by scale times its Newton–Schulz orthogonalization: X = the block (its
-   * transpose when rows > cols) over max(‖X‖_F, eps), then `steps` times A = X·Xᵀ,
-   * X = a·X + (b·A + c·A·A)·X with (a, b, c) = (3.4445, −4.7750, 2.0315). work: backend memory
-   * of 2·rows·cols + 2·min(rows, cols)² floats. muon_apply: p = p·(1 − lr·wd) − lr·u. */
+   * then u = (1−β)·g·gs + β·m (Nesterov's), elementwise (u may be g). muon_orth: the rows × cols
+   * block of x at row stride ld (≥ cols) replaced by scale times its Newton–Schulz
+   * orthogonalization: X = the block (its transpose when rows > cols) over max(‖X‖_F, eps), then
+   * `steps` times A = X·Xᵀ, X = a·X + (b·A + c·A·A)·X with (a, b, c) = (3.4445, −4.7750, 2.0315).
+   * work: backend memory of 2·rows·cols + 2·min(rows, cols)² floats. muon_apply: p = p·(1 − lr·wd)
+   * − lr·u. */
   void (*muon_momentum)(float *u, const float *g, float *m, size_t n, float beta, float grad_scale);
   void (*muon_orth)(float *x, float *work, int rows, int cols, int ld, int steps, float eps,
                     float scale);

@@ -57,35 +57,54 @@ void colo_adamw_free(colo_adamw_t *opt) {
   opt->n_hole = 0;
 }
 
-int colo_adamw_drop_v(colo_adamw_t *opt, const size_t *pairs, size_t n_pairs, char *err,
-                      size_t errlen) {
+size_t colo_adamw_v_floats(size_t n, const size_t *pairs, size_t n_pairs) {
   size_t gone = 0;
   for (size_t i = 0; i < n_pairs; i++)
     gone += pairs[2 * i + 1] - pairs[2 * i];
-  if (!gone || opt->n_hole)
-    return 0;
-  size_t *hole = malloc(2 * n_pairs * sizeof *hole),
-         *before = malloc((n_pairs + 1) * sizeof *before);
-  if (!hole || !before) {
-    free(hole), free(before);
-    snprintf(err, errlen, "no host memory for the optimizer's map");
-    return COLO_ENOMEM;
+  return n - gone;
+}
+
+int colo_adamw_set_v(colo_adamw_t *opt, float *v, size_t n, const size_t *pairs, size_t n_pairs,
+                     char *err, size_t errlen) {
+  size_t *hole = NULL, *before = NULL;
+  if (n_pairs) {
+    hole = malloc(2 * n_pairs * sizeof *hole);
+    before = malloc((n_pairs + 1) * sizeof *before);
+    if (!hole || !before) {
+      free(hole), free(before);
+      snprintf(err, errlen, "no host memory for the optimizer's map");
+      return COLO_ENOMEM;
+    }
+    memcpy(hole, pairs, 2 * n_pairs * sizeof *hole);
+    before[0] = 0;
+    for (size_t i = 0; i < n_pairs; i++)
+      before[i + 1] = before[i] + hole[2 * i + 1] - hole[2 * i];
   }
-  memcpy(hole, pairs, 2 * n_pairs * sizeof *hole);
-  before[0] = 0;
-  for (size_t i = 0; i < n_pairs; i++)
-    before[i + 1] = before[i] + hole[2 * i + 1] - hole[2 * i];
-  /* the kept second moments (all zero before a first step) in a buffer of their own size */
   colo_pool_free(opt->pool, opt->v);
-  opt->v = colo_pool_alloc(opt->pool, (opt->n - gone ? opt->n - gone : 1) * sizeof(float),
-                           "optimizer state");
-  if (!opt->v) {
-    free(hole), free(before);
+  free(opt->hole), free(opt->hole_before);
+  opt->v = v, opt->n = n;
+  opt->hole = hole, opt->hole_before = before, opt->n_hole = n_pairs;
+  return 0;
+}
+
+int colo_adamw_drop_v(colo_adamw_t *opt, const size_t *pairs, size_t n_pairs, char *err,
+                      size_t errlen) {
+  size_t kept = colo_adamw_v_floats(opt->n, pairs, n_pairs);
+  if (kept == opt->n || opt->n_hole)
+    return 0;
+  /* the kept second moments (all zero before a first step) in a buffer of their own size, the
+   * old one freed first: the peak never holds both */
+  colo_pool_free(opt->pool, opt->v);
+  opt->v = NULL;
+  float *v = colo_pool_alloc(opt->pool, (kept ? kept : 1) * sizeof(float), "optimizer state");
+  if (!v) {
     snprintf(err, errlen, "%s", colo_pool_error(opt->pool));
     return COLO_ENOMEM;
   }
-  opt->hole = hole, opt->hole_before = before, opt->n_hole = n_pairs;
-  return 0;
+  int rc = colo_adamw_set_v(opt, v, opt->n, pairs, n_pairs, err, errlen);
+  if (rc < 0)
+    colo_pool_free(opt->pool, v);
+  return rc;
 }
 
 /* the holes before offset i: the first hole whose end is past i, by bisection */

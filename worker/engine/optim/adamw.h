@@ -53,6 +53,14 @@ int colo_adamw_muon_init(colo_adamw_t *opt, const colo_gpt_t *model, int with_in
  * before a first step. */
 int colo_adamw_drop_v(colo_adamw_t *opt, const size_t *pairs, size_t n_pairs, char *err,
                       size_t errlen);
+/* How many second moments n moment offsets keep without those of pairs (as drop_v's). */
+size_t colo_adamw_v_floats(size_t n, const size_t *pairs, size_t n_pairs);
+/* Lays the moments out anew (placement.c's moves): m and v for n offsets, v being `v` (the pool's,
+ * of colo_adamw_v_floats floats, its values the caller's to put) without the second moments of
+ * pairs; the old v and its map are freed. Fails (v not taken, nothing changed) only for want of
+ * host memory for the map. */
+int colo_adamw_set_v(colo_adamw_t *opt, float *v, size_t n, const size_t *pairs, size_t n_pairs,
+                     char *err, size_t errlen);
 /* Where moment offset i's second moment is in v (i not in a dropped range; i itself without any):
  * a bisection of the holes, once for a run of tensors. */
 size_t colo_adamw_v_off(const colo_adamw_t *opt, size_t i);

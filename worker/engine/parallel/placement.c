@@ -156,6 +156,17 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
       return COLO_EINVAL;
     }
   colo_zero_drop_cache(z); /* only pieces move */
+  /* Muon's pieces on the device have no second moments for its matrices (colo_zero_muon_pairs):
+   * v is read whole into host memory, moved there, and laid out anew (vd: the device's part) */
+  int mu = z->muon_chunk && !z->frozen;
+  size_t old_od = z->optim_n[COLO_HOME_DEVICE];
+  float *vold = mu ? host_floats(z, old_od) : NULL, *vd = NULL;
+  if (mu && !vold) {
+    snprintf(err, errlen, "moving pieces: no host memory");
+    return COLO_ENOMEM;
+  }
+  if (mu)
+    colo_adamw_v_get(opt, z->be, 0, old_od, vold);
   colo_zero_t old = *z;
   size_t nn = n ? n : 1;
   z->param_home = malloc(nn), z->optim_home = malloc(nn);
@@ -163,6 +174,7 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
   if (!z->param_home || !z->optim_home || !z->param_off || !z->optim_off) {
     free(z->param_home), free(z->optim_home), free(z->param_off), free(z->optim_off);
     *z = old;
+    host_free(z, vold);
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
@@ -175,15 +187,23 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
   z->param_piece = s3 ? colo_pool_alloc(z->pool, (pd ? pd : 1) * z->esz, "parameter pieces") : NULL;
   float *m =
       fr ? opt->m : colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state");
+  size_t *pairs = NULL, n_pairs = 0, vn = od;
+  if (mu && (pairs = colo_zero_muon_pairs(z, &n_pairs)))
+    vn = colo_adamw_v_floats(od, pairs, n_pairs);
   float *v = fr  ? opt->v
-             : m ? colo_pool_alloc(z->pool, (od ? od : 1) * sizeof(float), "optimizer state")
+             : m ? colo_pool_alloc(z->pool, (vn ? vn : 1) * sizeof(float), "optimizer state")
                  : NULL;
   z->param_host = host_floats(z, piece_floats(z, ph_n));
   z->host_m = host_floats(z, oh_n);
   z->host_v = host_floats(z, oh_n);
-  if ((s3 && !z->param_piece) || !v || !z->param_host || !z->host_m || !z->host_v) {
+  if (mu)
+    vd = pairs ? host_floats(z, od) : NULL;
+  if ((s3 && !z->param_piece) || !v || !z->param_host || !z->host_m || !z->host_v ||
+      (mu && (!vd || colo_adamw_set_v(opt, v, od, pairs, n_pairs, err, errlen) < 0))) {
     snprintf(err, errlen, "moving pieces: %s",
              (s3 && !z->param_piece) || !v ? colo_pool_error(z->pool) : "no host memory");
+    free(pairs);
+    host_free(z, vold), host_free(z, vd);
     if (s3)
       colo_pool_free(z->pool, z->param_piece);
     if (!fr) {
@@ -205,14 +225,20 @@ static int rehome(colo_zero_t *z, colo_adamw_t *opt, const unsigned char *ph,
     size_t o = old.optim_off[k], o2 = z->optim_off[k];
     xcopy(z, (oh[k] == COLO_HOME_DEVICE ? m : z->host_m) + o2,
           (was == COLO_HOME_DEVICE ? opt->m : old.host_m) + o, bytes);
-    xcopy(z, (oh[k] == COLO_HOME_DEVICE ? v : z->host_v) + o2,
-          (was == COLO_HOME_DEVICE ? opt->v : old.host_v) + o, bytes);
+    xcopy(z, (oh[k] == COLO_HOME_DEVICE ? mu ? vd : v : z->host_v) + o2,
+          (was == COLO_HOME_DEVICE ? mu ? vold : opt->v : old.host_v) + o, bytes);
+  }
+  if (mu) { /* the device's second moments into v, set out (colo_adamw_set_v) as Muon keeps them */
+    colo_adamw_v_put(opt, z->be, 0, od, vd);
+    free(pairs);
+    host_free(z, vold), host_free(z, vd);
   }
   if (s3)
     colo_pool_free(z->pool, old.param_piece);
   if (!fr) {
     colo_pool_free(opt->pool, opt->m);
-    colo_pool_free(opt->pool, opt->v);
+    if (!mu) /* Muon's old v went in colo_adamw_set_v */
+      colo_pool_free(opt->pool, opt->v);
     opt->m = m, opt->v = v, opt->n = od;
   }
   host_free(z, old.param_host), host_free(z, old.host_m), host_free(z, old.host_v);

@@ -558,20 +558,18 @@ void colo_zero_free(colo_zero_t *z) {
   z->staging = z->muon_chunk = NULL;
 }
 
-/* the moment offsets of Muon's matrices (stage 0: the model's; under ZeRO: those of this rank's
- * pieces), which have no second moment: dropped from v */
-static int muon_holes(colo_zero_t *z, colo_adamw_t *opt, char *err, size_t errlen) {
+size_t *colo_zero_muon_pairs(const colo_zero_t *z, size_t *n_pairs) {
   size_t nt, n = 0;
   const colo_param_t *table =
       z->stage == 0 ? colo_gpt_params_table(z->model, &nt) : colo_gpt_storage_table(z->model, &nt);
   size_t *pairs = malloc(2 * (nt * (z->stage == 0 ? 1 : z->chunks.n) + 1) * sizeof *pairs);
-  if (!pairs) {
-    snprintf(err, errlen, "no host memory for Muon's map");
-    return COLO_ENOMEM;
-  }
+  if (!pairs)
+    return NULL;
   for (size_t k = 0; k < (z->stage == 0 ? 1 : z->chunks.n); k++) {
     size_t lo = 0, hi = colo_gpt_num_params(z->model), piece, base = 0;
     if (z->stage > 0) {
+      if (z->optim_home[k] != COLO_HOME_DEVICE) /* host memory and NVMe keep v whole */
+        continue;
       colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
       base = z->optim_off[k];
     }
@@ -586,30 +584,30 @@ static int muon_holes(colo_zero_t *z, colo_adamw_t *opt, char *err, size_t errle
         pairs[2 * n] = x, pairs[2 * n + 1] = y, n++;
     }
   }
-  int rc = colo_adamw_drop_v(opt, pairs, n, err, errlen);
-  free(pairs);
-  return rc;
+  *n_pairs = n;
+  return pairs;
 }
 
 int colo_zero_muon(colo_zero_t *z, colo_adamw_t *opt, char *err, size_t errlen) {
-  if (z->stage == 0)
-    return muon_holes(z, opt, err, errlen);
-  for (size_t k = 0; k < z->chunks.n; k++)
-    if (z->optim_home[k] != COLO_HOME_DEVICE || z->param_home[k] != COLO_HOME_DEVICE) {
-      snprintf(err, errlen,
-               "optimizer.name=muon needs every piece on the device "
-               "(memory.placement=device)");
-      return COLO_EINVAL;
+  if (z->stage > 0) {
+    size_t cap = 0;
+    for (size_t k = 0; k < z->chunks.n; k++)
+      cap = z->chunks.chunks[k].capacity > cap ? z->chunks.chunks[k].capacity : cap;
+    if (!(z->muon_chunk =
+              colo_pool_alloc(z->pool, (cap ? cap : 1) * sizeof(float), "Muon's chunk"))) {
+      snprintf(err, errlen, "%s", colo_pool_error(z->pool));
+      return COLO_ENOMEM;
     }
-  size_t cap = 0;
-  for (size_t k = 0; k < z->chunks.n; k++)
-    cap = z->chunks.chunks[k].capacity > cap ? z->chunks.chunks[k].capacity : cap;
-  if (!(z->muon_chunk =
-            colo_pool_alloc(z->pool, (cap ? cap : 1) * sizeof(float), "Muon's chunk"))) {
-    snprintf(err, errlen, "%s", colo_pool_error(z->pool));
+  }
+  size_t n;
+  size_t *pairs = colo_zero_muon_pairs(z, &n);
+  if (!pairs) {
+    snprintf(err, errlen, "no host memory for Muon's map");
     return COLO_ENOMEM;
   }
-  return muon_holes(z, opt, err, errlen);
+  int rc = colo_adamw_drop_v(opt, pairs, n, err, errlen);
+  free(pairs);
+  return rc;
 }
 
 size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model) {
@@ -680,20 +678,34 @@ static int host_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, size_t lo, siz
 
 /* chunk k's update with Muon (colo_zero_muon): AdamW on this rank's piece of the other tensors,
  * Muon's input for its piece of Muon's in the chunk buffer, gathered, then each of Muon's tensors
- * that the piece touches orthogonalized whole and its piece applied */
+ * that the piece touches orthogonalized whole and its piece applied. A piece whose optimizer state
+ * is off the device is updated as host_step's, by the CPU, but for the orthogonalization: its input
+ * (made over its gradients' host copy) goes up into the chunk buffer, and Muon's update comes down
+ * to parameters that live in host memory. */
 static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, float grad_scale) {
-  const colo_backend_t *be = z->be;
   const colo_adamw_config_t *cf = &opt->cfg;
   const colo_chunk_t *c = &z->chunks.chunks[k];
   size_t lo, hi, piece, nt;
   colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+  size_t n = hi - lo;
   const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
-  float *m = opt->m + z->optim_off[k];
+  int off_device = z->optim_home[k] != COLO_HOME_DEVICE;
+  const colo_backend_t *be = off_device ? colo_backend_cpu() : z->be; /* the update's */
   float *g = z->stage == 1 ? colo_gpt_grads(z->model) + lo : z->grad_piece + z->shard_off[k];
-  float *p = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + lo;
-  float *u = z->muon_chunk + (size_t)z->rank * piece;
+  float *home = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + lo, *p = home;
+  float *u = z->muon_chunk + (size_t)z->rank * piece, *m = opt->m + z->optim_off[k], *v = NULL;
+  if (off_device) { /* host_step's copies; u over the gradients' copy (muon_momentum's may) */
+    xcopy(z, z->scratch, g, n * sizeof(float));
+    u = g = z->scratch;
+    if (owned(z, home))
+      p = z->scratch + z->max_piece, xcopy(z, p, home, n * sizeof(float));
+    int rc = moments_at(z, opt, k, n, &m, &v);
+    if (rc < 0)
+      return rc;
+  }
   int any = 0; /* the chunk holds one of Muon's tensors: every rank of the group gathers it */
-  xzero(z, u, piece * sizeof(float));
+  if (!off_device)
+    xzero(z, u, piece * sizeof(float));
   for (size_t i = 0; i < nt; i++) {
     size_t a = table[i].offset, b = a + table[i].numel;
     if (b <= c->lo || a >= c->hi)
@@ -705,10 +717,23 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
     if (mu)
       be->muon_momentum(u + o, g + o, m + o, y - x, cf->muon_momentum, grad_scale);
-    else /* v holds the other tensors' second moments alone */
-      be->adamw(p + o, g + o, m + o, opt->v + colo_adamw_v_off(opt, z->optim_off[k] + o), y - x, lr,
+    else /* on the device v holds the other tensors' second moments alone */
+      be->adamw(p + o, g + o, m + o,
+                off_device ? v + o : opt->v + colo_adamw_v_off(opt, z->optim_off[k] + o), y - x, lr,
                 cf->beta1, cf->beta2, cf->eps, table[i].decay ? cf->weight_decay : 0.0f, grad_scale,
                 opt->t);
+  }
+  if (off_device) { /* AdamW's parameters home, Muon's input up, the moments back */
+    if (p != home)
+      xcopy(z, home, p, n * sizeof(float));
+    float *up = z->muon_chunk + (size_t)z->rank * piece;
+    xzero(z, up + n, (piece - n) * sizeof(float));
+    xcopy(z, up, u, n * sizeof(float));
+    if (z->optim_home[k] == COLO_HOME_NVME) {
+      int rc = colo_zero_nvme_moments(z, k, m, v, n, 1);
+      if (rc < 0)
+        return rc;
+    }
   }
   if (!any)
     return 0;
@@ -717,16 +742,23 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
     if (rc < 0)
       return rc;
   }
+  float mlr = lr * colo_muon_lr_ratio(cf);
   for (size_t i = 0; i < nt; i++) {
     size_t a = table[i].offset, b = a + table[i].numel;
     if (b <= lo || a >= hi || !colo_muon_takes(&table[i]))
       continue;
     float *t = z->muon_chunk + (a - c->lo); /* the tensor's input, whole */
-    int rc = colo_muon_orthogonalize(be, &table[i], t, opt->work, opt->tp, cf->muon_original);
+    int rc = colo_muon_orthogonalize(z->be, &table[i], t, opt->work, opt->tp, cf->muon_original);
     if (rc < 0)
       return rc;
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
-    be->muon_apply(p + (x - lo), t + (x - a), y - x, lr * colo_muon_lr_ratio(cf), cf->weight_decay);
+    if (owned(z, home) || !z->be->owns) {
+      z->be->muon_apply(home + (x - lo), t + (x - a), y - x, mlr, cf->weight_decay);
+    } else { /* parameters in host memory: the update comes down to them */
+      float *d = z->scratch + z->max_piece;
+      xcopy(z, d, t + (x - a), (y - x) * sizeof(float));
+      colo_backend_cpu()->muon_apply(home + (x - lo), d, y - x, mlr, cf->weight_decay);
+    }
   }
   return 0;
 }
@@ -801,7 +833,7 @@ const float *colo_zero_piece_host(colo_zero_t *z, const colo_adamw_t *opt, size_
     return NULL;
   }
   float *src, *m, *v;
-  if (what == 2 && opt->n_hole) { /* Muon's: zeros for its matrices */
+  if (what == 2 && opt->n_hole && z->optim_home[k] == COLO_HOME_DEVICE) { /* Muon's: zeros */
     float *dst = z->scratch + 3 * z->max_piece;
     colo_adamw_v_get(opt, z->be, z->optim_off[k], n, dst);
     return dst;
@@ -854,7 +886,7 @@ int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *piece
     moments_at(z, opt, k, 0, &m, &v); /* reads nothing */
     xzero(z, m, piece * sizeof(float));
     xcopy(z, m, piece_m + z->shard_off[k], (hi - lo) * sizeof(float));
-    if (opt->n_hole) { /* Muon's: its matrices' left out */
+    if (opt->n_hole && z->optim_home[k] == COLO_HOME_DEVICE) { /* Muon's matrices' left out */
       colo_adamw_v_put(opt, z->be, z->optim_off[k], hi - lo, piece_v + z->shard_off[k]);
       continue;
     }

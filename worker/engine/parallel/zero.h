@@ -166,13 +166,15 @@ size_t colo_zero_optim_numel(const colo_zero_t *z, const colo_gpt_t *model);
 /* Sums the gradients over the group, chunk by chunk. */
 int colo_zero_reduce_grads(colo_zero_t *z, colo_gpt_t *model);
 
-/* Muon (opt's cfg.muon; memory.placement device), at every stage: the second moments of Muon's
- * matrices (this rank's offsets of them) dropped from opt's v (colo_adamw_drop_v). At stages 1
- * to 3 also a chunk's buffer from the pool: each rank makes the update's input (muon.h's u) for
- * its piece of a chunk from its piece of the momentum, the chunk's pieces are all-gathered into
- * it, and each rank orthogonalizes the matrices its piece touches (whole: a tensor never
- * straddles chunks) and applies its piece: an all-gather a chunk that holds one of Muon's
- * tensors, and the same update as stage 0's. */
+/* Muon (opt's cfg.muon), at every stage, after the placement: the second moments of Muon's
+ * matrices (this rank's offsets of them, where its optimizer state is on the device) dropped from
+ * opt's v (colo_adamw_drop_v; placement's moves lay v out anew). At stages 1 to 3 also a chunk's
+ * buffer from the pool: each rank makes the update's input (muon.h's u) for its piece of a chunk
+ * from its piece of the momentum (by the CPU where the piece's optimizer state is in host memory
+ * or on NVMe), the chunk's pieces are all-gathered into it, and each rank orthogonalizes the
+ * matrices its piece touches (whole: a tensor never straddles chunks) on the device and applies
+ * its piece (by the CPU to parameters in host memory): an all-gather a chunk that holds one of
+ * Muon's tensors, and the same update as stage 0's. */
 int colo_zero_muon(colo_zero_t *z, colo_adamw_t *opt, char *err, size_t errlen);
 
 /* One AdamW (and Muon) update of this rank's share, then (stage 1) the all-gather of the

@@ -69,6 +69,12 @@ static inline void host_free(const colo_zero_t *z, void *p) {
     free(p);
 }
 
+/* The moment offsets of Muon's matrices that have no second moment in opt's v: at stage 0 the
+ * model's, under ZeRO those of this rank's pieces whose optimizer state is on the device (host
+ * memory and NVMe keep v whole); as pairs [p[2i], p[2i+1]), *n_pairs of them, in memory the
+ * caller frees; NULL for want of it (zero.c) */
+size_t *colo_zero_muon_pairs(const colo_zero_t *z, size_t *n_pairs);
+
 /* stage 3: frees the chunks the cache keeps (zero.c) */
 void colo_zero_drop_cache(colo_zero_t *z);
 
