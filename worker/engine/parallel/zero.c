@@ -588,11 +588,24 @@ size_t *colo_zero_muon_pairs(const colo_zero_t *z, size_t *n_pairs) {
   return pairs;
 }
 
+/* whether chunk k holds one of Muon's tensors */
+static int chunk_has_muon(const colo_zero_t *z, size_t k) {
+  size_t nt;
+  const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
+  const colo_chunk_t *c = &z->chunks.chunks[k];
+  for (size_t i = 0; i < nt; i++)
+    if (table[i].offset < c->hi && table[i].offset + table[i].numel > c->lo &&
+        colo_muon_takes(&table[i]))
+      return 1;
+  return 0;
+}
+
 int colo_zero_muon(colo_zero_t *z, colo_adamw_t *opt, char *err, size_t errlen) {
-  if (z->stage > 0) {
+  if (z->stage > 0) { /* as large as the largest chunk that holds a matrix of Muon's */
     size_t cap = 0;
     for (size_t k = 0; k < z->chunks.n; k++)
-      cap = z->chunks.chunks[k].capacity > cap ? z->chunks.chunks[k].capacity : cap;
+      if (z->chunks.chunks[k].capacity > cap && chunk_has_muon(z, k))
+        cap = z->chunks.chunks[k].capacity;
     if (!(z->muon_chunk =
               colo_pool_alloc(z->pool, (cap ? cap : 1) * sizeof(float), "Muon's chunk"))) {
       snprintf(err, errlen, "%s", colo_pool_error(z->pool));
@@ -693,7 +706,12 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
   const colo_backend_t *be = off_device ? colo_backend_cpu() : z->be; /* the update's */
   float *g = z->stage == 1 ? colo_gpt_grads(z->model) + lo : z->grad_piece + z->shard_off[k];
   float *home = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + lo, *p = home;
-  float *u = z->muon_chunk + (size_t)z->rank * piece, *m = opt->m + z->optim_off[k], *v = NULL;
+  /* the chunk holds one of Muon's tensors: every rank of the group gathers it */
+  int any = chunk_has_muon(z, k);
+  if (!any && off_device)
+    return host_step(z, opt, k, lo, hi, lr, grad_scale);
+  float *u = any ? z->muon_chunk + (size_t)z->rank * piece : NULL;
+  float *m = opt->m + z->optim_off[k], *v = NULL;
   if (off_device) { /* host_step's copies; u over the gradients' copy (muon_momentum's may) */
     xcopy(z, z->scratch, g, n * sizeof(float));
     u = g = z->scratch;
@@ -703,17 +721,13 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
     if (rc < 0)
       return rc;
   }
-  int any = 0; /* the chunk holds one of Muon's tensors: every rank of the group gathers it */
-  if (!off_device)
+  if (!off_device && any)
     xzero(z, u, piece * sizeof(float));
   for (size_t i = 0; i < nt; i++) {
     size_t a = table[i].offset, b = a + table[i].numel;
-    if (b <= c->lo || a >= c->hi)
-      continue;
-    int mu = colo_muon_takes(&table[i]);
-    any |= mu;
     if (b <= lo || a >= hi)
       continue;
+    int mu = colo_muon_takes(&table[i]);
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
     if (mu)
       be->muon_momentum(u + o, g + o, m + o, y - x, cf->muon_momentum, grad_scale);
