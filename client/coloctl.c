@@ -926,6 +926,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
   }
   if (s->train->neftune_alpha > 0.0f)
     printf(", NEFTune noise alpha %g", (double)s->train->neftune_alpha);
+  if (s->train->ema_decay > 0.0f)
+    printf(", the weights' moving average (decay %g)", (double)s->train->ema_decay);
   if (s->train->dpo_beta > 0.0f) {
     const char *dl = s->train->dpo_loss && s->train->dpo_loss[0] ? s->train->dpo_loss : "sigmoid";
     printf(", DPO beta %g on preference pairs%s", (double)s->train->dpo_beta,

@@ -643,6 +643,14 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (!(t->neftune_alpha >= 0.0f && t->neftune_alpha <= 1000.0f))
     return bad(err, errlen, "train.neftune_alpha=%g must be between 0 and 1000",
                (double)t->neftune_alpha);
+  if (!(t->ema_decay >= 0.0f && t->ema_decay < 1.0f))
+    return bad(err, errlen, "train.ema_decay=%s must be in [0, 1) (0: none)",
+               fmt_float(t->ema_decay, a, sizeof a));
+  if (t->ema_decay > 0.0f && t->lora_rank > 0)
+    return bad(err, errlen,
+               "train.ema_decay averages a whole model's weights, and train.lora_rank=%u "
+               "trains adapters alone",
+               t->lora_rank);
   if (t->lora_double_quant && !nf4)
     return bad(err, errlen,
                "train.lora_double_quant quantizes NF4's scales: it needs train.lora_quant=nf4");

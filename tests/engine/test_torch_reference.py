@@ -150,6 +150,8 @@ def main():
     replay(tmp, check, None, optim="muon")
     replay(tmp, check, None, "llama-mqa", optim="muon")
     replay(tmp, check, None, "llama", optim="muon-original")
+    # the weights' moving average (train.ema_decay) against torch's AveragedModel
+    replay(tmp, check, {"init": 1024.0, "window": 3, "planted": [2, 3, 7]}, ema=0.8)
     for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3", "qwen2"):
         export_llama(tmp, check, arch)
     print("%d failed" % len(failures))
@@ -248,21 +250,23 @@ def muon_blocks(model, n, arch):
     return [(0, cols)]
 
 
-def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
+def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw", ema=None):
     tag = ("" if ls is None else "[loss scaling] ") + ("" if arch == "gpt2" else "[%s] " % arch) + \
         ("" if data is None else "[loss mask] ") + ("" if doc is None else "[documents] ") + \
-        ("" if optim == "adamw" else "[%s] " % optim)
-    dump = os.path.join(tmp, "dump%s-%s%s%s%s.safetensors" % ("" if ls is None else "-ls", arch,
-                                                               "" if data is None else "-mask",
-                                                               "" if doc is None else "-doc",
-                                                               "" if optim == "adamw" else "-" + optim))
+        ("" if optim == "adamw" else "[%s] " % optim) + ("" if ema is None else "[ema] ")
+    dump = os.path.join(tmp, "dump%s-%s%s%s%s%s.safetensors" % ("" if ls is None else "-ls", arch,
+                                                                 "" if data is None else "-mask",
+                                                                 "" if doc is None else "-doc",
+                                                                 "" if optim == "adamw" else "-" + optim,
+                                                                 "" if ema is None else "-ema"))
     extra = ARCH_ARGS[arch] + ([] if ls is None else [
         "--loss-scaling", "dynamic", "--loss-scale-init", str(ls["init"]),
         "--loss-scale-window", str(ls["window"]),
         "--plant-overflow", ",".join(str(x) for x in ls["planted"])]) + \
         ([] if doc is None else ["--document-token", str(doc)]) + \
         ([] if optim == "adamw" else ["--optimizer", "muon"]) + \
-        (["--muon-adjust-lr", "original", "--muon-lr", str(MUON_LR)] if optim == "muon-original" else [])
+        (["--muon-adjust-lr", "original", "--muon-lr", str(MUON_LR)] if optim == "muon-original" else []) + \
+        ([] if ema is None else ["--ema-decay", str(ema)])
     ref = colo_train(tmp, dump, extra, data)
     names = [k[len("init."):] for k in ref if k.startswith("init.")]
 
@@ -301,6 +305,11 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
     else:
         opt = torch.optim.AdamW(model.param_groups(WD), lr=LR, betas=(B1, B2), eps=EPS)
     scaler = None if ls is None else ScalerRef(ls["init"], ls["window"])
+    # the moving average: torch's AveragedModel (its first update copies the weights) over the
+    # steps that changed the weights (not the skipped), each later one a lerp by 1 - decay, as
+    # torch 2's get_ema_multi_avg_fn (this torch, 1.13, predates it: its avg_fn, written here)
+    averaged = None if ema is None else torch.optim.swa_utils.AveragedModel(
+        model, avg_fn=lambda avg, cur, n: torch.lerp(avg, cur, 1.0 - ema))
 
     worst_grad, worst_loss, worst_norm, scales_ok, skipped = 0.0, 0.0, 0.0, True, 0
     for step in range(STEPS):
@@ -354,6 +363,8 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
         opt.step()
         if muon is not None:
             muon.step(lr_at(step) * (MUON_LR / LR if muon.original else 1.0))
+        if averaged is not None:
+            averaged.update_parameters(model)
     check(tag + "losses of %d steps (rel 1e-4)" % STEPS, worst_loss <= 1e-4, "worst %.2e" % worst_loss)
     check(tag + "gradient norms of %d taken steps (rel 1e-4)" % (STEPS - skipped), worst_norm <= 1e-4,
           "worst %.2e" % worst_norm)
@@ -365,6 +376,17 @@ def replay(tmp, check, ls, arch="gpt2", data=None, doc=None, optim="adamw"):
     check(tag + "weights after %d %s steps (abs 1e-4)" % (STEPS - skipped, "AdamW" if muon is None else "Muon and AdamW"),
           worst_w <= 1e-4,
           "worst %.2e" % worst_w)
+    if averaged is not None:
+        avg = dict(averaged.module.named_parameters())
+        keys = {n: [k for k in avg if avg[k] is averaged.module.p[n]] for n in model.names}
+        worst_e = max((averaged.module.p[n].detach() - ref["ema." + n]).abs().max().item()
+                      for n in model.names)
+        apart = max((averaged.module.p[n].detach() - model.p[n].detach()).abs().max().item()
+                    for n in model.names)
+        check(tag + "the moving average after %d steps (abs 1e-5)" % int(averaged.n_averaged),
+              worst_e <= 1e-5 and int(averaged.n_averaged) == STEPS - skipped and
+              all(keys.values()), "worst %.2e; %.2e from the weights" % (worst_e, apart))
+        check(tag + "the moving average lags the weights", apart > 1e-3, "%.2e" % apart)
     moved = max((model.p[n].detach() - ref["init." + n]).abs().max().item() for n in model.names)
     check(tag + "the weights did move", moved > 1e-3, "max change %.2e" % moved)
 

@@ -13,6 +13,7 @@
 #   - overflows planted at steps 5 and 6 are skipped;
 #   - Muon trains as on the CPU (fp32, under ZeRO-3 on two ranks and Llama at tp=2), in bf16 near
 #     fp32, and resumes exactly; with static and automatic placement as everything on the GPU;
+#   - the weights' moving average evaluates as the CPU's, at stage 0 and ZeRO-3 with placement;
 #   - LoRA adapters on the fp32 run's model train as on the CPU (fp32), in bf16 near fp32, resume
 #     exactly, and their checkpoint evaluates as on the CPU; with the frozen model sharded by
 #     ZeRO-3 in host memory, as with it whole on the GPU; the chunk cache keeps its chunks;
@@ -598,6 +599,19 @@ if [ "$DRY" = 1 ]; then
 fi
 same_training "Muon, ZeRO 3, 2 GPU ranks, static placement vs everything on the GPU" "$TMP/mu-dp-gpu3.jsonl" "$TMP/mu-pl3.jsonl" 1e-3
 same_training "Muon, ZeRO 1, automatic placement vs everything on the GPU" "$TMP/mu-au-dev.jsonl" "$TMP/mu-au.jsonl" 1e-3
+# the weights' moving average (train.ema_decay) in host memory: at stage 0 rank 0 copies the
+# weights down after each step, under ZeRO-3 each rank reads its pieces where they live (here half
+# of them in host memory); evaluated (--ema) as two CPU ranks' average
+dp_run ema-cpu cpu 0 --ema-decay 0.9
+dp_run ema-gpu0 gpu 0 --ema-decay 0.9
+dp_run ema-gpu3 gpu 3 --ema-decay 0.9 "${PL[@]}" --param-device-fraction 0.5
+for r in cpu gpu0 gpu3; do
+  expect_rc 0 "$CT" eval --checkpoint "$TMP/ema-$r/$dlast" --ema --data "$TMP/data/val.bin" --batches 4
+  eval "ema_$r=$(sed -n 's/^val loss \([0-9.]*\) .*/\1/p' <<<"$OUT")"
+done
+python3 -c "import sys; a, b, c = $ema_cpu, $ema_gpu0, $ema_gpu3; sys.exit(0 if max(abs(a - b), abs(a - c)) <= 1e-4 * a else 1)" ||
+  fail "the moving average: eval --ema on the CPU's $ema_cpu, the GPU's $ema_gpu0 and $ema_gpu3"
+echo "the moving average's eval: CPU $ema_cpu, GPU $ema_gpu0, GPU ZeRO-3 placed $ema_gpu3"
 # and under tensor parallelism: Llama's q, k, v, gate and up shares transposed, gathered and
 # orthogonalized whole on the device
 for dev in cpu gpu; do

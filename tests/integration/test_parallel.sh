@@ -13,6 +13,8 @@
 #     (sequence parallel), dp=2 x tp=2 ZeRO-3, pp=2 x tp=2, and llama GQA at ZeRO-3 and tp=2;
 #     and pp=2 with boundary tensors larger than the transport's buffers (2 steps; the
 #     shared-memory rings at 1 MiB, and a size out of range refused);
+#   - the weights' moving average (train.ema_decay) at dp=2, ZeRO-3 and pp=2 x tp=2 as one
+#     process's, and resumed from ZeRO-3's pieces at dp=1;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1 (and Muon's, without its matrices'
 #     second moments, under other layouts, tp=2's among them), and ones saved at tp=2 and at
@@ -47,7 +49,7 @@ def losses(d):
 def weights(d, step): # whole tensors, whatever the layout's shards: colo-train export
     out = "%s/export-%d.safetensors" % (d, step)
     subprocess.run([os.environ["CT"], "export", "--checkpoint", "%s/ckpt/step_%08d" % (d, step),
-                    "--out", out], check=True)
+                    "--out", out] + os.environ.get("EXPORT_ARGS", "").split(), check=True)
     b = open(out, "rb").read()
     n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); data = b[8 + n:]
     return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], np.float32)
@@ -323,6 +325,36 @@ compare "$TMP/mu" "$TMP/mure2" "muon pp=2 -> dp=2 ZeRO-1 resume"
 run "$TMP/mure3" "${MU[@]}" --nproc 2 --tp 2 --batch-size 8 --ckpt-interval 5 --stop-at 5
 run "$TMP/mure3" "${MU[@]}" --batch-size 8 --ckpt-interval 5 --resume auto
 compare "$TMP/mu" "$TMP/mure3" "muon tp=2 -> dp=1 resume"
+# the weights' moving average (train.ema_decay), each rank's share of it in host memory: at
+# dp=2 the first rank's whole, under ZeRO-3 each rank's pieces, on stages and tensor-parallel
+# ranks each its own; exported (--ema) as one process's, and resumed from ZeRO-3's pieces at dp=1
+EM=(--ema-decay 0.8)
+run "$TMP/em" "${EM[@]}" --batch-size $GLOBAL_B
+run "$TMP/em_dp2z0" "${EM[@]}" --nproc 2 --dp 2 --zero 0 --batch-size $((GLOBAL_B / 2))
+run "$TMP/em_dp2z3" "${EM[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/em_pp2tp2" "${EM[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
+run "$TMP/emre" "${EM[@]}" --nproc 2 --dp 2 --zero 3 --batch-size 4 --ckpt-interval 5 --stop-at 5
+run "$TMP/emre" "${EM[@]}" --batch-size 8 --ckpt-interval 5 --resume auto
+for l in dp2z0:"dp=2" dp2z3:"dp=2 ZeRO-3" pp2tp2:"pp=2 x tp=2"; do
+  EXPORT_ARGS=--ema compare "$TMP/em" "$TMP/em_${l%%:*}" "ema ${l#*:}"
+done
+EXPORT_ARGS=--ema compare "$TMP/em" "$TMP/emre" "ema ZeRO-3 dp=2 -> dp=1 resume"
+$PY - "$TMP/em" <<'PYEOF' || fail "the moving average is the weights"
+import json, os, struct, subprocess, sys
+import numpy as np
+def read(d, *extra):
+    out = "%s/x%d.safetensors" % (d, len(extra))
+    subprocess.run([os.environ["CT"], "export", "--checkpoint", d + "/ckpt/step_00000010", "--out", out] + list(extra), check=True)
+    b = open(out, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n])
+    return {k: np.frombuffer(b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]], np.float32) for k, v in h.items() if k != "__metadata__"}
+w, e = read(sys.argv[1]), read(sys.argv[1], "--ema")
+apart = max(float(np.abs(w[k] - e[k]).max()) for k in w)
+m = json.load(open(sys.argv[1] + "/ckpt/step_00000010/manifest.json"))["ema"]
+print("ema: decay %g over %d updates, %.2e from the weights" % (m["decay"], m["updates"], apart))
+sys.exit(0 if apart > 1e-3 and m == {"decay": 0.8, "updates": 10} else 1)
+PYEOF
+expect_rc 1 "$CT" eval --checkpoint "$TMP/single/ckpt/step_00000010" --ema --data "$TMP/data/val.bin"
+expect_contains "$ERR" "colo-train eval: --ema: $TMP/single/ckpt/step_00000010 holds no moving average of its weights (its run had no train.ema_decay)"
 # sharded checkpoints: a shard per stage and tensor-parallel rank, resumed under other splits
 python3 - "$TMP/re5/ckpt/step_00000005/manifest.json" <<'PYEOF' || fail "pp=2 x tp=2 should write 4 shards"
 import json, sys

@@ -323,6 +323,23 @@ class ColodTest(WithColod):
             self.assertEqual(cm.exception.details(), msg)
         self.assertEqual(job_rows(), before)
 
+    def test_a_weights_moving_average(self):
+        # train.ema_decay: stored as asked; out of range or with LoRA refused, nothing stored
+        ema_id = self.api.SubmitJob(pb.SubmitJobRequest(
+            spec=spec(name="py-ema", train__ema_decay=0.999)), timeout=5).job.id
+        self.assertAlmostEqual(self.job(ema_id).spec.train.ema_decay, 0.999, places=6)
+        self.api.CancelJob(pb.CancelJobRequest(id=ema_id), timeout=5)  # it would hold a host
+        before = job_rows()
+        for bad, msg in ((spec(train__ema_decay=1.0), "train.ema_decay=1 must be in [0, 1) (0: none)"),
+                         (spec(train__ema_decay=0.9, train__lora_rank=8),
+                          "train.ema_decay averages a whole model's weights, and "
+                          "train.lora_rank=8 trains adapters alone")):
+            with self.assertRaises(grpc.RpcError) as cm:
+                self.api.SubmitJob(pb.SubmitJobRequest(spec=bad), timeout=5)
+            self.assertEqual(cm.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertEqual(cm.exception.details(), msg)
+        self.assertEqual(job_rows(), before)
+
     def test_a_muon_optimizer(self):
         # optimizer.name: muon, stored as asked; its needs refused with the exact messages
         s = spec(name="py-muon", optimizer__name=pb.OPTIMIZER_NAME_MUON, optimizer__muon_momentum=0.9)

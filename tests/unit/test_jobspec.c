@@ -166,6 +166,11 @@ static const struct {
      "train.lora_quant=nf4 quantizes the frozen model of a LoRA run: it needs train.lora_rank > 0"},
     {BASE "train: {neftune_alpha: -1}\n", "train.neftune_alpha=-1 must be between 0 and 1000"},
     {BASE "train: {neftune_alpha: 5000}\n", "train.neftune_alpha=5000 must be between 0 and 1000"},
+    {BASE "train: {ema_decay: 1}\n", "train.ema_decay=1 must be in [0, 1) (0: none)"},
+    {BASE "train: {ema_decay: -0.5}\n", "train.ema_decay=-0.5 must be in [0, 1) (0: none)"},
+    {BASE "train: {ema_decay: 0.999, lora_rank: 8}\n",
+     "train.ema_decay averages a whole model's weights, and train.lora_rank=8 trains adapters "
+     "alone"},
     {BASE "train: {lora_rank: 8, dpo_beta: 200}\n", "train.dpo_beta=200 must be between 0 and 100"},
     {BASE "train: {lora_rank: 8, dpo_precompute: true}\n",
      "train.dpo_precompute computes DPO's reference once: it needs train.dpo_beta > 0"},
@@ -607,6 +612,18 @@ TEST(dora_is_valid) {
              "parallel: {tp: 2, sequence_parallel: true}\ncheckpoint: {export_format: peft}\n",
         err, sizeof err);
   ASSERT_EQ_STR(err, "");
+}
+
+/* the weights' moving average, under ZeRO-3 with its pieces placed off the GPU */
+TEST(ema_is_valid) {
+  char err[512];
+  int rc;
+  Colo__V1__JobSpec *s = parse(BASE "train: {ema_decay: 0.999}\nparallel: {dp: 2, zero_stage: 3}\n"
+                                    "memory: {placement: auto}\nresources: {device: gpu}\n",
+                               err, sizeof err, &rc);
+  ASSERT_EQ_INT(rc, 0);
+  ASSERT(s->train->ema_decay == 0.999f);
+  colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
 /* DPO of the whole model (its reference precomputed), under ZeRO-3; a LoRA run precomputing */

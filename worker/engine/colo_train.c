@@ -5,7 +5,7 @@
  *                      [--shard-tokens N]
  *   colo-train tokenize --tokenizer DIR [--decode]
  *   colo-train train   [--job FILE] [--data-root DIR] [--ckpt-dir DIR] [flags]
- *   colo-train eval    --checkpoint DIR [--best] --data FILE [--batches N] [--batch-size B]
+ *   colo-train eval    --checkpoint DIR [--best] [--ema] --data FILE [--batches N] [--batch-size B]
  *   colo-train sample  --checkpoint DIR [--tokens N] [--temperature T] [--top-k K] [--seed S]
  *                      [--prompt TEXT] [--tokenizer DIR]
  *   colo-train export  --checkpoint DIR --out FILE [--format hf|gguf|peft] [--tokenizer PATH]
@@ -936,6 +936,10 @@ static void train_usage(void) {
       "  --neftune-alpha A     NEFTune: uniform noise in +-A/sqrt(block·n_embd) on the\n"
       "                        embeddings in training (Transformers' neftune_noise_alpha;\n"
       "                        the paper used 5; default 0: none)\n"
+      "  --ema-decay D         keep the weights' exponential moving average in host memory\n"
+      "                        (w += (1-D)(p-w) after each step; DeepSeek-V3's), written\n"
+      "                        into the checkpoints: eval, sample and export --ema read it\n"
+      "                        (0.999, say; default 0: none)\n"
       "  --dpo-beta B          DPO: train on preference pairs (prepare --chosen-field\n"
       "                        --rejected-field) with beta B (TRL's default 0.1), the\n"
       "                        reference the model as the run starts; the loss, reward\n"
@@ -1029,7 +1033,7 @@ static void train_usage(void) {
       "  --nproc N             start N local ranks (dp x tp x pp = N), as torchrun does\n"
       "  --comm-timeout MS     deadline of every collective (default 60000)\n"
       "  --eval-interval N --eval-batches N --ckpt-interval N --recompute\n"
-      "  --ckpt-keep N         newest complete checkpoints kept (default 3; 0 keeps all)\n"
+      "  --ckpt-keep N         newest complete checkpoints kept (default 3; at least 1)\n"
       "  --ckpt-keep-best true|false  also keep the one with the lowest validation loss,\n"
       "                        evaluating at each checkpoint (needs --val-data)\n"
       "  --export-format gguf|hf|peft|gguf-lora  once every step is trained, the last\n"
@@ -1189,6 +1193,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"lora-dora", "train: {lora_dora: %s}"},
       {"lora-double-quant", "train: {lora_double_quant: %s}"},
       {"neftune-alpha", "train: {neftune_alpha: %s}"},
+      {"ema-decay", "train: {ema_decay: %s}"},
       {"dpo-beta", "train: {dpo_beta: %s}"},
       {"dpo-precompute", "train: {dpo_precompute: %s}"},
       {"dpo-loss", "train: {dpo_loss: '%s'}"},
@@ -1790,6 +1795,7 @@ static int cmd_train(int argc, char **argv) {
   colo_best_metric(spec, &cfg.best_set, &cfg.best_kind); /* validated */
   cfg.recompute = spec->train->recompute;
   cfg.neftune_alpha = spec->train->neftune_alpha;
+  cfg.ema_decay = spec->train->ema_decay;
   cfg.dpo_beta = spec->train->dpo_beta;
   cfg.dpo_precompute = spec->train->dpo_precompute;
   cfg.dpo_loss = colo_dpo_loss_parse(spec->train->dpo_loss);
@@ -1964,7 +1970,8 @@ static int device_flag(const char *cmd, const char *device, int gpu) {
   "with --best the best by its manifest (checkpoint.keep_best: the lowest validation\n"            \
   "loss, or the highest score of the run's train.best_metric); or a\n"                             \
   "HuggingFace model's directory (config.json and model.safetensors: GPT-2's, Llama's,\n"          \
-  "Qwen2's, as the Hub has them).\n"
+  "Qwen2's, as the Hub has them). --ema reads the checkpoint's moving average of its\n"            \
+  "weights (train.ema_decay) in their place.\n"
 
 /* --checkpoint DIR of eval, sample and export: a checkpoint (step_N), or a directory of them
  * (a job's), of which the newest complete one, or with --best the one with the lowest
@@ -2065,6 +2072,7 @@ static int cmd_eval(int argc, char **argv) {
                                     {"seed", required_argument, 0, 's'},
                                     {"threads", required_argument, 0, 't'},
                                     {"best", no_argument, 0, 'B'},
+                                    {"ema", no_argument, 0, 'E'},
                                     {"document-token", required_argument, 0, 'o'},
                                     {"choices", required_argument, 0, 'C'},
                                     {"samples", required_argument, 0, 'S'},
@@ -2105,6 +2113,9 @@ static int cmd_eval(int argc, char **argv) {
     case 'B':
       best = 1;
       break;
+    case 'E':
+      colo_checkpoint_weights_ema(1);
+      break;
     case 'd':
       data = optarg;
       break;
@@ -2132,12 +2143,13 @@ static int cmd_eval(int argc, char **argv) {
           "window of\n"
           "                       the shard once)] [--batch-size B (12)] [--seed S (1337)]\n"
           "                       [--device cpu|gpu (cpu)] [--gpu N (0)] [--threads N] "
-          "[--best]\n"
+          "[--best] [--ema]\n"
           "                       [--document-token N (the checkpoint's own; -1: none)] "
           "[--json]\n"
           "       colo-train eval --checkpoint DIR --choices SET [--samples FILE] [--limit N]\n"
           "                       [--batch-size B]\n"
-          "                       [--device cpu|gpu] [--gpu N] [--threads N] [--best] [--json]\n"
+          "                       [--device cpu|gpu] [--gpu N] [--threads N] [--best] [--ema] "
+          "[--json]\n"
           "--json prints {\"checkpoint\", \"loss\" (to 9 digits), \"batches\", \"batch_size\"}.\n"
           "--choices scores a multiple-choice set (prepare --endings-field: HellaSwag's, say):\n"
           "for each question the ending of the highest log-probability after its context is\n"
@@ -2215,6 +2227,7 @@ static int cmd_sample(int argc, char **argv) {
                                     {"device", required_argument, 0, 'D'},
                                     {"gpu", required_argument, 0, 'g'},
                                     {"best", no_argument, 0, 'B'},
+                                    {"ema", no_argument, 0, 'E'},
                                     {"chat-template", required_argument, 0, 'C'},
                                     {"system", required_argument, 0, 'S'},
                                     {"interactive", no_argument, 0, 'i'},
@@ -2231,6 +2244,9 @@ static int cmd_sample(int argc, char **argv) {
       break;
     case 'B':
       best = 1;
+      break;
+    case 'E':
+      colo_checkpoint_weights_ema(1);
       break;
     case 'C':
       chat = optarg;
@@ -2282,7 +2298,7 @@ static int cmd_sample(int argc, char **argv) {
              "greedy)] [--top-k K (0: all)] [--top-p P (1: all)] [--seed S (42)]\n"
              "                         [--prompt TEXT] [--tokenizer DIR] [--threads N] "
              "[--full-forward]\n"
-             "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best]\n"
+             "                         [--device cpu|gpu (cpu)] [--gpu N (0)] [--best] [--ema]\n"
              "                         [--chat-template T [--system TEXT] "
              "[--interactive]]\n" CKPT_DIR_HELP
              "--top-k draws from the K most likely tokens; --top-p from the fewest (most likely\n"
@@ -2354,6 +2370,7 @@ static int cmd_export(int argc, char **argv) {
                                     {"tokenizer", required_argument, 0, 't'},
                                     {"type", required_argument, 0, 'T'},
                                     {"best", no_argument, 0, 'B'},
+                                    {"ema", no_argument, 0, 'E'},
                                     {"help", no_argument, 0, 'h'},
                                     {0, 0, 0, 0}};
   int c, best = 0;
@@ -2377,13 +2394,16 @@ static int cmd_export(int argc, char **argv) {
     case 'B':
       best = 1;
       break;
+    case 'E':
+      colo_checkpoint_weights_ema(1);
+      break;
     case 'o':
       out = optarg;
       break;
     case 'h':
       printf(
           "usage: colo-train export --checkpoint DIR --out FILE [--format hf|gguf|peft|gguf-lora]\n"
-          "                         [--best]\n"
+          "                         [--best] [--ema]\n"
           "                         [--config FILE] [--tokenizer PATH] [--type "
           "f32|f16|bf16|q8_0|q4_0]\n"
           "Writes the checkpoint's parameters, whatever layout trained them, as one file of\n"

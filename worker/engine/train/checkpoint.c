@@ -243,6 +243,16 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       t.muon = 1;
       t.muon_momentum = (float)om->valuedouble;
     }
+    /* the weights' moving average (train.ema_decay): absent when it has none */
+    cJSON *em = cJSON_GetObjectItem(root, "ema"), *ed = cJSON_GetObjectItem(em, "decay"),
+          *eu = cJSON_GetObjectItem(em, "updates");
+    if (em && !(cJSON_IsNumber(ed) && ed->valuedouble > 0 && ed->valuedouble < 1 &&
+                cJSON_IsNumber(eu) && eu->valuedouble >= 1 && eu->valuedouble < 0x1p53))
+      bad = 1;
+    else if (em) {
+      t.ema_decay = (float)ed->valuedouble;
+      t.ema_updates = (uint64_t)eu->valuedouble;
+    }
     /* the validation loss at its step, and early stopping's count: absent when there were none */
     cJSON *vl = cJSON_GetObjectItem(root, "val_loss");
     t.val_loss = cJSON_IsNumber(vl) && isfinite(vl->valuedouble) ? (float)vl->valuedouble : NAN;
@@ -388,7 +398,7 @@ int colo_ckpt_begin(const char *root, uint64_t step, char *err, size_t errlen) {
   return 0;
 }
 
-static const char *const PREFIX[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq."};
+static const char *const PREFIX[] = {"", "optimizer.exp_avg.", "optimizer.exp_avg_sq.", "ema."};
 
 /* what an entry of the file is: a whole tensor from memory, or part of range r's read of kind j */
 typedef struct {
@@ -421,7 +431,7 @@ static size_t plan_tensors(colo_gpt_t *model, const float *const whole[3],
       k++;
     }
   for (size_t r = 0; pc && r < pc->n; r++)
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < COLO_CKPT_KINDS; j++)
       for (size_t i = 0; (pc->kinds[r] >> j & 1) && i < nt; i++) {
         size_t a = table[i].offset, b = a + table[i].numel, lo = pc->lo[r], hi = pc->hi[r];
         if ((tied && (int)i == iw) || b <= lo || a >= hi ||
@@ -569,6 +579,13 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
     cJSON_AddNumberToObject(o, "momentum", strtod(v, NULL));
   }
   cJSON_AddNumberToObject(o, "t", meta->adam_t);
+  if (meta->ema_updates) { /* ema.<name>: the weights' exponential moving average */
+    char d[32];
+    snprintf(d, sizeof d, "%.6g", (double)meta->ema_decay);
+    cJSON *e = cJSON_AddObjectToObject(m, "ema");
+    cJSON_AddNumberToObject(e, "decay", strtod(d, NULL));
+    cJSON_AddNumberToObject(e, "updates", (double)meta->ema_updates);
+  }
   cJSON_AddNumberToObject(m, "loss_scale", meta->loss_scale);
   cJSON_AddNumberToObject(m, "loss_scale_good_steps", meta->loss_scale_good);
   if (meta->asked)
@@ -718,6 +735,7 @@ typedef struct {
   int pp, tp, n_layer;
   int strip, any_float;
   int muon; /* a Muon run's checkpoint: its tensors' second moments are zero, and not written */
+  int ema;  /* it holds the weights' moving average (ema.<name>) */
   const char *dir; /* a checkpoint's directory; NULL: files without a manifest */
   source_file_t *file;
   size_t n;
@@ -915,10 +933,10 @@ static int source_load(source_t *s, colo_gpt_t *model, const colo_ckpt_sink_t *s
     const colo_param_t *q = &table[i], *f = NULL;
     for (size_t j = 0; j < nf && !f; j++)
       f = full[j].full_offset == q->full_offset ? &full[j] : NULL;
-    for (int j = 0; rc == 0 && j < 3; j++) {
+    for (int j = 0; rc == 0 && j < COLO_CKPT_KINDS; j++) {
       size_t lo = 0, hi = q->numel;
-      if (!(sink->kinds >> j & 1))
-        continue;
+      if (!(sink->kinds >> j & 1) || (j == COLO_CKPT_EMA && !s->ema))
+        continue; /* a moving average asked of a checkpoint without: the caller's to refuse */
       if (sink->want)
         sink->want(sink->ctx, j, q->offset, q->numel, &lo, &hi);
       if (lo >= hi)
@@ -949,7 +967,7 @@ static int source_load(source_t *s, colo_gpt_t *model, const colo_ckpt_sink_t *s
 
 /* the plain sink: host buffers of the model's layout */
 typedef struct {
-  float *dst[3];
+  float *dst[COLO_CKPT_KINDS];
 } host_sink_t;
 
 static void host_put(void *ctx, int what, size_t off, const float *v, size_t n) {
@@ -965,6 +983,19 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
   if (rc == 0 && opt)
     opt->t = meta->adam_t;
   return rc;
+}
+
+int colo_ckpt_load_ema(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
+                       char *err, size_t errlen) {
+  int rc = colo_ckpt_read_meta(dir, meta, err, errlen);
+  if (rc == 0 && !meta->ema_updates)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s holds no moving average of its weights: its run had no "
+                   "train.ema_decay",
+                   dir);
+  host_sink_t h = {{NULL, NULL, NULL, params ? params : colo_gpt_params(model)}};
+  colo_ckpt_sink_t sink = {1 << COLO_CKPT_EMA, host_put, NULL, &h};
+  return rc < 0 ? rc : colo_ckpt_load_to(dir, meta, model, &sink, err, errlen);
 }
 
 /* RMSNorm's eps as a model uses it (0: 1e-5) */
@@ -1040,6 +1071,7 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   s.dir = dir;
   s.muon = t.muon;
+  s.ema = t.ema_updates > 0;
   cJSON_ArrayForEach(it, files) {
     if (rc < 0)
       break;

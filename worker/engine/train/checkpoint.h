@@ -63,11 +63,20 @@ typedef struct {
   /* DPO with a precomputed reference (train.dpo_beta): the checkpoint holds its table of the
    * reference's log-probabilities (colo_ckpt_write_dpo), listed in the manifest */
   int dpo_reference;
+  /* the weights' exponential moving average (train.ema_decay; manifest "ema"), when ema_updates
+   * (how many steps it has averaged) > 0: tensors ema.<name>, laid out as the parameters */
+  float ema_decay;
+  uint64_t ema_updates;
 } colo_ckpt_meta_t;
+
+/* The kinds of values a checkpoint holds for each of the model's elements: the parameters, the
+ * first and second moments, and the weights' moving average. */
+enum { COLO_CKPT_PARAMS, COLO_CKPT_M, COLO_CKPT_V, COLO_CKPT_EMA, COLO_CKPT_KINDS };
 
 /* Ranges of the model's flat layout that a file holds, for colo_ckpt_write_tensors (a ZeRO
  * rank's pieces, or whole chunks): n ranges [lo[r], hi[r]), the kinds of each (bit j: kind j,
- * 0 the parameters, 1 the first moments, 2 the second), and read(ctx, r, j) giving host floats
+ * 0 the parameters, 1 the first moments, 2 the second, 3 the moving average), and read(ctx, r, j)
+ * giving host floats
  * of range r's kind j, valid until the next call; NULL when it failed, with the reason in err.
  * No two ranges hold the same kind of an element. */
 typedef struct {
@@ -129,7 +138,7 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
                    colo_adamw_t *opt, char *err, size_t errlen);
 
 /* Where colo_ckpt_load_to puts what it loads: put(ctx, what, off, v, n) takes the n floats of
- * one tensor of kind `what` (0 the parameters, 1 the first moments, 2 the second) at offset off
+ * one tensor of kind `what` (COLO_CKPT_*: the parameters, moments or moving average) at offset off
  * of the model's flat layout, for each kind whose bit is set in `kinds`. So that a rank that
  * keeps a part of them (ZeRO's pieces, a GPU's memory) never holds them whole. */
 typedef struct {
@@ -142,6 +151,11 @@ typedef struct {
   void (*want)(void *ctx, int what, size_t off, size_t n, size_t *lo, size_t *hi);
   void *ctx;
 } colo_ckpt_sink_t;
+/* The checkpoint's moving average of its weights (train.ema_decay) into params (NULL: the
+ * model's own buffer) as colo_ckpt_load puts its parameters; COLO_EINVAL when it has none. */
+int colo_ckpt_load_ema(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
+                       char *err, size_t errlen);
+
 /* colo_ckpt_load's work, into a sink (meta->adam_t is AdamW's step). */
 int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model,
                       const colo_ckpt_sink_t *sink, char *err, size_t errlen);

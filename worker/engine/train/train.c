@@ -1234,6 +1234,76 @@ static int check_shared_dir(const char *dir, colo_comm_t *comm, int me, char *er
   return rc;
 }
 
+/* The weights' exponential moving average (train.ema_decay), kept in host memory, as DeepSeek-V3
+ * keeps its own: this rank's share of what the checkpoints hold of the parameters' moments (at
+ * stage 0 the first data-parallel rank's parameters whole, the others none; under ZeRO this
+ * rank's pieces, laid out as colo_zero_keep's), updated after each step that changes the
+ * weights: w = p at the first, then w += (1 − decay)·(p − w), torch.optim.swa_utils'
+ * AveragedModel with get_ema_multi_avg_fn(decay). */
+typedef struct {
+  float *w; /* NULL: this rank keeps none */
+  size_t n;
+  float decay; /* 0: off */
+  uint64_t updates;
+  float *host; /* stage 0 on a device: the parameters' host copy */
+} ema_t;
+
+static int ema_init(ema_t *e, float decay, const colo_zero_t *z, colo_gpt_t *model,
+                    const colo_backend_t *be, int dp_idx, char *err, size_t errlen) {
+  memset(e, 0, sizeof *e);
+  e->decay = decay;
+  if (decay <= 0.0f || (z->stage == 0 && dp_idx > 0))
+    return 0;
+  e->n = z->stage == 0 ? colo_gpt_num_params(model) : z->shard_n;
+  e->w = calloc(e->n ? e->n : 1, sizeof(float));
+  if (z->stage == 0 && be->device)
+    e->host = malloc((e->n ? e->n : 1) * sizeof(float));
+  if (!e->w || (z->stage == 0 && be->device && !e->host))
+    return colo_fail(err, errlen, COLO_ENOMEM,
+                     "no host memory for the weights' moving average (%zu floats)", e->n);
+  return 0;
+}
+
+static void ema_free(ema_t *e) {
+  free(e->w);
+  free(e->host);
+  e->w = e->host = NULL;
+}
+
+static void ema_mix(const ema_t *e, float *w, const float *p, size_t n) {
+  if (!e->updates) {
+    memcpy(w, p, n * sizeof(float));
+    return;
+  }
+  float a = 1.0f - e->decay;
+  for (size_t i = 0; i < n; i++)
+    w[i] += a * (p[i] - w[i]);
+}
+
+/* After a step that changed the weights: this rank's share mixed in, read where it lives. */
+static int ema_update(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gpt_t *model,
+                      const colo_backend_t *be, char *err, size_t errlen) {
+  if (e->decay <= 0.0f)
+    return 0;
+  if (e->w && z->stage == 0) {
+    const float *p = colo_gpt_params(model);
+    if (e->host) {
+      be->to_host(e->host, p, e->n * sizeof(float));
+      p = e->host;
+    }
+    ema_mix(e, e->w, p, e->n);
+  }
+  for (size_t k = 0; e->w && z->stage > 0 && k < z->chunks.n; k++) {
+    size_t lo, hi;
+    const float *p = colo_zero_piece_host(z, opt, k, COLO_CKPT_PARAMS, &lo, &hi);
+    if (!p)
+      return colo_fail(err, errlen, COLO_EIO, "the moving average: %s", colo_zero_error(z));
+    ema_mix(e, e->w + z->shard_off[k], p, hi - lo);
+  }
+  e->updates++;
+  return 0;
+}
+
 /* What a shard writer's file holds (colo_ckpt_pieces_t) and where it reads it from: without
  * ZeRO, the first data-parallel rank writes every chunk whole; under ZeRO each rank its pieces
  * of the moments (at stage 3 of the parameters too), and the first one the parameters' chunks
@@ -1248,10 +1318,13 @@ typedef struct {
   float *scratch;               /* host, a chunk's capacity; NULL on the CPU */
   float *vbuf;                  /* Muon's second moments of a range, with its matrices' zeros */
   size_t vn;                    /* vbuf's floats */
+  const ema_t *ema;             /* the moving average, where this rank keeps one */
 } save_src_t;
 
 static const float *save_read(void *ctx, size_t r, int what, char *err, size_t errlen) {
   save_src_t *s = ctx;
+  if (what == COLO_CKPT_EMA) /* host memory: a piece's at its place among them, or the chunk */
+    return s->ema->w + (s->piece[r] ? s->zero->shard_off[s->chunk[r]] : s->lo[r]);
   if (s->piece[r]) {
     size_t lo, hi;
     const float *p = colo_zero_piece_host(s->zero, s->opt, s->chunk[r], what, &lo, &hi);
@@ -1311,7 +1384,7 @@ static int save_src_init(save_src_t *s, int d, char *err, size_t errlen) {
   for (size_t k = 0; d == 0 && z->stage < 3 && k < nc; k++) { /* whole chunks */
     s->lo[s->n] = z->chunks.chunks[k].lo;
     s->hi[s->n] = z->chunks.chunks[k].hi;
-    s->kinds[s->n++] = z->stage == 0 ? 7 : 1;
+    s->kinds[s->n++] = z->stage == 0 ? (s->ema->w ? 15 : 7) : 1;
   }
   for (size_t k = 0; z->stage > 0 && k < nc; k++) { /* this rank's pieces */
     size_t lo, hi, piece;
@@ -1322,7 +1395,7 @@ static int save_src_init(save_src_t *s, int d, char *err, size_t errlen) {
     s->hi[s->n] = hi;
     s->chunk[s->n] = k;
     s->piece[s->n] = 1;
-    s->kinds[s->n++] = z->stage == 3 ? 7 : 6;
+    s->kinds[s->n++] = (z->stage == 3 ? 7 : 6) | (s->ema->w ? 8 : 0);
   }
   return 1;
 }
@@ -1341,10 +1414,15 @@ typedef struct {
    * colo_gpt_put, whose first failure is kept here */
   int rc;
   char err[256];
+  float *ema; /* the moving average's (ema_t's w: the model's layout, or this rank's pieces) */
 } load_dst_t;
 
 static void load_want(void *ctx, int what, size_t off, size_t n, size_t *lo, size_t *hi) {
   load_dst_t *d = ctx;
+  if (what == COLO_CKPT_EMA && !d->ema) {
+    *lo = *hi = 0;
+    return;
+  }
   if (d->zero && (what > 0 || d->pp)) {
     size_t t;
     int packed = 0;
@@ -1380,7 +1458,15 @@ static void load_put(void *ctx, int what, size_t off, const float *v, size_t n) 
       free(pk);
       return;
     }
-    colo_zero_keep(d->zero, off, v, n, what == 0 ? d->pp : what == 1 ? d->pm : d->pv);
+    colo_zero_keep(d->zero, off, v, n,
+                   what == 0   ? d->pp
+                   : what == 1 ? d->pm
+                   : what == 2 ? d->pv
+                               : d->ema);
+    return;
+  }
+  if (what == COLO_CKPT_EMA) { /* host memory, the model's layout */
+    memcpy(d->ema + off, v, n * sizeof(float));
     return;
   }
   if (what == 0 && !colo_gpt_params(d->model)) {
@@ -1575,8 +1661,8 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
                 float val, float score, const colo_loss_scaler_t *scaler, colo_gpt_t *model,
                 colo_adamw_t *opt, colo_zero_t *zero, const pipe_t *pipe, colo_comm_t *tpc,
                 colo_pool_t *pool, colo_comm_t *world, int dp_idx, int me, const colo_backend_t *be,
-                int lead, FILE *progress, const dpo_t *dpo, char *path, size_t path_len, char *err,
-                size_t errlen) {
+                int lead, FILE *progress, const dpo_t *dpo, const ema_t *ema, char *path,
+                size_t path_len, char *err, size_t errlen) {
   colo_lora_t *lora = colo_gpt_lora(model);
   meta->step = (uint64_t)step;
   meta->asked = asked;
@@ -1587,6 +1673,8 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
   meta->loss_scale_good = scaler->good_steps;
   meta->adam_t = opt->t;
   meta->zero = lora ? 0 : zero->stage;
+  meta->ema_decay = ema->decay;
+  meta->ema_updates = ema->updates;
   int rc = 0;
   if (lora) { /* the stages' and tensor-parallel ranks' adapters onto rank 0, written there */
     float *h = NULL;
@@ -1600,7 +1688,7 @@ static int save(const colo_train_config_t *cfg, colo_ckpt_meta_t *meta, int step
     colo_lora_destroy(whole);
     free(h);
   } else {
-    save_src_t src = {zero, opt, model, be, 0, NULL, NULL, NULL, NULL, NULL, NULL};
+    save_src_t src = {zero, opt, model, be, 0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, 0, ema};
     int writer = save_src_init(&src, dp_idx, err, errlen);
     rc = writer < 0 ? writer : 0;
     if (rc == 0 && lead)
@@ -1722,7 +1810,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_adamw_t opt = {0};
   colo_comm_t *comm = NULL;    /* the world */
   colo_comm_t *dp_comm = NULL; /* this rank's data-parallel group (the world when tp = 1) */
-  colo_comm_t *tpc = NULL;     /* its tensor-parallel group, NULL when tp = 1 */
+  ema_t ema = {0};
+  colo_comm_t *tpc = NULL; /* its tensor-parallel group, NULL when tp = 1 */
   colo_zero_t zero = {0};
   dump_t dump = {0};
   int *in = NULL, *tg = NULL;
@@ -2055,6 +2144,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     CHECK_GOTO(colo_adamw_muon_init(&opt, model, cfg->zero_stage == 0, tpc, err, errlen), rc, out);
     CHECK_GOTO(colo_zero_muon(&zero, &opt, err, errlen), rc, out);
   }
+  if (cfg->ema_decay > 0.0f && !lora)
+    CHECK_GOTO(ema_init(&ema, cfg->ema_decay, &zero, model, be, dp_idx, err, errlen), rc, out);
   /* the batch's tokens, page-locked where the backend has such memory: the device copies them
    * at the bus's speed every micro-step, without a staging copy of the driver's */
   if (!(in = colo_host_alloc(be, (size_t)B * T * sizeof *in)) ||
@@ -2108,8 +2199,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       /* tensor by tensor into where this rank keeps them: the parameters into the model (on a
        * GPU through host memory), the moments into the optimizer's, or under ZeRO into host
        * copies of this rank's pieces, then put where the placement keeps them */
-      load_dst_t ld = {be,     model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL,
-                       pieces, 0,     ""};
+      load_dst_t ld = {be, model, &opt, cfg->zero_stage >= 1 ? &zero : NULL, NULL, NULL, pieces,
+                       0,  "",    ema.w};
       if (lora) /* the adapters and their moments; the frozen model comes below */
         rc = load_lora(dir, &meta, lora, &opt, be, base, lead, err, errlen);
       else if (ld.zero) {
@@ -2118,7 +2209,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
         if (!ld.pm || !ld.pv)
           rc = colo_fail(err, errlen, COLO_ENOMEM, "no host memory to load %s", dir);
       }
-      colo_ckpt_sink_t sink = {7, load_put, load_want, &ld};
+      colo_ckpt_sink_t sink = {ema.w ? 15 : 7, load_put, load_want, &ld};
       if (rc == 0 && !lora)
         rc = colo_ckpt_load_to(dir, &meta, model, &sink, err, errlen);
       if (rc == 0 && ld.zero && colo_zero_take_moments(&zero, &opt, ld.pm, ld.pv) < 0)
@@ -2128,6 +2219,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       if (rc < 0)
         goto out;
       opt.t = meta.adam_t;
+      ema.updates = cfg->ema_decay > 0.0f ? meta.ema_updates : 0; /* 0: from the next step's */
       if (scaler.enabled && meta.loss_scale > 1.0f) { /* the scale and window carry on */
         scaler.scale = meta.loss_scale;
         scaler.good_steps = meta.loss_scale_good;
@@ -2176,7 +2268,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   /* given weights, as a resume takes a checkpoint's; a LoRA run's frozen model, always: a tensor
    * at a time, as the resume's are put, into the model (on a GPU through host memory) or under
    * ZeRO-3 into this rank's pieces, reading only the part it keeps */
-  load_dst_t pd = {be, model, &opt, z3 ? &zero : NULL, NULL, NULL, pieces, 0, ""};
+  load_dst_t pd = {be, model, &opt, z3 ? &zero : NULL, NULL, NULL, pieces, 0, "", NULL};
   colo_ckpt_sink_t to_model = {1, load_put, load_want, &pd};
   if ((!ckpt_path[0] || lora) && base) {
     CHECK_GOTO(colo_ckpt_load_weights_to(base, model, &to_model, err, errlen), rc, out);
@@ -2301,6 +2393,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                     : "",
            n_params - nm);
   }
+  if (!cfg->quiet && lead && ema.w)
+    printf("ema: the weights' moving average, decay %g, in host memory (%.1f MiB on this "
+           "rank%s), %s\n",
+           (double)ema.decay, (double)ema.n * sizeof(float) / (1 << 20),
+           cfg->zero_stage > 0 ? ": its pieces" : "", ema.updates ? "resumed" : "from step 1");
   if (!cfg->quiet && lead && lora) {
     char tg[96], nf4_said[224], drop_said[128] = "";
     snprintf(drop_said, sizeof drop_said, "%s",
@@ -2487,8 +2584,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (save_due) {
       CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN,
                       val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
-                      pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path, sizeof ckpt_path,
-                      err, errlen),
+                      pool, comm, dp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
+                      sizeof ckpt_path, err, errlen),
                  rc, out);
       saved_at = step;
     }
@@ -2508,7 +2605,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       if (cfg->ckpt_dir && step > start && saved_at != step) {
         CHECK_GOTO(save(cfg, &meta, step, 1, val_step == step ? last_val : NAN,
                         val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
-                        pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path,
+                        pool, comm, dp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
                         sizeof ckpt_path, err, errlen),
                    rc, out);
         saved_at = step;
@@ -2742,6 +2839,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       rc = COLO_EIO;
       goto out;
     }
+    if (take && !lora)
+      CHECK_GOTO(ema_update(&ema, &zero, &opt, model, be, err, errlen), rc, out);
     if (auto_pending) {
       auto_pending = 0;
       CHECK_GOTO(place_after_warmup(&zero, &opt, pool, be, cfg->chunk_cache, step + 1, lead, quiet,
@@ -2841,8 +2940,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->ckpt_dir && step > start && step != saved_at) {
     CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN,
                     val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
-                    pool, comm, dp_idx, me, be, lead, progress, dpo, ckpt_path, sizeof ckpt_path,
-                    err, errlen),
+                    pool, comm, dp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
+                    sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
       printf("checkpoint %s\n", ckpt_path);
@@ -2885,6 +2984,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (dump_path && (colo_gpt_params(model) || lora)) {
     if (colo_gpt_params(model))
       dump_model(&dump, "final.", model, colo_gpt_params(model), be, dump_host);
+    if (ema.w && cfg->zero_stage == 0) /* host memory, the model's layout */
+      dump_model(&dump, "ema.", model, ema.w, colo_backend_cpu(), NULL);
     if (lora)
       dump_lora(&dump, "final.", lora, colo_lora_params(lora), be);
     dump_add(&dump, "losses", dump_losses, cfg->steps, 0);
@@ -2913,6 +3014,7 @@ out:
   free(dump_host);
   free(resumed_spike);
   free(pieces);
+  ema_free(&ema);
   if (tpc)
     tpc->ops->destroy(tpc);
   if (ppc)
@@ -3020,6 +3122,13 @@ static int hf_model(const char *dir, colo_ckpt_meta_t *meta, char *weights, size
   return rc < 0 ? rc : 1;
 }
 
+/* colo_checkpoint_weights_ema's: the checkpoints' moving averages in place of their weights */
+static int weights_ema;
+
+void colo_checkpoint_weights_ema(int on) {
+  weights_ema = on;
+}
+
 static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool, colo_gpt_t **model,
                            colo_ckpt_meta_t *meta, char *err, size_t errlen) {
   *model = NULL;
@@ -3028,6 +3137,12 @@ static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool,
   int rc = hf ? (hf < 0 ? hf : 0) : colo_ckpt_read_meta(ckpt, meta, err, errlen);
   if (rc < 0)
     return rc;
+  if (weights_ema && (hf || !meta->ema_updates))
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "--ema: %s holds no moving average of its weights (%s)", ckpt,
+                     hf                    ? "a HuggingFace model's directory"
+                     : meta->lora.rank > 0 ? "a LoRA run's adapters"
+                                           : "its run had no train.ema_decay");
   const colo_backend_t *be = colo_backend_cpu();
   if (gpu >= 0) {
     char why[256];
@@ -3044,6 +3159,8 @@ static int open_checkpoint(const char *ckpt, int B, int gpu, colo_pool_t **pool,
     rc = colo_ckpt_load_weights(weights, *model, host, err, errlen);
   else if (rc == 0 && meta->lora.rank > 0)
     rc = open_lora(ckpt, meta, *model, *pool, host, err, errlen);
+  else if (rc == 0 && weights_ema)
+    rc = colo_ckpt_load_ema(ckpt, meta, *model, host, err, errlen);
   else if (rc == 0)
     rc = colo_ckpt_load(ckpt, meta, *model, host, NULL, err, errlen);
   if (rc == 0 && host)

@@ -44,6 +44,10 @@ typedef struct {
   /* NEFTune (train.neftune_alpha): uniform noise in ±alpha/sqrt(block_size·n_embd) on the
    * embeddings in training (colo_gpt_set_noise; each row its own on whichever rank); 0: none */
   float neftune_alpha;
+  /* the weights' exponential moving average (train.ema_decay; 0: none): kept in host memory,
+   * updated after every step that changes them, written into the checkpoints as ema.<name>
+   * (eval, sample and export take it with --ema) */
+  float ema_decay;
   /* DPO (train.dpo_beta > 0; Rafailov et al. 2023, TRL's DPOTrainer with loss_type sigmoid): the
    * training data are preference pairs (data.h's colo_pairs_batch: a batch of batch_size rows is
    * batch_size/2 pairs), the loss −log σ(β·((π_c − ρ_c) − (π_r − ρ_r))) of each pair's summed
@@ -150,6 +154,11 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                    size_t errlen);
 
 /* Mean loss of a checkpoint over n_batches fixed windows of a shard. */
+/* Whether eval, sample, export and average read a checkpoint's moving average of its weights
+ * (train.ema_decay's ema.<name>; colo-train's --ema) in place of the weights; a checkpoint
+ * without one is then refused. For the process: colo-train runs one command. */
+void colo_checkpoint_weights_ema(int on);
+
 /* document_token: COLO_EVAL_AS_TRAINED (the checkpoint's own data.document_token, or none), -1
  * (whole windows), or a token that begins each document (one the shard must hold). */
 #define COLO_EVAL_AS_TRAINED (-2)
