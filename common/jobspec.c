@@ -609,6 +609,10 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if ((et || (ck->export_tokenizer && ck->export_tokenizer[0])) && !(ef && !strcmp(ef, "gguf")))
     return bad(err, errlen,
                "checkpoint.export_tokenizer and export_type are for checkpoint.export_format=gguf");
+  if (ck->export_ema && !(ef && (!strcmp(ef, "gguf") || !strcmp(ef, "hf")) && t->ema_decay > 0.0f))
+    return bad(err, errlen,
+               "checkpoint.export_ema exports the weights' moving average: it needs "
+               "train.ema_decay > 0 and checkpoint.export_format gguf or hf");
   if (t->early_stop_patience > 0 && !(t->eval_interval > 0 || (ck->keep_best && ck->interval > 0)))
     return bad(err, errlen,
                "train.early_stop_patience=%u needs evaluations: train.eval_interval > 0, or "

@@ -329,7 +329,7 @@ compare "$TMP/mu" "$TMP/mure3" "muon tp=2 -> dp=1 resume"
 # dp=2 the first rank's whole, under ZeRO-3 each rank's pieces, on stages and tensor-parallel
 # ranks each its own; exported (--ema) as one process's, and resumed from ZeRO-3's pieces at dp=1
 EM=(--ema-decay 0.8)
-run "$TMP/em" "${EM[@]}" --batch-size $GLOBAL_B
+run "$TMP/em" "${EM[@]}" --batch-size $GLOBAL_B --export-format hf --export-ema true
 run "$TMP/em_dp2z0" "${EM[@]}" --nproc 2 --dp 2 --zero 0 --batch-size $((GLOBAL_B / 2))
 run "$TMP/em_dp2z3" "${EM[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 run "$TMP/em_pp2tp2" "${EM[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
@@ -339,6 +339,9 @@ for l in dp2z0:"dp=2" dp2z3:"dp=2 ZeRO-3" pp2tp2:"pp=2 x tp=2"; do
   EXPORT_ARGS=--ema compare "$TMP/em" "$TMP/em_${l%%:*}" "ema ${l#*:}"
 done
 EXPORT_ARGS=--ema compare "$TMP/em" "$TMP/emre" "ema ZeRO-3 dp=2 -> dp=1 resume"
+# checkpoint.export_ema: the run's own export of its last checkpoint is the average's
+cmp "$TMP/em/ckpt/model.safetensors" "$TMP/em/export-10.safetensors" ||
+  fail "checkpoint.export_ema: the run's export is not its moving average"
 $PY - "$TMP/em" <<'PYEOF' || fail "the moving average is the weights"
 import json, os, struct, subprocess, sys
 import numpy as np

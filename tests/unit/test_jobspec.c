@@ -167,6 +167,12 @@ static const struct {
     {BASE "train: {neftune_alpha: -1}\n", "train.neftune_alpha=-1 must be between 0 and 1000"},
     {BASE "train: {neftune_alpha: 5000}\n", "train.neftune_alpha=5000 must be between 0 and 1000"},
     {BASE "train: {ema_decay: 1}\n", "train.ema_decay=1 must be in [0, 1) (0: none)"},
+    {BASE "train: {ema_decay: 0.9}\ncheckpoint: {export_ema: true}\n",
+     "checkpoint.export_ema exports the weights' moving average: it needs train.ema_decay > 0 "
+     "and checkpoint.export_format gguf or hf"},
+    {BASE "checkpoint: {export_format: hf, export_ema: true}\n",
+     "checkpoint.export_ema exports the weights' moving average: it needs train.ema_decay > 0 "
+     "and checkpoint.export_format gguf or hf"},
     {BASE "train: {ema_decay: -0.5}\n", "train.ema_decay=-0.5 must be in [0, 1) (0: none)"},
     {BASE "train: {ema_decay: 0.999, lora_rank: 8}\n",
      "train.ema_decay averages a whole model's weights, and train.lora_rank=8 trains adapters "

@@ -1042,7 +1042,8 @@ static void train_usage(void) {
       "                        run's adapters in CKPT_DIR/adapter (PEFT's) or\n"
       "                        CKPT_DIR/adapter.gguf (llama.cpp's); --export-tokenizer PATH\n"
       "                        (under the data root) and --export-type f32|f16|bf16|q8_0|q4_0 as\n"
-      "                        export's\n"
+      "                        export's; --export-ema true: the weights' moving average\n"
+      "                        (--ema-decay) in their place\n"
       "  --early-stop N        end the run when N evaluations in a row find no new lowest\n"
       "                        validation loss (--early-stop-min-delta D: lower by more than D)\n"
       "  --best-metric M       what ranks evaluations for --ckpt-keep-best and --early-stop:\n"
@@ -1175,6 +1176,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"export-format", "checkpoint: {export_format: %s}"},
       {"export-tokenizer", "checkpoint: {export_tokenizer: '%s'}"},
       {"export-type", "checkpoint: {export_type: %s}"},
+      {"export-ema", "checkpoint: {export_ema: %s}"},
       {"early-stop", "train: {early_stop_patience: %s}"},
       {"early-stop-min-delta", "train: {early_stop_min_delta: %s}"},
       {"best-metric", "train: {best_metric: '%s'}"},
@@ -1672,6 +1674,7 @@ static int cmd_train(int argc, char **argv) {
   /* checkpoint.export_format: what rank 0 writes once every step is trained */
   const Colo__V1__CheckpointSpec *ck = spec->checkpoint;
   char exp_format[16] = "", exp_type[8] = "f16", exp_tok[2100] = "";
+  int exp_ema = ck->export_ema;
   if (ck->export_format && ck->export_format[0]) {
     snprintf(exp_format, sizeof exp_format, "%s", ck->export_format);
     if (ck->export_type && ck->export_type[0])
@@ -1945,8 +1948,10 @@ static int cmd_train(int argc, char **argv) {
     /* what the job asks for cannot be done: running it again would fail the same way */
     return rc == COLO_EINVAL || rc == COLO_ENOENT || rc == COLO_EPARSE ? COLO_EXIT_CONFIG : 1;
   }
-  if (exp_format[0] && ckpt_dir && rank == 0 && !(stop_at > 0 && stop_at < cfg.steps))
+  if (exp_format[0] && ckpt_dir && rank == 0 && !(stop_at > 0 && stop_at < cfg.steps)) {
+    colo_checkpoint_weights_ema(exp_ema); /* checkpoint.export_ema: the average in their place */
     return export_last(ckpt_dir, exp_format, exp_tok[0] ? exp_tok : NULL, exp_type);
+  }
   return 0;
 }
 
