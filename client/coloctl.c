@@ -849,6 +849,8 @@ static void print_job_detail(const Colo__V1__Job *j) {
     printf("  eval       val loss %.4f at step %llu (coloctl history %llu: the curve)\n",
            (double)j->progress->val_loss, (unsigned long long)j->progress->val_step,
            (unsigned long long)j->id);
+    if (j->progress->has_ema_val_loss) /* train.ema_decay's, in the weights' place */
+      printf("             the weights' moving average %.4f\n", (double)j->progress->ema_val_loss);
     for (size_t i = 0; i < j->progress->n_val_sets; i++) /* data.val_sources: each set's */
       printf("             %s %.4f\n", j->progress->val_sets[i]->name,
              (double)j->progress->val_sets[i]->loss);
@@ -2484,7 +2486,7 @@ static int cmd_history(ctl_t *c, int argc, char **argv) {
       pick[want > 1 ? (j * (m - 1) * 2 + (want - 1)) / ((want - 1) * 2) : 0] = 1;
     /* with several validation sets (data.val_sources), a column for each of the first 8 */
     enum { MAX_SETS = 8 };
-    const char *sets[MAX_SETS], *H[6 + MAX_SETS + 1] = {"ATTEMPT", "STEP", "LOSS", "VAL LOSS"};
+    const char *sets[MAX_SETS], *H[7 + MAX_SETS + 1] = {"ATTEMPT", "STEP", "LOSS", "VAL LOSS"};
     size_t ns = 0, nh = 4;
     for (size_t i = 0; i < n; i++)
       for (size_t s = 0; s < resp->samples[i]->n_val_sets; s++) {
@@ -2512,12 +2514,17 @@ static int cmd_history(ctl_t *c, int argc, char **argv) {
       }
     for (size_t s = 0; s < ns; s++)
       H[nh++] = s < nv ? sets[s] : chead[s];
+    int ema = 0; /* train.ema_decay: the moving average's, evaluated in the weights' place */
+    for (size_t i = 0; i < n; i++)
+      ema |= resp->samples[i]->has_ema_val_loss;
+    if (ema)
+      H[nh++] = "EMA VAL LOSS";
     H[nh++] = "LR";
     H[nh++] = "TOK/S";
     H[nh] = NULL;
     table_t *t = table_new(H);
-    char cells[6 + MAX_SETS][24];
-    const char *row[6 + MAX_SETS];
+    char cells[7 + MAX_SETS][24];
+    const char *row[7 + MAX_SETS];
     for (size_t c = 0; c < nh; c++)
       row[c] = cells[c];
     for (size_t i = 0; i < n; i++) {
@@ -2544,6 +2551,8 @@ static int cmd_history(ctl_t *c, int argc, char **argv) {
         for (size_t s = nv; s < ns; s++)
           if (!strcmp(sets[s], x->choice_scores[v]->name ? x->choice_scores[v]->name : ""))
             snprintf(cells[4 + s], sizeof cells[0], "%.4f", (double)x->choice_scores[v]->acc_norm);
+      if (x->has_ema_val_loss)
+        snprintf(cells[4 + ns], sizeof cells[0], "%.4f", (double)x->ema_val_loss);
       table_row_cells(t, row);
     }
     table_print(t, stdout);

@@ -1793,6 +1793,8 @@ static int sample_list_cb(const colo_progress_sample_t *p, void *data) {
       x->val_sets = u->val_sets;
       x->n_choice_scores = u->n_choice_scores;
       x->choice_scores = u->choice_scores;
+      x->has_ema_val_loss = u->has_ema_val_loss;
+      x->ema_val_loss = u->ema_val_loss;
     }
   }
   return 0;

@@ -1570,12 +1570,14 @@ static void add_sample(colod_t *d, colod_job_live_t *j, uint64_t step, const Col
                                 .time_ms = p->has_time_ms ? p->time_ms : colod_now_ms()};
   /* each validation set's loss, packed as a ProgressSample of them alone */
   uint8_t *sets = NULL;
-  if (val && (p->n_val_sets || p->n_choice_scores)) {
+  if (val && (p->n_val_sets || p->n_choice_scores || p->has_ema_val_loss)) {
     Colo__V1__ProgressSample only = COLO__V1__PROGRESS_SAMPLE__INIT;
     only.n_val_sets = p->n_val_sets;
     only.val_sets = p->val_sets;
     only.n_choice_scores = p->n_choice_scores; /* data.choice_sets': with them */
     only.choice_scores = p->choice_scores;
+    only.has_ema_val_loss = p->has_ema_val_loss; /* train.ema_decay's: with them too */
+    only.ema_val_loss = p->ema_val_loss;
     size_t len = colo__v1__progress_sample__get_packed_size(&only);
     if ((sets = malloc(len ? len : 1))) {
       smp.val_sets_len = colo__v1__progress_sample__pack(&only, sets);
@@ -1632,6 +1634,8 @@ static void take_progress(colod_t *d, colod_job_live_t *j, uint32_t attempt,
     q.has_val_loss = q.has_val_step = 1;
     q.val_loss = p->val_loss;
     q.val_step = p->val_step;
+    q.has_ema_val_loss = p->has_ema_val_loss;
+    q.ema_val_loss = p->ema_val_loss;
     if (copy_sets(&j->val_sets, p->val_sets, p->n_val_sets, &q.val_sets, &q.n_val_sets) < 0 ||
         colo_set_scores_put(&j->val_sets, &q.choice_scores, &q.n_choice_scores, p->choice_scores,
                             p->n_choice_scores) < 0)
@@ -1672,6 +1676,8 @@ static void take_eval(colod_t *d, colod_job_live_t *j, uint32_t attempt,
   curve_attempt(j, attempt);
   Colo__V1__Progress p = COLO__V1__PROGRESS__INIT;
   p.val_loss = e->val_loss;
+  p.has_ema_val_loss = e->has_ema_val_loss;
+  p.ema_val_loss = e->ema_val_loss;
   p.has_time_ms = e->has_time_ms;
   p.time_ms = e->time_ms;
   copy_sets(&j->eval_sets, e->val_sets, e->n_val_sets, &p.val_sets, &p.n_val_sets);

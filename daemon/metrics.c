@@ -232,6 +232,7 @@ enum {
   J_TOTAL,
   J_LOSS,
   J_VAL_LOSS,
+  J_EMA_VAL_LOSS,
   J_LR,
   J_TOKENS,
   J_MEMORY,
@@ -268,6 +269,10 @@ static const struct {
     [J_TOTAL] = {"colo_job_total_steps", "The steps the job trains for.", "total_steps"},
     [J_LOSS] = {"colo_job_loss", "Training loss at colo_job_step.", "loss"},
     [J_VAL_LOSS] = {"colo_job_val_loss", "The newest validation loss.", "val_loss"},
+    [J_EMA_VAL_LOSS] = {"colo_job_ema_val_loss",
+                        "The newest validation loss of the weights' moving average "
+                        "(train.ema_decay), evaluated in their place.",
+                        "ema_val_loss"},
     [J_LR] = {"colo_job_learning_rate", "Learning rate at colo_job_step.", "lr"},
     [J_TOKENS] = {"colo_job_tokens_per_second", "Training throughput of the whole job.",
                   "tokens_per_s"},

@@ -597,6 +597,10 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     p->has_val_step = 1;
     p->val_loss = p->has_val_loss ? (float)cJSON_GetNumberValue(vl) : 0.0f;
     p->val_step = (uint64_t)step;
+    /* the weights' moving average's, in their place (train.ema_decay) */
+    const cJSON *ev_ema = cJSON_GetObjectItem(j, "ema_val_loss");
+    p->has_ema_val_loss = p->has_val_loss && cJSON_IsNumber(ev_ema);
+    p->ema_val_loss = p->has_ema_val_loss ? (float)cJSON_GetNumberValue(ev_ema) : 0.0f;
     /* each validation set's, by name (data.val_sources) */
     const char *names[COLO_SET_LOSSES_MAX];
     float losses[COLO_SET_LOSSES_MAX];
@@ -652,6 +656,8 @@ static void apply_record(colo_wrank_t *r, const char *line) {
     e->attempt = r->attempt;
     e->step = (uint64_t)step;
     e->val_loss = p->val_loss;
+    e->has_ema_val_loss = p->has_ema_val_loss;
+    e->ema_val_loss = p->ema_val_loss;
     colo_set_losses_put(&r->ev_sets[k], &e->val_sets, &e->n_val_sets, names, losses, n);
     colo_set_scores_put(&r->ev_sets[k], &e->choice_scores, &e->n_choice_scores, scp, ns);
     e->time_ms = (int64_t)cJSON_GetNumberValue(cJSON_GetObjectItem(j, "time_ms"));

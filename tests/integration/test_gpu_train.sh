@@ -612,6 +612,17 @@ done
 python3 -c "import sys; a, b, c = $ema_cpu, $ema_gpu0, $ema_gpu3; sys.exit(0 if max(abs(a - b), abs(a - c)) <= 1e-4 * a else 1)" ||
   fail "the moving average: eval --ema on the CPU's $ema_cpu, the GPU's $ema_gpu0 and $ema_gpu3"
 echo "the moving average's eval: CPU $ema_cpu, GPU $ema_gpu0, GPU ZeRO-3 placed $ema_gpu3"
+# its evaluation in the weights' place left the training as it was without the average
+for pair in dp-gpu0:ema-gpu0 pl3:ema-gpu3; do
+  a=${pair%%:*} b=${pair#*:}
+  if [ "$DRY" = 1 ]; then
+    for r in "$a" "$b"; do
+      expect_rc 0 "$CT" export --checkpoint "$TMP/$r/$dlast" --out "$TMP/$r.safetensors"
+    done
+    cmp "$TMP/$a.safetensors" "$TMP/$b.safetensors" || fail "$b trained otherwise than $a"
+  fi
+  same_training "$b (the moving average kept) vs $a" "$TMP/$a.jsonl" "$TMP/$b.jsonl" 1e-3
+done
 # and under tensor parallelism: Llama's q, k, v, gate and up shares transposed, gathered and
 # orthogonalized whole on the device
 for dev in cpu gpu; do

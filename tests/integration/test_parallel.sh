@@ -13,8 +13,9 @@
 #     (sequence parallel), dp=2 x tp=2 ZeRO-3, pp=2 x tp=2, and llama GQA at ZeRO-3 and tp=2;
 #     and pp=2 with boundary tensors larger than the transport's buffers (2 steps; the
 #     shared-memory rings at 1 MiB, and a size out of range refused);
-#   - the weights' moving average (train.ema_decay) at dp=2, ZeRO-3 and pp=2 x tp=2 as one
-#     process's, and resumed from ZeRO-3's pieces at dp=1;
+#   - the weights' moving average (train.ema_decay) at dp=2, ZeRO-1, ZeRO-3 and pp=2 x tp=2 as
+#     one process's, evaluated in the weights' place at each evaluation (which trains on as
+#     without it), and resumed from ZeRO-3's pieces at dp=1;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1 (and Muon's, without its matrices'
 #     second moments, under other layouts, tp=2's among them), and ones saved at tp=2 and at
@@ -331,17 +332,30 @@ compare "$TMP/mu" "$TMP/mure3" "muon tp=2 -> dp=1 resume"
 EM=(--ema-decay 0.8)
 run "$TMP/em" "${EM[@]}" --batch-size $GLOBAL_B --export-format hf --export-ema true
 run "$TMP/em_dp2z0" "${EM[@]}" --nproc 2 --dp 2 --zero 0 --batch-size $((GLOBAL_B / 2))
+run "$TMP/em_dp2z1" "${EM[@]}" --nproc 2 --dp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
 run "$TMP/em_dp2z3" "${EM[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 run "$TMP/em_pp2tp2" "${EM[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
 run "$TMP/emre" "${EM[@]}" --nproc 2 --dp 2 --zero 3 --batch-size 4 --ckpt-interval 5 --stop-at 5
 run "$TMP/emre" "${EM[@]}" --batch-size 8 --ckpt-interval 5 --resume auto
-for l in dp2z0:"dp=2" dp2z3:"dp=2 ZeRO-3" pp2tp2:"pp=2 x tp=2"; do
+for l in dp2z0:"dp=2" dp2z1:"dp=2 ZeRO-1" dp2z3:"dp=2 ZeRO-3" pp2tp2:"pp=2 x tp=2"; do
   EXPORT_ARGS=--ema compare "$TMP/em" "$TMP/em_${l%%:*}" "ema ${l#*:}"
 done
 EXPORT_ARGS=--ema compare "$TMP/em" "$TMP/emre" "ema ZeRO-3 dp=2 -> dp=1 resume"
 # checkpoint.export_ema: the run's own export of its last checkpoint is the average's
 cmp "$TMP/em/ckpt/model.safetensors" "$TMP/em/export-10.safetensors" ||
   fail "checkpoint.export_ema: the run's export is not its moving average"
+# evaluations also evaluate the average in the weights' place, then train on as without it; the
+# last one's is eval --ema's on the same batches
+compare "$TMP/single" "$TMP/em" "ema kept vs none"
+expect_rc 0 "$CT" eval --checkpoint "$TMP/em/ckpt/step_00000010" --ema --data "$TMP/data/val.bin" \
+  --batches 2 --batch-size $GLOBAL_B --json
+$PY - "$OUT" "$TMP"/em{,_dp2z0,_dp2z1,_dp2z3,_pp2tp2}/progress.jsonl <<'PYEOF' || fail "the moving average's evaluation"
+import json, sys
+want = json.loads(sys.argv[1])["loss"]
+got = [[r.get("ema_val_loss") for r in map(json.loads, open(f)) if r["event"] == "eval"] for f in sys.argv[2:]]
+print("the moving average's val loss at steps 0, 5, 10:", got, "; eval --ema:", want)
+assert all(g[0] is None and g[1] is not None and abs(g[2] - want) <= 1e-5 * want for g in got)
+PYEOF
 $PY - "$TMP/em" <<'PYEOF' || fail "the moving average is the weights"
 import json, os, struct, subprocess, sys
 import numpy as np

@@ -783,12 +783,12 @@ class ColodTest(WithColod):
                                  pid=1000 + k) for k in range(2)]
         running[0].progress.CopyFrom(pb.Progress(step=7, total_steps=10, loss=3.5,
                                                  tokens_per_s=1000.0, val_loss=3.75, val_step=5,
-                                                 epochs=0.25))
+                                                 epochs=0.25, ema_val_loss=3.625))
         running[0].progress.val_sets.add(name="web", loss=4.0)
         running[0].progress.val_sets.add(name="code/val.bin", loss=3.0)
         # two evaluations queued since the last beat: each is a point of the curve
         running[0].evals.add(attempt=1, step=2, val_loss=4.0, time_ms=1)
-        ev = running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2)
+        ev = running[0].evals.add(attempt=1, step=4, val_loss=3.9, time_ms=2, ema_val_loss=3.875)
         ev.val_sets.add(name="web", loss=4.5)
         ev.val_sets.add(name="code/val.bin", loss=3.25)
         ev.choice_scores.add(name="hs", acc=0.5, acc_norm=0.75, acc_token=0.625, questions=4)
@@ -834,6 +834,10 @@ class ColodTest(WithColod):
         self.assertEqual([(x.name, x.loss) for x in h[2].val_sets],
                          [("web", 4.0), ("code/val.bin", 3.0)])
         self.assertEqual(len(h[0].val_sets), 0)
+        # the weights' moving average's (train.ema_decay), where an evaluation had one
+        self.assertEqual([x.ema_val_loss if x.HasField("ema_val_loss") else None for x in h],
+                         [None, 3.875, 3.625, None])
+        self.assertEqual(j.progress.ema_val_loss, 3.625)
         # each multiple-choice set's scores (data.choice_sets), likewise
         self.assertEqual([(x.name, x.acc, x.acc_norm, x.acc_token, x.questions)
                           for x in h[1].choice_scores], [("hs", 0.5, 0.75, 0.625, 4)])
@@ -1976,7 +1980,7 @@ class MetricsTest(WithMetrics):
         run[0].progress.CopyFrom(pb.Progress(step=12, total_steps=600, loss=3.25, lr=6e-4,
                                              tokens_per_s=2048.0, memory_bytes=1 << 20,
                                              val_loss=3.5, val_step=10, host_memory_bytes=4096,
-                                             epochs=1.5))
+                                             epochs=1.5, ema_val_loss=3.375))
         run[0].progress.val_sets.add(name='web "a"', loss=3.25)
         run[0].progress.val_sets.add(name="code", loss=3.75)
         run[0].progress.choice_scores.add(name="hellaswag", acc=0.25, acc_norm=0.5,
@@ -2013,6 +2017,7 @@ class MetricsTest(WithMetrics):
         self.assertEqual(m[("colo_job_tokens_per_second", job)], 2048)
         self.assertEqual(m[("colo_job_device_memory_bytes", job)], 1 << 20)
         self.assertEqual(m[("colo_job_val_loss", job)], 3.5)
+        self.assertEqual(m[("colo_job_ema_val_loss", job)], 3.375)
         self.assertEqual(m[("colo_job_host_memory_bytes", job)], 4096)
         self.assertEqual(m[("colo_job_epochs", job)], 1.5)
         self.assertEqual(m[("colo_job_set_val_loss", (("job", str(j)), ("set", 'web "a"')))], 3.25)

@@ -188,7 +188,7 @@ name: on-gpus
 model: {n_layer: 1, n_head: 2, n_embd: 32, block_size: 32, vocab_size: 256}
 data: {train_path: ts/train.bin, val_sources: [{path: ts/val.bin, name: held-out}, {path: ts/train.bin, name: seen}], choice_sets: [{path: hs/choices.bin, name: hs}]}
 parallel: {dp: 2, zero_stage: 3}
-train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2, init_from: pre/gpt.safetensors}
+train: {steps: 20, batch_size: 4, eval_interval: 20, eval_batches: 2, init_from: pre/gpt.safetensors, ema_decay: 0.9}
 checkpoint: {interval: 10}
 resources: {device: gpu}
 memory: {placement: static, param_device_fraction: 0.5, optim_device_fraction: 0.25, optim_nvme_fraction: 0.5, nvme_dir: scratch/on-gpus}
@@ -230,7 +230,7 @@ expect_contains "$GLOG" " | hs acc "
 # and in the training curve: each evaluation's per-set losses, as rank 0 printed them
 "$COLOCTL" history "$GJ" --json >"$TMP/ghist.json"
 "$COLOCTL" logs "$GJ" >"$TMP/glog.txt"
-python3 - "$TMP/ghist.json" "$TMP/glog.txt" <<'PY' || fail "per-set losses in job $GJ's history: $(cat "$TMP/ghist.json")"
+python3 - "$TMP/ghist.json" "$TMP/glog.txt" "$GJ" <<'PY' || fail "per-set losses in job $GJ's history: $(cat "$TMP/ghist.json")"
 import json, re, sys
 evals = [s for s in json.load(open(sys.argv[1]))["samples"] if "val_loss" in s]
 printed = {int(m[0]): (float(m[1]), float(m[2])) for m in re.findall(
@@ -249,8 +249,17 @@ for s in evals:
     assert [x["name"] for x in c] == ["hs"] and c[0]["questions"] == 2, c
     assert abs(c[0].get("acc", 0) - scores[int(s["step"])][0]) < 1e-4, (c, scores)
     assert abs(c[0].get("acc_norm", 0) - scores[int(s["step"])][1]) < 1e-4, (c, scores)
+# and the weights' moving average's (train.ema_decay), evaluated in their place after step 0
+ema = [float(m) for m in re.findall(r"moving average's val loss ([0-9.]+)", open(sys.argv[2]).read())]
+assert "ema_val_loss" not in evals[0] and len(ema) == 1, (evals, ema)
+assert abs(evals[1]["ema_val_loss"] - ema[0]) < 6e-5, (evals, ema)
+print("figure: job %s's moving average at step 20: val loss %.4f (the weights': %.4f)" % (sys.argv[3], evals[1]["ema_val_loss"], evals[1]["val_loss"]))
 PY
+expect_rc 0 "$COLOCTL" status "$GJ"
+expect_contains "$OUT" "
+             the weights' moving average "
 expect_rc 0 "$COLOCTL" history "$GJ"
+expect_contains "$(sed -n 2p <<<"$OUT")" "hs ACC_NORM  EMA VAL LOSS"
 expect_contains "$(sed -n 2p <<<"$OUT")" "VAL LOSS  held-out  seen    hs ACC_NORM"
 # coloctl compare: a column for each validation set, with the job's latest per-set losses
 expect_rc 0 "$COLOCTL" compare "$GJ"

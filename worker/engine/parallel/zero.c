@@ -833,6 +833,27 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
   return 0;
 }
 
+int colo_zero_put_params(colo_zero_t *z, const float *pieces) {
+  float *p = colo_gpt_params(z->model);
+  if (z->stage == 3)
+    colo_zero_drop_cache(z); /* gathered from the pieces about to change */
+  for (size_t k = 0; k < z->chunks.n; k++) {
+    size_t lo, hi, piece;
+    colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
+    const float *src = pieces + z->shard_off[k];
+    if (z->stage == 3) {
+      xcopy(z, param_at(z, k), src, (hi - lo) * sizeof(float));
+    } else if (z->dp == 1) {
+      xcopy(z, p + lo, src, (hi - lo) * sizeof(float));
+    } else {
+      int rc = gather_chunk(z, k, src, p);
+      if (rc < 0)
+        return rc;
+    }
+  }
+  return 0;
+}
+
 const float *colo_zero_piece_host(colo_zero_t *z, const colo_adamw_t *opt, size_t k, int what,
                                   size_t *lo, size_t *hi) {
   size_t piece;

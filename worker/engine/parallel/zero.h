@@ -200,6 +200,12 @@ int colo_zero_take_moments(colo_zero_t *z, colo_adamw_t *opt, const float *piece
 const float *colo_zero_piece_host(colo_zero_t *z, const colo_adamw_t *opt, size_t k, int what,
                                   size_t *lo, size_t *hi);
 
+/* Parameters from `pieces`, host memory of this rank's pieces laid out as colo_zero_keep's (of a
+ * fp32 model, stages 1 to 3): at stage 3 written into its pieces where they live (the chunk
+ * cache dropped), at stages 1 and 2 all-gathered into the model's whole parameters, every rank
+ * of the group calling it. The weights' moving average is evaluated so, and put back. */
+int colo_zero_put_params(colo_zero_t *z, const float *pieces);
+
 /* Why the last call that failed did: the NVMe file's error, or the communicator's. */
 const char *colo_zero_error(const colo_zero_t *z);
 

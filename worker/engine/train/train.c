@@ -969,7 +969,7 @@ static int early_stop_here(const early_t *es, const colo_train_config_t *cfg,
 static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
                              const val_sets_t *val, const colo_train_config_t *cfg, int step,
                              early_t *es, int quiet, FILE *progress, int *in, int *tg, dpo_t *dpo,
-                             float *score) {
+                             float ema_val, float *score) {
   *score = NAN;
   double sum = 0, wsum = 0;
   float each[COLO_MAX_SOURCES];
@@ -1010,6 +1010,8 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     for (int k = 0; val->names && k < val->n; k++)
       printf("%s%s %.4f%s", k ? ", " : " (", val->names[k], (double)each[k],
              k == val->n - 1 ? ")" : "");
+    if (isfinite(ema_val))
+      printf(" | moving average's val loss %.4f", (double)ema_val);
     for (int k = 0; dpo && k < val->n; k++)
       printf(" | %s%sreward accuracy %.4f, margin %.4f over %.0f pairs",
              val->names ? val->names[k] : "", val->names ? ": " : "", ds[k].correct / ds[k].pairs,
@@ -1022,6 +1024,8 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
   if (progress) {
     fprintf(progress, "{\"event\":\"eval\",\"step\":%d,\"val_loss\":", step);
     fprintf(progress, isfinite(v) ? "%.6f" : "null", (double)v); /* JSON has no NaN */
+    if (isfinite(ema_val))
+      fprintf(progress, ",\"ema_val_loss\":%.6f", (double)ema_val);
     fprintf(progress, ",\"time_ms\":%lld", (long long)wall_ms());
     for (int k = 0; val->names && k < val->n; k++) {
       fputs(k ? ",\"" : ",\"val_sets\":{\"", progress);
@@ -1245,7 +1249,8 @@ typedef struct {
   size_t n;
   float decay; /* 0: off */
   uint64_t updates;
-  float *host; /* stage 0 on a device: the parameters' host copy */
+  float *host;  /* stage 0 on a device: the parameters' host copy */
+  float *saved; /* the weights while the average stands in for them (ema_swap) */
 } ema_t;
 
 static int ema_init(ema_t *e, float decay, const colo_zero_t *z, colo_gpt_t *model,
@@ -1267,7 +1272,46 @@ static int ema_init(ema_t *e, float decay, const colo_zero_t *z, colo_gpt_t *mod
 static void ema_free(ema_t *e) {
   free(e->w);
   free(e->host);
-  e->w = e->host = NULL;
+  free(e->saved);
+  e->w = e->host = e->saved = NULL;
+}
+
+/* The average in the weights' place, for an evaluation (in), and the weights back (!in), on
+ * every rank of the data-parallel group dp together: at stage 0 the first rank's average
+ * broadcast into each rank's parameters, under ZeRO each rank's pieces put where its parameters
+ * are (colo_zero_put_params). The weights wait in host memory meanwhile. */
+static int ema_swap(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gpt_t *model,
+                    const colo_backend_t *be, colo_comm_t *dp, int in, char *err, size_t errlen) {
+  size_t n = z->stage == 3 ? z->shard_n : colo_gpt_num_params(model);
+  float *p = colo_gpt_params(model);
+  if (!e->saved && !(e->saved = malloc((n ? n : 1) * sizeof(float))))
+    return colo_fail(err, errlen, COLO_ENOMEM, "no host memory to evaluate the moving average");
+  int rc = 0;
+  if (z->stage == 3) {
+    for (size_t k = 0; in && k < z->chunks.n; k++) {
+      size_t lo, hi;
+      const float *w = colo_zero_piece_host(z, opt, k, COLO_CKPT_PARAMS, &lo, &hi);
+      if (!w)
+        return colo_fail(err, errlen, COLO_EIO, "the moving average: %s", colo_zero_error(z));
+      memcpy(e->saved + z->shard_off[k], w, (hi - lo) * sizeof(float));
+    }
+    rc = colo_zero_put_params(z, in ? e->w : e->saved);
+  } else if (!in) {
+    be->from_host(p, e->saved, n * sizeof(float));
+  } else {
+    be->to_host(e->saved, p, n * sizeof(float));
+    if (z->stage > 0)
+      rc = colo_zero_put_params(z, e->w);
+    else {
+      if (e->w) /* the first rank's, for every rank */
+        be->from_host(p, e->w, n * sizeof(float));
+      if (z->dp > 1)
+        rc = dp->ops->broadcast(dp, p, n, 0);
+    }
+  }
+  return rc < 0 ? colo_fail(err, errlen, COLO_EIO, "evaluating the moving average: %s",
+                            colo_zero_error(z))
+                : 0;
 }
 
 static void ema_mix(const ema_t *e, float *w, const float *p, size_t n) {
@@ -1276,6 +1320,7 @@ static void ema_mix(const ema_t *e, float *w, const float *p, size_t n) {
     return;
   }
   float a = 1.0f - e->decay;
+#pragma omp parallel for simd schedule(static)
   for (size_t i = 0; i < n; i++)
     w[i] += a * (p[i] - w[i]);
 }
@@ -1302,6 +1347,32 @@ static int ema_update(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gp
   }
   e->updates++;
   return 0;
+}
+
+/* The validation loss of the moving average in the weights' place (evaluate's, weighted over the
+ * sets as eval_and_report weighs them) into *out; NaN where there is none to evaluate yet (or a
+ * DPO run's, whose evaluation is of pairs). */
+static int ema_eval(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gpt_t *model,
+                    const colo_backend_t *be, colo_comm_t *dp, pipe_t *pipe, const val_sets_t *val,
+                    const colo_train_config_t *cfg, int *in, int *tg, float *out, char *err,
+                    size_t errlen) {
+  *out = NAN;
+  if (e->decay <= 0.0f || !e->updates || !val->n || cfg->dpo_beta > 0.0f)
+    return 0;
+  int rc = ema_swap(e, z, opt, model, be, dp, 1, err, errlen);
+  double sum = 0, wsum = 0;
+  for (int k = 0; rc == 0 && k < val->n && k < COLO_MAX_SOURCES; k++) {
+    double w = val->w ? val->w[k] : 1.0;
+    sum += w * evaluate(model, dp, pipe, &val->s[k], cfg->seed, cfg->eval_batches, cfg->batch_size,
+                        cfg->model.block_size, in, tg);
+    wsum += w;
+  }
+  if (rc == 0 && colo_gpt_hook_error(model) < 0)
+    rc = colo_fail(err, errlen, COLO_EIO, "evaluating the moving average: %s", colo_zero_error(z));
+  int back = ema_swap(e, z, opt, model, be, dp, 0, err, errlen);
+  if (rc == 0 && back == 0)
+    *out = (float)(sum / wsum);
+  return rc < 0 ? rc : back;
 }
 
 /* What a shard writer's file holds (colo_ckpt_pieces_t) and where it reads it from: without
@@ -2563,8 +2634,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if ((cfg->eval_interval > 0 && step % cfg->eval_interval == 0) || (save_due && keep_best)) {
       /* a resumed run's evaluation at its first step was counted before its checkpoint */
       int count = cfg->early_stop > 0 && !(step == start && start > 0);
+      float ema_val = NAN;
+      CHECK_GOTO(ema_eval(&ema, &zero, &opt, model, be, dp_comm, pipe, &val, cfg, in, tg, &ema_val,
+                          err, errlen),
+                 rc, out);
       last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step, count ? &es : NULL, quiet,
-                                 progress, in, tg, dpo, &last_score);
+                                 progress, in, tg, dpo, ema_val, &last_score);
       val_step = step;
       CHECK_GOTO(eval_failed(model, pool, dp_comm, me, err, errlen), rc, out);
       if (count) {
@@ -2925,9 +3000,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (step == cfg->steps && (cfg->eval_interval > 0 || keep_best || eval_only)) {
     /* counted, so that its record (and the last checkpoint) carries early stopping's count as
      * of it; the run ends here either way */
+    float ema_val = NAN;
+    CHECK_GOTO(ema_eval(&ema, &zero, &opt, model, be, dp_comm, pipe, &val, cfg, in, tg, &ema_val,
+                        err, errlen),
+               rc, out);
     last_val = eval_and_report(model, dp_comm, pipe, &val, cfg, step,
                                cfg->early_stop > 0 && step > start ? &es : NULL, quiet, progress,
-                               in, tg, dpo, &last_score);
+                               in, tg, dpo, ema_val, &last_score);
     val_step = step;
     meta.es_kept = cfg->early_stop > 0 && isfinite(es.best);
     meta.es_best = es.best;
