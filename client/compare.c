@@ -130,6 +130,10 @@ static int by_outcome(const void *a, const void *b) {
   return x->id < y->id ? -1 : x->id > y->id;
 }
 
+static int has_ema(const Colo__V1__Job *j) { /* train.ema_decay's moving average's */
+  return has_val(j) && j->progress->has_ema_val_loss && isfinite(j->progress->ema_val_loss);
+}
+
 /* job j's loss on the validation set named name (data.val_sources), or NULL */
 static const Colo__V1__SetLoss *set_loss(const Colo__V1__Job *j, const char *name) {
   for (size_t i = 0; j->progress && i < j->progress->n_val_sets; i++) {
@@ -163,7 +167,9 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
   row_t *rows = calloc(n ? n : 1, sizeof *rows);
   const char **diff = NULL, **sets = NULL, **chs = NULL;
   size_t n_diff = 0, n_sets = 0, n_chs = 0;
-  int rc = flat && rows ? 0 : -1;
+  int rc = flat && rows ? 0 : -1, ema = 0;
+  for (size_t j = 0; j < n; j++)
+    ema |= has_ema(jobs[j]); /* a column of it, when any job has one */
   /* the validation sets' and the multiple-choice sets' names, of any job and in the order met */
   for (size_t j = 0; j < n && rc == 0; j++) {
     const Colo__V1__Progress *p = jobs[j]->progress;
@@ -225,6 +231,8 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
         cJSON_AddNumberToObject(o, "loss", j->progress->loss);
       if (has_val(j))
         cJSON_AddNumberToObject(o, "val_loss", j->progress->val_loss);
+      if (has_ema(j))
+        cJSON_AddNumberToObject(o, "ema_val_loss", j->progress->ema_val_loss);
       cJSON *vs = n_sets ? cJSON_AddObjectToObject(o, "val_sets") : NULL;
       for (size_t k = 0; vs && k < n_sets; k++) {
         const Colo__V1__SetLoss *v = set_loss(j, sets[k]);
@@ -252,8 +260,8 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
     cJSON_Delete(arr);
   } else if (rc == 0) {
     size_t nc = n_sets + n_chs; /* a column each: its loss, or its acc_norm */
-    const char **head = calloc(n_diff + nc + 7, sizeof *head),
-               **cells = calloc(n_diff + nc + 6, sizeof *cells);
+    const char **head = calloc(n_diff + nc + 8, sizeof *head),
+               **cells = calloc(n_diff + nc + 7, sizeof *cells);
     char(*setv)[24] = calloc(nc ? nc : 1, sizeof *setv);
     char(*chead)[160] = calloc(n_chs ? n_chs : 1, sizeof *chead);
     table_t *t = NULL;
@@ -273,11 +281,13 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
         snprintf(chead[k], sizeof chead[k], "%.140s ACC_NORM", chs[k]);
         head[h++] = chead[k];
       }
+      if (ema)
+        head[h++] = "EMA VAL LOSS";
       t = table_new(head);
     }
     for (size_t r = 0; t && r < n; r++) {
       const Colo__V1__Job *j = rows[r].job;
-      char id[24], step[24] = "-", loss[24] = "-", val[24] = "-";
+      char id[24], step[24] = "-", loss[24] = "-", val[24] = "-", ev[24] = "-";
       snprintf(id, sizeof id, "%llu", (unsigned long long)j->id);
       if (j->progress && j->progress->has_step)
         snprintf(step, sizeof step, "%llu", (unsigned long long)j->progress->step);
@@ -308,6 +318,11 @@ int compare_print(const Colo__V1__Job *const *jobs, size_t n, int json, FILE *ou
         const Colo__V1__SetScore *v = set_score(j, chs[k]);
         snprintf(setv[n_sets + k], sizeof setv[0], v ? "%.4f" : "-", v ? (double)v->acc_norm : 0.0);
         cells[c++] = setv[n_sets + k];
+      }
+      if (ema) {
+        if (has_ema(j))
+          snprintf(ev, sizeof ev, "%.4f", (double)j->progress->ema_val_loss);
+        cells[c++] = ev;
       }
       table_row_cells(t, cells);
     }

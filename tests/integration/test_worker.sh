@@ -263,7 +263,7 @@ expect_contains "$(sed -n 2p <<<"$OUT")" "hs ACC_NORM  EMA VAL LOSS"
 expect_contains "$(sed -n 2p <<<"$OUT")" "VAL LOSS  held-out  seen    hs ACC_NORM"
 # coloctl compare: a column for each validation set, with the job's latest per-set losses
 expect_rc 0 "$COLOCTL" compare "$GJ"
-expect_contains "$(head -1 <<<"$OUT")" "VAL LOSS  held-out  seen    hs ACC_NORM"
+expect_contains "$(head -1 <<<"$OUT")" "VAL LOSS  held-out  seen    hs ACC_NORM  EMA VAL LOSS"
 expect_rc 0 "$COLOCTL" --json compare "$GJ"
 python3 - "$OUT" "$("$COLOCTL" status "$GJ" --json)" <<'PY' || fail "compare's per-set losses: $OUT"
 import json, sys
@@ -274,6 +274,7 @@ assert all(abs(row["val_sets"][k] - want[k]) < 1e-6 for k in want), (row, want)
 sc = {x["name"]: x for x in job["progress"]["choice_scores"]}
 assert list(row["choice_scores"]) == ["hs"], row
 assert abs(row["choice_scores"]["hs"]["acc_norm"] - sc["hs"].get("acc_norm", 0)) < 1e-6, (row, sc)
+assert abs(row["ema_val_loss"] - job["progress"]["ema_val_loss"]) < 1e-6, (row, job["progress"])
 print("figure: compare of job %d: val loss %.4f, held-out %.4f, seen %.4f" % (row["id"], row["val_loss"], want["held-out"], want["seen"]))
 PY
 [ -d "$TMP/gnvme/scratch/on-gpus" ] && [ -z "$(ls -A "$TMP/gnvme/scratch/on-gpus")" ] ||
