@@ -554,6 +554,8 @@ void colo_zero_free(colo_zero_t *z) {
     free(z->staging);
   if (z->muon_chunk)
     colo_pool_free(z->pool, z->muon_chunk);
+  free(z->muon_in);
+  z->muon_in = NULL;
   z->shard_off = NULL;
   z->staging = z->muon_chunk = NULL;
 }
@@ -588,24 +590,22 @@ size_t *colo_zero_muon_pairs(const colo_zero_t *z, size_t *n_pairs) {
   return pairs;
 }
 
-/* whether chunk k holds one of Muon's tensors */
-static int chunk_has_muon(const colo_zero_t *z, size_t k) {
-  size_t nt;
-  const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
-  const colo_chunk_t *c = &z->chunks.chunks[k];
-  for (size_t i = 0; i < nt; i++)
-    if (table[i].offset < c->hi && table[i].offset + table[i].numel > c->lo &&
-        colo_muon_takes(&table[i]))
-      return 1;
-  return 0;
-}
-
 int colo_zero_muon(colo_zero_t *z, colo_adamw_t *opt, char *err, size_t errlen) {
-  if (z->stage > 0) { /* as large as the largest chunk that holds a matrix of Muon's */
-    size_t cap = 0;
-    for (size_t k = 0; k < z->chunks.n; k++)
-      if (z->chunks.chunks[k].capacity > cap && chunk_has_muon(z, k))
-        cap = z->chunks.chunks[k].capacity;
+  if (z->stage > 0) { /* which chunks hold a matrix of Muon's; a buffer for the largest of them */
+    size_t nt, cap = 0;
+    const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
+    if (!(z->muon_in = calloc(z->chunks.n ? z->chunks.n : 1, 1))) {
+      snprintf(err, errlen, "no host memory for Muon's map");
+      return COLO_ENOMEM;
+    }
+    for (size_t k = 0; k < z->chunks.n; k++) {
+      const colo_chunk_t *c = &z->chunks.chunks[k];
+      for (size_t i = 0; i < nt && !z->muon_in[k]; i++)
+        z->muon_in[k] = table[i].offset < c->hi && table[i].offset + table[i].numel > c->lo &&
+                        colo_muon_takes(&table[i]);
+      if (z->muon_in[k] && c->capacity > cap)
+        cap = c->capacity;
+    }
     if (!(z->muon_chunk =
               colo_pool_alloc(z->pool, (cap ? cap : 1) * sizeof(float), "Muon's chunk"))) {
       snprintf(err, errlen, "%s", colo_pool_error(z->pool));
@@ -655,10 +655,14 @@ static int gather_chunk(colo_zero_t *z, size_t k, const float *piece_src, float 
 }
 
 /* chunk k's update on the host, by the CPU's AdamW: its moments there or read from NVMe, its
- * gradients copied out, and its parameters too where they live on the device */
+ * gradients copied out, and its parameters too where they live on the device. With muon, Muon's
+ * tensors get their input made instead (muon_momentum, over the gradients' copy: *muon, the
+ * piece's floats, valid until the next host update), left for muon_step to orthogonalize. */
 static int host_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, size_t lo, size_t hi, float lr,
-                     float grad_scale) {
+                     float grad_scale, float **muon) {
   size_t n = hi - lo, nt;
+  if (muon)
+    *muon = z->scratch;
   if (!n)
     return 0;
   const colo_backend_t *cpu = colo_backend_cpu();
@@ -681,8 +685,11 @@ static int host_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, size_t lo, siz
     if (b <= lo || a >= hi)
       continue;
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
-    cpu->adamw(p + o, g + o, m + o, v + o, y - x, lr, cf->beta1, cf->beta2, cf->eps,
-               table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
+    if (muon && colo_muon_takes(&table[i]))
+      cpu->muon_momentum(g + o, g + o, m + o, y - x, cf->muon_momentum, grad_scale);
+    else
+      cpu->adamw(p + o, g + o, m + o, v + o, y - x, lr, cf->beta1, cf->beta2, cf->eps,
+                 table[i].decay ? cf->weight_decay : 0.0f, grad_scale, opt->t);
   }
   if (!in_place)
     xcopy(z, home, p, n * sizeof(float));
@@ -702,55 +709,38 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
   colo_chunk_piece(&z->chunks, k, z->rank, &lo, &hi, &piece);
   size_t n = hi - lo;
   const colo_param_t *table = colo_gpt_storage_table(z->model, &nt);
-  int off_device = z->optim_home[k] != COLO_HOME_DEVICE;
-  const colo_backend_t *be = off_device ? colo_backend_cpu() : z->be; /* the update's */
-  float *g = z->stage == 1 ? colo_gpt_grads(z->model) + lo : z->grad_piece + z->shard_off[k];
-  float *home = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + lo, *p = home;
   /* the chunk holds one of Muon's tensors: every rank of the group gathers it */
-  int any = chunk_has_muon(z, k);
-  if (!any && off_device)
-    return host_step(z, opt, k, lo, hi, lr, grad_scale);
-  float *u = any ? z->muon_chunk + (size_t)z->rank * piece : NULL;
-  float *m = opt->m + z->optim_off[k], *v = NULL;
-  if (off_device) { /* host_step's copies; u over the gradients' copy (muon_momentum's may) */
-    xcopy(z, z->scratch, g, n * sizeof(float));
-    u = g = z->scratch;
-    if (owned(z, home))
-      p = z->scratch + z->max_piece, xcopy(z, p, home, n * sizeof(float));
-    int rc = moments_at(z, opt, k, n, &m, &v);
-    if (rc < 0)
+  int any = z->muon_in[k];
+  float *u = z->muon_chunk + (size_t)z->rank * piece;
+  float *p = z->stage == 3 ? param_at(z, k) : colo_gpt_params(z->model) + lo;
+  if (z->optim_home[k] != COLO_HOME_DEVICE) { /* by the CPU, Muon's input then sent up */
+    float *h;
+    int rc = host_step(z, opt, k, lo, hi, lr, grad_scale, any ? &h : NULL);
+    if (rc < 0 || !any)
       return rc;
-  }
-  if (!off_device && any)
-    xzero(z, u, piece * sizeof(float));
-  for (size_t i = 0; i < nt; i++) {
-    size_t a = table[i].offset, b = a + table[i].numel;
-    if (b <= lo || a >= hi)
-      continue;
-    int mu = colo_muon_takes(&table[i]);
-    size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
-    if (mu)
-      be->muon_momentum(u + o, g + o, m + o, y - x, cf->muon_momentum, grad_scale);
-    else /* on the device v holds the other tensors' second moments alone */
-      be->adamw(p + o, g + o, m + o,
-                off_device ? v + o : opt->v + colo_adamw_v_off(opt, z->optim_off[k] + o), y - x, lr,
-                cf->beta1, cf->beta2, cf->eps, table[i].decay ? cf->weight_decay : 0.0f, grad_scale,
-                opt->t);
-  }
-  if (off_device) { /* AdamW's parameters home, Muon's input up, the moments back */
-    if (p != home)
-      xcopy(z, home, p, n * sizeof(float));
-    float *up = z->muon_chunk + (size_t)z->rank * piece;
-    xzero(z, up + n, (piece - n) * sizeof(float));
-    xcopy(z, up, u, n * sizeof(float));
-    if (z->optim_home[k] == COLO_HOME_NVME) {
-      int rc = colo_zero_nvme_moments(z, k, m, v, n, 1);
-      if (rc < 0)
-        return rc;
+    xzero(z, u + n, (piece - n) * sizeof(float));
+    xcopy(z, u, h, n * sizeof(float));
+  } else {
+    const colo_backend_t *be = z->be;
+    float *m = opt->m + z->optim_off[k];
+    float *g = z->stage == 1 ? colo_gpt_grads(z->model) + lo : z->grad_piece + z->shard_off[k];
+    if (any)
+      xzero(z, u, piece * sizeof(float));
+    for (size_t i = 0; i < nt; i++) {
+      size_t a = table[i].offset, b = a + table[i].numel;
+      if (b <= lo || a >= hi)
+        continue;
+      size_t x = a > lo ? a : lo, y = b < hi ? b : hi, o = x - lo;
+      if (colo_muon_takes(&table[i]))
+        be->muon_momentum(u + o, g + o, m + o, y - x, cf->muon_momentum, grad_scale);
+      else /* v holds the other tensors' second moments alone */
+        be->adamw(p + o, g + o, m + o, opt->v + colo_adamw_v_off(opt, z->optim_off[k] + o), y - x,
+                  lr, cf->beta1, cf->beta2, cf->eps, table[i].decay ? cf->weight_decay : 0.0f,
+                  grad_scale, opt->t);
     }
+    if (!any)
+      return 0;
   }
-  if (!any)
-    return 0;
   if (z->dp > 1) {
     int rc = z->comm->ops->all_gather(z->comm, z->muon_chunk, piece);
     if (rc < 0)
@@ -766,12 +756,12 @@ static int muon_step(colo_zero_t *z, colo_adamw_t *opt, size_t k, float lr, floa
     if (rc < 0)
       return rc;
     size_t x = a > lo ? a : lo, y = b < hi ? b : hi;
-    if (owned(z, home) || !z->be->owns) {
-      z->be->muon_apply(home + (x - lo), t + (x - a), y - x, mlr, cf->weight_decay);
+    if (z->param_home[k] == COLO_HOME_DEVICE) {
+      z->be->muon_apply(p + (x - lo), t + (x - a), y - x, mlr, cf->weight_decay);
     } else { /* parameters in host memory: the update comes down to them */
       float *d = z->scratch + z->max_piece;
       xcopy(z, d, t + (x - a), (y - x) * sizeof(float));
-      colo_backend_cpu()->muon_apply(home + (x - lo), d, y - x, mlr, cf->weight_decay);
+      colo_backend_cpu()->muon_apply(p + (x - lo), d, y - x, mlr, cf->weight_decay);
     }
   }
   return 0;
@@ -798,7 +788,7 @@ int colo_zero_step(colo_zero_t *z, colo_adamw_t *opt, const colo_backend_t *be, 
       continue;
     }
     if (z->optim_home[k] != COLO_HOME_DEVICE) {
-      int rc = host_step(z, opt, k, lo, hi, lr, grad_scale);
+      int rc = host_step(z, opt, k, lo, hi, lr, grad_scale, NULL);
       if (rc < 0)
         return rc;
       continue;

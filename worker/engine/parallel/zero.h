@@ -98,6 +98,7 @@ typedef struct {
   colo_fetch_stats_t stats;
   /* Muon (colo_zero_muon): a chunk's capacity, where its pieces of Muon's input are gathered */
   float *muon_chunk;
+  unsigned char *muon_in; /* per chunk: whether it holds one of Muon's tensors */
 } colo_zero_t;
 
 /* chunk_floats: the chunks' capacity (memory.chunk_mib), 0 to search for the least padding.

@@ -987,15 +987,15 @@ int colo_ckpt_load(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, f
 
 int colo_ckpt_load_ema(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model, float *params,
                        char *err, size_t errlen) {
-  int rc = colo_ckpt_read_meta(dir, meta, err, errlen);
+  host_sink_t h = {{NULL, NULL, NULL, params ? params : colo_gpt_params(model)}};
+  colo_ckpt_sink_t sink = {1 << COLO_CKPT_EMA, host_put, NULL, &h};
+  int rc = colo_ckpt_load_to(dir, meta, model, &sink, err, errlen); /* none: nothing put */
   if (rc == 0 && !meta->ema_updates)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "checkpoint %s holds no moving average of its weights: its run had no "
                    "train.ema_decay",
                    dir);
-  host_sink_t h = {{NULL, NULL, NULL, params ? params : colo_gpt_params(model)}};
-  colo_ckpt_sink_t sink = {1 << COLO_CKPT_EMA, host_put, NULL, &h};
-  return rc < 0 ? rc : colo_ckpt_load_to(dir, meta, model, &sink, err, errlen);
+  return rc;
 }
 
 /* RMSNorm's eps as a model uses it (0: 1e-5) */

@@ -966,14 +966,12 @@ static int early_stop_here(const early_t *es, const colo_train_config_t *cfg,
  * one's is reported by name too, on stdout and in the progress record (val_sets). es: early
  * stopping's count, which counts this evaluation and goes into the record too; NULL: none.
  * *score: train.best_metric's score when it names one, else NaN. */
-static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
-                             const val_sets_t *val, const colo_train_config_t *cfg, int step,
-                             early_t *es, int quiet, FILE *progress, int *in, int *tg, dpo_t *dpo,
-                             float ema_val, float *score) {
-  *score = NAN;
+/* Each validation set's loss into each[] (a DPO run's, with its pairs' sums in ds[]), and their
+ * mean weighted by the sets' weights; NaN without a validation set (choices alone). */
+static float val_losses(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe, const val_sets_t *val,
+                        const colo_train_config_t *cfg, int *in, int *tg, dpo_t *dpo, float *each,
+                        dpo_sums_t *ds) {
   double sum = 0, wsum = 0;
-  float each[COLO_MAX_SOURCES];
-  dpo_sums_t ds[COLO_MAX_SOURCES] = {{0}};
   for (int k = 0; k < val->n && k < COLO_MAX_SOURCES; k++) {
     each[k] = dpo ? evaluate_dpo(model, comm, pipe, &val->s[k], dpo,
                                  dpo->n_tab > k + 1 ? dpo->tab[k + 1] : NULL, cfg->eval_batches,
@@ -984,7 +982,17 @@ static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
     sum += w * each[k];
     wsum += w;
   }
-  float v = val->n ? (float)(sum / wsum) : NAN; /* NaN: no validation set, choices alone */
+  return val->n ? (float)(sum / wsum) : NAN;
+}
+
+static float eval_and_report(colo_gpt_t *model, colo_comm_t *comm, pipe_t *pipe,
+                             const val_sets_t *val, const colo_train_config_t *cfg, int step,
+                             early_t *es, int quiet, FILE *progress, int *in, int *tg, dpo_t *dpo,
+                             float ema_val, float *score) {
+  *score = NAN;
+  float each[COLO_MAX_SOURCES];
+  dpo_sums_t ds[COLO_MAX_SOURCES] = {{0}};
+  float v = val_losses(model, comm, pipe, val, cfg, in, tg, dpo, each, ds);
   colo_choices_score_t sc[COLO_MAX_SOURCES];
   for (int k = 0; k < val->n_ch && k < COLO_MAX_SOURCES; k++) {
     const colo_choices_t *c = &val->ch[k];
@@ -1349,9 +1357,9 @@ static int ema_update(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gp
   return 0;
 }
 
-/* The validation loss of the moving average in the weights' place (evaluate's, weighted over the
- * sets as eval_and_report weighs them) into *out; NaN where there is none to evaluate yet (or a
- * DPO run's, whose evaluation is of pairs). */
+/* The validation loss of the moving average in the weights' place (val_losses', as
+ * eval_and_report's) into *out; NaN where there is none to evaluate yet (or a DPO run's, whose
+ * evaluation is of pairs). */
 static int ema_eval(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gpt_t *model,
                     const colo_backend_t *be, colo_comm_t *dp, pipe_t *pipe, const val_sets_t *val,
                     const colo_train_config_t *cfg, int *in, int *tg, float *out, char *err,
@@ -1360,18 +1368,13 @@ static int ema_eval(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gpt_
   if (e->decay <= 0.0f || !e->updates || !val->n || cfg->dpo_beta > 0.0f)
     return 0;
   int rc = ema_swap(e, z, opt, model, be, dp, 1, err, errlen);
-  double sum = 0, wsum = 0;
-  for (int k = 0; rc == 0 && k < val->n && k < COLO_MAX_SOURCES; k++) {
-    double w = val->w ? val->w[k] : 1.0;
-    sum += w * evaluate(model, dp, pipe, &val->s[k], cfg->seed, cfg->eval_batches, cfg->batch_size,
-                        cfg->model.block_size, in, tg);
-    wsum += w;
-  }
+  float each[COLO_MAX_SOURCES];
+  float v = rc == 0 ? val_losses(model, dp, pipe, val, cfg, in, tg, NULL, each, NULL) : NAN;
   if (rc == 0 && colo_gpt_hook_error(model) < 0)
     rc = colo_fail(err, errlen, COLO_EIO, "evaluating the moving average: %s", colo_zero_error(z));
   int back = ema_swap(e, z, opt, model, be, dp, 0, err, errlen);
   if (rc == 0 && back == 0)
-    *out = (float)(sum / wsum);
+    *out = v;
   return rc < 0 ? rc : back;
 }
 
