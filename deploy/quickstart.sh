@@ -7,6 +7,17 @@
 # COLO_QUICKSTART_STEPS sets the job's steps (default 600, about a minute on two cores).
 # Everything it writes stays under .colo-quickstart/ in this checkout.
 set -euo pipefail
+case "${1:-}" in
+"" | stop) ;;
+-h | --help)
+  sed -n '2,8s/^# \{0,1\}//p' "$0"
+  exit 0
+  ;;
+*)
+  echo "quickstart: unknown argument '$1' (none: start; stop: stop them; --help)" >&2
+  exit 2
+  ;;
+esac
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 QS="$SRC/.colo-quickstart"
 PORT=${COLO_QUICKSTART_PORT:-7070}

@@ -11,6 +11,12 @@ for p in colod coloctl colo-workerd; do
   expect_rc 0 "$COLO_BIN/$p" --help
   expect_contains "$OUT" "usage: $p"
 done
+# and the quick start's: --help says what it does, an unknown argument is refused; neither starts
+# anything
+expect_rc 0 bash "$COLO_SRC/deploy/quickstart.sh" --help
+expect_contains "$OUT" "  bash deploy/quickstart.sh stop   stop them"
+expect_rc 2 bash "$COLO_SRC/deploy/quickstart.sh" bogus
+expect_eq "$ERR" "quickstart: unknown argument 'bogus' (none: start; stop: stop them; --help)"
 
 # submit prints the id; status and list show it
 expect_rc 0 "$COLOCTL" submit "$EX"
