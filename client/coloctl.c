@@ -237,7 +237,7 @@ static void print_json(const ProtobufCMessage *m) {
 static unsigned long long world_of(const Colo__V1__Job *j) {
   if (!j->spec || !j->spec->parallel)
     return 0;
-  return (unsigned long long)j->spec->parallel->dp * j->spec->parallel->tp * j->spec->parallel->pp;
+  return colo_jobspec_world(j->spec);
 }
 
 /* ---- submit ---- */
@@ -895,9 +895,13 @@ static void print_job_detail(const Colo__V1__Job *j) {
   printf("  model      %s, %u layers, %u heads%s, %u wide%s, block %u, vocab %u%s\n",
          llama ? "llama" : "gpt2", m->n_layer, m->n_head, kv, m->n_embd, mlp, m->block_size,
          m->vocab_size, llama && !m->tie_embeddings ? ", untied head" : "");
-  printf("  layout     dp=%u tp=%u pp=%u (world %llu), zero %u%s, %u micro-batches\n",
-         s->parallel->dp, s->parallel->tp, s->parallel->pp, world_of(j), s->parallel->zero_stage,
-         s->parallel->sequence_parallel ? ", sequence parallel" : "", s->parallel->micro_batches);
+  char cp[24] = "";
+  if (s->parallel->cp > 1)
+    snprintf(cp, sizeof cp, " cp=%u", s->parallel->cp);
+  printf("  layout     dp=%u%s tp=%u pp=%u (world %llu), zero %u%s, %u micro-batches\n",
+         s->parallel->dp, cp, s->parallel->tp, s->parallel->pp, world_of(j),
+         s->parallel->zero_stage, s->parallel->sequence_parallel ? ", sequence parallel" : "",
+         s->parallel->micro_batches);
   if (s->parallel->min_dp) {
     printf("  elastic    dp from %u to %u", s->parallel->min_dp, s->parallel->dp);
     if (j->has_running_dp && j->running_dp && j->running_dp < s->parallel->dp)

@@ -25,7 +25,7 @@ int colo_jobspec_fill_defaults(Colo__V1__JobSpec *spec) {
 }
 
 unsigned long long colo_jobspec_world(const Colo__V1__JobSpec *s) {
-  return (unsigned long long)s->parallel->dp * s->parallel->tp * s->parallel->pp;
+  return (unsigned long long)s->parallel->dp * s->parallel->cp * s->parallel->tp * s->parallel->pp;
 }
 
 int colo_path_is_contained(const char *p) {
@@ -356,11 +356,13 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "parallel.tp=%u must be at least 1", p->tp);
   if (p->pp < 1)
     return bad(err, errlen, "parallel.pp=%u must be at least 1", p->pp);
+  if (p->cp < 1)
+    return bad(err, errlen, "parallel.cp=%u must be at least 1", p->cp);
   if (p->min_dp > p->dp)
     return bad(err, errlen, "parallel.min_dp=%u must be at most parallel.dp=%u", p->min_dp, p->dp);
   unsigned long long world = colo_jobspec_world(s);
   if (world > COLO_MAX_WORLD)
-    return bad(err, errlen, "parallel.dp×tp×pp=%llu exceeds the limit of %d ranks", world,
+    return bad(err, errlen, "parallel.dp×cp×tp×pp=%llu exceeds the limit of %d ranks", world,
                COLO_MAX_WORLD);
   if (m->n_head % p->tp)
     return bad(err, errlen, "parallel.tp=%u does not divide model.n_head=%u", p->tp, m->n_head);
@@ -373,6 +375,23 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (mlp % p->tp)
     return bad(err, errlen, "parallel.tp=%u does not divide the MLP's width %u (model.mlp_hidden)",
                p->tp, mlp);
+  if ((m->n_head / p->tp) % p->cp)
+    return bad(err, errlen,
+               "parallel.cp=%u does not divide the heads of each tensor-parallel rank "
+               "(model.n_head/tp = %u): attention splits them over the sequence's pieces",
+               p->cp, m->n_head / p->tp);
+  if (m->block_size % p->cp)
+    return bad(err, errlen,
+               "parallel.cp=%u does not divide model.block_size=%u: each rank holds an equal piece "
+               "of every sequence",
+               p->cp, m->block_size);
+  if (p->cp > 1 &&
+      (s->train->lora_rank > 0 || s->train->dpo_beta > 0.0f || s->data->n_choice_sets > 0))
+    return bad(err, errlen, "parallel.cp=%u: context parallelism does not work with %s", p->cp,
+               s->train->lora_rank > 0 ? "train.lora_rank (its dropout numbers whole rows)"
+               : s->train->dpo_beta > 0.0f
+                   ? "train.dpo_beta (a pair's log-probabilities are sums over whole rows)"
+                   : "data.choice_sets (scored a question at a time, of any length)");
   if (p->pp > m->n_layer)
     return bad(err, errlen, "parallel.pp=%u exceeds model.n_layer=%u: every stage needs a layer",
                p->pp, m->n_layer);
@@ -384,10 +403,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                p->zero_stage, p->pp);
   if (p->sequence_parallel && p->tp < 2)
     return bad(err, errlen, "parallel.sequence_parallel needs parallel.tp > 1 (it is %u)", p->tp);
-  if (p->sequence_parallel && m->block_size % p->tp)
-    return bad(err, errlen,
-               "parallel.tp=%u does not divide model.block_size=%u, as sequence parallelism needs",
-               p->tp, m->block_size);
+  if (p->sequence_parallel && m->block_size % (p->tp * p->cp))
+    return bad(
+        err, errlen,
+        "parallel.tp=%u does not divide model.block_size=%u%s, as sequence parallelism needs",
+        p->tp, m->block_size, p->cp > 1 ? "/cp" : "");
   if (p->micro_batches < 1)
     return bad(err, errlen, "parallel.micro_batches=%u must be at least 1", p->micro_batches);
 

@@ -8,7 +8,7 @@
 
 #include "colo/v1/cluster.pb-c.h"
 
-/* Largest world (dp × tp × pp) a job may ask for. */
+/* Largest world (dp × cp × tp × pp) a job may ask for. */
 #define COLO_MAX_WORLD    65536
 #define COLO_MAX_RESTARTS 100
 #define COLO_MAX_PRIORITY 1000

@@ -370,7 +370,7 @@ static void h_submit(colo_rpc_call_t *call, const ProtobufCMessage *m, void *dat
   caller_t who;
   caller_of(d, call, &who);
   const char *owner = who.enforced ? who.cn : "";
-  uint64_t world = (uint64_t)spec->parallel->dp * spec->parallel->tp * spec->parallel->pp;
+  uint64_t world = colo_jobspec_world(spec);
   uint32_t limit = colod_config_owner_max_devices(&d->cfg, owner);
   if (world > limit) {
     colo__v1__job_spec__free_unpacked(spec, NULL);

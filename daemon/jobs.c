@@ -35,7 +35,7 @@ struct colod_job_live_s {
   char hold_reason[257];
   int seen;
   Colo__V1__JobSpec *spec;
-  uint32_t world, dp, tp, pp; /* dp and world: the attempt's (set_dp), else the spec's */
+  uint32_t world, dp, cp, tp, pp; /* dp and world: the attempt's (set_dp), else the spec's */
   /* the attempt's spec where it runs with fewer data-parallel groups than the spec asks
    * (parallel.min_dp): dp, and train.grad_accum raised by as much; NULL: the spec itself */
   Colo__V1__JobSpec *run_spec;
@@ -120,7 +120,7 @@ static void set_dp(colod_job_live_t *j, uint32_t dp) {
   j->run_spec = NULL;
   uint32_t full = j->spec->parallel->dp;
   j->dp = full;
-  j->world = j->dp * j->tp * j->pp;
+  j->world = j->dp * j->cp * j->tp * j->pp;
   if (dp == full || dp == 0 || full % dp)
     return;
   size_t len = colo__v1__job_spec__get_packed_size(j->spec);
@@ -141,7 +141,7 @@ static void set_dp(colod_job_live_t *j, uint32_t dp) {
   c->train->eval_batches *= full / dp;
   j->run_spec = c;
   j->dp = dp;
-  j->world = j->dp * j->tp * j->pp;
+  j->world = j->dp * j->cp * j->tp * j->pp;
 }
 
 static int id_order(const void *a, const void *b);
@@ -210,7 +210,8 @@ static void init_dir(colod_t *d, colod_job_live_t *j) {
 static int attempt_world(colod_job_live_t *j, size_t n) {
   if (n == j->world)
     return 1;
-  uint32_t group = j->tp * j->pp, full = j->spec->parallel->dp, min = j->spec->parallel->min_dp;
+  uint32_t group = j->cp * j->tp * j->pp, full = j->spec->parallel->dp,
+           min = j->spec->parallel->min_dp;
   if (!min || n == 0 || n % group || n / group < min || full % (n / group))
     return 0;
   set_dp(j, (uint32_t)(n / group));
@@ -284,8 +285,9 @@ static int sync_cb(const colo_job_t *row, void *data) {
     colo_jobspec_fill_defaults(j->spec);
     j->dp = j->spec->parallel->dp;
     j->tp = j->spec->parallel->tp;
+    j->cp = j->spec->parallel->cp;
     j->pp = j->spec->parallel->pp;
-    j->world = j->dp * j->tp * j->pp;
+    j->world = j->dp * j->cp * j->tp * j->pp;
     colo__v1__progress__init(&j->progress);
     /* the newest checkpoint already known, so that a report of it is not a new row */
     colo_store_checkpoint_list(d->store, j->id, newest_ck_cb, &j->ck_step);
@@ -579,15 +581,16 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
   }
   uint64_t t0 = uv_hrtime();
   uint32_t full = j->spec->parallel->dp, min = j->spec->parallel->min_dp, dp = full;
-  int rc = colo_sched_place(hosts, n_hosts, j->pp, dp, j->tp, j->spec->resources->devices_per_node,
-                            rank_mem(j), out, why, whylen);
+  int rc = colo_sched_place(hosts, n_hosts, j->pp, dp * j->cp, j->tp,
+                            j->spec->resources->devices_per_node, rank_mem(j), out, why, whylen);
   /* elastic: the most data-parallel groups that fit, each count dividing the spec's (why: the
    * whole's reason) */
   while (rc == COLO_EBUSY && min && --dp >= min) {
     char fewer[256];
     if (full % dp == 0)
-      rc = colo_sched_place(hosts, n_hosts, j->pp, dp, j->tp, j->spec->resources->devices_per_node,
-                            rank_mem(j), out, fewer, sizeof fewer);
+      rc = colo_sched_place(hosts, n_hosts, j->pp, dp * j->cp, j->tp,
+                            j->spec->resources->devices_per_node, rank_mem(j), out, fewer,
+                            sizeof fewer);
   }
   if (rc < 0) {
     size_t len = strlen(why);
@@ -602,8 +605,8 @@ static int place(colod_t *d, colod_job_live_t *j, colo_sched_host_t *hosts, size
   colo_job_t row;
   /* fewer groups (elastic): load_attempt takes the attempt's dp from its stored ranks, as after
    * a colod restart */
-  rc = colo_store_attempt_begin(d->store, j->id, out, dp * j->tp * j->pp, resume, colod_now_ms(),
-                                &row);
+  rc = colo_store_attempt_begin(d->store, j->id, out, dp * j->cp * j->tp * j->pp, resume,
+                                colod_now_ms(), &row);
   free(out);
   if (rc < 0) {
     snprintf(why, whylen, "cannot begin an attempt: %s", colo_store_errmsg(d->store));
@@ -733,7 +736,7 @@ static int fits_without(trial_t *t) {
     t->fit[i] = t->copy[t->order[i]];
   const colod_job_live_t *w = t->w;
   char why[256];
-  return colo_sched_place(t->fit, t->n_order, w->pp, w->dp, w->tp,
+  return colo_sched_place(t->fit, t->n_order, w->pp, w->dp * w->cp, w->tp,
                           w->spec->resources->devices_per_node, rank_mem(w), t->out, why,
                           sizeof why) == 0;
 }
@@ -881,15 +884,16 @@ static int reserve(colod_t *d, colod_job_live_t *w, colo_plan_t *p, const size_t
       dp = k;
       break;
     }
-  uint32_t world = dp * w->tp * w->pp;
+  uint32_t world = dp * w->cp * w->tp * w->pp;
   colo_rank_place_t *out = calloc(world, sizeof *out);
   uint64_t *ids = calloc(world, sizeof *ids);
   int rc = 0;
   if (!out || !ids)
     goto done;
   const Colo__V1__ResourceSpec *res = w->spec->resources;
-  rc = colo_plan_reserve(p, w->id, idx, nf, w->pp, dp, w->tp, res->devices_per_node, rank_mem(w),
-                         (int64_t)res->time_limit_s * 1000, colo_plan_job_holds(p) == 0, out);
+  rc = colo_plan_reserve(p, w->id, idx, nf, w->pp, dp * w->cp, w->tp, res->devices_per_node,
+                         rank_mem(w), (int64_t)res->time_limit_s * 1000,
+                         colo_plan_job_holds(p) == 0, out);
   if (rc <= 0)
     goto done;
   const colo_hold_t *h = &p->holds[p->n_holds - 1];
@@ -1195,7 +1199,7 @@ static void grow_back(colod_t *d) {
   uint32_t cordoned[KINDS] = {0}, sick[KINDS] = {0};
   size_t n = snapshot(d, &hosts, &busy, &total, cordoned, sick);
   uint32_t full = cand->spec->parallel->dp;
-  colo_rank_place_t *out = calloc((size_t)full * cand->tp * cand->pp, sizeof *out);
+  colo_rank_place_t *out = calloc((size_t)full * cand->cp * cand->tp * cand->pp, sizeof *out);
   fit = calloc(n ? n : 1, sizeof *fit);
   idx = calloc(n ? n : 1, sizeof *idx);
   if (hosts && out && fit && idx) {
@@ -1206,8 +1210,9 @@ static void grow_back(colod_t *d) {
     for (size_t h = 0; h < nf; h++)
       fit[h] = hosts[idx[h]];
     char why[256];
-    if (colo_sched_place(fit, nf, cand->pp, full, cand->tp, cand->spec->resources->devices_per_node,
-                         rank_mem(cand), out, why, sizeof why) == 0) {
+    if (colo_sched_place(fit, nf, cand->pp, full * cand->cp, cand->tp,
+                         cand->spec->resources->devices_per_node, rank_mem(cand), out, why,
+                         sizeof why) == 0) {
       snprintf(why, sizeof why, "elastic: room for all %u data-parallel groups again, from %u",
                full, cand->dp);
       stop_for(d, cand, why, COLO_STOP_MOVE);

@@ -7,7 +7,8 @@
 #   - eval and sample from its checkpoint on the GPU as on the CPU;
 #   - data parallel over two GPU ranks (both on GPU 0), at ZeRO stages 0 to 3, matches two CPU
 #     ranks, and resumes exactly under ZeRO-3; so do tensor (with sequence) and pipeline
-#     parallelism in bf16, and a llama model (grouped-query attention, untied head) at tp=2;
+#     parallelism in bf16, and a llama model (grouped-query attention, untied head) at tp=2, and
+#     at cp=2 within documents;
 #   - bf16 (the GPU's default) and fp16 (with dynamic loss scaling) activations: the validation
 #     loss within 2% of fp32, and within 1% of the CPU's emulation of the same storage;
 #   - overflows planted at steps 5 and 6 are skipped;
@@ -183,9 +184,11 @@ if [ "$DRY" != 1 ]; then
 fi
 # tensor parallel with sequence parallelism, and a pipeline, in bf16: two GPU ranks against two
 # CPU ranks with the same storage (bit for bit where the GPU is emulated); and Llama's block
-# (RMSNorm, rotary positions, SwiGLU, 2 key heads for 4, an untied head) so
+# (RMSNorm, rotary positions, SwiGLU, 2 key heads for 4, an untied head) so; and context
+# parallelism (its all-to-all of 16-bit activations in GPU memory) on Llama within documents
 for layout in "tp:--tp 2 --sp true" "pp:--pp 2 --micro-batches 2" \
-  "llama:--arch llama --n-kv-head 2 --tie-embeddings false --tp 2 --sp true"; do
+  "llama:--arch llama --n-kv-head 2 --tie-embeddings false --tp 2 --sp true" \
+  "cp:--arch llama --n-kv-head 2 --cp 2 --document-token 32"; do
   name=${layout%%:*}
   for dev in cpu gpu; do
     # shellcheck disable=SC2086 # the layout's flags, split on purpose

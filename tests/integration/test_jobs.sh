@@ -4,7 +4,8 @@
 # final loss bit-identical to the same job run standalone with `colo-train --nproc 2`:
 #   (a) kill -9 of a rank mid-training: a new attempt resumes from the newest checkpoint; the
 #       time from the kill to training again is measured; (a') the same of a LoRA job on two
-#       tensor-parallel ranks, from the first job's model;
+#       tensor-parallel ranks, from the first job's model; (a'') and of a job whose sequences
+#       are split over two context-parallel ranks (parallel.cp=2);
 #   (b) kill -9 of the worker: its host goes DOWN within host_timeout, the job goes RESTARTING;
 #       when the worker comes back it ends the ranks the dead one left, and the job resumes;
 #   (c) kill -9 of colod: the restarted colod picks the job up, its ranks are not restarted;
@@ -377,20 +378,36 @@ cp -r "$TMP/ckpt/job-$FIRST/step_$(printf %08d $STEPS)" "$TMP/data/lora-base"
 sed -e 's/^name: faults/name: lora-tp/' -e 's/^parallel: .*/parallel: {tp: 2}/' \
   -e "s/^train: .*/train: {steps: 300, batch_size: 4, eval_interval: 100, eval_batches: 2, init_from: lora-base, lora_rank: 4, lora_dropout: 0.1}/" \
   "$TMP/job.yaml" >"$TMP/lora.yaml"
-"$TRAIN" train --job "$TMP/lora.yaml" --data-root "$TMP/data" --nproc 2 >"$TMP/lora-ref.txt" 2>&1 ||
-  fail "standalone LoRA run failed: $(tail -5 "$TMP/lora-ref.txt")"
-lora_loss() { grep -E "^step +300/300 " | sed 's/.*| loss \([0-9.]*\) |.*/\1/'; }
-LREF=$(lora_loss <"$TMP/lora-ref.txt")
-J=$("$COLOCTL" submit "$TMP/lora.yaml")
-POLL_MAX=0.1 wait_until 60 "a checkpoint at step 100 of job $J" ckpt_on_disk "$J" 100
-P=$(rank_pid "$J" 1 1)
-[ -n "$P" ] || fail "no pid file for job $J rank 1"
-kill -KILL "$P"
-wait_until 60 "job $J success after the rank kill" is_state "$J" succeeded
-expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from"
-LGOT=$("$COLOCTL" logs "$J" | lora_loss)
-[ -n "$LREF" ] && [ "$LGOT" = "$LREF" ] || fail "LoRA job $J: final loss $LGOT, standalone $LREF"
-echo "figure: (a') LoRA job $J on tp=2, rank 1 killed: final loss $LGOT = standalone $LREF, attempts $(jf "$J" 'j["attempt"]')"
+loss300() { grep -E "^step +300/300 " | sed 's/.*| loss \([0-9.]*\) |.*/\1/'; }
+# kill_rank1 YAML WHAT [STATUS]: the 300-step job run standalone on 2 ranks, then by colod (its
+# status holding STATUS), rank 1 killed after the step-100 checkpoint: the job resumes and ends at
+# the standalone run's loss
+kill_rank1() {
+  local yaml=$1 what=$2 want=${3:-} ref got
+  "$TRAIN" train --job "$yaml" --data-root "$TMP/data" --nproc 2 >"$yaml.ref" 2>&1 ||
+    fail "standalone $what run failed: $(tail -5 "$yaml.ref")"
+  ref=$(loss300 <"$yaml.ref")
+  J=$("$COLOCTL" submit "$yaml")
+  [ -z "$want" ] || expect_contains "$("$COLOCTL" status "$J")" "$want"
+  POLL_MAX=0.1 wait_until 60 "a checkpoint at step 100 of job $J" ckpt_on_disk "$J" 100
+  P=$(rank_pid "$J" 1 1)
+  [ -n "$P" ] || fail "no pid file for job $J rank 1"
+  kill -KILL "$P"
+  wait_until 60 "job $J success after the rank kill" is_state "$J" succeeded
+  expect_contains "$("$COLOCTL" logs "$J" --attempt 2)" "resumed from"
+  got=$("$COLOCTL" logs "$J" | loss300)
+  [ -n "$ref" ] && [ "$got" = "$ref" ] || fail "$what job $J: final loss $got, standalone $ref"
+  echo "figure: $what job $J, rank 1 killed: final loss $got = standalone $ref, attempts $(jf "$J" 'j["attempt"]')"
+}
+kill_rank1 "$TMP/lora.yaml" "(a') LoRA on tp=2"
+
+# ---- (a'') kill -9 of a rank of a job whose sequences are split over two ranks (parallel.cp) ----
+# colod runs it on dp × cp × tp × pp = 2 ranks; the new attempt resumes from the pieces both
+# wrote (ZeRO-1 over the pair) and ends where the same job run standalone ends
+sed -e 's/^name: faults/name: cp/' -e 's/^parallel: .*/parallel: {cp: 2, zero_stage: 1}/' \
+  -e "s/^train: .*/train: {steps: 300, batch_size: 4, eval_interval: 100, eval_batches: 2}/" \
+  "$TMP/job.yaml" >"$TMP/cp.yaml"
+kill_rank1 "$TMP/cp.yaml" "(a'') cp=2" "dp=1 cp=2 tp=1 pp=1 (world 2)"
 
 # ---- (d) the newest checkpoint corrupted, then a rank dies ----
 J=$(submit)

@@ -16,6 +16,9 @@
 #   - the weights' moving average (train.ema_decay) at dp=2, ZeRO-1, ZeRO-3 and pp=2 x tp=2 as
 #     one process's, evaluated in the weights' place at each evaluation (which trains on as
 #     without it), and resumed from ZeRO-3's pieces at dp=1;
+#   - context parallelism (cp=2 alone, recomputing, with NEFTune and a loss mask, dp=2 x cp=2 at
+#     ZeRO-1 and 3, pp=2 x cp=2, cp=4, llama GQA with documents at cp=2 x tp=2 sp) as one process,
+#     resumed at dp=1, with each rank's activations below 0.6x, and its refusals;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1 (and Muon's, without its matrices'
 #     second moments, under other layouts, tp=2's among them), and ones saved at tp=2 and at
@@ -301,6 +304,54 @@ COLO_COMM_SHM_MIB=1 run "$TMP/bigpp2" "${BIG[@]}" --nproc 2 --pp 2 --micro-batch
 compare "$TMP/big1" "$TMP/bigpp2" "pp=2, 1.2 MB boundaries, 1 MiB rings" 2
 COLO_COMM_SHM_MIB=0 expect_rc 78 "$CT" train "${M[@]}" --steps 2 --nproc 2 --dp 2
 expect_contains "$ERR" "colo-train train: rank 0: COLO_COMM_SHM_MIB=0 must be 1 to 1024 (MiB of ring a direction, for each pair of ranks on one machine)"
+
+# context parallelism (--cp, DeepSpeed-Ulysses): each sequence split over the group's ranks,
+# which exchange their tokens for a share of the heads around attention and count as
+# data-parallel ranks for the gradients: as one process alone, with data parallelism at ZeRO-1 and
+# ZeRO-3, with a pipeline, recomputing, in 4 pieces, with tensor and sequence parallelism on
+# Llama's grouped-query attention within documents (rotary positions of the row's pieces), with a
+# loss mask, with NEFTune's noise (numbered as the whole rows'), and resumed at dp=1
+run "$TMP/cp2" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+run "$TMP/dp2cp2z1" --nproc 4 --dp 2 --cp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
+run "$TMP/dp2cp2z3" --nproc 4 --dp 2 --cp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/pp2cp2" --nproc 4 --pp 2 --cp 2 --micro-batches 2 --batch-size $GLOBAL_B
+run "$TMP/cp2rc" --nproc 2 --cp 2 --recompute --batch-size $GLOBAL_B
+compare "$TMP/single" "$TMP/cp2" "cp=2"
+compare "$TMP/single" "$TMP/dp2cp2z1" "dp=2 x cp=2 ZeRO-1"
+compare "$TMP/single" "$TMP/dp2cp2z3" "dp=2 x cp=2 ZeRO-3"
+compare "$TMP/single" "$TMP/pp2cp2" "pp=2 x cp=2"
+compare "$TMP/single" "$TMP/cp2rc" "cp=2 recomputing"
+run "$TMP/h4" --n-head 4 --batch-size $GLOBAL_B
+run "$TMP/h4cp4" --n-head 4 --nproc 4 --cp 4 --batch-size $GLOBAL_B
+compare "$TMP/h4" "$TMP/h4cp4" "cp=4"
+run "$TMP/gqadoc" "${GQ[@]}" "${D[@]}" --batch-size $GLOBAL_B
+run "$TMP/gqadoc_tp2cp2" "${GQ[@]}" "${D[@]}" --nproc 4 --tp 2 --sp true --cp 2 --batch-size $GLOBAL_B
+compare "$TMP/gqadoc" "$TMP/gqadoc_tp2cp2" "documents: llama GQA cp=2 x tp=2 sp"
+run "$TMP/qa_cp2" "${QA[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+compare "$TMP/qa1" "$TMP/qa_cp2" "masked: cp=2"
+run "$TMP/nef1" --neftune-alpha 5 --batch-size $GLOBAL_B
+run "$TMP/nef_cp2" --neftune-alpha 5 --nproc 2 --cp 2 --batch-size $GLOBAL_B
+compare "$TMP/nef1" "$TMP/nef_cp2" "NEFTune: cp=2"
+differs "$TMP/single" "$TMP/nef1" "NEFTune's noise and none" 1e-4
+run "$TMP/cpre" --nproc 2 --cp 2 --batch-size $GLOBAL_B --ckpt-interval 5 --stop-at 5
+run "$TMP/cpre" --batch-size $GLOBAL_B --ckpt-interval 5 --resume auto
+compare "$TMP/single" "$TMP/cpre" "cp=2 -> dp=1 resume"
+# each rank keeps the activations of its piece of the rows alone
+read -r a1 a2 <<<"$($PY -c '
+import json, sys
+def acts(d):
+    return [x for x in map(json.loads, open(d + "/progress.jsonl")) if x["event"] == "step"][-1]["activation_bytes"]
+print(acts(sys.argv[1]), acts(sys.argv[2]))' "$TMP/single" "$TMP/cp2")"
+echo "activations: one process $a1 bytes, a rank of cp=2 $a2 bytes"
+[ "$a2" -lt $((a1 * 6 / 10)) ] || fail "a rank of cp=2 holds $a2 bytes of activations, not 0.6x of $a1"
+# the layout it ran, and what it refuses
+"$CT" train "${loud[@]}" --steps 2 --eval-interval 0 --nproc 2 --cp 2 --batch-size $GLOBAL_B \
+  >"$TMP/mesh.out" 2>&1 || fail "the cp run failed: $(cat "$TMP/mesh.out")"
+expect_contains "$(head -1 "$TMP/mesh.out")" "x dp=1 x cp=2 x tp=1"
+expect_rc 78 "$CT" train "${M[@]}" --nproc 3 --cp 3 --batch-size $GLOBAL_B
+expect_contains "$ERR" "parallel.cp=3 does not divide the heads of each tensor-parallel rank (model.n_head/tp = 2): attention splits them over the sequence's pieces"
+expect_rc 78 "$CT" train "${M[@]}" --nproc 2 --cp 2 --lora-rank 4 --batch-size $GLOBAL_B
+expect_contains "$ERR" "parallel.cp=2: context parallelism does not work with train.lora_rank (its dropout numbers whole rows)"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5

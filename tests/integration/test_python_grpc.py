@@ -512,6 +512,19 @@ class ColodTest(WithColod):
         for j in mine:
             self.api.CancelJob(pb.CancelJobRequest(id=j), timeout=5)
 
+    def test_context_parallel_job(self):
+        # parallel.cp: stored as asked, its world dp x cp ranks (4 groups of one device to place),
+        # and 1 filled in where it is left out
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(name="py-cp", parallel__cp=2)),
+                                          timeout=5).job.id)
+        self.assertEqual((got.spec.parallel.dp, got.spec.parallel.cp), (2, 2))
+        if got.waiting:
+            self.assertEqual(got.waiting, "no room: 0 of 4 tensor-parallel groups of 1 devices "
+                             "placed; 0 devices free in all, 4 needed")
+        plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
+        self.assertTrue(plain.spec.parallel.HasField("cp"))
+        self.assertEqual(plain.spec.parallel.cp, 1)
+
     def test_client_token_is_idempotent(self):
         a = self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(), client_token="py-tok"), timeout=5)
         b = self.api.SubmitJob(pb.SubmitJobRequest(spec=spec(), client_token="py-tok"), timeout=5)
@@ -522,6 +535,9 @@ class ColodTest(WithColod):
         cases = [
             (spec(parallel__tp=3, model__n_head=8), "parallel.tp=3 does not divide model.n_head=8"),
             (spec(parallel__zero_stage=7), "parallel.zero_stage=7 must be 0, 1, 2 or 3"),
+            (spec(parallel__cp=3), "parallel.cp=3 does not divide the heads of each "
+             "tensor-parallel rank (model.n_head/tp = 4): attention splits them over the "
+             "sequence's pieces"),
             (spec(name="a b"), "name \"a b\" must be 1 to 64 characters of letters, digits, "
                                "'-', '_' and '.'"),
             (spec(checkpoint__dir="/etc"), "checkpoint.dir \"/etc\" must be a path relative to "

@@ -667,6 +667,30 @@ static void test_muon(double tol) {
   free(g), free(m), free(u), free(p);
 }
 
+/* copy2d (context parallelism's packing): 37 rows of 90 bytes from rows of 130 into rows of
+ * 100, on the CPU against the definition and on the device against the CPU, the gaps untouched;
+ * odd offsets and widths, as 16-bit heads give */
+static void test_copy2d(void) {
+  size_t rows = 37, width = 90, sp = 130, dpitch = 100, ns = rows * sp + 3, nd = rows * dpitch;
+  unsigned char *src = malloc(ns), *dst = malloc(nd), *want = malloc(nd), *got = malloc(nd);
+  for (size_t i = 0; i < ns; i++)
+    src[i] = (unsigned char)(i * 7 + 1);
+  for (size_t i = 0; i < nd; i++)
+    dst[i] = want[i] = (unsigned char)(i * 13 + 5);
+  for (size_t r = 0; r < rows; r++)
+    memcpy(want + r * dpitch, src + 3 + r * sp, width);
+  unsigned char *d_src = up(src, ns, 1), *d_dst = up(dst, nd, 1);
+  cpu->copy2d(dst, dpitch, src + 3, sp, width, rows);
+  gpu->copy2d(d_dst, dpitch, d_src + 3, sp, width, rows);
+  gpu->to_host(got, d_dst, nd);
+  verdict("copy2d on the CPU: 37 rows of 90 bytes, pitches 130 and 100", memcmp(dst, want, nd) != 0,
+          0.0, 1);
+  verdict("copy2d 37 rows of 90 bytes, pitches 130 and 100", memcmp(got, want, nd) != 0, 0.0, 1);
+  colo_pool_free(dpool, d_src);
+  colo_pool_free(dpool, d_dst);
+  free(src), free(dst), free(want), free(got);
+}
+
 /* The whole model on both sides from the same initial weights (recomputing on the GPU side): the
  * loss, every gradient, and the loss after two AdamW steps. Three heads of 32: the GPU's fused
  * attention in 16-bit storage. */
@@ -891,6 +915,7 @@ int main(int argc, char **argv) {
     if (i == 0) {
       test_pool();
       test_optimizer();
+      test_copy2d();
     }
     if (modes[i].math == COLO_MATH_FP32 || modes[i].math == COLO_MATH_BF16)
       test_muon(modes[i].math == COLO_MATH_FP32 ? 1e-4 : 2e-2); /* 16-bit: TF32 products */

@@ -106,7 +106,29 @@ static const struct {
      "parallel.tp=2 does not divide model.block_size=63, as sequence parallelism needs"},
     {BASE "parallel: {dp: 0}\n", "parallel.dp=0 must be at least 1"},
     {BASE "parallel: {dp: 300, tp: 4, pp: 64}\nmodel: {n_layer: 64}\n",
-     "parallel.dp×tp×pp=76800 exceeds the limit of 65536 ranks"},
+     "parallel.dp×cp×tp×pp=76800 exceeds the limit of 65536 ranks"},
+    {BASE "parallel: {cp: 0}\n", "parallel.cp=0 must be at least 1"},
+    {BASE "parallel: {cp: 8}\n",
+     "parallel.cp=8 does not divide the heads of each tensor-parallel rank (model.n_head/tp = 4): "
+     "attention splits them over the sequence's pieces"},
+    {BASE "parallel: {cp: 2, tp: 4}\n",
+     "parallel.cp=2 does not divide the heads of each tensor-parallel rank (model.n_head/tp = 1): "
+     "attention splits them over the sequence's pieces"},
+    {BASE "parallel: {cp: 2}\nmodel: {block_size: 63}\n",
+     "parallel.cp=2 does not divide model.block_size=63: each rank holds an equal piece of every "
+     "sequence"},
+    {BASE "parallel: {cp: 2, tp: 2, sequence_parallel: true}\nmodel: {block_size: 66}\n",
+     "parallel.tp=2 does not divide model.block_size=66/cp, as sequence parallelism needs"},
+    {BASE "parallel: {cp: 2}\ntrain: {lora_rank: 8}\n",
+     "parallel.cp=2: context parallelism does not work with train.lora_rank (its dropout numbers "
+     "whole rows)"},
+    {BASE "parallel: {cp: 2}\ntrain: {dpo_beta: 0.1}\n",
+     "parallel.cp=2: context parallelism does not work with train.dpo_beta (a pair's "
+     "log-probabilities are sums over whole rows)"},
+    {"name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin, choice_sets: [{path: hs}]}\n"
+     "parallel: {cp: 2}\ntrain: {eval_interval: 10}\n",
+     "parallel.cp=2: context parallelism does not work with data.choice_sets (scored a question at "
+     "a time, of any length)"},
     {BASE "parallel: {micro_batches: 5}\ntrain: {batch_size: 12}\n",
      "parallel.micro_batches=5 does not divide train.batch_size=12"},
     {BASE "optimizer: {lr: 0}\n", "optimizer.lr=0 must be positive"},

@@ -1027,10 +1027,12 @@ static void train_usage(void) {
       "  --plant-overflow S[,S...]  fault injection for tests: the last rank's gradients of\n"
       "                        these steps (1-based) become inf, as an fp16 overflow would\n"
       "  --dp N --tp N --pp N  parallel layout: data, tensor and pipeline parallel sizes\n"
+      "  --cp N                context parallelism: each sequence split over N ranks\n"
+      "                        (attention exchanges them for heads: DeepSpeed-Ulysses)\n"
       "  --sp true|false       Megatron sequence parallelism (needs tp > 1)\n"
       "  --zero Z              ZeRO stage: 0, 1, 2 or 3\n"
       "  --chunk-mib N         ZeRO's chunk size (default 0: searched for the least padding)\n"
-      "  --nproc N             start N local ranks (dp x tp x pp = N), as torchrun does\n"
+      "  --nproc N             start N local ranks (dp x cp x tp x pp = N), as torchrun does\n"
       "  --comm-timeout MS     deadline of every collective (default 60000)\n"
       "  --eval-interval N --eval-batches N --ckpt-interval N --recompute\n"
       "  --ckpt-keep N         newest complete checkpoints kept (default 3; at least 1)\n"
@@ -1206,6 +1208,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"dp", "parallel: {dp: %s}"},
       {"tp", "parallel: {tp: %s}"},
       {"pp", "parallel: {pp: %s}"},
+      {"cp", "parallel: {cp: %s}"},
       {"sp", "parallel: {sequence_parallel: %s}"},
       {"micro-batches", "parallel: {micro_batches: %s}"},
   };
@@ -1638,7 +1641,7 @@ static int cmd_train(int argc, char **argv) {
   int world = env_world ? atoi(env_world) : nproc, rank = env_rank ? atoi(env_rank) : 0;
   if ((unsigned long long)world != colo_jobspec_world(spec)) {
     fprintf(stderr,
-            "colo-train train: parallel.dp×tp×pp=%llu but %d processes: give --nproc %llu\n",
+            "colo-train train: parallel.dp×cp×tp×pp=%llu but %d processes: give --nproc %llu\n",
             colo_jobspec_world(spec), world, colo_jobspec_world(spec));
     colo__v1__job_spec__free_unpacked(spec, NULL);
     return 2;
@@ -1857,6 +1860,7 @@ static int cmd_train(int argc, char **argv) {
   cfg.tp = (int)spec->parallel->tp;
   cfg.sequence_parallel = spec->parallel->sequence_parallel;
   cfg.pp = (int)spec->parallel->pp;
+  cfg.cp = (int)spec->parallel->cp;
   cfg.micro_batches = (int)spec->parallel->micro_batches;
   const Colo__V1__TrainSpec *ts = spec->train;
   cfg.device = spec->resources->device == COLO__V1__DEVICE_KIND__DEVICE_KIND_GPU;

@@ -35,7 +35,12 @@ typedef struct colo_backend_s {
   int device;
   const colo_allocator_t *allocator; /* NULL: the host pool's */
   void (*zero)(void *p, size_t bytes);
-  void (*copy)(void *dst, const void *src, size_t bytes);      /* within the backend's memory */
+  void (*copy)(void *dst, const void *src, size_t bytes); /* within the backend's memory */
+  /* `rows` copies of `width` bytes within the backend's memory, row r from src + r·spitch to
+   * dst + r·dpitch (cudaMemcpy2D's order of arguments); the regions must not overlap. Context
+   * parallelism's all-to-all packs and unpacks heads and sequence pieces with it. */
+  void (*copy2d)(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                 size_t rows);
   void (*to_host)(void *dst, const void *src, size_t bytes);   /* backend memory → host */
   void (*from_host)(void *dst, const void *src, size_t bytes); /* host → backend memory */
   /* whether p is the backend's memory (device 1; the CPU backend's is NULL) */

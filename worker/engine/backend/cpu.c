@@ -923,6 +923,13 @@ static void copy(void *dst, const void *src, size_t bytes) {
   memmove(dst, src, bytes);
 }
 
+static void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                   size_t rows) {
+#pragma omp parallel for schedule(static) if (rows * width > (1u << 16))
+  for (size_t r = 0; r < rows; r++)
+    memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+}
+
 static void to_act(void *dst, const float *src, size_t n) {
   memmove(dst, src, n * sizeof(float));
 }
@@ -951,6 +958,7 @@ static const colo_backend_t CPU = {
     .allocator = NULL,
     .zero = zero,
     .copy = copy,
+    .copy2d = copy2d,
     .to_host = copy,
     .from_host = copy,
     .act_dtype = COLO_DTYPE_F32,

@@ -210,6 +210,21 @@ static void copy(void *dst, const void *src, size_t bytes) {
   ops_end();
 }
 
+static void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                   size_t rows) {
+  if (!rows || !width)
+    return;
+  size_t dspan = (rows - 1) * dpitch + width, sspan = (rows - 1) * spitch + width;
+  if (dpitch < width || spitch < width || !find(dst, dspan) || !find(src, sspan))
+    die("copy2d", ": not device memory, past an allocation's end, or a pitch below the width");
+  open_arg(dst, dspan, "copy2d");
+  open_arg(src, sspan, "copy2d");
+  ops_begin();
+  for (size_t r = 0; r < rows; r++)
+    memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+  ops_end();
+}
+
 /* a copy between device memory `dev` and host memory `host` (one of them dst, the other src) */
 static void host_copy(void *dst, const void *src, size_t bytes, const void *dev, const void *host,
                       const char *what, const char *why) {
@@ -461,6 +476,7 @@ static void host_free(void *p) {
     b.allocator = &ALLOCATOR;                                                                      \
     b.zero = zero;                                                                                 \
     b.copy = copy;                                                                                 \
+    b.copy2d = copy2d;                                                                             \
     b.to_host = to_host;                                                                           \
     b.from_host = from_host;                                                                       \
     b.owns = owns;                                                                                 \

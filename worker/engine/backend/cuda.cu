@@ -118,6 +118,13 @@ static void copy(void *dst, const void *src, size_t bytes) {
   CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g.stream));
 }
 
+static void copy2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                   size_t rows) {
+  if (rows && width)
+    CK(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice,
+                         g.stream));
+}
+
 static void to_host(void *dst, const void *src, size_t bytes) {
   CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g.stream));
   CK(cudaStreamSynchronize(g.stream));
@@ -1803,7 +1810,8 @@ static void muon_apply(float *p, const float *u, size_t n, float lr, float wd) {
  * in operations at all (the rest is the host: launches, synchronisation, data). ---- */
 /* the entries templated over the storage type, and the others */
 #define TEMPLATE_OPS(X) COLO_ACT_OPS(X, _)
-#define PLAIN_OPS(X)    X(zero, _) X(copy, _) X(to_host, _) X(from_host, _) COLO_F32_OPS(X, _)
+#define PLAIN_OPS(X)                                                                               \
+  X(zero, _) X(copy, _) X(copy2d, _) X(to_host, _) X(from_host, _) COLO_F32_OPS(X, _)
 enum {
 #define X(n, _) P_##n,
   TEMPLATE_OPS(X) PLAIN_OPS(X)

@@ -96,6 +96,12 @@ colo_comm_t *colo_comm_staged(colo_comm_t *inner, const struct colo_backend_s *b
 int colo_comm_broadcast_bytes(colo_comm_t *c, void *bytes, size_t n, int root);
 int colo_comm_find_shared(colo_comm_t *c, const void *id, size_t n, int *a, int *b);
 
+/* All-to-all: sbuf holds size blocks of n floats, block d for member d; afterwards rbuf's block s
+ * holds what member s sent this rank. This rank's own block is not copied (rbuf's stays as it
+ * was: the caller reads it from sbuf). Pairwise sendrecv rounds (alltoall.c), so any
+ * communicator does it; every member calls it. */
+int colo_comm_all_to_all(colo_comm_t *c, const float *sbuf, float *rbuf, size_t n);
+
 /* NCCL, for GPUs (built when CUDA and NCCL are found: COLO_HAVE_NCCL), over the host world
  * communicator `host` (tcp, or single for one rank): the NCCL ids of the world and of every
  * group travel through it and its groups. Every rank calls it. Buffers are device pointers on

@@ -38,8 +38,9 @@ typedef struct {
   void *qkv;                  /* [N][3C/tp] */
   float *att_lse;             /* [B][NH/tp][T]: attention's log-sum-exp per query */
   void *atty;                 /* [N][C/tp] */
-  void *res2;                 /* [R][C]: input + attention */
-  void *ln2;                  /* [R][C] */
+  void *attc; /* context parallelism: attention's output as it computed it, [B][T][C/tp/cp] */
+  void *res2; /* [R][C]: input + attention */
+  void *ln2;  /* [R][C] */
   float *ln2_mean, *ln2_rstd; /* [R], [R] */
   void *fch; /* [N][H/tp] (LLAMA [N][2H/tp]): GELU's (SwiGLU's) input; its output is recomputed */
   /* the block's matrices in act_dtype, made from the fp32 parameters by the forward and read by
@@ -70,12 +71,21 @@ struct colo_gpt_s {
   int i_head;              /* the head's matrix: lm_head, or (tied) the token embedding */
   float *gmax, *gsum, *tlogit, *gather; /* vocab-parallel loss: [N] each, gather [tp][N] */
   int sp;                               /* sequence parallelism */
-  int l_lo, l_hi, first, last;          /* pipeline stage: blocks [l_lo, l_hi) */
-  int i_wte, i_wpe, i_l0, i_lnf;        /* table indices (-1: not on this stage) */
-  size_t n_full;                        /* tensors of the whole model */
-  void *dfull;                          /* sp: the residual gradient gathered, [N][C] */
-  void *lnfull;                         /* sp: a LayerNorm's output gathered, [N][C] */
-  float *lnscratch;                     /* sp: [2C] LayerNorm gradients before their sum */
+  /* context parallelism (Ulysses): the group that splits each sequence, its size and this rank's
+   * place; this rank holds tokens [cpr·Tb, (cpr + 1)·Tb) of every row, Tb = block_size/cp, and
+   * attention exchanges them for a cp-th of the heads over all of the row's tokens */
+  colo_comm_t *cp_comm;
+  int cp, cpr, Tb;
+  int *pos, *pos_host; /* cp: its tokens' positions [max_B][Tb], backend memory and host */
+  int *io_host;        /* cp: host scratch for its slice of the inputs and targets [2][max_B·Tb] */
+  void *cp_send, *cp_recv; /* cp: the all-to-all's blocks, cp of cp_blk floats each */
+  size_t cp_blk;
+  int l_lo, l_hi, first, last;   /* pipeline stage: blocks [l_lo, l_hi) */
+  int i_wte, i_wpe, i_l0, i_lnf; /* table indices (-1: not on this stage) */
+  size_t n_full;                 /* tensors of the whole model */
+  void *dfull;                   /* sp: the residual gradient gathered, [N][C] */
+  void *lnfull;                  /* sp: a LayerNorm's output gathered, [N][C] */
+  float *lnscratch;              /* sp: [2C] LayerNorm gradients before their sum */
   float *params, *grads;
   float **gt; /* per tensor: where its gradients go */
   float **pt; /* per tensor: its values (NULL while released, under ZeRO-3) */
@@ -358,14 +368,21 @@ static void build_table(colo_gpt_t *m) {
 
 /* the rows a row buffer holds (at the largest batch) */
 static size_t row_count(const colo_gpt_t *m) {
-  size_t N = (size_t)m->max_B * m->cfg.block_size;
+  size_t N = (size_t)m->max_B * m->Tb;
   return m->sp ? N / (size_t)m->tp : N;
+}
+
+/* cp: the floats of one block of the all-to-all at a batch of B rows (its largest: q, k and v of
+ * B·Tb tokens, a cp-th of the heads, in act_dtype), rounded up to whole floats */
+static size_t cp_block(const colo_gpt_t *m, int B, int parts) {
+  size_t bytes = (size_t)B * (size_t)m->Tb * (size_t)parts * (size_t)(m->Cq / m->cp) * m->asz;
+  return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 
 /* Allocates a block's row buffers (rows), or its other activations. */
 static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_t errlen) {
-  size_t N = (size_t)m->max_B * m->cfg.block_size, C = (size_t)m->cfg.n_embd;
-  size_t T = (size_t)m->cfg.block_size, R = row_count(m);
+  size_t N = (size_t)m->max_B * m->Tb, C = (size_t)m->cfg.n_embd;
+  size_t T = (size_t)m->Tb, R = row_count(m);
   size_t A = m->asz, F = sizeof(float);
   struct {
     void **p;
@@ -378,6 +395,7 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
       {&a->qkv, N * 3 * (size_t)m->Cq * A, 0},
       {(void **)&a->att_lse, (size_t)m->max_B * (size_t)m->NHl * T * F, 0},
       {&a->atty, N * (size_t)m->Cq * A, 0},
+      {&a->attc, m->cp > 1 ? N * (size_t)m->Cq * A : 0, 0},
       {&a->res2, R * C * A, 1},
       {&a->ln2, R * C * A, 1},
       {(void **)&a->ln2_mean, R * F, 1},
@@ -400,7 +418,7 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
 /* Frees a block's row buffers (rows), or its other activations. */
 static void free_acts(colo_gpt_t *m, layer_acts_t *a, int rows) {
   void *row[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd};
-  void *rest[] = {a->qkv, a->att_lse, a->atty, a->fch, a->w};
+  void *rest[] = {a->qkv, a->att_lse, a->atty, a->attc, a->fch, a->w};
   for (size_t i = 0; rows && i < sizeof row / sizeof row[0]; i++)
     colo_pool_free(m->pool, row[i]);
   for (size_t i = 0; !rows && i < sizeof rest / sizeof rest[0]; i++)
@@ -556,12 +574,24 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              tp, NKV);
     return COLO_EINVAL;
   }
+  int cp = stage && stage->cp ? colo_comm_size(stage->cp) : 1;
+  if (cfg->block_size % cp || (cfg->n_head / tp) % cp) {
+    snprintf(err, errlen,
+             "context parallelism over %d ranks needs block_size=%d and the heads of each "
+             "tensor-parallel rank (n_head/tp = %d) to divide by it",
+             cp, cfg->block_size, cfg->n_head / tp);
+    return COLO_EINVAL;
+  }
   colo_gpt_t *m = calloc(1, sizeof *m);
   if (!m) {
     snprintf(err, errlen, "out of memory");
     return COLO_ENOMEM;
   }
   m->doc_token = -1;
+  m->cp = cp;
+  m->cp_comm = cp > 1 ? stage->cp : NULL;
+  m->cpr = cp > 1 ? colo_comm_rank(stage->cp) : 0;
+  m->Tb = cfg->block_size / cp;
   m->tp = tp;
   m->tp_comm = tp > 1 ? tp_comm : NULL;
   m->tpr = tp > 1 ? colo_comm_rank(tp_comm) : 0;
@@ -590,7 +620,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->max_B = max_B;
   m->recompute = recompute;
   int L = cfg->n_layer;
-  size_t N = (size_t)max_B * cfg->block_size, C = (size_t)cfg->n_embd;
+  size_t N = (size_t)max_B * m->Tb, C = (size_t)cfg->n_embd;
   m->table = calloc(2 + (size_t)L * P_PER_LAYER + 3, sizeof *m->table);
   m->full_table = calloc(2 + (size_t)L * P_PER_LAYER + 3, sizeof *m->full_table);
   m->resid = calloc((size_t)L + 1, sizeof *m->resid);
@@ -651,7 +681,10 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {(void **)&m->lnscratch, 2 * C * F},
               /* fp32 scratch for collectives and pipeline boundaries on 16-bit activations */
               {(void **)&m->xfer, lowp && (tp > 1 || !(m->first && m->last)) ? N * C * F : 0},
-              {&m->wte_act, lowp && m->last ? (size_t)m->Vl * C * A : 0}};
+              {&m->wte_act, lowp && m->last ? (size_t)m->Vl * C * A : 0},
+              {(void **)&m->pos, cp > 1 ? N * sizeof(int) : 0},
+              {&m->cp_send, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3) * F : 0},
+              {&m->cp_recv, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3) * F : 0}};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (rest[i].bytes && !(*rest[i].p = colo_pool_alloc(pool, rest[i].bytes, "activations")))
       rc = COLO_ENOMEM;
@@ -668,6 +701,12 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
       be->from_host(m->inv_freq, f, (size_t)hs / 2 * sizeof *f);
     }
     free(f);
+  }
+  if (rc == 0 && cp > 1 &&
+      (!(m->pos_host = malloc(N * sizeof(int))) || !(m->io_host = malloc(2 * N * sizeof(int))))) {
+    snprintf(err, errlen, "out of memory");
+    colo_gpt_destroy(m);
+    return COLO_ENOMEM;
   }
   if (rc == 0 && (!(m->inputs = colo_pool_alloc(pool, N * sizeof(int), "tokens")) ||
                   !(m->targets = colo_pool_alloc(pool, N * sizeof(int), "tokens"))))
@@ -714,7 +753,8 @@ void colo_gpt_destroy(colo_gpt_t *m) {
                   m->dln,     m->dqkv,     m->datty,      m->dfch,   m->dtmp,   m->gelu,
                   m->gmax,    m->gsum,     m->tlogit,     m->gather, m->dfull,  m->lnscratch,
                   m->wte_act, m->xfer,     m->proj,       m->lnfull, m->kcache, m->vcache,
-                  m->scores,  m->dec_loss, m->dec_target, m->dglu,   m->qsmall, m->inv_freq};
+                  m->scores,  m->dec_loss, m->dec_target, m->dglu,   m->qsmall, m->inv_freq,
+                  m->pos,     m->cp_send,  m->cp_recv};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -731,6 +771,8 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->targets);
   colo_pool_free(p, m->inputs);
   colo_pool_free(p, m->doc_pos);
+  free(m->pos_host);
+  free(m->io_host);
   free(m->doc_pos_host);
   free(m->host);
   free(m);
@@ -843,7 +885,7 @@ int colo_gpt_set_sequence_parallel(colo_gpt_t *m, int on, char *err, size_t errl
   on = on && m->tp_comm != NULL;
   if (on == m->sp)
     return 0;
-  size_t N = (size_t)m->max_B * m->cfg.block_size;
+  size_t N = (size_t)m->max_B * m->Tb;
   if (on && N % (size_t)m->tp) {
     snprintf(err, errlen, "sequence parallelism over %d ranks needs B·T=%zu to divide by it", m->tp,
              N);
@@ -886,6 +928,41 @@ static int act_collective(colo_gpt_t *m, void *buf, size_t n, int op) {
     return m->hook_error = rc;
   if (m->xfer)
     m->be->to_act(buf, f, total);
+  return 0;
+}
+
+/* Context parallelism's exchange (DeepSpeed-Ulysses): a buffer of this rank's tokens, laid out
+ * [B][Tb][parts][Cq] (parts 3: q, k, v; 1: attention's output), and the same values laid out
+ * [B][T][parts][Cq/cp]: every token of the rows, this rank's cp-th of the heads. to_heads moves
+ * the first into the second, else the second into the first; dst may be src. Block d of the
+ * all-to-all holds what member d gets, packed and unpacked by strided copies in the backend's
+ * memory; activations move as they are stored (a copy, not arithmetic: no widening). */
+static int cp_exchange(colo_gpt_t *m, void *dst, const void *src, int parts, int to_heads) {
+  if (m->hook_error)
+    return m->hook_error;
+  const colo_backend_t *be = m->be;
+  size_t A = m->asz, cp = (size_t)m->cp, B = (size_t)m->B, Tb = (size_t)m->T, P = (size_t)parts;
+  size_t W = (size_t)m->Cq * A, Wc = W / cp; /* bytes of a part: all heads, a cp-th */
+  size_t piece = Tb * P * Wc;                /* one row's tokens of one member, one cp-th */
+  size_t n = cp_block(m, m->B, parts);
+  char *S = m->cp_send, *R = m->cp_recv;
+  const char *in = src;
+  char *out = dst;
+  for (size_t d = 0; d < cp; d++) /* block d: what member d gets */
+    if (to_heads)                 /* its heads of every token here */
+      be->copy2d(S + d * n * sizeof(float), Wc, in + d * Wc, W, Wc, B * Tb * P);
+    else /* every head of its tokens */
+      be->copy2d(S + d * n * sizeof(float), piece, in + d * piece, cp * piece, piece, B);
+  int rc = colo_comm_all_to_all(m->cp_comm, (const float *)(void *)S, (float *)(void *)R, n);
+  if (rc < 0)
+    return m->hook_error = rc;
+  for (size_t s = 0; s < cp; s++) { /* from member s: its own block comes from S */
+    const char *blk = (s == (size_t)m->cpr ? S : R) + s * n * sizeof(float);
+    if (to_heads) /* the tokens of member s */
+      be->copy2d(out + s * piece, cp * piece, blk, piece, piece, B);
+    else /* heads s of this rank's tokens */
+      be->copy2d(out + s * Wc, W, blk, Wc, Wc, B * Tb * P);
+  }
   return 0;
 }
 
@@ -1051,6 +1128,12 @@ static void mlp_up(colo_gpt_t *m, int l, void *out, void *pre, const void *inp, 
   }
 }
 
+/* the positions of this rank's tokens, for the embedding and the rotation: within their
+ * documents (NULL: t), or under context parallelism where they sit in the whole row */
+static const int *token_pos(const colo_gpt_t *m) {
+  return m->cp > 1 ? m->pos : m->doc_pos;
+}
+
 /* returns the matrices it used */
 static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void *in, void *out) {
   const colo_backend_t *be = m->be;
@@ -1071,8 +1154,15 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   if (m->gqa) /* each key and value head repeated for its group of query heads */
     be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
   if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
-    be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1, m->doc_pos);
-  be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl, m->doc_pos);
+    be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1, token_pos(m));
+  if (m->cp > 1) { /* over the whole rows, a cp-th of the heads; back to this rank's tokens */
+    cp_exchange(m, a->qkv, a->qkv, 3, 1);
+    be->attention_fwd(a->attc, a->att_lse, a->qkv, B, T * m->cp, Cq / m->cp, m->NHl / m->cp,
+                      m->doc_pos);
+    cp_exchange(m, a->atty, a->attc, 1, 0);
+  } else {
+    be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl, m->doc_pos);
+  }
   product_fwd(m, l, COLO_LORA_ATTPROJ, m->proj, a->atty, w.attproj, apb, N, Cq, C);
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
   norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
@@ -1114,7 +1204,7 @@ static void vocab_parallel_loss(colo_gpt_t *m, const int *targets, const int *ho
 }
 
 size_t colo_gpt_stage_rows(const colo_gpt_t *m, int B, int T) {
-  int N = B * T, Nl = m->sp ? N / m->tp : N;
+  int N = B * (T / m->cp), Nl = m->sp ? N / m->tp : N;
   return (size_t)Nl * m->cfg.n_embd;
 }
 
@@ -1165,17 +1255,38 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
                              const int *targets, int B, int T) {
   const colo_backend_t *be = m->be;
   int C = m->cfg.n_embd, L = m->cfg.n_layer, N = B * T, Vl = m->Vl;
-  m->B = B;
-  m->T = T;
-  m->logits_grad = 0;
-  if (inputs)
-    be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
-  if (inputs && m->doc_pos) { /* each token's position in its document */
+  if (T % m->cp) { /* the caller's error */
+    fprintf(stderr, "colo_gpt_forward: T=%d does not split over %d context-parallel ranks\n", T,
+            m->cp);
+    abort();
+  }
+  if (inputs && m->doc_pos) { /* each token's position in its document (all of each row's) */
     int *p = m->doc_pos_host;
     for (int n = 0; n < N; n++)
       p[n] = n % T == 0 || inputs[n] == m->doc_token ? 0 : p[n - 1] + 1;
     be->from_host(m->doc_pos, p, (size_t)N * sizeof(int));
   }
+  if (m->cp > 1) { /* this rank's piece of each row: its tokens, targets and their positions */
+    T /= m->cp, N = B * T;
+    size_t t0 = (size_t)m->cpr * T;
+    for (int b = 0; b < B; b++)
+      for (int t = 0; t < T; t++) {
+        size_t at = (size_t)b * T * m->cp + t0 + t;
+        m->pos_host[b * T + t] = m->doc_pos ? m->doc_pos_host[at] : (int)(t0 + t);
+        if (inputs)
+          m->io_host[b * T + t] = inputs[at];
+        if (targets)
+          m->io_host[(size_t)m->max_B * m->Tb + b * T + t] = targets[at];
+      }
+    be->from_host(m->pos, m->pos_host, (size_t)N * sizeof(int));
+    inputs = inputs ? m->io_host : NULL;
+    targets = targets ? m->io_host + (size_t)m->max_B * m->Tb : NULL;
+  }
+  m->B = B;
+  m->T = T;
+  m->logits_grad = 0;
+  if (inputs)
+    be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
   int Nl = m->sp ? N / m->tp : N;
   size_t r0 = m->sp ? (size_t)m->tpr * Nl : 0, off = r0 * C, rowf = (size_t)Nl * C;
   if (m->first) {
@@ -1186,7 +1297,7 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
       be->embed_fwd(m->encoded, m->inputs, m->emb, N, C, m->cfg.vocab_size);
     else
       be->encoder_fwd(m->encoded, m->inputs, WTE(m), m->tpr == 0 ? WPE(m) : NULL, B, T, C, m->v0,
-                      m->v0 + Vl, m->doc_pos);
+                      m->v0 + Vl, token_pos(m));
     release(m, (size_t)m->i_wte, (size_t)m->n_top);
     if (m->sp) { /* summed by rows, this rank's into its residual stream */
       if (rows_reduce_scatter(m, m->encoded, rowf) < 0)
@@ -1195,8 +1306,16 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     } else if (act_sum(m, m->encoded, (size_t)N * C) < 0) {
       return NAN;
     }
-    if (m->noise_mag > 0.0f) /* NEFTune: this rank's rows, numbered as the whole batch's */
-      be->noise(m->resid[0], Nl, C, m->noise_key, m->noise_row0 + r0, m->noise_mag);
+    /* NEFTune: this rank's rows, numbered as the whole batch's (under context parallelism a run
+     * of them at a time: its tokens of a row) */
+    for (size_t n = r0; m->noise_mag > 0.0f && n < r0 + (size_t)Nl;) {
+      size_t run = m->cp > 1 ? (size_t)T - n % (size_t)T : (size_t)Nl;
+      run = run < r0 + (size_t)Nl - n ? run : r0 + (size_t)Nl - n;
+      size_t row = m->cp > 1 ? n / T * T * m->cp + (size_t)m->cpr * T + n % T : n;
+      be->noise(at(m, m->resid[0], (n - r0) * C), (int)run, C, m->noise_key, m->noise_row0 + row,
+                m->noise_mag);
+      n += run;
+    }
   } else { /* the previous stage's output */
     boundary_in(m, m->resid[m->l_lo], x_in, rowf);
   }
@@ -1230,7 +1349,8 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
       return NAN;
   } else {
     if (m->fuse_next) {
-      be->crossentropy_fused(m->losses, m->logits, m->targets, m->fuse_scale / (float)N, N, Vl);
+      be->crossentropy_fused(m->losses, m->logits, m->targets,
+                             m->fuse_scale / (float)((size_t)N * m->cp), N, Vl);
       m->logits_grad = 1;
     } else {
       be->crossentropy_fwd(m->losses, m->logits, m->logits, m->targets, N, Vl);
@@ -1241,6 +1361,15 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   double s = 0.0;
   for (int n = 0; n < N; n++)
     s += m->host[n];
+  if (m->cp > 1) { /* the whole rows' mean: every piece's sum */
+    float sum = (float)s;
+    int rc = m->cp_comm->ops->allreduce_sum(m->cp_comm, &sum, 1);
+    if (rc < 0) {
+      m->hook_error = rc;
+      return NAN;
+    }
+    return sum / (float)((size_t)N * m->cp);
+  }
   return (float)(s / N);
 }
 
@@ -1252,7 +1381,8 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     return colo_fail(err, errlen, COLO_EINVAL,
                      "decoding with LoRA adapters: merge them into the weights first "
                      "(colo_lora_merge: the same model, without the adapters' products)");
-  if (m->tp_comm || !m->first || !m->last || m->hooks || be->act_dtype != COLO_DTYPE_F32)
+  if (m->tp_comm || m->cp_comm || !m->first || !m->last || m->hooks ||
+      be->act_dtype != COLO_DTYPE_F32)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "decoding needs the whole model on one rank in fp32, without hooks");
   if (pos < 0 || pos >= T || token < 0 || token >= V)
@@ -1335,7 +1465,7 @@ void colo_gpt_stage_layers(const colo_gpt_t *m, int *lo, int *hi) {
 }
 
 int colo_gpt_max_rows(const colo_gpt_t *m) {
-  return m->max_B * m->cfg.block_size;
+  return m->max_B * m->Tb;
 }
 
 int colo_gpt_recomputes(const colo_gpt_t *m) {
@@ -1811,7 +1941,8 @@ void colo_gpt_backward_stage(colo_gpt_t *m, float loss_scale, const float *d_out
   }
   /* loss -> logits (in place) -> final LayerNorm; weighted: each row's gradient times its weight
    * (colo_gpt_backward_weighted put them where the losses were) */
-  float dl = m->weighted ? loss_scale : loss_scale / (float)N;
+  /* the mean is over the whole rows: under context parallelism cp times this rank's tokens */
+  float dl = m->weighted ? loss_scale : loss_scale / (float)((size_t)N * m->cp);
   if (m->tp_comm)
     be->vocab_ce_bwd(m->logits, m->logits, m->gmax, m->gsum, m->targets, m->v0, dl, N, Vl);
   else if (!m->logits_grad)
@@ -1904,9 +2035,17 @@ blocks:
                    Cq, C);
     if (colo_lora_has(lo, COLO_LORA_ATTPROJ))
       colo_lora_bwd(lo, l, COLO_LORA_ATTPROJ, m->datty, dout, a->atty, w.attproj, N);
-    be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl, m->doc_pos);
+    if (m->cp > 1) { /* as the forward: over the whole rows, a cp-th of the heads */
+      cp_exchange(m, m->datty, m->datty, 1, 1);
+      be->attention_bwd(m->dqkv, m->datty, a->qkv, a->attc, a->att_lse, B, T * m->cp, Cq / m->cp,
+                        m->NHl / m->cp, m->doc_pos);
+      cp_exchange(m, m->dqkv, m->dqkv, 3, 0);
+    } else {
+      be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl,
+                        m->doc_pos);
+    }
     if (m->llama) /* through the rotation: its transpose */
-      be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, m->doc_pos);
+      be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, token_pos(m));
     if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
       be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
     const void *x1 = ln_full(m, a->ln1, off, rowf);
@@ -1933,7 +2072,7 @@ blocks:
                                   (m->i_wpe >= 0 && grads_begin(m, (size_t)m->i_wpe, 1) < 0)))
     return;
   const void *dout = full_rows(m, off, rowf);
-  be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl, m->doc_pos);
+  be->encoder_bwd(DWTE(m), DWPE(m), dout, m->inputs, B, T, C, m->v0, m->v0 + Vl, token_pos(m));
   grads_ready(m, (size_t)m->i_wte, 1);
   if (m->i_wpe >= 0)
     grads_ready(m, (size_t)m->i_wpe, 1);

@@ -218,6 +218,16 @@ typedef struct {
    * and fetched through hooks set before the first forward (colo_zero_attach_from), so that
    * set-up never holds the whole model in the backend's memory. */
   int no_params;
+  /* Context parallelism (DeepSpeed-Ulysses; NULL or a group of one: none): the group's ranks
+   * hold the same parameters and split every sequence, member c keeping tokens [c·T/cp,
+   * (c + 1)·T/cp) of each row, and only those rows' activations. Attention exchanges them
+   * (all-to-all) for a cp-th of the heads over every token, and back. The forward takes the whole
+   * rows' inputs and targets (the same on every member) and returns the mean over all of them;
+   * the gradients are each member's share of the mean's, for the caller to sum over the group
+   * (with the data-parallel ranks'). block_size and the heads of each tensor-parallel rank must
+   * divide by cp; T must, at each forward. colo_gpt_read_logits and read_losses then read this
+   * rank's rows (b·T/cp + t); decoding needs a model without. */
+  colo_comm_t *cp;
 } colo_gpt_stage_t;
 
 /* colo_gpt_create_tp for one pipeline stage (stage NULL: the whole model). */

@@ -1285,11 +1285,11 @@ static void ema_free(ema_t *e) {
 }
 
 /* The average in the weights' place, for an evaluation (in), and the weights back (!in), on
- * every rank of the data-parallel group dp together: at stage 0 the first rank's average
+ * every rank of ZeRO's group together: at stage 0 the first rank's average
  * broadcast into each rank's parameters, under ZeRO each rank's pieces put where its parameters
  * are (colo_zero_put_params). The weights wait in host memory meanwhile. */
 static int ema_swap(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gpt_t *model,
-                    const colo_backend_t *be, colo_comm_t *dp, int in, char *err, size_t errlen) {
+                    const colo_backend_t *be, int in, char *err, size_t errlen) {
   size_t n = z->stage == 3 ? z->shard_n : colo_gpt_num_params(model);
   float *p = colo_gpt_params(model);
   if (!e->saved && !(e->saved = malloc((n ? n : 1) * sizeof(float))))
@@ -1314,7 +1314,7 @@ static int ema_swap(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gpt_
       if (e->w) /* the first rank's, for every rank */
         be->from_host(p, e->w, n * sizeof(float));
       if (z->dp > 1)
-        rc = dp->ops->broadcast(dp, p, n, 0);
+        rc = z->comm->ops->broadcast(z->comm, p, n, 0);
     }
   }
   return rc < 0 ? colo_fail(err, errlen, COLO_EIO, "evaluating the moving average: %s",
@@ -1367,12 +1367,12 @@ static int ema_eval(ema_t *e, colo_zero_t *z, const colo_adamw_t *opt, colo_gpt_
   *out = NAN;
   if (e->decay <= 0.0f || !e->updates || !val->n || cfg->dpo_beta > 0.0f)
     return 0;
-  int rc = ema_swap(e, z, opt, model, be, dp, 1, err, errlen);
+  int rc = ema_swap(e, z, opt, model, be, 1, err, errlen);
   float each[COLO_MAX_SOURCES];
   float v = rc == 0 ? val_losses(model, dp, pipe, val, cfg, in, tg, NULL, each, NULL) : NAN;
   if (rc == 0 && colo_gpt_hook_error(model) < 0)
     rc = colo_fail(err, errlen, COLO_EIO, "evaluating the moving average: %s", colo_zero_error(z));
-  int back = ema_swap(e, z, opt, model, be, dp, 0, err, errlen);
+  int back = ema_swap(e, z, opt, model, be, 0, err, errlen);
   if (rc == 0 && back == 0)
     *out = v;
   return rc < 0 ? rc : back;
@@ -1884,6 +1884,10 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_adamw_t opt = {0};
   colo_comm_t *comm = NULL;    /* the world */
   colo_comm_t *dp_comm = NULL; /* this rank's data-parallel group (the world when tp = 1) */
+  /* the group its gradients are summed over and ZeRO shards over: the data-parallel ranks and
+   * under context parallelism every piece of their sequences (dp_comm when cp = 1) */
+  colo_comm_t *grad_comm = NULL;
+  colo_comm_t *cpc = NULL; /* its context-parallel group, NULL when cp = 1 */
   ema_t ema = {0};
   colo_comm_t *tpc = NULL; /* its tensor-parallel group, NULL when tp = 1 */
   colo_zero_t zero = {0};
@@ -1896,11 +1900,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   int auto_pending = 0;               /* memory.placement=auto, in its warm-up step */
   int world = cfg->world > 1 ? cfg->world : 1, me = world > 1 ? cfg->rank : 0;
   int lead = me == 0; /* rank 0 prints, reports and writes checkpoints */
-  /* the mesh: rank = dp_idx × tp + tp_idx, tensor-parallel ranks adjacent (one host, one NVLink
-   * domain) */
-  int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1, dp = world / (tp * pp);
-  int tp_idx = me % tp, dp_idx = (me / tp) % (dp > 0 ? dp : 1),
-      pp_idx = me / (tp * (dp > 0 ? dp : 1));
+  /* the mesh: rank = ((pp_idx × dp + dp_idx) × cp + cp_idx) × tp + tp_idx, tensor-parallel
+   * ranks adjacent (one host, one NVLink domain), then a sequence's pieces */
+  int tp = cfg->tp > 1 ? cfg->tp : 1, pp = cfg->pp > 1 ? cfg->pp : 1,
+      cp = cfg->cp > 1 ? cfg->cp : 1;
+  int dp = world / (tp * pp * cp);
+  int tp_idx = me % tp, cp_idx = (me / tp) % cp, dp_idx = (me / (tp * cp)) % (dp > 0 ? dp : 1),
+      pp_idx = me / (tp * cp * (dp > 0 ? dp : 1));
+  /* this rank's place in grad_comm: ZeRO's rank, which pieces it writes */
+  int zdp_idx = dp_idx * cp + cp_idx;
   colo_comm_t *ppc = NULL;  /* this rank's pipeline: the stages at its data/tensor position */
   colo_comm_t *embc = NULL; /* first and last stage: the tied embedding */
   pipe_t pipe_s = {0}, *pipe = NULL;
@@ -1929,6 +1937,20 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
              (unsigned long long)cfg->seed);
     rc = COLO_EINVAL;
     goto out;
+  }
+  if (cp > 1) { /* what context parallelism does not split (yet) */
+    const char *why = cfg->lora.rank > 0 ? "train.lora (its dropout numbers whole rows)"
+                      : cfg->dpo_beta > 0.0f
+                          ? "train.dpo_beta (a pair's log-probabilities are sums over whole rows)"
+                      : cfg->n_choice > 0 ? "data.choice_sets (scored a question at a time, of any "
+                                            "length)"
+                      : T % cp            ? "a block_size that does not divide by it"
+                                          : NULL;
+    if (why) {
+      snprintf(err, errlen, "parallel.cp=%d: context parallelism does not work with %s", cp, why);
+      rc = COLO_EINVAL;
+      goto out;
+    }
   }
   int blend = cfg->n_sources > 0;
   /* train.steps=0 evaluates the model it starts from: training data, named or not, goes unread */
@@ -2031,8 +2053,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       }
   }
   CHECK_GOTO(make_world(cfg, be, me, world, &comm, err, errlen), rc, out);
-  if (dp < 1 || world % (tp * pp)) {
-    snprintf(err, errlen, "a world of %d ranks does not split into pp=%d × tp=%d", world, pp, tp);
+  if (dp < 1 || world % (tp * pp * cp)) {
+    snprintf(err, errlen, "a world of %d ranks does not split into pp=%d × cp=%d × tp=%d", world,
+             pp, cp, tp);
     rc = COLO_EINVAL;
     goto out;
   }
@@ -2046,36 +2069,48 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     rc = COLO_EINVAL;
     goto out;
   }
-  /* the mesh: rank = (pp_idx × dp + dp_idx) × tp + tp_idx: tensor-parallel ranks adjacent (one
-   * host), pipeline stages outermost */
-  if (tp > 1 || pp > 1) {
-    int n = tp > dp ? tp : dp;
+  /* the mesh: rank = ((pp_idx × dp + dp_idx) × cp + cp_idx) × tp + tp_idx: tensor-parallel
+   * ranks adjacent (one host), then context-parallel ones, pipeline stages outermost */
+#define MESH(st, d, c, t) ((((st)*dp + (d)) * cp + (c)) * tp + (t))
+  if (tp > 1 || pp > 1 || cp > 1) {
+    int n = tp > dp * cp ? tp : dp * cp;
     n = n > pp ? n : pp;
     int *members = malloc((size_t)n * sizeof *members);
     for (int t = 0; rc == 0 && t < tp && tp > 1; t++)
-      members[t] = (pp_idx * dp + dp_idx) * tp + t;
+      members[t] = MESH(pp_idx, dp_idx, cp_idx, t);
     if (tp > 1)
       rc = colo_comm_group(comm, members, tp, &tpc, err, errlen);
+    for (int c = 0; rc == 0 && c < cp && cp > 1; c++)
+      members[c] = MESH(pp_idx, dp_idx, c, tp_idx);
+    if (rc == 0 && cp > 1)
+      rc = colo_comm_group(comm, members, cp, &cpc, err, errlen);
     for (int d = 0; rc == 0 && d < dp; d++)
-      members[d] = (pp_idx * dp + d) * tp + tp_idx;
+      members[d] = MESH(pp_idx, d, cp_idx, tp_idx);
     if (rc == 0)
       rc = colo_comm_group(comm, members, dp, &dp_comm, err, errlen);
+    for (int d = 0; rc == 0 && cp > 1 && d < dp * cp; d++)
+      members[d] = MESH(pp_idx, d / cp, d % cp, tp_idx);
+    if (rc == 0 && cp > 1)
+      rc = colo_comm_group(comm, members, dp * cp, &grad_comm, err, errlen);
     for (int st = 0; rc == 0 && pp > 1 && st < pp; st++)
-      members[st] = (st * dp + dp_idx) * tp + tp_idx;
+      members[st] = MESH(st, dp_idx, cp_idx, tp_idx);
     if (rc == 0 && pp > 1)
       rc = colo_comm_group(comm, members, pp, &ppc, err, errlen);
     /* the first and last stage share the tied token embedding: its gradients add up */
     if (rc == 0 && pp > 1 && !cfg->model.untied_head && (pp_idx == 0 || pp_idx == pp - 1)) {
-      members[0] = (0 * dp + dp_idx) * tp + tp_idx;
-      members[1] = ((pp - 1) * dp + dp_idx) * tp + tp_idx;
+      members[0] = MESH(0, dp_idx, cp_idx, tp_idx);
+      members[1] = MESH(pp - 1, dp_idx, cp_idx, tp_idx);
       rc = colo_comm_group(comm, members, 2, &embc, err, errlen);
     }
+#undef MESH
     free(members);
     if (rc < 0)
       goto out;
   } else {
     dp_comm = comm;
   }
+  if (!grad_comm)
+    grad_comm = dp_comm;
   pool = colo_pool_create_with(be->device ? "gpu" : "cpu", cfg->memory_limit, be->allocator);
   /* under ZeRO-3 the model has no parameter buffer: its values go from the host straight into
    * this rank's pieces (colo_zero_attach_from), never whole in the backend's memory */
@@ -2084,13 +2119,17 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
    * in fp32 in the backend's memory either */
   int nf4 = cfg->lora.rank > 0 && cfg->lora.quant == COLO_LORA_QUANT_NF4;
   colo_gpt_stage_t stage = {pp_idx * cfg->model.n_layer / pp,
-                            (pp_idx + 1) * cfg->model.n_layer / pp, pp_idx == 0, pp_idx == pp - 1,
-                            z3 || nf4};
+                            (pp_idx + 1) * cfg->model.n_layer / pp,
+                            pp_idx == 0,
+                            pp_idx == pp - 1,
+                            z3 || nf4,
+                            cpc};
   CHECK_GOTO(colo_gpt_create_stage(&cfg->model, B / M, cfg->recompute, be, tpc,
-                                   pp > 1 || z3 || nf4 ? &stage : NULL, pool, &model, err, errlen),
+                                   pp > 1 || z3 || nf4 || cpc ? &stage : NULL, pool, &model, err,
+                                   errlen),
              rc, out);
   if (cfg->sequence_parallel) {
-    if (!tpc || ((B / M) * T) % tp) {
+    if (!tpc || ((B / M) * (T / cp)) % tp) {
       snprintf(err, errlen, "sequence parallelism needs tp > 1 dividing batch_size × block_size");
       rc = COLO_EINVAL;
       goto out;
@@ -2192,9 +2231,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     pipe_s.dpo = dpo;
     pipe = &pipe_s;
   }
-  CHECK_GOTO(
-      colo_zero_init(&zero, dp_comm, cfg->zero_stage, cfg->chunk_floats, model, pool, err, errlen),
-      rc, out);
+  CHECK_GOTO(colo_zero_init(&zero, grad_comm, cfg->zero_stage, cfg->chunk_floats, model, pool, err,
+                            errlen),
+             rc, out);
   if (cfg->placement_static) {
     colo_placement_t pl = {cfg->param_device_fraction, cfg->optim_device_fraction,
                            cfg->optim_nvme_fraction, cfg->nvme_dir};
@@ -2219,7 +2258,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     CHECK_GOTO(colo_zero_muon(&zero, &opt, err, errlen), rc, out);
   }
   if (cfg->ema_decay > 0.0f && !lora)
-    CHECK_GOTO(ema_init(&ema, cfg->ema_decay, &zero, model, be, dp_idx, err, errlen), rc, out);
+    CHECK_GOTO(ema_init(&ema, cfg->ema_decay, &zero, model, be, zdp_idx, err, errlen), rc, out);
   /* the batch's tokens, page-locked where the backend has such memory: the device copies them
    * at the bus's speed every micro-step, without a staging copy of the driver's */
   if (!(in = colo_host_alloc(be, (size_t)B * T * sizeof *in)) ||
@@ -2417,10 +2456,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_pool_reset_peak(pool);
 
   size_t n_params = colo_gpt_num_params(model);
+  char cp_note[24];
   if (!cfg->quiet && lead && world > 1)
-    printf("mesh: pp=%d (%d micro-batches) x dp=%d x tp=%d%s; ZeRO stage %d over %zu chunks of "
+    printf("mesh: pp=%d (%d micro-batches) x dp=%d x %stp=%d%s; ZeRO stage %d over %zu chunks of "
            "%zu floats (%zu padding)\n",
-           pp, M, dp, tp, colo_gpt_sequence_parallel(model) ? " with sequence parallelism" : "",
+           pp, M, dp, cp > 1 ? (snprintf(cp_note, sizeof cp_note, "cp=%d x ", cp), cp_note) : "",
+           tp, colo_gpt_sequence_parallel(model) ? " with sequence parallelism" : "",
            cfg->zero_stage, zero.chunks.n, zero.chunks.capacity, zero.chunks.waste);
   if (!cfg->quiet && lead && pp > 1)
     printf("pipeline: %d stages; stage 0 holds blocks [0, %d) and %zu of the model's %zu "
@@ -2594,7 +2635,9 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_ckpt_meta_t meta = {.seed = cfg->seed,
                            .loss_scale = 1.0f,
                            .model = cfg->model,
-                           .dp = dp,
+                           /* the ranks that hold ZeRO's pieces: with context parallelism
+                            * its ranks too, at their places in the mesh (MESH above) */
+                           .dp = dp * cp,
                            .tp = tp,
                            .pp = pp,
                            .world = world,
@@ -2662,7 +2705,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (save_due) {
       CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN,
                       val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
-                      pool, comm, dp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
+                      pool, comm, zdp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
                       sizeof ckpt_path, err, errlen),
                  rc, out);
       saved_at = step;
@@ -2683,7 +2726,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       if (cfg->ckpt_dir && step > start && saved_at != step) {
         CHECK_GOTO(save(cfg, &meta, step, 1, val_step == step ? last_val : NAN,
                         val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
-                        pool, comm, dp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
+                        pool, comm, zdp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
                         sizeof ckpt_path, err, errlen),
                    rc, out);
         saved_at = step;
@@ -2821,12 +2864,12 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
       goto out;
     }
     loss /= cfg->grad_accum;
-    if (dp > 1) {
+    if (dp * cp > 1) { /* (a context-parallel group's ranks have the same loss) */
       float l = (float)loss;
-      if (dp_comm->ops->allreduce_sum(dp_comm, &l, 1) < 0 ||
+      if ((dp > 1 && dp_comm->ops->allreduce_sum(dp_comm, &l, 1) < 0) ||
           (lora ? dp_comm->ops->allreduce_sum(dp_comm, colo_lora_grads(lora), colo_lora_numel(lora))
                 : colo_zero_reduce_grads(&zero, model)) < 0) {
-        snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(dp_comm));
+        snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(grad_comm));
         rc = COLO_EIO;
         goto out;
       }
@@ -3022,7 +3065,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->ckpt_dir && step > start && step != saved_at) {
     CHECK_GOTO(save(cfg, &meta, step, 0, val_step == step ? last_val : NAN,
                     val_step == step ? last_score : NAN, &scaler, model, &opt, &zero, pipe, tpc,
-                    pool, comm, dp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
+                    pool, comm, zdp_idx, me, be, lead, progress, dpo, &ema, ckpt_path,
                     sizeof ckpt_path, err, errlen),
                rc, out);
     if (!quiet)
@@ -3110,8 +3153,12 @@ out:
     free(pipe_s.x_store);
     free(pipe_s.dy);
   }
+  if (grad_comm && grad_comm != dp_comm)
+    grad_comm->ops->destroy(grad_comm);
   if (dp_comm && dp_comm != comm)
     dp_comm->ops->destroy(dp_comm);
+  if (cpc)
+    cpc->ops->destroy(cpc);
   colo_zero_free(&zero);
   dump_free(&dump);
   colo_host_free(be, in);

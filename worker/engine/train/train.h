@@ -114,7 +114,10 @@ typedef struct {
   size_t chunk_floats; /* ZeRO's chunk capacity (memory.chunk_mib); 0: searched */
   int tp; /* tensor-parallel degree: world = dp × tp, tensor-parallel ranks adjacent */
   int sequence_parallel;
-  int pp;                /* pipeline stages: world = pp × dp × tp */
+  int pp; /* pipeline stages: world = pp × dp × cp × tp */
+  /* context parallelism: each sequence split over cp ranks (model/gpt.h); they hold the same
+   * batch and parameters, and count as data-parallel ranks for gradients and ZeRO's pieces */
+  int cp;
   int micro_batches;     /* per step, through the pipeline (1F1B) */
   float loss_scale_init; /* > 0: dynamic loss scaling from this scale; 0: none */
   int loss_scale_window; /* clean steps before the scale doubles */
