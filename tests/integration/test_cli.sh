@@ -67,6 +67,9 @@ expect_eq "$ERR" "coloctl: $TMP/typo.yaml:2: unknown field \"paralel\""
 expect_rc 0 "$COLOCTL" submit --dry-run "$EX"
 expect_eq "$OUT" "$EX: valid (world 2)"
 expect_eq "$(db_count "$STATE")" "$before"
+# the long-context example: dp=2 x cp=4 is a world of 8
+expect_rc 0 "$COLOCTL" submit --dry-run "$COLO_SRC/examples/llama-long-context.yaml"
+expect_eq "$OUT" "$COLO_SRC/examples/llama-long-context.yaml: valid (world 8)"
 # the example pipeline file: both stages checked, nothing sent; a pipeline's own errors are its
 expect_rc 0 "$COLOCTL" submit --dry-run "$COLO_SRC/examples/tinyshakespeare-pipeline.yaml"
 expect_eq "$OUT" "$COLO_SRC/examples/tinyshakespeare-pipeline.yaml: a pipeline of 4 stages, valid: pretrain (world 2), finetune (world 2), adapt (world 2), evaluate (world 2)"
