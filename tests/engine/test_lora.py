@@ -473,6 +473,10 @@ def tensor_parallel(tmp):
     compare("GPT-2, 2 ranks = 1", ref, lora_run("tp-2", g2, gm, tp), "tp-ref", "tp-2", 1e-5, 1e-4)
     compare("GPT-2, sequence parallel = 1 rank", ref, lora_run("tp-sp", g2, gm, tp + ["--sp", "true"]),
             "tp-ref", "tp-sp", 1e-5, 1e-4)
+    # context parallelism: each sequence's tokens split over the ranks, dropout's masks as the
+    # whole rows' (colo_lora_set_rows)
+    compare("GPT-2, cp=2 = 1 rank", ref, lora_run("cp-2", g2, gm, ["--nproc", "2", "--cp", "2"]),
+            "tp-ref", "cp-2", 1e-5, 1e-4)
     f = "step_%08d/rank_00000.safetensors" % STEPS
     compare("GPT-2, tp=2 x pp=2 = 1 rank", ref,
             lora_run("tp-pp", g2, gm, ["--nproc", "4", "--tp", "2", "--pp", "2", "--micro-batches", "2"]),
@@ -505,6 +509,9 @@ def tensor_parallel(tmp):
     ref = lora_run("tp-l-ref", lb, lm)
     compare("Llama (GQA, untied head), sequence parallel = 1 rank", ref,
             lora_run("tp-l", lb, lm, tp + ["--sp", "true"]), "tp-l-ref", "tp-l", 1e-5, 1e-4)
+    compare("Llama (GQA, untied head), cp=2 x tp=2 sp = 1 rank", ref,
+            lora_run("cp-tp-l", lb, lm, ["--nproc", "4", "--tp", "2", "--sp", "true", "--cp", "2"]),
+            "tp-l-ref", "cp-tp-l", 1e-5, 1e-4)
     bf = ["--precision", "bf16", "--recompute"]
     ref = lora_run("tp-lb-ref", lb, lm, bf)
     compare("Llama in bf16, sequence parallel = 1 rank", ref,

@@ -350,8 +350,8 @@ echo "activations: one process $a1 bytes, a rank of cp=2 $a2 bytes"
 expect_contains "$(head -1 "$TMP/mesh.out")" "x dp=1 x cp=2 x tp=1"
 expect_rc 78 "$CT" train "${M[@]}" --nproc 3 --cp 3 --batch-size $GLOBAL_B
 expect_contains "$ERR" "parallel.cp=3 does not divide the heads of each tensor-parallel rank (model.n_head/tp = 2): attention splits them over the sequence's pieces"
-expect_rc 78 "$CT" train "${M[@]}" --nproc 2 --cp 2 --lora-rank 4 --batch-size $GLOBAL_B
-expect_contains "$ERR" "parallel.cp=2: context parallelism does not work with train.lora_rank (its dropout numbers whole rows)"
+expect_rc 78 "$CT" train "${M[@]}" --nproc 2 --cp 2 --block-size 33 --batch-size $GLOBAL_B
+expect_contains "$ERR" "parallel.cp=2 does not divide model.block_size=33: each rank holds an equal piece of every sequence"
 
 # reshard: stop at 5 under one layout, resume under the other
 run "$TMP/re1" --nproc 2 --dp 2 --zero 1 --batch-size 4 --ckpt-interval 5 --stop-at 5

@@ -119,9 +119,6 @@ static const struct {
      "sequence"},
     {BASE "parallel: {cp: 2, tp: 2, sequence_parallel: true}\nmodel: {block_size: 66}\n",
      "parallel.tp=2 does not divide model.block_size=66/cp, as sequence parallelism needs"},
-    {BASE "parallel: {cp: 2}\ntrain: {lora_rank: 8}\n",
-     "parallel.cp=2: context parallelism does not work with train.lora_rank (its dropout numbers "
-     "whole rows)"},
     {BASE "parallel: {cp: 2}\ntrain: {dpo_beta: 0.1}\n",
      "parallel.cp=2: context parallelism does not work with train.dpo_beta (a pair's "
      "log-probabilities are sums over whole rows)"},

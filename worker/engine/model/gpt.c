@@ -1285,6 +1285,8 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
   m->B = B;
   m->T = T;
   m->logits_grad = 0;
+  if (m->lora && m->cp > 1) /* its dropout's rows numbered as the whole rows' */
+    colo_lora_set_rows(m->lora, T, T * m->cp, m->cpr * T);
   if (inputs)
     be->from_host(m->inputs, inputs, (size_t)N * sizeof(int));
   int Nl = m->sp ? N / m->tp : N;

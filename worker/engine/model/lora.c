@@ -38,6 +38,9 @@ struct colo_lora_s {
   /* dropout: on for training passes (colo_lora_set_dropout); xd [N][max in] holds x dropped */
   int drop;
   uint64_t drop_key, drop_row0;
+  /* context parallelism (colo_lora_set_rows): rows [0, N) are runs of piece tokens of sequences
+   * of seq, this rank's starting at off; piece 0: the rows are the batch's, in order */
+  int rows_piece, rows_seq, rows_off;
   uint32_t thresh;
   float drop_scale;
   void *xd;
@@ -430,6 +433,31 @@ void colo_lora_set_dropout(colo_lora_t *l, int on, uint64_t key, uint64_t row0) 
   l->drop_row0 = row0;
 }
 
+void colo_lora_set_rows(colo_lora_t *l, int piece, int seq, int off) {
+  l->rows_piece = piece;
+  l->rows_seq = seq;
+  l->rows_off = off;
+}
+
+/* Dropout of N rows of `cols` values (the adapter's input, or its gradient; out may be inp), a
+ * row's mask that of its number in the step's batch: drop_row0 + n, or under context parallelism
+ * where its token sits in its whole sequence, a run of a sequence's tokens at a time */
+static void drop_rows(colo_lora_t *l, void *out, const void *inp, int N, int cols, uint64_t key,
+                      int col0) {
+  int piece = l->rows_piece;
+  for (int n = 0; n < N;) {
+    int run = piece > 0 ? piece - n % piece : N - n;
+    run = run < N - n ? run : N - n;
+    uint64_t row = piece > 0 ? (uint64_t)(n / piece) * (uint64_t)l->rows_seq +
+                                   (uint64_t)l->rows_off + (uint64_t)(n % piece)
+                             : (uint64_t)n;
+    size_t at = (size_t)n * (size_t)cols * l->be->act_size;
+    l->be->dropout((char *)out + at, (const char *)inp + at, run, cols, key, l->drop_row0 + row,
+                   col0, l->thresh, l->drop_scale);
+    n += run;
+  }
+}
+
 /* this rank's first column of a product's input: a row-parallel product's inputs are split */
 static int input_col0(const colo_lora_t *l, unsigned target) {
   int k = bit_index(target);
@@ -442,8 +470,7 @@ static const void *adapter_input(colo_lora_t *l, int layer, unsigned target, con
   if (!l->drop)
     return inp;
   *key = colo_hash4(l->drop_key, (uint64_t)layer, target, 0x64726f70); /* "drop" */
-  l->be->dropout(l->xd, inp, N, in, *key, l->drop_row0, input_col0(l, target), l->thresh,
-                 l->drop_scale);
+  drop_rows(l, l->xd, inp, N, in, *key, input_col0(l, target));
   return l->xd;
 }
 
@@ -469,8 +496,7 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
     dout = l->delta;
     if (l->drop) { /* and W·xd's input gradient, through the mask */
       be->matmul_bwd(l->dx, NULL, NULL, l->dd, NULL, w, N, d.in, d.out);
-      be->dropout(l->dx, l->dx, N, d.in, key, l->drop_row0, input_col0(l, target), l->thresh,
-                  l->drop_scale);
+      drop_rows(l, l->dx, l->dx, N, d.in, key, input_col0(l, target));
       be->add(dinp, dinp, l->dx, (size_t)N * d.in);
     }
   }
@@ -483,8 +509,7 @@ void colo_lora_bwd(colo_lora_t *l, int layer, unsigned target, void *dinp, const
   /* dx = du·A (written), dA += duᵀ·x */
   be->lmhead_bwd(l->dx, l->grads + d.a->offset, l->du, inp, d.A, N, d.in, r);
   if (l->drop) /* through the dropout: the same mask and scale */
-    be->dropout(l->dx, l->dx, N, d.in, key, l->drop_row0, input_col0(l, target), l->thresh,
-                l->drop_scale);
+    drop_rows(l, l->dx, l->dx, N, d.in, key, input_col0(l, target));
   be->add(dinp, dinp, l->dx, (size_t)N * d.in);
 }
 

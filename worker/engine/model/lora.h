@@ -114,6 +114,10 @@ double colo_lora_dropout_decimal(const colo_lora_config_t *cfg);
  * product and column (core/rng.h's colo_dropout_keep); off: none (evaluation, sampling). A
  * backward, or a recomputed forward, has the forward's masks. */
 void colo_lora_set_dropout(colo_lora_t *l, int on, uint64_t key, uint64_t row0);
+/* Context parallelism (the model sets it at each forward): the products' rows are runs of
+ * `piece` tokens of sequences of `seq`, this rank's from token `off` of each, and dropout numbers
+ * each row as its token's place in the whole batch. piece 0: rows in order (the default). */
+void colo_lora_set_rows(colo_lora_t *l, int piece, int seq, int off);
 
 /* Whether layer's product `target` (a COLO_LORA_* bit) has an adapter. */
 int colo_lora_has(const colo_lora_t *l, unsigned target);

@@ -1939,8 +1939,7 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     goto out;
   }
   if (cp > 1) { /* what context parallelism does not split (yet) */
-    const char *why = cfg->lora.rank > 0 ? "train.lora (its dropout numbers whole rows)"
-                      : cfg->dpo_beta > 0.0f
+    const char *why = cfg->dpo_beta > 0.0f
                           ? "train.dpo_beta (a pair's log-probabilities are sums over whole rows)"
                       : cfg->n_choice > 0 ? "data.choice_sets (scored a question at a time, of any "
                                             "length)"
@@ -2867,7 +2866,8 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
     if (dp * cp > 1) { /* (a context-parallel group's ranks have the same loss) */
       float l = (float)loss;
       if ((dp > 1 && dp_comm->ops->allreduce_sum(dp_comm, &l, 1) < 0) ||
-          (lora ? dp_comm->ops->allreduce_sum(dp_comm, colo_lora_grads(lora), colo_lora_numel(lora))
+          (lora ? grad_comm->ops->allreduce_sum(grad_comm, colo_lora_grads(lora),
+                                                colo_lora_numel(lora))
                 : colo_zero_reduce_grads(&zero, model)) < 0) {
         snprintf(err, errlen, "rank %d: %s", me, colo_comm_error(grad_comm));
         rc = COLO_EIO;
