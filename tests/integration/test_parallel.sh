@@ -13,9 +13,9 @@
 #     (sequence parallel), dp=2 x tp=2 ZeRO-3, pp=2 x tp=2, and llama GQA at ZeRO-3 and tp=2;
 #     and pp=2 with boundary tensors larger than the transport's buffers (2 steps; the
 #     shared-memory rings at 1 MiB, and a size out of range refused);
-#   - the weights' moving average (train.ema_decay) at dp=2, ZeRO-1, ZeRO-3 and pp=2 x tp=2 as
-#     one process's, evaluated in the weights' place at each evaluation (which trains on as
-#     without it), and resumed from ZeRO-3's pieces at dp=1;
+#   - the weights' moving average (train.ema_decay) at dp=2, ZeRO-1, ZeRO-3, pp=2 x tp=2, cp=2 and
+#     dp=2 x cp=2 ZeRO-1 as one process's, evaluated in the weights' place at each evaluation
+#     (which trains on as without it), and resumed from ZeRO-3's pieces at dp=1;
 #   - context parallelism (cp=2 alone, recomputing, with NEFTune and a loss mask, dp=2 x cp=2 at
 #     ZeRO-1 and 3, pp=2 x cp=2, cp=4, llama GQA with documents at cp=2 x tp=2 sp) as one process,
 #     resumed at dp=1, with each rank's activations below 0.6x, and its refusals;
@@ -386,9 +386,12 @@ run "$TMP/em_dp2z0" "${EM[@]}" --nproc 2 --dp 2 --zero 0 --batch-size $((GLOBAL_
 run "$TMP/em_dp2z1" "${EM[@]}" --nproc 2 --dp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
 run "$TMP/em_dp2z3" "${EM[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 run "$TMP/em_pp2tp2" "${EM[@]}" --nproc 4 --pp 2 --tp 2 --micro-batches 2 --batch-size $GLOBAL_B
+run "$TMP/em_cp2" "${EM[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+run "$TMP/em_dp2cp2z1" "${EM[@]}" --nproc 4 --dp 2 --cp 2 --zero 1 --batch-size $((GLOBAL_B / 2))
 run "$TMP/emre" "${EM[@]}" --nproc 2 --dp 2 --zero 3 --batch-size 4 --ckpt-interval 5 --stop-at 5
 run "$TMP/emre" "${EM[@]}" --batch-size 8 --ckpt-interval 5 --resume auto
-for l in dp2z0:"dp=2" dp2z1:"dp=2 ZeRO-1" dp2z3:"dp=2 ZeRO-3" pp2tp2:"pp=2 x tp=2"; do
+for l in dp2z0:"dp=2" dp2z1:"dp=2 ZeRO-1" dp2z3:"dp=2 ZeRO-3" pp2tp2:"pp=2 x tp=2" cp2:"cp=2" \
+  dp2cp2z1:"dp=2 x cp=2 ZeRO-1"; do
   EXPORT_ARGS=--ema compare "$TMP/em" "$TMP/em_${l%%:*}" "ema ${l#*:}"
 done
 EXPORT_ARGS=--ema compare "$TMP/em" "$TMP/emre" "ema ZeRO-3 dp=2 -> dp=1 resume"
@@ -400,7 +403,7 @@ cmp "$TMP/em/ckpt/model.safetensors" "$TMP/em/export-10.safetensors" ||
 compare "$TMP/single" "$TMP/em" "ema kept vs none"
 expect_rc 0 "$CT" eval --checkpoint "$TMP/em/ckpt/step_00000010" --ema --data "$TMP/data/val.bin" \
   --batches 2 --batch-size $GLOBAL_B --json
-$PY - "$OUT" "$TMP"/em{,_dp2z0,_dp2z1,_dp2z3,_pp2tp2}/progress.jsonl <<'PYEOF' || fail "the moving average's evaluation"
+$PY - "$OUT" "$TMP"/em{,_dp2z0,_dp2z1,_dp2z3,_pp2tp2,_cp2,_dp2cp2z1}/progress.jsonl <<'PYEOF' || fail "the moving average's evaluation"
 import json, sys
 want = json.loads(sys.argv[1])["loss"]
 got = [[r.get("ema_val_loss") for r in map(json.loads, open(f)) if r["event"] == "eval"] for f in sys.argv[2:]]
