@@ -1943,7 +1943,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
                           ? "train.dpo_beta (a pair's log-probabilities are sums over whole rows)"
                       : cfg->n_choice > 0 ? "data.choice_sets (scored a question at a time, of any "
                                             "length)"
-                      : T % cp            ? "a block_size that does not divide by it"
                                           : NULL;
     if (why) {
       snprintf(err, errlen, "parallel.cp=%d: context parallelism does not work with %s", cp, why);
@@ -2455,13 +2454,15 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   colo_pool_reset_peak(pool);
 
   size_t n_params = colo_gpt_num_params(model);
-  char cp_note[24];
+  char cp_note[24] = ""; /* context parallelism, where there is any */
+  if (cp > 1)
+    snprintf(cp_note, sizeof cp_note, "cp=%d x ", cp);
   if (!cfg->quiet && lead && world > 1)
     printf("mesh: pp=%d (%d micro-batches) x dp=%d x %stp=%d%s; ZeRO stage %d over %zu chunks of "
            "%zu floats (%zu padding)\n",
-           pp, M, dp, cp > 1 ? (snprintf(cp_note, sizeof cp_note, "cp=%d x ", cp), cp_note) : "",
-           tp, colo_gpt_sequence_parallel(model) ? " with sequence parallelism" : "",
-           cfg->zero_stage, zero.chunks.n, zero.chunks.capacity, zero.chunks.waste);
+           pp, M, dp, cp_note, tp,
+           colo_gpt_sequence_parallel(model) ? " with sequence parallelism" : "", cfg->zero_stage,
+           zero.chunks.n, zero.chunks.capacity, zero.chunks.waste);
   if (!cfg->quiet && lead && pp > 1)
     printf("pipeline: %d stages; stage 0 holds blocks [0, %d) and %zu of the model's %zu "
            "parameters\n",
