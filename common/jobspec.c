@@ -385,11 +385,6 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "parallel.cp=%u does not divide model.block_size=%u: each rank holds an equal piece "
                "of every sequence",
                p->cp, m->block_size);
-  if (p->cp > 1 && (s->train->dpo_beta > 0.0f || s->data->n_choice_sets > 0))
-    return bad(err, errlen, "parallel.cp=%u: context parallelism does not work with %s", p->cp,
-               s->train->dpo_beta > 0.0f
-                   ? "train.dpo_beta (a pair's log-probabilities are sums over whole rows)"
-                   : "data.choice_sets (scored a question at a time, of any length)");
   if (p->pp > m->n_layer)
     return bad(err, errlen, "parallel.pp=%u exceeds model.n_layer=%u: every stage needs a layer",
                p->pp, m->n_layer);

@@ -431,6 +431,7 @@ def main():
                             ("ZeRO-3 over 2 ranks", ["--nproc", "2", "--dp", "2", "--zero", "3"]),
                             ("tp=2", ["--nproc", "2", "--tp", "2"]),
                             ("tp=2 with sequence parallelism", ["--nproc", "2", "--tp", "2", "--sp", "true"]),
+                            ("cp=2 (each sequence's tokens split)", ["--nproc", "2", "--cp", "2"]),
                             ("2 pipeline stages, 2 micro-batches", ["--nproc", "2", "--pp", "2",
                                                                     "--micro-batches", "2"])]:
             ev = scores(extra)

@@ -479,6 +479,8 @@ def whole_model(tmp, seqs, vseqs):
              ["--nproc", "2", "--dp", "2", "--zero", "3"], B // 2),
             ("whole-tp", "[whole] tp=2 with sequence parallelism = 1 rank",
              ["--nproc", "2", "--tp", "2", "--sp", "true"], B),
+            ("whole-cp", "[whole] cp=2 (each sequence's tokens split; the table through them) = 1 rank",
+             ["--nproc", "2", "--cp", "2"], B),
             ("whole-pp", "[whole] 2 pipeline stages (2 micro-batches; the table through them) = 1 rank",
              ["--nproc", "2", "--pp", "2", "--micro-batches", "2"], B)):
         c = os.path.join(tmp, name)
@@ -641,9 +643,11 @@ def main():
         drop = ["--lora-dropout", "0.1"]
         one, two = layout("d1", drop), layout("d2", drop + ["--nproc", "2", "--dp", "2"], b=B // 2)
         tp = layout("tp", ["--nproc", "2", "--tp", "2", "--sp", "true"])
+        cp = layout("cp", drop + ["--nproc", "2", "--cp", "2"])
         whole = (ref, read_safetensors(os.path.join(ck, f)))
         for tag, (a, ca), (b, cb) in (("2 data-parallel ranks (dropout 0.1) = 1", one, two),
-                                      ("tp=2 with sequence parallelism = 1 rank", whole, tp)):
+                                      ("tp=2 with sequence parallelism = 1 rank", whole, tp),
+                                      ("cp=2 (dropout 0.1) = 1 rank", one, cp)):
             lrel = ((a["losses"] - b["losses"]).abs() / a["losses"].abs()).max().item()
             wabs = max((ca[k] - cb[k]).abs().max().item() for k in ca)
             check(tag, lrel <= 1e-5 and wabs <= 1e-4 and sorted(ca) == sorted(cb),

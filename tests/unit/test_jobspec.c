@@ -119,13 +119,6 @@ static const struct {
      "sequence"},
     {BASE "parallel: {cp: 2, tp: 2, sequence_parallel: true}\nmodel: {block_size: 66}\n",
      "parallel.tp=2 does not divide model.block_size=66/cp, as sequence parallelism needs"},
-    {BASE "parallel: {cp: 2}\ntrain: {dpo_beta: 0.1}\n",
-     "parallel.cp=2: context parallelism does not work with train.dpo_beta (a pair's "
-     "log-probabilities are sums over whole rows)"},
-    {"name: t\ndata: {train_path: d/train.bin, val_path: d/val.bin, choice_sets: [{path: hs}]}\n"
-     "parallel: {cp: 2}\ntrain: {eval_interval: 10}\n",
-     "parallel.cp=2: context parallelism does not work with data.choice_sets (scored a question at "
-     "a time, of any length)"},
     {BASE "parallel: {micro_batches: 5}\ntrain: {batch_size: 12}\n",
      "parallel.micro_batches=5 does not divide train.batch_size=12"},
     {BASE "optimizer: {lr: 0}\n", "optimizer.lr=0 must be positive"},

@@ -78,6 +78,8 @@ struct colo_gpt_s {
   int cp, cpr, Tb;
   int *pos, *pos_host; /* cp: its tokens' positions [max_B][Tb], backend memory and host */
   int *io_host;        /* cp: host scratch for its slice of the inputs and targets [2][max_B·Tb] */
+  float *cp_loss;      /* cp: the group's losses gathered, [cp][max_B·Tb], backend memory */
+  float *cp_host;      /* cp: host scratch of the whole rows' losses or weights [max_B][T] */
   void *cp_send, *cp_recv; /* cp: the all-to-all's blocks, cp of cp_blk floats each */
   size_t cp_blk;
   int l_lo, l_hi, first, last;   /* pipeline stage: blocks [l_lo, l_hi) */
@@ -483,6 +485,10 @@ int colo_gpt_tp_size(const colo_gpt_t *m) {
   return m->tp;
 }
 
+int colo_gpt_cp_size(const colo_gpt_t *m) {
+  return m->cp;
+}
+
 int colo_gpt_create_tp(const colo_gpt_config_t *cfg, int max_B, int recompute,
                        const colo_backend_t *be, colo_comm_t *tp_comm, colo_pool_t *pool,
                        colo_gpt_t **out, char *err, size_t errlen) {
@@ -684,7 +690,8 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {&m->wte_act, lowp && m->last ? (size_t)m->Vl * C * A : 0},
               {(void **)&m->pos, cp > 1 ? N * sizeof(int) : 0},
               {&m->cp_send, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3) * F : 0},
-              {&m->cp_recv, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3) * F : 0}};
+              {&m->cp_recv, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3) * F : 0},
+              {(void **)&m->cp_loss, cp > 1 ? (size_t)cp * N * F : 0}};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (rest[i].bytes && !(*rest[i].p = colo_pool_alloc(pool, rest[i].bytes, "activations")))
       rc = COLO_ENOMEM;
@@ -703,7 +710,8 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     free(f);
   }
   if (rc == 0 && cp > 1 &&
-      (!(m->pos_host = malloc(N * sizeof(int))) || !(m->io_host = malloc(2 * N * sizeof(int))))) {
+      (!(m->pos_host = malloc(N * sizeof(int))) || !(m->io_host = malloc(2 * N * sizeof(int))) ||
+       !(m->cp_host = malloc((size_t)cp * N * sizeof(float))))) {
     snprintf(err, errlen, "out of memory");
     colo_gpt_destroy(m);
     return COLO_ENOMEM;
@@ -754,7 +762,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
                   m->gmax,    m->gsum,     m->tlogit,     m->gather, m->dfull,  m->lnscratch,
                   m->wte_act, m->xfer,     m->proj,       m->lnfull, m->kcache, m->vcache,
                   m->scores,  m->dec_loss, m->dec_target, m->dglu,   m->qsmall, m->inv_freq,
-                  m->pos,     m->cp_send,  m->cp_recv};
+                  m->pos,     m->cp_send,  m->cp_recv,    m->cp_loss};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0]; i++)
     colo_pool_free(p, rest[i]);
   if (m->layers) {
@@ -773,6 +781,7 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->doc_pos);
   free(m->pos_host);
   free(m->io_host);
+  free(m->cp_host);
   free(m->doc_pos_host);
   free(m->host);
   free(m);
@@ -1912,13 +1921,38 @@ void colo_gpt_backward_weighted(colo_gpt_t *m, const float *w) {
     fprintf(stderr, "colo_gpt_backward_weighted: after colo_gpt_forward_train\n");
     abort();
   }
-  m->be->from_host(m->losses, w, (size_t)m->B * m->T * sizeof(float));
+  size_t N = (size_t)m->B * m->T, T = (size_t)m->T;
+  if (m->cp > 1) { /* this rank's tokens' weights, of the whole rows' */
+    for (size_t b = 0; b < (size_t)m->B; b++)
+      memcpy(m->cp_host + b * T, w + (b * (size_t)m->cp + (size_t)m->cpr) * T, T * sizeof(float));
+    w = m->cp_host;
+  }
+  m->be->from_host(m->losses, w, N * sizeof(float));
   m->weighted = 1;
   colo_gpt_backward_stage(m, 1.0f, NULL);
 }
 
-void colo_gpt_read_losses(const colo_gpt_t *m, float *dst) {
-  memcpy(dst, m->host, (size_t)m->B * m->T * sizeof(float));
+void colo_gpt_read_losses(colo_gpt_t *m, float *dst) {
+  size_t N = (size_t)m->B * m->T, T = (size_t)m->T, cp = (size_t)m->cp;
+  if (cp == 1) {
+    memcpy(dst, m->host, N * sizeof(float));
+    return;
+  }
+  /* every piece's [B][T/cp], gathered [cp][B][T/cp], laid out again as the rows [B][T] */
+  m->be->from_host(m->cp_loss + (size_t)m->cpr * N, m->host, N * sizeof(float));
+  if (!m->hook_error) {
+    int rc = m->cp_comm->ops->all_gather(m->cp_comm, m->cp_loss, N);
+    if (rc < 0)
+      m->hook_error = rc;
+  }
+  if (m->hook_error) {
+    memset(dst, 0, cp * N * sizeof(float));
+    return;
+  }
+  m->be->to_host(m->cp_host, m->cp_loss, cp * N * sizeof(float));
+  for (size_t c = 0; c < cp; c++)
+    for (size_t b = 0; b < (size_t)m->B; b++)
+      memcpy(dst + (b * cp + c) * T, m->cp_host + c * N + b * T, T * sizeof(float));
 }
 
 struct colo_lora_s *colo_gpt_swap_lora(colo_gpt_t *m, struct colo_lora_s *l) {

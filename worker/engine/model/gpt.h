@@ -131,6 +131,8 @@ const colo_param_t *colo_gpt_full_table(const colo_gpt_t *m, size_t *n);
 /* The tensor-parallel rank and group size. */
 int colo_gpt_tp_rank(const colo_gpt_t *m);
 int colo_gpt_tp_size(const colo_gpt_t *m);
+/* The context-parallel group's size (1: none): every forward's T must divide by it. */
+int colo_gpt_cp_size(const colo_gpt_t *m);
 void colo_gpt_destroy(colo_gpt_t *m);
 
 const colo_gpt_config_t *colo_gpt_config(const colo_gpt_t *m);
@@ -345,10 +347,13 @@ void colo_gpt_zero_grad(colo_gpt_t *m);
  * have had targets. */
 void colo_gpt_backward(colo_gpt_t *m, float loss_scale);
 /* The last forward's (colo_gpt_forward with targets, not _train) losses, B·T of them in host
- * memory, row by row (0 where the target does not count). */
-void colo_gpt_read_losses(const colo_gpt_t *m, float *dst);
+ * memory, row by row (0 where the target does not count). Under context parallelism the whole
+ * rows', gathered from the group's pieces: a collective of the group (a failure stops the model:
+ * colo_gpt_hook_error). */
+void colo_gpt_read_losses(colo_gpt_t *m, float *dst);
 /* Accumulates the gradients of Σ_n w[n]·loss_n for that forward: each row's loss weighted on
- * its own (w: B·T floats in host memory, of either sign), as DPO weighs its sequences' tokens. */
+ * its own (w: B·T floats in host memory, of either sign), as DPO weighs its sequences' tokens.
+ * Under context parallelism w is the whole rows', as read_losses gives them. */
 void colo_gpt_backward_weighted(colo_gpt_t *m, const float *w);
 /* Forwards use adapters l (NULL: none, the frozen model alone) in place of those set, until
  * swapped back; returns those. DPO's reference. Forwards only: a backward needs the forward of

@@ -852,7 +852,9 @@ static int choice_table(colo_gpt_t *m, colo_comm_t *comm, pipe_t *pipe, const co
     size_t first = (i * world + (size_t)rank) * B;
     int Ti = T;
     if (narrow) { /* a batch no wider than its longest window needs */
-      Ti = (colo_choices_width(c, first, B, T) + CHOICE_WIDTH - 1) / CHOICE_WIDTH * CHOICE_WIDTH;
+      /* (a multiple of the context-parallel ranks too, each a piece of it: so is T) */
+      int q = CHOICE_WIDTH * colo_gpt_cp_size(m);
+      Ti = (colo_choices_width(c, first, B, T) + q - 1) / q * q;
       Ti = Ti < T ? Ti : T;
     }
     colo_choices_batch(c, first, B, Ti, in, tg);
@@ -1937,18 +1939,6 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
              (unsigned long long)cfg->seed);
     rc = COLO_EINVAL;
     goto out;
-  }
-  if (cp > 1) { /* what context parallelism does not split (yet) */
-    const char *why = cfg->dpo_beta > 0.0f
-                          ? "train.dpo_beta (a pair's log-probabilities are sums over whole rows)"
-                      : cfg->n_choice > 0 ? "data.choice_sets (scored a question at a time, of any "
-                                            "length)"
-                                          : NULL;
-    if (why) {
-      snprintf(err, errlen, "parallel.cp=%d: context parallelism does not work with %s", cp, why);
-      rc = COLO_EINVAL;
-      goto out;
-    }
   }
   int blend = cfg->n_sources > 0;
   /* train.steps=0 evaluates the model it starts from: training data, named or not, goes unread */
