@@ -1,7 +1,8 @@
 /* All-to-all over any communicator, as pairwise exchanges: in round k = 1 … size − 1 each member
- * sends to the member k after it and receives from the member k before it, so that every pair
- * meets once and no round waits on another. Context parallelism's exchange of heads for sequence
- * pieces (model/gpt.c) is its user. */
+ * sends to the member k after it and receives from the member k before it, so every member's
+ * send in a round meets its peer's receive in the same round (sendrecv does both at once, so
+ * tensors larger than the transport's buffers pass). Context parallelism's exchange of heads for
+ * sequence pieces (model/gpt.c) is its user. */
 #include "comm.h"
 
 int colo_comm_all_to_all(colo_comm_t *c, const float *sbuf, float *rbuf, size_t n) {

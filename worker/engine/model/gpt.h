@@ -227,8 +227,8 @@ typedef struct {
    * rows' inputs and targets (the same on every member) and returns the mean over all of them;
    * the gradients are each member's share of the mean's, for the caller to sum over the group
    * (with the data-parallel ranks'). block_size and the heads of each tensor-parallel rank must
-   * divide by cp; T must, at each forward. colo_gpt_read_logits and read_losses then read this
-   * rank's rows (b·T/cp + t); decoding needs a model without. */
+   * divide by cp; T must, at each forward. colo_gpt_read_logits then reads this rank's rows
+   * (b·T/cp + t), colo_gpt_read_losses the whole rows'; decoding needs a model without. */
   colo_comm_t *cp;
 } colo_gpt_stage_t;
 
