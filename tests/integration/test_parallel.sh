@@ -17,7 +17,8 @@
 #     dp=2 x cp=2 ZeRO-1 as one process's, evaluated in the weights' place at each evaluation
 #     (which trains on as without it), and resumed from ZeRO-3's pieces at dp=1;
 #   - context parallelism (cp=2 alone, recomputing, with NEFTune and a loss mask, dp=2 x cp=2 at
-#     ZeRO-1 and 3, pp=2 x cp=2, cp=4, llama GQA with documents at cp=2 x tp=2 sp) as one process,
+#     ZeRO-1 and 3, pp=2 x cp=2, cp=4, llama GQA with documents at cp=2 x tp=2 sp, and at cp=2
+#     with and without documents, its key heads moving unrepeated) as one process,
 #     resumed at dp=1, with each rank's activations below 0.6x, and its refusals;
 #   - reshard: a checkpoint saved at dp=2 (ZeRO-1) resumes at dp=1, one saved at dp=1 resumes at
 #     dp=2, one saved under ZeRO-3 resumes under ZeRO-1 (and Muon's, without its matrices'
@@ -327,6 +328,12 @@ compare "$TMP/h4" "$TMP/h4cp4" "cp=4"
 run "$TMP/gqadoc" "${GQ[@]}" "${D[@]}" --batch-size $GLOBAL_B
 run "$TMP/gqadoc_tp2cp2" "${GQ[@]}" "${D[@]}" --nproc 4 --tp 2 --sp true --cp 2 --batch-size $GLOBAL_B
 compare "$TMP/gqadoc" "$TMP/gqadoc_tp2cp2" "documents: llama GQA cp=2 x tp=2 sp"
+# where the key heads divide by cp (2 here, 1 a rank under tp=2 above) they move unrepeated and
+# are repeated and rotated where attention runs
+run "$TMP/gqa_cp2" "${GQ[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+run "$TMP/gqadoc_cp2" "${GQ[@]}" "${D[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+compare "$TMP/gqa" "$TMP/gqa_cp2" "llama GQA cp=2 (keys unrepeated)"
+compare "$TMP/gqadoc" "$TMP/gqadoc_cp2" "documents: llama GQA cp=2 (keys unrepeated)"
 run "$TMP/qa_cp2" "${QA[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
 compare "$TMP/qa1" "$TMP/qa_cp2" "masked: cp=2"
 run "$TMP/nef1" --neftune-alpha 5 --batch-size $GLOBAL_B

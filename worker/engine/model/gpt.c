@@ -76,6 +76,9 @@ struct colo_gpt_s {
    * attention exchanges them for a cp-th of the heads over all of the row's tokens */
   colo_comm_t *cp_comm;
   int cp, cpr, Tb;
+  /* cp with grouped-query attention whose key heads divide by cp: q, k and v move before the
+   * keys and values are repeated for their query heads (and rotated), KVw = NKVl·hs wide each */
+  int cp_kv, KVw;
   int *pos, *pos_host; /* cp: its tokens' positions [max_B][Tb], backend memory and host */
   int *io_host;        /* cp: host scratch for its slice of the inputs and targets [2][max_B·Tb] */
   float *cp_loss;      /* cp: the group's losses gathered, [cp][max_B·Tb], backend memory */
@@ -374,10 +377,11 @@ static size_t row_count(const colo_gpt_t *m) {
   return m->sp ? N / (size_t)m->tp : N;
 }
 
-/* cp: the floats of one block of the all-to-all at a batch of B rows (its largest: q, k and v of
- * B·Tb tokens, a cp-th of the heads, in act_dtype), rounded up to whole floats */
-static size_t cp_block(const colo_gpt_t *m, int B, int parts) {
-  size_t bytes = (size_t)B * (size_t)m->Tb * (size_t)parts * (size_t)(m->Cq / m->cp) * m->asz;
+/* cp: the floats of one block of the all-to-all at a batch of B rows of `width` values a token
+ * (a cp-th of them, of B·Tb tokens, in act_dtype; the largest: q, k and v, 3·Cq), rounded up to
+ * whole floats */
+static size_t cp_block(const colo_gpt_t *m, int B, size_t width) {
+  size_t bytes = (size_t)B * (size_t)m->Tb * (width / (size_t)m->cp) * m->asz;
   return (bytes + sizeof(float) - 1) / sizeof(float);
 }
 
@@ -598,6 +602,8 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->cp_comm = cp > 1 ? stage->cp : NULL;
   m->cpr = cp > 1 ? colo_comm_rank(stage->cp) : 0;
   m->Tb = cfg->block_size / cp;
+  m->cp_kv = cp > 1 && NKV != cfg->n_head && (NKV / tp) % cp == 0;
+  m->KVw = NKV / tp * (cfg->n_embd / cfg->n_head);
   m->tp = tp;
   m->tp_comm = tp > 1 ? tp_comm : NULL;
   m->tpr = tp > 1 ? colo_comm_rank(tp_comm) : 0;
@@ -689,8 +695,8 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {(void **)&m->xfer, lowp && (tp > 1 || !(m->first && m->last)) ? N * C * F : 0},
               {&m->wte_act, lowp && m->last ? (size_t)m->Vl * C * A : 0},
               {(void **)&m->pos, cp > 1 ? N * sizeof(int) : 0},
-              {&m->cp_send, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3) * F : 0},
-              {&m->cp_recv, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3) * F : 0},
+              {&m->cp_send, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3 * Cq) * F : 0},
+              {&m->cp_recv, cp > 1 ? (size_t)cp * cp_block(m, max_B, 3 * Cq) * F : 0},
               {(void **)&m->cp_loss, cp > 1 ? (size_t)cp * N * F : 0}};
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (rest[i].bytes && !(*rest[i].p = colo_pool_alloc(pool, rest[i].bytes, "activations")))
@@ -941,27 +947,35 @@ static int act_collective(colo_gpt_t *m, void *buf, size_t n, int op) {
 }
 
 /* Context parallelism's exchange (DeepSpeed-Ulysses): a buffer of this rank's tokens, laid out
- * [B][Tb][parts][Cq] (parts 3: q, k, v; 1: attention's output), and the same values laid out
- * [B][T][parts][Cq/cp]: every token of the rows, this rank's cp-th of the heads. to_heads moves
- * the first into the second, else the second into the first; dst may be src. Block d of the
- * all-to-all holds what member d gets, packed and unpacked by strided copies in the backend's
- * memory; activations move as they are stored (a copy, not arithmetic: no widening). */
-static int cp_exchange(colo_gpt_t *m, void *dst, const void *src, int parts, int to_heads) {
+ * [B][Tb][parts], each part (q, k and v, or attention's output) `width[p]` values of whole heads,
+ * and the same values laid out [B][T][parts / cp]: every token of the rows, a cp-th of each
+ * part's heads (this rank's). to_heads moves the first into the second, else the second into the
+ * first; dst may be src. Block d of the all-to-all holds what member d gets, packed and unpacked
+ * by strided copies in the backend's memory; activations move as they are stored (a copy, not
+ * arithmetic: no widening). */
+static int cp_exchange(colo_gpt_t *m, void *dst, const void *src, const int *width, int parts,
+                       int to_heads) {
   if (m->hook_error)
     return m->hook_error;
   const colo_backend_t *be = m->be;
-  size_t A = m->asz, cp = (size_t)m->cp, B = (size_t)m->B, Tb = (size_t)m->T, P = (size_t)parts;
-  size_t W = (size_t)m->Cq * A, Wc = W / cp; /* bytes of a part: all heads, a cp-th */
-  size_t piece = Tb * P * Wc;                /* one row's tokens of one member, one cp-th */
-  size_t n = cp_block(m, m->B, parts);
+  size_t A = m->asz, cp = (size_t)m->cp, B = (size_t)m->B, Tb = (size_t)m->T, W = 0;
+  for (int p = 0; p < parts; p++)
+    W += (size_t)width[p];
+  size_t Wt = W * A, Wh = Wt / cp; /* a token's bytes: all heads, this rank's */
+  size_t piece = Tb * Wh;          /* one row's tokens of one member, a cp-th of the heads */
+  size_t n = cp_block(m, m->B, W);
   char *S = m->cp_send, *R = m->cp_recv;
   const char *in = src;
   char *out = dst;
-  for (size_t d = 0; d < cp; d++) /* block d: what member d gets */
-    if (to_heads)                 /* its heads of every token here */
-      be->copy2d(S + d * n * sizeof(float), Wc, in + d * Wc, W, Wc, B * Tb * P);
-    else /* every head of its tokens */
-      be->copy2d(S + d * n * sizeof(float), piece, in + d * piece, cp * piece, piece, B);
+  for (size_t d = 0; d < cp; d++) { /* block d: what member d gets */
+    char *blk = S + d * n * sizeof(float);
+    for (size_t p = 0, at = 0; to_heads && p < (size_t)parts; at += (size_t)width[p++] * A) {
+      size_t wc = (size_t)width[p] * A / cp; /* its heads of part p of every token here */
+      be->copy2d(blk + at / cp, Wh, in + at + d * wc, Wt, wc, B * Tb);
+    }
+    if (!to_heads) /* every head of its tokens */
+      be->copy2d(blk, piece, in + d * piece, cp * piece, piece, B);
+  }
   int rc = colo_comm_all_to_all(m->cp_comm, (const float *)(void *)S, (float *)(void *)R, n);
   if (rc < 0)
     return m->hook_error = rc;
@@ -969,8 +983,10 @@ static int cp_exchange(colo_gpt_t *m, void *dst, const void *src, int parts, int
     const char *blk = (s == (size_t)m->cpr ? S : R) + s * n * sizeof(float);
     if (to_heads) /* the tokens of member s */
       be->copy2d(out + s * piece, cp * piece, blk, piece, piece, B);
-    else /* heads s of this rank's tokens */
-      be->copy2d(out + s * Wc, W, blk, Wc, Wc, B * Tb * P);
+    for (size_t p = 0, at = 0; !to_heads && p < (size_t)parts; at += (size_t)width[p++] * A) {
+      size_t wc = (size_t)width[p] * A / cp; /* heads s of part p of this rank's tokens */
+      be->copy2d(out + at + s * wc, Wt, blk + at / cp, Wh, wc, B * Tb);
+    }
   }
   return 0;
 }
@@ -1160,15 +1176,25 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   const void *x1 = ln_full(m, a->ln1, off, rowf); /* all rows (gathered under sp) */
   product_fwd(m, l, COLO_LORA_QKV, m->gqa ? m->qsmall : a->qkv, x1, w.qkv, P(m, l, P_QKVB), N, C,
               m->Cqkv);
-  if (m->gqa) /* each key and value head repeated for its group of query heads */
-    be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
-  if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
-    be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1, token_pos(m));
+  int Tf = T * m->cp, Cc = Cq / m->cp, NHc = m->NHl / m->cp; /* under cp: attention's */
+  if (m->cp_kv) { /* the keys and values move unrepeated, repeated and rotated where they land */
+    const int wd[3] = {Cq, m->KVw, m->KVw};
+    cp_exchange(m, m->qsmall, m->qsmall, wd, 3, 1);
+    be->kv_expand(a->qkv, m->qsmall, B * Tf, Cc, NHc, m->NKVl / m->cp);
+    if (m->llama) /* at their places in the whole rows */
+      be->rope(a->qkv, B, Tf, Cc, NHc, 0, m->inv_freq, 1, m->doc_pos);
+  } else {
+    if (m->gqa) /* each key and value head repeated for its group of query heads */
+      be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
+    if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
+      be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1, token_pos(m));
+    const int wd[3] = {Cq, Cq, Cq};
+    if (m->cp > 1)
+      cp_exchange(m, a->qkv, a->qkv, wd, 3, 1);
+  }
   if (m->cp > 1) { /* over the whole rows, a cp-th of the heads; back to this rank's tokens */
-    cp_exchange(m, a->qkv, a->qkv, 3, 1);
-    be->attention_fwd(a->attc, a->att_lse, a->qkv, B, T * m->cp, Cq / m->cp, m->NHl / m->cp,
-                      m->doc_pos);
-    cp_exchange(m, a->atty, a->attc, 1, 0);
+    be->attention_fwd(a->attc, a->att_lse, a->qkv, B, Tf, Cc, NHc, m->doc_pos);
+    cp_exchange(m, a->atty, a->attc, &Cq, 1, 0);
   } else {
     be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl, m->doc_pos);
   }
@@ -2071,19 +2097,29 @@ blocks:
                    Cq, C);
     if (colo_lora_has(lo, COLO_LORA_ATTPROJ))
       colo_lora_bwd(lo, l, COLO_LORA_ATTPROJ, m->datty, dout, a->atty, w.attproj, N);
-    if (m->cp > 1) { /* as the forward: over the whole rows, a cp-th of the heads */
-      cp_exchange(m, m->datty, m->datty, 1, 1);
-      be->attention_bwd(m->dqkv, m->datty, a->qkv, a->attc, a->att_lse, B, T * m->cp, Cq / m->cp,
-                        m->NHl / m->cp, m->doc_pos);
-      cp_exchange(m, m->dqkv, m->dqkv, 3, 0);
+    int Tf = T * m->cp, Cc = Cq / m->cp, NHc = m->NHl / m->cp; /* as the forward's */
+    if (m->cp > 1) { /* over the whole rows, a cp-th of the heads */
+      cp_exchange(m, m->datty, m->datty, &Cq, 1, 1);
+      be->attention_bwd(m->dqkv, m->datty, a->qkv, a->attc, a->att_lse, B, Tf, Cc, NHc, m->doc_pos);
     } else {
       be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl,
                         m->doc_pos);
     }
-    if (m->llama) /* through the rotation: its transpose */
-      be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, token_pos(m));
-    if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
-      be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
+    if (m->cp_kv) { /* rotated back and summed where attention ran, then moved back */
+      const int wd[3] = {Cq, m->KVw, m->KVw};
+      if (m->llama)
+        be->rope(m->dqkv, B, Tf, Cc, NHc, 0, m->inv_freq, -1, m->doc_pos);
+      be->kv_reduce(m->qsmall, m->dqkv, B * Tf, Cc, NHc, m->NKVl / m->cp);
+      cp_exchange(m, m->qsmall, m->qsmall, wd, 3, 0);
+    } else {
+      const int wd[3] = {Cq, Cq, Cq};
+      if (m->cp > 1)
+        cp_exchange(m, m->dqkv, m->dqkv, wd, 3, 0);
+      if (m->llama) /* through the rotation: its transpose */
+        be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, token_pos(m));
+      if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
+        be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
+    }
     const void *x1 = ln_full(m, a->ln1, off, rowf);
     dz = colo_lora_dora_bwd(lo, l, COLO_LORA_QKV, m->gqa ? m->qsmall : m->dqkv, N);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), dz, x1, w.qkv, N, C, m->Cqkv);
