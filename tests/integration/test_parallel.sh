@@ -10,7 +10,8 @@
 #     one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
 #     and Muon (optimizer.name: muon) at dp=2 with ZeRO 0-3, dp=4 ZeRO-1, pp=2 x dp=2, tp=2
-#     (sequence parallel), dp=2 x tp=2 ZeRO-3, pp=2 x tp=2, and llama GQA at ZeRO-3 and tp=2;
+#     (sequence parallel), dp=2 x tp=2 ZeRO-3, pp=2 x tp=2, llama GQA at ZeRO-3 and tp=2, cp=2
+#     and dp=2 x cp=2 ZeRO-3;
 #     and pp=2 with boundary tensors larger than the transport's buffers (2 steps; the
 #     shared-memory rings at 1 MiB, and a size out of range refused);
 #   - the weights' moving average (train.ema_decay) at dp=2, ZeRO-1, ZeRO-3, pp=2 x tp=2, cp=2 and
@@ -204,6 +205,11 @@ compare "$TMP/mu" "$TMP/mu_tp2sp" "muon tp=2 sequence parallel"
 compare "$TMP/mu" "$TMP/mu_dp2tp2z3" "muon dp=2 x tp=2 ZeRO-3"
 compare "$TMP/mu" "$TMP/mu_pp2tp2" "muon pp=2 x tp=2"
 compare "$TMP/mu_gqa" "$TMP/mu_gqa_tp2sp" "muon llama GQA tp=2 sp"
+# context parallelism: its ranks hold ZeRO's pieces as data-parallel ones do
+run "$TMP/mu_cp2" "${MU[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+run "$TMP/mu_dp2cp2z3" "${MU[@]}" --nproc 4 --dp 2 --cp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+compare "$TMP/mu" "$TMP/mu_cp2" "muon cp=2"
+compare "$TMP/mu" "$TMP/mu_dp2cp2z3" "muon dp=2 x cp=2 ZeRO-3"
 # and it is another optimizer: not AdamW's losses
 differs "$TMP/single" "$TMP/mu" "adamw and muon" 1e-3
 # and it is another model: not GPT-2's losses
