@@ -19,8 +19,9 @@
 #     exactly, and their checkpoint evaluates as on the CPU; with the frozen model sharded by
 #     ZeRO-3 in host memory, as with it whole on the GPU; the chunk cache keeps its chunks;
 #   - static placement (parameters and optimizer state in host memory and on NVMe) trains as
-#     everything on the GPU does, with less GPU memory, and resumes exactly; automatic placement
-#     trains the same under a memory limit that everything on the GPU exceeds.
+#     everything on the GPU does (also at dp=2 x cp=2), with less GPU memory, and resumes
+#     exactly; automatic placement trains the same under a memory limit that everything on the
+#     GPU exceeds.
 # COLO_GPU_TEST_DRY=1 runs those GPU checks on the CPU dressed as a GPU (COLO_CUDA_EMULATE=1,
 # backend/cpu_device.c): colo-train's GPU paths, with device memory only the backend may touch,
 # where there is no GPU (ctest integration_gpu_train_emulated); every comparison is then exact or
@@ -216,6 +217,15 @@ dp_run pl3r gpu 3 "${PL[@]}" --param-device-fraction 0.5 --resume auto
 cmp "$TMP/pl3/$dlast/rank_00000.safetensors" "$TMP/pl3r/$dlast/rank_00000.safetensors" ||
   fail "static placement: stop at $((D / 2)) and resume differs from the straight run"
 [ -d "$TMP/nvme" ] && [ -z "$(ls -A "$TMP/nvme")" ] || fail "the NVMe files outlived their ranks"
+# context parallelism (dp=2 x cp=2) under ZeRO-3 with static placement: its ranks keep pieces in
+# host memory and on NVMe as data-parallel ones do, and train as everything on the GPU does
+dp_run cpz3 gpu 3 --nproc 4 --cp 2
+dp_run plcp gpu 3 "${PL[@]}" --param-device-fraction 0.5 --nproc 4 --cp 2
+if [ "$DRY" = 1 ]; then
+  cmp "$TMP/cpz3/$dlast/rank_00000.safetensors" "$TMP/plcp/$dlast/rank_00000.safetensors" ||
+    fail "cp=2 ZeRO-3: static placement trained otherwise than everything on the GPU"
+fi
+same_training "dp=2 x cp=2 ZeRO-3, static placement vs everything on the GPU" "$TMP/cpz3.jsonl" "$TMP/plcp.jsonl" 1e-3
 for z in 1 3; do
   if [ "$DRY" = 1 ]; then
     cmp "$TMP/dp-gpu$z/$dlast/rank_00000.safetensors" "$TMP/pl$z/$dlast/rank_00000.safetensors" ||
