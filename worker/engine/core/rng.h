@@ -59,6 +59,21 @@ static inline COLO_HOST_DEVICE float colo_noise_unit(uint64_t key, uint64_t row,
 #ifndef __CUDACC__
 /* x[n][c] += mag · colo_noise_unit(key, row0 + n, c), for n < N, c < C (host, fp32) */
 void colo_noise_add(float *x, int N, int C, uint64_t key, uint64_t row0, float mag);
+
+/* The rows of masks and noise keyed by a row's number, under context parallelism: a rank's rows
+ * are runs of `piece` tokens of sequences of `seq`, its own from token `off` of each (piece 0:
+ * the batch's rows in order). Row n of the rank's is the batch's row *row, and the run it begins
+ * holds the returned number of rows (at most `left`), numbered on from it. */
+static inline size_t colo_piece_run(size_t n, size_t left, size_t piece, size_t seq, size_t off,
+                                    uint64_t *row) {
+  if (!piece) {
+    *row = n;
+    return left;
+  }
+  *row = (uint64_t)(n / piece * seq + off + n % piece);
+  size_t run = piece - n % piece;
+  return run < left ? run : left;
+}
 #endif
 
 #endif

@@ -1345,13 +1345,12 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     }
     /* NEFTune: this rank's rows, numbered as the whole batch's (under context parallelism a run
      * of them at a time: its tokens of a row) */
-    for (size_t n = r0; m->noise_mag > 0.0f && n < r0 + (size_t)Nl;) {
-      size_t run = m->cp > 1 ? (size_t)T - n % (size_t)T : (size_t)Nl;
-      run = run < r0 + (size_t)Nl - n ? run : r0 + (size_t)Nl - n;
-      size_t row = m->cp > 1 ? n / T * T * m->cp + (size_t)m->cpr * T + n % T : n;
+    size_t piece = m->cp > 1 ? (size_t)T : 0, end = r0 + (size_t)Nl;
+    for (size_t n = r0, run; m->noise_mag > 0.0f && n < end; n += run) {
+      uint64_t row;
+      run = colo_piece_run(n, end - n, piece, piece * m->cp, (size_t)m->cpr * piece, &row);
       be->noise(at(m, m->resid[0], (n - r0) * C), (int)run, C, m->noise_key, m->noise_row0 + row,
                 m->noise_mag);
-      n += run;
     }
   } else { /* the previous stage's output */
     boundary_in(m, m->resid[m->l_lo], x_in, rowf);

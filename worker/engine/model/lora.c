@@ -444,17 +444,13 @@ void colo_lora_set_rows(colo_lora_t *l, int piece, int seq, int off) {
  * where its token sits in its whole sequence, a run of a sequence's tokens at a time */
 static void drop_rows(colo_lora_t *l, void *out, const void *inp, int N, int cols, uint64_t key,
                       int col0) {
-  int piece = l->rows_piece;
-  for (int n = 0; n < N;) {
-    int run = piece > 0 ? piece - n % piece : N - n;
-    run = run < N - n ? run : N - n;
-    uint64_t row = piece > 0 ? (uint64_t)(n / piece) * (uint64_t)l->rows_seq +
-                                   (uint64_t)l->rows_off + (uint64_t)(n % piece)
-                             : (uint64_t)n;
-    size_t at = (size_t)n * (size_t)cols * l->be->act_size;
-    l->be->dropout((char *)out + at, (const char *)inp + at, run, cols, key, l->drop_row0 + row,
-                   col0, l->thresh, l->drop_scale);
-    n += run;
+  for (size_t n = 0, run; n < (size_t)N; n += run) {
+    uint64_t row;
+    run = colo_piece_run(n, (size_t)N - n, (size_t)l->rows_piece, (size_t)l->rows_seq,
+                         (size_t)l->rows_off, &row);
+    size_t at = n * (size_t)cols * l->be->act_size;
+    l->be->dropout((char *)out + at, (const char *)inp + at, (int)run, cols, key,
+                   l->drop_row0 + row, col0, l->thresh, l->drop_scale);
   }
 }
 
