@@ -256,6 +256,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "model.tie_embeddings=false needs model.arch=llama");
   if (m->qkv_bias && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
     return bad(err, errlen, "model.qkv_bias needs model.arch=llama (gpt2 has biases everywhere)");
+  if (m->qk_norm && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
+    return bad(err, errlen, "model.qk_norm needs model.arch=llama (Qwen3's block)");
+  if (m->qk_norm && m->qkv_bias)
+    return bad(err, errlen,
+               "model.qk_norm and model.qkv_bias together are no published block (Qwen2's has "
+               "the biases, Qwen3's the norms) and have no HuggingFace layout to export to");
   if (!(m->rms_norm_eps > 0.0f && m->rms_norm_eps <= 1e-2f))
     return bad(err, errlen, "model.rms_norm_eps=%g must be above 0 and at most 0.01",
                (double)m->rms_norm_eps);

@@ -369,28 +369,48 @@ def llama(tmp):
         refused(tmp, label, a, tensors, want[label])
     # Qwen2's layout: Llama's with biases on q, k and v, RMSNorm eps 1e-6
     qcfg = dict(cfg, model_type="qwen2", rms_norm_eps=1e-6)
-    hq = HFLlama(qcfg)
-    wq = dict(w, **{n: torch.randn(s) * 0.3 for n, s in hq.shapes.items() if n.endswith(".bias")})
-    tensors, values = {}, {}
-    for n in hq.shapes:
-        tensors[n], values[n] = encode(wq[n], "F32")
-    write_safetensors(os.path.join(tmp, "qwen2.safetensors"), tensors)
-    dump = os.path.join(tmp, "qwen2.dump")
-    qa = args + ["--qkv-bias", "true", "--rms-norm-eps", "1e-6"]
-    colo(tmp, "qwen2.safetensors", qa + ["--dump-reference", dump, "--progress", os.path.join(tmp, "qwen2.jsonl")])
-    d = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(dump).items()}
-    hq.load(values)
-    with torch.no_grad():
-        batch = d["batch.0.0"].long()
-        tl = hq(batch[:B], batch[B:]).item()
-    cl = d["losses"][0].item()
-    rel = abs(tl - cl) / abs(tl)
-    check("qwen2 (q, k, v biases, eps 1e-6): first loss against HF's Qwen2 layout (rel 1e-5)", rel <= 1e-5,
-          "torch %.7f colo %.7f rel %.2e" % (tl, cl, rel))
-    layouts_match(tmp, "qwen2", qa, cl)
+    wq = dict(w, **{n: torch.randn(s) * 0.3 for n, s in HFLlama(qcfg).shapes.items() if n.endswith(".bias")})
+    tensors = hf_layout(tmp, "qwen2", qcfg, wq, args + ["--qkv-bias", "true", "--rms-norm-eps", "1e-6"],
+                        "qwen2 (q, k, v biases, eps 1e-6)", "Qwen2")
     refused(tmp, "qwen2-for-llama", args, tensors,
             "qwen2-for-llama.safetensors: tensor model.layers.0.self_attn.q_proj.bias: the file's queries, "
             "keys and values have biases (Qwen2's); this run's model has none (model.qkv_bias)")
+    # Qwen3's layout: Llama's with RMSNorm over each query and key head (self_attn.q_norm and
+    # k_norm, head_dim values each), RMSNorm eps 1e-6
+    q3cfg = dict(cfg, model_type="qwen3", rms_norm_eps=1e-6, head_dim=C // NHL)
+    w3 = dict(w, **{n: torch.randn(s) * 0.3 + 1.0 for n, s in HFLlama(q3cfg).shapes.items() if "_norm." in n})
+    q3a = args + ["--qk-norm", "true", "--rms-norm-eps", "1e-6"]
+    tensors = hf_layout(tmp, "qwen3", q3cfg, w3, q3a, "qwen3 (QK-norm, eps 1e-6)", "Qwen3")
+    refused(tmp, "qwen3-for-llama", args, tensors,
+            "qwen3-for-llama.safetensors: tensor model.layers.0.self_attn.q_norm.weight: the file's query and "
+            "key heads are normalized (Qwen3's QK-norm); this run's model is not (model.qk_norm)")
+    refused(tmp, "llama-for-qwen3", q3a, good,
+            "llama-for-qwen3.safetensors: no tensor model.layers.0.self_attn.q_norm.weight")
+
+
+def hf_layout(tmp, label, hcfg, w, args, what, layout):
+    """HF's layout hcfg with weights w, written as label.safetensors: colo's first loss from it
+    is HFLlama's on the same batch, and tp=2, pp=2 and ZeRO-3 start where one process does;
+    returns the tensors written"""
+    h = HFLlama(hcfg)
+    tensors, values = {}, {}
+    for n in h.shapes:
+        tensors[n], values[n] = encode(w[n], "F32")
+    write_safetensors(os.path.join(tmp, label + ".safetensors"), tensors)
+    dump = os.path.join(tmp, label + ".dump")
+    colo(tmp, label + ".safetensors", args + ["--dump-reference", dump, "--progress",
+                                              os.path.join(tmp, label + ".jsonl")])
+    d = {k: torch.from_numpy(v.copy()) for k, v in read_safetensors(dump).items()}
+    h.load(values)
+    with torch.no_grad():
+        batch = d["batch.0.0"].long()
+        tl = h(batch[:B], batch[B:]).item()
+    cl = d["losses"][0].item()
+    rel = abs(tl - cl) / abs(tl)
+    check("%s: first loss against HF's %s layout (rel 1e-5)" % (what, layout), rel <= 1e-5,
+          "torch %.7f colo %.7f rel %.2e" % (tl, cl, rel))
+    layouts_match(tmp, label, args, cl)
+    return tensors
 
 
 def hf_config(tmp):
@@ -478,15 +498,32 @@ def hf_config(tmp):
            "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
            "transformers_version": "4.40.1", "use_cache": True, "use_sliding_window": False,
            "vocab_size": 151936}
-    d = os.path.join(tmp, "qwen25")
-    os.makedirs(d)
-    json.dump(q25, open(os.path.join(d, "config.json"), "w"))
-    got = section(os.path.join(d, "config.json"), "--block-size", "2048")
-    want = {"arch": "llama", "n_layer": 24, "n_head": 14, "n_kv_head": 2, "n_embd": 896,
-            "mlp_hidden": 4864, "vocab_size": 151936, "block_size": 2048, "rope_theta": 1000000,
-            "rms_norm_eps": 1e-06, "tie_embeddings": True, "qkv_bias": True}
-    check("hf-config: Qwen2.5 0.5B's config.json", got == want, json.dumps(got))
-    bad = {"mistral": (dict(l32, model_type="mistral"), "model_type mistral; colo reads llama's, qwen2's and gpt2's"),
+    # Qwen3 1.7B's published config.json: QK-norm, head_dim 128 = 2048 / 16, no biases
+    q3 = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+          "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+          "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 6144,
+          "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+          "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+          "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
+          "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+          "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+    for label, conf, block, want in [
+            ("Qwen2.5 0.5B", q25, 2048, {"n_layer": 24, "n_head": 14, "n_kv_head": 2, "n_embd": 896,
+                                         "mlp_hidden": 4864, "qkv_bias": True}),
+            ("Qwen3 1.7B", q3, 4096, {"n_layer": 28, "n_head": 16, "n_kv_head": 8, "n_embd": 2048,
+                                      "mlp_hidden": 6144, "qk_norm": True})]:
+        d = os.path.join(tmp, label.replace(" ", "-"))  # the model's folder, as the Hub's
+        os.makedirs(d)
+        json.dump(conf, open(os.path.join(d, "config.json"), "w"))
+        got = section(os.path.join(d, "config.json"), "--block-size", str(block))
+        want = dict(want, arch="llama", vocab_size=151936, block_size=block, rope_theta=1000000,
+                    rms_norm_eps=1e-06, tie_embeddings=True)
+        check("hf-config: %s's config.json" % label, got == want, json.dumps(got))
+    bad = {"mistral": (dict(l32, model_type="mistral"),
+                       "model_type mistral; colo reads llama's, qwen2's, qwen3's and gpt2's"),
+           # Qwen3 0.6B: heads of 128 on a 1024-wide stream, where colo's heads are n_embd/n_head
+           "qwen3-0.6b": (dict(q3, hidden_size=1024, intermediate_size=3072),
+                          "head_dim 128 is not hidden_size / num_attention_heads (1024 / 16)"),
            "sliding": (dict(q25, use_sliding_window=True), "use_sliding_window; colo's attention sees the whole window"),
            "gelu": (dict(l32, hidden_act="gelu"), "hidden_act gelu; colo's llama MLP is SwiGLU (silu)"),
            "eps": (dict(l32, rms_norm_eps=0.5), "rms_norm_eps 0.5; colo's is above 0, at most 0.01"),

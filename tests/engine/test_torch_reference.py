@@ -33,7 +33,8 @@ Then the same for model.arch=llama (a Llama block written here too: RMSNorm, rot
 SwiGLU, no biases), in fp32 and bf16, and with one key and value head for the two query heads
 (grouped-query attention), with a head of its own (untied), with Llama 3.1's rescaling of
 the rotary frequencies (its formula written here as HF's), and with Qwen2's biases on q, k and v
-and another RMSNorm epsilon (exported as Qwen2ForCausalLM); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
+and another RMSNorm epsilon (exported as Qwen2ForCausalLM), and with Qwen3's RMSNorm over each
+query and key head (QK-norm, exported as Qwen3ForCausalLM); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
 file and config.json, loaded into a model written under HF's names and layout: its loss on a
 batch equals the colo-layout model's on the run's final weights.
 
@@ -147,12 +148,13 @@ def main():
     replay(tmp, check, None, "llama-untied")
     replay(tmp, check, None, "llama-rope3")
     replay(tmp, check, None, "qwen2")
+    replay(tmp, check, None, "qwen3")
     replay(tmp, check, None, optim="muon")
     replay(tmp, check, None, "llama-mqa", optim="muon")
     replay(tmp, check, None, "llama", optim="muon-original")
     # the weights' moving average (train.ema_decay) against torch's AveragedModel
     replay(tmp, check, {"init": 1024.0, "window": 3, "planted": [2, 3, 7]}, ema=0.8)
-    for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3", "qwen2"):
+    for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3", "qwen2", "qwen3"):
         export_llama(tmp, check, arch)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
@@ -181,7 +183,9 @@ ARCH_ARGS = {"gpt2": ["--arch", "gpt2"], "llama": ["--arch", "llama"],
              "llama-untied": ["--arch", "llama", "--tie-embeddings", "false"],
              "llama-rope3": ["--arch", "llama", "--rope-scaling-factor", "8", "--rope-original-context", "32"],
              # Qwen2's block: q, k and v biases, RMSNorm eps 1e-6 (here 1e-2, where it weighs)
-             "qwen2": ["--arch", "llama", "--n-kv-head", "1", "--qkv-bias", "true", "--rms-norm-eps", "1e-2"]}
+             "qwen2": ["--arch", "llama", "--n-kv-head", "1", "--qkv-bias", "true", "--rms-norm-eps", "1e-2"],
+             # Qwen3's block: RMSNorm over each query and key head (QK-norm), eps as qwen2's
+             "qwen3": ["--arch", "llama", "--n-kv-head", "1", "--qk-norm", "true", "--rms-norm-eps", "1e-2"]}
 # llama-rope3's Llama 3.1 rescaling: at head size 16 and an original context of 32, its 8
 # frequencies fall in all three bands (kept, blended, divided by the factor)
 ROPE3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -191,9 +195,10 @@ ROPE3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fre
 def make_model(arch):
     if arch == "gpt2":
         return GPT2(L, NH, C, T, V)
-    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch in ("llama-mqa", "qwen2") else None,
+    qwen = arch in ("qwen2", "qwen3")
+    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch == "llama-mqa" or qwen else None,
                  untied=arch == "llama-untied", scaling=ROPE3 if arch == "llama-rope3" else None,
-                 qkv_bias=arch == "qwen2", eps=1e-2 if arch == "qwen2" else 1e-5)
+                 qkv_bias=arch == "qwen2", eps=1e-2 if qwen else 1e-5, qk_norm=arch == "qwen3")
 
 
 def newton_schulz(G, steps=5, eps=1e-7):
@@ -472,14 +477,16 @@ def export_llama(tmp, check, arch):
     subprocess.run([os.path.join(BIN, "colo-train"), "export", "--checkpoint", ck, "--out", out,
                     "--config", cfgp], check=True)
     cfg = json.load(open(cfgp))
-    qwen2 = arch == "qwen2"
-    check(tag + "config.json", cfg["architectures"] == ["Qwen2ForCausalLM" if qwen2 else "LlamaForCausalLM"] and
-          cfg["model_type"] == ("qwen2" if qwen2 else "llama") and
-          cfg["rms_norm_eps"] == (1e-2 if qwen2 else 1e-5) and
+    qwen = arch in ("qwen2", "qwen3")
+    hf_arch = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}.get(arch, "LlamaForCausalLM")
+    check(tag + "config.json", cfg["architectures"] == [hf_arch] and
+          cfg["model_type"] == (arch if qwen else "llama") and
+          cfg["rms_norm_eps"] == (1e-2 if qwen else 1e-5) and
+          (arch != "qwen3" or (cfg["head_dim"] == C // NH and not cfg["attention_bias"])) and
           cfg["hidden_size"] == C and cfg["intermediate_size"] == H_LLAMA and
           cfg["num_hidden_layers"] == L and cfg["num_attention_heads"] == NH and
           cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is (arch != "llama-untied") and
-          cfg["num_key_value_heads"] == (1 if arch in ("llama-mqa", "qwen2") else NH) and
+          cfg["num_key_value_heads"] == (1 if arch == "llama-mqa" or qwen else NH) and
           cfg.get("rope_scaling") == (ROPE3 if arch == "llama-rope3" else None),
           "%d layers, %d wide, MLP %d, %d key heads" % (cfg["num_hidden_layers"], cfg["hidden_size"],
                                                         cfg["intermediate_size"], cfg["num_key_value_heads"]))

@@ -157,13 +157,15 @@ class Llama(torch.nn.Module):
     RMSNorm (eps 1e-5), rotary positions in HF's rotate-half form on the queries and keys, a SwiGLU
     MLP whose mlp.c_fc.weight [C, 2H] holds the gate's columns then the up projection's, no biases,
     the LM head tied to the token embedding. Weights are [in, out] as GPT-2's Conv1D. qkv_bias and
-    eps: Qwen2's biases on q, k and v (attn.c_attn.bias [C + 2·KV]) and its RMSNorm epsilon."""
+    eps: Qwen2's biases on q, k and v (attn.c_attn.bias [C + 2·KV]) and its RMSNorm epsilon.
+    qk_norm: Qwen3's RMSNorm over each query and key head before the rotation (scales
+    attn.q_norm.weight and attn.k_norm.weight [C/NH]), as Qwen3Attention applies it."""
 
     def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False, scaling=None,
-                 qkv_bias=False, eps=1e-5):
+                 qkv_bias=False, eps=1e-5, qk_norm=False):
         super().__init__()
         self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
-        self.qkv_bias, self.eps = qkv_bias, eps
+        self.qkv_bias, self.eps, self.qk_norm = qkv_bias, eps, qk_norm
         self.reduction = "mean"
         # grouped-query attention: NKV key and value heads, c_attn [C, C + 2·KV]
         self.NKV = NKV or NH
@@ -175,6 +177,8 @@ class Llama(torch.nn.Module):
             h = "transformer.h.%d." % l
             for n, s in [("ln_1.weight", (C,)), ("attn.c_attn.weight", (C, C + 2 * KV))] + \
                     ([("attn.c_attn.bias", (C + 2 * KV,))] if qkv_bias else []) + \
+                    ([("attn.q_norm.weight", (C // NH,)), ("attn.k_norm.weight", (C // NH,))]
+                     if qk_norm else []) + \
                     [("attn.c_proj.weight", (C, C)), ("ln_2.weight", (C,)),
                      ("mlp.c_fc.weight", (C, 2 * H)), ("mlp.c_proj.weight", (H, C))]:
                 self.names.append(h + n)
@@ -218,6 +222,9 @@ class Llama(torch.nn.Module):
             # each key and value head serves NH/NKV query heads (HF's repeat_kv)
             rep = lambda t: t.repeat_interleave(NH // self.NKV, dim=1)
             q, k, v = heads(q), rep(heads(k)), rep(heads(v))
+            if self.qk_norm:  # each head over its own values, in place in colo's stored qkv
+                q = s(rms_norm(q, p[h + "attn.q_norm.weight"], self.eps))
+                k = s(rms_norm(k, p[h + "attn.k_norm.weight"], self.eps))
             # colo rotates q and k in place in its stored qkv: rounded once more there
             q, k = s(self.rope(q, pos)), s(self.rope(k, pos))
             att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
@@ -247,12 +254,14 @@ class HFLlama(torch.nn.Module):
     model.layers.N.self_attn.{q,k,v,o}_proj, mlp.{gate,up,down}_proj, the head tied to
     model.embed_tokens), built from a transformers config.json: what `colo-train export` must
     write for a model.arch=llama model, with grouped-query attention (num_key_value_heads); and
-    Qwen2ForCausalLM's (model_type qwen2: biases on q_proj, k_proj and v_proj)."""
+    Qwen2ForCausalLM's (model_type qwen2: biases on q_proj, k_proj and v_proj), and
+    Qwen3ForCausalLM's (model_type qwen3: self_attn.q_norm and k_norm, RMSNorm over each head of
+    the queries and keys before the rotation, Qwen3Attention's order)."""
 
     def __init__(self, cfg):
         super().__init__()
-        assert cfg["model_type"] in ("llama", "qwen2")
-        self.qwen2 = cfg["model_type"] == "qwen2"
+        assert cfg["model_type"] in ("llama", "qwen2", "qwen3")
+        self.qwen2, self.qwen3 = cfg["model_type"] == "qwen2", cfg["model_type"] == "qwen3"
         self.cfg = cfg
         C, H, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
         KV = cfg["num_key_value_heads"] * C // cfg["num_attention_heads"]
@@ -269,6 +278,9 @@ class HFLlama(torch.nn.Module):
             if self.qwen2:
                 shapes.update({h + "self_attn.q_proj.bias": (C,), h + "self_attn.k_proj.bias": (KV,),
                                h + "self_attn.v_proj.bias": (KV,)})
+            if self.qwen3:
+                hd = cfg["head_dim"]
+                shapes.update({h + "self_attn.q_norm.weight": (hd,), h + "self_attn.k_norm.weight": (hd,)})
         self.shapes = shapes
         self.p = {}
 
@@ -297,6 +309,9 @@ class HFLlama(torch.nn.Module):
             q = heads(F.linear(a, p[h + "self_attn.q_proj.weight"], b("q")))
             k = heads(F.linear(a, p[h + "self_attn.k_proj.weight"], b("k")))
             v = heads(F.linear(a, p[h + "self_attn.v_proj.weight"], b("v")))
+            if self.qwen3:
+                q = rms_norm(q, p[h + "self_attn.q_norm.weight"], eps)
+                k = rms_norm(k, p[h + "self_attn.k_norm.weight"], eps)
             q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
             group = NH // cfg["num_key_value_heads"]  # repeat_kv
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)

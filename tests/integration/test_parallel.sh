@@ -5,7 +5,8 @@
 #     dp=2 x tp=2 at ZeRO 1-3, pp=2 with 4 micro-batches
 #     (1F1B), pp=2 x tp=2 (also sequence parallel) and pp=2 x dp=2 x tp=2 (8 ranks), and
 #     model.arch=llama at tp=2 with sp, ZeRO-3 and pp=2 x tp=2 (and with grouped-query attention
-#     at tp=2 with sp and pp=2 x tp=2; with an untied head at pp=2 x tp=2 and ZeRO-3), with a
+#     at tp=2 with sp and pp=2 x tp=2; with an untied head at pp=2 x tp=2 and ZeRO-3; Qwen2's
+#     biases at tp=2 sp and ZeRO-3; Qwen3's QK-norm at tp=2 sp, ZeRO-3, cp=2 and tp=2 x cp=2), with a
 #     loss mask and with documents (attention within each) at several layouts, against
 #     one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
@@ -291,6 +292,20 @@ run "$TMP/qwen_tp2sp" "${Q[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_
 run "$TMP/qwen_dp2z3" "${Q[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/qwen1" "$TMP/qwen_tp2sp" "qwen2 block: tp=2 sequence parallel"
 compare "$TMP/qwen1" "$TMP/qwen_dp2z3" "qwen2 block: dp=2 ZeRO-3"
+# Qwen3's block (QK-norm: RMSNorm over each query and key head, 4 heads, 2 key heads): its two
+# scales are shared by the heads that tensor parallelism splits (their gradients summed over
+# the group), sharded under ZeRO-3, and applied before context parallelism's exchange, the keys
+# moving unrepeated (cp=2) or repeated (tp=2 x cp=2)
+Q3=(--arch llama --qk-norm true --n-head 4 --n-kv-head 2 --rms-norm-eps 1e-6)
+run "$TMP/qwen3" "${Q3[@]}" --batch-size $GLOBAL_B
+run "$TMP/qwen3_tp2sp" "${Q3[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
+run "$TMP/qwen3_dp2z3" "${Q3[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
+run "$TMP/qwen3_cp2" "${Q3[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+run "$TMP/qwen3_tp2cp2" "${Q3[@]}" --nproc 4 --tp 2 --sp true --cp 2 --batch-size $GLOBAL_B
+compare "$TMP/qwen3" "$TMP/qwen3_tp2sp" "qwen3 block: tp=2 sequence parallel"
+compare "$TMP/qwen3" "$TMP/qwen3_dp2z3" "qwen3 block: dp=2 ZeRO-3"
+compare "$TMP/qwen3" "$TMP/qwen3_cp2" "qwen3 block: cp=2"
+compare "$TMP/qwen3" "$TMP/qwen3_tp2cp2" "qwen3 block: tp=2 sp x cp=2"
 differs "$TMP/single" "$TMP/doc1" "attending whole windows and within documents" 1e-2
 # a stage holds only its parameters: model states (pool peak less activations) of stage 0
 read -r s1 s2 <<<"$($PY -c '

@@ -719,6 +719,36 @@ static void test_llama_ops(double tol) {
   colo_pool_free(dpool, d_dout);
   free(inp), free(w), free(h_inp), free(out), free(rstd), free(dout), free(dinp), free(dw);
   free(h_dout), free(h_dinp);
+  /* QK-norm on rows of C + 2·48 (4 query heads of 24, 2 key heads, the values untouched): the
+   * heads normalized in place, their raw copy; the backward in place, the weights added to */
+  {
+    int W = C + 2 * 48, NQ = 4, NK = 2, hs = 24, nh = NQ + NK;
+    size_t nx = (size_t)N * W, nr = (size_t)N * nh * hs;
+    float *x = randv(nx, 2.0f), *wq = randv(hs, 1.0f), *wk = randv(hs, 1.0f);
+    void *h_x = hact(x, nx), *h_raw = calloc(nr, asz), *d_x = upa(x, nx),
+         *d_raw = up(h_raw, nr, asz);
+    float *qrstd = malloc((size_t)N * nh * sizeof *qrstd), *d_qrstd = upf(x, (size_t)N * nh);
+    float *d_wq = upf(wq, hs), *d_wk = upf(wk, hs);
+    cpu->qk_norm_fwd(h_x, h_raw, qrstd, wq, wk, N, W, NQ, NK, hs, 1e-6f);
+    gpu->qk_norm_fwd(d_x, d_raw, d_qrstd, d_wq, d_wk, N, W, NQ, NK, hs, 1e-6f);
+    check_a(named("qk_norm_fwd x (values untouched)"), d_x, h_x, nx, tol);
+    check_a(named("qk_norm_fwd raw (copies: exact)"), d_raw, h_raw, nr, 0.0);
+    check(named("qk_norm_fwd rstd (fp32)"), d_qrstd, qrstd, (size_t)N * nh, 1e-5);
+    float *dx = randv(nx, 1.0f), *dwq = randv(hs, 1.0f), *dwk = randv(hs, 1.0f);
+    void *h_dx = hact(dx, nx), *d_dx = upa(dx, nx);
+    d_raw = up(h_raw, nr, asz);
+    d_qrstd = upf(qrstd, (size_t)N * nh);
+    float *d_dwq = upf(dwq, hs), *d_dwk = upf(dwk, hs);
+    cpu->qk_norm_bwd(h_dx, dwq, dwk, h_raw, qrstd, wq, wk, N, W, NQ, NK, hs);
+    gpu->qk_norm_bwd(d_dx, d_dwq, d_dwk, d_raw, d_qrstd, d_wq, d_wk, N, W, NQ, NK, hs);
+    check_a(named("qk_norm_bwd dx (in place)"), d_dx, h_dx, nx, tol);
+    check(named("qk_norm_bwd dwq (added to, fp32)"), d_dwq, dwq, hs, 1e-5);
+    check(named("qk_norm_bwd dwk (added to, fp32)"), d_dwk, dwk, hs, 1e-5);
+    colo_pool_free(dpool, d_raw), colo_pool_free(dpool, d_qrstd);
+    colo_pool_free(dpool, d_wq), colo_pool_free(dpool, d_wk);
+    free(x), free(wq), free(wk), free(h_x), free(h_raw), free(qrstd), free(dx), free(dwq);
+    free(dwk), free(h_dx);
+  }
   /* rotary positions on qkv[B][T][3C], from position 5, and back */
   size_t nq = (size_t)N * 3 * C;
   float *q = randv(nq, 1.0f);
@@ -773,7 +803,8 @@ static void test_llama_ops(double tol) {
 }
 
 static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head, int docs) {
-  /* with grouped-query attention, also an untied head, Qwen2's q, k and v biases and RMSNorm eps */
+  /* with grouped-query attention, also an untied head and RMSNorm eps, and Qwen2's q, k and v
+   * biases (whole windows) or Qwen3's QK-norm (documents) */
   colo_gpt_config_t cfg = {V,
                            T,
                            2,
@@ -782,7 +813,8 @@ static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head
                            .arch = arch,
                            .n_kv_head = n_kv_head,
                            .untied_head = n_kv_head != 0,
-                           .qkv_bias = n_kv_head != 0,
+                           .qkv_bias = n_kv_head != 0 && !docs,
+                           .qk_norm = n_kv_head != 0 && docs,
                            .norm_eps = n_kv_head ? 1e-6f : 0.0f};
   colo_pool_t *hp = colo_pool_create("cpu", 0);
   colo_gpt_t *mc = NULL, *mg = NULL;
@@ -822,8 +854,10 @@ static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head
     float lc = colo_gpt_forward(mc, in, tg, B, T), lg = colo_gpt_forward(mg, in, tg, B, T);
     char what[96];
     snprintf(what, sizeof what, "%s%s%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
-             n_kv_head ? " (1 key head, untied, q, k, v biases)" : "", docs ? " (documents)" : "",
-             step, (double)lc, (double)lg);
+             !n_kv_head ? ""
+             : docs     ? " (1 key head, untied, QK-norm)"
+                        : " (1 key head, untied, q, k, v biases)",
+             docs ? " (documents)" : "", step, (double)lc, (double)lg);
     verdict(named(what), fabs((double)lc - (double)lg) / fabs((double)lc), loss_tol, isfinite(lg));
     colo_gpt_backward(mc, 1.0f);
     colo_gpt_backward(mg, 1.0f);

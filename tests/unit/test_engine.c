@@ -1087,20 +1087,22 @@ static void add_noise(float *x, size_t n, uint64_t seed, float scale) {
 }
 
 /* arch: COLO_ARCH_*, or -1 for LLAMA with grouped-query attention (4 query heads, 2 key heads),
- * -2 for that with an untied head, -3 for that with Qwen2's q, k and v biases and RMSNorm eps */
+ * -2 for that with an untied head, -3 for that with Qwen2's q, k and v biases and RMSNorm eps,
+ * -4 for that with Qwen3's QK-norm instead of the biases (16 wide: heads of 4) */
 static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
   int gqa = arch < 0;
   colo_gpt_config_t cfg = {.vocab_size = 11,
                            .block_size = 5,
                            .n_layer = 2,
                            .n_head = gqa ? 4 : 2,
-                           .n_embd = 8,
+                           .n_embd = arch == -4 ? 16 : 8,
                            .arch = gqa ? COLO_ARCH_LLAMA : arch,
                            .mlp_hidden = arch != COLO_ARCH_GPT2 ? 12 : 0,
                            .n_kv_head = gqa ? 2 : 0,
                            .untied_head = arch == -2,
                            .qkv_bias = arch == -3,
-                           .norm_eps = arch == -3 ? 1e-6f : 0.0f};
+                           .qk_norm = arch == -4,
+                           .norm_eps = arch <= -3 ? 1e-6f : 0.0f};
   colo_gpt_t *m;
   char err[256];
   if (colo_gpt_create(&cfg, 2, recompute, be, pool, &m, err, sizeof err) < 0)
@@ -1129,11 +1131,12 @@ TEST(decoding_matches_the_whole_forward) {
   float want[50], got[50];
   double worst = 0;
   /* GPT-2 without and with recomputation, then LLAMA (its keys cached rotated), also with
-   * grouped-query attention */
-  for (int k = 0; k < 4; k++) {
+   * grouped-query attention, and that with Qwen3's QK-norm */
+  for (int k = 0; k < 5; k++) {
     int recompute = k == 1;
     cfg.arch = k >= 2 ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
-    cfg.n_kv_head = k == 3 ? 2 : 0;
+    cfg.n_kv_head = k >= 3 ? 2 : 0;
+    cfg.qk_norm = k == 4;
     for (int t = 0; t < 80; t++)
       tok[t] = (t * 7 + 3) % 50;
     colo_gpt_t *m;
@@ -1161,7 +1164,8 @@ TEST(decoding_matches_the_whole_forward) {
       }
     }
   }
-  printf("  decoded logits against the whole forward's (gpt2, llama): worst relative difference "
+  printf("  decoded logits against the whole forward's (gpt2, llama, qwen3): worst relative "
+         "difference "
          "%.2e\n",
          worst);
   colo_gpt_t *m = models[n_models - 1];
@@ -1236,8 +1240,8 @@ static void model_fd(int arch) {
   const colo_param_t *tab = colo_gpt_params_table(m, &nt);
   float *g = own(malloc(np * 4));
   memcpy(g, colo_gpt_grads(m), np * 4);
-  if (arch != COLO_ARCH_GPT2) /* wte, 6 a block (7 with biases), ln_f (and lm_head) */
-    ASSERT_EQ_INT(nt, 1 + 2 * (6 + (arch == -3)) + 1 + (arch == -2));
+  if (arch != COLO_ARCH_GPT2) /* wte, 6 a block (7 with biases, 8 with QK-norm), ln_f (and head) */
+    ASSERT_EQ_INT(nt, 1 + 2 * (6 + (arch == -3) + 2 * (arch == -4)) + 1 + (arch == -2));
   else
     ASSERT_EQ_INT(nt, 2 + 2 * COLO_GPT_TENSORS_PER_LAYER + 2);
   /* every coordinate of every tensor */
@@ -1252,7 +1256,8 @@ static void model_fd(int arch) {
   ASSERT_EQ_INT(checked, np);
   printf("  %s: %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
          "1e-2), %.2e absolute\n",
-         arch == -3   ? "llama with 2 key heads for 4, q, k and v biases, RMSNorm eps 1e-6"
+         arch == -4   ? "llama with 2 key heads for 4, QK-norm (Qwen3's), RMSNorm eps 1e-6"
+         : arch == -3 ? "llama with 2 key heads for 4, q, k and v biases, RMSNorm eps 1e-6"
          : arch == -2 ? "llama, 2 key heads for 4, untied head"
          : arch == -1 ? "llama with 2 key heads for 4"
                       : colo_gpt_arch_name(arch),
@@ -1279,6 +1284,10 @@ TEST(qwen2_model_grad_finite_differences) {
   model_fd(-3);
 }
 
+TEST(qwen3_model_grad_finite_differences) {
+  model_fd(-4);
+}
+
 /* ---- LoRA adapters ---- */
 
 /* adapters of rank 3 (alpha 6) on every product of a tiny model, with B random too (init leaves
@@ -1296,14 +1305,14 @@ static colo_lora_t *tiny_lora(colo_gpt_t *m, colo_pool_t *pool, unsigned targets
 }
 
 /* Every adapter coordinate's gradient against central differences, on GPT-2, Llama, Llama with
- * grouped-query attention and Qwen2's biases, with and without recomputation; the frozen model
- * keeps no gradients of its own */
+ * grouped-query attention, Qwen2's biases and Qwen3's QK-norm, with and without recomputation; the
+ * frozen model keeps no gradients of its own */
 TEST(lora_grad_finite_differences) {
   setup();
   colo_pool_t *pool = new_pool(0);
-  int archs[] = {COLO_ARCH_GPT2, COLO_ARCH_LLAMA, -1, -3};
+  int archs[] = {COLO_ARCH_GPT2, COLO_ARCH_LLAMA, -1, -3, -4};
   size_t checked = 0;
-  for (int ai = 0; ai < 4; ai++)
+  for (int ai = 0; ai < 5; ai++)
     for (int rc = 0; rc < 2; rc++) {
       colo_gpt_t *m = tiny_model_arch(pool, rc, archs[ai]);
       colo_lora_t *l = tiny_lora(m, pool, COLO_LORA_ALL);
@@ -1449,9 +1458,9 @@ TEST(lora_merged_is_the_same_model) {
 TEST(dora_magnitudes_start_gradients_merge) {
   setup();
   colo_pool_t *pool = new_pool(0);
-  int archs[] = {COLO_ARCH_GPT2, -1, -3};
+  int archs[] = {COLO_ARCH_GPT2, -1, -3, -4};
   size_t checked = 0;
-  for (int ai = 0; ai < 3; ai++)
+  for (int ai = 0; ai < 4; ai++)
     for (int rc = 0; rc < 4; rc++) { /* rc & 1: recompute; rc & 2: dropout */
       colo_gpt_t *base = tiny_model_arch(pool, 0, archs[ai]);
       colo_gpt_t *m = tiny_model_arch(pool, rc & 1, archs[ai]);

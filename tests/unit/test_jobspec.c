@@ -251,6 +251,10 @@ static const struct {
      "and '.'"},
     {BASE "model: {qkv_bias: true}\n",
      "model.qkv_bias needs model.arch=llama (gpt2 has biases everywhere)"},
+    {BASE "model: {qk_norm: true}\n", "model.qk_norm needs model.arch=llama (Qwen3's block)"},
+    {BASE "model: {arch: llama, qk_norm: true, qkv_bias: true}\n",
+     "model.qk_norm and model.qkv_bias together are no published block (Qwen2's has the biases, "
+     "Qwen3's the norms) and have no HuggingFace layout to export to"},
     {BASE "model: {arch: llama, rms_norm_eps: 0.5}\n",
      "model.rms_norm_eps=0.5 must be above 0 and at most 0.01"},
     {BASE "model: {rms_norm_eps: 1e-6}\n",

@@ -523,14 +523,15 @@ static int cmd_hf_config(int argc, char **argv) {
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
       if (f[i].on)
         printf(", \"%s\": %.7g", f[i].name, f[i].v); /* a float's digits */
-    printf(", \"tie_embeddings\": %s%s}\n", cfg.untied_head ? "false" : "true",
-           cfg.qkv_bias ? ", \"qkv_bias\": true" : "");
+    printf(", \"tie_embeddings\": %s%s%s}\n", cfg.untied_head ? "false" : "true",
+           cfg.qkv_bias ? ", \"qkv_bias\": true" : "", cfg.qk_norm ? ", \"qk_norm\": true" : "");
     return 0;
   }
   printf("# the shape of %s (%s)\nmodel:\n  arch: %s\n", argv[optind],
-         cfg.qkv_bias ? "Qwen2ForCausalLM"
-         : llama      ? "LlamaForCausalLM"
-                      : "GPT2LMHeadModel",
+         cfg.qk_norm    ? "Qwen3ForCausalLM"
+         : cfg.qkv_bias ? "Qwen2ForCausalLM"
+         : llama        ? "LlamaForCausalLM"
+                        : "GPT2LMHeadModel",
          colo_gpt_arch_name(cfg.arch));
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].on)
@@ -538,6 +539,8 @@ static int cmd_hf_config(int argc, char **argv) {
   printf("  tie_embeddings: %s\n", cfg.untied_head ? "false" : "true");
   if (cfg.qkv_bias)
     printf("  qkv_bias: true\n");
+  if (cfg.qk_norm)
+    printf("  qk_norm: true\n");
   if (t < most)
     printf("# block_size: %d of the %d positions the model knows (--block-size sets it)\n", t,
            most);
@@ -989,6 +992,7 @@ static void train_usage(void) {
       "  --rope-theta X        llama: the rotary positions' base (default 10000)\n"
       "  --qkv-bias true|false llama: biases on the queries, keys and values (Qwen2's)\n"
       "  --rms-norm-eps X      llama: RMSNorm's epsilon (default 1e-5; Qwen2's 1e-6)\n"
+      "  --qk-norm true|false  llama: RMSNorm on each query and key head (Qwen3's)\n"
       "  --n-kv-head N         llama: key and value heads, dividing n_head (grouped-query\n"
       "                        attention; default n_head)\n"
       "  --tie-embeddings true|false  llama: false gives the LM head a matrix of its own\n"
@@ -1133,6 +1137,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"tie-embeddings", "model: {tie_embeddings: %s}"},
       {"qkv-bias", "model: {qkv_bias: %s}"},
       {"rms-norm-eps", "model: {rms_norm_eps: %s}"},
+      {"qk-norm", "model: {qk_norm: %s}"},
       {"rope-scaling-factor", "model: {rope_scaling_factor: %s}"},
       {"rope-low-freq-factor", "model: {rope_low_freq_factor: %s}"},
       {"rope-high-freq-factor", "model: {rope_high_freq_factor: %s}"},
@@ -1767,7 +1772,8 @@ static int cmd_train(int argc, char **argv) {
                                   .rope_high = ms->rope_high_freq_factor,
                                   .rope_orig = (int)ms->rope_original_context,
                                   .norm_eps = ms->rms_norm_eps,
-                                  .qkv_bias = ms->qkv_bias};
+                                  .qkv_bias = ms->qkv_bias,
+                                  .qk_norm = ms->qk_norm};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim =
       (colo_adamw_config_t){o->lr,

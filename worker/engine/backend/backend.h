@@ -130,6 +130,17 @@ typedef struct colo_backend_s {
    * rotates back (the transpose: the backward of the same rotation on dqkv). */
   void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir,
                const int *pos);
+  /* Qwen3's QK-norm: RMSNorm over each query and key head, in place. Each row of x[N][W] starts
+   * with NQ query heads then NK key heads of hs values (the rest, the values, untouched). raw
+   * [N][(NQ + NK)·hs] receives those heads as they were and rstd [N][NQ + NK] (fp32) their
+   * 1/sqrt(mean(x²) + eps), both for the backward; a query head is then scaled by wq [hs], a
+   * key head by wk [hs]. qk_norm_bwd is its backward, in place on dx (the same layout): the
+   * normalized heads' gradient in, the raw heads' out; dwq and dwk [hs] are ADDED to (NULL: a
+   * frozen model's, not wanted). */
+  void (*qk_norm_fwd)(void *x, void *raw, float *rstd, const float *wq, const float *wk, int N,
+                      int W, int NQ, int NK, int hs, float eps);
+  void (*qk_norm_bwd)(void *dx, float *dwq, float *dwk, const void *raw, const float *rstd,
+                      const float *wq, const float *wk, int N, int W, int NQ, int NK, int hs);
   /* Grouped-query attention by repetition (HF's repeat_kv): src[N][C + 2·KV] holds NH query
    * heads of hs = C/NH, then NKV key heads and NKV value heads of hs (KV = NKV·hs); dst[N][3C]
    * the attention entries' layout, q copied and each of the NH key (value) heads a copy of key
@@ -246,7 +257,7 @@ typedef struct colo_backend_s {
   X(matmul_gelu_fwd, a) X(matmul_gelu_bwd, a)                                                      \
   X(lmhead_fwd, a) X(lmhead_bwd, a) X(encoder_fwd, a) X(encoder_bwd, a) X(embed_fwd, a)                            \
   X(layernorm_fwd, a) X(layernorm_bwd, a) X(gelu_fwd, a) X(gelu_bwd, a)                            \
-  X(rmsnorm_fwd, a) X(rmsnorm_bwd, a) X(rope, a) X(swiglu_fwd, a) X(swiglu_bwd, a)                 \
+  X(rmsnorm_fwd, a) X(rmsnorm_bwd, a) X(qk_norm_fwd, a) X(qk_norm_bwd, a) X(rope, a) X(swiglu_fwd, a) X(swiglu_bwd, a)                 \
   X(kv_expand, a) X(kv_reduce, a)                                                                  \
   X(attention_fwd, a) X(attention_bwd, a) X(dropout, a) X(noise, a) X(scale_rows, a) X(dora_norm, a) X(dora_scale, a) X(dora_add, a) X(dora_dmag, a) X(add, a) X(crossentropy_fwd, a)                         \
   X(crossentropy_bwd, a) X(crossentropy_fused, a) X(vocab_max, a) X(vocab_sumexp, a)               \

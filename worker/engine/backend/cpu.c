@@ -415,6 +415,74 @@ static void rmsnorm_bwd(void *dinp_, float *dw, const void *dout_, const void *i
 
 /* ---- rotary position embedding ---- */
 
+/* QK-norm: a head's values normalized in place, their raw copy and 1/rms saved */
+static void qk_norm_fwd(void *x_, void *raw_, float *rstd, const float *wq, const float *wk, int N,
+                        int W, int NQ, int NK, int hs, float eps) {
+  float *x = x_, *raw = raw_;
+  int NHk = NQ + NK;
+#pragma omp parallel for schedule(static)
+  for (int n = 0; n < N; n++)
+    for (int h = 0; h < NHk; h++) {
+      float *v = x + (size_t)n * W + (size_t)h * hs, *r = raw + ((size_t)n * NHk + h) * hs;
+      const float *w = h < NQ ? wq : wk;
+      float ss = 0.0f;
+#pragma omp simd reduction(+ : ss)
+      for (int i = 0; i < hs; i++)
+        ss += v[i] * v[i];
+      float s = 1.0f / sqrtf(ss / (float)hs + eps);
+      for (int i = 0; i < hs; i++) {
+        r[i] = v[i];
+        v[i] = r[i] * s * w[i];
+      }
+      rstd[(size_t)n * NHk + h] = s;
+    }
+}
+
+/* its backward: rmsnorm_bwd's per head, the weights' sums in REDUCE_BLOCKS row blocks added in
+ * order (deterministic whatever the threads) */
+static void qk_norm_bwd(void *dx_, float *dwq, float *dwk, const void *raw_, const float *rstd,
+                        const float *wq, const float *wk, int N, int W, int NQ, int NK, int hs) {
+  float *dx = dx_;
+  const float *raw = raw_;
+  int NHk = NQ + NK, want = dwq || dwk;
+  float *part = want ? calloc((size_t)REDUCE_BLOCKS * 2 * hs, sizeof(float)) : NULL;
+  int per = (N + REDUCE_BLOCKS - 1) / REDUCE_BLOCKS;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < REDUCE_BLOCKS; blk++) {
+    float *pw = part ? part + (size_t)blk * 2 * hs : NULL;
+    int lo = blk * per, hi = lo + per < N ? lo + per : N;
+    for (int n = lo; n < hi; n++)
+      for (int h = 0; h < NHk; h++) {
+        float *d = dx + (size_t)n * W + (size_t)h * hs;
+        const float *x = raw + ((size_t)n * NHk + h) * hs, *w = h < NQ ? wq : wk;
+        float s = rstd[(size_t)n * NHk + h], dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int i = 0; i < hs; i++)
+          dot += w[i] * d[i] * x[i];
+        if (pw) {
+          float *p = pw + (h < NQ ? 0 : hs);
+#pragma omp simd
+          for (int i = 0; i < hs; i++)
+            p[i] += d[i] * x[i] * s;
+        }
+        float k = s * s * s * dot / (float)hs;
+#pragma omp simd
+        for (int i = 0; i < hs; i++)
+          d[i] = s * w[i] * d[i] - k * x[i];
+      }
+  }
+  if (part) {
+    for (int blk = 0; blk < REDUCE_BLOCKS; blk++)
+      for (int i = 0; i < hs; i++) {
+        if (dwq)
+          dwq[i] += part[(size_t)blk * 2 * hs + i];
+        if (dwk)
+          dwk[i] += part[(size_t)blk * 2 * hs + hs + i];
+      }
+    free(part);
+  }
+}
+
 static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir,
                  const int *pos) {
   float *qkv = qkv_;
@@ -986,6 +1054,8 @@ static const colo_backend_t CPU = {
     .layernorm_bwd = layernorm_bwd,
     .rmsnorm_fwd = rmsnorm_fwd,
     .rmsnorm_bwd = rmsnorm_bwd,
+    .qk_norm_fwd = qk_norm_fwd,
+    .qk_norm_bwd = qk_norm_bwd,
     .rope = rope,
     .swiglu_fwd = swiglu_fwd,
     .swiglu_bwd = swiglu_bwd,

@@ -378,6 +378,17 @@ static void host_free(void *p) {
     RUN("rmsnorm_bwd", base_##sfx()->rmsnorm_bwd(di, dw, d, i, w, rstd, N, C), di, dw, d, i, w,    \
         rstd);                                                                                     \
   }                                                                                                \
+  static void qk_norm_fwd_##sfx(void *x, void *r, float *rstd, const float *wq, const float *wk,   \
+                                int N, int W, int NQ, int NK, int hs, float eps) {                 \
+    RUN("qk_norm_fwd", base_##sfx()->qk_norm_fwd(x, r, rstd, wq, wk, N, W, NQ, NK, hs, eps), x, r, \
+        rstd, wq, wk);                                                                             \
+  }                                                                                                \
+  static void qk_norm_bwd_##sfx(void *dx, float *dwq, float *dwk, const void *r,                   \
+                                const float *rstd, const float *wq, const float *wk, int N, int W, \
+                                int NQ, int NK, int hs) {                                          \
+    RUN("qk_norm_bwd", base_##sfx()->qk_norm_bwd(dx, dwq, dwk, r, rstd, wq, wk, N, W, NQ, NK, hs), \
+        dx, dwq, dwk, r, rstd, wq, wk);                                                            \
+  }                                                                                                \
   static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, const float *f, int dir,    \
                          const int *pos) {                                                         \
     RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, f, dir, pos), q, f, pos);                   \

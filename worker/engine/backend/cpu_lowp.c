@@ -221,6 +221,25 @@ static void rmsnorm_bwd_t(colo_dtype_t t, void *dinp, float *dw, const void *dou
   scratch_give(fi);
 }
 
+static void qk_norm_fwd_t(colo_dtype_t t, void *x, void *raw, float *rstd, const float *wq,
+                          const float *wk, int N, int W, int NQ, int NK, int hs, float eps) {
+  size_t n = (size_t)N * W, nr = (size_t)N * (NQ + NK) * hs;
+  float *fx = widen(t, x, n), *fr = fresh(nr);
+  f32()->qk_norm_fwd(fx, fr, rstd, wq, wk, N, W, NQ, NK, hs, eps);
+  narrow(t, x, fx, n);
+  narrow(t, raw, fr, nr);
+}
+
+static void qk_norm_bwd_t(colo_dtype_t t, void *dx, float *dwq, float *dwk, const void *raw,
+                          const float *rstd, const float *wq, const float *wk, int N, int W, int NQ,
+                          int NK, int hs) {
+  size_t n = (size_t)N * W, nr = (size_t)N * (NQ + NK) * hs;
+  float *fd = widen(t, dx, n), *fr = widen(t, raw, nr);
+  f32()->qk_norm_bwd(fd, dwq, dwk, fr, rstd, wq, wk, N, W, NQ, NK, hs);
+  narrow(t, dx, fd, n);
+  scratch_give(fr);
+}
+
 static void rope_t(colo_dtype_t t, void *qkv, int B, int T, int C, int NH, int pos0,
                    const float *inv_freq, int dir, const int *pos) {
   size_t n = (size_t)B * T * 3 * C;
@@ -506,6 +525,15 @@ static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const f
   static void rmsnorm_bwd_##sfx(void *di, float *dw, const void *d, const void *i, const float *w, \
                                 const float *rstd, int N, int C) {                                 \
     rmsnorm_bwd_t(T, di, dw, d, i, w, rstd, N, C);                                                 \
+  }                                                                                                \
+  static void qk_norm_fwd_##sfx(void *x, void *r, float *rstd, const float *wq, const float *wk,   \
+                                int N, int W, int NQ, int NK, int hs, float eps) {                 \
+    qk_norm_fwd_t(T, x, r, rstd, wq, wk, N, W, NQ, NK, hs, eps);                                   \
+  }                                                                                                \
+  static void qk_norm_bwd_##sfx(void *dx, float *dwq, float *dwk, const void *r,                   \
+                                const float *rstd, const float *wq, const float *wk, int N, int W, \
+                                int NQ, int NK, int hs) {                                          \
+    qk_norm_bwd_t(T, dx, dwq, dwk, r, rstd, wq, wk, N, W, NQ, NK, hs);                             \
   }                                                                                                \
   static void rope_##sfx(void *q, int B, int Tt, int C, int NH, int p0, const float *f, int dir,   \
                          const int *pos) {                                                         \

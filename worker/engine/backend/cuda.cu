@@ -992,6 +992,117 @@ static void rmsnorm_bwd(void *dinp, float *dw, const void *dout, const void *inp
     colsum_into<T>(NULL, dw, (const T *)dout, (const T *)inp, NULL, rstd, N, C);
 }
 
+/* ---- QK-norm: a warp per head of a row, as RMSNorm's; the weights' sums as colsum's ---- */
+
+/* a warp's head: its index among the N·NHk, its row n and place h in the row; 0 past the end */
+__device__ static int qk_head(int N, int NHk, size_t *head, size_t *n, int *h) {
+  *head = (size_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  if (*head >= (size_t)N * NHk)
+    return 0;
+  *n = *head / NHk;
+  *h = (int)(*head % NHk);
+  return 1;
+}
+
+template <class T>
+__global__ static void qk_norm_fwd_kernel(T *x, T *raw, float *rstd, const float *wq,
+                                          const float *wk, int N, int W, int NQ, int NK, int hs,
+                                          float eps) {
+  size_t head, n;
+  int h, lane = threadIdx.x % 32;
+  if (!qk_head(N, NQ + NK, &head, &n, &h))
+    return;
+  T *v = x + n * W + (size_t)h * hs, *r = raw + head * hs;
+  const float *w = h < NQ ? wq : wk;
+  float ss = 0.0f;
+  for (int i = lane; i < hs; i += 32) {
+    float xi = ld(v[i]);
+    r[i] = v[i];
+    ss += xi * xi;
+  }
+  float s = 1.0f / sqrtf(warp_sum(ss) / (float)hs + eps);
+  for (int i = lane; i < hs; i += 32)
+    v[i] = st<T>(ld(r[i]) * s * w[i]);
+  if (lane == 0)
+    rstd[head] = s;
+}
+
+template <class T>
+static void qk_norm_fwd(void *x, void *raw, float *rstd, const float *wq, const float *wk, int N,
+                        int W, int NQ, int NK, int hs, float eps) {
+  size_t heads = (size_t)N * (NQ + NK);
+  qk_norm_fwd_kernel<T><<<(unsigned)((heads + 7) / 8), 256, 0, g.stream>>>(
+      (T *)x, (T *)raw, rstd, wq, wk, N, W, NQ, NK, hs, eps);
+  LAUNCHED();
+}
+
+/* partial[kind][y][i]: the sum over part y of the query (kind 0) or key (kind 1) heads of
+ * dout·raw·rstd at i */
+template <class T>
+__global__ static void qk_norm_dw_kernel(float *partial, const T *dx, const T *raw,
+                                         const float *rstd, int N, int W, int NQ, int NK, int hs) {
+  __shared__ float s[8][33];
+  int i = blockIdx.x * 32 + threadIdx.x, y = blockIdx.y, kind = blockIdx.z;
+  int NHk = NQ + NK, nh = kind ? NK : NQ, h0 = kind ? NQ : 0;
+  size_t rows = (size_t)N * nh, per = (rows + COL_PARTS - 1) / COL_PARTS, lo = y * per;
+  size_t hi = lo + per < rows ? lo + per : rows;
+  float acc = 0.0f;
+  if (i < hs)
+    for (size_t r = lo + threadIdx.y; r < hi; r += 8) {
+      size_t n = r / nh, h = h0 + r % nh, at = n * NHk + h;
+      acc += ld(dx[n * W + h * hs + i]) * ld(raw[at * hs + i]) * rstd[at];
+    }
+  s[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && i < hs) {
+    float t = 0.0f;
+    for (int k = 0; k < 8; k++)
+      t += s[k][threadIdx.x];
+    partial[((size_t)kind * COL_PARTS + y) * hs + i] = t;
+  }
+}
+
+template <class T>
+__global__ static void qk_norm_dx_kernel(T *dx, const T *raw, const float *rstd, const float *wq,
+                                         const float *wk, int N, int W, int NQ, int NK, int hs) {
+  size_t head, n;
+  int h, lane = threadIdx.x % 32;
+  if (!qk_head(N, NQ + NK, &head, &n, &h))
+    return;
+  T *d = dx + n * W + (size_t)h * hs;
+  const T *x = raw + head * hs;
+  const float *w = h < NQ ? wq : wk;
+  float s = rstd[head], dot = 0.0f;
+  for (int i = lane; i < hs; i += 32)
+    dot += w[i] * ld(d[i]) * ld(x[i]);
+  float k = s * s * s * warp_sum(dot) / (float)hs;
+  for (int i = lane; i < hs; i += 32) /* each lane rewrites only the values it read */
+    d[i] = st<T>(s * w[i] * ld(d[i]) - k * ld(x[i]));
+}
+
+template <class T>
+static void qk_norm_bwd(void *dx, float *dwq, float *dwk, const void *raw, const float *rstd,
+                        const float *wq, const float *wk, int N, int W, int NQ, int NK, int hs) {
+  if (dwq || dwk) { /* first: it reads dx before the in-place pass rewrites it */
+    float *partial = (float *)scratch(S_PART, (size_t)2 * COL_PARTS * hs * sizeof(float));
+    dim3 grid((hs + 31) / 32, COL_PARTS, 2), block(32, 8);
+    qk_norm_dw_kernel<T><<<grid, block, 0, g.stream>>>(partial, (const T *)dx, (const T *)raw, rstd,
+                                                       N, W, NQ, NK, hs);
+    LAUNCHED();
+    float *dst[2] = {dwq, dwk};
+    for (int kind = 0; kind < 2; kind++)
+      if (dst[kind]) {
+        colsum_finish_kernel<<<(hs + 255) / 256, 256, 0, g.stream>>>(
+            dst[kind], partial + (size_t)kind * COL_PARTS * hs, hs);
+        LAUNCHED();
+      }
+  }
+  size_t heads = (size_t)N * (NQ + NK);
+  qk_norm_dx_kernel<T><<<(unsigned)((heads + 7) / 8), 256, 0, g.stream>>>(
+      (T *)dx, (const T *)raw, rstd, wq, wk, N, W, NQ, NK, hs);
+  LAUNCHED();
+}
+
 /* ---- rotary position embedding: a thread per rotated pair ---- */
 
 template <class T>

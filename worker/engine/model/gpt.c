@@ -17,6 +17,8 @@ enum {
   P_LN1B,
   P_QKVW,
   P_QKVB,
+  P_QNORMW, /* LLAMA with qk_norm only */
+  P_KNORMW,
   P_ATTPROJW,
   P_ATTPROJB,
   P_LN2W,
@@ -27,7 +29,8 @@ enum {
   P_FCPROJB,
   P_PER_LAYER
 };
-_Static_assert(P_PER_LAYER == COLO_GPT_TENSORS_PER_LAYER, "the layer layout has 12 tensors");
+_Static_assert(P_PER_LAYER == COLO_GPT_TENSORS_PER_LAYER + 2,
+               "GPT-2's 12 tensors a layer, and QK-norm's two");
 
 /* one block's activations (void *: stored as the backend's act_dtype; float *: fp32). The
  * row buffers hold R rows: all N = B·T, or under sequence parallelism this rank's N/tp (the
@@ -36,11 +39,13 @@ typedef struct {
   void *ln1;                  /* [R][C] */
   float *ln1_mean, *ln1_rstd; /* [R], [R] */
   void *qkv;                  /* [N][3C/tp] */
-  float *att_lse;             /* [B][NH/tp][T]: attention's log-sum-exp per query */
-  void *atty;                 /* [N][C/tp] */
-  void *attc; /* context parallelism: attention's output as it computed it, [B][T][C/tp/cp] */
-  void *res2; /* [R][C]: input + attention */
-  void *ln2;  /* [R][C] */
+  void *qkraw;    /* qk_norm: the query and key heads before their norm, [N][(NH + NKV)/tp][hs] */
+  float *qkrstd;  /* qk_norm: their 1/rms, [N][(NH + NKV)/tp] */
+  float *att_lse; /* [B][NH/tp][T]: attention's log-sum-exp per query */
+  void *atty;     /* [N][C/tp] */
+  void *attc;     /* context parallelism: attention's output as it computed it, [B][T][C/tp/cp] */
+  void *res2;     /* [R][C]: input + attention */
+  void *ln2;      /* [R][C] */
   float *ln2_mean, *ln2_rstd; /* [R], [R] */
   void *fch; /* [N][H/tp] (LLAMA [N][2H/tp]): GELU's (SwiGLU's) input; its output is recomputed */
   /* the block's matrices in act_dtype, made from the fp32 parameters by the forward and read by
@@ -213,7 +218,8 @@ int colo_gpt_kv_heads(const colo_gpt_config_t *cfg) {
 }
 
 int colo_gpt_tensors_per_layer(const colo_gpt_config_t *cfg) {
-  return cfg->arch == COLO_ARCH_LLAMA ? 6 + (cfg->qkv_bias != 0) : P_PER_LAYER;
+  return cfg->arch == COLO_ARCH_LLAMA ? 6 + (cfg->qkv_bias != 0) + 2 * (cfg->qk_norm != 0)
+                                      : COLO_GPT_TENSORS_PER_LAYER;
 }
 
 const char *colo_gpt_arch_name(int arch) {
@@ -302,7 +308,7 @@ static void build_table(colo_gpt_t *m) {
   if (!m->llama)
     add_full(m, &k, &g, "transformer.wpe.weight", m->cfg.block_size, C, 1, COLO_SPLIT_NONE);
   /* shapes in units: C, 3C, the MLP's H, LLAMA's 2H (gate and up) */
-  enum { U_C = 1, U_3C, U_H, U_2H };
+  enum { U_C = 1, U_3C, U_H, U_2H, U_HS };
   static const struct {
     const char *suffix;
     int rows, cols; /* units; 0 cols: a vector */
@@ -312,6 +318,8 @@ static void build_table(colo_gpt_t *m) {
       {"ln_1.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
       {"attn.c_attn.weight", U_C, U_3C, 1, COLO_SPLIT_QKV, 1},
       {"attn.c_attn.bias", U_3C, 0, 0, COLO_SPLIT_QKV, 0},
+      {"attn.q_norm.weight", U_HS, 0, 0, COLO_SPLIT_NONE, 1},
+      {"attn.k_norm.weight", U_HS, 0, 0, COLO_SPLIT_NONE, 1},
       {"attn.c_proj.weight", U_C, U_C, 1, COLO_SPLIT_ROWS, 1},
       {"attn.c_proj.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
       {"ln_2.weight", U_C, 0, 0, COLO_SPLIT_NONE, 1},
@@ -321,9 +329,13 @@ static void build_table(colo_gpt_t *m) {
       {"mlp.c_proj.weight", U_H, U_C, 1, COLO_SPLIT_ROWS, 1},
       {"mlp.c_proj.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
   };
-  int unit[] = {0, C, C + 2 * KV, H, 2 * H};
-  for (int i = 0, n = 0; i < P_PER_LAYER; i++) /* LLAMA: no biases, but q, k and v's if asked */
-    m->slot[i] = !m->llama || layer[i].llama || (i == P_QKVB && m->cfg.qkv_bias) ? n++ : -1;
+  int unit[] = {0, C, C + 2 * KV, H, 2 * H, C / m->cfg.n_head};
+  for (int i = 0, n = 0; i < P_PER_LAYER; i++) { /* LLAMA: no biases, but q, k and v's if asked */
+    int qk = i == P_QNORMW || i == P_KNORMW;     /* LLAMA with qk_norm only */
+    m->slot[i] = qk ? (m->llama && m->cfg.qk_norm ? n++ : -1)
+                 : !m->llama || layer[i].llama || (i == P_QKVB && m->cfg.qkv_bias) ? n++
+                                                                                   : -1;
+  }
   for (int l = 0; l < L; l++)
     for (int i = 0; i < P_PER_LAYER; i++) {
       if (m->slot[i] < 0)
@@ -399,6 +411,8 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
       {(void **)&a->ln1_mean, R * F, 1},
       {(void **)&a->ln1_rstd, R * F, 1},
       {&a->qkv, N * 3 * (size_t)m->Cq * A, 0},
+      {&a->qkraw, m->cfg.qk_norm ? N * (size_t)(m->Cq + m->KVw) * A : 0, 0},
+      {(void **)&a->qkrstd, m->cfg.qk_norm ? N * (size_t)(m->NHl + m->NKVl) * F : 0, 0},
       {(void **)&a->att_lse, (size_t)m->max_B * (size_t)m->NHl * T * F, 0},
       {&a->atty, N * (size_t)m->Cq * A, 0},
       {&a->attc, m->cp > 1 ? N * (size_t)m->Cq * A : 0, 0},
@@ -424,7 +438,7 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
 /* Frees a block's row buffers (rows), or its other activations. */
 static void free_acts(colo_gpt_t *m, layer_acts_t *a, int rows) {
   void *row[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd};
-  void *rest[] = {a->qkv, a->att_lse, a->atty, a->attc, a->fch, a->w};
+  void *rest[] = {a->qkv, a->qkraw, a->qkrstd, a->att_lse, a->atty, a->attc, a->fch, a->w};
   for (size_t i = 0; rows && i < sizeof row / sizeof row[0]; i++)
     colo_pool_free(m->pool, row[i]);
   for (size_t i = 0; !rows && i < sizeof rest / sizeof rest[0]; i++)
@@ -541,10 +555,10 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     return COLO_EINVAL;
   }
   if (cfg->arch != COLO_ARCH_LLAMA &&
-      (cfg->qkv_bias || (cfg->norm_eps != 0.0f && cfg->norm_eps != 1e-5f))) {
+      (cfg->qkv_bias || cfg->qk_norm || (cfg->norm_eps != 0.0f && cfg->norm_eps != 1e-5f))) {
     snprintf(err, errlen,
-             "qkv_bias and an RMSNorm eps are llama's; gpt2 has biases everywhere and LayerNorm's "
-             "eps 1e-5");
+             "qkv_bias, qk_norm and an RMSNorm eps are llama's; gpt2 has biases everywhere and "
+             "LayerNorm's eps 1e-5");
     return COLO_EINVAL;
   }
   if (!(cfg->norm_eps >= 0.0f && cfg->norm_eps <= 1e-2f)) {
@@ -870,7 +884,8 @@ void colo_gpt_init_each(colo_gpt_t *m, uint64_t seed, colo_gpt_put_fn put, void 
     const colo_param_t *f = &m->full_table[gi];
     const char *n = f->name;
     size_t len = strlen(n);
-    int is_ln_weight = strstr(n, ".ln_") && len > 7 && !strcmp(n + len - 7, ".weight");
+    int is_ln_weight = (strstr(n, ".ln_") || strstr(n, "_norm.")) && len > 7 &&
+                       !strcmp(n + len - 7, ".weight"); /* the norms' scales start at 1 */
     int is_bias = len > 5 && !strcmp(n + len - 5, ".bias");
     float std = strstr(n, "c_proj.weight") ? proj_std : 0.02f;
     int held = 0;
@@ -1159,6 +1174,39 @@ static const int *token_pos(const colo_gpt_t *m) {
   return m->cp > 1 ? m->pos : m->doc_pos;
 }
 
+/* Qwen3's QK-norm on the qkv product's rows of this rank's tokens (qkv[N][Cqkv], before the keys
+ * are repeated and anything moves or rotates): each query and key head normalized in place, its
+ * raw values and 1/rms kept in a for the backward */
+static void qk_norm_fwd(colo_gpt_t *m, int l, layer_acts_t *a, void *qkv, int N) {
+  if (m->cfg.qk_norm)
+    m->be->qk_norm_fwd(qkv, a->qkraw, a->qkrstd, P(m, l, P_QNORMW), P(m, l, P_KNORMW), N, m->Cqkv,
+                       m->NHl, m->NKVl, m->cfg.n_embd / m->cfg.n_head,
+                       m->cfg.norm_eps > 0 ? m->cfg.norm_eps : 1e-5f);
+}
+
+/* its backward, in place on the product's output gradient dqkv[N][Cqkv]. The two scales are
+ * shared by every head: under tensor parallelism each rank's heads give a part of their
+ * gradient, which the group adds (as sequence parallelism's norms, ln_bwd_rows) */
+static void qk_norm_bwd(colo_gpt_t *m, int l, layer_acts_t *a, void *dqkv, int N) {
+  if (!m->cfg.qk_norm)
+    return;
+  const colo_backend_t *be = m->be;
+  int hs = m->cfg.n_embd / m->cfg.n_head;
+  float *dq = G(m, l, P_QNORMW), *dk = G(m, l, P_KNORMW), *wq = P(m, l, P_QNORMW);
+  float *wk = P(m, l, P_KNORMW);
+  if (!m->tp_comm || !dq) {
+    be->qk_norm_bwd(dqkv, dq, dk, a->qkraw, a->qkrstd, wq, wk, N, m->Cqkv, m->NHl, m->NKVl, hs);
+    return;
+  }
+  be->zero(m->lnscratch, 2 * (size_t)hs * sizeof(float));
+  be->qk_norm_bwd(dqkv, m->lnscratch, m->lnscratch + hs, a->qkraw, a->qkrstd, wq, wk, N, m->Cqkv,
+                  m->NHl, m->NKVl, hs);
+  if (tp_sum(m, m->lnscratch, 2 * (size_t)hs) < 0)
+    return;
+  be->accumulate(dq, m->lnscratch, (size_t)hs);
+  be->accumulate(dk, m->lnscratch + hs, (size_t)hs);
+}
+
 /* returns the matrices it used */
 static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void *in, void *out) {
   const colo_backend_t *be = m->be;
@@ -1176,6 +1224,7 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   const void *x1 = ln_full(m, a->ln1, off, rowf); /* all rows (gathered under sp) */
   product_fwd(m, l, COLO_LORA_QKV, m->gqa ? m->qsmall : a->qkv, x1, w.qkv, P(m, l, P_QKVB), N, C,
               m->Cqkv);
+  qk_norm_fwd(m, l, a, m->gqa ? m->qsmall : a->qkv, N);
   int Tf = T * m->cp, Cc = Cq / m->cp, NHc = m->NHl / m->cp; /* under cp: attention's */
   if (m->cp_kv) { /* the keys and values move unrepeated, repeated and rotated where they land */
     const int wd[3] = {Cq, m->KVw, m->KVw};
@@ -1449,6 +1498,7 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     norm_fwd(m, a->ln1, a->ln1_mean, a->ln1_rstd, x, P(m, l, P_LN1W), P(m, l, P_LN1B), 1, C);
     be->matmul_fwd(m->gqa ? m->qsmall : qkv, a->ln1, P(m, l, P_QKVW), P(m, l, P_QKVB), 1, C,
                    m->Cqkv);
+    qk_norm_fwd(m, l, a, m->gqa ? m->qsmall : qkv, 1);
     if (m->gqa)
       be->kv_expand(qkv, m->qsmall, 1, C, NH, m->NKVl);
     if (m->llama) /* this position's query and key: the cache keeps keys rotated */
@@ -2119,6 +2169,7 @@ blocks:
       if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
         be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
     }
+    qk_norm_bwd(m, l, a, m->gqa ? m->qsmall : m->dqkv, N);
     const void *x1 = ln_full(m, a->ln1, off, rowf);
     dz = colo_lora_dora_bwd(lo, l, COLO_LORA_QKV, m->gqa ? m->qsmall : m->dqkv, N);
     be->matmul_bwd(m->dln, G(m, l, P_QKVW), G(m, l, P_QKVB), dz, x1, w.qkv, N, C, m->Cqkv);

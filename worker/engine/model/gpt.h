@@ -45,6 +45,8 @@ typedef struct {
   float norm_eps; /* LLAMA: RMSNorm's epsilon (Qwen2's 1e-6); 0: 1e-5 */
   int qkv_bias;   /* LLAMA: biases on the queries, keys and values (Qwen2's): attn.c_attn.bias
                    * [C + 2·KV], as GPT-2's */
+  int qk_norm;    /* LLAMA: RMSNorm over each query and key head before the rotation (Qwen3's
+                   * QK-norm): attn.q_norm.weight and attn.k_norm.weight [C/n_head] */
 } colo_gpt_config_t;
 
 /* cfg->n_kv_head, or n_head when 0 */
@@ -94,7 +96,9 @@ size_t colo_param_full_index(const colo_param_t *p, int t, int tp, size_t li);
  * weights only (6), its model no transformer.wpe nor ln_f.bias; its c_attn is q, k and v as
  * GPT-2's ([C][C + 2·KV] with n_kv_head heads of keys and of values, KV = n_kv_head·C/n_head;
  * attention repeats each to its n_head/n_kv_head query heads, HF's repeat_kv), its mlp.c_fc [C][2H]
- * the gate's columns then the up projection's, and its mlp.c_proj [H][C] the down projection. */
+ * the gate's columns then the up projection's, and its mlp.c_proj [H][C] the down projection.
+ * With qk_norm (Qwen3's) a LLAMA block has attn.q_norm.weight and attn.k_norm.weight [C/n_head]
+ * after c_attn's. COLO_GPT_TENSORS_PER_LAYER is GPT-2's count. */
 #define COLO_GPT_TENSORS_PER_LAYER 12
 /* the tensors of one block of cfg's architecture */
 int colo_gpt_tensors_per_layer(const colo_gpt_config_t *cfg);

@@ -161,6 +161,10 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
         (ne && !(cJSON_IsNumber(ne) && ne->valuedouble > 0 && ne->valuedouble <= 1e-2)))
       bad = 1;
     t.model.qkv_bias = cJSON_IsTrue(qb);
+    cJSON *qn = cJSON_GetObjectItem(m, "qk_norm"); /* Qwen3's (absent: none) */
+    if (qn && !cJSON_IsBool(qn))
+      bad = 1;
+    t.model.qk_norm = cJSON_IsTrue(qn);
     t.model.norm_eps = cJSON_IsNumber(ne) ? (float)ne->valuedouble : 0.0f;
     cJSON *tie = cJSON_GetObjectItem(m, "tie_embeddings"); /* absent: tied */
     if (tie && !cJSON_IsBool(tie))
@@ -542,6 +546,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
     cJSON_AddBoolToObject(mo, "tie_embeddings", !meta->model.untied_head);
     if (meta->model.qkv_bias)
       cJSON_AddTrueToObject(mo, "qkv_bias");
+    if (meta->model.qk_norm)
+      cJSON_AddTrueToObject(mo, "qk_norm");
     if (meta->model.norm_eps > 0.0f && meta->model.norm_eps != 1e-5f)
       cJSON_AddNumberToObject(mo, "rms_norm_eps", meta->model.norm_eps);
     if (meta->model.rope_factor > 0.0f) { /* Llama 3's rescaling, as HF's config names it */
@@ -1048,17 +1054,18 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
       (c->arch != t.model.arch || colo_gpt_mlp_hidden(c) != colo_gpt_mlp_hidden(&t.model) ||
        colo_gpt_kv_heads(c) != colo_gpt_kv_heads(&t.model) ||
        !c->untied_head != !t.model.untied_head || rope_differs ||
-       !c->qkv_bias != !t.model.qkv_bias || eps_ck[0]))
-    rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s%s%s; "
-                   "this run's is %s with %d and %d%s%s%s (model.arch, mlp_hidden, n_kv_head, "
-                   "tie_embeddings, qkv_bias, rms_norm_eps, rope_theta, rope_scaling_*)",
-                   dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
-                   colo_gpt_kv_heads(&t.model), t.model.untied_head ? ", untied" : "",
-                   t.model.qkv_bias ? ", q, k and v biases" : "",
-                   rope_differs ? " and another rotation" : "", eps_ck, colo_gpt_arch_name(c->arch),
-                   colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c), c->untied_head ? ", untied" : "",
-                   c->qkv_bias ? ", q, k and v biases" : "", eps_run);
+       !c->qkv_bias != !t.model.qkv_bias || !c->qk_norm != !t.model.qk_norm || eps_ck[0]))
+    rc =
+        colo_fail(err, errlen, COLO_EINVAL,
+                  "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s%s%s%s; "
+                  "this run's is %s with %d and %d%s%s%s%s (model.arch, mlp_hidden, n_kv_head, "
+                  "tie_embeddings, qkv_bias, qk_norm, rms_norm_eps, rope_theta, rope_scaling_*)",
+                  dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
+                  colo_gpt_kv_heads(&t.model), t.model.untied_head ? ", untied" : "",
+                  t.model.qkv_bias ? ", q, k and v biases" : "", t.model.qk_norm ? ", QK-norm" : "",
+                  rope_differs ? " and another rotation" : "", eps_ck, colo_gpt_arch_name(c->arch),
+                  colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c), c->untied_head ? ", untied" : "",
+                  c->qkv_bias ? ", q, k and v biases" : "", c->qk_norm ? ", QK-norm" : "", eps_run);
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the

@@ -383,6 +383,15 @@ static int gpt2_tensors(const colo_gpt_t *m, const float *params, int type, tens
   return ok ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
 }
 
+/* llama.cpp's architecture for a model: Qwen3's and Qwen2's blocks rotate halves of each head,
+ * as colo does; its "llama" rotates pairs */
+static const char *gguf_arch(const colo_gpt_config_t *c) {
+  return c->arch != COLO_ARCH_LLAMA ? "gpt2"
+         : c->qk_norm               ? "qwen3"
+         : c->qkv_bias              ? "qwen2"
+                                    : "llama";
+}
+
 /* A llama model's tensors from colo's table, each matrix read as llama.cpp holds it when it is
  * written (nothing of the model's size is copied): c_attn's column blocks as q, k and v, with q's
  * and k's rows reordered for llama.cpp's "llama" (pairs), c_fc's as gate and up. */
@@ -424,6 +433,14 @@ static int llama_tensors(const colo_gpt_t *m, const float *params, int type, int
          add_cols(ts, NAME("ffn_gate.weight"), C, H, type, p[4], 2 * (size_t)H, 0, 0) &&
          add_cols(ts, NAME("ffn_up.weight"), C, H, type, p[4], 2 * (size_t)H, (size_t)H, 0) &&
          add_cols(ts, NAME("ffn_down.weight"), H, C, type, p[5], (size_t)C, 0, 0);
+    for (int j = 0; ok && c->qk_norm && j < 2; j++) { /* Qwen3's QK-norm scales */
+      snprintf(tn, sizeof tn, "transformer.h.%d.attn.%c_norm.weight", l, j ? 'k' : 'q');
+      const colo_param_t *x = find(t, nt, tn);
+      if (!x)
+        return colo_fail(err, errlen, COLO_EINVAL, "the model has no tensor %s", tn);
+      ok = add(ts, NAME(j ? "attn_k_norm.weight" : "attn_q_norm.weight"), 1, (uint64_t)hd, 1, type,
+               params + x->full_offset) != NULL;
+    }
     if (ok && p[6]) /* Qwen2's q, k and v biases: c_attn.bias's parts */
       ok = add(ts, NAME("attn_q.bias"), 1, (uint64_t)C, 1, type, p[6]) &&
            add(ts, NAME("attn_k.bias"), 1, (uint64_t)KV, 1, type, p[6] + C) &&
@@ -551,12 +568,12 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
     return colo_fail(err, errlen, COLO_EINVAL,
                      "GGUF type %d: colo writes f32, f16, bf16, q8_0 and q4_0", type);
   int llama = c->arch == COLO_ARCH_LLAMA;
-  const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
+  const char *arch = gguf_arch(c);
   mem_t kv = {0};
   tensors_t ts = {0};
   int rc = colo_gguf_check(tok, c->vocab_size, "a tokenizer", err, errlen);
   if (rc == 0)
-    rc = llama ? llama_tensors(m, params, type, !c->qkv_bias, &ts, err, errlen)
+    rc = llama ? llama_tensors(m, params, type, !c->qkv_bias && !c->qk_norm, &ts, err, errlen)
                : gpt2_tensors(m, params, type, &ts, err, errlen);
   if (rc == 0) {
     kv_str(&kv, NULL, "general.architecture", arch);
@@ -595,14 +612,14 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
 
 int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
                          const char *path, char *err, size_t errlen) {
-  int llama = c->arch == COLO_ARCH_LLAMA, pairs = llama && !c->qkv_bias;
+  int llama = c->arch == COLO_ARCH_LLAMA, pairs = llama && !c->qkv_bias && !c->qk_norm;
   int hd = c->n_embd / c->n_head, r = colo_lora_config(l)->rank;
   if (colo_lora_config(l)->dora)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "llama.cpp's LoRA adapters have no DoRA magnitudes: export the model with "
                      "the adapters merged in (--format gguf or hf), or the adapters for PEFT "
                      "(--format peft)");
-  const char *arch = !llama ? "gpt2" : c->qkv_bias ? "qwen2" : "llama";
+  const char *arch = gguf_arch(c);
   size_t nt;
   const colo_param_t *tab = colo_lora_table(l, &nt);
   tensors_t ts = {0};

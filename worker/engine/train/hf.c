@@ -31,7 +31,8 @@ static void transpose_cols(float *dst, const float *src, int cols, int ld, int c
       dst[(size_t)o * cols + i] = src[(size_t)i * ld + col0 + o];
 }
 
-/* LlamaForCausalLM's tensors, made from colo's llama table: 9 per layer, then the norm. */
+/* LlamaForCausalLM's tensors, made from colo's llama table: 9 per layer (with Qwen2's 3 biases
+ * or Qwen3's 2 norms), then the norm. */
 static int write_llama(const colo_gpt_t *m, const float *params, const char *path, char *err,
                        size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
@@ -39,7 +40,7 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
   int KV = colo_gpt_kv_heads(c) * (C / c->n_head); /* key (value) rows */
   size_t nt;
   const colo_param_t *t = colo_gpt_full_table(m, &nt);
-  size_t n = 3 + 12 * (size_t)L, total = 0;
+  size_t n = 3 + 14 * (size_t)L, total = 0;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
   /* the transposed matrices: q and o C², k and v KV·C, the MLP's 3CH floats a layer */
@@ -113,6 +114,16 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
                                  1,
                                  {rows, 0},
                                  (size_t)rows};
+    }
+    for (int j = 0; j < 2; j++) { /* Qwen3's QK-norm scales */
+      snprintf(tn, sizeof tn, "transformer.h.%d.attn.%c_norm.weight", l, j ? 'k' : 'q');
+      const colo_param_t *qn = find(t, nt, tn);
+      if (!qn)
+        continue;
+      snprintf(names[k], sizeof names[k], "model.layers.%d.self_attn.%c_norm.weight", l,
+               j ? 'k' : 'q');
+      ts[k++] = (colo_st_tensor_t){
+          names[k - 1], params + qn->full_offset, 1, {qn->full_shape[0], 0}, qn->full_numel};
     }
   }
   ts[k++] =
@@ -230,23 +241,24 @@ static int get(const files_t *fs, const char *pre, const char *name, int rows, i
 }
 
 /* A layer's HF tensor suffix: 0..8 (the order of write_llama's), 9 the rotary buffer, 10..12
- * Qwen2's q, k and v biases, -1 none */
+ * Qwen2's q, k and v biases, 13..14 Qwen3's QK-norm scales, -1 none */
 static int layer_part(const char *rest) {
   static const char *const parts[] = {
       "input_layernorm.weight",        "self_attn.q_proj.weight", "self_attn.k_proj.weight",
       "self_attn.v_proj.weight",       "self_attn.o_proj.weight", "post_attention_layernorm.weight",
       "mlp.gate_proj.weight",          "mlp.up_proj.weight",      "mlp.down_proj.weight",
       "self_attn.rotary_emb.inv_freq", "self_attn.q_proj.bias",   "self_attn.k_proj.bias",
-      "self_attn.v_proj.bias"};
-  for (int i = 0; i < 13; i++)
+      "self_attn.v_proj.bias",         "self_attn.q_norm.weight", "self_attn.k_norm.weight"};
+  for (int i = 0; i < 15; i++)
     if (!strcmp(rest, parts[i]))
       return i;
   return -1;
 }
 
 /* The files' names: all known, its layer count; the head tied (or, for an untied model, there). */
-static int check_llama_names(const files_t *fs, const char *pre, int untied, int qkv_bias,
+static int check_llama_names(const files_t *fs, const char *pre, const colo_gpt_config_t *c,
                              int *layers, char *err, size_t errlen) {
+  int untied = c->untied_head;
   size_t pl = strlen(pre);
   *layers = 0;
   for (int k = 0; k < fs->n; k++)
@@ -262,10 +274,15 @@ static int check_llama_names(const files_t *fs, const char *pre, int untied, int
       int part = -1;
       if (strncmp(n, pre, pl) == 0 && sscanf(n + pl, "layers.%d.%n", &l, &used) == 1 && used &&
           l >= 0 && l < 100000 && (part = layer_part(n + pl + used)) >= 0) {
-        if (part >= 10 && !qkv_bias)
+        if (part >= 10 && part <= 12 && !c->qkv_bias)
           return colo_fail(err, errlen, COLO_EINVAL,
                            "%s: tensor %s: the file's queries, keys and values have biases "
                            "(Qwen2's); this run's model has none (model.qkv_bias)",
+                           f->path, n);
+        if (part >= 13 && !c->qk_norm)
+          return colo_fail(err, errlen, COLO_EINVAL,
+                           "%s: tensor %s: the file's query and key heads are normalized "
+                           "(Qwen3's QK-norm); this run's model is not (model.qk_norm)",
                            f->path, n);
         *layers = l + 1 > *layers ? l + 1 : *layers;
         continue;
@@ -315,7 +332,7 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
   }
   const char *pre = files_find(fs, "model.embed_tokens.weight") ? "model." : "";
   int layers = 0;
-  rc = check_llama_names(fs, pre, c->untied_head, c->qkv_bias, &layers, err, errlen);
+  rc = check_llama_names(fs, pre, c, &layers, err, errlen);
   if (rc == 0 && layers != c->n_layer)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s holds a Llama of %d layers; this run's model has %d (model.n_layer)", path,
@@ -395,6 +412,9 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
         rc = get(fs, pre, HF(qkv[j]), rows, 0, whole + col, err, errlen);
         col += rows;
       }
+    } else if (!strcmp(n, "attn.q_norm.weight") || !strcmp(n, "attn.k_norm.weight")) {
+      rc = get(fs, pre, HF(n[5] == 'q' ? "self_attn.q_norm.weight" : "self_attn.k_norm.weight"),
+               C / c->n_head, 0, whole, err, errlen);
     } else if (!strcmp(n, "attn.c_proj.weight")) {
       rc = get(fs, pre, HF("self_attn.o_proj.weight"), C, C, hf, err, errlen);
       for (int o = 0; rc == 0 && o < C; o++)
@@ -473,10 +493,16 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
   int llama = c->arch == COLO_ARCH_LLAMA;
   cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
   int qwen2 = llama && c->qkv_bias; /* Qwen2: Llama's block with q, k and v biases */
-  cJSON_AddItemToArray(arch, cJSON_CreateString(qwen2   ? "Qwen2ForCausalLM"
+  int qwen3 = llama && c->qk_norm;  /* Qwen3: with its queries' and keys' heads normalized */
+  cJSON_AddItemToArray(arch, cJSON_CreateString(qwen3   ? "Qwen3ForCausalLM"
+                                                : qwen2 ? "Qwen2ForCausalLM"
                                                 : llama ? "LlamaForCausalLM"
                                                         : "GPT2LMHeadModel"));
-  cJSON_AddStringToObject(j, "model_type", qwen2 ? "qwen2" : llama ? "llama" : "gpt2");
+  cJSON_AddStringToObject(j, "model_type",
+                          qwen3   ? "qwen3"
+                          : qwen2 ? "qwen2"
+                          : llama ? "llama"
+                                  : "gpt2");
   cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
   if (llama) {
     cJSON_AddNumberToObject(j, "hidden_size", c->n_embd);
@@ -490,9 +516,11 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     cJSON_AddNumberToObject(j, "rms_norm_eps", strtod(eps, NULL));
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta > 0 ? c->rope_theta : 10000.0);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
-    if (qwen2) {
+    if (qwen3)
+      cJSON_AddNumberToObject(j, "head_dim", c->n_embd / c->n_head);
+    if (qwen2 || qwen3)
       cJSON_AddBoolToObject(j, "use_sliding_window", 0);
-    } else {
+    if (!qwen2) {
       cJSON_AddBoolToObject(j, "attention_bias", 0);
       cJSON_AddBoolToObject(j, "mlp_bias", 0);
     }
@@ -666,12 +694,13 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
   memset(c, 0, sizeof *c);
   if (!cJSON_IsObject(j))
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: not a JSON object", file);
-  else if (!type || (strcmp(type, "llama") && strcmp(type, "gpt2") && strcmp(type, "qwen2")))
+  else if (!type || (strcmp(type, "llama") && strcmp(type, "gpt2") && strcmp(type, "qwen2") &&
+                     strcmp(type, "qwen3")))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "%s: model_type %s; colo reads llama's, qwen2's and gpt2's (LlamaForCausalLM, "
-                   "Qwen2ForCausalLM, GPT2LMHeadModel)",
+                   "%s: model_type %s; colo reads llama's, qwen2's, qwen3's and gpt2's "
+                   "(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel)",
                    file, type ? type : "(none)");
-  else if (!strcmp(type, "qwen2") &&
+  else if (!strncmp(type, "qwen", 4) &&
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")))
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s: use_sliding_window; colo's attention sees the whole window", file);
@@ -680,9 +709,11 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
     return rc;
   }
   const cJSON *tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
-  int qwen2 = !strcmp(type, "qwen2"), llama = qwen2 || !strcmp(type, "llama");
+  int qwen2 = !strcmp(type, "qwen2"), qwen3 = !strcmp(type, "qwen3");
+  int llama = qwen2 || qwen3 || !strcmp(type, "llama");
   c->arch = llama ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
   c->qkv_bias = qwen2; /* Qwen2's q, k and v have biases; its o_proj and MLP none */
+  c->qk_norm = qwen3;  /* Qwen3's none (attention_bias false), but its heads normalized */
   rc = int_field(j, "vocab_size", 1 << 20, &c->vocab_size, file, err, errlen);
   if (rc == 0 && llama) {
     const char *act = str_field(j, "hidden_act");
