@@ -9,13 +9,14 @@ reason, and fails instead under CI (CI set); with a node older than node-llama-c
 
 Checked, for models trained here on tinyshakespeare: GPT-2's block ("gpt2"), a llama block with
 grouped-query attention ("llama": q and k rows reordered for llama.cpp's rotation), Qwen2's
-block with q, k and v biases, RMSNorm's 1e-6 and an untied head ("qwen2"), and Llama 3.1's
+block with q, k and v biases, RMSNorm's 1e-6 and an untied head ("qwen2"), Qwen3's with each
+query and key head normalized (QK-norm, attn_q_norm and attn_k_norm: "qwen3"), and Llama 3.1's
 rope scaling (a rope_freqs tensor): the mean loss llama.cpp gives a held-out window equals
 colo-train eval's on it (F32: within 1e-4 relative; F16 and BF16 within 1e-3; ggml's 8-bit Q8_0
 within 5e-3, its 4-bit Q4_0 within 1e-2, the Q4_0 file's bytes those numpy writes from the f32
 file's values by ggml's reference rule), and llama.cpp reads
 the text's bytes as the model's tokens. LoRA adapters trained on each of the first three
-(`export --format gguf-lora`): llama.cpp applying the adapter file to the base's GGUF gives the
+(and Qwen3's) (`export --format gguf-lora`): llama.cpp applying the adapter file to the base's GGUF gives the
 loss of the merged model's GGUF within 1e-4 relative (it must differ from the base alone's by
 ten times that gap), which in turn is colo's eval of the adapters' checkpoint within 1e-4. With
 real tokenizers (GPT-2's, Llama 3's and Qwen2.5's
@@ -203,6 +204,8 @@ cases = [
     ("llama", ["--arch", "llama", "--n-kv-head", "2"], "llama"),
     ("qwen2", ["--arch", "llama", "--qkv-bias", "true", "--rms-norm-eps", "1e-6",
                "--n-kv-head", "2", "--tie-embeddings", "false", "--rope-theta", "1000000"], "qwen2"),
+    ("qwen3", ["--arch", "llama", "--qk-norm", "true", "--rms-norm-eps", "1e-6", "--n-kv-head", "2",
+               "--rope-theta", "1000000"], "qwen3"),
     ("llama3.1", ["--arch", "llama", "--rope-theta", "500000", "--rope-scaling-factor", "8",
                   "--rope-low-freq-factor", "1", "--rope-high-freq-factor", "4",
                   "--rope-original-context", "16"], "llama"),
@@ -244,7 +247,7 @@ for name, extra, arch in cases:
 
 # ---- LoRA adapters as llama.cpp's adapter file: llama.cpp applying them to the base's GGUF
 # computes what the merged model does (and what colo's eval of the adapters does) ----
-for name in ("gpt2", "llama", "qwen2"):
+for name in ("gpt2", "llama", "qwen2", "qwen3"):
     ck, extra = bases[name]
     base_ck = os.path.relpath(os.path.join(ck, "step_00000150"), WORK)
     lck = os.path.join(WORK, "lora-" + name)

@@ -388,8 +388,16 @@ class ColodTest(WithColod):
         self.assertAlmostEqual(got.rope_theta, 10000.0)
         plain = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=spec()), timeout=5).job.id)
         self.assertEqual((plain.spec.model.arch, plain.spec.model.tie_embeddings), (pb.ARCH_GPT2, True))
+        self.assertFalse(plain.spec.model.qk_norm)
+        # Qwen3's block: QK-norm and RMSNorm's 1e-6, stored as asked
+        q3 = spec(name="py-qwen3", model__arch=pb.ARCH_LLAMA, model__n_kv_head=2, model__qk_norm=True,
+                  model__rms_norm_eps=1e-6)
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=q3), timeout=5).job.id).spec.model
+        self.assertEqual((got.qk_norm, got.qkv_bias, got.n_kv_head), (True, False, 2))
+        self.assertAlmostEqual(got.rms_norm_eps, 1e-6)
         before = job_rows()
         for bad, msg in (
+                (spec(model__qk_norm=True), "model.qk_norm needs model.arch=llama (Qwen3's block)"),
                 (spec(model__arch=pb.ARCH_UNSPECIFIED), "model.arch must be gpt2 or llama"),
                 (spec(model__arch=pb.ARCH_LLAMA, model__n_kv_head=3),
                  "model.n_kv_head=3 must divide model.n_head=4, with model.arch=llama "

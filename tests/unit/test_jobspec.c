@@ -759,6 +759,26 @@ TEST(qwen_sft_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(qwen3_lora_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("qwen3-lora.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  /* Qwen3 1.7B's shape, as colo-train hf-config prints it (test_init_from checks that) */
+  ASSERT_EQ_INT(s->model->arch, COLO__V1__ARCH__ARCH_LLAMA);
+  ASSERT_EQ_INT(s->model->n_layer, 28);
+  ASSERT_EQ_INT(s->model->n_head, 16);
+  ASSERT_EQ_INT(s->model->n_kv_head, 8);
+  ASSERT_EQ_INT(s->model->n_embd, 2048);
+  ASSERT_EQ_INT(s->model->mlp_hidden, 6144);
+  ASSERT_EQ_INT(s->model->vocab_size, 151936);
+  ASSERT(s->model->qk_norm && !s->model->qkv_bias && s->model->rms_norm_eps == 1e-6f &&
+         s->model->rope_theta == 1e6f);
+  ASSERT_EQ_INT(s->train->lora_rank, 16);
+  ASSERT_EQ_STR(s->train->init_from, "qwen3-1.7b/model.safetensors.index.json");
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(missing_file_is_named) {
   Colo__V1__JobSpec *s = NULL;
   char err[512];
