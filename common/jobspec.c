@@ -235,18 +235,23 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "model.n_head=%u must be between 1 and 1024", m->n_head);
   if (m->n_embd < 1 || m->n_embd > 65536)
     return bad(err, errlen, "model.n_embd=%u must be between 1 and 65536", m->n_embd);
-  if (m->n_embd % m->n_head)
+  if (m->head_dim > 4096)
+    return bad(err, errlen, "model.head_dim=%u must be at most 4096", m->head_dim);
+  if (!m->head_dim && m->n_embd % m->n_head)
     return bad(err, errlen, "model.n_head=%u does not divide model.n_embd=%u", m->n_head,
                m->n_embd);
   if (m->arch != COLO__V1__ARCH__ARCH_GPT2 && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
     return bad(err, errlen, "model.arch must be gpt2 or llama");
+  if (m->head_dim && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
+    return bad(err, errlen,
+               "model.head_dim needs model.arch=llama (gpt2's heads are n_embd/n_head)");
   if (m->mlp_hidden > 1u << 20)
     return bad(err, errlen, "model.mlp_hidden=%u must be at most 1048576", m->mlp_hidden);
-  if (m->arch == COLO__V1__ARCH__ARCH_LLAMA && (m->n_embd / m->n_head) % 2)
+  unsigned hs = m->head_dim ? m->head_dim : m->n_embd / m->n_head;
+  if (m->arch == COLO__V1__ARCH__ARCH_LLAMA && hs % 2)
     return bad(err, errlen,
-               "model.arch=llama rotates pairs of each head's values: n_embd/n_head=%u must be "
-               "even",
-               m->n_embd / m->n_head);
+               "model.arch=llama rotates pairs of each head's values: %s=%u must be even",
+               m->head_dim ? "head_dim" : "n_embd/n_head", hs);
   if (m->n_kv_head && (m->n_head % m->n_kv_head || m->arch != COLO__V1__ARCH__ARCH_LLAMA))
     return bad(err, errlen,
                "model.n_kv_head=%u must divide model.n_head=%u, with model.arch=llama (grouped-"
@@ -754,6 +759,12 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                  "MLP's width/tp (%u) to be multiples of 64: each rank's part of a matrix must "
                  "hold whole NF4 blocks, as the model whole does",
                  tp, cw, hw);
+    unsigned qw = s->model->n_head * (s->model->head_dim ? s->model->head_dim : 0) / tp;
+    if (tp > 1 && nf4 && qw % 64)
+      return bad(err, errlen,
+                 "train.lora_quant=nf4 with parallel.tp=%u needs the queries' "
+                 "n_head·head_dim/tp (%u) to be a multiple of 64, as n_embd/tp",
+                 tp, qw);
     if (s->parallel->zero_stage == 1 || s->parallel->zero_stage == 2)
       return bad(err, errlen,
                  "train.lora_rank=%u with parallel.zero_stage=%u: stages 1 and 2 shard gradients "

@@ -10,7 +10,8 @@ reason, and fails instead under CI (CI set); with a node older than node-llama-c
 Checked, for models trained here on tinyshakespeare: GPT-2's block ("gpt2"), a llama block with
 grouped-query attention ("llama": q and k rows reordered for llama.cpp's rotation), Qwen2's
 block with q, k and v biases, RMSNorm's 1e-6 and an untied head ("qwen2"), Qwen3's with each
-query and key head normalized (QK-norm, attn_q_norm and attn_k_norm: "qwen3"), and Llama 3.1's
+query and key head normalized (QK-norm, attn_q_norm and attn_k_norm) and heads twice
+n_embd/n_head wide (head_dim, as Qwen3 0.6B's: "qwen3"), and Llama 3.1's
 rope scaling (a rope_freqs tensor): the mean loss llama.cpp gives a held-out window equals
 colo-train eval's on it (F32: within 1e-4 relative; F16 and BF16 within 1e-3; ggml's 8-bit Q8_0
 within 5e-3, its 4-bit Q4_0 within 1e-2, the Q4_0 file's bytes those numpy writes from the f32
@@ -204,8 +205,10 @@ cases = [
     ("llama", ["--arch", "llama", "--n-kv-head", "2"], "llama"),
     ("qwen2", ["--arch", "llama", "--qkv-bias", "true", "--rms-norm-eps", "1e-6",
                "--n-kv-head", "2", "--tie-embeddings", "false", "--rope-theta", "1000000"], "qwen2"),
+    # heads of 32 on the 64-wide stream (model.head_dim: queries 128 wide, as Qwen3 0.6B's 2048 on
+    # 1024), which the file says with attention.key_length and value_length
     ("qwen3", ["--arch", "llama", "--qk-norm", "true", "--rms-norm-eps", "1e-6", "--n-kv-head", "2",
-               "--rope-theta", "1000000"], "qwen3"),
+               "--rope-theta", "1000000", "--head-dim", "32"], "qwen3"),
     ("llama3.1", ["--arch", "llama", "--rope-theta", "500000", "--rope-scaling-factor", "8",
                   "--rope-low-freq-factor", "1", "--rope-high-freq-factor", "4",
                   "--rope-original-context", "16"], "llama"),

@@ -386,6 +386,16 @@ def llama(tmp):
             "key heads are normalized (Qwen3's QK-norm); this run's model is not (model.qk_norm)")
     refused(tmp, "llama-for-qwen3", q3a, good,
             "llama-for-qwen3.safetensors: no tensor model.layers.0.self_attn.q_norm.weight")
+    # and its heads wider than hidden_size / num_attention_heads (Qwen3 0.6B's 128 on 1024 with 16
+    # heads): here 12 on 32 with 4, q_proj [48, 32] and o_proj [32, 48] (model.head_dim)
+    q3w = dict(q3cfg, head_dim=12)
+    w3w = {n: torch.randn(s) * 0.3 + 1.0 if len(s) == 1 else torch.randn(s) * 0.05
+           for n, s in HFLlama(q3w).shapes.items()}
+    tensors = hf_layout(tmp, "qwen3-wide", q3w, w3w, q3a + ["--head-dim", "12"],
+                        "qwen3 with heads of 12 on 32 (head_dim)", "Qwen3")
+    refused(tmp, "qwen3-wide-for-qwen3", q3a, tensors,
+            "qwen3-wide-for-qwen3.safetensors has 48 rows of queries; this run's model has 32 (n_head 4 "
+            "heads of 8: model.head_dim)")
 
 
 def hf_layout(tmp, label, hcfg, w, args, what, layout):
@@ -511,7 +521,11 @@ def hf_config(tmp):
             ("Qwen2.5 0.5B", q25, 2048, {"n_layer": 24, "n_head": 14, "n_kv_head": 2, "n_embd": 896,
                                          "mlp_hidden": 4864, "qkv_bias": True}),
             ("Qwen3 1.7B", q3, 4096, {"n_layer": 28, "n_head": 16, "n_kv_head": 8, "n_embd": 2048,
-                                      "mlp_hidden": 6144, "qk_norm": True})]:
+                                      "mlp_hidden": 6144, "qk_norm": True}),
+            # Qwen3 0.6B: heads of 128 on a 1024-wide stream (16 of them: queries 2048 wide)
+            ("Qwen3 0.6B", dict(q3, hidden_size=1024, intermediate_size=3072), 4096,
+             {"n_layer": 28, "n_head": 16, "n_kv_head": 8, "n_embd": 1024, "head_dim": 128,
+              "mlp_hidden": 3072, "qk_norm": True})]:
         d = os.path.join(tmp, label.replace(" ", "-"))  # the model's folder, as the Hub's
         os.makedirs(d)
         json.dump(conf, open(os.path.join(d, "config.json"), "w"))
@@ -521,16 +535,15 @@ def hf_config(tmp):
         check("hf-config: %s's config.json" % label, got == want, json.dumps(got))
     bad = {"mistral": (dict(l32, model_type="mistral"),
                        "model_type mistral; colo reads llama's, qwen2's, qwen3's and gpt2's"),
-           # Qwen3 0.6B: heads of 128 on a 1024-wide stream, where colo's heads are n_embd/n_head
-           "qwen3-0.6b": (dict(q3, hidden_size=1024, intermediate_size=3072),
-                          "head_dim 128 is not hidden_size / num_attention_heads (1024 / 16)"),
+           "no-head-width": (dict({k: v for k, v in l32.items() if k != "head_dim"}, hidden_size=2050),
+                             "hidden_size 2050 is not a multiple of num_attention_heads 32, and no "
+                             "head_dim says the heads' width"),
            "sliding": (dict(q25, use_sliding_window=True), "use_sliding_window; colo's attention sees the whole window"),
            "gelu": (dict(l32, hidden_act="gelu"), "hidden_act gelu; colo's llama MLP is SwiGLU (silu)"),
            "eps": (dict(l32, rms_norm_eps=0.5), "rms_norm_eps 0.5; colo's is above 0, at most 0.01"),
            "bias": (dict(l32, attention_bias=True), "biases (attention_bias or mlp_bias); colo's llama has none"),
            "linear": (dict(l32, rope_scaling={"type": "linear", "factor": 2.0}),
                       "rope_scaling of type linear; colo reads Llama 3's (llama3)"),
-           "head_dim": (dict(l32, head_dim=128), "head_dim 128 is not hidden_size / num_attention_heads (2048 / 32)"),
            "no-width": ({k: v for k, v in l32.items() if k != "hidden_size"}, "no hidden_size"),
            "gpt2-untied": ({"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 2, "n_positions": 64,
                             "vocab_size": 256, "tie_word_embeddings": False},

@@ -159,27 +159,31 @@ class Llama(torch.nn.Module):
     the LM head tied to the token embedding. Weights are [in, out] as GPT-2's Conv1D. qkv_bias and
     eps: Qwen2's biases on q, k and v (attn.c_attn.bias [C + 2·KV]) and its RMSNorm epsilon.
     qk_norm: Qwen3's RMSNorm over each query and key head before the rotation (scales
-    attn.q_norm.weight and attn.k_norm.weight [C/NH]), as Qwen3Attention applies it."""
+    attn.q_norm.weight and attn.k_norm.weight [hs]), as Qwen3Attention applies it. head_dim: heads
+    of hs values where not C/NH (Qwen3 0.6B's), the queries Q = NH·hs wide: c_attn [C, Q + 2·KV],
+    c_proj [Q, C]."""
 
     def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False, scaling=None,
-                 qkv_bias=False, eps=1e-5, qk_norm=False):
+                 qkv_bias=False, eps=1e-5, qk_norm=False, head_dim=None):
         super().__init__()
         self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
         self.qkv_bias, self.eps, self.qk_norm = qkv_bias, eps, qk_norm
         self.reduction = "mean"
-        # grouped-query attention: NKV key and value heads, c_attn [C, C + 2·KV]
+        # grouped-query attention: NKV key and value heads, c_attn [C, Q + 2·KV]
         self.NKV = NKV or NH
-        KV = self.NKV * (C // NH)
+        self.hs = hs = head_dim or C // NH
+        self.Q = Q = NH * hs
+        KV = self.NKV * hs
         self.KV = KV
         self.names = ["transformer.wte.weight"]
         shapes = {"transformer.wte.weight": (V, C)}
         for l in range(L):
             h = "transformer.h.%d." % l
-            for n, s in [("ln_1.weight", (C,)), ("attn.c_attn.weight", (C, C + 2 * KV))] + \
-                    ([("attn.c_attn.bias", (C + 2 * KV,))] if qkv_bias else []) + \
-                    ([("attn.q_norm.weight", (C // NH,)), ("attn.k_norm.weight", (C // NH,))]
+            for n, s in [("ln_1.weight", (C,)), ("attn.c_attn.weight", (C, Q + 2 * KV))] + \
+                    ([("attn.c_attn.bias", (Q + 2 * KV,))] if qkv_bias else []) + \
+                    ([("attn.q_norm.weight", (hs,)), ("attn.k_norm.weight", (hs,))]
                      if qk_norm else []) + \
-                    [("attn.c_proj.weight", (C, C)), ("ln_2.weight", (C,)),
+                    [("attn.c_proj.weight", (Q, C)), ("ln_2.weight", (C,)),
                      ("mlp.c_fc.weight", (C, 2 * H)), ("mlp.c_proj.weight", (H, C))]:
                 self.names.append(h + n)
                 shapes[h + n] = s
@@ -217,8 +221,8 @@ class Llama(torch.nn.Module):
             a = s(rms_norm(x, p[h + "ln_1.weight"], self.eps))
             qkv = a @ s(p[h + "attn.c_attn.weight"])
             qkv = s(qkv + p[h + "attn.c_attn.bias"] if self.qkv_bias else qkv)
-            q, k, v = qkv.split([C, self.KV, self.KV], dim=2)
-            heads = lambda t: t.view(Bn, Tn, -1, C // NH).transpose(1, 2)
+            q, k, v = qkv.split([self.Q, self.KV, self.KV], dim=2)
+            heads = lambda t: t.view(Bn, Tn, -1, self.hs).transpose(1, 2)
             # each key and value head serves NH/NKV query heads (HF's repeat_kv)
             rep = lambda t: t.repeat_interleave(NH // self.NKV, dim=1)
             q, k, v = heads(q), rep(heads(k)), rep(heads(v))
@@ -227,9 +231,9 @@ class Llama(torch.nn.Module):
                 k = s(rms_norm(k, p[h + "attn.k_norm.weight"], self.eps))
             # colo rotates q and k in place in its stored qkv: rounded once more there
             q, k = s(self.rope(q, pos)), s(self.rope(k, pos))
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // NH)
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(self.hs)
             att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-            y = s((att @ v).transpose(1, 2).reshape(x.shape))
+            y = s((att @ v).transpose(1, 2).reshape(Bn, Tn, self.Q))
             x = s(x + s(y @ s(p[h + "attn.c_proj.weight"])))
             m = s(rms_norm(x, p[h + "ln_2.weight"], self.eps))
             gu = s(m @ s(p[h + "mlp.c_fc.weight"]))
@@ -264,23 +268,23 @@ class HFLlama(torch.nn.Module):
         self.qwen2, self.qwen3 = cfg["model_type"] == "qwen2", cfg["model_type"] == "qwen3"
         self.cfg = cfg
         C, H, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-        KV = cfg["num_key_value_heads"] * C // cfg["num_attention_heads"]
+        hs = cfg.get("head_dim") or C // cfg["num_attention_heads"]  # transformers' default
+        Q, KV = cfg["num_attention_heads"] * hs, cfg["num_key_value_heads"] * hs
         shapes = {"model.embed_tokens.weight": (V, C), "model.norm.weight": (C,)}
         if not cfg.get("tie_word_embeddings", True):
             shapes["lm_head.weight"] = (V, C)
         for l in range(cfg["num_hidden_layers"]):
             h = "model.layers.%d." % l
             shapes.update({h + "input_layernorm.weight": (C,), h + "post_attention_layernorm.weight": (C,),
-                           h + "self_attn.q_proj.weight": (C, C), h + "self_attn.k_proj.weight": (KV, C),
-                           h + "self_attn.v_proj.weight": (KV, C), h + "self_attn.o_proj.weight": (C, C),
+                           h + "self_attn.q_proj.weight": (Q, C), h + "self_attn.k_proj.weight": (KV, C),
+                           h + "self_attn.v_proj.weight": (KV, C), h + "self_attn.o_proj.weight": (C, Q),
                            h + "mlp.gate_proj.weight": (H, C), h + "mlp.up_proj.weight": (H, C),
                            h + "mlp.down_proj.weight": (C, H)})
             if self.qwen2:
-                shapes.update({h + "self_attn.q_proj.bias": (C,), h + "self_attn.k_proj.bias": (KV,),
+                shapes.update({h + "self_attn.q_proj.bias": (Q,), h + "self_attn.k_proj.bias": (KV,),
                                h + "self_attn.v_proj.bias": (KV,)})
             if self.qwen3:
-                hd = cfg["head_dim"]
-                shapes.update({h + "self_attn.q_norm.weight": (hd,), h + "self_attn.k_norm.weight": (hd,)})
+                shapes.update({h + "self_attn.q_norm.weight": (hs,), h + "self_attn.k_norm.weight": (hs,)})
         self.shapes = shapes
         self.p = {}
 
@@ -294,7 +298,7 @@ class HFLlama(torch.nn.Module):
     def forward(self, idx, targets):
         cfg, p = self.cfg, self.p
         NH, C = cfg["num_attention_heads"], cfg["hidden_size"]
-        hs, eps = C // NH, cfg["rms_norm_eps"]
+        hs, eps = cfg.get("head_dim") or C // NH, cfg["rms_norm_eps"]
         Bn, Tn = idx.shape
         inv_freq = rope_inv_freq(hs, cfg["rope_theta"], cfg.get("rope_scaling"))
         emb = torch.outer(torch.arange(Tn, dtype=torch.float32), inv_freq).repeat(1, 2)
@@ -317,7 +321,7 @@ class HFLlama(torch.nn.Module):
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
             y = att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
-            x = x + F.linear(y.transpose(1, 2).reshape(Bn, Tn, C), p[h + "self_attn.o_proj.weight"])
+            x = x + F.linear(y.transpose(1, 2).reshape(Bn, Tn, NH * hs), p[h + "self_attn.o_proj.weight"])
             m = rms_norm(x, p[h + "post_attention_layernorm.weight"], eps)
             m = F.silu(F.linear(m, p[h + "mlp.gate_proj.weight"])) * F.linear(m, p[h + "mlp.up_proj.weight"])
             x = x + F.linear(m, p[h + "mlp.down_proj.weight"])

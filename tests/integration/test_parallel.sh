@@ -6,7 +6,8 @@
 #     (1F1B), pp=2 x tp=2 (also sequence parallel) and pp=2 x dp=2 x tp=2 (8 ranks), and
 #     model.arch=llama at tp=2 with sp, ZeRO-3 and pp=2 x tp=2 (and with grouped-query attention
 #     at tp=2 with sp and pp=2 x tp=2; with an untied head at pp=2 x tp=2 and ZeRO-3; Qwen2's
-#     biases at tp=2 sp and ZeRO-3; Qwen3's QK-norm at tp=2 sp, ZeRO-3, cp=2 and tp=2 x cp=2), with a
+#     biases at tp=2 sp and ZeRO-3; Qwen3's QK-norm with heads wider than n_embd/n_head at tp=2 sp, ZeRO-3, cp=2 and
+#     tp=2 x cp=2), with a
 #     loss mask and with documents (attention within each) at several layouts, against
 #     one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
@@ -292,11 +293,12 @@ run "$TMP/qwen_tp2sp" "${Q[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_
 run "$TMP/qwen_dp2z3" "${Q[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))
 compare "$TMP/qwen1" "$TMP/qwen_tp2sp" "qwen2 block: tp=2 sequence parallel"
 compare "$TMP/qwen1" "$TMP/qwen_dp2z3" "qwen2 block: dp=2 ZeRO-3"
-# Qwen3's block (QK-norm: RMSNorm over each query and key head, 4 heads, 2 key heads): its two
+# Qwen3's block (QK-norm: RMSNorm over each query and key head, 4 heads, 2 key heads), its heads
+# 24 wide on the 64-wide stream (model.head_dim, as Qwen3 0.6B's 128 on 1024): the norm's two
 # scales are shared by the heads that tensor parallelism splits (their gradients summed over
 # the group), sharded under ZeRO-3, and applied before context parallelism's exchange, the keys
 # moving unrepeated (cp=2) or repeated (tp=2 x cp=2)
-Q3=(--arch llama --qk-norm true --n-head 4 --n-kv-head 2 --rms-norm-eps 1e-6)
+Q3=(--arch llama --qk-norm true --n-head 4 --n-kv-head 2 --head-dim 24 --rms-norm-eps 1e-6)
 run "$TMP/qwen3" "${Q3[@]}" --batch-size $GLOBAL_B
 run "$TMP/qwen3_tp2sp" "${Q3[@]}" --nproc 2 --tp 2 --sp true --batch-size $GLOBAL_B
 run "$TMP/qwen3_dp2z3" "${Q3[@]}" --nproc 2 --dp 2 --zero 3 --batch-size $((GLOBAL_B / 2))

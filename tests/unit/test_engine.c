@@ -1088,7 +1088,8 @@ static void add_noise(float *x, size_t n, uint64_t seed, float scale) {
 
 /* arch: COLO_ARCH_*, or -1 for LLAMA with grouped-query attention (4 query heads, 2 key heads),
  * -2 for that with an untied head, -3 for that with Qwen2's q, k and v biases and RMSNorm eps,
- * -4 for that with Qwen3's QK-norm instead of the biases (16 wide: heads of 4) */
+ * -4 for that with Qwen3's QK-norm instead of the biases, 16 wide with heads of 6 (head_dim:
+ * queries 24 wide, as Qwen3 0.6B's heads are wider than n_embd/n_head) */
 static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
   int gqa = arch < 0;
   colo_gpt_config_t cfg = {.vocab_size = 11,
@@ -1102,6 +1103,7 @@ static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
                            .untied_head = arch == -2,
                            .qkv_bias = arch == -3,
                            .qk_norm = arch == -4,
+                           .head_dim = arch == -4 ? 6 : 0,
                            .norm_eps = arch <= -3 ? 1e-6f : 0.0f};
   colo_gpt_t *m;
   char err[256];
@@ -1131,12 +1133,13 @@ TEST(decoding_matches_the_whole_forward) {
   float want[50], got[50];
   double worst = 0;
   /* GPT-2 without and with recomputation, then LLAMA (its keys cached rotated), also with
-   * grouped-query attention, and that with Qwen3's QK-norm */
+   * grouped-query attention, and that with Qwen3's QK-norm and wider heads */
   for (int k = 0; k < 5; k++) {
     int recompute = k == 1;
     cfg.arch = k >= 2 ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
     cfg.n_kv_head = k >= 3 ? 2 : 0;
     cfg.qk_norm = k == 4;
+    cfg.head_dim = k == 4 ? 12 : 0; /* and heads wider than n_embd/n_head: queries 48 wide */
     for (int t = 0; t < 80; t++)
       tok[t] = (t * 7 + 3) % 50;
     colo_gpt_t *m;
@@ -1256,7 +1259,8 @@ static void model_fd(int arch) {
   ASSERT_EQ_INT(checked, np);
   printf("  %s: %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
          "1e-2), %.2e absolute\n",
-         arch == -4   ? "llama with 2 key heads for 4, QK-norm (Qwen3's), RMSNorm eps 1e-6"
+         arch == -4 ? "llama with 2 key heads for 4, QK-norm (Qwen3's), heads of 6 on 16, RMSNorm "
+                      "eps 1e-6"
          : arch == -3 ? "llama with 2 key heads for 4, q, k and v biases, RMSNorm eps 1e-6"
          : arch == -2 ? "llama, 2 key heads for 4, untied head"
          : arch == -1 ? "llama with 2 key heads for 4"

@@ -252,6 +252,13 @@ static const struct {
     {BASE "model: {qkv_bias: true}\n",
      "model.qkv_bias needs model.arch=llama (gpt2 has biases everywhere)"},
     {BASE "model: {qk_norm: true}\n", "model.qk_norm needs model.arch=llama (Qwen3's block)"},
+    {BASE "model: {head_dim: 32}\n",
+     "model.head_dim needs model.arch=llama (gpt2's heads are n_embd/n_head)"},
+    {BASE "model: {arch: llama, head_dim: 33}\n",
+     "model.arch=llama rotates pairs of each head's values: head_dim=33 must be even"},
+    {BASE "model: {arch: llama, head_dim: 5000}\n", "model.head_dim=5000 must be at most 4096"},
+    {BASE "model: {arch: llama, n_embd: 130, n_head: 4}\n",
+     "model.n_head=4 does not divide model.n_embd=130"},
     {BASE "model: {arch: llama, qk_norm: true, qkv_bias: true}\n",
      "model.qk_norm and model.qkv_bias together are no published block (Qwen2's has the biases, "
      "Qwen3's the norms) and have no HuggingFace layout to export to"},
@@ -757,6 +764,25 @@ TEST(qwen_sft_example_job_is_valid) {
   ASSERT_EQ_INT(s->model->vocab_size, 151936);
   ASSERT(s->model->qkv_bias && s->model->rms_norm_eps == 1e-6f && s->model->rope_theta == 1e6f);
   colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
+/* model.head_dim: heads of their own width (Qwen3 0.6B's 128 on 1024), where n_embd need not
+ * divide by n_head; NF4 under tensor parallelism then needs the queries' width in blocks too */
+TEST(head_dim_sets_the_heads_width) {
+  char err[512];
+  int rc;
+  check(BASE "model: {arch: llama, n_embd: 130, n_head: 4, head_dim: 32}\n", err, sizeof err);
+  ASSERT_EQ_STR(err, "");
+  Colo__V1__JobSpec *s = parse(BASE "model: {arch: llama, head_dim: 32}\n", err, sizeof err, &rc);
+  ASSERT_EQ_INT(rc, 0);
+  ASSERT_EQ_INT(s->model->head_dim, 32);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+  check(BASE "model: {arch: llama, n_embd: 256, n_head: 4, head_dim: 40, mlp_hidden: 512}\n"
+             "parallel: {tp: 2}\ntrain: {lora_rank: 4, lora_quant: nf4}\n",
+        err, sizeof err);
+  ASSERT_EQ_STR(err,
+                "train.lora_quant=nf4 with parallel.tp=2 needs the queries' n_head·head_dim/tp "
+                "(80) to be a multiple of 64, as n_embd/tp");
 }
 
 TEST(qwen3_lora_example_job_is_valid) {

@@ -479,9 +479,10 @@ static int cmd_hf_config(int argc, char **argv) {
     case 'h':
       printf("usage: colo-train hf-config CONFIG [--block-size T (1024)] [--json]\n"
              "Reads a transformers config.json (CONFIG, or CONFIG/config.json) of a\n"
-             "LlamaForCausalLM or GPT2LMHeadModel and prints the model section of a job file\n"
-             "that has its shape, so that train.init_from can start from its weights\n"
-             "(LlamaForCausalLM's model.safetensors, or its index). block_size is T, at most the\n"
+             "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel and\n"
+             "prints the model section of a job file that has its shape, so that\n"
+             "train.init_from can start from its weights (its model.safetensors, or their\n"
+             "index). block_size is T, at most the\n"
              "file's max_position_embeddings (--block-size 0: that). --json: the section as a\n"
              "JSON object. A config colo's blocks cannot follow (biases, another activation,\n"
              "norm eps or rope_scaling type, ...) is refused naming the field.\n");
@@ -509,6 +510,7 @@ static int cmd_hf_config(int argc, char **argv) {
            {"n_head", cfg.n_head, 1},
            {"n_kv_head", cfg.n_kv_head, llama && cfg.n_kv_head != cfg.n_head},
            {"n_embd", cfg.n_embd, 1},
+           {"head_dim", cfg.head_dim, cfg.head_dim > 0},
            {"mlp_hidden", cfg.mlp_hidden, cfg.mlp_hidden > 0},
            {"vocab_size", cfg.vocab_size, 1},
            {"block_size", t, 1},
@@ -993,6 +995,7 @@ static void train_usage(void) {
       "  --qkv-bias true|false llama: biases on the queries, keys and values (Qwen2's)\n"
       "  --rms-norm-eps X      llama: RMSNorm's epsilon (default 1e-5; Qwen2's 1e-6)\n"
       "  --qk-norm true|false  llama: RMSNorm on each query and key head (Qwen3's)\n"
+      "  --head-dim N          llama: each head's width, where not n_embd/n_head\n"
       "  --n-kv-head N         llama: key and value heads, dividing n_head (grouped-query\n"
       "                        attention; default n_head)\n"
       "  --tie-embeddings true|false  llama: false gives the LM head a matrix of its own\n"
@@ -1138,6 +1141,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"qkv-bias", "model: {qkv_bias: %s}"},
       {"rms-norm-eps", "model: {rms_norm_eps: %s}"},
       {"qk-norm", "model: {qk_norm: %s}"},
+      {"head-dim", "model: {head_dim: %s}"},
       {"rope-scaling-factor", "model: {rope_scaling_factor: %s}"},
       {"rope-low-freq-factor", "model: {rope_low_freq_factor: %s}"},
       {"rope-high-freq-factor", "model: {rope_high_freq_factor: %s}"},
@@ -1773,7 +1777,8 @@ static int cmd_train(int argc, char **argv) {
                                   .rope_orig = (int)ms->rope_original_context,
                                   .norm_eps = ms->rms_norm_eps,
                                   .qkv_bias = ms->qkv_bias,
-                                  .qk_norm = ms->qk_norm};
+                                  .qk_norm = ms->qk_norm,
+                                  .head_dim = (int)ms->head_dim};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim =
       (colo_adamw_config_t){o->lr,
@@ -2424,9 +2429,10 @@ static int cmd_export(int argc, char **argv) {
           "Writes the checkpoint's parameters, whatever layout trained them, as one file of\n"
           "whole tensors. hf (the default, unless FILE ends in .gguf): a safetensors file in\n"
           "HuggingFace's layout, GPT2LMHeadModel's, or for a model.arch=llama model\n"
-          "LlamaForCausalLM's (Qwen2ForCausalLM's with model.qkv_bias). gguf: llama.cpp's file,\n"
-          "the model and its tokenizer in one (architecture gpt2, llama, or qwen2 with\n"
-          "qkv_bias), for llama.cpp, Ollama and LM Studio. A LoRA run's checkpoint\n"
+          "LlamaForCausalLM's (Qwen2ForCausalLM's with model.qkv_bias, Qwen3ForCausalLM's\n"
+          "with model.qk_norm). gguf: llama.cpp's file, the model and its tokenizer in one\n"
+          "(architecture gpt2, llama, qwen2 with qkv_bias or qwen3 with qk_norm), for\n"
+          "llama.cpp, Ollama and LM Studio. A LoRA run's checkpoint\n"
           "(train.lora_rank) is the model it adapted with the adapters merged in; peft: its\n"
           "adapters alone, as HuggingFace PEFT saves them, in directory FILE\n"
           "(adapter_model.safetensors and adapter_config.json), for PeftModel.from_pretrained\n"

@@ -217,6 +217,14 @@ int colo_gpt_kv_heads(const colo_gpt_config_t *cfg) {
   return cfg->n_kv_head > 0 ? cfg->n_kv_head : cfg->n_head;
 }
 
+int colo_gpt_head_size(const colo_gpt_config_t *cfg) {
+  return cfg->head_dim > 0 ? cfg->head_dim : cfg->n_embd / cfg->n_head;
+}
+
+int colo_gpt_q_width(const colo_gpt_config_t *cfg) {
+  return cfg->n_head * colo_gpt_head_size(cfg);
+}
+
 int colo_gpt_tensors_per_layer(const colo_gpt_config_t *cfg) {
   return cfg->arch == COLO_ARCH_LLAMA ? 6 + (cfg->qkv_bias != 0) + 2 * (cfg->qk_norm != 0)
                                       : COLO_GPT_TENSORS_PER_LAYER;
@@ -301,14 +309,16 @@ static void add_full(colo_gpt_t *m, size_t *k, size_t *g, const char *name, int 
  * then this stage's, with this rank's shard shapes (table). */
 static void build_table(colo_gpt_t *m) {
   int C = m->cfg.n_embd, L = m->cfg.n_layer, H = colo_gpt_mlp_hidden(&m->cfg);
-  int KV = colo_gpt_kv_heads(&m->cfg) * (C / m->cfg.n_head); /* key (value) columns */
+  int hs = colo_gpt_head_size(&m->cfg), Q = colo_gpt_q_width(&m->cfg);
+  int KV = colo_gpt_kv_heads(&m->cfg) * hs; /* key (value) columns */
   size_t k = 0, g = 0;
   char name[64];
   add_full(m, &k, &g, "transformer.wte.weight", m->cfg.vocab_size, C, 1, COLO_SPLIT_VOCAB);
   if (!m->llama)
     add_full(m, &k, &g, "transformer.wpe.weight", m->cfg.block_size, C, 1, COLO_SPLIT_NONE);
-  /* shapes in units: C, 3C, the MLP's H, LLAMA's 2H (gate and up) */
-  enum { U_C = 1, U_3C, U_H, U_2H, U_HS };
+  /* shapes in units: C, 3C (Q + 2·KV), the MLP's H, LLAMA's 2H (gate and up), a head, the
+   * queries' Q (C unless model.head_dim says otherwise) */
+  enum { U_C = 1, U_3C, U_H, U_2H, U_HS, U_Q };
   static const struct {
     const char *suffix;
     int rows, cols; /* units; 0 cols: a vector */
@@ -320,7 +330,7 @@ static void build_table(colo_gpt_t *m) {
       {"attn.c_attn.bias", U_3C, 0, 0, COLO_SPLIT_QKV, 0},
       {"attn.q_norm.weight", U_HS, 0, 0, COLO_SPLIT_NONE, 1},
       {"attn.k_norm.weight", U_HS, 0, 0, COLO_SPLIT_NONE, 1},
-      {"attn.c_proj.weight", U_C, U_C, 1, COLO_SPLIT_ROWS, 1},
+      {"attn.c_proj.weight", U_Q, U_C, 1, COLO_SPLIT_ROWS, 1},
       {"attn.c_proj.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
       {"ln_2.weight", U_C, 0, 0, COLO_SPLIT_NONE, 1},
       {"ln_2.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
@@ -329,7 +339,7 @@ static void build_table(colo_gpt_t *m) {
       {"mlp.c_proj.weight", U_H, U_C, 1, COLO_SPLIT_ROWS, 1},
       {"mlp.c_proj.bias", U_C, 0, 0, COLO_SPLIT_NONE, 0},
   };
-  int unit[] = {0, C, C + 2 * KV, H, 2 * H, C / m->cfg.n_head};
+  int unit[] = {0, C, Q + 2 * KV, H, 2 * H, hs, Q};
   for (int i = 0, n = 0; i < P_PER_LAYER; i++) { /* LLAMA: no biases, but q, k and v's if asked */
     int qk = i == P_QNORMW || i == P_KNORMW;     /* LLAMA with qk_norm only */
     m->slot[i] = qk ? (m->llama && m->cfg.qk_norm ? n++ : -1)
@@ -345,7 +355,7 @@ static void build_table(colo_gpt_t *m) {
       add_full(m, &k, &g, name, unit[layer[i].rows], unit[fc ? U_2H : layer[i].cols],
                layer[i].decay, fc ? COLO_SPLIT_GLU : layer[i].split);
       if (layer[i].split == COLO_SPLIT_QKV)
-        m->full_table[k - 1].q_cols = C;
+        m->full_table[k - 1].q_cols = Q;
     }
   add_full(m, &k, &g, "transformer.ln_f.weight", C, 0, 0, COLO_SPLIT_NONE);
   if (!m->llama)
@@ -527,10 +537,14 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              stage ? stage->hi : 0, cfg->n_layer);
     return COLO_EINVAL;
   }
-  if (cfg->n_layer < 1 || cfg->n_head < 1 || cfg->n_embd % cfg->n_head || cfg->vocab_size < 1 ||
-      cfg->block_size < 1 || max_B < 1) {
-    snprintf(err, errlen, "bad model shape: n_layer=%d n_head=%d n_embd=%d vocab=%d block=%d B=%d",
-             cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->vocab_size, cfg->block_size, max_B);
+  if (cfg->n_layer < 1 || cfg->n_head < 1 || cfg->head_dim < 0 || cfg->head_dim > 65536 ||
+      (!cfg->head_dim && cfg->n_embd % cfg->n_head) || cfg->vocab_size < 1 || cfg->block_size < 1 ||
+      max_B < 1 || (cfg->head_dim && cfg->arch != COLO_ARCH_LLAMA)) {
+    snprintf(err, errlen,
+             "bad model shape: n_layer=%d n_head=%d n_embd=%d head_dim=%d (llama's) vocab=%d "
+             "block=%d B=%d",
+             cfg->n_layer, cfg->n_head, cfg->n_embd, cfg->head_dim, cfg->vocab_size,
+             cfg->block_size, max_B);
     return COLO_EINVAL;
   }
   int H = colo_gpt_mlp_hidden(cfg);
@@ -538,9 +552,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     snprintf(err, errlen, "unknown model architecture %d", cfg->arch);
     return COLO_EINVAL;
   }
-  if (cfg->arch == COLO_ARCH_LLAMA && (cfg->n_embd / cfg->n_head) % 2) {
-    snprintf(err, errlen, "rotary positions need an even head size, not n_embd/n_head = %d",
-             cfg->n_embd / cfg->n_head);
+  if (cfg->arch == COLO_ARCH_LLAMA && colo_gpt_head_size(cfg) % 2) {
+    snprintf(err, errlen, "rotary positions need an even head size, not %d",
+             colo_gpt_head_size(cfg));
     return COLO_EINVAL;
   }
   if (cfg->mlp_hidden < 0 || !(cfg->rope_theta >= 0.0f) || !(cfg->rope_factor >= 0.0f) ||
@@ -617,13 +631,14 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   m->cpr = cp > 1 ? colo_comm_rank(stage->cp) : 0;
   m->Tb = cfg->block_size / cp;
   m->cp_kv = cp > 1 && NKV != cfg->n_head && (NKV / tp) % cp == 0;
-  m->KVw = NKV / tp * (cfg->n_embd / cfg->n_head);
+  int hs = colo_gpt_head_size(cfg);
+  m->KVw = NKV / tp * hs;
   m->tp = tp;
   m->tp_comm = tp > 1 ? tp_comm : NULL;
   m->tpr = tp > 1 ? colo_comm_rank(tp_comm) : 0;
-  m->Cq = cfg->n_embd / tp;
+  m->Cq = colo_gpt_q_width(cfg) / tp;
   m->NKVl = NKV / tp;
-  m->Cqkv = m->Cq + 2 * m->NKVl * (cfg->n_embd / cfg->n_head);
+  m->Cqkv = m->Cq + 2 * m->NKVl * hs;
   m->gqa = NKV != cfg->n_head;
   m->NHl = cfg->n_head / tp;
   m->Cf = H / tp;
@@ -704,7 +719,7 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {(void **)&m->tlogit, N * F},
               {(void **)&m->gather, N * (size_t)m->tp * F},
               {&m->dfull, N * C * A},
-              {(void **)&m->lnscratch, 2 * C * F},
+              {(void **)&m->lnscratch, 2 * (C > (size_t)hs ? C : (size_t)hs) * F},
               /* fp32 scratch for collectives and pipeline boundaries on 16-bit activations */
               {(void **)&m->xfer, lowp && (tp > 1 || !(m->first && m->last)) ? N * C * F : 0},
               {&m->wte_act, lowp && m->last ? (size_t)m->Vl * C * A : 0},
@@ -715,7 +730,6 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   for (size_t i = 0; i < sizeof rest / sizeof rest[0] && rc == 0; i++)
     if (rest[i].bytes && !(*rest[i].p = colo_pool_alloc(pool, rest[i].bytes, "activations")))
       rc = COLO_ENOMEM;
-  int hs = cfg->n_embd / cfg->n_head;
   if (rc == 0 && m->llama) { /* RoPE's frequencies, made once on the host */
     float *f = malloc((size_t)hs / 2 * sizeof *f);
     if (!f || !(m->inv_freq = colo_pool_alloc(pool, (size_t)hs / 2 * sizeof(float), "rope"))) {
@@ -1180,7 +1194,7 @@ static const int *token_pos(const colo_gpt_t *m) {
 static void qk_norm_fwd(colo_gpt_t *m, int l, layer_acts_t *a, void *qkv, int N) {
   if (m->cfg.qk_norm)
     m->be->qk_norm_fwd(qkv, a->qkraw, a->qkrstd, P(m, l, P_QNORMW), P(m, l, P_KNORMW), N, m->Cqkv,
-                       m->NHl, m->NKVl, m->cfg.n_embd / m->cfg.n_head,
+                       m->NHl, m->NKVl, colo_gpt_head_size(&m->cfg),
                        m->cfg.norm_eps > 0 ? m->cfg.norm_eps : 1e-5f);
 }
 
@@ -1191,7 +1205,7 @@ static void qk_norm_bwd(colo_gpt_t *m, int l, layer_acts_t *a, void *dqkv, int N
   if (!m->cfg.qk_norm)
     return;
   const colo_backend_t *be = m->be;
-  int hs = m->cfg.n_embd / m->cfg.n_head;
+  int hs = colo_gpt_head_size(&m->cfg);
   float *dq = G(m, l, P_QNORMW), *dk = G(m, l, P_KNORMW), *wq = P(m, l, P_QNORMW);
   float *wk = P(m, l, P_KNORMW);
   if (!m->tp_comm || !dq) {
@@ -1461,7 +1475,7 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
 int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err, size_t errlen) {
   const colo_backend_t *be = m->be;
   int C = m->cfg.n_embd, L = m->cfg.n_layer, T = m->cfg.block_size, V = m->cfg.vocab_size;
-  int NH = m->cfg.n_head, hs = C / NH;
+  int NH = m->cfg.n_head, hs = colo_gpt_head_size(&m->cfg), Q = m->Cq; /* tp = 1: Q = NH·hs */
   if (m->lora)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "decoding with LoRA adapters: merge them into the weights first "
@@ -1474,7 +1488,7 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     return colo_fail(err, errlen, COLO_EINVAL, "position %d or token %d outside the model's %d, %d",
                      pos, token, T, V);
   if (!m->kcache) {
-    size_t kv = (size_t)L * T * C * sizeof(float);
+    size_t kv = (size_t)L * T * Q * sizeof(float);
     m->kcache = colo_pool_alloc(m->pool, kv, "decoding cache");
     m->vcache = colo_pool_alloc(m->pool, kv, "decoding cache");
     m->scores = colo_pool_alloc(m->pool, (size_t)T * sizeof(float), "decoding cache");
@@ -1500,21 +1514,21 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
                    m->Cqkv);
     qk_norm_fwd(m, l, a, m->gqa ? m->qsmall : qkv, 1);
     if (m->gqa)
-      be->kv_expand(qkv, m->qsmall, 1, C, NH, m->NKVl);
+      be->kv_expand(qkv, m->qsmall, 1, Q, NH, m->NKVl);
     if (m->llama) /* this position's query and key: the cache keeps keys rotated */
-      be->rope(qkv, 1, 1, C, NH, pos, m->inv_freq, 1, NULL);
+      be->rope(qkv, 1, 1, Q, NH, pos, m->inv_freq, 1, NULL);
     for (int h = 0; h < NH; h++) {
       size_t head = ((size_t)l * NH + h) * T * hs; /* this head's cache of this layer */
       float *K = (float *)m->kcache + head, *Vh = (float *)m->vcache + head;
-      be->copy(K + (size_t)pos * hs, qkv + C + h * hs, (size_t)hs * sizeof(float));
-      be->copy(Vh + (size_t)pos * hs, qkv + 2 * C + h * hs, (size_t)hs * sizeof(float));
+      be->copy(K + (size_t)pos * hs, qkv + Q + h * hs, (size_t)hs * sizeof(float));
+      be->copy(Vh + (size_t)pos * hs, qkv + 2 * Q + h * hs, (size_t)hs * sizeof(float));
       /* the query's scores against the n keys, scaled, their softmax, and its sum of values */
       be->lmhead_fwd(m->scores, qkv + h * hs, K, 1, hs, n);
       be->scale(m->scores, scale, (size_t)n);
       be->crossentropy_fwd(m->dec_loss, m->scores, m->scores, m->dec_target, 1, n);
       be->matmul_fwd(att + h * hs, m->scores, Vh, NULL, 1, n, hs);
     }
-    be->matmul_fwd(m->proj, att, P(m, l, P_ATTPROJW), P(m, l, P_ATTPROJB), 1, C, C);
+    be->matmul_fwd(m->proj, att, P(m, l, P_ATTPROJW), P(m, l, P_ATTPROJB), 1, Q, C);
     be->add(a->res2, x, m->proj, (size_t)C);
     norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), 1, C);
     mlp_up(m, l, m->gelu, a->fch, a->ln2, P(m, l, P_FCW), P(m, l, P_FCB), 1, C, H);

@@ -46,11 +46,17 @@ typedef struct {
   int qkv_bias;   /* LLAMA: biases on the queries, keys and values (Qwen2's): attn.c_attn.bias
                    * [C + 2·KV], as GPT-2's */
   int qk_norm;    /* LLAMA: RMSNorm over each query and key head before the rotation (Qwen3's
-                   * QK-norm): attn.q_norm.weight and attn.k_norm.weight [C/n_head] */
+                   * QK-norm): attn.q_norm.weight and attn.k_norm.weight [hs] */
+  int head_dim;   /* LLAMA: each head's width hs where it is not C/n_head (Qwen3 0.6B's 128 on
+                   * 1024); 0: C/n_head. The queries are then Q = n_head·hs wide, not C */
 } colo_gpt_config_t;
 
 /* cfg->n_kv_head, or n_head when 0 */
 int colo_gpt_kv_heads(const colo_gpt_config_t *cfg);
+/* a head's width hs: cfg->head_dim, or C/n_head when 0 */
+int colo_gpt_head_size(const colo_gpt_config_t *cfg);
+/* the queries' (and attention's output's) width Q = n_head·hs: C unless head_dim says otherwise */
+int colo_gpt_q_width(const colo_gpt_config_t *cfg);
 
 /* The MLP's inner width: cfg->mlp_hidden, or by default 4·C (GPT2) or 8·C/3 rounded up to a
  * multiple of 64 (LLAMA, near GPT-2's parameter count with three matrices instead of two). */

@@ -17,7 +17,7 @@ struct colo_lora_s {
   int L, N;            /* layers; the most rows a batch has */
   int lo, hi;          /* the layers with adapters here: [lo, hi) (a pipeline stage's) */
   int tp, tpr;         /* the tensor-parallel group's size and this rank in it */
-  int C;               /* the model's width: c_attn's query columns */
+  int Q;               /* c_attn's query columns: n_head·hs */
   size_t t0, p0;       /* the first table entry's index, and its offset, in the whole model's */
   size_t full_params;  /* the whole model's adapters' floats */
   int in[4], out[4];   /* each target's product: inp[N][in] · W[in][out], this rank's part */
@@ -100,7 +100,7 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
                      "lora: rank %d and alpha %g must be positive, with at least one target",
                      cfg->rank, (double)cfg->alpha);
   int C = mc->n_embd, H = colo_gpt_mlp_hidden(mc), llama = mc->arch == COLO_ARCH_LLAMA;
-  int KV = colo_gpt_kv_heads(mc) * (C / mc->n_head);
+  int KV = colo_gpt_kv_heads(mc) * colo_gpt_head_size(mc), Q = colo_gpt_q_width(mc);
   int r = cfg->rank;
   if (r > C)
     return colo_fail(err, errlen, COLO_EINVAL, "lora.rank=%d is above model.n_embd=%d", r, C);
@@ -122,11 +122,11 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
   l->N = N;
   l->tp = tp;
   l->tpr = tpr;
-  l->C = C;
+  l->Q = Q;
   l->per_site = cfg->dora ? 3 : 2;
   l->slots = cfg->dora && N > 0 ? slots : 0;
   l->mergeable = mt != NULL && lo == 0 && hi == l->L && tp == 1;
-  int inf[4] = {C, C, C, H}, outf[4] = {C + 2 * KV, C, llama ? 2 * H : H, C};
+  int inf[4] = {C, Q, C, H}, outf[4] = {Q + 2 * KV, C, llama ? 2 * H : H, C};
   int ws[4] = {COLO_SPLIT_QKV, COLO_SPLIT_ROWS, llama ? COLO_SPLIT_GLU : COLO_SPLIT_COLS,
                COLO_SPLIT_ROWS};
   int in[4], outw[4];
@@ -196,7 +196,7 @@ static int lora_new(const colo_gpt_config_t *mc, const colo_lora_config_t *cfg, 
         int by_out = ab != COLO_LORA_A;
         p->split = tp > 1 && by_out == column_parallel(k) ? (by_out ? ws[k] : COLO_SPLIT_COLS)
                                                           : COLO_SPLIT_NONE;
-        p->q_cols = C;
+        p->q_cols = Q;
         p->decay = 1; /* as a Trainer's AdamW decays every matrix */
         off += p->numel;
         full += p->full_numel;
@@ -314,18 +314,19 @@ void colo_lora_site(const colo_lora_t *l, size_t i, int *layer, int *target) {
 }
 
 int colo_lora_parts(const colo_gpt_config_t *c, int target, colo_lora_part_t p[3]) {
-  int C = c->n_embd, KV = colo_gpt_kv_heads(c) * (C / c->n_head), H = colo_gpt_mlp_hidden(c);
+  int C = c->n_embd, KV = colo_gpt_kv_heads(c) * colo_gpt_head_size(c), H = colo_gpt_mlp_hidden(c);
+  int Q = colo_gpt_q_width(c);
   static const char *const gpt2[4] = {"attn_qkv", "attn_output", "ffn_up", "ffn_down"};
   if (c->arch != COLO_ARCH_LLAMA) {
-    int out[4] = {C + 2 * KV, C, H, C};
+    int out[4] = {Q + 2 * KV, C, H, C};
     p[0] = (colo_lora_part_t){colo_lora_module(target), gpt2[target], 0, out[target], 0};
     return 1;
   }
   switch (target) {
   case 0:
-    p[0] = (colo_lora_part_t){"self_attn.q_proj", "attn_q", 0, C, 1};
-    p[1] = (colo_lora_part_t){"self_attn.k_proj", "attn_k", C, KV, 1};
-    p[2] = (colo_lora_part_t){"self_attn.v_proj", "attn_v", C + KV, KV, 0};
+    p[0] = (colo_lora_part_t){"self_attn.q_proj", "attn_q", 0, Q, 1};
+    p[1] = (colo_lora_part_t){"self_attn.k_proj", "attn_k", Q, KV, 1};
+    p[2] = (colo_lora_part_t){"self_attn.v_proj", "attn_v", Q + KV, KV, 0};
     return 3;
   case 1:
     p[0] = (colo_lora_part_t){"self_attn.o_proj", "attn_output", 0, C, 0};
@@ -362,7 +363,7 @@ size_t colo_lora_full_index(const colo_lora_t *l, size_t i, int t, size_t li) {
                     .full_shape = {p->full_shape[0], 0},
                     .full_numel = (size_t)p->full_shape[0],
                     .split = p->split,
-                    .q_cols = l->C};
+                    .q_cols = l->Q};
   return colo_param_full_index(&v, t, l->tp, row) * r + li % r;
 }
 

@@ -165,6 +165,11 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
     if (qn && !cJSON_IsBool(qn))
       bad = 1;
     t.model.qk_norm = cJSON_IsTrue(qn);
+    cJSON *hd = cJSON_GetObjectItem(m, "head_dim"); /* absent: n_embd/n_head */
+    if (hd && !(cJSON_IsNumber(hd) && hd->valuedouble >= 1 && hd->valuedouble <= 65536 &&
+                hd->valuedouble == (int)hd->valuedouble))
+      bad = 1;
+    t.model.head_dim = cJSON_IsNumber(hd) ? (int)hd->valuedouble : 0;
     t.model.norm_eps = cJSON_IsNumber(ne) ? (float)ne->valuedouble : 0.0f;
     cJSON *tie = cJSON_GetObjectItem(m, "tie_embeddings"); /* absent: tied */
     if (tie && !cJSON_IsBool(tie))
@@ -548,6 +553,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddTrueToObject(mo, "qkv_bias");
     if (meta->model.qk_norm)
       cJSON_AddTrueToObject(mo, "qk_norm");
+    if (meta->model.head_dim)
+      cJSON_AddNumberToObject(mo, "head_dim", meta->model.head_dim);
     if (meta->model.norm_eps > 0.0f && meta->model.norm_eps != 1e-5f)
       cJSON_AddNumberToObject(mo, "rms_norm_eps", meta->model.norm_eps);
     if (meta->model.rope_factor > 0.0f) { /* Llama 3's rescaling, as HF's config names it */
@@ -1039,12 +1046,13 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
                         c->rope_orig != t.model.rope_orig)));
   if (rc == 0 && (c->n_layer != t.model.n_layer || c->n_head != t.model.n_head ||
                   c->n_embd != t.model.n_embd || c->block_size != t.model.block_size ||
-                  c->vocab_size != t.model.vocab_size))
+                  c->vocab_size != t.model.vocab_size ||
+                  colo_gpt_head_size(c) != colo_gpt_head_size(&t.model)))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "checkpoint %s is of a %d-layer, %d-head, %d-wide model with block %d and vocab "
-                   "%d; this run's model differs",
-                   dir, t.model.n_layer, t.model.n_head, t.model.n_embd, t.model.block_size,
-                   t.model.vocab_size);
+                   "checkpoint %s is of a %d-layer, %d-head, %d-wide model with heads of %d, block "
+                   "%d and vocab %d; this run's model differs",
+                   dir, t.model.n_layer, t.model.n_head, t.model.n_embd,
+                   colo_gpt_head_size(&t.model), t.model.block_size, t.model.vocab_size);
   char eps_ck[48] = "", eps_run[48] = ""; /* named only where they differ */
   if (norm_eps_of(c) != norm_eps_of(&t.model)) {
     snprintf(eps_ck, sizeof eps_ck, ", RMSNorm eps %g", (double)norm_eps_of(&t.model));

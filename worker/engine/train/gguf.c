@@ -398,8 +398,8 @@ static const char *gguf_arch(const colo_gpt_config_t *c) {
 static int llama_tensors(const colo_gpt_t *m, const float *params, int type, int pairs,
                          tensors_t *ts, char *err, size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
-  int C = c->n_embd, hd = C / c->n_head, H = colo_gpt_mlp_hidden(c);
-  int KV = colo_gpt_kv_heads(c) * hd; /* key (value) rows */
+  int C = c->n_embd, hd = colo_gpt_head_size(c), H = colo_gpt_mlp_hidden(c);
+  int Q = colo_gpt_q_width(c), KV = colo_gpt_kv_heads(c) * hd; /* query, key (value) rows */
   size_t nt;
   const colo_param_t *t = colo_gpt_full_table(m, &nt);
   const colo_param_t *wte = find(t, nt, "transformer.wte.weight");
@@ -422,13 +422,13 @@ static int llama_tensors(const colo_gpt_t *m, const float *params, int type, int
         return colo_fail(err, errlen, COLO_EINVAL, "the model has no tensor %s", tn);
       p[i] = x ? params + x->full_offset : NULL;
     }
-    size_t qkv = (size_t)C + 2 * (size_t)KV;
+    size_t qkv = (size_t)Q + 2 * (size_t)KV;
 #define NAME(s) (snprintf(g, sizeof g, "blk.%d.%s", l, s), g)
     ok = add(ts, NAME("attn_norm.weight"), 1, (uint64_t)C, 1, type, p[0]) &&
-         add_cols(ts, NAME("attn_q.weight"), C, C, type, p[1], qkv, 0, pairs ? hd : 0) &&
-         add_cols(ts, NAME("attn_k.weight"), C, KV, type, p[1], qkv, (size_t)C, pairs ? hd : 0) &&
-         add_cols(ts, NAME("attn_v.weight"), C, KV, type, p[1], qkv, (size_t)(C + KV), 0) &&
-         add_cols(ts, NAME("attn_output.weight"), C, C, type, p[2], (size_t)C, 0, 0) &&
+         add_cols(ts, NAME("attn_q.weight"), C, Q, type, p[1], qkv, 0, pairs ? hd : 0) &&
+         add_cols(ts, NAME("attn_k.weight"), C, KV, type, p[1], qkv, (size_t)Q, pairs ? hd : 0) &&
+         add_cols(ts, NAME("attn_v.weight"), C, KV, type, p[1], qkv, (size_t)(Q + KV), 0) &&
+         add_cols(ts, NAME("attn_output.weight"), Q, C, type, p[2], (size_t)C, 0, 0) &&
          add(ts, NAME("ffn_norm.weight"), 1, (uint64_t)C, 1, type, p[3]) &&
          add_cols(ts, NAME("ffn_gate.weight"), C, H, type, p[4], 2 * (size_t)H, 0, 0) &&
          add_cols(ts, NAME("ffn_up.weight"), C, H, type, p[4], 2 * (size_t)H, (size_t)H, 0) &&
@@ -442,9 +442,9 @@ static int llama_tensors(const colo_gpt_t *m, const float *params, int type, int
                params + x->full_offset) != NULL;
     }
     if (ok && p[6]) /* Qwen2's q, k and v biases: c_attn.bias's parts */
-      ok = add(ts, NAME("attn_q.bias"), 1, (uint64_t)C, 1, type, p[6]) &&
-           add(ts, NAME("attn_k.bias"), 1, (uint64_t)KV, 1, type, p[6] + C) &&
-           add(ts, NAME("attn_v.bias"), 1, (uint64_t)KV, 1, type, p[6] + C + KV);
+      ok = add(ts, NAME("attn_q.bias"), 1, (uint64_t)Q, 1, type, p[6]) &&
+           add(ts, NAME("attn_k.bias"), 1, (uint64_t)KV, 1, type, p[6] + Q) &&
+           add(ts, NAME("attn_v.bias"), 1, (uint64_t)KV, 1, type, p[6] + Q + KV);
 #undef NAME
   }
   ok = ok && add(ts, "output_norm.weight", 1, (uint64_t)C, 1, type, params + lnf->full_offset) &&
@@ -593,7 +593,11 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
     if (llama) {
       kv_u32(&kv, arch, "attention.head_count_kv", (uint32_t)colo_gpt_kv_heads(c));
       kv_f32(&kv, arch, "rope.freq_base", c->rope_theta > 0 ? c->rope_theta : 10000.0f);
-      kv_u32(&kv, arch, "rope.dimension_count", (uint32_t)(c->n_embd / c->n_head));
+      kv_u32(&kv, arch, "rope.dimension_count", (uint32_t)colo_gpt_head_size(c));
+      if (c->head_dim) { /* heads wider or narrower than n_embd/n_head (llama.cpp's own keys) */
+        kv_u32(&kv, arch, "attention.key_length", (uint32_t)c->head_dim);
+        kv_u32(&kv, arch, "attention.value_length", (uint32_t)c->head_dim);
+      }
       kv_f32(&kv, arch, "attention.layer_norm_rms_epsilon", c->norm_eps > 0 ? c->norm_eps : 1e-5f);
     } else {
       kv_f32(&kv, arch, "attention.layer_norm_epsilon", 1e-5f);
@@ -613,7 +617,7 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
 int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
                          const char *path, char *err, size_t errlen) {
   int llama = c->arch == COLO_ARCH_LLAMA, pairs = llama && !c->qkv_bias && !c->qk_norm;
-  int hd = c->n_embd / c->n_head, r = colo_lora_config(l)->rank;
+  int hd = colo_gpt_head_size(c), r = colo_lora_config(l)->rank;
   if (colo_lora_config(l)->dora)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "llama.cpp's LoRA adapters have no DoRA magnitudes: export the model with "

@@ -36,15 +36,15 @@ static void transpose_cols(float *dst, const float *src, int cols, int ld, int c
 static int write_llama(const colo_gpt_t *m, const float *params, const char *path, char *err,
                        size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
-  int C = c->n_embd, L = c->n_layer, H = colo_gpt_mlp_hidden(c);
-  int KV = colo_gpt_kv_heads(c) * (C / c->n_head); /* key (value) rows */
+  int C = c->n_embd, L = c->n_layer, H = colo_gpt_mlp_hidden(c), Q = colo_gpt_q_width(c);
+  int KV = colo_gpt_kv_heads(c) * colo_gpt_head_size(c); /* key (value) rows */
   size_t nt;
   const colo_param_t *t = colo_gpt_full_table(m, &nt);
   size_t n = 3 + 14 * (size_t)L, total = 0;
   colo_st_tensor_t *ts = calloc(n, sizeof *ts);
   char(*names)[96] = calloc(n, sizeof *names);
-  /* the transposed matrices: q and o C², k and v KV·C, the MLP's 3CH floats a layer */
-  size_t cc = (size_t)C * C, kc = (size_t)KV * C;
+  /* the transposed matrices: q and o Q·C, k and v KV·C, the MLP's 3CH floats a layer */
+  size_t cc = (size_t)Q * C, kc = (size_t)KV * C;
   size_t per = 2 * cc + 2 * kc + 3 * (size_t)C * H;
   float *buf = malloc(per * (size_t)L * sizeof *buf);
   if (!ts || !names || !buf) {
@@ -79,19 +79,19 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
       const float *data;
       int rows, cols;
     } e[9] = {{"input_layernorm.weight", params + p[0]->full_offset, C, 0},
-              {"self_attn.q_proj.weight", b, C, C},
+              {"self_attn.q_proj.weight", b, Q, C},
               {"self_attn.k_proj.weight", b + cc, KV, C},
               {"self_attn.v_proj.weight", b + cc + kc, KV, C},
-              {"self_attn.o_proj.weight", b + cc + 2 * kc, C, C},
+              {"self_attn.o_proj.weight", b + cc + 2 * kc, C, Q},
               {"post_attention_layernorm.weight", params + p[3]->full_offset, C, 0},
               {"mlp.gate_proj.weight", b + 2 * cc + 2 * kc, H, C},
               {"mlp.up_proj.weight", b + 2 * cc + 2 * kc + (size_t)H * C, H, C},
               {"mlp.down_proj.weight", b + 2 * cc + 2 * kc + 2 * (size_t)H * C, C, H}};
-    /* q, k and v: column blocks of c_attn [C][C + 2·KV] */
-    transpose_cols((float *)e[1].data, qkv, C, C + 2 * KV, 0, C);
-    transpose_cols((float *)e[2].data, qkv, C, C + 2 * KV, C, KV);
-    transpose_cols((float *)e[3].data, qkv, C, C + 2 * KV, C + KV, KV);
-    transpose_cols((float *)e[4].data, o, C, C, 0, C);
+    /* q, k and v: column blocks of c_attn [C][Q + 2·KV]; c_proj [Q][C] */
+    transpose_cols((float *)e[1].data, qkv, C, Q + 2 * KV, 0, Q);
+    transpose_cols((float *)e[2].data, qkv, C, Q + 2 * KV, Q, KV);
+    transpose_cols((float *)e[3].data, qkv, C, Q + 2 * KV, Q + KV, KV);
+    transpose_cols((float *)e[4].data, o, Q, C, 0, C);
     transpose_cols((float *)e[6].data, fc, C, 2 * H, 0, H); /* gate, then up */
     transpose_cols((float *)e[7].data, fc, C, 2 * H, H, H);
     transpose_cols((float *)e[8].data, down, H, C, 0, C); /* [H][C] -> [C][H] */
@@ -108,9 +108,9 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
     for (int j = 0; qb && j < 3; j++, k++) { /* Qwen2's q, k and v biases: c_attn.bias's parts */
       static const char *const bn[3] = {"q_proj", "k_proj", "v_proj"};
       snprintf(names[k], sizeof names[k], "model.layers.%d.self_attn.%s.bias", l, bn[j]);
-      int rows = j ? KV : C;
+      int rows = j ? KV : Q;
       ts[k] = (colo_st_tensor_t){names[k],
-                                 params + qb->full_offset + (j ? C + (j - 1) * KV : 0),
+                                 params + qb->full_offset + (j ? Q + (j - 1) * KV : 0),
                                  1,
                                  {rows, 0},
                                  (size_t)rows};
@@ -317,8 +317,8 @@ static int check_llama_names(const files_t *fs, const char *pre, const colo_gpt_
 int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *sink, char *err,
                        size_t errlen) {
   const colo_gpt_config_t *c = colo_gpt_config(m);
-  int C = c->n_embd, H = colo_gpt_mlp_hidden(c), V = c->vocab_size;
-  int KV = colo_gpt_kv_heads(c) * (C / c->n_head), W = C + 2 * KV;
+  int C = c->n_embd, H = colo_gpt_mlp_hidden(c), V = c->vocab_size, Q = colo_gpt_q_width(c);
+  int hs = colo_gpt_head_size(c), KV = colo_gpt_kv_heads(c) * hs, W = Q + 2 * KV;
   if (c->arch != COLO_ARCH_LLAMA)
     return colo_fail(err, errlen, COLO_EINVAL, "%s: a Llama file initialises llama models only",
                      path);
@@ -337,12 +337,19 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s holds a Llama of %d layers; this run's model has %d (model.n_layer)", path,
                    layers, c->n_layer);
-  /* the widths the names do not say: the key heads' and the MLP's */
+  /* the widths the names do not say: the queries', the key heads' and the MLP's */
   const char *dt, *data;
   int nd;
-  long ks[2] = {0, 0}, gs[2] = {0, 0};
+  long ks[2] = {0, 0}, gs[2] = {0, 0}, qs[2] = {0, 0};
   size_t bytes;
   char name[96];
+  snprintf(name, sizeof name, "%slayers.0.self_attn.q_proj.weight", pre);
+  files_entry(fs, name, &dt, &nd, qs, &data, &bytes);
+  if (rc == 0 && qs[0] && qs[0] != Q)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s has %ld rows of queries; this run's model has %d (n_head %d heads of %d: "
+                   "model.head_dim)",
+                   path, qs[0], Q, c->n_head, hs);
   snprintf(name, sizeof name, "%slayers.0.self_attn.k_proj.weight", pre);
   files_entry(fs, name, &dt, &nd, ks, &data, &bytes);
   snprintf(name, sizeof name, "%slayers.0.mlp.gate_proj.weight", pre);
@@ -393,11 +400,11 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
       rc = get(fs, pre,
                HF(n[3] == '1' ? "input_layernorm.weight" : "post_attention_layernorm.weight"), C, 0,
                whole, err, errlen);
-    } else if (!strcmp(n, "attn.c_attn.weight")) { /* q, k, v [out][C] -> [C][C + 2·KV] */
+    } else if (!strcmp(n, "attn.c_attn.weight")) { /* q, k, v [out][C] -> [C][Q + 2·KV] */
       static const char *const qkv[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                          "self_attn.v_proj.weight"};
       for (int j = 0, col = 0; j < 3 && rc == 0; j++) {
-        int rows = j ? KV : C;
+        int rows = j ? KV : Q;
         rc = get(fs, pre, HF(qkv[j]), rows, C, hf, err, errlen);
         for (int o = 0; rc == 0 && o < rows; o++)
           for (int r = 0; r < C; r++)
@@ -408,18 +415,18 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
       static const char *const qkv[3] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias",
                                          "self_attn.v_proj.bias"};
       for (int j = 0, col = 0; j < 3 && rc == 0; j++) {
-        int rows = j ? KV : C;
+        int rows = j ? KV : Q;
         rc = get(fs, pre, HF(qkv[j]), rows, 0, whole + col, err, errlen);
         col += rows;
       }
     } else if (!strcmp(n, "attn.q_norm.weight") || !strcmp(n, "attn.k_norm.weight")) {
-      rc = get(fs, pre, HF(n[5] == 'q' ? "self_attn.q_norm.weight" : "self_attn.k_norm.weight"),
-               C / c->n_head, 0, whole, err, errlen);
-    } else if (!strcmp(n, "attn.c_proj.weight")) {
-      rc = get(fs, pre, HF("self_attn.o_proj.weight"), C, C, hf, err, errlen);
+      rc = get(fs, pre, HF(n[5] == 'q' ? "self_attn.q_norm.weight" : "self_attn.k_norm.weight"), hs,
+               0, whole, err, errlen);
+    } else if (!strcmp(n, "attn.c_proj.weight")) { /* o [C][Q] -> [Q][C] */
+      rc = get(fs, pre, HF("self_attn.o_proj.weight"), C, Q, hf, err, errlen);
       for (int o = 0; rc == 0 && o < C; o++)
-        for (int r = 0; r < C; r++)
-          whole[(size_t)r * C + o] = hf[(size_t)o * C + r];
+        for (int r = 0; r < Q; r++)
+          whole[(size_t)r * C + o] = hf[(size_t)o * Q + r];
     } else if (!strcmp(n, "mlp.c_fc.weight")) { /* gate, up [H][C] -> [C][2H] */
       for (int j = 0; j < 2 && rc == 0; j++) {
         rc = get(fs, pre, HF(j ? "mlp.up_proj.weight" : "mlp.gate_proj.weight"), H, C, hf, err,
@@ -516,8 +523,8 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     cJSON_AddNumberToObject(j, "rms_norm_eps", strtod(eps, NULL));
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta > 0 ? c->rope_theta : 10000.0);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
-    if (qwen3)
-      cJSON_AddNumberToObject(j, "head_dim", c->n_embd / c->n_head);
+    if (qwen3 || c->head_dim) /* transformers' Llama reads it too (C/n_head without it) */
+      cJSON_AddNumberToObject(j, "head_dim", colo_gpt_head_size(c));
     if (qwen2 || qwen3)
       cJSON_AddBoolToObject(j, "use_sliding_window", 0);
     if (!qwen2) {
@@ -753,11 +760,13 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
                     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "mlp_bias"))))
       rc = colo_fail(err, errlen, COLO_EINVAL,
                      "%s: biases (attention_bias or mlp_bias); colo's llama has none", file);
-    if (rc == 0 && (c->n_embd % c->n_head || (head_dim && head_dim != c->n_embd / c->n_head)))
+    if (rc == 0 && !head_dim && c->n_embd % c->n_head)
       rc = colo_fail(err, errlen, COLO_EINVAL,
-                     "%s: head_dim %d is not hidden_size / num_attention_heads (%d / %d), which "
-                     "colo's attention needs",
-                     file, head_dim, c->n_embd, c->n_head);
+                     "%s: hidden_size %d is not a multiple of num_attention_heads %d, and no "
+                     "head_dim says the heads' width",
+                     file, c->n_embd, c->n_head);
+    if (rc == 0 && head_dim && (c->n_embd % c->n_head || head_dim != c->n_embd / c->n_head))
+      c->head_dim = head_dim; /* Qwen3 0.6B's 128 on 1024 (16 heads): queries 2048 wide */
     if (rc == 0 && c->n_kv_head && c->n_head % c->n_kv_head)
       rc = colo_fail(err, errlen, COLO_EINVAL,
                      "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", file,

@@ -2129,14 +2129,16 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   if (cfg->lora.rank > 0) {
     /* NF4 under tensor parallelism: a rank's part of each matrix holds whole blocks of 64 */
     int unaligned = tp > 1 && nf4 &&
-                    ((cfg->model.n_embd / tp) % 64 || (colo_gpt_mlp_hidden(&cfg->model) / tp) % 64);
+                    ((cfg->model.n_embd / tp) % 64 || (colo_gpt_q_width(&cfg->model) / tp) % 64 ||
+                     (colo_gpt_mlp_hidden(&cfg->model) / tp) % 64);
     if (cfg->zero_stage == 1 || cfg->zero_stage == 2 || (pp > 1 && cfg->zero_stage == 3) ||
         unaligned) {
       snprintf(err, errlen,
                "train.lora: the frozen model is whole on each rank or split by its stages and "
                "tensor-parallel ranks (zero_stage=0), or sharded over the data-parallel ranks "
-               "without stages (3); NF4 (lora_quant) under tensor parallelism needs n_embd/tp and "
-               "the MLP's width/tp to be multiples of 64; this run has parallel.tp=%d, pp=%d, "
+               "without stages (3); NF4 (lora_quant) under tensor parallelism needs n_embd/tp, "
+               "n_head·head_dim/tp and the MLP's width/tp to be multiples of 64; this run has "
+               "parallel.tp=%d, pp=%d, "
                "zero_stage=%d%s",
                tp, pp, cfg->zero_stage, nf4 ? ", lora_quant=nf4" : "");
       rc = COLO_EINVAL;
