@@ -63,6 +63,7 @@ def model_dir(pkg):
 LLAMA = os.path.join(model_dir("tokenizer-llama3"), "tokenizer.json")
 GPT2 = os.path.join(model_dir("tokenizer-gpt2"), "tokenizer.json")
 QWEN = os.path.join(model_dir("tokenizer-qwen2_5"), "tokenizer.json")  # an NFC normalizer
+QWEN3 = os.path.join(model_dir("tokenizer-qwen3"), "tokenizer.json")  # and <think>, </think>, ...
 
 
 def run(args, stdin=b"", want=0):
@@ -168,7 +169,8 @@ THIRDS = with_splits("thirds", [
 
 refs_of = {}
 for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2), ("Qwen2.5", QWEN, None),
-                         ("three splits", MULTI, None), ("three characters", THIRDS, None)):
+                         ("Qwen3", QWEN3, None), ("three splits", MULTI, None),
+                         ("three characters", THIRDS, None)):
     refs = reference(tok, paths)
     for t in (tok, also) if also else (tok,):  # every text in one run: a line of ids each
         out = run(["tokenize", "--tokenizer", t] + paths).stdout.decode().split("\n")
@@ -183,16 +185,16 @@ for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2), ("Qwen2.
     total = sum(map(len, refs))
     back = run(["tokenize", "--tokenizer", tok, "--decode"],
                "\n".join(str(x) for r in refs for x in r).encode()).stdout
-    if tname == "Qwen2.5":  # what comes back is the text normalized (NFC)
+    if tname.startswith("Qwen"):  # what comes back is the text normalized (NFC)
         if back != b"".join(unicodedata.normalize("NFC", d.decode()).encode() for _, d in texts) \
                 or back == b"".join(d for _, d in texts):
-            fail("Qwen2.5: decoding tokenizers.js's ids does not give the texts back in NFC")
+            fail("%s: decoding tokenizers.js's ids does not give the texts back in NFC" % tname)
     elif back != b"".join(d for _, d in texts):
         fail("%s: decoding tokenizers.js's ids does not give the texts back" % tname)
     print("figure: %s: %d texts (%d bytes) -> %d tokens, tokenizers.js's ids%s; decoded back "
           "%s" % (tname, len(texts), sum(len(d) for _, d in texts), total,
                   ", from tokenizer.json and from vocab.json + merges.txt" if also else "",
-                  "in NFC" if tname == "Qwen2.5" else "exactly"))
+                  "in NFC" if tname.startswith("Qwen") else "exactly"))
     refs_of[tname] = dict(zip((n for n, _ in texts), refs))
 llama_ref = refs_of["Llama 3"]
 BOS = 128000
@@ -412,12 +414,16 @@ else:
     print("figure: %d conversations in Llama 3's chat template: %d tokens, tokenizers.js's for the "
           "rendered text" % (len(convs), len(got)))
 
-# conversations through Qwen2.5's own chat template (its tokenizer_config.json's, Jinja: a default
-# system message, tools, tool calls and responses), run by colo's Jinja (--chat-template
-# tokenizer): colo's tokens are tokenizers.js's for the text jinja2 renders (as transformers
-# configures it), each conversation after <|endoftext|> (Qwen2.5 has no beginning of text); and
-# the tokens that count are those that begin within what each assistant message adds after the
-# conversation before it with the generation prompt (up to its <|im_end|>)
+# conversations through Qwen2.5's and Qwen3's own chat templates (their tokenizer_config.json's,
+# Jinja: a default system message, tools, tool calls and responses; Qwen3's also reasoning in
+# <think> tags), run by colo's Jinja (--chat-template tokenizer): colo's tokens are
+# tokenizers.js's for the text jinja2 renders (as transformers configures it), each conversation
+# after <|endoftext|> (neither has a beginning of text); and the tokens that count are those that
+# begin within what each assistant message adds after the conversation before it with the
+# generation prompt (up to its <|im_end|>). Qwen3's template renders an assistant message
+# otherwise when it ends the conversation (an empty <think> block, its reasoning kept) than
+# when more follows, so that rule finds a whole message only where it is the last: its
+# conversations here end at their first assistant message (a reply, or a tool call)
 try:
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -426,8 +432,6 @@ except ImportError:
 jenv = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols])
 jenv.filters["tojson"] = lambda x, indent=None, separators=None, sort_keys=False: json.dumps(
     x, ensure_ascii=False, indent=indent, separators=separators, sort_keys=sort_keys)
-qcfg = json.load(open(os.path.join(os.path.dirname(QWEN), "tokenizer_config.json")))
-qtpl = jenv.from_string(qcfg["chat_template"])
 TOOLS = [{"type": "function", "function": {"name": "lookup", "description": "Find a line of the play",
                                            "parameters": {"type": "object", "properties": {"who": {"type": "string"}},
                                                           "required": ["who"]}}}]
@@ -440,75 +444,105 @@ for i in range(16):
             msgs.append({"role": "assistant", "content": "", "tool_calls": [
                 {"type": "function", "function": {"name": "lookup", "arguments": {"who": "ROMEO", "n": 2}}}]})
             msgs.append({"role": "tool", "content": "{\"line\": \"But, soft!\"}"})
-        msgs.append({"role": "assistant", "content": odd[:crng.randint(10, 200)].decode(errors="ignore")})
+        said = odd[:crng.randint(10, 200)].decode(errors="ignore")
+        if i % 5 == 2:  # reasoning first, as Qwen3 writes it
+            said = "<think>\nWho speaks here? %d\n</think>\n\n%s" % (turn, said)
+        msgs.append({"role": "assistant", "content": said})
     qconvs.append({"messages": msgs, "tools": TOOLS} if i % 3 == 1 else {"messages": msgs})
 
 
-def qrender(c, msgs, gen):
-    return qtpl.render(messages=msgs, tools=c.get("tools"), add_generation_prompt=gen,
-                       eos_token="<|im_end|>")
+def own_template(pkg, label, qconvs):
+    tok = os.path.join(model_dir(pkg), "tokenizer.json")
+    qtpl = jenv.from_string(json.load(open(os.path.join(model_dir(pkg), "tokenizer_config.json")))["chat_template"])
 
+    def qrender(c, msgs, gen):
+        return qtpl.render(messages=msgs, tools=c.get("tools"), add_generation_prompt=gen,
+                           eos_token="<|im_end|>")
 
-qj = os.path.join(WORK, "qchats.jsonl")
-open(qj, "w", encoding="utf-8").write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in qconvs))
-qfiles = []
-for k, c in enumerate(qconvs):
-    qfiles.append(os.path.join(WORK, "qchat-%d.txt" % k))
-    open(qfiles[-1], "w", encoding="utf-8").write("<|endoftext|>" + qrender(c, c["messages"], False))
-qwant = reference(QWEN, qfiles)
-qo = os.path.join(WORK, "qchat-shards")
-run(["prepare", "--input", qj, "--out", qo, "--tokenizer", QWEN, "--messages-field", "messages",
-     "--chat-template", "tokenizer", "--val-fraction", "0"])
-b = open(os.path.join(qo, "train.bin"), "rb").read()
-head = struct.unpack("<4i", b[:16])
-n = head[2]
-got = list(struct.unpack("<%dI" % n, b[1024:1024 + 4 * n])) if head[3] == 4 else []
-mask = [b[1024 + 4 * n + (i >> 3)] >> (i & 7) & 1 for i in range(n)] if len(b) == 1024 + 4 * n + (n + 7) // 8 else []
-want = [t for ids in qwant for t in ids]
-# the expected mask: each token's bytes from the vocabulary (byte-level; added tokens as they are)
-qj_tok = json.load(open(QWEN))
-u2b = {}
-nb = 0
-for byte in range(256):
-    if 33 <= byte <= 126 or 161 <= byte <= 172 or 174 <= byte <= 255:
-        u2b[chr(byte)] = byte
+    qj = os.path.join(WORK, pkg + "-chats.jsonl")
+    open(qj, "w", encoding="utf-8").write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in qconvs))
+    qfiles = []
+    for k, c in enumerate(qconvs):
+        qfiles.append(os.path.join(WORK, "%s-chat-%d.txt" % (pkg, k)))
+        open(qfiles[-1], "w", encoding="utf-8").write("<|endoftext|>" + qrender(c, c["messages"], False))
+    qwant = reference(tok, qfiles)
+    qo = os.path.join(WORK, pkg + "-chat-shards")
+    run(["prepare", "--input", qj, "--out", qo, "--tokenizer", tok, "--messages-field", "messages",
+         "--chat-template", "tokenizer", "--val-fraction", "0"])
+    b = open(os.path.join(qo, "train.bin"), "rb").read()
+    head = struct.unpack("<4i", b[:16])
+    n = head[2]
+    got = list(struct.unpack("<%dI" % n, b[1024:1024 + 4 * n])) if head[3] == 4 else []
+    mask = [b[1024 + 4 * n + (i >> 3)] >> (i & 7) & 1 for i in range(n)] if len(b) == 1024 + 4 * n + (n + 7) // 8 else []
+    want = [t for ids in qwant for t in ids]
+    # the expected mask: each token's bytes from the vocabulary (byte-level; added tokens as they are)
+    qj_tok = json.load(open(tok))
+    u2b = {}
+    nb = 0
+    for byte in range(256):
+        if 33 <= byte <= 126 or 161 <= byte <= 172 or 174 <= byte <= 255:
+            u2b[chr(byte)] = byte
+        else:
+            u2b[chr(256 + nb)] = byte
+            nb += 1
+    tbytes = {i: bytes(u2b[ch] for ch in t) for t, i in qj_tok["model"]["vocab"].items()}
+    tbytes.update({a["id"]: a["content"].encode() for a in qj_tok["added_tokens"]})
+    want_mask = []
+    for c, ids in zip(qconvs, qwant):
+        full = qrender(c, c["messages"], False).encode()
+        spans = []
+        for i, m in enumerate(c["messages"]):
+            if m["role"] != "assistant":
+                continue
+            pre = qrender(c, c["messages"][:i], True).encode()
+            upto = qrender(c, c["messages"][:i + 1], False).encode()
+            end = 0
+            while end < min(len(upto), len(full)) and upto[end] == full[end]:
+                end += 1
+            while end > len(pre) and full[end - 1:end] in (b" ", b"\n"):
+                end -= 1
+            spans.append((len(pre), end))
+        at = -len(b"<|endoftext|>")  # the document token begins the conversation's tokens
+        for t in ids:
+            want_mask.append(1 if any(a <= at < e for a, e in spans) else 0)
+            at += len(tbytes[t])
+    if head[0] != 20261125 or got != want:
+        k = first_diff(got, want)
+        fail("conversations in %s's own template: token %d is %s, tokenizers.js's %s (%d and %d tokens)"
+             % (label, k, got[k:k + 4], want[k:k + 4], len(got), len(want)))
+    elif mask != want_mask:
+        k = first_diff(mask, want_mask)
+        fail("conversations in %s's own template: mask bit %d (token %d) is %s, expected %s"
+             % (label, k, got[k] if k < len(got) else -1, mask[k:k + 1], want_mask[k:k + 1]))
     else:
-        u2b[chr(256 + nb)] = byte
-        nb += 1
-tbytes = {i: bytes(u2b[ch] for ch in t) for t, i in qj_tok["model"]["vocab"].items()}
-added = {a["id"]: a["content"].encode() for a in qj_tok["added_tokens"]}
-tbytes.update(added)
-want_mask = []
-for c, ids in zip(qconvs, qwant):
-    full = qrender(c, c["messages"], False).encode()
-    spans = []
-    for i, m in enumerate(c["messages"]):
-        if m["role"] != "assistant":
-            continue
-        pre = qrender(c, c["messages"][:i], True).encode()
-        upto = qrender(c, c["messages"][:i + 1], False).encode()
-        end = 0
-        while end < min(len(upto), len(full)) and upto[end] == full[end]:
-            end += 1
-        while end > len(pre) and full[end - 1:end] in (b" ", b"\n"):
-            end -= 1
-        spans.append((len(pre), end))
-    at = -len(b"<|endoftext|>")  # the document token begins the conversation's tokens
-    for t in ids:
-        want_mask.append(1 if any(a <= at < e for a, e in spans) else 0)
-        at += len(tbytes[t])
-if head[0] != 20261125 or got != want:
-    k = first_diff(got, want)
-    fail("conversations in Qwen2.5's own template: token %d is %s, tokenizers.js's %s (%d and %d tokens)"
-         % (k, got[k:k + 4], want[k:k + 4], len(got), len(want)))
-elif mask != want_mask:
-    k = first_diff(mask, want_mask)
-    fail("conversations in Qwen2.5's own template: mask bit %d (token %d) is %s, expected %s"
-         % (k, got[k] if k < len(got) else -1, mask[k:k + 1], want_mask[k:k + 1]))
+        print("figure: %d conversations in %s's own chat template (Jinja; %d with tools and a tool call, "
+              "%d with reasoning): %d tokens, tokenizers.js's for jinja2's text; %d targets, as the "
+              "assistant's spans give"
+              % (len(qconvs), label, sum(1 for c in qconvs if "tools" in c),
+                 sum(1 for c in qconvs if "<think>" in json.dumps(c)), len(got), sum(mask)))
+
+
+own_template("tokenizer-qwen2_5", "Qwen2.5", qconvs)
+first_turns = []
+for c in qconvs:
+    k = next(i for i, m in enumerate(c["messages"]) if m["role"] == "assistant")
+    first_turns.append(dict(c, messages=c["messages"][:k + 1]))
+own_template("tokenizer-qwen3", "Qwen3", first_turns)
+# the whole conversations through Qwen3's template: refused at the first whose earlier reply
+# renders otherwise than as the conversation's end, nothing written
+multi = next(k for k, c in enumerate(qconvs) if sum(m["role"] == "assistant" for m in c["messages"]) > 1)
+mj, mo = os.path.join(WORK, "q3-multi.jsonl"), os.path.join(WORK, "q3-multi")
+open(mj, "w", encoding="utf-8").write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in qconvs))
+p = run(["prepare", "--input", mj, "--out", mo, "--tokenizer", QWEN3, "--messages-field", "messages",
+         "--chat-template", "tokenizer", "--val-fraction", "0"], want=1)
+err = p.stderr.decode(errors="replace")
+if ("q3-multi.jsonl:%d: message " % (multi + 1) not in err or
+        "renders it otherwise when it ends the conversation than within the whole" not in err or
+        os.path.exists(os.path.join(mo, "train.bin"))):
+    fail("Qwen3's template, conversations of several replies: %s" % err.strip())
 else:
-    print("figure: %d conversations in Qwen2.5's own chat template (Jinja; %d with tools and a tool call): "
-          "%d tokens, tokenizers.js's for jinja2's text; %d targets, as the assistant's spans give"
-          % (len(qconvs), sum(1 for c in qconvs if "tools" in c), len(got), sum(mask)))
+    print("figure: Qwen3's template on conversations of several replies: refused at line %d: %s"
+          % (multi + 1, err.strip()))
 
 # a llama model of Llama 3's vocabulary learns <|begin_of_text|> "ROMEO:" and samples from
 # <|begin_of_text|> (no prompt) to the next one

@@ -236,6 +236,36 @@ int colo_chat_render(const colo_chat_t *c, const cJSON *vars, const cJSON *msgs,
                      "says cannot be told from the rest; a template that marks it with "
                      "{%% generation %%} blocks can be",
                      i, c->name);
+    /* the conversation up to it must run on as the whole does to its end (but for a closing
+     * token of the conversation, an end of text): a template that renders a message otherwise
+     * when it ends the conversation (Qwen3's adds a <think> block there, and keeps reasoning it
+     * drops from earlier turns) leaves no way to find what it says within the whole, and the
+     * part the two share would stand for the message */
+    if (rc == 0 && to < un) {
+      size_t d = to, r = un, k;
+      for (size_t a = pn; a < d; a++) /* from the start of an added token it splits */
+        if (colo_bpe_added_at(c->bpe, upto + a, un - a, &k) >= 0 && a + k > d)
+          d = a;
+      while (r > d && (upto[r - 1] == ' ' || upto[r - 1] == '\n' || upto[r - 1] == '\t' ||
+                       upto[r - 1] == '\r'))
+        r--;
+      if (r > d && !(colo_bpe_added_at(c->bpe, upto + d, r - d, &k) >= 0 && k == r - d)) {
+        char shown[64]; /* where they part, its line breaks written \n */
+        size_t o = 0;
+        for (size_t a = d; a < r && a < d + 24 && o + 3 < sizeof shown; a++)
+          if (upto[a] == '\n')
+            shown[o++] = '\\', shown[o++] = 'n';
+          else
+            shown[o++] = upto[a];
+        shown[o] = '\0';
+        rc = colo_fail(err, errlen, COLO_EINVAL,
+                       "message %zu: %s renders it otherwise when it ends the conversation than "
+                       "within the whole (\"%s\" there), so what the assistant says cannot be "
+                       "told from the rest; --chat-template chatml, a template that marks it with "
+                       "{%% generation %%} blocks, or conversations that end at it can be",
+                       i, c->name, shown);
+      }
+    }
     while (rc == 0 && to > pn && to < *len && ((unsigned char)(*text)[to] & 0xc0) == 0x80)
       to--;
     for (size_t a = pn, k; rc == 0 && a < to; a++)
