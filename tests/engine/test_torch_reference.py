@@ -35,7 +35,7 @@ SwiGLU, no biases), in fp32 and bf16, and with one key and value head for the tw
 the rotary frequencies (its formula written here as HF's), and with Qwen2's biases on q, k and v
 and another RMSNorm epsilon (exported as Qwen2ForCausalLM), and with Qwen3's RMSNorm over each
 query and key head (QK-norm, exported as Qwen3ForCausalLM), also with heads wider than C/NH
-(model.head_dim, as Qwen3 0.6B's); and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
+(model.head_dim, as Qwen3 0.6B's), that in fp32 and bf16; and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
 file and config.json, loaded into a model written under HF's names and layout: its loss on a
 batch equals the colo-layout model's on the run's final weights.
 
@@ -151,6 +151,7 @@ def main():
     replay(tmp, check, None, "qwen2")
     replay(tmp, check, None, "qwen3")
     replay(tmp, check, None, "qwen3-wide")
+    replay_bf16(tmp, check, "qwen3-wide")
     replay(tmp, check, None, optim="muon")
     replay(tmp, check, None, "llama-mqa", optim="muon")
     replay(tmp, check, None, "llama", optim="muon-original")

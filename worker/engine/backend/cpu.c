@@ -413,7 +413,7 @@ static void rmsnorm_bwd(void *dinp_, float *dw, const void *dout_, const void *i
   }
 }
 
-/* ---- rotary position embedding ---- */
+/* ---- QK-norm (Qwen3's): RMSNorm over each query and key head ---- */
 
 /* QK-norm: a head's values normalized in place, their raw copy and 1/rms saved */
 static void qk_norm_fwd(void *x_, void *raw_, float *rstd, const float *wq, const float *wk, int N,
@@ -482,6 +482,8 @@ static void qk_norm_bwd(void *dx_, float *dwq, float *dwk, const void *raw_, con
     free(part);
   }
 }
+
+/* ---- rotary position embedding ---- */
 
 static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir,
                  const int *pos) {
