@@ -2470,10 +2470,13 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
              be->act_dtype == COLO_DTYPE_BF16  ? ", bf16 activations (emulated)"
              : be->act_dtype == COLO_DTYPE_F16 ? ", fp16 activations (emulated)"
                                                : "");
+  char heads[32] = ""; /* a head's width, where model.head_dim sets it */
+  if (cfg->model.head_dim)
+    snprintf(heads, sizeof heads, " of %d", cfg->model.head_dim);
   if (!cfg->quiet && lead)
-    printf("model: %s, %d layers, %d heads, %d wide, block %d, vocab %d: %zu parameters; batch %d "
-           "x accum %d x %d tokens; %s; %s memory %.1f MiB\n",
-           colo_gpt_arch_name(cfg->model.arch), cfg->model.n_layer, cfg->model.n_head,
+    printf("model: %s, %d layers, %d heads%s, %d wide, block %d, vocab %d: %zu parameters; batch "
+           "%d x accum %d x %d tokens; %s; %s memory %.1f MiB\n",
+           colo_gpt_arch_name(cfg->model.arch), cfg->model.n_layer, cfg->model.n_head, heads,
            cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead && cfg->optim.muon && !lora) {
