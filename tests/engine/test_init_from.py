@@ -508,6 +508,12 @@ def hf_config(tmp):
            "sliding_window": 32768, "tie_word_embeddings": True, "torch_dtype": "bfloat16",
            "transformers_version": "4.40.1", "use_cache": True, "use_sliding_window": False,
            "vocab_size": 151936}
+    mistral = {"architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+               "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+               "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mistral",
+               "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+               "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "sliding_window": None,
+               "tie_word_embeddings": False, "torch_dtype": "bfloat16", "vocab_size": 32768}
     # Qwen3 1.7B's published config.json: QK-norm, head_dim 128 = 2048 / 16, no biases
     q3 = {"architectures": ["Qwen3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
           "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
@@ -522,6 +528,14 @@ def hf_config(tmp):
                                          "mlp_hidden": 4864, "qkv_bias": True}),
             ("Qwen3 1.7B", q3, 4096, {"n_layer": 28, "n_head": 16, "n_kv_head": 8, "n_embd": 2048,
                                       "mlp_hidden": 6144, "qk_norm": True}),
+            # Mistral 7B v0.3's shape (Llama's block, untied, its window gone: sliding_window null)
+            ("Mistral 7B", mistral, 4096, {"n_layer": 32, "n_head": 32, "n_kv_head": 8, "n_embd": 4096,
+                                           "mlp_hidden": 14336, "vocab_size": 32768, "tie_embeddings": False}),
+            # Mistral-Nemo 12B's: heads of 128 on a 5120-wide stream, its 2^17 tokens
+            ("Mistral-Nemo 12B", dict(mistral, hidden_size=5120, num_hidden_layers=40, head_dim=128,
+                                      vocab_size=131072, max_position_embeddings=1024000), 4096,
+             {"n_layer": 40, "n_head": 32, "n_kv_head": 8, "n_embd": 5120, "head_dim": 128,
+              "mlp_hidden": 14336, "vocab_size": 131072, "tie_embeddings": False}),
             # Qwen3 0.6B: heads of 128 on a 1024-wide stream (16 of them: queries 2048 wide)
             ("Qwen3 0.6B", dict(q3, hidden_size=1024, intermediate_size=3072), 4096,
              {"n_layer": 28, "n_head": 16, "n_kv_head": 8, "n_embd": 1024, "head_dim": 128,
@@ -530,11 +544,16 @@ def hf_config(tmp):
         os.makedirs(d)
         json.dump(conf, open(os.path.join(d, "config.json"), "w"))
         got = section(os.path.join(d, "config.json"), "--block-size", str(block))
-        want = dict(want, arch="llama", vocab_size=151936, block_size=block, rope_theta=1000000,
-                    rms_norm_eps=1e-06, tie_embeddings=True)
+        want = dict(dict(arch="llama", vocab_size=151936, block_size=block, rope_theta=1000000,
+                         rms_norm_eps=1e-06, tie_embeddings=True), **want)
+        if conf["model_type"] == "mistral":  # RMSNorm's 1e-5, the default, is left out
+            del want["rms_norm_eps"]
         check("hf-config: %s's config.json" % label, got == want, json.dumps(got))
-    bad = {"mistral": (dict(l32, model_type="mistral"),
-                       "model_type mistral; colo reads llama's, qwen2's, qwen3's and gpt2's"),
+    bad = {"mixtral": (dict(l32, model_type="mixtral"),
+                       "model_type mixtral; colo reads llama's, mistral's, qwen2's, qwen3's and gpt2's"),
+           # Mistral 7B v0.1: attention within a window of 4096 of its 32768 positions
+           "mistral-window": (dict(mistral, sliding_window=4096),
+                              "sliding_window 4096; colo's attention sees the whole window"),
            "no-head-width": (dict({k: v for k, v in l32.items() if k != "head_dim"}, hidden_size=2050),
                              "hidden_size 2050 is not a multiple of num_attention_heads 32, and no "
                              "head_dim says the heads' width"),

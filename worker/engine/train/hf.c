@@ -702,22 +702,31 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
   if (!cJSON_IsObject(j))
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: not a JSON object", file);
   else if (!type || (strcmp(type, "llama") && strcmp(type, "gpt2") && strcmp(type, "qwen2") &&
-                     strcmp(type, "qwen3")))
+                     strcmp(type, "qwen3") && strcmp(type, "mistral")))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "%s: model_type %s; colo reads llama's, qwen2's, qwen3's and gpt2's "
-                   "(LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, GPT2LMHeadModel)",
+                   "%s: model_type %s; colo reads llama's, mistral's, qwen2's, qwen3's and gpt2's "
+                   "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                   "GPT2LMHeadModel)",
                    file, type ? type : "(none)");
   else if (!strncmp(type, "qwen", 4) &&
            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")))
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s: use_sliding_window; colo's attention sees the whole window", file);
+  else if (!strcmp(type, "mistral")) { /* Llama's block; v0.1's attention a sliding window */
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
+    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(j, "max_position_embeddings");
+    if (cJSON_IsNumber(sw) && !(cJSON_IsNumber(mp) && sw->valuedouble >= mp->valuedouble))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: sliding_window %g; colo's attention sees the whole window", file,
+                     sw->valuedouble);
+  }
   if (rc < 0) {
     cJSON_Delete(j);
     return rc;
   }
   const cJSON *tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
   int qwen2 = !strcmp(type, "qwen2"), qwen3 = !strcmp(type, "qwen3");
-  int llama = qwen2 || qwen3 || !strcmp(type, "llama");
+  int llama = qwen2 || qwen3 || !strcmp(type, "llama") || !strcmp(type, "mistral");
   c->arch = llama ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
   c->qkv_bias = qwen2; /* Qwen2's q, k and v have biases; its o_proj and MLP none */
   c->qk_norm = qwen3;  /* Qwen3's none (attention_bias false), but its heads normalized */
