@@ -759,7 +759,7 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                  "MLP's width/tp (%u) to be multiples of 64: each rank's part of a matrix must "
                  "hold whole NF4 blocks, as the model whole does",
                  tp, cw, hw);
-    unsigned qw = s->model->n_head * (s->model->head_dim ? s->model->head_dim : 0) / tp;
+    unsigned qw = s->model->n_head * s->model->head_dim / tp; /* 0 without head_dim: C's above */
     if (tp > 1 && nf4 && qw % 64)
       return bad(err, errlen,
                  "train.lora_quant=nf4 with parallel.tp=%u needs the queries' "

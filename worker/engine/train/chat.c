@@ -188,6 +188,23 @@ static int render(const colo_chat_t *c, cJSON *vars, const cJSON *msgs, size_t u
   return colo_jinja_render(c->tpl, vars, text, len, spans, ns, err, errlen);
 }
 
+/* at, or the start of an added token of s (n bytes) that begins in [from, at) and runs past it */
+static size_t added_start(const colo_bpe_t *bpe, const char *s, size_t n, size_t from, size_t at) {
+  size_t k;
+  for (size_t a = from; a < at; a++)
+    if (colo_bpe_added_at(bpe, s + a, n - a, &k) >= 0 && a + k > at)
+      at = a;
+  return at;
+}
+
+/* to, less the whitespace of s before it (down to from) */
+static size_t trim_end(const char *s, size_t from, size_t to) {
+  while (to > from &&
+         (s[to - 1] == ' ' || s[to - 1] == '\n' || s[to - 1] == '\t' || s[to - 1] == '\r'))
+    to--;
+  return to;
+}
+
 int colo_chat_render(const colo_chat_t *c, const cJSON *vars, const cJSON *msgs,
                      int add_generation_prompt, char **text, size_t *len, colo_jinja_span_t **spans,
                      size_t *nspans, char *err, size_t errlen) {
@@ -242,13 +259,7 @@ int colo_chat_render(const colo_chat_t *c, const cJSON *vars, const cJSON *msgs,
      * drops from earlier turns) leaves no way to find what it says within the whole, and the
      * part the two share would stand for the message */
     if (rc == 0 && to < un) {
-      size_t d = to, r = un, k;
-      for (size_t a = pn; a < d; a++) /* from the start of an added token it splits */
-        if (colo_bpe_added_at(c->bpe, upto + a, un - a, &k) >= 0 && a + k > d)
-          d = a;
-      while (r > d && (upto[r - 1] == ' ' || upto[r - 1] == '\n' || upto[r - 1] == '\t' ||
-                       upto[r - 1] == '\r'))
-        r--;
+      size_t d = added_start(c->bpe, upto, un, pn, to), r = trim_end(upto, d, un), k;
       if (r > d && !(colo_bpe_added_at(c->bpe, upto + d, r - d, &k) >= 0 && k == r - d)) {
         char shown[64]; /* where they part, its line breaks written \n */
         size_t o = 0;
@@ -268,13 +279,8 @@ int colo_chat_render(const colo_chat_t *c, const cJSON *vars, const cJSON *msgs,
     }
     while (rc == 0 && to > pn && to < *len && ((unsigned char)(*text)[to] & 0xc0) == 0x80)
       to--;
-    for (size_t a = pn, k; rc == 0 && a < to; a++)
-      if (colo_bpe_added_at(c->bpe, *text + a, *len - a, &k) >= 0 && a + k > to)
-        to = a;
-    while (rc == 0 && to > pn &&
-           ((*text)[to - 1] == ' ' || (*text)[to - 1] == '\n' || (*text)[to - 1] == '\t' ||
-            (*text)[to - 1] == '\r'))
-      to--;
+    if (rc == 0)
+      to = trim_end(*text, pn, added_start(c->bpe, *text, *len, pn, to));
     if (rc == 0 && to > pn) {
       colo_jinja_span_t *g = realloc(sp, (ns + 1) * sizeof *g);
       if (!g)

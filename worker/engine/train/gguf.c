@@ -384,12 +384,14 @@ static int gpt2_tensors(const colo_gpt_t *m, const float *params, int type, tens
 }
 
 /* llama.cpp's architecture for a model: Qwen3's and Qwen2's blocks rotate halves of each head,
- * as colo does; its "llama" rotates pairs */
-static const char *gguf_arch(const colo_gpt_config_t *c) {
-  return c->arch != COLO_ARCH_LLAMA ? "gpt2"
-         : c->qk_norm               ? "qwen3"
-         : c->qkv_bias              ? "qwen2"
-                                    : "llama";
+ * as colo does; its "llama" rotates pairs, so q's and k's rows are reordered for it (pairs) */
+static const char *gguf_arch(const colo_gpt_config_t *c, int *pairs) {
+  const char *a = c->arch != COLO_ARCH_LLAMA ? "gpt2"
+                  : c->qk_norm               ? "qwen3"
+                  : c->qkv_bias              ? "qwen2"
+                                             : "llama";
+  *pairs = !strcmp(a, "llama");
+  return a;
 }
 
 /* A llama model's tensors from colo's table, each matrix read as llama.cpp holds it when it is
@@ -567,13 +569,13 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
       type != COLO_GGUF_Q8_0 && type != COLO_GGUF_Q4_0)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "GGUF type %d: colo writes f32, f16, bf16, q8_0 and q4_0", type);
-  int llama = c->arch == COLO_ARCH_LLAMA;
-  const char *arch = gguf_arch(c);
+  int llama = c->arch == COLO_ARCH_LLAMA, pairs;
+  const char *arch = gguf_arch(c, &pairs);
   mem_t kv = {0};
   tensors_t ts = {0};
   int rc = colo_gguf_check(tok, c->vocab_size, "a tokenizer", err, errlen);
   if (rc == 0)
-    rc = llama ? llama_tensors(m, params, type, !c->qkv_bias && !c->qk_norm, &ts, err, errlen)
+    rc = llama ? llama_tensors(m, params, type, pairs, &ts, err, errlen)
                : gpt2_tensors(m, params, type, &ts, err, errlen);
   if (rc == 0) {
     kv_str(&kv, NULL, "general.architecture", arch);
@@ -616,14 +618,13 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
 
 int colo_gguf_write_lora(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
                          const char *path, char *err, size_t errlen) {
-  int llama = c->arch == COLO_ARCH_LLAMA, pairs = llama && !c->qkv_bias && !c->qk_norm;
-  int hd = colo_gpt_head_size(c), r = colo_lora_config(l)->rank;
+  int pairs, hd = colo_gpt_head_size(c), r = colo_lora_config(l)->rank;
+  const char *arch = gguf_arch(c, &pairs);
   if (colo_lora_config(l)->dora)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "llama.cpp's LoRA adapters have no DoRA magnitudes: export the model with "
                      "the adapters merged in (--format gguf or hf), or the adapters for PEFT "
                      "(--format peft)");
-  const char *arch = gguf_arch(c);
   size_t nt;
   const colo_param_t *tab = colo_lora_table(l, &nt);
   tensors_t ts = {0};
