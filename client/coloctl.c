@@ -887,14 +887,16 @@ static void print_job_detail(const Colo__V1__Job *j) {
     return;
   const Colo__V1__ModelSpec *m = s->model;
   int llama = m->arch == COLO__V1__ARCH__ARCH_LLAMA;
-  char kv[48] = "", mlp[32] = "";
+  char kv[48] = "", mlp[32] = "", win[40] = "";
   int n = m->head_dim ? snprintf(kv, sizeof kv, " of %u", m->head_dim) : 0;
   if (m->n_kv_head && m->n_kv_head != m->n_head)
     snprintf(kv + n, sizeof kv - (size_t)n, " (%u key)", m->n_kv_head);
   if (m->mlp_hidden)
     snprintf(mlp, sizeof mlp, ", MLP %u", m->mlp_hidden);
-  printf("  model      %s, %u layers, %u heads%s, %u wide%s, block %u, vocab %u%s%s%s\n",
-         llama ? "llama" : "gpt2", m->n_layer, m->n_head, kv, m->n_embd, mlp, m->block_size,
+  if (m->sliding_window)
+    snprintf(win, sizeof win, ", window %u", m->sliding_window);
+  printf("  model      %s, %u layers, %u heads%s, %u wide%s, block %u%s, vocab %u%s%s%s\n",
+         llama ? "llama" : "gpt2", m->n_layer, m->n_head, kv, m->n_embd, mlp, m->block_size, win,
          m->vocab_size, llama && !m->tie_embeddings ? ", untied head" : "",
          m->qkv_bias ? ", q, k and v biases" : "", m->qk_norm ? ", QK-norm" : "");
   char cp[24] = "";

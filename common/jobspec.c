@@ -263,6 +263,13 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
     return bad(err, errlen, "model.qkv_bias needs model.arch=llama (gpt2 has biases everywhere)");
   if (m->qk_norm && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
     return bad(err, errlen, "model.qk_norm needs model.arch=llama (Qwen3's block)");
+  if (m->sliding_window && m->arch != COLO__V1__ARCH__ARCH_LLAMA)
+    return bad(err, errlen,
+               "model.sliding_window needs model.arch=llama (Mistral's block; gpt2 attends every "
+               "earlier token)");
+  if (m->sliding_window > 1u << 24)
+    return bad(err, errlen, "model.sliding_window=%u must be at most 16777216 tokens",
+               m->sliding_window);
   if (m->qk_norm && m->qkv_bias)
     return bad(err, errlen,
                "model.qk_norm and model.qkv_bias together are no published block (Qwen2's has "

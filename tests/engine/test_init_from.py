@@ -536,6 +536,16 @@ def hf_config(tmp):
                                       vocab_size=131072, max_position_embeddings=1024000), 4096,
              {"n_layer": 40, "n_head": 32, "n_kv_head": 8, "n_embd": 5120, "head_dim": 128,
               "mlp_hidden": 14336, "vocab_size": 131072, "tie_embeddings": False}),
+            # Mistral 7B v0.1's: attention within a sliding window of 4096 of its 32768 positions
+            ("Mistral 7B v0.1", dict(mistral, sliding_window=4096, rope_theta=10000.0, vocab_size=32000),
+             8192, {"n_layer": 32, "n_head": 32, "n_kv_head": 8, "n_embd": 4096, "mlp_hidden": 14336,
+                    "vocab_size": 32000, "rope_theta": 10000, "sliding_window": 4096,
+                    "tie_embeddings": False}),
+            # Qwen2.5 0.5B with its window on from layer 0 (use_sliding_window, max_window_layers 0)
+            ("Qwen2.5 0.5B windowed", dict(q25, use_sliding_window=True, sliding_window=1024,
+                                           max_window_layers=0), 2048,
+             {"n_layer": 24, "n_head": 14, "n_kv_head": 2, "n_embd": 896, "mlp_hidden": 4864,
+              "qkv_bias": True, "sliding_window": 1024}),
             # Qwen3 0.6B: heads of 128 on a 1024-wide stream (16 of them: queries 2048 wide)
             ("Qwen3 0.6B", dict(q3, hidden_size=1024, intermediate_size=3072), 4096,
              {"n_layer": 28, "n_head": 16, "n_kv_head": 8, "n_embd": 1024, "head_dim": 128,
@@ -551,13 +561,13 @@ def hf_config(tmp):
         check("hf-config: %s's config.json" % label, got == want, json.dumps(got))
     bad = {"mixtral": (dict(l32, model_type="mixtral"),
                        "model_type mixtral; colo reads llama's, mistral's, qwen2's, qwen3's and gpt2's"),
-           # Mistral 7B v0.1: attention within a window of 4096 of its 32768 positions
-           "mistral-window": (dict(mistral, sliding_window=4096),
-                              "sliding_window 4096; colo's attention sees the whole window"),
            "no-head-width": (dict({k: v for k, v in l32.items() if k != "head_dim"}, hidden_size=2050),
                              "hidden_size 2050 is not a multiple of num_attention_heads 32, and no "
                              "head_dim says the heads' width"),
-           "sliding": (dict(q25, use_sliding_window=True), "use_sliding_window; colo's attention sees the whole window"),
+           # Qwen's window on the upper layers only: colo's is every layer's or none
+           "sliding": (dict(q25, use_sliding_window=True, sliding_window=4096, max_window_layers=12),
+                       "use_sliding_window from layer 12 of 24 (max_window_layers): the layers below it "
+                       "attend every earlier key, the rest 4096; colo's window is every layer's"),
            "gelu": (dict(l32, hidden_act="gelu"), "hidden_act gelu; colo's llama MLP is SwiGLU (silu)"),
            "eps": (dict(l32, rms_norm_eps=0.5), "rms_norm_eps 0.5; colo's is above 0, at most 0.01"),
            "bias": (dict(l32, attention_bias=True), "biases (attention_bias or mlp_bias); colo's llama has none"),

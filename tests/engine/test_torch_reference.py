@@ -35,7 +35,9 @@ SwiGLU, no biases), in fp32 and bf16, and with one key and value head for the tw
 the rotary frequencies (its formula written here as HF's), and with Qwen2's biases on q, k and v
 and another RMSNorm epsilon (exported as Qwen2ForCausalLM), and with Qwen3's RMSNorm over each
 query and key head (QK-norm, exported as Qwen3ForCausalLM), also with heads wider than C/NH
-(model.head_dim, as Qwen3 0.6B's), that in fp32 and bf16; and each llama checkpoint exported as HuggingFace's LlamaForCausalLM
+(model.head_dim, as Qwen3 0.6B's), that in fp32 and bf16; with Mistral 7B v0.1's sliding window of
+attention (model.sliding_window, 5 of T=16), alone and within documents; and each llama checkpoint
+exported as HuggingFace's LlamaForCausalLM (MistralForCausalLM with the window)
 file and config.json, loaded into a model written under HF's names and layout: its loss on a
 batch equals the colo-layout model's on the run's final weights.
 
@@ -152,12 +154,15 @@ def main():
     replay(tmp, check, None, "qwen3")
     replay(tmp, check, None, "qwen3-wide")
     replay_bf16(tmp, check, "qwen3-wide")
+    replay(tmp, check, None, "mistral")
+    replay(tmp, check, None, "mistral", doc=97)
     replay(tmp, check, None, optim="muon")
     replay(tmp, check, None, "llama-mqa", optim="muon")
     replay(tmp, check, None, "llama", optim="muon-original")
     # the weights' moving average (train.ema_decay) against torch's AveragedModel
     replay(tmp, check, {"init": 1024.0, "window": 3, "planted": [2, 3, 7]}, ema=0.8)
-    for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3", "qwen2", "qwen3", "qwen3-wide"):
+    for arch in ("llama", "llama-mqa", "llama-untied", "llama-rope3", "qwen2", "qwen3", "qwen3-wide",
+                 "mistral"):
         export_llama(tmp, check, arch)
     print("%d failed" % len(failures))
     sys.exit(1 if failures else 0)
@@ -192,7 +197,10 @@ ARCH_ARGS = {"gpt2": ["--arch", "gpt2"], "llama": ["--arch", "llama"],
              # and with heads wider than C/NH, as Qwen3 0.6B's (128 on 1024 with 16 heads): 24 of 32
              # with 2 heads, the queries 48 wide
              "qwen3-wide": ["--arch", "llama", "--n-kv-head", "1", "--qk-norm", "true", "--rms-norm-eps", "1e-2",
-                            "--head-dim", "24"]}
+                            "--head-dim", "24"],
+             # Mistral 7B v0.1's block: Llama's with grouped-query attention in a sliding window (its
+             # 4096 of 32768 positions; here 5 of 16, so that most queries see less than their row)
+             "mistral": ["--arch", "llama", "--n-kv-head", "1", "--sliding-window", "5"]}
 # llama-rope3's Llama 3.1 rescaling: at head size 16 and an original context of 32, its 8
 # frequencies fall in all three bands (kept, blended, divided by the factor)
 ROPE3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
@@ -203,10 +211,10 @@ def make_model(arch):
     if arch == "gpt2":
         return GPT2(L, NH, C, T, V)
     qwen = arch.startswith("qwen")
-    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch == "llama-mqa" or qwen else None,
+    return Llama(L, NH, C, T, V, H_LLAMA, NKV=1 if arch in ("llama-mqa", "mistral") or qwen else None,
                  untied=arch == "llama-untied", scaling=ROPE3 if arch == "llama-rope3" else None,
                  qkv_bias=arch == "qwen2", eps=1e-2 if qwen else 1e-5, qk_norm=arch.startswith("qwen3"),
-                 head_dim=24 if arch == "qwen3-wide" else None)
+                 head_dim=24 if arch == "qwen3-wide" else None, window=5 if arch == "mistral" else None)
 
 
 def newton_schulz(G, steps=5, eps=1e-7):
@@ -486,16 +494,18 @@ def export_llama(tmp, check, arch):
                     "--config", cfgp], check=True)
     cfg = json.load(open(cfgp))
     qwen = arch.startswith("qwen")
-    hf_arch = {"qwen2": "Qwen2ForCausalLM"}.get(arch, "Qwen3ForCausalLM" if qwen else "LlamaForCausalLM")
+    hf_arch = {"qwen2": "Qwen2ForCausalLM", "mistral": "MistralForCausalLM"}.get(
+        arch, "Qwen3ForCausalLM" if qwen else "LlamaForCausalLM")
     check(tag + "config.json", cfg["architectures"] == [hf_arch] and
-          cfg["model_type"] == (arch[:5] if qwen else "llama") and
+          cfg["model_type"] == (arch[:5] if qwen else "mistral" if arch == "mistral" else "llama") and
+          cfg.get("sliding_window") == (5 if arch == "mistral" else None) and
           cfg["rms_norm_eps"] == (1e-2 if qwen else 1e-5) and
           (not arch.startswith("qwen3") or
            (cfg["head_dim"] == (24 if arch == "qwen3-wide" else C // NH) and not cfg["attention_bias"])) and
           cfg["hidden_size"] == C and cfg["intermediate_size"] == H_LLAMA and
           cfg["num_hidden_layers"] == L and cfg["num_attention_heads"] == NH and
           cfg["vocab_size"] == V and cfg["tie_word_embeddings"] is (arch != "llama-untied") and
-          cfg["num_key_value_heads"] == (1 if arch == "llama-mqa" or qwen else NH) and
+          cfg["num_key_value_heads"] == (1 if arch in ("llama-mqa", "mistral") or qwen else NH) and
           cfg.get("rope_scaling") == (ROPE3 if arch == "llama-rope3" else None),
           "%d layers, %d wide, MLP %d, %d key heads" % (cfg["num_hidden_layers"], cfg["hidden_size"],
                                                         cfg["intermediate_size"], cfg["num_key_value_heads"]))

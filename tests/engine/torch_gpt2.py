@@ -125,6 +125,15 @@ class GPT2(torch.nn.Module):
                 {"params": no_decay, "weight_decay": 0.0}]
 
 
+def slide(mask, window):
+    """a causal mask [..., T, T] cut to a sliding window (None: as it is): query i sees key j
+    when i − j < window, as transformers' sliding_window_causal_mask_function"""
+    if not window:
+        return mask
+    ar = torch.arange(mask.shape[-1], device=mask.device)
+    return mask & ((ar[:, None] - ar[None, :]) < window)
+
+
 def rms_norm(x, w, eps=1e-5):
     """Llama's RMSNorm (HF LlamaRMSNorm): x / sqrt(mean(x²) + eps) · w"""
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
@@ -161,11 +170,13 @@ class Llama(torch.nn.Module):
     qk_norm: Qwen3's RMSNorm over each query and key head before the rotation (scales
     attn.q_norm.weight and attn.k_norm.weight [hs]), as Qwen3Attention applies it. head_dim: heads
     of hs values where not C/NH (Qwen3 0.6B's), the queries Q = NH·hs wide: c_attn [C, Q + 2·KV],
-    c_proj [Q, C]."""
+    c_proj [Q, C]. window: Mistral 7B v0.1's sliding window, each query attending its `window`
+    most recent keys (HF's sliding_window: key j seen by query i when i − j < window)."""
 
     def __init__(self, L, NH, C, T, V, H, theta=10000.0, NKV=None, untied=False, scaling=None,
-                 qkv_bias=False, eps=1e-5, qk_norm=False, head_dim=None):
+                 qkv_bias=False, eps=1e-5, qk_norm=False, head_dim=None, window=None):
         super().__init__()
+        self.window = window
         self.L, self.NH, self.C, self.T, self.V, self.H, self.theta = L, NH, C, T, V, H, theta
         self.qkv_bias, self.eps, self.qk_norm = qkv_bias, eps, qk_norm
         self.reduction = "mean"
@@ -215,6 +226,7 @@ class Llama(torch.nn.Module):
         s = store or (lambda t: t)
         Bn, Tn = idx.shape
         pos, mask = positions(idx, self.doc_token)
+        mask = slide(mask, self.window)
         x = s(p["transformer.wte.weight"][idx])
         for l in range(L):
             h = "transformer.h.%d." % l
@@ -260,11 +272,13 @@ class HFLlama(torch.nn.Module):
     write for a model.arch=llama model, with grouped-query attention (num_key_value_heads); and
     Qwen2ForCausalLM's (model_type qwen2: biases on q_proj, k_proj and v_proj), and
     Qwen3ForCausalLM's (model_type qwen3: self_attn.q_norm and k_norm, RMSNorm over each head of
-    the queries and keys before the rotation, Qwen3Attention's order)."""
+    the queries and keys before the rotation, Qwen3Attention's order), and MistralForCausalLM's
+    (model_type mistral: a sliding_window on every layer; Qwen's on the layers from
+    max_window_layers on, where use_sliding_window, as transformers' layer_types)."""
 
     def __init__(self, cfg):
         super().__init__()
-        assert cfg["model_type"] in ("llama", "qwen2", "qwen3")
+        assert cfg["model_type"] in ("llama", "qwen2", "qwen3", "mistral")
         self.qwen2, self.qwen3 = cfg["model_type"] == "qwen2", cfg["model_type"] == "qwen3"
         self.cfg = cfg
         C, H, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
@@ -307,6 +321,12 @@ class HFLlama(torch.nn.Module):
         x = p["model.embed_tokens.weight"][idx]
         for l in range(cfg["num_hidden_layers"]):
             h = "model.layers.%d." % l
+            if cfg["model_type"] == "mistral":
+                window = cfg.get("sliding_window")
+            elif cfg["model_type"].startswith("qwen") and cfg.get("use_sliding_window"):
+                window = cfg["sliding_window"] if l >= cfg.get("max_window_layers", 28) else None
+            else:
+                window = None
             a = rms_norm(x, p[h + "input_layernorm.weight"], eps)
             heads = lambda t: t.view(Bn, Tn, -1, hs).transpose(1, 2)
             b = (lambda n: p[h + "self_attn.%s_proj.bias" % n]) if self.qwen2 else (lambda n: None)
@@ -320,7 +340,7 @@ class HFLlama(torch.nn.Module):
             group = NH // cfg["num_key_value_heads"]  # repeat_kv
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             att = (q @ k.transpose(-2, -1)) / math.sqrt(hs)
-            y = att.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+            y = att.masked_fill(~slide(mask, window), float("-inf")).softmax(-1) @ v
             x = x + F.linear(y.transpose(1, 2).reshape(Bn, Tn, NH * hs), p[h + "self_attn.o_proj.weight"])
             m = rms_norm(x, p[h + "post_attention_layernorm.weight"], eps)
             m = F.silu(F.linear(m, p[h + "mlp.gate_proj.weight"])) * F.linear(m, p[h + "mlp.up_proj.weight"])

@@ -7,7 +7,7 @@
 #     model.arch=llama at tp=2 with sp, ZeRO-3 and pp=2 x tp=2 (and with grouped-query attention
 #     at tp=2 with sp and pp=2 x tp=2; with an untied head at pp=2 x tp=2 and ZeRO-3; Qwen2's
 #     biases at tp=2 sp and ZeRO-3; Qwen3's QK-norm with heads wider than n_embd/n_head at tp=2 sp, ZeRO-3, cp=2 and
-#     tp=2 x cp=2), with a
+#     tp=2 x cp=2; Mistral's sliding window at cp=2 (also within documents) and pp=2 x tp=2), with a
 #     loss mask and with documents (attention within each) at several layouts, against
 #     one process with the
 #     same global batch: over 10 steps the losses within 1e-5 relative, final weights within 1e-4;
@@ -308,6 +308,22 @@ compare "$TMP/qwen3" "$TMP/qwen3_tp2sp" "qwen3 block: tp=2 sequence parallel"
 compare "$TMP/qwen3" "$TMP/qwen3_dp2z3" "qwen3 block: dp=2 ZeRO-3"
 compare "$TMP/qwen3" "$TMP/qwen3_cp2" "qwen3 block: cp=2"
 compare "$TMP/qwen3" "$TMP/qwen3_tp2cp2" "qwen3 block: tp=2 sp x cp=2"
+# Mistral 7B v0.1's sliding window (12 of the 32 positions; 4 heads, 2 key heads): under cp=2
+# each rank's queries attend by their places in the whole row, the window reaching into the
+# other rank's tokens; pp=2 x tp=2 recomputes each stage's forward before its backward; with
+# documents (a space begins each) the window and the document both cut a query's keys
+MW=(--arch llama --n-head 4 --n-kv-head 2 --sliding-window 12)
+run "$TMP/mistral" "${MW[@]}" --batch-size $GLOBAL_B
+run "$TMP/mistral_cp2" "${MW[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+run "$TMP/mistral_pp2tp2" "${MW[@]}" --nproc 4 --pp 2 --tp 2 --sp true --micro-batches 2 \
+  --batch-size $GLOBAL_B
+run "$TMP/mistral_doc" "${MW[@]}" "${D[@]}" --batch-size $GLOBAL_B
+run "$TMP/mistral_doc_cp2" "${MW[@]}" "${D[@]}" --nproc 2 --cp 2 --batch-size $GLOBAL_B
+compare "$TMP/mistral" "$TMP/mistral_cp2" "sliding window: cp=2"
+compare "$TMP/mistral" "$TMP/mistral_pp2tp2" "sliding window: pp=2 x tp=2 sp"
+compare "$TMP/mistral_doc" "$TMP/mistral_doc_cp2" "sliding window in documents: cp=2"
+run "$TMP/mistral_whole" --arch llama --n-head 4 --n-kv-head 2 --batch-size $GLOBAL_B
+differs "$TMP/mistral_whole" "$TMP/mistral" "attending whole windows and a sliding window of 12" 1e-3
 differs "$TMP/single" "$TMP/doc1" "attending whole windows and within documents" 1e-2
 # a stage holds only its parameters: model states (pool peak less activations) of stage 0
 read -r s1 s2 <<<"$($PY -c '

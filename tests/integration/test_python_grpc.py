@@ -395,9 +395,18 @@ class ColodTest(WithColod):
         got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=q3), timeout=5).job.id).spec.model
         self.assertEqual((got.qk_norm, got.qkv_bias, got.n_kv_head), (True, False, 2))
         self.assertAlmostEqual(got.rms_norm_eps, 1e-6)
+        # Mistral 7B v0.1's sliding window of attention, stored as asked
+        mw = spec(name="py-mistral", model__arch=pb.ARCH_LLAMA, model__n_kv_head=2,
+                  model__sliding_window=8)
+        got = self.job(self.api.SubmitJob(pb.SubmitJobRequest(spec=mw), timeout=5).job.id).spec.model
+        self.assertEqual((got.sliding_window, got.n_kv_head), (8, 2))
+        self.assertEqual(plain.spec.model.sliding_window, 0)
         before = job_rows()
         for bad, msg in (
                 (spec(model__qk_norm=True), "model.qk_norm needs model.arch=llama (Qwen3's block)"),
+                (spec(model__sliding_window=8),
+                 "model.sliding_window needs model.arch=llama (Mistral's block; gpt2 attends every "
+                 "earlier token)"),
                 (spec(model__arch=pb.ARCH_UNSPECIFIED), "model.arch must be gpt2 or llama"),
                 (spec(model__arch=pb.ARCH_LLAMA, model__n_kv_head=3),
                  "model.n_kv_head=3 must divide model.n_head=4, with model.arch=llama "

@@ -463,12 +463,17 @@ static void test_dora(double tol) {
 
 /* attention of B sequences of T tokens, C channels in NH heads. In 16-bit storage the GPU fuses
  * it (cuda_flash.cu) for head sizes 32, 64 and 128 and runs batched products otherwise (as in
- * fp32), so the shapes below take both paths, with sequences that end inside a 64-row tile. */
+ * fp32), so the shapes below take both paths, with sequences that end inside a 64-row tile.
+ * docs 1: within documents (doc_positions, up to 37 tokens long); 2: those in a sliding window
+ * of 20, as the model passes it (positions capped at 19). */
 static void test_attention(double tol, int B, int T, int C, int NH, int docs) {
   size_t N = (size_t)B * T, nq = N * 3 * C, nl = (size_t)B * NH * T, no = N * C;
   char what[96];
-  const char *dd = docs ? ", documents" : "";
-  int *pos = docs ? doc_positions(B, T) : NULL, *d_pos = pos ? up(pos, N, sizeof(int)) : NULL;
+  const char *dd = docs == 2 ? ", documents in a window of 20" : docs ? ", documents" : "";
+  int *pos = docs ? doc_positions(B, T) : NULL;
+  for (size_t i = 0; docs == 2 && i < N; i++)
+    pos[i] = pos[i] < 19 ? pos[i] : 19;
+  int *d_pos = pos ? up(pos, N, sizeof(int)) : NULL;
   float *qkv = randv(nq, 1.0f), *lse = calloc(nl, sizeof(float));
   void *h_qkv = hact(qkv, nq), *out = calloc(no, asz);
   void *d_qkv = upa(qkv, nq), *d_out = up(out, no, asz);
@@ -804,7 +809,8 @@ static void test_llama_ops(double tol) {
 
 static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head, int docs) {
   /* with grouped-query attention, also an untied head and RMSNorm eps, and Qwen2's q, k and v
-   * biases (whole windows) or Qwen3's QK-norm with heads of 40 on 96 (documents) */
+   * biases with a sliding window of 24 (whole windows) or Qwen3's QK-norm with heads of 40 on 96
+   * (documents) */
   colo_gpt_config_t cfg = {V,
                            T,
                            2,
@@ -816,6 +822,7 @@ static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head
                            .qkv_bias = n_kv_head != 0 && !docs,
                            .qk_norm = n_kv_head != 0 && docs,
                            .head_dim = n_kv_head && docs ? 40 : 0, /* wider than C/3 = 32 */
+                           .sliding_window = n_kv_head && !docs ? 24 : 0,
                            .norm_eps = n_kv_head ? 1e-6f : 0.0f};
   colo_pool_t *hp = colo_pool_create("cpu", 0);
   colo_gpt_t *mc = NULL, *mg = NULL;
@@ -857,7 +864,7 @@ static void test_model(double loss_tol, double grad_tol, int arch, int n_kv_head
     snprintf(what, sizeof what, "%s%s%s loss, step %d: cpu %.6f gpu %.6f", colo_gpt_arch_name(arch),
              !n_kv_head ? ""
              : docs     ? " (1 key head, untied, QK-norm, heads of 40)"
-                        : " (1 key head, untied, q, k, v biases)",
+                        : " (1 key head, untied, q, k, v biases, window of 24)",
              docs ? " (documents)" : "", step, (double)lc, (double)lg);
     verdict(named(what), fabs((double)lc - (double)lg) / fabs((double)lc), loss_tol, isfinite(lg));
     colo_gpt_backward(mc, 1.0f);
@@ -955,7 +962,7 @@ int main(int argc, char **argv) {
     if (modes[i].math == COLO_MATH_FP32 || modes[i].math == COLO_MATH_BF16)
       test_muon(modes[i].math == COLO_MATH_FP32 ? 1e-4 : 2e-2); /* 16-bit: TF32 products */
     test_matmul(modes[i].tol);
-    for (int docs = 0; docs < 2; docs++) {
+    for (int docs = 0; docs < 3; docs++) {
       test_attention(modes[i].tol, B, T, C, NH, docs); /* head size 24 */
       test_attention(modes[i].tol, 2, 100, 128, 2, docs);
       test_attention(modes[i].tol, 3, 64, 64, 2, docs);

@@ -728,15 +728,19 @@ TEST(attention_documents_are_sequences_alone) {
 /* The backend works in blocks of 64 query rows (and key columns): at T = 150 (two whole blocks and
  * a part), outputs, log-sum-exps and all three gradients against the textbook formulas in double:
  * P = softmax(QKᵀ/√d) below the diagonal, O = PV; dV = PᵀdO, dP = dO Vᵀ,
- * dS = P ∘ (dP − rowsum(P ∘ dP)) / √d, dQ = dS K, dK = dSᵀ Q. */
-TEST(attention_blocks_match_direct_sums) {
+ * dS = P ∘ (dP − rowsum(P ∘ dP)) / √d, dQ = dS K, dK = dSᵀ Q. W > 0: in a sliding window of W
+ * (positions t capped at W − 1, as the model passes them): query t's keys from t − W + 1 on. */
+static void attention_direct(int W) {
   setup();
   enum { B = 2, T = 150, C = 16, NH = 2, HS = C / NH, C3 = 3 * C };
   float *qkv = randv((size_t)B * T * C3, 1), *dout = randv((size_t)B * T * C, 1);
   float *out = zeros((size_t)B * T * C), *lse = zeros((size_t)B * NH * T);
   float *dqkv = zeros((size_t)B * T * C3);
-  be->attention_fwd(out, lse, qkv, B, T, C, NH, NULL);
-  be->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, NULL);
+  int pos[B * T];
+  for (int i = 0; i < B * T; i++)
+    pos[i] = W && i % T > W - 1 ? W - 1 : i % T;
+  be->attention_fwd(out, lse, qkv, B, T, C, NH, W ? pos : NULL);
+  be->attention_bwd(dqkv, dout, qkv, out, lse, B, T, C, NH, W ? pos : NULL);
   double *P = own(calloc((size_t)T * T, sizeof(double))),
          *dS = own(calloc((size_t)T * T, sizeof(double)));
   double worst = 0, sc = 1.0 / sqrt((double)HS);
@@ -751,17 +755,20 @@ TEST(attention_blocks_match_direct_sums) {
     for (int h = 0; h < NH; h++) {
       for (int t = 0; t < T; t++) {
         double m = -INFINITY, sum = 0, dot = 0;
-        for (int j = 0; j <= t; j++) {
+        int j0 = W && t >= W ? t - W + 1 : 0; /* P and dS are 0 before it */
+        for (int j = 0; j < j0; j++)
+          P[t * T + j] = dS[t * T + j] = 0;
+        for (int j = j0; j <= t; j++) {
           double s = 0;
           for (int i = 0; i < HS; i++)
             s += X(t, 0, i) * X(j, 1, i);
           P[t * T + j] = s * sc;
           m = fmax(m, s * sc);
         }
-        for (int j = 0; j <= t; j++)
+        for (int j = j0; j <= t; j++)
           sum += P[t * T + j] = exp(P[t * T + j] - m);
         CHECK(lse[((size_t)b * NH + h) * T + t], m + log(sum));
-        for (int j = 0; j <= t; j++) {
+        for (int j = j0; j <= t; j++) {
           P[t * T + j] /= sum;
           double dp = 0;
           for (int i = 0; i < HS; i++)
@@ -769,7 +776,7 @@ TEST(attention_blocks_match_direct_sums) {
           dS[t * T + j] = dp;
           dot += P[t * T + j] * dp;
         }
-        for (int j = 0; j <= t; j++)
+        for (int j = j0; j <= t; j++)
           dS[t * T + j] = P[t * T + j] * (dS[t * T + j] - dot) * sc;
         for (int i = 0; i < HS; i++) {
           double o = 0, dq = 0;
@@ -795,8 +802,23 @@ TEST(attention_blocks_match_direct_sums) {
 #undef X
 #undef DO
 #undef CHECK
-  printf("  T=%d: worst error %.2e (relative, floor 1e-3)\n", T, worst);
+  printf("  T=%d%s: worst error %.2e (relative, floor 1e-3)\n", T,
+         W ? ", a sliding window of 40" : "", worst);
   ASSERT(worst < 1e-4);
+  if (W) { /* and without the window they differ: the check can tell */
+    float *whole = zeros((size_t)B * T * C);
+    be->attention_fwd(whole, lse, qkv, B, T, C, NH, NULL);
+    ASSERT(memcmp(whole + 100 * C, out + 100 * C, C * 4) != 0);
+  }
+}
+
+TEST(attention_blocks_match_direct_sums) {
+  attention_direct(0);
+}
+
+/* a window of 40 across the blocks: the rows of the third block see none of the first's keys */
+TEST(attention_window_matches_direct_sums) {
+  attention_direct(40);
 }
 
 /* ---- cross-entropy ---- */
@@ -1089,7 +1111,8 @@ static void add_noise(float *x, size_t n, uint64_t seed, float scale) {
 /* arch: COLO_ARCH_*, or -1 for LLAMA with grouped-query attention (4 query heads, 2 key heads),
  * -2 for that with an untied head, -3 for that with Qwen2's q, k and v biases and RMSNorm eps,
  * -4 for that with Qwen3's QK-norm instead of the biases, 16 wide with heads of 6 (head_dim:
- * queries 24 wide, as Qwen3 0.6B's heads are wider than n_embd/n_head) */
+ * queries 24 wide, as Qwen3 0.6B's heads are wider than n_embd/n_head), -5 for -1 with Mistral
+ * v0.1's sliding window, of 2 on T = 5: each query attends itself and the key before it */
 static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
   int gqa = arch < 0;
   colo_gpt_config_t cfg = {.vocab_size = 11,
@@ -1104,7 +1127,8 @@ static colo_gpt_t *tiny_model_arch(colo_pool_t *pool, int recompute, int arch) {
                            .qkv_bias = arch == -3,
                            .qk_norm = arch == -4,
                            .head_dim = arch == -4 ? 6 : 0,
-                           .norm_eps = arch <= -3 ? 1e-6f : 0.0f};
+                           .sliding_window = arch == -5 ? 2 : 0,
+                           .norm_eps = arch == -3 || arch == -4 ? 1e-6f : 0.0f};
   colo_gpt_t *m;
   char err[256];
   if (colo_gpt_create(&cfg, 2, recompute, be, pool, &m, err, sizeof err) < 0)
@@ -1133,13 +1157,15 @@ TEST(decoding_matches_the_whole_forward) {
   float want[50], got[50];
   double worst = 0;
   /* GPT-2 without and with recomputation, then LLAMA (its keys cached rotated), also with
-   * grouped-query attention, and that with Qwen3's QK-norm and wider heads */
-  for (int k = 0; k < 5; k++) {
+   * grouped-query attention, and that with Qwen3's QK-norm and wider heads, and with a sliding
+   * window of 24 (across attention's blocks of 64: the cache read from its last 24 keys) */
+  for (int k = 0; k < 6; k++) {
     int recompute = k == 1;
     cfg.arch = k >= 2 ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
     cfg.n_kv_head = k >= 3 ? 2 : 0;
     cfg.qk_norm = k == 4;
     cfg.head_dim = k == 4 ? 12 : 0; /* and heads wider than n_embd/n_head: queries 48 wide */
+    cfg.sliding_window = k == 5 ? 24 : 0;
     for (int t = 0; t < 80; t++)
       tok[t] = (t * 7 + 3) % 50;
     colo_gpt_t *m;
@@ -1167,7 +1193,8 @@ TEST(decoding_matches_the_whole_forward) {
       }
     }
   }
-  printf("  decoded logits against the whole forward's (gpt2, llama, qwen3): worst relative "
+  printf("  decoded logits against the whole forward's (gpt2, llama, qwen3, mistral's window): "
+         "worst relative "
          "difference "
          "%.2e\n",
          worst);
@@ -1259,8 +1286,10 @@ static void model_fd(int arch) {
   ASSERT_EQ_INT(checked, np);
   printf("  %s: %zu parameters in %zu tensors checked; worst error %.2e relative (where |grad| > "
          "1e-2), %.2e absolute\n",
-         arch == -4 ? "llama with 2 key heads for 4, QK-norm (Qwen3's), heads of 6 on 16, RMSNorm "
-                      "eps 1e-6"
+         arch == -5 ? "llama with 2 key heads for 4, attention in a sliding window of 2"
+         : arch == -4
+             ? "llama with 2 key heads for 4, QK-norm (Qwen3's), heads of 6 on 16, RMSNorm "
+               "eps 1e-6"
          : arch == -3 ? "llama with 2 key heads for 4, q, k and v biases, RMSNorm eps 1e-6"
          : arch == -2 ? "llama, 2 key heads for 4, untied head"
          : arch == -1 ? "llama with 2 key heads for 4"
@@ -1290,6 +1319,10 @@ TEST(qwen2_model_grad_finite_differences) {
 
 TEST(qwen3_model_grad_finite_differences) {
   model_fd(-4);
+}
+
+TEST(mistral_model_grad_finite_differences) {
+  model_fd(-5);
 }
 
 /* ---- LoRA adapters ---- */

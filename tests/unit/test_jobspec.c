@@ -257,6 +257,11 @@ static const struct {
     {BASE "model: {arch: llama, head_dim: 33}\n",
      "model.arch=llama rotates pairs of each head's values: head_dim=33 must be even"},
     {BASE "model: {arch: llama, head_dim: 5000}\n", "model.head_dim=5000 must be at most 4096"},
+    {BASE "model: {sliding_window: 4096}\n",
+     "model.sliding_window needs model.arch=llama (Mistral's block; gpt2 attends every earlier "
+     "token)"},
+    {BASE "model: {arch: llama, sliding_window: 20000000}\n",
+     "model.sliding_window=20000000 must be at most 16777216 tokens"},
     {BASE "model: {arch: llama, n_embd: 130, n_head: 4}\n",
      "model.n_head=4 does not divide model.n_embd=130"},
     {BASE "model: {arch: llama, qk_norm: true, qkv_bias: true}\n",

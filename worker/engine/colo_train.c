@@ -479,7 +479,8 @@ static int cmd_hf_config(int argc, char **argv) {
     case 'h':
       printf("usage: colo-train hf-config CONFIG [--block-size T (1024)] [--json]\n"
              "Reads a transformers config.json (CONFIG, or CONFIG/config.json) of a\n"
-             "LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or GPT2LMHeadModel and\n"
+             "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM or\n"
+             "GPT2LMHeadModel and\n"
              "prints the model section of a job file that has its shape, so that\n"
              "train.init_from can start from its weights (its model.safetensors, or their\n"
              "index). block_size is T, at most the\n"
@@ -514,6 +515,7 @@ static int cmd_hf_config(int argc, char **argv) {
            {"mlp_hidden", cfg.mlp_hidden, cfg.mlp_hidden > 0},
            {"vocab_size", cfg.vocab_size, 1},
            {"block_size", t, 1},
+           {"sliding_window", cfg.sliding_window, cfg.sliding_window > 0},
            {"rope_theta", cfg.rope_theta, llama},
            {"rope_scaling_factor", cfg.rope_factor, cfg.rope_factor > 0},
            {"rope_low_freq_factor", cfg.rope_low, cfg.rope_factor > 0},
@@ -530,10 +532,11 @@ static int cmd_hf_config(int argc, char **argv) {
     return 0;
   }
   printf("# the shape of %s (%s)\nmodel:\n  arch: %s\n", argv[optind],
-         cfg.qk_norm    ? "Qwen3ForCausalLM"
-         : cfg.qkv_bias ? "Qwen2ForCausalLM"
-         : llama        ? "LlamaForCausalLM"
-                        : "GPT2LMHeadModel",
+         cfg.qk_norm          ? "Qwen3ForCausalLM"
+         : cfg.qkv_bias       ? "Qwen2ForCausalLM"
+         : cfg.sliding_window ? "MistralForCausalLM"
+         : llama              ? "LlamaForCausalLM"
+                              : "GPT2LMHeadModel",
          colo_gpt_arch_name(cfg.arch));
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].on)
@@ -996,6 +999,8 @@ static void train_usage(void) {
       "  --rms-norm-eps X      llama: RMSNorm's epsilon (default 1e-5; Qwen2's 1e-6)\n"
       "  --qk-norm true|false  llama: RMSNorm on each query and key head (Qwen3's)\n"
       "  --head-dim N          llama: each head's width, where not n_embd/n_head\n"
+      "  --sliding-window N    llama: each query attends its N most recent keys (Mistral\n"
+      "                        v0.1's 4096; default 0: every earlier key)\n"
       "  --n-kv-head N         llama: key and value heads, dividing n_head (grouped-query\n"
       "                        attention; default n_head)\n"
       "  --tie-embeddings true|false  llama: false gives the LM head a matrix of its own\n"
@@ -1142,6 +1147,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"rms-norm-eps", "model: {rms_norm_eps: %s}"},
       {"qk-norm", "model: {qk_norm: %s}"},
       {"head-dim", "model: {head_dim: %s}"},
+      {"sliding-window", "model: {sliding_window: %s}"},
       {"rope-scaling-factor", "model: {rope_scaling_factor: %s}"},
       {"rope-low-freq-factor", "model: {rope_low_freq_factor: %s}"},
       {"rope-high-freq-factor", "model: {rope_high_freq_factor: %s}"},
@@ -1778,7 +1784,8 @@ static int cmd_train(int argc, char **argv) {
                                   .norm_eps = ms->rms_norm_eps,
                                   .qkv_bias = ms->qkv_bias,
                                   .qk_norm = ms->qk_norm,
-                                  .head_dim = (int)ms->head_dim};
+                                  .head_dim = (int)ms->head_dim,
+                                  .sliding_window = (int)ms->sliding_window};
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim =
       (colo_adamw_config_t){o->lr,
@@ -2430,7 +2437,8 @@ static int cmd_export(int argc, char **argv) {
           "whole tensors. hf (the default, unless FILE ends in .gguf): a safetensors file in\n"
           "HuggingFace's layout, GPT2LMHeadModel's, or for a model.arch=llama model\n"
           "LlamaForCausalLM's (Qwen2ForCausalLM's with model.qkv_bias, Qwen3ForCausalLM's\n"
-          "with model.qk_norm). gguf: llama.cpp's file, the model and its tokenizer in one\n"
+          "with model.qk_norm, MistralForCausalLM's with model.sliding_window). gguf:\n"
+          "llama.cpp's file, the model and its tokenizer in one\n"
           "(architecture gpt2, llama, qwen2 with qkv_bias or qwen3 with qk_norm), for\n"
           "llama.cpp, Ollama and LM Studio. A LoRA run's checkpoint\n"
           "(train.lora_rank) is the model it adapted with the adapters merged in; peft: its\n"

@@ -162,10 +162,11 @@ typedef struct colo_backend_s {
    * scores, and the backward recomputes the probabilities from q, k (and lse, or the row's own
    * max and sum, as a backend prefers). The backward also gets the forward's out, from which a
    * fused kernel takes each row's Σ dout·out (the CPU does not need it).
-   * Documents: with pos (not NULL), pos[b][t] is token t's position in its document, and query t
-   * attends keys t − pos[b][t] … t only: its document's tokens up to itself, as though each
-   * document were a sequence of its own. 0 ≤ pos[b][t] ≤ t, and a document's positions count up
-   * by one (pos[b][t] > 0 means pos[b][t−1] = pos[b][t] − 1). */
+   * Documents and windows: with pos (not NULL), query t attends keys t − pos[b][t] … t only.
+   * pos[b][t] is token t's position in its document (its document's tokens up to itself, as
+   * though each document were a sequence of its own), or under a sliding window of W that
+   * position capped at W − 1 (the W most recent of them). 0 ≤ pos[b][t] ≤ t, and a query's first
+   * key t − pos[b][t] never moves back down the rows: kernels skip whole blocks of keys by it. */
   void (*attention_fwd)(void *out, float *lse, const void *qkv, int B, int T, int C, int NH,
                         const int *pos);
   void (*attention_bwd)(void *dqkv, const void *dout, const void *qkv, const void *out,

@@ -655,8 +655,9 @@ static void matmul_gelu_bwd(void *dinp, float *dw, float *db, const void *dout, 
 
 #define ATT_BLOCK 64
 
-/* The first key row i of a sequence attends: 0, or with documents (pos, the sequence's
- * positions) its document's first token. It only grows down the rows. */
+/* The first key row i of a sequence attends: 0, or with documents or a window (pos, the
+ * sequence's positions) its document's first token or its window's. It only grows down the
+ * rows. */
 static inline int attention_from(const int *pos, int i) {
   return pos ? i - pos[i] : 0;
 }

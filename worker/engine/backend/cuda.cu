@@ -1517,8 +1517,8 @@ static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_,
                           const int *pos) {
   static int told;
   if (g.cudnn && pos && !told) {
-    fprintf(stderr, "colo-train: COLO_CUDA_ATTENTION=cudnn: attention within documents runs on "
-                    "colo's own kernels: cuDNN's is not given documents\n");
+    fprintf(stderr, "colo-train: COLO_CUDA_ATTENTION=cudnn: attention within documents or a "
+                    "sliding window runs on colo's own kernels: cuDNN's is not given them\n");
     told = 1;
   }
   if (g.cudnn && !pos &&

@@ -18,10 +18,11 @@
  * the online softmax (running max and sum per row, in base 2, the output rescaled as the max
  * grows), and saves each query's log-sum-exp of its scaled scores, as the CPU does.
  *
- * Documents (pos, backend.h): query t sees keys t − pos[t] … t. A document's first token only
- * moves on down the rows, so a query tile's walk starts at the key tile of its first row's
- * document, and a key tile's walk over the query tiles ends at the first whose first row's
- * document starts after it; within the tiles walked, each score is masked by its row's start.
+ * Documents and windows (pos, backend.h): query t sees keys t − pos[t] … t. That first key only
+ * moves on down the rows, so a query tile's walk starts at the key tile of its first row's first
+ * key, and a key tile's walk over the query tiles ends at the first whose first row starts after
+ * it; within the tiles walked, each score is masked by its row's start. Under a window of W a
+ * walk covers about W/64 + 1 tiles, not the whole diagonal.
  *
  * Backward, three kernels: dsum = Σ dout·out per query; a block per key tile walks the query
  * tiles from the diagonal on, its dk and dv accumulating in registers; a block per query tile

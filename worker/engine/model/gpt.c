@@ -124,6 +124,10 @@ struct colo_gpt_s {
    * forward's positions within them, [N] in the backend's memory (doc_pos) and the host's */
   int doc_token;
   int *doc_pos, *doc_pos_host;
+  /* a sliding window shorter than the block (cfg.sliding_window): attention's positions, each
+   * token's in its document (or row) capped at W − 1, so that it attends W keys at most; [max_B]
+   * [block_size] (whole rows under cp) in the backend's memory and the host's. NULL: doc_pos */
+  int *att_pos, *att_pos_host;
   float *host; /* host scratch for the loss: [N] losses, then gmax, gsum, tlogit, gather [tp][N] */
   int B, T, have_targets;
   /* colo_gpt_forward_train: the loss's gradient for loss scale fuse_scale is computed with the
@@ -568,11 +572,15 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              (double)cfg->rope_low, (double)cfg->rope_high, cfg->rope_orig);
     return COLO_EINVAL;
   }
-  if (cfg->arch != COLO_ARCH_LLAMA &&
-      (cfg->qkv_bias || cfg->qk_norm || (cfg->norm_eps != 0.0f && cfg->norm_eps != 1e-5f))) {
+  if (cfg->arch != COLO_ARCH_LLAMA && (cfg->qkv_bias || cfg->qk_norm || cfg->sliding_window ||
+                                       (cfg->norm_eps != 0.0f && cfg->norm_eps != 1e-5f))) {
     snprintf(err, errlen,
-             "qkv_bias, qk_norm and an RMSNorm eps are llama's; gpt2 has biases everywhere and "
-             "LayerNorm's eps 1e-5");
+             "qkv_bias, qk_norm, sliding_window and an RMSNorm eps are llama's; gpt2 has biases "
+             "everywhere, LayerNorm's eps 1e-5 and attends every earlier token");
+    return COLO_EINVAL;
+  }
+  if (cfg->sliding_window < 0) {
+    snprintf(err, errlen, "bad model shape: sliding_window=%d (0: none)", cfg->sliding_window);
     return COLO_EINVAL;
   }
   if (!(cfg->norm_eps >= 0.0f && cfg->norm_eps <= 1e-2f)) {
@@ -753,6 +761,16 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
   if (rc == 0 && (!(m->inputs = colo_pool_alloc(pool, N * sizeof(int), "tokens")) ||
                   !(m->targets = colo_pool_alloc(pool, N * sizeof(int), "tokens"))))
     rc = COLO_ENOMEM;
+  if (rc == 0 && cfg->sliding_window && cfg->sliding_window < cfg->block_size) {
+    size_t rows = (size_t)max_B * cfg->block_size; /* whole rows: attention's under cp */
+    if (!(m->att_pos_host = malloc(rows * sizeof(int)))) {
+      snprintf(err, errlen, "out of memory");
+      colo_gpt_destroy(m);
+      return COLO_ENOMEM;
+    }
+    if (!(m->att_pos = colo_pool_alloc(pool, rows * sizeof(int), "tokens")))
+      rc = COLO_ENOMEM;
+  }
   if (rc < 0) {
     snprintf(err, errlen, "%s", colo_pool_error(pool));
     colo_gpt_destroy(m);
@@ -813,6 +831,8 @@ void colo_gpt_destroy(colo_gpt_t *m) {
   colo_pool_free(p, m->targets);
   colo_pool_free(p, m->inputs);
   colo_pool_free(p, m->doc_pos);
+  colo_pool_free(p, m->att_pos);
+  free(m->att_pos_host);
   free(m->pos_host);
   free(m->io_host);
   free(m->cp_host);
@@ -1188,6 +1208,12 @@ static const int *token_pos(const colo_gpt_t *m) {
   return m->cp > 1 ? m->pos : m->doc_pos;
 }
 
+/* attention's positions (backend.h), over whole rows: a query attends keys back to its position
+ * (NULL: the row's start) */
+static const int *att_pos(const colo_gpt_t *m) {
+  return m->att_pos ? m->att_pos : m->doc_pos;
+}
+
 /* Qwen3's QK-norm on the qkv product's rows of this rank's tokens (qkv[N][Cqkv], before the keys
  * are repeated and anything moves or rotates): each query and key head normalized in place, its
  * raw values and 1/rms kept in a for the backward */
@@ -1256,10 +1282,10 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
       cp_exchange(m, a->qkv, a->qkv, wd, 3, 1);
   }
   if (m->cp > 1) { /* over the whole rows, a cp-th of the heads; back to this rank's tokens */
-    be->attention_fwd(a->attc, a->att_lse, a->qkv, B, Tf, Cc, NHc, m->doc_pos);
+    be->attention_fwd(a->attc, a->att_lse, a->qkv, B, Tf, Cc, NHc, att_pos(m));
     cp_exchange(m, a->atty, a->attc, &Cq, 1, 0);
   } else {
-    be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl, m->doc_pos);
+    be->attention_fwd(a->atty, a->att_lse, a->qkv, B, T, Cq, m->NHl, att_pos(m));
   }
   product_fwd(m, l, COLO_LORA_ATTPROJ, m->proj, a->atty, w.attproj, apb, N, Cq, C);
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
@@ -1363,6 +1389,14 @@ float colo_gpt_forward_stage(colo_gpt_t *m, const int *inputs, const float *x_in
     for (int n = 0; n < N; n++)
       p[n] = n % T == 0 || inputs[n] == m->doc_token ? 0 : p[n - 1] + 1;
     be->from_host(m->doc_pos, p, (size_t)N * sizeof(int));
+  }
+  if (m->att_pos && (inputs || !m->doc_pos)) { /* the window: at most W − 1 keys back */
+    int *p = m->att_pos_host, w = m->cfg.sliding_window - 1;
+    for (int n = 0; n < N; n++) {
+      int d = m->doc_pos ? m->doc_pos_host[n] : n % T;
+      p[n] = d < w ? d : w;
+    }
+    be->from_host(m->att_pos, p, (size_t)N * sizeof(int));
   }
   if (m->cp > 1) { /* this rank's piece of each row: its tokens, targets and their positions */
     T /= m->cp, N = B * T;
@@ -1504,7 +1538,8 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
                   0, V, NULL);
   int H = m->Cf;
   float scale = 1.0f / sqrtf((float)hs);
-  int n = pos + 1;
+  /* the keys it attends: k0 … pos, the last W of them under a sliding window */
+  int W = m->cfg.sliding_window, k0 = W && pos >= W ? pos - W + 1 : 0, n = pos + 1 - k0;
   for (int l = 0; l < L; l++) {
     layer_acts_t *a = &m->layers[m->recompute ? 0 : l];
     const float *x = m->resid[l];
@@ -1523,10 +1558,10 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
       be->copy(K + (size_t)pos * hs, qkv + Q + h * hs, (size_t)hs * sizeof(float));
       be->copy(Vh + (size_t)pos * hs, qkv + 2 * Q + h * hs, (size_t)hs * sizeof(float));
       /* the query's scores against the n keys, scaled, their softmax, and its sum of values */
-      be->lmhead_fwd(m->scores, qkv + h * hs, K, 1, hs, n);
+      be->lmhead_fwd(m->scores, qkv + h * hs, K + (size_t)k0 * hs, 1, hs, n);
       be->scale(m->scores, scale, (size_t)n);
       be->crossentropy_fwd(m->dec_loss, m->scores, m->scores, m->dec_target, 1, n);
-      be->matmul_fwd(att + h * hs, m->scores, Vh, NULL, 1, n, hs);
+      be->matmul_fwd(att + h * hs, m->scores, Vh + (size_t)k0 * hs, NULL, 1, n, hs);
     }
     be->matmul_fwd(m->proj, att, P(m, l, P_ATTPROJW), P(m, l, P_ATTPROJB), 1, Q, C);
     be->add(a->res2, x, m->proj, (size_t)C);
@@ -2163,10 +2198,10 @@ blocks:
     int Tf = T * m->cp, Cc = Cq / m->cp, NHc = m->NHl / m->cp; /* as the forward's */
     if (m->cp > 1) { /* over the whole rows, a cp-th of the heads */
       cp_exchange(m, m->datty, m->datty, &Cq, 1, 1);
-      be->attention_bwd(m->dqkv, m->datty, a->qkv, a->attc, a->att_lse, B, Tf, Cc, NHc, m->doc_pos);
+      be->attention_bwd(m->dqkv, m->datty, a->qkv, a->attc, a->att_lse, B, Tf, Cc, NHc, att_pos(m));
     } else {
       be->attention_bwd(m->dqkv, m->datty, a->qkv, a->atty, a->att_lse, B, T, Cq, m->NHl,
-                        m->doc_pos);
+                        att_pos(m));
     }
     if (m->cp_kv) { /* rotated back and summed where attention ran, then moved back */
       const int wd[3] = {Cq, m->KVw, m->KVw};

@@ -42,13 +42,16 @@ typedef struct {
    * frequency factors (0: 1 and 4) and original context (0: 8192) */
   float rope_factor, rope_low, rope_high;
   int rope_orig;
-  float norm_eps; /* LLAMA: RMSNorm's epsilon (Qwen2's 1e-6); 0: 1e-5 */
-  int qkv_bias;   /* LLAMA: biases on the queries, keys and values (Qwen2's): attn.c_attn.bias
-                   * [C + 2·KV], as GPT-2's */
-  int qk_norm;    /* LLAMA: RMSNorm over each query and key head before the rotation (Qwen3's
-                   * QK-norm): attn.q_norm.weight and attn.k_norm.weight [hs] */
-  int head_dim;   /* LLAMA: each head's width hs where it is not C/n_head (Qwen3 0.6B's 128 on
-                   * 1024); 0: C/n_head. The queries are then Q = n_head·hs wide, not C */
+  float norm_eps;     /* LLAMA: RMSNorm's epsilon (Qwen2's 1e-6); 0: 1e-5 */
+  int qkv_bias;       /* LLAMA: biases on the queries, keys and values (Qwen2's): attn.c_attn.bias
+                       * [C + 2·KV], as GPT-2's */
+  int qk_norm;        /* LLAMA: RMSNorm over each query and key head before the rotation (Qwen3's
+                       * QK-norm): attn.q_norm.weight and attn.k_norm.weight [hs] */
+  int head_dim;       /* LLAMA: each head's width hs where it is not C/n_head (Qwen3 0.6B's 128 on
+                       * 1024); 0: C/n_head. The queries are then Q = n_head·hs wide, not C */
+  int sliding_window; /* LLAMA: each query attends its W most recent keys, itself among them
+                       * (Mistral 7B v0.1's 4096, HF's sliding_window), within its document as
+                       * ever; 0: every earlier key */
 } colo_gpt_config_t;
 
 /* cfg->n_kv_head, or n_head when 0 */

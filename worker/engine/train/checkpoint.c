@@ -170,6 +170,11 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
                 hd->valuedouble == (int)hd->valuedouble))
       bad = 1;
     t.model.head_dim = cJSON_IsNumber(hd) ? (int)hd->valuedouble : 0;
+    cJSON *sw = cJSON_GetObjectItem(m, "sliding_window"); /* absent: none */
+    if (sw && !(cJSON_IsNumber(sw) && sw->valuedouble >= 1 && sw->valuedouble <= (1 << 24) &&
+                sw->valuedouble == (int)sw->valuedouble))
+      bad = 1;
+    t.model.sliding_window = cJSON_IsNumber(sw) ? (int)sw->valuedouble : 0;
     t.model.norm_eps = cJSON_IsNumber(ne) ? (float)ne->valuedouble : 0.0f;
     cJSON *tie = cJSON_GetObjectItem(m, "tie_embeddings"); /* absent: tied */
     if (tie && !cJSON_IsBool(tie))
@@ -555,6 +560,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddTrueToObject(mo, "qk_norm");
     if (meta->model.head_dim)
       cJSON_AddNumberToObject(mo, "head_dim", meta->model.head_dim);
+    if (meta->model.sliding_window)
+      cJSON_AddNumberToObject(mo, "sliding_window", meta->model.sliding_window);
     if (meta->model.norm_eps > 0.0f && meta->model.norm_eps != 1e-5f)
       cJSON_AddNumberToObject(mo, "rms_norm_eps", meta->model.norm_eps);
     if (meta->model.rope_factor > 0.0f) { /* Llama 3's rescaling, as HF's config names it */
@@ -1074,6 +1081,11 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
                   rope_differs ? " and another rotation" : "", eps_ck, colo_gpt_arch_name(c->arch),
                   colo_gpt_mlp_hidden(c), colo_gpt_kv_heads(c), c->untied_head ? ", untied" : "",
                   c->qkv_bias ? ", q, k and v biases" : "", c->qk_norm ? ", QK-norm" : "", eps_run);
+  if (rc == 0 && c->sliding_window != t.model.sliding_window)
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "checkpoint %s's attention window is %d tokens; this run's is %d "
+                   "(model.sliding_window; 0: every earlier token)",
+                   dir, t.model.sliding_window, c->sliding_window);
   /* version 1 wrote one file of whole tensors whatever the mesh; version 2 a shard per stage
    * and tensor-parallel rank, each file naming its place; version 3 adds, under ZeRO, a file per
    * data-parallel rank of each place, holding slices of the moments (and at stage 3 of the

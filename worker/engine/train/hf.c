@@ -501,15 +501,19 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
   cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
   int qwen2 = llama && c->qkv_bias; /* Qwen2: Llama's block with q, k and v biases */
   int qwen3 = llama && c->qk_norm;  /* Qwen3: with its queries' and keys' heads normalized */
-  cJSON_AddItemToArray(arch, cJSON_CreateString(qwen3   ? "Qwen3ForCausalLM"
-                                                : qwen2 ? "Qwen2ForCausalLM"
-                                                : llama ? "LlamaForCausalLM"
-                                                        : "GPT2LMHeadModel"));
+  /* Mistral (v0.1): Llama's block, attention in a sliding window (transformers' Llama has none) */
+  int mistral = llama && !qwen2 && !qwen3 && c->sliding_window;
+  cJSON_AddItemToArray(arch, cJSON_CreateString(qwen3     ? "Qwen3ForCausalLM"
+                                                : qwen2   ? "Qwen2ForCausalLM"
+                                                : mistral ? "MistralForCausalLM"
+                                                : llama   ? "LlamaForCausalLM"
+                                                          : "GPT2LMHeadModel"));
   cJSON_AddStringToObject(j, "model_type",
-                          qwen3   ? "qwen3"
-                          : qwen2 ? "qwen2"
-                          : llama ? "llama"
-                                  : "gpt2");
+                          qwen3     ? "qwen3"
+                          : qwen2   ? "qwen2"
+                          : mistral ? "mistral"
+                          : llama   ? "llama"
+                                    : "gpt2");
   cJSON_AddNumberToObject(j, "vocab_size", c->vocab_size);
   if (llama) {
     cJSON_AddNumberToObject(j, "hidden_size", c->n_embd);
@@ -525,8 +529,15 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     cJSON_AddStringToObject(j, "hidden_act", "silu");
     if (qwen3 || c->head_dim) /* transformers' Llama reads it too (C/n_head without it) */
       cJSON_AddNumberToObject(j, "head_dim", colo_gpt_head_size(c));
-    if (qwen2 || qwen3)
-      cJSON_AddBoolToObject(j, "use_sliding_window", 0);
+    if (qwen2 || qwen3) { /* the window on every layer: from layer 0 on */
+      cJSON_AddBoolToObject(j, "use_sliding_window", c->sliding_window > 0);
+      if (c->sliding_window) {
+        cJSON_AddNumberToObject(j, "sliding_window", c->sliding_window);
+        cJSON_AddNumberToObject(j, "max_window_layers", 0);
+      }
+    } else if (mistral) {
+      cJSON_AddNumberToObject(j, "sliding_window", c->sliding_window);
+    }
     if (!qwen2) {
       cJSON_AddBoolToObject(j, "attention_bias", 0);
       cJSON_AddBoolToObject(j, "mlp_bias", 0);
@@ -679,6 +690,33 @@ static int int_field(const cJSON *j, const char *key, int max, int *out, const c
   return 0;
 }
 
+/* A sliding window (cfg->sliding_window) after the shape's fields: Mistral v0.1's sliding_window
+ * on every layer (null from v0.2 on); Qwen's, where use_sliding_window, on the layers from
+ * max_window_layers on (transformers' default 28). A window no shorter than the positions
+ * changes nothing and is left out. */
+static int read_window(const cJSON *j, const char *type, colo_gpt_config_t *c, const char *file,
+                       char *err, size_t errlen) {
+  const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
+  int qwen = !strncmp(type, "qwen", 4), w = 0, rc = 0;
+  if (qwen ? !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window"))
+           : strcmp(type, "mistral") || !sw || cJSON_IsNull(sw))
+    return 0;
+  rc = int_field(j, "sliding_window", 1 << 24, &w, file, err, errlen);
+  double from = 0;
+  if (rc == 0 && qwen)
+    rc = opt_num(j, "max_window_layers", 28, &from, file, err, errlen);
+  if (rc < 0 || w >= c->block_size || (qwen && from >= c->n_layer))
+    return rc;
+  if (from != 0)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: use_sliding_window from layer %g of %d (max_window_layers): the layers "
+                     "below it attend every earlier key, the rest %d; colo's window is every "
+                     "layer's",
+                     file, from, c->n_layer, w);
+  c->sliding_window = w;
+  return 0;
+}
+
 static const char *str_field(const cJSON *j, const char *key) {
   const cJSON *v = cJSON_GetObjectItemCaseSensitive(j, key);
   return cJSON_IsString(v) ? v->valuestring : NULL;
@@ -708,18 +746,6 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
                    "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
                    "GPT2LMHeadModel)",
                    file, type ? type : "(none)");
-  else if (!strncmp(type, "qwen", 4) &&
-           cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window")))
-    rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "%s: use_sliding_window; colo's attention sees the whole window", file);
-  else if (!strcmp(type, "mistral")) { /* Llama's block; v0.1's attention a sliding window */
-    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
-    const cJSON *mp = cJSON_GetObjectItemCaseSensitive(j, "max_position_embeddings");
-    if (cJSON_IsNumber(sw) && !(cJSON_IsNumber(mp) && sw->valuedouble >= mp->valuedouble))
-      rc = colo_fail(err, errlen, COLO_EINVAL,
-                     "%s: sliding_window %g; colo's attention sees the whole window", file,
-                     sw->valuedouble);
-  }
   if (rc < 0) {
     cJSON_Delete(j);
     return rc;
@@ -776,6 +802,8 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
                      file, c->n_embd, c->n_head);
     if (rc == 0 && head_dim && (c->n_embd % c->n_head || head_dim != c->n_embd / c->n_head))
       c->head_dim = head_dim; /* Qwen3 0.6B's 128 on 1024 (16 heads): queries 2048 wide */
+    if (rc == 0)
+      rc = read_window(j, type, c, file, err, errlen);
     if (rc == 0 && c->n_kv_head && c->n_head % c->n_kv_head)
       rc = colo_fail(err, errlen, COLO_EINVAL,
                      "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", file,

@@ -2473,11 +2473,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   char heads[32] = ""; /* a head's width, where model.head_dim sets it */
   if (cfg->model.head_dim)
     snprintf(heads, sizeof heads, " of %d", cfg->model.head_dim);
+  char window[40] = ""; /* and attention's window, where model.sliding_window sets one */
+  if (cfg->model.sliding_window)
+    snprintf(window, sizeof window, " (attention window %d)", cfg->model.sliding_window);
   if (!cfg->quiet && lead)
-    printf("model: %s, %d layers, %d heads%s, %d wide, block %d, vocab %d: %zu parameters; batch "
-           "%d x accum %d x %d tokens; %s; %s memory %.1f MiB\n",
+    printf("model: %s, %d layers, %d heads%s, %d wide, block %d%s, vocab %d: %zu parameters; "
+           "batch %d x accum %d x %d tokens; %s; %s memory %.1f MiB\n",
            colo_gpt_arch_name(cfg->model.arch), cfg->model.n_layer, cfg->model.n_head, heads,
-           cfg->model.n_embd, T, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
+           cfg->model.n_embd, T, window, cfg->model.vocab_size, n_params, B, cfg->grad_accum, T,
            threads_or_gpu, be->device ? "GPU" : "host", (double)colo_pool_used(pool) / (1 << 20));
   if (!cfg->quiet && lead && cfg->optim.muon && !lora) {
     size_t nt, nm = 0, nmat = 0;
@@ -3546,6 +3549,17 @@ int colo_export_gguf(const char *ckpt, const char *out, const char *tokenizer, i
     rc = colo_gguf_check(tok, V, "--tokenizer", err, errlen);
   if (rc == 0)
     rc = colo_gguf_write(model, colo_gpt_params(model), tok, type, NULL, out, err, errlen);
+  const colo_gpt_config_t *c = colo_gpt_config(model);
+  if (rc == 0 && c->sliding_window && c->sliding_window < c->block_size)
+    fprintf(stderr,
+            "colo-train: %s: llama.cpp's %s architecture attends every earlier token: the file "
+            "is this model on contexts of up to %d tokens (model.sliding_window), as Mistral "
+            "7B v0.1's GGUF files are\n",
+            out,
+            c->qk_norm    ? "qwen3"
+            : c->qkv_bias ? "qwen2"
+                          : "llama",
+            c->sliding_window);
   colo_bpe_free(tok);
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
