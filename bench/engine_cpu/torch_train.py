@@ -21,6 +21,8 @@ ap.add_argument("--data", required=True)
 ap.add_argument("--arch", default="gpt2", choices=("gpt2", "llama"))
 ap.add_argument("--document-token", type=int, default=None,
                 help="documents: attention within each, positions restarting (torch_gpt2.documents)")
+ap.add_argument("--sliding-window", type=int, default=None,
+                help="llama: each query's W most recent keys only (torch_gpt2.slide: an explicit mask)")
 args = ap.parse_args()
 torch.set_num_threads(args.threads)
 torch.manual_seed(0)
@@ -28,7 +30,8 @@ raw = np.fromfile(args.data, dtype=np.uint16, offset=1024)
 tokens = torch.from_numpy(raw.astype(np.int64))
 T, B = args.block_size, args.batch_size
 if args.arch == "llama":  # colo's default MLP width: 8C/3 rounded up to 64
-    model = Llama(args.n_layer, args.n_head, args.n_embd, T, 256, (8 * args.n_embd // 3 + 63) // 64 * 64)
+    model = Llama(args.n_layer, args.n_head, args.n_embd, T, 256, (8 * args.n_embd // 3 + 63) // 64 * 64,
+                  window=args.sliding_window)
     with torch.no_grad():
         for n in model.names:
             p = model.p[n]

@@ -767,14 +767,17 @@ static void attention_bwd(void *dqkv_, const void *dout_, const void *qkv_, cons
                       dq + (size_t)r0 * C3, C3);
         }
         /* dK = dSᵀ · Q and dV = Pᵀ · dO by column blocks: key c has nonzero entries in rows
-         * c..T-1 only, all of which the row blocks above wrote (zeros before each row's
-         * document) */
-        for (int c0 = 0; c0 < T; c0 += ATT_BLOCK) {
+         * c … e − 1 only, e the first row whose first key is past the block (T without documents
+         * or a window), all of which the row blocks above wrote (zeros before each row's first
+         * key); e only moves on with the blocks */
+        for (int c0 = 0, e = 0; c0 < T; c0 += ATT_BLOCK) {
           int c1 = c0 + ATT_BLOCK < T ? c0 + ATT_BLOCK : T;
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+          for (e = e > c1 ? e : c1; e < T && attention_from(ps, e) < c1;)
+            e++;
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, e - c0, 1.0f,
                       ds + (size_t)c0 * T + c0, T, q + (size_t)c0 * C3, C3, 0.0f,
                       dk + (size_t)c0 * C3, C3);
-          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f,
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, e - c0, 1.0f,
                       p + (size_t)c0 * T + c0, T, d + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3,
                       C3);
         }
