@@ -422,8 +422,11 @@ else:
 # begin within what each assistant message adds after the conversation before it with the
 # generation prompt (up to its <|im_end|>). Qwen3's template renders an assistant message
 # otherwise when it ends the conversation (an empty <think> block, its reasoning kept) than
-# when more follows, so that rule finds a whole message only where it is the last: its
-# conversations here end at their first assistant message (a reply, or a tool call)
+# when more follows, so there the tokens that count are those from the generation prompt to the
+# first <|im_end|> after it, in the whole conversation as the template renders it: first with
+# the conversations cut at their first assistant message (a reply, or a tool call), then whole
+# (earlier replies without their reasoning, the last with its <think> block, as Qwen3 renders
+# them)
 try:
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -451,7 +454,10 @@ for i in range(16):
     qconvs.append({"messages": msgs, "tools": TOOLS} if i % 3 == 1 else {"messages": msgs})
 
 
-def own_template(pkg, label, qconvs):
+def own_template(pkg, label, qconvs, to_end=False, cut=""):
+    """to_end: each assistant message's span runs from the generation prompt to the first
+    <|im_end|> after it in the whole text (the rule where a template renders the last message
+    its own way), not to where the conversation up to it parts from the whole"""
     tok = os.path.join(model_dir(pkg), "tokenizer.json")
     qtpl = jenv.from_string(json.load(open(os.path.join(model_dir(pkg), "tokenizer_config.json")))["chat_template"])
 
@@ -495,12 +501,16 @@ def own_template(pkg, label, qconvs):
             if m["role"] != "assistant":
                 continue
             pre = qrender(c, c["messages"][:i], True).encode()
-            upto = qrender(c, c["messages"][:i + 1], False).encode()
-            end = 0
-            while end < min(len(upto), len(full)) and upto[end] == full[end]:
-                end += 1
-            while end > len(pre) and full[end - 1:end] in (b" ", b"\n"):
-                end -= 1
+            if to_end:
+                assert full.startswith(pre)
+                end = full.index(b"<|im_end|>", len(pre)) + len(b"<|im_end|>")
+            else:
+                upto = qrender(c, c["messages"][:i + 1], False).encode()
+                end = 0
+                while end < min(len(upto), len(full)) and upto[end] == full[end]:
+                    end += 1
+                while end > len(pre) and full[end - 1:end] in (b" ", b"\n"):
+                    end -= 1
             spans.append((len(pre), end))
         at = -len(b"<|endoftext|>")  # the document token begins the conversation's tokens
         for t in ids:
@@ -515,11 +525,13 @@ def own_template(pkg, label, qconvs):
         fail("conversations in %s's own template: mask bit %d (token %d) is %s, expected %s"
              % (label, k, got[k] if k < len(got) else -1, mask[k:k + 1], want_mask[k:k + 1]))
     else:
-        print("figure: %d conversations in %s's own chat template (Jinja; %d with tools and a tool call, "
-              "%d with reasoning): %d tokens, tokenizers.js's for jinja2's text; %d targets, as the "
-              "assistant's spans give"
-              % (len(qconvs), label, sum(1 for c in qconvs if "tools" in c),
-                 sum(1 for c in qconvs if "<think>" in json.dumps(c)), len(got), sum(mask)))
+        print("figure: %d conversations%s in %s's own chat template (Jinja; %d with tools and a tool call, "
+              "%d with reasoning, %d replies): %d tokens, tokenizers.js's for jinja2's text; %d "
+              "targets, as the assistant's spans give"
+              % (len(qconvs), cut, label, sum(1 for c in qconvs if "tools" in c),
+                 sum(1 for c in qconvs if "<think>" in json.dumps(c)),
+                 sum(m["role"] == "assistant" for c in qconvs for m in c["messages"]), len(got), sum(mask)))
+    return got, mask, tbytes
 
 
 own_template("tokenizer-qwen2_5", "Qwen2.5", qconvs)
@@ -527,22 +539,31 @@ first_turns = []
 for c in qconvs:
     k = next(i for i, m in enumerate(c["messages"]) if m["role"] == "assistant")
     first_turns.append(dict(c, messages=c["messages"][:k + 1]))
-own_template("tokenizer-qwen3", "Qwen3", first_turns)
-# the whole conversations through Qwen3's template: refused at the first whose earlier reply
-# renders otherwise than as the conversation's end, nothing written
-multi = next(k for k, c in enumerate(qconvs) if sum(m["role"] == "assistant" for m in c["messages"]) > 1)
-mj, mo = os.path.join(WORK, "q3-multi.jsonl"), os.path.join(WORK, "q3-multi")
-open(mj, "w", encoding="utf-8").write("".join(json.dumps(c, ensure_ascii=False) + "\n" for c in qconvs))
-p = run(["prepare", "--input", mj, "--out", mo, "--tokenizer", QWEN3, "--messages-field", "messages",
-         "--chat-template", "tokenizer", "--val-fraction", "0"], want=1)
-err = p.stderr.decode(errors="replace")
-if ("q3-multi.jsonl:%d: message " % (multi + 1) not in err or
-        "renders it otherwise when it ends the conversation than within the whole" not in err or
-        os.path.exists(os.path.join(mo, "train.bin"))):
-    fail("Qwen3's template, conversations of several replies: %s" % err.strip())
+own_template("tokenizer-qwen3", "Qwen3", first_turns, to_end=True, cut=" (to their first reply)")
+# the whole conversations through Qwen3's template, several replies in most: the targets, read
+# back as text, are each reply as the whole renders it: an earlier one its content alone (its
+# reasoning dropped), the last one after an empty <think> block (or its reasoning), each
+# closed by <|im_end|>
+got, mask, tbytes = own_template("tokenizer-qwen3", "Qwen3", qconvs, to_end=True, cut=" (whole)")
+said, run_ = [], b""
+for t, m in zip(got, mask):
+    if m:
+        run_ += tbytes[t]
+    elif run_:
+        said.append(run_)
+        run_ = b""
+replies = [m for c in qconvs for m in c["messages"] if m["role"] == "assistant"]
+last = [k == max(i for i, x in enumerate(c["messages"]) if x["role"] == "assistant")
+        for c in qconvs for k, m in enumerate(c["messages"]) if m["role"] == "assistant"]
+bad = [i for i, (s_, m, l) in enumerate(zip(said, replies, last))
+       if not s_.endswith(b"<|im_end|>") or (m["content"] and m["content"].split("</think>")[-1].strip().encode()
+                                             not in s_) or s_.startswith(b"<think>") != l]
+if len(said) != len(replies) or bad:
+    fail("Qwen3's whole conversations: %d target runs for %d replies; wrong: %s"
+         % (len(said), len(replies), [said[i][:60] for i in bad[:3]]))
 else:
-    print("figure: Qwen3's template on conversations of several replies: refused at line %d: %s"
-          % (multi + 1, err.strip()))
+    print("figure: Qwen3's whole conversations: %d replies, %d of them earlier ones without a <think> "
+          "block, each a run of targets ending in <|im_end|>" % (len(said), last.count(False)))
 
 # a llama model of Llama 3's vocabulary learns <|begin_of_text|> "ROMEO:" and samples from
 # <|begin_of_text|> (no prompt) to the next one

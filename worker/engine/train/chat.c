@@ -197,6 +197,16 @@ static size_t added_start(const colo_bpe_t *bpe, const char *s, size_t n, size_t
   return at;
 }
 
+/* Where the first of the template's end tokens (c->end) at or after `from` ends in s (n bytes),
+ * or COLO_CHAT_NONE: none follows */
+static size_t end_token(const colo_chat_t *c, const char *s, size_t n, size_t from) {
+  size_t k;
+  for (size_t a = from; a < n; a++)
+    if (colo_bpe_added_at(c->bpe, s + a, n - a, &k) == c->end)
+      return a + k;
+  return COLO_CHAT_NONE;
+}
+
 /* to, less the whitespace of s before it (down to from) */
 static size_t trim_end(const char *s, size_t from, size_t to) {
   while (to > from &&
@@ -254,13 +264,17 @@ int colo_chat_render(const colo_chat_t *c, const cJSON *vars, const cJSON *msgs,
                      "{%% generation %%} blocks can be",
                      i, c->name);
     /* the conversation up to it must run on as the whole does to its end (but for a closing
-     * token of the conversation, an end of text): a template that renders a message otherwise
+     * token of the conversation, an end of text). A template that renders a message otherwise
      * when it ends the conversation (Qwen3's adds a <think> block there, and keeps reasoning it
-     * drops from earlier turns) leaves no way to find what it says within the whole, and the
-     * part the two share would stand for the message */
+     * drops from earlier turns) gives no end there: the message then ends in the whole at the
+     * first of the template's end tokens after it begins (Qwen3's <|im_end|>), where the
+     * template has one; without one, the part the two share would stand for the message */
     if (rc == 0 && to < un) {
       size_t d = added_start(c->bpe, upto, un, pn, to), r = trim_end(upto, d, un), k;
-      if (r > d && !(colo_bpe_added_at(c->bpe, upto + d, r - d, &k) >= 0 && k == r - d)) {
+      size_t e = c->end >= 0 ? end_token(c, *text, *len, pn) : COLO_CHAT_NONE;
+      if (r > d && e != COLO_CHAT_NONE) {
+        to = e;
+      } else if (r > d && !(colo_bpe_added_at(c->bpe, upto + d, r - d, &k) >= 0 && k == r - d)) {
         char shown[64]; /* where they part, its line breaks written \n */
         size_t o = 0;
         for (size_t a = d; a < r && a < d + 24 && o + 3 < sizeof shown; a++)

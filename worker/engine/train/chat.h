@@ -40,9 +40,12 @@ void colo_chat_close(colo_chat_t *c);
  * (malloc'd; *nspans): the template's {% generation %} blocks where it has them, else for each
  * assistant message the text it adds after the conversation before it with the generation prompt
  * (the messages before it rendered with add_generation_prompt, then up to it without), up to its
- * last character that is not whitespace. A template under which the conversation up to a message
- * is not the beginning of the whole (one that renders the last message its own way) is refused
- * there: COLO_EINVAL, as are the template's own errors. */
+ * last character that is not whitespace; where the template renders a message otherwise when it
+ * ends the conversation (Qwen3's <think> block), up to the first of the template's end tokens
+ * after it begins (c->end: <|im_end|>). A template under which the conversation before a message
+ * with the generation prompt is not the beginning of the whole, or one that renders the last
+ * message its own way and has no end token, is refused there: COLO_EINVAL, as are the template's
+ * own errors. */
 int colo_chat_render(const colo_chat_t *c, const cJSON *vars, const cJSON *msgs,
                      int add_generation_prompt, char **text, size_t *len, colo_jinja_span_t **spans,
                      size_t *nspans, char *err, size_t errlen);
