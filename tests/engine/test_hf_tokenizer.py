@@ -64,6 +64,10 @@ LLAMA = os.path.join(model_dir("tokenizer-llama3"), "tokenizer.json")
 GPT2 = os.path.join(model_dir("tokenizer-gpt2"), "tokenizer.json")
 QWEN = os.path.join(model_dir("tokenizer-qwen2_5"), "tokenizer.json")  # an NFC normalizer
 QWEN3 = os.path.join(model_dir("tokenizer-qwen3"), "tokenizer.json")  # and <think>, </think>, ...
+# SentencePiece's BPE (byte_fallback) as HuggingFace converts it: Llama 2's (a "▁" before each
+# text, as Mistral's), Gemma's (none; some bytes without a <0xNN> token of their own)
+LLAMA2 = os.path.join(model_dir("tokenizer-llama2"), "tokenizer.json")
+GEMMA = os.path.join(model_dir("tokenizer-gemma"), "tokenizer.json")
 
 
 def run(args, stdin=b"", want=0):
@@ -167,10 +171,19 @@ THIRDS = with_splits("thirds", [
     {"type": "Split", "pattern": {"Regex": "[\\s\\S]{3}"}, "behavior": "Isolated",
      "invert": False}])
 
+# SentencePiece's tokenizers: tinyshakespeare's first 100,000 bytes (tokenizers.js takes half a
+# minute a megabyte of them, BPE over the whole text)
+all_texts, all_paths = texts, paths
+sp_texts = [("tinyshakespeare's start", shakespeare[:100000])] + texts[1:]
+sp_paths = [os.path.join(WORK, "sp-text0.txt")] + paths[1:]
+open(sp_paths[0], "wb").write(sp_texts[0][1])
 refs_of = {}
 for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2), ("Qwen2.5", QWEN, None),
                          ("Qwen3", QWEN3, None), ("three splits", MULTI, None),
-                         ("three characters", THIRDS, None)):
+                         ("three characters", THIRDS, None), ("Llama 2", LLAMA2, None),
+                         ("Gemma", GEMMA, None)):
+    sp = tok in (LLAMA2, GEMMA)
+    texts, paths = (sp_texts, sp_paths) if sp else (all_texts, all_paths)
     refs = reference(tok, paths)
     for t in (tok, also) if also else (tok,):  # every text in one run: a line of ids each
         out = run(["tokenize", "--tokenizer", t] + paths).stdout.decode().split("\n")
@@ -189,13 +202,18 @@ for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2), ("Qwen2.
         if back != b"".join(unicodedata.normalize("NFC", d.decode()).encode() for _, d in texts) \
                 or back == b"".join(d for _, d in texts):
             fail("%s: decoding tokenizers.js's ids does not give the texts back in NFC" % tname)
+    elif tname == "Llama 2":  # each text after the "▁" its tokenizer puts before it
+        if back != b"".join(b" " + d for _, d in texts):
+            fail("%s: decoding tokenizers.js's ids does not give each text back after a space" % tname)
     elif back != b"".join(d for _, d in texts):
         fail("%s: decoding tokenizers.js's ids does not give the texts back" % tname)
     print("figure: %s: %d texts (%d bytes) -> %d tokens, tokenizers.js's ids%s; decoded back "
           "%s" % (tname, len(texts), sum(len(d) for _, d in texts), total,
                   ", from tokenizer.json and from vocab.json + merges.txt" if also else "",
-                  "in NFC" if tname.startswith("Qwen") else "exactly"))
+                  "in NFC" if tname.startswith("Qwen") else
+                  "after the space its tokenizer adds" if tname == "Llama 2" else "exactly"))
     refs_of[tname] = dict(zip((n for n, _ in texts), refs))
+texts, paths = all_texts, all_paths
 llama_ref = refs_of["Llama 3"]
 BOS = 128000
 
@@ -277,6 +295,80 @@ if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
           "tinyshakespeare's %d ids %d times" % (reps * len(shakespeare),
                                                  reps * len(shakespeare) // (1 << 20) + 1,
                                                  len(llama_ref["tinyshakespeare"]), reps))
+
+# SentencePiece's BPE through prepare: the three documents with Llama 2's tokenizer, each after
+# <s> and its "▁" (two threads, the buffer at 1 MiB), are tokenizers.js's ids of each; so is a
+# text of more than the buffer alone (its "▁" at its start only); and in prompt and completion
+# pairs the tokens that count are the completion's and </s>, read back (a completion goes on from
+# its prompt: no "▁" of its own)
+so, sdocs = os.path.join(WORK, "sp-shards"), os.path.join(WORK, "sp-docs")
+os.makedirs(sdocs)
+for i, d in enumerate([shakespeare[:50000], odd, shakespeare[50000:100000]]):
+    open(os.path.join(sdocs, "doc%d.txt" % i), "wb").write(d)
+run(["prepare", "--input", os.path.join(sdocs, "*.txt"), "--out", so, "--tokenizer", LLAMA2,
+     "--val-fraction", "0.1", "--threads", "2"] + BUF)
+sp_want = []
+for r in reference(LLAMA2, [os.path.join(sdocs, "doc%d.txt" % i) for i in range(3)]):
+    sp_want += [1] + r
+
+
+def shard16(path):
+    b = open(path, "rb").read()
+    head = struct.unpack("<256i", b[:1024])
+    return list(struct.unpack("<%dH" % head[2], b[1024:1024 + 2 * head[2]])), b, head[2]
+
+
+sp_got = shard16(so + "/train.bin")[0] + shard16(so + "/val.bin")[0]
+if sp_got != sp_want:
+    k = first_diff(sp_got, sp_want)
+    fail("prepare with Llama 2's tokenizer: token %d is %s, tokenizers.js's %s" % (k, sp_got[k:k + 4], sp_want[k:k + 4]))
+# the long text: copies of a unit that begins with spaces (so that each copy's pieces are the
+# unit's, past the first, whose spaces follow the "▁"), its ids those of one copy, then those of
+# the second of two as many more times
+unit = b"  " + shakespeare[:60000].rstrip(b" ")
+spbig, sptwo = os.path.join(WORK, "sp-big.txt"), os.path.join(WORK, "sp-two.txt")
+reps = (1 << 20) // len(unit) + 2
+open(spbig, "wb").write(unit * reps)
+open(sptwo, "wb").write(unit * 2)
+spone = os.path.join(WORK, "sp-one.txt")
+open(spone, "wb").write(unit)
+r1, r2 = reference(LLAMA2, [spone, sptwo])
+if r2[:len(r1)] != r1:
+    fail("Llama 2's tokenizer: two copies of the unit do not begin with one copy's ids")
+run(["prepare", "--input", spbig, "--out", so + "-big", "--tokenizer", LLAMA2, "--val-fraction", "0",
+     "--threads", "2"] + BUF)
+big_got, big_want = shard16(so + "-big/train.bin")[0], r1 + r2[len(r1):] * (reps - 1)
+if big_got != big_want:
+    k = first_diff(big_got, big_want)
+    fail("prepare of %d bytes with Llama 2's tokenizer: token %d is %s, tokenizers.js's %s"
+         % (os.path.getsize(spbig), k, big_got[k:k + 4], big_want[k:k + 4]))
+qa = os.path.join(WORK, "sp-qa.jsonl")
+pairs = [("Who speaks%s?" % (" first" * (i % 3)), " %s, %d." % (w, i)) for i, w in
+         enumerate(["ROMEO", "JULIET", "the Nurse", "café owner", "東京"] * 4)]
+open(qa, "w", encoding="utf-8").write("".join(json.dumps({"q": a, "a": b}) + "\n" for a, b in pairs))
+run(["prepare", "--input", qa, "--out", so + "-qa", "--tokenizer", LLAMA2, "--prompt-field", "q",
+     "--completion-field", "a", "--val-fraction", "0"])
+ids, raw, n = shard16(so + "-qa/train.bin")
+mask = [raw[1024 + 2 * n + (i >> 3)] >> (i & 7) & 1 for i in range(n)]
+said, cur = [], []
+for t, m in zip(ids, mask):
+    if m:
+        cur.append(t)
+    elif cur:
+        said.append(cur)
+        cur = []
+if cur:
+    said.append(cur)
+dec = [run(["tokenize", "--tokenizer", LLAMA2, "--decode"], "\n".join(map(str, c)).encode()).stdout
+       for c in said]
+want_said = [b.encode() + b"</s>" for _, b in pairs]
+if dec != want_said:
+    fail("Llama 2's prompt and completion pairs: the targets read back %s, not the completions %s"
+         % (dec[:3], want_said[:3]))
+print("figure: prepare with Llama 2's tokenizer (SentencePiece's BPE): 3 documents, train + val %d "
+      "tokens, and %d bytes as one document, %d tokens, tokenizers.js's; %d prompt and completion "
+      "pairs, the targets each completion and </s>" % (len(sp_got), os.path.getsize(spbig),
+                                                       len(big_got), len(pairs)))
 
 # Qwen2.5's NFC through prepare's buffer (1 MiB): tinyshakespeare with each "e " written
 # decomposed (e, U+0301), twice (past a third of the buffer, where the normalized reads are cut,
@@ -606,8 +698,8 @@ bad = os.path.join(WORK, "bad")
 os.makedirs(bad)
 
 
-def refused(change, expect):
-    j = json.loads(json.dumps(gj))
+def refused(change, expect, base=None):
+    j = json.loads(json.dumps(base or gj))
     change(j)
     path = os.path.join(bad, "tokenizer.json")
     with open(path, "w", encoding="utf-8") as f:
@@ -623,7 +715,14 @@ def refused(change, expect):
 refused(lambda j: j.update(normalizer={"type": "NFKC"}),
         "a NFKC normalizer, which colo does not read")
 refused(lambda j: j["model"].update(byte_fallback=True),
-        "a BPE with byte_fallback (SentencePiece's kind, Llama 2's)")
+        "a SentencePiece tokenizer with a ByteLevel pre-tokenizer; colo reads Metaspace with split "
+        "false and prepend_scheme always or never")
+# SentencePiece's BPE as newer conversions write Llama's and Mistral's (legacy false): a "▁"
+# before the text's start only, not after a special token
+l2j = json.load(open(LLAMA2, encoding="utf-8"))
+refused(lambda j: j.update(normalizer=None, pre_tokenizer={
+    "type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}),
+    "a SentencePiece tokenizer with a Metaspace pre-tokenizer of prepend_scheme first", l2j)
 refused(lambda j: j["model"].update(type="Unigram"), "a Unigram model; colo reads byte-level BPE")
 refused(lambda j: j.update(pre_tokenizer={"type": "Metaspace", "replacement": "▁"}),
         "a Metaspace pre-tokenizer, which colo does not read")
@@ -636,11 +735,12 @@ refused(lambda j: j.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
 refused(lambda j: j["model"]["merges"].insert(5, "zq xj"),
         "model.merges[5] \"zq\" \"xj\": a part or the merged token is not in the vocabulary")
 refused(lambda j: j.pop("model"), "not a tokenizer.json (no model object)")
-print("figure: 8 kinds of tokenizer.json colo does not read refused with the reason, nothing "
+print("figure: 9 kinds of tokenizer.json colo does not read refused with the reason, nothing "
       "written")
 if NODE is not None:
     NODE.stdin.close()
     if NODE.wait(timeout=60) != 0:
         fail("the tokenizers.js reference exited %d" % NODE.returncode)
-print("engine_hf_tokenizer: Llama 3's, GPT-2's and Qwen2.5's tokenizer.json give tokenizers.js's ids")
+print("engine_hf_tokenizer: Llama 3's, GPT-2's, Qwen2.5's, Qwen3's, Llama 2's and Gemma's "
+      "tokenizer.json give tokenizers.js's ids")
 shutil.rmtree(WORK)

@@ -810,6 +810,23 @@ TEST(qwen3_lora_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(mistral_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("mistral-7b-lora.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  /* Mistral 7B v0.1's shape, as colo-train hf-config prints it (test_init_from checks that) */
+  ASSERT_EQ_INT(s->model->n_layer, 32);
+  ASSERT_EQ_INT(s->model->n_kv_head, 8);
+  ASSERT_EQ_INT(s->model->mlp_hidden, 14336);
+  ASSERT_EQ_INT(s->model->vocab_size, 32000);
+  ASSERT_EQ_INT(s->model->sliding_window, 4096);
+  ASSERT(s->model->block_size > s->model->sliding_window && !s->model->tie_embeddings &&
+         s->model->rope_theta == 1e4f);
+  ASSERT_EQ_INT(s->train->lora_rank, 16);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(missing_file_is_named) {
   Colo__V1__JobSpec *s = NULL;
   char err[512];

@@ -2,6 +2,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "bpe.h"
 
+#include <ctype.h>
 #include <limits.h>
 #include <pcre2.h>
 #include <stdint.h>
@@ -21,6 +22,11 @@
 static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|"
     "\\s+(?!\\S)|\\s+";
+
+/* SentencePiece's BPE (sp) merges over the whole text, but no token of its vocabularies has a
+ * "▁" (a space, as colo stores it) after anything but another: a merge never joins a run of
+ * spaces to what stands before it (load_hf checks this), so the pieces may start at each run */
+static const char SP_PATTERN[] = " *[^ ]+| +";
 
 #define N_CP      324 /* the code points bytes are written as: 256 + the 68 unprintable bytes */
 #define MAX_SPLIT 4   /* pre-tokenizers that split, one after another */
@@ -53,6 +59,10 @@ struct colo_bpe {
   int doc, doc_bos;    /* colo_bpe_doc_token's answer */
   int eos;             /* tokenizer_config.json's eos_token; -1: none */
   int nfc;             /* the normalizer is NFC (Qwen2's): text is normalized before it is split */
+  int sp;              /* SentencePiece's kind (byte_fallback: Llama 2's, Gemma's): tokens of
+                        * characters, "▁" stored as the space it stands for, "<0xNN>" tokens for
+                        * the bytes of a character the vocabulary does not have */
+  int prepend;         /* sp: a "▁" before each text (the Prepend normalizer: Llama 2's) */
   unsigned char *kind; /* by id: COLO_BPE_* */
   int b2u[256];        /* each byte's byte-level character (byte_map) */
   char patterns[1024]; /* the splits' patterns, each ended by '\n' (colo_bpe_pre_name) */
@@ -124,6 +134,38 @@ static long unmap(const int u2b[N_CP], const char *s, size_t n, char *out) {
     i += (size_t)len;
   }
   return (long)k;
+}
+
+/* A SentencePiece token as colo stores it: its UTF-8 with each "▁" (U+2581) a space, into out
+ * (never longer than the input) */
+static long sp_text(const char *s, size_t n, char *out) {
+  size_t k = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (i + 2 < n && !memcmp(s + i, "\xe2\x96\x81", 3)) {
+      out[k++] = ' ';
+      i += 2;
+    } else {
+      out[k++] = s[i];
+    }
+  }
+  return (long)k;
+}
+
+/* the byte a byte-fallback token "<0xNN>" stands for; -1 for any other token */
+static int byte_token(const char *s) {
+  unsigned v;
+  char end;
+  if (strlen(s) != 6 || strncmp(s, "<0x", 3) || s[5] != '>' ||
+      sscanf(s + 3, "%2x%c", &v, &end) != 2 || end != '>' || !isxdigit((unsigned char)s[3]) ||
+      !isxdigit((unsigned char)s[4]))
+    return -1;
+  return (int)v;
+}
+
+/* a token of the model's files as colo stores it: its bytes (byte-level), or its text (sp) */
+static long token_text(const colo_bpe_t *t, const int u2b[N_CP], const char *s, size_t n,
+                       char *out) {
+  return t->sp ? sp_text(s, n, out) : unmap(u2b, s, n, out);
 }
 
 /* the file as a JSON object into *out (cJSON_Delete it): 0, or a COLO_E* code with the reason */
@@ -209,9 +251,21 @@ static int load_vocab(colo_bpe_t *t, const cJSON *vocab, const cJSON *added, con
   if (!t->tok || !t->arena || !t->slot || !t->special || !t->added || !t->kind)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for %s", file);
   size_t at = 0;
+  for (int b = 0; b < 256; b++)
+    t->byte_id[b] = -1;
   cJSON_ArrayForEach(it, vocab) {
-    int id = (int)it->valuedouble;
-    long k = unmap(u2b, it->string, strlen(it->string), t->arena + at);
+    int id = (int)it->valuedouble, fb = t->sp ? byte_token(it->string) : -1;
+    if (fb >= 0) { /* a byte of a character the vocabulary lacks: decoded, never looked up */
+      if (t->tok[id].s || t->byte_id[fb] >= 0)
+        return colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" or its id %d appears twice",
+                         file, it->string, id);
+      t->arena[at] = (char)fb;
+      t->tok[id] = (tok_t){t->arena + at++, 1};
+      t->kind[id] = COLO_BPE_NORMAL;
+      t->byte_id[fb] = id;
+      continue;
+    }
+    long k = token_text(t, u2b, it->string, strlen(it->string), t->arena + at);
     if (k < 0)
       return colo_fail(err, errlen, COLO_EPARSE, "%s: token \"%s\" is not GPT-2's byte-level form",
                        file, it->string);
@@ -249,9 +303,18 @@ static int load_vocab(colo_bpe_t *t, const cJSON *vocab, const cJSON *added, con
   }
   for (int b = 0; b < 256; b++) {
     char c = (char)b;
-    if ((t->byte_id[b] = lookup(t, &c, 1)) < 0)
+    if (!t->sp && (t->byte_id[b] = lookup(t, &c, 1)) < 0)
       return colo_fail(err, errlen, COLO_EPARSE, "%s: byte 0x%02x has no token of its own", file,
                        b);
+  }
+  for (int id = 0; t->sp && id < t->n_tok; id++) { /* SP_PATTERN's premise */
+    const tok_t *k = &t->tok[id];
+    for (size_t i = 1; k->s && t->kind[id] == COLO_BPE_NORMAL && i < k->len; i++)
+      if (k->s[i] == ' ' && k->s[i - 1] != ' ')
+        return colo_fail(err, errlen, COLO_EINVAL,
+                         "%s: token %d \"%.*s\" has a \"▁\" after another character, which "
+                         "colo's reading of SentencePiece's BPE does not take",
+                         file, id, (int)k->len, k->s);
   }
   return 0;
 }
@@ -268,8 +331,8 @@ static int merges_alloc(colo_bpe_t *t, size_t n) {
  * room for their bytes. -1 when a part or the merged token is not in the vocabulary. */
 static int add_merge(colo_bpe_t *t, const int u2b[N_CP], const char *a, size_t na, const char *b,
                      size_t nb, int *rank, char *buf) {
-  long ka = unmap(u2b, a, na, buf);
-  long kb = ka < 0 ? -1 : unmap(u2b, b, nb, buf + ka);
+  long ka = token_text(t, u2b, a, na, buf);
+  long kb = ka < 0 ? -1 : token_text(t, u2b, b, nb, buf + ka);
   int x = ka < 0 || kb < 0 ? -1 : lookup(t, buf, (size_t)ka);
   int y = x < 0 ? -1 : lookup(t, buf + ka, (size_t)kb);
   int xy = y < 0 ? -1 : lookup(t, buf, (size_t)(ka + kb));
@@ -483,6 +546,64 @@ static int normalizer_nfc(const cJSON *norm) {
   return nfc;
 }
 
+/* whether a normalizer or pre-tokenizer field `key` of o is the string "▁" */
+static int is_meta(const cJSON *o, const char *key) {
+  const char *v = json_str(o, key);
+  return v && !strcmp(v, "\xe2\x96\x81");
+}
+
+/* SentencePiece's BPE as HuggingFace converts it (byte_fallback): the normalizer Replace(" ",
+ * "▁"), after Prepend("▁") where every text begins with one (Llama 2's, Mistral's; not Gemma's),
+ * and no pre-tokenizer; or no normalizer and Metaspace (its "▁", prepend_scheme always or never,
+ * split false). Then the split SP_PATTERN. */
+static int load_sp(colo_bpe_t *t, const cJSON *norm, const cJSON *pre, const char *file, char *err,
+                   size_t errlen) {
+  const cJSON *list = norm, *it;
+  const char *type = json_str(norm, "type");
+  int replace = 0, bad = 0;
+  if (type && !strcmp(type, "Sequence"))
+    list = cJSON_GetObjectItemCaseSensitive(norm, "normalizers");
+  else if (norm)
+    list = NULL;
+  for (it = list ? list->child : norm; norm && it; it = list ? it->next : NULL) {
+    const char *k = json_str(it, "type");
+    const cJSON *pat = cJSON_GetObjectItemCaseSensitive(it, "pattern");
+    if (k && !strcmp(k, "Prepend") && is_meta(it, "prepend") && !replace && !t->prepend)
+      t->prepend = 1;
+    else if (k && !strcmp(k, "Replace") && is_meta(it, "content") && json_str(pat, "String") &&
+             !strcmp(json_str(pat, "String"), " ") && !replace)
+      replace = 1;
+    else
+      bad = 1;
+  }
+  if (pre && !norm) { /* Metaspace in place of the normalizer */
+    const char *k = json_str(pre, "type"), *scheme = json_str(pre, "prepend_scheme");
+    if (!k || strcmp(k, "Metaspace") || !is_meta(pre, "replacement") ||
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "split")) ||
+        (scheme && strcmp(scheme, "always") && strcmp(scheme, "never")))
+      return colo_fail(err, errlen, COLO_EINVAL,
+                       "%s: a SentencePiece tokenizer with a %s pre-tokenizer%s%s; colo reads "
+                       "Metaspace with split false and prepend_scheme always or never",
+                       file, k ? k : "(untyped)", scheme ? " of prepend_scheme " : "",
+                       scheme ? scheme : "");
+    t->prepend = scheme ? !strcmp(scheme, "always")
+                        : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space"));
+    replace = 1;
+  } else if (pre) {
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: a SentencePiece tokenizer with a %s pre-tokenizer beside its normalizer, "
+                     "which colo does not read",
+                     file, json_str(pre, "type") ? json_str(pre, "type") : "(untyped)");
+  }
+  if (bad || !replace)
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: a SentencePiece tokenizer (byte_fallback) whose normalizer is not "
+                     "Replace(\" \", \"▁\"), after Prepend(\"▁\") or alone, which colo does not "
+                     "read",
+                     file);
+  return add_split(t, SP_PATTERN, 0, file, err, errlen);
+}
+
 static int load_hf(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *err, size_t errlen) {
   cJSON *root;
   int rc = read_json(path, &root, err, errlen);
@@ -503,11 +624,9 @@ static int load_hf(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *e
   else if (!cJSON_IsObject(vocab) || !cJSON_IsArray(merges))
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: the model has no vocab object and merges list",
                    path);
-  else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")))
-    rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "%s: a BPE with byte_fallback (SentencePiece's kind, Llama 2's); colo reads "
-                   "byte-level BPE tokenizers (GPT-2's, Llama 3's)",
-                   path);
+  else if ((t->sp = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback"))) &&
+           (rc = load_sp(t, norm, pre, path, err, errlen)) < 0)
+    ;
   else if (((v = field(model, "continuing_subword_prefix")) && cJSON_IsString(v) &&
             *v->valuestring) ||
            ((v = field(model, "end_of_word_suffix")) && cJSON_IsString(v) && *v->valuestring))
@@ -517,19 +636,19 @@ static int load_hf(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *e
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s: a BPE with dropout %g; colo encodes without (set it to null)", path,
                    v->valuedouble);
-  else if (norm && (t->nfc = normalizer_nfc(norm)) < 0)
+  else if (!t->sp && norm && (t->nfc = normalizer_nfc(norm)) < 0)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s: a %s normalizer, which colo does not read (it reads tokenizers without "
                    "one, as GPT-2's and Llama 3's are, and NFC, Qwen2's)",
                    path, json_str(norm, "type") ? json_str(norm, "type") : "(untyped)");
-  else if (!pre)
+  else if (!t->sp && !pre)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s: no pre_tokenizer; colo reads byte-level BPE tokenizers, whose "
-                   "pre-tokenizer is ByteLevel",
+                   "pre-tokenizer is ByteLevel, and SentencePiece's (byte_fallback)",
                    path);
-  if (rc == 0)
+  if (rc == 0 && !t->sp)
     rc = load_pre(t, pre, &byte_level, path, err, errlen);
-  if (rc == 0 && !byte_level)
+  if (rc == 0 && !t->sp && !byte_level)
     rc = colo_fail(err, errlen, COLO_EINVAL,
                    "%s: no ByteLevel pre-tokenizer; colo reads byte-level BPE tokenizers", path);
   if (rc == 0 && t->n_re == 0)
@@ -540,6 +659,14 @@ static int load_hf(colo_bpe_t *t, const char *path, const int u2b[N_CP], char *e
   if (rc == 0)
     rc = load_vocab(t, vocab, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), path, u2b,
                     err, errlen);
+  const char *unk = json_str(model, "unk_token");
+  int unk_id = rc == 0 && unk ? colo_bpe_lookup(t, unk, strlen(unk)) : -1;
+  for (int b = 0; rc == 0 && t->sp && b < 256; b++) /* a byte without its <0xNN>: unknown */
+    if (t->byte_id[b] < 0 && (t->byte_id[b] = unk_id) < 0)
+      rc = colo_fail(err, errlen, COLO_EPARSE,
+                     "%s: byte 0x%02x has no byte-fallback token <0x%02X>, and the model no "
+                     "unk_token",
+                     path, b, b);
   t->ignore_merges = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "ignore_merges"));
   size_t longest = 0, i = 0;
   const cJSON *it;
@@ -845,11 +972,18 @@ static int encode_piece(const colo_bpe_t *t, const unsigned char *w, size_t m, i
   cand_t *h = small ? s_h : malloc(3 * m * sizeof *h);
   size_t nh = 0, nd;
   int rc = sym && next && prev && done && h ? 0 : COLO_ENOMEM, merged;
-  for (size_t i = 0; rc == 0 && i < m; i++) {
-    sym[i] = t->byte_id[w[i]];
-    next[i] = i + 1 < m ? (int)i + 1 : -1;
+  size_t ns = 0; /* the first symbols: bytes, or (sp) characters and the bytes of unknown ones */
+  for (size_t i = 0, c; rc == 0 && i < m; i += c) {
+    c = !t->sp || w[i] < 0xc0 ? 1 : w[i] < 0xe0 ? 2 : w[i] < 0xf0 ? 3 : 4;
+    int id = t->sp ? lookup(t, (const char *)w + i, c) : t->byte_id[w[i]];
+    for (size_t b = 0; b < (id < 0 ? c : 1); b++)
+      sym[ns++] = id < 0 ? t->byte_id[w[i + b]] : id;
+  }
+  for (size_t i = 0; rc == 0 && i < ns; i++) {
+    next[i] = i + 1 < ns ? (int)i + 1 : -1;
     prev[i] = (int)i - 1;
   }
+  m = ns;
   for (size_t i = 0; rc == 0 && i + 1 < m; i++) {
     int r = pair(t, sym[i], sym[i + 1], &merged);
     if (r != INT_MAX)
@@ -1008,26 +1142,46 @@ int colo_bpe_split(const colo_bpe_t *t, const char *text, size_t len, size_t fro
 }
 
 int colo_bpe_encode_pieces(const colo_bpe_t *t, const char *text, const uint32_t *ends, size_t i0,
-                           size_t i1, int **ids, size_t *n, size_t *cap) {
+                           size_t i1, int first, int **ids, size_t *n, size_t *cap) {
   pcre2_match_data *md = pcre2_match_data_create(1, NULL);
   if (!md)
     return COLO_ENOMEM;
   int rc = 0;
   for (size_t i = i0; i < i1 && rc == 0; i++) {
-    size_t a = i ? ends[i - 1] : 0;
-    rc = encode_level(t, 1, text + a, ends[i] - a, md, ids, n, cap);
+    size_t a = i ? ends[i - 1] : 0, len = ends[i] - a;
+    if (i == i0 && first && t->prepend) { /* the text's "▁" goes into its first piece */
+      char *s = malloc(len + 1);
+      if (!s) {
+        rc = COLO_ENOMEM;
+        break;
+      }
+      s[0] = ' ';
+      memcpy(s + 1, text + a, len);
+      rc = encode_level(t, 1, s, len + 1, md, ids, n, cap);
+      free(s);
+      continue;
+    }
+    rc = encode_level(t, 1, text + a, len, md, ids, n, cap);
   }
   pcre2_match_data_free(md);
   return rc;
 }
 
+int colo_bpe_prefix(const colo_bpe_t *t) {
+  return t->prepend;
+}
+
+int colo_bpe_sentencepiece(const colo_bpe_t *t) {
+  return t->sp;
+}
+
 /* colo_bpe_encode of text already valid and normalized */
-static int encode_text(const colo_bpe_t *t, const char *text, size_t len, int **ids, size_t *n,
-                       size_t *cap, char *err, size_t errlen) {
+static int encode_text(const colo_bpe_t *t, const char *text, size_t len, int first, int **ids,
+                       size_t *n, size_t *cap, char *err, size_t errlen) {
   uint32_t *ends = NULL;
   size_t ne = 0, ecap = 0, done;
   int rc = colo_bpe_split(t, text, len, 0, len, 0, &ends, &ne, &ecap, &done, err, errlen);
-  if (rc == 0 && colo_bpe_encode_pieces(t, text, ends, 0, ne, ids, n, cap) < 0)
+  if (rc == 0 && colo_bpe_encode_pieces(t, text, ends, 0, ne, first, ids, n, cap) < 0)
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the tokens");
   free(ends);
   return rc;
@@ -1037,8 +1191,8 @@ int colo_bpe_nfc(const colo_bpe_t *t) {
   return t->nfc;
 }
 
-int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
-                    size_t *n, size_t *cap, char *err, size_t errlen) {
+static int encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int first,
+                  int **ids, size_t *n, size_t *cap, char *err, size_t errlen) {
   size_t bad = colo_utf8_invalid(text, len);
   if (bad < len)
     return colo_fail(err, errlen, COLO_EPARSE, "the text is not UTF-8 at byte %zu", base + bad);
@@ -1048,12 +1202,22 @@ int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t ba
     if (colo_nfc(text, len, 0, &norm, &nn, &used) < 0)
       return colo_fail(err, errlen, COLO_ENOMEM, "out of memory for the normalized text");
     if (norm) {
-      int rc = encode_text(t, norm, nn, ids, n, cap, err, errlen);
+      int rc = encode_text(t, norm, nn, first, ids, n, cap, err, errlen);
       free(norm);
       return rc;
     }
   }
-  return encode_text(t, text, len, ids, n, cap, err, errlen);
+  return encode_text(t, text, len, first, ids, n, cap, err, errlen);
+}
+
+int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
+                    size_t *n, size_t *cap, char *err, size_t errlen) {
+  return encode(t, text, len, base, 1, ids, n, cap, err, errlen);
+}
+
+int colo_bpe_encode_more(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
+                         size_t *n, size_t *cap, char *err, size_t errlen) {
+  return encode(t, text, len, base, 0, ids, n, cap, err, errlen);
 }
 
 int colo_bpe_token_kind(const colo_bpe_t *t, int id) {

@@ -25,7 +25,8 @@ typedef struct colo_bpe colo_bpe_t;
  * path/merges.txt, else path/encoder.json and path/vocab.bpe. Every byte must be a token and
  * every merge's parts and result in the vocabulary (COLO_EPARSE naming the file and where);
  * COLO_EINVAL naming what a tokenizer.json has that colo does not read (a normalizer other than
- * NFC, a pre-tokenizer other than Split, Digits and ByteLevel, a byte_fallback model, ...);
+ * NFC, a pre-tokenizer other than Split, Digits and ByteLevel, SentencePiece's kind other than
+ * colo_bpe_sentencepiece's, ...);
  * COLO_ENOENT when none of the files is there. */
 int colo_bpe_load(const char *path, colo_bpe_t **out, char *err, size_t errlen);
 void colo_bpe_free(colo_bpe_t *t);
@@ -44,6 +45,11 @@ int colo_bpe_nfc(const colo_bpe_t *t);
 int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
                     size_t *n, size_t *cap, char *err, size_t errlen);
 
+/* colo_bpe_encode of a text that goes on from another (a completion after its prompt): without
+ * the prefix a tokenizer puts before each text (colo_bpe_prefix) */
+int colo_bpe_encode_more(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
+                         size_t *n, size_t *cap, char *err, size_t errlen);
+
 /* The offset of the first byte of text[0, n) that does not begin a valid UTF-8 character
  * (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF); n when it is all
  * valid. A character cut short by the end counts as invalid. */
@@ -61,9 +67,22 @@ int colo_bpe_split(const colo_bpe_t *t, const char *text, size_t len, size_t fro
                    size_t errlen);
 
 /* The tokens of pieces i0..i1-1 of a split (piece i spans ends[i - 1] or 0 to ends[i]),
- * appended to *ids; COLO_ENOMEM is the only failure. */
+ * appended to *ids; `first`: piece i0 begins a text, where the tokenizer's prefix goes
+ * (colo_bpe_prefix). COLO_ENOMEM is the only failure. */
 int colo_bpe_encode_pieces(const colo_bpe_t *t, const char *text, const uint32_t *ends, size_t i0,
-                           size_t i1, int **ids, size_t *n, size_t *cap);
+                           size_t i1, int first, int **ids, size_t *n, size_t *cap);
+
+/* SentencePiece's BPE (a tokenizer.json of byte_fallback: Llama 2's, Mistral's, Gemma's), read
+ * as HuggingFace converts it: its "▁" is a space, in the tokens as in the text; a character the
+ * vocabulary lacks is its UTF-8 bytes' <0xNN> tokens; BPE over the text (its pieces start at each
+ * run of spaces: no token of such a vocabulary joins one to what stands before it, which loading
+ * checks). colo_bpe_sentencepiece says whether t is one; colo_bpe_prefix is 1 where each
+ * non-empty text begins with a "▁" the tokenizer adds (the Prepend normalizer: Llama 2's and
+ * Mistral's, not Gemma's), so that its first token holds a byte the text does not, else 0.
+ * Decoding gives that space back: " Hello" for "Hello". A literal "▁" in a text is taken as
+ * the character it is (its bytes' tokens), where HuggingFace takes it as a space. */
+int colo_bpe_sentencepiece(const colo_bpe_t *t);
+int colo_bpe_prefix(const colo_bpe_t *t);
 
 /* The id of the token of these bytes ("<|endoftext|>"), special tokens included; -1 when there
  * is none. */

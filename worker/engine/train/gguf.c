@@ -114,6 +114,11 @@ int colo_gguf_check(const colo_bpe_t *tok, int V, const char *how, char *err, si
     return colo_fail(err, errlen, COLO_EINVAL,
                      "the tokenizer has %d tokens, more than the model's vocabulary of %d",
                      colo_bpe_vocab_size(tok), V);
+  if (tok && colo_bpe_sentencepiece(tok))
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "the tokenizer is SentencePiece's kind (byte_fallback: Llama 2's, "
+                     "Mistral's); colo writes GGUF's byte-level BPE vocabularies (GPT-2's, Llama "
+                     "3's, Qwen2's) only");
   if (tok && !colo_bpe_pre_name(tok))
     return colo_fail(err, errlen, COLO_EINVAL,
                      "the tokenizer's pre-tokenizer is none that llama.cpp knows (GGUF names "

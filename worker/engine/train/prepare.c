@@ -247,6 +247,8 @@ typedef struct {
   char *raw;
   size_t raw_len, raw_cap;
   int raw_eof;
+  int doc_text; /* no text of the document is out yet: its first piece takes the tokenizer's
+                 * prefix (colo_bpe_prefix) */
 } run_t;
 
 /* where a UTF-8 character begins at or before len, so that a character cut by the buffer's end
@@ -409,11 +411,14 @@ static int put_text(run_t *r, const char *buf, size_t from, size_t to, out_t *o,
     b[i] = first_end(e, b[i - 1], to, lo + span / (size_t)ns * (size_t)i);
   }
   b[ns] = to;
+  int first = r->doc_text;
+  r->doc_text = 0;
 #pragma omp parallel for schedule(dynamic, 1) num_threads(ns)
   for (int i = 0; i < ns; i++) {
     seg_t *g = &r->seg[i];
     g->n = 0;
-    g->rc = colo_bpe_encode_pieces(bpe, buf, e, b[i], b[i + 1], &g->ids, &g->n, &g->cap);
+    g->rc = colo_bpe_encode_pieces(bpe, buf, e, b[i], b[i + 1], first && i == 0, &g->ids, &g->n,
+                                   &g->cap);
   }
   for (int i = 0; i < ns && rc == 0; i++) { /* in order */
     seg_t *g = &r->seg[i];
@@ -642,6 +647,7 @@ static int one_document(run_t *r, const char *path, int last, char *err, size_t 
   /* the tokenizer's document token before each document (GPT-2's <|endoftext|>, as llm.c's data
    * sets have it; Llama 3's <|begin_of_text|>), in the part that takes its first tokens */
   int pending = r->eot >= 0;
+  r->doc_text = 1;
   size_t doc = r->base; /* where this document starts in the whole text */
   int nfc = o->bpe && colo_bpe_nfc(o->bpe);
   r->len = r->raw_len = 0;
@@ -770,13 +776,21 @@ static int batch_add(batch_t *b, const char *s, size_t n, entry_t e) {
   return batch_append(b, s, n);
 }
 
-/* the number of the n tokens that begin before byte `at` of their text */
-static size_t tokens_before(const colo_bpe_t *bpe, const int *ids, size_t n, size_t at) {
-  size_t b = 0, k = 0;
+/* Whether entry d of a batch goes on from the text before it (a completion after its prompt),
+ * so that it takes no prefix (colo_bpe_encode_more): not a line's first, with no special token
+ * before it nor after the one before */
+static int goes_on(const batch_t *b, size_t d) {
+  return d > 0 && !b->e[d].starts && b->e[d].pre < 0 && b->e[d - 1].post < 0;
+}
+
+/* the number of the n tokens that begin before byte `at` of their text (the first at 0, less
+ * the tokenizer's prefix where it took one, a "▁" the text does not hold) */
+static size_t tokens_before(const colo_bpe_t *bpe, const int *ids, size_t n, size_t at, int more) {
+  size_t b = 0, k = 0, pre = n && !more ? (size_t)colo_bpe_prefix(bpe) : 0;
   while (k < n && b < at) {
     size_t len;
     colo_bpe_token(bpe, ids[k++], &len);
-    b += len;
+    b += len - (k == 1 ? pre : 0);
   }
   return k;
 }
@@ -784,11 +798,11 @@ static size_t tokens_before(const colo_bpe_t *bpe, const int *ids, size_t n, siz
 /* n tokens of o, those whose first byte is at or past `from` (of their text) and before `until`
  * counting */
 static int emit_from(run_t *r, out_t *o, const int *ids, size_t n, size_t from, size_t until,
-                     char *err, size_t errlen) {
+                     int more, char *err, size_t errlen) {
   if (from == NONE || !r->o->bpe || (from == 0 && until == NONE))
     return emit(r, o, ids, n, from == 0 && until == NONE, err, errlen);
-  size_t k0 = tokens_before(r->o->bpe, ids, n, from);
-  size_t k1 = until == NONE ? n : tokens_before(r->o->bpe, ids, n, until);
+  size_t k0 = tokens_before(r->o->bpe, ids, n, from, more);
+  size_t k1 = until == NONE ? n : tokens_before(r->o->bpe, ids, n, until, more);
   k1 = k1 < k0 ? k0 : k1;
   int rc = emit(r, o, ids, k0, 0, err, errlen);
   if (rc == 0)
@@ -821,7 +835,8 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
       size_t before = g->n, n = b->start[d + 1] - b->start[d];
       const char *t = b->text + b->start[d];
       if (bpe) {
-        g->rc = colo_bpe_encode(bpe, t, n, 0, &g->ids, &g->n, &g->cap, g->err, sizeof g->err);
+        g->rc = (goes_on(b, d) ? colo_bpe_encode_more : colo_bpe_encode)(
+            bpe, t, n, 0, &g->ids, &g->n, &g->cap, g->err, sizeof g->err);
         if (g->rc == COLO_EPARSE) { /* the text's fault: name its line */
           char why[512];
           snprintf(why, sizeof why, "%s", g->err);
@@ -864,7 +879,7 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
       if (rc == 0 && e->pre >= 0)
         rc = emit(r, o, &e->pre, 1, 0, err, errlen);
       if (rc == 0)
-        rc = emit_from(r, o, g->ids + at, ntok[d], e->from, e->until, err, errlen);
+        rc = emit_from(r, o, g->ids + at, ntok[d], e->from, e->until, goes_on(b, d), err, errlen);
       if (rc == 0 && e->post >= 0)
         rc = emit(r, o, &e->post, 1, e->post_counts, err, errlen);
       r->ended[r->part] = e->post >= 0 && e->post == r->eot;
