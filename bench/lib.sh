@@ -27,3 +27,45 @@ bench_data() {
   bash "$SRC/deploy/fetch-data.sh" "$TMP/text" >/dev/null
   "$CT" prepare --input "$TMP/text/tinyshakespeare.txt" --out "$TMP/data" >/dev/null
 }
+
+# A JSON row (a line) of a colo-train run: the median step of its progress file after `warm`
+# steps, the tokens a second at `tokens` a step, and the fields given as name=value (a whole
+# number stays one)
+bench_colo_row() { # progress warm tokens name=value...
+  python3 - "$@" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
+ms = sorted(r["ms"] for r in rows[int(sys.argv[2]):])
+med = ms[len(ms) // 2]
+out = {"impl": "colo", "median_ms": med, "tokens_per_s": int(sys.argv[3]) / (med / 1e3)}
+for kv in sys.argv[4:]:
+    k, v = kv.split("=", 1)
+    out[k] = int(v) if v.lstrip("-").isdigit() else v
+print(json.dumps(out))
+PY
+}
+
+# The JSON row on stdin (a reference's: torch_train.py's), with the fields given as bench_colo_row
+# takes them
+bench_tag() { # name=value...
+  python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+for kv in sys.argv[1:]:
+    k, v = kv.split("=", 1)
+    r[k] = int(v) if v.lstrip("-").isdigit() else v
+print(json.dumps(r))' "$@"
+}
+
+# torch_train.py's row (bench/engine_cpu) on bench_data's shard and $THREADS threads, tagged:
+# bench_torch_row name=value... -- its flags...
+bench_torch_row() {
+  local tags=()
+  while [ "$1" != "--" ]; do
+    tags+=("$1")
+    shift
+  done
+  shift
+  /usr/bin/python3 "$SRC/bench/engine_cpu/torch_train.py" --threads "$THREADS" \
+    --data "$TMP/data/train.bin" "$@" | bench_tag "${tags[@]}"
+}

@@ -23,19 +23,11 @@ for cfg in "T256 6 6 384 256 8 12 2" "T1024 6 6 384 1024 2 12 2"; do
     "$CT" train --data-root "$TMP/data" --train-data train.bin --eval-interval 0 \
       --n-layer "$L" --n-head "$H" --n-embd "$C" --block-size "$T" --batch-size "$Bs" \
       --steps "$steps" --threads "$THREADS" --quiet --progress "$TMP/colo-$name-$docs.jsonl" "${extra[@]}"
-    python3 - "$TMP/colo-$name-$docs.jsonl" "$warm" "$Bs" "$T" "$name" "$docs" >>"$TMP/results.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
-ms = sorted(r["ms"] for r in rows[int(sys.argv[2]):])
-med = ms[len(ms) // 2]
-print(json.dumps({"config": sys.argv[5], "docs": int(sys.argv[6]), "impl": "colo", "median_ms": med,
-                  "tokens_per_s": int(sys.argv[3]) * int(sys.argv[4]) / (med / 1e3)}))
-PY
-    /usr/bin/python3 "$SRC/bench/engine_cpu/torch_train.py" --n-layer "$L" --n-head "$H" --n-embd "$C" \
-      --block-size "$T" --batch-size "$Bs" --steps "$steps" --warmup-steps "$warm" --threads "$THREADS" \
-      --data "$TMP/data/train.bin" "${extra[@]}" |
-      python3 -c "import json,sys; r=json.load(sys.stdin); r['config']='$name'; r['docs']=$docs; print(json.dumps(r))" \
-        >>"$TMP/results.jsonl"
+    bench_colo_row "$TMP/colo-$name-$docs.jsonl" "$warm" $((Bs * T)) config="$name" docs="$docs" \
+      >>"$TMP/results.jsonl"
+    bench_torch_row config="$name" docs="$docs" -- --n-layer "$L" --n-head "$H" --n-embd "$C" \
+      --block-size "$T" --batch-size "$Bs" --steps "$steps" --warmup-steps "$warm" "${extra[@]}" \
+      >>"$TMP/results.jsonl"
     tail -2 "$TMP/results.jsonl"
   done
 done

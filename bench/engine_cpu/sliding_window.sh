@@ -19,24 +19,16 @@ W=128
 for cfg in "T1024 1024 2 8 2" "T2048 2048 1 8 2"; do
   read -r name T Bs steps warm <<<"$cfg"
   for win in 0 $W; do
-    extra=() textra=()
-    [ "$win" != 0 ] && extra=(--sliding-window "$win") textra=(--sliding-window "$win")
+    extra=()
+    [ "$win" != 0 ] && extra=(--sliding-window "$win")
     "$CT" train --data-root "$TMP/data" --train-data train.bin --eval-interval 0 --arch llama \
       --n-layer 6 --n-head 6 --n-embd 384 --block-size "$T" --batch-size "$Bs" \
       --steps "$steps" --threads "$THREADS" --quiet --progress "$TMP/colo-$name-$win.jsonl" "${extra[@]}"
-    python3 - "$TMP/colo-$name-$win.jsonl" "$warm" "$Bs" "$T" "$name" "$win" >>"$TMP/results.jsonl" <<'PY'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if '"step"' in l]
-ms = sorted(r["ms"] for r in rows[int(sys.argv[2]):])
-med = ms[len(ms) // 2]
-print(json.dumps({"config": sys.argv[5], "window": int(sys.argv[6]), "impl": "colo", "median_ms": med,
-                  "tokens_per_s": int(sys.argv[3]) * int(sys.argv[4]) / (med / 1e3)}))
-PY
-    /usr/bin/python3 "$SRC/bench/engine_cpu/torch_train.py" --arch llama --n-layer 6 --n-head 6 --n-embd 384 \
-      --block-size "$T" --batch-size "$Bs" --steps "$steps" --warmup-steps "$warm" --threads "$THREADS" \
-      --data "$TMP/data/train.bin" "${textra[@]}" |
-      python3 -c "import json,sys; r=json.load(sys.stdin); r['config']='$name'; r['window']=$win; print(json.dumps(r))" \
-        >>"$TMP/results.jsonl"
+    bench_colo_row "$TMP/colo-$name-$win.jsonl" "$warm" $((Bs * T)) config="$name" window="$win" \
+      >>"$TMP/results.jsonl"
+    bench_torch_row config="$name" window="$win" -- --arch llama --n-layer 6 --n-head 6 \
+      --n-embd 384 --block-size "$T" --batch-size "$Bs" --steps "$steps" --warmup-steps "$warm" \
+      "${extra[@]}" >>"$TMP/results.jsonl"
     tail -2 "$TMP/results.jsonl"
   done
 done
