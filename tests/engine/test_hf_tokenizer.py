@@ -657,6 +657,64 @@ else:
     print("figure: Qwen3's whole conversations: %d replies, %d of them earlier ones without a <think> "
           "block, each a run of targets ending in <|im_end|>" % (len(said), last.count(False)))
 
+# Llama 2's chat format through a Jinja template, its <s> and </s> inside the text: the "▁" of
+# each text between them as the tokenizer puts it, before every one under Llama 2's Prepend
+# normalizer, and before an input's first only under Metaspace's prepend_scheme first (newer
+# conversions, legacy false; Llama 2's vocabulary with that pre-tokenizer in place of its
+# normalizer): tokenizers.js's ids for jinja2's text, and each reply's targets read back
+l2first = os.path.join(WORK, "llama2-first")
+os.makedirs(l2first)
+l2j = json.load(open(LLAMA2, encoding="utf-8"))
+l2j.update(normalizer=None, pre_tokenizer={"type": "Metaspace", "replacement": "\u2581",
+                                           "prepend_scheme": "first", "split": False})
+json.dump(l2j, open(os.path.join(l2first, "tokenizer.json"), "w", encoding="utf-8"), ensure_ascii=False)
+l2tpl = os.path.join(WORK, "llama2-chat.jinja")
+open(l2tpl, "w").write("{% for m in messages %}{% if m['role'] == 'user' %}{{ '<s>[INST] ' + m['content'] + "
+                       "' [/INST]' }}{% else %}{{ ' ' + m['content'] + ' </s>' }}{% endif %}{% endfor %}")
+L2W = "thou art the king of Verona café night soft light 東京 breaks yonder window 12 1599 what's".split()
+l2convs = []
+for i in range(8):
+    msgs = []
+    for turn in range(1 + i % 3):
+        msgs.append({"role": "user", "content": " ".join(crng.choice(L2W) for _ in range(3 + i))})
+        msgs.append({"role": "assistant", "content": " ".join(crng.choice(L2W) for _ in range(2 + turn))})
+    l2convs.append({"messages": msgs})
+l2j_path = os.path.join(WORK, "llama2-chats.jsonl")
+open(l2j_path, "w").write("".join(json.dumps(c) + "\n" for c in l2convs))
+l2files = []
+for k, c in enumerate(l2convs):
+    l2files.append(os.path.join(WORK, "llama2-chat-%d.txt" % k))
+    open(l2files[-1], "w").write(jenv.from_string(open(l2tpl).read()).render(messages=c["messages"]))
+replies = [m["content"] for c in l2convs for m in c["messages"] if m["role"] == "assistant"]
+open_br = l2j["model"]["vocab"]["\u2581["]  # "▁[": [INST] after the "▁" of a text
+for label, tdir, n_open in (("Prepend (Llama 2's)", os.path.dirname(LLAMA2), 2 * len(replies)),
+                            ("prepend_scheme first", l2first, len(replies))):
+    want = [t for ids in reference(os.path.join(tdir, "tokenizer.json"), l2files) for t in ids]
+    out = os.path.join(WORK, "llama2-chat-" + os.path.basename(tdir))
+    run(["prepare", "--input", l2j_path, "--out", out, "--tokenizer", tdir, "--messages-field", "messages",
+         "--chat-template", l2tpl, "--val-fraction", "0"])
+    ids, raw, n = shard16(out + "/train.bin")
+    mask = [raw[1024 + 2 * n + (i >> 3)] >> (i & 7) & 1 for i in range(n)]
+    runs, cur = [], []
+    for t, m in zip(ids + [0], mask + [0]):
+        if m:
+            cur.append(t)
+        elif cur:
+            runs.append(cur)
+            cur = []
+    said = [run(["tokenize", "--tokenizer", tdir, "--decode"], "\n".join(map(str, r)).encode()).stdout
+            for r in runs]
+    if ids != want:
+        k = first_diff(ids, want)
+        fail("Llama 2's chat format, %s: token %d is %s, tokenizers.js's %s" % (label, k, ids[k:k + 4], want[k:k + 4]))
+    if said != [(" %s </s>" % r).encode() for r in replies]:
+        fail("Llama 2's chat format, %s: the targets read back %s" % (label, said[:3]))
+    if ids.count(open_br) != n_open:  # [/INST]'s "▁[" always; [INST]'s after <s> under Prepend only
+        fail("Llama 2's chat format, %s: %d \"▁[\" tokens, not %d" % (label, ids.count(open_br), n_open))
+    print("figure: Llama 2's chat format, %s: %d conversations, %d tokens, tokenizers.js's for jinja2's "
+          "text (%d \"▁[\"); %d replies, each its targets" % (
+              label, len(l2convs), len(ids), ids.count(open_br), len(said)))
+
 # a llama model of Llama 3's vocabulary learns <|begin_of_text|> "ROMEO:" and samples from
 # <|begin_of_text|> (no prompt) to the next one
 eo = os.path.join(WORK, "bos")
@@ -716,13 +774,12 @@ refused(lambda j: j.update(normalizer={"type": "NFKC"}),
         "a NFKC normalizer, which colo does not read")
 refused(lambda j: j["model"].update(byte_fallback=True),
         "a SentencePiece tokenizer with a ByteLevel pre-tokenizer; colo reads Metaspace with split "
-        "false and prepend_scheme always or never")
-# SentencePiece's BPE as newer conversions write Llama's and Mistral's (legacy false): a "▁"
-# before the text's start only, not after a special token
+        "false and prepend_scheme always, first or never")
+# SentencePiece's BPE with Metaspace splitting at each "▁", which colo does not read
 l2j = json.load(open(LLAMA2, encoding="utf-8"))
 refused(lambda j: j.update(normalizer=None, pre_tokenizer={
-    "type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": False}),
-    "a SentencePiece tokenizer with a Metaspace pre-tokenizer of prepend_scheme first", l2j)
+    "type": "Metaspace", "replacement": "▁", "prepend_scheme": "always", "split": True}),
+    "a SentencePiece tokenizer with a Metaspace pre-tokenizer of prepend_scheme always, split", l2j)
 refused(lambda j: j["model"].update(type="Unigram"), "a Unigram model; colo reads byte-level BPE")
 refused(lambda j: j.update(pre_tokenizer={"type": "Metaspace", "replacement": "▁"}),
         "a Metaspace pre-tokenizer, which colo does not read")

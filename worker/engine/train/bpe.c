@@ -27,6 +27,7 @@ static const char GPT2_PATTERN[] =
  * "▁" (a space, as colo stores it) after anything but another: a merge never joins a run of
  * spaces to what stands before it (load_hf checks this), so the pieces may start at each run */
 static const char SP_PATTERN[] = " *[^ ]+| +";
+enum { PREPEND_NONE = 0, PREPEND_ALWAYS = 1, PREPEND_FIRST = 2 };
 
 #define N_CP      324 /* the code points bytes are written as: 256 + the 68 unprintable bytes */
 #define MAX_SPLIT 4   /* pre-tokenizers that split, one after another */
@@ -62,7 +63,8 @@ struct colo_bpe {
   int sp;              /* SentencePiece's kind (byte_fallback: Llama 2's, Gemma's): tokens of
                         * characters, "▁" stored as the space it stands for, "<0xNN>" tokens for
                         * the bytes of a character the vocabulary does not have */
-  int prepend;         /* sp: a "▁" before each text (the Prepend normalizer: Llama 2's) */
+  int prepend;         /* sp: a "▁" before a text (PREPEND_ALWAYS: Llama 2's Prepend normalizer,
+                        * or before one that begins its input only: PREPEND_FIRST) */
   unsigned char *kind; /* by id: COLO_BPE_* */
   int b2u[256];        /* each byte's byte-level character (byte_map) */
   char patterns[1024]; /* the splits' patterns, each ended by '\n' (colo_bpe_pre_name) */
@@ -569,7 +571,7 @@ static int load_sp(colo_bpe_t *t, const cJSON *norm, const cJSON *pre, const cha
     const char *k = json_str(it, "type");
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(it, "pattern");
     if (k && !strcmp(k, "Prepend") && is_meta(it, "prepend") && !replace && !t->prepend)
-      t->prepend = 1;
+      t->prepend = PREPEND_ALWAYS;
     else if (k && !strcmp(k, "Replace") && is_meta(it, "content") && json_str(pat, "String") &&
              !strcmp(json_str(pat, "String"), " ") && !replace)
       replace = 1;
@@ -580,14 +582,19 @@ static int load_sp(colo_bpe_t *t, const cJSON *norm, const cJSON *pre, const cha
     const char *k = json_str(pre, "type"), *scheme = json_str(pre, "prepend_scheme");
     if (!k || strcmp(k, "Metaspace") || !is_meta(pre, "replacement") ||
         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "split")) ||
-        (scheme && strcmp(scheme, "always") && strcmp(scheme, "never")))
-      return colo_fail(err, errlen, COLO_EINVAL,
-                       "%s: a SentencePiece tokenizer with a %s pre-tokenizer%s%s; colo reads "
-                       "Metaspace with split false and prepend_scheme always or never",
-                       file, k ? k : "(untyped)", scheme ? " of prepend_scheme " : "",
-                       scheme ? scheme : "");
-    t->prepend = scheme ? !strcmp(scheme, "always")
-                        : cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space"));
+        (scheme && strcmp(scheme, "always") && strcmp(scheme, "first") && strcmp(scheme, "never")))
+      return colo_fail(
+          err, errlen, COLO_EINVAL,
+          "%s: a SentencePiece tokenizer with a %s pre-tokenizer%s%s%s; colo reads "
+          "Metaspace with split false and prepend_scheme always, first or never",
+          file, k ? k : "(untyped)", scheme ? " of prepend_scheme " : "", scheme ? scheme : "",
+          cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "split")) ? ", split" : "");
+    t->prepend = !scheme ? (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(pre, "add_prefix_space"))
+                                ? PREPEND_ALWAYS
+                                : PREPEND_NONE)
+                 : !strcmp(scheme, "always") ? PREPEND_ALWAYS
+                 : !strcmp(scheme, "first")  ? PREPEND_FIRST
+                                             : PREPEND_NONE;
     replace = 1;
   } else if (pre) {
     return colo_fail(err, errlen, COLO_EINVAL,
@@ -1167,8 +1174,10 @@ int colo_bpe_encode_pieces(const colo_bpe_t *t, const char *text, const uint32_t
   return rc;
 }
 
-int colo_bpe_prefix(const colo_bpe_t *t) {
-  return t->prepend;
+int colo_bpe_prefixed(const colo_bpe_t *t, int where) {
+  return where == COLO_BPE_START   ? t->prepend != PREPEND_NONE
+         : where == COLO_BPE_AFTER ? t->prepend == PREPEND_ALWAYS
+                                   : 0;
 }
 
 int colo_bpe_sentencepiece(const colo_bpe_t *t) {
@@ -1212,12 +1221,12 @@ static int encode(const colo_bpe_t *t, const char *text, size_t len, size_t base
 
 int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
                     size_t *n, size_t *cap, char *err, size_t errlen) {
-  return encode(t, text, len, base, 1, ids, n, cap, err, errlen);
+  return encode(t, text, len, base, colo_bpe_prefixed(t, COLO_BPE_START), ids, n, cap, err, errlen);
 }
 
-int colo_bpe_encode_more(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
-                         size_t *n, size_t *cap, char *err, size_t errlen) {
-  return encode(t, text, len, base, 0, ids, n, cap, err, errlen);
+int colo_bpe_encode_in(const colo_bpe_t *t, int where, const char *text, size_t len, size_t base,
+                       int **ids, size_t *n, size_t *cap, char *err, size_t errlen) {
+  return encode(t, text, len, base, colo_bpe_prefixed(t, where), ids, n, cap, err, errlen);
 }
 
 int colo_bpe_token_kind(const colo_bpe_t *t, int id) {

@@ -45,10 +45,14 @@ int colo_bpe_nfc(const colo_bpe_t *t);
 int colo_bpe_encode(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
                     size_t *n, size_t *cap, char *err, size_t errlen);
 
-/* colo_bpe_encode of a text that goes on from another (a completion after its prompt): without
- * the prefix a tokenizer puts before each text (colo_bpe_prefix) */
-int colo_bpe_encode_more(const colo_bpe_t *t, const char *text, size_t len, size_t base, int **ids,
-                         size_t *n, size_t *cap, char *err, size_t errlen);
+/* Where a text stands in the input it was cut from, as HuggingFace cuts an input at its added
+ * tokens: at its beginning (a document, a prompt), after an added token (a chat template's text
+ * after <|im_start|>), or going on from the text before it (a completion after its prompt).
+ * colo_bpe_encode_in encodes a text so placed: SentencePiece's tokenizers put their "▁" before
+ * it or not by that (colo_bpe_prefixed); colo_bpe_encode's text is at START. */
+enum { COLO_BPE_START = 0, COLO_BPE_AFTER = 1, COLO_BPE_ON = 2 };
+int colo_bpe_encode_in(const colo_bpe_t *t, int where, const char *text, size_t len, size_t base,
+                       int **ids, size_t *n, size_t *cap, char *err, size_t errlen);
 
 /* The offset of the first byte of text[0, n) that does not begin a valid UTF-8 character
  * (RFC 3629: no overlong forms, surrogates or code points past U+10FFFF); n when it is all
@@ -67,8 +71,8 @@ int colo_bpe_split(const colo_bpe_t *t, const char *text, size_t len, size_t fro
                    size_t errlen);
 
 /* The tokens of pieces i0..i1-1 of a split (piece i spans ends[i - 1] or 0 to ends[i]),
- * appended to *ids; `first`: piece i0 begins a text, where the tokenizer's prefix goes
- * (colo_bpe_prefix). COLO_ENOMEM is the only failure. */
+ * appended to *ids; `first`: piece i0 begins a text that takes the tokenizer's prefix
+ * (colo_bpe_prefixed). COLO_ENOMEM is the only failure. */
 int colo_bpe_encode_pieces(const colo_bpe_t *t, const char *text, const uint32_t *ends, size_t i0,
                            size_t i1, int first, int **ids, size_t *n, size_t *cap);
 
@@ -76,13 +80,15 @@ int colo_bpe_encode_pieces(const colo_bpe_t *t, const char *text, const uint32_t
  * as HuggingFace converts it: its "▁" is a space, in the tokens as in the text; a character the
  * vocabulary lacks is its UTF-8 bytes' <0xNN> tokens; BPE over the text (its pieces start at each
  * run of spaces: no token of such a vocabulary joins one to what stands before it, which loading
- * checks). colo_bpe_sentencepiece says whether t is one; colo_bpe_prefix is 1 where each
- * non-empty text begins with a "▁" the tokenizer adds (the Prepend normalizer: Llama 2's and
- * Mistral's, not Gemma's), so that its first token holds a byte the text does not, else 0.
- * Decoding gives that space back: " Hello" for "Hello". A literal "▁" in a text is taken as
- * the character it is (its bytes' tokens), where HuggingFace takes it as a space. */
+ * checks). colo_bpe_sentencepiece says whether t is one. colo_bpe_prefixed: 1 where a non-empty
+ * text at `where` (COLO_BPE_*) begins with a "▁" the tokenizer adds, so that its first token
+ * holds a byte the text does not: at an input's start under the Prepend normalizer (Llama 2's,
+ * Mistral v0.1's) or Metaspace's prepend_scheme always or first (newer conversions), after an
+ * added token too but for first; never for Gemma's, nor for a text going on; else 0. Decoding
+ * gives that space back: " Hello" for "Hello". A literal "▁" in a text is taken as the character
+ * it is (its bytes' tokens), where HuggingFace takes it as a space. */
 int colo_bpe_sentencepiece(const colo_bpe_t *t);
-int colo_bpe_prefix(const colo_bpe_t *t);
+int colo_bpe_prefixed(const colo_bpe_t *t, int where);
 
 /* The id of the token of these bytes ("<|endoftext|>"), special tokens included; -1 when there
  * is none. */

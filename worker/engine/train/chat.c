@@ -98,7 +98,8 @@ int colo_chat_encode(const colo_bpe_t *bpe, const colo_chat_piece_t *p, int **id
   for (size_t i = 0, at = 0; i < 3; at += p->len[i++])
     if (p->len[i])
       memcpy(text + at, p->text[i], p->len[i]);
-  int rc = colo_bpe_encode(bpe, text, len, 0, ids, n, cap, err, errlen);
+  /* a piece's text follows a special token: the template's, or the piece's before it */
+  int rc = colo_bpe_encode_in(bpe, COLO_BPE_AFTER, text, len, 0, ids, n, cap, err, errlen);
   free(text);
   if (rc == 0 && p->post >= 0 && push(ids, n, cap, p->post) < 0)
     rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
@@ -318,8 +319,8 @@ int colo_chat_render(const colo_chat_t *c, const cJSON *vars, const cJSON *msgs,
   return 0;
 }
 
-int colo_chat_encode_text(const colo_bpe_t *bpe, const char *text, size_t len, int **ids, size_t *n,
-                          size_t *cap, char *err, size_t errlen) {
+int colo_chat_encode_text(const colo_bpe_t *bpe, const char *text, size_t len, int start, int **ids,
+                          size_t *n, size_t *cap, char *err, size_t errlen) {
   size_t seg = 0, i = 0, k;
   int rc = 0;
   while (rc == 0 && i <= len) {
@@ -329,7 +330,8 @@ int colo_chat_encode_text(const colo_bpe_t *bpe, const char *text, size_t len, i
       continue;
     }
     if (i > seg)
-      rc = colo_bpe_encode(bpe, text + seg, i - seg, 0, ids, n, cap, err, errlen);
+      rc = colo_bpe_encode_in(bpe, seg == 0 && start ? COLO_BPE_START : COLO_BPE_AFTER, text + seg,
+                              i - seg, 0, ids, n, cap, err, errlen);
     if (rc == 0 && id >= 0 && push(ids, n, cap, id) < 0)
       rc = colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
     if (i == len)

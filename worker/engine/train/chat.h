@@ -61,9 +61,11 @@ const char *colo_chat_sharegpt_role(const cJSON *x, const char **value);
 cJSON *colo_chat_messages(const cJSON *m, int *bad);
 
 /* Appends the tokens of a rendered text: the added tokens in it by id, the text between two of
- * them encoded whole (as HuggingFace's tokenizer does). 0, or the encoder's error. */
-int colo_chat_encode_text(const colo_bpe_t *bpe, const char *text, size_t len, int **ids, size_t *n,
-                          size_t *cap, char *err, size_t errlen);
+ * them encoded whole (as HuggingFace's tokenizer does). `start`: the text begins its input (not
+ * after a beginning of text taken apart), where a SentencePiece tokenizer's "▁" may go. 0, or
+ * the encoder's error. */
+int colo_chat_encode_text(const colo_bpe_t *bpe, const char *text, size_t len, int start, int **ids,
+                          size_t *n, size_t *cap, char *err, size_t errlen);
 
 /* A message is written out as up to two pieces, each a special token (or -1), a text of up to
  * three parts, and a special token (or -1) after it:

@@ -171,12 +171,13 @@ static uint32_t code_points(const char *s, size_t n) {
   return k;
 }
 
-/* text's tokens into *ids (bytes, or bpe's) */
-static int encode(const colo_bpe_t *bpe, const char *text, size_t len, int **ids, size_t *n,
-                  size_t *cap, char *err, size_t errlen) {
+/* text's tokens into *ids (bytes, or bpe's: at `where`, COLO_BPE_START for a context, ON for
+ * an ending that goes on from it) */
+static int encode(const colo_bpe_t *bpe, int where, const char *text, size_t len, int **ids,
+                  size_t *n, size_t *cap, char *err, size_t errlen) {
   *n = 0;
   if (bpe)
-    return colo_bpe_encode(bpe, text, len, 0, ids, n, cap, err, errlen);
+    return colo_bpe_encode_in(bpe, where, text, len, 0, ids, n, cap, err, errlen);
   if (grow((void **)ids, cap, len + 1, sizeof **ids) < 0)
     return colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
   for (size_t i = 0; i < len; i++)
@@ -342,7 +343,7 @@ static int question(build_t *b, const cJSON *j, const colo_bpe_t *bpe,
   size_t ccap = 0;
   int rc = context_of(j, fl, &ctx, &ctx_cap, path, line, err, errlen);
   if (rc == 0)
-    rc = encode(bpe, ctx, strlen(ctx), &cids, &nc, &ccap, err, errlen);
+    rc = encode(bpe, COLO_BPE_START, ctx, strlen(ctx), &cids, &nc, &ccap, err, errlen);
   free(ctx);
   if (rc == 0 && nc == 0) { /* nothing to predict the ending from but the document token */
     doc = bpe ? colo_bpe_doc_token(bpe, &bos) : -1;
@@ -368,7 +369,7 @@ static int question(build_t *b, const cJSON *j, const colo_bpe_t *bpe,
     }
     memcpy(text, fl->sep, sl);
     memcpy(text + sl, e->valuestring, el + 1);
-    rc = encode(bpe, text, sl + el, &eids, &ne, cap, err, errlen);
+    rc = encode(bpe, COLO_BPE_ON, text, sl + el, &eids, &ne, cap, err, errlen);
     uint32_t chars = code_points(text, sl + el);
     free(text);
     if (rc < 0)

@@ -248,7 +248,7 @@ typedef struct {
   size_t raw_len, raw_cap;
   int raw_eof;
   int doc_text; /* no text of the document is out yet: its first piece takes the tokenizer's
-                 * prefix (colo_bpe_prefix) */
+                 * prefix (colo_bpe_prefixed at COLO_BPE_START) */
 } run_t;
 
 /* where a UTF-8 character begins at or before len, so that a character cut by the buffer's end
@@ -727,6 +727,8 @@ typedef struct {
   int starts;      /* it begins a document: after the document token; the split may come first */
   int line;        /* for messages */
   size_t until;    /* and up to (not from) this byte; NONE: to its end */
+  int after;       /* its text follows an added token where it stands (a chat template's first
+                    * text after the beginning of text it renders) */
 } entry_t;
 
 /* a batch of entries: their texts one after another */
@@ -776,17 +778,21 @@ static int batch_add(batch_t *b, const char *s, size_t n, entry_t e) {
   return batch_append(b, s, n);
 }
 
-/* Whether entry d of a batch goes on from the text before it (a completion after its prompt),
- * so that it takes no prefix (colo_bpe_encode_more): not a line's first, with no special token
- * before it nor after the one before */
-static int goes_on(const batch_t *b, size_t d) {
-  return d > 0 && !b->e[d].starts && b->e[d].pre < 0 && b->e[d - 1].post < 0;
+/* Where entry d of a batch stands in its line's text (colo_bpe_encode_in): at its start (a line's
+ * first, with no special token before it), going on from the entry before (a completion after
+ * its prompt: no special token before it nor after that one), else after an added token */
+static int where_in(const batch_t *b, size_t d) {
+  const entry_t *e = &b->e[d];
+  if (e->starts && e->pre < 0 && !e->after)
+    return COLO_BPE_START;
+  return d > 0 && !e->starts && e->pre < 0 && b->e[d - 1].post < 0 ? COLO_BPE_ON : COLO_BPE_AFTER;
 }
 
 /* the number of the n tokens that begin before byte `at` of their text (the first at 0, less
- * the tokenizer's prefix where it took one, a "▁" the text does not hold) */
-static size_t tokens_before(const colo_bpe_t *bpe, const int *ids, size_t n, size_t at, int more) {
-  size_t b = 0, k = 0, pre = n && !more ? (size_t)colo_bpe_prefix(bpe) : 0;
+ * the tokenizer's prefix where it took one, a "▁" the text does not hold: `prefixed`) */
+static size_t tokens_before(const colo_bpe_t *bpe, const int *ids, size_t n, size_t at,
+                            int prefixed) {
+  size_t b = 0, k = 0, pre = n && prefixed ? 1 : 0;
   while (k < n && b < at) {
     size_t len;
     colo_bpe_token(bpe, ids[k++], &len);
@@ -798,11 +804,11 @@ static size_t tokens_before(const colo_bpe_t *bpe, const int *ids, size_t n, siz
 /* n tokens of o, those whose first byte is at or past `from` (of their text) and before `until`
  * counting */
 static int emit_from(run_t *r, out_t *o, const int *ids, size_t n, size_t from, size_t until,
-                     int more, char *err, size_t errlen) {
+                     int prefixed, char *err, size_t errlen) {
   if (from == NONE || !r->o->bpe || (from == 0 && until == NONE))
     return emit(r, o, ids, n, from == 0 && until == NONE, err, errlen);
-  size_t k0 = tokens_before(r->o->bpe, ids, n, from, more);
-  size_t k1 = until == NONE ? n : tokens_before(r->o->bpe, ids, n, until, more);
+  size_t k0 = tokens_before(r->o->bpe, ids, n, from, prefixed);
+  size_t k1 = until == NONE ? n : tokens_before(r->o->bpe, ids, n, until, prefixed);
   k1 = k1 < k0 ? k0 : k1;
   int rc = emit(r, o, ids, k0, 0, err, errlen);
   if (rc == 0)
@@ -835,8 +841,8 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
       size_t before = g->n, n = b->start[d + 1] - b->start[d];
       const char *t = b->text + b->start[d];
       if (bpe) {
-        g->rc = (goes_on(b, d) ? colo_bpe_encode_more : colo_bpe_encode)(
-            bpe, t, n, 0, &g->ids, &g->n, &g->cap, g->err, sizeof g->err);
+        g->rc = colo_bpe_encode_in(bpe, where_in(b, d), t, n, 0, &g->ids, &g->n, &g->cap, g->err,
+                                   sizeof g->err);
         if (g->rc == COLO_EPARSE) { /* the text's fault: name its line */
           char why[512];
           snprintf(why, sizeof why, "%s", g->err);
@@ -879,7 +885,8 @@ static int put_batch(run_t *r, batch_t *b, const char *path, char *err, size_t e
       if (rc == 0 && e->pre >= 0)
         rc = emit(r, o, &e->pre, 1, 0, err, errlen);
       if (rc == 0)
-        rc = emit_from(r, o, g->ids + at, ntok[d], e->from, e->until, goes_on(b, d), err, errlen);
+        rc = emit_from(r, o, g->ids + at, ntok[d], e->from, e->until,
+                       bpe && colo_bpe_prefixed(bpe, where_in(b, d)), err, errlen);
       if (rc == 0 && e->post >= 0)
         rc = emit(r, o, &e->post, 1, e->post_counts, err, errlen);
       r->ended[r->part] = e->post >= 0 && e->post == r->eot;
@@ -919,7 +926,7 @@ static int jinja_entries(run_t *r, batch_t *b, const cJSON *j, const cJSON *m, s
   const char *dt = r->eot >= 0 ? colo_bpe_token(bpe, r->eot, &dl) : NULL;
   if (dt && dl <= len && !memcmp(text, dt, dl))
     i = dl; /* the template's own beginning of text: the document token */
-  entry_t e = {at, NONE, -1, -1, 0, 1, line, NONE};
+  entry_t e = {at, NONE, -1, -1, 0, 1, line, NONE, i > 0};
   for (size_t seg = i; rc == 0; i += kl, seg = i) {
     int id = -1;
     while (i < len && (id = colo_bpe_added_at(bpe, text + i, len - i, &kl)) < 0)

@@ -3653,7 +3653,7 @@ static int conversation_prompt(const colo_bpe_t *bpe, const colo_chat_t *c, cons
     const char *dt = start.pre >= 0 ? colo_bpe_token(bpe, start.pre, &dl) : NULL;
     size_t skip = dt && dl <= len && !memcmp(text, dt, dl) ? dl : 0;
     if (rc == 0)
-      rc = colo_chat_encode_text(bpe, text + skip, len - skip, ids, n, cap, err, errlen);
+      rc = colo_chat_encode_text(bpe, text + skip, len - skip, skip == 0, ids, n, cap, err, errlen);
     free(text);
     return rc;
   }
