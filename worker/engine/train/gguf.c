@@ -388,13 +388,17 @@ static int gpt2_tensors(const colo_gpt_t *m, const float *params, int type, tens
   return ok ? 0 : colo_fail(err, errlen, COLO_ENOMEM, "out of memory");
 }
 
-/* llama.cpp's architecture for a model: Qwen3's and Qwen2's blocks rotate halves of each head,
- * as colo does; its "llama" rotates pairs, so q's and k's rows are reordered for it (pairs) */
+const char *colo_gguf_arch(const colo_gpt_config_t *c) {
+  return c->arch != COLO_ARCH_LLAMA ? "gpt2"
+         : c->qk_norm               ? "qwen3"
+         : c->qkv_bias              ? "qwen2"
+                                    : "llama";
+}
+
+/* colo_gguf_arch's: Qwen3's and Qwen2's blocks rotate halves of each head, as colo does; its
+ * "llama" rotates pairs, so q's and k's rows are reordered for it (pairs) */
 static const char *gguf_arch(const colo_gpt_config_t *c, int *pairs) {
-  const char *a = c->arch != COLO_ARCH_LLAMA ? "gpt2"
-                  : c->qk_norm               ? "qwen3"
-                  : c->qkv_bias              ? "qwen2"
-                                             : "llama";
+  const char *a = colo_gguf_arch(c);
   *pairs = !strcmp(a, "llama");
   return a;
 }

@@ -42,6 +42,10 @@ int colo_gguf_type_parse(const char *name);
  * its pre-tokenizer must be one llama.cpp knows. 0, or COLO_EINVAL saying why. */
 int colo_gguf_check(const colo_bpe_t *tok, int V, const char *how, char *err, size_t errlen);
 
+/* llama.cpp's architecture a model is written as: gpt2, llama, qwen2 (model.qkv_bias) or qwen3
+ * (model.qk_norm) */
+const char *colo_gguf_arch(const colo_gpt_config_t *c);
+
 /* Writes the whole (unsplit, one-rank) model's parameters as a GGUF file at path, its matrices
  * and embeddings of `type`, with tok's vocabulary (NULL: bytes), written whole or not at all.
  * name: general.name (NULL: none). COLO_EINVAL naming why when the model and tokenizer do not

@@ -3555,11 +3555,7 @@ int colo_export_gguf(const char *ckpt, const char *out, const char *tokenizer, i
             "colo-train: %s: llama.cpp's %s architecture attends every earlier token: the file "
             "is this model on contexts of up to %d tokens (model.sliding_window), as Mistral "
             "7B v0.1's GGUF files are\n",
-            out,
-            c->qk_norm    ? "qwen3"
-            : c->qkv_bias ? "qwen2"
-                          : "llama",
-            c->sliding_window);
+            out, colo_gguf_arch(c), c->sliding_window);
   colo_bpe_free(tok);
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
