@@ -251,7 +251,9 @@ done
 # stay off), ZeRO-1 at 90% optimizer state; the same training, under the limit.
 A=(--data-root "$TMP/data" --train-data train.bin --val-data val.bin --n-layer 4 --n-head 4
   --n-embd 256 --block-size 64 --batch-size 4 --eval-batches 4 --lr 1e-3 --threads 2 --device gpu
-  --precision bf16 --steps 6 --warmup 2 --eval-interval 6 --quiet)
+  --precision bf16 --steps 6 --warmup 2 --eval-interval 6 --quiet --gpu 0)
+# (--gpu 0: the runs over two ranks put both on the first GPU, as the layouts above do, so that
+# a machine with one GPU runs them)
 [ "$DRY" = 1 ] && A+=(--n-embd 192 --block-size 32 --eval-batches 2) # as M above
 for zf in 3:60 1:90; do
   z=${zf%:*}
