@@ -2,8 +2,9 @@
 # The GPU session's runs, on the GPU machine (the device tool), from the pack that
 # deploy/gpu-pack.sh made here (carry: [".gpu-pack", ".colo-quickstart/data"]):
 #   bash bench/engine_gpu/device.sh tests   # test_cuda (four times: the defaults, the attention
-#                                           # with synchronous loads, GELU as a pass of its own,
-#                                           # cuDNN's attention), test_cudnn_plan, test_nccl,
+#                                           # with synchronous loads, GELU as a pass of its own
+#                                           # with colo's whole attention, cuDNN's whole
+#                                           # attention), test_cudnn_plan, test_nccl,
 #                                           # then integration_gpu_train
 #   bash bench/engine_gpu/device.sh bench   # bench/engine_gpu/run.sh
 #   bash bench/engine_gpu/device.sh e2e     # bench/engine_gpu/e2e.sh: colod, colo-workerd, a GPU job
@@ -57,11 +58,11 @@ elif [ "$what" = tests ]; then
   tail -1 "$OUT/test_cuda_flash_sync.log"
   grep FAIL "$OUT/test_cuda_flash_sync.log" | head -20 || true
   echo "test_cuda (COLO_CUDA_ATTENTION=flash): rc $rc"
-  rc=0 # and with the MLP's GELU as a pass of its own
-  COLO_CUDA_GELU_FUSION=0 "$BIN/test_cuda" >"$OUT/test_cuda_gelu_pair.log" 2>&1 || rc=$?
+  rc=0 # and with the MLP's GELU as a pass of its own, and colo's attention forward everywhere
+  COLO_CUDA_GELU_FUSION=0 COLO_CUDA_ATTENTION=flash-async "$BIN/test_cuda" >"$OUT/test_cuda_gelu_pair.log" 2>&1 || rc=$?
   tail -1 "$OUT/test_cuda_gelu_pair.log"
   grep FAIL "$OUT/test_cuda_gelu_pair.log" | head -20 || true
-  echo "test_cuda (COLO_CUDA_GELU_FUSION=0): rc $rc"
+  echo "test_cuda (COLO_CUDA_GELU_FUSION=0 COLO_CUDA_ATTENTION=flash-async): rc $rc"
   rc=0 # and with cuDNN's fused attention, after its plans offline and cuDNN's view of this GPU
   "$BIN/test_cudnn_plan" >"$OUT/test_cudnn_plan.log" 2>&1 || rc=$?
   tail -1 "$OUT/test_cudnn_plan.log"

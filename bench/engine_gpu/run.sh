@@ -5,10 +5,11 @@
 #   1. the CUDA test suite (test_cuda: every operation against the CPU one, the whole model);
 #   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps in bf16: tokens/s
 #      and MFU (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU,
-#      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio; the
-#      fused attention loading each tile before it works on it (COLO_CUDA_ATTENTION=flash) and
-#      the MLP's GELU as a pass of its own (COLO_CUDA_GELU_FUSION=0) beside the defaults (the
-#      asynchronous loads, GELU in cuBLASLt's epilogues); the bf16 step's GPU time per
+#      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio;
+#      colo's own attention forward (COLO_CUDA_ATTENTION=flash-async), cuDNN's backward too
+#      (COLO_CUDA_ATTENTION=cudnn) and the MLP's GELU as a pass of its own
+#      (COLO_CUDA_GELU_FUSION=0) beside the defaults (cuDNN's attention forward and colo's
+#      backward, GELU in cuBLASLt's epilogues); the bf16 step's GPU time per
 #      operation (COLO_CUDA_PROFILE=1); and each operation alone at the same shapes, colo's
 #      (engine_ops, ops.c) and PyTorch's kernels for it (ops_torch.py), side by side;
 #   3. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
@@ -72,8 +73,8 @@ PY
 # skipped, and the report is written whatever happened. The runs go in order of importance.
 BUDGET=${COLO_BENCH_BUDGET_S:-0}
 RUN_LIMIT=${COLO_BENCH_RUN_LIMIT_S:-240}
-# COLO_BENCH_QUICK=1: the CUDA tests and section 2 alone (124M, colo and PyTorch), into
-# engine_gpu_quick.md; the rest is reported as not asked for
+# COLO_BENCH_QUICK=1: the CUDA tests and section 2 alone (124M, colo and PyTorch, compiled only:
+# the faster), into engine_gpu_quick.md; the rest is reported as not asked for
 QUICK=${COLO_BENCH_QUICK:-0} REPORT=engine_gpu.md SKIP_WHY="skipped: over the time budget"
 [ "$QUICK" = 1 ] && REPORT=engine_gpu_quick.md
 over_budget() {
@@ -101,6 +102,10 @@ torch_run() { # name dtype extra... (--compile, --batch-size N)
     echo "{\"impl\":\"pytorch\",\"error\":\"$SKIP_WHY\"}" >"$TMP/torch-$name.json"
     return
   fi
+  if [ "$QUICK" = 1 ] && [[ " $* " != *" --compile "* ]]; then # the ratios take the fastest
+    echo '{"impl":"pytorch","error":"not run (COLO_BENCH_QUICK=1: compiled only)"}' >"$TMP/torch-$name.json"
+    return
+  fi
   timeout "$RUN_LIMIT" "$PY" "$SRC/bench/engine_gpu/torch_train_gpu.py" --n-layer "${M124[0]}" \
     --n-head "${M124[1]}" --n-embd "${M124[2]}" --block-size "${M124[3]}" \
     --batch-size "${M124[4]}" --vocab-size 50304 --steps "$STEPS" --warmup-steps 5 \
@@ -118,8 +123,8 @@ torch_run bf16b32 bf16 --batch-size "$B32"
 torch_run bf16cb32 bf16 --batch-size "$B32" --compile
 # the alternatives to the defaults, both batches: the fused attention loading a tile, then using
 # it (without cp.async's overlap); the MLP's GELU as a pass of its own
-COLO_CUDA_ATTENTION=flash colo_run c124bf16a "${M124[@]}" --precision bf16
-COLO_CUDA_ATTENTION=flash colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
+COLO_CUDA_ATTENTION=flash-async colo_run c124bf16a "${M124[@]}" --precision bf16
+COLO_CUDA_ATTENTION=flash-async colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
 # cuDNN's fused attention (backend/cuda_cudnn.cu) in place of colo's own kernels
 COLO_CUDA_ATTENTION=cudnn colo_run c124bf16d "${M124[@]}" --precision bf16
 COLO_CUDA_ATTENTION=cudnn colo_run c124b32d "${M124[@]:0:4}" "$B32" --precision bf16
@@ -138,7 +143,7 @@ if over_budget; then
 else
   timeout "$RUN_LIMIT" "$BIN/engine_ops" --device "$DEV" "${OPS_SHAPE[@]}" >"$TMP/ops.jsonl" ||
     echo '{"error":"engine_ops failed: see the output"}' >>"$TMP/ops.jsonl"
-  COLO_CUDA_ATTENTION=flash COLO_CUDA_GELU_FUSION=0 timeout "$RUN_LIMIT" "$BIN/engine_ops" \
+  COLO_CUDA_ATTENTION=flash-async COLO_CUDA_GELU_FUSION=0 timeout "$RUN_LIMIT" "$BIN/engine_ops" \
     --device "$DEV" "${OPS_SHAPE[@]}" >"$TMP/ops_cand.jsonl" ||
     echo '{"error":"engine_ops failed: see the output"}' >>"$TMP/ops_cand.jsonl"
   COLO_CUDA_ATTENTION=cudnn timeout "$RUN_LIMIT" "$BIN/engine_ops" --device "$DEV" "${OPS_SHAPE[@]}" \
@@ -246,10 +251,10 @@ L.append("Measured %s on **%s**, commit %s, command `bash bench/engine_gpu/run.s
 L.append("## GPT-2 124M (12L/12H/768, T=1024, B=8 unless named, vocab 50304)\n")
 L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
-for name, run, r in (("colo, bf16 activations and products, fused attention", "c124bf16", b16),
+for name, run, r in (("colo, bf16 activations and products, fused attention (cuDNN's forward, colo's backward)", "c124bf16", b16),
                      ("colo, bf16, B=%d" % b32n, "c124b32", b32),
-                     ("colo, bf16, attention with synchronous loads (COLO_CUDA_ATTENTION=flash)", "c124bf16a", b16a),
-                     ("colo, bf16, B=%d, attention with synchronous loads" % b32n, "c124b32a", b32a),
+                     ("colo, bf16, colo's own attention forward too (COLO_CUDA_ATTENTION=flash-async)", "c124bf16a", b16a),
+                     ("colo, bf16, B=%d, colo's own attention forward too" % b32n, "c124b32a", b32a),
                      ("colo, bf16, cuDNN's fused attention (COLO_CUDA_ATTENTION=cudnn)", "c124bf16d", b16d),
                      ("colo, bf16, B=%d, cuDNN's fused attention" % b32n, "c124b32d", b32d),
                      ("colo, bf16, GELU as a pass of its own (COLO_CUDA_GELU_FUSION=0)", "c124bf16f", b16f),
@@ -259,7 +264,7 @@ for name, run, r in (("colo, bf16 activations and products, fused attention", "c
                      ("colo, fp32, TF32 products", "c124", a),
                      ("colo, fp32", "c124fp32", f32)):
     L.append("| %s | %s |" % (name, why.get(run, "") + " | | " if r is None else "%.1f | %.0f | %.1f%%" % (r["ms"], r["tok_s"], 100 * r["mfu"])))
-for name, t in (("PyTorch %s, bf16 autocast" % tb.get("torch", ""), tb),
+for name, t in (("PyTorch %s, bf16 autocast" % (tb.get("torch") or tbc.get("torch", "")), tb),
                 ("PyTorch, bf16 autocast, torch.compile", tbc),
                 ("PyTorch, bf16 autocast, B=%d" % b32n, tb32),
                 ("PyTorch, bf16 autocast, torch.compile, B=%d" % b32n, tbc32),
@@ -292,7 +297,7 @@ od, od_err, _ = ops("ops_cudnn")
 ot, ot_err, th = ops("ops_torch")
 if oc:
     L.append("\nEach operation alone at these shapes (`engine_ops`: 20 calls in a row after 2, the wall "
-             "time a call; *alternatives*: `COLO_CUDA_ATTENTION=flash COLO_CUDA_GELU_FUSION=0`; "
+             "time a call; *alternatives*: `COLO_CUDA_ATTENTION=flash-async COLO_CUDA_GELU_FUSION=0`; "
              "*cuDNN*: `COLO_CUDA_ATTENTION=cudnn`, the attention's rows), "
              "and PyTorch %s's kernels for the same (`ops_torch.py`: bf16, %s attention, AdamW fused on a GPU). "
              "Speed is colo's rate; the ratio is PyTorch's time over colo's (above 1: colo is "
@@ -327,8 +332,8 @@ def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
     ok = [t for t in ts if "error" not in t]
     return max(ok, key=lambda t: t["tokens_per_s"]) if ok else None
 for r, n, t, how in ((b16, m124[4], best(tb, tbc), ""), (b32, b32n, best(tb32, tbc32), ""),
-                     (b16a, m124[4], best(tb, tbc), ", attention with synchronous loads"),
-                     (b32a, b32n, best(tb32, tbc32), ", attention with synchronous loads"),
+                     (b16a, m124[4], best(tb, tbc), ", colo's own attention forward too"),
+                     (b32a, b32n, best(tb32, tbc32), ", colo's own attention forward too"),
                      (b16d, m124[4], best(tb, tbc), ", cuDNN's attention"),
                      (b32d, b32n, best(tb32, tbc32), ", cuDNN's attention"),
                      (b16f, m124[4], best(tb, tbc), ", GELU as a pass of its own"),

@@ -229,7 +229,9 @@ static void test_encoder(void) {
   int tok[N];
   for (int i = 0; i < N; i++)
     tok[i] = (int)(colo_rng_u64(&rng) % V);
-  tok[1] = tok[0];        /* a repeated token: its rows add up */
+  tok[1] = tok[0];               /* a repeated token: its rows add up */
+  for (int i = 4; i < N; i += 4) /* and a few tokens of the shard, each in rows far apart */
+    tok[i] = 100 + (i / 4) % 5;
   int v0 = 100, v1 = 700; /* a vocab-parallel shard */
   size_t ne = (size_t)(v1 - v0) * C, np = (size_t)T * C, no = (size_t)N * C;
   float *wte = randv(ne, 0.1f), *wpe = randv(np, 0.1f);

@@ -26,6 +26,7 @@
  * row-major product onto column-major cuBLAS by swapping the operands: C = op(A)·op(B) row-major
  * is Cᵀ = op(B)ᵀ·op(A)ᵀ column-major, and a row-major matrix read column-major is its transpose.
  */
+#include <cub/device/device_radix_sort.cuh>
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
@@ -58,8 +59,11 @@ static struct {
                           COLO_CUDA_ATTENTION=flash-async), 1 loading each tile before it works on it
                           (flash); 0: the batched products (gemm) */
   int gelu_fused; /* the MLP's GELU in cuBLASLt's epilogues; COLO_CUDA_GELU_FUSION=0: without */
-  int cudnn;      /* COLO_CUDA_ATTENTION=cudnn: cuDNN's fused attention where it applies
-                     (cuda_cudnn.cu; not with documents), the fused kernels above elsewhere */
+  int cudnn;      /* cuDNN's fused attention where it applies (cuda_cudnn.cu; not with documents or
+                     windows), the fused kernels above elsewhere: CUDNN_FWD (the default where cuDNN
+                     loads) its forward, whose result is the same on every run, and colo's backward;
+                     CUDNN_BOTH (COLO_CUDA_ATTENTION=cudnn) its backward too, whose dQ adds up with
+                     atomics, so that two runs may differ in their last bits */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -737,19 +741,32 @@ static void dora_dmag(float *dmag, const void *dout, const void *z, const float 
   LAUNCHED();
 }
 
-/* table[key]: a block per distinct key of the batch (a token for dwte, a position for dwpe with
- * documents), its threads over channels, adding that key's rows in increasing order
- * (rows[first[k] .. first[k+1])), which is the CPU's order: the fp32 result is the CPU's bit for
- * bit. */
+/* table[key]: a block per row of the rows sorted by key; the block of a key's first row adds
+ * that key's rows, its threads over channels, in increasing order (the sort is stable and the
+ * rows came in order), which is the CPU's order: the fp32 result is the CPU's bit for bit. Keys
+ * outside the table (V, after the sort) are left alone. */
 template <class T>
-__global__ static void add_rows_by_key_kernel(float *table, const T *dout, const int *key_of,
-                                              const int *first, const int *rows, int C) {
-  int k = blockIdx.x, key = key_of[k];
+__global__ static void add_sorted_rows_kernel(float *table, const T *dout, const int *skey,
+                                              const int *rows, int N, int V, int C) {
+  int i = blockIdx.x, key = skey[i];
+  if (key == V || (i > 0 && skey[i - 1] == key))
+    return;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = table[(size_t)key * C + c];
-    for (int r = first[k]; r < first[k + 1]; r++)
+    for (int r = i; r < N && skey[r] == key; r++)
       acc += ld(dout[(size_t)rows[r] * C + c]);
     table[(size_t)key * C + c] = acc;
+  }
+}
+
+/* each row's key within [lo, hi) less lo, else hi − lo; and the rows 0 … N−1 */
+__global__ static void keys_to_sort_kernel(int *key, int *row, const int *keys, int N, int lo,
+                                           int hi) {
+  int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n < N) {
+    int k = keys[n];
+    key[n] = k >= lo && k < hi ? k - lo : hi - lo;
+    row[n] = n;
   }
 }
 
@@ -766,48 +783,25 @@ __global__ static void encoder_bwd_wpe_kernel(float *dwpe, const T *dout, int B,
 }
 
 /* table[key − lo] += each row n of dout[N][C] whose key (keys[n], in backend memory) is in
- * [lo, hi): the rows grouped by key on the host (a counting sort), then the kernel above. */
+ * [lo, hi): the rows grouped by key on the GPU by CUB's stable radix sort, then the kernel above.
+ * (It sorted them on the host until the H200's engine_ops showed the copy of the keys down and
+ * the grouping up taking the embedding's backward to 0.30 ms at 124M, B=8: 41.7 GB/s.) */
 template <class T>
 static void add_rows_by_key(float *table, const void *dout, const int *keys, int N, int lo, int hi,
                             int C) {
-  int V = hi - lo;
-  /* host: [N] keys, [V+1] counts, then the device image: [K] keys, [K+1] firsts, [N] rows */
-  int *h = (int *)malloc(((size_t)3 * N + 2 * (size_t)V + 2) * sizeof(int));
-  if (!h) {
-    fprintf(stderr, "colo-train: out of host memory for the embedding gradient\n");
-    exit(1);
-  }
-  int *key = h, *count = key + N, *img = count + V + 1;
-  to_host(key, keys, (size_t)N * sizeof(int));
-  memset(count, 0, ((size_t)V + 1) * sizeof(int));
-  for (int n = 0; n < N; n++)
-    if (key[n] >= lo && key[n] < hi)
-      count[key[n] - lo]++;
-  int K = 0, total = 0;
-  for (int v = 0; v < V; v++)
-    K += count[v] > 0;
-  int *key_of = img, *first = key_of + K, *rows = first + K + 1;
-  for (int v = 0, k = 0; v < V; v++) /* count[v] becomes where v's rows start */
-    if (count[v]) {
-      key_of[k] = v;
-      first[k++] = total;
-      int c = count[v];
-      count[v] = total;
-      total += c;
-    }
-  first[K] = total;
-  for (int n = 0; n < N; n++) /* rows in increasing order within each key */
-    if (key[n] >= lo && key[n] < hi)
-      rows[count[key[n] - lo]++] = n;
-  if (K > 0) {
-    size_t bytes = ((size_t)2 * K + 1 + (size_t)total) * sizeof(int);
-    int *d = (int *)scratch(S_INT, bytes);
-    from_host(d, img, bytes);
-    add_rows_by_key_kernel<T>
-        <<<K, 256, 0, g.stream>>>(table, (const T *)dout, d, d + K, d + 2 * K + 1, C);
-    LAUNCHED();
-  }
-  free(h);
+  int V = hi - lo, bits = 1;
+  while (bits < 31 && (1 << bits) <= V) /* V itself, the mark of a key outside, must fit */
+    bits++;
+  size_t tmp = 0, ints = ((size_t)4 * N + 63) & ~(size_t)63; /* 256-byte aligned after them */
+  CK(cub::DeviceRadixSort::SortPairs(NULL, tmp, (const int *)NULL, (int *)NULL, (const int *)NULL,
+                                     (int *)NULL, N, 0, bits, g.stream));
+  int *key = (int *)scratch(S_INT, ints * sizeof(int) + tmp), *row = key + N, *skey = row + N,
+      *srow = skey + N;
+  keys_to_sort_kernel<<<(N + 255) / 256, 256, 0, g.stream>>>(key, row, keys, N, lo, hi);
+  LAUNCHED();
+  CK(cub::DeviceRadixSort::SortPairs(key + ints, tmp, key, skey, row, srow, N, 0, bits, g.stream));
+  add_sorted_rows_kernel<T><<<N, 256, 0, g.stream>>>(table, (const T *)dout, skey, srow, N, V, C);
+  LAUNCHED();
 }
 
 template <class T>
@@ -1498,25 +1492,34 @@ static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, co
 }
 
 /* The fused kernels (cuda_flash.cu) where they apply and are not turned off, else the batched
- * products above. */
-/* cuDNN's attention, when asked for: 1 when it ran, 0 when the case is not cuDNN's. Asked for and
- * without a plan for a case that is its own, the run stops with cuDNN's reason: colo does not
- * fall back in silence from what was asked. */
+ * products above; before them cuDNN's (g.cudnn). */
+enum { CUDNN_OFF, CUDNN_FWD, CUDNN_BOTH };
+
+/* cuDNN's attention: 1 when it ran, 0 when the case is not cuDNN's. Asked for
+ * (COLO_CUDA_ATTENTION=cudnn) and without a plan for a case that is its own, the run stops with
+ * cuDNN's reason: colo does not fall back in silence from what was asked. By default colo's
+ * kernels take over, and say so once. */
 static int cudnn_ran(int rc) {
-  if (rc < 0) {
+  static int told;
+  if (rc < 0 && g.cudnn == CUDNN_BOTH) {
     fprintf(stderr,
             "colo-train: COLO_CUDA_ATTENTION=cudnn: cuDNN has no plan for the attention (%s)\n",
             cudnn_attention_error());
     exit(1);
   }
-  return rc;
+  if (rc < 0 && !told) {
+    fprintf(stderr, "colo-train: cuDNN has no plan for the attention (%s): colo's kernels run it\n",
+            cudnn_attention_error());
+    told = 1;
+  }
+  return rc > 0;
 }
 
 template <class T>
 static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
                           const int *pos) {
   static int told;
-  if (g.cudnn && pos && !told) {
+  if (g.cudnn == CUDNN_BOTH && pos && !told) {
     fprintf(stderr, "colo-train: COLO_CUDA_ATTENTION=cudnn: attention within documents or a "
                     "sliding window runs on colo's own kernels: cuDNN's is not given them\n");
     told = 1;
@@ -1532,7 +1535,7 @@ static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_,
 template <class T>
 static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                           const float *lse, int B, int T_, int C, int NH, const int *pos) {
-  if (g.cudnn && !pos &&
+  if (g.cudnn == CUDNN_BOTH && !pos &&
       cudnn_ran(cudnn_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, B, T_, C, NH,
                                     g.stream)))
     return;
@@ -2120,22 +2123,28 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   g.lt_off = epi && !strcmp(epi, "0");
   CKB(cublasSetStream(g.blas, g.stream));
   const char *att = getenv("COLO_CUDA_ATTENTION");
-  if (att && *att && strcmp(att, "flash") && strcmp(att, "flash-async") && strcmp(att, "gemm") &&
-      strcmp(att, "cudnn")) {
-    snprintf(err, errlen, "COLO_CUDA_ATTENTION must be flash, flash-async, gemm or cudnn, not '%s'",
-             att);
+  if (att && *att && strcmp(att, "auto") && strcmp(att, "flash") && strcmp(att, "flash-async") &&
+      strcmp(att, "gemm") && strcmp(att, "cudnn")) {
+    snprintf(err, errlen,
+             "COLO_CUDA_ATTENTION must be auto, flash, flash-async, gemm or cudnn, not '%s'", att);
     return NULL;
   }
-  g.cudnn = att && !strcmp(att, "cudnn");
+  int automatic = !att || !*att || !strcmp(att, "auto");
+  g.cudnn = att && !strcmp(att, "cudnn") ? CUDNN_BOTH : automatic ? CUDNN_FWD : CUDNN_OFF;
   if (g.cudnn) {
     char why[256];
     if (!cudnn_attention_open(why, sizeof why)) {
-      snprintf(err, errlen, "COLO_CUDA_ATTENTION=cudnn: %s", why);
-      return NULL;
+      if (!automatic) {
+        snprintf(err, errlen, "COLO_CUDA_ATTENTION=cudnn: %s", why);
+        return NULL;
+      }
+      g.cudnn = CUDNN_OFF; /* by default: colo's own kernels, where cuDNN is not installed */
     }
   }
   /* flash-async and the GELU epilogues became the defaults when they were faster on an H100
-   * (bench/results/engine_gpu_quick.md) */
+   * (bench/results/engine_gpu_quick.md); cuDNN's forward when it was on an H200 (0.052 ms
+   * against 0.094 at GPT-2 124M's shapes, engine_gpu.md), while colo's backward keeps every
+   * run's result the same */
   g.flash = att && !strcmp(att, "gemm") ? 0 : att && !strcmp(att, "flash") ? 1 : 2;
   const char *gf = getenv("COLO_CUDA_GELU_FUSION");
   if (gf && *gf && strcmp(gf, "0") && strcmp(gf, "1")) {
