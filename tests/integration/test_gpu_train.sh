@@ -377,7 +377,10 @@ fi
 # above exported and rounded to bf16) keeps its pieces in bf16, half the bytes, and trains bit for
 # bit as with fp32 pieces would: as the model whole on the GPU
 expect_rc 0 "$CT" export --checkpoint "$TMP/data/lz-base" --out "$TMP/lz-f32.safetensors"
-/usr/bin/python3 "$COLO_SRC/tests/engine/to_bf16.py" "$TMP/lz-f32.safetensors" "$TMP/data/lz-bf16.safetensors" ||
+# (a Python with numpy: Debian's, else the PATH's, as on a GPU machine whose python3 is its own)
+NPY=/usr/bin/python3
+"$NPY" -c "import numpy" 2>/dev/null || NPY=$(type -P python3) # (not lib.sh's python3, which is Debian's)
+"$NPY" "$COLO_SRC/tests/engine/to_bf16.py" "$TMP/lz-f32.safetensors" "$TMP/data/lz-bf16.safetensors" ||
   fail "writing a bf16 model"
 LB=("${A[@]}" --init-from lz-bf16.safetensors --lora-rank 8 --recompute)
 expect_rc 0 "$CT" train "${LB[@]}" --ckpt-dir "$TMP/lb0" --progress "$TMP/lb0.jsonl"
