@@ -350,6 +350,8 @@ def llama(tmp):
                   in r.stderr, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "")
         if prefix:
             layouts_match(tmp, label, a, cl)
+        if untied:  # Phi-3's layout: the same weights with q, k, v and gate, up fused
+            phi3(tmp, w, a, first_loss(prog), tl, hf)
     hf = HFLlama(cfg)
     good = {n: encode(w[n], "F32")[0] for n in hf.shapes}
     bad = {"untied-for-tied": (args, dict(good, **{"lm_head.weight": ("F32", np.ones((V, C), np.float32))})),
@@ -396,6 +398,34 @@ def llama(tmp):
     refused(tmp, "qwen3-wide-for-qwen3", q3a, tensors,
             "qwen3-wide-for-qwen3.safetensors has 48 rows of queries; this run's model has 32 (n_head 4 "
             "heads of 8: model.head_dim)")
+
+
+def phi3(tmp, w, args, ll, tl, hf):
+    """Phi3ForCausalLM's file: self_attn.qkv_proj [Q + 2KV][C] (q, k, v stacked) and
+    mlp.gate_up_proj [2H][C] (gate, then up) in place of Llama's five, the head untied. colo's
+    first loss from it is the Llama layout's of the same weights, bit for bit (so HF's Llama's too),
+    at tp=2, pp=2 and ZeRO-3 as well; and another count of key heads is refused"""
+    tensors = {n: encode(w[n], "F32")[0] for n in hf.shapes
+               if not any(x in n for x in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))}
+    for l in range(L):
+        h = "model.layers.%d." % l
+        tensors[h + "self_attn.qkv_proj.weight"] = encode(
+            torch.cat([w[h + "self_attn.%s_proj.weight" % x] for x in "qkv"]), "F32")[0]
+        tensors[h + "mlp.gate_up_proj.weight"] = encode(
+            torch.cat([w[h + "mlp.gate_proj.weight"], w[h + "mlp.up_proj.weight"]]), "F32")[0]
+    write_safetensors(os.path.join(tmp, "phi3.safetensors"), tensors)
+    prog = os.path.join(tmp, "phi3.jsonl")
+    colo(tmp, "phi3.safetensors", args + ["--progress", prog])
+    pl = first_loss(prog)
+    check("phi3 (fused qkv_proj, gate_up_proj): the Llama layout's first loss", pl == ll,
+          "phi3 %.7f llama %.7f (HF's Llama %.7f)" % (pl, ll, tl))
+    layouts_match(tmp, "phi3", args, pl)
+    kv4 = [x for x in args]
+    kv4[kv4.index("--n-kv-head") + 1] = "4"
+    refused(tmp, "phi3-kv4", kv4, tensors,
+            "phi3-kv4.safetensors has 64 rows of queries, keys and values (Phi-3's qkv_proj) and 256 of "
+            "gate and up (gate_up_proj); this run's model has 96 (4 query heads and 4 key heads of 8: "
+            "model.n_kv_head, head_dim) and 256 (2 x mlp_hidden)")
 
 
 def hf_layout(tmp, label, hcfg, w, args, what, layout):
@@ -523,7 +553,23 @@ def hf_config(tmp):
           "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000, "sliding_window": None,
           "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
           "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}
+    # Phi-3 mini 4k instruct's published config.json: Llama's block (fused in its files), untied,
+    # a window of 2047 of its 4096 positions
+    phi3 = {"architectures": ["Phi3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+            "auto_map": {"AutoConfig": "configuration_phi3.Phi3Config",
+                         "AutoModelForCausalLM": "modeling_phi3.Phi3ForCausalLM"},
+            "bos_token_id": 1, "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu",
+            "hidden_size": 3072, "initializer_range": 0.02, "intermediate_size": 8192,
+            "max_position_embeddings": 4096, "model_type": "phi3", "num_attention_heads": 32,
+            "num_hidden_layers": 32, "num_key_value_heads": 32, "original_max_position_embeddings": 4096,
+            "pad_token_id": 32000, "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": None,
+            "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": True,
+            "vocab_size": 32064}
     for label, conf, block, want in [
+            ("Phi-3 mini 4k", phi3, 4096, {"n_layer": 32, "n_head": 32, "n_embd": 3072,
+                                           "mlp_hidden": 8192, "vocab_size": 32064, "rope_theta": 10000,
+                                           "sliding_window": 2047, "tie_embeddings": False}),
             ("Qwen2.5 0.5B", q25, 2048, {"n_layer": 24, "n_head": 14, "n_kv_head": 2, "n_embd": 896,
                                          "mlp_hidden": 4864, "qkv_bias": True}),
             ("Qwen3 1.7B", q3, 4096, {"n_layer": 28, "n_head": 16, "n_kv_head": 8, "n_embd": 2048,
@@ -556,11 +602,17 @@ def hf_config(tmp):
         got = section(os.path.join(d, "config.json"), "--block-size", str(block))
         want = dict(dict(arch="llama", vocab_size=151936, block_size=block, rope_theta=1000000,
                          rms_norm_eps=1e-06, tie_embeddings=True), **want)
-        if conf["model_type"] == "mistral":  # RMSNorm's 1e-5, the default, is left out
+        if conf["model_type"] in ("mistral", "phi3"):  # RMSNorm's 1e-5, the default, is left out
             del want["rms_norm_eps"]
         check("hf-config: %s's config.json" % label, got == want, json.dumps(got))
     bad = {"mixtral": (dict(l32, model_type="mixtral"),
-                       "model_type mixtral; colo reads llama's, mistral's, qwen2's, qwen3's and gpt2's"),
+                       "model_type mixtral; colo reads llama's, mistral's, qwen2's, qwen3's, phi3's and gpt2's"),
+           # Phi-4 mini rotates three quarters of each head; Phi-3.5 mini rescales with LongRoPE
+           "partial-rotary": (dict(phi3, partial_rotary_factor=0.75),
+                              "partial_rotary_factor 0.75 (Phi-4 mini's): colo rotates each head whole"),
+           "longrope": (dict(phi3, rope_scaling={"type": "longrope", "short_factor": [1.0] * 48,
+                                                 "long_factor": [1.0] * 48}),
+                        "rope_scaling of type longrope; colo reads Llama 3's (llama3)"),
            "no-head-width": (dict({k: v for k, v in l32.items() if k != "head_dim"}, hidden_size=2050),
                              "hidden_size 2050 is not a multiple of num_attention_heads 32, and no "
                              "head_dim says the heads' width"),

@@ -827,6 +827,25 @@ TEST(mistral_example_job_is_valid) {
   colo__v1__job_spec__free_unpacked(s, NULL);
 }
 
+TEST(phi3_example_job_is_valid) {
+  char err[512];
+  Colo__V1__JobSpec *s = example("phi-3-mini-lora.yaml", err, sizeof err);
+  if (!s)
+    FAIL_AT("%s", err);
+  /* Phi-3 mini 4k's shape, as colo-train hf-config prints it (test_init_from checks that) */
+  ASSERT_EQ_INT(s->model->n_layer, 32);
+  ASSERT_EQ_INT(s->model->n_head, 32);
+  ASSERT_EQ_INT(s->model->n_kv_head, 0); /* every head its own keys */
+  ASSERT_EQ_INT(s->model->n_embd, 3072);
+  ASSERT_EQ_INT(s->model->mlp_hidden, 8192);
+  ASSERT_EQ_INT(s->model->vocab_size, 32064);
+  ASSERT_EQ_INT(s->model->sliding_window, 2047);
+  ASSERT(s->model->block_size > s->model->sliding_window && !s->model->tie_embeddings &&
+         s->model->rope_theta == 1e4f);
+  ASSERT_EQ_INT(s->train->lora_rank, 16);
+  colo__v1__job_spec__free_unpacked(s, NULL);
+}
+
 TEST(missing_file_is_named) {
   Colo__V1__JobSpec *s = NULL;
   char err[512];

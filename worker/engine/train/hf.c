@@ -241,15 +241,18 @@ static int get(const files_t *fs, const char *pre, const char *name, int rows, i
 }
 
 /* A layer's HF tensor suffix: 0..8 (the order of write_llama's), 9 the rotary buffer, 10..12
- * Qwen2's q, k and v biases, 13..14 Qwen3's QK-norm scales, -1 none */
+ * Qwen2's q, k and v biases, 13..14 Qwen3's QK-norm scales, 15..16 Phi-3's fused q, k, v and
+ * gate, up; -1 none */
+enum { PART_QKV_BIAS = 10, PART_QK_NORM = 13, PART_PHI3 = 15 };
 static int layer_part(const char *rest) {
   static const char *const parts[] = {
       "input_layernorm.weight",        "self_attn.q_proj.weight", "self_attn.k_proj.weight",
       "self_attn.v_proj.weight",       "self_attn.o_proj.weight", "post_attention_layernorm.weight",
       "mlp.gate_proj.weight",          "mlp.up_proj.weight",      "mlp.down_proj.weight",
       "self_attn.rotary_emb.inv_freq", "self_attn.q_proj.bias",   "self_attn.k_proj.bias",
-      "self_attn.v_proj.bias",         "self_attn.q_norm.weight", "self_attn.k_norm.weight"};
-  for (int i = 0; i < 15; i++)
+      "self_attn.v_proj.bias",         "self_attn.q_norm.weight", "self_attn.k_norm.weight",
+      "self_attn.qkv_proj.weight",     "mlp.gate_up_proj.weight"};
+  for (int i = 0; i < (int)(sizeof parts / sizeof *parts); i++)
     if (!strcmp(rest, parts[i]))
       return i;
   return -1;
@@ -274,12 +277,12 @@ static int check_llama_names(const files_t *fs, const char *pre, const colo_gpt_
       int part = -1;
       if (strncmp(n, pre, pl) == 0 && sscanf(n + pl, "layers.%d.%n", &l, &used) == 1 && used &&
           l >= 0 && l < 100000 && (part = layer_part(n + pl + used)) >= 0) {
-        if (part >= 10 && part <= 12 && !c->qkv_bias)
+        if (part >= PART_QKV_BIAS && part < PART_QK_NORM && !c->qkv_bias)
           return colo_fail(err, errlen, COLO_EINVAL,
                            "%s: tensor %s: the file's queries, keys and values have biases "
                            "(Qwen2's); this run's model has none (model.qkv_bias)",
                            f->path, n);
-        if (part >= 13 && !c->qk_norm)
+        if (part >= PART_QK_NORM && part < PART_PHI3 && !c->qk_norm)
           return colo_fail(err, errlen, COLO_EINVAL,
                            "%s: tensor %s: the file's query and key heads are normalized "
                            "(Qwen3's QK-norm); this run's model is not (model.qk_norm)",
@@ -343,6 +346,21 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
   long ks[2] = {0, 0}, gs[2] = {0, 0}, qs[2] = {0, 0};
   size_t bytes;
   char name[96];
+  /* Phi-3 stores q, k and v as one matrix, [Q + 2·KV][C], and gate and up as one, [2H][C] */
+  snprintf(name, sizeof name, "%slayers.0.self_attn.qkv_proj.weight", pre);
+  int phi3 = files_find(fs, name) != NULL;
+  if (phi3) {
+    long fq[2] = {0, 0}, fg[2] = {0, 0};
+    files_entry(fs, name, &dt, &nd, fq, &data, &bytes);
+    snprintf(name, sizeof name, "%slayers.0.mlp.gate_up_proj.weight", pre);
+    files_entry(fs, name, &dt, &nd, fg, &data, &bytes);
+    if (rc == 0 && (fq[0] != W || fg[0] != 2 * H))
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s has %ld rows of queries, keys and values (Phi-3's qkv_proj) and %ld of "
+                     "gate and up (gate_up_proj); this run's model has %d (%d query heads and %d "
+                     "key heads of %d: model.n_kv_head, head_dim) and %d (2 x mlp_hidden)",
+                     path, fq[0], fg[0], W, c->n_head, colo_gpt_kv_heads(c), hs, 2 * H);
+  }
   snprintf(name, sizeof name, "%slayers.0.self_attn.q_proj.weight", pre);
   files_entry(fs, name, &dt, &nd, qs, &data, &bytes);
   if (rc == 0 && qs[0] && qs[0] != Q)
@@ -354,7 +372,7 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
   files_entry(fs, name, &dt, &nd, ks, &data, &bytes);
   snprintf(name, sizeof name, "%slayers.0.mlp.gate_proj.weight", pre);
   files_entry(fs, name, &dt, &nd, gs, &data, &bytes);
-  if (rc == 0 && (ks[0] != KV || gs[0] != H))
+  if (rc == 0 && !phi3 && (ks[0] != KV || gs[0] != H))
     rc =
         colo_fail(err, errlen, COLO_EINVAL,
                   "%s has %ld rows of keys and an MLP %ld wide; this run's model has %d (n_kv_head "
@@ -400,6 +418,16 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
       rc = get(fs, pre,
                HF(n[3] == '1' ? "input_layernorm.weight" : "post_attention_layernorm.weight"), C, 0,
                whole, err, errlen);
+    } else if (!strcmp(n, "attn.c_attn.weight") && phi3) { /* qkv [Q + 2·KV][C] -> [C][..] */
+      rc = get(fs, pre, HF("self_attn.qkv_proj.weight"), W, C, hf, err, errlen);
+      for (int o = 0; rc == 0 && o < W; o++)
+        for (int r = 0; r < C; r++)
+          whole[(size_t)r * W + o] = hf[(size_t)o * C + r];
+    } else if (!strcmp(n, "mlp.c_fc.weight") && phi3) { /* gate, up [2H][C] -> [C][2H] */
+      rc = get(fs, pre, HF("mlp.gate_up_proj.weight"), 2 * H, C, hf, err, errlen);
+      for (int o = 0; rc == 0 && o < 2 * H; o++)
+        for (int r = 0; r < C; r++)
+          whole[(size_t)r * 2 * H + o] = hf[(size_t)o * C + r];
     } else if (!strcmp(n, "attn.c_attn.weight")) { /* q, k, v [out][C] -> [C][Q + 2·KV] */
       static const char *const qkv[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                          "self_attn.v_proj.weight"};
@@ -691,15 +719,15 @@ static int int_field(const cJSON *j, const char *key, int max, int *out, const c
 }
 
 /* A sliding window (cfg->sliding_window) after the shape's fields: Mistral v0.1's sliding_window
- * on every layer (null from v0.2 on); Qwen's, where use_sliding_window, on the layers from
- * max_window_layers on (transformers' default 28). A window no shorter than the positions
- * changes nothing and is left out. */
+ * on every layer (null from v0.2 on), and Phi-3's (2047 of Phi-3 mini's 4096); Qwen's, where
+ * use_sliding_window, on the layers from max_window_layers on (transformers' default 28). A window
+ * no shorter than the positions changes nothing and is left out. */
 static int read_window(const cJSON *j, const char *type, colo_gpt_config_t *c, const char *file,
                        char *err, size_t errlen) {
   const cJSON *sw = cJSON_GetObjectItemCaseSensitive(j, "sliding_window");
   int qwen = !strncmp(type, "qwen", 4), w = 0, rc = 0;
   if (qwen ? !cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "use_sliding_window"))
-           : strcmp(type, "mistral") || !sw || cJSON_IsNull(sw))
+           : (strcmp(type, "mistral") && strcmp(type, "phi3")) || !sw || cJSON_IsNull(sw))
     return 0;
   rc = int_field(j, "sliding_window", 1 << 24, &w, file, err, errlen);
   double from = 0;
@@ -740,11 +768,11 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
   if (!cJSON_IsObject(j))
     rc = colo_fail(err, errlen, COLO_EPARSE, "%s: not a JSON object", file);
   else if (!type || (strcmp(type, "llama") && strcmp(type, "gpt2") && strcmp(type, "qwen2") &&
-                     strcmp(type, "qwen3") && strcmp(type, "mistral")))
+                     strcmp(type, "qwen3") && strcmp(type, "mistral") && strcmp(type, "phi3")))
     rc = colo_fail(err, errlen, COLO_EINVAL,
-                   "%s: model_type %s; colo reads llama's, mistral's, qwen2's, qwen3's and gpt2's "
-                   "(LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                   "GPT2LMHeadModel)",
+                   "%s: model_type %s; colo reads llama's, mistral's, qwen2's, qwen3's, phi3's and "
+                   "gpt2's (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                   "Qwen3ForCausalLM, Phi3ForCausalLM, GPT2LMHeadModel)",
                    file, type ? type : "(none)");
   if (rc < 0) {
     cJSON_Delete(j);
@@ -752,7 +780,10 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
   }
   const cJSON *tie = cJSON_GetObjectItemCaseSensitive(j, "tie_word_embeddings");
   int qwen2 = !strcmp(type, "qwen2"), qwen3 = !strcmp(type, "qwen3");
-  int llama = qwen2 || qwen3 || !strcmp(type, "llama") || !strcmp(type, "mistral");
+  /* Phi-3's block is Llama's: its fused q, k, v and gate, up are read as they are
+   * (colo_hf_read_llama) */
+  int llama =
+      qwen2 || qwen3 || !strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "phi3");
   c->arch = llama ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
   c->qkv_bias = qwen2; /* Qwen2's q, k and v have biases; its o_proj and MLP none */
   c->qk_norm = qwen3;  /* Qwen3's none (attention_bias false), but its heads normalized */
@@ -800,6 +831,13 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
                      "%s: hidden_size %d is not a multiple of num_attention_heads %d, and no "
                      "head_dim says the heads' width",
                      file, c->n_embd, c->n_head);
+    double rotary = 1;
+    if (rc == 0)
+      rc = opt_num(j, "partial_rotary_factor", 1, &rotary, file, err, errlen);
+    if (rc == 0 && rotary != 1)
+      rc = colo_fail(err, errlen, COLO_EINVAL,
+                     "%s: partial_rotary_factor %g (Phi-4 mini's): colo rotates each head whole",
+                     file, rotary);
     if (rc == 0 && head_dim && (c->n_embd % c->n_head || head_dim != c->n_embd / c->n_head))
       c->head_dim = head_dim; /* Qwen3 0.6B's 128 on 1024 (16 heads): queries 2048 wide */
     if (rc == 0)
