@@ -292,6 +292,30 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "rope_original_context (%u) at least 1",
                (double)m->rope_scaling_factor, (double)m->rope_low_freq_factor,
                (double)m->rope_high_freq_factor, m->rope_original_context);
+  if (m->n_rope_short_factor || m->n_rope_long_factor || m->rope_attention_factor != 0.0f) {
+    /* LongRoPE: a divisor for each of the head's rotated pairs, both lists */
+    unsigned hs = m->head_dim ? m->head_dim : m->n_head ? m->n_embd / m->n_head : 0;
+    if (m->arch != COLO__V1__ARCH__ARCH_LLAMA || m->n_rope_short_factor != hs / 2 ||
+        m->n_rope_long_factor != hs / 2 || hs / 2 > 256 || m->rope_scaling_factor != 0.0f)
+      return bad(err, errlen,
+                 "model.rope_short_factor and rope_long_factor (LongRoPE) need model.arch=llama, "
+                 "no rope_scaling_factor, and %u values each, one for each rotated pair of a head "
+                 "of %u (they have %zu and %zu)",
+                 hs / 2, hs, m->n_rope_short_factor, m->n_rope_long_factor);
+    for (size_t i = 0; i < m->n_rope_short_factor; i++)
+      if (!(m->rope_short_factor[i] > 0.0f && m->rope_short_factor[i] <= 1e6f) ||
+          !(m->rope_long_factor[i] > 0.0f && m->rope_long_factor[i] <= 1e6f))
+        return bad(err, errlen,
+                   "model.rope_short_factor[%zu]=%g and rope_long_factor[%zu]=%g must be above 0 "
+                   "and at most 1e6",
+                   i, (double)m->rope_short_factor[i], i, (double)m->rope_long_factor[i]);
+    if (!(m->rope_attention_factor >= 0.0f && m->rope_attention_factor <= 100.0f) ||
+        m->rope_original_context < 1)
+      return bad(err, errlen,
+                 "model.rope_attention_factor=%g must be from 0 (none) to 100, and "
+                 "rope_original_context (%u) at least 1",
+                 (double)m->rope_attention_factor, m->rope_original_context);
+  }
   if (!(m->rope_theta >= 1.0f && m->rope_theta <= 1e9f))
     return bad(err, errlen, "model.rope_theta=%g must be between 1 and 1e9", (double)m->rope_theta);
   if (m->block_size < 1 || m->block_size > (1u << 20))
@@ -620,6 +644,11 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
   if (ef && (!strcmp(ef, "peft") || !strcmp(ef, "gguf-lora")) && t->lora_rank == 0)
     return bad(err, errlen,
                "checkpoint.export_format=%s writes LoRA adapters: it needs train.lora_rank > 0",
+               ef);
+  if (ef && !strncmp(ef, "gguf", 4) && s->model && s->model->n_rope_short_factor)
+    return bad(err, errlen,
+               "checkpoint.export_format=%s with LongRoPE (model.rope_short_factor): llama.cpp's "
+               "llama architecture does not scale the rotation; export hf",
                ef);
   if (ef && !strcmp(ef, "gguf-lora") && t->lora_dora)
     return bad(err, errlen,

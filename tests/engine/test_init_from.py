@@ -35,6 +35,7 @@ weights starts at the same loss as the flags'; export --config and hf-config agr
 with all of the options; configs colo's blocks cannot follow are refused naming the field.
 """
 import json
+import math
 import os
 import struct
 import subprocess
@@ -352,6 +353,7 @@ def llama(tmp):
             layouts_match(tmp, label, a, cl)
         if untied:  # Phi-3's layout: the same weights with q, k, v and gate, up fused
             phi3(tmp, w, a, first_loss(prog), tl, hf)
+    longrope(tmp, cfg, w, args)
     hf = HFLlama(cfg)
     good = {n: encode(w[n], "F32")[0] for n in hf.shapes}
     bad = {"untied-for-tied": (args, dict(good, **{"lm_head.weight": ("F32", np.ones((V, C), np.float32))})),
@@ -426,6 +428,59 @@ def phi3(tmp, w, args, ll, tl, hf):
             "phi3-kv4.safetensors has 64 rows of queries, keys and values (Phi-3's qkv_proj) and 256 of "
             "gate and up (gate_up_proj); this run's model has 96 (4 query heads and 4 key heads of 8: "
             "model.n_kv_head, head_dim) and 256 (2 x mlp_hidden)")
+
+
+def longrope(tmp, cfg, w, args):
+    """LongRoPE (Phi-3.5 mini's rope_scaling, rope_type longrope): hf-config's section of a config
+    with a divisor for each of a head's 4 rotated pairs, as the job, over the Llama weights: colo's
+    first loss is HF's (transformers' frequencies 1 / (ext · theta^(2i/hs)), cos and sin times the
+    attention factor), with the short divisors where the block (16) is within the original context
+    and the long ones past it, and at tp=2, pp=2 and ZeRO-3 too; export --config gives hf-config
+    the same section back"""
+    ct = os.path.join(BIN, "colo-train")
+    for label, orig, af in [("short", 32, None), ("long", 8, None), ("given", 8, 1.25)]:
+        rs = {"rope_type": "longrope", "short_factor": [1.0, 1.5, 3.0, 7.5],
+              "long_factor": [1.25, 4.0, 11.0, 40.0]}
+        if af:
+            rs["attention_factor"] = af
+        hcfg = dict(cfg, rope_scaling=rs, original_max_position_embeddings=orig,
+                    max_position_embeddings=128, hidden_act="silu", tie_word_embeddings=True)
+        path = os.path.join(tmp, "longrope-%s.json" % label)
+        json.dump(hcfg, open(path, "w"))
+        r = subprocess.run([ct, "hf-config", path, "--block-size", str(T)], capture_output=True,
+                           text=True)
+        job = os.path.join(tmp, "longrope-%s.yaml" % label)
+        with open(job, "w") as f:
+            f.write("name: longrope\n" + r.stdout)
+        want_af = af or math.sqrt(1 + math.log(128 / orig) / math.log(orig))
+        sec = json.loads(subprocess.run([ct, "hf-config", path, "--block-size", str(T), "--json"],
+                                        capture_output=True, text=True).stdout)
+        check("hf-config: LongRoPE (%s): divisors, original context, attention factor" % label,
+              sec.get("rope_short_factor") == rs["short_factor"] and
+              sec.get("rope_long_factor") == rs["long_factor"] and
+              sec.get("rope_original_context") == orig and
+              abs(sec.get("rope_attention_factor", 0) - want_af) < 1e-7, json.dumps(sec))
+        hf_layout(tmp, "longrope-" + label, hcfg, w, args + ["--job", job],
+                  "LongRoPE, %s divisors, attention factor %.4f" % (label if label != "given" else "long",
+                                                                    want_af), "LongRoPE")
+    # export: the run's rotation back in HF's config
+    ck = os.path.join(tmp, "longrope-ckpt")
+    subprocess.run([ct, "train", "--job", job, "--data-root", tmp, "--train-data", "train.bin",
+                    "--batch-size", "2", "--steps", "1", "--eval-interval", "0", "--threads", "1",
+                    "--quiet", "--ckpt-dir", ck], check=True)
+    cj = os.path.join(tmp, "longrope-export.json")
+    subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_00000001"), "--out",
+                    os.path.join(tmp, "longrope-export.safetensors"), "--config", cj], check=True,
+                   stdout=subprocess.DEVNULL)
+    back = json.loads(subprocess.run([ct, "hf-config", cj, "--json"], capture_output=True,
+                                     text=True).stdout)
+    check("LongRoPE: hf-config of export --config is the job's section", back == sec,
+          json.dumps(back))
+    r = subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_00000001"), "--out",
+                        os.path.join(tmp, "longrope.gguf"), "--format", "gguf"], capture_output=True,
+                       text=True)
+    check("LongRoPE: GGUF export refused", r.returncode != 0 and "LongRoPE" in r.stderr and
+          not os.path.exists(os.path.join(tmp, "longrope.gguf")), r.stderr.strip())
 
 
 def hf_layout(tmp, label, hcfg, w, args, what, layout):
@@ -566,7 +621,19 @@ def hf_config(tmp):
             "rope_theta": 10000.0, "sliding_window": 2047, "tie_word_embeddings": False,
             "torch_dtype": "bfloat16", "transformers_version": "4.40.2", "use_cache": True,
             "vocab_size": 32064}
+    # Phi-3.5 mini's shape: Phi-3 mini's with LongRoPE from 4096 to 131072 positions (divisors of
+    # our own here, 48 of each for heads of 96), its window (262144) longer than its positions
+    phi35 = dict(phi3, max_position_embeddings=131072, sliding_window=262144,
+                 rope_scaling={"type": "longrope", "short_factor": [1.0 + 0.05 * i for i in range(48)],
+                               "long_factor": [1.5 + 0.25 * i for i in range(48)]})
+    f32 = lambda xs: [float(np.float32(x)) for x in xs]  # as floats, which hf-config prints exactly
     for label, conf, block, want in [
+            ("Phi-3.5 mini (LongRoPE)", phi35, 4096,
+             {"n_layer": 32, "n_head": 32, "n_embd": 3072, "mlp_hidden": 8192, "vocab_size": 32064,
+              "rope_theta": 10000, "tie_embeddings": False, "rope_original_context": 4096,
+              "rope_short_factor": f32(phi35["rope_scaling"]["short_factor"]),
+              "rope_long_factor": f32(phi35["rope_scaling"]["long_factor"]),
+              "rope_attention_factor": float(np.float32(math.sqrt(1 + math.log(32) / math.log(4096))))}),
             ("Phi-3 mini 4k", phi3, 4096, {"n_layer": 32, "n_head": 32, "n_embd": 3072,
                                            "mlp_hidden": 8192, "vocab_size": 32064, "rope_theta": 10000,
                                            "sliding_window": 2047, "tie_embeddings": False}),
@@ -604,15 +671,20 @@ def hf_config(tmp):
                          rms_norm_eps=1e-06, tie_embeddings=True), **want)
         if conf["model_type"] in ("mistral", "phi3"):  # RMSNorm's 1e-5, the default, is left out
             del want["rms_norm_eps"]
+        for k in ("rope_short_factor", "rope_long_factor"):  # the printed digits, read as floats
+            if k in got:
+                got[k] = f32(got[k])
+        if "rope_attention_factor" in got:
+            got["rope_attention_factor"] = f32([got["rope_attention_factor"]])[0]
         check("hf-config: %s's config.json" % label, got == want, json.dumps(got))
     bad = {"mixtral": (dict(l32, model_type="mixtral"),
                        "model_type mixtral; colo reads llama's, mistral's, qwen2's, qwen3's, phi3's and gpt2's"),
            # Phi-4 mini rotates three quarters of each head; Phi-3.5 mini rescales with LongRoPE
            "partial-rotary": (dict(phi3, partial_rotary_factor=0.75),
                               "partial_rotary_factor 0.75 (Phi-4 mini's): colo rotates each head whole"),
-           "longrope": (dict(phi3, rope_scaling={"type": "longrope", "short_factor": [1.0] * 48,
-                                                 "long_factor": [1.0] * 48}),
-                        "rope_scaling of type longrope; colo reads Llama 3's (llama3)"),
+           "longrope": (dict(phi35, rope_scaling=dict(phi35["rope_scaling"], short_factor=[1.0] * 47)),
+                        "rope_scaling's short_factor has 47 values; LongRoPE wants one for each of "
+                        "the 48 rotated pairs of a head of 96"),
            "no-head-width": (dict({k: v for k, v in l32.items() if k != "head_dim"}, hidden_size=2050),
                              "hidden_size 2050 is not a multiple of num_attention_heads 32, and no "
                              "head_dim says the heads' width"),

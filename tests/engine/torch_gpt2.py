@@ -156,6 +156,25 @@ def rope_inv_freq(hs, theta, scaling=None):
     return torch.where(medium, blended, scaled)
 
 
+def longrope(cfg, hs, seq_len):
+    """LongRoPE's inverse frequencies and attention factor, as transformers computes them
+    (_compute_longrope_parameters, and the dynamic update that picks long_factor once the sequence
+    passes the original context): 1 / (ext · theta^(2i/hs)), and the factor rope_scaling gives,
+    else sqrt(1 + ln s / ln original) for s = max_position_embeddings / original above 1."""
+    rs = cfg["rope_scaling"]
+    if "original_max_position_embeddings" in cfg:
+        orig = cfg["original_max_position_embeddings"]
+        factor = cfg["max_position_embeddings"] / orig
+    else:
+        orig, factor = cfg["max_position_embeddings"], rs.get("factor", 1.0)
+    af = rs.get("attention_factor")
+    if af is None:
+        af = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(orig))
+    ext = torch.tensor(rs["long_factor"] if seq_len > orig else rs["short_factor"], dtype=torch.float32)
+    shape = torch.arange(0, hs, 2, dtype=torch.int64).float() / hs
+    return 1.0 / (ext * cfg["rope_theta"] ** shape), af
+
+
 def rotate_half(x):
     h = x.shape[-1] // 2
     return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
@@ -314,9 +333,13 @@ class HFLlama(torch.nn.Module):
         NH, C = cfg["num_attention_heads"], cfg["hidden_size"]
         hs, eps = cfg.get("head_dim") or C // NH, cfg["rms_norm_eps"]
         Bn, Tn = idx.shape
-        inv_freq = rope_inv_freq(hs, cfg["rope_theta"], cfg.get("rope_scaling"))
+        rs = cfg.get("rope_scaling") or {}
+        if rs.get("rope_type", rs.get("type")) in ("longrope", "su"):
+            inv_freq, factor = longrope(cfg, hs, Tn)
+        else:
+            inv_freq, factor = rope_inv_freq(hs, cfg["rope_theta"], cfg.get("rope_scaling")), 1.0
         emb = torch.outer(torch.arange(Tn, dtype=torch.float32), inv_freq).repeat(1, 2)
-        cos, sin = emb.cos(), emb.sin()
+        cos, sin = emb.cos() * factor, emb.sin() * factor
         mask = torch.tril(torch.ones(Tn, Tn, dtype=torch.bool))
         x = p["model.embed_tokens.weight"][idx]
         for l in range(cfg["num_hidden_layers"]):

@@ -763,19 +763,27 @@ static void test_llama_ops(double tol) {
   float freq[64]; /* head size C/NH = 24; with Llama 3's rescaling, which moves every band */
   colo_rope_freqs(C / NH, 10000.0f, 8.0f, 1.0f, 4.0f, 64, freq);
   float *d_freq = upf(freq, (size_t)C / NH / 2);
-  cpu->rope(h_q, B, T, C, NH, 5, freq, 1, NULL);
-  gpu->rope(d_q, B, T, C, NH, 5, d_freq, 1, NULL);
+  cpu->rope(h_q, B, T, C, NH, 5, freq, 1.0f, 1, NULL);
+  gpu->rope(d_q, B, T, C, NH, 5, d_freq, 1.0f, 1, NULL);
   void *d_q2 = up(h_q, nq, asz); /* the CPU's rotated values, rotated back on both sides */
   check_a(named("rope forward"), d_q, h_q, nq, tol);
-  cpu->rope(h_q, B, T, C, NH, 5, freq, -1, NULL);
-  gpu->rope(d_q2, B, T, C, NH, 5, d_freq, -1, NULL);
+  cpu->rope(h_q, B, T, C, NH, 5, freq, 1.0f, -1, NULL);
+  gpu->rope(d_q2, B, T, C, NH, 5, d_freq, 1.0f, -1, NULL);
   check_a(named("rope back"), d_q2, h_q, nq, tol);
   /* documents: each token at its place in its document */
   int *pos = doc_positions(B, T), *d_pos = up(pos, N, sizeof(int));
   d_q = up(h_q, nq, asz);
-  cpu->rope(h_q, B, T, C, NH, 0, freq, 1, pos);
-  gpu->rope(d_q, B, T, C, NH, 0, d_freq, 1, d_pos);
+  cpu->rope(h_q, B, T, C, NH, 0, freq, 1.0f, 1, pos);
+  gpu->rope(d_q, B, T, C, NH, 0, d_freq, 1.0f, 1, d_pos);
   check_a(named("rope forward (documents)"), d_q, h_q, nq, tol);
+  d_q = up(h_q, nq, asz); /* scaled (LongRoPE's attention factor), forward and back */
+  cpu->rope(h_q, B, T, C, NH, 3, freq, 1.19f, 1, NULL);
+  gpu->rope(d_q, B, T, C, NH, 3, d_freq, 1.19f, 1, NULL);
+  check_a(named("rope forward, scaled by 1.19"), d_q, h_q, nq, tol);
+  d_q = up(h_q, nq, asz);
+  cpu->rope(h_q, B, T, C, NH, 3, freq, 1.19f, -1, NULL);
+  gpu->rope(d_q, B, T, C, NH, 3, d_freq, 1.19f, -1, NULL);
+  check_a(named("rope back, scaled by 1.19"), d_q, h_q, nq, tol);
   colo_pool_free(dpool, d_pos);
   free(pos);
   colo_pool_free(dpool, d_freq);

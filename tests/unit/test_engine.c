@@ -339,13 +339,15 @@ typedef struct {
   int B, T, C, NH, pos0;
   float *qkv, *out, *R, *freq;
   const int *pos; /* documents' positions, or NULL */
+  float mag;      /* LongRoPE's attention factor; 0 here: 1 */
 } rope_t;
 
 static double rope_loss(void *p) {
   rope_t *m = p;
   size_t n = (size_t)m->B * m->T * 3 * m->C;
   memcpy(m->out, m->qkv, n * sizeof(float));
-  be->rope(m->out, m->B, m->T, m->C, m->NH, m->pos0, m->freq, 1, m->pos);
+  be->rope(m->out, m->B, m->T, m->C, m->NH, m->pos0, m->freq, m->mag > 0 ? m->mag : 1.0f, 1,
+           m->pos);
   return dotd(m->out, m->R, n);
 }
 
@@ -379,13 +381,13 @@ TEST(rope_values_and_transpose) {
   /* the rotation back is its inverse, and the gradient of <rope(x), R> is rope⁻¹(R) */
   float *back = own(malloc(n * 4));
   memcpy(back, m.out, n * 4);
-  be->rope(back, 2, 5, 24, 3, 3, m.freq, -1, NULL);
+  be->rope(back, 2, 5, 24, 3, 3, m.freq, 1.0f, -1, NULL);
   for (size_t i = 0; i < n; i++)
     if (fabsf(back[i] - m.qkv[i]) > 1e-5f)
       FAIL_AT("rotated back, [%zu] = %g, not %g", i, (double)back[i], (double)m.qkv[i]);
   float *g = own(malloc(n * 4));
   memcpy(g, m.R, n * 4);
-  be->rope(g, 2, 5, 24, 3, 3, m.freq, -1, NULL);
+  be->rope(g, 2, 5, 24, 3, 3, m.freq, 1.0f, -1, NULL);
   fd_check("rope", m.qkv, g, n, rope_loss, &m);
   /* documents: each row's positions restart where one begins; rotated as a sequence of its own
    * from pos0 would be */
@@ -395,12 +397,29 @@ TEST(rope_values_and_transpose) {
   float *alone = own(malloc(72 * 4));
   for (int bt = 0; bt < 10; bt++) {
     memcpy(alone, m.qkv + (size_t)bt * 72, 72 * 4);
-    be->rope(alone, 1, 1, 24, 3, 3 + pos[bt], m.freq, 1, NULL);
+    be->rope(alone, 1, 1, 24, 3, 3 + pos[bt], m.freq, 1.0f, 1, NULL);
     ASSERT(memcmp(alone, m.out + (size_t)bt * 72, 72 * 4) == 0);
   }
   memcpy(g, m.R, n * 4);
-  be->rope(g, 2, 5, 24, 3, 3, m.freq, -1, pos);
+  be->rope(g, 2, 5, 24, 3, 3, m.freq, 1.0f, -1, pos);
   fd_check("rope, documents", m.qkv, g, n, rope_loss, &m);
+  /* scaled by a magnitude (LongRoPE's attention factor): mag times the rotation, and its
+   * backward mag times the rotation back */
+  m.pos = NULL, m.mag = 1.19f;
+  float *once = own(malloc(n * 4));
+  rope_loss(&m);
+  memcpy(once, m.out, n * 4);
+  m.mag = 0;
+  rope_loss(&m);
+  for (size_t i = 0; i < n; i++) { /* q and k scaled (the first 48 of a row's 72), v left */
+    double want = i % 72 < 48 ? 1.19 * m.out[i] : m.out[i];
+    if (fabs(once[i] - want) > 1e-5)
+      FAIL_AT("scaled by 1.19, [%zu] = %g, not %g", i, (double)once[i], want);
+  }
+  m.mag = 1.19f;
+  memcpy(g, m.R, n * 4);
+  be->rope(g, 2, 5, 24, 3, 3, m.freq, 1.19f, -1, NULL);
+  fd_check("rope, scaled", m.qkv, g, n, rope_loss, &m);
 }
 
 /* ---- grouped-query attention by repetition ---- */

@@ -49,6 +49,18 @@ static const struct {
      "model.rope_scaling_factor=8 needs model.arch=llama, a factor from 1 to 1024, 0 < "
      "rope_low_freq_factor (4) < rope_high_freq_factor (4) and rope_original_context (8192) at "
      "least 1"},
+    /* LongRoPE: a divisor for each rotated pair of a head (128/4 = 32 wide: 16), both lists */
+    {BASE "model: {arch: llama, rope_short_factor: [1, 2], rope_long_factor: [1, 2]}\n",
+     "model.rope_short_factor and rope_long_factor (LongRoPE) need model.arch=llama, no "
+     "rope_scaling_factor, and 16 values each, one for each rotated pair of a head of 32 (they "
+     "have 2 and 2)"},
+    {BASE "model: {rope_attention_factor: 1.2}\n",
+     "model.rope_short_factor and rope_long_factor (LongRoPE) need model.arch=llama, no "
+     "rope_scaling_factor, and 16 values each, one for each rotated pair of a head of 32 (they "
+     "have 0 and 0)"},
+    {BASE "model: {arch: llama, rope_short_factor: [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, "
+          "1], rope_long_factor: [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, -2]}\n",
+     "model.rope_short_factor[15]=1 and rope_long_factor[15]=-2 must be above 0 and at most 1e6"},
     {BASE "model: {arch: llama, n_kv_head: 3}\n",
      "model.n_kv_head=3 must divide model.n_head=4, with model.arch=llama (grouped-query "
      "attention)"},

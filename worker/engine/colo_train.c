@@ -457,6 +457,21 @@ static int cmd_prepare(int argc, char **argv) {
 
 /* ---- hf-config ---- */
 
+/* hf-config's LongRoPE fields, where the model has them: the divisors as floats exactly (nine
+ * digits), in JSON (after other fields) or as the YAML section's lines */
+static void print_longrope(const colo_gpt_config_t *c, int json) {
+  for (int k = 0; k < 2 && c->rope_ext; k++) {
+    const char *name = k ? "rope_long_factor" : "rope_short_factor";
+    printf(json ? ", \"%s\": [" : "  %s: [", name);
+    for (int i = 0; i < c->rope_ext; i++)
+      printf("%s%.9g", i ? ", " : "", (double)(k ? c->rope_long : c->rope_short)[i]);
+    printf(json ? "]" : "]\n");
+  }
+  if (c->rope_ext && c->rope_attn > 0)
+    printf(json ? ", \"rope_attention_factor\": %.9g" : "  rope_attention_factor: %.9g\n",
+           (double)c->rope_attn);
+}
+
 static int cmd_hf_config(int argc, char **argv) {
   int json = 0;
   long block = 1024;
@@ -520,13 +535,14 @@ static int cmd_hf_config(int argc, char **argv) {
            {"rope_scaling_factor", cfg.rope_factor, cfg.rope_factor > 0},
            {"rope_low_freq_factor", cfg.rope_low, cfg.rope_factor > 0},
            {"rope_high_freq_factor", cfg.rope_high, cfg.rope_factor > 0},
-           {"rope_original_context", cfg.rope_orig, cfg.rope_factor > 0},
+           {"rope_original_context", cfg.rope_orig, cfg.rope_factor > 0 || cfg.rope_ext},
            {"rms_norm_eps", cfg.norm_eps, llama && cfg.norm_eps > 0 && cfg.norm_eps != 1e-5f}};
   if (json) {
     printf("{\"arch\": \"%s\"", colo_gpt_arch_name(cfg.arch));
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
       if (f[i].on)
         printf(", \"%s\": %.7g", f[i].name, f[i].v); /* a float's digits */
+    print_longrope(&cfg, 1);
     printf(", \"tie_embeddings\": %s%s%s}\n", cfg.untied_head ? "false" : "true",
            cfg.qkv_bias ? ", \"qkv_bias\": true" : "", cfg.qk_norm ? ", \"qk_norm\": true" : "");
     return 0;
@@ -541,6 +557,7 @@ static int cmd_hf_config(int argc, char **argv) {
   for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
     if (f[i].on)
       printf("  %s: %.7g\n", f[i].name, f[i].v);
+  print_longrope(&cfg, 0);
   printf("  tie_embeddings: %s\n", cfg.untied_head ? "false" : "true");
   if (cfg.qkv_bias)
     printf("  qkv_bias: true\n");
@@ -1379,7 +1396,8 @@ static int launch(int world, int comm_timeout_ms) {
     fprintf(stderr, "colo-train train: %s\n", err);
     return 1;
   }
-  close(fd); /* rank 0 binds it again for the store */
+  /* rank 0 serves the store on this very socket (COLO_STORE_FD): the port is never let go, so
+   * nothing else on the host can take it between here and there */
   snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
   fflush(stdout);
   pid_t *pids = calloc((size_t)world, sizeof *pids);
@@ -1398,12 +1416,19 @@ static int launch(int world, int comm_timeout_ms) {
       snprintf(v, sizeof v, "%d", world);
       setenv("COLO_WORLD", v, 1);
       setenv("COLO_STORE", addr, 1);
+      if (r == 0) {
+        snprintf(v, sizeof v, "%d", fd);
+        setenv("COLO_STORE_FD", v, 1);
+      } else {
+        close(fd);
+      }
       free(pids);
       stop_once = 0;
       return -(r + 1);
     }
     pids[r] = pid;
   }
+  close(fd); /* rank 0's now */
   launched = pids;
   n_launched = world;
   if (stop_requested) /* asked before every rank was there to take it */
@@ -1785,7 +1810,13 @@ static int cmd_train(int argc, char **argv) {
                                   .qkv_bias = ms->qkv_bias,
                                   .qk_norm = ms->qk_norm,
                                   .head_dim = (int)ms->head_dim,
-                                  .sliding_window = (int)ms->sliding_window};
+                                  .sliding_window = (int)ms->sliding_window,
+                                  .rope_ext = (int)ms->n_rope_short_factor,
+                                  .rope_attn = ms->rope_attention_factor};
+  for (size_t i = 0; i < ms->n_rope_short_factor && i < COLO_ROPE_EXT_MAX; i++) {
+    cfg.model.rope_short[i] = ms->rope_short_factor[i];
+    cfg.model.rope_long[i] = ms->rope_long_factor[i]; /* as many: the spec was validated */
+  }
   const Colo__V1__OptimizerSpec *o = spec->optimizer;
   cfg.optim =
       (colo_adamw_config_t){o->lr,

@@ -126,10 +126,12 @@ typedef struct colo_backend_s {
    * queries and keys of qkv[B][T][3C] (NH heads of C/NH in each of q, k, v; v untouched): in each
    * head, elements i and i + hs/2 of position pos0 + t are rotated by the angle
    * (pos0 + t) · inv_freq[i] (fp32 [hs/2], the backend's memory: theta^(−2i/hs), or Llama 3's
-   * rescaling of it, colo_rope_freqs); with pos (not NULL) by (pos0 + pos[b][t]) instead. dir −1
-   * rotates back (the transpose: the backward of the same rotation on dqkv). */
-  void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir,
-               const int *pos);
+   * or LongRoPE's rescaling of it, colo_rope_freqs); with pos (not NULL) by (pos0 + pos[b][t])
+   * instead; and scaled by mag (1: a rotation alone; LongRoPE's attention factor, HF's cos and
+   * sin times it), in fp32. dir −1 applies the transpose (the backward of the same map on
+   * dqkv). */
+  void (*rope)(void *qkv, int B, int T, int C, int NH, int pos0, const float *inv_freq, float mag,
+               int dir, const int *pos);
   /* Qwen3's QK-norm: RMSNorm over each query and key head, in place. Each row of x[N][W] starts
    * with NQ query heads then NK key heads of hs values (the rest, the values, untouched). raw
    * [N][(NQ + NK)·hs] receives those heads as they were and rstd [N][NQ + NK] (fp32) their
@@ -290,6 +292,9 @@ colo_dtype_t colo_math_dtype(int math);
  * blended). */
 void colo_rope_freqs(int hs, float theta, float factor, float low, float high, int orig,
                      float *inv_freq);
+/* LongRoPE's ("rope_type": "longrope", Phi-3.5's): 1 / (ext[i] · theta^(2i/hs)), as HF computes
+ * them in fp32, ext[hs/2] each frequency's divisor. */
+void colo_rope_freqs_ext(int hs, float theta, const float *ext, float *inv_freq);
 
 /* The CUDA backend on GPU `ordinal` at precision `math`: cuBLAS for the products, kernels of our
  * own for the rest. It is a library of its own (libcolo_cuda.so), loaded on the first call. NULL

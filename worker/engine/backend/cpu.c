@@ -485,8 +485,8 @@ static void qk_norm_bwd(void *dx_, float *dwq, float *dwk, const void *raw_, con
 
 /* ---- rotary position embedding ---- */
 
-static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, const float *inv_freq, int dir,
-                 const int *pos) {
+static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, const float *inv_freq,
+                 float mag, int dir, const int *pos) {
   float *qkv = qkv_;
   int hs = C / NH, h2 = hs / 2;
 #pragma omp parallel for schedule(static)
@@ -495,7 +495,7 @@ static void rope(void *qkv_, int B, int T, int C, int NH, int pos0, const float 
     float *row = qkv + (size_t)bt * 3 * C;
     for (int i = 0; i < h2; i++) {
       float ang = at * inv_freq[i]; /* in fp32, as HF computes it */
-      float c = cosf(ang), sn = dir < 0 ? -sinf(ang) : sinf(ang);
+      float c = mag * cosf(ang), sn = mag * (dir < 0 ? -sinf(ang) : sinf(ang));
       for (int part = 0; part < 2 * NH; part++) { /* the heads of q, then of k */
         float *x = row + (size_t)part * hs;
         float x1 = x[i], x2 = x[i + h2];
@@ -560,6 +560,11 @@ void colo_rope_freqs(int hs, float theta, float factor, float low, float high, i
     }
     inv_freq[i] = f;
   }
+}
+
+void colo_rope_freqs_ext(int hs, float theta, const float *ext, float *inv_freq) {
+  for (int i = 0; i < hs / 2; i++)
+    inv_freq[i] = 1.0f / (ext[i] * powf(theta, (float)(2 * i) / (float)hs));
 }
 
 /* ---- SwiGLU ---- */

@@ -389,9 +389,9 @@ static void host_free(void *p) {
     RUN("qk_norm_bwd", base_##sfx()->qk_norm_bwd(dx, dwq, dwk, r, rstd, wq, wk, N, W, NQ, NK, hs), \
         dx, dwq, dwk, r, rstd, wq, wk);                                                            \
   }                                                                                                \
-  static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, const float *f, int dir,    \
-                         const int *pos) {                                                         \
-    RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, f, dir, pos), q, f, pos);                   \
+  static void rope_##sfx(void *q, int B, int T, int C, int NH, int p0, const float *f, float mg,   \
+                         int dir, const int *pos) {                                                \
+    RUN("rope", base_##sfx()->rope(q, B, T, C, NH, p0, f, mg, dir, pos), q, f, pos);               \
   }                                                                                                \
   static void kv_expand_##sfx(void *d, const void *s, int N, int C, int NH, int NKV) {             \
     RUN("kv_expand", base_##sfx()->kv_expand(d, s, N, C, NH, NKV), d, s);                          \

@@ -241,10 +241,10 @@ static void qk_norm_bwd_t(colo_dtype_t t, void *dx, float *dwq, float *dwk, cons
 }
 
 static void rope_t(colo_dtype_t t, void *qkv, int B, int T, int C, int NH, int pos0,
-                   const float *inv_freq, int dir, const int *pos) {
+                   const float *inv_freq, float mag, int dir, const int *pos) {
   size_t n = (size_t)B * T * 3 * C;
   float *f = widen(t, qkv, n);
-  f32()->rope(f, B, T, C, NH, pos0, inv_freq, dir, pos);
+  f32()->rope(f, B, T, C, NH, pos0, inv_freq, mag, dir, pos);
   narrow(t, qkv, f, n);
 }
 
@@ -535,9 +535,9 @@ static void dequant_nf4_t(colo_dtype_t t, void *w, const uint8_t *codes, const f
                                 int NQ, int NK, int hs) {                                          \
     qk_norm_bwd_t(T, dx, dwq, dwk, r, rstd, wq, wk, N, W, NQ, NK, hs);                             \
   }                                                                                                \
-  static void rope_##sfx(void *q, int B, int Tt, int C, int NH, int p0, const float *f, int dir,   \
-                         const int *pos) {                                                         \
-    rope_t(T, q, B, Tt, C, NH, p0, f, dir, pos);                                                   \
+  static void rope_##sfx(void *q, int B, int Tt, int C, int NH, int p0, const float *f, float mg,  \
+                         int dir, const int *pos) {                                                \
+    rope_t(T, q, B, Tt, C, NH, p0, f, mg, dir, pos);                                               \
   }                                                                                                \
   static void swiglu_fwd_##sfx(void *o, const void *p, int N, int H) {                             \
     swiglu_fwd_t(T, o, p, N, H);                                                                   \

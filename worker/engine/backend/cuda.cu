@@ -1101,7 +1101,7 @@ static void qk_norm_bwd(void *dx, float *dwq, float *dwk, const void *raw, const
 
 template <class T>
 __global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int pos0,
-                                   const float *inv_freq, int dir, const int *at) {
+                                   const float *inv_freq, float mag, int dir, const int *at) {
   int hs = C / NH, h2 = hs / 2;
   size_t n = (size_t)BT * 2 * NH * h2, stride = (size_t)gridDim.x * blockDim.x;
   for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += stride) {
@@ -1111,7 +1111,7 @@ __global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int po
     int bt = (int)(rest / (2 * NH));
     float pos = (float)(pos0 + (at ? at[bt] : bt % T_));
     float ang = pos * inv_freq[i];
-    float c = cosf(ang), sn = dir < 0 ? -sinf(ang) : sinf(ang);
+    float c = mag * cosf(ang), sn = mag * (dir < 0 ? -sinf(ang) : sinf(ang));
     T *x = qkv + (size_t)bt * 3 * C + (size_t)part * hs;
     float x1 = ld(x[i]), x2 = ld(x[i + h2]);
     x[i] = st<T>(x1 * c - x2 * sn);
@@ -1120,11 +1120,11 @@ __global__ static void rope_kernel(T *qkv, int BT, int T_, int C, int NH, int po
 }
 
 template <class T>
-static void rope(void *qkv, int B, int T_, int C, int NH, int pos0, const float *inv_freq, int dir,
-                 const int *pos) {
+static void rope(void *qkv, int B, int T_, int C, int NH, int pos0, const float *inv_freq,
+                 float mag, int dir, const int *pos) {
   size_t n = (size_t)B * T_ * C; /* pairs: B·T·2·NH·hs/2 */
   rope_kernel<T><<<blocks_for(n, 256), 256, 0, g.stream>>>((T *)qkv, B * T_, T_, C, NH, pos0,
-                                                           inv_freq, dir, pos);
+                                                           inv_freq, mag, dir, pos);
   LAUNCHED();
 }
 

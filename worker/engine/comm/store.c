@@ -292,7 +292,23 @@ int colo_rdzv_server_start(const char *addr, colo_rdzv_server_t **out, char *err
     return COLO_EINVAL;
   }
   colo_rdzv_server_t *s = calloc(1, sizeof *s);
-  s->fd = colo_tcp_listen(host, atoi(port), NULL, err, errlen);
+  /* a socket already listening on that port, handed down by colo-train's local launcher
+   * (COLO_STORE_FD), else one bound here */
+  const char *inherited = getenv("COLO_STORE_FD");
+  s->fd = -1;
+  if (inherited) {
+    int fd = atoi(inherited), listening = 0;
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss, il = sizeof listening;
+    unsetenv("COLO_STORE_FD");
+    if (fd > 2 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
+        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &il) == 0 && listening &&
+        ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                      : ((struct sockaddr_in6 *)&ss)->sin6_port) == atoi(port))
+      s->fd = fd;
+  }
+  if (s->fd < 0)
+    s->fd = colo_tcp_listen(host, atoi(port), NULL, err, errlen);
   if (s->fd < 0) {
     free(s);
     return COLO_EIO;

@@ -68,6 +68,7 @@ struct colo_gpt_s {
   int gqa;                 /* NKV < NH: the product's keys and values repeated for attention */
   int llama;               /* cfg.arch == COLO_ARCH_LLAMA */
   float *inv_freq;         /* LLAMA: RoPE's frequencies [hs/2], the backend's memory */
+  float rope_mag;          /* LLAMA: the rotation's scale (LongRoPE's attention factor; 1) */
   int per_layer;           /* tensors per block: 12, or 6 (LLAMA) */
   int slot[P_PER_LAYER];   /* a P_* tensor's place in its block's run of tensors (-1: none) */
   int n_top, n_tail;       /* tensors before the blocks (wte, wpe) and after (ln_f, lm_head) */
@@ -215,6 +216,13 @@ int colo_gpt_mlp_hidden(const colo_gpt_config_t *cfg) {
   if (cfg->arch == COLO_ARCH_LLAMA)
     return (8 * cfg->n_embd / 3 + 63) / 64 * 64;
   return 4 * cfg->n_embd;
+}
+
+const float *colo_gpt_rope_ext(const colo_gpt_config_t *cfg) {
+  if (!cfg->rope_ext)
+    return NULL;
+  return cfg->block_size > (cfg->rope_orig > 0 ? cfg->rope_orig : 8192) ? cfg->rope_long
+                                                                        : cfg->rope_short;
 }
 
 int colo_gpt_kv_heads(const colo_gpt_config_t *cfg) {
@@ -572,6 +580,22 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
              (double)cfg->rope_low, (double)cfg->rope_high, cfg->rope_orig);
     return COLO_EINVAL;
   }
+  if (cfg->rope_ext &&
+      (cfg->arch != COLO_ARCH_LLAMA || cfg->rope_ext != colo_gpt_head_size(cfg) / 2 ||
+       cfg->rope_factor > 0.0f || !(cfg->rope_attn >= 0.0f && cfg->rope_attn <= 100.0f))) {
+    snprintf(err, errlen,
+             "LongRoPE's %d frequency divisors need a llama of heads of %d (not %d), without "
+             "Llama 3's rescaling, and an attention factor in [0, 100] (not %g)",
+             cfg->rope_ext, 2 * cfg->rope_ext, colo_gpt_head_size(cfg), (double)cfg->rope_attn);
+    return COLO_EINVAL;
+  }
+  for (int i = 0; i < cfg->rope_ext; i++)
+    if (!(cfg->rope_short[i] > 0.0f && cfg->rope_short[i] < 1e9f && cfg->rope_long[i] > 0.0f &&
+          cfg->rope_long[i] < 1e9f)) {
+      snprintf(err, errlen, "LongRoPE's divisors must be above 0: frequency %d has %g and %g", i,
+               (double)cfg->rope_short[i], (double)cfg->rope_long[i]);
+      return COLO_EINVAL;
+    }
   if (cfg->arch != COLO_ARCH_LLAMA && (cfg->qkv_bias || cfg->qk_norm || cfg->sliding_window ||
                                        (cfg->norm_eps != 0.0f && cfg->norm_eps != 1e-5f))) {
     snprintf(err, errlen,
@@ -743,10 +767,14 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
     if (!f || !(m->inv_freq = colo_pool_alloc(pool, (size_t)hs / 2 * sizeof(float), "rope"))) {
       rc = COLO_ENOMEM;
     } else {
-      colo_rope_freqs(hs, cfg->rope_theta > 0.0f ? cfg->rope_theta : 10000.0f, cfg->rope_factor,
-                      cfg->rope_low > 0.0f ? cfg->rope_low : 1.0f,
-                      cfg->rope_high > 0.0f ? cfg->rope_high : 4.0f,
-                      cfg->rope_orig > 0 ? cfg->rope_orig : 8192, f);
+      float theta = cfg->rope_theta > 0.0f ? cfg->rope_theta : 10000.0f;
+      if (cfg->rope_ext)
+        colo_rope_freqs_ext(hs, theta, colo_gpt_rope_ext(cfg), f);
+      else
+        colo_rope_freqs(hs, theta, cfg->rope_factor, cfg->rope_low > 0.0f ? cfg->rope_low : 1.0f,
+                        cfg->rope_high > 0.0f ? cfg->rope_high : 4.0f,
+                        cfg->rope_orig > 0 ? cfg->rope_orig : 8192, f);
+      m->rope_mag = cfg->rope_attn > 0.0f ? cfg->rope_attn : 1.0f;
       be->from_host(m->inv_freq, f, (size_t)hs / 2 * sizeof *f);
     }
     free(f);
@@ -1271,12 +1299,12 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
     cp_exchange(m, m->qsmall, m->qsmall, wd, 3, 1);
     be->kv_expand(a->qkv, m->qsmall, B * Tf, Cc, NHc, m->NKVl / m->cp);
     if (m->llama) /* at their places in the whole rows */
-      be->rope(a->qkv, B, Tf, Cc, NHc, 0, m->inv_freq, 1, m->doc_pos);
+      be->rope(a->qkv, B, Tf, Cc, NHc, 0, m->inv_freq, m->rope_mag, 1, m->doc_pos);
   } else {
     if (m->gqa) /* each key and value head repeated for its group of query heads */
       be->kv_expand(a->qkv, m->qsmall, N, Cq, m->NHl, m->NKVl);
     if (m->llama) /* the queries and keys rotated in place: attention and its backward read them */
-      be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, 1, token_pos(m));
+      be->rope(a->qkv, B, T, Cq, m->NHl, 0, m->inv_freq, m->rope_mag, 1, token_pos(m));
     const int wd[3] = {Cq, Cq, Cq};
     if (m->cp > 1)
       cp_exchange(m, a->qkv, a->qkv, wd, 3, 1);
@@ -1551,7 +1579,7 @@ int colo_gpt_decode(colo_gpt_t *m, int token, int pos, float *logits, char *err,
     if (m->gqa)
       be->kv_expand(qkv, m->qsmall, 1, Q, NH, m->NKVl);
     if (m->llama) /* this position's query and key: the cache keeps keys rotated */
-      be->rope(qkv, 1, 1, Q, NH, pos, m->inv_freq, 1, NULL);
+      be->rope(qkv, 1, 1, Q, NH, pos, m->inv_freq, m->rope_mag, 1, NULL);
     for (int h = 0; h < NH; h++) {
       size_t head = ((size_t)l * NH + h) * T * hs; /* this head's cache of this layer */
       float *K = (float *)m->kcache + head, *Vh = (float *)m->vcache + head;
@@ -2206,7 +2234,7 @@ blocks:
     if (m->cp_kv) { /* rotated back and summed where attention ran, then moved back */
       const int wd[3] = {Cq, m->KVw, m->KVw};
       if (m->llama)
-        be->rope(m->dqkv, B, Tf, Cc, NHc, 0, m->inv_freq, -1, m->doc_pos);
+        be->rope(m->dqkv, B, Tf, Cc, NHc, 0, m->inv_freq, m->rope_mag, -1, m->doc_pos);
       be->kv_reduce(m->qsmall, m->dqkv, B * Tf, Cc, NHc, m->NKVl / m->cp);
       cp_exchange(m, m->qsmall, m->qsmall, wd, 3, 0);
     } else {
@@ -2214,7 +2242,7 @@ blocks:
       if (m->cp > 1)
         cp_exchange(m, m->dqkv, m->dqkv, wd, 3, 0);
       if (m->llama) /* through the rotation: its transpose */
-        be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, -1, token_pos(m));
+        be->rope(m->dqkv, B, T, Cq, m->NHl, 0, m->inv_freq, m->rope_mag, -1, token_pos(m));
       if (m->gqa) /* the repeated heads' gradients summed into their key and value heads */
         be->kv_reduce(m->qsmall, m->dqkv, N, Cq, m->NHl, m->NKVl);
     }

@@ -26,6 +26,9 @@
  * LM head stays tied to the token embedding. */
 enum { COLO_ARCH_GPT2 = 0, COLO_ARCH_LLAMA = 1 };
 
+/* LongRoPE's divisors a frequency list holds at most: heads of up to 512 */
+enum { COLO_ROPE_EXT_MAX = 256 };
+
 typedef struct {
   int vocab_size;   /* V */
   int block_size;   /* maximum T */
@@ -52,7 +55,18 @@ typedef struct {
   int sliding_window; /* LLAMA: each query attends its W most recent keys, itself among them
                        * (Mistral 7B v0.1's 4096, HF's sliding_window), within its document as
                        * ever; 0: every earlier key */
+  /* LLAMA: LongRoPE (Phi-3.5 mini's, the 128k Phi-3s'; 0: none): rope_ext = hs/2 divisors of
+   * the frequencies, rope_short's for a block of up to rope_orig tokens and rope_long's beyond
+   * (HF picks by the sequence's length, colo by the block's); rope_attn scales the rotated
+   * queries and keys (HF's attention factor, on cos and sin; 0: 1) */
+  int rope_ext;
+  float rope_short[COLO_ROPE_EXT_MAX], rope_long[COLO_ROPE_EXT_MAX];
+  float rope_attn;
 } colo_gpt_config_t;
+
+/* The divisors a LongRoPE model uses: rope_long's when its block passes rope_orig, else
+ * rope_short's; NULL without LongRoPE. */
+const float *colo_gpt_rope_ext(const colo_gpt_config_t *cfg);
 
 /* cfg->n_kv_head, or n_head when 0 */
 int colo_gpt_kv_heads(const colo_gpt_config_t *cfg);

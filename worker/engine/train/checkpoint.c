@@ -181,7 +181,33 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
       bad = 1;
     t.model.untied_head = cJSON_IsFalse(tie);
     cJSON *rs = cJSON_GetObjectItem(m, "rope_scaling");
-    if (rs) {
+    cJSON *rt = cJSON_GetObjectItem(rs, "rope_type"); /* absent: Llama 3's */
+    if (cJSON_IsString(rt) && !strcmp(rt->valuestring, "longrope")) {
+      cJSON *sf = cJSON_GetObjectItem(rs, "short_factor"),
+            *lf = cJSON_GetObjectItem(rs, "long_factor");
+      cJSON *af = cJSON_GetObjectItem(rs, "attention_factor");
+      cJSON *om = cJSON_GetObjectItem(rs, "original_max_position_embeddings");
+      int n = cJSON_GetArraySize(sf);
+      if (!cJSON_IsArray(sf) || !cJSON_IsArray(lf) || n < 1 || n > COLO_ROPE_EXT_MAX ||
+          cJSON_GetArraySize(lf) != n || !cJSON_IsNumber(af) ||
+          !(af->valuedouble >= 0 && af->valuedouble <= 100) || !cJSON_IsNumber(om) ||
+          !(om->valuedouble >= 1 && om->valuedouble < 1e9))
+        bad = 1;
+      for (int i = 0; !bad && i < n; i++) {
+        cJSON *s = cJSON_GetArrayItem(sf, i), *l = cJSON_GetArrayItem(lf, i);
+        if (!cJSON_IsNumber(s) || !cJSON_IsNumber(l) || !(s->valuedouble > 0) ||
+            !(l->valuedouble > 0))
+          bad = 1;
+        else
+          t.model.rope_short[i] = (float)s->valuedouble,
+          t.model.rope_long[i] = (float)l->valuedouble;
+      }
+      if (!bad) {
+        t.model.rope_ext = n;
+        t.model.rope_attn = (float)af->valuedouble;
+        t.model.rope_orig = (int)om->valuedouble;
+      }
+    } else if (rs) {
       const char *k[4] = {"factor", "low_freq_factor", "high_freq_factor",
                           "original_max_position_embeddings"};
       double v4[4];
@@ -564,6 +590,18 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddNumberToObject(mo, "sliding_window", meta->model.sliding_window);
     if (meta->model.norm_eps > 0.0f && meta->model.norm_eps != 1e-5f)
       cJSON_AddNumberToObject(mo, "rms_norm_eps", meta->model.norm_eps);
+    if (meta->model.rope_ext) { /* LongRoPE's, as HF's config names it */
+      cJSON *rs = cJSON_AddObjectToObject(mo, "rope_scaling");
+      cJSON_AddStringToObject(rs, "rope_type", "longrope");
+      for (int k = 0; k < 2; k++) {
+        const float *x = k ? meta->model.rope_long : meta->model.rope_short;
+        cJSON *a = cJSON_AddArrayToObject(rs, k ? "long_factor" : "short_factor");
+        for (int i = 0; i < meta->model.rope_ext; i++)
+          cJSON_AddItemToArray(a, cJSON_CreateNumber(x[i])); /* a float in a double: exact */
+      }
+      cJSON_AddNumberToObject(rs, "attention_factor", meta->model.rope_attn);
+      cJSON_AddNumberToObject(rs, "original_max_position_embeddings", meta->model.rope_orig);
+    }
     if (meta->model.rope_factor > 0.0f) { /* Llama 3's rescaling, as HF's config names it */
       cJSON *rs = cJSON_AddObjectToObject(mo, "rope_scaling");
       cJSON_AddNumberToObject(rs, "factor", meta->model.rope_factor);
@@ -1051,6 +1089,15 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
                       (c->rope_factor > 0 &&
                        (c->rope_low != t.model.rope_low || c->rope_high != t.model.rope_high ||
                         c->rope_orig != t.model.rope_orig)));
+  /* and LongRoPE's, divisors, attention factor and original context */
+  rope_differs =
+      rope_differs ||
+      (c->arch == COLO_ARCH_LLAMA &&
+       (c->rope_ext != t.model.rope_ext ||
+        (c->rope_ext &&
+         (c->rope_attn != t.model.rope_attn || c->rope_orig != t.model.rope_orig ||
+          memcmp(c->rope_short, t.model.rope_short, (size_t)c->rope_ext * sizeof(float)) ||
+          memcmp(c->rope_long, t.model.rope_long, (size_t)c->rope_ext * sizeof(float))))));
   if (rc == 0 && (c->n_layer != t.model.n_layer || c->n_head != t.model.n_head ||
                   c->n_embd != t.model.n_embd || c->block_size != t.model.block_size ||
                   c->vocab_size != t.model.vocab_size ||

@@ -578,6 +578,12 @@ int colo_gguf_write(const colo_gpt_t *m, const float *params, const colo_bpe_t *
       type != COLO_GGUF_Q8_0 && type != COLO_GGUF_Q4_0)
     return colo_fail(err, errlen, COLO_EINVAL,
                      "GGUF type %d: colo writes f32, f16, bf16, q8_0 and q4_0", type);
+  if (c->rope_ext) /* llama.cpp's llama and qwen architectures scale no rotation */
+    return colo_fail(err, errlen, COLO_EINVAL,
+                     "the model rotates by LongRoPE (model.rope_short_factor, its attention "
+                     "factor), which llama.cpp's %s architecture does not; export it for "
+                     "HuggingFace (--format hf) and convert that with llama.cpp's own script",
+                     gguf_arch(c, &(int){0}));
   int llama = c->arch == COLO_ARCH_LLAMA, pairs;
   const char *arch = gguf_arch(c, &pairs);
   mem_t kv = {0};

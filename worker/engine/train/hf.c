@@ -2,6 +2,7 @@
 #include "hf.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -570,6 +571,27 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
       cJSON_AddBoolToObject(j, "attention_bias", 0);
       cJSON_AddBoolToObject(j, "mlp_bias", 0);
     }
+    if (c->rope_ext) { /* LongRoPE: transformers' rope_type longrope, its attention factor given,
+                          the original context where its code reads it, at the top */
+      cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
+      cJSON_AddStringToObject(rs, "rope_type", "longrope");
+      for (int k = 0; k < 2; k++) {
+        cJSON *a = cJSON_AddArrayToObject(rs, k ? "long_factor" : "short_factor");
+        for (int i = 0; i < c->rope_ext; i++) {
+          char v[32]; /* the float's shortest decimal that reads back as it */
+          const float x = (k ? c->rope_long : c->rope_short)[i];
+          for (int d = 6; d <= 9; d++) {
+            snprintf(v, sizeof v, "%.*g", d, (double)x);
+            if (strtof(v, NULL) == x)
+              break;
+          }
+          cJSON_AddItemToArray(a, cJSON_CreateNumber(strtod(v, NULL)));
+        }
+      }
+      cJSON_AddNumberToObject(rs, "attention_factor", c->rope_attn > 0 ? c->rope_attn : 1.0);
+      cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_orig);
+      cJSON_AddNumberToObject(j, "original_max_position_embeddings", c->rope_orig);
+    }
     if (c->rope_factor > 0.0f) { /* Llama 3.1's rescaling */
       cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
       cJSON_AddStringToObject(rs, "rope_type", "llama3");
@@ -750,6 +772,55 @@ static const char *str_field(const cJSON *j, const char *key) {
   return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
+/* LongRoPE (rope_scaling of type longrope, or su as the first 128k Phi-3s wrote it), after the
+ * shape's fields: short_factor and long_factor, a divisor for each rotated pair of a head; the
+ * original context (the top-level original_max_position_embeddings, as Phi-3 and transformers'
+ * code read it, else rope_scaling's, else max_position_embeddings); and the attention factor
+ * (rope_scaling's, else transformers' default: sqrt(1 + ln s / ln original) for s =
+ * max_position_embeddings / original above 1, else 1). */
+static int read_longrope(const cJSON *j, const cJSON *rs, colo_gpt_config_t *c, const char *file,
+                         char *err, size_t errlen) {
+  int half = colo_gpt_head_size(c) / 2, rc = 0;
+  for (int k = 0; k < 2 && rc == 0; k++) {
+    const char *name = k ? "long_factor" : "short_factor";
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(rs, name);
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != half || half > COLO_ROPE_EXT_MAX)
+      return colo_fail(err, errlen, COLO_EINVAL,
+                       "%s: rope_scaling's %s has %d values; LongRoPE wants one for each of the "
+                       "%d rotated pairs of a head of %d",
+                       file, name, cJSON_IsArray(a) ? cJSON_GetArraySize(a) : 0, half, 2 * half);
+    int i = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, a) {
+      if (!cJSON_IsNumber(v) || !(v->valuedouble > 0 && v->valuedouble <= 1e6))
+        return colo_fail(err, errlen, COLO_EINVAL,
+                         "%s: rope_scaling's %s[%d] is not a number above 0, at most 1e6", file,
+                         name, i);
+      (k ? c->rope_long : c->rope_short)[i++] = (float)v->valuedouble;
+    }
+  }
+  double orig = 0, af = 0;
+  rc = opt_num(j, "original_max_position_embeddings", 0, &orig, file, err, errlen);
+  if (rc == 0 && orig == 0)
+    rc = opt_num(rs, "original_max_position_embeddings", c->block_size, &orig, file, err, errlen);
+  if (rc == 0)
+    rc = opt_num(rs, "attention_factor", 0, &af, file, err, errlen);
+  if (rc == 0 && !(orig >= 1 && orig <= (1 << 24) && orig == (int)orig && af >= 0 && af <= 100))
+    rc = colo_fail(err, errlen, COLO_EINVAL,
+                   "%s: LongRoPE's original context %g (a whole number of tokens) or attention "
+                   "factor %g (0 to 100) is out of range",
+                   file, orig, af);
+  if (rc < 0)
+    return rc;
+  double s = c->block_size / orig; /* block_size is max_position_embeddings here */
+  if (af == 0)
+    af = s > 1 ? sqrt(1 + log(s) / log(orig)) : 1;
+  c->rope_ext = half;
+  c->rope_orig = (int)orig;
+  c->rope_attn = (float)af;
+  return 0;
+}
+
 int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_t errlen) {
   char *text = NULL, file[1200];
   size_t len = 0;
@@ -846,11 +917,15 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
       rc = colo_fail(err, errlen, COLO_EINVAL,
                      "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", file,
                      c->n_head, c->n_kv_head);
-    if (rc == 0 && rs && !cJSON_IsNull(rs)) {
+    if (rc == 0 && rs && !cJSON_IsNull(rs) && rt &&
+        (!strcmp(rt, "longrope") || !strcmp(rt, "su"))) {
+      rc = read_longrope(j, rs, c, file, err, errlen);
+    } else if (rc == 0 && rs && !cJSON_IsNull(rs)) {
       if (!rt || strcmp(rt, "llama3"))
         rc = colo_fail(err, errlen, COLO_EINVAL,
-                       "%s: rope_scaling of type %s; colo reads Llama 3's (llama3)", file,
-                       rt ? rt : "(none)");
+                       "%s: rope_scaling of type %s; colo reads Llama 3's (llama3) and LongRoPE's "
+                       "(longrope)",
+                       file, rt ? rt : "(none)");
       double f = 0, lo = 1, hi = 4, orig = 8192;
       if (rc == 0)
         rc = opt_num(rs, "factor", 0, &f, file, err, errlen);

@@ -2473,9 +2473,14 @@ int colo_train_run(const colo_train_config_t *cfg, float *final_loss, float *fin
   char heads[32] = ""; /* a head's width, where model.head_dim sets it */
   if (cfg->model.head_dim)
     snprintf(heads, sizeof heads, " of %d", cfg->model.head_dim);
-  char window[40] = ""; /* and attention's window, where model.sliding_window sets one */
+  char window[96] = ""; /* and attention's window, where model.sliding_window sets one, and */
+  int wn = 0;           /* LongRoPE's divisors for this block, where the model has them */
   if (cfg->model.sliding_window)
-    snprintf(window, sizeof window, " (attention window %d)", cfg->model.sliding_window);
+    wn = snprintf(window, sizeof window, " (attention window %d)", cfg->model.sliding_window);
+  if (cfg->model.rope_ext)
+    snprintf(window + wn, sizeof window - (size_t)wn, " (LongRoPE's %s divisors, attention x%.4g)",
+             colo_gpt_rope_ext(&cfg->model) == cfg->model.rope_long ? "long" : "short",
+             (double)(cfg->model.rope_attn > 0 ? cfg->model.rope_attn : 1.0f));
   if (!cfg->quiet && lead)
     printf("model: %s, %d layers, %d heads%s, %d wide, block %d%s, vocab %d: %zu parameters; "
            "batch %d x accum %d x %d tokens; %s; %s memory %.1f MiB\n",
