@@ -476,6 +476,14 @@ def longrope(tmp, cfg, w, args):
                                      text=True).stdout)
     check("LongRoPE: hf-config of export --config is the job's section", back == sec,
           json.dumps(back))
+    # resumed with another attention factor (the long case's computed one): refused, naming it
+    r = subprocess.run([ct, "train", "--job", os.path.join(tmp, "longrope-long.yaml"), "--data-root",
+                        tmp, "--train-data", "train.bin", "--batch-size", "2", "--steps", "2",
+                        "--eval-interval", "0", "--threads", "1", "--quiet", "--ckpt-dir", ck,
+                        "--resume", "auto"], capture_output=True, text=True)
+    check("LongRoPE: a checkpoint resumed with another attention factor is refused",
+          r.returncode != 0 and "and another rotation" in r.stderr and "rope_*_factor" in r.stderr,
+          r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "")
     r = subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_00000001"), "--out",
                         os.path.join(tmp, "longrope.gguf"), "--format", "gguf"], capture_output=True,
                        text=True)

@@ -1121,7 +1121,8 @@ int colo_ckpt_load_to(const char *dir, colo_ckpt_meta_t *meta, colo_gpt_t *model
         colo_fail(err, errlen, COLO_EINVAL,
                   "checkpoint %s is of a %s model with MLP width %d and %d key heads%s%s%s%s%s; "
                   "this run's is %s with %d and %d%s%s%s%s (model.arch, mlp_hidden, n_kv_head, "
-                  "tie_embeddings, qkv_bias, qk_norm, rms_norm_eps, rope_theta, rope_scaling_*)",
+                  "tie_embeddings, qkv_bias, qk_norm, rms_norm_eps, rope_theta, rope_scaling_*, "
+                  "rope_*_factor)",
                   dir, colo_gpt_arch_name(t.model.arch), colo_gpt_mlp_hidden(&t.model),
                   colo_gpt_kv_heads(&t.model), t.model.untied_head ? ", untied" : "",
                   t.model.qkv_bias ? ", q, k and v biases" : "", t.model.qk_norm ? ", QK-norm" : "",
