@@ -292,6 +292,13 @@ int colo_jobspec_validate(const Colo__V1__JobSpec *s, char *err, size_t errlen) 
                "rope_original_context (%u) at least 1",
                (double)m->rope_scaling_factor, (double)m->rope_low_freq_factor,
                (double)m->rope_high_freq_factor, m->rope_original_context);
+  if (m->hf_layout && m->hf_layout[0] &&
+      (strcmp(m->hf_layout, "phi3") || m->arch != COLO__V1__ARCH__ARCH_LLAMA || m->qkv_bias ||
+       m->qk_norm || m->head_dim))
+    return bad(err, errlen,
+               "model.hf_layout \"%.40s\" must be phi3 (Phi-3's layout), with model.arch=llama and "
+               "without qkv_bias, qk_norm or head_dim, which Phi-3 has not",
+               m->hf_layout);
   if (m->n_rope_short_factor || m->n_rope_long_factor || m->rope_attention_factor != 0.0f) {
     /* LongRoPE: a divisor for each of the head's rotated pairs, both lists */
     unsigned hs = m->head_dim ? m->head_dim : m->n_head ? m->n_embd / m->n_head : 0;

@@ -422,6 +422,53 @@ def phi3(tmp, w, args, ll, tl, hf):
     check("phi3 (fused qkv_proj, gate_up_proj): the Llama layout's first loss", pl == ll,
           "phi3 %.7f llama %.7f (HF's Llama %.7f)" % (pl, ll, tl))
     layouts_match(tmp, "phi3", args, pl)
+    # export in Phi-3's layout (model.hf_layout: phi3, as hf-config writes it for a phi3 config):
+    # the same training with and without it, whole and as LoRA adapters; Phi-3's fused tensors are
+    # the Llama export's q, k, v and gate, up, stacked, bit for bit
+    ct = os.path.join(BIN, "colo-train")
+    out = {}
+    for lay in ("llama", "phi3"):
+        extra = ["--hf-layout", "phi3"] if lay == "phi3" else []
+        for kind, more in (("full", []), ("lora", ["--lora-rank", "4", "--lora-targets", "all"])):
+            ck = os.path.join(tmp, "phi3-export-%s-%s" % (lay, kind))
+            colo(tmp, "phi3.safetensors", args + extra + more + ["--ckpt-dir", ck])
+            o = os.path.join(tmp, "phi3-export-%s-%s.out" % (lay, kind))
+            fmt = ["--format", "peft"] if kind == "lora" else ["--config", o + ".json"]
+            subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_00000001"), "--out", o]
+                           + fmt, check=True, stdout=subprocess.DEVNULL)
+            out[lay, kind] = o
+    ll = read_safetensors(out["llama", "full"])
+    ph = read_safetensors(out["phi3", "full"])
+    h, same = "model.layers.%d.", True
+    for l in range(L):
+        p = h % l
+        same &= np.array_equal(ph[p + "self_attn.qkv_proj.weight"], np.concatenate(
+            [ll[p + "self_attn.%s_proj.weight" % x] for x in "qkv"]))
+        same &= np.array_equal(ph[p + "mlp.gate_up_proj.weight"], np.concatenate(
+            [ll[p + "mlp.gate_proj.weight"], ll[p + "mlp.up_proj.weight"]]))
+    same &= not any("q_proj" in n or "gate_proj" in n for n in ph) and len(ph) == len(ll) - 3 * L
+    pc = json.load(open(out["phi3", "full"] + ".json"))
+    check("export in Phi-3's layout: qkv_proj and gate_up_proj are the Llama export's, stacked",
+          same and pc["architectures"] == ["Phi3ForCausalLM"] and pc["model_type"] == "phi3",
+          "%d tensors against %d; %s" % (len(ph), len(ll), pc["architectures"]))
+    sec = json.loads(subprocess.run([ct, "hf-config", out["phi3", "full"] + ".json", "--json"],
+                                    capture_output=True, text=True).stdout)
+    check("export in Phi-3's layout: hf-config reads it back as phi3", sec.get("hf_layout") == "phi3",
+          json.dumps(sec))
+    la = read_safetensors(os.path.join(out["llama", "lora"], "adapter_model.safetensors"))
+    pa = read_safetensors(os.path.join(out["phi3", "lora"], "adapter_model.safetensors"))
+    pre, same = "base_model.model.model.layers.%d.", True
+    for l in range(L):
+        p = pre % l
+        same &= np.array_equal(pa[p + "self_attn.qkv_proj.lora_A.weight"],
+                               la[p + "self_attn.q_proj.lora_A.weight"])
+        same &= np.array_equal(pa[p + "self_attn.qkv_proj.lora_B.weight"], np.concatenate(
+            [la[p + "self_attn.%s_proj.lora_B.weight" % x] for x in "qkv"]))
+        same &= np.array_equal(pa[p + "mlp.gate_up_proj.lora_B.weight"], np.concatenate(
+            [la[p + "mlp.%s_proj.lora_B.weight" % x] for x in ("gate", "up")]))
+    tm = json.load(open(os.path.join(out["phi3", "lora"], "adapter_config.json")))["target_modules"]
+    check("PEFT adapters in Phi-3's layout: on qkv_proj and gate_up_proj, the Llama ones' stacked",
+          same and sorted(tm) == ["down_proj", "gate_up_proj", "o_proj", "qkv_proj"], json.dumps(tm))
     kv4 = [x for x in args]
     kv4[kv4.index("--n-kv-head") + 1] = "4"
     refused(tmp, "phi3-kv4", kv4, tensors,
@@ -463,15 +510,21 @@ def longrope(tmp, cfg, w, args):
         hf_layout(tmp, "longrope-" + label, hcfg, w, args + ["--job", job],
                   "LongRoPE, %s divisors, attention factor %.4f" % (label if label != "given" else "long",
                                                                     want_af), "LongRoPE")
+    def step_and_export(name, job, *extra):
+        """one step of the job into tmp/name, exported as name-export.safetensors and its config;
+        returns the checkpoint's folder and the config's path"""
+        ck = os.path.join(tmp, name)
+        subprocess.run([ct, "train", "--job", job, "--data-root", tmp, "--train-data", "train.bin",
+                        "--batch-size", "2", "--steps", "1", "--eval-interval", "0", "--threads",
+                        "1", "--quiet", "--ckpt-dir", ck] + list(extra), check=True)
+        cj = os.path.join(tmp, name + "-export.json")
+        subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_00000001"), "--out",
+                        os.path.join(tmp, name + "-export.safetensors"), "--config", cj], check=True,
+                       stdout=subprocess.DEVNULL)
+        return ck, cj
+
     # export: the run's rotation back in HF's config
-    ck = os.path.join(tmp, "longrope-ckpt")
-    subprocess.run([ct, "train", "--job", job, "--data-root", tmp, "--train-data", "train.bin",
-                    "--batch-size", "2", "--steps", "1", "--eval-interval", "0", "--threads", "1",
-                    "--quiet", "--ckpt-dir", ck], check=True)
-    cj = os.path.join(tmp, "longrope-export.json")
-    subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_00000001"), "--out",
-                    os.path.join(tmp, "longrope-export.safetensors"), "--config", cj], check=True,
-                   stdout=subprocess.DEVNULL)
+    ck, cj = step_and_export("longrope-ckpt", job)
     back = json.loads(subprocess.run([ct, "hf-config", cj, "--json"], capture_output=True,
                                      text=True).stdout)
     check("LongRoPE: hf-config of export --config is the job's section", back == sec,
@@ -484,6 +537,35 @@ def longrope(tmp, cfg, w, args):
     check("LongRoPE: a checkpoint resumed with another attention factor is refused",
           r.returncode != 0 and "and another rotation" in r.stderr and "rope_*_factor" in r.stderr,
           r.stderr.strip().splitlines()[-1] if r.stderr.strip() else "")
+    # in Phi-3's layout the factor is max_position_embeddings' (Phi3Config takes three fields):
+    # a factor no whole number of positions gives (1.25 over 8) is refused, nothing written;
+    # Phi-3.5 mini's (131072 over 4096) is written as Phi-3.5's config has it
+    ck3 = os.path.join(tmp, "longrope-phi3")
+    subprocess.run([ct, "train", "--job", job, "--hf-layout", "phi3", "--data-root", tmp,
+                    "--train-data", "train.bin", "--batch-size", "2", "--steps", "1",
+                    "--eval-interval", "0", "--threads", "1", "--quiet", "--ckpt-dir", ck3], check=True)
+    r = subprocess.run([ct, "export", "--checkpoint", os.path.join(ck3, "step_00000001"), "--out",
+                        os.path.join(tmp, "lr-phi3.safetensors"), "--config",
+                        os.path.join(tmp, "lr-phi3.json")], capture_output=True, text=True)
+    check("LongRoPE in Phi-3's layout: a factor no whole max_position_embeddings gives is refused",
+          r.returncode != 0 and "the nearest, 26, gives 1.2517" in r.stderr and
+          not os.path.exists(os.path.join(tmp, "lr-phi3.json")) and
+          not os.path.exists(os.path.join(tmp, "lr-phi3.safetensors")), r.stderr.strip()[-200:])
+    p35 = os.path.join(tmp, "phi35-small.json")
+    json.dump(dict(cfg, model_type="phi3", rope_scaling={"type": "longrope", "short_factor": rs["short_factor"],
+                                                           "long_factor": rs["long_factor"]},
+                   original_max_position_embeddings=4096, max_position_embeddings=131072,
+                   hidden_act="silu", tie_word_embeddings=True), open(p35, "w"))
+    job35 = os.path.join(tmp, "phi35-small.yaml")
+    with open(job35, "w") as f:
+        f.write("name: phi35\n" + subprocess.run([ct, "hf-config", p35, "--block-size", str(T)],
+                                                 capture_output=True, text=True).stdout)
+    e = json.load(open(step_and_export("phi35-ckpt", job35)[1]))
+    check("LongRoPE in Phi-3's layout: rope_scaling's three fields, 131072 positions over 4096",
+          sorted(e["rope_scaling"]) == ["long_factor", "short_factor", "type"] and
+          e["max_position_embeddings"] == 131072 and e["original_max_position_embeddings"] == 4096 and
+          e["architectures"] == ["Phi3ForCausalLM"], json.dumps({k: e[k] for k in (
+              "architectures", "max_position_embeddings", "original_max_position_embeddings")}))
     r = subprocess.run([ct, "export", "--checkpoint", os.path.join(ck, "step_00000001"), "--out",
                         os.path.join(tmp, "longrope.gguf"), "--format", "gguf"], capture_output=True,
                        text=True)
@@ -641,10 +723,12 @@ def hf_config(tmp):
               "rope_theta": 10000, "tie_embeddings": False, "rope_original_context": 4096,
               "rope_short_factor": f32(phi35["rope_scaling"]["short_factor"]),
               "rope_long_factor": f32(phi35["rope_scaling"]["long_factor"]),
-              "rope_attention_factor": float(np.float32(math.sqrt(1 + math.log(32) / math.log(4096))))}),
+              "rope_attention_factor": float(np.float32(math.sqrt(1 + math.log(32) / math.log(4096)))),
+              "hf_layout": "phi3"}),
             ("Phi-3 mini 4k", phi3, 4096, {"n_layer": 32, "n_head": 32, "n_embd": 3072,
                                            "mlp_hidden": 8192, "vocab_size": 32064, "rope_theta": 10000,
-                                           "sliding_window": 2047, "tie_embeddings": False}),
+                                           "sliding_window": 2047, "tie_embeddings": False,
+                                           "hf_layout": "phi3"}),
             ("Qwen2.5 0.5B", q25, 2048, {"n_layer": 24, "n_head": 14, "n_kv_head": 2, "n_embd": 896,
                                          "mlp_hidden": 4864, "qkv_bias": True}),
             ("Qwen3 1.7B", q3, 4096, {"n_layer": 28, "n_head": 16, "n_kv_head": 8, "n_embd": 2048,

@@ -49,6 +49,12 @@ static const struct {
      "model.rope_scaling_factor=8 needs model.arch=llama, a factor from 1 to 1024, 0 < "
      "rope_low_freq_factor (4) < rope_high_freq_factor (4) and rope_original_context (8192) at "
      "least 1"},
+    {BASE "model: {arch: llama, hf_layout: phi4}\n",
+     "model.hf_layout \"phi4\" must be phi3 (Phi-3's layout), with model.arch=llama and without "
+     "qkv_bias, qk_norm or head_dim, which Phi-3 has not"},
+    {BASE "model: {hf_layout: phi3}\n",
+     "model.hf_layout \"phi3\" must be phi3 (Phi-3's layout), with model.arch=llama and without "
+     "qkv_bias, qk_norm or head_dim, which Phi-3 has not"},
     /* LongRoPE: a divisor for each rotated pair of a head (128/4 = 32 wide: 16), both lists */
     {BASE "model: {arch: llama, rope_short_factor: [1, 2], rope_long_factor: [1, 2]}\n",
      "model.rope_short_factor and rope_long_factor (LongRoPE) need model.arch=llama, no "
@@ -854,6 +860,7 @@ TEST(phi3_example_job_is_valid) {
   ASSERT_EQ_INT(s->model->sliding_window, 2047);
   ASSERT(s->model->block_size > s->model->sliding_window && !s->model->tie_embeddings &&
          s->model->rope_theta == 1e4f);
+  ASSERT_EQ_STR(s->model->hf_layout, "phi3");
   ASSERT_EQ_INT(s->train->lora_rank, 16);
   colo__v1__job_spec__free_unpacked(s, NULL);
 }

@@ -543,6 +543,8 @@ static int cmd_hf_config(int argc, char **argv) {
       if (f[i].on)
         printf(", \"%s\": %.7g", f[i].name, f[i].v); /* a float's digits */
     print_longrope(&cfg, 1);
+    if (cfg.hf_phi3)
+      printf(", \"hf_layout\": \"phi3\"");
     printf(", \"tie_embeddings\": %s%s%s}\n", cfg.untied_head ? "false" : "true",
            cfg.qkv_bias ? ", \"qkv_bias\": true" : "", cfg.qk_norm ? ", \"qk_norm\": true" : "");
     return 0;
@@ -558,6 +560,8 @@ static int cmd_hf_config(int argc, char **argv) {
     if (f[i].on)
       printf("  %s: %.7g\n", f[i].name, f[i].v);
   print_longrope(&cfg, 0);
+  if (cfg.hf_phi3)
+    printf("  hf_layout: phi3\n");
   printf("  tie_embeddings: %s\n", cfg.untied_head ? "false" : "true");
   if (cfg.qkv_bias)
     printf("  qkv_bias: true\n");
@@ -1018,6 +1022,7 @@ static void train_usage(void) {
       "  --head-dim N          llama: each head's width, where not n_embd/n_head\n"
       "  --sliding-window N    llama: each query attends its N most recent keys (Mistral\n"
       "                        v0.1's 4096; default 0: every earlier key)\n"
+      "  --hf-layout phi3      llama: export writes Phi-3's layout (Phi3ForCausalLM)\n"
       "  --n-kv-head N         llama: key and value heads, dividing n_head (grouped-query\n"
       "                        attention; default n_head)\n"
       "  --tie-embeddings true|false  llama: false gives the LM head a matrix of its own\n"
@@ -1165,6 +1170,7 @@ static int spec_flag(Colo__V1__JobSpec *s, const char *flag, const char *val) {
       {"qk-norm", "model: {qk_norm: %s}"},
       {"head-dim", "model: {head_dim: %s}"},
       {"sliding-window", "model: {sliding_window: %s}"},
+      {"hf-layout", "model: {hf_layout: %s}"},
       {"rope-scaling-factor", "model: {rope_scaling_factor: %s}"},
       {"rope-low-freq-factor", "model: {rope_low_freq_factor: %s}"},
       {"rope-high-freq-factor", "model: {rope_high_freq_factor: %s}"},
@@ -1812,7 +1818,8 @@ static int cmd_train(int argc, char **argv) {
                                   .head_dim = (int)ms->head_dim,
                                   .sliding_window = (int)ms->sliding_window,
                                   .rope_ext = (int)ms->n_rope_short_factor,
-                                  .rope_attn = ms->rope_attention_factor};
+                                  .rope_attn = ms->rope_attention_factor,
+                                  .hf_phi3 = ms->hf_layout && !strcmp(ms->hf_layout, "phi3")};
   for (size_t i = 0; i < ms->n_rope_short_factor && i < COLO_ROPE_EXT_MAX; i++) {
     cfg.model.rope_short[i] = ms->rope_short_factor[i];
     cfg.model.rope_long[i] = ms->rope_long_factor[i]; /* as many: the spec was validated */

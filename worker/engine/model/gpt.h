@@ -62,6 +62,7 @@ typedef struct {
   int rope_ext;
   float rope_short[COLO_ROPE_EXT_MAX], rope_long[COLO_ROPE_EXT_MAX];
   float rope_attn;
+  int hf_phi3; /* LLAMA: exported in Phi-3's layout (q, k, v and gate, up fused; model.hf_layout) */
 } colo_gpt_config_t;
 
 /* The divisors a LongRoPE model uses: rope_long's when its block passes rope_orig, else

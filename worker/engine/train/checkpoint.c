@@ -175,6 +175,10 @@ static int parse_manifest(const char *dir, colo_ckpt_meta_t *meta, cJSON **files
                 sw->valuedouble == (int)sw->valuedouble))
       bad = 1;
     t.model.sliding_window = cJSON_IsNumber(sw) ? (int)sw->valuedouble : 0;
+    cJSON *hl = cJSON_GetObjectItem(m, "hf_layout"); /* absent: by the other fields */
+    if (hl && !(cJSON_IsString(hl) && !strcmp(hl->valuestring, "phi3")))
+      bad = 1;
+    t.model.hf_phi3 = hl != NULL;
     t.model.norm_eps = cJSON_IsNumber(ne) ? (float)ne->valuedouble : 0.0f;
     cJSON *tie = cJSON_GetObjectItem(m, "tie_embeddings"); /* absent: tied */
     if (tie && !cJSON_IsBool(tie))
@@ -588,6 +592,8 @@ int colo_ckpt_commit(const char *root, const colo_ckpt_meta_t *meta, char *path_
       cJSON_AddNumberToObject(mo, "head_dim", meta->model.head_dim);
     if (meta->model.sliding_window)
       cJSON_AddNumberToObject(mo, "sliding_window", meta->model.sliding_window);
+    if (meta->model.hf_phi3) /* the layout export writes (absent: by the other fields) */
+      cJSON_AddStringToObject(mo, "hf_layout", "phi3");
     if (meta->model.norm_eps > 0.0f && meta->model.norm_eps != 1e-5f)
       cJSON_AddNumberToObject(mo, "rms_norm_eps", meta->model.norm_eps);
     if (meta->model.rope_ext) { /* LongRoPE's, as HF's config names it */

@@ -88,21 +88,31 @@ static int write_llama(const colo_gpt_t *m, const float *params, const char *pat
               {"mlp.gate_proj.weight", b + 2 * cc + 2 * kc, H, C},
               {"mlp.up_proj.weight", b + 2 * cc + 2 * kc + (size_t)H * C, H, C},
               {"mlp.down_proj.weight", b + 2 * cc + 2 * kc + 2 * (size_t)H * C, C, H}};
-    /* q, k and v: column blocks of c_attn [C][Q + 2·KV]; c_proj [Q][C] */
-    transpose_cols((float *)e[1].data, qkv, C, Q + 2 * KV, 0, Q);
-    transpose_cols((float *)e[2].data, qkv, C, Q + 2 * KV, Q, KV);
-    transpose_cols((float *)e[3].data, qkv, C, Q + 2 * KV, Q + KV, KV);
-    transpose_cols((float *)e[4].data, o, Q, C, 0, C);
-    transpose_cols((float *)e[6].data, fc, C, 2 * H, 0, H); /* gate, then up */
-    transpose_cols((float *)e[7].data, fc, C, 2 * H, H, H);
+    if (c->hf_phi3) { /* Phi-3's: q, k, v as one [Q + 2·KV][C], gate and up as one [2H][C] */
+      e[1].name = "self_attn.qkv_proj.weight", e[1].rows = Q + 2 * KV;
+      e[6].name = "mlp.gate_up_proj.weight", e[6].rows = 2 * H;
+      e[2].name = e[3].name = e[7].name = NULL; /* in those */
+      transpose_cols((float *)e[1].data, qkv, C, Q + 2 * KV, 0, Q + 2 * KV);
+      transpose_cols((float *)e[6].data, fc, C, 2 * H, 0, 2 * H);
+    } else { /* q, k and v: column blocks of c_attn [C][Q + 2·KV] */
+      transpose_cols((float *)e[1].data, qkv, C, Q + 2 * KV, 0, Q);
+      transpose_cols((float *)e[2].data, qkv, C, Q + 2 * KV, Q, KV);
+      transpose_cols((float *)e[3].data, qkv, C, Q + 2 * KV, Q + KV, KV);
+      transpose_cols((float *)e[6].data, fc, C, 2 * H, 0, H); /* gate, then up */
+      transpose_cols((float *)e[7].data, fc, C, 2 * H, H, H);
+    }
+    transpose_cols((float *)e[4].data, o, Q, C, 0, C);    /* c_proj [Q][C] */
     transpose_cols((float *)e[8].data, down, H, C, 0, C); /* [H][C] -> [C][H] */
-    for (int j = 0; j < 9; j++, k++) {
+    for (int j = 0; j < 9; j++) {
+      if (!e[j].name)
+        continue;
       snprintf(names[k], sizeof names[k], "model.layers.%d.%s", l, e[j].name);
       ts[k] = (colo_st_tensor_t){names[k],
                                  e[j].data,
                                  e[j].cols ? 2 : 1,
                                  {e[j].rows, e[j].cols},
                                  (size_t)e[j].rows * (e[j].cols ? (size_t)e[j].cols : 1)};
+      k++;
     }
     snprintf(tn, sizeof tn, "transformer.h.%d.attn.c_attn.bias", l);
     const colo_param_t *qb = find(t, nt, tn);
@@ -531,14 +541,17 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
   int qwen2 = llama && c->qkv_bias; /* Qwen2: Llama's block with q, k and v biases */
   int qwen3 = llama && c->qk_norm;  /* Qwen3: with its queries' and keys' heads normalized */
   /* Mistral (v0.1): Llama's block, attention in a sliding window (transformers' Llama has none) */
-  int mistral = llama && !qwen2 && !qwen3 && c->sliding_window;
-  cJSON_AddItemToArray(arch, cJSON_CreateString(qwen3     ? "Qwen3ForCausalLM"
+  int phi3 = llama && c->hf_phi3; /* Phi-3: Llama's block, its matrices fused (model.hf_layout) */
+  int mistral = llama && !qwen2 && !qwen3 && !phi3 && c->sliding_window;
+  cJSON_AddItemToArray(arch, cJSON_CreateString(phi3      ? "Phi3ForCausalLM"
+                                                : qwen3   ? "Qwen3ForCausalLM"
                                                 : qwen2   ? "Qwen2ForCausalLM"
                                                 : mistral ? "MistralForCausalLM"
                                                 : llama   ? "LlamaForCausalLM"
                                                           : "GPT2LMHeadModel"));
   cJSON_AddStringToObject(j, "model_type",
-                          qwen3     ? "qwen3"
+                          phi3      ? "phi3"
+                          : qwen3   ? "qwen3"
                           : qwen2   ? "qwen2"
                           : mistral ? "mistral"
                           : llama   ? "llama"
@@ -564,8 +577,10 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
         cJSON_AddNumberToObject(j, "sliding_window", c->sliding_window);
         cJSON_AddNumberToObject(j, "max_window_layers", 0);
       }
-    } else if (mistral) {
+    } else if (mistral || (phi3 && c->sliding_window)) {
       cJSON_AddNumberToObject(j, "sliding_window", c->sliding_window);
+    } else if (phi3) {
+      cJSON_AddNullToObject(j, "sliding_window");
     }
     if (!qwen2) {
       cJSON_AddBoolToObject(j, "attention_bias", 0);
@@ -574,7 +589,9 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     if (c->rope_ext) { /* LongRoPE: transformers' rope_type longrope, its attention factor given,
                           the original context where its code reads it, at the top */
       cJSON *rs = cJSON_AddObjectToObject(j, "rope_scaling");
-      cJSON_AddStringToObject(rs, "rope_type", "longrope");
+      /* Phi3Config takes three fields alone (type, short_factor, long_factor) and makes the
+       * attention factor from max_position_embeddings / original: the positions that give it */
+      cJSON_AddStringToObject(rs, phi3 ? "type" : "rope_type", "longrope");
       for (int k = 0; k < 2; k++) {
         cJSON *a = cJSON_AddArrayToObject(rs, k ? "long_factor" : "short_factor");
         for (int i = 0; i < c->rope_ext; i++) {
@@ -588,8 +605,25 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
           cJSON_AddItemToArray(a, cJSON_CreateNumber(strtod(v, NULL)));
         }
       }
-      cJSON_AddNumberToObject(rs, "attention_factor", c->rope_attn > 0 ? c->rope_attn : 1.0);
-      cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_orig);
+      double af = c->rope_attn > 0 ? c->rope_attn : 1.0;
+      if (phi3) {
+        double mp = af > 1 ? round(c->rope_orig * exp((af * af - 1) * log(c->rope_orig)))
+                           : c->rope_orig,
+               back = mp > c->rope_orig ? sqrt(1 + log(mp / c->rope_orig) / log(c->rope_orig)) : 1;
+        if (fabs(back - af) > 1e-6 * af) {
+          cJSON_Delete(j);
+          return colo_fail(err, errlen, COLO_EINVAL,
+                           "Phi-3's config gives LongRoPE's attention factor only through "
+                           "max_position_embeddings (sqrt(1 + ln(max/original)/ln(original))); "
+                           "the nearest, %.0f, gives %.6g, not this model's %.6g: export it "
+                           "without model.hf_layout",
+                           mp, back, af);
+        }
+        cJSON_ReplaceItemInObject(j, "max_position_embeddings", cJSON_CreateNumber(mp));
+      } else {
+        cJSON_AddNumberToObject(rs, "attention_factor", af);
+        cJSON_AddNumberToObject(rs, "original_max_position_embeddings", c->rope_orig);
+      }
       cJSON_AddNumberToObject(j, "original_max_position_embeddings", c->rope_orig);
     }
     if (c->rope_factor > 0.0f) { /* Llama 3.1's rescaling */
@@ -613,6 +647,21 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
   cJSON_AddBoolToObject(j, "tie_word_embeddings", !c->untied_head);
   cJSON_AddStringToObject(j, "torch_dtype", "float32");
   return write_json(j, path, err, errlen);
+}
+
+/* The HF modules a LoRA target's adapter is written as: colo_lora_parts', or for Phi-3's layout
+ * the fused ones whole (qkv_proj takes c_attn's, gate_up_proj c_fc's) */
+static int peft_parts(const colo_gpt_config_t *c, int target, colo_lora_part_t p[3]) {
+  int np = colo_lora_parts(c, target, p);
+  if (c->arch == COLO_ARCH_LLAMA && c->hf_phi3 && np > 1) {
+    int rows = 0;
+    for (int q = 0; q < np; q++)
+      rows += p[q].rows;
+    p[0].hf = target == 0 ? "self_attn.qkv_proj" : "mlp.gate_up_proj";
+    p[0].rows = rows;
+    np = 1;
+  }
+  return np;
 }
 
 int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const float *adapters,
@@ -641,7 +690,7 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
     int layer, k;
     colo_lora_site(l, i, &layer, &k);
     colo_lora_part_t parts[3];
-    int np = colo_lora_parts(c, k, parts);
+    int np = peft_parts(c, k, parts);
     for (int q = 0; q < np; q++) {
       if (lc->dora) { /* PEFT's name for it: no ".weight" (its state dict drops it) */
         snprintf(names[n], sizeof names[n], "base_model.model.%s%d.%s.lora_magnitude_vector",
@@ -700,7 +749,7 @@ int colo_hf_write_peft(const colo_lora_t *l, const colo_gpt_config_t *c, const f
     if (!(lc->targets & (1u << k)))
       continue;
     colo_lora_part_t parts[3];
-    int np = colo_lora_parts(c, k, parts);
+    int np = peft_parts(c, k, parts);
     for (int q = 0; q < np; q++) /* PEFT matches a module by the end of its name */
       cJSON_AddItemToArray(tm,
                            cJSON_CreateString(llama ? strchr(parts[q].hf, '.') + 1 : parts[q].hf));
@@ -858,6 +907,7 @@ int colo_hf_read_config(const char *path, colo_gpt_config_t *c, char *err, size_
   c->arch = llama ? COLO_ARCH_LLAMA : COLO_ARCH_GPT2;
   c->qkv_bias = qwen2; /* Qwen2's q, k and v have biases; its o_proj and MLP none */
   c->qk_norm = qwen3;  /* Qwen3's none (attention_bias false), but its heads normalized */
+  c->hf_phi3 = !strcmp(type, "phi3"); /* and exported in its layout again */
   rc = int_field(j, "vocab_size", 1 << 20, &c->vocab_size, file, err, errlen);
   if (rc == 0 && llama) {
     const char *act = str_field(j, "hidden_act");

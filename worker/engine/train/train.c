@@ -3435,8 +3435,9 @@ int colo_export_checkpoint(const char *ckpt, const char *out, const char *config
   if (rc < 0)
     return rc;
   rc = colo_hf_write(model, colo_gpt_params(model), out, err, errlen);
-  if (rc == 0 && config)
-    rc = colo_hf_write_config(colo_gpt_config(model), config, err, errlen);
+  if (rc == 0 && config &&
+      (rc = colo_hf_write_config(colo_gpt_config(model), config, err, errlen)) < 0)
+    unlink(out); /* the pair whole or not at all */
   colo_gpt_destroy(model);
   colo_pool_destroy(pool);
   return rc;
@@ -3492,8 +3493,9 @@ int colo_average_checkpoints(const char *const *ckpts, const double *w, int n, c
     for (size_t k = 0; k < numel; k++)
       mean[k] = (float)(sum[k] / wsum);
     rc = colo_hf_write(first, mean, out, err, errlen);
-    if (rc == 0 && config)
-      rc = colo_hf_write_config(colo_gpt_config(first), config, err, errlen);
+    if (rc == 0 && config &&
+        (rc = colo_hf_write_config(colo_gpt_config(first), config, err, errlen)) < 0)
+      unlink(out); /* the pair whole or not at all */
   }
   free(sum);
   if (first) {
