@@ -62,6 +62,16 @@ static int split_addr(const char *addr, char *host, size_t hl, char *port, size_
   return 0;
 }
 
+/* the local port a socket is bound to; -1 when it has none */
+static int sock_port(int fd) {
+  struct sockaddr_storage ss;
+  socklen_t sl = sizeof ss;
+  if (getsockname(fd, (struct sockaddr *)&ss, &sl) != 0)
+    return -1;
+  return ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                       : ((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
 int colo_tcp_listen(const char *host, int port, int *bound_port, char *err, size_t errlen) {
   struct addrinfo hints = {0}, *res;
   hints.ai_family = AF_UNSPEC;
@@ -96,12 +106,8 @@ int colo_tcp_listen(const char *host, int port, int *bound_port, char *err, size
     usleep(20000);
   }
   freeaddrinfo(res);
-  struct sockaddr_storage ss;
-  socklen_t sl = sizeof ss;
-  getsockname(fd, (struct sockaddr *)&ss, &sl);
   if (bound_port)
-    *bound_port = ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                                : ((struct sockaddr_in6 *)&ss)->sin6_port);
+    *bound_port = sock_port(fd);
   return fd;
 }
 
@@ -298,13 +304,10 @@ int colo_rdzv_server_start(const char *addr, colo_rdzv_server_t **out, char *err
   s->fd = -1;
   if (inherited) {
     int fd = atoi(inherited), listening = 0;
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss, il = sizeof listening;
+    socklen_t il = sizeof listening;
     unsetenv("COLO_STORE_FD");
-    if (fd > 2 && getsockname(fd, (struct sockaddr *)&ss, &sl) == 0 &&
-        getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &il) == 0 && listening &&
-        ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
-                                      : ((struct sockaddr_in6 *)&ss)->sin6_port) == atoi(port))
+    if (fd > 2 && getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &il) == 0 && listening &&
+        sock_port(fd) == atoi(port))
       s->fd = fd;
   }
   if (s->fd < 0)

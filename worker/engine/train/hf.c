@@ -24,6 +24,18 @@ static const colo_param_t *find(const colo_param_t *t, size_t n, const char *nam
   return NULL;
 }
 
+/* x as a JSON number of its shortest decimal that reads back as the same float (1e-06, not
+ * 9.99999997e-07): what a config.json written by PyTorch holds */
+static cJSON *float_number(float x) {
+  char v[32];
+  for (int d = 6; d <= 9; d++) {
+    snprintf(v, sizeof v, "%.*g", d, (double)x);
+    if (strtof(v, NULL) == x)
+      break;
+  }
+  return cJSON_CreateNumber(strtod(v, NULL));
+}
+
 /* dst[o][i] = src[i][col0 + o] for o < rows, i < cols: columns [col0, col0 + rows) of an
  * [cols][ld] Conv1D matrix as an nn.Linear [rows][cols] one */
 static void transpose_cols(float *dst, const float *src, int cols, int ld, int col0, int rows) {
@@ -429,22 +441,13 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
       rc = get(fs, pre,
                HF(n[3] == '1' ? "input_layernorm.weight" : "post_attention_layernorm.weight"), C, 0,
                whole, err, errlen);
-    } else if (!strcmp(n, "attn.c_attn.weight") && phi3) { /* qkv [Q + 2·KV][C] -> [C][..] */
-      rc = get(fs, pre, HF("self_attn.qkv_proj.weight"), W, C, hf, err, errlen);
-      for (int o = 0; rc == 0 && o < W; o++)
-        for (int r = 0; r < C; r++)
-          whole[(size_t)r * W + o] = hf[(size_t)o * C + r];
-    } else if (!strcmp(n, "mlp.c_fc.weight") && phi3) { /* gate, up [2H][C] -> [C][2H] */
-      rc = get(fs, pre, HF("mlp.gate_up_proj.weight"), 2 * H, C, hf, err, errlen);
-      for (int o = 0; rc == 0 && o < 2 * H; o++)
-        for (int r = 0; r < C; r++)
-          whole[(size_t)r * 2 * H + o] = hf[(size_t)o * C + r];
     } else if (!strcmp(n, "attn.c_attn.weight")) { /* q, k, v [out][C] -> [C][Q + 2·KV] */
       static const char *const qkv[3] = {"self_attn.q_proj.weight", "self_attn.k_proj.weight",
                                          "self_attn.v_proj.weight"};
-      for (int j = 0, col = 0; j < 3 && rc == 0; j++) {
-        int rows = j ? KV : Q;
-        rc = get(fs, pre, HF(qkv[j]), rows, C, hf, err, errlen);
+      for (int j = 0, col = 0; j < (phi3 ? 1 : 3) && rc == 0; j++) { /* Phi-3's: one [W][C] */
+        int rows = phi3 ? W : j ? KV : Q;
+        rc =
+            get(fs, pre, HF(phi3 ? "self_attn.qkv_proj.weight" : qkv[j]), rows, C, hf, err, errlen);
         for (int o = 0; rc == 0 && o < rows; o++)
           for (int r = 0; r < C; r++)
             whole[(size_t)r * W + col + o] = hf[(size_t)o * C + r];
@@ -466,11 +469,15 @@ int colo_hf_read_llama(const char *path, colo_gpt_t *m, const colo_ckpt_sink_t *
       for (int o = 0; rc == 0 && o < C; o++)
         for (int r = 0; r < Q; r++)
           whole[(size_t)r * C + o] = hf[(size_t)o * Q + r];
-    } else if (!strcmp(n, "mlp.c_fc.weight")) { /* gate, up [H][C] -> [C][2H] */
-      for (int j = 0; j < 2 && rc == 0; j++) {
-        rc = get(fs, pre, HF(j ? "mlp.up_proj.weight" : "mlp.gate_proj.weight"), H, C, hf, err,
-                 errlen);
-        for (int o = 0; rc == 0 && o < H; o++)
+    } else if (!strcmp(n, "mlp.c_fc.weight")) {             /* gate, up [H][C] -> [C][2H] */
+      for (int j = 0; j < (phi3 ? 1 : 2) && rc == 0; j++) { /* Phi-3's: one [2H][C] */
+        int rows = phi3 ? 2 * H : H;
+        rc = get(fs, pre,
+                 HF(phi3 ? "mlp.gate_up_proj.weight"
+                    : j  ? "mlp.up_proj.weight"
+                         : "mlp.gate_proj.weight"),
+                 rows, C, hf, err, errlen);
+        for (int o = 0; rc == 0 && o < rows; o++)
           for (int r = 0; r < C; r++)
             whole[(size_t)r * 2 * H + (size_t)j * H + o] = hf[(size_t)o * C + r];
       }
@@ -564,9 +571,7 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
     cJSON_AddNumberToObject(j, "num_attention_heads", c->n_head);
     cJSON_AddNumberToObject(j, "num_key_value_heads", colo_gpt_kv_heads(c));
     cJSON_AddNumberToObject(j, "max_position_embeddings", c->block_size);
-    char eps[32]; /* the float's shortest decimal (1e-06, not 9.99999997e-07) */
-    snprintf(eps, sizeof eps, "%.6g", c->norm_eps > 0 ? (double)c->norm_eps : 1e-5);
-    cJSON_AddNumberToObject(j, "rms_norm_eps", strtod(eps, NULL));
+    cJSON_AddItemToObject(j, "rms_norm_eps", float_number(c->norm_eps > 0 ? c->norm_eps : 1e-5f));
     cJSON_AddNumberToObject(j, "rope_theta", c->rope_theta > 0 ? c->rope_theta : 10000.0);
     cJSON_AddStringToObject(j, "hidden_act", "silu");
     if (qwen3 || c->head_dim) /* transformers' Llama reads it too (C/n_head without it) */
@@ -594,16 +599,8 @@ int colo_hf_write_config(const colo_gpt_config_t *c, const char *path, char *err
       cJSON_AddStringToObject(rs, phi3 ? "type" : "rope_type", "longrope");
       for (int k = 0; k < 2; k++) {
         cJSON *a = cJSON_AddArrayToObject(rs, k ? "long_factor" : "short_factor");
-        for (int i = 0; i < c->rope_ext; i++) {
-          char v[32]; /* the float's shortest decimal that reads back as it */
-          const float x = (k ? c->rope_long : c->rope_short)[i];
-          for (int d = 6; d <= 9; d++) {
-            snprintf(v, sizeof v, "%.*g", d, (double)x);
-            if (strtof(v, NULL) == x)
-              break;
-          }
-          cJSON_AddItemToArray(a, cJSON_CreateNumber(strtod(v, NULL)));
-        }
+        for (int i = 0; i < c->rope_ext; i++)
+          cJSON_AddItemToArray(a, float_number((k ? c->rope_long : c->rope_short)[i]));
       }
       double af = c->rope_attn > 0 ? c->rope_attn : 1.0;
       if (phi3) {
