@@ -11,13 +11,15 @@
 #   bash bench/engine_gpu/device.sh placement  # bench/placement/run.sh: the chunk cache on and off
 #   bash bench/engine_gpu/device.sh qlora   # bench/engine_cpu/qlora.sh on the GPU: QLoRA against
 #                                           # LoRA, memory and step time
+#   bash bench/engine_gpu/device.sh probe   # bench/engine_gpu/probe.sh: a short look at the
+#                                           # attention modes, in the tests, alone and in the step
 # Each writes its logs and results into $OUT (the device tool brings them back), with
 # nvidia-smi's view of the machine.
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/bench/results}
 what=${1:-}
-case "$what" in tests | bench | e2e | placement | qlora) ;; *) echo "usage: device.sh tests|bench|e2e|placement|qlora" >&2 && exit 2 ;; esac
+case "$what" in tests | bench | e2e | placement | qlora | probe) ;; *) echo "usage: device.sh tests|bench|e2e|placement|qlora|probe" >&2 && exit 2 ;; esac
 [ -f "$SRC/.gpu-pack/colo-gpu.tar.xz" ] || { echo "device.sh: no .gpu-pack/colo-gpu.tar.xz: run deploy/gpu-pack.sh and carry .gpu-pack" >&2; exit 1; }
 RUN=$(mktemp -d /tmp/colo-gpu-run-XXXXXX)
 tar -xJf "$SRC/.gpu-pack/colo-gpu.tar.xz" -C "$RUN"
@@ -32,7 +34,11 @@ if [ -z "${COLO_CUDNN_LIBRARY:-}" ] && ! ldconfig -p | grep -q 'libcudnn.so.9 ' 
   [ -n "$wheel" ] && [ -e "$wheel" ] && export COLO_CUDNN_LIBRARY="$wheel"
 fi
 echo "cuDNN: ${COLO_CUDNN_LIBRARY:-libcudnn.so.9 from the library path}"
-if [ "$what" = qlora ]; then
+if [ "$what" = probe ]; then
+  rc=0
+  COLO_BENCH_BIN="$BIN" bash "$SRC/bench/engine_gpu/probe.sh" 2>&1 | tee "$OUT/probe.log" || rc=$?
+  echo "probe: rc $rc"
+elif [ "$what" = qlora ]; then
   rc=0
   COLO_BENCH_DEVICE=gpu COLO_BENCH_BIN="$BIN" bash "$SRC/bench/engine_cpu/qlora.sh" 5 2>&1 |
     tee "$OUT/qlora.log" | tail -12 || rc=$?

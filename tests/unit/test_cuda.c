@@ -504,6 +504,53 @@ static void test_attention(double tol, int B, int T, int C, int NH, int docs) {
   free(h_dqkv);
 }
 
+/* The attention's backward twice on the same inputs at GPT-2 124M's shape (B 4, T 1024, 12 heads
+ * of 64): the same bits both times, which exact resume and the parallel runs' equality rest on.
+ * The one mode that is not held to it is COLO_CUDA_ATTENTION=cudnn, cuDNN's backward that adds
+ * dQ up with atomics: there it says how many values differed, which shows the check can fail. */
+static void test_attention_repeats(void) {
+  enum { RB = 4, RT = 1024, RC = 768, RNH = 12 };
+  size_t nq = (size_t)RB * RT * 3 * RC, no = (size_t)RB * RT * RC, nl = (size_t)RB * RNH * RT;
+  float *qkv = randv(nq, 1.0f), *dout = randv(no, 1.0f);
+  void *d_qkv = upa(qkv, nq), *d_dout = upa(dout, no);
+  void *d_out = colo_pool_alloc(dpool, no * asz, "test tensor");
+  float *d_lse = colo_pool_alloc(dpool, nl * sizeof(float), "test tensor");
+  void *d_dq[2], *h_dq[2];
+  gpu->attention_fwd(d_out, d_lse, d_qkv, RB, RT, RC, RNH, NULL);
+  for (int r = 0; r < 2; r++) {
+    d_dq[r] = colo_pool_alloc(dpool, nq * asz, "test tensor");
+    gpu->attention_bwd(d_dq[r], d_dout, d_qkv, d_out, d_lse, RB, RT, RC, RNH, NULL);
+    h_dq[r] = malloc(nq * asz);
+    gpu->to_host(h_dq[r], d_dq[r], nq * asz);
+  }
+  size_t differ = 0, nonfinite = 0;
+  const unsigned char *a = h_dq[0], *b = h_dq[1];
+  float *f = malloc(nq * sizeof *f);
+  colo_dtype_to_float(f, h_dq[0], nq, dt);
+  for (size_t i = 0; i < nq; i++) {
+    differ += memcmp(a + i * asz, b + i * asz, asz) != 0;
+    nonfinite += !isfinite(f[i]);
+  }
+  const char *att = getenv("COLO_CUDA_ATTENTION");
+  if (att && !strcmp(att, "cudnn")) {
+    printf("INFO: %s: %zu of %zu values differ between two runs (cuDNN's backward adds dQ with "
+           "atomics)\n",
+           named("attention_bwd twice, B 4 T 1024"), differ, nq);
+  } else {
+    checks++;
+    if (differ || nonfinite) {
+      failures++;
+      printf("FAIL %s: %zu of %zu values differ between two runs, %zu not finite\n",
+             named("attention_bwd twice, the same bits, B 4 T 1024"), differ, nq, nonfinite);
+    } else {
+      printf("PASS %s\n", named("attention_bwd twice, the same bits, B 4 T 1024"));
+    }
+  }
+  colo_pool_free(dpool, d_qkv), colo_pool_free(dpool, d_dout), colo_pool_free(dpool, d_out);
+  colo_pool_free(dpool, d_lse), colo_pool_free(dpool, d_dq[0]), colo_pool_free(dpool, d_dq[1]);
+  free(qkv), free(dout), free(h_dq[0]), free(h_dq[1]), free(f);
+}
+
 /* Rows whose target is -1 (a loss mask leaves them out) in d, n rows of V in the storage type:
  * each must have a loss of 0 in losses (when given) and a gradient of exact zeros. Frees
  * nothing. */
@@ -559,6 +606,24 @@ static void test_losses(double tol) {
   check(named("crossentropy_fused losses (fp32)"), d_fl, losses, N, 1e-5);
   check_a(named("crossentropy_fused gradient (in place)"), d_fused, fused, nl, dt ? tol : 1e-5);
   free(fused);
+  {
+    /* rows longer than a block's shared memory (227 KiB on an H100: 120,003 values of 16 bits
+     * are 234 KiB), which the GPU reads three times rather than keep; an odd length, so one
+     * value at a time */
+    enum { WN = 6, WV = 120003 };
+    int wtg[WN] = {0, WV - 1, -1, 77777, 3, 119999};
+    size_t wl = (size_t)WN * WV;
+    float *wlog = randv(wl, 3.0f), *wloss = malloc(WN * sizeof(float));
+    void *h_w = hact(wlog, wl), *d_w = upa(wlog, wl);
+    int *d_wtg = up(wtg, WN, sizeof(int));
+    float *d_wl = upf(wlog, WN);
+    cpu->crossentropy_fused(wloss, h_w, wtg, 0.125f, WN, WV);
+    gpu->crossentropy_fused(d_wl, d_w, d_wtg, 0.125f, WN, WV);
+    check(named("crossentropy_fused losses, rows of 120003"), d_wl, wloss, WN, 1e-5);
+    check_a(named("crossentropy_fused gradient, rows of 120003"), d_w, h_w, wl, dt ? tol : 1e-5);
+    colo_pool_free(dpool, d_wtg);
+    free(wlog), free(wloss), free(h_w);
+  }
   /* vocab-parallel pieces over a shard of 400 columns starting at 300 */
   int Vl = 400, v0 = 300;
   size_t ns = (size_t)N * Vl;
@@ -597,9 +662,29 @@ static void test_optimizer(void) {
   for (size_t i = 0; i < n; i++)
     v[i] = v[i] * v[i]; /* second moments are not negative */
   float *d_p = upf(p, n), *d_g = upf(g, n), *d_m = upf(m, n), *d_v = upf(v, n);
+  /* the same arrays one value past a 16-byte boundary, where the GPU takes its single-value
+   * kernel, not its 16-byte one: the two must give the same bits */
+  float *e[4], *src[4] = {p, g, m, v};
+  for (int k = 0; k < 4; k++) {
+    e[k] = colo_pool_alloc(dpool, (n + 1) * sizeof(float), "test tensor");
+    gpu->from_host(e[k] + 1, src[k], n * sizeof(float));
+  }
   for (int t = 1; t <= 3; t++) {
     cpu->adamw(p, g, m, v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
     gpu->adamw(d_p, d_g, d_m, d_v, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+    gpu->adamw(e[0] + 1, e[1] + 1, e[2] + 1, e[3] + 1, n, 1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, t);
+  }
+  {
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b);
+    gpu->to_host(a, d_p, n * sizeof *a);
+    gpu->to_host(b, e[0] + 1, n * sizeof *b);
+    size_t differ = 0;
+    for (size_t i = 0; i < n; i++)
+      differ += memcmp(&a[i], &b[i], sizeof *a) != 0;
+    verdict("adamw aligned and not: the same bits", (double)differ, 0.0, 1);
+    free(a), free(b);
+    for (int k = 0; k < 4; k++)
+      colo_pool_free(dpool, e[k]);
   }
   check("adamw parameters, 3 steps", d_p, p, n, 1e-6);
   check("adamw first moments", d_m, m, n, 1e-6);
@@ -978,6 +1063,8 @@ int main(int argc, char **argv) {
       test_attention(modes[i].tol, 3, 64, 64, 2, docs);
       test_attention(modes[i].tol, 1, 130, 256, 2, docs);
     }
+    if (asz == 2 && !self && !colo_backend_cuda_emulated())
+      test_attention_repeats();            /* on a GPU, where the fused kernels and cuDNN's run */
     if (modes[i].math != COLO_MATH_TF32) { /* TF32 changes the products only */
       test_encoder();
       test_layernorm_gelu(modes[i].tol);

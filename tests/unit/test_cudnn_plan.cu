@@ -162,10 +162,11 @@ static double rel_err(const float *got, const float *want, size_t n) {
 }
 
 /* the graphs of one shape evaluated as described, against backend_cpu's attention: 1 when out,
- * lse and dqkv agree within 1e-5 */
-static int graphs_compute_attention(int B, int T, int C, int NH, char *why, size_t len) {
-  const cudnn_shadow_t *fs = cudnn_attention_shadow(0, COLO_DTYPE_BF16, B, T, C, NH);
-  const cudnn_shadow_t *bs = cudnn_attention_shadow(1, COLO_DTYPE_BF16, B, T, C, NH);
+ * lse and dqkv agree within 1e-5. bwd: the backward's graph (CUDNN_GRAPH_BWD, whose dQ is added
+ * up in fp32, or CUDNN_GRAPH_BWD_DETERMINISTIC, whose dQ is a product of its own) */
+static int graphs_compute_attention(int bwd, int B, int T, int C, int NH, char *why, size_t len) {
+  const cudnn_shadow_t *fs = cudnn_attention_shadow(CUDNN_GRAPH_FWD, COLO_DTYPE_BF16, B, T, C, NH);
+  const cudnn_shadow_t *bs = cudnn_attention_shadow(bwd, COLO_DTYPE_BF16, B, T, C, NH);
   if (!fs || !bs) {
     snprintf(why, len, "no graph for the shape");
     return 0;
@@ -339,14 +340,16 @@ int main(int argc, char **argv) {
   struct {
     int B, T, C, NH;
   } small[] = {{2, 37, 32, 2}, {1, 64, 96, 4}};
-  for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) {
-    char why[640];
-    int ok =
-        graphs_compute_attention(small[i].B, small[i].T, small[i].C, small[i].NH, why, sizeof why);
-    printf("%s graphs' arithmetic, B %d T %d, %d heads of %d: %s\n", ok ? "PASS" : "FAIL",
-           small[i].B, small[i].T, small[i].NH, small[i].C / small[i].NH, why);
-    failures += !ok;
-  }
+  for (size_t i = 0; i < sizeof small / sizeof small[0]; i++)
+    for (int bwd = CUDNN_GRAPH_BWD; bwd <= CUDNN_GRAPH_BWD_DETERMINISTIC; bwd++) {
+      char why[640];
+      int ok = graphs_compute_attention(bwd, small[i].B, small[i].T, small[i].C, small[i].NH, why,
+                                        sizeof why);
+      printf("%s graphs' arithmetic%s, B %d T %d, %d heads of %d: %s\n", ok ? "PASS" : "FAIL",
+             bwd == CUDNN_GRAPH_BWD ? "" : " (the deterministic backward)", small[i].B, small[i].T,
+             small[i].NH, small[i].C / small[i].NH, why);
+      failures += !ok;
+    }
   /* a case that is not cuDNN's (a head size its kernels do not take) is refused, not planned */
   char why[640];
   int ok = cudnn_attention_plan_offline(devprop, COLO_DTYPE_BF16, 2, 64, 40, 4, why, sizeof why);

@@ -63,7 +63,9 @@ static struct {
                      windows), the fused kernels above elsewhere: CUDNN_FWD (the default where cuDNN
                      loads) its forward, whose result is the same on every run, and colo's backward;
                      CUDNN_BOTH (COLO_CUDA_ATTENTION=cudnn) its backward too, whose dQ adds up with
-                     atomics, so that two runs may differ in their last bits */
+                     atomics, so that two runs may differ in their last bits; CUDNN_BOTH_DET
+                     (cudnn-det) its deterministic backward, dQ a product of its own over dS kept
+                     in cuDNN's workspace */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -1493,7 +1495,7 @@ static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, co
 
 /* The fused kernels (cuda_flash.cu) where they apply and are not turned off, else the batched
  * products above; before them cuDNN's (g.cudnn). */
-enum { CUDNN_OFF, CUDNN_FWD, CUDNN_BOTH };
+enum { CUDNN_OFF, CUDNN_FWD, CUDNN_BOTH, CUDNN_BOTH_DET };
 
 /* cuDNN's attention: 1 when it ran, 0 when the case is not cuDNN's. Asked for
  * (COLO_CUDA_ATTENTION=cudnn) and without a plan for a case that is its own, the run stops with
@@ -1501,10 +1503,10 @@ enum { CUDNN_OFF, CUDNN_FWD, CUDNN_BOTH };
  * kernels take over, and say so once. */
 static int cudnn_ran(int rc) {
   static int told;
-  if (rc < 0 && g.cudnn == CUDNN_BOTH) {
+  if (rc < 0 && g.cudnn >= CUDNN_BOTH) {
     fprintf(stderr,
-            "colo-train: COLO_CUDA_ATTENTION=cudnn: cuDNN has no plan for the attention (%s)\n",
-            cudnn_attention_error());
+            "colo-train: COLO_CUDA_ATTENTION=%s: cuDNN has no plan for the attention (%s)\n",
+            g.cudnn == CUDNN_BOTH ? "cudnn" : "cudnn-det", cudnn_attention_error());
     exit(1);
   }
   if (rc < 0 && !told) {
@@ -1519,9 +1521,11 @@ template <class T>
 static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
                           const int *pos) {
   static int told;
-  if (g.cudnn == CUDNN_BOTH && pos && !told) {
-    fprintf(stderr, "colo-train: COLO_CUDA_ATTENTION=cudnn: attention within documents or a "
-                    "sliding window runs on colo's own kernels: cuDNN's is not given them\n");
+  if (g.cudnn >= CUDNN_BOTH && pos && !told) {
+    fprintf(stderr,
+            "colo-train: COLO_CUDA_ATTENTION=%s: attention within documents or a "
+            "sliding window runs on colo's own kernels: cuDNN's is not given them\n",
+            g.cudnn == CUDNN_BOTH ? "cudnn" : "cudnn-det");
     told = 1;
   }
   if (g.cudnn && !pos &&
@@ -1535,9 +1539,9 @@ static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_,
 template <class T>
 static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                           const float *lse, int B, int T_, int C, int NH, const int *pos) {
-  if (g.cudnn == CUDNN_BOTH && !pos &&
+  if (g.cudnn >= CUDNN_BOTH && !pos &&
       cudnn_ran(cudnn_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, B, T_, C, NH,
-                                    g.stream)))
+                                    g.cudnn == CUDNN_BOTH_DET, g.stream)))
     return;
   if (g.flash) {
     float *dsum = (float *)scratch(S_F32, (size_t)B * NH * T_ * sizeof(float));
@@ -1629,8 +1633,8 @@ static void crossentropy_bwd(void *dlogits, const void *probs, const int *target
 }
 
 /* a block per row: max, sum, then the loss and the gradient from the fp32 probabilities, over a
- * row the block reads three times and writes once (the rereads come from cache: a row of 50,304
- * bf16 values is 98 KiB) */
+ * row the block reads three times and writes once; for rows longer than a block's shared memory
+ * (the kernel below keeps the row there and reads it once) */
 template <class T>
 __global__ static void crossentropy_fused_kernel(float *losses, T *logits, const int *targets,
                                                  float dloss, int V, int vec) {
@@ -1653,11 +1657,57 @@ __global__ static void crossentropy_fused_kernel(float *losses, T *logits, const
   });
 }
 
+/* The same, the row read from memory once: kept in shared memory as the max is taken, the sum
+ * and the gradient computed from there (each thread the values it kept, in the order above: the
+ * same bits). GPT-2's row of 50,304 bf16 values is 98 KiB, so two blocks share an SM. */
+template <class T>
+__global__ static void crossentropy_fused_smem_kernel(float *losses, T *logits, const int *targets,
+                                                      float dloss, int V, int vec) {
+  extern __shared__ __align__(16) unsigned char ce_row[];
+  T *r = (T *)ce_row;
+  int n = blockIdx.x, tg = targets[n], t = threadIdx.x, nt = blockDim.x;
+  T *l = logits + (size_t)n * V;
+  const T *none = NULL;
+  float mx = -INFINITY;
+  lane_map(r, l, none, 0, V, t, nt, vec, [&](int, float x, float, float) {
+    mx = fmaxf(mx, x);
+    return x;
+  });
+  mx = block_max(mx);
+  float s = 0.0f;
+  lane_each(r, none, V, t, nt, vec, [&](int, float x, float) { s += expf(x - mx); });
+  s = block_sum(s);
+  float inv = 1.0f / s;
+  if (t == 0)
+    losses[n] = tg < 0 ? 0.0f : -logf(expf(ld(l[tg]) - mx) * inv);
+  __syncthreads();
+  float d = tg < 0 ? 0.0f : dloss;
+  lane_map(l, r, none, 0, V, t, nt, vec, [&](int v, float x, float, float) {
+    return (expf(x - mx) * inv - (v == tg ? 1.0f : 0.0f)) * d;
+  });
+}
+
 template <class T>
 static void crossentropy_fused(float *losses, void *logits, const int *targets, float dloss, int N,
                                int V) {
-  crossentropy_fused_kernel<T>
-      <<<N, 512, 0, g.stream>>>(losses, (T *)logits, targets, dloss, V, vec_ok<T>(V, logits));
+  static int optin = -1; /* the shared memory a block may opt into, bytes */
+  if (optin < 0)
+    CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, g.ordinal));
+  size_t row = (size_t)V * sizeof(T);
+  int vec = vec_ok<T>(V, logits);
+  if (row + 1024 <= (size_t)optin) { /* beside block_reduce's own */
+    static size_t set;               /* the size the kernel was allowed so far */
+    if (row > set) {
+      CK(cudaFuncSetAttribute(crossentropy_fused_smem_kernel<T>,
+                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)row));
+      set = row;
+    }
+    crossentropy_fused_smem_kernel<T>
+        <<<N, 512, row, g.stream>>>(losses, (T *)logits, targets, dloss, V, vec);
+  } else {
+    crossentropy_fused_kernel<T>
+        <<<N, 512, 0, g.stream>>>(losses, (T *)logits, targets, dloss, V, vec);
+  }
   LAUNCHED();
 }
 
@@ -1733,26 +1783,64 @@ static void vocab_ce_bwd(void *dlogits, const void *logits, const float *gmax, c
 
 /* ---- optimizer and norms ---- */
 
+/* one value's update: the single-value kernel and the 16-byte one below compute the same bits */
+__device__ __forceinline__ static void adamw_one(float &p, float gi, float &m, float &v,
+                                                 float beta1, float beta2, float eps,
+                                                 float step_size, float bc2_sqrt, float decay) {
+  float mi = m + (gi - m) * (1.0f - beta1);
+  float vi = v * beta2 + (1.0f - beta2) * gi * gi;
+  m = mi;
+  v = vi;
+  p = p * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+}
+
 __global__ static void adamw_kernel(float *p, const float *g_, float *m, float *v, size_t n,
                                     float beta1, float beta2, float eps, float grad_scale,
                                     float step_size, float bc2_sqrt, float decay) {
   for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
        i += (size_t)gridDim.x * blockDim.x) {
-    float gi = g_[i] * grad_scale;
-    float mi = m[i] + (gi - m[i]) * (1.0f - beta1);
-    float vi = v[i] * beta2 + (1.0f - beta2) * gi * gi;
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
+    adamw_one(p[i], g_[i] * grad_scale, m[i], v[i], beta1, beta2, eps, step_size, bc2_sqrt, decay);
   }
 }
 
+/* the same over 16-byte loads and stores: four values a thread */
+__global__ static void adamw4_kernel(float4 *p, const float4 *g_, float4 *m, float4 *v, size_t n4,
+                                     float beta1, float beta2, float eps, float grad_scale,
+                                     float step_size, float bc2_sqrt, float decay) {
+  for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n4;
+       i += (size_t)gridDim.x * blockDim.x) {
+    float4 pi = p[i], gi = g_[i], mi = m[i], vi = v[i];
+    adamw_one(pi.x, gi.x * grad_scale, mi.x, vi.x, beta1, beta2, eps, step_size, bc2_sqrt, decay);
+    adamw_one(pi.y, gi.y * grad_scale, mi.y, vi.y, beta1, beta2, eps, step_size, bc2_sqrt, decay);
+    adamw_one(pi.z, gi.z * grad_scale, mi.z, vi.z, beta1, beta2, eps, step_size, bc2_sqrt, decay);
+    adamw_one(pi.w, gi.w * grad_scale, mi.w, vi.w, beta1, beta2, eps, step_size, bc2_sqrt, decay);
+    p[i] = pi, m[i] = mi, v[i] = vi;
+  }
+}
+
+/* 16-byte accesses where all four arrays allow them (GPT-2 124M's step: 1.39 ms of single-value
+ * accesses on an H200, against PyTorch's fused 1.04), each thread's values computed as the
+ * single-value kernel computes them; the tail past a multiple of four, and arrays whose starts
+ * differ in their alignment, take the single-value kernel */
 static void adamw(float *p, const float *grad, float *m, float *v, size_t n, float lr, float beta1,
                   float beta2, float eps, float wd, float grad_scale, int t) {
   float bc1 = 1.0f - powf(beta1, (float)t), bc2 = 1.0f - powf(beta2, (float)t);
-  adamw_kernel<<<blocks_for(n, 256), 256, 0, g.stream>>>(
-      p, grad, m, v, n, beta1, beta2, eps, grad_scale, lr / bc1, sqrtf(bc2), 1.0f - lr * wd);
-  LAUNCHED();
+  float step_size = lr / bc1, bc2_sqrt = sqrtf(bc2), decay = 1.0f - lr * wd;
+  size_t done = 0;
+  if (((uintptr_t)p | (uintptr_t)grad | (uintptr_t)m | (uintptr_t)v) % 16 == 0 && n >= 4) {
+    size_t n4 = n / 4;
+    adamw4_kernel<<<blocks_for(n4, 256), 256, 0, g.stream>>>(
+        (float4 *)p, (const float4 *)grad, (float4 *)m, (float4 *)v, n4, beta1, beta2, eps,
+        grad_scale, step_size, bc2_sqrt, decay);
+    LAUNCHED();
+    done = n4 * 4;
+  }
+  if (done < n) {
+    adamw_kernel<<<blocks_for(n - done, 256), 256, 0, g.stream>>>(
+        p + done, grad + done, m + done, v + done, n - done, beta1, beta2, eps, grad_scale,
+        step_size, bc2_sqrt, decay);
+    LAUNCHED();
+  }
 }
 
 /* Σ x² in fp64: 16-byte loads (a scalar head up to the first 16-byte boundary, and a tail), over
@@ -2124,18 +2212,23 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   CKB(cublasSetStream(g.blas, g.stream));
   const char *att = getenv("COLO_CUDA_ATTENTION");
   if (att && *att && strcmp(att, "auto") && strcmp(att, "flash") && strcmp(att, "flash-async") &&
-      strcmp(att, "gemm") && strcmp(att, "cudnn")) {
+      strcmp(att, "gemm") && strcmp(att, "cudnn") && strcmp(att, "cudnn-det")) {
     snprintf(err, errlen,
-             "COLO_CUDA_ATTENTION must be auto, flash, flash-async, gemm or cudnn, not '%s'", att);
+             "COLO_CUDA_ATTENTION must be auto, flash, flash-async, gemm, cudnn or cudnn-det, not "
+             "'%s'",
+             att);
     return NULL;
   }
   int automatic = !att || !*att || !strcmp(att, "auto");
-  g.cudnn = att && !strcmp(att, "cudnn") ? CUDNN_BOTH : automatic ? CUDNN_FWD : CUDNN_OFF;
+  g.cudnn = att && !strcmp(att, "cudnn")       ? CUDNN_BOTH
+            : att && !strcmp(att, "cudnn-det") ? CUDNN_BOTH_DET
+            : automatic                        ? CUDNN_FWD
+                                               : CUDNN_OFF;
   if (g.cudnn) {
     char why[256];
     if (!cudnn_attention_open(why, sizeof why)) {
       if (!automatic) {
-        snprintf(err, errlen, "COLO_CUDA_ATTENTION=cudnn: %s", why);
+        snprintf(err, errlen, "COLO_CUDA_ATTENTION=%s: %s", att, why);
         return NULL;
       }
       g.cudnn = CUDNN_OFF; /* by default: colo's own kernels, where cuDNN is not installed */

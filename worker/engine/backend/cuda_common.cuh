@@ -124,9 +124,11 @@ int cudnn_attention_open(char *err, size_t errlen);
 const char *cudnn_attention_error(void);
 int cudnn_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T, int C,
                         int NH, cudaStream_t stream);
+/* deterministic: dQ as a product of its own over dS kept in the workspace (the same bits every
+ * run); else added up with atomics */
 int cudnn_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *lse, int B, int T, int C, int NH,
-                        cudaStream_t stream);
+                        int deterministic, cudaStream_t stream);
 /* What a cuDNN attention graph computes, kept beside cuDNN's descriptors as it is built, for
  * test_cudnn_plan to evaluate on the CPU against colo's CPU attention: its tensors (shape and
  * strides in elements; uid as below for the caller's, from CUDNN_SHADOW_VIRTUAL for
@@ -163,8 +165,10 @@ typedef struct {
   cudnn_shadow_op_t op[32];
   int nt, nop;
 } cudnn_shadow_t;
-/* the shadow of a shape's graph (NULL: cuDNN not loaded, or not cuDNN's case) */
-const cudnn_shadow_t *cudnn_attention_shadow(int bwd, colo_dtype_t t, int B, int T, int C, int NH);
+/* the shadow of a shape's graph (kind: CUDNN_GRAPH_*; NULL: cuDNN not loaded, or not cuDNN's
+ * case) */
+enum { CUDNN_GRAPH_FWD, CUDNN_GRAPH_BWD, CUDNN_GRAPH_BWD_DETERMINISTIC };
+const cudnn_shadow_t *cudnn_attention_shadow(int kind, colo_dtype_t t, int B, int T, int C, int NH);
 
 /* without a GPU: both plans for a shape built for a GPU described in cuDNN's JSON (1, why naming
  * the engines; else 0, why said); and that JSON for this process's GPU (needs one) */

@@ -9,8 +9,13 @@
  *             compared, −inf selected), softmax with its statistics (max, Σ exp, lse = max +
  *             log Σ, the saved log-sum-exp), O = P·V with P rounded to the storage type;
  *   backward  D = Σ dO·O per query (kept in the workspace), P = exp(S·scale − lse) masked again,
- *             dV = Pᵀ·dO, dS = P·(dO·Vᵀ − D)·scale, dK = dSᵀ·Q, dQ = dS·K accumulated in fp32 (in
- *             the workspace) and rounded once.
+ *             dV = Pᵀ·dO, dS = P·(dO·Vᵀ − D)·scale, dK = dSᵀ·Q, and dQ = dS·K either
+ *             accumulated in fp32 (in the workspace) with atomics and rounded once, or, in the
+ *             deterministic backward, a product of its own over dS kept in cuDNN's workspace
+ *             (B·NH·T·T values in the storage type: 192 MiB for GPT-2 124M at B = 8), which
+ *             gives the same bits on every run. cuDNN's frontend builds the same graph when it
+ *             is asked for a deterministic algorithm on Hopper: a dQ accumulator the caller
+ *             gives is what tells cuDNN's engine to add dQ up with atomics.
  *
  * Q, K and V are read where they lie, inside qkv[B][T][3C] (head h's columns h·HS…, stride 3C a
  * token); out and dqkv are written the same way, and lse[B][NH][T] is cuDNN's statistics tensor
@@ -18,9 +23,7 @@
  * kept for the process's life (a handful of shapes: training's, evaluation's).
  *
  * cuDNN is loaded at run time (dlopen), not linked: libcolo_cuda.so still loads where cuDNN is
- * not installed, and COLO_CUDNN_LIBRARY names a copy elsewhere (a PyTorch wheel's, say). Unlike
- * colo's own kernels (cuda_flash.cu), cuDNN's backward adds dQ with atomics, so two runs may
- * differ in their last bits. */
+ * not installed, and COLO_CUDNN_LIBRARY names a copy elsewhere (a PyTorch wheel's, say). */
 #include "cuda_common.cuh"
 
 #ifdef COLO_NO_CUDNN /* built where cuDNN's headers are not: the attention says so when asked for  \
@@ -39,7 +42,7 @@ int cudnn_attention_fwd(colo_dtype_t, void *, float *, const void *, int, int, i
   return 0;
 }
 int cudnn_attention_bwd(colo_dtype_t, void *, const void *, const void *, const void *,
-                        const float *, int, int, int, int, cudaStream_t) {
+                        const float *, int, int, int, int, int, cudaStream_t) {
   return 0;
 }
 int cudnn_attention_plan_offline(const char *, colo_dtype_t, int, int, int, int, char *why,
@@ -426,7 +429,10 @@ static void build_fwd(graph_t *g, const dims_t *d, cudnnDataType_t io) {
   matmul(g, p, v, o);
 }
 
-static void build_bwd(graph_t *g, const dims_t *d, cudnnDataType_t io) {
+/* det: dQ = dS·K as a product of its own over dS kept in cuDNN's workspace (B·NH·T·T in the
+ * storage type), each value written once: the same bits every run. Otherwise dQ is added up in
+ * fp32 with atomics as the key blocks finish, and rounded once. */
+static void build_bwd(graph_t *g, const dims_t *d, cudnnDataType_t io, int det) {
   const cudnnDataType_t F = CUDNN_DATA_FLOAT;
   cudnnBackendDescriptor_t q = tensor(g, U_Q, io, d->q, false, false);
   cudnnBackendDescriptor_t kt = tensor(g, U_K, io, d->kt, false, false);
@@ -439,8 +445,7 @@ static void build_bwd(graph_t *g, const dims_t *d, cudnnDataType_t io) {
   cudnnBackendDescriptor_t dv = tensor(g, U_DV, io, d->q, false, false);
   cudnnBackendDescriptor_t scale = scalar(g, U_SCALE), neg = scalar(g, U_NEG),
                            one = scalar(g, U_ONE);
-  cudnnBackendDescriptor_t dsum = tensor(g, U_D, F, d->lse, false, false);   /* workspace */
-  cudnnBackendDescriptor_t dqf = tensor(g, U_DQF, F, d->rows, false, false); /* workspace */
+  cudnnBackendDescriptor_t dsum = tensor(g, U_D, F, d->lse, false, false); /* workspace */
 
   /* D = Σ dO·O per query (the product dense, [B][H][T][D]: cuDNN's frontend gives it strides
    * that overlap where T is a multiple of H, which its engine ignores and test_cudnn_plan's CPU
@@ -477,9 +482,15 @@ static void build_bwd(graph_t *g, const dims_t *d, cudnnDataType_t io) {
   reshape(g, dss, dst);
   matmul(g, dst, q, dk);
 
-  /* dQ = dS·K, in fp32, then rounded */
+  /* dQ = dS·K: directly (det), or in fp32 (in colo's part of the workspace) and then rounded; a
+   * dQ accumulator the caller gives is how cuDNN's engine is told to add it up with atomics */
   cudnnBackendDescriptor_t k = virt(g, io, d->q);
   reshape(g, kt, k);
+  if (det) {
+    matmul(g, dss, k, dq);
+    return;
+  }
+  cudnnBackendDescriptor_t dqf = tensor(g, U_DQF, F, d->rows, false, false);
   matmul(g, dss, k, dqf);
   pointwise(g, CUDNN_POINTWISE_IDENTITY, F, dqf, NULL, NULL, dq);
 }
@@ -583,8 +594,14 @@ static cudnnBackendDescriptor_t plan_graph(graph_t *g, int64_t *workspace, int64
 
 enum { MAX_PLANS = 8 };
 
+enum { /* a plan's graph */
+       FWD = CUDNN_GRAPH_FWD,
+       BWD_ATOMIC = CUDNN_GRAPH_BWD,
+       BWD_DETERMINISTIC = CUDNN_GRAPH_BWD_DETERMINISTIC
+};
+
 typedef struct {
-  int used, bwd, B, T, C, NH;
+  int used, bwd, B, T, C, NH; /* bwd: one of the three above */
   colo_dtype_t t;
   graph_t g;
   cudnnBackendDescriptor_t plan; /* NULL: none could be built (g.why says why) */
@@ -622,13 +639,13 @@ static plan_t *plan_for(int bwd, colo_dtype_t t, int B, int T, int C, int NH) {
   dims_t d = dims_of(B, T, C, NH);
   cudnnDataType_t io = t == COLO_DTYPE_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
   if (bwd)
-    build_bwd(&p->g, &d, io);
+    build_bwd(&p->g, &d, io, bwd == BWD_DETERMINISTIC);
   else
     build_fwd(&p->g, &d, io);
   p->plan = plan_graph(&p->g, &p->workspace, &p->engine);
   if (bwd)
     p->extra = align256((size_t)B * NH * T * sizeof(float)) +
-               align256((size_t)B * NH * T * (C / NH) * sizeof(float));
+               (bwd == BWD_ATOMIC ? align256((size_t)B * NH * T * (C / NH) * sizeof(float)) : 0);
   return p;
 }
 
@@ -680,8 +697,10 @@ static int usable(plan_t **out, int bwd, colo_dtype_t t, int B, int T, int C, in
   plan_t *p = plan_for(bwd, t, B, T, C, NH);
   if (!p->plan) {
     snprintf(last_why, sizeof last_why, "%s, %s, B %d, T %d, %d heads of %d: %s",
-             bwd ? "backward" : "forward", t == COLO_DTYPE_BF16 ? "bf16" : "fp16", B, T, NH, hs,
-             p->g.why);
+             bwd == BWD_DETERMINISTIC ? "deterministic backward"
+             : bwd                    ? "backward"
+                                      : "forward",
+             t == COLO_DTYPE_BF16 ? "bf16" : "fp16", B, T, NH, hs, p->g.why);
     return -1;
   }
   *out = p;
@@ -707,9 +726,9 @@ int cudnn_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, 
 
 int cudnn_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *lse, int B, int T, int C, int NH,
-                        cudaStream_t stream) {
+                        int deterministic, cudaStream_t stream) {
   plan_t *p = NULL;
-  int rc = usable(&p, 1, t, B, T, C, NH);
+  int rc = usable(&p, deterministic ? BWD_DETERMINISTIC : BWD_ATOMIC, t, B, T, C, NH);
   if (rc != 1)
     return rc;
   float scale = 1.0f / sqrtf((float)(C / NH));
@@ -721,7 +740,8 @@ int cudnn_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void
   void *dsum = work + own;
   void *dqf = work + own + align256((size_t)B * NH * T * sizeof(float));
   /* cuDNN 9.6 on sets dQ's accumulator itself; zeroing it costs microseconds and spares a guess */
-  CK(cudaMemsetAsync(dqf, 0, (size_t)B * NH * T * (C / NH) * sizeof(float), stream));
+  if (!deterministic)
+    CK(cudaMemsetAsync(dqf, 0, (size_t)B * NH * T * (C / NH) * sizeof(float), stream));
   int64_t uids[] = {U_Q,  U_K,  U_V,     U_O,   U_DO,  U_LSE, U_DQ,
                     U_DK, U_DV, U_SCALE, U_NEG, U_ONE, U_D,   U_DQF};
   void *ptrs[] = {(void *)base,
@@ -738,7 +758,7 @@ int cudnn_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void
                   (void *)&ONE,
                   dsum,
                   dqf};
-  execute(p, 14, uids, ptrs, work, stream);
+  execute(p, deterministic ? 13 : 14, uids, ptrs, work, stream);
   return 1;
 }
 
@@ -765,7 +785,8 @@ int cudnn_attention_plan_offline(const char *devprop_json, colo_dtype_t t, int B
     dn.devprop = d; /* kept: g is not freed */
   }
   size_t used = 0;
-  for (int bwd = 0; bwd < 2; bwd++) {
+  static const char *names[] = {"forward", "backward", "deterministic backward"};
+  for (int bwd = FWD; bwd <= BWD_DETERMINISTIC; bwd++) {
     plan_t *p = NULL;
     int rc = usable(&p, bwd, t, B, T, C, NH);
     if (rc == 0) {
@@ -779,16 +800,17 @@ int cudnn_attention_plan_offline(const char *devprop_json, colo_dtype_t t, int B
     }
     p = plan_for(bwd, t, B, T, C, NH);
     used += (size_t)snprintf(why + used, used < len ? len - used : 0, "%s%s: %s", bwd ? "; " : "",
-                             bwd ? "backward" : "forward", p->plan ? "planned" : p->g.why);
+                             names[bwd], p->plan ? "planned" : p->g.why);
   }
   return 1;
 }
 
-const cudnn_shadow_t *cudnn_attention_shadow(int bwd, colo_dtype_t t, int B, int T, int C, int NH) {
+const cudnn_shadow_t *cudnn_attention_shadow(int kind, colo_dtype_t t, int B, int T, int C,
+                                             int NH) {
   plan_t *p = NULL;
-  if (usable(&p, bwd, t, B, T, C, NH) == 0)
+  if (usable(&p, kind, t, B, T, C, NH) == 0)
     return NULL;
-  p = plan_for(bwd, t, B, T, C, NH); /* planned or not: the graph was built */
+  p = plan_for(kind, t, B, T, C, NH); /* planned or not: the graph was built */
   return &p->g.shadow;
 }
 
