@@ -6,10 +6,10 @@
 #   2. GPT-2 124M (12L/12H/768, T=1024, vocab padded to 50304) training steps in bf16: tokens/s
 #      and MFU (6N + 6·L·C·T FLOPs per token against 989 TFLOP/s), and PyTorch on the same GPU,
 #      same model (torch_train_gpu.py), bf16 autocast, side by side in this run, as a ratio;
-#      colo's own attention forward (COLO_CUDA_ATTENTION=flash-async), cuDNN's backward too
-#      (COLO_CUDA_ATTENTION=cudnn) and the MLP's GELU as a pass of its own
-#      (COLO_CUDA_GELU_FUSION=0) beside the defaults (cuDNN's attention forward and colo's
-#      backward, GELU in cuBLASLt's epilogues); the bf16 step's GPU time per
+#      at B=8, 32 and 64; colo's own attention (COLO_CUDA_ATTENTION=flash-async), cuDNN's
+#      backward that adds dQ with atomics (COLO_CUDA_ATTENTION=cudnn) and the MLP's GELU as a
+#      pass of its own (COLO_CUDA_GELU_FUSION=0) beside the defaults (cuDNN's attention forward
+#      and its deterministic backward, GELU in cuBLASLt's epilogues); the bf16 step's GPU time per
 #      operation (COLO_CUDA_PROFILE=1); and each operation alone at the same shapes, colo's
 #      (engine_ops, ops.c) and PyTorch's kernels for it (ops_torch.py), side by side;
 #   3. correctness: 1,000 steps on tinyshakespeare on the GPU (bf16, its default) and on the CPU
@@ -37,11 +37,11 @@ PY=python3
 "$PY" -c "import numpy, torch" 2>/dev/null || PY=/usr/bin/python3
 RES="$SRC/bench/results"
 if [ "${COLO_BENCH_DRY:-0}" = 1 ]; then
-  DEV=cpu M124=(2 2 64 64 2) M350=(2 4 64 64 2) TS_STEPS=30 TF32=() SELF=(--self) B32=4
+  DEV=cpu M124=(2 2 64 64 2) M350=(2 4 64 64 2) TS_STEPS=30 TF32=() SELF=(--self) B32=4 B64=8
   RES="$TMP/results"
   mkdir -p "$RES"
 else
-  DEV=gpu M124=(12 12 768 1024 8) M350=(24 16 1024 1024 8) TS_STEPS=1000 TF32=(--tf32 true) SELF=() B32=32
+  DEV=gpu M124=(12 12 768 1024 8) M350=(24 16 1024 1024 8) TS_STEPS=1000 TF32=(--tf32 true) SELF=() B32=32 B64=64
 fi
 GPU=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1 || true)
 [ -n "$GPU" ] || GPU="unknown GPU (nvidia-smi did not answer)"
@@ -121,11 +121,13 @@ torch_run bf16c bf16 --compile
 colo_run c124b32 "${M124[@]:0:4}" "$B32" --precision bf16
 torch_run bf16b32 bf16 --batch-size "$B32"
 torch_run bf16cb32 bf16 --batch-size "$B32" --compile
-# the alternatives to the defaults, both batches: the fused attention loading a tile, then using
-# it (without cp.async's overlap); the MLP's GELU as a pass of its own
+# and at 64 (llm.c's batch for GPT-2 124M on one GPU), compiled PyTorch beside it
+colo_run c124b64 "${M124[@]:0:4}" "$B64" --precision bf16
+torch_run bf16cb64 bf16 --batch-size "$B64" --compile
+# the alternatives to the defaults, both batches: colo's own attention kernels, forward and
+# backward; cuDNN's backward adding dQ with atomics; the MLP's GELU as a pass of its own
 COLO_CUDA_ATTENTION=flash-async colo_run c124bf16a "${M124[@]}" --precision bf16
 COLO_CUDA_ATTENTION=flash-async colo_run c124b32a "${M124[@]:0:4}" "$B32" --precision bf16
-# cuDNN's fused attention (backend/cuda_cudnn.cu) in place of colo's own kernels
 COLO_CUDA_ATTENTION=cudnn colo_run c124bf16d "${M124[@]}" --precision bf16
 COLO_CUDA_ATTENTION=cudnn colo_run c124b32d "${M124[@]:0:4}" "$B32" --precision bf16
 COLO_CUDA_GELU_FUSION=0 colo_run c124bf16f "${M124[@]}" --precision bf16
@@ -206,11 +208,12 @@ fi
 unset COLO_CUDA_EMULATE
 
 python3 - "$TMP" "$GPU" "$STEPS" "$RES/$REPORT" "$COMMIT" \
-  "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" "${PCT:-60}" "$B32" <<'PY'
+  "${M124[*]}" "${M350[*]}" "$TS_STEPS" "${COLO_BENCH_DRY:-0}" "${PCT:-60}" "$B32" "$B64" <<'PY'
 import json, sys, datetime
 tmp, gpu, steps, out, commit = sys.argv[1:6]
 m124, m350 = [list(map(int, a.split())) for a in sys.argv[6:8]]
 ts_steps, dry, pct, b32n = int(sys.argv[8]), sys.argv[9] == "1", sys.argv[10], int(sys.argv[11])
+b64n = int(sys.argv[12])
 def recs(name):
     try:
         return [json.loads(l) for l in open("%s/%s.jsonl" % (tmp, name))]
@@ -236,12 +239,14 @@ def torch(dt):
         return {"error": "not run"}
 b16, b16g, b16e, a, f32 = (colo(n, m124[0], m124[2], m124[3]) for n in ("c124bf16", "c124bf16g", "c124bf16e", "c124", "c124fp32"))
 b32 = colo("c124b32", m124[0], m124[2], m124[3])
+b64 = colo("c124b64", m124[0], m124[2], m124[3])
 b16a, b32a = colo("c124bf16a", m124[0], m124[2], m124[3]), colo("c124b32a", m124[0], m124[2], m124[3])
 b16f, b32f = colo("c124bf16f", m124[0], m124[2], m124[3]), colo("c124b32f", m124[0], m124[2], m124[3])
 b16d, b32d = colo("c124bf16d", m124[0], m124[2], m124[3]), colo("c124b32d", m124[0], m124[2], m124[3])
 big = colo("c350", m350[0], m350[2], m350[3])
 tb, tt = torch("bf16"), torch("tf32")
 tbc, tb32, tbc32 = torch("bf16c"), torch("bf16b32"), torch("bf16cb32")
+tbc64 = torch("bf16cb64")
 L = []
 L.append("# bench/engine_gpu: colo-train on one GPU%s\n"
          % (" — DRY RUN on the CPU with small shapes (COLO_BENCH_DRY=1): not a result" if dry else ""))
@@ -251,12 +256,13 @@ L.append("Measured %s on **%s**, commit %s, command `bash bench/engine_gpu/run.s
 L.append("## GPT-2 124M (12L/12H/768, T=1024, B=8 unless named, vocab 50304)\n")
 L.append("| run | ms/step | tokens/s | MFU (989 TFLOP/s) |")
 L.append("|---|---|---|---|")
-for name, run, r in (("colo, bf16 activations and products, fused attention (cuDNN's forward, colo's backward)", "c124bf16", b16),
+for name, run, r in (("colo, bf16 activations and products, fused attention (cuDNN's forward and deterministic backward)", "c124bf16", b16),
                      ("colo, bf16, B=%d" % b32n, "c124b32", b32),
-                     ("colo, bf16, colo's own attention forward too (COLO_CUDA_ATTENTION=flash-async)", "c124bf16a", b16a),
-                     ("colo, bf16, B=%d, colo's own attention forward too" % b32n, "c124b32a", b32a),
-                     ("colo, bf16, cuDNN's fused attention (COLO_CUDA_ATTENTION=cudnn)", "c124bf16d", b16d),
-                     ("colo, bf16, B=%d, cuDNN's fused attention" % b32n, "c124b32d", b32d),
+                     ("colo, bf16, B=%d" % b64n, "c124b64", b64),
+                     ("colo, bf16, colo's own attention kernels (COLO_CUDA_ATTENTION=flash-async)", "c124bf16a", b16a),
+                     ("colo, bf16, B=%d, colo's own attention kernels" % b32n, "c124b32a", b32a),
+                     ("colo, bf16, cuDNN's backward adding dQ with atomics (COLO_CUDA_ATTENTION=cudnn)", "c124bf16d", b16d),
+                     ("colo, bf16, B=%d, cuDNN's backward adding dQ with atomics" % b32n, "c124b32d", b32d),
                      ("colo, bf16, GELU as a pass of its own (COLO_CUDA_GELU_FUSION=0)", "c124bf16f", b16f),
                      ("colo, bf16, B=%d, GELU as a pass of its own" % b32n, "c124b32f", b32f),
                      ("colo, bf16, attention as batched products (COLO_CUDA_ATTENTION=gemm)", "c124bf16g", b16g),
@@ -268,6 +274,7 @@ for name, t in (("PyTorch %s, bf16 autocast" % (tb.get("torch") or tbc.get("torc
                 ("PyTorch, bf16 autocast, torch.compile", tbc),
                 ("PyTorch, bf16 autocast, B=%d" % b32n, tb32),
                 ("PyTorch, bf16 autocast, torch.compile, B=%d" % b32n, tbc32),
+                ("PyTorch, bf16 autocast, torch.compile, B=%d" % b64n, tbc64),
                 ("PyTorch %s, TF32" % tt.get("torch", ""), tt)):
     if "error" in t:
         L.append("| %s | %s | | |" % (name, t["error"]))
@@ -297,8 +304,9 @@ od, od_err, _ = ops("ops_cudnn")
 ot, ot_err, th = ops("ops_torch")
 if oc:
     L.append("\nEach operation alone at these shapes (`engine_ops`: 20 calls in a row after 2, the wall "
-             "time a call; *alternatives*: `COLO_CUDA_ATTENTION=flash-async COLO_CUDA_GELU_FUSION=0`; "
-             "*cuDNN*: `COLO_CUDA_ATTENTION=cudnn`, the attention's rows), "
+             "time a call; *alternatives*: `COLO_CUDA_ATTENTION=flash-async COLO_CUDA_GELU_FUSION=0`, "
+             "colo's own attention; *cuDNN*: `COLO_CUDA_ATTENTION=cudnn`, dQ added with atomics, "
+             "the attention's rows), "
              "and PyTorch %s's kernels for the same (`ops_torch.py`: bf16, %s attention, AdamW fused on a GPU). "
              "Speed is colo's rate; the ratio is PyTorch's time over colo's (above 1: colo is "
              "faster).\n" % (th.get("torch", "?"), th.get("attention", "?")))
@@ -332,10 +340,11 @@ def best(*ts):  # PyTorch's fastest run of those that ran: eager or compiled
     ok = [t for t in ts if "error" not in t]
     return max(ok, key=lambda t: t["tokens_per_s"]) if ok else None
 for r, n, t, how in ((b16, m124[4], best(tb, tbc), ""), (b32, b32n, best(tb32, tbc32), ""),
-                     (b16a, m124[4], best(tb, tbc), ", colo's own attention forward too"),
-                     (b32a, b32n, best(tb32, tbc32), ", colo's own attention forward too"),
-                     (b16d, m124[4], best(tb, tbc), ", cuDNN's attention"),
-                     (b32d, b32n, best(tb32, tbc32), ", cuDNN's attention"),
+                     (b64, b64n, best(tbc64), ""),
+                     (b16a, m124[4], best(tb, tbc), ", colo's own attention kernels"),
+                     (b32a, b32n, best(tb32, tbc32), ", colo's own attention kernels"),
+                     (b16d, m124[4], best(tb, tbc), ", cuDNN's backward with atomics"),
+                     (b32d, b32n, best(tb32, tbc32), ", cuDNN's backward with atomics"),
                      (b16f, m124[4], best(tb, tbc), ", GELU as a pass of its own"),
                      (b32f, b32n, best(tb32, tbc32), ", GELU as a pass of its own")):
     if r and t:

@@ -38,6 +38,7 @@ static const colo_backend_t *cpu, *gpu; /* the same storage type */
 static colo_pool_t *dpool;              /* the "GPU"'s memory for the test's tensors */
 static colo_rng_t rng;
 static int failures, checks, self, exact; /* exact: the GPU's table computes the CPU's bits */
+static int tf32;                          /* the products round their factors to TF32 */
 static colo_dtype_t dt;                   /* the storage type under test */
 static size_t asz;
 
@@ -494,7 +495,10 @@ static void test_attention(double tol, int B, int T, int C, int NH, int docs) {
   cpu->attention_bwd(h_dqkv, h_dout, h_qkv, out, lse, B, T, C, NH, pos);
   gpu->attention_bwd(d_dqkv, d_dout, d_qkv, d_out, d_lse, B, T, C, NH, d_pos);
   snprintf(what, sizeof what, "attention_bwd dqkv, hs %d T %d%s", C / NH, T, dd);
-  check_a(named(what), d_dqkv, h_dqkv, nq, tol);
+  /* under TF32 dQ and dK come from two products in a row, dS = P∘(dO·Vᵀ − D) and then dS·K, each
+   * rounding both its factors: twice the one product's bound (an H200 gave 1.7e-3 on some
+   * inputs) */
+  check_a(named(what), d_dqkv, h_dqkv, nq, tf32 ? 2 * tol : tol);
   colo_pool_free(dpool, d_qkv), colo_pool_free(dpool, d_lse), colo_pool_free(dpool, d_dout);
   colo_pool_free(dpool, d_out);
   if (d_pos)
@@ -613,14 +617,18 @@ static void test_losses(double tol) {
     enum { WN = 6, WV = 120003 };
     int wtg[WN] = {0, WV - 1, -1, 77777, 3, 119999};
     size_t wl = (size_t)WN * WV;
+    colo_rng_t keep = rng; /* the checks after this one get the inputs they had before it */
     float *wlog = randv(wl, 3.0f), *wloss = malloc(WN * sizeof(float));
+    rng = keep;
     void *h_w = hact(wlog, wl), *d_w = upa(wlog, wl);
     int *d_wtg = up(wtg, WN, sizeof(int));
     float *d_wl = upf(wlog, WN);
     cpu->crossentropy_fused(wloss, h_w, wtg, 0.125f, WN, WV);
     gpu->crossentropy_fused(d_wl, d_w, d_wtg, 0.125f, WN, WV);
-    check(named("crossentropy_fused losses, rows of 120003"), d_wl, wloss, WN, 1e-5);
-    check_a(named("crossentropy_fused gradient, rows of 120003"), d_w, h_w, wl, dt ? tol : 1e-5);
+    /* sums of 120,003 terms in another order: √n·2⁻²⁴ ≈ 2e-5 of the sum (an H200 gave 1.0e-5 on
+     * the losses, 1.8e-5 on the fp32 gradient) */
+    check(named("crossentropy_fused losses, rows of 120003"), d_wl, wloss, WN, 5e-5);
+    check_a(named("crossentropy_fused gradient, rows of 120003"), d_w, h_w, wl, dt ? tol : 5e-5);
     colo_pool_free(dpool, d_wtg);
     free(wlog), free(wloss), free(h_w);
   }
@@ -1036,6 +1044,7 @@ int main(int argc, char **argv) {
     if (self && modes[i].math == COLO_MATH_TF32)
       continue; /* the CPU has no TF32 */
     dt = colo_math_dtype(modes[i].math);
+    tf32 = modes[i].math == COLO_MATH_TF32;
     asz = colo_dtype_size(dt);
     tag = modes[i].tag;
     cpu = colo_backend_cpu_dtype(dt);

@@ -60,12 +60,14 @@ static struct {
                           (flash); 0: the batched products (gemm) */
   int gelu_fused; /* the MLP's GELU in cuBLASLt's epilogues; COLO_CUDA_GELU_FUSION=0: without */
   int cudnn;      /* cuDNN's fused attention where it applies (cuda_cudnn.cu; not with documents or
-                     windows), the fused kernels above elsewhere: CUDNN_FWD (the default where cuDNN
-                     loads) its forward, whose result is the same on every run, and colo's backward;
-                     CUDNN_BOTH (COLO_CUDA_ATTENTION=cudnn) its backward too, whose dQ adds up with
-                     atomics, so that two runs may differ in their last bits; CUDNN_BOTH_DET
-                     (cudnn-det) its deterministic backward, dQ a product of its own over dS kept
-                     in cuDNN's workspace */
+                     windows), the fused kernels above elsewhere: CUDNN_BOTH_DET (the default
+                     where cuDNN loads, and COLO_CUDA_ATTENTION=cudnn-det) its forward and its
+                     deterministic backward, dQ a product of its own over dS kept in cuDNN's
+                     workspace, so that every run's result is the same; CUDNN_BOTH (cudnn) its
+                     backward that adds dQ up with atomics, so that two runs may differ in their
+                     last bits */
+  int cudnn_auto; /* cuDNN by default, not by name: where it has no plan, or its backward's
+                     workspace is too large, colo's kernels run the attention (said once) */
 } g;
 
 static void *scratch(int slot, size_t bytes) {
@@ -890,11 +892,133 @@ __global__ static void layernorm_fwd_kernel(T *out, float *mean, float *rstd, co
   }
 }
 
+/* A row of up to K·32 packs read once into registers, and the fp32 weights read 16 bytes at a
+ * time: the kernels above read it three times (twice from cache) and the weights one value at
+ * a time, and reached 1.3 TB/s forward and 1.0 backward on an H200 at GPT-2 124M's shapes. Each
+ * lane owns the values lane_each gives it, in the same order, so the sums, and every output, are
+ * the same bits. For 16-byte rows (vec) with 16-byte-aligned weights. */
+template <class T> __device__ __forceinline__ static void ld_f32(float *dst, const float *src) {
+  constexpr int P = pack<T>::n;
+#pragma unroll
+  for (int q = 0; q < P; q += 4) {
+    float4 a = *(const float4 *)(src + q);
+    dst[q] = a.x, dst[q + 1] = a.y, dst[q + 2] = a.z, dst[q + 3] = a.w;
+  }
+}
+
+template <class T, int K>
+__global__ static void layernorm_fwd_reg_kernel(T *out, float *mean, float *rstd, const T *inp,
+                                                const float *w, const float *b, int N, int C) {
+  constexpr int P = pack<T>::n;
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N)
+    return;
+  const T *x = inp + (size_t)row * C;
+  float v[K][P], s = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    int i = (k * 32 + lane) * P;
+    if (i < C) {
+      pack<T> a = ldp(x + i);
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        v[k][p] = ld(a.v[p]);
+        s += v[k][p];
+      }
+    }
+  }
+  float m = warp_sum(s) / (float)C, q = 0.0f;
+#pragma unroll
+  for (int k = 0; k < K; k++)
+    if ((k * 32 + lane) * P < C)
+#pragma unroll
+      for (int p = 0; p < P; p++)
+        q += (v[k][p] - m) * (v[k][p] - m);
+  float r = 1.0f / sqrtf(warp_sum(q) / (float)C + 1e-5f);
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    int i = (k * 32 + lane) * P;
+    if (i < C) {
+      float wv[P], bv[P];
+      ld_f32<T>(wv, w + i);
+      ld_f32<T>(bv, b + i);
+      pack<T> o;
+#pragma unroll
+      for (int p = 0; p < P; p++)
+        o.v[p] = st<T>((v[k][p] - m) * r * wv[p] + bv[p]);
+      stp(out + (size_t)row * C + i, o);
+    }
+  }
+  if (lane == 0) {
+    mean[row] = m;
+    rstd[row] = r;
+  }
+}
+
+template <class T, int K>
+__global__ static void layernorm_bwd_reg_kernel(T *dinp, const T *dout, const T *inp,
+                                                const float *w, const float *mean,
+                                                const float *rstd, int N, int C) {
+  constexpr int P = pack<T>::n;
+  int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (row >= N)
+    return;
+  const T *x = inp + (size_t)row * C, *d = dout + (size_t)row * C;
+  float m = mean[row], r = rstd[row], dm = 0.0f, dnm = 0.0f;
+  float xh[K][P], dn[K][P];
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    int i = (k * 32 + lane) * P;
+    if (i < C) {
+      pack<T> a = ldp(x + i), e = ldp(d + i);
+      float wv[P];
+      ld_f32<T>(wv, w + i);
+#pragma unroll
+      for (int p = 0; p < P; p++) {
+        xh[k][p] = (ld(a.v[p]) - m) * r;
+        dn[k][p] = wv[p] * ld(e.v[p]);
+        dm += dn[k][p];
+        dnm += dn[k][p] * xh[k][p];
+      }
+    }
+  }
+  dm = warp_sum(dm) / (float)C;
+  dnm = warp_sum(dnm) / (float)C;
+#pragma unroll
+  for (int k = 0; k < K; k++) {
+    int i = (k * 32 + lane) * P;
+    if (i < C) {
+      T *o = dinp + (size_t)row * C + i;
+      pack<T> old = ldp(o), res;
+#pragma unroll
+      for (int p = 0; p < P; p++)
+        res.v[p] = st<T>(ld(old.v[p]) + (dn[k][p] - dm - xh[k][p] * dnm) * r);
+      stp(o, res);
+    }
+  }
+}
+
+/* the register kernels' K for a row of C (0: the row does not fit, or is not in packs) */
+template <class T> static int ln_reg_k(int C, int vec, const float *w, const float *b) {
+  if (!vec || ((uintptr_t)w | (uintptr_t)b) % 16)
+    return 0;
+  int packs = (C / pack<T>::n + 31) / 32; /* a lane's */
+  return packs <= 4 ? 4 : packs <= 8 ? 8 : 0;
+}
+
 template <class T>
 static void layernorm_fwd(void *out, float *mean, float *rstd, const void *inp, const float *w,
                           const float *b, int N, int C) {
-  layernorm_fwd_kernel<T><<<(N + 7) / 8, 256, 0, g.stream>>>(
-      (T *)out, mean, rstd, (const T *)inp, w, b, N, C, vec_ok<T>((size_t)C, out, inp));
+  int vec = vec_ok<T>((size_t)C, out, inp), k = ln_reg_k<T>(C, vec, w, b);
+  if (k == 4)
+    layernorm_fwd_reg_kernel<T, 4>
+        <<<(N + 7) / 8, 256, 0, g.stream>>>((T *)out, mean, rstd, (const T *)inp, w, b, N, C);
+  else if (k == 8)
+    layernorm_fwd_reg_kernel<T, 8>
+        <<<(N + 7) / 8, 256, 0, g.stream>>>((T *)out, mean, rstd, (const T *)inp, w, b, N, C);
+  else
+    layernorm_fwd_kernel<T>
+        <<<(N + 7) / 8, 256, 0, g.stream>>>((T *)out, mean, rstd, (const T *)inp, w, b, N, C, vec);
   LAUNCHED();
 }
 
@@ -925,9 +1049,16 @@ template <class T>
 static void layernorm_bwd(void *dinp, float *dw, float *db, const void *dout, const void *inp,
                           const float *w, const float *mean, const float *rstd, int N, int C) {
   if (dinp) {
-    layernorm_bwd_kernel<T>
-        <<<(N + 7) / 8, 256, 0, g.stream>>>((T *)dinp, (const T *)dout, (const T *)inp, w, mean,
-                                            rstd, N, C, vec_ok<T>((size_t)C, dinp, dout, inp));
+    int vec = vec_ok<T>((size_t)C, dinp, dout, inp), k = ln_reg_k<T>(C, vec, w, w);
+    if (k == 4)
+      layernorm_bwd_reg_kernel<T, 4><<<(N + 7) / 8, 256, 0, g.stream>>>(
+          (T *)dinp, (const T *)dout, (const T *)inp, w, mean, rstd, N, C);
+    else if (k == 8)
+      layernorm_bwd_reg_kernel<T, 8><<<(N + 7) / 8, 256, 0, g.stream>>>(
+          (T *)dinp, (const T *)dout, (const T *)inp, w, mean, rstd, N, C);
+    else
+      layernorm_bwd_kernel<T><<<(N + 7) / 8, 256, 0, g.stream>>>(
+          (T *)dinp, (const T *)dout, (const T *)inp, w, mean, rstd, N, C, vec);
     LAUNCHED();
   }
   if (dw || db)
@@ -1495,18 +1626,22 @@ static void attention_gemm_bwd(void *dqkv, const void *dout, const void *qkv, co
 
 /* The fused kernels (cuda_flash.cu) where they apply and are not turned off, else the batched
  * products above; before them cuDNN's (g.cudnn). */
-enum { CUDNN_OFF, CUDNN_FWD, CUDNN_BOTH, CUDNN_BOTH_DET };
+enum { CUDNN_OFF, CUDNN_BOTH, CUDNN_BOTH_DET };
 
-/* cuDNN's attention: 1 when it ran, 0 when the case is not cuDNN's. Asked for
- * (COLO_CUDA_ATTENTION=cudnn) and without a plan for a case that is its own, the run stops with
- * cuDNN's reason: colo does not fall back in silence from what was asked. By default colo's
- * kernels take over, and say so once. */
+static const char *cudnn_mode(void) {
+  return g.cudnn_auto ? "auto" : g.cudnn == CUDNN_BOTH ? "cudnn" : "cudnn-det";
+}
+
+/* cuDNN's attention: 1 when it ran, 0 when the case is not cuDNN's. Asked for by name
+ * (COLO_CUDA_ATTENTION=cudnn or cudnn-det) and without a plan for a case that is its own, the run
+ * stops with cuDNN's reason: colo does not fall back in silence from what was asked. By default
+ * colo's kernels take over, and say so once. */
 static int cudnn_ran(int rc) {
   static int told;
-  if (rc < 0 && g.cudnn >= CUDNN_BOTH) {
+  if (rc < 0 && !g.cudnn_auto) {
     fprintf(stderr,
             "colo-train: COLO_CUDA_ATTENTION=%s: cuDNN has no plan for the attention (%s)\n",
-            g.cudnn == CUDNN_BOTH ? "cudnn" : "cudnn-det", cudnn_attention_error());
+            cudnn_mode(), cudnn_attention_error());
     exit(1);
   }
   if (rc < 0 && !told) {
@@ -1521,11 +1656,11 @@ template <class T>
 static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_, int C, int NH,
                           const int *pos) {
   static int told;
-  if (g.cudnn >= CUDNN_BOTH && pos && !told) {
+  if (g.cudnn && !g.cudnn_auto && pos && !told) {
     fprintf(stderr,
             "colo-train: COLO_CUDA_ATTENTION=%s: attention within documents or a "
             "sliding window runs on colo's own kernels: cuDNN's is not given them\n",
-            g.cudnn == CUDNN_BOTH ? "cudnn" : "cudnn-det");
+            cudnn_mode());
     told = 1;
   }
   if (g.cudnn && !pos &&
@@ -1536,12 +1671,41 @@ static void attention_fwd(void *out, float *lse, const void *qkv, int B, int T_,
     attention_gemm_fwd<T>(out, lse, qkv, B, T_, C, NH, pos);
 }
 
+/* By default cuDNN's deterministic backward runs where its workspace (B·NH·T·T values of 16 bits
+ * for dS, outside the pool) takes at most a sixteenth of the GPU's memory: 1.5 GiB for GPT-2
+ * 124M at B = 64, 8 GiB at T = 8192 with 32 heads at B = 2. Past that colo's backward runs it,
+ * which needs no such matrix, and says so once. Asked for by name, cuDNN's runs whatever it
+ * takes. */
+static int cudnn_backward_fits(colo_dtype_t t, int B, int T_, int C, int NH, int det) {
+  static int told;
+  if (!g.cudnn_auto)
+    return 1;
+  int64_t need = cudnn_attention_bwd_bytes(t, B, T_, C, NH, det);
+  if (need < 0) /* no plan: cudnn_ran says so */
+    return 1;
+  static size_t total; /* the GPU's memory, bytes */
+  size_t freeb = 0;
+  if (!total)
+    CK(cudaMemGetInfo(&freeb, &total));
+  if ((size_t)need <= total / 16)
+    return 1;
+  if (!told) {
+    fprintf(stderr,
+            "colo-train: cuDNN's attention backward would need %.2f GiB beside the model (B %d, T "
+            "%d, %d heads), over a sixteenth of the GPU's %.1f GiB: colo's kernels run it\n",
+            (double)need / 1073741824.0, B, T_, NH, (double)total / 1073741824.0);
+    told = 1;
+  }
+  return 0;
+}
+
 template <class T>
 static void attention_bwd(void *dqkv, const void *dout, const void *qkv, const void *out,
                           const float *lse, int B, int T_, int C, int NH, const int *pos) {
-  if (g.cudnn >= CUDNN_BOTH && !pos &&
-      cudnn_ran(cudnn_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, B, T_, C, NH,
-                                    g.cudnn == CUDNN_BOTH_DET, g.stream)))
+  int det = g.cudnn == CUDNN_BOTH_DET;
+  if (g.cudnn && !pos && cudnn_backward_fits(dtype_of<T>::colo, B, T_, C, NH, det) &&
+      cudnn_ran(cudnn_attention_bwd(dtype_of<T>::colo, dqkv, dout, qkv, out, lse, B, T_, C, NH, det,
+                                    g.stream)))
     return;
   if (g.flash) {
     float *dsum = (float *)scratch(S_F32, (size_t)B * NH * T_ * sizeof(float));
@@ -1657,34 +1821,68 @@ __global__ static void crossentropy_fused_kernel(float *losses, T *logits, const
   });
 }
 
-/* The same, the row read from memory once: kept in shared memory as the max is taken, the sum
- * and the gradient computed from there (each thread the values it kept, in the order above: the
- * same bits). GPT-2's row of 50,304 bf16 values is 98 KiB, so two blocks share an SM. */
+/* The same, the row read from memory once and written once: kept in shared memory in fp32 as the
+ * max is taken, each exp(x − max) computed once into it with the sum, and the gradient from
+ * there. The exps were the kernel above's limit as much as its rereads: two a value, 0.82 G of
+ * them for GPT-2 124M's step at B = 8. A row of 50,304 takes 197 KiB: a block of 1,024
+ * threads an SM. */
 template <class T>
 __global__ static void crossentropy_fused_smem_kernel(float *losses, T *logits, const int *targets,
                                                       float dloss, int V, int vec) {
-  extern __shared__ __align__(16) unsigned char ce_row[];
-  T *r = (T *)ce_row;
+  extern __shared__ __align__(16) float ce_row[];
+  constexpr int P = pack<T>::n;
   int n = blockIdx.x, tg = targets[n], t = threadIdx.x, nt = blockDim.x;
   T *l = logits + (size_t)n * V;
-  const T *none = NULL;
   float mx = -INFINITY;
-  lane_map(r, l, none, 0, V, t, nt, vec, [&](int, float x, float, float) {
-    mx = fmaxf(mx, x);
-    return x;
-  });
-  mx = block_max(mx);
+  if (vec) { /* a pack of P values in, P/4 16-byte stores into the row (2-way bank conflicts) */
+    for (int i = t * P; i < V; i += nt * P) {
+      pack<T> a = ldp(l + i);
+      float f[P];
+#pragma unroll
+      for (int k = 0; k < P; k++) {
+        f[k] = ld(a.v[k]);
+        mx = fmaxf(mx, f[k]);
+      }
+#pragma unroll
+      for (int q = 0; q < P; q += 4)
+        *(float4 *)&ce_row[i + q] = make_float4(f[q], f[q + 1], f[q + 2], f[q + 3]);
+    }
+  } else {
+    for (int i = t; i < V; i += nt) {
+      ce_row[i] = ld(l[i]);
+      mx = fmaxf(mx, ce_row[i]);
+    }
+  }
+  mx = block_max(mx); /* its barrier makes every thread's values visible to all */
   float s = 0.0f;
-  lane_each(r, none, V, t, nt, vec, [&](int, float x, float) { s += expf(x - mx); });
-  s = block_sum(s);
+  for (int i = t; i < V; i += nt) {
+    float e = expf(ce_row[i] - mx);
+    ce_row[i] = e;
+    s += e;
+  }
+  s = block_sum(s); /* and so does this one */
   float inv = 1.0f / s;
-  if (t == 0)
-    losses[n] = tg < 0 ? 0.0f : -logf(expf(ld(l[tg]) - mx) * inv);
-  __syncthreads();
+  if (t == 0) /* a target of -1 does not count: no loss, no gradient */
+    losses[n] = tg < 0 ? 0.0f : -logf(ce_row[tg] * inv);
   float d = tg < 0 ? 0.0f : dloss;
-  lane_map(l, r, none, 0, V, t, nt, vec, [&](int v, float x, float, float) {
-    return (expf(x - mx) * inv - (v == tg ? 1.0f : 0.0f)) * d;
-  });
+  if (vec) {
+    for (int i = t * P; i < V; i += nt * P) {
+      pack<T> o;
+      float f[P];
+#pragma unroll
+      for (int q = 0; q < P; q += 4) {
+        float4 e = *(const float4 *)&ce_row[i + q];
+        f[q] = e.x, f[q + 1] = e.y, f[q + 2] = e.z, f[q + 3] = e.w;
+      }
+#pragma unroll
+      for (int k = 0; k < P; k++)
+        o.v[k] = st<T>((f[k] * inv - (i + k == tg ? 1.0f : 0.0f)) * d);
+      stp(l + i, o);
+    }
+  } else {
+    for (int i = t; i < V; i += nt)
+      l[i] = st<T>((ce_row[i] * inv - (i == tg ? 1.0f : 0.0f)) * d);
+  }
 }
 
 template <class T>
@@ -1693,7 +1891,7 @@ static void crossentropy_fused(float *losses, void *logits, const int *targets, 
   static int optin = -1; /* the shared memory a block may opt into, bytes */
   if (optin < 0)
     CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, g.ordinal));
-  size_t row = (size_t)V * sizeof(T);
+  size_t row = (size_t)V * sizeof(float);
   int vec = vec_ok<T>(V, logits);
   if (row + 1024 <= (size_t)optin) { /* beside block_reduce's own */
     static size_t set;               /* the size the kernel was allowed so far */
@@ -1703,7 +1901,7 @@ static void crossentropy_fused(float *losses, void *logits, const int *targets, 
       set = row;
     }
     crossentropy_fused_smem_kernel<T>
-        <<<N, 512, row, g.stream>>>(losses, (T *)logits, targets, dloss, V, vec);
+        <<<N, 1024, row, g.stream>>>(losses, (T *)logits, targets, dloss, V, vec);
   } else {
     crossentropy_fused_kernel<T>
         <<<N, 512, 0, g.stream>>>(losses, (T *)logits, targets, dloss, V, vec);
@@ -2220,10 +2418,10 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
     return NULL;
   }
   int automatic = !att || !*att || !strcmp(att, "auto");
-  g.cudnn = att && !strcmp(att, "cudnn")       ? CUDNN_BOTH
-            : att && !strcmp(att, "cudnn-det") ? CUDNN_BOTH_DET
-            : automatic                        ? CUDNN_FWD
-                                               : CUDNN_OFF;
+  g.cudnn = att && !strcmp(att, "cudnn")             ? CUDNN_BOTH
+            : automatic || !strcmp(att, "cudnn-det") ? CUDNN_BOTH_DET
+                                                     : CUDNN_OFF;
+  g.cudnn_auto = automatic;
   if (g.cudnn) {
     char why[256];
     if (!cudnn_attention_open(why, sizeof why)) {
@@ -2236,8 +2434,8 @@ colo_backend_cuda_open(int ordinal, int math, char *err, size_t errlen) {
   }
   /* flash-async and the GELU epilogues became the defaults when they were faster on an H100
    * (bench/results/engine_gpu_quick.md); cuDNN's forward when it was on an H200 (0.052 ms
-   * against 0.094 at GPT-2 124M's shapes, engine_gpu.md), while colo's backward keeps every
-   * run's result the same */
+   * against 0.094 at GPT-2 124M's shapes, engine_gpu.md), and its deterministic backward when
+   * it was too (0.182 ms against colo's 0.343, the same bits on every run) */
   g.flash = att && !strcmp(att, "gemm") ? 0 : att && !strcmp(att, "flash") ? 1 : 2;
   const char *gf = getenv("COLO_CUDA_GELU_FUSION");
   if (gf && *gf && strcmp(gf, "0") && strcmp(gf, "1")) {

@@ -129,6 +129,9 @@ int cudnn_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, 
 int cudnn_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void *qkv,
                         const void *out, const float *lse, int B, int T, int C, int NH,
                         int deterministic, cudaStream_t stream);
+/* the device memory the backward's plan uses beside its tensors (cuDNN's workspace, Σ dO·O and
+ * the atomic backward's fp32 dQ); −1 where cuDNN has no plan or the case is not its own */
+int64_t cudnn_attention_bwd_bytes(colo_dtype_t t, int B, int T, int C, int NH, int deterministic);
 /* What a cuDNN attention graph computes, kept beside cuDNN's descriptors as it is built, for
  * test_cudnn_plan to evaluate on the CPU against colo's CPU attention: its tensors (shape and
  * strides in elements; uid as below for the caller's, from CUDNN_SHADOW_VIRTUAL for

@@ -57,6 +57,9 @@ int cudnn_devprop_json(char *, size_t, char *err, size_t errlen) {
 const cudnn_shadow_t *cudnn_attention_shadow(int, colo_dtype_t, int, int, int, int) {
   return NULL;
 }
+int64_t cudnn_attention_bwd_bytes(colo_dtype_t, int, int, int, int, int) {
+  return -1;
+}
 
 #else
 
@@ -705,6 +708,13 @@ static int usable(plan_t **out, int bwd, colo_dtype_t t, int B, int T, int C, in
   }
   *out = p;
   return 1;
+}
+
+int64_t cudnn_attention_bwd_bytes(colo_dtype_t t, int B, int T, int C, int NH, int deterministic) {
+  plan_t *p = NULL;
+  if (usable(&p, deterministic ? BWD_DETERMINISTIC : BWD_ATOMIC, t, B, T, C, NH) != 1)
+    return -1;
+  return (int64_t)(align256((size_t)p->workspace) + p->extra);
 }
 
 int cudnn_attention_fwd(colo_dtype_t t, void *out, float *lse, const void *qkv, int B, int T, int C,

@@ -47,7 +47,9 @@ typedef struct {
   void *res2;     /* [R][C]: input + attention */
   void *ln2;      /* [R][C] */
   float *ln2_mean, *ln2_rstd; /* [R], [R] */
-  void *fch; /* [N][H/tp] (LLAMA [N][2H/tp]): GELU's (SwiGLU's) input; its output is recomputed */
+  void *fch;                  /* [N][H/tp] (LLAMA [N][2H/tp]): GELU's (SwiGLU's) input */
+  void *act; /* [N][H/tp]: GELU's (SwiGLU's) output, kept for the backward's product (NULL under
+                recomputation: the block's forward makes it again in the shared gelu buffer) */
   /* the block's matrices in act_dtype, made from the fp32 parameters by the forward and read by
    * the backward too (NULL when activations are fp32: the products read the parameters) */
   void *w;
@@ -443,6 +445,7 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
       {(void **)&a->ln2_mean, R * F, 1},
       {(void **)&a->ln2_rstd, R * F, 1},
       {&a->fch, N * (size_t)(m->llama ? 2 : 1) * m->Cf * A, 0},
+      {&a->act, m->recompute ? 0 : N * (size_t)m->Cf * A, 0},
       {&a->w, m->be->act_dtype == COLO_DTYPE_F32 ? 0 : (m->wfp_off + (size_t)m->Cf * C) * A, 0},
   };
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -460,7 +463,7 @@ static int alloc_acts(colo_gpt_t *m, layer_acts_t *a, int rows, char *err, size_
 /* Frees a block's row buffers (rows), or its other activations. */
 static void free_acts(colo_gpt_t *m, layer_acts_t *a, int rows) {
   void *row[] = {a->ln1, a->ln1_mean, a->ln1_rstd, a->res2, a->ln2, a->ln2_mean, a->ln2_rstd};
-  void *rest[] = {a->qkv, a->qkraw, a->qkrstd, a->att_lse, a->atty, a->attc, a->fch, a->w};
+  void *rest[] = {a->qkv, a->qkraw, a->qkrstd, a->att_lse, a->atty, a->attc, a->fch, a->act, a->w};
   for (size_t i = 0; rows && i < sizeof row / sizeof row[0]; i++)
     colo_pool_free(m->pool, row[i]);
   for (size_t i = 0; !rows && i < sizeof rest / sizeof rest[0]; i++)
@@ -1318,8 +1321,9 @@ static block_w_t block_forward(colo_gpt_t *m, int l, layer_acts_t *a, const void
   product_fwd(m, l, COLO_LORA_ATTPROJ, m->proj, a->atty, w.attproj, apb, N, Cq, C);
   be->add(a->res2, in, proj_sum(m, off, rowf, NC), rowf);
   norm_fwd(m, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, P(m, l, P_LN2W), P(m, l, P_LN2B), Nl, C);
-  mlp_up(m, l, m->gelu, a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C, Cf);
-  product_fwd(m, l, COLO_LORA_FCPROJ, m->proj, m->gelu, w.fcproj, fpb, N, Cf, C);
+  void *act = a->act ? a->act : m->gelu; /* kept for the backward, or made again there */
+  mlp_up(m, l, act, a->fch, ln_full(m, a->ln2, off, rowf), w.fc, P(m, l, P_FCB), N, C, Cf);
+  product_fwd(m, l, COLO_LORA_FCPROJ, m->proj, act, w.fcproj, fpb, N, Cf, C);
   be->add(out, a->res2, proj_sum(m, off, rowf, NC), rowf);
   return w;
 }
@@ -2182,28 +2186,25 @@ blocks:
       return;
     /* MLP: out = res2 + fcproj(gelu(fc(ln2(res2)))) */
     const void *dout = full_rows(m, off, rowf);
-    /* GELU's (SwiGLU's) output again (the recomputed forward just made it) */
-    if (!m->recompute && m->llama)
-      be->swiglu_fwd(m->gelu, a->fch, N, Cf);
-    else if (!m->recompute)
-      be->gelu_fwd(m->gelu, a->fch, (size_t)N * Cf);
+    /* GELU's (SwiGLU's) output: kept by the forward, or made again by the recomputed one */
+    void *act = a->act ? a->act : m->gelu;
     /* the products', GELU's and attention's input gradients are written, not added to
      * (backend.h): no buffer needs zeroing first */
     colo_lora_t *lo = m->lora;
     /* under DoRA each adapted product's gradient goes through its rescaling first (lora.h) */
     const void *dz = colo_lora_dora_bwd(lo, l, COLO_LORA_FCPROJ, dout, N);
     if (m->llama) {
-      be->matmul_bwd(m->dglu, G(m, l, P_FCPROJW), NULL, dz, m->gelu, w.fcproj, N, Cf, C);
+      be->matmul_bwd(m->dglu, G(m, l, P_FCPROJW), NULL, dz, act, w.fcproj, N, Cf, C);
       if (colo_lora_has(lo, COLO_LORA_FCPROJ))
-        colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, m->dglu, dout, m->gelu, w.fcproj, N);
+        colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, m->dglu, dout, act, w.fcproj, N);
       be->swiglu_bwd(m->dfch, a->fch, m->dglu, N, Cf);
     } else if (colo_lora_has(lo, COLO_LORA_FCPROJ)) { /* the adapter's part before GELU's */
       void *dg = colo_lora_gelu_scratch(lo);
-      be->matmul_bwd(dg, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dz, m->gelu, w.fcproj, N, Cf, C);
-      colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, dg, dout, m->gelu, w.fcproj, N);
+      be->matmul_bwd(dg, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dz, act, w.fcproj, N, Cf, C);
+      colo_lora_bwd(lo, l, COLO_LORA_FCPROJ, dg, dout, act, w.fcproj, N);
       be->gelu_bwd(m->dfch, a->fch, dg, (size_t)N * Cf);
     } else {
-      be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, m->gelu, w.fcproj,
+      be->matmul_gelu_bwd(m->dfch, G(m, l, P_FCPROJW), G(m, l, P_FCPROJB), dout, act, w.fcproj,
                           a->fch, N, Cf, C);
     }
     const void *x2 = ln_full(m, a->ln2, off, rowf);
