@@ -140,7 +140,8 @@ struct colo_gpt_s {
   int weighted; /* the next backward's loss is Σ w[n]·CE_n, w in `losses` */
   /* gradient scratch for one block, in act_dtype */
   void *dres, *dln, *dqkv, *datty, *dfch, *dtmp;
-  void *gelu;   /* [N][H/tp]: the GELU (SwiGLU) output of the block at hand, forward and backward */
+  void *gelu;   /* [N][H/tp]: the GELU (SwiGLU) output of the block at hand, forward and backward,
+                 * under recomputation; [1][H/tp] for decoding otherwise */
   void *dglu;   /* LLAMA: [N][H/tp], SwiGLU's output gradient */
   void *qsmall; /* gqa: [N][Cqkv], the qkv product before its keys and values are repeated, and
                  * in the backward its gradient */
@@ -745,7 +746,9 @@ int colo_gpt_create_stage(const colo_gpt_config_t *cfg, int max_B, int recompute
               {&m->qsmall, m->gqa ? N * (size_t)m->Cqkv * A : 0},
               {&m->datty, N * Cq * A},
               {&m->dfch, N * Cf * (m->llama ? 2 : 1) * A},
-              {&m->gelu, N * Cf * A},
+              /* a block's GELU output under recomputation; else each block keeps its own
+               * (layer_acts_t.act) and decoding's one row is all this holds */
+              {&m->gelu, (recompute ? N : 1) * Cf * A},
               {&m->dglu, m->llama ? N * Cf * A : 0},
               {&m->dtmp, N * C * A},
               {&m->proj, N * C * A},
