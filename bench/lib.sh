@@ -23,6 +23,20 @@ bench_gpt2_blocks() { # flags...
     --block-size 256 --vocab-size 256 --eval-interval 0 --quiet "$@")
 }
 
+# Random token shards over GPT-2's 50,257 tokens in DIR, train.bin (8 Mi tokens) and val.bin
+# (1 Mi), with python $1 (numpy): for throughput, which does not depend on the text
+bench_random_tokens() { # python dir
+  "$1" - "$2" <<'PY'
+import os, sys, numpy as np
+d = sys.argv[1]; os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(0)
+for name, n in (("train.bin", 8 << 20), ("val.bin", 1 << 20)):
+    hdr = np.zeros(256, dtype=np.int32); hdr[0], hdr[1], hdr[2] = 20240520, 1, n
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(hdr.tobytes()); f.write(rng.integers(0, 50257, n, dtype=np.uint16).tobytes())
+PY
+}
+
 bench_data() {
   bash "$SRC/deploy/fetch-data.sh" "$TMP/text" >/dev/null
   "$CT" prepare --input "$TMP/text/tinyshakespeare.txt" --out "$TMP/data" >/dev/null

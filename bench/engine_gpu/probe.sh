@@ -44,14 +44,7 @@ PY
 done
 
 echo "== 3. GPT-2 124M, bf16"
-"$PY" - "$TMP/gpt2" <<'PY'
-import os, sys, numpy as np
-d = sys.argv[1]; os.makedirs(d, exist_ok=True)
-rng = np.random.default_rng(0)
-hdr = np.zeros(256, dtype=np.int32); hdr[0], hdr[1], hdr[2] = 20240520, 1, 8 << 20
-with open(os.path.join(d, "train.bin"), "wb") as f:
-    f.write(hdr.tobytes()); f.write(rng.integers(0, 50257, 8 << 20, dtype=np.uint16).tobytes())
-PY
+bench_random_tokens "$PY" "$TMP/gpt2"
 row() { # progress-file label
   python3 - "$1" "$2" <<'PY'
 import json, sys

@@ -57,15 +57,7 @@ echo "== 1. CUDA tests on $GPU"
 } 2>&1 | tee "$RES/engine_gpu_tests.log" || # under pipefail: a failure is reported, and the runs go on
   echo "test_cuda failed: see $RES/engine_gpu_tests.log"
 
-"$PY" - "$TMP/gpt2" <<'PY'
-import os, sys, numpy as np
-d = sys.argv[1]; os.makedirs(d, exist_ok=True)
-rng = np.random.default_rng(0)
-for name, n in (("train.bin", 8 << 20), ("val.bin", 1 << 20)):
-    hdr = np.zeros(256, dtype=np.int32); hdr[0], hdr[1], hdr[2] = 20240520, 1, n
-    with open(os.path.join(d, name), "wb") as f:
-        f.write(hdr.tobytes()); f.write(rng.integers(0, 50257, n, dtype=np.uint16).tobytes())
-PY
+bench_random_tokens "$PY" "$TMP/gpt2"
 
 # colo: median step over the steps after a warm-up of 5; the model line and peak memory
 # A time budget for the whole run (COLO_BENCH_BUDGET_S seconds; device.sh sets one under the

@@ -122,15 +122,20 @@ static void check_a(const char *what, void *d, const void *ref, size_t n, double
   free(hd), free(h), free(r);
 }
 
-/* two device buffers of `bytes` each: the same bits, value for value (n values of sz bytes) */
+/* how many of n values of sz bytes differ in their bits between a and b (host memory) */
+static size_t bits_differ(const void *a, const void *b, size_t n, size_t sz) {
+  size_t differ = 0;
+  for (size_t i = 0; i < n; i++)
+    differ += memcmp((const char *)a + i * sz, (const char *)b + i * sz, sz) != 0;
+  return differ;
+}
+
+/* two device buffers of n values of sz bytes: the same bits, value for value */
 static void check_same_bits(const char *what, const void *d1, const void *d2, size_t n, size_t sz) {
   unsigned char *a = malloc(n * sz), *b = malloc(n * sz);
   gpu->to_host(a, d1, n * sz);
   gpu->to_host(b, d2, n * sz);
-  size_t differ = 0;
-  for (size_t i = 0; i < n; i++)
-    differ += memcmp(a + i * sz, b + i * sz, sz) != 0;
-  verdict(what, (double)differ, 0.0, 1);
+  verdict(what, (double)bits_differ(a, b, n, sz), 0.0, 1);
   free(a), free(b);
 }
 
@@ -562,14 +567,11 @@ static void test_attention_repeats(void) {
     h_dq[r] = malloc(nq * asz);
     gpu->to_host(h_dq[r], d_dq[r], nq * asz);
   }
-  size_t differ = 0, nonfinite = 0;
-  const unsigned char *a = h_dq[0], *b = h_dq[1];
+  size_t differ = bits_differ(h_dq[0], h_dq[1], nq, asz), nonfinite = 0;
   float *f = malloc(nq * sizeof *f);
   colo_dtype_to_float(f, h_dq[0], nq, dt);
-  for (size_t i = 0; i < nq; i++) {
-    differ += memcmp(a + i * asz, b + i * asz, asz) != 0;
+  for (size_t i = 0; i < nq; i++)
     nonfinite += !isfinite(f[i]);
-  }
   const char *att = getenv("COLO_CUDA_ATTENTION");
   if (att && !strcmp(att, "cudnn")) {
     printf("INFO: %s: %zu of %zu values differ between two runs (cuDNN's backward adds dQ with "

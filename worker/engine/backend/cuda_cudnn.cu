@@ -752,6 +752,7 @@ int cudnn_attention_bwd(colo_dtype_t t, void *dqkv, const void *dout, const void
   /* cuDNN 9.6 on sets dQ's accumulator itself; zeroing it costs microseconds and spares a guess */
   if (!deterministic)
     CK(cudaMemsetAsync(dqf, 0, (size_t)B * NH * T * (C / NH) * sizeof(float), stream));
+  /* U_DQF last: the deterministic graph has no accumulator, and is given the first 13 */
   int64_t uids[] = {U_Q,  U_K,  U_V,     U_O,   U_DO,  U_LSE, U_DQ,
                     U_DK, U_DV, U_SCALE, U_NEG, U_ONE, U_D,   U_DQF};
   void *ptrs[] = {(void *)base,
